@@ -1,0 +1,729 @@
+"""Anthropic Messages API: ``POST /v1/messages`` (Claude Code adds ``?beta=true``) and
+``POST /v1/messages/count_tokens``.
+
+Implements the module contract of :mod:`pvisor.adapters.protocols.base`. Sources (see
+``shared/wire-protocols.md`` section 1 and ``shared/agents.md``):
+
+- stream framing and event names: wire-protocols.md 1a (anthropic-sdk-python ``_streaming.py``);
+- reassembly rules: wire-protocols.md 1b (anthropic-sdk-python
+  ``lib/streaming/_messages.py::accumulate_event``);
+- request shapes (``system``, ``tools``, ``tool_use``/``tool_result`` blocks): wire-protocols.md 1c;
+- what changes between two requests of one agent (``cache_control`` moving): agents.md,
+  "What changes between one main-loop request and the next".
+
+Rendering emits compact JSON; request bodies are never re-emitted from here for recording (the
+journal keeps the agent's exact bytes), only for prefixes built from canonical conversations.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import orjson
+
+from pvisor.adapters.protocols.base import (
+    OMIT,
+    IdSource,
+    Reassembled,
+    compact_json,
+    dumps,
+    loads_object,
+    normalise_conversation,
+    overlay,
+    parse_arguments,
+    split_text,
+)
+from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
+from pvisor.journal.errors import BadInputError
+from pvisor.journal.model import (
+    Action,
+    Conversation,
+    Message,
+    OtherPart,
+    Reasoning,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+
+NAME = "anthropic"
+PATHS: tuple[str, ...] = ("/v1/messages", "/v1/messages/count_tokens")
+
+# Block types whose input arrives as input_json_delta (wire-protocols.md 1b).
+_TOOL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")
+# Keys of the request body that have canonical fields; everything else goes to params.
+_CANONICAL_KEYS = ("model", "system", "tools", "messages", "stream")
+# Size of the pieces render_stream cuts text, thinking and tool input into.
+_PIECE = 64
+
+_ANTHROPIC_STOP = frozenset(
+    {"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal", "model_context_window_exceeded"}
+)
+_STOP_FROM_OTHER = {
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "MAX_TOKENS": "max_tokens",
+    "max_output_tokens": "max_tokens",
+    "content_filter": "refusal",
+    "SAFETY": "refusal",
+}
+
+_ERROR_KINDS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def matches(path: str) -> bool:
+    """True for ``/v1/messages`` and ``/v1/messages/count_tokens`` (path without query string)."""
+    return path in PATHS
+
+
+def wants_stream(path: str, query: str, body: Any) -> bool:
+    """True when the body (bytes or parsed dict) has ``"stream": true``; a body that does not
+    parse asks for no stream. ``count_tokens`` never streams."""
+    if path.endswith("/count_tokens"):
+        return False
+    try:
+        obj = loads_object(body)
+    except BadInputError:
+        return False
+    return obj.get("stream") is True
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def _system_text(system: Any) -> str | None:
+    """``system`` as text: the string itself, or the text blocks joined with ``"\\n\\n"``."""
+    if system is None:
+        return None
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "\n\n".join(b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")
+    raise BadInputError(f"request body field 'system' is a JSON {type(system).__name__}, expected a string or a list of blocks")
+
+
+def _parse_block(block: Any, where: str) -> Any:
+    if not isinstance(block, dict):
+        raise BadInputError(f"request body {where} is a JSON {type(block).__name__}, expected a content block object")
+    kind = block.get("type")
+    if kind == "text":
+        return TextPart(text=block.get("text") or "", raw=block)
+    if kind == "thinking":
+        return Reasoning(text=block.get("thinking") or "", signature=block.get("signature"), raw=block)
+    if kind == "redacted_thinking":
+        return Reasoning(text="", encrypted=block.get("data"), raw=block)
+    if kind in _TOOL_BLOCKS:
+        inp = block.get("input")
+        return ToolCall(
+            id=block.get("id"),
+            name=block.get("name") or "",
+            arguments_raw=compact_json(inp if inp is not None else {}),
+            arguments=inp if inp is not None else {},
+            kind="function" if kind == "tool_use" else "server",
+            raw=block,
+        )
+    if kind == "tool_result":
+        is_error = block.get("is_error")
+        return ToolResult(
+            call_id=block.get("tool_use_id"),
+            content=block.get("content"),
+            is_error=is_error if isinstance(is_error, bool) else None,
+            raw=block,
+        )
+    return OtherPart(kind=str(kind) if kind is not None else "unknown", raw=block)
+
+
+def _parse_message(m: Any, i: int) -> Message:
+    if not isinstance(m, dict):
+        raise BadInputError(f"request body messages[{i}] is a JSON {type(m).__name__}, expected an object")
+    role = m.get("role")
+    if not isinstance(role, str):
+        raise BadInputError(f"request body messages[{i}] has no string 'role'")
+    content = m.get("content")
+    if isinstance(content, str):
+        parts: list[Any] = [TextPart(text=content)]
+    elif isinstance(content, list):
+        parts = [_parse_block(b, f"messages[{i}].content[{j}]") for j, b in enumerate(content)]
+    elif content is None:
+        parts = []
+    else:
+        raise BadInputError(
+            f"request body messages[{i}].content is a JSON {type(content).__name__}, expected a string or a list of blocks"
+        )
+    return Message(role=role, parts=parts, raw=m)
+
+
+def _parse_tool(t: Any, i: int) -> ToolSpec:
+    if not isinstance(t, dict):
+        raise BadInputError(f"request body tools[{i}] is a JSON {type(t).__name__}, expected an object")
+    return ToolSpec(name=t.get("name") or "", description=t.get("description"), parameters=t.get("input_schema"), raw=t)
+
+
+def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation:
+    """Read a Messages (or count_tokens) request body into a :class:`Conversation`.
+
+    Args:
+        body: the request body, bytes/str of JSON or an already parsed dict.
+        path, query: unused (the model is in the body); accepted for the common contract.
+
+    Returns:
+        ``Conversation(protocol="anthropic")``: ``system`` is the string, or the text blocks
+        joined with ``"\\n\\n"``; ``system_raw`` is ``system`` exactly as sent. ``messages`` keep
+        their role (``user``/``assistant``; tool results stay inside ``user`` messages, as on the
+        wire). Block mapping (wire-protocols.md 1c): ``text`` -> TextPart; ``thinking`` ->
+        Reasoning(text, signature); ``redacted_thinking`` -> Reasoning(encrypted=data);
+        ``tool_use`` -> ToolCall (``arguments_raw`` = compact JSON of ``input``, the documented
+        choice for object-carrying protocols in model.py); ``server_tool_use``/``mcp_tool_use``
+        -> ToolCall(kind="server"); ``tool_result`` -> ToolResult (content exact, ``is_error``
+        True/False/None as sent); anything else (image, document, ...) -> OtherPart. A string
+        content becomes one TextPart with ``raw=None``. Every other top-level key goes into
+        ``params`` in body order.
+
+    Raises:
+        BadInputError: the body is not a JSON object, or ``messages``/``tools``/a block has the
+        wrong JSON type (the message names the field).
+    """
+    obj = loads_object(body)
+    messages = obj.get("messages", [])
+    if not isinstance(messages, list):
+        raise BadInputError(f"request body field 'messages' is a JSON {type(messages).__name__}, expected a list")
+    tools = obj.get("tools", [])
+    if tools is None:
+        tools = []
+    if not isinstance(tools, list):
+        raise BadInputError(f"request body field 'tools' is a JSON {type(tools).__name__}, expected a list")
+    model = obj.get("model")
+    system = obj.get("system")
+    return Conversation(
+        protocol=NAME,
+        model=model if isinstance(model, str) else None,
+        system=_system_text(system),
+        system_raw=system,
+        tools=[_parse_tool(t, i) for i, t in enumerate(tools)],
+        messages=[_parse_message(m, i) for i, m in enumerate(messages)],
+        stream=obj.get("stream") is True,
+        params={k: v for k, v in obj.items() if k not in _CANONICAL_KEYS},
+    )
+
+
+def normalise(conv: Conversation) -> dict:
+    """The chain rule's comparison form: :func:`base.normalise_conversation` with call ids kept
+    (``toolu_`` ids are made by the server, so an agent echoes them unchanged). Moving
+    ``cache_control`` markers (Claude Code, litellm; agents.md) and signatures do not count."""
+    return normalise_conversation(conv, keep_call_ids=True)
+
+
+def _render_system(conv: Conversation) -> Any:
+    raw = conv.system_raw
+    if raw is not None and conv.system is not None:
+        try:
+            if _system_text(raw) == conv.system:
+                return raw  # exact, with cache_control on its blocks
+        except BadInputError:
+            pass
+    return conv.system
+
+
+def _tool_input(tc: ToolCall) -> Any:
+    if tc.arguments is not None:
+        return tc.arguments
+    parsed = parse_arguments(tc.arguments_raw)
+    if parsed is not None:
+        return parsed
+    # Free-form input (a Responses custom tool) has no object form; keep the text visible.
+    return {"input": tc.arguments_raw} if tc.arguments_raw else {}
+
+
+def _render_part(p: Any) -> dict:
+    raw = p.raw if isinstance(p.raw, dict) else None
+    if isinstance(p, TextPart):
+        return overlay(raw if raw and raw.get("type") == "text" else None, {"type": "text", "text": p.text})
+    if isinstance(p, Reasoning):
+        if p.encrypted is not None and not p.text and p.signature is None:
+            r = raw if raw and raw.get("type") == "redacted_thinking" else None
+            return overlay(r, {"type": "redacted_thinking", "data": p.encrypted})
+        r = raw if raw and raw.get("type") == "thinking" else None
+        return overlay(r, {"type": "thinking", "thinking": p.text, "signature": p.signature if p.signature is not None else OMIT})
+    if isinstance(p, ToolCall):
+        r = raw if raw and raw.get("type") in _TOOL_BLOCKS else None
+        kind = r["type"] if r else ("server_tool_use" if p.kind == "server" else "tool_use")
+        return overlay(r, {"type": kind, "id": p.id if p.id is not None else OMIT, "name": p.name, "input": _tool_input(p)})
+    if isinstance(p, ToolResult):
+        r = raw if raw and raw.get("type") == "tool_result" else None
+        return overlay(
+            r,
+            {
+                "type": "tool_result",
+                "tool_use_id": p.call_id if p.call_id is not None else OMIT,
+                "content": p.content if p.content is not None else OMIT,
+                "is_error": p.is_error if p.is_error is not None else OMIT,
+            },
+        )
+    if isinstance(p, OtherPart):
+        return dict(raw) if raw is not None else {"type": p.kind}
+    raise TypeError(f"not a canonical part: {p!r}")
+
+
+def _render_message(m: Message) -> dict:
+    raw = m.raw if isinstance(m.raw, dict) else None
+    role = m.role if m.role in ("user", "assistant") else "user"
+    parts = m.parts
+    raw_content = raw.get("content") if raw is not None else None
+    if len(parts) == 1 and isinstance(parts[0], TextPart) and parts[0].raw is None and not isinstance(raw_content, list):
+        content: Any = parts[0].text  # a string content stays a string
+    elif not parts:
+        content = raw_content if isinstance(raw_content, list) else ""
+    else:
+        content = [_render_part(p) for p in parts]
+    return overlay(raw, {"role": role, "content": content})
+
+
+def _render_tool(t: ToolSpec) -> dict:
+    raw = t.raw if isinstance(t.raw, dict) and "function" not in t.raw else None
+    return overlay(
+        raw,
+        {
+            "name": t.name,
+            "description": t.description if t.description is not None else OMIT,
+            "input_schema": t.parameters if t.parameters is not None else OMIT,
+        },
+    )
+
+
+def render_request(conv: Conversation) -> bytes:
+    """A :class:`Conversation` as a Messages request body (compact JSON bytes).
+
+    Works from canonical fields alone; ``raw`` objects, where present and of this protocol's
+    shape, only contribute provider extras (``cache_control``, ``citations``, ``type: custom``
+    on tools) and their key order, canonical values always win. ``system_raw`` is used when its
+    text equals ``system``. Key order: ``model``, ``messages``, ``system``, ``tools``, then
+    ``params`` in order, then ``stream: true`` when ``conv.stream``. Messages of role ``tool``
+    or ``system`` (from another protocol) render as ``user``.
+    """
+    out: dict[str, Any] = {}
+    if conv.model is not None:
+        out["model"] = conv.model
+    out["messages"] = [_render_message(m) for m in conv.messages]
+    system = _render_system(conv)
+    if system is not None:
+        out["system"] = system
+    if conv.tools:
+        out["tools"] = [_render_tool(t) for t in conv.tools]
+    for k, v in conv.params.items():
+        if k not in out:
+            out[k] = v
+    if conv.stream:
+        out["stream"] = True
+    return dumps(out)
+
+
+# --------------------------------------------------------------------------- streams
+
+
+class _Accumulator:
+    """Applies the reassembly rules of wire-protocols.md 1b to decoded SSE events."""
+
+    def __init__(self) -> None:
+        self.snapshot: dict[str, Any] | None = None
+        self.position: dict[int, int] = {}  # event index -> position in content
+        self.open: dict[int, str] = {}  # started, not stopped: index -> block type
+        self.bufs: dict[int, str] = {}  # raw input_json_delta text per index
+        self.complete = False
+        self.error: Any = None
+        self.events = 0
+        self.problems: list[str] = []
+
+    def _problem(self, n: int, kind: str | None, text: str) -> None:
+        self.problems.append(f"event {n} ({kind or 'no type'}): {text}")
+
+    def event(self, ev: SSEEvent) -> None:
+        self.events += 1
+        n = self.events
+        for line in ev.stray:
+            self._problem(n, ev.event, f"line that is not SSE ignored: {line[:80]!r}")
+        if not ev.has_data:
+            if ev.event is not None:
+                self._problem(n, ev.event, "event without data ignored")
+            return
+        try:
+            data = orjson.loads(ev.data)
+        except orjson.JSONDecodeError:
+            self._problem(n, ev.event, f"data is not JSON, ignored: {ev.data[:80]!r}")
+            return
+        if not isinstance(data, dict):
+            self._problem(n, ev.event, f"data is a JSON {type(data).__name__}, not an object; ignored")
+            return
+        kind = data.get("type")
+        if not isinstance(kind, str):
+            kind = ev.event
+        elif ev.event is not None and ev.event != kind:
+            self._problem(n, kind, f"SSE event name {ev.event!r} differs from data type {kind!r}")
+        if self.complete and kind not in ("ping",):
+            self._problem(n, kind, "event after message_stop ignored")
+            return
+        if kind == "ping":
+            return
+        if kind == "error":
+            self.error = data
+            return
+        if kind == "message_start":
+            message = data.get("message")
+            if not isinstance(message, dict):
+                self._problem(n, kind, "no message object; ignored")
+            elif self.snapshot is not None:
+                self._problem(n, kind, "second message_start ignored")
+            else:
+                if not isinstance(message.get("content"), list):
+                    message["content"] = []
+                self.snapshot = message
+            return
+        if kind not in ("content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"):
+            return  # unknown event types are to be ignored (docs, wire-protocols.md 1a); counted in events
+        snap = self.snapshot
+        if snap is None:
+            self._problem(n, kind, "before message_start; ignored")
+            return
+        if kind == "message_stop":
+            self.complete = True
+        elif kind == "message_delta":
+            self._message_delta(n, kind, snap, data)
+        else:
+            self._block_event(n, kind, snap, data)
+
+    def _message_delta(self, n: int, kind: str, snap: dict, data: dict) -> None:
+        delta = data.get("delta")
+        if isinstance(delta, dict):
+            for k, v in delta.items():
+                if k == "container" and v is None:
+                    continue
+                snap[k] = v
+        usage = data.get("usage")
+        if isinstance(usage, dict):
+            current = snap.get("usage")
+            if not isinstance(current, dict):
+                current = snap["usage"] = {}
+            for k, v in usage.items():
+                # output_tokens is cumulative: assign, never add; the rest only when non-null
+                # so the message_start values survive (SDK accumulate_event; envoy ai-gateway#2290).
+                if k == "output_tokens" or v is not None:
+                    current[k] = v
+
+    def _block_event(self, n: int, kind: str, snap: dict, data: dict) -> None:
+        content = snap["content"]
+        index = data.get("index")
+        if not isinstance(index, int):
+            self._problem(n, kind, "no integer index; ignored")
+            return
+        if kind == "content_block_start":
+            block = data.get("content_block")
+            if not isinstance(block, dict):
+                self._problem(n, kind, f"index {index}: no content_block object; ignored")
+                return
+            if index != len(content):
+                self._problem(n, kind, f"index {index} at content position {len(content)}")
+            if index in self.position:
+                self._problem(n, kind, f"index {index} started twice")
+            self.position[index] = len(content)
+            content.append(block)
+            btype = block.get("type")
+            self.open[index] = btype if isinstance(btype, str) else "unknown"
+            if btype == "fallback":
+                to = block.get("to")
+                if isinstance(to, dict) and isinstance(to.get("model"), str):
+                    snap["model"] = to["model"]  # beta fallback block (wire-protocols.md 1b)
+            return
+        pos = self.position.get(index)
+        if pos is None:
+            self._problem(n, kind, f"index {index} was never started; ignored")
+            return
+        block = content[pos]
+        btype = block.get("type")
+        if kind == "content_block_stop":
+            if index not in self.open:
+                self._problem(n, kind, f"index {index} stopped twice")
+                return
+            del self.open[index]
+            buf = self.bufs.get(index)
+            if buf:  # an empty buffer leaves input as the start gave it (usually {})
+                try:
+                    block["input"] = orjson.loads(buf)
+                except orjson.JSONDecodeError:
+                    self._problem(n, kind, f"index {index}: tool input is not valid JSON ({len(buf)} chars); input left as started")
+            return
+        if index not in self.open:
+            self._problem(n, kind, f"index {index}: delta after content_block_stop")
+        delta = data.get("delta")
+        if not isinstance(delta, dict):
+            self._problem(n, kind, f"index {index}: no delta object; ignored")
+            return
+        dtype = delta.get("type")
+        if dtype == "text_delta" and btype == "text":
+            block["text"] = (block.get("text") or "") + str(delta.get("text", ""))
+        elif dtype == "input_json_delta":
+            self.bufs[index] = self.bufs.get(index, "") + str(delta.get("partial_json", ""))
+        elif dtype == "thinking_delta" and btype == "thinking":
+            block["thinking"] = (block.get("thinking") or "") + str(delta.get("thinking", ""))
+        elif dtype == "signature_delta" and btype == "thinking":
+            block["signature"] = delta.get("signature")  # assign, not append
+        elif dtype == "citations_delta" and btype == "text":
+            citations = block.get("citations")
+            if not isinstance(citations, list):
+                citations = block["citations"] = []
+            citations.append(delta.get("citation"))
+        elif dtype == "compaction_delta":
+            for k in ("content", "encrypted_content"):
+                if k in delta:
+                    block[k] = delta[k]
+        else:
+            self._problem(n, kind, f"index {index}: delta type {dtype!r} on a {btype!r} block ignored")
+
+    def result(self) -> Reassembled:
+        for index, btype in self.open.items():
+            buf = self.bufs.get(index)
+            if buf:
+                self.problems.append(
+                    f"content block {index} ({btype}) has no content_block_stop: its input JSON "
+                    f"({len(buf)} chars) was left unparsed, input kept as the block start gave it"
+                )
+            else:
+                self.problems.append(f"content block {index} ({btype}) has no content_block_stop")
+        return Reassembled(
+            final=self.snapshot,
+            complete=self.complete,
+            events=self.events,
+            error=self.error,
+            problems=self.problems,
+            tool_input_raw=dict(self.bufs),
+        )
+
+
+def reassemble(chunks: Iterable[bytes] | bytes) -> Reassembled:
+    """Reassemble a raw Messages event stream (byte chunks split anywhere) into the final
+    ``message`` object, the same shape a non-streamed request returns.
+
+    Rules (wire-protocols.md 1b, anthropic-sdk-python ``accumulate_event``): ``message_start``
+    gives the snapshot; ``content_block_start`` appends (an index other than the position is
+    reported; deltas are routed by index anyway); ``text_delta``/``thinking_delta`` append;
+    ``signature_delta`` assigns; ``input_json_delta`` is collected per block as raw text and
+    parsed at ``content_block_stop`` (an empty buffer leaves ``input`` as started, usually
+    ``{}``); ``citations_delta`` appends to ``citations``; ``message_delta`` assigns its delta
+    keys and usage (``output_tokens`` always, other usage fields when non-null, never added);
+    ``ping`` is skipped; unknown events are ignored (counted in ``events``); ``error`` becomes
+    ``Reassembled.error``; ``message_stop`` sets ``complete``. A tool block without
+    ``content_block_stop`` keeps its unparsed text in ``tool_input_raw`` and is named in
+    ``problems``. Never raises on bad data: unparsable events are reported in ``problems``.
+    """
+    if isinstance(chunks, (bytes, bytearray, memoryview)):
+        chunks = [bytes(chunks)]
+    dec = SSEDecoder()
+    acc = _Accumulator()
+    for chunk in chunks:
+        for ev in dec.feed(chunk):
+            acc.event(ev)
+    for ev in dec.flush():
+        acc.event(ev)
+    return acc.result()
+
+
+def _event(kind: str, data: dict) -> bytes:
+    return encode_event(dumps(data), kind)
+
+
+def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
+    """A final ``message`` object as a Messages event stream (``event: <type>\\ndata: <json>\\n\\n``).
+
+    Sequence (wire-protocols.md 1a/1b): ``message_start`` (the message with empty ``content``,
+    ``stop_reason``/``stop_sequence`` null, ``usage`` of the final), one ``ping``, per block
+    ``content_block_start`` + deltas + ``content_block_stop`` (text as ``text_delta``, citations
+    as ``citations_delta``, thinking as ``thinking_delta`` then one ``signature_delta``, tool
+    blocks as ``input_json_delta`` of the compact input JSON, other blocks whole in the start),
+    ``message_delta`` (stop reason, stop sequence, usage), ``message_stop``. Text is cut into
+    pieces of ``piece`` characters. Reassembling the output gives ``final`` back (equal dicts).
+    """
+    if not isinstance(final, dict):
+        raise BadInputError(f"Anthropic final response is a {type(final).__name__}, expected an object")
+    out: list[bytes] = []
+    start = dict(final)
+    start["content"] = []
+    for k in ("stop_reason", "stop_sequence"):
+        if k in start:
+            start[k] = None
+    out.append(_event("message_start", {"type": "message_start", "message": start}))
+    out.append(_event("ping", {"type": "ping"}))
+    for index, block in enumerate(final.get("content") or []):
+        deltas: list[dict] = []
+        head = dict(block)
+        btype = block.get("type")
+        if btype == "text" and isinstance(block.get("text"), str):
+            head["text"] = ""
+            deltas += [{"type": "text_delta", "text": p} for p in split_text(block["text"], piece)]
+            if isinstance(block.get("citations"), list):
+                head["citations"] = []
+                deltas += [{"type": "citations_delta", "citation": c} for c in block["citations"]]
+        elif btype == "thinking" and isinstance(block.get("thinking"), str):
+            head["thinking"] = ""
+            deltas += [{"type": "thinking_delta", "thinking": p} for p in split_text(block["thinking"], piece)]
+            sig = block.get("signature")
+            if isinstance(sig, str) and sig:
+                head["signature"] = ""
+                deltas.append({"type": "signature_delta", "signature": sig})
+        elif btype in _TOOL_BLOCKS and "input" in block and block["input"] != {}:
+            head["input"] = {}
+            deltas += [{"type": "input_json_delta", "partial_json": p} for p in split_text(compact_json(block["input"]), piece)]
+        out.append(_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": head}))
+        for d in deltas:
+            out.append(_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}))
+        out.append(_event("content_block_stop", {"type": "content_block_stop", "index": index}))
+    delta_event: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {k: final[k] for k in ("stop_reason", "stop_sequence") if k in final},
+    }
+    usage = final.get("usage")
+    if isinstance(usage, dict):
+        delta_event["usage"] = {
+            k: v
+            for k, v in usage.items()
+            if v is not None
+            and k in ("output_tokens", "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "server_tool_use")
+        }
+    out.append(_event("message_delta", delta_event))
+    out.append(_event("message_stop", {"type": "message_stop"}))
+    return b"".join(out)
+
+
+# --------------------------------------------------------------------------- actions
+
+
+def response_to_action(final: dict) -> Action:
+    """Read a final ``message`` object as an :class:`Action`.
+
+    ``text``: the text blocks concatenated (no separator); ``reasoning``: ``thinking`` blocks
+    (text + signature) and ``redacted_thinking`` blocks (``encrypted`` = data), in order;
+    ``tool_calls``: ``tool_use`` blocks (kind ``function``) and ``server_tool_use`` /
+    ``mcp_tool_use`` blocks (kind ``server``), ``arguments_raw`` = compact JSON of ``input``
+    (the protocol carries an object; model.py's documented choice, and what a request echoes
+    back parses equal); ``usage``, ``stop_reason``, ``model``; ``raw`` = ``final``.
+    """
+    if not isinstance(final, dict):
+        raise BadInputError(f"Anthropic final response is a {type(final).__name__}, expected an object")
+    text: list[str] = []
+    reasoning: list[Reasoning] = []
+    calls: list[ToolCall] = []
+    for block in final.get("content") or []:
+        if not isinstance(block, dict):
+            continue
+        btype = block.get("type")
+        if btype == "text":
+            text.append(block.get("text") or "")
+        elif btype in ("thinking", "redacted_thinking"):
+            part = _parse_block(block, "content")
+            reasoning.append(part)
+        elif btype in _TOOL_BLOCKS:
+            calls.append(_parse_block(block, "content"))
+    usage = final.get("usage")
+    return Action(
+        text="".join(text),
+        reasoning=reasoning,
+        tool_calls=calls,
+        usage=usage if isinstance(usage, dict) else None,
+        stop_reason=final.get("stop_reason"),
+        model=final.get("model"),
+        raw=final,
+    )
+
+
+def _usage(usage: dict | None) -> dict:
+    """Usage in Anthropic's shape. Messages/Responses names pass through; Chat and Gemini counts
+    are renamed. Always present: the SDK's ``Message.usage`` is required."""
+    if not usage:
+        return {"input_tokens": 0, "output_tokens": 0}
+    if "input_tokens" in usage and "output_tokens" in usage:
+        return dict(usage)
+    if "prompt_tokens" in usage or "completion_tokens" in usage:
+        return {"input_tokens": usage.get("prompt_tokens") or 0, "output_tokens": usage.get("completion_tokens") or 0}
+    if "promptTokenCount" in usage or "candidatesTokenCount" in usage:
+        return {"input_tokens": usage.get("promptTokenCount") or 0, "output_tokens": usage.get("candidatesTokenCount") or 0}
+    return {"input_tokens": usage.get("input_tokens") or 0, "output_tokens": usage.get("output_tokens") or 0}
+
+
+def _stop_reason(action: Action) -> str:
+    sr = action.stop_reason
+    if sr in _ANTHROPIC_STOP:
+        return sr  # type: ignore[return-value]
+    if sr in _STOP_FROM_OTHER:
+        return _STOP_FROM_OTHER[sr]
+    return "tool_use" if action.tool_calls else "end_turn"
+
+
+def action_to_response(action: Action, *, model: str | None = None, ids: IdSource | None = None) -> dict:
+    """An :class:`Action` as a final ``message`` object (what a non-streamed request returns;
+    :func:`render_stream` turns it into a stream).
+
+    Shape: ``{"id": ids.next("msg_"), "type": "message", "role": "assistant", "model",
+    "content": [thinking/redacted_thinking..., text, tool_use...], "stop_reason",
+    "stop_sequence": null, "usage"}``. Reasoning renders as ``thinking`` blocks (``signature``
+    as given, ``""`` when none, since the SDK requires the field) or, for encrypted reasoning
+    without text, ``redacted_thinking``. Tool calls keep the action's call id when it has one, so
+    the agent's next request echoes the id the recorded conversation has (the chain rule keeps
+    call ids for this protocol); a missing id is drawn from ``ids.next("toolu_")``. ``input``
+    is ``arguments`` (or ``arguments_raw`` parsed). ``stop_reason``: the action's if it is an
+    Anthropic value, mapped from other protocols' values, else ``tool_use``/``end_turn``.
+    ``usage`` is always present (zeros when the action has none). ``model`` defaults to
+    ``action.model``. Deterministic for a given ``IdSource`` seed.
+    """
+    ids = ids if ids is not None else IdSource()
+    msg_id = ids.next("msg_")
+    content: list[dict] = []
+    for r in action.reasoning:
+        if r.encrypted is not None and not r.text and r.signature is None:
+            content.append({"type": "redacted_thinking", "data": r.encrypted})
+        else:
+            content.append({"type": "thinking", "thinking": r.text, "signature": r.signature or ""})
+    if action.text:
+        content.append({"type": "text", "text": action.text})
+    for tc in action.tool_calls:
+        content.append(
+            {
+                "type": "server_tool_use" if tc.kind == "server" else "tool_use",
+                "id": tc.id or ids.next("toolu_"),
+                "name": tc.name,
+                "input": _tool_input(tc),
+            }
+        )
+    return {
+        "id": msg_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model or action.model or "unknown",
+        "content": content,
+        "stop_reason": _stop_reason(action),
+        "stop_sequence": None,
+        "usage": _usage(action.usage),
+    }
+
+
+def error_body(status: int, message: str, kind: str | None = None) -> bytes:
+    """Anthropic's error shape: ``{"type":"error","error":{"type":kind,"message":message}}``
+    (docs "Errors"; the SDK reads ``error.type``/``error.message``). ``kind`` defaults from the
+    status: 400 invalid_request_error, 401 authentication_error, 403 permission_error,
+    404 not_found_error, 413 request_too_large, 429 rate_limit_error, 529 overloaded_error,
+    otherwise api_error."""
+    if kind is None:
+        kind = _ERROR_KINDS.get(status, "api_error")
+    return dumps({"type": "error", "error": {"type": kind, "message": message}})

@@ -1,0 +1,248 @@
+"""What every wire-protocol module shares: the reassembly result, deterministic ids, JSON helpers
+and the normalisation used by the chain rule.
+
+A wire-protocol module (``anthropic``, ``openai_chat``, ``openai_responses``, ``gemini``) is a
+plain module exposing:
+
+- ``NAME``: the protocol name stored in the journal (``anthropic``, ``openai-chat``,
+  ``openai-responses``, ``gemini``).
+- ``PATHS``: the exact paths it serves, as documented patterns.
+- ``matches(path) -> bool``: whether a request path (no query string) is one of ``PATHS``.
+- ``wants_stream(path, query, body) -> bool``: whether the request asks for an event stream.
+- ``parse_request(body, *, path="", query="") -> Conversation``: read a request body (bytes or
+  a parsed dict) into the canonical :class:`~pvisor.journal.model.Conversation`.
+  Raises :class:`~pvisor.journal.errors.BadInputError` for a body that is not a JSON object.
+- ``normalise(conv) -> dict``: the comparison form of the chain rule (:func:`normalise_conversation`).
+- ``reassemble(chunks) -> Reassembled``: a raw streamed response (an iterable of byte chunks, any
+  split) into the final response object, the same object a non-streamed request returns.
+- ``render_stream(final) -> bytes``: a final response object as the provider's event stream.
+- ``response_to_action(final) -> Action``: read a final response object as an action.
+- ``action_to_response(action, *, model, ids) -> dict``: an action as a final response object.
+- ``render_request(conv) -> bytes``: a conversation as a request body (compact JSON).
+- ``error_body(status, message, kind) -> bytes``: the provider's JSON error shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from pvisor.journal.errors import BadInputError
+from pvisor.journal.model import (
+    Conversation,
+    Message,
+    OtherPart,
+    Reasoning,
+    TextPart,
+    ToolCall,
+    ToolResult,
+)
+
+
+@dataclass(slots=True)
+class Reassembled:
+    """Result of reassembling a streamed response.
+
+    Fields:
+        final: the final response object (provider shape), or None if nothing usable arrived.
+        complete: True when the protocol's terminal event was seen (Anthropic ``message_stop``,
+            Chat ``[DONE]``, Responses ``response.completed|incomplete|failed``, Gemini: a chunk
+            with ``finishReason``).
+        events: number of events decoded.
+        error: an error event delivered inside the stream (its JSON object), or None.
+        problems: what was odd: unparsable event data, sequence gaps, unterminated tool input.
+        tool_input_raw: for protocols whose final object holds tool input *parsed* (Anthropic
+            ``input_json_delta``), the exact streamed input text per content-block index, so the
+            bytes the model produced stay available; includes blocks left unterminated (their
+            ``input`` in ``final`` stays as the block start gave it, and ``problems`` names them).
+            Empty for protocols whose final object already carries the argument string.
+    """
+
+    final: dict[str, Any] | None
+    complete: bool
+    events: int = 0
+    error: Any = None
+    problems: list[str] = field(default_factory=list)
+    tool_input_raw: dict[int, str] = field(default_factory=dict)
+
+
+class IdSource:
+    """Deterministic ids for rendered replies: ``next("msg_")`` gives ``msg_`` + 24 hex digits
+    from a counter started at ``seed``, so two runs with the same seed give identical bytes."""
+
+    __slots__ = ("_n", "_seed")
+
+    def __init__(self, seed: int = 0) -> None:
+        self._seed = seed
+        self._n = 0
+
+    def next(self, prefix: str) -> str:
+        self._n += 1
+        return f"{prefix}{self._seed:08x}{self._n:016x}"
+
+
+def dumps(obj: Any) -> bytes:
+    """Compact JSON (orjson), the serialisation used for every rendered body and event."""
+    return orjson.dumps(obj)
+
+
+def loads_object(body: bytes | bytearray | memoryview | str | dict, what: str = "request body") -> dict:
+    """Parse a JSON object. Raises BadInputError naming ``what`` when it is not one."""
+    if isinstance(body, dict):
+        return body
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadInputError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(obj, dict):
+        raise BadInputError(f"{what} is a JSON {type(obj).__name__}, expected an object")
+    return obj
+
+
+def compact_json(obj: Any) -> str:
+    """Compact JSON text of a parsed value: the ``arguments_raw`` of protocols that carry objects."""
+    return orjson.dumps(obj).decode()
+
+
+def parse_arguments(raw: str) -> Any:
+    """Parse a tool call's JSON argument string; None when it is not JSON."""
+    try:
+        return orjson.loads(raw)
+    except (orjson.JSONDecodeError, TypeError):
+        return None
+
+
+#: Marker for :func:`overlay`: leave the key out (unless the raw object has it, see there).
+OMIT: Any = object()
+
+
+def overlay(raw: Any, canonical: dict[str, Any]) -> dict[str, Any]:
+    """Render a provider object from canonical values, keeping provider extras from ``raw``.
+
+    The result has ``raw``'s keys in ``raw``'s order (extras such as ``cache_control`` kept),
+    each key of ``canonical`` replacing the raw value; keys of ``canonical`` that ``raw`` lacks
+    follow in ``canonical``'s order. A canonical value of :data:`OMIT` drops the key, except
+    that a key ``raw`` holds as ``null`` stays ``null`` (an optional field sent as ``null``
+    renders as sent). ``raw`` that is not a dict counts as absent. Used by
+    ``render_request`` so that a parsed body renders back with its extras, and a body whose
+    ``raw`` was stripped still renders from canonical fields alone.
+    """
+    out: dict[str, Any] = {}
+    if isinstance(raw, dict):
+        for k, v in raw.items():
+            if k in canonical:
+                c = canonical[k]
+                if c is not OMIT:
+                    out[k] = c
+                elif v is None:
+                    out[k] = None
+            else:
+                out[k] = v
+    for k, c in canonical.items():
+        if k not in out and c is not OMIT:
+            out[k] = c
+    return out
+
+
+def split_text(text: str, size: int) -> list[str]:
+    """``text`` cut into pieces of at most ``size`` characters (no piece for ""), for rendering
+    streamed deltas deterministically."""
+    size = max(1, size)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+# --------------------------------------------------------------------------- normalisation
+
+
+def _norm_content(content: Any) -> Any:
+    """Unify null, "" and [] and a list of pure text blocks into a string; drop cache markers."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        if not content:
+            return ""
+        if all(isinstance(b, dict) and b.get("type") in ("text", "input_text", "output_text") for b in content):
+            return "".join(b.get("text", "") for b in content)
+        return [strip_volatile(b) for b in content]
+    return strip_volatile(content)
+
+
+_VOLATILE_KEYS = frozenset({"cache_control", "signature", "thoughtSignature", "thought_signature", "id"})
+
+
+def strip_volatile(obj: Any) -> Any:
+    """A copy of ``obj`` without the keys the chain rule ignores (``cache_control``,
+    signatures, ids), at any depth."""
+    if isinstance(obj, dict):
+        return {k: strip_volatile(v) for k, v in obj.items() if k not in _VOLATILE_KEYS}
+    if isinstance(obj, list):
+        return [strip_volatile(v) for v in obj]
+    return obj
+
+
+def normalise_part(part: Any, *, keep_call_ids: bool) -> dict | None:
+    """The comparison form of one canonical part, or None for a part that compares as absent
+    (empty text). Signatures, encrypted reasoning, cache markers and (unless ``keep_call_ids``)
+    call ids are dropped; arguments compare parsed."""
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text} if part.text else None
+    if isinstance(part, Reasoning):
+        return {"type": "reasoning", "text": part.text}
+    if isinstance(part, ToolCall):
+        d: dict[str, Any] = {
+            "type": "tool_call",
+            "name": part.name,
+            "arguments": part.arguments if part.arguments is not None else part.arguments_raw,
+        }
+        if keep_call_ids:
+            d["id"] = part.id
+        return d
+    if isinstance(part, ToolResult):
+        d = {"type": "tool_result", "content": _norm_content(part.content)}
+        if part.is_error:
+            d["is_error"] = True
+        if keep_call_ids:
+            d["call_id"] = part.call_id
+        return d
+    if isinstance(part, OtherPart):
+        return {"type": part.kind, "raw": strip_volatile(part.raw)}
+    raise TypeError(f"not a canonical part: {part!r}")
+
+
+def normalise_messages(messages: list[Message], *, keep_call_ids: bool = True) -> list[dict]:
+    """Normalised messages (see :func:`normalise_part`). Adjacent text parts of one message are
+    joined, so a string content and one text block compare equal; empty messages are kept."""
+    out: list[dict] = []
+    for m in messages:
+        parts: list[dict] = []
+        for p in m.parts:
+            d = normalise_part(p, keep_call_ids=keep_call_ids)
+            if d is None:
+                continue
+            if d["type"] == "text" and parts and parts[-1]["type"] == "text":
+                parts[-1] = {"type": "text", "text": parts[-1]["text"] + d["text"]}
+            else:
+                parts.append(d)
+        out.append({"role": m.role, "parts": parts})
+    return out
+
+
+def normalise_conversation(conv: Conversation, *, keep_call_ids: bool = True) -> dict:
+    """The chain rule's comparison form: ``{"system", "tools", "messages"}``.
+
+    Per DESIGN.md and agents.md: drop ``cache_control`` markers, signatures and client-made ids,
+    parse JSON-string arguments, unify null and empty content. ``keep_call_ids=False`` for
+    protocols whose call ids the client makes (Gemini CLI invents ``functionCall.id``).
+    """
+    return {
+        "system": conv.system or "",
+        "tools": [
+            {"name": t.name, "description": t.description or "", "parameters": strip_volatile(t.parameters)}
+            for t in conv.tools
+        ],
+        "messages": normalise_messages(conv.messages, keep_call_ids=keep_call_ids),
+    }

@@ -1,0 +1,813 @@
+"""OpenAI Chat Completions: ``POST /v1/chat/completions`` (OpenCode, Qwen Code, mini-swe-agent
+through litellm, the official SDKs).
+
+Implements the module contract of :mod:`pvisor.adapters.protocols.base`. Sources (see
+``shared/wire-protocols.md`` section 2 and ``shared/agents.md``):
+
+- stream framing (``data: <json>``, ``data: [DONE]``, error objects): wire-protocols.md 2a
+  (openai-python ``_streaming.py``);
+- reassembly rules: wire-protocols.md 2b (openai-python ``lib/streaming/chat/_completions.py``
+  ``_accumulate_chunk`` and ``lib/streaming/_deltas.py::accumulate_delta``), with ``usage``
+  assigned rather than summed;
+- request shapes (``tool_calls``, ``role: tool``): wire-protocols.md 2c;
+- differences between agents (OpenCode re-serialises arguments; Qwen Code sends
+  ``content: null`` where OpenCode sends ``""``; mini-swe-agent leaves ``content`` out):
+  agents.md and ``corpus/requests``.
+
+Reasoning: some OpenAI-compatible servers (DeepSeek, vLLM and SGLang reasoning parsers, Qwen's
+DashScope) stream ``reasoning_content`` next to ``content``; OpenAI itself sends none. It is read
+into :class:`Reasoning`, and :func:`action_to_response` emits it only when the action has
+reasoning text (clients that do not know the field ignore it).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Iterable
+
+import orjson
+
+from pvisor.adapters.protocols.base import (
+    OMIT,
+    IdSource,
+    Reassembled,
+    compact_json,
+    dumps,
+    loads_object,
+    normalise_conversation,
+    overlay,
+    parse_arguments,
+    split_text,
+)
+from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
+from pvisor.journal.errors import BadInputError
+from pvisor.journal.model import (
+    Action,
+    Conversation,
+    Message,
+    OtherPart,
+    Reasoning,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+
+NAME = "openai-chat"
+PATHS: tuple[str, ...] = ("/v1/chat/completions",)
+
+_CANONICAL_KEYS = ("model", "messages", "tools", "stream")
+_SYSTEM_ROLES = ("system", "developer")
+_PIECE = 64
+
+_CHAT_STOP = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
+_STOP_FROM_OTHER = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "STOP": "stop",
+    "completed": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "MAX_TOKENS": "length",
+    "max_output_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+    "SAFETY": "content_filter",
+}
+
+_ERROR_KINDS = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "invalid_request_error",
+    404: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_exceeded",
+}
+
+
+# --------------------------------------------------------------------------- routing
+
+
+def matches(path: str) -> bool:
+    """True for ``/v1/chat/completions`` (path without query string)."""
+    return path in PATHS
+
+
+def wants_stream(path: str, query: str, body: Any) -> bool:
+    """True when the body (bytes or parsed dict) has ``"stream": true``; a body that does not
+    parse asks for no stream."""
+    try:
+        obj = loads_object(body)
+    except BadInputError:
+        return False
+    return obj.get("stream") is True
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def _content_text(content: Any) -> str:
+    """Text of a system/developer message content: the string, or its text parts joined by
+    ``"\\n\\n"`` (the same rule as Anthropic ``system`` blocks)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n\n".join(
+            p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") in ("text", "input_text")
+        )
+    return ""
+
+
+def _system_text(messages: list[dict]) -> str:
+    return "\n\n".join(_content_text(m.get("content")) for m in messages)
+
+
+def _content_parts(content: Any, where: str) -> list[Any]:
+    if isinstance(content, str):
+        return [TextPart(text=content)]
+    if content is None:
+        return []
+    if isinstance(content, list):
+        parts: list[Any] = []
+        for j, p in enumerate(content):
+            if not isinstance(p, dict):
+                raise BadInputError(f"request body {where}[{j}] is a JSON {type(p).__name__}, expected a content part object")
+            kind = p.get("type")
+            if kind == "text":
+                parts.append(TextPart(text=p.get("text") or "", raw=p))
+            else:
+                parts.append(OtherPart(kind=str(kind) if kind is not None else "unknown", raw=p))
+        return parts
+    raise BadInputError(f"request body {where} is a JSON {type(content).__name__}, expected a string, a list or null")
+
+
+def _parse_tool_call(tc: Any, where: str) -> ToolCall:
+    if not isinstance(tc, dict):
+        raise BadInputError(f"request body {where} is a JSON {type(tc).__name__}, expected a tool call object")
+    if tc.get("type") == "custom" and isinstance(tc.get("custom"), dict):
+        c = tc["custom"]
+        raw_input = c.get("input") if isinstance(c.get("input"), str) else ""
+        return ToolCall(
+            id=tc.get("id"), name=c.get("name") or "", arguments_raw=raw_input,
+            arguments=parse_arguments(raw_input), kind="custom", raw=tc,
+        )
+    fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        raw_args = args  # exact, as the agent sent it (OpenCode re-serialises it; agents.md)
+        parsed = parse_arguments(args)
+    else:  # a client that sends an object instead of the JSON string
+        raw_args = compact_json(args) if args is not None else ""
+        parsed = args
+    return ToolCall(id=tc.get("id"), name=fn.get("name") or "", arguments_raw=raw_args, arguments=parsed, kind="function", raw=tc)
+
+
+def _parse_message(m: Any, i: int) -> Message:
+    if not isinstance(m, dict):
+        raise BadInputError(f"request body messages[{i}] is a JSON {type(m).__name__}, expected an object")
+    role = m.get("role")
+    if not isinstance(role, str):
+        raise BadInputError(f"request body messages[{i}] has no string 'role'")
+    if role in ("tool", "function"):
+        # role "function" is the legacy form: no id, the tool name instead
+        result = ToolResult(
+            call_id=m.get("tool_call_id") if role == "tool" else None,
+            content=m.get("content"),
+            is_error=None,
+            name=m.get("name") if role == "function" else None,
+            raw=m,
+        )
+        return Message(role="tool", parts=[result], raw=m)
+    parts: list[Any] = []
+    reasoning = m.get("reasoning_content")
+    if isinstance(reasoning, str):
+        parts.append(Reasoning(text=reasoning))
+    parts += _content_parts(m.get("content"), f"messages[{i}].content")
+    calls = m.get("tool_calls")
+    if isinstance(calls, list):
+        parts += [_parse_tool_call(tc, f"messages[{i}].tool_calls[{j}]") for j, tc in enumerate(calls)]
+    elif calls is not None:
+        raise BadInputError(f"request body messages[{i}].tool_calls is a JSON {type(calls).__name__}, expected a list")
+    fc = m.get("function_call")
+    if isinstance(fc, dict):  # legacy single call: no id
+        args = fc.get("arguments") if isinstance(fc.get("arguments"), str) else ""
+        parts.append(ToolCall(id=None, name=fc.get("name") or "", arguments_raw=args, arguments=parse_arguments(args), raw=fc))
+    return Message(role=role, parts=parts, raw=m)
+
+
+def _parse_tool(t: Any, i: int) -> ToolSpec:
+    if not isinstance(t, dict):
+        raise BadInputError(f"request body tools[{i}] is a JSON {type(t).__name__}, expected an object")
+    inner = t.get("function") if isinstance(t.get("function"), dict) else t.get("custom")
+    if not isinstance(inner, dict):
+        inner = t
+    return ToolSpec(name=inner.get("name") or "", description=inner.get("description"), parameters=inner.get("parameters"), raw=t)
+
+
+def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation:
+    """Read a Chat Completions request body into a :class:`Conversation`.
+
+    Args:
+        body: the request body, bytes/str of JSON or an already parsed dict.
+        path, query: unused; accepted for the common contract.
+
+    Returns:
+        ``Conversation(protocol="openai-chat")``. The leading ``system``/``developer`` messages
+        are the system prompt: ``system`` is their text joined with ``"\\n\\n"``, ``system_raw``
+        the list of those message dicts exactly; later system messages stay in ``messages``.
+        Assistant ``tool_calls`` become ToolCalls with ``arguments_raw`` the exact argument
+        string (``arguments`` parsed, None if not JSON); legacy ``function_call`` a ToolCall
+        with ``id=None``; ``reasoning_content`` a leading Reasoning part. ``role: tool`` (and
+        legacy ``role: function``) messages become ``Message(role="tool")`` holding one
+        ToolResult (``call_id`` = ``tool_call_id``, content exact, ``is_error`` None). A string
+        content is one TextPart with ``raw=None``; ``content: null``/absent gives no part and
+        ``""`` an empty TextPart (both normalise equal; the raw message keeps which it was).
+        Non-text content parts (images, audio, files) are OtherParts. Every other top-level key
+        goes into ``params`` in body order.
+
+    Raises:
+        BadInputError: the body is not a JSON object, or ``messages``/``tools``/a part has the
+        wrong JSON type (the message names the field).
+    """
+    obj = loads_object(body)
+    messages = obj.get("messages", [])
+    if not isinstance(messages, list):
+        raise BadInputError(f"request body field 'messages' is a JSON {type(messages).__name__}, expected a list")
+    tools = obj.get("tools") or []
+    if not isinstance(tools, list):
+        raise BadInputError(f"request body field 'tools' is a JSON {type(tools).__name__}, expected a list")
+    lead = 0
+    while lead < len(messages) and isinstance(messages[lead], dict) and messages[lead].get("role") in _SYSTEM_ROLES:
+        lead += 1
+    system_msgs = messages[:lead]
+    model = obj.get("model")
+    return Conversation(
+        protocol=NAME,
+        model=model if isinstance(model, str) else None,
+        system=_system_text(system_msgs) if system_msgs else None,
+        system_raw=system_msgs if system_msgs else None,
+        tools=[_parse_tool(t, i) for i, t in enumerate(tools)],
+        messages=[_parse_message(m, lead + i) for i, m in enumerate(messages[lead:])],
+        stream=obj.get("stream") is True,
+        params={k: v for k, v in obj.items() if k not in _CANONICAL_KEYS},
+    )
+
+
+def normalise(conv: Conversation) -> dict:
+    """The chain rule's comparison form: :func:`base.normalise_conversation` with call ids kept
+    (``call_`` ids are made by the server). Re-serialised arguments compare parsed, and
+    ``content`` null, ``""`` and absent compare equal (agents.md)."""
+    return normalise_conversation(conv, keep_call_ids=True)
+
+
+def _render_system(conv: Conversation) -> list[dict]:
+    raw = conv.system_raw
+    if (
+        isinstance(raw, list)
+        and raw
+        and all(isinstance(m, dict) and m.get("role") in _SYSTEM_ROLES for m in raw)
+        and _system_text(raw) == (conv.system or "")
+    ):
+        return raw  # exact, roles (system/developer) and part lists kept
+    if conv.system is None:
+        return []
+    return [{"role": "system", "content": conv.system}]
+
+
+def _render_tool_call(tc: ToolCall) -> dict:
+    raw = tc.raw if isinstance(tc.raw, dict) else None
+    args = tc.arguments_raw
+    if not args and tc.arguments is not None:
+        args = compact_json(tc.arguments)
+    if tc.kind == "custom":
+        r = raw if raw and raw.get("type") == "custom" else None
+        inner = overlay(r.get("custom") if r else None, {"name": tc.name, "input": args})
+        return overlay(r, {"id": tc.id if tc.id is not None else OMIT, "type": "custom", "custom": inner})
+    r = raw if raw and isinstance(raw.get("function"), dict) else None
+    fn = overlay(r["function"] if r else None, {"name": tc.name, "arguments": args})
+    return overlay(r, {"id": tc.id if tc.id is not None else OMIT, "type": "function", "function": fn})
+
+
+def _render_content(parts: list[Any], raw: dict | None) -> Any:
+    """The ``content`` of a rendered message: a string for one plain TextPart, a part list when
+    parts came from a list (their ``raw``) or there are several or non-text ones; with no part,
+    what the raw message had (``null``, ``[]``, or absent = OMIT), else null."""
+    if not parts:
+        if raw is not None:
+            return raw["content"] if "content" in raw and raw["content"] in (None, []) else OMIT
+        return None
+    if len(parts) == 1 and isinstance(parts[0], TextPart) and parts[0].raw is None:
+        return parts[0].text
+    out = []
+    for p in parts:
+        if isinstance(p, TextPart):
+            r = p.raw if isinstance(p.raw, dict) and p.raw.get("type") == "text" else None
+            out.append(overlay(r, {"type": "text", "text": p.text}))
+        else:
+            out.append(dict(p.raw) if isinstance(p.raw, dict) else {"type": p.kind})
+    return out
+
+
+def _render_message(m: Message) -> list[dict]:
+    """One canonical message as one or more Chat messages (each ToolResult is its own
+    ``role: tool`` message; this also turns an Anthropic-style user message of results into
+    Chat form)."""
+    raw = m.raw if isinstance(m.raw, dict) else None
+    out: list[dict] = []
+    results = [p for p in m.parts if isinstance(p, ToolResult)]
+    rest = [p for p in m.parts if not isinstance(p, ToolResult)]
+    for res in results:
+        r = raw if raw is not None and m.role == "tool" and len(results) == 1 else None
+        if r is None and isinstance(res.raw, dict) and res.raw.get("role") in ("tool", "function"):
+            r = res.raw
+        content = res.content if res.content is not None else (None if r is None or "content" in r else OMIT)
+        if res.call_id is None and res.name is not None:  # legacy role "function"
+            out.append(overlay(r, {"role": "function", "name": res.name, "content": content}))
+        else:
+            out.append(overlay(r, {"role": "tool", "tool_call_id": res.call_id, "content": content}))
+    if results and not rest:
+        return out
+    role = m.role if m.role != "tool" else "user"
+    reasoning = [p for p in rest if isinstance(p, Reasoning)]
+    calls = [p for p in rest if isinstance(p, ToolCall)]
+    modern = [tc for tc in calls if tc.id is not None or tc.kind == "custom"]
+    legacy = [tc for tc in calls if not (tc.id is not None or tc.kind == "custom")]
+    content_parts = [p for p in rest if isinstance(p, (TextPart, OtherPart))]
+    r = raw if raw is not None and raw.get("role") == m.role else None
+    canonical: dict[str, Any] = {"role": role, "content": _render_content(content_parts, r)}
+    if reasoning:
+        canonical["reasoning_content"] = "".join(p.text for p in reasoning)
+    elif r is not None and "reasoning_content" in r:
+        canonical["reasoning_content"] = OMIT
+    if modern:
+        canonical["tool_calls"] = [_render_tool_call(tc) for tc in modern]
+    elif r is not None and "tool_calls" in r:
+        canonical["tool_calls"] = OMIT
+    if legacy:
+        tc = legacy[0]
+        canonical["function_call"] = {"name": tc.name, "arguments": tc.arguments_raw or compact_json(tc.arguments or {})}
+    elif r is not None and "function_call" in r:
+        canonical["function_call"] = OMIT
+    if r is not None and "tool_calls" in r and r["tool_calls"] == [] and not modern:
+        canonical["tool_calls"] = []
+    out.append(overlay(r, canonical))
+    return out
+
+
+def _render_tool(t: ToolSpec) -> dict:
+    raw = t.raw if isinstance(t.raw, dict) else None
+    if raw is not None and raw.get("type") == "custom" and isinstance(raw.get("custom"), dict):
+        inner = overlay(raw["custom"], {"name": t.name, "description": t.description if t.description is not None else OMIT})
+        return overlay(raw, {"type": "custom", "custom": inner})
+    r = raw if raw is not None and isinstance(raw.get("function"), dict) else None
+    fn = overlay(
+        r["function"] if r else None,
+        {
+            "name": t.name,
+            "description": t.description if t.description is not None else OMIT,
+            "parameters": t.parameters if t.parameters is not None else OMIT,
+        },
+    )
+    return overlay(r, {"type": "function", "function": fn})
+
+
+def render_request(conv: Conversation) -> bytes:
+    """A :class:`Conversation` as a Chat Completions request body (compact JSON bytes).
+
+    Works from canonical fields alone; ``raw`` objects of this protocol's shape only add
+    provider extras and their key order (canonical values win). ``system_raw`` (the leading
+    system/developer messages) is used when its text equals ``system``, else one ``system``
+    message. Tool call ``arguments`` are ``arguments_raw`` exactly. Key order: ``model``,
+    ``messages``, ``tools``, then ``params``, with ``stream: true`` (when ``conv.stream``) just
+    before ``stream_options`` or last.
+    """
+    out: dict[str, Any] = {}
+    if conv.model is not None:
+        out["model"] = conv.model
+    messages = list(_render_system(conv))
+    for m in conv.messages:
+        messages += _render_message(m)
+    out["messages"] = messages
+    if conv.tools:
+        out["tools"] = [_render_tool(t) for t in conv.tools]
+    for k, v in conv.params.items():
+        if k == "stream_options" and conv.stream:
+            out["stream"] = True  # where OpenCode and Qwen Code put it
+        if k not in out:
+            out[k] = v
+    if conv.stream:
+        out["stream"] = True
+    return dumps(out)
+
+
+# --------------------------------------------------------------------------- streams
+
+
+def _merge(acc: dict, delta: dict) -> None:
+    """openai-python ``accumulate_delta`` for keys other than ``tool_calls``: strings
+    concatenate, numbers add, dicts merge, lists extend, ``index``/``type``/``role`` are
+    assigned, a null delta value changes nothing."""
+    for k, v in delta.items():
+        if k not in acc or acc[k] is None:
+            acc[k] = copy.deepcopy(v)
+            continue
+        a = acc[k]
+        if v is None:
+            continue
+        if k in ("index", "type", "role"):
+            acc[k] = v  # some servers repeat role in every delta: never concatenate it
+        elif isinstance(a, str) and isinstance(v, str):
+            acc[k] = a + v
+        elif isinstance(a, (int, float)) and isinstance(v, (int, float)) and not isinstance(a, bool):
+            acc[k] = a + v
+        elif isinstance(a, dict) and isinstance(v, dict):
+            _merge(a, v)
+        elif isinstance(a, list) and isinstance(v, list):
+            a.extend(copy.deepcopy(v))
+        else:
+            acc[k] = v
+
+
+class _Choice:
+    __slots__ = ("index", "message", "calls", "finish_reason", "logprobs", "extras")
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.message: dict[str, Any] = {}
+        self.calls: dict[int, dict] = {}
+        self.finish_reason: Any = None
+        self.logprobs: Any = None
+        self.extras: dict[str, Any] = {}
+
+
+class _Accumulator:
+    """Applies the reassembly rules of wire-protocols.md 2b to decoded SSE events."""
+
+    def __init__(self) -> None:
+        self.snapshot: dict[str, Any] | None = None
+        self.choices: dict[int, _Choice] = {}
+        self.usage: Any = None
+        self.complete = False
+        self.error: Any = None
+        self.events = 0
+        self.problems: list[str] = []
+
+    def _problem(self, n: int, text: str) -> None:
+        self.problems.append(f"event {n}: {text}")
+
+    def event(self, ev: SSEEvent) -> None:
+        self.events += 1
+        n = self.events
+        payloads: list[str] = []
+        for line in ev.stray:
+            # bare JSON lines (a server's error without "data:") are read; other lines reported
+            if line.lstrip().startswith("{"):
+                payloads.append(line)
+            else:
+                self._problem(n, f"line that is not SSE ignored: {line[:80]!r}")
+        if ev.has_data:
+            payloads.insert(0, ev.data)
+        for data in payloads:
+            self._data(n, data)
+
+    def _data(self, n: int, data: str) -> None:
+        if data.startswith("[DONE]"):
+            self.complete = True
+            return
+        if self.complete:
+            self._problem(n, "data after [DONE] ignored")
+            return
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            self._problem(n, f"data is not JSON, ignored: {data[:80]!r}")
+            return
+        if not isinstance(obj, dict):
+            self._problem(n, f"data is a JSON {type(obj).__name__}, not an object; ignored")
+            return
+        if obj.get("error"):
+            self.error = obj
+            return
+        if obj.get("object") == "":
+            return  # Azure content-filter annotation chunk (openai-python skips them too)
+        if self.snapshot is None:
+            self.snapshot = {k: v for k, v in obj.items() if k not in ("choices", "obfuscation", "usage")}
+        else:
+            for k, v in obj.items():
+                if k in ("choices", "obfuscation", "usage", "id", "object", "created", "model"):
+                    continue
+                if k not in self.snapshot or v is not None:
+                    self.snapshot[k] = v  # system_fingerprint and the like: last non-null wins
+        if obj.get("usage") is not None:
+            self.usage = obj["usage"]  # assigned from the chunk carrying it, never summed
+        choices = obj.get("choices")
+        if choices is None:
+            return
+        if not isinstance(choices, list):
+            self._problem(n, "'choices' is not a list; ignored")
+            return
+        for c in choices:
+            if not isinstance(c, dict):
+                self._problem(n, "a choice is not an object; ignored")
+                continue
+            self._choice(n, c)
+
+    def _choice(self, n: int, c: dict) -> None:
+        index = c.get("index", 0)
+        if not isinstance(index, int):
+            self._problem(n, f"choice index {index!r} is not an integer; ignored")
+            return
+        st = self.choices.get(index)
+        if st is None:
+            st = self.choices[index] = _Choice(index)
+        delta = c.get("delta")
+        if isinstance(delta, dict):
+            calls = delta.get("tool_calls")
+            if isinstance(calls, list):
+                for frag in calls:
+                    self._tool_call(n, st, frag)
+                if "tool_calls" not in st.message:  # keeps the key's place in the message
+                    st.message["tool_calls"] = [] if not calls else None
+                rest = {k: v for k, v in delta.items() if k != "tool_calls"}
+            else:
+                rest = delta
+            _merge(st.message, rest)
+        elif delta is not None:
+            self._problem(n, f"choice {index}: delta is not an object; ignored")
+        if c.get("finish_reason") is not None:
+            st.finish_reason = c["finish_reason"]
+        lp = c.get("logprobs")
+        if lp is not None:
+            if st.logprobs is None:
+                st.logprobs = copy.deepcopy(lp)
+            elif isinstance(lp, dict) and isinstance(st.logprobs, dict):
+                for k in ("content", "refusal"):
+                    if isinstance(lp.get(k), list):
+                        if isinstance(st.logprobs.get(k), list):
+                            st.logprobs[k].extend(lp[k])
+                        else:
+                            st.logprobs[k] = list(lp[k])
+        for k, v in c.items():
+            if k in ("index", "delta", "finish_reason", "logprobs"):
+                continue
+            if k not in st.extras or v is not None:
+                st.extras[k] = v
+
+    def _tool_call(self, n: int, st: _Choice, frag: Any) -> None:
+        if not isinstance(frag, dict):
+            self._problem(n, f"choice {st.index}: a tool_calls fragment is not an object; ignored")
+            return
+        index = frag.get("index")
+        if not isinstance(index, int):
+            index = len(st.calls)  # fragments without an index: each is a new call
+            self._problem(n, f"choice {st.index}: tool_calls fragment without an integer index, taken as call {index}")
+        body = {k: v for k, v in frag.items() if k != "index"}
+        cur = st.calls.get(index)
+        if cur is None:
+            st.calls[index] = copy.deepcopy(body)
+            return
+        for k, v in body.items():
+            if v is None:
+                continue
+            if k in ("id", "type"):
+                if v != "":
+                    cur[k] = v  # the first fragment carries them; a repeat must not concatenate
+            elif k == "function" and isinstance(v, dict) and isinstance(cur.get("function"), dict):
+                fn = cur["function"]
+                for fk, fv in v.items():
+                    if fk == "name" and isinstance(fv, str) and (fv == fn.get("name") or fv == ""):
+                        continue  # servers that repeat the name in every fragment
+                    _merge(fn, {fk: fv})
+            else:
+                _merge(cur, {k: v})
+
+    def result(self) -> Reassembled:
+        final: dict[str, Any] | None = None
+        if self.snapshot is not None:
+            final = dict(self.snapshot)
+            final["object"] = "chat.completion"
+            final["choices"] = [self._build_choice(self.choices[i]) for i in sorted(self.choices)]
+            if self.usage is not None:
+                final["usage"] = self.usage
+        elif self.choices:
+            self.problems.append("choices arrived but no chunk gave id/model; no final object")
+        return Reassembled(final=final, complete=self.complete, events=self.events, error=self.error, problems=self.problems)
+
+    @staticmethod
+    def _build_choice(st: _Choice) -> dict:
+        msg: dict[str, Any] = {"role": st.message.get("role") or "assistant", "content": st.message.get("content")}
+        for k, v in st.message.items():
+            if k in msg:
+                continue
+            if k == "tool_calls" and st.calls:
+                msg[k] = [st.calls[i] for i in sorted(st.calls)]  # index dropped: the non-streamed shape
+            else:
+                msg[k] = v
+        if st.calls and "tool_calls" not in msg:
+            msg["tool_calls"] = [st.calls[i] for i in sorted(st.calls)]
+        choice = {"index": st.index, "message": msg, "logprobs": st.logprobs, "finish_reason": st.finish_reason}
+        for k, v in st.extras.items():
+            choice.setdefault(k, v)
+        return choice
+
+
+def reassemble(chunks: Iterable[bytes] | bytes) -> Reassembled:
+    """Reassemble a raw Chat Completions stream (byte chunks split anywhere) into the final
+    object a non-streamed request returns: ``object: "chat.completion"``, ``choices[i]`` with
+    ``message`` (``role``, ``content``, then ``tool_calls`` and any other streamed fields),
+    ``logprobs``, ``finish_reason``; ``usage`` when a chunk carried one.
+
+    Rules (wire-protocols.md 2b, openai-python ``_accumulate_chunk``/``accumulate_delta``): the
+    first chunk is the snapshot (id, created, model, system_fingerprint, ...); per choice index,
+    delta strings concatenate (content, refusal, reasoning_content); ``tool_calls`` fragments
+    merge by their ``index`` (the first carries id, type and name, later ones argument pieces,
+    which concatenate; a repeated id or name is not doubled); ``finish_reason`` and
+    ``system_fingerprint`` are assigned when non-null; ``usage`` is assigned from the chunk
+    carrying it (with ``include_usage`` a last chunk with ``choices: []``); ``data: [DONE]``
+    sets ``complete``; a data object with an ``error`` key becomes ``Reassembled.error``.
+    Never raises on bad data: unparsable events are reported in ``problems``.
+    """
+    if isinstance(chunks, (bytes, bytearray, memoryview)):
+        chunks = [bytes(chunks)]
+    dec = SSEDecoder()
+    acc = _Accumulator()
+    for chunk in chunks:
+        for ev in dec.feed(chunk):
+            acc.event(ev)
+    for ev in dec.flush():
+        acc.event(ev)
+    return acc.result()
+
+
+def _chunk(envelope: dict, choice: dict) -> bytes:
+    return encode_event(dumps({**envelope, "choices": [choice]}))
+
+
+def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
+    """A final ``chat.completion`` object as a Chat Completions stream (``data: <json>\\n\\n``).
+
+    Per choice: a first chunk whose delta has ``role`` and the non-string message fields (and
+    ``""`` for each string field), then the string fields (``content``, ``refusal``,
+    ``reasoning_content``, ...) in pieces of ``piece`` characters, then per tool call a first
+    fragment (``index``, ``id``, ``type``, ``function.name``, ``arguments: ""``) and argument
+    pieces, then a chunk with an empty delta and ``finish_reason`` (and ``logprobs``). Then,
+    when the final has ``usage``, a chunk with ``choices: []`` and the usage
+    (``stream_options.include_usage``), and ``data: [DONE]``. Reassembling the output gives
+    ``final`` back (equal dicts).
+    """
+    if not isinstance(final, dict):
+        raise BadInputError(f"Chat Completions final response is a {type(final).__name__}, expected an object")
+    env = {k: v for k, v in final.items() if k not in ("choices", "usage")}
+    env["object"] = "chat.completion.chunk"
+    out: list[bytes] = []
+    for pos, choice in enumerate(final.get("choices") or []):
+        index = choice.get("index", pos)
+        msg = choice.get("message") or {}
+        first: dict[str, Any] = {}
+        later: list[dict] = []
+        for k, v in msg.items():
+            if k == "tool_calls" and isinstance(v, list) and v and all(isinstance(tc, dict) for tc in v):
+                for j, tc in enumerate(v):
+                    head: dict[str, Any] = {"index": j, **tc}
+                    fn = tc.get("function")
+                    pieces: list[str] = []
+                    if isinstance(fn, dict) and isinstance(fn.get("arguments"), str):
+                        head["function"] = {**fn, "arguments": ""}
+                        pieces = split_text(fn["arguments"], piece)
+                    later.append({"tool_calls": [head]})
+                    later += [{"tool_calls": [{"index": j, "function": {"arguments": p}}]} for p in pieces]
+            elif isinstance(v, str) and k != "role":
+                first[k] = ""
+                later += [{k: p} for p in split_text(v, piece)]
+            else:
+                first[k] = v
+        out.append(_chunk(env, {"index": index, "delta": first, "logprobs": None, "finish_reason": None}))
+        for d in later:
+            out.append(_chunk(env, {"index": index, "delta": d, "logprobs": None, "finish_reason": None}))
+        last = {"index": index, "delta": {}, "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}
+        for k, v in choice.items():
+            if k not in ("index", "message", "logprobs", "finish_reason"):
+                last[k] = v
+        out.append(_chunk(env, last))
+    if final.get("usage") is not None:
+        out.append(encode_event(dumps({**env, "choices": [], "usage": final["usage"]})))
+    out.append(encode_event(b"[DONE]"))
+    return b"".join(out)
+
+
+# --------------------------------------------------------------------------- actions
+
+
+def response_to_action(final: dict) -> Action:
+    """Read a final ``chat.completion`` object (choice 0) as an :class:`Action`.
+
+    ``text``: ``message.content`` (text parts joined when a server sends a list); ``reasoning``:
+    ``reasoning_content`` when present; ``tool_calls``: ``message.tool_calls`` with
+    ``arguments_raw`` the exact argument string the model produced (``arguments`` parsed, None
+    when not JSON), custom tool calls with kind ``custom``, a legacy ``function_call`` with
+    id None; ``usage``; ``stop_reason`` = ``finish_reason``; ``model``; ``raw`` = ``final``.
+    """
+    if not isinstance(final, dict):
+        raise BadInputError(f"Chat Completions final response is a {type(final).__name__}, expected an object")
+    choices = final.get("choices") or []
+    choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), None)
+    if choice is None and choices and isinstance(choices[0], dict):
+        choice = choices[0]
+    msg = (choice or {}).get("message") or {}
+    content = msg.get("content")
+    if isinstance(content, list):
+        text = "".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
+    else:
+        text = content if isinstance(content, str) else ""
+    reasoning = [Reasoning(text=msg["reasoning_content"])] if isinstance(msg.get("reasoning_content"), str) else []
+    calls = [_parse_tool_call(tc, "tool_calls") for tc in msg.get("tool_calls") or [] if isinstance(tc, dict)]
+    fc = msg.get("function_call")
+    if isinstance(fc, dict):
+        args = fc.get("arguments") if isinstance(fc.get("arguments"), str) else ""
+        calls.append(ToolCall(id=None, name=fc.get("name") or "", arguments_raw=args, arguments=parse_arguments(args), raw=fc))
+    usage = final.get("usage")
+    return Action(
+        text=text,
+        reasoning=reasoning,
+        tool_calls=calls,
+        usage=usage if isinstance(usage, dict) else None,
+        stop_reason=(choice or {}).get("finish_reason"),
+        model=final.get("model"),
+        raw=final,
+    )
+
+
+def _usage(usage: dict) -> dict:
+    """Usage in Chat's shape: Chat names pass through; Anthropic/Responses and Gemini counts are
+    renamed (``total_tokens`` added)."""
+    if "prompt_tokens" in usage or "completion_tokens" in usage:
+        return dict(usage)
+    if "promptTokenCount" in usage or "candidatesTokenCount" in usage:
+        p, c = usage.get("promptTokenCount") or 0, usage.get("candidatesTokenCount") or 0
+    else:
+        p, c = usage.get("input_tokens") or 0, usage.get("output_tokens") or 0
+    return {"prompt_tokens": p, "completion_tokens": c, "total_tokens": p + c}
+
+
+def _finish_reason(action: Action) -> str:
+    sr = action.stop_reason
+    if sr in _CHAT_STOP:
+        return sr  # type: ignore[return-value]
+    if sr in _STOP_FROM_OTHER:
+        mapped = _STOP_FROM_OTHER[sr]
+        return "tool_calls" if mapped == "stop" and action.tool_calls else mapped
+    return "tool_calls" if action.tool_calls else "stop"
+
+
+def action_to_response(
+    action: Action, *, model: str | None = None, ids: IdSource | None = None, created: int = 0
+) -> dict:
+    """An :class:`Action` as a final ``chat.completion`` object (what a non-streamed request
+    returns; :func:`render_stream` turns it into a stream).
+
+    Shape: ``{"id": ids.next("chatcmpl-"), "object": "chat.completion", "created": created,
+    "model", "choices": [{"index": 0, "message": {"role": "assistant", "content",
+    ["reasoning_content"], ["tool_calls"]}, "logprobs": null, "finish_reason"}], ["usage"]}``.
+    ``content`` is the text, or null when the reply is only tool calls (OpenAI's own form), or
+    ``""`` when there is nothing. Tool calls keep the action's id when it has one (the agent
+    echoes it, and the chain rule keeps call ids), else ``ids.next("call_")``; ``arguments`` is
+    ``arguments_raw`` exactly. ``reasoning_content`` only when the action has reasoning text
+    (see the module docstring). ``usage`` only when the action has one (renamed from other
+    protocols). ``created`` is fixed (default 0) so the output is deterministic.
+    """
+    ids = ids if ids is not None else IdSource()
+    cid = ids.next("chatcmpl-")
+    message: dict[str, Any] = {"role": "assistant", "content": action.text if action.text else (None if action.tool_calls else "")}
+    reasoning = "".join(r.text for r in action.reasoning)
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    calls = []
+    for tc in action.tool_calls:
+        args = tc.arguments_raw if tc.arguments_raw else compact_json(tc.arguments if tc.arguments is not None else {})
+        if tc.kind == "custom":
+            calls.append({"id": tc.id or ids.next("call_"), "type": "custom", "custom": {"name": tc.name, "input": tc.arguments_raw}})
+        else:
+            calls.append({"id": tc.id or ids.next("call_"), "type": "function", "function": {"name": tc.name, "arguments": args}})
+    if calls:
+        message["tool_calls"] = calls
+    out: dict[str, Any] = {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model or action.model or "unknown",
+        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": _finish_reason(action)}],
+    }
+    if action.usage:
+        out["usage"] = _usage(action.usage)
+    return out
+
+
+def error_body(status: int, message: str, kind: str | None = None) -> bytes:
+    """OpenAI's error shape: ``{"error":{"message","type","param":null,"code":null}}``
+    (openai-python ``_exceptions.py`` reads ``error.message``/``type``/``param``/``code``).
+    ``kind`` defaults from the status: 4xx invalid_request_error, 429 rate_limit_exceeded,
+    5xx server_error."""
+    if kind is None:
+        kind = _ERROR_KINDS.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})

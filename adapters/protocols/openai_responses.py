@@ -1,0 +1,1187 @@
+"""OpenAI Responses API (``POST /v1/responses``), the protocol Codex CLI speaks.
+
+Implements the wire-protocol module contract of :mod:`pvisor.adapters.protocols.base`.
+Sources (see shared/wire-protocols.md §3): openai-python
+``lib/streaming/responses/_responses.py::accumulate_event`` (reassembly), the OpenAI streaming
+guide (event types, ``sequence_number``), vercel/ai fixtures (``custom_tool_call_input.delta``,
+reasoning summary events, the ``obfuscation`` padding field) and the Codex 0.171 requests in
+``corpus/requests/codex-0.171.0.jsonl``.
+
+How a request body maps to the canonical :class:`~pvisor.journal.model.Conversation`:
+
+- ``instructions`` (when a non-null value) is the system prompt: ``system_raw`` keeps it exactly,
+  ``system`` is its text. Codex 0.171 sends no ``instructions``: its base prompt and skill list are
+  ``role: developer`` message items at the start of ``input``. Those stay **messages** (role
+  ``developer``), in input order, so that the input round-trips item for item and the chain rule
+  compares them as part of the message prefix (a changed developer prompt breaks the chain at
+  message 0 exactly as a changed system prompt would). :func:`developer_prompt` returns their
+  text for display.
+- ``input`` items are grouped into messages:
+    * a ``message`` item whose role is not ``assistant`` is one Message with that role
+      (``user``, ``developer``, ``system``); ``raw`` is the item;
+    * a run of consecutive model-output items (``reasoning``, assistant ``message``,
+      ``function_call``, ``custom_tool_call``, provider-run calls such as ``web_search_call``,
+      and unknown item types) is one ``assistant`` Message, so that one model reply (one action,
+      one batch of parallel calls) is one message as in the other protocols; ``raw`` is the list
+      of items;
+    * a run of consecutive ``*_output`` items (``function_call_output``,
+      ``custom_tool_call_output``, ...) is one ``tool`` Message; ``raw`` is the list of items.
+- Parts: ``input_text``/``output_text`` content -> TextPart; other content parts -> OtherPart;
+  ``function_call`` -> ToolCall (``id`` = ``call_id``, ``arguments_raw`` the exact string);
+  ``custom_tool_call`` -> ToolCall kind ``custom`` (``arguments_raw`` = ``input``);
+  provider-run ``*_call`` items (web/file search, code interpreter, image generation, MCP,
+  tool search) -> ToolCall kind ``server`` (name = type without ``_call``, arguments = the item's
+  other fields, id None: no result ever answers them); ``function_call_output`` /
+  ``custom_tool_call_output`` -> ToolResult (``call_id``, content = ``output``); ``reasoning`` ->
+  Reasoning (text = summary texts joined with a blank line, ``encrypted`` =
+  ``encrypted_content`` verbatim); anything else -> OtherPart(kind = item type).
+- Item ``id``\\ s (server ``fc_``/``msg_``/``rs_`` ids and the ``msg_``/``fco_`` ids Codex makes
+  itself) are not canonical fields, so the chain rule never sees them; ``call_id``\\ s are
+  server-made and are compared (``keep_call_ids=True``).
+- ``previous_response_id`` stays in ``params``: with it the server holds part of the prefix
+  (traps.md T19), which the journal must mark incomplete.
+- ``stream: true`` -> ``Conversation.stream``; every other top-level field -> ``params``.
+
+Rendering (:func:`render_request`) works from canonical fields alone and uses ``raw`` only while
+it still says what the canonical fields say: a message whose ``raw`` re-parses to the same parts
+is emitted verbatim (byte-exact for unchanged input), otherwise it is rebuilt part by part, each
+part overlaying its canonical fields onto a copy of its own ``raw`` item to keep provider extras
+(``status``, ``id``, ``phase``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields as dc_fields
+from typing import Any, Iterable
+
+import orjson
+
+from pvisor.adapters.protocols.base import (
+    IdSource,
+    Reassembled,
+    compact_json,
+    strip_volatile,
+    dumps,
+    loads_object,
+    normalise_conversation,
+    parse_arguments,
+)
+from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
+from pvisor.journal.errors import BadInputError
+from pvisor.journal.model import (
+    Action,
+    Conversation,
+    Message,
+    OtherPart,
+    Part,
+    Reasoning,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
+
+NAME = "openai-responses"
+#: Exact request paths served (no query string). ``/v1/responses/compact`` and
+#: ``GET /v1/responses/{id}`` are different endpoints and are not handled here.
+PATHS: tuple[str, ...] = ("/v1/responses",)
+
+#: ``created_at`` of replies rendered by :func:`action_to_response` (2026-01-01T00:00:00Z), fixed
+#: so that a rendered reply is byte-identical from run to run.
+FIXED_CREATED_AT = 1767225600
+
+_TEXT_TYPES = frozenset({"input_text", "output_text"})
+# the fields of a message item (others, e.g. a Chat message's tool_calls, are not carried over)
+_MESSAGE_KEYS = frozenset({"type", "id", "role", "content", "status", "phase"})
+# provider-run tool items: the model's call and its result live in one item, no client output
+_SERVER_CALL_TYPES = frozenset(
+    {
+        "web_search_call",
+        "file_search_call",
+        "code_interpreter_call",
+        "image_generation_call",
+        "mcp_call",
+        "tool_search_call",
+    }
+)
+_RESULT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
+_TERMINAL = {
+    "response.completed": "completed",
+    "response.incomplete": "incomplete",
+    "response.failed": "failed",
+}
+
+
+# --------------------------------------------------------------------------- paths
+
+
+def matches(path: str) -> bool:
+    """True for ``/v1/responses`` (the path without query string)."""
+    return path in PATHS
+
+
+def wants_stream(path: str, query: Any, body: Any) -> bool:
+    """True when the request body has ``"stream": true`` (OpenAI Responses API reference).
+
+    ``body`` is bytes or a parsed dict; a body that is not a JSON object asks for no stream."""
+    try:
+        obj = loads_object(body)
+    except BadInputError:
+        return False
+    return obj.get("stream") is True
+
+
+# --------------------------------------------------------------------------- request items -> parts
+
+
+def _list(value: Any) -> list:
+    return value if isinstance(value, list) else []
+
+
+def _reasoning_text(item: dict) -> str:
+    """Visible reasoning of a ``reasoning`` item: ``summary[].text`` joined with a blank line,
+    or, when there is no summary text, ``content[]`` ``reasoning_text`` joined the same way."""
+    texts = [s.get("text", "") for s in _list(item.get("summary")) if isinstance(s, dict) and s.get("text")]
+    if not texts:
+        texts = [
+            c.get("text", "")
+            for c in _list(item.get("content"))
+            if isinstance(c, dict) and c.get("type") == "reasoning_text" and c.get("text")
+        ]
+    return "\n\n".join(texts)
+
+
+def _content_parts(content: Any) -> list[Part]:
+    """Parts of a ``message`` item's ``content`` (a string or a list of content parts)."""
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [TextPart(content)]
+    if not isinstance(content, list):
+        return [OtherPart("invalid_content", raw=content)]
+    parts: list[Part] = []
+    for c in content:
+        if isinstance(c, dict) and c.get("type") in _TEXT_TYPES and isinstance(c.get("text", ""), str):
+            parts.append(TextPart(c.get("text", ""), raw=c))
+        else:
+            kind = c.get("type") if isinstance(c, dict) and isinstance(c.get("type"), str) else "unknown"
+            parts.append(OtherPart(kind, raw=c))
+    return parts
+
+
+def _item_type(item: Any) -> str | None:
+    if not isinstance(item, dict):
+        return None
+    t = item.get("type")
+    if t is None and "role" in item:
+        return "message"  # EasyInputMessage: ``type`` may be omitted
+    return t if isinstance(t, str) else None
+
+
+def _item_side(item: Any) -> str:
+    """``own`` (a user/developer/system message: its own Message), ``assistant`` (model output)
+    or ``tool`` (a result the client sends back)."""
+    t = _item_type(item)
+    if t is None:
+        return "own"
+    if t == "message":
+        return "assistant" if item.get("role") == "assistant" else "own"
+    if t.endswith("_output"):
+        return "tool"
+    return "assistant"
+
+
+def _item_to_call(item: dict) -> ToolCall | None:
+    """ToolCall for ``function_call``, ``custom_tool_call`` and provider-run call items, else None."""
+    t = item.get("type")
+    if t == "function_call":
+        args = item.get("arguments", "")
+        raw_args = args if isinstance(args, str) else compact_json(args)
+        return ToolCall(item.get("call_id"), str(item.get("name", "")), raw_args, parse_arguments(raw_args), "function", item)
+    if t == "custom_tool_call":
+        text = item.get("input", "")
+        text = text if isinstance(text, str) else compact_json(text)
+        return ToolCall(item.get("call_id"), str(item.get("name", "")), text, parse_arguments(text), "custom", item)
+    if t in _SERVER_CALL_TYPES:
+        args = {k: v for k, v in item.items() if k not in ("type", "id", "status")}
+        return ToolCall(None, t[: -len("_call")], compact_json(args), args, "server", item)
+    return None
+
+
+def _item_parts(item: Any) -> list[Part]:
+    """Canonical parts of one input/output item (see the module docstring for the mapping)."""
+    t = _item_type(item)
+    if t is None:
+        return [OtherPart("invalid_item", raw=item)]
+    if t == "message":
+        return _content_parts(item.get("content"))
+    if t == "reasoning":
+        enc = item.get("encrypted_content")
+        return [Reasoning(_reasoning_text(item), None, enc if isinstance(enc, str) else None, raw=item)]
+    if t in _RESULT_TYPES:
+        return [ToolResult(item.get("call_id"), item.get("output"), raw=item)]
+    call = _item_to_call(item)
+    if call is not None:
+        return [call]
+    return [OtherPart(t, raw=item)]
+
+
+def _items_to_messages(items: list) -> list[Message]:
+    """Group input items into messages (module docstring, "input items are grouped")."""
+    out: list[Message] = []
+    group: list = []
+    group_side = ""
+
+    def flush() -> None:
+        nonlocal group, group_side
+        if group:
+            parts: list[Part] = []
+            for it in group:
+                parts.extend(_item_parts(it))
+            out.append(Message(group_side, parts, raw=group))
+        group, group_side = [], ""
+
+    for item in items:
+        side = _item_side(item)
+        if side == "own":
+            flush()
+            role = item.get("role", "user") if isinstance(item, dict) else "user"
+            out.append(Message(str(role), _item_parts(item), raw=item))
+        else:
+            if side != group_side:
+                flush()
+                group_side = side
+            group.append(item)
+    flush()
+    return out
+
+
+def _system_text(value: Any) -> str | None:
+    """Text of ``instructions``: the string itself, or the texts of a list of input items."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for m in _items_to_messages(value):
+            texts.extend(p.text for p in m.parts if isinstance(p, TextPart))
+        return "\n\n".join(texts)
+    return None
+
+
+def parse_request(body: Any, *, path: str = "", query: Any = "") -> Conversation:
+    """Read a Responses request body (bytes, str or parsed dict) into a Conversation.
+
+    Mapping: module docstring. ``model`` from the body. Raises BadInputError when the body is not
+    a JSON object. Never fails on odd items: they become OtherPart."""
+    obj = loads_object(body, "Responses request body")
+    conv = Conversation(protocol=NAME)
+    model = obj.get("model")
+    conv.model = model if isinstance(model, str) else None
+    for key, value in obj.items():
+        if key == "model" and conv.model is not None:
+            continue
+        if key == "instructions" and value is not None and _system_text(value) is not None:
+            conv.system_raw = value
+            conv.system = _system_text(value)
+        elif key == "stream" and value is True:
+            conv.stream = True
+        elif key == "input" and isinstance(value, str):
+            conv.messages = [Message("user", [TextPart(value)], raw=value)]
+        elif key == "input" and isinstance(value, list) and value:
+            conv.messages = _items_to_messages(value)
+        elif key == "tools" and isinstance(value, list) and value:
+            conv.tools = [_tool_spec(t) for t in value]
+        else:
+            conv.params[key] = value
+    return conv
+
+
+def _tool_spec(tool: Any) -> ToolSpec:
+    """ToolSpec of one ``tools[]`` entry. Function tools carry their JSON Schema ``parameters``;
+    other kinds (``custom``, ``web_search``, ``namespace``, ...) keep everything in ``raw``."""
+    if not isinstance(tool, dict):
+        return ToolSpec("", None, None, raw=tool)
+    kind = tool.get("type", "function")
+    name = tool.get("name")
+    name = name if isinstance(name, str) else str(kind)
+    desc = tool.get("description") if isinstance(tool.get("description"), str) else None
+    params = tool.get("parameters") if kind == "function" else None
+    return ToolSpec(name, desc, params, raw=tool)
+
+
+def developer_prompt(conv: Conversation) -> str | None:
+    """The text of the leading ``developer``/``system`` messages of ``input`` (where Codex puts
+    its base prompt), joined with a blank line; None when the input starts otherwise."""
+    texts: list[str] = []
+    for m in conv.messages:
+        if m.role not in ("developer", "system"):
+            break
+        texts.extend(p.text for p in m.parts if isinstance(p, TextPart))
+    return "\n\n".join(texts) if texts else None
+
+
+def server_held_prefix(conv: Conversation) -> str | None:
+    """Why part of this request's prefix lives on the server, or None when the body holds all of
+    it: ``previous_response_id`` (the server adds the earlier response's input and output) or an
+    ``item_reference`` input item (traps.md T19). A journal prefix of such a request is incomplete."""
+    if conv.params.get("previous_response_id"):
+        return "previous_response_id"
+    for m in conv.messages:
+        if any(isinstance(p, OtherPart) and p.kind == "item_reference" for p in m.parts):
+            return "item_reference"
+    return None
+
+
+# --------------------------------------------------------------------------- normalise
+
+
+def _is_function_tool(t: ToolSpec) -> bool:
+    return not isinstance(t.raw, dict) or t.raw.get("type", "function") == "function"
+
+
+def normalise(conv: Conversation) -> dict:
+    """The chain rule's comparison form (:func:`~pvisor.adapters.protocols.base.normalise_conversation`
+    with ``keep_call_ids=True``: Responses ``call_id``\\ s are made by the server and echoed).
+
+    Item ids that Codex adds (``msg_…``, ``fco_…``) never reach canonical fields. Tools that are
+    not function tools (``web_search``, ``namespace``, ``custom``) compare by their whole
+    definition, without ids: a change in them is a change of tools."""
+    out = normalise_conversation(conv, keep_call_ids=True)
+    _normalise_other_tools(conv, out)
+    return out
+
+
+def _normalise_other_tools(conv: Conversation, out: dict) -> None:
+    # the same stripping (ids, cache markers, signatures) as every part gets
+    for spec, norm in zip(conv.tools, out["tools"]):
+        if not _is_function_tool(spec):
+            norm["parameters"] = strip_volatile({k: v for k, v in spec.raw.items() if k not in ("name", "description")})
+
+
+# --------------------------------------------------------------------------- render request
+
+
+def _same_parts(a: list, b: list) -> bool:
+    """Parts equal in every canonical field (``raw`` ignored, except for OtherPart whose raw is
+    its content)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if type(x) is not type(y):
+            return False
+        for f in dc_fields(x):
+            if f.name == "raw" and not isinstance(x, OtherPart):
+                continue
+            if getattr(x, f.name) != getattr(y, f.name):
+                return False
+    return True
+
+
+def _raw_items_if_current(msg: Message) -> list | None:
+    """The message's raw items when they still parse to exactly this message, else None."""
+    raw = msg.raw
+    if isinstance(raw, dict):
+        items = [raw]
+    elif isinstance(raw, list) and raw:
+        items = raw
+    else:
+        return None
+    again = _items_to_messages(items)
+    if len(again) == 1 and again[0].role == msg.role and _same_parts(again[0].parts, msg.parts):
+        return list(items)
+    return None
+
+
+def _is_content_other(p: OtherPart) -> bool:
+    """Whether an OtherPart is a message content part (``input_image``, ``refusal``, ...) rather
+    than a whole item."""
+    kind = p.raw.get("type") if isinstance(p.raw, dict) and isinstance(p.raw.get("type"), str) else p.kind
+    return kind == "refusal" or kind.startswith("input_") or kind.startswith("output_")
+
+
+def _text_content(p: TextPart, default_type: str) -> dict:
+    c = dict(p.raw) if isinstance(p.raw, dict) and p.raw.get("type") in _TEXT_TYPES else {"type": default_type}
+    c["text"] = p.text
+    return c
+
+
+def _call_item(tc: ToolCall) -> dict:
+    raw = tc.raw if isinstance(tc.raw, dict) else None
+    if tc.kind == "server":
+        args = tc.arguments if isinstance(tc.arguments, dict) else {}
+        if raw is not None and isinstance(raw.get("type"), str):
+            item = dict(raw)
+            item.update(args)
+            return item
+        item = {"type": f"{tc.name}_call"}
+        if tc.id is not None:
+            item["id"] = tc.id
+        item.update(args)
+        return item
+    if tc.kind == "custom":
+        item = dict(raw) if raw is not None and raw.get("type") == "custom_tool_call" else {"type": "custom_tool_call"}
+        if tc.id is not None:
+            item["call_id"] = tc.id
+        item["name"] = tc.name
+        item["input"] = tc.arguments_raw
+        return item
+    item = dict(raw) if raw is not None and raw.get("type") == "function_call" else {"type": "function_call"}
+    item["name"] = tc.name
+    item["arguments"] = tc.arguments_raw
+    if tc.id is not None:
+        item["call_id"] = tc.id
+    return item
+
+
+def _reasoning_item(r: Reasoning) -> dict:
+    raw = r.raw if isinstance(r.raw, dict) and r.raw.get("type") == "reasoning" else None
+    item = dict(raw) if raw is not None else {"type": "reasoning", "summary": []}
+    if _reasoning_text(item) != r.text:
+        item["summary"] = [{"type": "summary_text", "text": r.text}] if r.text else []
+        if _reasoning_text(item) != r.text:  # the old text came from ``content``
+            item.pop("content", None)
+    if r.encrypted is not None:
+        item["encrypted_content"] = r.encrypted
+    elif item.get("encrypted_content") is not None:
+        del item["encrypted_content"]
+    return item
+
+
+def _result_item(tr: ToolResult, call_kinds: dict) -> dict:
+    raw = tr.raw if isinstance(tr.raw, dict) and tr.raw.get("type") in _RESULT_TYPES else None
+    if raw is not None:
+        item = dict(raw)
+    else:
+        custom = call_kinds.get(tr.call_id) == "custom"
+        item = {"type": "custom_tool_call_output" if custom else "function_call_output"}
+    if tr.call_id is not None:
+        item["call_id"] = tr.call_id
+    content = tr.content
+    item["output"] = content if isinstance(content, (str, list)) else compact_json(content)
+    return item
+
+
+def _message_items(msg: Message, call_kinds: dict) -> list:
+    """Input items of one message: its raw items when current, else rebuilt part by part."""
+    raw_items = _raw_items_if_current(msg)
+    if raw_items is not None:
+        return raw_items
+    role = msg.role if msg.role in ("user", "assistant", "system", "developer") else "user"
+    text_type = "output_text" if role == "assistant" else "input_text"
+    # wrappers of the raw message items, used in order for the rebuilt message items
+    raw_list = msg.raw if isinstance(msg.raw, list) else [msg.raw] if isinstance(msg.raw, dict) else []
+    wrappers = [it for it in raw_list if _item_type(it) == "message"]
+    items: list = []
+    pending: list = []
+
+    def flush() -> None:
+        nonlocal pending
+        if not pending:
+            return
+        wrapper = wrappers.pop(0) if wrappers else None
+        item: dict[str, Any] = {"type": "message"}
+        if wrapper is not None:
+            item.update((k, v) for k, v in wrapper.items() if k in _MESSAGE_KEYS)
+        item["role"] = role
+        if (
+            wrapper is not None
+            and isinstance(wrapper.get("content"), str)
+            and len(pending) == 1
+            and isinstance(pending[0], TextPart)
+            and pending[0].raw is None
+        ):
+            item["content"] = pending[0].text
+        else:
+            item["content"] = [_text_content(p, text_type) if isinstance(p, TextPart) else p.raw for p in pending]
+        items.append(item)
+        pending = []
+
+    for p in msg.parts:
+        if isinstance(p, TextPart) or (isinstance(p, OtherPart) and _is_content_other(p)):
+            pending.append(p)
+            continue
+        flush()
+        if isinstance(p, ToolCall):
+            items.append(_call_item(p))
+        elif isinstance(p, Reasoning):
+            items.append(_reasoning_item(p))
+        elif isinstance(p, ToolResult):
+            items.append(_result_item(p, call_kinds))
+        elif isinstance(p, OtherPart):
+            items.append(p.raw)
+    flush()
+    return items
+
+
+def _tool_def(t: ToolSpec) -> Any:
+    raw = t.raw if isinstance(t.raw, dict) else None
+    if raw is not None and not _is_function_tool(t):
+        return raw
+    if t.raw is not None and raw is None:
+        return t.raw  # a malformed entry, kept as it was
+    # raw is reused only when it is a Responses function tool (not another protocol's definition)
+    d = dict(raw) if raw is not None and raw.get("type") == "function" else {"type": "function"}
+    d["name"] = t.name
+    if t.description is not None:
+        d["description"] = t.description
+    elif d.get("description") is not None:
+        del d["description"]
+    if t.parameters is not None:
+        d["parameters"] = t.parameters
+    elif d.get("parameters") is not None:
+        del d["parameters"]
+    return d
+
+
+def render_request(conv: Conversation) -> bytes:
+    """A Conversation as a Responses request body (compact JSON bytes).
+
+    Key order: ``model``, ``instructions``, ``stream``, ``input``, ``tools``, then ``params`` in
+    their order (Codex 0.171's order, so an unchanged Codex body renders byte-identical). Uses
+    ``raw`` only where it still matches the canonical fields (module docstring)."""
+    out: dict[str, Any] = {}
+    if conv.model is not None:
+        out["model"] = conv.model
+    if conv.system_raw is not None and _system_text(conv.system_raw) == conv.system:
+        out["instructions"] = conv.system_raw
+    elif conv.system:
+        out["instructions"] = conv.system
+    if conv.stream:
+        out["stream"] = True
+    msgs = conv.messages
+    if (
+        len(msgs) == 1
+        and isinstance(msgs[0].raw, str)
+        and msgs[0].role == "user"
+        and _same_parts(msgs[0].parts, [TextPart(msgs[0].raw)])
+    ):
+        out["input"] = msgs[0].raw
+    elif msgs:
+        call_kinds = {
+            p.id: p.kind for m in msgs for p in m.parts if isinstance(p, ToolCall) and p.id is not None
+        }
+        items: list = []
+        for m in msgs:
+            items.extend(_message_items(m, call_kinds))
+        out["input"] = items
+    if conv.tools:
+        out["tools"] = [_tool_def(t) for t in conv.tools]
+    for k, v in conv.params.items():
+        if k not in out:
+            out[k] = v
+    return dumps(out)
+
+
+# --------------------------------------------------------------------------- reassembly
+
+
+def _loads_json(text: str) -> Any:
+    """orjson, falling back to json for lone-surrogate escapes orjson rejects (traps.md T16)."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+def _short(value: Any, n: int = 60) -> str:
+    s = value if isinstance(value, str) else repr(value)
+    return s if len(s) <= n else s[:n] + "…"
+
+
+def _place(lst: list, idx: Any, value: Any) -> None:
+    """Put ``value`` at ``idx`` (append when idx is not an int), leaving None in skipped slots."""
+    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+        lst.append(value)
+        return
+    while len(lst) < idx:
+        lst.append(None)
+    if idx < len(lst):
+        lst[idx] = value
+    else:
+        lst.append(value)
+
+
+class _Accumulator:
+    """State of one Responses stream being reassembled (rules: wire-protocols.md §3b)."""
+
+    def __init__(self) -> None:
+        self.snapshot: dict | None = None
+        self.items: list = []
+        self.terminal: Any = None
+        self.terminal_type: str | None = None
+        self.error: Any = None
+        self.problems: list[str] = []
+        self.events = 0
+        self.last_seq: int | None = None
+        self.seen_seq: set[int] = set()
+        self.started = False
+        self.warned_no_created = False
+
+    # -- helpers
+
+    def problem(self, text: str) -> None:
+        self.problems.append(text)
+
+    def item(self, obj: dict, what: str) -> dict | None:
+        idx = obj.get("output_index")
+        if isinstance(idx, int) and 0 <= idx < len(self.items) and isinstance(self.items[idx], dict):
+            return self.items[idx]
+        self.problem(f"{what} for output_index {idx!r} that no output_item.added announced")
+        return None
+
+    def sub(self, container: dict, key: str, idx: Any, default: dict) -> dict:
+        """``container[key][idx]``, created from ``default`` (and the list) when missing."""
+        lst = container.get(key)
+        if not isinstance(lst, list):
+            lst = container[key] = []
+        if isinstance(idx, int) and 0 <= idx < len(lst) and isinstance(lst[idx], dict):
+            return lst[idx]
+        part = dict(default)
+        _place(lst, idx, part)
+        return part
+
+    def append(self, container: dict | None, key: str, delta: Any) -> None:
+        if container is None:
+            return
+        if not isinstance(delta, str):
+            self.problem(f"delta for {key!r} is not a string: {_short(delta)}")
+            return
+        prev = container.get(key)
+        container[key] = (prev if isinstance(prev, str) else "") + delta
+
+    def settle(self, container: dict | None, key: str, value: Any, what: str) -> None:
+        """Assign the ``.done`` value; report when streamed deltas said something else."""
+        if container is None or value is None:
+            return
+        prev = container.get(key)
+        if isinstance(prev, str) and prev and prev != value:
+            self.problem(f"{what}: concatenated deltas {_short(prev)!r} differ from the done value {_short(value)!r}")
+        container[key] = value
+
+    # -- events
+
+    def on_sse(self, ev: SSEEvent) -> None:
+        for line in ev.stray:
+            self.problem(f"non-SSE line ignored: {_short(line)!r}")
+        if not ev.has_data:
+            if ev.event is not None:
+                self.problem(f"event {ev.event!r} without data ignored")
+            return
+        self.events += 1
+        n = self.events
+        try:
+            obj = _loads_json(ev.data)
+        except ValueError:
+            self.problem(f"event {n}: data is not JSON: {_short(ev.data)!r}")
+            return
+        if not isinstance(obj, dict):
+            self.problem(f"event {n}: data is a JSON {type(obj).__name__}, expected an object")
+            return
+        etype = obj.get("type")
+        if not isinstance(etype, str):
+            etype = ev.event
+        elif ev.event is not None and ev.event != etype:
+            self.problem(f"event {n}: SSE event name {ev.event!r} differs from its type {etype!r}")
+        if not isinstance(etype, str):
+            self.problem(f"event {n}: no type")
+            return
+        seq = obj.get("sequence_number")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            if seq in self.seen_seq:
+                self.problem(f"sequence_number {seq} repeated ({etype}); the repeat is ignored")
+                return
+            if self.last_seq is not None:
+                if seq > self.last_seq + 1:
+                    gap = f"{self.last_seq + 1}" if seq == self.last_seq + 2 else f"{self.last_seq + 1}..{seq - 1}"
+                    self.problem(f"sequence_number gap: {gap} missing before {etype} ({seq})")
+                elif seq < self.last_seq:
+                    self.problem(f"sequence_number {seq} ({etype}) arrived after {self.last_seq}")
+            self.seen_seq.add(seq)
+            self.last_seq = seq if self.last_seq is None else max(self.last_seq, seq)
+        if self.terminal_type is not None and etype != "error":
+            self.problem(f"{etype} after the terminal {self.terminal_type}")
+        try:
+            self.apply(etype, obj)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
+            self.problem(f"event {n} ({etype}) could not be applied: {type(exc).__name__}: {exc}")
+
+    def apply(self, etype: str, obj: dict) -> None:
+        if etype == "response.created":
+            if self.started:
+                self.problem("response.created is not the first event")
+            resp = obj.get("response")
+            if isinstance(resp, dict):
+                self.snapshot = resp
+                if not self.items and isinstance(resp.get("output"), list):
+                    self.items = list(resp["output"])
+            else:
+                self.problem("response.created without a response object")
+            self.started = True
+            return
+        if etype == "error":
+            if self.error is None:
+                self.error = obj
+            else:
+                self.problem(f"another error event: {_short(obj.get('message'))!r}")
+            return
+        if self.snapshot is None and not self.warned_no_created:
+            self.warned_no_created = True
+            self.problem(f"{etype} before response.created")
+        self.started = True
+        if etype in _TERMINAL:
+            self.terminal_type = etype
+            self.terminal = obj.get("response")
+            if not isinstance(self.terminal, dict):
+                self.problem(f"{etype} without a response object")
+            return
+        if etype in ("response.in_progress", "response.queued"):
+            if isinstance(obj.get("response"), dict):
+                self.snapshot = obj["response"]
+            return
+        if etype == "response.output_item.added":
+            idx = obj.get("output_index")
+            if isinstance(idx, int) and idx < len(self.items) and self.items[idx] is not None:
+                self.problem(f"output_item.added for output_index {idx}, already taken")
+            _place(self.items, idx, obj.get("item"))
+            return
+        if etype == "response.output_item.done":
+            idx = obj.get("output_index")
+            if not (isinstance(idx, int) and 0 <= idx < len(self.items) and self.items[idx] is not None):
+                self.problem(f"output_item.done for output_index {idx!r} without output_item.added")
+            _place(self.items, idx, obj.get("item"))
+            return
+        if etype in ("response.content_part.added", "response.content_part.done"):
+            item = self.item(obj, etype)
+            if item is not None:
+                content = item.get("content")
+                if not isinstance(content, list):
+                    content = item["content"] = []
+                _place(content, obj.get("content_index"), obj.get("part"))
+            return
+        if etype in (
+            "response.output_text.delta",
+            "response.output_text.done",
+            "response.refusal.delta",
+            "response.refusal.done",
+            "response.output_text.annotation.added",
+        ):
+            item = self.item(obj, etype)
+            if item is None:
+                return
+            key = "refusal" if ".refusal." in etype else "text"
+            part = self.sub(item, "content", obj.get("content_index"), {"type": "refusal" if key == "refusal" else "output_text", key: ""})
+            if etype.endswith(".delta"):
+                self.append(part, key, obj.get("delta"))
+            elif etype.endswith(".done"):
+                self.settle(part, key, obj.get(key), etype)
+            else:
+                anns = part.get("annotations")
+                if not isinstance(anns, list):
+                    anns = part["annotations"] = []
+                _place(anns, obj.get("annotation_index"), obj.get("annotation"))
+            return
+        if etype in ("response.function_call_arguments.delta", "response.function_call_arguments.done"):
+            item = self.item(obj, etype)
+            if etype.endswith(".delta"):
+                self.append(item, "arguments", obj.get("delta"))
+            else:
+                self.settle(item, "arguments", obj.get("arguments"), etype)
+            return
+        if etype in ("response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"):
+            item = self.item(obj, etype)
+            if etype.endswith(".delta"):
+                self.append(item, "input", obj.get("delta"))
+            else:
+                self.settle(item, "input", obj.get("input"), etype)
+            return
+        if etype in ("response.reasoning_summary_part.added", "response.reasoning_summary_part.done"):
+            item = self.item(obj, etype)
+            if item is not None:
+                summary = item.get("summary")
+                if not isinstance(summary, list):
+                    summary = item["summary"] = []
+                _place(summary, obj.get("summary_index"), obj.get("part"))
+            return
+        if etype in ("response.reasoning_summary_text.delta", "response.reasoning_summary_text.done"):
+            item = self.item(obj, etype)
+            if item is None:
+                return
+            part = self.sub(item, "summary", obj.get("summary_index"), {"type": "summary_text", "text": ""})
+            if etype.endswith(".delta"):
+                self.append(part, "text", obj.get("delta"))
+            else:
+                self.settle(part, "text", obj.get("text"), etype)
+            return
+        if etype in ("response.reasoning_text.delta", "response.reasoning_text.done"):
+            item = self.item(obj, etype)
+            if item is None:
+                return
+            part = self.sub(item, "content", obj.get("content_index"), {"type": "reasoning_text", "text": ""})
+            if etype.endswith(".delta"):
+                self.append(part, "text", obj.get("delta"))
+            else:
+                self.settle(part, "text", obj.get("text"), etype)
+            return
+        # other events (web_search_call.*, mcp_call.*, ...) carry no content of their own: the
+        # item's final form arrives with output_item.done
+
+    def result(self) -> Reassembled:
+        holes = [i for i, it in enumerate(self.items) if it is None]
+        if holes:
+            self.problem(f"output_index {', '.join(map(str, holes))} never announced by output_item.added")
+        streamed = [it for it in self.items if it is not None]
+        final: dict | None
+        if isinstance(self.terminal, dict):
+            final = self.terminal
+            out = final.get("output")
+            if isinstance(out, list) and streamed and out != streamed:
+                if len(out) != len(streamed):
+                    self.problem(
+                        f"{self.terminal_type} lists {len(out)} output items, the stream delivered {len(streamed)}"
+                    )
+                else:
+                    for i, (a, b) in enumerate(zip(out, streamed)):
+                        if a != b:
+                            self.problem(f"{self.terminal_type} output item {i} differs from the streamed item")
+        elif self.snapshot is not None or streamed:
+            final = dict(self.snapshot or {})
+            final["output"] = streamed
+        else:
+            final = None
+        return Reassembled(
+            final=final,
+            complete=self.terminal_type is not None,
+            events=self.events,
+            error=self.error,
+            problems=self.problems,
+        )
+
+
+def reassemble(chunks: Iterable[bytes]) -> Reassembled:
+    """A raw Responses event stream (byte chunks, any split) into the final response object.
+
+    Rules (wire-protocols.md §3b, openai-python ``accumulate_event``): ``response.created`` gives
+    the snapshot and must come first; ``output_item.added`` places an item at ``output_index``;
+    ``content_part.added``, ``output_text.delta``, ``function_call_arguments.delta``,
+    ``custom_tool_call_input.delta``, reasoning summary/text deltas build it up, each ``.done``
+    event assigns the full value (a disagreement with the deltas is reported);
+    ``output_item.done`` gives the item's final form; ``response.completed|incomplete|failed``
+    are terminal (``complete=True``) and their ``response`` is the final object; without one,
+    the final object is the latest snapshot with the streamed items as ``output``. An ``error``
+    event becomes ``Reassembled.error``. ``sequence_number`` gaps, repeats (the repeat is
+    ignored) and reordering are reported in ``problems``; the ``obfuscation`` padding of delta
+    events is ignored. Never raises on bad data: unparsable events become problems."""
+    acc = _Accumulator()
+    dec = SSEDecoder()
+    for chunk in chunks:
+        for ev in dec.feed(bytes(chunk)):
+            acc.on_sse(ev)
+    for ev in dec.flush():
+        acc.on_sse(ev)
+    return acc.result()
+
+
+# --------------------------------------------------------------------------- render stream
+
+
+class _EventWriter:
+    def __init__(self) -> None:
+        self.seq = 0
+        self.out = bytearray()
+
+    def emit(self, etype: str, **fields: Any) -> None:
+        ev = {"type": etype, **fields, "sequence_number": self.seq}
+        self.seq += 1
+        self.out += encode_event(dumps(ev), etype)
+
+
+def _in_progress(item: dict, **replace: Any) -> dict:
+    added = dict(item)
+    added.update(replace)
+    if "status" in added:
+        added["status"] = "in_progress"
+    return added
+
+
+def _render_item(w: _EventWriter, o: int, item: Any) -> None:
+    if not isinstance(item, dict):
+        w.emit("response.output_item.added", output_index=o, item=item)
+        w.emit("response.output_item.done", output_index=o, item=item)
+        return
+    t = item.get("type")
+    iid = item.get("id") if isinstance(item.get("id"), str) else ""
+    if t == "message" and isinstance(item.get("content"), list):
+        w.emit("response.output_item.added", output_index=o, item=_in_progress(item, content=[]))
+        for c, part in enumerate(item["content"]):
+            ptype = part.get("type") if isinstance(part, dict) else None
+            key = "text" if ptype == "output_text" else "refusal" if ptype == "refusal" else None
+            if key is None or not isinstance(part.get(key), str):
+                w.emit("response.content_part.added", item_id=iid, output_index=o, content_index=c, part=part)
+                w.emit("response.content_part.done", item_id=iid, output_index=o, content_index=c, part=part)
+                continue
+            empty = dict(part)
+            empty[key] = ""
+            if "annotations" in empty:
+                empty["annotations"] = []
+            w.emit("response.content_part.added", item_id=iid, output_index=o, content_index=c, part=empty)
+            value = part[key]
+            if key == "text":
+                if value:
+                    w.emit("response.output_text.delta", item_id=iid, output_index=o, content_index=c, delta=value, logprobs=[])
+                w.emit(
+                    "response.output_text.done", item_id=iid, output_index=o, content_index=c, text=value,
+                    logprobs=part.get("logprobs") if isinstance(part.get("logprobs"), list) else [],
+                )
+            else:
+                if value:
+                    w.emit("response.refusal.delta", item_id=iid, output_index=o, content_index=c, delta=value)
+                w.emit("response.refusal.done", item_id=iid, output_index=o, content_index=c, refusal=value)
+            w.emit("response.content_part.done", item_id=iid, output_index=o, content_index=c, part=part)
+    elif t == "function_call" and isinstance(item.get("arguments"), str):
+        w.emit("response.output_item.added", output_index=o, item=_in_progress(item, arguments=""))
+        if item["arguments"]:
+            w.emit("response.function_call_arguments.delta", item_id=iid, output_index=o, delta=item["arguments"])
+        w.emit("response.function_call_arguments.done", item_id=iid, output_index=o, arguments=item["arguments"])
+    elif t == "custom_tool_call" and isinstance(item.get("input"), str):
+        w.emit("response.output_item.added", output_index=o, item=_in_progress(item, input=""))
+        if item["input"]:
+            w.emit("response.custom_tool_call_input.delta", item_id=iid, output_index=o, delta=item["input"])
+        w.emit("response.custom_tool_call_input.done", item_id=iid, output_index=o, input=item["input"])
+    elif t == "reasoning":
+        summary = item.get("summary") if isinstance(item.get("summary"), list) else []
+        content = item.get("content") if isinstance(item.get("content"), list) else None
+        added = _in_progress(item, summary=[])
+        if content is not None:
+            added["content"] = []
+        w.emit("response.output_item.added", output_index=o, item=added)
+        for s, part in enumerate(summary):
+            if not (isinstance(part, dict) and isinstance(part.get("text"), str)):
+                w.emit("response.reasoning_summary_part.added", item_id=iid, output_index=o, summary_index=s, part=part)
+                continue
+            w.emit("response.reasoning_summary_part.added", item_id=iid, output_index=o, summary_index=s, part={**part, "text": ""})
+            if part["text"]:
+                w.emit("response.reasoning_summary_text.delta", item_id=iid, output_index=o, summary_index=s, delta=part["text"])
+            w.emit("response.reasoning_summary_text.done", item_id=iid, output_index=o, summary_index=s, text=part["text"])
+            w.emit("response.reasoning_summary_part.done", item_id=iid, output_index=o, summary_index=s, part=part)
+        for c, part in enumerate(content or ()):
+            if isinstance(part, dict) and part.get("type") == "reasoning_text" and isinstance(part.get("text"), str):
+                if part["text"]:
+                    w.emit("response.reasoning_text.delta", item_id=iid, output_index=o, content_index=c, delta=part["text"])
+                w.emit("response.reasoning_text.done", item_id=iid, output_index=o, content_index=c, text=part["text"])
+    else:
+        w.emit("response.output_item.added", output_index=o, item=item)
+    w.emit("response.output_item.done", output_index=o, item=item)
+
+
+def render_stream(final: dict) -> bytes:
+    """A final response object as a Responses SSE stream (``event: <type>`` + ``data:`` lines).
+
+    Sequence: ``response.created`` -> ``response.in_progress`` -> per output item
+    ``output_item.added``, its content/summary parts with one delta each and the ``.done``
+    events, ``output_item.done`` -> the terminal event named by ``final["status"]``
+    (``response.completed|incomplete|failed``; none for other statuses), with consecutive
+    ``sequence_number``\\ s from 0. The created/in-progress snapshot is ``final`` with an empty
+    ``output`` (and, before a terminal event, ``status: in_progress`` and ``usage: null``).
+    :func:`reassemble` of the result gives ``final`` back."""
+    w = _EventWriter()
+    terminal = {v: k for k, v in _TERMINAL.items()}.get(final.get("status"))
+    snap = dict(final)
+    snap["output"] = []
+    if terminal is not None:
+        snap["status"] = "in_progress"
+        for key in ("usage", "completed_at"):
+            if key in snap:
+                snap[key] = None
+    w.emit("response.created", response=snap)
+    w.emit("response.in_progress", response=snap)
+    for o, item in enumerate(_list(final.get("output"))):
+        _render_item(w, o, item)
+    if terminal is not None:
+        w.emit(terminal, response=final)
+    return bytes(w.out)
+
+
+# --------------------------------------------------------------------------- actions
+
+
+def response_to_action(final: dict) -> Action:
+    """Read a Responses final object as an Action: ``text`` = the ``output_text`` (and
+    ``refusal``) of assistant ``message`` items concatenated; ``reasoning`` from ``reasoning``
+    items (summary text, ``encrypted_content``); ``tool_calls`` from ``function_call`` (exact
+    ``arguments`` string), ``custom_tool_call`` (``input``) and provider-run call items (kind
+    ``server``), in output order; ``usage`` as given; ``stop_reason`` = ``status``
+    (``completed``, ``incomplete``, ``failed``); ``model``; ``raw`` = ``final``."""
+    action = Action(raw=final)
+    if not isinstance(final, dict):
+        return action
+    texts: list[str] = []
+    for item in _list(final.get("output")):
+        t = _item_type(item)
+        if t == "message":
+            for c in _list(item.get("content")):
+                if isinstance(c, dict) and c.get("type") in _TEXT_TYPES and isinstance(c.get("text"), str):
+                    texts.append(c["text"])
+                elif isinstance(c, dict) and c.get("type") == "refusal" and isinstance(c.get("refusal"), str):
+                    texts.append(c["refusal"])
+            continue
+        for p in _item_parts(item) if t is not None else ():
+            if isinstance(p, Reasoning):
+                action.reasoning.append(p)
+            elif isinstance(p, ToolCall):
+                action.tool_calls.append(p)
+    action.text = "".join(texts)
+    usage = final.get("usage")
+    action.usage = usage if isinstance(usage, dict) else None
+    status = final.get("status")
+    action.stop_reason = status if isinstance(status, str) else None
+    model = final.get("model")
+    action.model = model if isinstance(model, str) else None
+    return action
+
+
+def _int(*values: Any) -> int | None:
+    for v in values:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def _dig(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def responses_usage(usage: Any) -> dict | None:
+    """A usage object in the Responses shape. A Responses usage is returned as is; Anthropic
+    (``input_tokens``/``output_tokens``/``cache_*``), Chat Completions (``prompt_tokens``/
+    ``completion_tokens``) and Gemini (``promptTokenCount``/``candidatesTokenCount``/
+    ``thoughtsTokenCount``) usages are converted; None for anything else."""
+    if not isinstance(usage, dict):
+        return None
+    if {"input_tokens", "output_tokens", "total_tokens", "input_tokens_details", "output_tokens_details"} <= usage.keys():
+        return usage
+    thoughts = _int(usage.get("thoughtsTokenCount"))
+    inp = _int(usage.get("input_tokens"), usage.get("prompt_tokens"), usage.get("promptTokenCount"))
+    out = _int(usage.get("output_tokens"), usage.get("completion_tokens"), usage.get("candidatesTokenCount"))
+    if inp is None and out is None:
+        return None
+    inp, out = inp or 0, out or 0
+    if "candidatesTokenCount" in usage and thoughts:
+        out += thoughts  # Gemini counts thoughts apart; Responses output tokens include reasoning
+    cached = _int(
+        usage.get("cache_read_input_tokens"),
+        _dig(usage, "prompt_tokens_details", "cached_tokens"),
+        _dig(usage, "input_tokens_details", "cached_tokens"),
+        usage.get("cachedContentTokenCount"),
+    )
+    written = _int(usage.get("cache_creation_input_tokens"), _dig(usage, "input_tokens_details", "cache_write_tokens"))
+    reasoning = _int(
+        thoughts,
+        _dig(usage, "completion_tokens_details", "reasoning_tokens"),
+        _dig(usage, "output_tokens_details", "reasoning_tokens"),
+    )
+    total = _int(usage.get("total_tokens"), usage.get("totalTokenCount"))
+    return {
+        "input_tokens": inp,
+        "input_tokens_details": {"cache_write_tokens": written or 0, "cached_tokens": cached or 0},
+        "output_tokens": out,
+        "output_tokens_details": {"reasoning_tokens": reasoning or 0},
+        "total_tokens": total if total is not None else inp + out,
+    }
+
+
+_INCOMPLETE_STOPS = frozenset({"incomplete", "max_tokens", "length", "MAX_TOKENS", "max_output_tokens"})
+
+
+def action_to_response(
+    action: Action, *, model: str | None, ids: IdSource, created_at: int = FIXED_CREATED_AT
+) -> dict:
+    """An Action as a Responses final object (the body of a non-streamed reply; feed it to
+    :func:`render_stream` for a stream).
+
+    Output items in order: one ``reasoning`` item per Reasoning (``summary`` from its text,
+    ``encrypted_content`` when given), one assistant ``message`` with the text (if any), then one
+    ``function_call`` (``arguments`` = ``arguments_raw`` exactly) or ``custom_tool_call``
+    (``input``) per tool call; provider-run calls are copied from their raw item. Ids come from
+    ``ids`` (``resp_``, ``rs_``, ``msg_``, ``fc_``, ``ctc_``; ``call_`` when a call has no id) and
+    ``created_at`` is fixed, so equal inputs give equal bytes. ``status`` is ``incomplete``
+    (reason ``max_output_tokens``) when the stop reason says the output was cut, else
+    ``completed``. ``usage`` is :func:`responses_usage` of the action's usage."""
+    resp_id = ids.next("resp_")
+    output: list[dict] = []
+    for r in action.reasoning:
+        item: dict[str, Any] = {
+            "id": ids.next("rs_"),
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": r.text}] if r.text else [],
+        }
+        if r.encrypted is not None:
+            item["encrypted_content"] = r.encrypted
+        output.append(item)
+    if action.text:
+        output.append(
+            {
+                "id": ids.next("msg_"),
+                "type": "message",
+                "status": "completed",
+                "content": [{"type": "output_text", "annotations": [], "logprobs": [], "text": action.text}],
+                "role": "assistant",
+            }
+        )
+    for tc in action.tool_calls:
+        if tc.kind == "server":
+            if isinstance(tc.raw, dict) and isinstance(tc.raw.get("type"), str):
+                output.append(dict(tc.raw))
+            continue
+        if tc.kind == "custom":
+            output.append(
+                {
+                    "id": ids.next("ctc_"),
+                    "type": "custom_tool_call",
+                    "status": "completed",
+                    "call_id": tc.id or ids.next("call_"),
+                    "input": tc.arguments_raw,
+                    "name": tc.name,
+                }
+            )
+        else:
+            output.append(
+                {
+                    "id": ids.next("fc_"),
+                    "type": "function_call",
+                    "status": "completed",
+                    "arguments": tc.arguments_raw,
+                    "call_id": tc.id or ids.next("call_"),
+                    "name": tc.name,
+                }
+            )
+    incomplete = action.stop_reason in _INCOMPLETE_STOPS
+    return {
+        "id": resp_id,
+        "object": "response",
+        "created_at": created_at,
+        "status": "incomplete" if incomplete else "completed",
+        "completed_at": None if incomplete else created_at,
+        "error": None,
+        "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
+        "instructions": None,
+        "model": model if model is not None else (action.model or ""),
+        "output": output,
+        "parallel_tool_calls": True,
+        "previous_response_id": None,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": responses_usage(action.usage),
+        "metadata": {},
+    }
+
+
+def error_body(status: int, message: str, kind: str = "invalid_request_error") -> bytes:
+    """The OpenAI error shape: ``{"error":{"message","type","param":null,"code":null}}``
+    (openai-python ``_exceptions.py`` reads ``message``, ``type``, ``param``, ``code``).
+    ``status`` is the HTTP status the body goes with (not part of the body)."""
+    return dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})

@@ -1,0 +1,60 @@
+"""Errors with the exit code the CLI maps them to (documented in ``docs/cli.md``).
+
+Every layer raises these for user-facing failures; the CLI prints ``pvisor: error: <message>``
+and exits with ``exit_code``, never a traceback. Messages name the file, line, run or exchange
+concerned and what was expected, and never contain a secret.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+EXIT_INTEGRITY = 3
+EXIT_DATA = 65  # bad input data (sysexits EX_DATAERR)
+EXIT_UNAVAILABLE = 69  # a service we need is unavailable (EX_UNAVAILABLE)
+EXIT_TIMEOUT = 124  # same as timeout(1)
+
+
+class PvisorError(Exception):
+    """Base class of the errors a user can cause or meet; ``exit_code`` is the process exit code."""
+
+    exit_code: int = 1
+
+    def __init__(self, message: str, *, exit_code: int | None = None):
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else self.__class__.__name__
+
+
+class UsageError(PvisorError):
+    """Wrong arguments: unknown run or exchange id, option combination that makes no sense (exit 2)."""
+
+    exit_code = EXIT_USAGE
+
+
+class IntegrityError(PvisorError):
+    """The journal is damaged: a blob is missing, a digest does not match, SQLite reports corruption (exit 3)."""
+
+    exit_code = EXIT_INTEGRITY
+
+
+class BadInputError(PvisorError):
+    """Input data is malformed: a body that does not parse, a file that is not a journal (exit 65)."""
+
+    exit_code = EXIT_DATA
+
+
+class UnavailableError(PvisorError):
+    """A service pvisor needs is unavailable: upstream down, journal locked past the busy timeout (exit 69)."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
+class TimeoutExpired(PvisorError):
+    """A run or wait hit its time limit (exit 124)."""
+
+    exit_code = EXIT_TIMEOUT

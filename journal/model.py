@@ -1,0 +1,519 @@
+"""The canonical model: runs, exchanges, conversations and trajectories, plus secret redaction.
+
+Vocabulary follows the design reference: a **run** is one agent execution, an **attempt** one
+try of it, an **exchange** one HTTP request/response between agent and model API. A
+**trajectory** is the run read as steps: step *i* is action A_i (the i-th main-loop model
+reply) with observation O_i (the tool results, or other user input, that the next main-loop
+request appends after A_i).
+
+Conversations (what a request body says) are protocol-neutral: the wire-protocol modules in
+``pvisor.adapters.protocols`` parse bodies into :class:`Conversation` and render them back.
+Every part keeps ``raw``, the provider's JSON object as it appeared, so nothing is lost.
+
+This module imports nothing of pvisor's and nothing outside the standard library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Literal, Sequence, Union
+from urllib.parse import unquote
+
+# --------------------------------------------------------------------------- literals
+
+Outcome = Literal[
+    "ok",  # the exchange completed; the upstream status may still be an error (see upstream_error)
+    "upstream_error",  # the upstream answered with HTTP status >= 400, passed on unchanged
+    "upstream_reset",  # the upstream connection broke before or during the response
+    "upstream_unreachable",  # no connection to the upstream could be made
+    "aborted_by_client",  # the agent went away before the response ended
+    "oversize",  # the request body exceeded the gateway's --max-body
+    "decode_error",  # the request's Content-Encoding could not be undone; raw bytes kept
+    "incomplete",  # the writer died while the exchange was in flight
+]
+OUTCOMES: tuple[str, ...] = (
+    "ok",
+    "upstream_error",
+    "upstream_reset",
+    "upstream_unreachable",
+    "aborted_by_client",
+    "oversize",
+    "decode_error",
+    "incomplete",
+)
+
+ExchangeRole = Literal["main", "auxiliary"]
+MessageRole = Literal["system", "developer", "user", "assistant", "tool"]
+
+# --------------------------------------------------------------------------- runs and exchanges
+
+
+@dataclass(slots=True)
+class Run:
+    """One agent execution: captured, imported, or derived by replay.
+
+    Fields:
+        id: run id, a short string unique in the journal (``r-`` + 12 hex by default).
+        agent: adapter name such as ``claude-code``, or None when unknown (bare gateway capture).
+        agent_version: the agent's own version string, or None.
+        argv: the command line that started the agent ([] when pvisor did not start it).
+        created_ms: creation time, Unix epoch milliseconds.
+        parent_run: for a derived run, the run it was replayed from; else None.
+        boundary_step: for a derived run, the step N it continues after; else None.
+        mode: ``capture`` | ``import`` | ``prepare-only`` | ``replay-only`` | ``continuation``.
+        labels: free-form string labels (session id, native trajectory path, workspace, ...).
+    """
+
+    id: str
+    agent: str | None = None
+    agent_version: str | None = None
+    argv: list[str] = field(default_factory=list)
+    created_ms: int = 0
+    parent_run: str | None = None
+    boundary_step: int | None = None
+    mode: str = "capture"
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One try of a run (attempt 1 is the first; a native resume is attempt 2, ...).
+
+    Fields: run id; ``n`` (1-based); ``started_ms``/``ended_ms`` Unix epoch ms (ended None while
+    running); ``exit_code`` of the agent process or None; ``labels`` (session id, native path).
+    """
+
+    run: str
+    n: int = 1
+    started_ms: int = 0
+    ended_ms: int | None = None
+    exit_code: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Exchange:
+    """One recorded HTTP request/response between an agent and a model API.
+
+    Fields:
+        id: exchange id (``x-`` + 16 hex), unique in the journal.
+        run, attempt: the run and attempt it belongs to.
+        seq: order of arrival within the run (1-based).
+        protocol: wire protocol module name (``anthropic``, ``openai-chat``, ``openai-responses``,
+            ``gemini``) or None when the path matched none.
+        method, path: HTTP method and path without the query string.
+        query: the query string with secret values replaced (see :func:`redact_exchange_meta`).
+        request_headers: allow-listed request headers, name lower-cased -> value.
+        secret_fingerprints: secret header/query names -> 8-hex keyed fingerprint of the value.
+        request_encoding: the request's ``Content-Encoding`` (undone before storage) or None.
+        request_body: sha256 hex of the stored request body (decoded), or None (no body).
+        request_bytes: length of the request body as received on the wire, in bytes.
+        status: upstream HTTP status passed to the agent, or pvisor's own (502, 404, 413, 426).
+        response_headers: response headers without secrets (``set-cookie`` removed).
+        response_body: sha256 hex of the response bytes exactly as received, or None.
+        response_final: sha256 hex of the reassembled final response (streams), or None.
+        streamed: whether the response was an event stream.
+        chunk_timings: packed ``<QI`` pairs (microseconds since ``started_ms``, chunk length in bytes).
+        outcome: one of :data:`OUTCOMES`.
+        error: a short description of a failure (never contains a secret), or None.
+        started_ms: Unix epoch ms when the request arrived.
+        headers_us, first_byte_us, ended_us: microseconds after ``started_ms`` when the upstream
+            response headers arrived, the first body byte arrived, and the exchange ended.
+        bytes_received, bytes_delivered: response bytes read from upstream and written to the agent.
+        chain: chain number within the run assigned by the chain rule, or None until derived.
+        role: ``main`` or ``auxiliary`` by the chain rule, or None until derived.
+    """
+
+    id: str
+    run: str
+    attempt: int = 1
+    seq: int = 0
+    protocol: str | None = None
+    method: str = "POST"
+    path: str = "/"
+    query: str = ""
+    request_headers: dict[str, str] = field(default_factory=dict)
+    secret_fingerprints: dict[str, str] = field(default_factory=dict)
+    request_encoding: str | None = None
+    request_body: str | None = None
+    request_bytes: int = 0
+    status: int | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    response_body: str | None = None
+    response_final: str | None = None
+    streamed: bool = False
+    chunk_timings: bytes = b""
+    outcome: str = "ok"
+    error: str | None = None
+    started_ms: float = 0.0
+    headers_us: int | None = None
+    first_byte_us: int | None = None
+    ended_us: int | None = None
+    bytes_received: int = 0
+    bytes_delivered: int = 0
+    chain: int | None = None
+    role: str | None = None
+
+
+def pack_timings(timings: Iterable[Sequence[int]] | bytes) -> bytes:
+    """Pack (microseconds since exchange start, chunk length in bytes) pairs as little-endian
+    ``<QI`` records, 12 bytes per chunk: the ``Exchange.chunk_timings`` format. Bytes pass as
+    already packed."""
+    if isinstance(timings, (bytes, bytearray)):
+        return bytes(timings)
+    return b"".join(struct.pack("<QI", int(t), int(n)) for t, n in timings)
+
+
+def unpack_timings(packed: bytes | None) -> list[tuple[int, int]]:
+    """Inverse of :func:`pack_timings`: [(µs since start, chunk length in bytes), ...]."""
+    if not packed:
+        return []
+    return [struct.unpack_from("<QI", packed, i) for i in range(0, len(packed) - len(packed) % 12, 12)]
+
+
+# --------------------------------------------------------------------------- conversations
+
+
+@dataclass(slots=True)
+class TextPart:
+    """Plain text in a message. ``raw`` is the provider block (e.g. with ``cache_control``)."""
+
+    text: str
+    raw: Any = None
+
+
+@dataclass(slots=True)
+class Reasoning:
+    """Model reasoning: visible ``text`` (thinking, summary), an opaque ``signature``
+    (Anthropic ``signature``, Gemini ``thoughtSignature``) and ``encrypted`` content
+    (Responses ``encrypted_content``, Anthropic ``redacted_thinking.data``). Echoed verbatim on replay."""
+
+    text: str = ""
+    signature: str | None = None
+    encrypted: str | None = None
+    raw: Any = None
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """A tool call made by the model.
+
+    Fields:
+        id: the call id (``toolu_...``, ``call_...``; Gemini's optional ``id``), or None.
+        name: the tool name.
+        arguments_raw: the arguments exactly as the protocol carries them: the JSON string of
+            Chat Completions and Responses ``arguments``, the Responses ``custom_tool_call.input``
+            text, or for protocols that carry an object (Anthropic ``input``, Gemini ``args``)
+            its compact JSON serialisation.
+        arguments: the parsed arguments (usually a dict); None when ``arguments_raw`` is not JSON.
+        kind: ``function`` | ``custom`` (free-form input) | ``server`` (run by the provider).
+        raw: the provider's block/item as it appeared.
+    """
+
+    id: str | None
+    name: str
+    arguments_raw: str
+    arguments: Any = None
+    kind: str = "function"
+    raw: Any = None
+
+
+@dataclass(slots=True)
+class ToolResult:
+    """The result of a tool call, as the agent sent it back.
+
+    Fields:
+        call_id: the id of the call it answers (None where the protocol has none).
+        content: the exact result: a string, or the provider's list of content blocks.
+        is_error: True/False where the protocol has a flag (Anthropic ``is_error``), else None.
+        name: the tool name where the protocol repeats it (Gemini ``functionResponse.name``).
+        raw: the provider's block/item/message as it appeared.
+    """
+
+    call_id: str | None
+    content: Any
+    is_error: bool | None = None
+    name: str | None = None
+    raw: Any = None
+
+
+@dataclass(slots=True)
+class OtherPart:
+    """A part the canonical model does not interpret (images, documents, unknown types); kept as ``raw``."""
+
+    kind: str
+    raw: Any = None
+
+
+Part = Union[TextPart, Reasoning, ToolCall, ToolResult, OtherPart]
+
+
+@dataclass(slots=True)
+class Message:
+    """One conversation message: ``role`` and its ``parts`` in order; ``raw`` the provider object."""
+
+    role: str
+    parts: list[Part] = field(default_factory=list)
+    raw: Any = None
+
+
+@dataclass(slots=True)
+class ToolSpec:
+    """A tool definition as sent: ``name``, ``description``, JSON-Schema ``parameters``, ``raw``."""
+
+    name: str
+    description: str | None = None
+    parameters: Any = None
+    raw: Any = None
+
+
+@dataclass(slots=True)
+class Conversation:
+    """A model request read protocol-neutrally.
+
+    Fields:
+        protocol: the wire protocol module name it was parsed with.
+        model: the model name (from the body, or the path for Gemini), or None.
+        system: the system prompt text (blocks joined with ``"\\n\\n"``), or None.
+        system_raw: the system prompt exactly as sent (Anthropic ``system``, Gemini
+            ``systemInstruction``, Responses ``instructions``, the leading Chat system messages).
+        tools: tool definitions in order.
+        messages: the conversation after the system prompt.
+        stream: whether a streamed response was asked for.
+        params: every other top-level body field, in body order (temperature, max_tokens, ...).
+    """
+
+    protocol: str
+    model: str | None = None
+    system: str | None = None
+    system_raw: Any = None
+    tools: list[ToolSpec] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    stream: bool = False
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- trajectories
+
+
+@dataclass(slots=True)
+class Action:
+    """A_i: one model reply of the main loop.
+
+    Fields: ``text`` (visible text, blocks joined); ``reasoning``; ``tool_calls`` in order (one
+    reply's parallel calls form one batch); ``usage`` (provider usage object, assigned from the
+    final event, never summed); ``stop_reason``; ``model``; ``raw`` (the final response object).
+    """
+
+    text: str = ""
+    reasoning: list[Reasoning] = field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: dict[str, Any] | None = None
+    stop_reason: str | None = None
+    model: str | None = None
+    raw: Any = None
+
+
+@dataclass(slots=True)
+class Observation:
+    """O_i: what the next main-loop request appends after A_i.
+
+    ``results`` are tool results in call order; ``messages`` holds any other appended input
+    (a format-error message, a user prompt). Empty when A_i made no tool call and nothing followed.
+    """
+
+    results: list[ToolResult] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Step:
+    """Step ``n`` (1-based) = action A_n with observation O_n; ``flags`` such as ``action_dropped_by_agent``."""
+
+    n: int
+    action: Action
+    observation: Observation = field(default_factory=Observation)
+    flags: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class LeftOut:
+    """A record not taken into the trajectory: ``where`` (line number or id), ``kind``, ``reason``."""
+
+    where: str
+    kind: str
+    reason: str
+
+
+@dataclass(slots=True)
+class Trajectory:
+    """A run read as steps.
+
+    Fields: ``task`` (the first user input); ``steps``; ``system`` prompt text and ``tools`` as
+    sent (None when the source does not store them); ``model``; ``left_out`` records; ``meta``.
+    """
+
+    task: str | None = None
+    steps: list[Step] = field(default_factory=list)
+    system: str | None = None
+    tools: list[ToolSpec] | None = None
+    model: str | None = None
+    left_out: list[LeftOut] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- secrets
+
+#: Request headers kept in the journal verbatim (lower-case names). Anything not allowed and not
+#: secret is dropped, its name kept in ``dropped``. Prefixes end with ``-``.
+REQUEST_HEADER_ALLOW: frozenset[str] = frozenset(
+    {
+        "content-type",
+        "content-encoding",
+        "content-length",
+        "accept",
+        "accept-encoding",
+        "accept-language",
+        "user-agent",
+        "anthropic-version",
+        "anthropic-beta",
+        "openai-beta",
+        "x-goog-api-client",
+        "x-app",
+        "originator",
+        "version",
+        "session-id",
+        "thread-id",
+        "x-session-id",
+        "x-session-affinity",
+        "x-client-request-id",
+        "x-request-id",
+        "x-stainless-",
+        "x-codex-",
+        "anthropic-",
+    }
+)
+
+# Header names that carry credentials (exact, lower-case) and name fragments that mark one.
+_SECRET_HEADER_NAMES = frozenset(
+    {
+        "authorization",
+        "proxy-authorization",
+        "x-api-key",
+        "api-key",
+        "x-goog-api-key",
+        "cookie",
+        "set-cookie",
+        "openai-organization",
+        "openai-project",
+        "chatgpt-account-id",
+    }
+)
+_SECRET_NAME_FRAGMENTS = ("token", "secret", "password", "passwd", "credential", "signature", "auth", "api-key", "apikey", "api_key")
+_SECRET_QUERY_NAMES = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token", "sig", "signature", "code"})
+
+
+def is_secret_header(name: str) -> bool:
+    """True when a header with this name may carry a credential (``Authorization``, ``x-api-key``,
+    ``x-goog-api-key``, ``api-key``, ``Proxy-Authorization``, ``Cookie``, ``Set-Cookie``, ``X-Amz-*``
+    and any name containing token, secret, password, credential, signature or auth)."""
+    n = name.lower()
+    if n in _SECRET_HEADER_NAMES or n.startswith("x-amz-"):
+        return True
+    return any(f in n for f in _SECRET_NAME_FRAGMENTS)
+
+
+def is_secret_query_param(name: str) -> bool:
+    """True for query parameters that carry credentials: ``key`` (Gemini), ``api_key``,
+    ``access_token``, ``token``, ``sig``, ``X-Amz-*`` (pre-signed URLs) and names with token/secret/signature."""
+    n = name.lower()
+    if n in _SECRET_QUERY_NAMES or n.startswith("x-amz-"):
+        return True
+    return any(f in n for f in ("token", "secret", "signature", "password", "credential"))
+
+
+def fingerprint(value: str | bytes, key: bytes) -> str:
+    """First 8 hex digits of HMAC-SHA256(key, value): tells two keys apart without revealing either."""
+    if isinstance(value, str):
+        value = value.encode("utf-8", "surrogateescape")
+    return hmac.new(key, value, hashlib.sha256).hexdigest()[:8]
+
+
+def _header_allowed(name: str, allow: frozenset[str]) -> bool:
+    if name in allow:
+        return True
+    return any(p.endswith("-") and name.startswith(p) for p in allow)
+
+
+@dataclass(slots=True)
+class RedactedMeta:
+    """Result of :func:`redact_exchange_meta`.
+
+    Fields: ``query`` (raw query string with secret values replaced by ``REDACTED``), ``headers``
+    (kept headers, lower-case name -> value), ``secrets`` (secret header or ``?name`` -> 8-hex
+    fingerprint), ``dropped`` (names of headers neither allowed nor secret).
+    """
+
+    query: str
+    headers: dict[str, str]
+    secrets: dict[str, str]
+    dropped: list[str]
+
+
+def redact_exchange_meta(
+    query: str,
+    headers: Iterable[tuple[str, str]],
+    key: bytes,
+    *,
+    allow: frozenset[str] | None = REQUEST_HEADER_ALLOW,
+) -> RedactedMeta:
+    """Remove secrets from a request's (or response's) query string and headers.
+
+    The one redaction function every journal writer path uses.
+
+    Args:
+        query: the raw query string without ``?`` (``alt=sse&key=AIza...``).
+        headers: (name, value) pairs as received.
+        key: per-journal HMAC key for fingerprints (bytes).
+        allow: header allow-list (exact lower-case names, or prefixes ending in ``-``); None keeps
+            every non-secret header (used for response headers).
+
+    Returns:
+        :class:`RedactedMeta`. Secret values never appear in it, in any encoding; a repeated
+        header keeps its values joined with ``", "``.
+    """
+    kept: dict[str, str] = {}
+    secrets: dict[str, str] = {}
+    dropped: list[str] = []
+    for name, value in headers:
+        n = name.lower()
+        if is_secret_header(n):
+            secrets[n] = fingerprint(value, key)
+        elif allow is None or _header_allowed(n, allow):
+            kept[n] = f"{kept[n]}, {value}" if n in kept else value
+        elif n not in dropped:
+            dropped.append(n)
+    out_segments: list[str] = []
+    if query:
+        for segment in query.split("&"):
+            raw_name, eq, raw_value = segment.partition("=")
+            name = unquote(raw_name.replace("+", " "))
+            if eq and is_secret_query_param(name):
+                secrets["?" + name] = fingerprint(unquote(raw_value.replace("+", " ")), key)
+                out_segments.append(f"{raw_name}=REDACTED")
+            else:
+                out_segments.append(segment)
+    return RedactedMeta("&".join(out_segments), kept, secrets, dropped)
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with every secret query value replaced by ``REDACTED``, for logs and error
+    messages (no fingerprint: callers that log have no journal key)."""
+    base, q, rest = url.partition("?")
+    if not q:
+        return url
+    query, hashmark, fragment = rest.partition("#")
+    return base + "?" + redact_exchange_meta(query, (), b"").query + (hashmark + fragment)

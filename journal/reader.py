@@ -1,0 +1,373 @@
+"""Read-only access to an Event Journal: runs, exchanges, bodies, verification, export.
+
+Readers never write: the file is opened with ``mode=ro``; a copy on read-only media whose WAL
+was checkpointed is opened with ``immutable=1`` (a WAL database needs a writable ``-shm``
+otherwise). Every body restored from a blob is checked against its sha256.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import sqlite3
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import quote
+
+import orjson
+
+from . import blobs
+from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
+from .model import Attempt, Exchange, Run, unpack_timings
+
+_CACHE_BYTES = 64 * 1024 * 1024
+
+
+def _connect_ro(path: Path) -> sqlite3.Connection:
+    if not path.exists():
+        raise UsageError(f"journal {path} does not exist")
+    uri = "file:" + quote(str(path.resolve())) + "?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.DatabaseError as exc:
+        if "not a database" in str(exc) or "malformed" in str(exc):
+            raise BadInputError(f"{path} is not a pvisor journal (not a readable SQLite database: {exc})") from None
+        wal = Path(str(path) + "-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise UnavailableError(f"cannot open journal {path} read-only: {exc}") from None
+    # read-only directory without -shm: safe only when the WAL holds nothing
+    conn = sqlite3.connect("file:" + quote(str(path.resolve())) + "?immutable=1", uri=True, check_same_thread=False)
+    return conn
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """Result of :meth:`JournalReader.verify`: ``problems`` (each a sentence naming the table,
+    row or blob), counts of what was checked, ``ok`` when no problem was found."""
+
+    problems: list[str] = field(default_factory=list)
+    runs: int = 0
+    exchanges: int = 0
+    blobs: int = 0
+    blob_bytes_stored: int = 0
+    blob_bytes_restored: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+class JournalReader:
+    """Read an Event Journal. ``JournalReader(path)``; use as a context manager or call ``close``.
+
+    Raises:
+        UsageError: the file does not exist.
+        BadInputError: the file is not an SQLite database, or not a pvisor journal.
+        UnavailableError: it cannot be opened read-only.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.conn = _connect_ro(self.path)
+        self.conn.row_factory = sqlite3.Row
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._cache_bytes = 0
+        names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not {"runs", "exchanges", "blobs", "events"} <= names:
+            raise BadInputError(f"{self.path} is an SQLite database but not a pvisor journal (tables runs, exchanges, blobs missing)")
+
+    def __enter__(self) -> "JournalReader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ------------------------------------------------------------------ runs
+
+    @staticmethod
+    def _run(row: sqlite3.Row) -> Run:
+        return Run(
+            id=row["id"],
+            agent=row["agent"],
+            agent_version=row["agent_version"],
+            argv=orjson.loads(row["argv"]),
+            created_ms=row["created_ms"],
+            parent_run=row["parent_run"],
+            boundary_step=row["boundary_step"],
+            mode=row["mode"],
+            labels=orjson.loads(row["labels"]),
+        )
+
+    def runs(self) -> list[Run]:
+        """All runs, oldest first."""
+        return [self._run(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY created_ms, rowid")]
+
+    def run(self, run_id: str) -> Run:
+        """The run ``run_id`` (or a unique prefix of it). Raises UsageError when none or several match."""
+        rows = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchall()
+        if not rows:
+            rows = self.conn.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (_like_prefix(run_id),)).fetchall()
+        if not rows:
+            raise UsageError(f"no run {run_id!r} in journal {self.path}")
+        if len(rows) > 1:
+            raise UsageError(f"run id {run_id!r} is ambiguous in journal {self.path}: {', '.join(r['id'] for r in rows)}")
+        return self._run(rows[0])
+
+    def attempts(self, run_id: str) -> list[Attempt]:
+        return [
+            Attempt(run=r["run_id"], n=r["n"], started_ms=r["started_ms"], ended_ms=r["ended_ms"], exit_code=r["exit_code"], labels=orjson.loads(r["labels"]))
+            for r in self.conn.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY n", (run_id,))
+        ]
+
+    def run_summaries(self) -> list[dict[str, Any]]:
+        """Per run: id, agent, mode, created_ms, exchange count, outcome counts, bytes."""
+        out = []
+        for run in self.runs():
+            rows = self.conn.execute(
+                "SELECT COALESCE(outcome, 'in_flight') AS o, count(*) AS n, SUM(request_bytes) AS rq, SUM(bytes_received) AS rs"
+                " FROM exchanges WHERE run_id = ? GROUP BY o",
+                (run.id,),
+            ).fetchall()
+            out.append(
+                {
+                    "id": run.id,
+                    "agent": run.agent,
+                    "agent_version": run.agent_version,
+                    "mode": run.mode,
+                    "created_ms": run.created_ms,
+                    "parent_run": run.parent_run,
+                    "exchanges": sum(r["n"] for r in rows),
+                    "outcomes": {r["o"]: r["n"] for r in rows},
+                    "request_bytes": sum(r["rq"] or 0 for r in rows),
+                    "response_bytes": sum(r["rs"] or 0 for r in rows),
+                }
+            )
+        return out
+
+    # ------------------------------------------------------------------ exchanges
+
+    @staticmethod
+    def _exchange(row: sqlite3.Row) -> Exchange:
+        return Exchange(
+            id=row["id"],
+            run=row["run_id"],
+            attempt=row["attempt"],
+            seq=row["seq"],
+            protocol=row["protocol"],
+            method=row["method"],
+            path=row["path"],
+            query=row["query"],
+            request_headers=orjson.loads(row["request_headers"]),
+            secret_fingerprints=orjson.loads(row["secret_fingerprints"]),
+            request_encoding=row["request_encoding"],
+            request_body=row["request_body"],
+            request_bytes=row["request_bytes"],
+            status=row["status"],
+            response_headers=orjson.loads(row["response_headers"]),
+            response_body=row["response_body"],
+            response_final=row["response_final"],
+            streamed=bool(row["streamed"]),
+            chunk_timings=row["chunk_timings"] or b"",
+            outcome=row["outcome"] if row["outcome"] is not None else "in_flight",
+            error=row["error"],
+            started_ms=row["started_ms"],
+            headers_us=row["headers_us"],
+            first_byte_us=row["first_byte_us"],
+            ended_us=row["ended_us"],
+            bytes_received=row["bytes_received"],
+            bytes_delivered=row["bytes_delivered"],
+            chain=row["chain"],
+            role=row["role"],
+        )
+
+    def exchanges(self, run_id: str | None = None) -> list[Exchange]:
+        """Exchanges of one run in arrival order (seq), or of all runs."""
+        if run_id is None:
+            cur = self.conn.execute("SELECT * FROM exchanges ORDER BY run_id, seq, started_ms")
+        else:
+            cur = self.conn.execute("SELECT * FROM exchanges WHERE run_id = ? ORDER BY seq, started_ms", (run_id,))
+        return [self._exchange(r) for r in cur]
+
+    def exchange(self, exchange_id: str) -> Exchange:
+        """The exchange ``exchange_id`` (or a unique prefix). Raises UsageError when none or several match."""
+        rows = self.conn.execute("SELECT * FROM exchanges WHERE id = ?", (exchange_id,)).fetchall()
+        if not rows:
+            rows = self.conn.execute("SELECT * FROM exchanges WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (_like_prefix(exchange_id),)).fetchall()
+        if not rows:
+            raise UsageError(f"no exchange {exchange_id!r} in journal {self.path}")
+        if len(rows) > 1:
+            raise UsageError(f"exchange id {exchange_id!r} is ambiguous: {', '.join(r['id'] for r in rows)}")
+        return self._exchange(rows[0])
+
+    def events(self, run_id: str | None = None) -> list[dict[str, Any]]:
+        """Journal events in sequence order (all, or those of one run)."""
+        if run_id is None:
+            cur = self.conn.execute("SELECT * FROM events ORDER BY seq")
+        else:
+            cur = self.conn.execute("SELECT * FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
+        return [
+            {**dict(r), "data": orjson.loads(r["data"]) if r["data"] is not None else None}
+            for r in cur
+        ]
+
+    # ------------------------------------------------------------------ blobs
+
+    def blob(self, sha: str) -> bytes:
+        """Restore the blob whose content sha256 is ``sha``, following its prefix references.
+
+        Raises IntegrityError when the blob or a base is missing, cannot be decoded, or restores
+        to bytes whose sha256 differs.
+        """
+        hit = self._cache.get(sha)
+        if hit is not None:
+            self._cache.move_to_end(sha)
+            return hit
+        # walk down to a keyframe (or a cached body), then decode upwards
+        chain: list[sqlite3.Row] = []
+        cur = sha
+        base_bytes: bytes | None = None
+        while True:
+            row = self.conn.execute(
+                "SELECT sha256, size, codec, base, CAST(data AS BLOB) AS data, typeof(data) AS dtype FROM blobs WHERE sha256 = ?", (cur,)
+            ).fetchone()
+            if row is None:
+                what = "blob" if cur == sha else f"base blob {cur} of blob"
+                raise IntegrityError(f"journal {self.path}: {what} {sha} is missing")
+            chain.append(row)
+            if len(chain) > blobs.STANDALONE_EVERY + 2:
+                raise IntegrityError(f"journal {self.path}: blob {sha} has a reference loop")
+            if row["codec"] != "zstd-prefix":
+                break
+            cached = self._cache.get(row["base"])
+            if cached is not None:
+                base_bytes = cached
+                break
+            cur = row["base"]
+        data = base_bytes
+        for row in reversed(chain):
+            if row["dtype"] != "blob":
+                raise IntegrityError(f"journal {self.path}: blob {row['sha256']} holds {row['dtype']}, not bytes")
+            try:
+                data = blobs.decode(row["codec"], row["data"], data if row["codec"] == "zstd-prefix" else None)
+            except (ValueError, blobs.ZstdError) as exc:
+                raise IntegrityError(f"journal {self.path}: blob {row['sha256']} cannot be decoded: {exc}") from None
+            if blobs.sha256_hex(data) != row["sha256"] or len(data) != row["size"]:
+                raise IntegrityError(f"journal {self.path}: blob {row['sha256']} restores to different bytes (digest mismatch)")
+            self._remember(row["sha256"], data)
+        assert data is not None
+        return data
+
+    def _remember(self, sha: str, data: bytes) -> None:
+        self._cache[sha] = data
+        self._cache_bytes += len(data)
+        while self._cache_bytes > _CACHE_BYTES and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cache_bytes -= len(old)
+
+    def request_body(self, ex: Exchange) -> bytes | None:
+        """The stored request body: decoded from its Content-Encoding, or the raw bytes when
+        decoding failed (outcome ``decode_error``). None when the request had no body."""
+        return self.blob(ex.request_body) if ex.request_body else None
+
+    def response_body(self, ex: Exchange, *, raw: bool = False) -> bytes | None:
+        """The response: with ``raw`` the bytes exactly as received (event-stream framing,
+        content encoding intact); otherwise the reassembled final response when there is one,
+        else the raw bytes. None when nothing was received."""
+        if not raw and ex.response_final:
+            return self.blob(ex.response_final)
+        return self.blob(ex.response_body) if ex.response_body else None
+
+    # ------------------------------------------------------------------ integrity
+
+    def verify(self) -> VerifyReport:
+        """Check SQLite integrity, that every referenced blob exists, and that every blob
+        restores to bytes with its sha256. Never raises for damage: it is reported."""
+        rep = VerifyReport()
+        try:
+            for (msg,) in self.conn.execute("PRAGMA integrity_check"):
+                if msg != "ok":
+                    rep.problems.append(f"sqlite integrity_check: {msg}")
+        except sqlite3.DatabaseError as exc:
+            rep.problems.append(f"sqlite integrity_check failed: {exc}")
+            return rep
+        rep.runs = self.conn.execute("SELECT count(*) FROM runs").fetchone()[0]
+        rep.exchanges = self.conn.execute("SELECT count(*) FROM exchanges").fetchone()[0]
+        for col in ("request_body", "response_body", "response_final"):
+            for ex_id, sha in self.conn.execute(
+                f"SELECT e.id, e.{col} FROM exchanges e LEFT JOIN blobs b ON b.sha256 = e.{col}"
+                f" WHERE e.{col} IS NOT NULL AND b.sha256 IS NULL"
+            ):
+                rep.problems.append(f"exchange {ex_id}: {col} blob {sha} is missing")
+        for sha, base in self.conn.execute(
+            "SELECT b.sha256, b.base FROM blobs b LEFT JOIN blobs c ON c.sha256 = b.base WHERE b.base IS NOT NULL AND c.sha256 IS NULL"
+        ):
+            rep.problems.append(f"blob {sha}: base blob {base} is missing")
+        for (ex_id,) in self.conn.execute(
+            "SELECT e.id FROM exchanges e LEFT JOIN runs r ON r.id = e.run_id WHERE r.id IS NULL"
+        ):
+            rep.problems.append(f"exchange {ex_id}: its run is missing")
+        self._cache.clear()
+        self._cache_bytes = 0
+        for (sha, stored) in self.conn.execute("SELECT sha256, length(data) FROM blobs ORDER BY rowid").fetchall():
+            rep.blobs += 1
+            rep.blob_bytes_stored += stored
+            try:
+                rep.blob_bytes_restored += len(self.blob(sha))
+            except IntegrityError as exc:
+                msg = str(exc).split(": ", 1)[-1]
+                if msg not in rep.problems:
+                    rep.problems.append(msg)
+        return rep
+
+    # ------------------------------------------------------------------ export
+
+    def export_jsonl(self, out: IO[bytes], run_id: str | None = None) -> int:
+        """Write runs, attempts and exchanges (with bodies) as JSON Lines; return the line count.
+
+        One object per line, with ``"type"`` ``run``, ``attempt`` or ``exchange``. A body is
+        ``{"body": str}`` when it is valid UTF-8, else ``{"body_b64": str}``. Secrets are not in
+        the journal, so they cannot be in the export.
+        """
+        runs = [self.run(run_id)] if run_id else self.runs()
+        n = 0
+        for run in runs:
+            out.write(orjson.dumps({"type": "run", **_asdict(run)}) + b"\n")
+            n += 1
+            for att in self.attempts(run.id):
+                out.write(orjson.dumps({"type": "attempt", **_asdict(att)}) + b"\n")
+                n += 1
+            for ex in self.exchanges(run.id):
+                d = _asdict(ex)
+                d["chunk_timings"] = [list(t) for t in unpack_timings(ex.chunk_timings)]
+                d["request"] = body_json_field(self.request_body(ex))
+                d["response"] = body_json_field(self.response_body(ex, raw=True))
+                d["final"] = body_json_field(self.blob(ex.response_final)) if ex.response_final else None
+                out.write(orjson.dumps({"type": "exchange", **d}) + b"\n")
+                n += 1
+        return n
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in obj.__slots__ if name != "chunk_timings"} | (
+        {"chunk_timings": obj.chunk_timings} if "chunk_timings" in obj.__slots__ else {}
+    )
+
+
+def body_json_field(data: bytes | None) -> dict[str, str] | None:
+    if data is None:
+        return None
+    try:
+        return {"body": data.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"body_b64": base64.b64encode(data).decode()}
+
+
+def _like_prefix(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

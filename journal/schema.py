@@ -1,0 +1,129 @@
+"""The journal's versioned schema, applied with sqlite-utils migrations.
+
+Each migration is a function registered on :data:`MIGRATIONS`, applied in order inside a
+transaction and recorded in ``_sqlite_migrations`` (sqlite-utils ``migrations.py``). The schema
+version is the number of migrations applied; ``PRAGMA user_version`` mirrors it so that plain
+``sqlite3`` users see it. ``docs/journal.md`` documents every table and column.
+"""
+
+from __future__ import annotations
+
+from sqlite_utils import Database
+from sqlite_utils.migrations import Migrations
+
+MIGRATION_SET = "pvisor.journal"
+MIGRATIONS = Migrations(MIGRATION_SET)
+
+_V1 = [
+    """CREATE TABLE meta (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL
+    )""",
+    """CREATE TABLE writers (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        pid INTEGER NOT NULL,
+        host TEXT NOT NULL,
+        proc_start TEXT,
+        started_ms INTEGER NOT NULL,
+        heartbeat_ms INTEGER NOT NULL,
+        closed_ms INTEGER,
+        closed_how TEXT
+    )""",
+    """CREATE TABLE events (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        ts_ms INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        run_id TEXT,
+        exchange_id TEXT,
+        writer_id INTEGER,
+        data TEXT
+    )""",
+    "CREATE INDEX events_run ON events(run_id, seq)",
+    """CREATE TABLE runs (
+        id TEXT PRIMARY KEY,
+        agent TEXT,
+        agent_version TEXT,
+        argv TEXT NOT NULL DEFAULT '[]',
+        created_ms INTEGER NOT NULL,
+        parent_run TEXT,
+        boundary_step INTEGER,
+        mode TEXT NOT NULL DEFAULT 'capture',
+        labels TEXT NOT NULL DEFAULT '{}'
+    )""",
+    """CREATE TABLE attempts (
+        run_id TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        started_ms INTEGER NOT NULL,
+        ended_ms INTEGER,
+        exit_code INTEGER,
+        labels TEXT NOT NULL DEFAULT '{}',
+        PRIMARY KEY (run_id, n)
+    )""",
+    """CREATE TABLE blobs (
+        sha256 TEXT PRIMARY KEY,
+        size INTEGER NOT NULL,
+        codec TEXT NOT NULL,
+        base TEXT,
+        data BLOB NOT NULL
+    )""",
+    """CREATE TABLE exchanges (
+        id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 1,
+        seq INTEGER NOT NULL,
+        protocol TEXT,
+        method TEXT NOT NULL,
+        path TEXT NOT NULL,
+        query TEXT NOT NULL DEFAULT '',
+        request_headers TEXT NOT NULL DEFAULT '{}',
+        secret_fingerprints TEXT NOT NULL DEFAULT '{}',
+        dropped_headers TEXT NOT NULL DEFAULT '[]',
+        request_encoding TEXT,
+        request_body TEXT,
+        request_bytes INTEGER NOT NULL DEFAULT 0,
+        status INTEGER,
+        response_headers TEXT NOT NULL DEFAULT '{}',
+        response_body TEXT,
+        response_final TEXT,
+        streamed INTEGER NOT NULL DEFAULT 0,
+        chunk_timings BLOB,
+        outcome TEXT,
+        error TEXT,
+        started_ms REAL NOT NULL,
+        headers_us INTEGER,
+        first_byte_us INTEGER,
+        ended_us INTEGER,
+        bytes_received INTEGER NOT NULL DEFAULT 0,
+        bytes_delivered INTEGER NOT NULL DEFAULT 0,
+        chain INTEGER,
+        role TEXT,
+        writer_id INTEGER,
+        lane_pos INTEGER
+    )""",
+    "CREATE INDEX exchanges_run ON exchanges(run_id, seq)",
+    "CREATE INDEX exchanges_writer_open ON exchanges(writer_id) WHERE outcome IS NULL",
+]
+
+
+@MIGRATIONS(name="m001_initial")
+def m001_initial(db: Database) -> None:
+    """Tables meta, writers, events, runs, attempts, blobs, exchanges."""
+    for statement in _V1:
+        db.execute(statement)
+
+
+def schema_version() -> int:
+    """The schema version this pvisor writes: the number of registered migrations."""
+    return len(MIGRATIONS._migrations)
+
+
+def known_migration_names() -> list[str]:
+    return [m.name for m in MIGRATIONS._migrations]
+
+
+def apply_migrations(db: Database) -> int:
+    """Apply pending migrations; return the resulting schema version."""
+    MIGRATIONS.apply(db)
+    version = len(MIGRATIONS.applied(db))
+    db.execute(f"PRAGMA user_version = {int(version)}")
+    return version

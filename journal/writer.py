@@ -1,0 +1,704 @@
+"""The journal writer: one thread that owns the SQLite connection and commits in batches.
+
+Callers (the gateway's event loop, tests, importers) never wait for the disk: they hand one
+message per finished exchange to a queue, and the writer thread redacts, decodes, compresses
+and inserts, committing each batch within 100 ms (``BEGIN IMMEDIATE``, ``busy_timeout``,
+``synchronous=NORMAL`` in WAL mode). An exchange still in flight after a commit tick is written
+as a row with ``outcome`` NULL, so that if this process dies, the next writer finds its lease
+row (pid, host, start, heartbeat) dead and marks those rows ``incomplete``.
+
+Typical use::
+
+    with Journal.open(path) as journal:
+        journal.create_run(Run(id="r-1", agent="codex"))
+        ex = journal.begin_exchange("r-1", "POST", "/v1/responses", [("content-type", "application/json")])
+        ...
+        journal.finish_exchange(ex, status=200, request_body=body, response_body=raw, streamed=True)
+        journal.flush()  # tests: wait until everything queued is committed
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import secrets
+import socket
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import orjson
+
+from . import blobs
+from .content_encoding import DEFAULT_LIMIT, DecodeError, decode_body
+from .errors import BadInputError, UnavailableError
+from .model import REQUEST_HEADER_ALLOW, Attempt, Run, pack_timings, redact_exchange_meta
+from .paths import create_private_file
+
+COMMIT_INTERVAL_S = 0.1
+HEARTBEAT_INTERVAL_S = 2.0
+DEAD_AFTER_MS = 60_000  # a lease not renewed for this long is dead even on another host
+BUSY_TIMEOUT_MS = 5000
+BATCH_MAX = 256
+
+#: ``finalize(protocol, streamed, decoded_response_body) -> final response JSON bytes | None``,
+#: called in the writer thread (the gateway passes the protocol modules' reassembly).
+Finalizer = Callable[[str | None, bool, bytes], bytes | None]
+
+
+def new_run_id() -> str:
+    """``r-`` + 12 random hex digits."""
+    return "r-" + secrets.token_hex(6)
+
+
+def new_exchange_id() -> str:
+    """``x-`` + 16 random hex digits."""
+    return "x-" + secrets.token_hex(8)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _proc_start(pid: int) -> str | None:
+    """Start time of a process in clock ticks since boot (Linux ``/proc/PID/stat`` field 22), to
+    tell a live writer from a recycled pid; None where /proc is unavailable."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat.rsplit(b")", 1)[1].split()[19].decode()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass(slots=True)
+class PendingExchange:
+    """An exchange that has begun. Made by :meth:`Journal.begin_exchange`; pass it to
+    :meth:`Journal.finish_exchange`. ``started_ms`` is Unix epoch ms; ``t0`` a perf_counter value."""
+
+    id: str
+    run: str
+    attempt: int
+    seq: int
+    method: str
+    path: str
+    query: str
+    headers: list[tuple[str, str]]
+    protocol: str | None
+    started_ms: float
+    t0: float
+    persisted: bool = False
+
+
+@dataclass(slots=True)
+class FinishedExchange:
+    """Everything the writer needs to store one exchange (the single queue message per exchange)."""
+
+    pending: PendingExchange
+    status: int | None
+    response_headers: list[tuple[str, str]]
+    request_body: bytes | None
+    response_body: bytes | None
+    streamed: bool
+    chunk_timings: bytes
+    outcome: str
+    error: str | None
+    headers_us: int | None
+    first_byte_us: int | None
+    ended_us: int
+    bytes_received: int
+    bytes_delivered: int
+    request_encoding: str | None
+    request_bytes: int
+
+
+@dataclass(slots=True)
+class _Lane:
+    """Per (run, method, path) delta-compression state: recent body shas by lane position."""
+
+    pos: int = -1
+    last: tuple[str, bytes] | None = None  # (sha, body) at pos
+    keyframes: dict[int, tuple[str, bytes]] = field(default_factory=dict)
+
+
+class Journal:
+    """The write side of an Event Journal file. Thread-safe to call from any thread; all SQLite
+    work happens in one writer thread. Open with :meth:`open`; close with :meth:`close` (or use
+    it as a context manager).
+
+    Raises:
+        UnavailableError: the file is locked by others past the busy timeout, or cannot be opened.
+        BadInputError: the file exists but is not an SQLite database.
+    """
+
+    def __init__(self, path: Path, *, finalize: Finalizer | None = None, max_decoded: int = DEFAULT_LIMIT):
+        self.path = Path(path)
+        self.finalize = finalize
+        self.max_decoded = max_decoded
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._inflight: dict[str, PendingExchange] = {}
+        self._seq: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+        self._error: BaseException | None = None
+        self.writer_id: int | None = None
+        self.fingerprint_key: bytes = b""
+        self.reaped: list[int] = []  # ids of dead writers whose exchanges this writer marked incomplete
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pvisor-journal-writer", daemon=True)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, **kwargs: Any) -> "Journal":
+        """Create or open the journal at ``path``, migrate its schema, take a writer lease and
+        start the writer thread. Returns when the writer is ready."""
+        journal = cls(Path(path), **kwargs)
+        journal._thread.start()
+        journal._ready.wait()
+        if journal._error is not None:
+            journal._thread.join()
+            raise journal._error
+        return journal
+
+    def __enter__(self) -> "Journal":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Commit everything queued, mark exchanges still in flight ``incomplete``, release the
+        lease and checkpoint the WAL. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        done = threading.Event()
+        self._queue.put(("close", done))
+        done.wait()
+        self._thread.join()
+
+    def flush(self, timeout: float = 30.0) -> None:
+        """Block until every message queued before this call is committed (for tests and
+        commands; the gateway's hot path never calls it)."""
+        self._raise_if_failed()
+        done = threading.Event()
+        self._queue.put(("flush", done))
+        if not done.wait(timeout):
+            raise UnavailableError(f"journal {self.path}: writer did not commit within {timeout:.0f} s")
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise UnavailableError(f"journal {self.path}: writer stopped: {self._error}")
+
+    # ------------------------------------------------------------------ API used by producers
+
+    def create_run(self, run: Run) -> None:
+        """Queue a run row (``INSERT OR IGNORE``: an existing run keeps its row)."""
+        if not run.created_ms:
+            run.created_ms = now_ms()
+        self._queue.put(("run", run))
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Queue an update of run columns (agent, agent_version, argv, labels, mode, ...)."""
+        self._queue.put(("run_update", (run_id, fields)))
+
+    def start_attempt(self, attempt: Attempt) -> None:
+        """Queue an attempt row."""
+        if not attempt.started_ms:
+            attempt.started_ms = now_ms()
+        self._queue.put(("attempt", attempt))
+
+    def end_attempt(self, run_id: str, n: int, exit_code: int | None, labels: dict[str, str] | None = None) -> None:
+        """Queue the end of an attempt (end time now, the agent's exit code, extra labels)."""
+        self._queue.put(("attempt_end", (run_id, n, now_ms(), exit_code, labels or {})))
+
+    def begin_exchange(
+        self,
+        run: str,
+        method: str,
+        path: str,
+        headers: Iterable[tuple[str, str]],
+        *,
+        query: str = "",
+        attempt: int = 1,
+        protocol: str | None = None,
+    ) -> PendingExchange:
+        """Register an exchange that has just arrived. Costs no I/O: the exchange lives in memory
+        until it finishes, or is written as in flight at the next commit tick.
+
+        Args: run id; HTTP method; path without query; raw request headers (secrets included:
+        they are redacted in the writer thread before anything is stored); raw query string;
+        attempt number; protocol module name if known.
+        """
+        with self._lock:
+            seq = self._seq.get(run, 0) + 1
+            self._seq[run] = seq
+        p = PendingExchange(
+            id=new_exchange_id(),
+            run=run,
+            attempt=attempt,
+            seq=seq,
+            method=method,
+            path=path,
+            query=query,
+            headers=list(headers),
+            protocol=protocol,
+            started_ms=time.time() * 1000.0,
+            t0=time.perf_counter(),
+        )
+        self._inflight[p.id] = p
+        return p
+
+    def finish_exchange(
+        self,
+        pending: PendingExchange,
+        *,
+        status: int | None,
+        response_headers: Iterable[tuple[str, str]] = (),
+        request_body: bytes | None = None,
+        response_body: bytes | None = None,
+        streamed: bool = False,
+        chunk_timings: Iterable[Sequence[int]] | bytes = b"",
+        outcome: str = "ok",
+        error: str | None = None,
+        headers_us: int | None = None,
+        first_byte_us: int | None = None,
+        bytes_received: int | None = None,
+        bytes_delivered: int | None = None,
+        request_encoding: str | None = None,
+    ) -> None:
+        """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
+        body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
+        failure sets outcome ``decode_error`` and keeps the raw bytes), the response body raw.
+        ``chunk_timings``: (µs since start, length) pairs or already packed bytes."""
+        ended_us = int((time.perf_counter() - pending.t0) * 1e6)
+        self._inflight.pop(pending.id, None)
+        rb = response_body or b""
+        self._queue.put(
+            (
+                "exchange",
+                FinishedExchange(
+                    pending=pending,
+                    status=status,
+                    response_headers=list(response_headers),
+                    request_body=request_body,
+                    response_body=response_body,
+                    streamed=streamed,
+                    chunk_timings=pack_timings(chunk_timings),
+                    outcome=outcome,
+                    error=error,
+                    headers_us=headers_us,
+                    first_byte_us=first_byte_us,
+                    ended_us=ended_us,
+                    bytes_received=len(rb) if bytes_received is None else bytes_received,
+                    bytes_delivered=len(rb) if bytes_delivered is None else bytes_delivered,
+                    request_encoding=request_encoding,
+                    request_bytes=len(request_body or b""),
+                ),
+            )
+        )
+
+    def record_exchange(self, run: str, method: str, path: str, headers: Iterable[tuple[str, str]] = (), **kw: Any) -> str:
+        """Begin and finish an exchange in one call (importers, tests). Returns the exchange id.
+        Keyword arguments: ``query``, ``attempt``, ``protocol`` and those of :meth:`finish_exchange`."""
+        begin_kw = {k: kw.pop(k) for k in ("query", "attempt", "protocol") if k in kw}
+        p = self.begin_exchange(run, method, path, headers, **begin_kw)
+        self.finish_exchange(p, **kw)
+        return p.id
+
+    # ------------------------------------------------------------------ writer thread
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            create_private_file(self.path)
+        except OSError as exc:
+            raise UnavailableError(f"cannot create journal {self.path}: {exc.strerror}") from None
+        conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            if "not a database" in str(exc):
+                raise BadInputError(f"{self.path} is not a pvisor journal (not an SQLite database)") from None
+            raise UnavailableError(f"cannot open journal {self.path}: {exc}") from None
+        if mode.lower() != "wal":
+            conn.close()
+            raise UnavailableError(f"journal {self.path}: cannot switch to WAL mode (got {mode})")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        conn.execute("PRAGMA foreign_keys = OFF")
+        return conn
+
+    def _setup(self, conn: sqlite3.Connection) -> None:
+        from sqlite_utils import Database
+
+        from .schema import apply_migrations
+
+        db = Database(conn)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            apply_migrations(db)
+            row = conn.execute("SELECT value FROM meta WHERE key = 'fingerprint_key'").fetchone()
+            if row is None:
+                key = secrets.token_hex(32)
+                conn.executemany(
+                    "INSERT INTO meta(key, value) VALUES (?, ?)",
+                    [("fingerprint_key", key), ("journal_id", "j-" + secrets.token_hex(8)), ("created_ms", str(now_ms()))],
+                )
+            else:
+                key = row[0]
+            self.fingerprint_key = bytes.fromhex(key)
+            t = now_ms()
+            cur = conn.execute(
+                "INSERT INTO writers(pid, host, proc_start, started_ms, heartbeat_ms) VALUES (?, ?, ?, ?, ?)",
+                (os.getpid(), socket.gethostname(), _proc_start(os.getpid()), t, t),
+            )
+            self.writer_id = cur.lastrowid
+            self._event(conn, "writer.started", data={"pid": os.getpid()})
+            self._reap_dead_writers(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def _reap_dead_writers(self, conn: sqlite3.Connection) -> None:
+        host = socket.gethostname()
+        t = now_ms()
+        rows = conn.execute(
+            "SELECT id, pid, host, proc_start, heartbeat_ms FROM writers WHERE closed_ms IS NULL AND id != ?",
+            (self.writer_id,),
+        ).fetchall()
+        for wid, pid, whost, pstart, heartbeat in rows:
+            if whost == host:
+                dead = not _pid_alive(pid) or (pstart is not None and _proc_start(pid) != pstart)
+            else:
+                dead = t - heartbeat > DEAD_AFTER_MS
+            if not dead:
+                continue
+            n = conn.execute(
+                "UPDATE exchanges SET outcome = 'incomplete', error = ? WHERE writer_id = ? AND outcome IS NULL",
+                (f"writer {wid} (pid {pid}) ended while the exchange was in flight", wid),
+            ).rowcount
+            conn.execute("UPDATE writers SET closed_ms = ?, closed_how = 'dead' WHERE id = ?", (t, wid))
+            self._event(conn, "writer.reaped", data={"writer": wid, "pid": pid, "exchanges_marked_incomplete": n})
+            self.reaped.append(wid)
+
+    def _event(self, conn: sqlite3.Connection, kind: str, run: str | None = None, exchange: str | None = None, data: Any = None) -> None:
+        conn.execute(
+            "INSERT INTO events(ts_ms, kind, run_id, exchange_id, writer_id, data) VALUES (?, ?, ?, ?, ?, ?)",
+            (now_ms(), kind, run, exchange, self.writer_id, orjson.dumps(data).decode() if data is not None else None),
+        )
+
+    def _run(self) -> None:
+        try:
+            conn = self._connect()
+            self._setup(conn)
+        except BaseException as exc:  # reported to open()
+            self._error = exc
+            self._ready.set()
+            return
+        self._ready.set()
+        self._lanes: dict[tuple[str, str, str], _Lane] = {}
+        self._seq_offset: dict[str, int] = {}
+        self._known_runs: set[str] = set()
+        last_heartbeat = time.monotonic()
+        try:
+            while True:
+                try:
+                    first = self._queue.get(timeout=COMMIT_INTERVAL_S)
+                    batch = [first]
+                except queue.Empty:
+                    batch = []
+                while batch and len(batch) < BATCH_MAX:
+                    try:
+                        batch.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                now = time.monotonic()
+                beat = now - last_heartbeat >= HEARTBEAT_INTERVAL_S
+                stale = [p for p in list(self._inflight.values()) if not p.persisted and now - p.t0 >= COMMIT_INTERVAL_S]
+                waiters: list[threading.Event] = []
+                closing: threading.Event | None = None
+                if batch or stale or beat:
+                    conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        for p in stale:
+                            self._write_inflight(conn, p)
+                        for kind, payload in batch:
+                            if kind == "flush":
+                                waiters.append(payload)
+                            elif kind == "close":
+                                closing = payload
+                            else:
+                                self._apply(conn, kind, payload)
+                        if beat:
+                            conn.execute("UPDATE writers SET heartbeat_ms = ? WHERE id = ?", (now_ms(), self.writer_id))
+                            last_heartbeat = now
+                        if closing is not None:
+                            self._close_rows(conn)
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        raise
+                for w in waiters:
+                    w.set()
+                if closing is not None:
+                    try:
+                        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    except sqlite3.OperationalError:
+                        pass  # another connection is reading; the checkpoint happens later
+                    conn.close()
+                    closing.set()
+                    return
+        except BaseException as exc:
+            self._error = exc
+            # release anyone waiting; later calls raise UnavailableError
+            while True:
+                try:
+                    kind, payload = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if kind in ("flush", "close"):
+                    payload.set()
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def _close_rows(self, conn: sqlite3.Connection) -> None:
+        for p in list(self._inflight.values()):
+            if not p.persisted:
+                self._write_inflight(conn, p)
+        conn.execute(
+            "UPDATE exchanges SET outcome = 'incomplete', error = 'gateway stopped while the exchange was in flight'"
+            " WHERE writer_id = ? AND outcome IS NULL",
+            (self.writer_id,),
+        )
+        conn.execute("UPDATE writers SET closed_ms = ?, closed_how = 'closed' WHERE id = ?", (now_ms(), self.writer_id))
+        self._event(conn, "writer.closed")
+
+    # ------------------------------------------------------------------ row writers (writer thread)
+
+    def _ensure_run(self, conn: sqlite3.Connection, run: str) -> None:
+        if run in self._known_runs:
+            return
+        cur = conn.execute("INSERT OR IGNORE INTO runs(id, created_ms) VALUES (?, ?)", (run, now_ms()))
+        if cur.rowcount:
+            self._event(conn, "run.created", run=run)
+        row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM exchanges WHERE run_id = ?", (run,)).fetchone()
+        # exchanges of this run recorded by earlier writers come first
+        self._seq_offset[run] = row[0]
+        self._known_runs.add(run)
+
+    def _apply(self, conn: sqlite3.Connection, kind: str, payload: Any) -> None:
+        if kind == "exchange":
+            self._write_exchange(conn, payload)
+        elif kind == "run":
+            r: Run = payload
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO runs(id, agent, agent_version, argv, created_ms, parent_run, boundary_step, mode, labels)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    r.id,
+                    r.agent,
+                    r.agent_version,
+                    orjson.dumps(r.argv).decode(),
+                    r.created_ms,
+                    r.parent_run,
+                    r.boundary_step,
+                    r.mode,
+                    orjson.dumps(r.labels).decode(),
+                ),
+            )
+            if cur.rowcount:
+                self._event(conn, "run.created", run=r.id, data={"agent": r.agent, "mode": r.mode})
+        elif kind == "run_update":
+            run_id, fields = payload
+            self._ensure_run(conn, run_id)
+            allowed = {"agent", "agent_version", "argv", "parent_run", "boundary_step", "mode", "labels"}
+            sets, args = [], []
+            for k, v in fields.items():
+                if k not in allowed:
+                    raise ValueError(f"unknown run field {k!r}")
+                if k == "labels":
+                    old = conn.execute("SELECT labels FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
+                    v = {**orjson.loads(old), **v}
+                sets.append(f"{k} = ?")
+                args.append(orjson.dumps(v).decode() if k in ("argv", "labels") else v)
+            if sets:
+                conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", (*args, run_id))
+                self._event(conn, "run.updated", run=run_id, data=sorted(fields))
+        elif kind == "attempt":
+            a: Attempt = payload
+            self._ensure_run(conn, a.run)
+            conn.execute(
+                "INSERT OR REPLACE INTO attempts(run_id, n, started_ms, ended_ms, exit_code, labels) VALUES (?, ?, ?, ?, ?, ?)",
+                (a.run, a.n, a.started_ms, a.ended_ms, a.exit_code, orjson.dumps(a.labels).decode()),
+            )
+            self._event(conn, "attempt.started", run=a.run, data={"attempt": a.n})
+        elif kind == "attempt_end":
+            run_id, n, ended, code, labels = payload
+            old = conn.execute("SELECT labels FROM attempts WHERE run_id = ? AND n = ?", (run_id, n)).fetchone()
+            merged = {**(orjson.loads(old[0]) if old else {}), **labels}
+            if old is None:
+                self._ensure_run(conn, run_id)
+                conn.execute(
+                    "INSERT INTO attempts(run_id, n, started_ms, ended_ms, exit_code, labels) VALUES (?, ?, ?, ?, ?, ?)",
+                    (run_id, n, ended, ended, code, orjson.dumps(merged).decode()),
+                )
+            else:
+                conn.execute(
+                    "UPDATE attempts SET ended_ms = ?, exit_code = ?, labels = ? WHERE run_id = ? AND n = ?",
+                    (ended, code, orjson.dumps(merged).decode(), run_id, n),
+                )
+            self._event(conn, "attempt.ended", run=run_id, data={"attempt": n, "exit_code": code})
+        else:  # pragma: no cover - programming error
+            raise ValueError(f"unknown journal message {kind!r}")
+
+    def _meta_columns(self, p: PendingExchange) -> tuple:
+        red = redact_exchange_meta(p.query, p.headers, self.fingerprint_key, allow=REQUEST_HEADER_ALLOW)
+        return (
+            red.query,
+            orjson.dumps(red.headers).decode(),
+            orjson.dumps(red.secrets).decode(),
+            orjson.dumps(red.dropped).decode(),
+        )
+
+    def _write_inflight(self, conn: sqlite3.Connection, p: PendingExchange) -> None:
+        self._ensure_run(conn, p.run)
+        query, headers, fps, dropped = self._meta_columns(p)
+        conn.execute(
+            "INSERT OR IGNORE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
+            " secret_fingerprints, dropped_headers, started_ms, writer_id, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
+            (p.id, p.run, p.attempt, p.seq + self._seq_offset[p.run], p.protocol, p.method, p.path, query, headers, fps, dropped, p.started_ms, self.writer_id),
+        )
+        self._event(conn, "exchange.started", run=p.run, exchange=p.id)
+        p.persisted = True
+
+    def _put_blob(self, conn: sqlite3.Connection, data: bytes, base: tuple[str, bytes] | None = None) -> str:
+        sha = blobs.sha256_hex(data)
+        if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)).fetchone() is None:
+            if base is not None and base[0] == sha:
+                base = None
+            codec, stored = blobs.encode(data, base[1] if base else None)
+            conn.execute(
+                "INSERT INTO blobs(sha256, size, codec, base, data) VALUES (?, ?, ?, ?, ?)",
+                (sha, len(data), codec, base[0] if codec == "zstd-prefix" else None, stored),
+            )
+        return sha
+
+    def _put_request_body(self, conn: sqlite3.Connection, p: PendingExchange, body: bytes) -> tuple[str, int]:
+        key = (p.run, p.method, p.path)
+        lane = self._lanes.get(key)
+        if lane is None:
+            lane = self._lanes[key] = _Lane()
+        pos = lane.pos + 1
+        ref = blobs.reference_position(pos)
+        if ref is None:
+            base = None
+        elif ref == pos - 1:
+            base = lane.last
+        else:
+            base = lane.keyframes.get(ref)
+        sha = self._put_blob(conn, body, base)
+        lane.pos = pos
+        lane.last = (sha, body)
+        if pos % blobs.KEYFRAME_EVERY == 0:
+            # keep only what the next keyframe references
+            lane.keyframes = {pos: (sha, body)}
+        return sha, pos
+
+    def _write_exchange(self, conn: sqlite3.Connection, f: FinishedExchange) -> None:
+        p = f.pending
+        self._ensure_run(conn, p.run)
+        outcome, error = f.outcome, f.error
+        request_sha = None
+        lane_pos = None
+        if f.request_body is not None:
+            body = f.request_body
+            if f.request_encoding:
+                try:
+                    body = decode_body(body, f.request_encoding, limit=self.max_decoded)
+                except DecodeError as exc:
+                    if outcome == "ok":
+                        outcome = "decode_error"
+                    error = error or f"request body: {exc}"
+                    body = f.request_body  # keep the raw bytes
+                    request_sha = self._put_blob(conn, body)
+            if request_sha is None:
+                request_sha, lane_pos = self._put_request_body(conn, p, body)
+        response_sha = final_sha = None
+        resp_headers = redact_exchange_meta("", f.response_headers, self.fingerprint_key, allow=None)
+        if f.response_body is not None:
+            response_sha = self._put_blob(conn, f.response_body)
+            if self.finalize is not None and f.response_body:
+                decoded = f.response_body
+                enc = resp_headers.headers.get("content-encoding")
+                try:
+                    if enc:
+                        decoded = decode_body(decoded, enc, limit=self.max_decoded)
+                    final = self.finalize(p.protocol, f.streamed, decoded)
+                except Exception as exc:  # a reassembly failure must not lose the exchange
+                    final = None
+                    error = error or f"response reassembly failed: {type(exc).__name__}"
+                if final is not None:
+                    final_sha = self._put_blob(conn, final)
+        query, headers, fps, dropped = self._meta_columns(p)
+        fps_all = orjson.loads(fps)
+        fps_all.update({"response:" + k: v for k, v in resp_headers.secrets.items()})
+        conn.execute(
+            "INSERT OR REPLACE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
+            " secret_fingerprints, dropped_headers, request_encoding, request_body, request_bytes, status, response_headers,"
+            " response_body, response_final, streamed, chunk_timings, outcome, error, started_ms, headers_us, first_byte_us,"
+            " ended_us, bytes_received, bytes_delivered, writer_id, lane_pos)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                p.id,
+                p.run,
+                p.attempt,
+                p.seq + self._seq_offset[p.run],
+                p.protocol,
+                p.method,
+                p.path,
+                query,
+                headers,
+                orjson.dumps(fps_all).decode(),
+                dropped,
+                f.request_encoding,
+                request_sha,
+                f.request_bytes,
+                f.status,
+                orjson.dumps(resp_headers.headers).decode(),
+                response_sha,
+                final_sha,
+                1 if f.streamed else 0,
+                f.chunk_timings or None,
+                outcome,
+                error,
+                p.started_ms,
+                f.headers_us,
+                f.first_byte_us,
+                f.ended_us,
+                f.bytes_received,
+                f.bytes_delivered,
+                self.writer_id,
+                lane_pos,
+            ),
+        )
+        self._event(conn, "exchange.finished", run=p.run, exchange=p.id, data={"outcome": outcome, "status": f.status})

@@ -1,0 +1,5 @@
+"""``python -m pvisor`` runs the CLI."""
+
+from pvisor.cli import main
+
+main()

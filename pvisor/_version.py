@@ -1,0 +1,3 @@
+"""The package version, a plain constant so that `pvisor --version` costs no metadata lookup."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,217 @@
+"""``pvisor journal ...``: list runs, show a run's exchanges, print bodies, export, verify."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+from pathlib import Path
+
+import click
+import orjson
+
+from pvisor.journal.errors import EXIT_INTEGRITY, UsageError
+from pvisor.journal.model import unpack_timings
+from pvisor.journal.reader import JournalReader, body_json_field
+
+
+def _reader(ctx: click.Context) -> JournalReader:
+    return JournalReader(Path(ctx.obj["journal"]))
+
+
+def _emit_json(obj) -> None:
+    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+
+
+def _when(ms: float | None) -> str:
+    if not ms:
+        return "-"
+    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    for r in [header, *rows]:
+        click.echo("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
+
+
+@click.group("journal")
+def journal() -> None:
+    """Inspect, export and verify the Event Journal (read-only: nothing here writes to it)."""
+
+
+@journal.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@click.pass_context
+def ls(ctx: click.Context, as_json: bool) -> None:
+    """List runs: id, agent, mode, creation time (UTC), exchanges by outcome."""
+    path = Path(ctx.obj["journal"])
+    if not path.exists():
+        if as_json:
+            _emit_json([])
+        else:
+            click.echo(f"no journal at {path} yet: nothing captured", err=True)
+        return
+    with _reader(ctx) as r:
+        runs = r.run_summaries()
+    if as_json:
+        _emit_json(runs)
+        return
+    if not runs:
+        click.echo("no runs", err=True)
+        return
+    rows = [
+        [
+            s["id"],
+            s["agent"] or "-",
+            s["mode"],
+            _when(s["created_ms"]),
+            str(s["exchanges"]),
+            ",".join(f"{k}={v}" for k, v in sorted(s["outcomes"].items())) or "-",
+        ]
+        for s in runs
+    ]
+    _table(rows, ["RUN", "AGENT", "MODE", "CREATED (UTC)", "EXCHANGES", "OUTCOMES"])
+
+
+def _exchange_dict(ex) -> dict:
+    d = {name: getattr(ex, name) for name in ex.__slots__}
+    d["chunk_timings"] = [list(t) for t in unpack_timings(ex.chunk_timings)]
+    return d
+
+
+@journal.command("show")
+@click.argument("run_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@click.pass_context
+def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show one run (id or unique prefix) and its exchanges in arrival order."""
+    with _reader(ctx) as r:
+        run = r.run(run_id)
+        attempts = r.attempts(run.id)
+        exchanges = r.exchanges(run.id)
+    if as_json:
+        _emit_json(
+            {
+                "run": {name: getattr(run, name) for name in run.__slots__},
+                "attempts": [{name: getattr(a, name) for name in a.__slots__} for a in attempts],
+                "exchanges": [_exchange_dict(e) for e in exchanges],
+            }
+        )
+        return
+    click.echo(f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} created={_when(run.created_ms)}")
+    if run.parent_run:
+        click.echo(f"  derived from {run.parent_run} after step {run.boundary_step}")
+    if run.argv:
+        click.echo("  argv: " + " ".join(run.argv))
+    for k, v in sorted(run.labels.items()):
+        click.echo(f"  {k}: {v}")
+    for a in attempts:
+        click.echo(f"  attempt {a.n}: started {_when(a.started_ms)} exit={a.exit_code if a.exit_code is not None else '-'}")
+    if not exchanges:
+        click.echo("  no exchanges")
+        return
+    rows = []
+    for e in exchanges:
+        target = e.path + ("?" + e.query if e.query else "")
+        rows.append(
+            [
+                str(e.seq),
+                e.id,
+                f"{e.method} {target}",
+                e.protocol or "-",
+                str(e.status) if e.status is not None else "-",
+                e.outcome,
+                "stream" if e.streamed else "-",
+                str(e.request_bytes),
+                str(e.bytes_received),
+                f"{e.ended_us / 1000:.1f}" if e.ended_us is not None else "-",
+                e.role or "-",
+            ]
+        )
+    _table(rows, ["SEQ", "EXCHANGE", "REQUEST", "PROTOCOL", "STATUS", "OUTCOME", "STREAM", "REQ_BYTES", "RESP_BYTES", "MS", "ROLE"])
+
+
+@journal.command("body")
+@click.argument("exchange_id")
+@click.option("--request", "part", flag_value="request", help="The request body (decoded from its Content-Encoding).")
+@click.option("--response", "part", flag_value="response", help="The response: the reassembled final object for streams.")
+@click.option("--raw", is_flag=True, help="With --response: the bytes exactly as received (event-stream framing intact).")
+@click.option("--json", "as_json", is_flag=True, help="Wrap the body in JSON: {exchange, part, sha256, body | body_b64}.")
+@click.pass_context
+def body(ctx: click.Context, exchange_id: str, part: str | None, raw: bool, as_json: bool) -> None:
+    """Print the restored bytes of a body of EXCHANGE (id or unique prefix) to stdout."""
+    if part is None:
+        raise UsageError("say which body: --request or --response")
+    with _reader(ctx) as r:
+        ex = r.exchange(exchange_id)
+        if part == "request":
+            sha = ex.request_body
+            data = r.request_body(ex)
+        else:
+            sha = ex.response_body if raw or not ex.response_final else ex.response_final
+            data = r.response_body(ex, raw=raw)
+    if data is None:
+        raise UsageError(f"exchange {ex.id} has no {part} body")
+    if as_json:
+        _emit_json({"exchange": ex.id, "part": part, "raw": raw, "sha256": sha, **(body_json_field(data) or {})})
+        return
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+@journal.command("export")
+@click.argument("run_id", required=False)
+@click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True, help="Export format.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None, help="Write to a file instead of stdout.")
+@click.option("--json", "as_json", is_flag=True, help="With --output: print a JSON summary {path, lines}.")
+@click.pass_context
+def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None, as_json: bool) -> None:
+    """Export runs, attempts and exchanges with their bodies as JSON Lines (all runs, or RUN_ID).
+
+    A body is {"body": str} when it is valid UTF-8, else {"body_b64": str}.
+    """
+    with _reader(ctx) as r:
+        if output:
+            with open(output, "wb") as f:
+                n = r.export_jsonl(f, run_id)
+        else:
+            n = r.export_jsonl(sys.stdout.buffer, run_id)
+            sys.stdout.buffer.flush()
+    if output:
+        if as_json:
+            _emit_json({"path": output, "lines": n})
+        else:
+            click.echo(f"wrote {n} lines to {output}", err=True)
+
+
+@journal.command("verify")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def verify(ctx: click.Context, as_json: bool) -> int:
+    """Check integrity: SQLite pages, every referenced blob present, every blob restoring to
+    its sha256. Exit 3 when anything is wrong."""
+    with _reader(ctx) as r:
+        rep = r.verify()
+    if as_json:
+        _emit_json(
+            {
+                "ok": rep.ok,
+                "problems": rep.problems,
+                "runs": rep.runs,
+                "exchanges": rep.exchanges,
+                "blobs": rep.blobs,
+                "blob_bytes_stored": rep.blob_bytes_stored,
+                "blob_bytes_restored": rep.blob_bytes_restored,
+            }
+        )
+    else:
+        for p in rep.problems:
+            click.echo(f"problem: {p}", err=True)
+        status = "ok" if rep.ok else f"{len(rep.problems)} problem(s)"
+        click.echo(
+            f"{status}: {rep.runs} runs, {rep.exchanges} exchanges, {rep.blobs} blobs "
+            f"({rep.blob_bytes_stored} bytes stored for {rep.blob_bytes_restored} bytes of bodies)"
+        )
+    if not rep.ok:
+        ctx.exit(EXIT_INTEGRITY)
+    return 0

@@ -1,0 +1,59 @@
+"""Shared fixtures: where the corpus lives, and the explicit switch that refreshes golden files."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "tests" / "golden"
+
+
+def _corpus_dir() -> Path:
+    env = os.environ.get("PVISOR_CORPUS")
+    return Path(env) if env else REPO.parent / "shared" / "corpus"
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        default=False,
+        help="rewrite golden files under tests/golden from the current output instead of comparing",
+    )
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """The shared corpus (real native trajectories, wire streams, requests), read in place.
+    Missing corpus is a failure, never a skip."""
+    path = _corpus_dir()
+    assert (path / "wire").is_dir() and (path / "requests").is_dir(), (
+        f"corpus not found at {path}; set PVISOR_CORPUS to the shared corpus directory"
+    )
+    return path
+
+
+@pytest.fixture(scope="session")
+def update_goldens(request) -> bool:
+    return bool(request.config.getoption("--update-goldens"))
+
+
+@pytest.fixture
+def golden(update_goldens):
+    """``golden(relpath, actual_bytes)``: compare with tests/golden/relpath, or write it when
+    pytest runs with --update-goldens. A missing golden file fails."""
+
+    def check(relpath: str, actual: bytes) -> None:
+        path = GOLDEN / relpath
+        if update_goldens:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(actual)
+            return
+        assert path.exists(), f"golden file {path} missing; run pytest --update-goldens to create it"
+        expected = path.read_bytes()
+        assert actual == expected, f"output differs from golden file {path}"
+
+    return check

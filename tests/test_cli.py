@@ -1,0 +1,135 @@
+"""The pvisor command as users run it: a real subprocess of the installed console script."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+import pvisor
+from pvisor.journal.model import Run
+from pvisor.journal.writer import Journal
+
+PVISOR = shutil.which("pvisor", path=os.path.dirname(sys.executable))
+
+
+def run(*args: str, journal: Path | None = None, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    assert PVISOR, "the pvisor console script is installed with the package"
+    argv = [PVISOR, *(["--journal", str(journal)] if journal else []), *args]
+    return subprocess.run(argv, capture_output=True, env={**os.environ, **(env or {})}, cwd=cwd, timeout=60)
+
+
+@pytest.fixture
+def journal(tmp_path: Path) -> Path:
+    path = tmp_path / "j" / "journal.sqlite"
+    with Journal.open(path) as j:
+        j.create_run(Run(id="r-cli00000001", agent="codex", agent_version="0.171.0", argv=["codex", "exec", "hi"]))
+        j.record_exchange(
+            "r-cli00000001", "POST", "/v1/responses", [("content-type", "application/json"), ("authorization", "Bearer sk-CLI")],
+            protocol="openai-responses", status=200, request_body=b'{"input": []}', response_body=b"event: e\ndata: {}\n\n",
+            streamed=True, chunk_timings=[(100, 9), (250, 10)],
+        )
+        j.record_exchange("r-cli00000001", "POST", "/v1/responses", [], status=200, request_body=b"\xff\xfe binary", response_body=b"{}")
+    return path
+
+
+def test_version_is_the_package_constant():
+    proc = run("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.decode().strip() == f"pvisor {pvisor.__version__}"
+
+
+def test_help_lists_commands_examples_and_exit_codes():
+    proc = run("--help")
+    out = proc.stdout.decode()
+    assert proc.returncode == 0
+    assert "journal" in out and "Examples:" in out and "pvisor journal ls" in out
+    assert "124 timeout" in out
+
+
+def test_help_and_version_load_no_subcommand(tmp_path: Path):
+    for args in (["--help"], ["--version"]):
+        proc = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "pvisor", *args], capture_output=True, cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"}
+        )
+        assert proc.returncode == 0
+        imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines() if "|" in line}
+        for heavy in ("sqlite_utils", "sqlite3", "pvisor.commands.journal", "pvisor.journal.reader", "importlib.metadata", "asyncio"):
+            assert heavy not in imported, (args, heavy)
+
+
+def test_default_journal_path_follows_xdg_and_env(tmp_path: Path):
+    # `journal ls` on a journal that does not exist yet names the path it looked at
+    proc = run("journal", "ls", env={"XDG_DATA_HOME": str(tmp_path / "xdg"), "PVISOR_JOURNAL": ""})
+    assert proc.returncode == 0
+    assert str(tmp_path / "xdg" / "pvisor" / "journal.sqlite") in proc.stderr.decode()
+    proc = run("journal", "ls", env={"PVISOR_JOURNAL": str(tmp_path / "env.sqlite")})
+    assert str(tmp_path / "env.sqlite") in proc.stderr.decode()
+
+
+def test_journal_ls_and_show(journal: Path):
+    proc = run("journal", "ls", journal=journal)
+    assert proc.returncode == 0
+    assert "r-cli00000001" in proc.stdout.decode() and "codex" in proc.stdout.decode()
+    data = orjson.loads(run("journal", "ls", "--json", journal=journal).stdout)
+    assert data[0]["id"] == "r-cli00000001" and data[0]["exchanges"] == 2 and data[0]["outcomes"] == {"ok": 2}
+    proc = run("journal", "show", "r-cli", journal=journal)  # a unique prefix is enough
+    out = proc.stdout.decode()
+    assert proc.returncode == 0 and "POST /v1/responses" in out and "openai-responses" in out
+    shown = orjson.loads(run("journal", "show", "r-cli00000001", "--json", journal=journal).stdout)
+    assert shown["run"]["argv"] == ["codex", "exec", "hi"]
+    assert shown["exchanges"][0]["chunk_timings"] == [[100, 9], [250, 10]]
+    assert shown["exchanges"][0]["request_headers"] == {"content-type": "application/json"}
+
+
+def test_journal_body_restores_bytes(journal: Path):
+    shown = orjson.loads(run("journal", "show", "r-cli00000001", "--json", journal=journal).stdout)
+    first, second = (e["id"] for e in shown["exchanges"])
+    assert run("journal", "body", first, "--request", journal=journal).stdout == b'{"input": []}'
+    assert run("journal", "body", first, "--response", "--raw", journal=journal).stdout == b"event: e\ndata: {}\n\n"
+    assert run("journal", "body", second, "--request", journal=journal).stdout == b"\xff\xfe binary"
+    wrapped = orjson.loads(run("journal", "body", second, "--request", "--json", journal=journal).stdout)
+    assert "body_b64" in wrapped and wrapped["sha256"]
+
+
+def test_journal_export_jsonl(journal: Path, tmp_path: Path):
+    proc = run("journal", "export", "--format", "jsonl", journal=journal)
+    assert proc.returncode == 0
+    lines = [orjson.loads(line) for line in proc.stdout.splitlines()]
+    assert [line["type"] for line in lines] == ["run", "exchange", "exchange"]
+    assert lines[1]["request"] == {"body": '{"input": []}'}
+    assert "body_b64" in lines[2]["request"]
+    assert b"sk-CLI" not in proc.stdout
+    out = tmp_path / "x.jsonl"
+    assert run("journal", "export", "r-cli00000001", "-o", str(out), journal=journal).returncode == 0
+    assert out.read_bytes() == proc.stdout
+
+
+def test_exit_codes(journal: Path, tmp_path: Path):
+    assert run("journal", "verify", journal=journal).returncode == 0
+    assert orjson.loads(run("journal", "verify", "--json", journal=journal).stdout)["ok"] is True
+    # unknown run, unknown exchange, missing body choice: usage (2), no traceback
+    for args in (["journal", "show", "r-nope"], ["journal", "body", "x-nope", "--request"], ["journal", "body", "x-"]):
+        proc = run(*args, journal=journal)
+        assert proc.returncode == 2, args
+        assert b"Traceback" not in proc.stderr and proc.stderr.startswith(b"pvisor: error: ")
+    # not a journal: bad input data (65)
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"not sqlite at all " * 64)
+    proc = run("journal", "ls", journal=junk)
+    assert proc.returncode == 65 and b"not a pvisor journal" in proc.stderr and str(junk).encode() in proc.stderr
+    # a corrupted blob: integrity error (3)
+    conn = sqlite3.connect(journal)
+    conn.execute("UPDATE blobs SET data = X'00' || data WHERE size > 0")
+    conn.commit()
+    conn.close()
+    proc = run("journal", "verify", journal=journal)
+    assert proc.returncode == 3 and b"problem:" in proc.stderr
+    # click usage errors keep click's code 2
+    assert run("journal", "frobnicate", journal=journal).returncode == 2

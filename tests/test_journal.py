@@ -1,0 +1,347 @@
+"""The Event Journal on a real SQLite file: bodies, storage growth, integrity, crashes, modes."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+import textwrap
+import time
+import zlib
+from pathlib import Path
+
+import brotli
+import orjson
+import pytest
+
+from journal_helpers import anthropic_session_bodies
+from pvisor.journal import blobs
+from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.journal.model import Attempt, Run, unpack_timings
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.schema import schema_version
+from pvisor.journal.writer import Journal
+
+try:
+    from compression import zstd
+except ImportError:
+    from backports import zstd
+
+
+@pytest.fixture
+def jpath(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "journal.sqlite"
+
+
+def test_bodies_round_trip_byte_for_byte(jpath: Path):
+    bodies = [
+        b"",
+        b"{}",
+        "{\"text\": \"caf\u00e9 \u2028 \U0001F600\"}".encode(),
+        bytes(range(256)) * 50,  # not UTF-8
+        os.urandom(300_000),  # incompressible
+        b'{"messages": [' + b'"x",' * 100_000 + b'"y"]}',
+    ]
+    with Journal.open(jpath) as j:
+        ids = [
+            j.record_exchange("r-rt", "POST", "/v1/messages", [], status=200, request_body=b, response_body=b[::-1], streamed=True, chunk_timings=[(5, len(b))])
+            for b in bodies
+        ]
+    with JournalReader(jpath) as r:
+        for ex_id, b in zip(ids, bodies):
+            ex = r.exchange(ex_id)
+            assert r.request_body(ex) == b
+            assert r.response_body(ex, raw=True) == b[::-1]
+            assert ex.request_body == hashlib.sha256(b).hexdigest()
+            assert unpack_timings(ex.chunk_timings) == [(5, len(b))]
+        assert [e.seq for e in r.exchanges("r-rt")] == list(range(1, len(bodies) + 1))
+
+
+def test_storage_of_a_200_step_chain_grows_linearly(jpath: Path, tmp_path: Path):
+    bodies = anthropic_session_bodies(200)
+    system_and_tools = len(orjson.dumps(orjson.loads(bodies[0])["system"])) + len(orjson.dumps(orjson.loads(bodies[0])["tools"]))
+    assert system_and_tools >= 20_000
+    growth = [len(b) - len(a) for a, b in zip(bodies, bodies[1:])]
+    assert min(growth) >= 300 and max(growth) <= 2_300
+
+    def stored_after(n: int, path: Path) -> int:
+        with Journal.open(path) as j:
+            for body in bodies[:n]:
+                j.record_exchange("r-long", "POST", "/v1/messages", [], status=200, request_body=body)
+        with JournalReader(path) as r:
+            restored = [r.request_body(e) for e in r.exchanges("r-long")]
+            assert restored == bodies[:n]
+            return r.conn.execute("SELECT SUM(length(data)) FROM blobs").fetchone()[0]
+
+    s100 = stored_after(100, tmp_path / "a" / "j.sqlite")
+    s200 = stored_after(200, tmp_path / "b" / "j.sqlite")
+    final = len(bodies[199])
+    print(f"\nfinal request {final} bytes; stored 100 steps {s100} bytes, 200 steps {s200} bytes; "
+          f"stored/final {s200 / final:.2f}; 200/100 {s200 / s100:.2f}")
+    assert s200 <= 2 * final
+    assert s200 / s100 < 2.3
+
+
+def test_restore_depth_is_bounded_by_keyframes(jpath: Path):
+    bodies = anthropic_session_bodies(70, system_bytes=2_000, tool_bytes=1_000)
+    with Journal.open(jpath) as j:
+        for body in bodies:
+            j.record_exchange("r-k", "POST", "/v1/messages", [], status=200, request_body=body)
+    with JournalReader(jpath) as r:
+        rows = {row[0]: (row[1], row[2]) for row in r.conn.execute("SELECT sha256, codec, base FROM blobs")}
+        for pos, ex in enumerate(r.exchanges("r-k")):
+            depth, sha = 0, ex.request_body
+            while rows[sha][0] == "zstd-prefix":
+                sha = rows[sha][1]
+                depth += 1
+            assert depth <= 31 + 31, (pos, depth)
+            ref = blobs.reference_position(pos)
+            if ref is None:
+                assert rows[ex.request_body][0] in ("zstd", "identity")
+            else:
+                assert rows[ex.request_body][1] == hashlib.sha256(bodies[ref]).hexdigest()
+
+
+def test_verify_catches_a_corrupted_blob(jpath: Path):
+    bodies = anthropic_session_bodies(5, system_bytes=3_000, tool_bytes=1_000)
+    with Journal.open(jpath) as j:
+        for body in bodies:
+            j.record_exchange("r-v", "POST", "/v1/messages", [], status=200, request_body=body)
+    with JournalReader(jpath) as r:
+        assert r.verify().ok
+        victim = r.exchanges("r-v")[2].request_body
+    conn = sqlite3.connect(jpath)
+    data = bytearray(conn.execute("SELECT data FROM blobs WHERE sha256 = ?", (victim,)).fetchone()[0])
+    data[len(data) // 2] ^= 0xFF
+    conn.execute("UPDATE blobs SET data = ? WHERE sha256 = ?", (bytes(data), victim))
+    conn.commit()
+    conn.close()
+    with JournalReader(jpath) as r:
+        rep = r.verify()
+        assert not rep.ok
+        assert any(victim in p for p in rep.problems), rep.problems
+
+
+def test_verify_reports_a_missing_blob(jpath: Path):
+    with Journal.open(jpath) as j:
+        j.record_exchange("r-m", "POST", "/v1/messages", [], status=200, request_body=b'{"a": "' + b"z" * 500 + b'"}')
+    conn = sqlite3.connect(jpath)
+    conn.execute("DELETE FROM blobs")
+    conn.commit()
+    conn.close()
+    with JournalReader(jpath) as r:
+        rep = r.verify()
+    assert not rep.ok and any("request_body blob" in p and "missing" in p for p in rep.problems)
+
+
+KILL_CHILD = textwrap.dedent(
+    """
+    import sys, time
+    from pvisor.journal.writer import Journal
+    from pvisor.journal.model import Run
+    j = Journal.open(sys.argv[1])
+    j.create_run(Run(id="r-kill", agent="test"))
+    hanging = [j.begin_exchange("r-kill", "POST", "/v1/messages", [("x-api-key", "sk-kill")]) for _ in range(3)]
+    for i in range(5):
+        j.record_exchange("r-kill", "POST", "/v1/messages", [], status=200, request_body=b'{"n": %d}' % i, response_body=b"ok")
+    j.flush()
+    # the hanging exchanges are older than one commit tick: wait until they are on disk as in flight
+    import sqlite3
+    while sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM exchanges WHERE outcome IS NULL").fetchone()[0] < 3:
+        time.sleep(0.01)
+    print("ready", flush=True)
+    i = 0
+    while True:  # keep writing until killed
+        i += 1
+        j.record_exchange("r-kill", "POST", "/v1/messages", [], status=200, request_body=b'{"loop": %d}' % i, response_body=b"x" * 1000)
+        time.sleep(0.001)
+    """
+)
+
+
+def test_sigkill_while_writing_leaves_a_journal_that_opens_and_verifies(jpath: Path, tmp_path: Path):
+    script = tmp_path / "child.py"
+    script.write_text(KILL_CHILD)
+    child = subprocess.Popen([sys.executable, str(script), str(jpath)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()
+        assert line.strip() == "ready"
+        time.sleep(0.3)  # let it write a few batches: what we test is a kill in mid-write
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(10)
+    assert child.returncode == -signal.SIGKILL
+    # the crashed writer's in-flight rows are still open
+    with JournalReader(jpath) as r:
+        assert r.verify().ok
+        assert sum(1 for e in r.exchanges("r-kill") if e.outcome == "in_flight") == 3
+    with Journal.open(jpath) as j:
+        assert len(j.reaped) == 1
+    with JournalReader(jpath) as r:
+        exs = r.exchanges("r-kill")
+        incomplete = [e for e in exs if e.outcome == "incomplete"]
+        assert len(incomplete) == 3
+        assert all("ended while the exchange was in flight" in e.error for e in incomplete)
+        assert sum(1 for e in exs if e.outcome == "ok") >= 5
+        assert r.verify().ok
+        kinds = [e["kind"] for e in r.events()]
+        assert "writer.reaped" in kinds
+
+
+def test_a_live_writer_is_not_reaped(jpath: Path):
+    with Journal.open(jpath) as first:
+        p = first.begin_exchange("r-live", "POST", "/v1/messages", [])
+        time.sleep(0.25)
+        first.flush()
+        with Journal.open(jpath) as second:
+            assert second.reaped == []
+        first.finish_exchange(p, status=200, request_body=b"{}", response_body=b"{}")
+    with JournalReader(jpath) as r:
+        assert [e.outcome for e in r.exchanges("r-live")] == ["ok"]
+
+
+def test_close_marks_unfinished_exchanges_incomplete(jpath: Path):
+    with Journal.open(jpath) as j:
+        j.begin_exchange("r-c", "POST", "/v1/messages", [])
+    with JournalReader(jpath) as r:
+        [ex] = r.exchanges("r-c")
+        assert ex.outcome == "incomplete"
+
+
+def test_file_and_directory_modes(jpath: Path):
+    with Journal.open(jpath) as j:
+        j.record_exchange("r-mode", "POST", "/v1/messages", [], status=200, request_body=b"{}")
+        j.flush()
+        for suffix in ("", "-wal", "-shm"):
+            f = Path(str(jpath) + suffix)
+            assert f.exists(), f
+            assert stat.S_IMODE(f.stat().st_mode) == 0o600, (f, oct(f.stat().st_mode))
+    assert stat.S_IMODE(jpath.parent.stat().st_mode) == 0o700
+
+
+def test_wal_mode_and_versioned_schema(jpath: Path):
+    with Journal.open(jpath):
+        pass
+    conn = sqlite3.connect(jpath)
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == schema_version() >= 1
+    names = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations WHERE migration_set = 'pvisor.journal' ORDER BY id")]
+    assert names[0] == "m001_initial"
+    conn.close()
+    with Journal.open(jpath):  # reopening applies nothing twice
+        pass
+    conn = sqlite3.connect(jpath)
+    assert conn.execute("SELECT count(*) FROM _sqlite_migrations").fetchone()[0] == len(names)
+
+
+def test_events_are_append_only_with_increasing_sequence(jpath: Path):
+    with Journal.open(jpath) as j:
+        j.create_run(Run(id="r-ev", agent="codex", argv=["codex", "exec"]))
+        j.start_attempt(Attempt(run="r-ev", n=1))
+        j.record_exchange("r-ev", "POST", "/v1/responses", [], status=200, request_body=b"{}")
+        j.end_attempt("r-ev", 1, 0, {"session_id": "abc"})
+    with JournalReader(jpath) as r:
+        events = r.events("r-ev")
+        assert [e["kind"] for e in events] == ["run.created", "attempt.started", "exchange.finished", "attempt.ended"]
+        seqs = [e["seq"] for e in events]
+        assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+        [att] = r.attempts("r-ev")
+        assert att.exit_code == 0 and att.labels == {"session_id": "abc"} and att.ended_ms >= att.started_ms
+        assert r.run("r-ev").argv == ["codex", "exec"]
+
+
+def test_sequence_continues_across_writers(jpath: Path):
+    for _ in range(2):
+        with Journal.open(jpath) as j:
+            for _ in range(3):
+                j.record_exchange("r-seq", "POST", "/v1/messages", [], status=200, request_body=b"{}")
+    with JournalReader(jpath) as r:
+        assert [e.seq for e in r.exchanges("r-seq")] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("coding", ["gzip", "deflate", "br", "zstd"])
+def test_encoded_request_bodies_are_stored_decoded(jpath: Path, coding: str):
+    body = anthropic_session_bodies(3, system_bytes=4_000, tool_bytes=1_000)[-1]
+    encoded = {
+        "gzip": gzip.compress,
+        "deflate": zlib.compress,
+        "br": brotli.compress,
+        "zstd": lambda b: zstd.compress(b, level=3),
+    }[coding](body)
+    with Journal.open(jpath) as j:
+        ex_id = j.record_exchange(
+            "r-enc", "POST", "/v1/messages", [("Content-Encoding", coding)], status=200, request_body=encoded, request_encoding=coding
+        )
+    with JournalReader(jpath) as r:
+        ex = r.exchange(ex_id)
+        assert ex.outcome == "ok"
+        assert ex.request_encoding == coding
+        assert ex.request_bytes == len(encoded)
+        assert r.request_body(ex) == body
+
+
+def test_undecodable_or_oversize_body_keeps_raw_bytes(jpath: Path):
+    garbage = b"\x28\xb5\x2f\xfd" + os.urandom(100)  # a zstd magic number, then noise
+    bomb = zstd.compress(b"\0" * 2_000_000)
+    with Journal.open(jpath, max_decoded=1_000_000) as j:
+        bad = j.record_exchange("r-bad", "POST", "/v1/responses", [], status=200, request_body=garbage, request_encoding="zstd")
+        big = j.record_exchange("r-bad", "POST", "/v1/responses", [], status=200, request_body=bomb, request_encoding="zstd")
+    with JournalReader(jpath) as r:
+        for ex_id, raw, what in ((bad, garbage, "corrupt"), (big, bomb, "more than 1000000 bytes")):
+            ex = r.exchange(ex_id)
+            assert ex.outcome == "decode_error"
+            assert what in ex.error
+            assert r.request_body(ex) == raw
+        assert r.verify().ok
+
+
+def test_reader_never_writes(jpath: Path):
+    with Journal.open(jpath) as j:
+        j.record_exchange("r-ro", "POST", "/v1/messages", [], status=200, request_body=b"{}")
+    before = {p.name: p.read_bytes() for p in jpath.parent.iterdir()}
+    with JournalReader(jpath) as r:
+        r.verify()
+        r.exchanges()
+        with pytest.raises(sqlite3.OperationalError, match="readonly"):
+            r.conn.execute("INSERT INTO meta(key, value) VALUES ('x', 'y')")
+    after = {p.name: p.read_bytes() for p in jpath.parent.iterdir() if p.name in before}
+    assert after == before
+
+
+def test_reader_errors_are_clear(tmp_path: Path):
+    with pytest.raises(UsageError, match="does not exist"):
+        JournalReader(tmp_path / "nope.sqlite")
+    junk = tmp_path / "junk.sqlite"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(BadInputError, match="not a pvisor journal"):
+        JournalReader(junk)
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE t(x)").connection.commit()
+    with pytest.raises(BadInputError, match="not a pvisor journal"):
+        JournalReader(other)
+    with pytest.raises(BadInputError, match="not a pvisor journal"):
+        Journal.open(junk)
+
+
+def test_finalizer_output_is_stored_as_the_final_response(jpath: Path):
+    seen = []
+
+    def finalize(protocol, streamed, body):
+        seen.append((protocol, streamed, body))
+        return b'{"final": true}'
+
+    with Journal.open(jpath, finalize=finalize) as j:
+        ex_id = j.record_exchange(
+            "r-f", "POST", "/v1/messages", [], protocol="anthropic", status=200, request_body=b"{}",
+            response_body=gzip.compress(b"event: x\ndata: {}\n\n"), response_headers=[("Content-Encoding", "gzip")], streamed=True,
+        )
+    assert seen == [("anthropic", True, b"event: x\ndata: {}\n\n")]
+    with JournalReader(jpath) as r:
+        ex = r.exchange(ex_id)
+        assert r.response_body(ex) == b'{"final": true}'
+        assert gzip.decompress(r.response_body(ex, raw=True)) == b"event: x\ndata: {}\n\n"

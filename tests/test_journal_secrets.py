@@ -1,0 +1,112 @@
+"""Secrets never reach the journal files or an export, in any encoding."""
+
+from __future__ import annotations
+
+import base64
+import io
+from pathlib import Path
+from urllib.parse import quote, quote_plus
+
+from pvisor.journal.model import fingerprint, redact_exchange_meta, redact_url
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.writer import Journal
+
+# distinctive fake secrets, one per form
+SECRET_HEADERS = {
+    "Authorization": "Bearer sk-proj-PVSECRETAUTH0001/+=",
+    "x-api-key": "sk-ant-PVSECRETXAPIKEY0002",
+    "x-goog-api-key": "AIzaPVSECRETGOOG0003",
+    "api-key": "PVSECRETAZURE0004",
+    "Proxy-Authorization": "Basic PVSECRETPROXY0005",
+    "Cookie": "session=PVSECRETCOOKIE0006; other=1",
+    "X-Amz-Security-Token": "PVSECRETAMZTOKEN0007",
+    "X-Amz-Date": "PVSECRETAMZDATE0008",
+    "x-session-token": "PVSECRETSESSIONTOKEN0009",
+}
+SECRET_RESPONSE_HEADERS = {"Set-Cookie": "__cf_bm=PVSECRETSETCOOKIE0010; path=/; HttpOnly"}
+SECRET_QUERY = {
+    "key": "AIzaPVSECRETQUERYKEY0011/+",
+    "X-Amz-Signature": "PVSECRETAMZSIG0012",
+    "X-Amz-Credential": "PVSECRETAMZCRED0013/20260101/us-east-1",
+    "access_token": "PVSECRETACCESSTOKEN0014",
+}
+
+
+def _forms(value: str) -> set[bytes]:
+    raw = value.encode()
+    forms = {raw, quote(value, safe="").encode(), quote_plus(value).encode(), base64.b64encode(raw), base64.urlsafe_b64encode(raw)}
+    # the distinctive core, without scheme words such as "Bearer "
+    core = value.split(" ", 1)[-1].split("=", 1)[-1].split(";", 1)[0]
+    forms |= {core.encode(), base64.b64encode(core.encode()), quote(core, safe="").encode()}
+    return {f for f in forms if len(f) >= 8}
+
+
+def _all_forms() -> set[bytes]:
+    out: set[bytes] = set()
+    for v in [*SECRET_HEADERS.values(), *SECRET_RESPONSE_HEADERS.values(), *SECRET_QUERY.values()]:
+        out |= _forms(v)
+    return out
+
+
+def _query() -> str:
+    return "alt=sse&" + "&".join(f"{quote(k)}={quote(v, safe='')}" for k, v in SECRET_QUERY.items())
+
+
+def _assert_clean(blob: bytes, where: str) -> None:
+    for form in _all_forms():
+        assert form not in blob, f"secret form {form!r} found in {where}"
+
+
+def test_no_secret_in_sqlite_wal_shm_or_export(tmp_path: Path):
+    jpath = tmp_path / "j" / "journal.sqlite"
+    headers = [*SECRET_HEADERS.items(), ("Content-Type", "application/json"), ("anthropic-version", "2023-06-01")]
+    with Journal.open(jpath) as j:
+        for protocol, path in (
+            ("anthropic", "/v1/messages"),
+            ("openai-chat", "/v1/chat/completions"),
+            ("openai-responses", "/v1/responses"),
+            ("gemini", "/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
+        ):
+            j.record_exchange(
+                "r-secret", "POST", path, headers, query=_query(), protocol=protocol,
+                status=200, request_body=b'{"messages": []}', response_body=b"data: {}\n\n", streamed=True,
+                response_headers=[*SECRET_RESPONSE_HEADERS.items(), ("request-id", "req_1")],
+            )
+        # an exchange still in flight at a commit tick is written from its headers too
+        pending = j.begin_exchange("r-secret", "POST", "/v1/messages", headers, query=_query())
+        j.flush()
+        import time
+
+        time.sleep(0.3)
+        j.flush()
+        for suffix in ("", "-wal", "-shm"):
+            f = Path(str(jpath) + suffix)
+            _assert_clean(f.read_bytes(), f.name)
+        j.finish_exchange(pending, status=200, request_body=b"{}")
+    for f in jpath.parent.iterdir():
+        _assert_clean(f.read_bytes(), f.name)
+    with JournalReader(jpath) as r:
+        out = io.BytesIO()
+        r.export_jsonl(out)
+        _assert_clean(out.getvalue(), "export")
+        ex = r.exchanges("r-secret")[0]
+        # the redaction kept what replay needs and fingerprints to tell keys apart
+        assert ex.request_headers == {"content-type": "application/json", "anthropic-version": "2023-06-01"}
+        assert ex.query.startswith("alt=sse&key=REDACTED&")
+        assert set(ex.secret_fingerprints) >= {"authorization", "x-api-key", "x-goog-api-key", "api-key", "cookie", "?key", "response:set-cookie"}
+        assert all(len(v) == 8 for v in ex.secret_fingerprints.values())
+        assert ex.response_headers == {"request-id": "req_1"}
+
+
+def test_fingerprints_tell_keys_apart_without_revealing_them():
+    key = b"k" * 32
+    a = redact_exchange_meta("", [("x-api-key", "sk-one")], key).secrets["x-api-key"]
+    b = redact_exchange_meta("", [("x-api-key", "sk-two")], key).secrets["x-api-key"]
+    assert a != b and a == fingerprint("sk-one", key)
+    assert redact_exchange_meta("", [("x-api-key", "sk-one")], b"other").secrets["x-api-key"] != a
+
+
+def test_redact_url_for_logs():
+    url = "http://h/v1beta/models/m:streamGenerateContent?alt=sse&key=AIzaSECRET&x=1#frag"
+    assert redact_url(url) == "http://h/v1beta/models/m:streamGenerateContent?alt=sse&key=REDACTED&x=1#frag"
+    assert redact_url("http://h/v1/messages") == "http://h/v1/messages"

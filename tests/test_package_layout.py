@@ -1,0 +1,79 @@
+"""The installed package: namespaced import names, layer direction, lazy CLI."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pvisor
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize("bare", ["adapters", "journal", "gateway", "replay"])
+def test_no_bare_top_level_module_is_importable(bare: str):
+    # the repository root is not on sys.path (pytest runs with PYTHONSAFEPATH=1 from the
+    # installed package), so only the pvisor.* names exist
+    with pytest.raises(ModuleNotFoundError):
+        importlib.import_module(bare)
+    importlib.import_module(f"pvisor.{bare}")
+
+
+def test_tests_run_against_the_installed_package_not_the_checkout():
+    assert str(REPO) not in [os.path.abspath(p or ".") for p in sys.path]
+
+
+def test_layers_hold(tmp_path: Path):
+    """cli -> replay -> gateway -> adapters -> journal, checked by import-linter on the
+    installed package; and journal imports nothing of ours."""
+    # run outside the checkout: import-linter puts the working directory on sys.path, where
+    # the checkout's pvisor/ would shadow the installed package
+    lint = shutil.which("lint-imports", path=os.path.dirname(sys.executable))
+    assert lint, "import-linter is part of the test extra"
+    proc = subprocess.run([lint, str(REPO / "pyproject.toml"), "--no-cache", "--no-logo"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 kept, 0 broken" in proc.stdout
+
+
+def _imports_of(package_dir: Path) -> set[str]:
+    import ast
+
+    found: set[str] = set()
+    for f in package_dir.rglob("*.py"):
+        tree = ast.parse(f.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                found.add(node.module)
+    return found
+
+
+def test_journal_imports_nothing_of_ours_and_adapters_only_journal():
+    root = Path(pvisor.__file__).parent
+    journal_dir = Path(importlib.import_module("pvisor.journal").__file__).parent
+    adapters_dir = Path(importlib.import_module("pvisor.adapters").__file__).parent
+    def ours(names: set[str]) -> set[str]:
+        return {n for n in names if n == "pvisor" or n.startswith("pvisor.")}
+
+    assert ours(_imports_of(journal_dir)) == set()
+    outside = {n for n in ours(_imports_of(adapters_dir)) if not n.startswith("pvisor.adapters")}
+    assert all(n.startswith("pvisor.journal") for n in outside), outside
+    # nothing imports the CLI
+    for sub in ("pvisor.journal", "pvisor.adapters", "pvisor.gateway", "pvisor.replay"):
+        d = Path(importlib.import_module(sub).__file__).parent
+        assert not {n for n in _imports_of(d) if n.startswith(("pvisor.cli", "pvisor.commands"))}, sub
+    assert root.name == "pvisor"
+
+
+def test_installed_non_editable_in_ci():
+    # CI installs the wheel; a developer's editable install maps to the checkout instead
+    if os.environ.get("CI"):
+        assert Path(pvisor.__file__).resolve().parent != REPO / "pvisor", pvisor.__file__
+        assert Path(importlib.import_module("pvisor.journal").__file__).resolve().parent != REPO / "journal"
