@@ -17,12 +17,17 @@ from pvisor._version import __version__
 
 #: command name -> ("module:attribute", one-line help shown by ``pvisor --help``)
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("pvisor.commands.demo:demo", "Run the capture path offline in seconds and show the journal."),
     "journal": ("pvisor.commands.journal:journal", "Inspect, export and verify the Event Journal."),
+    "gateway": ("pvisor.commands.serve:gateway", "Run the capture gateway in front of a model API."),
+    "serve-model": ("pvisor.commands.serve:serve_model", "Serve a scripted model offline (four protocols)."),
 }
 
 EXAMPLES = """
 \b
 Examples:
+  pvisor demo                               offline demo: gateway, scripted model, one tool call
+  pvisor gateway --port 0 --upstream anthropic=https://api.anthropic.com
   pvisor journal ls                         runs in the journal
   pvisor journal show r-3f2a9c0d1e2b        exchanges of one run
   pvisor journal body x-0123 --response     the reassembled reply of an exchange

@@ -57,3 +57,23 @@ def golden(update_goldens):
         assert actual == expected, f"output differs from golden file {path}"
 
     return check
+
+
+@pytest.fixture(scope="session")
+def loop_thread():
+    """One asyncio loop in a background thread for the whole session (servers under test)."""
+    from harness import LoopThread
+
+    lt = LoopThread()
+    yield lt
+    lt.close()
+
+
+@pytest.fixture
+def stack(loop_thread, tmp_path):
+    """Start gateways, scripted model servers and raw upstreams; all stopped at teardown."""
+    from harness import Stack
+
+    s = Stack(loop_thread, tmp_path)
+    yield s
+    s.close()

@@ -883,4 +883,14 @@ def action_to_response(action: Action, *, model: str | None, ids: IdSource) -> d
 def error_body(status: int, message: str, kind: str = "INVALID_ARGUMENT") -> bytes:
     """The Google API error shape ``{"error":{"code": status,"message": ...,"status": kind}}``
     (``kind`` a canonical status name such as ``INVALID_ARGUMENT``, ``RESOURCE_EXHAUSTED``)."""
+    if not kind.isupper():
+        # pvisor's own kinds (upstream_unreachable, pvisor_no_route) go in the message; the
+        # status field keeps a canonical name (google.rpc.Code) for the HTTP status
+        message = f"{kind}: {message}"
+        kind = _STATUS_NAMES.get(status, "UNKNOWN" if status < 500 else "INTERNAL")
     return dumps({"error": {"code": status, "message": message, "status": kind}})
+
+
+_STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ABORTED",
+                 413: "INVALID_ARGUMENT", 426: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL",
+                 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}

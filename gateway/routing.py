@@ -1,0 +1,115 @@
+"""Where a request goes: which run it belongs to, which upstream and protocol serve it.
+
+Rules (docs/gateway.md):
+
+1. ``/__pvisor/health`` answers locally.
+2. A leading ``/run/<id>/`` selects the run and is removed; so does the ``X-Pvisor-Run`` header
+   (the prefix wins). Neither is forwarded.
+3. A leading mount prefix ``/<upstream>/`` (``/anthropic/``, ``/openai/``, ``/gemini/``) picks
+   that upstream and is removed.
+4. Otherwise a path that a protocol module serves exactly (``/v1/messages``,
+   ``/v1/chat/completions``, ``/v1/responses``, ``/v1beta/models/{m}:{method}``, ...) goes to
+   the upstream of that protocol.
+5. Any other path (Claude Code's ``HEAD /``, ``GET /v1/models``) goes to the only upstream given
+   with ``--upstream`` when exactly one was given; else the gateway answers a recorded 404
+   ``pvisor_no_route``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from pvisor.adapters.protocols import UPSTREAMS, get_protocol
+
+HEALTH_PATH = "/__pvisor/health"
+RUN_HEADER = "X-Pvisor-Run"
+RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+_RUN_ID = re.compile(RUN_ID_PATTERN)
+_RUN_PREFIX = re.compile(rf"^/run/({RUN_ID_PATTERN})(?=/|$)")
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A resolved request.
+
+    Fields:
+        kind: ``upstream`` (forward it), ``health`` (answer locally), ``no_route`` (404) or
+            ``bad_run`` (400: an ``X-Pvisor-Run`` header that is not a valid run id).
+        run: the run id the exchange belongs to.
+        upstream: upstream name, or None.
+        target: the raw path and query to append to the upstream base URL, prefixes removed.
+        path: ``target`` without the query string (what the journal stores as ``path``).
+        query: the raw query string, without ``?``.
+        protocol: the protocol module name serving ``path``, or None.
+    """
+
+    kind: str
+    run: str
+    upstream: str | None
+    target: str
+    path: str
+    query: str
+    protocol: str | None
+
+
+class Router:
+    """Resolve raw request paths. ``upstreams``: name -> base URL for every upstream (defaults
+    filled in); ``explicit``: the names the user gave with ``--upstream``; ``run``: the
+    gateway's own run id."""
+
+    def __init__(self, upstreams: dict[str, str], explicit: set[str], run: str):
+        unknown = set(upstreams) - set(UPSTREAMS)
+        if unknown:
+            raise ValueError(f"unknown upstream name(s): {', '.join(sorted(unknown))}; expected {', '.join(UPSTREAMS)}")
+        self.upstreams = {name: url.rstrip("/") for name, url in upstreams.items()}
+        self.explicit = set(explicit)
+        self.run = run
+        self.fallback = next(iter(self.explicit)) if len(self.explicit) == 1 else None
+        self._matchers: list[tuple[str, str, Callable[[str], bool]]] = []
+        for name, (_, protocols) in UPSTREAMS.items():
+            for proto in protocols:
+                self._matchers.append((proto, name, get_protocol(proto).matches))
+
+    def protocol_of(self, path: str) -> tuple[str | None, str | None]:
+        """(protocol name, upstream name) of an exact protocol path, or (None, None)."""
+        for proto, upstream, matches in self._matchers:
+            if matches(path):
+                return proto, upstream
+        return None, None
+
+    def resolve(self, raw_path: str, run_header: str | None = None) -> Route:
+        """Resolve ``raw_path`` (path and query exactly as received, still percent-encoded)."""
+        run = self.run
+        bad_run = False
+        if run_header is not None:
+            if _RUN_ID.fullmatch(run_header):
+                run = run_header
+            else:
+                bad_run = True
+        target = raw_path
+        m = _RUN_PREFIX.match(target)
+        if m:
+            run = m.group(1)
+            bad_run = False  # the prefix wins over the header
+            target = target[m.end():] or "/"
+        path, _, query = target.partition("?")
+        if path == HEALTH_PATH:
+            return Route("health", run, None, target, path, query, None)
+        if bad_run:
+            return Route("bad_run", run, None, target, path, query, None)
+        upstream = None
+        first = path.split("/", 2)[1] if path.startswith("/") else ""
+        if first in self.upstreams and (path == "/" + first or path.startswith("/" + first + "/")):
+            upstream = first
+            target = target[len(first) + 1:] or "/"
+            if target.startswith("?"):
+                target = "/" + target
+            path, _, query = target.partition("?")
+        protocol, proto_upstream = self.protocol_of(path)
+        if upstream is None:
+            upstream = proto_upstream or self.fallback
+        if upstream is None:
+            return Route("no_route", run, None, target, path, query, protocol)
+        return Route("upstream", run, upstream, target, path, query, protocol)

@@ -1,0 +1,306 @@
+"""The scripted model: answers model API requests from a script, in any of the four protocols.
+
+It stands in for a model offline (tests, the demo) and is the engine playback reuses. The
+script format is documented in docs/scripted-model.md. In short::
+
+    {"model": "mock-model", "seed": 1,
+     "turns": [
+        {"text": "Listing files.", "tool_calls": [{"tool": "@shell", "command": "ls"}]},
+        {"text": "Done."}
+     ]}
+
+A turn is chosen by the state of the conversation, never by arrival order: turn *k* answers a
+main-chain request that already holds *k* assistant messages, so auxiliary requests racing the
+main loop (OpenCode's title request, Qwen Code's background request) cannot shift it. A request
+whose system prompt or tools differ from the main chain's gets ``aux_reply``. Ids come from a
+counter seeded by (seed, turn) and timestamps are fixed, so the same request gets the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pvisor.adapters.protocols import protocol_for_path
+from pvisor.adapters.protocols.base import IdSource, compact_json, loads_object
+from pvisor.journal.errors import BadInputError
+from pvisor.journal.model import Action, Conversation, Reasoning, ToolCall
+
+#: tool names taken as "the agent's shell tool" by ``"tool": "@shell"``, in order of preference
+SHELL_TOOL_NAMES = ("bash", "shell", "exec_command", "run_shell_command", "shell_command", "local_shell")
+
+
+@dataclass(slots=True)
+class ScriptedCall:
+    """One tool call of a turn: ``tool`` (a name, or ``@shell``), ``command`` (for ``@shell``:
+    the value of the shell tool's first required string property), ``arguments`` (more fields)."""
+
+    tool: str
+    command: str | None = None
+    arguments: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Turn:
+    """One scripted reply: ``text``, ``reasoning``, ``tool_calls`` (several = parallel calls),
+    or an ``error`` (``{"status": int, "body": object|str}``); ``delay_ms`` before answering;
+    ``repeat`` how many consecutive conversation states it answers."""
+
+    text: str = ""
+    reasoning: str | None = None
+    tool_calls: list[ScriptedCall] = field(default_factory=list)
+    error: dict[str, Any] | None = None
+    delay_ms: int = 0
+    repeat: int = 1
+
+
+@dataclass(slots=True)
+class Script:
+    """A parsed script (see docs/scripted-model.md for every field)."""
+
+    turns: list[Turn]
+    model: str = "mock-model"
+    seed: int = 1
+    aux_reply: str = "OK"
+    after_end: str = "Done."
+    main_chain: str = "tools"  # "tools": the first request with tools defines it; "first": the first request
+    chunk_events: int = 1  # events per written chunk when streaming
+
+
+@dataclass(slots=True)
+class Reply:
+    """What to send back: ``status``, ``headers``, body ``chunks`` (one per write), ``delay_s``."""
+
+    status: int
+    headers: dict[str, str]
+    chunks: list[bytes]
+    delay_s: float = 0.0
+    kind: str = "turn"  # turn | aux | after_end | error | local
+
+
+_TURN_KEYS = {"text", "reasoning", "tool_calls", "error", "delay_ms", "repeat"}
+_SCRIPT_KEYS = {"turns", "model", "seed", "aux_reply", "after_end", "main_chain", "chunk_events"}
+
+
+def load_script(path: str | Path) -> Script:
+    """Read a script from a ``.json`` or ``.toml`` file.
+
+    Raises BadInputError naming the file and the field for anything malformed.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise BadInputError(f"cannot read script {path}: {exc.strerror}") from None
+    try:
+        if path.suffix.lower() == ".toml":
+            if sys.version_info >= (3, 11):
+                import tomllib
+            else:  # pragma: no cover
+                import tomli as tomllib
+            data = tomllib.loads(raw.decode("utf-8"))
+        else:
+            data = orjson.loads(raw)
+    except Exception as exc:  # tomllib, orjson and UnicodeDecodeError all describe the position
+        raise BadInputError(f"script {path} is not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {exc}") from None
+    return parse_script(data, str(path))
+
+
+def parse_script(data: Any, where: str = "script") -> Script:
+    """Validate a script object (already parsed). Raises BadInputError naming the bad field."""
+    if not isinstance(data, dict):
+        raise BadInputError(f"{where}: expected an object with a 'turns' list")
+    unknown = set(data) - _SCRIPT_KEYS
+    if unknown:
+        raise BadInputError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_SCRIPT_KEYS))}")
+    turns_raw = data.get("turns")
+    if not isinstance(turns_raw, list):
+        raise BadInputError(f"{where}: 'turns' must be a list of turns")
+    turns = [_parse_turn(t, f"{where}: turns[{i}]") for i, t in enumerate(turns_raw)]
+    main_chain = data.get("main_chain", "tools")
+    if main_chain not in ("tools", "first"):
+        raise BadInputError(f"{where}: main_chain must be 'tools' or 'first', not {main_chain!r}")
+    script = Script(turns=turns, main_chain=main_chain)
+    for key, typ in (("model", str), ("seed", int), ("aux_reply", str), ("after_end", str), ("chunk_events", int)):
+        if key in data:
+            if not isinstance(data[key], typ) or isinstance(data[key], bool):
+                raise BadInputError(f"{where}: '{key}' must be a {typ.__name__}")
+            setattr(script, key, data[key])
+    if script.chunk_events < 1:
+        raise BadInputError(f"{where}: 'chunk_events' must be at least 1")
+    return script
+
+
+def _parse_turn(t: Any, where: str) -> Turn:
+    if not isinstance(t, dict):
+        raise BadInputError(f"{where}: expected an object")
+    unknown = set(t) - _TURN_KEYS
+    if unknown:
+        raise BadInputError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_TURN_KEYS))}")
+    turn = Turn()
+    if "text" in t:
+        if not isinstance(t["text"], str):
+            raise BadInputError(f"{where}.text: expected a string")
+        turn.text = t["text"]
+    if "reasoning" in t:
+        if not isinstance(t["reasoning"], str):
+            raise BadInputError(f"{where}.reasoning: expected a string")
+        turn.reasoning = t["reasoning"]
+    for key in ("delay_ms", "repeat"):
+        if key in t:
+            v = t[key]
+            if not isinstance(v, int) or isinstance(v, bool) or v < (1 if key == "repeat" else 0):
+                raise BadInputError(f"{where}.{key}: expected an integer >= {1 if key == 'repeat' else 0}")
+            setattr(turn, key, v)
+    if "error" in t:
+        err = t["error"]
+        if (not isinstance(err, dict) or not isinstance(err.get("status"), int) or isinstance(err["status"], bool)
+                or not 400 <= err["status"] <= 599 or not isinstance(err.get("body", {}), (dict, str))):
+            raise BadInputError(f"{where}.error: expected {{\"status\": 400..599, \"body\": object or string}}")
+        extra = set(err) - {"status", "body"}
+        if extra:
+            raise BadInputError(f"{where}.error: unknown field(s) {', '.join(sorted(extra))}; expected body, status")
+        turn.error = err
+    calls = t.get("tool_calls", [])
+    if not isinstance(calls, list):
+        raise BadInputError(f"{where}.tool_calls: expected a list")
+    for j, c in enumerate(calls):
+        cw = f"{where}.tool_calls[{j}]"
+        if not isinstance(c, dict) or not isinstance(c.get("tool"), str):
+            raise BadInputError(f"{cw}: expected an object with a 'tool' name (or \"@shell\")")
+        args = c.get("arguments", {})
+        if not isinstance(args, dict):
+            raise BadInputError(f"{cw}.arguments: expected an object")
+        command = c.get("command")
+        if command is not None and not isinstance(command, str):
+            raise BadInputError(f"{cw}.command: expected a string")
+        if c["tool"] == "@shell" and command is None:
+            raise BadInputError(f"{cw}: '@shell' needs a 'command'")
+        extra = set(c) - {"tool", "command", "arguments"}
+        if extra:
+            raise BadInputError(f"{cw}: unknown field(s) {', '.join(sorted(extra))}")
+        turn.tool_calls.append(ScriptedCall(tool=c["tool"], command=command, arguments=dict(args)))
+    return turn
+
+
+def _signature(conv: Conversation) -> str:
+    h = hashlib.sha256()
+    h.update((conv.system or "").encode("utf-8", "surrogatepass"))
+    for t in conv.tools:
+        h.update(b"\0" + t.name.encode())
+    return h.hexdigest()
+
+
+def _shell_tool(conv: Conversation) -> tuple[str, str]:
+    """(tool name, argument name) of the agent's shell tool, from the request's tools."""
+    by_name = {t.name.lower(): t for t in conv.tools}
+    for candidate in SHELL_TOOL_NAMES:
+        tool = by_name.get(candidate)
+        if tool is not None:
+            params = tool.parameters if isinstance(tool.parameters, dict) else {}
+            props = params.get("properties") or {}
+            strings = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "string"]
+            required = [k for k in params.get("required") or [] if k in strings]
+            return tool.name, (required or strings or ["command"])[0]
+    names = ", ".join(t.name for t in conv.tools) or "none"
+    raise BadInputError(f"the script asks for '@shell' but the request has no shell tool ({'|'.join(SHELL_TOOL_NAMES)}); its tools: {names}")
+
+
+def count_assistant_turns(conv: Conversation) -> int:
+    """Number of assistant messages in the request: the conversation state that picks a turn."""
+    return sum(1 for m in conv.messages if m.role == "assistant")
+
+
+class ScriptedModel:
+    """Answer requests from a :class:`Script`. Stateless except for the main chain's signature,
+    which the first qualifying request fixes."""
+
+    def __init__(self, script: Script):
+        self.script = script
+        self.turns: list[Turn] = [t for t in script.turns for _ in range(t.repeat)]
+        self.main_signature: str | None = None
+
+    def action_for(self, turn: Turn, conv: Conversation) -> Action:
+        calls: list[ToolCall] = []
+        for c in turn.tool_calls:
+            args = dict(c.arguments)
+            name = c.tool
+            if c.tool == "@shell":
+                name, arg = _shell_tool(conv)
+                args = {arg: c.command, **args}
+            elif c.command is not None:
+                args.setdefault("command", c.command)
+            raw = compact_json(args)
+            calls.append(ToolCall(id=None, name=name, arguments_raw=raw, arguments=args))
+        reasoning = [Reasoning(text=turn.reasoning)] if turn.reasoning else []
+        return Action(text=turn.text, reasoning=reasoning, tool_calls=calls, model=conv.model or self.script.model, stop_reason=None)
+
+    def classify(self, conv: Conversation) -> str:
+        """``main`` or ``aux`` for a parsed request (fixing the main chain on first sight)."""
+        sig = _signature(conv)
+        if self.main_signature is None:
+            if self.script.main_chain == "first" or conv.tools:
+                self.main_signature = sig
+            else:
+                return "aux"
+        return "main" if sig == self.main_signature else "aux"
+
+    def answer(self, method: str, path: str, query: str, body: bytes) -> Reply:
+        """The reply to one request. Raises BadInputError for a body the protocol cannot parse
+        or a script that cannot be applied (the server turns it into a 400)."""
+        mod = protocol_for_path(path)
+        if mod is None:
+            return self._local(method, path)
+        if path.endswith("/count_tokens") or path.endswith(":countTokens"):
+            tokens = max(1, len(body) // 4)
+            key = "totalTokens" if path.endswith(":countTokens") else "input_tokens"
+            return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps({key: tokens})], kind="local")
+        obj = loads_object(body) if body else {}
+        conv = mod.parse_request(obj, path=path, query=query)
+        stream = mod.wants_stream(path, query, obj)
+        role = self.classify(conv)
+        if role == "aux":
+            turn, k, kind = Turn(text=self.script.aux_reply), 10_000_000, "aux"
+        else:
+            k = count_assistant_turns(conv)
+            if k < len(self.turns):
+                turn, kind = self.turns[k], "turn"
+            else:
+                turn, kind = Turn(text=self.script.after_end), "after_end"
+        delay = turn.delay_ms / 1000.0
+        if turn.error is not None:
+            err_body = turn.error.get("body", {"error": {"type": "scripted_error", "message": "scripted error"}})
+            payload = err_body.encode() if isinstance(err_body, str) else orjson.dumps(err_body)
+            return Reply(turn.error["status"], {"Content-Type": "application/json"}, [payload], delay, "error")
+        ids = IdSource(self.script.seed * 1_000_003 + k)
+        action = self.action_for(turn, conv)
+        final = mod.action_to_response(action, model=action.model or self.script.model, ids=ids)
+        if stream:
+            data = mod.render_stream(final)
+            return Reply(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, _split_events(data, self.script.chunk_events), delay, kind)
+        return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(final)], delay, kind)
+
+    def _local(self, method: str, path: str) -> Reply:
+        if path.rstrip("/").endswith("/models") and method == "GET":
+            m = self.script.model
+            listing = {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "pvisor", "type": "model", "display_name": m}],
+                       "models": [{"name": f"models/{m}", "displayName": m}]}
+            return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(listing)], kind="local")
+        if path == "/" and method in ("GET", "HEAD"):
+            return Reply(200, {"Content-Type": "text/plain"}, [b"pvisor scripted model\n"], kind="local")
+        return Reply(404, {"Content-Type": "application/json"},
+                     [orjson.dumps({"error": {"type": "not_found", "message": f"the scripted model does not serve {method} {path}"}})], kind="local")
+
+
+def _split_events(data: bytes, per_chunk: int) -> list[bytes]:
+    """Split an event stream into chunks of ``per_chunk`` events (on blank lines)."""
+    sep = b"\r\n\r\n" if b"\r\n\r\n" in data[:4096] else b"\n\n"
+    events = [e + sep for e in data.split(sep) if e]
+    if not data.endswith(sep) and events:
+        events[-1] = events[-1][: -len(sep)]
+    return [b"".join(events[i : i + per_chunk]) for i in range(0, len(events), per_chunk)] or [data]

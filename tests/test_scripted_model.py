@@ -1,0 +1,520 @@
+"""The scripted model (gateway/scripted_model.py) and its server (docs/scripted-model.md).
+
+The engine is driven in process (``ScriptedModel.answer``) where only the reply matters, and over
+HTTP (``stack.scripted``, ``pvisor serve-model``) where the server is what is tested.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import anthropic
+import openai
+import orjson
+import pytest
+from google import genai
+from google.genai import types
+
+from pvisor.adapters.protocols import get_protocol, protocol_for_path
+from pvisor.gateway.scripted_model import Reply, ScriptedModel, load_script, parse_script
+from pvisor.journal.errors import BadInputError
+
+PVISOR = Path(sys.executable).with_name("pvisor")
+PROTOCOLS = ("anthropic", "openai-chat", "openai-responses", "gemini")
+SHELL_SCHEMA = {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}
+SYSTEM = "You are a coding agent."
+
+
+# --------------------------------------------------------------------------- requests in the four protocols
+
+
+def build_request(protocol: str, k: int, *, system: str = SYSTEM, tools: tuple[str, ...] = ("bash",), stream: bool = False,
+                  model: str = "req-model") -> tuple[str, str, bytes]:
+    """(path, query, body) of a request holding ``k`` earlier assistant turns, each a text and a
+    ``bash`` call answered by its result."""
+    if protocol == "anthropic":
+        msgs: list = [{"role": "user", "content": "Do the task."}]
+        for i in range(k):
+            msgs.append({"role": "assistant", "content": [{"type": "text", "text": f"step {i}"},
+                                                          {"type": "tool_use", "id": f"toolu_{i}", "name": "bash", "input": {"command": f"echo {i}"}}]})
+            msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"{i}\n"}]})
+        body = {"model": model, "max_tokens": 1024, "system": system, "messages": msgs,
+                "tools": [{"name": t, "description": t, "input_schema": SHELL_SCHEMA} for t in tools]}
+        if stream:
+            body["stream"] = True
+        return "/v1/messages", "", orjson.dumps(body)
+    if protocol == "openai-chat":
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Do the task."}]
+        for i in range(k):
+            msgs.append({"role": "assistant", "content": f"step {i}", "tool_calls": [
+                {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": orjson.dumps({"command": f"echo {i}"}).decode()}}]})
+            msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "content": f"{i}\n"})
+        body = {"model": model, "messages": msgs}
+        if tools:
+            body["tools"] = [{"type": "function", "function": {"name": t, "parameters": SHELL_SCHEMA}} for t in tools]
+        if stream:
+            body["stream"] = True
+        return "/v1/chat/completions", "", orjson.dumps(body)
+    if protocol == "openai-responses":
+        items: list = [{"role": "user", "content": [{"type": "input_text", "text": "Do the task."}]}]
+        for i in range(k):
+            items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"step {i}"}]})
+            items.append({"type": "function_call", "call_id": f"call_{i}", "name": "bash", "arguments": orjson.dumps({"command": f"echo {i}"}).decode()})
+            items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": f"{i}\n"})
+        body = {"model": model, "instructions": system, "input": items, "tools": [{"type": "function", "name": t, "parameters": SHELL_SCHEMA} for t in tools]}
+        if stream:
+            body["stream"] = True
+        return "/v1/responses", "", orjson.dumps(body)
+    assert protocol == "gemini"
+    contents: list = [{"role": "user", "parts": [{"text": "Do the task."}]}]
+    for i in range(k):
+        contents.append({"role": "model", "parts": [{"text": f"step {i}"}, {"functionCall": {"name": "bash", "args": {"command": f"echo {i}"}}}]})
+        contents.append({"role": "user", "parts": [{"functionResponse": {"name": "bash", "response": {"output": f"{i}\n"}}}]})
+    body = {"contents": contents, "systemInstruction": {"parts": [{"text": system}]}}
+    if tools:
+        body["tools"] = [{"functionDeclarations": [{"name": t, "description": t, "parametersJsonSchema": SHELL_SCHEMA} for t in tools]}]
+    method = "streamGenerateContent" if stream else "generateContent"
+    return f"/v1beta/models/{model}:{method}", "alt=sse" if stream else "", orjson.dumps(body)
+
+
+def ask(model: ScriptedModel, protocol: str, k: int, **kw) -> Reply:
+    path, query, body = build_request(protocol, k, **kw)
+    return model.answer("POST", path, query, body)
+
+
+def final_of(protocol: str, reply: Reply) -> dict:
+    """The final response object of a reply (reassembled when streamed)."""
+    mod = get_protocol(protocol)
+    data = b"".join(reply.chunks)
+    if reply.headers["Content-Type"] == "text/event-stream":
+        r = mod.reassemble([data])
+        assert r.complete and not r.problems, r.problems
+        return r.final
+    return orjson.loads(data)
+
+
+def said(protocol: str, reply: Reply) -> tuple[str, list[tuple[str, dict]]]:
+    """(text, [(tool, arguments)]) of a 200 reply."""
+    assert reply.status == 200, reply.chunks
+    action = get_protocol(protocol).response_to_action(final_of(protocol, reply))
+    return action.text, [(c.name, c.arguments) for c in action.tool_calls]
+
+
+def model_of(script: dict) -> ScriptedModel:
+    return ScriptedModel(parse_script(script, "test script"))
+
+
+def http_request(base: str, method: str, target: str, body: bytes | None = None, headers: dict | None = None):
+    """(status, headers dict with lower-case names, body)."""
+    u = urlsplit(base)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        conn.request(method, target, body=body, headers=headers or ({"Content-Type": "application/json"} if body is not None else {}))
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+# --------------------------------------------------------------------------- turn choice
+
+TURN_SCRIPT = {
+    "aux_reply": "AUX",
+    "after_end": "The end.",
+    "turns": [{"text": f"turn {i}", "tool_calls": [{"tool": "@shell", "command": f"echo {i}"}]} for i in range(3)],
+}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_turn_is_chosen_by_assistant_messages_not_arrival(protocol, stream):
+    m = model_of(TURN_SCRIPT)
+    # out of order on purpose: the state of the conversation picks the turn
+    for k in (2, 0, 3, 1, 0):
+        text, calls = said(protocol, ask(m, protocol, k, stream=stream))
+        if k < 3:
+            assert (text, calls) == (f"turn {k}", [("bash", {"command": f"echo {k}"})])
+        else:
+            assert (text, calls) == ("The end.", [])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_auxiliary_requests_get_aux_reply_and_do_not_shift_turns(protocol):
+    m = model_of(TURN_SCRIPT)
+    # a request without tools before any main request is auxiliary (main_chain "tools"), and
+    # does not define the main chain
+    assert said(protocol, ask(m, protocol, 0, tools=())) == ("AUX", [])
+    assert said(protocol, ask(m, protocol, 0)) == ("turn 0", [("bash", {"command": "echo 0"})])
+    # a title request (no tools) and a background request (other system prompt, same tools)
+    # race the main loop; the main loop still gets turn 1, then turn 2
+    assert said(protocol, ask(m, protocol, 1, tools=())) == ("AUX", [])
+    assert said(protocol, ask(m, protocol, 1, system="Extract memories from this conversation.")) == ("AUX", [])
+    assert said(protocol, ask(m, protocol, 1)) == ("turn 1", [("bash", {"command": "echo 1"})])
+    assert said(protocol, ask(m, protocol, 2, tools=("bash", "read_file"))) == ("AUX", [])  # other tool names
+    assert said(protocol, ask(m, protocol, 2)) == ("turn 2", [("bash", {"command": "echo 2"})])
+    assert said(protocol, ask(m, protocol, 3)) == ("The end.", [])
+
+
+def test_main_chain_first_counts_a_toolless_chat():
+    m = model_of({**TURN_SCRIPT, "main_chain": "first", "turns": [{"text": "first"}, {"text": "second"}]})
+    assert said("openai-chat", ask(m, "openai-chat", 0, tools=())) == ("first", [])
+    assert said("openai-chat", ask(m, "openai-chat", 1, tools=())) == ("second", [])
+    assert said("openai-chat", ask(m, "openai-chat", 1)) == ("AUX", [])  # the chain had no tools
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_same_request_same_bytes(protocol, stream):
+    script = {"seed": 5, "turns": [{"text": "a", "tool_calls": [{"tool": "@shell", "command": "ls"}]},
+                                   {"text": "b", "reasoning": "think", "tool_calls": [{"tool": "@shell", "command": "ls"}]}]}
+    one, two = model_of(script), model_of(script)
+    first = ask(one, protocol, 1, stream=stream)
+    again = ask(one, protocol, 1, stream=stream)
+    other_instance = ask(two, protocol, 1, stream=stream)
+    assert (first.status, first.headers, first.chunks) == (again.status, again.headers, again.chunks) == (
+        other_instance.status, other_instance.headers, other_instance.chunks)
+    # ids come from (seed, turn): another turn or another seed gives other ids
+    body = b"".join(first.chunks)
+    assert b"".join(ask(one, protocol, 0, stream=stream).chunks) != body
+    assert b"".join(ask(model_of({**script, "seed": 6}), protocol, 1, stream=stream).chunks) != body
+
+
+def test_two_servers_with_one_script_answer_identical_bytes(stack):
+    script = {"seed": 3, "turns": [{"text": "x", "tool_calls": [{"tool": "@shell", "command": "ls"}, {"tool": "@shell", "command": "pwd"}]}]}
+    urls = [stack.scripted(script), stack.scripted(script)]
+    for protocol in PROTOCOLS:
+        for stream in (False, True):
+            path, query, body = build_request(protocol, 0, stream=stream)
+            target = path + ("?" + query if query else "")
+            (s1, h1, b1), (s2, h2, b2) = (http_request(u, "POST", target, body) for u in urls)
+            assert s1 == s2 == 200
+            assert b1 == b2 and len(b1) > 100
+            h1.pop("date"), h2.pop("date")
+            assert h1 == h2
+
+
+def test_fixed_timestamps():
+    from pvisor.adapters.protocols.openai_responses import FIXED_CREATED_AT
+
+    a, b = model_of({"seed": 1, "turns": [{"text": "t"}]}), model_of({"seed": 2, "turns": [{"text": "u"}, {"text": "v"}]})
+    assert final_of("openai-chat", ask(a, "openai-chat", 0))["created"] == 0
+    assert final_of("openai-chat", ask(b, "openai-chat", 1, stream=True))["created"] == 0
+    assert final_of("openai-responses", ask(a, "openai-responses", 0))["created_at"] == FIXED_CREATED_AT
+    assert final_of("openai-responses", ask(b, "openai-responses", 1, stream=True))["created_at"] == FIXED_CREATED_AT
+
+
+# --------------------------------------------------------------------------- @shell and real agents' tools
+
+#: agent request file -> (protocol, streamed, shell tool, its command property) of its main requests
+AGENTS = {
+    "codex-0.171.0.jsonl": ("openai-responses", True, "exec_command", "cmd"),
+    "gemini-cli-0.61.0.jsonl": ("gemini", True, "run_shell_command", "command"),
+    "qwen-code-0.24.4.jsonl": ("openai-chat", True, "run_shell_command", "command"),
+    "opencode-1.18.33.jsonl": ("openai-chat", True, "bash", "command"),
+    "mini-swe-agent-2.4.6.jsonl": ("openai-chat", False, "bash", "command"),
+}
+SHELL_TURN = {"turns": [{"text": "Running it.", "tool_calls": [{"tool": "@shell", "command": "echo 'hi there' > x.txt"}], "repeat": 10}]}
+
+
+def corpus_requests(corpus: Path, name: str) -> list[dict]:
+    lines = (corpus / "requests" / name).read_bytes().split(b"\n")
+    return [r for r in (orjson.loads(line) for line in lines if line.strip()) if isinstance(r.get("body"), dict)]
+
+
+def _query(q) -> str:
+    return "&".join(f"{k}={v}" for k, v in q.items()) if isinstance(q, dict) else (q or "")
+
+
+@pytest.mark.parametrize("agent", sorted(AGENTS))
+def test_shell_resolves_to_each_agents_shell_tool(stack, corpus, agent):
+    protocol, streamed, tool, prop = AGENTS[agent]
+    requests = [r for r in corpus_requests(corpus, agent) if r["body"].get("tools")]
+    first = requests[0]
+    assert protocol_for_path(first["path"]).NAME == protocol
+    # over HTTP: the agent's first main request, its body as sent
+    url = stack.scripted(SHELL_TURN)
+    query = _query(first["query"])
+    status, headers, data = http_request(url, first["method"], first["path"] + ("?" + query if query else ""), orjson.dumps(first["body"]))
+    assert status == 200, data
+    assert headers["content-type"] == ("text/event-stream" if streamed else "application/json")
+    reply = Reply(status, {"Content-Type": headers["content-type"]}, [data])
+    assert said(protocol, reply) == ("Running it.", [(tool, {prop: "echo 'hi there' > x.txt"})])
+    # in process: every request of the agent that carries tools (later steps, other sessions,
+    # mini-swe-agent's Anthropic requests), each as the first request a fresh model sees
+    for r in requests:
+        mod = protocol_for_path(r["path"])
+        rep = ScriptedModel(parse_script(SHELL_TURN)).answer(r["method"], r["path"], _query(r["query"]), orjson.dumps(r["body"]))
+        text, calls = said(mod.NAME, rep)
+        assert (text, calls) == ("Running it.", [(tool, {prop: "echo 'hi there' > x.txt"})]), (r.get("n", r.get("seq")), r["path"])
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_shell_without_a_shell_tool_is_a_json_400(stack, protocol):
+    url = stack.scripted({"turns": [{"tool_calls": [{"tool": "@shell", "command": "ls"}]}]})
+    path, query, body = build_request(protocol, 0, tools=("read_file", "edit"))
+    status, headers, data = http_request(url, "POST", path + ("?" + query if query else ""), body)
+    assert status == 400 and headers["content-type"].startswith("application/json")
+    message = orjson.loads(data)["error"]["message"]
+    assert "'@shell'" in message and "no shell tool" in message and "read_file, edit" in message
+
+
+# --------------------------------------------------------------------------- turn features
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_parallel_calls_named_tools_and_arguments(protocol, stream):
+    m = model_of({"turns": [{"text": "Three at once.", "tool_calls": [
+        {"tool": "@shell", "command": "cat a.txt", "arguments": {"description": "read a"}},
+        {"tool": "@shell", "command": "cat b.txt"},
+        {"tool": "read_file", "arguments": {"path": "c.txt", "limit": 5}},
+    ]}]})
+    reply = ask(m, protocol, 0, stream=stream, tools=("bash", "read_file"))
+    assert said(protocol, reply) == ("Three at once.", [
+        ("bash", {"command": "cat a.txt", "description": "read a"}),
+        ("bash", {"command": "cat b.txt"}),
+        ("read_file", {"path": "c.txt", "limit": 5}),
+    ])
+    calls = get_protocol(protocol).response_to_action(final_of(protocol, reply)).tool_calls
+    if protocol != "gemini":  # Gemini function calls carry no id
+        assert len({c.id for c in calls}) == 3
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_repeat_and_after_end(protocol):
+    m = model_of({"after_end": "Nothing left.", "turns": [{"text": "again", "repeat": 3}, {"text": "last", "tool_calls": [{"tool": "@shell", "command": "true"}]}]})
+    got = [said(protocol, ask(m, protocol, k)) for k in range(6)]
+    assert got == [("again", [])] * 3 + [("last", [("bash", {"command": "true"})])] + [("Nothing left.", [])] * 2
+    # repeated turns are distinct replies (ids from the turn number)
+    assert b"".join(ask(m, protocol, 0).chunks) != b"".join(ask(m, protocol, 1).chunks)
+
+
+def test_error_turns_pass_status_and_body_through(stack):
+    body_obj = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    url = stack.scripted({"turns": [
+        {"error": {"status": 529, "body": body_obj}},
+        {"error": {"status": 500, "body": "upstream exploded\n"}},
+        {"error": {"status": 429}},
+        {"text": "recovered"},
+    ]})
+    for stream in (False, True):
+        for k, (status, check) in enumerate([
+            (529, lambda d: orjson.loads(d) == body_obj),
+            (500, lambda d: d == b"upstream exploded\n"),
+            (429, lambda d: "error" in orjson.loads(d)),
+        ]):
+            path, _, body = build_request("anthropic", k, stream=stream)
+            st, headers, data = http_request(url, "POST", path, body)
+            assert st == status and check(data), (k, stream, data)
+            assert headers["content-type"] == "application/json"  # an error is never an event stream
+        path, _, body = build_request("anthropic", 3, stream=stream)
+        st, _, data = http_request(url, "POST", path, body)
+        assert st == 200 and b"recovered" in data
+    # the SDK sees the error as the status it carries (max_retries=0: one request)
+    client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=30)
+    with pytest.raises(anthropic.APIStatusError) as exc:
+        client.messages.create(model="m", max_tokens=10, system=SYSTEM, messages=[{"role": "user", "content": "go"}],
+                               tools=[{"name": "bash", "input_schema": SHELL_SCHEMA}])
+    assert exc.value.status_code == 529 and exc.value.body == body_obj
+
+
+def test_delayed_turn_arrives(stack):
+    url = stack.scripted({"turns": [{"text": "slow but sure", "delay_ms": 30}]})
+    for protocol in ("anthropic", "gemini"):
+        for stream in (False, True):
+            path, query, body = build_request(protocol, 0, stream=stream)
+            st, headers, data = http_request(url, "POST", path + ("?" + query if query else ""), body)
+            assert st == 200 and said(protocol, Reply(st, {"Content-Type": headers["content-type"]}, [data])) == ("slow but sure", [])
+
+
+def test_chunk_events_changes_chunking_not_bytes():
+    one = ask(model_of({"turns": [{"text": "x" * 500}]}), "anthropic", 0, stream=True)
+    three = ask(model_of({"chunk_events": 3, "turns": [{"text": "x" * 500}]}), "anthropic", 0, stream=True)
+    assert b"".join(one.chunks) == b"".join(three.chunks)
+    assert len(one.chunks) > len(three.chunks) > 1
+
+
+# --------------------------------------------------------------------------- other paths
+
+
+def test_models_head_root_count_tokens_and_404(stack):
+    url = stack.scripted({"model": "scripted-1", "turns": [{"text": "hi"}]})
+    st, headers, data = http_request(url, "HEAD", "/")
+    assert st == 200 and data == b""
+    st, _, data = http_request(url, "GET", "/")
+    assert st == 200 and data
+    for path in ("/v1/models", "/v1beta/models"):
+        st, _, data = http_request(url, "GET", path)
+        listing = orjson.loads(data)
+        assert st == 200 and listing["data"][0]["id"] == "scripted-1" and listing["models"][0]["name"] == "models/scripted-1"
+    assert [m.id for m in anthropic.Anthropic(base_url=url, api_key="k", max_retries=0).models.list()] == ["scripted-1"]
+    assert [m.id for m in openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0).models.list()] == ["scripted-1"]
+    g = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=url))
+    assert [m.name for m in g.models.list()] == ["models/scripted-1"]
+    # count_tokens: an estimate of body length / 4
+    body = orjson.dumps({"model": "m", "messages": [{"role": "user", "content": "count these words please"}]})
+    st, _, data = http_request(url, "POST", "/v1/messages/count_tokens", body)
+    assert st == 200 and orjson.loads(data) == {"input_tokens": len(body) // 4}
+    body = orjson.dumps({"contents": [{"role": "user", "parts": [{"text": "count these words please"}]}]})
+    st, _, data = http_request(url, "POST", "/v1beta/models/g:countTokens", body)
+    assert st == 200 and orjson.loads(data) == {"totalTokens": len(body) // 4}
+    assert anthropic.Anthropic(base_url=url, api_key="k", max_retries=0).messages.count_tokens(
+        model="m", messages=[{"role": "user", "content": "hello"}]).input_tokens > 0
+    assert g.models.count_tokens(model="g", contents="hello").total_tokens > 0
+    # count_tokens is not a step: the next main request still gets turn 0
+    path, _, body = build_request("anthropic", 0)
+    assert b'"hi"' in http_request(url, "POST", path, body)[2]
+    st, _, data = http_request(url, "POST", "/v2/whatever", b"{}")
+    assert st == 404 and "/v2/whatever" in orjson.loads(data)["error"]["message"]
+    st, _, data = http_request(url, "POST", "/v1/messages", b"{not json")
+    assert st == 400 and "not valid JSON" in orjson.loads(data)["error"]["message"]
+
+
+# --------------------------------------------------------------------------- scripts
+
+
+@pytest.mark.parametrize("name, content, words", [
+    ("unknown.json", b'{"turns": [], "temperature": 1}', ["unknown field(s) temperature"]),
+    ("unknown_turn.json", b'{"turns": [{"text": "a", "txt": "b"}]}', ["turns[0]", "unknown field(s) txt"]),
+    ("unknown_call.json", b'{"turns": [{"tool_calls": [{"tool": "bash", "cmd": "ls"}]}]}', ["turns[0].tool_calls[0]", "unknown field(s) cmd"]),
+    ("no_turns.json", b'{"model": "m"}', ["'turns' must be a list"]),
+    ("seed.json", b'{"seed": "1", "turns": []}', ["'seed' must be a int"]),
+    ("bool_seed.json", b'{"seed": true, "turns": []}', ["'seed'"]),
+    ("text.json", b'{"turns": [{"text": 5}]}', ["turns[0].text", "expected a string"]),
+    ("repeat.json", b'{"turns": [{"text": "a", "repeat": 0}]}', ["turns[0].repeat"]),
+    ("delay.json", b'{"turns": [{"text": "a", "delay_ms": -1}]}', ["turns[0].delay_ms"]),
+    ("calls.json", b'{"turns": [{"tool_calls": {"tool": "bash"}}]}', ["turns[0].tool_calls", "expected a list"]),
+    ("args.json", b'{"turns": [{"tool_calls": [{"tool": "bash", "arguments": [1]}]}]}', ["turns[0].tool_calls[0].arguments"]),
+    ("shell.json", b'{"turns": [{"tool_calls": [{"tool": "@shell"}]}]}', ["turns[0].tool_calls[0]", "'@shell' needs a 'command'"]),
+    ("error.json", b'{"turns": [{"error": {"status": 200}}]}', ["turns[0].error", "400..599"]),
+    ("error_body.json", b'{"turns": [{"error": {"status": 500, "body": 5}}]}', ["turns[0].error", "body"]),
+    ("error_key.json", b'{"turns": [{"error": {"status": 500, "message": "x"}}]}', ["turns[0].error", "message"]),
+    ("chain.json", b'{"main_chain": "all", "turns": []}', ["main_chain"]),
+    ("chunks.json", b'{"chunk_events": 0, "turns": []}', ["chunk_events"]),
+    ("list.json", b'[{"text": "a"}]', ["expected an object"]),
+    ("broken.json", b'{"turns": [', ["not valid JSON"]),
+    ("broken.toml", b'turns = [\n', ["not valid TOML"]),
+    ("latin1.toml", b'model = "\xe9"\nturns = []\n', ["not valid TOML"]),
+    ("types.toml", b'seed = 1.5\n[[turns]]\ntext = "a"\n', ["'seed'"]),
+])
+def test_bad_scripts_name_file_and_field(tmp_path, name, content, words):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(BadInputError) as exc:
+        load_script(path)
+    message = exc.value.message
+    assert str(path) in message
+    for w in words:
+        assert w in message, message
+    assert exc.value.exit_code == 65
+
+
+def test_documented_example_script_behaves_as_documented():
+    import re
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "scripted-model.md"
+    [example] = re.findall(r"```json\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+    m = ScriptedModel(parse_script(orjson.loads(example), "docs/scripted-model.md"))
+    got = []
+    for k in range(8):
+        reply = ask(m, "anthropic", k)
+        got.append((reply.status, reply.delay_s) if reply.status != 200 else (said("anthropic", reply), reply.delay_s))
+    assert got == [
+        (("Let me look.", [("bash", {"command": "ls -la"})]), 0),
+        (("Two at once.", [("bash", {"command": "cat a.txt"}), ("bash", {"command": "cat b.txt"})]), 0),
+        (529, 0),
+        (("Thinking done.", []), 0.05),
+        (("Still here.", []), 0),
+        (("Still here.", []), 0),
+        (("All done.", []), 0),
+        (("Done.", []), 0),
+    ]
+    assert said("anthropic", ask(m, "anthropic", 0, tools=())) == ("OK", [])
+
+
+def test_missing_script_file(tmp_path):
+    with pytest.raises(BadInputError, match="cannot read script .*nope.json"):
+        load_script(tmp_path / "nope.json")
+
+
+def test_toml_script_works(tmp_path):
+    path = tmp_path / "turns.toml"
+    path.write_text(
+        'model = "toml-model"\nseed = 9\naux_reply = "aux"\n\n'
+        '[[turns]]\ntext = "Listing."\n[[turns.tool_calls]]\ntool = "@shell"\ncommand = "ls -la"\n\n'
+        '[[turns]]\ntext = "Done."\nrepeat = 2\n', encoding="utf-8")
+    script = load_script(path)
+    assert (script.model, script.seed, script.aux_reply, len(script.turns)) == ("toml-model", 9, "aux", 2)
+    as_json = parse_script({"model": "toml-model", "seed": 9, "aux_reply": "aux", "turns": [
+        {"text": "Listing.", "tool_calls": [{"tool": "@shell", "command": "ls -la"}]}, {"text": "Done.", "repeat": 2}]})
+    for k in range(4):
+        a, b = ask(ScriptedModel(script), "anthropic", k), ask(ScriptedModel(as_json), "anthropic", k)
+        assert a.chunks == b.chunks
+    assert said("anthropic", ask(ScriptedModel(script), "anthropic", 0)) == ("Listing.", [("bash", {"command": "ls -la"})])
+
+
+def test_serve_model_bad_script_exits_65(tmp_path):
+    for name, content in (("bad.json", b'{"turns": [{"text": "a", "colour": "red"}]}'), ("bad.toml", b"turns = ")):
+        path = tmp_path / name
+        path.write_bytes(content)
+        proc = subprocess.run([str(PVISOR), "serve-model", "--script", str(path), "--port", "0"], capture_output=True, text=True,
+                              timeout=60, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 65, proc.stderr
+        assert proc.stderr.startswith("pvisor: error:") and str(path) in proc.stderr
+        assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert "colour" in subprocess.run([str(PVISOR), "serve-model", "--script", str(tmp_path / "bad.json")], capture_output=True,
+                                      text=True, timeout=60, stdin=subprocess.DEVNULL).stderr
+
+
+def _read_line(proc: subprocess.Popen, deadline: float) -> str:
+    """One line of the child's stdout, failing at ``deadline`` (never blocks past it)."""
+    buf = b""
+    fd = proc.stdout.fileno()
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        assert left > 0, f"no line from {proc.args} in time; got {buf!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            data = os.read(fd, 1)
+            assert data, f"{proc.args} closed stdout; exit {proc.poll()}; got {buf!r}"
+            buf += data
+    return buf.decode()
+
+
+def test_serve_model_subprocess_serves_and_stops_on_sigterm(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_bytes(orjson.dumps({"model": "sub-model", "turns": [{"text": "from a subprocess", "tool_calls": [{"tool": "@shell", "command": "ls"}]}]}))
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen([str(PVISOR), "serve-model", "--script", str(script), "--port", "0", "--ready-file", str(ready)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        line = _read_line(proc, time.monotonic() + 30)
+        assert line.startswith("listening http://127.0.0.1:"), line
+        url = line.split()[1]
+        port = int(url.rsplit(":", 1)[1])
+        assert port > 0
+        assert orjson.loads(ready.read_bytes())["url"] == url
+        for stream in (False, True):
+            path, _, body = build_request("anthropic", 0, stream=stream)
+            st, headers, data = http_request(url, "POST", path, body)
+            assert said("anthropic", Reply(st, {"Content-Type": headers["content-type"]}, [data])) == ("from a subprocess", [("bash", {"command": "ls"})])
+        st, _, data = http_request(url, "GET", "/v1/models")
+        assert b"sub-model" in data
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        err = proc.stderr.read().decode()
+        assert "Traceback" not in err
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
