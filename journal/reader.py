@@ -89,6 +89,18 @@ class JournalReader:
     def close(self) -> None:
         self.conn.close()
 
+    def _row_by_id(self, table: str, what: str, ident: str) -> sqlite3.Row:
+        """The row of ``table`` whose id is ``ident`` or starts with it; UsageError when none or
+        several match."""
+        rows = self.conn.execute(f"SELECT * FROM {table} WHERE id = ?", (ident,)).fetchall()
+        if not rows:
+            rows = self.conn.execute(f"SELECT * FROM {table} WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (_like_prefix(ident),)).fetchall()
+        if not rows:
+            raise UsageError(f"no {what} {ident!r} in journal {self.path}")
+        if len(rows) > 1:
+            raise UsageError(f"{what} id {ident!r} is ambiguous in journal {self.path}: {', '.join(r['id'] for r in rows)}")
+        return rows[0]
+
     # ------------------------------------------------------------------ runs
 
     @staticmethod
@@ -111,14 +123,7 @@ class JournalReader:
 
     def run(self, run_id: str) -> Run:
         """The run ``run_id`` (or a unique prefix of it). Raises UsageError when none or several match."""
-        rows = self.conn.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchall()
-        if not rows:
-            rows = self.conn.execute("SELECT * FROM runs WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (_like_prefix(run_id),)).fetchall()
-        if not rows:
-            raise UsageError(f"no run {run_id!r} in journal {self.path}")
-        if len(rows) > 1:
-            raise UsageError(f"run id {run_id!r} is ambiguous in journal {self.path}: {', '.join(r['id'] for r in rows)}")
-        return self._run(rows[0])
+        return self._run(self._row_by_id("runs", "run", run_id))
 
     def attempts(self, run_id: str) -> list[Attempt]:
         return [
@@ -197,14 +202,7 @@ class JournalReader:
 
     def exchange(self, exchange_id: str) -> Exchange:
         """The exchange ``exchange_id`` (or a unique prefix). Raises UsageError when none or several match."""
-        rows = self.conn.execute("SELECT * FROM exchanges WHERE id = ?", (exchange_id,)).fetchall()
-        if not rows:
-            rows = self.conn.execute("SELECT * FROM exchanges WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (_like_prefix(exchange_id),)).fetchall()
-        if not rows:
-            raise UsageError(f"no exchange {exchange_id!r} in journal {self.path}")
-        if len(rows) > 1:
-            raise UsageError(f"exchange id {exchange_id!r} is ambiguous: {', '.join(r['id'] for r in rows)}")
-        return self._exchange(rows[0])
+        return self._exchange(self._row_by_id("exchanges", "exchange", exchange_id))
 
     def events(self, run_id: str | None = None) -> list[dict[str, Any]]:
         """Journal events in sequence order (all, or those of one run)."""

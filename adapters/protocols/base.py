@@ -246,3 +246,26 @@ def normalise_conversation(conv: Conversation, *, keep_call_ids: bool = True) ->
         ],
         "messages": normalise_messages(conv.messages, keep_call_ids=keep_call_ids),
     }
+
+
+def as_list(value: Any) -> list:
+    """``value`` when it is a list, else [] (tolerant reading of provider JSON)."""
+    return value if isinstance(value, list) else []
+
+
+def first_int(*values: Any) -> int | None:
+    """The first value that is an int (not a bool), or None: reads a count from whichever of
+    several providers' usage fields is present."""
+    for v in values:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v
+    return None
+
+
+def dig(d: Any, *keys: str) -> Any:
+    """``d[k1][k2]...``, or None as soon as a level is not a dict."""
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d

@@ -46,14 +46,17 @@ from typing import Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
-    IdSource,
-    Reassembled,
-    strip_volatile,
+    as_list,
     compact_json,
+    dig,
     dumps,
+    first_int,
+    IdSource,
     loads_object,
     normalise_conversation,
     parse_arguments,
+    Reassembled,
+    strip_volatile,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, encode_event
 from pvisor.journal.model import (
@@ -129,9 +132,6 @@ def wants_stream(path: str, query: Any, body: Any) -> bool:
 # --------------------------------------------------------------------------- request parsing
 
 
-def _list(value: Any) -> list:
-    return value if isinstance(value, list) else []
-
 
 def _part(p: Any) -> Part:
     """The canonical part of one Gemini ``Part`` object (mapping: module docstring)."""
@@ -163,7 +163,7 @@ def _message(c: Any) -> Message:
         return Message("user", [OtherPart("invalid_content", raw=c)], raw=c)
     role = c.get("role")
     mrole = "assistant" if role == "model" else role if isinstance(role, str) else "user"
-    return Message(mrole, [_part(p) for p in _list(c.get("parts"))], raw=c)
+    return Message(mrole, [_part(p) for p in as_list(c.get("parts"))], raw=c)
 
 
 def _system_text(value: Any) -> str | None:
@@ -733,12 +733,12 @@ def response_to_action(final: dict) -> Action:
     obj = _unwrap(final)
     if not isinstance(obj, dict):
         return action
-    cands = [c for c in _list(obj.get("candidates")) if isinstance(c, dict)]
+    cands = [c for c in as_list(obj.get("candidates")) if isinstance(c, dict)]
     if cands:
         cand = min(cands, key=lambda c: c.get("index") if isinstance(c.get("index"), int) else 0)
         content = cand.get("content") if isinstance(cand.get("content"), dict) else {}
         texts: list[str] = []
-        for raw_part in _list(content.get("parts")):
+        for raw_part in as_list(content.get("parts")):
             p = _part(raw_part)
             if isinstance(p, TextPart):
                 texts.append(p.text)
@@ -759,19 +759,6 @@ def response_to_action(final: dict) -> Action:
     return action
 
 
-def _int(*values: Any) -> int | None:
-    for v in values:
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
-
-
-def _dig(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
 
 
 def gemini_usage(usage: Any) -> dict | None:
@@ -782,21 +769,21 @@ def gemini_usage(usage: Any) -> dict | None:
         return None
     if usage.keys() & {"promptTokenCount", "candidatesTokenCount", "totalTokenCount"}:
         return usage
-    inp = _int(usage.get("input_tokens"), usage.get("prompt_tokens"))
-    out = _int(usage.get("output_tokens"), usage.get("completion_tokens"))
+    inp = first_int(usage.get("input_tokens"), usage.get("prompt_tokens"))
+    out = first_int(usage.get("output_tokens"), usage.get("completion_tokens"))
     if inp is None and out is None:
         return None
     inp, out = inp or 0, out or 0
-    reasoning = _int(
-        _dig(usage, "output_tokens_details", "reasoning_tokens"),
-        _dig(usage, "completion_tokens_details", "reasoning_tokens"),
+    reasoning = first_int(
+        dig(usage, "output_tokens_details", "reasoning_tokens"),
+        dig(usage, "completion_tokens_details", "reasoning_tokens"),
     ) or 0
-    cached = _int(
+    cached = first_int(
         usage.get("cache_read_input_tokens"),
-        _dig(usage, "input_tokens_details", "cached_tokens"),
-        _dig(usage, "prompt_tokens_details", "cached_tokens"),
+        dig(usage, "input_tokens_details", "cached_tokens"),
+        dig(usage, "prompt_tokens_details", "cached_tokens"),
     )
-    total = _int(usage.get("total_tokens"))
+    total = first_int(usage.get("total_tokens"))
     d: dict[str, Any] = {
         "promptTokenCount": inp,
         "candidatesTokenCount": max(out - reasoning, 0),

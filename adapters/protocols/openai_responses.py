@@ -58,14 +58,17 @@ from typing import Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
-    IdSource,
-    Reassembled,
+    as_list,
     compact_json,
-    strip_volatile,
+    dig,
     dumps,
+    first_int,
+    IdSource,
     loads_object,
     normalise_conversation,
     parse_arguments,
+    Reassembled,
+    strip_volatile,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
 from pvisor.journal.errors import BadInputError
@@ -135,18 +138,15 @@ def wants_stream(path: str, query: Any, body: Any) -> bool:
 # --------------------------------------------------------------------------- request items -> parts
 
 
-def _list(value: Any) -> list:
-    return value if isinstance(value, list) else []
-
 
 def _reasoning_text(item: dict) -> str:
     """Visible reasoning of a ``reasoning`` item: ``summary[].text`` joined with a blank line,
     or, when there is no summary text, ``content[]`` ``reasoning_text`` joined the same way."""
-    texts = [s.get("text", "") for s in _list(item.get("summary")) if isinstance(s, dict) and s.get("text")]
+    texts = [s.get("text", "") for s in as_list(item.get("summary")) if isinstance(s, dict) and s.get("text")]
     if not texts:
         texts = [
             c.get("text", "")
-            for c in _list(item.get("content"))
+            for c in as_list(item.get("content"))
             if isinstance(c, dict) and c.get("type") == "reasoning_text" and c.get("text")
         ]
     return "\n\n".join(texts)
@@ -995,7 +995,7 @@ def render_stream(final: dict) -> bytes:
                 snap[key] = None
     w.emit("response.created", response=snap)
     w.emit("response.in_progress", response=snap)
-    for o, item in enumerate(_list(final.get("output"))):
+    for o, item in enumerate(as_list(final.get("output"))):
         _render_item(w, o, item)
     if terminal is not None:
         w.emit(terminal, response=final)
@@ -1016,10 +1016,10 @@ def response_to_action(final: dict) -> Action:
     if not isinstance(final, dict):
         return action
     texts: list[str] = []
-    for item in _list(final.get("output")):
+    for item in as_list(final.get("output")):
         t = _item_type(item)
         if t == "message":
-            for c in _list(item.get("content")):
+            for c in as_list(item.get("content")):
                 if isinstance(c, dict) and c.get("type") in _TEXT_TYPES and isinstance(c.get("text"), str):
                     texts.append(c["text"])
                 elif isinstance(c, dict) and c.get("type") == "refusal" and isinstance(c.get("refusal"), str):
@@ -1040,19 +1040,6 @@ def response_to_action(final: dict) -> Action:
     return action
 
 
-def _int(*values: Any) -> int | None:
-    for v in values:
-        if isinstance(v, int) and not isinstance(v, bool):
-            return v
-    return None
-
-
-def _dig(d: Any, *keys: str) -> Any:
-    for k in keys:
-        if not isinstance(d, dict):
-            return None
-        d = d.get(k)
-    return d
 
 
 def responses_usage(usage: Any) -> dict | None:
@@ -1064,27 +1051,27 @@ def responses_usage(usage: Any) -> dict | None:
         return None
     if {"input_tokens", "output_tokens", "total_tokens", "input_tokens_details", "output_tokens_details"} <= usage.keys():
         return usage
-    thoughts = _int(usage.get("thoughtsTokenCount"))
-    inp = _int(usage.get("input_tokens"), usage.get("prompt_tokens"), usage.get("promptTokenCount"))
-    out = _int(usage.get("output_tokens"), usage.get("completion_tokens"), usage.get("candidatesTokenCount"))
+    thoughts = first_int(usage.get("thoughtsTokenCount"))
+    inp = first_int(usage.get("input_tokens"), usage.get("prompt_tokens"), usage.get("promptTokenCount"))
+    out = first_int(usage.get("output_tokens"), usage.get("completion_tokens"), usage.get("candidatesTokenCount"))
     if inp is None and out is None:
         return None
     inp, out = inp or 0, out or 0
     if "candidatesTokenCount" in usage and thoughts:
         out += thoughts  # Gemini counts thoughts apart; Responses output tokens include reasoning
-    cached = _int(
+    cached = first_int(
         usage.get("cache_read_input_tokens"),
-        _dig(usage, "prompt_tokens_details", "cached_tokens"),
-        _dig(usage, "input_tokens_details", "cached_tokens"),
+        dig(usage, "prompt_tokens_details", "cached_tokens"),
+        dig(usage, "input_tokens_details", "cached_tokens"),
         usage.get("cachedContentTokenCount"),
     )
-    written = _int(usage.get("cache_creation_input_tokens"), _dig(usage, "input_tokens_details", "cache_write_tokens"))
-    reasoning = _int(
+    written = first_int(usage.get("cache_creation_input_tokens"), dig(usage, "input_tokens_details", "cache_write_tokens"))
+    reasoning = first_int(
         thoughts,
-        _dig(usage, "completion_tokens_details", "reasoning_tokens"),
-        _dig(usage, "output_tokens_details", "reasoning_tokens"),
+        dig(usage, "completion_tokens_details", "reasoning_tokens"),
+        dig(usage, "output_tokens_details", "reasoning_tokens"),
     )
-    total = _int(usage.get("total_tokens"), usage.get("totalTokenCount"))
+    total = first_int(usage.get("total_tokens"), usage.get("totalTokenCount"))
     return {
         "input_tokens": inp,
         "input_tokens_details": {"cache_write_tokens": written or 0, "cached_tokens": cached or 0},
