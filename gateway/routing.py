@@ -4,7 +4,9 @@ Rules (docs/gateway.md):
 
 1. ``/__pvisor/health`` answers locally.
 2. A leading ``/run/<id>/`` selects the run and is removed; so does the ``X-Pvisor-Run`` header
-   (the prefix wins). Neither is forwarded.
+   (the prefix wins). Neither is forwarded. A path starting with ``/run/`` whose next segment
+   is not a valid run id (``/run//x``, ``/run/bad%20id/...``), or such a header, is answered
+   400 ``pvisor_bad_run_id``.
 3. A leading mount prefix ``/<upstream>/`` (``/anthropic/``, ``/openai/``, ``/gemini/``) picks
    that upstream and is removed.
 4. Otherwise a path that a protocol module serves exactly (``/v1/messages``,
@@ -21,13 +23,40 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+from yarl import URL
+
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
 
 HEALTH_PATH = "/__pvisor/health"
 RUN_HEADER = "X-Pvisor-Run"
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
-_RUN_PREFIX = re.compile(rf"^/run/({RUN_ID_PATTERN})(?=/|$)")
+_RUN_PREFIX = re.compile(r"^/run/([^/?]*)")
+
+
+def check_upstream_url(url: str) -> str:
+    """``url`` when it is usable as an upstream base URL: http or https, a host, a port in
+    1..65535 if one is given, no query or fragment. Raises ValueError saying what is wrong; the
+    message never repeats the URL (its user info may hold a password)."""
+    if any(c.isspace() for c in url):
+        raise ValueError("the URL contains white space")
+    try:
+        u = URL(url)  # yarl checks that an explicit port is a number in 0..65535
+    except (ValueError, TypeError) as exc:
+        text = str(exc).lower()
+        reason = "its port must be in 1..65535" if "out of range" in text else "its port is not a number" if "port" in text else "it is not a URL"
+        raise ValueError(f"the URL is not usable: {reason}") from None
+    if u.scheme not in ("http", "https"):
+        raise ValueError("the URL must start with http:// or https://")
+    if not u.host:
+        raise ValueError("the URL has no host")
+    if u.explicit_port == 0:
+        raise ValueError("the URL is not usable: its port must be in 1..65535")
+    if u.raw_query_string or "?" in url:
+        raise ValueError("the URL must not have a query (?...)")
+    if u.raw_fragment or "#" in url:
+        raise ValueError("the URL must not have a fragment (#...)")
+    return url
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +65,8 @@ class Route:
 
     Fields:
         kind: ``upstream`` (forward it), ``health`` (answer locally), ``no_route`` (404) or
-            ``bad_run`` (400: an ``X-Pvisor-Run`` header that is not a valid run id).
+            ``bad_run`` (400: an ``X-Pvisor-Run`` header or a ``/run/<id>/`` prefix whose id is
+            not a valid run id).
         run: the run id the exchange belongs to.
         upstream: upstream name, or None.
         target: the raw path and query to append to the upstream base URL, prefixes removed.
@@ -63,6 +93,11 @@ class Router:
         unknown = set(upstreams) - set(UPSTREAMS)
         if unknown:
             raise ValueError(f"unknown upstream name(s): {', '.join(sorted(unknown))}; expected {', '.join(UPSTREAMS)}")
+        for name, url in upstreams.items():
+            try:
+                check_upstream_url(url)
+            except ValueError as exc:
+                raise ValueError(f"upstream {name}: {exc}") from None
         self.upstreams = {name: url.rstrip("/") for name, url in upstreams.items()}
         self.explicit = set(explicit)
         self.run = run
@@ -91,14 +126,19 @@ class Router:
         target = raw_path
         m = _RUN_PREFIX.match(target)
         if m:
-            run = m.group(1)
-            bad_run = False  # the prefix wins over the header
-            target = target[m.end():] or "/"
+            if _RUN_ID.fullmatch(m.group(1)):
+                run = m.group(1)
+                bad_run = False  # the prefix wins over the header
+            else:
+                run, bad_run = self.run, True  # recorded under the gateway's own run
+            target = target[m.end():]
+            if not target.startswith("/"):
+                target = "/" + target
         path, _, query = target.partition("?")
         if path == HEALTH_PATH:
             return Route("health", run, None, target, path, query, None)
         if bad_run:
-            return Route("bad_run", run, None, target, path, query, None)
+            return Route("bad_run", run, None, target, path, query, self.protocol_of(path)[0])
         upstream = None
         first = path.split("/", 2)[1] if path.startswith("/") else ""
         if first in self.upstreams and (path == "/" + first or path.startswith("/" + first + "/")):

@@ -18,7 +18,9 @@ counter seeded by (seed, turn) and timestamps are fixed, so the same request get
 
 from __future__ import annotations
 
+import bisect
 import hashlib
+import itertools
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -203,9 +205,10 @@ def _shell_tool(conv: Conversation) -> tuple[str, str]:
         tool = by_name.get(candidate)
         if tool is not None:
             params = tool.parameters if isinstance(tool.parameters, dict) else {}
-            props = params.get("properties") or {}
+            props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
             strings = [k for k, v in props.items() if isinstance(v, dict) and v.get("type") == "string"]
-            required = [k for k in params.get("required") or [] if k in strings]
+            listed = params.get("required")
+            required = [k for k in listed if k in strings] if isinstance(listed, list) else []
             return tool.name, (required or strings or ["command"])[0]
     names = ", ".join(t.name for t in conv.tools) or "none"
     raise BadInputError(f"the script asks for '@shell' but the request has no shell tool ({'|'.join(SHELL_TOOL_NAMES)}); its tools: {names}")
@@ -222,8 +225,16 @@ class ScriptedModel:
 
     def __init__(self, script: Script):
         self.script = script
-        self.turns: list[Turn] = [t for t in script.turns for _ in range(t.repeat)]
+        # turn k is script.turns[i] for the first i whose cumulative repeat count exceeds k;
+        # repeats are never expanded into a list (a repeat may be 10**12)
+        self._ends: list[int] = list(itertools.accumulate(t.repeat for t in script.turns))
         self.main_signature: str | None = None
+
+    def turn_at(self, k: int) -> Turn | None:
+        """The scripted turn answering conversation state ``k`` (``repeat`` counted), or None
+        past the last one."""
+        i = bisect.bisect_right(self._ends, k)
+        return self.script.turns[i] if i < len(self.script.turns) else None
 
     def action_for(self, turn: Turn, conv: Conversation) -> Action:
         calls: list[ToolCall] = []
@@ -268,8 +279,9 @@ class ScriptedModel:
             turn, k, kind = Turn(text=self.script.aux_reply), 10_000_000, "aux"
         else:
             k = count_assistant_turns(conv)
-            if k < len(self.turns):
-                turn, kind = self.turns[k], "turn"
+            scripted = self.turn_at(k)
+            if scripted is not None:
+                turn, kind = scripted, "turn"
             else:
                 turn, kind = Turn(text=self.script.after_end), "after_end"
         delay = turn.delay_ms / 1000.0

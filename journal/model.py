@@ -427,12 +427,13 @@ def is_secret_header(name: str) -> bool:
 
 
 def is_secret_query_param(name: str) -> bool:
-    """True for query parameters that carry credentials: ``key`` (Gemini), ``api_key``,
-    ``access_token``, ``token``, ``sig``, ``X-Amz-*`` (pre-signed URLs) and names with token/secret/signature."""
+    """True for query parameters that carry credentials: ``key`` (Gemini), ``sig``, ``code``,
+    ``X-Amz-*`` (pre-signed URLs) and any name containing key, auth, token, secret, signature,
+    password or credential (``api_key``, ``x-goog-api-key``, ``access_token``)."""
     n = name.lower()
     if n in _SECRET_QUERY_NAMES or n.startswith("x-amz-"):
         return True
-    return any(f in n for f in ("token", "secret", "signature", "password", "credential"))
+    return any(f in n for f in ("key", "auth", "token", "secret", "signature", "password", "credential"))
 
 
 def fingerprint(value: str | bytes, key: bytes) -> str:

@@ -24,6 +24,35 @@ from .model import Attempt, Exchange, Run, unpack_timings
 
 _CACHE_BYTES = 64 * 1024 * 1024
 
+#: the columns this reader uses, per table (schema: docs/journal.md)
+_COLUMNS = {
+    "runs": ("id", "agent", "agent_version", "argv", "created_ms", "parent_run", "boundary_step", "mode", "labels"),
+    "attempts": ("run_id", "n", "started_ms", "ended_ms", "exit_code", "labels"),
+    "exchanges": (
+        "id", "run_id", "attempt", "seq", "protocol", "method", "path", "query", "request_headers", "secret_fingerprints",
+        "request_encoding", "request_body", "request_bytes", "status", "response_headers", "response_body", "response_final",
+        "streamed", "chunk_timings", "outcome", "error", "started_ms", "headers_us", "first_byte_us", "ended_us",
+        "bytes_received", "bytes_delivered", "chain", "role",
+    ),
+    "blobs": ("sha256", "size", "codec", "base", "data"),
+    "events": ("seq", "ts_ms", "kind", "run_id", "exchange_id", "writer_id", "data"),
+}
+#: JSON-valued columns, checked by verify
+_JSON_COLUMNS = {
+    "runs": ("argv", "labels"),
+    "attempts": ("labels",),
+    "exchanges": ("request_headers", "secret_fingerprints", "response_headers"),
+}
+
+
+def _json(row: sqlite3.Row, column: str, table: str) -> Any:
+    """Parse a JSON column; IntegrityError naming the table, row and column when it is damaged."""
+    try:
+        return orjson.loads(row[column])
+    except (orjson.JSONDecodeError, TypeError):
+        ident = row["id"] if "id" in row.keys() else f"{row['run_id']}/{row['n']}"
+        raise IntegrityError(f"journal damaged: {table} {ident}: column {column} is not valid JSON") from None
+
 
 def _connect_ro(path: Path) -> sqlite3.Connection:
     if not path.exists():
@@ -34,8 +63,10 @@ def _connect_ro(path: Path) -> sqlite3.Connection:
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
     except sqlite3.DatabaseError as exc:
-        if "not a database" in str(exc) or "malformed" in str(exc):
-            raise BadInputError(f"{path} is not a pvisor journal (not a readable SQLite database: {exc})") from None
+        if "not a database" in str(exc):
+            raise BadInputError(f"{path} is not a pvisor journal (not an SQLite database)") from None
+        if "malformed" in str(exc):
+            raise IntegrityError(f"journal {path} is damaged: {exc}") from None
         wal = Path(str(path) + "-wal")
         if wal.exists() and wal.stat().st_size > 0:
             raise UnavailableError(f"cannot open journal {path} read-only: {exc}") from None
@@ -77,8 +108,16 @@ class JournalReader:
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_bytes = 0
         names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not {"runs", "exchanges", "blobs", "events"} <= names:
-            raise BadInputError(f"{self.path} is an SQLite database but not a pvisor journal (tables runs, exchanges, blobs missing)")
+        if "runs" not in names or "exchanges" not in names:
+            raise BadInputError(f"{self.path} is an SQLite database but not a pvisor journal (no runs and exchanges tables)")
+        missing = [t for t in _COLUMNS if t not in names]
+        if missing:
+            raise IntegrityError(f"journal {self.path} is damaged: table(s) {', '.join(missing)} missing")
+        for table, columns in _COLUMNS.items():
+            have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
+            lost = [c for c in columns if c not in have]
+            if lost:
+                raise IntegrityError(f"journal {self.path} is damaged: table {table} lacks column(s) {', '.join(lost)}")
 
     def __enter__(self) -> "JournalReader":
         return self
@@ -109,12 +148,12 @@ class JournalReader:
             id=row["id"],
             agent=row["agent"],
             agent_version=row["agent_version"],
-            argv=orjson.loads(row["argv"]),
+            argv=_json(row, "argv", "runs"),
             created_ms=row["created_ms"],
             parent_run=row["parent_run"],
             boundary_step=row["boundary_step"],
             mode=row["mode"],
-            labels=orjson.loads(row["labels"]),
+            labels=_json(row, "labels", "runs"),
         )
 
     def runs(self) -> list[Run]:
@@ -127,7 +166,7 @@ class JournalReader:
 
     def attempts(self, run_id: str) -> list[Attempt]:
         return [
-            Attempt(run=r["run_id"], n=r["n"], started_ms=r["started_ms"], ended_ms=r["ended_ms"], exit_code=r["exit_code"], labels=orjson.loads(r["labels"]))
+            Attempt(run=r["run_id"], n=r["n"], started_ms=r["started_ms"], ended_ms=r["ended_ms"], exit_code=r["exit_code"], labels=_json(r, "labels", "attempts"))
             for r in self.conn.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY n", (run_id,))
         ]
 
@@ -169,13 +208,13 @@ class JournalReader:
             method=row["method"],
             path=row["path"],
             query=row["query"],
-            request_headers=orjson.loads(row["request_headers"]),
-            secret_fingerprints=orjson.loads(row["secret_fingerprints"]),
+            request_headers=_json(row, "request_headers", "exchanges"),
+            secret_fingerprints=_json(row, "secret_fingerprints", "exchanges"),
             request_encoding=row["request_encoding"],
             request_body=row["request_body"],
             request_bytes=row["request_bytes"],
             status=row["status"],
-            response_headers=orjson.loads(row["response_headers"]),
+            response_headers=_json(row, "response_headers", "exchanges"),
             response_body=row["response_body"],
             response_final=row["response_final"],
             streamed=bool(row["streamed"]),
@@ -311,6 +350,11 @@ class JournalReader:
             "SELECT e.id FROM exchanges e LEFT JOIN runs r ON r.id = e.run_id WHERE r.id IS NULL"
         ):
             rep.problems.append(f"exchange {ex_id}: its run is missing")
+        for table, columns in _JSON_COLUMNS.items():
+            key = "id" if table != "attempts" else "run_id || '/' || n"
+            for col in columns:
+                for (ident,) in self.conn.execute(f"SELECT {key} FROM {table} WHERE json_valid({col}) = 0"):
+                    rep.problems.append(f"{table} {ident}: column {col} is not valid JSON")
         self._cache.clear()
         self._cache_bytes = 0
         for (sha, stored) in self.conn.execute("SELECT sha256, length(data) FROM blobs ORDER BY rowid").fetchall():

@@ -112,6 +112,16 @@ def m001_initial(db: Database) -> None:
         db.execute(statement)
 
 
+@MIGRATIONS(name="m002_exchanges_by_arrival")
+def m002_exchanges_by_arrival(db: Database) -> None:
+    """Index exchanges by (run, started_ms): the writer ranks each new exchange by arrival."""
+    db.execute("CREATE INDEX exchanges_run_start ON exchanges(run_id, started_ms)")
+
+
+#: tables of a pvisor journal; a database with other tables and none of these is not one
+JOURNAL_TABLES = ("meta", "writers", "events", "runs", "attempts", "blobs", "exchanges")
+
+
 def schema_version() -> int:
     """The schema version this pvisor writes: the number of registered migrations."""
     return len(MIGRATIONS._migrations)

@@ -19,6 +19,7 @@ Typical use::
 
 from __future__ import annotations
 
+import collections
 import os
 import queue
 import secrets
@@ -30,23 +31,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+import logging
+
 import orjson
 
 from . import blobs
 from .content_encoding import DEFAULT_LIMIT, DecodeError, decode_body
-from .errors import BadInputError, UnavailableError
+from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import REQUEST_HEADER_ALLOW, Attempt, Run, pack_timings, redact_exchange_meta
 from .paths import create_private_file
 
 COMMIT_INTERVAL_S = 0.1
+LOCK_WARN_INTERVAL_S = 30.0
+FINALIZE_SLICE_S = 0.02  # reassembly done per idle tick, so a new request waits at most this
 HEARTBEAT_INTERVAL_S = 2.0
 DEAD_AFTER_MS = 60_000  # a lease not renewed for this long is dead even on another host
 BUSY_TIMEOUT_MS = 5000
 BATCH_MAX = 256
 
 #: ``finalize(protocol, streamed, decoded_response_body) -> final response JSON bytes | None``,
-#: called in the writer thread (the gateway passes the protocol modules' reassembly).
+#: called in the writer thread while the producer is idle, at flush and at close (the gateway
+#: passes the protocol modules' reassembly).
 Finalizer = Callable[[str | None, bool, bytes], bytes | None]
+
+
+log = logging.getLogger("pvisor.journal")
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    msg = str(exc)
+    return "locked" in msg or "busy" in msg
 
 
 def new_run_id() -> str:
@@ -92,7 +106,6 @@ class PendingExchange:
     id: str
     run: str
     attempt: int
-    seq: int
     method: str
     path: str
     query: str
@@ -144,19 +157,20 @@ class Journal:
         BadInputError: the file exists but is not an SQLite database.
     """
 
-    def __init__(self, path: Path, *, finalize: Finalizer | None = None, max_decoded: int = DEFAULT_LIMIT):
+    def __init__(self, path: Path, *, finalize: Finalizer | None = None, max_decoded: int = DEFAULT_LIMIT,
+                 busy_timeout_ms: int = BUSY_TIMEOUT_MS):
         self.path = Path(path)
+        self.busy_timeout_ms = busy_timeout_ms
         self.finalize = finalize
         self.max_decoded = max_decoded
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._inflight: dict[str, PendingExchange] = {}
-        self._seq: dict[str, int] = {}
-        self._lock = threading.Lock()
         self._closed = False
         self._error: BaseException | None = None
         self.writer_id: int | None = None
         self.fingerprint_key: bytes = b""
         self.reaped: list[int] = []  # ids of dead writers whose exchanges this writer marked incomplete
+        self._abandon = False
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pvisor-journal-writer", daemon=True)
 
@@ -180,16 +194,26 @@ class Journal:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 60.0) -> None:
         """Commit everything queued, mark exchanges still in flight ``incomplete``, release the
-        lease and checkpoint the WAL. Idempotent."""
+        lease and checkpoint the WAL. Idempotent. If the journal stays locked by another process
+        for ``timeout`` seconds, give up: what is still queued is lost, and an error is logged."""
         if self._closed:
             return
         self._closed = True
+        if self._error is not None or not self._thread.is_alive():
+            return  # the writer already stopped (and logged what it could not record)
         done = threading.Event()
         self._queue.put(("close", done))
-        done.wait()
-        self._thread.join()
+        if not done.wait(timeout):
+            self._abandon = True
+            done.wait(self.busy_timeout_ms / 1000 + 5)
+        self._thread.join(self.busy_timeout_ms / 1000 + 5)
+
+    @property
+    def error(self) -> str | None:
+        """Why the writer thread stopped (it then records nothing more), or None while it works."""
+        return None if self._error is None else f"{type(self._error).__name__}: {self._error}"
 
     def flush(self, timeout: float = 30.0) -> None:
         """Block until every message queued before this call is committed (for tests and
@@ -245,14 +269,10 @@ class Journal:
         they are redacted in the writer thread before anything is stored); raw query string;
         attempt number; protocol module name if known.
         """
-        with self._lock:
-            seq = self._seq.get(run, 0) + 1
-            self._seq[run] = seq
         p = PendingExchange(
             id=new_exchange_id(),
             run=run,
             attempt=attempt,
-            seq=seq,
             method=method,
             path=path,
             query=query,
@@ -281,11 +301,14 @@ class Journal:
         bytes_received: int | None = None,
         bytes_delivered: int | None = None,
         request_encoding: str | None = None,
+        request_bytes: int | None = None,
     ) -> None:
         """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
         body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
         failure sets outcome ``decode_error`` and keeps the raw bytes), the response body raw.
-        ``chunk_timings``: (µs since start, length) pairs or already packed bytes."""
+        ``chunk_timings``: (µs since start, length) pairs or already packed bytes.
+        ``request_bytes``: the request body's size on the wire when the body itself is not
+        passed (a body refused by its declared Content-Length); default its length."""
         ended_us = int((time.perf_counter() - pending.t0) * 1e6)
         self._inflight.pop(pending.id, None)
         rb = response_body or b""
@@ -308,7 +331,7 @@ class Journal:
                     bytes_received=len(rb) if bytes_received is None else bytes_received,
                     bytes_delivered=len(rb) if bytes_delivered is None else bytes_delivered,
                     request_encoding=request_encoding,
-                    request_bytes=len(request_body or b""),
+                    request_bytes=len(request_body or b"") if request_bytes is None else request_bytes,
                 ),
             )
         )
@@ -324,18 +347,32 @@ class Journal:
     # ------------------------------------------------------------------ writer thread
 
     def _connect(self) -> sqlite3.Connection:
+        if self.path.is_dir():
+            raise UsageError(f"journal {self.path} is a directory; give a file path")
         try:
             create_private_file(self.path)
         except OSError as exc:
             raise UnavailableError(f"cannot create journal {self.path}: {exc.strerror}") from None
+        if not os.access(self.path, os.R_OK | os.W_OK) or not os.access(self.path.parent, os.W_OK | os.X_OK):
+            raise UnavailableError(f"journal {self.path} is not writable (the file and its directory must be, for the WAL)")
         conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            # before anything writes (even the switch to WAL): refuse someone else's database
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+            if tables and "runs" not in tables:
+                conn.close()
+                raise BadInputError(
+                    f"{self.path} is an SQLite database but not a pvisor journal (it has tables {', '.join(sorted(tables)[:5])}); "
+                    "give --journal a new file"
+                )
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         except sqlite3.DatabaseError as exc:
             conn.close()
             if "not a database" in str(exc):
                 raise BadInputError(f"{self.path} is not a pvisor journal (not an SQLite database)") from None
+            if "malformed" in str(exc):
+                raise IntegrityError(f"journal {self.path} is damaged: {exc}") from None
             raise UnavailableError(f"cannot open journal {self.path}: {exc}") from None
         if mode.lower() != "wal":
             conn.close()
@@ -345,13 +382,32 @@ class Journal:
         return conn
 
     def _setup(self, conn: sqlite3.Connection) -> None:
+        try:
+            self._setup_schema(conn)
+        except sqlite3.OperationalError as exc:
+            if "readonly" in str(exc):
+                raise UnavailableError(f"journal {self.path} is read-only: {exc}") from None
+            if _is_busy(exc):
+                raise UnavailableError(f"journal {self.path} is locked by another process (waited {self.busy_timeout_ms / 1000:g} s)") from None
+            raise
+        except sqlite3.DatabaseError as exc:
+            raise IntegrityError(f"journal {self.path} is damaged: {exc}") from None
+
+    def _setup_schema(self, conn: sqlite3.Connection) -> None:
         from sqlite_utils import Database
 
-        from .schema import apply_migrations
+        from .schema import MIGRATION_SET, apply_migrations, known_migration_names
 
         db = Database(conn)
         conn.execute("BEGIN IMMEDIATE")
         try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            known = set(known_migration_names())
+            if "_sqlite_migrations" in tables:
+                applied = {r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (MIGRATION_SET,))}
+                newer = applied - known
+                if newer:
+                    raise BadInputError(f"journal {self.path} was written by a newer pvisor (schema {', '.join(sorted(newer))}); upgrade pvisor")
             apply_migrations(db)
             row = conn.execute("SELECT value FROM meta WHERE key = 'fingerprint_key'").fetchone()
             if row is None:
@@ -414,16 +470,19 @@ class Journal:
             return
         self._ready.set()
         self._lanes: dict[tuple[str, str, str], _Lane] = {}
-        self._seq_offset: dict[str, int] = {}
         self._known_runs: set[str] = set()
+        self._to_finalize: collections.deque[tuple[str, str, str, str | None]] = collections.deque()
+        self._queue_unfinalized(conn)
         last_heartbeat = time.monotonic()
+        batch: list[tuple[str, Any]] = []  # messages not committed yet; kept across a retry
+        locked_since: float | None = None
         try:
             while True:
-                try:
-                    first = self._queue.get(timeout=COMMIT_INTERVAL_S)
-                    batch = [first]
-                except queue.Empty:
-                    batch = []
+                if not batch:
+                    try:
+                        batch.append(self._queue.get(timeout=COMMIT_INTERVAL_S))
+                    except queue.Empty:
+                        pass
                 while batch and len(batch) < BATCH_MAX:
                     try:
                         batch.append(self._queue.get_nowait())
@@ -432,32 +491,33 @@ class Journal:
                 now = time.monotonic()
                 beat = now - last_heartbeat >= HEARTBEAT_INTERVAL_S
                 stale = [p for p in list(self._inflight.values()) if not p.persisted and now - p.t0 >= COMMIT_INTERVAL_S]
-                waiters: list[threading.Event] = []
-                closing: threading.Event | None = None
-                if batch or stale or beat:
-                    conn.execute("BEGIN IMMEDIATE")
-                    try:
-                        for p in stale:
-                            self._write_inflight(conn, p)
-                        for kind, payload in batch:
-                            if kind == "flush":
-                                waiters.append(payload)
-                            elif kind == "close":
-                                closing = payload
-                            else:
-                                self._apply(conn, kind, payload)
-                        if beat:
-                            conn.execute("UPDATE writers SET heartbeat_ms = ? WHERE id = ?", (now_ms(), self.writer_id))
-                            last_heartbeat = now
-                        if closing is not None:
-                            self._close_rows(conn)
-                        conn.execute("COMMIT")
-                    except BaseException:
-                        if conn.in_transaction:
-                            conn.execute("ROLLBACK")
+                if not (batch or stale or beat):
+                    if self._to_finalize and not self._inflight and self._queue.empty():
+                        self._finalize_pending(conn, FINALIZE_SLICE_S)
+                    continue
+                closing = next((payload for kind, payload in batch if kind == "close"), None)
+                try:
+                    self._commit(conn, batch, stale, beat)
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or (closing is not None and self._abandon):
                         raise
-                for w in waiters:
-                    w.set()
+                    # another process holds the write lock past busy_timeout: keep everything
+                    # in memory and try again
+                    if locked_since is None or now - locked_since >= LOCK_WARN_INTERVAL_S:
+                        log.warning("journal %s is locked by another process; %d message(s) wait in memory, retrying", self.path, len(batch))
+                        locked_since = now
+                    continue
+                if locked_since is not None:
+                    log.warning("journal %s is writable again; the waiting messages are committed", self.path)
+                    locked_since = None
+                if beat:
+                    last_heartbeat = now
+                if closing is not None or any(kind == "flush" for kind, _ in batch):
+                    self._finalize_pending(conn, None)
+                for kind, payload in batch:
+                    if kind == "flush":
+                        payload.set()
+                batch = []
                 if closing is not None:
                     try:
                         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -468,7 +528,11 @@ class Journal:
                     return
         except BaseException as exc:
             self._error = exc
+            log.error("journal %s: writer stopped: %s; %d exchange(s) not recorded", self.path, exc, len(batch) + self._queue.qsize())
             # release anyone waiting; later calls raise UnavailableError
+            for kind, payload in batch:
+                if kind in ("flush", "close"):
+                    payload.set()
             while True:
                 try:
                     kind, payload = self._queue.get_nowait()
@@ -480,6 +544,80 @@ class Journal:
                 conn.close()
             except Exception:
                 pass
+
+    def _commit(self, conn: sqlite3.Connection, batch: list[tuple[str, Any]], stale: list[PendingExchange], beat: bool) -> None:
+        """Write one batch in one transaction. On failure the transaction is rolled back and the
+        in-memory state it touched (compression lanes, in-flight marks) is reset, so the same
+        batch can be written again."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for p in stale:
+                self._write_inflight(conn, p)
+            for kind, payload in batch:
+                if kind == "close":
+                    self._close_rows(conn)
+                elif kind != "flush":
+                    self._apply(conn, kind, payload)
+            if beat:
+                conn.execute("UPDATE writers SET heartbeat_ms = ? WHERE id = ?", (now_ms(), self.writer_id))
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            # bodies written in the rolled-back transaction are gone: start lanes afresh
+            self._lanes.clear()
+            self._known_runs.clear()
+            for p in stale:
+                p.persisted = False
+            raise
+
+    def _finalize_pending(self, conn: sqlite3.Connection, budget_s: float | None) -> None:
+        """Reassemble queued streamed responses into their final objects (``response_final``),
+        oldest first, for at most ``budget_s`` seconds (None: all). Each is read back from its
+        blob, so the queue holds ids, not bodies. Runs only while the producer is idle, at
+        flush and at close: reassembly is CPU work that would otherwise compete with the
+        gateway's event loop for the GIL."""
+        if not self._to_finalize:
+            return
+        deadline = None if budget_s is None else time.monotonic() + budget_s
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            while self._to_finalize and (deadline is None or time.monotonic() < deadline):
+                ex_id, protocol, sha, encoding = self._to_finalize[0]
+                row = conn.execute("SELECT codec, data FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
+                final = None
+                if row is not None:
+                    try:
+                        raw = blobs.decode(row[0], row[1])
+                        if encoding:
+                            raw = decode_body(raw, encoding, limit=self.max_decoded)
+                        final = self.finalize(protocol, True, raw)
+                    except Exception as exc:  # a reassembly failure must not lose the exchange
+                        log.warning("journal %s: exchange %s: response reassembly failed: %s", self.path, ex_id, type(exc).__name__)
+                if final is not None:
+                    conn.execute("UPDATE exchanges SET response_final = ? WHERE id = ?", (self._put_blob(conn, final), ex_id))
+                self._to_finalize.popleft()
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+
+    def _queue_unfinalized(self, conn: sqlite3.Connection) -> None:
+        """Streamed responses a previous writer recorded but did not reassemble (it died, or
+        ran without a reassembler): queue them, newest 10,000 at most."""
+        if self.finalize is None:
+            return
+        rows = conn.execute(
+            "SELECT id, protocol, response_body, response_headers FROM exchanges WHERE streamed = 1 AND response_final IS NULL"
+            " AND response_body IS NOT NULL AND protocol IS NOT NULL AND outcome IS NOT NULL ORDER BY rowid DESC LIMIT 10000"
+        ).fetchall()
+        for ex_id, protocol, sha, headers in reversed(rows):
+            try:
+                enc = orjson.loads(headers).get("content-encoding")
+            except (orjson.JSONDecodeError, AttributeError):
+                continue
+            self._to_finalize.append((ex_id, protocol, sha, enc))
 
     def _close_rows(self, conn: sqlite3.Connection) -> None:
         for p in list(self._inflight.values()):
@@ -501,9 +639,6 @@ class Journal:
         cur = conn.execute("INSERT OR IGNORE INTO runs(id, created_ms) VALUES (?, ?)", (run, now_ms()))
         if cur.rowcount:
             self._event(conn, "run.created", run=run)
-        row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM exchanges WHERE run_id = ?", (run,)).fetchone()
-        # exchanges of this run recorded by earlier writers come first
-        self._seq_offset[run] = row[0]
         self._known_runs.add(run)
 
     def _apply(self, conn: sqlite3.Connection, kind: str, payload: Any) -> None:
@@ -580,13 +715,28 @@ class Journal:
             orjson.dumps(red.dropped).decode(),
         )
 
+    def _place(self, conn: sqlite3.Connection, p: PendingExchange) -> int:
+        """The ``seq`` of ``p`` in its run: its rank by arrival (``started_ms``, then id) among
+        the run's exchanges. A row already written keeps its seq; a new one shifts the rows that
+        arrived after it, so seq stays dense and in arrival order even when several writers
+        (gateways) share a run, or a long exchange finishes after later ones."""
+        row = conn.execute("SELECT seq FROM exchanges WHERE id = ?", (p.id,)).fetchone()
+        if row is not None:
+            return row[0]
+        before = conn.execute(
+            "SELECT count(*) FROM exchanges WHERE run_id = ? AND (started_ms < ? OR (started_ms = ? AND id < ?))",
+            (p.run, p.started_ms, p.started_ms, p.id),
+        ).fetchone()[0]
+        conn.execute("UPDATE exchanges SET seq = seq + 1 WHERE run_id = ? AND seq > ?", (p.run, before))
+        return before + 1
+
     def _write_inflight(self, conn: sqlite3.Connection, p: PendingExchange) -> None:
         self._ensure_run(conn, p.run)
         query, headers, fps, dropped = self._meta_columns(p)
         conn.execute(
             "INSERT OR IGNORE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
             " secret_fingerprints, dropped_headers, started_ms, writer_id, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
-            (p.id, p.run, p.attempt, p.seq + self._seq_offset[p.run], p.protocol, p.method, p.path, query, headers, fps, dropped, p.started_ms, self.writer_id),
+            (p.id, p.run, p.attempt, self._place(conn, p), p.protocol, p.method, p.path, query, headers, fps, dropped, p.started_ms, self.writer_id),
         )
         self._event(conn, "exchange.started", run=p.run, exchange=p.id)
         p.persisted = True
@@ -643,22 +793,13 @@ class Journal:
                     request_sha = self._put_blob(conn, body)
             if request_sha is None:
                 request_sha, lane_pos = self._put_request_body(conn, p, body)
-        response_sha = final_sha = None
+        response_sha = None
         resp_headers = redact_exchange_meta("", f.response_headers, self.fingerprint_key, allow=None)
         if f.response_body is not None:
             response_sha = self._put_blob(conn, f.response_body)
-            if self.finalize is not None and f.response_body:
-                decoded = f.response_body
-                enc = resp_headers.headers.get("content-encoding")
-                try:
-                    if enc:
-                        decoded = decode_body(decoded, enc, limit=self.max_decoded)
-                    final = self.finalize(p.protocol, f.streamed, decoded)
-                except Exception as exc:  # a reassembly failure must not lose the exchange
-                    final = None
-                    error = error or f"response reassembly failed: {type(exc).__name__}"
-                if final is not None:
-                    final_sha = self._put_blob(conn, final)
+            if self.finalize is not None and f.streamed and f.response_body and p.protocol is not None:
+                # reassembly holds the GIL for milliseconds: done when the gateway is idle
+                self._to_finalize.append((p.id, p.protocol, response_sha, resp_headers.headers.get("content-encoding")))
         query, headers, fps, dropped = self._meta_columns(p)
         fps_all = orjson.loads(fps)
         fps_all.update({"response:" + k: v for k, v in resp_headers.secrets.items()})
@@ -672,7 +813,7 @@ class Journal:
                 p.id,
                 p.run,
                 p.attempt,
-                p.seq + self._seq_offset[p.run],
+                self._place(conn, p),
                 p.protocol,
                 p.method,
                 p.path,
@@ -686,7 +827,7 @@ class Journal:
                 f.status,
                 orjson.dumps(resp_headers.headers).decode(),
                 response_sha,
-                final_sha,
+                None,
                 1 if f.streamed else 0,
                 f.chunk_timings or None,
                 outcome,

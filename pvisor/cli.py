@@ -36,7 +36,7 @@ Examples:
 
 \b
 Exit codes: 0 ok, 2 usage, 3 integrity error, 65 bad input data,
-69 unavailable service, 124 timeout (docs/cli.md).
+69 unavailable service, 124 timeout, 130 interrupted (Ctrl-C) (docs/cli.md).
 """
 
 

@@ -11,9 +11,10 @@ REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden"
 
 
-def _corpus_dir() -> Path:
+def corpus_dir() -> Path:
+    """tests/corpus, or $PVISOR_CORPUS (usable at collection time, for parametrising)."""
     env = os.environ.get("PVISOR_CORPUS")
-    return Path(env) if env else REPO.parent / "shared" / "corpus"
+    return Path(env) if env else REPO / "tests" / "corpus"
 
 
 def pytest_addoption(parser):
@@ -27,9 +28,9 @@ def pytest_addoption(parser):
 
 @pytest.fixture(scope="session")
 def corpus() -> Path:
-    """The shared corpus (real native trajectories, wire streams, requests), read in place.
-    Missing corpus is a failure, never a skip."""
-    path = _corpus_dir()
+    """The test corpus (recorded wire streams, real agents' requests): tests/corpus, copied
+    with its provenance, or $PVISOR_CORPUS. Missing corpus is a failure, never a skip."""
+    path = corpus_dir()
     assert (path / "wire").is_dir() and (path / "requests").is_dir(), (
         f"corpus not found at {path}; set PVISOR_CORPUS to the shared corpus directory"
     )

@@ -36,6 +36,9 @@ def journal(tmp_path: Path) -> Path:
             streamed=True, chunk_timings=[(100, 9), (250, 10)],
         )
         j.record_exchange("r-cli00000001", "POST", "/v1/responses", [], status=200, request_body=b"\xff\xfe binary", response_body=b"{}")
+        # the agent went away after 7 of the 23 bytes the upstream sent
+        j.record_exchange("r-cli00000001", "POST", "/v1/responses", [], status=200, request_body=b"{}", response_body=b"event: e\ndata: {}\n\n...",
+                          outcome="aborted_by_client", bytes_received=23, bytes_delivered=7)
     return path
 
 
@@ -50,7 +53,7 @@ def test_help_lists_commands_examples_and_exit_codes():
     out = proc.stdout.decode()
     assert proc.returncode == 0
     assert "journal" in out and "Examples:" in out and "pvisor journal ls" in out
-    assert "124 timeout" in out
+    assert "124 timeout" in out and "130 interrupted" in out
 
 
 def test_help_and_version_load_no_subcommand(tmp_path: Path):
@@ -78,10 +81,17 @@ def test_journal_ls_and_show(journal: Path):
     assert proc.returncode == 0
     assert "r-cli00000001" in proc.stdout.decode() and "codex" in proc.stdout.decode()
     data = orjson.loads(run("journal", "ls", "--json", journal=journal).stdout)
-    assert data[0]["id"] == "r-cli00000001" and data[0]["exchanges"] == 2 and data[0]["outcomes"] == {"ok": 2}
+    assert data[0]["id"] == "r-cli00000001" and data[0]["exchanges"] == 3 and data[0]["outcomes"] == {"ok": 2, "aborted_by_client": 1}
     proc = run("journal", "show", "r-cli", journal=journal)  # a unique prefix is enough
     out = proc.stdout.decode()
     assert proc.returncode == 0 and "POST /v1/responses" in out and "openai-responses" in out
+    # the response bytes shown are those the agent got (the upstream may have sent more)
+    lines = out.splitlines()
+    header, *rows = lines[next(i for i, line in enumerate(lines) if line.startswith("SEQ ")):]
+    columns = header.split()
+    assert columns[-4:] == ["REQ_BYTES", "RESP_BYTES_TO_AGENT", "MS", "ROLE"]
+    cut = rows[2].split()
+    assert cut[6] == "aborted_by_client" and cut[-4:-2] == ["2", "7"], rows[2]
     shown = orjson.loads(run("journal", "show", "r-cli00000001", "--json", journal=journal).stdout)
     assert shown["run"]["argv"] == ["codex", "exec", "hi"]
     assert shown["exchanges"][0]["chunk_timings"] == [[100, 9], [250, 10]]
@@ -90,7 +100,7 @@ def test_journal_ls_and_show(journal: Path):
 
 def test_journal_body_restores_bytes(journal: Path):
     shown = orjson.loads(run("journal", "show", "r-cli00000001", "--json", journal=journal).stdout)
-    first, second = (e["id"] for e in shown["exchanges"])
+    first, second, _ = (e["id"] for e in shown["exchanges"])
     assert run("journal", "body", first, "--request", journal=journal).stdout == b'{"input": []}'
     assert run("journal", "body", first, "--response", "--raw", journal=journal).stdout == b"event: e\ndata: {}\n\n"
     assert run("journal", "body", second, "--request", journal=journal).stdout == b"\xff\xfe binary"
@@ -102,23 +112,33 @@ def test_journal_export_jsonl(journal: Path, tmp_path: Path):
     proc = run("journal", "export", "--format", "jsonl", journal=journal)
     assert proc.returncode == 0
     lines = [orjson.loads(line) for line in proc.stdout.splitlines()]
-    assert [line["type"] for line in lines] == ["run", "exchange", "exchange"]
+    assert [line["type"] for line in lines] == ["run", "exchange", "exchange", "exchange"]
     assert lines[1]["request"] == {"body": '{"input": []}'}
     assert "body_b64" in lines[2]["request"]
     assert b"sk-CLI" not in proc.stdout
     out = tmp_path / "x.jsonl"
     assert run("journal", "export", "r-cli00000001", "-o", str(out), journal=journal).returncode == 0
     assert out.read_bytes() == proc.stdout
+    # "-" is stdout, not a file called "-"
+    dash = run("journal", "export", "-o", "-", journal=journal, cwd=tmp_path)
+    assert dash.returncode == 0 and dash.stdout == proc.stdout and not (tmp_path / "-").exists()
+    # a file that cannot be written: a usage error naming it, before anything is read
+    bad = run("journal", "export", "-o", "/nonexistent-pvisor-dir/x.jsonl", journal=journal)
+    assert bad.returncode == 2 and bad.stdout == b""
+    assert bad.stderr == b"pvisor: error: cannot write --output /nonexistent-pvisor-dir/x.jsonl: directory /nonexistent-pvisor-dir does not exist\n"
 
 
 def test_exit_codes(journal: Path, tmp_path: Path):
     assert run("journal", "verify", journal=journal).returncode == 0
     assert orjson.loads(run("journal", "verify", "--json", journal=journal).stdout)["ok"] is True
     # unknown run, unknown exchange, missing body choice: usage (2), no traceback
-    for args in (["journal", "show", "r-nope"], ["journal", "body", "x-nope", "--request"], ["journal", "body", "x-"]):
+    for args in (["journal", "show", "r-nope"], ["journal", "body", "x-nope", "--request"], ["journal", "body", "x-"],
+                 ["journal", "body", "x-", "--request", "--response"]):
         proc = run(*args, journal=journal)
         assert proc.returncode == 2, args
         assert b"Traceback" not in proc.stderr and proc.stderr.startswith(b"pvisor: error: ")
+    both = run("journal", "body", "x-", "--request", "--response", journal=journal)
+    assert both.stderr == b"pvisor: error: give one of --request and --response, not both\n" and both.stdout == b""
     # not a journal: bad input data (65)
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not sqlite at all " * 64)

@@ -15,15 +15,17 @@ import re
 import selectors
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import orjson
 import pytest
 from aiohttp import web
-from gateway_helpers import DEADLINE, Gate, http_request, open_stream
+from gateway_helpers import DEADLINE, Gate, http_request, json_upstream, open_stream
 
 from pvisor.journal.model import unpack_timings
 from pvisor.journal.reader import JournalReader
@@ -78,11 +80,19 @@ class LineReader:
         return text
 
 
+def with_rlimit(resource_name: str, limit: int) -> list[str]:
+    """A command prefix running ``pvisor`` under a resource limit (``RLIMIT_FSIZE``, ...): a real
+    condition such as "the disk is full" for the files the process writes, made on purpose."""
+    code = (f"import os, resource, sys; resource.setrlimit(resource.{resource_name}, ({limit}, {limit})); "
+            "os.execv(sys.executable, [sys.executable, '-m', 'pvisor'] + sys.argv[1:])")
+    return [sys.executable, "-c", code]
+
+
 class Proc:
     """A pvisor child process with its stdout/stderr read line by line."""
 
-    def __init__(self, args: list[str]) -> None:
-        self.p = subprocess.Popen(PVISOR + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    def __init__(self, args: list[str], command: list[str] | None = None) -> None:
+        self.p = subprocess.Popen((command or PVISOR) + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   env=ENV, start_new_session=True)
         self.out = LineReader(self.p.stdout)
         self.err = LineReader(self.p.stderr)
@@ -108,8 +118,8 @@ class Proc:
 def procs():
     started: list[Proc] = []
 
-    def start(args: list[str]) -> Proc:
-        p = Proc(args)
+    def start(args: list[str], command: list[str] | None = None) -> Proc:
+        p = Proc(args, command)
         started.append(p)
         return p
 
@@ -168,7 +178,8 @@ def test_signal_finishes_the_exchange_in_flight(stack, procs, tmp_path, corpus, 
     finally:
         release.set()
         conn.close()
-    assert gw.p.wait(DEADLINE + 15) == 0
+    # Ctrl-C reports an interruption (130, as a shell does); SIGTERM is a service stop (0)
+    assert gw.p.wait(DEADLINE + 15) == (130 if sig == signal.SIGINT else 0)
     stderr = gw.err.rest()
     assert "Traceback" not in stderr, stderr
     assert_wal_checkpointed(journal)
@@ -186,6 +197,205 @@ def test_signal_finishes_the_exchange_in_flight(stack, procs, tmp_path, corpus, 
     lines = log.read_text().splitlines()
     assert len([line for line in lines if " r-cli-test x-" in line]) == 2
     assert any(line.endswith(f"listening {url} run=r-cli-test") for line in lines)
+
+
+def stalled_upstream(stack, corpus):
+    """An upstream that sends the first part of a stream and then nothing until the test ends.
+    Returns (upstream, the part it sends, the gate that releases it at teardown)."""
+    stream = (corpus / "wire" / "anthropic" / "basic_response.sse").read_bytes()
+    part = stream[: stream.index(b"event: content_block_delta")]
+    release = Gate(stack.lt)
+
+    async def handler(request):
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        await resp.write(part)
+        try:
+            await release.wait(DEADLINE * 6)
+        except TimeoutError:
+            pass
+        return resp
+
+    return stack.raw_upstream(handler), part, release
+
+
+def assert_cancelled_in_flight(journal: Path, run: str, part: bytes) -> None:
+    """The run holds one exchange, recorded ``incomplete`` with the bytes moved before the
+    gateway cancelled it; the journal verifies."""
+    verify = run_cli(["--journal", str(journal), "journal", "verify"])
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with JournalReader(journal) as r:
+        (ex,) = r.exchanges(run)
+        assert (ex.outcome, ex.status, ex.streamed) == ("incomplete", 200, True), ex.error
+        assert "in flight" in ex.error
+        assert (ex.bytes_received, ex.bytes_delivered) == (len(part), len(part))
+        assert r.response_body(ex, raw=True) == part
+        assert r.request_body(ex) == b'{"stream":true}'
+
+
+def test_grace_period_ends_then_the_stalled_exchange_is_cancelled_and_recorded(stack, procs, tmp_path, corpus):
+    up, part, release = stalled_upstream(stack, corpus)
+    journal = tmp_path / "journal.sqlite"
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-stall",
+                "--shutdown-grace", "0.5"])
+    url = gw.listening()
+    conn, resp = open_stream(url, "POST", "/v1/messages", b'{"stream":true}')
+    try:
+        assert resp.read(len(part)) == part  # in flight, and the upstream holds the rest
+        gw.p.send_signal(signal.SIGINT)
+        gw.err.wait_for(r"^stopping: waiting for exchanges in flight \(up to 0\.5 s")
+        assert gw.p.wait(DEADLINE + 15) == 130
+    finally:
+        release.set()
+        conn.close()
+    stderr = gw.err.rest()
+    assert "Traceback" not in stderr, stderr
+    assert_wal_checkpointed(journal)
+    assert_cancelled_in_flight(journal, "r-stall", part)
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)], ids=["SIGINT", "SIGTERM"])
+def test_second_signal_cancels_the_exchanges_in_flight_at_once(stack, procs, tmp_path, corpus, sig, code):
+    """With a grace period far past the test's deadline, only the second signal can end the
+    wait: the process exits within the deadline only if it does."""
+    up, part, release = stalled_upstream(stack, corpus)
+    journal = tmp_path / "journal.sqlite"
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-twice",
+                "--shutdown-grace", "3600"])
+    url = gw.listening()
+    conn, resp = open_stream(url, "POST", "/v1/messages", b'{"stream":true}')
+    try:
+        assert resp.read(len(part)) == part
+        gw.p.send_signal(sig)
+        gw.err.wait_for(r"^stopping: waiting for exchanges in flight")
+        gw.p.send_signal(sig)
+        gw.err.wait_for(r"^stopping now: cancelling the exchanges in flight")
+        assert gw.p.wait(DEADLINE + 15) == code
+    finally:
+        release.set()
+        conn.close()
+    assert "Traceback" not in gw.err.rest()
+    assert_wal_checkpointed(journal)
+    assert_cancelled_in_flight(journal, "r-twice", part)
+
+
+def test_journal_writer_failure_stops_the_gateway_with_exit_69(stack, procs, tmp_path):
+    """A real write failure: the gateway runs with a 1 MiB limit on the size of the files it
+    writes (RLIMIT_FSIZE, what a full disk looks like to SQLite: "disk I/O error"). The first
+    exchange fits; the second one's 2 MiB response cannot be written, the journal writer stops,
+    and the watchdog stops the gateway instead of letting it answer without recording."""
+    big = os.urandom(2 * 1024 * 1024)  # incompressible
+
+    async def handler(request):
+        return web.Response(body=big if "big" in request.query else b'{"ok":true}', headers={"Content-Type": "application/json"})
+
+    up = stack.raw_upstream(handler)
+    journal = tmp_path / "journal.sqlite"
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-full"],
+               command=with_rlimit("RLIMIT_FSIZE", 1024 * 1024))
+    url = gw.listening()
+    assert http_request(url, "POST", "/v1/messages", b'{"n":1}')[::2] == (200, b'{"ok":true}')
+    wait_recorded(journal, "r-full", 1)
+    assert http_request(url, "POST", "/v1/messages?big=1", b'{"n":2}')[::2] == (200, big)  # answered, not recordable
+    gw.err.wait_for(r"^pvisor: error: journal writer stopped: \w+Error: ", deadline=DEADLINE + 5)
+    assert gw.p.wait(DEADLINE + 15) == 69
+    stderr = gw.err.rest()
+    assert "Traceback" not in stderr, stderr
+    with pytest.raises(ConnectionRefusedError):  # it stopped answering
+        socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=DEADLINE).close()
+    # what was committed before the failure is intact
+    verify = run_cli(["--journal", str(journal), "journal", "verify"])
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    with JournalReader(journal) as r:
+        (ex,) = r.exchanges("r-full")
+        assert ex.outcome == "ok" and r.request_body(ex) == b'{"n":1}'
+
+
+def wait_recorded(journal: Path, run: str, n: int) -> None:
+    """Poll the journal (read-only) until ``run`` holds ``n`` finished exchanges (deadline)."""
+    end = time.monotonic() + DEADLINE
+    while True:
+        try:
+            with JournalReader(journal) as r:
+                exs = [e for e in r.exchanges(run) if e.outcome != "in_flight"]
+            if len(exs) >= n:
+                return
+        except Exception:  # the run does not exist yet
+            pass
+        assert time.monotonic() < end, f"{n} exchange(s) of {run} not recorded within {DEADLINE} s"
+        threading.Event().wait(0.05)
+
+
+def test_journal_lock_warnings_are_shown_and_nothing_is_lost(stack, procs, tmp_path):
+    """Another process holds the journal's write lock: the gateway says so on stderr (one line),
+    keeps the exchange in memory, and commits it once the lock is released."""
+    up = stack.raw_upstream(json_upstream(b'{"ok":true}'))
+    journal = tmp_path / "journal.sqlite"
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-locked"])
+    url = gw.listening()
+    other = sqlite3.connect(journal, isolation_level=None, timeout=DEADLINE)
+    try:
+        other.execute("BEGIN IMMEDIATE")  # the write lock, held until ROLLBACK
+        assert http_request(url, "POST", "/v1/messages", b'{"during":"lock"}')[0] == 200
+        gw.err.wait_for(r"^pvisor: warning: journal \S+ is locked by another process; \d+ message\(s\) wait in memory, retrying$",
+                        deadline=DEADLINE + 10)
+    finally:
+        if other.in_transaction:
+            other.execute("ROLLBACK")
+        other.close()
+    gw.err.wait_for(r"^pvisor: warning: journal \S+ is writable again", deadline=DEADLINE + 10)
+    assert gw.stop() == 0
+    assert "Traceback" not in gw.err.rest()
+    with JournalReader(journal) as r:
+        (ex,) = r.exchanges("r-locked")
+        assert ex.outcome == "ok" and r.request_body(ex) == b'{"during":"lock"}'
+
+
+def test_client_misbehaviour_is_recorded_and_logged_in_one_line(stack, procs, tmp_path):
+    """A client that leaves while sending its body, and one that sends ``Content-Length: abc``:
+    no traceback on the terminal; the first is recorded, aiohttp's complaint about the second is
+    one line in the log file."""
+    up = stack.raw_upstream(json_upstream(b'{"ok":true}'))
+    journal, log = tmp_path / "journal.sqlite", tmp_path / "gw.log"
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-rude",
+                "--log-file", str(log)])
+    url = gw.listening()
+    host, port = "127.0.0.1", int(url.rsplit(":", 1)[1])
+    with socket.create_connection((host, port), timeout=DEADLINE) as s:
+        s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"partial\":")
+    wait_recorded(journal, "r-rude", 1)
+    with socket.create_connection((host, port), timeout=DEADLINE) as s:
+        s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}")
+        head = s.recv(65536)
+    assert head.startswith(b"HTTP/1.") and b" 400 " in head.split(b"\r\n")[0]
+    assert http_request(url, "POST", "/v1/messages", b'{"after":1}')[0] == 200
+    assert gw.stop() == 0
+    stderr = gw.err.rest()
+    assert "Traceback" not in stderr and "Error handling request" not in stderr, stderr
+    text = log.read_text()
+    assert "Traceback" not in text
+    [line] = [ln for ln in text.splitlines() if "aiohttp.server:" in ln]
+    assert line.endswith("(BadHttpMessage)"), line
+    with JournalReader(journal) as r:
+        first, after = r.exchanges("r-rude")
+        assert first.outcome == "aborted_by_client" and "went away while sending" in first.error
+        assert b'{"partial":'.startswith(r.request_body(first) or b"")
+        assert after.outcome == "ok"
+
+
+def test_a_gateway_that_records_nothing_leaves_no_run(procs, tmp_path):
+    journal = tmp_path / "journal.sqlite"
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--run", "r-idle"])
+    gw.listening()
+    assert gw.stop() == 0
+    listing = run_cli(["--journal", str(journal), "journal", "ls", "--json"])
+    assert listing.returncode == 0 and json.loads(listing.stdout) == []
+
+
+def test_gateway_help_names_the_ready_file_fields():
+    out = run_cli(["gateway", "--help"]).stdout
+    assert '{"url", "run", "pid", "journal"}' in " ".join(out.split())
+    assert "--shutdown-grace" in out and "130" in out
 
 
 def test_gateway_in_front_of_serve_model_processes(procs, tmp_path):
@@ -240,13 +450,28 @@ def busy_port():
         (["--stall-timeout", "0"], 2, r"Invalid value for '--stall-timeout'"),
         (["--run", "bad id!"], 2, r"^pvisor: error: run id 'bad id!'"),
         (["--port", "{busy}"], 69, r"^pvisor: error: cannot listen on 127\.0\.0\.1:\d+: Address already in use$"),
+        (["--upstream", "gemini=http://h:99999"], 2, r"--upstream'?: gemini=http://h:99999: .*port must be in 1\.\.65535"),
+        (["--upstream", "openai=http://user:hunter2@h:0"], 2, r"--upstream'?: openai=http://\*\*\*@h:0: .*port must be in 1\.\.65535"),
+        (["--upstream", "openai=https://user:hunter2@h/v1?x=1"], 2, r"openai=https://\*\*\*@h/v1\?x=1: the URL must not have a query"),
+        (["--upstream", "bogus=http://user:hunter2@h"], 2, r"'bogus=http://\*\*\*@h'"),
+        (["--upstream", "anthropic=http://h:port"], 2, r"port is not a number"),
+        (["--upstream", "anthropic=http:///v1"], 2, r"the URL has no host"),
+        (["--stall-timeout", "nan"], 2, r"Invalid value for '--stall-timeout': 'nan' is not a finite number of seconds"),
+        (["--stall-timeout", "inf"], 2, r"Invalid value for '--stall-timeout': 'inf' is not a finite number of seconds"),
+        (["--shutdown-grace", "-1"], 2, r"Invalid value for '--shutdown-grace'"),
+        (["--log-file", "/nonexistent-pvisor-dir/g.log"], 2,
+         r"^pvisor: error: cannot write --log-file /nonexistent-pvisor-dir/g\.log: directory /nonexistent-pvisor-dir does not exist$"),
+        (["--ready-file", "/nonexistent-pvisor-dir/r.json"], 2,
+         r"^pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r\.json: directory /nonexistent-pvisor-dir does not exist$"),
+        (["--log-file", "{tmp}"], 2, r"--log-file"),
     ],
 )
 def test_bad_arguments_give_one_line_error_and_exit_code(tmp_path, args, code, message):
     busy = busy_port()
+    journal = tmp_path / "journal.sqlite"
     try:
-        args = [a.replace("{busy}", str(busy.getsockname()[1])) for a in args]
-        result = run_cli(["--journal", str(tmp_path / "journal.sqlite"), "gateway", *args])
+        args = [a.replace("{busy}", str(busy.getsockname()[1])).replace("{tmp}", str(tmp_path)) for a in args]
+        result = run_cli(["--journal", str(journal), "gateway", *args])
     finally:
         busy.close()
     assert result.returncode == code, (result.stdout, result.stderr)
@@ -254,3 +479,12 @@ def test_bad_arguments_give_one_line_error_and_exit_code(tmp_path, args, code, m
     errors = [line for line in result.stderr.splitlines() if line.startswith(("Error:", "pvisor: error:"))]
     assert len(errors) == 1, result.stderr
     assert re.search(message, errors[0]), errors[0]
+    assert "hunter2" not in result.stderr  # a URL's password is never repeated
+    # whatever was started before the failure was closed: no unclosed session, no writer lease left
+    assert "Unclosed" not in result.stderr, result.stderr
+    if journal.exists():
+        conn = sqlite3.connect(journal)
+        try:
+            assert conn.execute("SELECT count(*) FROM writers WHERE closed_ms IS NULL").fetchone()[0] == 0
+        finally:
+            conn.close()

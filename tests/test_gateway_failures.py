@@ -404,6 +404,7 @@ def test_body_over_max_body_is_413_with_content_length(stack, good):
     exs = wait_exchanges(gw, 3)
     assert_around(stack, gw, exs, "oversize")
     assert exs[1].status == 413 and "5000" in exs[1].error and "--max-body" in exs[1].error
+    assert exs[1].request_bytes == 5000 and exs[1].request_body is None  # declared size, body never read
 
 
 def test_body_over_max_body_is_413_when_chunked(stack, good):
@@ -424,6 +425,10 @@ def test_body_over_max_body_is_413_when_chunked(stack, good):
     exs = wait_exchanges(gw, 3)
     assert_around(stack, gw, exs, "oversize")
     assert exs[1].status == 413
+    # what was read before the refusal is recorded, and counted
+    assert 1000 < exs[1].request_bytes <= 1500
+    with stack.reader(gw) as r:
+        assert r.request_body(exs[1]) == b"x" * exs[1].request_bytes
 
 
 def test_expect_100_continue_is_answered_and_oversize_refused_before_the_body(stack):
@@ -476,6 +481,73 @@ def test_websocket_upgrade_is_a_recorded_426(stack, good):
     assert (exs[1].status, exs[1].path, exs[1].method) == (426, "/v1/responses", "GET")
     assert "websocket" in exs[1].error.lower()
     assert len([r for r in up.requests]) == 0
+
+
+# --------------------------------------------------------------------------- the gateway's own failures
+
+
+def test_https_upstream_speaking_plain_http_names_the_tls_failure(stack, good):
+    plain = stack.raw_upstream(json_upstream())
+    gw = stack.gateway(upstreams={"anthropic": plain.url.replace("http://", "https://"), "openai": good})
+    good_exchange(gw, 1)
+    status, headers, body = http_request(gw.url, "POST", "/v1/messages", b'{"model":"m"}')
+    good_exchange(gw, 2)
+    assert status == 502
+    message = assert_error_shape("anthropic", 502, body, "upstream_unreachable")
+    assert "TLS handshake failed" in message and "plain HTTP" in message and "Operation not permitted" not in message, message
+    exs = wait_exchanges(gw, 3)
+    assert_around(stack, gw, exs, "upstream_unreachable")
+    assert "TLS handshake failed" in exs[1].error
+
+
+@pytest.mark.parametrize("when", ["before the response", "after the response started"])
+def test_unexpected_exception_is_recorded_answered_and_logged_in_one_line(stack, good, tmp_path, monkeypatch, capfd, caplog, when):
+    """A bug (here: the relay raising) is not aiohttp's text/plain 500 with a traceback: the
+    exchange is recorded ``incomplete`` naming the exception type only (its text could hold a
+    URL with a key), the agent gets a 500 in the protocol's JSON shape if nothing was sent yet
+    (else the connection is cut), and one line is logged."""
+    import pvisor.gateway.proxy as proxy
+
+    secretish = "https://user:PVSECRETBUG0001@example.invalid/?key=PVSECRETBUG0002"
+
+    async def broken_relay(self, request, cur, upstream, headers_us):
+        if when == "after the response started":
+            resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            cur.started = True
+            await resp.write(PART)
+        raise RuntimeError(f"boom {secretish}")
+
+    up = stack.raw_upstream(json_upstream())
+    log = tmp_path / "gw.log"
+    gw = stack.gateway(upstreams={"anthropic": up.url, "openai": good}, log_file=log)
+    good_exchange(gw, 1)
+    monkeypatch.setattr(proxy.Gateway, "_relay", broken_relay)
+    with socket.create_connection(hostport(gw.url), timeout=DEADLINE) as s:
+        s.sendall(raw_post("/v1/messages", b'{"model":"m"}'))
+        raw = read_until_closed(s)
+    monkeypatch.undo()
+    good_exchange(gw, 2)
+    status, headers, body, complete = parse_response(raw)
+    if when == "before the response":
+        assert status == 500 and complete
+        assert assert_error_shape("anthropic", 500, body, "pvisor_internal_error") == "pvisor internal error: RuntimeError"
+    else:
+        assert status == 200 and body == PART and not complete
+    exs = wait_exchanges(gw, 3)
+    assert_around(stack, gw, exs, "incomplete")
+    assert exs[1].error == "pvisor internal error: RuntimeError"
+    with stack.reader(gw) as r:
+        assert r.request_body(exs[1]) == b'{"model":"m"}'
+    stack.lt.run(gw.gateway.stop())
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "PVSECRETBUG" not in err, err
+    records = [rec for rec in caplog.records if rec.name == "pvisor.gateway"]
+    assert [(rec.levelname, rec.getMessage(), rec.exc_info) for rec in records] == [
+        ("ERROR", f"pvisor internal error: RuntimeError (exchange {exs[1].id}, POST /v1/messages)", None)]
+    text = log.read_text()
+    assert "Traceback" not in text and "PVSECRETBUG" not in text
+    assert len([line for line in text.splitlines() if "pvisor internal error: RuntimeError" in line]) == 1
 
 
 # --------------------------------------------------------------------------- secrets

@@ -47,10 +47,9 @@ STREAM_ROUTES = {
 
 
 def _corpus_dir() -> Path:
-    import os
+    from conftest import corpus_dir
 
-    env = os.environ.get("PVISOR_CORPUS")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared" / "corpus"
+    return corpus_dir()
 
 
 def _stream_cases() -> list[str]:
@@ -416,6 +415,21 @@ def test_invalid_run_header_is_a_recorded_400(stack, three_upstreams):
     assert status == 200
 
 
+@pytest.mark.parametrize("path", ["/run/bad%20id/v1/chat/completions", "/run//v1/chat/completions", "/run/" + "r" * 200 + "/v1/chat/completions",
+                                  "/run/.hidden/v1/chat/completions", "/run/"])
+def test_invalid_run_id_in_the_path_is_a_recorded_400(stack, three_upstreams, path):
+    gw, ups = three_upstreams
+    status, headers, body = http_request(gw.url, "POST", path, b'{"model":"m"}', {"X-Pvisor-Run": "r-good-header"})
+    assert status == 400, body
+    err = orjson.loads(body)["error"]
+    assert err["type"] == "pvisor_bad_run_id" and "/run/<id>/" in err["message"]
+    assert not any(up.requests for up in ups.values())  # neither forwarded with the prefix nor elsewhere
+    (ex,) = wait_exchanges(gw, 1)
+    assert (ex.status, ex.outcome, ex.run) == (400, "upstream_unreachable", gw.run)
+    with stack.reader(gw) as r:
+        assert r.request_body(ex) == b'{"model":"m"}'
+
+
 def test_unknown_path_without_single_upstream_is_a_recorded_404(stack, three_upstreams):
     gw, ups = three_upstreams
     status, headers, body = http_request(gw.url, "GET", "/v1/models?key=abc")
@@ -427,6 +441,21 @@ def test_unknown_path_without_single_upstream_is_a_recorded_404(stack, three_ups
     (ex,) = wait_exchanges(gw, 1)
     assert (ex.status, ex.path, ex.outcome, ex.query) == (404, "/v1/models", "upstream_unreachable", "key=REDACTED")
     assert ex.error.startswith("pvisor_no_route")
+
+
+def test_answers_the_gateway_gives_itself_record_the_request_body(stack, three_upstreams):
+    gw, ups = three_upstreams
+    chunked = b"POST /v2/unknown HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n\r\n"
+    assert parse_response(raw_roundtrip(gw.url, chunked))[0] == 404
+    assert http_request(gw.url, "POST", "/v1/messages", b'{"run":"bad"}', {"X-Pvisor-Run": "not a run id"})[0] == 400
+    ws = (b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\nContent-Length: 8\r\n"
+          b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n{\"ws\":1}")
+    assert parse_response(raw_roundtrip(gw.url, ws))[0] == 426
+    assert not any(up.requests for up in ups.values())
+    exs = wait_exchanges(gw, 3)
+    assert [(e.status, e.request_bytes) for e in exs] == [(404, 7), (400, 13), (426, 8)]
+    with stack.reader(gw) as r:
+        assert [r.request_body(e) for e in exs] == [b'{"a":1}', b'{"run":"bad"}', b'{"ws":1}']
 
 
 def test_unknown_path_goes_to_the_only_upstream(stack):

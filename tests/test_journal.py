@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import logging
 import os
 import signal
 import sqlite3
@@ -11,6 +12,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import zlib
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 
 from journal_helpers import anthropic_session_bodies
 from pvisor.journal import blobs
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.journal.errors import BadInputError, IntegrityError, UsageError
 from pvisor.journal.model import Attempt, Run, unpack_timings
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.schema import schema_version
@@ -345,3 +347,144 @@ def test_finalizer_output_is_stored_as_the_final_response(jpath: Path):
         ex = r.exchange(ex_id)
         assert r.response_body(ex) == b'{"final": true}'
         assert gzip.decompress(r.response_body(ex, raw=True)) == b"event: x\ndata: {}\n\n"
+
+
+class _Signal(logging.Handler):
+    """Sets an event when a record whose message contains ``needle`` is logged."""
+
+    def __init__(self, needle: str):
+        super().__init__()
+        self.needle = needle
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.needle in record.getMessage():
+            self.seen.set()
+
+
+def test_a_locked_journal_keeps_exchanges_in_memory_and_retries(jpath: Path):
+    with Journal.open(jpath):
+        pass
+    locked = _Signal("is locked by another process")
+    released = _Signal("is writable again")
+    logger = logging.getLogger("pvisor.journal")
+    logger.addHandler(locked)
+    logger.addHandler(released)
+    other = sqlite3.connect(jpath, isolation_level=None)
+    try:
+        with Journal.open(jpath, busy_timeout_ms=50) as j:
+            other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
+            ids = [j.record_exchange("r-lock", "POST", "/v1/messages", [], status=200, request_body=b'{"n": %d}' % i) for i in range(3)]
+            assert locked.seen.wait(10), "the writer should report the lock"
+            assert j.error is None
+            other.execute("COMMIT")
+            j.flush()
+            assert released.seen.is_set()
+    finally:
+        logger.removeHandler(locked)
+        logger.removeHandler(released)
+        other.close()
+    with JournalReader(jpath) as r:
+        exs = r.exchanges("r-lock")
+        assert [e.id for e in exs] == ids
+        assert [r.request_body(e) for e in exs] == [b'{"n": 0}', b'{"n": 1}', b'{"n": 2}']
+        assert r.verify().ok
+
+
+def test_two_writers_on_one_run_give_dense_seq_in_arrival_order(jpath: Path):
+    with Journal.open(jpath) as a, Journal.open(jpath) as b:
+        # arrival order a1, b1, a2, b2, a3; finishing order reversed, commits interleaved
+        pending = []
+        for j in (a, b, a, b, a):
+            pending.append((j, j.begin_exchange("r-two", "POST", "/v1/messages", [])))
+            time.sleep(0.002)  # distinct arrival times on a coarse clock
+        for j, p in reversed(pending):
+            j.finish_exchange(p, status=200, request_body=b"{}")
+            j.flush()
+    with JournalReader(jpath) as r:
+        exs = r.exchanges("r-two")
+    assert [e.id for e in exs] == [p.id for _, p in pending]
+    assert [e.seq for e in exs] == [1, 2, 3, 4, 5]
+
+
+def test_the_writer_refuses_a_database_that_is_not_a_journal(tmp_path: Path):
+    other = tmp_path / "app.sqlite"
+    conn = sqlite3.connect(other)
+    conn.execute("CREATE TABLE t(x)")
+    conn.commit()
+    conn.close()
+    before = other.read_bytes()
+    with pytest.raises(BadInputError, match="not a pvisor journal"):
+        Journal.open(other)
+    assert other.read_bytes() == before
+
+
+def test_a_journal_from_a_newer_pvisor_is_refused(jpath: Path):
+    with Journal.open(jpath):
+        pass
+    conn = sqlite3.connect(jpath)
+    conn.execute("INSERT INTO _sqlite_migrations(migration_set, name, applied_at) VALUES ('pvisor.journal', 'm999_future', 'x')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(BadInputError, match="newer pvisor"):
+        Journal.open(jpath)
+
+
+def test_damaged_columns_and_schema_are_integrity_errors(jpath: Path, tmp_path: Path):
+    with Journal.open(jpath) as j:
+        ex_id = j.record_exchange("r-dmg", "POST", "/v1/messages", [("content-type", "application/json")], status=200, request_body=b"{}")
+    conn = sqlite3.connect(jpath)
+    conn.execute("UPDATE exchanges SET request_headers = '{not json' WHERE id = ?", (ex_id,))
+    conn.commit()
+    conn.close()
+    with JournalReader(jpath) as r:
+        with pytest.raises(IntegrityError, match=f"exchanges {ex_id}: column request_headers is not valid JSON"):
+            r.exchanges("r-dmg")
+        rep = r.verify()
+        assert any("request_headers is not valid JSON" in p for p in rep.problems)
+    conn = sqlite3.connect(jpath)
+    conn.execute("ALTER TABLE exchanges DROP COLUMN role")
+    conn.commit()
+    conn.close()
+    with pytest.raises(IntegrityError, match="table exchanges lacks column"):
+        JournalReader(jpath)
+    conn = sqlite3.connect(jpath)
+    conn.execute("DROP TABLE events")
+    conn.commit()
+    conn.close()
+    with pytest.raises(IntegrityError, match="events"):
+        JournalReader(jpath)
+
+
+def test_a_directory_or_unwritable_path_is_a_clear_error(tmp_path: Path):
+    with pytest.raises(UsageError, match="is a directory"):
+        Journal.open(tmp_path)
+    half = tmp_path / "half.sqlite"
+    with Journal.open(half) as j:
+        j.record_exchange("r-h", "POST", "/v1/messages", [], status=200, request_body=os.urandom(200_000))
+    data = half.read_bytes()
+    half.write_bytes(data[: len(data) // 2])
+    # a truncated journal is damage (exit 3), never "not a journal" (65) nor a traceback
+    pvisor = os.path.join(os.path.dirname(sys.executable), "pvisor")
+    proc = subprocess.run([pvisor, "--journal", str(half), "journal", "verify"], capture_output=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert b"Traceback" not in proc.stderr
+
+
+def test_reassembly_left_undone_is_picked_up_by_the_next_writer(jpath: Path):
+    calls = []
+
+    def finalize(protocol, streamed, body):
+        calls.append(protocol)
+        return b'{"reassembled": "%s"}' % body.strip()
+
+    with Journal.open(jpath) as j:  # a writer without a reassembler (or one that died first)
+        ex_id = j.record_exchange("r-late", "POST", "/v1/messages", [], protocol="anthropic", status=200,
+                                  request_body=b"{}", response_body=b"data: x\n\n", streamed=True)
+    with JournalReader(jpath) as r:
+        assert r.exchange(ex_id).response_final is None
+    with Journal.open(jpath, finalize=finalize) as j:
+        j.flush()
+    assert calls == ["anthropic"]
+    with JournalReader(jpath) as r:
+        assert r.response_body(r.exchange(ex_id)) == b'{"reassembled": "data: x"}'

@@ -1,7 +1,7 @@
 """Gemini wire protocol (pvisor.adapters.protocols.gemini), on the real corpus:
-shared/corpus/wire/gemini (decoded GenerateContentResponse payloads, framed here as SSE, as a JSON
+tests/corpus/wire/gemini (decoded GenerateContentResponse payloads, framed here as SSE, as a JSON
 array and in the Code Assist envelope) and the Gemini CLI 0.61 requests in
-shared/corpus/requests/gemini-cli-0.61.0.jsonl."""
+tests/corpus/requests/gemini-cli-0.61.0.jsonl."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """OpenAI Responses wire protocol (pvisor.adapters.protocols.openai_responses), on the real corpus:
-shared/corpus/wire/openai-responses (decoded event payloads, framed here as SSE) and the Codex
-0.171 requests in shared/corpus/requests/codex-0.171.0.jsonl."""
+tests/corpus/wire/openai-responses (decoded event payloads, framed here as SSE) and the Codex
+0.171 requests in tests/corpus/requests/codex-0.171.0.jsonl."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ import http.client
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -518,3 +519,305 @@ def test_serve_model_subprocess_serves_and_stops_on_sigterm(tmp_path):
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+# --------------------------------------------------------------------------- bodies the server must survive
+
+
+def test_head_root_through_the_gateway_has_no_body(stack):
+    """Claude Code's ``HEAD /`` through the gateway: the scripted server sends the headers
+    (Content-Length kept) and no body, so the gateway's client reads a clean response."""
+    url = stack.scripted({"turns": [{"text": "hi"}]})
+    direct = http_request(url, "GET", "/")
+    gw = stack.gateway(upstreams={"anthropic": url})
+    u = urlsplit(gw.url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    try:
+        conn.request("HEAD", "/", headers={"User-Agent": "claude-cli/2.0.0 (external, cli)"})
+        resp = conn.getresponse()
+        assert resp.status == 200, resp.read()
+        assert resp.getheader("Content-Length") == str(len(direct[2])) and resp.read() == b""
+        # the connection is still usable: nothing stray followed the HEAD response
+        path, _, body = build_request("anthropic", 0)
+        conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and b'"hi"' in resp.read()
+    finally:
+        conn.close()
+    exs = stack.exchanges(gw)
+    assert [(e.method, e.path, e.status, e.outcome) for e in exs] == [("HEAD", "/", 200, "ok"), ("POST", "/v1/messages", 200, "ok")]
+
+
+def test_request_body_over_one_mib_is_answered(stack):
+    url = stack.scripted({"turns": [{"text": "read it all"}]})
+    path, _, _ = build_request("anthropic", 0)
+    big = {"model": "m", "max_tokens": 10, "system": SYSTEM, "tools": [{"name": "bash", "input_schema": SHELL_SCHEMA}],
+           "messages": [{"role": "user", "content": "x" * (3 * 1024 * 1024)}]}
+    body = orjson.dumps(big)
+    assert len(body) > 3 * 1024 * 1024
+    st, headers, data = http_request(url, "POST", path, body)
+    assert st == 200, data[:300]
+    assert said("anthropic", Reply(st, {"Content-Type": headers["content-type"]}, [data])) == ("read it all", [])
+
+
+WRONG_TYPES = [
+    # (path, body, words in the error message)
+    ("/v1/messages", {"tools": [{"name": 5}], "messages": []}, ["Anthropic Messages", "tool 0"]),
+    ("/v1/messages", {"system": [{"type": "text", "text": 5}], "messages": []}, ["Anthropic Messages"]),
+    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": 5}}], "messages": []}, ["OpenAI Chat Completions", "tool 0"]),
+    ("/v1/responses", {"input": [{"role": "user", "content": [{"type": [1], "text": "x"}]}]}, ["OpenAI Responses"]),
+]
+
+
+@pytest.mark.parametrize("path,body,words", WRONG_TYPES, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(WRONG_TYPES)])
+def test_valid_json_of_wrong_types_is_a_400_in_the_protocols_shape(stack, path, body, words):
+    url = stack.scripted({"turns": [{"text": "a", "tool_calls": [{"tool": "@shell", "command": "ls"}]}]})
+    st, headers, data = http_request(url, "POST", path, orjson.dumps(body))
+    assert st == 400 and headers["content-type"].startswith("application/json"), data
+    assert data == protocol_for_path(path).error_body(400, orjson.loads(data)["error"]["message"])
+    message = orjson.loads(data)["error"]["message"]
+    for w in words:
+        assert w in message, message
+
+
+@pytest.mark.parametrize("encoding,body", [("gzip", b"\x1f\x8b\x08\x00\x00\x00\x00\x00 not gzip at all"), ("deflate", b"not deflate")])
+def test_undecodable_request_body_is_a_400(stack, encoding, body):
+    url = stack.scripted({"turns": [{"text": "a"}]})
+    st, headers, data = http_request(url, "POST", "/v1/messages", body, {"Content-Type": "application/json", "Content-Encoding": encoding})
+    assert st == 400 and headers["content-type"].startswith("application/json")
+    assert f"Content-Encoding '{encoding}'" in orjson.loads(data)["error"]["message"]
+    # the server goes on serving
+    path, _, ok = build_request("anthropic", 0)
+    assert http_request(url, "POST", path, ok)[0] == 200
+
+
+def test_non_utf8_body_is_named_as_such(stack):
+    url = stack.scripted({"turns": [{"text": "a"}]})
+    st, _, data = http_request(url, "POST", "/v1/chat/completions", b'{"messages": "\xff\xfe"}')
+    message = orjson.loads(data)["error"]["message"]
+    assert st == 400 and "not valid UTF-8 JSON" in message and "surrogates" not in message, message
+
+
+# --------------------------------------------------------------------------- wrong types anywhere (property test)
+
+VALUES = [5, -1, 2.5, True, None, [], [1, "x"], {}, {"x": 1}, "text", [[]], {"type": 5}]
+
+
+def _paths(obj, prefix=()):
+    """Every (key or index) path into a JSON value."""
+    out = []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out.append(prefix + (k,))
+            out += _paths(v, prefix + (k,))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out.append(prefix + (i,))
+            out += _paths(v, prefix + (i,))
+    return out
+
+
+def _replaced(obj, path, value):
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(obj, dict):
+        return {k: (_replaced(v, rest, value) if k == head else v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [(_replaced(v, rest, value) if i == head else v) for i, v in enumerate(obj)]
+    return obj  # an earlier replacement in this variant removed the path
+
+
+def _variants(body: dict, rng, n: int):
+    """``n`` copies of ``body`` with 1 to 3 values replaced at random paths. Half of the picks
+    come from the first four levels, where the fields every protocol reads are."""
+    paths = _paths(body)
+    shallow = [p for p in paths if len(p) <= 4]
+    for _ in range(n):
+        b = body
+        for _ in range(rng.randint(1, 3)):
+            pool = shallow if shallow and rng.random() < 0.5 else paths
+            b = _replaced(b, rng.choice(pool), rng.choice(VALUES))
+        yield b
+
+
+def _corpus_by_protocol(corpus: Path) -> dict[str, list[tuple[str, str, dict]]]:
+    out: dict[str, list] = {p: [] for p in PROTOCOLS}
+    for f in sorted((corpus / "requests").glob("*.jsonl")):
+        for r in corpus_requests(corpus, f.name):
+            mod = protocol_for_path(r["path"])
+            if mod is not None and not r["path"].endswith(("count_tokens", ":countTokens")):
+                out[mod.NAME].append((r["path"], _query(r["query"]), r["body"]))
+    for p in PROTOCOLS:  # and the requests the tests build, with tool calls and results
+        path, query, body = build_request(p, 2)
+        out[p].append((path, query, orjson.loads(body)))
+    return out
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_wrong_types_anywhere_parse_or_raise_bad_input(corpus, protocol):
+    """Real requests with values replaced by ints, lists, nulls, dicts (seeded): each
+    parse_request either parses or raises BadInputError, and the scripted model either answers
+    or raises BadInputError (a 400), never anything else (a 500 with a traceback)."""
+    import random
+
+    requests = _corpus_by_protocol(corpus)[protocol]
+    assert requests, protocol
+    mod = get_protocol(protocol)
+    rng = random.Random(20261129)
+    script = {"turns": [{"text": "t", "tool_calls": [{"tool": "@shell", "command": "ls"}], "repeat": 3}]}
+    outcomes = {"parsed": 0, "bad_input": 0}
+    per_request = max(40, 600 // len(requests))
+    for path, query, body in requests:
+        for variant in _variants(body, rng, per_request):
+            raw = orjson.dumps(variant)
+            try:
+                mod.parse_request(variant, path=path, query=query)
+                mod.parse_request(raw, path=path, query=query)
+                outcomes["parsed"] += 1
+            except BadInputError as exc:
+                assert exc.exit_code == 65
+                outcomes["bad_input"] += 1
+            try:
+                reply = ScriptedModel(parse_script(script)).answer("POST", path, query, raw)
+                assert isinstance(reply, Reply)
+            except BadInputError:
+                pass
+    # both sides were exercised: the test is not vacuous
+    assert sum(outcomes.values()) == per_request * len(requests)
+    # not vacuous: many variants still parse; and all but Gemini (which reads anything
+    # tolerantly, see test_protocol_gemini.py) refuse some
+    assert outcomes["parsed"] > 50 and (protocol == "gemini" or outcomes["bad_input"] > 10), outcomes
+
+
+# --------------------------------------------------------------------------- huge repeat
+
+
+def test_repeat_counts_pick_turns_at_their_boundaries():
+    # (a repeat of 10**12 runs in a memory-limited process below: here, if turns were ever
+    # expanded into a list again, it would exhaust the test machine's memory)
+    n = 10**6
+    m = model_of({"turns": [{"text": "a", "repeat": n}, {"text": "b", "repeat": 2}, {"text": "c"}]})
+    assert [m.turn_at(k).text for k in (0, 1, n - 1, n, n + 1, n + 2)] == ["a", "a", "a", "b", "b", "c"]
+    assert m.turn_at(n + 3) is None and m.turn_at(10**15) is None
+    assert said("anthropic", ask(m, "anthropic", 3)) == ("a", [])
+
+
+def test_serve_model_with_huge_repeat_runs_in_bounded_memory(tmp_path):
+    """``repeat: 10**12`` under a 2 GiB address-space limit: the server starts and answers (a
+    list of 10**12 turns would need terabytes)."""
+    script = tmp_path / "huge.json"
+    script.write_bytes(orjson.dumps({"turns": [{"text": "again and again", "repeat": 10**12}, {"text": "never reached"}]}))
+    limit = 2 * 1024**3
+    wrapper = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
+               "os.execv(sys.executable, [sys.executable, '-m', 'pvisor'] + sys.argv[1:])" % (limit, limit))
+    proc = subprocess.Popen([sys.executable, "-c", wrapper, "serve-model", "--script", str(script), "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
+                            env={**os.environ, "PYTHONSAFEPATH": "1"})
+    try:
+        line = _read_line(proc, time.monotonic() + 30)
+        url = line.split()[1]
+        for k in (0, 5):
+            path, _, body = build_request("anthropic", k)
+            st, headers, data = http_request(url, "POST", path, body)
+            assert said("anthropic", Reply(st, {"Content-Type": headers["content-type"]}, [data])) == ("again and again", [])
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+# --------------------------------------------------------------------------- stopping serve-model
+
+
+def _serve_model(args: list[str]) -> subprocess.Popen:
+    return subprocess.Popen([str(PVISOR), "serve-model", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+def _stderr_line(proc: subprocess.Popen, prefix: bytes, deadline: float) -> bytes:
+    """Read the child's stderr until a line starting with ``prefix`` (deadline)."""
+    buf = b""
+    fd = proc.stderr.fileno()
+    while True:
+        for line in buf.split(b"\n")[:-1]:
+            if line.startswith(prefix):
+                return line
+        left = deadline - time.monotonic()
+        assert left > 0, f"no stderr line starting {prefix!r}; got {buf!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            data = os.read(fd, 65536)
+            assert data, f"stderr closed; exit {proc.poll()}; got {buf!r}"
+            buf += data
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 0)], ids=["SIGINT", "SIGTERM"])
+def test_serve_model_second_signal_cancels_a_reply_in_flight(tmp_path, sig, code):
+    """A reply in flight that cannot finish (a 20 MB stream to a client that stopped reading
+    fills the socket buffers, so the server waits to write), and a grace period far past the
+    deadline: the first signal waits, the second ends it at once. Exit 130 on SIGINT, 0 on
+    SIGTERM."""
+    script = tmp_path / "long.json"
+    script.write_bytes(orjson.dumps({"turns": [{"text": "y" * (8 * 1024 * 1024)}]}))
+    proc = _serve_model(["--script", str(script), "--port", "0", "--shutdown-grace", "3600"])
+    try:
+        url = _read_line(proc, time.monotonic() + 30).split()[1]
+        u = urlsplit(url)
+        path, _, body = build_request("anthropic", 0, stream=True)
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(30)
+        s.connect((u.hostname, u.port))
+        try:
+            s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+            got = b""
+            while b"content_block_delta" not in got:  # the stream has started: the reply is in flight
+                data = s.recv(4096)
+                assert data, got
+                got += data
+            proc.send_signal(sig)
+            _stderr_line(proc, b"stopping: waiting for exchanges in flight", time.monotonic() + 30)
+            proc.send_signal(sig)
+            _stderr_line(proc, b"stopping now: cancelling", time.monotonic() + 30)
+            assert proc.wait(timeout=30) == code
+        finally:
+            s.close()
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_serve_model_idle_sigint_exits_130(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_bytes(orjson.dumps({"turns": [{"text": "t"}]}))
+    proc = _serve_model(["--script", str(script), "--port", "0"])
+    try:
+        _read_line(proc, time.monotonic() + 30)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        assert b"Traceback" not in proc.stderr.read()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_serve_model_unwritable_ready_file_is_a_usage_error(tmp_path):
+    script = tmp_path / "s.json"
+    script.write_bytes(orjson.dumps({"turns": [{"text": "t"}]}))
+    proc = subprocess.run([str(PVISOR), "serve-model", "--script", str(script), "--port", "0", "--ready-file", "/nonexistent-pvisor-dir/r.json"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == "pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r.json: directory /nonexistent-pvisor-dir does not exist\n"
+    assert proc.stdout == ""

@@ -31,6 +31,7 @@ from pvisor.adapters.protocols.base import (
     normalise_conversation,
     overlay,
     parse_arguments,
+    request_parser,
     split_text,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
@@ -175,6 +176,7 @@ def _parse_tool(t: Any, i: int) -> ToolSpec:
     return ToolSpec(name=t.get("name") or "", description=t.get("description"), parameters=t.get("input_schema"), raw=t)
 
 
+@request_parser("Anthropic Messages")
 def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation:
     """Read a Messages (or count_tokens) request body into a :class:`Conversation`.
 

@@ -11,7 +11,9 @@ plain module exposing:
 - ``wants_stream(path, query, body) -> bool``: whether the request asks for an event stream.
 - ``parse_request(body, *, path="", query="") -> Conversation``: read a request body (bytes or
   a parsed dict) into the canonical :class:`~pvisor.journal.model.Conversation`.
-  Raises :class:`~pvisor.journal.errors.BadInputError` for a body that is not a JSON object.
+  Raises :class:`~pvisor.journal.errors.BadInputError`, naming the protocol, for a body that is
+  not a JSON object or whose shape it cannot read; never any other exception (every module
+  wraps it with :func:`request_parser`).
 - ``normalise(conv) -> dict``: the comparison form of the chain rule (:func:`normalise_conversation`).
 - ``reassemble(chunks) -> Reassembled``: a raw streamed response (an iterable of byte chunks, any
   split) into the final response object, the same object a non-streamed request returns.
@@ -24,8 +26,9 @@ plain module exposing:
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -95,10 +98,90 @@ def loads_object(body: bytes | bytearray | memoryview | str | dict, what: str = 
     try:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
+        if isinstance(body, (bytes, bytearray, memoryview)):
+            try:
+                bytes(body).decode("utf-8")
+            except UnicodeDecodeError as bad:
+                raise BadInputError(f"{what} is not valid UTF-8 JSON: byte 0x{bad.object[bad.start]:02x} at offset {bad.start} is not UTF-8") from None
         raise BadInputError(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise BadInputError(f"{what} is a JSON {type(obj).__name__}, expected an object")
     return obj
+
+
+#: what reading a body of an unexpected shape raises (``None.get``, ``"a" + 5``, ``{[1]: ...}``)
+_READ_ERRORS = (TypeError, AttributeError, KeyError, IndexError, ValueError)
+
+
+def request_parser(protocol: str) -> Callable[[Callable[..., Conversation]], Callable[..., Conversation]]:
+    """Decorator for a protocol module's ``parse_request``: whatever the body, the result is a
+    :class:`Conversation` whose fields have their documented types, or a BadInputError naming
+    ``protocol`` (``"Anthropic Messages"``) and the problem. Never another exception.
+
+    Protocol modules read provider JSON tolerantly and check the types that matter to them; a
+    value of a type nobody expected (``{"tools": [{"name": 5}]}``, a list where a string key
+    should be) either surfaces as TypeError/AttributeError/KeyError/IndexError/ValueError while
+    reading, or passes through into a canonical field. The first is turned into BadInputError
+    here; the second is caught by :func:`check_conversation` on the result, so that code using
+    the conversation (the scripted model, the chain rule) may rely on the field types.
+    """
+
+    def wrap(fn: Callable[..., Conversation]) -> Callable[..., Conversation]:
+        @functools.wraps(fn)
+        def parse_request(body: Any, *, path: str = "", query: Any = "") -> Conversation:
+            try:
+                conv = fn(body, path=path, query=query)
+                check_conversation(conv)
+            except BadInputError as exc:
+                if not exc.message.startswith("request body"):
+                    raise  # it names its protocol already ("Gemini request body ...")
+                raise BadInputError(f"{protocol} {exc.message}") from None
+            except _READ_ERRORS as exc:
+                raise BadInputError(f"{protocol} request body has a value of an unexpected type or shape ({type(exc).__name__}: {exc})") from None
+            return conv
+
+        return parse_request
+
+    return wrap
+
+
+def _want(value: Any, optional: bool, types: tuple[type, ...], what: str, expected: str) -> None:
+    if (value is None and optional) or (isinstance(value, types) and not (isinstance(value, bool) and bool not in types)):
+        return
+    raise BadInputError(f"request body: {what} is a JSON {type(value).__name__}, expected {expected}")
+
+
+def check_conversation(conv: Conversation) -> None:
+    """Check the types of a parsed conversation's canonical fields (model, system, tool names,
+    roles, texts, call ids and names, argument strings); BadInputError naming the first that is
+    wrong. ``raw``, ``params``, tool parameters and result contents may hold anything."""
+    _want(conv.model, True, (str,), "the model", "a string")
+    _want(conv.system, True, (str,), "the system prompt", "a string")
+    for i, t in enumerate(conv.tools):
+        _want(t.name, False, (str,), f"the name of tool {i}", "a string")
+        _want(t.description, True, (str,), f"the description of tool {i} ({t.name})", "a string")
+    for i, m in enumerate(conv.messages):
+        _want(m.role, False, (str,), f"the role of message {i}", "a string")
+        for j, p in enumerate(m.parts):
+            where = f"message {i} part {j}"
+            if isinstance(p, TextPart):
+                _want(p.text, False, (str,), f"the text of {where}", "a string")
+            elif isinstance(p, Reasoning):
+                _want(p.text, False, (str,), f"the reasoning text of {where}", "a string")
+                _want(p.signature, True, (str,), f"the signature of {where}", "a string")
+                _want(p.encrypted, True, (str,), f"the encrypted reasoning of {where}", "a string")
+            elif isinstance(p, ToolCall):
+                _want(p.id, True, (str,), f"the tool call id of {where}", "a string")
+                _want(p.name, False, (str,), f"the tool name of {where}", "a string")
+                _want(p.arguments_raw, False, (str,), f"the tool arguments of {where}", "a string")
+            elif isinstance(p, ToolResult):
+                _want(p.call_id, True, (str,), f"the tool call id of {where}", "a string")
+                _want(p.is_error, True, (bool,), f"is_error of {where}", "true or false")
+                _want(p.name, True, (str,), f"the tool name of {where}", "a string")
+            elif isinstance(p, OtherPart):
+                _want(p.kind, False, (str,), f"the type of {where}", "a string")
+            else:  # pragma: no cover - a protocol module bug
+                raise TypeError(f"not a canonical part: {p!r}")
 
 
 def compact_json(obj: Any) -> str:

@@ -56,6 +56,7 @@ from pvisor.adapters.protocols.base import (
     normalise_conversation,
     parse_arguments,
     Reassembled,
+    request_parser,
     strip_volatile,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, encode_event
@@ -196,6 +197,7 @@ def _tool_specs(tools: list) -> list[ToolSpec]:
     return specs
 
 
+@request_parser("Gemini")
 def parse_request(body: Any, *, path: str = "", query: Any = "") -> Conversation:
     """Read a Gemini request body (bytes, str or parsed dict) into a Conversation.
 

@@ -37,6 +37,7 @@ from pvisor.adapters.protocols.base import (
     normalise_conversation,
     overlay,
     parse_arguments,
+    request_parser,
     split_text,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
@@ -205,6 +206,7 @@ def _parse_tool(t: Any, i: int) -> ToolSpec:
     return ToolSpec(name=inner.get("name") or "", description=inner.get("description"), parameters=inner.get("parameters"), raw=t)
 
 
+@request_parser("OpenAI Chat Completions")
 def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation:
     """Read a Chat Completions request body into a :class:`Conversation`.
 

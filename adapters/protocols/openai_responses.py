@@ -68,6 +68,7 @@ from pvisor.adapters.protocols.base import (
     normalise_conversation,
     parse_arguments,
     Reassembled,
+    request_parser,
     strip_volatile,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
@@ -269,6 +270,7 @@ def _system_text(value: Any) -> str | None:
     return None
 
 
+@request_parser("OpenAI Responses")
 def parse_request(body: Any, *, path: str = "", query: Any = "") -> Conversation:
     """Read a Responses request body (bytes, str or parsed dict) into a Conversation.
 

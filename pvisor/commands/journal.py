@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import orjson
 
+from pvisor.commands.outputs import check_output_path
 from pvisor.journal.errors import EXIT_INTEGRITY, UsageError
 from pvisor.journal.model import unpack_timings
 from pvisor.journal.reader import JournalReader, body_json_field
@@ -123,25 +124,29 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
                 e.outcome,
                 "stream" if e.streamed else "-",
                 str(e.request_bytes),
-                str(e.bytes_received),
+                str(e.bytes_delivered),
                 f"{e.ended_us / 1000:.1f}" if e.ended_us is not None else "-",
                 e.role or "-",
             ]
         )
-    _table(rows, ["SEQ", "EXCHANGE", "REQUEST", "PROTOCOL", "STATUS", "OUTCOME", "STREAM", "REQ_BYTES", "RESP_BYTES", "MS", "ROLE"])
+    _table(rows, ["SEQ", "EXCHANGE", "REQUEST", "PROTOCOL", "STATUS", "OUTCOME", "STREAM", "REQ_BYTES", "RESP_BYTES_TO_AGENT", "MS", "ROLE"])
 
 
 @journal.command("body")
 @click.argument("exchange_id")
-@click.option("--request", "part", flag_value="request", help="The request body (decoded from its Content-Encoding).")
-@click.option("--response", "part", flag_value="response", help="The response: the reassembled final object for streams.")
+@click.option("--request", "want_request", is_flag=True, help="The request body (decoded from its Content-Encoding).")
+@click.option("--response", "want_response", is_flag=True, help="The response: the reassembled final object for streams.")
 @click.option("--raw", is_flag=True, help="With --response: the bytes exactly as received (event-stream framing intact).")
 @click.option("--json", "as_json", is_flag=True, help="Wrap the body in JSON: {exchange, part, sha256, body | body_b64}.")
 @click.pass_context
-def body(ctx: click.Context, exchange_id: str, part: str | None, raw: bool, as_json: bool) -> None:
-    """Print the restored bytes of a body of EXCHANGE (id or unique prefix) to stdout."""
-    if part is None:
+def body(ctx: click.Context, exchange_id: str, want_request: bool, want_response: bool, raw: bool, as_json: bool) -> None:
+    """Print the restored bytes of a body of EXCHANGE (id or unique prefix) to stdout: give
+    exactly one of --request and --response."""
+    if want_request and want_response:
+        raise UsageError("give one of --request and --response, not both")
+    if not (want_request or want_response):
         raise UsageError("say which body: --request or --response")
+    part = "request" if want_request else "response"
     with _reader(ctx) as r:
         ex = r.exchange(exchange_id)
         if part == "request":
@@ -162,7 +167,7 @@ def body(ctx: click.Context, exchange_id: str, part: str | None, raw: bool, as_j
 @journal.command("export")
 @click.argument("run_id", required=False)
 @click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True, help="Export format.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, writable=True), default=None, help="Write to a file instead of stdout.")
+@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default=None, help="Write to a file instead of stdout ('-': stdout).")
 @click.option("--json", "as_json", is_flag=True, help="With --output: print a JSON summary {path, lines}.")
 @click.pass_context
 def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None, as_json: bool) -> None:
@@ -170,9 +175,17 @@ def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None,
 
     A body is {"body": str} when it is valid UTF-8, else {"body_b64": str}.
     """
+    if output == "-":
+        output = None
+    if output:
+        check_output_path(output, "--output")
     with _reader(ctx) as r:
         if output:
-            with open(output, "wb") as f:
+            try:
+                f = open(output, "wb")
+            except OSError as exc:
+                raise UsageError(f"cannot write --output {output}: {exc.strerror}") from None
+            with f:
                 n = r.export_jsonl(f, run_id)
         else:
             n = r.export_jsonl(sys.stdout.buffer, run_id)

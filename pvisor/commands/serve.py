@@ -1,17 +1,29 @@
-"""``pvisor gateway`` and ``pvisor serve-model``: long-running servers until SIGINT/SIGTERM."""
+"""``pvisor gateway`` and ``pvisor serve-model``: long-running servers until SIGINT/SIGTERM.
+
+Stopping: the first SIGINT or SIGTERM stops accepting and waits for the exchanges in flight up
+to ``--shutdown-grace`` seconds, then cancels the rest; a second signal cancels them at once.
+Exit code 130 after SIGINT (Ctrl-C), 0 after SIGTERM (a service stop), 69 when the journal
+writer stopped while the gateway ran.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import os
 import re
 import signal
 from pathlib import Path
+from typing import Any, Callable
 
 import click
 import orjson
 
-from pvisor.journal.errors import UnavailableError, UsageError
+from pvisor.commands.outputs import check_output_path
+from pvisor.journal.errors import EXIT_UNAVAILABLE, UnavailableError, UsageError
+
+EXIT_INTERRUPTED = 130  # SIGINT, as a shell reports Ctrl-C
 
 _SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.I)
 _UNITS = {None: 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2, "mib": 1024**2, "g": 1024**3, "gb": 1000**3, "gib": 1024**3}
@@ -25,17 +37,44 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) * _UNITS[m.group(2).lower() if m.group(2) else None]
 
 
+class Seconds(click.ParamType):
+    """A finite number of seconds, at least ``minimum`` (``nan`` and ``inf`` are refused)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds < self.minimum:
+            self.fail(f"{value!r} is not a finite number of seconds >= {self.minimum:g}", param, ctx)
+        return seconds
+
+
+def _without_userinfo(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced, for error messages."""
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url)
+
+
 def parse_upstreams(values: tuple[str, ...]) -> dict[str, str]:
     from pvisor.adapters.protocols import UPSTREAMS
+    from pvisor.gateway.routing import check_upstream_url
 
     out: dict[str, str] = {}
     for v in values:
         name, eq, url = v.partition("=")
         name = name.strip().lower()
         if not eq or name not in UPSTREAMS:
-            raise click.BadParameter(f"{v!r}: expected NAME=URL with NAME one of {', '.join(UPSTREAMS)}", param_hint="--upstream")
-        if not re.match(r"^https?://[^/?#\s]+(/[^?#\s]*)?$", url):
-            raise click.BadParameter(f"{v!r}: the URL must be http:// or https:// with a host, no query", param_hint="--upstream")
+            shown = f"{name}={_without_userinfo(url)}" if eq else v
+            raise click.BadParameter(f"{shown!r}: expected NAME=URL with NAME one of {', '.join(UPSTREAMS)}", param_hint="--upstream")
+        try:
+            check_upstream_url(url)
+        except ValueError as exc:
+            raise click.BadParameter(f"{name}={_without_userinfo(url)}: {exc} (an http:// or https:// URL with a host)", param_hint="--upstream") from None
         if name in out:
             raise click.BadParameter(f"upstream {name!r} given twice", param_hint="--upstream")
         out[name] = url
@@ -46,17 +85,87 @@ def _write_ready_file(path: str | None, info: dict) -> None:
     if not path:
         return
     tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:
-        f.write(orjson.dumps(info) + b"\n")
-    os.replace(tmp, path)  # readers never see a half-written file
+    try:
+        with open(tmp, "wb") as f:
+            f.write(orjson.dumps(info) + b"\n")
+        os.replace(tmp, path)  # readers never see a half-written file
+    except OSError as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise UsageError(f"cannot write --ready-file {path}: {exc.strerror}") from None
 
 
-async def _wait_for_signal() -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+class _Signals:
+    """SIGINT and SIGTERM while a server runs: the first one ends :meth:`wait`; each later one
+    calls ``on_repeat`` (stop waiting for exchanges in flight). Installed for the whole life of
+    the command, so that no signal interrupts the clean-up with a KeyboardInterrupt."""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.on_repeat: Callable[[], None] | None = None
+        self._got = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._loop.add_signal_handler(sig, self._received, sig)
+
+    def _received(self, sig: int) -> None:
+        if self.first is None:
+            self.first = sig
+            self._got.set()
+        elif self.on_repeat is not None:
+            self.on_repeat()
+
+    async def wait(self) -> int:
+        await self._got.wait()
+        assert self.first is not None
+        return self.first
+
+    def exit_code(self) -> int:
+        return EXIT_INTERRUPTED if self.first == signal.SIGINT else 0
+
+    def remove(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._loop.remove_signal_handler(sig)
+
+
+def _stopping(signals: _Signals, server: Any, grace: float) -> None:
+    """Say that the server stops, and make a second signal stop it at once."""
+    click.echo(f"stopping: waiting for exchanges in flight (up to {grace:g} s; Ctrl-C again to cancel them now)", err=True)
+
+    def now() -> None:
+        click.echo("stopping now: cancelling the exchanges in flight", err=True)
+        server.hurry()
+
+    signals.on_repeat = now
+
+
+class _StderrLines(logging.Handler):
+    """Log records as one ``pvisor: warning: ...`` (or ``error``) line on stderr each."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from pvisor.gateway.lifecycle import one_line
+
+        level = "error" if record.levelno >= logging.ERROR else "warning"
+        try:
+            click.echo(f"pvisor: {level}: {one_line(record)}", err=True)
+        except Exception:  # stderr closed: nothing to tell
+            pass
+
+
+def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
+    """Show the warnings and errors of the loggers ``names`` on stderr; returns the undo."""
+    handler = _StderrLines(logging.WARNING)
+    loggers = [logging.getLogger(n) for n in names]
+    for lg in loggers:
+        lg.addHandler(handler)
+
+    def undo() -> None:
+        for lg in loggers:
+            lg.removeHandler(handler)
+
+    return undo
 
 
 @click.command("gateway")
@@ -66,17 +175,22 @@ async def _wait_for_signal() -> None:
               help="Upstream for NAME (anthropic, openai, gemini); repeatable. Others use the public API hosts.")
 @click.option("--run", "run_id", default=None, help="Run id for exchanges without X-Pvisor-Run or /run/<id>/ (default: a new id).")
 @click.option("--max-body", default="64MiB", show_default=True, help="Largest request body accepted (413 beyond).")
-@click.option("--stall-timeout", type=click.FloatRange(min=0.1), default=600.0, show_default=True,
+@click.option("--stall-timeout", type=Seconds(0.1), default=600.0, show_default=True,
               help="Seconds without upstream bytes before the exchange is given up.")
-@click.option("--log-file", type=click.Path(dir_okay=False, writable=True), default=None, help="Append one line per exchange (secrets removed).")
-@click.option("--ready-file", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write {url, run, pid} as JSON here once listening.")
+@click.option("--shutdown-grace", type=Seconds(0), default=10.0, show_default=True,
+              help="On SIGINT/SIGTERM, seconds to let exchanges in flight finish before cancelling them.")
+@click.option("--log-file", type=click.Path(dir_okay=False), default=None, help="Append one line per exchange (secrets removed).")
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
+              help='Once listening, write {"url", "run", "pid", "journal"} here as JSON (before the listening line is printed).')
 @click.pass_context
 def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...], run_id: str | None, max_body: str,
-            stall_timeout: float, log_file: str | None, ready_file: str | None) -> None:
+            stall_timeout: float, shutdown_grace: float, log_file: str | None, ready_file: str | None) -> None:
     """Run the capture gateway: point an agent's base URL at it and every model exchange is
-    recorded in the journal. Prints `listening http://HOST:PORT` when ready; stops on
-    SIGINT/SIGTERM after in-flight exchanges finish.
+    recorded in the journal. Prints `listening http://HOST:PORT` when ready.
+
+    SIGINT/SIGTERM: stop accepting, let exchanges in flight finish (up to --shutdown-grace),
+    cancel the rest (recorded incomplete); a second signal cancels at once. Exit 130 after
+    SIGINT, 0 after SIGTERM, 69 if the journal writer stops (disk full, say) while running.
 
     \b
     Examples:
@@ -84,46 +198,79 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
       ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude -p "fix the test"
     """
     from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response, os_error_reason
-    from pvisor.journal.writer import Journal
-
     from pvisor.gateway.routing import RUN_ID_PATTERN
+    from pvisor.journal.writer import Journal
 
     if run_id is not None and not re.fullmatch(RUN_ID_PATTERN, run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
     config = GatewayConfig(
         host=host, port=port, upstreams=parse_upstreams(upstreams), run=run_id, max_body=parse_size(max_body),
-        stall_timeout=stall_timeout, log_file=Path(log_file) if log_file else None,
+        stall_timeout=stall_timeout, log_file=Path(log_file) if log_file else None, shutdown_grace=shutdown_grace,
     )
+    for option, path in (("--log-file", log_file), ("--ready-file", ready_file)):
+        if path:
+            check_output_path(path, option)
+    journal_path = ctx.obj["journal"]
 
-    async def serve() -> None:
-        journal = Journal.open(ctx.obj["journal"], finalize=finalize_response)
-        gw = Gateway(config, journal)
+    async def serve() -> int:
+        signals = _Signals()
+        journal = gw = None
+        failed = False
         try:
+            journal = Journal.open(journal_path, finalize=finalize_response)
+            gw = Gateway(config, journal)
             try:
                 url = await gw.start()
             except OSError as exc:
+                if exc.filename is not None:  # the log file, not the socket
+                    raise UsageError(f"cannot write --log-file {log_file}: {exc.strerror}") from None
                 raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
             # the ready file first: whoever sees the listening line can read it at once
-            _write_ready_file(ready_file, {"url": url, "run": gw.run, "pid": os.getpid(), "journal": str(ctx.obj["journal"])})
+            _write_ready_file(ready_file, {"url": url, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path)})
             click.echo(f"listening {url}")
-            click.echo(f"run {gw.run}; journal {ctx.obj['journal']}", err=True)
-            await _wait_for_signal()
-            click.echo("stopping: waiting for exchanges in flight", err=True)
+            click.echo(f"run {gw.run}; journal {journal_path}", err=True)
+            waits = [asyncio.ensure_future(signals.wait()), asyncio.ensure_future(gw.watch_journal())]
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            for w in waits:
+                w.cancel()
+            failed = waits[1] in done
+            if failed:
+                click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
+            _stopping(signals, gw, shutdown_grace)
             await gw.stop()
         finally:
-            journal.close()
+            if gw is not None:
+                await gw.stop()  # after a failed start or an error: close what is open
+            if journal is not None and journal.error is None:
+                journal.close()  # commits, marks what is still in flight incomplete, checkpoints
+            signals.remove()
+        if journal.error is not None:
+            if not failed:  # it stopped while the gateway was stopping
+                click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
+            return EXIT_UNAVAILABLE
+        return signals.exit_code()
 
-    asyncio.run(serve())
+    undo = _show_on_stderr(("pvisor.journal", "pvisor.gateway"))
+    try:
+        code = asyncio.run(serve())
+    finally:
+        undo()
+    ctx.exit(code)
 
 
 @click.command("serve-model")
 @click.option("--script", "script_path", required=True, type=click.Path(dir_okay=False), help="Script file (.json or .toml), see docs/scripted-model.md.")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port; 0 picks a free one.")
-@click.option("--ready-file", type=click.Path(dir_okay=False, writable=True), default=None, help="Write {url, pid} as JSON here once listening.")
-def serve_model(script_path: str, host: str, port: int, ready_file: str | None) -> None:
+@click.option("--shutdown-grace", type=Seconds(0), default=10.0, show_default=True,
+              help="On SIGINT/SIGTERM, seconds to let requests in flight finish before cancelling them.")
+@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
+              help='Once listening, write {"url", "pid"} here as JSON (before the listening line is printed).')
+@click.pass_context
+def serve_model(ctx: click.Context, script_path: str, host: str, port: int, shutdown_grace: float, ready_file: str | None) -> None:
     """Serve a scripted model offline, in the four protocols (Anthropic Messages, OpenAI Chat
     Completions, OpenAI Responses, Gemini), streamed or not. Prints `listening http://HOST:PORT`.
+    SIGINT/SIGTERM stop it as they stop the gateway (exit 130 after SIGINT, 0 after SIGTERM).
 
     \b
     Example:
@@ -134,18 +281,24 @@ def serve_model(script_path: str, host: str, port: int, ready_file: str | None) 
     from pvisor.gateway.scripted_server import ScriptedModelServer
 
     model = ScriptedModel(load_script(script_path))
+    if ready_file:
+        check_output_path(ready_file, "--ready-file")
 
-    async def serve() -> None:
-        server = ScriptedModelServer(model, host, port)
+    async def serve() -> int:
+        signals = _Signals()
+        server = ScriptedModelServer(model, host, port, shutdown_grace=shutdown_grace)
         try:
-            url = await server.start()
-        except OSError as exc:
-            raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
-        _write_ready_file(ready_file, {"url": url, "pid": os.getpid()})
-        click.echo(f"listening {url}")
-        try:
-            await _wait_for_signal()
+            try:
+                url = await server.start()
+            except OSError as exc:
+                raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
+            _write_ready_file(ready_file, {"url": url, "pid": os.getpid()})
+            click.echo(f"listening {url}")
+            await signals.wait()
+            _stopping(signals, server, shutdown_grace)
         finally:
             await server.stop()
+            signals.remove()
+        return signals.exit_code()
 
-    asyncio.run(serve())
+    ctx.exit(asyncio.run(serve()))
