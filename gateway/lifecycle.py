@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 from typing import Iterator
 
@@ -22,6 +23,21 @@ AIOHTTP_LOGGERS = ("aiohttp.server", "aiohttp.access", "aiohttp.web")
 
 #: how long cancelled handlers get to record what they had and unwind
 CANCEL_WAIT_S = 5.0
+
+
+#: young-generation threshold once serving: a collection every 20,000 allocations, not 700
+GC_THRESHOLD = (20_000, 20, 40)
+
+
+def tune_gc_for_serving() -> None:
+    """Once a server has started: move everything allocated so far (modules, configuration)
+    into the permanent generation, so that collections never scan it again, and collect the
+    young generation less often. Measured (bench/cpu_per_request.py): the gateway's CPU per
+    10 KB exchange at concurrency 32 drops by about a fifth; Python's defaults collect every
+    700 allocations and rescan every long-lived object on each full collection."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
 
 
 class InFlight:
@@ -41,18 +57,26 @@ class InFlight:
     def __len__(self) -> int:
         return len(self.tasks)
 
+    def add(self, task: asyncio.Task) -> None:
+        """A handler task starts (the gateway's hot path: no context manager)."""
+        self.tasks.add(task)
+        self._idle.clear()
+
+    def discard(self, task: asyncio.Task) -> None:
+        """A handler task ends."""
+        self.tasks.discard(task)
+        if not self.tasks:
+            self._idle.set()
+
     @contextlib.contextmanager
     def track(self) -> Iterator[None]:
         task = asyncio.current_task()
         assert task is not None
-        self.tasks.add(task)
-        self._idle.clear()
+        self.add(task)
         try:
             yield
         finally:
-            self.tasks.discard(task)
-            if not self.tasks:
-                self._idle.set()
+            self.discard(task)
 
     def hurry(self) -> None:
         """Stop waiting for handlers in flight: :meth:`settle` cancels them at once."""

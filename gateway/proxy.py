@@ -20,6 +20,7 @@ import queue
 import socket
 import ssl
 import time
+from time import perf_counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -229,17 +230,20 @@ class Gateway:
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         cur = _Current()
-        with self._inflight.track():
-            try:
-                return await self._handle(request, cur)
-            except asyncio.CancelledError:
-                # stop() cancelled it after the grace period: record what it had (the relay
-                # loop records its own, with the bytes moved), then let the connection close
-                if cur.pending is not None and not cur.recorded:
-                    self._finish(cur, None, "incomplete", "gateway stopped while the exchange was in flight", cur.body)
-                raise
-            except Exception as exc:
-                return self._internal_error(request, cur, exc)
+        task = asyncio.current_task()
+        self._inflight.add(task)
+        try:
+            return await self._handle(request, cur)
+        except asyncio.CancelledError:
+            # stop() cancelled it after the grace period: record what it had (the relay
+            # loop records its own, with the bytes moved), then let the connection close
+            if cur.pending is not None and not cur.recorded:
+                self._finish(cur, None, "incomplete", "gateway stopped while the exchange was in flight", cur.body)
+            raise
+        except Exception as exc:
+            return self._internal_error(request, cur, exc)
+        finally:
+            self._inflight.discard(task)
 
     async def _handle(self, request: web.BaseRequest, cur: _Current) -> web.StreamResponse:
         route = self.router.resolve(request.raw_path, request.headers.get(RUN_HEADER))
@@ -318,20 +322,16 @@ class Gateway:
         resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
         for k, v in _forwardable(up_headers, _RESPONSE_DROP):
             resp.headers.add(k, v)
-        ctype = upstream.headers.get("Content-Type", "")
-        streamed = ctype.startswith("text/event-stream") or (
-            route.protocol is not None and get_protocol(route.protocol).wants_stream(route.path, route.query, {})
-        )
+        streamed = upstream.headers.get("Content-Type", "").startswith("text/event-stream") or self.router.path_streams(route)
         chunks: list[bytes] = []
-        timings: list[tuple[int, int]] = []
+        timings: list[int] = []  # flat (µs since start, length) pairs: packed by the journal writer
         received = delivered = 0
-        first_byte_us: int | None = None
         outcome = "upstream_error" if upstream.status >= 400 else "ok"
         error: str | None = None
 
         def finish(outcome: str, error: str | None) -> None:
             self._finish(cur, upstream.status, outcome, error, cur.body, up_headers, b"".join(chunks), streamed, timings, headers_us,
-                         first_byte_us, received, delivered)
+                         timings[0] if timings else None, received, delivered)
 
         try:
             await resp.prepare(request)
@@ -359,11 +359,9 @@ class Gateway:
                         error = f"upstream {route.upstream} connection broke after {received} bytes: {_reason(exc)}"
                     break
                 n = len(chunk)
-                if first_byte_us is None:
-                    first_byte_us = int((time.perf_counter() - t0) * 1e6)
                 received += n
                 chunks.append(chunk)
-                timings.append((int((time.perf_counter() - t0) * 1e6), n))
+                timings += (int((perf_counter() - t0) * 1e6), n)
                 try:
                     await resp.write(chunk)
                 except asyncio.CancelledError:
@@ -414,7 +412,7 @@ class Gateway:
 
     def _finish(self, cur: _Current, status: int | None, outcome: str, error: str | None,
                 request_body: bytes | None = None, response_headers: list[tuple[str, str]] | None = None,
-                response_body: bytes | None = None, streamed: bool = False, timings: list[tuple[int, int]] | None = None,
+                response_body: bytes | None = None, streamed: bool = False, timings: list[int] | None = None,
                 headers_us: int | None = None, first_byte_us: int | None = None, received: int | None = None, delivered: int | None = None) -> None:
         pending, route = cur.pending, cur.route
         assert pending is not None and route is not None

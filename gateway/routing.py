@@ -103,9 +103,16 @@ class Router:
         self.run = run
         self.fallback = next(iter(self.explicit)) if len(self.explicit) == 1 else None
         self._matchers: list[tuple[str, str, Callable[[str], bool]]] = []
+        self._wants_stream: dict[str, Callable] = {}
         for name, (_, protocols) in UPSTREAMS.items():
             for proto in protocols:
                 self._matchers.append((proto, name, get_protocol(proto).matches))
+                self._wants_stream[proto] = get_protocol(proto).wants_stream
+
+    def path_streams(self, route: Route) -> bool:
+        """Whether the route's protocol streams by path alone (Gemini ``:streamGenerateContent``
+        answers a JSON array without ``alt=sse``); the others say so in the body."""
+        return route.protocol is not None and self._wants_stream[route.protocol](route.path, route.query, {})
 
     def protocol_of(self, path: str) -> tuple[str | None, str | None]:
         """(protocol name, upstream name) of an exact protocol path, or (None, None)."""

@@ -20,6 +20,7 @@ Typical use::
 from __future__ import annotations
 
 import collections
+import itertools
 import os
 import queue
 import secrets
@@ -42,6 +43,7 @@ from .model import REQUEST_HEADER_ALLOW, Attempt, Run, pack_timings, redact_exch
 from .paths import create_private_file
 
 COMMIT_INTERVAL_S = 0.1
+GATHER_S = 0.05  # a batch is committed at most this long after its first message arrived
 LOCK_WARN_INTERVAL_S = 30.0
 FINALIZE_SLICE_S = 0.02  # reassembly done per idle tick, so a new request waits at most this
 HEARTBEAT_INTERVAL_S = 2.0
@@ -68,9 +70,13 @@ def new_run_id() -> str:
     return "r-" + secrets.token_hex(6)
 
 
+_ID_PREFIX = secrets.token_hex(4)  # per process: ids of concurrent writers never collide in practice
+_id_counter = itertools.count(1)
+
+
 def new_exchange_id() -> str:
-    """``x-`` + 16 random hex digits."""
-    return "x-" + secrets.token_hex(8)
+    """``x-`` + 16 hex digits: 8 random per process, then a counter (no system call per id)."""
+    return f"x-{_ID_PREFIX}{next(_id_counter) & 0xFFFFFFFF:08x}"
 
 
 def now_ms() -> int:
@@ -126,7 +132,7 @@ class FinishedExchange:
     request_body: bytes | None
     response_body: bytes | None
     streamed: bool
-    chunk_timings: bytes
+    chunk_timings: Any  # as given to finish_exchange; packed in the writer thread
     outcome: str
     error: str | None
     headers_us: int | None
@@ -171,6 +177,9 @@ class Journal:
         self.fingerprint_key: bytes = b""
         self.reaped: list[int] = []  # ids of dead writers whose exchanges this writer marked incomplete
         self._abandon = False
+        self._events: list[tuple] = []  # event rows of the transaction in progress
+        self._last_of_run: dict[str, tuple] = {}  # run -> (seq, started_ms, id) of its last exchange, this transaction
+        self._urgent = threading.Event()  # flush/close: commit now, do not wait for more messages
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pvisor-journal-writer", daemon=True)
 
@@ -205,6 +214,7 @@ class Journal:
             return  # the writer already stopped (and logged what it could not record)
         done = threading.Event()
         self._queue.put(("close", done))
+        self._urgent.set()
         if not done.wait(timeout):
             self._abandon = True
             done.wait(self.busy_timeout_ms / 1000 + 5)
@@ -221,6 +231,7 @@ class Journal:
         self._raise_if_failed()
         done = threading.Event()
         self._queue.put(("flush", done))
+        self._urgent.set()
         if not done.wait(timeout):
             raise UnavailableError(f"journal {self.path}: writer did not commit within {timeout:.0f} s")
         self._raise_if_failed()
@@ -293,7 +304,7 @@ class Journal:
         request_body: bytes | None = None,
         response_body: bytes | None = None,
         streamed: bool = False,
-        chunk_timings: Iterable[Sequence[int]] | bytes = b"",
+        chunk_timings: Iterable[Sequence[int]] | Sequence[int] | bytes = b"",
         outcome: str = "ok",
         error: str | None = None,
         headers_us: int | None = None,
@@ -306,7 +317,8 @@ class Journal:
         """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
         body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
         failure sets outcome ``decode_error`` and keeps the raw bytes), the response body raw.
-        ``chunk_timings``: (µs since start, length) pairs or already packed bytes.
+        ``chunk_timings``: (µs since start, length) pairs, a flat [µs, length, µs, length, ...]
+        list, or already packed bytes; packed in the writer thread.
         ``request_bytes``: the request body's size on the wire when the body itself is not
         passed (a body refused by its declared Content-Length); default its length."""
         ended_us = int((time.perf_counter() - pending.t0) * 1e6)
@@ -322,7 +334,7 @@ class Journal:
                     request_body=request_body,
                     response_body=response_body,
                     streamed=streamed,
-                    chunk_timings=pack_timings(chunk_timings),
+                    chunk_timings=chunk_timings,
                     outcome=outcome,
                     error=error,
                     headers_us=headers_us,
@@ -427,9 +439,11 @@ class Journal:
             self.writer_id = cur.lastrowid
             self._event(conn, "writer.started", data={"pid": os.getpid()})
             self._reap_dead_writers(conn)
+            self._flush_events(conn)
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
+            self._events.clear()
             raise
 
     def _reap_dead_writers(self, conn: sqlite3.Connection) -> None:
@@ -455,10 +469,13 @@ class Journal:
             self.reaped.append(wid)
 
     def _event(self, conn: sqlite3.Connection, kind: str, run: str | None = None, exchange: str | None = None, data: Any = None) -> None:
-        conn.execute(
-            "INSERT INTO events(ts_ms, kind, run_id, exchange_id, writer_id, data) VALUES (?, ?, ?, ?, ?, ?)",
-            (now_ms(), kind, run, exchange, self.writer_id, orjson.dumps(data).decode() if data is not None else None),
-        )
+        """Queue an event row for the current transaction (written by :meth:`_flush_events`)."""
+        self._events.append((now_ms(), kind, run, exchange, self.writer_id, orjson.dumps(data).decode() if data is not None else None))
+
+    def _flush_events(self, conn: sqlite3.Connection) -> None:
+        if self._events:
+            conn.executemany("INSERT INTO events(ts_ms, kind, run_id, exchange_id, writer_id, data) VALUES (?, ?, ?, ?, ?, ?)", self._events)
+            self._events.clear()
 
     def _run(self) -> None:
         try:
@@ -483,6 +500,12 @@ class Journal:
                         batch.append(self._queue.get(timeout=COMMIT_INTERVAL_S))
                     except queue.Empty:
                         pass
+                # let messages gather for a little while, asleep (a blocked get would wake this
+                # thread, and take the GIL, for every message): one transaction for many exchanges
+                # costs far less writer time than one each. flush() and close() wake it at once.
+                if batch and batch[-1][0] not in ("flush", "close"):
+                    self._urgent.wait(GATHER_S)
+                self._urgent.clear()
                 while batch and len(batch) < BATCH_MAX:
                     try:
                         batch.append(self._queue.get_nowait())
@@ -550,6 +573,7 @@ class Journal:
         in-memory state it touched (compression lanes, in-flight marks) is reset, so the same
         batch can be written again."""
         conn.execute("BEGIN IMMEDIATE")
+        self._last_of_run.clear()  # other writers may have added exchanges since the last transaction
         try:
             for p in stale:
                 self._write_inflight(conn, p)
@@ -560,10 +584,12 @@ class Journal:
                     self._apply(conn, kind, payload)
             if beat:
                 conn.execute("UPDATE writers SET heartbeat_ms = ? WHERE id = ?", (now_ms(), self.writer_id))
+            self._flush_events(conn)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            self._events.clear()
             # bodies written in the rolled-back transaction are gone: start lanes afresh
             self._lanes.clear()
             self._known_runs.clear()
@@ -597,10 +623,12 @@ class Journal:
                 if final is not None:
                     conn.execute("UPDATE exchanges SET response_final = ? WHERE id = ?", (self._put_blob(conn, final), ex_id))
                 self._to_finalize.popleft()
+            self._flush_events(conn)
             conn.execute("COMMIT")
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
+            self._events.clear()
             raise
 
     def _queue_unfinalized(self, conn: sqlite3.Connection) -> None:
@@ -720,15 +748,30 @@ class Journal:
         the run's exchanges. A row already written keeps its seq; a new one shifts the rows that
         arrived after it, so seq stays dense and in arrival order even when several writers
         (gateways) share a run, or a long exchange finishes after later ones."""
-        row = conn.execute("SELECT seq FROM exchanges WHERE id = ?", (p.id,)).fetchone()
-        if row is not None:
-            return row[0]
-        before = conn.execute(
-            "SELECT count(*) FROM exchanges WHERE run_id = ? AND (started_ms < ? OR (started_ms = ? AND id < ?))",
+        if p.persisted:  # written in flight earlier: keeps its seq
+            row = conn.execute("SELECT seq FROM exchanges WHERE id = ?", (p.id,)).fetchone()
+            if row is not None:
+                return row[0]
+        last = self._last_of_run.get(p.run)  # valid within this transaction only
+        if last is None:
+            last = conn.execute(
+                "SELECT seq, started_ms, id FROM exchanges WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (p.run,)
+            ).fetchone()
+        if last is None:
+            self._last_of_run[p.run] = (1, p.started_ms, p.id)
+            return 1
+        if (last[1], last[2]) < (p.started_ms, p.id):
+            # the usual case: it arrived after every exchange written so far
+            self._last_of_run[p.run] = (last[0] + 1, p.started_ms, p.id)
+            return last[0] + 1
+        later = conn.execute(
+            "SELECT count(*) FROM exchanges WHERE run_id = ? AND (started_ms > ? OR (started_ms = ? AND id > ?))",
             (p.run, p.started_ms, p.started_ms, p.id),
         ).fetchone()[0]
-        conn.execute("UPDATE exchanges SET seq = seq + 1 WHERE run_id = ? AND seq > ?", (p.run, before))
-        return before + 1
+        seq = last[0] - later + 1
+        conn.execute("UPDATE exchanges SET seq = seq + 1 WHERE run_id = ? AND seq >= ?", (p.run, seq))
+        self._last_of_run[p.run] = (last[0] + 1, last[1], last[2])
+        return seq
 
     def _write_inflight(self, conn: sqlite3.Connection, p: PendingExchange) -> None:
         self._ensure_run(conn, p.run)
@@ -829,7 +872,7 @@ class Journal:
                 response_sha,
                 None,
                 1 if f.streamed else 0,
-                f.chunk_timings or None,
+                pack_timings(f.chunk_timings) or None,
                 outcome,
                 error,
                 p.started_ms,

@@ -198,6 +198,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
       ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude -p "fix the test"
     """
     from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response, os_error_reason
+    from pvisor.gateway.lifecycle import tune_gc_for_serving
     from pvisor.gateway.routing import RUN_ID_PATTERN
     from pvisor.journal.writer import Journal
 
@@ -225,6 +226,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
                 if exc.filename is not None:  # the log file, not the socket
                     raise UsageError(f"cannot write --log-file {log_file}: {exc.strerror}") from None
                 raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
+            tune_gc_for_serving()
             # the ready file first: whoever sees the listening line can read it at once
             _write_ready_file(ready_file, {"url": url, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path)})
             click.echo(f"listening {url}")

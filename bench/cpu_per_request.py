@@ -1,0 +1,85 @@
+"""Where a proxy's CPU goes: CPU time per request of the bare pass-through and of the pvisor
+gateway, the latter split into its event-loop thread and its journal writer thread.
+
+Same set-up as bench/gateway (proxy on CPU 0; upstream and wrk on CPU 1). Prints one line per
+target and workload: requests/s, p50, CPU µs per request (process; per thread for pvisor),
+read from /proc/PID/task/TID/stat (utime + stime) before and after the measured run.
+
+Usage: bench/.venv/bin/python bench/cpu_per_request.py [--seconds 6] [--workloads json@32,json@1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from gateway_bench import pin, stop, wait_listening  # noqa: E402
+from loadgen import BODIES  # noqa: E402
+
+TICK_US = 1_000_000 / os.sysconf("SC_CLK_TCK")
+
+
+def thread_ticks(pid: int) -> dict[int, int]:
+    out = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        out[int(task.name)] = int(fields[11]) + int(fields[12])  # utime + stime
+    return out
+
+
+def wrk(url: str, body: str, conc: int, seconds: int) -> dict:
+    body_file = Path(tempfile.mkdtemp()) / "body.json"
+    body_file.write_bytes(BODIES[body])
+    env = {**os.environ, "PVISOR_BENCH_BODY_FILE": str(body_file)}
+    cmd = [*pin(1), "wrk", "-t1", f"-c{conc}", f"-d{seconds}s", "-s", str(HERE / "wrk_report.lua"), url + "/v1/chat/completions"]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 60).stdout
+    return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--seconds", type=int, default=6)
+    ap.add_argument("--workloads", default="json@1,json@32,stream@1,stream@32")
+    args = ap.parse_args()
+    py = sys.executable
+    up = subprocess.Popen([*pin(1), py, str(HERE / "upstream.py"), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    upstream = wait_listening(up, "upstream")
+    try:
+        for target in ("bare", "pvisor"):
+            for w in args.workloads.split(","):
+                body, conc = w.split("@")
+                tmp = Path(tempfile.mkdtemp())
+                if target == "bare":
+                    cmd = [*pin(0), py, str(HERE / "bare_proxy.py"), "--port", "0", "--upstream", upstream]
+                else:
+                    cmd = [*pin(0), str(Path(py).parent / "pvisor"), "--journal", str(tmp / "j.sqlite"), "gateway", "--port", "0",
+                           "--upstream", f"openai={upstream}"]
+                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                url = wait_listening(proc, target)
+                try:
+                    wrk(url, body, int(conc), 1)  # warm-up
+                    before = thread_ticks(proc.pid)
+                    r = wrk(url, body, int(conc), args.seconds)
+                    after = thread_ticks(proc.pid)
+                finally:
+                    stop(proc)
+                n = r["requests"]
+                per = {tid: (after[tid] - before.get(tid, 0)) * TICK_US / n for tid in after}
+                main_us = per.pop(proc.pid, 0.0)
+                others = " ".join(f"{v:.0f}" for v in sorted(per.values(), reverse=True) if v >= 1)
+                print(f"{target:6s} {w:10s} {n / (r['duration_us'] / 1e6):7.0f} req/s  p50 {r['p50_us'] / 1000:7.2f} ms  "
+                      f"CPU {main_us + sum(per.values()):5.0f} µs/req (loop thread {main_us:.0f}; other threads {others or '-'})", flush=True)
+    finally:
+        stop(up)
+
+
+if __name__ == "__main__":
+    main()

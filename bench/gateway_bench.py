@@ -1,0 +1,315 @@
+"""What the capture gateway costs: added latency against a direct connection, side by side with
+a bare aiohttp pass-through and mitmdump. Run through ``bench/gateway`` (it installs what this
+needs); results go to ``bench/results/`` and the table into ``docs/benchmarks.md``.
+
+Three processes per measurement: the upstream (``bench/upstream.py``) and the load generator
+(``bench/loadgen.py``) pinned to CPU 1, the proxy under test pinned to CPU 0 (``taskset``).
+Targets are interleaved within each round, so drift in the machine hits all of them alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+REPO = HERE.parent
+WORKLOADS = [("json", 1), ("json", 32), ("json", 128), ("stream", 1), ("stream", 32), ("stream", 128)]
+WORKLOAD_NAMES = {"json": "10 KB JSON", "stream": "200-event stream"}
+MARK_BEGIN = "<!-- bench/gateway: begin -->"
+MARK_END = "<!-- bench/gateway: end -->"
+
+
+def pin(cpu: int) -> list[str]:
+    return ["taskset", "-c", str(cpu)] if shutil.which("taskset") and (os.cpu_count() or 1) >= 2 else []
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(proc: subprocess.Popen, what: str, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{what} exited before listening (code {proc.poll()})")
+        if line.startswith("listening "):
+            return line.split()[1].strip()
+    raise RuntimeError(f"{what} did not start within {timeout} s")
+
+
+def wait_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout} s")
+
+
+def peak_rss_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+class Target:
+    """A proxy (or none, for direct) that can be started and stopped for one round."""
+
+    def __init__(self, name: str, args: argparse.Namespace, upstream: str):
+        self.name, self.args, self.upstream = name, args, upstream
+        self.proc: subprocess.Popen | None = None
+        self.url = upstream
+        self.tmp: Path | None = None
+
+    def start(self) -> None:
+        py = sys.executable
+        if self.name == "direct":
+            return
+        if self.name == "bare":
+            self.proc = subprocess.Popen([*pin(0), py, str(HERE / "bare_proxy.py"), "--port", "0", "--upstream", self.upstream],
+                                         stdout=subprocess.PIPE, text=True)
+            self.url = wait_listening(self.proc, "bare proxy")
+        elif self.name == "pvisor":
+            self.tmp = Path(tempfile.mkdtemp(prefix="pvisor-bench-"))
+            # the installed console script: `python -m pvisor` from the checkout would import its pvisor/
+            pvisor = str(Path(sys.executable).parent / "pvisor")
+            self.proc = subprocess.Popen([*pin(0), pvisor, "--journal", str(self.tmp / "journal.sqlite"), "gateway", "--port", "0",
+                                          "--upstream", f"openai={self.upstream}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            self.url = wait_listening(self.proc, "pvisor gateway")
+        elif self.name == "mitmdump":
+            port = free_port()
+            self.proc = subprocess.Popen([*pin(0), self.args.mitmdump, "--mode", f"reverse:{self.upstream}", "--listen-host", "127.0.0.1",
+                                          "--listen-port", str(port), "-q"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            wait_port(port)
+            self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> dict:
+        info: dict = {}
+        if self.proc is not None:
+            info["peak_rss_kib"] = peak_rss_kib(self.proc.pid)
+            stop(self.proc)
+        if self.tmp is not None:
+            journal = self.tmp / "journal.sqlite"
+            import sqlite3
+
+            conn = sqlite3.connect(journal)
+            n = conn.execute("SELECT count(*) FROM exchanges").fetchone()[0]
+            blob_bytes = conn.execute("SELECT COALESCE(SUM(length(data)), 0) FROM blobs").fetchone()[0]
+            conn.close()
+            size = sum(p.stat().st_size for p in self.tmp.iterdir())
+            info.update(exchanges=n, journal_bytes=size, blob_bytes=blob_bytes)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+        return info
+
+
+def measure(url: str, body: str, concurrency: int, args: argparse.Namespace) -> dict:
+    """p50/p99 latency (ms) of POSTs to ``url`` at ``concurrency``: wrk when available (C,
+    closed loop, ``args.seconds`` per point after a 1 s warm-up), else bench/loadgen.py."""
+    target = url + "/v1/chat/completions"
+    if args.loadgen == "wrk":
+        body_file = HERE / "results" / f".body-{body}.json"
+        body_file.parent.mkdir(exist_ok=True)
+        from loadgen import BODIES
+
+        body_file.write_bytes(BODIES[body])
+        env = {**os.environ, "PVISOR_BENCH_BODY_FILE": str(body_file)}
+        base = [*pin(1), "wrk", "-t1", f"-c{concurrency}", "--timeout", "30s", "-s", str(HERE / "wrk_report.lua")]
+        subprocess.run([*base, "-d1s", target], env=env, capture_output=True, timeout=120)  # warm-up
+        proc = subprocess.run([*base, f"-d{args.seconds}s", target], env=env, capture_output=True, text=True, timeout=600)
+        line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("{")), None)
+        if proc.returncode != 0 or line is None:
+            raise RuntimeError(f"wrk failed against {url}: {proc.stdout[-1000:]} {proc.stderr[-1000:]}")
+        out = json.loads(line)
+        if out["errors"] or out["non2xx"] or not out["requests"]:
+            raise RuntimeError(f"{out['errors']} failed and {out['non2xx']} non-2xx requests against {url}")
+        return {"p50": out["p50_us"] / 1000, "p99": out["p99_us"] / 1000, "n": out["requests"], "rps": out["requests"] / (out["duration_us"] / 1e6)}
+    n = args.requests * max(1, concurrency // 4) if concurrency > 1 else args.requests
+    proc = subprocess.run([*pin(1), sys.executable, str(HERE / "loadgen.py"), "--url", target, "--body", body,
+                           "--concurrency", str(concurrency), "--requests", str(n), "--warmup", str(max(20, concurrency * 2))],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"load generator failed: {proc.stderr[-2000:]}")
+    out = json.loads(proc.stdout)
+    lat = sorted(out["latencies_ms"])
+    if out["errors"] or not lat:
+        raise RuntimeError(f"{out['errors']} failed requests against {url}")
+    return {"p50": lat[len(lat) // 2], "p99": lat[min(len(lat) - 1, int(len(lat) * 0.99))], "n": len(lat), "rps": len(lat) / out["wall_s"]}
+
+
+def summarise(raw: dict, targets: list[str]) -> dict:
+    """Per target and workload: median over rounds of added p50/p99 (target minus direct in the same round), min and max."""
+    out: dict = {}
+    for t in targets:
+        if t == "direct":
+            continue
+        for body, c in WORKLOADS:
+            key = f"{body}@{c}"
+            added50 = [r[t][key]["p50"] - r["direct"][key]["p50"] for r in raw["rounds"]]
+            added99 = [r[t][key]["p99"] - r["direct"][key]["p99"] for r in raw["rounds"]]
+            out.setdefault(t, {})[key] = {
+                "p50_added_ms": statistics.median(added50), "p50_added_min": min(added50), "p50_added_max": max(added50),
+                "p99_added_ms": statistics.median(added99), "p99_added_min": min(added99), "p99_added_max": max(added99),
+                "direct_p50_ms": statistics.median(r["direct"][key]["p50"] for r in raw["rounds"]),
+            }
+    return out
+
+
+def markdown(summary: dict, raw: dict, targets: list[str]) -> str:
+    lines = []
+    meta = raw["meta"]
+    load = (f"wrk, {meta['seconds']} s per point after a 1 s warm-up" if meta["loadgen"] == "wrk"
+            else f"bench/loadgen.py, {meta['requests']} requests per point at concurrency 1 (more above)")
+    lines.append(f"Measured {meta['date']} on {meta['machine']} ({meta['cpus']} CPUs), Python {meta['python']}, "
+                 f"{meta['rounds']} rounds; load: {load}; proxy pinned to CPU 0, upstream and load generator to CPU 1: {meta['pinned']}.")
+    lines.append("")
+    lines.append("Added latency against direct, in ms: median over rounds of each round's p50 (p99), with [min, max] over rounds.")
+    lines.append("")
+    head = ["workload", "conc.", "direct p50"] + [f"{t} p50 [min, max]" for t in targets if t != "direct"] + [f"{t} p99" for t in targets if t != "direct"]
+    if "pvisor" in summary and "bare" in summary:
+        head.append("pvisor / bare (p50)")
+    if "pvisor" in summary and "mitmdump" in summary:
+        head.append("pvisor / mitmdump (p50)")
+    lines.append("| " + " | ".join(head) + " |")
+    lines.append("|" + "---|" * len(head))
+    for body, c in WORKLOADS:
+        key = f"{body}@{c}"
+        any_t = next(iter(summary.values()))[key]
+        row = [WORKLOAD_NAMES[body], str(c), f"{any_t['direct_p50_ms']:.2f}"]
+        for t in targets:
+            if t == "direct":
+                continue
+            s = summary[t][key]
+            row.append(f"+{s['p50_added_ms']:.2f} [{s['p50_added_min']:.2f}, {s['p50_added_max']:.2f}]")
+        for t in targets:
+            if t == "direct":
+                continue
+            row.append(f"+{summary[t][key]['p99_added_ms']:.2f}")
+        for peer in ("bare", "mitmdump"):
+            if "pvisor" in summary and peer in summary:
+                a, b = summary["pvisor"][key]["p50_added_ms"], summary[peer][key]["p50_added_ms"]
+                # a ratio of a non-positive "added latency" means nothing (see docs/benchmarks.md)
+                row.append(f"{a / b:.2f}" if a > 0 and b > 0.005 else "n/a")
+        lines.append("| " + " | ".join(row) + " |")
+    pv = [r["pvisor_info"] for r in raw["rounds"] if r.get("pvisor_info")]
+    if pv:
+        per = statistics.median(i["journal_bytes"] / max(1, i["exchanges"]) for i in pv)
+        blob = statistics.median(i["blob_bytes"] / max(1, i["exchanges"]) for i in pv)
+        rss = max(i["peak_rss_kib"] or 0 for i in pv)
+        lines.append("")
+        lines.append(f"pvisor journal: {per:,.0f} bytes per exchange on disk (the file after the WAL checkpoint, over "
+                     f"{statistics.median(i['exchanges'] for i in pv):,.0f} exchanges a round; the benchmark repeats one request and two "
+                     f"response bodies, stored once each, so this is the exchange row, its event and indexes: {blob:,.1f} blob bytes per "
+                     f"exchange). Gateway peak RSS {rss / 1024:.1f} MiB (VmHWM, the largest over the rounds, each round all workloads).")
+    return "\n".join(lines)
+
+
+def update_docs(table: str) -> None:
+    doc = REPO / "docs" / "benchmarks.md"
+    text = doc.read_text() if doc.exists() else "# Benchmarks\n"
+    block = f"{MARK_BEGIN}\n{table}\n{MARK_END}"
+    if MARK_BEGIN in text:
+        text = text[: text.index(MARK_BEGIN)] + block + text[text.index(MARK_END) + len(MARK_END):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    doc.write_text(text)
+
+
+def main() -> None:
+    default_workloads = ",".join(f"{b}@{c}" for b, c in WORKLOADS)
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--loadgen", choices=["wrk", "python"], default="wrk" if shutil.which("wrk") else "python",
+                    help="load generator: wrk (default when installed) or bench/loadgen.py")
+    ap.add_argument("--seconds", type=int, default=4, help="wrk: measured seconds per point")
+    ap.add_argument("--requests", type=int, default=400, help="python load generator: requests per point at concurrency 1 (x concurrency/4 above)")
+    ap.add_argument("--mitmdump", default=shutil.which("mitmdump"), help="mitmdump executable (bench/gateway installs one)")
+    ap.add_argument("--targets", default="direct,bare,pvisor,mitmdump")
+    ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    ap.add_argument("--workloads", default=default_workloads,
+                    help="comma-separated BODY@CONCURRENCY points, e.g. json@1,stream@32 (for profiling; the docs table wants all)")
+    ap.add_argument("--from-results", metavar="JSON", help="rebuild the table (and docs) from a saved bench/results file, measuring nothing")
+    args = ap.parse_args()
+    if args.from_results:
+        saved = json.loads(Path(args.from_results).read_text())
+        raw = saved["raw"]
+        targets = list(raw["rounds"][0].keys() - {"pvisor_info"})
+        targets = [t for t in ("direct", "bare", "pvisor", "mitmdump") if t in targets]
+        WORKLOADS[:] = [(k.split("@")[0], int(k.split("@")[1])) for k in raw["rounds"][0]["direct"]]
+        table = markdown(summarise(raw, targets), raw, targets)
+        print(table)
+        if not args.no_docs:
+            update_docs(table)
+        return
+    targets = args.targets.split(",")
+    WORKLOADS[:] = [(w.split("@")[0], int(w.split("@")[1])) for w in args.workloads.split(",")]
+    if "mitmdump" in targets and not args.mitmdump:
+        sys.exit("mitmdump not found: run bench/gateway (installs it), or pass --targets without mitmdump")
+    up = subprocess.Popen([*pin(1), sys.executable, str(HERE / "upstream.py"), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    upstream = wait_listening(up, "upstream")
+    raw = {"meta": {"date": dt.date.today().isoformat(), "machine": platform.machine() + " " + platform.node(), "cpus": os.cpu_count(),
+                    "python": platform.python_version(), "rounds": args.rounds, "requests": args.requests, "pinned": bool(pin(0)),
+                    "loadgen": args.loadgen, "seconds": args.seconds},
+           "rounds": []}
+    try:
+        for r in range(args.rounds):
+            result: dict = {}
+            for name in targets:
+                t = Target(name, args, upstream)
+                t.start()
+                try:
+                    result[name] = {}
+                    for body, c in WORKLOADS:
+                        result[name][f"{body}@{c}"] = measure(t.url, body, c, args)
+                        print(f"round {r + 1} {name:9s} {body:6s} c={c:<3d} p50 {result[name][f'{body}@{c}']['p50']:.2f} ms", file=sys.stderr)
+                finally:
+                    info = t.stop()
+                if name == "pvisor":
+                    result["pvisor_info"] = info
+            raw["rounds"].append(result)
+    finally:
+        stop(up)
+    summary = summarise(raw, targets)
+    table = markdown(summary, raw, targets)
+    results_dir = HERE / "results"
+    results_dir.mkdir(exist_ok=True)
+    (results_dir / f"gateway-{raw['meta']['date']}.json").write_text(json.dumps({"raw": raw, "summary": summary}, indent=1))
+    print(table)
+    if not args.no_docs:
+        update_docs(table)
+
+
+if __name__ == "__main__":
+    main()
