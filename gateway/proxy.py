@@ -85,7 +85,9 @@ class GatewayConfig:
     URL given by the user (``--upstream NAME=URL``; the others take their public defaults);
     ``run`` the gateway's run id (generated when None); ``max_body`` request body limit in
     bytes; ``stall_timeout`` seconds without upstream bytes before giving up; ``log_file``;
-    ``shutdown_grace`` seconds :meth:`Gateway.stop` waits for exchanges in flight.
+    ``shutdown_grace`` seconds :meth:`Gateway.stop` waits for exchanges in flight;
+    ``attempt`` the attempt number recorded for the exchanges of the gateway's own run (``pvisor
+    run --resume`` records a native resume as attempt 2, 3, ...; other runs get 1).
     """
 
     host: str = "127.0.0.1"
@@ -96,6 +98,7 @@ class GatewayConfig:
     stall_timeout: float = DEFAULT_STALL_TIMEOUT_S
     log_file: Path | None = None
     shutdown_grace: float = 10.0
+    attempt: int = 1
 
 
 @dataclass(slots=True)
@@ -251,7 +254,9 @@ class Gateway:
             return web.json_response({"ok": True, "run": self.run, "inflight": len(self._inflight) - 1}, dumps=lambda o: orjson.dumps(o).decode())
         headers = list(request.headers.items())
         cur.route = route
-        cur.pending = self.journal.begin_exchange(route.run, request.method, route.path, headers, query=route.query, protocol=route.protocol)
+        attempt = self.config.attempt if route.run == self.run else 1
+        cur.pending = self.journal.begin_exchange(route.run, request.method, route.path, headers, query=route.query,
+                                                  protocol=route.protocol, attempt=attempt)
         cur.encoding = request.headers.get("Content-Encoding")
         # the body first, also for the answers the gateway gives itself, so that it is recorded
         refused = await self._read_body(request, cur)

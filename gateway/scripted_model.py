@@ -95,6 +95,8 @@ def load_script(path: str | Path) -> Script:
     Raises BadInputError naming the file and the field for anything malformed.
     """
     path = Path(path)
+    if path.suffix.lower() in (".yaml", ".yml"):
+        raise BadInputError(f"script {path}: YAML is not supported; write the script as JSON (.json) or TOML (.toml), docs/scripted-model.md")
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -131,7 +133,7 @@ def parse_script(data: Any, where: str = "script") -> Script:
     for key, typ in (("model", str), ("seed", int), ("aux_reply", str), ("after_end", str), ("chunk_events", int)):
         if key in data:
             if not isinstance(data[key], typ) or isinstance(data[key], bool):
-                raise BadInputError(f"{where}: '{key}' must be a {typ.__name__}")
+                raise BadInputError(f"{where}: '{key}' must be {'a string' if typ is str else 'an integer'}")
             setattr(script, key, data[key])
     if script.chunk_events < 1:
         raise BadInputError(f"{where}: 'chunk_events' must be at least 1")
@@ -221,20 +223,50 @@ def count_assistant_turns(conv: Conversation) -> int:
 
 class ScriptedModel:
     """Answer requests from a :class:`Script`. Stateless except for the main chain's signature,
-    which the first qualifying request fixes."""
+    which the first qualifying request fixes, and the count of error turns served per
+    conversation state."""
 
     def __init__(self, script: Script):
         self.script = script
-        # turn k is script.turns[i] for the first i whose cumulative repeat count exceeds k;
+        # Replies and errors apart: an error adds no assistant message, so it cannot own a
+        # conversation state; the errors written before a reply are answered, in order, to the
+        # first requests of that reply's first state (retries), then the reply.
+        self._replies: list[Turn] = []
+        self._errors_before: list[list[Turn]] = [[]]
+        for t in script.turns:
+            if t.error is not None:
+                self._errors_before[-1].append(t)
+            else:
+                self._replies.append(t)
+                self._errors_before.append([])
+        # reply k is _replies[i] for the first i whose cumulative repeat count exceeds k;
         # repeats are never expanded into a list (a repeat may be 10**12)
-        self._ends: list[int] = list(itertools.accumulate(t.repeat for t in script.turns))
+        self._ends: list[int] = list(itertools.accumulate(t.repeat for t in self._replies))
+        self._errors_served: dict[int, int] = {}  # conversation state -> errors answered to it
         self.main_signature: str | None = None
 
     def turn_at(self, k: int) -> Turn | None:
-        """The scripted turn answering conversation state ``k`` (``repeat`` counted), or None
-        past the last one."""
+        """The scripted reply answering conversation state ``k`` (``repeat`` counted, error
+        turns left out), or None past the last one."""
         i = bisect.bisect_right(self._ends, k)
-        return self.script.turns[i] if i < len(self.script.turns) else None
+        return self._replies[i] if i < len(self._replies) else None
+
+    def error_for(self, k: int) -> Turn | None:
+        """The error turn owed to this request at conversation state ``k``, or None. The error
+        turns written before reply *i* belong to the first state of reply *i* (errors after the
+        last reply to the state past it); each answers ``repeat`` requests, in script order.
+        Counts what it served: this is the one piece of state besides the main chain."""
+        i = bisect.bisect_right(self._ends, k)
+        first_state = self._ends[i - 1] if i > 0 else 0
+        if k != first_state or i >= len(self._errors_before):
+            return None
+        served = self._errors_served.get(k, 0)
+        for t in self._errors_before[i]:
+            if served < t.repeat:
+                self._errors_served[k] = self._errors_served.get(k, 0) + 1
+                return t
+            served -= t.repeat
+        return None
 
     def action_for(self, turn: Turn, conv: Conversation) -> Action:
         calls: list[ToolCall] = []
@@ -279,7 +311,7 @@ class ScriptedModel:
             turn, k, kind = Turn(text=self.script.aux_reply), 10_000_000, "aux"
         else:
             k = count_assistant_turns(conv)
-            scripted = self.turn_at(k)
+            scripted = self.error_for(k) or self.turn_at(k)
             if scripted is not None:
                 turn, kind = scripted, "turn"
             else:

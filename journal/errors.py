@@ -12,7 +12,9 @@ EXIT_USAGE = 2
 EXIT_INTEGRITY = 3
 EXIT_DATA = 65  # bad input data (sysexits EX_DATAERR)
 EXIT_UNAVAILABLE = 69  # a service we need is unavailable (EX_UNAVAILABLE)
+EXIT_IOERR = 74  # output could not be written: disk full, I/O error (EX_IOERR)
 EXIT_TIMEOUT = 124  # same as timeout(1)
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (128 + SIGPIPE, what a shell shows)
 
 
 class PvisorError(Exception):
@@ -52,6 +54,12 @@ class UnavailableError(PvisorError):
     """A service pvisor needs is unavailable: upstream down, journal locked past the busy timeout (exit 69)."""
 
     exit_code = EXIT_UNAVAILABLE
+
+
+class OutputError(PvisorError):
+    """Output cannot be written: stdout or an output file on a full disk, an I/O error (exit 74)."""
+
+    exit_code = EXIT_IOERR
 
 
 class TimeoutExpired(PvisorError):

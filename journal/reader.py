@@ -1,8 +1,11 @@
 """Read-only access to an Event Journal: runs, exchanges, bodies, verification, export.
 
-Readers never write: the file is opened with ``mode=ro``; a copy on read-only media whose WAL
-was checkpointed is opened with ``immutable=1`` (a WAL database needs a writable ``-shm``
-otherwise). Every body restored from a blob is checked against its sha256.
+Readers never write: the file is opened with ``mode=ro``. Only when SQLite cannot open it that
+way because the ``-shm`` file cannot be created (read-only media or directory) and the WAL is
+empty or absent is it opened with ``immutable=1``; a journal locked by a writer past the busy
+timeout is an UnavailableError (exit 69), never read without its lock. Every body restored from
+a blob is checked against its sha256. A journal whose ``_sqlite_migrations`` names migrations
+this pvisor does not know (written by a newer pvisor) is refused, as the writer refuses it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,16 @@ from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import Attempt, Exchange, Run, unpack_timings
 
 _CACHE_BYTES = 64 * 1024 * 1024
+#: seconds a reader waits for a writer's lock (sqlite3's busy timeout)
+BUSY_TIMEOUT_S = 5.0
+#: the migration set and the migrations this pvisor knows (journal/schema.py registers them;
+#: kept here too so that a reader need not import sqlite-utils; a test checks they agree)
+MIGRATION_SET = "pvisor.journal"
+KNOWN_MIGRATIONS = ("m001_initial", "m002_exchanges_by_arrival")
+#: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
+#: open that failed only because the -shm file cannot be created or written
+_READ_ONLY_MEDIA_CODES = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY", "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY"})
+_READ_ONLY_MEDIA_TEXT = ("unable to open database file", "readonly database", "read-only")
 
 #: the columns this reader uses, per table (schema: docs/journal.md)
 _COLUMNS = {
@@ -54,12 +67,26 @@ def _json(row: sqlite3.Row, column: str, table: str) -> Any:
         raise IntegrityError(f"journal damaged: {table} {ident}: column {column} is not valid JSON") from None
 
 
+def _locked(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or "locked" in str(exc) or "busy" in str(exc)
+
+
+def _read_only_media(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", None)
+    if name is not None:
+        return name in _READ_ONLY_MEDIA_CODES
+    return any(t in str(exc) for t in _READ_ONLY_MEDIA_TEXT)
+
+
 def _connect_ro(path: Path) -> sqlite3.Connection:
     if not path.exists():
         raise UsageError(f"journal {path} does not exist")
+    if path.is_dir():
+        raise UsageError(f"journal {path} is a directory, expected a journal file")
     uri = "file:" + quote(str(path.resolve())) + "?mode=ro"
     try:
-        conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
         return conn
     except sqlite3.DatabaseError as exc:
@@ -67,12 +94,27 @@ def _connect_ro(path: Path) -> sqlite3.Connection:
             raise BadInputError(f"{path} is not a pvisor journal (not an SQLite database)") from None
         if "malformed" in str(exc):
             raise IntegrityError(f"journal {path} is damaged: {exc}") from None
+        if _locked(exc):
+            raise UnavailableError(f"journal {path} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s): {exc}") from None
         wal = Path(str(path) + "-wal")
-        if wal.exists() and wal.stat().st_size > 0:
+        if not _read_only_media(exc) or (wal.exists() and wal.stat().st_size > 0):
             raise UnavailableError(f"cannot open journal {path} read-only: {exc}") from None
-    # read-only directory without -shm: safe only when the WAL holds nothing
-    conn = sqlite3.connect("file:" + quote(str(path.resolve())) + "?immutable=1", uri=True, check_same_thread=False)
-    return conn
+    # read-only media or directory, where the -shm file cannot be created: safe only when the
+    # WAL holds nothing (a rollback-journal file is then locked by nobody who could write it)
+    return sqlite3.connect("file:" + quote(str(path.resolve())) + "?immutable=1", uri=True, check_same_thread=False)
+
+
+def _check_migrations(conn: sqlite3.Connection, path: Path) -> None:
+    """BadInputError when the journal was written by a newer pvisor (migrations this one does not know)."""
+    try:
+        applied = {r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (MIGRATION_SET,))}
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc) or "no such column" in str(exc):
+            return  # no migration table: the table checks below say what is missing
+        raise
+    newer = applied - set(KNOWN_MIGRATIONS)
+    if newer:
+        raise BadInputError(f"journal {path} was written by a newer pvisor (schema {', '.join(sorted(newer))}); upgrade pvisor to read it")
 
 
 @dataclass(slots=True)
@@ -96,9 +138,10 @@ class JournalReader:
     """Read an Event Journal. ``JournalReader(path)``; use as a context manager or call ``close``.
 
     Raises:
-        UsageError: the file does not exist.
-        BadInputError: the file is not an SQLite database, or not a pvisor journal.
-        UnavailableError: it cannot be opened read-only.
+        UsageError: the file does not exist, or is a directory.
+        BadInputError: the file is not an SQLite database, not a pvisor journal, or one written
+            by a newer pvisor.
+        UnavailableError: it cannot be opened read-only, or is locked past the busy timeout.
     """
 
     def __init__(self, path: str | os.PathLike):
@@ -107,9 +150,15 @@ class JournalReader:
         self.conn.row_factory = sqlite3.Row
         self._cache: OrderedDict[str, bytes] = OrderedDict()
         self._cache_bytes = 0
-        names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if "runs" not in names or "exchanges" not in names:
-            raise BadInputError(f"{self.path} is an SQLite database but not a pvisor journal (no runs and exchanges tables)")
+        try:
+            names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "runs" not in names or "exchanges" not in names:
+                raise BadInputError(f"{self.path} is an SQLite database but not a pvisor journal (no runs and exchanges tables)")
+            if "_sqlite_migrations" in names:
+                _check_migrations(self.conn, self.path)
+        except BaseException:
+            self.conn.close()
+            raise
         missing = [t for t in _COLUMNS if t not in names]
         if missing:
             raise IntegrityError(f"journal {self.path} is damaged: table(s) {', '.join(missing)} missing")
@@ -130,7 +179,9 @@ class JournalReader:
 
     def _row_by_id(self, table: str, what: str, ident: str) -> sqlite3.Row:
         """The row of ``table`` whose id is ``ident`` or starts with it; UsageError when none or
-        several match."""
+        several match, or ``ident`` is empty."""
+        if not ident:
+            raise UsageError(f"an empty {what} id matches nothing: give a {what} id or a unique prefix of one")
         rows = self.conn.execute(f"SELECT * FROM {table} WHERE id = ?", (ident,)).fetchall()
         if not rows:
             rows = self.conn.execute(f"SELECT * FROM {table} WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (_like_prefix(ident),)).fetchall()
@@ -308,18 +359,29 @@ class JournalReader:
             _, old = self._cache.popitem(last=False)
             self._cache_bytes -= len(old)
 
+    def _body(self, ex: Exchange, part: str, sha: str) -> bytes:
+        """A body of an exchange; its IntegrityError names the exchange and the part."""
+        try:
+            return self.blob(sha)
+        except IntegrityError as exc:
+            prefix = f"journal {self.path}: "
+            detail = exc.message[len(prefix):] if exc.message.startswith(prefix) else exc.message
+            raise IntegrityError(f"{prefix}exchange {ex.id}: {part}: {detail}") from None
+
     def request_body(self, ex: Exchange) -> bytes | None:
         """The stored request body: decoded from its Content-Encoding, or the raw bytes when
-        decoding failed (outcome ``decode_error``). None when the request had no body."""
-        return self.blob(ex.request_body) if ex.request_body else None
+        decoding failed (outcome ``decode_error``). None when the request had no body.
+        IntegrityError (naming the exchange and blob) when it is damaged."""
+        return self._body(ex, "request body", ex.request_body) if ex.request_body else None
 
     def response_body(self, ex: Exchange, *, raw: bool = False) -> bytes | None:
         """The response: with ``raw`` the bytes exactly as received (event-stream framing,
         content encoding intact); otherwise the reassembled final response when there is one,
-        else the raw bytes. None when nothing was received."""
+        else the raw bytes. None when nothing was received. IntegrityError (naming the exchange
+        and blob) when it is damaged."""
         if not raw and ex.response_final:
-            return self.blob(ex.response_final)
-        return self.blob(ex.response_body) if ex.response_body else None
+            return self._body(ex, "final response", ex.response_final)
+        return self._body(ex, "response body", ex.response_body) if ex.response_body else None
 
     # ------------------------------------------------------------------ integrity
 
@@ -377,7 +439,7 @@ class JournalReader:
         ``{"body": str}`` when it is valid UTF-8, else ``{"body_b64": str}``. Secrets are not in
         the journal, so they cannot be in the export.
         """
-        runs = [self.run(run_id)] if run_id else self.runs()
+        runs = [self.run(run_id)] if run_id is not None else self.runs()
         n = 0
         for run in runs:
             out.write(orjson.dumps({"type": "run", **_asdict(run)}) + b"\n")
@@ -390,7 +452,7 @@ class JournalReader:
                 d["chunk_timings"] = [list(t) for t in unpack_timings(ex.chunk_timings)]
                 d["request"] = body_json_field(self.request_body(ex))
                 d["response"] = body_json_field(self.response_body(ex, raw=True))
-                d["final"] = body_json_field(self.blob(ex.response_final)) if ex.response_final else None
+                d["final"] = body_json_field(self.response_body(ex)) if ex.response_final else None
                 out.write(orjson.dumps({"type": "exchange", **d}) + b"\n")
                 n += 1
         return n

@@ -262,6 +262,29 @@ class Journal:
         """Queue the end of an attempt (end time now, the agent's exit code, extra labels)."""
         self._queue.put(("attempt_end", (run_id, n, now_ms(), exit_code, labels or {})))
 
+    def set_exchange_roles(self, run_id: str, roles: dict[str, tuple[int | None, str]]) -> None:
+        """Queue the chain rule's classification of a run's exchanges (one message, applied in
+        one transaction of the writer thread): ``roles`` maps exchange id -> (chain number or
+        None, ``"main"`` | ``"auxiliary"``), as returned by
+        ``pvisor.adapters.chains.Classification.roles()``. Exchanges of the run not in ``roles``
+        keep their columns; ids that are not exchanges of ``run_id`` are ignored and counted in
+        the ``exchange.roles`` event. Call it after the exchanges have finished (:meth:`flush`):
+        an exchange still in flight is rewritten when it finishes, without its role.
+
+        Raises ValueError naming the exchange for a role or chain of the wrong kind.
+        """
+        checked: list[tuple[int | None, str, str]] = []
+        for ex_id, value in roles.items():
+            if not isinstance(value, (tuple, list)) or len(value) != 2:
+                raise ValueError(f"exchange {ex_id}: expected (chain, role), got {value!r}")
+            chain, role = value
+            if role not in ("main", "auxiliary"):
+                raise ValueError(f"exchange {ex_id}: role must be 'main' or 'auxiliary', not {role!r}")
+            if chain is not None and (not isinstance(chain, int) or isinstance(chain, bool) or chain < 1):
+                raise ValueError(f"exchange {ex_id}: chain must be a number from 1 or None, not {chain!r}")
+            checked.append((chain, role, str(ex_id)))
+        self._queue.put(("exchange_roles", (run_id, checked)))
+
     def begin_exchange(
         self,
         run: str,
@@ -516,7 +539,12 @@ class Journal:
                 stale = [p for p in list(self._inflight.values()) if not p.persisted and now - p.t0 >= COMMIT_INTERVAL_S]
                 if not (batch or stale or beat):
                     if self._to_finalize and not self._inflight and self._queue.empty():
-                        self._finalize_pending(conn, FINALIZE_SLICE_S)
+                        try:
+                            self._finalize_pending(conn, FINALIZE_SLICE_S)
+                        except sqlite3.OperationalError as exc:
+                            if not _is_busy(exc):
+                                raise
+                            # another process holds the write lock: the reassembly waits for a later tick
                     continue
                 closing = next((payload for kind, payload in batch if kind == "close"), None)
                 try:
@@ -536,7 +564,7 @@ class Journal:
                 if beat:
                     last_heartbeat = now
                 if closing is not None or any(kind == "flush" for kind, _ in batch):
-                    self._finalize_pending(conn, None)
+                    self._finalize_waiting(conn, closing is not None)
                 for kind, payload in batch:
                     if kind == "flush":
                         payload.set()
@@ -631,6 +659,27 @@ class Journal:
             self._events.clear()
             raise
 
+    def _finalize_waiting(self, conn: sqlite3.Connection, closing: bool) -> None:
+        """:meth:`_finalize_pending` of everything (flush, close), waiting while another process
+        holds the write lock (a warning every :data:`LOCK_WARN_INTERVAL_S`), as a commit does:
+        a lock must never stop the writer. An abandoned close leaves the reassembly to the next
+        writer (it queues what is not reassembled)."""
+        warned: float | None = None
+        while True:
+            try:
+                self._finalize_pending(conn, None)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                if closing and self._abandon:
+                    return
+                now = time.monotonic()
+                if warned is None or now - warned >= LOCK_WARN_INTERVAL_S:
+                    log.warning("journal %s is locked by another process; %d response(s) wait to be reassembled, retrying",
+                                self.path, len(self._to_finalize))
+                    warned = now
+
     def _queue_unfinalized(self, conn: sqlite3.Connection) -> None:
         """Streamed responses a previous writer recorded but did not reassemble (it died, or
         ran without a reassembler): queue them, newest 10,000 at most."""
@@ -707,6 +756,18 @@ class Journal:
             if sets:
                 conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", (*args, run_id))
                 self._event(conn, "run.updated", run=run_id, data=sorted(fields))
+        elif kind == "exchange_roles":
+            run_id, rows = payload
+            changed = 0
+            for chain, role, ex_id in rows:
+                changed += conn.execute(
+                    "UPDATE exchanges SET chain = ?, role = ? WHERE id = ? AND run_id = ?", (chain, role, ex_id, run_id)
+                ).rowcount
+            counts = {"main": sum(1 for r in rows if r[1] == "main"), "auxiliary": sum(1 for r in rows if r[1] == "auxiliary"),
+                      "unknown": len(rows) - changed}
+            if counts["unknown"]:
+                log.warning("journal %s: run %s: %d exchange id(s) given roles are not exchanges of the run", self.path, run_id, counts["unknown"])
+            self._event(conn, "exchange.roles", run=run_id, data=counts)
         elif kind == "attempt":
             a: Attempt = payload
             self._ensure_run(conn, a.run)

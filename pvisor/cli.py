@@ -7,6 +7,7 @@ the exit code of :mod:`pvisor.journal.errors`, never a traceback.
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
@@ -21,6 +22,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "journal": ("pvisor.commands.journal:journal", "Inspect, export and verify the Event Journal."),
     "gateway": ("pvisor.commands.serve:gateway", "Run the capture gateway in front of a model API."),
     "serve-model": ("pvisor.commands.serve:serve_model", "Serve a scripted model offline (four protocols)."),
+    "run": ("pvisor.commands.run:run", "Run an agent CLI headless behind the gateway and record it."),
+    "env": ("pvisor.commands.env:env", "Print what points your own agent session at a running gateway."),
 }
 
 EXAMPLES = """
@@ -28,6 +31,8 @@ EXAMPLES = """
 Examples:
   pvisor demo                               offline demo: gateway, scripted model, one tool call
   pvisor gateway --port 0 --upstream anthropic=https://api.anthropic.com
+  pvisor run --agent claude-code -- "make the failing test pass"
+  pvisor env --agent codex --gateway http://127.0.0.1:8787 --run codex-1
   pvisor journal ls                         runs in the journal
   pvisor journal show r-3f2a9c0d1e2b        exchanges of one run
   pvisor journal body x-0123 --response     the reassembled reply of an exchange
@@ -36,8 +41,15 @@ Examples:
 
 \b
 Exit codes: 0 ok, 2 usage, 3 integrity error, 65 bad input data,
-69 unavailable service, 124 timeout, 130 interrupted (Ctrl-C) (docs/cli.md).
+69 unavailable service, 74 output cannot be written, 124 timeout,
+130 interrupted (Ctrl-C; run: 129 SIGHUP, 143 SIGTERM),
+141 output pipe closed (docs/cli.md).
 """
+
+
+class PipeClosed(Exception):
+    """stdout's reader went away (``| head``). Click turns a BrokenPipeError into exit 1 on
+    its own; raised instead of it, this reaches :func:`main`, which exits 141 quietly."""
 
 
 class LazyGroup(click.Group):
@@ -55,6 +67,12 @@ class LazyGroup(click.Group):
             module_name, attr = self.lazy[name][0].split(":")
             return getattr(importlib.import_module(module_name), attr)
         return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as exc:
+            raise PipeClosed() from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # help text from the table, so that --help imports no subcommand
@@ -75,7 +93,7 @@ def _default_journal() -> str:
 @click.option(
     "--journal",
     "journal_path",
-    type=click.Path(dir_okay=False),
+    type=click.Path(),
     envvar="PVISOR_JOURNAL",
     default=None,
     help="Event Journal file. Default: $PVISOR_JOURNAL, else $XDG_DATA_HOME/pvisor/journal.sqlite.",
@@ -83,8 +101,32 @@ def _default_journal() -> str:
 @click.pass_context
 def cli(ctx: click.Context, journal_path: str | None) -> None:
     """pvisor: capture coding-agent model exchanges into an Event Journal, and replay runs step-exactly."""
+    from pvisor.journal.errors import UsageError
+
     ctx.ensure_object(dict)
-    ctx.obj["journal"] = journal_path or _default_journal()
+    if journal_path == "":
+        raise UsageError("--journal is empty: give the journal file's path (or leave --journal out for the default)")
+    path = journal_path or _default_journal()
+    if os.path.isdir(path):
+        raise UsageError(f"--journal {path} is a directory, expected a journal file")
+    ctx.obj["journal"] = path
+    _state["journal"] = path
+
+
+#: what the error handling of :func:`main` needs to know: the journal in use
+_state: dict[str, str | None] = {"journal": None}
+
+#: errno values of a write that failed for want of room or a working device
+_OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 def _database_error_code(exc: Exception) -> int | None:
@@ -107,28 +149,50 @@ def main(argv: list[str] | None = None) -> None:
     try:
         # standalone_mode=False: click returns ctx.exit()'s code instead of exiting
         rv = cli.main(args=argv, prog_name="pvisor", standalone_mode=False)
+        sys.stdout.flush()  # a write error of the last output shows here, not at exit
     except click.exceptions.Exit as exc:
+        try:
+            sys.stdout.flush()
+        except OSError:
+            _silence_stdout()  # the command's own exit code says how it ended (journal verify: 3)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("pvisor: aborted", err=True)
         sys.exit(130)
+    except click.UsageError as exc:
+        # click's own usage errors (bad choice, bad value, unknown option) as one line like ours
+        where = exc.ctx.command_path if exc.ctx is not None else "pvisor"
+        message = " ".join(exc.format_message().split()).rstrip(".")  # one line: click lists choices on several
+        click.echo(f"pvisor: error: {message} (see '{where} --help')", err=True)
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
     except PvisorError as exc:
         click.echo(f"pvisor: error: {exc.message}", err=True)
         sys.exit(exc.exit_code)
-    except BrokenPipeError:
-        # output piped into a pager or head that closed early
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(1)
+    except (BrokenPipeError, PipeClosed):
+        # output piped into a pager or head that closed early: quietly, as a tool killed by SIGPIPE
+        from pvisor.journal.errors import EXIT_BROKEN_PIPE
+
+        _silence_stdout()
+        sys.exit(EXIT_BROKEN_PIPE)
     except KeyboardInterrupt:
         sys.exit(130)
+    except OSError as exc:
+        if exc.errno not in _OUTPUT_ERRNOS:
+            raise
+        from pvisor.journal.errors import EXIT_IOERR
+
+        what = exc.filename if exc.filename is not None else "output"
+        _silence_stdout()
+        click.echo(f"pvisor: error: cannot write {what}: {exc.strerror or exc}", err=True)
+        sys.exit(EXIT_IOERR)
     except Exception as exc:
         code = _database_error_code(exc)
         if code is None:
             raise
-        click.echo(f"pvisor: error: journal database error: {exc}", err=True)
+        where = f"journal {_state['journal']}: " if _state["journal"] else "journal "
+        click.echo(f"pvisor: error: {where}database error: {exc}", err=True)
         sys.exit(code)
     sys.exit(rv if isinstance(rv, int) else 0)

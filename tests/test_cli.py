@@ -89,9 +89,10 @@ def test_journal_ls_and_show(journal: Path):
     lines = out.splitlines()
     header, *rows = lines[next(i for i, line in enumerate(lines) if line.startswith("SEQ ")):]
     columns = header.split()
-    assert columns[-4:] == ["REQ_BYTES", "RESP_BYTES_TO_AGENT", "MS", "ROLE"]
+    assert columns[-5:] == ["REQ_BYTES", "RESP_BYTES_TO_AGENT", "MS", "CHAIN", "ROLE"]
     cut = rows[2].split()
-    assert cut[6] == "aborted_by_client" and cut[-4:-2] == ["2", "7"], rows[2]
+    assert cut[6] == "aborted_by_client" and cut[-5:-3] == ["2", "7"], rows[2]
+    assert cut[-2:] == ["-", "-"] and rows[3] == "  (roles not stored yet; `pvisor journal steps r-cli00000001` derives them)"
     shown = orjson.loads(run("journal", "show", "r-cli00000001", "--json", journal=journal).stdout)
     assert shown["run"]["argv"] == ["codex", "exec", "hi"]
     assert shown["exchanges"][0]["chunk_timings"] == [[100, 9], [250, 10]]
@@ -153,3 +154,54 @@ def test_exit_codes(journal: Path, tmp_path: Path):
     assert proc.returncode == 3 and b"problem:" in proc.stderr
     # click usage errors keep click's code 2
     assert run("journal", "frobnicate", journal=journal).returncode == 2
+
+
+# --------------------------------------------------------------------------- output errors, --journal, ids
+
+
+def test_output_that_cannot_be_written(journal: Path):
+    """A full disk is exit 74 with one line, a closed pipe (``| head``) a quiet 141; for every
+    command, never a traceback."""
+    for args in (["journal", "ls"], ["journal", "steps", "r-cli00000001"], ["journal", "export"]):
+        with open("/dev/full", "wb") as full:
+            proc = subprocess.run([PVISOR, "--journal", str(journal), *args], stdout=full, stderr=subprocess.PIPE, timeout=60)
+        assert proc.returncode == 74, (args, proc.stderr)
+        assert proc.stderr == b"pvisor: error: cannot write output: No space left on device\n", args
+        p = subprocess.Popen([PVISOR, "--journal", str(journal), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p.stdout.close()  # the reader is gone before pvisor writes a byte
+        err = p.stderr.read()
+        p.stderr.close()
+        assert p.wait(timeout=60) == 141, (args, err)
+        assert err == b"", args
+
+
+def test_journal_option_and_ids_that_name_nothing(journal: Path, tmp_path: Path):
+    proc = run("--journal", str(tmp_path), "journal", "ls")
+    assert proc.returncode == 2 and proc.stderr == f"pvisor: error: --journal {tmp_path} is a directory, expected a journal file\n".encode()
+    proc = run("--journal", "", "journal", "ls", env={"PVISOR_JOURNAL": str(journal)})
+    assert proc.returncode == 2 and proc.stderr.startswith(b"pvisor: error: --journal is empty")
+    for args in (["journal", "steps", ""], ["journal", "show", ""], ["journal", "body", "", "--request"], ["journal", "export", ""]):
+        proc = run(*args, journal=journal)
+        assert proc.returncode == 2 and proc.stderr.startswith(b"pvisor: error: an empty ") and proc.stdout == b"", args
+    for command, metavar in (("steps", "RUN"), ("show", "RUN"), ("export", "[RUN]"), ("body", "EXCHANGE")):
+        usage = run("journal", command, "--help").stdout.decode().splitlines()[0]
+        assert usage.startswith(f"Usage: pvisor journal {command} [OPTIONS] {metavar}"), usage
+
+
+def test_damage_found_while_reading_names_the_journal_and_the_exchange(journal: Path):
+    conn = sqlite3.connect(journal)
+    [(sha, ex_id)] = conn.execute("SELECT request_body, id FROM exchanges WHERE seq = 1").fetchall()
+    conn.execute("UPDATE blobs SET data = X'00' || data WHERE sha256 = ?", (sha,))
+    root, page_size = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'exchanges'").fetchone()[0], conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.commit()
+    conn.close()
+    proc = run("journal", "steps", "r-cli00000001", journal=journal)
+    assert proc.returncode == 3
+    assert proc.stderr.decode() == f"pvisor: error: journal {journal}: exchange {ex_id}: request body: blob {sha} holds text, not bytes\n"
+    # a page of the exchanges table overwritten: SQLite finds it malformed on the query
+    with open(journal, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        f.write(b"\xde\xad\xbe\xef" * 64)
+    proc = run("journal", "show", "r-cli00000001", journal=journal)
+    assert proc.returncode == 3 and b"Traceback" not in proc.stderr
+    assert proc.stderr.decode().startswith(f"pvisor: error: journal {journal}") and "malformed" in proc.stderr.decode()

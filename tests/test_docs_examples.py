@@ -1,4 +1,6 @@
-"""Examples in docs/ are run: shell examples of docs/cli.md, SQL of docs/journal.md."""
+"""Examples in the docs are run: shell examples of docs/cli.md, SQL of docs/journal.md, the
+`pvisor env` examples of the README (its `pvisor run` examples need a live API: they are
+parsed by the real command), and the offline example of docs/agents.md with the real Claude Code."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ def sample_journal(tmp_path: Path) -> tuple[Path, str, str]:
             "r-docs00000001", "POST", "/v1/messages", [("content-type", "application/json")], protocol="anthropic",
             status=200, request_body=b'{"messages": []}', response_body=b"event: message_stop\ndata: {}\n\n", streamed=True,
         )
+        j.flush()
+        j.set_exchange_roles("r-docs00000001", {ex: (1, "main")})
     return path, "r-docs00000001", ex
 
 
@@ -53,9 +57,89 @@ def test_cli_examples_run_with_the_documented_exit_codes(sample_journal, tmp_pat
 def test_sql_examples_run_on_a_real_journal(sample_journal):
     path, run_id, _ = sample_journal
     queries = _blocks(DOCS / "journal.md", "sql")
-    assert len(queries) >= 3
+    assert len(queries) >= 4
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     results = [conn.execute(q).fetchall() for q in queries]
     assert results[0] == [(run_id, "claude-code", 1)]
     assert results[1] == []
-    assert {row[0] for row in results[2]} <= {"identity", "zstd", "zstd-prefix"}
+    assert results[2] == [(run_id, 1, 0, 0)]
+    assert {row[0] for row in results[3]} <= {"identity", "zstd", "zstd-prefix"}
+
+
+def _same_ids(text: str) -> str:
+    """``text`` with each exchange id replaced by its order of first appearance (same length)."""
+    seen: dict[str, str] = {}
+    return re.sub(r"x-[0-9a-f]{16}", lambda m: seen.setdefault(m.group(0), f"x-{len(seen) + 1:016x}"), text)
+
+
+def test_steps_example_prints_what_the_doc_shows(tmp_path: Path):
+    doc = DOCS / "steps.md"
+    [code] = _blocks(doc, "python")
+    path = tmp_path / "journal.sqlite"
+    exec(compile(code, str(doc), "exec"), {"JOURNAL": str(path), "__name__": "docs_example"})
+    commands = [line[2:] for block in _blocks(doc, "console") for line in block.splitlines() if line.startswith("$ ")]
+    outputs = _blocks(doc, "text") + _blocks(doc, "json")
+    assert len(commands) == len(outputs) == 2
+    bindir = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"], "JOURNAL": str(path)}
+    for command, shown in zip(commands, outputs):
+        proc = subprocess.run(["bash", "-c", command], env=env, capture_output=True, timeout=60)
+        assert proc.returncode == 0, (command, proc.stderr.decode())
+        assert _same_ids(proc.stdout.decode()) == _same_ids(shown), command
+
+
+README = DOCS.parent / "README.md"
+
+
+def _console_commands(path: Path) -> list[str]:
+    return [line[2:] for block in _blocks(path, "console") for line in block.splitlines() if line.startswith("$ ")]
+
+
+def test_readme_shows_run_and_env_for_every_agent_and_they_parse_or_run(tmp_path: Path):
+    """README: per agent a `pvisor run` example (marked `# live API`: it needs a key, so it is
+    only parsed by the real command's option parser) and a `pvisor env` example (run)."""
+    import shlex
+
+    import click
+
+    from pvisor.adapters.agents import agent_names
+    from pvisor.commands.run import run as run_command
+
+    commands = _console_commands(README)
+    for agent in agent_names():
+        assert any(c.startswith(f"pvisor run --agent {agent} ") for c in commands), agent
+        assert any(c.startswith(f"pvisor env --agent {agent} ") for c in commands), agent
+    bindir = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"], "PVISOR_JOURNAL": str(tmp_path / "j.sqlite")}
+    for command in commands:
+        words = shlex.split(command.split("#")[0])
+        if words[:2] == ["pvisor", "run"]:
+            assert "# live API" in command, f"a README run example that is not marked '# live API' would not run offline: {command}"
+            try:
+                run_command.make_context("run", words[2:])
+            except click.ClickException as exc:
+                pytest.fail(f"{command}: {exc.format_message()}")
+        elif words[:2] == ["pvisor", "env"]:
+            proc = subprocess.run(["bash", "-c", command.split("#")[0]], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+            assert proc.returncode == 0, (command, proc.stderr.decode())
+            assert b"/run/" in proc.stdout, command
+    assert not (tmp_path / "j.sqlite").exists()  # pvisor env never writes
+
+
+def test_agents_offline_example_runs_the_real_claude_code(tmp_path: Path):
+    """docs/agents.md "Try it offline": the script and the command, run as written with the
+    pinned Claude Code first on PATH."""
+    from agent_helpers import entrypoint
+
+    [script] = _blocks(DOCS / "agents.md", "json")
+    (tmp_path / "turns.json").write_text(script)
+    claude = entrypoint("claude-code")
+    bindir = os.path.dirname(sys.executable)
+    env = {**os.environ, "PATH": os.pathsep.join([str(claude.parent), bindir, os.environ["PATH"]]),
+           "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"), "HOME": str(tmp_path / "home")}
+    [command] = _console_commands(DOCS / "agents.md")
+    proc = subprocess.run(["bash", "-c", command], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "ws" / "hello.txt").read_text() == "hello\n"
+    assert "steps captured: 2 (tool calls per step: 1, 0)" in proc.stdout, proc.stdout

@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import logging
 import os
+import shutil
 import signal
 import sqlite3
 import stat
@@ -488,3 +489,106 @@ def test_reassembly_left_undone_is_picked_up_by_the_next_writer(jpath: Path):
     assert calls == ["anthropic"]
     with JournalReader(jpath) as r:
         assert r.response_body(r.exchange(ex_id)) == b'{"reassembled": "data: x"}'
+
+
+# --------------------------------------------------------------------------- readers: locks, media, versions
+
+PVISOR_SCRIPT = os.path.join(os.path.dirname(sys.executable), "pvisor")
+
+
+def test_a_locked_rollback_journal_is_unavailable_never_read_without_its_lock(jpath: Path):
+    """A journal in rollback mode (no -wal) whose writer holds its lock: the reader waits the
+    busy timeout, then exits 69; it never reads the file as immutable (uncommitted pages)."""
+    with Journal.open(jpath) as j:
+        j.create_run(Run(id="r-committed"))
+    conn = sqlite3.connect(jpath, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    assert not Path(str(jpath) + "-wal").exists()
+    conn.execute("BEGIN EXCLUSIVE")
+    conn.execute("INSERT INTO runs(id, agent, argv, created_ms, mode, labels) VALUES ('r-uncommitted', NULL, '[]', 0, 'capture', '{}')")
+    try:
+        proc = subprocess.run([PVISOR_SCRIPT, "--journal", str(jpath), "journal", "ls"], capture_output=True, timeout=60)
+    finally:
+        conn.execute("ROLLBACK")
+        conn.close()
+    assert proc.returncode == 69, proc.stderr
+    assert proc.stdout == b""
+    assert proc.stderr.decode().startswith(f"pvisor: error: journal {jpath} is locked by another process (still busy after 5 s)")
+
+
+def test_a_journal_on_a_read_only_directory_is_read(tmp_path: Path):
+    """Where no -shm file can be created (read-only media, a directory one may not write), a
+    journal whose WAL was checkpointed is read as immutable."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() == 0 and setpriv is None:
+        pytest.skip("running as root without setpriv: a read-only directory cannot be simulated")
+    import tempfile
+
+    # a directory of its own under /tmp: the pytest base directory is 0700, closed to nobody
+    base = Path(tempfile.mkdtemp(prefix="pvisor-ro-", dir="/tmp"))
+    try:
+        ro = base / "ro"
+        ro.mkdir()
+        src = tmp_path / "j.sqlite"
+        with Journal.open(src) as j:
+            j.create_run(Run(id="r-on-media"))
+        (ro / "j.sqlite").write_bytes(src.read_bytes())
+        (ro / "j.sqlite").chmod(0o644)
+        ro.chmod(0o555)
+        base.chmod(0o755)
+        argv = [PVISOR_SCRIPT, "--journal", str(ro / "j.sqlite"), "journal", "ls"]
+        if os.geteuid() == 0:  # root writes anywhere: read as nobody
+            argv = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+        proc = subprocess.run(argv, capture_output=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert b"r-on-media" in proc.stdout
+        assert sorted(p.name for p in ro.iterdir()) == ["j.sqlite"]
+    finally:
+        (base / "ro").chmod(0o755)
+        shutil.rmtree(base)
+
+
+def test_readers_refuse_a_journal_from_a_newer_pvisor(jpath: Path):
+    with Journal.open(jpath) as j:
+        j.create_run(Run(id="r-old"))
+    conn = sqlite3.connect(jpath)
+    conn.execute("INSERT INTO _sqlite_migrations(migration_set, name, applied_at) VALUES ('pvisor.journal', 'm999_future', 'x')")
+    conn.commit()
+    conn.close()
+    with pytest.raises(BadInputError, match=r"written by a newer pvisor \(schema m999_future\); upgrade pvisor to read it"):
+        JournalReader(jpath)
+    proc = subprocess.run([PVISOR_SCRIPT, "--journal", str(jpath), "journal", "ls"], capture_output=True, timeout=60)
+    assert proc.returncode == 65 and b"newer pvisor" in proc.stderr and str(jpath).encode() in proc.stderr
+
+
+def test_the_reader_knows_the_migrations_the_schema_registers():
+    from pvisor.journal import reader, schema
+
+    assert list(reader.KNOWN_MIGRATIONS) == schema.known_migration_names()
+    assert reader.MIGRATION_SET == schema.MIGRATION_SET
+
+
+def test_an_empty_id_matches_nothing(jpath: Path):
+    with Journal.open(jpath) as j:
+        j.create_run(Run(id="r-only"))
+        j.record_exchange("r-only", "POST", "/v1/messages", [], status=200, request_body=b"{}")
+    with JournalReader(jpath) as r:
+        for get in (r.run, r.exchange):
+            with pytest.raises(UsageError, match="empty"):
+                get("")
+        with pytest.raises(UsageError, match="empty run id"):
+            r.export_jsonl(open(os.devnull, "wb"), "")
+
+
+def test_a_damaged_body_names_its_exchange(jpath: Path):
+    with Journal.open(jpath) as j:
+        ex_id = j.record_exchange("r-dmg", "POST", "/v1/messages", [], status=200, request_body=b'{"messages": []}', response_body=b"{}")
+    with JournalReader(jpath) as r:
+        sha = r.exchange(ex_id).request_body
+    conn = sqlite3.connect(jpath)
+    conn.execute("UPDATE blobs SET data = X'00' || data WHERE sha256 = ?", (sha,))
+    conn.commit()
+    conn.close()
+    with JournalReader(jpath) as r:
+        with pytest.raises(IntegrityError, match=f"journal .*: exchange {ex_id}: request body: blob {sha} holds text, not bytes"):
+            r.request_body(r.exchange(ex_id))

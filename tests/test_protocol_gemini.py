@@ -308,8 +308,8 @@ def test_garbage_gives_problems_not_exceptions(corpus):
     assert r.final == G.reassemble([sse(lines)]).final
     text = "\n".join(r.problems)
     assert "not JSON: '{not json'" in text and "not JSON: '[DONE]'" in text
-    assert "a JSON int, expected an object" in text
-    assert "candidates is a int, expected a list" in text
+    assert "a JSON number, expected an object" in text
+    assert "candidates is a JSON number, expected an array" in text
     assert "candidate 0 is not an object" in text
     assert "non-JSON text outside data lines ignored: 'hello there'" in text
 
@@ -587,7 +587,7 @@ def test_cut_reply_and_custom_arguments():
 
 @pytest.mark.parametrize(
     "body, words",
-    [(b"{oops", "not valid JSON"), (b"", "not valid JSON"), (b"[]", "JSON list, expected an object"), (b"null", "expected an object")],
+    [(b"{oops", "not valid JSON"), (b"", "not valid JSON"), (b"[]", "JSON array, expected an object"), (b"null", "expected an object")],
 )
 def test_bad_request_body(body, words):
     with pytest.raises(BadInputError) as exc:
@@ -605,3 +605,57 @@ def test_odd_contents_do_not_raise():
     rendered = orjson.loads(G.render_request(conv))
     assert rendered["contents"] == body["contents"] and rendered["systemInstruction"] == 3
     assert G.response_to_action({"candidates": "x"}).text == ""
+
+
+# --------------------------------------------------------------------------- snake_case fields
+
+SNAKE_BODY = {
+    "system_instruction": {"parts": [{"text": "You are Gemini CLI."}], "role": "user"},
+    "tools": [{"function_declarations": [{"name": "run_shell_command", "description": "Run a shell command.",
+                                          "parameters_json_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]},
+              {"google_search": {}}],
+    "contents": [
+        {"role": "user", "parts": [{"text": "Look at this."}, {"inline_data": {"mime_type": "image/png", "data": "iVBO"}}]},
+        {"role": "model", "parts": [{"function_call": {"id": "c1", "name": "run_shell_command", "args": {"cmd": "ls"}}, "thought_signature": "sig-1"}]},
+        {"role": "user", "parts": [{"function_response": {"id": "c1", "name": "run_shell_command", "response": {"output": "a.txt"}}}]},
+    ],
+    "generation_config": {"temperature": 0},
+}
+
+
+def test_snake_case_request_fields_read_as_camel_case():
+    """The API reads both spellings; python-genai sends ``parameters_json_schema`` as given."""
+    conv = G.parse_request(SNAKE_BODY, path="/v1beta/models/m:generateContent")
+    camel = G.parse_request({
+        "systemInstruction": SNAKE_BODY["system_instruction"],
+        "tools": [{"functionDeclarations": [{**{k: v for k, v in SNAKE_BODY["tools"][0]["function_declarations"][0].items() if k != "parameters_json_schema"},
+                                             "parametersJsonSchema": SNAKE_BODY["tools"][0]["function_declarations"][0]["parameters_json_schema"]}]},
+                  {"googleSearch": {}}],
+        "contents": [
+            {"role": "user", "parts": [{"text": "Look at this."}, {"inlineData": {"mime_type": "image/png", "data": "iVBO"}}]},
+            {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "run_shell_command", "args": {"cmd": "ls"}}, "thoughtSignature": "sig-1"}]},
+            {"role": "user", "parts": [{"functionResponse": {"id": "c1", "name": "run_shell_command", "response": {"output": "a.txt"}}}]},
+        ],
+    }, path="/v1beta/models/m:generateContent")
+    assert conv.system == "You are Gemini CLI." and conv.system_raw == SNAKE_BODY["system_instruction"]
+    assert [(t.name, t.parameters) for t in conv.tools] == [
+        ("run_shell_command", {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}), ("googleSearch", None)]
+    assert conv.params == {"generation_config": {"temperature": 0}}
+    user, model, result = conv.messages
+    assert [type(p).__name__ for p in user.parts] == ["TextPart", "OtherPart"] and user.parts[1].kind == "inlineData"
+    [call] = model.parts
+    assert (call.id, call.name, call.arguments) == ("c1", "run_shell_command", {"cmd": "ls"}) and call.raw == SNAKE_BODY["contents"][1]["parts"][0]
+    assert (result.parts[0].call_id, result.parts[0].content) == ("c1", {"output": "a.txt"})
+    # the two spellings compare equal but for the raw objects of other parts and tools
+    norm, norm_camel = G.normalise(conv), G.normalise(camel)
+    assert norm["system"] == norm_camel["system"] and norm["tools"][0] == norm_camel["tools"][0]
+    assert norm["messages"][1:] == norm_camel["messages"][1:]
+    # an unchanged body renders its contents as sent; what is rendered anew is camelCase
+    again = orjson.loads(G.render_request(conv))
+    assert again["contents"] == SNAKE_BODY["contents"] and "systemInstruction" in again
+    assert again["tools"] == [{"functionDeclarations": [{"name": "run_shell_command", "description": "Run a shell command.",
+                                                         "parametersJsonSchema": SNAKE_BODY["tools"][0]["function_declarations"][0]["parameters_json_schema"]}]},
+                              {"googleSearch": {}}]
+    call.arguments, call.arguments_raw = {"cmd": "pwd"}, '{"cmd":"pwd"}'
+    changed = orjson.loads(G.render_request(conv))["contents"][1]
+    assert changed == {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "run_shell_command", "args": {"cmd": "pwd"}}, "thoughtSignature": "sig-1"}]}

@@ -315,7 +315,7 @@ def test_garbage_gives_problems_not_exceptions(corpus):
     assert r.final["output"][0]["arguments"] == '{"city":"Beijing"}' and r.complete
     text = "\n".join(r.problems)
     assert "data is not JSON" in text
-    assert "data is a JSON list" in text
+    assert "data is a JSON array" in text
     assert "output_index 7 that no output_item.added announced" in text
     assert "delta for 'arguments' is not a string" in text
     assert "non-SSE line ignored: 'this is not sse'" in text
@@ -617,8 +617,8 @@ def test_incomplete_action():
     [
         (b"not json", "not valid JSON"),
         (b"", "not valid JSON"),
-        (b"[1, 2]", "JSON list, expected an object"),
-        (b'"text"', "JSON str, expected an object"),
+        (b"[1, 2]", "JSON array, expected an object"),
+        (b'"text"', "JSON string, expected an object"),
     ],
 )
 def test_bad_request_body(body, words):

@@ -300,31 +300,54 @@ def test_repeat_and_after_end(protocol):
 
 def test_error_turns_pass_status_and_body_through(stack):
     body_obj = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
-    url = stack.scripted({"turns": [
+    turns = [
         {"error": {"status": 529, "body": body_obj}},
         {"error": {"status": 500, "body": "upstream exploded\n"}},
         {"error": {"status": 429}},
         {"text": "recovered"},
-    ]})
+    ]
     for stream in (False, True):
-        for k, (status, check) in enumerate([
+        url = stack.scripted({"turns": turns})
+        # the errors before a reply answer the retries of that reply's state, in order: the
+        # same request (state 0) gets 529, 500, 429, then the reply
+        path, _, body = build_request("anthropic", 0, stream=stream)
+        for status, check in [
             (529, lambda d: orjson.loads(d) == body_obj),
             (500, lambda d: d == b"upstream exploded\n"),
             (429, lambda d: "error" in orjson.loads(d)),
-        ]):
-            path, _, body = build_request("anthropic", k, stream=stream)
+        ]:
             st, headers, data = http_request(url, "POST", path, body)
-            assert st == status and check(data), (k, stream, data)
+            assert st == status and check(data), (status, stream, data)
             assert headers["content-type"] == "application/json"  # an error is never an event stream
-        path, _, body = build_request("anthropic", 3, stream=stream)
         st, _, data = http_request(url, "POST", path, body)
         assert st == 200 and b"recovered" in data
+        st, _, data = http_request(url, "POST", path, body)  # a later retry gets the reply again
+        assert st == 200 and b"recovered" in data
     # the SDK sees the error as the status it carries (max_retries=0: one request)
+    url = stack.scripted({"turns": turns})
     client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=30)
     with pytest.raises(anthropic.APIStatusError) as exc:
         client.messages.create(model="m", max_tokens=10, system=SYSTEM, messages=[{"role": "user", "content": "go"}],
                                tools=[{"name": "bash", "input_schema": SHELL_SCHEMA}])
     assert exc.value.status_code == 529 and exc.value.body == body_obj
+
+
+def test_error_turns_belong_to_the_state_of_the_reply_they_precede(stack):
+    # an SDK that retries sees the error once, then the reply: the script moves on
+    url = stack.scripted({"turns": [
+        {"text": "first", "tool_calls": [{"tool": "@shell", "command": "true"}]},
+        {"error": {"status": 529, "body": {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}}, "repeat": 2},
+        {"text": "after the storm"},
+    ]})
+    st, _, data = http_request(url, "POST", *build_request("anthropic", 0, stream=False)[::2])
+    assert st == 200 and b"first" in data
+    path, _, body = build_request("anthropic", 1, stream=False)
+    got = [http_request(url, "POST", path, body)[0] for _ in range(3)]
+    assert got == [529, 529, 200]
+    client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=2, timeout=30)
+    reply = client.messages.create(model="m", max_tokens=10, system=SYSTEM, messages=[{"role": "user", "content": "go"}],
+                                   tools=[{"name": "bash", "input_schema": SHELL_SCHEMA}])
+    assert reply.content[0].text == "first"  # state 0 owes no error
 
 
 def test_delayed_turn_arrives(stack):
@@ -387,7 +410,7 @@ def test_models_head_root_count_tokens_and_404(stack):
     ("unknown_turn.json", b'{"turns": [{"text": "a", "txt": "b"}]}', ["turns[0]", "unknown field(s) txt"]),
     ("unknown_call.json", b'{"turns": [{"tool_calls": [{"tool": "bash", "cmd": "ls"}]}]}', ["turns[0].tool_calls[0]", "unknown field(s) cmd"]),
     ("no_turns.json", b'{"model": "m"}', ["'turns' must be a list"]),
-    ("seed.json", b'{"seed": "1", "turns": []}', ["'seed' must be a int"]),
+    ("seed.json", b'{"seed": "1", "turns": []}', ["'seed' must be an integer"]),
     ("bool_seed.json", b'{"seed": true, "turns": []}', ["'seed'"]),
     ("text.json", b'{"turns": [{"text": 5}]}', ["turns[0].text", "expected a string"]),
     ("repeat.json", b'{"turns": [{"text": "a", "repeat": 0}]}', ["turns[0].repeat"]),
@@ -425,7 +448,8 @@ def test_documented_example_script_behaves_as_documented():
     [example] = re.findall(r"```json\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
     m = ScriptedModel(parse_script(orjson.loads(example), "docs/scripted-model.md"))
     got = []
-    for k in range(8):
+    # state 2 is asked twice: the 529, then the client's retry gets the reply
+    for k in (0, 1, 2, 2, 3, 4, 5, 6):
         reply = ask(m, "anthropic", k)
         got.append((reply.status, reply.delay_s) if reply.status != 200 else (said("anthropic", reply), reply.delay_s))
     assert got == [

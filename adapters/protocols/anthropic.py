@@ -24,10 +24,14 @@ import orjson
 from pvisor.adapters.protocols.base import (
     OMIT,
     IdSource,
+    ParseMemo,
     Reassembled,
     compact_json,
     dumps,
+    field_state,
+    json_type,
     loads_object,
+    read_entries,
     normalise_conversation,
     overlay,
     parse_arguments,
@@ -93,6 +97,12 @@ def matches(path: str) -> bool:
     return path in PATHS
 
 
+def counts_tokens(path: str) -> bool:
+    """True for ``/v1/messages/count_tokens``: a request that carries a conversation but asks
+    for a token count, not a reply (the chain rule leaves it out of every chain)."""
+    return path == "/v1/messages/count_tokens"
+
+
 def wants_stream(path: str, query: str, body: Any) -> bool:
     """True when the body (bytes or parsed dict) has ``"stream": true``; a body that does not
     parse asks for no stream. ``count_tokens`` never streams."""
@@ -116,12 +126,12 @@ def _system_text(system: Any) -> str | None:
         return system
     if isinstance(system, list):
         return "\n\n".join(b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")
-    raise BadInputError(f"request body field 'system' is a JSON {type(system).__name__}, expected a string or a list of blocks")
+    raise BadInputError(f"request body field 'system' is a JSON {json_type(system)}, expected a string or a list of blocks")
 
 
 def _parse_block(block: Any, where: str) -> Any:
     if not isinstance(block, dict):
-        raise BadInputError(f"request body {where} is a JSON {type(block).__name__}, expected a content block object")
+        raise BadInputError(f"request body {where} is a JSON {json_type(block)}, expected a content block object")
     kind = block.get("type")
     if kind == "text":
         return TextPart(text=block.get("text") or "", raw=block)
@@ -152,7 +162,7 @@ def _parse_block(block: Any, where: str) -> Any:
 
 def _parse_message(m: Any, i: int) -> Message:
     if not isinstance(m, dict):
-        raise BadInputError(f"request body messages[{i}] is a JSON {type(m).__name__}, expected an object")
+        raise BadInputError(f"request body messages[{i}] is a JSON {json_type(m)}, expected an object")
     role = m.get("role")
     if not isinstance(role, str):
         raise BadInputError(f"request body messages[{i}] has no string 'role'")
@@ -165,24 +175,26 @@ def _parse_message(m: Any, i: int) -> Message:
         parts = []
     else:
         raise BadInputError(
-            f"request body messages[{i}].content is a JSON {type(content).__name__}, expected a string or a list of blocks"
+            f"request body messages[{i}].content is a JSON {json_type(content)}, expected a string or a list of blocks"
         )
     return Message(role=role, parts=parts, raw=m)
 
 
 def _parse_tool(t: Any, i: int) -> ToolSpec:
     if not isinstance(t, dict):
-        raise BadInputError(f"request body tools[{i}] is a JSON {type(t).__name__}, expected an object")
+        raise BadInputError(f"request body tools[{i}] is a JSON {json_type(t)}, expected an object")
     return ToolSpec(name=t.get("name") or "", description=t.get("description"), parameters=t.get("input_schema"), raw=t)
 
 
 @request_parser("Anthropic Messages")
-def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation:
+def parse_request(body: Any, *, path: str = "", query: str = "", memo: ParseMemo | None = None) -> Conversation:
     """Read a Messages (or count_tokens) request body into a :class:`Conversation`.
 
     Args:
         body: the request body, bytes/str of JSON or an already parsed dict.
         path, query: unused (the model is in the body); accepted for the common contract.
+        memo: a :class:`~pvisor.adapters.protocols.base.ParseMemo` shared by the requests of one
+            session: a message read before is not read again.
 
     Returns:
         ``Conversation(protocol="anthropic")``: ``system`` is the string, or the text blocks
@@ -204,12 +216,12 @@ def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation
     obj = loads_object(body)
     messages = obj.get("messages", [])
     if not isinstance(messages, list):
-        raise BadInputError(f"request body field 'messages' is a JSON {type(messages).__name__}, expected a list")
+        raise BadInputError(f"request body field 'messages' is a JSON {json_type(messages)}, expected a list")
     tools = obj.get("tools", [])
     if tools is None:
         tools = []
     if not isinstance(tools, list):
-        raise BadInputError(f"request body field 'tools' is a JSON {type(tools).__name__}, expected a list")
+        raise BadInputError(f"request body field 'tools' is a JSON {json_type(tools)}, expected a list")
     model = obj.get("model")
     system = obj.get("system")
     return Conversation(
@@ -218,7 +230,7 @@ def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation
         system=_system_text(system),
         system_raw=system,
         tools=[_parse_tool(t, i) for i, t in enumerate(tools)],
-        messages=[_parse_message(m, i) for i, m in enumerate(messages)],
+        messages=read_entries(memo, messages, _parse_message),
         stream=obj.get("stream") is True,
         params={k: v for k, v in obj.items() if k not in _CANONICAL_KEYS},
     )
@@ -369,7 +381,7 @@ class _Accumulator:
             self._problem(n, ev.event, f"data is not JSON, ignored: {ev.data[:80]!r}")
             return
         if not isinstance(data, dict):
-            self._problem(n, ev.event, f"data is a JSON {type(data).__name__}, not an object; ignored")
+            self._problem(n, ev.event, f"data is a JSON {json_type(data)}, not an object; ignored")
             return
         kind = data.get("type")
         if not isinstance(kind, str):
@@ -559,7 +571,7 @@ def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
     pieces of ``piece`` characters. Reassembling the output gives ``final`` back (equal dicts).
     """
     if not isinstance(final, dict):
-        raise BadInputError(f"Anthropic final response is a {type(final).__name__}, expected an object")
+        raise BadInputError(f"Anthropic final response is a JSON {json_type(final)}, expected an object")
     out: list[bytes] = []
     start = dict(final)
     start["content"] = []
@@ -623,7 +635,7 @@ def response_to_action(final: dict) -> Action:
     back parses equal); ``usage``, ``stop_reason``, ``model``; ``raw`` = ``final``.
     """
     if not isinstance(final, dict):
-        raise BadInputError(f"Anthropic final response is a {type(final).__name__}, expected an object")
+        raise BadInputError(f"Anthropic final response is a JSON {json_type(final)}, expected an object")
     text: list[str] = []
     reasoning: list[Reasoning] = []
     calls: list[ToolCall] = []
@@ -718,6 +730,16 @@ def action_to_response(action: Action, *, model: str | None = None, ids: IdSourc
         "stop_sequence": None,
         "usage": _usage(action.usage),
     }
+
+
+def reply_problem(final: Any) -> str | None:
+    """Why a final ``message`` object carries no reply at all: it has no ``content`` list (an
+    empty list is an empty reply, not a missing one). None when it has one."""
+    if not isinstance(final, dict):
+        return f"the response is a JSON {json_type(final)}, expected an object"
+    if not isinstance(final.get("content"), list):
+        return f"the response holds no reply: {field_state(final, 'content')}"
+    return None
 
 
 def error_body(status: int, message: str, kind: str | None = None) -> bytes:

@@ -9,6 +9,9 @@ plain module exposing:
 - ``PATHS``: the exact paths it serves, as documented patterns.
 - ``matches(path) -> bool``: whether a request path (no query string) is one of ``PATHS``.
 - ``wants_stream(path, query, body) -> bool``: whether the request asks for an event stream.
+- ``counts_tokens(path) -> bool``: whether the path asks for a token count rather than a reply
+  (Anthropic ``/v1/messages/count_tokens``, Gemini ``:countTokens``); such requests carry a
+  conversation but are never main-loop requests.
 - ``parse_request(body, *, path="", query="") -> Conversation``: read a request body (bytes or
   a parsed dict) into the canonical :class:`~pvisor.journal.model.Conversation`.
   Raises :class:`~pvisor.journal.errors.BadInputError`, naming the protocol, for a body that is
@@ -22,6 +25,13 @@ plain module exposing:
 - ``action_to_response(action, *, model, ids) -> dict``: an action as a final response object.
 - ``render_request(conv) -> bytes``: a conversation as a request body (compact JSON).
 - ``error_body(status, message, kind) -> bytes``: the provider's JSON error shape.
+- ``reply_problem(final) -> str | None``: why a final response object (status 2xx) carries no
+  reply at all (Chat ``choices`` null or empty, no Anthropic ``content``, no Responses
+  ``output``, no Gemini candidate), else None. An empty reply (``content: []``) is a reply.
+
+``parse_request`` also takes ``memo=`` (a :class:`ParseMemo`): a caller reading many requests of
+one session (the chain rule) passes one, so that a message already read in an earlier body is
+not read and checked again.
 """
 
 from __future__ import annotations
@@ -105,8 +115,172 @@ def loads_object(body: bytes | bytearray | memoryview | str | dict, what: str = 
                 raise BadInputError(f"{what} is not valid UTF-8 JSON: byte 0x{bad.object[bad.start]:02x} at offset {bad.start} is not UTF-8") from None
         raise BadInputError(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
-        raise BadInputError(f"{what} is a JSON {type(obj).__name__}, expected an object")
+        raise BadInputError(f"{what} is a JSON {json_type(obj)}, expected an object")
     return obj
+
+
+def json_type(value: Any) -> str:
+    """The JSON name of a parsed value's type, for messages: ``null``, ``boolean``, ``number``,
+    ``string``, ``array``, ``object`` (the Python type name for anything else)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def field_state(obj: dict, key: str) -> str:
+    """How a field of a JSON object stands, for ``reply_problem`` messages: ``no 'choices'
+    field``, ``'choices' is null``, ``'choices' is an empty array``, ``'choices' is a JSON
+    string``."""
+    if key not in obj:
+        return f"no '{key}' field"
+    value = obj[key]
+    if value is None:
+        return f"'{key}' is null"
+    if isinstance(value, (list, dict)) and not value:
+        return f"'{key}' is an empty {json_type(value)}"
+    return f"'{key}' is a JSON {json_type(value)}"
+
+
+@dataclass(slots=True, eq=False)
+class MemoRead:
+    """One list of conversation entries read with a :class:`ParseMemo`: the ``entries``, the
+    ``messages`` read from them and the entry index each message ``starts`` at; ``source``, the
+    earlier read whose first ``reused`` messages it took over; ``data``, what the caller
+    attached to it (the chain rule: the messages' comparison keys)."""
+
+    entries: list
+    messages: list[Message]
+    starts: list[int]
+    source: "MemoRead | None" = None
+    reused: int = 0
+    data: Any = None
+
+
+class ParseMemo:
+    """What ``parse_request(..., memo=memo)`` remembers across the requests of one session.
+
+    Every main-loop request repeats the whole conversation, so reading a run request by request
+    reads each message again and again. With a memo:
+
+    - a list of entries (Anthropic or Chat messages, Gemini contents, Responses input items)
+      that starts with the entries of one of the last few lists read gives that list's messages
+      at once (but the last, whose group may go on), found by comparing the parsed JSON values
+      in one C-level list comparison;
+    - any other entry (an Anthropic or Chat message, a Gemini content, a group of Responses
+      items) whose JSON is byte-for-byte that of an entry read before gives the very Message
+      object read then;
+    - a message :func:`check_conversation` passed is not checked again.
+
+    So only new entries are read in Python. A list is remembered only once its conversation
+    passed the checks (``request_parser`` calls :meth:`commit`). One memo per protocol module;
+    the messages of a conversation read with a memo must not be changed in place.
+    ``values`` is free for the caller to remember things per message (keyed by ``id(message)``,
+    valid while the memo lives: the memo keeps every message it returned by :meth:`message`).
+    """
+
+    RECENT = 4
+
+    __slots__ = ("_messages", "_held", "checked", "values", "_recent", "_pending")
+
+    def __init__(self) -> None:
+        self._messages: dict[bytes, Message] = {}
+        self._held: set[int] = set()
+        self.checked: set[int] = set()
+        self.values: dict[int, Any] = {}
+        self._recent: list[MemoRead] = []
+        self._pending: MemoRead | None = None
+
+    def message(self, raw: Any, build: Callable[[], Message], tag: str = "") -> Message:
+        """The message read from ``raw`` by ``build()``, or the one read before from equal JSON."""
+        try:
+            key = tag.encode() + b"\0" + orjson.dumps(raw)
+        except (TypeError, orjson.JSONEncodeError):  # lone surrogates, integers past 64 bits
+            return build()
+        hit = self._messages.get(key)
+        if hit is None:
+            hit = self._messages[key] = build()
+            self._held.add(id(hit))
+        return hit
+
+    def holds(self, message: Message) -> bool:
+        """Whether ``message`` is one this memo returned (so ``values`` may be keyed by its id)."""
+        return id(message) in self._held
+
+    def start(self, entries: list) -> MemoRead:
+        """Begin reading ``entries``: a :class:`MemoRead` whose ``messages`` and ``starts``
+        already hold what an earlier list with the same leading entries gave (all its messages
+        but the last); the caller reads on from entry ``next_entry(read)`` and appends."""
+        best: MemoRead | None = None
+        for old in self._recent:
+            n = len(old.entries)
+            if not old.messages or len(entries) < n or (best is not None and n <= len(best.entries)):
+                continue
+            if entries[n - 1] == old.entries[n - 1] and entries[:n] == old.entries:
+                best = old
+        if best is None:
+            read = MemoRead(entries, [], [])
+        else:
+            keep = len(best.messages) - 1
+            read = MemoRead(entries, best.messages[:keep], best.starts[:keep], best, keep)
+        self._pending = read
+        return read
+
+    @staticmethod
+    def next_entry(read: MemoRead) -> int:
+        """The first entry of ``read`` not yet read into a message."""
+        return read.source.starts[read.reused] if read.source is not None else 0
+
+    def commit(self) -> None:
+        """The conversation being read passed its checks: remember its list."""
+        if self._pending is not None:
+            if self._pending.source is not None:
+                self._pending.source.source = None  # one level back is all a caller reads
+            self._recent.insert(0, self._pending)
+            del self._recent[self.RECENT :]
+            self._pending = None
+
+    def discard(self) -> None:
+        """The conversation being read failed: forget its list."""
+        self._pending = None
+
+    def trusted(self, messages: list[Message]) -> int:
+        """How many leading ``messages`` (of the list being read) came from a list that passed
+        the checks."""
+        p = self._pending
+        return p.reused if p is not None and p.messages is messages else 0
+
+    def last_read(self, messages: list[Message]) -> MemoRead | None:
+        """The remembered read whose ``messages`` is this very list (the last one committed)."""
+        return self._recent[0] if self._recent and self._recent[0].messages is messages else None
+
+
+def memo_message(memo: "ParseMemo | None", raw: Any, build: Callable[[], Message], tag: str = "") -> Message:
+    """``memo.message(raw, build, tag)``, or ``build()`` without a memo."""
+    return build() if memo is None else memo.message(raw, build, tag)
+
+
+def read_entries(memo: "ParseMemo | None", entries: list, build: Callable[[Any, int], Message]) -> list[Message]:
+    """One message per entry, ``build(entry, index)``; with a memo, only entries not read
+    before are built (see :class:`ParseMemo`)."""
+    if memo is None:
+        return [build(e, i) for i, e in enumerate(entries)]
+    read = memo.start(entries)
+    out, starts = read.messages, read.starts
+    for i in range(memo.next_entry(read), len(entries)):
+        e = entries[i]
+        out.append(memo.message(e, lambda e=e, i=i: build(e, i)))
+        starts.append(i)
+    return out
 
 
 #: what reading a body of an unexpected shape raises (``None.get``, ``"a" + 5``, ``{[1]: ...}``)
@@ -128,16 +302,20 @@ def request_parser(protocol: str) -> Callable[[Callable[..., Conversation]], Cal
 
     def wrap(fn: Callable[..., Conversation]) -> Callable[..., Conversation]:
         @functools.wraps(fn)
-        def parse_request(body: Any, *, path: str = "", query: Any = "") -> Conversation:
+        def parse_request(body: Any, *, path: str = "", query: Any = "", memo: ParseMemo | None = None) -> Conversation:
+            if memo is not None:
+                memo.discard()  # a list is remembered only from a conversation that passed
             try:
-                conv = fn(body, path=path, query=query)
-                check_conversation(conv)
+                conv = fn(body, path=path, query=query, memo=memo)
+                check_conversation(conv, memo)
             except BadInputError as exc:
                 if not exc.message.startswith("request body"):
                     raise  # it names its protocol already ("Gemini request body ...")
                 raise BadInputError(f"{protocol} {exc.message}") from None
             except _READ_ERRORS as exc:
                 raise BadInputError(f"{protocol} request body has a value of an unexpected type or shape ({type(exc).__name__}: {exc})") from None
+            if memo is not None:
+                memo.commit()
             return conv
 
         return parse_request
@@ -148,40 +326,52 @@ def request_parser(protocol: str) -> Callable[[Callable[..., Conversation]], Cal
 def _want(value: Any, optional: bool, types: tuple[type, ...], what: str, expected: str) -> None:
     if (value is None and optional) or (isinstance(value, types) and not (isinstance(value, bool) and bool not in types)):
         return
-    raise BadInputError(f"request body: {what} is a JSON {type(value).__name__}, expected {expected}")
+    raise BadInputError(f"request body: {what} is a JSON {json_type(value)}, expected {expected}")
 
 
-def check_conversation(conv: Conversation) -> None:
+def check_conversation(conv: Conversation, memo: ParseMemo | None = None) -> None:
     """Check the types of a parsed conversation's canonical fields (model, system, tool names,
     roles, texts, call ids and names, argument strings); BadInputError naming the first that is
-    wrong. ``raw``, ``params``, tool parameters and result contents may hold anything."""
+    wrong. ``raw``, ``params``, tool parameters and result contents may hold anything. Messages
+    a ``memo`` has checked before are not checked again."""
     _want(conv.model, True, (str,), "the model", "a string")
     _want(conv.system, True, (str,), "the system prompt", "a string")
     for i, t in enumerate(conv.tools):
         _want(t.name, False, (str,), f"the name of tool {i}", "a string")
         _want(t.description, True, (str,), f"the description of tool {i} ({t.name})", "a string")
-    for i, m in enumerate(conv.messages):
-        _want(m.role, False, (str,), f"the role of message {i}", "a string")
-        for j, p in enumerate(m.parts):
-            where = f"message {i} part {j}"
-            if isinstance(p, TextPart):
-                _want(p.text, False, (str,), f"the text of {where}", "a string")
-            elif isinstance(p, Reasoning):
-                _want(p.text, False, (str,), f"the reasoning text of {where}", "a string")
-                _want(p.signature, True, (str,), f"the signature of {where}", "a string")
-                _want(p.encrypted, True, (str,), f"the encrypted reasoning of {where}", "a string")
-            elif isinstance(p, ToolCall):
-                _want(p.id, True, (str,), f"the tool call id of {where}", "a string")
-                _want(p.name, False, (str,), f"the tool name of {where}", "a string")
-                _want(p.arguments_raw, False, (str,), f"the tool arguments of {where}", "a string")
-            elif isinstance(p, ToolResult):
-                _want(p.call_id, True, (str,), f"the tool call id of {where}", "a string")
-                _want(p.is_error, True, (bool,), f"is_error of {where}", "true or false")
-                _want(p.name, True, (str,), f"the tool name of {where}", "a string")
-            elif isinstance(p, OtherPart):
-                _want(p.kind, False, (str,), f"the type of {where}", "a string")
-            else:  # pragma: no cover - a protocol module bug
-                raise TypeError(f"not a canonical part: {p!r}")
+    checked = memo.checked if memo is not None else None
+    skip = memo.trusted(conv.messages) if memo is not None else 0
+    for i in range(skip, len(conv.messages)):
+        m = conv.messages[i]
+        if checked is not None and id(m) in checked:
+            continue
+        _check_message(i, m)
+        if checked is not None and memo.holds(m):
+            checked.add(id(m))
+
+
+def _check_message(i: int, m: Message) -> None:
+    _want(m.role, False, (str,), f"the role of message {i}", "a string")
+    for j, p in enumerate(m.parts):
+        where = f"message {i} part {j}"
+        if isinstance(p, TextPart):
+            _want(p.text, False, (str,), f"the text of {where}", "a string")
+        elif isinstance(p, Reasoning):
+            _want(p.text, False, (str,), f"the reasoning text of {where}", "a string")
+            _want(p.signature, True, (str,), f"the signature of {where}", "a string")
+            _want(p.encrypted, True, (str,), f"the encrypted reasoning of {where}", "a string")
+        elif isinstance(p, ToolCall):
+            _want(p.id, True, (str,), f"the tool call id of {where}", "a string")
+            _want(p.name, False, (str,), f"the tool name of {where}", "a string")
+            _want(p.arguments_raw, False, (str,), f"the tool arguments of {where}", "a string")
+        elif isinstance(p, ToolResult):
+            _want(p.call_id, True, (str,), f"the tool call id of {where}", "a string")
+            _want(p.is_error, True, (bool,), f"is_error of {where}", "true or false")
+            _want(p.name, True, (str,), f"the tool name of {where}", "a string")
+        elif isinstance(p, OtherPart):
+            _want(p.kind, False, (str,), f"the type of {where}", "a string")
+        else:  # pragma: no cover - a protocol module bug
+            raise TypeError(f"not a canonical part: {p!r}")
 
 
 def compact_json(obj: Any) -> str:

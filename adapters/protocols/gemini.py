@@ -27,16 +27,23 @@ How a request body maps to the canonical :class:`~pvisor.journal.model.Conversat
   a ``thoughtSignature`` -> Reasoning with empty text; anything else -> OtherPart. A
   ``thoughtSignature`` on a text or ``functionCall`` part stays in that part's ``raw``.
 - Every other top-level field (``generationConfig``, ``toolConfig``, ``safetySettings``, ...)
-  -> ``params``.
+  -> ``params``, as sent.
+- The API reads every field in camelCase or snake_case (``system_instruction``,
+  ``function_declarations``, ``parameters_json_schema``, ``function_call``, ``inline_data``,
+  ``thought_signature``, ...; python-genai sends ``parameters_json_schema`` as the user gave
+  it). Both spellings are read alike; ``raw`` keeps what was sent, the kind of an OtherPart and
+  the name of a non-function tool are the camelCase name (``inlineData``, ``googleSearch``).
 
 Rendering (:func:`render_request`) works from canonical fields alone and uses ``raw`` only while
 it still says what the canonical fields say (a content whose raw re-parses to the same parts is
 emitted verbatim; otherwise each part overlays its canonical fields onto a copy of its raw part,
-keeping extras such as ``thoughtSignature``).
+keeping extras such as ``thoughtSignature``). What it renders is camelCase, also from a
+snake_case ``raw``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -50,10 +57,14 @@ from pvisor.adapters.protocols.base import (
     compact_json,
     dig,
     dumps,
+    field_state,
     first_int,
     IdSource,
+    json_type,
     loads_object,
+    read_entries,
     normalise_conversation,
+    ParseMemo,
     parse_arguments,
     Reassembled,
     request_parser,
@@ -123,6 +134,13 @@ def matches(path: str) -> bool:
     return _PATH_RE.match(path) is not None
 
 
+def counts_tokens(path: str) -> bool:
+    """True for ``:countTokens``: a request that carries a conversation but asks for a token
+    count, not a reply (the chain rule leaves it out of every chain)."""
+    parsed = parse_path(path)
+    return parsed is not None and parsed[1] == "countTokens"
+
+
 def wants_stream(path: str, query: Any, body: Any) -> bool:
     """True for ``:streamGenerateContent``: it streams whether or not ``alt=sse`` is given
     (without it the reply is a JSON array sent in pieces; wire-protocols.md §4a)."""
@@ -133,30 +151,57 @@ def wants_stream(path: str, query: Any, body: Any) -> bool:
 # --------------------------------------------------------------------------- request parsing
 
 
+@functools.lru_cache(maxsize=256)
+def _camel(key: str) -> str:
+    """``function_call`` -> ``functionCall``: the camelCase spelling of a field name (the API
+    reads both; camelCase names pass unchanged)."""
+    if "_" not in key:
+        return key
+    head, *rest = key.split("_")
+    return head + "".join(w[:1].upper() + w[1:] for w in rest)
+
+
+@functools.lru_cache(maxsize=256)
+def _snake(key: str) -> str:
+    """``functionCall`` -> ``function_call``."""
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), key)
+
+
+def _field(d: dict, name: str) -> Any:
+    """``d[name]`` for a camelCase ``name``, else its snake_case spelling; None when neither."""
+    value = d.get(name)
+    return d.get(_snake(name)) if value is None else value
+
+
+def _camel_keys(d: dict) -> dict:
+    """``d`` with its keys in camelCase (the same object when they are already)."""
+    return {_camel(k): v for k, v in d.items()} if any("_" in k for k in d) else d
+
 
 def _part(p: Any) -> Part:
     """The canonical part of one Gemini ``Part`` object (mapping: module docstring)."""
     if not isinstance(p, dict):
         return OtherPart("invalid_part", raw=p)
-    sig = p.get("thoughtSignature") if isinstance(p.get("thoughtSignature"), str) else None
+    sig = _field(p, "thoughtSignature")
+    sig = sig if isinstance(sig, str) else None
     if isinstance(p.get("text"), str):
         if p.get("thought") is True:
             return Reasoning(p["text"], sig, None, raw=p)
         return TextPart(p["text"], raw=p)
-    fc = p.get("functionCall")
+    fc = _field(p, "functionCall")
     if isinstance(fc, dict):
         args = fc.get("args", {})
         fid = fc.get("id") if isinstance(fc.get("id"), str) else None
         return ToolCall(fid, str(fc.get("name", "")), compact_json(args), args, "function", raw=p)
-    fr = p.get("functionResponse")
+    fr = _field(p, "functionResponse")
     if isinstance(fr, dict):
         fid = fr.get("id") if isinstance(fr.get("id"), str) else None
         name = fr.get("name") if isinstance(fr.get("name"), str) else None
         return ToolResult(fid, fr.get("response"), None, name, raw=p)
-    data_keys = [k for k in p if k not in _PART_META]
+    data_keys = [k for k in p if _camel(k) not in _PART_META]
     if not data_keys and sig is not None:
         return Reasoning("", sig, None, raw=p)
-    return OtherPart(data_keys[0] if data_keys else "empty", raw=p)
+    return OtherPart(_camel(data_keys[0]) if data_keys else "empty", raw=p)
 
 
 def _message(c: Any) -> Message:
@@ -184,25 +229,27 @@ def _tool_specs(tools: list) -> list[ToolSpec]:
             specs.append(ToolSpec("", None, None, raw=tool))
             continue
         for key, value in tool.items():
-            if key == "functionDeclarations" and isinstance(value, list):
+            if _camel(key) == "functionDeclarations" and isinstance(value, list):
                 for decl in value:
                     if isinstance(decl, dict):
-                        params = decl.get("parametersJsonSchema", decl.get("parameters"))
+                        params = next((decl[k] for k in ("parametersJsonSchema", "parameters_json_schema", "parameters") if k in decl), None)
                         desc = decl.get("description") if isinstance(decl.get("description"), str) else None
                         specs.append(ToolSpec(str(decl.get("name", "")), desc, params, raw=decl))
                     else:
                         specs.append(ToolSpec("", None, None, raw=decl))
             else:
-                specs.append(ToolSpec(key, None, None, raw={key: value}))
+                specs.append(ToolSpec(_camel(key), None, None, raw={key: value}))
     return specs
 
 
 @request_parser("Gemini")
-def parse_request(body: Any, *, path: str = "", query: Any = "") -> Conversation:
+def parse_request(body: Any, *, path: str = "", query: Any = "", memo: ParseMemo | None = None) -> Conversation:
     """Read a Gemini request body (bytes, str or parsed dict) into a Conversation.
 
     ``path`` gives the model and whether a stream is asked for. Mapping: module docstring.
-    Raises BadInputError when the body is not a JSON object."""
+    ``memo``: a :class:`~pvisor.adapters.protocols.base.ParseMemo` shared by the requests of one
+    session (a content read before is not read again). Raises BadInputError when the body is not
+    a JSON object."""
     obj = loads_object(body, "Gemini request body")
     conv = Conversation(protocol=NAME)
     parsed = parse_path(path)
@@ -212,12 +259,13 @@ def parse_request(body: Any, *, path: str = "", query: Any = "") -> Conversation
     elif isinstance(obj.get("model"), str):
         conv.model = obj["model"]
     for key, value in obj.items():
-        if key == "contents" and isinstance(value, list) and value:
-            conv.messages = [_message(c) for c in value]
-        elif key == "systemInstruction" and value is not None and _system_text(value) is not None:
+        name = _camel(key)
+        if name == "contents" and isinstance(value, list) and value:
+            conv.messages = read_entries(memo, value, lambda c, i: _message(c))
+        elif name == "systemInstruction" and value is not None and _system_text(value) is not None:
             conv.system_raw = value
             conv.system = _system_text(value)
-        elif key == "tools" and isinstance(value, list) and value:
+        elif name == "tools" and isinstance(value, list) and value:
             conv.tools = _tool_specs(value)
         else:
             conv.params[key] = value
@@ -296,7 +344,7 @@ def _args_object(tc: ToolCall) -> dict:
 
 def _render_part(p: Part, names: dict) -> Any:
     # a Gemini part never has "type": raw from another protocol (Anthropic, OpenAI blocks) is not reused
-    raw = p.raw if isinstance(p.raw, dict) and "type" not in p.raw else None
+    raw = _camel_keys(p.raw) if isinstance(p.raw, dict) and "type" not in p.raw else None
     if isinstance(p, TextPart):
         d = dict(raw) if raw is not None and isinstance(raw.get("text"), str) and raw.get("thought") is not True else {}
         d["text"] = p.text
@@ -317,6 +365,7 @@ def _render_part(p: Part, names: dict) -> Any:
     if isinstance(p, ToolCall):
         d = dict(raw) if raw is not None and isinstance(raw.get("functionCall"), dict) else {}
         old = d.get("functionCall")
+        old = _camel_keys(old) if old is not None else None
         args = _args_object(p)
         if old is None:
             fc: dict[str, Any] = {}
@@ -338,6 +387,7 @@ def _render_part(p: Part, names: dict) -> Any:
     if isinstance(p, ToolResult):
         d = dict(raw) if raw is not None and isinstance(raw.get("functionResponse"), dict) else {}
         old = d.get("functionResponse")
+        old = _camel_keys(old) if old is not None else None
         fr: dict[str, Any] = dict(old) if old is not None else {}
         fr["name"] = p.name if p.name is not None else names.get(p.call_id, "")
         if p.content is not None or "response" in fr or old is None:
@@ -374,8 +424,9 @@ _DECLARATION_KEYS = frozenset(
 
 def _render_declaration(t: ToolSpec) -> dict:
     # raw is reused only when it is a FunctionDeclaration (not another protocol's tool definition)
-    reuse = isinstance(t.raw, dict) and t.raw.keys() <= _DECLARATION_KEYS
-    d: dict[str, Any] = dict(t.raw) if reuse else {}
+    raw = _camel_keys(t.raw) if isinstance(t.raw, dict) else None
+    reuse = raw is not None and raw.keys() <= _DECLARATION_KEYS
+    d: dict[str, Any] = dict(raw) if reuse else {}
     d["name"] = t.name
     if t.description is not None:
         d["description"] = t.description
@@ -402,7 +453,7 @@ def _render_tools(tools: list[ToolSpec]) -> list:
             decls.append(_render_declaration(t))
         else:
             decls = None
-            out.append(t.raw)
+            out.append(_camel_keys(t.raw) if isinstance(t.raw, dict) else t.raw)
     return out
 
 
@@ -534,7 +585,7 @@ class _Merger:
 
     def chunk(self, obj: Any, where: str) -> None:
         if not isinstance(obj, dict):
-            self.problems.append(f"{where} {self.events}: a JSON {type(obj).__name__}, expected an object")
+            self.problems.append(f"{where} {self.events}: a JSON {json_type(obj)}, expected an object")
             return
         if "error" in obj and "candidates" not in obj:
             if self.error is None:
@@ -551,7 +602,7 @@ class _Merger:
                     for pos, cand in enumerate(value):
                         self.candidate(pos, cand)
                 else:
-                    self.problems.append(f"candidates is a {type(value).__name__}, expected a list")
+                    self.problems.append(f"candidates is a JSON {json_type(value)}, expected an array")
             else:
                 self.top[key] = value  # usageMetadata is cumulative: the last one wins
                 if key == "promptFeedback" and isinstance(value, dict) and value.get("blockReason"):
@@ -744,7 +795,7 @@ def response_to_action(final: dict) -> Action:
             p = _part(raw_part)
             if isinstance(p, TextPart):
                 texts.append(p.text)
-                sig = raw_part.get("thoughtSignature")
+                sig = _field(raw_part, "thoughtSignature")
                 if isinstance(sig, str):
                     action.reasoning.append(Reasoning("", sig, None, raw=raw_part))
             elif isinstance(p, Reasoning):
@@ -867,6 +918,21 @@ def action_to_response(action: Action, *, model: str | None, ids: IdSource) -> d
     resp["modelVersion"] = model if model is not None else (action.model or "")
     resp["responseId"] = ids.next("")
     return resp
+
+
+def reply_problem(final: Any) -> str | None:
+    """Why a GenerateContentResponse (or a Code Assist envelope) carries no reply at all: no
+    candidate (a blocked prompt says its ``promptFeedback.blockReason``). None when it has one."""
+    obj = _unwrap(final)
+    if not isinstance(obj, dict):
+        return f"the response is a JSON {json_type(obj)}, expected an object"
+    cands = obj.get("candidates")
+    if isinstance(cands, list) and any(isinstance(c, dict) for c in cands):
+        return None
+    block = dig(obj, "promptFeedback", "blockReason")
+    if isinstance(block, str):
+        return f"the response holds no reply: the prompt was blocked ({block})"
+    return f"the response holds no reply: {field_state(obj, 'candidates')}"
 
 
 def error_body(status: int, message: str, kind: str = "INVALID_ARGUMENT") -> bytes:

@@ -30,10 +30,14 @@ import orjson
 from pvisor.adapters.protocols.base import (
     OMIT,
     IdSource,
+    ParseMemo,
     Reassembled,
     compact_json,
     dumps,
+    field_state,
+    json_type,
     loads_object,
+    read_entries,
     normalise_conversation,
     overlay,
     parse_arguments,
@@ -95,6 +99,11 @@ def matches(path: str) -> bool:
     return path in PATHS
 
 
+def counts_tokens(path: str) -> bool:
+    """Always False: every path of ``PATHS`` asks for a reply."""
+    return False
+
+
 def wants_stream(path: str, query: str, body: Any) -> bool:
     """True when the body (bytes or parsed dict) has ``"stream": true``; a body that does not
     parse asks for no stream."""
@@ -133,19 +142,19 @@ def _content_parts(content: Any, where: str) -> list[Any]:
         parts: list[Any] = []
         for j, p in enumerate(content):
             if not isinstance(p, dict):
-                raise BadInputError(f"request body {where}[{j}] is a JSON {type(p).__name__}, expected a content part object")
+                raise BadInputError(f"request body {where}[{j}] is a JSON {json_type(p)}, expected a content part object")
             kind = p.get("type")
             if kind == "text":
                 parts.append(TextPart(text=p.get("text") or "", raw=p))
             else:
                 parts.append(OtherPart(kind=str(kind) if kind is not None else "unknown", raw=p))
         return parts
-    raise BadInputError(f"request body {where} is a JSON {type(content).__name__}, expected a string, a list or null")
+    raise BadInputError(f"request body {where} is a JSON {json_type(content)}, expected a string, a list or null")
 
 
 def _parse_tool_call(tc: Any, where: str) -> ToolCall:
     if not isinstance(tc, dict):
-        raise BadInputError(f"request body {where} is a JSON {type(tc).__name__}, expected a tool call object")
+        raise BadInputError(f"request body {where} is a JSON {json_type(tc)}, expected a tool call object")
     if tc.get("type") == "custom" and isinstance(tc.get("custom"), dict):
         c = tc["custom"]
         raw_input = c.get("input") if isinstance(c.get("input"), str) else ""
@@ -166,7 +175,7 @@ def _parse_tool_call(tc: Any, where: str) -> ToolCall:
 
 def _parse_message(m: Any, i: int) -> Message:
     if not isinstance(m, dict):
-        raise BadInputError(f"request body messages[{i}] is a JSON {type(m).__name__}, expected an object")
+        raise BadInputError(f"request body messages[{i}] is a JSON {json_type(m)}, expected an object")
     role = m.get("role")
     if not isinstance(role, str):
         raise BadInputError(f"request body messages[{i}] has no string 'role'")
@@ -189,7 +198,7 @@ def _parse_message(m: Any, i: int) -> Message:
     if isinstance(calls, list):
         parts += [_parse_tool_call(tc, f"messages[{i}].tool_calls[{j}]") for j, tc in enumerate(calls)]
     elif calls is not None:
-        raise BadInputError(f"request body messages[{i}].tool_calls is a JSON {type(calls).__name__}, expected a list")
+        raise BadInputError(f"request body messages[{i}].tool_calls is a JSON {json_type(calls)}, expected a list")
     fc = m.get("function_call")
     if isinstance(fc, dict):  # legacy single call: no id
         args = fc.get("arguments") if isinstance(fc.get("arguments"), str) else ""
@@ -199,7 +208,7 @@ def _parse_message(m: Any, i: int) -> Message:
 
 def _parse_tool(t: Any, i: int) -> ToolSpec:
     if not isinstance(t, dict):
-        raise BadInputError(f"request body tools[{i}] is a JSON {type(t).__name__}, expected an object")
+        raise BadInputError(f"request body tools[{i}] is a JSON {json_type(t)}, expected an object")
     inner = t.get("function") if isinstance(t.get("function"), dict) else t.get("custom")
     if not isinstance(inner, dict):
         inner = t
@@ -207,12 +216,14 @@ def _parse_tool(t: Any, i: int) -> ToolSpec:
 
 
 @request_parser("OpenAI Chat Completions")
-def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation:
+def parse_request(body: Any, *, path: str = "", query: str = "", memo: ParseMemo | None = None) -> Conversation:
     """Read a Chat Completions request body into a :class:`Conversation`.
 
     Args:
         body: the request body, bytes/str of JSON or an already parsed dict.
         path, query: unused; accepted for the common contract.
+        memo: a :class:`~pvisor.adapters.protocols.base.ParseMemo` shared by the requests of one
+            session: a message read before is not read again.
 
     Returns:
         ``Conversation(protocol="openai-chat")``. The leading ``system``/``developer`` messages
@@ -235,10 +246,10 @@ def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation
     obj = loads_object(body)
     messages = obj.get("messages", [])
     if not isinstance(messages, list):
-        raise BadInputError(f"request body field 'messages' is a JSON {type(messages).__name__}, expected a list")
+        raise BadInputError(f"request body field 'messages' is a JSON {json_type(messages)}, expected a list")
     tools = obj.get("tools") or []
     if not isinstance(tools, list):
-        raise BadInputError(f"request body field 'tools' is a JSON {type(tools).__name__}, expected a list")
+        raise BadInputError(f"request body field 'tools' is a JSON {json_type(tools)}, expected a list")
     lead = 0
     while lead < len(messages) and isinstance(messages[lead], dict) and messages[lead].get("role") in _SYSTEM_ROLES:
         lead += 1
@@ -250,7 +261,7 @@ def parse_request(body: Any, *, path: str = "", query: str = "") -> Conversation
         system=_system_text(system_msgs) if system_msgs else None,
         system_raw=system_msgs if system_msgs else None,
         tools=[_parse_tool(t, i) for i, t in enumerate(tools)],
-        messages=[_parse_message(m, lead + i) for i, m in enumerate(messages[lead:])],
+        messages=read_entries(memo, messages[lead:], lambda m, i: _parse_message(m, lead + i)),
         stream=obj.get("stream") is True,
         params={k: v for k, v in obj.items() if k not in _CANONICAL_KEYS},
     )
@@ -486,7 +497,7 @@ class _Accumulator:
             self._problem(n, f"data is not JSON, ignored: {data[:80]!r}")
             return
         if not isinstance(obj, dict):
-            self._problem(n, f"data is a JSON {type(obj).__name__}, not an object; ignored")
+            self._problem(n, f"data is a JSON {json_type(obj)}, not an object; ignored")
             return
         if obj.get("error"):
             self.error = obj
@@ -659,7 +670,7 @@ def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
     ``final`` back (equal dicts).
     """
     if not isinstance(final, dict):
-        raise BadInputError(f"Chat Completions final response is a {type(final).__name__}, expected an object")
+        raise BadInputError(f"Chat Completions final response is a JSON {json_type(final)}, expected an object")
     env = {k: v for k, v in final.items() if k not in ("choices", "usage")}
     env["object"] = "chat.completion.chunk"
     out: list[bytes] = []
@@ -711,7 +722,7 @@ def response_to_action(final: dict) -> Action:
     id None; ``usage``; ``stop_reason`` = ``finish_reason``; ``model``; ``raw`` = ``final``.
     """
     if not isinstance(final, dict):
-        raise BadInputError(f"Chat Completions final response is a {type(final).__name__}, expected an object")
+        raise BadInputError(f"Chat Completions final response is a JSON {json_type(final)}, expected an object")
     choices = final.get("choices") or []
     choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), None)
     if choice is None and choices and isinstance(choices[0], dict):
@@ -738,6 +749,20 @@ def response_to_action(final: dict) -> Action:
         model=final.get("model"),
         raw=final,
     )
+
+
+def reply_problem(final: Any) -> str | None:
+    """Why a final ``chat.completion`` object carries no reply at all: ``choices`` missing,
+    null or empty, or its choice without a ``message`` object. None when it has one."""
+    if not isinstance(final, dict):
+        return f"the response is a JSON {json_type(final)}, expected an object"
+    choices = final.get("choices")
+    if not isinstance(choices, list) or not choices:
+        return f"the response holds no reply: {field_state(final, 'choices')}"
+    choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), choices[0])
+    if not isinstance(choice, dict) or not isinstance(choice.get("message"), dict):
+        return "the response holds no reply: its choice has no 'message' object"
+    return None
 
 
 def _usage(usage: dict) -> dict:

@@ -64,8 +64,12 @@ from pvisor.adapters.protocols.base import (
     dumps,
     first_int,
     IdSource,
+    field_state,
+    json_type,
     loads_object,
+    memo_message,
     normalise_conversation,
+    ParseMemo,
     parse_arguments,
     Reassembled,
     request_parser,
@@ -123,6 +127,11 @@ _TERMINAL = {
 def matches(path: str) -> bool:
     """True for ``/v1/responses`` (the path without query string)."""
     return path in PATHS
+
+
+def counts_tokens(path: str) -> bool:
+    """Always False: every path of ``PATHS`` asks for a reply."""
+    return False
 
 
 def wants_stream(path: str, query: Any, body: Any) -> bool:
@@ -228,31 +237,47 @@ def _item_parts(item: Any) -> list[Part]:
     return [OtherPart(t, raw=item)]
 
 
-def _items_to_messages(items: list) -> list[Message]:
-    """Group input items into messages (module docstring, "input items are grouped")."""
-    out: list[Message] = []
+def _items_to_messages(items: list, memo: ParseMemo | None = None) -> list[Message]:
+    """Group input items into messages (module docstring, "input items are grouped"); with a
+    ``memo``, the leading items of a list read before and any message (an item, or a group of
+    items) read before are not read again."""
+    if memo is not None:
+        read = memo.start(items)
+        out, starts, first = read.messages, read.starts, memo.next_entry(read)
+    else:
+        out, starts, first = [], [], 0
     group: list = []
     group_side = ""
+    group_start = 0
 
     def flush() -> None:
         nonlocal group, group_side
         if group:
-            parts: list[Part] = []
-            for it in group:
-                parts.extend(_item_parts(it))
-            out.append(Message(group_side, parts, raw=group))
+            members, side = group, group_side
+
+            def build() -> Message:
+                parts: list[Part] = []
+                for it in members:
+                    parts.extend(_item_parts(it))
+                return Message(side, parts, raw=members)
+
+            out.append(memo_message(memo, members, build, side))
+            starts.append(group_start)
         group, group_side = [], ""
 
-    for item in items:
+    for idx in range(first, len(items)):
+        item = items[idx]
         side = _item_side(item)
         if side == "own":
             flush()
             role = item.get("role", "user") if isinstance(item, dict) else "user"
-            out.append(Message(str(role), _item_parts(item), raw=item))
+            out.append(memo_message(memo, item, lambda item=item, role=role: Message(str(role), _item_parts(item), raw=item), "own"))
+            starts.append(idx)
         else:
             if side != group_side:
                 flush()
                 group_side = side
+                group_start = idx
             group.append(item)
     flush()
     return out
@@ -271,11 +296,12 @@ def _system_text(value: Any) -> str | None:
 
 
 @request_parser("OpenAI Responses")
-def parse_request(body: Any, *, path: str = "", query: Any = "") -> Conversation:
+def parse_request(body: Any, *, path: str = "", query: Any = "", memo: ParseMemo | None = None) -> Conversation:
     """Read a Responses request body (bytes, str or parsed dict) into a Conversation.
 
     Mapping: module docstring. ``model`` from the body. Raises BadInputError when the body is not
-    a JSON object. Never fails on odd items: they become OtherPart."""
+    a JSON object. Never fails on odd items: they become OtherPart. ``memo``: a
+    :class:`~pvisor.adapters.protocols.base.ParseMemo` shared by the requests of one session."""
     obj = loads_object(body, "Responses request body")
     conv = Conversation(protocol=NAME)
     model = obj.get("model")
@@ -291,7 +317,7 @@ def parse_request(body: Any, *, path: str = "", query: Any = "") -> Conversation
         elif key == "input" and isinstance(value, str):
             conv.messages = [Message("user", [TextPart(value)], raw=value)]
         elif key == "input" and isinstance(value, list) and value:
-            conv.messages = _items_to_messages(value)
+            conv.messages = _items_to_messages(value, memo)
         elif key == "tools" and isinstance(value, list) and value:
             conv.tools = [_tool_spec(t) for t in value]
         else:
@@ -678,7 +704,7 @@ class _Accumulator:
             self.problem(f"event {n}: data is not JSON: {_short(ev.data)!r}")
             return
         if not isinstance(obj, dict):
-            self.problem(f"event {n}: data is a JSON {type(obj).__name__}, expected an object")
+            self.problem(f"event {n}: data is a JSON {json_type(obj)}, expected an object")
             return
         etype = obj.get("type")
         if not isinstance(etype, str):
@@ -1042,6 +1068,19 @@ def response_to_action(final: dict) -> Action:
     return action
 
 
+
+
+def reply_problem(final: Any) -> str | None:
+    """Why a Responses final object carries no reply at all: ``status`` ``failed`` (its
+    ``error`` message), or no ``output`` list. None when it has one (an empty list included)."""
+    if not isinstance(final, dict):
+        return f"the response is a JSON {json_type(final)}, expected an object"
+    if final.get("status") == "failed":
+        message = dig(final, "error", "message")
+        return "the response failed" + (f": {message}" if isinstance(message, str) else "")
+    if not isinstance(final.get("output"), list):
+        return f"the response holds no reply: {field_state(final, 'output')}"
+    return None
 
 
 def responses_usage(usage: Any) -> dict | None:

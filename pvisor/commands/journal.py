@@ -1,4 +1,4 @@
-"""``pvisor journal ...``: list runs, show a run's exchanges, print bodies, export, verify."""
+"""``pvisor journal ...``: list runs, show a run's exchanges and steps, print bodies, export, verify."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 import orjson
 
 from pvisor.commands.outputs import check_output_path
-from pvisor.journal.errors import EXIT_INTEGRITY, UsageError
+from pvisor.journal.errors import EXIT_INTEGRITY, OutputError, UsageError
 from pvisor.journal.model import unpack_timings
 from pvisor.journal.reader import JournalReader, body_json_field
 
@@ -29,7 +29,24 @@ def _when(ms: float | None) -> str:
     return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
+#: control characters shown escaped in the one-line human output (C0, DEL, C1): a recorded
+#: path, run id or reply must not ring the bell, move the cursor, restyle the terminal or
+#: break a table row
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+
+
+def _safe(text: str) -> str:
+    """``text`` with control characters escaped (``\x07``), for one line of a terminal."""
+    return text.translate(_CONTROLS)
+
+
+def _n(count: int, noun: str, plural: str | None = None) -> str:
+    """``1 result``, ``2 results``."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
 def _table(rows: list[list[str]], header: list[str]) -> None:
+    rows = [[_safe(str(c)) for c in r] for r in rows]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
@@ -81,7 +98,7 @@ def _exchange_dict(ex) -> dict:
 
 
 @journal.command("show")
-@click.argument("run_id")
+@click.argument("run_id", metavar="RUN")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 @click.pass_context
 def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
@@ -99,13 +116,15 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             }
         )
         return
-    click.echo(f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} created={_when(run.created_ms)}")
+    click.echo(_safe(f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} created={_when(run.created_ms)}"))
     if run.parent_run:
-        click.echo(f"  derived from {run.parent_run} after step {run.boundary_step}")
+        click.echo(_safe(f"  derived from {run.parent_run} after step {run.boundary_step}"))
     if run.argv:
-        click.echo("  argv: " + " ".join(run.argv))
+        import shlex
+
+        click.echo(_safe("  argv: " + shlex.join(run.argv)))  # quoted: copy-pastable, a task with spaces stays one argument
     for k, v in sorted(run.labels.items()):
-        click.echo(f"  {k}: {v}")
+        click.echo(_safe(f"  {k}: {v}"))
     for a in attempts:
         click.echo(f"  attempt {a.n}: started {_when(a.started_ms)} exit={a.exit_code if a.exit_code is not None else '-'}")
     if not exchanges:
@@ -126,14 +145,17 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
                 str(e.request_bytes),
                 str(e.bytes_delivered),
                 f"{e.ended_us / 1000:.1f}" if e.ended_us is not None else "-",
+                str(e.chain) if e.chain is not None else "-",
                 e.role or "-",
             ]
         )
-    _table(rows, ["SEQ", "EXCHANGE", "REQUEST", "PROTOCOL", "STATUS", "OUTCOME", "STREAM", "REQ_BYTES", "RESP_BYTES_TO_AGENT", "MS", "ROLE"])
+    _table(rows, ["SEQ", "EXCHANGE", "REQUEST", "PROTOCOL", "STATUS", "OUTCOME", "STREAM", "REQ_BYTES", "RESP_BYTES_TO_AGENT", "MS", "CHAIN", "ROLE"])
+    if all(e.role is None for e in exchanges):
+        click.echo(f"  (roles not stored yet; `pvisor journal steps {run.id}` derives them)")
 
 
 @journal.command("body")
-@click.argument("exchange_id")
+@click.argument("exchange_id", metavar="EXCHANGE")
 @click.option("--request", "want_request", is_flag=True, help="The request body (decoded from its Content-Encoding).")
 @click.option("--response", "want_response", is_flag=True, help="The response: the reassembled final object for streams.")
 @click.option("--raw", is_flag=True, help="With --response: the bytes exactly as received (event-stream framing intact).")
@@ -165,13 +187,13 @@ def body(ctx: click.Context, exchange_id: str, want_request: bool, want_response
 
 
 @journal.command("export")
-@click.argument("run_id", required=False)
+@click.argument("run_id", metavar="[RUN]", required=False)
 @click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True, help="Export format.")
 @click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default=None, help="Write to a file instead of stdout ('-': stdout).")
 @click.option("--json", "as_json", is_flag=True, help="With --output: print a JSON summary {path, lines}.")
 @click.pass_context
 def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None, as_json: bool) -> None:
-    """Export runs, attempts and exchanges with their bodies as JSON Lines (all runs, or RUN_ID).
+    """Export runs, attempts and exchanges with their bodies as JSON Lines (all runs, or RUN).
 
     A body is {"body": str} when it is valid UTF-8, else {"body_b64": str}.
     """
@@ -185,8 +207,11 @@ def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None,
                 f = open(output, "wb")
             except OSError as exc:
                 raise UsageError(f"cannot write --output {output}: {exc.strerror}") from None
-            with f:
-                n = r.export_jsonl(f, run_id)
+            try:
+                with f:
+                    n = r.export_jsonl(f, run_id)
+            except OSError as exc:
+                raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}") from None
         else:
             n = r.export_jsonl(sys.stdout.buffer, run_id)
             sys.stdout.buffer.flush()
@@ -228,3 +253,124 @@ def verify(ctx: click.Context, as_json: bool) -> int:
     if not rep.ok:
         ctx.exit(EXIT_INTEGRITY)
     return 0
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def _clip(text: str, n: int) -> str:
+    """One line of at most ``n`` characters (whitespace runs collapsed, control characters
+    escaped, ``…`` when cut)."""
+    text = _safe(" ".join(text.split()))
+    return text if len(text) <= n else text[: n - 1] + "…"
+
+
+def _short_call(call) -> str:
+    args = call.arguments
+    if isinstance(args, dict):
+        inner = ", ".join(f"{k}={_clip(orjson.dumps(v).decode(), 40)}" for k, v in args.items())
+    else:
+        inner = _clip(call.arguments_raw, 40)
+    return _clip(f"{call.name}({inner})", 10_000)
+
+
+def _calls_cell(calls: list[str], width: int) -> str:
+    """Tool calls joined with ``; `` in at most ``width`` characters; when some call does not
+    even begin within them, ``+N more`` says how many."""
+    text = "; ".join(calls)
+    if len(text) <= width:
+        return text
+    starts, pos = [], 0
+    for c in calls:
+        starts.append(pos)
+        pos += len(c) + 2
+    suffix = ""
+    for _ in range(3):  # the suffix takes room, which may hide one more call
+        limit = width - len(suffix)
+        hidden = sum(1 for p in starts if p >= limit - 1)
+        suffix = f" +{hidden} more" if hidden else ""
+    limit = width - len(suffix)
+    hidden = sum(1 for p in starts if p >= limit - 1)
+    shown = "; ".join(calls[: len(calls) - hidden])
+    return (shown if len(shown) <= limit else shown[: limit - 1] + "…") + suffix
+
+
+def _action_cell(step) -> str:
+    a = step.action
+    if a.tool_calls:
+        return _calls_cell([_short_call(c) for c in a.tool_calls], 90)
+    if a.text:
+        return _clip(f"text: {a.text!r}", 60)
+    return "(no reply)" if "no_reply" in step.flags else "(empty reply)"
+
+
+def _text_chars(content) -> int:
+    """Characters of text in a tool result's content: a string's length; for content blocks,
+    the text of the text blocks (an image counts none); for an object without a ``type`` (a
+    Gemini ``response``), the strings it holds."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(_text_chars(b) for b in content)
+    if isinstance(content, dict):
+        if "type" in content:
+            text = content.get("text")
+            return len(text) if isinstance(text, str) else _text_chars(content.get("content"))
+        return sum(_text_chars(v) for v in content.values())
+    return 0
+
+
+def _observation_cell(step) -> str:
+    o = step.observation
+    bits = []
+    if o.results:
+        errors = sum(1 for r in o.results if r.is_error)
+        chars = sum(_text_chars(r.content) for r in o.results)
+        bits.append(_n(len(o.results), "result") + (f" ({_n(errors, 'error')})" if errors else "") + f", {_n(chars, 'char')}")
+    for m in o.messages:
+        text = " ".join(p.text for p in m.parts if hasattr(p, "text") and isinstance(p.text, str))
+        bits.append(f"{m.role}: {_clip(repr(text), 40)}")
+    return "; ".join(bits) or "-"
+
+
+@journal.command("steps")
+@click.argument("run_id", metavar="RUN")
+@click.option("--json", "as_json", is_flag=True, help="Print the trajectory as JSON (schema pvisor.steps/v1, docs/steps.md).")
+@click.pass_context
+def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """Show RUN (id or unique prefix) as steps: its main-loop exchanges by the chain rule, each
+    step's tool calls and observation, flags, and the auxiliary exchanges left out."""
+    from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
+
+    import gc
+
+    with _reader(ctx) as r:
+        # reading a long run allocates millions of parsed JSON values and no reference cycle:
+        # the cyclic collector would only rescan them, a quarter of the time (docs/benchmarks.md)
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            traj = trajectory_from_journal(r, run_id)
+        finally:
+            if collecting:
+                gc.enable()
+    if as_json:
+        _emit_json(trajectory_to_json(traj))
+        return
+    meta = traj.meta
+    chains = meta["chains"]
+    click.echo(_safe(f"run {meta['run']}  agent={meta['agent'] or '-'} protocol={meta['protocol'] or '-'} model={traj.model or '-'}"))
+    if not traj.steps:
+        click.echo(f"no main-loop exchange: 0 steps ({_n(len(traj.left_out), 'auxiliary exchange')})")
+    else:
+        click.echo(f"task: {_clip(traj.task or '-', 100)}")
+        click.echo(f"main chain {meta['main_chain']} of {len(chains)}: {_n(len(traj.steps), 'step')}")
+        rows = [
+            [str(s.n), d["exchange"], _action_cell(s), _observation_cell(s), ",".join(s.flags) or "-"]
+            for s, d in zip(traj.steps, meta["steps"])
+        ]
+        _table(rows, ["STEP", "EXCHANGE", "ACTION (TOOL CALLS)", "OBSERVATION", "FLAGS"])
+    aux = meta["auxiliary"]
+    click.echo(f"auxiliary: {len(aux)}")
+    for a in aux:
+        click.echo(_safe(f"  seq {a['seq']}  {a['exchange']}  [{a['kind']}] {a['reason']}"))

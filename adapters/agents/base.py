@@ -1,0 +1,360 @@
+"""Launch profiles: how pvisor starts a real agent CLI headless with the gateway in front of it.
+
+A **launch profile** (one module per agent in this package) is declarative: it says which
+executable to look for, which versions it was verified with, which wire protocol the agent
+speaks (and so which gateway upstream serves it), and, given a :class:`LaunchContext`, returns
+a :class:`LaunchPlan`: the command line, the changes to the environment and the files to
+write before the agent starts. It also reads what the agent leaves behind: the session id
+from the agent's own JSON stdout, and where its native trajectory was saved. Running the
+process, the gateway and the journal is the caller's job (``pvisor run``, in
+:mod:`pvisor.agent_run`); a profile never starts anything.
+
+Where things go (``pvisor run``):
+
+- ``<data dir>/runs/<run>/`` is the **run directory** (the data dir is the directory holding
+  the journal file). It holds the agent's stdout and stderr per attempt, config files that
+  must not live in a home (OpenCode's ``opencode.json``), exports (OpenCode's session JSON)
+  and, unless ``--use-home``, the agent's **private home** ``<run dir>/home``: ``HOME`` and the
+  XDG base directories point there, so the agent's config, sessions and caches never touch the
+  user's home, and never the workspace.
+- With ``--use-home`` the agent keeps the user's own ``HOME`` and configuration (logins,
+  settings); pvisor then only sets environment variables and command-line overrides.
+
+Sources: the verified recipes of ``agents.md`` (shared notes of this project) and each agent's
+``--help``; the details per agent are in ``docs/agents.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import orjson
+
+from pvisor.adapters.chains import ChainHint
+
+#: hosts that must never go through an HTTP(S) proxy: the gateway listens on one of them
+NO_PROXY = "127.0.0.1,localhost,::1"
+
+#: model-provider credentials removed from the agent's environment in offline runs (``--script``,
+#: where the agent gets only a dummy key): none is needed, and a tool the agent runs could print
+#: one into the journal. With ``--upstream`` or the public API they stay (the agent needs its key).
+CREDENTIAL_ENV: tuple[str, ...] = (
+    "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN",
+    "OPENAI_API_KEY", "OPENAI_ORG_ID", "OPENAI_ORGANIZATION", "OPENAI_PROJECT_ID", "CODEX_API_KEY",
+    "AZURE_OPENAI_API_KEY", "AZURE_API_KEY", "AZURE_OPENAI_AD_TOKEN",
+    "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENAI_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS", "GOOGLE_CLOUD_ACCESS_TOKEN",
+    "DASHSCOPE_API_KEY", "QWEN_API_KEY", "OPENROUTER_API_KEY", "GROQ_API_KEY", "MISTRAL_API_KEY", "DEEPSEEK_API_KEY",
+    "XAI_API_KEY", "TOGETHER_API_KEY", "TOGETHERAI_API_KEY", "FIREWORKS_API_KEY", "COHERE_API_KEY", "CO_API_KEY",
+    "PERPLEXITY_API_KEY", "HF_TOKEN", "HUGGINGFACE_API_KEY", "HUGGING_FACE_HUB_TOKEN", "REPLICATE_API_TOKEN",
+    "LITELLM_API_KEY", "LITELLM_MASTER_KEY",
+)
+
+#: name prefixes and suffixes of credentials removed as well in offline runs (every AWS variable:
+#: Bedrock keys, session tokens, profiles; any ``*_API_KEY``)
+CREDENTIAL_PREFIXES: tuple[str, ...] = ("AWS_",)
+CREDENTIAL_SUFFIXES: tuple[str, ...] = ("_API_KEY", "_AUTH_TOKEN")
+
+
+def offline_credentials(environ: Mapping[str, str]) -> list[str]:
+    """The variables of ``environ`` that :data:`CREDENTIAL_ENV`, :data:`CREDENTIAL_PREFIXES`
+    or :data:`CREDENTIAL_SUFFIXES` name, plus every name of :data:`CREDENTIAL_ENV`."""
+    found = [k for k in environ if k.startswith(CREDENTIAL_PREFIXES) or k.endswith(CREDENTIAL_SUFFIXES)]
+    return sorted(set(CREDENTIAL_ENV) | set(found))
+
+
+#: timeout of ``<agent> --version``, seconds
+VERSION_TIMEOUT_S = 10.0
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+@dataclass(frozen=True, slots=True)
+class VersionRange:
+    """Versions ``minimum <= v < below`` (tuples of integers, compared element-wise, missing
+    parts counting as 0), e.g. ``VersionRange((2, 1, 0), (2, 2))`` is 2.1.x."""
+
+    minimum: tuple[int, ...]
+    below: tuple[int, ...]
+
+    def __contains__(self, version: object) -> bool:
+        parsed = parse_version(version) if isinstance(version, str) else None
+        if parsed is None:
+            return False
+        n = max(len(parsed), len(self.minimum), len(self.below))
+
+        def pad(t: tuple[int, ...]) -> tuple[int, ...]:
+            return t + (0,) * (n - len(t))
+
+        return pad(self.minimum) <= pad(parsed) < pad(self.below)
+
+    def __str__(self) -> str:
+        return f">={'.'.join(map(str, self.minimum))}, <{'.'.join(map(str, self.below))}"
+
+
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """The first ``X.Y[.Z]`` in ``text`` as a tuple of integers, or None."""
+    m = _VERSION.search(text)
+    if m is None:
+        return None
+    return tuple(int(g) for g in m.groups() if g is not None)
+
+
+def version_string(text: str) -> str | None:
+    """The first ``X.Y[.Z]`` in ``text`` (what ``--version`` printed), or None."""
+    m = _VERSION.search(text)
+    return m.group(0) if m else None
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchContext:
+    """What a profile needs to plan one attempt.
+
+    Fields:
+        executable: path of the agent's entry point (``--agent-entrypoint``, else found on PATH).
+        base_url: the gateway's URL with the run id in the path, no trailing slash:
+            ``http://127.0.0.1:PORT/run/<run id>``. The gateway strips ``/run/<id>`` and files
+            every exchange under that run.
+        run_dir: ``<data dir>/runs/<run id>``; exists.
+        home: the private home (``<run dir>/home``, exists), or None with ``--use-home``.
+        workspace: the directory the agent works in (its cwd).
+        attempt: 1 for the first try of the run, 2, 3, ... for native resumes.
+        model: the model name to ask for, or None for the agent's own default.
+        api_key: the key to give the agent (a dummy for the scripted model), or None: the
+            agent then reads the user's own key from the environment (it goes to the upstream
+            through the gateway, which never records it).
+    """
+
+    executable: str
+    base_url: str
+    run_dir: Path
+    home: Path | None
+    workspace: Path
+    attempt: int = 1
+    model: str | None = None
+    api_key: str | None = None
+
+
+@dataclass(slots=True)
+class LaunchPlan:
+    """One attempt's command line and what must be in place before it starts.
+
+    Fields:
+        argv: the command line, ``argv[0]`` the executable.
+        env: changes to the inherited environment: name -> value, or None to remove the variable.
+        files: files to write (mode 0600, parent directories 0700) before the agent starts:
+            path -> text.
+        native_path: the native trajectory path when it is fixed in advance (mini-swe-agent's
+            ``-o``), else None (found after the run from the session id).
+    """
+
+    argv: list[str]
+    env: dict[str, str | None] = field(default_factory=dict)
+    files: dict[Path, str] = field(default_factory=dict)
+    native_path: Path | None = None
+
+
+@dataclass(slots=True)
+class EnvSnippet:
+    """What a user pastes to point their own agent session at a running gateway
+    (``pvisor env``): environment variables to export, files to write, and the command to run
+    (``argv``, the agent's own arguments such as Codex's ``-c`` overrides), plus ``notes``
+    (one sentence each) shown as comments."""
+
+    env: dict[str, str]
+    files: dict[Path, str] = field(default_factory=dict)
+    argv: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class ExportPlan:
+    """A command that writes the native trajectory after the run (OpenCode's ``opencode export
+    ID``): run ``argv`` with the attempt's environment in the workspace; its stdout is saved to
+    ``output``."""
+
+    argv: list[str]
+    output: Path
+
+
+class AgentProfile:
+    """Base class of the launch profiles (one subclass per agent; see the class attributes).
+
+    Class attributes:
+        name: the adapter name used on the command line and in the journal (``claude-code``).
+        title: the agent's name for people (``Claude Code``).
+        executable: the command looked up on PATH when no ``--agent-entrypoint`` is given.
+        versions: the versions this profile was verified with (``--allow-unsupported``
+            launches others).
+        protocol: the wire protocol the agent speaks (``anthropic``, ``openai-responses``,
+            ``openai-chat``, ``gemini``).
+        upstream: the gateway upstream serving that protocol (``anthropic``, ``openai``, ``gemini``).
+        script_model: the model name asked for when running against the scripted model.
+        needs_model: the agent cannot start without a model name (then ``--model`` is required
+            with ``--upstream``).
+        resumable: the agent has a native resume of a session.
+        resume_extends_chain: its resume sends the old conversation unchanged, so that the
+            resumed requests extend the main chain; False when it regenerates its first context
+            message (a new chain in the same run).
+        auxiliary_first_prompt: auxiliary exchanges expected on a first prompt (documentation
+            and tests; the chain rule decides, never this number).
+        json_stdout: the agent prints JSON events on stdout (its session id is read there).
+        chain_hint: the tie-break hint for the chain rule (the main loop's tools).
+        key_env: the variable the agent reads its API key from.
+        removed_env: variables removed from the agent's environment: they would send its
+            requests around the gateway (Bedrock, Vertex) or put its config elsewhere.
+    """
+
+    name: str = ""
+    title: str = ""
+    executable: str = ""
+    versions: VersionRange = VersionRange((0,), (0,))
+    protocol: str = ""
+    upstream: str = ""
+    script_model: str = "mock-model"
+    needs_model: bool = False
+    resumable: bool = True
+    resume_extends_chain: bool = True
+    auxiliary_first_prompt: int = 0
+    json_stdout: bool = True
+    chain_hint: ChainHint | None = None
+    key_env: str = ""
+    removed_env: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ version
+
+    def version_argv(self, executable: str) -> list[str]:
+        """The command that prints the agent's version (``<exe> --version``)."""
+        return [executable, "--version"]
+
+    def read_version(self, output: str) -> str | None:
+        """The version string in what :meth:`version_argv` printed, or None."""
+        return version_string(output)
+
+    def version_env(self, home: Path | None) -> dict[str, str | None]:
+        """Environment changes for the version check: a throwaway ``home`` (some agents create
+        their config directory even for ``--version``), or None with ``--use-home``."""
+        env: dict[str, str | None] = {"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}
+        if home is not None:
+            env.update(private_home_env(home))
+        return env
+
+    # ------------------------------------------------------------------ launching
+
+    def plan(self, ctx: LaunchContext, task: str, session_id: str | None = None) -> LaunchPlan:
+        """The plan of one attempt: the headless command for ``task``, or with ``session_id``
+        the native resume of that session with ``task`` as the next prompt. Raises UsageError
+        when the agent cannot resume."""
+        raise NotImplementedError
+
+    def base_env(self, ctx: LaunchContext) -> dict[str, str | None]:
+        """Environment changes every profile makes: no proxy for the gateway's host, the
+        private home (``HOME`` and the XDG base directories) unless ``--use-home``, the
+        removed variables, and the API key when one is given; with a given (dummy) key, every
+        provider credential of the environment is removed first (:func:`offline_credentials`)."""
+        env: dict[str, str | None] = {"NO_PROXY": NO_PROXY, "no_proxy": NO_PROXY}
+        if ctx.home is not None:
+            env.update(private_home_env(ctx.home))
+        for name in self.removed_env:
+            env[name] = None
+        if ctx.api_key is not None:
+            for name in offline_credentials(os.environ):
+                env[name] = None
+        if ctx.api_key is not None and self.key_env:
+            env[self.key_env] = ctx.api_key
+        return env
+
+    # ------------------------------------------------------------------ after the run
+
+    def session_id(self, stdout: bytes) -> str | None:
+        """The session id the agent printed on its JSON stdout, or None."""
+        return None
+
+    def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
+        """The native trajectory file of the session, found by its session id (or the plan's
+        fixed path); None when there is none."""
+        return plan.native_path if plan.native_path is not None and plan.native_path.exists() else None
+
+    def export_plan(self, ctx: LaunchContext, session_id: str | None) -> ExportPlan | None:
+        """A command that exports the native trajectory after the run, or None (the agent
+        writes its own file)."""
+        return None
+
+    # ------------------------------------------------------------------ pvisor env
+
+    def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
+        """What a user pastes to point their own session at the gateway whose run URL is
+        ``base_url`` (``http://HOST:PORT/run/<id>``); ``run_dir`` is where files go that must
+        not be written into a project (OpenCode's config)."""
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def private_home_env(home: Path) -> dict[str, str | None]:
+    """``HOME`` and the XDG base directories (config, data, cache, state) inside ``home``."""
+    return {
+        "HOME": str(home),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_DATA_HOME": str(home / ".local" / "share"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "XDG_STATE_HOME": str(home / ".local" / "state"),
+    }
+
+
+def user_home(env: dict[str, str] | None = None) -> Path:
+    """The user's home (``$HOME``), for ``--use-home`` runs."""
+    env = os.environ if env is None else env
+    return Path(env.get("HOME") or os.path.expanduser("~"))
+
+
+def json_lines(stdout: bytes) -> Iterator[dict[str, Any]]:
+    """The JSON objects of a JSON Lines output, one per line; other lines are skipped. Split on
+    ``\\n`` bytes only (never ``str.splitlines``, which also splits inside strings on U+2028)."""
+    for line in stdout.split(b"\n"):
+        line = line.strip()
+        if not line.startswith(b"{"):
+            continue
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def first_value(stdout: bytes, key: str, **match: Any) -> str | None:
+    """``obj[key]`` of the first JSON line whose fields equal ``match`` and that has a string
+    ``key``; None when no line does."""
+    for obj in json_lines(stdout):
+        if all(obj.get(k) == v for k, v in match.items()):
+            value = obj.get(key)
+            if isinstance(value, str) and value:
+                return value
+    return None
+
+
+def find_file(roots: Iterable[Path], pattern: str) -> Path | None:
+    """The newest file matching the glob ``pattern`` under any of ``roots`` (recursively), or
+    None. Used with a pattern naming the session id, never a rebuilt cwd slug."""
+    found: list[Path] = []
+    for root in roots:
+        if root.is_dir():
+            found.extend(p for p in root.rglob(pattern) if p.is_file())
+    if not found:
+        return None
+    return max(found, key=lambda p: p.stat().st_mtime)
+
+
+def json_text(obj: Any) -> str:
+    """``obj`` as indented JSON text with a final newline (config files)."""
+    return orjson.dumps(obj, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def toml_string(value: str) -> str:
+    """``value`` as a TOML basic string (JSON string escapes are valid TOML)."""
+    return orjson.dumps(value).decode()

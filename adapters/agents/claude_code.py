@@ -1,0 +1,95 @@
+"""Claude Code (``claude``, npm ``@anthropic-ai/claude-code``), verified with 2.1.332.
+
+- Protocol: Anthropic Messages, streamed (``POST /v1/messages?beta=true``); upstream ``anthropic``.
+- Base URL: ``ANTHROPIC_BASE_URL=<gateway>/run/<id>`` (no ``/v1``: the agent adds it).
+- Headless: ``claude -p --output-format stream-json --verbose --allowedTools ... -- TASK`` (``-p``
+  is a flag, the prompt positional: after ``--`` a task such as ``--version`` is no option).
+  ``--allowedTools`` rather than ``--dangerously-skip-permissions``, which Claude Code refuses
+  as root unless ``IS_SANDBOX=1`` (never set by default).
+- Resume: ``claude --resume SESSION -p ... -- TASK`` in the same workspace and home; the resumed
+  requests repeat the old conversation (with ``cache_control`` moved) and extend the main chain.
+- Session id: ``session_id`` of the ``{"type": "system", "subtype": "init"}`` line on stdout.
+- Native trajectory: ``<session id>.jsonl`` under ``$HOME/.claude/projects/`` (searched by that
+  name; its folder is a cwd slug that pvisor never rebuilds).
+- Quiet: ``CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1`` (with 2.1.332 this also stops the
+  ``HEAD /api/hello`` reachability probe, so a first prompt sends no auxiliary exchange),
+  ``DISABLE_TELEMETRY``, ``DISABLE_AUTOUPDATER``, ``DISABLE_ERROR_REPORTING``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pvisor.adapters.chains import ChainHint
+
+from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, user_home
+
+QUIET_ENV = {
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_TELEMETRY": "1",
+    "DISABLE_AUTOUPDATER": "1",
+    "DISABLE_ERROR_REPORTING": "1",
+}
+
+#: tools allowed without a permission prompt (headless runs cannot answer one)
+ALLOWED_TOOLS = "Bash,Edit,Write,NotebookEdit"
+
+
+class ClaudeCode(AgentProfile):
+    name = "claude-code"
+    title = "Claude Code"
+    executable = "claude"
+    versions = VersionRange((2, 1, 0), (2, 2))
+    protocol = "anthropic"
+    upstream = "anthropic"
+    script_model = "claude-sonnet-4-5"
+    resumable = True
+    resume_extends_chain = True
+    auxiliary_first_prompt = 0
+    chain_hint = ChainHint(tools=frozenset({"Bash"}))
+    key_env = "ANTHROPIC_API_KEY"
+    # these send requests to Bedrock or Vertex around the gateway, or move the config dir;
+    # an auth token would be sent instead of the key we give the scripted model
+    removed_env = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_BEDROCK_BASE_URL", "ANTHROPIC_VERTEX_BASE_URL")
+
+    def base_env(self, ctx: LaunchContext) -> dict[str, str | None]:
+        env = super().base_env(ctx)
+        if ctx.home is not None:
+            env["CLAUDE_CONFIG_DIR"] = None  # the private $HOME/.claude
+        if ctx.api_key is not None:
+            env["ANTHROPIC_AUTH_TOKEN"] = None
+        return env
+
+    def plan(self, ctx: LaunchContext, task: str, session_id: str | None = None) -> LaunchPlan:
+        env = self.base_env(ctx)
+        env["ANTHROPIC_BASE_URL"] = ctx.base_url
+        env.update(QUIET_ENV)
+        argv = [ctx.executable]
+        if session_id is not None:
+            argv += ["--resume", session_id]
+        argv += ["-p", "--output-format", "stream-json", "--verbose", "--allowedTools", ALLOWED_TOOLS]
+        if ctx.model:
+            argv += ["--model", ctx.model]
+        argv += ["--", task]  # -p is a flag and the prompt positional: after --, "-v ..." is never an option
+        return LaunchPlan(argv=argv, env=env)
+
+    def session_id(self, stdout: bytes) -> str | None:
+        return first_value(stdout, "session_id", type="system", subtype="init")
+
+    def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
+        if not session_id:
+            return None
+        home = ctx.home if ctx.home is not None else user_home()
+        roots = [home / ".claude" / "projects"]
+        if ctx.home is None and os.environ.get("CLAUDE_CONFIG_DIR"):  # --use-home with a moved config dir
+            roots.insert(0, Path(os.environ["CLAUDE_CONFIG_DIR"]) / "projects")
+        return find_file(roots, f"{session_id}.jsonl")
+
+    def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
+        env = {"ANTHROPIC_BASE_URL": base_url, **QUIET_ENV, "NO_PROXY": "127.0.0.1,localhost,::1"}
+        argv = ["claude"] + (["--model", model] if model else [])
+        return EnvSnippet(env=env, argv=argv, notes=["Claude Code reads its key from ANTHROPIC_API_KEY (or your login) as usual."])
+
+
+PROFILE = ClaudeCode()

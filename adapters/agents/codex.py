@@ -1,0 +1,130 @@
+"""Codex CLI (``codex``, npm ``@openai/codex``), verified with 0.171.0.
+
+- Protocol: OpenAI Responses, streamed (``POST /v1/responses``); upstream ``openai``. Codex
+  ignores ``OPENAI_BASE_URL`` and rejects ``wire_api="chat"``: it needs a model provider.
+- Base URL: a provider ``pvisor`` with ``base_url = "<gateway>/run/<id>/v1"``,
+  ``env_key = "OPENAI_API_KEY"``, ``wire_api = "responses"``; against the scripted model no
+  retries (``request_max_retries = 0``, ``stream_max_retries = 0``), against a real API Codex's
+  own (a retried request is an auxiliary ``retry`` exchange). Private home: in
+  ``$CODEX_HOME/config.toml`` (``CODEX_HOME = <home>/.codex``) with ``approval_policy = "never"``, ``sandbox_mode = "danger-full-access"``
+  (Codex's own sandbox needs kernel features containers often lack) and the quiet switches:
+  ``check_for_update_on_startup = false``, ``[features] plugins = false`` (else it looks up
+  outside hosts), ``[analytics] enabled = false``, ``[otel] exporter = "none"``. With
+  ``--use-home``: the same provider as ``-c`` overrides, plus ``approval_policy="never"``; the
+  user's sandbox setting stays.
+- Headless: ``codex exec --skip-git-repo-check --json -- TASK``; resume:
+  ``codex exec --skip-git-repo-check --json resume SESSION -- TASK`` (extends the main chain).
+- Session id: ``thread_id`` of the ``{"type": "thread.started"}`` line on stdout.
+- Native trajectory: ``rollout-*-<session id>.jsonl`` under ``$CODEX_HOME/sessions/``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pvisor.adapters.chains import ChainHint
+
+from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, toml_string, user_home
+
+PROVIDER = "pvisor"
+
+
+def provider_table(base_url: str, retries: bool = True) -> str:
+    """The inline TOML table of the ``pvisor`` model provider (for ``-c model_providers.pvisor=...``).
+    Without ``retries``, Codex sends each request once (the scripted model never fails)."""
+    no_retries = ", request_max_retries=0, stream_max_retries=0" if not retries else ""
+    return (f'{{name={toml_string(PROVIDER)}, base_url={toml_string(base_url + "/v1")}, env_key="OPENAI_API_KEY", '
+            f'wire_api="responses"{no_retries}}}')
+
+
+def config_toml(base_url: str, model: str | None, retries: bool = True) -> str:
+    """``config.toml`` of the private ``CODEX_HOME``; without ``retries`` see :func:`provider_table`."""
+    lines = []
+    if model:
+        lines.append(f"model = {toml_string(model)}")
+    lines += [
+        f"model_provider = {toml_string(PROVIDER)}",
+        'approval_policy = "never"',
+        'sandbox_mode = "danger-full-access"',
+        "check_for_update_on_startup = false",
+        "",
+        f"[model_providers.{PROVIDER}]",
+        f"name = {toml_string(PROVIDER)}",
+        f"base_url = {toml_string(base_url + '/v1')}",
+        'env_key = "OPENAI_API_KEY"',
+        'wire_api = "responses"',
+        *(["request_max_retries = 0", "stream_max_retries = 0"] if not retries else []),
+        "",
+        "[features]",
+        "plugins = false",
+        "",
+        "[analytics]",
+        "enabled = false",
+        "",
+        "[otel]",
+        'exporter = "none"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def overrides(base_url: str, model: str | None, retries: bool = True) -> list[str]:
+    """``-c`` overrides that point Codex at the gateway without touching its config file."""
+    out = ["-c", f"model_providers.{PROVIDER}={provider_table(base_url, retries)}", "-c", f"model_provider={toml_string(PROVIDER)}"]
+    if model:
+        out += ["-c", f"model={toml_string(model)}"]
+    return out
+
+
+class Codex(AgentProfile):
+    name = "codex"
+    title = "Codex CLI"
+    executable = "codex"
+    versions = VersionRange((0, 170, 0), (0, 180))
+    protocol = "openai-responses"
+    upstream = "openai"
+    script_model = "gpt-5-codex"
+    resumable = True
+    resume_extends_chain = True
+    auxiliary_first_prompt = 0
+    chain_hint = ChainHint(tools=frozenset({"exec_command"}))
+    key_env = "OPENAI_API_KEY"
+
+    def _codex_home(self, ctx: LaunchContext) -> Path:
+        if ctx.home is not None:
+            return ctx.home / ".codex"
+        return Path(os.environ.get("CODEX_HOME") or user_home() / ".codex")
+
+    def plan(self, ctx: LaunchContext, task: str, session_id: str | None = None) -> LaunchPlan:
+        env = self.base_env(ctx)
+        files: dict[Path, str] = {}
+        argv = [ctx.executable, "exec", "--skip-git-repo-check", "--json"]
+        if ctx.home is not None:
+            codex_home = self._codex_home(ctx)
+            env["CODEX_HOME"] = str(codex_home)
+            files[codex_home / "config.toml"] = config_toml(ctx.base_url, ctx.model, retries=ctx.api_key is None)
+        else:
+            argv += overrides(ctx.base_url, ctx.model, retries=ctx.api_key is None) + ["-c", 'approval_policy="never"']
+        if session_id is not None:
+            argv += ["resume", session_id]
+        argv += ["--", task]  # a task starting with "-" is never read as an option
+        return LaunchPlan(argv=argv, env=env, files=files)
+
+    def session_id(self, stdout: bytes) -> str | None:
+        return first_value(stdout, "thread_id", type="thread.started")
+
+    def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
+        if not session_id:
+            return None
+        return find_file([self._codex_home(ctx) / "sessions"], f"rollout-*-{session_id}.jsonl")
+
+    def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
+        return EnvSnippet(
+            env={"NO_PROXY": "127.0.0.1,localhost,::1"},
+            argv=["codex"] + overrides(base_url, model),
+            notes=["Codex ignores OPENAI_BASE_URL: the -c overrides add a model provider for this session only.",
+                   "It sends OPENAI_API_KEY as usual; the gateway passes it on and never records it."],
+        )
+
+
+PROFILE = Codex()

@@ -1,0 +1,114 @@
+"""OpenCode (``opencode``, npm ``opencode-ai``), verified with 1.18.33.
+
+- Protocol: OpenAI Chat Completions, streamed (``POST /v1/chat/completions``) through the
+  ``@ai-sdk/openai-compatible`` provider; upstream ``openai``.
+- Base URL: a provider ``pvisor`` with ``options.baseURL = "<gateway>/run/<id>/v1"`` and its key
+  from ``OPENAI_API_KEY``, in a config file ``<run dir>/opencode.json`` named by
+  ``OPENCODE_CONFIG`` (never an ``opencode.json`` in the workspace, where the recipe of
+  agents.md puts it: OpenCode merges ``OPENCODE_CONFIG`` over the global config, verified with
+  1.18.33). It sets ``model`` and ``small_model`` to the provider's one model (``tool_call``
+  on), ``autoupdate: false``, ``share: "disabled"`` and lets bash and edit run without asking.
+  Quiet: ``OPENCODE_DISABLE_MODELS_FETCH``, ``OPENCODE_DISABLE_AUTOUPDATE``,
+  ``OPENCODE_DISABLE_LSP_DOWNLOAD``, ``OPENCODE_DISABLE_SHARE``. Its data (the ``opencode.db``
+  SQLite session store) lives under ``$XDG_DATA_HOME/opencode`` of the private home.
+- Headless: ``opencode run --format json -- TASK`` (the JSON events carry ``sessionID``); resume:
+  ``opencode run --session SESSION --format json -- TASK`` (extends the main chain).
+- Auxiliary exchanges: a title request (no tools, another system prompt) on a session's first
+  prompt, racing the main loop: one per first prompt.
+- Native trajectory: none on disk in a readable form; ``opencode export SESSION`` (run with the
+  same environment, so the same data directories) prints the session as JSON, saved as
+  ``<run dir>/opencode-session-<id>.json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pvisor.adapters.chains import ChainHint
+
+from .base import AgentProfile, EnvSnippet, ExportPlan, LaunchContext, LaunchPlan, VersionRange, first_value, json_text
+
+PROVIDER = "pvisor"
+
+QUIET_ENV = {
+    "OPENCODE_DISABLE_MODELS_FETCH": "1",
+    "OPENCODE_DISABLE_AUTOUPDATE": "1",
+    "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+    "OPENCODE_DISABLE_SHARE": "1",
+}
+
+
+def config(base_url: str, model: str) -> dict:
+    """The OpenCode config that routes its one model through the gateway."""
+    return {
+        "$schema": "https://opencode.ai/config.json",
+        "provider": {
+            PROVIDER: {
+                "npm": "@ai-sdk/openai-compatible",
+                "name": PROVIDER,
+                "options": {"baseURL": base_url + "/v1", "apiKey": "{env:OPENAI_API_KEY}"},
+                "models": {model: {"name": model, "tool_call": True}},
+            }
+        },
+        "model": f"{PROVIDER}/{model}",
+        "small_model": f"{PROVIDER}/{model}",
+        "autoupdate": False,
+        "share": "disabled",
+        "permission": {"bash": "allow", "edit": "allow"},
+    }
+
+
+class OpenCode(AgentProfile):
+    name = "opencode"
+    title = "OpenCode"
+    executable = "opencode"
+    versions = VersionRange((1, 18, 0), (1, 19))
+    protocol = "openai-chat"
+    upstream = "openai"
+    script_model = "mock-model"
+    needs_model = True
+    resumable = True
+    resume_extends_chain = True
+    auxiliary_first_prompt = 1
+    chain_hint = ChainHint(tools=frozenset({"bash"}))
+    key_env = "OPENAI_API_KEY"
+    # an inline config would override ours
+    removed_env = ("OPENCODE_CONFIG_CONTENT",)
+
+    def _env(self, ctx: LaunchContext) -> dict[str, str | None]:
+        env = self.base_env(ctx)
+        env["OPENCODE_CONFIG"] = str(ctx.run_dir / "opencode.json")
+        if ctx.home is not None:
+            env["OPENCODE_CONFIG_DIR"] = None
+        env.update(QUIET_ENV)
+        return env
+
+    def plan(self, ctx: LaunchContext, task: str, session_id: str | None = None) -> LaunchPlan:
+        model = ctx.model or self.script_model
+        files = {ctx.run_dir / "opencode.json": json_text(config(ctx.base_url, model))}
+        argv = [ctx.executable, "run"]
+        if session_id is not None:
+            argv += ["--session", session_id]
+        argv += ["--format", "json", "--", task]  # a task starting with "-" is never read as an option
+        return LaunchPlan(argv=argv, env=self._env(ctx), files=files)
+
+    def session_id(self, stdout: bytes) -> str | None:
+        return first_value(stdout, "sessionID")
+
+    def export_plan(self, ctx: LaunchContext, session_id: str | None) -> ExportPlan | None:
+        if not session_id:
+            return None
+        return ExportPlan(argv=[ctx.executable, "export", session_id], output=ctx.run_dir / f"opencode-session-{session_id}.json")
+
+    def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
+        path = run_dir / "opencode.json"
+        return EnvSnippet(
+            env={"OPENCODE_CONFIG": str(path), **QUIET_ENV, "NO_PROXY": "127.0.0.1,localhost,::1"},
+            files={path: json_text(config(base_url, model or "gpt-5"))},
+            argv=["opencode"],
+            notes=["OPENCODE_CONFIG adds a provider 'pvisor' over your own config; the key comes from OPENAI_API_KEY."]
+            + ([] if model else ["Model gpt-5: give pvisor env --model NAME for another."]),
+        )
+
+
+PROFILE = OpenCode()

@@ -1,0 +1,86 @@
+"""Qwen Code (``qwen``, npm ``@qwen-code/qwen-code``), verified with 0.24.4.
+
+- Protocol: OpenAI Chat Completions, streamed; upstream ``openai``.
+- Base URL: ``OPENAI_BASE_URL=<gateway>/run/<id>/v1``, ``OPENAI_API_KEY``, ``OPENAI_MODEL``, and
+  ``--auth-type openai``.
+- Private home: ``$HOME/.qwen/settings.json`` with usage statistics, telemetry and auto-update
+  off; ``QWEN_CODE_SUPPRESS_YOLO_WARNING=1``.
+- Headless: ``qwen --auth-type openai --yolo --output-format stream-json --prompt=TASK``; resume:
+  ``qwen --resume SESSION ...``: the first context message is regenerated, so the resumed
+  requests start a **new chain** in the same run; from a session's second prompt on Qwen Code
+  also sends a background "memory extraction" request (the conversation under another system
+  prompt and six tools: another chain, auxiliary); on a first prompt it was seen only when the
+  first reply made no tool call (docs/agents.md).
+- Session id: ``session_id`` of the ``{"type": "system", "subtype": "init"}`` line on stdout.
+- Native trajectory: ``<session id>.jsonl`` under ``$HOME/.qwen/projects/`` (searched by name).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pvisor.adapters.chains import ChainHint
+
+from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, json_text, user_home
+
+SETTINGS = {
+    "privacy": {"usageStatisticsEnabled": False},
+    "telemetry": {"enabled": False},
+    "general": {"enableAutoUpdate": False, "disableAutoUpdate": True},
+}
+
+
+class QwenCode(AgentProfile):
+    name = "qwen-code"
+    title = "Qwen Code"
+    executable = "qwen"
+    versions = VersionRange((0, 24, 0), (0, 25))
+    protocol = "openai-chat"
+    upstream = "openai"
+    script_model = "mock-model"
+    needs_model = True
+    resumable = True
+    resume_extends_chain = False
+    auxiliary_first_prompt = 0
+    chain_hint = ChainHint(tools=frozenset({"run_shell_command"}))
+    key_env = "OPENAI_API_KEY"
+
+    def _qwen_dir(self, ctx: LaunchContext) -> Path:
+        if ctx.home is not None:
+            return ctx.home / ".qwen"
+        return Path(os.environ["QWEN_HOME"]) if os.environ.get("QWEN_HOME") else user_home() / ".qwen"
+
+    def plan(self, ctx: LaunchContext, task: str, session_id: str | None = None) -> LaunchPlan:
+        env = self.base_env(ctx)
+        env["OPENAI_BASE_URL"] = ctx.base_url + "/v1"
+        env["OPENAI_MODEL"] = ctx.model or self.script_model
+        env["QWEN_CODE_SUPPRESS_YOLO_WARNING"] = "1"
+        files: dict[Path, str] = {}
+        if ctx.home is not None:
+            env["QWEN_HOME"] = None
+            files[ctx.home / ".qwen" / "settings.json"] = json_text(SETTINGS)
+        argv = [ctx.executable]
+        if session_id is not None:
+            argv += ["--resume", session_id]
+        # --prompt=TASK (attached): its positional prompt does not take "--" (0.24.4 then reads stdin)
+        argv += ["--auth-type", "openai", "--yolo", "--output-format", "stream-json", f"--prompt={task}"]
+        return LaunchPlan(argv=argv, env=env, files=files)
+
+    def session_id(self, stdout: bytes) -> str | None:
+        return first_value(stdout, "session_id", type="system", subtype="init")
+
+    def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
+        if not session_id:
+            return None
+        return find_file([self._qwen_dir(ctx) / "projects"], f"{session_id}.jsonl")
+
+    def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
+        env = {"OPENAI_BASE_URL": base_url + "/v1", "NO_PROXY": "127.0.0.1,localhost,::1"}
+        if model:
+            env["OPENAI_MODEL"] = model
+        return EnvSnippet(env=env, argv=["qwen", "--auth-type", "openai"],
+                          notes=["Qwen Code reads its key from OPENAI_API_KEY."])
+
+
+PROFILE = QwenCode()

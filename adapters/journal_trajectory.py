@@ -1,0 +1,375 @@
+"""The journal adapter: a captured run read as its trajectory of steps.
+
+The main chain of the run (:mod:`pvisor.adapters.chains`) gives the main-loop requests
+1..N (the kept exchange of each slot). Then, per DESIGN.md "Vocabulary":
+
+- **A_i** is the reply to request i, read from its reassembled final response (the stored
+  ``response_final`` of a stream, else the body; reassembled here when a stream was stored
+  without it) with the protocol's ``response_to_action``: text, reasoning, tool calls with
+  their exact ``arguments_raw`` and call ids, usage, stop reason, model. Parallel calls of one
+  reply are one batch, one step.
+- **O_i** is what request i+1 appends after A_i: the messages after request i's own, minus
+  the echo of A_i (the leading assistant messages); they come parsed from the classification
+  (``Request.tail``), so no body is parsed twice. Tool results go to ``results`` in the order
+  the agent sent them (agents send them in call order), with their exact content and
+  ``is_error``; any other appended part (a user prompt, mini-swe-agent's "format error"
+  message, text an agent adds beside the results) goes to ``messages``, grouped per message.
+  Content is taken from the parsed request, never from the normalised form: normalisation only
+  decides what compares equal.
+- The last step's observation is empty (no request N+1).
+
+Step flags (``Step.flags``), each also explained in ``Trajectory.meta["steps"]``:
+
+============================  ===================================================================
+``action_dropped_by_agent``   request i+1 does not carry A_i (no assistant message where A_i
+                              belongs), although A_i had text or tool calls
+``action_changed_by_agent``   request i+1 carries an assistant message there that is not A_i
+                              (text or tool calls differ once normalised; reasoning and other
+                              blocks, such as server tool results, ignored)
+``no_reply``                  request i got no usable reply: an error status, no body, a body
+                              that does not read as a response, or one that holds no reply
+                              (Chat ``choices`` null or empty; A_i is then empty)
+``interrupted``               the exchange did not end normally (``aborted_by_client``,
+                              ``upstream_reset``, ``incomplete``, in flight): A_i holds what arrived
+``partially_delivered``       the agent got fewer response bytes than the upstream sent
+                              (``bytes_delivered < bytes_received``): A_i holds more than it saw
+``tool_results_not_sent``     A_N made tool calls but no later main-loop request sent results
+``missing_tool_results``      request i+1 answers only some of A_i's tool calls (calls the
+                              provider runs itself, kind ``server``, expect no result)
+``retried``                   request i was sent more than once; the step keeps the last exchange
+                              that succeeded (the others are auxiliary ``retry`` exchanges)
+``system_changed``            request i's system prompt differs from request i-1's
+``tools_changed``             request i's tools differ from request i-1's
+============================  ===================================================================
+
+Public API: :func:`trajectory_from_journal`, :func:`build_trajectory` and
+:func:`trajectory_to_json` (the ``pvisor journal steps --json`` document, docs/steps.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from pvisor.adapters.chains import Classification, Prefer, Request, action_message, changes_between, classify_run, read_final_response
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import json_type
+from pvisor.journal.errors import BadInputError
+from pvisor.journal.model import (
+    Action,
+    Conversation,
+    LeftOut,
+    Message,
+    Observation,
+    OtherPart,
+    Reasoning,
+    Step,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    Trajectory,
+)
+from pvisor.journal.reader import JournalReader
+
+#: schema name of :func:`trajectory_to_json`'s document
+STEPS_SCHEMA = "pvisor.steps/v1"
+
+#: outcomes of an exchange that ended before its response did
+_INTERRUPTED = frozenset({"aborted_by_client", "upstream_reset", "incomplete", "in_flight"})
+#: outcomes whose error status the gateway gave itself (no upstream answered)
+_GATEWAY_STATUS = frozenset({"upstream_unreachable", "upstream_reset", "oversize"})
+
+
+def trajectory_from_journal(reader: JournalReader, run_id: str, *, prefer: Prefer | None = None) -> Trajectory:
+    """The run ``run_id`` (or a unique prefix) of a journal as a :class:`Trajectory`.
+
+    ``prefer`` is the launch profile's tie-break hint for the main chain (see
+    :func:`pvisor.adapters.chains.classify_exchanges`). Raises UsageError when no run or several
+    match, IntegrityError when a stored body is damaged; never for bodies that do not parse
+    (they are left out, or flagged, with the reason).
+    """
+    return build_trajectory(reader, classify_run(reader, run_id, prefer=prefer))
+
+
+@dataclass(slots=True)
+class _Reply:
+    action: Action
+    flags: list[str] = field(default_factory=list)
+    problem: str | None = None
+
+
+def _read_reply(reader: JournalReader, req: Request) -> _Reply:
+    ex = req.exchange
+    assert req.protocol is not None  # a main-loop request is a candidate: it parsed
+    mod = get_protocol(req.protocol)
+    reply = _Reply(Action())
+    if ex.outcome in _INTERRUPTED:
+        reply.flags.append("interrupted")
+    if ex.bytes_delivered < ex.bytes_received:
+        reply.flags.append("partially_delivered")
+    if ex.status is not None and ex.status >= 400:
+        reply.flags.append("no_reply")
+        if ex.outcome in _GATEWAY_STATUS:
+            reply.problem = f"the gateway answered status {ex.status} itself, no upstream reply (outcome {ex.outcome}" + (f": {ex.error})" if ex.error else ")")
+        else:
+            reply.problem = f"the upstream answered status {ex.status}"
+        return reply
+    final, problem = read_final_response(reader, ex)
+    if final is None or not isinstance(final, dict):
+        reply.flags.append("no_reply")
+        reply.problem = problem or f"the response is a JSON {json_type(final)}, expected an object"
+        return reply
+    try:
+        reply.action = mod.response_to_action(final)
+    except BadInputError as exc:
+        reply.flags.append("no_reply")
+        reply.problem = f"the response does not read as a reply: {exc.message}"
+        return reply
+    missing = getattr(mod, "reply_problem", None)
+    problem = missing(final) if missing is not None else None
+    if problem is not None:
+        reply.flags.append("no_reply")
+        reply.problem = problem
+    return reply
+
+
+def _said(mod: Any, messages: list[Message]) -> tuple[str, list[Any]]:
+    """What assistant messages say, for comparing an echo with A_i: their text joined, and
+    their normalised tool calls in order (reasoning and other blocks left out: agents may drop
+    reasoning from their history without dropping the action, and an Anthropic echo carries the
+    provider's server tool results, such as ``web_search_tool_result``, that no action holds)."""
+    norm = mod.normalise(Conversation(protocol=mod.NAME, messages=messages))
+    text: list[str] = []
+    calls: list[Any] = []
+    for m in norm["messages"]:
+        for p in m["parts"]:
+            if p["type"] == "text":
+                text.append(p["text"])
+            elif p["type"] == "tool_call":
+                calls.append(p)
+    return "".join(text), calls
+
+
+def _has_content(action: Action) -> bool:
+    return bool(action.text) or bool(action.tool_calls)
+
+
+def _observation(protocol: str, appended: list[Message], action: Action) -> tuple[Observation, list[str], dict[str, Any]]:
+    """O_i from the messages request i+1 appends to request i (``appended``), with the flags
+    and details of how it carries A_i."""
+    mod = get_protocol(protocol)
+    echo: list[Message] = []
+    for m in appended:
+        if m.role != "assistant":
+            break
+        echo.append(m)
+    flags: list[str] = []
+    details: dict[str, Any] = {}
+    if _has_content(action):
+        if not echo:
+            flags.append("action_dropped_by_agent")
+        elif _said(mod, echo) != _said(mod, [action_message(action)]):
+            flags.append("action_changed_by_agent")
+    obs = Observation()
+    for m in appended[len(echo):]:
+        others = []
+        for p in m.parts:
+            if isinstance(p, ToolResult):
+                obs.results.append(p)
+            else:
+                others.append(p)
+        if others or not m.parts:
+            obs.messages.append(Message(m.role, others, raw=m.raw) if len(others) != len(m.parts) else m)
+    if action.tool_calls and "action_dropped_by_agent" not in flags:
+        # the ids the agent itself gave the calls (Gemini CLI makes its own) answer the results
+        echoed = [p for m in echo for p in m.parts if isinstance(p, ToolCall)]
+        ids = [c.id for c in echoed] if len(echoed) == len(action.tool_calls) else [c.id for c in action.tool_calls]
+        answered = {r.call_id for r in obs.results if r.call_id is not None}
+        # a call is answered by a result carrying its id; without ids on either side, results
+        # answer the calls in order
+        # calls the provider runs itself (kind "server": web search, code execution) expect none
+        missing = [
+            i for i, cid in enumerate(ids)
+            if action.tool_calls[i].kind != "server"
+            and not (cid in answered if cid is not None and answered else i < len(obs.results))
+        ]
+        if missing:
+            flags.append("missing_tool_results")
+            details["missing_results"] = [{"call": i + 1, "id": action.tool_calls[i].id, "name": action.tool_calls[i].name} for i in missing]
+    return obs, flags, details
+
+
+def _task(conv: Conversation) -> tuple[str | None, list[str]]:
+    """(task, context): the last non-empty text part of the last user message of the first
+    main-loop request (agents put their own context blocks before the user's prompt), and the
+    other text parts of that request's user messages, in order."""
+    texts: list[tuple[int, int, str]] = []
+    for i, m in enumerate(conv.messages):
+        if m.role != "user":
+            continue
+        for j, p in enumerate(m.parts):
+            if isinstance(p, TextPart) and p.text:
+                texts.append((i, j, p.text))
+    if not texts:
+        return None, []
+    return texts[-1][2], [t for _, _, t in texts[:-1]]
+
+
+def build_trajectory(reader: JournalReader, classification: Classification) -> Trajectory:
+    """The trajectory of a classified run (see the module docstring for every rule).
+
+    ``Trajectory.meta`` holds: ``run``, ``agent``, ``protocol``, ``main_chain`` (number or
+    None), ``task_context`` (list of str), ``chains`` (``Chain.summary()`` of every chain),
+    ``steps`` (per step: ``n``, ``exchange``, ``seq``, ``attempt``, ``retries`` ids, ``status``,
+    ``outcome`` and, when they apply, ``reply_problem``, ``missing_results``, ``tools_added``,
+    ``tools_removed``, ``bytes_received`` and ``bytes_delivered``, ``previous_response_id`` and
+    ``previous_exchange``), ``auxiliary`` (per left-out exchange: ``exchange``, ``seq``,
+    ``kind``, ``reason``, ``chain``).
+    """
+    c = classification
+    run = reader.run(c.run) if c.run else None
+    main = c.main_requests
+    traj = Trajectory()
+    traj.left_out = [LeftOut(lo.exchange, lo.kind, lo.reason) for lo in c.left_out]
+    meta: dict[str, Any] = {
+        "run": c.run,
+        "agent": run.agent if run is not None else None,
+        "protocol": None,
+        "main_chain": c.main.number if c.main is not None else None,
+        "task_context": [],
+        "chains": [ch.summary() for ch in c.chains],
+        "steps": [],
+        "auxiliary": [
+            {"exchange": lo.exchange, "seq": lo.seq, "kind": lo.kind, "reason": lo.reason, "chain": lo.chain} for lo in c.left_out
+        ],
+    }
+    traj.meta = meta
+    if not main:
+        return traj
+    # request 1 is parsed again for its system prompt, tools and task; the observations come
+    # from the messages each request appended, kept by the classification
+    first = main[0].conversation()
+    traj.system = first.system
+    traj.tools = list(first.tools)
+    traj.model = first.model
+    traj.task, meta["task_context"] = _task(first)
+    meta["protocol"] = first.protocol
+    assert c.main is not None
+    for i, (slot, req) in enumerate(zip(c.main.slots, main)):
+        reply = _read_reply(reader, req)
+        flags = list(reply.flags)
+        ex = req.exchange
+        detail: dict[str, Any] = {
+            "n": i + 1,
+            "exchange": ex.id,
+            "seq": ex.seq,
+            "attempt": ex.attempt,
+            "retries": [r.id for r in slot.retries],
+            "status": ex.status,
+            "outcome": ex.outcome,
+        }
+        if slot.retries:
+            flags.append("retried")
+        if reply.problem:
+            detail["reply_problem"] = reply.problem
+        if "partially_delivered" in flags:
+            detail["bytes_received"] = ex.bytes_received
+            detail["bytes_delivered"] = ex.bytes_delivered
+        if req.previous_response_id is not None:
+            detail["previous_response_id"] = req.previous_response_id
+            detail["previous_exchange"] = req.base.id if req.base is not None else None
+        if i > 0:
+            changed = changes_between(main[i - 1], req)
+            flags.extend(k for k in ("system_changed", "tools_changed") if changed.get(k))
+            if changed.get("tools_changed"):
+                detail["tools_added"] = changed["tools_added"]
+                detail["tools_removed"] = changed["tools_removed"]
+        if i + 1 < len(main):
+            nxt = main[i + 1]
+            assert nxt.protocol is not None
+            obs, more, extra = _observation(nxt.protocol, nxt.messages_from(len(req.messages)), reply.action)
+            flags.extend(more)
+            detail.update(extra)
+        else:
+            obs = Observation()
+            if any(c.kind != "server" for c in reply.action.tool_calls):
+                flags.append("tool_results_not_sent")
+        traj.steps.append(Step(n=i + 1, action=reply.action, observation=obs, flags=flags))
+        meta["steps"].append(detail)
+    return traj
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def _part_json(p: Any) -> dict[str, Any]:
+    if isinstance(p, TextPart):
+        return {"type": "text", "text": p.text}
+    if isinstance(p, Reasoning):
+        return {"type": "reasoning", "text": p.text, "signed": bool(p.signature), "encrypted": bool(p.encrypted)}
+    if isinstance(p, ToolCall):
+        return {"type": "tool_call", **_call_json(p)}
+    if isinstance(p, ToolResult):
+        return {"type": "tool_result", **_result_json(p)}
+    if isinstance(p, OtherPart):
+        return {"type": p.kind, "raw": p.raw}
+    raise TypeError(f"not a canonical part: {p!r}")  # pragma: no cover - a programming error
+
+
+def _call_json(c: ToolCall) -> dict[str, Any]:
+    return {"id": c.id, "name": c.name, "kind": c.kind, "arguments_raw": c.arguments_raw, "arguments": c.arguments}
+
+
+def _result_json(r: ToolResult) -> dict[str, Any]:
+    return {"call_id": r.call_id, "name": r.name, "is_error": r.is_error, "content": r.content}
+
+
+def trajectory_to_json(traj: Trajectory) -> dict[str, Any]:
+    """The ``pvisor journal steps --json`` document (schema ``pvisor.steps/v1``), documented
+    field by field in docs/steps.md. Observer view: reasoning signatures and encrypted
+    reasoning appear only as ``signed``/``encrypted`` booleans."""
+    meta = traj.meta
+    details = meta.get("steps", [])
+    steps = []
+    for step, d in zip(traj.steps, details):
+        a, o = step.action, step.observation
+        steps.append(
+            {
+                "n": step.n,
+                "exchange": d["exchange"],
+                "seq": d["seq"],
+                "attempt": d["attempt"],
+                "retries": d["retries"],
+                "flags": step.flags,
+                "details": {k: v for k, v in d.items() if k not in ("n", "exchange", "seq", "attempt", "retries")},
+                "action": {
+                    "text": a.text,
+                    "reasoning": [_part_json(r) for r in a.reasoning],
+                    "tool_calls": [_call_json(c) for c in a.tool_calls],
+                    "stop_reason": a.stop_reason,
+                    "model": a.model,
+                    "usage": a.usage,
+                },
+                "observation": {
+                    "results": [_result_json(r) for r in o.results],
+                    "messages": [{"role": m.role, "parts": [_part_json(p) for p in m.parts]} for m in o.messages],
+                },
+            }
+        )
+    return {
+        "schema": STEPS_SCHEMA,
+        "run": meta.get("run"),
+        "agent": meta.get("agent"),
+        "protocol": meta.get("protocol"),
+        "model": traj.model,
+        "main_chain": meta.get("main_chain"),
+        "task": traj.task,
+        "task_context": meta.get("task_context", []),
+        "system": traj.system,
+        "tools": None if traj.tools is None else [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in traj.tools],
+        "steps": steps,
+        "chains": meta.get("chains", []),
+        "auxiliary": meta.get("auxiliary", []),
+    }

@@ -1,0 +1,807 @@
+"""``pvisor run``: one attempt of a real agent CLI, headless, with the capture gateway in front.
+
+What happens, in order (docs/cli.md, docs/agents.md):
+
+1. The launch profile (:mod:`pvisor.adapters.agents`) is looked up. With ``--resume RUN`` the
+   run must be in the journal, captured with the same agent, with a session id. The agent's
+   executable is the ``--agent-entrypoint`` or the profile's command on PATH; ``<exe>
+   --version`` (10 s) must report a version in the profile's range unless
+   ``--allow-unsupported``.
+2. The gateway starts in this process on ``127.0.0.1:--port`` (0: a free port) with one upstream,
+   the profile's: ``--upstream URL``, the built-in scripted model server (``--script``, offline)
+   or the public API. Only once the port is bound is the journal opened, so every failure up
+   to here leaves the journal as it was.
+3. The run directory ``<data dir>/runs/<run>/`` (data dir: the journal's directory) and the
+   agent's private home in it are created, the profile's files written, the run and attempt
+   rows recorded (agent, version, argv, workspace, model).
+4. The agent runs in the workspace with stdin ``/dev/null``, stdout and stderr to
+   ``attempt-N.stdout`` / ``attempt-N.stderr`` in the run directory (a pipe would deadlock on
+   long JSON output), ``TMPDIR`` in ``<run dir>/tmp``, in a new session, so that on
+   ``--timeout`` or a stop signal (SIGINT, SIGTERM, SIGHUP) its whole process group is killed
+   (SIGTERM, then SIGKILL after 5 s, at once after a second signal). pvisor is a child
+   subreaper (Linux), so what the agent started in sessions of its own stays below it; every
+   such process left when the agent ends is ended too (:func:`end_strays`).
+5. The session id is read from the agent's stdout, the native trajectory found (or exported,
+   OpenCode), the run's exchanges classified by the chain rule
+   (:mod:`pvisor.adapters.chains`) into main-loop and auxiliary ones, the roles stored, and the
+   steps counted (:mod:`pvisor.adapters.journal_trajectory`).
+
+The agent's exit code is the result; pvisor's own failures raise :class:`PvisorError` with the
+documented codes (2 usage, 65 bad data, 69 unavailable, 124 timeout, 128 + N after signal N:
+129 SIGHUP, 130 SIGINT, 143 SIGTERM).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import orjson
+
+from pvisor.adapters.agents import get_profile
+from pvisor.adapters.agents.base import VERSION_TIMEOUT_S, AgentProfile, LaunchContext, LaunchPlan
+from pvisor.adapters.protocols import UPSTREAMS
+from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
+from pvisor.journal.model import Attempt, Run
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.writer import new_run_id
+
+#: the key given to an agent that talks to the scripted model (it checks nothing)
+SCRIPT_API_KEY = "pvisor-scripted-model-key"
+
+#: after SIGTERM, how long the agent's process group gets before SIGKILL (a second Ctrl-C,
+#: SIGTERM or SIGHUP cuts it short)
+KILL_GRACE_S = 5.0
+
+#: after SIGTERM, how long processes the agent left behind get before SIGKILL
+STRAY_GRACE_S = 2.0
+
+#: prctl option that makes a process the reaper of its orphaned descendants (Linux >= 3.4)
+PR_SET_CHILD_SUBREAPER = 36
+
+#: the signals that stop a run like Ctrl-C; the exit code is 128 + the signal's number
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+#: how long ``opencode export`` may take
+EXPORT_TIMEOUT_S = 60.0
+
+#: how long the run waits for the journal when another process holds its write lock: the
+#: writer keeps everything in memory meanwhile and warns every 30 s (a run is never lost to a
+#: lock held for seconds or minutes)
+JOURNAL_WAIT_S = 600.0
+
+#: exit code after Ctrl-C (SIGINT); SIGHUP gives 129 and SIGTERM 143 (128 + signal number)
+EXIT_INTERRUPTED = 130
+
+Warn = Callable[[str], None]
+
+
+@dataclass
+class RunRequest:
+    """The options of ``pvisor run`` (see docs/cli.md).
+
+    Fields: ``agent`` name; ``task`` text; ``journal_path``; ``entrypoint`` (None: look the
+    profile's executable up on PATH); ``upstream`` base URL or ``script`` path (neither: the
+    public API); ``workspace`` (None: the current directory, or the resumed run's);
+    ``timeout`` seconds; ``resume`` run id; ``allow_unsupported``; ``use_home``; ``port`` of
+    the gateway (0: a free one); ``model`` (None: the profile's choice).
+    """
+
+    agent: str
+    task: str
+    journal_path: Path
+    entrypoint: str | None = None
+    upstream: str | None = None
+    script: str | None = None
+    workspace: Path | None = None
+    timeout: float = 1800.0
+    resume: str | None = None
+    allow_unsupported: bool = False
+    use_home: bool = False
+    port: int = 0
+    model: str | None = None
+
+
+@dataclass
+class RunReport:
+    """What one ``pvisor run`` did. ``exit_code`` is what the command exits with: the agent's
+    own code, 124 after ``--timeout``, 128 + the signal's number after a stop signal (130 Ctrl-C,
+    129 SIGHUP, 143 SIGTERM; ``interrupt_signal`` names it). ``stray_processes_killed``: how
+    many processes the agent left running (in its group or escaped into their own session)
+    pvisor ended after it. ``steps`` and the counts after it are None when the steps could not
+    be derived (``steps_error`` says why). ``attempt_steps``: the main-loop chains this attempt
+    sent requests in, ``{"chain": N, "steps": K, "main": bool}`` each, K its requests of this
+    attempt (after a Gemini CLI or Qwen Code resume, a new chain that ``steps`` does not
+    count, the main chain being the first attempt's)."""
+
+    run: str
+    attempt: int
+    agent: str
+    agent_version: str | None
+    exit_code: int
+    agent_exit_code: int | None
+    timed_out: bool
+    interrupted: bool
+    workspace: Path
+    run_dir: Path
+    stdout: Path
+    stderr: Path
+    gateway: str
+    argv: list[str]
+    session_id: str | None = None
+    native_path: Path | None = None
+    steps: int | None = None
+    tool_calls_per_step: list[int] = field(default_factory=list)
+    exchanges: int | None = None
+    main_exchanges: int | None = None
+    auxiliary_exchanges: int | None = None
+    chains: int | None = None
+    main_chain: int | None = None
+    attempt_chains: list[int] = field(default_factory=list)
+    attempt_steps: list[dict[str, Any]] = field(default_factory=list)
+    steps_error: str | None = None
+    stray_processes_killed: int = 0
+    interrupt_signal: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` document (docs/cli.md)."""
+        return {
+            "run": self.run,
+            "attempt": self.attempt,
+            "agent": self.agent,
+            "agent_version": self.agent_version,
+            "exit_code": self.exit_code,
+            "agent_exit_code": self.agent_exit_code,
+            "timed_out": self.timed_out,
+            "interrupted": self.interrupted,
+            "interrupt_signal": self.interrupt_signal,
+            "stray_processes_killed": self.stray_processes_killed,
+            "steps": self.steps,
+            "tool_calls_per_step": self.tool_calls_per_step,
+            "exchanges": self.exchanges,
+            "main_exchanges": self.main_exchanges,
+            "auxiliary_exchanges": self.auxiliary_exchanges,
+            "chains": self.chains,
+            "main_chain": self.main_chain,
+            "attempt_chains": self.attempt_chains,
+            "attempt_steps": self.attempt_steps,
+            "steps_error": self.steps_error,
+            "session_id": self.session_id,
+            "native_trajectory": str(self.native_path) if self.native_path else None,
+            "workspace": str(self.workspace),
+            "run_dir": str(self.run_dir),
+            "stdout": str(self.stdout),
+            "stderr": str(self.stderr),
+            "gateway": self.gateway,
+            "argv": self.argv,
+        }
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def apply_env(base: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """``base`` with ``changes`` applied (a None value removes the variable)."""
+    env = dict(base)
+    for k, v in changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def find_executable(profile: AgentProfile, entrypoint: str | None) -> str:
+    """The agent's executable: ``entrypoint`` when given (a path to an executable file, or a bare
+    command name looked up on PATH), else the profile's command found on PATH. Raises UnavailableError (exit 69) naming what is
+    missing."""
+    if entrypoint and os.sep not in entrypoint and not entrypoint.startswith("~"):
+        found = shutil.which(entrypoint)  # a bare name, as a shell would take it: looked up on PATH
+        if found is None:
+            raise UnavailableError(f"--agent-entrypoint {entrypoint}: not on PATH (expected the {profile.title} executable; give a path or fix PATH)")
+        return found
+    if entrypoint:
+        path = os.path.abspath(os.path.expanduser(entrypoint))
+        if not os.path.exists(path):
+            raise UnavailableError(f"--agent-entrypoint {path} does not exist (expected the {profile.title} executable, '{profile.executable}')")
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise UnavailableError(f"--agent-entrypoint {path} is not an executable file")
+        return path
+    found = shutil.which(profile.executable)
+    if found is None:
+        raise UnavailableError(f"{profile.title}: '{profile.executable}' is not on PATH; install it, or give --agent-entrypoint PATH")
+    return found
+
+
+def _run_quick(argv: list[str], env: dict[str, str], cwd: str, timeout: float) -> tuple[int | None, str]:
+    """Run ``argv`` (stdin /dev/null, output to a file, own process group) for at most
+    ``timeout`` s. Returns (exit code or None after a timeout, stdout and stderr as text)."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        code: int | None = None
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:  # also on Ctrl-C: its own session does not get the terminal's SIGINT
+            _end_group(proc.pid, kill=True)
+            if code is None:
+                proc.wait()
+        out.seek(0)
+        return code, out.read(64 * 1024).decode("utf-8", "replace")
+
+
+def check_version(profile: AgentProfile, exe: str, *, use_home: bool, allow_unsupported: bool, warn: Warn) -> str | None:
+    """The agent's version, from ``<exe> --version`` (mini-swe-agent: ``--help``) run with a
+    throwaway home (unless ``use_home``) for at most 10 s. Raises UnavailableError (exit 69)
+    when it cannot be told or is outside the profile's range, unless ``allow_unsupported``
+    (then a warning, and None when unknown)."""
+    argv = profile.version_argv(exe)
+    shown = " ".join([os.path.basename(exe), *argv[1:]])
+    with tempfile.TemporaryDirectory(prefix="pvisor-version-") as tmp:
+        env = apply_env(os.environ, profile.version_env(None if use_home else Path(tmp)))
+        try:
+            code, output = _run_quick(argv, env, tmp, VERSION_TIMEOUT_S)
+        except OSError as exc:
+            raise UnavailableError(f"cannot run {exe}: {exc.strerror}") from None
+    version = profile.read_version(output)
+    hint = "; give --allow-unsupported to run it anyway"
+    if version is None:
+        if code is None:
+            problem = f"`{shown}` did not answer within {VERSION_TIMEOUT_S:g} s"
+        else:
+            first = next((line.strip() for line in output.splitlines() if line.strip()), "")
+            problem = f"`{shown}` exited with {code}" + (f" and printed {first[:120]!r}" if first else " and printed nothing")
+        message = f"cannot tell the version of {profile.title} at {exe}: {problem}"
+        if not allow_unsupported:
+            raise UnavailableError(message + hint)
+        warn(message + "; going on (--allow-unsupported)")
+        return None
+    if version not in profile.versions:
+        message = f"{profile.title} {version} at {exe} is not a supported version (supported: {profile.versions})"
+        if not allow_unsupported:
+            raise UnavailableError(message + hint)
+        warn(message + "; going on (--allow-unsupported)")
+    return version
+
+
+def data_dir_of(journal_path: Path) -> Path:
+    """The data directory: the directory holding the journal file."""
+    return Path(os.path.abspath(journal_path)).parent
+
+
+def run_dir_of(journal_path: Path, run_id: str) -> Path:
+    """``<data dir>/runs/<run id>``."""
+    return data_dir_of(journal_path) / "runs" / run_id
+
+
+def _without_userinfo(url: str) -> str:
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url)
+
+
+@dataclass
+class _Resume:
+    run: Run
+    attempt: int
+    session_id: str
+    workspace: Path | None
+    use_home: bool
+
+
+def _resume_target(req: RunRequest, profile: AgentProfile) -> _Resume:
+    """Look up the run to resume. UsageError (exit 2) for an unknown run or another agent;
+    BadInputError (exit 65) for a run without a session id or whose private home is gone."""
+    assert req.resume is not None
+    if not profile.resumable:
+        raise UsageError(f"{profile.title} has no native resume; --resume works with the agents that have one (docs/agents.md)")
+    path = Path(req.journal_path)
+    if not path.exists():
+        raise UsageError(f"no run {req.resume!r} to resume: journal {path} does not exist")
+    with JournalReader(path) as r:
+        run = r.run(req.resume)
+        attempts = r.attempts(run.id)
+    if run.agent != profile.name:
+        raise UsageError(f"run {run.id} was captured with {run.agent or 'an unknown agent'}, not {profile.name}; give --agent {run.agent}"
+                         if run.agent else f"run {run.id} was not started by pvisor run (no agent recorded); cannot resume it")
+    session = run.labels.get("session_id")
+    if not session:
+        raise BadInputError(f"run {run.id} has no session id recorded (the agent printed none), so it cannot be resumed")
+    use_home = run.labels.get("home") == "user"
+    if not use_home:
+        home = run_dir_of(req.journal_path, run.id) / "home"
+        if not home.is_dir():
+            raise BadInputError(f"the private home of run {run.id} ({home}) is gone, and the session with it; cannot resume")
+    ws = run.labels.get("workspace")
+    n = max((a.n for a in attempts), default=1) + 1
+    return _Resume(run=run, attempt=n, session_id=session, workspace=Path(ws) if ws else None, use_home=use_home)
+
+
+# --------------------------------------------------------------------------- process groups
+
+
+def _end_group(pgid: int, *, kill: bool = False) -> None:
+    """Signal the process group ``pgid`` (SIGTERM, or SIGKILL with ``kill``); a group that is
+    already gone is fine."""
+    try:
+        os.killpg(pgid, signal.SIGKILL if kill else signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+async def _stop_group(proc: asyncio.subprocess.Process, hurry: asyncio.Event | None = None) -> None:
+    """SIGTERM the agent's process group, SIGKILL it after :data:`KILL_GRACE_S` (at once when
+    ``hurry`` is set meanwhile: a second Ctrl-C)."""
+    _end_group(proc.pid)
+    waiter = asyncio.ensure_future(proc.wait())
+    hurried = asyncio.ensure_future(hurry.wait()) if hurry is not None else None
+    await asyncio.wait({waiter} | ({hurried} if hurried else set()), timeout=KILL_GRACE_S, return_when=asyncio.FIRST_COMPLETED)
+    if hurried is not None:
+        hurried.cancel()
+    if not waiter.done():
+        _end_group(proc.pid, kill=True)
+    await waiter
+    _end_group(proc.pid, kill=True)  # members that ignored SIGTERM
+
+
+def become_subreaper() -> bool:
+    """Make this process the reaper of its orphaned descendants (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``):
+    a process the agent started in its own session (``setsid``: Gemini CLI, OpenCode and
+    mini-swe-agent run tools so) is re-parented to pvisor rather than to pid 1 when its parent
+    exits, so that :func:`end_strays` can find and end it. False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state letter) of every process, from ``/proc/<pid>/stat`` (Linux;
+    empty elsewhere). The command name in parentheses may hold spaces and parentheses, so the
+    fields are read after its last ``)``."""
+    table: dict[int, tuple[int, str]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return table
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) >= 2:
+            table[int(entry)] = (int(fields[1]), fields[0].decode("ascii", "replace"))
+    return table
+
+
+def descendants(root: int) -> dict[int, str]:
+    """Every descendant of process ``root`` (children, their children, ...): pid -> state
+    letter (``Z`` a zombie waiting to be reaped)."""
+    table = _process_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: dict[int, str] = {}
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found[pid] = table[pid][1]
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _reap_children() -> None:
+    """Collect the exit status of this process's zombie children (orphans re-parented to it),
+    one pid at a time: a ``waitpid(-1)`` could take the status asyncio waits for."""
+    me = os.getpid()
+    for pid, state in descendants(me).items():
+        if state == "Z":
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass  # not ours (a zombie grandchild), or reaped meanwhile
+
+
+async def end_strays(grace: float = STRAY_GRACE_S, hurry: asyncio.Event | None = None) -> int:
+    """End what the agent left running once it exited or was killed: every live descendant of
+    this process (with :func:`become_subreaper`, also those that left the agent's session)
+    gets SIGTERM, then SIGKILL after ``grace`` seconds (at once when ``hurry`` is set), and is
+    reaped. Returns how many processes were ended. Call it only while pvisor itself runs no
+    other child process."""
+    me = os.getpid()
+    ended: set[int] = set()
+    deadline = time.monotonic() + grace
+    give_up = deadline + 5.0  # a process SIGKILL cannot end (uninterruptible sleep) must not hang pvisor
+    sig = signal.SIGTERM
+    while True:
+        _reap_children()
+        live = [pid for pid, state in descendants(me).items() if state != "Z"]
+        if not live or time.monotonic() >= give_up:
+            return len(ended)
+        if time.monotonic() >= deadline or (hurry is not None and hurry.is_set()):
+            sig = signal.SIGKILL
+        for pid in live:
+            if pid not in ended or sig == signal.SIGKILL:
+                try:
+                    os.kill(pid, sig)
+                except (ProcessLookupError, PermissionError):
+                    continue
+                ended.add(pid)
+        await asyncio.sleep(0.05)
+
+
+def _exit_status(returncode: int | None) -> int | None:
+    """A process's exit status the way a shell reports it (killed by signal N: 128 + N)."""
+    if returncode is None:
+        return None
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def _write_files(files: dict[Path, str]) -> None:
+    """Write the plan's files: mode 0600, missing parent directories 0700."""
+    for path, text in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+class _Signalled(KeyboardInterrupt):
+    """A stop signal (SIGTERM, SIGHUP) before the run's event loop handles them."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def run_agent(req: RunRequest, warn: Warn) -> RunReport:
+    """Run one attempt (see the module docstring). Raises PvisorError for pvisor's own
+    failures, and with exit code 128 + N for a stop signal N (SIGINT, SIGTERM, SIGHUP) that came
+    before the agent started (the version check); the agent's exit code, a timeout and a later
+    interruption are in the report."""
+    def raise_signalled(signum: int, frame: Any) -> None:
+        raise _Signalled(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, raise_signalled)
+    try:
+        return _run_agent(req, warn)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        raise PvisorError(f"interrupted by {signal.Signals(signum).name} before {req.agent} started; nothing was run",
+                          exit_code=128 + signum) from None
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def check_utf8(option: str, value: str | os.PathLike | None) -> None:
+    """Raise UsageError (exit 2) when ``value`` (as Python decoded it from the command line or
+    the environment, undecodable bytes as lone surrogates) is not valid UTF-8 text: the journal
+    stores text, and the agents' JSON cannot carry such bytes."""
+    if value is None:
+        return
+    text = os.fspath(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise UsageError(f"{option} '{shown}' is not valid UTF-8 (the bytes shown as \\xNN); give UTF-8 text or paths") from None
+
+
+def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
+    for option, value in (("the task", req.task), ("--model", req.model), ("--workspace", req.workspace), ("--journal", req.journal_path),
+                          ("--agent-entrypoint", req.entrypoint), ("--script", req.script), ("--upstream", req.upstream),
+                          ("--resume", req.resume)):
+        check_utf8(option, value)
+    if req.resume is not None and not req.resume.strip():
+        raise UsageError("--resume is empty: give the id of the run to continue (pvisor journal ls lists them)")
+    profile = get_profile(req.agent)
+    if req.upstream and req.script:
+        raise UsageError("give --upstream URL or --script FILE, not both")
+    if req.upstream:
+        from pvisor.gateway.routing import check_upstream_url
+
+        try:
+            check_upstream_url(req.upstream)
+        except ValueError as exc:
+            raise UsageError(f"--upstream {_without_userinfo(req.upstream)}: {exc}") from None
+    if not req.task.strip():
+        raise UsageError('give the task after --, e.g. pvisor run --agent claude-code -- "fix the failing test"')
+    if req.timeout <= 0:
+        raise UsageError(f"--timeout must be more than 0 seconds, not {req.timeout:g}")
+    resume = _resume_target(req, profile) if req.resume else None
+    exe = find_executable(profile, req.entrypoint)
+    use_home = resume.use_home if resume else req.use_home
+    if resume and req.use_home != resume.use_home:
+        warn(f"run {resume.run.id} was captured {'with' if resume.use_home else 'without'} --use-home; its resume does the same")
+    workspace = req.workspace or (resume.workspace if resume else None) or Path.cwd()
+    workspace = Path(os.path.abspath(workspace))
+    if not workspace.is_dir():
+        raise UsageError(f"workspace {workspace} is not a directory")
+    model = req.model or (resume.run.labels.get("model") if resume else None)
+    if req.script:
+        model = model or profile.script_model
+    elif profile.needs_model and not model:
+        raise UsageError(f"{profile.title} needs a model name with --upstream or the public API: give --model NAME")
+    script = None
+    if req.script:  # before the version check: a wrong script is told at once
+        from pvisor.gateway.scripted_model import load_script
+
+        if not os.path.exists(req.script):
+            raise UsageError(f"--script {req.script}: no such file (expected a JSON or TOML script, docs/scripted-model.md)")
+        script = load_script(req.script)  # BadInputError (65) names the file and field
+    version = check_version(profile, exe, use_home=use_home, allow_unsupported=req.allow_unsupported, warn=warn)
+    run_id = resume.run.id if resume else new_run_id()
+    run_dir = run_dir_of(req.journal_path, run_id)
+    try:
+        run_dir.relative_to(workspace)
+        warn(f"the run directory {run_dir} is inside the workspace {workspace}: the agent can see it (use --journal elsewhere)")
+    except ValueError:
+        pass
+    return asyncio.run(_run(req, profile, exe, version, resume, run_id, run_dir, workspace, model, script, use_home, warn))
+
+
+async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | None, resume: _Resume | None, run_id: str,
+               run_dir: Path, workspace: Path, model: str | None, script: Any, use_home: bool, warn: Warn) -> RunReport:
+    from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response, os_error_reason
+    from pvisor.gateway.scripted_model import ScriptedModel
+    from pvisor.gateway.scripted_server import ScriptedModelServer
+    from pvisor.journal.writer import Journal
+
+    attempt = resume.attempt if resume else 1
+    server = None
+    gw = None
+    journal = None
+    loop = asyncio.get_running_loop()
+    stop = _Stop()
+    for sig in STOP_SIGNALS:  # from here on a signal stops the agent and the attempt still ends in the journal
+        loop.add_signal_handler(sig, stop, sig)
+    become_subreaper()
+    try:
+        if script is not None:
+            server = ScriptedModelServer(ScriptedModel(script), "127.0.0.1", 0, shutdown_grace=2.0)
+            upstream_url = await server.start()
+            upstream_label = "script:" + os.path.abspath(req.script or "")
+        else:
+            upstream_url = req.upstream or UPSTREAMS[profile.upstream][0]
+            upstream_label = _without_userinfo(upstream_url)
+        # one explicit upstream: paths no protocol owns (Claude's HEAD /api/hello, GET /v1/models) go to it too
+        config = GatewayConfig(host="127.0.0.1", port=req.port, upstreams={profile.upstream: upstream_url}, run=run_id,
+                               attempt=attempt, shutdown_grace=5.0)
+        gw = Gateway(config, None)  # type: ignore[arg-type]  # the journal comes once the port is bound
+        try:
+            url = await gw.start()
+        except OSError as exc:
+            raise UnavailableError(f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 for a free one)") from None
+        journal = Journal.open(req.journal_path, finalize=finalize_response)
+        gw.journal = journal
+        return await _attempt(req, profile, exe, version, resume, run_id, run_dir, workspace, model, use_home, warn,
+                              attempt, url, upstream_label, gw, journal, stop)
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+        if gw is not None:
+            await gw.stop()
+        if server is not None:
+            await server.stop()
+        if journal is not None and journal.error is None:
+            journal.close(timeout=JOURNAL_WAIT_S)
+
+
+async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: str | None, resume: _Resume | None, run_id: str,
+                   run_dir: Path, workspace: Path, model: str | None, use_home: bool, warn: Warn, attempt: int, url: str,
+                   upstream_label: str, gw: Any, journal: Any, stop: _Stop) -> RunReport:
+    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(run_dir, 0o700)
+    home = None if use_home else run_dir / "home"
+    if home is not None:
+        home.mkdir(exist_ok=True, mode=0o700)
+    ctx = LaunchContext(
+        executable=exe, base_url=f"{url}/run/{run_id}", run_dir=run_dir, home=home, workspace=workspace, attempt=attempt,
+        model=model, api_key=SCRIPT_API_KEY if req.script else None,
+    )
+    plan = profile.plan(ctx, req.task, session_id=resume.session_id if resume else None)
+    _write_files(plan.files)
+    env = apply_env(os.environ, plan.env)
+    env["PWD"] = str(workspace)  # as a shell sets it: OpenCode takes its directory from $PWD, not from its cwd
+    tmp = run_dir / "tmp"  # the agent's and its tools' temporary files stay with the run, not in a shared /tmp
+    tmp.mkdir(exist_ok=True, mode=0o700)
+    env.update(TMPDIR=str(tmp), TMP=str(tmp), TEMP=str(tmp))
+    labels = {"workspace": str(workspace), "run_dir": str(run_dir), "home": str(home) if home else "user", "upstream": upstream_label}
+    if model:
+        labels["model"] = model
+    if resume is None:
+        journal.create_run(Run(id=run_id, agent=profile.name, agent_version=version, argv=plan.argv, mode="capture", labels=labels))
+    stdout_path = run_dir / f"attempt-{attempt}.stdout"
+    stderr_path = run_dir / f"attempt-{attempt}.stderr"
+    journal.start_attempt(Attempt(run=run_id, n=attempt, labels={
+        "argv": orjson.dumps(plan.argv).decode(), "agent_version": version or "", "stdout": str(stdout_path), "stderr": str(stderr_path)}))
+    journal.flush(JOURNAL_WAIT_S)  # the run and attempt rows exist before the first exchange arrives
+
+    returncode, timed_out, interrupted, strays = await _launch(plan, env, workspace, stdout_path, stderr_path, req.timeout, run_id,
+                                                               attempt, journal, stop)
+    await gw.drain(10.0)
+
+    stdout = stdout_path.read_bytes() if stdout_path.exists() else b""
+    session_id = profile.session_id(stdout) if profile.json_stdout else None
+    native = await _native(profile, ctx, plan, session_id, env, workspace, warn)
+    report = RunReport(
+        run=run_id, attempt=attempt, agent=profile.name, agent_version=version, exit_code=0, agent_exit_code=_exit_status(returncode),
+        timed_out=timed_out, interrupted=interrupted, workspace=workspace, run_dir=run_dir, stdout=stdout_path, stderr=stderr_path,
+        gateway=url, argv=plan.argv, session_id=session_id, native_path=native, stray_processes_killed=strays,
+        interrupt_signal=signal.Signals(stop.signum).name if interrupted and stop.signum else None,
+    )
+    report.exit_code = stop.exit_code if interrupted else 124 if timed_out else (report.agent_exit_code or 0)
+    if strays:
+        warn(f"the agent left {strays} process(es) running after it {'was stopped' if timed_out or interrupted else 'exited'}; "
+             "pvisor ended them")
+
+    await gw.stop()  # every exchange is recorded before the steps are derived
+    journal.flush(JOURNAL_WAIT_S)
+    _derive_steps(report, journal, profile, warn)
+    if report.agent_exit_code == 0 and report.steps == 0 and not report.attempt_steps:
+        warn(f"{profile.title} exited with code 0 but no step was captured: it sent no request to the model (did it read the "
+             f"task as an option, or fail before starting? see {stdout_path} and {stderr_path})")
+    run_labels: dict[str, str] = {}
+    attempt_labels = {"timed_out": "true" if timed_out else "false"}
+    if interrupted:
+        attempt_labels["interrupted"] = report.interrupt_signal or "true"
+    if strays:
+        attempt_labels["stray_processes_killed"] = str(strays)
+    if session_id:
+        run_labels["session_id"] = attempt_labels["session_id"] = session_id
+    if native:
+        run_labels["native_path"] = attempt_labels["native_path"] = str(native)
+    if run_labels:
+        journal.update_run(run_id, labels=run_labels)
+    journal.end_attempt(run_id, attempt, report.agent_exit_code, attempt_labels)
+    journal.flush(JOURNAL_WAIT_S)
+    return report
+
+
+class _Stop:
+    """The stop signals (SIGINT, SIGTERM, SIGHUP) received while the run's event loop runs:
+    the first sets ``event`` and is kept in ``signum``; any later one sets ``hurry`` (no more
+    grace for the agent's processes)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.hurry = asyncio.Event()
+        self.signum: int | None = None
+
+    def __call__(self, signum: int) -> None:
+        if self.event.is_set():
+            self.hurry.set()
+        else:
+            self.signum = signum
+            self.event.set()
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal's number (SIGHUP 129, SIGINT 130, SIGTERM 143)."""
+        return 128 + (self.signum or signal.SIGINT)
+
+
+async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout_path: Path, stderr_path: Path, timeout: float,
+                  run_id: str, attempt: int, journal: Any, stop: _Stop) -> tuple[int | None, bool, bool, int]:
+    """Run the agent; returns (returncode, timed out, interrupted, stray processes ended). On
+    ``--timeout`` or a stop signal the agent's process group is stopped; then, as after a
+    normal exit, every process it left behind (:func:`end_strays`). A launch failure ends the
+    attempt in the journal and raises UnavailableError."""
+    if stop.event.is_set():  # a signal came while the gateway started: never start the agent
+        return None, False, True, 0
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *plan.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(workspace), env=env, start_new_session=True)
+        except OSError as exc:
+            journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {exc.strerror}"})
+            raise UnavailableError(f"cannot start {plan.argv[0]}: {exc.strerror}") from None
+    waiter = asyncio.ensure_future(proc.wait())
+    stopper = asyncio.ensure_future(stop.event.wait())
+    done, _ = await asyncio.wait({waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    stopper.cancel()
+    timed_out = interrupted = False
+    if waiter not in done:
+        interrupted = stop.event.is_set()
+        timed_out = not interrupted
+        await _stop_group(proc, stop.hurry)
+    await waiter
+    # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
+    strays = await end_strays(hurry=stop.hurry)
+    _end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
+    return proc.returncode, timed_out, interrupted, strays
+
+
+async def _native(profile: AgentProfile, ctx: LaunchContext, plan: LaunchPlan, session_id: str | None, env: dict[str, str],
+                  workspace: Path, warn: Warn) -> Path | None:
+    """The native trajectory: exported (OpenCode) or found by session id / fixed path."""
+    export = profile.export_plan(ctx, session_id)
+    if export is None:
+        return profile.find_native(ctx, session_id, plan)
+    err_path = export.output.with_suffix(".stderr")
+    with open(export.output, "wb") as out, open(err_path, "wb") as err:
+        proc = await asyncio.create_subprocess_exec(*export.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(workspace),
+                                                    env=env, start_new_session=True)
+        try:
+            await asyncio.wait_for(proc.wait(), EXPORT_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            await _stop_group(proc)
+    await end_strays()
+    if proc.returncode != 0 or export.output.stat().st_size == 0:
+        warn(f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {_exit_status(proc.returncode)}; see {err_path}): no native trajectory")
+        return None
+    return export.output
+
+
+def _attempt_steps(classification: Any, attempt: int) -> list[dict[str, Any]]:
+    """Per chain of the agent's own loop that ``attempt`` sent requests in: its number, its
+    requests (steps) from this attempt, and whether it is the run's main chain. A chain counts
+    as the agent's loop when it is the main chain or starts with the main chain's system prompt
+    and tools (a resume that regenerated its first context message); title and memory requests
+    have other ones and are left out."""
+    main = classification.main
+    if main is None:
+        return []
+    out = []
+    for chain in classification.chains:
+        if chain is not main and (chain.first.system_key, chain.first.tools_key) != (main.first.system_key, main.first.tools_key):
+            continue
+        n = sum(1 for slot in chain.slots if slot.kept.exchange.attempt == attempt)
+        if n:
+            out.append({"chain": chain.number, "steps": n, "main": chain is main})
+    return out
+
+
+def _derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: Warn) -> None:
+    """Classify the run's exchanges with the chain rule, store their roles and count the steps
+    (the whole run: every attempt). A failure here is a warning: the capture itself is done."""
+    from pvisor.adapters.chains import classify_run
+    from pvisor.adapters.journal_trajectory import build_trajectory
+
+    try:
+        with JournalReader(journal.path) as reader:
+            classification = classify_run(reader, report.run, prefer=profile.chain_hint)
+            trajectory = build_trajectory(reader, classification)
+            attempts = {ex.id: ex.attempt for ex in reader.exchanges(report.run)}
+    except PvisorError as exc:
+        report.steps_error = exc.message
+    except Exception as exc:  # a bug in deriving steps must not lose the agent's exit code
+        report.steps_error = f"{type(exc).__name__}: {exc}"
+    else:
+        roles = classification.roles()
+        journal.set_exchange_roles(report.run, roles)
+        report.steps = len(trajectory.steps)
+        report.tool_calls_per_step = [len(s.action.tool_calls) for s in trajectory.steps]
+        report.exchanges = len(roles)
+        report.main_exchanges = sum(1 for _, role in roles.values() if role == "main")
+        report.auxiliary_exchanges = sum(1 for _, role in roles.values() if role == "auxiliary")
+        report.chains = len(classification.chains)
+        report.main_chain = classification.main.number if classification.main is not None else None
+        report.attempt_chains = sorted({chain for ex_id, (chain, _) in roles.items() if chain is not None and attempts.get(ex_id) == report.attempt})
+        report.attempt_steps = _attempt_steps(classification, report.attempt)
+        return
+    warn(f"run {report.run}: the steps could not be derived: {report.steps_error}")

@@ -1,0 +1,111 @@
+"""``pvisor run``: run a real agent CLI headless with the capture gateway in front of it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import orjson
+
+from pvisor.adapters.agents import agent_names
+from pvisor.commands.serve import Seconds
+from pvisor.journal.errors import EXIT_TIMEOUT
+
+
+def _warn(message: str) -> None:
+    click.echo(f"pvisor: warning: {message}", err=True)
+
+
+@click.command("run")
+@click.option("--agent", required=True, type=click.Choice(agent_names()), help="The agent CLI to run (docs/agents.md).")
+@click.option("--agent-entrypoint", "entrypoint", metavar="PATH", default=None,
+              help="The agent's executable (default: its command on PATH: claude, codex, gemini, opencode, qwen, mini).")
+@click.option("--upstream", metavar="URL", default=None, help="Model API the gateway forwards to (default: the agent's public API).")
+@click.option("--script", "script", type=click.Path(dir_okay=False), default=None,
+              help="Answer from this script with the built-in scripted model, offline (docs/scripted-model.md).")
+@click.option("--workspace", type=click.Path(file_okay=False), default=None, help="Directory the agent works in (default: the current one).")
+@click.option("--timeout", type=Seconds(0.001), default=1800.0, show_default=True,
+              help="Seconds the agent may run; then its process group is killed (exit 124).")
+@click.option("--resume", "resume", metavar="RUN", default=None,
+              help="Continue RUN's session through the agent's native resume, as its next attempt.")
+@click.option("--model", default=None, help="Model name to ask for (default: the agent's own; required by some with --upstream).")
+@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Gateway port on 127.0.0.1; 0 picks a free one.")
+@click.option("--allow-unsupported", is_flag=True, help="Run an agent version outside the verified range (a warning).")
+@click.option("--use-home", is_flag=True, help="Use your real home and agent config (logins, settings) instead of a private home.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
+@click.argument("task", nargs=-1, required=False)
+@click.pass_context
+def run(ctx: click.Context, agent: str, entrypoint: str | None, upstream: str | None, script: str | None, workspace: str | None,
+        timeout: float, resume: str | None, model: str | None, port: int, allow_unsupported: bool, use_home: bool,
+        as_json: bool, task: tuple[str, ...]) -> None:
+    """Run an agent CLI headless with the gateway in front of it, and record the run.
+
+    The gateway starts on 127.0.0.1 and the agent gets a base URL carrying the run id; its
+    config and sessions go to a private home under <data dir>/runs/<run>/ (the data dir holds
+    the journal), never your home or the workspace. Prints the run id, the steps captured and
+    the native trajectory path. Exits with the agent's exit code; 124 when --timeout killed it;
+    130 / 143 / 129 after Ctrl-C / SIGTERM / SIGHUP (the agent and what it left running are
+    stopped, the attempt recorded); pvisor's own failures: 2 usage, 65 bad input, 69 agent or
+    port unavailable (docs/cli.md). With --script no real API key reaches the agent.
+
+    \b
+    Examples:
+      pvisor run --agent claude-code -- "make the failing test pass"
+      pvisor run --agent codex --script turns.json --workspace /tmp/ws -- "write hello.txt"
+      pvisor run --agent claude-code --resume r-3f2a9c0d1e2b -- "now add a test"
+    """
+    from pvisor.agent_run import RunRequest, run_agent
+
+    request = RunRequest(
+        agent=agent, task=" ".join(task), journal_path=Path(ctx.obj["journal"]), entrypoint=entrypoint, upstream=upstream,
+        script=script, workspace=Path(workspace) if workspace else None, timeout=timeout, resume=resume,
+        allow_unsupported=allow_unsupported, use_home=use_home, port=port, model=model,
+    )
+    from pvisor.commands.serve import _show_on_stderr
+
+    undo = _show_on_stderr(("pvisor.journal", "pvisor.gateway"))  # e.g. "journal ... is locked by another process"
+    try:
+        report = run_agent(request, _warn)
+    finally:
+        undo()
+    if as_json:
+        sys.stdout.buffer.write(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        _print_report(report)
+    if report.timed_out:
+        click.echo(f"pvisor: error: {agent} did not finish within {timeout:g} s: its process group was killed "
+                   f"(run {report.run}, attempt {report.attempt})", err=True)
+        ctx.exit(EXIT_TIMEOUT)
+    if report.interrupted:
+        click.echo(f"pvisor: interrupted by {report.interrupt_signal or 'a signal'}: {agent} was stopped, the attempt recorded "
+                   f"(run {report.run}, attempt {report.attempt}; exit {report.exit_code})", err=True)
+    elif report.agent_exit_code:
+        click.echo(f"pvisor: {agent} exited with code {report.agent_exit_code} (its stderr: {report.stderr})", err=True)
+    ctx.exit(report.exit_code)
+
+
+def _print_report(r) -> None:
+    version = f" {r.agent_version}" if r.agent_version else ""
+    click.echo(f"run {r.run}  agent {r.agent}{version}  attempt {r.attempt}")
+    click.echo(f"  workspace: {r.workspace}")
+    status = "timed out" if r.timed_out else f"interrupted ({r.interrupt_signal})" if r.interrupted else f"exit code {r.agent_exit_code}"
+    click.echo(f"  agent: {status}")
+    if r.steps is not None:
+        calls = ", ".join(map(str, r.tool_calls_per_step))
+        click.echo(f"  steps captured: {r.steps}" + (f" (tool calls per step: {calls})" if calls else "")
+                   + ("  WARNING: the agent exited 0 without a single step" if r.steps == 0 and r.agent_exit_code == 0 and not r.attempt_steps else ""))
+        if r.attempt > 1 or any(not c["main"] for c in r.attempt_steps):
+            this = "; ".join(f"chain {c['chain']}{' (main)' if c['main'] else ''}, {c['steps']} step{'' if c['steps'] == 1 else 's'}"
+                             for c in r.attempt_steps)
+            click.echo(f"  this attempt: {this or 'no step'}")
+        click.echo(f"  exchanges: {r.exchanges} (main-loop {r.main_exchanges}, auxiliary {r.auxiliary_exchanges}) in {r.chains} chain(s)"
+                   + (f"; main chain {r.main_chain}" if r.main_chain is not None else ""))
+    else:
+        click.echo(f"  steps captured: unknown ({r.steps_error})")
+    click.echo(f"  session: {r.session_id or '-'}")
+    click.echo(f"  native trajectory: {r.native_path or '-'}")
+    if r.stray_processes_killed:
+        click.echo(f"  left-over processes ended: {r.stray_processes_killed}")
+    click.echo(f"  agent output: {r.stdout}  {r.stderr}")
+    click.echo(f"next: pvisor journal steps {r.run}    pvisor journal show {r.run}")
