@@ -521,6 +521,9 @@ def test_a_journal_on_a_read_only_directory_is_read(tmp_path: Path):
     journal whose WAL was checkpointed is read as immutable."""
     setpriv = shutil.which("setpriv")
     if os.geteuid() == 0 and setpriv is None:
+        # CI runs as root on Debian, where util-linux ships setpriv: there this must run
+        if os.environ.get("CI"):
+            pytest.fail("running as root without setpriv (util-linux): a read-only directory cannot be simulated")
         pytest.skip("running as root without setpriv: a read-only directory cannot be simulated")
     import tempfile
 
