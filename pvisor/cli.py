@@ -24,6 +24,8 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "serve-model": ("pvisor.commands.serve:serve_model", "Serve a scripted model offline (four protocols)."),
     "run": ("pvisor.commands.run:run", "Run an agent CLI headless behind the gateway and record it."),
     "env": ("pvisor.commands.env:env", "Print what points your own agent session at a running gateway."),
+    "adapters": ("pvisor.commands.trajectory:adapters", "List the native trajectory adapters and their format profiles."),
+    "trajectory": ("pvisor.commands.trajectory:trajectory", "Read an agent's native trajectory file as steps; export ATIF."),
 }
 
 EXAMPLES = """
@@ -37,6 +39,8 @@ Examples:
   pvisor journal show r-3f2a9c0d1e2b        exchanges of one run
   pvisor journal body x-0123 --response     the reassembled reply of an exchange
   pvisor journal export --format jsonl > all.jsonl
+  pvisor trajectory show ~/.claude/projects/-src-app/SESSION.jsonl
+  pvisor trajectory export rollout.jsonl --format atif > run.atif.json
   pvisor --journal ./j.sqlite journal verify
 
 \b
@@ -142,10 +146,47 @@ def _database_error_code(exc: Exception) -> int | None:
     return EXIT_INTEGRITY
 
 
+def _one_line(text: str) -> str:
+    """``text`` with control and format characters (newline, ESC, U+202E) escaped, so an
+    error naming a file or value stays one line and prints as written."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _reserve_std_fds() -> bool:
+    """Open /dev/null on a closed fd 0, 1 or 2 (``pvisor ... >&-``), so no file this process
+    opens later (a journal, a socket) becomes its stdout. Returns False when stdout was
+    closed: there is nowhere to write the output (exit 74)."""
+    ok = True
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            if fd == 1:
+                ok = False
+            try:
+                got = os.open(os.devnull, os.O_RDWR)
+                if got != fd:
+                    os.dup2(got, fd)
+                    os.close(got)
+            except OSError:
+                pass
+    return ok
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the ``pvisor`` script. Maps PvisorError to its exit code."""
+    """Entry point of the ``pvisor`` script. Maps PvisorError to its exit code; exit 74 at
+    once when stdout is closed."""
     from pvisor.journal.errors import PvisorError
 
+    if sys.stdout is None or not _reserve_std_fds():
+        from pvisor.journal.errors import EXIT_IOERR
+
+        sys.stdout = open(os.devnull, "w")
+        if sys.stderr is not None:
+            sys.stderr.write("pvisor: error: cannot write output: stdout is closed\n")
+        sys.exit(EXIT_IOERR)
     try:
         # standalone_mode=False: click returns ctx.exit()'s code instead of exiting
         rv = cli.main(args=argv, prog_name="pvisor", standalone_mode=False)
@@ -169,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except PvisorError as exc:
-        click.echo(f"pvisor: error: {exc.message}", err=True)
+        click.echo(f"pvisor: error: {_one_line(exc.message)}", err=True)
         sys.exit(exc.exit_code)
     except (BrokenPipeError, PipeClosed):
         # output piped into a pager or head that closed early: quietly, as a tool killed by SIGPIPE

@@ -7,6 +7,9 @@ from pathlib import Path
 
 import pytest
 
+# the real-agent captures, one per agent per session, shared by every module that uses them
+from agent_captures import captured, resumed  # noqa: F401  (pytest fixtures)
+
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "golden"
 

@@ -33,6 +33,9 @@ def _when(ms: float | None) -> str:
 #: path, run id or reply must not ring the bell, move the cursor, restyle the terminal or
 #: break a table row
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
+# bidirectional overrides and isolates reorder what follows them (a file name could show a
+# different extension); line and paragraph separators break the row
+_CONTROLS.update({c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 
 
 def _safe(text: str) -> str:

@@ -1,0 +1,189 @@
+"""Native trajectory adapters: the files agents write themselves, read into the canonical
+:class:`~pvisor.journal.model.Trajectory` (one module per format; shared reader in
+:mod:`.base`; formats and sources in docs/native.md).
+
+:func:`read_native` is the entry point: with ``agent`` it uses that adapter, else it
+detects the format from the file (every adapter's ``sniff``); no match or several matches
+is an error naming the candidates (exit 65 / exit 2).
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import os
+import stat
+import sys
+from pathlib import Path
+
+from pvisor.journal.errors import BadInputError, UsageError
+
+from .base import Diagnostics, NativeAdapter, NativeResult
+
+#: adapter name -> module under this package defining ``ADAPTER``
+ADAPTER_MODULES: dict[str, str] = {
+    "claude-code": "claude_code",
+    "codex": "codex",
+    "gemini-cli": "gemini_cli",
+    "qwen-code": "qwen_code",
+    "mini-swe-agent": "mini_swe_agent",
+    "opencode": "opencode",
+    "openhands": "openhands",
+    "swe-agent": "swe_agent",
+}
+
+#: ``sniff`` is given at least this many bytes of the file's start (64 KiB) ...
+SNIFF_BYTES = 64 * 1024
+#: ... extended until they hold this many complete lines ...
+SNIFF_LINES = 8
+#: ... but never more than this many bytes (4 MiB)
+SNIFF_MAX_BYTES = 4 * 1024 * 1024
+
+
+def adapter_names() -> list[str]:
+    """Names ``--agent`` accepts, in documentation order (only modules that exist)."""
+    return [n for n in ADAPTER_MODULES if _available(n)]
+
+
+def _available(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(f"{__name__}.{ADAPTER_MODULES[name]}") is not None
+
+
+def get_adapter(name: str) -> NativeAdapter:
+    """The adapter called ``name``; UsageError listing the known names otherwise."""
+    if name not in ADAPTER_MODULES or not _available(name):
+        raise UsageError(f"unknown native adapter {name!r}; expected one of {', '.join(adapter_names())}")
+    return importlib.import_module(f"{__name__}.{ADAPTER_MODULES[name]}").ADAPTER
+
+
+def sniff_head(path: Path) -> bytes:
+    """The start of ``path`` that detection looks at: its first :data:`SNIFF_BYTES` (64 KiB),
+    read on in 64 KiB pieces until it holds :data:`SNIFF_LINES` (8) complete lines, at most
+    :data:`SNIFF_MAX_BYTES` (4 MiB); the whole file when shorter. A JSONL file whose first
+    line is long (a Claude Code ``file-history-snapshot`` of 200 KiB) is thus recognised by
+    the records after it, and a pretty-printed JSON document (many short lines) still gives
+    64 KiB as before. ``b""`` for a directory or a file that cannot be read."""
+    if not path.is_file():
+        return b""
+    try:
+        with open(path, "rb") as fh:
+            head = bytearray(fh.read(SNIFF_BYTES))
+            lines = head.count(b"\n")
+            while lines < SNIFF_LINES and len(head) < SNIFF_MAX_BYTES:
+                more = fh.read(min(SNIFF_BYTES, SNIFF_MAX_BYTES - len(head)))
+                if not more:
+                    break
+                head += more
+                lines += more.count(b"\n")
+    except OSError:
+        return b""
+    return bytes(head[3:] if head.startswith(b"\xef\xbb\xbf") else head)
+
+
+def detect(path: Path) -> list[str]:
+    """Names of the adapters whose ``sniff`` accepts ``path`` (a file, or a directory for the
+    OpenCode storage tree), given :func:`sniff_head` of it."""
+    head = sniff_head(path)
+    return [n for n in adapter_names() if get_adapter(n).sniff(path, head)]
+
+
+def _check_path(path: Path) -> None:
+    """UsageError (exit 2) when ``path`` cannot be opened at all: missing, a symlink loop, no
+    permission (the reason as the system gives it)."""
+    if str(path) in ("", "."):
+        raise UsageError("no file given (an empty path)")
+    try:
+        os.stat(path)
+        if not os.path.isdir(path):
+            os.close(os.open(path, os.O_RDONLY | os.O_NONBLOCK))
+    except OSError as exc:
+        if exc.errno == 2:
+            raise UsageError(f"{path}: no such file") from None
+        raise UsageError(f"{path}: cannot open: {exc.strerror or exc}") from None
+
+
+def _spool(path: Path) -> Path:
+    """A regular file holding what ``path`` gives: ``path`` itself when it is a regular file
+    or a directory; else (``-`` for stdin, a pipe, ``<(zcat f.gz)``, a FIFO, a device) its
+    bytes copied to a temporary file, removed when the process exits. Adapters read twice
+    (structure, then each step by offset), which a stream cannot do."""
+    if str(path) != "-":
+        st = os.stat(path)
+        if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
+            return path
+    import atexit  # lazily, with shutil and tempfile (bz2, lzma, random): only a stream needs them
+    import shutil
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix="pvisor-input-", suffix=path.suffix if str(path) != "-" else "")
+    atexit.register(_remove, name)
+    with os.fdopen(fd, "wb") as out:
+        if str(path) == "-":
+            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
+        else:
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+    return Path(name)
+
+
+def _remove(name: str) -> None:
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+def read_native(path: Path, agent: str | None = None, session: str | None = None) -> tuple[NativeResult, list[str]]:
+    """Read ``path`` with the adapter ``agent`` (or the one detected). Returns (result, notes)
+    where notes say how the adapter was chosen (for stderr). ``session`` picks one session of
+    a store holding several (OpenCode's ``opencode.db`` or storage tree; the id ``opencode
+    session list`` prints). ``path`` may also be ``-`` (stdin) or a pipe (``<(zcat f.gz)``):
+    it is copied to a temporary file first (:func:`_spool`). Raises UsageError when ``path``
+    cannot be opened (missing, a symlink loop, no permission: the system's reason) or
+    ``session`` is given for an adapter that reads one session per file, BadInputError (65)
+    when no adapter recognises it or several do, naming the candidates, or the session is not
+    in the store."""
+    if str(path) != "-":
+        _check_path(path)
+    original, path = path, _spool(path)
+    try:
+        return _read_native(original, path, agent, session)
+    except BadInputError as exc:
+        if path == original:
+            raise
+        # the temporary copy is an implementation detail: errors name what the user gave
+        raise BadInputError(exc.message.replace(str(path), str(original)), exit_code=exc.exit_code) from None
+
+
+def _read_native(original: Path, path: Path, agent: str | None, session: str | None) -> tuple[NativeResult, list[str]]:
+    notes: list[str] = []
+    if agent is None:
+        found = detect(path)
+        if not found:
+            raise BadInputError(f"{original}: no native adapter recognises this file; give --agent (one of {', '.join(adapter_names())})")
+        if len(found) > 1:
+            raise BadInputError(f"{original}: ambiguous native format, candidates: {', '.join(found)}; give --agent")
+        agent = found[0]
+        notes.append(f"detected format: {agent}")
+    adapter = get_adapter(agent)
+    if path.is_dir() and not adapter.reads_directories:
+        raise BadInputError(f"{original}: is a directory; the {agent} adapter reads a file, not a directory")
+    if session is not None and not adapter.selects_sessions:
+        raise UsageError(f"--session applies to stores of several sessions (opencode), not to a {agent} file")
+    diag = Diagnostics(str(original))
+    # reading allocates millions of parsed JSON values and no reference cycle: the cyclic
+    # collector would only rescan them (a third of the time on a 50 MB file)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        if session is not None:
+            return adapter.read(path, diag, session=session), notes
+        return adapter.read(path, diag), notes
+    finally:
+        if collecting:
+            gc.enable()
+
+
+__all__ = ["ADAPTER_MODULES", "adapter_names", "detect", "get_adapter", "read_native", "sniff_head"]

@@ -1,0 +1,574 @@
+"""Claude Code session JSONL (``~/.claude/projects/<cwd-slug>/<session>.jsonl``) into a Trajectory.
+
+Format rules (sources: shared/native-formats.md section 1; the corpus files
+``spotter_*.jsonl`` (Claude Code 2.1.38), ``real-2.1.197_single-then-resume.jsonl`` and the
+``agent-sessions_schema_coverage.jsonl`` fixture):
+
+- One JSON object per line; conversational lines (``type`` ``user`` / ``assistant`` /
+  ``system`` / ``progress`` / ``attachment``) carry ``uuid`` and ``parentUuid``; others
+  (:data:`UI_TYPES`: ``queue-operation``, ``last-prompt``, ``file-history-snapshot``,
+  ``summary``, ``mode``, titles, ...) carry no uuid and are UI-only: left out. Any other type,
+  with or without a uuid, is left out with an ``unknown_record`` warning.
+- Required shape: at least one ``user`` or ``assistant`` line with ``uuid``, ``sessionId`` and
+  ``message.content`` (an Anthropic message); a file without one (another agent's file, an
+  empty file) is refused, exit 65. The version is checked once that shape is seen.
+- **Order is the parentUuid chain, never the timestamp or the file order.** A line whose
+  ``parentUuid`` is not null but names no line of the file (its parent's line was lost or
+  damaged) continues from the chain line before it in the file, with a ``broken_chain``
+  warning naming the line and the missing uuid (a root when there is none, or when that line
+  descends from it); real forks (a parent that exists: rewinds, result forks) are untouched.
+  The main chain is walked back from its leaf: among the lines no line names as parent (any
+  chain record: a session often ends with ``progress`` or ``system`` lines), the deepest one
+  descending from the ``leafUuid`` of the last ``last-prompt``/``summary`` record, else the
+  deepest one; ties: the later line. A ``system/compact_boundary`` line has ``parentUuid: null``
+  and ``logicalParentUuid``: the walk goes on through it, the boundary is left out
+  (``compaction_boundary``), and the ``isCompactSummary`` user line after it (what the agent
+  sent in place of the history) is kept as a message of the observation before it, the step
+  flagged ``compaction``.
+- One API response is split over several ``assistant`` lines (one content block each) sharing
+  ``message.id``; tool-result lines fork the chain (each result's parent is the line of its
+  ``tool_use``), and Claude Code may run a call before the rest of the response has been
+  written, so lines of one ``message.id`` can come before and after a result. An action is
+  therefore every block of every ``assistant`` line with that ``message.id``, taken when the
+  chain first reaches the id, in chain order (depth in the parentUuid tree; file order breaks
+  ties). A repeated uuid replaces the earlier line. Usage and ``stop_reason``: of the last line
+  in that chain order that has them (not the file order: a reversed file reads the same).
+- Results: ``user`` lines with ``tool_result`` blocks, found by ``tool_use_id`` (wherever the
+  fork put them), in call order; ``content`` kept exactly, ``is_error`` as stored (False when
+  absent). Two calls with one id (``duplicate_call_id`` warned): the k-th call on the chain
+  gets the k-th result with that id in the file. A call without a result gets an
+  ``interrupted`` result (the warning names the call's line) and the step the flag.
+- A ``user``/``assistant`` line without a ``message`` object, or an assistant line whose
+  ``content`` is not a list, is left out with a ``malformed_record`` warning (the chain goes
+  through it); the file is refused only when no line has the shape above.
+- Other user lines on the chain (a later prompt, a resumed prompt, ``isMeta`` injected text)
+  are observation messages; before the first action, the last one is the task, the others
+  ``meta["task_context"]``.
+- ``isSidechain: true`` lines (older versions inline subagents) and API error replies
+  (``isApiErrorMessage``) are left out; subagent files ``<session>/subagents/*.jsonl`` are
+  listed in ``meta["subagents"]`` and in ``left_out`` (kind ``subagent``), never mixed in.
+- System prompt and tool definitions are not stored: ``system`` and ``tools`` are None.
+- Version: ``version`` of the first line with a uuid (the CLI version, e.g. ``2.1.38``).
+
+Memory (issue 6, "Scale"): reading keeps the structure of each line only, compactly (a uuid ->
+index dict, parents, line numbers and kinds in arrays; ``message.id``, tool-call and
+tool-result ids and a packed :class:`~.base.LineRef` for user and assistant lines only), and
+``left_out`` is a :class:`~.base.LeftOutLines` (a line number and a shared (kind, reason) per
+entry); ``traj.steps`` is a
+:class:`~.base.LazySteps` whose steps read their blocks and results from the file again when
+built. All warnings are given while reading.
+"""
+
+from __future__ import annotations
+
+import re
+from array import array
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pvisor.journal.model import Action, LeftOut, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+
+from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LeftOutLines, NativeAdapter, NativeResult, SessionHeader, as_str,
+                   interned, iter_json_records, object_call, pack_ref, unpack_ref)
+
+PROFILE = FormatProfile("claude-code", 2, 1, "`version` of the first conversational line", "2.1.38, 2.1.197")
+
+#: conversational line types that sit in the uuid chain but are not model input
+_CHAIN_UI = {"progress", "attachment", "system"}
+
+#: record types without a uuid that Claude Code writes for its UI and bookkeeping (session
+#: list, titles, file history, queued prompts, links, request logs, costs); left out silently.
+#: Sources: shared/native-formats.md section 1, the agent-sessions schema-coverage fixture in
+#: the corpus, and files written by Claude Code 2.1.332 in the cross-check (``api-request*``,
+#: ``tools-used``, ``cost-state``).
+UI_TYPES = frozenset({
+    "queue-operation", "last-prompt", "file-history-snapshot", "summary", "mode", "permission-mode", "custom-title", "ai-title", "tag",
+    "agent-name", "worktree-state", "pr-link", "frame-link", "started", "result", "relocated", "bridge-session", "atis-latch",
+    "api-request", "api-request-shape", "api-request-blob", "tools-used", "cost-state",
+})
+
+_SHAPE = "no Claude Code session line (a user or assistant record with uuid, sessionId and message.content) in the file"
+
+# kinds of chain lines (low bits) and flags of user lines
+_UI, _USER, _ASSISTANT, _BOUNDARY = 0, 1, 2, 3
+_META, _SUMMARY = 8, 16
+_ROOT, _UNRESOLVED = -1, -2
+
+_UI_NO_UUID = "UI-only record (no uuid: not part of the conversation chain)"
+_UI_CHAIN = "UI-only record in the chain"
+
+
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _key(uuid: str) -> int | str:
+    """The key a line's uuid is kept under: a canonical lowercase uuid as its 128-bit int (a
+    48-byte object instead of an 88-byte string: a 200 MB session has some 500k lines), any
+    other id as the string (never equal to an int key)."""
+    return int(uuid.replace("-", ""), 16) if len(uuid) == 36 and _UUID.fullmatch(uuid) else uuid
+
+
+class _Chain:
+    """The chain lines of one file, compactly (issue 6, "Scale": a 200 MB session with progress
+    lines has some 500k of them): line ``i`` (in order of first appearance) is ``ids[uuid]``;
+    ``parent[i]`` its parent's index (``_ROOT``; ``_UNRESOLVED`` while the parent has not been
+    seen: ``pending`` holds its uuid), ``line[i]`` its line number, ``kind[i]`` a kind and flags.
+    Only user lines with text (``text_ref``) and assistant lines (``msg_id``) keep more."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int | str, int] = {}  # _key(uuid) -> index
+        self.parent = array("i")
+        self.line = array("i")
+        self.kind = bytearray()
+        self.pending: dict[int, str] = {}
+        self.text_ref: dict[int, int] = {}
+        self.msg_id: dict[int, str] = {}
+
+    def add(self, uuid: str, parent: str | None, n: int, kind: int) -> tuple[int, bool]:
+        """Index of the line with ``uuid`` at line ``n`` and whether the uuid was seen before
+        (a repeated uuid replaces the earlier line, keeping its index)."""
+        uuid_key = _key(uuid)
+        i = self.ids.get(uuid_key)
+        again = i is not None
+        if i is None:
+            i = self.ids[uuid_key] = len(self.line)
+            self.parent.append(_ROOT)
+            self.line.append(n)
+            self.kind.append(kind)
+        else:
+            self.line[i], self.kind[i] = n, kind
+            self.pending.pop(i, None)
+            self.text_ref.pop(i, None)
+            self.msg_id.pop(i, None)
+        j = self.ids.get(_key(parent)) if parent is not None else _ROOT
+        if j is None:
+            self.parent[i] = _UNRESOLVED
+            self.pending[i] = parent
+        else:
+            self.parent[i] = j
+        return i, again
+
+    def mend(self, diag: Diagnostics) -> None:
+        """Parents seen after their children resolved; a parent not in the file (its line lost
+        or damaged): the line continues from the chain line before it in the file, with a
+        ``broken_chain`` warning naming the line and the missing uuid (a root when there is none
+        before it or that one descends from it: a reversed file)."""
+        broken: list[int] = []
+        for i, uuid in self.pending.items():
+            j = self.ids.get(_key(uuid))
+            if j is None:
+                broken.append(i)
+            else:
+                self.parent[i] = j
+        if not broken:
+            self.pending = {}
+            return
+        line, parent = self.line, self.parent
+        by_line = sorted(range(len(line)), key=line.__getitem__)
+        wanted = set(broken)
+        pos = {i: k for k, i in enumerate(by_line) if i in wanted}
+        mended: dict[int, int] = {}  # line index -> the line before it that it now follows
+        for i in broken:
+            prev = by_line[pos[i] - 1] if pos[i] > 0 else -1
+            parent[i] = prev
+            if prev >= 0:
+                mended[i] = prev
+        # a mended line whose new parent descends from it (a reversed file) closes a cycle:
+        # it becomes a root instead (one linear pass; only a cycle through a mended line is new)
+        state = bytearray(len(line))  # 0 not seen, 1 on the trail, 2 done
+        for start in list(mended):
+            trail: list[int] = []
+            cur = start
+            while cur >= 0 and state[cur] == 0:
+                state[cur] = 1
+                trail.append(cur)
+                cur = parent[cur]
+            if cur >= 0 and state[cur] == 1:
+                for u in trail[trail.index(cur):]:
+                    if u in mended:
+                        parent[u] = _ROOT
+                        del mended[u]
+                        break
+            for u in trail:
+                state[u] = 2
+        for i in sorted(broken, key=line.__getitem__):
+            missing = self.pending[i]
+            if i in mended:
+                diag.warn("broken_chain", f"line {line[i]}", f"parent uuid {missing} is not in the file; continued from line {line[mended[i]]}, the chain line before it")
+            else:
+                diag.warn("broken_chain", f"line {line[i]}", f"parent uuid {missing} is not in the file; the chain starts there")
+        self.pending = {}
+
+    def depths(self) -> array:
+        """Depth of every line: 1 for a root, parent's + 1; a cycle counts from where it closes."""
+        parent = self.parent
+        depth = array("i", bytes(4 * len(parent)))
+        for i in range(len(parent)):
+            if depth[i]:
+                continue
+            trail = array("i")  # one long chain is most of the file: 4 bytes a line, not an int object
+            cur = i
+            while cur >= 0 and depth[cur] == 0:
+                depth[cur] = -1  # on the trail
+                trail.append(cur)
+                cur = parent[cur]
+            d = depth[cur] if cur >= 0 and depth[cur] > 0 else 0
+            for u in reversed(trail):
+                d += 1
+                depth[u] = d
+        return depth
+
+    def leaf(self, depth: array, hint: str | None) -> int:
+        """The main chain's leaf, among the lines no line names as parent (any chain line: a
+        session often ends with ``progress``, ``system/turn_duration`` or hook lines after its
+        last reply): the deepest one that descends from the ``leafUuid`` of the last
+        ``last-prompt``/``summary`` record (the session may go on past that record), else the
+        deepest one; ties: the later line of the file. -1 when there is no line."""
+        parent, line = self.parent, self.line
+        n = len(parent)
+        has_child = bytearray(n)
+        for j in parent:
+            if j >= 0:
+                has_child[j] = 1
+        below: bytearray | None = None  # 0 unknown, 1 descends from the hint, 2 not, 3 on the trail
+        h = self.ids.get(_key(hint)) if hint is not None else None
+        if h is not None:
+            below = bytearray(n)
+            below[h] = 1
+        best, leaf = (-1, -1), -1
+        for i in range(n):
+            if has_child[i]:
+                continue
+            if below is not None:
+                trail = array("i")
+                cur = i
+                while cur >= 0 and below[cur] == 0:
+                    below[cur] = 3
+                    trail.append(cur)
+                    cur = parent[cur]
+                hit = 1 if cur >= 0 and below[cur] == 1 else 2
+                for u in trail:
+                    below[u] = hit
+                if hit != 1:
+                    continue
+            key = (depth[i], line[i])
+            if key > best:
+                best, leaf = key, i
+        return leaf
+
+    def walk(self, leaf: int) -> array:
+        """The lines from the root to ``leaf``; a cycle ends the walk silently."""
+        out = array("i")
+        seen = bytearray(len(self.parent))
+        cur = leaf
+        while cur >= 0 and not seen[cur]:
+            seen[cur] = 1
+            out.append(cur)
+            cur = self.parent[cur]
+        out.reverse()
+        return out
+
+
+@dataclass(slots=True)
+class _Line:
+    """One assistant line of a message: chain index, packed line ref, line number, its
+    ``tool_use`` blocks' (id, name), whether it has ``usage``, its ``stop_reason``."""
+
+    index: int
+    ref: int
+    n: int
+    calls: tuple[tuple[str | None, str], ...]
+    usage: bool
+    stop_reason: Any
+
+
+@dataclass(slots=True)
+class _Msg:
+    """Every assistant line of one ``message.id``; a repeated uuid replaces the earlier line and
+    keeps its position. A list, not a dict: a message has a few lines and a file many messages."""
+
+    first_line: int
+    lines: list[_Line] = field(default_factory=list)
+    model: str | None = None
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What step ``n`` is made of: its message, its lines in chain order, the result found for
+    each of its ``tool_use`` calls (a packed ref, ``(ref, k)`` for the k-th block with that id
+    in the line, or None: interrupted), usage line and stop reason (the last in chain order),
+    and the user lines appended after it (observation messages: (ref, is compact summary))."""
+
+    n: int
+    msg: _Msg
+    lines: list[int]
+    results: list[Any]
+    usage_ref: int | None
+    stop_reason: Any
+    after: list[tuple[int, bool]] | None = None
+
+    @property
+    def interrupted(self) -> bool:
+        return any(r is None for r in self.results)
+
+
+def _user_text(content: Any) -> list[str]:
+    if isinstance(content, str):
+        return [content] if content else []
+    out = []
+    for b in content if isinstance(content, list) else ():
+        if isinstance(b, dict) and b.get("type") == "text" and b.get("text"):
+            out.append(b["text"])
+    return out
+
+
+def _without_results(content: Any) -> Any:
+    """A user line's content without its ``tool_result`` blocks (kept once, by id, as results)."""
+    if isinstance(content, list):
+        return [b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str))]
+    return content
+
+
+def _content(obj: dict) -> Any:
+    message = obj.get("message")
+    return message.get("content") if isinstance(message, dict) else None
+
+
+class ClaudeCodeAdapter(NativeAdapter):
+    name = "claude-code"
+    description = "Claude Code session JSONL (~/.claude/projects/<cwd-slug>/<session>.jsonl)"
+    profiles = (PROFILE,)
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        return path.is_file() and b'"parentUuid"' in head and b'"sessionId"' in head and b'"isSidechain"' in head
+
+    def read(self, path: Path, diag: Diagnostics) -> NativeResult:
+        traj = Trajectory()
+        lo = traj.left_out = LeftOutLines()
+        chain = _Chain()
+        msgs: dict[str, _Msg] = {}
+        # tool_use_id -> packed ref of the line holding its result; with more than one result
+        # for the id: a list of (ref, k), k-th block with the id in that line, in file order
+        results: dict[str, Any] = {}
+        leaf_hint: str | None = None  # leafUuid of the last last-prompt / summary record
+        meta: dict[str, Any] = {"format": "claude-code session jsonl", "task_context": [], "subagents": [], "compactions": []}
+        header = SessionHeader(PROFILE, meta, ("sessionId", "cwd", "gitBranch"), _SHAPE)
+        for n, obj, line_ref in iter_json_records(path, diag):
+            kind = as_str(obj.get("type")) or repr(obj.get("type"))
+            uuid = obj.get("uuid")
+            message = obj.get("message")
+            header.see(obj, n, diag, version_here=uuid is not None, shaped=kind in ("user", "assistant") and isinstance(uuid, str)
+                       and isinstance(obj.get("sessionId"), str) and isinstance(message, dict) and "content" in message)
+            if not isinstance(uuid, str):
+                if isinstance(obj.get("leafUuid"), str):
+                    leaf_hint = obj["leafUuid"]
+                if kind in UI_TYPES:
+                    lo.add(n, interned(kind), _UI_NO_UUID)
+                else:
+                    diag.warn("unknown_record", f"line {n}", f"record type {kind!r} (no uuid) left out")
+                    lo.add(n, str(kind), "record type unknown to the profile (no uuid)")
+                continue
+            if obj.get("isSidechain"):
+                lo.add(n, "sidechain", "subagent (sidechain) line, not the main loop")
+                continue
+            if _key(uuid) in chain.ids:
+                diag.warn("duplicate_record", f"line {n}", f"uuid {uuid} repeated (first at line {chain.line[chain.ids[_key(uuid)]]}); the later line is used")
+            parent = as_str(obj.get("parentUuid"))
+            if kind in ("user", "assistant"):
+                content = message.get("content") if isinstance(message, dict) else None
+                bad = (f"{'an' if kind == 'assistant' else 'a'} {kind} line without a `message` object" if not isinstance(message, dict) else
+                       "an assistant message whose `content` is not a list" if kind == "assistant" and not isinstance(content, list) else None)
+                if bad is not None:
+                    diag.warn("malformed_record", f"line {n}", f"{bad}; left out")
+                    chain.add(uuid, parent, n, _UI)
+                    lo.add(n, kind, "malformed record (" + bad + ")")
+                    continue
+                ref = pack_ref(line_ref)
+                if kind == "assistant":
+                    if obj.get("isApiErrorMessage"):
+                        lo.add(n, "api_error", "an API error written as a reply by Claude Code, not a model reply")
+                        chain.add(uuid, parent, n, _UI)
+                        continue
+                    i, _ = chain.add(uuid, parent, n, _ASSISTANT)
+                    mid = interned(as_str(message.get("id")) or f"line-{n}")
+                    chain.msg_id[i] = mid
+                    m = msgs.get(mid)
+                    if m is None:
+                        m = msgs[mid] = _Msg(n)
+                    calls = tuple((interned(as_str(b.get("id"))), interned(as_str(b.get("name")) or "")) for b in content
+                                  if isinstance(b, dict) and b.get("type") == "tool_use")
+                    stop = message.get("stop_reason")
+                    new = _Line(i, ref, n, calls, message.get("usage") is not None, interned(stop) if isinstance(stop, str) else stop)
+                    for k, old in enumerate(m.lines):
+                        if old.index == i:
+                            new.n = old.n
+                            m.lines[k] = new
+                            break
+                    else:
+                        m.lines.append(new)
+                    model = as_str(message.get("model"))
+                    if model:
+                        m.model = interned(model)
+                else:
+                    flags = _USER | (_META if obj.get("isMeta") else 0) | (_SUMMARY if obj.get("isCompactSummary") else 0)
+                    i, again = chain.add(uuid, parent, n, flags)
+                    if _user_text(content):
+                        chain.text_ref[i] = ref
+                    if isinstance(content, list):
+                        seen_here: dict[str, int] = {}
+                        for b in content:
+                            if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str):
+                                cid = b["tool_use_id"]
+                                k = seen_here[cid] = seen_here.get(cid, -1) + 1
+                                have = results.get(cid)
+                                if have is None:
+                                    results[interned(cid)] = ref if k == 0 else [(ref, k)]
+                                elif not again:  # a repeated line's results are the ones already kept
+                                    if not isinstance(have, list):
+                                        have = results[cid] = [(have, 0)]
+                                    have.append((ref, k))
+                continue
+            if kind == "system" and obj.get("subtype") == "compact_boundary":
+                logical = as_str(obj.get("logicalParentUuid"))
+                chain.add(uuid, parent or logical, n, _BOUNDARY)
+                lo.add(n, "compaction_boundary", "compaction boundary; the summary after it is kept, flagged")
+                continue
+            chain.add(uuid, parent, n, _UI)
+            if kind not in _CHAIN_UI:
+                diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
+            data = obj.get("data")
+            sub = obj.get("subtype") or (data.get("type") if isinstance(data, dict) else None) or ""
+            lo.add(n, interned(f"{kind}/{sub}".rstrip("/")), _UI_CHAIN if kind in _CHAIN_UI else "record type unknown to the profile")
+        header.finish(diag)
+
+        chain.mend(diag)
+        depth = chain.depths()
+        path_ix = chain.walk(chain.leaf(depth, leaf_hint))
+        source = JsonlSource(path)
+        load = lambda ref: source.load(unpack_ref(ref))  # noqa: E731
+        plans: list[_Plan] = []
+        used_msgs: set[str] = set()
+        taken: dict[str, int] = {}  # call id -> results paired so far
+        first_call: dict[str, int] = {}  # call id -> line of its first call on the chain
+        pending_context: list[str] = []
+        for i in path_ix:
+            k = chain.kind[i]
+            if k == _ASSISTANT:
+                mid = chain.msg_id[i]
+                if mid in used_msgs:
+                    continue
+                used_msgs.add(mid)
+                plans.append(self._plan(len(plans) + 1, msgs[mid], depth, results, taken, first_call, diag))
+            elif k & 7 == _USER and i in chain.text_ref:
+                ref = chain.text_ref[i]
+                if not plans:
+                    texts = _user_text(_content(load(ref)))
+                    if k & _META:
+                        pending_context.extend(texts)
+                    else:
+                        if traj.task is not None:
+                            pending_context.append(traj.task)
+                        traj.task = texts[-1]
+                        pending_context.extend(texts[:-1])
+                    continue
+                last = plans[-1]
+                if last.after is None:
+                    last.after = []
+                last.after.append((ref, bool(k & _SUMMARY)))
+                if k & _SUMMARY:
+                    meta["compactions"].append({"step": last.n, "line": chain.line[i]})
+        meta["task_context"] = pending_context
+        # assistant messages the chain never reached (a rewound branch)
+        for mid, m in msgs.items():
+            if mid not in used_msgs:
+                lo.add(m.first_line, "branch", f"assistant message {mid} is off the main chain (rewound or abandoned branch)")
+        sub_dir = path.with_suffix("") / "subagents"
+        if sub_dir.is_dir():
+            for f in sorted(sub_dir.glob("*.jsonl")):
+                agent_id = f.stem.removeprefix("agent-")
+                meta["subagents"].append({"path": str(f), "agent_id": agent_id})
+                lo.append(LeftOut(str(f), "subagent", f"subagent transcript {agent_id}, linked in meta.subagents, not mixed in"))
+        del chain, depth, path_ix
+        traj.steps = LazySteps(plans, lambda plan: self._step(plan, load))
+        traj.model = next((p.msg.model for p in plans if p.msg.model and p.msg.model != "<synthetic>"), None)
+        traj.meta = meta
+        return NativeResult(traj, PROFILE, diag)
+
+    @staticmethod
+    def _plan(n: int, m: _Msg, depth: array, results: dict[str, Any], taken: dict[str, int], first_call: dict[str, int], diag: Diagnostics) -> _Plan:
+        """Step ``n``'s plan: the message's lines in chain order (depth in the parentUuid tree,
+        file order breaking ties), usage and stop reason of the last line in that order that has
+        them, and for each call its result: the k-th result with the call's id for the k-th call
+        with it on the chain (``duplicate_call_id`` warned); ``interrupted`` warned, naming the
+        call's line, for each call without one."""
+        lines = sorted(m.lines, key=lambda ln: (depth[ln.index], ln.n))
+        usage_ref = stop_reason = None
+        found: list[Any] = []
+        for ln in lines:
+            if ln.usage:
+                usage_ref = ln.ref
+            if ln.stop_reason is not None:
+                stop_reason = ln.stop_reason
+            for cid, name in ln.calls:
+                key = cid or ""
+                k = taken.get(key, 0)
+                taken[key] = k + 1
+                if k:
+                    diag.warn("duplicate_call_id", f"line {ln.n}", f"tool call id {cid} ({name}) used before (line {first_call[key]}); results paired in order of appearance")
+                else:
+                    first_call[key] = ln.n
+                have = results.get(key)
+                res = have if k == 0 and not isinstance(have, list) else (have[k] if isinstance(have, list) and k < len(have) else None)
+                if res is None:
+                    diag.warn("interrupted", f"line {ln.n}", f"tool call {cid} ({name}) has no result in the file")
+                found.append(res)
+        return _Plan(n, m, [ln.ref for ln in lines], found, usage_ref, stop_reason)
+
+    @staticmethod
+    def _step(plan: _Plan, load: Callable[[int], dict]) -> Step:
+        m = plan.msg
+        blocks: list[dict] = []
+        for ref in plan.lines:
+            blocks.extend(b for b in _content(load(ref)) if isinstance(b, dict))
+        usage = load(plan.usage_ref)["message"]["usage"] if plan.usage_ref is not None else None
+        action = Action(usage=usage, stop_reason=plan.stop_reason, model=m.model, raw=blocks)
+        texts: list[str] = []
+        for b in blocks:
+            t = b.get("type")
+            if t == "text":
+                texts.append(as_str(b.get("text")) or "")
+            elif t == "thinking":
+                action.reasoning.append(Reasoning(text=as_str(b.get("thinking")) or "", signature=as_str(b.get("signature")) or None, raw=b))
+            elif t == "redacted_thinking":
+                action.reasoning.append(Reasoning(encrypted=as_str(b.get("data")), raw=b))
+            elif t in ("tool_use", "server_tool_use"):
+                call = object_call(as_str(b.get("id")), as_str(b.get("name")) or "", b.get("input"), raw=b)
+                if t == "server_tool_use":
+                    call.kind = "server"
+                action.tool_calls.append(call)
+        action.text = "".join(texts)
+        step = Step(n=plan.n, action=action)
+        if plan.interrupted:
+            step.flags.append("interrupted")
+        found = iter(plan.results)
+        for call in action.tool_calls:
+            if call.kind == "server":
+                continue
+            res = next(found, None)
+            if res is None:
+                step.observation.results.append(ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True}))
+                continue
+            ref, k = res if isinstance(res, tuple) else (res, 0)
+            cid = call.id or ""
+            block = [b for b in _content(load(ref)) if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == cid][k]
+            step.observation.results.append(ToolResult(call.id, block.get("content"), is_error=bool(block.get("is_error", False)), raw=block))
+        for ref, summary in plan.after or ():
+            content = _without_results(_content(load(ref)))
+            step.observation.messages.append(Message("user", [TextPart(t) for t in _user_text(content)], raw=content))
+            if summary:
+                step.flags.append("compaction")
+        return step
+
+
+ADAPTER = ClaudeCodeAdapter()

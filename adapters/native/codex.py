@@ -1,0 +1,406 @@
+"""Codex CLI rollout JSONL (``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``) into a Trajectory.
+
+Format rules (sources: shared/native-formats.md section 2, from openai/codex
+codex-rs/protocol/src/protocol.rs ``RolloutLine``/``RolloutItem``; corpus files
+``real-0.171.0_single-then-resume.jsonl``, the 0.146.0 schema-coverage fixture and the
+claude-code-log synthetic rollout):
+
+- Each line is ``{"timestamp", "type", "payload"}``. Only ``response_item`` lines are the
+  model-visible history (Responses-API items); ``event_msg`` lines are UI and telemetry copies
+  and are left out, as are ``turn_context``, ``world_state`` and unknown types.
+  ``session_meta`` gives the metadata, the version (``payload.cli_version``) and the system
+  prompt (``payload.base_instructions.text``; None when absent). Tool definitions are not
+  stored (``tools`` is None; ``meta["dynamic_tools"]`` when present).
+- A file with neither a well-formed ``session_meta`` nor a ``response_item`` line is not a
+  rollout: BadInputError (exit 65) naming the file and its first record's line.
+- Order is file order: Codex appends items as they happen and stores no parent chain; the
+  file position is the item's ordinal. Timestamps are never used to reorder.
+- An action is a run of model-output items (``reasoning``, assistant ``message``,
+  ``function_call``, ``custom_tool_call``, ``local_shell_call``, ``web_search_call``,
+  ``tool_search_call``) in file order; it ends at the first input item (a call output, a
+  user or developer message) or at a usage record (``token_usage_record``,
+  ``event_msg/token_count``), which Codex writes once per model response.
+- ``function_call.arguments`` is a JSON string, kept exactly; ``custom_tool_call.input`` is
+  free text (kind ``custom``). Outputs (``*_call_output``) belong to the step whose action
+  made the call with that ``call_id`` (an output written after a later action's items still
+  answers its own call), else to the last step; they are put in call order; ``output`` kept
+  exactly (a string, or a list/object in newer builds). Codex stores no error flag:
+  ``is_error`` is None.
+- Duplicates: an item equal to an earlier one (a call with the same ``call_id`` and the same
+  content; an output equal to an earlier output of that ``call_id`` when every call of the id
+  has its output; a reasoning or assistant message item of the same model response) is a line
+  written twice: the first is kept, the copy left out with ``duplicate_record`` (without it a
+  repeated call reads as a second call, ``interrupted``). A repeated ``call_id`` with other
+  content is a distinct call (fixtures with trimmed ids): ``duplicate_call_id``, and outputs
+  are paired with the calls of that id in order of appearance (an output answers the first
+  call of its id still without one, a call the provider runs last; an output for an id whose calls are all answered goes to
+  the latest call's step, after its results, with ``duplicate_call_id``).
+- A damaged record (a ``session_meta`` without a payload object, a ``response_item`` without
+  a typed payload: a flipped byte in a key) is skipped with ``malformed_record``; the file is
+  refused only when no well-formed rollout record is left.
+- User and developer messages after an action are observation messages; before the first
+  action the last user message is the task, everything else ``meta["task_context"]``.
+- ``compacted`` (with ``replacement_history``) replaces the history the model sees: the line
+  is left out (``compaction``) and the step before it flagged ``compaction``.
+
+Memory (issue 6, "Scale"): the file is read twice. The first pass streams it and keeps per
+step only the :class:`~.base.LineRef` of its items, outputs, messages and usage record, plus
+what the warnings need (call ids and names); every warning, ``task``, ``model``,
+``left_out`` and ``meta`` are decided there. ``traj.steps`` is a :class:`~.base.LazySteps`
+that reads a step's lines again when the step is used.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pvisor.journal.errors import BadInputError
+from pvisor.journal.model import Action, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+
+from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LineRef, NativeAdapter, NativeResult, as_dict, as_list, as_str,
+                   iter_json_records, left_out, string_call, text_of)
+
+PROFILE = FormatProfile("codex", 0, 171, "`session_meta.payload.cli_version`", "0.146.0 (fixture), 0.171.0")
+
+_OUTPUT_ITEMS = {"reasoning", "function_call", "custom_tool_call", "local_shell_call", "web_search_call", "tool_search_call", "image_generation_call"}
+_RESULT_ITEMS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output", "tool_search_call_output"}
+
+
+class _Plan:
+    """What the first pass keeps of one step: refs of its action's output items, of the usage
+    record (None when none gave usage), of its outputs and observation messages (file order),
+    and the flags set while reading (``compaction``; ``interrupted`` is re-derived). Kept for
+    every step of the file: ``messages`` and ``flags`` stay the shared ``()`` while empty."""
+
+    __slots__ = ("n", "items", "usage", "results", "messages", "flags")
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.items: list[LineRef] = []
+        self.usage: LineRef | None = None
+        self.results: list[LineRef] = []
+        self.messages: tuple[LineRef, ...] | list[LineRef] = ()
+        self.flags: tuple[str, ...] = ()
+
+
+class _Call:
+    """One tool call as the first pass keeps it: its id, whether the provider runs it
+    (``server``: no output expected), its line (``n``) and ref, the index of its step, the ref
+    of the output paired with it (None while none is), and the next call with the same id
+    (``same``: ids are unique in a well-formed file, so the chain is almost always one long)."""
+
+    __slots__ = ("id", "server", "n", "ref", "step", "output", "same")
+
+    def __init__(self, call_id: str | None, server: bool, n: int, ref: LineRef, step: int) -> None:
+        self.id = call_id
+        self.server = server
+        self.n = n
+        self.ref = ref
+        self.step = step
+        self.output: LineRef | None = None
+        self.same: _Call | None = None
+
+
+def _chain(first: _Call | None):
+    while first is not None:
+        yield first
+        first = first.same
+
+
+def _add_output(action: Action, payload: dict) -> None:
+    """Add one model-output item to ``action`` (text, reasoning or a tool call)."""
+    t = payload["type"]
+    action.raw.append(payload)
+    if t == "message":
+        action.text += text_of(payload.get("content"))
+    elif t == "reasoning":
+        summary = "".join(as_str(s.get("text")) or "" for s in as_list(payload.get("summary")) if isinstance(s, dict))
+        action.reasoning.append(Reasoning(text=summary, encrypted=as_str(payload.get("encrypted_content")), raw=payload))
+    elif t == "function_call":
+        action.tool_calls.append(string_call(as_str(payload.get("call_id")), as_str(payload.get("name")) or "", payload.get("arguments") or "", raw=payload))
+    elif t == "custom_tool_call":
+        call = string_call(as_str(payload.get("call_id")), as_str(payload.get("name")) or "", payload.get("input") or "", raw=payload, kind="custom")
+        call.arguments = None
+        action.tool_calls.append(call)
+    elif t == "local_shell_call":
+        action.tool_calls.append(string_call(as_str(payload.get("call_id")), "local_shell", payload.get("action") or {}, raw=payload))
+    else:  # provider-side calls (web search, tool search)
+        call = string_call(as_str(payload.get("call_id")) or as_str(payload.get("id")), t, payload.get("action") or payload.get("arguments") or {}, raw=payload)
+        call.kind = "server"
+        action.tool_calls.append(call)
+
+
+def _call_head(payload: dict) -> tuple[str | None, str, str]:
+    """(call id, name, kind) of an output item as :func:`_add_output` would make its call."""
+    t = payload["type"]
+    if t == "function_call":
+        return as_str(payload.get("call_id")), as_str(payload.get("name")) or "", "function"
+    if t == "custom_tool_call":
+        return as_str(payload.get("call_id")), as_str(payload.get("name")) or "", "custom"
+    if t == "local_shell_call":
+        return as_str(payload.get("call_id")), "local_shell", "function"
+    return as_str(payload.get("call_id")) or as_str(payload.get("id")), t, "server"
+
+
+def _usage(obj: dict) -> Any:
+    """The usage a usage record gives its action, or None when it gives none."""
+    payload = obj.get("payload")
+    if not isinstance(payload, dict):
+        return None
+    info = payload.get("info") if obj.get("type") == "event_msg" else payload
+    if isinstance(info, dict):
+        return info.get("last_token_usage") or info
+    return None
+
+
+class CodexAdapter(NativeAdapter):
+    name = "codex"
+    description = "Codex CLI rollout JSONL ($CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl)"
+    profiles = (PROFILE,)
+
+    def sniff(self, path: Path, head: bytes) -> bool:
+        return path.is_file() and b'"payload"' in head and (b'"session_meta"' in head or b'"response_item"' in head)
+
+    def read(self, path: Path, diag: Diagnostics) -> NativeResult:
+        traj = Trajectory()
+        meta: dict[str, Any] = {"format": "codex rollout jsonl", "task_context": []}
+        plans: list[_Plan] = []
+        calls: list[list[_Call]] = []  # per step, its calls in order, for the interrupted warnings
+        in_action = False  # an action is being read (its response not ended)
+        context: list[str] = []
+        version_seen = False
+        first: tuple[int, Any] | None = None  # the first record's line and type, for the missing-shape error
+        rollout = False  # a session_meta or response_item line was seen
+        source = JsonlSource(path)
+        # call id -> its first call (the others of the id chained by ``same``): an output goes to
+        # the step of the first call of its id still without one; an exact repeat of a call is a duplicate
+        by_id: dict[str, _Call] = {}
+        strays: dict[str, LineRef] = {}  # call id of no call -> its first output's ref
+        # the reasoning and message items of the action being read (one model response), to see one written twice
+        said: list[dict] = []
+
+        for n, obj, ref in iter_json_records(path, diag):
+            kind = obj.get("type")
+            payload = obj.get("payload")
+            if first is None:
+                first = (n, kind)
+            if kind == "session_meta":
+                if not isinstance(payload, dict):
+                    _malformed(traj, diag, n, "session_meta without a payload object")
+                    continue
+                rollout = True
+                if not version_seen:
+                    PROFILE.check(payload.get("cli_version"), f"line {n}", diag)
+                    version_seen = True
+                meta.update({k: payload[k] for k in ("id", "cwd", "originator", "cli_version", "source", "model_provider", "forked_from_id") if k in payload})
+                bi = as_dict(payload.get("base_instructions"))
+                if isinstance(bi, dict) and isinstance(bi.get("text"), str):
+                    traj.system = bi["text"]
+                if payload.get("dynamic_tools"):
+                    meta["dynamic_tools"] = payload["dynamic_tools"]
+                continue
+            if kind == "turn_context" and isinstance(payload, dict):
+                if isinstance(payload.get("model"), str):
+                    traj.model = traj.model or payload["model"]
+                    meta.setdefault("models", [])
+                    if payload["model"] not in meta["models"]:
+                        meta["models"].append(payload["model"])
+                left_out(traj, f"line {n}", "turn_context", "turn settings, not model input")
+                continue
+            if kind == "token_usage_record" or (kind == "event_msg" and isinstance(payload, dict) and payload.get("type") == "token_count"):
+                if in_action and _usage(obj) is not None:
+                    plans[-1].usage = ref
+                in_action, said = False, []
+                left_out(traj, f"line {n}", str(kind if kind != "event_msg" else "event_msg/token_count"), "usage record (ends a model response)")
+                continue
+            if kind == "compacted":
+                if plans and "compaction" not in plans[-1].flags:
+                    plans[-1].flags += ("compaction",)
+                left_out(traj, f"line {n}", "compaction", "compacted history (replacement_history replaces what the model sees); flagged on the step before")
+                in_action, said = False, []
+                continue
+            if kind != "response_item":
+                sub = payload.get("type") if isinstance(payload, dict) else None
+                if kind not in ("event_msg", "world_state"):
+                    diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
+                left_out(traj, f"line {n}", sys.intern(f"{kind}/{sub}") if sub else str(kind), "UI or telemetry record, not model-visible history")
+                continue
+            if not (isinstance(payload, dict) and isinstance(payload.get("type"), str)):
+                _malformed(traj, diag, n, "response_item without a typed payload")
+                continue
+            rollout = True
+            t = payload["type"]
+            is_output = t in _OUTPUT_ITEMS or (t == "message" and payload.get("role") == "assistant")
+            call_id = as_str(payload.get("call_id"))
+            if is_output:
+                if t == "message" or t == "reasoning":
+                    if in_action and payload in said:
+                        _duplicate(traj, diag, n, t, "an earlier line of the same response")
+                        continue
+                    said.append(payload)
+                elif call_id is not None and call_id in by_id:
+                    if any(source.load(c.ref).get("payload") == payload for c in _chain(by_id[call_id])):
+                        _duplicate(traj, diag, n, f"{t} {call_id}", "an earlier line")
+                        continue
+                if not in_action:
+                    in_action = True
+                    plans.append(_Plan(len(plans) + 1))
+                    calls.append([])
+                plans[-1].items.append(ref)
+                if t != "message" and t != "reasoning":
+                    head_id, _, head_kind = _call_head(payload)
+                    call = _Call(head_id, head_kind == "server", n, ref, len(plans) - 1)
+                    calls[-1].append(call)
+                    if call_id is not None:
+                        prev = by_id.get(call_id)
+                        if prev is None:
+                            by_id[call_id] = call
+                        else:
+                            *_, last = _chain(prev)
+                            last.same = call
+                            diag.warn("duplicate_call_id", f"line {n}", f"{t} {call_id} shares its id with the call at line {prev.n} "
+                                      "(other content); outputs paired with the calls of the id in order of appearance")
+                continue
+            owner: _Call | None = None  # for an output: the call it answers
+            if t in _RESULT_ITEMS and call_id is not None:
+                if call_id in by_id:
+                    chain = list(_chain(by_id[call_id]))
+                    # the first call of the id without an output; a call the provider runs
+                    # (a tool search) only when no other call of the id waits for one
+                    owner = next((c for c in chain if c.output is None and not c.server), None) or next((c for c in chain if c.output is None), None)
+                    if owner is None and any(source.load(c.output).get("payload") == payload for c in chain if c.output is not None):
+                        _duplicate(traj, diag, n, f"{t} {call_id}", "an earlier line")
+                        continue
+                    if owner is None:
+                        diag.warn("duplicate_call_id", f"line {n}", f"{t} {call_id}: every call of the id (last at line {chain[-1].n}) has its output; "
+                                  "this one is kept after the last call's step results")
+                        owner = chain[-1]
+                    else:
+                        owner.output = ref
+                elif call_id in strays:
+                    if source.load(strays[call_id]).get("payload") == payload:
+                        _duplicate(traj, diag, n, f"{t} {call_id}", "an earlier line")
+                        continue
+            # an input item ends the action
+            in_action, said = False, []
+            if t in _RESULT_ITEMS:
+                if not plans:
+                    left_out(traj, f"line {n}", t, "a call output before any action")
+                    continue
+                if owner is None and call_id is not None:
+                    strays.setdefault(call_id, ref)
+                # the step whose action made the call, not the step being read (a late output)
+                plans[owner.step if owner is not None else len(plans) - 1].results.append(ref)
+                continue
+            if t == "message":
+                if not plans:
+                    role = as_str(payload.get("role")) or "user"
+                    texts = [text_of([b]) for b in as_list(payload.get("content")) if isinstance(b, dict)]
+                    if role == "user":
+                        if traj.task is not None:
+                            context.append(traj.task)
+                        traj.task = texts[-1] if texts else ""
+                        context.extend(texts[:-1])
+                    else:
+                        context.extend(texts)
+                    continue
+                if plans[-1].messages:
+                    plans[-1].messages.append(ref)
+                else:
+                    plans[-1].messages = [ref]
+                continue
+            left_out(traj, f"line {n}", f"response_item/{t}", "item type not read into the trajectory")
+        if not rollout:
+            what = "required record shape missing: no Codex rollout record (type session_meta/response_item) in the file"
+            if first is None:
+                raise BadInputError(f"{diag.path}: {what} (no JSON object in it)")
+            raise BadInputError(f"{diag.path}: line {first[0]}: {what}; the first record has type {first[1]!r}")
+        if not version_seen:
+            PROFILE.check(None, "file", diag)
+        for plan, step_calls in zip(plans, calls):
+            _warn_interrupted(plan.n, step_calls, plan.results, source, diag)
+        meta["task_context"] = context
+        traj.steps = LazySteps(plans, lambda plan: _build(plan, source))
+        traj.meta = meta
+        return NativeResult(traj, PROFILE, diag)
+
+
+def _duplicate(traj: Trajectory, diag: Diagnostics, n: int, what: str, first: str) -> None:
+    diag.warn("duplicate_record", f"line {n}", f"{what} repeats {first} exactly; one copy kept")
+    left_out(traj, f"line {n}", "duplicate", f"an exact copy of {first}")
+
+
+def _malformed(traj: Trajectory, diag: Diagnostics, n: int, what: str) -> None:
+    diag.warn("malformed_record", f"line {n}", f"{what}; skipped")
+    left_out(traj, f"line {n}", "malformed", what)
+
+
+def _warn_interrupted(n: int, step_calls: list[_Call], results: list[LineRef], source: JsonlSource, diag: Diagnostics) -> None:
+    """The ``interrupted`` warnings :func:`_order` gives step ``n`` (built later, without
+    warnings): a call (not run by the provider) that no output of the step answers. Outputs
+    paired by the first pass answer their call; the others (an output of no call, of an id
+    whose call is in another step) are matched by id as :func:`_order` does. The call's name
+    and a stray output's id are read again from their lines only then."""
+    paired = {id(c.output) for c in step_calls if c.output is not None}
+    left = [r for r in results if id(r) not in paired]
+    left_ids = [as_str(source.load(r)["payload"].get("call_id")) for r in left] if left else []
+    for c in step_calls:
+        if c.output is not None:
+            continue
+        if c.id in left_ids:
+            left_ids.remove(c.id)
+        elif not c.server:
+            name = _call_head(source.load(c.ref)["payload"])[1]
+            diag.warn("interrupted", f"step {n}", f"tool call {c.id} ({name}) has no result in the file")
+
+
+def _build(plan: _Plan, source: JsonlSource) -> Step:
+    """Step ``plan.n`` from its lines, read again through ``source``."""
+    action = Action(raw=[])
+    step = Step(n=plan.n, action=action, flags=list(plan.flags))
+    for ref in plan.items:
+        _add_output(action, source.load(ref)["payload"])
+    if plan.usage is not None:
+        action.usage = _usage(source.load(plan.usage))
+    for ref in plan.results:
+        payload = source.load(ref)["payload"]
+        step.observation.results.append(ToolResult(as_str(payload.get("call_id")), payload.get("output"), is_error=None, raw=payload))
+    for ref in plan.messages:
+        payload = source.load(ref)["payload"]
+        role = as_str(payload.get("role")) or "user"
+        texts = [text_of([b]) for b in as_list(payload.get("content")) if isinstance(b, dict)]
+        step.observation.messages.append(Message(role, [TextPart(x) for x in texts], raw=payload))
+    _order(step)  # its warnings were given by the first pass
+    return step
+
+
+def _order(step: Step) -> None:
+    """:func:`~.base.order_results` pairing by id in order of appearance, as the first pass
+    pairs: with two calls of one id, the first of the step's results with that id (file order)
+    answers the first call, the next the second (``order_results`` keeps one result per id);
+    calls the provider runs (kind ``server``) take a result only after the others. A call
+    without a result gets an empty one marked ``{"interrupted": True}`` (none for a server
+    call) and the step the flag ``interrupted``. Results that answer no call are kept, after."""
+    left = list(step.observation.results)
+    calls = step.action.tool_calls
+    got: list[ToolResult | None] = [None] * len(calls)
+    for server in (False, True):
+        for i, call in enumerate(calls):
+            if (call.kind == "server") == server:
+                j = next((j for j, x in enumerate(left) if x.call_id == call.id), None)
+                if j is not None:
+                    got[i] = left.pop(j)
+    ordered = []
+    for call, r in zip(calls, got):
+        if r is None:
+            if call.kind == "server":
+                continue
+            r = ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True})
+            if "interrupted" not in step.flags:
+                step.flags.append("interrupted")
+        ordered.append(r)
+    step.observation.results = ordered + left
+
+ADAPTER = CodexAdapter()

@@ -1,0 +1,252 @@
+"""Documents made from a native trajectory: the ``pvisor trajectory show --json`` document
+(schema :data:`NATIVE_SCHEMA`) and Harbor's Agent Trajectory Interchange Format v1.7.
+
+ATIF rules (source: harbor ``rfcs/0001-trajectory-format.md`` v1.7, summarised in
+shared/native-formats.md section 9): root ``schema_version`` ``"ATIF-v1.7"``, ``session_id``,
+``agent{name, version, model_name, tool_definitions?}``, ``steps[]``, ``final_metrics``,
+``extra``. A step has ``step_id`` (from 1), ``source`` (``system``/``user``/``agent``),
+``message``; agent steps add ``model_name``, ``reasoning_content``, ``tool_calls[{tool_call_id,
+function_name, arguments (object), extra}]`` and ``observation{results[{source_call_id,
+content, extra}]}``: one ATIF agent step per model inference, its observation on the same
+step, which is our step (A_i with O_i). ATIF ``arguments`` is an object, so the exact argument
+string is kept in the call's ``extra.arguments_raw`` (and ``arguments`` is ``{}`` when it is not
+a JSON object). Result content that is not a string is given as its text, the original in
+``extra.content_raw``. Observation messages (a later user prompt) become user steps.
+
+Two ways to make each document: :func:`to_json` / :func:`to_atif` return it as a dict (tests,
+callers that want the whole value); :func:`write_json` / :func:`write_atif` write the same
+document to a binary stream as it is made, one step at a time, for ``pvisor trajectory show
+--json`` and ``export``: memory holds one step, not the document (issue 6, "Scale"). The
+streamed bytes are exactly ``orjson.dumps(doc, OPT_INDENT_2 | OPT_NON_STR_KEYS) + b"\n"`` of
+the dict form (tests/test_native_cli.py checks it on the corpus).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, BinaryIO
+
+import orjson
+
+from pvisor.journal.model import Message, Step, TextPart, ToolCall, ToolResult, Trajectory
+
+from .base import NativeResult, text_of
+
+NATIVE_SCHEMA = "pvisor.native-trajectory/v1"
+ATIF_VERSION = "ATIF-v1.7"
+
+#: orjson options of every document written (``--json``, ``export``)
+JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
+
+
+def _call(c: ToolCall) -> dict[str, Any]:
+    return {"id": c.id, "name": c.name, "kind": c.kind, "arguments_raw": c.arguments_raw, "arguments": c.arguments}
+
+
+def _result(r: ToolResult) -> dict[str, Any]:
+    interrupted = isinstance(r.raw, dict) and r.raw.get("interrupted") is True
+    return {"call_id": r.call_id, "is_error": r.is_error, "content": r.content, "interrupted": interrupted}
+
+
+def _message(m: Message) -> dict[str, Any]:
+    return {"role": m.role, "text": "".join(p.text for p in m.parts if isinstance(p, TextPart))}
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+class Items:
+    """A field value written item by item: ``items`` is iterated once, while writing, each
+    item dumped on its own (a list of them is never made)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, items: Iterable[Any]) -> None:
+        self.items = items
+
+
+class Later:
+    """A field value computed when the writer reaches it (after the fields before it were
+    written: ATIF ``final_metrics`` needs the number of steps written)."""
+
+    __slots__ = ("make",)
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self.make = make
+
+
+def write_all(out: BinaryIO, data: bytes) -> None:
+    """Write all of ``data`` to ``out``. A BufferedWriter given more than its buffer returns
+    a short count instead of raising when the pipe's reader has gone (``| head``), and the
+    rest would be lost silently: writing the rest raises BrokenPipeError (exit 141)."""
+    view = memoryview(data)
+    while view:
+        n = out.write(view)
+        if n is None:  # a raw stream that would block; ours are blocking
+            raise BlockingIOError("output would block")
+        view = view[n:]
+
+
+def write_document(out: BinaryIO, fields: Iterable[tuple[str, Any]]) -> None:
+    """Write a JSON object to ``out`` field by field, bytes identical to
+    ``orjson.dumps(dict(fields), JSON_OPTIONS) + b"\n"``. ``fields`` is iterated lazily; a
+    value may be :class:`Items` (a list written item by item) or :class:`Later` (computed
+    when reached). Indenting a value nested one level is replacing each ``b"\n"`` of its own
+    dump by ``b"\n"`` plus the indent: JSON strings never hold a raw newline."""
+    first = True
+    for key, value in fields:
+        head = (b"{\n  " if first else b",\n  ") + orjson.dumps(key) + b": "
+        first = False
+        if isinstance(value, Later):
+            value = value.make()
+        if not isinstance(value, Items):
+            write_all(out, head + orjson.dumps(value, option=JSON_OPTIONS).replace(b"\n", b"\n  "))
+            continue
+        n = 0
+        for item in value.items:
+            write_all(out, (head + b"[\n    " if n == 0 else b",\n    ") + orjson.dumps(item, option=JSON_OPTIONS).replace(b"\n", b"\n    "))
+            n += 1
+        write_all(out, head + b"[]" if n == 0 else b"\n  ]")
+    write_all(out, b"{}\n" if first else b"\n}\n")
+
+
+# --------------------------------------------------------------------------- pvisor.native-trajectory/v1
+
+
+def _json_step(s: Step) -> dict[str, Any]:
+    return {
+        "n": s.n,
+        "flags": s.flags,
+        "action": {
+            "text": s.action.text,
+            "reasoning": [r.text for r in s.action.reasoning],
+            "tool_calls": [_call(c) for c in s.action.tool_calls],
+            "model": s.action.model,
+            "usage": s.action.usage,
+            "stop_reason": s.action.stop_reason,
+        },
+        "observation": {"results": [_result(r) for r in s.observation.results], "messages": [_message(m) for m in s.observation.messages]},
+    }
+
+
+def _json_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
+    t = result.trajectory
+    yield "schema", NATIVE_SCHEMA
+    yield "agent", agent
+    yield "profile", result.profile.name
+    yield "source", result.diagnostics.path
+    yield "task", t.task
+    yield "system", t.system
+    yield "tools", None if t.tools is None else [{"name": x.name, "description": x.description, "parameters": x.parameters} for x in t.tools]
+    yield "model", t.model
+    yield "steps", Items(_json_step(s) for s in t.steps)  # t.steps iterated once
+    yield "left_out", Items({"where": lo.where, "kind": lo.kind, "reason": lo.reason} for lo in t.left_out)
+    # after the steps: warnings are complete once every step was built
+    yield "warnings", Items({"code": w.code, "where": w.where, "message": w.message} for w in result.diagnostics.warnings)
+    yield "meta", t.meta
+
+
+def to_json(result: NativeResult, agent: str) -> dict[str, Any]:
+    """The ``--json`` document: schema, agent, profile, source, task, system/tools (null when
+    not stored), model, steps (action text, reasoning texts, tool calls with exact
+    ``arguments_raw``, observation results and messages, flags), left_out, warnings, meta."""
+    return {k: list(v.items) if isinstance(v, Items) else v for k, v in _json_fields(result, agent)}
+
+
+def write_json(result: NativeResult, agent: str, out: BinaryIO) -> None:
+    """Write :func:`to_json`'s document to ``out`` (binary), one step at a time."""
+    write_document(out, _json_fields(result, agent))
+
+
+# --------------------------------------------------------------------------- ATIF v1.7
+
+
+def _atif_agent_step(s: Step) -> dict[str, Any]:
+    a = s.action
+    step: dict[str, Any] = {"source": "agent", "message": a.text}
+    if a.model:
+        step["model_name"] = a.model
+    reasoning = "\n\n".join(r.text for r in a.reasoning if r.text)
+    if reasoning:
+        step["reasoning_content"] = reasoning
+    if a.tool_calls:
+        step["tool_calls"] = [
+            {
+                "tool_call_id": c.id or f"call-{s.n}-{i + 1}",
+                "function_name": c.name,
+                "arguments": c.arguments if isinstance(c.arguments, dict) else {},
+                "extra": {"arguments_raw": c.arguments_raw, "kind": c.kind},
+            }
+            for i, c in enumerate(a.tool_calls)
+        ]
+    if s.observation.results:
+        results = []
+        for r in s.observation.results:
+            item: dict[str, Any] = {"content": r.content if isinstance(r.content, str) else text_of(r.content)}
+            if r.call_id is not None:
+                item["source_call_id"] = r.call_id
+            extra: dict[str, Any] = {}
+            if not isinstance(r.content, str):
+                extra["content_raw"] = r.content
+            if r.is_error is not None:
+                extra["is_error"] = r.is_error
+            if isinstance(r.raw, dict) and r.raw.get("interrupted") is True:
+                extra["interrupted"] = True
+            if extra:
+                item["extra"] = extra
+            results.append(item)
+        step["observation"] = {"results": results}
+    extra = {"pvisor_step": s.n}
+    if s.flags:
+        extra["flags"] = s.flags
+    if a.usage is not None:
+        extra["usage"] = a.usage
+    step["extra"] = extra
+    return step
+
+
+def _atif_steps(t: Trajectory, count: list[int]) -> Iterator[dict[str, Any]]:
+    """ATIF steps numbered from 1 (system, task, then per step its agent step and a user step
+    per observation message); ``count[0]`` is the number given so far."""
+
+    def numbered(step: dict[str, Any]) -> dict[str, Any]:
+        count[0] += 1
+        return {"step_id": count[0], **step}
+
+    if t.system is not None:
+        yield numbered({"source": "system", "message": t.system})
+    if t.task is not None:
+        yield numbered({"source": "user", "message": t.task})
+    for s in t.steps:  # iterated once
+        yield numbered(_atif_agent_step(s))
+        for m in s.observation.messages:
+            yield numbered({"source": "user", "message": _message(m)["text"]})
+
+
+def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
+    t = result.trajectory
+    meta = t.meta or {}
+    count = [0]
+    agent_info: dict[str, Any] = {"name": agent, "version": str(meta.get("agent_version") or meta.get("cli_version") or "unknown"), "model_name": t.model}
+    if t.tools is not None:
+        agent_info["tool_definitions"] = [x.raw if isinstance(x.raw, dict) else {"type": "function", "function": {"name": x.name, "description": x.description, "parameters": x.parameters}} for x in t.tools]
+    yield "schema_version", ATIF_VERSION
+    yield "session_id", str(meta.get("sessionId") or meta.get("session") or meta.get("id") or "")
+    yield "agent", agent_info
+    yield "steps", Items(_atif_steps(t, count))
+    yield "final_metrics", Later(lambda: {"total_steps": count[0]})
+    yield "extra", Later(lambda: {"pvisor_profile": result.profile.name, "source": result.diagnostics.path,
+                                  "left_out": len(t.left_out), "warnings": [str(w) for w in result.diagnostics.warnings]})
+
+
+def to_atif(result: NativeResult, agent: str) -> dict[str, Any]:
+    """The trajectory as an ATIF v1.7 document (rules in the module docstring)."""
+    doc: dict[str, Any] = {}
+    for k, v in _atif_fields(result, agent):
+        doc[k] = list(v.items) if isinstance(v, Items) else v.make() if isinstance(v, Later) else v
+    return doc
+
+
+def write_atif(result: NativeResult, agent: str, out: BinaryIO) -> None:
+    """Write :func:`to_atif`'s document to ``out`` (binary), one step at a time."""
+    write_document(out, _atif_fields(result, agent))

@@ -1,0 +1,161 @@
+"""``pvisor adapters`` and ``pvisor trajectory show|export``: native trajectory files read into
+steps (docs/native.md). Warnings go to stderr as ``pvisor: warning: FILE: WHERE: CODE: ...``;
+``--strict`` turns any warning into exit 65.
+
+Output streams: the trajectory's steps (built one at a time from the file by the JSONL
+adapters) are iterated once and each is written as soon as it is made, so memory holds the
+trajectory's structure and one step, never the whole document or table:
+
+- ``--json`` and ``export`` write with :func:`~pvisor.adapters.native.render.write_json` /
+  ``write_atif`` (bytes identical to dumping the whole document); every write is completed
+  or raises, so a reader that closes the pipe early (``| head -c 100``) ends the command
+  with exit 141 (:func:`pvisor.cli.main`) as for the table, and a full disk with 74;
+- the human table buffers its first :data:`TABLE_BUFFER_ROWS` rows: a trajectory with no
+  more steps gets columns as wide as their widest cell; a longer one prints those rows and
+  streams the rest with each column at its maximum width (STEP: digits of the step count,
+  ACTION: :data:`ACTION_WIDTH`, OBSERVATION: :data:`OBSERVATION_WIDTH`; FLAGS last, unpadded).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+import orjson
+
+from pvisor.journal.errors import BadInputError
+
+
+#: the human table's rows kept to size its columns; past this many steps, rows stream at the
+#: columns' maximum widths
+TABLE_BUFFER_ROWS = 1000
+#: the widest ACTION cell (``pvisor.commands.journal._action_cell`` clips tool calls to 90)
+ACTION_WIDTH = 90
+#: OBSERVATION cells are clipped to this many characters
+OBSERVATION_WIDTH = 60
+HEADER = ["STEP", "ACTION (TOOL CALLS)", "OBSERVATION", "FLAGS"]
+
+
+def _emit_json(obj) -> None:
+    from pvisor.adapters.native.render import JSON_OPTIONS, write_all
+
+    write_all(sys.stdout.buffer, orjson.dumps(obj, option=JSON_OPTIONS) + b"\n")
+
+
+def _stream_json(write, result, name: str) -> None:
+    """``write(result, name, out)`` to stdout (binary), after what click wrote as text."""
+    sys.stdout.flush()
+    write(result, name, sys.stdout.buffer)
+    sys.stdout.buffer.flush()  # a closed pipe or a full disk shows here, inside the command
+
+
+@click.command("adapters")
+@click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
+def adapters(as_json: bool) -> None:
+    """List the native trajectory adapters and their format profiles."""
+    from pvisor.adapters.native import adapter_names, get_adapter
+
+    rows = []
+    for name in adapter_names():
+        a = get_adapter(name)
+        for p in a.profiles:
+            rows.append({"adapter": name, "profile": p.name, "version_from": p.version_from, "verified_with": p.verified_with, "description": a.description})
+    if as_json:
+        _emit_json(rows)
+        return
+    for r in rows:
+        click.echo(f"{r['adapter']:<16}{r['profile']:<22}{r['description']}")
+        click.echo(f"{'':<16}version: {r['version_from']}; verified with {r['verified_with']}")
+
+
+def _read(file: str, agent: str | None, strict: bool, session: str | None = None):
+    from pvisor.adapters.native import read_native
+
+    result, notes = read_native(Path(file), agent, session)
+    for note in notes:
+        click.echo(f"pvisor: note: {note}", err=True)
+    for w in result.diagnostics.warnings:
+        click.echo(f"pvisor: warning: {file}: {w}", err=True)
+    if strict and result.diagnostics.warnings:
+        raise BadInputError(f"{file}: {len(result.diagnostics.warnings)} warning(s) and --strict")
+    return result, agent or notes[0].split(": ", 1)[1]
+
+
+@click.group("trajectory")
+def trajectory() -> None:
+    """Read native trajectory files (the files agents write themselves) as steps."""
+
+
+@trajectory.command("show")
+@click.argument("file", type=click.Path(dir_okay=True))
+@click.option("--agent", default=None, help="The adapter (see `pvisor adapters`); default: detected from the file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the trajectory as JSON (schema pvisor.native-trajectory/v1).")
+@click.option("--strict", is_flag=True, help="Exit 65 when reading gave any warning.")
+@click.option("--session", default=None, metavar="ID", help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.")
+def show(file: str, agent: str | None, as_json: bool, strict: bool, session: str | None) -> None:
+    """Show FILE's steps: actions, tool calls, observations, and what was left out."""
+    from pvisor.adapters.native.render import write_json
+    from pvisor.commands.journal import _clip, _safe
+
+    result, name = _read(file, agent, strict, session)
+    if as_json:
+        _stream_json(write_json, result, name)
+        return
+    t = result.trajectory
+    click.echo(_safe(f"{file}  adapter={name} profile={result.profile.name} model={t.model or '-'}"))
+    click.echo(f"task: {_clip(t.task or '-', 100)}")
+    click.echo(f"system prompt: {'stored' if t.system is not None else 'absent'}; tools: {'stored (%d)' % len(t.tools) if t.tools is not None else 'absent'}")
+    if not _stream_table(t.steps):
+        click.echo("0 steps")
+    click.echo(f"left out: {len(t.left_out)} record(s)")
+
+
+def _row(step) -> list[str]:
+    from pvisor.commands.journal import _action_cell, _clip, _observation_cell, _safe
+
+    # cells are one line of at most their column's width (_clip escapes control characters)
+    return [_safe(str(step.n)), _action_cell(step), _clip(_observation_cell(step), OBSERVATION_WIDTH), _safe(",".join(step.flags) or "-")]
+
+
+def _stream_table(steps) -> int:
+    """Print the steps table (rules in the module docstring), iterating ``steps`` once;
+    returns the number of rows (0: nothing printed)."""
+    it = iter(steps)
+    rows: list[list[str]] = []
+    for step in it:
+        rows.append(_row(step))
+        if len(rows) == TABLE_BUFFER_ROWS:
+            break
+    if not rows:
+        return 0
+    widths = [max(len(r[i]) for r in [HEADER, *rows]) for i in range(len(HEADER))]
+    more = len(rows) == TABLE_BUFFER_ROWS and len(steps) > TABLE_BUFFER_ROWS
+    if more:
+        widths = [max(widths[0], len(str(len(steps)))), ACTION_WIDTH, OBSERVATION_WIDTH, 0]
+
+    def echo(r: list[str]) -> None:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip())
+
+    for r in [HEADER, *rows]:
+        echo(r)
+    count = len(rows)
+    del rows
+    for step in it:
+        echo(_row(step))
+        count += 1
+    return count
+
+
+@trajectory.command("export")
+@click.argument("file", type=click.Path(dir_okay=True))
+@click.option("--format", "fmt", type=click.Choice(["atif", "json"]), required=True, help="atif: Harbor ATIF v1.7; json: pvisor.native-trajectory/v1.")
+@click.option("--agent", default=None, help="The adapter; default: detected from the file.")
+@click.option("--strict", is_flag=True, help="Exit 65 when reading gave any warning.")
+@click.option("--session", default=None, metavar="ID", help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.")
+def export(file: str, fmt: str, agent: str | None, strict: bool, session: str | None) -> None:
+    """Write FILE's trajectory to stdout as ATIF v1.7 (exact argument strings in `extra`) or JSON."""
+    from pvisor.adapters.native.render import write_atif, write_json
+
+    result, name = _read(file, agent, strict, session)
+    _stream_json(write_atif if fmt == "atif" else write_json, result, name)
