@@ -373,3 +373,30 @@ def test_the_table_escapes_bidi_overrides_and_line_separators(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "\u202e" not in p.stdout and "\u2028" not in p.stdout
     assert "fix \\u202egnp.exe" in p.stdout
+
+
+def test_arguments_nested_deeper_than_orjson_writes_are_shown_and_exported(tmp_path):
+    deep: object = "x"
+    for _ in range(600):
+        deep = {"a": deep}
+    recs = [{"parentUuid": None, "isSidechain": False, "type": "user", "uuid": "u0", "sessionId": "S", "version": "2.1.38",
+             "message": {"role": "user", "content": "go"}},
+            {"parentUuid": "u0", "isSidechain": False, "type": "assistant", "uuid": "a1", "sessionId": "S", "version": "2.1.38",
+             "message": {"id": "m1", "role": "assistant", "model": "x", "content": [{"type": "tool_use", "id": "t1", "name": "Bash", "input": deep}]}},
+            {"parentUuid": "a1", "isSidechain": False, "type": "user", "uuid": "u1", "sessionId": "S", "version": "2.1.38",
+             "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}}]
+    f = tmp_path / "deep.jsonl"
+    import sys as _sys
+    limit = _sys.getrecursionlimit()
+    _sys.setrecursionlimit(5000)  # the test's own json.dumps of 600 levels
+    try:
+        f.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    finally:
+        _sys.setrecursionlimit(limit)
+    for args in (["show", str(f), "--json"], ["export", str(f), "--format", "atif"], ["show", str(f)]):
+        p = run("trajectory", *args)
+        assert p.returncode == 0, p.stderr
+        assert "Traceback" not in p.stderr
+    doc = json.loads(run("trajectory", "show", str(f), "--json").stdout)
+    raw = doc["steps"][0]["action"]["tool_calls"][0]["arguments_raw"]
+    assert raw.startswith('{"a":{"a":') and raw.count("{") == 600

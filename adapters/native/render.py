@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Message, Step, TextPart, ToolCall, ToolResult, Trajectory
 
 from .base import NativeResult, text_of
@@ -75,6 +76,22 @@ class Later:
         self.make = make
 
 
+def dump_indented(value: Any) -> bytes:
+    """``orjson.dumps(value, JSON_OPTIONS)``; a value nested deeper than orjson writes (255
+    levels) is written by the standard library in the same layout (two-space indent, one
+    item per line, ``": "`` after a key). Raises BadInputError (exit 65) past the
+    interpreter's recursion limit."""
+    try:
+        return orjson.dumps(value, option=JSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        import json
+
+        try:
+            return json.dumps(value, indent=2, ensure_ascii=False).encode()
+        except RecursionError:
+            raise BadInputError("a value nested too deep to write as JSON") from None
+
+
 def write_all(out: BinaryIO, data: bytes) -> None:
     """Write all of ``data`` to ``out``. A BufferedWriter given more than its buffer returns
     a short count instead of raising when the pipe's reader has gone (``| head``), and the
@@ -100,11 +117,11 @@ def write_document(out: BinaryIO, fields: Iterable[tuple[str, Any]]) -> None:
         if isinstance(value, Later):
             value = value.make()
         if not isinstance(value, Items):
-            write_all(out, head + orjson.dumps(value, option=JSON_OPTIONS).replace(b"\n", b"\n  "))
+            write_all(out, head + dump_indented(value).replace(b"\n", b"\n  "))
             continue
         n = 0
         for item in value.items:
-            write_all(out, (head + b"[\n    " if n == 0 else b",\n    ") + orjson.dumps(item, option=JSON_OPTIONS).replace(b"\n", b"\n    "))
+            write_all(out, (head + b"[\n    " if n == 0 else b",\n    ") + dump_indented(item).replace(b"\n", b"\n    "))
             n += 1
         write_all(out, head + b"[]" if n == 0 else b"\n  ]")
     write_all(out, b"{}\n" if first else b"\n}\n")

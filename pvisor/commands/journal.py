@@ -268,10 +268,19 @@ def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
+def _preview(value) -> str:
+    """``value`` as JSON for a table cell; a value nested deeper than orjson writes (255
+    levels) shows as ``{…}`` / ``[…]``: the cell is clipped to 40 characters anyway."""
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return "{…}" if isinstance(value, dict) else "[…]"
+
+
 def _short_call(call) -> str:
     args = call.arguments
     if isinstance(args, dict):
-        inner = ", ".join(f"{k}={_clip(orjson.dumps(v).decode(), 40)}" for k, v in args.items())
+        inner = ", ".join(f"{k}={_clip(_preview(v), 40)}" for k, v in args.items())
     else:
         inner = _clip(call.arguments_raw, 40)
     return _clip(f"{call.name}({inner})", 10_000)
