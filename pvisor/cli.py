@@ -8,6 +8,7 @@ the exit code of :mod:`pvisor.journal.errors`, never a traceback.
 from __future__ import annotations
 
 import errno
+import gc
 import importlib
 import os
 import sys
@@ -26,6 +27,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("pvisor.commands.env:env", "Print what points your own agent session at a running gateway."),
     "adapters": ("pvisor.commands.trajectory:adapters", "List the native trajectory adapters and their format profiles."),
     "trajectory": ("pvisor.commands.trajectory:trajectory", "Read an agent's native trajectory file as steps; export ATIF."),
+    "replay": ("pvisor.commands.replay:replay", "Rebuild the request that ends at step N's observation (--prepare-only)."),
 }
 
 EXAMPLES = """
@@ -68,6 +70,10 @@ class LazyGroup(click.Group):
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name in self.lazy:
+            if name in _FAST_EXIT and _state["entry"]:
+                # a short-lived process that ends with os._exit (:func:`_exit`): the cyclic
+                # collector would only rescan the objects its imports create
+                gc.disable()
             module_name, attr = self.lazy[name][0].split(":")
             return getattr(importlib.import_module(module_name), attr)
         return super().get_command(ctx, name)
@@ -113,12 +119,42 @@ def cli(ctx: click.Context, journal_path: str | None) -> None:
     path = journal_path or _default_journal()
     if os.path.isdir(path):
         raise UsageError(f"--journal {path} is a directory, expected a journal file")
+    if os.path.exists(path) and not os.path.isfile(path):
+        # a FIFO or a device: SQLite would block on it or read garbage
+        raise UsageError(f"--journal {path} is not a regular file, expected a journal file")
     ctx.obj["journal"] = path
     _state["journal"] = path
+    _state["fast_exit"] = bool(_state["entry"]) and ctx.invoked_subcommand in _FAST_EXIT
 
 
-#: what the error handling of :func:`main` needs to know: the journal in use
-_state: dict[str, str | None] = {"journal": None}
+#: what the error handling of :func:`main` needs to know: the journal in use; whether this
+#: process was started as the ``pvisor`` command (``main()`` without argv); whether it may end
+#: without the interpreter's teardown (:func:`_exit`)
+_state: dict[str, object] = {"journal": None, "entry": False, "fast_exit": False}
+
+#: commands whose process ends with ``os._exit`` once their output is flushed (:func:`_exit`):
+#: they leave no thread, no open journal to write back, no unflushed file. The interpreter's
+#: teardown (freeing every imported module) is a sixth of a ``replay --prepare-only`` run.
+_FAST_EXIT = frozenset({"replay"})
+
+
+def _exit(code: int) -> None:
+    """``sys.exit(code)``; for a command of :data:`_FAST_EXIT` run as the ``pvisor`` process,
+    flush stdout and stderr, run the ``atexit`` handlers (a spooled input's temporary file is
+    removed by one) and end with ``os._exit(code)``. A flush that fails takes the usual way
+    (``sys.exit``, whose final flush reports it)."""
+    if _state["fast_exit"]:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError, AttributeError):
+            sys.exit(code)
+        import atexit
+
+        atexit._run_exitfuncs()
+        os._exit(code)
+    sys.exit(code)
+
 
 #: errno values of a write that failed for want of room or a working device
 _OUTPUT_ERRNOS = frozenset({errno.ENOSPC, errno.EIO, errno.EDQUOT, errno.EFBIG, errno.EROFS})
@@ -180,6 +216,7 @@ def main(argv: list[str] | None = None) -> None:
     once when stdout is closed."""
     from pvisor.journal.errors import PvisorError
 
+    _state["entry"], _state["fast_exit"] = argv is None, False
     if sys.stdout is None or not _reserve_std_fds():
         from pvisor.journal.errors import EXIT_IOERR
 
@@ -196,7 +233,7 @@ def main(argv: list[str] | None = None) -> None:
             sys.stdout.flush()
         except OSError:
             _silence_stdout()  # the command's own exit code says how it ended (journal verify: 3)
-        sys.exit(exc.exit_code)
+        _exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("pvisor: aborted", err=True)
         sys.exit(130)
@@ -211,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except PvisorError as exc:
         click.echo(f"pvisor: error: {_one_line(exc.message)}", err=True)
-        sys.exit(exc.exit_code)
+        _exit(exc.exit_code)
     except (BrokenPipeError, PipeClosed):
         # output piped into a pager or head that closed early: quietly, as a tool killed by SIGPIPE
         from pvisor.journal.errors import EXIT_BROKEN_PIPE
@@ -236,4 +273,4 @@ def main(argv: list[str] | None = None) -> None:
         where = f"journal {_state['journal']}: " if _state["journal"] else "journal "
         click.echo(f"pvisor: error: {where}database error: {exc}", err=True)
         sys.exit(code)
-    sys.exit(rv if isinstance(rv, int) else 0)
+    _exit(rv if isinstance(rv, int) else 0)

@@ -1,6 +1,7 @@
 """Examples in the docs are run: shell examples of docs/cli.md, SQL of docs/journal.md, the
-`pvisor env` examples of the README (its `pvisor run` examples need a live API: they are
-parsed by the real command), and the offline example of docs/agents.md with the real Claude Code."""
+`pvisor env`, `pvisor trajectory` and `pvisor replay` examples of the README (its `pvisor run`
+examples need a live API: they are parsed by the real command), and the offline example of
+docs/agents.md with the real Claude Code."""
 
 from __future__ import annotations
 
@@ -143,3 +144,20 @@ def test_agents_offline_example_runs_the_real_claude_code(tmp_path: Path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "ws" / "hello.txt").read_text() == "hello\n"
     assert "steps captured: 2 (tool calls per step: 1, 0)" in proc.stdout, proc.stdout
+
+
+def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):
+    """The README's `trajectory` and `replay` examples, run from a copy of the paths they name
+    (tests/corpus/native/...), each with exit 0, writing what they say."""
+    readme = DOCS.parent / "README.md"
+    commands = [line[2:] for block in _blocks(readme, "console") for line in block.splitlines()
+                if line.startswith("$ pvisor trajectory") or line.startswith("$ pvisor replay")]
+    assert len(commands) == 3
+    corpus = tmp_path / "tests" / "corpus"
+    shutil.copytree(DOCS.parent / "tests" / "corpus" / "native", corpus / "native")
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    for command in commands:
+        proc = subprocess.run(["bash", "-c", command], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+        assert proc.returncode == 0, (command, proc.stderr.decode())
+    assert b'"schema_version": "ATIF-v1.7"' in (tmp_path / "run.atif.json").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["prefix.json", "prefix.request.json", "result.json"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pvisor.adapters.native import adapter_names, detect, get_adapter, read_native
-from pvisor.adapters.native.base import REJOIN_MAX_LINES, Diagnostics, FormatProfile, iter_json_lines, loads_lenient, read_json_document
+from pvisor.adapters.native.base import REJOIN_MAX_LINES, Diagnostics, FormatProfile, NativeWarning, iter_json_lines, loads_lenient, read_json_document
 from pvisor.journal.errors import BadInputError, UsageError
 
 
@@ -241,3 +241,14 @@ def test_a_byte_order_mark_at_the_start_is_not_part_of_the_first_line(tmp_path):
     doc = tmp_path / "bom.json"
     doc.write_bytes(b"\xef\xbb\xbf" + b'{"a": 1}')
     assert read_json_document(doc, Diagnostics(str(doc))) == {"a": 1}
+
+
+def test_warnings_of_one_code_are_capped_and_the_rest_counted(tmp_path):
+    from pvisor.adapters.native.base import MAX_WARNINGS_PER_CODE
+
+    got, diag = _lines(tmp_path, b'{"a":1}\n' + b"junk\n" * (MAX_WARNINGS_PER_CODE + 250) + b'{"b":2}\n')
+    assert got == [(1, {"a": 1}), (MAX_WARNINGS_PER_CODE + 252, {"b": 2})]
+    assert diag.counts == {"malformed_line": MAX_WARNINGS_PER_CODE + 250}
+    assert len(diag.warnings) == MAX_WARNINGS_PER_CODE + 1
+    assert diag.warnings[-1] == NativeWarning("malformed_line", "file", f"250 more malformed_line warnings not listed (the first {MAX_WARNINGS_PER_CODE} are)")
+    assert [w.where for w in diag.warnings[:2]] == ["line 2", "line 3"]

@@ -39,7 +39,9 @@ case "$FAKE_MODE" in
           curl -s -X POST "$ANTHROPIC_BASE_URL/v1/messages" -H 'content-type: application/json' -H "x-api-key: $ANTHROPIC_API_KEY" \
             -d '{"model":"claude-sonnet-4-5","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}' > /dev/null
         done
-        touch "$FAKE_OUT.go"; sleep 0.5 ;;
+        # exit only once the lock is held: the run's last writes then meet it, however slow
+        # the test process is to take it
+        touch "$FAKE_OUT.go"; for _ in $(seq 600); do [ -e "$FAKE_OUT.held" ] && break; sleep 0.05; done ;;
   trap-hang) echo $$ > "$FAKE_OUT"; trap 'echo got-term >> "$FAKE_OUT.sig"' TERM; while :; do sleep 0.1; done ;;
 esac
 exit 0
@@ -440,6 +442,7 @@ def test_a_journal_locked_by_another_process_for_seconds_loses_nothing(box):
         conn = sqlite3.connect(box.journal, timeout=30)
         conn.execute("BEGIN IMMEDIATE")
         held.set()
+        (box.root / "fake.out.held").touch()
         time.sleep(8)
         conn.rollback()
         conn.close()

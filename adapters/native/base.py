@@ -62,6 +62,9 @@ REJOIN_MAX_LINES = 1000
 #: ... and at most this many bytes (1 MiB)
 REJOIN_MAX_BYTES = 1 << 20
 
+#: warnings of one code kept by :class:`Diagnostics`; the rest are counted in one more
+MAX_WARNINGS_PER_CODE = 100
+
 #: warning codes and what they mean (docs/native.md lists them too)
 WARNING_CODES: dict[str, str] = {
     "truncated_line": "the last line ends without a newline and does not parse (the writer was cut off); skipped",
@@ -98,13 +101,34 @@ class NativeWarning:
 
 @dataclass(slots=True)
 class Diagnostics:
-    """Warnings collected while reading one file (``path`` names it in messages)."""
+    """Warnings collected while reading one file (``path`` names it in messages).
+
+    At most :data:`MAX_WARNINGS_PER_CODE` warnings of one code are kept; past that one
+    warning ``where="file"`` counts the rest (``"4999900 more malformed_line warnings not
+    listed"``), so a file of millions of bad lines costs no more memory or output than a
+    short one (a new user's 50 MB of junk lines made 6 million warnings, 4 GB)."""
 
     path: str = "-"
     warnings: list[NativeWarning] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+    _more_at: dict[str, int] = field(default_factory=dict)
 
     def warn(self, code: str, where: str, message: str) -> None:
-        self.warnings.append(NativeWarning(code, where, message))
+        self.add(NativeWarning(code, where, message))
+
+    def add(self, w: NativeWarning) -> None:
+        n = self.counts[w.code] = self.counts.get(w.code, 0) + 1
+        if n <= MAX_WARNINGS_PER_CODE:
+            self.warnings.append(w)
+            return
+        more = n - MAX_WARNINGS_PER_CODE
+        note = NativeWarning(w.code, "file", f"{more} more {w.code} warning{'s' if more > 1 else ''} not listed (the first {MAX_WARNINGS_PER_CODE} are)")
+        at = self._more_at.get(w.code)
+        if at is None:
+            self._more_at[w.code] = len(self.warnings)
+            self.warnings.append(note)
+        else:
+            self.warnings[at] = note
 
     def codes(self) -> list[str]:
         return [w.code for w in self.warnings]
@@ -246,7 +270,7 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
             nuls = line.count(NUL)
             diag.warn("nul_block", f"line {n}", f"{nuls} NUL bytes skipped" + ("; the text after them is read" if after else ""))
             if pending is not None:
-                diag.warnings.append(give_up(pending, n - 1))
+                diag.add(give_up(pending, n - 1))
                 pending = None
             line = after
         if not line.strip():
@@ -262,7 +286,7 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
         if ok and pending is not None:
             if isinstance(obj, dict):
                 # a complete object on its own line ends a rejoin attempt
-                diag.warnings.append(give_up(pending, n - 1))
+                diag.add(give_up(pending, n - 1))
                 pending = None
             else:
                 ok = False  # a fragment that happens to be JSON ("123", "]"): keep joining

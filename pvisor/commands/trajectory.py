@@ -78,7 +78,7 @@ def _read(file: str, agent: str | None, strict: bool, session: str | None = None
     for w in result.diagnostics.warnings:
         click.echo(f"pvisor: warning: {file}: {w}", err=True)
     if strict and result.diagnostics.warnings:
-        raise BadInputError(f"{file}: {len(result.diagnostics.warnings)} warning(s) and --strict")
+        raise BadInputError(f"{file}: {sum(result.diagnostics.counts.values())} warning(s) and --strict")
     return result, agent or notes[0].split(": ", 1)[1]
 
 

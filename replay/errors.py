@@ -1,0 +1,95 @@
+"""Replay errors: the CLI's error classes (:mod:`pvisor.journal.errors`) with a stable ``code``
+that the result document's ``errors[].code`` carries (docs/result-protocol.md lists them)."""
+
+from __future__ import annotations
+
+from pvisor.journal.errors import BadInputError, IntegrityError, OutputError, PvisorError, UnavailableError, UsageError
+
+#: error code -> what it means (docs/result-protocol.md, "errors")
+ERROR_CODES: dict[str, str] = {
+    "usage": "the command line makes no sense (exit 2)",
+    "unknown_agent": "--agent names no adapter or launch profile (exit 2)",
+    "agent_mismatch": "the run was recorded with another agent than --agent (exit 2)",
+    "protocol_not_spoken": "--protocol names a protocol the agent does not speak (exit 2)",
+    "output_refused": "--output is inside the workspace, not a directory, or not empty without --force (exit 2)",
+    "no_steps": "the source holds no main-loop step (exit 65)",
+    "after_step_out_of_range": "--after-step is greater than the number of steps (exit 65)",
+    "observation_not_recorded": "N equals the steps and A_N made tool calls whose results the source does not hold (exit 65)",
+    "no_reply": "N equals the steps and request N got no usable reply to render A_N from (exit 65)",
+    "profile_version_mismatch": "--profile-from is a capture of another major version of the agent (exit 65)",
+    "profile_unusable": "--profile-from holds no main-loop request of the agent (exit 65)",
+    "bad_source": "the source cannot be read (exit 65)",
+    "workspace_unreadable": "an entry of --workspace cannot be read, so its digest cannot be computed (exit 65)",
+    "journal_damaged": "the journal (--journal or --profile-from) is damaged: a blob missing, a digest that does not match, SQLite corruption (exit 3)",
+    "journal_unavailable": "the journal cannot be opened read-only or stays locked past the busy timeout (exit 69)",
+    "workspace_changed": "the workspace digest differs after preparing (prepare-only never writes it; exit 1)",
+    "output_error": "an output file cannot be written (exit 74)",
+}
+
+
+class ReplayUsageError(UsageError):
+    """A usage error (exit 2) with a result-protocol ``code``."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{message}")
+        self.code = code
+
+
+class ReplayBadInput(BadInputError):
+    """Bad input data (exit 65) with a result-protocol ``code``; the message starts with it."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        #: the message without the code (``errors[].message`` of the result)
+        self.detail = message
+
+
+class ReplayWorkspaceChanged(PvisorError):
+    """The workspace digest changed while preparing (exit 1), code ``workspace_changed``."""
+
+    exit_code = 1
+    code = "workspace_changed"
+
+    def __init__(self, message: str):
+        super().__init__(f"workspace_changed: {message}")
+        self.detail = message
+
+
+class ReplayOutputError(OutputError):
+    """An output file cannot be written (exit 74), code ``output_error``."""
+
+    code = "output_error"
+
+
+def error_code(exc: Exception) -> str:
+    """The result-protocol code of an error: its ``code``, else by class (``usage``,
+    ``bad_source``, ``output_error``)."""
+    code = getattr(exc, "code", None)
+    if isinstance(code, str):
+        return code
+    if isinstance(exc, UsageError):
+        return "usage"
+    if isinstance(exc, OutputError):
+        return "output_error"
+    if isinstance(exc, IntegrityError):
+        return "journal_damaged"
+    if isinstance(exc, UnavailableError):
+        return "journal_unavailable"
+    return "bad_source"
+
+
+def error_detail(exc: Exception) -> str:
+    """``errors[].message`` of the result: the error's message without a leading code."""
+    detail = getattr(exc, "detail", None)
+    if isinstance(detail, str):
+        return detail
+    return exc.message if isinstance(exc, PvisorError) else str(exc)
+
+
+def show_path(path: object) -> str:
+    """A path for a message: file-system bytes that are not UTF-8 as ``\\xNN`` escapes, so
+    that the message can always be printed and written as JSON."""
+    import os
+
+    return os.fsencode(os.fspath(path)).decode("utf-8", "backslashreplace")  # type: ignore[arg-type]

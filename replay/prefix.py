@@ -1,0 +1,927 @@
+"""The prefix of prepare-only: the request body for inference N+1, from a journal or a native file.
+
+Vocabulary (DESIGN.md "Vocabulary"): steps are numbered from 1; ``--after-step N`` keeps the
+task, A_1, O_1, ..., A_N, O_N and excludes A_(N+1) and all after. The prefix ends exactly at
+O_N (at A_N when A_N made no tool call); nothing is appended; a batch (one reply's parallel
+tool calls) is never split, because a step is a whole reply.
+
+Two sources:
+
+- **journal** (:func:`journal_prefix`): the run's main chain (:mod:`pvisor.adapters.chains`,
+  with the launch profile's tie-break hint) gives main-loop requests 1..S. For N < S the prefix
+  is the stored body of request N+1, byte for byte (the body as the agent sent it, its
+  ``Content-Encoding`` undone), with that exchange's method, path, query and allow-listed
+  headers. For N = S (no request N+1 exists) the prefix is rendered: request N's body with A_N
+  appended in the protocol's own shape (``prefix.rendered: true``); allowed only when A_N made
+  no tool call (else ``observation_not_recorded``) and got a usable reply (else ``no_reply``).
+- **native** (:func:`native_prefix`): the canonical trajectory of the agent's own file
+  (:func:`pvisor.adapters.native.read_native`) rendered with the protocol module's
+  ``render_request``. Parts the file does not store come from a profile (a journal capture
+  of the same agent, :func:`load_profile`) or are reported absent: see :data:`ORIGINS`.
+
+Errors: :class:`~pvisor.replay.errors.ReplayUsageError` (exit 2),
+:class:`~pvisor.replay.errors.ReplayBadInput` (exit 65), both with a result-protocol code.
+Nothing here writes a file, starts a process or opens a socket.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import orjson
+
+from pvisor.adapters.protocols import get_protocol
+from pvisor.journal.errors import PvisorError
+from pvisor.journal.model import Action, Conversation, Message, Step, TextPart, ToolCall, ToolResult, ToolSpec
+
+from .errors import ReplayBadInput, ReplayUsageError, show_path
+from .jsonio import dumps
+
+# --------------------------------------------------------------------------- agents and protocols
+
+#: agent -> (protocols it can speak, default first). Sources: agents.md (table "wire protocol"),
+#: docs/agents.md; Qwen Code (``--auth-type openai|anthropic|gemini``), OpenCode (AI SDK
+#: providers) and the litellm-based agents (mini-swe-agent, SWE-agent, OpenHands) speak several.
+AGENT_PROTOCOLS: dict[str, tuple[str, ...]] = {
+    "claude-code": ("anthropic",),
+    "codex": ("openai-responses",),
+    "gemini-cli": ("gemini",),
+    "qwen-code": ("openai-chat", "anthropic", "gemini"),
+    "opencode": ("openai-chat", "anthropic", "openai-responses", "gemini"),
+    "mini-swe-agent": ("openai-chat", "anthropic", "gemini"),
+    "openhands": ("openai-chat", "anthropic", "gemini"),
+    "swe-agent": ("openai-chat", "anthropic", "gemini"),
+}
+
+#: agents that call the model through litellm: the trajectory's model is ``provider/model``, the
+#: wire model is ``model``, and the provider prefix picks the default protocol
+LITELLM_AGENTS = frozenset({"mini-swe-agent", "openhands", "swe-agent"})
+_LITELLM_PROVIDERS = {"anthropic": "anthropic", "openai": "openai-chat", "gemini": "gemini"}
+
+#: agents whose main-loop requests are not streamed (agents.md: mini-swe-agent; litellm agents)
+_NOT_STREAMED = LITELLM_AGENTS
+
+#: where a part of the prefix came from (``prefix.origin.*`` of the result)
+ORIGINS = ("journal", "trajectory", "profile", "default", "absent", "rendered")
+
+#: Anthropic allows at most this many ``cache_control`` breakpoints per request
+MAX_CACHE_BREAKPOINTS = 4
+
+#: Gemini CLI's signature on the first functionCall of a model turn whose reply had none (agents.md)
+GEMINI_SKIP_SIGNATURE = "skip_thought_signature_validator"
+
+#: default request target per protocol: (method, path, query); Gemini's path takes the model
+_DEFAULT_TARGET: dict[str, tuple[str, str, str]] = {
+    "anthropic": ("POST", "/v1/messages", ""),
+    "openai-chat": ("POST", "/v1/chat/completions", ""),
+    "openai-responses": ("POST", "/v1/responses", ""),
+    "gemini": ("POST", "/v1beta/models/{model}:streamGenerateContent", "alt=sse"),
+}
+#: Claude Code sends ``?beta=true`` (agents.md)
+_AGENT_QUERY = {"claude-code": "beta=true"}
+
+#: headers never written to prefix.request.json: they describe the wire body, not this one
+_BODY_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding"})
+
+
+def default_protocol(agent: str, model: str | None = None) -> str:
+    """The protocol an agent speaks by default: the first of :data:`AGENT_PROTOCOLS`, or for a
+    litellm agent the one its model's provider prefix names (``anthropic/claude-...`` ->
+    ``anthropic``)."""
+    if agent in LITELLM_AGENTS and model and "/" in model:
+        proto = _LITELLM_PROVIDERS.get(model.split("/", 1)[0])
+        if proto is not None:
+            return proto
+    return AGENT_PROTOCOLS[agent][0]
+
+
+def choose_protocol(agent: str, wanted: str | None, model: str | None) -> str:
+    """``wanted`` when the agent speaks it, else the default; ReplayUsageError
+    ``protocol_not_spoken`` for a protocol the agent does not speak."""
+    speaks = AGENT_PROTOCOLS.get(agent, ())
+    if wanted is None:
+        return default_protocol(agent, model)
+    if wanted not in speaks:
+        raise ReplayUsageError("protocol_not_spoken", f"--protocol {wanted}: {agent} speaks {', '.join(speaks)}")
+    return wanted
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass(slots=True)
+class Prefix:
+    """A prepared prefix.
+
+    Fields:
+        protocol: wire protocol module name.
+        body: the request body bytes (prefix.json).
+        request: ``{"method", "path", "query", "headers"}`` (prefix.request.json); headers are
+            lower-case name -> value, never a secret.
+        rendered: False when ``body`` is a recorded request byte for byte.
+        origin: part -> origin (:data:`ORIGINS`): ``messages``, ``task_context``, ``system``,
+            ``tools``, ``params``, ``request``.
+        exchange: the journal exchange whose body this is (or that was rendered on), or None.
+        notes: warnings ``(code, message)`` for the result's ``warnings``.
+    """
+
+    protocol: str
+    body: bytes
+    request: dict[str, Any]
+    rendered: bool
+    origin: dict[str, str]
+    exchange: str | None = None
+    notes: list[tuple[str, str]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Source:
+    """What was read: ``kind`` (``journal`` | ``native``), ``path``, ``run`` (journal run id or
+    None), ``agent_version`` (str or None), ``profile`` (format profile or launch profile name),
+    ``steps`` (Sequence[Step], possibly lazy), ``session`` (native session id or None),
+    ``notes`` (warnings ``(code, message)``)."""
+
+    kind: str
+    path: Path
+    run: str | None
+    agent_version: str | None
+    profile: str | None
+    steps: Sequence[Step]
+    session: str | None = None
+    notes: list[tuple[str, str]] = field(default_factory=list)
+
+
+def check_boundary(after_step: int, steps_total: int, where: str) -> None:
+    """ReplayBadInput ``no_steps`` when the source has no step, ``after_step_out_of_range``
+    when ``after_step`` > ``steps_total``; ReplayUsageError for a negative ``after_step``."""
+    if after_step < 0:
+        raise ReplayUsageError("usage", f"--after-step {after_step}: N counts steps from 0 (the task alone)")
+    if steps_total == 0:
+        raise ReplayBadInput("no_steps", f"{where} holds no main-loop step: nothing to prepare")
+    if after_step > steps_total:
+        raise ReplayBadInput("after_step_out_of_range", f"--after-step {after_step}: {where} has {steps_total} step{'s' if steps_total != 1 else ''} (0 <= N <= {steps_total})")
+
+
+def _answering(step: Step) -> list[ToolResult | None]:
+    """The result answering each tool call of ``step`` (by call id), or None."""
+    by_id = {r.call_id: r for r in step.observation.results if r.call_id is not None}
+    return [by_id.get(c.id) if c.id is not None else None for c in step.action.tool_calls]
+
+
+def pending_calls(step: Step) -> list[ToolCall]:
+    """The tool calls of ``step`` the agent runs (kind other than ``server``) that its
+    observation does not answer (by call id, else by position)."""
+    calls = [c for c in step.action.tool_calls if c.kind != "server"]
+    results = step.observation.results
+    ids = {r.call_id for r in results if r.call_id is not None}
+    out = []
+    for i, c in enumerate(calls):
+        if c.id is not None and c.id in ids:
+            continue
+        if i < len(results) and (results[i].call_id is None or results[i].call_id not in {x.id for x in calls}):
+            continue
+        out.append(c)
+    return out
+
+
+def request_meta(method: str, path: str, query: str, headers: dict[str, str], encoding: str | None = None) -> dict[str, Any]:
+    """The prefix.request.json object: method, path, query (secrets already ``REDACTED`` by the
+    journal), headers without those that describe the wire body (:data:`_BODY_HEADERS`), and
+    ``recorded_content_encoding`` (the encoding the agent sent the body with, undone here)."""
+    from pvisor.journal.model import is_secret_header
+
+    kept = {k: v for k, v in sorted(headers.items()) if k.lower() not in _BODY_HEADERS and not is_secret_header(k)}
+    return {"method": method, "path": path, "query": query, "headers": kept, "recorded_content_encoding": encoding}
+
+
+# --------------------------------------------------------------------------- journal
+
+
+#: body key holding the conversation entries, per protocol
+_ENTRIES_KEY = {"anthropic": "messages", "openai-chat": "messages", "openai-responses": "input", "gemini": "contents"}
+
+
+def _append_action(protocol: str, body: bytes, action: Action) -> bytes:
+    """Request ``body`` with ``action`` appended as the assistant turn, in the body's own
+    shape: the entries the protocol module renders for the action's message are appended to
+    the body's entry list (every other byte of meaning kept; serialisation compact)."""
+    from pvisor.adapters.chains import action_message
+
+    mod = get_protocol(protocol)
+    obj = orjson.loads(body)
+    rendered = orjson.loads(mod.render_request(Conversation(protocol=protocol, messages=[action_message(action)])))
+    key = _ENTRIES_KEY[protocol]
+    entries = obj.get(key)
+    if isinstance(entries, str):  # a Responses input given as one string
+        entries = [{"role": "user", "content": [{"type": "input_text", "text": entries}]}]
+    if not isinstance(entries, list):
+        entries = []
+    obj[key] = entries + list(rendered.get(key) or [])
+    return dumps(obj)
+
+
+def journal_prefix(journal: Path, run_id: str, agent: str, after_step: int, protocol: str | None) -> tuple[Source, Prefix, dict[str, Any]]:
+    """The prefix for ``--run``: (source, prefix, trajectory meta). See the module docstring.
+
+    Raises ReplayUsageError (``agent_mismatch``, ``protocol_not_spoken``, unknown run),
+    ReplayBadInput (``no_steps``, ``after_step_out_of_range``, ``observation_not_recorded``,
+    ``no_reply``), IntegrityError for a damaged journal."""
+    from pvisor.adapters.agents import AGENT_MODULES, get_profile
+    from pvisor.adapters.chains import classify_run
+    from pvisor.adapters.journal_trajectory import build_trajectory
+    from pvisor.journal.errors import UsageError
+    from pvisor.journal.reader import JournalReader
+
+    if not journal.exists():
+        raise UsageError(f"--journal {show_path(journal)}: no such journal file")
+    with JournalReader(journal) as reader:
+        run = reader.run(run_id)
+        if run.agent is not None and run.agent != agent:
+            raise ReplayUsageError("agent_mismatch", f"run {run.id} was recorded with agent {run.agent}, not --agent {agent}")
+        seen: list[Source] = []
+        try:
+            return _journal_prefix(reader, run, agent, after_step, protocol, seen)
+        except PvisorError as exc:
+            _attach_source(exc, seen)
+            raise
+
+
+def _attach_source(exc: Exception, seen: list[Source]) -> None:
+    """Give the error the Source read before it (``exc.source``): a failed result still says
+    how many steps the source has, its version, session and profile."""
+    if seen and getattr(exc, "source", None) is None:
+        exc.source = seen[0]  # type: ignore[attr-defined]
+
+
+def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol: str | None, seen: list[Source]) -> tuple[Source, Prefix, dict[str, Any]]:
+    from pvisor.adapters.agents import AGENT_MODULES, get_profile
+    from pvisor.adapters.chains import classify_run
+    from pvisor.adapters.journal_trajectory import build_trajectory
+
+    journal = reader.path
+    launch = get_profile(agent) if agent in AGENT_MODULES else None
+    classification = classify_run(reader, run.id, prefer=launch.chain_hint if launch is not None else None)
+    traj = build_trajectory(reader, classification)
+    main = classification.main_requests
+    source = Source(
+        kind="journal",
+        path=journal,
+        run=run.id,
+        agent_version=run.agent_version,
+        profile=f"{agent} launch profile {launch.versions}" if launch is not None else None,
+        steps=traj.steps,
+    )
+    seen.append(source)
+    check_boundary(after_step, len(main), f"run {run.id}")
+    recorded = main[0].protocol
+    if protocol is not None and protocol != recorded:
+        raise ReplayUsageError("protocol_not_spoken", f"--protocol {protocol}: run {run.id} was recorded in {recorded}")
+    if run.agent is None:
+        # a run recorded without an agent (a gateway session of another client): --agent
+        # is taken on trust, but it must at least speak the recorded protocol
+        if recorded not in AGENT_PROTOCOLS[agent]:
+            raise ReplayUsageError("protocol_not_spoken", f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak ({', '.join(AGENT_PROTOCOLS[agent])})")
+        source.notes.append(("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given"))
+    for s in traj.steps[:after_step]:
+        for flag in s.flags:
+            if flag in ("action_dropped_by_agent", "action_changed_by_agent", "missing_tool_results", "interrupted", "partially_delivered", "no_reply"):
+                source.notes.append((flag, f"step {s.n}: {flag.replace('_', ' ')}"))
+    if after_step < len(main):
+        req = main[after_step]
+        ex = req.exchange
+        body = reader.request_body(ex)
+        if body is None:  # a candidate always has a body; kept for safety
+            raise ReplayBadInput("bad_source", f"exchange {ex.id} (main-loop request {after_step + 1}) has no stored body")
+        prefix = Prefix(
+            protocol=req.protocol or recorded or "",
+            body=body,
+            request=request_meta(ex.method, ex.path, ex.query, ex.request_headers, ex.request_encoding),
+            rendered=False,
+            origin={k: "journal" for k in ("messages", "task_context", "system", "tools", "params", "request")},
+            exchange=ex.id,
+        )
+        return source, prefix, traj.meta
+    # N = S: render request N + A_N
+    step = traj.steps[after_step - 1]
+    if "no_reply" in step.flags:
+        raise ReplayBadInput("no_reply", f"--after-step {after_step}: request {after_step} got no usable reply, so A_{after_step} cannot be rendered")
+    if any(c.kind != "server" for c in step.action.tool_calls):
+        raise ReplayBadInput(
+            "observation_not_recorded",
+            f"--after-step {after_step}: A_{after_step} made {len(step.action.tool_calls)} tool call(s) and run {run.id} has no request {after_step + 1} holding their results; choose N < {after_step}, or N = {after_step} from the agent's native file",
+        )
+    req = main[after_step - 1]
+    ex = req.exchange
+    body = reader.request_body(ex) or b"{}"
+    prefix = Prefix(
+        protocol=req.protocol or "",
+        body=_append_action(req.protocol or "", body, step.action),
+        request=request_meta(ex.method, ex.path, ex.query, ex.request_headers, None),
+        rendered=True,
+        origin={"messages": "rendered", "task_context": "journal", "system": "journal", "tools": "journal", "params": "journal", "request": "journal"},
+        exchange=ex.id,
+    )
+    return source, prefix, traj.meta
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+@dataclass(slots=True)
+class Profile:
+    """What a capture of the same agent gives a native render: the first main-loop request's
+    ``conversation`` (system prompt, tools, params, model, stream, first user message), its
+    ``request`` meta, ``run`` id, ``agent_version`` and ``journal`` path."""
+
+    journal: Path
+    run: str
+    agent_version: str | None
+    conversation: Conversation
+    request: dict[str, Any]
+    exchange: str
+    key_order: list[str] = field(default_factory=list)
+
+
+def parse_profile_spec(spec: str) -> tuple[Path, str | None]:
+    """``JOURNAL[:RUN]`` -> (journal path, run or None). A path that exists as given wins over
+    a split at its last colon."""
+    if Path(spec).exists() or ":" not in spec:
+        return Path(spec), None
+    path, _, run = spec.rpartition(":")
+    return Path(path), run or None
+
+
+def _major(version: str | None) -> int | None:
+    from pvisor.adapters.agents.base import parse_version
+
+    parsed = parse_version(version) if version else None
+    return parsed[0] if parsed else None
+
+
+def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Profile, list[tuple[str, str]]]:
+    """The profile ``--profile-from JOURNAL[:RUN]`` names: RUN, else the newest run of
+    ``agent`` in the journal that has a main-loop request. Returns (profile, notes).
+
+    Raises UsageError for a missing journal or run, ReplayUsageError ``agent_mismatch``,
+    ReplayBadInput ``profile_unusable`` (no main-loop request) and ``profile_version_mismatch``
+    (the capture's major version differs from the native file's)."""
+    from pvisor.adapters.agents import AGENT_MODULES, get_profile
+    from pvisor.adapters.chains import classify_run
+    from pvisor.journal.errors import UsageError
+    from pvisor.journal.reader import JournalReader
+
+    path, run_id = parse_profile_spec(spec)
+    if not path.is_file():
+        raise UsageError(f"--profile-from {spec}: no journal file {path}")
+    notes: list[tuple[str, str]] = []
+    hint = get_profile(agent).chain_hint if agent in AGENT_MODULES else None
+    with JournalReader(path) as reader:
+        if run_id is not None:
+            runs = [reader.run(run_id)]
+            if runs[0].agent is not None and runs[0].agent != agent:
+                raise ReplayUsageError("agent_mismatch", f"--profile-from {spec}: run {runs[0].id} was recorded with agent {runs[0].agent}, not {agent}")
+        else:
+            runs = sorted((r for r in reader.runs() if r.agent == agent), key=lambda r: r.created_ms, reverse=True)
+            if not runs:
+                raise ReplayBadInput("profile_unusable", f"--profile-from {spec}: the journal holds no run of agent {agent}")
+        for run in runs:
+            main = classify_run(reader, run.id, prefer=hint).main_requests
+            if not main:
+                continue
+            have, want = _major(run.agent_version), _major(native_version)
+            if have is not None and want is not None and have != want:
+                raise ReplayBadInput(
+                    "profile_version_mismatch",
+                    f"--profile-from {spec}: run {run.id} is {agent} {run.agent_version}, the native file was written by {native_version} (major {have} != {want})",
+                )
+            if have is None or want is None:
+                notes.append(("profile_version_unknown", f"profile run {run.id} version {run.agent_version or 'unknown'}, native file version {native_version or 'unknown'}: major not compared"))
+            ex = main[0].exchange
+            body = reader.request_body(ex) or b"{}"
+            order = list(orjson.loads(body)) if body.startswith(b"{") else []
+            meta = request_meta(ex.method, ex.path, ex.query, ex.request_headers, None)
+            return Profile(path, run.id, run.agent_version, main[0].conversation(), meta, ex.id, order), notes
+        raise ReplayBadInput("profile_unusable", f"--profile-from {spec}: no run of {agent} there has a main-loop request")
+
+
+# --------------------------------------------------------------------------- native
+
+
+def native_version(meta: dict[str, Any]) -> str | None:
+    """The agent version a native trajectory's ``meta`` records (``agent_version``,
+    ``cli_version``, ``mini_version``, ``version``), or None."""
+    for key in ("agent_version", "cli_version", "mini_version", "version"):
+        v = meta.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def _wire_model(agent: str, model: str | None) -> str | None:
+    if model and agent in LITELLM_AGENTS and "/" in model:
+        return model.split("/", 1)[1]
+    return model
+
+
+def _task_message(protocol: str, task: str | None, context: list[str], profile_first: Message | None) -> tuple[Message | None, str]:
+    """The first user message and the origin of its context parts."""
+    parts: list[Any] = []
+    origin = "trajectory" if context else "absent"
+    if not context and profile_first is not None:
+        lead = [p for p in profile_first.parts if isinstance(p, TextPart)][:-1]
+        if lead:
+            parts.extend(copy.deepcopy(lead))
+            origin = "profile"
+    parts.extend(TextPart(t) for t in context)
+    if task is not None:
+        parts.append(TextPart(task))
+    if not parts:
+        return None, origin
+    return Message("user", parts), origin
+
+
+def _action_message(action: Action) -> Message:
+    """A_i as the assistant message that carries it: reasoning, text, tool calls (what
+    :func:`pvisor.adapters.chains.action_message` does, without importing the chain rule and
+    the journal reader on a native source's path)."""
+    parts: list[Any] = list(action.reasoning)
+    if action.text:
+        parts.append(TextPart(action.text))
+    parts.extend(action.tool_calls)
+    return Message("assistant", parts)
+
+
+# --------------------------------------------------------------------------- wire shapes
+#
+# What an agent does to its stored history when it sends it, where the native file holds all
+# it needs (agents.md "What the agents send and save"; checked on the real captures by
+# tests/test_replay_crosscheck.py). Each is applied to copies; the file's trajectory is kept.
+
+#: Codex adds this key to the items it writes to its rollout; it never sends it
+_CODEX_FILE_ONLY_KEY = "internal_chat_message_metadata_passthrough"
+
+#: litellm (mini-swe-agent) sends a stored message without its null keys (``content``,
+#: ``function_call``, ``provider_specific_fields``), and never sends mini-swe-agent's own ``extra``
+
+
+def _codex_item(item: Any) -> Any:
+    if isinstance(item, dict) and _CODEX_FILE_ONLY_KEY in item:
+        return {k: v for k, v in item.items() if k != _CODEX_FILE_ONLY_KEY}
+    return item
+
+
+def _litellm_message(raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        return raw
+    return {k: v for k, v in raw.items() if k != "extra" and v is not None}
+
+
+def _gemini_cli_id(call_id: str | None, name: str | None) -> str | None:
+    """Gemini CLI stores the call id it made as ``<name>__<id>`` and sends ``<id>``."""
+    if call_id and name and call_id.startswith(name + "__"):
+        return call_id[len(name) + 2 :]
+    return call_id
+
+
+def wire_action(agent: str, protocol: str, action: Action) -> Message:
+    """A_i as ``agent`` sends it back in ``protocol`` (see the section comment):
+
+    - codex: the file's items of the reply (``action.raw``) without Codex's file-only metadata
+      key, so item ids and ``status`` are sent as Codex sends them;
+    - gemini-cli: call ids without the ``<name>__`` prefix of the file;
+    - mini-swe-agent (Chat Completions): the file's message dict without ``extra`` and the
+      null keys litellm leaves out (``content``, ``function_call``, ``provider_specific_fields``)."""
+    msg = _action_message(action)
+    if agent == "codex" and protocol == "openai-responses":
+        raw = action.raw if isinstance(action.raw, list) else [action.raw] if isinstance(action.raw, dict) else None
+        parts = []
+        for p in msg.parts:
+            if isinstance(p, ToolCall) and isinstance(p.raw, dict):
+                p = copy.copy(p)
+                p.raw = _codex_item(p.raw)
+            parts.append(p)
+        msg = Message("assistant", parts, raw=[_codex_item(i) for i in raw] if raw else None)
+    elif agent == "gemini-cli" and protocol == "gemini":
+        parts = []
+        for p in msg.parts:
+            if isinstance(p, ToolCall):
+                p = copy.copy(p)
+                p.id = _gemini_cli_id(p.id, p.name)
+            parts.append(p)
+        msg = Message("assistant", parts)
+    elif agent == "mini-swe-agent" and protocol == "openai-chat" and isinstance(action.raw, dict):
+        msg = Message("assistant", msg.parts, raw=_litellm_message(action.raw))
+    return msg
+
+
+def wire_result(agent: str, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
+    """A tool result as ``agent`` sends it in ``protocol``:
+
+    - codex: the file's ``function_call_output`` item without Codex's file-only metadata key;
+    - gemini-cli: the file stores the ``functionResponse`` parts it sent; one such part's
+      ``response`` object is the result, and the call id loses its ``<name>__`` prefix;
+    - qwen-code (Chat Completions): the file stores the ``functionResponse.response`` object;
+      Qwen Code sends ``{"output": TEXT}`` as one text block ``[{"type":"text","text":TEXT}]``;
+    - mini-swe-agent (Chat Completions): the file's tool message without ``extra``."""
+    r = result
+    if agent == "codex" and protocol == "openai-responses" and isinstance(r.raw, dict) and _CODEX_FILE_ONLY_KEY in r.raw:
+        r = copy.copy(r)
+        r.raw = _codex_item(r.raw)
+    elif agent == "gemini-cli" and protocol == "gemini":
+        r = copy.copy(r)
+        name = r.name or names.get(r.call_id or "")
+        r.call_id = _gemini_cli_id(r.call_id, name)
+        c = r.content
+        if isinstance(c, list) and len(c) == 1 and isinstance(c[0], dict) and isinstance(c[0].get("functionResponse"), dict):
+            inner = c[0]["functionResponse"]
+            if isinstance(inner.get("response"), dict):
+                r.content = inner["response"]
+                r.name = r.name or inner.get("name")
+        r.raw = None  # the file's toolCall record, not a Gemini part
+    elif agent == "qwen-code" and protocol == "openai-chat":
+        c = r.content
+        if isinstance(c, dict) and list(c) == ["output"] and isinstance(c["output"], str):
+            r = copy.copy(r)
+            r.content = [{"type": "text", "text": c["output"]}]
+    elif agent == "mini-swe-agent" and protocol == "openai-chat" and isinstance(r.raw, dict) and "extra" in r.raw:
+        r = copy.copy(r)
+        r.raw = _litellm_message(r.raw)
+    return r
+
+
+def wire_message(agent: str, protocol: str, msg: Message) -> Message:
+    """Other input of an observation (a later user prompt) as ``agent`` sends it: codex, the
+    file's item without Codex's file-only metadata key."""
+    if agent == "codex" and protocol == "openai-responses" and msg.raw is not None:
+        raw = [_codex_item(i) for i in msg.raw] if isinstance(msg.raw, list) else _codex_item(msg.raw)
+        return Message(msg.role, msg.parts, raw=raw)
+    return msg
+
+
+def _message_text(m: Message) -> list[str] | None:
+    """The texts of a message made only of text parts, else None."""
+    if not m.parts or not all(isinstance(p, TextPart) for p in m.parts):
+        return None
+    return [p.text for p in m.parts]
+
+
+def _leading_messages(profile: Conversation, pieces: list[str]) -> list[Message] | None:
+    """The task's context as the agent sends it when it sends several messages before its
+    first reply (Codex: developer instructions, skills, environment context, each an item with
+    its own role and id): the profile's leading text-only messages (before its first assistant
+    message), when there are several and their text parts are as many as ``pieces`` (the
+    file's texts, in order). Each message keeps the profile's role and, when its texts are the
+    file's, its raw item (its id); otherwise it carries the file's texts alone. None when the
+    profile's shape does not fit."""
+    lead: list[Message] = []
+    for m in profile.messages:
+        if m.role == "assistant":
+            break
+        if _message_text(m) is None:
+            return None
+        lead.append(m)
+    if len(lead) < 2 or sum(len(m.parts) for m in lead) != len(pieces):
+        return None
+    out, i = [], 0
+    for m in lead:
+        texts = pieces[i : i + len(m.parts)]
+        i += len(m.parts)
+        same = texts == _message_text(m)
+        out.append(Message(m.role, [TextPart(t) for t in texts], raw=copy.deepcopy(m.raw) if same else None))
+    return out
+
+
+def _results_role(protocol: str) -> str:
+    return "tool" if protocol in ("openai-chat", "openai-responses") else "user"
+
+
+def _scrub_cache_control(obj: Any) -> int:
+    """Remove ``cache_control`` from every block of a list of Anthropic messages; returns how
+    many were removed."""
+    n = 0
+    for m in obj:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            for b in content:
+                if isinstance(b, dict) and "cache_control" in b:
+                    del b["cache_control"]
+                    n += 1
+    return n
+
+
+def _count_cache_control(value: Any) -> int:
+    if isinstance(value, list):
+        return sum(1 for b in value if isinstance(b, dict) and "cache_control" in b)
+    return 0
+
+
+def place_anthropic_cache_control(body: dict[str, Any]) -> int:
+    """Place ``cache_control`` the way Claude Code 2.1 and litellm do (agents.md; the recorded
+    Claude Code requests): markers on system blocks and tools stay as given (the profile's),
+    every marker in the messages is removed, and one ``{"type": "ephemeral"}`` goes on the last
+    block of the final user message, while the request holds fewer than
+    :data:`MAX_CACHE_BREAKPOINTS` (4) markers. A string content becomes one text block for it.
+    Returns the number of markers in the request."""
+    messages = body.get("messages") or []
+    _scrub_cache_control(messages)
+    fixed = _count_cache_control(body.get("system")) + _count_cache_control(body.get("tools"))
+    if fixed >= MAX_CACHE_BREAKPOINTS:
+        return fixed
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, str):
+                m["content"] = content = [{"type": "text", "text": content}]
+            if isinstance(content, list) and content and isinstance(content[-1], dict):
+                content[-1]["cache_control"] = {"type": "ephemeral"}
+                return fixed + 1
+            break
+    return fixed
+
+
+def litellm_anthropic_shape(body: dict[str, Any]) -> None:
+    """How litellm (mini-swe-agent, ``anthropic/...`` models) sends a conversation in Anthropic
+    Messages (a real mini-swe-agent 2.4.6 capture, tests/corpus): a user message's string
+    content as one text block, a ``tool_result``'s string content as one text block, and no
+    ``is_error: false``."""
+    for m in body.get("messages") or []:
+        if not isinstance(m, dict) or m.get("role") != "user":
+            continue
+        if isinstance(m.get("content"), str):
+            m["content"] = [{"type": "text", "text": m["content"]}]
+        for b in m.get("content") or []:
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                if isinstance(b.get("content"), str):
+                    b["content"] = [{"type": "text", "text": b["content"]}]
+                if b.get("is_error") is False:
+                    del b["is_error"]
+
+
+def place_gemini_signatures(body: dict[str, Any]) -> int:
+    """Gemini CLI's signatures (agents.md): in each ``model`` content whose ``functionCall``
+    parts carry no ``thoughtSignature``, the first such part gets
+    :data:`GEMINI_SKIP_SIGNATURE`. Returns the number of signatures added."""
+    added = 0
+    for c in body.get("contents") or []:
+        if not isinstance(c, dict) or c.get("role") != "model":
+            continue
+        calls = [p for p in c.get("parts") or [] if isinstance(p, dict) and "functionCall" in p]
+        if calls and not any("thoughtSignature" in p for p in c.get("parts") or [] if isinstance(p, dict)):
+            calls[0]["thoughtSignature"] = GEMINI_SKIP_SIGNATURE
+            added += 1
+    return added
+
+
+def native_conversation(
+    agent: str,
+    protocol: str,
+    traj_task: str | None,
+    traj_context: list[str],
+    system: str | None,
+    tools: list[ToolSpec] | None,
+    model: str | None,
+    steps: Sequence[Step],
+    after_step: int,
+    profile: Profile | None,
+    notes: list[tuple[str, str]] | None = None,
+) -> tuple[Conversation, dict[str, str]]:
+    """The conversation of the prefix and the origin of each part (module docstring); warnings
+    ``(code, message)`` are appended to ``notes``."""
+    origin: dict[str, str] = {"messages": "trajectory"}
+    pconv = profile.conversation if profile is not None else None
+    conv = Conversation(protocol=protocol)
+    same_protocol = pconv is not None and pconv.protocol == protocol
+    lead = None
+    system_in_messages = False
+    if same_protocol and pconv is not None:
+        # an agent that sends its system prompt as the first of several leading messages
+        # (Codex: a developer item, no ``instructions``)
+        first = pconv.messages[0] if pconv.messages else None
+        as_message = system is not None and pconv.system is None and first is not None and first.role in ("developer", "system")
+        pieces = ([system] if as_message and system is not None else []) + list(traj_context) + ([traj_task] if traj_task is not None else [])
+        lead = _leading_messages(pconv, pieces)
+        system_in_messages = lead is not None and as_message
+    if system_in_messages and lead is not None and pconv is not None:
+        origin["system"] = "trajectory"
+        if lead[0].raw is None:
+            # Codex 0.171 stores its whole base instructions (session_meta) but sends them
+            # adjusted to the session (sections of tools it does not offer left out): the file
+            # does not hold what was sent, the profile does
+            lead[0] = copy.deepcopy(pconv.messages[0])
+            origin["system"] = "profile"
+            if notes is not None:
+                notes.append(("system_from_profile", "the native file's system prompt differs from the one the agent sent in the profile run; the profile's is used"))
+    elif system is not None:
+        conv.system, origin["system"] = system, "trajectory"
+        if same_protocol and pconv is not None and pconv.system == system:
+            conv.system_raw = copy.deepcopy(pconv.system_raw)  # the agent's own shape of the same text
+    elif pconv is not None and pconv.system is not None:
+        # the profile's system prompt exactly as sent when it speaks this protocol; else its
+        # text, which the target protocol's render_request lays out in its own shape
+        raw = copy.deepcopy(pconv.system_raw) if same_protocol else None
+        conv.system, conv.system_raw, origin["system"] = pconv.system, raw, "profile"
+    else:
+        origin["system"] = "absent"
+    if tools is not None:
+        conv.tools, origin["tools"] = list(tools), "trajectory"
+    elif pconv is not None and pconv.tools:
+        if same_protocol:
+            conv.tools = copy.deepcopy(pconv.tools)
+        else:
+            conv.tools = _convert_tools(pconv.protocol, protocol, pconv.tools, notes)
+        origin["tools"] = "profile" if conv.tools else "absent"
+    else:
+        origin["tools"] = "absent"
+    if pconv is not None and pconv.protocol == protocol:
+        conv.params, conv.stream, conv.model = copy.deepcopy(pconv.params), pconv.stream, pconv.model
+        origin["params"] = "profile"
+        if model is not None and _wire_model(agent, model) != pconv.model:
+            conv.model = _wire_model(agent, model)
+    else:
+        conv.model = _wire_model(agent, model)
+        conv.stream = agent not in _NOT_STREAMED
+        origin["params"] = "default"
+    profile_first = None
+    if pconv is not None:
+        profile_first = next((m for m in pconv.messages if m.role == "user"), None)
+        if profile_first is not None and not same_protocol:  # texts only, not another protocol's blocks
+            profile_first = Message(profile_first.role, [TextPart(p.text) if isinstance(p, TextPart) else p for p in profile_first.parts])
+    if lead is not None:
+        conv.messages.extend(lead)
+        origin["task_context"] = "trajectory" if traj_context else "absent"
+    else:
+        first, origin["task_context"] = _task_message(protocol, traj_task, traj_context, profile_first)
+        if first is not None:
+            conv.messages.append(first)
+    role = _results_role(protocol)
+    names: dict[str, str] = {}
+    for i in range(after_step):
+        step = steps[i]
+        names.update((c.id, c.name) for c in step.action.tool_calls if c.id is not None)
+        msg = wire_action(agent, protocol, step.action)
+        if msg.parts:
+            conv.messages.append(msg)
+        obs = step.observation
+        if obs.results:
+            conv.messages.append(Message(role, [wire_result(agent, protocol, r, names) for r in obs.results]))
+        conv.messages.extend(wire_message(agent, protocol, m) for m in obs.messages)
+    return conv, origin
+
+
+def _convert_tools(source_protocol: str, protocol: str, tools: list[ToolSpec], notes: list[tuple[str, str]] | None) -> list[ToolSpec]:
+    """A profile's tools, sent in ``source_protocol``, for a render in ``protocol``: the
+    canonical ToolSpec (name, description, JSON-Schema parameters) without the other protocol's
+    ``raw`` definition, so that the target's ``render_request`` writes its own shape (Gemini
+    ``functionDeclarations``, Responses flat function tools, Anthropic ``input_schema``). A
+    function without parameters gets the empty object schema where the target requires one
+    (Anthropic, Responses); for Responses ``strict`` is written (false unless the Chat
+    definition said true: the two APIs default differently). A tool
+    that is not a function tool (a provider's built-in such as Anthropic ``web_search``) has no
+    equivalent and is left out with a ``tool_not_converted`` warning."""
+    out: list[ToolSpec] = []
+    for t in tools:
+        raw_type = t.raw.get("type") if isinstance(t.raw, dict) else None
+        if t.parameters is None and raw_type not in (None, "function"):
+            if notes is not None:
+                notes.append(("tool_not_converted", f"profile tool {t.name} ({raw_type}) of {source_protocol} has no {protocol} equivalent: left out"))
+            continue
+        params = copy.deepcopy(t.parameters)
+        if params is None and protocol in _SCHEMA_REQUIRED:
+            params = {"type": "object", "properties": {}}  # Chat/Gemini: no parameters = none taken
+        raw = None
+        if protocol == "openai-responses":
+            # Chat Completions' strict defaults to false, Responses' to true: keep the meaning
+            fn = t.raw.get("function") if isinstance(t.raw, dict) and isinstance(t.raw.get("function"), dict) else {}
+            raw = {"type": "function", "name": t.name, "strict": bool(fn.get("strict", False))}
+        out.append(ToolSpec(name=t.name, description=t.description, parameters=params, raw=raw))
+    return out
+
+
+#: protocols whose function tools must carry a parameter schema (Anthropic ``input_schema``,
+#: Responses ``parameters``)
+_SCHEMA_REQUIRED = frozenset({"anthropic", "openai-responses"})
+
+
+def render_native(agent: str, conv: Conversation, key_order: list[str] | None = None) -> tuple[bytes, int | None]:
+    """The request body of ``conv`` as ``agent`` sends it: ``render_request`` of its protocol,
+    then the agent's markers (Anthropic ``cache_control``, Gemini CLI signatures), then the
+    top-level keys in ``key_order`` (the profile's body order; keys it lacks keep theirs, after
+    it). Returns (body bytes, number of Anthropic cache breakpoints or None)."""
+    mod = get_protocol(conv.protocol)
+    try:
+        body = mod.render_request(conv)
+    except (TypeError, RecursionError) as exc:  # orjson: "Recursion limit reached" (nesting past 255)
+        raise ReplayBadInput("bad_source", f"the prefix cannot be rendered as {conv.protocol} JSON: {exc}") from None
+    obj = None
+    n = None
+    if conv.protocol == "anthropic":
+        obj = orjson.loads(body)
+        if agent in LITELLM_AGENTS:
+            litellm_anthropic_shape(obj)
+        n = place_anthropic_cache_control(obj)
+    elif conv.protocol == "gemini" and agent == "gemini-cli":
+        obj = orjson.loads(body)
+        place_gemini_signatures(obj)
+    if key_order:
+        obj = obj if obj is not None else orjson.loads(body)
+        rank = {k: i for i, k in enumerate(key_order)}
+        keys = sorted(obj, key=lambda k: (rank.get(k, len(rank)), list(obj).index(k)))
+        obj = {k: obj[k] for k in keys}
+    return (dumps(obj) if obj is not None else body), n
+
+
+def native_request(agent: str, protocol: str, model: str | None, stream: bool, profile: Profile | None) -> tuple[dict[str, Any], str]:
+    """prefix.request.json for a native render: the profile's request target and headers when
+    it is of ``protocol``, else the protocol's default target. Returns (meta, origin)."""
+    if profile is not None and profile.conversation.protocol == protocol:
+        meta = dict(profile.request)
+        if protocol == "gemini" and model:
+            head, sep, tail = meta["path"].rpartition("/models/")
+            verb = tail.partition(":")[2]
+            if sep and verb:
+                meta["path"] = f"{head}/models/{model}:{verb}"
+        return meta, "profile"
+    method, path, query = _DEFAULT_TARGET[protocol]
+    if protocol == "gemini":
+        path = path.format(model=model or "MODEL")
+        if not stream:
+            path, query = path.replace(":streamGenerateContent", ":generateContent"), ""
+    query = _AGENT_QUERY.get(agent, query)
+    return request_meta(method, path, query, {"content-type": "application/json"}), "default"
+
+
+def native_prefix(
+    path: Path,
+    agent: str,
+    after_step: int,
+    protocol: str | None,
+    profile_spec: str | None,
+    session: str | None = None,
+) -> tuple[Source, Prefix]:
+    """The prefix for ``--trajectory``: the native file read with the ``agent`` adapter and
+    rendered (module docstring). Raises UsageError (unknown adapter, missing file, bad
+    ``--protocol``), ReplayBadInput (unreadable file ``bad_source``, ``no_steps``,
+    ``after_step_out_of_range``, ``observation_not_recorded``, profile errors)."""
+    from pvisor.adapters.native import read_native
+    from pvisor.journal.errors import BadInputError
+
+    try:
+        result, _notes = read_native(path, agent, session)
+    except ReplayBadInput:
+        raise
+    except BadInputError as exc:
+        raise ReplayBadInput("bad_source", exc.message) from None
+    traj = result.trajectory
+    steps = traj.steps
+    version = native_version(traj.meta)
+    source = Source(
+        kind="native",
+        path=path,
+        run=None,
+        agent_version=version,
+        profile=result.profile.name,
+        steps=steps,
+        session=next((traj.meta[k] for k in ("sessionId", "session", "id") if isinstance(traj.meta.get(k), str)), None),
+        notes=[(w.code, str(w)) for w in result.diagnostics.warnings],
+    )
+    try:
+        return _native_prefix(path, agent, after_step, protocol, profile_spec, traj, version, source)
+    except PvisorError as exc:
+        _attach_source(exc, [source])
+        raise
+
+
+def is_made_up(result: ToolResult) -> bool:
+    """True for the empty result the native reader puts in for a call the file holds no result
+    for (``raw == {"interrupted": True}``, adapters/native/base.py ``order_results``)."""
+    return result.raw == {"interrupted": True}
+
+
+def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None, profile_spec: str | None, traj: Any, version: str | None, source: Source) -> tuple[Source, Prefix]:
+    steps = traj.steps
+    check_boundary(after_step, len(steps), show_path(path))
+    # every call of A_1..A_N must have its recorded result: the prefix holds the results the
+    # agent sent, and a result the file does not hold would be made up (the reader's empty
+    # placeholder). Same rule at N = steps and below.
+    for step in steps[:after_step]:
+        missing = pending_calls(step)
+        missing += [c for c, r in zip(step.action.tool_calls, _answering(step)) if r is not None and is_made_up(r) and c not in missing]
+        if missing:
+            choose = f"choose N < {step.n}" if step.n > 1 else "only N = 0 is possible"
+            raise ReplayBadInput(
+                "observation_not_recorded",
+                f"--after-step {after_step}: {show_path(path)} holds no result for {len(missing)} tool call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}",
+            )
+    proto = choose_protocol(agent, protocol, traj.model)
+    profile = None
+    if profile_spec is not None:
+        profile, notes = load_profile(profile_spec, agent, version)
+        source.notes.extend(notes)
+    conv, origin = native_conversation(agent, proto, traj.task, list(traj.meta.get("task_context") or []), traj.system, traj.tools, traj.model, steps, after_step, profile, source.notes)
+    same_protocol = profile is not None and profile.conversation.protocol == proto
+    body, _ = render_native(agent, conv, profile.key_order if same_protocol and profile is not None else None)
+    request, origin["request"] = native_request(agent, proto, conv.model, conv.stream, profile)
+    return source, Prefix(protocol=proto, body=body, request=request, rendered=True, origin=origin, exchange=profile.exchange if profile else None)

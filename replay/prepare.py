@@ -1,0 +1,572 @@
+"""prepare-only: write the prefix that ends at O_N and the result document, executing nothing.
+
+:func:`prepare_only` is what ``pvisor replay --prepare-only`` calls. It reads the source (a
+journal run or a native trajectory file), builds the prefix (:mod:`pvisor.replay.prefix`),
+digests the workspace before and after, and writes three files into the output directory:
+
+- ``prefix.json``: the request body for inference N+1, exact bytes;
+- ``prefix.request.json``: ``{"method", "path", "query", "headers", "recorded_content_encoding"}``;
+- ``result.json``: the result document, schema ``sandbox-playback.result/v3``
+  (docs/result-protocol.md, JSON Schema docs/result-schema.json).
+
+Guarantees (DESIGN.md "Replay"): no process is started, no socket opened, nothing in the
+workspace written; the output directory is refused inside the workspace and, unless
+``force``, when it is not empty. A failure after the output directory was accepted still
+writes ``result.json`` (``status: "failed"``, ``errors``) and no prefix files, then raises.
+
+Imports: the standard library, orjson and pvisor's own modules, lazily: a native source
+never imports asyncio, aiohttp, sqlite_utils or jsonschema (tests/test_replay_side_effects.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+import orjson
+
+from pvisor.journal.errors import PvisorError, UsageError
+from pvisor.journal.model import Step, ToolCall, ToolResult
+
+from .errors import ReplayBadInput, ReplayOutputError, ReplayUsageError, ReplayWorkspaceChanged, error_code, error_detail, show_path
+from .jsonio import dumps
+from .prefix import AGENT_PROTOCOLS, Prefix, Source, is_made_up
+from .workspace import WorkspaceDigest, digest_workspace
+
+#: the result document's schema name
+RESULT_SCHEMA = "sandbox-playback.result/v3"
+#: file names written into the output directory
+PREFIX_FILE = "prefix.json"
+REQUEST_FILE = "prefix.request.json"
+RESULT_FILE = "result.json"
+OUTPUT_FILES = (PREFIX_FILE, REQUEST_FILE, RESULT_FILE)
+
+
+class PrepareOptions:
+    """The arguments of one prepare-only.
+
+    Fields: ``agent`` (adapter name); ``after_step`` N (int >= 0); ``output`` directory;
+    exactly one of ``trajectory`` (native file or directory) and ``run`` (journal run id or
+    unique prefix, read from ``journal``); ``workspace`` (directory digested before and after,
+    or None); ``protocol`` (wire protocol for a native render, or None for the agent's
+    default); ``profile_from`` (``JOURNAL[:RUN]``, native sources only); ``force`` (accept a
+    non-empty output directory); ``session`` (one session of an OpenCode store)."""
+
+    # a plain class with slots, not a dataclass: each dataclass costs about a millisecond of
+    # startup (its methods are generated with exec), which the CLI pays on every run
+    __slots__ = ("agent", "after_step", "output", "trajectory", "run", "journal", "workspace", "protocol", "profile_from", "force", "session")
+
+    def __init__(self, agent: str, after_step: int, output: Path, trajectory: Path | None = None, run: str | None = None,
+                 journal: Path | None = None, workspace: Path | None = None, protocol: str | None = None,
+                 profile_from: str | None = None, force: bool = False, session: str | None = None) -> None:
+        self.agent = agent
+        self.after_step = after_step
+        self.output = output
+        self.trajectory = trajectory
+        self.run = run
+        self.journal = journal
+        self.workspace = workspace
+        self.protocol = protocol
+        self.profile_from = profile_from
+        self.force = force
+        self.session = session
+
+    def __repr__(self) -> str:
+        return "PrepareOptions(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return all(getattr(self, k) == getattr(other, k) for k in self.__slots__)
+
+
+class PrepareOutcome:
+    """What :func:`prepare_only` did: the ``result`` document (dict) and the paths written."""
+
+    __slots__ = ("result", "output", "prefix_path", "result_path")
+
+    def __init__(self, result: dict[str, Any], output: Path, prefix_path: Path, result_path: Path) -> None:
+        self.result = result
+        self.output = output
+        self.prefix_path = prefix_path
+        self.result_path = result_path
+
+    def __repr__(self) -> str:
+        return f"PrepareOutcome(output={self.output!r}, prefix_path={self.prefix_path!r}, result_path={self.result_path!r})"
+
+    def summary(self) -> str:
+        """One line for people: what was prepared, from what, where."""
+        r = self.result
+        p, b = r["prefix"], r["boundary"]
+        src = r["source"]
+        what = f"run {src['run']}" if src["kind"] == "journal" else src["path"]
+        flag = ", rendered" if p["rendered"] else ", recorded bytes"
+        ws = ""
+        if r["workspace"] is not None:
+            ws = ", workspace unchanged" if r["workspace"]["unchanged"] else ", WORKSPACE CHANGED"
+        return (
+            f"prepared {self.prefix_path}: {r['agent']} from {what}, after step {b['after_step']} of {b['steps_total']}, "
+            f"{p['protocol']}, {p['bytes']} bytes, {p['message_count']} messages ending with the {p['ends_with']}{flag}{ws}"
+        )
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def sha256_hex(data: bytes) -> str:
+    """SHA-256 of ``data`` as 64 lower-case hex digits."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def content_sha256(content: Any) -> str:
+    """The digest of a tool result's content: SHA-256 of its UTF-8 bytes when it is a string,
+    else of its JSON (orjson, keys sorted, compact)."""
+    if isinstance(content, str):
+        return sha256_hex(content.encode("utf-8", "surrogatepass"))
+    return sha256_hex(dumps(content, sort_keys=True))
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes (read in 1 MiB pieces); of a directory (OpenCode's storage
+    tree), the workspace digest of it."""
+    try:
+        if path.is_dir():
+            return digest_workspace(path).sha256
+        h = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        return h.hexdigest()
+    except OSError as exc:
+        raise ReplayBadInput("bad_source", f"cannot read {show_path(exc.filename or path)}: {exc.strerror or exc}") from None
+
+
+def workspace_digest(root: Path) -> "WorkspaceDigest":
+    """:func:`digest_workspace`, or ReplayBadInput ``workspace_unreadable`` naming the entry
+    that cannot be read (nothing is left out of the digest silently)."""
+    try:
+        return digest_workspace(root)
+    except OSError as exc:
+        where = show_path(exc.filename) if exc.filename else show_path(root)
+        raise ReplayBadInput("workspace_unreadable", f"--workspace {show_path(root)}: cannot read {where}: {exc.strerror or exc}; the workspace digest cannot be computed") from None
+
+
+def _match_results(calls: list[ToolCall], results: list[ToolResult]) -> list[ToolResult | None]:
+    """The result answering each call: the one with its call id, else the one at its
+    position when that one answers no other call (Gemini CLI gives its own ids)."""
+    by_id = {r.call_id: r for r in results if r.call_id is not None}
+    call_ids = {c.id for c in calls if c.id is not None}
+    out: list[ToolResult | None] = []
+    for i, c in enumerate(calls):
+        if c.id is not None and c.id in by_id:
+            out.append(by_id[c.id])
+        elif i < len(results) and (results[i].call_id is None or results[i].call_id not in call_ids):
+            out.append(results[i])
+        else:
+            out.append(None)
+    return out
+
+
+def tool_call_records(steps: Sequence[Step], after_step: int) -> list[dict[str, Any]]:
+    """``tool_calls`` of the result: one record per tool call of steps 1..N, in order."""
+    out: list[dict[str, Any]] = []
+    for i in range(after_step):
+        step = steps[i]
+        calls = list(step.action.tool_calls)
+        for c, r in zip(calls, _match_results(calls, list(step.observation.results))):
+            out.append(
+                {
+                    "step": step.n,
+                    "call_id": c.id,
+                    "name": c.name,
+                    "kind": c.kind,
+                    "arguments_sha256": sha256_hex(c.arguments_raw.encode("utf-8", "surrogatepass")),
+                    "historical_observation_sha256": content_sha256(r.content) if r is not None and not is_made_up(r) else None,
+                    "replayed_observation_sha256": None,
+                    "equal": None,
+                }
+            )
+    return out
+
+
+def describe_prefix(protocol: str, body: bytes, path: str, query: str, after_step: int) -> dict[str, Any]:
+    """``message_count``, ``ends_with``, ``system_present`` and ``tools_present`` of a prefix
+    body, read back with the protocol module (the body must parse: a rendered one always does,
+    a recorded one parsed when the chain rule read it)."""
+    from pvisor.adapters.protocols import get_protocol
+
+    conv = get_protocol(protocol).parse_request(body, path=path, query=query)
+    last = conv.messages[-1] if conv.messages else None
+    if last is None:
+        ends = "nothing"
+    elif last.role == "assistant":
+        ends = "action"
+    elif any(isinstance(p, ToolResult) for p in last.parts):
+        ends = "observation"
+    elif after_step == 0:
+        ends = "task"
+    else:
+        ends = "observation"
+    return {
+        "message_count": len(conv.messages),
+        "ends_with": ends,
+        "system_present": bool(conv.system),
+        "tools_present": bool(conv.tools),
+        "model": conv.model,
+        "stream": conv.stream,
+    }
+
+
+def _ms(t0: float, t1: float) -> float:
+    return round((t1 - t0) * 1000.0, 3)
+
+
+def _inside(child: Path, parent: Path) -> bool:
+    return child == parent or parent in child.parents
+
+
+def _resolve(path: Path) -> Path:
+    """``path.resolve()``; a symlink loop (RuntimeError before Python 3.13, OSError after) is
+    ReplayUsageError ``bad_path`` naming the path."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:
+        raise ReplayUsageError("bad_path", f"{show_path(path)}: cannot be resolved ({exc.strerror if isinstance(exc, OSError) and exc.strerror else 'a symlink loop'})") from None
+
+
+def check_output(output: Path, workspace: Path | None, force: bool) -> Path:
+    """The resolved output directory, or ReplayUsageError ``output_refused`` when it is (or is
+    inside) the workspace, is not a directory, or is not empty without ``force``."""
+    out = _resolve(output)
+    if workspace is not None and _inside(out, _resolve(workspace)):
+        raise ReplayUsageError("output_refused", f"--output {output} is inside --workspace {workspace}: prepare-only never writes the workspace")
+    if out.exists():
+        if not out.is_dir():
+            raise ReplayUsageError("output_refused", f"--output {output} exists and is not a directory")
+        if not force and any(out.iterdir()):
+            raise ReplayUsageError("output_refused", f"--output {output} is not empty; give --force to write into it")
+    return out
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_inputs_not_outputs(opts: "PrepareOptions", out: Path) -> None:
+    """ReplayUsageError ``output_refused`` when the source file, the journal or the
+    ``--profile-from`` journal is one of the files prepare-only writes into ``out`` (the same
+    resolved path, or the same file through a hard link): writing would destroy it."""
+    inputs: list[tuple[str, Path]] = []
+    if opts.trajectory is not None:
+        inputs.append(("--trajectory", opts.trajectory))
+    if opts.journal is not None:
+        inputs.append(("--journal", opts.journal))
+    if opts.profile_from is not None:
+        from .prefix import parse_profile_spec
+
+        inputs.append(("--profile-from", parse_profile_spec(opts.profile_from)[0]))
+    for opt, path in inputs:
+        resolved = _resolve(path)
+        for name in OUTPUT_FILES:
+            target = out / name
+            if resolved == target or _same_file(path, target):
+                raise ReplayUsageError(
+                    "output_refused",
+                    f"{opt} {show_path(path)} is {show_path(target)}, a file prepare-only writes: choose another --output",
+                )
+
+
+def _write(path: Path, data: bytes) -> None:
+    _commit(_write_temps([(path, data)]))
+
+
+def _drop(tmps: list[tuple[Path, Path]]) -> None:
+    for tmp, _ in tmps:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _write_temps(files: list[tuple[Path, bytes]], tmps: list[tuple[Path, Path]] | None = None) -> list[tuple[Path, Path]]:
+    """Write each ``(path, data)`` under a temporary name beside ``path``; returns (and
+    appends to ``tmps``) the ``(temporary, path)`` pairs. On an error every temporary file of
+    ``tmps`` is removed and ReplayOutputError is raised."""
+    tmps = [] if tmps is None else tmps
+    for path, data in files:
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        tmps.append((tmp, path))
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+        except OSError as exc:
+            _drop(tmps)
+            raise ReplayOutputError(f"cannot write {show_path(path)}: {exc.strerror or exc}") from None
+    return tmps
+
+
+def _commit(tmps: list[tuple[Path, Path]]) -> None:
+    """Rename every temporary file into place (os.replace: an earlier file, or a symbolic link
+    in its place, is replaced, never written through); on an error the temporary files left
+    are removed and ReplayOutputError is raised."""
+    for i, (tmp, path) in enumerate(tmps):
+        try:
+            os.replace(tmp, path)
+        except OSError as exc:
+            _drop(tmps[i:])
+            raise ReplayOutputError(f"cannot write {show_path(path)}: {exc.strerror or exc}") from None
+
+
+def dump_result(result: dict[str, Any]) -> bytes:
+    """result.json's bytes: indented JSON and a final newline (orjson, else the standard
+    library: an --after-step past 64 bits still gives a failed document)."""
+    return dumps(result, indent=True) + b"\n"
+
+
+# --------------------------------------------------------------------------- the operation
+
+
+def _utf8(opt: str, value: Any) -> None:
+    if value is None:
+        return
+    try:
+        os.fspath(value).encode("utf-8") if isinstance(value, (str, os.PathLike)) else str(value).encode("utf-8")
+    except UnicodeEncodeError:
+        raise UsageError(f"{opt} {show_path(value)}: not valid UTF-8 (file names and ids must be UTF-8)") from None
+
+
+def _inside_path(child: Path, parent: Path) -> bool:
+    return _inside(_resolve(child), _resolve(parent))
+
+
+def _check_options(opts: PrepareOptions) -> None:
+    if opts.agent not in AGENT_PROTOCOLS:
+        raise ReplayUsageError("unknown_agent", f"unknown agent {show_path(opts.agent)!r}; expected one of {', '.join(AGENT_PROTOCOLS)}")
+    if (opts.trajectory is None) == (opts.run is None):
+        raise UsageError("give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)")
+    for opt, value in (("--output", opts.output), ("--trajectory", opts.trajectory), ("--run", opts.run), ("--journal", opts.journal),
+                       ("--workspace", opts.workspace), ("--profile-from", opts.profile_from), ("--session", opts.session)):
+        _utf8(opt, value)
+    if opts.run is not None and opts.profile_from is not None:
+        raise UsageError("--profile-from fills a native render; a journal run (--run) holds its own system prompt and tools")
+    if opts.run is not None and opts.session is not None:
+        raise UsageError("--session picks a session of an OpenCode store (--trajectory); a journal run (--run) is one run")
+    if opts.run is not None and opts.journal is None:
+        raise UsageError("--run needs a journal: give the global --journal PATH")
+    if opts.after_step < 0:
+        raise ReplayUsageError("usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)")
+    if opts.workspace is not None:
+        if not opts.workspace.exists():
+            raise UsageError(f"--workspace {show_path(opts.workspace)}: no such directory")
+        if not opts.workspace.is_dir():
+            raise UsageError(f"--workspace {show_path(opts.workspace)}: not a directory")
+    if opts.trajectory is not None:
+        try:
+            st = os.stat(opts.trajectory)
+        except FileNotFoundError:
+            raise UsageError(f"--trajectory {show_path(opts.trajectory)}: no such file") from None
+        except OSError as exc:
+            raise UsageError(f"--trajectory {show_path(opts.trajectory)}: {exc.strerror or exc}") from None
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            # a FIFO or a device: its bytes cannot be digested and read again (a pipe is read
+            # once, /dev/zero never ends); `trajectory show` spools a pipe, replay does not
+            raise UsageError(f"--trajectory {show_path(opts.trajectory)}: not a regular file (nor an OpenCode storage directory)")
+    if opts.journal is not None:
+        if not opts.journal.exists():
+            raise UsageError(f"--journal {show_path(opts.journal)}: no such journal file")
+        if opts.journal.is_dir():
+            raise UsageError(f"--journal {show_path(opts.journal)} is a directory, expected a journal file")
+    if opts.workspace is not None:
+        # opening an SQLite journal read-only still creates its -wal/-shm files beside it
+        # (WAL mode): a journal inside the workspace would be a write into it
+        journals = [("--journal", opts.journal)] if opts.journal is not None else []
+        if opts.profile_from is not None:
+            from .prefix import parse_profile_spec
+
+            journals.append(("--profile-from", parse_profile_spec(opts.profile_from)[0]))
+        for opt, path in journals:
+            if path is not None and _inside_path(path, opts.workspace):
+                raise UsageError(
+                    f"{opt} {show_path(path)} is inside --workspace {show_path(opts.workspace)}: opening the journal creates its -wal/-shm "
+                    "files beside it and prepare-only never writes the workspace; copy the journal out of the workspace"
+                )
+
+
+def _base_result(opts: PrepareOptions) -> dict[str, Any]:
+    return {
+        "schema": RESULT_SCHEMA,
+        "mode": "prepare-only",
+        "status": "failed",
+        "agent": opts.agent,
+        "profile": None,
+        "agent_version": None,
+        "source": {
+            "kind": "native" if opts.trajectory is not None else "journal",
+            "path": show_path(opts.trajectory if opts.trajectory is not None else opts.journal),
+            "sha256": None,
+            "run": opts.run,
+            "session": None,
+        },
+        "boundary": {"after_step": opts.after_step, "steps_total": None, "next_action_excluded": True},
+        "prefix": None,
+        "tool_calls": [],
+        "replayed_tool_calls": 0,
+        "agent_started": False,
+        "live_requests": 0,
+        "boundary_user_prompt_injected": False,
+        "workspace": None,
+        "derived_run": None,
+        "lineage": None,
+        "timings_ms": {},
+        "warnings": [],
+        "errors": [],
+    }
+
+
+def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
+    """Prepare the prefix of ``opts`` and write the three output files (module docstring).
+
+    Returns a :class:`PrepareOutcome`. Raises UsageError (exit 2) for arguments that make no
+    sense (before anything is written), ReplayBadInput (exit 65) for a source that cannot give
+    the prefix, ReplayWorkspaceChanged (exit 1), IntegrityError (exit 3) for a damaged journal,
+    ReplayOutputError (exit 74) when a file cannot be written; after the output directory was
+    accepted, a failure first writes result.json with ``status: "failed"`` (no prefix files)
+    and sets the error's ``result`` attribute to that document.
+
+    Order: the options and the output directory are checked (a source or journal that is one
+    of the output files is refused), everything is read and computed in memory, and only then
+    are the three files written, under temporary names renamed into place: an earlier
+    prefix or result in the directory is replaced last, never removed before the source is read."""
+    t0 = time.perf_counter()
+    _check_options(opts)
+    out = check_output(opts.output, opts.workspace, opts.force)
+    check_inputs_not_outputs(opts, out)
+    result = _base_result(opts)
+    timings = result["timings_ms"]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReplayOutputError(f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}") from None
+    try:
+        ws_before = None
+        if opts.workspace is not None:
+            t = time.perf_counter()
+            ws_before = workspace_digest(opts.workspace)
+            timings["workspace_before"] = _ms(t, time.perf_counter())
+        t = time.perf_counter()
+        source_path = opts.trajectory if opts.trajectory is not None else opts.journal
+        assert source_path is not None
+        result["source"]["sha256"] = file_sha256(source_path)
+        timings["source_digest"] = _ms(t, time.perf_counter())
+        t = time.perf_counter()
+        prefix, source = _build(opts)
+        timings["prefix"] = _ms(t, time.perf_counter())
+        _fill(result, opts, prefix, source, out)
+        if opts.workspace is not None:
+            t = time.perf_counter()
+            ws_after = workspace_digest(opts.workspace)
+            timings["workspace_after"] = _ms(t, time.perf_counter())
+            assert ws_before is not None
+            result["workspace"] = {
+                "path": show_path(opts.workspace.resolve()),
+                "sha256_before": ws_before.sha256,
+                "sha256_after": ws_after.sha256,
+                "unchanged": ws_before.sha256 == ws_after.sha256,
+                "entries": ws_after.entries,
+            }
+            if not result["workspace"]["unchanged"]:
+                raise ReplayWorkspaceChanged(
+                    f"the workspace digest changed while preparing ({ws_before.sha256[:12]} -> {ws_after.sha256[:12]}); "
+                    "prepare-only only reads it, so another process wrote it meanwhile: prepare again when it is idle"
+                )
+        result["status"] = "ok"
+        t = time.perf_counter()
+        tmps = _write_temps([(out / PREFIX_FILE, prefix.body), (out / REQUEST_FILE, dumps(prefix.request, indent=True) + b"\n")])
+        timings["write"] = _ms(t, time.perf_counter())
+        timings["total"] = _ms(t0, time.perf_counter())
+        _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
+        _commit(tmps)  # result.json last: when it says ok, both prefix files are in place
+    except PvisorError as exc:
+        result["status"] = "failed"
+        result["prefix"] = None
+        result["tool_calls"] = []
+        _fill_source(result, getattr(exc, "source", None))
+        result["errors"].append({"code": error_code(exc), "message": error_detail(exc)})
+        timings["total"] = _ms(t0, time.perf_counter())
+        for name in (PREFIX_FILE, REQUEST_FILE):  # no prefix files of an earlier prepare survive a failed one
+            try:
+                (out / name).unlink()
+            except OSError:
+                pass
+        try:
+            _write(out / RESULT_FILE, dump_result(result))
+        except ReplayOutputError:
+            pass  # the first error is the one to report
+        exc.result = result  # type: ignore[attr-defined]  # for `--result -`
+        raise
+    return PrepareOutcome(result, out, out / PREFIX_FILE, out / RESULT_FILE)
+
+
+def _build(opts: PrepareOptions) -> tuple[Prefix, Source]:
+    from . import prefix as P
+
+    if opts.run is not None:
+        assert opts.journal is not None
+        source, prefix, _meta = P.journal_prefix(opts.journal, opts.run, opts.agent, opts.after_step, opts.protocol)
+        return prefix, source
+    assert opts.trajectory is not None
+    source, prefix = P.native_prefix(opts.trajectory, opts.agent, opts.after_step, opts.protocol, opts.profile_from, opts.session)
+    return prefix, source
+
+
+def _fill_source(result: dict[str, Any], source: Source | None) -> None:
+    """What the source told: profile, agent version, run, session, number of steps (also in a
+    failed document, when the source was read before the failure)."""
+    if source is None:
+        return
+    result["profile"] = source.profile
+    result["agent_version"] = source.agent_version
+    result["source"]["run"] = source.run
+    result["source"]["session"] = source.session
+    result["boundary"]["steps_total"] = len(source.steps)
+
+
+def _fill(result: dict[str, Any], opts: PrepareOptions, prefix: Prefix, source: Source, out: Path) -> None:
+    _fill_source(result, source)
+    desc = describe_prefix(prefix.protocol, prefix.body, prefix.request["path"], prefix.request["query"], opts.after_step)
+    breakpoints = None
+    if prefix.protocol == "anthropic":
+        obj = orjson.loads(prefix.body)
+        breakpoints = sum(
+            1
+            for part in (obj.get("system"), obj.get("tools"), *[m.get("content") for m in obj.get("messages") or [] if isinstance(m, dict)])
+            if isinstance(part, list)
+            for b in part
+            if isinstance(b, dict) and "cache_control" in b
+        )
+    result["prefix"] = {
+        "protocol": prefix.protocol,
+        "path": show_path(out / PREFIX_FILE),
+        "request_path": show_path(out / REQUEST_FILE),
+        "sha256": sha256_hex(prefix.body),
+        "bytes": len(prefix.body),
+        "message_count": desc["message_count"],
+        "ends_with": desc["ends_with"],
+        "system_present": desc["system_present"],
+        "tools_present": desc["tools_present"],
+        "model": desc["model"],
+        "stream": desc["stream"],
+        "rendered": prefix.rendered,
+        "exchange": prefix.exchange,
+        "origin": prefix.origin,
+        "cache_breakpoints": breakpoints,
+    }
+    result["tool_calls"] = tool_call_records(source.steps, opts.after_step)
+    result["warnings"] = [{"code": c, "message": m} for c, m in [*source.notes, *prefix.notes]]
