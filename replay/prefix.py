@@ -38,7 +38,7 @@ from pvisor.journal.errors import PvisorError
 from pvisor.journal.model import Action, Conversation, Message, Step, TextPart, ToolCall, ToolResult, ToolSpec
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
-from .jsonio import dumps
+from pvisor.adapters.jsonio import dumps
 
 # --------------------------------------------------------------------------- agents and protocols
 

@@ -33,7 +33,7 @@ from pvisor.journal.errors import PvisorError, UsageError
 from pvisor.journal.model import Step, ToolCall, ToolResult
 
 from .errors import ReplayBadInput, ReplayOutputError, ReplayUsageError, ReplayWorkspaceChanged, error_code, error_detail, show_path
-from .jsonio import dumps
+from pvisor.adapters.jsonio import dumps
 from .prefix import AGENT_PROTOCOLS, Prefix, Source, is_made_up
 from .workspace import WorkspaceDigest, digest_workspace
 

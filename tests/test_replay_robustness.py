@@ -30,7 +30,7 @@ from pvisor.adapters.protocols import get_protocol
 from pvisor.gateway.proxy import finalize_response
 from pvisor.journal.model import Attempt, Run
 from pvisor.journal.writer import Journal
-from pvisor.replay.jsonio import dumps
+from pvisor.adapters.jsonio import dumps
 from pvisor.replay.prefix import load_profile, native_conversation, render_native
 
 REPO = Path(__file__).resolve().parent.parent

@@ -49,6 +49,7 @@ from typing import Any, Callable, Iterable, Iterator, overload
 
 import orjson
 
+from pvisor.adapters.jsonio import dumps
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import LeftOut, Step, ToolCall, ToolResult, Trajectory
 
@@ -539,16 +540,13 @@ class NativeAdapter:
 def compact_json(obj: Any) -> str:
     """``obj`` as compact JSON text, keys in their order, non-ASCII kept: how an argument
     object (Anthropic ``input``, Gemini ``args``) becomes ``ToolCall.arguments_raw``, the same
-    way the wire-protocol modules serialise it. orjson stops at 255 levels of nesting; a
-    deeper object (arguments nested 600 deep) is written by the standard library the same
-    way. Raises BadInputError (exit 65) past the interpreter's recursion limit."""
+    way the wire-protocol modules serialise it (:func:`pvisor.adapters.jsonio.dumps`: an
+    object nested deeper than orjson writes is written by the standard library the same
+    way). Raises BadInputError (exit 65) past the interpreter's recursion limit."""
     try:
-        return orjson.dumps(obj, option=orjson.OPT_NON_STR_KEYS).decode()
-    except orjson.JSONEncodeError:
-        try:
-            return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-        except RecursionError:
-            raise BadInputError("a value nested too deep to write as JSON") from None
+        return dumps(obj).decode()
+    except ValueError:
+        raise BadInputError("a value nested too deep to write as JSON") from None
 
 
 def object_call(call_id: str | None, name: str, args: Any, raw: Any = None) -> ToolCall:

@@ -28,6 +28,7 @@ from typing import Any, BinaryIO
 
 import orjson
 
+from pvisor.adapters.jsonio import dumps
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Message, Step, TextPart, ToolCall, ToolResult, Trajectory
 
@@ -77,19 +78,13 @@ class Later:
 
 
 def dump_indented(value: Any) -> bytes:
-    """``orjson.dumps(value, JSON_OPTIONS)``; a value nested deeper than orjson writes (255
-    levels) is written by the standard library in the same layout (two-space indent, one
-    item per line, ``": "`` after a key). Raises BadInputError (exit 65) past the
-    interpreter's recursion limit."""
+    """``orjson.dumps(value, JSON_OPTIONS)`` (:func:`pvisor.adapters.jsonio.dumps`: a value
+    nested deeper than orjson writes is written by the standard library in the same layout).
+    Raises BadInputError (exit 65) past the interpreter's recursion limit."""
     try:
-        return orjson.dumps(value, option=JSON_OPTIONS)
-    except orjson.JSONEncodeError:
-        import json
-
-        try:
-            return json.dumps(value, indent=2, ensure_ascii=False).encode()
-        except RecursionError:
-            raise BadInputError("a value nested too deep to write as JSON") from None
+        return dumps(value, indent=True)
+    except ValueError:
+        raise BadInputError("a value nested too deep to write as JSON") from None
 
 
 def write_all(out: BinaryIO, data: bytes) -> None:

@@ -1,4 +1,4 @@
-"""replay's JSON output: orjson, and the standard library when orjson refuses a value.
+"""JSON output of the adapters and replay: orjson, and the standard library when orjson refuses a value.
 
 orjson refuses integers outside 64 bits (``--after-step 18446744073709551616`` in a failed
 result document) and nesting deeper than 255 levels (a tool argument or result nested 600
