@@ -11,6 +11,14 @@ import pytest
 from agent_captures import captured, resumed  # noqa: F401  (pytest fixtures)
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+def cannot_run_here(reason: str) -> None:
+    """A test whose machine lacks what it needs (setpriv, /dev/full, Linux /proc): skipped on a
+    developer's machine, failed in CI (``CI`` set), where the machine must have it."""
+    if os.environ.get("CI"):
+        pytest.fail(f"CI machine cannot run this test: {reason}")
+    pytest.skip(reason)
 GOLDEN = REPO / "tests" / "golden"
 
 

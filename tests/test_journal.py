@@ -22,6 +22,7 @@ import brotli
 import orjson
 import pytest
 
+from conftest import cannot_run_here
 from journal_helpers import anthropic_session_bodies
 from pvisor.journal import blobs
 from pvisor.journal.errors import BadInputError, IntegrityError, UsageError
@@ -522,9 +523,7 @@ def test_a_journal_on_a_read_only_directory_is_read(tmp_path: Path):
     setpriv = shutil.which("setpriv")
     if os.geteuid() == 0 and setpriv is None:
         # CI runs as root on Debian, where util-linux ships setpriv: there this must run
-        if os.environ.get("CI"):
-            pytest.fail("running as root without setpriv (util-linux): a read-only directory cannot be simulated")
-        pytest.skip("running as root without setpriv: a read-only directory cannot be simulated")
+        cannot_run_here("running as root without setpriv (util-linux): a read-only directory cannot be simulated")
     import tempfile
 
     # a directory of its own under /tmp: the pytest base directory is 0700, closed to nobody

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from conftest import cannot_run_here
 from native_helpers import native_dir
 from pvisor.adapters.native import read_native
 from pvisor.adapters.native.render import JSON_OPTIONS, to_atif, to_json, write_atif, write_json
@@ -127,6 +128,12 @@ def _corpus_files() -> list[Path]:
     return sorted(p for p in native_dir().glob("*/*") if p.is_file() and p.name != "PROVENANCE.md" and not p.name.endswith("db-dump.json"))
 
 
+def _read_corpus() -> list[tuple[Path, object]]:
+    """(path, (result, adapter)) of every corpus file that is read; samples refused by design
+    are test_native_corpus.py's."""
+    return [(p, got) for p in _corpus_files() if (got := _readable(p)) is not None]
+
+
 def _readable(path: Path):
     """(result, adapter) of a corpus file, or None for a sample refused by design."""
     from pvisor.journal.errors import BadInputError
@@ -138,13 +145,10 @@ def _readable(path: Path):
     return result, notes[0].split(": ", 1)[1]
 
 
-@pytest.mark.parametrize("path", _corpus_files(), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_streamed_documents_are_the_documents_byte_for_byte(path):
+@pytest.mark.parametrize("path, got", _read_corpus(), ids=lambda v: f"{v.parent.name}/{v.name}" if isinstance(v, Path) else "")
+def test_streamed_documents_are_the_documents_byte_for_byte(path, got):
     import io
 
-    got = _readable(path)
-    if got is None:
-        pytest.skip("refused by design (test_native_corpus.py)")
     result, agent = got
     for whole, stream in ((to_json, write_json), (to_atif, write_atif)):
         out = io.BytesIO()
@@ -152,11 +156,8 @@ def test_streamed_documents_are_the_documents_byte_for_byte(path):
         assert out.getvalue() == orjson.dumps(whole(result, agent), option=JSON_OPTIONS) + b"\n"
 
 
-@pytest.mark.parametrize("path", [p for p in _corpus_files() if p.suffix == ".jsonl"], ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_show_json_and_export_write_the_whole_document(path):
-    got = _readable(path)
-    if got is None:
-        pytest.skip("refused by design (test_native_corpus.py)")
+@pytest.mark.parametrize("path, got", [(p, g) for p, g in _read_corpus() if p.suffix == ".jsonl"], ids=lambda v: f"{v.parent.name}/{v.name}" if isinstance(v, Path) else "")
+def test_show_json_and_export_write_the_whole_document(path, got):
     result, agent = got
     show = run("trajectory", "show", str(path), "--json")
     atif = run("trajectory", "export", str(path), "--format", "atif")
@@ -194,8 +195,9 @@ def test_a_pipe_closed_early_is_exit_141(tmp_path, args):
     assert "Traceback" not in err and "error" not in err
 
 
-@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
 def test_a_full_disk_is_exit_74(tmp_path):
+    if not Path("/dev/full").exists():
+        cannot_run_here("needs /dev/full")
     f = _claude_session(tmp_path / "s.jsonl", 20)
     with open("/dev/full", "wb") as full:
         p = subprocess.run([PVISOR, "trajectory", "export", str(f), "--format", "atif"], stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pvisor.adapters.native import adapter_names, detect, get_adapter, read_native
-from pvisor.adapters.native.base import REJOIN_MAX_LINES, Diagnostics, FormatProfile, NativeWarning, iter_json_lines, loads_lenient, read_json_document
+from pvisor.adapters.native.base import REJOIN_MAX_LINES, Diagnostics, FormatProfile, NativeWarning, iter_json_records, loads_lenient, read_json_document
 from pvisor.journal.errors import BadInputError, UsageError
 
 
@@ -17,7 +17,7 @@ def _lines(tmp_path: Path, data: bytes) -> tuple[list[tuple[int, dict]], Diagnos
     p = tmp_path / "f.jsonl"
     p.write_bytes(data)
     diag = Diagnostics(str(p))
-    return list(iter_json_lines(p, diag)), diag
+    return [(n, obj) for n, obj, _ref in iter_json_records(p, diag)], diag
 
 
 def test_clean_lines_are_read_in_order_with_their_numbers(tmp_path):

@@ -23,7 +23,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from conftest import corpus_dir
+from conftest import cannot_run_here, corpus_dir
 from corpus_runs import RUNS, corpus_lines, record_corpus_runs, record_line
 from native_helpers import native_dir
 from pvisor.adapters.protocols import get_protocol
@@ -132,7 +132,7 @@ def _as_nobody() -> tuple[str, ...]:
         return ()
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        pytest.skip("running as root without setpriv: a mode-000 file is readable")
+        cannot_run_here("running as root without setpriv: a mode-000 file is readable")
     return (setpriv, "--reuid=65534", "--regid=65534", "--clear-groups")
 
 
@@ -350,8 +350,9 @@ def test_a_parallel_batch_missing_a_result_is_observation_not_recorded_below_the
 # =========================================================================== 6: workspace_changed
 
 
-@pytest.mark.skipif(not Path("/proc/sys/kernel/random/uuid").exists(), reason="needs Linux /proc (uuid changes on every read)")
 def test_workspace_changed_is_failed_without_prefix_files(tmp_path):
+    if not Path("/proc/sys/kernel/random/uuid").exists():
+        cannot_run_here("needs Linux /proc (uuid changes on every read)")
     out = tmp_path / "w3"
     out.mkdir()
     (out / "prefix.json").write_text("earlier\n")  # an earlier prepare's file does not survive a failed one
@@ -455,7 +456,7 @@ def test_run_without_a_recorded_agent(tmp_path):
 
 def test_result_to_stdout_with_stderr_unwritable_is_not_exit_1(tmp_path):
     if not Path("/dev/full").exists():
-        pytest.skip("no /dev/full")
+        cannot_run_here("needs /dev/full")
     out = tmp_path / "o"
     with open("/dev/full", "wb") as full:
         proc = subprocess.run([PVISOR, "replay", "--agent", "claude-code", "--trajectory", str(CC / "spotter_short.jsonl"), "--after-step", "1",

@@ -6,7 +6,7 @@ holds what they share:
 
 - :class:`Diagnostics` and :class:`NativeWarning`: warnings ``(code, where, message)``,
   printed on stderr by the CLI; ``--strict`` turns any warning into exit 65.
-- :func:`iter_json_lines`: the streaming JSONL reader. Rules (issue 6, "Damaged input"):
+- :func:`iter_json_records`: the streaming JSONL reader. Rules (issue 6, "Damaged input"):
 
   * the file is read in binary, in chunks (memory bounded by the longest line, not the file);
     lines are split on ``b"\\n"`` only (never ``str.splitlines``, which also splits on U+2028,
@@ -56,7 +56,7 @@ from pvisor.journal.model import LeftOut, Step, ToolCall, ToolResult, Trajectory
 NUL = b"\x00"
 #: the UTF-8 byte order mark, skipped at the start of a file
 BOM = b"\xef\xbb\xbf"
-#: bytes read per chunk by :func:`iter_json_lines`
+#: bytes read per chunk by :func:`iter_json_records`
 CHUNK_BYTES = 1 << 20
 #: a JSON object split by raw newlines is rejoined over at most this many lines ...
 REJOIN_MAX_LINES = 1000
@@ -245,17 +245,11 @@ class LineRef:
     joined: bool = False
 
 
-def iter_json_lines(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for every JSON object line of the JSONL file ``path``, damaged
-    lines skipped or repaired with a warning in ``diag`` (rules in the module docstring).
-    Blank lines are ignored silently. A rejoined object is numbered by its first line."""
-    for n, obj, _ref in iter_json_records(path, diag):
-        yield n, obj
-
-
 def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict[str, Any], LineRef]]:
-    """As :func:`iter_json_lines`, with the :class:`LineRef` of each object, for
-    :meth:`JsonlSource.load` to read it again later."""
+    """(line number, object, :class:`LineRef`) for every JSON object line of the JSONL file
+    ``path``, damaged lines skipped or repaired with a warning in ``diag`` (rules in the module
+    docstring). Blank lines are ignored silently. A rejoined object is numbered by its first
+    line. The ref lets :meth:`JsonlSource.load` read the object again later."""
     pending: _Pending | None = None
 
     def give_up(p: _Pending, last: int) -> NativeWarning:
