@@ -1,9 +1,13 @@
-"""The capture gateway: an aiohttp reverse proxy that records every exchange in the journal.
+"""The capture gateway: an aiohttp server that answers agents through the responder seam and
+records every exchange in the journal.
 
-Hot path per request: resolve the route (string operations), read the request body, send it
-upstream unchanged, and write each upstream chunk to the agent as soon as it arrives
-(``iter_any``), keeping a reference to it for the journal. When the exchange ends, one
-message goes to the journal writer thread, which redacts, decodes, compresses and reassembles
+Hot path per request: resolve the route (string operations), read the request body, hand the
+request as plain data to the responder (:mod:`pvisor.gateway.responder`; by default every
+request is forwarded upstream by :class:`~pvisor.gateway.forwarder.UpstreamForwarder`), and
+write each chunk of the answer to the agent as soon as it is there, keeping a reference to it
+for the journal (:meth:`Gateway._relay`, the one relay every answer goes through). When the
+exchange ends, one message goes to the journal writer thread through the
+:class:`~pvisor.gateway.recorder.Recorder`, which redacts, decodes, compresses and reassembles
 off the event loop. Nothing here waits for the disk or parses a body.
 
 Failure handling and outcomes: docs/gateway.md.
@@ -15,11 +19,7 @@ import asyncio
 import itertools
 import logging
 import logging.handlers
-import os
 import queue
-import socket
-import ssl
-import time
 from time import perf_counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,42 +27,29 @@ from pathlib import Path
 import aiohttp
 import orjson
 from aiohttp import web
-from yarl import URL
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
 from pvisor.journal.model import redact_url
-from pvisor.journal.writer import Journal, PendingExchange, new_run_id
+from pvisor.journal.writer import Journal, new_run_id
 
+from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
+from .recorder import Current, Recorder, us_since
+from .responder import Answer, ForwardAll, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
 from .routing import RUN_HEADER, Route, Router
+
+__all__ = ["Gateway", "GatewayConfig", "finalize_response", "os_error_reason", "SOCK_CONNECT_TIMEOUT_S"]
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY = 64 * MIB
 DEFAULT_STALL_TIMEOUT_S = 600.0
-SOCK_CONNECT_TIMEOUT_S = 30.0
 
-# RFC 9110 §7.6.1 hop-by-hop fields, plus Host (aiohttp sets the upstream's) and Content-Length
-# (recomputed from the body we send).
-_HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "proxy-connection", "proxy-authenticate", "proxy-authorization", "expect"}
-)
-_REQUEST_DROP = _HOP_BY_HOP | {"host", "content-length", RUN_HEADER.lower()}
-_RESPONSE_DROP = _HOP_BY_HOP
-_SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
-_UPSTREAM_READ_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, asyncio.TimeoutError, aiohttp.ClientConnectionError)
+_RESPONSE_DROP = HOP_BY_HOP
 # the agent's connection broke (reading its body, or writing to it)
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionError, asyncio.IncompleteReadError)
 
 #: events worth a line on the terminal (an internal error); the CLI shows them on stderr
 log = logging.getLogger("pvisor.gateway")
-
-
-def _forwardable(headers: list[tuple[str, str]], drop: frozenset[str]) -> list[tuple[str, str]]:
-    named: set[str] = set()
-    for k, v in headers:
-        if k.lower() == "connection":
-            named |= {t.strip().lower() for t in v.split(",") if t.strip()}
-    return [(k, v) for k, v in headers if (kl := k.lower()) not in drop and kl not in named and not kl.startswith("proxy-")]
 
 
 def finalize_response(protocol: str | None, streamed: bool, body: bytes) -> bytes | None:
@@ -87,7 +74,8 @@ class GatewayConfig:
     bytes; ``stall_timeout`` seconds without upstream bytes before giving up; ``log_file``;
     ``shutdown_grace`` seconds :meth:`Gateway.stop` waits for exchanges in flight;
     ``attempt`` the attempt number recorded for the exchanges of the gateway's own run (``pvisor
-    run --resume`` records a native resume as attempt 2, 3, ...; other runs get 1).
+    run --resume`` records a native resume as attempt 2, 3, ...; other runs get 1); ``offline``
+    refuse every Forward answer (no upstream is contacted: replay-only).
     """
 
     host: str = "127.0.0.1"
@@ -99,46 +87,46 @@ class GatewayConfig:
     log_file: Path | None = None
     shutdown_grace: float = 10.0
     attempt: int = 1
-
-
-@dataclass(slots=True)
-class _Current:
-    """What one request handler has so far, so that an exchange cut short (cancelled at
-    shutdown, or an internal error) is still recorded with it."""
-
-    pending: PendingExchange | None = None
-    route: Route | None = None
-    body: bytes | None = None
-    body_size: int | None = None  # size on the wire when the body was refused unread (413)
-    encoding: str | None = None
-    started: bool = False  # the response head went out: no other answer is possible
-    recorded: bool = False
+    offline: bool = False
 
 
 class Gateway:
-    """The capture gateway bound to a :class:`~pvisor.journal.writer.Journal`.
+    """The gateway bound to a :class:`~pvisor.journal.writer.Journal`, answering through
+    ``responder`` (default :class:`~pvisor.gateway.responder.ForwardAll`: the capture gateway).
 
     ``await start()`` returns the URL it listens on; ``await stop()`` stops accepting, lets
     in-flight exchanges finish for ``shutdown_grace`` seconds (less after :meth:`hurry`),
     cancels the rest (each is recorded ``incomplete`` with the bytes it had moved) and closes.
-    The journal is not closed here: its owner closes it.
+    The journal is not closed here: its owner closes it. With ``config.offline`` a
+    :class:`~pvisor.gateway.responder.Forward` answer is refused (502): nothing leaves the
+    machine (replay-only).
     """
 
-    def __init__(self, config: GatewayConfig, journal: Journal):
+    def __init__(self, config: GatewayConfig, journal: Journal | None, responder: Responder | None = None):
         self.config = config
-        self.journal = journal
         self.run = config.run or new_run_id()
         all_upstreams = {name: default for name, (default, _) in UPSTREAMS.items()}
         all_upstreams.update(config.upstreams)
         self.router = Router(all_upstreams, set(config.upstreams), self.run)
+        self.forwarder = UpstreamForwarder(self.router.upstreams, config.stall_timeout)
+        self.responder: Responder = responder if responder is not None else ForwardAll()
         self.url: str | None = None
         self._runner: web.ServerRunner | None = None
         self._site: web.TCPSite | None = None
-        self._session: aiohttp.ClientSession | None = None
         self._inflight = InFlight()
         self._log = _new_logger()
+        self.recorder = Recorder(journal, self._log)
         self._log_listener: logging.handlers.QueueListener | None = None
         self._routed_logs = False
+
+    @property
+    def journal(self) -> Journal:
+        assert self.recorder.journal is not None
+        return self.recorder.journal
+
+    @journal.setter
+    def journal(self, journal: Journal) -> None:
+        self.recorder.journal = journal
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -152,13 +140,7 @@ class Gateway:
                 self._log_listener = _open_log_file(self._log, self.config.log_file)
             route_aiohttp_logs(self._log)  # one line each in the log file, never a traceback on the terminal
             self._routed_logs = True
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=SOCK_CONNECT_TIMEOUT_S, sock_read=self.config.stall_timeout),
-                auto_decompress=False,
-                skip_auto_headers=_SKIP_AUTO,
-                cookie_jar=aiohttp.DummyCookieJar(),  # never carry one agent's cookies to another
-            )
+            await self.forwarder.start()
             server = web.Server(self.handle, auto_decompress=False, access_log=None)
             # a body is read chunk by chunk against --max-body, not by aiohttp's client_max_size;
             # stop() has ended every handler before the runner's own shutdown, which then only
@@ -200,9 +182,7 @@ class Gateway:
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
-        if self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
+        await self.forwarder.close()
         if self._routed_logs:
             unroute_aiohttp_logs(self._log)
             self._routed_logs = False
@@ -232,7 +212,7 @@ class Gateway:
     # ------------------------------------------------------------------ request handling
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        cur = _Current()
+        cur = Current()
         task = asyncio.current_task()
         self._inflight.add(task)
         try:
@@ -241,61 +221,51 @@ class Gateway:
             # stop() cancelled it after the grace period: record what it had (the relay
             # loop records its own, with the bytes moved), then let the connection close
             if cur.pending is not None and not cur.recorded:
-                self._finish(cur, None, "incomplete", "gateway stopped while the exchange was in flight", cur.body)
+                self.recorder.finish(cur, None, "incomplete", "gateway stopped while the exchange was in flight", cur.body)
             raise
         except Exception as exc:
             return self._internal_error(request, cur, exc)
         finally:
             self._inflight.discard(task)
 
-    async def _handle(self, request: web.BaseRequest, cur: _Current) -> web.StreamResponse:
+    async def _handle(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse:
         route = self.router.resolve(request.raw_path, request.headers.get(RUN_HEADER))
         if route.kind == "health":
             return web.json_response({"ok": True, "run": self.run, "inflight": len(self._inflight) - 1}, dumps=lambda o: orjson.dumps(o).decode())
         headers = list(request.headers.items())
-        cur.route = route
         attempt = self.config.attempt if route.run == self.run else 1
-        cur.pending = self.journal.begin_exchange(route.run, request.method, route.path, headers, query=route.query,
-                                                  protocol=route.protocol, attempt=attempt)
+        self.recorder.begin(cur, route, request.method, headers, attempt)
         cur.encoding = request.headers.get("Content-Encoding")
         # the body first, also for the answers the gateway gives itself, so that it is recorded
         refused = await self._read_body(request, cur)
         if refused is not None:
             return refused
-        if route.kind == "no_route":
-            msg = f"no upstream for {request.method} {route.path}: give --upstream NAME=URL, or use a /anthropic/, /openai/ or /gemini/ prefix"
-            return self._local_error(cur, 404, "pvisor_no_route", msg, "upstream_unreachable")
         if route.kind == "bad_run":
             msg = (f"the run id in {RUN_HEADER} or in the /run/<id>/ path prefix must be 1 to 128 letters, digits, '.', '_' or '-', "
                    "starting with a letter or digit")
-            return self._local_error(cur, 400, "pvisor_bad_run_id", msg, "upstream_unreachable")
+            return self._refuse(cur, Refuse(400, "pvisor_bad_run_id", msg))
         if request.headers.get("Upgrade", "").lower() == "websocket":
-            return self._local_error(cur, 426, "pvisor_websocket_unsupported", "the pvisor gateway does not proxy WebSocket; use HTTP", "upstream_unreachable")
-        body = cur.body or b""
-        fwd_headers = _forwardable(headers, _REQUEST_DROP)
-        url = URL(self.router.upstreams[route.upstream] + route.target, encoded=True)
-        send_body = body if (body or request.method not in ("GET", "HEAD", "OPTIONS")) else None
-        assert self._session is not None
-        try:
-            upstream = await self._session.request(request.method, url, headers=fwd_headers, data=send_body, allow_redirects=False)
-        except aiohttp.ClientConnectorError as exc:
-            return self._upstream_failed(cur, "upstream_unreachable", f"cannot connect to upstream {route.upstream}: {_reason(exc)}")
-        except aiohttp.ConnectionTimeoutError:  # before TimeoutError: a connect timeout is no stall
-            return self._upstream_failed(cur, "upstream_unreachable", f"cannot connect to upstream {route.upstream}: no connection within {SOCK_CONNECT_TIMEOUT_S:g} s")
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
-            return self._upstream_failed(cur, "upstream_reset", f"upstream {route.upstream} closed the connection before answering: {_reason(exc)}")
-        except asyncio.TimeoutError:
-            return self._upstream_failed(cur, "upstream_reset", f"upstream {route.upstream} sent no response within {self.config.stall_timeout:g} s")
-        headers_us = _us_since(cur.pending)
-        try:
-            return await self._relay(request, cur, upstream, headers_us)
-        except BaseException:
-            upstream.close()  # cut short (cancelled, or a bug): this connection cannot be reused
-            raise
-        finally:
-            upstream.release()
+            return self._refuse(cur, Refuse(426, "pvisor_websocket_unsupported", "the pvisor gateway does not proxy WebSocket; use HTTP"))
+        assert cur.pending is not None
+        incoming = IncomingRequest(
+            exchange=cur.pending.id, run=route.run, attempt=attempt, method=request.method, path=route.path, query=route.query,
+            target=route.target, headers=tuple(headers), body=cur.body or b"", encoding=cur.encoding, upstream=route.upstream,
+            protocol=route.protocol, t0=cur.pending.t0,
+        )
+        answer: Answer = await self.responder.respond(incoming)
+        if isinstance(answer, Forward):
+            if self.config.offline:
+                answer = Refuse(502, "pvisor_offline", "this gateway forwards nothing (replay-only): no upstream is used",
+                                "upstream_unreachable", headers=[("x-pvisor-error", "offline")])
+            else:
+                answer = await self.forwarder.forward(incoming, answer)
+        if isinstance(answer, Refuse):
+            return self._refuse(cur, answer)
+        cur.served_by = answer.served_by
+        cur.flags = tuple(answer.flags)
+        return await self._relay(request, cur, answer, us_since(cur.pending))
 
-    async def _read_body(self, request: web.BaseRequest, cur: _Current) -> web.StreamResponse | None:
+    async def _read_body(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse | None:
         """Read the request body into ``cur.body``, bounded by --max-body. Returns the response
         when the exchange ends here (413, or the agent went away)."""
         max_body = self.config.max_body
@@ -315,53 +285,60 @@ class Gateway:
                     return self._oversize(cur, size)
         except _CLIENT_GONE as exc:
             cur.body = b"".join(parts)
-            self._finish(cur, None, "aborted_by_client", f"client went away while sending the request: {type(exc).__name__}", cur.body)
+            self.recorder.finish(cur, None, "aborted_by_client", f"client went away while sending the request: {type(exc).__name__}", cur.body)
             return _nobody_listens()
         cur.body = b"".join(parts)
         return None
 
-    async def _relay(self, request: web.BaseRequest, cur: _Current, upstream: aiohttp.ClientResponse, headers_us: int) -> web.StreamResponse:
+    async def _relay(self, request: web.BaseRequest, cur: Current, answer: Serve, headers_us: int) -> web.StreamResponse:
+        """Write ``answer`` to the agent chunk by chunk (the one relay of every answer) and
+        record the exchange with what was moved: an async ``chunks`` source that raises
+        :class:`StreamBroken` is passed on as far as it got and the connection cut; an agent
+        that goes away stops the source (``aclose``)."""
         route = cur.route
         assert route is not None and cur.pending is not None
-        up_headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in upstream.raw_headers]
-        resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-        for k, v in _forwardable(up_headers, _RESPONSE_DROP):
+        resp = web.StreamResponse(status=answer.status, reason=answer.reason)
+        for k, v in forwardable(answer.headers, _RESPONSE_DROP):
             resp.headers.add(k, v)
-        streamed = upstream.headers.get("Content-Type", "").startswith("text/event-stream") or self.router.path_streams(route)
+        if answer.body is not None and "Content-Length" not in resp.headers:
+            resp.content_length = len(answer.body)
+        # Gemini :streamGenerateContent answers a JSON array without alt=sse: a stream by its path
+        streamed = answer.streamed or (answer.served_by is ServedBy.UPSTREAM and self.router.path_streams(route))
+        source = answer.chunks if answer.body is None else ([answer.body] if answer.body else [])
         chunks: list[bytes] = []
         timings: list[int] = []  # flat (µs since start, length) pairs: packed by the journal writer
         received = delivered = 0
-        outcome = "upstream_error" if upstream.status >= 400 else "ok"
-        error: str | None = None
+        outcome = "upstream_error" if answer.status >= 400 else "ok"
+        error: str | None = answer.note
+        up_headers = list(answer.headers)
 
         def finish(outcome: str, error: str | None) -> None:
-            self._finish(cur, upstream.status, outcome, error, cur.body, up_headers, b"".join(chunks), streamed, timings, headers_us,
-                         timings[0] if timings else None, received, delivered)
+            self.recorder.finish(cur, answer.status, outcome, error, cur.body, up_headers, b"".join(chunks), streamed, timings,
+                                 headers_us, timings[0] if timings else None, received, delivered)
 
         try:
             await resp.prepare(request)
         except _CLIENT_GONE:
-            upstream.close()
+            await _aclose(source)
             finish("aborted_by_client", "client went away before the response started")
             return resp
         cur.started = True
-        if request.method != "HEAD":
+        if request.method != "HEAD" and source is not None:
             t0 = cur.pending.t0
-            it = upstream.content.iter_any().__aiter__()
+            sync = not hasattr(source, "__aiter__")
+            it = iter(source) if sync else source.__aiter__()  # type: ignore[union-attr, arg-type]
             while True:
                 try:
-                    chunk = await it.__anext__()
+                    chunk = next(it, None) if sync else await it.__anext__()  # type: ignore[union-attr, arg-type]
+                    if chunk is None:
+                        break
                 except StopAsyncIteration:
                     break
                 except asyncio.CancelledError:
                     finish("incomplete", f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})")
                     raise
-                except _UPSTREAM_READ_ERRORS as exc:
-                    outcome = "upstream_reset"
-                    if isinstance(exc, asyncio.TimeoutError):
-                        error = f"upstream {route.upstream} sent nothing for {self.config.stall_timeout:g} s (received {received} bytes)"
-                    else:
-                        error = f"upstream {route.upstream} connection broke after {received} bytes: {_reason(exc)}"
+                except StreamBroken as exc:
+                    outcome, error = exc.outcome, exc.message
                     break
                 n = len(chunk)
                 received += n
@@ -370,13 +347,16 @@ class Gateway:
                 try:
                     await resp.write(chunk)
                 except asyncio.CancelledError:
+                    await _aclose(source)
                     finish("incomplete", f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})")
                     raise
                 except _CLIENT_GONE:
-                    upstream.close()  # stop the upstream generating for nobody
+                    await _aclose(source)  # stop the upstream generating for nobody
                     outcome, error = "aborted_by_client", f"client went away after {delivered} of {received} bytes"
                     break
                 delivered += n
+        elif source is not None:
+            await _aclose(source)
         if outcome == "upstream_reset":
             # pass on exactly what arrived, then cut the connection: the agent must see a broken stream
             finish(outcome, error)
@@ -391,7 +371,7 @@ class Gateway:
         finish(outcome, error)
         return resp
 
-    def _internal_error(self, request: web.BaseRequest, cur: _Current, exc: Exception) -> web.StreamResponse:
+    def _internal_error(self, request: web.BaseRequest, cur: Current, exc: Exception) -> web.StreamResponse:
         """A bug or an unforeseen condition: record the exchange (``incomplete``, error
         ``pvisor internal error: <type>``), log one line (the type only: an exception's text
         may hold a URL with a key), and answer 500 in the protocol's JSON error shape unless
@@ -403,7 +383,7 @@ class Gateway:
         log.error("%s (exchange %s, %s)", message, exchange, where)
         status = None if cur.started else 500
         if cur.pending is not None and not cur.recorded:
-            self._finish(cur, status, "incomplete", message, cur.body)
+            self.recorder.finish(cur, status, "incomplete", message, cur.body)
         if cur.started:
             if request.transport is not None:
                 request.transport.abort()
@@ -413,68 +393,45 @@ class Gateway:
         resp.force_close()
         return resp
 
-    # ------------------------------------------------------------------ local answers and recording
-
-    def _finish(self, cur: _Current, status: int | None, outcome: str, error: str | None,
-                request_body: bytes | None = None, response_headers: list[tuple[str, str]] | None = None,
-                response_body: bytes | None = None, streamed: bool = False, timings: list[int] | None = None,
-                headers_us: int | None = None, first_byte_us: int | None = None, received: int | None = None, delivered: int | None = None) -> None:
-        pending, route = cur.pending, cur.route
-        assert pending is not None and route is not None
-        if cur.recorded:
-            return
-        cur.recorded = True
-        self.journal.finish_exchange(
-            pending,
-            status=status,
-            response_headers=response_headers or (),
-            request_body=request_body,
-            response_body=response_body,
-            streamed=streamed,
-            chunk_timings=timings or (),
-            outcome=outcome,
-            error=error,
-            headers_us=headers_us,
-            first_byte_us=first_byte_us,
-            bytes_received=received,
-            bytes_delivered=delivered,
-            request_encoding=cur.encoding,
-            request_bytes=cur.body_size,
-        )
-        if self._log.handlers:
-            target = route.path + ("?" + route.query if route.query else "")
-            self._log.info(
-                "%s %s %s %s %s %s %s req=%dB resp=%sB %.1fms%s",
-                route.run, pending.id, pending.method, redact_url(target), status if status is not None else "-", outcome,
-                "stream" if streamed else "-", cur.body_size if cur.body_size is not None else len(request_body or b""), received if received is not None else len(response_body or b""),
-                _us_since(pending) / 1000, f" error={error}" if error else "",
-            )
+    # ------------------------------------------------------------------ the gateway's own answers
 
     def _error_body(self, route: Route, status: int, kind: str, message: str) -> bytes:
         if route.protocol is not None:
             return get_protocol(route.protocol).error_body(status, message, kind)
         return orjson.dumps({"error": {"type": kind, "message": message}})
 
-    def _local_error(self, cur: _Current, status: int, kind: str, message: str, outcome: str,
-                     extra_headers: dict[str, str] | None = None, close: bool = False) -> web.StreamResponse:
-        """Answer ``status`` in the protocol's JSON error shape and record it (with the request
-        body read so far)."""
+    def _refuse(self, cur: Current, refusal: Refuse) -> web.StreamResponse:
+        """Answer ``refusal.status`` in the protocol's JSON error shape and record it (with the
+        request body read so far), ``served_by: refused``."""
         assert cur.route is not None
-        payload = self._error_body(cur.route, status, kind, message)
-        headers = {"Content-Type": "application/json", **(extra_headers or {})}
-        resp = web.Response(status=status, body=payload, headers=headers)
-        if close:
+        payload = self._error_body(cur.route, refusal.status, refusal.kind, refusal.message)
+        headers = [("Content-Type", "application/json"), *refusal.headers]
+        resp = web.Response(status=refusal.status, body=payload)
+        for k, v in headers:
+            resp.headers[k] = v
+        if refusal.close:
             resp.force_close()
-        self._finish(cur, status, outcome, f"{kind}: {message}", cur.body, list(headers.items()), payload, received=0, delivered=len(payload))
+        cur.served_by = ServedBy.REFUSED
+        cur.flags = tuple(refusal.flags)
+        self.recorder.finish(cur, refusal.status, refusal.outcome, f"{refusal.kind}: {refusal.message}", cur.body, headers, payload,
+                             received=0, delivered=len(payload))
         return resp
 
-    def _oversize(self, cur: _Current, size: int) -> web.StreamResponse:
+    def _oversize(self, cur: Current, size: int) -> web.StreamResponse:
         cur.body_size = size
         msg = f"request body of {size} bytes or more exceeds the gateway limit of {self.config.max_body} bytes (--max-body)"
-        return self._local_error(cur, 413, "pvisor_request_too_large", msg, "oversize", extra_headers={"Connection": "close"}, close=True)
+        return self._refuse(cur, Refuse(413, "pvisor_request_too_large", msg, "oversize", headers=[("Connection", "close")], close=True))
 
-    def _upstream_failed(self, cur: _Current, outcome: str, message: str) -> web.StreamResponse:
-        return self._local_error(cur, 502, outcome, message, outcome, extra_headers={"x-pvisor-error": outcome})
+
+async def _aclose(source: object) -> None:
+    """Stop an async chunk source that has an ``aclose`` (an upstream body: its connection
+    is dropped); nothing for a list."""
+    close = getattr(source, "aclose", None)
+    if close is not None:
+        try:
+            await close()
+        except Exception:  # a source that fails to stop must not hide how the exchange ended
+            pass
 
 
 def _nobody_listens() -> web.StreamResponse:
@@ -483,43 +440,6 @@ def _nobody_listens() -> web.StreamResponse:
     resp = web.Response(status=499)
     resp.force_close()
     return resp
-
-
-def _us_since(pending: PendingExchange) -> int:
-    return int((time.perf_counter() - pending.t0) * 1e6)
-
-
-def os_error_reason(err: OSError) -> str:
-    """``Connection refused`` for an OSError. Its own text is not used: asyncio's says
-    ``Connect call failed ('10.0.0.1', 443)`` and aiohappyeyeballs joins several such. A TLS
-    failure is named as one (its errno would read "Operation not permitted")."""
-    if isinstance(err, ssl.SSLError):
-        reason = err.reason or type(err).__name__
-        if isinstance(err, ssl.SSLCertVerificationError):
-            return f"TLS certificate verification failed ({err.verify_message or reason})"
-        hint = " (does the upstream speak plain HTTP? then give an http:// URL)" if reason in _PLAIN_HTTP_REASONS else ""
-        return f"TLS handshake failed: {reason}{hint}"
-    if isinstance(err, socket.gaierror):
-        return err.strerror or type(err).__name__  # "Name or service not known": no host in it
-    if err.errno:
-        return os.strerror(err.errno)
-    return type(err).__name__
-
-
-#: what OpenSSL says when the server answered a TLS ClientHello in plain HTTP
-_PLAIN_HTTP_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"})
-
-
-def _reason(exc: BaseException) -> str:
-    """A short reason for an aiohttp error, without the URL (which may carry a ``key=``) or the
-    address."""
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return os_error_reason(exc.os_error)
-    if isinstance(exc, aiohttp.ClientOSError) and exc.errno:
-        return os_error_reason(exc)
-    if isinstance(exc, aiohttp.ClientResponseError):
-        return f"{type(exc).__name__} {exc.status}"
-    return type(exc).__name__
 
 
 _LOGGER_IDS = itertools.count(1)

@@ -126,6 +126,9 @@ class Exchange:
         bytes_received, bytes_delivered: response bytes read from upstream and written to the agent.
         chain: chain number within the run assigned by the chain rule, or None until derived.
         role: ``main`` or ``auxiliary`` by the chain rule, or None until derived.
+        served_by: who produced the response: ``upstream``, ``scripted``, ``playback`` or
+            ``refused`` (the gateway itself); None when recorded before schema 3.
+        flags: strings such as ``synthetic_end`` (playback's reply that ended the agent).
     """
 
     id: str
@@ -157,6 +160,8 @@ class Exchange:
     bytes_delivered: int = 0
     chain: int | None = None
     role: str | None = None
+    served_by: str | None = None
+    flags: tuple[str, ...] = ()
 
 
 def pack_timings(timings: Iterable[Sequence[int]] | bytes) -> bytes:

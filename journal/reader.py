@@ -31,7 +31,7 @@ BUSY_TIMEOUT_S = 5.0
 #: the migration set and the migrations this pvisor knows (journal/schema.py registers them;
 #: kept here too so that a reader need not import sqlite-utils; a test checks they agree)
 MIGRATION_SET = "pvisor.journal"
-KNOWN_MIGRATIONS = ("m001_initial", "m002_exchanges_by_arrival")
+KNOWN_MIGRATIONS = ("m001_initial", "m002_exchanges_by_arrival", "m003_served_by")
 #: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
 #: open that failed only because the -shm file cannot be created or written
 _READ_ONLY_MEDIA_CODES = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY", "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY"})
@@ -280,6 +280,9 @@ class JournalReader:
             bytes_delivered=row["bytes_delivered"],
             chain=row["chain"],
             role=row["role"],
+            # a journal of schema 2 read without migrating it (readers never write) has neither
+            served_by=row["served_by"] if "served_by" in row.keys() else None,
+            flags=tuple(orjson.loads(row["flags"])) if "flags" in row.keys() and row["flags"] else (),
         )
 
     def exchanges(self, run_id: str | None = None) -> list[Exchange]:

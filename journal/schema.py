@@ -118,6 +118,15 @@ def m002_exchanges_by_arrival(db: Database) -> None:
     db.execute("CREATE INDEX exchanges_run_start ON exchanges(run_id, started_ms)")
 
 
+@MIGRATIONS(name="m003_served_by")
+def m003_served_by(db: Database) -> None:
+    """Exchanges say who answered (``served_by``: upstream, scripted, playback, refused; NULL
+    for exchanges recorded before this migration) and carry ``flags`` (a JSON list of strings,
+    such as ``synthetic_end``)."""
+    db.execute("ALTER TABLE exchanges ADD COLUMN served_by TEXT")
+    db.execute("ALTER TABLE exchanges ADD COLUMN flags TEXT NOT NULL DEFAULT '[]'")
+
+
 #: tables of a pvisor journal; a database with other tables and none of these is not one
 JOURNAL_TABLES = ("meta", "writers", "events", "runs", "attempts", "blobs", "exchanges")
 

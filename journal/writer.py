@@ -142,6 +142,8 @@ class FinishedExchange:
     bytes_delivered: int
     request_encoding: str | None
     request_bytes: int
+    served_by: str | None = None
+    flags: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -336,6 +338,8 @@ class Journal:
         bytes_delivered: int | None = None,
         request_encoding: str | None = None,
         request_bytes: int | None = None,
+        served_by: str | None = None,
+        flags: Iterable[str] = (),
     ) -> None:
         """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
         body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
@@ -343,7 +347,9 @@ class Journal:
         ``chunk_timings``: (µs since start, length) pairs, a flat [µs, length, µs, length, ...]
         list, or already packed bytes; packed in the writer thread.
         ``request_bytes``: the request body's size on the wire when the body itself is not
-        passed (a body refused by its declared Content-Length); default its length."""
+        passed (a body refused by its declared Content-Length); default its length.
+        ``served_by``: who produced the response (``upstream``, ``scripted``, ``playback``,
+        ``refused``; None when not known); ``flags``: strings such as ``synthetic_end``."""
         ended_us = int((time.perf_counter() - pending.t0) * 1e6)
         self._inflight.pop(pending.id, None)
         rb = response_body or b""
@@ -367,6 +373,8 @@ class Journal:
                     bytes_delivered=len(rb) if bytes_delivered is None else bytes_delivered,
                     request_encoding=request_encoding,
                     request_bytes=len(request_body or b"") if request_bytes is None else request_bytes,
+                    served_by=served_by,
+                    flags=tuple(flags),
                 ),
             )
         )
@@ -911,8 +919,8 @@ class Journal:
             "INSERT OR REPLACE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
             " secret_fingerprints, dropped_headers, request_encoding, request_body, request_bytes, status, response_headers,"
             " response_body, response_final, streamed, chunk_timings, outcome, error, started_ms, headers_us, first_byte_us,"
-            " ended_us, bytes_received, bytes_delivered, writer_id, lane_pos)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " ended_us, bytes_received, bytes_delivered, writer_id, lane_pos, served_by, flags)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 p.id,
                 p.run,
@@ -944,6 +952,8 @@ class Journal:
                 f.bytes_delivered,
                 self.writer_id,
                 lane_pos,
+                f.served_by,
+                orjson.dumps(list(f.flags)).decode(),
             ),
         )
         self._event(conn, "exchange.finished", run=p.run, exchange=p.id, data={"outcome": outcome, "status": f.status})

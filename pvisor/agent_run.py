@@ -568,11 +568,10 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
                run_dir: Path, workspace: Path, model: str | None, script: Any, use_home: bool, warn: Warn) -> RunReport:
     from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response, os_error_reason
     from pvisor.gateway.scripted_model import ScriptedModel
-    from pvisor.gateway.scripted_server import ScriptedModelServer
+    from pvisor.gateway.scripted_responder import ScriptedResponder
     from pvisor.journal.writer import Journal
 
     attempt = resume.attempt if resume else 1
-    server = None
     gw = None
     journal = None
     loop = asyncio.get_running_loop()
@@ -581,17 +580,19 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
         loop.add_signal_handler(sig, stop, sig)
     become_subreaper()
     try:
+        responder = None
         if script is not None:
-            server = ScriptedModelServer(ScriptedModel(script), "127.0.0.1", 0, shutdown_grace=2.0)
-            upstream_url = await server.start()
+            # the scripted model answers in the gateway itself (served_by: scripted); nothing is forwarded
+            responder = ScriptedResponder(ScriptedModel(script))
+            config = GatewayConfig(host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0, offline=True)
             upstream_label = "script:" + os.path.abspath(req.script or "")
         else:
             upstream_url = req.upstream or UPSTREAMS[profile.upstream][0]
             upstream_label = _without_userinfo(upstream_url)
-        # one explicit upstream: paths no protocol owns (Claude's HEAD /api/hello, GET /v1/models) go to it too
-        config = GatewayConfig(host="127.0.0.1", port=req.port, upstreams={profile.upstream: upstream_url}, run=run_id,
-                               attempt=attempt, shutdown_grace=5.0)
-        gw = Gateway(config, None)  # type: ignore[arg-type]  # the journal comes once the port is bound
+            # one explicit upstream: paths no protocol owns (Claude's HEAD /api/hello, GET /v1/models) go to it too
+            config = GatewayConfig(host="127.0.0.1", port=req.port, upstreams={profile.upstream: upstream_url}, run=run_id,
+                                   attempt=attempt, shutdown_grace=5.0)
+        gw = Gateway(config, None, responder)  # the journal comes once the port is bound
         try:
             url = await gw.start()
         except OSError as exc:
@@ -605,8 +606,6 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
             loop.remove_signal_handler(sig)
         if gw is not None:
             await gw.stop()
-        if server is not None:
-            await server.stop()
         if journal is not None and journal.error is None:
             journal.close(timeout=JOURNAL_WAIT_S)
 

@@ -112,13 +112,14 @@ class Stack:
         self._stops.append(up.stop)
         return up
 
-    def gateway(self, upstreams: dict[str, str], *, name: str = "gw", **config: Any) -> RunningGateway:
-        """Start a gateway with its own journal file under tmp/<name>/."""
+    def gateway(self, upstreams: dict[str, str], *, name: str = "gw", responder: Any = None, **config: Any) -> RunningGateway:
+        """Start a gateway with its own journal file under tmp/<name>/ (answering through
+        ``responder`` when given, else forwarding everything upstream)."""
         path = self.tmp / name / "journal.sqlite"
         journal = Journal.open(path, finalize=finalize_response)
         self._journals.append(journal)
         cfg = GatewayConfig(port=0, upstreams=upstreams, **config)
-        gw = Gateway(cfg, journal)
+        gw = Gateway(cfg, journal, responder)
         url = self.lt.run(gw.start())
         self._stops.append(gw.stop)
         return RunningGateway(gw, journal, path, url, gw.run, cfg.log_file)

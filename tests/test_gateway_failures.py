@@ -157,9 +157,9 @@ def test_upstream_down_gives_502_in_protocol_shape(stack, protocol, path, dead, 
 def test_connect_timeout_is_upstream_unreachable(stack, good, monkeypatch):
     """A connect that never completes (a listener whose accept queue is full drops SYNs on
     Linux) is ``upstream_unreachable`` once the connect timeout passes, not a stall."""
-    import pvisor.gateway.proxy as proxy
+    import pvisor.gateway.forwarder as forwarder
 
-    monkeypatch.setattr(proxy, "SOCK_CONNECT_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(forwarder, "SOCK_CONNECT_TIMEOUT_S", 0.3)
     full = socket.socket()
     full.bind(("127.0.0.1", 0))
     full.listen(0)

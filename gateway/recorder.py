@@ -1,0 +1,101 @@
+"""The recorder: the one place where the gateway's exchanges go into the journal.
+
+Every answer, whoever gave it (:class:`~pvisor.gateway.responder.ServedBy`), is recorded the
+same way: :meth:`Recorder.begin` when the request's head arrives (no I/O), then exactly one
+:meth:`Recorder.finish` with what was moved, the outcome, ``served_by`` and the answer's flags.
+The journal writer thread redacts secrets, decodes, compresses and stores off the event loop;
+the optional log file gets one line per exchange (secrets redacted from the URL).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from pvisor.journal.model import redact_url
+from pvisor.journal.writer import Journal, PendingExchange
+
+from .responder import ServedBy
+from .routing import Route
+
+
+@dataclass(slots=True)
+class Current:
+    """What one request handler has so far, so that an exchange cut short (cancelled at
+    shutdown, or an internal error) is still recorded with it."""
+
+    pending: PendingExchange | None = None
+    route: Route | None = None
+    body: bytes | None = None
+    body_size: int | None = None  # size on the wire when the body was refused unread (413)
+    encoding: str | None = None
+    started: bool = False  # the response head went out: no other answer is possible
+    recorded: bool = False
+    served_by: ServedBy = ServedBy.REFUSED
+    flags: tuple[str, ...] = ()
+
+
+def us_since(pending: PendingExchange) -> int:
+    """Microseconds since the exchange began."""
+    return int((time.perf_counter() - pending.t0) * 1e6)
+
+
+class Recorder:
+    """Journals the exchanges of one gateway. ``journal`` may be set after construction (``pvisor
+    run`` opens it once the port is bound); ``log`` is the gateway's own logger (no handler: no
+    log file)."""
+
+    def __init__(self, journal: Journal | None, log: logging.Logger):
+        self.journal = journal
+        self.log = log
+
+    def begin(self, cur: Current, route: Route, method: str, headers: list[tuple[str, str]], attempt: int) -> PendingExchange:
+        """Register the exchange of ``cur`` (its request head has arrived)."""
+        assert self.journal is not None
+        cur.route = route
+        cur.pending = self.journal.begin_exchange(route.run, method, route.path, headers, query=route.query,
+                                                  protocol=route.protocol, attempt=attempt)
+        return cur.pending
+
+    def finish(self, cur: Current, status: int | None, outcome: str, error: str | None, request_body: bytes | None = None,
+               response_headers: list[tuple[str, str]] | None = None, response_body: bytes | None = None, streamed: bool = False,
+               timings: list[int] | None = None, headers_us: int | None = None, first_byte_us: int | None = None,
+               received: int | None = None, delivered: int | None = None) -> None:
+        """Queue the exchange of ``cur`` for the journal, once (later calls do nothing).
+        ``timings`` is the flat (µs since start, chunk length) list; ``served_by`` and ``flags``
+        come from ``cur``."""
+        pending, route = cur.pending, cur.route
+        assert pending is not None and route is not None and self.journal is not None
+        if cur.recorded:
+            return
+        cur.recorded = True
+        self.journal.finish_exchange(
+            pending,
+            status=status,
+            response_headers=response_headers or (),
+            request_body=request_body,
+            response_body=response_body,
+            streamed=streamed,
+            chunk_timings=timings or (),
+            outcome=outcome,
+            error=error,
+            headers_us=headers_us,
+            first_byte_us=first_byte_us,
+            bytes_received=received,
+            bytes_delivered=delivered,
+            request_encoding=cur.encoding,
+            request_bytes=cur.body_size,
+            served_by=cur.served_by.value,
+            flags=cur.flags,
+        )
+        if self.log.handlers:
+            target = route.path + ("?" + route.query if route.query else "")
+            self.log.info(
+                "%s %s %s %s %s %s %s %s req=%dB resp=%sB %.1fms%s",
+                route.run, pending.id, pending.method, redact_url(target), status if status is not None else "-", outcome,
+                "stream" if streamed else "-", cur.served_by.value,
+                cur.body_size if cur.body_size is not None else len(request_body or b""),
+                received if received is not None else len(response_body or b""),
+                us_since(pending) / 1000, f" error={error}" if error else "",
+            )

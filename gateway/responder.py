@@ -1,0 +1,187 @@
+"""The responder seam: what answers a request the gateway received.
+
+A **responder** takes one :class:`IncomingRequest` (plain data: method, path, query, header
+list, body bytes and what routing found) and returns one **answer**, also plain data:
+
+- :class:`Forward`: send the request to an upstream (optionally with another body); the
+  gateway's :class:`~pvisor.gateway.forwarder.UpstreamForwarder` does it and gives back a
+  :class:`Serve` of the upstream's bytes;
+- :class:`Serve`: these bytes, as one ``body`` or as ``chunks`` (an iterable or an async
+  iterable of ``bytes``, written to the agent one by one as they come);
+- :class:`Refuse`: the gateway answers itself with a status and the protocol's JSON error.
+
+No aiohttp object crosses the seam (the mitmproxy addon of intercept mode calls responders from
+another event loop in another process), so a responder is tested with plain values, in process
+(tests/test_responder_seam.py). The shape follows httpx's one-method transport
+(``handle_async_request``): one coroutine, :meth:`Responder.respond`.
+
+What answered is journaled as ``served_by`` (:class:`ServedBy`); flags an answer carries
+(``synthetic_end``, ...) go into the exchange's ``flags`` column (docs/journal.md).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterable, Iterable, Protocol, Union
+
+from pvisor.journal.content_encoding import DecodeError, decode_body
+
+
+class ServedBy(str, enum.Enum):
+    """Who produced the bytes the agent got (journal column ``exchanges.served_by``)."""
+
+    UPSTREAM = "upstream"  #: a model API (or any server) the gateway forwarded to
+    SCRIPTED = "scripted"  #: the scripted model, in process
+    PLAYBACK = "playback"  #: replay's playback: a recorded or rendered action
+    REFUSED = "refused"  #: the gateway itself: no route, oversize, upstream unreachable, ...
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingRequest:
+    """One request as a responder sees it.
+
+    Fields:
+        exchange: the journal exchange id it is recorded under.
+        run, attempt: the run (and attempt) it belongs to.
+        method: HTTP method.
+        path: the path without run and mount prefixes and without query (``/v1/messages``).
+        query: the raw query string without ``?`` (still percent-encoded; may hold a ``key=``).
+        target: path and query as they are appended to an upstream base URL.
+        headers: the request headers as received, in order (secrets included: a responder
+            that forwards needs them; none is ever journaled by a responder).
+        body: the body bytes as received (still content-encoded when ``encoding`` is set).
+        encoding: the request's ``Content-Encoding``, or None.
+        upstream: the upstream name routing chose, or None when no upstream serves the path.
+        protocol: the wire protocol module serving ``path``, or None.
+        t0: ``time.perf_counter()`` when the request arrived (for timings).
+    """
+
+    exchange: str
+    run: str
+    attempt: int
+    method: str
+    path: str
+    query: str
+    target: str
+    headers: tuple[tuple[str, str], ...]
+    body: bytes
+    encoding: str | None = None
+    upstream: str | None = None
+    protocol: str | None = None
+    t0: float = 0.0
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-insensitive), or None."""
+        low = name.lower()
+        return next((v for k, v in self.headers if k.lower() == low), None)
+
+    def decoded_body(self) -> bytes:
+        """The body with its ``Content-Encoding`` undone. Raises DecodeError naming the coding."""
+        if not self.encoding:
+            return self.body
+        return decode_body(self.body, self.encoding)
+
+
+#: chunks of a :class:`Serve`: bytes written one at a time (a list, or an async source)
+Chunks = Union[Iterable[bytes], AsyncIterable[bytes]]
+
+
+@dataclass(slots=True)
+class Forward:
+    """Send the request upstream. ``body``: bytes to send instead of the agent's (None: as
+    received, with its Content-Encoding); ``upstream``: another upstream name (None: the
+    routed one)."""
+
+    body: bytes | None = None
+    upstream: str | None = None
+
+
+@dataclass(slots=True)
+class Serve:
+    """Answer with these bytes.
+
+    Fields:
+        status, reason: HTTP status and reason phrase (None: the standard one).
+        headers: response headers in order (hop-by-hop ones are dropped by the relay).
+        body: the whole body; or
+        chunks: its pieces, written in order as they come (an async source may raise
+            :class:`StreamBroken` to cut the response where it broke).
+        streamed: the response is an event stream (journal ``streamed``).
+        served_by: who produced it.
+        flags: flags journaled with the exchange (``synthetic_end``, ...).
+        note: a short sentence journaled as the exchange's ``error`` when it ended ``ok``
+            (None normally).
+    """
+
+    status: int
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes | None = None
+    chunks: Chunks | None = None
+    streamed: bool = False
+    served_by: ServedBy = ServedBy.UPSTREAM
+    flags: tuple[str, ...] = ()
+    reason: str | None = None
+    note: str | None = None
+
+
+@dataclass(slots=True)
+class Refuse:
+    """The gateway answers ``status`` itself, in the protocol's JSON error shape.
+
+    Fields: ``kind`` the error type (``pvisor_no_route``); ``message`` one sentence for the
+    agent and the journal; ``outcome`` the journal outcome (``upstream_unreachable``,
+    ``oversize``, ...); ``headers`` extra response headers; ``close`` close the connection after."""
+
+    status: int
+    kind: str
+    message: str
+    outcome: str = "upstream_unreachable"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    close: bool = False
+    flags: tuple[str, ...] = ()
+
+
+Answer = Union[Forward, Serve, Refuse]
+
+
+class StreamBroken(Exception):
+    """Raised by an async ``chunks`` source when its bytes stop before the end (an upstream
+    reset or stall): the relay passes on what arrived, journals ``outcome`` and ``message`` and
+    cuts the connection, so the agent sees a broken stream as it happened."""
+
+    def __init__(self, outcome: str, message: str):
+        super().__init__(message)
+        self.outcome = outcome
+        self.message = message
+
+
+class Responder(Protocol):
+    """Answers requests. :meth:`respond` may await (a forwarder waits for the upstream's
+    headers; playback does not) but must never block the event loop on the disk."""
+
+    async def respond(self, request: IncomingRequest) -> Answer:  # pragma: no cover - a protocol
+        ...
+
+
+class ForwardAll:
+    """The capture gateway's responder: every request goes upstream unchanged."""
+
+    async def respond(self, request: IncomingRequest) -> Answer:
+        return Forward()
+
+
+def decode_or_refuse(request: IncomingRequest) -> bytes | Refuse:
+    """The decoded body, or a 400 :class:`Refuse` naming the coding that cannot be undone (for
+    responders that read bodies: scripted model, playback)."""
+    try:
+        return request.decoded_body()
+    except DecodeError as exc:
+        return Refuse(400, "pvisor_bad_content_encoding", f"the request body cannot be decoded: {exc}", outcome="decode_error")
+
+
+def header_list(headers: Any) -> list[tuple[str, str]]:
+    """``headers`` (a mapping or pairs) as a list of (name, value) pairs."""
+    if isinstance(headers, dict):
+        return list(headers.items())
+    return [(str(k), str(v)) for k, v in headers]
