@@ -53,6 +53,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import orjson
 
+from pvisor.adapters.agents.descriptor import ChainHint  # noqa: F401  (the profiles' hint, re-exported)
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo
 from pvisor.journal.content_encoding import DecodeError, decode_body
@@ -66,22 +67,6 @@ Prefer = Callable[[Conversation], bool]
 
 #: left-out kinds (``LeftOutExchange.kind``)
 LEFT_OUT_KINDS = ("non_protocol", "no_request_body", "unknown_protocol", "unparsable", "token_count", "retry", "chain")
-
-
-@dataclass(frozen=True, slots=True)
-class ChainHint:
-    """A launch profile's tie-break hint, usable as ``prefer``: a chain is preferred when its
-    first request has every tool named in ``tools`` and (if given) a system prompt starting with
-    ``system_prefix``."""
-
-    tools: frozenset[str] = frozenset()
-    system_prefix: str | None = None
-
-    def __call__(self, conv: Conversation) -> bool:
-        names = {t.name for t in conv.tools}
-        if not self.tools <= names:
-            return False
-        return self.system_prefix is None or (conv.system or "").startswith(self.system_prefix)
 
 
 def _key(obj: Any) -> bytes:

@@ -42,36 +42,8 @@ from pvisor.adapters.jsonio import dumps
 
 # --------------------------------------------------------------------------- agents and protocols
 
-#: agent -> (protocols it can speak, default first). Sources: agents.md (table "wire protocol"),
-#: docs/agents.md; Qwen Code (``--auth-type openai|anthropic|gemini``), OpenCode (AI SDK
-#: providers) and the litellm-based agents (mini-swe-agent, SWE-agent, OpenHands) speak several.
-AGENT_PROTOCOLS: dict[str, tuple[str, ...]] = {
-    "claude-code": ("anthropic",),
-    "codex": ("openai-responses",),
-    "gemini-cli": ("gemini",),
-    "qwen-code": ("openai-chat", "anthropic", "gemini"),
-    "opencode": ("openai-chat", "anthropic", "openai-responses", "gemini"),
-    "mini-swe-agent": ("openai-chat", "anthropic", "gemini"),
-    "openhands": ("openai-chat", "anthropic", "gemini"),
-    "swe-agent": ("openai-chat", "anthropic", "gemini"),
-}
-
-#: agents that call the model through litellm: the trajectory's model is ``provider/model``, the
-#: wire model is ``model``, and the provider prefix picks the default protocol
-LITELLM_AGENTS = frozenset({"mini-swe-agent", "openhands", "swe-agent"})
-_LITELLM_PROVIDERS = {"anthropic": "anthropic", "openai": "openai-chat", "gemini": "gemini"}
-
-#: agents whose main-loop requests are not streamed (agents.md: mini-swe-agent; litellm agents)
-_NOT_STREAMED = LITELLM_AGENTS
-
 #: where a part of the prefix came from (``prefix.origin.*`` of the result)
 ORIGINS = ("journal", "trajectory", "profile", "default", "absent", "rendered")
-
-#: Anthropic allows at most this many ``cache_control`` breakpoints per request
-MAX_CACHE_BREAKPOINTS = 4
-
-#: Gemini CLI's signature on the first functionCall of a model turn whose reply had none (agents.md)
-GEMINI_SKIP_SIGNATURE = "skip_thought_signature_validator"
 
 #: default request target per protocol: (method, path, query); Gemini's path takes the model
 _DEFAULT_TARGET: dict[str, tuple[str, str, str]] = {
@@ -80,32 +52,34 @@ _DEFAULT_TARGET: dict[str, tuple[str, str, str]] = {
     "openai-responses": ("POST", "/v1/responses", ""),
     "gemini": ("POST", "/v1beta/models/{model}:streamGenerateContent", "alt=sse"),
 }
-#: Claude Code sends ``?beta=true`` (agents.md)
-_AGENT_QUERY = {"claude-code": "beta=true"}
-
 #: headers never written to prefix.request.json: they describe the wire body, not this one
 _BODY_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding"})
 
 
+def descriptor(agent: str) -> Any:
+    """The agent's descriptor (:mod:`pvisor.adapters.agents`): every agent fact lives there.
+    Raises ReplayUsageError ``unknown_agent``."""
+    from pvisor.adapters.agents import DESCRIPTOR_MODULES, get_descriptor
+
+    if agent not in DESCRIPTOR_MODULES:
+        raise ReplayUsageError("unknown_agent", f"unknown agent {show_path(agent)!r}; expected one of {', '.join(DESCRIPTOR_MODULES)}")
+    return get_descriptor(agent)
+
+
 def default_protocol(agent: str, model: str | None = None) -> str:
-    """The protocol an agent speaks by default: the first of :data:`AGENT_PROTOCOLS`, or for a
-    litellm agent the one its model's provider prefix names (``anthropic/claude-...`` ->
-    ``anthropic``)."""
-    if agent in LITELLM_AGENTS and model and "/" in model:
-        proto = _LITELLM_PROVIDERS.get(model.split("/", 1)[0])
-        if proto is not None:
-            return proto
-    return AGENT_PROTOCOLS[agent][0]
+    """The protocol an agent speaks by default (its descriptor's; for a litellm agent the one its
+    model's provider prefix names: ``anthropic/claude-...`` -> ``anthropic``)."""
+    return descriptor(agent).default_protocol(model)
 
 
 def choose_protocol(agent: str, wanted: str | None, model: str | None) -> str:
     """``wanted`` when the agent speaks it, else the default; ReplayUsageError
     ``protocol_not_spoken`` for a protocol the agent does not speak."""
-    speaks = AGENT_PROTOCOLS.get(agent, ())
+    d = descriptor(agent)
     if wanted is None:
-        return default_protocol(agent, model)
-    if wanted not in speaks:
-        raise ReplayUsageError("protocol_not_spoken", f"--protocol {wanted}: {agent} speaks {', '.join(speaks)}")
+        return d.default_protocol(model)
+    if not d.speaks(wanted):
+        raise ReplayUsageError("protocol_not_spoken", f"--protocol {wanted}: {agent} speaks {', '.join(d.protocols)}")
     return wanted
 
 
@@ -229,9 +203,6 @@ def journal_prefix(journal: Path, run_id: str, agent: str, after_step: int, prot
     Raises ReplayUsageError (``agent_mismatch``, ``protocol_not_spoken``, unknown run),
     ReplayBadInput (``no_steps``, ``after_step_out_of_range``, ``observation_not_recorded``,
     ``no_reply``), IntegrityError for a damaged journal."""
-    from pvisor.adapters.agents import AGENT_MODULES, get_profile
-    from pvisor.adapters.chains import classify_run
-    from pvisor.adapters.journal_trajectory import build_trajectory
     from pvisor.journal.errors import UsageError
     from pvisor.journal.reader import JournalReader
 
@@ -257,13 +228,13 @@ def _attach_source(exc: Exception, seen: list[Source]) -> None:
 
 
 def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol: str | None, seen: list[Source]) -> tuple[Source, Prefix, dict[str, Any]]:
-    from pvisor.adapters.agents import AGENT_MODULES, get_profile
     from pvisor.adapters.chains import classify_run
     from pvisor.adapters.journal_trajectory import build_trajectory
 
     journal = reader.path
-    launch = get_profile(agent) if agent in AGENT_MODULES else None
-    classification = classify_run(reader, run.id, prefer=launch.chain_hint if launch is not None else None)
+    d = descriptor(agent)
+    launch = d if d.launchable else None
+    classification = classify_run(reader, run.id, prefer=d.chain_hint)
     traj = build_trajectory(reader, classification)
     main = classification.main_requests
     source = Source(
@@ -282,8 +253,8 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
     if run.agent is None:
         # a run recorded without an agent (a gateway session of another client): --agent
         # is taken on trust, but it must at least speak the recorded protocol
-        if recorded not in AGENT_PROTOCOLS[agent]:
-            raise ReplayUsageError("protocol_not_spoken", f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak ({', '.join(AGENT_PROTOCOLS[agent])})")
+        if not d.speaks(recorded):
+            raise ReplayUsageError("protocol_not_spoken", f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak ({', '.join(d.protocols)})")
         source.notes.append(("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given"))
     for s in traj.steps[:after_step]:
         for flag in s.flags:
@@ -368,7 +339,6 @@ def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Pro
     Raises UsageError for a missing journal or run, ReplayUsageError ``agent_mismatch``,
     ReplayBadInput ``profile_unusable`` (no main-loop request) and ``profile_version_mismatch``
     (the capture's major version differs from the native file's)."""
-    from pvisor.adapters.agents import AGENT_MODULES, get_profile
     from pvisor.adapters.chains import classify_run
     from pvisor.journal.errors import UsageError
     from pvisor.journal.reader import JournalReader
@@ -377,7 +347,7 @@ def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Pro
     if not path.is_file():
         raise UsageError(f"--profile-from {spec}: no journal file {path}")
     notes: list[tuple[str, str]] = []
-    hint = get_profile(agent).chain_hint if agent in AGENT_MODULES else None
+    hint = descriptor(agent).chain_hint
     with JournalReader(path) as reader:
         if run_id is not None:
             runs = [reader.run(run_id)]
@@ -420,12 +390,6 @@ def native_version(meta: dict[str, Any]) -> str | None:
     return None
 
 
-def _wire_model(agent: str, model: str | None) -> str | None:
-    if model and agent in LITELLM_AGENTS and "/" in model:
-        return model.split("/", 1)[1]
-    return model
-
-
 def _task_message(protocol: str, task: str | None, context: list[str], profile_first: Message | None) -> tuple[Message | None, str]:
     """The first user message and the origin of its context parts."""
     parts: list[Any] = []
@@ -441,124 +405,6 @@ def _task_message(protocol: str, task: str | None, context: list[str], profile_f
     if not parts:
         return None, origin
     return Message("user", parts), origin
-
-
-def _action_message(action: Action) -> Message:
-    """A_i as the assistant message that carries it: reasoning, text, tool calls (what
-    :func:`pvisor.adapters.chains.action_message` does, without importing the chain rule and
-    the journal reader on a native source's path)."""
-    parts: list[Any] = list(action.reasoning)
-    if action.text:
-        parts.append(TextPart(action.text))
-    parts.extend(action.tool_calls)
-    return Message("assistant", parts)
-
-
-# --------------------------------------------------------------------------- wire shapes
-#
-# What an agent does to its stored history when it sends it, where the native file holds all
-# it needs (agents.md "What the agents send and save"; checked on the real captures by
-# tests/test_replay_crosscheck.py). Each is applied to copies; the file's trajectory is kept.
-
-#: Codex adds this key to the items it writes to its rollout; it never sends it
-_CODEX_FILE_ONLY_KEY = "internal_chat_message_metadata_passthrough"
-
-#: litellm (mini-swe-agent) sends a stored message without its null keys (``content``,
-#: ``function_call``, ``provider_specific_fields``), and never sends mini-swe-agent's own ``extra``
-
-
-def _codex_item(item: Any) -> Any:
-    if isinstance(item, dict) and _CODEX_FILE_ONLY_KEY in item:
-        return {k: v for k, v in item.items() if k != _CODEX_FILE_ONLY_KEY}
-    return item
-
-
-def _litellm_message(raw: Any) -> Any:
-    if not isinstance(raw, dict):
-        return raw
-    return {k: v for k, v in raw.items() if k != "extra" and v is not None}
-
-
-def _gemini_cli_id(call_id: str | None, name: str | None) -> str | None:
-    """Gemini CLI stores the call id it made as ``<name>__<id>`` and sends ``<id>``."""
-    if call_id and name and call_id.startswith(name + "__"):
-        return call_id[len(name) + 2 :]
-    return call_id
-
-
-def wire_action(agent: str, protocol: str, action: Action) -> Message:
-    """A_i as ``agent`` sends it back in ``protocol`` (see the section comment):
-
-    - codex: the file's items of the reply (``action.raw``) without Codex's file-only metadata
-      key, so item ids and ``status`` are sent as Codex sends them;
-    - gemini-cli: call ids without the ``<name>__`` prefix of the file;
-    - mini-swe-agent (Chat Completions): the file's message dict without ``extra`` and the
-      null keys litellm leaves out (``content``, ``function_call``, ``provider_specific_fields``)."""
-    msg = _action_message(action)
-    if agent == "codex" and protocol == "openai-responses":
-        raw = action.raw if isinstance(action.raw, list) else [action.raw] if isinstance(action.raw, dict) else None
-        parts = []
-        for p in msg.parts:
-            if isinstance(p, ToolCall) and isinstance(p.raw, dict):
-                p = copy.copy(p)
-                p.raw = _codex_item(p.raw)
-            parts.append(p)
-        msg = Message("assistant", parts, raw=[_codex_item(i) for i in raw] if raw else None)
-    elif agent == "gemini-cli" and protocol == "gemini":
-        parts = []
-        for p in msg.parts:
-            if isinstance(p, ToolCall):
-                p = copy.copy(p)
-                p.id = _gemini_cli_id(p.id, p.name)
-            parts.append(p)
-        msg = Message("assistant", parts)
-    elif agent == "mini-swe-agent" and protocol == "openai-chat" and isinstance(action.raw, dict):
-        msg = Message("assistant", msg.parts, raw=_litellm_message(action.raw))
-    return msg
-
-
-def wire_result(agent: str, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
-    """A tool result as ``agent`` sends it in ``protocol``:
-
-    - codex: the file's ``function_call_output`` item without Codex's file-only metadata key;
-    - gemini-cli: the file stores the ``functionResponse`` parts it sent; one such part's
-      ``response`` object is the result, and the call id loses its ``<name>__`` prefix;
-    - qwen-code (Chat Completions): the file stores the ``functionResponse.response`` object;
-      Qwen Code sends ``{"output": TEXT}`` as one text block ``[{"type":"text","text":TEXT}]``;
-    - mini-swe-agent (Chat Completions): the file's tool message without ``extra``."""
-    r = result
-    if agent == "codex" and protocol == "openai-responses" and isinstance(r.raw, dict) and _CODEX_FILE_ONLY_KEY in r.raw:
-        r = copy.copy(r)
-        r.raw = _codex_item(r.raw)
-    elif agent == "gemini-cli" and protocol == "gemini":
-        r = copy.copy(r)
-        name = r.name or names.get(r.call_id or "")
-        r.call_id = _gemini_cli_id(r.call_id, name)
-        c = r.content
-        if isinstance(c, list) and len(c) == 1 and isinstance(c[0], dict) and isinstance(c[0].get("functionResponse"), dict):
-            inner = c[0]["functionResponse"]
-            if isinstance(inner.get("response"), dict):
-                r.content = inner["response"]
-                r.name = r.name or inner.get("name")
-        r.raw = None  # the file's toolCall record, not a Gemini part
-    elif agent == "qwen-code" and protocol == "openai-chat":
-        c = r.content
-        if isinstance(c, dict) and list(c) == ["output"] and isinstance(c["output"], str):
-            r = copy.copy(r)
-            r.content = [{"type": "text", "text": c["output"]}]
-    elif agent == "mini-swe-agent" and protocol == "openai-chat" and isinstance(r.raw, dict) and "extra" in r.raw:
-        r = copy.copy(r)
-        r.raw = _litellm_message(r.raw)
-    return r
-
-
-def wire_message(agent: str, protocol: str, msg: Message) -> Message:
-    """Other input of an observation (a later user prompt) as ``agent`` sends it: codex, the
-    file's item without Codex's file-only metadata key."""
-    if agent == "codex" and protocol == "openai-responses" and msg.raw is not None:
-        raw = [_codex_item(i) for i in msg.raw] if isinstance(msg.raw, list) else _codex_item(msg.raw)
-        return Message(msg.role, msg.parts, raw=raw)
-    return msg
 
 
 def _message_text(m: Message) -> list[str] | None:
@@ -598,83 +444,6 @@ def _results_role(protocol: str) -> str:
     return "tool" if protocol in ("openai-chat", "openai-responses") else "user"
 
 
-def _scrub_cache_control(obj: Any) -> int:
-    """Remove ``cache_control`` from every block of a list of Anthropic messages; returns how
-    many were removed."""
-    n = 0
-    for m in obj:
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list):
-            for b in content:
-                if isinstance(b, dict) and "cache_control" in b:
-                    del b["cache_control"]
-                    n += 1
-    return n
-
-
-def _count_cache_control(value: Any) -> int:
-    if isinstance(value, list):
-        return sum(1 for b in value if isinstance(b, dict) and "cache_control" in b)
-    return 0
-
-
-def place_anthropic_cache_control(body: dict[str, Any]) -> int:
-    """Place ``cache_control`` the way Claude Code 2.1 and litellm do (agents.md; the recorded
-    Claude Code requests): markers on system blocks and tools stay as given (the profile's),
-    every marker in the messages is removed, and one ``{"type": "ephemeral"}`` goes on the last
-    block of the final user message, while the request holds fewer than
-    :data:`MAX_CACHE_BREAKPOINTS` (4) markers. A string content becomes one text block for it.
-    Returns the number of markers in the request."""
-    messages = body.get("messages") or []
-    _scrub_cache_control(messages)
-    fixed = _count_cache_control(body.get("system")) + _count_cache_control(body.get("tools"))
-    if fixed >= MAX_CACHE_BREAKPOINTS:
-        return fixed
-    for m in reversed(messages):
-        if isinstance(m, dict) and m.get("role") == "user":
-            content = m.get("content")
-            if isinstance(content, str):
-                m["content"] = content = [{"type": "text", "text": content}]
-            if isinstance(content, list) and content and isinstance(content[-1], dict):
-                content[-1]["cache_control"] = {"type": "ephemeral"}
-                return fixed + 1
-            break
-    return fixed
-
-
-def litellm_anthropic_shape(body: dict[str, Any]) -> None:
-    """How litellm (mini-swe-agent, ``anthropic/...`` models) sends a conversation in Anthropic
-    Messages (a real mini-swe-agent 2.4.6 capture, tests/corpus): a user message's string
-    content as one text block, a ``tool_result``'s string content as one text block, and no
-    ``is_error: false``."""
-    for m in body.get("messages") or []:
-        if not isinstance(m, dict) or m.get("role") != "user":
-            continue
-        if isinstance(m.get("content"), str):
-            m["content"] = [{"type": "text", "text": m["content"]}]
-        for b in m.get("content") or []:
-            if isinstance(b, dict) and b.get("type") == "tool_result":
-                if isinstance(b.get("content"), str):
-                    b["content"] = [{"type": "text", "text": b["content"]}]
-                if b.get("is_error") is False:
-                    del b["is_error"]
-
-
-def place_gemini_signatures(body: dict[str, Any]) -> int:
-    """Gemini CLI's signatures (agents.md): in each ``model`` content whose ``functionCall``
-    parts carry no ``thoughtSignature``, the first such part gets
-    :data:`GEMINI_SKIP_SIGNATURE`. Returns the number of signatures added."""
-    added = 0
-    for c in body.get("contents") or []:
-        if not isinstance(c, dict) or c.get("role") != "model":
-            continue
-        calls = [p for p in c.get("parts") or [] if isinstance(p, dict) and "functionCall" in p]
-        if calls and not any("thoughtSignature" in p for p in c.get("parts") or [] if isinstance(p, dict)):
-            calls[0]["thoughtSignature"] = GEMINI_SKIP_SIGNATURE
-            added += 1
-    return added
-
-
 def native_conversation(
     agent: str,
     protocol: str,
@@ -690,6 +459,7 @@ def native_conversation(
 ) -> tuple[Conversation, dict[str, str]]:
     """The conversation of the prefix and the origin of each part (module docstring); warnings
     ``(code, message)`` are appended to ``notes``."""
+    d = descriptor(agent)
     origin: dict[str, str] = {"messages": "trajectory"}
     pconv = profile.conversation if profile is not None else None
     conv = Conversation(protocol=protocol)
@@ -738,11 +508,11 @@ def native_conversation(
     if pconv is not None and pconv.protocol == protocol:
         conv.params, conv.stream, conv.model = copy.deepcopy(pconv.params), pconv.stream, pconv.model
         origin["params"] = "profile"
-        if model is not None and _wire_model(agent, model) != pconv.model:
-            conv.model = _wire_model(agent, model)
+        if model is not None and d.wire_model(model) != pconv.model:
+            conv.model = d.wire_model(model)
     else:
-        conv.model = _wire_model(agent, model)
-        conv.stream = agent not in _NOT_STREAMED
+        conv.model = d.wire_model(model)
+        conv.stream = d.streams
         origin["params"] = "default"
     profile_first = None
     if pconv is not None:
@@ -761,13 +531,13 @@ def native_conversation(
     for i in range(after_step):
         step = steps[i]
         names.update((c.id, c.name) for c in step.action.tool_calls if c.id is not None)
-        msg = wire_action(agent, protocol, step.action)
+        msg = d.wire_action(protocol, step.action)
         if msg.parts:
             conv.messages.append(msg)
         obs = step.observation
         if obs.results:
-            conv.messages.append(Message(role, [wire_result(agent, protocol, r, names) for r in obs.results]))
-        conv.messages.extend(wire_message(agent, protocol, m) for m in obs.messages)
+            conv.messages.append(Message(role, [d.wire_result(protocol, r, names) for r in obs.results]))
+        conv.messages.extend(d.wire_message(protocol, m) for m in obs.messages)
     return conv, origin
 
 
@@ -817,14 +587,10 @@ def render_native(agent: str, conv: Conversation, key_order: list[str] | None = 
         raise ReplayBadInput("bad_source", f"the prefix cannot be rendered as {conv.protocol} JSON: {exc}") from None
     obj = None
     n = None
-    if conv.protocol == "anthropic":
+    d = descriptor(agent)
+    if d.has_markers(conv.protocol):
         obj = orjson.loads(body)
-        if agent in LITELLM_AGENTS:
-            litellm_anthropic_shape(obj)
-        n = place_anthropic_cache_control(obj)
-    elif conv.protocol == "gemini" and agent == "gemini-cli":
-        obj = orjson.loads(body)
-        place_gemini_signatures(obj)
+        n = d.place_markers(conv.protocol, obj)
     if key_order:
         obj = obj if obj is not None else orjson.loads(body)
         rank = {k: i for i, k in enumerate(key_order)}
@@ -849,7 +615,7 @@ def native_request(agent: str, protocol: str, model: str | None, stream: bool, p
         path = path.format(model=model or "MODEL")
         if not stream:
             path, query = path.replace(":streamGenerateContent", ":generateContent"), ""
-    query = _AGENT_QUERY.get(agent, query)
+    query = descriptor(agent).request_query or query
     return request_meta(method, path, query, {"content-type": "application/json"}), "default"
 
 

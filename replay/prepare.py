@@ -34,7 +34,7 @@ from pvisor.journal.model import Step, ToolCall, ToolResult
 
 from .errors import ReplayBadInput, ReplayOutputError, ReplayUsageError, ReplayWorkspaceChanged, error_code, error_detail, show_path
 from pvisor.adapters.jsonio import dumps
-from .prefix import AGENT_PROTOCOLS, Prefix, Source, is_made_up
+from .prefix import Prefix, Source, descriptor, is_made_up
 from .workspace import WorkspaceDigest, digest_workspace
 
 #: the result document's schema name
@@ -347,8 +347,7 @@ def _inside_path(child: Path, parent: Path) -> bool:
 
 
 def _check_options(opts: PrepareOptions) -> None:
-    if opts.agent not in AGENT_PROTOCOLS:
-        raise ReplayUsageError("unknown_agent", f"unknown agent {show_path(opts.agent)!r}; expected one of {', '.join(AGENT_PROTOCOLS)}")
+    descriptor(opts.agent)  # ReplayUsageError unknown_agent
     if (opts.trajectory is None) == (opts.run is None):
         raise UsageError("give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)")
     for opt, value in (("--output", opts.output), ("--trajectory", opts.trajectory), ("--run", opts.run), ("--journal", opts.journal),

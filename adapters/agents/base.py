@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import orjson
 
-from pvisor.adapters.chains import ChainHint
+from .descriptor import AgentDescriptor
 
 #: hosts that must never go through an HTTP(S) proxy: the gateway listens on one of them
 NO_PROXY = "127.0.0.1,localhost,::1"
@@ -180,8 +180,9 @@ class ExportPlan:
     output: Path
 
 
-class AgentProfile:
-    """Base class of the launch profiles (one subclass per agent; see the class attributes).
+class AgentProfile(AgentDescriptor):
+    """Base class of the launch profiles: a descriptor (:mod:`.descriptor`) of an agent that
+    ``pvisor run`` can start (one subclass per agent; see the class attributes).
 
     Class attributes:
         name: the adapter name used on the command line and in the journal (``claude-code``).
@@ -202,7 +203,6 @@ class AgentProfile:
         auxiliary_first_prompt: auxiliary exchanges expected on a first prompt (documentation
             and tests; the chain rule decides, never this number).
         json_stdout: the agent prints JSON events on stdout (its session id is read there).
-        chain_hint: the tie-break hint for the chain rule (the main loop's tools).
         key_env: the variable the agent reads its API key from.
         removed_env: variables removed from the agent's environment: they would send its
             requests around the gateway (Bedrock, Vertex) or put its config elsewhere.
@@ -212,7 +212,7 @@ class AgentProfile:
     title: str = ""
     executable: str = ""
     versions: VersionRange = VersionRange((0,), (0,))
-    protocol: str = ""
+    protocol: str = ""  # the protocol ``pvisor run`` points it at (its first of ``protocols``)
     upstream: str = ""
     script_model: str = "mock-model"
     needs_model: bool = False
@@ -220,7 +220,7 @@ class AgentProfile:
     resume_extends_chain: bool = True
     auxiliary_first_prompt: int = 0
     json_stdout: bool = True
-    chain_hint: ChainHint | None = None
+    launchable = True
     key_env: str = ""
     removed_env: tuple[str, ...] = ()
 

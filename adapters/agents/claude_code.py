@@ -21,9 +21,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pvisor.adapters.chains import ChainHint
-
 from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, user_home
+from .descriptor import ISO_DATE, ChainHint, after_separator, rx
 
 QUIET_ENV = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -42,6 +41,8 @@ class ClaudeCode(AgentProfile):
     executable = "claude"
     versions = VersionRange((2, 1, 0), (2, 2))
     protocol = "anthropic"
+    protocols = ("anthropic",)
+    request_query = "beta=true"
     upstream = "anthropic"
     script_model = "claude-sonnet-4-5"
     resumable = True
@@ -49,6 +50,10 @@ class ClaudeCode(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"Bash"}))
     key_env = "ANTHROPIC_API_KEY"
+    volatile_context = ("the <env> block of the system prompt (working directory, platform, date) and its git status",)
+    volatile_patterns = (rx(r"<env>[\s\S]*?</env>"), rx(r"gitStatus:[\s\S]*?(?=\n\n|$)"), ISO_DATE)
+    path_arguments = {"Read": ("file_path",), "Write": ("file_path",), "Edit": ("file_path",), "MultiEdit": ("file_path",),
+                      "NotebookEdit": ("notebook_path",), "Glob": ("path",), "Grep": ("path",)}
     # these send requests to Bedrock or Vertex around the gateway, or move the config dir;
     # an auth token would be sent instead of the key we give the scripted model
     removed_env = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_BEDROCK_BASE_URL", "ANTHROPIC_VERTEX_BASE_URL")
@@ -74,6 +79,9 @@ class ClaudeCode(AgentProfile):
         argv += ["--", task]  # -p is a flag and the prompt positional: after --, "-v ..." is never an option
         return LaunchPlan(argv=argv, env=env)
 
+    def task_from_argv(self, argv: list[str]) -> str | None:
+        return after_separator(argv)
+
     def session_id(self, stdout: bytes) -> str | None:
         return first_value(stdout, "session_id", type="system", subtype="init")
 
@@ -92,4 +100,4 @@ class ClaudeCode(AgentProfile):
         return EnvSnippet(env=env, argv=argv, notes=["Claude Code reads its key from ANTHROPIC_API_KEY (or your login) as usual."])
 
 
-PROFILE = ClaudeCode()
+PROFILE = DESCRIPTOR = ClaudeCode()

@@ -23,11 +23,24 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pvisor.adapters.chains import ChainHint
+from typing import Any
+
+from pvisor.journal.model import Action, Message, ToolCall, ToolResult
 
 from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, toml_string, user_home
+from .descriptor import ISO_DATE, ChainHint, action_message, after_separator, rx
 
 PROVIDER = "pvisor"
+
+#: Codex adds this key to the items it writes to its rollout; it never sends it
+FILE_ONLY_KEY = "internal_chat_message_metadata_passthrough"
+
+
+def wire_item(item: Any) -> Any:
+    """A rollout item as Codex sends it: without its file-only metadata key."""
+    if isinstance(item, dict) and FILE_ONLY_KEY in item:
+        return {k: v for k, v in item.items() if k != FILE_ONLY_KEY}
+    return item
 
 
 def provider_table(base_url: str, retries: bool = True) -> str:
@@ -82,6 +95,7 @@ class Codex(AgentProfile):
     executable = "codex"
     versions = VersionRange((0, 170, 0), (0, 180))
     protocol = "openai-responses"
+    protocols = ("openai-responses",)
     upstream = "openai"
     script_model = "gpt-5-codex"
     resumable = True
@@ -89,6 +103,40 @@ class Codex(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"exec_command"}))
     key_env = "OPENAI_API_KEY"
+    volatile_context = ("the <environment_context> item (cwd, date, timezone, workspace roots)",
+                        "the skills item, whose paths are under CODEX_HOME")
+    volatile_patterns = (rx(r"<environment_context>[\s\S]*?</environment_context>"), ISO_DATE)
+    # exec_command output starts with a chunk id and the wall time of the command
+    output_decorations = ((rx(r"Chunk ID: [0-9A-Za-z]+"), "Chunk ID: <id>"), (rx(r"Wall time: [0-9.]+ seconds"), "Wall time: <t> seconds"))
+    path_arguments = {"exec_command": ("workdir",), "view_image": ("path",)}
+
+    def wire_action(self, protocol: str, action: Action) -> Message:
+        """The rollout's items of the reply (``action.raw``) without the file-only key, so item
+        ids and ``status`` go out as Codex sends them."""
+        msg = action_message(action)
+        if protocol != "openai-responses":
+            return msg
+        raw = action.raw if isinstance(action.raw, list) else [action.raw] if isinstance(action.raw, dict) else None
+        parts = []
+        for p in msg.parts:
+            if isinstance(p, ToolCall) and isinstance(p.raw, dict):
+                p = ToolCall(p.id, p.name, p.arguments_raw, p.arguments, p.kind, wire_item(p.raw))
+            parts.append(p)
+        return Message("assistant", parts, raw=[wire_item(i) for i in raw] if raw else None)
+
+    def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
+        if protocol == "openai-responses" and isinstance(result.raw, dict) and FILE_ONLY_KEY in result.raw:
+            return ToolResult(result.call_id, result.content, result.is_error, result.name, wire_item(result.raw))
+        return result
+
+    def wire_message(self, protocol: str, msg: Message) -> Message:
+        if protocol == "openai-responses" and msg.raw is not None:
+            raw = [wire_item(i) for i in msg.raw] if isinstance(msg.raw, list) else wire_item(msg.raw)
+            return Message(msg.role, msg.parts, raw=raw)
+        return msg
+
+    def task_from_argv(self, argv: list[str]) -> str | None:
+        return after_separator(argv)
 
     def _codex_home(self, ctx: LaunchContext) -> Path:
         if ctx.home is not None:
@@ -127,4 +175,4 @@ class Codex(AgentProfile):
         )
 
 
-PROFILE = Codex()
+PROFILE = DESCRIPTOR = Codex()

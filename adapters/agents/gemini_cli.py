@@ -23,9 +23,36 @@ from pathlib import Path
 
 import orjson
 
-from pvisor.adapters.chains import ChainHint
+from typing import Any
+
+from pvisor.journal.model import Action, Message, ToolCall, ToolResult
 
 from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, first_value, json_text, user_home
+from .descriptor import ISO_DATE, ChainHint, action_message, attached_value, rx
+
+#: Gemini CLI's signature on the first functionCall of a model turn whose reply had none
+SKIP_SIGNATURE = "skip_thought_signature_validator"
+
+
+def wire_call_id(call_id: str | None, name: str | None) -> str | None:
+    """Gemini CLI stores the call id it made as ``<name>__<id>`` and sends ``<id>``."""
+    if call_id and name and call_id.startswith(name + "__"):
+        return call_id[len(name) + 2 :]
+    return call_id
+
+
+def place_signatures(body: dict[str, Any]) -> int:
+    """In each ``model`` content whose ``functionCall`` parts carry no ``thoughtSignature``,
+    the first such part gets :data:`SKIP_SIGNATURE`. Returns the number added."""
+    added = 0
+    for c in body.get("contents") or []:
+        if not isinstance(c, dict) or c.get("role") != "model":
+            continue
+        calls = [p for p in c.get("parts") or [] if isinstance(p, dict) and "functionCall" in p]
+        if calls and not any("thoughtSignature" in p for p in c.get("parts") or [] if isinstance(p, dict)):
+            calls[0]["thoughtSignature"] = SKIP_SIGNATURE
+            added += 1
+    return added
 
 SETTINGS = {
     "security": {"auth": {"selectedType": "gemini-api-key"}},
@@ -41,6 +68,7 @@ class GeminiCli(AgentProfile):
     executable = "gemini"
     versions = VersionRange((0, 61, 0), (0, 62))
     protocol = "gemini"
+    protocols = ("gemini",)
     upstream = "gemini"
     script_model = "gemini-2.5-pro"
     resumable = True
@@ -50,6 +78,49 @@ class GeminiCli(AgentProfile):
     key_env = "GEMINI_API_KEY"
     # Vertex AI would bypass the base URL
     removed_env = ("GOOGLE_GENAI_USE_VERTEXAI",)
+    volatile_context = ("the <session_context> part of message 0 (date, temporary directory under the private home, "
+                        "workspace path, directory listing), before the task in the same message",)
+    volatile_patterns = (rx(r"<session_context>[\s\S]*?</session_context>"), ISO_DATE)
+    output_decorations = ((rx(r"Process Group PGID: \d+"), "Process Group PGID: <pgid>"), (rx(r"Background PIDs: [^\n]*"), "Background PIDs: <pids>"))
+    path_arguments = {"read_file": ("file_path",), "write_file": ("file_path",), "replace": ("file_path",),
+                      "run_shell_command": ("dir_path",), "list_directory": ("dir_path",), "glob": ("dir_path",),
+                      "grep_search": ("dir_path",)}
+
+    def wire_action(self, protocol: str, action: Action) -> Message:
+        """Call ids without the ``<name>__`` prefix its file gives them."""
+        msg = action_message(action)
+        if protocol != "gemini":
+            return msg
+        parts = [ToolCall(wire_call_id(p.id, p.name), p.name, p.arguments_raw, p.arguments, p.kind, p.raw) if isinstance(p, ToolCall) else p
+                 for p in msg.parts]
+        return Message("assistant", parts)
+
+    def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
+        """Its file stores the ``functionResponse`` parts it sent: one such part's ``response``
+        object is the result; the call id loses its ``<name>__`` prefix."""
+        if protocol != "gemini":
+            return result
+        name = result.name or names.get(result.call_id or "")
+        content, rname = result.content, result.name
+        if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) and isinstance(content[0].get("functionResponse"), dict):
+            inner = content[0]["functionResponse"]
+            if isinstance(inner.get("response"), dict):
+                content = inner["response"]
+                rname = rname or inner.get("name")
+        # raw dropped: the file's toolCall record is not a Gemini part
+        return ToolResult(wire_call_id(result.call_id, name), content, result.is_error, rname, None)
+
+    def has_markers(self, protocol: str) -> bool:
+        return protocol in ("gemini", "anthropic")
+
+    def place_markers(self, protocol: str, body: dict[str, Any]) -> int | None:
+        if protocol == "gemini":
+            place_signatures(body)
+            return None
+        return super().place_markers(protocol, body)
+
+    def task_from_argv(self, argv: list[str]) -> str | None:
+        return attached_value(argv, "--prompt")
 
     def _gemini_dir(self, ctx: LaunchContext) -> Path:
         if ctx.home is not None:
@@ -107,4 +178,4 @@ class GeminiCli(AgentProfile):
                                                   " instead (unset GOOGLE_API_KEY to use GEMINI_API_KEY)."])
 
 
-PROFILE = GeminiCli()
+PROFILE = DESCRIPTOR = GeminiCli()

@@ -22,10 +22,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from pvisor.adapters.chains import ChainHint
+import orjson
+
 from pvisor.journal.errors import UsageError
+from pvisor.journal.model import Action, Conversation, Message, ToolCall, ToolResult
 
 from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange
+from .descriptor import FINAL_TEXT, ChainHint, LitellmAgent, action_message, attached_value, litellm_message
 
 QUIET_ENV = {
     "MSWEA_CONFIGURED": "true",
@@ -36,19 +39,26 @@ QUIET_ENV = {
 
 TRAJECTORY_NAME = "mini-swe-agent.traj.json"
 
+#: the shell command that ends mini-swe-agent's loop (a reply without one is a format error)
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+#: mini-swe-agent's shell tool in tool-calling mode, and its argument
+SHELL_TOOL, SHELL_ARG = "bash", "command"
+
 
 def model_spec(model: str) -> str:
     """litellm's ``provider/model`` name: ``openai/`` in front of a bare model name."""
     return model if model.startswith("openai/") else "openai/" + model
 
 
-class MiniSweAgent(AgentProfile):
+class MiniSweAgent(AgentProfile, LitellmAgent):
     name = "mini-swe-agent"
     title = "mini-swe-agent"
     executable = "mini"
     versions = VersionRange((2, 4, 0), (2, 5))
     protocol = "openai-chat"
     upstream = "openai"
+    finish_commands = (SUBMIT,)
     script_model = "mock-model"
     needs_model = True
     resumable = False
@@ -57,6 +67,34 @@ class MiniSweAgent(AgentProfile):
     json_stdout = False
     chain_hint = ChainHint(tools=frozenset({"bash"}))
     key_env = "OPENAI_API_KEY"
+
+    def wire_action(self, protocol: str, action: Action) -> Message:
+        """Chat Completions: the file's message dict without ``extra`` and the null keys
+        litellm leaves out."""
+        msg = action_message(action)
+        if protocol == "openai-chat" and isinstance(action.raw, dict):
+            return Message("assistant", msg.parts, raw=litellm_message(action.raw))
+        return msg
+
+    def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
+        if protocol == "openai-chat" and isinstance(result.raw, dict) and "extra" in result.raw:
+            return ToolResult(result.call_id, result.content, result.is_error, result.name, litellm_message(result.raw))
+        return result
+
+    def final_reply(self, conv: Conversation) -> Action:
+        """Its submit command: mini-swe-agent answers a reply without a command with a format
+        error and loops. A tool call of its shell tool in tool-calling mode (the request has
+        tools), else the fenced block of text mode."""
+        tool = next((t for t in conv.tools if t.name == SHELL_TOOL), None)
+        if tool is None and conv.tools:
+            tool = conv.tools[0]
+        if tool is not None:
+            args = {SHELL_ARG: SUBMIT}
+            return Action(text=FINAL_TEXT, tool_calls=[ToolCall(None, tool.name, orjson.dumps(args).decode(), args)])
+        return Action(text=f"{FINAL_TEXT}\n\n```mswea_bash_command\n{SUBMIT}\n```")
+
+    def task_from_argv(self, argv: list[str]) -> str | None:
+        return attached_value(argv, "--task")
 
     def version_argv(self, executable: str) -> list[str]:
         return [executable, "--help"]
@@ -99,4 +137,4 @@ class MiniSweAgent(AgentProfile):
         )
 
 
-PROFILE = MiniSweAgent()
+PROFILE = DESCRIPTOR = MiniSweAgent()

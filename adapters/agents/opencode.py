@@ -24,9 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pvisor.adapters.chains import ChainHint
-
 from .base import AgentProfile, EnvSnippet, ExportPlan, LaunchContext, LaunchPlan, VersionRange, first_value, json_text
+from .descriptor import ISO_DATE, ChainHint, after_separator, rx
 
 PROVIDER = "pvisor"
 
@@ -64,6 +63,7 @@ class OpenCode(AgentProfile):
     executable = "opencode"
     versions = VersionRange((1, 18, 0), (1, 19))
     protocol = "openai-chat"
+    protocols = ("openai-chat", "anthropic", "openai-responses", "gemini")  # AI SDK providers
     upstream = "openai"
     script_model = "mock-model"
     needs_model = True
@@ -74,6 +74,13 @@ class OpenCode(AgentProfile):
     key_env = "OPENAI_API_KEY"
     # an inline config would override ours
     removed_env = ("OPENCODE_CONFIG_CONTENT",)
+    volatile_context = ("the <env> block of the system prompt (working directory, git repo, platform, date)",)
+    volatile_patterns = (rx(r"<env>[\s\S]*?</env>"), rx(r"Today's date: [^\n]*"), ISO_DATE)
+    path_arguments = {"read": ("filePath",), "write": ("filePath",), "edit": ("filePath",), "glob": ("path",), "grep": ("path",),
+                      "bash": ("workdir",)}
+
+    def task_from_argv(self, argv: list[str]) -> str | None:
+        return after_separator(argv)
 
     def _env(self, ctx: LaunchContext) -> dict[str, str | None]:
         env = self.base_env(ctx)
@@ -111,4 +118,4 @@ class OpenCode(AgentProfile):
         )
 
 
-PROFILE = OpenCode()
+PROFILE = DESCRIPTOR = OpenCode()

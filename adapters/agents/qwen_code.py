@@ -20,9 +20,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pvisor.adapters.chains import ChainHint
+from pvisor.journal.model import ToolResult
 
 from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, json_text, user_home
+from .descriptor import ISO_DATE, ChainHint, attached_value, rx
 
 SETTINGS = {
     "privacy": {"usageStatisticsEnabled": False},
@@ -37,6 +38,7 @@ class QwenCode(AgentProfile):
     executable = "qwen"
     versions = VersionRange((0, 24, 0), (0, 25))
     protocol = "openai-chat"
+    protocols = ("openai-chat", "anthropic", "gemini")  # --auth-type openai|anthropic|gemini
     upstream = "openai"
     script_model = "mock-model"
     needs_model = True
@@ -45,6 +47,22 @@ class QwenCode(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"run_shell_command"}))
     key_env = "OPENAI_API_KEY"
+    volatile_context = ("<system-reminder> user blocks (date, temporary paths)", "home paths in the system prompt")
+    volatile_patterns = (rx(r"<system-reminder>[\s\S]*?</system-reminder>"), ISO_DATE)
+    output_decorations = ((rx(r"Process Group PGID: \d+"), "Process Group PGID: <pgid>"),)
+    path_arguments = {"read_file": ("file_path",), "write_file": ("file_path",), "edit": ("file_path",),
+                      "notebook_edit": ("notebook_path",), "glob": ("path",), "grep_search": ("path",),
+                      "run_shell_command": ("directory",)}
+
+    def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
+        """Its file stores ``{"output": TEXT}``; it sends one text block ``[{"type":"text","text":TEXT}]``."""
+        c = result.content
+        if protocol == "openai-chat" and isinstance(c, dict) and list(c) == ["output"] and isinstance(c["output"], str):
+            return ToolResult(result.call_id, [{"type": "text", "text": c["output"]}], result.is_error, result.name, result.raw)
+        return result
+
+    def task_from_argv(self, argv: list[str]) -> str | None:
+        return attached_value(argv, "--prompt")
 
     def _qwen_dir(self, ctx: LaunchContext) -> Path:
         if ctx.home is not None:
@@ -83,4 +101,4 @@ class QwenCode(AgentProfile):
                           notes=["Qwen Code reads its key from OPENAI_API_KEY."])
 
 
-PROFILE = QwenCode()
+PROFILE = DESCRIPTOR = QwenCode()

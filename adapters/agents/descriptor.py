@@ -1,0 +1,300 @@
+"""Agent descriptors: every fact about one agent that the rest of pvisor needs, in one place.
+
+A **descriptor** (one per agent; the subclasses live in this package, one module each) says
+which wire protocols the agent speaks, how it lays its history out on the wire (the ``wire_*``
+methods, markers such as Anthropic ``cache_control`` and Gemini CLI's placeholder signature),
+and what playback meets when it re-runs the agent: the context parts that change from run to
+run (:attr:`AgentDescriptor.volatile_patterns`), the decorations of its tool output
+(:attr:`AgentDescriptor.output_decorations`), the tool arguments that hold absolute paths
+(:attr:`AgentDescriptor.path_arguments`), how to recover the task from a recorded command line
+(:meth:`AgentDescriptor.task_from_argv`), and the synthetic final reply that ends it
+(:meth:`AgentDescriptor.final_reply`). Code elsewhere asks the descriptor; it never branches on
+an agent's name.
+
+A descriptor may have no launch profile (OpenHands, SWE-agent: pvisor reads their trajectories
+but does not start them); the six agents ``pvisor run`` starts are
+:class:`~pvisor.adapters.agents.base.AgentProfile` subclasses, descriptors with a launch plan.
+
+Sources: the verified notes of this project on each agent (what they send and save, checked on
+the real captures of the tests and the corpus); docs/agents.md documents the facts per agent.
+Light on purpose (standard library, orjson, the canonical model): prepare-only imports it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pvisor.journal.model import Action, Conversation, Message, TextPart, ToolCall, ToolResult
+
+#: the text of the synthetic final reply (no tool call) that ends an agent at request N+1
+FINAL_TEXT = "pvisor: the replay ends here."
+
+
+class ChainHint:
+    """A tie-break hint of the chain rule, usable as ``prefer``: a chain is preferred when its
+    first request has every tool named in ``tools`` and (if given) a system prompt starting with
+    ``system_prefix``. (A plain class: descriptors are imported on the fast prepare-only path.)"""
+
+    __slots__ = ("tools", "system_prefix")
+
+    def __init__(self, tools: frozenset[str] = frozenset(), system_prefix: str | None = None) -> None:
+        self.tools = frozenset(tools)
+        self.system_prefix = system_prefix
+
+    def __call__(self, conv: Conversation) -> bool:
+        names = {t.name for t in conv.tools}
+        if not self.tools <= names:
+            return False
+        return self.system_prefix is None or (conv.system or "").startswith(self.system_prefix)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ChainHint) and (self.tools, self.system_prefix) == (other.tools, other.system_prefix)
+
+    def __hash__(self) -> int:
+        return hash((self.tools, self.system_prefix))
+
+    def __repr__(self) -> str:
+        return f"ChainHint(tools={sorted(self.tools)!r}, system_prefix={self.system_prefix!r})"
+
+
+#: litellm's ``provider/`` model prefix -> the protocol it speaks
+_LITELLM_PROVIDERS = {"anthropic": "anthropic", "openai": "openai-chat", "gemini": "gemini"}
+
+#: Anthropic allows at most this many ``cache_control`` breakpoints per request
+MAX_CACHE_BREAKPOINTS = 4
+
+
+class AgentDescriptor:
+    """The facts of one agent (class attributes; methods with the agent's own behaviour).
+
+    Class attributes:
+        name: the adapter name (``claude-code``); title: its name for people.
+        protocols: the wire protocols it can speak, its default first.
+        litellm: it calls the model through litellm (``provider/model`` names: the provider
+            picks the protocol, the wire model drops the prefix).
+        streams: its main-loop requests ask for a stream.
+        request_query: the query string of its model requests (Claude Code ``beta=true``).
+        chain_hint: the chain rule's tie-break hint (the main loop's tools).
+        launchable: ``pvisor run`` can start it (an :class:`AgentProfile`).
+        volatile_context: where its context changes from one run to the next (documentation
+            and the result's ``context_differences``).
+        volatile_patterns: regular expressions of those parts in texts (system prompt, context
+            messages); masked before request texts of two runs are compared.
+        output_decorations: (pattern, replacement) pairs that make tool output of two runs
+            comparable (``Wall time: 0.0012 seconds``).
+        path_arguments: tool name -> names of its arguments that hold an absolute path
+            (rewritten from the recorded workspace and home to the new ones in playback).
+        finish_commands: shell commands that end its loop (mini-swe-agent's submit).
+    """
+
+    name: str = ""
+    title: str = ""
+    protocols: tuple[str, ...] = ()
+    litellm: bool = False
+    streams: bool = True
+    request_query: str = ""
+    chain_hint: ChainHint | None = None
+    launchable: bool = False
+    volatile_context: tuple[str, ...] = ()
+    volatile_patterns: tuple[re.Pattern[str], ...] = ()
+    output_decorations: tuple[tuple[re.Pattern[str], str], ...] = ()
+    path_arguments: dict[str, tuple[str, ...]] = {}
+    finish_commands: tuple[str, ...] = ()
+
+    # ------------------------------------------------------------------ protocols
+
+    def default_protocol(self, model: str | None = None) -> str:
+        """The protocol it speaks by default; for a litellm agent the one its model's provider
+        prefix names (``anthropic/claude-...`` -> ``anthropic``)."""
+        if self.litellm and model and "/" in model:
+            proto = _LITELLM_PROVIDERS.get(model.split("/", 1)[0])
+            if proto is not None:
+                return proto
+        return self.protocols[0]
+
+    def speaks(self, protocol: str) -> bool:
+        return protocol in self.protocols
+
+    def wire_model(self, model: str | None) -> str | None:
+        """The model name as it goes on the wire (litellm drops its ``provider/`` prefix)."""
+        if model and self.litellm and "/" in model:
+            return model.split("/", 1)[1]
+        return model
+
+    # ------------------------------------------------------------------ history on the wire
+
+    def wire_action(self, protocol: str, action: Action) -> Message:
+        """A_i as the agent sends it back in ``protocol``: reasoning, text, tool calls."""
+        return action_message(action)
+
+    def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
+        """A tool result of its native file as the agent sends it (``names``: call id -> tool)."""
+        return result
+
+    def wire_message(self, protocol: str, msg: Message) -> Message:
+        """Other input of an observation (a later prompt) as the agent sends it."""
+        return msg
+
+    def has_markers(self, protocol: str) -> bool:
+        """Whether :meth:`place_markers` changes a rendered ``protocol`` body."""
+        return protocol == "anthropic"
+
+    def place_markers(self, protocol: str, body: dict[str, Any]) -> int | None:
+        """Put the agent's own markers into a rendered request ``body`` (in place): returns the
+        number of Anthropic cache breakpoints for an Anthropic body, else None. By default an
+        Anthropic body gets its markers the way Claude Code and litellm place them (the two
+        Anthropic clients recorded): :func:`place_anthropic_cache_control`."""
+        if protocol == "anthropic":
+            return place_anthropic_cache_control(body)
+        return None
+
+    # ------------------------------------------------------------------ playback
+
+    def task_from_argv(self, argv: list[str]) -> str | None:
+        """The task of a run ``pvisor run`` started, from the recorded command line (for runs
+        recorded before the task became a run label), or None."""
+        return None
+
+    def mask_volatile(self, text: str) -> str:
+        """``text`` with its volatile parts (dates, temporary paths, directory listings) masked."""
+        for pattern in self.volatile_patterns:
+            text = pattern.sub("<volatile>", text)
+        return text
+
+    def normalise_output(self, text: str) -> str:
+        """Tool output with the agent's decorations made comparable across runs."""
+        for pattern, repl in self.output_decorations:
+            text = pattern.sub(repl, text)
+        return text
+
+    def final_reply(self, conv: Conversation) -> Action:
+        """The synthetic reply that ends the agent at request N+1 (``conv``: that request): a
+        reply without a tool call, which ends the five CLIs cleanly."""
+        return Action(text=FINAL_TEXT)
+
+    def is_finish(self, call: ToolCall) -> bool:
+        """Whether ``call`` is one of the agent's finish actions (:attr:`finish_commands`)."""
+        if not self.finish_commands or not isinstance(call.arguments, dict):
+            return False
+        return any(isinstance(v, str) and v.strip() in self.finish_commands for v in call.arguments.values())
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def action_message(action: Action) -> Message:
+    """A_i as the assistant message that carries it: reasoning, text, tool calls."""
+    parts: list[Any] = list(action.reasoning)
+    if action.text:
+        parts.append(TextPart(action.text))
+    parts.extend(action.tool_calls)
+    return Message("assistant", parts)
+
+
+def after_separator(argv: list[str]) -> str | None:
+    """The argument after ``--`` (the task of agents started as ``... -- TASK``), or None."""
+    if "--" in argv:
+        i = len(argv) - 1 - argv[::-1].index("--")
+        if i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def attached_value(argv: list[str], option: str) -> str | None:
+    """The value of ``--option=VALUE`` (the last one), or None."""
+    prefix = option + "="
+    found = None
+    for a in argv:
+        if a.startswith(prefix):
+            found = a[len(prefix):]
+    return found
+
+
+def _scrub_cache_control(messages: Any) -> int:
+    n = 0
+    for m in messages if isinstance(messages, list) else []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            for b in content:
+                if isinstance(b, dict) and "cache_control" in b:
+                    del b["cache_control"]
+                    n += 1
+    return n
+
+
+def _count_cache_control(value: Any) -> int:
+    if isinstance(value, list):
+        return sum(1 for b in value if isinstance(b, dict) and "cache_control" in b)
+    return 0
+
+
+def place_anthropic_cache_control(body: dict[str, Any]) -> int:
+    """Place ``cache_control`` the way Claude Code 2.1 and litellm do (the recorded Claude Code
+    requests): markers on system blocks and tools stay as given (the profile's), every marker in
+    the messages is removed, and one ``{"type": "ephemeral"}`` goes on the last block of the
+    final user message, while the request holds fewer than :data:`MAX_CACHE_BREAKPOINTS` (4)
+    markers. A string content becomes one text block for it. Returns the number of markers."""
+    messages = body.get("messages") or []
+    _scrub_cache_control(messages)
+    fixed = _count_cache_control(body.get("system")) + _count_cache_control(body.get("tools"))
+    if fixed >= MAX_CACHE_BREAKPOINTS:
+        return fixed
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, str):
+                m["content"] = content = [{"type": "text", "text": content}]
+            if isinstance(content, list) and content and isinstance(content[-1], dict):
+                content[-1]["cache_control"] = {"type": "ephemeral"}
+                return fixed + 1
+            break
+    return fixed
+
+
+def litellm_anthropic_shape(body: dict[str, Any]) -> None:
+    """How litellm sends a conversation in Anthropic Messages (a real mini-swe-agent 2.4.6
+    capture): a user message's string content as one text block, a ``tool_result``'s string
+    content as one text block, and no ``is_error: false``."""
+    for m in body.get("messages") or []:
+        if not isinstance(m, dict) or m.get("role") != "user":
+            continue
+        if isinstance(m.get("content"), str):
+            m["content"] = [{"type": "text", "text": m["content"]}]
+        for b in m.get("content") or []:
+            if isinstance(b, dict) and b.get("type") == "tool_result":
+                if isinstance(b.get("content"), str):
+                    b["content"] = [{"type": "text", "text": b["content"]}]
+                if b.get("is_error") is False:
+                    del b["is_error"]
+
+
+def litellm_message(raw: Any) -> Any:
+    """A stored litellm message as litellm sends it: without its null keys (``content``,
+    ``function_call``, ``provider_specific_fields``) and without mini-swe-agent's ``extra``."""
+    if not isinstance(raw, dict):
+        return raw
+    return {k: v for k, v in raw.items() if k != "extra" and v is not None}
+
+
+class LitellmAgent(AgentDescriptor):
+    """What every agent calling the model through litellm shares (mini-swe-agent, SWE-agent,
+    OpenHands): several protocols, the provider prefix, no stream, litellm's Anthropic shape."""
+
+    protocols = ("openai-chat", "anthropic", "gemini")
+    litellm = True
+    streams = False
+
+    def place_markers(self, protocol: str, body: dict[str, Any]) -> int | None:
+        if protocol != "anthropic":
+            return None
+        litellm_anthropic_shape(body)
+        return place_anthropic_cache_control(body)
+
+
+def rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
+    return re.compile(pattern, flags)
+
+
+#: ISO dates and times (``2026-11-29``, ``2026-11-29T10:00:00Z``): context of every agent
+ISO_DATE = rx(r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b")

@@ -1,0 +1,124 @@
+"""The agent descriptors (adapters/agents/): every agent fact in one place, and no branch on an
+agent's name anywhere else. Descriptors are data plus small pure functions, so they are tested
+as such here; the real agents meet them in tests/test_replay_agents.py."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from pvisor.adapters.agents import agent_names, descriptor_names, get_descriptor, get_profile
+from pvisor.adapters.agents.base import LaunchContext
+from pvisor.adapters.agents.descriptor import FINAL_TEXT
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import IdSource
+from pvisor.journal.errors import UsageError
+from pvisor.journal.model import Conversation, ToolSpec
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = ["fix it", "--version", "a=b -- c", "line one\nline two", "ünïcode ✓"]
+
+
+def test_every_agent_has_a_descriptor_and_the_six_a_launch_profile():
+    assert descriptor_names() == ["claude-code", "codex", "gemini-cli", "qwen-code", "opencode", "mini-swe-agent", "openhands", "swe-agent"]
+    for name in descriptor_names():
+        d = get_descriptor(name)
+        assert d.name == name and d.protocols and d.default_protocol() in d.protocols
+        assert d.launchable == (name in agent_names())
+    with pytest.raises(UsageError, match="cannot start openhands .no launch profile."):
+        get_profile("openhands")
+
+
+@pytest.mark.parametrize("agent", agent_names())
+@pytest.mark.parametrize("task", TASKS)
+def test_the_task_comes_back_from_the_command_line_pvisor_run_recorded(tmp_path, agent, task):
+    ctx = LaunchContext(executable="/x/agent", base_url="http://127.0.0.1:1/run/r-1", run_dir=tmp_path, home=tmp_path / "h",
+                        workspace=tmp_path / "ws")
+    argv = get_profile(agent).plan(ctx, task).argv
+    assert get_descriptor(agent).task_from_argv(argv) == task
+    assert get_descriptor(agent).task_from_argv(["/x/agent"]) is None
+
+
+@pytest.mark.parametrize("agent", [a for a in agent_names() if a != "mini-swe-agent"])
+def test_the_synthetic_final_reply_makes_no_tool_call(agent):
+    d = get_descriptor(agent)
+    conv = Conversation(protocol=d.default_protocol(), tools=[ToolSpec("bash", parameters={"type": "object"})])
+    action = d.final_reply(conv)
+    assert action.text == FINAL_TEXT and action.tool_calls == []
+
+
+def test_mini_swe_agent_ends_on_its_submit_command_not_on_text():
+    d = get_descriptor("mini-swe-agent")
+    action = d.final_reply(Conversation(protocol="openai-chat", tools=[ToolSpec("bash", parameters={"type": "object"})]))
+    [call] = action.tool_calls
+    assert call.name == "bash" and call.arguments == {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}
+    assert d.is_finish(call)
+    # text mode (no tools in the request): the fenced block it parses
+    text = d.final_reply(Conversation(protocol="openai-chat")).text
+    assert "```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```" in text
+    # the reply renders as a valid Chat Completions response
+    final = get_protocol("openai-chat").action_to_response(action, model="m", ids=IdSource(1))
+    assert final["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
+
+
+@pytest.mark.parametrize("agent,a,b", [
+    ("codex", "Chunk ID: 934fd0\nWall time: 0.0000 seconds\nProcess exited with code 0\nOutput:\nalpha\n",
+     "Chunk ID: 1b2c3d\nWall time: 0.0123 seconds\nProcess exited with code 0\nOutput:\nalpha\n"),
+    ("gemini-cli", "Output: alpha\nProcess Group PGID: 20928", "Output: alpha\nProcess Group PGID: 31"),
+    ("qwen-code", "Output: alpha\nExit Code: 0\nProcess Group PGID: 77", "Output: alpha\nExit Code: 0\nProcess Group PGID: 78"),
+])
+def test_tool_output_decorations_compare_equal_once_normalised_and_the_output_stays(agent, a, b):
+    d = get_descriptor(agent)
+    assert a != b and d.normalise_output(a) == d.normalise_output(b)
+    assert "alpha" in d.normalise_output(a)
+    # a different output stays different
+    assert d.normalise_output(a) != d.normalise_output(a.replace("alpha", "beta"))
+
+
+def test_volatile_context_of_real_requests_is_masked(corpus):
+    # two Gemini CLI sessions recorded on the same day in two workspaces: message 0 part 0 differs
+    rows = [json.loads(line) for line in (corpus / "requests" / "gemini-cli-0.61.0.jsonl").read_bytes().splitlines()]
+    firsts = [r["body"]["contents"][0]["parts"][0]["text"] for r in rows if r["path"].endswith(":streamGenerateContent")]
+    d = get_descriptor("gemini-cli")
+    masked = {d.mask_volatile(t) for t in firsts}
+    assert "<session_context>" in firsts[0] and all("<session_context>" not in m for m in masked)
+    changed = firsts[0].replace("November 29, 2026", "December 1, 2026").replace("/ws", "/other-ws")
+    assert d.mask_volatile(changed) == d.mask_volatile(firsts[0])
+    codex = get_descriptor("codex")
+    env = "<environment_context>\n  <cwd>/a</cwd>\n  <current_date>2026-11-29</current_date>\n</environment_context>"
+    assert codex.mask_volatile(env) == codex.mask_volatile(env.replace("/a", "/b").replace("29", "30"))
+
+
+_AGENT_NAMES = frozenset(descriptor_names())
+#: where agent names may be compared: the descriptors themselves, and the native adapters (one
+#: module per agent's own format, picked by a registry)
+_ALLOWED = ("adapters/agents/", "adapters/native/")
+
+
+def _branches_on_agent(tree: ast.AST) -> list[int]:
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare):
+            for side in [node.left, *node.comparators]:
+                consts = [side] if isinstance(side, ast.Constant) else list(side.elts) if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else []
+                if any(isinstance(c, ast.Constant) and c.value in _AGENT_NAMES for c in consts):
+                    lines.append(node.lineno)
+    return lines
+
+
+def test_no_branch_on_an_agents_name_outside_the_descriptors():
+    found = []
+    for folder in ("adapters", "gateway", "replay", "journal", "pvisor"):
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            if rel.startswith(_ALLOWED):
+                continue
+            found += [f"{rel}:{n}" for n in _branches_on_agent(ast.parse(path.read_text()))]
+    assert found == [], f"agent facts belong in adapters/agents/: {found}"
+
+
+def test_the_branch_finder_finds_a_branch():
+    assert _branches_on_agent(ast.parse('if agent == "codex":\n    pass\nif a in ("x", "gemini-cli"): pass')) == [1, 3]
