@@ -46,6 +46,7 @@ observations without parsing the bodies a second time.
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -155,10 +156,16 @@ class Slot:
     repeats it), in arrival order. ``kept`` is the one that stands for the step."""
 
     requests: list[Request]
+    #: the exchange whose reply the next request of the chain carries, when the trajectory
+    #: found it is not the last that succeeded (a retry answered after the agent went on)
+    chosen: "Request | None" = None
 
     @property
     def kept(self) -> Request:
-        """The last exchange that succeeded, else the last one."""
+        """The exchange chosen for the step (:attr:`chosen`), else the last exchange that
+        succeeded, else the last one."""
+        if self.chosen is not None:
+            return self.chosen
         for r in reversed(self.requests):
             if r.succeeded:
                 return r
@@ -716,3 +723,274 @@ def classify_run(reader: JournalReader, run_id: str, *, prefer: Prefer | None = 
     run = reader.run(run_id)
     return classify_exchanges(reader.exchanges(run.id), reader.request_body, prefer=prefer, run=run.id,
                               final_response=lambda ex: read_final_response(reader, ex)[0])
+
+
+# --------------------------------------------------------------------------- the online matcher
+
+
+def said(mod: Any, messages: list[Message]) -> tuple[str, list[Any]]:
+    """What assistant messages say, for comparing an agent's echo of a reply with the reply:
+    their text joined, and their normalised tool calls in order (reasoning and other blocks left
+    out: agents may drop reasoning from their history without dropping the action, and an
+    Anthropic echo carries the provider's server tool results that no action holds)."""
+    norm = mod.normalise(Conversation(protocol=mod.NAME, messages=messages))
+    text: list[str] = []
+    calls: list[Any] = []
+    for m in norm["messages"]:
+        for p in m["parts"]:
+            if p["type"] == "text":
+                text.append(p["text"])
+            elif p["type"] == "tool_call":
+                calls.append(p)
+    return "".join(text), calls
+
+
+class MatchKind(str, enum.Enum):
+    """What an incoming request is to playback (:class:`OnlineMatcher`)."""
+
+    MAIN = "main"  #: main-loop request k: it carries the served A_1..A_(k-1) and the task
+    RETRY = "retry"  #: main-loop request k again (answered before)
+    AUXILIARY = "auxiliary"  #: not a main-loop request (a title request, a probe, a memory request)
+    DIVERGED = "diverged"  #: a main-loop request that does not carry what was served
+
+
+@dataclass(slots=True)
+class Divergence:
+    """Where an incoming main-loop request left the recording, in the manner of a VCR.py miss:
+    ``request`` k (1-based, the request it would be), ``message`` and ``part`` indices in the
+    incoming request, ``expected`` and ``got`` (short renderings), ``reason`` (one sentence),
+    ``nearest``: the recorded request it was matched against (an exchange id, or
+    ``trajectory step K``)."""
+
+    request: int
+    message: int | None
+    part: int | None
+    expected: str | None
+    got: str | None
+    reason: str
+    nearest: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"request": self.request, "message": self.message, "part": self.part, "expected": self.expected, "got": self.got,
+                "reason": self.reason, "nearest": self.nearest}
+
+    def sentence(self) -> str:
+        where = f"request {self.request}"
+        if self.message is not None:
+            where += f", message {self.message}" + (f" part {self.part}" if self.part is not None else "")
+        text = f"{where}: {self.reason}"
+        if self.expected is not None or self.got is not None:
+            text += f" (expected {self.expected}, got {self.got})"
+        if self.nearest:
+            text += f"; nearest recorded request: {self.nearest}"
+        return text
+
+
+@dataclass(slots=True)
+class Difference:
+    """A difference between a replayed request and the recording that is not a divergence:
+    ``request`` k, ``part`` (``system``, ``tools``, ``context``), ``detail`` (one sentence)."""
+
+    request: int
+    part: str
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"request": self.request, "part": self.part, "detail": self.detail}
+
+
+@dataclass(slots=True)
+class OnlineMatch:
+    """The matcher's answer for one request: ``kind``; ``request`` k for MAIN, RETRY and
+    DIVERGED (None otherwise); ``conversation`` (None when the body did not parse);
+    ``reason`` why it is auxiliary; ``divergence``; ``differences`` found in it that were not
+    reported for an earlier request; ``stream`` whether it asks for a stream."""
+
+    kind: MatchKind
+    request: int | None = None
+    conversation: Conversation | None = None
+    reason: str | None = None
+    divergence: Divergence | None = None
+    differences: list[Difference] = field(default_factory=list)
+    stream: bool = False
+
+
+def _short(value: Any, n: int = 120) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode(errors="replace")
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _groups(messages: list[Message]) -> list[tuple[int, list[Message]]]:
+    """Runs of consecutive assistant messages (one reply may be several items, Responses), each
+    with the index of its first message."""
+    out: list[tuple[int, list[Message]]] = []
+    for i, m in enumerate(messages):
+        if m.role != "assistant":
+            continue
+        if out and out[-1][0] + len(out[-1][1]) == i:
+            out[-1][1].append(m)
+        else:
+            out.append((i, [m]))
+    return out
+
+
+def _user_texts(messages: list[Message]) -> list[str]:
+    """The text parts of the user messages before the first assistant message."""
+    out = []
+    for m in messages:
+        if m.role == "assistant":
+            break
+        if m.role == "user":
+            out += [p.text for p in m.parts if isinstance(p, TextPart) and p.text]
+    return out
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())
+
+
+class OnlineMatcher:
+    """Tells, one incoming request at a time, which main-loop request of a recording it is.
+
+    The recording is what playback serves: ``served`` (A_1..A_N as served, path rewrites
+    applied), the ``task`` (None: not checked) and ``recorded`` main-loop conversations (request
+    k's, when the source has them; index 0 at least gives the system prompt, tools and context
+    of the run). ``descriptor`` gives the agent's volatile context; ``rewrite`` maps recorded
+    paths (workspace, home) to the new ones in texts; ``nearest`` names recorded request k for
+    messages. Rules (docs/replay.md "Matching"):
+
+    - not a POST to a model-API path, a token count, or a body that does not parse: auxiliary;
+    - a main-loop candidate has the recording's tool names, or its system prompt modulo
+      volatile context, or at least 80 % of its tool names; anything else is auxiliary;
+    - the candidate's replies (runs of assistant messages) must be the served actions in order,
+      once normalised (text and tool calls; reasoning, signatures and client ids ignored): k is
+      their number plus one. A reply that differs, or more replies than were served, is a
+      divergence; so is a task missing from the user text before the first reply, and a tool
+      the next served action calls that the request no longer offers;
+    - k answered before is a retry;
+    - system prompt, tools and context that differ modulo volatile context are listed
+      (:class:`Difference`), once each, never fatal.
+
+    :meth:`serve` registers what was served at k beyond the recording (the synthetic end).
+    """
+
+    def __init__(self, protocol: str, served: list[Action], *, task: str | None, recorded: list[Conversation],
+                 descriptor: Any, rewrite: Callable[[str], str] | None = None, nearest: Callable[[int], str | None] | None = None):
+        self.protocol = protocol
+        self.mod = get_protocol(protocol)
+        self.served: dict[int, Action] = {i + 1: a for i, a in enumerate(served)}
+        self.task = task
+        self.recorded = recorded
+        self.descriptor = descriptor
+        self.rewrite = rewrite or (lambda s: s)
+        self.nearest = nearest or (lambda k: None)
+        self.answered = 0
+        self._reported: set[tuple[str, str]] = set()
+        first = recorded[0] if recorded else None
+        self._tools = {t.name for t in first.tools} if first is not None else set()
+        self._system = self._masked(first.system) if first is not None else None
+        self._said = {k: said(self.mod, [action_message(a)]) for k, a in self.served.items()}
+
+    def _masked(self, text: str | None, recorded: bool = True) -> str:
+        text = text or ""
+        if recorded:
+            text = self.rewrite(text)
+        return self.descriptor.mask_volatile(text)
+
+    def serve(self, k: int, action: Action) -> None:
+        """Playback served ``action`` at main-loop request ``k`` (beyond the recording)."""
+        self.served[k] = action
+        self._said[k] = said(self.mod, [action_message(action)])
+
+    def answered_up_to(self, k: int) -> None:
+        self.answered = max(self.answered, k)
+
+    def match(self, method: str, path: str, query: str, body: bytes) -> OnlineMatch:
+        """The :class:`OnlineMatch` of one request (``body`` decoded)."""
+        if self.mod.counts_tokens(path):
+            return OnlineMatch(MatchKind.AUXILIARY, reason=f"{method} {path} asks for a token count")
+        if method.upper() != "POST" or not self.mod.matches(path):
+            return OnlineMatch(MatchKind.AUXILIARY, reason=f"{method} {path} is not a {self.protocol} model request")
+        try:
+            conv = self.mod.parse_request(body, path=path, query=query)
+        except BadInputError as exc:
+            return OnlineMatch(MatchKind.AUXILIARY, reason=f"the body does not read as a request: {exc.message}")
+        stream = self.mod.wants_stream(path, query, body)
+        names = {t.name for t in conv.tools}
+        same_system = self._system is not None and self._masked(conv.system, recorded=False) == self._system
+        union = names | self._tools
+        close_tools = bool(union) and len(names & self._tools) / len(union) >= 0.8
+        if not (names == self._tools or same_system or close_tools):
+            why = "other tools" if names != self._tools else "another system prompt"
+            return OnlineMatch(MatchKind.AUXILIARY, conversation=conv, stream=stream,
+                               reason=f"not the main loop: {why} ({len(names)} tools against {len(self._tools)})")
+        groups = _groups(conv.messages)
+        k = len(groups) + 1
+        out = OnlineMatch(MatchKind.MAIN, request=k, conversation=conv, stream=stream)
+        divergence = self._check_replies(groups, conv, k) or self._check_task(conv, k) or self._check_tools(names, k)
+        if divergence is not None:
+            out.kind, out.divergence = MatchKind.DIVERGED, divergence
+            return out
+        out.differences = self._differences(conv, names, same_system, k)
+        if k <= self.answered:
+            out.kind = MatchKind.RETRY
+        return out
+
+    def _check_replies(self, groups: list[tuple[int, list[Message]]], conv: Conversation, k: int) -> Divergence | None:
+        for i, (at, msgs) in enumerate(groups, start=1):
+            expected = self._said.get(i)
+            if expected is None:
+                return Divergence(k, at, None, "no reply here", _short(said(self.mod, msgs)[0] or "a reply"),
+                                  f"the request carries {len(groups)} replies, but only {len(self.served)} were served", self.nearest(i))
+            got = said(self.mod, msgs)
+            if got == expected:
+                continue
+            if got[0] != expected[0]:
+                return Divergence(k, at, 0, _short(expected[0]), _short(got[0]), f"the text of served action A_{i} was changed", self.nearest(k))
+            for j, (e, g) in enumerate(zip(expected[1], got[1])):
+                if e != g:
+                    return Divergence(k, at, j, _short(e), _short(g), f"tool call {j + 1} of served action A_{i} was changed", self.nearest(k))
+            return Divergence(k, at, None, f"{len(expected[1])} tool call(s)", f"{len(got[1])}",
+                              f"served action A_{i} comes back with another number of tool calls", self.nearest(k))
+        return None
+
+    def _check_task(self, conv: Conversation, k: int) -> Divergence | None:
+        if not self.task:
+            return None
+        texts = _user_texts(conv.messages)
+        if any(self.task in t for t in texts) or _collapse(self.task) in _collapse(" ".join(texts)):
+            return None
+        return Divergence(k, 0, None, _short(self.task), _short(" ".join(texts)) if texts else "no user text",
+                          "the task is not in the request", self.nearest(k))
+
+    def _check_tools(self, names: set[str], k: int) -> Divergence | None:
+        action = self.served.get(k)
+        if action is None or not names and not self._tools:
+            return None
+        missing = [c.name for c in action.tool_calls if c.kind != "server" and c.name not in names]
+        if missing:
+            return Divergence(k, None, None, ", ".join(missing), "not offered",
+                              f"served action A_{k} calls tool(s) the agent no longer offers: {', '.join(missing)}", self.nearest(k))
+        return None
+
+    def _differences(self, conv: Conversation, names: set[str], same_system: bool, k: int) -> list[Difference]:
+        out: list[Difference] = []
+
+        def note(part: str, key: str, detail: str) -> None:
+            if (part, key) not in self._reported:
+                self._reported.add((part, key))
+                out.append(Difference(k, part, detail))
+
+        if not same_system and self._system is not None:
+            note("system", "", "the system prompt differs from the recorded one beyond its volatile context")
+        added, removed = sorted(names - self._tools), sorted(self._tools - names)
+        if added or removed:
+            note("tools", f"{added}{removed}", f"tools added {added}, removed {removed}")
+        recorded = self.recorded[min(k, len(self.recorded)) - 1] if self.recorded else None
+        if recorded is not None:
+            want = [self._masked(t) for t in _user_texts(recorded.messages)]
+            got = [self._masked(t, recorded=False) for t in _user_texts(conv.messages)]
+            if want != got:
+                i = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
+                note("context", str(i), f"the context before the first reply differs at text part {i} beyond its volatile parts")
+        return out

@@ -53,7 +53,9 @@ from typing import Any
 
 import orjson
 
-from pvisor.adapters.chains import Classification, Prefer, Request, action_message, changes_between, classify_run, read_final_response
+from pvisor.adapters.chains import (
+    Classification, Prefer, Request, Slot, action_message, changes_between, classify_run, read_final_response, said,
+)
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import json_type
 from pvisor.journal.errors import BadInputError
@@ -135,21 +137,7 @@ def _read_reply(reader: JournalReader, req: Request) -> _Reply:
     return reply
 
 
-def _said(mod: Any, messages: list[Message]) -> tuple[str, list[Any]]:
-    """What assistant messages say, for comparing an echo with A_i: their text joined, and
-    their normalised tool calls in order (reasoning and other blocks left out: agents may drop
-    reasoning from their history without dropping the action, and an Anthropic echo carries the
-    provider's server tool results, such as ``web_search_tool_result``, that no action holds)."""
-    norm = mod.normalise(Conversation(protocol=mod.NAME, messages=messages))
-    text: list[str] = []
-    calls: list[Any] = []
-    for m in norm["messages"]:
-        for p in m["parts"]:
-            if p["type"] == "text":
-                text.append(p["text"])
-            elif p["type"] == "tool_call":
-                calls.append(p)
-    return "".join(text), calls
+_said = said  # the chain rule's comparison of an echo with a reply
 
 
 def _has_content(action: Action) -> bool:
@@ -199,6 +187,38 @@ def _observation(protocol: str, appended: list[Message], action: Action) -> tupl
             flags.append("missing_tool_results")
             details["missing_results"] = [{"call": i + 1, "id": action.tool_calls[i].id, "name": action.tool_calls[i].name} for i in missing]
     return obs, flags, details
+
+
+def _echo_of(nxt: Request, start: int) -> list[Message]:
+    """The leading assistant messages request ``nxt`` appends after message ``start``."""
+    echo: list[Message] = []
+    for m in nxt.messages_from(start):
+        if m.role != "assistant":
+            break
+        echo.append(m)
+    return echo
+
+
+def _carried(reader: JournalReader, slot: Slot, kept: Request, nxt: Request) -> Request:
+    """The exchange of ``slot`` whose reply the next main-loop request ``nxt`` carries: the
+    kept one unless another exchange of the slot that succeeded answered what ``nxt`` echoes
+    (a request answered X then, retried, Y, the agent going on with X). The slot then keeps
+    that exchange (its role becomes main)."""
+    others = [r for r in slot.requests if r is not kept and r.succeeded]
+    if not others or kept.protocol is None:
+        return kept
+    mod = get_protocol(kept.protocol)
+    echo = _echo_of(nxt, len(kept.messages))
+    if not echo:
+        return kept
+    carried = said(mod, echo)
+    if said(mod, [action_message(_read_reply(reader, kept).action)]) == carried:
+        return kept
+    for r in reversed(others):
+        if said(mod, [action_message(_read_reply(reader, r).action)]) == carried:
+            slot.chosen = r
+            return r
+    return kept
 
 
 def _task(conv: Conversation) -> tuple[str | None, list[str]]:
@@ -258,6 +278,8 @@ def build_trajectory(reader: JournalReader, classification: Classification) -> T
     meta["protocol"] = first.protocol
     assert c.main is not None
     for i, (slot, req) in enumerate(zip(c.main.slots, main)):
+        if i + 1 < len(main):
+            req = _carried(reader, slot, req, main[i + 1])
         reply = _read_reply(reader, req)
         flags = list(reply.flags)
         ex = req.exchange

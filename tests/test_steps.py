@@ -1077,3 +1077,29 @@ def test_reading_once_when_a_request_continues_the_last_item_group(tmp_path):
             assert req.messages == [_key(m) for m in mod.normalise(alone)["messages"]], req.id
             assert req.tail == alone.messages[req.tail_from:], req.id
     assert len(c.requests) == len(bodies) and all(req.left_out is None for req in c.requests)
+
+
+def test_the_action_of_a_retried_step_is_the_reply_the_next_request_carries(tmp_path):
+    """Request 1 sent twice, answered X then Y (both 200), the agent continuing with X (the
+    second answer came too late, or a stream was retried after the agent had used the first):
+    A_1 is X, the reply request 2 carries, and its exchange is the step's (and the main one)."""
+    from pvisor.adapters.journal_trajectory import build_trajectory
+
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        s = ChatSession(j, "r-xy")
+        x = s.send(calls=[("bash", '{"command":"echo X"}')], echo=False)  # the agent keeps this reply
+        y = s.send(calls=[("bash", '{"command":"echo Y"}')], echo=False)  # the retry's, unused
+        s.messages.append({"role": "assistant", "content": None,
+                           "tool_calls": [{"id": "call_1_0", "type": "function", "function": {"name": "bash", "arguments": '{"command":"echo X"}'}}]})
+        s.results("X")
+        s.send(text="done")
+    with JournalReader(path) as r:
+        c = classify_run(r, "r-xy")
+        t = build_trajectory(r, c)
+        roles = c.roles()
+    assert len(t.steps) == 2
+    assert t.steps[0].action.tool_calls[0].arguments == {"command": "echo X"}
+    assert t.meta["steps"][0]["exchange"] == x and t.meta["steps"][0]["retries"] == [y]
+    assert "action_changed_by_agent" not in t.steps[0].flags and "retried" in t.steps[0].flags
+    assert roles[x][1] == "main" and roles[y][1] == "auxiliary"

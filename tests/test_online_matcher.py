@@ -1,0 +1,146 @@
+"""The online matcher of playback (adapters/chains.py ``OnlineMatcher``): fed the requests real
+agents sent (tests/corpus/requests) one at a time against the recording of the same run, it
+tells main-loop request k, retries and auxiliary requests apart, and reports a divergence with
+the place and what differed, in the manner of VCR.py's miss errors."""
+
+from __future__ import annotations
+
+import copy
+
+import orjson
+import pytest
+
+from corpus_runs import RUNS, record_corpus_runs
+from pvisor.adapters.agents import get_descriptor
+from pvisor.adapters.chains import MatchKind, OnlineMatcher, classify_run
+from pvisor.adapters.journal_trajectory import build_trajectory
+from pvisor.journal.reader import JournalReader
+
+FIRST_ATTEMPTS = [name for name, (_, attempts) in RUNS.items()]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory, corpus):
+    path = tmp_path_factory.mktemp("matcher") / "j.sqlite"
+    lines = record_corpus_runs(corpus, path)
+    return path, lines
+
+
+def _matcher(path, run, agent):
+    d = get_descriptor(agent)
+    with JournalReader(path) as r:
+        c = classify_run(r, run, prefer=d.chain_hint)
+        t = build_trajectory(r, c)
+        main = c.main_requests
+        convs = [q.conversation() for q in main]
+        ids = [q.id for q in main]
+    attempt1 = [s for s, q in zip(t.steps, main) if q.exchange.attempt == 1]
+    m = OnlineMatcher(convs[0].protocol, [s.action for s in attempt1], task=t.task, recorded=convs, descriptor=d,
+                      nearest=lambda k: ids[k - 1] if 0 < k <= len(ids) else None)
+    return m, ids, t
+
+
+def _feed(m, line):
+    body = orjson.dumps(line["body"]) if line.get("body") is not None else b""
+    q = line.get("query") or ""
+    q = "&".join(f"{k}={v}" for k, v in q.items()) if isinstance(q, dict) else q
+    return m.match(line["method"], line["path"], q, body)
+
+
+@pytest.mark.parametrize("run", FIRST_ATTEMPTS)
+def test_the_recorded_requests_of_a_run_match_as_its_main_loop_and_auxiliary(recorded, run):
+    path, lines = recorded
+    agent = RUNS[run][0]
+    m, ids, _ = _matcher(path, run, agent)
+    kinds = []
+    first_attempt = dict(RUNS[run][1])[1]
+    for rec in lines[run]:
+        if rec.index not in first_attempt:  # a resume: not what playback of attempt 1 meets
+            continue
+        got = _feed(m, rec.line)
+        if rec.exchange in ids[: len(m.served) + 1]:
+            k = ids.index(rec.exchange) + 1
+            assert (got.kind, got.request) == (MatchKind.MAIN, k), (rec.index, got)
+            assert got.differences == []  # the same run: nothing differs
+            m.answered_up_to(k)
+        elif rec.exchange not in ids:
+            kinds.append(got.kind)
+    assert all(k == MatchKind.AUXILIARY for k in kinds), kinds
+
+
+def test_an_opencode_title_request_and_a_qwen_memory_request_are_auxiliary(recorded, corpus):
+    path, lines = recorded
+    m, ids, _ = _matcher(path, "opencode-single", "opencode")
+    title = next(r for r in lines["opencode-single"] if r.exchange not in ids)
+    got = _feed(m, title.line)
+    assert got.kind == MatchKind.AUXILIARY and "not the main loop" in got.reason
+    m, ids, _ = _matcher(path, "qwen-single", "qwen-code")
+    memory = next(r for r in lines["qwen-single"] if "memory extraction" in orjson.dumps(r.line["body"]).decode())
+    assert _feed(m, memory.line).kind == MatchKind.AUXILIARY
+
+
+def test_a_request_sent_again_is_a_retry(recorded):
+    path, lines = recorded
+    m, ids, _ = _matcher(path, "codex-single", "codex")
+    first = next(r for r in lines["codex-single"] if r.exchange == ids[0])
+    assert _feed(m, first.line).kind == MatchKind.MAIN
+    m.answered_up_to(1)
+    again = _feed(m, first.line)
+    assert (again.kind, again.request) == (MatchKind.RETRY, 1)
+
+
+def test_a_changed_action_is_a_divergence_naming_where_and_what(recorded):
+    path, lines = recorded
+    m, ids, _ = _matcher(path, "opencode-parallel", "opencode")
+    second = copy.deepcopy(next(r for r in lines["opencode-parallel"] if r.exchange == ids[1]).line)
+    messages = second["body"]["messages"]
+    i = next(i for i, msg in enumerate(messages) if msg["role"] == "assistant")
+    messages[i]["tool_calls"][1]["function"]["arguments"] = '{"command":"rm -rf /"}'
+    got = _feed(m, second)
+    assert got.kind == MatchKind.DIVERGED and got.request == 2
+    d = got.divergence
+    assert (d.message, d.part) == (i - 1, 1)  # message index after the system prompt; the second call
+    assert "rm -rf" in d.got and "rm -rf" not in d.expected and d.nearest == ids[1]
+    assert "tool call 2 of served action A_1 was changed" in d.sentence()
+
+
+def test_another_task_and_a_removed_tool_are_divergences(recorded):
+    path, lines = recorded
+    m, ids, t = _matcher(path, "codex-single", "codex")
+    first = copy.deepcopy(next(r for r in lines["codex-single"] if r.exchange == ids[0]).line)
+    for item in first["body"]["input"]:
+        for part in item.get("content") or []:
+            if isinstance(part, dict) and part.get("text") == t.task:
+                part["text"] = "Something else entirely."
+    got = _feed(m, first)
+    assert got.kind == MatchKind.DIVERGED and got.divergence.reason == "the task is not in the request"
+    m, ids, t = _matcher(path, "codex-single", "codex")
+    first = copy.deepcopy(next(r for r in lines["codex-single"] if r.exchange == ids[0]).line)
+    first["body"]["tools"] = [tool for tool in first["body"]["tools"] if tool.get("name") != "exec_command"]
+    got = _feed(m, first)
+    assert got.kind == MatchKind.DIVERGED and "no longer offers: exec_command" in got.divergence.reason
+
+
+def test_volatile_context_is_no_difference_and_other_changes_are_listed_once(recorded):
+    path, lines = recorded
+    m, ids, _ = _matcher(path, "gemini-parallel", "gemini-cli")
+    first = copy.deepcopy(next(r for r in lines["gemini-parallel"] if r.exchange == ids[0]).line)
+    part = first["body"]["contents"][0]["parts"][0]
+    part["text"] = part["text"].replace("2026", "2027")  # the date of another day
+    got = _feed(m, first)
+    assert got.kind == MatchKind.MAIN and got.differences == []
+    first["body"]["systemInstruction"]["parts"][0]["text"] += "\nAn extra rule."
+    first["body"]["tools"][0]["functionDeclarations"].append({"name": "new_tool", "description": "x", "parameters": {"type": "object"}})
+    got = _feed(m, first)
+    assert got.kind == MatchKind.MAIN
+    assert sorted(d.part for d in got.differences) == ["system", "tools"]
+    assert "added ['new_tool']" in next(d.detail for d in got.differences if d.part == "tools")
+    assert _feed(m, first).differences == []  # listed once
+
+
+def test_a_body_that_does_not_parse_and_other_paths_are_auxiliary(recorded):
+    path, _ = recorded
+    m, _, _ = _matcher(path, "codex-single", "codex")
+    assert m.match("POST", "/v1/responses", "", b"{not json").kind == MatchKind.AUXILIARY
+    assert m.match("GET", "/v1/models", "", b"").kind == MatchKind.AUXILIARY
+    assert m.match("HEAD", "/", "", b"").kind == MatchKind.AUXILIARY
