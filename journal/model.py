@@ -15,6 +15,7 @@ This module imports nothing of pvisor's and nothing outside the standard library
 
 from __future__ import annotations
 
+import enum
 import functools
 import hashlib
 import hmac
@@ -47,6 +48,16 @@ OUTCOMES: tuple[str, ...] = (
 )
 
 ExchangeRole = Literal["main", "auxiliary"]
+
+
+class RunMode(str, enum.Enum):
+    """How a run came to be (``runs.mode``)."""
+
+    CAPTURE = "capture"  #: recorded through the gateway (``pvisor run``, ``pvisor gateway``)
+    IMPORT = "import"  #: read from elsewhere into the journal
+    PREPARE_ONLY = "prepare-only"
+    REPLAY_ONLY = "replay-only"  #: derived by replay: recorded actions served, tools re-run
+    CONTINUATION = "continuation"  #: derived by replay, then the live model
 MessageRole = Literal["system", "developer", "user", "assistant", "tool"]
 
 # --------------------------------------------------------------------------- runs and exchanges

@@ -95,7 +95,13 @@ class RunRequest:
     profile's executable up on PATH); ``upstream`` base URL or ``script`` path (neither: the
     public API); ``workspace`` (None: the current directory, or the resumed run's);
     ``timeout`` seconds; ``resume`` run id; ``allow_unsupported``; ``use_home``; ``port`` of
-    the gateway (0: a free one); ``model`` (None: the profile's choice).
+    the gateway (0: a free one); ``model`` (None: the profile's choice). A run under a
+    responder (replay's playback) gives ``responder``, a factory called with the
+    :class:`RunSetup` once the run id is known (the gateway then forwards nothing and the agent
+    gets a dummy key), ``mode``, ``parent_run`` and ``boundary_step`` (the derived run's
+    lineage), ``labels`` (more run labels), ``upstream_label`` (what ``labels.upstream`` names)
+    and ``end_grace``: seconds the agent may still run once the responder's ``ended`` is set,
+    before it is stopped.
     """
 
     agent: str
@@ -111,6 +117,29 @@ class RunRequest:
     use_home: bool = False
     port: int = 0
     model: str | None = None
+    responder: "ResponderFactory | None" = None
+    mode: str = "capture"
+    parent_run: str | None = None
+    boundary_step: int | None = None
+    labels: dict[str, str] = field(default_factory=dict)
+    upstream_label: str | None = None
+    end_grace: float = 30.0
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What a responder factory learns before the agent starts: the new ``run`` id, its
+    ``run_dir``, the agent's private ``home`` (None with ``--use-home``) and ``workspace``."""
+
+    run: str
+    run_dir: Path
+    home: Path | None
+    workspace: Path
+
+
+#: ``factory(setup) -> responder``: the answer source of a run under a responder (playback);
+#: the responder may have an ``ended`` asyncio.Event, set once the agent was told to end
+ResponderFactory = Callable[[RunSetup], Any]
 
 
 @dataclass
@@ -153,6 +182,7 @@ class RunReport:
     steps_error: str | None = None
     stray_processes_killed: int = 0
     interrupt_signal: str | None = None
+    stopped_after_end: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (docs/cli.md)."""
@@ -167,6 +197,7 @@ class RunReport:
             "interrupted": self.interrupted,
             "interrupt_signal": self.interrupt_signal,
             "stray_processes_killed": self.stray_processes_killed,
+            "stopped_after_end": self.stopped_after_end,
             "steps": self.steps,
             "tool_calls_per_step": self.tool_calls_per_step,
             "exchanges": self.exchanges,
@@ -521,6 +552,8 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     profile = get_profile(req.agent)
     if req.upstream and req.script:
         raise UsageError("give --upstream URL or --script FILE, not both")
+    if req.responder is not None and (req.upstream or req.script or req.resume):
+        raise UsageError("a run under a responder takes no --upstream, --script or --resume")
     if req.upstream:
         from pvisor.gateway.routing import check_upstream_url
 
@@ -542,7 +575,7 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     if not workspace.is_dir():
         raise UsageError(f"workspace {workspace} is not a directory")
     model = req.model or (resume.run.labels.get("model") if resume else None)
-    if req.script:
+    if req.script or req.responder is not None:
         model = model or profile.script_model
     elif profile.needs_model and not model:
         raise UsageError(f"{profile.title} needs a model name with --upstream or the public API: give --model NAME")
@@ -581,7 +614,13 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
     become_subreaper()
     try:
         responder = None
-        if script is not None:
+        if req.responder is not None:
+            # replay's playback answers in the gateway; nothing is forwarded, no key is needed
+            home = None if use_home else run_dir / "home"
+            responder = req.responder(RunSetup(run_id, run_dir, home, workspace))
+            config = GatewayConfig(host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0, offline=True)
+            upstream_label = req.upstream_label or "responder"
+        elif script is not None:
             # the scripted model answers in the gateway itself (served_by: scripted); nothing is forwarded
             responder = ScriptedResponder(ScriptedModel(script))
             config = GatewayConfig(host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0, offline=True)
@@ -600,7 +639,7 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
         journal = Journal.open(req.journal_path, finalize=finalize_response)
         gw.journal = journal
         return await _attempt(req, profile, exe, version, resume, run_id, run_dir, workspace, model, use_home, warn,
-                              attempt, url, upstream_label, gw, journal, stop)
+                              attempt, url, upstream_label, gw, journal, stop, responder)
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
@@ -612,7 +651,7 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
 
 async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: str | None, resume: _Resume | None, run_id: str,
                    run_dir: Path, workspace: Path, model: str | None, use_home: bool, warn: Warn, attempt: int, url: str,
-                   upstream_label: str, gw: Any, journal: Any, stop: _Stop) -> RunReport:
+                   upstream_label: str, gw: Any, journal: Any, stop: _Stop, responder: Any = None) -> RunReport:
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(run_dir, 0o700)
     home = None if use_home else run_dir / "home"
@@ -620,7 +659,7 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
         home.mkdir(exist_ok=True, mode=0o700)
     ctx = LaunchContext(
         executable=exe, base_url=f"{url}/run/{run_id}", run_dir=run_dir, home=home, workspace=workspace, attempt=attempt,
-        model=model, api_key=SCRIPT_API_KEY if req.script else None,
+        model=model, api_key=SCRIPT_API_KEY if req.script or responder is not None else None,
     )
     plan = profile.plan(ctx, req.task, session_id=resume.session_id if resume else None)
     _write_files(plan.files)
@@ -629,19 +668,22 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
     tmp = run_dir / "tmp"  # the agent's and its tools' temporary files stay with the run, not in a shared /tmp
     tmp.mkdir(exist_ok=True, mode=0o700)
     env.update(TMPDIR=str(tmp), TMP=str(tmp), TEMP=str(tmp))
-    labels = {"workspace": str(workspace), "run_dir": str(run_dir), "home": str(home) if home else "user", "upstream": upstream_label}
+    labels = {"workspace": str(workspace), "run_dir": str(run_dir), "home": str(home) if home else "user", "upstream": upstream_label,
+              "task": req.task, **req.labels}
     if model:
         labels["model"] = model
     if resume is None:
-        journal.create_run(Run(id=run_id, agent=profile.name, agent_version=version, argv=plan.argv, mode="capture", labels=labels))
+        journal.create_run(Run(id=run_id, agent=profile.name, agent_version=version, argv=plan.argv, mode=req.mode, labels=labels,
+                               parent_run=req.parent_run, boundary_step=req.boundary_step))
     stdout_path = run_dir / f"attempt-{attempt}.stdout"
     stderr_path = run_dir / f"attempt-{attempt}.stderr"
     journal.start_attempt(Attempt(run=run_id, n=attempt, labels={
         "argv": orjson.dumps(plan.argv).decode(), "agent_version": version or "", "stdout": str(stdout_path), "stderr": str(stderr_path)}))
     journal.flush(JOURNAL_WAIT_S)  # the run and attempt rows exist before the first exchange arrives
 
-    returncode, timed_out, interrupted, strays = await _launch(plan, env, workspace, stdout_path, stderr_path, req.timeout, run_id,
-                                                               attempt, journal, stop)
+    ended = getattr(responder, "ended", None)
+    returncode, timed_out, interrupted, strays, after_end = await _launch(plan, env, workspace, stdout_path, stderr_path, req.timeout,
+                                                                          run_id, attempt, journal, stop, ended, req.end_grace)
     await gw.drain(10.0)
 
     stdout = stdout_path.read_bytes() if stdout_path.exists() else b""
@@ -651,7 +693,7 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
         run=run_id, attempt=attempt, agent=profile.name, agent_version=version, exit_code=0, agent_exit_code=_exit_status(returncode),
         timed_out=timed_out, interrupted=interrupted, workspace=workspace, run_dir=run_dir, stdout=stdout_path, stderr=stderr_path,
         gateway=url, argv=plan.argv, session_id=session_id, native_path=native, stray_processes_killed=strays,
-        interrupt_signal=signal.Signals(stop.signum).name if interrupted and stop.signum else None,
+        interrupt_signal=signal.Signals(stop.signum).name if interrupted and stop.signum else None, stopped_after_end=after_end,
     )
     report.exit_code = stop.exit_code if interrupted else 124 if timed_out else (report.agent_exit_code or 0)
     if strays:
@@ -705,13 +747,16 @@ class _Stop:
 
 
 async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout_path: Path, stderr_path: Path, timeout: float,
-                  run_id: str, attempt: int, journal: Any, stop: _Stop) -> tuple[int | None, bool, bool, int]:
-    """Run the agent; returns (returncode, timed out, interrupted, stray processes ended). On
-    ``--timeout`` or a stop signal the agent's process group is stopped; then, as after a
-    normal exit, every process it left behind (:func:`end_strays`). A launch failure ends the
-    attempt in the journal and raises UnavailableError."""
+                  run_id: str, attempt: int, journal: Any, stop: _Stop, ended: asyncio.Event | None = None,
+                  end_grace: float = 30.0) -> tuple[int | None, bool, bool, int, bool]:
+    """Run the agent; returns (returncode, timed out, interrupted, stray processes ended,
+    stopped after the end). On ``--timeout`` or a stop signal the agent's process group is
+    stopped; so it is ``end_grace`` seconds after ``ended`` is set (the responder told it to
+    end, and it goes on); then, as after a normal exit, every process it left behind
+    (:func:`end_strays`). A launch failure ends the attempt in the journal and raises
+    UnavailableError."""
     if stop.event.is_set():  # a signal came while the gateway started: never start the agent
-        return None, False, True, 0
+        return None, False, True, 0, False
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -721,18 +766,28 @@ async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout
             raise UnavailableError(f"cannot start {plan.argv[0]}: {exc.strerror}") from None
     waiter = asyncio.ensure_future(proc.wait())
     stopper = asyncio.ensure_future(stop.event.wait())
-    done, _ = await asyncio.wait({waiter, stopper}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    ender = asyncio.ensure_future(_after(ended, end_grace)) if ended is not None else None
+    done, _ = await asyncio.wait({waiter, stopper} | ({ender} if ender else set()), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
     stopper.cancel()
-    timed_out = interrupted = False
+    if ender is not None:
+        ender.cancel()
+    timed_out = interrupted = after_end = False
     if waiter not in done:
         interrupted = stop.event.is_set()
-        timed_out = not interrupted
+        after_end = not interrupted and ender is not None and ender in done
+        timed_out = not interrupted and not after_end
         await _stop_group(proc, stop.hurry)
     await waiter
     # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
     strays = await end_strays(hurry=stop.hurry)
     _end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
-    return proc.returncode, timed_out, interrupted, strays
+    return proc.returncode, timed_out, interrupted, strays, after_end
+
+
+async def _after(event: asyncio.Event, grace: float) -> None:
+    """Return ``grace`` seconds after ``event`` is set."""
+    await event.wait()
+    await asyncio.sleep(grace)
 
 
 async def _native(profile: AgentProfile, ctx: LaunchContext, plan: LaunchPlan, session_id: str | None, env: dict[str, str],
