@@ -856,8 +856,9 @@ class OnlineMatcher:
     applied), the ``task`` (None: not checked) and ``recorded`` main-loop conversations (request
     k's, when the source has them; index 0 at least gives the system prompt, tools and context
     of the run). ``descriptor`` gives the agent's volatile context; ``rewrite`` maps recorded
-    paths (workspace, home) to the new ones in texts; ``nearest`` names recorded request k for
-    messages. Rules (docs/replay.md "Matching"):
+    paths (workspace, home) to the new ones in texts; ``mask`` masks what else is volatile in a
+    text once rewritten (paths below the new private home, whose names hold the workspace's);
+    ``nearest`` names recorded request k for messages. Rules (docs/replay.md "Matching"):
 
     - not a POST to a model-API path, a token count, or a body that does not parse: auxiliary;
     - a main-loop candidate has the recording's tool names, or its system prompt modulo
@@ -875,7 +876,8 @@ class OnlineMatcher:
     """
 
     def __init__(self, protocol: str, served: list[Action], *, task: str | None, recorded: list[Conversation],
-                 descriptor: Any, rewrite: Callable[[str], str] | None = None, nearest: Callable[[int], str | None] | None = None):
+                 descriptor: Any, rewrite: Callable[[str], str] | None = None, nearest: Callable[[int], str | None] | None = None,
+                 mask: Callable[[str], str] | None = None):
         self.protocol = protocol
         self.mod = get_protocol(protocol)
         self.served: dict[int, Action] = {i + 1: a for i, a in enumerate(served)}
@@ -883,19 +885,24 @@ class OnlineMatcher:
         self.recorded = recorded
         self.descriptor = descriptor
         self.rewrite = rewrite or (lambda s: s)
+        self.mask = mask or (lambda s: s)
         self.nearest = nearest or (lambda k: None)
         self.answered = 0
         self._reported: set[tuple[str, str]] = set()
         first = recorded[0] if recorded else None
         self._tools = {t.name for t in first.tools} if first is not None else set()
-        self._system = self._masked(first.system) if first is not None else None
+        self._system = self._masked(first.system) if first is not None and first.system is not None else None
+        # a recording without tool definitions (a native file that stores none) learns them from
+        # the first request that offers every tool the served actions call and carries the task
+        self._learn = not self._tools
+        self._called = {c.name for a in served for c in a.tool_calls if c.kind != "server"}
         self._said = {k: said(self.mod, [action_message(a)]) for k, a in self.served.items()}
 
     def _masked(self, text: str | None, recorded: bool = True) -> str:
         text = text or ""
         if recorded:
             text = self.rewrite(text)
-        return self.descriptor.mask_volatile(text)
+        return self.descriptor.mask_volatile(self.mask(text))
 
     def serve(self, k: int, action: Action) -> None:
         """Playback served ``action`` at main-loop request ``k`` (beyond the recording)."""
@@ -917,6 +924,13 @@ class OnlineMatcher:
             return OnlineMatch(MatchKind.AUXILIARY, reason=f"the body does not read as a request: {exc.message}")
         stream = self.mod.wants_stream(path, query, body)
         names = {t.name for t in conv.tools}
+        if self._learn:
+            if not (self._called <= names and names and self._check_task(conv, 1) is None):
+                return OnlineMatch(MatchKind.AUXILIARY, conversation=conv, stream=stream,
+                                   reason="not the main loop: it does not offer the tools the recorded actions call, or lacks the task")
+            self._learn = False
+            self._tools = names
+            self._system = self._masked(conv.system, recorded=False)
         same_system = self._system is not None and self._masked(conv.system, recorded=False) == self._system
         union = names | self._tools
         close_tools = bool(union) and len(names & self._tools) / len(union) >= 0.8
@@ -958,9 +972,12 @@ class OnlineMatcher:
         if not self.task:
             return None
         texts = _user_texts(conv.messages)
-        if any(self.task in t for t in texts) or _collapse(self.task) in _collapse(" ".join(texts)):
+        # as given, with its white space collapsed, or JSON-escaped (OpenCode quotes the prompt)
+        escaped = json.dumps(self.task, ensure_ascii=False)[1:-1]
+        if any(self.task in t or escaped in t for t in texts) or _collapse(self.task) in _collapse(" ".join(texts)):
             return None
-        return Divergence(k, 0, None, _short(self.task), _short(" ".join(texts)) if texts else "no user text",
+        # the agent's own context comes first: the last text is where its prompt stands
+        return Divergence(k, 0, None, _short(self.task), _short(texts[-1]) if texts else "no user text",
                           "the task is not in the request", self.nearest(k))
 
     def _check_tools(self, names: set[str], k: int) -> Divergence | None:

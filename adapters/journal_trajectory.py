@@ -16,7 +16,9 @@ The main chain of the run (:mod:`pvisor.adapters.chains`) gives the main-loop re
   message, text an agent adds beside the results) goes to ``messages``, grouped per message.
   Content is taken from the parsed request, never from the normalised form: normalisation only
   decides what compares equal.
-- The last step's observation is empty (no request N+1).
+- The last step's observation is empty (no request N+1), unless request N+1 is playback's
+  synthetic final reply (flag ``synthetic_end``, :data:`SYNTHETIC_END`): such a request gives
+  O_N and its reply is never a step (``meta["synthetic_end"]`` lists them).
 
 Step flags (``Step.flags``), each also explained in ``Trajectory.meta["steps"]``:
 
@@ -74,6 +76,9 @@ from pvisor.journal.model import (
     Trajectory,
 )
 from pvisor.journal.reader import JournalReader
+
+#: the exchange flag of playback's synthetic final reply (pvisor.replay.playback)
+SYNTHETIC_END = "synthetic_end"
 
 #: schema name of :func:`trajectory_to_json`'s document
 STEPS_SCHEMA = "pvisor.steps/v1"
@@ -277,7 +282,13 @@ def build_trajectory(reader: JournalReader, classification: Classification) -> T
     traj.task, meta["task_context"] = _task(first)
     meta["protocol"] = first.protocol
     assert c.main is not None
-    for i, (slot, req) in enumerate(zip(c.main.slots, main)):
+    # playback's synthetic final reply (request N+1 of a replay) is never a step: its request
+    # still gives O_N
+    steps = len(main)
+    while steps > 0 and SYNTHETIC_END in main[steps - 1].exchange.flags:
+        steps -= 1
+    meta["synthetic_end"] = [q.id for q in main[steps:]]
+    for i, (slot, req) in enumerate(zip(c.main.slots[:steps], main[:steps])):
         if i + 1 < len(main):
             req = _carried(reader, slot, req, main[i + 1])
         reply = _read_reply(reader, req)

@@ -330,15 +330,47 @@ class ScriptedModel:
         return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(final)], delay, kind)
 
     def _local(self, method: str, path: str) -> Reply:
-        if path.rstrip("/").endswith("/models") and method == "GET":
-            m = self.script.model
-            listing = {"object": "list", "data": [{"id": m, "object": "model", "created": 0, "owned_by": "pvisor", "type": "model", "display_name": m}],
-                       "models": [{"name": f"models/{m}", "displayName": m}]}
-            return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(listing)], kind="local")
-        if path == "/" and method in ("GET", "HEAD"):
-            return Reply(200, {"Content-Type": "text/plain"}, [b"pvisor scripted model\n"], kind="local")
-        return Reply(404, {"Content-Type": "application/json"},
-                     [orjson.dumps({"error": {"type": "not_found", "message": f"the scripted model does not serve {method} {path}"}})], kind="local")
+        return local_reply(method, path, self.script.model)
+
+
+def local_reply(method: str, path: str, model: str) -> Reply:
+    """The answer to a request no protocol owns: a model listing for ``GET .../models``, a
+    plain 200 for ``GET /`` and ``HEAD /`` (reachability probes), else 404."""
+    if path.rstrip("/").endswith("/models") and method == "GET":
+        listing = {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "pvisor", "type": "model", "display_name": model}],
+                   "models": [{"name": f"models/{model}", "displayName": model}]}
+        return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(listing)], kind="local")
+    if path == "/" and method in ("GET", "HEAD"):
+        return Reply(200, {"Content-Type": "text/plain"}, [b"pvisor scripted model\n"], kind="local")
+    return Reply(404, {"Content-Type": "application/json"},
+                 [orjson.dumps({"error": {"type": "not_found", "message": f"the scripted model does not serve {method} {path}"}})], kind="local")
+
+
+def render_reply(mod: Any, action: Action, *, model: str, stream: bool, seed: int, chunk_events: int = 1) -> Reply:
+    """``action`` as the 200 reply of protocol module ``mod``: an event stream (``chunk_events``
+    events per chunk) when ``stream``, else one JSON body. Ids come from ``IdSource(seed)``:
+    the same action and seed give the same bytes."""
+    final = mod.action_to_response(action, model=model, ids=IdSource(seed))
+    if stream:
+        return Reply(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, _split_events(mod.render_stream(final), chunk_events))
+    return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(final)])
+
+
+def minimal_reply(method: str, path: str, query: str, body: bytes, *, text: str = "OK", model: str = "mock-model", seed: int = 0) -> Reply:
+    """A minimal valid answer to any request: a token count for token-count paths, a reply of
+    ``text`` (no tool call) in the protocol of a model-API path (streamed when asked), else
+    :func:`local_reply`. Raises BadInputError for a model-API body that does not parse."""
+    mod = protocol_for_path(path)
+    if mod is None:
+        return local_reply(method, path, model)
+    if mod.counts_tokens(path):
+        key = "totalTokens" if path.endswith(":countTokens") else "input_tokens"
+        return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps({key: max(1, len(body) // 4)})], kind="local")
+    obj = loads_object(body) if body else {}
+    conv = mod.parse_request(obj, path=path, query=query)
+    reply = render_reply(mod, Action(text=text), model=conv.model or model, stream=mod.wants_stream(path, query, obj), seed=seed)
+    reply.kind = "aux"
+    return reply
 
 
 def _split_events(data: bytes, per_chunk: int) -> list[bytes]:

@@ -27,7 +27,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("pvisor.commands.env:env", "Print what points your own agent session at a running gateway."),
     "adapters": ("pvisor.commands.trajectory:adapters", "List the native trajectory adapters and their format profiles."),
     "trajectory": ("pvisor.commands.trajectory:trajectory", "Read an agent's native trajectory file as steps; export ATIF."),
-    "replay": ("pvisor.commands.replay:replay", "Rebuild the request that ends at step N's observation (--prepare-only)."),
+    "replay": ("pvisor.commands.replay:replay", "Rebuild the request that ends at step N's observation; re-run the agent to step N (--replay-only)."),
 }
 
 EXAMPLES = """

@@ -24,6 +24,15 @@ ERROR_CODES: dict[str, str] = {
     "journal_unavailable": "the journal cannot be opened read-only or stays locked past the busy timeout (exit 69)",
     "workspace_changed": "the workspace digest differs after preparing (prepare-only never writes it; exit 1)",
     "output_error": "an output file cannot be written (exit 74)",
+    "attempt_not_replayable": "a step up to N came from a later attempt (a native resume): playback replays attempt 1 only (exit 65)",
+    "no_task": "the source holds no task and --task was not given (exit 65)",
+    "no_launch_profile": "pvisor cannot start this agent (OpenHands, SWE-agent): replay-only needs a launch profile (exit 2)",
+    "workspace_refused": "--workspace is missing, or is (or holds, or lies in) the recorded run's own workspace (exit 2)",
+    "agent_unavailable": "the agent's executable is missing, cannot run, or reports a version outside its profile (exit 69)",
+    "diverged": "the agent's request did not carry what playback served (the task, an action, a tool it calls): see divergence (exit 1)",
+    "agent_ended_early": "the agent exited before it sent request N+1 (exit 1)",
+    "agent_timeout": "the agent did not reach request N+1 within --timeout (exit 124)",
+    "interrupted": "a stop signal ended the replay (exit 128 + the signal: 130 for Ctrl-C)",
 }
 
 
@@ -53,6 +62,16 @@ class ReplayWorkspaceChanged(PvisorError):
 
     def __init__(self, message: str):
         super().__init__(f"workspace_changed: {message}")
+        self.detail = message
+
+
+class ReplayFailed(PvisorError):
+    """A replay that ran but did not succeed (``diverged``, ``agent_ended_early``,
+    ``agent_timeout``, ``interrupted``): ``code`` and the exit code of :data:`ERROR_CODES`."""
+
+    def __init__(self, code: str, message: str, exit_code: int = 1):
+        super().__init__(message, exit_code=exit_code)
+        self.code = code
         self.detail = message
 
 

@@ -246,7 +246,7 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
         steps=traj.steps,
     )
     seen.append(source)
-    check_boundary(after_step, len(main), f"run {run.id}")
+    check_boundary(after_step, len(traj.steps), f"run {run.id}")
     recorded = main[0].protocol
     if protocol is not None and protocol != recorded:
         raise ReplayUsageError("protocol_not_spoken", f"--protocol {protocol}: run {run.id} was recorded in {recorded}")

@@ -247,9 +247,22 @@ def check_output(output: Path, workspace: Path | None, force: bool) -> Path:
     if out.exists():
         if not out.is_dir():
             raise ReplayUsageError("output_refused", f"--output {output} exists and is not a directory")
-        if not force and any(out.iterdir()):
+        if not force and any(out.iterdir()) and not failed_before(out):
             raise ReplayUsageError("output_refused", f"--output {output} is not empty; give --force to write into it")
     return out
+
+
+def failed_before(out: Path) -> bool:
+    """Whether ``out`` holds only what a replay that did not succeed left (its files, a
+    ``result.json`` whose status is not ``ok``): a failed replay never blocks its retry."""
+    try:
+        names = {p.name for p in out.iterdir()}
+        if RESULT_FILE not in names or not names <= set(OUTPUT_FILES):
+            return False
+        status = orjson.loads((out / RESULT_FILE).read_bytes()).get("status")
+    except (OSError, orjson.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(status, str) and status != "ok"
 
 
 def _same_file(a: Path, b: Path) -> bool:
@@ -399,21 +412,26 @@ def _check_options(opts: PrepareOptions) -> None:
 
 
 def _base_result(opts: PrepareOptions) -> dict[str, Any]:
+    return base_result("prepare-only", opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step)
+
+
+def base_result(mode: str, agent: str, trajectory: Path | None, journal: Path | None, run: str | None, after_step: int) -> dict[str, Any]:
+    """A result document with nothing done yet (``status: failed``), for ``mode``."""
     return {
         "schema": RESULT_SCHEMA,
-        "mode": "prepare-only",
+        "mode": mode,
         "status": "failed",
-        "agent": opts.agent,
+        "agent": agent,
         "profile": None,
         "agent_version": None,
         "source": {
-            "kind": "native" if opts.trajectory is not None else "journal",
-            "path": show_path(opts.trajectory if opts.trajectory is not None else opts.journal),
+            "kind": "native" if trajectory is not None else "journal",
+            "path": show_path(trajectory if trajectory is not None else journal),
             "sha256": None,
-            "run": opts.run,
+            "run": run,
             "session": None,
         },
-        "boundary": {"after_step": opts.after_step, "steps_total": None, "next_action_excluded": True},
+        "boundary": {"after_step": after_step, "steps_total": None, "next_action_excluded": True},
         "prefix": None,
         "tool_calls": [],
         "replayed_tool_calls": 0,
@@ -539,10 +557,19 @@ def _fill_source(result: dict[str, Any], source: Source | None) -> None:
 
 def _fill(result: dict[str, Any], opts: PrepareOptions, prefix: Prefix, source: Source, out: Path) -> None:
     _fill_source(result, source)
-    desc = describe_prefix(prefix.protocol, prefix.body, prefix.request["path"], prefix.request["query"], opts.after_step)
+    result["prefix"] = prefix_record(prefix.protocol, prefix.body, prefix.request, out, opts.after_step, prefix.rendered, prefix.exchange,
+                                     prefix.origin)
+    result["tool_calls"] = tool_call_records(source.steps, opts.after_step)
+    result["warnings"] = [{"code": c, "message": m} for c, m in [*source.notes, *prefix.notes]]
+
+
+def prefix_record(protocol: str, body: bytes, request: dict[str, Any], out: Path, after_step: int, rendered: bool,
+                  exchange: str | None, origin: dict[str, str]) -> dict[str, Any]:
+    """The result's ``prefix`` object for ``body`` written to ``out``/prefix.json."""
+    desc = describe_prefix(protocol, body, request["path"], request["query"], after_step)
     breakpoints = None
-    if prefix.protocol == "anthropic":
-        obj = orjson.loads(prefix.body)
+    if protocol == "anthropic":
+        obj = orjson.loads(body)
         breakpoints = sum(
             1
             for part in (obj.get("system"), obj.get("tools"), *[m.get("content") for m in obj.get("messages") or [] if isinstance(m, dict)])
@@ -550,22 +577,20 @@ def _fill(result: dict[str, Any], opts: PrepareOptions, prefix: Prefix, source: 
             for b in part
             if isinstance(b, dict) and "cache_control" in b
         )
-    result["prefix"] = {
-        "protocol": prefix.protocol,
+    return {
+        "protocol": protocol,
         "path": show_path(out / PREFIX_FILE),
         "request_path": show_path(out / REQUEST_FILE),
-        "sha256": sha256_hex(prefix.body),
-        "bytes": len(prefix.body),
+        "sha256": sha256_hex(body),
+        "bytes": len(body),
         "message_count": desc["message_count"],
         "ends_with": desc["ends_with"],
         "system_present": desc["system_present"],
         "tools_present": desc["tools_present"],
         "model": desc["model"],
         "stream": desc["stream"],
-        "rendered": prefix.rendered,
-        "exchange": prefix.exchange,
-        "origin": prefix.origin,
+        "rendered": rendered,
+        "exchange": exchange,
+        "origin": origin,
         "cache_breakpoints": breakpoints,
     }
-    result["tool_calls"] = tool_call_records(source.steps, opts.after_step)
-    result["warnings"] = [{"code": c, "message": m} for c, m in [*source.notes, *prefix.notes]]

@@ -53,6 +53,9 @@ AGENTS: dict[str, AgentSpec] = {
 #: the shell commands the scripted model asks for: step 1 alone, steps 2's two in parallel
 COMMANDS = ["echo alpha > a.txt && cat a.txt", "echo beta > b.txt && cat b.txt", "echo gamma > c.txt && cat c.txt"]
 OUTPUTS = ["alpha", "beta", "gamma"]
+#: a call whose output changes from run to run (the time in nanoseconds), third in step 2's batch:
+#: a replay re-runs it and must flag its observation unequal
+TIMED = "sleep 0.2 && date +%s%N"
 FILES = {"a.txt": "alpha\n", "b.txt": "beta\n", "c.txt": "gamma\n"}
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 TASK = "Write a.txt, b.txt and c.txt."
@@ -62,8 +65,9 @@ RESUMED_TEXT = "Nothing else: the files are there."
 
 
 def script_for(agent: str) -> dict[str, Any]:
-    """The scripted model's turns: one shell call, two parallel ones, then the end (text;
-    mini-swe-agent's submit command), then the answer to a resumed session's next prompt."""
+    """The scripted model's turns: one shell call, three parallel ones (two that write files and
+    :data:`TIMED`), then the end (text; mini-swe-agent's submit command), then the answer to a
+    resumed session's next prompt."""
     end: dict[str, Any] = {"text": FINAL_TEXT}
     if agent == "mini-swe-agent":  # it loops on a reply without a tool call
         end["tool_calls"] = [{"tool": "@shell", "command": SUBMIT}]
@@ -72,7 +76,7 @@ def script_for(agent: str) -> dict[str, Any]:
         "seed": 7,
         "turns": [
             {"text": "First a file.", "tool_calls": [{"tool": "@shell", "command": COMMANDS[0]}]},
-            {"text": "Now two at once.", "tool_calls": [{"tool": "@shell", "command": c} for c in COMMANDS[1:]]},
+            {"text": "Now three at once.", "tool_calls": [{"tool": "@shell", "command": c} for c in [*COMMANDS[1:], TIMED]]},
             end,
             {"text": RESUMED_TEXT},
         ],

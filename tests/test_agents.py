@@ -3,8 +3,9 @@
 journal: one capture per agent per test session, reused by every test, and one native resume
 each for the agents that have one. Agents run one at a time; nothing is mocked.
 
-The scripted model asks for a shell command that writes a file, then for two parallel shell
-commands (one batch), then ends (text; mini-swe-agent: its submit command)."""
+The scripted model asks for a shell command that writes a file, then for three parallel shell
+commands (one batch: two write files, one prints the time), then ends (text; mini-swe-agent: its
+submit command)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import (
-    AGENTS, COMMANDS, FILES, FINAL_TEXT, OUTPUTS, RESUME_TASK, RESUMED_TEXT, SCRIPT_KEY, SUBMIT, TASK, entrypoint, holds_output,
+    AGENTS, COMMANDS, FILES, FINAL_TEXT, OUTPUTS, RESUME_TASK, RESUMED_TEXT, SCRIPT_KEY, SUBMIT, TASK, TIMED, entrypoint, holds_output,
     pvisor, reported_tool_calls, text_of, tree, user_env,
 )
 from agent_captures import _run  # the captured/resumed fixtures come from conftest.py
@@ -52,7 +53,7 @@ def test_journal_holds_three_main_loop_steps_and_the_expected_auxiliary_exchange
     cap = captured(agent)
     spec = AGENTS[agent]
     rep = cap.report
-    calls_per_step = [1, 2, 1] if agent == "mini-swe-agent" else [1, 2, 0]
+    calls_per_step = [1, 3, 1] if agent == "mini-swe-agent" else [1, 3, 0]
     assert rep["steps"] == 3 and rep["tool_calls_per_step"] == calls_per_step, rep
     assert rep["auxiliary_exchanges"] == spec.auxiliary and rep["main_exchanges"] == 3, rep
     with JournalReader(cap.journal) as r:
@@ -75,7 +76,7 @@ def test_journal_holds_three_main_loop_steps_and_the_expected_auxiliary_exchange
         traj = trajectory_from_journal(r, run.id)
     assert len(traj.steps) == 3
     assert [len(s.action.tool_calls) for s in traj.steps] == calls_per_step
-    assert len(traj.steps[1].action.tool_calls) == 2  # one batch of two parallel calls
+    assert len(traj.steps[1].action.tool_calls) == 3  # one batch of three parallel calls
     assert [s.n for s in traj.steps] == [1, 2, 3]
     assert traj.task is not None and TASK in traj.task
     assert FINAL_TEXT in traj.steps[2].action.text
@@ -90,13 +91,13 @@ def test_tool_calls_and_results_match_the_script_and_the_agents_own_report(captu
         traj = trajectory_from_journal(r, cap.run)
     calls = [c for s in traj.steps for c in s.action.tool_calls]
     results = [res for s in traj.steps for res in s.observation.results]
-    expected_commands = COMMANDS + ([SUBMIT] if agent == "mini-swe-agent" else [])
+    expected_commands = COMMANDS + [TIMED] + ([SUBMIT] if agent == "mini-swe-agent" else [])
     # arguments equal the script's once parsed: exactly the shell tool's command argument
     assert [c.arguments for c in calls] == [{arg: cmd} for cmd in expected_commands]
     assert all(json.loads(c.arguments_raw) == c.arguments for c in calls)
     assert all(c.id for c in calls) or agent == "gemini-cli"  # Gemini replies carry no call ids
     # the observations hold the commands' output (mini-swe-agent never sends its submit's result)
-    assert len(results) == 3, [text_of(x.content) for x in results]
+    assert len(results) == 4, [text_of(x.content) for x in results]
     for res, out in zip(results, OUTPUTS):
         assert holds_output(agent, text_of(res.content), out), (out, res.content)
     # ... and agree with what the agent itself printed (JSON stdout; mini-swe-agent's -o file)
@@ -106,7 +107,7 @@ def test_tool_calls_and_results_match_the_script_and_the_agents_own_report(captu
     # matched by command, not by position: agents report parallel calls in completion order
     for i, expected in enumerate(expected_commands):
         [(command, output)] = [(c, o) for c, o in reported if expected in c]  # Codex reports `/bin/bash -lc '<cmd>'`
-        if i < len(results):
+        if i < len(OUTPUTS):
             assert holds_output(agent, output, OUTPUTS[i]), (command, output)
             assert output.strip() in text_of(results[i].content), (output, results[i].content)
 

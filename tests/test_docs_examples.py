@@ -146,6 +146,32 @@ def test_agents_offline_example_runs_the_real_claude_code(tmp_path: Path):
     assert "steps captured: 2 (tool calls per step: 1, 0)" in proc.stdout, proc.stdout
 
 
+def test_replay_only_example_runs_the_real_claude_code(tmp_path: Path):
+    """docs/replay.md "Try it offline": record with the scripted model, replay to step 2 from the
+    journal and to step 1 from the native file, as written, with the pinned Claude Code first on
+    PATH; the line the doc quotes is what the replay prints."""
+    import json
+
+    from agent_helpers import entrypoint
+
+    [script] = _blocks(DOCS / "replay.md", "json")
+    (tmp_path / "turns.json").write_text(script)
+    claude = entrypoint("claude-code")
+    env = {**os.environ, "PATH": os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
+           "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"), "HOME": str(tmp_path / "home")}
+    commands = _console_commands(DOCS / "replay.md")
+    assert len(commands) == 5
+    proc = subprocess.run(["bash", "-ec", "\n".join(commands)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "ws2" / "hello.txt").read_text() == "hello\n" and (tmp_path / "ws3" / "hello.txt").read_text() == "hello\n"
+    assert re.search(r"replayed claude-code to step 2 of 3 as run r-[0-9a-f]+: 2 tool call\(s\) re-run, 1 of 2 observation\(s\) equal "
+                     r"once normalised; prefix \S*out/prefix.json \(\d+ bytes, ending with the observation\); the agent ended by "
+                     r"synthetic_end", proc.stdout), proc.stdout
+    for out in ("out", "out-native"):
+        assert json.loads((tmp_path / out / "result.json").read_text())["status"] == "ok"
+
+
 def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):
     """The README's `trajectory` and `replay` examples, run from a copy of the paths they name
     (tests/corpus/native/...), each with exit 0, writing what they say."""

@@ -41,6 +41,22 @@ def test_layers_hold(tmp_path: Path):
     assert "1 kept, 0 broken" in proc.stdout
 
 
+def test_every_module_is_in_a_layer():
+    """Each module of the installed package belongs to a layer of the import-linter contract,
+    so that the direction of every import is checked."""
+    import pkgutil
+    import re
+
+    text = (REPO / "pyproject.toml").read_text()
+    block = text[text.index("layers = ["):]
+    block = block[: block.index("]")]
+    roots = {name.strip() for entry in re.findall(r'"([^"]+)"', block) for name in entry.split("|")}
+    assert roots
+    modules = [m.name for m in pkgutil.walk_packages(pvisor.__path__, "pvisor.")]
+    outside = [m for m in modules if not any(m == r or m.startswith(r + ".") for r in roots)]
+    assert outside == [], f"modules in no layer: {outside}"
+
+
 def _imports_of(package_dir: Path) -> set[str]:
     import ast
 

@@ -52,6 +52,8 @@ class ClaudeCode(AgentProfile):
     key_env = "ANTHROPIC_API_KEY"
     volatile_context = ("the <env> block of the system prompt (working directory, platform, date) and its git status",)
     volatile_patterns = (rx(r"<env>[\s\S]*?</env>"), rx(r"gitStatus:[\s\S]*?(?=\n\n|$)"), ISO_DATE)
+    # the last tool result of a request carries a reminder the native file does not hold
+    output_decorations = ((rx(r"\s*<system-reminder>[\s\S]*?</system-reminder>\s*"), ""),)
     path_arguments = {"Read": ("file_path",), "Write": ("file_path",), "Edit": ("file_path",), "MultiEdit": ("file_path",),
                       "NotebookEdit": ("notebook_path",), "Glob": ("path",), "Grep": ("path",)}
     # these send requests to Bedrock or Vertex around the gateway, or move the config dir;

@@ -151,6 +151,17 @@ class AgentDescriptor:
 
     # ------------------------------------------------------------------ playback
 
+    def reply_action(self, protocol: str, action: Action) -> Action:
+        """A_i of its native file as the model sent it, for playback to serve (the file may
+        hold what the agent made of the reply, such as its own call ids)."""
+        return action
+
+    def task_from_trajectory(self, task: str | None, meta: dict[str, Any]) -> str | None:
+        """The task as the agent was given it, from its native trajectory's first user text
+        ``task`` and ``meta`` (an agent that renders the task into a template stores the
+        rendered text)."""
+        return task
+
     def task_from_argv(self, argv: list[str]) -> str | None:
         """The task of a run ``pvisor run`` started, from the recorded command line (for runs
         recorded before the task became a run label), or None."""

@@ -122,6 +122,14 @@ class GeminiCli(AgentProfile):
     def task_from_argv(self, argv: list[str]) -> str | None:
         return attached_value(argv, "--prompt")
 
+    def reply_action(self, protocol: str, action: Action) -> Action:
+        """The model sends function calls without ids; the ids of its file are its own."""
+        if protocol != "gemini" or not any(c.id for c in action.tool_calls):
+            return action
+        calls = [ToolCall(None, c.name, c.arguments_raw, c.arguments, c.kind, None) for c in action.tool_calls]
+        return Action(text=action.text, reasoning=list(action.reasoning), tool_calls=calls, usage=action.usage,
+                      stop_reason=action.stop_reason, model=action.model, raw=None)
+
     def _gemini_dir(self, ctx: LaunchContext) -> Path:
         if ctx.home is not None:
             return ctx.home / ".gemini"

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -95,6 +96,22 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
 
     def task_from_argv(self, argv: list[str]) -> str | None:
         return attached_value(argv, "--task")
+
+    def task_from_trajectory(self, task: str | None, meta: dict[str, Any]) -> str | None:
+        """Its file stores the task rendered into ``instance_template`` (``Please solve this
+        issue: {{task}} ...``): the task is what stands where ``{{task}}`` does. The text is
+        returned as it is when the template cannot be undone (other markup before the task)."""
+        template = meta.get("instance_template")
+        if not isinstance(task, str) or not isinstance(template, str) or template.count("{{task}}") != 1:
+            return task
+        head, tail = template.split("{{task}}")
+        if "{{" in head or "{%" in head or not task.startswith(head):
+            return task
+        cut = min((i for i in (tail.find("{{"), tail.find("{%")) if i >= 0), default=len(tail))
+        literal = tail[:cut]
+        rest = task[len(head):]
+        end = rest.find(literal) if literal else len(rest)
+        return rest[:end] if end >= 0 else task
 
     def version_argv(self, executable: str) -> list[str]:
         return [executable, "--help"]

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
+
 from .base import AgentProfile, EnvSnippet, ExportPlan, LaunchContext, LaunchPlan, VersionRange, first_value, json_text
 from .descriptor import ISO_DATE, ChainHint, after_separator, rx
 
@@ -81,6 +83,16 @@ class OpenCode(AgentProfile):
 
     def task_from_argv(self, argv: list[str]) -> str | None:
         return after_separator(argv)
+
+    def task_from_trajectory(self, task: str | None, meta: dict) -> str | None:
+        """Its session stores the prompt as a JSON string literal (``"fix it"`` with quotes)."""
+        if isinstance(task, str) and len(task) >= 2 and task[0] == task[-1] == '"':
+            try:
+                value = orjson.loads(task)
+            except orjson.JSONDecodeError:
+                return task
+            return value if isinstance(value, str) else task
+        return task
 
     def _env(self, ctx: LaunchContext) -> dict[str, str | None]:
         env = self.base_env(ctx)

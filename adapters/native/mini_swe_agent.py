@@ -129,6 +129,9 @@ class MiniSweAgentAdapter(NativeAdapter):
             meta.update({"trajectory_format": fmt, "mini_version": info.get("mini_version"), "exit_status": info.get("exit_status")})
             if "instance_id" in doc:
                 meta["instance_id"] = doc["instance_id"]
+            agent_cfg = ((info.get("config") or {}).get("agent") or {}) if isinstance(info.get("config"), dict) else {}
+            if isinstance(agent_cfg, dict) and isinstance(agent_cfg.get("instance_template"), str):
+                meta["instance_template"] = agent_cfg["instance_template"]  # the task is rendered into it
             cfg = ((info.get("config") or {}).get("model") or {}) if isinstance(info.get("config"), dict) else {}
             if isinstance(cfg, dict) and isinstance(cfg.get("model_name"), str):
                 traj.model = cfg["model_name"]

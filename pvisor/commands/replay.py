@@ -1,4 +1,4 @@
-"""``pvisor replay``: prepare-only (this issue); replay-only and continuation come later.
+"""``pvisor replay``: prepare-only and replay-only (continuation comes next).
 
 Output: one summary line on stdout; with ``--result -`` the result document (indented JSON)
 goes to stdout instead and the summary line to stderr, so stdout is exactly one JSON value.
@@ -55,8 +55,14 @@ def _path(opt: str, value: str | None) -> Path | None:
 @click.option("--run", "run_id", default=None, metavar="ID", help="A run of the journal (id or unique prefix) (source).")
 @click.option("--after-step", "after_step", type=_StepNumber(), required=True, metavar="N", help="Keep the task and steps 1..N (0 <= N <= steps); exclude A(N+1) and after.")
 @click.option("--prepare-only", "prepare_only_flag", is_flag=True, help="Write the prefix and the result; execute nothing, start nothing, open no socket.")
+@click.option("--replay-only", "replay_only_flag", is_flag=True, help="Re-run the agent through steps 1..N with the recorded actions in --workspace; record the prefix at request N+1 and end the agent.")
 @click.option("--output", type=str, required=True, metavar="DIR", help="Directory for prefix.json, prefix.request.json, result.json (not inside the workspace).")
-@click.option("--workspace", type=str, default=None, metavar="DIR", help="Digest this directory before and after (it is never written).")
+@click.option("--workspace", type=str, default=None, metavar="DIR", help="prepare-only: digest it before and after (never written). replay-only (required): the new directory the agent re-runs its tools in.")
+@click.option("--agent-entrypoint", "entrypoint", default=None, metavar="PATH", help="replay-only: the agent's executable (default: its command on PATH).")
+@click.option("--task", default=None, metavar="TEXT", help="replay-only: the task, when the source holds none.")
+@click.option("--timeout", type=float, default=900.0, show_default=True, metavar="SECONDS", help="replay-only: how long the agent may take.")
+@click.option("--allow-unsupported", is_flag=True, help="replay-only: run an installed agent version outside its profile's range.")
+@click.option("--journal", "journal_opt", default=None, metavar="PATH", help="The journal (as the global --journal, which it overrides).")
 @click.option("--protocol", type=click.Choice(_PROTOCOLS), default=None, help="Wire protocol of a native render (agents that speak several); default per agent.")
 @click.option("--profile-from", "profile_from", default=None, metavar="JOURNAL[:RUN]", help="A capture of the same agent (same major version): system prompt, tools and request parameters the native file lacks.")
 @click.option("--session", default=None, metavar="ID", help="One session of an OpenCode store holding several.")
@@ -64,22 +70,38 @@ def _path(opt: str, value: str | None) -> Path | None:
 @click.option("--result", "result_to", default=None, metavar="-", help="'-': print result.json to stdout (the summary line goes to stderr).")
 @click.pass_context
 def replay(ctx: click.Context, agent: str, trajectory: str | None, run_id: str | None, after_step: int, prepare_only_flag: bool,
-           output: str, workspace: str | None, protocol: str | None, profile_from: str | None, session: str | None,
+           replay_only_flag: bool, output: str, workspace: str | None, entrypoint: str | None, task: str | None, timeout: float,
+           allow_unsupported: bool, journal_opt: str | None, protocol: str | None, profile_from: str | None, session: str | None,
            force: bool, result_to: str | None) -> None:
     """Rebuild the request that ends at observation O_N of step N (--after-step N) from a
     journal run (--run, recorded bytes) or a native trajectory (--trajectory, rendered).
 
-    Only --prepare-only exists yet: it writes DIR/prefix.json (the request body for inference
-    N+1, exact bytes), DIR/prefix.request.json (method, path, query, non-secret headers) and
-    DIR/result.json (schema sandbox-playback.result/v3, docs/result-protocol.md)."""
-    if not prepare_only_flag:
-        raise UsageError("only --prepare-only is available yet (replay-only and continuation come later): add --prepare-only")
+    --prepare-only writes DIR/prefix.json (the request body for inference N+1, exact bytes),
+    DIR/prefix.request.json (method, path, query, non-secret headers) and DIR/result.json
+    (schema sandbox-playback.result/v3, docs/result-protocol.md). --replay-only re-runs the agent
+    through steps 1..N in --workspace, serving it the recorded actions, and writes the same files
+    with the prefix the agent sent at request N+1 and O against O' per tool call (docs/replay.md)."""
+    if prepare_only_flag == replay_only_flag:
+        raise UsageError("give one mode: --prepare-only (rebuild the prefix, run nothing) or --replay-only (re-run the agent through "
+                         "step N in a new --workspace); continuation with the live model comes later")
     if result_to is not None and result_to != "-":
         raise UsageError(f"--result {result_to}: only '-' (stdout) is supported; result.json is always written into --output")
     from pvisor.journal.errors import PvisorError
     from pvisor.replay.prepare import PrepareOptions, dump_result, prepare_only
 
-    journal = ctx.obj.get("journal") if ctx.obj else None
+    if journal_opt == "":
+        raise UsageError("--journal is empty: give the journal file's path")
+    journal = journal_opt or (ctx.obj.get("journal") if ctx.obj else None)
+    if replay_only_flag:
+        for opt, value in (("--protocol", protocol), ("--profile-from", profile_from)):
+            if value is not None:
+                raise UsageError(f"{opt} is for --prepare-only (a native render); --replay-only serves the agent in its own protocol")
+        _replay_only(agent, trajectory, run_id, after_step, output, workspace, entrypoint, task, timeout, allow_unsupported, journal,
+                     session, force, result_to)
+        return
+    for opt, value in (("--agent-entrypoint", entrypoint), ("--task", task)):
+        if value is not None:
+            raise UsageError(f"{opt} is for --replay-only; --prepare-only starts nothing")
     try:
         outcome = prepare_only(PrepareOptions(
             agent=agent,
@@ -109,6 +131,44 @@ def replay(ctx: click.Context, agent: str, trajectory: str | None, run_id: str |
     else:
         click.echo(outcome.summary())
     # (a workspace_changed is raised by prepare_only: exit 1 through the error path)
+
+
+def _replay_only(agent: str, trajectory: str | None, run_id: str | None, after_step: int, output: str, workspace: str | None,
+                 entrypoint: str | None, task: str | None, timeout: float, allow_unsupported: bool, journal: str | None,
+                 session: str | None, force: bool, result_to: str | None) -> None:
+    from pvisor.journal.errors import PvisorError
+    from pvisor.replay.prepare import dump_result
+
+    from pvisor.replay_run import ReplayOnlyOptions, replay_only
+
+    import gc
+
+    gc.enable()  # the fast-exit path turned it off; a replay runs an agent for minutes
+    if journal is None:
+        from pvisor.journal.paths import default_journal_path
+
+        journal = str(default_journal_path())
+    opts = ReplayOnlyOptions(
+        agent=agent, after_step=after_step, output=_path("--output", output), workspace=_path("--workspace", workspace),
+        journal=Path(journal), trajectory=_path("--trajectory", trajectory), run=run_id, entrypoint=entrypoint, task=task,
+        session=session, timeout=timeout, force=force, allow_unsupported=allow_unsupported,
+    )
+    try:
+        outcome = replay_only(opts, lambda m: _note(f"pvisor: warning: {m}"))
+    except PvisorError as exc:
+        failed = getattr(exc, "result", None)
+        if result_to == "-" and failed is not None:
+            sys.stdout.buffer.write(dump_result(failed))
+            sys.stdout.buffer.flush()
+        raise
+    for w in outcome.result["warnings"]:
+        _note(f"pvisor: warning: {w['message']}")
+    if result_to == "-":
+        sys.stdout.buffer.write(dump_result(outcome.result))
+        sys.stdout.buffer.flush()
+        _note(outcome.summary())
+    else:
+        click.echo(outcome.summary())
 
 
 def _note(line: str) -> None:

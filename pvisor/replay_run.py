@@ -1,0 +1,337 @@
+"""``pvisor replay --replay-only``: re-run a recorded run up to step N with the live agent.
+
+In order (docs/replay.md):
+
+1. The options are checked: an agent with a launch profile, exactly one source, ``--workspace``
+   (required, a directory, not the recorded run's own workspace nor inside or around it),
+   ``--output`` (not inside the workspace; not empty unless ``--force`` or only a failed
+   replay's files are there).
+2. The source is read into a :class:`~pvisor.replay.recording.Recording` (a journal run, or the
+   agent's native file); the task is its ``task`` label, the recorded command line read by the
+   descriptor, the native file's task, or ``--task``.
+3. The agent is launched as ``pvisor run`` launches it (:func:`pvisor.agent_run.run_agent`:
+   its launch profile, a private home, its own session, supervision) with the recorded task and
+   model, a dummy key and no upstream: the gateway answers through
+   :class:`~pvisor.replay.playback.PlaybackResponder`. The derived run goes into the journal
+   with mode ``replay-only``, its parent run and the boundary step.
+4. Request N+1 is kept as the prefix and answered with the synthetic final reply; the agent then
+   ends (or is stopped ``end_grace`` seconds later). ``prefix.json``, ``prefix.request.json``
+   and ``result.json`` (docs/result-protocol.md) are written; a replay that does not succeed
+   writes its ``result.json`` with status ``failed`` or ``diverged`` and raises
+   :class:`~pvisor.replay.errors.ReplayFailed` (or the error that stopped it) with the documented
+   exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pvisor.journal.errors import PvisorError, UnavailableError, UsageError
+from pvisor.journal.model import RunMode
+from pvisor.replay.errors import ReplayBadInput, ReplayFailed, ReplayUsageError, error_code, error_detail, show_path
+from pvisor.replay.prepare import (
+    PREFIX_FILE, REQUEST_FILE, RESULT_FILE, _commit, _write, _write_temps, base_result, check_output, dump_result, file_sha256,
+    prefix_record, workspace_digest,
+)
+
+#: seconds the agent may go on after its synthetic final reply before it is stopped
+END_GRACE_S = 30.0
+#: default --timeout of a replay, seconds
+DEFAULT_TIMEOUT_S = 900.0
+
+
+@dataclass
+class ReplayOnlyOptions:
+    """The arguments of one replay-only (``pvisor replay --replay-only``; docs/replay.md).
+
+    Fields: ``agent``; ``after_step`` N; ``output`` directory; ``workspace`` (required: where
+    the agent re-runs its tools); exactly one of ``trajectory`` (native file) and ``run``
+    (journal run, read from ``journal``); ``journal`` (also where the derived run goes);
+    ``entrypoint`` (the agent's executable; default its command on PATH); ``task`` (when the
+    source holds none, or to replay with another); ``session`` (OpenCode stores);
+    ``timeout`` seconds for the whole agent run; ``force``; ``allow_unsupported`` (an installed
+    agent version outside its profile's range); ``end_grace`` seconds after the synthetic end."""
+
+    agent: str
+    after_step: int
+    output: Path
+    workspace: Path | None
+    journal: Path
+    trajectory: Path | None = None
+    run: str | None = None
+    entrypoint: str | None = None
+    task: str | None = None
+    session: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    force: bool = False
+    allow_unsupported: bool = False
+    end_grace: float = END_GRACE_S
+
+
+@dataclass
+class ReplayOnlyOutcome:
+    """What a replay-only did: the ``result`` document and the output directory."""
+
+    result: dict[str, Any]
+    output: Path
+
+    def summary(self) -> str:
+        r = self.result
+        calls = r["tool_calls"]
+        same = sum(1 for c in calls if c["equal_normalised"])
+        ended = r["agent_run"]["ended_by"]
+        prefix = r["prefix"]
+        where = f"prefix {prefix['path']} ({prefix['bytes']} bytes, ending with the {prefix['ends_with']})" if prefix else "no prefix"
+        return (f"replayed {r['agent']} to step {r['boundary']['after_step']} of {r['boundary']['steps_total']} as run {r['derived_run']}: "
+                f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) equal once normalised; "
+                f"{where}; the agent ended by {ended}")
+
+
+def _resolved(path: Path) -> Path:
+    return Path(os.path.realpath(path))
+
+
+def _related(a: Path, b: Path) -> bool:
+    return a == b or a in b.parents or b in a.parents
+
+
+def _check(opts: ReplayOnlyOptions) -> Any:
+    from pvisor.replay.prefix import descriptor
+
+    d = descriptor(opts.agent)
+    if not d.launchable:
+        raise ReplayUsageError("no_launch_profile", f"--replay-only runs the agent, and pvisor cannot start {opts.agent} (no launch profile); "
+                               "--prepare-only works from its trajectory")
+    if (opts.trajectory is None) == (opts.run is None):
+        raise UsageError("give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)")
+    if opts.after_step < 0:
+        raise ReplayUsageError("usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)")
+    if opts.workspace is None:
+        raise ReplayUsageError("workspace_refused", "--replay-only needs --workspace DIR: a new directory where the agent re-runs its tools "
+                               "(never the recorded run's own: recorded commands can delete or push)")
+    if not opts.workspace.is_dir():
+        raise ReplayUsageError("workspace_refused", f"--workspace {show_path(opts.workspace)}: no such directory")
+    if opts.run is not None and not opts.journal.exists():
+        raise UsageError(f"--journal {show_path(opts.journal)}: no such journal file")
+    if opts.trajectory is not None and not opts.trajectory.exists():
+        raise UsageError(f"--trajectory {show_path(opts.trajectory)}: no such file")
+    if opts.timeout <= 0:
+        raise UsageError(f"--timeout must be more than 0 seconds, not {opts.timeout:g}")
+    if opts.task is not None and not opts.task.strip():
+        raise UsageError("--task is empty")
+    if _resolved(opts.workspace) in _resolved(opts.journal).parents:
+        raise ReplayUsageError("workspace_refused", f"--journal {show_path(opts.journal)} lies inside --workspace {show_path(opts.workspace)}: "
+                               "the agent could read or change it")
+    return d
+
+
+def _record(opts: ReplayOnlyOptions) -> Any:
+    from pvisor.replay.recording import journal_recording, native_recording
+
+    if opts.run is not None:
+        return journal_recording(opts.journal, opts.run, opts.agent, opts.after_step, opts.task)
+    assert opts.trajectory is not None
+    return native_recording(opts.trajectory, opts.agent, opts.after_step, opts.task, opts.session)
+
+
+def _fill_recording(result: dict[str, Any], rec: Any) -> None:
+    result["profile"] = rec.profile
+    result["agent_version"] = rec.agent_version
+    result["source"]["run"] = rec.run
+    result["source"]["session"] = rec.session
+    result["boundary"]["steps_total"] = len(rec.steps)
+    result["warnings"] += [{"code": c, "message": m} for c, m in rec.notes]
+
+
+def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayOnlyOutcome:
+    """Replay ``opts`` (module docstring). Returns the outcome of a replay whose status is
+    ``ok``; otherwise writes ``result.json`` (when the output directory was accepted) and raises
+    (ReplayFailed, ReplayBadInput, ReplayUsageError, UnavailableError, ...), the error carrying
+    the document as ``result``."""
+    from pvisor.agent_run import RunRequest, run_agent
+    from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
+
+    t0 = time.perf_counter()
+    d = _check(opts)
+    out = check_output(opts.output, opts.workspace, opts.force)
+    result = base_result(RunMode.REPLAY_ONLY.value, opts.agent, opts.trajectory, opts.journal if opts.run else None, opts.run, opts.after_step)
+    result.update({"agent_started": False, "path_rewrites": [], "auxiliary": [], "context_differences": [], "tool_differences": [],
+                   "divergence": None, "synthetic_end": [], "agent_run": None, "playback": None})
+    timings = result["timings_ms"]
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        from pvisor.replay.errors import ReplayOutputError
+
+        raise ReplayOutputError(f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}") from None
+    holder: dict[str, Any] = {}
+    assert opts.workspace is not None
+    ws = _resolved(opts.workspace)
+    try:
+        source_path = opts.trajectory if opts.trajectory is not None else opts.journal
+        if opts.trajectory is not None:
+            result["source"]["sha256"] = file_sha256(opts.trajectory)
+        rec = _record(opts)
+        _fill_recording(result, rec)
+        if rec.task is None:
+            raise ReplayBadInput("no_task", f"{show_path(source_path)} holds no task for the agent (a run recorded before pvisor kept it, and "
+                                 "no command line to read it from): give --task TEXT")
+        if rec.workspace and _related(_resolved(Path(rec.workspace)), ws):
+            raise ReplayUsageError("workspace_refused", f"--workspace {show_path(ws)} is, holds or lies in the recorded run's own workspace "
+                                   f"{rec.workspace}: recorded commands can delete or push; give a new directory")
+        t = time.perf_counter()
+        ws_before = workspace_digest(ws)
+        timings["workspace_before"] = round((time.perf_counter() - t) * 1000, 3)
+
+        def make(setup: Any) -> Any:
+            pairs = [(rec.workspace, str(setup.workspace), "workspace")]
+            if rec.home and setup.home is not None:
+                pairs.append((rec.home, str(setup.home), "home"))
+            if rec.run_dir:
+                pairs.append((rec.run_dir, str(setup.run_dir), "run_dir"))
+                # the run id alone: agents also name their home relative to the workspace (../runs/<id>/home)
+                pairs.append((Path(rec.run_dir).name, setup.run, "run_id"))
+            responder = PlaybackResponder(rec, opts.after_step, d, PathRewrites([p for p in pairs if p[0]]))
+            holder["responder"] = responder
+            return responder
+
+        labels = {"source_kind": rec.kind, "source": show_path(rec.path)}
+        if rec.kind == "native":
+            labels["source_sha256"] = result["source"]["sha256"] or ""
+        t = time.perf_counter()
+        try:
+            report = run_agent(RunRequest(
+                agent=opts.agent, task=rec.task, journal_path=opts.journal, entrypoint=opts.entrypoint, workspace=ws, timeout=opts.timeout,
+                allow_unsupported=opts.allow_unsupported, model=rec.model, responder=make, mode=RunMode.REPLAY_ONLY.value,
+                parent_run=rec.run, boundary_step=opts.after_step, labels=labels, upstream_label=f"playback:{rec.kind}",
+                end_grace=opts.end_grace,
+            ), warn)
+        except UnavailableError as exc:
+            if "journal" not in exc.message:
+                exc.code = "agent_unavailable"  # type: ignore[attr-defined]
+            raise
+        timings["agent"] = round((time.perf_counter() - t) * 1000, 3)
+        result["agent_started"] = True
+        p = holder["responder"]
+        _fill_after(result, opts, rec, p, report, ws, ws_before, out, warn)
+        prefix = recorded_prefix(p)
+        files: list[tuple[Path, bytes]] = []
+        if prefix is not None:
+            body, meta, exchange, rendered = prefix
+            from pvisor.adapters.jsonio import dumps
+
+            origin = {k: ("rendered" if rendered and k == "messages" else "replay") for k in ("messages", "task_context", "system", "tools", "params", "request")}
+            result["prefix"] = prefix_record(rec.protocol, body, meta, out, opts.after_step, rendered, exchange, origin)
+            files = [(out / PREFIX_FILE, body), (out / REQUEST_FILE, dumps(meta, indent=True) + b"\n")]
+        failure = _failure(result, p, report, opts)
+        result["status"] = "diverged" if p.divergence is not None else "failed" if failure else "ok"
+        timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
+        if failure is not None:
+            result["errors"].append({"code": failure.code, "message": failure.detail})
+            _remove_prefix_files(out)
+            tmps = _write_temps(files)  # a diverged or early-ended replay still shows how far it got
+            _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
+            _commit(tmps)
+            failure.result = result  # type: ignore[attr-defined]
+            raise failure
+        tmps = _write_temps(files)
+        _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
+        _commit(tmps)  # result.json last
+    except PvisorError as exc:
+        if getattr(exc, "result", None) is not None:
+            raise
+        if getattr(exc, "recording", None) is not None and result["boundary"]["steps_total"] is None:
+            _fill_recording(result, exc.recording)  # type: ignore[attr-defined]
+        result["status"] = "failed"
+        result["errors"].append({"code": error_code(exc), "message": error_detail(exc)})
+        timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
+        _remove_prefix_files(out)
+        try:
+            _write(out / RESULT_FILE, dump_result(result))
+        except PvisorError:
+            pass
+        exc.result = result  # type: ignore[attr-defined]
+        raise
+    return ReplayOnlyOutcome(result, out)
+
+
+def _remove_prefix_files(out: Path) -> None:
+    for name in (PREFIX_FILE, REQUEST_FILE):
+        try:
+            (out / name).unlink()
+        except OSError:
+            pass
+
+
+def _ended_by(p: Any, report: Any) -> str:
+    if report.interrupted:
+        return "interrupted"
+    if report.timed_out:
+        return "timeout"
+    if report.stopped_after_end:
+        return "stopped_after_end"
+    if p.synthetic:
+        return "synthetic_end"
+    return "agent"
+
+
+def _fill_after(result: dict[str, Any], opts: ReplayOnlyOptions, rec: Any, p: Any, report: Any, ws: Path, ws_before: Any, out: Path,
+                warn: Callable[[str], None]) -> None:
+    from pvisor.replay.playback import playback_record
+
+    ws_after = workspace_digest(ws)
+    result["workspace"] = {"path": show_path(ws), "sha256_before": ws_before.sha256, "sha256_after": ws_after.sha256,
+                           "unchanged": ws_before.sha256 == ws_after.sha256, "entries": ws_after.entries}
+    record = playback_record(p)
+    for key in ("path_rewrites", "auxiliary", "context_differences", "tool_differences", "divergence", "synthetic_end"):
+        result[key] = record[key]
+    result["playback"] = {"served": record["served"], "requests": record["requests"], "task_origin": rec.task_origin,
+                          "boundary_request_seen": p.boundary is not None}
+    result["tool_calls"] = p.tool_calls()
+    result["replayed_tool_calls"] = sum(1 for c in result["tool_calls"] if c["replayed_observation_sha256"] is not None)
+    result["live_requests"] = 0
+    result["derived_run"] = report.run
+    result["lineage"] = {"parent_run": rec.run, "boundary_step": opts.after_step, "mode": RunMode.REPLAY_ONLY.value,
+                         "source": show_path(rec.path), "workspace_snapshot": None}
+    native = str(report.native_path) if report.native_path else None
+    result["agent_run"] = {
+        "run": report.run, "installed_version": report.agent_version, "recorded_version": rec.agent_version,
+        "exit_code": report.agent_exit_code, "ended_by": _ended_by(p, report), "native_trajectory": native,
+        "native_holds_synthetic_end": bool(native and p.synthetic),
+        "stdout": str(report.stdout), "stderr": str(report.stderr), "run_dir": str(report.run_dir), "steps": report.steps,
+    }
+    if rec.agent_version and report.agent_version and rec.agent_version != report.agent_version:
+        result["warnings"].append({"code": "agent_version_differs",
+                                   "message": f"the recording was made with {opts.agent} {rec.agent_version}, the installed one is {report.agent_version}"})
+    if native and p.synthetic:
+        result["warnings"].append({"code": "synthetic_end_in_native",
+                                   "message": f"the agent's native trajectory {native} ends with pvisor's synthetic final reply (request "
+                                              f"{p.synthetic[0].request}), not a model's"})
+    for c in result["tool_calls"]:
+        if c["equal_normalised"] is False:
+            result["warnings"].append({"code": "observation_differs", "message": f"step {c['step']} {c['name']} ({c['call_id']}): O' differs from O"})
+    if report.steps_error:
+        result["warnings"].append({"code": "steps_not_derived", "message": report.steps_error})
+
+
+def _failure(result: dict[str, Any], p: Any, report: Any, opts: ReplayOnlyOptions) -> ReplayFailed | None:
+    """The error of a replay that did not succeed, or None."""
+    if p.divergence is not None:
+        return ReplayFailed("diverged", f"the replay diverged at {p.divergence.sentence()}")
+    if report.interrupted:
+        return ReplayFailed("interrupted", f"interrupted by {report.interrupt_signal or 'a signal'} before request {opts.after_step + 1}",
+                            exit_code=report.exit_code)
+    if p.boundary is not None:
+        return None
+    last = p.latest[0] if p.latest is not None else 0
+    if result["prefix"] is not None:  # A_N made no tool call: the agent ended by itself after it
+        return None
+    if report.timed_out:
+        return ReplayFailed("agent_timeout", f"the agent did not reach request {opts.after_step + 1} within --timeout {opts.timeout:g} s "
+                            f"(its furthest main-loop request was {last})", exit_code=124)
+    return ReplayFailed("agent_ended_early", f"the agent exited (code {report.agent_exit_code}) after main-loop request {last}, before request "
+                        f"{opts.after_step + 1}; see {report.stderr}")

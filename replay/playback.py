@@ -1,0 +1,474 @@
+"""Playback: the responder that serves recorded actions to a live agent, and what it found.
+
+:class:`PlaybackResponder` plugs into the gateway's responder seam
+(:mod:`pvisor.gateway.responder`). For each request the agent sends, the online matcher
+(:class:`pvisor.adapters.chains.OnlineMatcher`) says what it is:
+
+- **main-loop request k <= N**: answered with A_k, the recorded action. From a journal the
+  recorded response bytes are served as they are when the agent asks for the same stream mode
+  and no path rewrite touches the action; otherwise the action is rendered in the protocol
+  (streamed when asked). No pacing. A retry of k gets A_k again.
+- **request N+1**: its body, which ends at O'_N, is kept as the recorded prefix; the agent is
+  answered with the descriptor's synthetic final reply (``synthetic_end``), which ends it. A
+  later main-loop request (the agent went on anyway) gets the same reply again.
+- **auxiliary**: answered from a recorded auxiliary exchange with the same key, consumed in
+  order, else with a minimal valid reply; each is listed.
+- **diverged**: the first divergence is kept; the agent is answered with the synthetic final
+  reply so that it ends, and the replay's status is ``diverged``.
+
+Absolute paths: the recorded workspace and home in the arguments the descriptor names
+(:attr:`~pvisor.adapters.agents.descriptor.AgentDescriptor.path_arguments`) are rewritten to
+the new ones before serving (each rewrite listed); the matcher compares modulo the rewrite.
+
+Pure: no file, process or socket; :meth:`PlaybackResponder.respond` never waits. Its findings
+are read with :meth:`PlaybackResponder.tool_calls` and the attributes, and laid out as the
+result document by :func:`replay_only_result`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from pvisor.adapters.chains import Divergence, MatchKind, OnlineMatcher
+from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
+from pvisor.adapters.jsonio import dumps
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import compact_json
+from pvisor.gateway.responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse
+from pvisor.gateway.scripted_model import Reply, minimal_reply, render_reply
+from pvisor.journal.errors import BadInputError
+from pvisor.journal.model import REQUEST_HEADER_ALLOW, Action, Conversation, ToolCall, ToolResult, redact_exchange_meta
+
+from .prefix import request_meta
+from .recording import Recording, RecordedReply, aux_key
+
+#: flags playback journals with the exchanges it answers (``exchanges.flags``)
+FLAG_DIVERGED = "diverged"
+FLAG_RETRY = "retry"
+FLAG_AFTER_END = "after_end"
+FLAG_AUX_MINIMAL = "auxiliary_minimal"
+
+
+class PlaybackStatus(str, enum.Enum):
+    """How a playback went (the result's ``status``)."""
+
+    OK = "ok"
+    DIVERGED = "diverged"
+    FAILED = "failed"
+
+
+class ServedFrom(str, enum.Enum):
+    """Where the bytes of a served action came from."""
+
+    RECORDED = "recorded"  #: the recorded response bytes, as they were
+    RENDERED = "rendered"  #: the action rendered in the protocol
+
+
+class PathRewrites:
+    """Recorded absolute paths and the new ones: ``pairs`` of (recorded, new, role), role
+    ``workspace`` or ``home`` (longest recorded path first, so a home inside a run directory
+    is rewritten before it)."""
+
+    def __init__(self, pairs: list[tuple[str, str, str]]):
+        self.pairs = sorted(((o.rstrip("/"), n.rstrip("/"), r) for o, n, r in pairs if o and n and o.rstrip("/") != n.rstrip("/")),
+                            key=lambda p: -len(p[0]))
+        # one pass over the text, longest path first: a new path that extends a recorded one
+        # (ws -> ws2) is never rewritten twice
+        self._old = _alternation([o for o, _, _ in self.pairs])
+        self._to_new = {o: n for o, n, _ in self.pairs}
+        both = {o: r for o, _, r in self.pairs} | {n: r for _, n, r in self.pairs}
+        self._any = _alternation(list(both))
+        self._role = both
+        private = sorted({n for _, n, r in self.pairs if r in ("home", "run_dir")}, key=len, reverse=True)
+        self._private = re.compile("(" + "|".join(re.escape(p) for p in private) + r")(?:/[^\s`'\")\]]*)?") if private else None
+
+    def value(self, text: str) -> str | None:
+        """The rewritten path when ``text`` is a recorded path or lies below one, else None."""
+        for old, new, _ in self.pairs:
+            if text == old or text.startswith(old + "/"):
+                return new + text[len(old):]
+        return None
+
+    def text(self, text: str) -> str:
+        """Every recorded path in ``text`` replaced by the new one."""
+        if self._old is None:
+            return text
+        return self._old.sub(lambda m: self._to_new[m.group(0)], text)
+
+    def mask_private(self, text: str) -> str:
+        """Paths below a new home or run directory masked whole (``<home>/...``): their names
+        are made from the workspace's (Claude Code's project slug, Gemini CLI's project dir)."""
+        if self._private is None:
+            return text
+        return self._private.sub(lambda m: f"<{self._role[m.group(1)]}>/...", text)
+
+    def placeholders(self, text: str) -> str:
+        """Recorded and new paths alike replaced by ``<workspace>`` / ``<home>`` /
+        ``<run_dir>``, so that an observation of the recording and one of the replay compare
+        equal when only they differ."""
+        if self._any is None:
+            return text
+        return self._any.sub(lambda m: f"<{self._role[m.group(0)]}>", text)
+
+
+def _alternation(paths: list[str]) -> "re.Pattern[str] | None":
+    """A pattern matching any of ``paths`` (longest first), or None for none."""
+    if not paths:
+        return None
+    return re.compile("|".join(re.escape(p) for p in sorted(set(paths), key=len, reverse=True)))
+
+
+def content_sha256(content: Any) -> str:
+    """The digest of a tool result's content: SHA-256 of its UTF-8 bytes when it is a string,
+    else of its JSON (keys sorted, compact) (as prepare-only's ``tool_calls``)."""
+    if isinstance(content, str):
+        return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
+    return hashlib.sha256(dumps(content, sort_keys=True)).hexdigest()
+
+
+def _strings(value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.append(value)
+    elif isinstance(value, list):
+        for v in value:
+            _strings(v, out)
+    elif isinstance(value, dict):
+        if isinstance(value.get("text"), str):
+            out.append(value["text"])
+            return
+        for k in sorted(value):
+            if k not in ("type", "id", "call_id", "tool_use_id", "cache_control", "name"):
+                _strings(value[k], out)
+
+
+def _calls(action: Action) -> list[ToolCall]:
+    return [c for c in action.tool_calls if c.kind != "server"]
+
+
+def _match(calls: list[ToolCall], results: list[ToolResult]) -> list[ToolResult | None]:
+    """The result answering each call: by call id, else by position (agents that make ids)."""
+    by_id = {r.call_id: r for r in results if r.call_id is not None}
+    ids = {c.id for c in calls if c.id is not None}
+    out: list[ToolResult | None] = []
+    for i, c in enumerate(calls):
+        if c.id is not None and c.id in by_id:
+            out.append(by_id[c.id])
+        elif i < len(results) and (results[i].call_id is None or results[i].call_id not in ids):
+            out.append(results[i])
+        else:
+            out.append(None)
+    return out
+
+
+@dataclass(slots=True)
+class Served:
+    """One answer to a main-loop request: ``request`` k, the gateway's ``exchange`` id,
+    ``source`` (:class:`ServedFrom`), ``recorded_exchange`` (journal sources), ``retry``."""
+
+    request: int
+    exchange: str
+    source: ServedFrom
+    recorded_exchange: str | None
+    retry: bool = False
+
+
+@dataclass(slots=True)
+class Rewrite:
+    """A path rewritten in a served action: ``step``, ``call_id``, ``tool``, ``argument``,
+    ``recorded``, ``replayed``."""
+
+    step: int
+    call_id: str | None
+    tool: str
+    argument: str
+    recorded: str
+    replayed: str
+
+
+@dataclass(slots=True)
+class AuxAnswer:
+    """An auxiliary request and its answer: ``exchange``, ``method``, ``path``, ``reason``
+    (why it is auxiliary), ``answered_from`` (a recorded exchange id, or ``minimal``)."""
+
+    exchange: str
+    method: str
+    path: str
+    reason: str
+    answered_from: str
+
+
+@dataclass(slots=True)
+class SyntheticEnd:
+    """The synthetic final reply served: ``exchange``, ``request`` k, ``text``, ``tool_calls``
+    (names), ``reason`` (``boundary``, ``diverged``, ``after_end``)."""
+
+    exchange: str
+    request: int
+    text: str
+    tool_calls: list[str]
+    reason: str
+
+
+@dataclass(slots=True)
+class Boundary:
+    """Request N+1 as the agent sent it: the decoded ``body``, its ``meta``
+    (prefix.request.json), the ``exchange`` id, its parsed ``conversation``."""
+
+    body: bytes
+    meta: dict[str, Any]
+    exchange: str
+    conversation: Conversation
+
+
+class PlaybackResponder:
+    """Serves recording ``rec`` up to step ``after_step`` (module docstring).
+
+    ``rewrites``: recorded -> new paths; ``descriptor``: the agent's. ``ended`` is set once the
+    agent has been given its synthetic final reply (the orchestration then expects it to exit).
+    Raises nothing from :meth:`respond`: a body it cannot decode is a 400 refusal.
+    """
+
+    def __init__(self, rec: Recording, after_step: int, descriptor: Any, rewrites: PathRewrites):
+        self.rec = rec
+        self.n = after_step
+        self.descriptor = descriptor
+        self.rewrites = rewrites
+        self.mod = get_protocol(rec.protocol)
+        self.rewritten: list[Rewrite] = []
+        self.actions: list[Action] = [self._rewrite(i + 1, descriptor.reply_action(rec.protocol, s.action))
+                                      for i, s in enumerate(rec.steps[:after_step])]
+        self.matcher = OnlineMatcher(rec.protocol, self.actions, task=rec.expected_task, recorded=rec.requests, descriptor=descriptor,
+                                     rewrite=rewrites.text, nearest=rec.nearest, mask=rewrites.mask_private)
+        self.ended = asyncio.Event()
+        self.served: list[Served] = []
+        self.auxiliary: list[AuxAnswer] = []
+        self.differences: list[Any] = []
+        self.divergence: Divergence | None = None
+        self.diverged_exchange: str | None = None
+        self.boundary: Boundary | None = None
+        self.synthetic: list[SyntheticEnd] = []
+        #: (k, conversation, request, decoded body) of the furthest main-loop request seen
+        self.latest: tuple[int, Conversation, IncomingRequest, bytes] | None = None
+        self.requests = 0
+        self._aux_pool: dict[tuple, list] = {}
+        for a in rec.auxiliary:
+            self._aux_pool.setdefault(a.key, []).append(a)
+
+    # ------------------------------------------------------------------ serving
+
+    def _rewrite(self, step: int, action: Action) -> Action:
+        names = self.descriptor.path_arguments
+        if not self.rewrites.pairs or not names:
+            return action
+        calls = []
+        changed = False
+        for c in action.tool_calls:
+            args = c.arguments
+            keys = names.get(c.name, ())
+            if isinstance(args, dict) and any(isinstance(args.get(k), str) and self.rewrites.value(args[k]) for k in keys):
+                new_args = dict(args)
+                for k in keys:
+                    v = args.get(k)
+                    nv = self.rewrites.value(v) if isinstance(v, str) else None
+                    if nv is not None:
+                        new_args[k] = nv
+                        self.rewritten.append(Rewrite(step, c.id, c.name, k, v, nv))
+                c = ToolCall(c.id, c.name, compact_json(new_args), new_args, c.kind, None)
+                changed = True
+            calls.append(c)
+        if not changed:
+            return action
+        return Action(text=action.text, reasoning=list(action.reasoning), tool_calls=calls, usage=action.usage,
+                      stop_reason=action.stop_reason, model=action.model, raw=None)
+
+    def _rewritten_step(self, k: int) -> bool:
+        return any(r.step == k for r in self.rewritten)
+
+    async def respond(self, request: IncomingRequest) -> Answer:
+        self.requests += 1
+        body = decode_or_refuse(request)
+        if isinstance(body, Refuse):
+            return body
+        m = self.matcher.match(request.method, request.path, request.query, body)
+        if m.kind is MatchKind.AUXILIARY:
+            return self._auxiliary(request, body, m.conversation, m.reason or "auxiliary")
+        conv = m.conversation
+        assert conv is not None and m.request is not None
+        k = m.request
+        if m.kind is MatchKind.DIVERGED:
+            if self.divergence is None:
+                self.divergence, self.diverged_exchange = m.divergence, request.exchange
+            return self._end(request, conv, k, m.stream, "diverged", (FLAG_DIVERGED, FLAG_SYNTHETIC_END))
+        self.differences.extend(m.differences)
+        if self.latest is None or k >= self.latest[0]:
+            self.latest = (k, conv, request, body)
+        if k <= self.n:
+            self.matcher.answered_up_to(k)
+            return self._serve(request, conv, k, m.stream, retry=m.kind is MatchKind.RETRY)
+        if k == self.n + 1 and self.boundary is None:
+            self.boundary = Boundary(body, _meta(request), request.exchange, conv)
+            return self._end(request, conv, k, m.stream, "boundary", (FLAG_SYNTHETIC_END,))
+        return self._end(request, conv, k, m.stream, "after_end", (FLAG_SYNTHETIC_END, FLAG_AFTER_END))
+
+    def _serve(self, request: IncomingRequest, conv: Conversation, k: int, stream: bool, retry: bool) -> Serve:
+        recorded: RecordedReply | None = self.rec.replies[k - 1] if k - 1 < len(self.rec.replies) else None
+        flags = (FLAG_RETRY,) if retry else ()
+        if recorded is not None and recorded.streamed == stream and not self._rewritten_step(k) and 200 <= recorded.status < 300:
+            self.served.append(Served(k, request.exchange, ServedFrom.RECORDED, recorded.exchange, retry))
+            return Serve(recorded.status, list(recorded.headers), body=recorded.body, streamed=recorded.streamed,
+                         served_by=ServedBy.PLAYBACK, flags=flags)
+        reply = render_reply(self.mod, self.actions[k - 1], model=conv.model or self.rec.model or "model", stream=stream, seed=k)
+        self.served.append(Served(k, request.exchange, ServedFrom.RENDERED, recorded.exchange if recorded else None, retry))
+        return _serve_reply(reply, stream, flags)
+
+    def _end(self, request: IncomingRequest, conv: Conversation, k: int, stream: bool, reason: str, flags: tuple[str, ...]) -> Serve:
+        """The descriptor's synthetic final reply (it ends the agent), journaled with ``flags``."""
+        action = self.descriptor.final_reply(conv)
+        self.matcher.serve(k, action)
+        self.synthetic.append(SyntheticEnd(request.exchange, k, action.text, [c.name for c in action.tool_calls], reason))
+        reply = render_reply(self.mod, action, model=conv.model or self.rec.model or "model", stream=stream, seed=1000 + k)
+        self.ended.set()
+        return _serve_reply(reply, stream, flags)
+
+    def _auxiliary(self, request: IncomingRequest, body: bytes, conv: Conversation | None, reason: str) -> Answer:
+        key = aux_key(request.method, request.path, conv)
+        pool = self._aux_pool.get(key) or []
+        stream = conv.stream if conv is not None else False
+        while pool:
+            rec = pool.pop(0)
+            if rec.reply.streamed == stream:
+                self.auxiliary.append(AuxAnswer(request.exchange, request.method, request.path, reason, rec.reply.exchange))
+                return Serve(rec.reply.status, list(rec.reply.headers), body=rec.reply.body, streamed=rec.reply.streamed,
+                             served_by=ServedBy.PLAYBACK)
+        try:
+            reply = minimal_reply(request.method, request.path, request.query, body, model=self.rec.model or "model")
+        except BadInputError as exc:
+            self.auxiliary.append(AuxAnswer(request.exchange, request.method, request.path, reason, "refused"))
+            return Refuse(400, "invalid_request_error", exc.message)
+        self.auxiliary.append(AuxAnswer(request.exchange, request.method, request.path, reason, "minimal"))
+        streamed = reply.headers.get("Content-Type", "").startswith("text/event-stream")
+        return _serve_reply(reply, streamed, (FLAG_AUX_MINIMAL,))
+
+    # ------------------------------------------------------------------ findings
+
+    @property
+    def status(self) -> PlaybackStatus:
+        return PlaybackStatus.DIVERGED if self.divergence is not None else PlaybackStatus.OK
+
+    def replayed_observations(self) -> list[list[ToolResult]]:
+        """O'_1..O'_N as far as the agent sent them (from the furthest main-loop request: the
+        tool results after each served reply, in the order sent); shorter when it stopped early."""
+        if self.latest is None:
+            return []
+        conv = self.latest[1]
+        out: list[list[ToolResult]] = []
+        current: list[ToolResult] | None = None
+        for msg in conv.messages:
+            if msg.role == "assistant":
+                if current is None or current:
+                    current = []
+                    out.append(current)
+                continue
+            if current is not None:
+                current.extend(p for p in msg.parts if isinstance(p, ToolResult))
+        return out[: self.n]
+
+    def _normalised(self, content: Any) -> str:
+        parts: list[str] = []
+        _strings(content, parts)
+        return self.rewrites.placeholders(self.descriptor.normalise_output("\n".join(parts)))
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """``tool_calls`` of the result: per tool call of steps 1..N, its historical and
+        replayed observation digests, ``equal`` (the same content) and ``equal_normalised``
+        (the same once the descriptor's decorations are normalised and the recorded and new
+        paths made placeholders)."""
+        replayed = self.replayed_observations()
+        out: list[dict[str, Any]] = []
+        names = {c.id: c.name for s in self.rec.steps for c in s.action.tool_calls if c.id is not None}
+        native = self.rec.kind == "native"
+        for i, step in enumerate(self.rec.steps[: self.n]):
+            calls = _calls(step.action)
+            # a native file may store a result otherwise than the agent sent it: compare what it sent
+            results = [self.descriptor.wire_result(self.rec.protocol, r, names) for r in step.observation.results] if native \
+                else list(step.observation.results)
+            hist = _match(calls, results)
+            served_calls = _calls(self.actions[i])
+            rep = _match(served_calls, replayed[i]) if i < len(replayed) else [None] * len(calls)
+            for c, h, r in zip(calls, hist, rep):
+                hs = content_sha256(h.content) if h is not None else None
+                rs = content_sha256(r.content) if r is not None else None
+                out.append({
+                    "step": step.n,
+                    "call_id": c.id,
+                    "name": c.name,
+                    "kind": c.kind,
+                    "arguments_sha256": hashlib.sha256(c.arguments_raw.encode("utf-8", "surrogatepass")).hexdigest(),
+                    "historical_observation_sha256": hs,
+                    "replayed_observation_sha256": rs,
+                    "equal": (hs == rs) if hs is not None and rs is not None else None,
+                    "equal_normalised": (self._normalised(h.content) == self._normalised(r.content)) if h is not None and r is not None else None,
+                    "replayed_call_id": r.call_id if r is not None else None,
+                })
+        return out
+
+
+
+def _meta(request: IncomingRequest) -> dict[str, Any]:
+    """prefix.request.json of a request: method, path, query and headers as the journal keeps
+    them (secrets left out)."""
+    red = redact_exchange_meta(request.query, request.headers, b"pvisor-prefix", allow=REQUEST_HEADER_ALLOW)
+    return request_meta(request.method, request.path, red.query, red.headers, request.encoding)
+
+
+def _serve_reply(reply: Reply, stream: bool, flags: tuple[str, ...]) -> Serve:
+    headers = list(reply.headers.items())
+    if len(reply.chunks) == 1:
+        return Serve(reply.status, headers, body=reply.chunks[0], streamed=stream, served_by=ServedBy.PLAYBACK, flags=flags)
+    return Serve(reply.status, headers, chunks=list(reply.chunks), streamed=stream, served_by=ServedBy.PLAYBACK, flags=flags)
+
+
+# --------------------------------------------------------------------------- the result
+
+
+def recorded_prefix(p: PlaybackResponder) -> tuple[bytes, dict[str, Any], str, bool] | None:
+    """(body, request meta, exchange id, rendered) of the prefix the replay recorded: request
+    N+1 as the agent sent it, byte for byte (its Content-Encoding undone); when none came
+    because A_N made no tool call and the agent ended by itself, request N with A_N appended
+    (rendered, as prepare-only does at N = steps); None when the agent got no further."""
+    if p.boundary is not None:
+        return p.boundary.body, p.boundary.meta, p.boundary.exchange, False
+    if p.latest is not None and p.latest[0] == p.n and p.n > 0 and not _calls(p.actions[p.n - 1]):
+        from .prefix import _append_action
+
+        _, _, request, body = p.latest
+        meta = _meta(request)
+        meta["recorded_content_encoding"] = None  # rendered: not the bytes the agent sent
+        return _append_action(p.rec.protocol, body, p.actions[p.n - 1]), meta, request.exchange, True
+    return None
+
+
+def playback_record(p: PlaybackResponder) -> dict[str, Any]:
+    """The playback fields of a replay-only result (docs/result-protocol.md): ``served``,
+    ``path_rewrites``, ``auxiliary``, ``context_differences``, ``tool_differences``,
+    ``divergence``, ``synthetic_end``, ``requests``."""
+    return {
+        "served": [{"request": s.request, "exchange": s.exchange, "source": s.source.value, "recorded_exchange": s.recorded_exchange,
+                    "retry": s.retry} for s in p.served],
+        "path_rewrites": [{"step": r.step, "call_id": r.call_id, "tool": r.tool, "argument": r.argument, "recorded": r.recorded,
+                           "replayed": r.replayed} for r in p.rewritten],
+        "auxiliary": [{"exchange": a.exchange, "method": a.method, "path": a.path, "reason": a.reason, "answered_from": a.answered_from}
+                      for a in p.auxiliary],
+        "context_differences": [d.to_json() for d in p.differences if d.part != "tools"],
+        "tool_differences": [d.to_json() for d in p.differences if d.part == "tools"],
+        "divergence": {**p.divergence.to_json(), "exchange": p.diverged_exchange} if p.divergence is not None else None,
+        "synthetic_end": [{"exchange": e.exchange, "request": e.request, "text": e.text, "tool_calls": e.tool_calls, "reason": e.reason}
+                          for e in p.synthetic],
+        "requests": p.requests,
+    }
+

@@ -1,0 +1,259 @@
+"""What playback serves: a recorded run read into a :class:`Recording`, from a journal run or from
+the agent's native trajectory file.
+
+- **journal** (:func:`journal_recording`): the run's main chain (the descriptor's hint) gives
+  steps 1..S with their actions, the recorded request of each main-loop request (its parsed
+  conversation: system prompt, tools, context) and the recorded response bytes of each kept
+  exchange (served as they are when they fit, :class:`RecordedReply`); the auxiliary
+  exchanges that are not retries are kept to answer the replay's auxiliary requests
+  (:class:`RecordedAux`). The task is the run's ``task`` label (``pvisor run`` records it), else
+  the descriptor's reading of the recorded command line, else ``--task``; the workspace, home
+  and run directory are its labels.
+- **native** (:func:`native_recording`): the native adapter's trajectory; the first request is
+  rendered from it (system prompt and tools only when the file stores them); the workspace is
+  the file's ``cwd`` (or ``directory``); actions are served rendered.
+
+Errors: ReplayUsageError (exit 2: ``agent_mismatch``, unknown run), ReplayBadInput (exit 65:
+``no_steps``, ``after_step_out_of_range``, ``attempt_not_replayable``, ``no_task``,
+``bad_source``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pvisor.journal.errors import BadInputError, PvisorError
+from pvisor.journal.model import Conversation, Step
+
+from .errors import ReplayBadInput, ReplayUsageError, show_path
+from .prefix import check_boundary, descriptor, native_conversation, native_version
+
+
+@dataclass(slots=True)
+class RecordedReply:
+    """The recorded answer to main-loop request k: ``status``, ``headers`` (content type and
+    encoding), ``body`` (the bytes as the upstream sent them), ``streamed``, ``exchange`` id."""
+
+    status: int
+    headers: list[tuple[str, str]]
+    body: bytes
+    streamed: bool
+    exchange: str
+
+
+@dataclass(slots=True)
+class RecordedAux:
+    """A recorded auxiliary exchange, to answer an auxiliary request of the replay with the same
+    key (:func:`aux_key`): ``key``, ``method``, ``path``, ``reply``."""
+
+    key: tuple
+    method: str
+    path: str
+    reply: RecordedReply
+
+
+@dataclass(slots=True)
+class Recording:
+    """A recorded run as playback serves it.
+
+    Fields:
+        kind: ``journal`` or ``native``; path: the journal or the native file.
+        agent, agent_version, protocol, model (as the agent asked for it), run (journal run id).
+        task and task_origin (``label``, ``argv``, ``trajectory``, ``option``), or None: the
+            task the agent is given (``--task`` when given); expected_task: the task the
+            recording holds (requests must carry it; ``--task`` only where the source has none).
+        steps: the trajectory's steps (actions and historical observations).
+        requests: recorded main-loop request conversations (journal: every one; native: the
+            first, rendered); request_ids: what names request k in messages (exchange ids, or
+            ``trajectory step k``).
+        replies: per step, the recorded reply (journal) or None (native: rendered).
+        attempts: per step, the attempt its request belongs to.
+        auxiliary: recorded auxiliary exchanges.
+        workspace, home, run_dir: recorded paths (None when unknown).
+        source_sha256: digest of the native file (journal sources: None here).
+        profile, session: the format or launch profile; the native session id.
+        notes: warnings ``(code, message)``.
+    """
+
+    kind: str
+    path: Path
+    agent: str
+    agent_version: str | None
+    protocol: str
+    model: str | None
+    run: str | None
+    task: str | None
+    task_origin: str | None
+    steps: list[Step]
+    requests: list[Conversation]
+    request_ids: list[str]
+    replies: list[RecordedReply | None]
+    attempts: list[int]
+    auxiliary: list[RecordedAux] = field(default_factory=list)
+    workspace: str | None = None
+    home: str | None = None
+    run_dir: str | None = None
+    profile: str | None = None
+    session: str | None = None
+    notes: list[tuple[str, str]] = field(default_factory=list)
+    expected_task: str | None = None
+
+    def nearest(self, k: int) -> str | None:
+        """What names recorded main-loop request ``k`` (1-based) in a divergence."""
+        if 0 < k <= len(self.request_ids):
+            return self.request_ids[k - 1]
+        return None
+
+
+def aux_key(method: str, path: str, conv: Conversation | None) -> tuple:
+    """The key an auxiliary request is answered by: method, path and, for a model request, the
+    digest of its system prompt and its tool names (a title request, a memory request), never
+    its messages (they hold the replay's own observations)."""
+    if conv is None:
+        return (method.upper(), path)
+    system = hashlib.sha256((conv.system or "").encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return (method.upper(), path, system, tuple(sorted(t.name for t in conv.tools)))
+
+
+def _check_steps(rec: Recording, after_step: int, where: str) -> None:
+    """The boundary checks; an error carries the recording read so far (``exc.recording``), so
+    that a failed result still tells how many steps the source has."""
+    try:
+        _check_boundary(rec, after_step, where)
+    except PvisorError as exc:
+        exc.recording = rec  # type: ignore[attr-defined]
+        raise
+
+
+def _check_boundary(rec: Recording, after_step: int, where: str) -> None:
+    check_boundary(after_step, len(rec.steps), where)
+    late = [i + 1 for i, a in enumerate(rec.attempts[:after_step]) if a > 1]
+    if late:
+        raise ReplayBadInput(
+            "attempt_not_replayable",
+            f"--after-step {after_step}: step {late[0]} of {where} came from attempt {rec.attempts[late[0] - 1]} (a native resume "
+            f"with a later prompt); playback replays attempt 1 only: choose N < {late[0]}",
+        )
+
+
+def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, task: str | None) -> Recording:
+    """The recording of journal run ``run_id`` for ``--after-step`` (module docstring)."""
+    from pvisor.adapters.chains import classify_run
+    from pvisor.adapters.journal_trajectory import build_trajectory
+    from pvisor.journal.errors import UsageError
+    from pvisor.journal.reader import JournalReader
+
+    d = descriptor(agent)
+    if not journal.exists():
+        raise UsageError(f"--journal {show_path(journal)}: no such journal file")
+    with JournalReader(journal) as reader:
+        run = reader.run(run_id)
+        if run.agent is not None and run.agent != agent:
+            raise ReplayUsageError("agent_mismatch", f"run {run.id} was recorded with agent {run.agent}, not --agent {agent}")
+        c = classify_run(reader, run.id, prefer=d.chain_hint)
+        traj = build_trajectory(reader, c)
+        main = c.main_requests
+        where = f"run {run.id}"
+        steps = list(traj.steps)
+        attempts = [q.exchange.attempt for q in main[: len(steps)]]
+        rec = Recording(
+            kind="journal", path=journal, agent=agent, agent_version=run.agent_version, protocol=main[0].protocol if main else d.protocols[0],
+            model=run.labels.get("model") or traj.model, run=run.id, task=None, task_origin=None, steps=steps, requests=[],
+            request_ids=[q.id for q in main], replies=[], attempts=attempts, workspace=run.labels.get("workspace"),
+            home=run.labels.get("home") if run.labels.get("home") not in (None, "user") else None, run_dir=run.labels.get("run_dir"),
+            profile=f"{agent} launch profile {d.versions}" if d.launchable else None,
+        )
+        _check_steps(rec, after_step, where)
+        rec.task, rec.task_origin, rec.expected_task = _task(run.labels.get("task"), d.task_from_argv(list(run.argv)) if run.argv else None,
+                                                             None, task)
+        for q in main[: after_step + 1]:
+            rec.requests.append(q.conversation())
+        for q in main[:after_step]:
+            rec.replies.append(_reply(reader, q.exchange))
+        main_ids = {q.id for q in main}
+        retry_ids = {lo.exchange for lo in c.left_out if lo.kind == "retry"}
+        by_id = {q.id: q for q in c.requests}
+        for ex in reader.exchanges(run.id):
+            if ex.id in main_ids or ex.id in retry_ids or ex.attempt != 1 or ex.status is None or ex.response_body is None:
+                continue
+            q = by_id.get(ex.id)
+            conv = None
+            if q is not None and q.left_out is None:
+                try:
+                    conv = q.conversation()
+                except BadInputError:
+                    conv = None
+            rec.auxiliary.append(RecordedAux(aux_key(ex.method, ex.path, conv), ex.method, ex.path, _reply(reader, ex)))
+    for s in steps[:after_step]:
+        for flag in s.flags:
+            if flag in ("action_dropped_by_agent", "action_changed_by_agent", "interrupted", "partially_delivered", "no_reply"):
+                rec.notes.append((flag, f"step {s.n}: {flag.replace('_', ' ')}"))
+    return rec
+
+
+def _reply(reader: Any, ex: Any) -> RecordedReply:
+    keep = ("content-type", "content-encoding")
+    headers = [(k, v) for k, v in ex.response_headers.items() if k.lower() in keep]
+    body = reader.response_body(ex, raw=True) or b""
+    return RecordedReply(ex.status or 200, headers, body, ex.streamed, ex.id)
+
+
+def _task(label: str | None, argv: str | None, trajectory: str | None, option: str | None) -> tuple[str | None, str | None, str | None]:
+    """(task given to the agent, its origin, task the recording holds): ``--task`` is given when
+    present, but a recorded task stays the one requests must carry (another task diverges)."""
+    recorded = next(((v, o) for v, o in ((label, "label"), (argv, "argv"), (trajectory, "trajectory")) if v), (None, None))
+    if option:
+        return option, "option", recorded[0] or option
+    return recorded[0], recorded[1], recorded[0]
+
+
+def native_recording(path: Path, agent: str, after_step: int, task: str | None, session: str | None = None) -> Recording:
+    """The recording of a native trajectory file for ``--after-step`` (module docstring)."""
+    from pvisor.adapters.native import read_native
+
+    from .prefix import choose_protocol, pending_calls
+
+    d = descriptor(agent)
+    try:
+        result, _notes = read_native(path, agent, session)
+    except PvisorError as exc:
+        if isinstance(exc, BadInputError):
+            raise ReplayBadInput("bad_source", exc.message) from None
+        raise
+    traj = result.trajectory
+    steps = list(traj.steps)
+    where = show_path(path)
+    protocol = choose_protocol(agent, None, traj.model)
+    meta = traj.meta
+    workspace = next((meta[k] for k in ("cwd", "directory") if isinstance(meta.get(k), str) and meta[k]), None)
+    rec = Recording(
+        kind="native", path=path, agent=agent, agent_version=native_version(meta), protocol=protocol, model=d.wire_model(traj.model),
+        run=None, task=None, task_origin=None, steps=steps, requests=[], request_ids=[f"trajectory step {s.n}" for s in steps],
+        replies=[None] * len(steps), attempts=[1] * len(steps), workspace=workspace, home=_home_of(path),
+        run_dir=str(Path(_home_of(path)).parent) if _home_of(path) else None,
+        profile=result.profile.name, session=next((meta[k] for k in ("sessionId", "session", "id") if isinstance(meta.get(k), str)), None),
+        notes=[(w.code, str(w)) for w in result.diagnostics.warnings],
+    )
+    _check_steps(rec, after_step, where)
+    for step in steps[:after_step]:
+        missing = pending_calls(step)
+        if missing and step.n < after_step:
+            raise ReplayBadInput("observation_not_recorded", f"--after-step {after_step}: {where} holds no result for the tool call(s) of "
+                                 f"A_{step.n} ({', '.join(c.name for c in missing)}), so the recorded observation cannot be compared; choose N < {step.n}")
+    rec.task, rec.task_origin, rec.expected_task = _task(None, None, d.task_from_trajectory(traj.task, meta), task)
+    conv, _origin = native_conversation(agent, protocol, traj.task, list(meta.get("task_context") or []), traj.system, traj.tools, traj.model,
+                                        steps, 0, None)
+    rec.requests.append(conv)
+    return rec
+
+
+def _home_of(path: Path) -> str | None:
+    """The private home a native file of a ``pvisor run`` lies in (``.../runs/<id>/home/...``)."""
+    parts = Path(path).resolve().parts
+    for i in range(len(parts) - 2, 0, -1):
+        if parts[i] == "home" and i >= 2 and parts[i - 2] == "runs":
+            return str(Path(*parts[: i + 1]))
+    return None
