@@ -897,6 +897,19 @@ class OnlineMatcher:
         self._learn = not self._tools
         self._called = {c.name for a in served for c in a.tool_calls if c.kind != "server"}
         self._said = {k: said(self.mod, [action_message(a)]) for k, a in self.served.items()}
+        # each request repeats the conversation: a memo reads only the messages not seen before,
+        # and what a run of those messages says is kept by their identity
+        self._memo = ParseMemo()
+        self._said_of: dict[tuple[int, ...], tuple[str, list[Any]]] = {}
+
+    def _said_group(self, msgs: list[Message]) -> tuple[str, list[Any]]:
+        if not all(self._memo.holds(m) for m in msgs):
+            return said(self.mod, msgs)
+        key = tuple(id(m) for m in msgs)
+        hit = self._said_of.get(key)
+        if hit is None:
+            hit = self._said_of[key] = said(self.mod, msgs)
+        return hit
 
     def _masked(self, text: str | None, recorded: bool = True) -> str:
         text = text or ""
@@ -919,10 +932,10 @@ class OnlineMatcher:
         if method.upper() != "POST" or not self.mod.matches(path):
             return OnlineMatch(MatchKind.AUXILIARY, reason=f"{method} {path} is not a {self.protocol} model request")
         try:
-            conv = self.mod.parse_request(body, path=path, query=query)
+            conv = self.mod.parse_request(body, path=path, query=query, memo=self._memo)
         except BadInputError as exc:
             return OnlineMatch(MatchKind.AUXILIARY, reason=f"the body does not read as a request: {exc.message}")
-        stream = self.mod.wants_stream(path, query, body)
+        stream = conv.stream
         names = {t.name for t in conv.tools}
         if self._learn:
             if not (self._called <= names and names and self._check_task(conv, 1) is None):
@@ -956,7 +969,7 @@ class OnlineMatcher:
             if expected is None:
                 return Divergence(k, at, None, "no reply here", _short(said(self.mod, msgs)[0] or "a reply"),
                                   f"the request carries {len(groups)} replies, but only {len(self.served)} were served", self.nearest(i))
-            got = said(self.mod, msgs)
+            got = self._said_group(msgs)
             if got == expected:
                 continue
             if got[0] != expected[0]:

@@ -170,6 +170,10 @@ def test_replay_only_example_runs_the_real_claude_code(tmp_path: Path):
                      r"synthetic_end", proc.stdout), proc.stdout
     for out in ("out", "out-native"):
         assert json.loads((tmp_path / out / "result.json").read_text())["status"] == "ok"
+    # the README shows the same replay (it needs the recording made above: run here)
+    readme = [line[2:] for block in _blocks(DOCS.parent / "README.md", "console") for line in block.splitlines()
+              if line.startswith("$ ") and "--replay-only" in line]
+    assert readme == [commands[2]]
 
 
 def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):
@@ -177,7 +181,7 @@ def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):
     (tests/corpus/native/...), each with exit 0, writing what they say."""
     readme = DOCS.parent / "README.md"
     commands = [line[2:] for block in _blocks(readme, "console") for line in block.splitlines()
-                if line.startswith("$ pvisor trajectory") or line.startswith("$ pvisor replay")]
+                if (line.startswith("$ pvisor trajectory") or line.startswith("$ pvisor replay")) and "--replay-only" not in line]
     assert len(commands) == 3
     corpus = tmp_path / "tests" / "corpus"
     shutil.copytree(DOCS.parent / "tests" / "corpus" / "native", corpus / "native")
