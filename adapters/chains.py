@@ -858,14 +858,19 @@ class OnlineMatcher:
     of the run). ``descriptor`` gives the agent's volatile context; ``rewrite`` maps recorded
     paths (workspace, home) to the new ones in texts; ``mask`` masks what else is volatile in a
     text once rewritten (paths below the new private home, whose names hold the workspace's);
-    ``nearest`` names recorded request k for messages. Rules (docs/replay.md "Matching"):
+    ``nearest`` names recorded request k for messages; ``dropped`` the steps whose action the
+    agent left out of its history in the recording (``action_dropped_by_agent``: mini-swe-agent
+    drops a reply it answers with a format error), so that request k carries the others only.
+    Rules (docs/replay.md "What playback answers"):
 
     - not a POST to a model-API path, a token count, or a body that does not parse: auxiliary;
     - a main-loop candidate has the recording's tool names, or its system prompt modulo
       volatile context, or at least 80 % of its tool names; anything else is auxiliary;
     - the candidate's replies (runs of assistant messages) must be the served actions in order,
       once normalised (text and tool calls; reasoning, signatures and client ids ignored): k is
-      their number plus one. A reply that differs, or more replies than were served, is a
+      their number plus one (plus the dropped steps before k: among the requests with as many
+      replies, the one whose recorded request has as many messages, else the next one not yet
+      answered). A reply that differs, or more replies than were served, is a
       divergence; so is a task missing from the user text before the first reply, and a tool
       the next served action calls that the request no longer offers;
     - k answered before is a retry;
@@ -877,7 +882,7 @@ class OnlineMatcher:
 
     def __init__(self, protocol: str, served: list[Action], *, task: str | None, recorded: list[Conversation],
                  descriptor: Any, rewrite: Callable[[str], str] | None = None, nearest: Callable[[int], str | None] | None = None,
-                 mask: Callable[[str], str] | None = None):
+                 mask: Callable[[str], str] | None = None, dropped: Iterable[int] = ()):
         self.protocol = protocol
         self.mod = get_protocol(protocol)
         self.served: dict[int, Action] = {i + 1: a for i, a in enumerate(served)}
@@ -886,6 +891,7 @@ class OnlineMatcher:
         self.descriptor = descriptor
         self.rewrite = rewrite or (lambda s: s)
         self.mask = mask or (lambda s: s)
+        self.dropped = set(dropped)
         self.nearest = nearest or (lambda k: None)
         self.answered = 0
         self._reported: set[tuple[str, str]] = set()
@@ -952,7 +958,7 @@ class OnlineMatcher:
             return OnlineMatch(MatchKind.AUXILIARY, conversation=conv, stream=stream,
                                reason=f"not the main loop: {why} ({len(names)} tools against {len(self._tools)})")
         groups = _groups(conv.messages)
-        k = len(groups) + 1
+        k = self._request_number(len(groups), len(conv.messages))
         out = OnlineMatch(MatchKind.MAIN, request=k, conversation=conv, stream=stream)
         divergence = self._check_replies(groups, conv, k) or self._check_task(conv, k) or self._check_tools(names, k)
         if divergence is not None:
@@ -963,9 +969,31 @@ class OnlineMatcher:
             out.kind = MatchKind.RETRY
         return out
 
+    def _echoed(self, k: int) -> list[int]:
+        """The steps before request ``k`` whose actions its history carries."""
+        return [i for i in range(1, k) if i not in self.dropped]
+
+    def _request_number(self, replies: int, messages: int) -> int:
+        """Which request k carries ``replies`` runs of assistant messages (module rules)."""
+        if not self.dropped:
+            return replies + 1
+        top = max(self.served, default=0) + 2
+        candidates = [k for k in range(1, top + 1) if len(self._echoed(k)) == replies]
+        if not candidates:
+            return replies + 1 + len(self.dropped)
+        if len(candidates) == 1:
+            return candidates[0]
+        same = [k for k in candidates if k - 1 < len(self.recorded) and len(self.recorded[k - 1].messages) == messages]
+        if len(same) == 1:
+            return same[0]
+        ahead = [k for k in candidates if k > self.answered]
+        return ahead[0] if ahead else candidates[-1]
+
     def _check_replies(self, groups: list[tuple[int, list[Message]]], conv: Conversation, k: int) -> Divergence | None:
-        for i, (at, msgs) in enumerate(groups, start=1):
-            expected = self._said.get(i)
+        order = self._echoed(k)
+        for n, (at, msgs) in enumerate(groups):
+            i = order[n] if n < len(order) else max(order, default=0) + n - len(order) + 1
+            expected = self._said.get(i) if n < len(order) else None
             if expected is None:
                 return Divergence(k, at, None, "no reply here", _short(said(self.mod, msgs)[0] or "a reply"),
                                   f"the request carries {len(groups)} replies, but only {len(self.served)} were served", self.nearest(i))

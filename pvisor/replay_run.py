@@ -108,6 +108,8 @@ def _check(opts: ReplayOnlyOptions) -> Any:
                                "--prepare-only works from its trajectory")
     if (opts.trajectory is None) == (opts.run is None):
         raise UsageError("give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)")
+    if opts.run is not None and not opts.run.strip():
+        raise UsageError("--run is empty: give a run id or a unique prefix of one (pvisor journal ls lists them)")
     if opts.after_step < 0:
         raise ReplayUsageError("usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)")
     if opts.workspace is None:
@@ -157,8 +159,9 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
 
     t0 = time.perf_counter()
     d = _check(opts)
-    out = check_output(opts.output, opts.workspace, opts.force)
-    result = base_result(RunMode.REPLAY_ONLY.value, opts.agent, opts.trajectory, opts.journal if opts.run else None, opts.run, opts.after_step)
+    out = check_output(opts.output, opts.workspace, opts.force, "the output must not be where the agent works (it can read and change it)")
+    result = base_result(RunMode.REPLAY_ONLY.value, opts.agent, opts.trajectory, opts.journal if opts.run is not None else None, opts.run,
+                         opts.after_step)
     result.update({"agent_started": False, "path_rewrites": [], "auxiliary": [], "context_differences": [], "tool_differences": [],
                    "divergence": None, "synthetic_end": [], "agent_run": None, "playback": None})
     timings = result["timings_ms"]

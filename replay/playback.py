@@ -44,7 +44,7 @@ from pvisor.gateway.scripted_model import Reply, minimal_reply, render_reply
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import REQUEST_HEADER_ALLOW, Action, Conversation, ToolCall, ToolResult, redact_exchange_meta
 
-from .prefix import request_meta
+from .prefix import is_made_up, request_meta
 from .recording import Recording, RecordedReply, aux_key
 
 #: flags playback journals with the exchanges it answers (``exchanges.flags``)
@@ -243,7 +243,8 @@ class PlaybackResponder:
         self.actions: list[Action] = [self._rewrite(i + 1, descriptor.reply_action(rec.protocol, s.action))
                                       for i, s in enumerate(rec.steps[:after_step])]
         self.matcher = OnlineMatcher(rec.protocol, self.actions, task=rec.expected_task, recorded=rec.requests, descriptor=descriptor,
-                                     rewrite=rewrites.text, nearest=rec.nearest, mask=rewrites.mask_private)
+                                     rewrite=rewrites.text, nearest=rec.nearest, mask=rewrites.mask_private,
+                                     dropped=[s.n for s in rec.steps[:after_step] if "action_dropped_by_agent" in s.flags])
         self.ended = asyncio.Event()
         self.served: list[Served] = []
         self.auxiliary: list[AuxAnswer] = []
@@ -397,7 +398,7 @@ class PlaybackResponder:
             # a native file may store a result otherwise than the agent sent it: compare what it sent
             results = [self.descriptor.wire_result(self.rec.protocol, r, names) for r in step.observation.results] if native \
                 else list(step.observation.results)
-            hist = _match(calls, results)
+            hist = [None if r is not None and is_made_up(r) else r for r in _match(calls, results)]
             served_calls = _calls(self.actions[i])
             rep = _match(served_calls, replayed[i]) if i < len(replayed) else [None] * len(calls)
             for c, h, r in zip(calls, hist, rep):

@@ -238,12 +238,12 @@ def _resolve(path: Path) -> Path:
         raise ReplayUsageError("bad_path", f"{show_path(path)}: cannot be resolved ({exc.strerror if isinstance(exc, OSError) and exc.strerror else 'a symlink loop'})") from None
 
 
-def check_output(output: Path, workspace: Path | None, force: bool) -> Path:
+def check_output(output: Path, workspace: Path | None, force: bool, why: str = "prepare-only never writes the workspace") -> Path:
     """The resolved output directory, or ReplayUsageError ``output_refused`` when it is (or is
     inside) the workspace, is not a directory, or is not empty without ``force``."""
     out = _resolve(output)
     if workspace is not None and _inside(out, _resolve(workspace)):
-        raise ReplayUsageError("output_refused", f"--output {output} is inside --workspace {workspace}: prepare-only never writes the workspace")
+        raise ReplayUsageError("output_refused", f"--output {output} is inside --workspace {workspace}: {why}")
     if out.exists():
         if not out.is_dir():
             raise ReplayUsageError("output_refused", f"--output {output} exists and is not a directory")

@@ -214,14 +214,14 @@ def native_recording(path: Path, agent: str, after_step: int, task: str | None, 
     """The recording of a native trajectory file for ``--after-step`` (module docstring)."""
     from pvisor.adapters.native import read_native
 
-    from .prefix import choose_protocol, pending_calls
+    from .prefix import _answering, choose_protocol, is_made_up, pending_calls
 
     d = descriptor(agent)
     try:
         result, _notes = read_native(path, agent, session)
     except PvisorError as exc:
         if isinstance(exc, BadInputError):
-            raise ReplayBadInput("bad_source", exc.message) from None
+            raise ReplayBadInput("bad_source", exc.message + _other_agent(path, agent)) from None
         raise
     traj = result.trajectory
     steps = list(traj.steps)
@@ -239,15 +239,27 @@ def native_recording(path: Path, agent: str, after_step: int, task: str | None, 
     )
     _check_steps(rec, after_step, where)
     for step in steps[:after_step]:
-        missing = pending_calls(step)
-        if missing and step.n < after_step:
-            raise ReplayBadInput("observation_not_recorded", f"--after-step {after_step}: {where} holds no result for the tool call(s) of "
-                                 f"A_{step.n} ({', '.join(c.name for c in missing)}), so the recorded observation cannot be compared; choose N < {step.n}")
+        # the agent re-runs the calls anyway: a result the file lacks only leaves O without O'
+        missing = pending_calls(step) + [c for c, r in zip(step.action.tool_calls, _answering(step)) if r is not None and is_made_up(r)]
+        if missing:
+            rec.notes.append(("observation_not_recorded", f"step {step.n}: {where} holds no result for {', '.join(c.name for c in missing)}; "
+                              "its O' has nothing to be compared with"))
     rec.task, rec.task_origin, rec.expected_task = _task(None, None, d.task_from_trajectory(traj.task, meta), task)
     conv, _origin = native_conversation(agent, protocol, traj.task, list(meta.get("task_context") or []), traj.system, traj.tools, traj.model,
                                         steps, 0, None)
     rec.requests.append(conv)
     return rec
+
+
+def _other_agent(path: Path, agent: str) -> str:
+    """``; it reads as a codex file: give --agent codex`` when another adapter recognises it."""
+    from pvisor.adapters.native import detect
+
+    try:
+        found = [a for a in detect(path) if a != agent]
+    except (OSError, PvisorError):
+        return ""
+    return f"; it reads as a {found[0]} file: give --agent {found[0]}" if len(found) == 1 else ""
 
 
 def _home_of(path: Path) -> str | None:

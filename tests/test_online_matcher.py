@@ -144,3 +144,43 @@ def test_a_body_that_does_not_parse_and_other_paths_are_auxiliary(recorded):
     assert m.match("POST", "/v1/responses", "", b"{not json").kind == MatchKind.AUXILIARY
     assert m.match("GET", "/v1/models", "", b"").kind == MatchKind.AUXILIARY
     assert m.match("HEAD", "/", "", b"").kind == MatchKind.AUXILIARY
+
+
+def test_an_action_the_agent_dropped_from_its_history_still_counts_as_a_step(tmp_path):
+    """mini-swe-agent answers a reply without a command with a format error and leaves that
+    reply out of its history: request 3 carries as many replies as request 2. The recording
+    says so (``action_dropped_by_agent``), and the matcher counts request 3 as 3, not as a
+    retry of 2."""
+    from pvisor.journal.model import Run
+    from pvisor.journal.writer import Journal
+
+    tools = [{"type": "function", "function": {"name": "bash", "description": "b", "parameters": {"type": "object"}}}]
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
+                                                                 "function": {"name": "bash", "arguments": '{"command":"ls"}'}}]}
+    text = {"role": "assistant", "content": "I think I am done."}
+    submit = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_3", "type": "function",
+                                                                   "function": {"name": "bash", "arguments": '{"command":"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}'}}]}
+    base = [{"role": "system", "content": "sys"}, {"role": "user", "content": "the task"}]
+    after1 = base + [call, {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"}]
+    after2 = after1 + [{"role": "user", "content": "Format error: give one command."}]  # the text reply left out
+    requests = [(base, call), (after1, text), (after2, submit)]
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        j.create_run(Run(id="r-mini", agent="mini-swe-agent"))
+        for msgs, reply in requests:
+            j.record_exchange("r-mini", "POST", "/v1/chat/completions", [("content-type", "application/json")], protocol="openai-chat",
+                              status=200, request_body=orjson.dumps({"model": "m", "messages": msgs, "tools": tools}),
+                              response_body=orjson.dumps({"id": "c", "object": "chat.completion", "model": "m",
+                                                          "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]}))
+    m, ids, t = _matcher(path, "r-mini", "mini-swe-agent")
+    assert [s.flags for s in t.steps][1] == ["action_dropped_by_agent"]
+    dropped = OnlineMatcher(m.protocol, [s.action for s in t.steps], task=None, recorded=m.recorded, descriptor=m.descriptor,
+                            dropped=[2])
+    for k, (msgs, _) in enumerate(requests, start=1):
+        got = dropped.match("POST", "/v1/chat/completions", "", orjson.dumps({"model": "m", "messages": msgs, "tools": tools}))
+        assert (got.kind, got.request) == (MatchKind.MAIN, k), (k, got)
+        dropped.answered_up_to(k)
+    # without the flag the same request 3 looks like a retry of request 2
+    plain = OnlineMatcher(m.protocol, [s.action for s in t.steps], task=None, recorded=m.recorded, descriptor=m.descriptor)
+    plain.answered_up_to(2)
+    assert plain.match("POST", "/v1/chat/completions", "", orjson.dumps({"model": "m", "messages": after2, "tools": tools})).kind == MatchKind.RETRY
