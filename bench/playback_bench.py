@@ -10,10 +10,12 @@ on this machine:
   actions, so that it serves the same bytes (same text, same calls) after parsing each request
   to count its turns;
 - **playback**: :class:`pvisor.replay.playback.PlaybackResponder` at N = S - 1, serving the
-  recorded response bytes after matching each request against the recording.
+  recorded response bytes after matching each request against the recording;
+- **floor**: a responder that serves the recorded bytes by arrival order and reads nothing: what
+  the gateway itself (relay, recorder, journal) costs, for reference.
 
-Both run in this process on the same kind of gateway (journal included), interleaved for
-``--rounds`` rounds (baseline, playback, baseline, ...). Reported per gateway: the median and
+All run in this process on the same kind of gateway (journal included), interleaved for
+``--rounds`` rounds (baseline, playback, floor, baseline, ...). Reported per gateway: the median and
 the 90th percentile of the time from sending a request to reading the last byte of its answer,
 and per step index the difference of the medians; the figure of merit is the median over steps
 of the added time. The aim is under 2 ms per served step.
@@ -37,6 +39,7 @@ import orjson
 from pvisor.adapters.agents import get_descriptor
 from pvisor.adapters.protocols import get_protocol
 from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response
+from pvisor.gateway.responder import Serve, ServedBy
 from pvisor.gateway.scripted_model import ScriptedModel, parse_script
 from pvisor.gateway.scripted_responder import ScriptedResponder
 from pvisor.journal.model import Run
@@ -44,32 +47,99 @@ from pvisor.journal.writer import Journal
 from pvisor.replay.playback import PathRewrites, PlaybackResponder
 from pvisor.replay.recording import journal_recording
 
-TOOL = {"type": "function", "function": {"name": "bash", "description": "d" * 20000,
-                                         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}, "required": ["command"]}}}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "d" * 20000,
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+}
 CHAT = get_protocol("openai-chat")
 
 
-def build(path: Path, steps: int) -> tuple[str, list[bytes], list[dict]]:
-    """Record the run; returns (run id, request bodies 1..S, scripted turns)."""
+def build(path: Path, steps: int) -> tuple[str, list[bytes], list[dict], list[bytes]]:
+    """Record the run; returns (run id, request bodies 1..S, scripted turns, reply bytes)."""
     run = f"bench{steps}"
-    messages: list[dict] = [{"role": "system", "content": "S" * 2000}, {"role": "user", "content": "the task"}]
-    bodies, turns = [], []
+    messages: list[dict] = [
+        {"role": "system", "content": "S" * 2000},
+        {"role": "user", "content": "the task"},
+    ]
+    bodies, turns, replies = [], [], []
     with Journal.open(path, finalize=finalize_response) as j:
         j.create_run(Run(id=run, agent="opencode", labels={"task": "the task"}))
         for i in range(steps):
             body = orjson.dumps({"model": "m", "messages": messages, "tools": [TOOL], "stream": True})
             command = f"echo {i}"
-            final = {"id": f"chatcmpl-{i}", "object": "chat.completion", "created": 0, "model": "m",
-                     "choices": [{"index": 0, "finish_reason": "tool_calls", "message": {
-                         "role": "assistant", "content": f"step {i}",
-                         "tool_calls": [{"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": orjson.dumps({"command": command}).decode()}}]}}]}
-            j.record_exchange(run, "POST", "/v1/chat/completions", [("content-type", "application/json")], protocol="openai-chat", status=200,
-                              request_body=body, response_body=CHAT.render_stream(final), streamed=True,
-                              response_headers=[("content-type", "text/event-stream")])
+            final = {
+                "id": f"chatcmpl-{i}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "tool_calls",
+                        "message": {
+                            "role": "assistant",
+                            "content": f"step {i}",
+                            "tool_calls": [
+                                {
+                                    "id": f"call_{i}",
+                                    "type": "function",
+                                    "function": {
+                                        "name": "bash",
+                                        "arguments": orjson.dumps({"command": command}).decode(),
+                                    },
+                                }
+                            ],
+                        },
+                    }
+                ],
+            }
+            j.record_exchange(
+                run,
+                "POST",
+                "/v1/chat/completions",
+                [("content-type", "application/json")],
+                protocol="openai-chat",
+                status=200,
+                request_body=body,
+                response_body=CHAT.render_stream(final),
+                streamed=True,
+                response_headers=[("content-type", "text/event-stream")],
+            )
             bodies.append(body)
+            replies.append(CHAT.render_stream(final))
             turns.append({"text": f"step {i}", "tool_calls": [{"tool": "bash", "command": command}]})
-            messages = messages + [final["choices"][0]["message"], {"role": "tool", "tool_call_id": f"call_{i}", "content": "o" * 1000}]
-    return run, bodies, turns
+            messages = messages + [
+                final["choices"][0]["message"],
+                {"role": "tool", "tool_call_id": f"call_{i}", "content": "o" * 1000},
+            ]
+    return run, bodies, turns, replies
+
+
+class InOrder:
+    """Serves ``replies`` one per request in arrival order, reading nothing (the floor)."""
+
+    def __init__(self, replies: list[bytes]):
+        self.replies = replies
+        self.n = 0
+
+    async def respond(self, request):
+        body = self.replies[self.n]
+        self.n += 1
+        return Serve(
+            200,
+            [("Content-Type", "text/event-stream")],
+            body=body,
+            streamed=True,
+            served_by=ServedBy.PLAYBACK,
+        )
 
 
 class Loop:
@@ -105,13 +175,16 @@ def main() -> None:
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="pvisor-playback-bench-"))
     journal = tmp / "j.sqlite"
-    run, bodies, turns = build(journal, args.steps)
+    run, bodies, turns, replies = build(journal, args.steps)
     n = args.steps - 1  # requests 1..N get A_k; request S = N+1 is the boundary
     lt = Loop()
-    times: dict[str, list[list[float]]] = {"baseline": [], "playback": []}
+    names = ("baseline", "playback", "floor")
+    times: dict[str, list[list[float]]] = {name: [] for name in names}
     for r in range(args.rounds):
-        for name in ("baseline", "playback"):
-            if name == "baseline":
+        for name in names:
+            if name == "floor":
+                responder = InOrder(replies)
+            elif name == "baseline":
                 model = ScriptedModel(parse_script({"model": "m", "turns": turns}))
                 responder = ScriptedResponder(model)
             else:
@@ -124,23 +197,44 @@ def main() -> None:
                 lt.run(gw.stop())
             if name == "playback":
                 assert not responder.divergence and len(responder.served) == n, responder.divergence
-    med = {name: [statistics.median(rnd[i] for rnd in runs) * 1000 for i in range(n)] for name, runs in times.items()}
+    med = {
+        name: [statistics.median(rnd[i] for rnd in runs) * 1000 for i in range(n)]
+        for name, runs in times.items()
+    }
     added = [p - b for p, b in zip(med["playback"], med["baseline"])]
     figures = {
-        "steps": args.steps, "rounds": args.rounds, "requests_per_round": n,
-        "baseline_ms": {"median": statistics.median(med["baseline"]), "p90": sorted(med["baseline"])[int(0.9 * n)]},
-        "playback_ms": {"median": statistics.median(med["playback"]), "p90": sorted(med["playback"])[int(0.9 * n)]},
-        "added_ms_per_step": {"median": statistics.median(added), "first_decile_steps": statistics.median(added[: max(1, n // 10)]),
-                              "last_decile_steps": statistics.median(added[-max(1, n // 10):])},
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "requests_per_round": n,
+        "baseline_ms": {
+            "median": statistics.median(med["baseline"]),
+            "p90": sorted(med["baseline"])[int(0.9 * n)],
+        },
+        "playback_ms": {
+            "median": statistics.median(med["playback"]),
+            "p90": sorted(med["playback"])[int(0.9 * n)],
+        },
+        "floor_ms": {"median": statistics.median(med["floor"]), "p90": sorted(med["floor"])[int(0.9 * n)]},
+        "playback_over_floor_ms": statistics.median([p - f for p, f in zip(med["playback"], med["floor"])]),
+        "added_ms_per_step": {
+            "median": statistics.median(added),
+            "first_decile_steps": statistics.median(added[: max(1, n // 10)]),
+            "last_decile_steps": statistics.median(added[-max(1, n // 10) :]),
+        },
         "last_request_bytes": len(bodies[n - 1]),
     }
-    print(f"{n} served steps x {args.rounds} rounds, last request {figures['last_request_bytes'] / 1024:.0f} KiB")
-    for name in ("baseline", "playback"):
+    print(
+        f"{n} served steps x {args.rounds} rounds, last request {figures['last_request_bytes'] / 1024:.0f} KiB"
+    )
+    for name in names:
         f = figures[f"{name}_ms"]
         print(f"  {name:9s} per request: median {f['median']:.2f} ms, p90 {f['p90']:.2f} ms")
+    print(f"  playback over the floor: median {figures['playback_over_floor_ms']:.2f} ms per request")
     a = figures["added_ms_per_step"]
-    print(f"  added by playback per served step: median {a['median']:.2f} ms (first tenth of the steps {a['first_decile_steps']:.2f} ms, "
-          f"last tenth {a['last_decile_steps']:.2f} ms)")
+    print(
+        f"  added by playback per served step: median {a['median']:.2f} ms (first tenth of the steps {a['first_decile_steps']:.2f} ms, "
+        f"last tenth {a['last_decile_steps']:.2f} ms)"
+    )
     if args.json:
         args.json.write_text(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() + "\n")
 

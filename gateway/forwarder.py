@@ -29,22 +29,43 @@ SOCK_CONNECT_TIMEOUT_S = 30.0
 # RFC 9110 §7.6.1 hop-by-hop fields, plus Host (aiohttp sets the upstream's) and Content-Length
 # (recomputed from the body we send).
 HOP_BY_HOP = frozenset(
-    {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "proxy-connection", "proxy-authenticate",
-     "proxy-authorization", "expect"}
+    {
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "expect",
+    }
 )
 REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", RUN_HEADER.lower()}
 _SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
-_UPSTREAM_READ_ERRORS = (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, asyncio.TimeoutError,
-                         aiohttp.ClientConnectionError)
+_UPSTREAM_READ_ERRORS = (
+    aiohttp.ClientPayloadError,
+    aiohttp.ServerDisconnectedError,
+    aiohttp.ClientOSError,
+    asyncio.TimeoutError,
+    aiohttp.ClientConnectionError,
+)
 
 
-def forwardable(headers: list[tuple[str, str]] | tuple[tuple[str, str], ...], drop: frozenset[str]) -> list[tuple[str, str]]:
+def forwardable(
+    headers: list[tuple[str, str]] | tuple[tuple[str, str], ...], drop: frozenset[str]
+) -> list[tuple[str, str]]:
     """``headers`` without those in ``drop``, those a ``Connection`` header names, and ``Proxy-*``."""
     named: set[str] = set()
     for k, v in headers:
         if k.lower() == "connection":
             named |= {t.strip().lower() for t in v.split(",") if t.strip()}
-    return [(k, v) for k, v in headers if (kl := k.lower()) not in drop and kl not in named and not kl.startswith("proxy-")]
+    return [
+        (k, v)
+        for k, v in headers
+        if (kl := k.lower()) not in drop and kl not in named and not kl.startswith("proxy-")
+    ]
 
 
 class _UpstreamBody:
@@ -77,10 +98,15 @@ class _UpstreamBody:
             self._done = True
             self._resp.close()
             if isinstance(exc, asyncio.TimeoutError):
-                raise StreamBroken("upstream_reset", f"upstream {self._upstream} sent nothing for {self._stall:g} s "
-                                   f"(received {self._received} bytes)") from None
-            raise StreamBroken("upstream_reset", f"upstream {self._upstream} connection broke after {self._received} bytes: "
-                               f"{reason(exc)}") from None
+                raise StreamBroken(
+                    "upstream_reset",
+                    f"upstream {self._upstream} sent nothing for {self._stall:g} s "
+                    f"(received {self._received} bytes)",
+                ) from None
+            raise StreamBroken(
+                "upstream_reset",
+                f"upstream {self._upstream} connection broke after {self._received} bytes: {reason(exc)}",
+            ) from None
         except BaseException:
             self._done = True
             self._resp.close()
@@ -112,7 +138,9 @@ class UpstreamForwarder:
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=SOCK_CONNECT_TIMEOUT_S, sock_read=self.stall_timeout),
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=SOCK_CONNECT_TIMEOUT_S, sock_read=self.stall_timeout
+            ),
             auto_decompress=False,
             skip_auto_headers=_SKIP_AUTO,
             cookie_jar=aiohttp.DummyCookieJar(),  # never carry one agent's cookies to another
@@ -133,8 +161,10 @@ class UpstreamForwarder:
         the path, 502 when none could be reached or it closed before answering."""
         name = fwd.upstream or request.upstream
         if name is None or name not in self.upstreams:
-            msg = (f"no upstream for {request.method} {request.path}: give --upstream NAME=URL, or use a /anthropic/, "
-                   "/openai/ or /gemini/ prefix")
+            msg = (
+                f"no upstream for {request.method} {request.path}: give --upstream NAME=URL, or use a /anthropic/, "
+                "/openai/ or /gemini/ prefix"
+            )
             return Refuse(404, "pvisor_no_route", msg, "upstream_unreachable")
         headers = forwardable(request.headers, REQUEST_DROP)
         body = request.body if fwd.body is None else fwd.body
@@ -145,19 +175,42 @@ class UpstreamForwarder:
         send_body = body if (body or request.method not in ("GET", "HEAD", "OPTIONS")) else None
         assert self._session is not None, "UpstreamForwarder.start() was not awaited"
         try:
-            resp = await self._session.request(request.method, url, headers=headers, data=send_body, allow_redirects=False)
+            resp = await self._session.request(
+                request.method, url, headers=headers, data=send_body, allow_redirects=False
+            )
         except aiohttp.ClientConnectorError as exc:
             return _failed("upstream_unreachable", f"cannot connect to upstream {name}: {reason(exc)}")
         except aiohttp.ConnectionTimeoutError:  # before TimeoutError: a connect timeout is no stall
-            return _failed("upstream_unreachable", f"cannot connect to upstream {name}: no connection within {SOCK_CONNECT_TIMEOUT_S:g} s")
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError, aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
-            return _failed("upstream_reset", f"upstream {name} closed the connection before answering: {reason(exc)}")
+            return _failed(
+                "upstream_unreachable",
+                f"cannot connect to upstream {name}: no connection within {SOCK_CONNECT_TIMEOUT_S:g} s",
+            )
+        except (
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+            aiohttp.ClientPayloadError,
+            aiohttp.ClientResponseError,
+        ) as exc:
+            return _failed(
+                "upstream_reset", f"upstream {name} closed the connection before answering: {reason(exc)}"
+            )
         except asyncio.TimeoutError:
-            return _failed("upstream_reset", f"upstream {name} sent no response within {self.stall_timeout:g} s")
+            return _failed(
+                "upstream_reset", f"upstream {name} sent no response within {self.stall_timeout:g} s"
+            )
         raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers]
         streamed = resp.headers.get("Content-Type", "").startswith("text/event-stream")
-        chunks: AsyncIterator[bytes] = _UpstreamBody(resp, name, self.stall_timeout, head=request.method == "HEAD")
-        return Serve(resp.status, raw, chunks=chunks, streamed=streamed, served_by=ServedBy.UPSTREAM, reason=resp.reason)
+        chunks: AsyncIterator[bytes] = _UpstreamBody(
+            resp, name, self.stall_timeout, head=request.method == "HEAD"
+        )
+        return Serve(
+            resp.status,
+            raw,
+            chunks=chunks,
+            streamed=streamed,
+            served_by=ServedBy.UPSTREAM,
+            reason=resp.reason,
+        )
 
 
 def _failed(outcome: str, message: str) -> Refuse:
@@ -172,7 +225,11 @@ def os_error_reason(err: OSError) -> str:
         why = err.reason or type(err).__name__
         if isinstance(err, ssl.SSLCertVerificationError):
             return f"TLS certificate verification failed ({err.verify_message or why})"
-        hint = " (does the upstream speak plain HTTP? then give an http:// URL)" if why in _PLAIN_HTTP_REASONS else ""
+        hint = (
+            " (does the upstream speak plain HTTP? then give an http:// URL)"
+            if why in _PLAIN_HTTP_REASONS
+            else ""
+        )
         return f"TLS handshake failed: {why}{hint}"
     if isinstance(err, socket.gaierror):
         return err.strerror or type(err).__name__  # "Name or service not known": no host in it
@@ -182,7 +239,9 @@ def os_error_reason(err: OSError) -> str:
 
 
 #: what OpenSSL says when the server answered a TLS ClientHello in plain HTTP
-_PLAIN_HTTP_REASONS = frozenset({"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"})
+_PLAIN_HTTP_REASONS = frozenset(
+    {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"}
+)
 
 
 def reason(exc: BaseException) -> str:

@@ -50,18 +50,39 @@ class Recorder:
         self.journal = journal
         self.log = log
 
-    def begin(self, cur: Current, route: Route, method: str, headers: list[tuple[str, str]], attempt: int) -> PendingExchange:
+    def begin(
+        self, cur: Current, route: Route, method: str, headers: list[tuple[str, str]], attempt: int
+    ) -> PendingExchange:
         """Register the exchange of ``cur`` (its request head has arrived)."""
         assert self.journal is not None
         cur.route = route
-        cur.pending = self.journal.begin_exchange(route.run, method, route.path, headers, query=route.query,
-                                                  protocol=route.protocol, attempt=attempt)
+        cur.pending = self.journal.begin_exchange(
+            route.run,
+            method,
+            route.path,
+            headers,
+            query=route.query,
+            protocol=route.protocol,
+            attempt=attempt,
+        )
         return cur.pending
 
-    def finish(self, cur: Current, status: int | None, outcome: str, error: str | None, request_body: bytes | None = None,
-               response_headers: list[tuple[str, str]] | None = None, response_body: bytes | None = None, streamed: bool = False,
-               timings: list[int] | None = None, headers_us: int | None = None, first_byte_us: int | None = None,
-               received: int | None = None, delivered: int | None = None) -> None:
+    def finish(
+        self,
+        cur: Current,
+        status: int | None,
+        outcome: str,
+        error: str | None,
+        request_body: bytes | None = None,
+        response_headers: list[tuple[str, str]] | None = None,
+        response_body: bytes | None = None,
+        streamed: bool = False,
+        timings: list[int] | None = None,
+        headers_us: int | None = None,
+        first_byte_us: int | None = None,
+        received: int | None = None,
+        delivered: int | None = None,
+    ) -> None:
         """Queue the exchange of ``cur`` for the journal, once (later calls do nothing).
         ``timings`` is the flat (µs since start, chunk length) list; ``served_by`` and ``flags``
         come from ``cur``."""
@@ -93,9 +114,16 @@ class Recorder:
             target = route.path + ("?" + route.query if route.query else "")
             self.log.info(
                 "%s %s %s %s %s %s %s %s req=%dB resp=%sB %.1fms%s",
-                route.run, pending.id, pending.method, redact_url(target), status if status is not None else "-", outcome,
-                "stream" if streamed else "-", cur.served_by.value,
+                route.run,
+                pending.id,
+                pending.method,
+                redact_url(target),
+                status if status is not None else "-",
+                outcome,
+                "stream" if streamed else "-",
+                cur.served_by.value,
                 cur.body_size if cur.body_size is not None else len(request_body or b""),
                 received if received is not None else len(response_body or b""),
-                us_since(pending) / 1000, f" error={error}" if error else "",
+                us_since(pending) / 1000,
+                f" error={error}" if error else "",
             )

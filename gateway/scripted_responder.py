@@ -36,13 +36,22 @@ class ScriptedResponder:
         except BadInputError as exc:
             # the protocol's own error shape, as from `pvisor serve-model` (SDKs show error.message)
             mod = protocol_for_path(request.path)
-            payload = mod.error_body(400, exc.message) if mod is not None else orjson.dumps(
-                {"error": {"type": "invalid_request_error", "message": exc.message}})
-            return Serve(400, [("Content-Type", "application/json")], body=payload, served_by=ServedBy.SCRIPTED)
+            payload = (
+                mod.error_body(400, exc.message)
+                if mod is not None
+                else orjson.dumps({"error": {"type": "invalid_request_error", "message": exc.message}})
+            )
+            return Serve(
+                400, [("Content-Type", "application/json")], body=payload, served_by=ServedBy.SCRIPTED
+            )
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         headers = list(reply.headers.items())
         streamed = reply.headers.get("Content-Type", "").startswith("text/event-stream")
         if len(reply.chunks) == 1:
-            return Serve(reply.status, headers, body=reply.chunks[0], streamed=streamed, served_by=ServedBy.SCRIPTED)
-        return Serve(reply.status, headers, chunks=list(reply.chunks), streamed=streamed, served_by=ServedBy.SCRIPTED)
+            return Serve(
+                reply.status, headers, body=reply.chunks[0], streamed=streamed, served_by=ServedBy.SCRIPTED
+            )
+        return Serve(
+            reply.status, headers, chunks=list(reply.chunks), streamed=streamed, served_by=ServedBy.SCRIPTED
+        )

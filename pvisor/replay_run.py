@@ -25,6 +25,7 @@ In order (docs/replay.md):
 from __future__ import annotations
 
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,10 +33,28 @@ from typing import Any, Callable
 
 from pvisor.journal.errors import PvisorError, UnavailableError, UsageError
 from pvisor.journal.model import RunMode
-from pvisor.replay.errors import ReplayBadInput, ReplayFailed, ReplayUsageError, error_code, error_detail, show_path
+from pvisor.replay.errors import (
+    ReplayBadInput,
+    ReplayFailed,
+    ReplayUsageError,
+    error_code,
+    error_detail,
+    show_path,
+)
 from pvisor.replay.prepare import (
-    PREFIX_FILE, REQUEST_FILE, RESULT_FILE, _commit, _write, _write_temps, base_result, check_output, dump_result, file_sha256,
-    prefix_record, workspace_digest,
+    PREFIX_FILE,
+    _utf8,
+    REQUEST_FILE,
+    RESULT_FILE,
+    _commit,
+    _write,
+    _write_temps,
+    base_result,
+    check_output,
+    dump_result,
+    file_sha256,
+    prefix_record,
+    workspace_digest,
 )
 
 #: seconds the agent may go on after its synthetic final reply before it is stopped
@@ -85,10 +104,16 @@ class ReplayOnlyOutcome:
         same = sum(1 for c in calls if c["equal_normalised"])
         ended = r["agent_run"]["ended_by"]
         prefix = r["prefix"]
-        where = f"prefix {prefix['path']} ({prefix['bytes']} bytes, ending with the {prefix['ends_with']})" if prefix else "no prefix"
-        return (f"replayed {r['agent']} to step {r['boundary']['after_step']} of {r['boundary']['steps_total']} as run {r['derived_run']}: "
-                f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) equal once normalised; "
-                f"{where}; the agent ended by {ended}")
+        where = (
+            f"prefix {prefix['path']} ({prefix['bytes']} bytes, ending with the {prefix['ends_with']})"
+            if prefix
+            else "no prefix"
+        )
+        return (
+            f"replayed {r['agent']} to step {r['boundary']['after_step']} of {r['boundary']['steps_total']} as run {r['derived_run']}: "
+            f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) equal once normalised; "
+            f"{where}; the agent ended by {ended}"
+        )
 
 
 def _resolved(path: Path) -> Path:
@@ -103,31 +128,69 @@ def _check(opts: ReplayOnlyOptions) -> Any:
     from pvisor.replay.prefix import descriptor
 
     d = descriptor(opts.agent)
+    for opt, value in (
+        ("--output", opts.output),
+        ("--trajectory", opts.trajectory),
+        ("--run", opts.run),
+        ("--journal", opts.journal),
+        ("--workspace", opts.workspace),
+        ("--task", opts.task),
+        ("--agent-entrypoint", opts.entrypoint),
+        ("--session", opts.session),
+    ):
+        _utf8(opt, value)
     if not d.launchable:
-        raise ReplayUsageError("no_launch_profile", f"--replay-only runs the agent, and pvisor cannot start {opts.agent} (no launch profile); "
-                               "--prepare-only works from its trajectory")
+        raise ReplayUsageError(
+            "no_launch_profile",
+            f"--replay-only runs the agent, and pvisor cannot start {opts.agent} (no launch profile); "
+            "--prepare-only works from its trajectory",
+        )
     if (opts.trajectory is None) == (opts.run is None):
-        raise UsageError("give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)")
+        raise UsageError(
+            "give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)"
+        )
     if opts.run is not None and not opts.run.strip():
-        raise UsageError("--run is empty: give a run id or a unique prefix of one (pvisor journal ls lists them)")
+        raise UsageError(
+            "--run is empty: give a run id or a unique prefix of one (pvisor journal ls lists them)"
+        )
     if opts.after_step < 0:
-        raise ReplayUsageError("usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)")
+        raise ReplayUsageError(
+            "usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)"
+        )
     if opts.workspace is None:
-        raise ReplayUsageError("workspace_refused", "--replay-only needs --workspace DIR: a new directory where the agent re-runs its tools "
-                               "(never the recorded run's own: recorded commands can delete or push)")
+        raise ReplayUsageError(
+            "workspace_refused",
+            "--replay-only needs --workspace DIR: a new directory where the agent re-runs its tools "
+            "(never the recorded run's own: recorded commands can delete or push)",
+        )
     if not opts.workspace.is_dir():
-        raise ReplayUsageError("workspace_refused", f"--workspace {show_path(opts.workspace)}: no such directory")
+        raise ReplayUsageError(
+            "workspace_refused", f"--workspace {show_path(opts.workspace)}: no such directory"
+        )
     if opts.run is not None and not opts.journal.exists():
         raise UsageError(f"--journal {show_path(opts.journal)}: no such journal file")
-    if opts.trajectory is not None and not opts.trajectory.exists():
-        raise UsageError(f"--trajectory {show_path(opts.trajectory)}: no such file")
+    if opts.trajectory is not None:
+        try:
+            st = os.stat(opts.trajectory)
+        except OSError as exc:
+            raise UsageError(
+                f"--trajectory {show_path(opts.trajectory)}: {exc.strerror or 'no such file'}"
+            ) from None
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            # a FIFO or a device: its digest would never end, and it cannot be read twice
+            raise UsageError(
+                f"--trajectory {show_path(opts.trajectory)}: not a regular file (nor an OpenCode storage directory)"
+            )
     if opts.timeout <= 0:
         raise UsageError(f"--timeout must be more than 0 seconds, not {opts.timeout:g}")
     if opts.task is not None and not opts.task.strip():
         raise UsageError("--task is empty")
     if _resolved(opts.workspace) in _resolved(opts.journal).parents:
-        raise ReplayUsageError("workspace_refused", f"--journal {show_path(opts.journal)} lies inside --workspace {show_path(opts.workspace)}: "
-                               "the agent could read or change it")
+        raise ReplayUsageError(
+            "workspace_refused",
+            f"--journal {show_path(opts.journal)} lies inside --workspace {show_path(opts.workspace)}: "
+            "the agent could read or change it",
+        )
     return d
 
 
@@ -159,18 +222,42 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
 
     t0 = time.perf_counter()
     d = _check(opts)
-    out = check_output(opts.output, opts.workspace, opts.force, "the output must not be where the agent works (it can read and change it)")
-    result = base_result(RunMode.REPLAY_ONLY.value, opts.agent, opts.trajectory, opts.journal if opts.run is not None else None, opts.run,
-                         opts.after_step)
-    result.update({"agent_started": False, "path_rewrites": [], "auxiliary": [], "context_differences": [], "tool_differences": [],
-                   "divergence": None, "synthetic_end": [], "agent_run": None, "playback": None})
+    out = check_output(
+        opts.output,
+        opts.workspace,
+        opts.force,
+        "the output must not be where the agent works (it can read and change it)",
+    )
+    result = base_result(
+        RunMode.REPLAY_ONLY.value,
+        opts.agent,
+        opts.trajectory,
+        opts.journal if opts.run is not None else None,
+        opts.run,
+        opts.after_step,
+    )
+    result.update(
+        {
+            "agent_started": False,
+            "path_rewrites": [],
+            "auxiliary": [],
+            "context_differences": [],
+            "tool_differences": [],
+            "divergence": None,
+            "synthetic_end": [],
+            "agent_run": None,
+            "playback": None,
+        }
+    )
     timings = result["timings_ms"]
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         from pvisor.replay.errors import ReplayOutputError
 
-        raise ReplayOutputError(f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}") from None
+        raise ReplayOutputError(
+            f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}"
+        ) from None
     holder: dict[str, Any] = {}
     assert opts.workspace is not None
     ws = _resolved(opts.workspace)
@@ -181,11 +268,17 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
         rec = _record(opts)
         _fill_recording(result, rec)
         if rec.task is None:
-            raise ReplayBadInput("no_task", f"{show_path(source_path)} holds no task for the agent (a run recorded before pvisor kept it, and "
-                                 "no command line to read it from): give --task TEXT")
+            raise ReplayBadInput(
+                "no_task",
+                f"{show_path(source_path)} holds no task for the agent (a run recorded before pvisor kept it, and "
+                "no command line to read it from): give --task TEXT",
+            )
         if rec.workspace and _related(_resolved(Path(rec.workspace)), ws):
-            raise ReplayUsageError("workspace_refused", f"--workspace {show_path(ws)} is, holds or lies in the recorded run's own workspace "
-                                   f"{rec.workspace}: recorded commands can delete or push; give a new directory")
+            raise ReplayUsageError(
+                "workspace_refused",
+                f"--workspace {show_path(ws)} is, holds or lies in the recorded run's own workspace "
+                f"{rec.workspace}: recorded commands can delete or push; give a new directory",
+            )
         t = time.perf_counter()
         ws_before = workspace_digest(ws)
         timings["workspace_before"] = round((time.perf_counter() - t) * 1000, 3)
@@ -207,12 +300,26 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
             labels["source_sha256"] = result["source"]["sha256"] or ""
         t = time.perf_counter()
         try:
-            report = run_agent(RunRequest(
-                agent=opts.agent, task=rec.task, journal_path=opts.journal, entrypoint=opts.entrypoint, workspace=ws, timeout=opts.timeout,
-                allow_unsupported=opts.allow_unsupported, model=rec.model, responder=make, mode=RunMode.REPLAY_ONLY.value,
-                parent_run=rec.run, boundary_step=opts.after_step, labels=labels, upstream_label=f"playback:{rec.kind}",
-                end_grace=opts.end_grace,
-            ), warn)
+            report = run_agent(
+                RunRequest(
+                    agent=opts.agent,
+                    task=rec.task,
+                    journal_path=opts.journal,
+                    entrypoint=opts.entrypoint,
+                    workspace=ws,
+                    timeout=opts.timeout,
+                    allow_unsupported=opts.allow_unsupported,
+                    model=rec.model,
+                    responder=make,
+                    mode=RunMode.REPLAY_ONLY.value,
+                    parent_run=rec.run,
+                    boundary_step=opts.after_step,
+                    labels=labels,
+                    upstream_label=f"playback:{rec.kind}",
+                    end_grace=opts.end_grace,
+                ),
+                warn,
+            )
         except UnavailableError as exc:
             if "journal" not in exc.message:
                 exc.code = "agent_unavailable"  # type: ignore[attr-defined]
@@ -227,8 +334,13 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
             body, meta, exchange, rendered = prefix
             from pvisor.adapters.jsonio import dumps
 
-            origin = {k: ("rendered" if rendered and k == "messages" else "replay") for k in ("messages", "task_context", "system", "tools", "params", "request")}
-            result["prefix"] = prefix_record(rec.protocol, body, meta, out, opts.after_step, rendered, exchange, origin)
+            origin = {
+                k: ("rendered" if rendered and k == "messages" else "replay")
+                for k in ("messages", "task_context", "system", "tools", "params", "request")
+            }
+            result["prefix"] = prefix_record(
+                rec.protocol, body, meta, out, opts.after_step, rendered, exchange, origin
+            )
             files = [(out / PREFIX_FILE, body), (out / REQUEST_FILE, dumps(meta, indent=True) + b"\n")]
         failure = _failure(result, p, report, opts)
         result["status"] = "diverged" if p.divergence is not None else "failed" if failure else "ok"
@@ -282,41 +394,93 @@ def _ended_by(p: Any, report: Any) -> str:
     return "agent"
 
 
-def _fill_after(result: dict[str, Any], opts: ReplayOnlyOptions, rec: Any, p: Any, report: Any, ws: Path, ws_before: Any, out: Path,
-                warn: Callable[[str], None]) -> None:
+def _fill_after(
+    result: dict[str, Any],
+    opts: ReplayOnlyOptions,
+    rec: Any,
+    p: Any,
+    report: Any,
+    ws: Path,
+    ws_before: Any,
+    out: Path,
+    warn: Callable[[str], None],
+) -> None:
     from pvisor.replay.playback import playback_record
 
     ws_after = workspace_digest(ws)
-    result["workspace"] = {"path": show_path(ws), "sha256_before": ws_before.sha256, "sha256_after": ws_after.sha256,
-                           "unchanged": ws_before.sha256 == ws_after.sha256, "entries": ws_after.entries}
+    result["workspace"] = {
+        "path": show_path(ws),
+        "sha256_before": ws_before.sha256,
+        "sha256_after": ws_after.sha256,
+        "unchanged": ws_before.sha256 == ws_after.sha256,
+        "entries": ws_after.entries,
+    }
     record = playback_record(p)
-    for key in ("path_rewrites", "auxiliary", "context_differences", "tool_differences", "divergence", "synthetic_end"):
+    for key in (
+        "path_rewrites",
+        "auxiliary",
+        "context_differences",
+        "tool_differences",
+        "divergence",
+        "synthetic_end",
+    ):
         result[key] = record[key]
-    result["playback"] = {"served": record["served"], "requests": record["requests"], "task_origin": rec.task_origin,
-                          "boundary_request_seen": p.boundary is not None}
+    result["playback"] = {
+        "served": record["served"],
+        "requests": record["requests"],
+        "task_origin": rec.task_origin,
+        "boundary_request_seen": p.boundary is not None,
+    }
     result["tool_calls"] = p.tool_calls()
-    result["replayed_tool_calls"] = sum(1 for c in result["tool_calls"] if c["replayed_observation_sha256"] is not None)
+    result["replayed_tool_calls"] = sum(
+        1 for c in result["tool_calls"] if c["replayed_observation_sha256"] is not None
+    )
     result["live_requests"] = 0
     result["derived_run"] = report.run
-    result["lineage"] = {"parent_run": rec.run, "boundary_step": opts.after_step, "mode": RunMode.REPLAY_ONLY.value,
-                         "source": show_path(rec.path), "workspace_snapshot": None}
+    result["lineage"] = {
+        "parent_run": rec.run,
+        "boundary_step": opts.after_step,
+        "mode": RunMode.REPLAY_ONLY.value,
+        "source": show_path(rec.path),
+        "workspace_snapshot": None,
+    }
     native = str(report.native_path) if report.native_path else None
     result["agent_run"] = {
-        "run": report.run, "installed_version": report.agent_version, "recorded_version": rec.agent_version,
-        "exit_code": report.agent_exit_code, "ended_by": _ended_by(p, report), "native_trajectory": native,
+        "run": report.run,
+        "installed_version": report.agent_version,
+        "recorded_version": rec.agent_version,
+        "exit_code": report.agent_exit_code,
+        "ended_by": _ended_by(p, report),
+        "native_trajectory": native,
         "native_holds_synthetic_end": bool(native and p.synthetic),
-        "stdout": str(report.stdout), "stderr": str(report.stderr), "run_dir": str(report.run_dir), "steps": report.steps,
+        "stdout": str(report.stdout),
+        "stderr": str(report.stderr),
+        "run_dir": str(report.run_dir),
+        "steps": report.steps,
     }
     if rec.agent_version and report.agent_version and rec.agent_version != report.agent_version:
-        result["warnings"].append({"code": "agent_version_differs",
-                                   "message": f"the recording was made with {opts.agent} {rec.agent_version}, the installed one is {report.agent_version}"})
+        result["warnings"].append(
+            {
+                "code": "agent_version_differs",
+                "message": f"the recording was made with {opts.agent} {rec.agent_version}, the installed one is {report.agent_version}",
+            }
+        )
     if native and p.synthetic:
-        result["warnings"].append({"code": "synthetic_end_in_native",
-                                   "message": f"the agent's native trajectory {native} ends with pvisor's synthetic final reply (request "
-                                              f"{p.synthetic[0].request}), not a model's"})
+        result["warnings"].append(
+            {
+                "code": "synthetic_end_in_native",
+                "message": f"the agent's native trajectory {native} ends with pvisor's synthetic final reply (request "
+                f"{p.synthetic[0].request}), not a model's",
+            }
+        )
     for c in result["tool_calls"]:
         if c["equal_normalised"] is False:
-            result["warnings"].append({"code": "observation_differs", "message": f"step {c['step']} {c['name']} ({c['call_id']}): O' differs from O"})
+            result["warnings"].append(
+                {
+                    "code": "observation_differs",
+                    "message": f"step {c['step']} {c['name']} ({c['call_id']}): O' differs from O",
+                }
+            )
     if report.steps_error:
         result["warnings"].append({"code": "steps_not_derived", "message": report.steps_error})
 
@@ -326,15 +490,25 @@ def _failure(result: dict[str, Any], p: Any, report: Any, opts: ReplayOnlyOption
     if p.divergence is not None:
         return ReplayFailed("diverged", f"the replay diverged at {p.divergence.sentence()}")
     if report.interrupted:
-        return ReplayFailed("interrupted", f"interrupted by {report.interrupt_signal or 'a signal'} before request {opts.after_step + 1}",
-                            exit_code=report.exit_code)
+        return ReplayFailed(
+            "interrupted",
+            f"interrupted by {report.interrupt_signal or 'a signal'} before request {opts.after_step + 1}",
+            exit_code=report.exit_code,
+        )
     if p.boundary is not None:
         return None
     last = p.latest[0] if p.latest is not None else 0
     if result["prefix"] is not None:  # A_N made no tool call: the agent ended by itself after it
         return None
     if report.timed_out:
-        return ReplayFailed("agent_timeout", f"the agent did not reach request {opts.after_step + 1} within --timeout {opts.timeout:g} s "
-                            f"(its furthest main-loop request was {last})", exit_code=124)
-    return ReplayFailed("agent_ended_early", f"the agent exited (code {report.agent_exit_code}) after main-loop request {last}, before request "
-                        f"{opts.after_step + 1}; see {report.stderr}")
+        return ReplayFailed(
+            "agent_timeout",
+            f"the agent did not reach request {opts.after_step + 1} within --timeout {opts.timeout:g} s "
+            f"(its furthest main-loop request was {last})",
+            exit_code=124,
+        )
+    return ReplayFailed(
+        "agent_ended_early",
+        f"the agent exited (code {report.agent_exit_code}) after main-loop request {last}, before request "
+        f"{opts.after_step + 1}; see {report.stderr}",
+    )

@@ -42,7 +42,14 @@ from pvisor.adapters.protocols.base import compact_json
 from pvisor.gateway.responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse
 from pvisor.gateway.scripted_model import Reply, minimal_reply, render_reply
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import REQUEST_HEADER_ALLOW, Action, Conversation, ToolCall, ToolResult, redact_exchange_meta
+from pvisor.journal.model import (
+    REQUEST_HEADER_ALLOW,
+    Action,
+    Conversation,
+    ToolCall,
+    ToolResult,
+    redact_exchange_meta,
+)
 
 from .prefix import is_made_up, request_meta
 from .recording import Recording, RecordedReply, aux_key
@@ -75,8 +82,14 @@ class PathRewrites:
     is rewritten before it)."""
 
     def __init__(self, pairs: list[tuple[str, str, str]]):
-        self.pairs = sorted(((o.rstrip("/"), n.rstrip("/"), r) for o, n, r in pairs if o and n and o.rstrip("/") != n.rstrip("/")),
-                            key=lambda p: -len(p[0]))
+        self.pairs = sorted(
+            (
+                (o.rstrip("/"), n.rstrip("/"), r)
+                for o, n, r in pairs
+                if o and n and o.rstrip("/") != n.rstrip("/")
+            ),
+            key=lambda p: -len(p[0]),
+        )
         # one pass over the text, longest path first: a new path that extends a recorded one
         # (ws -> ws2) is never rewritten twice
         self._old = _alternation([o for o, _, _ in self.pairs])
@@ -85,13 +98,17 @@ class PathRewrites:
         self._any = _alternation(list(both))
         self._role = both
         private = sorted({n for _, n, r in self.pairs if r in ("home", "run_dir")}, key=len, reverse=True)
-        self._private = re.compile("(" + "|".join(re.escape(p) for p in private) + r")(?:/[^\s`'\")\]]*)?") if private else None
+        self._private = (
+            re.compile("(" + "|".join(re.escape(p) for p in private) + r")(?:/[^\s`'\")\]]*)?")
+            if private
+            else None
+        )
 
     def value(self, text: str) -> str | None:
         """The rewritten path when ``text`` is a recorded path or lies below one, else None."""
         for old, new, _ in self.pairs:
             if text == old or text.startswith(old + "/"):
-                return new + text[len(old):]
+                return new + text[len(old) :]
         return None
 
     def text(self, text: str) -> str:
@@ -240,11 +257,21 @@ class PlaybackResponder:
         self.rewrites = rewrites
         self.mod = get_protocol(rec.protocol)
         self.rewritten: list[Rewrite] = []
-        self.actions: list[Action] = [self._rewrite(i + 1, descriptor.reply_action(rec.protocol, s.action))
-                                      for i, s in enumerate(rec.steps[:after_step])]
-        self.matcher = OnlineMatcher(rec.protocol, self.actions, task=rec.expected_task, recorded=rec.requests, descriptor=descriptor,
-                                     rewrite=rewrites.text, nearest=rec.nearest, mask=rewrites.mask_private,
-                                     dropped=[s.n for s in rec.steps[:after_step] if "action_dropped_by_agent" in s.flags])
+        self.actions: list[Action] = [
+            self._rewrite(i + 1, descriptor.reply_action(rec.protocol, s.action))
+            for i, s in enumerate(rec.steps[:after_step])
+        ]
+        self.matcher = OnlineMatcher(
+            rec.protocol,
+            self.actions,
+            task=rec.expected_task,
+            recorded=rec.requests,
+            descriptor=descriptor,
+            rewrite=rewrites.text,
+            nearest=rec.nearest,
+            mask=rewrites.mask_private,
+            dropped=[s.n for s in rec.steps[:after_step] if "action_dropped_by_agent" in s.flags],
+        )
         self.ended = asyncio.Event()
         self.served: list[Served] = []
         self.auxiliary: list[AuxAnswer] = []
@@ -271,7 +298,9 @@ class PlaybackResponder:
         for c in action.tool_calls:
             args = c.arguments
             keys = names.get(c.name, ())
-            if isinstance(args, dict) and any(isinstance(args.get(k), str) and self.rewrites.value(args[k]) for k in keys):
+            if isinstance(args, dict) and any(
+                isinstance(args.get(k), str) and self.rewrites.value(args[k]) for k in keys
+            ):
                 new_args = dict(args)
                 for k in keys:
                     v = args.get(k)
@@ -284,8 +313,15 @@ class PlaybackResponder:
             calls.append(c)
         if not changed:
             return action
-        return Action(text=action.text, reasoning=list(action.reasoning), tool_calls=calls, usage=action.usage,
-                      stop_reason=action.stop_reason, model=action.model, raw=None)
+        return Action(
+            text=action.text,
+            reasoning=list(action.reasoning),
+            tool_calls=calls,
+            usage=action.usage,
+            stop_reason=action.stop_reason,
+            model=action.model,
+            raw=None,
+        )
 
     def _rewritten_step(self, k: int) -> bool:
         return any(r.step == k for r in self.rewritten)
@@ -316,40 +352,86 @@ class PlaybackResponder:
             return self._end(request, conv, k, m.stream, "boundary", (FLAG_SYNTHETIC_END,))
         return self._end(request, conv, k, m.stream, "after_end", (FLAG_SYNTHETIC_END, FLAG_AFTER_END))
 
-    def _serve(self, request: IncomingRequest, conv: Conversation, k: int, stream: bool, retry: bool) -> Serve:
+    def _serve(
+        self, request: IncomingRequest, conv: Conversation, k: int, stream: bool, retry: bool
+    ) -> Serve:
         recorded: RecordedReply | None = self.rec.replies[k - 1] if k - 1 < len(self.rec.replies) else None
         flags = (FLAG_RETRY,) if retry else ()
-        if recorded is not None and recorded.streamed == stream and not self._rewritten_step(k) and 200 <= recorded.status < 300:
+        if (
+            recorded is not None
+            and recorded.streamed == stream
+            and not self._rewritten_step(k)
+            and 200 <= recorded.status < 300
+        ):
             self.served.append(Served(k, request.exchange, ServedFrom.RECORDED, recorded.exchange, retry))
-            return Serve(recorded.status, list(recorded.headers), body=recorded.body, streamed=recorded.streamed,
-                         served_by=ServedBy.PLAYBACK, flags=flags)
-        reply = render_reply(self.mod, self.actions[k - 1], model=conv.model or self.rec.model or "model", stream=stream, seed=k)
-        self.served.append(Served(k, request.exchange, ServedFrom.RENDERED, recorded.exchange if recorded else None, retry))
+            return Serve(
+                recorded.status,
+                list(recorded.headers),
+                body=recorded.body,
+                streamed=recorded.streamed,
+                served_by=ServedBy.PLAYBACK,
+                flags=flags,
+            )
+        reply = render_reply(
+            self.mod,
+            self.actions[k - 1],
+            model=conv.model or self.rec.model or "model",
+            stream=stream,
+            seed=k,
+        )
+        self.served.append(
+            Served(k, request.exchange, ServedFrom.RENDERED, recorded.exchange if recorded else None, retry)
+        )
         return _serve_reply(reply, stream, flags)
 
-    def _end(self, request: IncomingRequest, conv: Conversation, k: int, stream: bool, reason: str, flags: tuple[str, ...]) -> Serve:
+    def _end(
+        self,
+        request: IncomingRequest,
+        conv: Conversation,
+        k: int,
+        stream: bool,
+        reason: str,
+        flags: tuple[str, ...],
+    ) -> Serve:
         """The descriptor's synthetic final reply (it ends the agent), journaled with ``flags``."""
         action = self.descriptor.final_reply(conv)
         self.matcher.serve(k, action)
-        self.synthetic.append(SyntheticEnd(request.exchange, k, action.text, [c.name for c in action.tool_calls], reason))
-        reply = render_reply(self.mod, action, model=conv.model or self.rec.model or "model", stream=stream, seed=1000 + k)
+        self.synthetic.append(
+            SyntheticEnd(request.exchange, k, action.text, [c.name for c in action.tool_calls], reason)
+        )
+        reply = render_reply(
+            self.mod, action, model=conv.model or self.rec.model or "model", stream=stream, seed=1000 + k
+        )
         self.ended.set()
         return _serve_reply(reply, stream, flags)
 
-    def _auxiliary(self, request: IncomingRequest, body: bytes, conv: Conversation | None, reason: str) -> Answer:
+    def _auxiliary(
+        self, request: IncomingRequest, body: bytes, conv: Conversation | None, reason: str
+    ) -> Answer:
         key = aux_key(request.method, request.path, conv)
         pool = self._aux_pool.get(key) or []
         stream = conv.stream if conv is not None else False
         while pool:
             rec = pool.pop(0)
             if rec.reply.streamed == stream:
-                self.auxiliary.append(AuxAnswer(request.exchange, request.method, request.path, reason, rec.reply.exchange))
-                return Serve(rec.reply.status, list(rec.reply.headers), body=rec.reply.body, streamed=rec.reply.streamed,
-                             served_by=ServedBy.PLAYBACK)
+                self.auxiliary.append(
+                    AuxAnswer(request.exchange, request.method, request.path, reason, rec.reply.exchange)
+                )
+                return Serve(
+                    rec.reply.status,
+                    list(rec.reply.headers),
+                    body=rec.reply.body,
+                    streamed=rec.reply.streamed,
+                    served_by=ServedBy.PLAYBACK,
+                )
         try:
-            reply = minimal_reply(request.method, request.path, request.query, body, model=self.rec.model or "model")
+            reply = minimal_reply(
+                request.method, request.path, request.query, body, model=self.rec.model or "model"
+            )
         except BadInputError as exc:
-            self.auxiliary.append(AuxAnswer(request.exchange, request.method, request.path, reason, "refused"))
+            self.auxiliary.append(
+                AuxAnswer(request.exchange, request.method, request.path, reason, "refused")
+            )
             return Refuse(400, "invalid_request_error", exc.message)
         self.auxiliary.append(AuxAnswer(request.exchange, request.method, request.path, reason, "minimal"))
         streamed = reply.headers.get("Content-Type", "").startswith("text/event-stream")
@@ -396,28 +478,36 @@ class PlaybackResponder:
         for i, step in enumerate(self.rec.steps[: self.n]):
             calls = _calls(step.action)
             # a native file may store a result otherwise than the agent sent it: compare what it sent
-            results = [self.descriptor.wire_result(self.rec.protocol, r, names) for r in step.observation.results] if native \
+            results = (
+                [self.descriptor.wire_result(self.rec.protocol, r, names) for r in step.observation.results]
+                if native
                 else list(step.observation.results)
+            )
             hist = [None if r is not None and is_made_up(r) else r for r in _match(calls, results)]
             served_calls = _calls(self.actions[i])
             rep = _match(served_calls, replayed[i]) if i < len(replayed) else [None] * len(calls)
             for c, h, r in zip(calls, hist, rep):
                 hs = content_sha256(h.content) if h is not None else None
                 rs = content_sha256(r.content) if r is not None else None
-                out.append({
-                    "step": step.n,
-                    "call_id": c.id,
-                    "name": c.name,
-                    "kind": c.kind,
-                    "arguments_sha256": hashlib.sha256(c.arguments_raw.encode("utf-8", "surrogatepass")).hexdigest(),
-                    "historical_observation_sha256": hs,
-                    "replayed_observation_sha256": rs,
-                    "equal": (hs == rs) if hs is not None and rs is not None else None,
-                    "equal_normalised": (self._normalised(h.content) == self._normalised(r.content)) if h is not None and r is not None else None,
-                    "replayed_call_id": r.call_id if r is not None else None,
-                })
+                out.append(
+                    {
+                        "step": step.n,
+                        "call_id": c.id,
+                        "name": c.name,
+                        "kind": c.kind,
+                        "arguments_sha256": hashlib.sha256(
+                            c.arguments_raw.encode("utf-8", "surrogatepass")
+                        ).hexdigest(),
+                        "historical_observation_sha256": hs,
+                        "replayed_observation_sha256": rs,
+                        "equal": (hs == rs) if hs is not None and rs is not None else None,
+                        "equal_normalised": (self._normalised(h.content) == self._normalised(r.content))
+                        if h is not None and r is not None
+                        else None,
+                        "replayed_call_id": r.call_id if r is not None else None,
+                    }
+                )
         return out
-
 
 
 def _meta(request: IncomingRequest) -> dict[str, Any]:
@@ -430,8 +520,22 @@ def _meta(request: IncomingRequest) -> dict[str, Any]:
 def _serve_reply(reply: Reply, stream: bool, flags: tuple[str, ...]) -> Serve:
     headers = list(reply.headers.items())
     if len(reply.chunks) == 1:
-        return Serve(reply.status, headers, body=reply.chunks[0], streamed=stream, served_by=ServedBy.PLAYBACK, flags=flags)
-    return Serve(reply.status, headers, chunks=list(reply.chunks), streamed=stream, served_by=ServedBy.PLAYBACK, flags=flags)
+        return Serve(
+            reply.status,
+            headers,
+            body=reply.chunks[0],
+            streamed=stream,
+            served_by=ServedBy.PLAYBACK,
+            flags=flags,
+        )
+    return Serve(
+        reply.status,
+        headers,
+        chunks=list(reply.chunks),
+        streamed=stream,
+        served_by=ServedBy.PLAYBACK,
+        flags=flags,
+    )
 
 
 # --------------------------------------------------------------------------- the result
@@ -459,17 +563,51 @@ def playback_record(p: PlaybackResponder) -> dict[str, Any]:
     ``path_rewrites``, ``auxiliary``, ``context_differences``, ``tool_differences``,
     ``divergence``, ``synthetic_end``, ``requests``."""
     return {
-        "served": [{"request": s.request, "exchange": s.exchange, "source": s.source.value, "recorded_exchange": s.recorded_exchange,
-                    "retry": s.retry} for s in p.served],
-        "path_rewrites": [{"step": r.step, "call_id": r.call_id, "tool": r.tool, "argument": r.argument, "recorded": r.recorded,
-                           "replayed": r.replayed} for r in p.rewritten],
-        "auxiliary": [{"exchange": a.exchange, "method": a.method, "path": a.path, "reason": a.reason, "answered_from": a.answered_from}
-                      for a in p.auxiliary],
+        "served": [
+            {
+                "request": s.request,
+                "exchange": s.exchange,
+                "source": s.source.value,
+                "recorded_exchange": s.recorded_exchange,
+                "retry": s.retry,
+            }
+            for s in p.served
+        ],
+        "path_rewrites": [
+            {
+                "step": r.step,
+                "call_id": r.call_id,
+                "tool": r.tool,
+                "argument": r.argument,
+                "recorded": r.recorded,
+                "replayed": r.replayed,
+            }
+            for r in p.rewritten
+        ],
+        "auxiliary": [
+            {
+                "exchange": a.exchange,
+                "method": a.method,
+                "path": a.path,
+                "reason": a.reason,
+                "answered_from": a.answered_from,
+            }
+            for a in p.auxiliary
+        ],
         "context_differences": [d.to_json() for d in p.differences if d.part != "tools"],
         "tool_differences": [d.to_json() for d in p.differences if d.part == "tools"],
-        "divergence": {**p.divergence.to_json(), "exchange": p.diverged_exchange} if p.divergence is not None else None,
-        "synthetic_end": [{"exchange": e.exchange, "request": e.request, "text": e.text, "tool_calls": e.tool_calls, "reason": e.reason}
-                          for e in p.synthetic],
+        "divergence": {**p.divergence.to_json(), "exchange": p.diverged_exchange}
+        if p.divergence is not None
+        else None,
+        "synthetic_end": [
+            {
+                "exchange": e.exchange,
+                "request": e.request,
+                "text": e.text,
+                "tool_calls": e.tool_calls,
+                "reason": e.reason,
+            }
+            for e in p.synthetic
+        ],
         "requests": p.requests,
     }
-

@@ -152,7 +152,9 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
     with JournalReader(journal) as reader:
         run = reader.run(run_id)
         if run.agent is not None and run.agent != agent:
-            raise ReplayUsageError("agent_mismatch", f"run {run.id} was recorded with agent {run.agent}, not --agent {agent}")
+            raise ReplayUsageError(
+                "agent_mismatch", f"run {run.id} was recorded with agent {run.agent}, not --agent {agent}"
+            )
         c = classify_run(reader, run.id, prefer=d.chain_hint)
         traj = build_trajectory(reader, c)
         main = c.main_requests
@@ -160,15 +162,29 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
         steps = list(traj.steps)
         attempts = [q.exchange.attempt for q in main[: len(steps)]]
         rec = Recording(
-            kind="journal", path=journal, agent=agent, agent_version=run.agent_version, protocol=main[0].protocol if main else d.protocols[0],
-            model=run.labels.get("model") or traj.model, run=run.id, task=None, task_origin=None, steps=steps, requests=[],
-            request_ids=[q.id for q in main], replies=[], attempts=attempts, workspace=run.labels.get("workspace"),
-            home=run.labels.get("home") if run.labels.get("home") not in (None, "user") else None, run_dir=run.labels.get("run_dir"),
+            kind="journal",
+            path=journal,
+            agent=agent,
+            agent_version=run.agent_version,
+            protocol=main[0].protocol if main else d.protocols[0],
+            model=run.labels.get("model") or traj.model,
+            run=run.id,
+            task=None,
+            task_origin=None,
+            steps=steps,
+            requests=[],
+            request_ids=[q.id for q in main],
+            replies=[],
+            attempts=attempts,
+            workspace=run.labels.get("workspace"),
+            home=run.labels.get("home") if run.labels.get("home") not in (None, "user") else None,
+            run_dir=run.labels.get("run_dir"),
             profile=f"{agent} launch profile {d.versions}" if d.launchable else None,
         )
         _check_steps(rec, after_step, where)
-        rec.task, rec.task_origin, rec.expected_task = _task(run.labels.get("task"), d.task_from_argv(list(run.argv)) if run.argv else None,
-                                                             None, task)
+        rec.task, rec.task_origin, rec.expected_task = _task(
+            run.labels.get("task"), d.task_from_argv(list(run.argv)) if run.argv else None, None, task
+        )
         for q in main[: after_step + 1]:
             rec.requests.append(q.conversation())
         for q in main[:after_step]:
@@ -177,7 +193,13 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
         retry_ids = {lo.exchange for lo in c.left_out if lo.kind == "retry"}
         by_id = {q.id: q for q in c.requests}
         for ex in reader.exchanges(run.id):
-            if ex.id in main_ids or ex.id in retry_ids or ex.attempt != 1 or ex.status is None or ex.response_body is None:
+            if (
+                ex.id in main_ids
+                or ex.id in retry_ids
+                or ex.attempt != 1
+                or ex.status is None
+                or ex.response_body is None
+            ):
                 continue
             q = by_id.get(ex.id)
             conv = None
@@ -186,10 +208,18 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
                     conv = q.conversation()
                 except BadInputError:
                     conv = None
-            rec.auxiliary.append(RecordedAux(aux_key(ex.method, ex.path, conv), ex.method, ex.path, _reply(reader, ex)))
+            rec.auxiliary.append(
+                RecordedAux(aux_key(ex.method, ex.path, conv), ex.method, ex.path, _reply(reader, ex))
+            )
     for s in steps[:after_step]:
         for flag in s.flags:
-            if flag in ("action_dropped_by_agent", "action_changed_by_agent", "interrupted", "partially_delivered", "no_reply"):
+            if flag in (
+                "action_dropped_by_agent",
+                "action_changed_by_agent",
+                "interrupted",
+                "partially_delivered",
+                "no_reply",
+            ):
                 rec.notes.append((flag, f"step {s.n}: {flag.replace('_', ' ')}"))
     return rec
 
@@ -201,16 +231,22 @@ def _reply(reader: Any, ex: Any) -> RecordedReply:
     return RecordedReply(ex.status or 200, headers, body, ex.streamed, ex.id)
 
 
-def _task(label: str | None, argv: str | None, trajectory: str | None, option: str | None) -> tuple[str | None, str | None, str | None]:
+def _task(
+    label: str | None, argv: str | None, trajectory: str | None, option: str | None
+) -> tuple[str | None, str | None, str | None]:
     """(task given to the agent, its origin, task the recording holds): ``--task`` is given when
     present, but a recorded task stays the one requests must carry (another task diverges)."""
-    recorded = next(((v, o) for v, o in ((label, "label"), (argv, "argv"), (trajectory, "trajectory")) if v), (None, None))
+    recorded = next(
+        ((v, o) for v, o in ((label, "label"), (argv, "argv"), (trajectory, "trajectory")) if v), (None, None)
+    )
     if option:
         return option, "option", recorded[0] or option
     return recorded[0], recorded[1], recorded[0]
 
 
-def native_recording(path: Path, agent: str, after_step: int, task: str | None, session: str | None = None) -> Recording:
+def native_recording(
+    path: Path, agent: str, after_step: int, task: str | None, session: str | None = None
+) -> Recording:
     """The recording of a native trajectory file for ``--after-step`` (module docstring)."""
     from pvisor.adapters.native import read_native
 
@@ -228,25 +264,60 @@ def native_recording(path: Path, agent: str, after_step: int, task: str | None, 
     where = show_path(path)
     protocol = choose_protocol(agent, None, traj.model)
     meta = traj.meta
-    workspace = next((meta[k] for k in ("cwd", "directory") if isinstance(meta.get(k), str) and meta[k]), None)
+    workspace = next(
+        (meta[k] for k in ("cwd", "directory") if isinstance(meta.get(k), str) and meta[k]), None
+    )
     rec = Recording(
-        kind="native", path=path, agent=agent, agent_version=native_version(meta), protocol=protocol, model=d.wire_model(traj.model),
-        run=None, task=None, task_origin=None, steps=steps, requests=[], request_ids=[f"trajectory step {s.n}" for s in steps],
-        replies=[None] * len(steps), attempts=[1] * len(steps), workspace=workspace, home=_home_of(path),
+        kind="native",
+        path=path,
+        agent=agent,
+        agent_version=native_version(meta),
+        protocol=protocol,
+        model=d.wire_model(traj.model),
+        run=None,
+        task=None,
+        task_origin=None,
+        steps=steps,
+        requests=[],
+        request_ids=[f"trajectory step {s.n}" for s in steps],
+        replies=[None] * len(steps),
+        attempts=[1] * len(steps),
+        workspace=workspace,
+        home=_home_of(path),
         run_dir=str(Path(_home_of(path)).parent) if _home_of(path) else None,
-        profile=result.profile.name, session=next((meta[k] for k in ("sessionId", "session", "id") if isinstance(meta.get(k), str)), None),
+        profile=result.profile.name,
+        session=next((meta[k] for k in ("sessionId", "session", "id") if isinstance(meta.get(k), str)), None),
         notes=[(w.code, str(w)) for w in result.diagnostics.warnings],
     )
     _check_steps(rec, after_step, where)
     for step in steps[:after_step]:
         # the agent re-runs the calls anyway: a result the file lacks only leaves O without O'
-        missing = pending_calls(step) + [c for c, r in zip(step.action.tool_calls, _answering(step)) if r is not None and is_made_up(r)]
+        missing = pending_calls(step) + [
+            c for c, r in zip(step.action.tool_calls, _answering(step)) if r is not None and is_made_up(r)
+        ]
         if missing:
-            rec.notes.append(("observation_not_recorded", f"step {step.n}: {where} holds no result for {', '.join(c.name for c in missing)}; "
-                              "its O' has nothing to be compared with"))
-    rec.task, rec.task_origin, rec.expected_task = _task(None, None, d.task_from_trajectory(traj.task, meta), task)
-    conv, _origin = native_conversation(agent, protocol, traj.task, list(meta.get("task_context") or []), traj.system, traj.tools, traj.model,
-                                        steps, 0, None)
+            rec.notes.append(
+                (
+                    "observation_not_recorded",
+                    f"step {step.n}: {where} holds no result for {', '.join(c.name for c in missing)}; "
+                    "its O' has nothing to be compared with",
+                )
+            )
+    rec.task, rec.task_origin, rec.expected_task = _task(
+        None, None, d.task_from_trajectory(traj.task, meta), task
+    )
+    conv, _origin = native_conversation(
+        agent,
+        protocol,
+        traj.task,
+        list(meta.get("task_context") or []),
+        traj.system,
+        traj.tools,
+        traj.model,
+        steps,
+        0,
+        None,
+    )
     rec.requests.append(conv)
     return rec
 

@@ -23,7 +23,16 @@ TASKS = ["fix it", "--version", "a=b -- c", "line one\nline two", "ünïcode ✓
 
 
 def test_every_agent_has_a_descriptor_and_the_six_a_launch_profile():
-    assert descriptor_names() == ["claude-code", "codex", "gemini-cli", "qwen-code", "opencode", "mini-swe-agent", "openhands", "swe-agent"]
+    assert descriptor_names() == [
+        "claude-code",
+        "codex",
+        "gemini-cli",
+        "qwen-code",
+        "opencode",
+        "mini-swe-agent",
+        "openhands",
+        "swe-agent",
+    ]
     for name in descriptor_names():
         d = get_descriptor(name)
         assert d.name == name and d.protocols and d.default_protocol() in d.protocols
@@ -35,8 +44,13 @@ def test_every_agent_has_a_descriptor_and_the_six_a_launch_profile():
 @pytest.mark.parametrize("agent", agent_names())
 @pytest.mark.parametrize("task", TASKS)
 def test_the_task_comes_back_from_the_command_line_pvisor_run_recorded(tmp_path, agent, task):
-    ctx = LaunchContext(executable="/x/agent", base_url="http://127.0.0.1:1/run/r-1", run_dir=tmp_path, home=tmp_path / "h",
-                        workspace=tmp_path / "ws")
+    ctx = LaunchContext(
+        executable="/x/agent",
+        base_url="http://127.0.0.1:1/run/r-1",
+        run_dir=tmp_path,
+        home=tmp_path / "h",
+        workspace=tmp_path / "ws",
+    )
     argv = get_profile(agent).plan(ctx, task).argv
     assert get_descriptor(agent).task_from_argv(argv) == task
     assert get_descriptor(agent).task_from_argv(["/x/agent"]) is None
@@ -45,14 +59,18 @@ def test_the_task_comes_back_from_the_command_line_pvisor_run_recorded(tmp_path,
 @pytest.mark.parametrize("agent", [a for a in agent_names() if a != "mini-swe-agent"])
 def test_the_synthetic_final_reply_makes_no_tool_call(agent):
     d = get_descriptor(agent)
-    conv = Conversation(protocol=d.default_protocol(), tools=[ToolSpec("bash", parameters={"type": "object"})])
+    conv = Conversation(
+        protocol=d.default_protocol(), tools=[ToolSpec("bash", parameters={"type": "object"})]
+    )
     action = d.final_reply(conv)
     assert action.text == FINAL_TEXT and action.tool_calls == []
 
 
 def test_mini_swe_agent_ends_on_its_submit_command_not_on_text():
     d = get_descriptor("mini-swe-agent")
-    action = d.final_reply(Conversation(protocol="openai-chat", tools=[ToolSpec("bash", parameters={"type": "object"})]))
+    action = d.final_reply(
+        Conversation(protocol="openai-chat", tools=[ToolSpec("bash", parameters={"type": "object"})])
+    )
     [call] = action.tool_calls
     assert call.name == "bash" and call.arguments == {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}
     assert d.is_finish(call)
@@ -64,12 +82,22 @@ def test_mini_swe_agent_ends_on_its_submit_command_not_on_text():
     assert final["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
 
 
-@pytest.mark.parametrize("agent,a,b", [
-    ("codex", "Chunk ID: 934fd0\nWall time: 0.0000 seconds\nProcess exited with code 0\nOutput:\nalpha\n",
-     "Chunk ID: 1b2c3d\nWall time: 0.0123 seconds\nProcess exited with code 0\nOutput:\nalpha\n"),
-    ("gemini-cli", "Output: alpha\nProcess Group PGID: 20928", "Output: alpha\nProcess Group PGID: 31"),
-    ("qwen-code", "Output: alpha\nExit Code: 0\nProcess Group PGID: 77", "Output: alpha\nExit Code: 0\nProcess Group PGID: 78"),
-])
+@pytest.mark.parametrize(
+    "agent,a,b",
+    [
+        (
+            "codex",
+            "Chunk ID: 934fd0\nWall time: 0.0000 seconds\nProcess exited with code 0\nOutput:\nalpha\n",
+            "Chunk ID: 1b2c3d\nWall time: 0.0123 seconds\nProcess exited with code 0\nOutput:\nalpha\n",
+        ),
+        ("gemini-cli", "Output: alpha\nProcess Group PGID: 20928", "Output: alpha\nProcess Group PGID: 31"),
+        (
+            "qwen-code",
+            "Output: alpha\nExit Code: 0\nProcess Group PGID: 77",
+            "Output: alpha\nExit Code: 0\nProcess Group PGID: 78",
+        ),
+    ],
+)
 def test_tool_output_decorations_compare_equal_once_normalised_and_the_output_stays(agent, a, b):
     d = get_descriptor(agent)
     assert a != b and d.normalise_output(a) == d.normalise_output(b)
@@ -80,8 +108,15 @@ def test_tool_output_decorations_compare_equal_once_normalised_and_the_output_st
 
 def test_volatile_context_of_real_requests_is_masked(corpus):
     # two Gemini CLI sessions recorded on the same day in two workspaces: message 0 part 0 differs
-    rows = [json.loads(line) for line in (corpus / "requests" / "gemini-cli-0.61.0.jsonl").read_bytes().splitlines()]
-    firsts = [r["body"]["contents"][0]["parts"][0]["text"] for r in rows if r["path"].endswith(":streamGenerateContent")]
+    rows = [
+        json.loads(line)
+        for line in (corpus / "requests" / "gemini-cli-0.61.0.jsonl").read_bytes().splitlines()
+    ]
+    firsts = [
+        r["body"]["contents"][0]["parts"][0]["text"]
+        for r in rows
+        if r["path"].endswith(":streamGenerateContent")
+    ]
     d = get_descriptor("gemini-cli")
     masked = {d.mask_volatile(t) for t in firsts}
     assert "<session_context>" in firsts[0] and all("<session_context>" not in m for m in masked)
@@ -103,7 +138,13 @@ def _branches_on_agent(tree: ast.AST) -> list[int]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             for side in [node.left, *node.comparators]:
-                consts = [side] if isinstance(side, ast.Constant) else list(side.elts) if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else []
+                consts = (
+                    [side]
+                    if isinstance(side, ast.Constant)
+                    else list(side.elts)
+                    if isinstance(side, (ast.Tuple, ast.List, ast.Set))
+                    else []
+                )
                 if any(isinstance(c, ast.Constant) and c.value in _AGENT_NAMES for c in consts):
                     lines.append(node.lineno)
     return lines
@@ -121,4 +162,6 @@ def test_no_branch_on_an_agents_name_outside_the_descriptors():
 
 
 def test_the_branch_finder_finds_a_branch():
-    assert _branches_on_agent(ast.parse('if agent == "codex":\n    pass\nif a in ("x", "gemini-cli"): pass')) == [1, 3]
+    assert _branches_on_agent(
+        ast.parse('if agent == "codex":\n    pass\nif a in ("x", "gemini-cli"): pass')
+    ) == [1, 3]

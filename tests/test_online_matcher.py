@@ -35,8 +35,14 @@ def _matcher(path, run, agent):
         convs = [q.conversation() for q in main]
         ids = [q.id for q in main]
     attempt1 = [s for s, q in zip(t.steps, main) if q.exchange.attempt == 1]
-    m = OnlineMatcher(convs[0].protocol, [s.action for s in attempt1], task=t.task, recorded=convs, descriptor=d,
-                      nearest=lambda k: ids[k - 1] if 0 < k <= len(ids) else None)
+    m = OnlineMatcher(
+        convs[0].protocol,
+        [s.action for s in attempt1],
+        task=t.task,
+        recorded=convs,
+        descriptor=d,
+        nearest=lambda k: ids[k - 1] if 0 < k <= len(ids) else None,
+    )
     return m, ids, t
 
 
@@ -75,7 +81,9 @@ def test_an_opencode_title_request_and_a_qwen_memory_request_are_auxiliary(recor
     got = _feed(m, title.line)
     assert got.kind == MatchKind.AUXILIARY and "not the main loop" in got.reason
     m, ids, _ = _matcher(path, "qwen-single", "qwen-code")
-    memory = next(r for r in lines["qwen-single"] if "memory extraction" in orjson.dumps(r.line["body"]).decode())
+    memory = next(
+        r for r in lines["qwen-single"] if "memory extraction" in orjson.dumps(r.line["body"]).decode()
+    )
     assert _feed(m, memory.line).kind == MatchKind.AUXILIARY
 
 
@@ -130,7 +138,9 @@ def test_volatile_context_is_no_difference_and_other_changes_are_listed_once(rec
     got = _feed(m, first)
     assert got.kind == MatchKind.MAIN and got.differences == []
     first["body"]["systemInstruction"]["parts"][0]["text"] += "\nAn extra rule."
-    first["body"]["tools"][0]["functionDeclarations"].append({"name": "new_tool", "description": "x", "parameters": {"type": "object"}})
+    first["body"]["tools"][0]["functionDeclarations"].append(
+        {"name": "new_tool", "description": "x", "parameters": {"type": "object"}}
+    )
     got = _feed(m, first)
     assert got.kind == MatchKind.MAIN
     assert sorted(d.part for d in got.differences) == ["system", "tools"]
@@ -154,33 +164,92 @@ def test_an_action_the_agent_dropped_from_its_history_still_counts_as_a_step(tmp
     from pvisor.journal.model import Run
     from pvisor.journal.writer import Journal
 
-    tools = [{"type": "function", "function": {"name": "bash", "description": "b", "parameters": {"type": "object"}}}]
-    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
-                                                                 "function": {"name": "bash", "arguments": '{"command":"ls"}'}}]}
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "bash", "description": "b", "parameters": {"type": "object"}},
+        }
+    ]
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_1",
+                "type": "function",
+                "function": {"name": "bash", "arguments": '{"command":"ls"}'},
+            }
+        ],
+    }
     text = {"role": "assistant", "content": "I think I am done."}
-    submit = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_3", "type": "function",
-                                                                   "function": {"name": "bash", "arguments": '{"command":"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}'}}]}
+    submit = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "call_3",
+                "type": "function",
+                "function": {
+                    "name": "bash",
+                    "arguments": '{"command":"echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}',
+                },
+            }
+        ],
+    }
     base = [{"role": "system", "content": "sys"}, {"role": "user", "content": "the task"}]
     after1 = base + [call, {"role": "tool", "tool_call_id": "call_1", "content": "a.txt"}]
-    after2 = after1 + [{"role": "user", "content": "Format error: give one command."}]  # the text reply left out
+    after2 = after1 + [
+        {"role": "user", "content": "Format error: give one command."}
+    ]  # the text reply left out
     requests = [(base, call), (after1, text), (after2, submit)]
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as j:
         j.create_run(Run(id="r-mini", agent="mini-swe-agent"))
         for msgs, reply in requests:
-            j.record_exchange("r-mini", "POST", "/v1/chat/completions", [("content-type", "application/json")], protocol="openai-chat",
-                              status=200, request_body=orjson.dumps({"model": "m", "messages": msgs, "tools": tools}),
-                              response_body=orjson.dumps({"id": "c", "object": "chat.completion", "model": "m",
-                                                          "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]}))
+            j.record_exchange(
+                "r-mini",
+                "POST",
+                "/v1/chat/completions",
+                [("content-type", "application/json")],
+                protocol="openai-chat",
+                status=200,
+                request_body=orjson.dumps({"model": "m", "messages": msgs, "tools": tools}),
+                response_body=orjson.dumps(
+                    {
+                        "id": "c",
+                        "object": "chat.completion",
+                        "model": "m",
+                        "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}],
+                    }
+                ),
+            )
     m, ids, t = _matcher(path, "r-mini", "mini-swe-agent")
     assert [s.flags for s in t.steps][1] == ["action_dropped_by_agent"]
-    dropped = OnlineMatcher(m.protocol, [s.action for s in t.steps], task=None, recorded=m.recorded, descriptor=m.descriptor,
-                            dropped=[2])
+    dropped = OnlineMatcher(
+        m.protocol,
+        [s.action for s in t.steps],
+        task=None,
+        recorded=m.recorded,
+        descriptor=m.descriptor,
+        dropped=[2],
+    )
     for k, (msgs, _) in enumerate(requests, start=1):
-        got = dropped.match("POST", "/v1/chat/completions", "", orjson.dumps({"model": "m", "messages": msgs, "tools": tools}))
+        got = dropped.match(
+            "POST", "/v1/chat/completions", "", orjson.dumps({"model": "m", "messages": msgs, "tools": tools})
+        )
         assert (got.kind, got.request) == (MatchKind.MAIN, k), (k, got)
         dropped.answered_up_to(k)
     # without the flag the same request 3 looks like a retry of request 2
-    plain = OnlineMatcher(m.protocol, [s.action for s in t.steps], task=None, recorded=m.recorded, descriptor=m.descriptor)
+    plain = OnlineMatcher(
+        m.protocol, [s.action for s in t.steps], task=None, recorded=m.recorded, descriptor=m.descriptor
+    )
     plain.answered_up_to(2)
-    assert plain.match("POST", "/v1/chat/completions", "", orjson.dumps({"model": "m", "messages": after2, "tools": tools})).kind == MatchKind.RETRY
+    assert (
+        plain.match(
+            "POST",
+            "/v1/chat/completions",
+            "",
+            orjson.dumps({"model": "m", "messages": after2, "tools": tools}),
+        ).kind
+        == MatchKind.RETRY
+    )

@@ -20,7 +20,13 @@ from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.model import Run
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
-from pvisor.replay.playback import PathRewrites, PlaybackResponder, PlaybackStatus, ServedFrom, playback_record
+from pvisor.replay.playback import (
+    PathRewrites,
+    PlaybackResponder,
+    PlaybackStatus,
+    ServedFrom,
+    playback_record,
+)
 from pvisor.replay.recording import journal_recording
 
 
@@ -40,7 +46,13 @@ def _send(gw, line, body=None):
     data = orjson.dumps(body if body is not None else line["body"])
     q = line.get("query") or ""
     q = "&".join(f"{k}={v}" for k, v in q.items()) if isinstance(q, dict) else q
-    return http_request(gw.url, line["method"], line["path"] + (f"?{q}" if q else ""), data, headers={"Content-Type": "application/json"})
+    return http_request(
+        gw.url,
+        line["method"],
+        line["path"] + (f"?{q}" if q else ""),
+        data,
+        headers={"Content-Type": "application/json"},
+    )
 
 
 def _main_lines(lines, journal, run):
@@ -49,7 +61,9 @@ def _main_lines(lines, journal, run):
     return [rec for rec in lines[run] if rec.exchange in main]
 
 
-def test_recorded_bytes_are_served_when_the_stream_mode_matches_and_request_n_plus_1_ends_the_agent(stack, corpus_journal):
+def test_recorded_bytes_are_served_when_the_stream_mode_matches_and_request_n_plus_1_ends_the_agent(
+    stack, corpus_journal
+):
     journal, lines = corpus_journal
     p, gw = _playback(stack, journal, "codex-parallel", "codex", 1)
     first, second = [r for r in lines["codex-parallel"]]
@@ -116,7 +130,12 @@ def test_a_changed_action_diverges_and_the_agent_is_ended(stack, corpus_journal)
     assert status == 200 and b"pvisor: the replay ends here." in end
     assert p.status is PlaybackStatus.DIVERGED and p.ended.is_set()
     d = playback_record(p)["divergence"]
-    assert d["request"] == 2 and d["part"] == 0 and "curl evil.example" in d["got"] and d["nearest"] == second.exchange
+    assert (
+        d["request"] == 2
+        and d["part"] == 0
+        and "curl evil.example" in d["got"]
+        and d["nearest"] == second.exchange
+    )
     assert wait_exchanges(gw, 2)[1].flags == ("diverged", "synthetic_end")
 
 
@@ -125,42 +144,103 @@ def _anthropic_run(journal, workspace: str) -> str:
     Code's Write tool), streamed."""
     tools = [{"name": "Write", "description": "w", "input_schema": {"type": "object"}}]
     msgs = [{"role": "user", "content": "write it"}]
-    action = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-x", "stop_reason": "tool_use",
-              "content": [{"type": "tool_use", "id": "toolu_1", "name": "Write", "input": {"file_path": f"{workspace}/src/a.py", "content": "x"}}],
-              "usage": {"input_tokens": 1, "output_tokens": 1}}
+    action = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-x",
+        "stop_reason": "tool_use",
+        "content": [
+            {
+                "type": "tool_use",
+                "id": "toolu_1",
+                "name": "Write",
+                "input": {"file_path": f"{workspace}/src/a.py", "content": "x"},
+            }
+        ],
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
     mod = get_protocol("anthropic")
     with Journal.open(journal) as j:
-        j.create_run(Run(id="r-write", agent="claude-code", labels={"workspace": workspace, "task": "write it"}))
-        j.record_exchange("r-write", "POST", "/v1/messages", [("content-type", "application/json")], protocol="anthropic", status=200,
-                          request_body=orjson.dumps({"model": "claude-x", "system": "s", "tools": tools, "messages": msgs, "stream": True}),
-                          response_body=mod.render_stream(action), streamed=True, response_headers=[("content-type", "text/event-stream")])
-        msgs = msgs + [{"role": "assistant", "content": action["content"]},
-                       {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "written"}]}]
-        j.record_exchange("r-write", "POST", "/v1/messages", [("content-type", "application/json")], protocol="anthropic", status=200,
-                          request_body=orjson.dumps({"model": "claude-x", "system": "s", "tools": tools, "messages": msgs, "stream": True}),
-                          response_body=mod.render_stream({**action, "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}),
-                          streamed=True)
+        j.create_run(
+            Run(id="r-write", agent="claude-code", labels={"workspace": workspace, "task": "write it"})
+        )
+        j.record_exchange(
+            "r-write",
+            "POST",
+            "/v1/messages",
+            [("content-type", "application/json")],
+            protocol="anthropic",
+            status=200,
+            request_body=orjson.dumps(
+                {"model": "claude-x", "system": "s", "tools": tools, "messages": msgs, "stream": True}
+            ),
+            response_body=mod.render_stream(action),
+            streamed=True,
+            response_headers=[("content-type", "text/event-stream")],
+        )
+        msgs = msgs + [
+            {"role": "assistant", "content": action["content"]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "written"}],
+            },
+        ]
+        j.record_exchange(
+            "r-write",
+            "POST",
+            "/v1/messages",
+            [("content-type", "application/json")],
+            protocol="anthropic",
+            status=200,
+            request_body=orjson.dumps(
+                {"model": "claude-x", "system": "s", "tools": tools, "messages": msgs, "stream": True}
+            ),
+            response_body=mod.render_stream(
+                {**action, "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}
+            ),
+            streamed=True,
+        )
     return "r-write"
 
 
 def test_absolute_paths_in_served_actions_are_rewritten_and_listed(stack, tmp_path):
     journal = tmp_path / "j.sqlite"
     run = _anthropic_run(journal, "/old/ws")
-    p, gw = _playback(stack, journal, run, "claude-code", 1, [("/old/ws", str(tmp_path / "new-ws"), "workspace")])
+    p, gw = _playback(
+        stack, journal, run, "claude-code", 1, [("/old/ws", str(tmp_path / "new-ws"), "workspace")]
+    )
     client = anthropic.Anthropic(base_url=gw.url, api_key="dummy", max_retries=0)
     tools = [{"name": "Write", "description": "w", "input_schema": {"type": "object"}}]
-    with client.messages.stream(model="claude-x", max_tokens=10, system="s", tools=tools, messages=[{"role": "user", "content": "write it"}]) as s:
+    with client.messages.stream(
+        model="claude-x",
+        max_tokens=10,
+        system="s",
+        tools=tools,
+        messages=[{"role": "user", "content": "write it"}],
+    ) as s:
         msg = s.get_final_message()
     [call] = [b for b in msg.content if b.type == "tool_use"]
     assert call.input["file_path"] == f"{tmp_path / 'new-ws'}/src/a.py"
     assert [s.source for s in p.served] == [ServedFrom.RENDERED]  # the recorded bytes name the old path
-    assert [(r.tool, r.argument, r.recorded) for r in p.rewritten] == [("Write", "file_path", "/old/ws/src/a.py")]
+    assert [(r.tool, r.argument, r.recorded) for r in p.rewritten] == [
+        ("Write", "file_path", "/old/ws/src/a.py")
+    ]
     # request 2 carries the rewritten action: it matches, and ends the agent
-    second = [{"role": "user", "content": "write it"}, {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
-              {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "written"}]}]
-    with client.messages.stream(model="claude-x", max_tokens=10, system="s", tools=tools, messages=second) as s:
+    second = [
+        {"role": "user", "content": "write it"},
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "written"}]},
+    ]
+    with client.messages.stream(
+        model="claude-x", max_tokens=10, system="s", tools=tools, messages=second
+    ) as s:
         end = s.get_final_message()
-    assert end.content[0].text == "pvisor: the replay ends here." and p.status is PlaybackStatus.OK and p.boundary is not None
+    assert (
+        end.content[0].text == "pvisor: the replay ends here."
+        and p.status is PlaybackStatus.OK
+        and p.boundary is not None
+    )
     assert json.loads(p.boundary.body)["messages"][-1]["content"][0]["content"] == "written"
 
 
@@ -169,7 +249,18 @@ def test_the_task_must_be_in_the_first_request(stack, tmp_path):
     run = _anthropic_run(journal, "/old/ws")
     p, gw = _playback(stack, journal, run, "claude-code", 1)
     assert p.rec.task == "write it" and p.rec.task_origin == "label"
-    body = {"model": "claude-x", "system": "s", "max_tokens": 5, "tools": [{"name": "Write", "description": "w", "input_schema": {"type": "object"}}],
-            "messages": [{"role": "user", "content": "delete everything"}]}
-    status, _, _ = http_request(gw.url, "POST", "/v1/messages", orjson.dumps(body), headers={"Content-Type": "application/json"})
-    assert status == 200 and p.status is PlaybackStatus.DIVERGED and p.divergence.reason == "the task is not in the request"
+    body = {
+        "model": "claude-x",
+        "system": "s",
+        "max_tokens": 5,
+        "tools": [{"name": "Write", "description": "w", "input_schema": {"type": "object"}}],
+        "messages": [{"role": "user", "content": "delete everything"}],
+    }
+    status, _, _ = http_request(
+        gw.url, "POST", "/v1/messages", orjson.dumps(body), headers={"Content-Type": "application/json"}
+    )
+    assert (
+        status == 200
+        and p.status is PlaybackStatus.DIVERGED
+        and p.divergence.reason == "the task is not in the request"
+    )

@@ -30,8 +30,26 @@ def _replay(cap, tmp: Path, name: str, source: list[str], n: int, *extra: str):
     ws, out = tmp / f"ws-{name}", tmp / f"out-{name}"
     ws.mkdir()
     # --journal after the subcommand: the derived run goes to the capture's journal
-    args = ["replay", "--journal", str(cap.journal), "--agent", cap.agent, *source, "--after-step", str(n), "--replay-only",
-            "--workspace", str(ws), "--output", str(out), "--agent-entrypoint", str(entrypoint(cap.agent)), "--timeout", "240", *extra]
+    args = [
+        "replay",
+        "--journal",
+        str(cap.journal),
+        "--agent",
+        cap.agent,
+        *source,
+        "--after-step",
+        str(n),
+        "--replay-only",
+        "--workspace",
+        str(ws),
+        "--output",
+        str(out),
+        "--agent-entrypoint",
+        str(entrypoint(cap.agent)),
+        "--timeout",
+        "240",
+        *extra,
+    ]
     proc = pvisor(args, env=user_env(cap.user_home), cwd=tmp, timeout=400)
     assert "Traceback" not in proc.stderr, proc.stderr
     result = json.loads((out / "result.json").read_text())
@@ -50,8 +68,13 @@ def replayed(captured, tmp_path_factory):
         if key not in cache:
             cap = captured(agent)
             assert cap.proc.returncode == 0, cap.proc.stderr
-            source = ["--run", cap.run] if kind == "journal" else ["--trajectory", cap.report["native_trajectory"]]
-            cache[key] = (cap, *_replay(cap, tmp_path_factory.mktemp(f"replay-{agent}-{kind}-{n}"), f"{kind}{n}", source, n))
+            source = (
+                ["--run", cap.run] if kind == "journal" else ["--trajectory", cap.report["native_trajectory"]]
+            )
+            cache[key] = (
+                cap,
+                *_replay(cap, tmp_path_factory.mktemp(f"replay-{agent}-{kind}-{n}"), f"{kind}{n}", source, n),
+            )
         return cache[key]
 
     return get
@@ -66,7 +89,11 @@ def _lost_output(agent: str, call: dict, result: dict) -> bool:
 def _check_replay(agent: str, cap, proc, result: dict, ws: Path, out: Path, n: int, kind: str) -> None:
     assert proc.returncode == 0, proc.stderr
     assert result["status"] == "ok" and result["mode"] == "replay-only" and result["errors"] == []
-    assert result["agent_started"] is True and result["live_requests"] == 0 and result["boundary_user_prompt_injected"] is False
+    assert (
+        result["agent_started"] is True
+        and result["live_requests"] == 0
+        and result["boundary_user_prompt_injected"] is False
+    )
     # the steps' tools really ran again, in the new workspace, and nothing after step N did
     assert tree(ws) == WRITTEN[n], tree(ws)
     for name in WRITTEN[n]:
@@ -75,7 +102,9 @@ def _check_replay(agent: str, cap, proc, result: dict, ws: Path, out: Path, n: i
     # O against O' for every call of steps 1..N
     calls = result["tool_calls"]
     assert [c["step"] for c in calls] == ([1] if n == 1 else [1, 2, 2, 2])
-    assert result["replayed_tool_calls"] == len(calls) and all(c["replayed_observation_sha256"] for c in calls)
+    assert result["replayed_tool_calls"] == len(calls) and all(
+        c["replayed_observation_sha256"] for c in calls
+    )
     by_command = {}
     with JournalReader(cap.journal) as r:
         steps = trajectory_from_journal(r, cap.run).steps
@@ -96,11 +125,18 @@ def _check_replay(agent: str, cap, proc, result: dict, ws: Path, out: Path, n: i
     derived = result["derived_run"]
     with JournalReader(cap.journal) as r:
         run = r.run(derived)
-        assert (run.mode, run.parent_run, run.boundary_step) == ("replay-only", cap.run if kind == "journal" else None, n)
+        assert (run.mode, run.parent_run, run.boundary_step) == (
+            "replay-only",
+            cap.run if kind == "journal" else None,
+            n,
+        )
         assert run.labels["task"] and run.labels["source_kind"] == kind
         exs = r.exchanges(derived)
         [end] = [e for e in exs if "synthetic_end" in e.flags]
-        assert end.id == prefix["exchange"] == result["synthetic_end"][0]["exchange"] and r.request_body(end) == body
+        assert (
+            end.id == prefix["exchange"] == result["synthetic_end"][0]["exchange"]
+            and r.request_body(end) == body
+        )
         assert all(e.served_by == "playback" for e in exs)
         traj = trajectory_from_journal(r, derived)
     assert len(traj.steps) == n  # the synthetic final reply is never a step
@@ -112,7 +148,9 @@ def _check_replay(agent: str, cap, proc, result: dict, ws: Path, out: Path, n: i
     assert result["agent_run"]["ended_by"] in ("synthetic_end", "stopped_after_end")
     assert result["workspace"]["unchanged"] is False
     # (the agent tests may have resumed the run meanwhile: attempt 2 adds a step to it)
-    assert re.search(rf"replayed {agent} to step {n} of {result['boundary']['steps_total']} as run {derived}", proc.stdout)
+    assert re.search(
+        rf"replayed {agent} to step {n} of {result['boundary']['steps_total']} as run {derived}", proc.stdout
+    )
     assert result["boundary"]["steps_total"] >= 3
 
 
@@ -138,10 +176,16 @@ def test_replay_only_from_the_native_file(replayed, agent):
 @pytest.mark.parametrize("agent", ALL)
 def test_another_task_diverges_with_one_clear_line(captured, tmp_path, agent):
     cap = captured(agent)
-    proc, result, ws, out = _replay(cap, tmp_path, "diverge", ["--run", cap.run], 2, "--task", "Something else entirely.")
+    proc, result, ws, out = _replay(
+        cap, tmp_path, "diverge", ["--run", cap.run], 2, "--task", "Something else entirely."
+    )
     assert proc.returncode == 1, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("pvisor: error:")]
-    assert len(lines) == 1 and "the replay diverged at request 1" in lines[0] and "the task is not in the request" in lines[0]
+    assert (
+        len(lines) == 1
+        and "the replay diverged at request 1" in lines[0]
+        and "the task is not in the request" in lines[0]
+    )
     assert result["status"] == "diverged" and [e["code"] for e in result["errors"]] == ["diverged"]
     d = result["divergence"]
     # the recording expects its own task; the agent was given another one

@@ -14,7 +14,17 @@ import sqlite3
 
 import orjson
 import pytest
-from gateway_helpers import DEADLINE, Gate, hostport, http_request, json_upstream, open_stream, parse_response, read_until_closed, wait_exchanges
+from gateway_helpers import (
+    DEADLINE,
+    Gate,
+    hostport,
+    http_request,
+    json_upstream,
+    open_stream,
+    parse_response,
+    read_until_closed,
+    wait_exchanges,
+)
 
 from pvisor.gateway.responder import Forward, IncomingRequest, Refuse, Serve, ServedBy, StreamBroken
 from pvisor.gateway.scripted_model import ScriptedModel, parse_script
@@ -39,19 +49,37 @@ class Recording:
 
 def test_a_served_body_reaches_the_agent_and_is_journaled_with_who_served_it(stack):
     body = b'{"id":"msg_1","type":"message","role":"assistant","content":[]}'
-    resp = Recording(lambda r: Serve(200, [("Content-Type", "application/json"), ("x-served", "yes")], body=body,
-                                     served_by=ServedBy.PLAYBACK, flags=("synthetic_end",)))
+    resp = Recording(
+        lambda r: Serve(
+            200,
+            [("Content-Type", "application/json"), ("x-served", "yes")],
+            body=body,
+            served_by=ServedBy.PLAYBACK,
+            flags=("synthetic_end",),
+        )
+    )
     gw = stack.gateway({}, responder=resp)
-    status, headers, got = http_request(gw.url, "POST", "/run/r-seam/v1/messages?beta=true", b'{"model":"m","messages":[]}',
-                                        headers={"x-api-key": "sk-secret-seam", "Content-Type": "application/json"})
+    status, headers, got = http_request(
+        gw.url,
+        "POST",
+        "/run/r-seam/v1/messages?beta=true",
+        b'{"model":"m","messages":[]}',
+        headers={"x-api-key": "sk-secret-seam", "Content-Type": "application/json"},
+    )
     assert (status, got) == (200, body)
     assert dict((k.lower(), v) for k, v in headers)["x-served"] == "yes"
     [req] = resp.seen
     # plain data across the seam: no aiohttp object, the route applied, the secret available to forward
     for name in IncomingRequest.__slots__:
         assert isinstance(getattr(req, name), PLAIN), (name, type(getattr(req, name)))
-    assert (req.run, req.method, req.path, req.query, req.protocol, req.upstream) == ("r-seam", "POST", "/v1/messages", "beta=true",
-                                                                                      "anthropic", "anthropic")
+    assert (req.run, req.method, req.path, req.query, req.protocol, req.upstream) == (
+        "r-seam",
+        "POST",
+        "/v1/messages",
+        "beta=true",
+        "anthropic",
+        "anthropic",
+    )
     assert req.body == b'{"model":"m","messages":[]}' and req.header("X-API-KEY") == "sk-secret-seam"
     [ex] = wait_exchanges(gw, 1, "r-seam")
     assert (ex.served_by, ex.flags, ex.outcome, ex.status) == ("playback", ("synthetic_end",), "ok", 200)
@@ -68,8 +96,18 @@ def test_an_async_source_is_relayed_chunk_by_chunk(stack):
         await gate.wait()  # only once the client has read chunk 1 through the gateway
         yield b"data: two\n\n"
 
-    gw = stack.gateway({}, responder=Recording(lambda r: Serve(200, [("Content-Type", "text/event-stream")], chunks=chunks(),
-                                                                 streamed=True, served_by=ServedBy.PLAYBACK)))
+    gw = stack.gateway(
+        {},
+        responder=Recording(
+            lambda r: Serve(
+                200,
+                [("Content-Type", "text/event-stream")],
+                chunks=chunks(),
+                streamed=True,
+                served_by=ServedBy.PLAYBACK,
+            )
+        ),
+    )
     conn, resp = open_stream(gw.url, "POST", "/v1/chat/completions")
     try:
         assert resp.read(11) == b"data: one\n\n"
@@ -78,16 +116,27 @@ def test_an_async_source_is_relayed_chunk_by_chunk(stack):
     finally:
         conn.close()
     [ex] = wait_exchanges(gw, 1)
-    assert ex.streamed and ex.served_by == "playback" and ex.bytes_delivered == 22 and len(ex.chunk_timings) == 24
+    assert (
+        ex.streamed
+        and ex.served_by == "playback"
+        and ex.bytes_delivered == 22
+        and len(ex.chunk_timings) == 24
+    )
 
 
 def test_a_source_that_breaks_is_passed_on_as_far_as_it_got_then_cut(stack):
     async def chunks():
         yield b"data: part\n\n"
-        raise StreamBroken("upstream_reset", "upstream anthropic connection broke after 12 bytes: ClientPayloadError")
+        raise StreamBroken(
+            "upstream_reset", "upstream anthropic connection broke after 12 bytes: ClientPayloadError"
+        )
 
-    gw = stack.gateway({}, responder=Recording(lambda r: Serve(200, [("Content-Type", "text/event-stream")], chunks=chunks(),
-                                                                 streamed=True)))
+    gw = stack.gateway(
+        {},
+        responder=Recording(
+            lambda r: Serve(200, [("Content-Type", "text/event-stream")], chunks=chunks(), streamed=True)
+        ),
+    )
     with socket.create_connection(hostport(gw.url), timeout=DEADLINE) as s:
         s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
         raw = read_until_closed(s)
@@ -116,7 +165,10 @@ def test_an_agent_gone_mid_stream_stops_the_source(stack):
         async def aclose(self):
             stopped.set()
 
-    gw = stack.gateway({}, responder=Recording(lambda r: Serve(200, [("Content-Type", "text/event-stream")], chunks=Source())))
+    gw = stack.gateway(
+        {},
+        responder=Recording(lambda r: Serve(200, [("Content-Type", "text/event-stream")], chunks=Source())),
+    )
     conn, resp = open_stream(gw.url, "POST", "/v1/messages")
     resp.read(10)
     conn.sock.shutdown(socket.SHUT_RDWR)
@@ -128,18 +180,30 @@ def test_an_agent_gone_mid_stream_stops_the_source(stack):
 
 
 def test_a_refusal_is_the_protocols_error_shape_served_by_refused(stack):
-    gw = stack.gateway({}, responder=Recording(lambda r: Refuse(409, "pvisor_test_refusal", "not now", "upstream_unreachable")))
+    gw = stack.gateway(
+        {},
+        responder=Recording(lambda r: Refuse(409, "pvisor_test_refusal", "not now", "upstream_unreachable")),
+    )
     status, _, body = http_request(gw.url, "POST", "/v1/chat/completions", b"{}")
     assert status == 409 and orjson.loads(body)["error"]["message"] == "not now"
     [ex] = wait_exchanges(gw, 1)
-    assert (ex.served_by, ex.outcome, ex.error) == ("refused", "upstream_unreachable", "pvisor_test_refusal: not now")
+    assert (ex.served_by, ex.outcome, ex.error) == (
+        "refused",
+        "upstream_unreachable",
+        "pvisor_test_refusal: not now",
+    )
 
 
 def test_forward_sends_the_responders_body_upstream_and_journals_the_agents(stack):
     up = stack.raw_upstream(json_upstream(b'{"ok":1}'))
     gw = stack.gateway({"openai": up.url}, responder=Recording(lambda r: Forward(body=b'{"rewritten":true}')))
-    status, _, body = http_request(gw.url, "POST", "/v1/chat/completions", b'{"sent":"by agent"}',
-                                   headers={"Content-Type": "application/json"})
+    status, _, body = http_request(
+        gw.url,
+        "POST",
+        "/v1/chat/completions",
+        b'{"sent":"by agent"}',
+        headers={"Content-Type": "application/json"},
+    )
     assert (status, body) == (200, b'{"ok":1}')
     assert up.requests[0][3] == b'{"rewritten":true}'
     [ex] = wait_exchanges(gw, 1)
@@ -169,7 +233,9 @@ def test_the_default_responder_forwards_and_the_scripted_one_answers_in_process(
     model = ScriptedModel(parse_script({"turns": [{"text": "scripted hello"}], "main_chain": "first"}))
     gw = stack.gateway({}, name="scripted", responder=ScriptedResponder(model), offline=True)
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="dummy", max_retries=0)
-    stream = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], stream=True)
+    stream = client.chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
     assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices) == "scripted hello"
     [ex] = wait_exchanges(gw, 1)
     assert ex.served_by == "scripted" and ex.streamed and ex.outcome == "ok"
@@ -178,7 +244,9 @@ def test_the_default_responder_forwards_and_the_scripted_one_answers_in_process(
 def test_a_schema_2_journal_is_read_without_served_by_and_migrated_by_the_next_writer(tmp_path):
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as j:
-        j.record_exchange("r-old", "POST", "/v1/messages", status=200, request_body=b"{}", response_body=b"{}")
+        j.record_exchange(
+            "r-old", "POST", "/v1/messages", status=200, request_body=b"{}", response_body=b"{}"
+        )
     # back to what an older pvisor wrote: no served_by, no flags, two migrations
     conn = sqlite3.connect(path)
     conn.execute("ALTER TABLE exchanges DROP COLUMN served_by")
@@ -191,17 +259,30 @@ def test_a_schema_2_journal_is_read_without_served_by_and_migrated_by_the_next_w
         [ex] = r.exchanges("r-old")
         assert ex.served_by is None and ex.flags == ()
     with Journal.open(path) as j:
-        j.record_exchange("r-new", "POST", "/v1/messages", status=200, request_body=b"{}", response_body=b"{}", served_by="scripted",
-                          flags=["synthetic_end"])
+        j.record_exchange(
+            "r-new",
+            "POST",
+            "/v1/messages",
+            status=200,
+            request_body=b"{}",
+            response_body=b"{}",
+            served_by="scripted",
+            flags=["synthetic_end"],
+        )
     with JournalReader(path) as r:
         assert r.exchanges("r-old")[0].served_by is None
-        assert (r.exchanges("r-new")[0].served_by, r.exchanges("r-new")[0].flags) == ("scripted", ("synthetic_end",))
+        assert (r.exchanges("r-new")[0].served_by, r.exchanges("r-new")[0].flags) == (
+            "scripted",
+            ("synthetic_end",),
+        )
         assert r.conn.execute("PRAGMA user_version").fetchone()[0] == 3
 
 
 @pytest.mark.parametrize("path,method", [("/", "HEAD"), ("/v1/models", "GET")])
 def test_requests_no_protocol_owns_reach_the_responder(stack, path, method):
-    resp = Recording(lambda r: Serve(200, [("Content-Type", "application/json")], body=b"{}", served_by=ServedBy.PLAYBACK))
+    resp = Recording(
+        lambda r: Serve(200, [("Content-Type", "application/json")], body=b"{}", served_by=ServedBy.PLAYBACK)
+    )
     gw = stack.gateway({}, responder=resp)
     status, _, _ = http_request(gw.url, method, path)
     assert status == 200 and resp.seen[0].upstream is None and resp.seen[0].protocol is None

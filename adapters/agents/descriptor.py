@@ -49,7 +49,10 @@ class ChainHint:
         return self.system_prefix is None or (conv.system or "").startswith(self.system_prefix)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ChainHint) and (self.tools, self.system_prefix) == (other.tools, other.system_prefix)
+        return isinstance(other, ChainHint) and (self.tools, self.system_prefix) == (
+            other.tools,
+            other.system_prefix,
+        )
 
     def __hash__(self) -> int:
         return hash((self.tools, self.system_prefix))
@@ -218,7 +221,7 @@ def attached_value(argv: list[str], option: str) -> str | None:
     found = None
     for a in argv:
         if a.startswith(prefix):
-            found = a[len(prefix):]
+            found = a[len(prefix) :]
     return found
 
 
