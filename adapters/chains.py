@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import orjson
 
-from pvisor.adapters.agents.descriptor import ChainHint  # noqa: F401  (the profiles' hint, re-exported)
+from pvisor.adapters.agents.descriptor import ChainHint, action_message  # noqa: F401  (re-exported)
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo
 from pvisor.journal.content_encoding import DecodeError, decode_body
@@ -388,15 +388,6 @@ class _Reader:
             read.data = keys
         req.system_key = _key(norm["system"])
         req.tools_key = tools_key
-
-
-def action_message(action: Action) -> Message:
-    """An action as the assistant message that carries it: reasoning, text, tool calls."""
-    parts: list[Any] = list(action.reasoning)
-    if action.text:
-        parts.append(TextPart(action.text))
-    parts.extend(action.tool_calls)
-    return Message("assistant", parts)
 
 
 def read_final_response(reader: JournalReader, ex: Exchange) -> tuple[Any, str | None]:

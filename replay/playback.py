@@ -36,7 +36,6 @@ from typing import Any
 
 from pvisor.adapters.chains import Divergence, MatchKind, OnlineMatcher
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
-from pvisor.adapters.jsonio import dumps
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import compact_json
 from pvisor.gateway.responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse
@@ -52,6 +51,7 @@ from pvisor.journal.model import (
 )
 
 from .prefix import is_made_up, request_meta
+from .prepare import content_sha256, match_results
 from .recording import Recording, RecordedReply, aux_key
 
 #: flags playback journals with the exchanges it answers (``exchanges.flags``)
@@ -140,14 +140,6 @@ def _alternation(paths: list[str]) -> "re.Pattern[str] | None":
     return re.compile("|".join(re.escape(p) for p in sorted(set(paths), key=len, reverse=True)))
 
 
-def content_sha256(content: Any) -> str:
-    """The digest of a tool result's content: SHA-256 of its UTF-8 bytes when it is a string,
-    else of its JSON (keys sorted, compact) (as prepare-only's ``tool_calls``)."""
-    if isinstance(content, str):
-        return hashlib.sha256(content.encode("utf-8", "surrogatepass")).hexdigest()
-    return hashlib.sha256(dumps(content, sort_keys=True)).hexdigest()
-
-
 def _strings(value: Any, out: list[str]) -> None:
     if isinstance(value, str):
         out.append(value)
@@ -165,21 +157,6 @@ def _strings(value: Any, out: list[str]) -> None:
 
 def _calls(action: Action) -> list[ToolCall]:
     return [c for c in action.tool_calls if c.kind != "server"]
-
-
-def _match(calls: list[ToolCall], results: list[ToolResult]) -> list[ToolResult | None]:
-    """The result answering each call: by call id, else by position (agents that make ids)."""
-    by_id = {r.call_id: r for r in results if r.call_id is not None}
-    ids = {c.id for c in calls if c.id is not None}
-    out: list[ToolResult | None] = []
-    for i, c in enumerate(calls):
-        if c.id is not None and c.id in by_id:
-            out.append(by_id[c.id])
-        elif i < len(results) and (results[i].call_id is None or results[i].call_id not in ids):
-            out.append(results[i])
-        else:
-            out.append(None)
-    return out
 
 
 @dataclass(slots=True)
@@ -483,9 +460,9 @@ class PlaybackResponder:
                 if native
                 else list(step.observation.results)
             )
-            hist = [None if r is not None and is_made_up(r) else r for r in _match(calls, results)]
+            hist = [None if r is not None and is_made_up(r) else r for r in match_results(calls, results)]
             served_calls = _calls(self.actions[i])
-            rep = _match(served_calls, replayed[i]) if i < len(replayed) else [None] * len(calls)
+            rep = match_results(served_calls, replayed[i]) if i < len(replayed) else [None] * len(calls)
             for c, h, r in zip(calls, hist, rep):
                 hs = content_sha256(h.content) if h is not None else None
                 rs = content_sha256(r.content) if r is not None else None

@@ -155,7 +155,7 @@ def workspace_digest(root: Path) -> "WorkspaceDigest":
         raise ReplayBadInput("workspace_unreadable", f"--workspace {show_path(root)}: cannot read {where}: {exc.strerror or exc}; the workspace digest cannot be computed") from None
 
 
-def _match_results(calls: list[ToolCall], results: list[ToolResult]) -> list[ToolResult | None]:
+def match_results(calls: list[ToolCall], results: list[ToolResult]) -> list[ToolResult | None]:
     """The result answering each call: the one with its call id, else the one at its
     position when that one answers no other call (Gemini CLI gives its own ids)."""
     by_id = {r.call_id: r for r in results if r.call_id is not None}
@@ -177,7 +177,7 @@ def tool_call_records(steps: Sequence[Step], after_step: int) -> list[dict[str, 
     for i in range(after_step):
         step = steps[i]
         calls = list(step.action.tool_calls)
-        for c, r in zip(calls, _match_results(calls, list(step.observation.results))):
+        for c, r in zip(calls, match_results(calls, list(step.observation.results))):
             out.append(
                 {
                     "step": step.n,

@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from corpus_runs import record_corpus_runs
+from replay_helpers import recorded_claude_run
 from gateway_helpers import http_request, wait_exchanges
 from pvisor.adapters.agents import get_descriptor
 from pvisor.adapters.protocols import get_protocol
@@ -139,74 +140,9 @@ def test_a_changed_action_diverges_and_the_agent_is_ended(stack, corpus_journal)
     assert wait_exchanges(gw, 2)[1].flags == ("diverged", "synthetic_end")
 
 
-def _anthropic_run(journal, workspace: str) -> str:
-    """A run whose A_1 writes a file by its absolute path in the recorded workspace (Claude
-    Code's Write tool), streamed."""
-    tools = [{"name": "Write", "description": "w", "input_schema": {"type": "object"}}]
-    msgs = [{"role": "user", "content": "write it"}]
-    action = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-x",
-        "stop_reason": "tool_use",
-        "content": [
-            {
-                "type": "tool_use",
-                "id": "toolu_1",
-                "name": "Write",
-                "input": {"file_path": f"{workspace}/src/a.py", "content": "x"},
-            }
-        ],
-        "usage": {"input_tokens": 1, "output_tokens": 1},
-    }
-    mod = get_protocol("anthropic")
-    with Journal.open(journal) as j:
-        j.create_run(
-            Run(id="r-write", agent="claude-code", labels={"workspace": workspace, "task": "write it"})
-        )
-        j.record_exchange(
-            "r-write",
-            "POST",
-            "/v1/messages",
-            [("content-type", "application/json")],
-            protocol="anthropic",
-            status=200,
-            request_body=orjson.dumps(
-                {"model": "claude-x", "system": "s", "tools": tools, "messages": msgs, "stream": True}
-            ),
-            response_body=mod.render_stream(action),
-            streamed=True,
-            response_headers=[("content-type", "text/event-stream")],
-        )
-        msgs = msgs + [
-            {"role": "assistant", "content": action["content"]},
-            {
-                "role": "user",
-                "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "written"}],
-            },
-        ]
-        j.record_exchange(
-            "r-write",
-            "POST",
-            "/v1/messages",
-            [("content-type", "application/json")],
-            protocol="anthropic",
-            status=200,
-            request_body=orjson.dumps(
-                {"model": "claude-x", "system": "s", "tools": tools, "messages": msgs, "stream": True}
-            ),
-            response_body=mod.render_stream(
-                {**action, "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}
-            ),
-            streamed=True,
-        )
-    return "r-write"
-
-
 def test_absolute_paths_in_served_actions_are_rewritten_and_listed(stack, tmp_path):
     journal = tmp_path / "j.sqlite"
-    run = _anthropic_run(journal, "/old/ws")
+    run = recorded_claude_run(journal, "/old/ws")
     p, gw = _playback(
         stack, journal, run, "claude-code", 1, [("/old/ws", str(tmp_path / "new-ws"), "workspace")]
     )
@@ -246,7 +182,7 @@ def test_absolute_paths_in_served_actions_are_rewritten_and_listed(stack, tmp_pa
 
 def test_the_task_must_be_in_the_first_request(stack, tmp_path):
     journal = tmp_path / "j.sqlite"
-    run = _anthropic_run(journal, "/old/ws")
+    run = recorded_claude_run(journal, "/old/ws")
     p, gw = _playback(stack, journal, run, "claude-code", 1)
     assert p.rec.task == "write it" and p.rec.task_origin == "label"
     body = {

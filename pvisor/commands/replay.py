@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -86,8 +87,7 @@ def replay(ctx: click.Context, agent: str, trajectory: str | None, run_id: str |
                          "step N in a new --workspace); continuation with the live model comes later")
     if result_to is not None and result_to != "-":
         raise UsageError(f"--result {result_to}: only '-' (stdout) is supported; result.json is always written into --output")
-    from pvisor.journal.errors import PvisorError
-    from pvisor.replay.prepare import PrepareOptions, dump_result, prepare_only
+    from pvisor.replay.prepare import PrepareOptions, prepare_only
 
     if journal_opt == "":
         raise UsageError("--journal is empty: give the journal file's path")
@@ -102,59 +102,32 @@ def replay(ctx: click.Context, agent: str, trajectory: str | None, run_id: str |
     for opt, value in (("--agent-entrypoint", entrypoint), ("--task", task)):
         if value is not None:
             raise UsageError(f"{opt} is for --replay-only; --prepare-only starts nothing")
-    try:
-        outcome = prepare_only(PrepareOptions(
-            agent=agent,
-            after_step=after_step,
-            output=_path("--output", output),
-            trajectory=_path("--trajectory", trajectory),
-            run=run_id,
-            journal=Path(journal) if journal and run_id is not None else None,
-            workspace=_path("--workspace", workspace),
-            protocol=protocol,
-            profile_from=profile_from,
-            force=force,
-            session=session,
-        ))
-    except PvisorError as exc:
-        failed = getattr(exc, "result", None)
-        if result_to == "-" and failed is not None:
-            sys.stdout.buffer.write(dump_result(failed))  # the failed document too: stdout stays one JSON value
-            sys.stdout.buffer.flush()
-        raise
-    for w in outcome.result["warnings"]:
-        _note(f"pvisor: warning: {w['message']}")
-    if result_to == "-":
-        sys.stdout.buffer.write(dump_result(outcome.result))
-        sys.stdout.buffer.flush()
-        _note(outcome.summary())
-    else:
-        click.echo(outcome.summary())
+    opts = PrepareOptions(
+        agent=agent,
+        after_step=after_step,
+        output=_path("--output", output),
+        trajectory=_path("--trajectory", trajectory),
+        run=run_id,
+        journal=Path(journal) if journal and run_id is not None else None,
+        workspace=_path("--workspace", workspace),
+        protocol=protocol,
+        profile_from=profile_from,
+        force=force,
+        session=session,
+    )
     # (a workspace_changed is raised by prepare_only: exit 1 through the error path)
+    _report(lambda: prepare_only(opts), result_to)
 
 
-def _replay_only(agent: str, trajectory: str | None, run_id: str | None, after_step: int, output: str, workspace: str | None,
-                 entrypoint: str | None, task: str | None, timeout: float, allow_unsupported: bool, journal: str | None,
-                 session: str | None, force: bool, result_to: str | None) -> None:
+def _report(replay: Any, result_to: str | None) -> None:
+    """Run ``replay()`` (an outcome with ``result`` and ``summary()``) and tell how it went:
+    warnings and the summary line; with ``--result -`` the document on stdout, also the failed
+    one of an error (stdout stays one JSON value) and the summary on stderr."""
     from pvisor.journal.errors import PvisorError
     from pvisor.replay.prepare import dump_result
 
-    from pvisor.replay_run import ReplayOnlyOptions, replay_only
-
-    import gc
-
-    gc.enable()  # the fast-exit path turned it off; a replay runs an agent for minutes
-    if journal is None:
-        from pvisor.journal.paths import default_journal_path
-
-        journal = str(default_journal_path())
-    opts = ReplayOnlyOptions(
-        agent=agent, after_step=after_step, output=_path("--output", output), workspace=_path("--workspace", workspace),
-        journal=Path(journal), trajectory=_path("--trajectory", trajectory), run=run_id, entrypoint=entrypoint, task=task,
-        session=session, timeout=timeout, force=force, allow_unsupported=allow_unsupported,
-    )
     try:
-        outcome = replay_only(opts, lambda m: _note(f"pvisor: warning: {m}"))
+        outcome = replay()
     except PvisorError as exc:
         failed = getattr(exc, "result", None)
         if result_to == "-" and failed is not None:
@@ -169,6 +142,26 @@ def _replay_only(agent: str, trajectory: str | None, run_id: str | None, after_s
         _note(outcome.summary())
     else:
         click.echo(outcome.summary())
+
+
+def _replay_only(agent: str, trajectory: str | None, run_id: str | None, after_step: int, output: str, workspace: str | None,
+                 entrypoint: str | None, task: str | None, timeout: float, allow_unsupported: bool, journal: str | None,
+                 session: str | None, force: bool, result_to: str | None) -> None:
+    from pvisor.replay_run import ReplayOnlyOptions, replay_only
+
+    import gc
+
+    gc.enable()  # the fast-exit path turned it off; a replay runs an agent for minutes
+    if journal is None:
+        from pvisor.journal.paths import default_journal_path
+
+        journal = str(default_journal_path())
+    opts = ReplayOnlyOptions(
+        agent=agent, after_step=after_step, output=_path("--output", output), workspace=_path("--workspace", workspace),
+        journal=Path(journal), trajectory=_path("--trajectory", trajectory), run=run_id, entrypoint=entrypoint, task=task,
+        session=session, timeout=timeout, force=force, allow_unsupported=allow_unsupported,
+    )
+    _report(lambda: replay_only(opts, lambda m: _note(f"pvisor: warning: {m}")), result_to)
 
 
 def _note(line: str) -> None:
