@@ -53,8 +53,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 from pvisor.adapters.chains import (
     Classification, Prefer, Request, Slot, action_message, changes_between, classify_run, read_final_response, said,
 )
@@ -142,7 +140,14 @@ def _read_reply(reader: JournalReader, req: Request) -> _Reply:
     return reply
 
 
-_said = said  # the chain rule's comparison of an echo with a reply
+def _echo(appended: list[Message]) -> list[Message]:
+    """The leading assistant messages of what a request appends: its echo of the last reply."""
+    echo: list[Message] = []
+    for m in appended:
+        if m.role != "assistant":
+            break
+        echo.append(m)
+    return echo
 
 
 def _has_content(action: Action) -> bool:
@@ -153,17 +158,13 @@ def _observation(protocol: str, appended: list[Message], action: Action) -> tupl
     """O_i from the messages request i+1 appends to request i (``appended``), with the flags
     and details of how it carries A_i."""
     mod = get_protocol(protocol)
-    echo: list[Message] = []
-    for m in appended:
-        if m.role != "assistant":
-            break
-        echo.append(m)
+    echo = _echo(appended)
     flags: list[str] = []
     details: dict[str, Any] = {}
     if _has_content(action):
         if not echo:
             flags.append("action_dropped_by_agent")
-        elif _said(mod, echo) != _said(mod, [action_message(action)]):
+        elif said(mod, echo) != said(mod, [action_message(action)]):
             flags.append("action_changed_by_agent")
     obs = Observation()
     for m in appended[len(echo):]:
@@ -194,36 +195,28 @@ def _observation(protocol: str, appended: list[Message], action: Action) -> tupl
     return obs, flags, details
 
 
-def _echo_of(nxt: Request, start: int) -> list[Message]:
-    """The leading assistant messages request ``nxt`` appends after message ``start``."""
-    echo: list[Message] = []
-    for m in nxt.messages_from(start):
-        if m.role != "assistant":
-            break
-        echo.append(m)
-    return echo
-
-
-def _carried(reader: JournalReader, slot: Slot, kept: Request, nxt: Request) -> Request:
-    """The exchange of ``slot`` whose reply the next main-loop request ``nxt`` carries: the
-    kept one unless another exchange of the slot that succeeded answered what ``nxt`` echoes
-    (a request answered X then, retried, Y, the agent going on with X). The slot then keeps
-    that exchange (its role becomes main)."""
+def _carried(reader: JournalReader, slot: Slot, kept: Request, nxt: Request) -> tuple[Request, _Reply | None]:
+    """The exchange of ``slot`` whose reply the next main-loop request ``nxt`` carries, and that
+    reply when it had to be read: the kept one unless another exchange of the slot that
+    succeeded answered what ``nxt`` echoes (a request answered X then, retried, Y, the agent
+    going on with X). The slot then keeps that exchange (its role becomes main)."""
     others = [r for r in slot.requests if r is not kept and r.succeeded]
     if not others or kept.protocol is None:
-        return kept
+        return kept, None
     mod = get_protocol(kept.protocol)
-    echo = _echo_of(nxt, len(kept.messages))
+    echo = _echo(nxt.messages_from(len(kept.messages)))
     if not echo:
-        return kept
+        return kept, None
     carried = said(mod, echo)
-    if said(mod, [action_message(_read_reply(reader, kept).action)]) == carried:
-        return kept
+    reply = _read_reply(reader, kept)
+    if said(mod, [action_message(reply.action)]) == carried:
+        return kept, reply
     for r in reversed(others):
-        if said(mod, [action_message(_read_reply(reader, r).action)]) == carried:
+        other = _read_reply(reader, r)
+        if said(mod, [action_message(other.action)]) == carried:
             slot.chosen = r
-            return r
-    return kept
+            return r, other
+    return kept, reply
 
 
 def _task(conv: Conversation) -> tuple[str | None, list[str]]:
@@ -289,9 +282,11 @@ def build_trajectory(reader: JournalReader, classification: Classification) -> T
         steps -= 1
     meta["synthetic_end"] = [q.id for q in main[steps:]]
     for i, (slot, req) in enumerate(zip(c.main.slots[:steps], main[:steps])):
+        reply = None
         if i + 1 < len(main):
-            req = _carried(reader, slot, req, main[i + 1])
-        reply = _read_reply(reader, req)
+            req, reply = _carried(reader, slot, req, main[i + 1])
+        if reply is None:
+            reply = _read_reply(reader, req)
         flags = list(reply.flags)
         ex = req.exchange
         detail: dict[str, Any] = {

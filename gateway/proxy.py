@@ -35,7 +35,7 @@ from pvisor.journal.writer import Journal, new_run_id
 from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
 from .recorder import Current, Recorder, us_since
-from .responder import Answer, ForwardAll, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
+from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
 from .routing import RUN_HEADER, Route, Router
 
 __all__ = ["Gateway", "GatewayConfig", "finalize_response", "os_error_reason", "SOCK_CONNECT_TIMEOUT_S"]
@@ -92,7 +92,8 @@ class GatewayConfig:
 
 class Gateway:
     """The gateway bound to a :class:`~pvisor.journal.writer.Journal`, answering through
-    ``responder`` (default :class:`~pvisor.gateway.responder.ForwardAll`: the capture gateway).
+    ``responder`` (default: its :class:`~pvisor.gateway.forwarder.UpstreamForwarder`, the
+    capture gateway; an offline gateway must be given one).
 
     ``await start()`` returns the URL it listens on; ``await stop()`` stops accepting, lets
     in-flight exchanges finish for ``shutdown_grace`` seconds (less after :meth:`hurry`),
@@ -109,7 +110,9 @@ class Gateway:
         all_upstreams.update(config.upstreams)
         self.router = Router(all_upstreams, set(config.upstreams), self.run)
         self.forwarder = UpstreamForwarder(self.router.upstreams, config.stall_timeout)
-        self.responder: Responder = responder if responder is not None else ForwardAll()
+        if responder is None and config.offline:
+            raise ValueError("an offline gateway forwards nothing: give it a responder")
+        self.responder: Responder = responder if responder is not None else self.forwarder
         self.url: str | None = None
         self._runner: web.ServerRunner | None = None
         self._site: web.TCPSite | None = None
@@ -263,7 +266,11 @@ class Gateway:
             return self._refuse(cur, answer)
         cur.served_by = answer.served_by
         cur.flags = tuple(answer.flags)
-        return await self._relay(request, cur, answer, us_since(cur.pending))
+        try:
+            return await self._relay(request, cur, answer, us_since(cur.pending))
+        except BaseException:
+            await _aclose(answer.chunks)  # cut short (cancelled, or a bug): an upstream body cannot be reused
+            raise
 
     async def _read_body(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse | None:
         """Read the request body into ``cur.body``, bounded by --max-body. Returns the response
@@ -309,7 +316,7 @@ class Gateway:
         timings: list[int] = []  # flat (µs since start, length) pairs: packed by the journal writer
         received = delivered = 0
         outcome = "upstream_error" if answer.status >= 400 else "ok"
-        error: str | None = answer.note
+        error: str | None = None
         up_headers = list(answer.headers)
 
         def finish(outcome: str, error: str | None) -> None:
@@ -347,7 +354,6 @@ class Gateway:
                 try:
                     await resp.write(chunk)
                 except asyncio.CancelledError:
-                    await _aclose(source)
                     finish("incomplete", f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})")
                     raise
                 except _CLIENT_GONE:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterable, Iterable, Protocol, Union
+from typing import AsyncIterable, Iterable, Protocol, Union
 
 from pvisor.journal.content_encoding import DecodeError, decode_body
 
@@ -111,8 +111,6 @@ class Serve:
         streamed: the response is an event stream (journal ``streamed``).
         served_by: who produced it.
         flags: flags journaled with the exchange (``synthetic_end``, ...).
-        note: a short sentence journaled as the exchange's ``error`` when it ended ``ok``
-            (None normally).
     """
 
     status: int
@@ -123,7 +121,6 @@ class Serve:
     served_by: ServedBy = ServedBy.UPSTREAM
     flags: tuple[str, ...] = ()
     reason: str | None = None
-    note: str | None = None
 
 
 @dataclass(slots=True)
@@ -165,13 +162,6 @@ class Responder(Protocol):
         ...
 
 
-class ForwardAll:
-    """The capture gateway's responder: every request goes upstream unchanged."""
-
-    async def respond(self, request: IncomingRequest) -> Answer:
-        return Forward()
-
-
 def decode_or_refuse(request: IncomingRequest) -> bytes | Refuse:
     """The decoded body, or a 400 :class:`Refuse` naming the coding that cannot be undone (for
     responders that read bodies: scripted model, playback)."""
@@ -185,9 +175,3 @@ def decode_or_refuse(request: IncomingRequest) -> bytes | Refuse:
             outcome="decode_error",
         )
 
-
-def header_list(headers: Any) -> list[tuple[str, str]]:
-    """``headers`` (a mapping or pairs) as a list of (name, value) pairs."""
-    if isinstance(headers, dict):
-        return list(headers.items())
-    return [(str(k), str(v)) for k, v in headers]

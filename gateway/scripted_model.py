@@ -299,10 +299,8 @@ class ScriptedModel:
         mod = protocol_for_path(path)
         if mod is None:
             return self._local(method, path)
-        if path.endswith("/count_tokens") or path.endswith(":countTokens"):
-            tokens = max(1, len(body) // 4)
-            key = "totalTokens" if path.endswith(":countTokens") else "input_tokens"
-            return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps({key: tokens})], kind="local")
+        if mod.counts_tokens(path):
+            return token_count_reply(path, body)
         obj = loads_object(body) if body else {}
         conv = mod.parse_request(obj, path=path, query=query)
         stream = mod.wants_stream(path, query, obj)
@@ -346,6 +344,16 @@ def local_reply(method: str, path: str, model: str) -> Reply:
                  [orjson.dumps({"error": {"type": "not_found", "message": f"the scripted model does not serve {method} {path}"}})], kind="local")
 
 
+def error_payload(path: str, status: int, message: str) -> bytes:
+    """The JSON error body of the protocol serving ``path`` (all carry ``error.message``, which
+    the SDKs show), or a generic ``{"error": {...}}`` elsewhere."""
+    mod = protocol_for_path(path)
+    if mod is not None:
+        return mod.error_body(status, message)
+    kind = "invalid_request_error" if status < 500 else "internal_error"
+    return orjson.dumps({"error": {"type": kind, "message": message}})
+
+
 def render_reply(mod: Any, action: Action, *, model: str, stream: bool, seed: int, chunk_events: int = 1) -> Reply:
     """``action`` as the 200 reply of protocol module ``mod``: an event stream (``chunk_events``
     events per chunk) when ``stream``, else one JSON body. Ids come from ``IdSource(seed)``:
@@ -356,6 +364,13 @@ def render_reply(mod: Any, action: Action, *, model: str, stream: bool, seed: in
     return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(final)])
 
 
+def token_count_reply(path: str, body: bytes) -> Reply:
+    """A token count (a quarter of the body's bytes, at least 1) in the shape of the path's
+    protocol: Gemini ``totalTokens``, Anthropic ``input_tokens``."""
+    key = "totalTokens" if path.endswith(":countTokens") else "input_tokens"
+    return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps({key: max(1, len(body) // 4)})], kind="local")
+
+
 def minimal_reply(method: str, path: str, query: str, body: bytes, *, text: str = "OK", model: str = "mock-model", seed: int = 0) -> Reply:
     """A minimal valid answer to any request: a token count for token-count paths, a reply of
     ``text`` (no tool call) in the protocol of a model-API path (streamed when asked), else
@@ -364,8 +379,7 @@ def minimal_reply(method: str, path: str, query: str, body: bytes, *, text: str 
     if mod is None:
         return local_reply(method, path, model)
     if mod.counts_tokens(path):
-        key = "totalTokens" if path.endswith(":countTokens") else "input_tokens"
-        return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps({key: max(1, len(body) // 4)})], kind="local")
+        return token_count_reply(path, body)
     obj = loads_object(body) if body else {}
     conv = mod.parse_request(obj, path=path, query=query)
     reply = render_reply(mod, Action(text=text), model=conv.model or model, stream=mod.wants_stream(path, query, obj), seed=seed)

@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import asyncio
 
-import orjson
-
-from pvisor.adapters.protocols import protocol_for_path
 from pvisor.journal.errors import BadInputError
 
 from .responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse
-from .scripted_model import ScriptedModel
+from .scripted_model import Reply, ScriptedModel, error_payload
+
+
+def serve_reply(reply: Reply, served_by: ServedBy, flags: tuple[str, ...] = ()) -> Serve:
+    """A scripted model's :class:`Reply` as a :class:`Serve` answer: one body, or its chunks as
+    written; an event stream when its Content-Type says so."""
+    headers = list(reply.headers.items())
+    streamed = reply.headers.get("Content-Type", "").startswith("text/event-stream")
+    if len(reply.chunks) == 1:
+        return Serve(reply.status, headers, body=reply.chunks[0], streamed=streamed, served_by=served_by, flags=flags)
+    return Serve(reply.status, headers, chunks=list(reply.chunks), streamed=streamed, served_by=served_by, flags=flags)
 
 
 class ScriptedResponder:
@@ -34,24 +41,8 @@ class ScriptedResponder:
         try:
             reply = self.model.answer(request.method, request.path, request.query, body)
         except BadInputError as exc:
-            # the protocol's own error shape, as from `pvisor serve-model` (SDKs show error.message)
-            mod = protocol_for_path(request.path)
-            payload = (
-                mod.error_body(400, exc.message)
-                if mod is not None
-                else orjson.dumps({"error": {"type": "invalid_request_error", "message": exc.message}})
-            )
-            return Serve(
-                400, [("Content-Type", "application/json")], body=payload, served_by=ServedBy.SCRIPTED
-            )
+            payload = error_payload(request.path, 400, exc.message)
+            return Serve(400, [("Content-Type", "application/json")], body=payload, served_by=ServedBy.SCRIPTED)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
-        headers = list(reply.headers.items())
-        streamed = reply.headers.get("Content-Type", "").startswith("text/event-stream")
-        if len(reply.chunks) == 1:
-            return Serve(
-                reply.status, headers, body=reply.chunks[0], streamed=streamed, served_by=ServedBy.SCRIPTED
-            )
-        return Serve(
-            reply.status, headers, chunks=list(reply.chunks), streamed=streamed, served_by=ServedBy.SCRIPTED
-        )
+        return serve_reply(reply, ServedBy.SCRIPTED)

@@ -6,15 +6,13 @@ import asyncio
 import logging
 
 import aiohttp
-import orjson
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from pvisor.adapters.protocols import protocol_for_path
 from pvisor.journal.errors import BadInputError
 
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
-from .scripted_model import ScriptedModel
+from .scripted_model import ScriptedModel, error_payload
 
 # aiohttp's records go nowhere: a malformed request must not print a traceback
 _QUIET = logging.getLogger("pvisor.gateway.scripted_server.aiohttp")
@@ -119,12 +117,7 @@ class ScriptedModelServer:
 def _error(path: str, status: int, message: str, close: bool = False) -> web.Response:
     """``status`` with the JSON error shape of the protocol serving ``path`` (a generic
     ``{"error": {...}}`` elsewhere)."""
-    mod = protocol_for_path(path)
-    if mod is not None:
-        payload = mod.error_body(status, message)
-    else:
-        payload = orjson.dumps({"error": {"type": "invalid_request_error" if status < 500 else "internal_error", "message": message}})
-    resp = web.Response(status=status, body=payload, content_type="application/json")
+    resp = web.Response(status=status, body=error_payload(path, status, message), content_type="application/json")
     if close:
         resp.force_close()
     return resp

@@ -87,6 +87,11 @@ EXIT_INTERRUPTED = 130
 Warn = Callable[[str], None]
 
 
+class AgentUnavailable(UnavailableError):
+    """The agent cannot be run (exit 69): its executable is missing or not executable, its
+    version cannot be told or is outside its profile, or it cannot be started."""
+
+
 @dataclass
 class RunRequest:
     """The options of ``pvisor run`` (see docs/cli.md).
@@ -240,18 +245,18 @@ def find_executable(profile: AgentProfile, entrypoint: str | None) -> str:
     if entrypoint and os.sep not in entrypoint and not entrypoint.startswith("~"):
         found = shutil.which(entrypoint)  # a bare name, as a shell would take it: looked up on PATH
         if found is None:
-            raise UnavailableError(f"--agent-entrypoint {entrypoint}: not on PATH (expected the {profile.title} executable; give a path or fix PATH)")
+            raise AgentUnavailable(f"--agent-entrypoint {entrypoint}: not on PATH (expected the {profile.title} executable; give a path or fix PATH)")
         return found
     if entrypoint:
         path = os.path.abspath(os.path.expanduser(entrypoint))
         if not os.path.exists(path):
-            raise UnavailableError(f"--agent-entrypoint {path} does not exist (expected the {profile.title} executable, '{profile.executable}')")
+            raise AgentUnavailable(f"--agent-entrypoint {path} does not exist (expected the {profile.title} executable, '{profile.executable}')")
         if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise UnavailableError(f"--agent-entrypoint {path} is not an executable file")
+            raise AgentUnavailable(f"--agent-entrypoint {path} is not an executable file")
         return path
     found = shutil.which(profile.executable)
     if found is None:
-        raise UnavailableError(f"{profile.title}: '{profile.executable}' is not on PATH; install it, or give --agent-entrypoint PATH")
+        raise AgentUnavailable(f"{profile.title}: '{profile.executable}' is not on PATH; install it, or give --agent-entrypoint PATH")
     return found
 
 
@@ -285,7 +290,7 @@ def check_version(profile: AgentProfile, exe: str, *, use_home: bool, allow_unsu
         try:
             code, output = _run_quick(argv, env, tmp, VERSION_TIMEOUT_S)
         except OSError as exc:
-            raise UnavailableError(f"cannot run {exe}: {exc.strerror}") from None
+            raise AgentUnavailable(f"cannot run {exe}: {exc.strerror}") from None
     version = profile.read_version(output)
     hint = "; give --allow-unsupported to run it anyway"
     if version is None:
@@ -296,13 +301,13 @@ def check_version(profile: AgentProfile, exe: str, *, use_home: bool, allow_unsu
             problem = f"`{shown}` exited with {code}" + (f" and printed {first[:120]!r}" if first else " and printed nothing")
         message = f"cannot tell the version of {profile.title} at {exe}: {problem}"
         if not allow_unsupported:
-            raise UnavailableError(message + hint)
+            raise AgentUnavailable(message + hint)
         warn(message + "; going on (--allow-unsupported)")
         return None
     if version not in profile.versions:
         message = f"{profile.title} {version} at {exe} is not a supported version (supported: {profile.versions})"
         if not allow_unsupported:
-            raise UnavailableError(message + hint)
+            raise AgentUnavailable(message + hint)
         warn(message + "; going on (--allow-unsupported)")
     return version
 
@@ -763,7 +768,7 @@ async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout
                 *plan.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(workspace), env=env, start_new_session=True)
         except OSError as exc:
             journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {exc.strerror}"})
-            raise UnavailableError(f"cannot start {plan.argv[0]}: {exc.strerror}") from None
+            raise AgentUnavailable(f"cannot start {plan.argv[0]}: {exc.strerror}") from None
     waiter = asyncio.ensure_future(proc.wait())
     stopper = asyncio.ensure_future(stop.event.wait())
     ender = asyncio.ensure_future(_after(ended, end_grace)) if ended is not None else None

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from pvisor.journal.errors import PvisorError, UnavailableError, UsageError
+from pvisor.journal.errors import PvisorError, UsageError
 from pvisor.journal.model import RunMode
 from pvisor.replay.errors import (
     ReplayBadInput,
@@ -217,7 +217,7 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
     ``ok``; otherwise writes ``result.json`` (when the output directory was accepted) and raises
     (ReplayFailed, ReplayBadInput, ReplayUsageError, UnavailableError, ...), the error carrying
     the document as ``result``."""
-    from pvisor.agent_run import RunRequest, run_agent
+    from pvisor.agent_run import AgentUnavailable, RunRequest, run_agent
     from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
 
     t0 = time.perf_counter()
@@ -320,9 +320,8 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
                 ),
                 warn,
             )
-        except UnavailableError as exc:
-            if "journal" not in exc.message:
-                exc.code = "agent_unavailable"  # type: ignore[attr-defined]
+        except AgentUnavailable as exc:
+            exc.code = "agent_unavailable"  # type: ignore[attr-defined]
             raise
         timings["agent"] = round((time.perf_counter() - t) * 1000, 3)
         result["agent_started"] = True
@@ -347,15 +346,15 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
         timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
         if failure is not None:
             result["errors"].append({"code": failure.code, "message": failure.detail})
-            _remove_prefix_files(out)
-            tmps = _write_temps(files)  # a diverged or early-ended replay still shows how far it got
-            _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
-            _commit(tmps)
-            failure.result = result  # type: ignore[attr-defined]
-            raise failure
+        if not files:
+            _remove_prefix_files(out)  # no prefix files of an earlier replay beside this result
+        # a diverged replay still shows how far it got; result.json last
         tmps = _write_temps(files)
         _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
-        _commit(tmps)  # result.json last
+        _commit(tmps)
+        if failure is not None:
+            failure.result = result  # type: ignore[attr-defined]
+            raise failure
     except PvisorError as exc:
         if getattr(exc, "result", None) is not None:
             raise

@@ -31,7 +31,7 @@ import asyncio
 import enum
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pvisor.adapters.chains import Divergence, MatchKind, OnlineMatcher
@@ -39,7 +39,8 @@ from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_E
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import compact_json
 from pvisor.gateway.responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse
-from pvisor.gateway.scripted_model import Reply, minimal_reply, render_reply
+from pvisor.gateway.scripted_model import minimal_reply, render_reply
+from pvisor.gateway.scripted_responder import serve_reply
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import (
     REQUEST_HEADER_ALLOW,
@@ -285,20 +286,12 @@ class PlaybackResponder:
                     if nv is not None:
                         new_args[k] = nv
                         self.rewritten.append(Rewrite(step, c.id, c.name, k, v, nv))
-                c = ToolCall(c.id, c.name, compact_json(new_args), new_args, c.kind, None)
+                c = replace(c, arguments_raw=compact_json(new_args), arguments=new_args, raw=None)
                 changed = True
             calls.append(c)
         if not changed:
             return action
-        return Action(
-            text=action.text,
-            reasoning=list(action.reasoning),
-            tool_calls=calls,
-            usage=action.usage,
-            stop_reason=action.stop_reason,
-            model=action.model,
-            raw=None,
-        )
+        return replace(action, tool_calls=calls, raw=None)
 
     def _rewritten_step(self, k: int) -> bool:
         return any(r.step == k for r in self.rewritten)
@@ -359,7 +352,7 @@ class PlaybackResponder:
         self.served.append(
             Served(k, request.exchange, ServedFrom.RENDERED, recorded.exchange if recorded else None, retry)
         )
-        return _serve_reply(reply, stream, flags)
+        return serve_reply(reply, ServedBy.PLAYBACK, flags)
 
     def _end(
         self,
@@ -380,7 +373,7 @@ class PlaybackResponder:
             self.mod, action, model=conv.model or self.rec.model or "model", stream=stream, seed=1000 + k
         )
         self.ended.set()
-        return _serve_reply(reply, stream, flags)
+        return serve_reply(reply, ServedBy.PLAYBACK, flags)
 
     def _auxiliary(
         self, request: IncomingRequest, body: bytes, conv: Conversation | None, reason: str
@@ -411,8 +404,7 @@ class PlaybackResponder:
             )
             return Refuse(400, "invalid_request_error", exc.message)
         self.auxiliary.append(AuxAnswer(request.exchange, request.method, request.path, reason, "minimal"))
-        streamed = reply.headers.get("Content-Type", "").startswith("text/event-stream")
-        return _serve_reply(reply, streamed, (FLAG_AUX_MINIMAL,))
+        return serve_reply(reply, ServedBy.PLAYBACK, (FLAG_AUX_MINIMAL,))
 
     # ------------------------------------------------------------------ findings
 
@@ -492,27 +484,6 @@ def _meta(request: IncomingRequest) -> dict[str, Any]:
     them (secrets left out)."""
     red = redact_exchange_meta(request.query, request.headers, b"pvisor-prefix", allow=REQUEST_HEADER_ALLOW)
     return request_meta(request.method, request.path, red.query, red.headers, request.encoding)
-
-
-def _serve_reply(reply: Reply, stream: bool, flags: tuple[str, ...]) -> Serve:
-    headers = list(reply.headers.items())
-    if len(reply.chunks) == 1:
-        return Serve(
-            reply.status,
-            headers,
-            body=reply.chunks[0],
-            streamed=stream,
-            served_by=ServedBy.PLAYBACK,
-            flags=flags,
-        )
-    return Serve(
-        reply.status,
-        headers,
-        chunks=list(reply.chunks),
-        streamed=stream,
-        served_by=ServedBy.PLAYBACK,
-        flags=flags,
-    )
 
 
 # --------------------------------------------------------------------------- the result

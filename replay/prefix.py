@@ -128,6 +128,16 @@ class Source:
     notes: list[tuple[str, str]] = field(default_factory=list)
 
 
+#: step flags of steps 1..N that the result warns about (docs/steps.md)
+WARNED_FLAGS = ("action_dropped_by_agent", "action_changed_by_agent", "missing_tool_results", "interrupted", "partially_delivered",
+                "no_reply")
+
+
+def step_notes(steps: Sequence[Step], after_step: int, flags: Sequence[str] = WARNED_FLAGS) -> list[tuple[str, str]]:
+    """A warning ``(flag, "step K: ...")`` per flag of ``flags`` that steps 1..N carry."""
+    return [(f, f"step {s.n}: {f.replace('_', ' ')}") for s in steps[:after_step] for f in s.flags if f in flags]
+
+
 def check_boundary(after_step: int, steps_total: int, where: str) -> None:
     """ReplayBadInput ``no_steps`` when the source has no step, ``after_step_out_of_range``
     when ``after_step`` > ``steps_total``; ReplayUsageError for a negative ``after_step``."""
@@ -256,10 +266,7 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
         if not d.speaks(recorded):
             raise ReplayUsageError("protocol_not_spoken", f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak ({', '.join(d.protocols)})")
         source.notes.append(("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given"))
-    for s in traj.steps[:after_step]:
-        for flag in s.flags:
-            if flag in ("action_dropped_by_agent", "action_changed_by_agent", "missing_tool_results", "interrupted", "partially_delivered", "no_reply"):
-                source.notes.append((flag, f"step {s.n}: {flag.replace('_', ' ')}"))
+    source.notes.extend(step_notes(traj.steps, after_step))
     if after_step < len(main):
         req = main[after_step]
         ex = req.exchange

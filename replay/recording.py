@@ -29,7 +29,7 @@ from pvisor.journal.errors import BadInputError, PvisorError
 from pvisor.journal.model import Conversation, Step
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
-from .prefix import check_boundary, descriptor, native_conversation, native_version
+from .prefix import WARNED_FLAGS, check_boundary, descriptor, native_conversation, native_version, step_notes
 
 
 @dataclass(slots=True)
@@ -211,16 +211,8 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
             rec.auxiliary.append(
                 RecordedAux(aux_key(ex.method, ex.path, conv), ex.method, ex.path, _reply(reader, ex))
             )
-    for s in steps[:after_step]:
-        for flag in s.flags:
-            if flag in (
-                "action_dropped_by_agent",
-                "action_changed_by_agent",
-                "interrupted",
-                "partially_delivered",
-                "no_reply",
-            ):
-                rec.notes.append((flag, f"step {s.n}: {flag.replace('_', ' ')}"))
+    # a replay re-runs the calls: a result the recording lacks is no reason to warn here
+    rec.notes.extend(step_notes(steps, after_step, [f for f in WARNED_FLAGS if f != "missing_tool_results"]))
     return rec
 
 

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 import os
 from pathlib import Path
 
@@ -120,13 +121,13 @@ class Codex(AgentProfile):
         parts = []
         for p in msg.parts:
             if isinstance(p, ToolCall) and isinstance(p.raw, dict):
-                p = ToolCall(p.id, p.name, p.arguments_raw, p.arguments, p.kind, wire_item(p.raw))
+                p = replace(p, raw=wire_item(p.raw))
             parts.append(p)
         return Message("assistant", parts, raw=[wire_item(i) for i in raw] if raw else None)
 
     def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
         if protocol == "openai-responses" and isinstance(result.raw, dict) and FILE_ONLY_KEY in result.raw:
-            return ToolResult(result.call_id, result.content, result.is_error, result.name, wire_item(result.raw))
+            return replace(result, raw=wire_item(result.raw))
         return result
 
     def wire_message(self, protocol: str, msg: Message) -> Message:

@@ -18,6 +18,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 import os
 from pathlib import Path
 
@@ -91,7 +92,7 @@ class GeminiCli(AgentProfile):
         msg = action_message(action)
         if protocol != "gemini":
             return msg
-        parts = [ToolCall(wire_call_id(p.id, p.name), p.name, p.arguments_raw, p.arguments, p.kind, p.raw) if isinstance(p, ToolCall) else p
+        parts = [replace(p, id=wire_call_id(p.id, p.name)) if isinstance(p, ToolCall) else p
                  for p in msg.parts]
         return Message("assistant", parts)
 
@@ -126,9 +127,7 @@ class GeminiCli(AgentProfile):
         """The model sends function calls without ids; the ids of its file are its own."""
         if protocol != "gemini" or not any(c.id for c in action.tool_calls):
             return action
-        calls = [ToolCall(None, c.name, c.arguments_raw, c.arguments, c.kind, None) for c in action.tool_calls]
-        return Action(text=action.text, reasoning=list(action.reasoning), tool_calls=calls, usage=action.usage,
-                      stop_reason=action.stop_reason, model=action.model, raw=None)
+        return replace(action, tool_calls=[replace(c, id=None, raw=None) for c in action.tool_calls], raw=None)
 
     def _gemini_dir(self, ctx: LaunchContext) -> Path:
         if ctx.home is not None:

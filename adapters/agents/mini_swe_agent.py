@@ -19,6 +19,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 import re
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
 
     def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
         if protocol == "openai-chat" and isinstance(result.raw, dict) and "extra" in result.raw:
-            return ToolResult(result.call_id, result.content, result.is_error, result.name, litellm_message(result.raw))
+            return replace(result, raw=litellm_message(result.raw))
         return result
 
     def final_reply(self, conv: Conversation) -> Action:

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 import os
 from pathlib import Path
 
@@ -58,7 +59,7 @@ class QwenCode(AgentProfile):
         """Its file stores ``{"output": TEXT}``; it sends one text block ``[{"type":"text","text":TEXT}]``."""
         c = result.content
         if protocol == "openai-chat" and isinstance(c, dict) and list(c) == ["output"] and isinstance(c["output"], str):
-            return ToolResult(result.call_id, [{"type": "text", "text": c["output"]}], result.is_error, result.name, result.raw)
+            return replace(result, content=[{"type": "text", "text": c["output"]}])
         return result
 
     def task_from_argv(self, argv: list[str]) -> str | None:

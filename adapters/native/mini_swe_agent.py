@@ -51,7 +51,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
 from .base import Diagnostics, FormatProfile, NativeAdapter, NativeResult, as_dict, as_list, as_str, left_out, require, string_call, text_of
