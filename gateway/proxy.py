@@ -261,6 +261,8 @@ class Gateway:
                 answer = Refuse(502, "pvisor_offline", "this gateway forwards nothing (replay-only): no upstream is used",
                                 "upstream_unreachable", headers=[("x-pvisor-error", "offline")])
             else:
+                if answer.body is not None:
+                    cur.forwarded = answer.body  # journaled beside the agent's bytes
                 answer = await self.forwarder.forward(incoming, answer)
         if isinstance(answer, Refuse):
             return self._refuse(cur, answer)

@@ -34,6 +34,7 @@ class Current:
     recorded: bool = False
     served_by: ServedBy = ServedBy.REFUSED
     flags: tuple[str, ...] = ()
+    forwarded: bytes | None = None  # a responder's own body sent upstream instead of the agent's
 
 
 def us_since(pending: PendingExchange) -> int:
@@ -84,8 +85,8 @@ class Recorder:
         delivered: int | None = None,
     ) -> None:
         """Queue the exchange of ``cur`` for the journal, once (later calls do nothing).
-        ``timings`` is the flat (µs since start, chunk length) list; ``served_by`` and ``flags``
-        come from ``cur``."""
+        ``timings`` is the flat (µs since start, chunk length) list; ``served_by``, ``flags`` and
+        the forwarded body (when a responder sent other bytes upstream) come from ``cur``."""
         pending, route = cur.pending, cur.route
         assert pending is not None and route is not None and self.journal is not None
         if cur.recorded:
@@ -109,6 +110,7 @@ class Recorder:
             request_bytes=cur.body_size,
             served_by=cur.served_by.value,
             flags=cur.flags,
+            forwarded_body=cur.forwarded,
         )
         if self.log.handlers:
             target = route.path + ("?" + route.query if route.query else "")

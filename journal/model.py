@@ -140,6 +140,9 @@ class Exchange:
         served_by: who produced the response: ``upstream``, ``scripted``, ``playback`` or
             ``refused`` (the gateway itself); None when recorded before schema 3.
         flags: strings such as ``synthetic_end`` (playback's reply that ended the agent).
+        forwarded_body: sha256 of the bytes forwarded upstream when they differ from the
+            request body (a continuation's boundary prompt, reasoning or model rewrite), else
+            None (since schema 4).
     """
 
     id: str
@@ -173,6 +176,7 @@ class Exchange:
     role: str | None = None
     served_by: str | None = None
     flags: tuple[str, ...] = ()
+    forwarded_body: str | None = None
 
 
 def pack_timings(timings: Iterable[Sequence[int]] | bytes) -> bytes:

@@ -31,7 +31,7 @@ BUSY_TIMEOUT_S = 5.0
 #: the migration set and the migrations this pvisor knows (journal/schema.py registers them;
 #: kept here too so that a reader need not import sqlite-utils; a test checks they agree)
 MIGRATION_SET = "pvisor.journal"
-KNOWN_MIGRATIONS = ("m001_initial", "m002_exchanges_by_arrival", "m003_served_by")
+KNOWN_MIGRATIONS = ("m001_initial", "m002_exchanges_by_arrival", "m003_served_by", "m004_forwarded_body")
 #: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
 #: open that failed only because the -shm file cannot be created or written
 _READ_ONLY_MEDIA_CODES = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY", "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY"})
@@ -283,6 +283,7 @@ class JournalReader:
             # a journal of schema 2 read without migrating it (readers never write) has neither
             served_by=row["served_by"] if "served_by" in row.keys() else None,
             flags=tuple(orjson.loads(row["flags"])) if "flags" in row.keys() and row["flags"] else (),
+            forwarded_body=row["forwarded_body"] if "forwarded_body" in row.keys() else None,
         )
 
     def exchanges(self, run_id: str | None = None) -> list[Exchange]:
@@ -377,6 +378,12 @@ class JournalReader:
         IntegrityError (naming the exchange and blob) when it is damaged."""
         return self._body(ex, "request body", ex.request_body) if ex.request_body else None
 
+    def forwarded_body(self, ex: Exchange) -> bytes | None:
+        """The bytes forwarded upstream when they differ from the agent's request body (a
+        continuation's boundary prompt or reasoning rewrite), else None. IntegrityError (naming
+        the exchange and blob) when it is damaged."""
+        return self._body(ex, "forwarded body", ex.forwarded_body) if ex.forwarded_body else None
+
     def response_body(self, ex: Exchange, *, raw: bool = False) -> bytes | None:
         """The response: with ``raw`` the bytes exactly as received (event-stream framing,
         content encoding intact); otherwise the reassembled final response when there is one,
@@ -401,7 +408,10 @@ class JournalReader:
             return rep
         rep.runs = self.conn.execute("SELECT count(*) FROM runs").fetchone()[0]
         rep.exchanges = self.conn.execute("SELECT count(*) FROM exchanges").fetchone()[0]
-        for col in ("request_body", "response_body", "response_final"):
+        cols = ["request_body", "response_body", "response_final"]
+        if "forwarded_body" in {r[1] for r in self.conn.execute("PRAGMA table_info(exchanges)")}:
+            cols.append("forwarded_body")
+        for col in cols:
             for ex_id, sha in self.conn.execute(
                 f"SELECT e.id, e.{col} FROM exchanges e LEFT JOIN blobs b ON b.sha256 = e.{col}"
                 f" WHERE e.{col} IS NOT NULL AND b.sha256 IS NULL"

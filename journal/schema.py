@@ -127,6 +127,15 @@ def m003_served_by(db: Database) -> None:
     db.execute("ALTER TABLE exchanges ADD COLUMN flags TEXT NOT NULL DEFAULT '[]'")
 
 
+@MIGRATIONS(name="m004_forwarded_body")
+def m004_forwarded_body(db: Database) -> None:
+    """Exchanges keep the bytes forwarded upstream when they differ from the agent's
+    (``forwarded_body``: a blob sha256, like ``request_body``; NULL when the request went
+    upstream as the agent sent it, or not at all). A continuation that injects a boundary
+    user prompt or rewrites reasoning forwards other bytes than the agent sent: both are kept."""
+    db.execute("ALTER TABLE exchanges ADD COLUMN forwarded_body TEXT")
+
+
 #: tables of a pvisor journal; a database with other tables and none of these is not one
 JOURNAL_TABLES = ("meta", "writers", "events", "runs", "attempts", "blobs", "exchanges")
 

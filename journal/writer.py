@@ -144,6 +144,7 @@ class FinishedExchange:
     request_bytes: int
     served_by: str | None = None
     flags: tuple[str, ...] = ()
+    forwarded_body: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -340,6 +341,7 @@ class Journal:
         request_bytes: int | None = None,
         served_by: str | None = None,
         flags: Iterable[str] = (),
+        forwarded_body: bytes | None = None,
     ) -> None:
         """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
         body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
@@ -349,7 +351,9 @@ class Journal:
         ``request_bytes``: the request body's size on the wire when the body itself is not
         passed (a body refused by its declared Content-Length); default its length.
         ``served_by``: who produced the response (``upstream``, ``scripted``, ``playback``,
-        ``refused``; None when not known); ``flags``: strings such as ``synthetic_end``."""
+        ``refused``; None when not known); ``flags``: strings such as ``synthetic_end``;
+        ``forwarded_body``: the bytes sent upstream when a responder sent other bytes than the
+        agent's (stored decoded, as a blob of its own)."""
         ended_us = int((time.perf_counter() - pending.t0) * 1e6)
         self._inflight.pop(pending.id, None)
         rb = response_body or b""
@@ -375,6 +379,7 @@ class Journal:
                     request_bytes=len(request_body or b"") if request_bytes is None else request_bytes,
                     served_by=served_by,
                     flags=tuple(flags),
+                    forwarded_body=forwarded_body,
                 ),
             )
         )
@@ -905,6 +910,7 @@ class Journal:
                     request_sha = self._put_blob(conn, body)
             if request_sha is None:
                 request_sha, lane_pos = self._put_request_body(conn, p, body)
+        forwarded_sha = self._put_blob(conn, f.forwarded_body) if f.forwarded_body is not None else None
         response_sha = None
         resp_headers = redact_exchange_meta("", f.response_headers, self.fingerprint_key, allow=None)
         if f.response_body is not None:
@@ -919,8 +925,8 @@ class Journal:
             "INSERT OR REPLACE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
             " secret_fingerprints, dropped_headers, request_encoding, request_body, request_bytes, status, response_headers,"
             " response_body, response_final, streamed, chunk_timings, outcome, error, started_ms, headers_us, first_byte_us,"
-            " ended_us, bytes_received, bytes_delivered, writer_id, lane_pos, served_by, flags)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " ended_us, bytes_received, bytes_delivered, writer_id, lane_pos, served_by, flags, forwarded_body)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 p.id,
                 p.run,
@@ -954,6 +960,7 @@ class Journal:
                 lane_pos,
                 f.served_by,
                 orjson.dumps(list(f.flags)).decode(),
+                forwarded_sha,
             ),
         )
         self._event(conn, "exchange.finished", run=p.run, exchange=p.id, data={"outcome": outcome, "status": f.status})

@@ -209,7 +209,20 @@ def test_forward_sends_the_responders_body_upstream_and_journals_the_agents(stac
     [ex] = wait_exchanges(gw, 1)
     assert ex.served_by == "upstream"
     with JournalReader(gw.journal_path) as r:
+        # both: what the agent sent and what went upstream
         assert r.request_body(ex) == b'{"sent":"by agent"}'
+        assert r.forwarded_body(ex) == b'{"rewritten":true}'
+
+
+def test_a_forward_of_the_agents_own_bytes_keeps_no_second_body(stack):
+    up = stack.raw_upstream(json_upstream(b'{"ok":1}'))
+    gw = stack.gateway({"openai": up.url}, responder=Recording(lambda r: Forward()))
+    assert http_request(gw.url, "POST", "/v1/chat/completions", b'{"sent":1}')[0] == 200
+    assert up.requests[0][3] == b'{"sent":1}'
+    [ex] = wait_exchanges(gw, 1)
+    with JournalReader(gw.journal_path) as r:
+        assert ex.forwarded_body is None and r.forwarded_body(ex) is None
+        assert r.request_body(ex) == b'{"sent":1}'
 
 
 def test_an_offline_gateway_forwards_nothing(stack):
@@ -249,6 +262,8 @@ def test_a_schema_2_journal_is_read_without_served_by_and_migrated_by_the_next_w
         )
     # back to what an older pvisor wrote: no served_by, no flags, two migrations
     conn = sqlite3.connect(path)
+    conn.execute("ALTER TABLE exchanges DROP COLUMN forwarded_body")
+    conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm004_forwarded_body'")
     conn.execute("ALTER TABLE exchanges DROP COLUMN served_by")
     conn.execute("ALTER TABLE exchanges DROP COLUMN flags")
     conn.execute("DELETE FROM _sqlite_migrations WHERE name = 'm003_served_by'")
@@ -275,7 +290,8 @@ def test_a_schema_2_journal_is_read_without_served_by_and_migrated_by_the_next_w
             "scripted",
             ("synthetic_end",),
         )
-        assert r.conn.execute("PRAGMA user_version").fetchone()[0] == 3
+        assert r.conn.execute("PRAGMA user_version").fetchone()[0] == 4
+        assert r.exchanges("r-new")[0].forwarded_body is None
 
 
 @pytest.mark.parametrize("path,method", [("/", "HEAD"), ("/v1/models", "GET")])
