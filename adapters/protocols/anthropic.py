@@ -17,6 +17,7 @@ journal keeps the agent's exact bytes), only for prefixes built from canonical c
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 import orjson
@@ -26,6 +27,8 @@ from pvisor.adapters.protocols.base import (
     IdSource,
     ParseMemo,
     Reassembled,
+    as_list,
+    check_insert,
     compact_json,
     dumps,
     field_state,
@@ -35,8 +38,10 @@ from pvisor.adapters.protocols.base import (
     normalise_conversation,
     overlay,
     parse_arguments,
+    refusal_message,
     request_parser,
     split_text,
+    with_body_model,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
 from pvisor.journal.errors import BadInputError
@@ -751,3 +756,209 @@ def error_body(status: int, message: str, kind: str | None = None) -> bytes:
     if kind is None:
         kind = _ERROR_KINDS.get(status, "api_error")
     return dumps({"type": "error", "error": {"type": kind, "message": message}})
+
+
+# --------------------------------------------------------------------------- rewrites
+
+#: ``thinking`` parameter types that turn extended thinking on (``{"type": "enabled",
+#: "budget_tokens": N}``; ``{"type": "adaptive"}``, what Claude Code 2.x sends)
+_THINKING_ON = ("enabled", "adaptive")
+
+#: Phrases of the API's 400 ``invalid_request_error`` messages saying that reasoning a request
+#: carries was refused, matched case-insensitively (backticks optional: some reports drop them).
+#: Where each was seen, quoted from the API's error body in public issue threads:
+_REFUSALS = re.compile(
+    "|".join(
+        (
+            # "messages.1.content.0: Invalid `signature` in `thinking` block" (a block another
+            # model or account signed): lbjlaq/Antigravity-Manager#498, ding113/claude-code-hub#518,
+            # anomalyco/opencode#48637, NoeFabris/opencode-antigravity-auth#73
+            r"invalid `?signature`? in `?thinking`? block",
+            # "messages.23.content.2: Invalid `data` in `redacted_thinking` block":
+            # anthropics/claude-code#56708, microsoft/vscode#316787
+            r"invalid `?data`? in `?redacted_thinking`? block",
+            # "`thinking` or `redacted_thinking` blocks in the latest assistant message cannot be
+            # modified. These blocks must remain as they were in the original response.":
+            # anthropics/claude-code#19539, anthropics/claude-code#63203
+            r"blocks in the latest assistant message cannot be modified",
+            # "messages.1.content.0.type: Expected `thinking` or `redacted_thinking`, but found
+            # `tool_use`. When `thinking` is enabled, a final `assistant` message must start with a
+            # thinking block ...": anomalyco/opencode#3077, mastra-ai/mastra#7799,
+            # deepset-ai/haystack-core-integrations#2146
+            r"expected `?thinking`? or `?redacted_thinking`?, but found",
+            # "When providing `thinking` or `redacted_thinking` blocks, the blocks must match the
+            # parameters during the original request.": anthropics/claude-code#2171
+            r"blocks must match the parameters during the original request",
+            # "messages.7.content.0.thinking.signature: Field required":
+            # lbjlaq/Antigravity-Manager#270, justlovemaki/AIClient2API#437
+            r"thinking\.signature: field required",
+            # "When thinking is disabled, an `assistant` message in the final position cannot
+            # contain `thinking`.": anthropics/claude-code#7946, tailcallhq/forgecode#1853
+            r"when thinking is disabled, an `?assistant`? message in the final position cannot contain",
+        )
+    ),
+    re.IGNORECASE,
+)
+
+
+def entries(obj: dict) -> list:
+    """The conversation of a parsed Messages request body: its ``messages`` list (a new list of
+    the body's own message objects); [] when it is missing or not a list."""
+    messages = obj.get("messages")
+    return list(messages) if isinstance(messages, list) else []
+
+
+def insert_user_text(obj: dict, at: int, text: str) -> dict:
+    """A copy of a parsed Messages request body with a user turn holding ``text`` right after
+    the first ``at`` messages (``0 <= at <= len(entries(obj))``).
+
+    When message ``at - 1`` is a ``user`` message, a ``{"type": "text", "text": text}`` block is
+    appended at the end of its content (a string content becomes a text block first, an empty
+    one none; the ``tool_result`` blocks a user message starts with stay first, as the API
+    requires); otherwise ``{"role": "user", "content": [{"type": "text", "text": text}]}`` is
+    inserted at index ``at``. Raises ValueError for ``at`` out of range or an empty ``text``
+    (the API refuses empty text blocks)."""
+    messages = entries(obj)
+    check_insert(at, len(messages), text)
+    block = {"type": "text", "text": text}
+    prev = messages[at - 1] if at > 0 else None
+    if isinstance(prev, dict) and prev.get("role") == "user":
+        content = prev.get("content")
+        if isinstance(content, str):
+            new_content = ([{"type": "text", "text": content}] if content else []) + [block]
+        elif isinstance(content, list):
+            new_content = [*content, block]
+        else:
+            new_content = [block]
+        messages[at - 1] = {**prev, "content": new_content}
+    else:
+        messages.insert(at, {"role": "user", "content": [block]})
+    return {**obj, "messages": messages}
+
+
+def _reasoning_key(block: Any) -> str | None:
+    """The key of a ``thinking`` block (``"sig:" + signature``, ``"sig:"`` when it has none) or
+    a ``redacted_thinking`` block (``"data:" + data``); None for any other block."""
+    if not isinstance(block, dict):
+        return None
+    kind = block.get("type")
+    if kind == "thinking":
+        sig = block.get("signature")
+        return "sig:" + (sig if isinstance(sig, str) else "")
+    if kind == "redacted_thinking":
+        data = block.get("data")
+        return "data:" + data if isinstance(data, str) else None
+    return None
+
+
+def reasoning_keys(final: dict) -> set[str]:
+    """The reasoning keys of a final ``message`` object: ``"sig:" + signature`` for each
+    ``thinking`` block (``"sig:"`` for an empty signature, as :func:`action_to_response` renders
+    reasoning without one) and ``"data:" + data`` for each ``redacted_thinking`` block. An
+    agent echoes these blocks unchanged, so :func:`strip_reasoning` finds them by the same keys.
+    Empty for anything but a dict."""
+    if not isinstance(final, dict):
+        return set()
+    return {k for b in as_list(final.get("content")) if (k := _reasoning_key(b)) is not None}
+
+
+def _without_thinking_edits(cm: Any) -> tuple[Any, int]:
+    """``context_management`` without its ``clear_thinking_*`` edits (the strategy manages
+    thinking blocks when extended thinking is on: Anthropic docs, "Context editing"), and how
+    many were removed. An object left with no edit and no other field is returned as OMIT."""
+    edits = cm.get("edits") if isinstance(cm, dict) else None
+    if not isinstance(edits, list):
+        return cm, 0
+    keep = [
+        e for e in edits if not (isinstance(e, dict) and str(e.get("type", "")).startswith("clear_thinking"))
+    ]
+    removed = len(edits) - len(keep)
+    if not removed:
+        return cm, 0
+    if not keep and cm.keys() == {"edits"}:
+        return OMIT, removed
+    return {**cm, "edits": keep}, removed
+
+
+def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, list[dict]]:
+    """Drop from a parsed Messages request body the reasoning the live model would refuse:
+    ``thinking`` and ``redacted_thinking`` blocks of assistant messages whose key (see
+    :func:`reasoning_keys`) is in ``served``, the keys of replies the live upstream did not
+    produce (its signature check fails on another model's, account's or a script's blocks:
+    "Invalid `signature` in `thinking` block").
+
+    Returns ``(body, path, rewrites)``: the body unchanged (the same object) when nothing
+    matched, else a copy; ``path`` as given. Rewrites, in message order:
+
+    - ``thinking_dropped`` (``entry`` = message index): the blocks dropped from that message;
+    - ``thinking_kept``: a message whose content is nothing but served blocks keeps them, since
+      an assistant message must not be sent empty and an empty text block is refused too;
+    - ``thinking_off`` (``entry`` None), last: blocks were dropped from the last assistant
+      message and the request has thinking on (``{"type": "enabled" | "adaptive"}``). With
+      thinking on, the final assistant message of a tool turn must start with a signed
+      thinking block ("Expected `thinking` or `redacted_thinking`, but found `tool_use`"), so
+      the ``thinking`` parameter is removed, and with it any ``clear_thinking_*`` edit of
+      ``context_management``.
+    """
+    messages = entries(obj)
+    assistant = [i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "assistant"]
+    last = assistant[-1] if assistant else None
+    rewrites: list[dict] = []
+    dropped_last = False
+    for i, m in enumerate(messages):
+        if not (isinstance(m, dict) and m.get("role") == "assistant" and isinstance(m.get("content"), list)):
+            continue
+        content = m["content"]
+        keep = [b for b in content if _reasoning_key(b) not in served]
+        n = len(content) - len(keep)
+        if not n:
+            continue
+        if not keep:
+            rewrites.append(
+                {
+                    "entry": i,
+                    "kind": "thinking_kept",
+                    "detail": f"{n} thinking block(s) the live upstream did not produce kept: without them "
+                    "the assistant message would be empty, which the API refuses",
+                }
+            )
+            continue
+        messages[i] = {**m, "content": keep}
+        dropped_last = dropped_last or i == last
+        detail = f"dropped {n} thinking block(s) the live upstream did not produce"
+        rewrites.append({"entry": i, "kind": "thinking_dropped", "detail": detail})
+    if not any(r["kind"] == "thinking_dropped" for r in rewrites):
+        return obj, path, rewrites
+    out = {**obj, "messages": messages}
+    thinking = obj.get("thinking")
+    if dropped_last and isinstance(thinking, dict) and thinking.get("type") in _THINKING_ON:
+        del out["thinking"]
+        detail = (
+            f"thinking ({thinking.get('type')}) turned off: the last assistant message lost its signed "
+            "thinking, which a request with thinking on must send back"
+        )
+        if "context_management" in out:
+            cm, removed = _without_thinking_edits(out["context_management"])
+            if cm is OMIT:
+                del out["context_management"]
+            else:
+                out["context_management"] = cm
+            if removed:
+                detail += f"; {removed} clear_thinking edit(s) of context_management removed with it"
+        rewrites.append({"entry": None, "kind": "thinking_off", "detail": detail})
+    return out, path, rewrites
+
+
+def with_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict | None]:
+    """A parsed Messages request body asking for ``model`` (its ``model`` field set; the path
+    is unchanged): ``(body, path, {"from": old, "to": model})``, or ``(obj, path, None)`` when
+    it already does. Raises ValueError for a model that is not a non-empty string."""
+    return with_body_model(obj, path, model)
+
+
+def reasoning_refusal(status: int, body: bytes) -> str | None:
+    """When an error response (status 400..499, Anthropic's JSON shape, see :func:`error_body`)
+    says that reasoning the request carried was refused (a bad signature, modified or missing
+    thinking blocks; the phrases matched are listed with their sources at ``_REFUSALS``), the
+    API's message (at most 500 characters); else None."""
+    return refusal_message(status, body, _REFUSALS)

@@ -29,6 +29,31 @@ plain module exposing:
   reply at all (Chat ``choices`` null or empty, no Anthropic ``content``, no Responses
   ``output``, no Gemini candidate), else None. An empty reply (``content: []``) is a reply.
 
+Rewrites of a request body parsed as a JSON object (``orjson.loads``). They are pure: the input is
+never changed, what changes is copied (shallow copies along the changed path) and returned.
+
+- ``entries(obj) -> list``: the conversation list (Anthropic and Chat ``messages``, Responses
+  ``input``, a string input as one user message item, Gemini ``contents``); [] when missing.
+- ``insert_user_text(obj, at, text) -> dict``: the body with a user turn holding ``text`` right
+  after the first ``at`` entries, in the form the live API accepts (appended to a user entry
+  ``at - 1`` where the protocol merges turns). ValueError for ``at`` out of range or no text.
+- ``strip_reasoning(obj, served, path) -> (obj, path, rewrites)``: the body without the reasoning
+  of replies the live upstream did not produce, ``served`` holding their :func:`reasoning_keys`
+  (a signed block another model, account or script made is refused by the live model). Each
+  rewrite is ``{"entry": index in entries or None, "kind": str, "detail": one sentence}``.
+- ``reasoning_keys(final) -> set[str]``: the keys of a final response object's reasoning
+  (``sig:``, ``data:``, ``id:``, ``enc:`` + the opaque value), which ``strip_reasoning`` finds
+  again in the requests that send it back.
+- ``with_model(obj, path, model) -> (obj, path, rewrite | None)``: the request asking for
+  ``model`` (in the body, or the Gemini path); rewrite ``{"from": old, "to": model}``, None
+  when it already does.
+- ``reasoning_refusal(status, body) -> str | None``: the provider's message (at most 500
+  characters) when a 4xx JSON error response says reasoning or a signature was refused.
+
+The Responses module adds ``expand_previous_response(obj, history)`` and
+``conversation_items(request_obj, final)``: a request continuing a stored response
+(``previous_response_id``) rewritten to carry the whole conversation itself.
+
 ``parse_request`` also takes ``memo=`` (a :class:`ParseMemo`): a caller reading many requests of
 one session (the chain rule) passes one, so that a message already read in an earlier body is
 not read and checked again.
@@ -37,6 +62,7 @@ not read and checked again.
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -542,3 +568,65 @@ def dig(d: Any, *keys: str) -> Any:
             return None
         d = d.get(k)
     return d
+
+
+# --------------------------------------------------------------------------- rewrites
+
+
+def check_insert(at: Any, count: int, text: Any) -> None:
+    """The arguments of an ``insert_user_text``: ``at`` an int with ``0 <= at <= count`` (the
+    number of entries) and ``text`` a non-empty string. Raises ValueError otherwise."""
+    if not isinstance(at, int) or isinstance(at, bool) or not 0 <= at <= count:
+        raise ValueError(f"insert position {at!r} is not between 0 and {count} (the number of entries)")
+    if not isinstance(text, str) or not text:
+        what = "empty" if isinstance(text, str) else f"a JSON {json_type(text)}"
+        raise ValueError(f"the text to insert is {what}, expected a non-empty string")
+
+
+def with_body_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict | None]:
+    """``with_model`` of the protocols that name the model in the body (Anthropic, Chat
+    Completions, Responses): a copy of ``obj`` with ``"model": model`` (in place, or last when
+    absent), ``path`` unchanged, and ``{"from": old, "to": model}`` (``old`` None when absent);
+    ``(obj, path, None)`` when the body already asks for ``model``. Raises ValueError for a model
+    that is not a non-empty string."""
+    if not isinstance(model, str) or not model:
+        what = "empty" if isinstance(model, str) else f"a JSON {json_type(model)}"
+        raise ValueError(f"the model is {what}, expected a non-empty string")
+    old = obj.get("model")
+    if old == model:
+        return obj, path, None
+    return {**obj, "model": model}, path, {"from": old, "to": model}
+
+
+#: the longest provider message :func:`refusal_message` returns
+REFUSAL_MAX = 500
+
+
+def refusal_message(
+    status: int, body: Any, pattern: "re.Pattern[str]", codes: frozenset[str] = frozenset()
+) -> str | None:
+    """A module's ``reasoning_refusal``: the ``error.message`` of a 4xx JSON error body
+    (``{"error": {"message": ...}}``, the shape of all four providers, Anthropic's with
+    ``"type": "error"`` around it; Gemini's ``streamGenerateContent`` sends it as the first
+    element of a JSON array) when ``pattern`` finds a match in it or ``error.code`` is one of
+    ``codes``; cut to :data:`REFUSAL_MAX` characters. None for another status, a body that is
+    not such JSON (bytes, str or already parsed), or any other message."""
+    if not isinstance(status, int) or not 400 <= status <= 499:
+        return None
+    obj = body
+    if isinstance(body, (bytes, bytearray, memoryview, str)):
+        try:
+            obj = orjson.loads(bytes(body) if isinstance(body, memoryview) else body)
+        except orjson.JSONDecodeError:
+            return None
+    if isinstance(obj, list) and obj:
+        obj = obj[0]
+    error = obj.get("error") if isinstance(obj, dict) else None
+    if not isinstance(error, dict):
+        return None
+    message = error.get("message")
+    if not isinstance(message, str):
+        return None
+    if pattern.search(message) or (isinstance(error.get("code"), str) and error["code"] in codes):
+        return message[:REFUSAL_MAX]
+    return None

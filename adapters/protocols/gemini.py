@@ -54,6 +54,7 @@ import orjson
 
 from pvisor.adapters.protocols.base import (
     as_list,
+    check_insert,
     compact_json,
     dig,
     dumps,
@@ -67,6 +68,7 @@ from pvisor.adapters.protocols.base import (
     ParseMemo,
     parse_arguments,
     Reassembled,
+    refusal_message,
     request_parser,
     strip_volatile,
 )
@@ -949,3 +951,192 @@ def error_body(status: int, message: str, kind: str = "INVALID_ARGUMENT") -> byt
 _STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ABORTED",
                  413: "INVALID_ARGUMENT", 426: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL",
                  501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+
+
+# --------------------------------------------------------------------------- rewrites
+
+#: Phrases of the API's 400 ``INVALID_ARGUMENT`` messages saying that the thought signatures a
+#: request carries were refused, matched case-insensitively. Where each was seen, quoted from
+#: the API's error body in public issue threads:
+_REFUSALS = re.compile(
+    "|".join(
+        (
+            # "Function call is missing a thought_signature in functionCall parts. This is required
+            # for tools to work correctly, ...": lbjlaq/Antigravity-Manager#139,
+            # lbjlaq/Antigravity-Manager#3229, manthanabc/paws#103, csells/dartantic#86
+            r"missing a thought_signature",
+            # "Corrupted thought signature." (a signature another model or account made):
+            # google-gemini/gemini-cli#13467, charmbracelet/crush#1698, openclaw/openclaw#23771
+            r"corrupted thought signature",
+            # Vertex AI: "Unable to submit request because Thought signature is not valid.":
+            # decolua/9router#301
+            r"thought signature is not valid",
+        )
+    ),
+    re.IGNORECASE,
+)
+
+
+def entries(obj: dict) -> list:
+    """The conversation of a parsed Gemini request body: its ``contents`` list (a new list of the
+    body's own Content objects); [] when it is missing or not a list."""
+    contents = obj.get("contents")
+    return list(contents) if isinstance(contents, list) else []
+
+
+def _is_user(content: Any) -> bool:
+    """A Content of role ``user``; a Content without a role counts as one, as :func:`parse_request`
+    reads it (the API's default for a request content)."""
+    return isinstance(content, dict) and content.get("role") in (None, "user")
+
+
+def insert_user_text(obj: dict, at: int, text: str) -> dict:
+    """A copy of a parsed Gemini request body with a user turn holding ``text`` right after the
+    first ``at`` contents (``0 <= at <= len(entries(obj))``).
+
+    When content ``at - 1`` is a ``user`` content (also one holding ``functionResponse`` parts,
+    the role Gemini CLI gives them), ``{"text": text}`` is appended to its ``parts``; otherwise
+    ``{"role": "user", "parts": [{"text": text}]}`` is inserted at index ``at``. Raises
+    ValueError for ``at`` out of range or an empty ``text``."""
+    contents = entries(obj)
+    check_insert(at, len(contents), text)
+    prev = contents[at - 1] if at > 0 else None
+    if _is_user(prev):
+        parts = prev.get("parts")
+        parts = parts if isinstance(parts, list) else []
+        contents[at - 1] = {**prev, "parts": [*parts, {"text": text}]}
+    else:
+        contents.insert(at, {"role": "user", "parts": [{"text": text}]})
+    return {**obj, "contents": contents}
+
+
+def _signature_key(part: Any) -> str | None:
+    """The key holding a part's thought signature (``thoughtSignature``, or the snake_case
+    ``thought_signature`` the API also reads) when it holds a string, else None."""
+    if isinstance(part, dict):
+        for key in ("thoughtSignature", "thought_signature"):
+            if isinstance(part.get(key), str):
+                return key
+    return None
+
+
+def reasoning_keys(final: dict) -> set[str]:
+    """The reasoning keys of a final GenerateContentResponse (or a Code Assist envelope):
+    ``"sig:" + thoughtSignature`` of every part of every candidate that carries one (on a thought
+    part, a ``functionCall`` part or the last text part). :data:`SKIP_SIGNATURE` is no
+    signature and gives no key. Empty for anything but a dict."""
+    obj = _unwrap(final)
+    if not isinstance(obj, dict):
+        return set()
+    keys: set[str] = set()
+    for cand in as_list(obj.get("candidates")):
+        content = cand.get("content") if isinstance(cand, dict) else None
+        for part in as_list(content.get("parts")) if isinstance(content, dict) else []:
+            key = _signature_key(part)
+            if key is not None and part[key] != SKIP_SIGNATURE:
+                keys.add("sig:" + part[key])
+    return keys
+
+
+#: the ``detail`` of each kind of :func:`strip_reasoning` rewrite, ``{}`` being the number of parts
+_STRIP_DETAILS = {
+    "thought_signature_replaced": "thought signature of {} functionCall part(s) replaced by "
+    + SKIP_SIGNATURE,
+    "thought_dropped": "dropped {} thought part(s) the live upstream did not produce",
+    "thought_signature_removed": "removed the thought signature the live upstream did not produce "
+    "from {} part(s)",
+}
+
+
+def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, list[dict]]:
+    """Take out of a parsed Gemini request body the thought signatures the live model would
+    refuse ("Corrupted thought signature."): those of parts whose key ``"sig:" +
+    thoughtSignature`` is in ``served``, the keys of replies the live upstream did not produce.
+
+    - a ``functionCall`` part keeps its place with the signature replaced by
+      :data:`SKIP_SIGNATURE`, the placeholder Gemini CLI itself sends for a call without one
+      (a call of the current turn without any signature is refused: "Function call is missing
+      a thought_signature"); kind ``thought_signature_replaced``;
+    - a thought part (``"thought": true``) or a part that is only a signature (no data, or an
+      empty text) is dropped; kind ``thought_dropped``;
+    - another part (the text part a signature rode on) keeps its data without the signature;
+      kind ``thought_signature_removed``;
+    - a content that would be left without any part keeps its parts as they are (the API
+      refuses a content without parts); kind ``thought_kept``.
+
+    Returns ``(body, path, rewrites)``: the body unchanged (the same object) when nothing
+    matched, else a copy; ``path`` as given. One rewrite per content (``entry`` = its index)
+    and kind, in content order."""
+    contents = entries(obj)
+    rewrites: list[dict] = []
+    changed = False
+    for i, content in enumerate(contents):
+        parts = content.get("parts") if isinstance(content, dict) else None
+        if not isinstance(parts, list):
+            continue
+        kept: list = []
+        counts = {"thought_signature_replaced": 0, "thought_dropped": 0, "thought_signature_removed": 0}
+        for part in parts:
+            key = _signature_key(part)
+            if key is None or part[key] == SKIP_SIGNATURE or "sig:" + part[key] not in served:
+                kept.append(part)
+                continue
+            read = _part(part)
+            if isinstance(read, ToolCall):
+                kept.append({**part, key: SKIP_SIGNATURE})
+                counts["thought_signature_replaced"] += 1
+            elif isinstance(read, Reasoning) or (isinstance(read, TextPart) and not read.text):
+                counts["thought_dropped"] += 1
+            else:
+                kept.append({k: v for k, v in part.items() if k != key})
+                counts["thought_signature_removed"] += 1
+        n = sum(counts.values())
+        if not n:
+            continue
+        if not kept:
+            rewrites.append(
+                {
+                    "entry": i,
+                    "kind": "thought_kept",
+                    "detail": f"{n} part(s) with a thought signature the live upstream did not produce kept: "
+                    "without them the content would have no part, which the API refuses",
+                }
+            )
+            continue
+        contents[i] = {**content, "parts": kept}
+        changed = True
+        rewrites += [
+            {"entry": i, "kind": kind, "detail": _STRIP_DETAILS[kind].format(c)}
+            for kind, c in counts.items()
+            if c
+        ]
+    if not changed:
+        return obj, path, rewrites
+    return {**obj, "contents": contents}, path, rewrites
+
+
+def with_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict | None]:
+    """A Gemini request asking for ``model``: the model is a path segment
+    (``/v1beta/models/{model}:generateContent`` or ``:streamGenerateContent``, also ``/v1`` and
+    ``:countTokens``, see :data:`PATHS`), so the path changes, keeping its version, method and
+    any ``?query``; the body is returned as it is (a Gemini API body names no model). Returns ``(obj, new path, {"from": old, "to": model})``, or ``(obj, path,
+    None)`` when the path already names ``model``. Raises ValueError for a path that is not a
+    Gemini model path, or a model that is not a non-empty path segment (no ``/``, ``:``, ``?``)."""
+    bare, sep, query = path.partition("?")
+    m = _PATH_RE.match(bare)
+    if m is None:
+        raise ValueError(f"not a Gemini model path: {path!r}")
+    if not isinstance(model, str) or not model or any(c in model for c in "/:?#"):
+        raise ValueError(f"not a Gemini model name (one path segment): {model!r}")
+    old = m.group(2)
+    if old == model:
+        return obj, path, None
+    return obj, f"/{m.group(1)}/models/{model}:{m.group(3)}{sep}{query}", {"from": old, "to": model}
+
+
+def reasoning_refusal(status: int, body: bytes) -> str | None:
+    """When an error response (status 400..499, the Google shape of :func:`error_body`, also as
+    the first element of a JSON array, the way ``streamGenerateContent`` answers) says that
+    thought signatures of the request were refused (missing, corrupted, not valid; phrases and
+    sources at ``_REFUSALS``), the API's message (at most 500 characters); else None."""
+    return refusal_message(status, body, _REFUSALS)

@@ -23,6 +23,7 @@ reasoning text (clients that do not know the field ignore it).
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any, Iterable
 
 import orjson
@@ -32,6 +33,7 @@ from pvisor.adapters.protocols.base import (
     IdSource,
     ParseMemo,
     Reassembled,
+    check_insert,
     compact_json,
     dumps,
     field_state,
@@ -41,8 +43,10 @@ from pvisor.adapters.protocols.base import (
     normalise_conversation,
     overlay,
     parse_arguments,
+    refusal_message,
     request_parser,
     split_text,
+    with_body_model,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
 from pvisor.journal.errors import BadInputError
@@ -838,3 +842,70 @@ def error_body(status: int, message: str, kind: str | None = None) -> bytes:
     if kind is None:
         kind = _ERROR_KINDS.get(status, "server_error" if status >= 500 else "invalid_request_error")
     return dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})
+
+
+# --------------------------------------------------------------------------- rewrites
+
+#: Phrases of 400 messages by which servers speaking Chat Completions refuse the reasoning a
+#: request carries (OpenAI itself signs nothing on this wire), matched case-insensitively.
+#: Where each was seen, quoted from the server's error body in public issue threads:
+_REFUSALS = re.compile(
+    "|".join(
+        (
+            # DeepSeek thinking mode, an assistant turn sent back without its reasoning: "The
+            # `reasoning_content` in the thinking mode must be passed back to the API.":
+            # JohnnyZ93/oai-compatible-copilot#215, anomalyco/opencode#24135, mnfst/modelparams.dev#29
+            r"`?reasoning_content`? in the thinking mode must be passed back",
+            # Gemini's OpenAI-compatible endpoint (/v1beta/openai/chat/completions): "Function call
+            # is missing a thought_signature in functionCall parts.": manthanabc/paws#103
+            r"missing a thought_signature",
+        )
+    ),
+    re.IGNORECASE,
+)
+
+
+def entries(obj: dict) -> list:
+    """The conversation of a parsed Chat Completions request body: its whole ``messages`` list
+    (leading ``system``/``developer`` messages included; a new list of the body's own message
+    objects); [] when it is missing or not a list."""
+    messages = obj.get("messages")
+    return list(messages) if isinstance(messages, list) else []
+
+
+def insert_user_text(obj: dict, at: int, text: str) -> dict:
+    """A copy of a parsed Chat Completions request body with ``{"role": "user", "content":
+    text}`` inserted at index ``at`` of ``messages`` (``0 <= at <= len(entries(obj))``). After
+    the ``tool`` messages answering an assistant's calls, a user message is what the API takes
+    (wire-protocols.md 2c). Raises ValueError for ``at`` out of range or an empty ``text``."""
+    messages = entries(obj)
+    check_insert(at, len(messages), text)
+    messages.insert(at, {"role": "user", "content": text})
+    return {**obj, "messages": messages}
+
+
+def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, list[dict]]:
+    """Nothing to strip: Chat Completions carries no signed reasoning (``reasoning_content`` is
+    plain text, which servers take from anyone). Returns ``(obj, path, [])``; accepted so that
+    every protocol module can be called alike."""
+    return obj, path, []
+
+
+def reasoning_keys(final: dict) -> set[str]:
+    """Always empty: a ``chat.completion`` carries no signed or encrypted reasoning."""
+    return set()
+
+
+def with_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict | None]:
+    """A parsed Chat Completions request body asking for ``model`` (its ``model`` field set;
+    the path is unchanged): ``(body, path, {"from": old, "to": model})``, or ``(obj, path,
+    None)`` when it already does. Raises ValueError for a model that is not a non-empty string."""
+    return with_body_model(obj, path, model)
+
+
+def reasoning_refusal(status: int, body: bytes) -> str | None:
+    """When an error response (status 400..499, OpenAI's JSON shape, see :func:`error_body`; a
+    Google-shaped one from Gemini's OpenAI-compatible endpoint too) says that the reasoning of
+    the request was refused (phrases and sources at ``_REFUSALS``), the server's message (at most
+    500 characters); else None."""
+    return refusal_message(status, body, _REFUSALS)

@@ -52,6 +52,7 @@ part overlaying its canonical fields onto a copy of its own ``raw`` item to keep
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import fields as dc_fields
 from typing import Any, Iterable
 
@@ -59,6 +60,7 @@ import orjson
 
 from pvisor.adapters.protocols.base import (
     as_list,
+    check_insert,
     compact_json,
     dig,
     dumps,
@@ -72,8 +74,10 @@ from pvisor.adapters.protocols.base import (
     ParseMemo,
     parse_arguments,
     Reassembled,
+    refusal_message,
     request_parser,
     strip_volatile,
+    with_body_model,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
 from pvisor.journal.errors import BadInputError
@@ -1213,3 +1217,174 @@ def error_body(status: int, message: str, kind: str = "invalid_request_error") -
     (openai-python ``_exceptions.py`` reads ``message``, ``type``, ``param``, ``code``).
     ``status`` is the HTTP status the body goes with (not part of the body)."""
     return dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})
+
+
+# --------------------------------------------------------------------------- rewrites
+
+#: Phrases of the API's 4xx messages saying that reasoning items a request carries were refused,
+#: matched case-insensitively. Where each was seen, quoted from the API's error body in public
+#: issue threads:
+_REFUSALS = re.compile(
+    "|".join(
+        (
+            # "The encrypted content gAAA...Rg== could not be verified." (another account's or
+            # organisation's encrypted reasoning), later with "Reason: Encrypted content could not
+            # be decrypted or parsed.": openai/codex#8132, openai/codex#8145, openai/codex#35334,
+            # smallmain/vscode-unify-chat-provider#178, QuantumNous/new-api#4662
+            r"encrypted content\b.*\bcould not be verified",
+            r"encrypted content could not be decrypted or parsed",
+            # 404 "Item with id 'rs_0496...' not found. Items are not persisted when `store` is set
+            # to false.": can1357/oh-my-pi#41, anomalyco/opencode#7724, openai/openai-agents-python#2020
+            r"item with id '?rs_[^' ]*'? not found",
+            # "Item 'rs_0c38...' of type 'reasoning' was provided without its required following
+            # item.": continuedev/continue#8933, openai/openai-node#1567, openai/openai-agents-js#326
+            r"of type 'reasoning' was provided without its required following item",
+        )
+    ),
+    re.IGNORECASE,
+)
+#: ``error.code`` of the encrypted-content refusal (openai/codex#8126, #8128, #8132)
+_REFUSAL_CODES = frozenset({"invalid_encrypted_content"})
+
+
+def _user_item(text: str) -> dict:
+    """A user message item holding ``text``: what a string ``input`` stands for."""
+    return {"type": "message", "role": "user", "content": [{"type": "input_text", "text": text}]}
+
+
+def entries(obj: dict) -> list:
+    """The conversation of a parsed Responses request body: its ``input`` items (a new list of
+    the body's own item objects); a string ``input`` as the one item it stands for,
+    ``[{"type": "message", "role": "user", "content": [{"type": "input_text", "text": S}]}]``
+    (OpenAI Responses API reference, ``input``); [] when it is missing or neither."""
+    value = obj.get("input")
+    if isinstance(value, str):
+        return [_user_item(value)]
+    return list(value) if isinstance(value, list) else []
+
+
+def insert_user_text(obj: dict, at: int, text: str) -> dict:
+    """A copy of a parsed Responses request body with the item ``{"type": "message", "role":
+    "user", "content": [{"type": "input_text", "text": text}]}`` inserted at index ``at`` of
+    :func:`entries` (``0 <= at <= len(entries(obj))``; a string input becomes its item list).
+    ``at`` should not split a ``reasoning`` item from the item it precedes, which the API
+    refuses ("... of type 'reasoning' was provided without its required following item").
+    Raises ValueError for ``at`` out of range or an empty ``text``."""
+    items = entries(obj)
+    check_insert(at, len(items), text)
+    items.insert(at, _user_item(text))
+    return {**obj, "input": items}
+
+
+def _reasoning_item_keys(item: dict) -> set[str]:
+    """``"id:" + id`` and ``"enc:" + encrypted_content`` of a reasoning item, those it has."""
+    keys = set()
+    if isinstance(item.get("id"), str):
+        keys.add("id:" + item["id"])
+    if isinstance(item.get("encrypted_content"), str):
+        keys.add("enc:" + item["encrypted_content"])
+    return keys
+
+
+def reasoning_keys(final: dict) -> set[str]:
+    """The reasoning keys of a final Responses object: for each ``reasoning`` item of
+    ``output``, ``"id:" + id`` when it has an id and ``"enc:" + encrypted_content`` when present
+    (Codex sends the item back whole, with both, when ``include`` asks for
+    ``reasoning.encrypted_content``; a client may also refer to it by id). Empty for anything
+    but a dict."""
+    if not isinstance(final, dict):
+        return set()
+    keys: set[str] = set()
+    for item in as_list(final.get("output")):
+        if _item_type(item) == "reasoning":
+            keys |= _reasoning_item_keys(item)
+    return keys
+
+
+def _is_item_reference(item: Any) -> bool:
+    """An ``item_reference`` input item: ``{"type": "item_reference", "id": ...}``, or the bare
+    ``{"id": ...}`` the API also takes as one (``type`` is optional)."""
+    return (
+        isinstance(item, dict)
+        and isinstance(item.get("id"), str)
+        and (item.get("type") == "item_reference" or item.keys() == {"id"})
+    )
+
+
+def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, list[dict]]:
+    """Drop from a parsed Responses request body the reasoning items the live model would
+    refuse: ``reasoning`` input items whose id key or encrypted-content key (see
+    :func:`reasoning_keys`) is in ``served``, the keys of replies the live upstream did not
+    produce ("The encrypted content ... could not be verified", "Item with id 'rs_...' not
+    found"), and the ``item_reference`` items that refer to a dropped item or to a served id.
+    The item that followed a dropped reasoning item stays (an answer or call without its
+    reasoning is accepted). ``include`` is left as it is: the live model's own reasoning items
+    still need ``reasoning.encrypted_content``.
+
+    Returns ``(body, path, rewrites)``: the body unchanged (the same object) when nothing
+    matched, else a copy; ``path`` as given. One rewrite of kind ``reasoning_item_dropped`` per
+    dropped item (``entry`` = its index in :func:`entries`), in input order."""
+    items = obj.get("input")
+    if not isinstance(items, list):
+        return obj, path, []
+    drop: dict[int, str] = {}
+    dropped_ids: set[str] = set()
+    for i, item in enumerate(items):
+        if _item_type(item) == "reasoning" and _reasoning_item_keys(item) & served:
+            rid = item.get("id") if isinstance(item.get("id"), str) else None
+            if rid is not None:
+                dropped_ids.add(rid)
+            drop[i] = f"reasoning item {rid or '(no id)'} dropped: the live upstream did not produce it"
+    for i, item in enumerate(items):
+        if _is_item_reference(item) and (item["id"] in dropped_ids or "id:" + item["id"] in served):
+            drop[i] = f"item_reference to reasoning item {item['id']} dropped with it"
+    if not drop:
+        return obj, path, []
+    rewrites = [{"entry": i, "kind": "reasoning_item_dropped", "detail": drop[i]} for i in sorted(drop)]
+    return {**obj, "input": [item for i, item in enumerate(items) if i not in drop]}, path, rewrites
+
+
+def with_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict | None]:
+    """A parsed Responses request body asking for ``model`` (its ``model`` field set; the path
+    is unchanged): ``(body, path, {"from": old, "to": model})``, or ``(obj, path, None)`` when
+    it already does. Raises ValueError for a model that is not a non-empty string."""
+    return with_body_model(obj, path, model)
+
+
+def reasoning_refusal(status: int, body: bytes) -> str | None:
+    """When an error response (status 400..499, OpenAI's JSON shape, see :func:`error_body`)
+    says that reasoning items of the request were refused (encrypted content that does not
+    verify, a reasoning item id the server does not hold, a reasoning item cut from its
+    following item; phrases and sources at ``_REFUSALS``, also ``code:
+    "invalid_encrypted_content"``), the API's message (at most 500 characters); else None."""
+    return refusal_message(status, body, _REFUSALS, _REFUSAL_CODES)
+
+
+def expand_previous_response(obj: dict, history: dict[str, list]) -> tuple[dict, dict | None]:
+    """A parsed Responses request body that continues a stored response (``previous_response_id``,
+    traps.md T19: the server prepends that response's input and output) rewritten to carry the
+    whole conversation itself, so that another upstream, or one that never stored it, can
+    answer it.
+
+    ``history`` maps a response id to the full list of input items of the conversation up to
+    and including that response's output items (what :func:`conversation_items` gives). When
+    ``previous_response_id`` is a key of ``history``: a copy whose ``input`` is
+    ``history[id]`` followed by this request's :func:`entries` (a string input as its item),
+    without ``previous_response_id``, and the record ``{"previous_response_id": id,
+    "items_added": len(history[id])}``. Otherwise ``(obj, None)``, ``obj`` itself."""
+    prev = obj.get("previous_response_id")
+    if not isinstance(prev, str) or prev not in history:
+        return obj, None
+    earlier = list(history[prev])
+    out = {k: v for k, v in obj.items() if k != "previous_response_id"}
+    out["input"] = earlier + entries(obj)
+    return out, {"previous_response_id": prev, "items_added": len(earlier)}
+
+
+def conversation_items(request_obj: dict, final: dict) -> list:
+    """The conversation after a response: the request's :func:`entries` followed by the final
+    Responses object's ``output`` items (a new list; no output items when ``final`` has none).
+    Pass the request as :func:`expand_previous_response` rewrote it, so that the list holds the
+    whole conversation; it is what ``history[final["id"]]`` is for the next request."""
+    output = as_list(final.get("output")) if isinstance(final, dict) else []
+    return entries(request_obj) + list(output)
