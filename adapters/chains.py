@@ -868,7 +868,9 @@ class OnlineMatcher:
     - system prompt, tools and context that differ modulo volatile context are listed
       (:class:`Difference`), once each, never fatal.
 
-    :meth:`serve` registers what was served at k beyond the recording (the synthetic end).
+    :meth:`serve` registers what was served at k beyond the recording (the synthetic end);
+    after :meth:`go_live` (a continuation handed request N+1 to the live model) replies past
+    step N are the live model's and are not checked.
     """
 
     def __init__(self, protocol: str, served: list[Action], *, task: str | None, recorded: list[Conversation],
@@ -885,6 +887,8 @@ class OnlineMatcher:
         self.dropped = set(dropped)
         self.nearest = nearest or (lambda k: None)
         self.answered = 0
+        #: replies of steps past this one are the live model's (None: every reply is served)
+        self.live_after: int | None = None
         self._reported: set[tuple[str, str]] = set()
         first = recorded[0] if recorded else None
         self._tools = {t.name for t in first.tools} if first is not None else set()
@@ -921,6 +925,11 @@ class OnlineMatcher:
 
     def answered_up_to(self, k: int) -> None:
         self.answered = max(self.answered, k)
+
+    def go_live(self, n: int) -> None:
+        """From now on the replies after step ``n`` come from the live model: a request that
+        carries them is main-loop request (their number + 1), never a divergence."""
+        self.live_after = n
 
     def match(self, method: str, path: str, query: str, body: bytes) -> OnlineMatch:
         """The :class:`OnlineMatch` of one request (``body`` decoded)."""
@@ -984,6 +993,8 @@ class OnlineMatcher:
         order = self._echoed(k)
         for n, (at, msgs) in enumerate(groups):
             i = order[n] if n < len(order) else max(order, default=0) + n - len(order) + 1
+            if self.live_after is not None and i > self.live_after:
+                continue  # the live model's reply: nothing to compare it with
             expected = self._said.get(i) if n < len(order) else None
             if expected is None:
                 return Divergence(k, at, None, "no reply here", _short(said(self.mod, msgs)[0] or "a reply"),

@@ -171,7 +171,7 @@ class UpstreamForwarder:
         if fwd.body is not None:
             # a body of the responder's own is sent as it is: not in the agent's Content-Encoding
             headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-        url = URL(self.upstreams[name] + request.target, encoded=True)
+        url = URL(self.upstreams[name] + (fwd.target or request.target), encoded=True)
         send_body = body if (body or request.method not in ("GET", "HEAD", "OPTIONS")) else None
         assert self._session is not None, "UpstreamForwarder.start() was not awaited"
         try:
@@ -209,6 +209,7 @@ class UpstreamForwarder:
             chunks=chunks,
             streamed=streamed,
             served_by=ServedBy.UPSTREAM,
+            flags=fwd.flags,
             reason=resp.reason,
         )
 

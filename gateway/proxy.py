@@ -261,9 +261,12 @@ class Gateway:
                 answer = Refuse(502, "pvisor_offline", "this gateway forwards nothing (replay-only): no upstream is used",
                                 "upstream_unreachable", headers=[("x-pvisor-error", "offline")])
             else:
-                if answer.body is not None:
-                    cur.forwarded = answer.body  # journaled beside the agent's bytes
-                answer = await self.forwarder.forward(incoming, answer)
+                fwd = answer
+                if fwd.body is not None:
+                    cur.forwarded = fwd.body  # journaled beside the agent's bytes
+                answer = await self.forwarder.forward(incoming, fwd)
+                if isinstance(answer, Refuse) and fwd.flags:
+                    answer.flags = (*answer.flags, *fwd.flags)
         if isinstance(answer, Refuse):
             return self._refuse(cur, answer)
         cur.served_by = answer.served_by

@@ -91,11 +91,16 @@ Chunks = Union[Iterable[bytes], AsyncIterable[bytes]]
 @dataclass(slots=True)
 class Forward:
     """Send the request upstream. ``body``: bytes to send instead of the agent's (None: as
-    received, with its Content-Encoding); ``upstream``: another upstream name (None: the
-    routed one)."""
+    received, with its Content-Encoding; otherwise journaled as ``forwarded_body`` beside the
+    agent's); ``upstream``: another upstream name (None: the routed one); ``target``: another
+    path and query to append to the upstream's base URL (None: the agent's, as routed; a
+    continuation that asks Gemini for another model changes the path); ``flags``: journaled
+    with the exchange, whatever the upstream answers."""
 
     body: bytes | None = None
     upstream: str | None = None
+    target: str | None = None
+    flags: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)

@@ -70,7 +70,9 @@ class Script:
     seed: int = 1
     aux_reply: str = "OK"
     after_end: str = "Done."
-    main_chain: str = "tools"  # "tools": the first request with tools defines it; "first": the first request
+    # "tools": the first request with tools defines it; "first": the first request; "any-tools":
+    # every request with tools (several sessions at once, e.g. k rollouts against one server)
+    main_chain: str = "tools"
     chunk_events: int = 1  # events per written chunk when streaming
 
 
@@ -127,8 +129,8 @@ def parse_script(data: Any, where: str = "script") -> Script:
         raise BadInputError(f"{where}: 'turns' must be a list of turns")
     turns = [_parse_turn(t, f"{where}: turns[{i}]") for i, t in enumerate(turns_raw)]
     main_chain = data.get("main_chain", "tools")
-    if main_chain not in ("tools", "first"):
-        raise BadInputError(f"{where}: main_chain must be 'tools' or 'first', not {main_chain!r}")
+    if main_chain not in ("tools", "first", "any-tools"):
+        raise BadInputError(f"{where}: main_chain must be 'tools', 'first' or 'any-tools', not {main_chain!r}")
     script = Script(turns=turns, main_chain=main_chain)
     for key, typ in (("model", str), ("seed", int), ("aux_reply", str), ("after_end", str), ("chunk_events", int)):
         if key in data:
@@ -285,6 +287,8 @@ class ScriptedModel:
 
     def classify(self, conv: Conversation) -> str:
         """``main`` or ``aux`` for a parsed request (fixing the main chain on first sight)."""
+        if self.script.main_chain == "any-tools":
+            return "main" if conv.tools else "aux"
         sig = _signature(conv)
         if self.main_signature is None:
             if self.script.main_chain == "first" or conv.tools:

@@ -19,6 +19,7 @@ import enum
 import functools
 import hashlib
 import hmac
+import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence, Union
@@ -460,6 +461,23 @@ def is_secret_query_param(name: str) -> bool:
     if n in _SECRET_QUERY_NAMES or n.startswith("x-amz-"):
         return True
     return any(f in n for f in ("key", "auth", "token", "secret", "signature", "password", "credential"))
+
+
+#: key-shaped tokens of the providers (Anthropic ``sk-ant-...``, OpenAI ``sk-...``, Google
+#: ``AIza...``), masked in texts that reach a report even when pvisor never saw the key itself
+_KEY_SHAPES = re.compile(r"\b(?:sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,})")
+
+
+def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
+    """``text`` (an upstream's error message, say) with every value of ``secrets`` (at least 6
+    characters; the credentials the agent sent) and every key-shaped token replaced by
+    ``<redacted>``: what a result or a log quotes never carries a key, even one the upstream
+    echoed back in part."""
+    for value in sorted({v for v in secrets if v and len(v) >= 6}, key=len, reverse=True):
+        text = text.replace(value, "<redacted>")
+        if value.lower().startswith("bearer "):
+            text = text.replace(value[7:], "<redacted>")
+    return _KEY_SHAPES.sub("<redacted>", text)
 
 
 def fingerprint(value: str | bytes, key: bytes) -> str:

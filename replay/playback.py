@@ -34,10 +34,12 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
+import orjson
+
 from pvisor.adapters.chains import Divergence, MatchKind, OnlineMatcher
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
 from pvisor.adapters.protocols import get_protocol
-from pvisor.adapters.protocols.base import compact_json
+from pvisor.adapters.protocols.base import IdSource, compact_json
 from pvisor.gateway.responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse
 from pvisor.gateway.scripted_model import minimal_reply, render_reply
 from pvisor.gateway.scripted_responder import serve_reply
@@ -261,6 +263,15 @@ class PlaybackResponder:
         #: (k, conversation, request, decoded body) of the furthest main-loop request seen
         self.latest: tuple[int, Conversation, IncomingRequest, bytes] | None = None
         self.requests = 0
+        #: reasoning keys of every reply playback served (``reasoning_keys`` of the protocol
+        #: module): what a live model would refuse as another model's or a script's
+        self.served_reasoning: set[str] = set()
+        #: Responses: response id of a served reply -> the whole conversation up to its output,
+        #: so that a request pointing at it by ``previous_response_id`` can be expanded
+        self.served_history: dict[str, list] = {}
+        self.expansions: list[dict[str, Any]] = []
+        #: exchange id -> the expanded body (sent instead of the agent's when forwarded)
+        self.expanded_bodies: dict[str, bytes] = {}
         self._aux_pool: dict[tuple, list] = {}
         for a in rec.auxiliary:
             self._aux_pool.setdefault(a.key, []).append(a)
@@ -293,6 +304,61 @@ class PlaybackResponder:
             return action
         return replace(action, tool_calls=calls, raw=None)
 
+    def _expanded(self, request: IncomingRequest, body: bytes) -> bytes:
+        """``body``, or when it points by ``previous_response_id`` at a reply playback served
+        (server-side state no live model holds), the whole conversation it stands for."""
+        expand = getattr(self.mod, "expand_previous_response", None)
+        if expand is None or not self.served_history or b"previous_response_id" not in body:
+            return body
+        try:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return body
+        if not isinstance(obj, dict):
+            return body
+        new, record = expand(obj, self.served_history)
+        if record is None:
+            return body
+        out = orjson.dumps(new)
+        self.expansions.append({"exchange": request.exchange, **record})
+        self.expanded_bodies[request.exchange] = out
+        return out
+
+    def _note_served(self, request: IncomingRequest, body: bytes, final: Any) -> None:
+        """Remember what a served reply (its final response object) holds that a live model
+        would be asked about later: its reasoning keys, and (Responses) its conversation."""
+        if not isinstance(final, dict):
+            return
+        keys = getattr(self.mod, "reasoning_keys", None)
+        if keys is not None:
+            self.served_reasoning |= keys(final)
+        items = getattr(self.mod, "conversation_items", None)
+        rid = final.get("id")
+        if items is not None and isinstance(rid, str):
+            try:
+                obj = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                return
+            if isinstance(obj, dict):
+                self.served_history[rid] = items(obj, final)
+
+    def _final_of(self, body: bytes, streamed: bool) -> Any:
+        """The final response object of served bytes (reassembled when streamed), or None."""
+        try:
+            return self.mod.reassemble([body]).final if streamed else orjson.loads(body)
+        except Exception:  # recorded bytes that do not read: nothing to remember about them
+            return None
+
+    def _request_body(self, request: IncomingRequest) -> bytes:
+        """The body the conversation was read from: the expanded one, else the agent's."""
+        got = self.expanded_bodies.get(request.exchange)
+        if got is not None:
+            return got
+        try:
+            return request.decoded_body()
+        except Exception:
+            return b""
+
     def _rewritten_step(self, k: int) -> bool:
         return any(r.step == k for r in self.rewritten)
 
@@ -301,9 +367,10 @@ class PlaybackResponder:
         body = decode_or_refuse(request)
         if isinstance(body, Refuse):
             return body
+        body = self._expanded(request, body)
         m = self.matcher.match(request.method, request.path, request.query, body)
         if m.kind is MatchKind.AUXILIARY:
-            return self._auxiliary(request, body, m.conversation, m.reason or "auxiliary")
+            return self.auxiliary_request(request, body, m.conversation, m.reason or "auxiliary")
         conv = m.conversation
         assert conv is not None and m.request is not None
         k = m.request
@@ -319,8 +386,29 @@ class PlaybackResponder:
             return self._serve(request, conv, k, m.stream, retry=m.kind is MatchKind.RETRY)
         if k == self.n + 1 and self.boundary is None:
             self.boundary = Boundary(body, _meta(request), request.exchange, conv)
-            return self._end(request, conv, k, m.stream, "boundary", (FLAG_SYNTHETIC_END,))
-        return self._end(request, conv, k, m.stream, "after_end", (FLAG_SYNTHETIC_END, FLAG_AFTER_END))
+            return self.at_boundary(request, body, conv, k, m.stream)
+        return self.beyond(request, body, conv, k, m.stream)
+
+    # ------------------------------------------------------------------ what comes after N
+    # (replay-only ends the agent; a continuation overrides these three and forwards)
+
+    def at_boundary(
+        self, request: IncomingRequest, body: bytes, conv: Conversation, k: int, stream: bool
+    ) -> Answer:
+        """Request N+1 (kept as :attr:`boundary` already): replay-only ends the agent."""
+        return self._end(request, conv, k, stream, "boundary", (FLAG_SYNTHETIC_END,))
+
+    def beyond(
+        self, request: IncomingRequest, body: bytes, conv: Conversation, k: int, stream: bool
+    ) -> Answer:
+        """A main-loop request after N+1 (or a retry of it): the synthetic final reply again."""
+        return self._end(request, conv, k, stream, "after_end", (FLAG_SYNTHETIC_END, FLAG_AFTER_END))
+
+    def auxiliary_request(
+        self, request: IncomingRequest, body: bytes, conv: Conversation | None, reason: str
+    ) -> Answer:
+        """An auxiliary request: answered from the recording (or a minimal reply)."""
+        return self._auxiliary(request, body, conv, reason)
 
     def _serve(
         self, request: IncomingRequest, conv: Conversation, k: int, stream: bool, retry: bool
@@ -334,6 +422,7 @@ class PlaybackResponder:
             and 200 <= recorded.status < 300
         ):
             self.served.append(Served(k, request.exchange, ServedFrom.RECORDED, recorded.exchange, retry))
+            self._note_served(request, self._request_body(request), self._final_of(recorded.body, recorded.streamed))
             return Serve(
                 recorded.status,
                 list(recorded.headers),
@@ -342,12 +431,12 @@ class PlaybackResponder:
                 served_by=ServedBy.PLAYBACK,
                 flags=flags,
             )
-        reply = render_reply(
-            self.mod,
-            self.actions[k - 1],
-            model=conv.model or self.rec.model or "model",
-            stream=stream,
-            seed=k,
+        model = conv.model or self.rec.model or "model"
+        reply = render_reply(self.mod, self.actions[k - 1], model=model, stream=stream, seed=k)
+        self._note_served(
+            request,
+            self._request_body(request),
+            self.mod.action_to_response(self.actions[k - 1], model=model, ids=IdSource(k)),
         )
         self.served.append(
             Served(k, request.exchange, ServedFrom.RENDERED, recorded.exchange if recorded else None, retry)

@@ -171,6 +171,18 @@ def test_main_chain_first_counts_a_toolless_chat():
     assert said("openai-chat", ask(m, "openai-chat", 1)) == ("AUX", [])  # the chain had no tools
 
 
+def test_main_chain_any_tools_serves_several_sessions_at_once():
+    # rollouts whose system prompts name their own workspaces share one server
+    m = model_of({**TURN_SCRIPT, "main_chain": "any-tools"})
+    assert said("anthropic", ask(m, "anthropic", 1, system="cwd: /ws-0")) == ("turn 1", [("bash", {"command": "echo 1"})])
+    assert said("anthropic", ask(m, "anthropic", 1, system="cwd: /ws-1")) == ("turn 1", [("bash", {"command": "echo 1"})])
+    assert said("anthropic", ask(m, "anthropic", 1, tools=())) == ("AUX", [])
+    # under the default rule the second session would be auxiliary
+    one = model_of(TURN_SCRIPT)
+    ask(one, "anthropic", 1, system="cwd: /ws-0")
+    assert said("anthropic", ask(one, "anthropic", 1, system="cwd: /ws-1")) == ("AUX", [])
+
+
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_same_request_same_bytes(protocol, stream):

@@ -1,0 +1,284 @@
+"""Continuation through the responder seam, in process (replay/continuation.py): the real gateway
+on 127.0.0.1 answers with ContinuationResponder and forwards to a real HTTP upstream that keeps
+every body it receives; the requests are those real agents sent (tests/corpus/requests,
+recorded into a real journal) or made with the official ``openai`` SDK. The six real agents
+meet continuation in tests/test_continue_agents.py."""
+
+from __future__ import annotations
+
+import copy
+
+import openai
+import orjson
+import pytest
+from corpus_runs import record_corpus_runs
+from gateway_helpers import http_request, json_upstream, wait_exchanges
+from pvisor.adapters.agents import get_descriptor
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import IdSource
+from pvisor.journal.model import Action, ToolCall
+from pvisor.journal.reader import JournalReader
+from pvisor.replay.continuation import ContinuationResponder, LivePolicy, ReasoningPolicy
+from pvisor.replay.playback import PathRewrites
+from pvisor.replay.recording import journal_recording
+
+PROMPT = "Now say which file you wrote first."
+
+
+@pytest.fixture(scope="module")
+def corpus_journal(tmp_path_factory, corpus):
+    path = tmp_path_factory.mktemp("continuation") / "j.sqlite"
+    return path, record_corpus_runs(corpus, path)
+
+
+def _live_reply(protocol: str, text: str = "live reply", calls: list[ToolCall] | None = None) -> bytes:
+    mod = get_protocol(protocol)
+    return orjson.dumps(
+        mod.action_to_response(
+            Action(text=text, tool_calls=calls or []), model="live-model", ids=IdSource(99)
+        )
+    )
+
+
+def _continue(stack, journal, run, agent, n, protocol, policy=None, reply=None):
+    policy = policy or LivePolicy()
+    rec = journal_recording(journal, run, agent, n, None)
+    p = ContinuationResponder(rec, n, get_descriptor(agent), PathRewrites([]), policy)
+    up = stack.raw_upstream(json_upstream(reply or _live_reply(protocol)))
+    upstream = {
+        "openai-responses": "openai",
+        "openai-chat": "openai",
+        "gemini": "gemini",
+        "anthropic": "anthropic",
+    }
+    gw = stack.gateway({upstream[protocol]: up.url}, responder=p, name=f"cont-{run}-{n}-{id(policy)}")
+    return p, gw, up
+
+
+def _send(gw, line, body=None):
+    data = orjson.dumps(body if body is not None else line["body"])
+    q = line.get("query") or ""
+    q = "&".join(f"{k}={v}" for k, v in q.items()) if isinstance(q, dict) else q
+    return http_request(
+        gw.url,
+        line["method"],
+        line["path"] + (f"?{q}" if q else ""),
+        data,
+        headers={"Content-Type": "application/json"},
+    )
+
+
+def _main(lines, journal, run):
+    with JournalReader(journal) as r:
+        ids = {e.id for e in r.exchanges(run) if e.role == "main"}
+    return [rec for rec in lines[run] if rec.exchange in ids] or lines[run]
+
+
+def test_request_n_plus_1_goes_live_byte_identical_and_is_recorded(stack, corpus_journal):
+    journal, lines = corpus_journal
+    p, gw, up = _continue(stack, journal, "codex-parallel", "codex", 1, "openai-responses")
+    first, second = lines["codex-parallel"][:2]
+    assert _send(gw, first.line)[0] == 200  # A_1 from the recording
+    assert up.requests == []
+    status, _, body = _send(gw, second.line)
+    assert status == 200 and body == _live_reply("openai-responses")
+    [(method, path, _, got)] = up.requests
+    assert method == "POST" and path == second.line["path"]
+    assert got == orjson.dumps(second.line["body"])  # byte for byte what the agent sent
+    assert not p.ended.is_set() and p.boundary is not None and p.live_steps == [2]
+    [live] = p.live
+    assert live.byte_identical and live.changes == [] and live.sent_sha256 == live.forwarded_sha256
+    exs = wait_exchanges(gw, 2)
+    assert [e.served_by for e in exs] == ["playback", "upstream"]
+    assert exs[1].flags == ("live",) and exs[1].forwarded_body is None
+
+
+def test_the_boundary_prompt_is_placed_once_after_o_n_in_every_later_request(stack, corpus_journal):
+    journal, lines = corpus_journal
+    p, gw, up = _continue(
+        stack, journal, "codex-parallel", "codex", 1, "openai-responses", LivePolicy(boundary_prompt=PROMPT)
+    )
+    first, second = lines["codex-parallel"][:2]
+    _send(gw, first.line)
+    _send(gw, second.line)
+    sent = second.line["body"]
+    at = len(sent["input"])
+    forwarded = orjson.loads(up.requests[0][3])
+    assert forwarded["input"][:at] == sent["input"] and forwarded["input"][at + 1 :] == []
+    assert forwarded["input"][at]["role"] == "user"
+    assert forwarded["input"][at]["content"][0]["text"] == PROMPT
+    assert p.prompt_injected and p.live[0].prompt_at == at and not p.live[0].byte_identical
+    # request N+2: the agent's history holds the live reply but not the prompt; it is put back
+    later = copy.deepcopy(sent)
+    later["input"] += [
+        {"type": "function_call", "call_id": "call_live", "name": "shell", "arguments": '{"command":["ls"]}'},
+        {"type": "function_call_output", "call_id": "call_live", "output": "a.txt"},
+    ]
+    _send(gw, second.line, later)
+    again = orjson.loads(up.requests[1][3])
+    assert [
+        i.get("content", [{}])[0].get("text") if i.get("role") == "user" else None for i in again["input"]
+    ].count(PROMPT) == 1
+    assert (
+        again["input"][at]["content"][0]["text"] == PROMPT and again["input"][at + 1 :] == later["input"][at:]
+    )
+    assert p.live_steps == [2, 3]
+    exs = wait_exchanges(gw, 3)
+    with JournalReader(gw.journal_path) as r:
+        # the journal keeps both: what the agent sent and what went upstream
+        assert r.request_body(exs[1]) == orjson.dumps(sent)
+        assert r.forwarded_body(exs[1]) == up.requests[0][3]
+    assert exs[1].flags == ("live", "boundary_prompt")
+
+
+def test_the_step_budget_ends_the_agent_with_its_final_reply(stack, corpus_journal):
+    journal, lines = corpus_journal
+    p, gw, up = _continue(
+        stack, journal, "codex-parallel", "codex", 1, "openai-responses", LivePolicy(max_steps=1)
+    )
+    first, second = lines["codex-parallel"][:2]
+    _send(gw, first.line)
+    _send(gw, second.line)
+    assert not p.ended.is_set()
+    later = copy.deepcopy(second.line["body"])
+    later["input"] += [
+        {"type": "function_call", "call_id": "call_live", "name": "shell", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_live", "output": "x"},
+    ]
+    status, _, body = _send(gw, second.line, later)
+    final = get_protocol("openai-responses").reassemble([body]).final
+    assert status == 200 and "pvisor: the replay ends here." in orjson.dumps(final).decode()
+    assert p.ended.is_set() and p.budget_end == 3 and len(up.requests) == 1
+    assert wait_exchanges(gw, 3)[2].flags == ("synthetic_end", "step_budget")
+
+
+def test_auxiliary_requests_after_the_boundary_go_live(stack, corpus_journal):
+    journal, lines = corpus_journal
+    p, gw, up = _continue(stack, journal, "opencode-single", "opencode", 0, "openai-chat")
+    title = next(r for r in lines["opencode-single"] if r.line["body"].get("tools") in (None, []))
+    main = [r for r in lines["opencode-single"] if r.line["body"].get("tools")]
+    _send(gw, title.line)  # before the boundary: from the recording
+    assert up.requests == []
+    _send(gw, main[0].line)  # N = 0: request 1 is the boundary
+    _send(gw, title.line)  # after it: live
+    assert len(up.requests) == 2 and [lr.request for lr in p.live] == [1, None]
+
+
+def test_another_model_is_asked_for_and_listed(stack, corpus_journal):
+    journal, lines = corpus_journal
+    p, gw, up = _continue(
+        stack, journal, "codex-parallel", "codex", 1, "openai-responses", LivePolicy(live_model="gpt-live")
+    )
+    first, second = lines["codex-parallel"][:2]
+    _send(gw, first.line)
+    _send(gw, second.line)
+    assert orjson.loads(up.requests[0][3])["model"] == "gpt-live"
+    assert p.live[0].rewrites == [
+        {"of": "model", "kind": "live_model", "from": second.line["body"]["model"], "to": "gpt-live"}
+    ]
+
+
+def _reasoning_run(journal_path, lines):
+    """A Codex run whose reply 1 carries an encrypted reasoning item (as OpenAI sends with
+    ``store: false``), sent back by the client in request 2; made from the corpus run's first
+    request with the protocol module's own renderer."""
+    from corpus_runs import record_line
+    from pvisor.journal.model import Attempt, Reasoning, Run
+    from pvisor.journal.writer import Journal
+
+    mod = get_protocol("openai-responses")
+    first = {k: v for k, v in lines["codex-parallel"][0].line.items() if k != "reply"}
+    call = ToolCall(id="call_r1", name="exec_command", arguments_raw='{"cmd":"ls"}', arguments={"cmd": "ls"})
+    action = Action(
+        text="", reasoning=[Reasoning(text="plan", encrypted="gAAAA-other-org")], tool_calls=[call]
+    )
+    final = mod.action_to_response(action, model="gpt-5-codex", ids=IdSource(5))
+    second = {**first["body"], "input": mod.conversation_items(first["body"], final)}
+    second["input"] = second["input"] + [
+        {"type": "function_call_output", "call_id": "call_r1", "output": "a.txt"}
+    ]
+    with Journal.open(journal_path) as j:
+        j.create_run(Run(id="codex-reasoning", agent="codex"))
+        j.start_attempt(Attempt(run="codex-reasoning", n=1))
+        one = {**first, "response": final}
+        one["body"] = {**first["body"], "stream": False}
+        record_line(j, "codex-reasoning", 1, one)
+        two = {
+            **first,
+            "body": {**second, "stream": False},
+            "response": orjson.loads(_live_reply("openai-responses")),
+        }
+        record_line(j, "codex-reasoning", 1, two)
+        j.end_attempt("codex-reasoning", 1, 0)
+    return one, two
+
+
+def test_served_reasoning_is_stripped_when_asked(stack, tmp_path, corpus_journal):
+    _, lines = corpus_journal
+    journal = tmp_path / "reasoning.sqlite"
+    one, two = _reasoning_run(journal, lines)
+    keep, gw_keep, up_keep = _continue(stack, journal, "codex-reasoning", "codex", 1, "openai-responses")
+    strip, gw_strip, up_strip = _continue(
+        stack,
+        journal,
+        "codex-reasoning",
+        "codex",
+        1,
+        "openai-responses",
+        LivePolicy(reasoning=ReasoningPolicy.STRIP),
+    )
+    for p, gw in ((keep, gw_keep), (strip, gw_strip)):
+        assert _send(gw, one)[0] == 200
+        assert _send(gw, two)[0] == 200
+        assert p.divergence is None and p.live, (p.divergence, p.auxiliary, p.served)
+    served = [i for i in two["body"]["input"] if i.get("type") == "reasoning"]
+    assert served and served[0]["encrypted_content"] == "gAAAA-other-org"
+    kept = orjson.loads(up_keep.requests[0][3])["input"]
+    stripped = orjson.loads(up_strip.requests[0][3])["input"]
+    assert up_keep.requests[0][3] == orjson.dumps(two["body"])  # keep: as the agent sent it
+    assert [i for i in kept if i.get("type") == "reasoning"] == served
+    assert [i for i in stripped if i.get("type") == "reasoning"] == []
+    assert stripped == [i for i in kept if i.get("type") != "reasoning"]
+    assert strip.live[0].changes == ["reasoning_stripped"] and keep.live[0].changes == []
+    assert {w["of"] for w in strip.live[0].rewrites} == {"reasoning"}
+    assert [w["kind"] for w in strip.live[0].rewrites] == ["reasoning_item_dropped"]
+
+
+def test_previous_response_id_of_a_served_reply_is_expanded_before_forwarding(stack, corpus_journal):
+    """No pinned agent sends ``previous_response_id``; the official SDK does."""
+    journal, lines = corpus_journal
+    p, gw, up = _continue(stack, journal, "codex-parallel", "codex", 1, "openai-responses")
+    first, second = lines["codex-parallel"][:2]
+    b1 = dict(first.line["body"])
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test-key-for-expansion", max_retries=0)
+    known = ("model", "input", "tools", "instructions", "stream")
+    extra = {k: v for k, v in b1.items() if k not in known}
+    r1 = client.responses.create(
+        model=b1["model"],
+        input=b1["input"],
+        tools=b1["tools"],
+        instructions=b1.get("instructions"),
+        extra_body=extra,
+    )
+    assert r1.id and [s.request for s in p.served] == [1]
+    new_items = second.line["body"]["input"][len(b1["input"]) :]
+    outputs = [i for i in new_items if i.get("type", "").endswith("_output")]
+    r2 = client.responses.create(
+        model=b1["model"],
+        previous_response_id=r1.id,
+        input=outputs,
+        tools=b1["tools"],
+        instructions=b1.get("instructions"),
+        extra_body=extra,
+    )
+    assert r2.output_text == "live reply"
+    [(_, _, _, got)] = up.requests
+    forwarded = orjson.loads(got)
+    assert "previous_response_id" not in forwarded
+    assert (
+        forwarded["input"][: len(b1["input"])] == b1["input"]
+        and forwarded["input"][-len(outputs) :] == outputs
+    )
+    assert len(forwarded["input"]) > len(b1["input"]) + len(outputs)  # A_1's output items in between
+    assert p.expansions and p.expansions[0]["previous_response_id"] == r1.id
+    assert p.live[0].changes == ["previous_response_expanded"] and p.live[0].request == 2
