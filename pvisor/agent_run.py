@@ -106,7 +106,11 @@ class RunRequest:
     gets a dummy key), ``mode``, ``parent_run`` and ``boundary_step`` (the derived run's
     lineage), ``labels`` (more run labels), ``upstream_label`` (what ``labels.upstream`` names)
     and ``end_grace``: seconds the agent may still run once the responder's ``ended`` is set,
-    before it is stopped.
+    before it is stopped. With a responder, ``upstream`` is where its :class:`Forward` answers go
+    (a continuation); the agent then reads the user's key from the environment, as with
+    ``--upstream``. ``agent_env``: variables added to the agent's environment (the launch
+    profile's own settings win); ``agent_args``: more launch arguments
+    (:meth:`~pvisor.adapters.agents.base.AgentProfile.with_arguments`).
     """
 
     agent: str
@@ -129,6 +133,8 @@ class RunRequest:
     labels: dict[str, str] = field(default_factory=dict)
     upstream_label: str | None = None
     end_grace: float = 30.0
+    agent_env: dict[str, str] = field(default_factory=dict)
+    agent_args: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -557,8 +563,8 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     profile = get_profile(req.agent)
     if req.upstream and req.script:
         raise UsageError("give --upstream URL or --script FILE, not both")
-    if req.responder is not None and (req.upstream or req.script or req.resume):
-        raise UsageError("a run under a responder takes no --upstream, --script or --resume")
+    if req.responder is not None and (req.script or req.resume):
+        raise UsageError("a run under a responder takes no --script or --resume")
     if req.upstream:
         from pvisor.gateway.routing import check_upstream_url
 
@@ -623,7 +629,12 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
             # replay's playback answers in the gateway; nothing is forwarded, no key is needed
             home = None if use_home else run_dir / "home"
             responder = req.responder(RunSetup(run_id, run_dir, home, workspace))
-            config = GatewayConfig(host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0, offline=True)
+            if req.upstream:  # a continuation: what the responder forwards goes to the live upstream
+                config = GatewayConfig(host="127.0.0.1", port=req.port, upstreams={profile.upstream: req.upstream}, run=run_id,
+                                       attempt=attempt, shutdown_grace=5.0)
+            else:
+                config = GatewayConfig(host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0,
+                                       offline=True)
             upstream_label = req.upstream_label or "responder"
         elif script is not None:
             # the scripted model answers in the gateway itself (served_by: scripted); nothing is forwarded
@@ -664,11 +675,13 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
         home.mkdir(exist_ok=True, mode=0o700)
     ctx = LaunchContext(
         executable=exe, base_url=f"{url}/run/{run_id}", run_dir=run_dir, home=home, workspace=workspace, attempt=attempt,
-        model=model, api_key=SCRIPT_API_KEY if req.script or responder is not None else None,
+        model=model, api_key=SCRIPT_API_KEY if req.script or (responder is not None and not req.upstream) else None,
     )
     plan = profile.plan(ctx, req.task, session_id=resume.session_id if resume else None)
+    if req.agent_args:
+        plan.argv = profile.with_arguments(plan.argv, req.agent_args)
     _write_files(plan.files)
-    env = apply_env(os.environ, plan.env)
+    env = apply_env({**os.environ, **req.agent_env}, plan.env)
     env["PWD"] = str(workspace)  # as a shell sets it: OpenCode takes its directory from $PWD, not from its cwd
     tmp = run_dir / "tmp"  # the agent's and its tools' temporary files stay with the run, not in a shared /tmp
     tmp.mkdir(exist_ok=True, mode=0o700)

@@ -24,10 +24,11 @@ In order (docs/replay.md):
 
 from __future__ import annotations
 
+import enum
 import os
 import stat
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -64,7 +65,7 @@ DEFAULT_TIMEOUT_S = 900.0
 
 
 @dataclass
-class ReplayOnlyOptions:
+class ReplayOptions:
     """The arguments of one replay-only (``pvisor replay --replay-only``; docs/replay.md).
 
     Fields: ``agent``; ``after_step`` N; ``output`` directory; ``workspace`` (required: where
@@ -73,7 +74,14 @@ class ReplayOnlyOptions:
     ``entrypoint`` (the agent's executable; default its command on PATH); ``task`` (when the
     source holds none, or to replay with another); ``session`` (OpenCode stores);
     ``timeout`` seconds for the whole agent run; ``force``; ``allow_unsupported`` (an installed
-    agent version outside its profile's range); ``end_grace`` seconds after the synthetic end."""
+    agent version outside its profile's range); ``end_grace`` seconds after the synthetic end;
+    ``model`` the agent is launched with (default: the recorded one); ``agent_env`` and
+    ``agent_args`` (a config's ``environment`` and ``arguments``).
+
+    A continuation (:func:`continue_replay`) also reads: ``upstream`` (the live model's base URL;
+    None: the agent's public API, which needs the user's key in the environment),
+    ``max_steps`` (None: no budget; else >= 1), ``boundary_prompt``, ``reasoning`` (``keep`` or
+    ``strip``), ``live_model`` (None: the model the agent asks for)."""
 
     agent: str
     after_step: int
@@ -89,6 +97,18 @@ class ReplayOnlyOptions:
     force: bool = False
     allow_unsupported: bool = False
     end_grace: float = END_GRACE_S
+    model: str | None = None
+    agent_env: dict[str, str] = field(default_factory=dict)
+    agent_args: list[str] = field(default_factory=list)
+    upstream: str | None = None
+    max_steps: int | None = None
+    boundary_prompt: str | None = None
+    reasoning: str = "keep"
+    live_model: str | None = None
+
+
+#: the name of the options before continuation came
+ReplayOnlyOptions = ReplayOptions
 
 
 @dataclass
@@ -109,6 +129,22 @@ class ReplayOnlyOutcome:
             if prefix
             else "no prefix"
         )
+        live = r.get("continuation")
+        if live is not None:
+            b = live["boundary_request"]
+            sent = (
+                "request N+1 forwarded byte-identical"
+                if b and b["byte_identical"]
+                else f"request N+1 forwarded with {', '.join(b['why'])}"
+                if b
+                else "no request N+1"
+            )
+            return (
+                f"continued {r['agent']} after step {r['boundary']['after_step']} of {r['boundary']['steps_total']} as run "
+                f"{r['derived_run']}: {r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) "
+                f"equal once normalised; {where}; {sent}; {live['live_steps']} live step(s) from {live['upstream']}; "
+                f"ended by {live['ended_by']}"
+            )
         return (
             f"replayed {r['agent']} to step {r['boundary']['after_step']} of {r['boundary']['steps_total']} as run {r['derived_run']}: "
             f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) equal once normalised; "
@@ -160,7 +196,7 @@ def _check(opts: ReplayOnlyOptions) -> Any:
     if opts.workspace is None:
         raise ReplayUsageError(
             "workspace_refused",
-            "--replay-only needs --workspace DIR: a new directory where the agent re-runs its tools "
+            "replaying with the agent (--replay-only, continuation) needs --workspace DIR: a new directory where it re-runs its tools "
             "(never the recorded run's own: recorded commands can delete or push)",
         )
     if not opts.workspace.is_dir():
@@ -212,16 +248,29 @@ def _fill_recording(result: dict[str, Any], rec: Any) -> None:
     result["warnings"] += [{"code": c, "message": m} for c, m in rec.notes]
 
 
-def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayOnlyOutcome:
+def replay_only(opts: ReplayOptions, warn: Callable[[str], None]) -> ReplayOnlyOutcome:
     """Replay ``opts`` (module docstring). Returns the outcome of a replay whose status is
     ``ok``; otherwise writes ``result.json`` (when the output directory was accepted) and raises
     (ReplayFailed, ReplayBadInput, ReplayUsageError, UnavailableError, ...), the error carrying
     the document as ``result``."""
+    return _replay_agent(opts, warn, RunMode.REPLAY_ONLY)
+
+
+def continue_replay(opts: ReplayOptions, warn: Callable[[str], None]) -> ReplayOnlyOutcome:
+    """Replay ``opts`` through step N, then continue with the live model (docs/replay.md
+    "Continuation"). Returns and raises as :func:`replay_only`; the result document holds the
+    continuation's fields as well (``continuation``, ``live_requests``, ...)."""
+    return _replay_agent(opts, warn, RunMode.CONTINUATION)
+
+
+def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMode) -> ReplayOnlyOutcome:
     from pvisor.agent_run import AgentUnavailable, RunRequest, run_agent
     from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
 
     t0 = time.perf_counter()
     d = _check(opts)
+    live = mode is RunMode.CONTINUATION
+    upstream = _check_live(opts, d) if live else None
     out = check_output(
         opts.output,
         opts.workspace,
@@ -229,7 +278,7 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
         "the output must not be where the agent works (it can read and change it)",
     )
     result = base_result(
-        RunMode.REPLAY_ONLY.value,
+        mode.value,
         opts.agent,
         opts.trajectory,
         opts.journal if opts.run is not None else None,
@@ -249,6 +298,8 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
             "playback": None,
         }
     )
+    if live:
+        result["continuation"] = None
     timings = result["timings_ms"]
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -273,6 +324,8 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
                 f"{show_path(source_path)} holds no task for the agent (a run recorded before pvisor kept it, and "
                 "no command line to read it from): give --task TEXT",
             )
+        if live:
+            _check_boundary_prompt(opts, rec)
         if rec.workspace and _related(_resolved(Path(rec.workspace)), ws):
             raise ReplayUsageError(
                 "workspace_refused",
@@ -291,7 +344,19 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
                 pairs.append((rec.run_dir, str(setup.run_dir), "run_dir"))
                 # the run id alone: agents also name their home relative to the workspace (../runs/<id>/home)
                 pairs.append((Path(rec.run_dir).name, setup.run, "run_id"))
-            responder = PlaybackResponder(rec, opts.after_step, d, PathRewrites([p for p in pairs if p[0]]))
+            rewrites = PathRewrites([p for p in pairs if p[0]])
+            if live:
+                from pvisor.replay.continuation import ContinuationResponder, LivePolicy, ReasoningPolicy
+
+                policy = LivePolicy(
+                    max_steps=opts.max_steps,
+                    boundary_prompt=opts.boundary_prompt,
+                    reasoning=ReasoningPolicy(opts.reasoning),
+                    live_model=opts.live_model,
+                )
+                responder: Any = ContinuationResponder(rec, opts.after_step, d, rewrites, policy)
+            else:
+                responder = PlaybackResponder(rec, opts.after_step, d, rewrites)
             holder["responder"] = responder
             return responder
 
@@ -309,14 +374,17 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
                     workspace=ws,
                     timeout=opts.timeout,
                     allow_unsupported=opts.allow_unsupported,
-                    model=rec.model,
+                    model=opts.model or rec.model,
                     responder=make,
-                    mode=RunMode.REPLAY_ONLY.value,
+                    mode=mode.value,
                     parent_run=rec.run,
                     boundary_step=opts.after_step,
                     labels=labels,
-                    upstream_label=f"playback:{rec.kind}",
+                    upstream_label=f"playback:{rec.kind}" + (f", then {_shown_url(upstream)}" if upstream else ""),
                     end_grace=opts.end_grace,
+                    upstream=upstream,
+                    agent_env=dict(opts.agent_env),
+                    agent_args=list(opts.agent_args),
                 ),
                 warn,
             )
@@ -327,6 +395,8 @@ def replay_only(opts: ReplayOnlyOptions, warn: Callable[[str], None]) -> ReplayO
         result["agent_started"] = True
         p = holder["responder"]
         _fill_after(result, opts, rec, p, report, ws, ws_before, out, warn)
+        if live:
+            _fill_live(result, opts, rec, p, report, upstream)
         prefix = recorded_prefix(p)
         files: list[tuple[Path, bytes]] = []
         if prefix is not None:
@@ -439,7 +509,7 @@ def _fill_after(
     result["lineage"] = {
         "parent_run": rec.run,
         "boundary_step": opts.after_step,
-        "mode": RunMode.REPLAY_ONLY.value,
+        "mode": result["mode"],
         "source": show_path(rec.path),
         "workspace_snapshot": None,
     }
@@ -489,11 +559,15 @@ def _failure(result: dict[str, Any], p: Any, report: Any, opts: ReplayOnlyOption
     if p.divergence is not None:
         return ReplayFailed("diverged", f"the replay diverged at {p.divergence.sentence()}")
     if report.interrupted:
+        where = "after" if p.boundary is not None else "before"
         return ReplayFailed(
             "interrupted",
-            f"interrupted by {report.interrupt_signal or 'a signal'} before request {opts.after_step + 1}",
+            f"interrupted by {report.interrupt_signal or 'a signal'} {where} request {opts.after_step + 1}",
             exit_code=report.exit_code,
         )
+    live = result.get("continuation")
+    if live is not None and p.boundary is not None:
+        return _live_failure(live, opts)
     if p.boundary is not None:
         return None
     last = p.latest[0] if p.latest is not None else 0
@@ -511,3 +585,251 @@ def _failure(result: dict[str, Any], p: Any, report: Any, opts: ReplayOnlyOption
         f"the agent exited (code {report.agent_exit_code}) after main-loop request {last}, before request "
         f"{opts.after_step + 1}; see {report.stderr}",
     )
+
+
+# --------------------------------------------------------------------------- continuation
+
+
+class ContinuationEnd(str, enum.Enum):
+    """Why a continuation's live part ended (``continuation.ended_by``)."""
+
+    AGENT = "agent"  #: the agent ended by itself after a live reply
+    STEP_BUDGET = "step_budget"  #: --max-steps live steps ran; the synthetic final reply ended it
+    UPSTREAM_ERROR = "upstream_error"  #: the last live request failed (refused, unreachable)
+    REASONING_REJECTED = "reasoning_rejected"  #: the upstream refused the served reasoning
+    TIMEOUT = "timeout"
+    INTERRUPTED = "interrupted"
+    DIVERGED = "diverged"  #: playback diverged before N+1: nothing went live
+    NOT_REACHED = "not_reached"  #: the agent never sent request N+1
+
+
+def _shown_url(url: str | None) -> str:
+    import re
+
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url or "")
+
+
+def _check_live(opts: ReplayOptions, d: Any) -> str:
+    """The continuation's options checked; returns the live upstream's base URL (``--upstream``,
+    else the agent's public API, whose key must be in the environment)."""
+    from pvisor.adapters.protocols import UPSTREAMS
+    from pvisor.gateway.routing import check_upstream_url
+
+    for opt, value in (
+        ("--upstream", opts.upstream),
+        ("--boundary-user-prompt", opts.boundary_prompt),
+        ("--live-model", opts.live_model),
+        ("--model", opts.model),
+    ):
+        _utf8(opt, value)
+    if opts.max_steps is not None and opts.max_steps < 1:
+        raise ReplayUsageError(
+            "usage",
+            f"--max-steps {opts.max_steps}: a continuation runs at least one live step "
+            "(--replay-only runs none)",
+        )
+    if opts.boundary_prompt is not None and not opts.boundary_prompt.strip():
+        raise ReplayUsageError("usage", "--boundary-user-prompt is empty: give the text, or leave the option out")
+    if opts.live_model is not None and not opts.live_model.strip():
+        raise ReplayUsageError("usage", "--live-model is empty: give a model name, or leave the option out")
+    if opts.reasoning not in ("keep", "strip"):
+        raise ReplayUsageError("usage", f"--reasoning {opts.reasoning!r}: expected keep or strip")
+    if opts.upstream is not None:
+        try:
+            check_upstream_url(opts.upstream)
+        except ValueError as exc:
+            raise ReplayUsageError("usage", f"--upstream {_shown_url(opts.upstream)}: {exc}") from None
+        return opts.upstream
+    url = UPSTREAMS[d.upstream][0]
+    key = d.key_env
+    if key and not (opts.agent_env.get(key) or os.environ.get(key)):
+        raise ReplayUsageError(
+            "missing_api_key",
+            f"a continuation forwards request N+1 to {url}, which needs {key} in the environment: set it, "
+            "or give --upstream URL (a local model server)",
+        )
+    return url
+
+
+def _check_boundary_prompt(opts: ReplayOptions, rec: Any) -> None:
+    """A boundary prompt needs a request N+1: refused when N is the last step and A_N made no
+    tool call (the agent ends after A_N; only its native resume could send more)."""
+    if opts.boundary_prompt is None:
+        return
+    n = opts.after_step
+    if n == len(rec.steps) and n > 0 and not [c for c in rec.steps[n - 1].action.tool_calls if c.kind != "server"]:
+        raise ReplayUsageError(
+            "boundary_prompt_impossible",
+            f"--boundary-user-prompt after step {n}: it is the last step and A_{n} made no tool call, so the agent "
+            "sends no request N+1 to carry the prompt (only its native resume could: pvisor run --resume)",
+        )
+
+
+def _error_message(body: bytes | None) -> str | None:
+    """``error.message`` of a provider's JSON error body (all four protocols), or None."""
+    import orjson
+
+    if not body:
+        return None
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body[:300].decode("utf-8", "replace")
+    if isinstance(obj, list) and obj and isinstance(obj[0], dict):
+        obj = obj[0]  # Gemini's streamGenerateContent wraps its error in a list
+    err = obj.get("error") if isinstance(obj, dict) else None
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return err["message"]
+    if isinstance(err, str):
+        return err
+    return None
+
+
+def _fill_live(result: dict[str, Any], opts: ReplayOptions, rec: Any, p: Any, report: Any, upstream: str | None) -> None:
+    """The continuation's fields of the result (docs/result-protocol.md "Continuation"): every
+    forwarded request with what the upstream answered (read back from the journal), the
+    boundary request, rewrites, expansions, and why it ended."""
+    from pvisor.adapters.protocols import get_protocol
+    from pvisor.journal.model import redact_text
+    from pvisor.journal.reader import JournalReader
+
+    mod = get_protocol(rec.protocol)
+    answered: dict[str, Any] = {}
+    bodies: dict[str, bytes | None] = {}
+    with JournalReader(opts.journal) as r:
+        for ex in r.exchanges(report.run):
+            answered[ex.id] = ex
+        for lr in p.live:
+            ex = answered.get(lr.exchange)
+            if ex is not None and (ex.status is None or ex.status >= 400):
+                bodies[lr.exchange] = r.response_body(ex)
+    requests = []
+    for lr in p.live:
+        row = lr.to_json()
+        ex = answered.get(lr.exchange)
+        row["status"] = ex.status if ex is not None else None
+        row["outcome"] = ex.outcome if ex is not None else "not_recorded"
+        row["error"] = None
+        if ex is not None and (ex.status is None or ex.status >= 400):
+            message = _error_message(bodies.get(lr.exchange)) or ex.error or ex.outcome
+            row["error"] = redact_text(message, p.secrets)[:500]
+            refusal = mod.reasoning_refusal(ex.status or 0, bodies.get(lr.exchange) or b"")
+            row["reasoning_rejected"] = refusal is not None
+        requests.append(row)
+    main = [r for r in requests if r["request"] is not None]
+    ok_steps = sorted({r["request"] for r in main if r["status"] is not None and 200 <= r["status"] < 300})
+    boundary = next((r for r in main if r["request"] == opts.after_step + 1), None)
+    last = main[-1] if main else None
+    failed_last = last is not None and last["error"] is not None
+    rejected = next((r for r in main if r.get("reasoning_rejected")), None)
+    if p.divergence is not None:
+        ended = ContinuationEnd.DIVERGED
+    elif report.interrupted:
+        ended = ContinuationEnd.INTERRUPTED
+    elif p.budget_end is not None:
+        ended = ContinuationEnd.STEP_BUDGET
+    elif failed_last and last.get("reasoning_rejected"):
+        ended = ContinuationEnd.REASONING_REJECTED
+    elif failed_last:
+        ended = ContinuationEnd.UPSTREAM_ERROR
+    elif report.timed_out:
+        ended = ContinuationEnd.TIMEOUT
+    elif p.boundary is None and not _no_request_after(p):
+        ended = ContinuationEnd.NOT_REACHED
+    else:
+        ended = ContinuationEnd.AGENT
+    prompt = opts.boundary_prompt
+    result["live_requests"] = len(requests)
+    result["boundary_user_prompt_injected"] = bool(p.prompt_injected)
+    result["continuation"] = {
+        "upstream": _shown_url(upstream),
+        "recorded_model": rec.model,
+        "live_model": opts.live_model,
+        "max_steps": opts.max_steps,
+        "reasoning": opts.reasoning,
+        "live_steps": len(ok_steps),
+        "ended_by": ended.value,
+        "boundary_request": {
+            "exchange": boundary["exchange"],
+            "sent_sha256": boundary["sent_sha256"],
+            "forwarded_sha256": boundary["forwarded_sha256"],
+            "byte_identical": boundary["byte_identical"],
+            "why": boundary["changes"],
+            "status": boundary["status"],
+        }
+        if boundary is not None
+        else None,
+        "boundary_user_prompt": {
+            "text": prompt,
+            "at_entry": p.boundary_at,
+            "requests": [r["exchange"] for r in requests if r["prompt_at"] is not None],
+            "not_placed": p.prompt_misses,
+        }
+        if prompt is not None
+        else None,
+        "requests": requests,
+        "reasoning_rewrites": [{"exchange": r["exchange"], **w} for r in requests for w in r["rewrites"] if w["of"] == "reasoning"],
+        "model_rewrites": [{"exchange": r["exchange"], **w} for r in requests for w in r["rewrites"] if w["of"] == "model"],
+        "expansions": list(p.expansions),
+        "reasoning_rejected": {"exchange": rejected["exchange"], "request": rejected["request"], "message": rejected["error"]}
+        if rejected is not None
+        else None,
+        "upstream_error": {
+            "exchange": last["exchange"],
+            "request": last["request"],
+            "status": last["status"],
+            "outcome": last["outcome"],
+            "message": last["error"],
+        }
+        if failed_last
+        else None,
+        "step_budget_end": p.budget_end,
+    }
+    if p.prompt_misses:
+        result["warnings"].append(
+            {
+                "code": "boundary_prompt_not_placed",
+                "message": f"{len(p.prompt_misses)} later request(s) no longer reach the boundary (the agent rewrote its "
+                "history, a compaction?): the boundary user prompt was not placed in them",
+            }
+        )
+    if opts.boundary_prompt is None and boundary is None and ended is ContinuationEnd.AGENT:
+        result["warnings"].append(
+            {
+                "code": "no_live_request",
+                "message": f"A_{opts.after_step} made no tool call and the agent ended after it: nothing went to the live model",
+            }
+        )
+
+
+def _live_failure(live: dict[str, Any], opts: ReplayOptions) -> ReplayFailed | None:
+    """The error of a continuation that went live but did not end well, or None."""
+    ended = live["ended_by"]
+    if ended == ContinuationEnd.REASONING_REJECTED.value:
+        rej = live["reasoning_rejected"] or live["upstream_error"]
+        return ReplayFailed(
+            "reasoning_rejected",
+            f"the live upstream {live['upstream']} refused the served reasoning at request {rej['request']}: "
+            f"{rej['message']} (--reasoning strip rewrites it so that the live API accepts it)",
+        )
+    if ended == ContinuationEnd.UPSTREAM_ERROR.value:
+        err = live["upstream_error"]
+        unreachable = err["status"] is None or err["outcome"] in ("upstream_unreachable", "upstream_reset")
+        what = "could not be reached" if unreachable else f"answered {err['status']}"
+        return ReplayFailed(
+            "upstream_unreachable" if unreachable else "upstream_error",
+            f"the live upstream {live['upstream']} {what} at request {err['request']}: {err['message']}",
+            exit_code=69 if unreachable else 1,
+        )
+    if ended == ContinuationEnd.TIMEOUT.value:
+        return ReplayFailed(
+            "agent_timeout",
+            f"the continuation was still running after --timeout {opts.timeout:g} s (the agent was stopped; "
+            f"{live['live_steps']} live step(s) are in the derived run)",
+            exit_code=124,
+        )
+    return None
+
+
+def _no_request_after(p: Any) -> bool:
+    return p.latest is not None and p.latest[0] == p.n

@@ -11,5 +11,25 @@ Modules:
 - :mod:`.workspace`: the workspace digest.
 - :mod:`.errors`: errors with result-protocol codes.
 
+The Python API of continuation, :func:`continue_run` and :func:`continue_many` (and their
+:class:`Result`), is defined in :mod:`pvisor.replay_api` (it runs agents, a layer above this
+package) and reached here by name, loaded on first use.
+
 Nothing is imported here, so that ``import pvisor.replay`` costs nothing.
 """
+
+from typing import Any
+
+_API = ("continue_run", "continue_many", "Result")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from pvisor import replay_api  # the public API's facade: the one upward import, by name
+
+        return getattr(replay_api, name)
+    raise AttributeError(f"module 'pvisor.replay' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])

@@ -37,7 +37,8 @@ def fake_agent(tmp: Path, behaviour: str, version: str = "2.1.332") -> Path:
 
 
 def _env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith("PVISOR_")}
+    # no provider key: a continuation to the public API must find none (and this box must not use one)
+    return {k: v for k, v in os.environ.items() if not k.startswith("PVISOR_") and not k.endswith(("_API_KEY", "_AUTH_TOKEN"))}
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -91,7 +92,7 @@ def test_usage_errors_write_nothing(setup):
     s = setup
     without_workspace = [a for a in s.args() if a not in ("--workspace", str(s.new_ws))]
     cases = [
-        (without_workspace, "--replay-only needs --workspace DIR"),
+        (without_workspace, "(--replay-only, continuation) needs --workspace DIR"),
         (s.args(ws=s.tmp / "nope"), "no such directory"),
         (s.args("--trajectory", str(s.journal)), "give exactly one source"),
         (s.args("--prepare-only"), "give one mode"),
@@ -108,9 +109,11 @@ def test_usage_errors_write_nothing(setup):
     assert proc.returncode == 2
     _one_error(proc, "no run 'r-unknown'")
     _failed(s.tmp / "out", "usage")
-    # no mode at all
+    # no mode flag: a continuation, whose public upstream needs the user's key
     proc = run([a for a in s.args(out="o") if a != "--replay-only"], s.tmp)
-    assert proc.returncode == 2 and "give one mode" in proc.stderr
+    assert proc.returncode == 2
+    _one_error(proc, "which needs ANTHROPIC_API_KEY in the environment")
+    assert not (s.tmp / "o").exists()
 
 
 def test_the_recorded_workspace_is_refused_and_so_is_one_around_or_inside_it(setup):

@@ -428,7 +428,8 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
     validate(doc)
     assert doc == read_result(out) and doc["status"] == "failed" and doc["errors"][0]["code"] == "observation_not_recorded"
     p = pvisor("replay", "--agent", "codex", "--run", "codex-single", "--after-step", "0", "--output", str(tmp_path / "x"), journal=path)
-    assert p.returncode == 2 and b"--prepare-only" in p.stderr
+    # no mode flag is a continuation, which needs a workspace to run the agent in
+    assert p.returncode == 2 and b"needs --workspace DIR" in p.stderr
 
 
 def test_cli_in_process_with_standalone_mode_false(corpus_journal, tmp_path):

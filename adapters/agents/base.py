@@ -250,6 +250,13 @@ class AgentProfile(AgentDescriptor):
         when the agent cannot resume."""
         raise NotImplementedError
 
+    def with_arguments(self, argv: list[str], extra: list[str]) -> list[str]:
+        """``argv`` with ``extra`` launch arguments (a replay config's ``arguments``): before
+        the ``--`` that ends the options when there is one (the task follows it), else at the
+        end, where every pinned agent still reads options."""
+        at = argv.index("--") if "--" in argv else len(argv)
+        return [*argv[:at], *extra, *argv[at:]]
+
     def base_env(self, ctx: LaunchContext) -> dict[str, str | None]:
         """Environment changes every profile makes: no proxy for the gateway's host, the
         private home (``HOME`` and the XDG base directories) unless ``--use-home``, the

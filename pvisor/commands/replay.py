@@ -1,4 +1,4 @@
-"""``pvisor replay``: prepare-only and replay-only (continuation comes next).
+"""``pvisor replay``: prepare-only, replay-only and continuation (the default mode).
 
 Output: one summary line on stdout; with ``--result -`` the result document (indented JSON)
 goes to stdout instead and the summary line to stderr, so stdout is exactly one JSON value.
@@ -51,72 +51,148 @@ def _path(opt: str, value: str | None) -> Path | None:
 
 
 @click.command("replay")
-@click.option("--agent", required=True, metavar="NAME", help="The agent: claude-code, codex, gemini-cli, qwen-code, opencode, mini-swe-agent, openhands, swe-agent.")
+@click.option("--agent", default=None, metavar="NAME", help="The agent: claude-code, codex, gemini-cli, qwen-code, opencode, mini-swe-agent, openhands, swe-agent.")
 @click.option("--trajectory", type=str, default=None, metavar="PATH", help="The agent's native trajectory file (source).")
 @click.option("--run", "run_id", default=None, metavar="ID", help="A run of the journal (id or unique prefix) (source).")
-@click.option("--after-step", "after_step", type=_StepNumber(), required=True, metavar="N", help="Keep the task and steps 1..N (0 <= N <= steps); exclude A(N+1) and after.")
+@click.option("--after-step", "after_step", type=_StepNumber(), default=None, metavar="N", help="Keep the task and steps 1..N (0 <= N <= steps); exclude A(N+1) and after.")
 @click.option("--prepare-only", "prepare_only_flag", is_flag=True, help="Write the prefix and the result; execute nothing, start nothing, open no socket.")
 @click.option("--replay-only", "replay_only_flag", is_flag=True, help="Re-run the agent through steps 1..N with the recorded actions in --workspace; record the prefix at request N+1 and end the agent.")
-@click.option("--output", type=str, required=True, metavar="DIR", help="Directory for prefix.json, prefix.request.json, result.json (not inside the workspace).")
-@click.option("--workspace", type=str, default=None, metavar="DIR", help="prepare-only: digest it before and after (never written). replay-only (required): the new directory the agent re-runs its tools in.")
-@click.option("--agent-entrypoint", "entrypoint", default=None, metavar="PATH", help="replay-only: the agent's executable (default: its command on PATH).")
-@click.option("--task", default=None, metavar="TEXT", help="replay-only: the task, when the source holds none.")
-@click.option("--timeout", type=float, default=900.0, show_default=True, metavar="SECONDS", help="replay-only: how long the agent may take.")
-@click.option("--allow-unsupported", is_flag=True, help="replay-only: run an installed agent version outside its profile's range.")
+@click.option("--output", type=str, default=None, metavar="DIR", help="Directory for prefix.json, prefix.request.json, result.json (not inside the workspace).")
+@click.option("--workspace", type=str, default=None, metavar="DIR", help="prepare-only: digest it before and after (never written). replay-only and continuation (required): the new directory the agent re-runs its tools in.")
+@click.option("--agent-entrypoint", "entrypoint", default=None, metavar="PATH", help="replay-only, continuation: the agent's executable (default: its command on PATH).")
+@click.option("--task", default=None, metavar="TEXT", help="replay-only, continuation: the task, when the source holds none.")
+@click.option("--timeout", type=float, default=None, metavar="SECONDS", help="replay-only, continuation: how long the agent may take (default 900).")
+@click.option("--allow-unsupported", is_flag=True, default=None, help="replay-only, continuation: run an installed agent version outside its profile's range.")
+@click.option("--upstream", default=None, metavar="URL", help="continuation: the live model's base URL (default: the agent's public API, with the key from the environment).")
+@click.option("--max-steps", "max_steps", type=int, default=None, metavar="K", help="continuation: at most K live steps (main-loop requests N+1..N+K), then a final reply ends the agent (default: no limit).")
+@click.option("--boundary-user-prompt", "boundary_prompt", default=None, metavar="TEXT", help="continuation: a user message placed once after O'_N, before the first live inference.")
+@click.option("--reasoning", type=click.Choice(["keep", "strip"]), default=None, help="continuation: keep the served replies' reasoning (default; a refusal is reported) or strip it so that the live API accepts the request.")
+@click.option("--live-model", "live_model", default=None, metavar="NAME", help="continuation: ask the live upstream for this model instead of the recorded one.")
+@click.option("--model", default=None, metavar="NAME", help="replay-only, continuation: the model the agent is launched with (default: the recorded one).")
+@click.option("--config", "config_path", default=None, metavar="FILE", help="A replay.toml with any of these options and a table per agent (entrypoint, environment, arguments, model); flags override it.")
 @click.option("--journal", "journal_opt", default=None, metavar="PATH", help="The journal (as the global --journal, which it overrides).")
 @click.option("--protocol", type=click.Choice(_PROTOCOLS), default=None, help="Wire protocol of a native render (agents that speak several); default per agent.")
 @click.option("--profile-from", "profile_from", default=None, metavar="JOURNAL[:RUN]", help="A capture of the same agent (same major version): system prompt, tools and request parameters the native file lacks.")
 @click.option("--session", default=None, metavar="ID", help="One session of an OpenCode store holding several.")
-@click.option("--force", is_flag=True, help="Write into a non-empty --output (its earlier prefix and result files are replaced).")
+@click.option("--force", is_flag=True, default=None, help="Write into a non-empty --output (its earlier prefix and result files are replaced).")
 @click.option("--result", "result_to", default=None, metavar="-", help="'-': print result.json to stdout (the summary line goes to stderr).")
 @click.pass_context
-def replay(ctx: click.Context, agent: str, trajectory: str | None, run_id: str | None, after_step: int, prepare_only_flag: bool,
-           replay_only_flag: bool, output: str, workspace: str | None, entrypoint: str | None, task: str | None, timeout: float,
-           allow_unsupported: bool, journal_opt: str | None, protocol: str | None, profile_from: str | None, session: str | None,
-           force: bool, result_to: str | None) -> None:
+def replay(ctx: click.Context, **flags: Any) -> None:
     """Rebuild the request that ends at observation O_N of step N (--after-step N) from a
-    journal run (--run, recorded bytes) or a native trajectory (--trajectory, rendered).
+    journal run (--run, recorded bytes) or a native trajectory (--trajectory, rendered), and
+    go on from there.
 
-    --prepare-only writes DIR/prefix.json (the request body for inference N+1, exact bytes),
-    DIR/prefix.request.json (method, path, query, non-secret headers) and DIR/result.json
-    (schema sandbox-playback.result/v3, docs/result-protocol.md). --replay-only re-runs the agent
-    through steps 1..N in --workspace, serving it the recorded actions, and writes the same files
-    with the prefix the agent sent at request N+1 and O against O' per tool call (docs/replay.md)."""
-    if prepare_only_flag == replay_only_flag:
-        raise UsageError("give one mode: --prepare-only (rebuild the prefix, run nothing) or --replay-only (re-run the agent through "
-                         "step N in a new --workspace); continuation with the live model comes later")
-    if result_to is not None and result_to != "-":
-        raise UsageError(f"--result {result_to}: only '-' (stdout) is supported; result.json is always written into --output")
+    \b
+    Modes (docs/replay.md):
+      --prepare-only  write DIR/prefix.json (the request body for inference N+1, exact bytes),
+                      DIR/prefix.request.json and DIR/result.json; run nothing.
+      --replay-only   re-run the agent through steps 1..N in --workspace, serving it the
+                      recorded actions; record the prefix it sends at request N+1; end it.
+      (no flag)       continuation: as --replay-only, then request N+1 and every later one go
+                      to the live model (--upstream URL, default the agent's public API), for at
+                      most --max-steps K live steps; the derived run is in the journal.
+
+    \b
+    Example (continue a captured run after step 2 against a local model server):
+      pvisor replay --agent claude-code --run RUN --after-step 2 --workspace ws2 \\
+        --output out --upstream http://127.0.0.1:8000 --max-steps 5 \\
+        --boundary-user-prompt "Now add a test."
+    """
+    from pvisor.replay.errors import ReplayUsageError
+
+    if flags["result_to"] is not None and flags["result_to"] != "-":
+        raise UsageError(f"--result {flags['result_to']}: only '-' (stdout) is supported; result.json is always written into --output")
+    o = _merged(flags)
+    if o["prepare_only_flag"] and o["replay_only_flag"]:
+        raise UsageError("give one mode at most: --prepare-only (rebuild the prefix, run nothing), --replay-only (re-run the agent "
+                         "through step N in a new --workspace), or neither (continue with the live model after step N)")
+    for name, opt in (("agent", "--agent"), ("after_step", "--after-step"), ("output", "--output")):
+        if o[name] is None:
+            raise UsageError(f"missing option {opt} (on the command line, or in --config)")
+    if o["max_steps"] is not None and o["max_steps"] < 1:
+        raise ReplayUsageError("usage", f"--max-steps {o['max_steps']}: a continuation runs at least one live step "
+                               "(--replay-only runs none)")
+    if o["journal_opt"] == "":
+        raise UsageError("--journal is empty: give the journal file's path")
+    journal = o["journal_opt"] or (ctx.obj.get("journal") if ctx.obj else None)
+    live_opts = ("upstream", "max_steps", "boundary_prompt", "reasoning", "live_model")
+    if o["prepare_only_flag"] or o["replay_only_flag"]:
+        mode = "--prepare-only" if o["prepare_only_flag"] else "--replay-only"
+        for name in live_opts:
+            if flags[name] is not None:
+                raise UsageError(f"--{name.replace('_', '-').replace('boundary-prompt', 'boundary-user-prompt')} is for a "
+                                 f"continuation (no mode flag); {mode} sends nothing to a live model")
+    if not o["prepare_only_flag"]:
+        for opt, name in (("--protocol", "protocol"), ("--profile-from", "profile_from")):
+            if o[name] is not None:
+                raise UsageError(f"{opt} is for --prepare-only (a native render); replaying with the agent serves it in its own "
+                                 "protocol")
+        _replay_agent(o, journal, live=not o["replay_only_flag"])
+        return
+    for opt, name in (("--agent-entrypoint", "entrypoint"), ("--task", "task"), ("--model", "model")):
+        if flags[name] is not None:
+            raise UsageError(f"{opt} is for --replay-only and continuation; --prepare-only starts nothing")
     from pvisor.replay.prepare import PrepareOptions, prepare_only
 
-    if journal_opt == "":
-        raise UsageError("--journal is empty: give the journal file's path")
-    journal = journal_opt or (ctx.obj.get("journal") if ctx.obj else None)
-    if replay_only_flag:
-        for opt, value in (("--protocol", protocol), ("--profile-from", profile_from)):
-            if value is not None:
-                raise UsageError(f"{opt} is for --prepare-only (a native render); --replay-only serves the agent in its own protocol")
-        _replay_only(agent, trajectory, run_id, after_step, output, workspace, entrypoint, task, timeout, allow_unsupported, journal,
-                     session, force, result_to)
-        return
-    for opt, value in (("--agent-entrypoint", entrypoint), ("--task", task)):
-        if value is not None:
-            raise UsageError(f"{opt} is for --replay-only; --prepare-only starts nothing")
     opts = PrepareOptions(
-        agent=agent,
-        after_step=after_step,
-        output=_path("--output", output),
-        trajectory=_path("--trajectory", trajectory),
-        run=run_id,
-        journal=Path(journal) if journal and run_id is not None else None,
-        workspace=_path("--workspace", workspace),
-        protocol=protocol,
-        profile_from=profile_from,
-        force=force,
-        session=session,
+        agent=o["agent"],
+        after_step=o["after_step"],
+        output=_path("--output", o["output"]),
+        trajectory=_path("--trajectory", o["trajectory"]),
+        run=o["run_id"],
+        journal=Path(journal) if journal and o["run_id"] is not None else None,
+        workspace=_path("--workspace", o["workspace"]),
+        protocol=o["protocol"],
+        profile_from=o["profile_from"],
+        force=bool(o["force"]),
+        session=o["session"],
     )
     # (a workspace_changed is raised by prepare_only: exit 1 through the error path)
-    _report(lambda: prepare_only(opts), result_to)
+    _report(lambda: prepare_only(opts), o["result_to"])
+
+
+#: command-line names -> keys of a replay.toml (docs/replay.md "Config")
+_CONFIG_KEYS = {
+    "agent": "agent", "trajectory": "trajectory", "run_id": "run", "after_step": "after_step", "output": "output",
+    "workspace": "workspace", "task": "task", "timeout": "timeout", "allow_unsupported": "allow_unsupported",
+    "upstream": "upstream", "max_steps": "max_steps", "boundary_prompt": "boundary_user_prompt", "reasoning": "reasoning",
+    "live_model": "live_model", "journal_opt": "journal", "protocol": "protocol", "profile_from": "profile_from",
+    "session": "session", "force": "force",
+}
+
+
+def _merged(flags: dict[str, Any]) -> dict[str, Any]:
+    """The options: each flag, else the --config file's value (top level, then for entrypoint
+    and model the agent's table); the file's ``mode`` sets the mode flags no flag set. Adds
+    ``agent_env`` and ``agent_args`` (the agent's table)."""
+    o = dict(flags)
+    o["agent_env"], o["agent_args"] = {}, []
+    path = flags["config_path"]
+    if path is None:
+        return o
+    if path == "":
+        raise UsageError('--config "": an empty path')
+    from pvisor.replay.config import load_config
+
+    cfg = load_config(path)
+    for name, key in _CONFIG_KEYS.items():
+        o[name] = cfg.option(key, flags[name])
+    if not (flags["prepare_only_flag"] or flags["replay_only_flag"]):
+        mode = cfg.option("mode", None)
+        mode = getattr(mode, "value", mode)
+        o["prepare_only_flag"] = mode == "prepare-only"
+        o["replay_only_flag"] = mode == "replay-only"
+    if o["agent"] is not None:
+        settings = cfg.settings(o["agent"])
+        o["entrypoint"] = flags["entrypoint"] if flags["entrypoint"] is not None else settings.entrypoint
+        o["model"] = flags["model"] if flags["model"] is not None else settings.model
+        o["agent_env"], o["agent_args"] = dict(settings.environment), list(settings.arguments)
+    for name in ("output", "workspace", "trajectory", "journal_opt"):
+        if o[name] is not None and not isinstance(o[name], str):
+            o[name] = str(o[name])
+    if o["reasoning"] is not None and not isinstance(o["reasoning"], str):
+        o["reasoning"] = o["reasoning"].value
+    return o
 
 
 def _report(replay: Any, result_to: str | None) -> None:
@@ -144,10 +220,8 @@ def _report(replay: Any, result_to: str | None) -> None:
         click.echo(outcome.summary())
 
 
-def _replay_only(agent: str, trajectory: str | None, run_id: str | None, after_step: int, output: str, workspace: str | None,
-                 entrypoint: str | None, task: str | None, timeout: float, allow_unsupported: bool, journal: str | None,
-                 session: str | None, force: bool, result_to: str | None) -> None:
-    from pvisor.replay_run import ReplayOnlyOptions, replay_only
+def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
+    from pvisor.replay_run import DEFAULT_TIMEOUT_S, ReplayOptions, continue_replay, replay_only
 
     import gc
 
@@ -156,12 +230,17 @@ def _replay_only(agent: str, trajectory: str | None, run_id: str | None, after_s
         from pvisor.journal.paths import default_journal_path
 
         journal = str(default_journal_path())
-    opts = ReplayOnlyOptions(
-        agent=agent, after_step=after_step, output=_path("--output", output), workspace=_path("--workspace", workspace),
-        journal=Path(journal), trajectory=_path("--trajectory", trajectory), run=run_id, entrypoint=entrypoint, task=task,
-        session=session, timeout=timeout, force=force, allow_unsupported=allow_unsupported,
+    opts = ReplayOptions(
+        agent=o["agent"], after_step=o["after_step"], output=_path("--output", o["output"]),
+        workspace=_path("--workspace", o["workspace"]), journal=Path(journal), trajectory=_path("--trajectory", o["trajectory"]),
+        run=o["run_id"], entrypoint=o["entrypoint"], task=o["task"], session=o["session"],
+        timeout=o["timeout"] if o["timeout"] is not None else DEFAULT_TIMEOUT_S, force=bool(o["force"]),
+        allow_unsupported=bool(o["allow_unsupported"]), model=o["model"], agent_env=o["agent_env"],
+        agent_args=o["agent_args"], upstream=o["upstream"], max_steps=o["max_steps"], boundary_prompt=o["boundary_prompt"],
+        reasoning=o["reasoning"] or "keep", live_model=o["live_model"],
     )
-    _report(lambda: replay_only(opts, lambda m: _note(f"pvisor: warning: {m}")), result_to)
+    run = continue_replay if live else replay_only
+    _report(lambda: run(opts, lambda m: _note(f"pvisor: warning: {m}")), o["result_to"])
 
 
 def _note(line: str) -> None:

@@ -1,0 +1,292 @@
+"""The Python API of continuation, for pipelines: :func:`continue_run` and :func:`continue_many`.
+
+Import them from ``pvisor.replay`` (``from pvisor.replay import continue_run``). They do what
+``pvisor replay`` without a mode flag does (docs/replay.md "Continuation"; the result document
+is docs/result-protocol.md), and return a :class:`Result` for every replay that wrote a
+result document, whatever its status, so that a pipeline sampling many rollouts reads each
+outcome instead of catching exceptions. Errors before any result exists (a usage error, an
+output directory that is refused) raise :class:`~pvisor.journal.errors.PvisorError` from
+:func:`continue_run`; :func:`continue_many` returns them as a :class:`Result` with
+``document`` None.
+
+Several continuations run in processes of their own (one gateway, one agent and one process
+tree each): pvisor ends every process its agent leaves behind by walking its own descendants,
+which two agents in one process would mistake for each other's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+#: a source: a journal run id (str) or a native trajectory file (a path object)
+Source = Union[str, "os.PathLike[str]"]
+
+
+@dataclass
+class Result:
+    """What one continuation did.
+
+    Fields: ``document`` (the result document, ``result.json``; None when the replay failed
+    before it could write one), ``output`` (the directory holding prefix.json,
+    prefix.request.json and result.json), ``error`` (the one-line error, or None), ``exit_code``
+    (what ``pvisor replay`` would have exited with: 0 for status ``ok``)."""
+
+    document: dict[str, Any] | None
+    output: Path
+    error: str | None = None
+    exit_code: int = 0
+
+    @property
+    def status(self) -> str:
+        """``ok``, ``diverged`` or ``failed`` (``failed`` without a document)."""
+        return self.document["status"] if self.document is not None else "failed"
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def derived_run(self) -> str | None:
+        """The derived run's id in the journal (None when the agent never started)."""
+        return self.document.get("derived_run") if self.document is not None else None
+
+    @property
+    def live_steps(self) -> int:
+        """Live main-loop requests the upstream answered with success."""
+        live = (self.document or {}).get("continuation") or {}
+        return int(live.get("live_steps") or 0)
+
+    @property
+    def ended_by(self) -> str | None:
+        """Why the live part ended (``continuation.ended_by``), or None."""
+        live = (self.document or {}).get("continuation") or {}
+        return live.get("ended_by")
+
+    @property
+    def prefix(self) -> Path | None:
+        """``prefix.json`` (request N+1 as the agent sent it), or None."""
+        p = self.output / "prefix.json"
+        return p if self.document is not None and self.document.get("prefix") else None
+
+
+def _options(
+    source: Source,
+    after_step: int,
+    workspace: os.PathLike[str] | str,
+    *,
+    agent: str | None,
+    output: os.PathLike[str] | str | None,
+    journal: os.PathLike[str] | str | None,
+    upstream: str | None,
+    max_steps: int | None,
+    boundary_user_prompt: str | None,
+    reasoning: str,
+    live_model: str | None,
+    model: str | None,
+    entrypoint: str | None,
+    task: str | None,
+    timeout: float,
+    environment: Mapping[str, str] | None,
+    arguments: Sequence[str] | None,
+    force: bool,
+    allow_unsupported: bool,
+    session: str | None,
+) -> Any:
+    from pvisor.journal.errors import UsageError
+    from pvisor.journal.paths import default_journal_path
+    from pvisor.replay_run import ReplayOptions
+
+    journal_path = Path(journal) if journal is not None else default_journal_path()
+    run = trajectory = None
+    if isinstance(source, str):
+        run = source
+    elif isinstance(source, os.PathLike):
+        trajectory = Path(source)
+    else:
+        raise UsageError(
+            f"source {source!r}: give a journal run id (str) or a native trajectory file (pathlib.Path)"
+        )
+    if agent is None:
+        if run is None:
+            raise UsageError("agent= is needed with a native trajectory (which agent wrote it?)")
+        agent = _agent_of(journal_path, run)
+    out = Path(output) if output is not None else Path(tempfile.mkdtemp(prefix="pvisor-continue-"))
+    return ReplayOptions(
+        agent=agent,
+        after_step=after_step,
+        output=out,
+        workspace=Path(workspace),
+        journal=journal_path,
+        trajectory=trajectory,
+        run=run,
+        entrypoint=entrypoint,
+        task=task,
+        session=session,
+        timeout=timeout,
+        force=force,
+        allow_unsupported=allow_unsupported,
+        model=model,
+        agent_env=dict(environment or {}),
+        agent_args=list(arguments or []),
+        upstream=upstream,
+        max_steps=max_steps,
+        boundary_prompt=boundary_user_prompt,
+        reasoning=reasoning,
+        live_model=live_model,
+    )
+
+
+def _agent_of(journal: Path, run: str) -> str:
+    """The agent a journal run was captured with."""
+    from pvisor.journal.errors import UsageError
+    from pvisor.journal.reader import JournalReader
+
+    if not journal.exists():
+        raise UsageError(f"journal {journal}: no such journal file")
+    with JournalReader(journal) as r:
+        found = r.run(run)
+    if not found.agent:
+        raise UsageError(f"run {found.id} names no agent: give agent=")
+    return found.agent
+
+
+def continue_run(
+    source: Source,
+    after_step: int,
+    workspace: os.PathLike[str] | str,
+    upstream: str | None = None,
+    *,
+    agent: str | None = None,
+    output: os.PathLike[str] | str | None = None,
+    journal: os.PathLike[str] | str | None = None,
+    max_steps: int | None = None,
+    boundary_user_prompt: str | None = None,
+    reasoning: str = "keep",
+    live_model: str | None = None,
+    model: str | None = None,
+    entrypoint: str | None = None,
+    task: str | None = None,
+    timeout: float = 900.0,
+    environment: Mapping[str, str] | None = None,
+    arguments: Sequence[str] | None = None,
+    force: bool = False,
+    allow_unsupported: bool = False,
+    session: str | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> Result:
+    """Continue ``source`` after step ``after_step`` in ``workspace`` with the live model at
+    ``upstream`` (None: the agent's public API, its key from the environment), as ``pvisor
+    replay`` without a mode flag does. ``agent`` defaults to the journal run's; ``output`` to a
+    new temporary directory; ``journal`` to the default journal (the derived run goes there).
+    ``environment`` and ``arguments`` are added to the agent's environment and command line;
+    ``warn`` gets each warning line (default: ignored; they are in the document too).
+
+    Returns a :class:`Result` whenever a result document was written (also for status
+    ``failed`` or ``diverged``). Raises PvisorError (with ``exit_code``) when none could be:
+    bad options, an output directory that is refused. Call it from the main thread (the agent's
+    stop signals are handled there)."""
+    from pvisor.journal.errors import PvisorError
+    from pvisor.replay_run import continue_replay
+
+    opts = _options(
+        source,
+        after_step,
+        workspace,
+        agent=agent,
+        output=output,
+        journal=journal,
+        upstream=upstream,
+        max_steps=max_steps,
+        boundary_user_prompt=boundary_user_prompt,
+        reasoning=reasoning,
+        live_model=live_model,
+        model=model,
+        entrypoint=entrypoint,
+        task=task,
+        timeout=timeout,
+        environment=environment,
+        arguments=arguments,
+        force=force,
+        allow_unsupported=allow_unsupported,
+        session=session,
+    )
+    try:
+        outcome = continue_replay(opts, warn or (lambda _m: None))
+    except PvisorError as exc:
+        doc = getattr(exc, "result", None)
+        if doc is None:
+            raise
+        return Result(doc, opts.output, exc.message, exc.exit_code)
+    return Result(outcome.result, outcome.output)
+
+
+def _one(kwargs: dict[str, Any]) -> Result:
+    """One continuation in a worker process: never raises (a pickled error may not unpickle)."""
+    from pvisor.journal.errors import PvisorError
+
+    try:
+        return continue_run(**kwargs)
+    except PvisorError as exc:
+        return Result(None, Path(kwargs.get("output") or "."), exc.message, exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - a bug must not take the other rollouts with it
+        return Result(None, Path(kwargs.get("output") or "."), f"{type(exc).__name__}: {exc}", 70)
+
+
+def continue_many(
+    source: Source,
+    after_step: int,
+    k: int,
+    workspace_factory: Callable[[int], os.PathLike[str] | str],
+    upstream: str | None = None,
+    *,
+    concurrency: int = 2,
+    output_root: os.PathLike[str] | str | None = None,
+    **options: Any,
+) -> list[Result]:
+    """``k`` continuations of ``source`` from the same boundary (after step ``after_step``):
+    sampling several rollouts after step N. ``workspace_factory(i)`` gives rollout ``i``'s
+    workspace (a new directory each, in the state the recorded run started from); rollout ``i``
+    writes into ``output_root/rollout-<i>`` (default: a new temporary directory). At most
+    ``concurrency`` run at once, each in a process of its own with a gateway of its own; each
+    gets its own derived run in the journal and its own result. ``options`` are those of
+    :func:`continue_run`. Returns the k results in rollout order; a rollout that could not
+    start is a :class:`Result` with ``document`` None and its ``error``."""
+    from pvisor.journal.errors import UsageError
+
+    if k < 1:
+        raise UsageError(f"k={k}: continue_many runs at least one rollout")
+    if concurrency < 1:
+        raise UsageError(f"concurrency={concurrency}: at least 1")
+    root = Path(output_root) if output_root is not None else Path(tempfile.mkdtemp(prefix="pvisor-rollouts-"))
+    jobs = []
+    for i in range(k):
+        kw = dict(options)
+        kw.update(
+            source=source,
+            after_step=after_step,
+            workspace=workspace_factory(i),
+            upstream=upstream,
+            output=root / f"rollout-{i}",
+        )
+        kw.pop("warn", None)  # a callable of the caller's process cannot run in a worker
+        jobs.append(kw)
+    return list(_run_all(jobs, concurrency))
+
+
+def _run_all(jobs: list[dict[str, Any]], concurrency: int) -> Iterator[Result]:
+    import multiprocessing
+
+    # spawn: a fresh interpreter per worker (no inherited event loop, signal handlers or
+    # threads); one rollout per worker process, so no agent's leftovers meet the next one
+    extra: dict[str, Any] = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+    with ProcessPoolExecutor(
+        max_workers=min(concurrency, len(jobs)), mp_context=multiprocessing.get_context("spawn"), **extra
+    ) as pool:
+        yield from pool.map(_one, jobs)
