@@ -110,7 +110,9 @@ class RunRequest:
     (a continuation); the agent then reads the user's key from the environment, as with
     ``--upstream``. ``agent_env``: variables added to the agent's environment (the launch
     profile's own settings win); ``agent_args``: more launch arguments
-    (:meth:`~pvisor.adapters.agents.base.AgentProfile.with_arguments`).
+    (:meth:`~pvisor.adapters.agents.base.AgentProfile.with_arguments`); ``dummy_key``: give the
+    agent a dummy key even with an upstream (a local model server that checks none, when the
+    user has no key in the environment).
     """
 
     agent: str
@@ -135,6 +137,7 @@ class RunRequest:
     end_grace: float = 30.0
     agent_env: dict[str, str] = field(default_factory=dict)
     agent_args: list[str] = field(default_factory=list)
+    dummy_key: bool = False
 
 
 @dataclass(frozen=True)
@@ -675,7 +678,7 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
         home.mkdir(exist_ok=True, mode=0o700)
     ctx = LaunchContext(
         executable=exe, base_url=f"{url}/run/{run_id}", run_dir=run_dir, home=home, workspace=workspace, attempt=attempt,
-        model=model, api_key=SCRIPT_API_KEY if req.script or (responder is not None and not req.upstream) else None,
+        model=model, api_key=SCRIPT_API_KEY if req.script or req.dummy_key or (responder is not None and not req.upstream) else None,
     )
     plan = profile.plan(ctx, req.task, session_id=resume.session_id if resume else None)
     if req.agent_args:

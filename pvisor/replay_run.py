@@ -385,6 +385,8 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
                     upstream=upstream,
                     agent_env=dict(opts.agent_env),
                     agent_args=list(opts.agent_args),
+                    # a local upstream and no key of the user's: the agent still wants one to start
+                    dummy_key=bool(live and opts.upstream and d.key_env and not _has_key(opts, d.key_env)),
                 ),
                 warn,
             )
@@ -642,13 +644,18 @@ def _check_live(opts: ReplayOptions, d: Any) -> str:
         return opts.upstream
     url = UPSTREAMS[d.upstream][0]
     key = d.key_env
-    if key and not (opts.agent_env.get(key) or os.environ.get(key)):
+    if key and not _has_key(opts, key):
         raise ReplayUsageError(
             "missing_api_key",
             f"a continuation forwards request N+1 to {url}, which needs {key} in the environment: set it, "
             "or give --upstream URL (a local model server)",
         )
     return url
+
+
+def _has_key(opts: ReplayOptions, key: str) -> bool:
+    """Whether the agent will find its API key ``key`` (a config's environment, or pvisor's)."""
+    return bool(opts.agent_env.get(key) or os.environ.get(key))
 
 
 def _check_boundary_prompt(opts: ReplayOptions, rec: Any) -> None:

@@ -33,6 +33,11 @@ ERROR_CODES: dict[str, str] = {
     "agent_ended_early": "the agent exited before it sent request N+1 (exit 1)",
     "agent_timeout": "the agent did not reach request N+1 within --timeout (exit 124)",
     "interrupted": "a stop signal ended the replay (exit 128 + the signal: 130 for Ctrl-C)",
+    "missing_api_key": "a continuation to the agent's public API, and its key is not in the environment (exit 2)",
+    "boundary_prompt_impossible": "--boundary-user-prompt after the last step, whose action made no tool call: no request N+1 can carry it (exit 2)",
+    "upstream_unreachable": "a continuation's live upstream could not be reached (or closed before answering) at its last live request (exit 69)",
+    "upstream_error": "a continuation's live upstream answered its last live request with an error status (exit 1)",
+    "reasoning_rejected": "the live upstream refused the served replies' reasoning (signatures, encrypted content): see --reasoning strip (exit 1)",
 }
 
 

@@ -154,13 +154,12 @@ def test_replay_only_example_runs_the_real_claude_code(tmp_path: Path):
 
     from agent_helpers import entrypoint
 
-    [script] = _blocks(DOCS / "replay.md", "json")
+    script = _blocks(DOCS / "replay.md", "json")[0]
     (tmp_path / "turns.json").write_text(script)
     claude = entrypoint("claude-code")
     env = {**os.environ, "PATH": os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
            "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"), "HOME": str(tmp_path / "home")}
-    commands = _console_commands(DOCS / "replay.md")
-    assert len(commands) == 5
+    commands = _console_commands(DOCS / "replay.md")[:5]  # replay-only's (continuation's: below)
     proc = subprocess.run(["bash", "-ec", "\n".join(commands)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400,
                           stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -174,6 +173,64 @@ def test_replay_only_example_runs_the_real_claude_code(tmp_path: Path):
     readme = [line[2:] for block in _blocks(DOCS.parent / "README.md", "console") for line in block.splitlines()
               if line.startswith("$ ") and "--replay-only" in line]
     assert readme == [commands[2]]
+
+
+def test_continuation_example_runs_the_real_claude_code(tmp_path: Path):
+    """docs/replay.md "Continuation / Try it offline": the recording of the replay-only example,
+    then a second scripted model as the live one, as written, with no key in the environment."""
+    import json
+
+    from agent_helpers import entrypoint
+
+    turns, live = _blocks(DOCS / "replay.md", "json")[:2]
+    (tmp_path / "turns.json").write_text(turns)
+    (tmp_path / "live.json").write_text(live)
+    claude = entrypoint("claude-code")
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_AUTH_TOKEN"))}
+    env.update(PATH=os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
+               PVISOR_JOURNAL=str(tmp_path / "data" / "j.sqlite"), HOME=str(tmp_path / "home"))
+    commands = _console_commands(DOCS / "replay.md")
+    assert len(commands) == 9
+    proc = subprocess.run(["bash", "-ec", "\n".join(commands[:2] + commands[5:])], env=env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=400, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "ws4" / "hello.txt").read_text() == "hello\n" and (tmp_path / "ws4" / "live.txt").read_text() == "live\n"
+    assert re.search(r"continued claude-code after step 1 of 3 as run r-[0-9a-f]+: 1 tool call\(s\) re-run, 1 of 1 observation\(s\) "
+                     r"equal once normalised; prefix \S*out-live/prefix.json \(\d+ bytes, ending with the observation\); request N\+1 "
+                     r"forwarded with boundary_prompt; 2 live step\(s\) from http://127.0.0.1:\d+; ended by agent", proc.stdout), proc.stdout
+    doc = json.loads((tmp_path / "out-live" / "result.json").read_text())
+    assert doc["status"] == "ok" and doc["boundary_user_prompt_injected"] is True
+    # the README shows the same continuation
+    readme = [line[2:] for block in _blocks(DOCS.parent / "README.md", "console") for line in block.splitlines()
+              if line.startswith("$ ") and "out-live" in line]
+    assert readme == [commands[7]]
+
+
+def test_replay_config_example_reads_and_python_api_example_binds(tmp_path: Path):
+    """docs/replay.md's replay.toml is read by the loader as written, and the Python API example
+    calls the functions with parameters they take."""
+    import ast
+    import inspect
+
+    from pvisor import replay
+    from pvisor.replay.config import load_config
+
+    [toml] = _blocks(DOCS / "replay.md", "toml")
+    (tmp_path / "replay.toml").write_text(toml)
+    cfg = load_config(tmp_path / "replay.toml")
+    assert cfg.option("after_step", None) == 2 and cfg.option("max_steps", None) == 5
+    assert cfg.option("workspace", None) == str(tmp_path / "ws-live")
+    assert cfg.settings("claude-code").environment == {"MAX_THINKING_TOKENS": "1024"}
+    assert cfg.settings("codex").model == "gpt-5-codex" and cfg.settings("qwen-code").arguments == []
+    [code] = _blocks(DOCS / "replay.md", "python")
+    tree = ast.parse(code)
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("continue_run", "continue_many")]
+    assert len(calls) == 2
+    for call in calls:
+        fn = getattr(replay, call.func.id)
+        inspect.signature(fn).bind(*[None] * len(call.args), **{k.arg: None for k in call.keywords})
+    result_attrs = {"status", "derived_run", "live_steps", "ended_by", "prefix"}
+    assert result_attrs <= set(dir(replay.Result))
 
 
 def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):
