@@ -257,7 +257,9 @@ def continue_many(
     ``concurrency`` run at once, each in a process of its own with a gateway of its own; each
     gets its own derived run in the journal and its own result. ``options`` are those of
     :func:`continue_run`. Returns the k results in rollout order; a rollout that could not
-    start is a :class:`Result` with ``document`` None and its ``error``."""
+    start is a :class:`Result` with ``document`` None and its ``error``. The workers are
+    started with ``spawn``, which imports the calling script again: call this under
+    ``if __name__ == "__main__":``."""
     from pvisor.journal.errors import UsageError
 
     if k < 1:

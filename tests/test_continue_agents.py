@@ -233,8 +233,46 @@ def _one_error(proc) -> str:
     return lines[0]
 
 
-def test_bad_input_gets_one_clear_line_and_a_documented_exit_code(captured, stack, tmp_path):
-    cap = captured("claude-code")
+def _fresh_capture(agent: str, root: Path):
+    """A capture of its own (the session's may have been resumed by other tests, adding a step
+    from attempt 2): (journal, run id, user home)."""
+    from agent_helpers import TASK, script_for
+
+    ws, home, data = root / "cap-ws", root / "cap-home", root / "cap-data"
+    for d in (ws, home, data):
+        d.mkdir()
+    script = root / "script.json"
+    script.write_text(json.dumps(script_for(agent)))
+    journal = data / "journal.sqlite"
+    proc = pvisor(
+        [
+            "--journal",
+            str(journal),
+            "run",
+            "--agent",
+            agent,
+            "--agent-entrypoint",
+            str(entrypoint(agent)),
+            "--script",
+            str(script),
+            "--workspace",
+            str(ws),
+            "--json",
+            "--",
+            TASK,
+        ],
+        env=user_env(home),
+        cwd=root,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return journal, json.loads(proc.stdout)["run"], home
+
+
+def test_bad_input_gets_one_clear_line_and_a_documented_exit_code(stack, tmp_path):
+    from types import SimpleNamespace
+
+    journal, run_id, home = _fresh_capture("claude-code", tmp_path)
+    cap = SimpleNamespace(journal=journal, run=run_id, user_home=home)
     base = [
         "replay",
         "--journal",
