@@ -130,26 +130,24 @@ class ReplayOnlyOutcome:
             else "no prefix"
         )
         live = r.get("continuation")
+        b = r["boundary"]
+        head = f"{r['agent']} {{}} step {b['after_step']} of {b['steps_total']} as run {r['derived_run']}"
+        rerun = (
+            f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) "
+            "equal once normalised"
+        )
         if live is not None:
-            b = live["boundary_request"]
+            br = live["boundary_request"]
             sent = (
                 "request N+1 forwarded byte-identical"
-                if b and b["byte_identical"]
-                else f"request N+1 forwarded with {', '.join(b['why'])}"
-                if b
+                if br and br["byte_identical"]
+                else f"request N+1 forwarded with {', '.join(br['why'])}"
+                if br
                 else "no request N+1"
             )
-            return (
-                f"continued {r['agent']} after step {r['boundary']['after_step']} of {r['boundary']['steps_total']} as run "
-                f"{r['derived_run']}: {r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) "
-                f"equal once normalised; {where}; {sent}; {live['live_steps']} live step(s) from {live['upstream']}; "
-                f"ended by {live['ended_by']}"
-            )
-        return (
-            f"replayed {r['agent']} to step {r['boundary']['after_step']} of {r['boundary']['steps_total']} as run {r['derived_run']}: "
-            f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) equal once normalised; "
-            f"{where}; the agent ended by {ended}"
-        )
+            went = f"{live['live_steps']} live step(s) from {live['upstream']}"
+            return f"continued {head.format('after')}: {rerun}; {where}; {sent}; {went}; ended by {live['ended_by']}"
+        return f"replayed {head.format('to')}: {rerun}; {where}; the agent ended by {ended}"
 
 
 def _resolved(path: Path) -> Path:
@@ -196,7 +194,8 @@ def _check(opts: ReplayOnlyOptions) -> Any:
     if opts.workspace is None:
         raise ReplayUsageError(
             "workspace_refused",
-            "replaying with the agent (--replay-only, continuation) needs --workspace DIR: a new directory where it re-runs its tools "
+            "replaying with the agent (--replay-only, continuation) needs --workspace DIR: "
+            "a new directory where it re-runs its tools "
             "(never the recorded run's own: recorded commands can delete or push)",
         )
     if not opts.workspace.is_dir():
@@ -380,7 +379,8 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
                     parent_run=rec.run,
                     boundary_step=opts.after_step,
                     labels=labels,
-                    upstream_label=f"playback:{rec.kind}" + (f", then {_shown_url(upstream)}" if upstream else ""),
+                    upstream_label=f"playback:{rec.kind}"
+                    + (f", then {_shown_url(upstream)}" if upstream else ""),
                     end_grace=opts.end_grace,
                     upstream=upstream,
                     agent_env=dict(opts.agent_env),
@@ -631,7 +631,9 @@ def _check_live(opts: ReplayOptions, d: Any) -> str:
             "(--replay-only runs none)",
         )
     if opts.boundary_prompt is not None and not opts.boundary_prompt.strip():
-        raise ReplayUsageError("usage", "--boundary-user-prompt is empty: give the text, or leave the option out")
+        raise ReplayUsageError(
+            "usage", "--boundary-user-prompt is empty: give the text, or leave the option out"
+        )
     if opts.live_model is not None and not opts.live_model.strip():
         raise ReplayUsageError("usage", "--live-model is empty: give a model name, or leave the option out")
     if opts.reasoning not in ("keep", "strip"):
@@ -664,7 +666,11 @@ def _check_boundary_prompt(opts: ReplayOptions, rec: Any) -> None:
     if opts.boundary_prompt is None:
         return
     n = opts.after_step
-    if n == len(rec.steps) and n > 0 and not [c for c in rec.steps[n - 1].action.tool_calls if c.kind != "server"]:
+    if (
+        n == len(rec.steps)
+        and n > 0
+        and not [c for c in rec.steps[n - 1].action.tool_calls if c.kind != "server"]
+    ):
         raise ReplayUsageError(
             "boundary_prompt_impossible",
             f"--boundary-user-prompt after step {n}: it is the last step and A_{n} made no tool call, so the agent "
@@ -692,7 +698,9 @@ def _error_message(body: bytes | None) -> str | None:
     return None
 
 
-def _fill_live(result: dict[str, Any], opts: ReplayOptions, rec: Any, p: Any, report: Any, upstream: str | None) -> None:
+def _fill_live(
+    result: dict[str, Any], opts: ReplayOptions, rec: Any, p: Any, report: Any, upstream: str | None
+) -> None:
     """The continuation's fields of the result (docs/result-protocol.md "Continuation"): every
     forwarded request with what the upstream answered (read back from the journal), the
     boundary request, rewrites, expansions, and why it ended."""
@@ -775,10 +783,21 @@ def _fill_live(result: dict[str, Any], opts: ReplayOptions, rec: Any, p: Any, re
         if prompt is not None
         else None,
         "requests": requests,
-        "reasoning_rewrites": [{"exchange": r["exchange"], **w} for r in requests for w in r["rewrites"] if w["of"] == "reasoning"],
-        "model_rewrites": [{"exchange": r["exchange"], **w} for r in requests for w in r["rewrites"] if w["of"] == "model"],
+        "reasoning_rewrites": [
+            {"exchange": r["exchange"], **w}
+            for r in requests
+            for w in r["rewrites"]
+            if w["of"] == "reasoning"
+        ],
+        "model_rewrites": [
+            {"exchange": r["exchange"], **w} for r in requests for w in r["rewrites"] if w["of"] == "model"
+        ],
         "expansions": list(p.expansions),
-        "reasoning_rejected": {"exchange": rejected["exchange"], "request": rejected["request"], "message": rejected["error"]}
+        "reasoning_rejected": {
+            "exchange": rejected["exchange"],
+            "request": rejected["request"],
+            "message": rejected["error"],
+        }
         if rejected is not None
         else None,
         "upstream_error": {
