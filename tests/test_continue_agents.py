@@ -474,3 +474,53 @@ def test_reasoning_strip_on_a_capture_with_signed_thinking(stack, tmp_path):
     kinds = [w["kind"] for w in live["reasoning_rewrites"]]
     assert "thinking_dropped" in kinds
     assert ("thinking" in sent) == ("thinking_off" in kinds) and "thinking" not in forwarded
+
+
+def test_an_upstream_refusing_request_n_plus_1_fails_with_its_message(captured, stack, tmp_path):
+    cap = captured("claude-code")
+    # every request refused (Claude Code retries a 400 and alters its request before it gives up)
+    from gateway_helpers import json_upstream
+
+    payload = {
+        "type": "error",
+        "error": {"type": "invalid_request_error", "message": "live-model-x is not available"},
+    }
+    up = stack.raw_upstream(json_upstream(orjson.dumps(payload), status=400))
+    ws, out = tmp_path / "ws-e", tmp_path / "out-e"
+    ws.mkdir()
+    args = [
+        "replay",
+        "--journal",
+        str(cap.journal),
+        "--agent",
+        "claude-code",
+        "--run",
+        cap.run,
+        "--after-step",
+        "1",
+        "--workspace",
+        str(ws),
+        "--output",
+        str(out),
+        "--agent-entrypoint",
+        str(entrypoint("claude-code")),
+        "--timeout",
+        "120",
+        "--upstream",
+        up.url,
+        "--live-model",
+        "live-model-x",
+    ]
+    proc = pvisor(args, env=user_env(cap.user_home, **KEYS), cwd=tmp_path, timeout=300)
+    line = _one_error(proc)
+    assert proc.returncode == 1 and "answered 400 at request 2: live-model-x is not available" in line
+    doc = json.loads((out / "result.json").read_text())
+    jsonschema.validate(doc, SCHEMA)
+    live = doc["continuation"]
+    assert doc["status"] == "failed" and doc["errors"][0]["code"] == "upstream_error"
+    assert live["ended_by"] == "upstream_error" and live["upstream_error"]["status"] == 400
+    # the prefix is still recorded, and the model asked for is the live one, listed
+    assert (out / "prefix.json").is_file() and json.loads(up.requests[0][3])["model"] == "live-model-x"
+    assert live["model_rewrites"][0]["to"] == "live-model-x" and live["boundary_request"]["why"] == [
+        "live_model"
+    ]
