@@ -197,32 +197,14 @@ class ContinuationResponder(PlaybackResponder):
             except orjson.JSONDecodeError:
                 obj = None  # not JSON: nothing to rewrite, forwarded as it came
         if isinstance(obj, dict):
-            if k is not None and self.policy.boundary_prompt is not None:
-                at = self.boundary_at
-                count = len(self.mod.entries(obj))
-                if at is not None and count >= at:
-                    obj = self.mod.insert_user_text(obj, at, self.policy.boundary_prompt)
-                    changes.append(Change.BOUNDARY_PROMPT.value)
-                    prompt_at = at
-                    edited = True
-                    if k == self.n + 1:
-                        self.prompt_injected = True
-                else:
-                    self.prompt_misses.append({"exchange": request.exchange, "request": k, "entries": count})
-            if self.policy.reasoning is ReasoningPolicy.STRIP and self.served_reasoning:
-                obj, _, found = self.mod.strip_reasoning(obj, self.served_reasoning, request.path)
-                if found:
-                    changes.append(Change.REASONING.value)
-                    rewrites += [{"of": "reasoning", **r} for r in found]
-                    edited = True
-            if k is not None and self.policy.live_model is not None:
-                obj, path, change = self.mod.with_model(obj, request.path, self.policy.live_model)
-                if change is not None:
-                    changes.append(Change.MODEL.value)
-                    rewrites.append({"of": "model", "kind": "live_model", **change})
-                    edited = True
-                    if path != request.path:
-                        target = path + ("?" + request.query if request.query else "")
+            try:
+                obj, edited, target, prompt_at = self._rewrite_body(obj, request, k, changes, rewrites)
+            except ValueError as exc:  # a body the protocol module cannot rewrite: sent as it came
+                rewrites[:] = [{"of": "rewrite", "kind": "not_rewritten", "detail": str(exc)[:200]}]
+                changes[:] = [c for c in changes if c == Change.EXPANDED.value]
+                edited, target, prompt_at = False, None, None
+                if k == self.n + 1:
+                    self.prompt_injected = False
         if edited:
             out: bytes | None = orjson.dumps(obj)
         elif expanded:
@@ -247,3 +229,39 @@ class ContinuationResponder(PlaybackResponder):
         )
         flags = (FLAG_LIVE, FLAG_BOUNDARY_PROMPT) if prompt_at is not None else (FLAG_LIVE,)
         return Forward(body=out, target=target, flags=flags)
+
+    def _rewrite_body(
+        self, obj: dict[str, Any], request: IncomingRequest, k: int | None, changes: list[str], rewrites: list
+    ) -> tuple[dict[str, Any], bool, str | None, int | None]:
+        """The policy's rewrites of a parsed body: (body, edited, target, prompt_at); ``changes``
+        and ``rewrites`` are appended to. ValueError from a protocol module passes through."""
+        edited = False
+        target: str | None = None
+        prompt_at: int | None = None
+        if k is not None and self.policy.boundary_prompt is not None:
+            at = self.boundary_at
+            count = len(self.mod.entries(obj))
+            if at is not None and count >= at:
+                obj = self.mod.insert_user_text(obj, at, self.policy.boundary_prompt)
+                changes.append(Change.BOUNDARY_PROMPT.value)
+                prompt_at = at
+                edited = True
+                if k == self.n + 1:
+                    self.prompt_injected = True
+            else:
+                self.prompt_misses.append({"exchange": request.exchange, "request": k, "entries": count})
+        if self.policy.reasoning is ReasoningPolicy.STRIP and self.served_reasoning:
+            obj, _, found = self.mod.strip_reasoning(obj, self.served_reasoning, request.path)
+            if found:
+                changes.append(Change.REASONING.value)
+                rewrites += [{"of": "reasoning", **r} for r in found]
+                edited = True
+        if k is not None and self.policy.live_model is not None:
+            obj, path, change = self.mod.with_model(obj, request.path, self.policy.live_model)
+            if change is not None:
+                changes.append(Change.MODEL.value)
+                rewrites.append({"of": "model", "kind": "live_model", **change})
+                edited = True
+                if path != request.path:
+                    target = path + ("?" + request.query if request.query else "")
+        return obj, edited, target, prompt_at
