@@ -480,6 +480,27 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     return _KEY_SHAPES.sub("<redacted>", text)
 
 
+def redact_echoed_secrets(body: bytes, query: str, headers: Iterable[tuple[str, str]]) -> bytes:
+    """``body`` (an error response) with every credential of the request (secret header values,
+    without a ``Bearer``/``Basic`` scheme, and secret query values, 8 characters or more) replaced
+    by ``<redacted>``: an upstream that echoes the key it refused must not put it into the
+    journal. Returns ``body`` itself when it holds none."""
+    values: set[str] = set()
+    for name, value in headers:
+        if is_secret_header(name):
+            scheme, _, rest = value.partition(" ")
+            values.add(rest if scheme.lower() in ("bearer", "basic") and rest else value)
+    for segment in query.split("&") if query else ():
+        name, _, raw = segment.partition("=")
+        if raw and is_secret_query_param(unquote(name)):
+            values.add(unquote(raw.replace("+", " ")))
+    for value in sorted((v for v in values if len(v) >= 8), key=len, reverse=True):
+        needle = value.encode("utf-8", "surrogateescape")
+        if needle in body:
+            body = body.replace(needle, b"<redacted>")
+    return body
+
+
 def fingerprint(value: str | bytes, key: bytes) -> str:
     """First 8 hex digits of HMAC-SHA256(key, value): tells two keys apart without revealing either."""
     if isinstance(value, str):

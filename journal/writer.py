@@ -39,7 +39,7 @@ import orjson
 from . import blobs
 from .content_encoding import DEFAULT_LIMIT, DecodeError, decode_body
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
-from .model import REQUEST_HEADER_ALLOW, Attempt, Run, pack_timings, redact_exchange_meta
+from .model import REQUEST_HEADER_ALLOW, Attempt, Run, pack_timings, redact_echoed_secrets, redact_exchange_meta
 from .paths import create_private_file
 
 COMMIT_INTERVAL_S = 0.1
@@ -914,7 +914,11 @@ class Journal:
         response_sha = None
         resp_headers = redact_exchange_meta("", f.response_headers, self.fingerprint_key, allow=None)
         if f.response_body is not None:
-            response_sha = self._put_blob(conn, f.response_body)
+            body = f.response_body
+            if f.status is not None and f.status >= 400 and body:
+                # an error may echo the key the request carried ("invalid key sk-..."): never kept
+                body = redact_echoed_secrets(body, p.query, p.headers)
+            response_sha = self._put_blob(conn, body)
             if self.finalize is not None and f.streamed and f.response_body and p.protocol is not None:
                 # reassembly holds the GIL for milliseconds: done when the gateway is idle
                 self._to_finalize.append((p.id, p.protocol, response_sha, resp_headers.headers.get("content-encoding")))

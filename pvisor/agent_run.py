@@ -705,7 +705,12 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
     ended = getattr(responder, "ended", None)
     returncode, timed_out, interrupted, strays, after_end = await _launch(plan, env, workspace, stdout_path, stderr_path, req.timeout,
                                                                           run_id, attempt, journal, stop, ended, req.end_grace)
-    await gw.drain(10.0)
+    stopped = timed_out or interrupted or after_end
+    if stopped:
+        # the agent was stopped: its requests still in flight (a live model thinking) have no
+        # one to answer; they are cut at once and recorded incomplete
+        gw.hurry()
+    await gw.drain(1.0 if stopped else 10.0)
 
     stdout = stdout_path.read_bytes() if stdout_path.exists() else b""
     session_id = profile.session_id(stdout) if profile.json_stdout else None

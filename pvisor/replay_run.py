@@ -220,6 +220,8 @@ def _check(opts: ReplayOnlyOptions) -> Any:
         raise UsageError(f"--timeout must be more than 0 seconds, not {opts.timeout:g}")
     if opts.task is not None and not opts.task.strip():
         raise UsageError("--task is empty")
+    if opts.model is not None and not opts.model.strip():
+        raise UsageError("--model is empty: give a model name, or leave the option out")
     if _resolved(opts.workspace) in _resolved(opts.journal).parents:
         raise ReplayUsageError(
             "workspace_refused",
@@ -732,10 +734,14 @@ def _fill_live(
             row["reasoning_rejected"] = refusal is not None
         requests.append(row)
     main = [r for r in requests if r["request"] is not None]
-    ok_steps = sorted({r["request"] for r in main if r["status"] is not None and 200 <= r["status"] < 300})
+    ok_steps = sorted(
+        {r["request"] for r in main if r["outcome"] == "ok" and r["status"] is not None and 200 <= r["status"] < 300}
+    )
     boundary = next((r for r in main if r["request"] == opts.after_step + 1), None)
     last = main[-1] if main else None
-    failed_last = last is not None and last["error"] is not None
+    # a request cut short by pvisor stopping the agent (timeout, signal) is not the upstream's failure
+    cut = last is not None and last["outcome"] in _CUT_OUTCOMES and (report.timed_out or report.interrupted)
+    failed_last = last is not None and last["error"] is not None and not cut
     rejected = next((r for r in main if r.get("reasoning_rejected")), None)
     if p.divergence is not None:
         ended = ContinuationEnd.DIVERGED
@@ -836,7 +842,12 @@ def _live_failure(live: dict[str, Any], opts: ReplayOptions) -> ReplayFailed | N
         return ReplayFailed(
             "reasoning_rejected",
             f"the live upstream {live['upstream']} refused the served reasoning at request {rej['request']}: "
-            f"{rej['message']} (--reasoning strip rewrites it so that the live API accepts it)",
+            f"{rej['message']}"
+            + (
+                " (--reasoning strip rewrites it so that the live API accepts it)"
+                if opts.reasoning == "keep"
+                else " (even with --reasoning strip: the upstream also refuses what strip leaves)"
+            ),
         )
     if ended == ContinuationEnd.UPSTREAM_ERROR.value:
         err = live["upstream_error"]
@@ -855,6 +866,10 @@ def _live_failure(live: dict[str, Any], opts: ReplayOptions) -> ReplayFailed | N
             exit_code=124,
         )
     return None
+
+
+#: outcomes of an exchange pvisor itself cut short (the gateway stopped, the agent went away)
+_CUT_OUTCOMES = frozenset({"incomplete", "aborted_by_client", "in_flight"})
 
 
 def _no_request_after(p: Any) -> bool:

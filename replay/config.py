@@ -271,7 +271,11 @@ def _unknown(keys: list[str], known: tuple[str, ...]) -> str:
 
     named = ", ".join(repr(k) for k in keys)
     hint = ""
-    if len(keys) == 1:
+    if len(keys) == 1 and keys[0] in AGENT_KEYS and keys[0] not in known:
+        hint = f" ({keys[0]} belongs in the agent's table, [agents.NAME])"
+    elif len(keys) == 1 and keys[0] == "agent_entrypoint":
+        hint = " (the entrypoint belongs in the agent's table: [agents.NAME] entrypoint = ...)"
+    elif len(keys) == 1:
         close = difflib.get_close_matches(keys[0], known, n=1)
         if close:
             hint = f" (did you mean '{close[0]}'?)"
@@ -309,6 +313,14 @@ def _choice(choices: tuple[str, ...]) -> Callable[[Any, _Ctx], str]:
         return text
 
     return check
+
+
+def _mode(value: Any, ctx: _Ctx) -> str:
+    """``mode``: one of :data:`MODES`; ``continuation`` (the word result.json uses) is ``continue``."""
+    text = _string(value, ctx)
+    if text == "continuation":
+        return ReplayMode.CONTINUE.value
+    return _choice(MODES)(text, ctx)
 
 
 def _integer(minimum: int) -> Callable[[Any, _Ctx], int]:
@@ -393,7 +405,7 @@ _OPTIONS: dict[str, Callable[[Any, _Ctx], Any]] = {
     "trajectory": _path,
     "journal": _path,
     "after_step": _integer(0),
-    "mode": _choice(MODES),
+    "mode": _mode,
     "output": _path,
     "workspace": _path,
     "upstream": _url,

@@ -524,3 +524,43 @@ def test_an_upstream_refusing_request_n_plus_1_fails_with_its_message(captured, 
     assert live["model_rewrites"][0]["to"] == "live-model-x" and live["boundary_request"]["why"] == [
         "live_model"
     ]
+
+
+def test_a_timeout_while_the_live_model_thinks_is_a_timeout_not_an_upstream_error(captured, stack, tmp_path):
+    cap = captured("claude-code")
+    url = stack.scripted(
+        {"model": "live-model", "turns": [{"text": "never served"}, {"text": "slow", "delay_ms": 120000}]}
+    )
+    gw = stack.gateway({"anthropic": url}, name="live-slow")
+    ws, out = tmp_path / "ws-t", tmp_path / "out-t"
+    ws.mkdir()
+    args = [
+        "replay",
+        "--journal",
+        str(cap.journal),
+        "--agent",
+        "claude-code",
+        "--run",
+        cap.run,
+        "--after-step",
+        "1",
+        "--workspace",
+        str(ws),
+        "--output",
+        str(out),
+        "--agent-entrypoint",
+        str(entrypoint("claude-code")),
+        "--timeout",
+        "8",
+        "--upstream",
+        gw.url,
+    ]
+    proc = pvisor(args, env=user_env(cap.user_home, **KEYS), cwd=tmp_path, timeout=300)
+    assert proc.returncode == 124 and "still running after --timeout 8 s" in _one_error(proc)
+    doc = json.loads((out / "result.json").read_text())
+    jsonschema.validate(doc, SCHEMA)
+    live = doc["continuation"]
+    assert doc["errors"][0]["code"] == "agent_timeout" and doc["agent_run"]["ended_by"] == "timeout"
+    # the request cut short is listed, but is no live step and no upstream error
+    assert live["ended_by"] == "timeout" and live["live_steps"] == 0 and live["upstream_error"] is None
+    assert live["requests"][0]["request"] == 2 and live["requests"][0]["outcome"] != "ok"

@@ -110,3 +110,25 @@ def test_redact_url_for_logs():
     url = "http://h/v1beta/models/m:streamGenerateContent?alt=sse&key=AIzaSECRET&x=1#frag"
     assert redact_url(url) == "http://h/v1beta/models/m:streamGenerateContent?alt=sse&key=REDACTED&x=1#frag"
     assert redact_url("http://h/v1/messages") == "http://h/v1/messages"
+
+
+def test_an_error_response_that_echoes_the_key_is_stored_without_it(tmp_path: Path):
+    key = "sk-ant-api03-ECHOED-secret-value-0123456789"
+    echoed = b'{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: ' + key.encode() + b'"}}'
+    ok_body = b'{"content":[{"type":"text","text":"the word ' + key.encode() + b'"}]}'
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        bad = j.record_exchange("r1", "POST", "/v1/messages", [("x-api-key", key)], status=401, response_body=echoed)
+        bearer = j.record_exchange(
+            "r1", "POST", "/v1/chat/completions", [("Authorization", "Bearer " + key)], status=400, response_body=echoed
+        )
+        query = j.record_exchange(
+            "r1", "POST", "/v1beta/models/m:generateContent", [], query="key=" + key, status=400, response_body=echoed
+        )
+        fine = j.record_exchange("r1", "POST", "/v1/messages", [("x-api-key", key)], status=200, response_body=ok_body)
+    with JournalReader(path) as r:
+        for ex_id in (bad, bearer, query):
+            body = r.response_body(r.exchange(ex_id), raw=True)
+            assert key.encode() not in body and b"invalid x-api-key: <redacted>" in body
+        # a success is kept as received
+        assert r.response_body(r.exchange(fine), raw=True) == ok_body

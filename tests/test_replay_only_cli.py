@@ -98,6 +98,7 @@ def test_usage_errors_write_nothing(setup):
         (s.args("--prepare-only"), "give one mode"),
         (s.args(out="new-ws/out"), "inside --workspace"),
         (s.args("--run", ""), "--run is empty"),
+        (s.args("--model", ""), "--model is empty"),
     ]
     for args, pattern in cases:
         proc = run(args, s.tmp)

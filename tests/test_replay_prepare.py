@@ -440,3 +440,14 @@ def test_cli_in_process_with_standalone_mode_false(corpus_journal, tmp_path):
     cli.main(args=["--journal", str(path), "replay", "--agent", "gemini-cli", "--run", "gemini-single", "--after-step", "1", "--prepare-only", "--output", str(out)],
              prog_name="pvisor", standalone_mode=False)
     validate(read_result(out))
+
+
+def test_a_config_files_continuation_options_are_ignored_with_a_warning_in_prepare_only(corpus_journal, tmp_path):
+    path, _ = corpus_journal
+    cfg = tmp_path / "replay.toml"
+    cfg.write_text('agent = "codex"\nrun = "codex-single"\nafter_step = 1\nmode = "prepare-only"\n'
+                   'upstream = "http://127.0.0.1:9"\nmax_steps = 3\n')
+    p = pvisor("replay", "--config", str(cfg), "--output", str(tmp_path / "out"), journal=path)
+    assert p.returncode == 0, p.stderr
+    assert b"upstream, max_steps are for a continuation; --prepare-only ignores them" in p.stderr
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["mode"] == "prepare-only"

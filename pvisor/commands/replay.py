@@ -192,7 +192,19 @@ def _merged(flags: dict[str, Any]) -> dict[str, Any]:
             o[name] = str(o[name])
     if o["reasoning"] is not None and not isinstance(o["reasoning"], str):
         o["reasoning"] = o["reasoning"].value
+    if o["prepare_only_flag"] or o["replay_only_flag"]:
+        ignored = [_CONFIG_KEYS[n] for n in _LIVE if flags[n] is None and o[n] is not None]
+        if ignored:
+            mode = "--prepare-only" if o["prepare_only_flag"] else "--replay-only"
+            _note(f"pvisor: warning: {path}: {', '.join(ignored)} are for a continuation; {mode} ignores them")
+            for n in _LIVE:
+                if flags[n] is None:
+                    o[n] = None
     return o
+
+
+#: the options of a continuation only
+_LIVE = ("upstream", "max_steps", "boundary_prompt", "reasoning", "live_model")
 
 
 def _report(replay: Any, result_to: str | None) -> None:
