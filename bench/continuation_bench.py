@@ -91,7 +91,9 @@ def main() -> None:
             if name != "forward":
                 rec = journal_recording(journal, run, "opencode", 0, None)
                 policy = LivePolicy(boundary_prompt=PROMPT if name.endswith("prompt") else None)
-                responder = ContinuationResponder(rec, 0, get_descriptor("opencode"), PathRewrites([]), policy)
+                responder = ContinuationResponder(
+                    rec, 0, get_descriptor("opencode"), PathRewrites([]), policy
+                )
             with Journal.open(tmp / f"gw-{name}-{r}.sqlite", finalize=finalize_response) as j:
                 cfg = GatewayConfig(port=0, upstreams={"openai": upstream_url})
                 gw = Gateway(cfg, j, responder)
@@ -103,24 +105,32 @@ def main() -> None:
                 assert all(lr.byte_identical for lr in responder.live) == (name == "continuation")
     lt.run(up.stop())
     med = {
-        name: [statistics.median(rnd[i] for rnd in runs) * 1000 for i in range(n)] for name, runs in times.items()
+        name: [statistics.median(rnd[i] for rnd in runs) * 1000 for i in range(n)]
+        for name, runs in times.items()
     }
     figures: dict = {"steps": args.steps, "rounds": args.rounds, "last_request_bytes": len(bodies[-1])}
     for name in names:
-        figures[f"{name}_ms"] = {"median": statistics.median(med[name]), "p90": sorted(med[name])[int(0.9 * n)]}
+        figures[f"{name}_ms"] = {
+            "median": statistics.median(med[name]),
+            "p90": sorted(med[name])[int(0.9 * n)],
+        }
     for name in names[1:]:
         added = [c - f for c, f in zip(med[name], med["forward"])]
         figures[f"{name}_added_ms"] = {
             "median": statistics.median(added),
             "last_decile_steps": statistics.median(added[-max(1, n // 10) :]),
         }
-    print(f"{n} live requests x {args.rounds} rounds, last request {figures['last_request_bytes'] / 1024:.0f} KiB")
+    print(
+        f"{n} live requests x {args.rounds} rounds, last request {figures['last_request_bytes'] / 1024:.0f} KiB"
+    )
     for name in names:
         f = figures[f"{name}_ms"]
         print(f"  {name:20s} per request: median {f['median']:.2f} ms, p90 {f['p90']:.2f} ms")
     for name in names[1:]:
         a = figures[f"{name}_added_ms"]
-        print(f"  added by {name}: median {a['median']:.2f} ms (last tenth of the steps {a['last_decile_steps']:.2f} ms)")
+        print(
+            f"  added by {name}: median {a['median']:.2f} ms (last tenth of the steps {a['last_decile_steps']:.2f} ms)"
+        )
     if args.json:
         args.json.write_text(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() + "\n")
 

@@ -211,6 +211,10 @@ class ContinuationResponder(PlaybackResponder):
             out = body
         else:
             out = None  # the agent's own bytes, Content-Encoding and all
+        sent_sha = _sha(sent)
+        wire = out if out is not None else request.body
+        # the same bytes (forwarded as they came, no Content-Encoding): hashed once
+        forwarded_sha = sent_sha if wire is sent or wire == sent else _sha(wire)
         retry = k is not None and k in self.live_steps
         if k is not None and not retry:
             self.live_steps.append(k)
@@ -219,8 +223,8 @@ class ContinuationResponder(PlaybackResponder):
                 exchange=request.exchange,
                 request=k,
                 retry=retry,
-                sent_sha256=_sha(sent),
-                forwarded_sha256=_sha(out if out is not None else request.body),
+                sent_sha256=sent_sha,
+                forwarded_sha256=forwarded_sha,
                 byte_identical=out is None or out == sent,
                 changes=changes,
                 rewrites=rewrites,
