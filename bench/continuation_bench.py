@@ -29,7 +29,6 @@ from pathlib import Path
 
 import orjson
 from aiohttp import web
-
 from playback_bench import Loop, build, one_pass
 from pvisor.adapters.agents import get_descriptor
 from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response
