@@ -20,6 +20,14 @@ Absolute paths: the recorded workspace and home in the arguments the descriptor 
 (:attr:`~pvisor.adapters.agents.descriptor.AgentDescriptor.path_arguments`) are rewritten to
 the new ones before serving (each rewrite listed); the matcher compares modulo the rewrite.
 
+What comes after N is three methods, :meth:`~PlaybackResponder.at_boundary`,
+:meth:`~PlaybackResponder.beyond` and :meth:`~PlaybackResponder.auxiliary_request`: replay-only
+ends the agent; a continuation (:mod:`pvisor.replay.continuation`) overrides them and forwards.
+Playback also remembers what it served that a live model would be asked about: the reasoning
+keys of each reply, and for Responses the conversation behind each served response id, so that
+a request naming one by ``previous_response_id`` is expanded into the whole conversation before
+it is matched.
+
 Pure: no file, process or socket; :meth:`PlaybackResponder.respond` never waits. Its findings
 are read with :meth:`PlaybackResponder.tool_calls` and the attributes, and laid out as the
 result document by :func:`replay_only_result`.
