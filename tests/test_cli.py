@@ -139,7 +139,7 @@ def test_exit_codes(journal: Path, tmp_path: Path):
         assert proc.returncode == 2, args
         assert b"Traceback" not in proc.stderr and proc.stderr.startswith(b"pvisor: error: ")
     both = run("journal", "body", "x-", "--request", "--response", journal=journal)
-    assert both.stderr == b"pvisor: error: give one of --request and --response, not both\n" and both.stdout == b""
+    assert both.stderr == b"pvisor: error: give one of --request, --response and --forwarded\n" and both.stdout == b""
     # not a journal: bad input data (65)
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not sqlite at all " * 64)

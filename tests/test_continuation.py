@@ -129,6 +129,24 @@ def test_the_boundary_prompt_is_placed_once_after_o_n_in_every_later_request(sta
         assert r.request_body(exs[1]) == orjson.dumps(sent)
         assert r.forwarded_body(exs[1]) == up.requests[0][3]
     assert exs[1].flags == ("live", "boundary_prompt")
+    # and the CLI shows them
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cli = str(Path(sys.executable).with_name("pvisor"))
+    shown = subprocess.run(
+        [cli, "--journal", str(gw.journal_path), "journal", "body", exs[1].id, "--forwarded"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0 and shown.stdout == up.requests[0][3]
+    first = subprocess.run(
+        [cli, "--journal", str(gw.journal_path), "journal", "body", exs[0].id, "--forwarded"],
+        capture_output=True,
+        timeout=60,
+    )
+    assert first.returncode == 2 and b"has no forwarded body" in first.stderr
 
 
 def test_the_step_budget_ends_the_agent_with_its_final_reply(stack, corpus_journal):

@@ -161,22 +161,29 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.argument("exchange_id", metavar="EXCHANGE")
 @click.option("--request", "want_request", is_flag=True, help="The request body (decoded from its Content-Encoding).")
 @click.option("--response", "want_response", is_flag=True, help="The response: the reassembled final object for streams.")
+@click.option("--forwarded", "want_forwarded", is_flag=True, help="The bytes forwarded upstream when they differ from the request body (a continuation's boundary prompt or rewrites).")
 @click.option("--raw", is_flag=True, help="With --response: the bytes exactly as received (event-stream framing intact).")
 @click.option("--json", "as_json", is_flag=True, help="Wrap the body in JSON: {exchange, part, sha256, body | body_b64}.")
 @click.pass_context
-def body(ctx: click.Context, exchange_id: str, want_request: bool, want_response: bool, raw: bool, as_json: bool) -> None:
+def body(ctx: click.Context, exchange_id: str, want_request: bool, want_response: bool, want_forwarded: bool, raw: bool,
+         as_json: bool) -> None:
     """Print the restored bytes of a body of EXCHANGE (id or unique prefix) to stdout: give
-    exactly one of --request and --response."""
-    if want_request and want_response:
-        raise UsageError("give one of --request and --response, not both")
-    if not (want_request or want_response):
-        raise UsageError("say which body: --request or --response")
-    part = "request" if want_request else "response"
+    exactly one of --request, --response and --forwarded."""
+    if want_request + want_response + want_forwarded > 1:
+        raise UsageError("give one of --request, --response and --forwarded")
+    if not (want_request or want_response or want_forwarded):
+        raise UsageError("say which body: --request, --response or --forwarded")
+    part = "request" if want_request else "forwarded" if want_forwarded else "response"
     with _reader(ctx) as r:
         ex = r.exchange(exchange_id)
         if part == "request":
             sha = ex.request_body
             data = r.request_body(ex)
+        elif part == "forwarded":
+            sha = ex.forwarded_body
+            data = r.forwarded_body(ex)
+            if data is None:
+                raise UsageError(f"exchange {ex.id} has no forwarded body: it went upstream as the agent sent it, or not at all")
         else:
             sha = ex.response_body if raw or not ex.response_final else ex.response_final
             data = r.response_body(ex, raw=raw)
