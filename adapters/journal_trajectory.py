@@ -42,6 +42,11 @@ Step flags (``Step.flags``), each also explained in ``Trajectory.meta["steps"]``
                               that succeeded (the others are auxiliary ``retry`` exchanges)
 ``system_changed``            request i's system prompt differs from request i-1's
 ``tools_changed``             request i's tools differ from request i-1's
+``thinking_signature_empty``  a thinking block of A_i has an empty signature (a scripted model's):
+                              the live API refuses it (replay ``--reasoning strip``)
+``thinking_signature_missing``    a thinking block of A_i has no signature
+``thinking_signature_incomplete`` a thinking block's signature is not complete base64 (cut off, or
+                              a placeholder); it is passed on as recorded
 ============================  ===================================================================
 
 Public API: :func:`trajectory_from_journal`, :func:`build_trajectory` and
@@ -57,7 +62,7 @@ from pvisor.adapters.chains import (
     Classification, Prefer, Request, Slot, action_message, changes_between, classify_run, read_final_response, said,
 )
 from pvisor.adapters.protocols import get_protocol
-from pvisor.adapters.protocols.base import json_type
+from pvisor.adapters.protocols.base import json_type, signature_flags
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -324,6 +329,7 @@ def build_trajectory(reader: JournalReader, classification: Classification) -> T
             obs = Observation()
             if any(c.kind != "server" for c in reply.action.tool_calls):
                 flags.append("tool_results_not_sent")
+        flags.extend(signature_flags(reply.action.reasoning))
         traj.steps.append(Step(n=i + 1, action=reply.action, observation=obs, flags=flags))
         meta["steps"].append(detail)
     return traj

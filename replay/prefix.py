@@ -130,7 +130,8 @@ class Source:
 
 #: step flags of steps 1..N that the result warns about (docs/steps.md)
 WARNED_FLAGS = ("action_dropped_by_agent", "action_changed_by_agent", "missing_tool_results", "interrupted", "partially_delivered",
-                "no_reply")
+                "no_reply", "thinking_signature_empty", "thinking_signature_missing", "thinking_signature_incomplete",
+                "compaction")
 
 
 def step_notes(steps: Sequence[Step], after_step: int, flags: Sequence[str] = WARNED_FLAGS) -> list[tuple[str, str]]:
@@ -676,6 +677,10 @@ def is_made_up(result: ToolResult) -> bool:
 def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None, profile_spec: str | None, traj: Any, version: str | None, source: Source) -> tuple[Source, Prefix]:
     steps = traj.steps
     check_boundary(after_step, len(steps), show_path(path))
+    # the flags of steps 1..N, as for a journal source (those the reader already warned about
+    # under the same code are not said twice)
+    said = {code for code, _ in source.notes}
+    source.notes.extend(n for n in step_notes(steps, after_step) if n[0] not in said)
     # every call of A_1..A_N must have its recorded result: the prefix holds the results the
     # agent sent, and a result the file does not hold would be made up (the reader's empty
     # placeholder). Same rule at N = steps and below.

@@ -471,6 +471,8 @@ def test_reasoning_strip_on_a_capture_with_signed_thinking(stack, tmp_path):
         live["boundary_request"]["why"] == ["reasoning_stripped"]
         and not live["boundary_request"]["byte_identical"]
     )
+    # the recording's thinking carries the scripted model's empty signature: the result says so
+    assert "step 1: thinking signature empty" in [w["message"] for w in doc["warnings"]]
     kinds = [w["kind"] for w in live["reasoning_rewrites"]]
     assert "thinking_dropped" in kinds
     assert ("thinking" in sent) == ("thinking_off" in kinds) and "thinking" not in forwarded

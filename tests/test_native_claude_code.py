@@ -265,3 +265,54 @@ def test_a_lost_line_in_a_reversed_file_makes_no_cycle(tmp_path):
     assert [s.action.text or s.action.tool_calls[0].id for s in result.trajectory.steps] == ["c2", "c3", "done"]
     (w,) = [w for w in result.diagnostics.warnings if w.code == "broken_chain"]
     assert "s1" in w.message and "the chain starts there" in w.message
+
+
+REAL = Path(__file__).resolve().parent / "corpus" / "native" / "claude-code" / "spotter_tool_heavy.jsonl"
+
+
+def _with_signature(tmp_path: Path, name: str, change) -> tuple[Path, str]:
+    """The real session with its thinking block's signature changed by ``change(block)``;
+    returns (file, the original signature)."""
+    lines = [json.loads(line) for line in REAL.read_text().splitlines() if line.strip()]
+    original = None
+    for rec in lines:
+        content = (rec.get("message") or {}).get("content")
+        for b in content if isinstance(content, list) else []:
+            if isinstance(b, dict) and b.get("type") == "thinking":
+                original = b["signature"]
+                change(b)
+    assert original, "the session has a signed thinking block"
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(rec) + "\n" for rec in lines))
+    return path, original
+
+
+@pytest.mark.parametrize(
+    "name,change,flag,sent",
+    [
+        ("empty", lambda b: b.update(signature=""), "thinking_signature_empty", ""),
+        ("cut", lambda b: b.update(signature=b["signature"][:-5]), "thinking_signature_incomplete", "cut"),
+        ("missing", lambda b: b.pop("signature"), "thinking_signature_missing", None),
+        ("intact", lambda b: None, None, "intact"),
+    ],
+)
+def test_thinking_signatures_are_passed_on_as_recorded_and_flagged_when_the_api_would_refuse_them(
+    tmp_path, name, change, flag, sent
+):
+    from pvisor.replay.prepare import PrepareOptions, prepare_only
+
+    path, original = _with_signature(tmp_path, name, change)
+    res, _ = read_native(path, "claude-code")
+    [step] = [s for s in res.trajectory.steps if s.action.reasoning]
+    flags = [f for f in step.flags if f.startswith("thinking_signature")]
+    assert flags == ([flag] if flag else [])
+    out = tmp_path / f"out-{name}"
+    outcome = prepare_only(PrepareOptions(agent="claude-code", after_step=step.n, output=out, trajectory=path))
+    warned = [w for w in outcome.result["warnings"] if w["code"].startswith("thinking_signature")]
+    assert warned == ([{"code": flag, "message": f"step {step.n}: {flag.replace('_', ' ')}"}] if flag else [])
+    body = json.loads((out / "prefix.json").read_text())
+    [block] = [b for m in body["messages"] if m["role"] == "assistant" and isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "thinking"]
+    # never changed without a mark: the signature goes out as the file holds it
+    expected = {"": "", "cut": original[:-5], None: None, "intact": original}[sent]
+    assert block.get("signature") == expected and ("signature" in block) == (expected is not None)

@@ -451,3 +451,18 @@ def test_a_config_files_continuation_options_are_ignored_with_a_warning_in_prepa
     assert p.returncode == 0, p.stderr
     assert b"upstream, max_steps are for a continuation; --prepare-only ignores them" in p.stderr
     assert json.loads((tmp_path / "out" / "result.json").read_text())["mode"] == "prepare-only"
+
+
+def test_step_flags_of_a_native_source_reach_the_results_warnings(tmp_path):
+    """A native file's step flags are warned about as a journal run's are (here Codex steps
+    after a compaction): the prefix of such a step is not what the agent sent, and says so."""
+    from pvisor.replay.prepare import PrepareOptions, prepare_only
+
+    src = Path(__file__).resolve().parent / "corpus" / "native" / "codex" / "agent-sessions_schema_coverage.jsonl"
+    out = tmp_path / "out"
+    outcome = prepare_only(PrepareOptions(agent="codex", after_step=5, output=out, trajectory=src))
+    warned = [w["message"] for w in outcome.result["warnings"] if w["code"] == "compaction"]
+    assert warned == ["step 4: compaction", "step 5: compaction"]
+    # below the compaction, no such warning
+    early = prepare_only(PrepareOptions(agent="codex", after_step=3, output=tmp_path / "early", trajectory=src))
+    assert not [w for w in early.result["warnings"] if w["code"] == "compaction"]

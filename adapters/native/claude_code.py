@@ -68,6 +68,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pvisor.journal.model import Action, LeftOut, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.adapters.protocols.base import signature_flags
 
 from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LeftOutLines, NativeAdapter, NativeResult, SessionHeader, as_str,
                    interned, iter_json_records, object_call, pack_ref, unpack_ref)
@@ -539,7 +540,8 @@ class ClaudeCodeAdapter(NativeAdapter):
             if t == "text":
                 texts.append(as_str(b.get("text")) or "")
             elif t == "thinking":
-                action.reasoning.append(Reasoning(text=as_str(b.get("thinking")) or "", signature=as_str(b.get("signature")) or None, raw=b))
+                # an empty signature stays empty (as recorded, and as the agent sends it back): flagged below
+                action.reasoning.append(Reasoning(text=as_str(b.get("thinking")) or "", signature=as_str(b.get("signature")), raw=b))
             elif t == "redacted_thinking":
                 action.reasoning.append(Reasoning(encrypted=as_str(b.get("data")), raw=b))
             elif t in ("tool_use", "server_tool_use"):
@@ -548,7 +550,7 @@ class ClaudeCodeAdapter(NativeAdapter):
                     call.kind = "server"
                 action.tool_calls.append(call)
         action.text = "".join(texts)
-        step = Step(n=plan.n, action=action)
+        step = Step(n=plan.n, action=action, flags=signature_flags(action.reasoning))
         if plan.interrupted:
             step.flags.append("interrupted")
         found = iter(plan.results)

@@ -630,3 +630,32 @@ def refusal_message(
     if pattern.search(message) or (isinstance(error.get("code"), str) and error["code"] in codes):
         return message[:REFUSAL_MAX]
     return None
+
+
+#: a complete Anthropic thinking signature: standard base64, padded (what the API returns)
+_SIGNATURE = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
+
+#: step flags of thinking signatures the live API would refuse (docs/native.md, docs/steps.md)
+SIGNATURE_FLAGS = ("thinking_signature_empty", "thinking_signature_missing", "thinking_signature_incomplete")
+
+
+def signature_flags(reasoning: list[Reasoning]) -> list[str]:
+    """The flags of an action's Anthropic ``thinking`` blocks (``Reasoning`` whose ``raw`` is
+    one) whose signature the live API would refuse, each once, in :data:`SIGNATURE_FLAGS` order:
+    ``thinking_signature_empty`` (``""``: what scripted models write),
+    ``thinking_signature_missing`` (no ``signature`` key) and ``thinking_signature_incomplete``
+    (not padded standard base64 of a length divisible by 4: cut off, or a placeholder). Nothing
+    is changed: the block is passed on as recorded, and the flag says so."""
+    found: set[str] = set()
+    for r in reasoning:
+        raw = r.raw
+        if not (isinstance(raw, dict) and raw.get("type") == "thinking"):
+            continue
+        sig = raw.get("signature")
+        if sig is None or not isinstance(sig, str):
+            found.add("thinking_signature_missing")
+        elif sig == "":
+            found.add("thinking_signature_empty")
+        elif len(sig) % 4 or not _SIGNATURE.match(sig):
+            found.add("thinking_signature_incomplete")
+    return [f for f in SIGNATURE_FLAGS if f in found]
