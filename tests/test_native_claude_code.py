@@ -316,3 +316,58 @@ def test_thinking_signatures_are_passed_on_as_recorded_and_flagged_when_the_api_
     # never changed without a mark: the signature goes out as the file holds it
     expected = {"": "", "cut": original[:-5], None: None, "intact": original}[sent]
     assert block.get("signature") == expected and ("signature" in block) == (expected is not None)
+
+
+def _real_records() -> list[dict]:
+    return [json.loads(line) for line in REAL.read_text().splitlines() if line.strip()]
+
+
+def _write(tmp_path: Path, name: str, records: list[dict]) -> Path:
+    path = tmp_path / f"{name}.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def _shape(path: Path) -> tuple[list, list[str]]:
+    res, _ = read_native(path, "claude-code")
+    steps = [(s.n, [c.id for c in s.action.tool_calls]) for s in res.trajectory.steps]
+    return steps, [w.code for w in res.diagnostics.warnings]
+
+
+def test_a_deeper_branch_of_subagent_progress_records_never_wins_the_leaf(tmp_path):
+    # no last-prompt record to point at the leaf: the chain alone decides
+    records = [r for r in _real_records() if r.get("type") not in ("last-prompt", "summary")]
+    steps, warnings = _shape(_write(tmp_path, "plain", records))
+    first_reply = next(r for r in records if r.get("type") == "assistant")
+    parent, extra = first_reply["uuid"], []
+    for k in range(300):  # a subagent's progress, not marked isSidechain, far deeper than the main thread
+        uuid = f"00000000-0000-4000-8000-{k:012d}"
+        extra.append({"type": "progress", "uuid": uuid, "parentUuid": parent, "sessionId": first_reply["sessionId"],
+                      "data": {"type": "agent_progress", "message": {"type": "assistant"}}, "isSidechain": False})
+        parent = uuid
+    got, got_warnings = _shape(_write(tmp_path, "deep-progress", records + extra))
+    assert len(steps) > 1 and got == steps  # the main thread's steps, all of them
+    assert got_warnings == warnings
+
+
+def test_two_conversation_branches_the_longer_is_the_session_and_the_choice_is_said(tmp_path):
+    records = [r for r in _real_records() if r.get("type") not in ("last-prompt", "summary")]
+    steps, _ = _shape(_write(tmp_path, "plain", records))
+    first_reply = next(r for r in records if r.get("type") == "assistant")
+    base = {"sessionId": first_reply["sessionId"], "version": first_reply.get("version"), "cwd": first_reply.get("cwd")}
+    # a rewound prompt: another question after the first reply, answered, then abandoned
+    rewind = [
+        {**base, "type": "user", "uuid": "00000000-0000-4000-9000-000000000001", "parentUuid": first_reply["uuid"],
+         "message": {"role": "user", "content": "Actually, do something else."}},
+        {**base, "type": "assistant", "uuid": "00000000-0000-4000-9000-000000000002",
+         "parentUuid": "00000000-0000-4000-9000-000000000001",
+         "message": {"id": "msg_rewound", "role": "assistant", "model": first_reply["message"].get("model"),
+                     "content": [{"type": "text", "text": "Sure."}], "stop_reason": "end_turn"}},
+    ]
+    path = _write(tmp_path, "rewound", records + rewind)
+    got, _ = _shape(path)
+    assert got == steps
+    res, _ = read_native(path, "claude-code")
+    [lo] = [lo for lo in res.trajectory.left_out if lo.kind == "branch"]
+    assert lo.where == f"line {len(records) + 2}" and "msg_rewound" in lo.reason
+    assert "the session is the chain ending at line" in lo.reason

@@ -220,12 +220,36 @@ class _Chain:
                 depth[u] = d
         return depth
 
-    def leaf(self, depth: array, hint: str | None) -> int:
+    def talk_depths(self) -> array:
+        """Per line, how many user and assistant lines its chain holds (itself included): the
+        conversation's depth, which ``progress`` and ``system`` lines do not add to."""
+        parent, kind = self.parent, self.kind
+        talk = array("i", bytes(4 * len(parent)))
+        done = bytearray(len(parent))
+        for i in range(len(parent)):
+            if done[i]:
+                continue
+            trail = array("i")
+            cur = i
+            while cur >= 0 and not done[cur]:
+                done[cur] = 2  # on the trail
+                trail.append(cur)
+                cur = parent[cur]
+            t = talk[cur] if cur >= 0 and done[cur] == 1 else 0
+            for u in reversed(trail):
+                t += 1 if kind[u] & 7 in (_USER, _ASSISTANT) else 0
+                talk[u] = t
+                done[u] = 1
+        return talk
+
+    def leaf(self, depth: array, hint: str | None, talk: array | None = None) -> int:
         """The main chain's leaf, among the lines no line names as parent (any chain line: a
         session often ends with ``progress``, ``system/turn_duration`` or hook lines after its
-        last reply): the deepest one that descends from the ``leafUuid`` of the last
-        ``last-prompt``/``summary`` record (the session may go on past that record), else the
-        deepest one; ties: the later line of the file. -1 when there is no line."""
+        last reply): among those that descend from the ``leafUuid`` of the last
+        ``last-prompt``/``summary`` record (the session may go on past that record), else among
+        all, the one whose chain holds the most user and assistant lines (``talk``: a branch of
+        a subagent's ``progress`` lines, however deep, holds none), then the deepest, then the
+        later line of the file. -1 when there is no line."""
         parent, line = self.parent, self.line
         n = len(parent)
         has_child = bytearray(n)
@@ -253,7 +277,7 @@ class _Chain:
                     below[u] = hit
                 if hit != 1:
                     continue
-            key = (depth[i], line[i])
+            key = (talk[i] if talk is not None else 0, depth[i], line[i])
             if key > best:
                 best, leaf = key, i
         return leaf
@@ -445,7 +469,11 @@ class ClaudeCodeAdapter(NativeAdapter):
 
         chain.mend(diag)
         depth = chain.depths()
-        path_ix = chain.walk(chain.leaf(depth, leaf_hint))
+        talk = chain.talk_depths()
+        leaf = chain.leaf(depth, leaf_hint, talk)
+        # why this leaf: said where a branch is left out (a rewind, an edited prompt)
+        chosen = f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and assistant lines" if leaf >= 0 else ""
+        path_ix = chain.walk(leaf)
         source = JsonlSource(path)
         load = lambda ref: source.load(unpack_ref(ref))  # noqa: E731
         plans: list[_Plan] = []
@@ -483,7 +511,7 @@ class ClaudeCodeAdapter(NativeAdapter):
         # assistant messages the chain never reached (a rewound branch)
         for mid, m in msgs.items():
             if mid not in used_msgs:
-                lo.add(m.first_line, "branch", f"assistant message {mid} is off the main chain (rewound or abandoned branch)")
+                lo.add(m.first_line, "branch", f"assistant message {mid} is off the main chain (rewound or abandoned branch; {chosen})")
         sub_dir = path.with_suffix("") / "subagents"
         if sub_dir.is_dir():
             for f in sorted(sub_dir.glob("*.jsonl")):
