@@ -94,6 +94,7 @@ _SHAPE = "no Claude Code session line (a user or assistant record with uuid, ses
 # kinds of chain lines (low bits) and flags of user lines
 _UI, _USER, _ASSISTANT, _BOUNDARY = 0, 1, 2, 3
 _META, _SUMMARY = 8, 16
+_TALK = (_USER, _ASSISTANT)  # the kinds that make a conversation (its depth picks the leaf)
 _ROOT, _UNRESOLVED = -1, -2
 
 _UI_NO_UUID = "UI-only record (no uuid: not part of the conversation chain)"
@@ -201,10 +202,13 @@ class _Chain:
                 diag.warn("broken_chain", f"line {line[i]}", f"parent uuid {missing} is not in the file; the chain starts there")
         self.pending = {}
 
-    def depths(self) -> array:
-        """Depth of every line: 1 for a root, parent's + 1; a cycle counts from where it closes."""
-        parent = self.parent
+    def depths(self) -> tuple[array, array]:
+        """Per line, its depth (1 for a root, parent's + 1; a cycle counts from where it closes)
+        and how many user and assistant lines its chain holds, itself included: the
+        conversation's depth, which ``progress`` and ``system`` lines do not add to. One pass."""
+        parent, kind = self.parent, self.kind
         depth = array("i", bytes(4 * len(parent)))
+        talk = array("i", bytes(4 * len(parent)))
         for i in range(len(parent)):
             if depth[i]:
                 continue
@@ -214,33 +218,16 @@ class _Chain:
                 depth[cur] = -1  # on the trail
                 trail.append(cur)
                 cur = parent[cur]
-            d = depth[cur] if cur >= 0 and depth[cur] > 0 else 0
+            known = cur >= 0 and depth[cur] > 0
+            d = depth[cur] if known else 0
+            t = talk[cur] if known else 0
             for u in reversed(trail):
                 d += 1
                 depth[u] = d
-        return depth
-
-    def talk_depths(self) -> array:
-        """Per line, how many user and assistant lines its chain holds (itself included): the
-        conversation's depth, which ``progress`` and ``system`` lines do not add to."""
-        parent, kind = self.parent, self.kind
-        talk = array("i", bytes(4 * len(parent)))
-        done = bytearray(len(parent))
-        for i in range(len(parent)):
-            if done[i]:
-                continue
-            trail = array("i")
-            cur = i
-            while cur >= 0 and not done[cur]:
-                done[cur] = 2  # on the trail
-                trail.append(cur)
-                cur = parent[cur]
-            t = talk[cur] if cur >= 0 and done[cur] == 1 else 0
-            for u in reversed(trail):
-                t += 1 if kind[u] & 7 in (_USER, _ASSISTANT) else 0
+                if kind[u] & 7 in _TALK:
+                    t += 1
                 talk[u] = t
-                done[u] = 1
-        return talk
+        return depth, talk
 
     def leaf(self, depth: array, hint: str | None, talk: array | None = None) -> int:
         """The main chain's leaf, among the lines no line names as parent (any chain line: a
@@ -468,8 +455,7 @@ class ClaudeCodeAdapter(NativeAdapter):
         header.finish(diag)
 
         chain.mend(diag)
-        depth = chain.depths()
-        talk = chain.talk_depths()
+        depth, talk = chain.depths()
         leaf = chain.leaf(depth, leaf_hint, talk)
         # why this leaf: said where a branch is left out (a rewind, an edited prompt)
         chosen = f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and assistant lines" if leaf >= 0 else ""
