@@ -198,3 +198,22 @@ def test_functionresponse_copies_for_calls_sharing_an_id_fill_them_in_order(tmp_
     [s] = result.trajectory.steps
     assert [r.content[0]["functionResponse"]["response"]["output"] for r in s.observation.results] == ["first", "second"]
     assert s.flags == [] and result.diagnostics.codes() == ["duplicate_call_id"]
+
+
+def test_a_jsonl_session_saved_as_json_is_read_as_the_jsonl_it_is(tmp_path):
+    """(issue 14, item 6) A recording renamed ``*.json`` was refused as a broken legacy document."""
+    import shutil
+
+    from pvisor.adapters.native import read_native
+
+    src = Path(__file__).resolve().parent / "corpus" / "native" / "gemini-cli" / "real-0.61.0_single-then-resume.jsonl"
+    renamed = tmp_path / "session-2026.json"
+    shutil.copyfile(src, renamed)
+    want, _ = read_native(src, "gemini-cli")
+    got, _ = read_native(renamed, "gemini-cli")
+    shape = lambda r: [(s.n, s.action.text, [c.arguments_raw for c in s.action.tool_calls]) for s in r.trajectory.steps]  # noqa: E731
+    assert shape(got) == shape(want) and len(shape(want)) > 0
+    assert got.trajectory.meta["format"] == "gemini-cli session jsonl"
+    # the same without --agent: detected
+    auto, _ = read_native(renamed)
+    assert shape(auto) == shape(want)

@@ -56,6 +56,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+import orjson
+
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Action, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
 
@@ -202,6 +204,22 @@ def _update_meta(meta: dict[str, Any], upd: dict) -> None:
             meta[k] = [] if isinstance(v, (dict, list)) and k != "task_context" else v
 
 
+
+def _jsonl_inside(path: Path, probe: int = 1 << 20) -> bool:
+    """Whether a ``.json`` file holds a JSONL session (a recording saved or renamed ``*.json``):
+    its first line is a whole JSON object and more follows. A legacy document is one value
+    (pretty-printed, its first line a lone ``{``, or all on one line)."""
+    with path.open("rb") as fh:
+        data = fh.read(probe)
+        first, nl, rest = data.removeprefix(BOM).partition(b"\n")
+        if not nl:
+            return False  # one line within the probe (or longer): one document
+        try:
+            obj = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(obj, dict) and bool(rest.strip() or fh.read(1))
+
 class GeminiCliAdapter(NativeAdapter):
     name = "gemini-cli"
     description = "Gemini CLI chat recording (~/.gemini/tmp/<project>/chats/session-*.jsonl, legacy .json)"
@@ -221,7 +239,7 @@ class GeminiCliAdapter(NativeAdapter):
         messages: dict[str, _Msg] = {}
         with path.open("rb") as fh:
             head = fh.read(64).removeprefix(BOM).lstrip()[:1]
-        if head == b"{" and path.suffix == ".json":
+        if head == b"{" and path.suffix == ".json" and not _jsonl_inside(path):
             # a single document may be held whole (issue 6, "Scale"): records kept as parsed
             try:
                 doc = read_json_document(path, diag)
