@@ -552,13 +552,20 @@ class PlaybackResponder:
             hist = [None if r is not None and is_made_up(r) else r for r in match_results(calls, results)]
             served_calls = _calls(self.actions[i])
             rep = match_results(served_calls, replayed[i]) if i < len(replayed) else [None] * len(calls)
-            for c, h, r in zip(calls, hist, rep):
+            # a native file may store its own form of an id (Gemini CLI's <name>__<id>): the
+            # agent's wire form, as prepare-only names it
+            ids = [c.id for c in calls]
+            if native:
+                wire = [p.id for p in self.descriptor.wire_action(self.rec.protocol, step.action).parts
+                        if isinstance(p, ToolCall) and p.kind != "server"]
+                ids = wire if len(wire) == len(calls) else ids
+            for c, h, r, cid in zip(calls, hist, rep, ids):
                 hs = content_sha256(h.content) if h is not None else None
                 rs = content_sha256(r.content) if r is not None else None
                 out.append(
                     {
                         "step": step.n,
-                        "call_id": c.id,
+                        "call_id": cid,
                         "name": c.name,
                         "kind": c.kind,
                         "arguments_sha256": hashlib.sha256(

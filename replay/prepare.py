@@ -25,7 +25,7 @@ import os
 import stat
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import orjson
 
@@ -171,17 +171,22 @@ def match_results(calls: list[ToolCall], results: list[ToolResult]) -> list[Tool
     return out
 
 
-def tool_call_records(steps: Sequence[Step], after_step: int) -> list[dict[str, Any]]:
-    """``tool_calls`` of the result: one record per tool call of steps 1..N, in order."""
+def tool_call_records(
+    steps: Sequence[Step], after_step: int, wire: Callable[[Any], list[str | None]] | None = None
+) -> list[dict[str, Any]]:
+    """``tool_calls`` of the result: one record per tool call of steps 1..N, in order.
+    ``wire(action)``: the call ids as the agent sends them (a native file may store its own
+    form: Gemini CLI's ``<name>__<id>``), so that ``call_id`` names the id the prefix carries."""
     out: list[dict[str, Any]] = []
     for i in range(after_step):
         step = steps[i]
         calls = list(step.action.tool_calls)
-        for c, r in zip(calls, match_results(calls, list(step.observation.results))):
+        ids = wire(step.action) if wire is not None else [c.id for c in calls]
+        for c, r, cid in zip(calls, match_results(calls, list(step.observation.results)), ids):
             out.append(
                 {
                     "step": step.n,
-                    "call_id": c.id,
+                    "call_id": cid,
                     "name": c.name,
                     "kind": c.kind,
                     "arguments_sha256": sha256_hex(c.arguments_raw.encode("utf-8", "surrogatepass")),
@@ -559,8 +564,21 @@ def _fill(result: dict[str, Any], opts: PrepareOptions, prefix: Prefix, source: 
     _fill_source(result, source)
     result["prefix"] = prefix_record(prefix.protocol, prefix.body, prefix.request, out, opts.after_step, prefix.rendered, prefix.exchange,
                                      prefix.origin)
-    result["tool_calls"] = tool_call_records(source.steps, opts.after_step)
+    wire = _wire_ids(opts.agent, prefix.protocol) if source.kind == "native" else None
+    result["tool_calls"] = tool_call_records(source.steps, opts.after_step, wire)
     result["warnings"] = [{"code": c, "message": m} for c, m in [*source.notes, *prefix.notes]]
+
+
+def _wire_ids(agent: str, protocol: str) -> Callable[[Any], list[str | None]]:
+    """The call ids of an action as the agent sends them in ``protocol`` (its descriptor's wire
+    form of the action: the ids its native file stores may differ)."""
+    d = descriptor(agent)
+
+    def ids(action: Any) -> list[str | None]:
+        wire = [p.id for p in d.wire_action(protocol, action).parts if isinstance(p, ToolCall)]
+        return wire if len(wire) == len(action.tool_calls) else [c.id for c in action.tool_calls]
+
+    return ids
 
 
 def prefix_record(protocol: str, body: bytes, request: dict[str, Any], out: Path, after_step: int, rendered: bool,

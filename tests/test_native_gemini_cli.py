@@ -217,3 +217,18 @@ def test_a_jsonl_session_saved_as_json_is_read_as_the_jsonl_it_is(tmp_path):
     # the same without --agent: detected
     auto, _ = read_native(renamed)
     assert shape(auto) == shape(want)
+
+
+def test_the_results_call_ids_are_the_ones_the_prefix_carries(tmp_path):
+    """(issue 14, item 6) Gemini CLI's file stores ``<name>__<id>``; the agent sends ``<id>``, and
+    so does the prefix: the result names the same id."""
+    from pvisor.replay.prepare import PrepareOptions, prepare_only
+
+    src = Path(__file__).resolve().parent / "corpus" / "native" / "gemini-cli" / "real-0.61.0_single-then-resume.jsonl"
+    outcome = prepare_only(PrepareOptions(agent="gemini-cli", after_step=1, output=tmp_path / "out", trajectory=src))
+    body = json.loads((tmp_path / "out" / "prefix.json").read_text())
+    sent = [p["functionCall"]["id"] for c in body["contents"] for p in c["parts"] if "functionCall" in p]
+    res, _ = read_native(src, "gemini-cli")
+    stored = [c.id for c in res.trajectory.steps[0].action.tool_calls]
+    assert stored != sent and all(s.endswith("__" + w) for s, w in zip(stored, sent))  # the file's form differs
+    assert [c["call_id"] for c in outcome.result["tool_calls"]] == sent
