@@ -358,11 +358,14 @@ def error_payload(path: str, status: int, message: str) -> bytes:
     return orjson.dumps({"error": {"type": kind, "message": message}})
 
 
-def render_reply(mod: Any, action: Action, *, model: str, stream: bool, seed: int, chunk_events: int = 1) -> Reply:
+def render_reply(mod: Any, action: Action, *, model: str, stream: bool, seed: int, chunk_events: int = 1,
+                 final: dict | None = None) -> Reply:
     """``action`` as the 200 reply of protocol module ``mod``: an event stream (``chunk_events``
     events per chunk) when ``stream``, else one JSON body. Ids come from ``IdSource(seed)``:
-    the same action and seed give the same bytes."""
-    final = mod.action_to_response(action, model=model, ids=IdSource(seed))
+    the same action and seed give the same bytes. ``final``: that final response object, when
+    the caller has made it already (it is not made twice)."""
+    if final is None:
+        final = mod.action_to_response(action, model=model, ids=IdSource(seed))
     if stream:
         return Reply(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, _split_events(mod.render_stream(final), chunk_events))
     return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(final)])

@@ -470,21 +470,18 @@ _KEY_SHAPES = re.compile(r"\b(?:sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,})")
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` (an upstream's error message, say) with every value of ``secrets`` (at least 6
-    characters; the credentials the agent sent) and every key-shaped token replaced by
-    ``<redacted>``: what a result or a log quotes never carries a key, even one the upstream
-    echoed back in part."""
+    characters: the credentials the agent sent, :func:`request_secrets`) and every key-shaped
+    token replaced by ``<redacted>``: what a result or a log quotes never carries a key, even
+    one the upstream echoed back in part."""
     for value in sorted({v for v in secrets if v and len(v) >= 6}, key=len, reverse=True):
         text = text.replace(value, "<redacted>")
-        if value.lower().startswith("bearer "):
-            text = text.replace(value[7:], "<redacted>")
     return _KEY_SHAPES.sub("<redacted>", text)
 
 
-def redact_echoed_secrets(body: bytes, query: str, headers: Iterable[tuple[str, str]]) -> bytes:
-    """``body`` (an error response) with every credential of the request (secret header values,
-    without a ``Bearer``/``Basic`` scheme, and secret query values, 8 characters or more) replaced
-    by ``<redacted>``: an upstream that echoes the key it refused must not put it into the
-    journal. Returns ``body`` itself when it holds none."""
+def request_secrets(query: str, headers: Iterable[tuple[str, str]]) -> set[str]:
+    """The credentials a request carries: secret header values (without a ``Bearer``/``Basic``
+    scheme) and secret query values (decoded), as the agent sent them; never stored, used to
+    redact what quotes them."""
     values: set[str] = set()
     for name, value in headers:
         if is_secret_header(name):
@@ -494,6 +491,15 @@ def redact_echoed_secrets(body: bytes, query: str, headers: Iterable[tuple[str, 
         name, _, raw = segment.partition("=")
         if raw and is_secret_query_param(unquote(name)):
             values.add(unquote(raw.replace("+", " ")))
+    return values
+
+
+def redact_echoed_secrets(body: bytes, query: str, headers: Iterable[tuple[str, str]]) -> bytes:
+    """``body`` (an error response) with every credential of the request
+    (:func:`request_secrets`, 8 characters or more) replaced by ``<redacted>``: an upstream
+    that echoes the key it refused must not put it into the journal. Returns ``body`` itself
+    when it holds none."""
+    values = request_secrets(query, headers)
     for value in sorted((v for v in values if len(v) >= 8), key=len, reverse=True):
         needle = value.encode("utf-8", "surrogateescape")
         if needle in body:

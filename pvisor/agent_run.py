@@ -331,7 +331,9 @@ def run_dir_of(journal_path: Path, run_id: str) -> Path:
     return data_dir_of(journal_path) / "runs" / run_id
 
 
-def _without_userinfo(url: str) -> str:
+def without_userinfo(url: str) -> str:
+    """``url`` without its user info (``https://user:key@host`` -> ``https://host``): how an
+    upstream URL is shown in labels, results and errors."""
     return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url)
 
 
@@ -574,7 +576,7 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         try:
             check_upstream_url(req.upstream)
         except ValueError as exc:
-            raise UsageError(f"--upstream {_without_userinfo(req.upstream)}: {exc}") from None
+            raise UsageError(f"--upstream {without_userinfo(req.upstream)}: {exc}") from None
     if not req.task.strip():
         raise UsageError('give the task after --, e.g. pvisor run --agent claude-code -- "fix the failing test"')
     if req.timeout <= 0:
@@ -646,7 +648,7 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
             upstream_label = "script:" + os.path.abspath(req.script or "")
         else:
             upstream_url = req.upstream or UPSTREAMS[profile.upstream][0]
-            upstream_label = _without_userinfo(upstream_url)
+            upstream_label = without_userinfo(upstream_url)
             # one explicit upstream: paths no protocol owns (Claude's HEAD /api/hello, GET /v1/models) go to it too
             config = GatewayConfig(host="127.0.0.1", port=req.port, upstreams={profile.upstream: upstream_url}, run=run_id,
                                    attempt=attempt, shutdown_grace=5.0)

@@ -265,7 +265,7 @@ def continue_replay(opts: ReplayOptions, warn: Callable[[str], None]) -> ReplayO
 
 
 def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMode) -> ReplayOnlyOutcome:
-    from pvisor.agent_run import AgentUnavailable, RunRequest, run_agent
+    from pvisor.agent_run import AgentUnavailable, RunRequest, run_agent, without_userinfo
     from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
 
     t0 = time.perf_counter()
@@ -382,7 +382,7 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
                     boundary_step=opts.after_step,
                     labels=labels,
                     upstream_label=f"playback:{rec.kind}"
-                    + (f", then {_shown_url(upstream)}" if upstream else ""),
+                    + (f", then {without_userinfo(upstream)}" if upstream else ""),
                     end_grace=opts.end_grace,
                     upstream=upstream,
                     agent_env=dict(opts.agent_env),
@@ -607,16 +607,11 @@ class ContinuationEnd(str, enum.Enum):
     NOT_REACHED = "not_reached"  #: the agent never sent request N+1
 
 
-def _shown_url(url: str | None) -> str:
-    import re
-
-    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url or "")
-
-
 def _check_live(opts: ReplayOptions, d: Any) -> str:
     """The continuation's options checked; returns the live upstream's base URL (``--upstream``,
     else the agent's public API, whose key must be in the environment)."""
     from pvisor.adapters.protocols import UPSTREAMS
+    from pvisor.agent_run import without_userinfo
     from pvisor.gateway.routing import check_upstream_url
 
     for opt, value in (
@@ -644,7 +639,7 @@ def _check_live(opts: ReplayOptions, d: Any) -> str:
         try:
             check_upstream_url(opts.upstream)
         except ValueError as exc:
-            raise ReplayUsageError("usage", f"--upstream {_shown_url(opts.upstream)}: {exc}") from None
+            raise ReplayUsageError("usage", f"--upstream {without_userinfo(opts.upstream)}: {exc}") from None
         return opts.upstream
     url = UPSTREAMS[d.upstream][0]
     key = d.key_env
@@ -681,8 +676,11 @@ def _check_boundary_prompt(opts: ReplayOptions, rec: Any) -> None:
 
 
 def _error_message(body: bytes | None) -> str | None:
-    """``error.message`` of a provider's JSON error body (all four protocols), or None."""
+    """``error.message`` of a provider's JSON error body (all four protocols; an ``error`` that
+    is a string as it is), the start of a body that is not JSON, or None."""
     import orjson
+
+    from pvisor.adapters.protocols.base import error_object
 
     if not body:
         return None
@@ -690,14 +688,10 @@ def _error_message(body: bytes | None) -> str | None:
         obj = orjson.loads(body)
     except orjson.JSONDecodeError:
         return body[:300].decode("utf-8", "replace")
-    if isinstance(obj, list) and obj and isinstance(obj[0], dict):
-        obj = obj[0]  # Gemini's streamGenerateContent wraps its error in a list
-    err = obj.get("error") if isinstance(obj, dict) else None
+    err = error_object(obj)
     if isinstance(err, dict) and isinstance(err.get("message"), str):
         return err["message"]
-    if isinstance(err, str):
-        return err
-    return None
+    return err if isinstance(err, str) else None
 
 
 def _fill_live(
@@ -707,6 +701,7 @@ def _fill_live(
     forwarded request with what the upstream answered (read back from the journal), the
     boundary request, rewrites, expansions, and why it ended."""
     from pvisor.adapters.protocols import get_protocol
+    from pvisor.agent_run import without_userinfo
     from pvisor.journal.model import redact_text
     from pvisor.journal.reader import JournalReader
 
@@ -763,7 +758,7 @@ def _fill_live(
     result["live_requests"] = len(requests)
     result["boundary_user_prompt_injected"] = bool(p.prompt_injected)
     result["continuation"] = {
-        "upstream": _shown_url(upstream),
+        "upstream": without_userinfo(upstream or ""),
         "recorded_model": rec.model,
         "live_model": opts.live_model,
         "max_steps": opts.max_steps,

@@ -32,12 +32,11 @@ import enum
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl
 
 import orjson
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
 from pvisor.gateway.responder import Answer, Forward, IncomingRequest
-from pvisor.journal.model import Conversation, is_secret_header, is_secret_query_param
+from pvisor.journal.model import Conversation, request_secrets
 
 from .playback import PathRewrites, PlaybackResponder
 from .recording import Recording
@@ -174,9 +173,7 @@ class ContinuationResponder(PlaybackResponder):
         """Forward ``request`` (``body``: decoded, expanded when it pointed at served state),
         rewritten as the policy asks; list it."""
         sent = request.decoded_body() if request.encoding else request.body
-        self.secrets.update(v for h, v in request.headers if is_secret_header(h))
-        if request.query:
-            self.secrets.update(v for n, v in parse_qsl(request.query) if is_secret_query_param(n))
+        self.secrets |= request_secrets(request.query, request.headers)
         changes: list[str] = []
         rewrites: list[dict[str, Any]] = []
         prompt_at: int | None = None

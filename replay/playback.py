@@ -332,9 +332,10 @@ class PlaybackResponder:
         self.expanded_bodies[request.exchange] = out
         return out
 
-    def _note_served(self, request: IncomingRequest, body: bytes, final: Any) -> None:
+    def _note_served(self, body: bytes, final: Any) -> None:
         """Remember what a served reply (its final response object) holds that a live model
-        would be asked about later: its reasoning keys, and (Responses) its conversation."""
+        would be asked about later: its reasoning keys, and (Responses) the conversation of
+        ``body`` (the request it answers, decoded and expanded) up to it."""
         if not isinstance(final, dict):
             return
         keys = getattr(self.mod, "reasoning_keys", None)
@@ -356,16 +357,6 @@ class PlaybackResponder:
             return self.mod.reassemble([body]).final if streamed else orjson.loads(body)
         except Exception:  # recorded bytes that do not read: nothing to remember about them
             return None
-
-    def _request_body(self, request: IncomingRequest) -> bytes:
-        """The body the conversation was read from: the expanded one, else the agent's."""
-        got = self.expanded_bodies.get(request.exchange)
-        if got is not None:
-            return got
-        try:
-            return request.decoded_body()
-        except Exception:
-            return b""
 
     def _rewritten_step(self, k: int) -> bool:
         return any(r.step == k for r in self.rewritten)
@@ -391,7 +382,7 @@ class PlaybackResponder:
             self.latest = (k, conv, request, body)
         if k <= self.n:
             self.matcher.answered_up_to(k)
-            return self._serve(request, conv, k, m.stream, retry=m.kind is MatchKind.RETRY)
+            return self._serve(request, body, conv, k, m.stream, retry=m.kind is MatchKind.RETRY)
         if k == self.n + 1 and self.boundary is None:
             self.boundary = Boundary(body, _meta(request), request.exchange, conv)
             return self.at_boundary(request, body, conv, k, m.stream)
@@ -419,7 +410,7 @@ class PlaybackResponder:
         return self._auxiliary(request, body, conv, reason)
 
     def _serve(
-        self, request: IncomingRequest, conv: Conversation, k: int, stream: bool, retry: bool
+        self, request: IncomingRequest, body: bytes, conv: Conversation, k: int, stream: bool, retry: bool
     ) -> Serve:
         recorded: RecordedReply | None = self.rec.replies[k - 1] if k - 1 < len(self.rec.replies) else None
         flags = (FLAG_RETRY,) if retry else ()
@@ -430,7 +421,7 @@ class PlaybackResponder:
             and 200 <= recorded.status < 300
         ):
             self.served.append(Served(k, request.exchange, ServedFrom.RECORDED, recorded.exchange, retry))
-            self._note_served(request, self._request_body(request), self._final_of(recorded.body, recorded.streamed))
+            self._note_served(body, self._final_of(recorded.body, recorded.streamed))
             return Serve(
                 recorded.status,
                 list(recorded.headers),
@@ -440,12 +431,9 @@ class PlaybackResponder:
                 flags=flags,
             )
         model = conv.model or self.rec.model or "model"
-        reply = render_reply(self.mod, self.actions[k - 1], model=model, stream=stream, seed=k)
-        self._note_served(
-            request,
-            self._request_body(request),
-            self.mod.action_to_response(self.actions[k - 1], model=model, ids=IdSource(k)),
-        )
+        final = self.mod.action_to_response(self.actions[k - 1], model=model, ids=IdSource(k))
+        reply = render_reply(self.mod, self.actions[k - 1], model=model, stream=stream, seed=k, final=final)
+        self._note_served(body, final)
         self.served.append(
             Served(k, request.exchange, ServedFrom.RENDERED, recorded.exchange if recorded else None, retry)
         )

@@ -12,7 +12,7 @@ import openai
 import orjson
 import pytest
 from corpus_runs import record_corpus_runs
-from gateway_helpers import http_request, json_upstream, wait_exchanges
+from gateway_helpers import json_upstream, wait_exchanges
 from pvisor.adapters.agents import get_descriptor
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource
@@ -21,6 +21,7 @@ from pvisor.journal.reader import JournalReader
 from pvisor.replay.continuation import ContinuationResponder, LivePolicy, ReasoningPolicy
 from pvisor.replay.playback import PathRewrites
 from pvisor.replay.recording import journal_recording
+from replay_helpers import send_line
 
 PROMPT = "Now say which file you wrote first."
 
@@ -55,32 +56,13 @@ def _continue(stack, journal, run, agent, n, protocol, policy=None, reply=None):
     return p, gw, up
 
 
-def _send(gw, line, body=None):
-    data = orjson.dumps(body if body is not None else line["body"])
-    q = line.get("query") or ""
-    q = "&".join(f"{k}={v}" for k, v in q.items()) if isinstance(q, dict) else q
-    return http_request(
-        gw.url,
-        line["method"],
-        line["path"] + (f"?{q}" if q else ""),
-        data,
-        headers={"Content-Type": "application/json"},
-    )
-
-
-def _main(lines, journal, run):
-    with JournalReader(journal) as r:
-        ids = {e.id for e in r.exchanges(run) if e.role == "main"}
-    return [rec for rec in lines[run] if rec.exchange in ids] or lines[run]
-
-
 def test_request_n_plus_1_goes_live_byte_identical_and_is_recorded(stack, corpus_journal):
     journal, lines = corpus_journal
     p, gw, up = _continue(stack, journal, "codex-parallel", "codex", 1, "openai-responses")
     first, second = lines["codex-parallel"][:2]
-    assert _send(gw, first.line)[0] == 200  # A_1 from the recording
+    assert send_line(gw, first.line)[0] == 200  # A_1 from the recording
     assert up.requests == []
-    status, _, body = _send(gw, second.line)
+    status, _, body = send_line(gw, second.line)
     assert status == 200 and body == _live_reply("openai-responses")
     [(method, path, _, got)] = up.requests
     assert method == "POST" and path == second.line["path"]
@@ -99,8 +81,8 @@ def test_the_boundary_prompt_is_placed_once_after_o_n_in_every_later_request(sta
         stack, journal, "codex-parallel", "codex", 1, "openai-responses", LivePolicy(boundary_prompt=PROMPT)
     )
     first, second = lines["codex-parallel"][:2]
-    _send(gw, first.line)
-    _send(gw, second.line)
+    send_line(gw, first.line)
+    send_line(gw, second.line)
     sent = second.line["body"]
     at = len(sent["input"])
     forwarded = orjson.loads(up.requests[0][3])
@@ -114,7 +96,7 @@ def test_the_boundary_prompt_is_placed_once_after_o_n_in_every_later_request(sta
         {"type": "function_call", "call_id": "call_live", "name": "shell", "arguments": '{"command":["ls"]}'},
         {"type": "function_call_output", "call_id": "call_live", "output": "a.txt"},
     ]
-    _send(gw, second.line, later)
+    send_line(gw, second.line, later)
     again = orjson.loads(up.requests[1][3])
     assert [
         i.get("content", [{}])[0].get("text") if i.get("role") == "user" else None for i in again["input"]
@@ -157,15 +139,15 @@ def test_the_step_budget_ends_the_agent_with_its_final_reply(stack, corpus_journ
         stack, journal, "codex-parallel", "codex", 1, "openai-responses", LivePolicy(max_steps=1)
     )
     first, second = lines["codex-parallel"][:2]
-    _send(gw, first.line)
-    _send(gw, second.line)
+    send_line(gw, first.line)
+    send_line(gw, second.line)
     assert not p.ended.is_set()
     later = copy.deepcopy(second.line["body"])
     later["input"] += [
         {"type": "function_call", "call_id": "call_live", "name": "shell", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "call_live", "output": "x"},
     ]
-    status, _, body = _send(gw, second.line, later)
+    status, _, body = send_line(gw, second.line, later)
     final = get_protocol("openai-responses").reassemble([body]).final
     assert status == 200 and "pvisor: the replay ends here." in orjson.dumps(final).decode()
     assert p.ended.is_set() and p.budget_end == 3 and len(up.requests) == 1
@@ -177,10 +159,10 @@ def test_auxiliary_requests_after_the_boundary_go_live(stack, corpus_journal):
     p, gw, up = _continue(stack, journal, "opencode-single", "opencode", 0, "openai-chat")
     title = next(r for r in lines["opencode-single"] if r.line["body"].get("tools") in (None, []))
     main = [r for r in lines["opencode-single"] if r.line["body"].get("tools")]
-    _send(gw, title.line)  # before the boundary: from the recording
+    send_line(gw, title.line)  # before the boundary: from the recording
     assert up.requests == []
-    _send(gw, main[0].line)  # N = 0: request 1 is the boundary
-    _send(gw, title.line)  # after it: live
+    send_line(gw, main[0].line)  # N = 0: request 1 is the boundary
+    send_line(gw, title.line)  # after it: live
     assert len(up.requests) == 2 and [lr.request for lr in p.live] == [1, None]
 
 
@@ -190,8 +172,8 @@ def test_another_model_is_asked_for_and_listed(stack, corpus_journal):
         stack, journal, "codex-parallel", "codex", 1, "openai-responses", LivePolicy(live_model="gpt-live")
     )
     first, second = lines["codex-parallel"][:2]
-    _send(gw, first.line)
-    _send(gw, second.line)
+    send_line(gw, first.line)
+    send_line(gw, second.line)
     assert orjson.loads(up.requests[0][3])["model"] == "gpt-live"
     assert p.live[0].rewrites == [
         {"of": "model", "kind": "live_model", "from": second.line["body"]["model"], "to": "gpt-live"}
@@ -248,8 +230,8 @@ def test_served_reasoning_is_stripped_when_asked(stack, tmp_path, corpus_journal
         LivePolicy(reasoning=ReasoningPolicy.STRIP),
     )
     for p, gw in ((keep, gw_keep), (strip, gw_strip)):
-        assert _send(gw, one)[0] == 200
-        assert _send(gw, two)[0] == 200
+        assert send_line(gw, one)[0] == 200
+        assert send_line(gw, two)[0] == 200
         assert p.divergence is None and p.live, (p.divergence, p.auxiliary, p.served)
     served = [i for i in two["body"]["input"] if i.get("type") == "reasoning"]
     assert served and served[0]["encrypted_content"] == "gAAAA-other-org"

@@ -59,7 +59,11 @@ def live_side(stack, agent: str, *before: dict, main_chain: str = "tools"):
     return stack.gateway({"anthropic": url, "openai": url, "gemini": url}, name=f"live-{agent}")
 
 
-def continue_capture(cap, tmp: Path, live_url: str, *extra: str, n: int = 1, name: str = "c"):
+def continue_capture(
+    cap, tmp: Path, live_url: str, *extra: str, n: int = 1, name: str = "c", timeout: int = 240
+):
+    """``pvisor replay`` (a continuation) of ``cap`` (``journal``, ``agent``, ``run``,
+    ``user_home``) after step ``n`` against ``live_url``: (process, result, workspace, output)."""
     ws, out = tmp / f"ws-{name}", tmp / f"out-{name}"
     ws.mkdir()
     args = [
@@ -79,7 +83,7 @@ def continue_capture(cap, tmp: Path, live_url: str, *extra: str, n: int = 1, nam
         "--agent-entrypoint",
         str(entrypoint(cap.agent)),
         "--timeout",
-        "240",
+        str(timeout),
         "--upstream",
         live_url,
         *extra,
@@ -272,7 +276,7 @@ def test_bad_input_gets_one_clear_line_and_a_documented_exit_code(stack, tmp_pat
     from types import SimpleNamespace
 
     journal, run_id, home = _fresh_capture("claude-code", tmp_path)
-    cap = SimpleNamespace(journal=journal, run=run_id, user_home=home)
+    cap = SimpleNamespace(journal=journal, agent="claude-code", run=run_id, user_home=home)
     base = [
         "replay",
         "--journal",
@@ -328,30 +332,7 @@ def test_a_refused_reasoning_is_reported_without_the_key(captured, stack, tmp_pa
         }
     }
     gw = live_side(stack, "claude-code", refusal)
-    ws, out = tmp_path / "ws-r", tmp_path / "out-r"
-    ws.mkdir()
-    args = [
-        "replay",
-        "--journal",
-        str(cap.journal),
-        "--agent",
-        "claude-code",
-        "--run",
-        cap.run,
-        "--after-step",
-        "1",
-        "--workspace",
-        str(ws),
-        "--output",
-        str(out),
-        "--agent-entrypoint",
-        str(entrypoint("claude-code")),
-        "--timeout",
-        "120",
-        "--upstream",
-        gw.url,
-    ]
-    proc = pvisor(args, env=user_env(cap.user_home, **KEYS), cwd=tmp_path, timeout=300)
+    proc, _, _, out = continue_capture(cap, tmp_path, gw.url, name="r", timeout=120)
     line = _one_error(proc)
     assert (
         proc.returncode == 1
@@ -415,41 +396,13 @@ def test_reasoning_strip_on_a_capture_with_signed_thinking(stack, tmp_path):
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout)["run"]
     gw = live_side(stack, "claude-code")
-    ws2, out = root / "ws2", root / "out"
-    ws2.mkdir()
-    proc = pvisor(
-        [
-            "replay",
-            "--journal",
-            str(journal),
-            "--agent",
-            "claude-code",
-            "--run",
-            run_id,
-            "--after-step",
-            "1",
-            "--workspace",
-            str(ws2),
-            "--output",
-            str(out),
-            "--agent-entrypoint",
-            str(entrypoint("claude-code")),
-            "--timeout",
-            "240",
-            "--upstream",
-            gw.url,
-            "--reasoning",
-            "strip",
-            "--max-steps",
-            "1",
-        ],
-        env=user_env(home, **KEYS),
-        cwd=root,
-        timeout=400,
+    from types import SimpleNamespace
+
+    cap = SimpleNamespace(journal=journal, agent="claude-code", run=run_id, user_home=home)
+    proc, doc, _, out = continue_capture(
+        cap, root, gw.url, "--reasoning", "strip", "--max-steps", "1", name="s"
     )
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads((out / "result.json").read_text())
-    jsonschema.validate(doc, SCHEMA)
     sent = json.loads((out / "prefix.json").read_text())
     served = [
         b
@@ -488,32 +441,9 @@ def test_an_upstream_refusing_request_n_plus_1_fails_with_its_message(captured, 
         "error": {"type": "invalid_request_error", "message": "live-model-x is not available"},
     }
     up = stack.raw_upstream(json_upstream(orjson.dumps(payload), status=400))
-    ws, out = tmp_path / "ws-e", tmp_path / "out-e"
-    ws.mkdir()
-    args = [
-        "replay",
-        "--journal",
-        str(cap.journal),
-        "--agent",
-        "claude-code",
-        "--run",
-        cap.run,
-        "--after-step",
-        "1",
-        "--workspace",
-        str(ws),
-        "--output",
-        str(out),
-        "--agent-entrypoint",
-        str(entrypoint("claude-code")),
-        "--timeout",
-        "120",
-        "--upstream",
-        up.url,
-        "--live-model",
-        "live-model-x",
-    ]
-    proc = pvisor(args, env=user_env(cap.user_home, **KEYS), cwd=tmp_path, timeout=300)
+    proc, _, _, out = continue_capture(
+        cap, tmp_path, up.url, "--live-model", "live-model-x", name="e", timeout=120
+    )
     line = _one_error(proc)
     assert proc.returncode == 1 and "answered 400 at request 2: live-model-x is not available" in line
     doc = json.loads((out / "result.json").read_text())
@@ -534,30 +464,7 @@ def test_a_timeout_while_the_live_model_thinks_is_a_timeout_not_an_upstream_erro
         {"model": "live-model", "turns": [{"text": "never served"}, {"text": "slow", "delay_ms": 120000}]}
     )
     gw = stack.gateway({"anthropic": url}, name="live-slow")
-    ws, out = tmp_path / "ws-t", tmp_path / "out-t"
-    ws.mkdir()
-    args = [
-        "replay",
-        "--journal",
-        str(cap.journal),
-        "--agent",
-        "claude-code",
-        "--run",
-        cap.run,
-        "--after-step",
-        "1",
-        "--workspace",
-        str(ws),
-        "--output",
-        str(out),
-        "--agent-entrypoint",
-        str(entrypoint("claude-code")),
-        "--timeout",
-        "8",
-        "--upstream",
-        gw.url,
-    ]
-    proc = pvisor(args, env=user_env(cap.user_home, **KEYS), cwd=tmp_path, timeout=300)
+    proc, _, _, out = continue_capture(cap, tmp_path, gw.url, name="t", timeout=8)
     assert proc.returncode == 124 and "still running after --timeout 8 s" in _one_error(proc)
     doc = json.loads((out / "result.json").read_text())
     jsonschema.validate(doc, SCHEMA)

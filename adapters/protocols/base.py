@@ -602,6 +602,21 @@ def with_body_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict |
 REFUSAL_MAX = 500
 
 
+def error_object(body: Any) -> Any:
+    """The ``error`` member of a provider's JSON error body (``{"error": {...}}`` in all four
+    protocols; Gemini's ``streamGenerateContent`` sends it as the first element of a JSON
+    array), from bytes, str or an already parsed value; None when the body is not such JSON."""
+    obj = body
+    if isinstance(body, (bytes, bytearray, memoryview, str)):
+        try:
+            obj = orjson.loads(bytes(body) if isinstance(body, memoryview) else body)
+        except orjson.JSONDecodeError:
+            return None
+    if isinstance(obj, list) and obj:
+        obj = obj[0]
+    return obj.get("error") if isinstance(obj, dict) else None
+
+
 def refusal_message(
     status: int, body: Any, pattern: "re.Pattern[str]", codes: frozenset[str] = frozenset()
 ) -> str | None:
@@ -613,15 +628,7 @@ def refusal_message(
     not such JSON (bytes, str or already parsed), or any other message."""
     if not isinstance(status, int) or not 400 <= status <= 499:
         return None
-    obj = body
-    if isinstance(body, (bytes, bytearray, memoryview, str)):
-        try:
-            obj = orjson.loads(bytes(body) if isinstance(body, memoryview) else body)
-        except orjson.JSONDecodeError:
-            return None
-    if isinstance(obj, list) and obj:
-        obj = obj[0]
-    error = obj.get("error") if isinstance(obj, dict) else None
+    error = error_object(body)
     if not isinstance(error, dict):
         return None
     message = error.get("message")

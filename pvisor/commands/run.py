@@ -52,7 +52,7 @@ def run(ctx: click.Context, agent: str, entrypoint: str | None, upstream: str | 
     \b
     Examples:
       pvisor run --agent claude-code -- "make the failing test pass"
-      pvisor run --agent codex --script turns.json --workspace /tmp/ws -- "write hello.txt"
+      pvisor run --agent codex --script turns.json --workspace ws -- "write hello.txt"
       pvisor run --agent claude-code --resume r-3f2a9c0d1e2b -- "now add a test"
     """
     from pvisor.agent_run import RunRequest, run_agent
