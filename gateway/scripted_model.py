@@ -21,6 +21,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import itertools
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ import orjson
 from pvisor.adapters.protocols import protocol_for_path
 from pvisor.adapters.protocols.base import IdSource, compact_json, loads_object
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import Action, Conversation, Reasoning, ToolCall
+from pvisor.journal.model import Action, Conversation, Reasoning, TextPart, ToolCall
 
 #: tool names taken as "the agent's shell tool" by ``"tool": "@shell"``, in order of preference
 SHELL_TOOL_NAMES = ("bash", "shell", "exec_command", "run_shell_command", "shell_command", "local_shell")
@@ -51,7 +52,9 @@ class ScriptedCall:
 class Turn:
     """One scripted reply: ``text``, ``reasoning``, ``tool_calls`` (several = parallel calls),
     or an ``error`` (``{"status": int, "body": object|str}``); ``delay_ms`` before answering;
-    ``repeat`` how many consecutive conversation states it answers."""
+    ``repeat`` how many consecutive conversation states it answers; ``usage`` the token counts
+    the reply reports (``{"input_tokens": int, "output_tokens": int}``, written in the
+    protocol's own usage shape), which is what makes an agent compact its context."""
 
     text: str = ""
     reasoning: str | None = None
@@ -59,6 +62,22 @@ class Turn:
     error: dict[str, Any] | None = None
     delay_ms: int = 0
     repeat: int = 1
+    usage: dict[str, int] | None = None
+
+
+@dataclass(slots=True)
+class Compaction:
+    """How the script answers an agent's request to summarise its context (docs/scripted-model.md,
+    "Compaction"): a request whose last user message holds one of the ``when`` texts gets
+    ``summary`` followed by a marker naming the conversation state it summarised (so that the
+    turns go on after the agent replaced its history by the summary); ``usage`` is reported
+    with it; assistant messages whose whole text is one of ``agent_messages`` are the agent's
+    own (an acknowledgement it puts after the summary) and are not counted as turns."""
+
+    when: list[str]
+    summary: str = "Summary of the work so far."
+    usage: dict[str, int] | None = None
+    agent_messages: list[str] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -74,6 +93,7 @@ class Script:
     # every request with tools (several sessions at once, e.g. k rollouts against one server)
     main_chain: str = "tools"
     chunk_events: int = 1  # events per written chunk when streaming
+    compaction: Compaction | None = None
 
 
 @dataclass(slots=True)
@@ -84,11 +104,18 @@ class Reply:
     headers: dict[str, str]
     chunks: list[bytes]
     delay_s: float = 0.0
-    kind: str = "turn"  # turn | aux | after_end | error | local
+    kind: str = "turn"  # turn | aux | after_end | error | local | summary
 
 
-_TURN_KEYS = {"text", "reasoning", "tool_calls", "error", "delay_ms", "repeat"}
-_SCRIPT_KEYS = {"turns", "model", "seed", "aux_reply", "after_end", "main_chain", "chunk_events"}
+_TURN_KEYS = {"text", "reasoning", "tool_calls", "error", "delay_ms", "repeat", "usage"}
+_SCRIPT_KEYS = {"turns", "model", "seed", "aux_reply", "after_end", "main_chain", "chunk_events", "compaction"}
+_COMPACTION_KEYS = {"when", "summary", "usage", "agent_messages"}
+_USAGE_KEYS = ("input_tokens", "output_tokens")
+
+#: the marker a summary reply ends with: the number of turns (conversation state) it summarises.
+#: Plain ASCII in brackets, so that it survives the agents' re-wording of the summary message
+SUMMARY_MARKER = "[pvisor scripted summary of {} turns]"
+_MARKER_RX = re.compile(r"\[pvisor scripted summary of (\d+) turns\]")
 
 
 def load_script(path: str | Path) -> Script:
@@ -139,7 +166,38 @@ def parse_script(data: Any, where: str = "script") -> Script:
             setattr(script, key, data[key])
     if script.chunk_events < 1:
         raise BadInputError(f"{where}: 'chunk_events' must be at least 1")
+    if "compaction" in data:
+        script.compaction = _parse_compaction(data["compaction"], f"{where}: compaction")
     return script
+
+
+def _parse_usage(u: Any, where: str) -> dict[str, int]:
+    if (not isinstance(u, dict) or set(u) != set(_USAGE_KEYS)
+            or any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in u.values())):
+        raise BadInputError(f"{where}: expected {{\"input_tokens\": int >= 0, \"output_tokens\": int >= 0}}")
+    return {k: u[k] for k in _USAGE_KEYS}
+
+
+def _parse_compaction(c: Any, where: str) -> Compaction:
+    if not isinstance(c, dict):
+        raise BadInputError(f"{where}: expected an object with a 'when' list of texts")
+    unknown = set(c) - _COMPACTION_KEYS
+    if unknown:
+        raise BadInputError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_COMPACTION_KEYS))}")
+    for key in ("when", "agent_messages"):
+        v = c.get(key, [])
+        if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+            raise BadInputError(f"{where}.{key}: expected a list of non-empty texts")
+    if not c.get("when"):
+        raise BadInputError(f"{where}.when: expected at least one text that marks the agent's summary request")
+    out = Compaction(when=list(c["when"]), agent_messages=list(c.get("agent_messages", [])))
+    if "summary" in c:
+        if not isinstance(c["summary"], str):
+            raise BadInputError(f"{where}.summary: expected a string")
+        out.summary = c["summary"]
+    if "usage" in c:
+        out.usage = _parse_usage(c["usage"], f"{where}.usage")
+    return out
 
 
 def _parse_turn(t: Any, where: str) -> Turn:
@@ -163,6 +221,8 @@ def _parse_turn(t: Any, where: str) -> Turn:
             if not isinstance(v, int) or isinstance(v, bool) or v < (1 if key == "repeat" else 0):
                 raise BadInputError(f"{where}.{key}: expected an integer >= {1 if key == 'repeat' else 0}")
             setattr(turn, key, v)
+    if "usage" in t:
+        turn.usage = _parse_usage(t["usage"], f"{where}.usage")
     if "error" in t:
         err = t["error"]
         if (not isinstance(err, dict) or not isinstance(err.get("status"), int) or isinstance(err["status"], bool)
@@ -219,8 +279,32 @@ def _shell_tool(conv: Conversation) -> tuple[str, str]:
 
 
 def count_assistant_turns(conv: Conversation) -> int:
-    """Number of assistant messages in the request: the conversation state that picks a turn."""
+    """Number of assistant messages in the request."""
     return sum(1 for m in conv.messages if m.role == "assistant")
+
+
+def _text(m: Any) -> str:
+    return "".join(p.text for p in m.parts if isinstance(p, TextPart))
+
+
+def conversation_state(conv: Conversation, agent_messages: frozenset[str] = frozenset()) -> int:
+    """The conversation state that picks a turn: the number of assistant messages in the
+    request; after a compaction (a message holding :data:`SUMMARY_MARKER`), the number of turns
+    the last marker names plus the assistant messages after the message holding it, those
+    whose whole text is in ``agent_messages`` left out."""
+    start, base = 0, 0
+    for i, m in enumerate(conv.messages):
+        found = _MARKER_RX.findall(_text(m))
+        if found:
+            start, base = i + 1, int(found[-1])
+    return base + sum(1 for m in conv.messages[start:] if m.role == "assistant" and _text(m).strip() not in agent_messages)
+
+
+def is_summary_request(conv: Conversation, when: list[str]) -> bool:
+    """True when the request's last user message holds one of the ``when`` texts."""
+    last = next((m for m in reversed(conv.messages) if m.role == "user"), None)
+    text = _text(last) if last is not None else ""
+    return any(w in text for w in when)
 
 
 class ScriptedModel:
@@ -283,7 +367,9 @@ class ScriptedModel:
             raw = compact_json(args)
             calls.append(ToolCall(id=None, name=name, arguments_raw=raw, arguments=args))
         reasoning = [Reasoning(text=turn.reasoning)] if turn.reasoning else []
-        return Action(text=turn.text, reasoning=reasoning, tool_calls=calls, model=conv.model or self.script.model, stop_reason=None)
+        usage = dict(turn.usage) if turn.usage is not None else None
+        return Action(text=turn.text, reasoning=reasoning, tool_calls=calls, model=conv.model or self.script.model, stop_reason=None,
+                      usage=usage)
 
     def classify(self, conv: Conversation) -> str:
         """``main`` or ``aux`` for a parsed request (fixing the main chain on first sight)."""
@@ -308,11 +394,19 @@ class ScriptedModel:
         obj = loads_object(body) if body else {}
         conv = mod.parse_request(obj, path=path, query=query)
         stream = mod.wants_stream(path, query, obj)
-        role = self.classify(conv)
-        if role == "aux":
+        comp = self.script.compaction
+        acks = frozenset(comp.agent_messages) if comp is not None else frozenset()
+        if comp is not None and is_summary_request(conv, comp.when):
+            # checked before the main chain: an agent may ask for its summary with the main
+            # loop's own system prompt and tools
+            k = conversation_state(conv, acks)
+            text = f"{comp.summary}\n\n{SUMMARY_MARKER.format(k)}" if comp.summary else SUMMARY_MARKER.format(k)
+            turn, kind = Turn(text=text, usage=comp.usage), "summary"
+            k += 20_000_000
+        elif self.classify(conv) == "aux":
             turn, k, kind = Turn(text=self.script.aux_reply), 10_000_000, "aux"
         else:
-            k = count_assistant_turns(conv)
+            k = conversation_state(conv, acks)
             scripted = self.error_for(k) or self.turn_at(k)
             if scripted is not None:
                 turn, kind = scripted, "turn"

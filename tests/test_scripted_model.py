@@ -857,3 +857,120 @@ def test_serve_model_unwritable_ready_file_is_a_usage_error(tmp_path):
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == "pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r.json: directory /nonexistent-pvisor-dir does not exist\n"
     assert proc.stdout == ""
+
+
+# --------------------------------------------------------------------------- usage and compaction
+
+USAGE_PATHS = {"anthropic": ("input_tokens", "output_tokens"), "openai-chat": ("prompt_tokens", "completion_tokens"),
+               "openai-responses": ("input_tokens", "output_tokens"), "gemini": ("promptTokenCount", "candidatesTokenCount")}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_turn_usage_is_reported_in_each_protocols_shape(protocol, stream):
+    m = model_of({"turns": [{"text": "big", "usage": {"input_tokens": 150_000, "output_tokens": 42}}, {"text": "plain"}]})
+    final = final_of(protocol, ask(m, protocol, 0, stream=stream))
+    usage = final["usage"] if protocol != "gemini" else final["usageMetadata"]
+    i, o = USAGE_PATHS[protocol]
+    assert (usage[i], usage[o]) == (150_000, 42)
+    # a turn without usage reports none of these counts (or zeros where the protocol requires usage)
+    plain = final_of(protocol, ask(m, protocol, 1, stream=stream))
+    other = plain.get("usage") if protocol != "gemini" else plain.get("usageMetadata")
+    assert not other or not any(other.get(k) for k in (i, o)), other
+
+
+COMPACTION_SCRIPT = {
+    "turns": [{"text": f"turn {i}", "tool_calls": [{"tool": "@shell", "command": f"echo {i}"}]} for i in range(4)],
+    "compaction": {"when": ["Summarise the conversation"], "summary": "We echoed numbers.", "usage": {"input_tokens": 10, "output_tokens": 5},
+                   "agent_messages": ["Got it."]},
+}
+
+
+def _anthropic(messages: list, system: str = SYSTEM, tools: tuple[str, ...] = ("bash",)) -> bytes:
+    return orjson.dumps({"model": "m", "max_tokens": 10, "system": system, "messages": messages,
+                         "tools": [{"name": t, "description": t, "input_schema": SHELL_SCHEMA} for t in tools]})
+
+
+def test_summary_request_gets_the_summary_and_a_marker_and_later_turns_go_on():
+    m = model_of(COMPACTION_SCRIPT)
+    _, _, body = build_request("anthropic", 2)
+    history = orjson.loads(body)["messages"]
+    assert said("anthropic", ask(m, "anthropic", 2)) == ("turn 2", [("bash", {"command": "echo 2"})])
+    # the agent asks for a summary: same history plus its summary prompt, here without tools and
+    # with another system prompt (as Claude Code does); the rule comes before the main chain's
+    summary_req = [*history, {"role": "user", "content": "Summarise the conversation so far."}]
+    reply = m.answer("POST", "/v1/messages", "", _anthropic(summary_req, system="You summarise.", tools=()))
+    assert reply.kind == "summary"
+    text, calls = said("anthropic", reply)
+    assert text == "We echoed numbers.\n\n[pvisor scripted summary of 2 turns]" and calls == []
+    assert final_of("anthropic", reply)["usage"]["input_tokens"] == 10
+    # after the compaction the agent's history is the summary: the turn is still the third
+    after = [{"role": "user", "content": f"This session continues. {text}"}]
+    assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(after))) == ("turn 2", [("bash", {"command": "echo 2"})])
+    # and the turns go on from it; the agent's own acknowledgement is no turn
+    later = [*after, {"role": "assistant", "content": "Got it."},
+             {"role": "assistant", "content": [{"type": "tool_use", "id": "t2", "name": "bash", "input": {"command": "echo 2"}}]},
+             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "2"}]}]
+    assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(later))) == ("turn 3", [("bash", {"command": "echo 3"})])
+    # a second compaction summarises from the state the first marker gives
+    second = [*later, {"role": "user", "content": "Summarise the conversation again."}]
+    text2, _ = said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(second)))
+    assert text2.endswith("[pvisor scripted summary of 3 turns]")
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_summary_rule_applies_in_every_protocol(protocol):
+    m = model_of(COMPACTION_SCRIPT)
+    path, query, body = build_request(protocol, 1)
+    obj = orjson.loads(body)
+    ask_text = "Please Summarise the conversation."
+    if protocol in ("anthropic", "openai-chat"):
+        obj["messages"].append({"role": "user", "content": ask_text})
+    elif protocol == "openai-responses":
+        obj["input"].append({"role": "user", "content": [{"type": "input_text", "text": ask_text}]})
+    else:
+        obj["contents"].append({"role": "user", "parts": [{"text": ask_text}]})
+    text, _ = said(protocol, m.answer("POST", path, query, orjson.dumps(obj)))
+    assert text.endswith("[pvisor scripted summary of 1 turns]")
+
+
+def test_without_a_compaction_rule_a_marker_is_plain_text():
+    m = model_of({k: v for k, v in COMPACTION_SCRIPT.items() if k != "compaction"})
+    after = [{"role": "user", "content": "[pvisor scripted summary of 2 turns]"}]
+    assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(after)))[0] == "turn 2"
+    asked = [{"role": "user", "content": "Summarise the conversation"}]
+    assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(asked)))[0] == "turn 0"
+
+
+@pytest.mark.parametrize("content, words", [
+    ({"turns": [{"text": "a", "usage": {"input_tokens": 1}}]}, ["turns[0].usage", "output_tokens"]),
+    ({"turns": [{"text": "a", "usage": {"input_tokens": -1, "output_tokens": 1}}]}, ["turns[0].usage"]),
+    ({"turns": [{"text": "a", "usage": {"input_tokens": True, "output_tokens": 1}}]}, ["turns[0].usage"]),
+    ({"turns": [], "compaction": {"summary": "x"}}, ["compaction.when", "at least one"]),
+    ({"turns": [], "compaction": {"when": "x"}}, ["compaction.when", "list of non-empty texts"]),
+    ({"turns": [], "compaction": {"when": ["x"], "reply": "y"}}, ["compaction", "unknown field(s) reply"]),
+    ({"turns": [], "compaction": {"when": ["x"], "agent_messages": [""]}}, ["compaction.agent_messages"]),
+    ({"turns": [], "compaction": {"when": ["x"], "usage": {"input_tokens": 1, "output_tokens": 2, "total": 3}}}, ["compaction.usage"]),
+    ({"turns": [], "compaction": ["x"]}, ["compaction", "expected an object"]),
+])
+def test_bad_usage_and_compaction_name_the_field(content, words):
+    with pytest.raises(BadInputError) as exc:
+        parse_script(content, "s.json")
+    for w in words:
+        assert w in exc.value.message, exc.value.message
+
+
+def test_documented_compaction_example_behaves_as_documented(tmp_path):
+    import re
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "scripted-model.md"
+    [example] = re.findall(r"```toml\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.DOTALL)
+    (tmp_path / "s.toml").write_text(example)
+    m = ScriptedModel(load_script(tmp_path / "s.toml"))
+    assert final_of("anthropic", ask(m, "anthropic", 1))["usage"]["input_tokens"] == 190000
+    _, _, body = build_request("anthropic", 2)
+    asking = [*orjson.loads(body)["messages"], {"role": "user", "content": "Write a summary of the conversation so far."}]
+    summary, _ = said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(asking, tools=())))
+    assert summary == "We listed the files twice.\n\n[pvisor scripted summary of 2 turns]"
+    after = [{"role": "user", "content": summary}]
+    assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(after))) == ("Done.", [])
