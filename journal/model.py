@@ -374,11 +374,44 @@ class LeftOut:
 
 
 @dataclass(slots=True)
+class Compaction:
+    """The agent replaced its history by a summary (compaction, compression) after step
+    ``after_step``: from request ``after_step + 1`` on it sends ``history`` in place of the task,
+    its context and steps 1..after_step (results of step ``after_step`` included), then the
+    observation messages of step ``after_step`` from index ``messages_from`` on (what it
+    appended after the compaction: a later prompt), then the later steps as usual. An agent
+    that keeps its latest steps verbatim after the summary (Claude Code) gives ``steps_from``:
+    steps ``steps_from``..``after_step`` are sent after ``history`` in full (actions and
+    results), not replaced.
+
+    Fields: ``after_step`` (>= 0; 0: before the first action); ``history`` (messages in the order sent; ``raw`` in the
+    agent's wire shape where the source stores it); ``kind`` (the record it was read from, such
+    as ``compact_boundary``, ``compacted``, ``chat_compression``, ``compaction``); ``where``
+    (``line 12``, a part id); ``summary`` (the summary text, when the record holds it);
+    ``messages_from``; ``steps_from`` (None: ``after_step + 1``, nothing kept).
+    """
+
+    after_step: int
+    history: list[Message]
+    kind: str
+    where: str
+    summary: str | None = None
+    messages_from: int = 0
+    steps_from: int | None = None
+
+    @property
+    def first_kept(self) -> int:
+        """The first step sent after the history in full."""
+        return self.steps_from if self.steps_from is not None else self.after_step + 1
+
+
+@dataclass(slots=True)
 class Trajectory:
     """A run read as steps.
 
     Fields: ``task`` (the first user input); ``steps``; ``system`` prompt text and ``tools`` as
-    sent (None when the source does not store them); ``model``; ``left_out`` records; ``meta``.
+    sent (None when the source does not store them); ``model``; ``left_out`` records; ``meta``;
+    ``compactions`` in step order (:class:`Compaction`: where the agent replaced its history).
     """
 
     task: str | None = None
@@ -388,6 +421,16 @@ class Trajectory:
     model: str | None = None
     left_out: list[LeftOut] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
+    compactions: list[Compaction] = field(default_factory=list)
+
+    def compaction_at(self, after_step: int) -> Compaction | None:
+        """The compaction in effect at the request after step ``after_step``: the last one
+        whose ``after_step`` is at most it, or None."""
+        found = None
+        for c in self.compactions:
+            if c.after_step <= after_step:
+                found = c
+        return found
 
 
 # --------------------------------------------------------------------------- secrets

@@ -35,7 +35,7 @@ import orjson
 
 from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.errors import PvisorError
-from pvisor.journal.model import Action, Conversation, Message, Step, TextPart, ToolCall, ToolResult, ToolSpec
+from pvisor.journal.model import Action, Compaction, Conversation, Message, Step, TextPart, ToolCall, ToolResult, ToolSpec
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from pvisor.adapters.jsonio import dumps
@@ -72,12 +72,13 @@ def default_protocol(agent: str, model: str | None = None) -> str:
     return descriptor(agent).default_protocol(model)
 
 
-def choose_protocol(agent: str, wanted: str | None, model: str | None) -> str:
-    """``wanted`` when the agent speaks it, else the default; ReplayUsageError
-    ``protocol_not_spoken`` for a protocol the agent does not speak."""
+def choose_protocol(agent: str, wanted: str | None, model: str | None, provider: str | None = None) -> str:
+    """``wanted`` when the agent speaks it, else the default (of the ``provider`` the native
+    file names, when the descriptor knows it); ReplayUsageError ``protocol_not_spoken`` for a
+    protocol the agent does not speak."""
     d = descriptor(agent)
     if wanted is None:
-        return d.default_protocol(model)
+        return d.default_protocol(model, provider)
     if not d.speaks(wanted):
         raise ReplayUsageError("protocol_not_spoken", f"--protocol {wanted}: {agent} speaks {', '.join(d.protocols)}")
     return wanted
@@ -100,6 +101,7 @@ class Prefix:
             ``tools``, ``params``, ``request``.
         exchange: the journal exchange whose body this is (or that was rendered on), or None.
         notes: warnings ``(code, message)`` for the result's ``warnings``.
+        compaction: the result's ``prefix.compaction`` (:func:`compaction_record`), or None.
     """
 
     protocol: str
@@ -109,6 +111,7 @@ class Prefix:
     origin: dict[str, str]
     exchange: str | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)
+    compaction: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -464,9 +467,12 @@ def native_conversation(
     after_step: int,
     profile: Profile | None,
     notes: list[tuple[str, str]] | None = None,
+    compaction: Compaction | None = None,
 ) -> tuple[Conversation, dict[str, str]]:
     """The conversation of the prefix and the origin of each part (module docstring); warnings
-    ``(code, message)`` are appended to ``notes``."""
+    ``(code, message)`` are appended to ``notes``. ``compaction``: the one in effect at
+    ``after_step`` (:meth:`Trajectory.compaction_at`), whose history replaces the task and the
+    steps up to its own."""
     d = descriptor(agent)
     origin: dict[str, str] = {"messages": "trajectory"}
     pconv = profile.conversation if profile is not None else None
@@ -527,7 +533,15 @@ def native_conversation(
         profile_first = next((m for m in pconv.messages if m.role == "user"), None)
         if profile_first is not None and not same_protocol:  # texts only, not another protocol's blocks
             profile_first = Message(profile_first.role, [TextPart(p.text) if isinstance(p, TextPart) else p for p in profile_first.parts])
-    if lead is not None:
+    if compaction is not None:
+        # the agent sends the history it compacted to in place of the task and the steps before
+        # it (docs/replay.md, "Compaction"); the leading messages it keeps are the descriptor's
+        keep = d.compaction_keeps_lead(protocol)
+        if keep and lead is not None:
+            conv.messages.extend(lead[:keep])
+        conv.messages.extend(d.wire_message(protocol, m) for m in compaction.history)
+        origin["task_context"] = "trajectory"
+    elif lead is not None:
         conv.messages.extend(lead)
         origin["task_context"] = "trajectory" if traj_context else "absent"
     else:
@@ -536,16 +550,22 @@ def native_conversation(
             conv.messages.append(first)
     role = _results_role(protocol)
     names: dict[str, str] = {}
+    kept = compaction.first_kept if compaction is not None else 1
     for i in range(after_step):
         step = steps[i]
         names.update((c.id, c.name) for c in step.action.tool_calls if c.id is not None)
-        msg = d.wire_action(protocol, step.action)
-        if msg.parts:
-            conv.messages.append(msg)
         obs = step.observation
-        if obs.results:
-            conv.messages.append(Message(role, [d.wire_result(protocol, r, names) for r in obs.results]))
-        conv.messages.extend(d.wire_message(protocol, m) for m in obs.messages)
+        if step.n >= kept:  # steps before it are in the history the agent compacted to
+            msg = d.wire_action(protocol, step.action)
+            if msg.parts:
+                conv.messages.append(msg)
+            if obs.results:
+                conv.messages.append(Message(role, [d.wire_result(protocol, r, names) for r in obs.results]))
+        if compaction is not None and step.n == compaction.after_step:
+            # what the agent appended after the compaction (a prompt given after it)
+            conv.messages.extend(d.wire_message(protocol, m) for m in obs.messages[compaction.messages_from:])
+        elif step.n >= kept:
+            conv.messages.extend(d.wire_message(protocol, m) for m in obs.messages)
     return conv, origin
 
 
@@ -693,13 +713,28 @@ def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None
                 "observation_not_recorded",
                 f"--after-step {after_step}: {show_path(path)} holds no result for {len(missing)} tool call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}",
             )
-    proto = choose_protocol(agent, protocol, traj.model)
+    provider = traj.meta.get("provider")
+    proto = choose_protocol(agent, protocol, traj.model, provider if isinstance(provider, str) else None)
     profile = None
     if profile_spec is not None:
         profile, notes = load_profile(profile_spec, agent, version)
         source.notes.extend(notes)
-    conv, origin = native_conversation(agent, proto, traj.task, list(traj.meta.get("task_context") or []), traj.system, traj.tools, traj.model, steps, after_step, profile, source.notes)
+    compaction = traj.compaction_at(after_step)
+    conv, origin = native_conversation(agent, proto, traj.task, list(traj.meta.get("task_context") or []), traj.system, traj.tools, traj.model, steps, after_step, profile, source.notes,
+                                       compaction)
     same_protocol = profile is not None and profile.conversation.protocol == proto
     body, _ = render_native(agent, conv, profile.key_order if same_protocol and profile is not None else None)
     request, origin["request"] = native_request(agent, proto, conv.model, conv.stream, profile)
-    return source, Prefix(protocol=proto, body=body, request=request, rendered=True, origin=origin, exchange=profile.exchange if profile else None)
+    return source, Prefix(protocol=proto, body=body, request=request, rendered=True, origin=origin, exchange=profile.exchange if profile else None,
+                          compaction=compaction_record(compaction))
+
+
+def compaction_record(c: Compaction | None) -> dict[str, Any] | None:
+    """The result's ``prefix.compaction``: ``{after_step, kind, where, history_messages,
+    summary_sha256}`` of the compaction the prefix starts from, or None."""
+    if c is None:
+        return None
+    import hashlib
+
+    summary = hashlib.sha256(c.summary.encode("utf-8", "surrogatepass")).hexdigest() if c.summary is not None else None
+    return {"after_step": c.after_step, "kind": c.kind, "where": c.where, "history_messages": len(c.history), "summary_sha256": summary}

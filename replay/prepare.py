@@ -563,7 +563,7 @@ def _fill_source(result: dict[str, Any], source: Source | None) -> None:
 def _fill(result: dict[str, Any], opts: PrepareOptions, prefix: Prefix, source: Source, out: Path) -> None:
     _fill_source(result, source)
     result["prefix"] = prefix_record(prefix.protocol, prefix.body, prefix.request, out, opts.after_step, prefix.rendered, prefix.exchange,
-                                     prefix.origin)
+                                     prefix.origin, prefix.compaction)
     wire = _wire_ids(opts.agent, prefix.protocol) if source.kind == "native" else None
     result["tool_calls"] = tool_call_records(source.steps, opts.after_step, wire)
     result["warnings"] = [{"code": c, "message": m} for c, m in [*source.notes, *prefix.notes]]
@@ -582,8 +582,9 @@ def _wire_ids(agent: str, protocol: str) -> Callable[[Any], list[str | None]]:
 
 
 def prefix_record(protocol: str, body: bytes, request: dict[str, Any], out: Path, after_step: int, rendered: bool,
-                  exchange: str | None, origin: dict[str, str]) -> dict[str, Any]:
-    """The result's ``prefix`` object for ``body`` written to ``out``/prefix.json."""
+                  exchange: str | None, origin: dict[str, str], compaction: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The result's ``prefix`` object for ``body`` written to ``out``/prefix.json;
+    ``compaction``: the compaction the prefix starts from (``prefix.compaction``), or None."""
     desc = describe_prefix(protocol, body, request["path"], request["query"], after_step)
     breakpoints = None
     if protocol == "anthropic":
@@ -611,4 +612,5 @@ def prefix_record(protocol: str, body: bytes, request: dict[str, Any], out: Path
         "exchange": exchange,
         "origin": origin,
         "cache_breakpoints": breakpoints,
+        "compaction": compaction,
     }

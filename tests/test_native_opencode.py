@@ -396,3 +396,26 @@ def test_a_sqlite_file_of_another_program_and_an_empty_directory_are_refused(tmp
     assert message.startswith(f"{other}: not a readable OpenCode database: no such table: session; expected an OpenCode session")
     (tmp_path / "empty").mkdir()
     assert refused(tmp_path / "empty", "opencode").startswith(f"{tmp_path / 'empty'}: no OpenCode session in this store; expected")
+
+
+@pytest.mark.parametrize("provider, protocol", [("anthropic", "anthropic"), ("openai", "openai-responses"), ("google", "gemini"),
+                                                ("mock", "openai-chat"), ("pvisor", "openai-chat")])
+def test_the_render_speaks_the_protocol_of_the_provider_the_export_names(tmp_path, provider, protocol):
+    # issue 14 item 6: an export recorded against an Anthropic provider rendered as Chat
+    # Completions; a provider of a config file (the corpus's "mock") is OpenAI-compatible
+    from pvisor.replay.prepare import PrepareOptions, prepare_only
+
+    doc = json.loads((native_dir() / "opencode" / "real-1.18.33_export_single.json").read_text())
+    for m in doc["messages"]:
+        if "providerID" in m["info"]:
+            m["info"]["providerID"] = provider
+        if isinstance(m["info"].get("model"), dict):
+            m["info"]["model"]["providerID"] = provider
+    src = tmp_path / "export.json"
+    src.write_text(json.dumps(doc))
+    assert read_native(src, "opencode")[0].trajectory.meta["provider"] == provider
+    prepare_only(PrepareOptions(agent="opencode", after_step=1, output=tmp_path / "out", trajectory=src))
+    assert json.loads((tmp_path / "out" / "result.json").read_text())["prefix"]["protocol"] == protocol
+    # --protocol still wins
+    prepare_only(PrepareOptions(agent="opencode", after_step=1, output=tmp_path / "chat", trajectory=src, protocol="openai-chat"))
+    assert json.loads((tmp_path / "chat" / "result.json").read_text())["prefix"]["protocol"] == "openai-chat"

@@ -244,7 +244,11 @@ def test_every_native_sample_prepares_at_every_boundary(tmp_path, agent, path):
         mod = get_protocol(p["protocol"])
         conv = mod.parse_request((out / "prefix.json").read_bytes())
         assert p["message_count"] == len(conv.messages)
-        if n > 0 and any(c.kind != "server" for c in steps[n - 1].action.tool_calls):
+        compaction = traj.compaction_at(n)
+        assert (p["compaction"] or {}).get("where") == (compaction.where if compaction is not None else None)
+        if compaction is not None and compaction.after_step == n:
+            pass  # request N+1 is the history the agent compacted to: A_N's results are in it
+        elif n > 0 and any(c.kind != "server" for c in steps[n - 1].action.tool_calls):
             # ends exactly at O_N: the last message holds the results of A_N's batch, in call order
             last = conv.messages[-1] if not steps[n - 1].observation.messages else None
             if last is not None:

@@ -107,9 +107,15 @@ class AgentDescriptor:
 
     # ------------------------------------------------------------------ protocols
 
-    def default_protocol(self, model: str | None = None) -> str:
-        """The protocol it speaks by default; for a litellm agent the one its model's provider
-        prefix names (``anthropic/claude-...`` -> ``anthropic``)."""
+    #: provider id named by its native file -> the protocol the agent speaks to that provider
+    provider_protocols: dict[str, str] = {}
+
+    def default_protocol(self, model: str | None = None, provider: str | None = None) -> str:
+        """The protocol it speaks by default: the one of the ``provider`` its native file names
+        (:attr:`provider_protocols`), for a litellm agent the one its model's provider prefix
+        names (``anthropic/claude-...`` -> ``anthropic``), else its first."""
+        if provider is not None and provider in self.provider_protocols:
+            return self.provider_protocols[provider]
         if self.litellm and model and "/" in model:
             proto = _LITELLM_PROVIDERS.get(model.split("/", 1)[0])
             if proto is not None:
@@ -138,6 +144,12 @@ class AgentDescriptor:
     def wire_message(self, protocol: str, msg: Message) -> Message:
         """Other input of an observation (a later prompt) as the agent sends it."""
         return msg
+
+    def compaction_keeps_lead(self, protocol: str) -> int:
+        """How many of the leading messages (system prompt sent as a message, task context,
+        task) the agent keeps in front of the history it compacted to; 0: the history replaces
+        them all (its native file holds the whole history sent)."""
+        return 0
 
     def has_markers(self, protocol: str) -> bool:
         """Whether :meth:`place_markers` changes a rendered ``protocol`` body."""

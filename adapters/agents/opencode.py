@@ -66,6 +66,12 @@ class OpenCode(AgentProfile):
     versions = VersionRange((1, 18, 0), (1, 19))
     protocol = "openai-chat"
     protocols = ("openai-chat", "anthropic", "openai-responses", "gemini")  # AI SDK providers
+    # the built-in providers' AI SDK packages (opencode packages/opencode/src/provider/provider.ts:
+    # @ai-sdk/anthropic, @ai-sdk/openai through its Responses model, @ai-sdk/google); a
+    # provider of a config file (pvisor's own, or any other id) is @ai-sdk/openai-compatible
+    # unless it says otherwise, which the export does not record: Chat Completions
+    provider_protocols = {"anthropic": "anthropic", "openai": "openai-responses", "google": "gemini", "google-vertex": "gemini",
+                          PROVIDER: "openai-chat"}
     upstream = "openai"
     script_model = "mock-model"
     needs_model = True

@@ -23,8 +23,15 @@ Format rules (sources: shared/native-formats.md section 1; the corpus files
   deepest one; ties: the later line. A ``system/compact_boundary`` line has ``parentUuid: null``
   and ``logicalParentUuid``: the walk goes on through it, the boundary is left out
   (``compaction_boundary``), and the ``isCompactSummary`` user line after it (what the agent
-  sent in place of the history) is kept as a message of the observation before it, the step
-  flagged ``compaction``.
+  sends in place of the history) is kept as a message of the observation before it, the step
+  flagged ``compaction``, and is the history of a :class:`~pvisor.journal.model.Compaction`
+  after that step: later requests start with it, followed by the user lines after it. The
+  messages the boundary's ``compactMetadata.preservedMessages.uuids`` name (2.1.3xx keeps the
+  reply that triggered the compaction and its results verbatim after the summary) are steps
+  kept in full (``steps_from``): the walk still reads them before the boundary, through its
+  ``logicalParentUuid``. What the agent folds into the kept messages when it sends them (the
+  date reminder before the summary, re-read files and listings appended to the kept tool
+  result) is not in the file: a difference named in docs/result-protocol.md.
 - One API response is split over several ``assistant`` lines (one content block each) sharing
   ``message.id``; tool-result lines fork the chain (each result's parent is the line of its
   ``tool_use``), and Claude Code may run a call before the rest of the response has been
@@ -67,10 +74,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pvisor.journal.model import Action, LeftOut, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import Action, Compaction, LeftOut, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
 from pvisor.adapters.protocols.base import signature_flags
 
-from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LeftOutLines, NativeAdapter, NativeResult, SessionHeader, as_str,
+from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LeftOutLines, NativeAdapter, NativeResult, SessionHeader, as_dict, as_str,
                    interned, iter_json_records, object_call, pack_ref, unpack_ref)
 
 PROFILE = FormatProfile("claude-code", 2, 1, "`version` of the first conversational line", "2.1.38, 2.1.197")
@@ -342,6 +349,13 @@ def _without_results(content: Any) -> Any:
     return content
 
 
+def _observation_message(content: Any) -> Message:
+    """A user line after an action as an observation message: its texts, ``raw`` its content
+    without tool results (those are the step's results)."""
+    content = _without_results(content)
+    return Message("user", [TextPart(t) for t in _user_text(content)], raw=content)
+
+
 def _content(obj: dict) -> Any:
     message = obj.get("message")
     return message.get("content") if isinstance(message, dict) else None
@@ -360,6 +374,7 @@ class ClaudeCodeAdapter(NativeAdapter):
         lo = traj.left_out = LeftOutLines()
         chain = _Chain()
         msgs: dict[str, _Msg] = {}
+        preserved: dict[int, list[int | str]] = {}  # compact_boundary line -> keys of the messages it kept
         # tool_use_id -> packed ref of the line holding its result; with more than one result
         # for the id: a list of (ref, k), k-th block with the id in that line, in file order
         results: dict[str, Any] = {}
@@ -444,6 +459,9 @@ class ClaudeCodeAdapter(NativeAdapter):
             if kind == "system" and obj.get("subtype") == "compact_boundary":
                 logical = as_str(obj.get("logicalParentUuid"))
                 chain.add(uuid, parent or logical, n, _BOUNDARY)
+                kept = as_dict(as_dict(obj.get("compactMetadata")).get("preservedMessages")).get("uuids")
+                if isinstance(kept, list):
+                    preserved[n] = [_key(u) for u in kept if isinstance(u, str)]
                 lo.add(n, "compaction_boundary", "compaction boundary; the summary after it is kept, flagged")
                 continue
             chain.add(uuid, parent, n, _UI)
@@ -467,8 +485,11 @@ class ClaudeCodeAdapter(NativeAdapter):
         taken: dict[str, int] = {}  # call id -> results paired so far
         first_call: dict[str, int] = {}  # call id -> line of its first call on the chain
         pending_context: list[str] = []
+        boundary_line = None  # the compact_boundary line the walk passed last
         for i in path_ix:
             k = chain.kind[i]
+            if k == _BOUNDARY:
+                boundary_line = chain.line[i]
             if k == _ASSISTANT:
                 mid = chain.msg_id[i]
                 if mid in used_msgs:
@@ -493,6 +514,17 @@ class ClaudeCodeAdapter(NativeAdapter):
                 last.after.append((ref, bool(k & _SUMMARY)))
                 if k & _SUMMARY:
                     meta["compactions"].append({"step": last.n, "line": chain.line[i]})
+                    # the summary is what the agent sends in place of the history before it:
+                    # the observation messages after it follow it
+                    summary = _observation_message(_content(load(ref)))
+                    text = "".join(p.text for p in summary.parts if isinstance(p, TextPart))
+                    c = Compaction(last.n, [summary], "compact_boundary", f"line {chain.line[i]}", text, len(last.after))
+                    # the messages it kept verbatim after the summary (compactMetadata.preservedMessages)
+                    keep = {chain.ids.get(u) for u in preserved.get(boundary_line, ())} if boundary_line is not None else set()
+                    kept_steps = [p.n for p in plans if any(ln.index in keep for ln in p.msg.lines)]
+                    if kept_steps:
+                        c.steps_from = min(kept_steps)
+                    traj.compactions.append(c)
         meta["task_context"] = pending_context
         # assistant messages the chain never reached (a rewound branch)
         for mid, m in msgs.items():
@@ -580,8 +612,7 @@ class ClaudeCodeAdapter(NativeAdapter):
             block = [b for b in _content(load(ref)) if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == cid][k]
             step.observation.results.append(ToolResult(call.id, block.get("content"), is_error=bool(block.get("is_error", False)), raw=block))
         for ref, summary in plan.after or ():
-            content = _without_results(_content(load(ref)))
-            step.observation.messages.append(Message("user", [TextPart(t) for t in _user_text(content)], raw=content))
+            step.observation.messages.append(_observation_message(_content(load(ref))))
             if summary:
                 step.flags.append("compaction")
         return step

@@ -40,8 +40,12 @@ claude-code-log synthetic rollout):
   refused only when no well-formed rollout record is left.
 - User and developer messages after an action are observation messages; before the first
   action the last user message is the task, everything else ``meta["task_context"]``.
-- ``compacted`` (with ``replacement_history``) replaces the history the model sees: the line
-  is left out (``compaction``) and the step before it flagged ``compaction``.
+- ``compacted`` (with ``replacement_history``) replaces the history the model sees: the items
+  of ``replacement_history`` become a :class:`~pvisor.journal.model.Compaction` after the step
+  before it (every later request starts with them, the developer item and context included;
+  the prefix renders them as recorded), the line is left out (``compaction``) and that step
+  flagged ``compaction``. Without ``replacement_history`` (older builds put the summary in a
+  later user message) only the flag is set.
 
 Memory (issue 6, "Scale"): the file is read twice. The first pass streams it and keeps per
 step only the :class:`~.base.LineRef` of its items, outputs, messages and usage record, plus
@@ -57,7 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import Action, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import Action, Compaction, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
 
 from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LineRef, NativeAdapter, NativeResult, as_dict, as_list, as_str,
                    iter_json_records, left_out, string_call, text_of)
@@ -218,7 +222,13 @@ class CodexAdapter(NativeAdapter):
             if kind == "compacted":
                 if plans and "compaction" not in plans[-1].flags:
                     plans[-1].flags += ("compaction",)
-                left_out(traj, f"line {n}", "compaction", "compacted history (replacement_history replaces what the model sees); flagged on the step before")
+                history = as_dict(payload).get("replacement_history")
+                if isinstance(history, list):
+                    _compaction(traj, plans, history, as_str(as_dict(payload).get("message")), n, diag)
+                    reason = "compacted history: its replacement_history is what the model sees from here on (trajectory compactions); the step before is flagged"
+                else:
+                    reason = "compacted history without replacement_history (the summary is in a later message); flagged on the step before"
+                left_out(traj, f"line {n}", "compaction", reason)
                 in_action, said = False, []
                 continue
             if kind != "response_item":
@@ -325,6 +335,27 @@ class CodexAdapter(NativeAdapter):
         traj.steps = LazySteps(plans, lambda plan: _build(plan, source))
         traj.meta = meta
         return NativeResult(traj, PROFILE, diag)
+
+
+def _compaction(traj: Trajectory, plans: list[_Plan], history: list[Any], message: str | None, n: int, diag: Diagnostics) -> None:
+    """A ``compacted`` record's ``replacement_history`` as a :class:`Compaction` after the
+    current step: the items read as Responses input (each message keeps its item as ``raw``, so
+    the render sends it as recorded, without the file-only key); the observation messages
+    written after the record follow the history. An item that is not an object is left out of
+    the history with ``malformed_record`` (the render would send what the agent did not)."""
+    from pvisor.adapters.protocols import get_protocol
+
+    items = [i for i in history if isinstance(i, dict)]
+    if len(items) != len(history):
+        diag.warn("malformed_record", f"line {n}", f"replacement_history holds {len(history) - len(items)} item(s) that are not objects: left out")
+    try:
+        msgs = get_protocol("openai-responses").parse_request({"input": items}).messages
+    except BadInputError as exc:
+        diag.warn("malformed_record", f"line {n}", f"replacement_history is not Responses input ({exc.message}): the compaction is not used")
+        return
+    after = len(plans)
+    taken = len(plans[-1].messages) if plans else 0
+    traj.compactions.append(Compaction(after_step=after, history=msgs, kind="compacted", where=f"line {n}", summary=message or None, messages_from=taken))
 
 
 def _duplicate(traj: Trajectory, diag: Diagnostics, n: int, what: str, first: str) -> None:

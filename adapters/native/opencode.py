@@ -182,6 +182,9 @@ class OpenCodeAdapter(NativeAdapter):
                 continue
             model = as_str(info.get("modelID")) or as_str(as_dict(info.get("model")).get("modelID"))
             traj.model = traj.model or model
+            provider = as_str(info.get("providerID")) or as_str(as_dict(info.get("model")).get("providerID"))
+            if provider is not None:
+                meta.setdefault("provider", provider)  # the first assistant message's: what the render speaks
             brackets: list[list[dict]] = []
             cur: list[dict] | None = None
             for j, p in enumerate(parts):
