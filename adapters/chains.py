@@ -24,6 +24,9 @@ next"), with no agent-specific branch:
    A Responses request with ``previous_response_id`` carries only what follows that response:
    its messages are those of the exchange whose response has that id (the latest earlier one),
    then that response's reply, then its own input, so it extends that exchange's request.
+   A request that continues no chain but carries the summary an earlier exchange S replied
+   (:func:`_after_compaction`: the agent compacted its context) is the next slot of the chain
+   S summarised (``Slot.compaction`` is S); S is auxiliary, kind ``compaction``.
 3. A chain's length is its number of distinct requests (**slots**); the exchanges of one slot
    sent the same request, and the slot keeps the last one that succeeded (status 2xx and a
    response body), else its last one.
@@ -49,6 +52,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
 
@@ -59,7 +63,7 @@ from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo
 from pvisor.journal.content_encoding import DecodeError, decode_body
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import Action, Conversation, Exchange, Message, TextPart
+from pvisor.journal.model import Action, Conversation, Exchange, Message, TextPart, ToolResult
 from pvisor.journal.reader import JournalReader
 
 #: ``prefer(conversation) -> bool``: the profile's tie-break hint, asked about the first request
@@ -67,7 +71,7 @@ from pvisor.journal.reader import JournalReader
 Prefer = Callable[[Conversation], bool]
 
 #: left-out kinds (``LeftOutExchange.kind``)
-LEFT_OUT_KINDS = ("non_protocol", "no_request_body", "unknown_protocol", "unparsable", "token_count", "retry", "chain")
+LEFT_OUT_KINDS = ("non_protocol", "no_request_body", "unknown_protocol", "unparsable", "token_count", "retry", "chain", "compaction")
 
 
 def _key(obj: Any) -> bytes:
@@ -159,6 +163,8 @@ class Slot:
     #: the exchange whose reply the next request of the chain carries, when the trajectory
     #: found it is not the last that succeeded (a retry answered after the agent went on)
     chosen: "Request | None" = None
+    #: for the first request after a compaction: the summary exchange whose reply it carries
+    compaction: "Request | None" = None
 
     @property
     def kept(self) -> Request:
@@ -553,6 +559,7 @@ def classify_exchanges(
     chain_of: dict[str, int] = {}
     seen: list[Request] = []
     last_active: dict[int, int] = {}  # chain number -> position of its latest request
+    compacted: dict[str, tuple[int, str]] = {}  # summary exchange -> (chain, the request that carries it)
     for pos, ex in enumerate(ordered):
         req, conv = reader.read(ex)
         requests.append(req)
@@ -564,6 +571,8 @@ def classify_exchanges(
         repeats: list[Chain] = []
         extends: list[Chain] = []
         for chain in chains:
+            if not chain.slots:  # emptied: its one request was a summary
+                continue
             rel = _relation(chain.slots[-1].latest, req)
             if rel == "repeats":
                 repeats.append(chain)
@@ -582,6 +591,17 @@ def classify_exchanges(
             chain = max(extends, key=fit)
             tail_from = len(chain.slots[-1].latest.messages)
             chain.slots.append(Slot([req]))
+        elif (resumed := _after_compaction(req, own, seen, chains, chain_of, responses, compacted)) is not None:
+            chain, summary = resumed
+            if summary.id in compacted:
+                # a later request carrying the same summary, its first messages rewritten
+                # (Qwen Code puts its start-up reminders back): the next step of that chain
+                tail_from = len(chain.slots[-1].latest.messages)
+                chain.slots.append(Slot([req]))
+            else:
+                chain.slots.append(Slot([req], compaction=summary))
+                compacted[summary.id] = (chain.number, req.id)
+                tail_from = 0
         else:
             chain = Chain(number=len(chains) + 1, slots=[Slot([req])])
             if seen:
@@ -594,12 +614,88 @@ def classify_exchanges(
         last_active[chain.number] = pos
         seen.append(req)
 
+    chains = [c for c in chains if c.slots]  # a chain whose one request was a summary
     main = _main_chain(chains, prefer)
     if main is not None:
         main.role = "main"
-    left_out = _left_out(requests, chains, main)
+    left_out = _left_out(requests, chains, main, compacted)
     run_id = run if run is not None else (requests[0].exchange.run if requests else "")
     return Classification(run=run_id, requests=requests, chains=chains, main=main, left_out=left_out)
+
+
+#: how far back a request after a compaction looks for the summary exchange it carries
+COMPACTION_LOOKBACK = 8
+#: a line of a summary shorter than this (a heading, a tag) says nothing about who carries it
+_SUMMARY_LINE_MIN = 16
+_TAG = re.compile(r"<[^>]*>")
+
+
+def _texts(messages: list[Message]) -> str:
+    out: list[str] = []
+    for m in messages:
+        for p in m.parts:
+            if isinstance(p, TextPart):
+                out.append(p.text)
+            elif isinstance(p, ToolResult) and isinstance(p.content, str):
+                out.append(p.content)
+    return "\n".join(out)
+
+
+def _summary_lines(text: str) -> list[str]:
+    """The lines of a summary reply that another request can be recognised by: tags removed
+    (agents drop the summary's own tags), stripped, at least :data:`_SUMMARY_LINE_MIN` long."""
+    return [ln.strip() for ln in _TAG.sub("\n", text).splitlines() if len(ln.strip()) >= _SUMMARY_LINE_MIN]
+
+
+def _after_compaction(req: Request, own: list[Message], seen: list[Request], chains: list[Chain], chain_of: dict[str, int],
+                      responses: "_ResponseIds", compacted: dict[str, tuple[int, str]]) -> tuple[Chain, Request] | None:
+    """The chain ``req`` continues after a compaction, and the summary exchange: ``req``
+    continues no chain, and its messages hold at least half the lines (:func:`_summary_lines`)
+    of the text reply of an exchange S among the last :data:`COMPACTION_LOOKBACK` requests
+    before it, of the same attempt; the chain is S's own when S extended it (S is then taken out of it: a
+    summary is no step), else the chain whose latest request came before S and shares
+    ``req``'s system prompt or tools, the one active last. None otherwise, and when the
+    classification cannot read responses."""
+    if responses.final_response is None or req.protocol is None:
+        return None
+    text = None
+    mod = get_protocol(req.protocol)
+    for summary in reversed(seen[-COMPACTION_LOOKBACK:]):
+        # within one attempt: a resumed session sends its history again, earlier replies
+        # included, and is no compaction (a compaction right at a resume is not recognised)
+        if summary.exchange.attempt != req.exchange.attempt:
+            break
+        if summary.protocol != req.protocol or not summary.succeeded:
+            continue
+        final = responses._final(summary)
+        try:
+            action = mod.response_to_action(final) if isinstance(final, dict) else None
+        except BadInputError:
+            action = None
+        if action is None or action.tool_calls or not action.text:
+            continue
+        lines = _summary_lines(action.text)
+        if not lines:
+            continue
+        if text is None:
+            text = _texts(own)
+        if sum(ln in text for ln in lines) * 2 < len(lines):
+            continue
+        if summary.id in compacted:  # a summary an earlier request carried already
+            return chains[compacted[summary.id][0] - 1], summary
+        home = chains[chain_of[summary.id] - 1]
+        if len(home.slots) > 1 and home.slots[-1].latest is summary and len(home.slots[-1].requests) == 1:
+            home.slots.pop()  # the summary request had extended the chain: it is no step of it
+            return home, summary
+        before = [c for c in chains if c.slots and c is not home and c.slots[-1].latest.exchange.seq < summary.exchange.seq
+                  and c.slots[-1].latest.protocol == req.protocol
+                  and (c.slots[-1].latest.system_key == req.system_key or c.slots[-1].latest.tools_key == req.tools_key)]
+        if not before:
+            return None
+        if len(home.slots) == 1 and len(home.slots[0].requests) == 1:
+            home.slots.clear()  # a chain of the summary alone: dropped when the chains are ranked
+        return max(before, key=lambda c: c.slots[-1].latest.exchange.seq), summary
+    return None
 
 
 def _tail(req: Request, own: list[Message], start: int) -> list[Message]:
@@ -673,11 +769,16 @@ def _main_chain(chains: list[Chain], prefer: Prefer | None) -> Chain | None:
     return max(chains, key=rank)
 
 
-def _left_out(requests: list[Request], chains: list[Chain], main: Chain | None) -> list[LeftOutExchange]:
+def _left_out(requests: list[Request], chains: list[Chain], main: Chain | None,
+              compacted: dict[str, tuple[int, str]] | None = None) -> list[LeftOutExchange]:
     found: dict[str, LeftOutExchange] = {}
     for r in requests:
         if r.left_out is not None:
             found[r.id] = LeftOutExchange(r.id, r.exchange.seq, r.left_out[0], r.left_out[1])
+    for sid, (number, by) in (compacted or {}).items():
+        seq = next(r.exchange.seq for r in requests if r.id == sid)
+        found[sid] = LeftOutExchange(sid, seq, "compaction", f"the agent's summary request: its reply is the history {by} "
+                                     f"of chain {number} sends in place of the conversation before it", number)
     for chain in chains:
         if chain is main:
             for slot in chain.slots:

@@ -200,6 +200,22 @@ def _observation(protocol: str, appended: list[Message], action: Action) -> tupl
     return obs, flags, details
 
 
+def _compacted_observation(nxt: Request, summary: Request, req: Request, action: Action) -> tuple[Observation, list[str]]:
+    """O_i when request i+1 is the first after a compaction (it sends the summary of
+    ``summary`` in place of the history): the results answering A_i's calls, from request
+    i+1 when the agent kept them verbatim after the summary (Claude Code, Qwen Code), else
+    from the summary request, which holds the history with them (Codex); flags
+    ``missing_tool_results`` when neither does."""
+    want = [c.id for c in action.tool_calls if c.kind != "server"]
+    obs = Observation()
+    for source in (nxt.messages_from(0), summary.messages_from(len(req.messages))):
+        found = {p.call_id: p for m in source for p in m.parts if isinstance(p, ToolResult) and p.call_id in want}
+        if want and all(cid in found for cid in want):
+            obs.results = [found[cid] for cid in want]
+            return obs, []
+    return obs, (["missing_tool_results"] if want else [])
+
+
 def _carried(reader: JournalReader, slot: Slot, kept: Request, nxt: Request) -> tuple[Request, _Reply | None]:
     """The exchange of ``slot`` whose reply the next main-loop request ``nxt`` carries, and that
     reply when it had to be read: the kept one unless another exchange of the slot that
@@ -319,7 +335,12 @@ def build_trajectory(reader: JournalReader, classification: Classification) -> T
             if changed.get("tools_changed"):
                 detail["tools_added"] = changed["tools_added"]
                 detail["tools_removed"] = changed["tools_removed"]
-        if i + 1 < len(main):
+        if i + 1 < len(main) and c.main.slots[i + 1].compaction is not None:
+            summary = c.main.slots[i + 1].compaction
+            obs, more = _compacted_observation(main[i + 1], summary, req, reply.action)
+            flags.extend(["compaction", *more])
+            detail["compaction"] = summary.id
+        elif i + 1 < len(main):
             nxt = main[i + 1]
             assert nxt.protocol is not None
             obs, more, extra = _observation(nxt.protocol, nxt.messages_from(len(req.messages)), reply.action)

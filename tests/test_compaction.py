@@ -12,7 +12,6 @@ import json
 from pathlib import Path
 
 import orjson
-import pytest
 
 from conftest import corpus_dir
 from pvisor.adapters.native import read_native

@@ -1,0 +1,122 @@
+"""Real agents made to compact under ``pvisor run --script`` (issue 14, item 1): the scripted
+model reports token usage that passes each agent's threshold and answers its summary request
+(docs/scripted-model.md, "Compaction"). The chain rule keeps every step of the main loop
+across the compaction (the summary request is auxiliary, kind ``compaction``), and the native
+render after the compaction starts where the agent's own request starts.
+
+Recipes found by running the pinned agents (docs/native.md, "Compaction"):
+
+- Claude Code 2.1.332: ``CLAUDE_CODE_AUTO_COMPACT_WINDOW`` turns on auto-compaction for its
+  model (threshold: the window less 33000 tokens for claude-sonnet-4-5);
+  ``CLAUDE_CODE_ATTRIBUTION_HEADER=0`` drops the billing block of its system prompt, whose
+  fingerprint changes after a compaction (the scripted model would take the request for
+  another conversation). Its summary must be inside ``<summary>`` tags.
+- Qwen Code 0.24.4: compacts at 167000 of its 200000-token window for an unknown model;
+  ``QWEN_COMPACT_MAX_RECENT_FILES=0`` keeps it from re-sending files it touched as a message
+  of their own. Its summary must hold a ``<state_snapshot>``; it writes an acknowledgement after
+  the summary, which is no turn.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+
+from agent_helpers import entrypoint, pvisor, user_env
+from pvisor.adapters.chains import classify_run
+from pvisor.journal.reader import JournalReader
+from pvisor.replay.prepare import PrepareOptions, prepare_only
+
+pytestmark = pytest.mark.slow
+
+
+def _shell(text: str, command: str, tokens: int) -> dict:
+    return {"text": text, "tool_calls": [{"tool": "@shell", "command": command}], "usage": {"input_tokens": tokens, "output_tokens": 10}}
+
+
+CASES = {
+    "claude-code": (
+        {"turns": [_shell("First.", "ls", 1000), _shell("Second.", "echo two", 190000), _shell("Third.", "echo three", 3000),
+                   {"text": "All done."}],
+         "compaction": {"when": ["Your task is to create a detailed summary of"],
+                        "summary": "<analysis>scripted</analysis>\n<summary>We listed the files and echoed two.</summary>",
+                        "usage": {"input_tokens": 2000, "output_tokens": 50}}},
+        {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "200000", "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"},
+    ),
+    "qwen-code": (
+        {"turns": [_shell("Turn zero.", "echo zero", 1000), _shell("Turn one.", "echo one", 170000), _shell("Turn two.", "echo two", 3000),
+                   {"text": "Turn three: all done."}],
+         "compaction": {"when": ["produce the <state_snapshot> XML"],
+                        "summary": "<state_snapshot>\n<primary_request_and_intent>Run echo commands.</primary_request_and_intent>\n</state_snapshot>",
+                        "usage": {"input_tokens": 2000, "output_tokens": 50}, "agent_messages": ["Got it. Thanks for the additional context!"]}},
+        {"QWEN_COMPACT_MAX_RECENT_FILES": "0"},
+    ),
+}
+
+
+def _capture(tmp_path: Path, agent: str) -> tuple[Path, dict]:
+    script, env = CASES[agent]
+    ws, home = tmp_path / "ws", tmp_path / "home"
+    ws.mkdir()
+    home.mkdir()
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    journal = tmp_path / "data" / "journal.sqlite"
+    proc = pvisor(["--journal", str(journal), "run", "--agent", agent, "--agent-entrypoint", str(entrypoint(agent)), "--script",
+                   str(tmp_path / "script.json"), "--workspace", str(ws), "--timeout", "240", "--json", "--", "Run the commands."],
+                  env=user_env(home, **env), cwd=tmp_path, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return journal, json.loads(proc.stdout)
+
+
+@pytest.mark.parametrize("agent", sorted(CASES))
+def test_the_main_loop_goes_on_across_a_real_compaction(tmp_path, agent):
+    journal, report = _capture(tmp_path, agent)
+    turns = len(CASES[agent][0]["turns"])
+    with JournalReader(journal) as reader:
+        c = classify_run(reader, report["run"])
+        summaries = [lo for lo in c.left_out if lo.kind == "compaction"]
+        # every scripted turn is a step: the requests after the compaction continue the main chain
+        assert len(c.main.slots) == turns, [(lo.seq, lo.kind, lo.reason) for lo in c.left_out]
+        assert len(summaries) == 1, c.left_out
+        [after] = [i for i, s in enumerate(c.main.slots) if s.compaction is not None]
+        assert c.main.slots[after].compaction.id == summaries[0].exchange
+        recorded = [reader.request_body(s.kept.exchange) for s in c.main.slots]
+    assert report["steps"] == turns
+    # the step before the compaction keeps its results and says so
+    r = tmp_path / "prefix-journal"
+    prepare_only(PrepareOptions(agent=agent, after_step=after, output=r, run=report["run"], journal=journal))
+    result = json.loads((r / "result.json").read_text())
+    assert (r / "prefix.json").read_bytes() == recorded[after]
+    assert any(w["code"] == "compaction" and f"step {after}" in w["message"] for w in result["warnings"]), result["warnings"]
+
+
+def _texts(content) -> str:
+    if isinstance(content, str):
+        return content
+    return "\n".join(b.get("text") or (b.get("content") if isinstance(b.get("content"), str) else "") for b in content if isinstance(b, dict))
+
+
+def test_claude_code_native_render_after_a_real_compaction_starts_at_its_summary(tmp_path):
+    journal, report = _capture(tmp_path, "claude-code")
+    native = Path(report["native_trajectory"])
+    with JournalReader(journal) as reader:
+        c = classify_run(reader, report["run"])
+        after = next(i for i, s in enumerate(c.main.slots) if s.compaction is not None)
+        sent = orjson.loads(reader.request_body(c.main.slots[after].kept.exchange))
+    out = tmp_path / "native"
+    prepare_only(PrepareOptions(agent="claude-code", after_step=after, output=out, trajectory=native))
+    result = json.loads((out / "result.json").read_text())
+    body = orjson.loads((out / "prefix.json").read_bytes())
+    assert result["prefix"]["compaction"]["after_step"] == after
+    # the summary the agent sent (its date reminder before it is no line of the file), then
+    # the reply it kept and its result, as sent (the agent appends reminders to the result)
+    assert [m["role"] for m in body["messages"]] == [m["role"] for m in sent["messages"]]
+    assert _texts(body["messages"][0]["content"]) in _texts(sent["messages"][0]["content"])
+    assert "We listed the files and echoed two." in _texts(body["messages"][0]["content"])
+    strip = lambda blocks: [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]  # noqa: E731
+    assert strip(body["messages"][1]["content"]) == strip(sent["messages"][1]["content"])
+    ids = lambda m: [b.get("tool_use_id") for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]  # noqa: E731
+    assert ids(body["messages"][2]) == ids(sent["messages"][2])
