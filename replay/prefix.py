@@ -533,13 +533,20 @@ def native_conversation(
         profile_first = next((m for m in pconv.messages if m.role == "user"), None)
         if profile_first is not None and not same_protocol:  # texts only, not another protocol's blocks
             profile_first = Message(profile_first.role, [TextPart(p.text) if isinstance(p, TextPart) else p for p in profile_first.parts])
+    role = _results_role(protocol)
+    names: dict[str, str] = {}
     if compaction is not None:
         # the agent sends the history it compacted to in place of the task and the steps before
-        # it (docs/replay.md, "Compaction"); the leading messages it keeps are the descriptor's
+        # it (docs/native.md, "Compaction"); the leading messages it keeps are the descriptor's
         keep = d.compaction_keeps_lead(protocol)
         if keep and lead is not None:
             conv.messages.extend(lead[:keep])
-        conv.messages.extend(d.wire_message(protocol, m) for m in compaction.history)
+        for m in compaction.history:
+            names.update((p.id, p.name) for p in m.parts if isinstance(p, ToolCall) and p.id is not None)
+            if m.parts and all(isinstance(p, ToolResult) for p in m.parts):
+                # results of no protocol (a history read from another shape): as the agent sends its results
+                m = Message(role, [d.wire_result(protocol, p, names) for p in m.parts])  # type: ignore[arg-type]
+            conv.messages.append(d.wire_message(protocol, m))
         origin["task_context"] = "trajectory"
     elif lead is not None:
         conv.messages.extend(lead)
@@ -548,8 +555,6 @@ def native_conversation(
         first, origin["task_context"] = _task_message(protocol, traj_task, traj_context, profile_first)
         if first is not None:
             conv.messages.append(first)
-    role = _results_role(protocol)
-    names: dict[str, str] = {}
     kept = compaction.first_kept if compaction is not None else 1
     for i in range(after_step):
         step = steps[i]

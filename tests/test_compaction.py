@@ -155,3 +155,57 @@ def test_claude_code_messages_kept_verbatim_follow_the_summary(tmp_path):
     # the summary, then A_1 and O_1 as the plain render sends them after the task
     assert _no_markers(body1["messages"][0]["content"]) in (CLAUDE_SUMMARY, [{"type": "text", "text": CLAUDE_SUMMARY}])
     assert _no_markers(body1["messages"][1:]) == _no_markers(plain1["messages"][1:])
+
+
+def test_codex_reply_to_its_summary_request_is_no_step(tmp_path):
+    # Codex writes the model's summary as an ordinary assistant item just before `compacted`
+    recs = _lines(CODEX_REAL)
+    reply = {"timestamp": recs[12]["timestamp"], "type": "response_item",
+             "payload": {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": SUMMARY}]}}
+    usage = recs[10]  # a token_usage_record ends the reply
+    path, _, c = _codex_compacted(tmp_path)
+    compacted = _lines(path)[13]
+    path = _write(tmp_path / "rollout-with-reply.jsonl",
+                  [*recs[:13], reply, usage, dict(compacted, payload=dict(compacted["payload"], message="Prefix text:\n" + SUMMARY)), *recs[13:]])
+    traj = read_native(path, "codex")[0].trajectory
+    plain = read_native(CODEX_REAL, "codex")[0].trajectory
+    assert len(traj.steps) == len(plain.steps) and [s.action.text for s in traj.steps] == [s.action.text for s in plain.steps]
+    assert any(lo.kind == "compaction_summary" for lo in traj.left_out)
+    assert traj.compactions[0].after_step == 1
+    # a lone assistant message whose text the record does not end with stays a step
+    other = _write(tmp_path / "rollout-other.jsonl", [*recs[:13], reply, usage, dict(compacted, payload=dict(compacted["payload"], message="else")),
+                                                         *recs[13:]])
+    assert len(read_native(other, "codex")[0].trajectory.steps) == len(plain.steps) + 1
+
+
+# --------------------------------------------------------------------------- Qwen Code
+
+QWEN_REAL = corpus_dir() / "native" / "qwen-code" / "real-0.24.4_single.jsonl"
+QWEN_SUMMARY = "<state_snapshot>Created the file.</state_snapshot>\n\nResume the prior task using the summary above."
+
+
+def test_qwen_code_compressed_history_starts_the_later_prefixes(tmp_path):
+    recs = _lines(QWEN_REAL)
+    call = recs[3]["message"]["parts"][0]["functionCall"]
+    result = recs[5]["message"]["parts"][0]
+    history = [{"role": "user", "parts": [{"text": QWEN_SUMMARY}]},
+               {"role": "model", "parts": [{"text": "Got it. Thanks for the additional context!"}, {"functionCall": call}]},
+               {"role": "user", "parts": [result]}]
+    record = {"uuid": "c0000000-0000-4000-8000-000000000001", "parentUuid": recs[6]["uuid"], "sessionId": recs[6].get("sessionId"),
+              "timestamp": recs[6]["timestamp"], "type": "system", "subtype": "chat_compression", "version": recs[6].get("version"),
+              "systemPayload": {"info": {"compressionStatus": 1}, "compressedHistory": history}}
+    nxt = dict(recs[7], parentUuid=record["uuid"])
+    path = _write(tmp_path / "chat.jsonl", [*recs[:7], record, nxt, *recs[8:]])
+    traj = read_native(path, "qwen-code")[0].trajectory
+    [c] = traj.compactions
+    assert (c.after_step, c.kind, c.where, c.summary) == (1, "chat_compression", "line 8", QWEN_SUMMARY)
+    r1, body1 = _prepare(tmp_path, "qwen-code", path, 1)
+    msgs = [m for m in body1["messages"] if m["role"] != "system"]
+    assert msgs[0] == {"role": "user", "content": [{"type": "text", "text": QWEN_SUMMARY}]}
+    assert msgs[1]["role"] == "assistant" and msgs[1]["content"] == "Got it. Thanks for the additional context!"
+    assert [t["id"] for t in msgs[1]["tool_calls"]] == [call["id"]] and msgs[2]["role"] == "tool" and msgs[2]["tool_call_id"] == call["id"]
+    assert r1["prefix"]["compaction"]["kind"] == "chat_compression"
+    # N = 2: then A_2 (the final answer) and O_2 (the next prompt), as without the compaction
+    _, body2 = _prepare(tmp_path, "qwen-code", path, 2)
+    _, plain2 = _prepare(tmp_path / "plain", "qwen-code", QWEN_REAL, 2)
+    assert body2["messages"][-2:] == plain2["messages"][-2:] and len(body2["messages"]) == len(body1["messages"]) + 2

@@ -11,6 +11,10 @@ Recipes found by running the pinned agents (docs/native.md, "Compaction"):
   ``CLAUDE_CODE_ATTRIBUTION_HEADER=0`` drops the billing block of its system prompt, whose
   fingerprint changes after a compaction (the scripted model would take the request for
   another conversation). Its summary must be inside ``<summary>`` tags.
+- Codex 0.171.0: ``-c model_auto_compact_token_limit=5000`` (a launch argument: given here
+  through the Python API's ``agent_args``); it compacts before the request after a reply whose
+  usage reaches the limit, with an ordinary ``POST /v1/responses`` whose last input is its
+  "CONTEXT CHECKPOINT COMPACTION" prompt.
 - Qwen Code 0.24.4: compacts at 167000 of its 200000-token window for an unknown model;
   ``QWEN_COMPACT_MAX_RECENT_FILES=0`` keeps it from re-sending files it touched as a message
   of their own. Its summary must hold a ``<state_snapshot>``; it writes an acknowledgement after
@@ -20,6 +24,8 @@ Recipes found by running the pinned agents (docs/native.md, "Compaction"):
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -37,7 +43,16 @@ def _shell(text: str, command: str, tokens: int) -> dict:
     return {"text": text, "tool_calls": [{"tool": "@shell", "command": command}], "usage": {"input_tokens": tokens, "output_tokens": 10}}
 
 
+CODEX_ARGS = ["-c", "model_auto_compact_token_limit=5000"]
+
 CASES = {
+    "codex": (
+        {"turns": [_shell("Listing first.", "echo one > a.txt; ls", 1000), _shell("Second look.", "cat a.txt", 8000),
+                   _shell("Third after compaction.", "echo three", 1200), {"text": "All done."}],
+         "compaction": {"when": ["CONTEXT CHECKPOINT COMPACTION"], "summary": "We wrote a.txt and read it.",
+                        "usage": {"input_tokens": 500, "output_tokens": 50}}},
+        {},
+    ),
     "claude-code": (
         {"turns": [_shell("First.", "ls", 1000), _shell("Second.", "echo two", 190000), _shell("Third.", "echo three", 3000),
                    {"text": "All done."}],
@@ -57,6 +72,18 @@ CASES = {
 }
 
 
+#: the Python API run of an agent with launch arguments (``pvisor run`` takes none)
+_API_RUN = """
+import json, sys
+from pathlib import Path
+from pvisor.agent_run import RunRequest, run_agent
+a = json.loads(sys.argv[1])
+req = RunRequest(agent=a["agent"], task="Run the commands.", journal_path=Path(a["journal"]), entrypoint=a["entrypoint"],
+                 script=a["script"], workspace=Path(a["workspace"]), timeout=240, agent_args=a["args"])
+print(json.dumps(run_agent(req, warn=lambda m: print(m, file=sys.stderr)).to_json()))
+"""
+
+
 def _capture(tmp_path: Path, agent: str) -> tuple[Path, dict]:
     script, env = CASES[agent]
     ws, home = tmp_path / "ws", tmp_path / "home"
@@ -64,9 +91,16 @@ def _capture(tmp_path: Path, agent: str) -> tuple[Path, dict]:
     home.mkdir()
     (tmp_path / "script.json").write_text(json.dumps(script))
     journal = tmp_path / "data" / "journal.sqlite"
-    proc = pvisor(["--journal", str(journal), "run", "--agent", agent, "--agent-entrypoint", str(entrypoint(agent)), "--script",
-                   str(tmp_path / "script.json"), "--workspace", str(ws), "--timeout", "240", "--json", "--", "Run the commands."],
-                  env=user_env(home, **env), cwd=tmp_path, timeout=300)
+    if agent == "codex":
+        spec = {"agent": agent, "journal": str(journal), "entrypoint": str(entrypoint(agent)), "script": str(tmp_path / "script.json"),
+                "workspace": str(ws), "args": CODEX_ARGS}
+        journal.parent.mkdir()
+        proc = subprocess.run([sys.executable, "-c", _API_RUN, json.dumps(spec)], env=user_env(home, **env), cwd=tmp_path,
+                              capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    else:
+        proc = pvisor(["--journal", str(journal), "run", "--agent", agent, "--agent-entrypoint", str(entrypoint(agent)), "--script",
+                       str(tmp_path / "script.json"), "--workspace", str(ws), "--timeout", "240", "--json", "--", "Run the commands."],
+                      env=user_env(home, **env), cwd=tmp_path, timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr
     return journal, json.loads(proc.stdout)
 
@@ -120,3 +154,27 @@ def test_claude_code_native_render_after_a_real_compaction_starts_at_its_summary
     assert strip(body["messages"][1]["content"]) == strip(sent["messages"][1]["content"])
     ids = lambda m: [b.get("tool_use_id") for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]  # noqa: E731
     assert ids(body["messages"][2]) == ids(sent["messages"][2])
+
+
+@pytest.mark.parametrize("agent", ["codex", "qwen-code"])
+def test_native_render_after_a_real_compaction_is_the_request_the_agent_sent(tmp_path, agent):
+    # Codex: the replacement history behind its base instructions; Qwen Code: the compressed
+    # history. Compared at the first request after the compaction and the one after it
+    # (Qwen Code puts its start-up reminders back from the second on: compared from message 1)
+    journal, report = _capture(tmp_path, agent)
+    native = Path(report["native_trajectory"])
+    with JournalReader(journal) as reader:
+        c = classify_run(reader, report["run"])
+        after = next(i for i, s in enumerate(c.main.slots) if s.compaction is not None)
+        sent = [orjson.loads(reader.request_body(s.kept.exchange)) for s in c.main.slots]
+    key = "input" if agent == "codex" else "messages"
+    for n in (after, after + 1):
+        out = tmp_path / f"native-{n}"
+        prepare_only(PrepareOptions(agent=agent, after_step=n, output=out, trajectory=native, profile_from=f"{journal}:{report['run']}"))
+        body = orjson.loads((out / "prefix.json").read_bytes())
+        assert json.loads((out / "result.json").read_text())["prefix"]["compaction"]["after_step"] == after
+        if agent == "qwen-code" and n > after:
+            assert body[key][2:] == sent[n][key][2:]
+            assert body[key][1]["content"][-1] == sent[n][key][1]["content"][-1]  # the summary, after the reminders
+        else:
+            assert body[key] == sent[n][key], n

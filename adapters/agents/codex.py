@@ -136,6 +136,11 @@ class Codex(AgentProfile):
             return Message(msg.role, msg.parts, raw=raw)
         return msg
 
+    def compaction_keeps_lead(self, protocol: str) -> int:
+        """Its ``replacement_history`` starts after the base instructions it sends first (a
+        developer item, 0.171): that one message stays in front of the history."""
+        return 1 if protocol == "openai-responses" else 0
+
     def task_from_argv(self, argv: list[str]) -> str | None:
         return after_separator(argv)
 

@@ -21,7 +21,7 @@ from dataclasses import replace
 import os
 from pathlib import Path
 
-from pvisor.journal.model import ToolResult
+from pvisor.journal.model import Message, TextPart, ToolResult
 
 from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, json_text, user_home
 from .descriptor import ISO_DATE, ChainHint, attached_value, rx
@@ -54,6 +54,14 @@ class QwenCode(AgentProfile):
     path_arguments = {"read_file": ("file_path",), "write_file": ("file_path",), "edit": ("file_path",),
                       "notebook_edit": ("notebook_path",), "glob": ("path",), "grep_search": ("path",),
                       "run_shell_command": ("directory",)}
+
+    def wire_message(self, protocol: str, msg: Message) -> Message:
+        """A user message of texts read from no wire shape (a compressed history) goes out as
+        Qwen Code sends user text in Chat Completions: a list of text blocks, not a string."""
+        if (protocol == "openai-chat" and msg.role == "user" and msg.raw is None and msg.parts
+                and all(isinstance(p, TextPart) and p.raw is None for p in msg.parts)):
+            return Message("user", [TextPart(p.text, raw={"type": "text", "text": p.text}) for p in msg.parts])  # type: ignore[union-attr]
+        return msg
 
     def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
         """Its file stores ``{"output": TEXT}``; it sends one text block ``[{"type":"text","text":TEXT}]``."""

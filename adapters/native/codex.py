@@ -45,7 +45,11 @@ claude-code-log synthetic rollout):
   before it (every later request starts with them, the developer item and context included;
   the prefix renders them as recorded), the line is left out (``compaction``) and that step
   flagged ``compaction``. Without ``replacement_history`` (older builds put the summary in a
-  later user message) only the flag is set.
+  later user message) only the flag is set. The reply to Codex's own summary request is written
+  as an ordinary assistant message just before the record: a lone message (no call) whose text
+  ends the record's ``message`` is no step (left out, ``compaction_summary``). The base
+  instructions Codex sends first are in no ``replacement_history``: the descriptor keeps the
+  leading system message in front of it.
 
 Memory (issue 6, "Scale"): the file is read twice. The first pass streams it and keeps per
 step only the :class:`~.base.LineRef` of its items, outputs, messages and usage record, plus
@@ -220,6 +224,13 @@ class CodexAdapter(NativeAdapter):
                 left_out(traj, f"line {n}", str(kind if kind != "event_msg" else "event_msg/token_count"), "usage record (ends a model response)")
                 continue
             if kind == "compacted":
+                message = as_str(as_dict(payload).get("message"))
+                if plans and message and _is_summary_reply(plans[-1], calls[-1], message, source):
+                    # the reply to Codex's own summary request: no step of the main loop
+                    plans.pop()
+                    calls.pop()
+                    left_out(traj, f"line {n}", "compaction_summary", "the assistant message before this compacted record is the model's "
+                             "summary (its text ends the record's message), not a main-loop step")
                 if plans and "compaction" not in plans[-1].flags:
                     plans[-1].flags += ("compaction",)
                 history = as_dict(payload).get("replacement_history")
@@ -335,6 +346,19 @@ class CodexAdapter(NativeAdapter):
         traj.steps = LazySteps(plans, lambda plan: _build(plan, source))
         traj.meta = meta
         return NativeResult(traj, PROFILE, diag)
+
+
+def _is_summary_reply(plan: _Plan, step_calls: list, message: str, source: JsonlSource) -> bool:
+    """Whether the step just read is the reply to the summary request: one assistant message,
+    no call, no output, whose text the ``compacted`` record's message ends with (Codex writes
+    the reply as an ordinary item before the record; the request itself is never written)."""
+    if step_calls or plan.results or plan.messages or len(plan.items) != 1:
+        return False
+    item = as_dict(source.load(plan.items[0]).get("payload"))
+    if item.get("type") != "message" or item.get("role") != "assistant":
+        return False
+    text = "".join(as_str(b.get("text")) or "" for b in as_list(item.get("content")) if isinstance(b, dict))
+    return bool(text.strip()) and message.rstrip().endswith(text.strip())
 
 
 def _compaction(traj: Trajectory, plans: list[_Plan], history: list[Any], message: str | None, n: int, diag: Diagnostics) -> None:

@@ -28,7 +28,11 @@ packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
   left out with a ``malformed_record`` warning (the chain goes through it).
 - ``system`` records are UI-only (``ui_telemetry``, ``attribution_snapshot``, ``slash_command``,
   ...) and left out; ``chat_compression`` is left out and flags the step before it
-  ``compaction``. ``isSidechain`` records (subagents) are left out.
+  ``compaction``; its ``systemPayload.compressedHistory`` (the summary, the acknowledgement
+  carrying the call in flight, its result: 0.24.4 sends exactly these as the next request's
+  messages) is the history of a :class:`~pvisor.journal.model.Compaction` after that step.
+  The start-up reminders Qwen Code puts back in front of the summary from the second request
+  on are in no record. ``isSidechain`` records (subagents) are left out.
 - System prompt and tool definitions are not stored. Version: ``version`` of the first record.
 
 Memory (issue 6, "Scale"): reading keeps the structure of each record only (uuid, parent, type,
@@ -44,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pvisor.journal.model import Action, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import Action, Compaction, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
 
 from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LeftOutLines, NativeAdapter, NativeResult, SessionHeader, as_dict, as_list, as_str,
                    chain_depths, chain_leaf, interned, iter_json_records, left_out, mend_chain, object_call, pack_ref, take_uuid,
@@ -97,6 +101,32 @@ def _responses(parts: list) -> list[dict]:
 
 def _user_texts(parts: list) -> list[str]:
     return [p["text"] for p in parts if isinstance(p, dict) and isinstance(p.get("text"), str) and p["text"]]
+
+
+def _history(contents: list) -> list[Message]:
+    """``compressedHistory`` (Gemini ``Content`` objects, what the model sees after the
+    compression: the summary, the agent's acknowledgement with the call in flight, its result)
+    as messages of no protocol: texts, calls and results read as the steps' are, ``raw`` None,
+    so each protocol renders its own shape. Thought parts and anything else are left out."""
+    out: list[Message] = []
+    for c in contents:
+        if not isinstance(c, dict):
+            continue
+        role = "assistant" if c.get("role") == "model" else "user"
+        parts: list[Any] = []
+        for p in as_list(c.get("parts")):
+            if not isinstance(p, dict) or p.get("thought"):
+                continue
+            if isinstance(p.get("text"), str):
+                parts.append(TextPart(p["text"]))
+            elif isinstance(p.get("functionCall"), dict):
+                fc = p["functionCall"]
+                parts.append(object_call(as_str(fc.get("id")), as_str(fc.get("name")) or "", fc.get("args")))
+            elif isinstance(p.get("functionResponse"), dict):
+                fr = p["functionResponse"]
+                parts.append(ToolResult(as_str(fr.get("id")), fr.get("response"), is_error=False, name=as_str(fr.get("name"))))
+        out.append(Message(role, parts))
+    return out
 
 
 class QwenCodeAdapter(NativeAdapter):
@@ -184,6 +214,13 @@ class QwenCodeAdapter(NativeAdapter):
                 if sub == "chat_compression" and plans:
                     plans[-1].compactions += 1
                     meta["compactions"].append({"step": plans[-1].n, "line": r.line})
+                    payload = as_dict(source.load(unpack_ref(r.ref)).get("systemPayload"))
+                    history = payload.get("compressedHistory")
+                    if isinstance(history, list):
+                        msgs = _history(history)
+                        summary = "".join(p.text for p in msgs[0].parts if isinstance(p, TextPart)) if msgs and msgs[0].role == "user" else None
+                        traj.compactions.append(Compaction(plans[-1].n, msgs, "chat_compression", f"line {r.line}", summary,
+                                                           len(plans[-1].messages or ())))
                 left_out(traj, f"line {r.line}", intern(f"{t}/{sub}" if sub else str(t)), "UI-only or bookkeeping record")
         first_call: dict[str | None, int] = {}
         for p in plans:
