@@ -72,12 +72,15 @@ class Compaction:
     ``summary`` followed by a marker naming the conversation state it summarised (so that the
     turns go on after the agent replaced its history by the summary); ``usage`` is reported
     with it; assistant messages whose whole text is one of ``agent_messages`` are the agent's
-    own (an acknowledgement it puts after the summary) and are not counted as turns."""
+    own (an acknowledgement it puts after the summary) and are not counted as turns;
+    ``serialized_assistant``: for an agent that writes the history into its summary request as
+    text (OpenCode), the text each serialised assistant message starts with, counted as one."""
 
     when: list[str]
     summary: str = "Summary of the work so far."
     usage: dict[str, int] | None = None
     agent_messages: list[str] = field(default_factory=list)
+    serialized_assistant: str | None = None
 
 
 @dataclass(slots=True)
@@ -109,7 +112,7 @@ class Reply:
 
 _TURN_KEYS = {"text", "reasoning", "tool_calls", "error", "delay_ms", "repeat", "usage"}
 _SCRIPT_KEYS = {"turns", "model", "seed", "aux_reply", "after_end", "main_chain", "chunk_events", "compaction"}
-_COMPACTION_KEYS = {"when", "summary", "usage", "agent_messages"}
+_COMPACTION_KEYS = {"when", "summary", "usage", "agent_messages", "serialized_assistant"}
 _USAGE_KEYS = ("input_tokens", "output_tokens")
 
 #: the marker a summary reply ends with: the number of turns (conversation state) it summarises.
@@ -197,6 +200,10 @@ def _parse_compaction(c: Any, where: str) -> Compaction:
         out.summary = c["summary"]
     if "usage" in c:
         out.usage = _parse_usage(c["usage"], f"{where}.usage")
+    if "serialized_assistant" in c:
+        if not isinstance(c["serialized_assistant"], str) or not c["serialized_assistant"]:
+            raise BadInputError(f"{where}.serialized_assistant: expected a non-empty text")
+        out.serialized_assistant = c["serialized_assistant"]
     return out
 
 
@@ -287,17 +294,23 @@ def _text(m: Any) -> str:
     return "".join(p.text for p in m.parts if isinstance(p, TextPart))
 
 
-def conversation_state(conv: Conversation, agent_messages: frozenset[str] = frozenset()) -> int:
+def conversation_state(conv: Conversation, agent_messages: frozenset[str] = frozenset(), serialized: str | None = None) -> int:
     """The conversation state that picks a turn: the number of assistant messages in the
     request; after a compaction (a message holding :data:`SUMMARY_MARKER`), the number of turns
     the last marker names plus the assistant messages after the message holding it, those
-    whose whole text is in ``agent_messages`` left out."""
+    whose whole text is in ``agent_messages`` left out. With ``serialized`` (a summary request
+    holding the history as text), each occurrence of it in the message holding the last marker
+    and in the messages after it (in every message, without a marker) counts as one more
+    assistant message: such an agent serialises only what came after its previous summary,
+    which it quotes beside it."""
     start, base = 0, 0
-    for i, m in enumerate(conv.messages):
-        found = _MARKER_RX.findall(_text(m))
+    texts = [_text(m) for m in conv.messages]
+    for i, text in enumerate(texts):
+        found = _MARKER_RX.findall(text)
         if found:
             start, base = i + 1, int(found[-1])
-    return base + sum(1 for m in conv.messages[start:] if m.role == "assistant" and _text(m).strip() not in agent_messages)
+    serial = sum(t.count(serialized) for t in texts[max(start - 1, 0):]) if serialized is not None else 0
+    return base + serial + sum(1 for m, t in zip(conv.messages[start:], texts[start:]) if m.role == "assistant" and t.strip() not in agent_messages)
 
 
 def is_summary_request(conv: Conversation, when: list[str]) -> bool:
@@ -399,7 +412,7 @@ class ScriptedModel:
         if comp is not None and is_summary_request(conv, comp.when):
             # checked before the main chain: an agent may ask for its summary with the main
             # loop's own system prompt and tools
-            k = conversation_state(conv, acks)
+            k = conversation_state(conv, acks, comp.serialized_assistant)
             text = f"{comp.summary}\n\n{SUMMARY_MARKER.format(k)}" if comp.summary else SUMMARY_MARKER.format(k)
             turn, kind = Turn(text=text, usage=comp.usage), "summary"
             k += 20_000_000

@@ -388,7 +388,9 @@ class Compaction:
     agent's wire shape where the source stores it); ``kind`` (the record it was read from, such
     as ``compact_boundary``, ``compacted``, ``chat_compression``, ``compaction``); ``where``
     (``line 12``, a part id); ``summary`` (the summary text, when the record holds it);
-    ``messages_from``; ``steps_from`` (None: ``after_step + 1``, nothing kept).
+    ``messages_from``; ``steps_from`` (None: ``after_step + 1``, nothing kept);
+    ``kept_messages_from``: with ``steps_from``, the index of the first observation message of
+    step ``steps_from - 1`` that is kept too (the prompt the kept steps answer), or None.
     """
 
     after_step: int
@@ -398,6 +400,7 @@ class Compaction:
     summary: str | None = None
     messages_from: int = 0
     steps_from: int | None = None
+    kept_messages_from: int | None = None
 
     @property
     def first_kept(self) -> int:

@@ -560,6 +560,9 @@ def native_conversation(
         step = steps[i]
         names.update((c.id, c.name) for c in step.action.tool_calls if c.id is not None)
         obs = step.observation
+        if compaction is not None and compaction.kept_messages_from is not None and step.n == kept - 1 and step.n != compaction.after_step:
+            # the prompt the kept steps answer
+            conv.messages.extend(d.wire_message(protocol, m) for m in obs.messages[compaction.kept_messages_from:])
         if step.n >= kept:  # steps before it are in the history the agent compacted to
             msg = d.wire_action(protocol, step.action)
             if msg.parts:

@@ -15,6 +15,10 @@ Recipes found by running the pinned agents (docs/native.md, "Compaction"):
   through the Python API's ``agent_args``); it compacts before the request after a reply whose
   usage reaches the limit, with an ordinary ``POST /v1/responses`` whose last input is its
   "CONTEXT CHECKPOINT COMPACTION" prompt.
+- OpenCode 1.18.33: a project ``opencode.json`` in the workspace with a small ``limit.context``
+  for the model (merged over pvisor's config); it compacts after a step whose usage passes the
+  limit less ``limit.output``, asking with the history written out as text
+  (``serialized_assistant`` counts its replies), and then sends a "Continue" prompt.
 - Qwen Code 0.24.4: compacts at 167000 of its 200000-token window for an unknown model;
   ``QWEN_COMPACT_MAX_RECENT_FILES=0`` keeps it from re-sending files it touched as a message
   of their own. Its summary must hold a ``<state_snapshot>``; it writes an acknowledgement after
@@ -61,6 +65,13 @@ CASES = {
                         "usage": {"input_tokens": 2000, "output_tokens": 50}}},
         {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "200000", "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"},
     ),
+    "opencode": (
+        {"turns": [_shell("Listing first.", "echo one > a.txt; ls", 1000), _shell("Second look.", "cat a.txt", 12000),
+                   _shell("Third after compaction.", "echo three", 1200), {"text": "All done."}],
+         "compaction": {"when": ["Output exactly the Markdown structure shown inside <template>"], "summary": "We wrote a.txt and read it.",
+                        "usage": {"input_tokens": 500, "output_tokens": 50}, "serialized_assistant": "\n\n[Assistant]:"}},
+        {},
+    ),
     "qwen-code": (
         {"turns": [_shell("Turn zero.", "echo zero", 1000), _shell("Turn one.", "echo one", 170000), _shell("Turn two.", "echo two", 3000),
                    {"text": "Turn three: all done."}],
@@ -91,6 +102,9 @@ def _capture(tmp_path: Path, agent: str) -> tuple[Path, dict]:
     home.mkdir()
     (tmp_path / "script.json").write_text(json.dumps(script))
     journal = tmp_path / "data" / "journal.sqlite"
+    if agent == "opencode":
+        # a project config, merged over the one pvisor gives it: a small context limit
+        (ws / "opencode.json").write_text(json.dumps({"provider": {"pvisor": {"models": {"mock-model": {"limit": {"context": 10000, "output": 1000}}}}}}))
     if agent == "codex":
         spec = {"agent": agent, "journal": str(journal), "entrypoint": str(entrypoint(agent)), "script": str(tmp_path / "script.json"),
                 "workspace": str(ws), "args": CODEX_ARGS}
@@ -156,7 +170,7 @@ def test_claude_code_native_render_after_a_real_compaction_starts_at_its_summary
     assert ids(body["messages"][2]) == ids(sent["messages"][2])
 
 
-@pytest.mark.parametrize("agent", ["codex", "qwen-code"])
+@pytest.mark.parametrize("agent", ["codex", "opencode", "qwen-code"])
 def test_native_render_after_a_real_compaction_is_the_request_the_agent_sent(tmp_path, agent):
     # Codex: the replacement history behind its base instructions; Qwen Code: the compressed
     # history. Compared at the first request after the compaction and the one after it

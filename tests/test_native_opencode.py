@@ -317,8 +317,12 @@ def test_compaction_summary_and_compacted_outputs_are_flagged(tmp_path):
         {"info": {"id": "msg_4", "role": "assistant", "summary": True}, "parts": [{"id": "p5", "type": "text", "text": "SUMMARY"}]},
     ]}))
     t = read_native(p, "opencode")[0].trajectory
-    assert [s.flags for s in t.steps] == [["compacted"], ["compaction"]]
-    assert t.steps[1].action.text == "SUMMARY" and ("part p4", "compaction") in [(lo.where, lo.kind) for lo in t.left_out]
+    # the summary is no step: it is the history of the compaction after step 1 (issue 14 item 1)
+    assert [s.flags for s in t.steps] == [["compacted", "compaction"]]
+    [c] = t.compactions
+    assert (c.after_step, c.where, c.summary) == (1, "message msg_3", "SUMMARY")
+    assert [(m.role, m.parts[0].text) for m in c.history] == [("user", "What did we do so far?"), ("assistant", "SUMMARY")]
+    assert {("message msg_3", "compaction"), ("message msg_4", "compaction_summary")} <= {(lo.where, lo.kind) for lo in t.left_out}
 
 
 # --------------------------------------------------------------------------- choosing a session

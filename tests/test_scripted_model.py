@@ -974,3 +974,24 @@ def test_documented_compaction_example_behaves_as_documented(tmp_path):
     assert summary == "We listed the files twice.\n\n[pvisor scripted summary of 2 turns]"
     after = [{"role": "user", "content": summary}]
     assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(after))) == ("Done.", [])
+
+
+def test_a_summary_request_holding_the_history_as_text_counts_its_serialised_replies():
+    # OpenCode writes the conversation into one user message; a later compaction serialises only
+    # what came after the previous summary, which it quotes after it
+    m = model_of({**COMPACTION_SCRIPT, "compaction": {**COMPACTION_SCRIPT["compaction"], "serialized_assistant": "\n\n[Assistant]:"}})
+    first = ('Summarise the conversation:\n<conversation>\n[User]: "Do it."\n\n[Assistant]: turn 0\n[Assistant tool call]: bash({})\n'
+             '[Tool result]: 0\n\n[Assistant]: turn 1\n[Assistant tool call]: bash({})\n[Tool result]: 1\n</conversation>')
+    text, _ = said("openai-chat", m.answer("POST", "/v1/chat/completions", "", orjson.dumps(
+        {"model": "m", "messages": [{"role": "system", "content": "You summarise."}, {"role": "user", "content": first}]})))
+    assert text.endswith("[pvisor scripted summary of 2 turns]")
+    second = ('Summarise the conversation:\n<conversation>\n[User]: Continue.\n\n[Assistant]: turn 2\n[Tool result]: 2\n</conversation>\n'
+              f'<prior-summary>\n{text}\n</prior-summary>')
+    text2, _ = said("openai-chat", m.answer("POST", "/v1/chat/completions", "", orjson.dumps(
+        {"model": "m", "messages": [{"role": "system", "content": "You summarise."}, {"role": "user", "content": second}]})))
+    assert text2.endswith("[pvisor scripted summary of 3 turns]")
+    # without the field the same request counts no turn
+    plain = model_of(COMPACTION_SCRIPT)
+    text3, _ = said("openai-chat", plain.answer("POST", "/v1/chat/completions", "", orjson.dumps(
+        {"model": "m", "messages": [{"role": "system", "content": "You summarise."}, {"role": "user", "content": first}]})))
+    assert text3.endswith("[pvisor scripted summary of 0 turns]")

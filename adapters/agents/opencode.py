@@ -26,6 +26,8 @@ from pathlib import Path
 
 import orjson
 
+from pvisor.journal.model import Message, TextPart
+
 from .base import AgentProfile, EnvSnippet, ExportPlan, LaunchContext, LaunchPlan, VersionRange, first_value, json_text
 from .descriptor import ISO_DATE, ChainHint, after_separator, rx
 
@@ -86,6 +88,14 @@ class OpenCode(AgentProfile):
     volatile_patterns = (rx(r"<env>[\s\S]*?</env>"), rx(r"Today's date: [^\n]*"), ISO_DATE)
     path_arguments = {"read": ("filePath",), "write": ("filePath",), "edit": ("filePath",), "glob": ("path",), "grep": ("path",),
                       "bash": ("workdir",)}
+
+    def wire_message(self, protocol: str, msg: Message) -> Message:
+        """A user message of text parts goes out in Chat Completions as OpenCode sends it: one
+        text as a string (the parts' own fields, ``synthetic``, ``metadata``, are the export's,
+        never sent)."""
+        if protocol == "openai-chat" and msg.role == "user" and msg.parts and all(isinstance(p, TextPart) for p in msg.parts):
+            return Message("user", [TextPart(p.text) for p in msg.parts])  # type: ignore[union-attr]
+        return msg
 
     def task_from_argv(self, argv: list[str]) -> str | None:
         return after_separator(argv)

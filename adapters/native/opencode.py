@@ -40,6 +40,12 @@ rows) and the ``agent-sessions_storage_v2`` tree (shape of 1.3.17)):
   the ``session.version`` column, the session file's ``version``).
 - A tool output pruned by compaction (``state.time.compacted``) flags its step ``compacted``:
   the model saw a placeholder after that time, the file keeps the original output.
+- A compaction (a user message with a ``compaction`` part, then an assistant message with
+  ``summary: true``): the summary is no step; it and :data:`COMPACTION_PROMPT` before it are
+  the history of a :class:`~pvisor.journal.model.Compaction` after the step before, the
+  messages after it (the synthetic "Continue if you have next steps..." prompt) follow it,
+  and with ``tail_start_id`` the steps from that user message on are kept verbatim. The earlier
+  messages stay in the export: nothing is deleted.
 - The database is opened read-only through a ``file:`` URI with ``mode=ro``; when no ``-wal``
   file is beside it (no writer has uncheckpointed pages) also ``immutable=1``, so that reading
   creates no ``-wal``/``-shm`` files next to the user's database. Tree files that are not
@@ -57,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import Action, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import Action, Compaction, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
 
 from .base import WARNING_CODES, Diagnostics, FormatProfile, NativeAdapter, NativeResult, as_dict, as_str, left_out, loads_lenient, object_call, read_json_document, require
 from .documents import read_document
@@ -98,6 +104,11 @@ def read_session(path: Path, session: str | None = None, diag: Diagnostics | Non
     ``--session ID`` option; raises BadInputError (exit 65) naming the file and listing the
     available ids when ``session`` is not there."""
     return ADAPTER.read(path, diag or Diagnostics(str(path)), session=session)
+
+
+#: what OpenCode sends for a ``compaction`` part (1.18.33: the user turn before the summary in
+#: every request after a compaction, seen in the requests it sent under ``pvisor run``)
+COMPACTION_PROMPT = "What did we do so far?"
 
 
 class OpenCodeAdapter(NativeAdapter):
@@ -154,6 +165,10 @@ class OpenCodeAdapter(NativeAdapter):
                                 "directory": chosen.get("directory"), "title": chosen.get("title"),
                                 "session_chosen_by": "id given" if session is not None else ("the only session" if fmt == "opencode export json" else "latest root session")}
         steps: list[Step] = []
+        first_step_after: dict[str, int] = {}  # user message id -> the step after it
+        message_at: dict[str, int] = {}  # user message id -> its index among the observation messages of its step
+        kept_from: int | None = None
+        pending: tuple[str, int | None] | None = None  # a compaction anchor: (its message id, first kept step)
         for i, m in enumerate(messages):
             require(isinstance(m, dict) and isinstance(m.get("info"), dict) and isinstance(m.get("parts"), list), diag, f"messages[{i}]",
                     f"not an OpenCode message: not {{info, parts}}; expected {EXPECTED}")
@@ -161,7 +176,17 @@ class OpenCodeAdapter(NativeAdapter):
             parts = m.get("parts") or []
             where = f"message {info.get('id')}"
             role = info.get("role")
+            if role == "user" and any(isinstance(p, dict) and p.get("type") == "compaction" for p in parts):
+                # the anchor of a compaction: sent as COMPACTION_PROMPT, then the summary reply
+                part = next(p for p in parts if isinstance(p, dict) and p.get("type") == "compaction")
+                tail = as_str(part.get("tail_start_id"))
+                pending = (str(info.get("id")), first_step_after.get(tail) if tail else None)
+                kept_from = message_at.get(tail) if tail else None
+                left_out(traj, where, "compaction", "the compaction request's anchor (sent as its prompt before the summary)")
+                continue
             if role == "user":
+                first_step_after[str(info.get("id"))] = len(steps) + 1
+                message_at[str(info.get("id"))] = len(steps[-1].observation.messages) if steps else 0
                 text = "".join(as_str(p.get("text")) or "" for p in parts if isinstance(p, dict) and p.get("type") == "text" and not p.get("synthetic"))
                 msg = Message("user", [TextPart(as_str(p.get("text")) or "", raw=p) for p in parts if isinstance(p, dict) and p.get("type") == "text"], raw=m)
                 for p in parts:
@@ -202,6 +227,16 @@ class OpenCodeAdapter(NativeAdapter):
                     cur = None
             if info.get("summary") is True:
                 meta.setdefault("compaction_summaries", []).append(info.get("id"))
+                if pending is not None and steps:
+                    summary = "".join(as_str(p.get("text")) or "" for group in brackets for p in group if p.get("type") == "text")
+                    history = [Message("user", [TextPart(COMPACTION_PROMPT)]), Message("assistant", [TextPart(summary)])]
+                    traj.compactions.append(Compaction(len(steps), history, "compaction", f"message {pending[0]}", summary,
+                                                       len(steps[-1].observation.messages), pending[1],
+                                                       kept_from if pending[1] is not None else None))
+                    steps[-1].flags.append("compaction")
+                    left_out(traj, where, "compaction_summary", "the model's summary of the conversation (the compaction's history), not a main-loop step")
+                    pending = None
+                    continue
             for group in brackets:
                 if not any(p.get("type") in ("text", "reasoning", "tool") for p in group):
                     for p in group:  # a bracket with no model output, or parts after step-finish (patch)
