@@ -390,7 +390,9 @@ class Compaction:
     (``line 12``, a part id); ``summary`` (the summary text, when the record holds it);
     ``messages_from``; ``steps_from`` (None: ``after_step + 1``, nothing kept);
     ``kept_messages_from``: with ``steps_from``, the index of the first observation message of
-    step ``steps_from - 1`` that is kept too (the prompt the kept steps answer), or None.
+    step ``steps_from - 1`` that is kept too (the prompt the kept steps answer), or None;
+    ``rebuilt``: False when the source records that the agent replaced its history but not with
+    what (``history`` is then empty): a prefix after it cannot be made.
     """
 
     after_step: int
@@ -401,6 +403,7 @@ class Compaction:
     messages_from: int = 0
     steps_from: int | None = None
     kept_messages_from: int | None = None
+    rebuilt: bool = True
 
     @property
     def first_kept(self) -> int:

@@ -728,6 +728,12 @@ def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None
         profile, notes = load_profile(profile_spec, agent, version)
         source.notes.extend(notes)
     compaction = traj.compaction_at(after_step)
+    if compaction is not None and not compaction.rebuilt:
+        raise ReplayBadInput(
+            "compaction_not_rebuilt",
+            f"--after-step {after_step}: {show_path(path)} {compaction.where}: the agent replaced its history after step {compaction.after_step} "
+            f"({compaction.kind}) and the file does not hold what it sent instead; choose N < {compaction.after_step}, or a journal run",
+        )
     conv, origin = native_conversation(agent, proto, traj.task, list(traj.meta.get("task_context") or []), traj.system, traj.tools, traj.model, steps, after_step, profile, source.notes,
                                        compaction)
     same_protocol = profile is not None and profile.conversation.protocol == proto

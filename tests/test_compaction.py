@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import orjson
+import pytest
 
 from conftest import corpus_dir
 from pvisor.adapters.native import read_native
@@ -79,15 +80,20 @@ def test_codex_replacement_history_starts_every_later_prefix(tmp_path):
     assert SUMMARY not in json.dumps(plain3) and len(plain3["input"]) > len(body3["input"]) - len(history) + 1
 
 
-def test_codex_compacted_without_replacement_history_only_flags(tmp_path):
+def test_codex_compacted_without_replacement_history_refuses_later_prefixes(tmp_path):
     recs = _lines(CODEX_REAL)
     compacted = {"timestamp": recs[12]["timestamp"], "type": "compacted", "payload": {"message": SUMMARY}}
     path = _write(tmp_path / "rollout-old.jsonl", [*recs[:13], compacted, *recs[13:]])
+    from pvisor.replay.errors import ReplayBadInput
+
     traj = read_native(path, "codex")[0].trajectory
-    assert traj.compactions == [] and "compaction" in traj.steps[0].flags
-    result, _ = _prepare(tmp_path, "codex", path, 2)
+    assert [(c.after_step, c.rebuilt) for c in traj.compactions] == [(1, False)] and "compaction" in traj.steps[0].flags
+    # the file does not say what the model saw after it: refused, never a guess
+    with pytest.raises(ReplayBadInput) as exc:
+        _prepare(tmp_path, "codex", path, 2)
+    assert exc.value.message.startswith("compaction_not_rebuilt") and "line 14" in exc.value.message
+    result, _ = _prepare(tmp_path, "codex", path, 0)
     assert result["prefix"]["compaction"] is None
-    assert any(w["code"] == "compaction" for w in result["warnings"])
 
 
 # --------------------------------------------------------------------------- Claude Code
@@ -209,3 +215,33 @@ def test_qwen_code_compressed_history_starts_the_later_prefixes(tmp_path):
     _, body2 = _prepare(tmp_path, "qwen-code", path, 2)
     _, plain2 = _prepare(tmp_path / "plain", "qwen-code", QWEN_REAL, 2)
     assert body2["messages"][-2:] == plain2["messages"][-2:] and len(body2["messages"]) == len(body1["messages"]) + 2
+
+
+# --------------------------------------------------------------------------- compactions a file does not rebuild
+
+GEMINI_REAL = corpus_dir() / "native" / "gemini-cli" / "real-0.61.0_single-then-resume.jsonl"
+
+
+def test_gemini_cli_history_rewrite_is_a_compaction_a_prefix_after_it_refuses(tmp_path):
+    from pvisor.replay.errors import ReplayBadInput
+
+    recs = _lines(GEMINI_REAL)
+    plain = read_native(GEMINI_REAL, "gemini-cli")[0].trajectory
+    # a resume's snapshots (its initial context, then the known history) are no compaction
+    assert plain.compactions == [] and not any("compaction" in s.flags for s in plain.steps)
+    # chat compression: the list rewritten to the context, a summary and an acknowledgement (new ids)
+    snapshot = {"$set": {"messages": [recs[1]["$set"]["messages"][0],
+                                      {"id": "s-summary", "type": "user", "content": [{"text": "<state_snapshot>done</state_snapshot>"}]},
+                                      {"id": "s-ack", "type": "gemini", "content": [{"text": "Got it. Thanks for the additional context!"}]}],
+                         "lastUpdated": "2026-12-01T00:00:00Z"}}
+    path = _write(tmp_path / "session.jsonl", [*recs[:11], snapshot, *recs[11:]])
+    traj = read_native(path, "gemini-cli")[0].trajectory
+    [c] = traj.compactions
+    steps_before = sum(1 for r in recs[:11] if r.get("type") == "gemini" and r.get("id")) and c.after_step
+    assert (c.kind, c.where, c.rebuilt) == ("$set/messages", "line 12", False) and "compaction" in traj.steps[c.after_step - 1].flags
+    _prepare(tmp_path, "gemini-cli", path, c.after_step - 1)  # before it: fine
+    with pytest.raises(ReplayBadInput) as exc:
+        _prepare(tmp_path, "gemini-cli", path, c.after_step)
+    assert exc.value.message.startswith("compaction_not_rebuilt") and "line 12" in exc.value.message and steps_before
+    out = json.loads((tmp_path / f"out-{c.after_step}" / "result.json").read_text())
+    assert out["status"] == "failed" and out["errors"][0]["code"] == "compaction_not_rebuilt"

@@ -44,8 +44,9 @@ claude-code-log synthetic rollout):
   of ``replacement_history`` become a :class:`~pvisor.journal.model.Compaction` after the step
   before it (every later request starts with them, the developer item and context included;
   the prefix renders them as recorded), the line is left out (``compaction``) and that step
-  flagged ``compaction``. Without ``replacement_history`` (older builds put the summary in a
-  later user message) only the flag is set. The reply to Codex's own summary request is written
+  flagged ``compaction``. Without ``replacement_history`` (older builds) the file does not say
+  what the model saw after it: the compaction is not rebuilt and a prefix after it is refused
+  (``compaction_not_rebuilt``). The reply to Codex's own summary request is written
   as an ordinary assistant message just before the record: a lone message (no call) whose text
   ends the record's ``message`` is no step (left out, ``compaction_summary``). The base
   instructions Codex sends first are in no ``replacement_history``: the descriptor keeps the
@@ -238,7 +239,9 @@ class CodexAdapter(NativeAdapter):
                     _compaction(traj, plans, history, as_str(as_dict(payload).get("message")), n, diag)
                     reason = "compacted history: its replacement_history is what the model sees from here on (trajectory compactions); the step before is flagged"
                 else:
-                    reason = "compacted history without replacement_history (the summary is in a later message); flagged on the step before"
+                    if plans:
+                        traj.compactions.append(Compaction(len(plans), [], "compacted", f"line {n}", message, rebuilt=False))
+                    reason = "compacted history without replacement_history: what the model saw after it is not in the file; flagged on the step before"
                 left_out(traj, f"line {n}", "compaction", reason)
                 in_action, said = False, []
                 continue

@@ -11,7 +11,10 @@ packages/core/src/services/chatRecordingService.ts and chatRecordingTypes.ts; co
   ``{"$set": {...}}`` metadata updates and ``{"$rewindTo": id}``. A message whose ``id`` was
   seen before **replaces** the earlier one in its place (the loader's ``Map.set``);
   ``$rewindTo`` drops that message and every later one. Order is the map's order, never the
-  timestamp. ``$set.messages`` (a history snapshot Gemini CLI writes at start and resume) is
+  timestamp. A ``$set.messages`` snapshot that drops messages of the file and holds others is
+  Gemini CLI's chat compression (it writes no record of its own): a compaction after the step
+  before it, flagged ``compaction``, not rebuilt (:attr:`Compaction.rebuilt` False: a prefix
+  after it is refused). ``$set.messages`` (a history snapshot Gemini CLI writes at start and resume) is
   not a message record: its user text before the first message line is the task context,
   the rest is left out. A file with none of these records (metadata, message, ``$set``,
   ``$rewindTo``) is not a session: BadInputError (exit 65) naming the file and first line.
@@ -59,7 +62,7 @@ from typing import Any, Callable, NamedTuple
 import orjson
 
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import Action, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import Action, Compaction, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
 
 from .base import (BOM, Diagnostics, FormatProfile, JsonlSource, LazySteps, NativeAdapter, NativeResult, as_dict, as_list, as_str, iter_json_records,
                    left_out, object_call, read_json_document, require)
@@ -234,6 +237,9 @@ class GeminiCliAdapter(NativeAdapter):
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         traj = Trajectory()
+        rewrites: list[tuple[int, str]] = []  # ($set line, the last message key before it) of each history rewrite
+        snapshot_ids: set[str] = set()  # ids of the messages of earlier $set snapshots
+        flagged: set[int] = set()
         meta: dict[str, Any] = {"task_context": []}
         # id -> _Msg, insertion order kept (the loader's Map: a repeated id keeps its place)
         messages: dict[str, _Msg] = {}
@@ -290,6 +296,14 @@ class GeminiCliAdapter(NativeAdapter):
                     upd = obj["$set"]
                     snap = upd.get("messages")
                     if isinstance(snap, list):
+                        ids = {str(m.get("id")) for m in snap if isinstance(m, dict)}
+                        new = {i for i in ids if i not in messages and i not in snapshot_ids and i.removesuffix("_response") not in messages}
+                        if messages and new and any(k not in ids for k in messages):
+                            # messages of the file are gone from the snapshot and messages never seen
+                            # came (a resume writes known ids, its initial context first): the history
+                            # was rewritten, Gemini CLI's chat compression, which leaves no other trace
+                            rewrites.append((n, next(reversed(messages))))
+                        snapshot_ids |= ids
                         if not messages and not meta["task_context"]:
                             for m in snap:
                                 if isinstance(m, dict) and m.get("type") == "user":
@@ -324,8 +338,10 @@ class GeminiCliAdapter(NativeAdapter):
                 raise BadInputError(f"{diag.path}: {what} (no JSON object in it)" if first is None else f"{diag.path}: line {first}: {what}")
         meta = {k: v for k, v in meta.items() if not isinstance(v, (dict, list)) or k == "task_context"}
         plans: list[_Plan] = []
+        step_after: dict[str, int] = {}  # message key -> the number of steps up to it
         context = meta["task_context"]
-        for msg in messages.values():
+        for key, msg in messages.items():
+            step_after[key] = len(plans) + (1 if msg.kind in ("gemini", "model") else 0)
             if msg.kind in ("gemini", "model"):
                 plans.append(_Plan(len(plans) + 1, msg.src, msg.info[0], msg.info[1]))
                 for cid in msg.info[2]:
@@ -350,20 +366,28 @@ class GeminiCliAdapter(NativeAdapter):
                 context.extend(texts[:-1])
                 continue
             plans[-1].messages += (msg.src,)
+        for n, last in rewrites:
+            k = step_after.get(last, 0)
+            if k:
+                traj.compactions.append(Compaction(k, [], "$set/messages", f"line {n}", rebuilt=False))
+                flagged.add(k)
         for p in plans:
             if p.pending:
                 diag.warn("interrupted", f"step {p.n}", f"tool call {p.pending[0][0]} has no result in the file")
             p.pending = ()  # only the first pass needs them
-        steps = LazySteps(plans, lambda p: self._build(p, get))
+        steps = LazySteps(plans, lambda p: self._build(p, get, flagged))
         traj.steps = list(steps) if legacy else steps
         traj.model = next((p.model for p in plans if p.model), None)
         traj.meta = meta
         return NativeResult(traj, PROFILE, diag)
 
-    def _build(self, plan: _Plan, get: Callable[[Any], dict]) -> Step:
+    def _build(self, plan: _Plan, get: Callable[[Any], dict], compacted: set[int] = frozenset()) -> Step:  # type: ignore[assignment]
         """Step ``plan.n`` from its message record (and the functionResponse copies and user
-        messages that follow it), read again through ``get``."""
+        messages that follow it), read again through ``get``; flagged ``compaction`` when its
+        number is in ``compacted``."""
         step = self._step(plan.n, get(plan.src))
+        if plan.n in compacted:
+            step.flags.append("compaction")
         for src in plan.fills:
             m = get(src)
             self._fill_results(step, _function_responses(m.get("content", m.get("parts"))) or [])
