@@ -905,6 +905,8 @@ class OnlineMatch:
     divergence: Divergence | None = None
     differences: list[Difference] = field(default_factory=list)
     stream: bool = False
+    #: for the agent's summary request met again: the recorded compaction it belongs to
+    compaction: "RecordedCompaction | None" = None
 
 
 def _short(value: Any, n: int = 120) -> str:
@@ -941,6 +943,48 @@ def _collapse(text: str) -> str:
     return " ".join(text.split())
 
 
+@dataclass(slots=True)
+class RecordedCompaction:
+    """A compaction of the recording, as playback meets it again: after step ``after_step``
+    the agent asked for a summary with a request whose last user text was ``prompt`` (volatile
+    parts masked), and request ``after_step + 1`` carried the reply, recognised by its
+    ``summary_lines`` (:func:`_summary_lines`), with ``kept`` (what the replies it kept after the
+    summary say, :func:`said`) before the later steps' replies. Made by
+    :func:`recorded_compactions` from a classification."""
+
+    after_step: int
+    prompt: str
+    summary_lines: list[str]
+    kept: list[tuple[str, list[Any]]]
+    exchange: str = ""  #: the recorded summary exchange, whose reply playback serves again
+
+
+def _last_user_text(messages: list[Message]) -> str:
+    last = next((m for m in reversed(messages) if m.role == "user"), None)
+    return "".join(p.text for p in last.parts if isinstance(p, TextPart)) if last is not None else ""
+
+
+def recorded_compactions(c: Classification, final_response: Callable[[Exchange], Any]) -> list[RecordedCompaction]:
+    """The compactions of the main chain of ``c`` (slots whose ``compaction`` is set), for
+    :class:`OnlineMatcher`; ``final_response`` gives an exchange's final response object."""
+    out: list[RecordedCompaction] = []
+    if c.main is None:
+        return out
+    for i, slot in enumerate(c.main.slots):
+        summary = slot.compaction
+        if summary is None or summary.protocol is None:
+            continue
+        mod = get_protocol(summary.protocol)
+        try:
+            action = mod.response_to_action(final_response(summary.exchange))
+            prompt = _last_user_text(summary.conversation().messages)
+            kept = [said(mod, msgs) for _, msgs in _groups(slot.kept.conversation().messages)]
+        except (BadInputError, TypeError, AttributeError):
+            continue
+        out.append(RecordedCompaction(i, prompt, _summary_lines(action.text), kept, summary.id))
+    return out
+
+
 class OnlineMatcher:
     """Tells, one incoming request at a time, which main-loop request of a recording it is.
 
@@ -967,7 +1011,12 @@ class OnlineMatcher:
       the next served action calls that the request no longer offers;
     - k answered before is a retry;
     - system prompt, tools and context that differ modulo volatile context are listed
-      (:class:`Difference`), once each, never fatal.
+      (:class:`Difference`), once each, never fatal;
+    - across a compaction of the recording (``compactions``): a request whose last user text
+      is the recorded summary request's is that request again, auxiliary (playback answers it
+      with the recorded summary); a request carrying the recorded summary is request
+      ``after_step + 1`` plus its replies after the ones the agent kept, which must say what
+      the recorded ones said; the task is not looked for (the summary replaced it).
 
     :meth:`serve` registers what was served at k beyond the recording (the synthetic end);
     after :meth:`go_live` (a continuation handed request N+1 to the live model) replies past
@@ -976,8 +1025,10 @@ class OnlineMatcher:
 
     def __init__(self, protocol: str, served: list[Action], *, task: str | None, recorded: list[Conversation],
                  descriptor: Any, rewrite: Callable[[str], str] | None = None, nearest: Callable[[int], str | None] | None = None,
-                 mask: Callable[[str], str] | None = None, dropped: Iterable[int] = ()):
+                 mask: Callable[[str], str] | None = None, dropped: Iterable[int] = (),
+                 compactions: Iterable[RecordedCompaction] = ()):
         self.protocol = protocol
+        self.compactions = list(compactions)
         self.mod = get_protocol(protocol)
         self.served: dict[int, Action] = {i + 1: a for i, a in enumerate(served)}
         self.task = task
@@ -1003,6 +1054,10 @@ class OnlineMatcher:
         # and what a run of those messages says is kept by their identity
         self._memo = ParseMemo()
         self._said_of: dict[tuple[int, ...], tuple[str, list[Any]]] = {}
+        self._prompts: dict[str, list[RecordedCompaction]] = {}
+        for c in self.compactions:
+            if c.prompt:
+                self._prompts.setdefault(self._masked(c.prompt), []).append(c)
 
     def _said_group(self, msgs: list[Message]) -> tuple[str, list[Any]]:
         if not all(self._memo.holds(m) for m in msgs):
@@ -1044,6 +1099,13 @@ class OnlineMatcher:
             return OnlineMatch(MatchKind.AUXILIARY, reason=f"the body does not read as a request: {exc.message}")
         stream = conv.stream
         names = {t.name for t in conv.tools}
+        if self._prompts:
+            # the recorded compactions still ahead: the one after the step answered last first
+            ahead = [c for c in self._prompts.get(self._masked(_last_user_text(conv.messages), recorded=False), ()) if c.after_step >= self.answered]
+            if ahead:
+                again = min(ahead, key=lambda c: c.after_step)
+                return OnlineMatch(MatchKind.AUXILIARY, conversation=conv, stream=stream, compaction=again,
+                                   reason=f"the agent's summary request (it compacts its context, as recorded after step {again.after_step})")
         if self._learn:
             if not (self._called <= names and names and self._check_task(conv, 1) is None):
                 return OnlineMatch(MatchKind.AUXILIARY, conversation=conv, stream=stream,
@@ -1059,9 +1121,17 @@ class OnlineMatcher:
             return OnlineMatch(MatchKind.AUXILIARY, conversation=conv, stream=stream,
                                reason=f"not the main loop: {why} ({len(names)} tools against {len(self._tools)})")
         groups = _groups(conv.messages)
-        k = self._request_number(len(groups), len(conv.messages))
-        out = OnlineMatch(MatchKind.MAIN, request=k, conversation=conv, stream=stream)
-        divergence = self._check_replies(groups, conv, k) or self._check_task(conv, k) or self._check_tools(names, k)
+        comp = self._carried(conv) if self.compactions else None
+        if comp is not None:
+            kept, later = groups[: len(comp.kept)], groups[len(comp.kept):]
+            k = comp.after_step + 1 + len(later)
+            out = OnlineMatch(MatchKind.MAIN, request=k, conversation=conv, stream=stream)
+            divergence = (self._check_kept(kept, comp, k) or self._check_replies(later, conv, k, start=comp.after_step + 1)
+                          or self._check_tools(names, k))
+        else:
+            k = self._request_number(len(groups), len(conv.messages))
+            out = OnlineMatch(MatchKind.MAIN, request=k, conversation=conv, stream=stream)
+            divergence = self._check_replies(groups, conv, k) or self._check_task(conv, k) or self._check_tools(names, k)
         if divergence is not None:
             out.kind, out.divergence = MatchKind.DIVERGED, divergence
             return out
@@ -1070,9 +1140,35 @@ class OnlineMatcher:
             out.kind = MatchKind.RETRY
         return out
 
-    def _echoed(self, k: int) -> list[int]:
-        """The steps before request ``k`` whose actions its history carries."""
-        return [i for i in range(1, k) if i not in self.dropped]
+    def _echoed(self, k: int, start: int = 1) -> list[int]:
+        """The steps from ``start`` to before request ``k`` whose actions its history carries."""
+        return [i for i in range(start, k) if i not in self.dropped]
+
+    def _carried(self, conv: Conversation) -> RecordedCompaction | None:
+        """The recorded compaction whose summary the request carries: at least half its lines,
+        as the chain rule finds it; of several, the one with the most of its lines (two
+        summaries may share lines), the later on a tie. None when none."""
+        text = _texts(conv.messages)
+        best: tuple[float, int] | None = None
+        found = None
+        for i, c in enumerate(self.compactions):
+            if not c.summary_lines:
+                continue
+            share = sum(ln in text for ln in c.summary_lines) / len(c.summary_lines)
+            if share >= 0.5 and (best is None or (share, i) > best):
+                best, found = (share, i), c
+        return found
+
+    def _check_kept(self, groups: list[tuple[int, list[Message]]], comp: RecordedCompaction, k: int) -> Divergence | None:
+        """The replies the agent kept after the summary say what the recorded ones said."""
+        for n, (at, msgs) in enumerate(groups):
+            expected = comp.kept[n]
+            got = self._said_group(msgs)
+            if got != expected:
+                return Divergence(k, at, None, _short(expected[0] or "a reply"), _short(got[0] or "a reply"),
+                                  f"reply {n + 1} kept after the summary of the compaction after step {comp.after_step} was changed",
+                                  self.nearest(k))
+        return None
 
     def _request_number(self, replies: int, messages: int) -> int:
         """Which request k carries ``replies`` runs of assistant messages (module rules)."""
@@ -1090,10 +1186,10 @@ class OnlineMatcher:
         ahead = [k for k in candidates if k > self.answered]
         return ahead[0] if ahead else candidates[-1]
 
-    def _check_replies(self, groups: list[tuple[int, list[Message]]], conv: Conversation, k: int) -> Divergence | None:
-        order = self._echoed(k)
+    def _check_replies(self, groups: list[tuple[int, list[Message]]], conv: Conversation, k: int, start: int = 1) -> Divergence | None:
+        order = self._echoed(k, start)
         for n, (at, msgs) in enumerate(groups):
-            i = order[n] if n < len(order) else max(order, default=0) + n - len(order) + 1
+            i = order[n] if n < len(order) else max(order, default=start - 1) + n - len(order) + 1
             if self.live_after is not None and i > self.live_after:
                 continue  # the live model's reply: nothing to compare it with
             expected = self._said.get(i) if n < len(order) else None

@@ -259,6 +259,7 @@ class PlaybackResponder:
             nearest=rec.nearest,
             mask=rewrites.mask_private,
             dropped=[s.n for s in rec.steps[:after_step] if "action_dropped_by_agent" in s.flags],
+            compactions=rec.compactions,
         )
         self.ended = asyncio.Event()
         self.served: list[Served] = []
@@ -281,6 +282,8 @@ class PlaybackResponder:
         #: exchange id -> the expanded body (sent instead of the agent's when forwarded)
         self.expanded_bodies: dict[str, bytes] = {}
         self._aux_pool: dict[tuple, list] = {}
+        #: O'_k: the tool results request k+1 sent after its last reply, as first sent
+        self._observed: dict[int, list[ToolResult]] = {}
         for a in rec.auxiliary:
             self._aux_pool.setdefault(a.key, []).append(a)
 
@@ -358,6 +361,15 @@ class PlaybackResponder:
         except Exception:  # recorded bytes that do not read: nothing to remember about them
             return None
 
+    def _summary_reply(self, exchange: str) -> RecordedReply | None:
+        """The recorded reply of summary exchange ``exchange`` (taken out of the auxiliary pool:
+        it answers one request)."""
+        for pool in self._aux_pool.values():
+            for i, aux in enumerate(pool):
+                if aux.reply.exchange == exchange:
+                    return pool.pop(i).reply
+        return None
+
     def _rewritten_step(self, k: int) -> bool:
         return any(r.step == k for r in self.rewritten)
 
@@ -368,6 +380,20 @@ class PlaybackResponder:
             return body
         body = self._expanded(request, body)
         m = self.matcher.match(request.method, request.path, request.query, body)
+        if m.kind is MatchKind.AUXILIARY and m.compaction is not None:
+            step = m.compaction.after_step
+            if m.conversation is not None and step not in self._observed:
+                # an agent that leaves the last results out of what it sends after the summary
+                # (Codex) sends them in its summary request only
+                results = _results_after_last_reply(m.conversation)
+                if results:
+                    self._observed[step] = results
+            summary = self._summary_reply(m.compaction.exchange)
+            if summary is not None and summary.streamed == m.stream:
+                # the agent compacts again where it did: its summary request carries O', the
+                # recorded summary is served so that the requests after it carry the recorded one
+                self.auxiliary.append(AuxAnswer(request.exchange, request.method, request.path, m.reason or "summary", summary.exchange))
+                return Serve(summary.status, list(summary.headers), body=summary.body, streamed=summary.streamed, served_by=ServedBy.PLAYBACK)
         if m.kind is MatchKind.AUXILIARY:
             return self.auxiliary_request(request, body, m.conversation, m.reason or "auxiliary")
         conv = m.conversation
@@ -380,6 +406,8 @@ class PlaybackResponder:
         self.differences.extend(m.differences)
         if self.latest is None or k >= self.latest[0]:
             self.latest = (k, conv, request, body)
+        if k >= 2 and k - 1 not in self._observed:
+            self._observed[k - 1] = _results_after_last_reply(conv)
         if k <= self.n:
             self.matcher.answered_up_to(k)
             return self._serve(request, body, conv, k, m.stream, retry=m.kind is MatchKind.RETRY)
@@ -499,9 +527,14 @@ class PlaybackResponder:
 
     def replayed_observations(self) -> list[list[ToolResult]]:
         """O'_1..O'_N as far as the agent sent them (from the furthest main-loop request: the
-        tool results after each served reply, in the order sent); shorter when it stopped early."""
+        tool results after each served reply, in the order sent; an observation that request no
+        longer holds, the agent having compacted its history, from the first request that sent
+        it); shorter when it stopped early."""
         if self.latest is None:
             return []
+        if self.matcher.compactions:
+            top = max(self._observed, default=0)
+            return [self._observed.get(i, []) for i in range(1, min(top, self.n) + 1)]
         conv = self.latest[1]
         out: list[list[ToolResult]] = []
         current: list[ToolResult] | None = None
@@ -569,6 +602,12 @@ class PlaybackResponder:
                     }
                 )
         return out
+
+
+def _results_after_last_reply(conv: Conversation) -> list[ToolResult]:
+    """The tool results of the messages after the last assistant message of a request."""
+    last = max((i for i, m in enumerate(conv.messages) if m.role == "assistant"), default=-1)
+    return [p for m in conv.messages[last + 1:] for p in m.parts if isinstance(p, ToolResult)]
 
 
 def _meta(request: IncomingRequest) -> dict[str, Any]:

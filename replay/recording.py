@@ -72,6 +72,8 @@ class Recording:
         replies: per step, the recorded reply (journal) or None (native: rendered).
         attempts: per step, the attempt its request belongs to.
         auxiliary: recorded auxiliary exchanges.
+        compactions: the compactions of the main loop
+            (:class:`~pvisor.adapters.chains.RecordedCompaction`; journal sources only).
         workspace, home, run_dir: recorded paths (None when unknown).
         source_sha256: digest of the native file (journal sources: None here).
         profile, session: the format or launch profile; the native session id.
@@ -100,6 +102,7 @@ class Recording:
     session: str | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)
     expected_task: str | None = None
+    compactions: list[Any] = field(default_factory=list)
 
     def nearest(self, k: int) -> str | None:
         """What names recorded main-loop request ``k`` (1-based) in a divergence."""
@@ -141,7 +144,7 @@ def _check_boundary(rec: Recording, after_step: int, where: str) -> None:
 
 def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, task: str | None) -> Recording:
     """The recording of journal run ``run_id`` for ``--after-step`` (module docstring)."""
-    from pvisor.adapters.chains import classify_run
+    from pvisor.adapters.chains import classify_run, read_final_response, recorded_compactions
     from pvisor.adapters.journal_trajectory import build_trajectory
     from pvisor.journal.errors import UsageError
     from pvisor.journal.reader import JournalReader
@@ -159,6 +162,7 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
         traj = build_trajectory(reader, c)
         main = c.main_requests
         where = f"run {run.id}"
+        compactions = recorded_compactions(c, lambda ex: read_final_response(reader, ex)[0])
         steps = list(traj.steps)
         attempts = [q.exchange.attempt for q in main[: len(steps)]]
         rec = Recording(
@@ -181,6 +185,7 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
             run_dir=run.labels.get("run_dir"),
             profile=f"{agent} launch profile {d.versions}" if d.launchable else None,
         )
+        rec.compactions = [x for x in compactions if x.after_step < after_step]
         _check_steps(rec, after_step, where)
         rec.task, rec.task_origin, rec.expected_task = _task(
             run.labels.get("task"), d.task_from_argv(list(run.argv)) if run.argv else None, None, task
