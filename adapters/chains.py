@@ -351,7 +351,7 @@ class _Reader:
             return req, None
         req.protocol = conv.protocol
         req.model = conv.model
-        req.tool_names = [t.name for t in conv.tools]
+        req.tool_names = [t.name for t in mod.offered_tools(conv)]
         req.system_chars = len(conv.system or "")
         prev = conv.params.get("previous_response_id")
         req.previous_response_id = prev if isinstance(prev, str) and prev else None
@@ -1043,7 +1043,7 @@ class OnlineMatcher:
         self.live_after: int | None = None
         self._reported: set[tuple[str, str]] = set()
         first = recorded[0] if recorded else None
-        self._tools = {t.name for t in first.tools} if first is not None else set()
+        self._tools = {t.name for t in self.mod.offered_tools(first)} if first is not None else set()
         self._system = self._masked(first.system) if first is not None and first.system is not None else None
         # a recording without tool definitions (a native file that stores none) learns them from
         # the first request that offers every tool the served actions call and carries the task
@@ -1098,7 +1098,7 @@ class OnlineMatcher:
         except BadInputError as exc:
             return OnlineMatch(MatchKind.AUXILIARY, reason=f"the body does not read as a request: {exc.message}")
         stream = conv.stream
-        names = {t.name for t in conv.tools}
+        names = {t.name for t in self.mod.offered_tools(conv)}
         if self._prompts:
             # the recorded compactions still ahead: the one after the step answered last first
             ahead = [c for c in self._prompts.get(self._masked(_last_user_text(conv.messages), recorded=False), ()) if c.after_step >= self.answered]

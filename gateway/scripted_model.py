@@ -261,17 +261,18 @@ def _parse_turn(t: Any, where: str) -> Turn:
     return turn
 
 
-def _signature(conv: Conversation) -> str:
+def _signature(conv: Conversation, tools: list[Any]) -> str:
     h = hashlib.sha256()
     h.update((conv.system or "").encode("utf-8", "surrogatepass"))
-    for t in conv.tools:
+    for t in tools:
         h.update(b"\0" + t.name.encode())
     return h.hexdigest()
 
 
-def _shell_tool(conv: Conversation) -> tuple[str, str]:
-    """(tool name, argument name) of the agent's shell tool, from the request's tools."""
-    by_name = {t.name.lower(): t for t in conv.tools}
+def _shell_tool(conv: Conversation, tools: list[Any] | None = None) -> tuple[str, str]:
+    """(tool name, argument name) of the agent's shell tool, from the tools the request offers."""
+    tools = conv.tools if tools is None else tools
+    by_name = {t.name.lower(): t for t in tools}
     for candidate in SHELL_TOOL_NAMES:
         tool = by_name.get(candidate)
         if tool is not None:
@@ -281,7 +282,7 @@ def _shell_tool(conv: Conversation) -> tuple[str, str]:
             listed = params.get("required")
             required = [k for k in listed if k in strings] if isinstance(listed, list) else []
             return tool.name, (required or strings or ["command"])[0]
-    names = ", ".join(t.name for t in conv.tools) or "none"
+    names = ", ".join(t.name for t in tools) or "none"
     raise BadInputError(f"the script asks for '@shell' but the request has no shell tool ({'|'.join(SHELL_TOOL_NAMES)}); its tools: {names}")
 
 
@@ -367,14 +368,21 @@ class ScriptedModel:
             served -= t.repeat
         return None
 
-    def action_for(self, turn: Turn, conv: Conversation) -> Action:
+    def action_for(self, turn: Turn, conv: Conversation, mod: Any = None) -> Action:
         calls: list[ToolCall] = []
+        tools = mod.offered_tools(conv) if mod is not None else conv.tools
+        by_name = {t.name: t for t in tools}
         for c in turn.tool_calls:
             args = dict(c.arguments)
             name = c.tool
             if c.tool == "@shell":
-                name, arg = _shell_tool(conv)
+                name, arg = _shell_tool(conv, tools)
                 args = {arg: c.command, **args}
+            elif mod is not None and name in by_name and mod.tool_kind(by_name[name]) == "custom":
+                # a free-form tool (Responses custom): its input is the command, or arguments.input
+                text = c.command if c.command is not None else str(args.get("input", ""))
+                calls.append(ToolCall(id=None, name=name, arguments_raw=text, arguments={}, kind="custom"))
+                continue
             elif c.command is not None:
                 args.setdefault("command", c.command)
             raw = compact_json(args)
@@ -384,13 +392,15 @@ class ScriptedModel:
         return Action(text=turn.text, reasoning=reasoning, tool_calls=calls, model=conv.model or self.script.model, stop_reason=None,
                       usage=usage)
 
-    def classify(self, conv: Conversation) -> str:
-        """``main`` or ``aux`` for a parsed request (fixing the main chain on first sight)."""
+    def classify(self, conv: Conversation, tools: list[Any] | None = None) -> str:
+        """``main`` or ``aux`` for a parsed request (fixing the main chain on first sight);
+        ``tools``: the tools it offers (its protocol's ``offered_tools``; default its definitions)."""
+        tools = conv.tools if tools is None else tools
         if self.script.main_chain == "any-tools":
-            return "main" if conv.tools else "aux"
-        sig = _signature(conv)
+            return "main" if tools else "aux"
+        sig = _signature(conv, tools)
         if self.main_signature is None:
-            if self.script.main_chain == "first" or conv.tools:
+            if self.script.main_chain == "first" or tools:
                 self.main_signature = sig
             else:
                 return "aux"
@@ -416,7 +426,7 @@ class ScriptedModel:
             text = f"{comp.summary}\n\n{SUMMARY_MARKER.format(k)}" if comp.summary else SUMMARY_MARKER.format(k)
             turn, kind = Turn(text=text, usage=comp.usage), "summary"
             k += 20_000_000
-        elif self.classify(conv) == "aux":
+        elif self.classify(conv, mod.offered_tools(conv)) == "aux":
             turn, k, kind = Turn(text=self.script.aux_reply), 10_000_000, "aux"
         else:
             k = conversation_state(conv, acks)
@@ -431,7 +441,7 @@ class ScriptedModel:
             payload = err_body.encode() if isinstance(err_body, str) else orjson.dumps(err_body)
             return Reply(turn.error["status"], {"Content-Type": "application/json"}, [payload], delay, "error")
         ids = IdSource(self.script.seed * 1_000_003 + k)
-        action = self.action_for(turn, conv)
+        action = self.action_for(turn, conv, mod)
         final = mod.action_to_response(action, model=action.model or self.script.model, ids=ids)
         if stream:
             data = mod.render_stream(final)

@@ -635,3 +635,47 @@ def test_odd_items_do_not_raise():
     assert R.normalise(conv)["messages"][4]["parts"][0]["arguments"] == {"a": 1}
     assert isinstance(R.render_request(conv), bytes)
     assert R.response_to_action({"output": 5}).tool_calls == []
+
+
+# --------------------------------------------------------------------------- tools sent as input items (issue 14 item 5)
+
+#: the shape Codex 0.171 sends with its default model (no model configured): no ``tools`` field,
+#: every tool in one ``additional_tools`` input item, grouped in namespaces
+ADDITIONAL_TOOLS_BODY = {
+    "model": "gpt-6.2-sol", "stream": True, "store": False,
+    "input": [
+        {"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [
+            {"type": "namespace", "name": "functions", "description": "", "tools": [
+                {"type": "custom", "name": "exec", "description": "Run JavaScript", "format": {"type": "grammar", "syntax": "lark", "definition": "start: SOURCE"}},
+                {"type": "function", "name": "wait", "description": "Wait", "strict": False,
+                 "parameters": {"type": "object", "properties": {"cell_id": {"type": "string"}}, "required": ["cell_id"]}}]},
+            {"type": "namespace", "name": "clock", "description": "", "tools": [
+                {"type": "function", "name": "sleep", "description": "Sleep", "strict": False, "parameters": {"type": "object", "properties": {}}}]}]},
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "make a.txt"}]},
+    ],
+}
+
+
+def test_additional_tools_item_is_the_clients_own_input_and_its_tools_are_offered():
+    conv = R.parse_request(ADDITIONAL_TOOLS_BODY)
+    # the item is the client's (role developer), never read as a reply of the model
+    assert [m.role for m in conv.messages] == ["developer", "developer", "user"] and conv.tools == []
+    offered = R.offered_tools(conv)
+    assert [(t.name, t.raw["namespace"], R.tool_kind(t)) for t in offered] == [
+        ("exec", "functions", "custom"), ("wait", "functions", "function"), ("sleep", "clock", "function")]
+    assert offered[1].parameters["required"] == ["cell_id"]
+    # the body renders back as it was sent
+    assert orjson.loads(R.render_request(conv)) == ADDITIONAL_TOOLS_BODY
+
+
+def test_scripted_model_calls_a_free_form_tool_offered_as_an_input_item():
+    from pvisor.gateway.scripted_model import ScriptedModel, parse_script
+
+    m = ScriptedModel(parse_script({"turns": [{"text": "Running.", "tool_calls": [{"tool": "exec", "command": "text('hi')"}]}]}))
+    reply = m.answer("POST", "/v1/responses", "", orjson.dumps({**ADDITIONAL_TOOLS_BODY, "stream": False}))
+    # the main chain is found by the tools the item offers, and the call is a custom_tool_call
+    assert reply.kind == "turn"
+    out = orjson.loads(b"".join(reply.chunks))["output"]
+    calls = [o for o in out if o["type"] != "message"]
+    assert [(c["type"], c["name"], c["input"]) for c in calls] == [("custom_tool_call", "exec", "text('hi')")]

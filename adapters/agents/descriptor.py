@@ -43,7 +43,9 @@ class ChainHint:
         self.system_prefix = system_prefix
 
     def __call__(self, conv: Conversation) -> bool:
-        names = {t.name for t in conv.tools}
+        from pvisor.adapters.protocols import get_protocol
+
+        names = {t.name for t in get_protocol(conv.protocol).offered_tools(conv)} if conv.protocol else {t.name for t in conv.tools}
         if not self.tools <= names:
             return False
         return self.system_prefix is None or (conv.system or "").startswith(self.system_prefix)

@@ -1140,3 +1140,13 @@ def reasoning_refusal(status: int, body: bytes) -> str | None:
     thought signatures of the request were refused (missing, corrupted, not valid; phrases and
     sources at ``_REFUSALS``), the API's message (at most 500 characters); else None."""
     return refusal_message(status, body, _REFUSALS)
+
+
+def offered_tools(conv: Conversation) -> list[ToolSpec]:
+    """The tools the request offers the model: its tool definitions as parsed."""
+    return list(conv.tools)
+
+
+def tool_kind(spec: ToolSpec) -> str:
+    """How a call of the tool is written: always ``function`` in this protocol."""
+    return "function"

@@ -18,7 +18,9 @@ How a request body maps to the canonical :class:`~pvisor.journal.model.Conversat
   text for display.
 - ``input`` items are grouped into messages:
     * a ``message`` item whose role is not ``assistant`` is one Message with that role
-      (``user``, ``developer``, ``system``); ``raw`` is the item;
+      (``user``, ``developer``, ``system``); ``raw`` is the item; so is any other item with
+      such a ``role`` (Codex's ``additional_tools`` item, ``role: developer``: the client's own
+      input, never a reply; :func:`offered_tools` reads the tools it holds);
     * a run of consecutive model-output items (``reasoning``, assistant ``message``,
       ``function_call``, ``custom_tool_call``, provider-run calls such as ``web_search_call``,
       and unknown item types) is one ``assistant`` Message, so that one model reply (one action,
@@ -201,6 +203,8 @@ def _item_side(item: Any) -> str:
         return "own"
     if t == "message":
         return "assistant" if item.get("role") == "assistant" else "own"
+    if item.get("role") in ("user", "developer", "system"):
+        return "own"  # an input item of the client's own with a role (Codex's additional_tools)
     if t.endswith("_output"):
         return "tool"
     return "assistant"
@@ -1388,3 +1392,36 @@ def conversation_items(request_obj: dict, final: dict) -> list:
     whole conversation; it is what ``history[final["id"]]`` is for the next request."""
     output = as_list(final.get("output")) if isinstance(final, dict) else []
     return entries(request_obj) + list(output)
+
+
+def _flat_tools(tools: list[Any], namespace: str | None, out: list[ToolSpec]) -> None:
+    for t in tools:
+        if isinstance(t, dict) and t.get("type") == "namespace" and isinstance(t.get("tools"), list):
+            _flat_tools(t["tools"], str(t.get("name") or ""), out)
+            continue
+        spec = _tool_spec(t)
+        if namespace is not None and isinstance(spec.raw, dict):
+            spec.raw = {**spec.raw, "namespace": namespace}  # where it was defined, for a caller of the tool
+        out.append(spec)
+
+
+def offered_tools(conv: Conversation) -> list[ToolSpec]:
+    """The tools the request offers the model: its ``tools`` and the tools of its
+    ``additional_tools`` input items (Codex 0.171 with its default model sends every tool in one
+    ``{"type": "additional_tools", "role": "developer", "tools": [...]}`` item and no ``tools``
+    field; seen in the requests it sent under ``pvisor run``), ``namespace`` entries flattened
+    into their tools (each keeping the namespace's name in ``raw["namespace"]``), in order."""
+    out: list[ToolSpec] = []
+    _flat_tools([t.raw for t in conv.tools], None, out)
+    for m in conv.messages:
+        for p in m.parts:
+            raw = getattr(p, "raw", None)
+            if isinstance(p, OtherPart) and isinstance(raw, dict) and raw.get("type") == "additional_tools" and isinstance(raw.get("tools"), list):
+                _flat_tools(raw["tools"], None, out)
+    return out
+
+
+def tool_kind(spec: ToolSpec) -> str:
+    """``custom`` for a custom (free-form input) tool, else ``function``: how a call of it is
+    written (``custom_tool_call`` with ``input``, or ``function_call`` with ``arguments``)."""
+    return "custom" if isinstance(spec.raw, dict) and spec.raw.get("type") == "custom" else "function"
