@@ -27,7 +27,7 @@ Nothing here writes a file, starts a process or opens a socket.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -35,7 +35,7 @@ import orjson
 
 from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.errors import PvisorError
-from pvisor.journal.model import Action, Compaction, Conversation, Message, Step, TextPart, ToolCall, ToolResult, ToolSpec
+from pvisor.journal.model import Action, Compaction, Conversation, Message, Reasoning, Step, TextPart, ToolCall, ToolResult, ToolSpec
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from pvisor.adapters.jsonio import dumps
@@ -511,6 +511,8 @@ def native_conversation(
         origin["system"] = "absent"
     if tools is not None:
         conv.tools, origin["tools"] = list(tools), "trajectory"
+        if protocol != d.native_raw_protocol:  # the file's own tool objects are no definition of this protocol
+            conv.tools = [_plain(t) for t in conv.tools]
     elif pconv is not None and pconv.tools:
         if same_protocol:
             conv.tools = copy.deepcopy(pconv.tools)
@@ -528,11 +530,33 @@ def native_conversation(
         conv.model = d.wire_model(model)
         conv.stream = d.streams
         origin["params"] = "default"
+        # what the API requires that the file does not say (no profile of this protocol)
+        if protocol == "anthropic":
+            conv.params["max_tokens"] = DEFAULT_MAX_TOKENS
+        if conv.model is None and protocol != "gemini":  # Gemini names the model in the path
+            conv.model = MODEL_NOT_RECORDED
+            if notes is not None:
+                notes.append(("model_not_recorded", f"the native file names no model: the prefix asks for {MODEL_NOT_RECORDED!r}; "
+                                                    "give --profile-from, or set the model before sending it"))
     profile_first = None
     if pconv is not None:
         profile_first = next((m for m in pconv.messages if m.role == "user"), None)
         if profile_first is not None and not same_protocol:  # texts only, not another protocol's blocks
             profile_first = Message(profile_first.role, [TextPart(p.text) if isinstance(p, TextPart) else p for p in profile_first.parts])
+    # the native file's own objects (``raw``) go to the descriptor's wire forms only when they
+    # are of this protocol: in another, only the canonical fields mean anything
+    native = protocol == d.native_raw_protocol
+
+    def wire_message(m: Message) -> Message:
+        return d.wire_message(protocol, m if native else _plain_message(m))
+
+    def wire_action(a: Action) -> Message:
+        return d.wire_action(protocol, a if native else replace(a, raw=None, reasoning=[_plain(r) for r in a.reasoning],
+                                                                 tool_calls=[_plain(c) for c in a.tool_calls]))
+
+    def wire_result(r: ToolResult) -> ToolResult:
+        return d.wire_result(protocol, r if native else _plain(r), names)
+
     role = _results_role(protocol)
     names: dict[str, str] = {}
     if compaction is not None:
@@ -545,8 +569,8 @@ def native_conversation(
             names.update((p.id, p.name) for p in m.parts if isinstance(p, ToolCall) and p.id is not None)
             if m.parts and all(isinstance(p, ToolResult) for p in m.parts):
                 # results of no protocol (a history read from another shape): as the agent sends its results
-                m = Message(role, [d.wire_result(protocol, p, names) for p in m.parts])  # type: ignore[arg-type]
-            conv.messages.append(d.wire_message(protocol, m))
+                m = Message(role, [wire_result(p) for p in m.parts])  # type: ignore[arg-type]
+            conv.messages.append(wire_message(m))
         origin["task_context"] = "trajectory"
     elif lead is not None:
         conv.messages.extend(lead)
@@ -562,19 +586,44 @@ def native_conversation(
         obs = step.observation
         if compaction is not None and compaction.kept_messages_from is not None and step.n == kept - 1 and step.n != compaction.after_step:
             # the prompt the kept steps answer
-            conv.messages.extend(d.wire_message(protocol, m) for m in obs.messages[compaction.kept_messages_from:])
+            conv.messages.extend(wire_message(m) for m in obs.messages[compaction.kept_messages_from:])
         if step.n >= kept:  # steps before it are in the history the agent compacted to
-            msg = d.wire_action(protocol, step.action)
+            msg = wire_action(step.action)
             if msg.parts:
                 conv.messages.append(msg)
             if obs.results:
-                conv.messages.append(Message(role, [d.wire_result(protocol, r, names) for r in obs.results]))
+                conv.messages.append(Message(role, [wire_result(r) for r in obs.results]))
         if compaction is not None and step.n == compaction.after_step:
             # what the agent appended after the compaction (a prompt given after it)
-            conv.messages.extend(d.wire_message(protocol, m) for m in obs.messages[compaction.messages_from:])
+            conv.messages.extend(wire_message(m) for m in obs.messages[compaction.messages_from:])
         elif step.n >= kept:
-            conv.messages.extend(d.wire_message(protocol, m) for m in obs.messages)
+            conv.messages.extend(wire_message(m) for m in obs.messages)
+    if protocol == "anthropic":
+        conv.messages = _without_unsigned_reasoning(conv.messages, notes)
     return conv, origin
+
+
+def _plain(p: Any) -> Any:
+    return replace(p, raw=None) if getattr(p, "raw", None) is not None else p
+
+
+def _plain_message(m: Message) -> Message:
+    return Message(m.role, [_plain(p) for p in m.parts])
+
+
+def _without_unsigned_reasoning(messages: list[Message], notes: list[tuple[str, str]] | None) -> list[Message]:
+    """The messages without reasoning Anthropic cannot take (a thinking block needs a signature
+    of its own: reasoning of another protocol has none), said once in ``notes``."""
+    out: list[Message] = []
+    dropped = 0
+    for m in messages:
+        parts = [p for p in m.parts if not (isinstance(p, Reasoning) and not p.signature and not p.encrypted and p.raw is None)]
+        dropped += len(m.parts) - len(parts)
+        if parts or not m.parts:
+            out.append(Message(m.role, parts, raw=m.raw) if len(parts) != len(m.parts) else m)
+    if dropped and notes is not None:
+        notes.append(("reasoning_not_converted", f"{dropped} reasoning block(s) of the native file have no Anthropic signature: left out"))
+    return out
 
 
 def _convert_tools(source_protocol: str, protocol: str, tools: list[ToolSpec], notes: list[tuple[str, str]] | None) -> list[ToolSpec]:
@@ -605,6 +654,12 @@ def _convert_tools(source_protocol: str, protocol: str, tools: list[ToolSpec], n
         out.append(ToolSpec(name=t.name, description=t.description, parameters=params, raw=raw))
     return out
 
+
+#: ``max_tokens`` of an Anthropic render without a profile (the API requires one): Claude Code's
+#: own for its default model (32000, seen in its requests)
+DEFAULT_MAX_TOKENS = 32000
+#: the model of a render whose source names none (APIs require a model)
+MODEL_NOT_RECORDED = "model-not-recorded"
 
 #: protocols whose function tools must carry a parameter schema (Anthropic ``input_schema``,
 #: Responses ``parameters``)
@@ -738,9 +793,27 @@ def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None
                                        compaction)
     same_protocol = profile is not None and profile.conversation.protocol == proto
     body, _ = render_native(agent, conv, profile.key_order if same_protocol and profile is not None else None)
+    source.notes.extend(render_problems(proto, body))
     request, origin["request"] = native_request(agent, proto, conv.model, conv.stream, profile)
     return source, Prefix(protocol=proto, body=body, request=request, rendered=True, origin=origin, exchange=profile.exchange if profile else None,
                           compaction=compaction_record(compaction))
+
+
+#: problems of one render named in the result's warnings (the rest counted)
+RENDER_PROBLEMS_SHOWN = 5
+
+
+def render_problems(protocol: str, body: bytes) -> list[tuple[str, str]]:
+    """Warnings ``render_refused`` for what the API of ``protocol`` would refuse in a rendered
+    body (:func:`pvisor.adapters.protocols.validate.validate_request`): the first
+    :data:`RENDER_PROBLEMS_SHOWN`, then their count. A render is never changed to hide one."""
+    from pvisor.adapters.protocols.validate import validate_request
+
+    problems = validate_request(protocol, orjson.loads(body))
+    out = [("render_refused", f"the {protocol} API would refuse prefix.json: {p}") for p in problems[:RENDER_PROBLEMS_SHOWN]]
+    if len(problems) > RENDER_PROBLEMS_SHOWN:
+        out.append(("render_refused", f"... and {len(problems) - RENDER_PROBLEMS_SHOWN} more problem(s) of the same render"))
+    return out
 
 
 def compaction_record(c: Compaction | None) -> dict[str, Any] | None:

@@ -207,3 +207,24 @@ def test_a_task_starting_with_a_dash_is_the_prompt_not_an_option(tmp_path, agent
     with JournalReader(journal) as r:
         main = [ex for ex in r.exchanges(report["run"]) if ex.role == "main"]
         assert b'"--version"' in (r.request_body(main[0]) or b"")
+
+
+@pytest.mark.parametrize("agent", ALL)
+def test_every_request_the_agent_sent_passes_the_strict_validator(captured, agent):
+    # issue 14 item 4: the validator is no stricter than the APIs the real agents talk to
+    # (Claude Code's requests, which the corpus may not keep, are checked here as captured)
+    import orjson
+
+    from pvisor.adapters.protocols import get_protocol
+    from pvisor.adapters.protocols.validate import validate_request
+
+    cap = captured(agent)
+    checked = 0
+    with JournalReader(cap.journal) as r:
+        for ex in r.exchanges(cap.run):
+            if ex.protocol is None or ex.method != "POST" or get_protocol(ex.protocol).counts_tokens(ex.path):
+                continue
+            body = r.request_body(ex)
+            assert validate_request(ex.protocol, orjson.loads(body)) == [], ex.id
+            checked += 1
+    assert checked >= 3

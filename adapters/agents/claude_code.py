@@ -42,6 +42,7 @@ class ClaudeCode(AgentProfile):
     versions = VersionRange((2, 1, 0), (2, 2))
     protocol = "anthropic"
     protocols = ("anthropic",)
+    native_raw_protocol = "anthropic"
     request_query = "beta=true"
     upstream = "anthropic"
     script_model = "claude-sonnet-4-5"

@@ -97,6 +97,7 @@ class Codex(AgentProfile):
     versions = VersionRange((0, 170, 0), (0, 180))
     protocol = "openai-responses"
     protocols = ("openai-responses",)
+    native_raw_protocol = "openai-responses"
     upstream = "openai"
     script_model = "gpt-5-codex"
     resumable = True

@@ -111,6 +111,10 @@ class AgentDescriptor:
 
     #: provider id named by its native file -> the protocol the agent speaks to that provider
     provider_protocols: dict[str, str] = {}
+    #: the wire protocol whose shape the ``raw`` objects of its native file's messages and parts
+    #: have (the blocks, items or contents it sent), or None: its records are its own. A render
+    #: into another protocol never sends them (replay/prefix.py)
+    native_raw_protocol: str | None = None
 
     def default_protocol(self, model: str | None = None, provider: str | None = None) -> str:
         """The protocol it speaks by default: the one of the ``provider`` its native file names
@@ -299,10 +303,13 @@ def litellm_anthropic_shape(body: dict[str, Any]) -> None:
 
 def litellm_message(raw: Any) -> Any:
     """A stored litellm message as litellm sends it: without its null keys (``content``,
-    ``function_call``, ``provider_specific_fields``) and without mini-swe-agent's ``extra``."""
+    ``function_call``, ``provider_specific_fields``, or ``provider_specific_fields`` holding
+    only nulls: ``{"citations": null, "thinking_blocks": null}`` of an Anthropic reply) and
+    without mini-swe-agent's ``extra``."""
     if not isinstance(raw, dict):
         return raw
-    return {k: v for k, v in raw.items() if k != "extra" and v is not None}
+    return {k: v for k, v in raw.items() if k != "extra" and v is not None
+            and not (k == "provider_specific_fields" and isinstance(v, dict) and all(x is None for x in v.values()))}
 
 
 class LitellmAgent(AgentDescriptor):

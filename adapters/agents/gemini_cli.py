@@ -26,7 +26,7 @@ import orjson
 
 from typing import Any
 
-from pvisor.journal.model import Action, Message, ToolCall, ToolResult
+from pvisor.journal.model import Action, Message, Reasoning, ToolCall, ToolResult
 
 from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, first_value, json_text, user_home
 from .descriptor import ISO_DATE, ChainHint, action_message, attached_value, rx
@@ -70,6 +70,7 @@ class GeminiCli(AgentProfile):
     versions = VersionRange((0, 61, 0), (0, 62))
     protocol = "gemini"
     protocols = ("gemini",)
+    native_raw_protocol = "gemini"
     upstream = "gemini"
     script_model = "gemini-2.5-pro"
     resumable = True
@@ -92,8 +93,9 @@ class GeminiCli(AgentProfile):
         msg = action_message(action)
         if protocol != "gemini":
             return msg
+        # a thought summary of its record's ``thoughts`` (subject, description) is shown, never sent
         parts = [replace(p, id=wire_call_id(p.id, p.name)) if isinstance(p, ToolCall) else p
-                 for p in msg.parts]
+                 for p in msg.parts if not (isinstance(p, Reasoning) and isinstance(p.raw, dict) and "text" not in p.raw)]
         return Message("assistant", parts)
 
     def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:

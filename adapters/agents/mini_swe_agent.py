@@ -59,6 +59,7 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
     executable = "mini"
     versions = VersionRange((2, 4, 0), (2, 5))
     protocol = "openai-chat"
+    native_raw_protocol = "openai-chat"  # litellm's message dicts, in Chat Completions' shape
     upstream = "openai"
     finish_commands = (SUBMIT,)
     script_model = "mock-model"
@@ -82,6 +83,12 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
         if protocol == "openai-chat" and isinstance(result.raw, dict) and "extra" in result.raw:
             return replace(result, raw=litellm_message(result.raw))
         return result
+
+    def wire_message(self, protocol: str, msg: Message) -> Message:
+        """An observation message (a format error) as sent: without ``extra``."""
+        if protocol == "openai-chat" and isinstance(msg.raw, dict) and "extra" in msg.raw:
+            return Message(msg.role, msg.parts, raw=litellm_message(msg.raw))
+        return msg
 
     def final_reply(self, conv: Conversation) -> Action:
         """Its submit command: mini-swe-agent answers a reply without a command with a format

@@ -40,6 +40,7 @@ class QwenCode(AgentProfile):
     versions = VersionRange((0, 24, 0), (0, 25))
     protocol = "openai-chat"
     protocols = ("openai-chat", "anthropic", "gemini")  # --auth-type openai|anthropic|gemini
+    native_raw_protocol = "gemini"
     upstream = "openai"
     script_model = "mock-model"
     needs_model = True
@@ -66,8 +67,11 @@ class QwenCode(AgentProfile):
     def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
         """Its file stores ``{"output": TEXT}``; it sends one text block ``[{"type":"text","text":TEXT}]``."""
         c = result.content
-        if protocol == "openai-chat" and isinstance(c, dict) and list(c) == ["output"] and isinstance(c["output"], str):
-            return replace(result, content=[{"type": "text", "text": c["output"]}])
+        if isinstance(c, dict) and list(c) == ["output"] and isinstance(c["output"], str):
+            if protocol == "openai-chat":
+                return replace(result, content=[{"type": "text", "text": c["output"]}])
+            if protocol == "anthropic":  # a tool_result's content is a string or a list of blocks
+                return replace(result, content=c["output"], raw=None)
         return result
 
     def task_from_argv(self, argv: list[str]) -> str | None:
