@@ -98,6 +98,7 @@ def _options(
     force: bool,
     allow_unsupported: bool,
     session: str | None,
+    allow_damaged: bool = False,
 ) -> Any:
     from pvisor.journal.errors import UsageError
     from pvisor.journal.paths import default_journal_path
@@ -132,6 +133,7 @@ def _options(
         timeout=timeout,
         force=force,
         allow_unsupported=allow_unsupported,
+        allow_damaged=allow_damaged,
         model=model,
         agent_env=dict(environment or {}),
         agent_args=list(arguments or []),
@@ -178,6 +180,7 @@ def continue_run(
     arguments: Sequence[str] | None = None,
     force: bool = False,
     allow_unsupported: bool = False,
+    allow_damaged: bool = False,
     session: str | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Result:
@@ -186,7 +189,7 @@ def continue_run(
     replay`` without a mode flag does. ``agent`` defaults to the journal run's; ``output`` to a
     new temporary directory; ``journal`` to the default journal (the derived run goes there).
     ``environment`` and ``arguments`` are added to the agent's environment and command line;
-    ``warn`` gets each warning line (default: ignored; they are in the document too).
+    ``allow_damaged`` plays a native file the reader had to repair back anyway; ``warn`` gets each warning line (default: ignored; they are in the document too).
 
     Returns a :class:`Result` whenever a result document was written (also for status
     ``failed`` or ``diverged``). Raises PvisorError (with ``exit_code``) when none could be:
@@ -215,6 +218,7 @@ def continue_run(
         arguments=arguments,
         force=force,
         allow_unsupported=allow_unsupported,
+        allow_damaged=allow_damaged,
         session=session,
     )
     try:

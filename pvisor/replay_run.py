@@ -81,7 +81,8 @@ class ReplayOptions:
     A continuation (:func:`continue_replay`) also reads: ``upstream`` (the live model's base URL;
     None: the agent's public API, which needs the user's key in the environment),
     ``max_steps`` (None: no budget; else >= 1), ``boundary_prompt``, ``reasoning`` (``keep`` or
-    ``strip``), ``live_model`` (None: the model the agent asks for)."""
+    ``strip``), ``live_model`` (None: the model the agent asks for); ``allow_damaged``: play a
+    damaged native file back anyway (each repair listed)."""
 
     agent: str
     after_step: int
@@ -105,6 +106,7 @@ class ReplayOptions:
     boundary_prompt: str | None = None
     reasoning: str = "keep"
     live_model: str | None = None
+    allow_damaged: bool = False
 
 
 #: the name of the options before continuation came
@@ -237,7 +239,7 @@ def _record(opts: ReplayOnlyOptions) -> Any:
     if opts.run is not None:
         return journal_recording(opts.journal, opts.run, opts.agent, opts.after_step, opts.task)
     assert opts.trajectory is not None
-    return native_recording(opts.trajectory, opts.agent, opts.after_step, opts.task, opts.session)
+    return native_recording(opts.trajectory, opts.agent, opts.after_step, opts.task, opts.session, opts.allow_damaged)
 
 
 def _fill_recording(result: dict[str, Any], rec: Any) -> None:

@@ -417,6 +417,7 @@ _OPTIONS: dict[str, Callable[[Any, _Ctx], Any]] = {
     "task": _text,
     "session": _text,
     "force": _boolean,
+    "allow_damaged": _boolean,
     "allow_unsupported": _boolean,
     "protocol": _choice(tuple(PROTOCOL_MODULES)),
     "profile_from": _profile_spec,

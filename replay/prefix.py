@@ -717,6 +717,7 @@ def native_prefix(
     protocol: str | None,
     profile_spec: str | None,
     session: str | None = None,
+    allow_damaged: bool = False,
 ) -> tuple[Source, Prefix]:
     """The prefix for ``--trajectory``: the native file read with the ``agent`` adapter and
     rendered (module docstring). Raises UsageError (unknown adapter, missing file, bad
@@ -745,10 +746,36 @@ def native_prefix(
         notes=[(w.code, str(w)) for w in result.diagnostics.warnings],
     )
     try:
+        check_damage(result.diagnostics.warnings, path, allow_damaged)
         return _native_prefix(path, agent, after_step, protocol, profile_spec, traj, version, source)
     except PvisorError as exc:
         _attach_source(exc, [source])
         raise
+
+
+#: native reader warnings that say the file lost or had repaired what the agent wrote: a line
+#: that is not JSON or not an object, NUL bytes, an object rejoined over raw newlines, a record
+#: lacking a field its type needs, a chain mended past a missing parent. (A truncated last line
+#: is not among them: the writer was cut off after the last complete record, which loses no
+#: step before it.)
+DAMAGE_CODES = frozenset({"malformed_line", "not_an_object", "nul_block", "rejoined_lines", "malformed_record", "broken_chain"})
+
+
+def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
+    """ReplayBadInput ``damaged_source`` naming the first damaged place and what was lost or
+    repaired, unless ``allow`` (``--allow-damaged``: the prefix is built, each repair stays a
+    warning of the result). A prefix across damage may not be what the agent sent: refused, never
+    guessed. ``warnings``: the native reader's (:class:`~pvisor.adapters.native.base.NativeWarning`)."""
+    damage = [w for w in warnings if w.code in DAMAGE_CODES]
+    if not damage or allow:
+        return
+    w = damage[0]
+    more = f" (and {len(damage) - 1} more repair(s))" if len(damage) > 1 else ""
+    raise ReplayBadInput(
+        "damaged_source",
+        f"{show_path(path)} {w.where}: {w.code}: {w.message}{more}; a prefix across it may not be what the agent sent: "
+        "--allow-damaged builds it and lists each repair",
+    )
 
 
 def is_made_up(result: ToolResult) -> bool:

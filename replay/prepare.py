@@ -54,15 +54,17 @@ class PrepareOptions:
     unique prefix, read from ``journal``); ``workspace`` (directory digested before and after,
     or None); ``protocol`` (wire protocol for a native render, or None for the agent's
     default); ``profile_from`` (``JOURNAL[:RUN]``, native sources only); ``force`` (accept a
-    non-empty output directory); ``session`` (one session of an OpenCode store)."""
+    non-empty output directory); ``session`` (one session of an OpenCode store); ``allow_damaged``
+    (build the prefix of a damaged native file, each repair a warning; refused by default)."""
 
     # a plain class with slots, not a dataclass: each dataclass costs about a millisecond of
     # startup (its methods are generated with exec), which the CLI pays on every run
-    __slots__ = ("agent", "after_step", "output", "trajectory", "run", "journal", "workspace", "protocol", "profile_from", "force", "session")
+    __slots__ = ("agent", "after_step", "output", "trajectory", "run", "journal", "workspace", "protocol", "profile_from", "force", "session",
+                 "allow_damaged")
 
     def __init__(self, agent: str, after_step: int, output: Path, trajectory: Path | None = None, run: str | None = None,
                  journal: Path | None = None, workspace: Path | None = None, protocol: str | None = None,
-                 profile_from: str | None = None, force: bool = False, session: str | None = None) -> None:
+                 profile_from: str | None = None, force: bool = False, session: str | None = None, allow_damaged: bool = False) -> None:
         self.agent = agent
         self.after_step = after_step
         self.output = output
@@ -74,6 +76,7 @@ class PrepareOptions:
         self.profile_from = profile_from
         self.force = force
         self.session = session
+        self.allow_damaged = allow_damaged
 
     def __repr__(self) -> str:
         return "PrepareOptions(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
@@ -544,7 +547,8 @@ def _build(opts: PrepareOptions) -> tuple[Prefix, Source]:
         source, prefix, _meta = P.journal_prefix(opts.journal, opts.run, opts.agent, opts.after_step, opts.protocol)
         return prefix, source
     assert opts.trajectory is not None
-    source, prefix = P.native_prefix(opts.trajectory, opts.agent, opts.after_step, opts.protocol, opts.profile_from, opts.session)
+    source, prefix = P.native_prefix(opts.trajectory, opts.agent, opts.after_step, opts.protocol, opts.profile_from, opts.session,
+                                     opts.allow_damaged)
     return prefix, source
 
 

@@ -242,7 +242,7 @@ def _task(
 
 
 def native_recording(
-    path: Path, agent: str, after_step: int, task: str | None, session: str | None = None
+    path: Path, agent: str, after_step: int, task: str | None, session: str | None = None, allow_damaged: bool = False
 ) -> Recording:
     """The recording of a native trajectory file for ``--after-step`` (module docstring)."""
     from pvisor.adapters.native import read_native
@@ -256,6 +256,9 @@ def native_recording(
         if isinstance(exc, BadInputError):
             raise ReplayBadInput("bad_source", exc.message + _other_agent(path, agent)) from None
         raise
+    from .prefix import check_damage
+
+    check_damage(result.diagnostics.warnings, path, allow_damaged)
     traj = result.trajectory
     steps = list(traj.steps)
     where = show_path(path)

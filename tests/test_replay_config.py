@@ -42,6 +42,7 @@ timeout = 900
 task = "Fix the failing test"
 session = "ses_1"
 force = true
+allow_damaged = true
 allow_unsupported = false
 protocol = "anthropic"
 profile_from = "other.db:r-1"
@@ -104,6 +105,7 @@ def test_full_file_reads_back_every_key_with_its_type(tmp_path: Path, elsewhere:
         "task": "Fix the failing test",
         "session": "ses_1",
         "force": True,
+        "allow_damaged": True,
         "allow_unsupported": False,
         "protocol": "anthropic",
         "profile_from": f"{cfg_dir / 'other.db'}:r-1",

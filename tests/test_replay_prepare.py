@@ -225,10 +225,19 @@ def test_every_native_sample_prepares_at_every_boundary(tmp_path, agent, path):
             prepare_only(PrepareOptions(agent=agent, after_step=0, output=tmp_path / "o", trajectory=path))
         assert exc.value.message.startswith("no_steps")
         return
+    # a damaged sample (a fixture with lost lines or a mended chain) is refused by default and
+    # built with --allow-damaged, each repair a warning
+    from pvisor.replay.prefix import DAMAGE_CODES
+
+    damaged = [w for w in read_native(path, agent)[0].diagnostics.warnings if w.code in DAMAGE_CODES]
+    if damaged:
+        with pytest.raises(BadInputError) as refused:
+            prepare_only(PrepareOptions(agent=agent, after_step=len(steps), output=tmp_path / "refused", trajectory=path))
+        assert refused.value.message.startswith("damaged_source") and damaged[0].where in refused.value.message
     for n in range(len(steps) + 1):
         out = tmp_path / f"o{n}"
         try:
-            prepare_only(PrepareOptions(agent=agent, after_step=n, output=out, trajectory=path))
+            prepare_only(PrepareOptions(agent=agent, after_step=n, output=out, trajectory=path, allow_damaged=True))
         except BadInputError as exc:
             # only a last observation the file does not hold may refuse
             assert exc.message.startswith("observation_not_recorded"), exc.message

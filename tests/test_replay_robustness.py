@@ -333,13 +333,18 @@ def test_a_parallel_batch_missing_a_result_is_observation_not_recorded_below_the
     assert '"tool_result"' in lines[32] and '"tool_use"' in lines[29]
     src = tmp_path / "drop2nd.jsonl"
     src.write_text("".join(lines[:32] + lines[33:]))
-    ok = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2", "--output", str(tmp_path / "o2"))
+    # the lost line leaves a record whose parent is gone: refused by default (issue 14, damaged files)
+    refused = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2", "--output", str(tmp_path / "r2"))
+    one_line_error(refused, 65, "damaged_source")
+    assert "line 33" in refused.stderr.decode() and "--allow-damaged" in refused.stderr.decode()
+    ok = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2", "--output", str(tmp_path / "o2"), "--allow-damaged")
     assert ok.returncode == 0, ok.stderr
+    assert any(w["code"] == "broken_chain" for w in json.loads((tmp_path / "o2" / "result.json").read_text())["warnings"])
     steps_total = json.loads((tmp_path / "o2" / "result.json").read_text())["boundary"]["steps_total"]
     assert steps_total > 3
     for n in (3, 4):  # N = the step itself and any N after it, below the last step
         out = tmp_path / f"o{n}"
-        proc = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", str(n), "--output", str(out))
+        proc = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", str(n), "--output", str(out), "--allow-damaged")
         one_line_error(proc, 65, "observation_not_recorded")
         assert "A_3" in proc.stderr.decode() and "choose N < 3" in proc.stderr.decode()
         res = json.loads((out / "result.json").read_text())
@@ -502,3 +507,20 @@ def test_many_bad_lines_give_capped_warnings(tmp_path):
     unknown = [w for w in result["warnings"] if "unknown_record" in w["code"] or "unknown_record" in w["message"]]
     assert 100 <= len(unknown) <= 101, len(unknown)
     assert any("4900 more unknown_record warnings not listed" in w["message"] for w in result["warnings"])
+
+
+def test_a_damaged_native_file_is_refused_by_playback_before_any_agent_starts(tmp_path):
+    # issue 14, damaged files: replay-only reads the same file the same way as prepare-only
+    lines = (CC / "spotter_tool_heavy.jsonl").read_text().splitlines(keepends=True)
+    src = tmp_path / "lost-line.jsonl"
+    src.write_text("".join(lines[:32] + ["{not json\n"] + lines[33:]))
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    proc = pvisor("replay", "--agent", "claude-code", "--trajectory", str(src), "--after-step", "1", "--replay-only", "--workspace", str(ws),
+                  "--output", str(tmp_path / "out"), "--agent-entrypoint", "/bin/false")
+    one_line_error(proc, 65, "damaged_source")
+    err = proc.stderr.decode()
+    assert "line 33" in err and "malformed_line" in err
+    res = json.loads((tmp_path / "out" / "result.json").read_text())
+    validate(res)
+    assert res["status"] == "failed" and res["errors"][0]["code"] == "damaged_source" and res["derived_run"] is None

@@ -75,6 +75,8 @@ def _path(opt: str, value: str | None) -> Path | None:
 @click.option("--profile-from", "profile_from", default=None, metavar="JOURNAL[:RUN]", help="A capture of the same agent (same major version): system prompt, tools and request parameters the native file lacks.")
 @click.option("--session", default=None, metavar="ID", help="One session of an OpenCode store holding several.")
 @click.option("--force", is_flag=True, default=None, help="Write into a non-empty --output (its earlier prefix and result files are replaced).")
+@click.option("--allow-damaged", "allow_damaged", is_flag=True, default=None,
+              help="Build the prefix from a damaged native file (lost or unreadable lines, a repaired chain) and list each repair; refused by default.")
 @click.option("--result", "result_to", default=None, metavar="-", help="'-': print result.json to stdout (the summary line goes to stderr).")
 @click.pass_context
 def replay(ctx: click.Context, **flags: Any) -> None:
@@ -146,6 +148,7 @@ def replay(ctx: click.Context, **flags: Any) -> None:
         profile_from=o["profile_from"],
         force=bool(o["force"]),
         session=o["session"],
+        allow_damaged=bool(o["allow_damaged"]),
     )
     # (a workspace_changed is raised by prepare_only: exit 1 through the error path)
     _report(lambda: prepare_only(opts), o["result_to"])
@@ -157,7 +160,7 @@ _CONFIG_KEYS = {
     "workspace": "workspace", "task": "task", "timeout": "timeout", "allow_unsupported": "allow_unsupported",
     "upstream": "upstream", "max_steps": "max_steps", "boundary_prompt": "boundary_user_prompt", "reasoning": "reasoning",
     "live_model": "live_model", "journal_opt": "journal", "protocol": "protocol", "profile_from": "profile_from",
-    "session": "session", "force": "force",
+    "session": "session", "force": "force", "allow_damaged": "allow_damaged",
 }
 
 
@@ -249,7 +252,7 @@ def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
         timeout=o["timeout"] if o["timeout"] is not None else DEFAULT_TIMEOUT_S, force=bool(o["force"]),
         allow_unsupported=bool(o["allow_unsupported"]), model=o["model"], agent_env=o["agent_env"],
         agent_args=o["agent_args"], upstream=o["upstream"], max_steps=o["max_steps"], boundary_prompt=o["boundary_prompt"],
-        reasoning=o["reasoning"] or "keep", live_model=o["live_model"],
+        reasoning=o["reasoning"] or "keep", live_model=o["live_model"], allow_damaged=bool(o["allow_damaged"]),
     )
     run = continue_replay if live else replay_only
     _report(lambda: run(opts, lambda m: _note(f"pvisor: warning: {m}")), o["result_to"])
