@@ -685,6 +685,11 @@ def _after_compaction(req: Request, own: list[Message], seen: list[Request], cha
             return chains[compacted[summary.id][0] - 1], summary
         home = chains[chain_of[summary.id] - 1]
         if len(home.slots) > 1 and home.slots[-1].latest is summary and len(home.slots[-1].requests) == 1:
+            prev = home.slots[-2].latest
+            if prev.system_key != req.system_key and prev.tools_key != req.tools_key:
+                # another conversation quoting the chain's last reply (a memory request under
+                # another system prompt and other tools): no compaction of this chain
+                return None
             home.slots.pop()  # the summary request had extended the chain: it is no step of it
             return home, summary
         before = [c for c in chains if c.slots and c is not home and c.slots[-1].latest.exchange.seq < summary.exchange.seq

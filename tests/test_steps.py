@@ -1103,3 +1103,50 @@ def test_the_action_of_a_retried_step_is_the_reply_the_next_request_carries(tmp_
     assert t.meta["steps"][0]["exchange"] == x and t.meta["steps"][0]["retries"] == [y]
     assert "action_changed_by_agent" not in t.steps[0].flags and "retried" in t.steps[0].flags
     assert roles[x][1] == "main" and roles[y][1] == "auxiliary"
+
+
+# =========================================================================== compaction (issue 14 item 1)
+
+SUMMARY_TEXT = "We listed the files and read a.txt, which holds alpha."
+
+
+def test_a_request_carrying_a_summary_continues_the_chain_it_summarises(tmp_path):
+    """The agent asks for a summary with its own system prompt and tools (Codex, Qwen Code: the
+    request extends the chain), then sends the summary in place of the history."""
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        s = ChatSession(j, "r-compact")
+        steps = [s.send(calls=[("bash", '{"command":"ls"}')])]
+        s.results("a.txt")
+        steps.append(s.send(calls=[("bash", '{"command":"cat a.txt"}')]))
+        s.results("alpha")
+        s.say("Summarise the conversation so far.")
+        summary = s.send(text=SUMMARY_TEXT, echo=False)
+        s.messages = [{"role": "user", "content": f"The conversation so far, summarised:\n{SUMMARY_TEXT}"}]
+        steps.append(s.send(text="done"))
+    with JournalReader(path) as r:
+        c = classify_run(r, "r-compact")
+        assert [sl.kept.id for sl in c.main.slots] == steps and c.main.slots[2].compaction.id == summary
+        assert [(lo.exchange, lo.kind) for lo in c.left_out] == [(summary, "compaction")]
+    traj = steps_of(path, "r-compact")
+    # the step before takes its results from the summary request, which holds them
+    assert "compaction" in traj.steps[1].flags and [x.content for x in traj.steps[1].observation.results] == ["alpha"]
+    assert traj.meta["steps"][1]["compaction"] == summary
+
+
+def test_another_conversation_quoting_the_last_reply_is_no_compaction(tmp_path):
+    """A memory request under another system prompt and other tools holds the chain's last reply:
+    it stays a chain of its own, and the chain keeps its last step."""
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        s = ChatSession(j, "r-memory")
+        steps = [s.send(calls=[("bash", '{"command":"ls"}')])]
+        s.results("a.txt")
+        steps.append(s.send(text=SUMMARY_TEXT))
+        memory = ChatSession(j, "r-memory", system="Extract memories.", tools=("save_memory",),
+                             task=f"The conversation:\nuser: {TASK}\nassistant: {SUMMARY_TEXT}")
+        other = memory.send(text="nothing to save")
+    with JournalReader(path) as r:
+        c = classify_run(r, "r-memory")
+        assert [sl.kept.id for sl in c.main.slots] == steps
+        assert [(lo.exchange, lo.kind) for lo in c.left_out] == [(other, "chain")]
