@@ -818,6 +818,9 @@ def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None
         )
     conv, origin = native_conversation(agent, proto, traj.task, list(traj.meta.get("task_context") or []), traj.system, traj.tools, traj.model, steps, after_step, profile, source.notes,
                                        compaction)
+    differs = descriptor(agent).compaction_differences(proto) if compaction is not None else None
+    if differs is not None:
+        source.notes.append(("compaction_render_differs", f"the prefix starts from the compaction at {compaction.where}; {differs}"))
     same_protocol = profile is not None and profile.conversation.protocol == proto
     body, _ = render_native(agent, conv, profile.key_order if same_protocol and profile is not None else None)
     source.notes.extend(render_problems(proto, body))

@@ -69,6 +69,7 @@ def test_codex_replacement_history_starts_every_later_prefix(tmp_path):
     # N = 1: request 2 is the replacement history alone (step 1's call and output are in it)
     r1, body1 = _prepare(tmp_path, "codex", path, 1)
     assert body1["input"] == history
+    assert not any(w["code"] == "compaction_render_differs" for w in r1["warnings"])  # Codex sends what its file holds
     assert r1["prefix"]["compaction"] == {"after_step": 1, "kind": "compacted", "where": "line 14", "history_messages": 4,
                                           "summary_sha256": __import__("hashlib").sha256(SUMMARY.encode()).hexdigest()}
     assert any(w["code"] == "compaction" and "step 1" in w["message"] for w in r1["warnings"]), r1["warnings"]
@@ -140,6 +141,8 @@ def test_claude_code_prefix_after_a_compaction_starts_at_the_summary(tmp_path):
     assert [(m["role"], _no_markers(m["content"])) for m in body1["messages"]] in (
         [("user", CLAUDE_SUMMARY)], [("user", [{"type": "text", "text": CLAUDE_SUMMARY}])])
     assert r1["prefix"]["compaction"]["where"] == "line 13" and r1["prefix"]["ends_with"] == "observation"
+    # what Claude Code sends beyond its file after a compaction is said, not hidden
+    assert any(w["code"] == "compaction_render_differs" and "date reminder" in w["message"] for w in r1["warnings"]), r1["warnings"]
     # N = 2: the summary, then A_2 and O_2 exactly as without the compaction
     _, body2 = _prepare(tmp_path, "claude-code", path, 2)
     _, plain2 = _prepare(tmp_path / "plain", "claude-code", CLAUDE_REAL, 2)
@@ -211,6 +214,7 @@ def test_qwen_code_compressed_history_starts_the_later_prefixes(tmp_path):
     assert msgs[1]["role"] == "assistant" and msgs[1]["content"] == "Got it. Thanks for the additional context!"
     assert [t["id"] for t in msgs[1]["tool_calls"]] == [call["id"]] and msgs[2]["role"] == "tool" and msgs[2]["tool_call_id"] == call["id"]
     assert r1["prefix"]["compaction"]["kind"] == "chat_compression"
+    assert any(w["code"] == "compaction_render_differs" and "start-up reminders" in w["message"] for w in r1["warnings"])
     # N = 2: then A_2 (the final answer) and O_2 (the next prompt), as without the compaction
     _, body2 = _prepare(tmp_path, "qwen-code", path, 2)
     _, plain2 = _prepare(tmp_path / "plain", "qwen-code", QWEN_REAL, 2)

@@ -61,6 +61,11 @@ class ClaudeCode(AgentProfile):
     # an auth token would be sent instead of the key we give the scripted model
     removed_env = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_BEDROCK_BASE_URL", "ANTHROPIC_VERTEX_BASE_URL")
 
+    def compaction_differences(self, protocol: str) -> str | None:
+        # seen in the requests 2.1.332 sent after compacting under pvisor run
+        return ("Claude Code sends a date reminder before the summary and appends the files it read again and its tool listings "
+                "to the kept tool result: those are attachment lines of its file, not in the prefix")
+
     def base_env(self, ctx: LaunchContext) -> dict[str, str | None]:
         env = super().base_env(ctx)
         if ctx.home is not None:

@@ -151,6 +151,11 @@ class AgentDescriptor:
         """Other input of an observation (a later prompt) as the agent sends it."""
         return msg
 
+    def compaction_differences(self, protocol: str) -> str | None:
+        """What the agent sends after a compaction that its native file does not hold (a
+        sentence for the result's warnings), or None when the render is what it sends."""
+        return None
+
     def compaction_keeps_lead(self, protocol: str) -> int:
         """How many of the leading messages (system prompt sent as a message, task context,
         task) the agent keeps in front of the history it compacted to; 0: the history replaces

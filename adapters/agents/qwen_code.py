@@ -56,6 +56,11 @@ class QwenCode(AgentProfile):
                       "notebook_edit": ("notebook_path",), "glob": ("path",), "grep_search": ("path",),
                       "run_shell_command": ("directory",)}
 
+    def compaction_differences(self, protocol: str) -> str | None:
+        # seen in the requests 0.24.4 sent after compressing under pvisor run
+        return ("from the second request after the compression on, Qwen Code puts its start-up reminders (skills, environment, "
+                "deferred tools) back in front of the summary; no record of its file holds them")
+
     def wire_message(self, protocol: str, msg: Message) -> Message:
         """A user message of texts read from no wire shape (a compressed history) goes out as
         Qwen Code sends user text in Chat Completions: a list of text blocks, not a string."""
