@@ -28,16 +28,43 @@ from pvisor.journal.reader import JournalReader
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = {"main_chain": "tools", "turns": [
-    {"text": "Running code.", "tool_calls": [{"tool": "exec", "command": "const r = await tools.exec_command({cmd: 'echo alpha > a.txt && cat a.txt'}); text(r);"}]},
-    {"text": "Done."}]}
+SCRIPT = {
+    "main_chain": "tools",
+    "turns": [
+        {
+            "text": "Running code.",
+            "tool_calls": [
+                {
+                    "tool": "exec",
+                    "command": "const r = await tools.exec_command("
+                    "{cmd: 'echo alpha > a.txt && cat a.txt'}); text(r);",
+                }
+            ],
+        },
+        {"text": "Done."},
+    ],
+}
 
 
 def test_codex_with_its_default_model_is_captured_step_by_step(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(SCRIPT))
     ready = tmp_path / "ready.json"
-    server = subprocess.Popen([str(PVISOR), "serve-model", "--script", str(tmp_path / "s.json"), "--port", "0", "--ready-file", str(ready)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+    server = subprocess.Popen(
+        [
+            str(PVISOR),
+            "serve-model",
+            "--script",
+            str(tmp_path / "s.json"),
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not ready.exists() and time.monotonic() < deadline and server.poll() is None:
@@ -47,9 +74,29 @@ def test_codex_with_its_default_model_is_captured_step_by_step(tmp_path):
         ws.mkdir()
         home.mkdir()
         journal = tmp_path / "data" / "journal.sqlite"
-        proc = pvisor(["--journal", str(journal), "run", "--agent", "codex", "--agent-entrypoint", str(entrypoint("codex")), "--upstream", url,
-                       "--workspace", str(ws), "--timeout", "200", "--json", "--", "make a.txt"],
-                      env=user_env(home, OPENAI_API_KEY="sk-test-not-a-real-key"), cwd=tmp_path, timeout=260)
+        proc = pvisor(
+            [
+                "--journal",
+                str(journal),
+                "run",
+                "--agent",
+                "codex",
+                "--agent-entrypoint",
+                str(entrypoint("codex")),
+                "--upstream",
+                url,
+                "--workspace",
+                str(ws),
+                "--timeout",
+                "200",
+                "--json",
+                "--",
+                "make a.txt",
+            ],
+            env=user_env(home, OPENAI_API_KEY="sk-test-not-a-real-key"),
+            cwd=tmp_path,
+            timeout=260,
+        )
         assert "Traceback" not in proc.stderr, proc.stderr
         report = json.loads(proc.stdout)
     finally:
@@ -62,7 +109,9 @@ def test_codex_with_its_default_model_is_captured_step_by_step(tmp_path):
         c = classify_run(reader, report["run"])
         first = c.main_requests[0]
         body = orjson.loads(reader.request_body(first.exchange))
-        assert "tools" not in body and body["input"][0]["type"] == "additional_tools"  # the shape this test is about
+        assert (
+            "tools" not in body and body["input"][0]["type"] == "additional_tools"
+        )  # the shape this test is about
         assert "exec" in first.tool_names
         traj = build_trajectory(reader, c)
     step = traj.steps[0]

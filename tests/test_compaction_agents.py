@@ -44,40 +44,82 @@ pytestmark = pytest.mark.slow
 
 
 def _shell(text: str, command: str, tokens: int) -> dict:
-    return {"text": text, "tool_calls": [{"tool": "@shell", "command": command}], "usage": {"input_tokens": tokens, "output_tokens": 10}}
+    return {
+        "text": text,
+        "tool_calls": [{"tool": "@shell", "command": command}],
+        "usage": {"input_tokens": tokens, "output_tokens": 10},
+    }
 
 
 CODEX_ARGS = ["-c", "model_auto_compact_token_limit=5000"]
 
 CASES = {
     "codex": (
-        {"turns": [_shell("Listing first.", "echo one > a.txt; ls", 1000), _shell("Second look.", "cat a.txt", 8000),
-                   _shell("Third after compaction.", "echo three", 1200), {"text": "All done."}],
-         "compaction": {"when": ["CONTEXT CHECKPOINT COMPACTION"], "summary": "We wrote a.txt and read it.",
-                        "usage": {"input_tokens": 500, "output_tokens": 50}}},
+        {
+            "turns": [
+                _shell("Listing first.", "echo one > a.txt; ls", 1000),
+                _shell("Second look.", "cat a.txt", 8000),
+                _shell("Third after compaction.", "echo three", 1200),
+                {"text": "All done."},
+            ],
+            "compaction": {
+                "when": ["CONTEXT CHECKPOINT COMPACTION"],
+                "summary": "We wrote a.txt and read it.",
+                "usage": {"input_tokens": 500, "output_tokens": 50},
+            },
+        },
         {},
     ),
     "claude-code": (
-        {"turns": [_shell("First.", "ls", 1000), _shell("Second.", "echo two", 190000), _shell("Third.", "echo three", 3000),
-                   {"text": "All done."}],
-         "compaction": {"when": ["Your task is to create a detailed summary of"],
-                        "summary": "<analysis>scripted</analysis>\n<summary>We listed the files and echoed two.</summary>",
-                        "usage": {"input_tokens": 2000, "output_tokens": 50}}},
+        {
+            "turns": [
+                _shell("First.", "ls", 1000),
+                _shell("Second.", "echo two", 190000),
+                _shell("Third.", "echo three", 3000),
+                {"text": "All done."},
+            ],
+            "compaction": {
+                "when": ["Your task is to create a detailed summary of"],
+                "summary": "<analysis>scripted</analysis>\n"
+                "<summary>We listed the files and echoed two.</summary>",
+                "usage": {"input_tokens": 2000, "output_tokens": 50},
+            },
+        },
         {"CLAUDE_CODE_AUTO_COMPACT_WINDOW": "200000", "CLAUDE_CODE_ATTRIBUTION_HEADER": "0"},
     ),
     "opencode": (
-        {"turns": [_shell("Listing first.", "echo one > a.txt; ls", 1000), _shell("Second look.", "cat a.txt", 12000),
-                   _shell("Third after compaction.", "echo three", 1200), {"text": "All done."}],
-         "compaction": {"when": ["Output exactly the Markdown structure shown inside <template>"], "summary": "We wrote a.txt and read it.",
-                        "usage": {"input_tokens": 500, "output_tokens": 50}, "serialized_assistant": "\n\n[Assistant]:"}},
+        {
+            "turns": [
+                _shell("Listing first.", "echo one > a.txt; ls", 1000),
+                _shell("Second look.", "cat a.txt", 12000),
+                _shell("Third after compaction.", "echo three", 1200),
+                {"text": "All done."},
+            ],
+            "compaction": {
+                "when": ["Output exactly the Markdown structure shown inside <template>"],
+                "summary": "We wrote a.txt and read it.",
+                "usage": {"input_tokens": 500, "output_tokens": 50},
+                "serialized_assistant": "\n\n[Assistant]:",
+            },
+        },
         {},
     ),
     "qwen-code": (
-        {"turns": [_shell("Turn zero.", "echo zero", 1000), _shell("Turn one.", "echo one", 170000), _shell("Turn two.", "echo two", 3000),
-                   {"text": "Turn three: all done."}],
-         "compaction": {"when": ["produce the <state_snapshot> XML"],
-                        "summary": "<state_snapshot>\n<primary_request_and_intent>Run echo commands.</primary_request_and_intent>\n</state_snapshot>",
-                        "usage": {"input_tokens": 2000, "output_tokens": 50}, "agent_messages": ["Got it. Thanks for the additional context!"]}},
+        {
+            "turns": [
+                _shell("Turn zero.", "echo zero", 1000),
+                _shell("Turn one.", "echo one", 170000),
+                _shell("Turn two.", "echo two", 3000),
+                {"text": "Turn three: all done."},
+            ],
+            "compaction": {
+                "when": ["produce the <state_snapshot> XML"],
+                "summary": "<state_snapshot>\n<primary_request_and_intent>Run echo commands."
+                "</primary_request_and_intent>\n</state_snapshot>",
+                "usage": {"input_tokens": 2000, "output_tokens": 50},
+                "agent_messages": ["Got it. Thanks for the additional context!"],
+            },
+        },
         {"QWEN_COMPACT_MAX_RECENT_FILES": "0"},
     ),
 }
@@ -89,7 +131,8 @@ import json, sys
 from pathlib import Path
 from pvisor.agent_run import RunRequest, run_agent
 a = json.loads(sys.argv[1])
-req = RunRequest(agent=a["agent"], task="Run the commands.", journal_path=Path(a["journal"]), entrypoint=a["entrypoint"],
+req = RunRequest(agent=a["agent"], task="Run the commands.", journal_path=Path(a["journal"]),
+                 entrypoint=a["entrypoint"],
                  script=a["script"], workspace=Path(a["workspace"]), timeout=240, agent_args=a["args"])
 print(json.dumps(run_agent(req, warn=lambda m: print(m, file=sys.stderr)).to_json()))
 """
@@ -104,17 +147,58 @@ def _capture(tmp_path: Path, agent: str) -> tuple[Path, dict]:
     journal = tmp_path / "data" / "journal.sqlite"
     if agent == "opencode":
         # a project config, merged over the one pvisor gives it: a small context limit
-        (ws / "opencode.json").write_text(json.dumps({"provider": {"pvisor": {"models": {"mock-model": {"limit": {"context": 10000, "output": 1000}}}}}}))
+        (ws / "opencode.json").write_text(
+            json.dumps(
+                {
+                    "provider": {
+                        "pvisor": {"models": {"mock-model": {"limit": {"context": 10000, "output": 1000}}}}
+                    }
+                }
+            )
+        )
     if agent == "codex":
-        spec = {"agent": agent, "journal": str(journal), "entrypoint": str(entrypoint(agent)), "script": str(tmp_path / "script.json"),
-                "workspace": str(ws), "args": CODEX_ARGS}
+        spec = {
+            "agent": agent,
+            "journal": str(journal),
+            "entrypoint": str(entrypoint(agent)),
+            "script": str(tmp_path / "script.json"),
+            "workspace": str(ws),
+            "args": CODEX_ARGS,
+        }
         journal.parent.mkdir()
-        proc = subprocess.run([sys.executable, "-c", _API_RUN, json.dumps(spec)], env=user_env(home, **env), cwd=tmp_path,
-                              capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [sys.executable, "-c", _API_RUN, json.dumps(spec)],
+            env=user_env(home, **env),
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            stdin=subprocess.DEVNULL,
+        )
     else:
-        proc = pvisor(["--journal", str(journal), "run", "--agent", agent, "--agent-entrypoint", str(entrypoint(agent)), "--script",
-                       str(tmp_path / "script.json"), "--workspace", str(ws), "--timeout", "240", "--json", "--", "Run the commands."],
-                      env=user_env(home, **env), cwd=tmp_path, timeout=300)
+        proc = pvisor(
+            [
+                "--journal",
+                str(journal),
+                "run",
+                "--agent",
+                agent,
+                "--agent-entrypoint",
+                str(entrypoint(agent)),
+                "--script",
+                str(tmp_path / "script.json"),
+                "--workspace",
+                str(ws),
+                "--timeout",
+                "240",
+                "--json",
+                "--",
+                "Run the commands.",
+            ],
+            env=user_env(home, **env),
+            cwd=tmp_path,
+            timeout=300,
+        )
     assert "Traceback" not in proc.stderr, proc.stderr
     return journal, json.loads(proc.stdout)
 
@@ -138,13 +222,19 @@ def test_the_main_loop_goes_on_across_a_real_compaction(tmp_path, agent):
     prepare_only(PrepareOptions(agent=agent, after_step=after, output=r, run=report["run"], journal=journal))
     result = json.loads((r / "result.json").read_text())
     assert (r / "prefix.json").read_bytes() == recorded[after]
-    assert any(w["code"] == "compaction" and f"step {after}" in w["message"] for w in result["warnings"]), result["warnings"]
+    assert any(w["code"] == "compaction" and f"step {after}" in w["message"] for w in result["warnings"]), (
+        result["warnings"]
+    )
 
 
 def _texts(content) -> str:
     if isinstance(content, str):
         return content
-    return "\n".join(b.get("text") or (b.get("content") if isinstance(b.get("content"), str) else "") for b in content if isinstance(b, dict))
+    return "\n".join(
+        b.get("text") or (b.get("content") if isinstance(b.get("content"), str) else "")
+        for b in content
+        if isinstance(b, dict)
+    )
 
 
 def test_claude_code_native_render_after_a_real_compaction_starts_at_its_summary(tmp_path):
@@ -166,7 +256,9 @@ def test_claude_code_native_render_after_a_real_compaction_starts_at_its_summary
     assert "We listed the files and echoed two." in _texts(body["messages"][0]["content"])
     strip = lambda blocks: [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]  # noqa: E731
     assert strip(body["messages"][1]["content"]) == strip(sent["messages"][1]["content"])
-    ids = lambda m: [b.get("tool_use_id") for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"]  # noqa: E731
+    ids = lambda m: [
+        b.get("tool_use_id") for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
+    ]  # noqa: E731
     assert ids(body["messages"][2]) == ids(sent["messages"][2])
 
 
@@ -184,12 +276,22 @@ def test_native_render_after_a_real_compaction_is_the_request_the_agent_sent(tmp
     key = "input" if agent == "codex" else "messages"
     for n in (after, after + 1):
         out = tmp_path / f"native-{n}"
-        prepare_only(PrepareOptions(agent=agent, after_step=n, output=out, trajectory=native, profile_from=f"{journal}:{report['run']}"))
+        prepare_only(
+            PrepareOptions(
+                agent=agent,
+                after_step=n,
+                output=out,
+                trajectory=native,
+                profile_from=f"{journal}:{report['run']}",
+            )
+        )
         body = orjson.loads((out / "prefix.json").read_bytes())
         assert json.loads((out / "result.json").read_text())["prefix"]["compaction"]["after_step"] == after
         if agent == "qwen-code" and n > after:
             assert body[key][2:] == sent[n][key][2:]
-            assert body[key][1]["content"][-1] == sent[n][key][1]["content"][-1]  # the summary, after the reminders
+            assert (
+                body[key][1]["content"][-1] == sent[n][key][1]["content"][-1]
+            )  # the summary, after the reminders
         else:
             assert body[key] == sent[n][key], n
 
@@ -206,18 +308,40 @@ def test_replay_only_across_a_real_compaction(tmp_path, agent):
     ws.mkdir()
     if agent == "opencode":
         (ws / "opencode.json").write_text((tmp_path / "capture" / "ws" / "opencode.json").read_text())
-    args = ["--journal", str(journal), "replay", "--agent", agent, "--run", report["run"], "--after-step", str(n), "--replay-only",
-            "--workspace", str(ws), "--output", str(tmp_path / "out"), "--agent-entrypoint", str(entrypoint(agent))]
+    args = [
+        "--journal",
+        str(journal),
+        "replay",
+        "--agent",
+        agent,
+        "--run",
+        report["run"],
+        "--after-step",
+        str(n),
+        "--replay-only",
+        "--workspace",
+        str(ws),
+        "--output",
+        str(tmp_path / "out"),
+        "--agent-entrypoint",
+        str(entrypoint(agent)),
+    ]
     if agent == "codex":
-        (tmp_path / "replay.toml").write_text('[agents.codex]\narguments = ["-c", "model_auto_compact_token_limit=5000"]\n')
+        (tmp_path / "replay.toml").write_text(
+            '[agents.codex]\narguments = ["-c", "model_auto_compact_token_limit=5000"]\n'
+        )
         args += ["--config", str(tmp_path / "replay.toml")]
     proc = pvisor(args, env=user_env(tmp_path / "capture" / "home", **env), cwd=tmp_path, timeout=300)
     assert "Traceback" not in proc.stderr, proc.stderr
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert (result["status"], result["divergence"]) == ("ok", None), (result["errors"], proc.stderr)
     with JournalReader(journal) as reader:
-        summary = next(lo.exchange for lo in classify_run(reader, report["run"]).left_out if lo.kind == "compaction")
-    assert any("summary request" in a["reason"] and a["answered_from"] == summary for a in result["auxiliary"]), result["auxiliary"]
+        summary = next(
+            lo.exchange for lo in classify_run(reader, report["run"]).left_out if lo.kind == "compaction"
+        )
+    assert any(
+        "summary request" in a["reason"] and a["answered_from"] == summary for a in result["auxiliary"]
+    ), result["auxiliary"]
     calls = [t for t in result["tool_calls"] if t["step"] <= n]
     # every observation the agent sent, paired with its own step (its history no longer holds the
     # early ones); OpenCode sends the results of the step before the compaction only as text

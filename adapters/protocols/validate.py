@@ -46,7 +46,14 @@ Check = Callable[[Any, str, list[Problem]], None]
 def _type_name(v: Any) -> str:
     if v is None:
         return "null"
-    return {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", dict: "object"}.get(type(v), type(v).__name__)
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "array",
+        dict: "object",
+    }.get(type(v), type(v).__name__)
 
 
 def scalar(*types: type, name: str) -> Check:
@@ -120,7 +127,12 @@ def one_of(*checks: Check, name: str) -> Check:
     return check
 
 
-def obj(required: dict[str, Check] | None = None, optional: dict[str, Check] | None = None, *, open_keys: bool = False) -> Check:
+def obj(
+    required: dict[str, Check] | None = None,
+    optional: dict[str, Check] | None = None,
+    *,
+    open_keys: bool = False,
+) -> Check:
     """An object with ``required`` and ``optional`` keys; any other key is a problem unless
     ``open_keys`` (an object whose further keys the API passes through or does not document)."""
     req = required or {}
@@ -147,7 +159,9 @@ def obj(required: dict[str, Check] | None = None, optional: dict[str, Check] | N
     return check
 
 
-def tagged(key: str, variants: dict[str, Check], *, default: Check | None = None, name: str = "block") -> Check:
+def tagged(
+    key: str, variants: dict[str, Check], *, default: Check | None = None, name: str = "block"
+) -> Check:
     """An object told apart by ``key`` (``type``): the variant's check, ``default`` when the key
     is absent, a problem for an unknown value."""
 
@@ -161,7 +175,9 @@ def tagged(key: str, variants: dict[str, Check], *, default: Check | None = None
             return
         c = variants.get(t) if isinstance(t, str) else None
         if c is None:
-            out.append(Problem(path, f"unknown {name} {key} {t!r}; expected one of {', '.join(sorted(variants))}"))
+            out.append(
+                Problem(path, f"unknown {name} {key} {t!r}; expected one of {', '.join(sorted(variants))}")
+            )
             return
         c(v, path, out)
 
@@ -188,61 +204,124 @@ def prefixed(key: str, prefixes: dict[str, Check], fallback: Check) -> Check:
 _A_CACHE = obj({"type": enum("ephemeral")}, {"ttl": enum("5m", "1h")})
 _A_CITATIONS = nullable(array(OBJECT))
 _A_TEXT = obj({"type": STR, "text": STR}, {"cache_control": nullable(_A_CACHE), "citations": _A_CITATIONS})
-_A_SOURCE = tagged("type", {
-    "base64": obj({"type": STR, "media_type": STR, "data": STR}),
-    "url": obj({"type": STR, "url": STR}),
-    "text": obj({"type": STR, "media_type": STR, "data": STR}),
-    "file": obj({"type": STR, "file_id": STR}),
-    "content": obj({"type": STR, "content": ANY}),
-}, name="source")
+_A_SOURCE = tagged(
+    "type",
+    {
+        "base64": obj({"type": STR, "media_type": STR, "data": STR}),
+        "url": obj({"type": STR, "url": STR}),
+        "text": obj({"type": STR, "media_type": STR, "data": STR}),
+        "file": obj({"type": STR, "file_id": STR}),
+        "content": obj({"type": STR, "content": ANY}),
+    },
+    name="source",
+)
 _A_IMAGE = obj({"type": STR, "source": _A_SOURCE}, {"cache_control": nullable(_A_CACHE)})
-_A_DOCUMENT = obj({"type": STR, "source": _A_SOURCE}, {"cache_control": nullable(_A_CACHE), "citations": ANY, "context": nullable(STR),
-                                                        "title": nullable(STR)})
-_A_SEARCH_RESULT = obj({"type": STR, "source": STR, "title": STR, "content": array(_A_TEXT)}, {"cache_control": nullable(_A_CACHE),
-                                                                                                 "citations": ANY})
+_A_DOCUMENT = obj(
+    {"type": STR, "source": _A_SOURCE},
+    {"cache_control": nullable(_A_CACHE), "citations": ANY, "context": nullable(STR), "title": nullable(STR)},
+)
+_A_SEARCH_RESULT = obj(
+    {"type": STR, "source": STR, "title": STR, "content": array(_A_TEXT)},
+    {"cache_control": nullable(_A_CACHE), "citations": ANY},
+)
 #: what a tool_result's ``content`` may hold: a string, or a list of these blocks
-_A_RESULT_BLOCK = tagged("type", {"text": _A_TEXT, "image": _A_IMAGE, "document": _A_DOCUMENT, "search_result": _A_SEARCH_RESULT})
+_A_RESULT_BLOCK = tagged(
+    "type", {"text": _A_TEXT, "image": _A_IMAGE, "document": _A_DOCUMENT, "search_result": _A_SEARCH_RESULT}
+)
 # ``caller``: who made the call (programmatic tool calling: ``direct`` or a code execution tool)
 _A_CALLER = obj({"type": STR}, {"tool_id": STR})
-_A_TOOL_USE = obj({"type": STR, "id": STR, "name": STR, "input": OBJECT}, {"cache_control": nullable(_A_CACHE), "caller": _A_CALLER})
-_A_BLOCK = tagged("type", {
-    "text": _A_TEXT,
-    "image": _A_IMAGE,
-    "document": _A_DOCUMENT,
-    "search_result": _A_SEARCH_RESULT,
-    "tool_use": _A_TOOL_USE,
-    "tool_result": obj({"type": STR, "tool_use_id": STR},
-                       {"content": one_of(STR, array(_A_RESULT_BLOCK), name="a string or a list of text, image, document or search_result blocks"),
-                        "is_error": BOOL, "cache_control": nullable(_A_CACHE)}),
-    "thinking": obj({"type": STR, "thinking": STR, "signature": STR}),
-    "redacted_thinking": obj({"type": STR, "data": STR}),
-    "server_tool_use": obj({"type": STR, "id": STR, "name": STR, "input": OBJECT}, {"cache_control": nullable(_A_CACHE), "caller": _A_CALLER}),
-    # results of tools the API runs itself: their content is the API's own, passed back as given
-    "web_search_tool_result": obj({"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}),
-    "web_fetch_tool_result": obj({"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}),
-    "code_execution_tool_result": obj({"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}),
-    "bash_code_execution_tool_result": obj({"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}),
-    "text_editor_code_execution_tool_result": obj({"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}),
-    "mcp_tool_use": obj({"type": STR, "id": STR, "name": STR, "server_name": STR, "input": OBJECT}, {"cache_control": nullable(_A_CACHE)}),
-    "mcp_tool_result": obj({"type": STR, "tool_use_id": STR}, {"content": ANY, "is_error": BOOL, "cache_control": nullable(_A_CACHE)}),
-    "container_upload": obj({"type": STR, "file_id": STR}, {"cache_control": nullable(_A_CACHE)}),
-})
-_A_MESSAGE = obj({"role": enum("user", "assistant"), "content": one_of(STR, array(_A_BLOCK), name="a string or a list of content blocks")})
+_A_TOOL_USE = obj(
+    {"type": STR, "id": STR, "name": STR, "input": OBJECT},
+    {"cache_control": nullable(_A_CACHE), "caller": _A_CALLER},
+)
+_A_BLOCK = tagged(
+    "type",
+    {
+        "text": _A_TEXT,
+        "image": _A_IMAGE,
+        "document": _A_DOCUMENT,
+        "search_result": _A_SEARCH_RESULT,
+        "tool_use": _A_TOOL_USE,
+        "tool_result": obj(
+            {"type": STR, "tool_use_id": STR},
+            {
+                "content": one_of(
+                    STR,
+                    array(_A_RESULT_BLOCK),
+                    name="a string or a list of text, image, document or search_result blocks",
+                ),
+                "is_error": BOOL,
+                "cache_control": nullable(_A_CACHE),
+            },
+        ),
+        "thinking": obj({"type": STR, "thinking": STR, "signature": STR}),
+        "redacted_thinking": obj({"type": STR, "data": STR}),
+        "server_tool_use": obj(
+            {"type": STR, "id": STR, "name": STR, "input": OBJECT},
+            {"cache_control": nullable(_A_CACHE), "caller": _A_CALLER},
+        ),
+        # results of tools the API runs itself: their content is the API's own, passed back as given
+        "web_search_tool_result": obj(
+            {"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}
+        ),
+        "web_fetch_tool_result": obj(
+            {"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}
+        ),
+        "code_execution_tool_result": obj(
+            {"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}
+        ),
+        "bash_code_execution_tool_result": obj(
+            {"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}
+        ),
+        "text_editor_code_execution_tool_result": obj(
+            {"type": STR, "tool_use_id": STR, "content": ANY}, {"cache_control": nullable(_A_CACHE)}
+        ),
+        "mcp_tool_use": obj(
+            {"type": STR, "id": STR, "name": STR, "server_name": STR, "input": OBJECT},
+            {"cache_control": nullable(_A_CACHE)},
+        ),
+        "mcp_tool_result": obj(
+            {"type": STR, "tool_use_id": STR},
+            {"content": ANY, "is_error": BOOL, "cache_control": nullable(_A_CACHE)},
+        ),
+        "container_upload": obj({"type": STR, "file_id": STR}, {"cache_control": nullable(_A_CACHE)}),
+    },
+)
+_A_MESSAGE = obj(
+    {
+        "role": enum("user", "assistant"),
+        "content": one_of(STR, array(_A_BLOCK), name="a string or a list of content blocks"),
+    }
+)
 # defer_loading, allowed_callers, input_examples: the advanced tool use options (tool search,
 # programmatic calling); strict: structured tool inputs. Claude Code 2.1 sends defer_loading
-_A_CUSTOM_TOOL = obj({"name": STR, "input_schema": OBJECT}, {"type": enum("custom"), "description": STR, "cache_control": nullable(_A_CACHE),
-                                                          "defer_loading": BOOL, "allowed_callers": array(STR), "input_examples": array(OBJECT),
-                                                          "strict": BOOL})
+_A_CUSTOM_TOOL = obj(
+    {"name": STR, "input_schema": OBJECT},
+    {
+        "type": enum("custom"),
+        "description": STR,
+        "cache_control": nullable(_A_CACHE),
+        "defer_loading": BOOL,
+        "allowed_callers": array(STR),
+        "input_examples": array(OBJECT),
+        "strict": BOOL,
+    },
+)
 # server tools (web_search_20250305, bash_20250124, ...): name and type, their options as documented per tool
-_A_TOOL = prefixed("type", {"custom": _A_CUSTOM_TOOL}, one_of(
-    _A_CUSTOM_TOOL, obj({"type": STR, "name": STR}, open_keys=True), name="a tool definition"))
+_A_TOOL = prefixed(
+    "type",
+    {"custom": _A_CUSTOM_TOOL},
+    one_of(_A_CUSTOM_TOOL, obj({"type": STR, "name": STR}, open_keys=True), name="a tool definition"),
+)
 
 ANTHROPIC = obj(
     {"model": STR, "messages": array(_A_MESSAGE), "max_tokens": INT},
     {
         "system": one_of(STR, array(_A_TEXT), name="a string or a list of text blocks"),
         "tools": array(_A_TOOL),
-        "tool_choice": obj({"type": enum("auto", "any", "tool", "none")}, {"name": STR, "disable_parallel_tool_use": BOOL}),
+        "tool_choice": obj(
+            {"type": enum("auto", "any", "tool", "none")}, {"name": STR, "disable_parallel_tool_use": BOOL}
+        ),
         "stream": BOOL,
         "temperature": NUM,
         "top_p": NUM,
@@ -250,8 +329,15 @@ ANTHROPIC = obj(
         "stop_sequences": array(STR),
         "metadata": obj(optional={"user_id": nullable(STR)}),
         # display: whether thinking is returned summarised or omitted (Claude Code 2.1 sends it)
-        "thinking": tagged("type", {"enabled": obj({"type": STR, "budget_tokens": INT}, {"display": STR}),
-                                    "disabled": obj({"type": STR}), "adaptive": obj({"type": STR}, open_keys=True)}, name="thinking"),
+        "thinking": tagged(
+            "type",
+            {
+                "enabled": obj({"type": STR, "budget_tokens": INT}, {"display": STR}),
+                "disabled": obj({"type": STR}),
+                "adaptive": obj({"type": STR}, open_keys=True),
+            },
+            name="thinking",
+        ),
         "service_tier": enum("auto", "standard_only"),
         "container": nullable(ANY),
         "mcp_servers": array(OBJECT),
@@ -264,35 +350,77 @@ ANTHROPIC = obj(
 
 # --------------------------------------------------------------------------- OpenAI Chat Completions
 
-_C_CACHE = obj({"type": enum("ephemeral")}, {"ttl": STR})  # prompt caching of Anthropic-compatible servers (litellm, OpenRouter)
+_C_CACHE = obj(
+    {"type": enum("ephemeral")}, {"ttl": STR}
+)  # prompt caching of Anthropic-compatible servers (litellm, OpenRouter)
 _C_TEXT = obj({"type": STR, "text": STR}, {"cache_control": _C_CACHE})
-_C_PART = tagged("type", {
-    "text": _C_TEXT,
-    "image_url": obj({"type": STR, "image_url": obj({"url": STR}, {"detail": enum("auto", "low", "high")})}, {"cache_control": _C_CACHE}),
-    "input_audio": obj({"type": STR, "input_audio": obj({"data": STR, "format": STR})}),
-    "file": obj({"type": STR, "file": obj(optional={"file_data": STR, "file_id": STR, "filename": STR})}),
-}, name="content part")
+_C_PART = tagged(
+    "type",
+    {
+        "text": _C_TEXT,
+        "image_url": obj(
+            {"type": STR, "image_url": obj({"url": STR}, {"detail": enum("auto", "low", "high")})},
+            {"cache_control": _C_CACHE},
+        ),
+        "input_audio": obj({"type": STR, "input_audio": obj({"data": STR, "format": STR})}),
+        "file": obj({"type": STR, "file": obj(optional={"file_data": STR, "file_id": STR, "filename": STR})}),
+    },
+    name="content part",
+)
 _C_TEXTS = one_of(STR, array(_C_TEXT), name="a string or a list of text parts")
-_C_CALL = obj({"id": STR, "type": enum("function"), "function": obj({"name": STR, "arguments": STR})}, {"index": INT})
-_C_MESSAGE = tagged("role", {
-    "system": obj({"role": STR, "content": _C_TEXTS}, {"name": STR}),
-    "developer": obj({"role": STR, "content": _C_TEXTS}, {"name": STR}),
-    "user": obj({"role": STR, "content": one_of(STR, array(_C_PART), name="a string or a list of content parts")}, {"name": STR}),
-    "assistant": obj({"role": STR}, {
-        "content": nullable(one_of(STR, array(tagged("type", {"text": _C_TEXT, "refusal": obj({"type": STR, "refusal": STR})})),
-                                   name="a string or a list of text and refusal parts")),
-        "name": STR, "tool_calls": array(_C_CALL), "refusal": nullable(STR), "audio": nullable(obj({"id": STR})),
-        "function_call": nullable(obj({"name": STR, "arguments": STR})),
-        # reasoning echoed back by clients of reasoning models (DeepSeek, Qwen, vLLM servers)
-        "reasoning_content": nullable(STR),
-    }),
-    "tool": obj({"role": STR, "tool_call_id": STR, "content": _C_TEXTS}),
-    "function": obj({"role": STR, "name": STR, "content": nullable(STR)}),
-}, name="message")
-_C_TOOL = tagged("type", {
-    "function": obj({"type": STR, "function": obj({"name": STR}, {"description": STR, "parameters": OBJECT, "strict": nullable(BOOL)})}),
-    "custom": obj({"type": STR, "custom": obj({"name": STR}, {"description": STR, "format": OBJECT})}),
-}, name="tool")
+_C_CALL = obj(
+    {"id": STR, "type": enum("function"), "function": obj({"name": STR, "arguments": STR})}, {"index": INT}
+)
+_C_MESSAGE = tagged(
+    "role",
+    {
+        "system": obj({"role": STR, "content": _C_TEXTS}, {"name": STR}),
+        "developer": obj({"role": STR, "content": _C_TEXTS}, {"name": STR}),
+        "user": obj(
+            {"role": STR, "content": one_of(STR, array(_C_PART), name="a string or a list of content parts")},
+            {"name": STR},
+        ),
+        "assistant": obj(
+            {"role": STR},
+            {
+                "content": nullable(
+                    one_of(
+                        STR,
+                        array(
+                            tagged("type", {"text": _C_TEXT, "refusal": obj({"type": STR, "refusal": STR})})
+                        ),
+                        name="a string or a list of text and refusal parts",
+                    )
+                ),
+                "name": STR,
+                "tool_calls": array(_C_CALL),
+                "refusal": nullable(STR),
+                "audio": nullable(obj({"id": STR})),
+                "function_call": nullable(obj({"name": STR, "arguments": STR})),
+                # reasoning echoed back by clients of reasoning models (DeepSeek, Qwen, vLLM servers)
+                "reasoning_content": nullable(STR),
+            },
+        ),
+        "tool": obj({"role": STR, "tool_call_id": STR, "content": _C_TEXTS}),
+        "function": obj({"role": STR, "name": STR, "content": nullable(STR)}),
+    },
+    name="message",
+)
+_C_TOOL = tagged(
+    "type",
+    {
+        "function": obj(
+            {
+                "type": STR,
+                "function": obj(
+                    {"name": STR}, {"description": STR, "parameters": OBJECT, "strict": nullable(BOOL)}
+                ),
+            }
+        ),
+        "custom": obj({"type": STR, "custom": obj({"name": STR}, {"description": STR, "format": OBJECT})}),
+    },
+    name="tool",
+)
 
 OPENAI_CHAT = obj(
     {"model": STR, "messages": array(_C_MESSAGE)},
@@ -302,69 +430,171 @@ OPENAI_CHAT = obj(
         "parallel_tool_calls": BOOL,
         "stream": nullable(BOOL),
         "stream_options": nullable(obj(optional={"include_usage": BOOL, "include_obfuscation": BOOL})),
-        "temperature": nullable(NUM), "top_p": nullable(NUM), "n": nullable(INT), "seed": nullable(INT),
-        "max_tokens": nullable(INT), "max_completion_tokens": nullable(INT),
+        "temperature": nullable(NUM),
+        "top_p": nullable(NUM),
+        "n": nullable(INT),
+        "seed": nullable(INT),
+        "max_tokens": nullable(INT),
+        "max_completion_tokens": nullable(INT),
         "stop": nullable(one_of(STR, array(STR), name="a string or a list of strings")),
-        "presence_penalty": nullable(NUM), "frequency_penalty": nullable(NUM), "logit_bias": nullable(OBJECT),
-        "logprobs": nullable(BOOL), "top_logprobs": nullable(INT),
-        "response_format": OBJECT, "reasoning_effort": nullable(STR), "verbosity": nullable(STR),
-        "metadata": nullable(OBJECT), "store": nullable(BOOL), "user": STR, "safety_identifier": STR, "prompt_cache_key": STR,
-        "modalities": nullable(array(STR)), "audio": nullable(OBJECT), "prediction": nullable(OBJECT), "service_tier": nullable(STR),
-        "web_search_options": OBJECT, "functions": array(OBJECT), "function_call": ANY,
+        "presence_penalty": nullable(NUM),
+        "frequency_penalty": nullable(NUM),
+        "logit_bias": nullable(OBJECT),
+        "logprobs": nullable(BOOL),
+        "top_logprobs": nullable(INT),
+        "response_format": OBJECT,
+        "reasoning_effort": nullable(STR),
+        "verbosity": nullable(STR),
+        "metadata": nullable(OBJECT),
+        "store": nullable(BOOL),
+        "user": STR,
+        "safety_identifier": STR,
+        "prompt_cache_key": STR,
+        "modalities": nullable(array(STR)),
+        "audio": nullable(OBJECT),
+        "prediction": nullable(OBJECT),
+        "service_tier": nullable(STR),
+        "web_search_options": OBJECT,
+        "functions": array(OBJECT),
+        "function_call": ANY,
     },
 )
 
 # --------------------------------------------------------------------------- OpenAI Responses
 
-_R_IN_CONTENT = tagged("type", {
-    "input_text": obj({"type": STR, "text": STR}),
-    "input_image": obj({"type": STR}, {"image_url": nullable(STR), "file_id": nullable(STR), "detail": enum("auto", "low", "high")}),
-    "input_file": obj({"type": STR}, {"file_data": STR, "file_id": nullable(STR), "file_url": STR, "filename": STR}),
-    "input_audio": obj({"type": STR, "input_audio": OBJECT}),
-}, name="input content")
-_R_OUT_CONTENT = tagged("type", {
-    "output_text": obj({"type": STR, "text": STR}, {"annotations": array(OBJECT), "logprobs": array(OBJECT)}),
-    "refusal": obj({"type": STR, "refusal": STR}),
-}, name="output content")
+_R_IN_CONTENT = tagged(
+    "type",
+    {
+        "input_text": obj({"type": STR, "text": STR}),
+        "input_image": obj(
+            {"type": STR},
+            {"image_url": nullable(STR), "file_id": nullable(STR), "detail": enum("auto", "low", "high")},
+        ),
+        "input_file": obj(
+            {"type": STR}, {"file_data": STR, "file_id": nullable(STR), "file_url": STR, "filename": STR}
+        ),
+        "input_audio": obj({"type": STR, "input_audio": OBJECT}),
+    },
+    name="input content",
+)
+_R_OUT_CONTENT = tagged(
+    "type",
+    {
+        "output_text": obj(
+            {"type": STR, "text": STR}, {"annotations": array(OBJECT), "logprobs": array(OBJECT)}
+        ),
+        "refusal": obj({"type": STR, "refusal": STR}),
+    },
+    name="output content",
+)
 _R_ITEM_COMMON = {"id": nullable(STR), "status": nullable(enum("in_progress", "completed", "incomplete"))}
-_R_MESSAGE = tagged("role", {
-    "user": obj({"role": STR, "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content")},
-                {"type": enum("message"), **_R_ITEM_COMMON}),
-    "system": obj({"role": STR, "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content")},
-                  {"type": enum("message"), **_R_ITEM_COMMON}),
-    "developer": obj({"role": STR, "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content")},
-                     {"type": enum("message"), **_R_ITEM_COMMON}),
-    "assistant": obj({"role": STR, "content": one_of(STR, array(_R_OUT_CONTENT), name="a string or a list of output content")},
-                     {"type": enum("message"), **_R_ITEM_COMMON, "phase": nullable(STR)}),
-}, name="message")
+_R_MESSAGE = tagged(
+    "role",
+    {
+        "user": obj(
+            {
+                "role": STR,
+                "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content"),
+            },
+            {"type": enum("message"), **_R_ITEM_COMMON},
+        ),
+        "system": obj(
+            {
+                "role": STR,
+                "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content"),
+            },
+            {"type": enum("message"), **_R_ITEM_COMMON},
+        ),
+        "developer": obj(
+            {
+                "role": STR,
+                "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content"),
+            },
+            {"type": enum("message"), **_R_ITEM_COMMON},
+        ),
+        "assistant": obj(
+            {
+                "role": STR,
+                "content": one_of(STR, array(_R_OUT_CONTENT), name="a string or a list of output content"),
+            },
+            {"type": enum("message"), **_R_ITEM_COMMON, "phase": nullable(STR)},
+        ),
+    },
+    name="message",
+)
 _R_OUTPUT = one_of(STR, array(OBJECT), name="a string or a list of output content")
-_R_ITEM = tagged("type", {
-    "message": _R_MESSAGE,
-    "function_call": obj({"type": STR, "call_id": STR, "name": STR, "arguments": STR}, {**_R_ITEM_COMMON, "namespace": STR}),
-    "function_call_output": obj({"type": STR, "call_id": STR, "output": _R_OUTPUT}, _R_ITEM_COMMON),
-    "custom_tool_call": obj({"type": STR, "call_id": STR, "name": STR, "input": STR}, {**_R_ITEM_COMMON, "namespace": STR}),
-    "custom_tool_call_output": obj({"type": STR, "call_id": STR, "output": _R_OUTPUT}, _R_ITEM_COMMON),
-    "reasoning": obj({"type": STR, "summary": array(obj({"type": enum("summary_text"), "text": STR}))},
-                     {**_R_ITEM_COMMON, "content": nullable(array(OBJECT)), "encrypted_content": nullable(STR)}),
-    "local_shell_call": obj({"type": STR, "call_id": STR, "action": OBJECT}, _R_ITEM_COMMON),
-    "local_shell_call_output": obj({"type": STR, "output": STR}, _R_ITEM_COMMON),
-    "item_reference": obj({"type": STR, "id": STR}),
-    "compaction": obj({"type": STR, "encrypted_content": STR}, {"id": nullable(STR)}),
-    # provider-run calls passed back as they came (their fields are the API's own)
-    **{t: obj({"type": STR}, open_keys=True) for t in ("web_search_call", "file_search_call", "computer_call", "computer_call_output",
-                                                       "code_interpreter_call", "image_generation_call", "mcp_call", "mcp_list_tools",
-                                                       "mcp_approval_request", "mcp_approval_response", "tool_search_call",
-                                                       "tool_search_call_output")},
-    # Codex 0.171 with its default model: every tool in one input item, grouped in namespaces
-    "additional_tools": obj({"type": STR, "role": enum("developer"), "tools": array(OBJECT)}, {"id": nullable(STR)}),
-}, default=_R_MESSAGE, name="input item")
-_R_TOOL = tagged("type", {
-    "function": obj({"type": STR, "name": STR}, {"description": nullable(STR), "parameters": nullable(OBJECT), "strict": nullable(BOOL)}),
-    "custom": obj({"type": STR, "name": STR}, {"description": STR, "format": OBJECT}),
-    "namespace": obj({"type": STR, "name": STR, "tools": array(OBJECT)}, {"description": STR}),
-    **{t: obj({"type": STR}, open_keys=True) for t in ("web_search", "web_search_preview", "file_search", "computer_use_preview", "mcp",
-                                                       "code_interpreter", "image_generation", "local_shell", "tool_search")},
-}, name="tool")
+_R_ITEM = tagged(
+    "type",
+    {
+        "message": _R_MESSAGE,
+        "function_call": obj(
+            {"type": STR, "call_id": STR, "name": STR, "arguments": STR}, {**_R_ITEM_COMMON, "namespace": STR}
+        ),
+        "function_call_output": obj({"type": STR, "call_id": STR, "output": _R_OUTPUT}, _R_ITEM_COMMON),
+        "custom_tool_call": obj(
+            {"type": STR, "call_id": STR, "name": STR, "input": STR}, {**_R_ITEM_COMMON, "namespace": STR}
+        ),
+        "custom_tool_call_output": obj({"type": STR, "call_id": STR, "output": _R_OUTPUT}, _R_ITEM_COMMON),
+        "reasoning": obj(
+            {"type": STR, "summary": array(obj({"type": enum("summary_text"), "text": STR}))},
+            {**_R_ITEM_COMMON, "content": nullable(array(OBJECT)), "encrypted_content": nullable(STR)},
+        ),
+        "local_shell_call": obj({"type": STR, "call_id": STR, "action": OBJECT}, _R_ITEM_COMMON),
+        "local_shell_call_output": obj({"type": STR, "output": STR}, _R_ITEM_COMMON),
+        "item_reference": obj({"type": STR, "id": STR}),
+        "compaction": obj({"type": STR, "encrypted_content": STR}, {"id": nullable(STR)}),
+        # provider-run calls passed back as they came (their fields are the API's own)
+        **{
+            t: obj({"type": STR}, open_keys=True)
+            for t in (
+                "web_search_call",
+                "file_search_call",
+                "computer_call",
+                "computer_call_output",
+                "code_interpreter_call",
+                "image_generation_call",
+                "mcp_call",
+                "mcp_list_tools",
+                "mcp_approval_request",
+                "mcp_approval_response",
+                "tool_search_call",
+                "tool_search_call_output",
+            )
+        },
+        # Codex 0.171 with its default model: every tool in one input item, grouped in namespaces
+        "additional_tools": obj(
+            {"type": STR, "role": enum("developer"), "tools": array(OBJECT)}, {"id": nullable(STR)}
+        ),
+    },
+    default=_R_MESSAGE,
+    name="input item",
+)
+_R_TOOL = tagged(
+    "type",
+    {
+        "function": obj(
+            {"type": STR, "name": STR},
+            {"description": nullable(STR), "parameters": nullable(OBJECT), "strict": nullable(BOOL)},
+        ),
+        "custom": obj({"type": STR, "name": STR}, {"description": STR, "format": OBJECT}),
+        "namespace": obj({"type": STR, "name": STR, "tools": array(OBJECT)}, {"description": STR}),
+        **{
+            t: obj({"type": STR}, open_keys=True)
+            for t in (
+                "web_search",
+                "web_search_preview",
+                "file_search",
+                "computer_use_preview",
+                "mcp",
+                "code_interpreter",
+                "image_generation",
+                "local_shell",
+                "tool_search",
+            )
+        },
+    },
+    name="tool",
+)
 
 OPENAI_RESPONSES = obj(
     {"model": STR},
@@ -374,14 +604,36 @@ OPENAI_RESPONSES = obj(
         "tools": array(_R_TOOL),
         "tool_choice": one_of(enum("none", "auto", "required"), OBJECT, name="a tool choice"),
         "parallel_tool_calls": nullable(BOOL),
-        "stream": nullable(BOOL), "stream_options": nullable(OBJECT),
-        "store": nullable(BOOL), "include": nullable(array(STR)), "previous_response_id": nullable(STR), "conversation": ANY,
-        "reasoning": nullable(obj(optional={"effort": nullable(STR), "summary": nullable(STR), "generate_summary": nullable(STR)})),
+        "stream": nullable(BOOL),
+        "stream_options": nullable(OBJECT),
+        "store": nullable(BOOL),
+        "include": nullable(array(STR)),
+        "previous_response_id": nullable(STR),
+        "conversation": ANY,
+        "reasoning": nullable(
+            obj(
+                optional={
+                    "effort": nullable(STR),
+                    "summary": nullable(STR),
+                    "generate_summary": nullable(STR),
+                }
+            )
+        ),
         "text": nullable(obj(optional={"format": OBJECT, "verbosity": nullable(STR)})),
-        "max_output_tokens": nullable(INT), "max_tool_calls": nullable(INT), "temperature": nullable(NUM), "top_p": nullable(NUM),
-        "top_logprobs": nullable(INT), "truncation": nullable(enum("auto", "disabled")), "metadata": nullable(OBJECT), "user": STR,
-        "safety_identifier": STR, "service_tier": nullable(STR), "prompt_cache_key": STR, "prompt_cache_retention": nullable(STR),
-        "background": nullable(BOOL), "prompt": nullable(OBJECT),
+        "max_output_tokens": nullable(INT),
+        "max_tool_calls": nullable(INT),
+        "temperature": nullable(NUM),
+        "top_p": nullable(NUM),
+        "top_logprobs": nullable(INT),
+        "truncation": nullable(enum("auto", "disabled")),
+        "metadata": nullable(OBJECT),
+        "user": STR,
+        "safety_identifier": STR,
+        "service_tier": nullable(STR),
+        "prompt_cache_key": STR,
+        "prompt_cache_retention": nullable(STR),
+        "background": nullable(BOOL),
+        "prompt": nullable(OBJECT),
         # Codex 0.171: the turn's metadata, sent to every provider
         "client_metadata": OBJECT,
     },
@@ -406,37 +658,90 @@ _G_PART_FIELDS = _both(
     inlineData=_G_BLOB,
     fileData=obj(_both(fileUri=STR), _both(mimeType=STR)),
     functionCall=obj({"name": STR}, {"args": OBJECT, "id": STR}),
-    functionResponse=obj({"name": STR, "response": OBJECT}, {"id": STR, "willContinue": BOOL, "will_continue": BOOL, "scheduling": STR,
-                                                              "parts": array(OBJECT)}),
+    functionResponse=obj(
+        {"name": STR, "response": OBJECT},
+        {"id": STR, "willContinue": BOOL, "will_continue": BOOL, "scheduling": STR, "parts": array(OBJECT)},
+    ),
     executableCode=obj({"language": STR, "code": STR}),
     codeExecutionResult=obj({"outcome": STR}, {"output": STR}),
 )
 
 
 def _g_part(v: Any, path: str, out: list[Problem]) -> None:
-    obj(optional={**_G_PART_FIELDS, **_both(thought=BOOL, thoughtSignature=STR, videoMetadata=OBJECT, partMetadata=OBJECT,
-                                              mediaResolution=OBJECT)})(v, path, out)
+    obj(
+        optional={
+            **_G_PART_FIELDS,
+            **_both(
+                thought=BOOL,
+                thoughtSignature=STR,
+                videoMetadata=OBJECT,
+                partMetadata=OBJECT,
+                mediaResolution=OBJECT,
+            ),
+        }
+    )(v, path, out)
     if isinstance(v, dict):
         data = [k for k in v if k in _G_PART_FIELDS]
         if len(data) != 1:
-            out.append(Problem(path, f"a part holds exactly one of text, inlineData, fileData, functionCall, functionResponse, "
-                                     f"executableCode, codeExecutionResult; it holds {len(data) or 'none'}"))
+            out.append(
+                Problem(
+                    path,
+                    "a part holds exactly one of text, inlineData, fileData, functionCall, "
+                    "functionResponse, executableCode, codeExecutionResult; "
+                    f"it holds {len(data) or 'none'}",
+                )
+            )
 
 
 _G_CONTENT = obj({"parts": array(_g_part)}, {"role": enum("user", "model")})
-_G_TOOL = obj(optional=_both(functionDeclarations=array(obj({"name": STR}, {
-    "description": STR, "parameters": OBJECT, "parametersJsonSchema": OBJECT, "parameters_json_schema": OBJECT, "response": OBJECT,
-    "responseJsonSchema": OBJECT, "response_json_schema": OBJECT, "behavior": STR})),
-    googleSearch=OBJECT, googleSearchRetrieval=OBJECT, codeExecution=OBJECT, urlContext=OBJECT, retrieval=OBJECT, computerUse=OBJECT,
-    fileSearch=OBJECT, googleMaps=OBJECT))
+_G_TOOL = obj(
+    optional=_both(
+        functionDeclarations=array(
+            obj(
+                {"name": STR},
+                {
+                    "description": STR,
+                    "parameters": OBJECT,
+                    "parametersJsonSchema": OBJECT,
+                    "parameters_json_schema": OBJECT,
+                    "response": OBJECT,
+                    "responseJsonSchema": OBJECT,
+                    "response_json_schema": OBJECT,
+                    "behavior": STR,
+                },
+            )
+        ),
+        googleSearch=OBJECT,
+        googleSearchRetrieval=OBJECT,
+        codeExecution=OBJECT,
+        urlContext=OBJECT,
+        retrieval=OBJECT,
+        computerUse=OBJECT,
+        fileSearch=OBJECT,
+        googleMaps=OBJECT,
+    )
+)
 
 GEMINI = obj(
     {"contents": array(_G_CONTENT)},
-    _both(systemInstruction=_G_CONTENT, tools=array(_G_TOOL), toolConfig=OBJECT, generationConfig=OBJECT, safetySettings=array(OBJECT),
-          cachedContent=STR, labels=OBJECT, model=STR),
+    _both(
+        systemInstruction=_G_CONTENT,
+        tools=array(_G_TOOL),
+        toolConfig=OBJECT,
+        generationConfig=OBJECT,
+        safetySettings=array(OBJECT),
+        cachedContent=STR,
+        labels=OBJECT,
+        model=STR,
+    ),
 )
 
-SCHEMAS: dict[str, Check] = {"anthropic": ANTHROPIC, "openai-chat": OPENAI_CHAT, "openai-responses": OPENAI_RESPONSES, "gemini": GEMINI}
+SCHEMAS: dict[str, Check] = {
+    "anthropic": ANTHROPIC,
+    "openai-chat": OPENAI_CHAT,
+    "openai-responses": OPENAI_RESPONSES,
+    "gemini": GEMINI,
+}
 
 
 def validate_request(protocol: str, body: Any) -> list[Problem]:
