@@ -758,7 +758,8 @@ def native_prefix(
 #: lacking a field its type needs, a chain mended past a missing parent. (A truncated last line
 #: is not among them: the writer was cut off after the last complete record, which loses no
 #: step before it.)
-DAMAGE_CODES = frozenset({"malformed_line", "not_an_object", "nul_block", "rejoined_lines", "malformed_record", "broken_chain"})
+DAMAGE_CODES = frozenset({"malformed_line", "not_an_object", "nul_block", "rejoined_lines", "malformed_record", "broken_chain",
+                          "lost_action"})
 
 
 def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
@@ -778,6 +779,19 @@ def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
     )
 
 
+def check_gaps(steps: Sequence[Step], after_step: int, path: Path) -> None:
+    """ReplayBadInput ``action_lost`` when a step up to N is a gap (flag ``lost_action``: its
+    action's line was lost, the reader's ``lost_action`` warning names where): what the agent
+    sent there is unknown, so no prefix or playback crosses it."""
+    for step in steps[:after_step]:
+        if "lost_action" in step.flags:
+            raise ReplayBadInput(
+                "action_lost",
+                f"--after-step {after_step}: {show_path(path)} lost the action of step {step.n} (a result answers a call no line "
+                f"holds: the lost_action warning names the line); choose N < {step.n}",
+            )
+
+
 def is_made_up(result: ToolResult) -> bool:
     """True for the empty result the native reader puts in for a call the file holds no result
     for (``raw == {"interrupted": True}``, adapters/native/base.py ``order_results``)."""
@@ -791,6 +805,7 @@ def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None
     # under the same code are not said twice)
     said = {code for code, _ in source.notes}
     source.notes.extend(n for n in step_notes(steps, after_step) if n[0] not in said)
+    check_gaps(steps, after_step, path)
     # every call of A_1..A_N must have its recorded result: the prefix holds the results the
     # agent sent, and a result the file does not hold would be made up (the reader's empty
     # placeholder). Same rule at N = steps and below.

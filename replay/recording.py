@@ -256,12 +256,13 @@ def native_recording(
         if isinstance(exc, BadInputError):
             raise ReplayBadInput("bad_source", exc.message + _other_agent(path, agent)) from None
         raise
-    from .prefix import check_damage
+    from .prefix import check_damage, check_gaps
 
     check_damage(result.diagnostics.warnings, path, allow_damaged)
     traj = result.trajectory
     steps = list(traj.steps)
     where = show_path(path)
+    check_gaps(steps, after_step, path)
     protocol = choose_protocol(agent, None, traj.model)
     meta = traj.meta
     workspace = next(

@@ -194,11 +194,16 @@ def test_a_late_output_belongs_to_the_step_whose_action_made_the_call(tmp_path):
     assert s1.flags == s2.flags == [] and result.diagnostics.codes() == []
 
 
-def test_an_output_for_no_call_stays_with_the_step_being_read(tmp_path):
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), _out("zz", "stray")])
+def test_an_output_for_no_call_is_a_gap_step_where_the_lost_action_was(tmp_path):
+    # issue 14, damaged files: the line of the call was lost; the later steps keep their numbers
+    p = _write(tmp_path / "rollout.jsonl", HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), _out("zz", "stray"), _say("after"), USAGE])
     result, _ = read_native(p, "codex")
-    [s] = result.trajectory.steps
-    assert [r.call_id for r in s.observation.results] == ["c1", "zz"]
+    s1, gap, s3 = result.trajectory.steps
+    assert [r.call_id for r in s1.observation.results] == ["c1"]
+    assert (gap.n, gap.flags, gap.action.tool_calls, [r.call_id for r in gap.observation.results]) == (2, ["lost_action"], [], ["zz"])
+    assert (s3.n, s3.action.text) == (3, "after")
+    [w] = [w for w in result.diagnostics.warnings if w.code == "lost_action"]
+    assert w.where == f"line {len(HEAD) + 4}" and "step 2" in w.message
 
 
 def test_file_order_is_kept_when_timestamps_go_backwards(tmp_path):

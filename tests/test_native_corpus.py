@@ -18,7 +18,8 @@ EXPECTED: dict[str, tuple] = {
     "claude-code/spotter_subagent.jsonl": ("claude-code", [4, 2, 1, 1, 1, 1, 1, 1, 1, 2, 1, 0], []),
     "claude-code/spotter_tool_heavy.jsonl": ("claude-code", [1, 1, 2, 2], []),
     # line 21 answers call-1 of step 1 after later actions' lines: it belongs to step 1, no call is left unanswered
-    "codex/agent-sessions_schema_coverage.jsonl": ("codex", [2, 1, 1, 0, 1, 1, 1, 1], ["duplicate_call_id", "unknown_record"]),  # three calls share the "[trimmed for fixture]" id
+    # three calls share the "[trimmed for fixture]" id; an output whose trimmed id answers no call is a gap step (lost_action)
+    "codex/agent-sessions_schema_coverage.jsonl": ("codex", [2, 1, 1, 0, 0, 1, 1, 1, 1], ["duplicate_call_id", "lost_action", "unknown_record"]),
     "codex/claude-code-log_synthetic_rollout-2026-01-02T03-04-05-11111111-1111-4111-8111-111111111111.jsonl": ("codex", [1, 1, 1, 0], ["unknown_record"]),
     "codex/real-0.171.0_single-then-resume.jsonl": ("codex", [1, 0, 1, 0], []),
     "gemini-cli/agent-history_gemini_with_tool_error.jsonl": ("gemini-cli", [1, 1, 1, 1, 0], []),

@@ -147,8 +147,10 @@ def test_a_malformed_record_among_good_ones_is_skipped_with_a_warning(tmp_path):
     recs = _three_steps()
     del recs[4]["message"]  # a2
     result, _ = read_native(_jsonl(tmp_path / "q.jsonl", recs), "qwen-code")
-    assert [s.action.text for s in result.trajectory.steps] == ["", "done"]
-    assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("malformed_record", "line 5")]
+    # the lost reply is a gap at its step (issue 14, damaged files): its result answers no call
+    steps = list(result.trajectory.steps)
+    assert [s.action.text for s in steps] == ["", "", "done"] and steps[1].flags == ["lost_action"]
+    assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("malformed_record", "line 5"), ("lost_action", "line 7")]
     assert ("line 5", "malformed") in [(lo.where, lo.kind) for lo in result.trajectory.left_out]
 
 

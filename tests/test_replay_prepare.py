@@ -239,10 +239,13 @@ def test_every_native_sample_prepares_at_every_boundary(tmp_path, agent, path):
         try:
             prepare_only(PrepareOptions(agent=agent, after_step=n, output=out, trajectory=path, allow_damaged=True))
         except BadInputError as exc:
-            # only a last observation the file does not hold may refuse
+            validate(read_result(out))
+            if exc.message.startswith("action_lost"):  # a gap step (a lost action line) at or before N
+                assert any("lost_action" in s.flags for s in steps[:n]), exc.message
+                continue
+            # else only a last observation the file does not hold may refuse
             assert exc.message.startswith("observation_not_recorded"), exc.message
             assert n > 0 and steps[n - 1].action.tool_calls
-            validate(read_result(out))
             continue
         res = read_result(out)
         validate(res)
@@ -473,9 +476,11 @@ def test_step_flags_of_a_native_source_reach_the_results_warnings(tmp_path):
 
     src = Path(__file__).resolve().parent / "corpus" / "native" / "codex" / "agent-sessions_schema_coverage.jsonl"
     out = tmp_path / "out"
-    outcome = prepare_only(PrepareOptions(agent="codex", after_step=5, output=out, trajectory=src))
+    # (the fixture's trimmed ids leave an output that answers no call: a gap at step 5, so the
+    # damaged file is read with allow_damaged and N stays below the gap)
+    outcome = prepare_only(PrepareOptions(agent="codex", after_step=4, output=out, trajectory=src, allow_damaged=True))
     warned = [w["message"] for w in outcome.result["warnings"] if w["code"] == "compaction"]
-    assert warned == ["step 4: compaction", "step 5: compaction"]
+    assert warned == ["step 4: compaction"]
     # below the compaction, no such warning
-    early = prepare_only(PrepareOptions(agent="codex", after_step=3, output=tmp_path / "early", trajectory=src))
+    early = prepare_only(PrepareOptions(agent="codex", after_step=3, output=tmp_path / "early", trajectory=src, allow_damaged=True))
     assert not [w for w in early.result["warnings"] if w["code"] == "compaction"]

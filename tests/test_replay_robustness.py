@@ -524,3 +524,68 @@ def test_a_damaged_native_file_is_refused_by_playback_before_any_agent_starts(tm
     res = json.loads((tmp_path / "out" / "result.json").read_text())
     validate(res)
     assert res["status"] == "failed" and res["errors"][0]["code"] == "damaged_source" and res["derived_run"] is None
+
+
+def test_a_lost_action_line_is_a_gap_at_its_step_never_a_renumbering(tmp_path):
+    # issue 14, damaged files: the real Codex rollout without the line of step 3's call (line 25)
+    lines = (corpus_dir() / "native" / "codex" / "real-0.171.0_single-then-resume.jsonl").read_text().splitlines(keepends=True)
+    assert '"function_call"' in lines[24] and '"function_call_output"' in lines[27]
+    src = tmp_path / "rollout-lost.jsonl"
+    src.write_text("".join(lines[:24] + lines[25:]))
+    # refused by default (the reader had to mark a gap), naming the line of the orphan output
+    refused = prepare("--agent", "codex", "--trajectory", str(src), "--after-step", "1", "--output", str(tmp_path / "r"))
+    one_line_error(refused, 65, "damaged_source")
+    assert "lost_action" in refused.stderr.decode() and "line 27" in refused.stderr.decode()
+    ok = prepare("--agent", "codex", "--trajectory", str(src), "--after-step", "2", "--output", str(tmp_path / "o2"), "--allow-damaged")
+    assert ok.returncode == 0, ok.stderr
+    res = json.loads((tmp_path / "o2" / "result.json").read_text())
+    validate(res)
+    assert res["boundary"]["steps_total"] == 4 and any(w["code"] == "lost_action" for w in res["warnings"])  # counted, not dropped
+    for n in (3, 4):  # at the gap and after it
+        out = tmp_path / f"o{n}"
+        proc = prepare("--agent", "codex", "--trajectory", str(src), "--after-step", str(n), "--output", str(out), "--allow-damaged")
+        one_line_error(proc, 65, "action_lost")
+        assert "step 3" in proc.stderr.decode() and "choose N < 3" in proc.stderr.decode()
+        assert json.loads((out / "result.json").read_text())["boundary"]["steps_total"] == 4
+
+
+def test_a_lost_claude_code_reply_line_is_a_gap_at_its_step(tmp_path):
+    # line 5 is step 1's whole reply (one tool_use); its result (line 11) then answers no call
+    lines = (CC / "spotter_tool_heavy.jsonl").read_text().splitlines(keepends=True)
+    assert '"tool_use"' in lines[4] and '"tool_result"' in lines[10]
+    src = tmp_path / "lost-reply.jsonl"
+    src.write_text("".join(lines[:4] + lines[5:]))
+    from pvisor.adapters.native import read_native
+
+    plain = read_native(CC / "spotter_tool_heavy.jsonl", "claude-code")[0].trajectory
+    result = read_native(src, "claude-code")[0]
+    steps = list(result.trajectory.steps)
+    assert len(steps) == len(plain.steps)  # counted, never renumbered
+    assert steps[0].flags == ["lost_action"] and steps[0].action.tool_calls == []
+    assert [r.content for r in steps[0].observation.results] == [r.content for r in plain.steps[0].observation.results]
+    assert [s.action.text for s in steps[1:]] == [s.action.text for s in plain.steps[1:]]
+    assert any(w.code == "lost_action" and w.where == "line 10" for w in result.diagnostics.warnings)
+    proc = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2", "--output", str(tmp_path / "o"), "--allow-damaged")
+    one_line_error(proc, 65, "action_lost")
+    assert "step 1" in proc.stderr.decode()
+    ok = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "0", "--output", str(tmp_path / "o0"), "--allow-damaged")
+    assert ok.returncode == 0, ok.stderr
+
+
+def test_a_lost_qwen_code_assistant_record_is_a_gap_at_its_step(tmp_path):
+    # line 4 is step 1's reply (a functionCall); its tool_result (line 6) then answers no call
+    path = corpus_dir() / "native" / "qwen-code" / "real-0.24.4_single.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    assert '"functionCall"' in lines[3] and '"functionResponse"' in lines[5]
+    src = tmp_path / "lost.jsonl"
+    src.write_text("".join(lines[:3] + lines[4:]))
+    from pvisor.adapters.native import read_native
+
+    plain = list(read_native(path, "qwen-code")[0].trajectory.steps)
+    result = read_native(src, "qwen-code")[0]
+    steps = list(result.trajectory.steps)
+    assert len(steps) == len(plain) and steps[0].flags == ["lost_action"] and len(steps[0].observation.results) == 1
+    assert [s.action.text for s in steps[1:]] == [s.action.text for s in plain[1:]]
+    assert any(w.code == "lost_action" for w in result.diagnostics.warnings)
+    proc = prepare("--agent", "qwen-code", "--trajectory", str(src), "--after-step", "1", "--output", str(tmp_path / "o"), "--allow-damaged")
+    one_line_error(proc, 65, "action_lost")

@@ -84,6 +84,7 @@ WARNING_CODES: dict[str, str] = {
     "broken_chain": "a record whose parent is missing (a lost or damaged line): it continues from the chain record before it in the file, or, with none, the chain restarts there",
     "malformed_record": "a record that is JSON but lacks a field its type requires; skipped",
     "duplicate_call_id": "two tool calls share an id; results paired in order of appearance",
+    "lost_action": "a tool result answers a call no line holds (the action's line was lost): a gap step stands at its place",
 }
 
 

@@ -40,6 +40,10 @@ Format rules (sources: shared/native-formats.md section 1; the corpus files
   chain first reaches the id, in chain order (depth in the parentUuid tree; file order breaks
   ties). A repeated uuid replaces the earlier line. Usage and ``stop_reason``: of the last line
   in that chain order that has them (not the file order: a reversed file reads the same).
+- A ``user`` line on the chain whose ``tool_result`` blocks answer calls no line holds (the
+  assistant line was lost) is a gap step at its place: flag ``lost_action``, no action, those
+  results its observation, a ``lost_action`` warning naming the line; later steps keep their
+  numbers.
 - Results: ``user`` lines with ``tool_result`` blocks, found by ``tool_use_id`` (wherever the
   fork put them), in call order; ``content`` kept exactly, ``is_error`` as stored (False when
   absent). Two calls with one id (``duplicate_call_id`` warned): the k-th call on the chain
@@ -313,6 +317,18 @@ class _Msg:
 
 
 @dataclass(slots=True)
+class _Gap:
+    """Step ``n`` whose action's line was lost: the results of line ``line`` (packed ``ref``)
+    answer calls ``ids`` that no line of the file holds."""
+
+    n: int
+    line: int
+    ref: int
+    ids: tuple[str, ...]
+    after: list[tuple[int, bool]] | None = None
+
+
+@dataclass(slots=True)
 class _Plan:
     """What step ``n`` is made of: its message, its lines in chain order, the result found for
     each of its ``tool_use`` calls (a packed ref, ``(ref, k)`` for the k-th block with that id
@@ -375,6 +391,7 @@ class ClaudeCodeAdapter(NativeAdapter):
         chain = _Chain()
         msgs: dict[str, _Msg] = {}
         preserved: dict[int, list[int | str]] = {}  # compact_boundary line -> keys of the messages it kept
+        result_lines: dict[int, tuple[int, tuple[str, ...]]] = {}  # chain index -> (ref, its tool_result ids)
         # tool_use_id -> packed ref of the line holding its result; with more than one result
         # for the id: a list of (ref, k), k-th block with the id in that line, in file order
         results: dict[str, Any] = {}
@@ -444,6 +461,10 @@ class ClaudeCodeAdapter(NativeAdapter):
                         chain.text_ref[i] = ref
                     if isinstance(content, list):
                         seen_here: dict[str, int] = {}
+                        ids_here = [b["tool_use_id"] for b in content
+                                    if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str)]
+                        if ids_here:
+                            result_lines[i] = (ref, tuple(ids_here))
                         for b in content:
                             if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str):
                                 cid = b["tool_use_id"]
@@ -486,8 +507,17 @@ class ClaudeCodeAdapter(NativeAdapter):
         first_call: dict[str, int] = {}  # call id -> line of its first call on the chain
         pending_context: list[str] = []
         boundary_line = None  # the compact_boundary line the walk passed last
+        # results of calls no line holds: the line of that action was lost (a gap step)
+        called = {cid for m in msgs.values() for ln in m.lines for cid, _ in ln.calls}
         for i in path_ix:
             k = chain.kind[i]
+            orphans = [cid for cid in result_lines.get(i, ((), ()))[1] if cid not in called]
+            if orphans:
+                gap = _Gap(len(plans) + 1, chain.line[i], result_lines[i][0], tuple(orphans))
+                plans.append(gap)  # type: ignore[arg-type]
+                called.update(orphans)  # one gap per lost action
+                diag.warn("lost_action", f"line {chain.line[i]}", f"tool result(s) {', '.join(orphans)} answer a call no line of the file "
+                          f"holds: the action of step {gap.n} was lost; a gap step stands at its place")
             if k == _BOUNDARY:
                 boundary_line = chain.line[i]
             if k == _ASSISTANT:
@@ -521,7 +551,7 @@ class ClaudeCodeAdapter(NativeAdapter):
                     c = Compaction(last.n, [summary], "compact_boundary", f"line {chain.line[i]}", text, len(last.after))
                     # the messages it kept verbatim after the summary (compactMetadata.preservedMessages)
                     keep = {chain.ids.get(u) for u in preserved.get(boundary_line, ())} if boundary_line is not None else set()
-                    kept_steps = [p.n for p in plans if any(ln.index in keep for ln in p.msg.lines)]
+                    kept_steps = [p.n for p in plans if isinstance(p, _Plan) and any(ln.index in keep for ln in p.msg.lines)]
                     if kept_steps:
                         c.steps_from = min(kept_steps)
                     traj.compactions.append(c)
@@ -538,7 +568,7 @@ class ClaudeCodeAdapter(NativeAdapter):
                 lo.append(LeftOut(str(f), "subagent", f"subagent transcript {agent_id}, linked in meta.subagents, not mixed in"))
         del chain, depth, path_ix
         traj.steps = LazySteps(plans, lambda plan: self._step(plan, load))
-        traj.model = next((p.msg.model for p in plans if p.msg.model and p.msg.model != "<synthetic>"), None)
+        traj.model = next((p.msg.model for p in plans if isinstance(p, _Plan) and p.msg.model and p.msg.model != "<synthetic>"), None)
         traj.meta = meta
         return NativeResult(traj, PROFILE, diag)
 
@@ -573,7 +603,15 @@ class ClaudeCodeAdapter(NativeAdapter):
         return _Plan(n, m, [ln.ref for ln in lines], found, usage_ref, stop_reason)
 
     @staticmethod
-    def _step(plan: _Plan, load: Callable[[int], dict]) -> Step:
+    def _step(plan: _Plan | _Gap, load: Callable[[int], dict]) -> Step:
+        if isinstance(plan, _Gap):
+            step = Step(n=plan.n, action=Action(), flags=["lost_action"])
+            for b in _content(load(plan.ref)):
+                if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") in plan.ids:
+                    step.observation.results.append(ToolResult(b["tool_use_id"], b.get("content"), is_error=bool(b.get("is_error", False)), raw=b))
+            for ref, _summary in plan.after or ():
+                step.observation.messages.append(_observation_message(_content(load(ref))))
+            return step
         m = plan.msg
         blocks: list[dict] = []
         for ref in plan.lines:

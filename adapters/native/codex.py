@@ -40,6 +40,9 @@ claude-code-log synthetic rollout):
   refused only when no well-formed rollout record is left.
 - User and developer messages after an action are observation messages; before the first
   action the last user message is the task, everything else ``meta["task_context"]``.
+- An output whose ``call_id`` no call of the file has (the line of that call was lost) is a
+  gap step at its place: flag ``lost_action``, no action, the output its observation, a
+  ``lost_action`` warning naming the line; the later steps keep their numbers.
 - ``compacted`` (with ``replacement_history``) replaces the history the model sees: the items
   of ``replacement_history`` become a :class:`~pvisor.journal.model.Compaction` after the step
   before it (every later request starts with them, the developer item and context included;
@@ -313,8 +316,18 @@ class CodexAdapter(NativeAdapter):
                 if not plans:
                     left_out(traj, f"line {n}", t, "a call output before any action")
                     continue
-                if owner is None and call_id is not None:
-                    strays.setdefault(call_id, ref)
+                if owner is None and call_id is not None and call_id not in strays:
+                    # the output of a call no line holds: the line of that action was lost. A gap
+                    # step stands at its place, so that the later steps keep their numbers
+                    strays[call_id] = ref
+                    gap = _Plan(len(plans) + 1)
+                    gap.flags = ("lost_action",)
+                    plans.append(gap)
+                    calls.append([])
+                    diag.warn("lost_action", f"line {n}", f"{t} {call_id} answers a call no line of the file holds: "
+                              f"the action of step {gap.n} was lost; a gap step stands at its place")
+                    gap.results.append(ref)
+                    continue
                 # the step whose action made the call, not the step being read (a late output)
                 plans[owner.step if owner is not None else len(plans) - 1].results.append(ref)
                 continue

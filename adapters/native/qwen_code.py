@@ -26,6 +26,9 @@ packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
   ``duplicate_call_id``); ``toolCallResult.status == "error"`` (or a ``response.error``) sets
   ``is_error``. A ``user``/``assistant``/``tool_result`` record without a ``message`` object is
   left out with a ``malformed_record`` warning (the chain goes through it).
+- A ``tool_result`` record whose ids answer no call of the chain (the assistant record was
+  lost) is a gap step at its place: flag ``lost_action``, no action, its results the
+  observation, a ``lost_action`` warning naming the line; later steps keep their numbers.
 - ``system`` records are UI-only (``ui_telemetry``, ``attribution_snapshot``, ``slash_command``,
   ...) and left out; ``chat_compression`` is left out and flags the step before it
   ``compaction``; its ``systemPayload.compressedHistory`` (the summary, the acknowledgement
@@ -89,6 +92,7 @@ class _Plan:
     results: list[_Rec] = field(default_factory=list)
     messages: list[int] | None = None
     compactions: int = 0
+    lost: bool = False  #: a gap: ``action`` is the tool_result record whose calls no record holds
 
 
 def _parts(obj: dict) -> list:
@@ -186,11 +190,19 @@ class QwenCodeAdapter(NativeAdapter):
         source = JsonlSource(path)
         plans: list[_Plan] = []
         context: list[str] = meta["task_context"]
+        called = {cid for r in chain if r is not None and r.type == "assistant" for cid, _ in r.ids}
         for i, r in enumerate(chain):
             chain[i] = None
             t = r.type
             if t == "assistant":
                 plans.append(_Plan(len(plans) + 1, r))
+            elif t == "tool_result" and r.ids and not any(cid in called for cid in r.ids):
+                # results of calls no record holds: the assistant record was lost (a gap step)
+                gap = _Plan(len(plans) + 1, r, [r], lost=True)
+                plans.append(gap)
+                called.update(r.ids)
+                diag.warn("lost_action", f"line {r.line}", f"tool result(s) {', '.join(str(c) for c in r.ids)} answer a call no record "
+                          f"holds: the action of step {gap.n} was lost; a gap step stands at its place")
             elif t == "tool_result":
                 if not plans:
                     left_out(traj, f"line {r.line}", "tool_result", "a result before any action")
@@ -224,7 +236,8 @@ class QwenCodeAdapter(NativeAdapter):
                 left_out(traj, f"line {r.line}", intern(f"{t}/{sub}" if sub else str(t)), "UI-only or bookkeeping record")
         first_call: dict[str | None, int] = {}
         for p in plans:
-            self._warn_unanswered(p, first_call, diag)
+            if not p.lost:
+                self._warn_unanswered(p, first_call, diag)
         traj.steps = LazySteps(plans, lambda plan: self._step(plan, source))
         traj.model = next((p.action.model for p in plans if p.action.model), None)
         traj.meta = meta
@@ -269,6 +282,15 @@ class QwenCodeAdapter(NativeAdapter):
 
     @staticmethod
     def _step(plan: _Plan, source: JsonlSource) -> Step:
+        if plan.lost:
+            step = Step(n=plan.n, action=Action(), flags=["lost_action"])
+            for rec in plan.results:
+                for fr in _responses(_parts(source.load(unpack_ref(rec.ref)))):
+                    step.observation.results.append(ToolResult(as_str(fr.get("id")), fr.get("response"), is_error=False, name=as_str(fr.get("name")), raw=fr))
+            for ref in plan.messages or ():
+                m = source.load(unpack_ref(ref))
+                step.observation.messages.append(Message("user", [TextPart(x) for x in _user_texts(_parts(m))], raw=m.get("message")))
+            return step
         obj = source.load(unpack_ref(plan.action.ref))
         action = Action(model=as_str(obj.get("model")), usage=obj.get("usageMetadata"), raw=obj.get("message"))
         texts = []
