@@ -782,8 +782,8 @@ def _left_out(requests: list[Request], chains: list[Chain], main: Chain | None,
             found[r.id] = LeftOutExchange(r.id, r.exchange.seq, r.left_out[0], r.left_out[1])
     for sid, (number, by) in (compacted or {}).items():
         seq = next(r.exchange.seq for r in requests if r.id == sid)
-        found[sid] = LeftOutExchange(sid, seq, "compaction", f"the agent's summary request: its reply is the history {by} "
-                                     f"of chain {number} sends in place of the conversation before it", number)
+        found[sid] = LeftOutExchange(sid, seq, "compaction", f"the agent's summary request: request {by} of chain {number} "
+                                     "carries its reply in place of the conversation before it", number)
     for chain in chains:
         if chain is main:
             for slot in chain.slots:
@@ -886,7 +886,7 @@ class Divergence:
 @dataclass(slots=True)
 class Difference:
     """A difference between a replayed request and the recording that is not a divergence:
-    ``request`` k, ``part`` (``system``, ``tools``, ``context``), ``detail`` (one sentence)."""
+    ``request`` k, ``part`` (``system``, ``tools``, ``context``, ``compaction``), ``detail`` (one sentence)."""
 
     request: int
     part: str
@@ -1141,6 +1141,13 @@ class OnlineMatcher:
             out.kind, out.divergence = MatchKind.DIVERGED, divergence
             return out
         out.differences = self._differences(conv, names, same_system, k)
+        if comp is None:
+            missed = next((c for c in self.compactions if c.after_step + 1 == k), None)
+            if missed is not None and ("compaction", str(missed.after_step)) not in self._reported:
+                self._reported.add(("compaction", str(missed.after_step)))
+                out.differences.append(Difference(k, "compaction", f"the recording compacted its history after step {missed.after_step} and "
+                                                  "the replayed agent did not: give it the environment and arguments it compacted with "
+                                                  "(the prefix holds the whole history instead)"))
         if k <= self.answered:
             out.kind = MatchKind.RETRY
         return out

@@ -175,9 +175,16 @@ def parse_script(data: Any, where: str = "script") -> Script:
 
 
 def _parse_usage(u: Any, where: str) -> dict[str, int]:
-    if (not isinstance(u, dict) or set(u) != set(_USAGE_KEYS)
-            or any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in u.values())):
-        raise BadInputError(f"{where}: expected {{\"input_tokens\": int >= 0, \"output_tokens\": int >= 0}}")
+    expected = '{"input_tokens": int >= 0, "output_tokens": int >= 0}'
+    if not isinstance(u, dict):
+        raise BadInputError(f"{where}: expected {expected}")
+    missing = [k for k in _USAGE_KEYS if k not in u]
+    unknown = sorted(k for k in u if k not in _USAGE_KEYS)
+    bad = [k for k in _USAGE_KEYS if k in u and (not isinstance(u[k], int) or isinstance(u[k], bool) or u[k] < 0)]
+    if missing or unknown or bad:
+        said = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "", f"unknown field(s) {', '.join(unknown)}" if unknown else "",
+                                     f"{', '.join(bad)} not an integer >= 0" if bad else "") if x)
+        raise BadInputError(f"{where}: {said}; expected {expected}")
     return {k: u[k] for k in _USAGE_KEYS}
 
 

@@ -16,6 +16,7 @@ ERROR_CODES: dict[str, str] = {
     "after_step_out_of_range": "--after-step is greater than the number of steps (exit 65)",
     "observation_not_recorded": "N equals the steps and A_N made tool calls whose results the source does not hold (exit 65)",
     "no_reply": "N equals the steps and request N got no usable reply to render A_N from (exit 65)",
+    "compaction_not_replayable": "playback from a native file across a compaction (its summary request is not in the file; use the journal run) (exit 65)",
     "action_lost": "a step up to N is a gap: its action's line was lost from the native file (exit 65)",
     "damaged_source": "the native file lost or had repaired lines (not JSON, NUL bytes, a mended chain...); --allow-damaged builds it anyway (exit 65)",
     "compaction_not_rebuilt": "the agent replaced its history at or before N and the native file does not hold what it sent instead (exit 65)",

@@ -271,6 +271,7 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
             raise ReplayUsageError("protocol_not_spoken", f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak ({', '.join(d.protocols)})")
         source.notes.append(("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given"))
     source.notes.extend(step_notes(traj.steps, after_step))
+    compaction = _journal_compaction(reader, classification, after_step)
     if after_step < len(main):
         req = main[after_step]
         ex = req.exchange
@@ -284,6 +285,7 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
             rendered=False,
             origin={k: "journal" for k in ("messages", "task_context", "system", "tools", "params", "request")},
             exchange=ex.id,
+            compaction=compaction,
         )
         return source, prefix, traj.meta
     # N = S: render request N + A_N
@@ -305,8 +307,38 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
         rendered=True,
         origin={"messages": "rendered", "task_context": "journal", "system": "journal", "tools": "journal", "params": "journal", "request": "journal"},
         exchange=ex.id,
+        compaction=compaction,
     )
     return source, prefix, traj.meta
+
+
+def _journal_compaction(reader: Any, classification: Any, after_step: int) -> dict[str, Any] | None:
+    """``prefix.compaction`` of a journal prefix: the last compaction of the main chain at or
+    before N (a slot whose request carries a summary, docs/steps.md), as ``{after_step, kind
+    "summary_request", where "exchange ID", history_messages, summary_sha256}``, or None."""
+    import hashlib
+
+    from pvisor.adapters.chains import read_final_response
+
+    main = classification.main
+    found = None
+    for i, slot in enumerate(main.slots if main is not None else []):
+        if slot.compaction is not None and i <= after_step:
+            found = (i, slot)
+    if found is None:
+        return None
+    i, slot = found
+    summary = slot.compaction
+    text = None
+    try:
+        final = read_final_response(reader, summary.exchange)[0]
+        if isinstance(final, dict) and summary.protocol:
+            text = get_protocol(summary.protocol).response_to_action(final).text
+    except PvisorError:
+        text = None
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() if text else None
+    return {"after_step": i, "kind": "summary_request", "where": f"exchange {summary.id}",
+            "history_messages": len(slot.kept.messages), "summary_sha256": digest}
 
 
 # --------------------------------------------------------------------------- profiles

@@ -522,7 +522,10 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
         result["status"] = "failed"
         result["prefix"] = None
         result["tool_calls"] = []
-        _fill_source(result, getattr(exc, "source", None))
+        failed_source = getattr(exc, "source", None)
+        _fill_source(result, failed_source)
+        if failed_source is not None:  # what the source said before the failure (the repairs of a damaged file)
+            result["warnings"] = [{"code": c, "message": m} for c, m in failed_source.notes]
         result["errors"].append({"code": error_code(exc), "message": error_detail(exc)})
         timings["total"] = _ms(t0, time.perf_counter())
         for name in (PREFIX_FILE, REQUEST_FILE):  # no prefix files of an earlier prepare survive a failed one

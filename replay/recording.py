@@ -263,6 +263,14 @@ def native_recording(
     steps = list(traj.steps)
     where = show_path(path)
     check_gaps(steps, after_step, path)
+    first = next((c for c in traj.compactions if c.after_step <= after_step), None)
+    if first is not None:
+        raise ReplayBadInput(
+            "compaction_not_replayable",
+            f"--after-step {after_step}: {where} {first.where}: the agent compacted its history after step {first.after_step}, and "
+            f"the native file holds no summary request to answer the replayed agent's with: choose N < {first.after_step}, "
+            "or replay the journal run (--run)",
+        )
     protocol = choose_protocol(agent, None, traj.model)
     meta = traj.meta
     workspace = next(

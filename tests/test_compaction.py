@@ -173,7 +173,7 @@ def test_claude_code_prefix_after_a_compaction_starts_at_the_summary(tmp_path):
     path = _claude_compacted(tmp_path)
     traj = read_native(path, "claude-code")[0].trajectory
     assert [(c.after_step, c.kind, c.where, c.summary) for c in traj.compactions] == [
-        (1, "compact_boundary", "line 13", CLAUDE_SUMMARY)
+        (1, "compact_boundary", "line 12", CLAUDE_SUMMARY)
     ]
     assert "compaction" in traj.steps[0].flags and len(traj.steps) == len(
         read_native(CLAUDE_REAL, "claude-code")[0].trajectory.steps
@@ -183,7 +183,7 @@ def test_claude_code_prefix_after_a_compaction_starts_at_the_summary(tmp_path):
         [("user", CLAUDE_SUMMARY)],
         [("user", [{"type": "text", "text": CLAUDE_SUMMARY}])],
     )
-    assert r1["prefix"]["compaction"]["where"] == "line 13" and r1["prefix"]["ends_with"] == "observation"
+    assert r1["prefix"]["compaction"]["where"] == "line 12" and r1["prefix"]["ends_with"] == "observation"
     # what Claude Code sends beyond its file after a compaction is said, not hidden
     assert any(
         w["code"] == "compaction_render_differs" and "date reminder" in w["message"] for w in r1["warnings"]

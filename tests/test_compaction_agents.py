@@ -225,6 +225,13 @@ def test_the_main_loop_goes_on_across_a_real_compaction(tmp_path, agent):
     assert any(w["code"] == "compaction" and f"step {after}" in w["message"] for w in result["warnings"]), (
         result["warnings"]
     )
+    # the result names the compaction the journal prefix starts from (the summary exchange)
+    named = {k: result["prefix"]["compaction"][k] for k in ("after_step", "kind", "where")}
+    assert named == {
+        "after_step": after,
+        "kind": "summary_request",
+        "where": f"exchange {summaries[0].exchange}",
+    }
 
 
 def _texts(content) -> str:
@@ -349,3 +356,61 @@ def test_replay_only_across_a_real_compaction(tmp_path, agent):
     unseen = {2} if agent == "opencode" else set()
     assert result["replayed_tool_calls"] == len(calls) - len(unseen) and len(calls) == n
     assert all((t["replayed_call_id"] is not None) == (t["step"] not in unseen) for t in calls), calls
+
+
+def test_replay_across_a_compaction_says_what_it_cannot_do(tmp_path):
+    """From the native file (which holds no summary request) playback across the compaction is
+    refused before any agent starts; from the journal, an agent that does not compact again (run
+    without the settings it compacted with) is told in the result, not taken for a match."""
+    journal, report = _capture(tmp_path / "capture", "claude-code")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    common = [
+        "--agent",
+        "claude-code",
+        "--after-step",
+        "3",
+        "--replay-only",
+        "--workspace",
+        str(ws),
+        "--agent-entrypoint",
+        str(entrypoint("claude-code")),
+    ]
+    env = user_env(tmp_path / "capture" / "home")  # without CLAUDE_CODE_AUTO_COMPACT_WINDOW
+    native = pvisor(
+        [
+            "--journal",
+            str(journal),
+            "replay",
+            *common,
+            "--trajectory",
+            report["native_trajectory"],
+            "--output",
+            str(tmp_path / "n"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert (
+        native.returncode == 65 and "compaction_not_replayable" in native.stderr and "--run" in native.stderr
+    ), native.stderr
+    assert json.loads((tmp_path / "n" / "result.json").read_text())["derived_run"] is None
+    proc = pvisor(
+        [
+            "--journal",
+            str(journal),
+            "replay",
+            *common,
+            "--run",
+            report["run"],
+            "--output",
+            str(tmp_path / "j"),
+        ],
+        env=env,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    result = json.loads((tmp_path / "j" / "result.json").read_text())
+    missed = [d for d in result["context_differences"] if d["part"] == "compaction"]
+    assert missed and "did not" in missed[0]["detail"], (result["context_differences"], proc.stderr)

@@ -546,7 +546,9 @@ def test_a_lost_action_line_is_a_gap_at_its_step_never_a_renumbering(tmp_path):
         proc = prepare("--agent", "codex", "--trajectory", str(src), "--after-step", str(n), "--output", str(out), "--allow-damaged")
         one_line_error(proc, 65, "action_lost")
         assert "step 3" in proc.stderr.decode() and "choose N < 3" in proc.stderr.decode()
-        assert json.loads((out / "result.json").read_text())["boundary"]["steps_total"] == 4
+        failed = json.loads((out / "result.json").read_text())
+        # the failed result still lists the repair that explains it
+        assert failed["boundary"]["steps_total"] == 4 and any(w["code"] == "lost_action" for w in failed["warnings"])
 
 
 def test_a_lost_claude_code_reply_line_is_a_gap_at_its_step(tmp_path):

@@ -943,7 +943,8 @@ def test_without_a_compaction_rule_a_marker_is_plain_text():
 
 
 @pytest.mark.parametrize("content, words", [
-    ({"turns": [{"text": "a", "usage": {"input_tokens": 1}}]}, ["turns[0].usage", "output_tokens"]),
+    ({"turns": [{"text": "a", "usage": {"input_tokens": 1}}]}, ["turns[0].usage", "missing output_tokens"]),
+    ({"turns": [{"text": "a", "usage": {"input_tokens": 1, "output_tokens": 2, "cached": 3}}]}, ["turns[0].usage", "unknown field(s) cached"]),
     ({"turns": [{"text": "a", "usage": {"input_tokens": -1, "output_tokens": 1}}]}, ["turns[0].usage"]),
     ({"turns": [{"text": "a", "usage": {"input_tokens": True, "output_tokens": 1}}]}, ["turns[0].usage"]),
     ({"turns": [], "compaction": {"summary": "x"}}, ["compaction.when", "at least one"]),

@@ -548,7 +548,8 @@ class ClaudeCodeAdapter(NativeAdapter):
                     # the observation messages after it follow it
                     summary = _observation_message(_content(load(ref)))
                     text = "".join(p.text for p in summary.parts if isinstance(p, TextPart))
-                    c = Compaction(last.n, [summary], "compact_boundary", f"line {chain.line[i]}", text, len(last.after))
+                    where = f"line {boundary_line}" if boundary_line is not None else f"line {chain.line[i]}"
+                    c = Compaction(last.n, [summary], "compact_boundary", where, text, len(last.after))
                     # the messages it kept verbatim after the summary (compactMetadata.preservedMessages)
                     keep = {chain.ids.get(u) for u in preserved.get(boundary_line, ())} if boundary_line is not None else set()
                     kept_steps = [p.n for p in plans if isinstance(p, _Plan) and any(ln.index in keep for ln in p.msg.lines)]
