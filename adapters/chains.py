@@ -275,6 +275,9 @@ class Classification:
                 kept = slot.kept
                 for r in slot.requests:
                     out[r.id] = (chain.number, "main" if chain.role == "main" and r is kept else "auxiliary")
+        for lo in self.left_out:
+            if lo.kind == "compaction":  # a summary request belongs to the chain it summarises
+                out[lo.exchange] = (lo.chain, "auxiliary")
         for r in self.requests:
             out.setdefault(r.id, (None, "auxiliary"))
         return out

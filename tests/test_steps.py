@@ -1128,6 +1128,8 @@ def test_a_request_carrying_a_summary_continues_the_chain_it_summarises(tmp_path
         c = classify_run(r, "r-compact")
         assert [sl.kept.id for sl in c.main.slots] == steps and c.main.slots[2].compaction.id == summary
         assert [(lo.exchange, lo.kind) for lo in c.left_out] == [(summary, "compaction")]
+        # the roles journal show stores say the same chain as journal steps
+        assert c.roles()[summary] == (c.main.number, "auxiliary")
     traj = steps_of(path, "r-compact")
     # the step before takes its results from the summary request, which holds them
     assert "compaction" in traj.steps[1].flags and [x.content for x in traj.steps[1].observation.results] == ["alpha"]
