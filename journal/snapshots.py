@@ -1,0 +1,389 @@
+"""Workspace snapshots: a manifest of a directory tree whose file contents are content-addressed
+blobs, taken and restored by a driver (issue 15, the structure its capture and restore build on).
+
+A **manifest** lists every entry of the tree in path order: ``path`` (relative, ``/``-separated,
+never ``..``, never absolute), ``kind`` (:class:`EntryKind`: ``file``, ``dir``, ``symlink``),
+``mode`` (the permission bits, ``stat.S_IMODE``), and for a file its ``size`` and ``sha256``
+(the blob holding its bytes), for a symlink its ``target`` (the link text, kept as it is, even
+when it points outside the tree). Its :meth:`Manifest.digest` is the sha256 of its canonical
+JSON, so two snapshots of an unchanged tree have one digest and cost one manifest; unchanged
+files cost nothing (their blob exists already).
+
+A **driver** has two methods (:class:`SnapshotDriver`): ``checkpoint(root, put) -> Manifest``
+(``put(bytes) -> sha256`` stores a blob) and ``restore(manifest, get, target, force)`` (``get(sha256)
+-> bytes``). :class:`FilesystemDriver` is built in; another (a database, a service's state)
+registers under the entry point group :data:`ENTRY_POINT_GROUP` and is found by
+:func:`snapshot_driver`.
+
+The filesystem driver honours a ``.pvisorignore`` at the root (gitignore syntax, read with
+``pathspec``: the tool that git's own rules were re-implemented in for Python), never follows a
+symlink while walking, skips with a warning a file larger than ``max_file_bytes`` and stops
+adding files past ``max_total_bytes`` (warnings name each skipped path). Restore writes only
+below ``target``: every path is checked before anything is written, directories are made with
+``mkdir`` and files opened with ``O_NOFOLLOW | O_EXCL`` relative to their directory, and
+symlinks are made last, so that no write goes through a link, whatever the manifest holds.
+Files that change while the walk reads them (a tool still running) are read as they are then.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Callable, Protocol
+
+import orjson
+
+from .errors import BadInputError, UsageError
+
+#: entry point group of snapshot drivers (``name = "module:Class"``)
+ENTRY_POINT_GROUP = "pvisor.snapshot_drivers"
+#: the ignore file at a workspace's root (gitignore syntax)
+IGNORE_FILE = ".pvisorignore"
+#: default limits of a filesystem checkpoint
+MAX_FILE_BYTES = 64 << 20
+MAX_TOTAL_BYTES = 1 << 30
+MANIFEST_SCHEMA = "pvisor.snapshot-manifest/v1"
+
+
+class EntryKind(str, enum.Enum):
+    FILE = "file"
+    DIR = "dir"
+    SYMLINK = "symlink"
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One entry of a manifest (module docstring)."""
+
+    path: str
+    kind: EntryKind
+    mode: int
+    size: int = 0
+    sha256: str | None = None
+    target: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"path": self.path, "kind": self.kind.value, "mode": self.mode}
+        if self.kind is EntryKind.FILE:
+            out.update(size=self.size, sha256=self.sha256)
+        elif self.kind is EntryKind.SYMLINK:
+            out["target"] = self.target
+        return out
+
+
+@dataclass(slots=True)
+class Manifest:
+    """A snapshot: ``entries`` in path order and the ``warnings`` of the walk (one sentence each,
+    naming the path: a file over the size limit, past the total limit, unreadable)."""
+
+    entries: list[Entry] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": MANIFEST_SCHEMA,
+            "entries": [e.to_json() for e in self.entries],
+            "warnings": list(self.warnings),
+        }
+
+    def encode(self) -> bytes:
+        """The canonical bytes (keys sorted, compact): what :meth:`digest` hashes."""
+        return orjson.dumps(self.to_json(), option=orjson.OPT_SORT_KEYS)
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.encode()).hexdigest()
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(e.size for e in self.entries if e.kind is EntryKind.FILE)
+
+    @classmethod
+    def decode(cls, data: bytes, where: str = "manifest") -> "Manifest":
+        """Read a manifest; BadInputError (exit 65) naming the entry for anything malformed or
+        unsafe (:func:`check_path`)."""
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise BadInputError(f"{where}: not JSON ({exc})") from None
+        if (
+            not isinstance(doc, dict)
+            or doc.get("schema") != MANIFEST_SCHEMA
+            or not isinstance(doc.get("entries"), list)
+        ):
+            raise BadInputError(f"{where}: not a {MANIFEST_SCHEMA} document")
+        out = cls(warnings=[w for w in doc.get("warnings") or [] if isinstance(w, str)])
+        for i, e in enumerate(doc["entries"]):
+            at = f"{where}: entries[{i}]"
+            if (
+                not isinstance(e, dict)
+                or not isinstance(e.get("path"), str)
+                or not isinstance(e.get("mode"), int)
+            ):
+                raise BadInputError(f"{at}: expected an object with a path and a mode")
+            try:
+                kind = EntryKind(e.get("kind"))
+            except ValueError:
+                raise BadInputError(f"{at}: kind {e.get('kind')!r} is not file, dir or symlink") from None
+            check_path(e["path"], at)
+            if kind is EntryKind.FILE and not (
+                isinstance(e.get("sha256"), str) and isinstance(e.get("size"), int)
+            ):
+                raise BadInputError(f"{at}: a file needs its size and sha256")
+            if kind is EntryKind.SYMLINK and not isinstance(e.get("target"), str):
+                raise BadInputError(f"{at}: a symlink needs its target")
+            out.entries.append(
+                Entry(
+                    e["path"],
+                    kind,
+                    e["mode"] & 0o7777,
+                    e.get("size", 0) or 0,
+                    e.get("sha256"),
+                    e.get("target"),
+                )
+            )
+        return out
+
+
+def check_path(path: str, where: str) -> PurePosixPath:
+    """``path`` as a safe relative path: BadInputError naming ``where`` for an empty or absolute
+    path, a ``..`` or ``.`` component, a NUL byte or a backslash (a name no restore may write)."""
+    p = PurePosixPath(path)
+    if (
+        not path
+        or "\0" in path
+        or "\\" in path
+        or p.is_absolute()
+        or any(part in ("..", ".", "") for part in path.split("/"))
+    ):
+        raise BadInputError(
+            f"{where}: path {path!r} is not a relative path inside the snapshot (no '..', no absolute path)"
+        )
+    return p
+
+
+class SnapshotDriver(Protocol):
+    """Takes and restores snapshots (module docstring)."""
+
+    name: str
+
+    def checkpoint(self, root: Path, put: Callable[[bytes], str]) -> Manifest: ...
+
+    def restore(
+        self, manifest: Manifest, get: Callable[[str], bytes], target: Path, force: bool = False
+    ) -> None: ...
+
+
+def _ignore_spec(root: Path) -> Any:
+    ignore = root / IGNORE_FILE
+    if not ignore.is_file():
+        return None
+    import pathspec
+
+    return pathspec.GitIgnoreSpec.from_lines(
+        ignore.read_text(encoding="utf-8", errors="replace").splitlines()
+    )
+
+
+class FilesystemDriver:
+    """The built-in driver: a directory tree (module docstring)."""
+
+    name = "filesystem"
+
+    def __init__(self, max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES) -> None:
+        self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
+
+    def checkpoint(self, root: Path, put: Callable[[bytes], str]) -> Manifest:
+        """Walk ``root`` (never following a symlink) and store each file's bytes with ``put``.
+        Raises UsageError when ``root`` is not a directory."""
+        root = Path(root)
+        if not root.is_dir():
+            raise UsageError(f"workspace {root}: not a directory")
+        spec = _ignore_spec(root)
+        out = Manifest()
+        total = 0
+        stack = [""]
+        while stack:
+            rel_dir = stack.pop()
+            try:
+                with os.scandir(root / rel_dir if rel_dir else root) as it:
+                    items = sorted(it, key=lambda d: d.name)
+            except OSError as exc:
+                out.warnings.append(f"{rel_dir or '.'}: not read ({exc.strerror})")
+                continue
+            subdirs = []
+            for d in items:
+                rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
+                try:
+                    st = d.stat(follow_symlinks=False)
+                except OSError as exc:
+                    out.warnings.append(f"{rel}: not read ({exc.strerror})")
+                    continue
+                is_dir = stat.S_ISDIR(st.st_mode)
+                if spec is not None and spec.match_file(rel + ("/" if is_dir else "")):
+                    continue
+                mode = stat.S_IMODE(st.st_mode)
+                if stat.S_ISLNK(st.st_mode):
+                    out.entries.append(Entry(rel, EntryKind.SYMLINK, mode, target=os.readlink(d.path)))
+                elif is_dir:
+                    out.entries.append(Entry(rel, EntryKind.DIR, mode))
+                    subdirs.append(rel)
+                elif stat.S_ISREG(st.st_mode):
+                    if st.st_size > self.max_file_bytes:
+                        out.warnings.append(
+                            f"{rel}: {st.st_size} bytes, over the limit of {self.max_file_bytes} per file: "
+                            "left out"
+                        )
+                        continue
+                    if total + st.st_size > self.max_total_bytes:
+                        out.warnings.append(
+                            f"{rel}: left out, the snapshot would pass its limit of "
+                            f"{self.max_total_bytes} bytes"
+                        )
+                        continue
+                    try:
+                        data = Path(d.path).read_bytes()
+                    except OSError as exc:
+                        out.warnings.append(f"{rel}: not read ({exc.strerror})")
+                        continue
+                    total += len(data)
+                    out.entries.append(Entry(rel, EntryKind.FILE, mode, len(data), put(data)))
+                else:
+                    out.warnings.append(
+                        f"{rel}: neither a file, a directory nor a symlink "
+                        "(a socket, a FIFO, a device): left out"
+                    )
+            stack.extend(reversed(subdirs))
+        out.entries.sort(key=lambda e: e.path)
+        return out
+
+    def restore(
+        self, manifest: Manifest, get: Callable[[str], bytes], target: Path, force: bool = False
+    ) -> None:
+        """Write ``manifest`` into ``target`` (created when missing). Raises UsageError for a
+        non-empty ``target`` without ``force`` (exit 2), BadInputError (exit 65) naming the entry
+        for a path that is not safe, an entry below a symlink of the snapshot, or a blob whose
+        bytes do not match; nothing is written before every path was checked."""
+        target = Path(target)
+        if target.exists() and not target.is_dir():
+            raise UsageError(f"--into {target}: not a directory")
+        if target.is_dir() and any(target.iterdir()) and not force:
+            raise UsageError(f"--into {target}: not empty; give --force to restore into it anyway")
+        links = {e.path for e in manifest.entries if e.kind is EntryKind.SYMLINK}
+        for i, e in enumerate(manifest.entries):
+            p = check_path(e.path, f"snapshot entry {i}")
+            below = next((str(a) for a in p.parents if str(a) in links), None)
+            if below is not None:
+                raise BadInputError(
+                    f"snapshot entry {i}: {e.path!r} lies below the symlink {below!r} of the snapshot: "
+                    "restoring it would write through the link"
+                )
+        target.mkdir(parents=True, exist_ok=True)
+        root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            order = sorted(
+                manifest.entries, key=lambda e: (e.kind is EntryKind.SYMLINK, e.path.count("/"), e.path)
+            )
+            for e in order:
+                parts = e.path.split("/")
+                parent_fd = _open_dirs(root_fd, parts[:-1])
+                try:
+                    name = parts[-1]
+                    if e.kind is EntryKind.DIR:
+                        try:
+                            os.mkdir(name, 0o700, dir_fd=parent_fd)
+                        except FileExistsError:
+                            if not stat.S_ISDIR(
+                                os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode
+                            ):
+                                raise BadInputError(
+                                    f"snapshot entry {e.path!r}: the target holds something else there"
+                                ) from None
+                    elif e.kind is EntryKind.FILE:
+                        data = get(e.sha256 or "")
+                        if hashlib.sha256(data).hexdigest() != e.sha256:
+                            raise BadInputError(
+                                f"snapshot entry {e.path!r}: its blob does not match sha256 {e.sha256}"
+                            )
+                        if force:
+                            try:
+                                os.unlink(name, dir_fd=parent_fd)
+                            except FileNotFoundError:
+                                pass
+                        fd = os.open(
+                            name,
+                            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                            0o600,
+                            dir_fd=parent_fd,
+                        )
+                        try:
+                            view = memoryview(data)
+                            while view:
+                                view = view[os.write(fd, view) :]
+                            os.fchmod(fd, e.mode)
+                        finally:
+                            os.close(fd)
+                    else:
+                        if force:
+                            try:
+                                os.unlink(name, dir_fd=parent_fd)
+                            except FileNotFoundError:
+                                pass
+                        os.symlink(e.target or "", name, dir_fd=parent_fd)
+                finally:
+                    if parent_fd != root_fd:
+                        os.close(parent_fd)
+            # directory modes last: a read-only directory would refuse its own entries
+            for e in sorted(
+                (e for e in manifest.entries if e.kind is EntryKind.DIR), key=lambda e: -e.path.count("/")
+            ):
+                parts = e.path.split("/")
+                parent_fd = _open_dirs(root_fd, parts[:-1])
+                try:
+                    os.chmod(
+                        parts[-1], e.mode, dir_fd=parent_fd
+                    )  # a directory this restore made (checked above)
+                finally:
+                    if parent_fd != root_fd:
+                        os.close(parent_fd)
+        finally:
+            os.close(root_fd)
+
+
+def _open_dirs(root_fd: int, parts: list[str]) -> int:
+    """A descriptor of the directory ``parts`` below ``root_fd``, opened one level at a time
+    with ``O_NOFOLLOW`` (a symlink on the way is refused, never followed)."""
+    fd = root_fd
+    for part in parts:
+        try:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            if fd != root_fd:
+                os.close(fd)
+            raise BadInputError(
+                f"snapshot entry directory {part!r}: cannot be entered without following a link "
+                f"({exc.strerror})"
+            ) from None
+        if fd != root_fd:
+            os.close(fd)
+        fd = nxt
+    return fd
+
+
+def snapshot_driver(name: str = "filesystem") -> SnapshotDriver:
+    """The driver registered under ``name``: the built-in :class:`FilesystemDriver`, else an
+    entry point of :data:`ENTRY_POINT_GROUP`. Raises UsageError naming the known drivers."""
+    if name == FilesystemDriver.name:
+        return FilesystemDriver()
+    from importlib.metadata import entry_points
+
+    found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    if name not in found:
+        raise UsageError(
+            f"no snapshot driver {name!r}; known: {', '.join(sorted({FilesystemDriver.name, *found}))}"
+        )
+    return found[name].load()()
