@@ -38,10 +38,13 @@ class Capture:
         return (Path(self.report["run_dir"]) / f"attempt-{attempt}.stdout").read_bytes()
 
 
-def _run(agent: str, root: Path, journal: Path, workspace: Path, home: Path, script: Path, task: str, *extra: str) -> tuple[Any, dict]:
+def _run(agent: str, root: Path, journal: Path, workspace: Path, home: Path, script: Path, task: str, *extra: str,
+         env: dict[str, str] | None = None) -> tuple[Any, dict]:
+    """``pvisor run --script`` of ``agent`` (``extra`` options before the task, ``env`` more
+    variables for the agent): (process, the ``--json`` report)."""
     args = ["--journal", str(journal), "run", "--agent", agent, "--agent-entrypoint", str(entrypoint(agent)), "--script", str(script),
             "--workspace", str(workspace), "--timeout", str(AGENT_TIMEOUT_S), "--json", *extra, "--", task]
-    proc = pvisor(args, env=user_env(home), cwd=root, timeout=AGENT_TIMEOUT_S + 60)
+    proc = pvisor(args, env=user_env(home, **(env or {})), cwd=root, timeout=AGENT_TIMEOUT_S + 60)
     assert "Traceback" not in proc.stderr, proc.stderr
     try:
         report = json.loads(proc.stdout)

@@ -35,6 +35,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from agent_captures import _run
 from agent_helpers import entrypoint, pvisor, user_env
 from pvisor.adapters.chains import classify_run
 from pvisor.journal.reader import JournalReader
@@ -156,49 +157,29 @@ def _capture(tmp_path: Path, agent: str) -> tuple[Path, dict]:
                 }
             )
         )
-    if agent == "codex":
-        spec = {
-            "agent": agent,
-            "journal": str(journal),
-            "entrypoint": str(entrypoint(agent)),
-            "script": str(tmp_path / "script.json"),
-            "workspace": str(ws),
-            "args": CODEX_ARGS,
-        }
-        journal.parent.mkdir()
-        proc = subprocess.run(
-            [sys.executable, "-c", _API_RUN, json.dumps(spec)],
-            env=user_env(home, **env),
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
-        )
-    else:
-        proc = pvisor(
-            [
-                "--journal",
-                str(journal),
-                "run",
-                "--agent",
-                agent,
-                "--agent-entrypoint",
-                str(entrypoint(agent)),
-                "--script",
-                str(tmp_path / "script.json"),
-                "--workspace",
-                str(ws),
-                "--timeout",
-                "240",
-                "--json",
-                "--",
-                "Run the commands.",
-            ],
-            env=user_env(home, **env),
-            cwd=tmp_path,
-            timeout=300,
-        )
+    if agent != "codex":
+        return journal, _run(
+            agent, tmp_path, journal, ws, home, tmp_path / "script.json", "Run the commands.", env=env
+        )[1]
+    # Codex compacts only with a launch argument, which pvisor run takes none of: the Python API
+    spec = {
+        "agent": agent,
+        "journal": str(journal),
+        "entrypoint": str(entrypoint(agent)),
+        "script": str(tmp_path / "script.json"),
+        "workspace": str(ws),
+        "args": CODEX_ARGS,
+    }
+    journal.parent.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-c", _API_RUN, json.dumps(spec)],
+        env=user_env(home, **env),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return journal, json.loads(proc.stdout)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import jsonschema
 import orjson
 import pytest
+from agent_captures import _run
 from agent_helpers import AGENTS, SUBMIT, entrypoint, pvisor, tree, user_env
 from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.reader import JournalReader
@@ -248,28 +249,9 @@ def _fresh_capture(agent: str, root: Path):
     script = root / "script.json"
     script.write_text(json.dumps(script_for(agent)))
     journal = data / "journal.sqlite"
-    proc = pvisor(
-        [
-            "--journal",
-            str(journal),
-            "run",
-            "--agent",
-            agent,
-            "--agent-entrypoint",
-            str(entrypoint(agent)),
-            "--script",
-            str(script),
-            "--workspace",
-            str(ws),
-            "--json",
-            "--",
-            TASK,
-        ],
-        env=user_env(home),
-        cwd=root,
-    )
+    proc, report = _run(agent, root, journal, ws, home, script, TASK)
     assert proc.returncode == 0, proc.stderr
-    return journal, json.loads(proc.stdout)["run"], home
+    return journal, report["run"], home
 
 
 def test_bad_input_gets_one_clear_line_and_a_documented_exit_code(stack, tmp_path):
@@ -373,28 +355,9 @@ def test_reasoning_strip_on_a_capture_with_signed_thinking(stack, tmp_path):
         )
     )
     journal = data / "journal.sqlite"
-    proc = pvisor(
-        [
-            "--journal",
-            str(journal),
-            "run",
-            "--agent",
-            "claude-code",
-            "--agent-entrypoint",
-            str(entrypoint("claude-code")),
-            "--script",
-            str(script),
-            "--workspace",
-            str(ws),
-            "--json",
-            "--",
-            "Write a.txt.",
-        ],
-        env=user_env(home),
-        cwd=root,
-    )
+    proc, report = _run("claude-code", root, journal, ws, home, script, "Write a.txt.")
     assert proc.returncode == 0, proc.stderr
-    run_id = json.loads(proc.stdout)["run"]
+    run_id = report["run"]
     gw = live_side(stack, "claude-code")
     from types import SimpleNamespace
 
