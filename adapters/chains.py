@@ -650,6 +650,12 @@ def _summary_lines(text: str) -> list[str]:
     return [ln.strip() for ln in _TAG.sub("\n", text).splitlines() if len(ln.strip()) >= _SUMMARY_LINE_MIN]
 
 
+def _summary_share(lines: list[str], text: str) -> float:
+    """The share of a summary's ``lines`` that ``text`` holds: a request carries the summary
+    when it is at least one half (the chain rule and the online matcher ask the same)."""
+    return sum(ln in text for ln in lines) / len(lines) if lines else 0.0
+
+
 def _after_compaction(req: Request, own: list[Message], seen: list[Request], chains: list[Chain], chain_of: dict[str, int],
                       responses: "_ResponseIds", compacted: dict[str, tuple[int, str]]) -> tuple[Chain, Request] | None:
     """The chain ``req`` continues after a compaction, and the summary exchange: ``req``
@@ -682,7 +688,7 @@ def _after_compaction(req: Request, own: list[Message], seen: list[Request], cha
             continue
         if text is None:
             text = _texts(own)
-        if sum(ln in text for ln in lines) * 2 < len(lines):
+        if _summary_share(lines, text) < 0.5:
             continue
         if summary.id in compacted:  # a summary an earlier request carried already
             return chains[compacted[summary.id][0] - 1], summary
@@ -1167,9 +1173,7 @@ class OnlineMatcher:
         best: tuple[float, int] | None = None
         found = None
         for i, c in enumerate(self.compactions):
-            if not c.summary_lines:
-                continue
-            share = sum(ln in text for ln in c.summary_lines) / len(c.summary_lines)
+            share = _summary_share(c.summary_lines, text)
             if share >= 0.5 and (best is None or (share, i) > best):
                 best, found = (share, i), c
         return found

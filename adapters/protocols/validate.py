@@ -371,11 +371,12 @@ _C_TEXTS = one_of(STR, array(_C_TEXT), name="a string or a list of text parts")
 _C_CALL = obj(
     {"id": STR, "type": enum("function"), "function": obj({"name": STR, "arguments": STR})}, {"index": INT}
 )
+_C_INSTRUCTIONS = obj({"role": STR, "content": _C_TEXTS}, {"name": STR})  # a system or developer message
 _C_MESSAGE = tagged(
     "role",
     {
-        "system": obj({"role": STR, "content": _C_TEXTS}, {"name": STR}),
-        "developer": obj({"role": STR, "content": _C_TEXTS}, {"name": STR}),
+        "system": _C_INSTRUCTIONS,
+        "developer": _C_INSTRUCTIONS,
         "user": obj(
             {"role": STR, "content": one_of(STR, array(_C_PART), name="a string or a list of content parts")},
             {"name": STR},
@@ -488,30 +489,17 @@ _R_OUT_CONTENT = tagged(
     name="output content",
 )
 _R_ITEM_COMMON = {"id": nullable(STR), "status": nullable(enum("in_progress", "completed", "incomplete"))}
+#: a user, system or developer message: the same shape for the three roles
+_R_INPUT_MESSAGE = obj(
+    {"role": STR, "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content")},
+    {"type": enum("message"), **_R_ITEM_COMMON},
+)
 _R_MESSAGE = tagged(
     "role",
     {
-        "user": obj(
-            {
-                "role": STR,
-                "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content"),
-            },
-            {"type": enum("message"), **_R_ITEM_COMMON},
-        ),
-        "system": obj(
-            {
-                "role": STR,
-                "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content"),
-            },
-            {"type": enum("message"), **_R_ITEM_COMMON},
-        ),
-        "developer": obj(
-            {
-                "role": STR,
-                "content": one_of(STR, array(_R_IN_CONTENT), name="a string or a list of input content"),
-            },
-            {"type": enum("message"), **_R_ITEM_COMMON},
-        ),
+        "user": _R_INPUT_MESSAGE,
+        "system": _R_INPUT_MESSAGE,
+        "developer": _R_INPUT_MESSAGE,
         "assistant": obj(
             {
                 "role": STR,
