@@ -971,6 +971,13 @@ class RecordedCompaction:
     summary_lines: list[str]
     kept: list[tuple[str, list[Any]]]
     exchange: str = ""  #: the recorded summary exchange, whose reply playback serves again
+    history_messages: int = 0  #: messages of request ``after_step + 1``, the first that carries the summary
+    summary_sha256: str | None = None  #: of the summary reply's text
+
+    def record(self) -> dict[str, Any]:
+        """The result's ``prefix.compaction`` for a prefix or replay from the journal run."""
+        return {"after_step": self.after_step, "kind": "summary_request", "where": f"exchange {self.exchange}",
+                "history_messages": self.history_messages, "summary_sha256": self.summary_sha256}
 
 
 def _last_user_text(messages: list[Message]) -> str:
@@ -995,7 +1002,8 @@ def recorded_compactions(c: Classification, final_response: Callable[[Exchange],
             kept = [said(mod, msgs) for _, msgs in _groups(slot.kept.conversation().messages)]
         except (BadInputError, TypeError, AttributeError):
             continue
-        out.append(RecordedCompaction(i, prompt, _summary_lines(action.text), kept, summary.id))
+        digest = hashlib.sha256(action.text.encode("utf-8", "surrogatepass")).hexdigest() if action.text else None
+        out.append(RecordedCompaction(i, prompt, _summary_lines(action.text), kept, summary.id, len(slot.kept.messages), digest))
     return out
 
 

@@ -415,8 +415,7 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
             }
             # the recorded compaction the replayed agent compacted again at (journal sources)
             comp = next((c for c in reversed(rec.compactions) if c.after_step <= opts.after_step), None)
-            compaction = ({"after_step": comp.after_step, "kind": "summary_request", "where": f"exchange {comp.exchange}",
-                           "history_messages": 1 + len(comp.kept), "summary_sha256": None} if comp is not None else None)
+            compaction = comp.record() if comp is not None else None
             result["prefix"] = prefix_record(
                 rec.protocol, body, meta, out, opts.after_step, rendered, exchange, origin, compaction
             )

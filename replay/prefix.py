@@ -314,31 +314,14 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
 
 def _journal_compaction(reader: Any, classification: Any, after_step: int) -> dict[str, Any] | None:
     """``prefix.compaction`` of a journal prefix: the last compaction of the main chain at or
-    before N (a slot whose request carries a summary, docs/steps.md), as ``{after_step, kind
-    "summary_request", where "exchange ID", history_messages, summary_sha256}``, or None."""
-    import hashlib
+    before N (a slot whose request carries a summary, docs/steps.md;
+    :meth:`~pvisor.adapters.chains.RecordedCompaction.record`), or None."""
+    from pvisor.adapters.chains import read_final_response, recorded_compactions
 
-    from pvisor.adapters.chains import read_final_response
-
-    main = classification.main
-    found = None
-    for i, slot in enumerate(main.slots if main is not None else []):
-        if slot.compaction is not None and i <= after_step:
-            found = (i, slot)
-    if found is None:
-        return None
-    i, slot = found
-    summary = slot.compaction
-    text = None
-    try:
-        final = read_final_response(reader, summary.exchange)[0]
-        if isinstance(final, dict) and summary.protocol:
-            text = get_protocol(summary.protocol).response_to_action(final).text
-    except PvisorError:
-        text = None
-    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest() if text else None
-    return {"after_step": i, "kind": "summary_request", "where": f"exchange {summary.id}",
-            "history_messages": len(slot.kept.messages), "summary_sha256": digest}
+    if classification.main is None or not any(slot.compaction is not None for slot in classification.main.slots):
+        return None  # the run compacted nothing: no response is read
+    found = [c for c in recorded_compactions(classification, lambda ex: read_final_response(reader, ex)[0]) if c.after_step <= after_step]
+    return found[-1].record() if found else None
 
 
 # --------------------------------------------------------------------------- profiles
