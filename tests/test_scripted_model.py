@@ -934,7 +934,9 @@ def test_summary_rule_applies_in_every_protocol(protocol):
     assert text.endswith("[pvisor scripted summary of 1 turns]")
 
 
-def test_without_a_compaction_rule_a_marker_is_plain_text():
+def test_without_a_compaction_rule_a_summary_request_is_ordinary_and_a_marker_still_counts():
+    # the marker is read whatever the script (it can only come from a summary reply); what the
+    # rule adds is recognising the summary request
     m = model_of({k: v for k, v in COMPACTION_SCRIPT.items() if k != "compaction"})
     after = [{"role": "user", "content": "[pvisor scripted summary of 2 turns]"}]
     assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(after)))[0] == "turn 2"
