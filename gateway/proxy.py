@@ -30,6 +30,7 @@ from aiohttp import web
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
 from pvisor.journal.model import redact_url
+from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driver
 from pvisor.journal.writer import Journal, new_run_id
 
 from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
@@ -37,6 +38,7 @@ from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unr
 from .recorder import Current, Recorder, us_since
 from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
 from .routing import RUN_HEADER, Route, Router
+from .snapshots import WorkspaceSnapshots
 
 __all__ = ["Gateway", "GatewayConfig", "finalize_response", "os_error_reason", "SOCK_CONNECT_TIMEOUT_S"]
 
@@ -75,7 +77,9 @@ class GatewayConfig:
     ``shutdown_grace`` seconds :meth:`Gateway.stop` waits for exchanges in flight;
     ``attempt`` the attempt number recorded for the exchanges of the gateway's own run (``pvisor
     run --resume`` records a native resume as attempt 2, 3, ...; other runs get 1); ``offline``
-    refuse every Forward answer (no upstream is contacted: replay-only).
+    refuse every Forward answer (no upstream is contacted: replay-only); ``workspace`` the
+    directory snapshotted when a candidate main-loop request arrives (None: no snapshots), with
+    the snapshot driver named ``snapshot_driver``.
     """
 
     host: str = "127.0.0.1"
@@ -88,6 +92,8 @@ class GatewayConfig:
     shutdown_grace: float = 10.0
     attempt: int = 1
     offline: bool = False
+    workspace: Path | None = None
+    snapshot_driver: str = "filesystem"
 
 
 class Gateway:
@@ -121,6 +127,11 @@ class Gateway:
         self.recorder = Recorder(journal, self._log)
         self._log_listener: logging.handlers.QueueListener | None = None
         self._routed_logs = False
+        self.snapshots: WorkspaceSnapshots | None = None
+        if config.workspace is not None:
+            self.snapshots = WorkspaceSnapshots(
+                config.workspace, lambda: self.recorder.journal, snapshot_driver(config.snapshot_driver)
+            )
 
     @property
     def journal(self) -> Journal:
@@ -186,6 +197,8 @@ class Gateway:
             runner, self._runner = self._runner, None
             await runner.cleanup()
         await self.forwarder.close()
+        if self.snapshots is not None:
+            await self.snapshots.close()
         if self._routed_logs:
             unroute_aiohttp_logs(self._log)
             self._routed_logs = False
@@ -204,6 +217,16 @@ class Gateway:
         while self.journal.error is None:
             await asyncio.sleep(interval)
         return self.journal.error
+
+    async def take_snapshot(self, kind: SnapshotKind, run: str | None = None, attempt: int | None = None) -> SnapshotRecord | None:
+        """Snapshot the workspace now for ``run`` (default the gateway's own), e.g. ``START``
+        before the agent starts and ``END`` after it ended; None without a workspace. Waits for
+        the walk (in its thread: the loop goes on serving)."""
+        if self.snapshots is None:
+            return None
+        pending = self.snapshots.take(run or self.run, attempt or self.config.attempt, kind)
+        records = await asyncio.shield(pending.done)
+        return next(r for r in records if r.id == pending.id)
 
     async def drain(self, timeout: float = 30.0) -> None:
         """Wait until no request is in flight (up to ``timeout`` s), then until the journal has
@@ -238,6 +261,10 @@ class Gateway:
         headers = list(request.headers.items())
         attempt = self.config.attempt if route.run == self.run else 1
         self.recorder.begin(cur, route, request.method, headers, attempt)
+        if self.snapshots is not None and request.method == "POST" and self.router.is_candidate(route):
+            # the walk starts now and the request goes on at once; the answer's first byte waits for it
+            assert cur.pending is not None
+            cur.snapshot = self.snapshots.take(route.run, attempt, SnapshotKind.REQUEST, cur.pending.id)
         cur.encoding = request.headers.get("Content-Encoding")
         # the body first, also for the answers the gateway gives itself, so that it is recorded
         refused = await self._read_body(request, cur)
@@ -328,6 +355,11 @@ class Gateway:
             self.recorder.finish(cur, answer.status, outcome, error, cur.body, up_headers, b"".join(chunks), streamed, timings,
                                  headers_us, timings[0] if timings else None, received, delivered)
 
+        if cur.snapshot is not None and self.snapshots is not None:
+            # no byte of the answer (so no tool call it asks for) before the workspace was read
+            held = perf_counter()
+            await asyncio.shield(cur.snapshot.done)
+            self.snapshots.held(cur.snapshot.id, int((perf_counter() - held) * 1e6))
         try:
             await resp.prepare(request)
         except _CLIENT_GONE:

@@ -12,12 +12,16 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pvisor.journal.model import redact_url
 from pvisor.journal.writer import Journal, PendingExchange
 
 from .responder import ServedBy
 from .routing import Route
+
+if TYPE_CHECKING:
+    from .snapshots import PendingSnapshot
 
 
 @dataclass(slots=True)
@@ -35,6 +39,7 @@ class Current:
     served_by: ServedBy = ServedBy.REFUSED
     flags: tuple[str, ...] = ()
     forwarded: bytes | None = None  # a responder's own body sent upstream instead of the agent's
+    snapshot: PendingSnapshot | None = None  # the workspace walk the answer's first byte waits for
 
 
 def us_since(pending: PendingExchange) -> int:

@@ -104,15 +104,23 @@ class Router:
         self.fallback = next(iter(self.explicit)) if len(self.explicit) == 1 else None
         self._matchers: list[tuple[str, str, Callable[[str], bool]]] = []
         self._wants_stream: dict[str, Callable] = {}
+        self._counts_tokens: dict[str, Callable[[str], bool]] = {}
         for name, (_, protocols) in UPSTREAMS.items():
             for proto in protocols:
                 self._matchers.append((proto, name, get_protocol(proto).matches))
                 self._wants_stream[proto] = get_protocol(proto).wants_stream
+                self._counts_tokens[proto] = get_protocol(proto).counts_tokens
 
     def path_streams(self, route: Route) -> bool:
         """Whether the route's protocol streams by path alone (Gemini ``:streamGenerateContent``
         answers a JSON array without ``alt=sse``); the others say so in the body."""
         return route.protocol is not None and self._wants_stream[route.protocol](route.path, route.query, {})
+
+    def is_candidate(self, route: Route) -> bool:
+        """Whether a request on ``route`` may be a main-loop request: a protocol path that asks
+        for a reply (not a token count). The chain rule decides later; every candidate gets a
+        workspace snapshot."""
+        return route.protocol is not None and not self._counts_tokens[route.protocol](route.path)
 
     def protocol_of(self, path: str) -> tuple[str | None, str | None]:
         """(protocol name, upstream name) of an exact protocol path, or (None, None)."""

@@ -16,7 +16,7 @@ import sqlite3
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import orjson
@@ -25,13 +25,18 @@ from . import blobs
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import Attempt, Exchange, Run, unpack_timings
 
+if TYPE_CHECKING:
+    from .snapshots import Manifest, SnapshotRecord
+
 _CACHE_BYTES = 64 * 1024 * 1024
 #: seconds a reader waits for a writer's lock (sqlite3's busy timeout)
 BUSY_TIMEOUT_S = 5.0
 #: the migration set and the migrations this pvisor knows (journal/schema.py registers them;
 #: kept here too so that a reader need not import sqlite-utils; a test checks they agree)
 MIGRATION_SET = "pvisor.journal"
-KNOWN_MIGRATIONS = ("m001_initial", "m002_exchanges_by_arrival", "m003_served_by", "m004_forwarded_body")
+KNOWN_MIGRATIONS = (
+    "m001_initial", "m002_exchanges_by_arrival", "m003_served_by", "m004_forwarded_body", "m005_snapshots",
+)
 #: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
 #: open that failed only because the -shm file cannot be created or written
 _READ_ONLY_MEDIA_CODES = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY", "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY"})
@@ -308,6 +313,43 @@ class JournalReader:
             {**dict(r), "data": orjson.loads(r["data"]) if r["data"] is not None else None}
             for r in cur
         ]
+
+    # ------------------------------------------------------------------ workspace snapshots
+
+    def has_snapshots_table(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'").fetchone() is not None
+
+    def snapshots(self, run_id: str) -> list[SnapshotRecord]:
+        """The run's workspace snapshots in the order they were taken (``manifest`` not loaded:
+        ``digest`` names its blob; :meth:`manifest` reads it). [] for a journal of schema 4
+        or older."""
+        from .snapshots import SnapshotKind, SnapshotRecord
+
+        if not self.has_snapshots_table():
+            return []
+        rows = self.conn.execute("SELECT * FROM snapshots WHERE run_id = ? ORDER BY taken_ms, rowid", (run_id,)).fetchall()
+        out = []
+        for r in rows:
+            try:
+                kind = SnapshotKind(r["kind"])
+            except ValueError:
+                raise IntegrityError(f"journal {self.path}: snapshot {r['id']} has kind {r['kind']!r}") from None
+            out.append(SnapshotRecord(
+                id=r["id"], run=r["run_id"], attempt=r["attempt"], kind=kind, driver=r["driver"], taken_ms=r["taken_ms"],
+                exchange=r["exchange_id"], digest=r["manifest"], walk_us=r["walk_us"] or 0, entries=r["entries"], files=r["files"],
+                bytes=r["bytes"], read_bytes=r["read_bytes"], warnings=_json(r, "warnings", "snapshots"), error=r["error"],
+                after_step=r["after_step"], hold_us=r["hold_us"],
+            ))
+        return out
+
+    def manifest(self, snapshot: SnapshotRecord) -> Manifest:
+        """The manifest of ``snapshot``. IntegrityError when its blob is missing or damaged,
+        BadInputError when it does not read as a manifest (both name the snapshot)."""
+        from .snapshots import Manifest
+
+        if snapshot.digest is None:
+            raise IntegrityError(f"journal {self.path}: snapshot {snapshot.id} has no manifest ({snapshot.error or 'the walk failed'})")
+        return Manifest.decode(self.blob(snapshot.digest), f"journal {self.path}: snapshot {snapshot.id}")
 
     # ------------------------------------------------------------------ blobs
 

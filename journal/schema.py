@@ -136,6 +136,40 @@ def m004_forwarded_body(db: Database) -> None:
     db.execute("ALTER TABLE exchanges ADD COLUMN forwarded_body TEXT")
 
 
+@MIGRATIONS(name="m005_snapshots")
+def m005_snapshots(db: Database) -> None:
+    """Workspace snapshots (``snapshots``): one row per checkpoint of a run's workspace, taken at
+    the start of the run (``kind`` ``start``), when a candidate main-loop request arrived
+    (``request``, ``exchange_id`` names it) and at the end (``end``). ``manifest`` is the blob
+    sha256 of its manifest (docs/journal.md "Workspace snapshots"), whose file contents are
+    blobs too; ``after_step`` is the step whose tools the workspace has seen (0: before the
+    first action), bound when the run is classified (NULL: not bound, or an auxiliary request)."""
+    db.execute(
+        """CREATE TABLE snapshots (
+        id TEXT PRIMARY KEY,
+        run_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL DEFAULT 1,
+        kind TEXT NOT NULL,
+        exchange_id TEXT,
+        driver TEXT NOT NULL,
+        manifest TEXT,
+        taken_ms REAL NOT NULL,
+        walk_us INTEGER,
+        hold_us INTEGER,
+        entries INTEGER NOT NULL DEFAULT 0,
+        files INTEGER NOT NULL DEFAULT 0,
+        bytes INTEGER NOT NULL DEFAULT 0,
+        read_bytes INTEGER NOT NULL DEFAULT 0,
+        warnings TEXT NOT NULL DEFAULT '[]',
+        error TEXT,
+        after_step INTEGER,
+        writer_id INTEGER
+    )"""
+    )
+    db.execute("CREATE INDEX snapshots_run ON snapshots(run_id, taken_ms)")
+    db.execute("CREATE INDEX snapshots_exchange ON snapshots(exchange_id)")
+
+
 #: tables of a pvisor journal; a database with other tables and none of these is not one
 JOURNAL_TABLES = ("meta", "writers", "events", "runs", "attempts", "blobs", "exchanges")
 

@@ -31,9 +31,11 @@ import enum
 import hashlib
 import os
 import stat
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import orjson
 
@@ -46,7 +48,51 @@ IGNORE_FILE = ".pvisorignore"
 #: default limits of a filesystem checkpoint
 MAX_FILE_BYTES = 64 << 20
 MAX_TOTAL_BYTES = 1 << 30
+MAX_ENTRIES = 200_000
+#: a file changed this recently (ns) before it was read is read again by the next walk
+RACY_NS = 2_000_000_000
 MANIFEST_SCHEMA = "pvisor.snapshot-manifest/v1"
+
+
+class SnapshotKind(str, enum.Enum):
+    """When a snapshot was taken (journal column ``snapshots.kind``)."""
+
+    START = "start"  #: at the start of the run, before the agent started (step 0)
+    REQUEST = "request"  #: when a candidate main-loop request arrived (the previous step's tools ran)
+    END = "end"  #: after the agent ended (the last step's tools ran)
+
+
+@dataclass(slots=True)
+class SnapshotRecord:
+    """One snapshot as the journal stores it (a ``snapshots`` row, docs/journal.md).
+
+    Fields: ``id`` (``s-`` + hex, made by the taker); ``run``, ``attempt``; ``kind``;
+    ``exchange`` (the request a ``request`` snapshot was taken for); ``driver`` (its name);
+    ``manifest`` (the canonical manifest bytes, None when the walk failed) and ``digest`` (their
+    sha256); ``taken_ms`` (Unix epoch ms when the walk began); ``walk_us`` (its duration);
+    ``entries``, ``files``, ``bytes`` (files' total size), ``read_bytes`` (bytes read from the
+    disk: files new or changed since the taker's previous walk); ``warnings`` (the manifest's);
+    ``error`` (why the walk failed: the workspace is gone, ...); ``after_step`` (bound later);
+    ``hold_us`` (how long the gateway held the first byte of the request's answer for it)."""
+
+    id: str
+    run: str
+    attempt: int
+    kind: SnapshotKind
+    driver: str
+    taken_ms: float
+    exchange: str | None = None
+    manifest: bytes | None = None
+    digest: str | None = None
+    walk_us: int = 0
+    entries: int = 0
+    files: int = 0
+    bytes: int = 0
+    read_bytes: int = 0
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    after_step: int | None = None
+    hold_us: int | None = None
 
 
 class EntryKind(str, enum.Enum):
@@ -82,6 +128,7 @@ class Manifest:
 
     entries: list[Entry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    read_bytes: int = 0  # bytes the walk read from the disk (not part of the manifest)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -102,7 +149,7 @@ class Manifest:
         return sum(e.size for e in self.entries if e.kind is EntryKind.FILE)
 
     @classmethod
-    def decode(cls, data: bytes, where: str = "manifest") -> "Manifest":
+    def decode(cls, data: bytes, where: str = "manifest") -> Manifest:
         """Read a manifest; BadInputError (exit 65) naming the entry for anything malformed or
         unsafe (:func:`check_path`)."""
         try:
@@ -193,20 +240,36 @@ class FilesystemDriver:
 
     name = "filesystem"
 
-    def __init__(self, max_file_bytes: int = MAX_FILE_BYTES, max_total_bytes: int = MAX_TOTAL_BYTES) -> None:
+    def __init__(
+        self,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        max_total_bytes: int = MAX_TOTAL_BYTES,
+        max_entries: int = MAX_ENTRIES,
+        racy_ns: int = RACY_NS,
+    ) -> None:
         self.max_file_bytes = max_file_bytes
         self.max_total_bytes = max_total_bytes
+        self.max_entries = max_entries
+        self.racy_ns = racy_ns
+        # path -> (inode, size, mtime_ns, ctime_ns, sha256) of the previous walk's files
+        self._known: dict[str, tuple[int, int, int, int, str]] = {}
 
     def checkpoint(self, root: Path, put: Callable[[bytes], str]) -> Manifest:
         """Walk ``root`` (never following a symlink) and store each file's bytes with ``put``.
-        Raises UsageError when ``root`` is not a directory."""
+        A file whose inode, size, mtime and ctime are those of the previous walk of this
+        driver (and were not changed in the last ``racy_ns`` before it was read: git's "racily
+        clean" rule, as two writes within a clock tick leave one mtime) is not read again: its blob is stored already. Raises UsageError when
+        ``root`` is not a directory."""
         root = Path(root)
         if not root.is_dir():
             raise UsageError(f"workspace {root}: not a directory")
         spec = _ignore_spec(root)
         out = Manifest()
         total = 0
+        count = 0
         stack = [""]
+        known = self._known
+        seen: dict[str, tuple[int, int, int, int, str]] = {}
         while stack:
             rel_dir = stack.pop()
             try:
@@ -226,6 +289,14 @@ class FilesystemDriver:
                 is_dir = stat.S_ISDIR(st.st_mode)
                 if spec is not None and spec.match_file(rel + ("/" if is_dir else "")):
                     continue
+                if count >= self.max_entries:
+                    out.warnings.append(
+                        f"{rel}: left out, the snapshot would pass its limit of {self.max_entries} entries "
+                        "(the rest of the workspace is left out too; list what to skip in .pvisorignore)"
+                    )
+                    stack.clear()
+                    break
+                count += 1
                 mode = stat.S_IMODE(st.st_mode)
                 if stat.S_ISLNK(st.st_mode):
                     out.entries.append(Entry(rel, EntryKind.SYMLINK, mode, target=os.readlink(d.path)))
@@ -245,19 +316,34 @@ class FilesystemDriver:
                             f"{self.max_total_bytes} bytes"
                         )
                         continue
-                    try:
-                        data = Path(d.path).read_bytes()
-                    except OSError as exc:
-                        out.warnings.append(f"{rel}: not read ({exc.strerror})")
-                        continue
-                    total += len(data)
-                    out.entries.append(Entry(rel, EntryKind.FILE, mode, len(data), put(data)))
+                    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                    prev = known.get(rel)
+                    if prev is not None and prev[:4] == key:
+                        sha, size = prev[4], st.st_size
+                        seen[rel] = prev
+                    else:
+                        try:
+                            data = _read_file(d.path)
+                        except OSError as exc:
+                            out.warnings.append(f"{rel}: not read ({exc.strerror})")
+                            continue
+                        size = len(data)
+                        out.read_bytes += size
+                        sha = put(data)
+                        if (
+                            time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= self.racy_ns
+                            and size == st.st_size
+                        ):
+                            seen[rel] = (*key, sha)
+                    total += size
+                    out.entries.append(Entry(rel, EntryKind.FILE, mode, size, sha))
                 else:
                     out.warnings.append(
                         f"{rel}: neither a file, a directory nor a symlink "
                         "(a socket, a FIFO, a device): left out"
                     )
             stack.extend(reversed(subdirs))
+        self._known = seen
         out.entries.sort(key=lambda e: e.path)
         return out
 
@@ -352,6 +438,21 @@ class FilesystemDriver:
                         os.close(parent_fd)
         finally:
             os.close(root_fd)
+
+
+def _read_file(path: str) -> bytes:
+    """The bytes of a regular file, opened without following a symlink (a file replaced by a
+    link between the walk's stat and this read is refused, never read through)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        parts = []
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                return b"".join(parts)
+            parts.append(chunk)
+    finally:
+        os.close(fd)
 
 
 def _open_dirs(root_fd: int, parts: list[str]) -> int:

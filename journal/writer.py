@@ -41,6 +41,7 @@ from .content_encoding import DEFAULT_LIMIT, DecodeError, decode_body
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import REQUEST_HEADER_ALLOW, Attempt, Run, pack_timings, redact_echoed_secrets, redact_exchange_meta
 from .paths import create_private_file
+from .snapshots import SnapshotRecord
 
 COMMIT_INTERVAL_S = 0.1
 GATHER_S = 0.05  # a batch is committed at most this long after its first message arrived
@@ -50,6 +51,8 @@ HEARTBEAT_INTERVAL_S = 2.0
 DEAD_AFTER_MS = 60_000  # a lease not renewed for this long is dead even on another host
 BUSY_TIMEOUT_MS = 5000
 BATCH_MAX = 256
+#: bytes of snapshot blobs that may wait in the queue before :meth:`Journal.put_blob` waits
+SNAPSHOT_QUEUE_BYTES = 64 << 20
 
 #: ``finalize(protocol, streamed, decoded_response_body) -> final response JSON bytes | None``,
 #: called in the writer thread while the producer is idle, at flush and at close (the gateway
@@ -182,6 +185,8 @@ class Journal:
         self._abandon = False
         self._events: list[tuple] = []  # event rows of the transaction in progress
         self._last_of_run: dict[str, tuple] = {}  # run -> (seq, started_ms, id) of its last exchange, this transaction
+        self._blob_bytes = 0  # snapshot blob bytes queued, not committed (put_blob's budget)
+        self._blob_room = threading.Condition()
         self._urgent = threading.Event()  # flush/close: commit now, do not wait for more messages
         self._ready = threading.Event()
         self._thread = threading.Thread(target=self._run, name="pvisor-journal-writer", daemon=True)
@@ -384,6 +389,37 @@ class Journal:
             )
         )
 
+    # ------------------------------------------------------------------ workspace snapshots
+
+    def put_blobs(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Queue ``(sha256 hex, bytes)`` pairs as blobs (one message), each stored
+        standalone-compressed unless it exists; the caller computed the digests. For snapshot
+        takers, in their own thread: it waits while more than :data:`SNAPSHOT_QUEUE_BYTES` of
+        blobs wait to be committed, so a large first snapshot is held to that much memory;
+        never call it on the event loop."""
+        size = sum(len(data) for _, data in items)
+        with self._blob_room:
+            while self._blob_bytes > SNAPSHOT_QUEUE_BYTES and self._error is None and not self._closed:
+                self._urgent.set()
+                self._blob_room.wait(0.5)
+            self._blob_bytes += size
+        self._queue.put(("blobs", list(items)))
+
+    def record_snapshot(self, record: SnapshotRecord) -> None:
+        """Queue a snapshot row (and its manifest blob); its file blobs went by :meth:`put_blobs`
+        before it, so the row is committed with them or after them."""
+        self._queue.put(("snapshot", record))
+
+    def set_snapshot_hold(self, snapshot_id: str, hold_us: int) -> None:
+        """Queue how long the gateway held its answer's first byte for the snapshot (µs)."""
+        self._queue.put(("snapshot_hold", (snapshot_id, int(hold_us))))
+
+    def bind_snapshots(self, run_id: str, after_step: dict[str, int | None]) -> None:
+        """Queue the binding of a run's snapshots to steps (snapshot id -> the step whose tools
+        the workspace has seen, 0 before the first action; None: no step, an auxiliary
+        request). Snapshots of the run not named keep their binding."""
+        self._queue.put(("snapshot_bind", (run_id, dict(after_step))))
+
     def record_exchange(self, run: str, method: str, path: str, headers: Iterable[tuple[str, str]] = (), **kw: Any) -> str:
         """Begin and finish an exchange in one call (importers, tests). Returns the exchange id.
         Keyword arguments: ``query``, ``attempt``, ``protocol`` and those of :meth:`finish_exchange`."""
@@ -576,6 +612,7 @@ class Journal:
                     locked_since = None
                 if beat:
                     last_heartbeat = now
+                self._release_blob_room(batch)
                 if closing is not None or any(kind == "flush" for kind, _ in batch):
                     self._finalize_waiting(conn, closing is not None)
                 for kind, payload in batch:
@@ -608,6 +645,13 @@ class Journal:
                 conn.close()
             except Exception:
                 pass
+
+    def _release_blob_room(self, batch: list[tuple[str, Any]]) -> None:
+        freed = sum(len(data) for kind, payload in batch if kind == "blobs" for _, data in payload)
+        if freed:
+            with self._blob_room:
+                self._blob_bytes -= freed
+                self._blob_room.notify_all()
 
     def _commit(self, conn: sqlite3.Connection, batch: list[tuple[str, Any]], stale: list[PendingExchange], beat: bool) -> None:
         """Write one batch in one transaction. On failure the transaction is rolled back and the
@@ -781,6 +825,18 @@ class Journal:
             if counts["unknown"]:
                 log.warning("journal %s: run %s: %d exchange id(s) given roles are not exchanges of the run", self.path, run_id, counts["unknown"])
             self._event(conn, "exchange.roles", run=run_id, data=counts)
+        elif kind == "blobs":
+            for sha, data in payload:
+                self._put_blob(conn, data, sha=sha)
+        elif kind == "snapshot":
+            self._write_snapshot(conn, payload)
+        elif kind == "snapshot_hold":
+            conn.execute("UPDATE snapshots SET hold_us = ? WHERE id = ?", (payload[1], payload[0]))
+        elif kind == "snapshot_bind":
+            run_id, binding = payload
+            for snap_id, step in binding.items():
+                conn.execute("UPDATE snapshots SET after_step = ? WHERE id = ? AND run_id = ?", (step, snap_id, run_id))
+            self._event(conn, "snapshot.bound", run=run_id, data={"snapshots": len(binding)})
         elif kind == "attempt":
             a: Attempt = payload
             self._ensure_run(conn, a.run)
@@ -858,8 +914,9 @@ class Journal:
         self._event(conn, "exchange.started", run=p.run, exchange=p.id)
         p.persisted = True
 
-    def _put_blob(self, conn: sqlite3.Connection, data: bytes, base: tuple[str, bytes] | None = None) -> str:
-        sha = blobs.sha256_hex(data)
+    def _put_blob(self, conn: sqlite3.Connection, data: bytes, base: tuple[str, bytes] | None = None,
+                  sha: str | None = None) -> str:
+        sha = sha or blobs.sha256_hex(data)
         if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)).fetchone() is None:
             if base is not None and base[0] == sha:
                 base = None
@@ -890,6 +947,19 @@ class Journal:
             # keep only what the next keyframe references
             lane.keyframes = {pos: (sha, body)}
         return sha, pos
+
+    def _write_snapshot(self, conn: sqlite3.Connection, r: SnapshotRecord) -> None:
+        self._ensure_run(conn, r.run)
+        manifest = self._put_blob(conn, r.manifest, sha=r.digest) if r.manifest is not None else None
+        conn.execute(
+            "INSERT OR REPLACE INTO snapshots(id, run_id, attempt, kind, exchange_id, driver, manifest, taken_ms, walk_us,"
+            " entries, files, bytes, read_bytes, warnings, error, after_step, writer_id)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (r.id, r.run, r.attempt, r.kind.value, r.exchange, r.driver, manifest, r.taken_ms, r.walk_us, r.entries, r.files,
+             r.bytes, r.read_bytes, orjson.dumps(r.warnings).decode(), r.error, r.after_step, self.writer_id),
+        )
+        self._event(conn, "snapshot.taken", run=r.run, exchange=r.exchange,
+                    data={"snapshot": r.id, "kind": r.kind.value, "manifest": manifest, "error": r.error})
 
     def _write_exchange(self, conn: sqlite3.Connection, f: FinishedExchange) -> None:
         p = f.pending
