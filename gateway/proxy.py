@@ -79,7 +79,8 @@ class GatewayConfig:
     run --resume`` records a native resume as attempt 2, 3, ...; other runs get 1); ``offline``
     refuse every Forward answer (no upstream is contacted: replay-only); ``workspace`` the
     directory snapshotted when a candidate main-loop request arrives (None: no snapshots), with
-    the snapshot driver named ``snapshot_driver``.
+    the snapshot driver named ``snapshot_driver``, never reading ``snapshot_exclude`` (the
+    journal, a run's own files) when they lie inside it.
     """
 
     host: str = "127.0.0.1"
@@ -94,6 +95,7 @@ class GatewayConfig:
     offline: bool = False
     workspace: Path | None = None
     snapshot_driver: str = "filesystem"
+    snapshot_exclude: tuple[Path, ...] = ()
 
 
 class Gateway:
@@ -130,7 +132,10 @@ class Gateway:
         self.snapshots: WorkspaceSnapshots | None = None
         if config.workspace is not None:
             self.snapshots = WorkspaceSnapshots(
-                config.workspace, lambda: self.recorder.journal, snapshot_driver(config.snapshot_driver)
+                config.workspace,
+                lambda: self.recorder.journal,
+                snapshot_driver(config.snapshot_driver),
+                (*config.snapshot_exclude, *([config.log_file] if config.log_file else [])),
             )
 
     @property

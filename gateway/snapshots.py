@@ -19,16 +19,23 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pvisor.journal.errors import PvisorError
-from pvisor.journal.snapshots import SnapshotDriver, SnapshotKind, SnapshotRecord, snapshot_driver
+from pvisor.journal.snapshots import (
+    FilesystemDriver,
+    SnapshotDriver,
+    SnapshotKind,
+    SnapshotRecord,
+    snapshot_driver,
+)
 from pvisor.journal.writer import Journal
 
 #: blob bytes gathered before they are handed to the writer as one message
@@ -36,6 +43,20 @@ _BLOB_BATCH_BYTES = 8 << 20
 _BLOB_BATCH_COUNT = 512
 
 log = logging.getLogger("pvisor.gateway")
+
+
+def excluded_below(root: Path, paths: Iterable[Path]) -> frozenset[str]:
+    """The paths of ``paths`` that lie below ``root``, relative to it (a journal file brings
+    its ``-wal`` and ``-shm``): what a walk of ``root`` must never read."""
+    out: set[str] = set()
+    for p in paths:
+        try:
+            rel = Path(os.path.abspath(p)).relative_to(root).as_posix()
+        except ValueError:
+            continue
+        if rel != ".":
+            out.update((rel, rel + "-wal", rel + "-shm", rel + "-journal"))
+    return frozenset(out)
 
 
 def new_snapshot_id() -> str:
@@ -75,10 +96,16 @@ class WorkspaceSnapshots:
     driver) into the journal ``journal()`` returns (the gateway's, set once it is open)."""
 
     def __init__(
-        self, root: Path, journal: Callable[[], Journal | None], driver: SnapshotDriver | None = None
+        self,
+        root: Path,
+        journal: Callable[[], Journal | None],
+        driver: SnapshotDriver | None = None,
+        exclude: Iterable[Path] = (),
     ):
-        self.root = Path(root)
+        self.root = Path(os.path.abspath(root))
         self.driver = driver if driver is not None else snapshot_driver()
+        if isinstance(self.driver, FilesystemDriver):
+            self.driver.exclude = excluded_below(self.root, exclude)
         self._journal = journal
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pvisor-snapshot")
         self._queued: _Job | None = None  # the job queued and not started: later requests join it

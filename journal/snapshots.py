@@ -246,11 +246,13 @@ class FilesystemDriver:
         max_total_bytes: int = MAX_TOTAL_BYTES,
         max_entries: int = MAX_ENTRIES,
         racy_ns: int = RACY_NS,
+        exclude: frozenset[str] = frozenset(),
     ) -> None:
         self.max_file_bytes = max_file_bytes
         self.max_total_bytes = max_total_bytes
         self.max_entries = max_entries
         self.racy_ns = racy_ns
+        self.exclude = exclude  # relative paths never walked (the journal, a run's own files)
         # path -> (inode, size, mtime_ns, ctime_ns, sha256) of the previous walk's files
         self._known: dict[str, tuple[int, int, int, int, str]] = {}
 
@@ -287,7 +289,7 @@ class FilesystemDriver:
                     out.warnings.append(f"{rel}: not read ({exc.strerror})")
                     continue
                 is_dir = stat.S_ISDIR(st.st_mode)
-                if spec is not None and spec.match_file(rel + ("/" if is_dir else "")):
+                if rel in self.exclude or (spec is not None and spec.match_file(rel + ("/" if is_dir else ""))):
                     continue
                 if count >= self.max_entries:
                     out.warnings.append(

@@ -55,6 +55,7 @@ from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
 from pvisor.journal.model import Attempt, Run
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.snapshots import SnapshotKind
 from pvisor.journal.writer import new_run_id
 
 #: the key given to an agent that talks to the scripted model (it checks nothing)
@@ -112,7 +113,8 @@ class RunRequest:
     profile's own settings win); ``agent_args``: more launch arguments
     (:meth:`~pvisor.adapters.agents.base.AgentProfile.with_arguments`); ``dummy_key``: give the
     agent a dummy key even with an upstream (a local model server that checks none, when the
-    user has no key in the environment).
+    user has no key in the environment). ``snapshots``: snapshot the workspace at the start,
+    at every candidate main-loop request and at the end (``--no-snapshots`` turns it off).
     """
 
     agent: str
@@ -138,6 +140,7 @@ class RunRequest:
     agent_env: dict[str, str] = field(default_factory=dict)
     agent_args: list[str] = field(default_factory=list)
     dummy_key: bool = False
+    snapshots: bool = True
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,8 @@ class RunReport:
     stray_processes_killed: int = 0
     interrupt_signal: str | None = None
     stopped_after_end: bool = False
+    snapshots: int = 0
+    snapshot_warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (docs/cli.md)."""
@@ -222,6 +227,8 @@ class RunReport:
             "attempt_chains": self.attempt_chains,
             "attempt_steps": self.attempt_steps,
             "steps_error": self.steps_error,
+            "snapshots": self.snapshots,
+            "snapshot_warnings": self.snapshot_warnings,
             "session_id": self.session_id,
             "native_trajectory": str(self.native_path) if self.native_path else None,
             "workspace": str(self.workspace),
@@ -652,6 +659,10 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
             # one explicit upstream: paths no protocol owns (Claude's HEAD /api/hello, GET /v1/models) go to it too
             config = GatewayConfig(host="127.0.0.1", port=req.port, upstreams={profile.upstream: upstream_url}, run=run_id,
                                    attempt=attempt, shutdown_grace=5.0)
+        if req.snapshots:
+            config.workspace = workspace
+            # the journal and the run's own files never go into its snapshots
+            config.snapshot_exclude = (req.journal_path, run_dir)
         gw = Gateway(config, None, responder)  # the journal comes once the port is bound
         try:
             url = await gw.start()
@@ -704,6 +715,7 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
         "argv": orjson.dumps(plan.argv).decode(), "agent_version": version or "", "stdout": str(stdout_path), "stderr": str(stderr_path)}))
     journal.flush(JOURNAL_WAIT_S)  # the run and attempt rows exist before the first exchange arrives
 
+    start = await gw.take_snapshot(SnapshotKind.START)  # the workspace as the agent finds it
     ended = getattr(responder, "ended", None)
     returncode, timed_out, interrupted, strays, after_end = await _launch(plan, env, workspace, stdout_path, stderr_path, req.timeout,
                                                                           run_id, attempt, journal, stop, ended, req.end_grace)
@@ -713,6 +725,7 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
         # one to answer; they are cut at once and recorded incomplete
         gw.hurry()
     await gw.drain(1.0 if stopped else 10.0)
+    end = await gw.take_snapshot(SnapshotKind.END)  # the last step's tools have run
 
     stdout = stdout_path.read_bytes() if stdout_path.exists() else b""
     session_id = profile.session_id(stdout) if profile.json_stdout else None
@@ -728,9 +741,10 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
         warn(f"the agent left {strays} process(es) running after it {'was stopped' if timed_out or interrupted else 'exited'}; "
              "pvisor ended them")
 
-    await gw.stop()  # every exchange is recorded before the steps are derived
+    await gw.stop()  # every exchange (and every snapshot) is recorded before the steps are derived
     journal.flush(JOURNAL_WAIT_S)
     _derive_steps(report, journal, profile, warn)
+    _snapshot_warnings(report, start, end, warn)
     if report.agent_exit_code == 0 and report.steps == 0 and not report.attempt_steps:
         warn(f"{profile.title} exited with code 0 but no step was captured: it sent no request to the model (did it read the "
              f"task as an option, or fail before starting? see {stdout_path} and {stderr_path})")
@@ -858,6 +872,23 @@ def _attempt_steps(classification: Any, attempt: int) -> list[dict[str, Any]]:
     return out
 
 
+def _snapshot_warnings(report: RunReport, start: Any, end: Any, warn: Warn) -> None:
+    """Say once what the start and end snapshots could not hold (a file over the size limit, a
+    walk that failed): the user learns it now, not when restoring."""
+    seen: list[str] = []
+    for snap in (start, end):
+        if snap is None:
+            continue
+        for line in ([f"failed: {snap.error}"] if snap.error else []) + snap.warnings:
+            if line not in seen:
+                seen.append(line)
+    report.snapshot_warnings = seen
+    for line in seen[:5]:
+        warn(f"workspace snapshot: {line}")
+    if len(seen) > 5:
+        warn(f"workspace snapshot: {len(seen) - 5} more (pvisor snapshot ls {report.run})")
+
+
 def _derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: Warn) -> None:
     """Classify the run's exchanges with the chain rule, store their roles and count the steps
     (the whole run: every attempt). A failure here is a warning: the capture itself is done."""
@@ -869,6 +900,7 @@ def _derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: 
             classification = classify_run(reader, report.run, prefer=profile.chain_hint)
             trajectory = build_trajectory(reader, classification)
             attempts = {ex.id: ex.attempt for ex in reader.exchanges(report.run)}
+            reader_snapshots = reader.snapshots(report.run)
     except PvisorError as exc:
         report.steps_error = exc.message
     except Exception as exc:  # a bug in deriving steps must not lose the agent's exit code
@@ -876,6 +908,12 @@ def _derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: 
     else:
         roles = classification.roles()
         journal.set_exchange_roles(report.run, roles)
+        snapshots = reader_snapshots
+        if snapshots:
+            from pvisor.replay.snapshots import bind_steps
+
+            journal.bind_snapshots(report.run, bind_steps(snapshots, trajectory))
+        report.snapshots = len(snapshots)
         report.steps = len(trajectory.steps)
         report.tool_calls_per_step = [len(s.action.tool_calls) for s in trajectory.steps]
         report.exchanges = len(roles)

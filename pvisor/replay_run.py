@@ -82,7 +82,8 @@ class ReplayOptions:
     None: the agent's public API, which needs the user's key in the environment),
     ``max_steps`` (None: no budget; else >= 1), ``boundary_prompt``, ``reasoning`` (``keep`` or
     ``strip``), ``live_model`` (None: the model the agent asks for); ``allow_damaged``: play a
-    damaged native file back anyway (each repair listed)."""
+    damaged native file back anyway (each repair listed); ``workspace_from``: a journal run
+    whose start snapshot is restored into the (empty) ``workspace`` before the agent starts."""
 
     agent: str
     after_step: int
@@ -107,6 +108,7 @@ class ReplayOptions:
     reasoning: str = "keep"
     live_model: str | None = None
     allow_damaged: bool = False
+    workspace_from: str | None = None
 
 
 #: the name of the options before continuation came
@@ -204,8 +206,17 @@ def _check(opts: ReplayOnlyOptions) -> Any:
         raise ReplayUsageError(
             "workspace_refused", f"--workspace {show_path(opts.workspace)}: no such directory"
         )
-    if opts.run is not None and not opts.journal.exists():
+    if (opts.run is not None or opts.workspace_from is not None) and not opts.journal.exists():
         raise UsageError(f"--journal {show_path(opts.journal)}: no such journal file")
+    if opts.workspace_from is not None:
+        if not opts.workspace_from.strip():
+            raise UsageError("--workspace-from is empty: give the run whose start state to restore (pvisor snapshot ls RUN)")
+        if any(opts.workspace.iterdir()):
+            raise ReplayUsageError(
+                "workspace_refused",
+                f"--workspace {show_path(opts.workspace)} is not empty: --workspace-from restores the recorded start "
+                "state into an empty directory",
+            )
     if opts.trajectory is not None:
         try:
             st = os.stat(opts.trajectory)
@@ -231,6 +242,23 @@ def _check(opts: ReplayOnlyOptions) -> Any:
             "the agent could read or change it",
         )
     return d
+
+
+def _restore_start(journal: Path, run: str, ws: Path) -> dict[str, Any]:
+    """Restore the start snapshot (the workspace after step 0) of journal run ``run`` into the
+    empty ``ws``: the ``workspace.restored_from`` object of the result. ReplayBadInput
+    ``no_snapshot`` when the run has none (or its walk failed)."""
+    from pvisor.journal.errors import BadInputError
+    from pvisor.journal.reader import JournalReader
+    from pvisor.replay.snapshots import restore_snapshot, run_snapshots
+
+    with JournalReader(journal) as reader:
+        snaps = run_snapshots(reader, run)
+        try:
+            snap = snaps.pick(0)
+        except BadInputError as exc:
+            raise ReplayBadInput("no_snapshot", f"--workspace-from {run}: {exc.message}") from None
+        return restore_snapshot(reader, snap, ws).to_json()
 
 
 def _record(opts: ReplayOnlyOptions) -> Any:
@@ -335,6 +363,11 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
                 f"--workspace {show_path(ws)} is, holds or lies in the recorded run's own workspace "
                 f"{rec.workspace}: recorded commands can delete or push; give a new directory",
             )
+        if opts.workspace_from is not None:
+            t = time.perf_counter()
+            restored = _restore_start(opts.journal, opts.workspace_from, ws)
+            holder["restored"] = restored
+            timings["workspace_restore"] = round((time.perf_counter() - t) * 1000, 3)
         t = time.perf_counter()
         ws_before = workspace_digest(ws)
         timings["workspace_before"] = round((time.perf_counter() - t) * 1000, 3)
@@ -400,7 +433,7 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         timings["agent"] = round((time.perf_counter() - t) * 1000, 3)
         result["agent_started"] = True
         p = holder["responder"]
-        _fill_after(result, opts, rec, p, report, ws, ws_before, out, warn)
+        _fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, holder.get("restored"))
         if live:
             _fill_live(result, opts, rec, p, report, upstream)
         prefix = recorded_prefix(p)
@@ -482,6 +515,7 @@ def _fill_after(
     ws_before: Any,
     out: Path,
     warn: Callable[[str], None],
+    restored: dict[str, Any] | None = None,
 ) -> None:
     from pvisor.replay.playback import playback_record
 
@@ -492,6 +526,7 @@ def _fill_after(
         "sha256_after": ws_after.sha256,
         "unchanged": ws_before.sha256 == ws_after.sha256,
         "entries": ws_after.entries,
+        "restored_from": restored,
     }
     record = playback_record(p)
     for key in (
@@ -520,7 +555,7 @@ def _fill_after(
         "boundary_step": opts.after_step,
         "mode": result["mode"],
         "source": show_path(rec.path),
-        "workspace_snapshot": None,
+        "workspace_snapshot": restored["manifest"] if restored else None,
     }
     native = str(report.native_path) if report.native_path else None
     result["agent_run"] = {

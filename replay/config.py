@@ -408,6 +408,7 @@ _OPTIONS: dict[str, Callable[[Any, _Ctx], Any]] = {
     "mode": _mode,
     "output": _path,
     "workspace": _path,
+    "workspace_from": _text,
     "upstream": _url,
     "max_steps": _integer(1),
     "boundary_user_prompt": _text,

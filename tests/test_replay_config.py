@@ -33,6 +33,7 @@ after_step = 2
 mode = "replay-only"
 output = "out"
 workspace = "ws"
+workspace_from = "r-20261130-start"
 upstream = "https://api.anthropic.com"
 max_steps = 20
 boundary_user_prompt = "Go on."
@@ -96,6 +97,7 @@ def test_full_file_reads_back_every_key_with_its_type(tmp_path: Path, elsewhere:
         "mode": "replay-only",
         "output": str(cfg_dir / "out"),
         "workspace": str(cfg_dir / "ws"),
+        "workspace_from": "r-20261130-start",  # a run id, not a path
         "upstream": "https://api.anthropic.com",
         "max_steps": 20,
         "boundary_user_prompt": "Go on.",

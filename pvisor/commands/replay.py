@@ -59,6 +59,7 @@ def _path(opt: str, value: str | None) -> Path | None:
 @click.option("--replay-only", "replay_only_flag", is_flag=True, help="Re-run the agent through steps 1..N with the recorded actions in --workspace; record the prefix at request N+1 and end the agent.")
 @click.option("--output", type=str, default=None, metavar="DIR", help="Directory for prefix.json, prefix.request.json, result.json (not inside the workspace).")
 @click.option("--workspace", type=str, default=None, metavar="DIR", help="prepare-only: digest it before and after (never written). replay-only and continuation (required): the new directory the agent re-runs its tools in.")
+@click.option("--workspace-from", "workspace_from", default=None, metavar="RUN", help="replay-only, continuation: restore RUN's recorded start state (its step-0 snapshot) into the empty --workspace first.")
 @click.option("--agent-entrypoint", "entrypoint", default=None, metavar="PATH", help="replay-only, continuation: the agent's executable (default: its command on PATH).")
 @click.option("--task", default=None, metavar="TEXT", help="replay-only, continuation: the task, when the source holds none.")
 @click.option("--timeout", type=float, default=None, metavar="SECONDS", help="replay-only, continuation: how long the agent may take (default 900).")
@@ -131,6 +132,8 @@ def replay(ctx: click.Context, **flags: Any) -> None:
                                  "protocol")
         _replay_agent(o, journal, live=not o["replay_only_flag"])
         return
+    if o["workspace_from"] is not None:
+        raise UsageError("--workspace-from is for --replay-only and continuation; --prepare-only never writes the workspace")
     for opt, name in (("--agent-entrypoint", "entrypoint"), ("--task", "task"), ("--model", "model")):
         if flags[name] is not None:
             raise UsageError(f"{opt} is for --replay-only and continuation; --prepare-only starts nothing")
@@ -160,7 +163,7 @@ _CONFIG_KEYS = {
     "workspace": "workspace", "task": "task", "timeout": "timeout", "allow_unsupported": "allow_unsupported",
     "upstream": "upstream", "max_steps": "max_steps", "boundary_prompt": "boundary_user_prompt", "reasoning": "reasoning",
     "live_model": "live_model", "journal_opt": "journal", "protocol": "protocol", "profile_from": "profile_from",
-    "session": "session", "force": "force", "allow_damaged": "allow_damaged",
+    "session": "session", "force": "force", "allow_damaged": "allow_damaged", "workspace_from": "workspace_from",
 }
 
 
@@ -253,6 +256,7 @@ def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
         allow_unsupported=bool(o["allow_unsupported"]), model=o["model"], agent_env=o["agent_env"],
         agent_args=o["agent_args"], upstream=o["upstream"], max_steps=o["max_steps"], boundary_prompt=o["boundary_prompt"],
         reasoning=o["reasoning"] or "keep", live_model=o["live_model"], allow_damaged=bool(o["allow_damaged"]),
+        workspace_from=o["workspace_from"],
     )
     run = continue_replay if live else replay_only
     _report(lambda: run(opts, lambda m: _note(f"pvisor: warning: {m}")), o["result_to"])

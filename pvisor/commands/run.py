@@ -33,12 +33,14 @@ def _warn(message: str) -> None:
 @click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Gateway port on 127.0.0.1; 0 picks a free one.")
 @click.option("--allow-unsupported", is_flag=True, help="Run an agent version outside the verified range (a warning).")
 @click.option("--use-home", is_flag=True, help="Use your real home and agent config (logins, settings) instead of a private home.")
+@click.option("--no-snapshots", "no_snapshots", is_flag=True,
+              help="Do not snapshot the workspace (by default: at the start, at every model request, at the end).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
 @click.argument("task", nargs=-1, required=False)
 @click.pass_context
 def run(ctx: click.Context, agent: str, entrypoint: str | None, upstream: str | None, script: str | None, workspace: str | None,
         timeout: float, resume: str | None, model: str | None, port: int, allow_unsupported: bool, use_home: bool,
-        as_json: bool, task: tuple[str, ...]) -> None:
+        no_snapshots: bool, as_json: bool, task: tuple[str, ...]) -> None:
     """Run an agent CLI headless with the gateway in front of it, and record the run.
 
     The gateway starts on 127.0.0.1 and the agent gets a base URL carrying the run id; its
@@ -60,7 +62,7 @@ def run(ctx: click.Context, agent: str, entrypoint: str | None, upstream: str | 
     request = RunRequest(
         agent=agent, task=" ".join(task), journal_path=Path(ctx.obj["journal"]), entrypoint=entrypoint, upstream=upstream,
         script=script, workspace=Path(workspace) if workspace else None, timeout=timeout, resume=resume,
-        allow_unsupported=allow_unsupported, use_home=use_home, port=port, model=model,
+        allow_unsupported=allow_unsupported, use_home=use_home, port=port, model=model, snapshots=not no_snapshots,
     )
     from pvisor.commands.serve import _show_on_stderr
 
@@ -103,6 +105,7 @@ def _print_report(r) -> None:
                    + (f"; main chain {r.main_chain}" if r.main_chain is not None else ""))
     else:
         click.echo(f"  steps captured: unknown ({r.steps_error})")
+    click.echo(f"  workspace snapshots: {r.snapshots}" + (f" (pvisor snapshot ls {r.run})" if r.snapshots else ""))
     click.echo(f"  session: {r.session_id or '-'}")
     click.echo(f"  native trajectory: {r.native_path or '-'}")
     if r.stray_processes_killed:

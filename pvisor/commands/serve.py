@@ -182,9 +182,12 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
 @click.option("--log-file", type=click.Path(dir_okay=False), default=None, help="Append one line per exchange (secrets removed).")
 @click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
               help='Once listening, write {"url", "run", "pid", "journal"} here as JSON (before the listening line is printed).')
+@click.option("--workspace", type=click.Path(file_okay=False, exists=True), default=None,
+              help="Snapshot this directory at start, at every model request and at stop (pvisor snapshot ls RUN).")
 @click.pass_context
 def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...], run_id: str | None, max_body: str,
-            stall_timeout: float, shutdown_grace: float, log_file: str | None, ready_file: str | None) -> None:
+            stall_timeout: float, shutdown_grace: float, log_file: str | None, ready_file: str | None,
+            workspace: str | None) -> None:
     """Run the capture gateway: point an agent's base URL at it and every model exchange is
     recorded in the journal. Prints `listening http://HOST:PORT` when ready.
 
@@ -200,6 +203,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
     from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response, os_error_reason
     from pvisor.gateway.lifecycle import tune_gc_for_serving
     from pvisor.gateway.routing import RUN_ID_PATTERN
+    from pvisor.journal.snapshots import SnapshotKind
     from pvisor.journal.writer import Journal
 
     if run_id is not None and not re.fullmatch(RUN_ID_PATTERN, run_id):
@@ -207,6 +211,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
     config = GatewayConfig(
         host=host, port=port, upstreams=parse_upstreams(upstreams), run=run_id, max_body=parse_size(max_body),
         stall_timeout=stall_timeout, log_file=Path(log_file) if log_file else None, shutdown_grace=shutdown_grace,
+        workspace=Path(os.path.abspath(workspace)) if workspace else None, snapshot_exclude=(Path(ctx.obj["journal"]),),
     )
     for option, path in (("--log-file", log_file), ("--ready-file", ready_file)):
         if path:
@@ -227,6 +232,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
                     raise UsageError(f"cannot write --log-file {log_file}: {exc.strerror}") from None
                 raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
             tune_gc_for_serving()
+            await gw.take_snapshot(SnapshotKind.START)  # before the ready file: no agent has started yet
             # the ready file first: whoever sees the listening line can read it at once
             _write_ready_file(ready_file, {"url": url, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path)})
             click.echo(f"listening {url}")
@@ -239,6 +245,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
             if failed:
                 click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
             _stopping(signals, gw, shutdown_grace)
+            await gw.take_snapshot(SnapshotKind.END)
             await gw.stop()
         finally:
             if gw is not None:

@@ -1,0 +1,145 @@
+"""``pvisor snapshot ...``: list a run's workspace snapshots and restore one into a directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pvisor.commands.journal import _emit_json, _n, _reader, _table, _when
+
+
+@click.group("snapshot")
+def snapshot() -> None:
+    """List and restore the workspace snapshots of a run (the journal is only read)."""
+
+
+@snapshot.command("ls")
+@click.argument("run_id", metavar="RUN")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@click.pass_context
+def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """List RUN's snapshots (id or unique prefix): when each was taken, the step whose tools
+    it has seen (AFTER; '-' for an auxiliary request), the request it was taken for, its size,
+    what its walk read and how long the answer waited for it."""
+    from pvisor.replay.snapshots import run_snapshots
+
+    with _reader(ctx) as r:
+        rs = run_snapshots(r, run_id)
+    if as_json:
+        _emit_json(
+            {
+                "run": rs.run,
+                "steps_total": rs.steps_total,
+                "bound": rs.bound,
+                "snapshots": [_record_json(s) for s in rs.snapshots],
+            }
+        )
+        return
+    if not rs.snapshots:
+        click.echo(f"run {rs.run}: no workspace snapshot ({_n(rs.steps_total, 'step')})")
+        return
+    click.echo(f"run {rs.run}: {_n(len(rs.snapshots), 'snapshot')}, {_n(rs.steps_total, 'step')}")
+    rows = []
+    for s in rs.snapshots:
+        rows.append(
+            [
+                s.id,
+                _when(s.taken_ms),
+                s.kind.value,
+                "-" if s.after_step is None else str(s.after_step),
+                s.exchange or "-",
+                str(s.files),
+                str(s.bytes),
+                str(s.read_bytes),
+                f"{s.walk_us / 1000:.1f}",
+                "-" if s.hold_us is None else f"{s.hold_us / 1000:.1f}",
+                (s.digest or "-")[:12],
+                f"error: {s.error}"
+                if s.error
+                else "; ".join(s.warnings[:2]) + (" ..." if len(s.warnings) > 2 else ""),
+            ]
+        )
+    _table(
+        rows,
+        [
+            "SNAPSHOT",
+            "TAKEN",
+            "KIND",
+            "AFTER",
+            "EXCHANGE",
+            "FILES",
+            "BYTES",
+            "READ",
+            "WALK_MS",
+            "HOLD_MS",
+            "MANIFEST",
+            "NOTES",
+        ],
+    )
+
+
+@snapshot.command("restore")
+@click.argument("run_id", metavar="RUN")
+@click.option(
+    "--step",
+    "step",
+    type=click.IntRange(min=0),
+    required=True,
+    help="Restore the workspace after step K (0: the start state).",
+)
+@click.option("--before", is_flag=True, help="Restore the workspace before A_K ran (after step K-1).")
+@click.option(
+    "--into",
+    "into",
+    type=click.Path(file_okay=False, path_type=Path),
+    required=True,
+    help="Directory to restore into (created when missing; must be empty unless --force).",
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Restore into a directory that is not empty (files of the snapshot replace theirs).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was restored as JSON.")
+@click.pass_context
+def restore(
+    ctx: click.Context, run_id: str, step: int, before: bool, into: Path, force: bool, as_json: bool
+) -> None:
+    """Restore RUN's workspace at a step into --into. Nothing is written outside it, whatever
+    names or symlinks the snapshot holds."""
+    from pvisor.replay.snapshots import restore_snapshot, run_snapshots
+
+    with _reader(ctx) as r:
+        rs = run_snapshots(r, run_id)
+        snap = rs.pick(step, before)
+        done = restore_snapshot(r, snap, into, force=force)
+    if as_json:
+        _emit_json(done.to_json())
+        return
+    where = f"before A_{step}" if before else f"after step {step}"
+    click.echo(
+        f"restored run {rs.run} {where} (snapshot {snap.id}, {snap.kind.value}) into {done.into}: "
+        f"{_n(done.files, 'file')}, {done.bytes} bytes, manifest {done.digest[:12]}"
+    )
+
+
+def _record_json(s) -> dict:
+    return {
+        "id": s.id,
+        "kind": s.kind.value,
+        "attempt": s.attempt,
+        "after_step": s.after_step,
+        "exchange": s.exchange,
+        "driver": s.driver,
+        "manifest": s.digest,
+        "taken_ms": s.taken_ms,
+        "walk_us": s.walk_us,
+        "hold_us": s.hold_us,
+        "entries": s.entries,
+        "files": s.files,
+        "bytes": s.bytes,
+        "read_bytes": s.read_bytes,
+        "warnings": s.warnings,
+        "error": s.error,
+    }

@@ -1,0 +1,183 @@
+"""Workspace snapshots of a journal run bound to steps, picked for a step and restored
+(docs/replay.md "Workspace snapshots").
+
+The gateway takes a snapshot when a candidate main-loop request arrives (``request``), and
+``pvisor run`` one before the agent starts (``start``) and one after it ended (``end``). Main-loop
+request i arrives once the tools of A_(i-1) have run, so its snapshot shows the workspace
+**after step i-1**, which is also **before A_i**. Binding (:func:`bind_steps`) gives each
+snapshot that step number, ``after_step``:
+
+- ``start`` of attempt a: the number of steps whose request belongs to attempts before a (0
+  for the first attempt: the start state);
+- ``request`` of main-loop request i (the step's kept exchange or one of its retries): i-1;
+  of playback's synthetic final request (request N+1 of a replay): N; of an auxiliary request:
+  None (it stays in the journal, bound to no step);
+- ``end`` of attempt a: the number of steps whose request belongs to attempts 1..a.
+
+``pvisor run`` stores the binding when it classifies the run; for a run never classified (a
+``pvisor gateway`` run) it is computed here from the journal, the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.journal.model import Trajectory
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.snapshots import Manifest, SnapshotKind, SnapshotRecord, snapshot_driver
+
+#: the journal event that says a run's snapshots were bound
+BOUND_EVENT = "snapshot.bound"
+
+
+def bind_steps(snapshots: list[SnapshotRecord], trajectory: Trajectory) -> dict[str, int | None]:
+    """Snapshot id -> ``after_step`` (module docstring) for ``trajectory``, a journal run's
+    (its ``meta["steps"]`` and ``meta["synthetic_end"]`` name the exchanges)."""
+    steps = trajectory.meta.get("steps") or []
+    before: dict[str, int] = {}  # exchange id -> step whose action answered it
+    for detail in steps:
+        before[detail["exchange"]] = detail["n"]
+        for retry in detail.get("retries") or ():
+            before.setdefault(retry, detail["n"])
+    total = len(steps)
+    for ex_id in trajectory.meta.get("synthetic_end") or ():
+        before.setdefault(ex_id, total + 1)
+    out: dict[str, int | None] = {}
+    for snap in snapshots:
+        if snap.kind is SnapshotKind.START:
+            out[snap.id] = sum(1 for d in steps if (d.get("attempt") or 1) < snap.attempt)
+        elif snap.kind is SnapshotKind.END:
+            out[snap.id] = sum(1 for d in steps if (d.get("attempt") or 1) <= snap.attempt)
+        else:
+            n = before.get(snap.exchange or "")
+            out[snap.id] = None if n is None else n - 1
+    return out
+
+
+def journal_trajectory(reader: JournalReader, run_id: str) -> Trajectory:
+    """The run's trajectory, its main chain found with its agent's hint when the agent is known."""
+    from pvisor.adapters.agents import descriptor_names, get_descriptor
+    from pvisor.adapters.chains import classify_run
+    from pvisor.adapters.journal_trajectory import build_trajectory
+
+    run = reader.run(run_id)
+    hint = get_descriptor(run.agent).chain_hint if run.agent in descriptor_names() else None
+    return build_trajectory(reader, classify_run(reader, run.id, prefer=hint))
+
+
+@dataclass(slots=True)
+class RunSnapshots:
+    """A run's snapshots with ``after_step`` set (stored or computed), in the order taken;
+    ``steps_total`` its number of steps; ``bound`` whether the binding was stored."""
+
+    run: str
+    snapshots: list[SnapshotRecord]
+    steps_total: int
+    bound: bool
+
+    def pick(self, step: int, before: bool = False) -> SnapshotRecord:
+        """The snapshot of the workspace after step ``step`` (with ``before``: the one taken
+        before A_step ran, after step ``step - 1``). Preference: for step 0 the ``start``
+        snapshot, else the request's; for a later step the request's (the next request's
+        walk), else the ``end`` snapshot. Raises UsageError (exit 2) for a step out of range,
+        BadInputError (exit 65) for a run without snapshots or without one for that step."""
+        total = self.steps_total
+        if before:
+            if not 1 <= step <= total:
+                raise UsageError(
+                    f"--step {step} --before: run {self.run} has {_steps(total)}; "
+                    f"--before needs a step in 1..{total}"
+                    if total
+                    else f"run {self.run} has no step"
+                )
+            after = step - 1
+        else:
+            if not 0 <= step <= total:
+                raise UsageError(f"--step {step}: run {self.run} has {_steps(total)} (0 <= K <= {total})")
+            after = step
+        if not self.snapshots:
+            raise BadInputError(
+                f"run {self.run} has no workspace snapshot (it was recorded without a workspace, "
+                "with --no-snapshots, or by a pvisor older than snapshots)"
+            )
+        order = (
+            (SnapshotKind.START, SnapshotKind.REQUEST)
+            if after == 0
+            else (SnapshotKind.REQUEST, SnapshotKind.END)
+        )
+        failed = None
+        for kind in order:
+            found = [s for s in self.snapshots if s.kind is kind and s.after_step == after]
+            usable = [s for s in found if s.digest is not None]
+            if usable:
+                return usable[-1]
+            failed = failed or (found[-1] if found else None)
+        what = f"after step {after}" + (f" (before A_{step})" if before else "")
+        if failed is not None:
+            raise BadInputError(f"run {self.run}: the snapshot {what} failed: {failed.error}")
+        raise BadInputError(f"run {self.run} has no workspace snapshot {what}")
+
+
+def run_snapshots(reader: JournalReader, run_id: str) -> RunSnapshots:
+    """The snapshots of run ``run_id`` (id or unique prefix; UsageError when none matches)."""
+    run = reader.run(run_id)
+    snaps = reader.snapshots(run.id)
+    bound = any(e["kind"] == BOUND_EVENT for e in reader.events(run.id)) if snaps else False
+    trajectory = journal_trajectory(reader, run.id)
+    if not bound:
+        binding = bind_steps(snaps, trajectory)
+        for s in snaps:
+            s.after_step = binding.get(s.id)
+    return RunSnapshots(run.id, snaps, len(trajectory.steps), bound)
+
+
+@dataclass(slots=True)
+class Restored:
+    """A restored snapshot: ``snapshot`` (its record), ``manifest`` digest, ``into`` (the
+    target), ``entries``, ``files``, ``bytes`` written."""
+
+    snapshot: SnapshotRecord
+    digest: str
+    into: Path
+    entries: int
+    files: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.snapshot
+        return {
+            "run": s.run,
+            "snapshot": s.id,
+            "kind": s.kind.value,
+            "after_step": s.after_step,
+            "manifest": self.digest,
+            "into": str(self.into),
+            "entries": self.entries,
+            "files": self.files,
+            "bytes": self.bytes,
+        }
+
+
+def restore_snapshot(
+    reader: JournalReader, snap: SnapshotRecord, into: Path, *, force: bool = False
+) -> Restored:
+    """Write snapshot ``snap`` into ``into`` with its driver (module ``journal.snapshots``:
+    nothing is written outside ``into``). Raises UsageError for a target that is not empty
+    without ``force``, BadInputError or IntegrityError naming the snapshot for a manifest or
+    blob that is unsafe or damaged."""
+    manifest: Manifest = reader.manifest(snap)
+    driver = snapshot_driver(snap.driver)
+    into = Path(os.path.abspath(into))
+    driver.restore(manifest, reader.blob, into, force=force)
+    files = [e for e in manifest.entries if e.kind.value == "file"]
+    return Restored(
+        snap, snap.digest or "", into, len(manifest.entries), len(files), sum(e.size for e in files)
+    )
+
+
+def _steps(n: int) -> str:
+    return f"{n} step{'s' if n != 1 else ''}"

@@ -1,0 +1,233 @@
+"""Workspace snapshots of real agent runs (pinned CLIs under .agents/, the scripted model):
+every step of the six agents' session captures restores to what its tools had written; a run
+of Codex whose three tool steps write, chmod, link and delete restores identically at each
+step (contents, modes, symlinks) and through ``--before``; ``pvisor replay --workspace-from``
+gives replay-only the recorded start state. Agents run one at a time, nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import pytest
+from agent_captures import _run
+from agent_helpers import AGENTS, FILES, entrypoint, pvisor, user_env
+
+from pvisor.replay.workspace import digest_workspace
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = json.loads((REPO / "docs" / "result-schema.json").read_text())
+#: the files of the session capture's script after step N (tests/agent_helpers.py)
+WRITTEN = {0: {}, 1: {"a.txt": FILES["a.txt"]}, 2: FILES}
+
+
+def restore(journal: Path, home: Path, cwd: Path, run: str, step: int, into: Path, *extra: str):
+    proc = pvisor(
+        [
+            "--journal",
+            str(journal),
+            "snapshot",
+            "restore",
+            run,
+            "--step",
+            str(step),
+            "--into",
+            str(into),
+            "--json",
+            *extra,
+        ],
+        env=user_env(home),
+        cwd=cwd,
+    )
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def files_of(root: Path) -> dict[str, str]:
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("agent", list(AGENTS))
+def test_each_step_of_a_real_capture_restores_what_its_tools_wrote(agent, captured, tmp_path):
+    cap = captured(agent)
+    assert cap.proc.returncode == 0, cap.proc.stderr
+    assert cap.report["snapshots"] >= 3 and cap.report["snapshot_warnings"] == []
+    # what the agent's own set-up put there (OpenCode's opencode.json) is part of the start state
+    setup = {k: v for k, v in files_of(cap.workspace).items() if k not in FILES}
+    for n, written in WRITTEN.items():
+        into = tmp_path / f"at-{n}"
+        done = restore(cap.journal, cap.user_home, tmp_path, cap.run, n, into)
+        assert done["after_step"] == n and done["kind"] == ("start" if n == 0 else "request")
+        assert files_of(into) == {**setup, **written}, (agent, n)
+    before = restore(cap.journal, cap.user_home, tmp_path, cap.run, 2, tmp_path / "before-2", "--before")
+    assert files_of(tmp_path / "before-2") == {**setup, **WRITTEN[1]} and before["after_step"] == 1
+
+
+# three tool steps of Codex that change contents, modes, symlinks and directories
+STEPS = [
+    "printf 'one\\n' > a.txt && chmod 640 a.txt",
+    "mkdir -p d && chmod 750 d && printf 'two\\n' > d/b.sh && chmod 755 d/b.sh && ln -s a.txt link",
+    "rm a.txt && printf 'three\\n' > c.txt && chmod 600 c.txt && ln -s ../c.txt d/up",
+]
+
+
+def expected_tree(root: Path, n: int) -> Path:
+    """The workspace after step ``n`` of :data:`STEPS`, built here with the same modes."""
+    root.mkdir()
+    (root / "seed.txt").write_text("seed\n")
+    os.chmod(root / "seed.txt", 0o644)
+    if n >= 1:
+        (root / "a.txt").write_text("one\n")
+        os.chmod(root / "a.txt", 0o640)
+    if n >= 2:
+        (root / "d").mkdir()
+        (root / "d" / "b.sh").write_text("two\n")
+        os.chmod(root / "d" / "b.sh", 0o755)
+        os.chmod(root / "d", 0o750)
+        os.symlink("a.txt", root / "link")
+    if n >= 3:
+        (root / "a.txt").unlink()
+        (root / "c.txt").write_text("three\n")
+        os.chmod(root / "c.txt", 0o600)
+        os.symlink("../c.txt", root / "d" / "up")
+    return root
+
+
+@pytest.fixture(scope="module")
+def codex_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("snap-codex")
+    ws, home, data = root / "workspace", root / "home", root / "data"
+    for d in (ws, home, data):
+        d.mkdir()
+    (ws / "seed.txt").write_text("seed\n")
+    os.chmod(ws / "seed.txt", 0o644)
+    script = root / "script.json"
+    turns = [
+        {"text": f"Step {i + 1}.", "tool_calls": [{"tool": "@shell", "command": c}]}
+        for i, c in enumerate(STEPS)
+    ]
+    script.write_text(json.dumps({"model": "mock-model", "seed": 3, "turns": [*turns, {"text": "Done."}]}))
+    journal = data / "journal.sqlite"
+    proc, report = _run("codex", root, journal, ws, home, script, "Change the files.")
+    assert proc.returncode == 0 and report["steps"] == 4, proc.stderr
+    return root, journal, ws, home, report
+
+
+def test_a_real_run_restores_identically_at_every_step_with_modes_and_symlinks(codex_run, tmp_path):
+    root, journal, ws, home, report = codex_run
+    for n in range(4):
+        into = tmp_path / f"at-{n}"
+        restore(journal, home, tmp_path, report["run"], n, into)
+        assert digest_workspace(into) == digest_workspace(expected_tree(tmp_path / f"want-{n}", n)), n
+        if n:
+            before = tmp_path / f"before-{n}"
+            restore(journal, home, tmp_path, report["run"], n, before, "--before")
+            assert digest_workspace(before) == digest_workspace(tmp_path / f"want-{n - 1}")
+    # after the last step: the workspace as the run left it (the end snapshot)
+    last = tmp_path / "at-4"
+    assert restore(journal, home, tmp_path, report["run"], 4, last)["kind"] == "end"
+    assert digest_workspace(last) == digest_workspace(ws)
+
+
+def test_snapshot_ls_lists_each_step_of_the_run(codex_run, tmp_path):
+    root, journal, ws, home, report = codex_run
+    proc = pvisor(
+        ["--journal", str(journal), "snapshot", "ls", report["run"], "--json"],
+        env=user_env(home),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["bound"] is True and doc["steps_total"] == 4
+    kinds = [(s["kind"], s["after_step"]) for s in doc["snapshots"]]
+    assert kinds == [("start", 0), ("request", 0), ("request", 1), ("request", 2), ("request", 3), ("end", 4)]
+    assert all(
+        s["error"] is None and s["hold_us"] is not None for s in doc["snapshots"] if s["kind"] == "request"
+    )
+    table = pvisor(
+        ["--journal", str(journal), "snapshot", "ls", report["run"]], env=user_env(home), cwd=tmp_path
+    )
+    assert table.returncode == 0 and table.stdout.splitlines()[0].startswith(
+        f"run {report['run']}: 6 snapshots, 4 steps"
+    )
+
+
+def test_replay_only_starts_from_the_recorded_start_state(codex_run, tmp_path):
+    root, journal, ws, home, report = codex_run
+    new_ws, out = tmp_path / "ws2", tmp_path / "out"
+    new_ws.mkdir()
+    args = [
+        "replay",
+        "--journal",
+        str(journal),
+        "--agent",
+        "codex",
+        "--run",
+        report["run"],
+        "--after-step",
+        "3",
+        "--replay-only",
+        "--workspace",
+        str(new_ws),
+        "--workspace-from",
+        report["run"],
+        "--output",
+        str(out),
+        "--agent-entrypoint",
+        str(entrypoint("codex")),
+        "--timeout",
+        "240",
+    ]
+    proc = pvisor(args, env=user_env(home), cwd=tmp_path, timeout=400)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    restored = result["workspace"]["restored_from"]
+    assert restored["run"] == report["run"] and restored["kind"] == "start" and restored["after_step"] == 0
+    assert result["lineage"]["workspace_snapshot"] == restored["manifest"]
+    # the start state went in before the agent did: without seed.txt, step 1's chmod would still work,
+    # but the recorded start state is what the digest before playback shows
+    assert (
+        result["workspace"]["sha256_before"] == digest_workspace(expected_tree(tmp_path / "want-0", 0)).sha256
+    )
+    # the three steps re-ran on it: the workspace ends as the recorded run's did
+    assert digest_workspace(new_ws) == digest_workspace(ws)
+    assert all(c["equal_normalised"] for c in result["tool_calls"])
+
+
+def test_workspace_from_refuses_a_workspace_that_is_not_empty(codex_run, tmp_path):
+    root, journal, ws, home, report = codex_run
+    new_ws = tmp_path / "ws-full"
+    new_ws.mkdir()
+    (new_ws / "mine.txt").write_text("keep me\n")
+    args = [
+        "replay",
+        "--journal",
+        str(journal),
+        "--agent",
+        "codex",
+        "--run",
+        report["run"],
+        "--after-step",
+        "1",
+        "--replay-only",
+        "--workspace",
+        str(new_ws),
+        "--workspace-from",
+        report["run"],
+        "--output",
+        str(tmp_path / "o"),
+        "--agent-entrypoint",
+        str(entrypoint("codex")),
+    ]
+    proc = pvisor(args, env=user_env(home), cwd=tmp_path)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert (
+        "is not empty: --workspace-from restores the recorded start state into an empty directory"
+        in proc.stderr
+    )
+    assert (new_ws / "mine.txt").read_text() == "keep me\n" and sorted(os.listdir(new_ws)) == ["mine.txt"]
