@@ -27,6 +27,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "env": ("pvisor.commands.env:env", "Print what points your own agent session at a running gateway."),
     "adapters": ("pvisor.commands.trajectory:adapters", "List the native trajectory adapters and their format profiles."),
     "trajectory": ("pvisor.commands.trajectory:trajectory", "Read an agent's native trajectory file as steps; export ATIF."),
+    "view": ("pvisor.commands.view:view", "What the agent saw at a step (an observer view, JSON); --before, --progress, --before-commitment."),
     "snapshot": ("pvisor.commands.snapshot:snapshot", "List a run's workspace snapshots; restore the workspace at a step."),
     "replay": ("pvisor.commands.replay:replay", "Rebuild the request that ends at step N's observation; re-run the agent to step N (--replay-only)."),
 }
@@ -43,6 +44,7 @@ Examples:
   pvisor journal body x-0123 --response     the reassembled reply of an exchange
   pvisor journal export --format jsonl > all.jsonl
   pvisor snapshot restore r-3f2a9c0d1e2b --step 2 --into ws-at-2
+  pvisor view r-3f2a9c0d1e2b --step 2 --before > pause.json
   pvisor trajectory show ~/.claude/projects/-src-app/SESSION.jsonl
   pvisor trajectory export rollout.jsonl --format atif > run.atif.json
   pvisor --journal ./j.sqlite journal verify

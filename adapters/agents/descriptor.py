@@ -36,7 +36,7 @@ class ChainHint:
     first request has every tool named in ``tools`` and (if given) a system prompt starting with
     ``system_prefix``. (A plain class: descriptors are imported on the fast prepare-only path.)"""
 
-    __slots__ = ("tools", "system_prefix")
+    __slots__ = ("system_prefix", "tools")
 
     def __init__(self, tools: frozenset[str] = frozenset(), system_prefix: str | None = None) -> None:
         self.tools = frozenset(tools)
@@ -91,6 +91,7 @@ class AgentDescriptor:
         path_arguments: tool name -> names of its arguments that hold an absolute path
             (rewritten from the recorded workspace and home to the new ones in playback).
         finish_commands: shell commands that end its loop (mini-swe-agent's submit).
+        finish_tools: tools whose call ends its loop (SWE-agent ``submit``, OpenHands ``finish``).
     """
 
     name: str = ""
@@ -106,6 +107,7 @@ class AgentDescriptor:
     output_decorations: tuple[tuple[re.Pattern[str], str], ...] = ()
     path_arguments: dict[str, tuple[str, ...]] = {}
     finish_commands: tuple[str, ...] = ()
+    finish_tools: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ protocols
 
@@ -216,8 +218,28 @@ class AgentDescriptor:
             return False
         return any(isinstance(v, str) and v.strip() in self.finish_commands for v in call.arguments.values())
 
+    def commitment(self, call: ToolCall) -> str | None:
+        """Why ``call`` commits the agent to its work, or None: a finish tool
+        (:attr:`finish_tools`), a finish command (:meth:`is_finish`), or a shell command that
+        runs ``git commit`` (in any argument of the call, as the agents' shell tools name
+        their command differently). The pause kind ``before_commitment`` stops before it."""
+        if call.name in self.finish_tools:
+            return f"finish tool {call.name}"
+        if self.is_finish(call):
+            return "finish command"
+        values = call.arguments.values() if isinstance(call.arguments, dict) else [call.arguments_raw]
+        for v in values:
+            texts = v if isinstance(v, list) else [v]  # Codex's shell tool takes an argv list
+            joined = " ".join(t for t in texts if isinstance(t, str))
+            if GIT_COMMIT.search(joined):
+                return "git commit"
+        return None
+
 
 # --------------------------------------------------------------------------- shared helpers
+
+#: ``git commit`` in a shell command, options between (``git -C repo commit -m ...``)
+GIT_COMMIT = re.compile(r"(?:^|[\s;&|(])git(?:\s+-{1,2}[\w-]+(?:[= ](?!commit\b)\S+)?)*\s+commit(?![\w-])")
 
 
 def action_message(action: Action) -> Message:

@@ -10,6 +10,7 @@ from .descriptor import LitellmAgent
 class OpenHands(LitellmAgent):
     name = "openhands"
     title = "OpenHands"
+    finish_tools = ("finish",)
 
 
 DESCRIPTOR = OpenHands()

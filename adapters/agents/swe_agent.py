@@ -10,6 +10,7 @@ from .descriptor import LitellmAgent
 class SweAgent(LitellmAgent):
     name = "swe-agent"
     title = "SWE-agent"
+    finish_tools = ("submit",)
 
 
 DESCRIPTOR = SweAgent()

@@ -1,0 +1,146 @@
+"""``pvisor view``: what the agent saw at a step of a journal run or a native trajectory file,
+as an observer view (JSON, schema ``pvisor.view/v1``, docs/replay.md "Pause views")."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+import orjson
+
+from pvisor.commands.outputs import check_output_path
+from pvisor.journal.errors import OutputError, UsageError
+
+
+@click.command("view")
+@click.argument("source", metavar="RUN|FILE")
+@click.option(
+    "--step", "step", type=click.IntRange(min=0), default=None, help="Pause after step K (0: the task alone)."
+)
+@click.option(
+    "--progress",
+    "fraction",
+    type=float,
+    default=None,
+    metavar="F",
+    help="Pause at step ceil(F * steps), F from 0 to 1 (0: the task alone).",
+)
+@click.option(
+    "--before-commitment",
+    "before_commitment",
+    is_flag=True,
+    help="Pause before the first commit or finish action (git commit, a submit or finish tool).",
+)
+@click.option(
+    "--before", is_flag=True, help="End before A_K (after step K-1), with the workspace taken before A_K ran."
+)
+@click.option(
+    "--agent", default=None, metavar="NAME", help="FILE's adapter (default: detected from the file)."
+)
+@click.option(
+    "--output",
+    "output",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Write the view here (default: stdout).",
+)
+@click.option(
+    "--no-progress",
+    "no_progress",
+    is_flag=True,
+    help="No progress bar on stderr (none is shown when stderr is not a terminal).",
+)
+@click.pass_context
+def view(
+    ctx: click.Context,
+    source: str,
+    step: int | None,
+    fraction: float | None,
+    before_commitment: bool,
+    before: bool,
+    agent: str | None,
+    output: str | None,
+    no_progress: bool,
+) -> None:
+    """Write the observer view of a pause of RUN (a journal run id or unique prefix) or FILE
+    (a native trajectory file: an existing path is always read as one): the task, system
+    prompt, tool names and every step through the pause, actions and observations, without
+    gateway internals, signatures, encrypted reasoning or credentials; for a journal run
+    recorded with a workspace, the snapshot a handoff restores. Without --step, --progress or
+    --before-commitment: the last step.
+
+    \b
+    Examples:
+      pvisor view r-3f2a9c0d1e2b --step 2 --before
+      pvisor view r-3f2a9c0d1e2b --progress 0.5 --output half.json
+      pvisor view ~/.codex/sessions/2026/12/01/rollout-....jsonl --before-commitment
+    """
+    from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay
+
+    chosen = [
+        name
+        for name, given in (
+            ("--step", step is not None),
+            ("--progress", fraction is not None),
+            ("--before-commitment", before_commitment),
+        )
+        if given
+    ]
+    if len(chosen) > 1:
+        raise UsageError(f"give one pause at most: {' and '.join(chosen)} both choose a step")
+    if output is not None:
+        check_output_path(output, "--output")
+    bar = not no_progress and _is_terminal(sys.stderr)
+    native = os.path.lexists(source) or source == "-"
+    if native:
+        if bar:
+            click.echo(f"reading {source} ...", err=True)
+        replay = TrajectoryReplay.from_trajectory(Path(source), agent)
+        for w in replay.warnings:
+            click.echo(f"pvisor: warning: {source}: {w}", err=True)
+    else:
+        if agent is not None:
+            raise UsageError(
+                f"--agent is for a native FILE; {source} is no file, so it is read as a journal run"
+            )
+        if bar:
+            click.echo(f"reading run {source} of {ctx.obj['journal']} ...", err=True)
+        replay = TrajectoryReplay.from_journal(Path(ctx.obj["journal"]), source)
+    if before_commitment:
+        spec = PauseSpec(None, PauseKind.BEFORE_COMMITMENT, before=before)
+    elif fraction is not None:
+        spec = PauseSpec(None, PauseKind.PROGRESS, progress=fraction, before=before)
+    else:
+        spec = PauseSpec(
+            "view", PauseKind.STEP, step=replay.steps_total if step is None else step, before=before
+        )
+
+    def progress(steps):
+        steps = list(steps)
+        with click.progressbar(steps, label="steps", file=sys.stderr) as it:
+            yield from it
+
+    v = replay.view(spec, progress if bar else None)
+    data = orjson.dumps(v.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
+    if output is None:
+        sys.stdout.buffer.write(data)
+        return
+    try:
+        with open(output, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}") from None
+    click.echo(
+        f"view of {'run ' + v.run if v.run else source} through step {v.through} "
+        f"({spec.kind.value} {v.step}{', before' if before else ''}) written to {output}",
+        err=True,
+    )
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False

@@ -1,0 +1,419 @@
+"""Pause views: what the agent saw at a step, for an observer (docs/replay.md "Pause views"),
+and the handoff of a pause to a new run.
+
+A **pause** is a point between steps. Its kind (:class:`PauseKind`) says how it was chosen:
+
+- ``step``: step K (1..S; 0 is the task alone); without ``before`` the view holds steps 1..K
+  (A_K and O_K included) and the workspace after step K; with ``before`` it ends after step
+  K-1 and holds the workspace taken before A_K ran;
+- ``progress``: a fraction F in [0, 1] of the run, mapped to step ceil(F * S) (0: the task
+  alone; a transition between steps, not a measure of how much of the task is done);
+- ``before_commitment``: the step before the first action that commits the agent (a finish
+  tool, a finish command, ``git commit``: the agent descriptor's :meth:`commitment`), so the
+  view ends right before it. A run with no such action is refused with a hint.
+
+An **observer view** (schema :data:`VIEW_SCHEMA`) keeps the task, the system prompt, the tool
+names, every action's visible text, visible reasoning text and tool calls, and every
+observation; it leaves out internal state: gateway internals (exchange ids, sequence numbers,
+who served a reply, flags), reasoning signatures and encrypted reasoning (counted, never
+shown), request headers (credentials), the raw provider objects and non-text parts' payloads
+(their kind stays). A view is not an execution checkpoint: its ``workspace`` names the
+snapshot a handoff restores (:func:`restore_handoff`), from a journal run recorded with a
+workspace; a native file has none.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.journal.model import (
+    Message,
+    OtherPart,
+    Reasoning,
+    Step,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    Trajectory,
+)
+
+VIEW_SCHEMA = "pvisor.view/v1"
+
+
+class PauseKind(str, enum.Enum):
+    """How a pause was chosen (view field ``pause.kind``)."""
+
+    STEP = "step"
+    PROGRESS = "progress"
+    BEFORE_COMMITMENT = "before_commitment"
+
+
+@dataclass(slots=True)
+class PauseSpec:
+    """One pause to materialize: ``id`` (the caller's name for it; None from the CLI), ``kind``, ``step`` (for
+    ``step``), ``progress`` (for ``progress``, in [0, 1]) and ``before`` (end before A_K)."""
+
+    id: str | None
+    kind: PauseKind
+    step: int | None = None
+    progress: float | None = None
+    before: bool = False
+
+    def __post_init__(self) -> None:
+        try:
+            self.kind = PauseKind(self.kind)
+        except ValueError:
+            kinds = ", ".join(k.value for k in PauseKind)
+            raise UsageError(f"{_at(self)}kind {self.kind!r} is not one of {kinds}") from None
+        if self.kind is PauseKind.PROGRESS and self.progress is None and self.step is not None:
+            self.step, self.progress = None, self.step  # PauseSpec(id, "progress", 0.5)
+
+
+@dataclass(slots=True)
+class View:
+    """A materialized pause: ``pause`` (its spec), ``step`` (K as resolved), ``through`` (the
+    last step the view holds: K, or K-1 with ``before``), ``document`` (the JSON view), and
+    where it came from (``source``, ``journal``, ``run``; ``snapshot``: the record of the
+    workspace snapshot after step ``through``, None when there is none)."""
+
+    pause: PauseSpec
+    step: int
+    through: int
+    document: dict[str, Any]
+    source: dict[str, Any]
+    journal: Path | None = None
+    run: str | None = None
+    snapshot: Any = None
+
+    def to_json(self) -> dict[str, Any]:
+        return self.document
+
+
+@dataclass(slots=True)
+class HandoffBranch:
+    """What :func:`restore_handoff` did: the observation the agent saw last
+    (``restored_observation``: the view's last step's observation, None for step 0),
+    ``parent_run``, ``pause_step`` (the last step the child starts after), ``snapshot_hash``
+    (the manifest digest restored), ``child_run``, ``workspace`` (where it was restored)."""
+
+    restored_observation: dict[str, Any] | None
+    parent_run: str | None
+    pause_step: int
+    snapshot_hash: str
+    child_run: str
+    workspace: Path
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "restored_observation": self.restored_observation,
+            "parent_run": self.parent_run,
+            "pause_step": self.pause_step,
+            "snapshot_hash": self.snapshot_hash,
+            "child_run": self.child_run,
+            "workspace": str(self.workspace),
+        }
+
+
+@dataclass
+class TrajectoryReplay:
+    """A recorded run loaded once, from which pauses are materialized. Make it with
+    :meth:`from_journal` or :meth:`from_trajectory`."""
+
+    trajectory: Trajectory
+    agent: str | None
+    source: dict[str, Any]
+    journal: Path | None = None
+    run: str | None = None
+    snapshots: Any = None  # replay.snapshots.RunSnapshots of a journal run
+    warnings: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_journal(cls, journal: Any, run: str) -> TrajectoryReplay:
+        """Run ``run`` (id or unique prefix) of the journal ``journal`` (its path, or an open
+        ``Journal`` or ``JournalReader``). Raises UsageError for an unknown run,
+        IntegrityError for a damaged journal."""
+        from pvisor.journal.reader import JournalReader
+
+        from .snapshots import journal_trajectory, run_snapshots
+
+        if callable(getattr(journal, "flush", None)):
+            journal.flush()  # an open writer: what it queued is committed before it is read
+        path = Path(getattr(journal, "path", journal))
+        if not path.exists():
+            raise UsageError(f"journal {path}: no such file")
+        with JournalReader(path) as reader:
+            rec = reader.run(run)
+            traj = journal_trajectory(reader, rec.id)
+            snaps = run_snapshots(reader, rec.id)
+        source = {"kind": "journal", "path": str(path), "run": rec.id, "agent": rec.agent}
+        return cls(traj, rec.agent, source, journal=path, run=rec.id, snapshots=snaps)
+
+    @classmethod
+    def from_trajectory(cls, path: str | os.PathLike[str], agent: str | None = None) -> TrajectoryReplay:
+        """The native trajectory file at ``path``, read with the adapter ``agent`` (None: the
+        one detected). Raises UsageError or BadInputError as ``pvisor trajectory show`` does."""
+        from pvisor.adapters.native import read_native
+
+        result, notes = read_native(Path(path), agent)
+        name = agent or notes[0].split(": ", 1)[1]
+        source = {
+            "kind": "native",
+            "path": str(path),
+            "run": None,
+            "agent": name,
+            "profile": result.profile.name,
+        }
+        return cls(result.trajectory, name, source, warnings=list(result.diagnostics.warnings))
+
+    def materialize_pauses(self, pauses: Iterable[PauseSpec]) -> list[View]:
+        """One :class:`View` per pause, in order (:func:`materialize_pauses`)."""
+        return materialize_pauses(self, pauses)
+
+    @property
+    def steps_total(self) -> int:
+        return len(self.trajectory.steps)
+
+    def resolve(self, spec: PauseSpec) -> tuple[int, int, dict[str, Any] | None]:
+        """(K, the last step the view holds, the commitment found or None) for ``spec``.
+        Raises UsageError (exit 2) naming the pause for a step or fraction out of range or a
+        spec without its value, BadInputError (exit 65) for ``before_commitment`` in a run
+        without a commitment."""
+        total = self.steps_total
+        commitment = None
+        if spec.kind is PauseKind.STEP:
+            if spec.step is None:
+                raise UsageError(f"{_at(spec)}kind step needs a step")
+            k = spec.step
+            if spec.before and not 1 <= k <= total:
+                raise UsageError(
+                    f"{_at(spec)}--step {k} --before: the run has {_steps(total)}; --before needs a step in "
+                    f"1..{total}"
+                    if total
+                    else f"{_at(spec)}--before needs a step, and the run has none"
+                )
+            if not 0 <= k <= total:
+                raise UsageError(f"{_at(spec)}--step {k}: the run has {_steps(total)} (0 <= K <= {total})")
+        elif spec.kind is PauseKind.PROGRESS:
+            f = spec.progress
+            if f is None or not isinstance(f, (int, float)) or math.isnan(f) or not 0 <= f <= 1:
+                raise UsageError(f"{_at(spec)}--progress {f}: a fraction from 0 to 1 (0: the task alone)")
+            k = math.ceil(f * total)
+            if spec.before and k == 0:
+                raise UsageError(
+                    f"{_at(spec)}--progress {f} maps to step 0, and --before needs a step from 1"
+                )
+        else:
+            found = self.first_commitment()
+            if found is None:
+                raise BadInputError(
+                    f"{_at(spec)}no commitment in the run's {_steps(total)} (no finish tool, finish "
+                    "command or git commit): pause at a step with --step K or --progress F"
+                )
+            commitment = found
+            k = found["step"] - 1
+            if spec.before and k == 0:
+                raise UsageError(
+                    f"{_at(spec)}the first commitment is step 1's action: the view before it is step 0, "
+                    "and --before needs a step from 1"
+                )
+        return k, k - 1 if spec.before else k, commitment
+
+    def first_commitment(self) -> dict[str, Any] | None:
+        """The first tool call that commits the agent (``step``, ``call_id``, ``name``, ``why``),
+        by the agent descriptor; None when there is none or the agent is unknown."""
+        d = _descriptor(self.agent)
+        if d is None:
+            return None
+        for step in self.trajectory.steps:
+            for call in step.action.tool_calls:
+                why = d.commitment(call)
+                if why is not None:
+                    return {"step": step.n, "call_id": call.id, "name": call.name, "why": why}
+        return None
+
+    def view(
+        self, spec: PauseSpec, progress: Callable[[Iterable[Step]], Iterable[Step]] | None = None
+    ) -> View:
+        """Materialize ``spec`` (raises as :meth:`resolve`). ``progress`` wraps the steps as
+        they are rendered (the CLI's progress bar)."""
+        k, through, commitment = self.resolve(spec)
+        t = self.trajectory
+        steps: Iterable[Step] = t.steps[:through]
+        if progress is not None:
+            steps = progress(steps)
+        hidden = {"signatures": 0, "encrypted_reasoning": 0}
+        rendered = [_step_json(s, hidden) for s in steps]
+        snapshot, workspace = self._workspace(through)
+        doc: dict[str, Any] = {
+            "schema": VIEW_SCHEMA,
+            "pause": {
+                "id": spec.id,
+                "kind": spec.kind.value,
+                "step": k,
+                "before": spec.before,
+                "progress": spec.progress if spec.kind is PauseKind.PROGRESS else None,
+                "commitment": commitment,
+            },
+            "source": self.source,
+            "steps_total": self.steps_total,
+            "through_step": through,
+            "task": t.task,
+            "system": t.system,
+            "tools": [tool.name for tool in t.tools] if t.tools is not None else None,
+            "steps": rendered,
+            "compactions": [
+                {"after_step": c.after_step, "kind": c.kind, "summary": c.summary}
+                for c in t.compactions
+                if c.after_step <= through
+            ],
+            "omitted": hidden,
+            "workspace": workspace,
+        }
+        return View(spec, k, through, doc, self.source, self.journal, self.run, snapshot)
+
+    def _workspace(self, through: int) -> tuple[Any, dict[str, Any] | None]:
+        if self.snapshots is None:
+            return None, None
+        try:
+            snap = self.snapshots.pick(through)
+        except (UsageError, BadInputError) as exc:
+            return None, {
+                "snapshot": None,
+                "manifest": None,
+                "after_step": through,
+                "unavailable": exc.message,
+            }
+        return snap, {
+            "snapshot": snap.id,
+            "manifest": snap.digest,
+            "after_step": snap.after_step,
+            "kind": snap.kind.value,
+            "files": snap.files,
+            "bytes": snap.bytes,
+        }
+
+
+def materialize_pauses(replay: TrajectoryReplay, pauses: Iterable[PauseSpec]) -> list[View]:
+    """One :class:`View` per pause, in order, from a source loaded once. Raises as
+    :meth:`TrajectoryReplay.resolve` at the first pause that cannot be made (naming it)."""
+    return [replay.view(p) for p in pauses]
+
+
+def restore_handoff(
+    view: View, workspace: str | os.PathLike[str], child_run_id: str, *, force: bool = False
+) -> HandoffBranch:
+    """Restore the workspace snapshot of ``view`` into ``workspace`` (empty unless ``force``)
+    for the child run ``child_run_id`` that continues after the pause. Raises BadInputError
+    (exit 65) when the view has no snapshot (a native file, a run recorded without a
+    workspace, a failed walk), UsageError for a target that is not empty."""
+    from pvisor.journal.reader import JournalReader
+
+    from .snapshots import restore_snapshot
+
+    if view.snapshot is None or view.journal is None:
+        why = (view.document.get("workspace") or {}).get("unavailable") or (
+            "a native trajectory holds no workspace snapshot" if view.journal is None else "no snapshot"
+        )
+        raise BadInputError(f"{_at(view.pause)}no workspace to restore: {why}")
+    if not child_run_id or not child_run_id.strip():
+        raise UsageError("restore_handoff: give the child run's id")
+    with JournalReader(view.journal) as reader:
+        done = restore_snapshot(reader, view.snapshot, Path(workspace), force=force)
+    steps = view.document["steps"]
+    return HandoffBranch(
+        restored_observation=steps[-1]["observation"] if steps else None,
+        parent_run=view.run,
+        pause_step=view.through,
+        snapshot_hash=done.digest,
+        child_run=child_run_id,
+        workspace=done.into,
+    )
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _descriptor(agent: str | None) -> Any:
+    from pvisor.adapters.agents import descriptor_names, get_descriptor
+
+    return get_descriptor(agent) if agent in descriptor_names() else None
+
+
+def _reasoning(r: Reasoning, hidden: dict[str, int]) -> str | None:
+    hidden["signatures"] += 1 if r.signature else 0
+    hidden["encrypted_reasoning"] += 1 if r.encrypted else 0
+    return r.text or None
+
+
+def _call(c: ToolCall) -> dict[str, Any]:
+    return {
+        "id": c.id,
+        "name": c.name,
+        "arguments": c.arguments if c.arguments is not None else c.arguments_raw,
+    }
+
+
+def _content(content: Any) -> Any:
+    """A tool result's content without provider payloads: text stays, other blocks keep their type."""
+    if isinstance(content, list):
+        out = []
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                out.append({"type": "text", "text": block["text"]})
+            elif isinstance(block, dict):
+                out.append({"type": str(block.get("type", "block"))})
+            else:
+                out.append(block if isinstance(block, str) else {"type": "block"})
+        return out
+    return content
+
+
+def _result(r: ToolResult) -> dict[str, Any]:
+    return {"call_id": r.call_id, "name": r.name, "is_error": r.is_error, "output": _content(r.content)}
+
+
+def _message(m: Message, hidden: dict[str, int]) -> dict[str, Any]:
+    parts: list[dict[str, Any]] = []
+    for p in m.parts:
+        if isinstance(p, TextPart):
+            parts.append({"type": "text", "text": p.text})
+        elif isinstance(p, Reasoning):
+            text = _reasoning(p, hidden)
+            if text:
+                parts.append({"type": "reasoning", "text": text})
+        elif isinstance(p, ToolCall):
+            parts.append({"type": "tool_call", **_call(p)})
+        elif isinstance(p, ToolResult):
+            parts.append({"type": "tool_result", **_result(p)})
+        elif isinstance(p, OtherPart):
+            parts.append({"type": p.kind})
+    return {"role": m.role, "parts": parts}
+
+
+def _step_json(step: Step, hidden: dict[str, int]) -> dict[str, Any]:
+    a, o = step.action, step.observation
+    reasoning = [t for t in (_reasoning(r, hidden) for r in a.reasoning) if t]
+    return {
+        "step": step.n,
+        "action": {"text": a.text, "reasoning": reasoning, "tool_calls": [_call(c) for c in a.tool_calls]},
+        "observation": {
+            "results": [_result(r) for r in o.results],
+            "messages": [_message(m, hidden) for m in o.messages],
+        },
+    }
+
+
+def _at(spec: PauseSpec) -> str:
+    """The start of an error about ``spec``: its id when it has one (the Python API's)."""
+    return f"pause {spec.id}: " if spec.id else ""
+
+
+def _steps(n: int) -> str:
+    return f"{n} step{'s' if n != 1 else ''}"
