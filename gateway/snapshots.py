@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pvisor.journal.errors import PvisorError
 from pvisor.journal.snapshots import (
+    EntryKind,
     FilesystemDriver,
     SnapshotDriver,
     SnapshotKind,
@@ -177,15 +178,20 @@ class WorkspaceSnapshots:
         except OSError as exc:
             error = f"workspace {self.root}: {exc.strerror or exc}"
         except Exception as exc:  # noqa: BLE001 - a driver bug must not stop the gateway; the row says what failed
-            error = f"snapshot driver {self.driver.name}: {type(exc).__name__}"
+            error = f"snapshot driver {self.driver.name} failed: {type(exc).__name__}: {exc}"[:300]
         send()
-        walk_us = int((time.perf_counter() - t0) * 1e6)
         if error is not None and error not in self._warned:
             self._warned.add(error)
             log.warning("workspace snapshot failed: %s", error)
         records = []
         encoded = manifest.encode() if manifest is not None else None
         digest = hashlib.sha256(encoded).hexdigest() if encoded is not None else None
+        files = size = 0
+        for e in manifest.entries if manifest is not None else ():
+            if e.kind is EntryKind.FILE:
+                files += 1
+                size += e.size
+        walk_us = int((time.perf_counter() - t0) * 1e6)  # what the answer waits for: the encoding too
         for want in wants:
             rec = SnapshotRecord(
                 id=want.id,
@@ -199,8 +205,8 @@ class WorkspaceSnapshots:
                 digest=digest,
                 walk_us=walk_us,
                 entries=len(manifest.entries) if manifest else 0,
-                files=sum(1 for e in manifest.entries if e.kind.value == "file") if manifest else 0,
-                bytes=manifest.total_bytes if manifest else 0,
+                files=files,
+                bytes=size,
                 read_bytes=manifest.read_bytes if manifest else 0,
                 warnings=list(manifest.warnings) if manifest else [],
                 error=error,

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from .errors import BadInputError, UsageError
+from .errors import BadInputError, OutputError, UsageError
 
 #: entry point group of snapshot drivers (``name = "module:Class"``)
 ENTRY_POINT_GROUP = "pvisor.snapshot_drivers"
@@ -129,6 +129,9 @@ class Manifest:
     entries: list[Entry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     read_bytes: int = 0  # bytes the walk read from the disk (not part of the manifest)
+    # each entry's canonical JSON, as a walk made it (it reuses those of unchanged files); not
+    # part of the manifest: encode() is the same bytes with or without it
+    encoded_entries: list[bytes] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -139,7 +142,21 @@ class Manifest:
 
     def encode(self) -> bytes:
         """The canonical bytes (keys sorted, compact): what :meth:`digest` hashes."""
-        return orjson.dumps(self.to_json(), option=orjson.OPT_SORT_KEYS)
+        parts = self.encoded_entries
+        if parts is None or len(parts) != len(self.entries):
+            return orjson.dumps(self.to_json(), option=orjson.OPT_SORT_KEYS)
+        # the same bytes as above, from the entries' own (keys sorted: entries, schema, warnings)
+        return b"".join(
+            (
+                b'{"entries":[',
+                b",".join(parts),
+                b'],"schema":',
+                orjson.dumps(MANIFEST_SCHEMA),
+                b',"warnings":',
+                orjson.dumps(list(self.warnings)),
+                b"}",
+            )
+        )
 
     def digest(self) -> str:
         return hashlib.sha256(self.encode()).hexdigest()
@@ -253,25 +270,28 @@ class FilesystemDriver:
         self.max_entries = max_entries
         self.racy_ns = racy_ns
         self.exclude = exclude  # relative paths never walked (the journal, a run's own files)
-        # path -> (inode, size, mtime_ns, ctime_ns, sha256) of the previous walk's files
-        self._known: dict[str, tuple[int, int, int, int, str]] = {}
+        # path -> ((inode, size, mtime_ns, ctime_ns), Entry, its JSON) of the previous walk's files
+        self._known: dict[str, tuple[Any, ...]] = {}
 
     def checkpoint(self, root: Path, put: Callable[[bytes], str]) -> Manifest:
         """Walk ``root`` (never following a symlink) and store each file's bytes with ``put``.
         A file whose inode, size, mtime and ctime are those of the previous walk of this
-        driver (and were not changed in the last ``racy_ns`` before it was read: git's "racily
-        clean" rule, as two writes within a clock tick leave one mtime) is not read again: its blob is stored already. Raises UsageError when
-        ``root`` is not a directory."""
+        driver is not read again (its blob is stored already), unless it changed in the last
+        ``racy_ns`` before it was read: git's "racily clean" rule, as two writes within one
+        clock tick leave one mtime. Raises UsageError when ``root`` is not a directory."""
         root = Path(root)
         if not root.is_dir():
             raise UsageError(f"workspace {root}: not a directory")
         spec = _ignore_spec(root)
         out = Manifest()
+        rows: list[tuple[str, Entry, bytes]] = []  # (path, entry, its canonical JSON)
         total = 0
         count = 0
         stack = [""]
         known = self._known
-        seen: dict[str, tuple[int, int, int, int, str]] = {}
+        # what this walk trusts next time; a file's entry and its JSON are reused while unchanged
+        seen: dict[str, tuple[Any, ...]] = {}
+        exclude = self.exclude
         while stack:
             rel_dir = stack.pop()
             try:
@@ -283,13 +303,18 @@ class FilesystemDriver:
             subdirs = []
             for d in items:
                 rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
+                if not _utf8(d.name):
+                    # a manifest is JSON: a name that is not UTF-8 cannot be written in it
+                    out.warnings.append(f"{os.fsencode(rel)!r}: the name is not valid UTF-8: left out")
+                    continue
                 try:
                     st = d.stat(follow_symlinks=False)
                 except OSError as exc:
                     out.warnings.append(f"{rel}: not read ({exc.strerror})")
                     continue
-                is_dir = stat.S_ISDIR(st.st_mode)
-                if rel in self.exclude or (spec is not None and spec.match_file(rel + ("/" if is_dir else ""))):
+                st_mode = st.st_mode
+                is_dir = stat.S_ISDIR(st_mode)
+                if rel in exclude or (spec is not None and spec.match_file(rel + ("/" if is_dir else ""))):
                     continue
                 if count >= self.max_entries:
                     out.warnings.append(
@@ -299,46 +324,56 @@ class FilesystemDriver:
                     stack.clear()
                     break
                 count += 1
-                mode = stat.S_IMODE(st.st_mode)
-                if stat.S_ISLNK(st.st_mode):
-                    out.entries.append(Entry(rel, EntryKind.SYMLINK, mode, target=os.readlink(d.path)))
-                elif is_dir:
-                    out.entries.append(Entry(rel, EntryKind.DIR, mode))
-                    subdirs.append(rel)
-                elif stat.S_ISREG(st.st_mode):
-                    if st.st_size > self.max_file_bytes:
+                if stat.S_ISREG(st_mode):
+                    size = st.st_size
+                    if size > self.max_file_bytes:
                         out.warnings.append(
-                            f"{rel}: {st.st_size} bytes, over the limit of {self.max_file_bytes} per file: "
-                            "left out"
+                            f"{rel}: {size} bytes, over the limit of {self.max_file_bytes} per file: left out"
                         )
                         continue
-                    if total + st.st_size > self.max_total_bytes:
+                    if total + size > self.max_total_bytes:
                         out.warnings.append(
-                            f"{rel}: left out, the snapshot would pass its limit of "
-                            f"{self.max_total_bytes} bytes"
+                            f"{rel}: left out, the snapshot would pass its limit of {self.max_total_bytes} bytes"
                         )
                         continue
-                    key = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                    key = (st.st_ino, size, st.st_mtime_ns, st.st_ctime_ns)
                     prev = known.get(rel)
-                    if prev is not None and prev[:4] == key:
-                        sha, size = prev[4], st.st_size
+                    if prev is not None and prev[0] == key:
                         seen[rel] = prev
-                    else:
-                        try:
-                            data = _read_file(d.path)
-                        except OSError as exc:
-                            out.warnings.append(f"{rel}: not read ({exc.strerror})")
-                            continue
-                        size = len(data)
-                        out.read_bytes += size
-                        sha = put(data)
-                        if (
-                            time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= self.racy_ns
-                            and size == st.st_size
-                        ):
-                            seen[rel] = (*key, sha)
+                        total += size
+                        rows.append((rel, prev[1], prev[2]))
+                        continue
+                    try:
+                        data = _read_file(d.path)
+                    except OSError as exc:
+                        out.warnings.append(f"{rel}: not read ({exc.strerror})")
+                        continue
+                    size = len(data)
+                    out.read_bytes += size
+                    entry = Entry(rel, EntryKind.FILE, stat.S_IMODE(st_mode), size, put(data))
+                    encoded = _entry_json(entry)
+                    if (
+                        time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= self.racy_ns
+                        and size == st.st_size
+                    ):
+                        seen[rel] = (key, entry, encoded)
                     total += size
-                    out.entries.append(Entry(rel, EntryKind.FILE, mode, size, sha))
+                    rows.append((rel, entry, encoded))
+                elif is_dir:
+                    entry = Entry(rel, EntryKind.DIR, stat.S_IMODE(st_mode))
+                    rows.append((rel, entry, _entry_json(entry)))
+                    subdirs.append(rel)
+                elif stat.S_ISLNK(st_mode):
+                    try:
+                        link = os.readlink(d.path)
+                    except OSError as exc:
+                        out.warnings.append(f"{rel}: not read ({exc.strerror})")
+                        continue
+                    if not _utf8(link):
+                        out.warnings.append(f"{rel}: a symlink whose target is not valid UTF-8: left out")
+                        continue
+                    entry = Entry(rel, EntryKind.SYMLINK, stat.S_IMODE(st_mode), target=link)
+                    rows.append((rel, entry, _entry_json(entry)))
                 else:
                     out.warnings.append(
                         f"{rel}: neither a file, a directory nor a symlink "
@@ -346,16 +381,21 @@ class FilesystemDriver:
                     )
             stack.extend(reversed(subdirs))
         self._known = seen
-        out.entries.sort(key=lambda e: e.path)
+        rows.sort(key=lambda r: r[0])
+        out.entries = [r[1] for r in rows]
+        out.encoded_entries = [r[2] for r in rows]
         return out
 
     def restore(
         self, manifest: Manifest, get: Callable[[str], bytes], target: Path, force: bool = False
     ) -> None:
-        """Write ``manifest`` into ``target`` (created when missing). Raises UsageError for a
-        non-empty ``target`` without ``force`` (exit 2), BadInputError (exit 65) naming the entry
+        """Write ``manifest`` into ``target`` (created when missing). Raises UsageError (exit 2)
+        for a target that cannot be made, a non-empty one without ``force``, or with ``force``
+        one that holds a directory where the snapshot has a file or the reverse (a symlink of
+        the target counts as a file: never followed); BadInputError (exit 65) naming the entry
         for a path that is not safe, an entry below a symlink of the snapshot, or a blob whose
-        bytes do not match; nothing is written before every path was checked."""
+        bytes do not match; OutputError (exit 74) naming the entry when writing fails (disk
+        full). Nothing is written before every path was checked."""
         target = Path(target)
         if target.exists() and not target.is_dir():
             raise UsageError(f"--into {target}: not a directory")
@@ -370,13 +410,24 @@ class FilesystemDriver:
                     f"snapshot entry {i}: {e.path!r} lies below the symlink {below!r} of the snapshot: "
                     "restoring it would write through the link"
                 )
-        target.mkdir(parents=True, exist_ok=True)
+        if force and target.is_dir():
+            conflict = _conflict(target, manifest)
+            if conflict is not None:
+                raise UsageError(
+                    f"--into {target}: {conflict}; nothing was written (restore into an empty directory)"
+                )
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--into {target}: cannot create it: {exc.strerror or exc}") from None
         root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+        current = ""
         try:
             order = sorted(
                 manifest.entries, key=lambda e: (e.kind is EntryKind.SYMLINK, e.path.count("/"), e.path)
             )
             for e in order:
+                current = e.path
                 parts = e.path.split("/")
                 parent_fd = _open_dirs(root_fd, parts[:-1])
                 try:
@@ -438,8 +489,66 @@ class FilesystemDriver:
                 finally:
                     if parent_fd != root_fd:
                         os.close(parent_fd)
+        except OSError as exc:
+            # the disk is full, a permission is missing: what was written so far stays
+            raise OutputError(
+                f"--into {target}: cannot write snapshot entry {current!r}: {exc.strerror or exc} "
+                "(the directory holds what was restored before it)"
+            ) from None
         finally:
             os.close(root_fd)
+
+
+def _conflict(target: Path, manifest: Manifest) -> str | None:
+    """What in ``target`` (a directory that holds files: a forced restore) stands where the
+    manifest needs something a restore cannot replace, or None: a directory where a file or a
+    symlink goes, a file or a symlink where a directory goes or lies on the way (a symlink of
+    the target is never followed: it is looked at with ``lstat``, below directories already
+    found to be real ones)."""
+    kinds: dict[str, str] = {}
+
+    def kind(rel: str) -> str:
+        if rel not in kinds:
+            try:
+                mode = os.lstat(target / rel).st_mode
+            except FileNotFoundError:
+                kinds[rel] = "absent"
+            else:
+                kinds[rel] = "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "file"
+        return kinds[rel]
+
+    for e in sorted(manifest.entries, key=lambda e: e.path.count("/")):
+        parts = e.path.split("/")
+        blocked = False
+        for i in range(1, len(parts)):
+            prefix = "/".join(parts[:i])
+            k = kind(prefix)
+            if k == "absent":
+                blocked = True  # nothing exists below it
+                break
+            if k != "dir":
+                return f"the target holds a {k} at {prefix!r}, where the snapshot has a directory"
+        if blocked:
+            continue
+        k = kind(e.path)
+        if e.kind is EntryKind.DIR and k in ("file", "link"):
+            return f"the target holds a {k} at {e.path!r}, where the snapshot has a directory"
+        if e.kind is not EntryKind.DIR and k == "dir":
+            return f"the target holds a directory at {e.path!r}, where the snapshot has a {e.kind.value}"
+    return None
+
+
+def _entry_json(entry: Entry) -> bytes:
+    return orjson.dumps(entry.to_json(), option=orjson.OPT_SORT_KEYS)
+
+
+def _utf8(name: str) -> bool:
+    """Whether a file-system name decoded by Python (undecodable bytes as surrogates) is UTF-8."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _read_file(path: str) -> bytes:

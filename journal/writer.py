@@ -928,7 +928,12 @@ class Journal:
         return sha
 
     def _put_request_body(self, conn: sqlite3.Connection, p: PendingExchange, body: bytes) -> tuple[str, int]:
-        key = (p.run, p.method, p.path)
+        return self._put_lane_blob(conn, (p.run, p.method, p.path), body)
+
+    def _put_lane_blob(self, conn: sqlite3.Connection, key: tuple[str, str, str], body: bytes) -> tuple[str, int]:
+        """Store ``body`` compressed against the previous body of its lane ``key`` (a run's
+        requests to one path, or its snapshot manifests), with a standalone keyframe every
+        ``blobs.KEYFRAME_EVERY``: a body that repeats the last one with a little more costs little."""
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane()
@@ -950,7 +955,10 @@ class Journal:
 
     def _write_snapshot(self, conn: sqlite3.Connection, r: SnapshotRecord) -> None:
         self._ensure_run(conn, r.run)
-        manifest = self._put_blob(conn, r.manifest, sha=r.digest) if r.manifest is not None else None
+        manifest = None
+        if r.manifest is not None:
+            # each manifest repeats the last one but for what changed: stored as a delta
+            manifest, _ = self._put_lane_blob(conn, (r.run, "SNAPSHOT", "manifest"), r.manifest)
         conn.execute(
             "INSERT OR REPLACE INTO snapshots(id, run_id, attempt, kind, exchange_id, driver, manifest, taken_ms, walk_us,"
             " entries, files, bytes, read_bytes, warnings, error, after_step, writer_id)"

@@ -114,7 +114,8 @@ class RunRequest:
     (:meth:`~pvisor.adapters.agents.base.AgentProfile.with_arguments`); ``dummy_key``: give the
     agent a dummy key even with an upstream (a local model server that checks none, when the
     user has no key in the environment). ``snapshots``: snapshot the workspace at the start,
-    at every candidate main-loop request and at the end (``--no-snapshots`` turns it off).
+    at every candidate main-loop request and at the end (``--no-snapshots`` turns it off), with
+    the driver ``snapshot_driver``.
     """
 
     agent: str
@@ -141,6 +142,7 @@ class RunRequest:
     agent_args: list[str] = field(default_factory=list)
     dummy_key: bool = False
     snapshots: bool = True
+    snapshot_driver: str = "filesystem"
 
 
 @dataclass(frozen=True)
@@ -573,6 +575,10 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     if req.resume is not None and not req.resume.strip():
         raise UsageError("--resume is empty: give the id of the run to continue (pvisor journal ls lists them)")
     profile = get_profile(req.agent)
+    if req.snapshots:
+        from pvisor.journal.snapshots import snapshot_driver
+
+        snapshot_driver(req.snapshot_driver)  # an unknown driver is a usage error before anything starts
     if req.upstream and req.script:
         raise UsageError("give --upstream URL or --script FILE, not both")
     if req.responder is not None and (req.script or req.resume):
@@ -661,6 +667,7 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
                                    attempt=attempt, shutdown_grace=5.0)
         if req.snapshots:
             config.workspace = workspace
+            config.snapshot_driver = req.snapshot_driver
             # the journal and the run's own files never go into its snapshots
             config.snapshot_exclude = (req.journal_path, run_dir)
         gw = Gateway(config, None, responder)  # the journal comes once the port is bound
@@ -873,20 +880,26 @@ def _attempt_steps(classification: Any, attempt: int) -> list[dict[str, Any]]:
 
 
 def _snapshot_warnings(report: RunReport, start: Any, end: Any, warn: Warn) -> None:
-    """Say once what the start and end snapshots could not hold (a file over the size limit, a
-    walk that failed): the user learns it now, not when restoring."""
+    """Say once what the start and end snapshots could not hold (a file over the size limit):
+    the user learns it now, not when restoring. A walk that failed is in the report too (the
+    gateway's log said it on stderr when it happened)."""
     seen: list[str] = []
+    shown = 0
     for snap in (start, end):
         if snap is None:
             continue
         for line in ([f"failed: {snap.error}"] if snap.error else []) + snap.warnings:
-            if line not in seen:
-                seen.append(line)
+            if line in seen:
+                continue
+            seen.append(line)
+            if line.startswith("failed: "):
+                continue
+            shown += 1
+            if shown <= 5:
+                warn(f"workspace snapshot: {line}")
     report.snapshot_warnings = seen
-    for line in seen[:5]:
-        warn(f"workspace snapshot: {line}")
-    if len(seen) > 5:
-        warn(f"workspace snapshot: {len(seen) - 5} more (pvisor snapshot ls {report.run})")
+    if shown > 5:
+        warn(f"workspace snapshot: {shown - 5} more (pvisor snapshot ls {report.run})")
 
 
 def _derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: Warn) -> None:

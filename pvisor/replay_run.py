@@ -211,6 +211,10 @@ def _check(opts: ReplayOnlyOptions) -> Any:
     if opts.workspace_from is not None:
         if not opts.workspace_from.strip():
             raise UsageError("--workspace-from is empty: give the run whose start state to restore (pvisor snapshot ls RUN)")
+        from pvisor.journal.reader import JournalReader
+
+        with JournalReader(opts.journal) as reader:
+            reader.run(opts.workspace_from)  # an unknown run: a usage error before anything is written
         if any(opts.workspace.iterdir()):
             raise ReplayUsageError(
                 "workspace_refused",

@@ -203,7 +203,7 @@ class TrajectoryReplay:
         elif spec.kind is PauseKind.PROGRESS:
             f = spec.progress
             if f is None or not isinstance(f, (int, float)) or math.isnan(f) or not 0 <= f <= 1:
-                raise UsageError(f"{_at(spec)}--progress {f}: a fraction from 0 to 1 (0: the task alone)")
+                raise UsageError(f"{_at(spec)}--progress {f:g}: a fraction from 0 to 1 (0: the task alone)")
             k = math.ceil(f * total)
             if spec.before and k == 0:
                 raise UsageError(
@@ -214,7 +214,8 @@ class TrajectoryReplay:
             if found is None:
                 raise BadInputError(
                     f"{_at(spec)}no commitment in the run's {_steps(total)} (no finish tool, finish "
-                    "command or git commit): pause at a step with --step K or --progress F"
+                    "command or git commit): pause at a step instead (--step K or --progress F; PauseKind.STEP "
+                    "or PauseKind.PROGRESS)"
                 )
             commitment = found
             k = found["step"] - 1
@@ -226,16 +227,17 @@ class TrajectoryReplay:
         return k, k - 1 if spec.before else k, commitment
 
     def first_commitment(self) -> dict[str, Any] | None:
-        """The first tool call that commits the agent (``step``, ``call_id``, ``name``, ``why``),
-        by the agent descriptor; None when there is none or the agent is unknown."""
+        """The first action part that commits the agent (``step``, ``call_id``, ``name``: the
+        tool, or ``text`` for a command in the action's text; ``why``), by the agent
+        descriptor; None when there is none or the agent is unknown."""
         d = _descriptor(self.agent)
         if d is None:
             return None
         for step in self.trajectory.steps:
-            for call in step.action.tool_calls:
-                why = d.commitment(call)
-                if why is not None:
-                    return {"step": step.n, "call_id": call.id, "name": call.name, "why": why}
+            found = d.action_commitment(step.action)
+            if found is not None:
+                call_id, name, why = found
+                return {"step": step.n, "call_id": call_id, "name": name, "why": why}
         return None
 
     def view(
@@ -375,8 +377,10 @@ def _content(content: Any) -> Any:
     return content
 
 
-def _result(r: ToolResult) -> dict[str, Any]:
-    return {"call_id": r.call_id, "name": r.name, "is_error": r.is_error, "output": _content(r.content)}
+def _result(r: ToolResult, names: dict[str, str] | None = None) -> dict[str, Any]:
+    # a protocol that does not repeat the tool's name with its result: the call's name
+    name = r.name if r.name is not None else (names or {}).get(r.call_id or "")
+    return {"call_id": r.call_id, "name": name, "is_error": r.is_error, "output": _content(r.content)}
 
 
 def _message(m: Message, hidden: dict[str, int]) -> dict[str, Any]:
@@ -400,11 +404,12 @@ def _message(m: Message, hidden: dict[str, int]) -> dict[str, Any]:
 def _step_json(step: Step, hidden: dict[str, int]) -> dict[str, Any]:
     a, o = step.action, step.observation
     reasoning = [t for t in (_reasoning(r, hidden) for r in a.reasoning) if t]
+    names = {c.id: c.name for c in a.tool_calls if c.id}
     return {
         "step": step.n,
         "action": {"text": a.text, "reasoning": reasoning, "tool_calls": [_call(c) for c in a.tool_calls]},
         "observation": {
-            "results": [_result(r) for r in o.results],
+            "results": [_result(r, names) for r in o.results],
             "messages": [_message(m, hidden) for m in o.messages],
         },
     }

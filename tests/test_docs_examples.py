@@ -175,6 +175,52 @@ def test_replay_only_example_runs_the_real_claude_code(tmp_path: Path):
     assert readme == [commands[2]]
 
 
+def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
+    """docs/snapshots.md "Try it offline", as written, with the pinned Claude Code first on PATH:
+    what it says of the snapshots, the restored directories, the view and the replay holds."""
+    import json
+
+    from agent_helpers import entrypoint
+
+    from pvisor.replay.workspace import digest_workspace
+
+    [script] = _blocks(DOCS / "snapshots.md", "json")
+    (tmp_path / "steps.json").write_text(script)
+    claude = entrypoint("claude-code")
+    env = {**os.environ, "PATH": os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
+           "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"), "HOME": str(tmp_path / "home")}
+    commands = _console_commands(DOCS / "snapshots.md")
+    assert len(commands) == 7
+    proc = subprocess.run(["bash", "-ec", "\n".join(commands)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "run r-" in proc.stdout and ": 5 snapshots, 3 steps" in proc.stdout, proc.stdout
+    for d in ("at-1", "before-2"):
+        assert sorted(p.name for p in (tmp_path / d).iterdir()) == ["a.txt", "seed.txt"]
+        assert (tmp_path / d / "a.txt").read_text() == "one\n" and (tmp_path / d / "a.txt").stat().st_mode & 0o777 == 0o640
+    view = json.loads((tmp_path / "pause.json").read_text())
+    assert view["through_step"] == 1 and view["workspace"]["after_step"] == 1
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["status"] == "ok" and result["workspace"]["restored_from"]["kind"] == "start"
+    seed_only = tmp_path / "seed-only"
+    seed_only.mkdir()
+    (seed_only / "seed.txt").write_text("seed\n")
+    assert result["workspace"]["sha256_before"] == digest_workspace(seed_only).sha256
+    assert digest_workspace(tmp_path / "ws2") == digest_workspace(tmp_path / "ws")  # the replay ends as the run did
+    # the README shows two of these commands
+    readme = [c for c in _console_commands(README) if c.startswith(("pvisor snapshot", "pvisor view"))]
+    assert len(readme) == 2 and set(readme) <= set(commands)
+    # the Python API example, on this run
+    [code] = _blocks(DOCS / "snapshots.md", "python")
+    run = json.loads((tmp_path / "run.json").read_text())["run"]
+    code = code.replace('"journal.sqlite"', repr(str(tmp_path / "data" / "j.sqlite"))).replace("r-3f2a9c0d1e2b", run)
+    api = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert api.returncode == 0, api.stderr
+    pause_step, snapshot_hash, _ = api.stdout.split(" ", 2)
+    assert pause_step == "2" and len(snapshot_hash) == 64  # progress 0.5 of 3 steps: step 2
+    assert sorted(p.name for p in (tmp_path / "ws-child").iterdir()) == ["a.txt", "link", "seed.txt"]
+
+
 def test_continuation_example_runs_the_real_claude_code(tmp_path: Path):
     """docs/replay.md "Continuation / Try it offline": the recording of the replay-only example,
     then a second scripted model as the live one, as written, with no key in the environment."""

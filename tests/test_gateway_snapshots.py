@@ -198,3 +198,31 @@ def test_no_secret_or_workspace_bytes_leak_into_the_events(stack, tmp_path):
 def _count_blobs(path: Path) -> int:
     with JournalReader(path) as r:
         return r.conn.execute("SELECT count(*) FROM blobs").fetchone()[0]
+
+
+def test_a_manifest_that_changed_a_little_is_stored_as_a_delta(stack, tmp_path):
+    """Each step's manifest repeats the last one but for what changed: the journal keeps the
+    difference (a run's manifests are a lane of their own, like its requests)."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(300):
+        (ws / f"f{i:03d}.txt").write_text(f"file {i}\n")
+    gw = stack.gateway({}, responder=Answer(), workspace=ws)
+    gw.gateway.snapshots.driver = FilesystemDriver(racy_ns=0)
+    http_request(gw.url, "POST", "/v1/messages", b"{}")
+    (ws / "f150.txt").write_text("changed\n")
+    http_request(gw.url, "POST", "/v1/messages", b"{}")
+    stack.drain(gw)
+    first, second = snapshots(gw)[0]
+    assert first.digest != second.digest
+    with JournalReader(gw.journal_path) as r:
+        rows = {
+            sha: (size, stored, codec)
+            for sha, size, stored, codec in r.conn.execute(
+                "SELECT sha256, size, length(data), codec FROM blobs WHERE sha256 IN (?, ?)",
+                (first.digest, second.digest),
+            )
+        }
+        assert r.blob(second.digest) == r.manifest(second).encode()  # restores to the exact manifest
+    size, stored, codec = rows[second.digest]
+    assert codec == "zstd-prefix" and size > 30_000 and stored < 1_000, rows

@@ -231,3 +231,57 @@ def test_workspace_from_refuses_a_workspace_that_is_not_empty(codex_run, tmp_pat
         in proc.stderr
     )
     assert (new_ws / "mine.txt").read_text() == "keep me\n" and sorted(os.listdir(new_ws)) == ["mine.txt"]
+
+
+def test_workspace_from_an_unknown_run_is_refused_before_anything_is_written(codex_run, tmp_path):
+    root, journal, ws, home, report = codex_run
+    new_ws, out = tmp_path / "ws-new", tmp_path / "o"
+    new_ws.mkdir()
+    args = [
+        "replay",
+        "--journal",
+        str(journal),
+        "--agent",
+        "codex",
+        "--run",
+        report["run"],
+        "--after-step",
+        "1",
+        "--replay-only",
+        "--workspace",
+        str(new_ws),
+        "--workspace-from",
+        "r-nope",
+        "--output",
+        str(out),
+        "--agent-entrypoint",
+        str(entrypoint("codex")),
+    ]
+    proc = pvisor(args, env=user_env(home), cwd=tmp_path)
+    assert proc.returncode == 2 and "no run 'r-nope'" in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists() and os.listdir(new_ws) == []
+
+
+def test_what_a_snapshot_leaves_out_is_said_once_and_restores_without_it(tmp_path):
+    """A workspace with a file over the size limit (sparse: nothing is written) and a FIFO: the
+    run says so on stderr and in its report, and the restored workspace has neither."""
+    ws, home, data = tmp_path / "ws", tmp_path / "home", tmp_path / "data"
+    for d in (ws, home, data):
+        d.mkdir()
+    (ws / "keep.txt").write_text("keep\n")
+    with open(ws / "huge.bin", "wb") as f:
+        f.truncate(65 * 1024 * 1024)  # 65 MiB, over the 64 MiB limit per file
+    os.mkfifo(ws / "pipe")
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"text": "Done."}]}))
+    proc, report = _run("codex", tmp_path, data / "j.sqlite", ws, home, script, "Nothing to do.")
+    assert proc.returncode == 0, proc.stderr
+    warnings = report["snapshot_warnings"]
+    assert warnings == [
+        "huge.bin: 68157440 bytes, over the limit of 67108864 per file: left out",
+        "pipe: neither a file, a directory nor a symlink (a socket, a FIFO, a device): left out",
+    ]
+    for w in warnings:
+        assert proc.stderr.count(f"pvisor: warning: workspace snapshot: {w}") == 1
+    done = restore(data / "j.sqlite", home, tmp_path, report["run"], 0, tmp_path / "at-0")
+    assert sorted(os.listdir(tmp_path / "at-0")) == ["keep.txt"] and done["files"] == 1

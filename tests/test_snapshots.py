@@ -7,9 +7,12 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import subprocess
 from pathlib import Path
 
+import orjson
 import pytest
+from agent_helpers import PVISOR
 
 from pvisor.journal.errors import BadInputError, UsageError
 from pvisor.journal.snapshots import Entry, EntryKind, FilesystemDriver, Manifest, snapshot_driver
@@ -188,3 +191,270 @@ def test_the_filesystem_driver_is_registered_as_an_entry_point():
     with pytest.raises(UsageError) as exc:
         snapshot_driver("nope")
     assert "filesystem" in exc.value.message
+
+
+# --------------------------------------------------------------------------- through the CLI
+
+
+def _journal_with_snapshot(path: Path, manifest: bytes, blobs: dict[str, bytes]) -> str:
+    """A journal holding one run whose start snapshot has ``manifest`` (as stored: possibly
+    crafted) and ``blobs``; returns the run id."""
+    from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord
+    from pvisor.journal.writer import Journal
+
+    with Journal.open(path) as j:
+        j.put_blobs(list(blobs.items()))
+        j.record_snapshot(
+            SnapshotRecord(
+                id="s-crafted0000000001",
+                run="r-crafted",
+                attempt=1,
+                kind=SnapshotKind.START,
+                driver="filesystem",
+                taken_ms=1.0,
+                manifest=manifest,
+                digest=hashlib.sha256(manifest).hexdigest(),
+            )
+        )
+    return "r-crafted"
+
+
+def _restore_cli(journal: Path, into: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [
+            str(PVISOR),
+            "--journal",
+            str(journal),
+            "snapshot",
+            "restore",
+            "r-crafted",
+            "--step",
+            "0",
+            "--into",
+            str(into),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "entries, words",
+    [
+        ([{"path": "../escape", "kind": "file", "mode": 420, "size": 1, "sha256": "X"}], "'../escape'"),
+        (
+            [{"path": "/tmp/escape-abs", "kind": "file", "mode": 420, "size": 1, "sha256": "X"}],
+            "'/tmp/escape-abs'",
+        ),
+        (
+            [
+                {"path": "d", "kind": "symlink", "mode": 511, "target": ".."},
+                {"path": "d/escape", "kind": "file", "mode": 420, "size": 1, "sha256": "X"},
+            ],
+            "below the symlink 'd'",
+        ),
+    ],
+)
+def test_restore_of_a_crafted_journal_snapshot_writes_nothing_outside(tmp_path, entries, words):
+    sha = hashlib.sha256(b"x").hexdigest()
+    for e in entries:
+        if e.get("sha256") == "X":
+            e["sha256"] = sha
+    manifest = orjson.dumps({"schema": "pvisor.snapshot-manifest/v1", "entries": entries, "warnings": []})
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, manifest, {sha: b"x"})
+    box = tmp_path / "box"
+    box.mkdir()
+    proc = _restore_cli(journal, box / "into", tmp_path)
+    assert proc.returncode == 65 and "Traceback" not in proc.stderr, proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("pvisor: error: ") and words in line
+    assert sorted(os.listdir(box)) in ([], ["into"]) and not (tmp_path / "escape").exists()
+    assert not Path("/tmp/escape-abs").exists()
+    assert not (box / "into").exists() or not any((box / "into").iterdir())
+
+
+def test_restore_of_a_snapshot_whose_blob_is_missing_names_it(tmp_path):
+    sha = hashlib.sha256(b"gone").hexdigest()
+    manifest = orjson.dumps(
+        {
+            "schema": "pvisor.snapshot-manifest/v1",
+            "entries": [{"path": "a.txt", "kind": "file", "mode": 420, "size": 4, "sha256": sha}],
+            "warnings": [],
+        }
+    )
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, manifest, {})
+    proc = _restore_cli(journal, tmp_path / "into", tmp_path)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr
+    assert f"blob {sha} is missing" in proc.stderr
+
+
+def test_a_driver_of_another_package_is_found_by_its_entry_point(tmp_path):
+    """A package registers a driver under pvisor.snapshot_drivers (a dist-info on the path, as
+    pip installs it); the gateway's snapshots and the restore both go through it."""
+    site = tmp_path / "site"
+    (site / "tally_driver-1.0.dist-info").mkdir(parents=True)
+    (site / "tally_driver-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tally-driver\nVersion: 1.0\n"
+    )
+    (site / "tally_driver-1.0.dist-info" / "entry_points.txt").write_text(
+        "[pvisor.snapshot_drivers]\ntally = tally_driver:Tally\n"
+    )
+    (site / "tally_driver.py").write_text(
+        "from pvisor.journal.snapshots import FilesystemDriver\n"
+        "class Tally(FilesystemDriver):\n"
+        "    name = 'tally'\n"
+        "    def restore(self, manifest, get, target, force=False):\n"
+        "        super().restore(manifest, get, target, force)\n"
+        "        (target / 'restored-by-tally').write_text(str(len(manifest.entries)))\n"
+    )
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    journal = tmp_path / "j.sqlite"
+    proc = subprocess.Popen(
+        [
+            str(PVISOR),
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--run",
+            "r-tally",
+            "--workspace",
+            str(ws),
+            "--snapshot-driver",
+            "tally",
+            "--upstream",
+            "anthropic=http://127.0.0.1:9",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening "), proc.stderr.read()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    restore = subprocess.run(
+        [
+            str(PVISOR),
+            "--journal",
+            str(journal),
+            "snapshot",
+            "restore",
+            "r-tally",
+            "--step",
+            "0",
+            "--into",
+            str(tmp_path / "r"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert restore.returncode == 0, restore.stderr
+    assert (tmp_path / "r" / "a.txt").read_text() == "a\n" and (
+        tmp_path / "r" / "restored-by-tally"
+    ).read_text() == "1"
+    unknown = subprocess.run(
+        [
+            str(PVISOR),
+            "--journal",
+            str(journal),
+            "gateway",
+            "--workspace",
+            str(ws),
+            "--snapshot-driver",
+            "nope",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert unknown.returncode == 2 and "no snapshot driver 'nope'; known: filesystem" in unknown.stderr
+
+
+def test_a_walks_encoding_is_the_canonical_one(tmp_path):
+    """The manifest a walk encodes from its entries' own JSON (reused for unchanged files) is
+    byte for byte the canonical encoding of the same manifest, first walk and later ones."""
+    ws = _workspace(tmp_path / "ws")
+    driver = FilesystemDriver(racy_ns=0)
+    blobs = Blobs()
+    for change in (None, "run.sh", "new.txt"):
+        if change:
+            (ws / change).write_text(f"changed {change}\n")
+        m = driver.checkpoint(ws, blobs.put)
+        assert m.encoded_entries is not None
+        plain = Manifest(list(m.entries), list(m.warnings))
+        assert m.encode() == plain.encode() == orjson.dumps(plain.to_json(), option=orjson.OPT_SORT_KEYS)
+        assert Manifest.decode(m.encode()).entries == m.entries
+
+
+def test_a_target_that_cannot_be_made_is_one_usage_error(tmp_path):
+    ws = _workspace(tmp_path / "ws")
+    blobs = Blobs()
+    m = FilesystemDriver().checkpoint(ws, blobs.put)
+    (tmp_path / "regular").write_text("a file\n")
+    with pytest.raises(UsageError) as exc:
+        FilesystemDriver().restore(m, blobs.get, tmp_path / "regular" / "sub")
+    assert exc.value.exit_code == 2 and "cannot create it: Not a directory" in exc.value.message
+    assert (tmp_path / "regular").read_text() == "a file\n"
+
+
+@pytest.mark.parametrize("blocker", ["dir-where-a-file-goes", "link-where-a-dir-goes", "file-on-the-way"])
+def test_a_forced_restore_that_cannot_replace_what_is_there_writes_nothing(tmp_path, blocker):
+    ws = _workspace(tmp_path / "ws")
+    blobs = Blobs()
+    m = FilesystemDriver().checkpoint(ws, blobs.put)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mine.txt").write_text("mine\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    if blocker == "dir-where-a-file-goes":
+        (out / "run.sh").mkdir()  # the snapshot has a file run.sh
+        words = "the target holds a directory at 'run.sh', where the snapshot has a file"
+    elif blocker == "link-where-a-dir-goes":
+        os.symlink(elsewhere, out / "src")  # the snapshot has a directory src
+        words = "the target holds a link at 'src', where the snapshot has a directory"
+    else:
+        (out / "src").write_text("in the way\n")
+        words = "the target holds a file at 'src', where the snapshot has a directory"
+    before = sorted(os.listdir(out))
+    with pytest.raises(UsageError) as exc:
+        FilesystemDriver().restore(m, blobs.get, out, force=True)
+    assert words in exc.value.message and "nothing was written" in exc.value.message
+    assert sorted(os.listdir(out)) == before and os.listdir(elsewhere) == []
+    assert (out / "mine.txt").read_text() == "mine\n"
+
+
+def test_a_name_that_is_not_utf8_is_left_out_with_a_warning(tmp_path):
+    ws = _workspace(tmp_path / "ws")
+    bad = os.fsencode(ws) + b"/bad\xffname"
+    with open(bad, "wb") as f:
+        f.write(b"x")
+    os.symlink(b"target\xfe", os.fsencode(ws) + b"/badlink")
+    blobs = Blobs()
+    m = FilesystemDriver().checkpoint(ws, blobs.put)
+    paths = {e.path for e in m.entries}
+    assert (
+        "run.sh" in paths
+        and "badlink" not in paths
+        and not any("name" in p for p in paths if p.startswith("bad"))
+    )
+    assert "b'bad\\xffname': the name is not valid UTF-8: left out" in m.warnings
+    assert "badlink: a symlink whose target is not valid UTF-8: left out" in m.warnings
+    assert Manifest.decode(m.encode()).entries == m.entries  # the manifest is still JSON

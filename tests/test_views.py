@@ -6,11 +6,11 @@ handoff; bad input. Nothing is mocked: real agents, real journals, the real CLI.
 from __future__ import annotations
 
 import json
+import math
 import os
 import pty
 import subprocess
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from agent_helpers import FILES, PVISOR, SCRIPT_KEY, pvisor, user_env
@@ -38,8 +38,9 @@ def view(cap, *args: str, source: str | None = None):
 
 def test_step_views_of_a_journal_run_hold_the_steps_through_the_pause(captured):
     cap = captured("codex")
-    total = cap.report["steps"]
-    assert total == 3
+    # 3 steps, or 4 once the agent tests resumed the session (attempt 2 adds one)
+    total = view(cap)[1]["steps_total"]
+    assert total in (3, 4)
     for k in range(total + 1):
         _, doc = view(cap, "--step", str(k))
         assert (doc["pause"]["kind"], doc["pause"]["step"], doc["through_step"]) == ("step", k, k)
@@ -56,6 +57,7 @@ def test_step_views_of_a_journal_run_hold_the_steps_through_the_pause(captured):
     assert step1["action"]["tool_calls"][0]["arguments"]["cmd"].startswith("echo alpha > a.txt")
     assert "alpha" in step1["observation"]["results"][0]["output"]
     assert last["task"] == "Write a.txt, b.txt and c.txt."
+    assert last["pause"]["id"] is None  # the command names no pause
 
 
 def keys_of(value) -> set[str]:
@@ -86,6 +88,8 @@ def test_a_view_leaves_out_internal_state(captured):
         "the agent's key is in the view"
     )  # (the text is not shown: a Claude Code prompt)
     assert set(doc["omitted"]) == {"signatures", "encrypted_reasoning"}
+    # Anthropic does not repeat the tool's name with its result: the view takes the call's
+    assert doc["steps"][0]["observation"]["results"][0]["name"] == "Bash"
     assert doc["source"] == {
         "kind": "journal",
         "path": str(cap.journal),
@@ -96,12 +100,16 @@ def test_a_view_leaves_out_internal_state(captured):
 
 def test_progress_maps_a_fraction_to_a_step(captured):
     cap = captured("codex")
-    total = cap.report["steps"]
-    for f, k in ((0, 0), (0.01, 1), (0.5, 2), (2 / 3, 2), (0.67, 3), (1, total)):
+    total = view(cap)[1]["steps_total"]
+    for f in (0, 0.01, 0.25, 0.5, 2 / 3, 0.67, 1):
+        k = math.ceil(f * total)
         _, doc = view(cap, "--progress", str(f))
         assert (doc["pause"]["kind"], doc["pause"]["progress"], doc["through_step"]) == ("progress", f, k), f
     _, doc = view(cap, "--progress", "0.5", "--before")
-    assert doc["through_step"] == 1 and doc["workspace"]["after_step"] == 1
+    assert (
+        doc["through_step"] == math.ceil(0.5 * total) - 1
+        and doc["workspace"]["after_step"] == doc["through_step"]
+    )
 
 
 def test_before_commitment_stops_before_the_finish_command(captured):
@@ -118,7 +126,7 @@ def test_before_commitment_in_a_run_without_one_is_refused_with_a_hint(captured)
     cap = captured("codex")
     proc, _ = view(cap, "--before-commitment")
     assert proc.returncode == 65
-    assert proc.stderr.strip().endswith("pause at a step with --step K or --progress F")
+    assert "pause at a step instead (--step K or --progress F" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
@@ -140,6 +148,10 @@ def test_native_sources_give_the_same_steps_without_a_workspace(captured):
     [
         ("swe-agent/demo_function_calling_simple.traj", "swe-agent", 5, "submit"),
         ("openhands/tests_runtime_trajs_basic.json", "openhands", 2, "finish"),
+        # mini-swe-agent in text mode: the submit command in the action's fenced block
+        ("mini-swe-agent/real-2.4.6_textbased.traj.json", "mini-swe-agent", 2, "text"),
+        # 1.x: "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git add -A && git diff --cached"
+        ("mini-swe-agent/v1_gemini-3-pro_django__django-16255.traj.json", "mini-swe-agent", 17, "text"),
     ],
 )
 def test_before_commitment_of_corpus_files_stops_before_the_finish_tool(path, agent, step, tool, tmp_path):
@@ -184,7 +196,7 @@ def test_the_python_api_materializes_pauses_and_hands_one_off(captured, tmp_path
 def test_the_python_api_refuses_what_cannot_be_made(captured, tmp_path):
     cap = captured("codex")
     replay = TrajectoryReplay.from_journal(cap.journal, cap.run)
-    with pytest.raises(UsageError, match=r"pause far: --step 9: the run has 3 steps \(0 <= K <= 3\)"):
+    with pytest.raises(UsageError, match=r"pause far: --step 9: the run has \d steps \(0 <= K <= \d\)"):
         replay.view(PauseSpec("far", PauseKind.STEP, 9))
     with pytest.raises(UsageError, match="pause zero: --step 0 --before"):
         replay.view(PauseSpec("zero", PauseKind.STEP, 0, before=True))
@@ -201,8 +213,8 @@ def test_the_python_api_refuses_what_cannot_be_made(captured, tmp_path):
 @pytest.mark.parametrize(
     "args,code,message",
     [
-        (["--step", "9"], 2, "--step 9: the run has 3 steps (0 <= K <= 3)"),
-        (["--step", "0", "--before"], 2, "--before needs a step in 1..3"),
+        (["--step", "9"], 2, "--step 9: the run has "),
+        (["--step", "0", "--before"], 2, "--before needs a step in 1.."),
         (["--progress", "1.5"], 2, "--progress 1.5: a fraction from 0 to 1"),
         (["--progress", "nan"], 2, "--progress nan: a fraction from 0 to 1"),
         (
@@ -212,6 +224,7 @@ def test_the_python_api_refuses_what_cannot_be_made(captured, tmp_path):
         ),
         (["--agent", "codex"], 2, "--agent is for a native FILE"),
         (["--output", "/nonexistent-dir/v.json"], 2, "cannot write --output /nonexistent-dir/v.json"),
+        (["--progress", "2"], 2, "--progress 2: a fraction from 0 to 1"),
     ],
 )
 def test_bad_pauses_get_one_line_and_an_exit_code(captured, args, code, message):
@@ -220,6 +233,14 @@ def test_bad_pauses_get_one_line_and_an_exit_code(captured, args, code, message)
     assert proc.returncode == code, proc.stderr
     [line] = proc.stderr.strip().splitlines()
     assert line.startswith("pvisor: error: ") and message in line, line
+
+
+def test_a_fifo_is_refused_not_waited_on(captured, tmp_path):
+    cap = captured("codex")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    proc, _ = view(cap, source=str(fifo))  # pvisor() has a timeout: a hang fails the test
+    assert proc.returncode == 2 and f"{fifo}: not a regular file" in proc.stderr
 
 
 def test_an_unknown_run_and_a_run_without_snapshots(captured, tmp_path):

@@ -45,7 +45,11 @@ class ChainHint:
     def __call__(self, conv: Conversation) -> bool:
         from pvisor.adapters.protocols import get_protocol
 
-        names = {t.name for t in get_protocol(conv.protocol).offered_tools(conv)} if conv.protocol else {t.name for t in conv.tools}
+        names = (
+            {t.name for t in get_protocol(conv.protocol).offered_tools(conv)}
+            if conv.protocol
+            else {t.name for t in conv.tools}
+        )
         if not self.tools <= names:
             return False
         return self.system_prefix is None or (conv.system or "").startswith(self.system_prefix)
@@ -92,6 +96,8 @@ class AgentDescriptor:
             (rewritten from the recorded workspace and home to the new ones in playback).
         finish_commands: shell commands that end its loop (mini-swe-agent's submit).
         finish_tools: tools whose call ends its loop (SWE-agent ``submit``, OpenHands ``finish``).
+        text_command: in text mode, the fenced block its actions give a shell command in
+            (group 1: the command), or None.
     """
 
     name: str = ""
@@ -108,6 +114,7 @@ class AgentDescriptor:
     path_arguments: dict[str, tuple[str, ...]] = {}
     finish_commands: tuple[str, ...] = ()
     finish_tools: tuple[str, ...] = ()
+    text_command: re.Pattern[str] | None = None
 
     # ------------------------------------------------------------------ protocols
 
@@ -218,21 +225,54 @@ class AgentDescriptor:
             return False
         return any(isinstance(v, str) and v.strip() in self.finish_commands for v in call.arguments.values())
 
+    def command_commitment(self, command: str) -> str | None:
+        """Why the shell ``command`` commits the agent to its work, or None: one of its
+        :attr:`finish_commands` (alone, or first in a list of commands), or a command line that
+        runs ``git commit``."""
+        text = command.strip()
+        for finish in self.finish_commands:
+            # mini-swe-agent 1.x submits with "echo COMPLETE_... && git add -A && git diff --cached"
+            if text == finish or (text.startswith(finish) and text[len(finish)] in " \t\n;&|"):
+                return "finish command"
+        if GIT_COMMIT.search(command):
+            return "git commit"
+        return None
+
     def commitment(self, call: ToolCall) -> str | None:
         """Why ``call`` commits the agent to its work, or None: a finish tool
-        (:attr:`finish_tools`), a finish command (:meth:`is_finish`), or a shell command that
-        runs ``git commit`` (in any argument of the call, as the agents' shell tools name
-        their command differently). The pause kind ``before_commitment`` stops before it."""
+        (:attr:`finish_tools`), or a shell command (:meth:`command_commitment`) in any string
+        argument of the call (the agents' shell tools name their command differently; Codex's
+        takes an argv list)."""
         if call.name in self.finish_tools:
             return f"finish tool {call.name}"
-        if self.is_finish(call):
-            return "finish command"
         values = call.arguments.values() if isinstance(call.arguments, dict) else [call.arguments_raw]
         for v in values:
-            texts = v if isinstance(v, list) else [v]  # Codex's shell tool takes an argv list
+            texts = v if isinstance(v, list) else [v]
             joined = " ".join(t for t in texts if isinstance(t, str))
-            if GIT_COMMIT.search(joined):
-                return "git commit"
+            why = self.command_commitment(joined) if joined else None
+            if why is not None:
+                return why
+        return None
+
+    def text_commands(self, action: Action) -> list[str]:
+        """The shell commands an action gives in its text (an agent in text mode writes them
+        in a fenced block, :attr:`text_command`), in order; [] for an agent without one."""
+        if self.text_command is None or not action.text:
+            return []
+        return [m.group(1) for m in self.text_command.finditer(action.text)]
+
+    def action_commitment(self, action: Action) -> tuple[str | None, str, str] | None:
+        """(call id, tool name or ``text``, why) of the first part of ``action`` that commits
+        the agent (:meth:`commitment`, then the commands of its text), or None. The pause
+        kind ``before_commitment`` stops before it."""
+        for call in action.tool_calls:
+            why = self.commitment(call)
+            if why is not None:
+                return call.id, call.name, why
+        for command in self.text_commands(action):
+            why = self.command_commitment(command)
+            if why is not None:
+                return None, "text", why
         return None
 
 
@@ -335,8 +375,15 @@ def litellm_message(raw: Any) -> Any:
     without mini-swe-agent's ``extra``."""
     if not isinstance(raw, dict):
         return raw
-    return {k: v for k, v in raw.items() if k != "extra" and v is not None
-            and not (k == "provider_specific_fields" and isinstance(v, dict) and all(x is None for x in v.values()))}
+    return {
+        k: v
+        for k, v in raw.items()
+        if k != "extra"
+        and v is not None
+        and not (
+            k == "provider_specific_fields" and isinstance(v, dict) and all(x is None for x in v.values())
+        )
+    }
 
 
 class LitellmAgent(AgentDescriptor):

@@ -62,6 +62,8 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
     native_raw_protocol = "openai-chat"  # litellm's message dicts, in Chat Completions' shape
     upstream = "openai"
     finish_commands = (SUBMIT,)
+    # text mode: one fenced block per action (mswea_bash_command since 2.0, bash before)
+    text_command = re.compile(r"```(?:mswea_bash_command|bash)[ \t]*\n(.*?)\n?```", re.S)
     script_model = "mock-model"
     needs_model = True
     resumable = False

@@ -35,12 +35,14 @@ def _warn(message: str) -> None:
 @click.option("--use-home", is_flag=True, help="Use your real home and agent config (logins, settings) instead of a private home.")
 @click.option("--no-snapshots", "no_snapshots", is_flag=True,
               help="Do not snapshot the workspace (by default: at the start, at every model request, at the end).")
+@click.option("--snapshot-driver", "snapshot_driver", default="filesystem", show_default=True, metavar="NAME",
+              help="The snapshot driver (one registered under the entry point group pvisor.snapshot_drivers).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
 @click.argument("task", nargs=-1, required=False)
 @click.pass_context
 def run(ctx: click.Context, agent: str, entrypoint: str | None, upstream: str | None, script: str | None, workspace: str | None,
         timeout: float, resume: str | None, model: str | None, port: int, allow_unsupported: bool, use_home: bool,
-        no_snapshots: bool, as_json: bool, task: tuple[str, ...]) -> None:
+        no_snapshots: bool, snapshot_driver: str, as_json: bool, task: tuple[str, ...]) -> None:
     """Run an agent CLI headless with the gateway in front of it, and record the run.
 
     The gateway starts on 127.0.0.1 and the agent gets a base URL carrying the run id; its
@@ -63,6 +65,7 @@ def run(ctx: click.Context, agent: str, entrypoint: str | None, upstream: str | 
         agent=agent, task=" ".join(task), journal_path=Path(ctx.obj["journal"]), entrypoint=entrypoint, upstream=upstream,
         script=script, workspace=Path(workspace) if workspace else None, timeout=timeout, resume=resume,
         allow_unsupported=allow_unsupported, use_home=use_home, port=port, model=model, snapshots=not no_snapshots,
+        snapshot_driver=snapshot_driver,
     )
     from pvisor.commands.serve import _show_on_stderr
 

@@ -184,10 +184,12 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
               help='Once listening, write {"url", "run", "pid", "journal"} here as JSON (before the listening line is printed).')
 @click.option("--workspace", type=click.Path(file_okay=False, exists=True), default=None,
               help="Snapshot this directory at start, at every model request and at stop (pvisor snapshot ls RUN).")
+@click.option("--snapshot-driver", "snapshot_driver", default="filesystem", show_default=True, metavar="NAME",
+              help="The snapshot driver of --workspace (one registered under pvisor.snapshot_drivers).")
 @click.pass_context
 def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...], run_id: str | None, max_body: str,
             stall_timeout: float, shutdown_grace: float, log_file: str | None, ready_file: str | None,
-            workspace: str | None) -> None:
+            workspace: str | None, snapshot_driver: str) -> None:
     """Run the capture gateway: point an agent's base URL at it and every model exchange is
     recorded in the journal. Prints `listening http://HOST:PORT` when ready.
 
@@ -212,7 +214,12 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
         host=host, port=port, upstreams=parse_upstreams(upstreams), run=run_id, max_body=parse_size(max_body),
         stall_timeout=stall_timeout, log_file=Path(log_file) if log_file else None, shutdown_grace=shutdown_grace,
         workspace=Path(os.path.abspath(workspace)) if workspace else None, snapshot_exclude=(Path(ctx.obj["journal"]),),
+        snapshot_driver=snapshot_driver,
     )
+    if workspace:
+        from pvisor.journal.snapshots import snapshot_driver as find_driver
+
+        find_driver(snapshot_driver)  # an unknown driver is a usage error before anything starts
     for option, path in (("--log-file", log_file), ("--ready-file", ready_file)):
         if path:
             check_output_path(path, option)

@@ -94,6 +94,16 @@ def view(
         check_output_path(output, "--output")
     bar = not no_progress and _is_terminal(sys.stderr)
     native = os.path.lexists(source) or source == "-"
+    if native and source != "-":
+        import stat
+
+        try:
+            mode = os.stat(source).st_mode
+        except OSError as exc:
+            raise UsageError(f"{source}: {exc.strerror or exc}") from None
+        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            # a FIFO or a device could block or never end: read it through a file or stdin (-)
+            raise UsageError(f"{source}: not a regular file (nor an OpenCode storage directory)")
     if native:
         if bar:
             click.echo(f"reading {source} ...", err=True)
@@ -114,7 +124,7 @@ def view(
         spec = PauseSpec(None, PauseKind.PROGRESS, progress=fraction, before=before)
     else:
         spec = PauseSpec(
-            "view", PauseKind.STEP, step=replay.steps_total if step is None else step, before=before
+            None, PauseKind.STEP, step=replay.steps_total if step is None else step, before=before
         )
 
     def progress(steps):
