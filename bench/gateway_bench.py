@@ -31,6 +31,9 @@ WORKLOADS = [("json", 1), ("json", 32), ("json", 128), ("stream", 1), ("stream",
 WORKLOAD_NAMES = {"json": "10 KB JSON", "stream": "200-event stream"}
 MARK_BEGIN = "<!-- bench/gateway: begin -->"
 MARK_END = "<!-- bench/gateway: end -->"
+AGENT_BEGIN = "<!-- bench/gateway agents: begin -->"
+AGENT_END = "<!-- bench/gateway agents: end -->"
+AGENT_CONCURRENCY = (1, 4, 16, 64)
 
 
 def pin(cpu: int) -> list[str]:
@@ -236,15 +239,135 @@ def markdown(summary: dict, raw: dict, targets: list[str]) -> str:
     return "\n".join(lines)
 
 
-def update_docs(table: str) -> None:
+def update_docs(table: str, begin: str = MARK_BEGIN, end: str = MARK_END) -> None:
     doc = REPO / "docs" / "benchmarks.md"
     text = doc.read_text() if doc.exists() else "# Benchmarks\n"
-    block = f"{MARK_BEGIN}\n{table}\n{MARK_END}"
-    if MARK_BEGIN in text:
-        text = text[: text.index(MARK_BEGIN)] + block + text[text.index(MARK_END) + len(MARK_END):]
+    block = f"{begin}\n{table}\n{end}"
+    if begin in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end):]
     else:
         text = text.rstrip() + "\n\n" + block + "\n"
     doc.write_text(text)
+
+
+# --------------------------------------------------------------------------- coding-agent scenarios
+
+
+def measure_scenario(url: str, scenario: str, concurrency: int, seconds: float) -> dict:
+    """One point of ``bench/scenarios.py`` (pinned to CPU 1 beside the upstream): p50 and p99
+    of time to first byte and of the whole response (ms), the p99 gap between chunks of a
+    stream, requests timed and answered."""
+    proc = subprocess.run([*pin(1), sys.executable, str(HERE / "scenarios.py"), "--url", url, "--scenario", scenario,
+                           "--concurrency", str(concurrency), "--seconds", str(seconds)],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scenario {scenario} failed against {url}: {proc.stderr[-2000:]}")
+    out = json.loads(proc.stdout)
+    if out["errors"] or not out["requests"]:
+        raise RuntimeError(f"{out['errors']} failed requests ({out['requests']} timed) in {scenario}@{concurrency} against {url}")
+    from scenarios import percentile
+
+    point = {"n": out["requests"], "sent": out["sent"]}
+    for key in ("ttfb", "total"):
+        point[f"{key}_p50"] = percentile(out[f"{key}_ms"], 0.5)
+        point[f"{key}_p99"] = percentile(out[f"{key}_ms"], 0.99)
+    if scenario == "stream":
+        # None: every response came in one piece (the proxy buffered the stream)
+        point["gap_p99"] = percentile(out["gaps_ms"], 0.99) if out["gaps_ms"] else None
+    return point
+
+
+def agent_suite(args: argparse.Namespace, targets: list[str], upstream: str) -> dict:
+    """Every round: per target, per scenario a fresh proxy (its peak RSS and journal are the
+    scenario's), every concurrency of :data:`AGENT_CONCURRENCY` in turn."""
+    from scenarios import SCENARIOS
+
+    raw: dict = {"meta": {"date": dt.date.today().isoformat(), "machine": platform.machine() + " " + platform.node(),
+                          "cpus": os.cpu_count(), "python": platform.python_version(), "rounds": args.rounds,
+                          "seconds": args.seconds, "pinned": bool(pin(0)), "concurrency": list(AGENT_CONCURRENCY)},
+           "rounds": []}
+    for r in range(args.rounds):
+        result: dict = {}
+        for name in targets:
+            for scenario in SCENARIOS:
+                t = Target(name, args, upstream)
+                t.start()
+                try:
+                    for c in AGENT_CONCURRENCY:
+                        point = measure_scenario(t.url, scenario, c, args.seconds)
+                        result.setdefault(name, {})[f"{scenario}@{c}"] = point
+                        print(f"round {r + 1} {name:9s} {scenario:9s} c={c:<3d} total p50 {point['total_p50']:.2f} ms "
+                              f"ttfb p50 {point['ttfb_p50']:.2f} ms", file=sys.stderr)
+                finally:
+                    info = t.stop()
+                info["sent"] = sum(result[name][f"{scenario}@{c}"]["sent"] for c in AGENT_CONCURRENCY)
+                result.setdefault(f"{name}_info", {})[scenario] = info
+        raw["rounds"].append(result)
+    return raw
+
+
+def agent_markdown(raw: dict, targets: list[str]) -> str:
+    from scenarios import SCENARIO_NAMES, SCENARIOS
+
+    meta = raw["meta"]
+    rounds = raw["rounds"]
+    peers = [t for t in targets if t != "direct"]
+
+    def med(t: str, key: str, field: str) -> float:
+        return statistics.median(r[t][key][field] for r in rounds)
+
+    def gap(t: str, key: str) -> str:
+        values = [r[t][key]["gap_p99"] for r in rounds]
+        return "buffered" if any(v is None for v in values) else f"{statistics.median(values):.2f}"
+
+    def added(t: str, key: str, field: str) -> float:
+        return statistics.median(r[t][key][field] - r["direct"][key][field] for r in rounds)
+
+    lines = [f"Measured {meta['date']} on {meta['machine']} ({meta['cpus']} CPUs), Python {meta['python']}, {meta['rounds']} rounds; "
+             f"bench/scenarios.py, {meta['seconds']:g} s per point after 0.5 s of warm-up; proxy pinned to CPU 0, upstream and "
+             f"client to CPU 1: {meta['pinned']}.", "",
+             "Added latency against direct, in ms (median over rounds of each round's p50 and p99 of the whole response):", ""]
+    head = ["scenario", "conc.", "direct p50"] + [f"{t} p50 / p99" for t in peers]
+    if "pvisor" in peers and "bare" in peers:
+        head.append("pvisor / bare (p50)")
+    if "pvisor" in peers and "mitmdump" in peers:
+        head.append("pvisor / mitmdump (p50)")
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for scenario in SCENARIOS:
+        for c in meta["concurrency"]:
+            key = f"{scenario}@{c}"
+            row = [SCENARIO_NAMES[scenario], str(c), f"{med('direct', key, 'total_p50'):.2f}"]
+            for t in peers:
+                row.append(f"+{added(t, key, 'total_p50'):.2f} / +{added(t, key, 'total_p99'):.2f}")
+            for peer in ("bare", "mitmdump"):
+                if "pvisor" in peers and peer in peers:
+                    a, b = added("pvisor", key, "total_p50"), added(peer, key, "total_p50")
+                    row.append(f"{a / b:.2f}" if a > 0 and b > 0.005 else "n/a")
+            lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "The 200-event stream: time to first byte added (p50 / p99) and the p99 gap between chunks, in ms:", ""]
+    head = ["conc.", "direct TTFB p50", "direct gap p99"] + [f"{t} TTFB added p50 / p99 / gap p99" for t in peers]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for c in meta["concurrency"]:
+        key = f"stream@{c}"
+        row = [str(c), f"{med('direct', key, 'ttfb_p50'):.2f}", gap("direct", key)]
+        for t in peers:
+            row.append(f"+{added(t, key, 'ttfb_p50'):.2f} / +{added(t, key, 'ttfb_p99'):.2f} / {gap(t, key)}")
+        lines.append("| " + " | ".join(row) + " |")
+    lines += ["", "Peak RSS of the proxy (MiB, the largest over rounds, a fresh proxy per scenario) and pvisor's journal:", ""]
+    head = ["scenario"] + [f"{t} RSS" for t in peers] + ["pvisor journal bytes / exchange", "exchanges journaled / answered"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for scenario in SCENARIOS:
+        row = [SCENARIO_NAMES[scenario]]
+        for t in peers:
+            row.append(f"{max((r[f'{t}_info'][scenario].get('peak_rss_kib') or 0) for r in rounds) / 1024:.1f}")
+        if "pvisor" in peers:
+            infos = [r["pvisor_info"][scenario] for r in rounds]
+            per = statistics.median(i["journal_bytes"] / max(1, i["exchanges"]) for i in infos)
+            row += [f"{per:,.0f}", " ".join(f"{i['exchanges']}/{i['sent']}" for i in infos)]
+        else:
+            row += ["-", "-"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -261,7 +384,26 @@ def main() -> None:
     ap.add_argument("--workloads", default=default_workloads,
                     help="comma-separated BODY@CONCURRENCY points, e.g. json@1,stream@32 (for profiling; the docs table wants all)")
     ap.add_argument("--from-results", metavar="JSON", help="rebuild the table (and docs) from a saved bench/results file, measuring nothing")
+    ap.add_argument("--suite", choices=["wrk", "agents"], default="wrk",
+                    help="wrk: the JSON and stream workloads (default); agents: the coding-agent scenarios of bench/scenarios.py")
     args = ap.parse_args()
+    if args.suite == "agents":
+        targets = args.targets.split(",")
+        if "mitmdump" in targets and not args.mitmdump:
+            sys.exit("mitmdump not found: run bench/gateway (installs it), or pass --targets without mitmdump")
+        up = subprocess.Popen([*pin(1), sys.executable, str(HERE / "upstream.py"), "--port", "0"], stdout=subprocess.PIPE, text=True)
+        try:
+            raw = agent_suite(args, targets, wait_listening(up, "upstream"))
+        finally:
+            stop(up)
+        results_dir = HERE / "results"
+        results_dir.mkdir(exist_ok=True)
+        (results_dir / f"gateway-agents-{raw['meta']['date']}.json").write_text(json.dumps({"raw": raw}, indent=1))
+        table = agent_markdown(raw, targets)
+        print(table)
+        if not args.no_docs:
+            update_docs(table, AGENT_BEGIN, AGENT_END)
+        return
     if args.from_results:
         saved = json.loads(Path(args.from_results).read_text())
         raw = saved["raw"]
