@@ -57,15 +57,12 @@ def forwardable(
     headers: list[tuple[str, str]] | tuple[tuple[str, str], ...], drop: frozenset[str]
 ) -> list[tuple[str, str]]:
     """``headers`` without those in ``drop``, those a ``Connection`` header names, and ``Proxy-*``."""
+    lowered = [(k.lower(), k, v) for k, v in headers]  # one lower() per header
     named: set[str] = set()
-    for k, v in headers:
-        if k.lower() == "connection":
+    for kl, _, v in lowered:
+        if kl == "connection":
             named |= {t.strip().lower() for t in v.split(",") if t.strip()}
-    return [
-        (k, v)
-        for k, v in headers
-        if (kl := k.lower()) not in drop and kl not in named and not kl.startswith("proxy-")
-    ]
+    return [(k, v) for kl, k, v in lowered if kl not in drop and kl not in named and not kl.startswith("proxy-")]
 
 
 class _UpstreamBody:

@@ -105,6 +105,7 @@ class Router:
         self._matchers: list[tuple[str, str, Callable[[str], bool]]] = []
         self._wants_stream: dict[str, Callable] = {}
         self._counts_tokens: dict[str, Callable[[str], bool]] = {}
+        self._protocol_cache: dict[str, tuple[str | None, str | None]] = {}
         for name, (_, protocols) in UPSTREAMS.items():
             for proto in protocols:
                 self._matchers.append((proto, name, get_protocol(proto).matches))
@@ -123,11 +124,20 @@ class Router:
         return route.protocol is not None and not self._counts_tokens[route.protocol](route.path)
 
     def protocol_of(self, path: str) -> tuple[str | None, str | None]:
-        """(protocol name, upstream name) of an exact protocol path, or (None, None)."""
+        """(protocol name, upstream name) of an exact protocol path, or (None, None). An agent
+        sends a handful of paths all run long: each is matched once (at most 1,024 kept)."""
+        hit = self._protocol_cache.get(path)
+        if hit is not None:
+            return hit
+        found: tuple[str | None, str | None] = (None, None)
         for proto, upstream, matches in self._matchers:
             if matches(path):
-                return proto, upstream
-        return None, None
+                found = (proto, upstream)
+                break
+        if len(self._protocol_cache) >= 1024:
+            self._protocol_cache.clear()
+        self._protocol_cache[path] = found
+        return found
 
     def resolve(self, raw_path: str, run_header: str | None = None) -> Route:
         """Resolve ``raw_path`` (path and query exactly as received, still percent-encoded)."""

@@ -186,9 +186,12 @@ def pack_timings(timings: Iterable[Sequence[int]] | bytes) -> bytes:
     ``Exchange.chunk_timings`` format. Bytes pass as already packed."""
     if isinstance(timings, (bytes, bytearray)):
         return bytes(timings)
-    items = list(timings)
-    if items and not isinstance(items[0], (tuple, list)):  # flat [t0, n0, t1, n1, ...]
-        items = list(zip(items[0::2], items[1::2]))
+    items = timings if isinstance(timings, list) else list(timings)
+    if not items:
+        return b""
+    if not isinstance(items[0], (tuple, list)):  # flat [t0, n0, t1, n1, ...]: one pack call
+        flat = items if all(type(v) is int for v in items) else [int(v) for v in items]
+        return struct.pack("<" + "QI" * (len(flat) // 2), *flat[: len(flat) // 2 * 2])
     return b"".join(struct.pack("<QI", int(t), int(n)) for t, n in items)
 
 
@@ -559,8 +562,15 @@ def redact_echoed_secrets(body: bytes, query: str, headers: Iterable[tuple[str, 
 def fingerprint(value: str | bytes, key: bytes) -> str:
     """First 8 hex digits of HMAC-SHA256(key, value): tells two keys apart without revealing either."""
     if isinstance(value, str):
-        value = value.encode("utf-8", "surrogateescape")
+        return _fingerprint_str(value, key)
     return hmac.digest(key, value, "sha256")[:4].hex()  # one-shot C HMAC: ~1 µs
+
+
+@functools.lru_cache(maxsize=256)
+def _fingerprint_str(value: str, key: bytes) -> str:
+    # an agent sends the same key with every request: its fingerprint is computed once (the
+    # cache holds what the request headers held anyway, in this process's memory only)
+    return hmac.digest(key, value.encode("utf-8", "surrogateescape"), "sha256")[:4].hex()
 
 
 @functools.lru_cache(maxsize=4096)

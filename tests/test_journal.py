@@ -26,7 +26,7 @@ from conftest import cannot_run_here
 from journal_helpers import anthropic_session_bodies
 from pvisor.journal import blobs
 from pvisor.journal.errors import BadInputError, IntegrityError, UsageError
-from pvisor.journal.model import Attempt, Run, unpack_timings
+from pvisor.journal.model import Attempt, Run, pack_timings, unpack_timings
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.schema import schema_version
 from pvisor.journal.writer import Journal
@@ -594,3 +594,20 @@ def test_a_damaged_body_names_its_exchange(jpath: Path):
     with JournalReader(jpath) as r:
         with pytest.raises(IntegrityError, match=f"journal .*: exchange {ex_id}: request body: blob {sha} holds text, not bytes"):
             r.request_body(r.exchange(ex_id))
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 300])
+def test_chunk_timings_pack_alike_from_pairs_flat_lists_and_iterators(n):
+    """The relay hands the writer a flat [µs, length, ...] list; importers give pairs: one
+    format on disk whatever the shape, and it reads back as the pairs (extreme values too)."""
+    import random
+
+    rnd = random.Random(n)
+    pairs = [(rnd.randrange(2**63), rnd.randrange(2**32)) for _ in range(n)]
+    if n:
+        pairs[0] = (2**63 - 1, 2**32 - 1)
+    flat = [v for pair in pairs for v in pair]
+    packed = pack_timings(flat)
+    assert packed == pack_timings(pairs) == pack_timings(iter(pairs)) == pack_timings([list(p) for p in pairs])
+    assert len(packed) == 12 * n and unpack_timings(packed) == pairs
+    assert pack_timings(flat + [5]) == packed  # an odd last value has no pair: left out, as before
