@@ -6,6 +6,11 @@ target and workload: requests/s, p50, CPU µs per request (process; per thread f
 read from /proc/PID/task/TID/stat (utime + stime) before and after the measured run.
 
 Usage: bench/.venv/bin/python bench/cpu_per_request.py [--seconds 6] [--workloads json@32,json@1]
+       [--rounds 1] [--pvisor NAME=PATH ...]
+
+``--pvisor NAME=PATH`` measures another ``pvisor`` executable beside the installed one (say, a
+venv of an older commit), repeatable: every round runs every target on every workload in turn,
+so the figures of one run compare.
 """
 
 from __future__ import annotations
@@ -39,7 +44,16 @@ def wrk(url: str, body: str, conc: int, seconds: int) -> dict:
     body_file = Path(tempfile.mkdtemp()) / "body.json"
     body_file.write_bytes(BODIES[body])
     env = {**os.environ, "PVISOR_BENCH_BODY_FILE": str(body_file)}
-    cmd = [*pin(1), "wrk", "-t1", f"-c{conc}", f"-d{seconds}s", "-s", str(HERE / "wrk_report.lua"), url + "/v1/chat/completions"]
+    cmd = [
+        *pin(1),
+        "wrk",
+        "-t1",
+        f"-c{conc}",
+        f"-d{seconds}s",
+        "-s",
+        str(HERE / "wrk_report.lua"),
+        url + "/v1/chat/completions",
+    ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=seconds + 60).stdout
     return json.loads(next(line for line in out.splitlines() if line.startswith("{")))
 
@@ -48,35 +62,70 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--workloads", default="json@1,json@32,stream@1,stream@32")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--pvisor",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="another pvisor executable to measure (repeatable); the installed one is 'pvisor'",
+    )
     args = ap.parse_args()
     py = sys.executable
-    up = subprocess.Popen([*pin(1), py, str(HERE / "upstream.py"), "--port", "0"], stdout=subprocess.PIPE, text=True)
+    executables = {"pvisor": str(Path(py).parent / "pvisor")}
+    for spec in args.pvisor:
+        name, _, path = spec.partition("=")
+        executables[name] = path
+    up = subprocess.Popen(
+        [*pin(1), py, str(HERE / "upstream.py"), "--port", "0"], stdout=subprocess.PIPE, text=True
+    )
     upstream = wait_listening(up, "upstream")
     try:
-        for target in ("bare", "pvisor"):
+        for _ in range(args.rounds):
             for w in args.workloads.split(","):
-                body, conc = w.split("@")
-                tmp = Path(tempfile.mkdtemp())
-                if target == "bare":
-                    cmd = [*pin(0), py, str(HERE / "bare_proxy.py"), "--port", "0", "--upstream", upstream]
-                else:
-                    cmd = [*pin(0), str(Path(py).parent / "pvisor"), "--journal", str(tmp / "j.sqlite"), "gateway", "--port", "0",
-                           "--upstream", f"openai={upstream}"]
-                proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-                url = wait_listening(proc, target)
-                try:
-                    wrk(url, body, int(conc), 1)  # warm-up
-                    before = thread_ticks(proc.pid)
-                    r = wrk(url, body, int(conc), args.seconds)
-                    after = thread_ticks(proc.pid)
-                finally:
-                    stop(proc)
-                n = r["requests"]
-                per = {tid: (after[tid] - before.get(tid, 0)) * TICK_US / n for tid in after}
-                main_us = per.pop(proc.pid, 0.0)
-                others = " ".join(f"{v:.0f}" for v in sorted(per.values(), reverse=True) if v >= 1)
-                print(f"{target:6s} {w:10s} {n / (r['duration_us'] / 1e6):7.0f} req/s  p50 {r['p50_us'] / 1000:7.2f} ms  "
-                      f"CPU {main_us + sum(per.values()):5.0f} µs/req (loop thread {main_us:.0f}; other threads {others or '-'})", flush=True)
+                for target in ("bare", *executables):
+                    body, conc = w.split("@")
+                    tmp = Path(tempfile.mkdtemp())
+                    if target == "bare":
+                        cmd = [
+                            *pin(0),
+                            py,
+                            str(HERE / "bare_proxy.py"),
+                            "--port",
+                            "0",
+                            "--upstream",
+                            upstream,
+                        ]
+                    else:
+                        cmd = [
+                            *pin(0),
+                            executables[target],
+                            "--journal",
+                            str(tmp / "j.sqlite"),
+                            "gateway",
+                            "--port",
+                            "0",
+                            "--upstream",
+                            f"openai={upstream}",
+                        ]
+                    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                    url = wait_listening(proc, target)
+                    try:
+                        wrk(url, body, int(conc), 1)  # warm-up
+                        before = thread_ticks(proc.pid)
+                        r = wrk(url, body, int(conc), args.seconds)
+                        after = thread_ticks(proc.pid)
+                    finally:
+                        stop(proc)
+                    n = r["requests"]
+                    per = {tid: (after[tid] - before.get(tid, 0)) * TICK_US / n for tid in after}
+                    main_us = per.pop(proc.pid, 0.0)
+                    others = " ".join(f"{v:.0f}" for v in sorted(per.values(), reverse=True) if v >= 1)
+                    print(
+                        f"{target:10s} {w:10s} {n / (r['duration_us'] / 1e6):7.0f} req/s  p50 {r['p50_us'] / 1000:7.2f} ms  "
+                        f"CPU {main_us + sum(per.values()):5.0f} µs/req (loop thread {main_us:.0f}; other threads {others or '-'})",
+                        flush=True,
+                    )
     finally:
         stop(up)
 

@@ -44,10 +44,13 @@ async def handle(request: web.BaseRequest) -> web.StreamResponse:
     body = await request.read()
     if b'"stream":true' in body or b'"stream": true' in body:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        for event in STREAM_EVENTS:
-            await resp.write(event)
-        await resp.write_eof()
+        try:
+            await resp.prepare(request)
+            for event in STREAM_EVENTS:
+                await resp.write(event)
+            await resp.write_eof()
+        except ConnectionResetError:  # the load generator closed its connections at the end of a run
+            pass
         return resp
     return web.Response(body=JSON_BODY, content_type="application/json")
 
