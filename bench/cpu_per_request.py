@@ -8,8 +8,9 @@ read from /proc/PID/task/TID/stat (utime + stime) before and after the measured 
 Usage: bench/.venv/bin/python bench/cpu_per_request.py [--seconds 6] [--workloads json@32,json@1]
        [--rounds 1] [--pvisor NAME=PATH ...]
 
-``--pvisor NAME=PATH`` measures another ``pvisor`` executable beside the installed one (say, a
-venv of an older commit), repeatable: every round runs every target on every workload in turn,
+``--pvisor NAME=COMMAND`` measures another ``pvisor`` beside the installed one (a venv of an older
+commit's ``bin/pvisor``; ``"python bench/loop_only_gateway.py"``, the gateway without its journal
+writer's work), repeatable: every round runs every target on every workload in turn,
 so the figures of one run compare.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -72,10 +74,10 @@ def main() -> None:
     )
     args = ap.parse_args()
     py = sys.executable
-    executables = {"pvisor": str(Path(py).parent / "pvisor")}
+    executables = {"pvisor": [str(Path(py).parent / "pvisor")]}
     for spec in args.pvisor:
-        name, _, path = spec.partition("=")
-        executables[name] = path
+        name, _, command = spec.partition("=")
+        executables[name] = shlex.split(command)  # a path, or a command with its arguments
     up = subprocess.Popen(
         [*pin(1), py, str(HERE / "upstream.py"), "--port", "0"], stdout=subprocess.PIPE, text=True
     )
@@ -99,7 +101,7 @@ def main() -> None:
                     else:
                         cmd = [
                             *pin(0),
-                            executables[target],
+                            *executables[target],
                             "--journal",
                             str(tmp / "j.sqlite"),
                             "gateway",

@@ -1,0 +1,24 @@
+"""An analysis aid of the gateway benchmark, not a gateway to run: ``pvisor gateway`` whose
+journal writer records nothing (every finished exchange is dropped before the writer thread
+sees it), so that ``bench/cpu_per_request.py --pvisor loop-only=...`` measures what the event
+loop alone costs. It bounds what moving the writer out of the process could gain: a writer of
+zero cost leaves this. Started as ``python bench/loop_only_gateway.py [pvisor gateway options]``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pvisor.journal.writer import Journal
+
+
+def _drop(self, pending, **kwargs) -> None:
+    self._inflight.pop(pending.id, None)  # as finish_exchange does; nothing is queued
+
+
+Journal.finish_exchange = _drop  # type: ignore[method-assign]
+
+if __name__ == "__main__":
+    from pvisor.cli import main
+
+    main(sys.argv[1:])
