@@ -65,6 +65,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--workloads", default="json@1,json@32,stream@1,stream@32")
     ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--uvloop", action="store_true",
+                    help="also measure the bare proxy and pvisor on uvloop's event loop (bare+uv, pvisor+uv)")
     ap.add_argument(
         "--pvisor",
         action="append",
@@ -75,6 +77,8 @@ def main() -> None:
     args = ap.parse_args()
     py = sys.executable
     executables = {"pvisor": [str(Path(py).parent / "pvisor")]}
+    if args.uvloop:
+        executables["pvisor+uv"] = [py, str(HERE / "uvloop_run.py"), "-m", "pvisor"]
     for spec in args.pvisor:
         name, _, command = spec.partition("=")
         executables[name] = shlex.split(command)  # a path, or a command with its arguments
@@ -85,13 +89,14 @@ def main() -> None:
     try:
         for _ in range(args.rounds):
             for w in args.workloads.split(","):
-                for target in ("bare", *executables):
+                for target in ("bare", *(["bare+uv"] if args.uvloop else []), *executables):
                     body, conc = w.split("@")
                     tmp = Path(tempfile.mkdtemp())
-                    if target == "bare":
+                    if target in ("bare", "bare+uv"):
                         cmd = [
                             *pin(0),
                             py,
+                            *([str(HERE / "uvloop_run.py")] if target == "bare+uv" else []),
                             str(HERE / "bare_proxy.py"),
                             "--port",
                             "0",
