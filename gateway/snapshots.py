@@ -50,9 +50,11 @@ def excluded_below(root: Path, paths: Iterable[Path]) -> frozenset[str]:
     """The paths of ``paths`` that lie below ``root``, relative to it (a journal file brings
     its ``-wal`` and ``-shm``): what a walk of ``root`` must never read."""
     out: set[str] = set()
+    real_root = Path(os.path.realpath(root))
     for p in paths:
         try:
-            rel = Path(os.path.abspath(p)).relative_to(root).as_posix()
+            # resolved: a symlinked spelling of the journal's path is the journal too
+            rel = Path(os.path.realpath(p)).relative_to(real_root).as_posix()
         except ValueError:
             continue
         if rel != ".":

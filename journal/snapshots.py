@@ -28,6 +28,7 @@ Files that change while the walk reads them (a tool still running) are read as t
 from __future__ import annotations
 
 import enum
+import errno
 import hashlib
 import os
 import stat
@@ -197,8 +198,8 @@ class Manifest:
                 isinstance(e.get("sha256"), str) and isinstance(e.get("size"), int)
             ):
                 raise BadInputError(f"{at}: a file needs its size and sha256")
-            if kind is EntryKind.SYMLINK and not isinstance(e.get("target"), str):
-                raise BadInputError(f"{at}: a symlink needs its target")
+            if kind is EntryKind.SYMLINK and (not isinstance(e.get("target"), str) or "\0" in e["target"]):
+                raise BadInputError(f"{at}: a symlink needs its target (a text without NUL)")
             out.entries.append(
                 Entry(
                     e["path"],
@@ -285,106 +286,165 @@ class FilesystemDriver:
         spec = _ignore_spec(root)
         out = Manifest()
         rows: list[tuple[str, Entry, bytes]] = []  # (path, entry, its canonical JSON)
-        total = 0
-        count = 0
         stack = [""]
         known = self._known
         # what this walk trusts next time; a file's entry and its JSON are reused while unchanged
         seen: dict[str, tuple[Any, ...]] = {}
         exclude = self.exclude
-        while stack:
-            rel_dir = stack.pop()
-            try:
-                with os.scandir(root / rel_dir if rel_dir else root) as it:
-                    items = sorted(it, key=lambda d: d.name)
-            except OSError as exc:
-                out.warnings.append(f"{rel_dir or '.'}: not read ({exc.strerror})")
-                continue
-            subdirs = []
-            for d in items:
-                rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
-                if not _utf8(d.name):
-                    # a manifest is JSON: a name that is not UTF-8 cannot be written in it
-                    out.warnings.append(f"{os.fsencode(rel)!r}: the name is not valid UTF-8: left out")
-                    continue
-                try:
-                    st = d.stat(follow_symlinks=False)
-                except OSError as exc:
-                    out.warnings.append(f"{rel}: not read ({exc.strerror})")
-                    continue
-                st_mode = st.st_mode
-                is_dir = stat.S_ISDIR(st_mode)
-                if rel in exclude or (spec is not None and spec.match_file(rel + ("/" if is_dir else ""))):
-                    continue
-                if count >= self.max_entries:
-                    out.warnings.append(
-                        f"{rel}: left out, the snapshot would pass its limit of {self.max_entries} entries "
-                        "(the rest of the workspace is left out too; list what to skip in .pvisorignore)"
-                    )
-                    stack.clear()
-                    break
-                count += 1
-                if stat.S_ISREG(st_mode):
-                    size = st.st_size
-                    if size > self.max_file_bytes:
-                        out.warnings.append(
-                            f"{rel}: {size} bytes, over the limit of {self.max_file_bytes} per file: left out"
-                        )
-                        continue
-                    if total + size > self.max_total_bytes:
-                        out.warnings.append(
-                            f"{rel}: left out, the snapshot would pass its limit of {self.max_total_bytes} bytes"
-                        )
-                        continue
-                    key = (st.st_ino, size, st.st_mtime_ns, st.st_ctime_ns)
-                    prev = known.get(rel)
-                    if prev is not None and prev[0] == key:
-                        seen[rel] = prev
-                        total += size
-                        rows.append((rel, prev[1], prev[2]))
-                        continue
-                    try:
-                        data = _read_file(d.path)
-                    except OSError as exc:
-                        out.warnings.append(f"{rel}: not read ({exc.strerror})")
-                        continue
-                    size = len(data)
-                    out.read_bytes += size
-                    entry = Entry(rel, EntryKind.FILE, stat.S_IMODE(st_mode), size, put(data))
-                    encoded = _entry_json(entry)
-                    if (
-                        time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= self.racy_ns
-                        and size == st.st_size
-                    ):
-                        seen[rel] = (key, entry, encoded)
-                    total += size
-                    rows.append((rel, entry, encoded))
-                elif is_dir:
-                    entry = Entry(rel, EntryKind.DIR, stat.S_IMODE(st_mode))
-                    rows.append((rel, entry, _entry_json(entry)))
-                    subdirs.append(rel)
-                elif stat.S_ISLNK(st_mode):
-                    try:
-                        link = os.readlink(d.path)
-                    except OSError as exc:
-                        out.warnings.append(f"{rel}: not read ({exc.strerror})")
-                        continue
-                    if not _utf8(link):
-                        out.warnings.append(f"{rel}: a symlink whose target is not valid UTF-8: left out")
-                        continue
-                    entry = Entry(rel, EntryKind.SYMLINK, stat.S_IMODE(st_mode), target=link)
-                    rows.append((rel, entry, _entry_json(entry)))
-                else:
-                    out.warnings.append(
-                        f"{rel}: neither a file, a directory nor a symlink "
-                        "(a socket, a FIFO, a device): left out"
-                    )
-            stack.extend(reversed(subdirs))
+        try:
+            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise UsageError(f"workspace {root}: cannot be read ({exc.strerror})") from None
+        try:
+            self._walk(root_fd, stack, spec, exclude, known, seen, out, rows, put)
+        finally:
+            os.close(root_fd)
         self._known = seen
         rows.sort(key=lambda r: r[0])
         out.entries = [r[1] for r in rows]
         out.encoded_entries = [r[2] for r in rows]
         return out
+
+    def _walk(
+        self,
+        root_fd: int,
+        stack: list[str],
+        spec: Any,
+        exclude: frozenset[str],
+        known: dict[str, tuple[Any, ...]],
+        seen: dict[str, tuple[Any, ...]],
+        out: Manifest,
+        rows: list[tuple[str, Entry, bytes]],
+        put: Callable[[bytes], str],
+    ) -> None:
+        """The walk of :meth:`checkpoint`, one directory at a time, each opened below the root
+        with ``O_NOFOLLOW`` component by component: a directory a tool swaps for a symlink
+        while the walk runs is left out, never followed out of the workspace."""
+        total = 0
+        count = 0
+        while stack:
+            rel_dir = stack.pop()
+            try:
+                dir_fd = _open_dir_below(root_fd, rel_dir.split("/")) if rel_dir else root_fd
+            except OSError as exc:
+                out.warnings.append(
+                    f"{rel_dir}: not read ({exc.strerror}; did it change while the walk read it?)"
+                )
+                continue
+            try:
+                with os.scandir(dir_fd) as it:
+                    items = sorted(it, key=lambda d: d.name)
+            except OSError as exc:
+                out.warnings.append(f"{rel_dir or '.'}: not read ({exc.strerror})")
+                if dir_fd != root_fd:
+                    os.close(dir_fd)
+                continue
+            try:
+                count, total = self._entries(
+                    dir_fd, rel_dir, items, stack, spec, exclude, known, seen, out, rows, put, count, total
+                )
+            finally:
+                if dir_fd != root_fd:
+                    os.close(dir_fd)
+
+    def _entries(
+        self,
+        dir_fd: int,
+        rel_dir: str,
+        items: list[Any],
+        stack: list[str],
+        spec: Any,
+        exclude: frozenset[str],
+        known: dict[str, tuple[Any, ...]],
+        seen: dict[str, tuple[Any, ...]],
+        out: Manifest,
+        rows: list[tuple[str, Entry, bytes]],
+        put: Callable[[bytes], str],
+        count: int,
+        total: int,
+    ) -> tuple[int, int]:
+        """The entries of one directory (``items``, its ``scandir`` sorted by name); returns
+        the updated entry count and total file bytes."""
+        subdirs = []
+        for d in items:
+            rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
+            if not _utf8(d.name):
+                # a manifest is JSON: a name that is not UTF-8 cannot be written in it
+                out.warnings.append(f"{os.fsencode(rel)!r}: the name is not valid UTF-8: left out")
+                continue
+            try:
+                st = d.stat(follow_symlinks=False)
+            except OSError as exc:
+                out.warnings.append(f"{rel}: not read ({exc.strerror})")
+                continue
+            st_mode = st.st_mode
+            is_dir = stat.S_ISDIR(st_mode)
+            if rel in exclude or (spec is not None and spec.match_file(rel + ("/" if is_dir else ""))):
+                continue
+            if count >= self.max_entries:
+                out.warnings.append(
+                    f"{rel}: left out, the snapshot would pass its limit of {self.max_entries} entries "
+                    "(the rest of the workspace is left out too; list what to skip in .pvisorignore)"
+                )
+                stack.clear()
+                return count, total
+            count += 1
+            if stat.S_ISREG(st_mode):
+                size = st.st_size
+                if size > self.max_file_bytes:
+                    out.warnings.append(
+                        f"{rel}: {size} bytes, over the limit of {self.max_file_bytes} per file: left out"
+                    )
+                    continue
+                if total + size > self.max_total_bytes:
+                    out.warnings.append(
+                        f"{rel}: left out, the snapshot would pass its limit of {self.max_total_bytes} bytes"
+                    )
+                    continue
+                key = (st.st_ino, size, st.st_mtime_ns, st.st_ctime_ns)
+                prev = known.get(rel)
+                if prev is not None and prev[0] == key:
+                    seen[rel] = prev
+                    total += size
+                    rows.append((rel, prev[1], prev[2]))
+                    continue
+                try:
+                    data = _read_file_at(dir_fd, d.name)
+                except OSError as exc:
+                    out.warnings.append(f"{rel}: not read ({exc.strerror})")
+                    continue
+                size = len(data)
+                out.read_bytes += size
+                entry = Entry(rel, EntryKind.FILE, stat.S_IMODE(st_mode), size, put(data))
+                encoded = _entry_json(entry)
+                if (
+                    time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= self.racy_ns
+                    and size == st.st_size
+                ):
+                    seen[rel] = (key, entry, encoded)
+                total += size
+                rows.append((rel, entry, encoded))
+            elif is_dir:
+                entry = Entry(rel, EntryKind.DIR, stat.S_IMODE(st_mode))
+                rows.append((rel, entry, _entry_json(entry)))
+                subdirs.append(rel)
+            elif stat.S_ISLNK(st_mode):
+                try:
+                    link = os.readlink(d.name, dir_fd=dir_fd)
+                except OSError as exc:
+                    out.warnings.append(f"{rel}: not read ({exc.strerror})")
+                    continue
+                if not _utf8(link):
+                    out.warnings.append(f"{rel}: a symlink whose target is not valid UTF-8: left out")
+                    continue
+                entry = Entry(rel, EntryKind.SYMLINK, stat.S_IMODE(st_mode), target=link)
+                rows.append((rel, entry, _entry_json(entry)))
+            else:
+                out.warnings.append(
+                    f"{rel}: neither a file, a directory nor a symlink (a socket, a FIFO, a device): left out"
+                )
+        stack.extend(reversed(subdirs))
+        return count, total
 
     def restore(
         self, manifest: Manifest, get: Callable[[str], bytes], target: Path, force: bool = False
@@ -399,7 +459,11 @@ class FilesystemDriver:
         target = Path(target)
         if target.exists() and not target.is_dir():
             raise UsageError(f"--into {target}: not a directory")
-        if target.is_dir() and any(target.iterdir()) and not force:
+        try:
+            holds = target.is_dir() and any(target.iterdir())
+        except OSError as exc:
+            raise UsageError(f"--into {target}: cannot be read ({exc.strerror})") from None
+        if holds and not force:
             raise UsageError(f"--into {target}: not empty; give --force to restore into it anyway")
         links = {e.path for e in manifest.entries if e.kind is EntryKind.SYMLINK}
         for i, e in enumerate(manifest.entries):
@@ -420,7 +484,10 @@ class FilesystemDriver:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise UsageError(f"--into {target}: cannot create it: {exc.strerror or exc}") from None
-        root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as exc:
+            raise UsageError(f"--into {target}: cannot be opened ({exc.strerror})") from None
         current = ""
         try:
             order = sorted(
@@ -463,7 +530,9 @@ class FilesystemDriver:
                             view = memoryview(data)
                             while view:
                                 view = view[os.write(fd, view) :]
-                            os.fchmod(fd, e.mode)
+                            # never setuid or setgid: a crafted snapshot restored by root must
+                            # not make a program that runs as root
+                            os.fchmod(fd, e.mode & ~(stat.S_ISUID | stat.S_ISGID))
                         finally:
                             os.close(fd)
                     else:
@@ -513,6 +582,8 @@ def _conflict(target: Path, manifest: Manifest) -> str | None:
                 mode = os.lstat(target / rel).st_mode
             except FileNotFoundError:
                 kinds[rel] = "absent"
+            except OSError as exc:  # no permission to look: nothing may be written there either
+                raise UsageError(f"--into {target}: {rel!r} cannot be examined ({exc.strerror})") from None
             else:
                 kinds[rel] = "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "file"
         return kinds[rel]
@@ -551,11 +622,28 @@ def _utf8(name: str) -> bool:
     return True
 
 
-def _read_file(path: str) -> bytes:
-    """The bytes of a regular file, opened without following a symlink (a file replaced by a
-    link between the walk's stat and this read is refused, never read through)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+def _open_dir_below(root_fd: int, parts: list[str]) -> int:
+    """A descriptor of the directory ``parts`` below ``root_fd``, each level opened with
+    ``O_NOFOLLOW``; OSError (ELOOP, ENOTDIR) when a level is a symlink or no directory now."""
+    fd = root_fd
+    for part in parts:
+        try:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        finally:
+            if fd != root_fd:
+                os.close(fd)
+        fd = nxt
+    return fd
+
+
+def _read_file_at(dir_fd: int, name: str) -> bytes:
+    """The bytes of the regular file ``name`` of ``dir_fd``, opened without following a symlink
+    and without blocking (a file replaced by a link or a FIFO between the walk's stat and this
+    read is refused, never read through or waited on)."""
+    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "no regular file any more (it changed while the walk read it)")
         parts = []
         while True:
             chunk = os.read(fd, 1 << 20)

@@ -53,6 +53,8 @@ BUSY_TIMEOUT_MS = 5000
 BATCH_MAX = 256
 #: bytes of snapshot blobs that may wait in the queue before :meth:`Journal.put_blob` waits
 SNAPSHOT_QUEUE_BYTES = 64 << 20
+#: seconds put_blobs waits for room at most (then it queues anyway)
+BLOB_WAIT_S = 30.0
 
 #: ``finalize(protocol, streamed, decoded_response_body) -> final response JSON bytes | None``,
 #: called in the writer thread while the producer is idle, at flush and at close (the gateway
@@ -398,8 +400,14 @@ class Journal:
         blobs wait to be committed, so a large first snapshot is held to that much memory;
         never call it on the event loop."""
         size = sum(len(data) for _, data in items)
+        deadline = time.monotonic() + BLOB_WAIT_S
         with self._blob_room:
             while self._blob_bytes > SNAPSHOT_QUEUE_BYTES and self._error is None and not self._closed:
+                if time.monotonic() > deadline:
+                    # the writer cannot commit (another process holds the journal's lock): go on
+                    # in memory rather than hold the walk, and the gateway's stop, for ever
+                    log.warning("journal %s: %d bytes of snapshot blobs wait to be written", self.path, self._blob_bytes)
+                    break
                 self._urgent.set()
                 self._blob_room.wait(0.5)
             self._blob_bytes += size

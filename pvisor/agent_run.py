@@ -668,8 +668,8 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
         if req.snapshots:
             config.workspace = workspace
             config.snapshot_driver = req.snapshot_driver
-            # the journal and the run's own files never go into its snapshots
-            config.snapshot_exclude = (req.journal_path, run_dir)
+            # the journal and the runs' own files (their private homes) never go into snapshots
+            config.snapshot_exclude = (req.journal_path, run_dir.parent)
         gw = Gateway(config, None, responder)  # the journal comes once the port is bound
         try:
             url = await gw.start()

@@ -215,7 +215,13 @@ def _check(opts: ReplayOnlyOptions) -> Any:
 
         with JournalReader(opts.journal) as reader:
             reader.run(opts.workspace_from)  # an unknown run: a usage error before anything is written
-        if any(opts.workspace.iterdir()):
+        try:
+            holds = any(opts.workspace.iterdir())
+        except OSError as exc:
+            raise ReplayUsageError(
+                "workspace_refused", f"--workspace {show_path(opts.workspace)} cannot be read ({exc.strerror})"
+            ) from None
+        if holds:
             raise ReplayUsageError(
                 "workspace_refused",
                 f"--workspace {show_path(opts.workspace)} is not empty: --workspace-from restores the recorded start "

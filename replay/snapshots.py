@@ -14,8 +14,9 @@ snapshot that step number, ``after_step``:
   None (it stays in the journal, bound to no step);
 - ``end`` of attempt a: the number of steps whose request belongs to attempts 1..a.
 
-``pvisor run`` stores the binding when it classifies the run; for a run never classified (a
-``pvisor gateway`` run) it is computed here from the journal, the same way.
+``pvisor run`` stores the binding when it classifies the run (for SQL readers); reading a run
+here computes it from the journal as the run is now, the same way, so that a run never
+classified (a ``pvisor gateway`` run) or snapshots recorded after the binding are bound too.
 """
 
 from __future__ import annotations
@@ -128,10 +129,12 @@ def run_snapshots(reader: JournalReader, run_id: str) -> RunSnapshots:
     snaps = reader.snapshots(run.id)
     bound = any(e["kind"] == BOUND_EVENT for e in reader.events(run.id)) if snaps else False
     trajectory = journal_trajectory(reader, run.id)
-    if not bound:
-        binding = bind_steps(snaps, trajectory)
-        for s in snaps:
-            s.after_step = binding.get(s.id)
+    # computed each time from the run as it is now (the stored binding is for SQL readers): a
+    # snapshot recorded after the run was bound (a later attempt whose steps were not derived)
+    # is bound too
+    binding = bind_steps(snaps, trajectory)
+    for s in snaps:
+        s.after_step = binding.get(s.id)
     return RunSnapshots(run.id, snaps, len(trajectory.steps), bound)
 
 

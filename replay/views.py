@@ -203,7 +203,8 @@ class TrajectoryReplay:
         elif spec.kind is PauseKind.PROGRESS:
             f = spec.progress
             if f is None or not isinstance(f, (int, float)) or math.isnan(f) or not 0 <= f <= 1:
-                raise UsageError(f"{_at(spec)}--progress {f:g}: a fraction from 0 to 1 (0: the task alone)")
+                shown = f"{f:g}" if isinstance(f, (int, float)) else repr(f)
+                raise UsageError(f"{_at(spec)}--progress {shown}: a fraction from 0 to 1 (0: the task alone)")
             k = math.ceil(f * total)
             if spec.before and k == 0:
                 raise UsageError(

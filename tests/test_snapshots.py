@@ -458,3 +458,68 @@ def test_a_name_that_is_not_utf8_is_left_out_with_a_warning(tmp_path):
     assert "b'bad\\xffname': the name is not valid UTF-8: left out" in m.warnings
     assert "badlink: a symlink whose target is not valid UTF-8: left out" in m.warnings
     assert Manifest.decode(m.encode()).entries == m.entries  # the manifest is still JSON
+
+
+def test_a_directory_swapped_for_a_symlink_during_the_walk_is_not_followed(tmp_path):
+    """A tool replaces a directory by a link to outside between the walk's listing of its
+    parent and its own listing: the walk leaves it out and reads nothing outside."""
+    ws = tmp_path / "ws"
+    (ws / "zz").mkdir(parents=True)
+    (ws / "zz" / "inside.txt").write_text("inside\n")
+    secret = tmp_path / "outside"
+    secret.mkdir()
+    (secret / "id_rsa").write_text("PRIVATE\n")
+    read: list[bytes] = []
+
+    class Swap(FilesystemDriver):
+        def _entries(self, dir_fd, rel_dir, items, *args):
+            done = super()._entries(dir_fd, rel_dir, items, *args)
+            if rel_dir == "":  # zz was seen as a directory, not entered yet: swap it now
+                (ws / "zz" / "inside.txt").unlink()
+                (ws / "zz").rmdir()
+                os.symlink(secret, ws / "zz")
+            return done
+
+    m = Swap().checkpoint(ws, lambda data: read.append(data) or hashlib.sha256(data).hexdigest())
+    assert b"PRIVATE\n" not in read and not any(e.path.startswith("zz/") for e in m.entries)
+    assert any(w.startswith("zz: not read") for w in m.warnings), m.warnings
+
+
+def test_a_file_swapped_for_a_fifo_during_the_walk_is_not_waited_on(tmp_path):
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    (ws / "b.txt").write_text("b\n")
+
+    class Swap(FilesystemDriver):
+        def _entries(self, dir_fd, rel_dir, items, *args):
+            for d in items:  # a DirEntry keeps its lstat: the walk will take a.txt for a file
+                d.stat(follow_symlinks=False)
+            (ws / "a.txt").unlink()
+            os.mkfifo(ws / "a.txt")  # ... which is a FIFO by the time it is opened
+            return super()._entries(dir_fd, rel_dir, items, *args)
+
+    import threading
+
+    done: list = []
+    t = threading.Thread(target=lambda: done.append(Swap().checkpoint(ws, Blobs().put)), daemon=True)
+    t.start()
+    t.join(20)
+    assert done, "the walk waited on a FIFO"
+    [m] = done
+    assert [e.path for e in m.entries] == ["b.txt"]
+    assert any(w.startswith("a.txt: not read") for w in m.warnings), m.warnings
+
+
+def test_restore_clears_setuid_and_refuses_a_nul_in_a_link_target(tmp_path):
+    data = b"#!/bin/sh\n"
+    sha = hashlib.sha256(data).hexdigest()
+    m = Manifest([Entry("tool", EntryKind.FILE, 0o4755, len(data), sha)])
+    FilesystemDriver().restore(m, lambda h: data, tmp_path / "t")
+    assert stat.S_IMODE((tmp_path / "t" / "tool").stat().st_mode) == 0o755
+    with pytest.raises(BadInputError) as exc:
+        Manifest.decode(
+            b'{"schema": "pvisor.snapshot-manifest/v1", "entries": '
+            b'[{"path": "l", "kind": "symlink", "mode": 511, "target": "a\\u0000b"}]}'
+        )
+    assert "entries[0]" in exc.value.message and "NUL" in exc.value.message

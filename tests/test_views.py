@@ -202,6 +202,8 @@ def test_the_python_api_refuses_what_cannot_be_made(captured, tmp_path):
         replay.view(PauseSpec("zero", PauseKind.STEP, 0, before=True))
     with pytest.raises(UsageError, match="a fraction from 0 to 1"):
         replay.view(PauseSpec("big", PauseKind.PROGRESS, progress=1.5))
+    with pytest.raises(UsageError, match="pause none: --progress None: a fraction from 0 to 1"):
+        replay.view(PauseSpec("none", PauseKind.PROGRESS))
     with pytest.raises(UsageError, match="kind 'middle' is not one of step, progress, before_commitment"):
         PauseSpec("odd", "middle", 1)
     native = TrajectoryReplay.from_trajectory(cap.report["native_trajectory"], "codex")
@@ -335,6 +337,12 @@ def test_commitments_by_descriptor():
     )
     assert codex.commitment(call("exec_command", cmd="git commit-tree HEAD^{tree}")) is None
     assert codex.commitment(call("exec_command", cmd="git log --grep commit")) is None
+    claude = get_descriptor("claude-code")
+    assert claude.commitment(call("Bash", command="cd repo && git commit -m fix")) == "git commit"
+    # not a shell call, or git commit only mentioned: no commitment
+    assert claude.commitment(call("Grep", pattern="git commit")) is None
+    assert claude.commitment(call("Write", file_path="NOTES.md", content="then git commit -am x")) is None
+    assert claude.commitment(call("Bash", command='echo "do not git commit yet"')) is None
     assert (
         mini.commitment(call("bash", command="echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"))
         == "finish command"

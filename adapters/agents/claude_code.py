@@ -38,6 +38,7 @@ ALLOWED_TOOLS = "Bash,Edit,Write,NotebookEdit"
 class ClaudeCode(AgentProfile):
     name = "claude-code"
     title = "Claude Code"
+    shell_tools = {"Bash": ("command",)}
     executable = "claude"
     versions = VersionRange((2, 1, 0), (2, 2))
     protocol = "anthropic"

@@ -93,6 +93,7 @@ def overrides(base_url: str, model: str | None, retries: bool = True) -> list[st
 class Codex(AgentProfile):
     name = "codex"
     title = "Codex CLI"
+    shell_tools = {"exec_command": ("cmd",), "shell": ("command",)}
     executable = "codex"
     versions = VersionRange((0, 170, 0), (0, 180))
     protocol = "openai-responses"

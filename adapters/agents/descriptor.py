@@ -98,6 +98,8 @@ class AgentDescriptor:
         finish_tools: tools whose call ends its loop (SWE-agent ``submit``, OpenHands ``finish``).
         text_command: in text mode, the fenced block its actions give a shell command in
             (group 1: the command), or None.
+        shell_tools: its shell tools -> the arguments that hold the command (a string, or an
+            argv list): where a ``git commit`` or a finish command counts.
     """
 
     name: str = ""
@@ -115,6 +117,7 @@ class AgentDescriptor:
     finish_commands: tuple[str, ...] = ()
     finish_tools: tuple[str, ...] = ()
     text_command: re.Pattern[str] | None = None
+    shell_tools: dict[str, tuple[str, ...]] = {"bash": ("command",)}
 
     # ------------------------------------------------------------------ protocols
 
@@ -240,18 +243,21 @@ class AgentDescriptor:
 
     def commitment(self, call: ToolCall) -> str | None:
         """Why ``call`` commits the agent to its work, or None: a finish tool
-        (:attr:`finish_tools`), or a shell command (:meth:`command_commitment`) in any string
-        argument of the call (the agents' shell tools name their command differently; Codex's
-        takes an argv list)."""
+        (:attr:`finish_tools`), or a call of one of its :attr:`shell_tools` whose command
+        commits (:meth:`command_commitment`; each element of an argv list on its own, as
+        Codex's ``["bash", "-lc", "git commit -m x"]``). A file written or searched with
+        ``git commit`` in it is no commitment."""
         if call.name in self.finish_tools:
             return f"finish tool {call.name}"
-        values = call.arguments.values() if isinstance(call.arguments, dict) else [call.arguments_raw]
-        for v in values:
-            texts = v if isinstance(v, list) else [v]
-            joined = " ".join(t for t in texts if isinstance(t, str))
-            why = self.command_commitment(joined) if joined else None
-            if why is not None:
-                return why
+        names = self.shell_tools.get(call.name)
+        if not names or not isinstance(call.arguments, dict):
+            return None
+        for name in names:
+            value = call.arguments.get(name)
+            for text in value if isinstance(value, list) else [value]:
+                why = self.command_commitment(text) if isinstance(text, str) else None
+                if why is not None:
+                    return why
         return None
 
     def text_commands(self, action: Action) -> list[str]:
@@ -279,7 +285,9 @@ class AgentDescriptor:
 # --------------------------------------------------------------------------- shared helpers
 
 #: ``git commit`` in a shell command, options between (``git -C repo commit -m ...``)
-GIT_COMMIT = re.compile(r"(?:^|[\s;&|(])git(?:\s+-{1,2}[\w-]+(?:[= ](?!commit\b)\S+)?)*\s+commit(?![\w-])")
+GIT_COMMIT = re.compile(
+    r"(?:^|[;&|(\n]|\$\()\s*(?:sudo\s+)?git(?:\s+-{1,2}[\w-]+(?:[= ](?!commit\b)\S+)?)*\s+commit(?![\w-])"
+)
 
 
 def action_message(action: Action) -> Message:

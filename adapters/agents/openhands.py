@@ -10,6 +10,7 @@ from .descriptor import LitellmAgent
 class OpenHands(LitellmAgent):
     name = "openhands"
     title = "OpenHands"
+    shell_tools = {"execute_bash": ("command",), "bash": ("command",)}
     finish_tools = ("finish",)
 
 

@@ -36,6 +36,7 @@ SETTINGS = {
 class QwenCode(AgentProfile):
     name = "qwen-code"
     title = "Qwen Code"
+    shell_tools = {"run_shell_command": ("command",)}
     executable = "qwen"
     versions = VersionRange((0, 24, 0), (0, 25))
     protocol = "openai-chat"
