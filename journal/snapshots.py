@@ -253,6 +253,24 @@ def _ignore_spec(root: Path) -> Any:
     )
 
 
+@dataclass(slots=True)
+class _Walk:
+    """The state of one :meth:`FilesystemDriver.checkpoint`: the root's descriptor, the ignore
+    rules, the blob store, directories still to list, the manifest being made, its rows
+    (path, entry, the entry's canonical JSON), what the next walk may trust unread, and the
+    counts that the limits bound."""
+
+    root_fd: int
+    spec: Any
+    put: Callable[[bytes], str]
+    stack: list[str] = field(default_factory=lambda: [""])
+    out: Manifest = field(default_factory=Manifest)
+    rows: list[tuple[str, Entry, bytes]] = field(default_factory=list)
+    seen: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    count: int = 0
+    total: int = 0
+
+
 class FilesystemDriver:
     """The built-in driver: a directory tree (module docstring)."""
 
@@ -284,46 +302,28 @@ class FilesystemDriver:
         if not root.is_dir():
             raise UsageError(f"workspace {root}: not a directory")
         spec = _ignore_spec(root)
-        out = Manifest()
-        rows: list[tuple[str, Entry, bytes]] = []  # (path, entry, its canonical JSON)
-        stack = [""]
-        known = self._known
-        # what this walk trusts next time; a file's entry and its JSON are reused while unchanged
-        seen: dict[str, tuple[Any, ...]] = {}
-        exclude = self.exclude
         try:
             root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError as exc:
             raise UsageError(f"workspace {root}: cannot be read ({exc.strerror})") from None
+        walk = _Walk(root_fd, spec, put)
         try:
-            self._walk(root_fd, stack, spec, exclude, known, seen, out, rows, put)
+            self._walk(walk)
         finally:
             os.close(root_fd)
-        self._known = seen
-        rows.sort(key=lambda r: r[0])
-        out.entries = [r[1] for r in rows]
-        out.encoded_entries = [r[2] for r in rows]
-        return out
+        self._known = walk.seen
+        walk.rows.sort(key=lambda r: r[0])
+        walk.out.entries = [r[1] for r in walk.rows]
+        walk.out.encoded_entries = [r[2] for r in walk.rows]
+        return walk.out
 
-    def _walk(
-        self,
-        root_fd: int,
-        stack: list[str],
-        spec: Any,
-        exclude: frozenset[str],
-        known: dict[str, tuple[Any, ...]],
-        seen: dict[str, tuple[Any, ...]],
-        out: Manifest,
-        rows: list[tuple[str, Entry, bytes]],
-        put: Callable[[bytes], str],
-    ) -> None:
+    def _walk(self, walk: _Walk) -> None:
         """The walk of :meth:`checkpoint`, one directory at a time, each opened below the root
         with ``O_NOFOLLOW`` component by component: a directory a tool swaps for a symlink
         while the walk runs is left out, never followed out of the workspace."""
-        total = 0
-        count = 0
-        while stack:
-            rel_dir = stack.pop()
+        root_fd, out = walk.root_fd, walk.out
+        while walk.stack:
+            rel_dir = walk.stack.pop()
             try:
                 dir_fd = _open_dir_below(root_fd, rel_dir.split("/")) if rel_dir else root_fd
             except OSError as exc:
@@ -332,39 +332,28 @@ class FilesystemDriver:
                 )
                 continue
             try:
-                with os.scandir(dir_fd) as it:
-                    items = sorted(it, key=lambda d: d.name)
-            except OSError as exc:
-                out.warnings.append(f"{rel_dir or '.'}: not read ({exc.strerror})")
-                if dir_fd != root_fd:
-                    os.close(dir_fd)
-                continue
-            try:
-                count, total = self._entries(
-                    dir_fd, rel_dir, items, stack, spec, exclude, known, seen, out, rows, put, count, total
-                )
+                try:
+                    with os.scandir(dir_fd) as it:
+                        items = sorted(it, key=lambda d: d.name)
+                except OSError as exc:
+                    out.warnings.append(f"{rel_dir or '.'}: not read ({exc.strerror})")
+                    continue
+                self._entries(walk, dir_fd, rel_dir, items)
             finally:
                 if dir_fd != root_fd:
                     os.close(dir_fd)
 
-    def _entries(
-        self,
-        dir_fd: int,
-        rel_dir: str,
-        items: list[Any],
-        stack: list[str],
-        spec: Any,
-        exclude: frozenset[str],
-        known: dict[str, tuple[Any, ...]],
-        seen: dict[str, tuple[Any, ...]],
-        out: Manifest,
-        rows: list[tuple[str, Entry, bytes]],
-        put: Callable[[bytes], str],
-        count: int,
-        total: int,
-    ) -> tuple[int, int]:
-        """The entries of one directory (``items``, its ``scandir`` sorted by name); returns
-        the updated entry count and total file bytes."""
+    def _entries(self, walk: _Walk, dir_fd: int, rel_dir: str, items: list[Any]) -> None:
+        """The entries of one directory (``items``, its ``scandir`` sorted by name) into
+        ``walk``."""
+        out, rows, spec, exclude, known, seen = (
+            walk.out,
+            walk.rows,
+            walk.spec,
+            self.exclude,
+            self._known,
+            walk.seen,
+        )
         subdirs = []
         for d in items:
             rel = f"{rel_dir}/{d.name}" if rel_dir else d.name
@@ -381,14 +370,14 @@ class FilesystemDriver:
             is_dir = stat.S_ISDIR(st_mode)
             if rel in exclude or (spec is not None and spec.match_file(rel + ("/" if is_dir else ""))):
                 continue
-            if count >= self.max_entries:
+            if walk.count >= self.max_entries:
                 out.warnings.append(
                     f"{rel}: left out, the snapshot would pass its limit of {self.max_entries} entries "
                     "(the rest of the workspace is left out too; list what to skip in .pvisorignore)"
                 )
-                stack.clear()
-                return count, total
-            count += 1
+                walk.stack.clear()
+                return
+            walk.count += 1
             if stat.S_ISREG(st_mode):
                 size = st.st_size
                 if size > self.max_file_bytes:
@@ -396,7 +385,7 @@ class FilesystemDriver:
                         f"{rel}: {size} bytes, over the limit of {self.max_file_bytes} per file: left out"
                     )
                     continue
-                if total + size > self.max_total_bytes:
+                if walk.total + size > self.max_total_bytes:
                     out.warnings.append(
                         f"{rel}: left out, the snapshot would pass its limit of {self.max_total_bytes} bytes"
                     )
@@ -405,7 +394,7 @@ class FilesystemDriver:
                 prev = known.get(rel)
                 if prev is not None and prev[0] == key:
                     seen[rel] = prev
-                    total += size
+                    walk.total += size
                     rows.append((rel, prev[1], prev[2]))
                     continue
                 try:
@@ -415,14 +404,14 @@ class FilesystemDriver:
                     continue
                 size = len(data)
                 out.read_bytes += size
-                entry = Entry(rel, EntryKind.FILE, stat.S_IMODE(st_mode), size, put(data))
+                entry = Entry(rel, EntryKind.FILE, stat.S_IMODE(st_mode), size, walk.put(data))
                 encoded = _entry_json(entry)
                 if (
                     time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) >= self.racy_ns
                     and size == st.st_size
                 ):
                     seen[rel] = (key, entry, encoded)
-                total += size
+                walk.total += size
                 rows.append((rel, entry, encoded))
             elif is_dir:
                 entry = Entry(rel, EntryKind.DIR, stat.S_IMODE(st_mode))
@@ -443,8 +432,7 @@ class FilesystemDriver:
                 out.warnings.append(
                     f"{rel}: neither a file, a directory nor a symlink (a socket, a FIFO, a device): left out"
                 )
-        stack.extend(reversed(subdirs))
-        return count, total
+        walk.stack.extend(reversed(subdirs))
 
     def restore(
         self, manifest: Manifest, get: Callable[[str], bytes], target: Path, force: bool = False
@@ -655,23 +643,14 @@ def _read_file_at(dir_fd: int, name: str) -> bytes:
 
 
 def _open_dirs(root_fd: int, parts: list[str]) -> int:
-    """A descriptor of the directory ``parts`` below ``root_fd``, opened one level at a time
-    with ``O_NOFOLLOW`` (a symlink on the way is refused, never followed)."""
-    fd = root_fd
-    for part in parts:
-        try:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-        except OSError as exc:
-            if fd != root_fd:
-                os.close(fd)
-            raise BadInputError(
-                f"snapshot entry directory {part!r}: cannot be entered without following a link "
-                f"({exc.strerror})"
-            ) from None
-        if fd != root_fd:
-            os.close(fd)
-        fd = nxt
-    return fd
+    """:func:`_open_dir_below` for a restore: a symlink on the way is a BadInputError naming it."""
+    try:
+        return _open_dir_below(root_fd, parts)
+    except OSError as exc:
+        raise BadInputError(
+            f"snapshot entry directory {exc.filename!r}: cannot be entered without following a link "
+            f"({exc.strerror})"
+        ) from None
 
 
 def snapshot_driver(name: str = "filesystem") -> SnapshotDriver:

@@ -472,8 +472,8 @@ def test_a_directory_swapped_for_a_symlink_during_the_walk_is_not_followed(tmp_p
     read: list[bytes] = []
 
     class Swap(FilesystemDriver):
-        def _entries(self, dir_fd, rel_dir, items, *args):
-            done = super()._entries(dir_fd, rel_dir, items, *args)
+        def _entries(self, walk, dir_fd, rel_dir, items):
+            done = super()._entries(walk, dir_fd, rel_dir, items)
             if rel_dir == "":  # zz was seen as a directory, not entered yet: swap it now
                 (ws / "zz" / "inside.txt").unlink()
                 (ws / "zz").rmdir()
@@ -492,12 +492,12 @@ def test_a_file_swapped_for_a_fifo_during_the_walk_is_not_waited_on(tmp_path):
     (ws / "b.txt").write_text("b\n")
 
     class Swap(FilesystemDriver):
-        def _entries(self, dir_fd, rel_dir, items, *args):
+        def _entries(self, walk, dir_fd, rel_dir, items):
             for d in items:  # a DirEntry keeps its lstat: the walk will take a.txt for a file
                 d.stat(follow_symlinks=False)
             (ws / "a.txt").unlink()
             os.mkfifo(ws / "a.txt")  # ... which is a FIFO by the time it is opened
-            return super()._entries(dir_fd, rel_dir, items, *args)
+            return super()._entries(walk, dir_fd, rel_dir, items)
 
     import threading
 
