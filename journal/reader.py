@@ -314,6 +314,10 @@ class JournalReader:
             for r in cur
         ]
 
+    def has_event(self, run_id: str, kind: str) -> bool:
+        """Whether run ``run_id`` has an event of ``kind`` (one indexed lookup; no event is read)."""
+        return self.conn.execute("SELECT 1 FROM events WHERE run_id = ? AND kind = ? LIMIT 1", (run_id, kind)).fetchone() is not None
+
     # ------------------------------------------------------------------ workspace snapshots
 
     def has_snapshots_table(self) -> bool:

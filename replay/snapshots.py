@@ -123,12 +123,14 @@ class RunSnapshots:
         raise BadInputError(f"run {self.run} has no workspace snapshot {what}")
 
 
-def run_snapshots(reader: JournalReader, run_id: str) -> RunSnapshots:
-    """The snapshots of run ``run_id`` (id or unique prefix; UsageError when none matches)."""
+def run_snapshots(reader: JournalReader, run_id: str, trajectory: Trajectory | None = None) -> RunSnapshots:
+    """The snapshots of run ``run_id`` (id or unique prefix; UsageError when none matches);
+    ``trajectory``: the run's, when the caller has read it already."""
     run = reader.run(run_id)
     snaps = reader.snapshots(run.id)
-    bound = any(e["kind"] == BOUND_EVENT for e in reader.events(run.id)) if snaps else False
-    trajectory = journal_trajectory(reader, run.id)
+    bound = reader.has_event(run.id, BOUND_EVENT) if snaps else False
+    if trajectory is None:
+        trajectory = journal_trajectory(reader, run.id)
     # computed each time from the run as it is now (the stored binding is for SQL readers): a
     # snapshot recorded after the run was bound (a later attempt whose steps were not derived)
     # is bound too

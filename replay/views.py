@@ -151,7 +151,7 @@ class TrajectoryReplay:
         with JournalReader(path) as reader:
             rec = reader.run(run)
             traj = journal_trajectory(reader, rec.id)
-            snaps = run_snapshots(reader, rec.id)
+            snaps = run_snapshots(reader, rec.id, traj)
         source = {"kind": "journal", "path": str(path), "run": rec.id, "agent": rec.agent}
         return cls(traj, rec.agent, source, journal=path, run=rec.id, snapshots=snaps)
 
