@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import enum
 import os
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -228,17 +227,9 @@ def _check(opts: ReplayOnlyOptions) -> Any:
                 "state into an empty directory",
             )
     if opts.trajectory is not None:
-        try:
-            st = os.stat(opts.trajectory)
-        except OSError as exc:
-            raise UsageError(
-                f"--trajectory {show_path(opts.trajectory)}: {exc.strerror or 'no such file'}"
-            ) from None
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-            # a FIFO or a device: its digest would never end, and it cannot be read twice
-            raise UsageError(
-                f"--trajectory {show_path(opts.trajectory)}: not a regular file (nor an OpenCode storage directory)"
-            )
+        from pvisor.adapters.native import check_source_file
+
+        check_source_file(opts.trajectory, f"--trajectory {show_path(opts.trajectory)}")
     if opts.timeout <= 0:
         raise UsageError(f"--timeout must be more than 0 seconds, not {opts.timeout:g}")
     if opts.task is not None and not opts.task.strip():

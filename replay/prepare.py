@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -388,16 +387,9 @@ def _check_options(opts: PrepareOptions) -> None:
         if not opts.workspace.is_dir():
             raise UsageError(f"--workspace {show_path(opts.workspace)}: not a directory")
     if opts.trajectory is not None:
-        try:
-            st = os.stat(opts.trajectory)
-        except FileNotFoundError:
-            raise UsageError(f"--trajectory {show_path(opts.trajectory)}: no such file") from None
-        except OSError as exc:
-            raise UsageError(f"--trajectory {show_path(opts.trajectory)}: {exc.strerror or exc}") from None
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
-            # a FIFO or a device: its bytes cannot be digested and read again (a pipe is read
-            # once, /dev/zero never ends); `trajectory show` spools a pipe, replay does not
-            raise UsageError(f"--trajectory {show_path(opts.trajectory)}: not a regular file (nor an OpenCode storage directory)")
+        from pvisor.adapters.native import check_source_file
+
+        check_source_file(opts.trajectory, f"--trajectory {show_path(opts.trajectory)}")
     if opts.journal is not None:
         if not opts.journal.exists():
             raise UsageError(f"--journal {show_path(opts.journal)}: no such journal file")

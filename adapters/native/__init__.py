@@ -104,6 +104,22 @@ def _check_path(path: Path) -> None:
         raise UsageError(f"{path}: cannot open: {exc.strerror or exc}") from None
 
 
+def check_source_file(path: Path, shown: str) -> None:
+    """UsageError (exit 2) unless ``path`` is a regular file or a directory (an OpenCode
+    store): a FIFO or a device cannot be digested and read again (a pipe is read once,
+    /dev/zero never ends, a FIFO without a writer blocks). ``shown``: how the message names it
+    (``--trajectory PATH``). For commands that read a source twice; ``trajectory show`` spools
+    a pipe instead (:func:`_spool`)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise UsageError(f"{shown}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{shown}: {exc.strerror or exc}") from None
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+        raise UsageError(f"{shown}: not a regular file (nor an OpenCode storage directory)")
+
+
 def _spool(path: Path) -> Path:
     """A regular file holding what ``path`` gives: ``path`` itself when it is a regular file
     or a directory; else (``-`` for stdin, a pipe, ``<(zcat f.gz)``, a FIFO, a device) its
@@ -186,4 +202,4 @@ def _read_native(original: Path, path: Path, agent: str | None, session: str | N
             gc.enable()
 
 
-__all__ = ["ADAPTER_MODULES", "adapter_names", "detect", "get_adapter", "read_native", "sniff_head"]
+__all__ = ["ADAPTER_MODULES", "adapter_names", "check_source_file", "detect", "get_adapter", "read_native", "sniff_head"]

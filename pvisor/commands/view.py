@@ -95,15 +95,9 @@ def view(
     bar = not no_progress and _is_terminal(sys.stderr)
     native = os.path.lexists(source) or source == "-"
     if native and source != "-":
-        import stat
+        from pvisor.adapters.native import check_source_file
 
-        try:
-            mode = os.stat(source).st_mode
-        except OSError as exc:
-            raise UsageError(f"{source}: {exc.strerror or exc}") from None
-        if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
-            # a FIFO or a device could block or never end: read it through a file or stdin (-)
-            raise UsageError(f"{source}: not a regular file (nor an OpenCode storage directory)")
+        check_source_file(Path(source), source)  # a FIFO or a device could block or never end
     if native:
         if bar:
             click.echo(f"reading {source} ...", err=True)
