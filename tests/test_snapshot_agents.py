@@ -156,32 +156,39 @@ def test_snapshot_ls_lists_each_step_of_the_run(codex_run, tmp_path):
     )
 
 
-def test_replay_only_starts_from_the_recorded_start_state(codex_run, tmp_path):
-    root, journal, ws, home, report = codex_run
-    new_ws, out = tmp_path / "ws2", tmp_path / "out"
-    new_ws.mkdir()
-    args = [
+def replay_args(
+    journal: Path, run: str, n: int, ws: Path, workspace_from: str, out: Path, *extra: str
+) -> list[str]:
+    """``pvisor replay --replay-only`` of the Codex run to step ``n`` in ``ws``, from the start
+    state of ``workspace_from``."""
+    return [
         "replay",
         "--journal",
         str(journal),
         "--agent",
         "codex",
         "--run",
-        report["run"],
+        run,
         "--after-step",
-        "3",
+        str(n),
         "--replay-only",
         "--workspace",
-        str(new_ws),
+        str(ws),
         "--workspace-from",
-        report["run"],
+        workspace_from,
         "--output",
         str(out),
         "--agent-entrypoint",
         str(entrypoint("codex")),
-        "--timeout",
-        "240",
+        *extra,
     ]
+
+
+def test_replay_only_starts_from_the_recorded_start_state(codex_run, tmp_path):
+    root, journal, ws, home, report = codex_run
+    new_ws, out = tmp_path / "ws2", tmp_path / "out"
+    new_ws.mkdir()
+    args = replay_args(journal, report["run"], 3, new_ws, report["run"], out, "--timeout", "240")
     proc = pvisor(args, env=user_env(home), cwd=tmp_path, timeout=400)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
     result = json.loads((out / "result.json").read_text())
@@ -204,26 +211,7 @@ def test_workspace_from_refuses_a_workspace_that_is_not_empty(codex_run, tmp_pat
     new_ws = tmp_path / "ws-full"
     new_ws.mkdir()
     (new_ws / "mine.txt").write_text("keep me\n")
-    args = [
-        "replay",
-        "--journal",
-        str(journal),
-        "--agent",
-        "codex",
-        "--run",
-        report["run"],
-        "--after-step",
-        "1",
-        "--replay-only",
-        "--workspace",
-        str(new_ws),
-        "--workspace-from",
-        report["run"],
-        "--output",
-        str(tmp_path / "o"),
-        "--agent-entrypoint",
-        str(entrypoint("codex")),
-    ]
+    args = replay_args(journal, report["run"], 1, new_ws, report["run"], tmp_path / "o")
     proc = pvisor(args, env=user_env(home), cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert (
@@ -237,26 +225,7 @@ def test_workspace_from_an_unknown_run_is_refused_before_anything_is_written(cod
     root, journal, ws, home, report = codex_run
     new_ws, out = tmp_path / "ws-new", tmp_path / "o"
     new_ws.mkdir()
-    args = [
-        "replay",
-        "--journal",
-        str(journal),
-        "--agent",
-        "codex",
-        "--run",
-        report["run"],
-        "--after-step",
-        "1",
-        "--replay-only",
-        "--workspace",
-        str(new_ws),
-        "--workspace-from",
-        "r-nope",
-        "--output",
-        str(out),
-        "--agent-entrypoint",
-        str(entrypoint("codex")),
-    ]
+    args = replay_args(journal, report["run"], 1, new_ws, "r-nope", out)
     proc = pvisor(args, env=user_env(home), cwd=tmp_path)
     assert proc.returncode == 2 and "no run 'r-nope'" in proc.stderr and "Traceback" not in proc.stderr
     assert not out.exists() and os.listdir(new_ws) == []
