@@ -31,7 +31,6 @@ import random
 import shutil
 import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -41,6 +40,8 @@ from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response
 from pvisor.gateway.responder import Serve, ServedBy
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
+
+from playback_bench import Loop  # bench/ is the script's directory: on the path
 
 REPLY = b'{"id":"msg_1","type":"message","role":"assistant","content":[{"type":"text","text":"ok"}]}'
 
@@ -55,15 +56,6 @@ class Reply:
         if self.think:
             await asyncio.sleep(self.think)
         return Serve(200, [("Content-Type", "application/json")], body=REPLY, served_by=ServedBy.SCRIPTED)
-
-
-class Loop:
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, daemon=True).start()
-
-    def run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(600)
 
 
 def make_workspace(root: Path, files: int, seed: int = 1) -> int:
