@@ -938,10 +938,13 @@ class Journal:
     def _put_request_body(self, conn: sqlite3.Connection, p: PendingExchange, body: bytes) -> tuple[str, int]:
         return self._put_lane_blob(conn, (p.run, p.method, p.path), body)
 
-    def _put_lane_blob(self, conn: sqlite3.Connection, key: tuple[str, str, str], body: bytes) -> tuple[str, int]:
-        """Store ``body`` compressed against the previous body of its lane ``key`` (a run's
-        requests to one path, or its snapshot manifests), with a standalone keyframe every
-        ``blobs.KEYFRAME_EVERY``: a body that repeats the last one with a little more costs little."""
+    def _put_lane_blob(
+        self, conn: sqlite3.Connection, key: tuple[str, str, str], body: bytes, sha: str | None = None
+    ) -> tuple[str, int]:
+        """Store ``body`` compressed against an earlier body of its lane ``key`` (a run's
+        requests to one path, or its snapshot manifests; the reference ``blobs.reference_position``
+        picks keeps chains short): a body that repeats the last one with a little more costs
+        little. ``sha``: the body's sha256 when the caller has it (a snapshot manifest's digest)."""
         lane = self._lanes.get(key)
         if lane is None:
             lane = self._lanes[key] = _Lane()
@@ -953,7 +956,7 @@ class Journal:
             base = lane.last
         else:
             base = lane.keyframes.get(ref)
-        sha = self._put_blob(conn, body, base)
+        sha = self._put_blob(conn, body, base, sha=sha)
         lane.pos = pos
         lane.last = (sha, body)
         if pos % blobs.KEYFRAME_EVERY == 0:
@@ -966,7 +969,7 @@ class Journal:
         manifest = None
         if r.manifest is not None:
             # each manifest repeats the last one but for what changed: stored as a delta
-            manifest, _ = self._put_lane_blob(conn, (r.run, "SNAPSHOT", "manifest"), r.manifest)
+            manifest, _ = self._put_lane_blob(conn, (r.run, "SNAPSHOT", "manifest"), r.manifest, r.digest)
         conn.execute(
             "INSERT OR REPLACE INTO snapshots(id, run_id, attempt, kind, exchange_id, driver, manifest, taken_ms, walk_us,"
             " entries, files, bytes, read_bytes, warnings, error, after_step, writer_id)"
