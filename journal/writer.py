@@ -161,7 +161,198 @@ class _Lane:
     keyframes: dict[int, tuple[str, bytes]] = field(default_factory=dict)
 
 
-class Journal:
+class JournalProducer:
+    """The producer side of a journal writer: the calls the gateway, importers and tests make.
+    Each queues one message and returns at once (never waiting for the disk); subclasses say
+    where messages go (:meth:`_put`): :class:`Journal` to its writer thread,
+    :class:`pvisor.journal.writer_process.JournalProcess` to a writer process of its own."""
+
+    path: Path
+    _inflight: dict[str, PendingExchange]
+
+    def _put(self, message: tuple[str, Any]) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _wait_blob_room(self, size: int) -> None:  # pragma: no cover - abstract
+        """Wait (in a snapshot taker's thread) while too many blob bytes wait to be written."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ API used by producers
+
+    def create_run(self, run: Run) -> None:
+        """Queue a run row (``INSERT OR IGNORE``: an existing run keeps its row)."""
+        if not run.created_ms:
+            run.created_ms = now_ms()
+        self._put(("run", run))
+
+    def update_run(self, run_id: str, **fields: Any) -> None:
+        """Queue an update of run columns (agent, agent_version, argv, labels, mode, ...)."""
+        self._put(("run_update", (run_id, fields)))
+
+    def start_attempt(self, attempt: Attempt) -> None:
+        """Queue an attempt row."""
+        if not attempt.started_ms:
+            attempt.started_ms = now_ms()
+        self._put(("attempt", attempt))
+
+    def end_attempt(self, run_id: str, n: int, exit_code: int | None, labels: dict[str, str] | None = None) -> None:
+        """Queue the end of an attempt (end time now, the agent's exit code, extra labels)."""
+        self._put(("attempt_end", (run_id, n, now_ms(), exit_code, labels or {})))
+
+    def set_exchange_roles(self, run_id: str, roles: dict[str, tuple[int | None, str]]) -> None:
+        """Queue the chain rule's classification of a run's exchanges (one message, applied in
+        one transaction of the writer thread): ``roles`` maps exchange id -> (chain number or
+        None, ``"main"`` | ``"auxiliary"``), as returned by
+        ``pvisor.adapters.chains.Classification.roles()``. Exchanges of the run not in ``roles``
+        keep their columns; ids that are not exchanges of ``run_id`` are ignored and counted in
+        the ``exchange.roles`` event. Call it after the exchanges have finished (:meth:`flush`):
+        an exchange still in flight is rewritten when it finishes, without its role.
+
+        Raises ValueError naming the exchange for a role or chain of the wrong kind.
+        """
+        checked: list[tuple[int | None, str, str]] = []
+        for ex_id, value in roles.items():
+            if not isinstance(value, (tuple, list)) or len(value) != 2:
+                raise ValueError(f"exchange {ex_id}: expected (chain, role), got {value!r}")
+            chain, role = value
+            if role not in ("main", "auxiliary"):
+                raise ValueError(f"exchange {ex_id}: role must be 'main' or 'auxiliary', not {role!r}")
+            if chain is not None and (not isinstance(chain, int) or isinstance(chain, bool) or chain < 1):
+                raise ValueError(f"exchange {ex_id}: chain must be a number from 1 or None, not {chain!r}")
+            checked.append((chain, role, str(ex_id)))
+        self._put(("exchange_roles", (run_id, checked)))
+
+    def begin_exchange(
+        self,
+        run: str,
+        method: str,
+        path: str,
+        headers: Iterable[tuple[str, str]],
+        *,
+        query: str = "",
+        attempt: int = 1,
+        protocol: str | None = None,
+    ) -> PendingExchange:
+        """Register an exchange that has just arrived. Costs no I/O: the exchange lives in memory
+        until it finishes, or is written as in flight at the next commit tick.
+
+        Args: run id; HTTP method; path without query; raw request headers (secrets included:
+        they are redacted in the writer thread before anything is stored); raw query string;
+        attempt number; protocol module name if known.
+        """
+        p = PendingExchange(
+            id=new_exchange_id(),
+            run=run,
+            attempt=attempt,
+            method=method,
+            path=path,
+            query=query,
+            headers=list(headers),
+            protocol=protocol,
+            started_ms=time.time() * 1000.0,
+            t0=time.perf_counter(),
+        )
+        self._inflight[p.id] = p
+        return p
+
+    def finish_exchange(
+        self,
+        pending: PendingExchange,
+        *,
+        status: int | None,
+        response_headers: Iterable[tuple[str, str]] = (),
+        request_body: bytes | None = None,
+        response_body: bytes | None = None,
+        streamed: bool = False,
+        chunk_timings: Iterable[Sequence[int]] | Sequence[int] | bytes = b"",
+        outcome: str = "ok",
+        error: str | None = None,
+        headers_us: int | None = None,
+        first_byte_us: int | None = None,
+        bytes_received: int | None = None,
+        bytes_delivered: int | None = None,
+        request_encoding: str | None = None,
+        request_bytes: int | None = None,
+        served_by: str | None = None,
+        flags: Iterable[str] = (),
+        forwarded_body: bytes | None = None,
+    ) -> None:
+        """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
+        body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
+        failure sets outcome ``decode_error`` and keeps the raw bytes), the response body raw.
+        ``chunk_timings``: (µs since start, length) pairs, a flat [µs, length, µs, length, ...]
+        list, or already packed bytes; packed in the writer thread.
+        ``request_bytes``: the request body's size on the wire when the body itself is not
+        passed (a body refused by its declared Content-Length); default its length.
+        ``served_by``: who produced the response (``upstream``, ``scripted``, ``playback``,
+        ``refused``; None when not known); ``flags``: strings such as ``synthetic_end``;
+        ``forwarded_body``: the bytes sent upstream when a responder sent other bytes than the
+        agent's (stored decoded, as a blob of its own)."""
+        ended_us = int((time.perf_counter() - pending.t0) * 1e6)
+        self._inflight.pop(pending.id, None)
+        rb = response_body or b""
+        self._put(
+            (
+                "exchange",
+                FinishedExchange(
+                    pending=pending,
+                    status=status,
+                    response_headers=list(response_headers),
+                    request_body=request_body,
+                    response_body=response_body,
+                    streamed=streamed,
+                    chunk_timings=chunk_timings,
+                    outcome=outcome,
+                    error=error,
+                    headers_us=headers_us,
+                    first_byte_us=first_byte_us,
+                    ended_us=ended_us,
+                    bytes_received=len(rb) if bytes_received is None else bytes_received,
+                    bytes_delivered=len(rb) if bytes_delivered is None else bytes_delivered,
+                    request_encoding=request_encoding,
+                    request_bytes=len(request_body or b"") if request_bytes is None else request_bytes,
+                    served_by=served_by,
+                    flags=tuple(flags),
+                    forwarded_body=forwarded_body,
+                ),
+            )
+        )
+
+    # ------------------------------------------------------------------ workspace snapshots
+
+    def put_blobs(self, items: Sequence[tuple[str, bytes]]) -> None:
+        """Queue ``(sha256 hex, bytes)`` pairs as blobs (one message), each stored
+        standalone-compressed unless it exists; the caller computed the digests. For snapshot
+        takers, in their own thread: it waits while more than :data:`SNAPSHOT_QUEUE_BYTES` of
+        blobs wait to be committed, so a large first snapshot is held to that much memory;
+        never call it on the event loop."""
+        self._wait_blob_room(sum(len(data) for _, data in items))
+        self._put(("blobs", list(items)))
+
+    def record_snapshot(self, record: SnapshotRecord) -> None:
+        """Queue a snapshot row (and its manifest blob); its file blobs went by :meth:`put_blobs`
+        before it, so the row is committed with them or after them."""
+        self._put(("snapshot", record))
+
+    def set_snapshot_hold(self, snapshot_id: str, hold_us: int) -> None:
+        """Queue how long the gateway held its answer's first byte for the snapshot (µs)."""
+        self._put(("snapshot_hold", (snapshot_id, int(hold_us))))
+
+    def bind_snapshots(self, run_id: str, after_step: dict[str, int | None]) -> None:
+        """Queue the binding of a run's snapshots to steps (snapshot id -> the step whose tools
+        the workspace has seen, 0 before the first action; None: no step, an auxiliary
+        request). Snapshots of the run not named keep their binding."""
+        self._put(("snapshot_bind", (run_id, dict(after_step))))
+
+    def record_exchange(self, run: str, method: str, path: str, headers: Iterable[tuple[str, str]] = (), **kw: Any) -> str:
+        """Begin and finish an exchange in one call (importers, tests). Returns the exchange id.
+        Keyword arguments: ``query``, ``attempt``, ``protocol`` and those of :meth:`finish_exchange`."""
+        begin_kw = {k: kw.pop(k) for k in ("query", "attempt", "protocol") if k in kw}
+        p = self.begin_exchange(run, method, path, headers, **begin_kw)
+        self.finish_exchange(p, **kw)
+        return p.id
+
+class Journal(JournalProducer):
     """The write side of an Event Journal file. Thread-safe to call from any thread; all SQLite
     work happens in one writer thread. Open with :meth:`open`; close with :meth:`close` (or use
     it as a context manager).
@@ -178,6 +369,7 @@ class Journal:
         self.finalize = finalize
         self.max_decoded = max_decoded
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._put = self._queue.put
         self._inflight: dict[str, PendingExchange] = {}
         self._closed = False
         self._error: BaseException | None = None
@@ -250,156 +442,7 @@ class Journal:
         if self._error is not None:
             raise UnavailableError(f"journal {self.path}: writer stopped: {self._error}")
 
-    # ------------------------------------------------------------------ API used by producers
-
-    def create_run(self, run: Run) -> None:
-        """Queue a run row (``INSERT OR IGNORE``: an existing run keeps its row)."""
-        if not run.created_ms:
-            run.created_ms = now_ms()
-        self._queue.put(("run", run))
-
-    def update_run(self, run_id: str, **fields: Any) -> None:
-        """Queue an update of run columns (agent, agent_version, argv, labels, mode, ...)."""
-        self._queue.put(("run_update", (run_id, fields)))
-
-    def start_attempt(self, attempt: Attempt) -> None:
-        """Queue an attempt row."""
-        if not attempt.started_ms:
-            attempt.started_ms = now_ms()
-        self._queue.put(("attempt", attempt))
-
-    def end_attempt(self, run_id: str, n: int, exit_code: int | None, labels: dict[str, str] | None = None) -> None:
-        """Queue the end of an attempt (end time now, the agent's exit code, extra labels)."""
-        self._queue.put(("attempt_end", (run_id, n, now_ms(), exit_code, labels or {})))
-
-    def set_exchange_roles(self, run_id: str, roles: dict[str, tuple[int | None, str]]) -> None:
-        """Queue the chain rule's classification of a run's exchanges (one message, applied in
-        one transaction of the writer thread): ``roles`` maps exchange id -> (chain number or
-        None, ``"main"`` | ``"auxiliary"``), as returned by
-        ``pvisor.adapters.chains.Classification.roles()``. Exchanges of the run not in ``roles``
-        keep their columns; ids that are not exchanges of ``run_id`` are ignored and counted in
-        the ``exchange.roles`` event. Call it after the exchanges have finished (:meth:`flush`):
-        an exchange still in flight is rewritten when it finishes, without its role.
-
-        Raises ValueError naming the exchange for a role or chain of the wrong kind.
-        """
-        checked: list[tuple[int | None, str, str]] = []
-        for ex_id, value in roles.items():
-            if not isinstance(value, (tuple, list)) or len(value) != 2:
-                raise ValueError(f"exchange {ex_id}: expected (chain, role), got {value!r}")
-            chain, role = value
-            if role not in ("main", "auxiliary"):
-                raise ValueError(f"exchange {ex_id}: role must be 'main' or 'auxiliary', not {role!r}")
-            if chain is not None and (not isinstance(chain, int) or isinstance(chain, bool) or chain < 1):
-                raise ValueError(f"exchange {ex_id}: chain must be a number from 1 or None, not {chain!r}")
-            checked.append((chain, role, str(ex_id)))
-        self._queue.put(("exchange_roles", (run_id, checked)))
-
-    def begin_exchange(
-        self,
-        run: str,
-        method: str,
-        path: str,
-        headers: Iterable[tuple[str, str]],
-        *,
-        query: str = "",
-        attempt: int = 1,
-        protocol: str | None = None,
-    ) -> PendingExchange:
-        """Register an exchange that has just arrived. Costs no I/O: the exchange lives in memory
-        until it finishes, or is written as in flight at the next commit tick.
-
-        Args: run id; HTTP method; path without query; raw request headers (secrets included:
-        they are redacted in the writer thread before anything is stored); raw query string;
-        attempt number; protocol module name if known.
-        """
-        p = PendingExchange(
-            id=new_exchange_id(),
-            run=run,
-            attempt=attempt,
-            method=method,
-            path=path,
-            query=query,
-            headers=list(headers),
-            protocol=protocol,
-            started_ms=time.time() * 1000.0,
-            t0=time.perf_counter(),
-        )
-        self._inflight[p.id] = p
-        return p
-
-    def finish_exchange(
-        self,
-        pending: PendingExchange,
-        *,
-        status: int | None,
-        response_headers: Iterable[tuple[str, str]] = (),
-        request_body: bytes | None = None,
-        response_body: bytes | None = None,
-        streamed: bool = False,
-        chunk_timings: Iterable[Sequence[int]] | Sequence[int] | bytes = b"",
-        outcome: str = "ok",
-        error: str | None = None,
-        headers_us: int | None = None,
-        first_byte_us: int | None = None,
-        bytes_received: int | None = None,
-        bytes_delivered: int | None = None,
-        request_encoding: str | None = None,
-        request_bytes: int | None = None,
-        served_by: str | None = None,
-        flags: Iterable[str] = (),
-        forwarded_body: bytes | None = None,
-    ) -> None:
-        """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
-        body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
-        failure sets outcome ``decode_error`` and keeps the raw bytes), the response body raw.
-        ``chunk_timings``: (µs since start, length) pairs, a flat [µs, length, µs, length, ...]
-        list, or already packed bytes; packed in the writer thread.
-        ``request_bytes``: the request body's size on the wire when the body itself is not
-        passed (a body refused by its declared Content-Length); default its length.
-        ``served_by``: who produced the response (``upstream``, ``scripted``, ``playback``,
-        ``refused``; None when not known); ``flags``: strings such as ``synthetic_end``;
-        ``forwarded_body``: the bytes sent upstream when a responder sent other bytes than the
-        agent's (stored decoded, as a blob of its own)."""
-        ended_us = int((time.perf_counter() - pending.t0) * 1e6)
-        self._inflight.pop(pending.id, None)
-        rb = response_body or b""
-        self._queue.put(
-            (
-                "exchange",
-                FinishedExchange(
-                    pending=pending,
-                    status=status,
-                    response_headers=list(response_headers),
-                    request_body=request_body,
-                    response_body=response_body,
-                    streamed=streamed,
-                    chunk_timings=chunk_timings,
-                    outcome=outcome,
-                    error=error,
-                    headers_us=headers_us,
-                    first_byte_us=first_byte_us,
-                    ended_us=ended_us,
-                    bytes_received=len(rb) if bytes_received is None else bytes_received,
-                    bytes_delivered=len(rb) if bytes_delivered is None else bytes_delivered,
-                    request_encoding=request_encoding,
-                    request_bytes=len(request_body or b"") if request_bytes is None else request_bytes,
-                    served_by=served_by,
-                    flags=tuple(flags),
-                    forwarded_body=forwarded_body,
-                ),
-            )
-        )
-
-    # ------------------------------------------------------------------ workspace snapshots
-
-    def put_blobs(self, items: Sequence[tuple[str, bytes]]) -> None:
-        """Queue ``(sha256 hex, bytes)`` pairs as blobs (one message), each stored
-        standalone-compressed unless it exists; the caller computed the digests. For snapshot
-        takers, in their own thread: it waits while more than :data:`SNAPSHOT_QUEUE_BYTES` of
-        blobs wait to be committed, so a large first snapshot is held to that much memory;
-        never call it on the event loop."""
-        size = sum(len(data) for _, data in items)
+    def _wait_blob_room(self, size: int) -> None:
         deadline = time.monotonic() + BLOB_WAIT_S
         with self._blob_room:
             while self._blob_bytes > SNAPSHOT_QUEUE_BYTES and self._error is None and not self._closed:
@@ -411,30 +454,6 @@ class Journal:
                 self._urgent.set()
                 self._blob_room.wait(0.5)
             self._blob_bytes += size
-        self._queue.put(("blobs", list(items)))
-
-    def record_snapshot(self, record: SnapshotRecord) -> None:
-        """Queue a snapshot row (and its manifest blob); its file blobs went by :meth:`put_blobs`
-        before it, so the row is committed with them or after them."""
-        self._queue.put(("snapshot", record))
-
-    def set_snapshot_hold(self, snapshot_id: str, hold_us: int) -> None:
-        """Queue how long the gateway held its answer's first byte for the snapshot (µs)."""
-        self._queue.put(("snapshot_hold", (snapshot_id, int(hold_us))))
-
-    def bind_snapshots(self, run_id: str, after_step: dict[str, int | None]) -> None:
-        """Queue the binding of a run's snapshots to steps (snapshot id -> the step whose tools
-        the workspace has seen, 0 before the first action; None: no step, an auxiliary
-        request). Snapshots of the run not named keep their binding."""
-        self._queue.put(("snapshot_bind", (run_id, dict(after_step))))
-
-    def record_exchange(self, run: str, method: str, path: str, headers: Iterable[tuple[str, str]] = (), **kw: Any) -> str:
-        """Begin and finish an exchange in one call (importers, tests). Returns the exchange id.
-        Keyword arguments: ``query``, ``attempt``, ``protocol`` and those of :meth:`finish_exchange`."""
-        begin_kw = {k: kw.pop(k) for k in ("query", "attempt", "protocol") if k in kw}
-        p = self.begin_exchange(run, method, path, headers, **begin_kw)
-        self.finish_exchange(p, **kw)
-        return p.id
 
     # ------------------------------------------------------------------ writer thread
 
