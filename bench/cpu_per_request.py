@@ -1,5 +1,7 @@
 """Where a proxy's CPU goes: CPU time per request of the bare pass-through and of the pvisor
-gateway, the latter split into its event-loop thread and its journal writer thread.
+gateway, the latter split into its event-loop thread, its other threads (the journal writer thread
+when ``PVISOR_JOURNAL_WRITER=thread``; the sender and reply threads of a writer process) and
+its journal writer process.
 
 Same set-up as bench/gateway (proxy on CPU 0; upstream and wrk on CPU 1). Prints one line per
 target and workload: requests/s, p50, CPU µs per request (process; per thread for pvisor),
@@ -28,17 +30,28 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from gateway_bench import pin, stop, wait_listening  # noqa: E402
+from gateway_bench import PVISOR_VARIANTS, pin, stop, wait_listening  # noqa: E402
 from loadgen import BODIES  # noqa: E402
 
 TICK_US = 1_000_000 / os.sysconf("SC_CLK_TCK")
 
 
 def thread_ticks(pid: int) -> dict[int, int]:
+    """utime + stime of every thread of ``pid`` and of its child processes (pvisor's journal
+    writer process), by thread id; a child's threads are keyed by negative ids."""
     out = {}
+    children = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        out[int(task.name)] = int(fields[11]) + int(fields[12])  # utime + stime
+        out[int(task.name)] = int(fields[11]) + int(fields[12])
+        try:
+            children += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            pass
+    for child in children:
+        for task in Path(f"/proc/{child}/task").iterdir():
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[-int(task.name)] = int(fields[11]) + int(fields[12])
     return out
 
 
@@ -74,9 +87,16 @@ def main() -> None:
         metavar="NAME=PATH",
         help="another pvisor executable to measure (repeatable); the installed one is 'pvisor'",
     )
+    ap.add_argument("--variants", action="store_true",
+                    help="also measure pvisor with its journal writer as a thread and on CPU 1 (pvisor-thread, pvisor-w1)")
     args = ap.parse_args()
     py = sys.executable
     executables = {"pvisor": [str(Path(py).parent / "pvisor")]}
+    envs: dict[str, dict[str, str]] = {}
+    if args.variants:
+        for name, env in PVISOR_VARIANTS.items():
+            if name != "pvisor":
+                executables[name], envs[name] = executables["pvisor"], env
     if args.uvloop:
         executables["pvisor+uv"] = [py, str(HERE / "uvloop_run.py"), "-m", "pvisor"]
     for spec in args.pvisor:
@@ -115,7 +135,8 @@ def main() -> None:
                             "--upstream",
                             f"openai={upstream}",
                         ]
-                    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                            env={**os.environ, **envs.get(target, {})})
                     url = wait_listening(proc, target)
                     try:
                         wrk(url, body, int(conc), 1)  # warm-up
@@ -127,10 +148,12 @@ def main() -> None:
                     n = r["requests"]
                     per = {tid: (after[tid] - before.get(tid, 0)) * TICK_US / n for tid in after}
                     main_us = per.pop(proc.pid, 0.0)
-                    others = " ".join(f"{v:.0f}" for v in sorted(per.values(), reverse=True) if v >= 1)
+                    child_us = sum(v for tid, v in per.items() if tid < 0)
+                    others = " ".join(f"{v:.0f}" for tid, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 1 and tid > 0)
                     print(
-                        f"{target:10s} {w:10s} {n / (r['duration_us'] / 1e6):7.0f} req/s  p50 {r['p50_us'] / 1000:7.2f} ms  "
-                        f"CPU {main_us + sum(per.values()):5.0f} µs/req (loop thread {main_us:.0f}; other threads {others or '-'})",
+                        f"{target:13s} {w:10s} {n / (r['duration_us'] / 1e6):7.0f} req/s  p50 {r['p50_us'] / 1000:7.2f} ms  "
+                        f"CPU {main_us + sum(per.values()):5.0f} µs/req (loop thread {main_us:.0f}; other threads {others or '-'}; "
+                        f"writer process {child_us:.0f})",
                         flush=True,
                     )
     finally:

@@ -69,13 +69,29 @@ def wait_port(port: int, timeout: float = 30.0) -> None:
 
 
 def peak_rss_kib(pid: int) -> int | None:
+    """VmHWM of ``pid`` plus its children's (pvisor's journal writer process), in KiB."""
+    pids = [pid]
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
+        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
-        return None
-    return None
+        pass
+    total = None
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    total = (total or 0) + int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
+#: pvisor targets: the same gateway with its journal writer placed differently (docs/journal.md)
+PVISOR_VARIANTS = {
+    "pvisor": {},  # the default: the writer in a process of its own, on the CPU the gateway may use
+    "pvisor-thread": {"PVISOR_JOURNAL_WRITER": "thread"},  # the writer as a thread of the gateway
+    "pvisor-w1": {"PVISOR_WRITER_CPUS": "1"},  # the writer process on CPU 1, beside the upstream and wrk
+}
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -105,12 +121,14 @@ class Target:
             self.proc = subprocess.Popen([*pin(0), py, str(HERE / "bare_proxy.py"), "--port", "0", "--upstream", self.upstream],
                                          stdout=subprocess.PIPE, text=True)
             self.url = wait_listening(self.proc, "bare proxy")
-        elif self.name == "pvisor":
+        elif self.name in PVISOR_VARIANTS:
+            env = {**os.environ, **PVISOR_VARIANTS[self.name]}
             self.tmp = Path(tempfile.mkdtemp(prefix="pvisor-bench-"))
             # the installed console script: `python -m pvisor` from the checkout would import its pvisor/
             pvisor = str(Path(sys.executable).parent / "pvisor")
             self.proc = subprocess.Popen([*pin(0), pvisor, "--journal", str(self.tmp / "journal.sqlite"), "gateway", "--port", "0",
-                                          "--upstream", f"openai={self.upstream}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                                          "--upstream", f"openai={self.upstream}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                         env=env)
             self.url = wait_listening(self.proc, "pvisor gateway")
         elif self.name == "mitmdump":
             port = free_port()
@@ -201,10 +219,8 @@ def markdown(summary: dict, raw: dict, targets: list[str]) -> str:
     lines.append("Added latency against direct, in ms: median over rounds of each round's p50 (p99), with [min, max] over rounds.")
     lines.append("")
     head = ["workload", "conc.", "direct p50"] + [f"{t} p50 [min, max]" for t in targets if t != "direct"] + [f"{t} p99" for t in targets if t != "direct"]
-    if "pvisor" in summary and "bare" in summary:
-        head.append("pvisor / bare (p50)")
-    if "pvisor" in summary and "mitmdump" in summary:
-        head.append("pvisor / mitmdump (p50)")
+    ratios = [(t, peer) for peer in ("bare", "mitmdump") if peer in summary for t in targets if t in PVISOR_VARIANTS]
+    head += [f"{t} / {peer} (p50)" for t, peer in ratios]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     for body, c in WORKLOADS:
@@ -220,11 +236,10 @@ def markdown(summary: dict, raw: dict, targets: list[str]) -> str:
             if t == "direct":
                 continue
             row.append(f"+{summary[t][key]['p99_added_ms']:.2f}")
-        for peer in ("bare", "mitmdump"):
-            if "pvisor" in summary and peer in summary:
-                a, b = summary["pvisor"][key]["p50_added_ms"], summary[peer][key]["p50_added_ms"]
-                # a ratio of a non-positive "added latency" means nothing (see docs/benchmarks.md)
-                row.append(f"{a / b:.2f}" if a > 0 and b > 0.005 else "n/a")
+        for t, peer in ratios:
+            a, b = summary[t][key]["p50_added_ms"], summary[peer][key]["p50_added_ms"]
+            # a ratio of a non-positive "added latency" means nothing (see docs/benchmarks.md)
+            row.append(f"{a / b:.2f}" if a > 0 and b > 0.005 else "n/a")
         lines.append("| " + " | ".join(row) + " |")
     pv = [r["pvisor_info"] for r in raw["rounds"] if r.get("pvisor_info")]
     if pv:
@@ -235,7 +250,7 @@ def markdown(summary: dict, raw: dict, targets: list[str]) -> str:
         lines.append(f"pvisor journal: {per:,.0f} bytes per exchange on disk (the file after the WAL checkpoint, over "
                      f"{statistics.median(i['exchanges'] for i in pv):,.0f} exchanges a round; the benchmark repeats one request and two "
                      f"response bodies, stored once each, so this is the exchange row, its event and indexes: {blob:,.1f} blob bytes per "
-                     f"exchange). Gateway peak RSS {rss / 1024:.1f} MiB (VmHWM, the largest over the rounds, each round all workloads).")
+                     f"exchange). Gateway peak RSS {rss / 1024:.1f} MiB (VmHWM of the gateway plus its journal writer process, the largest over the rounds, each round all workloads).")
     return "\n".join(lines)
 
 
@@ -408,7 +423,7 @@ def main() -> None:
         saved = json.loads(Path(args.from_results).read_text())
         raw = saved["raw"]
         targets = list(raw["rounds"][0].keys() - {"pvisor_info"})
-        targets = [t for t in ("direct", "bare", "pvisor", "mitmdump") if t in targets]
+        targets = [t for t in ("direct", "bare", *PVISOR_VARIANTS, "mitmdump") if t in targets]
         WORKLOADS[:] = [(k.split("@")[0], int(k.split("@")[1])) for k in raw["rounds"][0]["direct"]]
         table = markdown(summarise(raw, targets), raw, targets)
         print(table)

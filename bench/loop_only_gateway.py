@@ -1,6 +1,6 @@
 """An analysis aid of the gateway benchmark, not a gateway to run: ``pvisor gateway`` whose
-journal writer records nothing (every finished exchange is dropped before the writer thread
-sees it), so that ``bench/cpu_per_request.py --pvisor loop-only=...`` measures what the event
+journal writer records nothing (every finished exchange is dropped before the writer, thread
+or process, sees it), so that ``bench/cpu_per_request.py --pvisor loop-only=...`` measures what the event
 loop alone costs. It bounds what moving the writer out of the process could gain: a writer of
 zero cost leaves this. Started as ``python bench/loop_only_gateway.py [pvisor gateway options]``.
 """
@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from pvisor.journal.writer import Journal
+from pvisor.journal.writer import JournalProducer
 
 
 def _drop(self, pending, **kwargs) -> None:
     self._inflight.pop(pending.id, None)  # as finish_exchange does; nothing is queued
 
 
-Journal.finish_exchange = _drop  # type: ignore[method-assign]
+JournalProducer.finish_exchange = _drop  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     from pvisor.cli import main

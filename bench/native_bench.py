@@ -36,7 +36,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 RESULT = "x" * 1800 + "\nexit 0\n"

@@ -40,7 +40,7 @@ from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serv
 from .routing import RUN_HEADER, Route, Router
 from .snapshots import WorkspaceSnapshots
 
-__all__ = ["Gateway", "GatewayConfig", "finalize_response", "os_error_reason", "SOCK_CONNECT_TIMEOUT_S"]
+__all__ = ["FINALIZER", "Gateway", "GatewayConfig", "finalize_response", "os_error_reason", "SOCK_CONNECT_TIMEOUT_S"]
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY = 64 * MIB
@@ -52,6 +52,10 @@ _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionError, asyncio.Inc
 
 #: events worth a line on the terminal (an internal error); the CLI shows them on stderr
 log = logging.getLogger("pvisor.gateway")
+
+
+#: :func:`finalize_response` by name, for :func:`pvisor.journal.writer_process.open_journal`
+FINALIZER = "pvisor.gateway.proxy:finalize_response"
 
 
 def finalize_response(protocol: str | None, streamed: bool, body: bytes) -> bytes | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import hashlib
 import hmac
 import re
 import struct

@@ -169,6 +169,9 @@ class JournalProducer:
 
     path: Path
     _inflight: dict[str, PendingExchange]
+    #: pids of processes this writer runs (its writer process), which a caller that ends
+    #: stray processes must leave alone
+    processes: tuple[int, ...] = ()
 
     def _put(self, message: tuple[str, Any]) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -45,7 +45,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import orjson
 
@@ -464,32 +464,34 @@ def descendants(root: int) -> dict[int, str]:
     return found
 
 
-def _reap_children() -> None:
+def _reap_children(keep: Collection[int] = ()) -> None:
     """Collect the exit status of this process's zombie children (orphans re-parented to it),
-    one pid at a time: a ``waitpid(-1)`` could take the status asyncio waits for."""
+    one pid at a time: a ``waitpid(-1)`` could take the status asyncio waits for; ``keep``:
+    children whose status someone else waits for (the journal's writer process)."""
     me = os.getpid()
     for pid, state in descendants(me).items():
-        if state == "Z":
+        if state == "Z" and pid not in keep:
             try:
                 os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
                 pass  # not ours (a zombie grandchild), or reaped meanwhile
 
 
-async def end_strays(grace: float = STRAY_GRACE_S, hurry: asyncio.Event | None = None) -> int:
+async def end_strays(grace: float = STRAY_GRACE_S, hurry: asyncio.Event | None = None, keep: Collection[int] = ()) -> int:
     """End what the agent left running once it exited or was killed: every live descendant of
     this process (with :func:`become_subreaper`, also those that left the agent's session)
     gets SIGTERM, then SIGKILL after ``grace`` seconds (at once when ``hurry`` is set), and is
-    reaped. Returns how many processes were ended. Call it only while pvisor itself runs no
-    other child process."""
+    reaped. Returns how many processes were ended. ``keep``: pvisor's own children that must
+    live on (the journal's writer process, :attr:`JournalProducer.processes`); call it only
+    while pvisor itself runs no other child process."""
     me = os.getpid()
     ended: set[int] = set()
     deadline = time.monotonic() + grace
     give_up = deadline + 5.0  # a process SIGKILL cannot end (uninterruptible sleep) must not hang pvisor
     sig = signal.SIGTERM
     while True:
-        _reap_children()
-        live = [pid for pid, state in descendants(me).items() if state != "Z"]
+        _reap_children(keep)
+        live = [pid for pid, state in descendants(me).items() if state != "Z" and pid not in keep]
         if not live or time.monotonic() >= give_up:
             return len(ended)
         if time.monotonic() >= deadline or (hurry is not None and hurry.is_set()):
@@ -628,10 +630,10 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
 
 async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | None, resume: _Resume | None, run_id: str,
                run_dir: Path, workspace: Path, model: str | None, script: Any, use_home: bool, warn: Warn) -> RunReport:
-    from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response, os_error_reason
+    from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
     from pvisor.gateway.scripted_model import ScriptedModel
     from pvisor.gateway.scripted_responder import ScriptedResponder
-    from pvisor.journal.writer import Journal
+    from pvisor.journal.writer_process import open_journal
 
     attempt = resume.attempt if resume else 1
     gw = None
@@ -675,7 +677,7 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
             url = await gw.start()
         except OSError as exc:
             raise UnavailableError(f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 for a free one)") from None
-        journal = Journal.open(req.journal_path, finalize=finalize_response)
+        journal = open_journal(req.journal_path, finalize=FINALIZER)
         gw.journal = journal
         return await _attempt(req, profile, exe, version, resume, run_id, run_dir, workspace, model, use_home, warn,
                               attempt, url, upstream_label, gw, journal, stop, responder)
@@ -684,7 +686,7 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
             loop.remove_signal_handler(sig)
         if gw is not None:
             await gw.stop()
-        if journal is not None and journal.error is None:
+        if journal is not None:  # also after a writer failure: a writer process is waited for
             journal.close(timeout=JOURNAL_WAIT_S)
 
 
@@ -736,7 +738,7 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
 
     stdout = stdout_path.read_bytes() if stdout_path.exists() else b""
     session_id = profile.session_id(stdout) if profile.json_stdout else None
-    native = await _native(profile, ctx, plan, session_id, env, workspace, warn)
+    native = await _native(profile, ctx, plan, session_id, env, workspace, warn, journal.processes)
     report = RunReport(
         run=run_id, attempt=attempt, agent=profile.name, agent_version=version, exit_code=0, agent_exit_code=_exit_status(returncode),
         timed_out=timed_out, interrupted=interrupted, workspace=workspace, run_dir=run_dir, stdout=stdout_path, stderr=stderr_path,
@@ -828,7 +830,7 @@ async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout
         await _stop_group(proc, stop.hurry)
     await waiter
     # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
-    strays = await end_strays(hurry=stop.hurry)
+    strays = await end_strays(hurry=stop.hurry, keep=journal.processes)
     _end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
     return proc.returncode, timed_out, interrupted, strays, after_end
 
@@ -840,7 +842,7 @@ async def _after(event: asyncio.Event, grace: float) -> None:
 
 
 async def _native(profile: AgentProfile, ctx: LaunchContext, plan: LaunchPlan, session_id: str | None, env: dict[str, str],
-                  workspace: Path, warn: Warn) -> Path | None:
+                  workspace: Path, warn: Warn, keep: Collection[int] = ()) -> Path | None:
     """The native trajectory: exported (OpenCode) or found by session id / fixed path."""
     export = profile.export_plan(ctx, session_id)
     if export is None:
@@ -853,7 +855,7 @@ async def _native(profile: AgentProfile, ctx: LaunchContext, plan: LaunchPlan, s
             await asyncio.wait_for(proc.wait(), EXPORT_TIMEOUT_S)
         except asyncio.TimeoutError:
             await _stop_group(proc)
-    await end_strays()
+    await end_strays(keep=keep)
     if proc.returncode != 0 or export.output.stat().st_size == 0:
         warn(f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {_exit_status(proc.returncode)}; see {err_path}): no native trajectory")
         return None

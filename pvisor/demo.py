@@ -20,10 +20,10 @@ import aiohttp
 import orjson
 
 from pvisor.adapters.protocols import anthropic
-from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response
+from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig
 from pvisor.gateway.scripted_model import ScriptedModel, parse_script
 from pvisor.gateway.scripted_server import ScriptedModelServer
-from pvisor.journal.writer import Journal
+from pvisor.journal.writer_process import open_journal
 
 DEMO_SCRIPT = {
     "model": "demo-model",
@@ -94,7 +94,7 @@ async def run_demo(journal_path: Path, say: Callable[[str], None] = print, works
     model = ScriptedModel(parse_script(DEMO_SCRIPT, "demo script"))
     server = ScriptedModelServer(model)
     upstream = await server.start()
-    journal = Journal.open(journal_path, finalize=finalize_response)
+    journal = open_journal(journal_path, finalize=FINALIZER)
     gateway = Gateway(GatewayConfig(port=0, upstreams={"anthropic": upstream}), journal)
     try:
         url = await gateway.start()

@@ -202,11 +202,11 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
       pvisor gateway --port 0 --upstream anthropic=https://api.anthropic.com
       ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude -p "fix the test"
     """
-    from pvisor.gateway.proxy import Gateway, GatewayConfig, finalize_response, os_error_reason
+    from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
     from pvisor.gateway.lifecycle import tune_gc_for_serving
     from pvisor.gateway.routing import RUN_ID_PATTERN
     from pvisor.journal.snapshots import SnapshotKind
-    from pvisor.journal.writer import Journal
+    from pvisor.journal.writer_process import open_journal
 
     if run_id is not None and not re.fullmatch(RUN_ID_PATTERN, run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
@@ -230,7 +230,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
         journal = gw = None
         failed = False
         try:
-            journal = Journal.open(journal_path, finalize=finalize_response)
+            journal = open_journal(journal_path, finalize=FINALIZER)
             gw = Gateway(config, journal)
             try:
                 url = await gw.start()
@@ -257,7 +257,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
         finally:
             if gw is not None:
                 await gw.stop()  # after a failed start or an error: close what is open
-            if journal is not None and journal.error is None:
+            if journal is not None:  # also after a writer failure: a writer process is waited for
                 journal.close()  # commits, marks what is still in flight incomplete, checkpoints
             signals.remove()
         if journal.error is not None:

@@ -1,0 +1,140 @@
+"""The journal writer process: reads the frames :class:`~pvisor.journal.writer_process.JournalProcess`
+sends and hands them to the writer thread of a :class:`~pvisor.journal.writer.Journal` of its
+own, which does what it does in any process (batches, lease, reaping, reassembly).
+
+Started by the parent only: ``main([read_fd, reply_fd, path, finalize, max_decoded,
+busy_timeout_ms])``. It ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group:
+the gateway decides when to stop, and the writer stops when the gateway's end of the pipe
+closes, after committing everything it has read; this is also what happens when the gateway
+is killed). Its log records go to the parent, which logs them as its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any, Callable
+
+from .errors import PvisorError
+from .writer import Journal
+from .writer_wire import WireError, decode_exchange, encode_reply, pending_from, read_message
+
+
+class _Replies:
+    """The reply pipe, written by the reader and by logging from the writer thread."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._lock = threading.Lock()
+        self.gone = False
+
+    def send(self, reply: tuple) -> None:
+        data = encode_reply(reply)
+        with self._lock:
+            if self.gone:
+                return
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(self._fd, view):]
+            except OSError:
+                self.gone = True  # the parent is gone: go on committing what was read
+
+
+class _ToParent(logging.Handler):
+    def __init__(self, replies: _Replies):
+        super().__init__()
+        self._replies = replies
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._replies.send(("log", record.levelno, record.getMessage()))
+        except Exception:  # pragma: no cover - logging must never stop the writer
+            pass
+
+
+class _LazyFinalizer:
+    """The reassembler named ``module:function``, imported at its first use: most runs of a
+    writer process never reassemble before they are idle, and the import (aiohttp) is slow."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._fn: Callable | None = None
+
+    def __call__(self, *args: Any) -> Any:
+        if self._fn is None:
+            from .writer_process import resolve
+
+            self._fn = resolve(self._name)
+        return self._fn(*args)
+
+
+def _dispatch(journal: Journal, replies: _Replies, kind: str, payload: Any, bodies: list[bytes]) -> None:
+    if kind == "exchange":
+        # the child's own copy of an exchange it wrote in flight knows its row is on disk
+        pending = journal._inflight.pop(payload[0][0], None)
+        journal._put(("exchange", decode_exchange(payload, bodies, pending)))
+    elif kind == "inflight":
+        p = pending_from(payload)
+        journal._inflight[p.id] = p
+    elif kind == "blobs":
+        journal.put_blobs(list(zip(payload, bodies)))
+    elif kind == "flush":
+        try:
+            journal.flush()
+            error = None
+        except PvisorError as exc:
+            error = str(exc)
+        replies.send(("flushed", payload, error))
+    else:
+        journal._put((kind, payload))
+
+
+def main(argv: list[str]) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    read_fd, reply_fd, path, finalize, max_decoded, busy_ms = argv
+    replies = _Replies(int(reply_fd))
+    logger = logging.getLogger("pvisor")
+    logger.addHandler(_ToParent(replies))
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    try:
+        journal = Journal.open(path, finalize=_LazyFinalizer(finalize) if finalize else None,
+                               max_decoded=int(max_decoded), busy_timeout_ms=int(busy_ms))
+    except PvisorError as exc:
+        replies.send(("failed", type(exc).__name__, str(exc)))
+        sys.exit(1)
+    except Exception as exc:
+        replies.send(("failed", "UnavailableError", f"journal {path}: cannot open: {type(exc).__name__}: {exc}"))
+        sys.exit(1)
+    replies.send(("ready", journal.writer_id, journal.fingerprint_key.hex(), list(journal.reaped)))
+
+    def watch() -> None:  # the writer thread ends at close, or when it failed: tell the gateway at once
+        journal._thread.join()
+        if journal.error is not None:
+            replies.send(("error", journal.error))
+
+    threading.Thread(target=watch, name="pvisor-journal-watch", daemon=True).start()
+    close_timeout = 60.0
+    with open(int(read_fd), "rb", buffering=1 << 20) as stream:
+        while True:
+            try:
+                message = read_message(stream)
+            except WireError as exc:
+                # the parent died inside a frame, or sent what this writer cannot read: what came
+                # before it is committed, and the gateway (if it lives) stops as for any writer failure
+                replies.send(("error", f"journal message not understood: {exc}"))
+                break
+            if message is None:
+                break
+            kind, payload, bodies = message
+            if kind == "close":
+                close_timeout = float(payload)
+                break
+            _dispatch(journal, replies, kind, payload, bodies)
+    journal.close(close_timeout)
+    replies.send(("closed", journal.error))

@@ -1,0 +1,155 @@
+"""The wire between a gateway and its journal writer process (:mod:`pvisor.journal.writer_process`).
+
+Two pipes, both private to one parent and its child, so the format is whatever both sides of
+one installed pvisor agree on (it is never stored):
+
+- **messages**, parent to child: one frame per producer call. A frame is a header
+  ``struct "<IH"`` (the length of the metadata in bytes, the number of bodies), then one
+  ``"<Q"`` length per body, then the metadata (a pickle, protocol 5, of ``(kind, payload)``
+  made of tuples, strings, numbers and small bytes only), then the bodies themselves. Bodies
+  travel as they are, written from the producer's own ``bytes`` by ``os.writev``: they are
+  never copied into the pickle. An exchange's metadata is a plain tuple
+  (:func:`encode_exchange`) because pickling the ``FinishedExchange`` dataclass costs five
+  times more on the event loop.
+- **replies**, child to parent: ``struct "<I"`` length, then a pickle of a tuple
+  (``("ready", writer_id, fingerprint_key_hex, reaped)``, ``("failed", error_class, message)``,
+  ``("flushed", token, error)``, ``("log", levelno, message)``, ``("error", message)``,
+  ``("closed", error)``).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+import struct
+from typing import Any, BinaryIO, Sequence
+
+from .model import Attempt, Run
+from .snapshots import SnapshotKind, SnapshotRecord
+from .writer import FinishedExchange, PendingExchange
+
+HEAD = struct.Struct("<IH")
+LENGTH = struct.Struct("<Q")
+REPLY_HEAD = struct.Struct("<I")
+
+#: message kinds whose payload is pickled as it is (rare messages: runs, attempts, snapshots)
+_PLAIN = frozenset({"run", "run_update", "attempt", "attempt_end", "exchange_roles", "snapshot", "snapshot_hold",
+                    "snapshot_bind", "flush", "close"})
+# what a plain payload may hold (checked when the child unpickles: nothing else is ever built)
+_SAFE_CLASSES = {("pvisor.journal.model", "Run"): Run, ("pvisor.journal.model", "Attempt"): Attempt,
+                 ("pvisor.journal.snapshots", "SnapshotRecord"): SnapshotRecord,
+                 ("pvisor.journal.snapshots", "SnapshotKind"): SnapshotKind}
+
+
+class WireError(Exception):
+    """The pipe ended inside a frame, or a frame is not one this pvisor writes."""
+
+
+def _pending_tuple(p: PendingExchange) -> tuple:
+    # aiohttp's header names are multidict's istr: as plain str they pickle as strings (fast,
+    # and the child needs no multidict to read them)
+    headers = [(str(k), str(v)) for k, v in p.headers]
+    return (p.id, p.run, p.attempt, p.method, p.path, p.query, headers, p.protocol, p.started_ms, p.t0)
+
+
+def pending_from(t: Sequence[Any]) -> PendingExchange:
+    return PendingExchange(*t)
+
+
+def encode_exchange(f: FinishedExchange) -> tuple[tuple, list[bytes]]:
+    """``(payload, bodies)`` of one finished exchange: the request, response and forwarded
+    bodies (those not None, in that order) go out of band; the payload says which are there."""
+    bodies = [b for b in (f.request_body, f.response_body, f.forwarded_body) if b is not None]
+    payload = (
+        _pending_tuple(f.pending), f.status, f.response_headers, f.request_body is not None, f.response_body is not None,
+        f.forwarded_body is not None, f.streamed, f.chunk_timings, f.outcome, f.error, f.headers_us, f.first_byte_us,
+        f.ended_us, f.bytes_received, f.bytes_delivered, f.request_encoding, f.request_bytes, f.served_by, f.flags,
+    )
+    return payload, bodies
+
+
+def decode_exchange(payload: Sequence[Any], bodies: list[bytes], pending: PendingExchange | None) -> FinishedExchange:
+    """The inverse of :func:`encode_exchange`; ``pending``: the child's own record of the
+    exchange when it was sent in flight earlier (it knows whether the row is on disk)."""
+    (pt, status, response_headers, has_rq, has_rs, has_fw, streamed, timings, outcome, error, headers_us, first_byte_us,
+     ended_us, received, delivered, encoding, request_bytes, served_by, flags) = payload
+    it = iter(bodies)
+    return FinishedExchange(
+        pending=pending if pending is not None else pending_from(pt), status=status, response_headers=response_headers,
+        request_body=next(it) if has_rq else None, response_body=next(it) if has_rs else None, streamed=streamed,
+        chunk_timings=timings, outcome=outcome, error=error, headers_us=headers_us, first_byte_us=first_byte_us,
+        ended_us=ended_us, bytes_received=received, bytes_delivered=delivered, request_encoding=encoding,
+        request_bytes=request_bytes, served_by=served_by, flags=tuple(flags), forwarded_body=next(it) if has_fw else None,
+    )
+
+
+def encode(message: tuple[str, Any]) -> list[bytes | memoryview]:
+    """The buffers of one frame, for ``os.writev``: header, lengths, metadata, bodies.
+
+    Raises ValueError for a message kind the writer does not know (a programming error)."""
+    kind, payload = message
+    if kind == "exchange":
+        payload, bodies = encode_exchange(payload)
+    elif kind == "inflight":
+        payload, bodies = _pending_tuple(payload), []
+    elif kind == "blobs":
+        bodies = [data for _, data in payload]
+        payload = [sha for sha, _ in payload]
+    elif kind in _PLAIN:
+        bodies = []
+    else:  # pragma: no cover - programming error
+        raise ValueError(f"unknown journal message {kind!r}")
+    meta = pickle.dumps((kind, payload), protocol=5)
+    parts: list[bytes | memoryview] = [HEAD.pack(len(meta), len(bodies))]
+    if bodies:
+        parts.append(struct.pack(f"<{len(bodies)}Q", *(len(b) for b in bodies)))
+    parts.append(meta)
+    parts.extend(bodies)
+    return parts
+
+
+class _Unpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        cls = _SAFE_CLASSES.get((module, name))
+        if cls is None:
+            raise WireError(f"journal message names {module}.{name}, which the writer never receives")
+        return cls
+
+
+def _read_exact(stream: BinaryIO, n: int) -> bytes:
+    data = stream.read(n)
+    if len(data) != n:
+        raise WireError(f"the pipe ended inside a frame ({len(data)} of {n} bytes)")
+    return data
+
+
+def read_message(stream: BinaryIO) -> tuple[str, Any, list[bytes]] | None:
+    """The next frame of a buffered binary stream as ``(kind, payload, bodies)``; None at a
+    clean end (the parent closed its end, or died, between two frames).
+
+    Raises WireError for a frame cut short or not made by :func:`encode`."""
+    head = stream.read(HEAD.size)
+    if not head:
+        return None
+    if len(head) != HEAD.size:
+        raise WireError("the pipe ended inside a frame header")
+    meta_len, n = HEAD.unpack(head)
+    lengths = struct.unpack(f"<{n}Q", _read_exact(stream, 8 * n)) if n else ()
+    kind, payload = _Unpickler(io.BytesIO(_read_exact(stream, meta_len))).load()
+    return kind, payload, [_read_exact(stream, size) for size in lengths]
+
+
+def encode_reply(reply: tuple) -> bytes:
+    body = pickle.dumps(reply, protocol=5)
+    return REPLY_HEAD.pack(len(body)) + body
+
+
+def read_reply(stream: BinaryIO) -> tuple | None:
+    """The next reply, or None when the child's end closed (it exited or died).
+
+    Raises WireError for a reply cut short."""
+    head = stream.read(REPLY_HEAD.size)
+    if len(head) < REPLY_HEAD.size:
+        return None
+    (n,) = REPLY_HEAD.unpack(head)
+    return pickle.loads(_read_exact(stream, n))
