@@ -352,6 +352,11 @@ class Gateway:
             resp.content_length = len(answer.body)
         # Gemini :streamGenerateContent answers a JSON array without alt=sse: a stream by its path
         streamed = answer.streamed or (answer.served_by is ServedBy.UPSTREAM and self.router.path_streams(route))
+        if not streamed:
+            # a whole body: its head goes out with its first bytes, in one write (a packet, and
+            # a wake-up of the agent, less per exchange; aiohttp's own Response does the same).
+            # A stream's head goes at once: the agent may wait for it before the first event.
+            resp._send_headers_immediately = False
         source = answer.chunks if answer.body is None else ([answer.body] if answer.body else [])
         chunks: list[bytes] = []
         timings: list[int] = []  # flat (µs since start, length) pairs: packed by the journal writer

@@ -151,25 +151,34 @@ def test_corpus_stream_passes_through_byte_identical(stack, corpus, rel):
             assert r.blob(ex.response_final) == orjson.dumps(expected)
 
 
-def test_stream_is_not_buffered(stack):
-    """Chunk 1 reaches the client while the upstream still holds chunk 2 (barrier, 10 s deadline)."""
-    released = Gate(stack.lt)
-    timed_out = []
+def _gated_stream(stack, released: Gate, before: list[bytes], after: list[bytes], timed_out: list | None = None):
+    """An upstream that sends an event-stream head and the events ``before``, waits for
+    ``released`` (10 s deadline, noted in ``timed_out``), then sends ``after`` and ends."""
 
     async def handler(request):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
-        await resp.write(b"event: one\ndata: 1\n\n")
+        for event in before:
+            await resp.write(event)
         try:
             await released.wait(DEADLINE)
         except TimeoutError:
-            timed_out.append(True)
+            if timed_out is not None:
+                timed_out.append(True)
             return resp
-        await resp.write(b"event: two\ndata: 2\n\n")
+        for event in after:
+            await resp.write(event)
         await resp.write_eof()
         return resp
 
-    up = stack.raw_upstream(handler)
+    return stack.raw_upstream(handler)
+
+
+def test_stream_is_not_buffered(stack):
+    """Chunk 1 reaches the client while the upstream still holds chunk 2 (barrier, 10 s deadline)."""
+    released = Gate(stack.lt)
+    timed_out: list[bool] = []
+    up = _gated_stream(stack, released, [b"event: one\ndata: 1\n\n"], [b"event: two\ndata: 2\n\n"], timed_out)
     gw = stack.gateway(upstreams={"anthropic": up.url})
     conn, resp = open_stream(gw.url, "POST", "/v1/messages", timeout=DEADLINE)
     try:
@@ -595,3 +604,26 @@ def test_corrupt_zstd_body_forwarded_unchanged_and_kept_raw(stack):
     with stack.reader(gw) as r:
         assert r.request_body(ex) == corrupt
         assert r.response_body(ex) == b'{"ok":true}'
+
+
+def test_a_streams_head_reaches_the_client_before_its_first_event(stack):
+    """The gateway writes a whole body's head together with its bytes, but never holds a
+    stream's head back: an agent may wait for the status before the model's first event."""
+    released = Gate(stack.lt)
+    up = _gated_stream(stack, released, [], [b"event: one\ndata: 1\n\n"])
+    gw = stack.gateway(upstreams={"anthropic": up.url})
+    try:
+        conn, resp = open_stream(gw.url, "POST", "/v1/messages", timeout=3)
+    except socket.timeout:
+        released.set()
+        pytest.fail("the stream's head did not reach the client while the upstream held its first event")
+    try:
+        # open_stream returned: the status line and headers arrived while the upstream holds the event
+        assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+        released.set()
+        assert resp.read() == b"event: one\ndata: 1\n\n"
+    finally:
+        released.set()
+        conn.close()
+    (ex,) = wait_exchanges(gw, 1)
+    assert ex.outcome == "ok"
