@@ -94,8 +94,8 @@ def main() -> None:
     executables = {"pvisor": [str(Path(py).parent / "pvisor")]}
     envs: dict[str, dict[str, str]] = {}
     if args.variants:
-        for name, env in PVISOR_VARIANTS.items():
-            if name != "pvisor":
+        for name, (env, extra) in PVISOR_VARIANTS.items():
+            if name not in ("pvisor", "pvisor-uv"):
                 executables[name], envs[name] = executables["pvisor"], env
     if args.uvloop:
         executables["pvisor+uv"] = [py, str(HERE / "uvloop_run.py"), "-m", "pvisor"]
@@ -135,6 +135,9 @@ def main() -> None:
                             "--upstream",
                             f"openai={upstream}",
                         ]
+                        if target in ("pvisor", "pvisor+uv") or target in envs:
+                            # the installed pvisor picks uvloop by itself when it can: say which loop
+                            cmd += ["--event-loop", "uvloop" if target == "pvisor+uv" else "asyncio"]
                     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                             env={**os.environ, **envs.get(target, {})})
                     url = wait_listening(proc, target)

@@ -87,10 +87,13 @@ def peak_rss_kib(pid: int) -> int | None:
 
 
 #: pvisor targets: the same gateway with its journal writer placed differently (docs/journal.md)
-PVISOR_VARIANTS = {
-    "pvisor": {},  # the default: the writer in a process of its own, on the CPU the gateway may use
-    "pvisor-thread": {"PVISOR_JOURNAL_WRITER": "thread"},  # the writer as a thread of the gateway
-    "pvisor-w1": {"PVISOR_WRITER_CPUS": "1"},  # the writer process on CPU 1, beside the upstream and wrk
+#: or on another event loop: (environment, extra `pvisor gateway` arguments)
+PVISOR_VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
+    # the default: the writer in a process of its own, on the CPU the gateway may use; asyncio's loop
+    "pvisor": ({}, ["--event-loop", "asyncio"]),
+    "pvisor-thread": ({"PVISOR_JOURNAL_WRITER": "thread"}, ["--event-loop", "asyncio"]),  # the writer as a thread
+    "pvisor-w1": ({"PVISOR_WRITER_CPUS": "1"}, ["--event-loop", "asyncio"]),  # the writer process on CPU 1
+    "pvisor-uv": ({}, ["--event-loop", "uvloop"]),  # on uvloop (bench venv); compare with bare-uv
 }
 
 
@@ -117,18 +120,19 @@ class Target:
         py = sys.executable
         if self.name == "direct":
             return
-        if self.name == "bare":
-            self.proc = subprocess.Popen([*pin(0), py, str(HERE / "bare_proxy.py"), "--port", "0", "--upstream", self.upstream],
+        if self.name in ("bare", "bare-uv"):
+            uv = [str(HERE / "uvloop_run.py")] if self.name == "bare-uv" else []
+            self.proc = subprocess.Popen([*pin(0), py, *uv, str(HERE / "bare_proxy.py"), "--port", "0", "--upstream", self.upstream],
                                          stdout=subprocess.PIPE, text=True)
             self.url = wait_listening(self.proc, "bare proxy")
         elif self.name in PVISOR_VARIANTS:
-            env = {**os.environ, **PVISOR_VARIANTS[self.name]}
+            env = {**os.environ, **PVISOR_VARIANTS[self.name][0]}
             self.tmp = Path(tempfile.mkdtemp(prefix="pvisor-bench-"))
             # the installed console script: `python -m pvisor` from the checkout would import its pvisor/
             pvisor = str(Path(sys.executable).parent / "pvisor")
             self.proc = subprocess.Popen([*pin(0), pvisor, "--journal", str(self.tmp / "journal.sqlite"), "gateway", "--port", "0",
-                                          "--upstream", f"openai={self.upstream}"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                         env=env)
+                                          "--upstream", f"openai={self.upstream}", *PVISOR_VARIANTS[self.name][1]], stdout=subprocess.PIPE,
+                                         stderr=subprocess.DEVNULL, text=True, env=env)
             self.url = wait_listening(self.proc, "pvisor gateway")
         elif self.name == "mitmdump":
             port = free_port()
@@ -220,6 +224,8 @@ def markdown(summary: dict, raw: dict, targets: list[str]) -> str:
     lines.append("")
     head = ["workload", "conc.", "direct p50"] + [f"{t} p50 [min, max]" for t in targets if t != "direct"] + [f"{t} p99" for t in targets if t != "direct"]
     ratios = [(t, peer) for peer in ("bare", "mitmdump") if peer in summary for t in targets if t in PVISOR_VARIANTS]
+    if "pvisor-uv" in summary and "bare-uv" in summary:
+        ratios.append(("pvisor-uv", "bare-uv"))
     head += [f"{t} / {peer} (p50)" for t, peer in ratios]
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
@@ -423,7 +429,7 @@ def main() -> None:
         saved = json.loads(Path(args.from_results).read_text())
         raw = saved["raw"]
         targets = list(raw["rounds"][0].keys() - {"pvisor_info"})
-        targets = [t for t in ("direct", "bare", *PVISOR_VARIANTS, "mitmdump") if t in targets]
+        targets = [t for t in ("direct", "bare", "bare-uv", *PVISOR_VARIANTS, "mitmdump") if t in targets]
         WORKLOADS[:] = [(k.split("@")[0], int(k.split("@")[1])) for k in raw["rounds"][0]["direct"]]
         table = markdown(summarise(raw, targets), raw, targets)
         print(table)

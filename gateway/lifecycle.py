@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import gc
 import logging
-from typing import Iterator
+from typing import Any, Callable, Coroutine, Iterator
 
 from aiohttp import web
 
@@ -23,6 +24,48 @@ AIOHTTP_LOGGERS = ("aiohttp.server", "aiohttp.access", "aiohttp.web")
 
 #: how long cancelled handlers get to record what they had and unwind
 CANCEL_WAIT_S = 5.0
+
+
+class EventLoop(enum.Enum):
+    """The event loop a server runs on (``pvisor gateway --event-loop``)."""
+
+    AUTO = "auto"  #: uvloop when it is installed (the extra ``pvisor-sandbox[uvloop]``), else asyncio's
+    ASYNCIO = "asyncio"  #: asyncio's own selector loop
+    UVLOOP = "uvloop"  #: uvloop's loop (libuv); a usage error when uvloop is not installed
+
+
+def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The factory of the loop ``choice`` names, None for asyncio's own.
+
+    Raises UsageError (exit 2) for ``UVLOOP`` when uvloop cannot be imported."""
+    if choice is EventLoop.ASYNCIO:
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice is EventLoop.UVLOOP:
+            from pvisor.journal.errors import UsageError
+
+            raise UsageError("--event-loop uvloop: uvloop is not installed (pip install 'pvisor-sandbox[uvloop]')") from None
+        return None
+    return uvloop.new_event_loop
+
+
+def run_on(choice: EventLoop, main: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``main`` to its end on a new loop of the kind ``choice`` names (as ``asyncio.run``)."""
+    factory = loop_factory(choice)
+    if factory is None:
+        return asyncio.run(main)
+    if hasattr(asyncio, "Runner"):  # Python 3.11+
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(main)
+    import uvloop  # Python 3.10: through the policy, the one way asyncio.run takes another loop
+
+    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    try:
+        return asyncio.run(main)
+    finally:
+        asyncio.set_event_loop_policy(None)
 
 
 #: young-generation threshold once serving: a collection every 20,000 allocations, not 700

@@ -172,6 +172,8 @@ class JournalProducer:
     #: pids of processes this writer runs (its writer process), which a caller that ends
     #: stray processes must leave alone
     processes: tuple[int, ...] = ()
+    #: where the writer runs, for people: ``thread`` or ``process PID``
+    where: str = "thread"
 
     def _put(self, message: tuple[str, Any]) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

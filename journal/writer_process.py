@@ -149,6 +149,7 @@ class JournalProcess(JournalProducer):
         self.path = path
         self.pid = proc.pid
         self.processes = (proc.pid,)
+        self.where = f"process {proc.pid}"
         self._proc = proc
         self._fd = fd
         self._stderr = stderr
@@ -190,12 +191,12 @@ class JournalProcess(JournalProducer):
         rr, rw = os.pipe()
         stderr = tempfile.TemporaryFile()  # read only when the child ends unexpectedly
         # the parent's sys.path: the child imports the same pvisor, from a venv, an editable
-        # install or PYTHONPATH alike
+        # install or PYTHONPATH alike (-I: nothing else, not the working directory)
         code = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]);"
                 " from pvisor.journal.writer_child import main; main(sys.argv[2:])")
         import orjson
 
-        argv = [sys.executable, "-c", code, orjson.dumps([p for p in sys.path if p]).decode(), str(r), str(rw), str(path),
+        argv = [sys.executable, "-I", "-c", code, orjson.dumps([p for p in sys.path if p]).decode(), str(r), str(rw), str(path),
                 finalize or "", str(max_decoded), str(busy_timeout_ms)]
         try:
             proc = subprocess.Popen(argv, pass_fds=(r, rw), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -282,10 +283,13 @@ class JournalProcess(JournalProducer):
         self._stopping = True
         self._wake.set()
         self._sender.join(timeout + self._grace())
-        try:
-            os.close(self._fd)  # the child reads to the end of the pipe, then stops
-        except OSError:
-            pass
+        with self._lock:  # a sender still waiting for room must never write to a closed (reused) fd
+            if self._sender.is_alive() and self._error is None:
+                self._error = f"the writer process (pid {self.pid}) did not read what was sent"
+            try:
+                os.close(self._fd)  # the child reads to the end of the pipe, then stops
+            except OSError:
+                pass
         self._closed_ack.wait(timeout + self._grace())
         try:
             self._proc.wait(self._grace())

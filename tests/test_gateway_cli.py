@@ -398,14 +398,18 @@ def test_gateway_help_names_the_ready_file_fields():
     assert "--shutdown-grace" in out and "130" in out
 
 
-def test_gateway_in_front_of_serve_model_processes(procs, tmp_path):
+@pytest.mark.parametrize("loop, runs_on", [("asyncio", "asyncio"), ("uvloop", "uvloop"), ("auto", "uvloop")])
+def test_gateway_in_front_of_serve_model_processes(procs, tmp_path, loop, runs_on):
+    """Both event loops (uvloop from the extra pvisor-sandbox[uvloop], in the test extra too:
+    ``auto`` picks it), the journal written by a process of its own."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"main_chain": "first", "turns": [{"text": "Hello from the script."}, {"text": "Second."}]}))
     model = procs(["serve-model", "--script", str(script), "--port", "0"])
     model_url = model.listening()
     journal = tmp_path / "journal.sqlite"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={model_url}"])
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={model_url}", "--event-loop", loop])
     url = gw.listening()
+    gw.err.wait_for(rf"^run r-\w+; journal {re.escape(str(journal))}; writer process \d+; event loop {runs_on}$")
 
     request = {"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
     direct = http_request(model_url, "POST", "/v1/messages", orjson.dumps(request), {"Content-Type": "application/json"})
@@ -426,6 +430,26 @@ def test_gateway_in_front_of_serve_model_processes(procs, tmp_path):
         assert r.response_body(exs[1], raw=True) == streamed[2]
         final = orjson.loads(r.response_body(exs[1]))
         assert final["content"][0]["text"] == "Hello from the script."
+
+
+def test_event_loop_uvloop_without_uvloop_is_a_usage_error(tmp_path):
+    """uvloop not importable (as without the extra): asked for, one line and exit 2; auto falls
+    back to asyncio's loop and serves."""
+    no_uvloop = [sys.executable, "-c", "import sys; sys.modules['uvloop'] = None; from pvisor.cli import main; main()"]
+    journal = tmp_path / "journal.sqlite"
+    result = subprocess.run(no_uvloop + ["--journal", str(journal), "gateway", "--port", "0", "--event-loop", "uvloop"],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=ENV, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == ("pvisor: error: --event-loop uvloop: uvloop is not installed "
+                                     "(pip install 'pvisor-sandbox[uvloop]')")
+    assert not journal.exists()  # refused before anything started
+    gw = Proc(["--journal", str(journal), "gateway", "--port", "0", "--event-loop", "auto"], command=no_uvloop)
+    try:
+        url = gw.listening()
+        assert http_request(url, "GET", "/__pvisor/health")[0] == 200
+        assert gw.stop() == 0
+    finally:
+        gw.kill()
 
 
 # --------------------------------------------------------------------------- bad arguments

@@ -186,10 +186,12 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
               help="Snapshot this directory at start, at every model request and at stop (pvisor snapshot ls RUN).")
 @click.option("--snapshot-driver", "snapshot_driver", default="filesystem", show_default=True, metavar="NAME",
               help="The snapshot driver of --workspace (one registered under pvisor.snapshot_drivers).")
+@click.option("--event-loop", "event_loop", type=click.Choice(["auto", "asyncio", "uvloop"]), default="auto", show_default=True,
+              help="auto: uvloop when installed (pvisor-sandbox[uvloop]), else asyncio's loop.")
 @click.pass_context
 def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...], run_id: str | None, max_body: str,
             stall_timeout: float, shutdown_grace: float, log_file: str | None, ready_file: str | None,
-            workspace: str | None, snapshot_driver: str) -> None:
+            workspace: str | None, snapshot_driver: str, event_loop: str) -> None:
     """Run the capture gateway: point an agent's base URL at it and every model exchange is
     recorded in the journal. Prints `listening http://HOST:PORT` when ready.
 
@@ -203,7 +205,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
       ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude -p "fix the test"
     """
     from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
-    from pvisor.gateway.lifecycle import tune_gc_for_serving
+    from pvisor.gateway.lifecycle import EventLoop, loop_factory, run_on, tune_gc_for_serving
     from pvisor.gateway.routing import RUN_ID_PATTERN
     from pvisor.journal.snapshots import SnapshotKind
     from pvisor.journal.writer_process import open_journal
@@ -224,6 +226,8 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
         if path:
             check_output_path(path, option)
     journal_path = ctx.obj["journal"]
+    loop_choice = EventLoop(event_loop)
+    loop_factory(loop_choice)  # uvloop asked for and missing: a usage error before anything starts
 
     async def serve() -> int:
         signals = _Signals()
@@ -243,7 +247,8 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
             # the ready file first: whoever sees the listening line can read it at once
             _write_ready_file(ready_file, {"url": url, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path)})
             click.echo(f"listening {url}")
-            click.echo(f"run {gw.run}; journal {journal_path}", err=True)
+            loop_name = type(asyncio.get_running_loop()).__module__.partition(".")[0]
+            click.echo(f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop {loop_name}", err=True)
             waits = [asyncio.ensure_future(signals.wait()), asyncio.ensure_future(gw.watch_journal())]
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for w in waits:
@@ -268,7 +273,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
 
     undo = _show_on_stderr(("pvisor.journal", "pvisor.gateway"))
     try:
-        code = asyncio.run(serve())
+        code = run_on(loop_choice, serve())
     finally:
         undo()
     ctx.exit(code)
