@@ -332,7 +332,7 @@ def test_stdin_and_a_pipe_read_like_the_file():
     assert want.returncode == 0
     from_stdin = subprocess.run([PVISOR, "trajectory", "show", "-", "--json"], stdin=open(src, "rb"), capture_output=True, text=True)
     assert from_stdin.returncode == 0, from_stdin.stderr
-    piped = subprocess.run(["bash", "-c", f'"$0" trajectory show <(cat "$1") --agent claude-code --json', PVISOR, str(src)], capture_output=True, text=True)
+    piped = subprocess.run(["bash", "-c", '"$0" trajectory show <(cat "$1") --agent claude-code --json', PVISOR, str(src)], capture_output=True, text=True)
     assert piped.returncode == 0, piped.stderr
     for got in (from_stdin, piped):
         a, b = json.loads(got.stdout), json.loads(want.stdout)

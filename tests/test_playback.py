@@ -18,9 +18,7 @@ from replay_helpers import recorded_claude_run, send_line
 from gateway_helpers import http_request, wait_exchanges
 from pvisor.adapters.agents import get_descriptor
 from pvisor.adapters.protocols import get_protocol
-from pvisor.journal.model import Run
 from pvisor.journal.reader import JournalReader
-from pvisor.journal.writer import Journal
 from pvisor.replay.playback import (
     PathRewrites,
     PlaybackResponder,

@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from conftest import corpus_dir
-from corpus_runs import RUNS, Recorded, record_corpus_runs, record_line, corpus_lines
+from corpus_runs import RUNS, record_corpus_runs, record_line, corpus_lines
 from native_helpers import native_dir
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.protocols import get_protocol
