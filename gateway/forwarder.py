@@ -57,12 +57,22 @@ def forwardable(
     headers: list[tuple[str, str]] | tuple[tuple[str, str], ...], drop: frozenset[str]
 ) -> list[tuple[str, str]]:
     """``headers`` without those in ``drop``, those a ``Connection`` header names, and ``Proxy-*``."""
-    lowered = [(k.lower(), k, v) for k, v in headers]  # one lower() per header
-    named: set[str] = set()
-    for kl, _, v in lowered:
+    # one pass, one lower() per header; the fields a Connection header names (rare) are taken
+    # out afterwards
+    kept: list[tuple[str, str]] = []
+    kept_lower: list[str] = []
+    named: set[str] | None = None
+    for k, v in headers:
+        kl = k.lower()
         if kl == "connection":
-            named |= {t.strip().lower() for t in v.split(",") if t.strip()}
-    return [(k, v) for kl, k, v in lowered if kl not in drop and kl not in named and not kl.startswith("proxy-")]
+            named = (named or set()) | {t.strip().lower() for t in v.split(",") if t.strip()}
+        if kl in drop or kl.startswith("proxy-"):
+            continue
+        kept.append((k, v))
+        kept_lower.append(kl)
+    if named:
+        return [kv for kv, kl in zip(kept, kept_lower) if kl not in named]
+    return kept
 
 
 class _UpstreamBody:

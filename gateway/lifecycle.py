@@ -29,8 +29,8 @@ CANCEL_WAIT_S = 5.0
 class EventLoop(enum.Enum):
     """The event loop a server runs on (``pvisor gateway --event-loop``)."""
 
+    ASYNCIO = "asyncio"  #: asyncio's own selector loop (the default: uvloop did not measure better)
     AUTO = "auto"  #: uvloop when it is installed (the extra ``pvisor-sandbox[uvloop]``), else asyncio's
-    ASYNCIO = "asyncio"  #: asyncio's own selector loop
     UVLOOP = "uvloop"  #: uvloop's loop (libuv); a usage error when uvloop is not installed
 
 

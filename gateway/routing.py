@@ -106,6 +106,7 @@ class Router:
         self._wants_stream: dict[str, Callable] = {}
         self._counts_tokens: dict[str, Callable[[str], bool]] = {}
         self._protocol_cache: dict[str, tuple[str | None, str | None]] = {}
+        self._route_cache: dict[tuple[str, str | None], Route] = {}
         for name, (_, protocols) in UPSTREAMS.items():
             for proto in protocols:
                 self._matchers.append((proto, name, get_protocol(proto).matches))
@@ -140,7 +141,19 @@ class Router:
         return found
 
     def resolve(self, raw_path: str, run_header: str | None = None) -> Route:
-        """Resolve ``raw_path`` (path and query exactly as received, still percent-encoded)."""
+        """Resolve ``raw_path`` (path and query exactly as received, still percent-encoded).
+        An agent repeats a handful of targets all run long, and a Route is immutable: each
+        (target, run header) is resolved once (at most 1,024 kept)."""
+        key = (raw_path, run_header)
+        route = self._route_cache.get(key)
+        if route is None:
+            route = self._resolve(raw_path, run_header)
+            if len(self._route_cache) >= 1024:
+                self._route_cache.clear()
+            self._route_cache[key] = route
+        return route
+
+    def _resolve(self, raw_path: str, run_header: str | None) -> Route:
         run = self.run
         bad_run = False
         if run_header is not None:

@@ -3,7 +3,8 @@ sends and hands them to the writer thread of a :class:`~pvisor.journal.writer.Jo
 own, which does what it does in any process (batches, lease, reaping, reassembly).
 
 Started by the parent only: ``main([read_fd, reply_fd, path, finalize, max_decoded,
-busy_timeout_ms])``. It ignores SIGINT and SIGTERM (a Ctrl-C reaches the whole process group:
+busy_timeout_ms])``. It ignores SIGINT, SIGTERM and SIGHUP (a Ctrl-C, or a closed terminal,
+reaches the whole process group:
 the gateway decides when to stop, and the writer stops when the gateway's end of the pipe
 closes, after committing everything it has read; this is also what happens when the gateway
 is killed). Its log records go to the parent, which logs them as its own.
@@ -94,8 +95,8 @@ def _dispatch(journal: Journal, replies: _Replies, kind: str, payload: Any, bodi
 
 
 def main(argv: list[str]) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     read_fd, reply_fd, path, finalize, max_decoded, busy_ms = argv
     replies = _Replies(int(reply_fd))
     logger = logging.getLogger("pvisor")

@@ -6,9 +6,11 @@ interpreter's lock with redaction, hashing, compression and SQLite.
 :mod:`pvisor.journal.writer_child`, that runs the same writer thread on the same file. Each
 call becomes one frame (:mod:`pvisor.journal.writer_wire`): the caller pickles a small tuple
 and queues it with the bodies as they are, in memory, without a system call; a sender thread
-writes what is queued every 20 ms (at once for a flush, a close or 256 KiB waiting) with
-``os.writev`` on a non-blocking pipe of 1 MiB, so the child wakes once per batch, not once per
-exchange, and the bodies are copied only into the pipe. Nothing on the caller's thread waits
+writes what is queued every 20 ms (at once for a flush, a close or 8 MiB waiting) with
+``os.writev`` on a non-blocking pipe of 1 MiB, so the sender and the child wake once per batch,
+not once per exchange (every wake-up the loop causes hands the interpreter lock, and on a
+shared CPU the CPU, away: measured, waking the sender at every 256 KiB cost the loop more than
+the writer's own work), and the bodies are copied only into the pipe. Nothing on the caller's thread waits
 for the disk or for the child.
 
 Promises, as the thread writer's (docs/journal.md, "Writing"):
@@ -34,6 +36,7 @@ import importlib
 import itertools
 import logging
 import os
+import re
 import select
 import subprocess
 import sys
@@ -57,8 +60,9 @@ PIPE_BYTES = 1 << 20  # the pipe's buffer (F_SETPIPE_SZ; Linux lets anyone ask u
 START_TIMEOUT_S = 60.0  # the child's start: interpreter, imports, migrations, the lease
 _IOV_MAX = 512  # buffers per writev (Linux allows 1024)
 SEND_INTERVAL_S = 0.02  # what producers queued is written to the pipe this often
-SEND_NOW_BYTES = 256 << 10  # or as soon as this much waits
+SEND_NOW_BYTES = 8 << 20  # or as soon as this much waits (a burst: a wake-up of the sender costs the loop)
 _URGENT = frozenset({"flush", "close"})
+_CPU_RANGE = re.compile(r"(\d{1,6})(?:-(\d{1,6}))?")
 _F_SETPIPE_SZ = 1031
 
 
@@ -90,16 +94,26 @@ def writer_cpus(environ: dict[str, str] | None = None) -> set[int] | None:
     value = (os.environ if environ is None else environ).get(CPUS_ENV, "").strip()
     if not value:
         return None
+    usable = os.sched_getaffinity(0)
     cpus: set[int] = set()
-    try:
-        for part in value.split(","):
-            lo, _, hi = part.strip().partition("-")
-            cpus.update(range(int(lo), int(hi or lo) + 1))
-    except ValueError:
-        raise UsageError(f"{CPUS_ENV}={value!r}: expected CPU numbers such as '1', '0,2' or '2-3'") from None
-    if not cpus:
-        raise UsageError(f"{CPUS_ENV}={value!r}: names no CPU")
+    for part in value.split(","):
+        m = _CPU_RANGE.fullmatch(part.strip())
+        if m is None:
+            raise UsageError(f"{CPUS_ENV}={value!r}: expected CPU numbers such as '1', '0,2' or '2-3'")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if lo > hi:
+            raise UsageError(f"{CPUS_ENV}={value!r}: {part.strip()} names no CPU")
+        if lo not in usable or hi not in usable:
+            # checked before the range is built: a range of a billion is refused, not allocated
+            raise UsageError(f"{CPUS_ENV}={value!r}: this process may run on CPUs {_cpu_list(usable)} only")
+        cpus.update(range(lo, hi + 1))
+    if not cpus <= usable:
+        raise UsageError(f"{CPUS_ENV}={value!r}: this process may run on CPUs {_cpu_list(usable)} only")
     return cpus
+
+
+def _cpu_list(cpus: set[int]) -> str:
+    return ",".join(str(c) for c in sorted(cpus))
 
 
 def resolve(name: str | None) -> Callable | None:
@@ -120,9 +134,10 @@ def open_journal(path: str | os.PathLike, *, finalize: str | None = None, mode: 
     UnavailableError), and UsageError for a bad ``PVISOR_JOURNAL_WRITER`` or ``PVISOR_WRITER_CPUS``.
     """
     mode = mode or writer_mode()
+    cpus = writer_cpus()  # checked in either mode: a bad value is never silently ignored
     if mode is WriterMode.THREAD:
         return Journal.open(path, finalize=resolve(finalize), **kwargs)
-    return JournalProcess.open(path, finalize=finalize, cpus=writer_cpus(), **kwargs)
+    return JournalProcess.open(path, finalize=finalize, cpus=cpus, **kwargs)
 
 
 def _trim(parts: list, n: int) -> list:
@@ -423,9 +438,8 @@ class JournalProcess(JournalProducer):
                     break
                 self._on_reply(reply)
         if not self._closed_ack.is_set():
+            # no log line of its own: whoever watches the journal (the gateway) says it once
             self._error = self._error or self._how_it_ended()
-            if self._lost or self._backlog_bytes:
-                log.error("journal %s: writer stopped: %s", self.path, self._error)
         # release whoever waits
         self._ready.set()
         self._closed_ack.set()

@@ -48,7 +48,7 @@ class WireError(Exception):
 def _pending_tuple(p: PendingExchange) -> tuple:
     # aiohttp's header names are multidict's istr: as plain str they pickle as strings (fast,
     # and the child needs no multidict to read them)
-    headers = [(str(k), str(v)) for k, v in p.headers]
+    headers = [(str(k), v) for k, v in p.headers]
     return (p.id, p.run, p.attempt, p.method, p.path, p.query, headers, p.protocol, p.started_ms, p.t0)
 
 

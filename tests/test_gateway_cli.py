@@ -432,6 +432,29 @@ def test_gateway_in_front_of_serve_model_processes(procs, tmp_path, loop, runs_o
         assert final["content"][0]["text"] == "Hello from the script."
 
 
+def test_a_closed_terminal_stops_the_gateway_cleanly_and_loses_nothing(stack, procs, tmp_path):
+    """SIGHUP to the whole process group (a terminal that closed) right after the last answer:
+    the gateway stops as on Ctrl-C (exit 129) and its writer process, which ignores it, commits
+    every exchange; before, both died at once with the last batch."""
+
+    async def handler(request):
+        return web.Response(body=b'{"ok":true}', headers={"Content-Type": "application/json"})
+
+    up = stack.raw_upstream(handler)
+    journal = tmp_path / "journal.sqlite"
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-hup"])
+    url = gw.listening()
+    for i in range(5):
+        assert http_request(url, "POST", "/v1/messages", b'{"n":%d}' % i)[0] == 200
+    os.killpg(gw.p.pid, signal.SIGHUP)
+    assert gw.p.wait(DEADLINE + 15) == 129
+    assert_wal_checkpointed(journal)
+    with JournalReader(journal) as r:
+        assert [e.outcome for e in r.exchanges("r-hup")] == ["ok"] * 5
+        (closed,) = r.conn.execute("SELECT closed_how FROM writers").fetchall()
+    assert closed[0] == "closed"
+
+
 def test_event_loop_uvloop_without_uvloop_is_a_usage_error(tmp_path):
     """uvloop not importable (as without the extra): asked for, one line and exit 2; auto falls
     back to asyncio's loop and serves."""

@@ -220,9 +220,14 @@ def test_mode_and_cpus_from_the_environment():
     with pytest.raises(UsageError, match="PVISOR_JOURNAL_WRITER='fast': expected 'process' or 'thread'"):
         writer_mode({"PVISOR_JOURNAL_WRITER": "fast"})
     assert writer_cpus({}) is None
-    assert writer_cpus({"PVISOR_WRITER_CPUS": "0,2-3"}) == {0, 2, 3}
-    with pytest.raises(UsageError, match="PVISOR_WRITER_CPUS='one'"):
-        writer_cpus({"PVISOR_WRITER_CPUS": "one"})
+    usable = sorted(os.sched_getaffinity(0))
+    assert writer_cpus({"PVISOR_WRITER_CPUS": ",".join(map(str, usable))}) == set(usable)
+    assert writer_cpus({"PVISOR_WRITER_CPUS": f"{usable[0]}-{usable[0]}"}) == {usable[0]}
+    for bad, message in [("one", "expected CPU numbers"), ("0-", "expected CPU numbers"), ("3-1", "3-1 names no CPU"),
+                         ("0-1000000000", "expected CPU numbers"), ("0-999999", "may run on CPUs"),
+                         (str(usable[-1] + 1), "may run on CPUs")]:
+        with pytest.raises(UsageError, match=f"PVISOR_WRITER_CPUS='{bad}': .*{message}"):
+            writer_cpus({"PVISOR_WRITER_CPUS": bad})
 
 
 def test_open_journal_puts_the_writer_where_asked(tmp_path: Path, monkeypatch):
@@ -232,8 +237,10 @@ def test_open_journal_puts_the_writer_where_asked(tmp_path: Path, monkeypatch):
     with open_journal(tmp_path / "t.sqlite", finalize=FINALIZER, mode=WriterMode.THREAD) as j:
         assert isinstance(j, Journal) and j.finalize is not None
     monkeypatch.setenv("PVISOR_WRITER_CPUS", str(max(os.sched_getaffinity(0)) + 64))
-    with pytest.raises(UsageError, match="cannot run the writer on CPUs"):
-        open_journal(tmp_path / "x.sqlite")
+    for mode in WriterMode:  # refused in either mode, before any file is made
+        with pytest.raises(UsageError, match="may run on CPUs"):
+            open_journal(tmp_path / "x.sqlite", mode=mode)
+    assert not (tmp_path / "x.sqlite").exists()
 
 
 @pytest.mark.parametrize("value, message", [

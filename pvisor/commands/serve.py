@@ -97,17 +97,23 @@ def _write_ready_file(path: str | None, info: dict) -> None:
         raise UsageError(f"cannot write --ready-file {path}: {exc.strerror}") from None
 
 
+#: the signals that stop a server: SIGHUP too (its terminal closed), or it would die at once,
+#: with what it had not committed
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 class _Signals:
-    """SIGINT and SIGTERM while a server runs: the first one ends :meth:`wait`; each later one
-    calls ``on_repeat`` (stop waiting for exchanges in flight). Installed for the whole life of
-    the command, so that no signal interrupts the clean-up with a KeyboardInterrupt."""
+    """SIGINT, SIGTERM and SIGHUP while a server runs: the first one ends :meth:`wait`; each
+    later one calls ``on_repeat`` (stop waiting for exchanges in flight). Installed for the
+    whole life of the command, so that no signal interrupts the clean-up with a
+    KeyboardInterrupt."""
 
     def __init__(self) -> None:
         self.first: int | None = None
         self.on_repeat: Callable[[], None] | None = None
         self._got = asyncio.Event()
         self._loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             self._loop.add_signal_handler(sig, self._received, sig)
 
     def _received(self, sig: int) -> None:
@@ -123,19 +129,29 @@ class _Signals:
         return self.first
 
     def exit_code(self) -> int:
+        """130 after SIGINT, 129 after SIGHUP (as a shell reports them), 0 after SIGTERM."""
+        if self.first == signal.SIGHUP:
+            return 128 + signal.SIGHUP
         return EXIT_INTERRUPTED if self.first == signal.SIGINT else 0
 
     def remove(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in STOP_SIGNALS:
             self._loop.remove_signal_handler(sig)
+
+
+def _say(line: str) -> None:
+    try:
+        click.echo(line, err=True)
+    except OSError:  # the terminal went away (SIGHUP): the stop goes on without it
+        pass
 
 
 def _stopping(signals: _Signals, server: Any, grace: float) -> None:
     """Say that the server stops, and make a second signal stop it at once."""
-    click.echo(f"stopping: waiting for exchanges in flight (up to {grace:g} s; Ctrl-C again to cancel them now)", err=True)
+    _say(f"stopping: waiting for exchanges in flight (up to {grace:g} s; Ctrl-C again to cancel them now)")
 
     def now() -> None:
-        click.echo("stopping now: cancelling the exchanges in flight", err=True)
+        _say("stopping now: cancelling the exchanges in flight")
         server.hurry()
 
     signals.on_repeat = now
@@ -186,8 +202,8 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
               help="Snapshot this directory at start, at every model request and at stop (pvisor snapshot ls RUN).")
 @click.option("--snapshot-driver", "snapshot_driver", default="filesystem", show_default=True, metavar="NAME",
               help="The snapshot driver of --workspace (one registered under pvisor.snapshot_drivers).")
-@click.option("--event-loop", "event_loop", type=click.Choice(["auto", "asyncio", "uvloop"]), default="auto", show_default=True,
-              help="auto: uvloop when installed (pvisor-sandbox[uvloop]), else asyncio's loop.")
+@click.option("--event-loop", "event_loop", type=click.Choice(["asyncio", "uvloop", "auto"]), default="asyncio", show_default=True,
+              help="uvloop needs pvisor-sandbox[uvloop]; auto: uvloop when installed, else asyncio's loop.")
 @click.pass_context
 def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...], run_id: str | None, max_body: str,
             stall_timeout: float, shutdown_grace: float, log_file: str | None, ready_file: str | None,
