@@ -16,6 +16,7 @@ import selectors
 import signal
 import socket
 import sqlite3
+import stat
 import subprocess
 import sys
 import threading
@@ -453,6 +454,29 @@ def test_a_closed_terminal_stops_the_gateway_cleanly_and_loses_nothing(stack, pr
         assert [e.outcome for e in r.exchanges("r-hup")] == ["ok"] * 5
         (closed,) = r.conn.execute("SELECT closed_how FROM writers").fetchall()
     assert closed[0] == "closed"
+
+
+def test_a_ready_file_that_is_a_fifo_or_device_is_written_in_place(procs, tmp_path):
+    """--ready-file on a FIFO (a supervisor reading it) or a device is written in place; it was
+    replaced by a regular file, which for a root user's --ready-file /dev/null broke /dev/null.
+    A FIFO nobody reads is one error line, not a hang."""
+    fifo = tmp_path / "ready.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(open(fifo, "rb").read()), daemon=True)
+    reader.start()
+    gw = procs(["--journal", str(tmp_path / "j.sqlite"), "gateway", "--port", "0", "--ready-file", str(fifo)])
+    url = gw.listening()
+    reader.join(DEADLINE)
+    assert orjson.loads(got[0])["url"] == url
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)  # still the FIFO
+    assert gw.stop() == 0
+    lonely = tmp_path / "nobody.fifo"
+    os.mkfifo(lonely)
+    result = run_cli(["--journal", str(tmp_path / "k.sqlite"), "gateway", "--port", "0", "--ready-file", str(lonely)])
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"pvisor: error: cannot write --ready-file {lonely}: no process has the FIFO open for reading"
+    assert stat.S_ISFIFO(os.stat(lonely).st_mode)
 
 
 def test_event_loop_uvloop_without_uvloop_is_a_usage_error(tmp_path):

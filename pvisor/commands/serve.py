@@ -9,11 +9,13 @@ writer stopped while the gateway ran.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import math
 import os
 import re
 import signal
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -83,6 +85,24 @@ def parse_upstreams(values: tuple[str, ...]) -> dict[str, str]:
 
 def _write_ready_file(path: str | None, info: dict) -> None:
     if not path:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        # a device or a pipe (/dev/null, a FIFO a supervisor reads) is written in place: never
+        # replaced, which as root would leave a regular file where /dev/null was
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)  # a FIFO nobody reads: an error, not a hang
+            try:
+                os.set_blocking(fd, True)
+                os.write(fd, orjson.dumps(info) + b"\n")
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            why = "no process has the FIFO open for reading" if exc.errno == errno.ENXIO else exc.strerror
+            raise UsageError(f"cannot write --ready-file {path}: {why}") from None
         return
     tmp = f"{path}.tmp{os.getpid()}"
     try:
