@@ -73,20 +73,6 @@ class _LazyFinalizer:
         return self._fn(*args)
 
 
-def _yield_to_the_gateway() -> None:
-    """Run as a batch task (Linux ``SCHED_BATCH``: a fair share of the CPU, but no preemption of
-    the task that runs when it wakes). It wakes every 20 ms with a batch of work; as a normal
-    task that has slept it would take a CPU it shares with the gateway's event loop at once,
-    and a stream's next chunk would wait for the whole batch."""
-    policy = getattr(os, "SCHED_BATCH", None)
-    if policy is None:
-        return
-    try:
-        os.sched_setscheduler(0, policy, os.sched_param(0))
-    except OSError:
-        pass  # not allowed here (a container's seccomp profile): a normal task, as before
-
-
 def _dispatch(journal: Journal, replies: _Replies, kind: str, payload: Any, bodies: list[bytes]) -> None:
     if kind == "exchange":
         # the child's own copy of an exchange it wrote in flight knows its row is on disk
@@ -111,7 +97,6 @@ def _dispatch(journal: Journal, replies: _Replies, kind: str, payload: Any, bodi
 def main(argv: list[str]) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    _yield_to_the_gateway()
     read_fd, reply_fd, path, finalize, max_decoded, busy_ms = argv
     replies = _Replies(int(reply_fd))
     logger = logging.getLogger("pvisor")
