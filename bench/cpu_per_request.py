@@ -39,19 +39,22 @@ TICK_US = 1_000_000 / os.sysconf("SC_CLK_TCK")
 def thread_ticks(pid: int) -> dict[int, int]:
     """utime + stime of every thread of ``pid`` and of its child processes (pvisor's journal
     writer process), by thread id; a child's threads are keyed by negative ids."""
-    out = {}
-    children = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-        out[int(task.name)] = int(fields[11]) + int(fields[12])
-        try:
-            children += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    for child in children:
-        for task in Path(f"/proc/{child}/task").iterdir():
+    out: dict[int, int] = {}
+    children: list[int] = []
+
+    def read(process: int, sign: int) -> None:
+        for task in Path(f"/proc/{process}/task").iterdir():
             fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            out[-int(task.name)] = int(fields[11]) + int(fields[12])
+            out[sign * int(task.name)] = int(fields[11]) + int(fields[12])
+            if sign > 0:
+                try:
+                    children.extend(int(c) for c in (task / "children").read_text().split())
+                except OSError:
+                    pass
+
+    read(pid, 1)
+    for child in children:
+        read(child, -1)
     return out
 
 
@@ -79,7 +82,7 @@ def main() -> None:
     ap.add_argument("--workloads", default="json@1,json@32,stream@1,stream@32")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--uvloop", action="store_true",
-                    help="also measure the bare proxy and pvisor on uvloop's event loop (bare+uv, pvisor+uv)")
+                    help="also measure the bare proxy and pvisor on uvloop's event loop (bare+uv; pvisor+uv: --event-loop uvloop)")
     ap.add_argument(
         "--pvisor",
         action="append",
@@ -92,13 +95,16 @@ def main() -> None:
     args = ap.parse_args()
     py = sys.executable
     executables = {"pvisor": [str(Path(py).parent / "pvisor")]}
+    # the installed pvisor's targets: the environment and the `pvisor gateway` arguments of each
+    # (another --pvisor COMMAND may not know them, and gets none)
     envs: dict[str, dict[str, str]] = {}
+    extras: dict[str, list[str]] = {"pvisor": PVISOR_VARIANTS["pvisor"][1]}
     if args.variants:
         for name, (env, extra) in PVISOR_VARIANTS.items():
             if name not in ("pvisor", "pvisor-uv"):
-                executables[name], envs[name] = executables["pvisor"], env
+                executables[name], envs[name], extras[name] = executables["pvisor"], env, extra
     if args.uvloop:
-        executables["pvisor+uv"] = [py, str(HERE / "uvloop_run.py"), "-m", "pvisor"]
+        executables["pvisor+uv"], extras["pvisor+uv"] = executables["pvisor"], PVISOR_VARIANTS["pvisor-uv"][1]
     for spec in args.pvisor:
         name, _, command = spec.partition("=")
         executables[name] = shlex.split(command)  # a path, or a command with its arguments
@@ -134,10 +140,8 @@ def main() -> None:
                             "0",
                             "--upstream",
                             f"openai={upstream}",
+                            *extras.get(target, []),
                         ]
-                        if target in ("pvisor", "pvisor+uv") or target in envs:
-                            # the installed pvisor picks uvloop by itself when it can: say which loop
-                            cmd += ["--event-loop", "uvloop" if target == "pvisor+uv" else "asyncio"]
                     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                             env={**os.environ, **envs.get(target, {})})
                     url = wait_listening(proc, target)

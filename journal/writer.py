@@ -182,6 +182,15 @@ class JournalProducer:
         """Wait (in a snapshot taker's thread) while too many blob bytes wait to be written."""
         raise NotImplementedError
 
+    def close(self, timeout: float = 60.0) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def __enter__(self) -> "JournalProducer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     # ------------------------------------------------------------------ API used by producers
 
     def create_run(self, run: Run) -> None:
@@ -357,6 +366,7 @@ class JournalProducer:
         self.finish_exchange(p, **kw)
         return p.id
 
+
 class Journal(JournalProducer):
     """The write side of an Event Journal file. Thread-safe to call from any thread; all SQLite
     work happens in one writer thread. Open with :meth:`open`; close with :meth:`close` (or use
@@ -403,12 +413,6 @@ class Journal(JournalProducer):
             journal._thread.join()
             raise journal._error
         return journal
-
-    def __enter__(self) -> "Journal":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def close(self, timeout: float = 60.0) -> None:
         """Commit everything queued, mark exchanges still in flight ``incomplete``, release the

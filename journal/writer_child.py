@@ -21,7 +21,13 @@ from typing import Any, Callable
 
 from .errors import PvisorError
 from .writer import Journal
-from .writer_wire import WireError, decode_exchange, encode_reply, pending_from, read_message
+from .writer_wire import (
+    WireError,
+    decode_exchange,
+    encode_reply,
+    pending_from,
+    read_message,
+)
 
 
 class _Replies:
@@ -40,7 +46,7 @@ class _Replies:
             try:
                 view = memoryview(data)
                 while view:
-                    view = view[os.write(self._fd, view):]
+                    view = view[os.write(self._fd, view) :]
             except OSError:
                 self.gone = True  # the parent is gone: go on committing what was read
 
@@ -104,15 +110,32 @@ def main(argv: list[str]) -> None:
     logger.setLevel(logging.INFO)
     logger.propagate = False
     try:
-        journal = Journal.open(path, finalize=_LazyFinalizer(finalize) if finalize else None,
-                               max_decoded=int(max_decoded), busy_timeout_ms=int(busy_ms))
+        journal = Journal.open(
+            path,
+            finalize=_LazyFinalizer(finalize) if finalize else None,
+            max_decoded=int(max_decoded),
+            busy_timeout_ms=int(busy_ms),
+        )
     except PvisorError as exc:
         replies.send(("failed", type(exc).__name__, str(exc)))
         sys.exit(1)
     except Exception as exc:
-        replies.send(("failed", "UnavailableError", f"journal {path}: cannot open: {type(exc).__name__}: {exc}"))
+        replies.send(
+            (
+                "failed",
+                "UnavailableError",
+                f"journal {path}: cannot open: {type(exc).__name__}: {exc}",
+            )
+        )
         sys.exit(1)
-    replies.send(("ready", journal.writer_id, journal.fingerprint_key.hex(), list(journal.reaped)))
+    replies.send(
+        (
+            "ready",
+            journal.writer_id,
+            journal.fingerprint_key.hex(),
+            list(journal.reaped),
+        )
+    )
 
     def watch() -> None:  # the writer thread ends at close, or when it failed: tell the gateway at once
         journal._thread.join()

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import collections
 import enum
+import fcntl
 import importlib
 import itertools
 import logging
@@ -46,10 +47,19 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+import orjson
+
 from . import errors as _errors
 from .content_encoding import DEFAULT_LIMIT
 from .errors import UnavailableError, UsageError
-from .writer import BUSY_TIMEOUT_MS, COMMIT_INTERVAL_S, SNAPSHOT_QUEUE_BYTES, BLOB_WAIT_S, Journal, JournalProducer
+from .writer import (
+    BUSY_TIMEOUT_MS,
+    COMMIT_INTERVAL_S,
+    SNAPSHOT_QUEUE_BYTES,
+    BLOB_WAIT_S,
+    Journal,
+    JournalProducer,
+)
 from .writer_wire import WireError, encode, read_reply
 
 log = logging.getLogger("pvisor.journal")
@@ -124,8 +134,13 @@ def resolve(name: str | None) -> Callable | None:
     return getattr(importlib.import_module(module), attr)
 
 
-def open_journal(path: str | os.PathLike, *, finalize: str | None = None, mode: WriterMode | None = None,
-                 **kwargs: Any) -> JournalProducer:
+def open_journal(
+    path: str | os.PathLike,
+    *,
+    finalize: str | None = None,
+    mode: WriterMode | None = None,
+    **kwargs: Any,
+) -> JournalProducer:
     """Open the journal at ``path`` for writing, with its writer where ``mode`` says (default:
     :func:`writer_mode`). ``finalize``: the reassembler as ``module:function`` (both modes
     import it by name; the process imports it when it first reassembles).
@@ -138,18 +153,6 @@ def open_journal(path: str | os.PathLike, *, finalize: str | None = None, mode: 
     if mode is WriterMode.THREAD:
         return Journal.open(path, finalize=resolve(finalize), **kwargs)
     return JournalProcess.open(path, finalize=finalize, cpus=cpus, **kwargs)
-
-
-def _trim(parts: list, n: int) -> list:
-    """``parts`` without their first ``n`` bytes (what a partial write took)."""
-    i = 0
-    while i < len(parts) and n >= len(parts[i]):
-        n -= len(parts[i])
-        i += 1
-    rest = parts[i:]
-    if n and rest:
-        rest[0] = memoryview(rest[0])[n:]
-    return rest
 
 
 class JournalProcess(JournalProducer):
@@ -177,7 +180,6 @@ class JournalProcess(JournalProducer):
         self._lock = threading.Lock()  # one writer of the pipe at a time, frames whole and in order
         self._backlog: collections.deque = collections.deque()
         self._backlog_bytes = 0
-        self._lost = 0  # messages dropped because the child was gone
         self._wake = threading.Event()
         self._stopping = False
         self._ready = threading.Event()
@@ -185,15 +187,26 @@ class JournalProcess(JournalProducer):
         self._closed_ack = threading.Event()
         self._flushes: dict[int, list] = {}
         self._tokens = itertools.count(1)
-        self._replies = threading.Thread(target=self._read_replies, args=(reply_fd,), name="pvisor-journal-replies",
-                                         daemon=True)
+        self._replies = threading.Thread(
+            target=self._read_replies,
+            args=(reply_fd,),
+            name="pvisor-journal-replies",
+            daemon=True,
+        )
         self._sender = threading.Thread(target=self._send_loop, name="pvisor-journal-sender", daemon=True)
 
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, path: str | os.PathLike, *, finalize: str | None = None, max_decoded: int = DEFAULT_LIMIT,
-             busy_timeout_ms: int = BUSY_TIMEOUT_MS, cpus: set[int] | None = None) -> "JournalProcess":
+    def open(
+        cls,
+        path: str | os.PathLike,
+        *,
+        finalize: str | None = None,
+        max_decoded: int = DEFAULT_LIMIT,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+        cpus: set[int] | None = None,
+    ) -> "JournalProcess":
         """Start the writer process for the journal at ``path``; return when it holds the
         lease (the schema migrated), as :meth:`Journal.open` does.
 
@@ -207,20 +220,39 @@ class JournalProcess(JournalProducer):
         stderr = tempfile.TemporaryFile()  # read only when the child ends unexpectedly
         # the parent's sys.path: the child imports the same pvisor, from a venv, an editable
         # install or PYTHONPATH alike (-I: nothing else, not the working directory)
-        code = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]);"
-                " from pvisor.journal.writer_child import main; main(sys.argv[2:])")
-        import orjson
-
-        argv = [sys.executable, "-I", "-c", code, orjson.dumps([p for p in sys.path if p]).decode(), str(r), str(rw), str(path),
-                finalize or "", str(max_decoded), str(busy_timeout_ms)]
+        code = (
+            "import sys, json; sys.path[:0] = json.loads(sys.argv[1]);"
+            " from pvisor.journal.writer_child import main; main(sys.argv[2:])"
+        )
+        argv = [
+            sys.executable,
+            "-I",
+            "-c",
+            code,
+            orjson.dumps([p for p in sys.path if p]).decode(),
+            str(r),
+            str(rw),
+            str(path),
+            finalize or "",
+            str(max_decoded),
+            str(busy_timeout_ms),
+        ]
         try:
-            proc = subprocess.Popen(argv, pass_fds=(r, rw), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                    stderr=stderr, close_fds=True)
+            proc = subprocess.Popen(
+                argv,
+                pass_fds=(r, rw),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                close_fds=True,
+            )
         except OSError as exc:
             for fd in (r, w, rr, rw):
                 os.close(fd)
             stderr.close()
-            raise UnavailableError(f"journal {path}: cannot start the writer process: {exc.strerror}") from None
+            raise UnavailableError(
+                f"journal {path}: cannot start the writer process: {exc.strerror}"
+            ) from None
         os.close(r)
         os.close(rw)
         journal = cls(path, proc, w, rr, stderr)
@@ -229,10 +261,10 @@ class JournalProcess(JournalProducer):
                 os.sched_setaffinity(proc.pid, cpus)
             except OSError as exc:
                 journal._abort()
-                raise UsageError(f"{CPUS_ENV}: cannot run the writer on CPUs {sorted(cpus)}: {exc.strerror}") from None
+                raise UsageError(
+                    f"{CPUS_ENV}: cannot run the writer on CPUs {sorted(cpus)}: {exc.strerror}"
+                ) from None
         try:
-            import fcntl
-
             fcntl.fcntl(w, _F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:
             pass  # a smaller pipe only means more writes wait for the sender thread
@@ -240,7 +272,9 @@ class JournalProcess(JournalProducer):
         journal._replies.start()
         if not journal._ready.wait(START_TIMEOUT_S):
             journal._abort()
-            raise UnavailableError(f"journal {path}: the writer process did not start within {START_TIMEOUT_S:.0f} s")
+            raise UnavailableError(
+                f"journal {path}: the writer process did not start within {START_TIMEOUT_S:.0f} s"
+            )
         if journal._failed is not None:
             cls_name, message = journal._failed
             journal._abort()
@@ -270,12 +304,6 @@ class JournalProcess(JournalProducer):
             self._replies.join(5)
         self._stderr.close()
 
-    def __enter__(self) -> "JournalProcess":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
     @property
     def error(self) -> str | None:
         """Why the writer stopped (nothing more is recorded), or None while it works."""
@@ -289,7 +317,9 @@ class JournalProcess(JournalProducer):
             return
         self._closed = True
         if self._error is None:
-            with self._lock:  # exchanges that never finished: the child writes them, then marks them incomplete
+            with (
+                self._lock
+            ):  # exchanges that never finished: the child writes them, then marks them incomplete
                 for p in list(self._inflight.values()):
                     if not p.persisted:
                         p.persisted = True
@@ -309,7 +339,11 @@ class JournalProcess(JournalProducer):
         try:
             self._proc.wait(self._grace())
         except subprocess.TimeoutExpired:
-            log.error("journal %s: the writer process (pid %d) did not stop; killed", self.path, self.pid)
+            log.error(
+                "journal %s: the writer process (pid %d) did not stop; killed",
+                self.path,
+                self.pid,
+            )
             self._proc.kill()
             self._proc.wait()
         self._replies.join(5)
@@ -351,15 +385,13 @@ class JournalProcess(JournalProducer):
         # no system call here: one write per exchange would wake the writer process (and
         # switch to it, on a shared CPU) once per exchange; the sender writes batches
         if self._error is not None:
-            self._lost += 1
-            return
+            return  # the child is gone: the gateway stops on the error, nothing more is recorded
         self._backlog.extend(parts)
         self._backlog_bytes += sum(len(p) for p in parts)
 
     def _broken(self, exc: OSError) -> None:
         if self._error is None:
             self._error = f"the writer process (pid {self.pid}) went away: {exc.strerror or exc}"
-        self._lost += 1
         self._backlog.clear()
         self._backlog_bytes = 0
 
@@ -421,7 +453,11 @@ class JournalProcess(JournalProducer):
         deadline = time.monotonic() + BLOB_WAIT_S
         while self._backlog_bytes > SNAPSHOT_QUEUE_BYTES and self._error is None and not self._closed:
             if time.monotonic() > deadline:
-                log.warning("journal %s: %d bytes wait to be sent to the writer process", self.path, self._backlog_bytes)
+                log.warning(
+                    "journal %s: %d bytes wait to be sent to the writer process",
+                    self.path,
+                    self._backlog_bytes,
+                )
                 return
             time.sleep(0.05)
 

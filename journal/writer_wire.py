@@ -33,12 +33,27 @@ LENGTH = struct.Struct("<Q")
 REPLY_HEAD = struct.Struct("<I")
 
 #: message kinds whose payload is pickled as it is (rare messages: runs, attempts, snapshots)
-_PLAIN = frozenset({"run", "run_update", "attempt", "attempt_end", "exchange_roles", "snapshot", "snapshot_hold",
-                    "snapshot_bind", "flush", "close"})
+_PLAIN = frozenset(
+    {
+        "run",
+        "run_update",
+        "attempt",
+        "attempt_end",
+        "exchange_roles",
+        "snapshot",
+        "snapshot_hold",
+        "snapshot_bind",
+        "flush",
+        "close",
+    }
+)
 # what a plain payload may hold (checked when the child unpickles: nothing else is ever built)
-_SAFE_CLASSES = {("pvisor.journal.model", "Run"): Run, ("pvisor.journal.model", "Attempt"): Attempt,
-                 ("pvisor.journal.snapshots", "SnapshotRecord"): SnapshotRecord,
-                 ("pvisor.journal.snapshots", "SnapshotKind"): SnapshotKind}
+_SAFE_CLASSES = {
+    ("pvisor.journal.model", "Run"): Run,
+    ("pvisor.journal.model", "Attempt"): Attempt,
+    ("pvisor.journal.snapshots", "SnapshotRecord"): SnapshotRecord,
+    ("pvisor.journal.snapshots", "SnapshotKind"): SnapshotKind,
+}
 
 
 class WireError(Exception):
@@ -49,7 +64,18 @@ def _pending_tuple(p: PendingExchange) -> tuple:
     # aiohttp's header names are multidict's istr: as plain str they pickle as strings (fast,
     # and the child needs no multidict to read them)
     headers = [(str(k), v) for k, v in p.headers]
-    return (p.id, p.run, p.attempt, p.method, p.path, p.query, headers, p.protocol, p.started_ms, p.t0)
+    return (
+        p.id,
+        p.run,
+        p.attempt,
+        p.method,
+        p.path,
+        p.query,
+        headers,
+        p.protocol,
+        p.started_ms,
+        p.t0,
+    )
 
 
 def pending_from(t: Sequence[Any]) -> PendingExchange:
@@ -61,25 +87,76 @@ def encode_exchange(f: FinishedExchange) -> tuple[tuple, list[bytes]]:
     bodies (those not None, in that order) go out of band; the payload says which are there."""
     bodies = [b for b in (f.request_body, f.response_body, f.forwarded_body) if b is not None]
     payload = (
-        _pending_tuple(f.pending), f.status, f.response_headers, f.request_body is not None, f.response_body is not None,
-        f.forwarded_body is not None, f.streamed, f.chunk_timings, f.outcome, f.error, f.headers_us, f.first_byte_us,
-        f.ended_us, f.bytes_received, f.bytes_delivered, f.request_encoding, f.request_bytes, f.served_by, f.flags,
+        _pending_tuple(f.pending),
+        f.status,
+        f.response_headers,
+        f.request_body is not None,
+        f.response_body is not None,
+        f.forwarded_body is not None,
+        f.streamed,
+        f.chunk_timings,
+        f.outcome,
+        f.error,
+        f.headers_us,
+        f.first_byte_us,
+        f.ended_us,
+        f.bytes_received,
+        f.bytes_delivered,
+        f.request_encoding,
+        f.request_bytes,
+        f.served_by,
+        f.flags,
     )
     return payload, bodies
 
 
-def decode_exchange(payload: Sequence[Any], bodies: list[bytes], pending: PendingExchange | None) -> FinishedExchange:
+def decode_exchange(
+    payload: Sequence[Any], bodies: list[bytes], pending: PendingExchange | None
+) -> FinishedExchange:
     """The inverse of :func:`encode_exchange`; ``pending``: the child's own record of the
     exchange when it was sent in flight earlier (it knows whether the row is on disk)."""
-    (pt, status, response_headers, has_rq, has_rs, has_fw, streamed, timings, outcome, error, headers_us, first_byte_us,
-     ended_us, received, delivered, encoding, request_bytes, served_by, flags) = payload
+    (
+        pt,
+        status,
+        response_headers,
+        has_rq,
+        has_rs,
+        has_fw,
+        streamed,
+        timings,
+        outcome,
+        error,
+        headers_us,
+        first_byte_us,
+        ended_us,
+        received,
+        delivered,
+        encoding,
+        request_bytes,
+        served_by,
+        flags,
+    ) = payload
     it = iter(bodies)
     return FinishedExchange(
-        pending=pending if pending is not None else pending_from(pt), status=status, response_headers=response_headers,
-        request_body=next(it) if has_rq else None, response_body=next(it) if has_rs else None, streamed=streamed,
-        chunk_timings=timings, outcome=outcome, error=error, headers_us=headers_us, first_byte_us=first_byte_us,
-        ended_us=ended_us, bytes_received=received, bytes_delivered=delivered, request_encoding=encoding,
-        request_bytes=request_bytes, served_by=served_by, flags=tuple(flags), forwarded_body=next(it) if has_fw else None,
+        pending=pending if pending is not None else pending_from(pt),
+        status=status,
+        response_headers=response_headers,
+        request_body=next(it) if has_rq else None,
+        response_body=next(it) if has_rs else None,
+        streamed=streamed,
+        chunk_timings=timings,
+        outcome=outcome,
+        error=error,
+        headers_us=headers_us,
+        first_byte_us=first_byte_us,
+        ended_us=ended_us,
+        bytes_received=received,
+        bytes_delivered=delivered,
+        request_encoding=encoding,
+        request_bytes=request_bytes,
+        served_by=served_by,
+        flags=tuple(flags),
+        forwarded_body=next(it) if has_fw else None,
     )
 
 

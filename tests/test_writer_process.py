@@ -54,19 +54,67 @@ def _record_session(j) -> None:
     ``pvisor run`` send, bodies small and large, a decode failure, a stream to reassemble."""
     j.create_run(Run(id="r-a", agent="codex", argv=["codex", "exec"], labels={"task": "t"}))
     j.start_attempt(Attempt(run="r-a", n=1))
-    j.record_exchange("r-a", "POST", "/v1/chat/completions", [("authorization", f"Bearer {KEY}"), ("user-agent", "t")],
-                      query="key=" + KEY, protocol="openai-chat", status=200, request_body=b'{"n": 1}',
-                      response_body=b'{"ok": 1}', response_headers=[("content-type", "application/json")],
-                      chunk_timings=[10, 9], served_by="upstream")
-    j.record_exchange("r-a", "POST", "/v1/chat/completions", [], protocol="openai-chat", status=200,
-                      request_body=gzip.compress(b'{"n": 2}'), request_encoding="gzip", response_body=BIG)
-    j.record_exchange("r-a", "POST", "/v1/chat/completions", [], protocol="openai-chat", status=200,
-                      request_body=b"\x1f\x8b not gzip", request_encoding="gzip", response_body=b"{}")
-    j.record_exchange("r-a", "POST", "/v1/chat/completions", [], protocol="openai-chat", status=200,
-                      request_body=b'{"stream": true}', response_body=STREAM, streamed=True,
-                      chunk_timings=[(5, 100), (9, 80), (12, 14)], flags=("synthetic_end",), forwarded_body=b'{"f": 1}')
-    j.record_exchange("r-a", "POST", "/v1/chat/completions", [], protocol="openai-chat", status=401,
-                      request_body=b"{}", response_body=b'{"error": "invalid key ' + KEY.encode() + b'"}', outcome="ok")
+    j.record_exchange(
+        "r-a",
+        "POST",
+        "/v1/chat/completions",
+        [("authorization", f"Bearer {KEY}"), ("user-agent", "t")],
+        query="key=" + KEY,
+        protocol="openai-chat",
+        status=200,
+        request_body=b'{"n": 1}',
+        response_body=b'{"ok": 1}',
+        response_headers=[("content-type", "application/json")],
+        chunk_timings=[10, 9],
+        served_by="upstream",
+    )
+    j.record_exchange(
+        "r-a",
+        "POST",
+        "/v1/chat/completions",
+        [],
+        protocol="openai-chat",
+        status=200,
+        request_body=gzip.compress(b'{"n": 2}'),
+        request_encoding="gzip",
+        response_body=BIG,
+    )
+    j.record_exchange(
+        "r-a",
+        "POST",
+        "/v1/chat/completions",
+        [],
+        protocol="openai-chat",
+        status=200,
+        request_body=b"\x1f\x8b not gzip",
+        request_encoding="gzip",
+        response_body=b"{}",
+    )
+    j.record_exchange(
+        "r-a",
+        "POST",
+        "/v1/chat/completions",
+        [],
+        protocol="openai-chat",
+        status=200,
+        request_body=b'{"stream": true}',
+        response_body=STREAM,
+        streamed=True,
+        chunk_timings=[(5, 100), (9, 80), (12, 14)],
+        flags=("synthetic_end",),
+        forwarded_body=b'{"f": 1}',
+    )
+    j.record_exchange(
+        "r-a",
+        "POST",
+        "/v1/chat/completions",
+        [],
+        protocol="openai-chat",
+        status=401,
+        request_body=b"{}",
+        response_body=b'{"error": "invalid key ' + KEY.encode() + b'"}',
+        outcome="ok",
+    )
     j.put_blobs([(SNAP_SHA, b"snapshot file bytes")])
     j.update_run("r-a", labels={"session_id": "s-1"}, agent_version="1.2")
     j.flush()
@@ -86,16 +134,40 @@ def _content(path: Path) -> dict:
     writer ids, the per-journal fingerprint key)."""
     with JournalReader(path) as r:
         run = r.run("r-a")
-        out = {"run": (run.agent, run.agent_version, run.argv, {k: v for k, v in run.labels.items()}),
-               "attempts": [(a.n, a.exit_code, a.labels) for a in r.attempts("r-a")], "exchanges": []}
+        out = {
+            "run": (
+                run.agent,
+                run.agent_version,
+                run.argv,
+                {k: v for k, v in run.labels.items()},
+            ),
+            "attempts": [(a.n, a.exit_code, a.labels) for a in r.attempts("r-a")],
+            "exchanges": [],
+        }
         for e in r.exchanges("r-a"):
-            out["exchanges"].append((
-                e.seq, e.outcome, e.status, e.error, e.query, e.request_headers, sorted(e.secret_fingerprints),
-                _digest(r.request_body(e)), _digest(r.response_body(e)), e.response_final and r.blob(e.response_final),
-                e.chunk_timings,
-                e.streamed, e.served_by, e.flags, e.forwarded_body and r.blob(e.forwarded_body), e.chain, e.role,
-                e.request_bytes, e.bytes_received,
-            ))
+            out["exchanges"].append(
+                (
+                    e.seq,
+                    e.outcome,
+                    e.status,
+                    e.error,
+                    e.query,
+                    e.request_headers,
+                    sorted(e.secret_fingerprints),
+                    _digest(r.request_body(e)),
+                    _digest(r.response_body(e)),
+                    e.response_final and r.blob(e.response_final),
+                    e.chunk_timings,
+                    e.streamed,
+                    e.served_by,
+                    e.flags,
+                    e.forwarded_body and r.blob(e.forwarded_body),
+                    e.chain,
+                    e.role,
+                    e.request_bytes,
+                    e.bytes_received,
+                )
+            )
         out["blob"] = r.blob(SNAP_SHA)
         assert r.verify().ok
     return out
@@ -118,7 +190,9 @@ def test_the_process_writer_stores_what_the_thread_writer_stores(tmp_path: Path)
     assert writer[1] == "closed" and writer[0] != os.getpid()  # the lease is the child's
 
 
-def test_an_exchange_in_flight_is_written_in_flight_then_incomplete_at_close(tmp_path: Path):
+def test_an_exchange_in_flight_is_written_in_flight_then_incomplete_at_close(
+    tmp_path: Path,
+):
     path = tmp_path / "j.sqlite"
     with JournalProcess.open(path) as j:
         p = j.begin_exchange("r-f", "POST", "/v1/messages", [("x-api-key", KEY)])
@@ -143,7 +217,8 @@ PARENT = textwrap.dedent(
     print(j.pid, flush=True)
     hanging = j.begin_exchange("r-k", "POST", "/v1/messages", [("x-api-key", "sk-kill")])
     for i in range(200):
-        j.record_exchange("r-k", "POST", "/v1/messages", [], status=200, request_body=b'{"n": %d}' % i, response_body=b"x" * 5000)
+        j.record_exchange("r-k", "POST", "/v1/messages", [], status=200, request_body=b'{"n": %d}' % i,
+                          response_body=b"x" * 5000)
     time.sleep(0.4)  # the hanging exchange is older than a commit window: sent in flight
     os.kill(os.getpid(), signal.SIGKILL)  # nothing flushed, nothing closed
     """
@@ -154,11 +229,19 @@ def test_a_kill_9_of_the_gateway_loses_nothing_it_sent(tmp_path: Path):
     path = tmp_path / "j.sqlite"
     script = tmp_path / "parent.py"
     script.write_text(PARENT)
-    proc = subprocess.run([sys.executable, str(script), str(path)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     child = int(proc.stdout.split()[0])
-    poll(lambda: not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z",
-         "the writer process ends after its gateway died", deadline=30)
+    poll(
+        lambda: not os.path.exists(f"/proc/{child}") or open(f"/proc/{child}/stat").read().split()[2] == "Z",
+        "the writer process ends after its gateway died",
+        deadline=30,
+    )
     with JournalReader(path) as r:
         exs = r.exchanges("r-k")
         assert r.verify().ok
@@ -174,7 +257,15 @@ def test_a_kill_9_of_the_writer_process_is_seen_and_reaped(tmp_path: Path):
     j = JournalProcess.open(path)
     try:
         p = j.begin_exchange("r-d", "POST", "/v1/messages", [])
-        j.record_exchange("r-d", "POST", "/v1/messages", [], status=200, request_body=b"{}", response_body=b"{}")
+        j.record_exchange(
+            "r-d",
+            "POST",
+            "/v1/messages",
+            [],
+            status=200,
+            request_body=b"{}",
+            response_body=b"{}",
+        )
         j.flush()
         poll(lambda: _outcomes(path) == [None, "ok"], "the exchange in flight on disk")
         os.kill(j.pid, signal.SIGKILL)
@@ -206,8 +297,10 @@ def test_a_locked_journal_is_logged_by_the_gateway_and_nothing_is_lost(tmp_path:
         blocker = sqlite3.connect(path, isolation_level=None)
         blocker.execute("BEGIN IMMEDIATE")
         j.record_exchange("r-l", "POST", "/v1/messages", [], status=200, request_body=b"{}")
-        poll(lambda: any("is locked by another process" in r.getMessage() for r in caplog.records),
-             "the child's warning, logged in the parent")
+        poll(
+            lambda: any("is locked by another process" in r.getMessage() for r in caplog.records),
+            "the child's warning, logged in the parent",
+        )
         blocker.execute("ROLLBACK")
         blocker.close()
         j.flush()
@@ -223,9 +316,14 @@ def test_mode_and_cpus_from_the_environment():
     usable = sorted(os.sched_getaffinity(0))
     assert writer_cpus({"PVISOR_WRITER_CPUS": ",".join(map(str, usable))}) == set(usable)
     assert writer_cpus({"PVISOR_WRITER_CPUS": f"{usable[0]}-{usable[0]}"}) == {usable[0]}
-    for bad, message in [("one", "expected CPU numbers"), ("0-", "expected CPU numbers"), ("3-1", "3-1 names no CPU"),
-                         ("0-1000000000", "expected CPU numbers"), ("0-999999", "may run on CPUs"),
-                         (str(usable[-1] + 1), "may run on CPUs")]:
+    for bad, message in [
+        ("one", "expected CPU numbers"),
+        ("0-", "expected CPU numbers"),
+        ("3-1", "3-1 names no CPU"),
+        ("0-1000000000", "expected CPU numbers"),
+        ("0-999999", "may run on CPUs"),
+        (str(usable[-1] + 1), "may run on CPUs"),
+    ]:
         with pytest.raises(UsageError, match=f"PVISOR_WRITER_CPUS='{bad}': .*{message}"):
             writer_cpus({"PVISOR_WRITER_CPUS": bad})
 
@@ -243,15 +341,35 @@ def test_open_journal_puts_the_writer_where_asked(tmp_path: Path, monkeypatch):
     assert not (tmp_path / "x.sqlite").exists()
 
 
-@pytest.mark.parametrize("value, message", [
-    ("PVISOR_JOURNAL_WRITER=fast", "PVISOR_JOURNAL_WRITER='fast': expected 'process' or 'thread'"),
-    ("PVISOR_WRITER_CPUS=x", "PVISOR_WRITER_CPUS='x': expected CPU numbers"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (
+            "PVISOR_JOURNAL_WRITER=fast",
+            "PVISOR_JOURNAL_WRITER='fast': expected 'process' or 'thread'",
+        ),
+        ("PVISOR_WRITER_CPUS=x", "PVISOR_WRITER_CPUS='x': expected CPU numbers"),
+    ],
+)
 def test_a_bad_setting_is_one_line_and_exit_2(tmp_path: Path, value: str, message: str):
     name, _, setting = value.partition("=")
     env = {**os.environ, name: setting, "PYTHONSAFEPATH": "1"}
-    proc = subprocess.run([sys.executable, "-m", "pvisor", "--journal", str(tmp_path / "j.sqlite"), "gateway", "--port", "0"],
-                          capture_output=True, text=True, env=env, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pvisor",
+            "--journal",
+            str(tmp_path / "j.sqlite"),
+            "gateway",
+            "--port",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"pvisor: error: {message}"), proc.stderr
