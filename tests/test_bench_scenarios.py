@@ -7,6 +7,7 @@ failed request, and the journal must hold every exchange the client got an answe
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,27 @@ def test_each_scenario_completes_and_every_exchange_is_journaled(stack, upstream
             stored = r.conn.execute("SELECT sum(length(data)) FROM blobs").fetchone()[0]
             sent = sum(ex.request_bytes for ex in exchanges)
         assert stored < sent / 5, (stored, sent)
+
+
+def test_writer_cost_floor_writes_the_rows_the_journal_writes(tmp_path):
+    """bench/writer_cost.py compares the journal writer with a floor of plain SQLite statements:
+    the floor only means something if it stores what the writer stores (same exchanges, same
+    bodies by digest, one event each)."""
+    import writer_cost  # bench/, on the path above
+
+    writer_cost.journal_run(tmp_path / "j.sqlite", 40, unique=True)
+    cpu = writer_cost.floor_run(tmp_path / "f.sqlite", 40, unique=True)
+    assert cpu >= 0
+    query = (
+        "SELECT count(*), count(DISTINCT response_body), group_concat(DISTINCT request_body),"
+        " sum(status = 200 AND outcome = 'ok') FROM exchanges"
+    )
+    blob_q = "SELECT count(*), sum(size) FROM blobs"
+    event_q = "SELECT count(*) FROM events WHERE kind = 'exchange.finished'"
+    got = {}
+    for name in ("j", "f"):
+        conn = sqlite3.connect(tmp_path / f"{name}.sqlite")
+        got[name] = [conn.execute(q).fetchone() for q in (query, blob_q, event_q)]
+        conn.close()
+    assert got["j"] == got["f"]
+    assert got["j"][0][:2] == (40, 40)
