@@ -9,7 +9,7 @@ import click
 import orjson
 
 from pvisor.adapters.agents import agent_names
-from pvisor.commands.serve import Seconds
+from pvisor.commands.params import Seconds
 from pvisor.journal.errors import EXIT_TIMEOUT
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import errno
 import logging
-import math
 import os
 import re
 import signal
@@ -23,39 +22,10 @@ import click
 import orjson
 
 from pvisor.commands.outputs import check_output_path
+from pvisor.commands.params import Seconds, Size
 from pvisor.journal.errors import EXIT_UNAVAILABLE, UnavailableError, UsageError
 
 EXIT_INTERRUPTED = 130  # SIGINT, as a shell reports Ctrl-C
-
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.I)
-_UNITS = {None: 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2, "mib": 1024**2, "g": 1024**3, "gb": 1000**3, "gib": 1024**3}
-
-
-def parse_size(text: str) -> int:
-    """``64MiB`` -> 67108864. Units: B, KB/MB/GB (powers of 1000), KiB/MiB/GiB and K/M/G (powers of 1024)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise click.BadParameter(f"{text!r} is not a size such as 64MiB, 500KB or 1048576")
-    return int(m.group(1)) * _UNITS[m.group(2).lower() if m.group(2) else None]
-
-
-class Seconds(click.ParamType):
-    """A finite number of seconds, at least ``minimum`` (``nan`` and ``inf`` are refused)."""
-
-    name = "seconds"
-
-    def __init__(self, minimum: float) -> None:
-        self.minimum = minimum
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
-        if not math.isfinite(seconds) or seconds < self.minimum:
-            self.fail(f"{value!r} is not a finite number of seconds >= {self.minimum:g}", param, ctx)
-        return seconds
-
 
 def _without_userinfo(url: str) -> str:
     """``url`` with any ``user:password@`` replaced, for error messages."""
@@ -210,7 +180,7 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
 @click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
               help="Upstream for NAME (anthropic, openai, gemini); repeatable. Others use the public API hosts.")
 @click.option("--run", "run_id", default=None, help="Run id for exchanges without X-Pvisor-Run or /run/<id>/ (default: a new id).")
-@click.option("--max-body", default="64MiB", show_default=True, help="Largest request body accepted (413 beyond).")
+@click.option("--max-body", type=Size(1), default="64MiB", show_default=True, help="Largest request body accepted (413 beyond).")
 @click.option("--stall-timeout", type=Seconds(0.1), default=600.0, show_default=True,
               help="Seconds without upstream bytes before the exchange is given up.")
 @click.option("--shutdown-grace", type=Seconds(0), default=10.0, show_default=True,
@@ -225,7 +195,7 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
 @click.option("--event-loop", "event_loop", type=click.Choice(["asyncio", "uvloop", "auto"]), default="asyncio", show_default=True,
               help="uvloop needs pvisor-sandbox[uvloop]; auto: uvloop when installed, else asyncio's loop.")
 @click.pass_context
-def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...], run_id: str | None, max_body: str,
+def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...], run_id: str | None, max_body: int,
             stall_timeout: float, shutdown_grace: float, log_file: str | None, ready_file: str | None,
             workspace: str | None, snapshot_driver: str, event_loop: str) -> None:
     """Run the capture gateway: point an agent's base URL at it and every model exchange is
@@ -249,7 +219,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
     if run_id is not None and not re.fullmatch(RUN_ID_PATTERN, run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
     config = GatewayConfig(
-        host=host, port=port, upstreams=parse_upstreams(upstreams), run=run_id, max_body=parse_size(max_body),
+        host=host, port=port, upstreams=parse_upstreams(upstreams), run=run_id, max_body=max_body,
         stall_timeout=stall_timeout, log_file=Path(log_file) if log_file else None, shutdown_grace=shutdown_grace,
         workspace=Path(os.path.abspath(workspace)) if workspace else None, snapshot_exclude=(Path(ctx.obj["journal"]),),
         snapshot_driver=snapshot_driver,

@@ -1,0 +1,65 @@
+"""Option types shared by the commands: sizes and seconds. A bad value is click's usage error
+(exit 2) naming the option, as ``Error: Invalid value for '--max-body': '1x' is not a size such
+as 64MiB, 500KB or 1048576``."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+import click
+
+_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.I)
+_UNITS = {
+    None: 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024, "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
+    "g": 1024**3, "gb": 1000**3, "gib": 1024**3,
+}  # fmt: skip
+
+
+def parse_size(text: str) -> int:
+    """``64MiB`` -> 67108864. Units: B, KB/MB/GB (powers of 1000), KiB/MiB/GiB and K/M/G (powers
+    of 1024). Raises ValueError with the reason."""
+    m = _SIZE.match(text)
+    if not m:
+        raise ValueError(f"{text!r} is not a size such as 64MiB, 500KB or 1048576")
+    return int(m.group(1)) * _UNITS[m.group(2).lower() if m.group(2) else None]
+
+
+class Size(click.ParamType):
+    """A size in bytes, written as :func:`parse_size` reads it; at least ``minimum``."""
+
+    name = "size"
+
+    def __init__(self, minimum: int = 0) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            size = value
+        else:
+            try:
+                size = parse_size(str(value))
+            except ValueError as exc:
+                self.fail(str(exc), param, ctx)
+        if size < self.minimum:
+            self.fail(f"{value!r} is too small (at least {self.minimum} B)", param, ctx)
+        return size
+
+
+class Seconds(click.ParamType):
+    """A finite number of seconds, at least ``minimum`` (``nan`` and ``inf`` are refused)."""
+
+    name = "seconds"
+
+    def __init__(self, minimum: float) -> None:
+        self.minimum = minimum
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds < self.minimum:
+            self.fail(f"{value!r} is not a finite number of seconds >= {self.minimum:g}", param, ctx)
+        return seconds
