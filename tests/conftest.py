@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,25 @@ def stack(loop_thread, tmp_path):
     s = Stack(loop_thread, tmp_path)
     yield s
     s.close()
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    """``small_fs(size)``: a new directory on a tmpfs of ``size`` (``"1m"``), mounted for the test
+    and unmounted after it: a full file system, for real (root can mount here; elsewhere the
+    test cannot run, and fails in CI)."""
+    mounted: list[Path] = []
+
+    def make(size: str = "1m") -> Path:
+        where = tmp_path / f"small-fs-{len(mounted)}"
+        where.mkdir()
+        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(where)],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            cannot_run_here(f"cannot mount a tmpfs: {p.stderr.strip()}")
+        mounted.append(where)
+        return where
+
+    yield make
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)

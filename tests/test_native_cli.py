@@ -341,6 +341,94 @@ def test_stdin_and_a_pipe_read_like_the_file():
         assert a == b
 
 
+def _bounded(args, tmp_path, **kw) -> subprocess.CompletedProcess:
+    """``pvisor trajectory ARGS`` with TMPDIR of its own, never allowed to write more than 64 MiB
+    to any file (RLIMIT_FSIZE: a pvisor that copies an endless stream dies of SIGXFSZ instead of
+    filling the disk, and the test fails)."""
+    import resource
+
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir(exist_ok=True)
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 20, 64 << 20))
+
+    return subprocess.run([PVISOR, "trajectory", *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TMPDIR": str(tmp)}, preexec_fn=limit, **kw)
+
+
+def test_a_device_is_refused_without_reading_it(tmp_path):
+    p = _bounded(["show", "/dev/zero"], tmp_path)
+    assert (p.returncode, p.stderr) == (
+        2, "pvisor: error: /dev/zero: is a character device, not a trajectory file; give a file, or pipe one through -\n"
+    )
+    p = _bounded(["show", "-"], tmp_path, stdin=open("/dev/zero", "rb"))
+    assert p.returncode == 2 and p.stderr.startswith("pvisor: error: -: standard input is a character device,")
+    assert list((tmp_path / "tmpdir").iterdir()) == []
+
+
+def test_an_endless_stream_stops_at_the_input_limit_and_leaves_nothing_behind(tmp_path):
+    yes = subprocess.Popen(["yes"], stdout=subprocess.PIPE)
+    try:
+        p = _bounded(["show", "-", "--max-input", "2MiB"], tmp_path, stdin=yes.stdout)
+    finally:
+        yes.kill()
+        yes.wait()
+    assert (p.returncode, p.stderr) == (
+        65,
+        "pvisor: error: -: the stream gave more than 2 MiB (--max-input); raise --max-input, or give the trajectory"
+        " as a file\n",
+    )
+    assert list((tmp_path / "tmpdir").iterdir()) == []  # the partial copy is gone
+    # the default bound is 1 GiB: below it a trajectory on stdin reads as before
+    src = native_dir() / CLAUDE
+    p = _bounded(["show", "-", "--max-input", str(src.stat().st_size)], tmp_path, stdin=open(src, "rb"))
+    assert p.returncode == 0, p.stderr
+
+
+def test_a_fifo_nobody_writes_and_a_stalled_pipe_end_after_the_input_timeout(tmp_path):
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    p = _bounded(["show", str(fifo), "--input-timeout", "0.5"], tmp_path)
+    assert (p.returncode, p.stderr) == (
+        2, f"pvisor: error: {fifo}: no data for 0.5 s (is a process writing to it?); --input-timeout S waits longer\n"
+    )
+    stalled = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE)
+    try:
+        p = _bounded(["export", "-", "--format", "atif", "--input-timeout", "0.5"], tmp_path, stdin=stalled.stdout)
+    finally:
+        stalled.kill()
+        stalled.wait()
+    assert p.returncode == 2 and p.stderr.startswith("pvisor: error: -: no data for 0.5 s"), p.stderr
+    # a FIFO that is written reads like the file
+    src = native_dir() / CLAUDE
+    writer = subprocess.Popen(["sh", "-c", 'sleep 0.3; cat "$0" > "$1"', str(src), str(fifo)])
+    p = _bounded(["show", str(fifo), "--agent", "claude-code", "--input-timeout", "20"], tmp_path)
+    writer.wait(10)
+    assert p.returncode == 0 and "task: start phoenix in background" in p.stdout, p.stderr
+
+
+def test_a_full_temporary_directory_names_the_input(tmp_path, small_fs):
+    full = small_fs("64k")
+    src = tmp_path / "long.jsonl"
+    src.write_bytes((native_dir() / CLAUDE).read_bytes() * 4)  # more than the file system holds
+    p = subprocess.run([PVISOR, "trajectory", "show", "-"], stdin=open(src, "rb"), capture_output=True, text=True,
+                       timeout=60, env={**os.environ, "TMPDIR": str(full)})
+    assert (p.returncode, p.stderr) == (
+        74,
+        f"pvisor: error: -: cannot copy the stream to a temporary file in {full}: No space left on device (set TMPDIR"
+        " to a directory with room, or give the trajectory as a file)\n",
+    )
+    assert list(full.iterdir()) == []
+
+
+def test_bad_stream_limits_are_usage_errors_naming_the_option():
+    p = run("trajectory", "show", "-", "--max-input", "lots")
+    assert p.returncode == 2 and "Invalid value for '--max-input': 'lots' is not a size" in p.stderr
+    p = run("trajectory", "export", "-", "--format", "json", "--input-timeout", "inf")
+    assert p.returncode == 2 and "Invalid value for '--input-timeout': 'inf' is not a finite number" in p.stderr
+
+
 def test_unopenable_paths_are_usage_errors_naming_why(tmp_path):
     (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
     (tmp_path / "loop2").symlink_to(tmp_path / "loop1")

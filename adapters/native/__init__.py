@@ -13,7 +13,6 @@ import gc
 import importlib
 import os
 import stat
-import sys
 from pathlib import Path
 
 from pvisor.journal.errors import BadInputError, UsageError
@@ -109,7 +108,7 @@ def check_source_file(path: Path, shown: str) -> None:
     store): a FIFO or a device cannot be digested and read again (a pipe is read once,
     /dev/zero never ends, a FIFO without a writer blocks). ``shown``: how the message names it
     (``--trajectory PATH``). For commands that read a source twice; ``trajectory show`` spools
-    a pipe instead (:func:`_spool`)."""
+    a pipe instead (:mod:`.spool`)."""
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -120,67 +119,54 @@ def check_source_file(path: Path, shown: str) -> None:
         raise UsageError(f"{shown}: not a regular file (nor an OpenCode storage directory)")
 
 
-def _spool(path: Path) -> Path:
-    """A regular file holding what ``path`` gives: ``path`` itself when it is a regular file
-    or a directory; else (``-`` for stdin, a pipe, ``<(zcat f.gz)``, a FIFO, a device) its
-    bytes copied to a temporary file, removed when the process exits. Adapters read twice
-    (structure, then each step by offset), which a stream cannot do."""
-    if str(path) != "-":
-        st = os.stat(path)
-        if stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode):
-            return path
-    import atexit  # lazily, with shutil and tempfile (bz2, lzma, random): only a stream needs them
-    import shutil
-    import tempfile
-
-    fd, name = tempfile.mkstemp(prefix="pvisor-input-", suffix=path.suffix if str(path) != "-" else "")
-    atexit.register(_remove, name)
-    with os.fdopen(fd, "wb") as out:
-        if str(path) == "-":
-            shutil.copyfileobj(sys.stdin.buffer, out, 1 << 20)
-        else:
-            with open(path, "rb") as src:
-                shutil.copyfileobj(src, out, 1 << 20)
-    return Path(name)
-
-
-def _remove(name: str) -> None:
-    try:
-        os.unlink(name)
-    except OSError:
-        pass
-
-
-def read_native(path: Path, agent: str | None = None, session: str | None = None) -> tuple[NativeResult, list[str]]:
+def read_native(
+    path: Path,
+    agent: str | None = None,
+    session: str | None = None,
+    *,
+    max_input: int | None = None,
+    input_timeout: float | None = None,
+) -> tuple[NativeResult, list[str]]:
     """Read ``path`` with the adapter ``agent`` (or the one detected). Returns (result, notes)
     where notes say how the adapter was chosen (for stderr). ``session`` picks one session of
     a store holding several (OpenCode's ``opencode.db`` or storage tree; the id ``opencode
     session list`` prints). ``path`` may also be ``-`` (stdin) or a pipe (``<(zcat f.gz)``):
-    it is copied to a temporary file first (:func:`_spool`). Raises UsageError when ``path``
-    cannot be opened (missing, a symlink loop, no permission: the system's reason) or
+    it is copied to a temporary file first, removed when the process exits (the steps are read
+    from it as they are iterated; :mod:`.spool`: at most ``max_input`` bytes, default 1 GiB; at
+    most ``input_timeout`` s without a byte, default 30; devices and sockets refused). Raises
+    UsageError when ``path`` cannot be opened (missing, a symlink loop, no permission: the system's reason) or
     ``session`` is given for an adapter that reads one session per file, BadInputError (65)
     when no adapter recognises it or several do, naming the candidates, or the session is not
     in the store."""
     if str(path) != "-":
         _check_path(path)
-    original, path = path, _spool(path)
+    from . import spool
+
+    if not spool.needs_spool(path):
+        return _read_native(path, path, agent, session)
+    limits = {"max_input": max_input, "timeout": input_timeout}
+    copy = spool.spool(path, **{k: v for k, v in limits.items() if v is not None})
     try:
-        return _read_native(original, path, agent, session)
+        return _read_native(path, copy, agent, session)
     except BadInputError as exc:
-        if path == original:
-            raise
         # the temporary copy is an implementation detail: errors name what the user gave
-        raise BadInputError(exc.message.replace(str(path), str(original)), exit_code=exc.exit_code) from None
+        raise BadInputError(exc.message.replace(str(copy), str(path)), exit_code=exc.exit_code) from None
 
 
-def _read_native(original: Path, path: Path, agent: str | None, session: str | None) -> tuple[NativeResult, list[str]]:
+def _read_native(
+    original: Path, path: Path, agent: str | None, session: str | None
+) -> tuple[NativeResult, list[str]]:
     notes: list[str] = []
     if agent is None:
         found = detect(path)
         if not found:
-            raise BadInputError(f"{original}: no native adapter recognises this file; give --agent (one of {', '.join(adapter_names())})")
+            raise BadInputError(
+                f"{original}: no native adapter recognises this file; give --agent (one of {', '.join(adapter_names())})"
+            )
         if len(found) > 1:
-            raise BadInputError(f"{original}: ambiguous native format, candidates: {', '.join(found)}; give --agent")
+            raise BadInputError(
+                f"{original}: ambiguous native format, candidates: {', '.join(found)}; give --agent"
+            )
         agent = found[0]
         notes.append(f"detected format: {agent}")
     adapter = get_adapter(agent)
@@ -202,4 +188,12 @@ def _read_native(original: Path, path: Path, agent: str | None, session: str | N
             gc.enable()
 
 
-__all__ = ["ADAPTER_MODULES", "adapter_names", "check_source_file", "detect", "get_adapter", "read_native", "sniff_head"]
+__all__ = [
+    "ADAPTER_MODULES",
+    "adapter_names",
+    "check_source_file",
+    "detect",
+    "get_adapter",
+    "read_native",
+    "sniff_head",
+]

@@ -24,6 +24,7 @@ from pathlib import Path
 import click
 import orjson
 
+from pvisor.commands.params import Seconds, Size
 from pvisor.journal.errors import BadInputError
 
 
@@ -69,10 +70,10 @@ def adapters(as_json: bool) -> None:
         click.echo(f"{'':<16}version: {r['version_from']}; verified with {r['verified_with']}")
 
 
-def _read(file: str, agent: str | None, strict: bool, session: str | None = None):
+def _read(file: str, agent: str | None, strict: bool, session: str | None, limits: dict):
     from pvisor.adapters.native import read_native
 
-    result, notes = read_native(Path(file), agent, session)
+    result, notes = read_native(Path(file), agent, session, **limits)
     for note in notes:
         click.echo(f"pvisor: note: {note}", err=True)
     for w in result.diagnostics.warnings:
@@ -80,6 +81,18 @@ def _read(file: str, agent: str | None, strict: bool, session: str | None = None
     if strict and result.diagnostics.warnings:
         raise BadInputError(f"{file}: {sum(result.diagnostics.counts.values())} warning(s) and --strict")
     return result, agent or notes[0].split(": ", 1)[1]
+
+
+def stream_limits(f):
+    """``--max-input`` and ``--input-timeout``: the bounds of a trajectory read from a stream."""
+    f = click.option(
+        "--input-timeout", type=Seconds(0.001), default=None, metavar="S",
+        help="When FILE is - or a pipe: seconds without a byte before giving up (default 30).",
+    )(f)
+    return click.option(
+        "--max-input", type=Size(1), default=None, metavar="SIZE",
+        help="When FILE is - or a pipe: the most it may give (default 1GiB); a larger trajectory is read as a file.",
+    )(f)  # fmt: skip
 
 
 @click.group("trajectory")
@@ -93,12 +106,16 @@ def trajectory() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the trajectory as JSON (schema pvisor.native-trajectory/v1).")
 @click.option("--strict", is_flag=True, help="Exit 65 when reading gave any warning.")
 @click.option("--session", default=None, metavar="ID", help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.")
-def show(file: str, agent: str | None, as_json: bool, strict: bool, session: str | None) -> None:
+@stream_limits
+def show(
+    file: str, agent: str | None, as_json: bool, strict: bool, session: str | None, max_input: int | None,
+    input_timeout: float | None,
+) -> None:
     """Show FILE's steps: actions, tool calls, observations, and what was left out."""
     from pvisor.adapters.native.render import write_json
     from pvisor.commands.journal import _clip, _safe
 
-    result, name = _read(file, agent, strict, session)
+    result, name = _read(file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout})
     if as_json:
         _stream_json(write_json, result, name)
         return
@@ -153,9 +170,13 @@ def _stream_table(steps) -> int:
 @click.option("--agent", default=None, help="The adapter; default: detected from the file.")
 @click.option("--strict", is_flag=True, help="Exit 65 when reading gave any warning.")
 @click.option("--session", default=None, metavar="ID", help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.")
-def export(file: str, fmt: str, agent: str | None, strict: bool, session: str | None) -> None:
+@stream_limits
+def export(
+    file: str, fmt: str, agent: str | None, strict: bool, session: str | None, max_input: int | None,
+    input_timeout: float | None,
+) -> None:
     """Write FILE's trajectory to stdout as ATIF v1.7 (exact argument strings in `extra`) or JSON."""
     from pvisor.adapters.native.render import write_atif, write_json
 
-    result, name = _read(file, agent, strict, session)
+    result, name = _read(file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout})
     _stream_json(write_atif if fmt == "atif" else write_json, result, name)
