@@ -279,6 +279,7 @@ class Gateway:
         refused = await self._read_body(request, cur)
         if refused is not None:
             return refused
+        self.recorder.request_read(cur)
         if route.kind == "bad_run":
             msg = (f"the run id in {RUN_HEADER} or in the /run/<id>/ path prefix must be 1 to 128 letters, digits, '.', '_' or '-', "
                    "starting with a letter or digit")
@@ -381,6 +382,7 @@ class Gateway:
             finish("aborted_by_client", "client went away before the response started")
             return resp
         cur.started = True
+        self.recorder.response_started(cur, answer.status, up_headers, chunks, streamed)
         if request.method != "HEAD" and source is not None:
             t0 = cur.pending.t0
             sync = not hasattr(source, "__aiter__")

@@ -1,8 +1,10 @@
 """The recorder: the one place where the gateway's exchanges go into the journal.
 
 Every answer, whoever gave it (:class:`~pvisor.gateway.responder.ServedBy`), is recorded the
-same way: :meth:`Recorder.begin` when the request's head arrives (no I/O), then exactly one
-:meth:`Recorder.finish` with what was moved, the outcome, ``served_by`` and the answer's flags.
+same way: :meth:`Recorder.begin` when the request's head arrives (no I/O), :meth:`Recorder.request_read`
+and :meth:`Recorder.response_started` as the exchange goes on (no I/O either: what an exchange
+in flight has is stored every commit window), then exactly one :meth:`Recorder.finish` with
+what was moved, the outcome, ``served_by`` and the answer's flags.
 The journal writer thread redacts secrets, decodes, compresses and stores off the event loop;
 the optional log file gets one line per exchange (secrets redacted from the URL).
 """
@@ -72,6 +74,21 @@ class Recorder:
             attempt=attempt,
         )
         return cur.pending
+
+    def request_read(self, cur: Current) -> None:
+        """The request body of ``cur`` has been read whole: handed to the journal with the
+        exchange in flight (no I/O), which stores it if the exchange is still in flight after a
+        commit window, so that a crash keeps the request."""
+        assert cur.pending is not None and self.journal is not None
+        self.journal.request_read(cur.pending, cur.body or b"", cur.encoding)
+
+    def response_started(
+        self, cur: Current, status: int, headers: list[tuple[str, str]], chunks: list[bytes], streamed: bool
+    ) -> None:
+        """The answer's head went out; ``chunks`` is the relay's list of what it received: the
+        journal stores what it holds every commit window while the exchange is in flight."""
+        assert cur.pending is not None and self.journal is not None
+        self.journal.response_started(cur.pending, status, headers, chunks, streamed)
 
     def finish(
         self,

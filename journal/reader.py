@@ -36,6 +36,7 @@ BUSY_TIMEOUT_S = 5.0
 MIGRATION_SET = "pvisor.journal"
 KNOWN_MIGRATIONS = (
     "m001_initial", "m002_exchanges_by_arrival", "m003_served_by", "m004_forwarded_body", "m005_snapshots",
+    "m006_response_parts",
 )
 #: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
 #: open that failed only because the -shm file cannot be created or written
@@ -471,6 +472,14 @@ class JournalReader:
             "SELECT e.id FROM exchanges e LEFT JOIN runs r ON r.id = e.run_id WHERE r.id IS NULL"
         ):
             rep.problems.append(f"exchange {ex_id}: its run is missing")
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'response_parts'").fetchone():
+            # parts belong to exchanges in flight only: a finished one has its body whole
+            for ex_id, outcome in self.conn.execute(
+                "SELECT DISTINCT p.exchange_id, e.outcome FROM response_parts p LEFT JOIN exchanges e"
+                " ON e.id = p.exchange_id WHERE e.id IS NULL OR e.outcome IS NOT NULL"
+            ):
+                what = "has no exchange row" if outcome is None else f"belong to a finished exchange ({outcome})"
+                rep.problems.append(f"response_parts of exchange {ex_id} {what}")
         for table, columns in _JSON_COLUMNS.items():
             key = "id" if table != "attempts" else "run_id || '/' || n"
             for col in columns:

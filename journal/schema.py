@@ -170,6 +170,21 @@ def m005_snapshots(db: Database) -> None:
     db.execute("CREATE INDEX snapshots_exchange ON snapshots(exchange_id)")
 
 
+@MIGRATIONS(name="m006_response_parts")
+def m006_response_parts(db: Database) -> None:
+    """What an exchange still in flight has received so far (``response_parts``): appended every
+    commit window while the response comes, so that a crash keeps it; removed when the exchange
+    is written whole, or joined into its ``response_body`` when it is marked ``incomplete``."""
+    db.execute(
+        """CREATE TABLE response_parts (
+        exchange_id TEXT NOT NULL,
+        offset INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (exchange_id, offset)
+    ) WITHOUT ROWID"""
+    )
+
+
 #: tables of a pvisor journal; a database with other tables and none of these is not one
 JOURNAL_TABLES = ("meta", "writers", "events", "runs", "attempts", "blobs", "exchanges")
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import math
 import os
 import queue
 import secrets
@@ -100,13 +101,20 @@ def _proc_start(pid: int) -> str | None:
 
 
 def _pid_alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process. A zombie is not: a writer killed while its parent
+    died too stays one for good where nothing reaps orphans (a container whose pid 1 does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in (b"Z", b"X")
 
 
 @dataclass(slots=True)
@@ -125,6 +133,44 @@ class PendingExchange:
     started_ms: float
     t0: float
     persisted: bool = False
+    # What the producer has so far, kept while in flight (no I/O), so that an exchange still in
+    # flight after a commit window is stored with it: a crash keeps the request and the response
+    # up to the last commit (Journal.request_read, Journal.response_started).
+    request_body: bytes | None = None
+    request_encoding: str | None = None
+    status: int | None = None
+    response_headers: list[tuple[str, str]] | None = None
+    streamed: bool = False
+    chunks: list[bytes] | None = None  # the relay's own list of the response's chunks
+    # How far the writer got (its thread only; in the gateway of a writer process: what was sent)
+    request_stored: bool = False
+    request_sha: str | None = None
+    lane_pos: int | None = None
+    request_error: str | None = None
+    head_stored: bool = False
+    parts_taken: int = 0  # chunks stored as response parts
+    parts_bytes: int = 0  # their bytes: the next part's offset
+
+    def due(self, now: float) -> bool:
+        """Whether the writer has something of this exchange in flight to store at ``now``
+        (a perf_counter value): it began a commit window ago and is not stored as far as it got."""
+        if now - self.t0 < COMMIT_INTERVAL_S:
+            return False
+        return (
+            not self.persisted
+            or (self.request_body is not None and not self.request_stored)
+            or (self.status is not None and not self.head_stored)
+            or (self.chunks is not None and len(self.chunks) > self.parts_taken)
+        )
+
+    def progress(self) -> tuple:
+        return (self.persisted, self.request_stored, self.request_sha, self.lane_pos, self.request_error,
+                self.head_stored, self.parts_taken, self.parts_bytes)  # fmt: skip
+
+    def restore(self, saved: tuple) -> None:
+        """Back to :meth:`progress` ``saved`` (a transaction that stored more was rolled back)."""
+        (self.persisted, self.request_stored, self.request_sha, self.lane_pos, self.request_error,
+         self.head_stored, self.parts_taken, self.parts_bytes) = saved  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -268,6 +314,34 @@ class JournalProducer:
         )
         self._inflight[p.id] = p
         return p
+
+    def request_read(self, pending: PendingExchange, body: bytes, encoding: str | None = None) -> None:
+        """The request body of ``pending`` has been read whole (bytes as on the wire, still
+        ``encoding``-encoded). Costs no I/O: kept with the exchange, so that the writer stores
+        it if the exchange is still in flight a commit window after it began (a crash, or a
+        ``kill -9``, then keeps the request). ``finish_exchange`` still passes the body."""
+        pending.request_body = body
+        pending.request_encoding = encoding
+
+    def response_started(
+        self,
+        pending: PendingExchange,
+        status: int,
+        headers: Iterable[tuple[str, str]],
+        chunks: list[bytes],
+        streamed: bool,
+    ) -> None:
+        """The response of ``pending`` has begun; ``chunks`` is the list the producer appends
+        every chunk it receives to (read, never changed, by the writer). Costs no I/O. While
+        the exchange is in flight the writer appends what arrived to ``response_parts`` every
+        commit window, so a crash keeps the response up to the last commit. A response with a
+        status of 400 or more is not kept in parts: an error may echo the request's key, and
+        is cleaned of it only when whole."""
+        pending.status = status
+        pending.response_headers = list(headers)
+        pending.streamed = streamed
+        if status < 400:
+            pending.chunks = chunks
 
     def finish_exchange(
         self,
@@ -568,6 +642,7 @@ class Journal(JournalProducer):
                 dead = t - heartbeat > DEAD_AFTER_MS
             if not dead:
                 continue
+            self._assemble_parts(conn, wid)
             n = conn.execute(
                 "UPDATE exchanges SET outcome = 'incomplete', error = ? WHERE writer_id = ? AND outcome IS NULL",
                 (f"writer {wid} (pid {pid}) ended while the exchange was in flight", wid),
@@ -621,7 +696,8 @@ class Journal(JournalProducer):
                         break
                 now = time.monotonic()
                 beat = now - last_heartbeat >= HEARTBEAT_INTERVAL_S
-                stale = [p for p in list(self._inflight.values()) if not p.persisted and now - p.t0 >= COMMIT_INTERVAL_S]
+                now_pc = time.perf_counter()
+                stale = [p for p in list(self._inflight.values()) if p.due(now_pc)]
                 if not (batch or stale or beat):
                     if self._to_finalize and not self._inflight and self._queue.empty():
                         try:
@@ -695,6 +771,8 @@ class Journal(JournalProducer):
         batch can be written again."""
         conn.execute("BEGIN IMMEDIATE")
         self._last_of_run.clear()  # other writers may have added exchanges since the last transaction
+        # every exchange in flight, not only the stale ones: a close writes the rest
+        saved = [(p, p.progress()) for p in list(self._inflight.values())]
         try:
             for p in stale:
                 self._write_inflight(conn, p)
@@ -714,8 +792,8 @@ class Journal(JournalProducer):
             # bodies written in the rolled-back transaction are gone: start lanes afresh
             self._lanes.clear()
             self._known_runs.clear()
-            for p in stale:
-                p.persisted = False
+            for p, progress in saved:
+                p.restore(progress)
             raise
 
     def _finalize_pending(self, conn: sqlite3.Connection, budget_s: float | None) -> None:
@@ -791,8 +869,9 @@ class Journal(JournalProducer):
 
     def _close_rows(self, conn: sqlite3.Connection) -> None:
         for p in list(self._inflight.values()):
-            if not p.persisted:
+            if p.due(math.inf):
                 self._write_inflight(conn, p)
+        self._assemble_parts(conn, self.writer_id)
         conn.execute(
             "UPDATE exchanges SET outcome = 'incomplete', error = 'gateway stopped while the exchange was in flight'"
             " WHERE writer_id = ? AND outcome IS NULL",
@@ -940,15 +1019,72 @@ class Journal(JournalProducer):
         return seq
 
     def _write_inflight(self, conn: sqlite3.Connection, p: PendingExchange) -> None:
-        self._ensure_run(conn, p.run)
-        query, headers, fps, dropped = self._meta_columns(p)
-        conn.execute(
-            "INSERT OR IGNORE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
-            " secret_fingerprints, dropped_headers, started_ms, writer_id, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
-            (p.id, p.run, p.attempt, self._place(conn, p), p.protocol, p.method, p.path, query, headers, fps, dropped, p.started_ms, self.writer_id),
-        )
-        self._event(conn, "exchange.started", run=p.run, exchange=p.id)
-        p.persisted = True
+        """Store what exchange ``p`` in flight has that is not stored yet: its row (outcome
+        NULL), its request body once read, its response head, the response bytes received
+        since the last commit (one ``response_parts`` row)."""
+        if not p.persisted:
+            self._ensure_run(conn, p.run)
+            query, headers, fps, dropped = self._meta_columns(p)
+            conn.execute(
+                "INSERT OR IGNORE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
+                " secret_fingerprints, dropped_headers, started_ms, writer_id, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
+                (p.id, p.run, p.attempt, self._place(conn, p), p.protocol, p.method, p.path, query, headers, fps, dropped, p.started_ms, self.writer_id),
+            )
+            self._event(conn, "exchange.started", run=p.run, exchange=p.id)
+            p.persisted = True
+        if p.request_body is not None and not p.request_stored:
+            p.request_sha, p.lane_pos, p.request_error = self._request_blob(conn, p, p.request_body, p.request_encoding)
+            conn.execute(
+                "UPDATE exchanges SET request_body = ?, request_bytes = ?, request_encoding = ?, lane_pos = ? WHERE id = ?",
+                (p.request_sha, len(p.request_body), p.request_encoding, p.lane_pos, p.id),
+            )
+            p.request_stored = True
+        if p.status is not None and not p.head_stored:
+            red = redact_exchange_meta("", p.response_headers or [], self.fingerprint_key, allow=None)
+            conn.execute(
+                "UPDATE exchanges SET status = ?, response_headers = ?, streamed = ? WHERE id = ?",
+                (p.status, orjson.dumps(red.headers).decode(), 1 if p.streamed else 0, p.id),
+            )
+            p.head_stored = True
+        chunks = p.chunks
+        if chunks is not None and len(chunks) > p.parts_taken:
+            n = len(chunks)  # the producer may append meanwhile: what is past n waits for the next commit
+            data = b"".join(chunks[p.parts_taken : n])
+            conn.execute(
+                "INSERT OR REPLACE INTO response_parts(exchange_id, offset, data) VALUES (?, ?, ?)",
+                (p.id, p.parts_bytes, data),
+            )
+            p.parts_taken, p.parts_bytes = n, p.parts_bytes + len(data)
+            conn.execute("UPDATE exchanges SET bytes_received = ? WHERE id = ?", (p.parts_bytes, p.id))
+
+    def _request_blob(
+        self, conn: sqlite3.Connection, p: PendingExchange, body: bytes, encoding: str | None
+    ) -> tuple[str, int | None, str | None]:
+        """Store a request body: decoded when ``encoding`` is set, in the lane of its run and
+        path. Returns (sha256, lane position, decode error): a body that does not decode is
+        stored raw, outside the lane, with the reason."""
+        if encoding:
+            try:
+                body = decode_body(body, encoding, limit=self.max_decoded)
+            except DecodeError as exc:
+                return self._put_blob(conn, body), None, str(exc)
+        sha, pos = self._put_request_body(conn, p, body)
+        return sha, pos, None
+
+    def _assemble_parts(self, conn: sqlite3.Connection, writer_id: int) -> None:
+        """Join the response parts of ``writer_id``'s exchanges still in flight into their
+        ``response_body`` (they are about to be marked ``incomplete``) and remove the parts."""
+        ids = [r[0] for r in conn.execute(
+            "SELECT DISTINCT p.exchange_id FROM response_parts p JOIN exchanges e ON e.id = p.exchange_id"
+            " WHERE e.writer_id = ? AND e.outcome IS NULL", (writer_id,))]  # fmt: skip
+        for ex_id in ids:
+            data = b"".join(r[0] for r in conn.execute(
+                "SELECT data FROM response_parts WHERE exchange_id = ? ORDER BY offset", (ex_id,)))  # fmt: skip
+            conn.execute(
+                "UPDATE exchanges SET response_body = ?, bytes_received = ? WHERE id = ?",
+                (self._put_blob(conn, data), len(data), ex_id),
+            )
+            conn.execute("DELETE FROM response_parts WHERE exchange_id = ?", (ex_id,))
 
     def _put_blob(self, conn: sqlite3.Connection, data: bytes, base: tuple[str, bytes] | None = None,
                   sha: str | None = None) -> str:
@@ -1015,18 +1151,15 @@ class Journal(JournalProducer):
         request_sha = None
         lane_pos = None
         if f.request_body is not None:
-            body = f.request_body
-            if f.request_encoding:
-                try:
-                    body = decode_body(body, f.request_encoding, limit=self.max_decoded)
-                except DecodeError as exc:
-                    if outcome == "ok":
-                        outcome = "decode_error"
-                    error = error or f"request body: {exc}"
-                    body = f.request_body  # keep the raw bytes
-                    request_sha = self._put_blob(conn, body)
-            if request_sha is None:
-                request_sha, lane_pos = self._put_request_body(conn, p, body)
+            if p.request_stored and (f.request_body is p.request_body or f.request_body == p.request_body):
+                # stored while in flight: the same bytes are not stored (nor their lane moved) twice
+                request_sha, lane_pos, decode_error = p.request_sha, p.lane_pos, p.request_error
+            else:
+                request_sha, lane_pos, decode_error = self._request_blob(conn, p, f.request_body, f.request_encoding)
+            if decode_error is not None:
+                if outcome == "ok":
+                    outcome = "decode_error"
+                error = error or f"request body: {decode_error}"
         forwarded_sha = self._put_blob(conn, f.forwarded_body) if f.forwarded_body is not None else None
         response_sha = None
         resp_headers = redact_exchange_meta("", f.response_headers, self.fingerprint_key, allow=None)
@@ -1084,4 +1217,6 @@ class Journal(JournalProducer):
                 forwarded_sha,
             ),
         )
+        if p.parts_taken:
+            conn.execute("DELETE FROM response_parts WHERE exchange_id = ?", (p.id,))  # whole now
         self._event(conn, "exchange.finished", run=p.run, exchange=p.id, data={"outcome": outcome, "status": f.status})

@@ -25,7 +25,7 @@ from .writer_wire import (
     WireError,
     decode_exchange,
     encode_reply,
-    pending_from,
+    apply_inflight,
     read_message,
 )
 
@@ -85,8 +85,7 @@ def _dispatch(journal: Journal, replies: _Replies, kind: str, payload: Any, bodi
         pending = journal._inflight.pop(payload[0][0], None)
         journal._put(("exchange", decode_exchange(payload, bodies, pending)))
     elif kind == "inflight":
-        p = pending_from(payload)
-        journal._inflight[p.id] = p
+        apply_inflight(journal._inflight, payload, bodies)
     elif kind == "blobs":
         journal.put_blobs(list(zip(payload, bodies)))
     elif kind == "flush":

@@ -36,6 +36,7 @@ import fcntl
 import importlib
 import itertools
 import logging
+import math
 import os
 import re
 import select
@@ -319,8 +320,7 @@ class JournalProcess(JournalProducer):
                 self._lock
             ):  # exchanges that never finished: the child writes them, then marks them incomplete
                 for p in list(self._inflight.values()):
-                    if not p.persisted:
-                        p.persisted = True
+                    if p.due(math.inf):
                         self._append_locked(encode(("inflight", p)))
                 self._append_locked(encode(("close", timeout)))
         self._stopping = True
@@ -437,12 +437,11 @@ class JournalProcess(JournalProducer):
     def _send_stale(self) -> None:
         now = time.perf_counter()
         for p in list(self._inflight.values()):
-            # ``persisted`` here means "sent in flight": the child keeps its own copy
-            if not p.persisted and now - p.t0 >= COMMIT_INTERVAL_S:
+            # progress here means "sent in flight": the child keeps its own copy, and stores it
+            if p.due(now):
                 with self._lock:
                     # still in flight under the lock: its end, if it comes now, is queued after this
-                    if p.id in self._inflight and not p.persisted:
-                        p.persisted = True
+                    if p.id in self._inflight and p.due(now):
                         self._append_locked(encode(("inflight", p)))
 
     def _wait_blob_room(self, size: int) -> None:

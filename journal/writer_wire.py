@@ -82,6 +82,54 @@ def pending_from(t: Sequence[Any]) -> PendingExchange:
     return PendingExchange(*t)
 
 
+def encode_inflight(p: PendingExchange) -> tuple[tuple, list[bytes]]:
+    """``(payload, bodies)`` of what exchange ``p`` in flight has that was not sent yet (its
+    head, its request body once read, its response head, the response bytes received since);
+    marks it sent on ``p``. Call it with the sender's lock held."""
+    bodies: list[bytes] = []
+    new_request = p.request_body is not None and not p.request_stored
+    if new_request:
+        bodies.append(p.request_body)  # type: ignore[arg-type]
+        p.request_stored = True
+    head = None
+    if p.status is not None and not p.head_stored:
+        head = (p.status, [(str(k), v) for k, v in p.response_headers or ()], p.streamed)
+        p.head_stored = True
+    chunks = p.chunks
+    new_part = chunks is not None and len(chunks) > p.parts_taken
+    if new_part:
+        n = len(chunks)  # type: ignore[arg-type]  # the event loop may append meanwhile
+        data = b"".join(chunks[p.parts_taken : n])  # type: ignore[index]
+        bodies.append(data)
+        p.parts_taken, p.parts_bytes = n, p.parts_bytes + len(data)
+    p.persisted = True
+    return (_pending_tuple(p), p.request_encoding, new_request, head, new_part), bodies
+
+
+def apply_inflight(inflight: dict[str, PendingExchange], payload: Sequence[Any], bodies: list[bytes]) -> None:
+    """The inverse of :func:`encode_inflight`, on the child's own copies of the exchanges in
+    flight (``inflight``, its writer's). Each field is set before the one the writer thread
+    tests (the encoding before the body, the status last), so that thread never sees
+    half of an update."""
+    pt, encoding, new_request, head, new_part = payload
+    p = inflight.get(pt[0])
+    if p is None:
+        p = inflight[pt[0]] = pending_from(pt)
+    it = iter(bodies)
+    if new_request:
+        p.request_encoding = encoding
+        p.request_body = next(it)
+    if head is not None:
+        p.response_headers, p.streamed = head[1], head[2]
+        p.status = head[0]
+    if new_part:
+        part = next(it)
+        if p.chunks is None:
+            p.chunks = [part]
+        else:
+            p.chunks.append(part)
+
+
 def encode_exchange(f: FinishedExchange) -> tuple[tuple, list[bytes]]:
     """``(payload, bodies)`` of one finished exchange: the request, response and forwarded
     bodies (those not None, in that order) go out of band; the payload says which are there."""
@@ -168,7 +216,7 @@ def encode(message: tuple[str, Any]) -> list[bytes | memoryview]:
     if kind == "exchange":
         payload, bodies = encode_exchange(payload)
     elif kind == "inflight":
-        payload, bodies = _pending_tuple(payload), []
+        payload, bodies = encode_inflight(payload)
     elif kind == "blobs":
         bodies = [data for _, data in payload]
         payload = [sha for sha, _ in payload]

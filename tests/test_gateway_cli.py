@@ -9,6 +9,7 @@ serve-model`` as a second process. Every wait has a deadline.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from pathlib import Path
 import orjson
 import pytest
 from aiohttp import web
-from gateway_helpers import DEADLINE, Gate, http_request, json_upstream, open_stream
+from gateway_helpers import DEADLINE, Gate, http_request, json_upstream, open_stream, poll
 
 from pvisor.journal.model import unpack_timings
 from pvisor.journal.reader import JournalReader
@@ -92,9 +93,9 @@ def with_rlimit(resource_name: str, limit: int) -> list[str]:
 class Proc:
     """A pvisor child process with its stdout/stderr read line by line."""
 
-    def __init__(self, args: list[str], command: list[str] | None = None) -> None:
+    def __init__(self, args: list[str], command: list[str] | None = None, env: dict[str, str] | None = None) -> None:
         self.p = subprocess.Popen((command or PVISOR) + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=ENV, start_new_session=True)
+                                  env=env or ENV, start_new_session=True)
         self.out = LineReader(self.p.stdout)
         self.err = LineReader(self.p.stderr)
 
@@ -119,8 +120,8 @@ class Proc:
 def procs():
     started: list[Proc] = []
 
-    def start(args: list[str], command: list[str] | None = None) -> Proc:
-        p = Proc(args, command)
+    def start(args: list[str], command: list[str] | None = None, env: dict[str, str] | None = None) -> Proc:
+        p = Proc(args, command, env)
         started.append(p)
         return p
 
@@ -136,6 +137,89 @@ def run_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess
 def assert_wal_checkpointed(journal: Path) -> None:
     wal = Path(str(journal) + "-wal")
     assert not wal.exists() or wal.stat().st_size == 0, f"WAL not checkpointed: {wal.stat().st_size} bytes"
+
+
+@pytest.mark.parametrize(
+    "writer,killed",
+    [("thread", "gateway"), ("process", "gateway"), ("process", "group")],
+    ids=["thread-writer", "writer-process", "writer-process-killed-too"],
+)
+def test_a_kill_9_keeps_the_request_and_the_response_so_far_of_an_exchange_in_flight(
+    stack, procs, tmp_path, corpus, writer, killed
+):
+    """Issue 17, defect 2: a stream that had run for a while, killed with its gateway, left a row
+    with no request body and request_bytes 0. Within a commit window of being read, the request
+    is on disk, and so is every response byte received a commit window ago; after the kill
+    the exchange is ``incomplete`` with both (joined by the writer process at its end, or by
+    the next writer that reaps the dead one)."""
+    stream = (corpus / "wire" / "anthropic" / "basic_response.sse").read_bytes()
+    cut = stream.index(b"event: content_block_delta")
+    parts = [stream[:cut], stream[cut : cut + 200]]
+    release = Gate(stack.lt)
+
+    async def handler(request):
+        await request.read()
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for part in parts:
+            await resp.write(part)
+            await asyncio.sleep(0.2)
+        await release.wait(60)  # the rest never comes: the gateway is killed first
+        return resp
+
+    up = stack.raw_upstream(handler)
+    journal = tmp_path / "journal.sqlite"
+    env = {**ENV, "PVISOR_JOURNAL_WRITER": writer}
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}",
+                "--run", "r-kill"], env=env)
+    url = gw.listening()
+    body = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x" * 1151}]})
+    assert len(body) == 1220
+    conn, resp = open_stream(url, "POST", "/v1/messages", body)
+    try:
+        got = resp.read(len(parts[0]) + len(parts[1]))
+        assert got == parts[0] + parts[1]
+
+        def on_disk():
+            with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
+                row = db.execute("SELECT e.id, e.request_bytes, (SELECT sum(length(data)) FROM response_parts p"
+                                 " WHERE p.exchange_id = e.id) FROM exchanges e").fetchone()
+            return row if row is not None and row[1] == len(body) and row[2] == len(got) else None
+
+        ex_id = poll(on_disk, "the request and the response so far in the journal", deadline=5)[0]
+        if killed == "group":
+            os.killpg(gw.p.pid, signal.SIGKILL)
+        else:
+            os.kill(gw.p.pid, signal.SIGKILL)
+        gw.p.wait(DEADLINE)
+    finally:
+        release.set()
+        conn.close()
+    if writer == "process" and killed == "gateway":
+        # the writer process reads the pipe to its end, then closes the lease itself
+        def closed():
+            with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
+                return db.execute("SELECT closed_how FROM writers").fetchone()[0] == "closed"
+
+        poll(closed, "the writer process closing its lease", deadline=30)
+    else:
+        from pvisor.journal.writer import Journal
+
+        def reaped():
+            Journal.open(journal).close()  # the next writer reaps the dead one, once it is dead
+            with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
+                return db.execute("SELECT outcome FROM exchanges WHERE id = ?", (ex_id,)).fetchone()[0] is not None
+
+        poll(reaped, "the dead writer reaped", deadline=10, interval=0.2)
+    with JournalReader(journal) as r:
+        ex = r.exchange(ex_id)
+        assert (ex.outcome, ex.status, ex.streamed, ex.request_bytes) == ("incomplete", 200, True, len(body))
+        assert r.request_body(ex) == body
+        assert r.response_body(ex, raw=True) == parts[0] + parts[1]
+        assert ex.bytes_received == len(got)
+        assert r.conn.execute("SELECT count(*) FROM response_parts").fetchone()[0] == 0
+    verify = run_cli(["--journal", str(journal), "journal", "verify"])
+    assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])

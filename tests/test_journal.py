@@ -197,6 +197,69 @@ def test_sigkill_while_writing_leaves_a_journal_that_opens_and_verifies(jpath: P
         assert "writer.reaped" in kinds
 
 
+def test_a_writer_killed_and_left_a_zombie_is_reaped(jpath: Path, tmp_path: Path):
+    """A writer killed while nothing waits for it (its parent died too, in a container whose
+    pid 1 reaps no orphans) stays a zombie: its pid still answers kill(pid, 0), but it is dead."""
+    script = tmp_path / "child.py"
+    script.write_text(KILL_CHILD)
+    child = subprocess.Popen([sys.executable, str(script), str(jpath)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        os.kill(child.pid, signal.SIGKILL)  # and not waited for: a zombie until child.wait()
+        deadline = time.monotonic() + 10
+        while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z":
+            assert time.monotonic() < deadline, "the killed writer never became a zombie"
+            time.sleep(0.01)
+        with Journal.open(jpath) as j:
+            assert len(j.reaped) == 1
+    finally:
+        child.wait(10)
+        child.stdout.close()
+    with JournalReader(jpath) as r:
+        assert sum(1 for e in r.exchanges("r-kill") if e.outcome == "incomplete") == 3
+
+
+def test_a_stream_in_flight_is_kept_in_parts_until_it_is_whole(jpath: Path):
+    """The thread writer's side of issue 17, defect 2 (the gateway's is in test_gateway_cli):
+    the request read and the chunks received are stored while in flight, a commit window at a
+    time, and the parts go once the exchange is written whole; verify reports parts left to a
+    finished exchange."""
+    with Journal.open(jpath) as j:
+        p = j.begin_exchange("r-p", "POST", "/v1/messages", [("x-api-key", "sk-parts-secret")])
+        j.request_read(p, b'{"stream": true}')
+        chunks: list[bytes] = []
+        j.response_started(p, 200, [("content-type", "text/event-stream")], chunks, True)
+        chunks += [b"data: 1\n\n", b"data: 2\n\n"]
+
+        def parts():
+            with sqlite3.connect(jpath) as db:
+                rows = db.execute("SELECT data FROM response_parts ORDER BY offset").fetchall()
+                return b"".join(r[0] for r in rows) if rows else None
+
+        deadline = time.monotonic() + 10
+        while parts() != b"data: 1\n\ndata: 2\n\n":
+            assert time.monotonic() < deadline, parts()
+            time.sleep(0.02)
+        with JournalReader(jpath) as r:
+            [ex] = r.exchanges("r-p")
+            assert (ex.outcome, ex.status, ex.request_bytes, r.request_body(ex)) == ("in_flight", 200, 16, b'{"stream": true}')
+            assert r.verify().ok
+        chunks.append(b"data: 3\n\n")
+        j.finish_exchange(p, status=200, request_body=b'{"stream": true}', response_body=b"".join(chunks), streamed=True)
+        j.flush()
+        assert parts() is None
+    with JournalReader(jpath) as r:
+        [ex] = r.exchanges("r-p")
+        assert ex.outcome == "ok" and r.response_body(ex, raw=True) == b"data: 1\n\ndata: 2\n\ndata: 3\n\n"
+        lane_pos = r.conn.execute("SELECT lane_pos FROM exchanges WHERE id = ?", (ex.id,)).fetchone()[0]
+        assert lane_pos == 0  # the request stored once, its lane moved once
+        assert r.conn.execute("SELECT count(*) FROM blobs WHERE size = 16").fetchone()[0] == 1
+    with sqlite3.connect(jpath) as db:
+        db.execute("INSERT INTO response_parts VALUES (?, 0, x'00')", (ex.id,))
+    with JournalReader(jpath) as r:
+        assert r.verify().problems == [f"response_parts of exchange {ex.id} belong to a finished exchange (ok)"]
+
+
 def test_a_live_writer_is_not_reaped(jpath: Path):
     with Journal.open(jpath) as first:
         p = first.begin_exchange("r-live", "POST", "/v1/messages", [])
