@@ -18,8 +18,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import logging.handlers
-import queue
 from time import perf_counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +32,7 @@ from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driv
 from pvisor.journal.writer import Journal, new_run_id
 
 from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
+from .log_file import LogFile
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
 from .recorder import Current, Recorder, us_since
 from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
@@ -131,7 +130,7 @@ class Gateway:
         self._inflight = InFlight()
         self._log = _new_logger()
         self.recorder = Recorder(journal, self._log)
-        self._log_listener: logging.handlers.QueueListener | None = None
+        self._log_file: LogFile | None = None
         self._routed_logs = False
         self.snapshots: WorkspaceSnapshots | None = None
         if config.workspace is not None:
@@ -160,7 +159,7 @@ class Gateway:
         exchange, so a gateway that records nothing leaves no empty run."""
         try:
             if self.config.log_file is not None:
-                self._log_listener = _open_log_file(self._log, self.config.log_file)
+                self._log_file = LogFile(self._log, self.config.log_file)
             route_aiohttp_logs(self._log)  # one line each in the log file, never a traceback on the terminal
             self._routed_logs = True
             await self.forwarder.start()
@@ -211,14 +210,10 @@ class Gateway:
         if self._routed_logs:
             unroute_aiohttp_logs(self._log)
             self._routed_logs = False
-        if self._log_listener is not None:
+        if self._log_file is not None:
+            log_file, self._log_file = self._log_file, None
             self._log.info("stopped")
-            for h in list(self._log.handlers):
-                self._log.removeHandler(h)
-            self._log_listener.stop()  # writes what is queued, then closes the file
-            for h in self._log_listener.handlers:
-                h.close()
-            self._log_listener = None
+            log_file.close()  # writes what is queued, then closes the file; never raises
 
     async def watch_journal(self, interval: float = 0.5) -> str:
         """Return the journal writer's error as soon as it has one (checked every ``interval``
@@ -505,7 +500,7 @@ _LOGGER_IDS = itertools.count(1)
 
 
 def _new_logger() -> logging.Logger:
-    """A logger of a gateway's own, without handlers until :func:`_open_log_file` (then it
+    """A logger of a gateway's own, without handlers until a :class:`~.log_file.LogFile` (else it
     logs nothing)."""
     log = logging.getLogger(f"pvisor.gateway.log{next(_LOGGER_IDS)}")
     log.propagate = False
@@ -513,13 +508,3 @@ def _new_logger() -> logging.Logger:
     return log
 
 
-def _open_log_file(log: logging.Logger, path: Path) -> logging.handlers.QueueListener:
-    """Make ``log`` append to ``path`` through a queue and a file-writing thread (the loop never
-    waits for the disk). Raises OSError when the file cannot be opened for appending."""
-    file_handler = logging.FileHandler(path, encoding="utf-8")
-    file_handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    q: queue.SimpleQueue = queue.SimpleQueue()
-    listener = logging.handlers.QueueListener(q, file_handler)
-    listener.start()
-    log.addHandler(logging.handlers.QueueHandler(q))
-    return listener

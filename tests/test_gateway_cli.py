@@ -222,6 +222,38 @@ def test_a_kill_9_keeps_the_request_and_the_response_so_far_of_an_exchange_in_fl
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
+@pytest.mark.parametrize("writer", ["thread", "process"])
+def test_a_log_file_on_a_full_file_system_never_stops_recording_or_the_stop(stack, procs, tmp_path, small_fs, writer):
+    """Issue 17, defect 3: a --log-file on a full file system printed a traceback per line, then
+    crashed at stop (exit 1; with the thread writer the lease stayed open and the WAL was never
+    checkpointed). Lines that cannot be written are dropped with one warning; every exchange is
+    journaled; the stop is clean; once there is room again, the file says how many were lost."""
+    up = stack.raw_upstream(json_upstream(b'{"id":"msg_1"}'))
+    full = small_fs("64k")
+    (full / "filler").write_bytes(b"x" * 60_000)
+    journal = tmp_path / "journal.sqlite"
+    log = full / "gw.log"
+    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}",
+                "--log-file", str(log), "--run", "r-full"], env={**ENV, "PVISOR_JOURNAL_WRITER": writer})
+    url = gw.listening()
+    for i in range(60):  # far more lines than the file system holds
+        assert http_request(url, "POST", "/v1/messages", b'{"n":%d}' % i)[0] == 200
+    gw.err.wait_for(r"^pvisor: warning: --log-file .*gw\.log: cannot write: No space left on device; lines are dropped")
+    (full / "filler").unlink()  # room again: the next line says how many were lost
+    assert http_request(url, "POST", "/v1/messages", b'{"n":"last"}')[0] == 200
+    assert gw.stop() == 0
+    stderr = gw.err.rest()
+    assert "Traceback" not in stderr and "Logging error" not in stderr, stderr
+    assert stderr.count("--log-file") == 1, stderr  # one warning, not one per line
+    assert_wal_checkpointed(journal)
+    with JournalReader(journal) as r:
+        assert len(r.exchanges("r-full")) == 61
+        assert [tuple(w) for w in r.conn.execute("SELECT closed_how FROM writers")] == [("closed",)]
+    text = log.read_text()
+    assert re.search(r" \d+ log line\(s\) lost: the file could not be written\n", text), text
+    assert text.rstrip().endswith("stopped") and " r-full x-" in text
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_finishes_the_exchange_in_flight(stack, procs, tmp_path, corpus, sig):
     stream = (corpus / "wire" / "anthropic" / "basic_response.sse").read_bytes()
