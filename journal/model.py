@@ -22,7 +22,7 @@ import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence, Union
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 # --------------------------------------------------------------------------- literals
 
@@ -514,9 +514,17 @@ def is_secret_query_param(name: str) -> bool:
     return any(f in n for f in ("key", "auth", "token", "secret", "signature", "password", "credential"))
 
 
-#: key-shaped tokens of the providers (Anthropic ``sk-ant-...``, OpenAI ``sk-...``, Google
-#: ``AIza...``), masked in texts that reach a report even when pvisor never saw the key itself
-_KEY_SHAPES = re.compile(r"\b(?:sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,})")
+#: key-shaped tokens (the providers' published key formats): Anthropic ``sk-ant-...`` and
+#: OpenAI ``sk-...``/``sk-proj-...``, Google API keys ``AIza...`` and OAuth tokens ``ya29....``,
+#: GitHub ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_``, GitLab ``glpat-``,
+#: Hugging Face ``hf_``, AWS access key ids ``AKIA``/``ASIA``, Slack ``xox?-``. Masked wherever
+#: they appear: in any header value and query parameter, whatever its name, in texts that reach
+#: a report or a log, even when pvisor never saw the key under a name that says what it is.
+_KEY_SHAPES = re.compile(
+    r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|ya29\.[0-9A-Za-z_\-]{20,}"
+    r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_\-]{20,}|hf_[A-Za-z0-9]{30,}"
+    r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9\-]{10,})"
+)
 
 
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
@@ -536,13 +544,37 @@ def request_secrets(query: str, headers: Iterable[tuple[str, str]]) -> set[str]:
     values: set[str] = set()
     for name, value in headers:
         if is_secret_header(name):
-            scheme, _, rest = value.partition(" ")
-            values.add(rest if scheme.lower() in ("bearer", "basic") and rest else value)
-    for segment in query.split("&") if query else ():
-        name, _, raw = segment.partition("=")
-        if raw and is_secret_query_param(unquote(name)):
-            values.add(unquote(raw.replace("+", " ")))
+            values.add(credential(value))
+        values.update(_KEY_SHAPES.findall(value))
+    for segment in _QUERY_SEPARATOR.split(query) if query else ():
+        name, value = _query_pair(segment)
+        if value is not None and is_secret_query_param(name):
+            values.add(value)
+        values.update(_KEY_SHAPES.findall(unquote(segment)))
     return values
+
+
+def credential(value: str) -> str:
+    """A credential header's value without its scheme word (``Bearer K``, ``Basic K`` -> ``K``):
+    the same key sent as ``Authorization: Bearer K`` and as ``x-api-key: K`` is one key."""
+    scheme, _, rest = value.partition(" ")
+    return rest.strip() if scheme.lower() in ("bearer", "basic", "token") and rest.strip() else value
+
+
+#: query parameters are separated by ``&``, and by ``;`` (HTML 4's other separator, which some
+#: servers still split on): a key after either is a parameter of its own
+_QUERY_SEPARATOR = re.compile(r"[&;]")
+
+
+def _query_pair(segment: str) -> tuple[str, str | None]:
+    """(name, value) of one query segment, both decoded; value None without ``=``. A segment
+    whose ``=`` is itself percent-encoded (``key%3DAIza...``) splits at the encoded one."""
+    raw_name, eq, raw_value = segment.partition("=")
+    if not eq:
+        decoded = unquote(segment.replace("+", " "))
+        name, eq, value = decoded.partition("=")
+        return (name, value) if eq else (decoded, None)
+    return unquote(raw_name.replace("+", " ")), unquote(raw_value.replace("+", " "))
 
 
 def redact_echoed_secrets(body: bytes, query: str, headers: Iterable[tuple[str, str]]) -> bytes:
@@ -622,22 +654,39 @@ def redact_exchange_meta(
     for name, value in headers:
         n = name.lower()
         if is_secret_header(n):
-            secrets[n] = fingerprint(value, key)
+            secrets[n] = fingerprint(credential(value), key)
         elif allow is None or _header_allowed(n, allow):
+            found = _KEY_SHAPES.search(value)
+            if found is not None:  # a key where no name says so (user-agent, anthropic-beta, ...)
+                secrets[n] = fingerprint(found.group(0), key)
+                value = _KEY_SHAPES.sub("REDACTED", value)
             kept[n] = f"{kept[n]}, {value}" if n in kept else value
         elif n not in dropped:
             dropped.append(n)
-    out_segments: list[str] = []
-    if query:
-        for segment in query.split("&"):
-            raw_name, eq, raw_value = segment.partition("=")
-            name = unquote(raw_name.replace("+", " "))
-            if eq and is_secret_query_param(name):
-                secrets["?" + name] = fingerprint(unquote(raw_value.replace("+", " ")), key)
-                out_segments.append(f"{raw_name}=REDACTED")
-            else:
-                out_segments.append(segment)
-    return RedactedMeta("&".join(out_segments), kept, secrets, dropped)
+    if not query:
+        return RedactedMeta(query, kept, secrets, dropped)
+    out: list[str] = []
+    pieces = re.split(r"([&;])", query)  # the separators kept, at odd positions
+    for i, segment in enumerate(pieces):
+        if i % 2:
+            out.append(segment)
+            continue
+        name, value = _query_pair(segment)
+        if value is not None and is_secret_query_param(name):
+            secrets["?" + name] = fingerprint(value, key)
+            eq = segment.find("=")
+            if eq < 0:  # the "=" was percent-encoded: keep the name as it was written
+                eq = segment.lower().find("%3d") + 2
+            out.append(segment[: eq + 1] + "REDACTED")
+            continue
+        found = _KEY_SHAPES.search(unquote(segment))
+        if found is not None:
+            secrets["?" + name] = fingerprint(found.group(0), key)
+            segment = _KEY_SHAPES.sub("REDACTED", segment)
+            if _KEY_SHAPES.search(unquote(segment)):  # the key itself percent-encoded
+                segment = quote(_KEY_SHAPES.sub("REDACTED", unquote(segment)), safe="=")
+        out.append(segment)
+    return RedactedMeta("".join(out), kept, secrets, dropped)
 
 
 def redact_url(url: str) -> str:

@@ -132,3 +132,64 @@ def test_an_error_response_that_echoes_the_key_is_stored_without_it(tmp_path: Pa
             assert key.encode() not in body and b"invalid x-api-key: <redacted>" in body
         # a success is kept as received
         assert r.response_body(r.exchange(fine), raw=True) == ok_body
+
+
+# keys in the providers' formats, each with a distinctive body: no 8-byte window of the body may
+# reach any file pvisor writes
+SHAPED = {
+    "semicolon": "AIza" + "SyPvSemicolonQueryKey0000001",
+    "encoded_eq": "AIza" + "SyPvEncodedEqualsKey00000002",
+    "ua": "sk-ant-api03-" + "PvUserAgentKeyQ1w2E3r4T5y6U7i8O9p0AsDf",
+    "bearer": "sk-proj-" + "PvSameKeyTwoHeadersZ9x8C7v6B5n4M3",
+}
+PREFIX = {"semicolon": 4, "encoded_eq": 4, "ua": 13, "bearer": 8}
+
+
+def _windows() -> set[bytes]:
+    out = set()
+    for name, key in SHAPED.items():
+        body = key[PREFIX[name] :].encode()
+        out |= {body[i : i + 8] for i in range(len(body) - 7)}
+    return out
+
+
+def test_keys_in_less_common_places_never_reach_the_journal_the_log_or_an_export(stack, tmp_path: Path):
+    """Issue 17, defect 4: a key after a ``;`` separator, behind a percent-encoded ``=``, inside an
+    allow-listed header (user-agent, anthropic-beta, x-session-id) was stored in clear. Keys are
+    now also found by their shape; the same key as ``Authorization: Bearer K`` and as
+    ``x-api-key: K`` has one fingerprint. Checked through a real gateway: journal, WAL, export
+    and log file, every 8-byte window of each key."""
+    from gateway_helpers import http_request, json_upstream
+
+    up = stack.raw_upstream(json_upstream(b'{"id":"msg_1"}'))
+    log = tmp_path / "gw.log"
+    gw = stack.gateway({"anthropic": up.url}, log_file=log)
+    ua = SHAPED["ua"]
+    requests = [
+        (f"/v1/messages?beta=true;key={SHAPED['semicolon']}", {}),
+        (f"/v1/messages?beta=true&key%3D{SHAPED['encoded_eq']}", {}),
+        ("/v1/messages", {"User-Agent": f"claude-cli/2.1 ({ua})", "anthropic-beta": f"tools-2024,{ua}",
+                          "x-session-id": ua}),
+        ("/v1/messages", {"Authorization": f"Bearer {SHAPED['bearer']}"}),
+        ("/v1/messages", {"x-api-key": SHAPED["bearer"]}),
+    ]
+    for target, headers in requests:
+        assert http_request(gw.url, "POST", target, b'{"model":"m"}', headers=headers)[0] == 200
+    stack.drain(gw)
+    with stack.reader(gw) as r:
+        exs = r.exchanges(gw.run)
+        out = io.BytesIO()
+        r.export_jsonl(out)
+    assert [e.query for e in exs[:2]] == ["beta=true;key=REDACTED", "beta=true&key%3DREDACTED"]
+    assert exs[2].request_headers["user-agent"] == "claude-cli/2.1 (REDACTED)"
+    assert exs[2].request_headers["x-session-id"] == "REDACTED"
+    assert set(exs[2].secret_fingerprints) >= {"user-agent", "anthropic-beta", "x-session-id"}
+    assert exs[3].secret_fingerprints["authorization"] == exs[4].secret_fingerprints["x-api-key"]
+    stack.lt.run(gw.gateway.stop())  # the log file closed
+    files = {f.name: f.read_bytes() for f in gw.journal_path.parent.iterdir()}  # with -wal and -shm
+    gw.journal.close()  # the WAL checkpointed: what it held is in the file, scanned too
+    files["checkpointed"] = gw.journal_path.read_bytes()
+    files["export"], files["log"] = out.getvalue(), log.read_bytes()
+    for where, data in files.items():
+        for window in _windows():
+            assert window not in data, f"{window!r} of a key found in {where}"
