@@ -31,6 +31,7 @@ from pvisor.journal.model import redact_url
 from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driver
 from pvisor.journal.writer import Journal, new_run_id
 
+from .access import TokenGate
 from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
 from .log_file import LogFile
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
@@ -83,7 +84,9 @@ class GatewayConfig:
     refuse every Forward answer (no upstream is contacted: replay-only); ``workspace`` the
     directory snapshotted when a candidate main-loop request arrives (None: no snapshots), with
     the snapshot driver named ``snapshot_driver``, never reading ``snapshot_exclude`` (the
-    journal, a run's own files) when they lie inside it.
+    journal, a run's own files) when they lie inside it; ``token`` the token every request must
+    carry as the path prefix ``/t/<token>`` (:mod:`.access`; None: none needed, for a loopback
+    address).
     """
 
     host: str = "127.0.0.1"
@@ -99,6 +102,7 @@ class GatewayConfig:
     workspace: Path | None = None
     snapshot_driver: str = "filesystem"
     snapshot_exclude: tuple[Path, ...] = ()
+    token: str | None = None
 
 
 class Gateway:
@@ -120,6 +124,7 @@ class Gateway:
         all_upstreams = {name: default for name, (default, _) in UPSTREAMS.items()}
         all_upstreams.update(config.upstreams)
         self.router = Router(all_upstreams, set(config.upstreams), self.run)
+        self._gate = TokenGate(config.token) if config.token is not None else None
         self.forwarder = UpstreamForwarder(self.router.upstreams, config.stall_timeout)
         if responder is None and config.offline:
             raise ValueError("an offline gateway forwards nothing: give it a responder")
@@ -259,7 +264,13 @@ class Gateway:
             self._inflight.discard(task)
 
     async def _handle(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse:
-        route = self.router.resolve(request.raw_path, request.headers.get(RUN_HEADER))
+        raw_path = request.raw_path
+        if self._gate is not None:
+            stripped = self._gate.strip(raw_path)
+            if stripped is None:
+                return self._unauthorized(request)
+            raw_path = stripped
+        route = self.router.resolve(raw_path, request.headers.get(RUN_HEADER))
         if route.kind == "health":
             return web.json_response({"ok": True, "run": self.run, "inflight": len(self._inflight) - 1}, dumps=lambda o: orjson.dumps(o).decode())
         headers = list(request.headers.items())
@@ -453,6 +464,19 @@ class Gateway:
         if route.protocol is not None:
             return get_protocol(route.protocol).error_body(status, message, kind)
         return orjson.dumps({"error": {"type": kind, "message": message}})
+
+    def _unauthorized(self, request: web.BaseRequest) -> web.StreamResponse:
+        """401 for a request without this gateway's token. Not journaled (whoever can reach the
+        port could fill the journal) and not forwarded; the log file gets one line with the
+        caller's address and method, never the path (it may hold a mistyped token)."""
+        peer = request.remote or "-"
+        if self._log.handlers:
+            self._log.info("refused %s from %s: no valid gateway token in the path (/t/<token>/...)", request.method, peer)
+        body = orjson.dumps({"type": "error", "error": {"type": "pvisor_unauthorized",
+                             "message": "this gateway needs its token in the path: /t/<token>/..."}})  # fmt: skip
+        resp = web.Response(status=401, body=body, content_type="application/json")
+        resp.force_close()
+        return resp
 
     def _refuse(self, cur: Current, refusal: Refuse) -> web.StreamResponse:
         """Answer ``refusal.status`` in the protocol's JSON error shape and record it (with the

@@ -42,6 +42,15 @@ def test_snippets_carry_the_run_id_in_the_base_url(tmp_path, agent):
     assert not (tmp_path / "data").exists()  # pvisor env writes nothing itself
 
 
+def test_a_gateway_beyond_this_machine_is_given_with_its_token(tmp_path):
+    """The URL a gateway with --allow-remote prints (/t/<token>) is the one path --gateway takes."""
+    remote = "http://gpu-box:8787/t/PvTokenForTheTest_0123456789-abc"
+    doc = json.loads(_env(tmp_path, "--agent", "claude-code", "--gateway", remote, "--run", "fix-1", "--shell", "json").stdout)
+    assert doc["base_url"] == f"{remote}/run/fix-1"
+    p = _env(tmp_path, "--agent", "claude-code", "--gateway", "http://gpu-box:8787/t/short")
+    assert p.returncode == 2 and "without a path of your own" in p.stderr
+
+
 def test_codex_gets_its_provider_as_one_line_overrides(tmp_path):
     doc = json.loads(_env(tmp_path, "--agent", "codex", "--gateway", GATEWAY, "--run", "c1", "--shell", "json").stdout)
     argv = doc["argv"]

@@ -254,6 +254,48 @@ def test_a_log_file_on_a_full_file_system_never_stops_recording_or_the_stop(stac
     assert text.rstrip().endswith("stopped") and " r-full x-" in text
 
 
+@pytest.mark.parametrize("given", [True, False], ids=["--token", "generated"])
+def test_a_gateway_beyond_this_machine_needs_its_token_which_is_never_forwarded_or_stored(
+    stack, procs, tmp_path, given
+):
+    """Issue 17, defect 5: --host 0.0.0.0 opened an unauthenticated relay. With --allow-remote,
+    every request needs /t/<token> in its path: without it, 401, nothing forwarded, nothing
+    journaled; with it, the prefix is removed before routing, so the upstream, the journal and
+    the log file never see the token."""
+    up = stack.raw_upstream(json_upstream(b'{"id":"msg_1"}'))
+    journal, log, ready = tmp_path / "journal.sqlite", tmp_path / "gw.log", tmp_path / "ready.json"
+    token = "PvTokenForTheTest_0123456789-abc"
+    args = ["--journal", str(journal), "gateway", "--host", "0.0.0.0", "--port", "0", "--allow-remote",
+            "--upstream", f"anthropic={up.url}", "--log-file", str(log), "--ready-file", str(ready)]
+    gw = procs(args + (["--token", token] if given else []))
+    m = gw.out.wait_for(r"^listening http://0\.0\.0\.0:(\d+)/t/([A-Za-z0-9_-]+)$", deadline=30)
+    port, printed = m.group(1), m.group(2)
+    if given:
+        assert printed == token
+    else:
+        token = printed
+        assert len(token) == 32
+    assert json.loads(ready.read_text())["url"] == f"http://0.0.0.0:{port}/t/{token}"
+    gw.err.wait_for(r"requests need the token in their path")
+    url = f"http://127.0.0.1:{port}"
+    for path in ("/v1/messages", "/t/wrong-token-0123456789/v1/messages", f"/t/{token}x/v1/messages",
+                 "/__pvisor/health", f"/run/r-1/t/{token}/v1/messages"):
+        status, _, body = http_request(url, "POST", path, b'{"n":0}')
+        assert status == 401 and b"pvisor_unauthorized" in body, (path, status)
+    assert up.requests == []  # nothing was forwarded
+    assert http_request(url, "POST", f"/t/{token}/v1/messages?beta=true", b'{"n":1}')[0] == 200
+    assert http_request(url, "POST", f"/t/{token}/run/r-remote/v1/messages", b'{"n":2}')[0] == 200
+    assert [r[1] for r in up.requests] == ["/v1/messages?beta=true", "/v1/messages"]
+    assert gw.stop() == 0
+    with JournalReader(journal) as r:
+        rows = [(e.run, e.path, e.query) for e in r.exchanges()]
+    assert sorted(rows)[-1] == ("r-remote", "/v1/messages", "") and len(rows) == 2  # the 401s: not journaled
+    for f in [*tmp_path.iterdir()]:
+        if f.is_file() and f.name != "ready.json":
+            assert token.encode() not in f.read_bytes(), f.name
+    assert "refused POST from 127.0.0.1: no valid gateway token" in log.read_text()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_finishes_the_exchange_in_flight(stack, procs, tmp_path, corpus, sig):
     stream = (corpus / "wire" / "anthropic" / "basic_response.sse").read_bytes()
@@ -633,6 +675,10 @@ def busy_port():
         (["--upstream", "anthropic=ftp://host"], 2, r"^pvisor: error: Invalid value for '?--upstream'?.*http:// or https://"),
         (["--upstream", "anthropic=http://a", "--upstream", "anthropic=http://b"], 2, r"given twice"),
         (["--max-body", "lots"], 2, r"Invalid value for '--max-body': 'lots' is not a size"),
+        (["--host", "0.0.0.0"], 2, r"^pvisor: error: --host 0\.0\.0\.0 listens beyond this machine: .*add --allow-remote"),
+        (["--host", "::"], 2, r"^pvisor: error: --host :: listens beyond this machine"),
+        (["--host", "0.0.0.0", "--allow-remote", "--token", "not a token, too"], 2,
+         r"^pvisor: error: --token: a token is 16 to 256 letters, digits, '_' or '-'$"),
         (["--max-body", "0"], 2, r"Invalid value for '--max-body': '0' is too small \(at least 1 B\)"),
         (["--port", "70000"], 2, r"Invalid value for '--port'"),
         (["--stall-timeout", "0"], 2, r"Invalid value for '--stall-timeout'"),

@@ -47,8 +47,10 @@ def env(ctx: click.Context, agent: str, gateway_url: str, run_id: str | None, mo
     except ValueError as exc:
         raise UsageError(f"--gateway: {exc} (the URL the gateway printed, such as http://127.0.0.1:8787)") from None
     base = gateway_url.rstrip("/")
-    if re.match(r"^[a-z]+://[^/]+/.", base + "/"):
-        raise UsageError("--gateway: give the gateway's URL without a path (pvisor adds /run/<id>), such as http://127.0.0.1:8787")
+    # the only path a gateway's URL has is the token of one that listens beyond this machine
+    if re.match(r"^[a-z]+://[^/]+/.", base + "/") and not re.fullmatch(r"[a-z]+://[^/]+/t/[A-Za-z0-9_-]{16,256}", base):
+        raise UsageError("--gateway: give the gateway's URL as it printed it, without a path of your own "
+                         "(pvisor adds /run/<id>), such as http://127.0.0.1:8787")
     if run_id is None:
         run_id = new_run_id()
     elif not re.fullmatch(RUN_ID_PATTERN, run_id):

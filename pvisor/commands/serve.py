@@ -192,12 +192,16 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
               help="Snapshot this directory at start, at every model request and at stop (pvisor snapshot ls RUN).")
 @click.option("--snapshot-driver", "snapshot_driver", default="filesystem", show_default=True, metavar="NAME",
               help="The snapshot driver of --workspace (one registered under pvisor.snapshot_drivers).")
+@click.option("--allow-remote", is_flag=True,
+              help="Let --host be an address beyond this machine; every request then needs the token in its path.")
+@click.option("--token", envvar="PVISOR_GATEWAY_TOKEN", default=None, metavar="TOKEN",
+              help="The token requests carry as /t/TOKEN/... (default with --allow-remote: a new one, printed).")
 @click.option("--event-loop", "event_loop", type=click.Choice(["asyncio", "uvloop", "auto"]), default="asyncio", show_default=True,
               help="uvloop needs pvisor-sandbox[uvloop]; auto: uvloop when installed, else asyncio's loop.")
 @click.pass_context
 def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...], run_id: str | None, max_body: int,
             stall_timeout: float, shutdown_grace: float, log_file: str | None, ready_file: str | None,
-            workspace: str | None, snapshot_driver: str, event_loop: str) -> None:
+            workspace: str | None, snapshot_driver: str, allow_remote: bool, token: str | None, event_loop: str) -> None:
     """Run the capture gateway: point an agent's base URL at it and every model exchange is
     recorded in the journal. Prints `listening http://HOST:PORT` when ready.
 
@@ -218,11 +222,12 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
 
     if run_id is not None and not re.fullmatch(RUN_ID_PATTERN, run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
+    token = _access_token(host, allow_remote, token)
     config = GatewayConfig(
         host=host, port=port, upstreams=parse_upstreams(upstreams), run=run_id, max_body=max_body,
         stall_timeout=stall_timeout, log_file=Path(log_file) if log_file else None, shutdown_grace=shutdown_grace,
         workspace=Path(os.path.abspath(workspace)) if workspace else None, snapshot_exclude=(Path(ctx.obj["journal"]),),
-        snapshot_driver=snapshot_driver,
+        snapshot_driver=snapshot_driver, token=token,
     )
     if workspace:
         from pvisor.journal.snapshots import snapshot_driver as find_driver
@@ -251,10 +256,12 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
             tune_gc_for_serving()
             await gw.take_snapshot(SnapshotKind.START)  # before the ready file: no agent has started yet
             # the ready file first: whoever sees the listening line can read it at once
-            _write_ready_file(ready_file, {"url": url, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path)})
-            click.echo(f"listening {url}")
+            base = f"{url}/t/{token}" if token else url  # the base URL agents are given
+            _write_ready_file(ready_file, {"url": base, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path)})
+            click.echo(f"listening {base}")
             loop_name = type(asyncio.get_running_loop()).__module__.partition(".")[0]
-            click.echo(f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop {loop_name}", err=True)
+            needs = "; requests need the token in their path (the base URL above)" if token else ""
+            click.echo(f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop {loop_name}{needs}", err=True)
             waits = [asyncio.ensure_future(signals.wait()), asyncio.ensure_future(gw.watch_journal())]
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for w in waits:
@@ -283,6 +290,25 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
     finally:
         undo()
     ctx.exit(code)
+
+
+def _access_token(host: str, allow_remote: bool, token: str | None) -> str | None:
+    """The token requests must carry, or None (a loopback gateway without --token). UsageError
+    for a host beyond this machine without --allow-remote, or a token that cannot be one."""
+    from pvisor.gateway.access import check_token, is_loopback, new_token
+
+    if not is_loopback(host) and not allow_remote:
+        raise UsageError(
+            f"--host {host} listens beyond this machine: whoever reaches it could spend the upstream keys it "
+            "forwards and write into your journal; add --allow-remote (every request then needs a token in "
+            "its path)"
+        )
+    if token is None:
+        return new_token() if allow_remote else None
+    try:
+        return check_token(token)
+    except ValueError as exc:
+        raise UsageError(f"--token: {exc}") from None
 
 
 @click.command("serve-model")

@@ -1,0 +1,68 @@
+"""Who may use a gateway that listens beyond this machine (docs/gateway.md, "Listening beyond
+this machine").
+
+A gateway on a loopback address trusts every caller: only this machine can reach it. One on
+any other address (``--host 0.0.0.0``) needs ``--allow-remote`` and a token, because whoever
+reaches it could spend the upstream keys it forwards and write into the journal. The token
+travels in the base URL's path, ``/t/<token>``, before any ``/run/<id>``: not every agent can
+send a custom header, every one can be given a base URL. The prefix is removed before the
+request is routed, so it is never forwarded, journaled or logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import re
+import secrets
+
+#: what a token may hold (it goes into a URL path as it is), and its least length
+TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,256}")
+_PREFIX = "/t/"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on ``host`` keeps the gateway on this machine: ``localhost`` or a
+    loopback address (127.0.0.0/8, ::1). Any other name counts as remote (it may resolve to
+    an address others reach)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def new_token() -> str:
+    """A fresh token: 32 URL-safe characters (192 bits)."""
+    return secrets.token_urlsafe(24)
+
+
+def check_token(token: str) -> str:
+    """``token`` when usable; ValueError saying what is wrong (never repeating the token)."""
+    if not TOKEN_PATTERN.fullmatch(token):
+        raise ValueError("a token is 16 to 256 letters, digits, '_' or '-'")
+    return token
+
+
+class TokenGate:
+    """Checks and removes the ``/t/<token>`` prefix of a raw request path."""
+
+    def __init__(self, token: str) -> None:
+        self._token = check_token(token).encode()
+
+    def strip(self, raw_path: str) -> str | None:
+        """``raw_path`` without its valid token prefix (``/t/T/v1/messages?x`` -> ``/v1/messages?x``),
+        or None when the token is missing or wrong (compared in constant time)."""
+        if not raw_path.startswith(_PREFIX):
+            return None
+        rest = raw_path[len(_PREFIX) :]
+        end = len(rest)
+        for sep in ("/", "?"):
+            i = rest.find(sep)
+            if i != -1 and i < end:
+                end = i
+        if not hmac.compare_digest(rest[:end].encode("utf-8", "surrogateescape"), self._token):
+            return None
+        tail = rest[end:]
+        return tail if tail.startswith("/") else "/" + tail
