@@ -40,3 +40,29 @@ def create_private_file(path: Path) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def cwd_gone() -> bool:
+    """Whether the current working directory no longer exists (deleted while pvisor ran in it,
+    or before it started there): relative paths then cannot be resolved."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        return True
+    return False
+
+
+#: what a user is told when a relative path meets a deleted working directory
+CWD_GONE_HINT = "the current directory no longer exists (was it deleted?); cd to a directory that exists, or give absolute paths"
+
+
+def absolute(path: str | os.PathLike, what: str) -> str:
+    """``os.path.abspath(path)``. Raises UsageError naming ``what`` (``--log-file g.log``) when
+    ``path`` is relative and the current directory was deleted, instead of the bare
+    FileNotFoundError of ``os.getcwd``."""
+    try:
+        return os.path.abspath(path)
+    except FileNotFoundError:
+        from .errors import UsageError
+
+        raise UsageError(f"{what}: a relative path, but {CWD_GONE_HINT}") from None

@@ -24,6 +24,7 @@ import orjson
 from . import blobs
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import Attempt, Exchange, Run, unpack_timings
+from .paths import absolute
 
 if TYPE_CHECKING:
     from .snapshots import Manifest, SnapshotRecord
@@ -90,7 +91,7 @@ def _connect_ro(path: Path) -> sqlite3.Connection:
         raise UsageError(f"journal {path} does not exist")
     if path.is_dir():
         raise UsageError(f"journal {path} is a directory, expected a journal file")
-    uri = "file:" + quote(str(path.resolve())) + "?mode=ro"
+    uri = "file:" + quote(str(Path(absolute(path, f"journal {path}")).resolve())) + "?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -107,7 +108,7 @@ def _connect_ro(path: Path) -> sqlite3.Connection:
             raise UnavailableError(f"cannot open journal {path} read-only: {exc}") from None
     # read-only media or directory, where the -shm file cannot be created: safe only when the
     # WAL holds nothing (a rollback-journal file is then locked by nobody who could write it)
-    return sqlite3.connect("file:" + quote(str(path.resolve())) + "?immutable=1", uri=True, check_same_thread=False)
+    return sqlite3.connect("file:" + quote(str(Path(absolute(path, f"journal {path}")).resolve())) + "?immutable=1", uri=True, check_same_thread=False)
 
 
 def _check_migrations(conn: sqlite3.Connection, path: Path) -> None:

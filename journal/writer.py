@@ -41,7 +41,7 @@ from . import blobs
 from .content_encoding import DEFAULT_LIMIT, DecodeError, decode_body
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import REQUEST_HEADER_ALLOW, Attempt, Run, pack_timings, redact_echoed_secrets, redact_exchange_meta
-from .paths import create_private_file
+from .paths import absolute, create_private_file
 from .snapshots import SnapshotRecord
 
 COMMIT_INTERVAL_S = 0.1
@@ -541,6 +541,7 @@ class Journal(JournalProducer):
     # ------------------------------------------------------------------ writer thread
 
     def _connect(self) -> sqlite3.Connection:
+        absolute(self.path, f"journal {self.path}")  # a relative path in a deleted directory: say so
         if self.path.is_dir():
             raise UsageError(f"journal {self.path} is a directory; give a file path")
         try:

@@ -53,6 +53,7 @@ from pvisor.adapters.agents import get_profile
 from pvisor.adapters.agents.base import VERSION_TIMEOUT_S, AgentProfile, LaunchContext, LaunchPlan
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
+from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone
 from pvisor.journal.model import Attempt, Run
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import SnapshotKind
@@ -266,7 +267,7 @@ def find_executable(profile: AgentProfile, entrypoint: str | None) -> str:
             raise AgentUnavailable(f"--agent-entrypoint {entrypoint}: not on PATH (expected the {profile.title} executable; give a path or fix PATH)")
         return found
     if entrypoint:
-        path = os.path.abspath(os.path.expanduser(entrypoint))
+        path = absolute(os.path.expanduser(entrypoint), f"--agent-entrypoint {entrypoint}")
         if not os.path.exists(path):
             raise AgentUnavailable(f"--agent-entrypoint {path} does not exist (expected the {profile.title} executable, '{profile.executable}')")
         if os.path.isdir(path) or not os.access(path, os.X_OK):
@@ -332,7 +333,7 @@ def check_version(profile: AgentProfile, exe: str, *, use_home: bool, allow_unsu
 
 def data_dir_of(journal_path: Path) -> Path:
     """The data directory: the directory holding the journal file."""
-    return Path(os.path.abspath(journal_path)).parent
+    return Path(absolute(journal_path, f"--journal {journal_path}")).parent
 
 
 def run_dir_of(journal_path: Path, run_id: str) -> Path:
@@ -601,8 +602,10 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     use_home = resume.use_home if resume else req.use_home
     if resume and req.use_home != resume.use_home:
         warn(f"run {resume.run.id} was captured {'with' if resume.use_home else 'without'} --use-home; its resume does the same")
-    workspace = req.workspace or (resume.workspace if resume else None) or Path.cwd()
-    workspace = Path(os.path.abspath(workspace))
+    workspace = req.workspace or (resume.workspace if resume else None)
+    if workspace is None and cwd_gone():
+        raise UsageError(f"no --workspace, and {CWD_GONE_HINT} (the default workspace)")
+    workspace = Path(absolute(workspace or os.curdir, f"--workspace {workspace}"))
     if not workspace.is_dir():
         raise UsageError(f"workspace {workspace} is not a directory")
     model = req.model or (resume.run.labels.get("model") if resume else None)
@@ -660,7 +663,7 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
             # the scripted model answers in the gateway itself (served_by: scripted); nothing is forwarded
             responder = ScriptedResponder(ScriptedModel(script))
             config = GatewayConfig(host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0, offline=True)
-            upstream_label = "script:" + os.path.abspath(req.script or "")
+            upstream_label = "script:" + absolute(req.script or "", f"--script {req.script}")
         else:
             upstream_url = req.upstream or UPSTREAMS[profile.upstream][0]
             upstream_label = without_userinfo(upstream_url)

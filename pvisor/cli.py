@@ -261,6 +261,14 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(EXIT_BROKEN_PIPE)
     except KeyboardInterrupt:
         sys.exit(130)
+    except FileNotFoundError:
+        from pvisor.journal.paths import CWD_GONE_HINT, cwd_gone
+
+        if not cwd_gone():
+            raise
+        # a relative path met a deleted working directory where no command said which path
+        click.echo(f"pvisor: error: {CWD_GONE_HINT}", err=True)
+        sys.exit(2)
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
             raise
@@ -274,6 +282,11 @@ def main(argv: list[str] | None = None) -> None:
         code = _database_error_code(exc)
         if code is None:
             raise
+        from pvisor.journal.paths import CWD_GONE_HINT, cwd_gone
+
+        if cwd_gone() and not os.path.isabs(str(_state["journal"] or "")):
+            click.echo(f"pvisor: error: journal {_state['journal']}: a relative path, but {CWD_GONE_HINT}", err=True)
+            sys.exit(2)
         where = f"journal {_state['journal']}: " if _state["journal"] else "journal "
         click.echo(f"pvisor: error: {where}database error: {exc}", err=True)
         sys.exit(code)

@@ -205,3 +205,33 @@ def test_damage_found_while_reading_names_the_journal_and_the_exchange(journal: 
     proc = run("journal", "show", "r-cli00000001", journal=journal)
     assert proc.returncode == 3 and b"Traceback" not in proc.stderr
     assert proc.stderr.decode().startswith(f"pvisor: error: journal {journal}") and "malformed" in proc.stderr.decode()
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["journal", "export", "-o", "out.jsonl"], "--output out.jsonl: a relative path, but "),
+        (["--journal", "rel.sqlite", "env", "--agent", "codex", "--gateway", "http://127.0.0.1:1"],
+         "--journal rel.sqlite: a relative path, but "),
+        (["gateway", "--port", "0", "--log-file", "g.log"], "--log-file g.log: a relative path, but "),
+        (["gateway", "--port", "0", "--ready-file", "r.json"], "--ready-file r.json: a relative path, but "),
+        (["--journal", "rel.sqlite", "gateway", "--port", "0"], "journal rel.sqlite: a relative path, but "),
+        (["run", "--agent", "claude-code", "--agent-entrypoint", "/bin/true", "--script", "/nonexistent.json", "--", "hi"],
+         "no --workspace, and the current directory no longer exists"),
+        (["run", "--agent", "claude-code", "--agent-entrypoint", "./claude", "--workspace", "/tmp", "--", "hi"],
+         "--agent-entrypoint ./claude: a relative path, but "),
+    ],
+    ids=["export-o", "env-journal", "log-file", "ready-file", "gateway-journal", "run-workspace", "run-entrypoint"],
+)
+def test_a_deleted_working_directory_is_one_line_naming_the_path(tmp_path: Path, args, message):
+    """Issue 17, defect 6: each of these printed a traceback (os.getcwd's FileNotFoundError)."""
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    # the child starts in the directory, which is removed before pvisor looks at any path
+    code = "import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
+    p = subprocess.run([sys.executable, "-c", code, str(gone), PVISOR, *args], capture_output=True, timeout=60,
+                       env={**os.environ, "PVISOR_JOURNAL": str(tmp_path / "j.sqlite")}, stdin=subprocess.DEVNULL)
+    stderr = p.stderr.decode()
+    assert p.returncode == 2, stderr
+    assert stderr.count("\n") == 1 and stderr.startswith("pvisor: error: ") and message in stderr, stderr
+    assert "the current directory no longer exists (was it deleted?)" in stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 
 from pvisor.journal.errors import UsageError
+from pvisor.journal.paths import absolute
 
 
 def check_output_path(path: str, option: str) -> None:
@@ -14,7 +15,7 @@ def check_output_path(path: str, option: str) -> None:
     written: its directory is missing or not writable, or it is a directory itself."""
     if os.path.isdir(path):
         raise UsageError(f"cannot write {option} {path}: it is a directory")
-    parent = os.path.dirname(os.path.abspath(path))
+    parent = os.path.dirname(absolute(path, f"{option} {path}"))
     if not os.path.isdir(parent):
         raise UsageError(f"cannot write {option} {path}: directory {parent} does not exist")
     if os.path.exists(path):

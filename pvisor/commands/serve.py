@@ -24,6 +24,7 @@ import orjson
 from pvisor.commands.outputs import check_output_path
 from pvisor.commands.params import Seconds, Size
 from pvisor.journal.errors import EXIT_UNAVAILABLE, UnavailableError, UsageError
+from pvisor.journal.paths import absolute
 
 EXIT_INTERRUPTED = 130  # SIGINT, as a shell reports Ctrl-C
 
@@ -226,7 +227,7 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
     config = GatewayConfig(
         host=host, port=port, upstreams=parse_upstreams(upstreams), run=run_id, max_body=max_body,
         stall_timeout=stall_timeout, log_file=Path(log_file) if log_file else None, shutdown_grace=shutdown_grace,
-        workspace=Path(os.path.abspath(workspace)) if workspace else None, snapshot_exclude=(Path(ctx.obj["journal"]),),
+        workspace=Path(absolute(workspace, f"--workspace {workspace}")) if workspace else None, snapshot_exclude=(Path(ctx.obj["journal"]),),
         snapshot_driver=snapshot_driver, token=token,
     )
     if workspace:
