@@ -283,7 +283,8 @@ def _run_quick(argv: list[str], env: dict[str, str], cwd: str, timeout: float) -
     """Run ``argv`` (stdin /dev/null, output to a file, own process group) for at most
     ``timeout`` s. Returns (exit code or None after a timeout, stdout and stderr as text)."""
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
+                                preexec_fn=die_with_parent())
         code: int | None = None
         try:
             code = proc.wait(timeout)
@@ -409,6 +410,90 @@ async def _stop_group(proc: asyncio.subprocess.Process, hurry: asyncio.Event | N
         _end_group(proc.pid, kill=True)
     await waiter
     _end_group(proc.pid, kill=True)  # members that ignored SIGTERM
+
+
+#: prctl option: the signal a process gets when its parent (the thread that forked it) dies
+PR_SET_PDEATHSIG = 1
+_LIBC_PRCTL = None
+
+
+def _prctl():
+    """libc's ``prctl``, looked up once in the parent: a child between fork and exec must not
+    load a library (it may run while another thread held the loader's lock)."""
+    global _LIBC_PRCTL
+    if _LIBC_PRCTL is None and sys.platform.startswith("linux"):
+        try:
+            _LIBC_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+        except (OSError, AttributeError):
+            _LIBC_PRCTL = False
+    return _LIBC_PRCTL or None
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` making the child get SIGKILL when pvisor dies, even by ``kill -9``
+    (Linux ``prctl(PR_SET_PDEATHSIG)``): an agent whose supervisor is gone must not go on
+    retrying against a gateway that is gone too. None where unsupported. The child checks that
+    its parent is still the one that forked it (it may have died before the prctl)."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(137)
+
+    return arm
+
+
+#: the guard of an agent's process group (:class:`GroupGuard`): it reads its stdin until pvisor
+#: writes to it (released) or dies (end of file), and in the second case kills the group
+_GUARD = (
+    "import os, signal, sys\n"
+    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
+    "if not os.read(0, 1):\n"
+    "    try: os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
+    "    except OSError: pass\n"
+)
+
+
+class GroupGuard:
+    """A small process that kills the agent's process group if pvisor dies first (a ``kill -9``
+    leaves no time to stop anything): :func:`die_with_parent` ends the agent itself, the guard
+    also the tools it runs in its group. :meth:`release` once pvisor has ended the group itself.
+    Processes the agent moved into sessions of their own are beyond it."""
+
+    def __init__(self, pgid: int) -> None:
+        read, self._write = os.pipe()  # the write end is close-on-exec: only pvisor holds it
+        try:
+            self._proc: subprocess.Popen | None = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _GUARD, str(pgid)], stdin=read, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        except OSError:
+            self._proc = None
+        finally:
+            os.close(read)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def release(self) -> None:
+        """Let the guard go without killing anything. Idempotent."""
+        if self._write < 0:
+            return
+        try:
+            os.write(self._write, b"x")
+        except OSError:
+            pass
+        os.close(self._write)
+        self._write = -1
+        if self._proc is not None:
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
 
 
 def become_subreaper() -> bool:
@@ -814,10 +899,22 @@ async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
             proc = await asyncio.create_subprocess_exec(
-                *plan.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(workspace), env=env, start_new_session=True)
+                *plan.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(workspace), env=env, start_new_session=True,
+                preexec_fn=die_with_parent())
         except OSError as exc:
             journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {exc.strerror}"})
             raise AgentUnavailable(f"cannot start {plan.argv[0]}: {exc.strerror}") from None
+    guard = GroupGuard(proc.pid)  # the agent leads its own group (its own session)
+    try:
+        return await _supervise(proc, guard, timeout, journal, stop, ended, end_grace)
+    finally:
+        guard.release()
+
+
+async def _supervise(proc: Any, guard: GroupGuard, timeout: float, journal: Any, stop: _Stop, ended: asyncio.Event | None,
+                     end_grace: float) -> tuple[int | None, bool, bool, int, bool]:
+    """Wait for the agent of :func:`_launch` until it exits, times out, is stopped or outlives
+    its end; then end what it left behind."""
     waiter = asyncio.ensure_future(proc.wait())
     stopper = asyncio.ensure_future(stop.event.wait())
     ender = asyncio.ensure_future(_after(ended, end_grace)) if ended is not None else None
@@ -833,7 +930,8 @@ async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout
         await _stop_group(proc, stop.hurry)
     await waiter
     # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
-    strays = await end_strays(hurry=stop.hurry, keep=journal.processes)
+    keep = (*journal.processes, *((guard.pid,) if guard.pid is not None else ()))
+    strays = await end_strays(hurry=stop.hurry, keep=keep)
     _end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
     return proc.returncode, timed_out, interrupted, strays, after_end
 
@@ -853,7 +951,7 @@ async def _native(profile: AgentProfile, ctx: LaunchContext, plan: LaunchPlan, s
     err_path = export.output.with_suffix(".stderr")
     with open(export.output, "wb") as out, open(err_path, "wb") as err:
         proc = await asyncio.create_subprocess_exec(*export.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(workspace),
-                                                    env=env, start_new_session=True)
+                                                    env=env, start_new_session=True, preexec_fn=die_with_parent())
         try:
             await asyncio.wait_for(proc.wait(), EXPORT_TIMEOUT_S)
         except asyncio.TimeoutError:

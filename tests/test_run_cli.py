@@ -369,6 +369,34 @@ def test_stop_signals_stop_the_agent_and_end_the_attempt(box, sig, code):
             pass
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def test_a_kill_9_of_pvisor_run_takes_the_agent_and_its_tools_with_it(box):
+    """Issue 17, defect 7: a `kill -9` of `pvisor run` left the agent running (its supervisor
+    gone) and retrying against a gateway that was gone too. The agent gets SIGKILL when pvisor
+    dies (PR_SET_PDEATHSIG) and a guard kills its process group: a scan finds none of them."""
+    proc = _start_run(box, "hang")
+    tool = int((box.root / "fake.out").read_text())  # the agent's `sleep 300`, in its group
+    agent = next(c for c in _children(proc.pid) if "fake-claude" in Path(f"/proc/{c}/cmdline").read_text())
+    others = [c for c in _children(proc.pid) if c != agent]  # the journal's writer, the guard
+    proc.kill()
+    proc.communicate(timeout=30)
+    try:
+        for pid, what in [(agent, "the agent"), (tool, "the agent's tool"), *((o, "a helper of pvisor") for o in others)]:
+            assert _wait_gone(pid), f"{what} (pid {pid}) outlived pvisor"
+    finally:
+        for pid in (agent, tool):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+
+
 def test_a_second_signal_cuts_the_kill_grace_short(box):
     import signal as signals
 
