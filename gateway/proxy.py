@@ -32,6 +32,7 @@ from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driv
 from pvisor.journal.writer import Journal, new_run_id
 
 from .access import TokenGate
+from .finalize import FINALIZER, finalize_response
 from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
 from .log_file import LogFile
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
@@ -52,22 +53,6 @@ _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionError, asyncio.Inc
 
 #: events worth a line on the terminal (an internal error); the CLI shows them on stderr
 log = logging.getLogger("pvisor.gateway")
-
-
-#: :func:`finalize_response` by name, for :func:`pvisor.journal.writer_process.open_journal`
-FINALIZER = "pvisor.gateway.proxy:finalize_response"
-
-
-def finalize_response(protocol: str | None, streamed: bool, body: bytes) -> bytes | None:
-    """Journal finalizer: reassemble a streamed response into its final object (compact JSON),
-    using the protocol module. Runs in the journal writer thread. None for non-streamed bodies
-    (they are their own final form) and for unknown protocols."""
-    if protocol is None or not streamed or not body:
-        return None
-    result = get_protocol(protocol).reassemble([body])
-    if result.final is None:
-        return None
-    return orjson.dumps(result.final)
 
 
 @dataclass

@@ -700,7 +700,7 @@ class Journal(JournalProducer):
                 now_pc = time.perf_counter()
                 stale = [p for p in list(self._inflight.values()) if p.due(now_pc)]
                 if not (batch or stale or beat):
-                    if self._to_finalize and not self._inflight and self._queue.empty():
+                    if self._to_finalize and not self._inflight and self._queue.empty() and self._finalizer_ready():
                         try:
                             self._finalize_pending(conn, FINALIZE_SLICE_S)
                         except sqlite3.OperationalError as exc:
@@ -796,6 +796,12 @@ class Journal(JournalProducer):
             for p, progress in saved:
                 p.restore(progress)
             raise
+
+    def _finalizer_ready(self) -> bool:
+        """Whether the reassembler can run now without an import (a writer process loads it
+        in the background: journal.writer_child)."""
+        ready = getattr(self.finalize, "ready", None)
+        return ready is None or bool(ready())
 
     def _finalize_pending(self, conn: sqlite3.Connection, budget_s: float | None) -> None:
         """Reassemble queued streamed responses into their final objects (``response_final``),

@@ -64,12 +64,28 @@ class _ToParent(logging.Handler):
 
 
 class _LazyFinalizer:
-    """The reassembler named ``module:function``, imported at its first use: most runs of a
-    writer process never reassemble before they are idle, and the import (aiohttp) is slow."""
+    """The reassembler named ``module:function``, imported by a thread of its own as the child
+    starts (:meth:`load`): the writer thread never stops committing for the import (the
+    protocol modules take tens of milliseconds). Until it is loaded, reassembly in the writer's
+    idle slices waits (:meth:`ready`); a flush or a close that needs it imports it at once."""
 
     def __init__(self, name: str):
         self._name = name
         self._fn: Callable | None = None
+        self._loaded = threading.Event()
+
+    def load(self) -> None:
+        from .writer_process import resolve
+
+        try:
+            self._fn = resolve(self._name)
+        except Exception:  # noqa: BLE001 - reported when it is first called
+            pass
+        finally:
+            self._loaded.set()
+
+    def ready(self) -> bool:
+        return self._loaded.is_set()
 
     def __call__(self, *args: Any) -> Any:
         if self._fn is None:
@@ -108,10 +124,13 @@ def main(argv: list[str]) -> None:
     logger.addHandler(_ToParent(replies))
     logger.setLevel(logging.INFO)
     logger.propagate = False
+    finalizer = _LazyFinalizer(finalize) if finalize else None
+    if finalizer is not None:
+        threading.Thread(target=finalizer.load, name="pvisor-finalizer-import", daemon=True).start()
     try:
         journal = Journal.open(
             path,
-            finalize=_LazyFinalizer(finalize) if finalize else None,
+            finalize=finalizer,
             max_decoded=int(max_decoded),
             busy_timeout_ms=int(busy_ms),
         )
