@@ -249,6 +249,8 @@ class Gateway:
             self._inflight.discard(task)
 
     async def _handle(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse:
+        if self.recorder.journal is not None and self.recorder.journal.error is not None:
+            return self._journal_down()
         raw_path = request.raw_path
         if self._gate is not None:
             stripped = self._gate.strip(raw_path)
@@ -449,6 +451,15 @@ class Gateway:
         if route.protocol is not None:
             return get_protocol(route.protocol).error_body(status, message, kind)
         return orjson.dumps({"error": {"type": kind, "message": message}})
+
+    def _journal_down(self) -> web.StreamResponse:
+        """503 once the journal writer has stopped (a full disk): a capture gateway must not
+        answer what it cannot record. Not journaled (it cannot be); the gateway is stopping."""
+        body = orjson.dumps({"type": "error", "error": {"type": "pvisor_journal_unavailable",
+                             "message": "the pvisor journal cannot record (its writer stopped); the gateway is stopping"}})  # fmt: skip
+        resp = web.Response(status=503, body=body, content_type="application/json")
+        resp.force_close()
+        return resp
 
     def _unauthorized(self, request: web.BaseRequest) -> web.StreamResponse:
         """401 for a request without this gateway's token. Not journaled (whoever can reach the

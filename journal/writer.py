@@ -220,6 +220,12 @@ class JournalProducer:
     processes: tuple[int, ...] = ()
     #: where the writer runs, for people: ``thread`` or ``process PID``
     where: str = "thread"
+    #: exchanges finished after the writer had stopped: handed over, never recorded
+    unrecorded: int = 0
+
+    @property
+    def error(self) -> str | None:  # pragma: no cover - abstract
+        raise NotImplementedError
 
     def _put(self, message: tuple[str, Any]) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -378,6 +384,8 @@ class JournalProducer:
         agent's (stored decoded, as a blob of its own)."""
         ended_us = int((time.perf_counter() - pending.t0) * 1e6)
         self._inflight.pop(pending.id, None)
+        if self.error is not None:
+            self.unrecorded += 1  # the writer is gone: said when the gateway stops
         rb = response_body or b""
         self._put(
             (

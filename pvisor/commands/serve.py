@@ -282,6 +282,9 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
         if journal.error is not None:
             if not failed:  # it stopped while the gateway was stopping
                 click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
+            if journal.unrecorded:
+                click.echo(f"pvisor: warning: {journal.unrecorded} exchange(s) in flight when the journal writer stopped"
+                           " were answered but not recorded", err=True)  # fmt: skip
             return EXIT_UNAVAILABLE
         return signals.exit_code()
 
