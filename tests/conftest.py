@@ -112,3 +112,7 @@ def small_fs(tmp_path):
     yield make
     for where in mounted:
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+# the scan for pieces of keys after every test module that sends some (tests/secret_scan.py)
+from secret_scan import no_secret_in_what_pvisor_wrote, secret_windows  # noqa: E402, F401

@@ -68,7 +68,9 @@ def run_cli(args: list[str], data: bytes) -> dict:
             return {"outcome": "crash", "exit": None, "detail": traceback.format_exc(limit=8)}
         # SQLite's own -wal, -shm and -journal files beside a journal are not output
         sqlite_side = f"in/{args[0]}-"
-        stray = sorted(f for f in _files(root) - before if not (f.startswith("out/") or f.startswith(sqlite_side)))
+        stray = sorted(
+            f for f in _files(root) - before if not (f.startswith("out/") or f.startswith(sqlite_side))
+        )
         if stray:
             return {"outcome": "crash", "exit": code, "detail": f"wrote outside its output: {stray}"}
         if code not in DOCUMENTED:

@@ -31,6 +31,7 @@ KEYS = {
     "OPENAI_API_KEY": "sk-test-live-0002",
     "GEMINI_API_KEY": "test-live-0003",
 }
+SECRETS_SENT = list(KEYS.values())  # no piece of them in any journal, log or result.json (conftest)
 
 
 def live_script(agent: str, *before: dict, main_chain: str = "tools") -> dict:

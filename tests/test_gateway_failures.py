@@ -564,6 +564,7 @@ SECRETS = {
     "key": "AIzaPVSECRETQUERYKEY0008+/",
 }
 SET_COOKIE_SECRET = "PVSECRETSETCOOKIE0009"
+SECRETS_SENT = [*SECRETS.values(), SET_COOKIE_SECRET]  # checked after the module (conftest)
 
 
 def secret_headers() -> list[tuple[str, str]]:

@@ -137,12 +137,15 @@ def test_an_error_response_that_echoes_the_key_is_stored_without_it(tmp_path: Pa
 # keys in the providers' formats, each with a distinctive body: no 8-byte window of the body may
 # reach any file pvisor writes
 SHAPED = {
-    "semicolon": "AIza" + "SyPvSemicolonQueryKey0000001",
-    "encoded_eq": "AIza" + "SyPvEncodedEqualsKey00000002",
+    "semicolon": "AIza" + "SyPvSemiQ8r3Kx7Vm2Zt5Lw9Nc4",
+    "encoded_eq": "AIza" + "SyPvEncdT6h1Jq8Bx3Rm7Wk2Fy5",
     "ua": "sk-ant-api03-" + "PvUserAgentKeyQ1w2E3r4T5y6U7i8O9p0AsDf",
     "bearer": "sk-proj-" + "PvSameKeyTwoHeadersZ9x8C7v6B5n4M3",
 }
 PREFIX = {"semicolon": 4, "encoded_eq": 4, "ua": 13, "bearer": 8}
+SECRETS_SENT = [  # checked after the module too, in every journal, log and export it made (conftest)
+    *SECRET_HEADERS.values(), *SECRET_RESPONSE_HEADERS.values(), *SECRET_QUERY.values(), *SHAPED.values()
+]
 
 
 def _windows() -> set[bytes]:

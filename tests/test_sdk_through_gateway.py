@@ -47,6 +47,12 @@ GEMINI_MODEL = "gemini-2.5-pro"
 # RFC 9110 hop-by-hop fields (the gateway may rewrite them), and Date (differs between two requests)
 _SKIP_HEADERS = {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "date"}
 
+# the keys the official SDKs send, in their providers' formats: none may reach the journal
+ANTHROPIC_KEY = "sk-ant-api03-Q7vX2mPz9LkR4tYw8NbC3hJd6FsG1aEu5oIq0ZxWc"
+OPENAI_KEY = "sk-proj-Hq3Zr8KvT1nWx5BdL9mYc2PjF7sGa4UeNo6Rk"
+GEMINI_KEY = "AIzaSyT4kW9qZm2Xv7Lp3Rb8Nc5Hj1Fd6Gs0Ye"
+SECRETS_SENT = [ANTHROPIC_KEY, OPENAI_KEY, GEMINI_KEY]
+
 
 def comparable_headers(headers) -> list[tuple[str, str]]:
     items = headers.items() if isinstance(headers, dict) else headers
@@ -69,14 +75,14 @@ def sdk_call(protocol: str, base: str, stream: bool):
     """Make the protocol's SDK request against ``base``; return the final object's dump, or the
     dumps of the events the SDK yields for a stream."""
     if protocol == "anthropic":
-        client = anthropic.Anthropic(base_url=base, api_key="sk-ant-test", max_retries=0, timeout=30)
+        client = anthropic.Anthropic(base_url=base, api_key=ANTHROPIC_KEY, max_retries=0, timeout=30)
         kw = dict(model="claude-test", max_tokens=1024, system=SYSTEM, messages=[{"role": "user", "content": TASK}],
                   tools=[{"name": "bash", "description": "Run a shell command.", "input_schema": SHELL_SCHEMA}])
         if stream:
             return [dump(e) for e in client.messages.create(**kw, stream=True)]
         return dump(client.messages.create(**kw))
     if protocol in ("openai-chat", "openai-responses"):
-        client = openai.OpenAI(base_url=base + "/v1", api_key="sk-test", max_retries=0, timeout=30)
+        client = openai.OpenAI(base_url=base + "/v1", api_key=OPENAI_KEY, max_retries=0, timeout=30)
         if protocol == "openai-chat":
             kw = dict(model="gpt-test", messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}],
                       tools=[{"type": "function", "function": {"name": "bash", "description": "Run a shell command.", "parameters": SHELL_SCHEMA}}])
@@ -89,7 +95,7 @@ def sdk_call(protocol: str, base: str, stream: bool):
             return [dump(e) for e in create(**kw, stream=True)]
         return dump(create(**kw))
     assert protocol == "gemini"
-    client = genai.Client(api_key="gemini-test", http_options=types.HttpOptions(base_url=base, timeout=30_000))
+    client = genai.Client(api_key=GEMINI_KEY, http_options=types.HttpOptions(base_url=base, timeout=30_000))
     config = types.GenerateContentConfig(
         system_instruction=SYSTEM,
         tools=[types.Tool(function_declarations=[types.FunctionDeclaration(name="bash", description="Run a shell command.", parameters_json_schema=SHELL_SCHEMA)])],

@@ -40,6 +40,7 @@ FINALIZER = "pvisor.gateway.finalize:finalize_response"  # what the commands pas
 BIG = os.urandom(3 << 20)  # larger than the pipe: goes through the sender's backlog
 SNAP_SHA = hashlib.sha256(b"snapshot file bytes").hexdigest()
 KEY = "sk-ant-api03-" + "k" * 40
+SECRETS_SENT = [KEY]  # no piece of it in any journal this module wrote (conftest)
 STREAM = (
     b'data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
     b'"delta":{"role":"assistant","content":"Hel"},"finish_reason":null}]}\n\n'
