@@ -75,11 +75,41 @@ async def _upstream_handler(request: web.Request) -> web.StreamResponse:
 async def start_upstream() -> tuple[web.AppRunner, str]:
     app = web.Application()
     app.router.add_post("/v1/chat/completions", _upstream_handler)
+    app.router.add_post(
+        "/v1/messages", _upstream_handler
+    )  # the fake agent of --target run (its events are not Anthropic's: only the bytes matter)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     return runner, f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+
+
+#: a stand-in for ``claude`` (``--target run``): answers ``--version``, then streams requests
+#: through ``$ANTHROPIC_BASE_URL`` one after another, appending one JSON line per request to
+#: ``$PVISOR_CRASH_OUT`` as it goes (its client records), until it is killed
+FAKE_AGENT = r"""#!{python}
+import base64, http.client, json, os, sys, time, urllib.parse
+if sys.argv[1:2] == ["--version"]:
+    print("2.1.332 (Claude Code)"); sys.exit(0)
+base = urllib.parse.urlsplit(os.environ["ANTHROPIC_BASE_URL"])
+out = open(os.environ["PVISOR_CRASH_OUT"], "a", buffering=1)
+k = 0
+while True:
+    rid = f"a-r{{k}}"; k += 1
+    body = json.dumps({{"model": "m", "stream": True, "messages": [{{"role": "user", "content": rid + " " + "p" * 1200}}]}},
+                      separators=(",", ":")).encode()
+    rec = {{"rid": rid, "body": base64.b64encode(body).decode(), "t_start": time.monotonic()}}
+    out.write(json.dumps({{**rec, "event": "start"}}) + "\n")
+    conn = http.client.HTTPConnection(base.hostname, base.port, timeout=30)
+    conn.request("POST", base.path + "/v1/messages", body=body, headers={{"Content-Type": "application/json"}})
+    resp = conn.getresponse()
+    t_headers = time.monotonic()
+    received = resp.read()
+    out.write(json.dumps({{**rec, "event": "done", "t_headers": t_headers, "t_done": time.monotonic(),
+                          "received": base64.b64encode(received).decode()}}) + "\n")
+    conn.close()
+"""
 
 
 @dataclass
@@ -100,7 +130,9 @@ def start_gateway(journal: Path, upstream: str, writer: str, ready: Path) -> Gat
     deadline = time.monotonic() + 30
     while not ready.exists() or not ready.read_text().strip():
         if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"the gateway did not start: {proc.stderr.read().decode() if proc.stderr else ''}")
+            raise RuntimeError(
+                f"the gateway did not start: {proc.stderr.read().decode() if proc.stderr else ''}"
+            )
         time.sleep(0.02)
     return Gateway(proc, json.loads(ready.read_text())["url"], journal)
 
@@ -123,7 +155,9 @@ def _body(rid: str) -> bytes:
     return json.dumps({"model": "m", "stream": True, "messages": [msg]}, separators=(",", ":")).encode()
 
 
-async def client(session: ClientSession, url: str, name: str, records: list[Record], stop: asyncio.Event) -> None:
+async def client(
+    session: ClientSession, url: str, name: str, records: list[Record], stop: asyncio.Event
+) -> None:
     """Stream requests one after another until ``stop`` is set or the gateway is gone."""
     k = 0
     while not stop.is_set():
@@ -199,11 +233,15 @@ def verify(journal: Path, records: list[Record], t_kill: float | None, window: f
                     if mine and got.startswith(mine) and rec.t_done is None:
                         counts["client_cut"] += 1  # the kill came while the client read the last bytes
                     else:
-                        problems.append(f"exchange {ex.id} ({rid}): journaled response differs from the client's")
+                        problems.append(
+                            f"exchange {ex.id} ({rid}): journaled response differs from the client's"
+                        )
             elif ex.outcome == "incomplete":
                 counts["incomplete"] += 1
                 if not (got.startswith(mine) or mine.startswith(got)):
-                    problems.append(f"exchange {ex.id} ({rid}): incomplete response is not a prefix of the client's")
+                    problems.append(
+                        f"exchange {ex.id} ({rid}): incomplete response is not a prefix of the client's"
+                    )
             else:
                 problems.append(f"exchange {ex.id} ({rid}): outcome {ex.outcome}")
     for rid, n in seen.items():
@@ -218,9 +256,13 @@ def verify(journal: Path, records: list[Record], t_kill: float | None, window: f
             continue
         began = rec.t_headers
         if rec.t_done is not None and rec.t_done < t_kill - window:
-            problems.append(f"request {rec.rid} finished {t_kill - rec.t_done:.3f} s before the kill, not journaled")
+            problems.append(
+                f"request {rec.rid} finished {t_kill - rec.t_done:.3f} s before the kill, not journaled"
+            )
         elif rec.t_done is None and began is not None and began < t_kill - window:
-            problems.append(f"request {rec.rid} in flight {t_kill - began:.3f} s before the kill, not journaled")
+            problems.append(
+                f"request {rec.rid} in flight {t_kill - began:.3f} s before the kill, not journaled"
+            )
         elif rec.t_done is not None:
             counts["lost_in_window"] += 1
             lost_ages.append(t_kill - rec.t_done)
@@ -236,7 +278,9 @@ async def _crash_round(tmp: Path, seed: int, clients: int, writer: str, kill: st
     stop = asyncio.Event()
     try:
         async with ClientSession(connector=TCPConnector(limit=0), timeout=ClientTimeout(total=30)) as session:
-            tasks = [asyncio.ensure_future(client(session, gw.url, f"c{i}", records, stop)) for i in range(clients)]
+            tasks = [
+                asyncio.ensure_future(client(session, gw.url, f"c{i}", records, stop)) for i in range(clients)
+            ]
             await asyncio.sleep(rng.uniform(0.3, 1.5))
             t_kill = time.monotonic()
             if kill == "group":
@@ -260,21 +304,94 @@ async def _crash_round(tmp: Path, seed: int, clients: int, writer: str, kill: st
     return result
 
 
-def crash(rounds: int, clients: int = 8, writer: str = "process", kill: str = "both", seed: int = 1,
-          window: float = 0.25, progress=None) -> dict:
+def _agent_records(path: Path) -> list[Record]:
+    """The fake agent's records (:data:`FAKE_AGENT`); a request it had started but not finished
+    has no ``t_headers`` (it cannot say when its answer began: counted as in flight only)."""
+    import base64
+
+    recs: dict[str, Record] = {}
+    if not path.exists():
+        return []
+    for line in path.read_text().splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue  # the last line, cut by the kill
+        rec = recs.setdefault(d["rid"], Record(d["rid"], base64.b64decode(d["body"]), d["t_start"]))
+        if d["event"] == "done":
+            rec.t_headers, rec.t_done = d["t_headers"], d["t_done"]
+            rec.received = bytearray(base64.b64decode(d["received"]))
+    return list(recs.values())
+
+
+async def _run_round(tmp: Path, seed: int, writer: str, window: float) -> dict:
+    """``pvisor run`` (its gateway in-process) with :data:`FAKE_AGENT`, killed with SIGKILL."""
+    rng = random.Random(seed)
+    runner, upstream = await start_upstream()
+    journal = tmp / "data" / "journal.sqlite"
+    agent = tmp / "fake-claude"
+    agent.write_text(FAKE_AGENT.format(python=sys.executable))
+    agent.chmod(0o755)
+    (tmp / "ws").mkdir()
+    records_file = tmp / "agent-records.jsonl"
+    env = {**os.environ, "PVISOR_JOURNAL_WRITER": writer, "PVISOR_CRASH_OUT": str(records_file),
+           "ANTHROPIC_API_KEY": "sk-ant-crash-test-key-not-real"}  # fmt: skip
+    proc = subprocess.Popen(
+        [PVISOR, "--journal", str(journal), "run", "--agent", "claude-code", "--agent-entrypoint", str(agent),
+         "--upstream", upstream, "--workspace", str(tmp / "ws"), "--no-snapshots", "--", "stream"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not records_file.exists():  # the agent has started
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"pvisor run did not start the agent: {proc.stderr.read().decode() if proc.stderr else ''}"
+                )
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(rng.uniform(0.3, 1.5))
+        t_kill = time.monotonic()
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+        if proc.stderr is not None:
+            proc.stderr.close()
+        await asyncio.sleep(0.3)  # the agent dies with pvisor (PR_SET_PDEATHSIG): its last line is cut
+    finally:
+        await runner.cleanup()
+    await asyncio.get_running_loop().run_in_executor(None, reap, journal)
+    records = _agent_records(records_file)
+    result = verify(journal, records, t_kill, window)
+    result.update(seed=seed, writer=writer, kill="run", requests=len(records))
+    return result
+
+
+def crash(
+    rounds: int,
+    clients: int = 8,
+    writer: str = "process",
+    kill: str = "both",
+    seed: int = 1,
+    window: float = 0.25,
+    progress=None,
+    target: str = "gateway",
+) -> dict:
     """``rounds`` kill rounds (``kill`` ``both``: alternating gateway and group). Returns totals
     and every round's result."""
     results = []
     for n in range(rounds):
         how = kill if kill != "both" else ("gateway" if n % 2 == 0 else "group")
         with tempfile.TemporaryDirectory(prefix="pvisor-crash-") as tmp:
-            results.append(asyncio.run(_crash_round(Path(tmp), seed + n, clients, writer, how, window)))
+            if target == "run":
+                results.append(asyncio.run(_run_round(Path(tmp), seed + n, writer, window)))
+            else:
+                results.append(asyncio.run(_crash_round(Path(tmp), seed + n, clients, writer, how, window)))
         if progress is not None:
             progress(results[-1])
     totals = {k: sum(r[k] for r in results) for k in ("requests", "journaled", "ok", "incomplete", "lost_in_window",
                                                         "client_cut")}  # fmt: skip
     return {
-        "rounds": rounds, "clients": clients, "writer": writer, "kill": kill, "window_s": window, **totals,
+        "target": target, "rounds": rounds, "clients": clients if target == "gateway" else 1, "writer": writer,
+        "kill": kill if target == "gateway" else "run", "window_s": window, **totals,
         "max_lost_age_s": max((r["max_lost_age_s"] for r in results), default=0.0),
         "rounds_with_problems": sum(1 for r in results if r["problems"]),
         "problems": [p for r in results for p in r["problems"]][:50], "per_round": results,
@@ -307,7 +424,9 @@ async def _load(tmp: Path, clients: int, seconds: float, gateways: int, writer: 
     records: list[Record] = []
     stop = asyncio.Event()
     try:
-        async with ClientSession(connector=TCPConnector(limit=0), timeout=ClientTimeout(total=120)) as session:
+        async with ClientSession(
+            connector=TCPConnector(limit=0), timeout=ClientTimeout(total=120)
+        ) as session:
             tasks = [asyncio.ensure_future(client(session, gws[i % gateways].url, f"c{i}", records, stop))
                      for i in range(clients)]  # fmt: skip
             t0 = time.monotonic()
@@ -334,7 +453,8 @@ async def _load(tmp: Path, clients: int, seconds: float, gateways: int, writer: 
 
     with sqlite3.connect(journal) as db:
         seq_ok = all(
-            n == hi for n, hi in db.execute("SELECT count(*), max(seq) FROM exchanges GROUP BY run_id").fetchall()
+            n == hi
+            for n, hi in db.execute("SELECT count(*), max(seq) FROM exchanges GROUP BY run_id").fetchall()
         )
     if not seq_ok:
         result["problems"].append("seq is not dense within a run")
@@ -363,6 +483,12 @@ def main() -> None:
     c.add_argument("--writer", choices=["process", "thread"], default="process")
     c.add_argument("--kill", choices=["gateway", "group", "both"], default="both")
     c.add_argument("--window", type=float, default=0.25)
+    c.add_argument(
+        "--target",
+        choices=["gateway", "run"],
+        default="gateway",
+        help="run: kill -9 `pvisor run` with a fake agent streaming through its gateway",
+    )
     ld = sub.add_parser("load")
     ld.add_argument("--clients", type=int, default=128)
     ld.add_argument("--seconds", type=float, default=60.0)
@@ -379,7 +505,9 @@ def main() -> None:
                   f" {r['incomplete']} incomplete, {r['lost_in_window']} lost in the window,"
                   f" {len(r['problems'])} problem(s)", flush=True)  # fmt: skip
 
-        out = crash(args.rounds, args.clients, args.writer, args.kill, args.seed, args.window, show)
+        out = crash(
+            args.rounds, args.clients, args.writer, args.kill, args.seed, args.window, show, args.target
+        )
     else:
         out = load(args.clients, args.seconds, args.gateways, args.writer)
     out["date"] = time.strftime("%Y-%m-%d")

@@ -34,3 +34,12 @@ def test_load_journals_every_stream_once_byte_exact(gateways):
     assert out["problems"] == [], out["problems"]
     assert out["answered"] > 100 and out["journaled"] == out["answered"] == out["ok"]
     assert out["exit_codes"] == [0] * gateways and all(m > 0 for m in out["peak_rss_mib"])
+
+
+def test_kill_9_of_pvisor_run_loses_nothing_but_the_last_window():
+    """The same promise for `pvisor run` (its gateway in-process, the agent a fake one streaming
+    through it): killed with SIGKILL, the agent dies with it, and the journal holds what it
+    should."""
+    out = reliability.crash(ROUNDS // 2, writer="process", seed=29, target="run")
+    assert out["problems"] == [], out["problems"]
+    assert out["journaled"] > 0 and out["max_lost_age_s"] <= out["window_s"]
