@@ -171,15 +171,21 @@ class Gateway:
         self._log.info("listening %s run=%s", self.url, self.run)
         return self.url
 
+    @property
+    def in_flight(self) -> int:
+        """Requests being handled now."""
+        return len(self._inflight)
+
     def hurry(self) -> None:
         """Make a running or coming :meth:`stop` cancel the exchanges in flight at once
         instead of waiting for them (a second SIGINT)."""
         self._inflight.hurry()
 
-    async def stop(self) -> None:
+    async def stop(self) -> int:
         """Stop accepting; wait up to ``shutdown_grace`` s for in-flight exchanges (less after
         :meth:`hurry`); cancel the rest, each recorded ``incomplete`` with what it had moved;
-        close the connections, the upstream session and the log file."""
+        close the connections, the upstream session and the log file. Returns how many were
+        cancelled (0 when called again)."""
         if self._site is not None:
             site, self._site = self._site, None
             await site.stop()
@@ -188,6 +194,7 @@ class Gateway:
         if cancelled:
             self._log.info("cancelled %d exchange(s) in flight", cancelled)
         await self._close()
+        return cancelled
 
     async def _close(self) -> None:
         """Close what :meth:`start` opened (idempotent; also after a failed start)."""

@@ -55,6 +55,11 @@ class ScriptedModelServer:
         self.url = f"http://{host}:{port}"
         return self.url
 
+    @property
+    def in_flight(self) -> int:
+        """Requests being answered now."""
+        return len(self._inflight)
+
     def hurry(self) -> None:
         """Make :meth:`stop` cancel the requests in flight at once (a second SIGINT)."""
         self._inflight.hurry()

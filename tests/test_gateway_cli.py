@@ -328,7 +328,7 @@ def test_signal_finishes_the_exchange_in_flight(stack, procs, tmp_path, corpus, 
     try:
         assert resp.read(len(CHUNK1)) == CHUNK1  # the exchange is in flight
         gw.p.send_signal(sig)
-        gw.err.wait_for(r"^stopping: waiting for exchanges in flight")
+        gw.err.wait_for(r"^stopping: waiting for 1 exchange\(s\) in flight")
         release.set()
         assert resp.read() == CHUNK2
         # the gateway closed its listening socket before this exchange could end: no new connection
@@ -402,7 +402,9 @@ def test_grace_period_ends_then_the_stalled_exchange_is_cancelled_and_recorded(s
     try:
         assert resp.read(len(part)) == part  # in flight, and the upstream holds the rest
         gw.p.send_signal(signal.SIGINT)
-        gw.err.wait_for(r"^stopping: waiting for exchanges in flight \(up to 0\.5 s")
+        gw.err.wait_for(r"^stopping: waiting for 1 exchange\(s\) in flight \(up to 0\.5 s; a second signal cancels them now\)")
+        # the end of the grace period is said too (a new user saw the gateway go quiet)
+        gw.err.wait_for(r"^stopped: cancelled 1 exchange\(s\) still in flight \(recorded incomplete\)$")
         assert gw.p.wait(DEADLINE + 15) == 130
     finally:
         release.set()
@@ -426,7 +428,7 @@ def test_second_signal_cancels_the_exchanges_in_flight_at_once(stack, procs, tmp
     try:
         assert resp.read(len(part)) == part
         gw.p.send_signal(sig)
-        gw.err.wait_for(r"^stopping: waiting for exchanges in flight")
+        gw.err.wait_for(r"^stopping: waiting for 1 exchange\(s\) in flight")
         gw.p.send_signal(sig)
         gw.err.wait_for(r"^stopping now: cancelling the exchanges in flight")
         assert gw.p.wait(DEADLINE + 15) == code
@@ -540,6 +542,16 @@ def test_client_misbehaviour_is_recorded_and_logged_in_one_line(stack, procs, tm
         assert first.outcome == "aborted_by_client" and "went away while sending" in first.error
         assert b'{"partial":'.startswith(r.request_body(first) or b"")
         assert after.outcome == "ok"
+
+
+def test_a_stop_with_nothing_in_flight_says_so_briefly(procs, tmp_path):
+    """A new user saw "waiting for exchanges in flight (... Ctrl-C again ...)" after a SIGTERM
+    with nothing in flight."""
+    gw = procs(["--journal", str(tmp_path / "j.sqlite"), "gateway", "--port", "0"])
+    gw.listening()
+    assert gw.stop() == 0
+    lines = [line for line in gw.err.rest().splitlines() if line.startswith("stop")]
+    assert lines == ["stopping"], lines
 
 
 def test_a_gateway_that_records_nothing_leaves_no_run(procs, tmp_path):

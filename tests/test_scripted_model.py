@@ -817,7 +817,7 @@ def test_serve_model_second_signal_cancels_a_reply_in_flight(tmp_path, sig, code
                 assert data, got
                 got += data
             proc.send_signal(sig)
-            _stderr_line(proc, b"stopping: waiting for exchanges in flight", time.monotonic() + 30)
+            _stderr_line(proc, b"stopping: waiting for 1 exchange(s) in flight", time.monotonic() + 30)
             proc.send_signal(sig)
             _stderr_line(proc, b"stopping now: cancelling", time.monotonic() + 30)
             assert proc.wait(timeout=30) == code

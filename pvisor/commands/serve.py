@@ -138,8 +138,13 @@ def _say(line: str) -> None:
 
 
 def _stopping(signals: _Signals, server: Any, grace: float) -> None:
-    """Say that the server stops, and make a second signal stop it at once."""
-    _say(f"stopping: waiting for exchanges in flight (up to {grace:g} s; Ctrl-C again to cancel them now)")
+    """Say that the server stops (how long it waits, when something is in flight), and make a
+    second signal stop it at once."""
+    n = server.in_flight
+    if n:
+        _say(f"stopping: waiting for {n} exchange(s) in flight (up to {grace:g} s; a second signal cancels them now)")
+    else:
+        _say("stopping")
 
     def now() -> None:
         _say("stopping now: cancelling the exchanges in flight")
@@ -272,7 +277,9 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
                 click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
             _stopping(signals, gw, shutdown_grace)
             await gw.take_snapshot(SnapshotKind.END)
-            await gw.stop()
+            cancelled = await gw.stop()
+            if cancelled:
+                _say(f"stopped: cancelled {cancelled} exchange(s) still in flight (recorded incomplete)")
         finally:
             if gw is not None:
                 await gw.stop()  # after a failed start or an error: close what is open
