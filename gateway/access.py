@@ -65,4 +65,7 @@ class TokenGate:
         if not hmac.compare_digest(rest[:end].encode("utf-8", "surrogateescape"), self._token):
             return None
         tail = rest[end:]
-        return tail if tail.startswith("/") else "/" + tail
+        tail = tail if tail.startswith("/") else "/" + tail
+        # a base URL given twice (/t/T/t/T/v1/...): the token must not go on into the path
+        again = self.strip(tail)
+        return again if again is not None else tail

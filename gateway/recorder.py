@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pvisor.journal.model import redact_url
+from pvisor.journal.model import redact_text, redact_url
 from pvisor.journal.writer import Journal, PendingExchange
 
 from .responder import ServedBy
@@ -149,5 +149,5 @@ class Recorder:
                 cur.body_size if cur.body_size is not None else len(request_body or b""),
                 received if received is not None else len(response_body or b""),
                 us_since(pending) / 1000,
-                f" error={error}" if error else "",
+                f" error={redact_text(error)}" if error else "",
             )

@@ -5,8 +5,8 @@ Rules (docs/gateway.md):
 1. ``/__pvisor/health`` answers locally.
 2. A leading ``/run/<id>/`` selects the run and is removed; so does the ``X-Pvisor-Run`` header
    (the prefix wins). Neither is forwarded. A path starting with ``/run/`` whose next segment
-   is not a valid run id (``/run//x``, ``/run/bad%20id/...``), or such a header, is answered
-   400 ``pvisor_bad_run_id``.
+   is not a valid run id (``/run//x``, ``/run/bad%20id/...``, one shaped like an API key), or
+   such a header, is answered 400 ``pvisor_bad_run_id``.
 3. A leading mount prefix ``/<upstream>/`` (``/anthropic/``, ``/openai/``, ``/gemini/``) picks
    that upstream and is removed.
 4. Otherwise a path that a protocol module serves exactly (``/v1/messages``,
@@ -26,6 +26,7 @@ from typing import Callable
 from yarl import URL
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
+from pvisor.journal.model import has_key_shape
 
 HEALTH_PATH = "/__pvisor/health"
 RUN_HEADER = "X-Pvisor-Run"
@@ -157,14 +158,15 @@ class Router:
         run = self.run
         bad_run = False
         if run_header is not None:
-            if _RUN_ID.fullmatch(run_header):
+            if _RUN_ID.fullmatch(run_header) and not has_key_shape(run_header):
                 run = run_header
             else:
                 bad_run = True
         target = raw_path
         m = _RUN_PREFIX.match(target)
         if m:
-            if _RUN_ID.fullmatch(m.group(1)):
+            # a key is never a run id: it would be stored, exported and logged as one
+            if _RUN_ID.fullmatch(m.group(1)) and not has_key_shape(m.group(1)):
                 run = m.group(1)
                 bad_run = False  # the prefix wins over the header
             else:

@@ -527,6 +527,26 @@ _KEY_SHAPES = re.compile(
 )
 
 
+def has_key_shape(text: str) -> bool:
+    """Whether ``text``, or ``text`` percent-decoded, holds a key-shaped token."""
+    return _KEY_SHAPES.search(text) is not None or ("%" in text and _KEY_SHAPES.search(unquote(text)) is not None)
+
+
+def redact_shapes(text: str) -> str:
+    """``text`` with every key-shaped token replaced by ``REDACTED``; one hidden by percent
+    encoding is found in the decoded text, which is then returned decoded."""
+    text = _KEY_SHAPES.sub("REDACTED", text)
+    if "%" in text and _KEY_SHAPES.search(unquote(text)):
+        text = _KEY_SHAPES.sub("REDACTED", unquote(text))
+    return text
+
+
+def redact_path(path: str) -> str:
+    """A request path as the journal and the logs keep it: key-shaped segments ``REDACTED``
+    (a key pasted into a base URL)."""
+    return redact_shapes(path) if has_key_shape(path) else path
+
+
 def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     """``text`` (an upstream's error message, say) with every value of ``secrets`` (at least 6
     characters: the credentials the agent sent, :func:`request_secrets`) and every key-shaped
@@ -537,15 +557,15 @@ def redact_text(text: str, secrets: Iterable[str] = ()) -> str:
     return _KEY_SHAPES.sub("<redacted>", text)
 
 
-def request_secrets(query: str, headers: Iterable[tuple[str, str]]) -> set[str]:
+def request_secrets(query: str, headers: Iterable[tuple[str, str]], path: str = "") -> set[str]:
     """The credentials a request carries: secret header values (without a ``Bearer``/``Basic``
     scheme) and secret query values (decoded), as the agent sent them; never stored, used to
     redact what quotes them."""
-    values: set[str] = set()
+    values: set[str] = set(_KEY_SHAPES.findall(unquote(path)))
     for name, value in headers:
         if is_secret_header(name):
             values.add(credential(value))
-        values.update(_KEY_SHAPES.findall(value))
+        values.update(_KEY_SHAPES.findall(unquote(value) if "%" in value else value))
     for segment in _QUERY_SEPARATOR.split(query) if query else ():
         name, value = _query_pair(segment)
         if value is not None and is_secret_query_param(name):
@@ -577,12 +597,12 @@ def _query_pair(segment: str) -> tuple[str, str | None]:
     return unquote(raw_name.replace("+", " ")), unquote(raw_value.replace("+", " "))
 
 
-def redact_echoed_secrets(body: bytes, query: str, headers: Iterable[tuple[str, str]]) -> bytes:
+def redact_echoed_secrets(body: bytes, query: str, headers: Iterable[tuple[str, str]], path: str = "") -> bytes:
     """``body`` (an error response) with every credential of the request
     (:func:`request_secrets`, 8 characters or more) replaced by ``<redacted>``: an upstream
     that echoes the key it refused must not put it into the journal. Returns ``body`` itself
     when it holds none."""
-    values = request_secrets(query, headers)
+    values = request_secrets(query, headers, path)
     for value in sorted((v for v in values if len(v) >= 8), key=len, reverse=True):
         needle = value.encode("utf-8", "surrogateescape")
         if needle in body:
@@ -656,10 +676,10 @@ def redact_exchange_meta(
         if is_secret_header(n):
             secrets[n] = fingerprint(credential(value), key)
         elif allow is None or _header_allowed(n, allow):
-            found = _KEY_SHAPES.search(value)
+            found = _KEY_SHAPES.search(value) or ("%" in value and _KEY_SHAPES.search(unquote(value))) or None
             if found is not None:  # a key where no name says so (user-agent, anthropic-beta, ...)
                 secrets[n] = fingerprint(found.group(0), key)
-                value = _KEY_SHAPES.sub("REDACTED", value)
+                value = redact_shapes(value)
             kept[n] = f"{kept[n]}, {value}" if n in kept else value
         elif n not in dropped:
             dropped.append(n)
@@ -680,8 +700,8 @@ def redact_exchange_meta(
             out.append(segment[: eq + 1] + "REDACTED")
             continue
         found = _KEY_SHAPES.search(unquote(segment))
-        if found is not None:
-            secrets["?" + name] = fingerprint(found.group(0), key)
+        if found is not None:  # the key may be the name itself (?sk-ant-..., ?AIza...=1)
+            secrets["?" + _KEY_SHAPES.sub("REDACTED", name)] = fingerprint(found.group(0), key)
             segment = _KEY_SHAPES.sub("REDACTED", segment)
             if _KEY_SHAPES.search(unquote(segment)):  # the key itself percent-encoded
                 segment = quote(_KEY_SHAPES.sub("REDACTED", unquote(segment)), safe="=")
@@ -694,6 +714,11 @@ def redact_url(url: str) -> str:
     messages (no fingerprint: callers that log have no journal key)."""
     base, q, rest = url.partition("?")
     if not q:
-        return url
-    query, hashmark, fragment = rest.partition("#")
-    return base + "?" + redact_exchange_meta(query, (), b"").query + (hashmark + fragment)
+        base, hashmark, fragment = url.partition("#")
+        query = ""
+    else:
+        query, hashmark, fragment = rest.partition("#")
+    if fragment:  # a fragment is never sent, but a client may write one into the request line
+        fragment = redact_exchange_meta(fragment, (), b"").query
+    query = "?" + redact_exchange_meta(query, (), b"").query if q else ""
+    return redact_path(base) + query + hashmark + fragment

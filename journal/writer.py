@@ -40,7 +40,17 @@ import orjson
 from . import blobs
 from .content_encoding import DEFAULT_LIMIT, DecodeError, decode_body
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
-from .model import REQUEST_HEADER_ALLOW, Attempt, Run, pack_timings, redact_echoed_secrets, redact_exchange_meta
+from .model import (
+    REQUEST_HEADER_ALLOW,
+    Attempt,
+    Run,
+    pack_timings,
+    redact_echoed_secrets,
+    redact_exchange_meta,
+    redact_path,
+    redact_text,
+    request_secrets,
+)
 from .paths import absolute, create_private_file
 from .snapshots import SnapshotRecord
 
@@ -1043,7 +1053,7 @@ class Journal(JournalProducer):
             conn.execute(
                 "INSERT OR IGNORE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
                 " secret_fingerprints, dropped_headers, started_ms, writer_id, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
-                (p.id, p.run, p.attempt, self._place(conn, p), p.protocol, p.method, p.path, query, headers, fps, dropped, p.started_ms, self.writer_id),
+                (p.id, p.run, p.attempt, self._place(conn, p), p.protocol, p.method, redact_path(p.path), query, headers, fps, dropped, p.started_ms, self.writer_id),
             )
             self._event(conn, "exchange.started", run=p.run, exchange=p.id)
             p.persisted = True
@@ -1182,12 +1192,14 @@ class Journal(JournalProducer):
             body = f.response_body
             if f.status is not None and f.status >= 400 and body:
                 # an error may echo the key the request carried ("invalid key sk-..."): never kept
-                body = redact_echoed_secrets(body, p.query, p.headers)
+                body = redact_echoed_secrets(body, p.query, p.headers, p.path)
             response_sha = self._put_blob(conn, body)
             if self.finalize is not None and f.streamed and f.response_body and p.protocol is not None:
                 # reassembly holds the GIL for milliseconds: done when the gateway is idle
                 self._to_finalize.append((p.id, p.protocol, response_sha, resp_headers.headers.get("content-encoding")))
         query, headers, fps, dropped = self._meta_columns(p)
+        if error:  # an error text may quote the URL or an upstream's echo of the key
+            error = redact_text(error, request_secrets(p.query, p.headers, p.path))
         fps_all = orjson.loads(fps)
         fps_all.update({"response:" + k: v for k, v in resp_headers.secrets.items()})
         conn.execute(
@@ -1203,7 +1215,7 @@ class Journal(JournalProducer):
                 self._place(conn, p),
                 p.protocol,
                 p.method,
-                p.path,
+                redact_path(p.path),
                 query,
                 headers,
                 orjson.dumps(fps_all).decode(),

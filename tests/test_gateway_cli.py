@@ -285,11 +285,13 @@ def test_a_gateway_beyond_this_machine_needs_its_token_which_is_never_forwarded_
     assert up.requests == []  # nothing was forwarded
     assert http_request(url, "POST", f"/t/{token}/v1/messages?beta=true", b'{"n":1}')[0] == 200
     assert http_request(url, "POST", f"/t/{token}/run/r-remote/v1/messages", b'{"n":2}')[0] == 200
-    assert [r[1] for r in up.requests] == ["/v1/messages?beta=true", "/v1/messages"]
+    # a base URL given twice: the token goes no further than the first time
+    assert http_request(url, "POST", f"/t/{token}/t/{token}/run/r-remote/v1/messages", b'{"n":3}')[0] == 200
+    assert [r[1] for r in up.requests] == ["/v1/messages?beta=true", "/v1/messages", "/v1/messages"]
     assert gw.stop() == 0
     with JournalReader(journal) as r:
         rows = [(e.run, e.path, e.query) for e in r.exchanges()]
-    assert sorted(rows)[-1] == ("r-remote", "/v1/messages", "") and len(rows) == 2  # the 401s: not journaled
+    assert sorted(rows)[-1] == ("r-remote", "/v1/messages", "") and len(rows) == 3  # the 401s: not journaled
     for f in [*tmp_path.iterdir()]:
         if f.is_file() and f.name != "ready.json":
             assert token.encode() not in f.read_bytes(), f.name

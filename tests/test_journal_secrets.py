@@ -196,3 +196,68 @@ def test_keys_in_less_common_places_never_reach_the_journal_the_log_or_an_export
     for where, data in files.items():
         for window in _windows():
             assert window not in data, f"{window!r} of a key found in {where}"
+
+
+MORE = {
+    "bare": "sk-ant-api03-" + "Zq4Lr8Tv2Wx6Yb1Nc5Md9Kf3Hg7Js0Pa",  # a query parameter that is only the key
+    "as_name": "AIza" + "SyNameQ2w7E4r9T1y6U3i8O5p0Aas",  # the key as a parameter's name
+    "in_path": "sk-ant-api03-" + "Pth5Gk2Lm8Nq4Rs1Tv7Wx3Yz9Bc6Df",  # pasted into the base URL
+    "run_path": "sk-ant-api03-" + "Run4Hj8Kl2Mn6Pq0Rs3Tu7Vw1Xy5Za",  # as a /run/<id>
+    "run_header": "AIza" + "SyRunHdr3k8L1m6N4p9Q2r7S5t0Uvw",  # as X-Pvisor-Run
+    "fragment": "AIza" + "SyFrag7h2J5k9L3m6N1p8Q4r0S2tuv",  # in a fragment of the request line
+    "encoded_ua": "sk-ant-api03-" + "Enc9Ab3Cd7Ef1Gh5Ij2Kl6Mn0Op4Qr",  # percent-encoded in a header
+}
+SECRETS_SENT += list(MORE.values())
+
+
+def test_keys_as_names_in_paths_run_ids_fragments_and_encoded_headers(stack, tmp_path: Path):
+    """Found by the new-user helper after the first round of issue 17, defect 4: each of these
+    reached the journal or the log file."""
+    from gateway_helpers import http_request, json_upstream
+
+    up = stack.raw_upstream(json_upstream(b'{"id":"msg_1"}'))
+    log = tmp_path / "gw.log"
+    gw = stack.gateway({"anthropic": up.url}, log_file=log)
+    encoded = quote(f"x {MORE['encoded_ua']}", safe="")
+    requests = [
+        (f"/v1/messages?{MORE['bare']}", {}),
+        (f"/v1/messages?{MORE['as_name']}=1", {}),
+        (f"/v1/messages/{MORE['in_path']}", {}),  # forwarded to the only upstream; journaled redacted
+        (f"/run/{MORE['run_path']}/v1/messages", {}),
+        ("/v1/messages", {"X-Pvisor-Run": MORE["run_header"]}),
+        (f"/v1/messages?x=1#key={MORE['fragment']}", {}),
+        ("/v1/messages", {"User-Agent": encoded}),
+    ]
+    statuses = [http_request(gw.url, "POST", target, b'{"model":"m"}', headers=h)[0] for target, h in requests]
+    assert statuses == [200, 200, 200, 400, 400, 200, 200], statuses  # a key is never a run id
+    stack.drain(gw)
+    with stack.reader(gw) as r:
+        exs = r.exchanges(gw.run)
+        out = io.BytesIO()
+        r.export_jsonl(out)
+        runs = [run.id for run in r.runs()]
+    assert runs == [gw.run]
+    assert exs[2].path == "/v1/messages/REDACTED" and exs[0].query == "REDACTED"
+    assert all(not any(k in fp for k in MORE.values()) for e in exs for fp in e.secret_fingerprints)
+    # with two upstreams the same path has no route: the gateway's own 404 names the path
+    log2 = tmp_path / "gw2.log"
+    gw2 = stack.gateway({"anthropic": up.url, "openai": up.url}, name="gw2", log_file=log2)
+    status, _, body = http_request(gw2.url, "POST", f"/v1/messages/{MORE['in_path']}", b"{}")
+    assert status == 404 and b"pvisor_no_route" in body
+    [ex404] = stack.exchanges(gw2)
+    assert ex404.path == "/v1/messages/REDACTED" and MORE["in_path"] not in (ex404.error or "")
+    stack.lt.run(gw.gateway.stop())
+    stack.lt.run(gw2.gateway.stop())
+    files = {f.name: f.read_bytes() for f in gw.journal_path.parent.iterdir()}
+    files |= {"2:" + f.name: f.read_bytes() for f in gw2.journal_path.parent.iterdir()}
+    files["export"], files["log"], files["log2"] = out.getvalue(), log.read_bytes(), log2.read_bytes()
+    windows = {w for k in MORE.values() for w in _windows_of(k)}
+    for where, data in files.items():
+        leaked = [w for w in windows if w in data]
+        assert not leaked, f"{leaked[:3]} of a key found in {where}"
+
+
+def _windows_of(key: str) -> set[bytes]:
+    body = key.split("-", 3)[-1] if key.startswith("sk-") else key[4:]
+    raw = body.encode()
+    return {raw[i : i + 8] for i in range(len(raw) - 7)}
