@@ -427,6 +427,9 @@ def test_bad_stream_limits_are_usage_errors_naming_the_option():
     assert p.returncode == 2 and "Invalid value for '--max-input': 'lots' is not a size" in p.stderr
     p = run("trajectory", "export", "-", "--format", "json", "--input-timeout", "inf")
     assert p.returncode == 2 and "Invalid value for '--input-timeout': 'inf' is not a finite number" in p.stderr
+    # a finite but huge wait overflowed poll(): a traceback (found by the new-user helper)
+    p = run("trajectory", "show", "-", "--input-timeout", "1e308")
+    assert p.returncode == 2 and "'1e308' is more than 2147483 seconds" in p.stderr and "Traceback" not in p.stderr
 
 
 def test_unopenable_paths_are_usage_errors_naming_why(tmp_path):

@@ -47,8 +47,14 @@ class Size(click.ParamType):
         return size
 
 
+#: the longest wait any option takes, in seconds (24 days): what poll() and the event loop's
+#: timers can hold (a 32-bit count of milliseconds); more overflowed into a traceback
+MAX_SECONDS = 2_147_483.0
+
+
 class Seconds(click.ParamType):
-    """A finite number of seconds, at least ``minimum`` (``nan`` and ``inf`` are refused)."""
+    """A finite number of seconds from ``minimum`` to :data:`MAX_SECONDS` (``nan`` and ``inf``
+    are refused)."""
 
     name = "seconds"
 
@@ -62,4 +68,6 @@ class Seconds(click.ParamType):
             self.fail(f"{value!r} is not a number of seconds", param, ctx)
         if not math.isfinite(seconds) or seconds < self.minimum:
             self.fail(f"{value!r} is not a finite number of seconds >= {self.minimum:g}", param, ctx)
+        if seconds > MAX_SECONDS:
+            self.fail(f"{value!r} is more than {MAX_SECONDS:.0f} seconds (24 days), the longest wait", param, ctx)
         return seconds

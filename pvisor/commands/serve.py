@@ -308,6 +308,8 @@ def _access_token(host: str, allow_remote: bool, token: str | None) -> str | Non
     for a host beyond this machine without --allow-remote, or a token that cannot be one."""
     from pvisor.gateway.access import check_token, is_loopback, new_token
 
+    if not host.strip():
+        raise UsageError("--host: an empty address; give 127.0.0.1, or an address with --allow-remote")
     if not is_loopback(host) and not allow_remote:
         raise UsageError(
             f"--host {host} listens beyond this machine: whoever reaches it could spend the upstream keys it "
@@ -319,7 +321,7 @@ def _access_token(host: str, allow_remote: bool, token: str | None) -> str | Non
     try:
         return check_token(token)
     except ValueError as exc:
-        raise UsageError(f"--token: {exc}") from None
+        raise UsageError(f"--token (or $PVISOR_GATEWAY_TOKEN): {exc}") from None
 
 
 @click.command("serve-model")
