@@ -3,7 +3,8 @@ queue (the event loop never waits for the disk).
 
 Writing it must never stop recording or a shutdown (docs/gateway.md, "Log file"): a line that
 cannot be written (a full file system, an I/O error, a file removed under a read-only mount) is
-dropped and counted, with one warning on stderr (``pvisor: warning: --log-file PATH: cannot
+dropped and counted (each line is one unbuffered write, so a line is either on disk or
+counted), with one warning on stderr (``pvisor: warning: --log-file PATH: cannot
 write: No space left on device; lines are dropped until it can``, at most every
 :data:`WARN_EVERY_S` seconds); once a line can be written again, a line saying how many were
 lost goes first. Closing never raises.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import logging.handlers
+import os
 import queue
 import sys
 import time
@@ -22,34 +24,44 @@ from pathlib import Path
 WARN_EVERY_S = 30.0
 
 
-class _Appender(logging.FileHandler):
-    """A FileHandler that drops what it cannot write, counts it, and says so once in a while."""
+class _Appender(logging.Handler):
+    """Appends each record as one line with one ``write`` on a file opened ``O_APPEND`` (0600 when
+    it creates it): nothing is buffered, so a line the file system refuses is known to be lost,
+    and counted, and one it takes is on disk."""
 
     def __init__(self, path: Path) -> None:
-        super().__init__(path, encoding="utf-8")
+        super().__init__()
+        self.path = path
         self.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self.lost = 0
         self._warned_at: float | None = None
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.lost and self._write_line(f"{self.lost} log line(s) lost: the file could not be written"):
+        if self.lost and self._write(f"{self.lost} log line(s) lost: the file could not be written"):
             self.lost = 0
-        if not self._write_line(None, record):
+        try:
+            line = self.format(record)
+        except Exception:  # noqa: BLE001 - a record that cannot be formatted is not worth a traceback
+            line = f"(a log record could not be formatted: {record.msg!r})"
+        if not self._write(line, record):
             self.lost += 1
 
-    def _write_line(self, text: str | None, record: logging.LogRecord | None = None) -> bool:
+    def _write(self, text: str, record: logging.LogRecord | None = None) -> bool:
+        if record is None:
+            text = self.format(logging.LogRecord("pvisor", logging.WARNING, __file__, 0, text, None, None))
+        data = (text + "\n").encode("utf-8", "replace")
+        if self._fd is None:
+            return False
         try:
-            line = self.format(record) if record is not None else self.format(self._note(text or ""))
-            self.stream.write(line + self.terminator)
-            self.stream.flush()
+            written = os.write(self._fd, data)
+            if written < len(data):  # the file system took a part: end the line, count it lost
+                os.write(self._fd, b"\n")
+                return False
             return True
-        except (OSError, ValueError) as exc:  # ValueError: the stream was closed under us
+        except OSError as exc:
             self._warn(exc)
             return False
-
-    @staticmethod
-    def _note(text: str) -> logging.LogRecord:
-        return logging.LogRecord("pvisor", logging.WARNING, __file__, 0, text, None, None)
 
     def _warn(self, exc: BaseException) -> None:
         now = time.monotonic()
@@ -59,25 +71,20 @@ class _Appender(logging.FileHandler):
         reason = getattr(exc, "strerror", None) or str(exc)
         try:
             sys.stderr.write(
-                f"pvisor: warning: --log-file {self.baseFilename}: cannot write: {reason};"
-                " lines are dropped until it can\n"
+                f"pvisor: warning: --log-file {self.path}: cannot write: {reason}; lines are dropped until it can\n"
             )
             sys.stderr.flush()
         except (OSError, ValueError):
             pass  # no terminal either: nothing more to do
 
     def close(self) -> None:
-        try:
-            super().close()
-        except (OSError, ValueError) as exc:
-            # what was buffered could not be flushed: the file is closed all the same
-            self._warn(exc)
+        fd, self._fd = self._fd, None
+        if fd is not None:
             try:
-                if self.stream is not None:
-                    self.stream.close()
-            except (OSError, ValueError):
+                os.close(fd)
+            except OSError:
                 pass
-            self.stream = None  # type: ignore[assignment]
+        super().close()
 
 
 class LogFile:
