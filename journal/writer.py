@@ -600,6 +600,8 @@ class Journal(JournalProducer):
         except sqlite3.OperationalError as exc:
             if "readonly" in str(exc):
                 raise UnavailableError(f"journal {self.path} is read-only: {exc}") from None
+            if "disk is full" in str(exc):
+                raise UnavailableError(f"journal {self.path}: cannot open: no room on its file system ({exc})") from None
             if _is_busy(exc):
                 raise UnavailableError(f"journal {self.path} is locked by another process (waited {self.busy_timeout_ms / 1000:g} s)") from None
             raise
@@ -643,7 +645,8 @@ class Journal(JournalProducer):
             self._flush_events(conn)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # a failed COMMIT (a full disk) has ended it: the cause must show, not this
+                conn.execute("ROLLBACK")
             self._events.clear()
             raise
 

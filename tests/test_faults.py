@@ -12,7 +12,7 @@ import subprocess
 import pytest
 from aiohttp import web
 from gateway_helpers import http_request, json_upstream
-from test_gateway_cli import Proc, run_cli
+from test_gateway_cli import ENV, PVISOR, Proc, run_cli
 
 from pvisor.journal.reader import JournalReader
 
@@ -74,6 +74,18 @@ def test_a_journal_on_a_file_system_that_fills_up(stack, procs, tmp_path, small_
     lost = answered - len(recorded)
     said = [line for line in stderr.splitlines() if "not recorded" in line]
     assert lost == 0 or said, (lost, stderr)
+
+
+def test_a_journal_that_cannot_even_be_created_names_the_full_disk(tmp_path, small_fs):
+    """A new journal needs a few hundred KB; on a 64 KB file system the open failed with
+    "cannot rollback - no transaction is active", hiding the cause (found by the new-user helper)."""
+    fs = small_fs("64k")
+    for writer in ("process", "thread"):
+        p = subprocess.run([*PVISOR, "--journal", str(fs / f"{writer}.sqlite"), "gateway", "--port", "0"],
+                           capture_output=True, text=True, timeout=60, env={**ENV, "PVISOR_JOURNAL_WRITER": writer},
+                           stdin=subprocess.DEVNULL)  # fmt: skip
+        assert p.returncode == 69 and "Traceback" not in p.stderr, p.stderr
+        assert "disk is full" in p.stderr and "cannot rollback" not in p.stderr, p.stderr
 
 
 def test_a_journal_on_a_read_only_file_system(stack, procs, tmp_path, small_fs):
