@@ -32,6 +32,7 @@ import orjson
 from pvisor.adapters.protocols import protocol_for_path
 from pvisor.adapters.protocols.base import IdSource, compact_json, loads_object
 from pvisor.journal.errors import BadInputError
+from pvisor.journal.paths import absolute
 from pvisor.journal.model import Action, Conversation, Reasoning, TextPart, ToolCall
 
 #: tool names taken as "the agent's shell tool" by ``"tool": "@shell"``, in order of preference
@@ -132,6 +133,7 @@ def load_script(path: str | Path) -> Script:
     try:
         raw = path.read_bytes()
     except OSError as exc:
+        absolute(path, f"--script {path}")  # a relative path in a deleted directory: say so
         raise BadInputError(f"cannot read script {path}: {exc.strerror}") from None
     try:
         if path.suffix.lower() == ".toml":

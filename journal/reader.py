@@ -87,6 +87,7 @@ def _read_only_media(exc: sqlite3.Error) -> bool:
 
 
 def _connect_ro(path: Path) -> sqlite3.Connection:
+    absolute(path, f"journal {path}")  # a relative path in a deleted directory: say so, not "does not exist"
     if not path.exists():
         raise UsageError(f"journal {path} does not exist")
     if path.is_dir():

@@ -220,8 +220,13 @@ def test_damage_found_while_reading_names_the_journal_and_the_exchange(journal: 
          "no --workspace, and the current directory no longer exists"),
         (["run", "--agent", "claude-code", "--agent-entrypoint", "./claude", "--workspace", "/tmp", "--", "hi"],
          "--agent-entrypoint ./claude: a relative path, but "),
+        # found by the new-user helper: "no journal at rel.sqlite yet", "does not exist", "cannot read script"
+        (["--journal", "rel.sqlite", "journal", "ls"], "--journal rel.sqlite: a relative path, but "),
+        (["--journal", "rel.sqlite", "journal", "verify"], "journal rel.sqlite: a relative path, but "),
+        (["serve-model", "--script", "turns.json"], "--script turns.json: a relative path, but "),
     ],
-    ids=["export-o", "env-journal", "log-file", "ready-file", "gateway-journal", "run-workspace", "run-entrypoint"],
+    ids=["export-o", "env-journal", "log-file", "ready-file", "gateway-journal", "run-workspace", "run-entrypoint",
+         "ls-journal", "verify-journal", "serve-model-script"],
 )
 def test_a_deleted_working_directory_is_one_line_naming_the_path(tmp_path: Path, args, message):
     """Issue 17, defect 6: each of these printed a traceback (os.getcwd's FileNotFoundError)."""

@@ -12,6 +12,7 @@ import orjson
 from pvisor.commands.outputs import check_output_path
 from pvisor.journal.errors import EXIT_INTEGRITY, OutputError, UsageError
 from pvisor.journal.model import unpack_timings
+from pvisor.journal.paths import absolute
 from pvisor.journal.reader import JournalReader, body_json_field
 
 
@@ -66,6 +67,7 @@ def journal() -> None:
 def ls(ctx: click.Context, as_json: bool) -> None:
     """List runs: id, agent, mode, creation time (UTC), exchanges by outcome."""
     path = Path(ctx.obj["journal"])
+    absolute(path, f"--journal {path}")  # a relative path in a deleted directory is not "no journal yet"
     if not path.exists():
         if as_json:
             _emit_json([])
