@@ -240,3 +240,16 @@ def test_a_deleted_working_directory_is_one_line_naming_the_path(tmp_path: Path,
     assert p.returncode == 2, stderr
     assert stderr.count("\n") == 1 and stderr.startswith("pvisor: error: ") and message in stderr, stderr
     assert "the current directory no longer exists (was it deleted?)" in stderr
+
+
+def test_an_export_cut_by_a_full_disk_leaves_no_partial_file(journal: Path, small_fs):
+    """A new user found an empty out.jsonl after `journal export -o` failed on a full disk: a
+    file that looks like an export of nothing. It is removed, and the error says so."""
+    full = small_fs("16k")
+    (full / "filler").write_bytes(b"x" * 15_000)  # room for much less than the export
+    out = full / "out.jsonl"
+    p = run("journal", "export", "-o", str(out), journal=journal)
+    stderr = p.stderr.decode()
+    assert p.returncode == 74 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith(f"pvisor: error: cannot write --output {out}: No space left on device")
+    assert "the partial file was removed" in stderr and not out.exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import sys
 from pathlib import Path
 
@@ -223,7 +224,15 @@ def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None,
                 with f:
                     n = r.export_jsonl(f, run_id)
             except OSError as exc:
-                raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}") from None
+                # a cut export is no export: remove it rather than leave a file that looks whole
+                removed = ""
+                if os.path.isfile(output):
+                    try:
+                        os.unlink(output)
+                        removed = "; the partial file was removed"
+                    except OSError:
+                        pass
+                raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}{removed}") from None
         else:
             n = r.export_jsonl(sys.stdout.buffer, run_id)
             sys.stdout.buffer.flush()
