@@ -71,7 +71,16 @@ from pvisor.journal.reader import JournalReader
 Prefer = Callable[[Conversation], bool]
 
 #: left-out kinds (``LeftOutExchange.kind``)
-LEFT_OUT_KINDS = ("non_protocol", "no_request_body", "unknown_protocol", "unparsable", "token_count", "retry", "chain", "compaction")
+LEFT_OUT_KINDS = (
+    "non_protocol",
+    "no_request_body",
+    "unknown_protocol",
+    "unparsable",
+    "token_count",
+    "retry",
+    "chain",
+    "compaction",
+)
 
 
 def _key(obj: Any) -> bytes:
@@ -124,7 +133,12 @@ class Request:
     def succeeded(self) -> bool:
         """The exchange ended with a 2xx status and a response body."""
         ex = self.exchange
-        return ex.outcome == "ok" and ex.status is not None and 200 <= ex.status < 300 and ex.response_body is not None
+        return (
+            ex.outcome == "ok"
+            and ex.status is not None
+            and 200 <= ex.status < 300
+            and ex.response_body is not None
+        )
 
     def conversation(self) -> Conversation:
         """The request's parsed conversation (a candidate's body parsed again); for a request
@@ -133,9 +147,13 @@ class Request:
 
         Raises BadInputError when called on a non-candidate."""
         if self.left_out is not None or self.body_of is None or self.protocol is None:
-            raise BadInputError(f"exchange {self.id} has no conversation: {self.left_out[1] if self.left_out else 'not read'}")
+            raise BadInputError(
+                f"exchange {self.id} has no conversation: {self.left_out[1] if self.left_out else 'not read'}"
+            )
         body = self.body_of(self.exchange)
-        conv = get_protocol(self.protocol).parse_request(body, path=self.exchange.path, query=self.exchange.query)
+        conv = get_protocol(self.protocol).parse_request(
+            body, path=self.exchange.path, query=self.exchange.query
+        )
         if self.base is not None:
             conv.messages = self.base.conversation().messages + self.base_reply + conv.messages
         return conv
@@ -327,8 +345,11 @@ class _Reader:
             req.left_out = ("token_count", f"{where} asks for a token count, not a reply")
             return req, None
         if ex.outcome == "oversize":
-            req.left_out = ("no_request_body", f"{where} was refused as oversize (status {ex.status}): "
-                            f"its body of {ex.request_bytes} bytes or more was not stored whole")
+            req.left_out = (
+                "no_request_body",
+                f"{where} was refused as oversize (status {ex.status}): "
+                f"its body of {ex.request_bytes} bytes or more was not stored whole",
+            )
             return req, None
         body = self.body_of(ex)
         if body is None:
@@ -342,8 +363,11 @@ class _Reader:
             conv = mod.parse_request(body, path=ex.path, query=ex.query, memo=memo)
         except BadInputError as exc:
             if ex.status is None and ex.outcome in _CUT_SHORT:
-                req.left_out = ("no_request_body", f"{where}: the request ended before its body did "
-                                f"(outcome {ex.outcome}, {_n(len(body), 'byte')} stored)")
+                req.left_out = (
+                    "no_request_body",
+                    f"{where}: the request ended before its body did "
+                    f"(outcome {ex.outcome}, {_n(len(body), 'byte')} stored)",
+                )
             else:
                 req.left_out = ("unparsable", f"request body does not parse: {exc.message}")
             return req, None
@@ -380,9 +404,15 @@ class _Reader:
             tools_raw: bytes | None = orjson.dumps([t.raw for t in conv.tools])
         except (TypeError, orjson.JSONEncodeError):
             tools_raw = None
-        tools_key = self.tool_keys.get(mod.NAME.encode() + b"\0" + tools_raw) if tools_raw is not None else None
-        view = Conversation(protocol=conv.protocol, system=conv.system, tools=conv.tools if tools_key is None else [],
-                            messages=[conv.messages[i] for i in fresh])
+        tools_key = (
+            self.tool_keys.get(mod.NAME.encode() + b"\0" + tools_raw) if tools_raw is not None else None
+        )
+        view = Conversation(
+            protocol=conv.protocol,
+            system=conv.system,
+            tools=conv.tools if tools_key is None else [],
+            messages=[conv.messages[i] for i in fresh],
+        )
         norm = mod.normalise(view)
         for i, n in zip(fresh, norm["messages"]):
             k = keys[i] = _key(n)
@@ -480,17 +510,24 @@ def _describe_break(req: Request, earlier: list[Request], chain_of: dict[str, in
     """Why ``req`` continues no earlier chain: (sentence, nearest earlier exchange id, leading
     messages shared with it). The nearest is the earlier request sharing the most leading
     messages (the latest among equals)."""
+
     def closeness(p: Request) -> tuple:
         # leading messages shared, then those shared after the first one (a regenerated first
         # message), then same system prompt, same tools; max() keeps the first of equals: the latest
-        return (_common_prefix(p.messages, req.messages), _common_prefix(p.messages[1:], req.messages[1:]),
-                p.system_key == req.system_key, p.tools_key == req.tools_key)
+        return (
+            _common_prefix(p.messages, req.messages),
+            _common_prefix(p.messages[1:], req.messages[1:]),
+            p.system_key == req.system_key,
+            p.tools_key == req.tools_key,
+        )
 
     best = max(reversed(earlier), key=closeness)
     common = _common_prefix(best.messages, req.messages)
     if req.previous_response_id is not None and req.base is None:
-        text = (f"its previous_response_id {req.previous_response_id} names no response of this run: the server holds "
-                f"the conversation before it (nearest: {best.id} (chain {chain_of[best.id]}))")
+        text = (
+            f"its previous_response_id {req.previous_response_id} names no response of this run: the server holds "
+            f"the conversation before it (nearest: {best.id} (chain {chain_of[best.id]}))"
+        )
         return text, best.id, common
     diffs: list[str] = []
     if best.system_key != req.system_key:
@@ -509,7 +546,11 @@ def _describe_break(req: Request, earlier: list[Request], chain_of: dict[str, in
             text = f"extends {where}, which is not the latest request of its chain (a fork)"
             if diffs:
                 text += f", with {diffs[0]}"
-    elif common == 0 and len(best.messages) > 1 and _common_prefix(best.messages[1:], req.messages[1:]) == len(best.messages) - 1:
+    elif (
+        common == 0
+        and len(best.messages) > 1
+        and _common_prefix(best.messages[1:], req.messages[1:]) == len(best.messages) - 1
+    ):
         text = f"its first message differs from that of {where}, and the messages after it extend that request (a regenerated first message, as when a session is resumed)"
         if diffs:
             text += f"; {_and(diffs)}"
@@ -586,15 +627,22 @@ def classify_exchanges(
             tail_from = len(chain.slots[-2].latest.messages) if len(chain.slots) > 1 else 0
             chain.slots[-1].requests.append(req)
         elif extends:
+
             def fit(c: Chain) -> tuple:
                 # the most messages extended, then the same system prompt and tools, then the chain active last
                 a = c.slots[-1].latest
-                return (len(a.messages), (a.system_key == req.system_key) + (a.tools_key == req.tools_key), last_active[c.number])
+                return (
+                    len(a.messages),
+                    (a.system_key == req.system_key) + (a.tools_key == req.tools_key),
+                    last_active[c.number],
+                )
 
             chain = max(extends, key=fit)
             tail_from = len(chain.slots[-1].latest.messages)
             chain.slots.append(Slot([req]))
-        elif (resumed := _after_compaction(req, own, seen, chains, chain_of, responses, compacted)) is not None:
+        elif (
+            resumed := _after_compaction(req, own, seen, chains, chain_of, responses, compacted)
+        ) is not None:
             chain, summary = resumed
             if summary.id in compacted:
                 # a later request carrying the same summary, its first messages rewritten
@@ -656,8 +704,15 @@ def _summary_share(lines: list[str], text: str) -> float:
     return sum(ln in text for ln in lines) / len(lines) if lines else 0.0
 
 
-def _after_compaction(req: Request, own: list[Message], seen: list[Request], chains: list[Chain], chain_of: dict[str, int],
-                      responses: "_ResponseIds", compacted: dict[str, tuple[int, str]]) -> tuple[Chain, Request] | None:
+def _after_compaction(
+    req: Request,
+    own: list[Message],
+    seen: list[Request],
+    chains: list[Chain],
+    chain_of: dict[str, int],
+    responses: "_ResponseIds",
+    compacted: dict[str, tuple[int, str]],
+) -> tuple[Chain, Request] | None:
     """The chain ``req`` continues after a compaction, and the summary exchange: ``req``
     continues no chain, and its messages hold at least half the lines (:func:`_summary_lines`)
     of the text reply of an exchange S among the last :data:`COMPACTION_LOOKBACK` requests
@@ -701,9 +756,18 @@ def _after_compaction(req: Request, own: list[Message], seen: list[Request], cha
                 return None
             home.slots.pop()  # the summary request had extended the chain: it is no step of it
             return home, summary
-        before = [c for c in chains if c.slots and c is not home and c.slots[-1].latest.exchange.seq < summary.exchange.seq
-                  and c.slots[-1].latest.protocol == req.protocol
-                  and (c.slots[-1].latest.system_key == req.system_key or c.slots[-1].latest.tools_key == req.tools_key)]
+        before = [
+            c
+            for c in chains
+            if c.slots
+            and c is not home
+            and c.slots[-1].latest.exchange.seq < summary.exchange.seq
+            and c.slots[-1].latest.protocol == req.protocol
+            and (
+                c.slots[-1].latest.system_key == req.system_key
+                or c.slots[-1].latest.tools_key == req.tools_key
+            )
+        ]
         if not before:
             return None
         if len(home.slots) == 1 and len(home.slots[0].requests) == 1:
@@ -761,7 +825,10 @@ class _ResponseIds:
             reply = action_message(action)
             req.base = earlier
             req.base_reply = [reply] if reply.parts else []
-            keys = [_key(n) for n in mod.normalise(Conversation(protocol=mod.NAME, messages=req.base_reply))["messages"]]
+            keys = [
+                _key(n)
+                for n in mod.normalise(Conversation(protocol=mod.NAME, messages=req.base_reply))["messages"]
+            ]
             req.messages = earlier.messages + keys + req.messages
             return
 
@@ -783,23 +850,35 @@ def _main_chain(chains: list[Chain], prefer: Prefer | None) -> Chain | None:
     return max(chains, key=rank)
 
 
-def _left_out(requests: list[Request], chains: list[Chain], main: Chain | None,
-              compacted: dict[str, tuple[int, str]] | None = None) -> list[LeftOutExchange]:
+def _left_out(
+    requests: list[Request],
+    chains: list[Chain],
+    main: Chain | None,
+    compacted: dict[str, tuple[int, str]] | None = None,
+) -> list[LeftOutExchange]:
     found: dict[str, LeftOutExchange] = {}
     for r in requests:
         if r.left_out is not None:
             found[r.id] = LeftOutExchange(r.id, r.exchange.seq, r.left_out[0], r.left_out[1])
     for sid, (number, by) in (compacted or {}).items():
         seq = next(r.exchange.seq for r in requests if r.id == sid)
-        found[sid] = LeftOutExchange(sid, seq, "compaction", f"the agent's summary request: request {by} of chain {number} "
-                                     "carries its reply in place of the conversation before it", number)
+        found[sid] = LeftOutExchange(
+            sid,
+            seq,
+            "compaction",
+            f"the agent's summary request: request {by} of chain {number} "
+            "carries its reply in place of the conversation before it",
+            number,
+        )
     for chain in chains:
         if chain is main:
             for slot in chain.slots:
                 kept = slot.kept
                 for r in slot.retries:
                     reason = f"the same request as {kept.id} ({r.describe_outcome()}); the step keeps {kept.id} ({kept.describe_outcome()})"
-                    changed = [k for k in ("system_changed", "tools_changed") if k in changes_between(r, kept)]
+                    changed = [
+                        k for k in ("system_changed", "tools_changed") if k in changes_between(r, kept)
+                    ]
                     if changed:
                         reason += f"; {' and '.join(changed)} between them"
                     found[r.id] = LeftOutExchange(r.id, r.exchange.seq, "retry", reason, chain.number)
@@ -816,7 +895,9 @@ def _left_out(requests: list[Request], chains: list[Chain], main: Chain | None,
         head = f"chain {chain.number}: {_n(len(chain.slots), 'request')}, {_n(len(chain.first.tool_names), 'tool')}"
         tail = f"; {chain.breaks}" if chain.breaks else ""
         for r in chain.exchanges:
-            found[r.id] = LeftOutExchange(r.id, r.exchange.seq, "chain", f"{head}{tail}; {main_note}".rstrip("; "), chain.number)
+            found[r.id] = LeftOutExchange(
+                r.id, r.exchange.seq, "chain", f"{head}{tail}; {main_note}".rstrip("; "), chain.number
+            )
     return [found[r.id] for r in requests if r.id in found]
 
 
@@ -827,8 +908,13 @@ def classify_run(reader: JournalReader, run_id: str, *, prefer: Prefer | None = 
     stored body is damaged.
     """
     run = reader.run(run_id)
-    return classify_exchanges(reader.exchanges(run.id), reader.request_body, prefer=prefer, run=run.id,
-                              final_response=lambda ex: read_final_response(reader, ex)[0])
+    return classify_exchanges(
+        reader.exchanges(run.id),
+        reader.request_body,
+        prefer=prefer,
+        run=run.id,
+        final_response=lambda ex: read_final_response(reader, ex)[0],
+    )
 
 
 # --------------------------------------------------------------------------- the online matcher
@@ -877,8 +963,15 @@ class Divergence:
     nearest: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"request": self.request, "message": self.message, "part": self.part, "expected": self.expected, "got": self.got,
-                "reason": self.reason, "nearest": self.nearest}
+        return {
+            "request": self.request,
+            "message": self.message,
+            "part": self.part,
+            "expected": self.expected,
+            "got": self.got,
+            "reason": self.reason,
+            "nearest": self.nearest,
+        }
 
     def sentence(self) -> str:
         where = f"request {self.request}"
@@ -924,7 +1017,11 @@ class OnlineMatch:
 
 
 def _short(value: Any, n: int = 120) -> str:
-    text = value if isinstance(value, str) else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode(errors="replace")
+    text = (
+        value
+        if isinstance(value, str)
+        else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode(errors="replace")
+    )
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
@@ -976,8 +1073,13 @@ class RecordedCompaction:
 
     def record(self) -> dict[str, Any]:
         """The result's ``prefix.compaction`` for a prefix or replay from the journal run."""
-        return {"after_step": self.after_step, "kind": "summary_request", "where": f"exchange {self.exchange}",
-                "history_messages": self.history_messages, "summary_sha256": self.summary_sha256}
+        return {
+            "after_step": self.after_step,
+            "kind": "summary_request",
+            "where": f"exchange {self.exchange}",
+            "history_messages": self.history_messages,
+            "summary_sha256": self.summary_sha256,
+        }
 
 
 def _last_user_text(messages: list[Message]) -> str:
@@ -985,7 +1087,9 @@ def _last_user_text(messages: list[Message]) -> str:
     return "".join(p.text for p in last.parts if isinstance(p, TextPart)) if last is not None else ""
 
 
-def recorded_compactions(c: Classification, final_response: Callable[[Exchange], Any]) -> list[RecordedCompaction]:
+def recorded_compactions(
+    c: Classification, final_response: Callable[[Exchange], Any]
+) -> list[RecordedCompaction]:
     """The compactions of the main chain of ``c`` (slots whose ``compaction`` is set), for
     :class:`OnlineMatcher`; ``final_response`` gives an exchange's final response object."""
     out: list[RecordedCompaction] = []
@@ -1002,8 +1106,14 @@ def recorded_compactions(c: Classification, final_response: Callable[[Exchange],
             kept = [said(mod, msgs) for _, msgs in _groups(slot.kept.conversation().messages)]
         except (BadInputError, TypeError, AttributeError):
             continue
-        digest = hashlib.sha256(action.text.encode("utf-8", "surrogatepass")).hexdigest() if action.text else None
-        out.append(RecordedCompaction(i, prompt, _summary_lines(action.text), kept, summary.id, len(slot.kept.messages), digest))
+        digest = (
+            hashlib.sha256(action.text.encode("utf-8", "surrogatepass")).hexdigest() if action.text else None
+        )
+        out.append(
+            RecordedCompaction(
+                i, prompt, _summary_lines(action.text), kept, summary.id, len(slot.kept.messages), digest
+            )
+        )
     return out
 
 
@@ -1045,10 +1155,20 @@ class OnlineMatcher:
     step N are the live model's and are not checked.
     """
 
-    def __init__(self, protocol: str, served: list[Action], *, task: str | None, recorded: list[Conversation],
-                 descriptor: Any, rewrite: Callable[[str], str] | None = None, nearest: Callable[[int], str | None] | None = None,
-                 mask: Callable[[str], str] | None = None, dropped: Iterable[int] = (),
-                 compactions: Iterable[RecordedCompaction] = ()):
+    def __init__(
+        self,
+        protocol: str,
+        served: list[Action],
+        *,
+        task: str | None,
+        recorded: list[Conversation],
+        descriptor: Any,
+        rewrite: Callable[[str], str] | None = None,
+        nearest: Callable[[int], str | None] | None = None,
+        mask: Callable[[str], str] | None = None,
+        dropped: Iterable[int] = (),
+        compactions: Iterable[RecordedCompaction] = (),
+    ):
         self.protocol = protocol
         self.compactions = list(compactions)
         self.mod = get_protocol(protocol)
@@ -1114,24 +1234,41 @@ class OnlineMatcher:
         if self.mod.counts_tokens(path):
             return OnlineMatch(MatchKind.AUXILIARY, reason=f"{method} {path} asks for a token count")
         if method.upper() != "POST" or not self.mod.matches(path):
-            return OnlineMatch(MatchKind.AUXILIARY, reason=f"{method} {path} is not a {self.protocol} model request")
+            return OnlineMatch(
+                MatchKind.AUXILIARY, reason=f"{method} {path} is not a {self.protocol} model request"
+            )
         try:
             conv = self.mod.parse_request(body, path=path, query=query, memo=self._memo)
         except BadInputError as exc:
-            return OnlineMatch(MatchKind.AUXILIARY, reason=f"the body does not read as a request: {exc.message}")
+            return OnlineMatch(
+                MatchKind.AUXILIARY, reason=f"the body does not read as a request: {exc.message}"
+            )
         stream = conv.stream
         names = {t.name for t in self.mod.offered_tools(conv)}
         if self._prompts:
             # the recorded compactions still ahead: the one after the step answered last first
-            ahead = [c for c in self._prompts.get(self._masked(_last_user_text(conv.messages), recorded=False), ()) if c.after_step >= self.answered]
+            ahead = [
+                c
+                for c in self._prompts.get(self._masked(_last_user_text(conv.messages), recorded=False), ())
+                if c.after_step >= self.answered
+            ]
             if ahead:
                 again = min(ahead, key=lambda c: c.after_step)
-                return OnlineMatch(MatchKind.AUXILIARY, conversation=conv, stream=stream, compaction=again,
-                                   reason=f"the agent's summary request (it compacts its context, as recorded after step {again.after_step})")
+                return OnlineMatch(
+                    MatchKind.AUXILIARY,
+                    conversation=conv,
+                    stream=stream,
+                    compaction=again,
+                    reason=f"the agent's summary request (it compacts its context, as recorded after step {again.after_step})",
+                )
         if self._learn:
             if not (self._called <= names and names and self._check_task(conv, 1) is None):
-                return OnlineMatch(MatchKind.AUXILIARY, conversation=conv, stream=stream,
-                                   reason="not the main loop: it does not offer the tools the recorded actions call, or lacks the task")
+                return OnlineMatch(
+                    MatchKind.AUXILIARY,
+                    conversation=conv,
+                    stream=stream,
+                    reason="not the main loop: it does not offer the tools the recorded actions call, or lacks the task",
+                )
             self._learn = False
             self._tools = names
             self._system = self._masked(conv.system, recorded=False)
@@ -1140,20 +1277,31 @@ class OnlineMatcher:
         close_tools = bool(union) and len(names & self._tools) / len(union) >= 0.8
         if not (names == self._tools or same_system or close_tools):
             why = "other tools" if names != self._tools else "another system prompt"
-            return OnlineMatch(MatchKind.AUXILIARY, conversation=conv, stream=stream,
-                               reason=f"not the main loop: {why} ({len(names)} tools against {len(self._tools)})")
+            return OnlineMatch(
+                MatchKind.AUXILIARY,
+                conversation=conv,
+                stream=stream,
+                reason=f"not the main loop: {why} ({len(names)} tools against {len(self._tools)})",
+            )
         groups = _groups(conv.messages)
         comp = self._carried(conv) if self.compactions else None
         if comp is not None:
-            kept, later = groups[: len(comp.kept)], groups[len(comp.kept):]
+            kept, later = groups[: len(comp.kept)], groups[len(comp.kept) :]
             k = comp.after_step + 1 + len(later)
             out = OnlineMatch(MatchKind.MAIN, request=k, conversation=conv, stream=stream)
-            divergence = (self._check_kept(kept, comp, k) or self._check_replies(later, conv, k, start=comp.after_step + 1)
-                          or self._check_tools(names, k))
+            divergence = (
+                self._check_kept(kept, comp, k)
+                or self._check_replies(later, conv, k, start=comp.after_step + 1)
+                or self._check_tools(names, k)
+            )
         else:
             k = self._request_number(len(groups), len(conv.messages))
             out = OnlineMatch(MatchKind.MAIN, request=k, conversation=conv, stream=stream)
-            divergence = self._check_replies(groups, conv, k) or self._check_task(conv, k) or self._check_tools(names, k)
+            divergence = (
+                self._check_replies(groups, conv, k)
+                or self._check_task(conv, k)
+                or self._check_tools(names, k)
+            )
         if divergence is not None:
             out.kind, out.divergence = MatchKind.DIVERGED, divergence
             return out
@@ -1162,9 +1310,15 @@ class OnlineMatcher:
             missed = next((c for c in self.compactions if c.after_step + 1 == k), None)
             if missed is not None and ("compaction", str(missed.after_step)) not in self._reported:
                 self._reported.add(("compaction", str(missed.after_step)))
-                out.differences.append(Difference(k, "compaction", f"the recording compacted its history after step {missed.after_step} and "
-                                                  "the replayed agent did not: give it the environment and arguments it compacted with "
-                                                  "(the prefix holds the whole history instead)"))
+                out.differences.append(
+                    Difference(
+                        k,
+                        "compaction",
+                        f"the recording compacted its history after step {missed.after_step} and "
+                        "the replayed agent did not: give it the environment and arguments it compacted with "
+                        "(the prefix holds the whole history instead)",
+                    )
+                )
         if k <= self.answered:
             out.kind = MatchKind.RETRY
         return out
@@ -1186,15 +1340,23 @@ class OnlineMatcher:
                 best, found = (share, i), c
         return found
 
-    def _check_kept(self, groups: list[tuple[int, list[Message]]], comp: RecordedCompaction, k: int) -> Divergence | None:
+    def _check_kept(
+        self, groups: list[tuple[int, list[Message]]], comp: RecordedCompaction, k: int
+    ) -> Divergence | None:
         """The replies the agent kept after the summary say what the recorded ones said."""
         for n, (at, msgs) in enumerate(groups):
             expected = comp.kept[n]
             got = self._said_group(msgs)
             if got != expected:
-                return Divergence(k, at, None, _short(expected[0] or "a reply"), _short(got[0] or "a reply"),
-                                  f"reply {n + 1} kept after the summary of the compaction after step {comp.after_step} was changed",
-                                  self.nearest(k))
+                return Divergence(
+                    k,
+                    at,
+                    None,
+                    _short(expected[0] or "a reply"),
+                    _short(got[0] or "a reply"),
+                    f"reply {n + 1} kept after the summary of the compaction after step {comp.after_step} was changed",
+                    self.nearest(k),
+                )
         return None
 
     def _request_number(self, replies: int, messages: int) -> int:
@@ -1207,13 +1369,19 @@ class OnlineMatcher:
             return replies + 1 + len(self.dropped)
         if len(candidates) == 1:
             return candidates[0]
-        same = [k for k in candidates if k - 1 < len(self.recorded) and len(self.recorded[k - 1].messages) == messages]
+        same = [
+            k
+            for k in candidates
+            if k - 1 < len(self.recorded) and len(self.recorded[k - 1].messages) == messages
+        ]
         if len(same) == 1:
             return same[0]
         ahead = [k for k in candidates if k > self.answered]
         return ahead[0] if ahead else candidates[-1]
 
-    def _check_replies(self, groups: list[tuple[int, list[Message]]], conv: Conversation, k: int, start: int = 1) -> Divergence | None:
+    def _check_replies(
+        self, groups: list[tuple[int, list[Message]]], conv: Conversation, k: int, start: int = 1
+    ) -> Divergence | None:
         order = self._echoed(k, start)
         for n, (at, msgs) in enumerate(groups):
             i = order[n] if n < len(order) else max(order, default=start - 1) + n - len(order) + 1
@@ -1221,18 +1389,48 @@ class OnlineMatcher:
                 continue  # the live model's reply: nothing to compare it with
             expected = self._said.get(i) if n < len(order) else None
             if expected is None:
-                return Divergence(k, at, None, "no reply here", _short(said(self.mod, msgs)[0] or "a reply"),
-                                  f"the request carries {len(groups)} replies, but only {len(self.served)} were served", self.nearest(i))
+                return Divergence(
+                    k,
+                    at,
+                    None,
+                    "no reply here",
+                    _short(said(self.mod, msgs)[0] or "a reply"),
+                    f"the request carries {len(groups)} replies, but only {len(self.served)} were served",
+                    self.nearest(i),
+                )
             got = self._said_group(msgs)
             if got == expected:
                 continue
             if got[0] != expected[0]:
-                return Divergence(k, at, 0, _short(expected[0]), _short(got[0]), f"the text of served action A_{i} was changed", self.nearest(k))
+                return Divergence(
+                    k,
+                    at,
+                    0,
+                    _short(expected[0]),
+                    _short(got[0]),
+                    f"the text of served action A_{i} was changed",
+                    self.nearest(k),
+                )
             for j, (e, g) in enumerate(zip(expected[1], got[1])):
                 if e != g:
-                    return Divergence(k, at, j, _short(e), _short(g), f"tool call {j + 1} of served action A_{i} was changed", self.nearest(k))
-            return Divergence(k, at, None, f"{len(expected[1])} tool call(s)", f"{len(got[1])}",
-                              f"served action A_{i} comes back with another number of tool calls", self.nearest(k))
+                    return Divergence(
+                        k,
+                        at,
+                        j,
+                        _short(e),
+                        _short(g),
+                        f"tool call {j + 1} of served action A_{i} was changed",
+                        self.nearest(k),
+                    )
+            return Divergence(
+                k,
+                at,
+                None,
+                f"{len(expected[1])} tool call(s)",
+                f"{len(got[1])}",
+                f"served action A_{i} comes back with another number of tool calls",
+                self.nearest(k),
+            )
         return None
 
     def _check_task(self, conv: Conversation, k: int) -> Divergence | None:
@@ -1241,11 +1439,20 @@ class OnlineMatcher:
         texts = _user_texts(conv.messages)
         # as given, with its white space collapsed, or JSON-escaped (OpenCode quotes the prompt)
         escaped = json.dumps(self.task, ensure_ascii=False)[1:-1]
-        if any(self.task in t or escaped in t for t in texts) or _collapse(self.task) in _collapse(" ".join(texts)):
+        if any(self.task in t or escaped in t for t in texts) or _collapse(self.task) in _collapse(
+            " ".join(texts)
+        ):
             return None
         # the agent's own context comes first: the last text is where its prompt stands
-        return Divergence(k, 0, None, _short(self.task), _short(texts[-1]) if texts else "no user text",
-                          "the task is not in the request", self.nearest(k))
+        return Divergence(
+            k,
+            0,
+            None,
+            _short(self.task),
+            _short(texts[-1]) if texts else "no user text",
+            "the task is not in the request",
+            self.nearest(k),
+        )
 
     def _check_tools(self, names: set[str], k: int) -> Divergence | None:
         action = self.served.get(k)
@@ -1253,11 +1460,20 @@ class OnlineMatcher:
             return None
         missing = [c.name for c in action.tool_calls if c.kind != "server" and c.name not in names]
         if missing:
-            return Divergence(k, None, None, ", ".join(missing), "not offered",
-                              f"served action A_{k} calls tool(s) the agent no longer offers: {', '.join(missing)}", self.nearest(k))
+            return Divergence(
+                k,
+                None,
+                None,
+                ", ".join(missing),
+                "not offered",
+                f"served action A_{k} calls tool(s) the agent no longer offers: {', '.join(missing)}",
+                self.nearest(k),
+            )
         return None
 
-    def _differences(self, conv: Conversation, names: set[str], same_system: bool, k: int) -> list[Difference]:
+    def _differences(
+        self, conv: Conversation, names: set[str], same_system: bool, k: int
+    ) -> list[Difference]:
         out: list[Difference] = []
 
         def note(part: str, key: str, detail: str) -> None:
@@ -1276,5 +1492,9 @@ class OnlineMatcher:
             got = [self._masked(t, recorded=False) for t in _user_texts(conv.messages)]
             if want != got:
                 i = next((i for i, (a, b) in enumerate(zip(want, got)) if a != b), min(len(want), len(got)))
-                note("context", str(i), f"the context before the first reply differs at text part {i} beyond its volatile parts")
+                note(
+                    "context",
+                    str(i),
+                    f"the context before the first reply differs at text part {i} beyond its volatile parts",
+                )
         return out

@@ -59,7 +59,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pvisor.adapters.chains import (
-    Classification, Prefer, Request, Slot, action_message, changes_between, classify_run, read_final_response, said,
+    Classification,
+    Prefer,
+    Request,
+    Slot,
+    action_message,
+    changes_between,
+    classify_run,
+    read_final_response,
+    said,
 )
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import json_type, signature_flags
@@ -92,7 +100,9 @@ _INTERRUPTED = frozenset({"aborted_by_client", "upstream_reset", "incomplete", "
 _GATEWAY_STATUS = frozenset({"upstream_unreachable", "upstream_reset", "oversize"})
 
 
-def trajectory_from_journal(reader: JournalReader, run_id: str, *, prefer: Prefer | None = None) -> Trajectory:
+def trajectory_from_journal(
+    reader: JournalReader, run_id: str, *, prefer: Prefer | None = None
+) -> Trajectory:
     """The run ``run_id`` (or a unique prefix) of a journal as a :class:`Trajectory`.
 
     ``prefer`` is the launch profile's tie-break hint for the main chain (see
@@ -122,7 +132,10 @@ def _read_reply(reader: JournalReader, req: Request) -> _Reply:
     if ex.status is not None and ex.status >= 400:
         reply.flags.append("no_reply")
         if ex.outcome in _GATEWAY_STATUS:
-            reply.problem = f"the gateway answered status {ex.status} itself, no upstream reply (outcome {ex.outcome}" + (f": {ex.error})" if ex.error else ")")
+            reply.problem = (
+                f"the gateway answered status {ex.status} itself, no upstream reply (outcome {ex.outcome}"
+                + (f": {ex.error})" if ex.error else ")")
+            )
         else:
             reply.problem = f"the upstream answered status {ex.status}"
         return reply
@@ -159,7 +172,9 @@ def _has_content(action: Action) -> bool:
     return bool(action.text) or bool(action.tool_calls)
 
 
-def _observation(protocol: str, appended: list[Message], action: Action) -> tuple[Observation, list[str], dict[str, Any]]:
+def _observation(
+    protocol: str, appended: list[Message], action: Action
+) -> tuple[Observation, list[str], dict[str, Any]]:
     """O_i from the messages request i+1 appends to request i (``appended``), with the flags
     and details of how it carries A_i."""
     mod = get_protocol(protocol)
@@ -172,7 +187,7 @@ def _observation(protocol: str, appended: list[Message], action: Action) -> tupl
         elif said(mod, echo) != said(mod, [action_message(action)]):
             flags.append("action_changed_by_agent")
     obs = Observation()
-    for m in appended[len(echo):]:
+    for m in appended[len(echo) :]:
         others = []
         for p in m.parts:
             if isinstance(p, ToolResult):
@@ -184,23 +199,33 @@ def _observation(protocol: str, appended: list[Message], action: Action) -> tupl
     if action.tool_calls and "action_dropped_by_agent" not in flags:
         # the ids the agent itself gave the calls (Gemini CLI makes its own) answer the results
         echoed = [p for m in echo for p in m.parts if isinstance(p, ToolCall)]
-        ids = [c.id for c in echoed] if len(echoed) == len(action.tool_calls) else [c.id for c in action.tool_calls]
+        ids = (
+            [c.id for c in echoed]
+            if len(echoed) == len(action.tool_calls)
+            else [c.id for c in action.tool_calls]
+        )
         answered = {r.call_id for r in obs.results if r.call_id is not None}
         # a call is answered by a result carrying its id; without ids on either side, results
         # answer the calls in order
         # calls the provider runs itself (kind "server": web search, code execution) expect none
         missing = [
-            i for i, cid in enumerate(ids)
+            i
+            for i, cid in enumerate(ids)
             if action.tool_calls[i].kind != "server"
             and not (cid in answered if cid is not None and answered else i < len(obs.results))
         ]
         if missing:
             flags.append("missing_tool_results")
-            details["missing_results"] = [{"call": i + 1, "id": action.tool_calls[i].id, "name": action.tool_calls[i].name} for i in missing]
+            details["missing_results"] = [
+                {"call": i + 1, "id": action.tool_calls[i].id, "name": action.tool_calls[i].name}
+                for i in missing
+            ]
     return obs, flags, details
 
 
-def _compacted_observation(nxt: Request, summary: Request, req: Request, action: Action) -> tuple[Observation, list[str]]:
+def _compacted_observation(
+    nxt: Request, summary: Request, req: Request, action: Action
+) -> tuple[Observation, list[str]]:
     """O_i when request i+1 is the first after a compaction (it sends the summary of
     ``summary`` in place of the history): the results answering A_i's calls, from request
     i+1 when the agent kept them verbatim after the summary (Claude Code, Qwen Code), else
@@ -209,7 +234,9 @@ def _compacted_observation(nxt: Request, summary: Request, req: Request, action:
     want = [c.id for c in action.tool_calls if c.kind != "server"]
     obs = Observation()
     for source in (nxt.messages_from(0), summary.messages_from(len(req.messages))):
-        found = {p.call_id: p for m in source for p in m.parts if isinstance(p, ToolResult) and p.call_id in want}
+        found = {
+            p.call_id: p for m in source for p in m.parts if isinstance(p, ToolResult) and p.call_id in want
+        }
         if want and all(cid in found for cid in want):
             obs.results = [found[cid] for cid in want]
             return obs, []
@@ -281,7 +308,8 @@ def build_trajectory(reader: JournalReader, classification: Classification) -> T
         "chains": [ch.summary() for ch in c.chains],
         "steps": [],
         "auxiliary": [
-            {"exchange": lo.exchange, "seq": lo.seq, "kind": lo.kind, "reason": lo.reason, "chain": lo.chain} for lo in c.left_out
+            {"exchange": lo.exchange, "seq": lo.seq, "kind": lo.kind, "reason": lo.reason, "chain": lo.chain}
+            for lo in c.left_out
         ],
     }
     traj.meta = meta
@@ -363,7 +391,12 @@ def _part_json(p: Any) -> dict[str, Any]:
     if isinstance(p, TextPart):
         return {"type": "text", "text": p.text}
     if isinstance(p, Reasoning):
-        return {"type": "reasoning", "text": p.text, "signed": bool(p.signature), "encrypted": bool(p.encrypted)}
+        return {
+            "type": "reasoning",
+            "text": p.text,
+            "signed": bool(p.signature),
+            "encrypted": bool(p.encrypted),
+        }
     if isinstance(p, ToolCall):
         return {"type": "tool_call", **_call_json(p)}
     if isinstance(p, ToolResult):
@@ -374,7 +407,13 @@ def _part_json(p: Any) -> dict[str, Any]:
 
 
 def _call_json(c: ToolCall) -> dict[str, Any]:
-    return {"id": c.id, "name": c.name, "kind": c.kind, "arguments_raw": c.arguments_raw, "arguments": c.arguments}
+    return {
+        "id": c.id,
+        "name": c.name,
+        "kind": c.kind,
+        "arguments_raw": c.arguments_raw,
+        "arguments": c.arguments,
+    }
 
 
 def _result_json(r: ToolResult) -> dict[str, Any]:
@@ -398,7 +437,9 @@ def trajectory_to_json(traj: Trajectory) -> dict[str, Any]:
                 "attempt": d["attempt"],
                 "retries": d["retries"],
                 "flags": step.flags,
-                "details": {k: v for k, v in d.items() if k not in ("n", "exchange", "seq", "attempt", "retries")},
+                "details": {
+                    k: v for k, v in d.items() if k not in ("n", "exchange", "seq", "attempt", "retries")
+                },
                 "action": {
                     "text": a.text,
                     "reasoning": [_part_json(r) for r in a.reasoning],
@@ -409,7 +450,9 @@ def trajectory_to_json(traj: Trajectory) -> dict[str, Any]:
                 },
                 "observation": {
                     "results": [_result_json(r) for r in o.results],
-                    "messages": [{"role": m.role, "parts": [_part_json(p) for p in m.parts]} for m in o.messages],
+                    "messages": [
+                        {"role": m.role, "parts": [_part_json(p) for p in m.parts]} for m in o.messages
+                    ],
                 },
             }
         )
@@ -423,7 +466,9 @@ def trajectory_to_json(traj: Trajectory) -> dict[str, Any]:
         "task": traj.task,
         "task_context": meta.get("task_context", []),
         "system": traj.system,
-        "tools": None if traj.tools is None else [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in traj.tools],
+        "tools": None
+        if traj.tools is None
+        else [{"name": t.name, "description": t.description, "parameters": t.parameters} for t in traj.tools],
         "steps": steps,
         "chains": meta.get("chains", []),
         "auxiliary": meta.get("auxiliary", []),

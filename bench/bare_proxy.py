@@ -20,7 +20,8 @@ DROP = {"host", "content-length", "connection", "keep-alive", "transfer-encoding
 
 async def main(port: int, upstream: str) -> None:
     session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=0), auto_decompress=False,
+        connector=aiohttp.TCPConnector(limit=0),
+        auto_decompress=False,
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=600),
         skip_auto_headers=("Accept", "Accept-Encoding", "User-Agent", "Content-Type"),
     )
@@ -28,7 +29,9 @@ async def main(port: int, upstream: str) -> None:
     async def handle(request: web.BaseRequest) -> web.StreamResponse:
         body = await request.read()
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in DROP]
-        async with session.request(request.method, URL(upstream + request.raw_path, encoded=True), headers=headers, data=body) as up:
+        async with session.request(
+            request.method, URL(upstream + request.raw_path, encoded=True), headers=headers, data=body
+        ) as up:
             resp = web.StreamResponse(status=up.status)
             for k, v in up.headers.items():
                 if k.lower() not in DROP or k.lower() == "content-length":

@@ -81,8 +81,11 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--workloads", default="json@1,json@32,stream@1,stream@32")
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--uvloop", action="store_true",
-                    help="also measure the bare proxy and pvisor on uvloop's event loop (bare+uv; pvisor+uv: --event-loop uvloop)")
+    ap.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="also measure the bare proxy and pvisor on uvloop's event loop (bare+uv; pvisor+uv: --event-loop uvloop)",
+    )
     ap.add_argument(
         "--pvisor",
         action="append",
@@ -90,8 +93,11 @@ def main() -> None:
         metavar="NAME=PATH",
         help="another pvisor executable to measure (repeatable); the installed one is 'pvisor'",
     )
-    ap.add_argument("--variants", action="store_true",
-                    help="also measure pvisor with its journal writer as a thread and on CPU 1 (pvisor-thread, pvisor-w1)")
+    ap.add_argument(
+        "--variants",
+        action="store_true",
+        help="also measure pvisor with its journal writer as a thread and on CPU 1 (pvisor-thread, pvisor-w1)",
+    )
     args = ap.parse_args()
     py = sys.executable
     executables = {"pvisor": [str(Path(py).parent / "pvisor")]}
@@ -142,8 +148,13 @@ def main() -> None:
                             f"openai={upstream}",
                             *extras.get(target, []),
                         ]
-                    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                            env={**os.environ, **envs.get(target, {})})
+                    proc = subprocess.Popen(
+                        cmd,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                        text=True,
+                        env={**os.environ, **envs.get(target, {})},
+                    )
                     url = wait_listening(proc, target)
                     try:
                         wrk(url, body, int(conc), 1)  # warm-up
@@ -156,7 +167,11 @@ def main() -> None:
                     per = {tid: (after[tid] - before.get(tid, 0)) * TICK_US / n for tid in after}
                     main_us = per.pop(proc.pid, 0.0)
                     child_us = sum(v for tid, v in per.items() if tid < 0)
-                    others = " ".join(f"{v:.0f}" for tid, v in sorted(per.items(), key=lambda kv: -kv[1]) if v >= 1 and tid > 0)
+                    others = " ".join(
+                        f"{v:.0f}"
+                        for tid, v in sorted(per.items(), key=lambda kv: -kv[1])
+                        if v >= 1 and tid > 0
+                    )
                     print(
                         f"{target:13s} {w:10s} {n / (r['duration_us'] / 1e6):7.0f} req/s  p50 {r['p50_us'] / 1000:7.2f} ms  "
                         f"CPU {main_us + sum(per.values()):5.0f} µs/req (loop thread {main_us:.0f}; other threads {others or '-'}; "

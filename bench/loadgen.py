@@ -16,8 +16,12 @@ import time
 import aiohttp
 
 BODIES = {
-    "json": json.dumps({"model": "bench-model", "messages": [{"role": "user", "content": "hello"}], "stream": False}).encode(),
-    "stream": json.dumps({"model": "bench-model", "messages": [{"role": "user", "content": "hello"}], "stream": True}).encode(),
+    "json": json.dumps(
+        {"model": "bench-model", "messages": [{"role": "user", "content": "hello"}], "stream": False}
+    ).encode(),
+    "stream": json.dumps(
+        {"model": "bench-model", "messages": [{"role": "user", "content": "hello"}], "stream": True}
+    ).encode(),
 }
 
 
@@ -27,6 +31,7 @@ async def main(url: str, body_kind: str, concurrency: int, requests: int, warmup
     latencies: list[float] = []
     errors = 0
     async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), auto_decompress=False) as s:
+
         async def one(record: bool) -> None:
             nonlocal errors
             t0 = time.perf_counter()

@@ -26,13 +26,25 @@ import orjson
 from pvisor.journal.model import Run
 from pvisor.journal.writer import Journal
 
-BASH = {"type": "function", "function": {"name": "bash", "description": "d" * 20000,
-                                         "parameters": {"type": "object", "properties": {"command": {"type": "string"}}}}}
+BASH = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "d" * 20000,
+        "parameters": {"type": "object", "properties": {"command": {"type": "string"}}},
+    },
+}
 
 
 def reply(message: dict, finish: str) -> bytes:
-    return orjson.dumps({"id": "c", "object": "chat.completion", "model": "g",
-                         "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}]})
+    return orjson.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "model": "g",
+            "choices": [{"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}],
+        }
+    )
 
 
 def build(path: Path, steps: int) -> str:
@@ -41,12 +53,32 @@ def build(path: Path, steps: int) -> str:
     with Journal.open(path) as j:
         j.create_run(Run(id=run, agent="bench"))
         for i in range(steps):
-            call = {"content": None, "tool_calls": [{"id": f"call_{i}", "type": "function",
-                                                     "function": {"name": "bash", "arguments": orjson.dumps({"command": f"echo {i}"}).decode()}}]}
-            j.record_exchange(run, "POST", "/v1/chat/completions", protocol="openai-chat", status=200,
-                              request_body=orjson.dumps({"model": "g", "messages": messages, "tools": [BASH]}),
-                              response_body=reply(call, "tool_calls"))
-            messages = messages + [{"role": "assistant", **call}, {"role": "tool", "tool_call_id": f"call_{i}", "content": "o" * 1000}]
+            call = {
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"call_{i}",
+                        "type": "function",
+                        "function": {
+                            "name": "bash",
+                            "arguments": orjson.dumps({"command": f"echo {i}"}).decode(),
+                        },
+                    }
+                ],
+            }
+            j.record_exchange(
+                run,
+                "POST",
+                "/v1/chat/completions",
+                protocol="openai-chat",
+                status=200,
+                request_body=orjson.dumps({"model": "g", "messages": messages, "tools": [BASH]}),
+                response_body=reply(call, "tool_calls"),
+            )
+            messages = messages + [
+                {"role": "assistant", **call},
+                {"role": "tool", "tool_call_id": f"call_{i}", "content": "o" * 1000},
+            ]
     return run
 
 

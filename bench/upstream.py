@@ -30,12 +30,21 @@ JSON_BODY = json.dumps(
 
 
 def _chunk(delta: dict, finish: str | None = None) -> bytes:
-    obj = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": "bench-model",
-           "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    obj = {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "bench-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-STREAM_EVENTS = [_chunk({"role": "assistant", "content": ""})] + [_chunk({"content": f"token{i} "}) for i in range(198)] + [_chunk({}, "stop")]
+STREAM_EVENTS = (
+    [_chunk({"role": "assistant", "content": ""})]
+    + [_chunk({"content": f"token{i} "}) for i in range(198)]
+    + [_chunk({}, "stop")]
+)
 assert len(STREAM_EVENTS) == 200
 STREAM_EVENTS.append(b"data: [DONE]\n\n")
 

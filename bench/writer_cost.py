@@ -36,10 +36,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from loadgen import BODIES
-from pvisor.journal import blobs
-from pvisor.journal.writer import Journal
-from upstream import JSON_BODY
+from loadgen import BODIES  # noqa: E402  (bench/ on the path above)
+from pvisor.journal import blobs  # noqa: E402  (bench/ on the path above)
+from pvisor.journal.writer import Journal  # noqa: E402  (bench/ on the path above)
+from upstream import JSON_BODY  # noqa: E402  (bench/ on the path above)
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 REQUEST_HEADERS = [

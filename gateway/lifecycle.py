@@ -46,7 +46,9 @@ def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] |
         if choice is EventLoop.UVLOOP:
             from pvisor.journal.errors import UsageError
 
-            raise UsageError("--event-loop uvloop: uvloop is not installed (pip install 'pvisor-sandbox[uvloop]')") from None
+            raise UsageError(
+                "--event-loop uvloop: uvloop is not installed (pip install 'pvisor-sandbox[uvloop]')"
+            ) from None
         return None
     return uvloop.new_event_loop
 

@@ -41,7 +41,14 @@ from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serv
 from .routing import RUN_HEADER, Route, Router
 from .snapshots import WorkspaceSnapshots
 
-__all__ = ["FINALIZER", "Gateway", "GatewayConfig", "finalize_response", "os_error_reason", "SOCK_CONNECT_TIMEOUT_S"]
+__all__ = [
+    "FINALIZER",
+    "Gateway",
+    "GatewayConfig",
+    "finalize_response",
+    "os_error_reason",
+    "SOCK_CONNECT_TIMEOUT_S",
+]
 
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY = 64 * MIB
@@ -157,7 +164,9 @@ class Gateway:
             # a body is read chunk by chunk against --max-body, not by aiohttp's client_max_size;
             # stop() has ended every handler before the runner's own shutdown, which then only
             # closes idle connections
-            self._runner = web.ServerRunner(server, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+            self._runner = web.ServerRunner(
+                server, handle_signals=False, access_log=None, shutdown_timeout=1.0
+            )
             await self._runner.setup()
             site = web.TCPSite(self._runner, self.config.host, self.config.port)
             await site.start()
@@ -219,7 +228,9 @@ class Gateway:
             await asyncio.sleep(interval)
         return self.journal.error
 
-    async def take_snapshot(self, kind: SnapshotKind, run: str | None = None, attempt: int | None = None) -> SnapshotRecord | None:
+    async def take_snapshot(
+        self, kind: SnapshotKind, run: str | None = None, attempt: int | None = None
+    ) -> SnapshotRecord | None:
         """Snapshot the workspace now for ``run`` (default the gateway's own), e.g. ``START``
         before the agent starts and ``END`` after it ended; None without a workspace. Waits for
         the walk (in its thread: the loop goes on serving)."""
@@ -248,7 +259,9 @@ class Gateway:
             # stop() cancelled it after the grace period: record what it had (the relay
             # loop records its own, with the bytes moved), then let the connection close
             if cur.pending is not None and not cur.recorded:
-                self.recorder.finish(cur, None, "incomplete", "gateway stopped while the exchange was in flight", cur.body)
+                self.recorder.finish(
+                    cur, None, "incomplete", "gateway stopped while the exchange was in flight", cur.body
+                )
             raise
         except Exception as exc:
             return self._internal_error(request, cur, exc)
@@ -266,7 +279,10 @@ class Gateway:
             raw_path = stripped
         route = self.router.resolve(raw_path, request.headers.get(RUN_HEADER))
         if route.kind == "health":
-            return web.json_response({"ok": True, "run": self.run, "inflight": len(self._inflight) - 1}, dumps=lambda o: orjson.dumps(o).decode())
+            return web.json_response(
+                {"ok": True, "run": self.run, "inflight": len(self._inflight) - 1},
+                dumps=lambda o: orjson.dumps(o).decode(),
+            )
         headers = list(request.headers.items())
         attempt = self.config.attempt if route.run == self.run else 1
         self.recorder.begin(cur, route, request.method, headers, attempt)
@@ -281,22 +297,46 @@ class Gateway:
             return refused
         self.recorder.request_read(cur)
         if route.kind == "bad_run":
-            msg = (f"the run id in {RUN_HEADER} or in the /run/<id>/ path prefix must be 1 to 128 letters, digits, '.', '_' or '-', "
-                   "starting with a letter or digit")
+            msg = (
+                f"the run id in {RUN_HEADER} or in the /run/<id>/ path prefix must be 1 to 128 letters, digits, '.', '_' or '-', "
+                "starting with a letter or digit"
+            )
             return self._refuse(cur, Refuse(400, "pvisor_bad_run_id", msg))
         if request.headers.get("Upgrade", "").lower() == "websocket":
-            return self._refuse(cur, Refuse(426, "pvisor_websocket_unsupported", "the pvisor gateway does not proxy WebSocket; use HTTP"))
+            return self._refuse(
+                cur,
+                Refuse(
+                    426,
+                    "pvisor_websocket_unsupported",
+                    "the pvisor gateway does not proxy WebSocket; use HTTP",
+                ),
+            )
         assert cur.pending is not None
         incoming = IncomingRequest(
-            exchange=cur.pending.id, run=route.run, attempt=attempt, method=request.method, path=route.path, query=route.query,
-            target=route.target, headers=tuple(headers), body=cur.body or b"", encoding=cur.encoding, upstream=route.upstream,
-            protocol=route.protocol, t0=cur.pending.t0,
+            exchange=cur.pending.id,
+            run=route.run,
+            attempt=attempt,
+            method=request.method,
+            path=route.path,
+            query=route.query,
+            target=route.target,
+            headers=tuple(headers),
+            body=cur.body or b"",
+            encoding=cur.encoding,
+            upstream=route.upstream,
+            protocol=route.protocol,
+            t0=cur.pending.t0,
         )
         answer: Answer = await self.responder.respond(incoming)
         if isinstance(answer, Forward):
             if self.config.offline:
-                answer = Refuse(502, "pvisor_offline", "this gateway forwards nothing (replay-only): no upstream is used",
-                                "upstream_unreachable", headers=[("x-pvisor-error", "offline")])
+                answer = Refuse(
+                    502,
+                    "pvisor_offline",
+                    "this gateway forwards nothing (replay-only): no upstream is used",
+                    "upstream_unreachable",
+                    headers=[("x-pvisor-error", "offline")],
+                )
             else:
                 fwd = answer
                 if fwd.body is not None:
@@ -323,7 +363,10 @@ class Gateway:
         parts: list[bytes] = []
         size = 0
         try:
-            if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= aiohttp.HttpVersion11:
+            if (
+                request.headers.get("Expect", "").lower() == "100-continue"
+                and request.version >= aiohttp.HttpVersion11
+            ):
                 # the client waits for this before it sends the body (Expect is not forwarded)
                 await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
             async for data in request.content.iter_any():
@@ -334,12 +377,20 @@ class Gateway:
                     return self._oversize(cur, size)
         except _CLIENT_GONE as exc:
             cur.body = b"".join(parts)
-            self.recorder.finish(cur, None, "aborted_by_client", f"client went away while sending the request: {type(exc).__name__}", cur.body)
+            self.recorder.finish(
+                cur,
+                None,
+                "aborted_by_client",
+                f"client went away while sending the request: {type(exc).__name__}",
+                cur.body,
+            )
             return _nobody_listens()
         cur.body = b"".join(parts)
         return None
 
-    async def _relay(self, request: web.BaseRequest, cur: Current, answer: Serve, headers_us: int) -> web.StreamResponse:
+    async def _relay(
+        self, request: web.BaseRequest, cur: Current, answer: Serve, headers_us: int
+    ) -> web.StreamResponse:
         """Write ``answer`` to the agent chunk by chunk (the one relay of every answer) and
         record the exchange with what was moved: an async ``chunks`` source that raises
         :class:`StreamBroken` is passed on as far as it got and the connection cut; an agent
@@ -352,7 +403,9 @@ class Gateway:
         if answer.body is not None and "Content-Length" not in resp.headers:
             resp.content_length = len(answer.body)
         # Gemini :streamGenerateContent answers a JSON array without alt=sse: a stream by its path
-        streamed = answer.streamed or (answer.served_by is ServedBy.UPSTREAM and self.router.path_streams(route))
+        streamed = answer.streamed or (
+            answer.served_by is ServedBy.UPSTREAM and self.router.path_streams(route)
+        )
         if not streamed:
             # a whole body: its head goes out with its first bytes, in one write (a packet, and
             # a wake-up of the agent, less per exchange; aiohttp's own Response does the same).
@@ -367,8 +420,21 @@ class Gateway:
         up_headers = list(answer.headers)
 
         def finish(outcome: str, error: str | None) -> None:
-            self.recorder.finish(cur, answer.status, outcome, error, cur.body, up_headers, b"".join(chunks), streamed, timings,
-                                 headers_us, timings[0] if timings else None, received, delivered)
+            self.recorder.finish(
+                cur,
+                answer.status,
+                outcome,
+                error,
+                cur.body,
+                up_headers,
+                b"".join(chunks),
+                streamed,
+                timings,
+                headers_us,
+                timings[0] if timings else None,
+                received,
+                delivered,
+            )
 
         if cur.snapshot is not None and self.snapshots is not None:
             # no byte of the answer (so no tool call it asks for) before the workspace was read
@@ -395,7 +461,10 @@ class Gateway:
                 except StopAsyncIteration:
                     break
                 except asyncio.CancelledError:
-                    finish("incomplete", f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})")
+                    finish(
+                        "incomplete",
+                        f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})",
+                    )
                     raise
                 except StreamBroken as exc:
                     outcome, error = exc.outcome, exc.message
@@ -407,11 +476,17 @@ class Gateway:
                 try:
                     await resp.write(chunk)
                 except asyncio.CancelledError:
-                    finish("incomplete", f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})")
+                    finish(
+                        "incomplete",
+                        f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})",
+                    )
                     raise
                 except _CLIENT_GONE:
                     await _aclose(source)  # stop the upstream generating for nobody
-                    outcome, error = "aborted_by_client", f"client went away after {delivered} of {received} bytes"
+                    outcome, error = (
+                        "aborted_by_client",
+                        f"client went away after {delivered} of {received} bytes",
+                    )
                     break
                 delivered += n
         elif source is not None:
@@ -437,7 +512,11 @@ class Gateway:
         the response has started (then the connection is cut)."""
         kind = type(exc).__name__
         message = f"pvisor internal error: {kind}"
-        where = f"{request.method} {redact_url(cur.route.path + ('?' + cur.route.query if cur.route.query else ''))}" if cur.route else request.method
+        where = (
+            f"{request.method} {redact_url(cur.route.path + ('?' + cur.route.query if cur.route.query else ''))}"
+            if cur.route
+            else request.method
+        )
         exchange = cur.pending.id if cur.pending is not None else "-"
         log.error("%s (exchange %s, %s)", message, exchange, where)
         status = None if cur.started else 500
@@ -448,7 +527,11 @@ class Gateway:
                 request.transport.abort()
             return _nobody_listens()
         route = cur.route or Route("no_route", self.run, None, "", "", "", None)
-        resp = web.Response(status=500, body=self._error_body(route, 500, "pvisor_internal_error", message), headers={"Content-Type": "application/json"})
+        resp = web.Response(
+            status=500,
+            body=self._error_body(route, 500, "pvisor_internal_error", message),
+            headers={"Content-Type": "application/json"},
+        )
         resp.force_close()
         return resp
 
@@ -474,7 +557,11 @@ class Gateway:
         caller's address and method, never the path (it may hold a mistyped token)."""
         peer = request.remote or "-"
         if self._log.handlers:
-            self._log.info("refused %s from %s: no valid gateway token in the path (/t/<token>/...)", request.method, peer)
+            self._log.info(
+                "refused %s from %s: no valid gateway token in the path (/t/<token>/...)",
+                request.method,
+                peer,
+            )
         body = orjson.dumps({"type": "error", "error": {"type": "pvisor_unauthorized",
                              "message": "this gateway needs its token in the path: /t/<token>/..."}})  # fmt: skip
         resp = web.Response(status=401, body=body, content_type="application/json")
@@ -494,14 +581,33 @@ class Gateway:
             resp.force_close()
         cur.served_by = ServedBy.REFUSED
         cur.flags = tuple(refusal.flags)
-        self.recorder.finish(cur, refusal.status, refusal.outcome, f"{refusal.kind}: {refusal.message}", cur.body, headers, payload,
-                             received=0, delivered=len(payload))
+        self.recorder.finish(
+            cur,
+            refusal.status,
+            refusal.outcome,
+            f"{refusal.kind}: {refusal.message}",
+            cur.body,
+            headers,
+            payload,
+            received=0,
+            delivered=len(payload),
+        )
         return resp
 
     def _oversize(self, cur: Current, size: int) -> web.StreamResponse:
         cur.body_size = size
         msg = f"request body of {size} bytes or more exceeds the gateway limit of {self.config.max_body} bytes (--max-body)"
-        return self._refuse(cur, Refuse(413, "pvisor_request_too_large", msg, "oversize", headers=[("Connection", "close")], close=True))
+        return self._refuse(
+            cur,
+            Refuse(
+                413,
+                "pvisor_request_too_large",
+                msg,
+                "oversize",
+                headers=[("Connection", "close")],
+                close=True,
+            ),
+        )
 
 
 async def _aclose(source: object) -> None:
@@ -533,5 +639,3 @@ def _new_logger() -> logging.Logger:
     log.propagate = False
     log.setLevel(logging.INFO)
     return log
-
-

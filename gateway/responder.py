@@ -179,4 +179,3 @@ def decode_or_refuse(request: IncomingRequest) -> bytes | Refuse:
             f"the request body cannot be decoded: {exc}",
             outcome="decode_error",
         )
-

@@ -45,7 +45,13 @@ def check_upstream_url(url: str) -> str:
         u = URL(url)  # yarl checks that an explicit port is a number in 0..65535
     except (ValueError, TypeError) as exc:
         text = str(exc).lower()
-        reason = "its port must be in 1..65535" if "out of range" in text else "its port is not a number" if "port" in text else "it is not a URL"
+        reason = (
+            "its port must be in 1..65535"
+            if "out of range" in text
+            else "its port is not a number"
+            if "port" in text
+            else "it is not a URL"
+        )
         raise ValueError(f"the URL is not usable: {reason}") from None
     if u.scheme not in ("http", "https"):
         raise ValueError("the URL must start with http:// or https://")
@@ -93,7 +99,9 @@ class Router:
     def __init__(self, upstreams: dict[str, str], explicit: set[str], run: str):
         unknown = set(upstreams) - set(UPSTREAMS)
         if unknown:
-            raise ValueError(f"unknown upstream name(s): {', '.join(sorted(unknown))}; expected {', '.join(UPSTREAMS)}")
+            raise ValueError(
+                f"unknown upstream name(s): {', '.join(sorted(unknown))}; expected {', '.join(UPSTREAMS)}"
+            )
         for name, url in upstreams.items():
             try:
                 check_upstream_url(url)
@@ -171,7 +179,7 @@ class Router:
                 bad_run = False  # the prefix wins over the header
             else:
                 run, bad_run = self.run, True  # recorded under the gateway's own run
-            target = target[m.end():]
+            target = target[m.end() :]
             if not target.startswith("/"):
                 target = "/" + target
         path, _, query = target.partition("?")
@@ -183,7 +191,7 @@ class Router:
         first = path.split("/", 2)[1] if path.startswith("/") else ""
         if first in self.upstreams and (path == "/" + first or path.startswith("/" + first + "/")):
             upstream = first
-            target = target[len(first) + 1:] or "/"
+            target = target[len(first) + 1 :] or "/"
             if target.startswith("?"):
                 target = "/" + target
             path, _, query = target.partition("?")

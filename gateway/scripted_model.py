@@ -112,7 +112,16 @@ class Reply:
 
 
 _TURN_KEYS = {"text", "reasoning", "tool_calls", "error", "delay_ms", "repeat", "usage"}
-_SCRIPT_KEYS = {"turns", "model", "seed", "aux_reply", "after_end", "main_chain", "chunk_events", "compaction"}
+_SCRIPT_KEYS = {
+    "turns",
+    "model",
+    "seed",
+    "aux_reply",
+    "after_end",
+    "main_chain",
+    "chunk_events",
+    "compaction",
+}
 _COMPACTION_KEYS = {"when", "summary", "usage", "agent_messages", "serialized_assistant"}
 _USAGE_KEYS = ("input_tokens", "output_tokens")
 
@@ -129,7 +138,9 @@ def load_script(path: str | Path) -> Script:
     """
     path = Path(path)
     if path.suffix.lower() in (".yaml", ".yml"):
-        raise BadInputError(f"script {path}: YAML is not supported; write the script as JSON (.json) or TOML (.toml), docs/scripted-model.md")
+        raise BadInputError(
+            f"script {path}: YAML is not supported; write the script as JSON (.json) or TOML (.toml), docs/scripted-model.md"
+        )
     try:
         raw = path.read_bytes()
     except OSError as exc:
@@ -145,7 +156,9 @@ def load_script(path: str | Path) -> Script:
         else:
             data = orjson.loads(raw)
     except Exception as exc:  # tomllib, orjson and UnicodeDecodeError all describe the position
-        raise BadInputError(f"script {path} is not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {exc}") from None
+        raise BadInputError(
+            f"script {path} is not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'}: {exc}"
+        ) from None
     return parse_script(data, str(path))
 
 
@@ -155,16 +168,26 @@ def parse_script(data: Any, where: str = "script") -> Script:
         raise BadInputError(f"{where}: expected an object with a 'turns' list")
     unknown = set(data) - _SCRIPT_KEYS
     if unknown:
-        raise BadInputError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_SCRIPT_KEYS))}")
+        raise BadInputError(
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_SCRIPT_KEYS))}"
+        )
     turns_raw = data.get("turns")
     if not isinstance(turns_raw, list):
         raise BadInputError(f"{where}: 'turns' must be a list of turns")
     turns = [_parse_turn(t, f"{where}: turns[{i}]") for i, t in enumerate(turns_raw)]
     main_chain = data.get("main_chain", "tools")
     if main_chain not in ("tools", "first", "any-tools"):
-        raise BadInputError(f"{where}: main_chain must be 'tools', 'first' or 'any-tools', not {main_chain!r}")
+        raise BadInputError(
+            f"{where}: main_chain must be 'tools', 'first' or 'any-tools', not {main_chain!r}"
+        )
     script = Script(turns=turns, main_chain=main_chain)
-    for key, typ in (("model", str), ("seed", int), ("aux_reply", str), ("after_end", str), ("chunk_events", int)):
+    for key, typ in (
+        ("model", str),
+        ("seed", int),
+        ("aux_reply", str),
+        ("after_end", str),
+        ("chunk_events", int),
+    ):
         if key in data:
             if not isinstance(data[key], typ) or isinstance(data[key], bool):
                 raise BadInputError(f"{where}: '{key}' must be {'a string' if typ is str else 'an integer'}")
@@ -182,10 +205,19 @@ def _parse_usage(u: Any, where: str) -> dict[str, int]:
         raise BadInputError(f"{where}: expected {expected}")
     missing = [k for k in _USAGE_KEYS if k not in u]
     unknown = sorted(k for k in u if k not in _USAGE_KEYS)
-    bad = [k for k in _USAGE_KEYS if k in u and (not isinstance(u[k], int) or isinstance(u[k], bool) or u[k] < 0)]
+    bad = [
+        k for k in _USAGE_KEYS if k in u and (not isinstance(u[k], int) or isinstance(u[k], bool) or u[k] < 0)
+    ]
     if missing or unknown or bad:
-        said = "; ".join(x for x in (f"missing {', '.join(missing)}" if missing else "", f"unknown field(s) {', '.join(unknown)}" if unknown else "",
-                                     f"{', '.join(bad)} not an integer >= 0" if bad else "") if x)
+        said = "; ".join(
+            x
+            for x in (
+                f"missing {', '.join(missing)}" if missing else "",
+                f"unknown field(s) {', '.join(unknown)}" if unknown else "",
+                f"{', '.join(bad)} not an integer >= 0" if bad else "",
+            )
+            if x
+        )
         raise BadInputError(f"{where}: {said}; expected {expected}")
     return {k: u[k] for k in _USAGE_KEYS}
 
@@ -195,13 +227,17 @@ def _parse_compaction(c: Any, where: str) -> Compaction:
         raise BadInputError(f"{where}: expected an object with a 'when' list of texts")
     unknown = set(c) - _COMPACTION_KEYS
     if unknown:
-        raise BadInputError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_COMPACTION_KEYS))}")
+        raise BadInputError(
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_COMPACTION_KEYS))}"
+        )
     for key in ("when", "agent_messages"):
         v = c.get(key, [])
         if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
             raise BadInputError(f"{where}.{key}: expected a list of non-empty texts")
     if not c.get("when"):
-        raise BadInputError(f"{where}.when: expected at least one text that marks the agent's summary request")
+        raise BadInputError(
+            f"{where}.when: expected at least one text that marks the agent's summary request"
+        )
     out = Compaction(when=list(c["when"]), agent_messages=list(c.get("agent_messages", [])))
     if "summary" in c:
         if not isinstance(c["summary"], str):
@@ -221,7 +257,9 @@ def _parse_turn(t: Any, where: str) -> Turn:
         raise BadInputError(f"{where}: expected an object")
     unknown = set(t) - _TURN_KEYS
     if unknown:
-        raise BadInputError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_TURN_KEYS))}")
+        raise BadInputError(
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_TURN_KEYS))}"
+        )
     turn = Turn()
     if "text" in t:
         if not isinstance(t["text"], str):
@@ -241,12 +279,19 @@ def _parse_turn(t: Any, where: str) -> Turn:
         turn.usage = _parse_usage(t["usage"], f"{where}.usage")
     if "error" in t:
         err = t["error"]
-        if (not isinstance(err, dict) or not isinstance(err.get("status"), int) or isinstance(err["status"], bool)
-                or not 400 <= err["status"] <= 599 or not isinstance(err.get("body", {}), (dict, str))):
-            raise BadInputError(f"{where}.error: expected {{\"status\": 400..599, \"body\": object or string}}")
+        if (
+            not isinstance(err, dict)
+            or not isinstance(err.get("status"), int)
+            or isinstance(err["status"], bool)
+            or not 400 <= err["status"] <= 599
+            or not isinstance(err.get("body", {}), (dict, str))
+        ):
+            raise BadInputError(f'{where}.error: expected {{"status": 400..599, "body": object or string}}')
         extra = set(err) - {"status", "body"}
         if extra:
-            raise BadInputError(f"{where}.error: unknown field(s) {', '.join(sorted(extra))}; expected body, status")
+            raise BadInputError(
+                f"{where}.error: unknown field(s) {', '.join(sorted(extra))}; expected body, status"
+            )
         turn.error = err
     calls = t.get("tool_calls", [])
     if not isinstance(calls, list):
@@ -292,7 +337,9 @@ def _shell_tool(conv: Conversation, tools: list[Any] | None = None) -> tuple[str
             required = [k for k in listed if k in strings] if isinstance(listed, list) else []
             return tool.name, (required or strings or ["command"])[0]
     names = ", ".join(t.name for t in tools) or "none"
-    raise BadInputError(f"the script asks for '@shell' but the request has no shell tool ({'|'.join(SHELL_TOOL_NAMES)}); its tools: {names}")
+    raise BadInputError(
+        f"the script asks for '@shell' but the request has no shell tool ({'|'.join(SHELL_TOOL_NAMES)}); its tools: {names}"
+    )
 
 
 def count_assistant_turns(conv: Conversation) -> int:
@@ -304,7 +351,9 @@ def _text(m: Any) -> str:
     return "".join(p.text for p in m.parts if isinstance(p, TextPart))
 
 
-def conversation_state(conv: Conversation, agent_messages: frozenset[str] = frozenset(), serialized: str | None = None) -> int:
+def conversation_state(
+    conv: Conversation, agent_messages: frozenset[str] = frozenset(), serialized: str | None = None
+) -> int:
     """The conversation state that picks a turn: the number of assistant messages in the
     request; after a compaction (a message holding :data:`SUMMARY_MARKER`), the number of turns
     the last marker names plus the assistant messages after the message holding it, those
@@ -319,8 +368,16 @@ def conversation_state(conv: Conversation, agent_messages: frozenset[str] = froz
         found = _MARKER_RX.findall(text)
         if found:
             start, base = i + 1, int(found[-1])
-    serial = sum(t.count(serialized) for t in texts[max(start - 1, 0):]) if serialized is not None else 0
-    return base + serial + sum(1 for m, t in zip(conv.messages[start:], texts[start:]) if m.role == "assistant" and t.strip() not in agent_messages)
+    serial = sum(t.count(serialized) for t in texts[max(start - 1, 0) :]) if serialized is not None else 0
+    return (
+        base
+        + serial
+        + sum(
+            1
+            for m, t in zip(conv.messages[start:], texts[start:])
+            if m.role == "assistant" and t.strip() not in agent_messages
+        )
+    )
 
 
 def is_summary_request(conv: Conversation, when: list[str]) -> bool:
@@ -398,8 +455,14 @@ class ScriptedModel:
             calls.append(ToolCall(id=None, name=name, arguments_raw=raw, arguments=args))
         reasoning = [Reasoning(text=turn.reasoning)] if turn.reasoning else []
         usage = dict(turn.usage) if turn.usage is not None else None
-        return Action(text=turn.text, reasoning=reasoning, tool_calls=calls, model=conv.model or self.script.model, stop_reason=None,
-                      usage=usage)
+        return Action(
+            text=turn.text,
+            reasoning=reasoning,
+            tool_calls=calls,
+            model=conv.model or self.script.model,
+            stop_reason=None,
+            usage=usage,
+        )
 
     def classify(self, conv: Conversation, tools: list[Any] | None = None) -> str:
         """``main`` or ``aux`` for a parsed request (fixing the main chain on first sight);
@@ -432,7 +495,9 @@ class ScriptedModel:
             # checked before the main chain: an agent may ask for its summary with the main
             # loop's own system prompt and tools
             k = conversation_state(conv, acks, comp.serialized_assistant)
-            text = f"{comp.summary}\n\n{SUMMARY_MARKER.format(k)}" if comp.summary else SUMMARY_MARKER.format(k)
+            text = (
+                f"{comp.summary}\n\n{SUMMARY_MARKER.format(k)}" if comp.summary else SUMMARY_MARKER.format(k)
+            )
             turn, kind = Turn(text=text, usage=comp.usage), "summary"
             k += 20_000_000
         elif self.classify(conv, mod.offered_tools(conv)) == "aux":
@@ -446,15 +511,25 @@ class ScriptedModel:
                 turn, kind = Turn(text=self.script.after_end), "after_end"
         delay = turn.delay_ms / 1000.0
         if turn.error is not None:
-            err_body = turn.error.get("body", {"error": {"type": "scripted_error", "message": "scripted error"}})
+            err_body = turn.error.get(
+                "body", {"error": {"type": "scripted_error", "message": "scripted error"}}
+            )
             payload = err_body.encode() if isinstance(err_body, str) else orjson.dumps(err_body)
-            return Reply(turn.error["status"], {"Content-Type": "application/json"}, [payload], delay, "error")
+            return Reply(
+                turn.error["status"], {"Content-Type": "application/json"}, [payload], delay, "error"
+            )
         ids = IdSource(self.script.seed * 1_000_003 + k)
         action = self.action_for(turn, conv, mod)
         final = mod.action_to_response(action, model=action.model or self.script.model, ids=ids)
         if stream:
             data = mod.render_stream(final)
-            return Reply(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, _split_events(data, self.script.chunk_events), delay, kind)
+            return Reply(
+                200,
+                {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+                _split_events(data, self.script.chunk_events),
+                delay,
+                kind,
+            )
         return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(final)], delay, kind)
 
     def _local(self, method: str, path: str) -> Reply:
@@ -465,13 +540,38 @@ def local_reply(method: str, path: str, model: str) -> Reply:
     """The answer to a request no protocol owns: a model listing for ``GET .../models``, a
     plain 200 for ``GET /`` and ``HEAD /`` (reachability probes), else 404."""
     if path.rstrip("/").endswith("/models") and method == "GET":
-        listing = {"object": "list", "data": [{"id": model, "object": "model", "created": 0, "owned_by": "pvisor", "type": "model", "display_name": model}],
-                   "models": [{"name": f"models/{model}", "displayName": model}]}
+        listing = {
+            "object": "list",
+            "data": [
+                {
+                    "id": model,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "pvisor",
+                    "type": "model",
+                    "display_name": model,
+                }
+            ],
+            "models": [{"name": f"models/{model}", "displayName": model}],
+        }
         return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(listing)], kind="local")
     if path == "/" and method in ("GET", "HEAD"):
         return Reply(200, {"Content-Type": "text/plain"}, [b"pvisor scripted model\n"], kind="local")
-    return Reply(404, {"Content-Type": "application/json"},
-                 [orjson.dumps({"error": {"type": "not_found", "message": f"the scripted model does not serve {method} {path}"}})], kind="local")
+    return Reply(
+        404,
+        {"Content-Type": "application/json"},
+        [
+            orjson.dumps(
+                {
+                    "error": {
+                        "type": "not_found",
+                        "message": f"the scripted model does not serve {method} {path}",
+                    }
+                }
+            )
+        ],
+        kind="local",
+    )
 
 
 def error_payload(path: str, status: int, message: str) -> bytes:
@@ -484,8 +584,16 @@ def error_payload(path: str, status: int, message: str) -> bytes:
     return orjson.dumps({"error": {"type": kind, "message": message}})
 
 
-def render_reply(mod: Any, action: Action, *, model: str, stream: bool, seed: int, chunk_events: int = 1,
-                 final: dict | None = None) -> Reply:
+def render_reply(
+    mod: Any,
+    action: Action,
+    *,
+    model: str,
+    stream: bool,
+    seed: int,
+    chunk_events: int = 1,
+    final: dict | None = None,
+) -> Reply:
     """``action`` as the 200 reply of protocol module ``mod``: an event stream (``chunk_events``
     events per chunk) when ``stream``, else one JSON body. Ids come from ``IdSource(seed)``:
     the same action and seed give the same bytes. ``final``: that final response object, when
@@ -493,7 +601,11 @@ def render_reply(mod: Any, action: Action, *, model: str, stream: bool, seed: in
     if final is None:
         final = mod.action_to_response(action, model=model, ids=IdSource(seed))
     if stream:
-        return Reply(200, {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, _split_events(mod.render_stream(final), chunk_events))
+        return Reply(
+            200,
+            {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"},
+            _split_events(mod.render_stream(final), chunk_events),
+        )
     return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(final)])
 
 
@@ -501,10 +613,21 @@ def token_count_reply(path: str, body: bytes) -> Reply:
     """A token count (a quarter of the body's bytes, at least 1) in the shape of the path's
     protocol: Gemini ``totalTokens``, Anthropic ``input_tokens``."""
     key = "totalTokens" if path.endswith(":countTokens") else "input_tokens"
-    return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps({key: max(1, len(body) // 4)})], kind="local")
+    return Reply(
+        200, {"Content-Type": "application/json"}, [orjson.dumps({key: max(1, len(body) // 4)})], kind="local"
+    )
 
 
-def minimal_reply(method: str, path: str, query: str, body: bytes, *, text: str = "OK", model: str = "mock-model", seed: int = 0) -> Reply:
+def minimal_reply(
+    method: str,
+    path: str,
+    query: str,
+    body: bytes,
+    *,
+    text: str = "OK",
+    model: str = "mock-model",
+    seed: int = 0,
+) -> Reply:
     """A minimal valid answer to any request: a token count for token-count paths, a reply of
     ``text`` (no tool call) in the protocol of a model-API path (streamed when asked), else
     :func:`local_reply`. Raises BadInputError for a model-API body that does not parse."""
@@ -515,7 +638,13 @@ def minimal_reply(method: str, path: str, query: str, body: bytes, *, text: str 
         return token_count_reply(path, body)
     obj = loads_object(body) if body else {}
     conv = mod.parse_request(obj, path=path, query=query)
-    reply = render_reply(mod, Action(text=text), model=conv.model or model, stream=mod.wants_stream(path, query, obj), seed=seed)
+    reply = render_reply(
+        mod,
+        Action(text=text),
+        model=conv.model or model,
+        stream=mod.wants_stream(path, query, obj),
+        seed=seed,
+    )
     reply.kind = "aux"
     return reply
 

@@ -20,8 +20,12 @@ def serve_reply(reply: Reply, served_by: ServedBy, flags: tuple[str, ...] = ()) 
     headers = list(reply.headers.items())
     streamed = reply.headers.get("Content-Type", "").startswith("text/event-stream")
     if len(reply.chunks) == 1:
-        return Serve(reply.status, headers, body=reply.chunks[0], streamed=streamed, served_by=served_by, flags=flags)
-    return Serve(reply.status, headers, chunks=list(reply.chunks), streamed=streamed, served_by=served_by, flags=flags)
+        return Serve(
+            reply.status, headers, body=reply.chunks[0], streamed=streamed, served_by=served_by, flags=flags
+        )
+    return Serve(
+        reply.status, headers, chunks=list(reply.chunks), streamed=streamed, served_by=served_by, flags=flags
+    )
 
 
 class ScriptedResponder:
@@ -42,7 +46,9 @@ class ScriptedResponder:
             reply = self.model.answer(request.method, request.path, request.query, body)
         except BadInputError as exc:
             payload = error_payload(request.path, 400, exc.message)
-            return Serve(400, [("Content-Type", "application/json")], body=payload, served_by=ServedBy.SCRIPTED)
+            return Serve(
+                400, [("Content-Type", "application/json")], body=payload, served_by=ServedBy.SCRIPTED
+            )
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
         return serve_reply(reply, ServedBy.SCRIPTED)

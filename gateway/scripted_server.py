@@ -25,7 +25,9 @@ class ScriptedModelServer:
     seconds for requests in flight (less after :meth:`hurry`), cancels the rest and closes.
     Streams are written one chunk per ``chunk_events`` events, each flushed as written."""
 
-    def __init__(self, model: ScriptedModel, host: str = "127.0.0.1", port: int = 0, shutdown_grace: float = 10.0):
+    def __init__(
+        self, model: ScriptedModel, host: str = "127.0.0.1", port: int = 0, shutdown_grace: float = 10.0
+    ):
         self.model = model
         self.host = host
         self.port = port
@@ -43,7 +45,9 @@ class ScriptedModelServer:
             route_aiohttp_logs(_QUIET)
             self._routed_logs = True
             server = web.Server(self.handle, access_log=None)
-            self._runner = web.ServerRunner(server, handle_signals=False, access_log=None, shutdown_timeout=1.0)
+            self._runner = web.ServerRunner(
+                server, handle_signals=False, access_log=None, shutdown_timeout=1.0
+            )
             await self._runner.setup()
             site = web.TCPSite(self._runner, self.host, self.port)
             await site.start()
@@ -122,7 +126,9 @@ class ScriptedModelServer:
 def _error(path: str, status: int, message: str, close: bool = False) -> web.Response:
     """``status`` with the JSON error shape of the protocol serving ``path`` (a generic
     ``{"error": {...}}`` elsewhere)."""
-    resp = web.Response(status=status, body=error_payload(path, status, message), content_type="application/json")
+    resp = web.Response(
+        status=status, body=error_payload(path, status, message), content_type="application/json"
+    )
     if close:
         resp.force_close()
     return resp

@@ -59,7 +59,11 @@ def encode(data: bytes, base: bytes | None = None) -> tuple[str, bytes]:
         return "identity", data
     if base:
         window_log = max(10, min(31, (len(base) + len(data)).bit_length()))
-        options = {_CP.compression_level: LEVEL, _CP.window_log: window_log, _CP.enable_long_distance_matching: 1}
+        options = {
+            _CP.compression_level: LEVEL,
+            _CP.window_log: window_log,
+            _CP.enable_long_distance_matching: 1,
+        }
         packed = zstd.compress(data, options=options, zstd_dict=zstd.ZstdDict(base, is_raw=True).as_prefix)
         codec = "zstd-prefix"
     else:

@@ -58,6 +58,8 @@ class RunMode(str, enum.Enum):
     PREPARE_ONLY = "prepare-only"
     REPLAY_ONLY = "replay-only"  #: derived by replay: recorded actions served, tools re-run
     CONTINUATION = "continuation"  #: derived by replay, then the live model
+
+
 MessageRole = Literal["system", "developer", "user", "assistant", "tool"]
 
 # --------------------------------------------------------------------------- runs and exchanges
@@ -488,8 +490,21 @@ _SECRET_HEADER_NAMES = frozenset(
         "chatgpt-account-id",
     }
 )
-_SECRET_NAME_FRAGMENTS = ("token", "secret", "password", "passwd", "credential", "signature", "auth", "api-key", "apikey", "api_key")
-_SECRET_QUERY_NAMES = frozenset({"key", "api_key", "api-key", "apikey", "access_token", "token", "sig", "signature", "code"})
+_SECRET_NAME_FRAGMENTS = (
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "credential",
+    "signature",
+    "auth",
+    "api-key",
+    "apikey",
+    "api_key",
+)
+_SECRET_QUERY_NAMES = frozenset(
+    {"key", "api_key", "api-key", "apikey", "access_token", "token", "sig", "signature", "code"}
+)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -529,7 +544,9 @@ _KEY_SHAPES = re.compile(
 
 def has_key_shape(text: str) -> bool:
     """Whether ``text``, or ``text`` percent-decoded, holds a key-shaped token."""
-    return _KEY_SHAPES.search(text) is not None or ("%" in text and _KEY_SHAPES.search(unquote(text)) is not None)
+    return _KEY_SHAPES.search(text) is not None or (
+        "%" in text and _KEY_SHAPES.search(unquote(text)) is not None
+    )
 
 
 def redact_shapes(text: str) -> str:
@@ -597,7 +614,9 @@ def _query_pair(segment: str) -> tuple[str, str | None]:
     return unquote(raw_name.replace("+", " ")), unquote(raw_value.replace("+", " "))
 
 
-def redact_echoed_secrets(body: bytes, query: str, headers: Iterable[tuple[str, str]], path: str = "") -> bytes:
+def redact_echoed_secrets(
+    body: bytes, query: str, headers: Iterable[tuple[str, str]], path: str = ""
+) -> bytes:
     """``body`` (an error response) with every credential of the request
     (:func:`request_secrets`, 8 characters or more) replaced by ``<redacted>``: an upstream
     that echoes the key it refused must not put it into the journal. Returns ``body`` itself

@@ -36,23 +36,64 @@ BUSY_TIMEOUT_S = 5.0
 #: kept here too so that a reader need not import sqlite-utils; a test checks they agree)
 MIGRATION_SET = "pvisor.journal"
 KNOWN_MIGRATIONS = (
-    "m001_initial", "m002_exchanges_by_arrival", "m003_served_by", "m004_forwarded_body", "m005_snapshots",
+    "m001_initial",
+    "m002_exchanges_by_arrival",
+    "m003_served_by",
+    "m004_forwarded_body",
+    "m005_snapshots",
     "m006_response_parts",
 )
 #: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
 #: open that failed only because the -shm file cannot be created or written
-_READ_ONLY_MEDIA_CODES = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY", "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY"})
+_READ_ONLY_MEDIA_CODES = frozenset(
+    {"SQLITE_CANTOPEN", "SQLITE_READONLY_DIRECTORY", "SQLITE_READONLY_CANTINIT", "SQLITE_READONLY"}
+)
 _READ_ONLY_MEDIA_TEXT = ("unable to open database file", "readonly database", "read-only")
 
 #: the columns this reader uses, per table (schema: docs/journal.md)
 _COLUMNS = {
-    "runs": ("id", "agent", "agent_version", "argv", "created_ms", "parent_run", "boundary_step", "mode", "labels"),
+    "runs": (
+        "id",
+        "agent",
+        "agent_version",
+        "argv",
+        "created_ms",
+        "parent_run",
+        "boundary_step",
+        "mode",
+        "labels",
+    ),
     "attempts": ("run_id", "n", "started_ms", "ended_ms", "exit_code", "labels"),
     "exchanges": (
-        "id", "run_id", "attempt", "seq", "protocol", "method", "path", "query", "request_headers", "secret_fingerprints",
-        "request_encoding", "request_body", "request_bytes", "status", "response_headers", "response_body", "response_final",
-        "streamed", "chunk_timings", "outcome", "error", "started_ms", "headers_us", "first_byte_us", "ended_us",
-        "bytes_received", "bytes_delivered", "chain", "role",
+        "id",
+        "run_id",
+        "attempt",
+        "seq",
+        "protocol",
+        "method",
+        "path",
+        "query",
+        "request_headers",
+        "secret_fingerprints",
+        "request_encoding",
+        "request_body",
+        "request_bytes",
+        "status",
+        "response_headers",
+        "response_body",
+        "response_final",
+        "streamed",
+        "chunk_timings",
+        "outcome",
+        "error",
+        "started_ms",
+        "headers_us",
+        "first_byte_us",
+        "ended_us",
+        "bytes_received",
+        "bytes_delivered",
+        "chain",
+        "role",
     ),
     "blobs": ("sha256", "size", "codec", "base", "data"),
     "events": ("seq", "ts_ms", "kind", "run_id", "exchange_id", "writer_id", "data"),
@@ -103,26 +144,39 @@ def _connect_ro(path: Path) -> sqlite3.Connection:
         if "malformed" in str(exc):
             raise IntegrityError(f"journal {path} is damaged: {exc}") from None
         if _locked(exc):
-            raise UnavailableError(f"journal {path} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s): {exc}") from None
+            raise UnavailableError(
+                f"journal {path} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s): {exc}"
+            ) from None
         wal = Path(str(path) + "-wal")
         if not _read_only_media(exc) or (wal.exists() and wal.stat().st_size > 0):
             raise UnavailableError(f"cannot open journal {path} read-only: {exc}") from None
     # read-only media or directory, where the -shm file cannot be created: safe only when the
     # WAL holds nothing (a rollback-journal file is then locked by nobody who could write it)
-    return sqlite3.connect("file:" + quote(str(Path(absolute(path, f"journal {path}")).resolve())) + "?immutable=1", uri=True, check_same_thread=False)
+    return sqlite3.connect(
+        "file:" + quote(str(Path(absolute(path, f"journal {path}")).resolve())) + "?immutable=1",
+        uri=True,
+        check_same_thread=False,
+    )
 
 
 def _check_migrations(conn: sqlite3.Connection, path: Path) -> None:
     """BadInputError when the journal was written by a newer pvisor (migrations this one does not know)."""
     try:
-        applied = {r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (MIGRATION_SET,))}
+        applied = {
+            r[0]
+            for r in conn.execute(
+                "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (MIGRATION_SET,)
+            )
+        }
     except sqlite3.OperationalError as exc:
         if "no such table" in str(exc) or "no such column" in str(exc):
             return  # no migration table: the table checks below say what is missing
         raise
     newer = applied - set(KNOWN_MIGRATIONS)
     if newer:
-        raise BadInputError(f"journal {path} was written by a newer pvisor (schema {', '.join(sorted(newer))}); upgrade pvisor to read it")
+        raise BadInputError(
+            f"journal {path} was written by a newer pvisor (schema {', '.join(sorted(newer))}); upgrade pvisor to read it"
+        )
 
 
 @dataclass(slots=True)
@@ -161,7 +215,9 @@ class JournalReader:
         try:
             names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "runs" not in names or "exchanges" not in names:
-                raise BadInputError(f"{self.path} is an SQLite database but not a pvisor journal (no runs and exchanges tables)")
+                raise BadInputError(
+                    f"{self.path} is an SQLite database but not a pvisor journal (no runs and exchanges tables)"
+                )
             if "_sqlite_migrations" in names:
                 _check_migrations(self.conn, self.path)
         except BaseException:
@@ -174,7 +230,9 @@ class JournalReader:
             have = {r[1] for r in self.conn.execute(f"PRAGMA table_info({table})")}
             lost = [c for c in columns if c not in have]
             if lost:
-                raise IntegrityError(f"journal {self.path} is damaged: table {table} lacks column(s) {', '.join(lost)}")
+                raise IntegrityError(
+                    f"journal {self.path} is damaged: table {table} lacks column(s) {', '.join(lost)}"
+                )
 
     def __enter__(self) -> "JournalReader":
         return self
@@ -189,14 +247,20 @@ class JournalReader:
         """The row of ``table`` whose id is ``ident`` or starts with it; UsageError when none or
         several match, or ``ident`` is empty."""
         if not ident:
-            raise UsageError(f"an empty {what} id matches nothing: give a {what} id or a unique prefix of one")
+            raise UsageError(
+                f"an empty {what} id matches nothing: give a {what} id or a unique prefix of one"
+            )
         rows = self.conn.execute(f"SELECT * FROM {table} WHERE id = ?", (ident,)).fetchall()
         if not rows:
-            rows = self.conn.execute(f"SELECT * FROM {table} WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (_like_prefix(ident),)).fetchall()
+            rows = self.conn.execute(
+                f"SELECT * FROM {table} WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (_like_prefix(ident),)
+            ).fetchall()
         if not rows:
             raise UsageError(f"no {what} {ident!r} in journal {self.path}")
         if len(rows) > 1:
-            raise UsageError(f"{what} id {ident!r} is ambiguous in journal {self.path}: {', '.join(r['id'] for r in rows)}")
+            raise UsageError(
+                f"{what} id {ident!r} is ambiguous in journal {self.path}: {', '.join(r['id'] for r in rows)}"
+            )
         return rows[0]
 
     # ------------------------------------------------------------------ runs
@@ -225,7 +289,14 @@ class JournalReader:
 
     def attempts(self, run_id: str) -> list[Attempt]:
         return [
-            Attempt(run=r["run_id"], n=r["n"], started_ms=r["started_ms"], ended_ms=r["ended_ms"], exit_code=r["exit_code"], labels=_json(r, "labels", "attempts"))
+            Attempt(
+                run=r["run_id"],
+                n=r["n"],
+                started_ms=r["started_ms"],
+                ended_ms=r["ended_ms"],
+                exit_code=r["exit_code"],
+                labels=_json(r, "labels", "attempts"),
+            )
             for r in self.conn.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY n", (run_id,))
         ]
 
@@ -299,7 +370,9 @@ class JournalReader:
         if run_id is None:
             cur = self.conn.execute("SELECT * FROM exchanges ORDER BY run_id, seq, started_ms")
         else:
-            cur = self.conn.execute("SELECT * FROM exchanges WHERE run_id = ? ORDER BY seq, started_ms", (run_id,))
+            cur = self.conn.execute(
+                "SELECT * FROM exchanges WHERE run_id = ? ORDER BY seq, started_ms", (run_id,)
+            )
         return [self._exchange(r) for r in cur]
 
     def exchange(self, exchange_id: str) -> Exchange:
@@ -312,19 +385,26 @@ class JournalReader:
             cur = self.conn.execute("SELECT * FROM events ORDER BY seq")
         else:
             cur = self.conn.execute("SELECT * FROM events WHERE run_id = ? ORDER BY seq", (run_id,))
-        return [
-            {**dict(r), "data": orjson.loads(r["data"]) if r["data"] is not None else None}
-            for r in cur
-        ]
+        return [{**dict(r), "data": orjson.loads(r["data"]) if r["data"] is not None else None} for r in cur]
 
     def has_event(self, run_id: str, kind: str) -> bool:
         """Whether run ``run_id`` has an event of ``kind`` (one indexed lookup; no event is read)."""
-        return self.conn.execute("SELECT 1 FROM events WHERE run_id = ? AND kind = ? LIMIT 1", (run_id, kind)).fetchone() is not None
+        return (
+            self.conn.execute(
+                "SELECT 1 FROM events WHERE run_id = ? AND kind = ? LIMIT 1", (run_id, kind)
+            ).fetchone()
+            is not None
+        )
 
     # ------------------------------------------------------------------ workspace snapshots
 
     def has_snapshots_table(self) -> bool:
-        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'").fetchone() is not None
+        return (
+            self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'snapshots'"
+            ).fetchone()
+            is not None
+        )
 
     def snapshots(self, run_id: str) -> list[SnapshotRecord]:
         """The run's workspace snapshots in the order they were taken (``manifest`` not loaded:
@@ -334,19 +414,38 @@ class JournalReader:
 
         if not self.has_snapshots_table():
             return []
-        rows = self.conn.execute("SELECT * FROM snapshots WHERE run_id = ? ORDER BY taken_ms, rowid", (run_id,)).fetchall()
+        rows = self.conn.execute(
+            "SELECT * FROM snapshots WHERE run_id = ? ORDER BY taken_ms, rowid", (run_id,)
+        ).fetchall()
         out = []
         for r in rows:
             try:
                 kind = SnapshotKind(r["kind"])
             except ValueError:
-                raise IntegrityError(f"journal {self.path}: snapshot {r['id']} has kind {r['kind']!r}") from None
-            out.append(SnapshotRecord(
-                id=r["id"], run=r["run_id"], attempt=r["attempt"], kind=kind, driver=r["driver"], taken_ms=r["taken_ms"],
-                exchange=r["exchange_id"], digest=r["manifest"], walk_us=r["walk_us"] or 0, entries=r["entries"], files=r["files"],
-                bytes=r["bytes"], read_bytes=r["read_bytes"], warnings=_json(r, "warnings", "snapshots"), error=r["error"],
-                after_step=r["after_step"], hold_us=r["hold_us"],
-            ))
+                raise IntegrityError(
+                    f"journal {self.path}: snapshot {r['id']} has kind {r['kind']!r}"
+                ) from None
+            out.append(
+                SnapshotRecord(
+                    id=r["id"],
+                    run=r["run_id"],
+                    attempt=r["attempt"],
+                    kind=kind,
+                    driver=r["driver"],
+                    taken_ms=r["taken_ms"],
+                    exchange=r["exchange_id"],
+                    digest=r["manifest"],
+                    walk_us=r["walk_us"] or 0,
+                    entries=r["entries"],
+                    files=r["files"],
+                    bytes=r["bytes"],
+                    read_bytes=r["read_bytes"],
+                    warnings=_json(r, "warnings", "snapshots"),
+                    error=r["error"],
+                    after_step=r["after_step"],
+                    hold_us=r["hold_us"],
+                )
+            )
         return out
 
     def manifest(self, snapshot: SnapshotRecord) -> Manifest:
@@ -355,7 +454,9 @@ class JournalReader:
         from .snapshots import Manifest
 
         if snapshot.digest is None:
-            raise IntegrityError(f"journal {self.path}: snapshot {snapshot.id} has no manifest ({snapshot.error or 'the walk failed'})")
+            raise IntegrityError(
+                f"journal {self.path}: snapshot {snapshot.id} has no manifest ({snapshot.error or 'the walk failed'})"
+            )
         return Manifest.decode(self.blob(snapshot.digest), f"journal {self.path}: snapshot {snapshot.id}")
 
     # ------------------------------------------------------------------ blobs
@@ -376,7 +477,8 @@ class JournalReader:
         base_bytes: bytes | None = None
         while True:
             row = self.conn.execute(
-                "SELECT sha256, size, codec, base, CAST(data AS BLOB) AS data, typeof(data) AS dtype FROM blobs WHERE sha256 = ?", (cur,)
+                "SELECT sha256, size, codec, base, CAST(data AS BLOB) AS data, typeof(data) AS dtype FROM blobs WHERE sha256 = ?",
+                (cur,),
             ).fetchone()
             if row is None:
                 what = "blob" if cur == sha else f"base blob {cur} of blob"
@@ -394,13 +496,21 @@ class JournalReader:
         data = base_bytes
         for row in reversed(chain):
             if row["dtype"] != "blob":
-                raise IntegrityError(f"journal {self.path}: blob {row['sha256']} holds {row['dtype']}, not bytes")
+                raise IntegrityError(
+                    f"journal {self.path}: blob {row['sha256']} holds {row['dtype']}, not bytes"
+                )
             try:
-                data = blobs.decode(row["codec"], row["data"], data if row["codec"] == "zstd-prefix" else None)
+                data = blobs.decode(
+                    row["codec"], row["data"], data if row["codec"] == "zstd-prefix" else None
+                )
             except (ValueError, blobs.ZstdError) as exc:
-                raise IntegrityError(f"journal {self.path}: blob {row['sha256']} cannot be decoded: {exc}") from None
+                raise IntegrityError(
+                    f"journal {self.path}: blob {row['sha256']} cannot be decoded: {exc}"
+                ) from None
             if blobs.sha256_hex(data) != row["sha256"] or len(data) != row["size"]:
-                raise IntegrityError(f"journal {self.path}: blob {row['sha256']} restores to different bytes (digest mismatch)")
+                raise IntegrityError(
+                    f"journal {self.path}: blob {row['sha256']} restores to different bytes (digest mismatch)"
+                )
             self._remember(row["sha256"], data)
         assert data is not None
         return data
@@ -418,7 +528,7 @@ class JournalReader:
             return self.blob(sha)
         except IntegrityError as exc:
             prefix = f"journal {self.path}: "
-            detail = exc.message[len(prefix):] if exc.message.startswith(prefix) else exc.message
+            detail = exc.message[len(prefix) :] if exc.message.startswith(prefix) else exc.message
             raise IntegrityError(f"{prefix}exchange {ex.id}: {part}: {detail}") from None
 
     def request_body(self, ex: Exchange) -> bytes | None:
@@ -480,7 +590,9 @@ class JournalReader:
                 "SELECT DISTINCT p.exchange_id, e.outcome FROM response_parts p LEFT JOIN exchanges e"
                 " ON e.id = p.exchange_id WHERE e.id IS NULL OR e.outcome IS NOT NULL"
             ):
-                what = "has no exchange row" if outcome is None else f"belong to a finished exchange ({outcome})"
+                what = (
+                    "has no exchange row" if outcome is None else f"belong to a finished exchange ({outcome})"
+                )
                 rep.problems.append(f"response_parts of exchange {ex_id} {what}")
         for table, columns in _JSON_COLUMNS.items():
             key = "id" if table != "attempts" else "run_id || '/' || n"
@@ -489,7 +601,9 @@ class JournalReader:
                     rep.problems.append(f"{table} {ident}: column {col} is not valid JSON")
         self._cache.clear()
         self._cache_bytes = 0
-        for (sha, stored) in self.conn.execute("SELECT sha256, length(data) FROM blobs ORDER BY rowid").fetchall():
+        for sha, stored in self.conn.execute(
+            "SELECT sha256, length(data) FROM blobs ORDER BY rowid"
+        ).fetchall():
             rep.blobs += 1
             rep.blob_bytes_stored += stored
             try:

@@ -271,7 +271,9 @@ class JournalProducer:
             attempt.started_ms = now_ms()
         self._put(("attempt", attempt))
 
-    def end_attempt(self, run_id: str, n: int, exit_code: int | None, labels: dict[str, str] | None = None) -> None:
+    def end_attempt(
+        self, run_id: str, n: int, exit_code: int | None, labels: dict[str, str] | None = None
+    ) -> None:
         """Queue the end of an attempt (end time now, the agent's exit code, extra labels)."""
         self._put(("attempt_end", (run_id, n, now_ms(), exit_code, labels or {})))
 
@@ -450,7 +452,9 @@ class JournalProducer:
         request). Snapshots of the run not named keep their binding."""
         self._put(("snapshot_bind", (run_id, dict(after_step))))
 
-    def record_exchange(self, run: str, method: str, path: str, headers: Iterable[tuple[str, str]] = (), **kw: Any) -> str:
+    def record_exchange(
+        self, run: str, method: str, path: str, headers: Iterable[tuple[str, str]] = (), **kw: Any
+    ) -> str:
         """Begin and finish an exchange in one call (importers, tests). Returns the exchange id.
         Keyword arguments: ``query``, ``attempt``, ``protocol`` and those of :meth:`finish_exchange`."""
         begin_kw = {k: kw.pop(k) for k in ("query", "attempt", "protocol") if k in kw}
@@ -469,8 +473,14 @@ class Journal(JournalProducer):
         BadInputError: the file exists but is not an SQLite database.
     """
 
-    def __init__(self, path: Path, *, finalize: Finalizer | None = None, max_decoded: int = DEFAULT_LIMIT,
-                 busy_timeout_ms: int = BUSY_TIMEOUT_MS):
+    def __init__(
+        self,
+        path: Path,
+        *,
+        finalize: Finalizer | None = None,
+        max_decoded: int = DEFAULT_LIMIT,
+        busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+    ):
         self.path = Path(path)
         self.busy_timeout_ms = busy_timeout_ms
         self.finalize = finalize
@@ -485,7 +495,9 @@ class Journal(JournalProducer):
         self.reaped: list[int] = []  # ids of dead writers whose exchanges this writer marked incomplete
         self._abandon = False
         self._events: list[tuple] = []  # event rows of the transaction in progress
-        self._last_of_run: dict[str, tuple] = {}  # run -> (seq, started_ms, id) of its last exchange, this transaction
+        self._last_of_run: dict[
+            str, tuple
+        ] = {}  # run -> (seq, started_ms, id) of its last exchange, this transaction
         self._blob_bytes = 0  # snapshot blob bytes queued, not committed (put_blob's budget)
         self._blob_room = threading.Condition()
         self._urgent = threading.Event()  # flush/close: commit now, do not wait for more messages
@@ -550,7 +562,11 @@ class Journal(JournalProducer):
                 if time.monotonic() > deadline:
                     # the writer cannot commit (another process holds the journal's lock): go on
                     # in memory rather than hold the walk, and the gateway's stop, for ever
-                    log.warning("journal %s: %d bytes of snapshot blobs wait to be written", self.path, self._blob_bytes)
+                    log.warning(
+                        "journal %s: %d bytes of snapshot blobs wait to be written",
+                        self.path,
+                        self._blob_bytes,
+                    )
                     break
                 self._urgent.set()
                 self._blob_room.wait(0.5)
@@ -567,12 +583,19 @@ class Journal(JournalProducer):
         except OSError as exc:
             raise UnavailableError(f"cannot create journal {self.path}: {exc.strerror}") from None
         if not os.access(self.path, os.R_OK | os.W_OK) or not os.access(self.path.parent, os.W_OK | os.X_OK):
-            raise UnavailableError(f"journal {self.path} is not writable (the file and its directory must be, for the WAL)")
+            raise UnavailableError(
+                f"journal {self.path} is not writable (the file and its directory must be, for the WAL)"
+            )
         conn = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
         try:
             conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
             # before anything writes (even the switch to WAL): refuse someone else's database
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+            tables = {
+                r[0]
+                for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+                )
+            }
             if tables and "runs" not in tables:
                 conn.close()
                 raise BadInputError(
@@ -601,9 +624,13 @@ class Journal(JournalProducer):
             if "readonly" in str(exc):
                 raise UnavailableError(f"journal {self.path} is read-only: {exc}") from None
             if "disk is full" in str(exc):
-                raise UnavailableError(f"journal {self.path}: cannot open: no room on its file system ({exc})") from None
+                raise UnavailableError(
+                    f"journal {self.path}: cannot open: no room on its file system ({exc})"
+                ) from None
             if _is_busy(exc):
-                raise UnavailableError(f"journal {self.path} is locked by another process (waited {self.busy_timeout_ms / 1000:g} s)") from None
+                raise UnavailableError(
+                    f"journal {self.path} is locked by another process (waited {self.busy_timeout_ms / 1000:g} s)"
+                ) from None
             raise
         except sqlite3.DatabaseError as exc:
             raise IntegrityError(f"journal {self.path} is damaged: {exc}") from None
@@ -619,17 +646,28 @@ class Journal(JournalProducer):
             tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             known = set(known_migration_names())
             if "_sqlite_migrations" in tables:
-                applied = {r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (MIGRATION_SET,))}
+                applied = {
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT name FROM _sqlite_migrations WHERE migration_set = ?", (MIGRATION_SET,)
+                    )
+                }
                 newer = applied - known
                 if newer:
-                    raise BadInputError(f"journal {self.path} was written by a newer pvisor (schema {', '.join(sorted(newer))}); upgrade pvisor")
+                    raise BadInputError(
+                        f"journal {self.path} was written by a newer pvisor (schema {', '.join(sorted(newer))}); upgrade pvisor"
+                    )
             apply_migrations(db)
             row = conn.execute("SELECT value FROM meta WHERE key = 'fingerprint_key'").fetchone()
             if row is None:
                 key = secrets.token_hex(32)
                 conn.executemany(
                     "INSERT INTO meta(key, value) VALUES (?, ?)",
-                    [("fingerprint_key", key), ("journal_id", "j-" + secrets.token_hex(8)), ("created_ms", str(now_ms()))],
+                    [
+                        ("fingerprint_key", key),
+                        ("journal_id", "j-" + secrets.token_hex(8)),
+                        ("created_ms", str(now_ms())),
+                    ],
                 )
             else:
                 key = row[0]
@@ -645,7 +683,9 @@ class Journal(JournalProducer):
             self._flush_events(conn)
             conn.execute("COMMIT")
         except BaseException:
-            if conn.in_transaction:  # a failed COMMIT (a full disk) has ended it: the cause must show, not this
+            if (
+                conn.in_transaction
+            ):  # a failed COMMIT (a full disk) has ended it: the cause must show, not this
                 conn.execute("ROLLBACK")
             self._events.clear()
             raise
@@ -670,16 +710,37 @@ class Journal(JournalProducer):
                 (f"writer {wid} (pid {pid}) ended while the exchange was in flight", wid),
             ).rowcount
             conn.execute("UPDATE writers SET closed_ms = ?, closed_how = 'dead' WHERE id = ?", (t, wid))
-            self._event(conn, "writer.reaped", data={"writer": wid, "pid": pid, "exchanges_marked_incomplete": n})
+            self._event(
+                conn, "writer.reaped", data={"writer": wid, "pid": pid, "exchanges_marked_incomplete": n}
+            )
             self.reaped.append(wid)
 
-    def _event(self, conn: sqlite3.Connection, kind: str, run: str | None = None, exchange: str | None = None, data: Any = None) -> None:
+    def _event(
+        self,
+        conn: sqlite3.Connection,
+        kind: str,
+        run: str | None = None,
+        exchange: str | None = None,
+        data: Any = None,
+    ) -> None:
         """Queue an event row for the current transaction (written by :meth:`_flush_events`)."""
-        self._events.append((now_ms(), kind, run, exchange, self.writer_id, orjson.dumps(data).decode() if data is not None else None))
+        self._events.append(
+            (
+                now_ms(),
+                kind,
+                run,
+                exchange,
+                self.writer_id,
+                orjson.dumps(data).decode() if data is not None else None,
+            )
+        )
 
     def _flush_events(self, conn: sqlite3.Connection) -> None:
         if self._events:
-            conn.executemany("INSERT INTO events(ts_ms, kind, run_id, exchange_id, writer_id, data) VALUES (?, ?, ?, ?, ?, ?)", self._events)
+            conn.executemany(
+                "INSERT INTO events(ts_ms, kind, run_id, exchange_id, writer_id, data) VALUES (?, ?, ?, ?, ?, ?)",
+                self._events,
+            )
             self._events.clear()
 
     def _run(self) -> None:
@@ -721,7 +782,12 @@ class Journal(JournalProducer):
                 now_pc = time.perf_counter()
                 stale = [p for p in list(self._inflight.values()) if p.due(now_pc)]
                 if not (batch or stale or beat):
-                    if self._to_finalize and not self._inflight and self._queue.empty() and self._finalizer_ready():
+                    if (
+                        self._to_finalize
+                        and not self._inflight
+                        and self._queue.empty()
+                        and self._finalizer_ready()
+                    ):
                         try:
                             self._finalize_pending(conn, FINALIZE_SLICE_S)
                         except sqlite3.OperationalError as exc:
@@ -738,7 +804,11 @@ class Journal(JournalProducer):
                     # another process holds the write lock past busy_timeout: keep everything
                     # in memory and try again
                     if locked_since is None or now - locked_since >= LOCK_WARN_INTERVAL_S:
-                        log.warning("journal %s is locked by another process; %d message(s) wait in memory, retrying", self.path, len(batch))
+                        log.warning(
+                            "journal %s is locked by another process; %d message(s) wait in memory, retrying",
+                            self.path,
+                            len(batch),
+                        )
                         locked_since = now
                     continue
                 if locked_since is not None:
@@ -763,7 +833,12 @@ class Journal(JournalProducer):
                     return
         except BaseException as exc:
             self._error = exc
-            log.error("journal %s: writer stopped: %s; %d exchange(s) not recorded", self.path, exc, len(batch) + self._queue.qsize())
+            log.error(
+                "journal %s: writer stopped: %s; %d exchange(s) not recorded",
+                self.path,
+                exc,
+                len(batch) + self._queue.qsize(),
+            )
             # release anyone waiting; later calls raise UnavailableError
             for kind, payload in batch:
                 if kind in ("flush", "close"):
@@ -787,7 +862,9 @@ class Journal(JournalProducer):
                 self._blob_bytes -= freed
                 self._blob_room.notify_all()
 
-    def _commit(self, conn: sqlite3.Connection, batch: list[tuple[str, Any]], stale: list[PendingExchange], beat: bool) -> None:
+    def _commit(
+        self, conn: sqlite3.Connection, batch: list[tuple[str, Any]], stale: list[PendingExchange], beat: bool
+    ) -> None:
         """Write one batch in one transaction. On failure the transaction is rolled back and the
         in-memory state it touched (compression lanes, in-flight marks) is reset, so the same
         batch can be written again."""
@@ -846,9 +923,17 @@ class Journal(JournalProducer):
                             raw = decode_body(raw, encoding, limit=self.max_decoded)
                         final = self.finalize(protocol, True, raw)
                     except Exception as exc:  # a reassembly failure must not lose the exchange
-                        log.warning("journal %s: exchange %s: response reassembly failed: %s", self.path, ex_id, type(exc).__name__)
+                        log.warning(
+                            "journal %s: exchange %s: response reassembly failed: %s",
+                            self.path,
+                            ex_id,
+                            type(exc).__name__,
+                        )
                 if final is not None:
-                    conn.execute("UPDATE exchanges SET response_final = ? WHERE id = ?", (self._put_blob(conn, final), ex_id))
+                    conn.execute(
+                        "UPDATE exchanges SET response_final = ? WHERE id = ?",
+                        (self._put_blob(conn, final), ex_id),
+                    )
                 self._to_finalize.popleft()
             self._flush_events(conn)
             conn.execute("COMMIT")
@@ -875,8 +960,11 @@ class Journal(JournalProducer):
                     return
                 now = time.monotonic()
                 if warned is None or now - warned >= LOCK_WARN_INTERVAL_S:
-                    log.warning("journal %s is locked by another process; %d response(s) wait to be reassembled, retrying",
-                                self.path, len(self._to_finalize))
+                    log.warning(
+                        "journal %s is locked by another process; %d response(s) wait to be reassembled, retrying",
+                        self.path,
+                        len(self._to_finalize),
+                    )
                     warned = now
 
     def _queue_unfinalized(self, conn: sqlite3.Connection) -> None:
@@ -905,7 +993,9 @@ class Journal(JournalProducer):
             " WHERE writer_id = ? AND outcome IS NULL",
             (self.writer_id,),
         )
-        conn.execute("UPDATE writers SET closed_ms = ?, closed_how = 'closed' WHERE id = ?", (now_ms(), self.writer_id))
+        conn.execute(
+            "UPDATE writers SET closed_ms = ?, closed_how = 'closed' WHERE id = ?", (now_ms(), self.writer_id)
+        )
         self._event(conn, "writer.closed")
 
     # ------------------------------------------------------------------ row writers (writer thread)
@@ -961,12 +1051,21 @@ class Journal(JournalProducer):
             changed = 0
             for chain, role, ex_id in rows:
                 changed += conn.execute(
-                    "UPDATE exchanges SET chain = ?, role = ? WHERE id = ? AND run_id = ?", (chain, role, ex_id, run_id)
+                    "UPDATE exchanges SET chain = ?, role = ? WHERE id = ? AND run_id = ?",
+                    (chain, role, ex_id, run_id),
                 ).rowcount
-            counts = {"main": sum(1 for r in rows if r[1] == "main"), "auxiliary": sum(1 for r in rows if r[1] == "auxiliary"),
-                      "unknown": len(rows) - changed}
+            counts = {
+                "main": sum(1 for r in rows if r[1] == "main"),
+                "auxiliary": sum(1 for r in rows if r[1] == "auxiliary"),
+                "unknown": len(rows) - changed,
+            }
             if counts["unknown"]:
-                log.warning("journal %s: run %s: %d exchange id(s) given roles are not exchanges of the run", self.path, run_id, counts["unknown"])
+                log.warning(
+                    "journal %s: run %s: %d exchange id(s) given roles are not exchanges of the run",
+                    self.path,
+                    run_id,
+                    counts["unknown"],
+                )
             self._event(conn, "exchange.roles", run=run_id, data=counts)
         elif kind == "blobs":
             for sha, data in payload:
@@ -978,7 +1077,9 @@ class Journal(JournalProducer):
         elif kind == "snapshot_bind":
             run_id, binding = payload
             for snap_id, step in binding.items():
-                conn.execute("UPDATE snapshots SET after_step = ? WHERE id = ? AND run_id = ?", (step, snap_id, run_id))
+                conn.execute(
+                    "UPDATE snapshots SET after_step = ? WHERE id = ? AND run_id = ?", (step, snap_id, run_id)
+                )
             self._event(conn, "snapshot.bound", run=run_id, data={"snapshots": len(binding)})
         elif kind == "attempt":
             a: Attempt = payload
@@ -990,7 +1091,9 @@ class Journal(JournalProducer):
             self._event(conn, "attempt.started", run=a.run, data={"attempt": a.n})
         elif kind == "attempt_end":
             run_id, n, ended, code, labels = payload
-            old = conn.execute("SELECT labels FROM attempts WHERE run_id = ? AND n = ?", (run_id, n)).fetchone()
+            old = conn.execute(
+                "SELECT labels FROM attempts WHERE run_id = ? AND n = ?", (run_id, n)
+            ).fetchone()
             merged = {**(orjson.loads(old[0]) if old else {}), **labels}
             if old is None:
                 self._ensure_run(conn, run_id)
@@ -1028,7 +1131,8 @@ class Journal(JournalProducer):
         last = self._last_of_run.get(p.run)  # valid within this transaction only
         if last is None:
             last = conn.execute(
-                "SELECT seq, started_ms, id FROM exchanges WHERE run_id = ? ORDER BY seq DESC LIMIT 1", (p.run,)
+                "SELECT seq, started_ms, id FROM exchanges WHERE run_id = ? ORDER BY seq DESC LIMIT 1",
+                (p.run,),
             ).fetchone()
         if last is None:
             self._last_of_run[p.run] = (1, p.started_ms, p.id)
@@ -1056,12 +1160,28 @@ class Journal(JournalProducer):
             conn.execute(
                 "INSERT OR IGNORE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
                 " secret_fingerprints, dropped_headers, started_ms, writer_id, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
-                (p.id, p.run, p.attempt, self._place(conn, p), p.protocol, p.method, redact_path(p.path), query, headers, fps, dropped, p.started_ms, self.writer_id),
+                (
+                    p.id,
+                    p.run,
+                    p.attempt,
+                    self._place(conn, p),
+                    p.protocol,
+                    p.method,
+                    redact_path(p.path),
+                    query,
+                    headers,
+                    fps,
+                    dropped,
+                    p.started_ms,
+                    self.writer_id,
+                ),
             )
             self._event(conn, "exchange.started", run=p.run, exchange=p.id)
             p.persisted = True
         if p.request_body is not None and not p.request_stored:
-            p.request_sha, p.lane_pos, p.request_error = self._request_blob(conn, p, p.request_body, p.request_encoding)
+            p.request_sha, p.lane_pos, p.request_error = self._request_blob(
+                conn, p, p.request_body, p.request_encoding
+            )
             conn.execute(
                 "UPDATE exchanges SET request_body = ?, request_bytes = ?, request_encoding = ?, lane_pos = ? WHERE id = ?",
                 (p.request_sha, len(p.request_body), p.request_encoding, p.lane_pos, p.id),
@@ -1114,8 +1234,13 @@ class Journal(JournalProducer):
             )
             conn.execute("DELETE FROM response_parts WHERE exchange_id = ?", (ex_id,))
 
-    def _put_blob(self, conn: sqlite3.Connection, data: bytes, base: tuple[str, bytes] | None = None,
-                  sha: str | None = None) -> str:
+    def _put_blob(
+        self,
+        conn: sqlite3.Connection,
+        data: bytes,
+        base: tuple[str, bytes] | None = None,
+        sha: str | None = None,
+    ) -> str:
         sha = sha or blobs.sha256_hex(data)
         if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (sha,)).fetchone() is None:
             if base is not None and base[0] == sha:
@@ -1166,11 +1291,33 @@ class Journal(JournalProducer):
             "INSERT OR REPLACE INTO snapshots(id, run_id, attempt, kind, exchange_id, driver, manifest, taken_ms, walk_us,"
             " entries, files, bytes, read_bytes, warnings, error, after_step, writer_id)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-            (r.id, r.run, r.attempt, r.kind.value, r.exchange, r.driver, manifest, r.taken_ms, r.walk_us, r.entries, r.files,
-             r.bytes, r.read_bytes, orjson.dumps(r.warnings).decode(), r.error, r.after_step, self.writer_id),
+            (
+                r.id,
+                r.run,
+                r.attempt,
+                r.kind.value,
+                r.exchange,
+                r.driver,
+                manifest,
+                r.taken_ms,
+                r.walk_us,
+                r.entries,
+                r.files,
+                r.bytes,
+                r.read_bytes,
+                orjson.dumps(r.warnings).decode(),
+                r.error,
+                r.after_step,
+                self.writer_id,
+            ),
         )
-        self._event(conn, "snapshot.taken", run=r.run, exchange=r.exchange,
-                    data={"snapshot": r.id, "kind": r.kind.value, "manifest": manifest, "error": r.error})
+        self._event(
+            conn,
+            "snapshot.taken",
+            run=r.run,
+            exchange=r.exchange,
+            data={"snapshot": r.id, "kind": r.kind.value, "manifest": manifest, "error": r.error},
+        )
 
     def _write_exchange(self, conn: sqlite3.Connection, f: FinishedExchange) -> None:
         p = f.pending
@@ -1183,7 +1330,9 @@ class Journal(JournalProducer):
                 # stored while in flight: the same bytes are not stored (nor their lane moved) twice
                 request_sha, lane_pos, decode_error = p.request_sha, p.lane_pos, p.request_error
             else:
-                request_sha, lane_pos, decode_error = self._request_blob(conn, p, f.request_body, f.request_encoding)
+                request_sha, lane_pos, decode_error = self._request_blob(
+                    conn, p, f.request_body, f.request_encoding
+                )
             if decode_error is not None:
                 if outcome == "ok":
                     outcome = "decode_error"
@@ -1199,7 +1348,9 @@ class Journal(JournalProducer):
             response_sha = self._put_blob(conn, body)
             if self.finalize is not None and f.streamed and f.response_body and p.protocol is not None:
                 # reassembly holds the GIL for milliseconds: done when the gateway is idle
-                self._to_finalize.append((p.id, p.protocol, response_sha, resp_headers.headers.get("content-encoding")))
+                self._to_finalize.append(
+                    (p.id, p.protocol, response_sha, resp_headers.headers.get("content-encoding"))
+                )
         query, headers, fps, dropped = self._meta_columns(p)
         if error:  # an error text may quote the URL or an upstream's echo of the key
             error = redact_text(error, request_secrets(p.query, p.headers, p.path))
@@ -1249,4 +1400,6 @@ class Journal(JournalProducer):
         )
         if p.parts_taken:
             conn.execute("DELETE FROM response_parts WHERE exchange_id = ?", (p.id,))  # whole now
-        self._event(conn, "exchange.finished", run=p.run, exchange=p.id, data={"outcome": outcome, "status": f.status})
+        self._event(
+            conn, "exchange.finished", run=p.run, exchange=p.id, data={"outcome": outcome, "status": f.status}
+        )

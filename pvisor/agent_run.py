@@ -264,18 +264,24 @@ def find_executable(profile: AgentProfile, entrypoint: str | None) -> str:
     if entrypoint and os.sep not in entrypoint and not entrypoint.startswith("~"):
         found = shutil.which(entrypoint)  # a bare name, as a shell would take it: looked up on PATH
         if found is None:
-            raise AgentUnavailable(f"--agent-entrypoint {entrypoint}: not on PATH (expected the {profile.title} executable; give a path or fix PATH)")
+            raise AgentUnavailable(
+                f"--agent-entrypoint {entrypoint}: not on PATH (expected the {profile.title} executable; give a path or fix PATH)"
+            )
         return found
     if entrypoint:
         path = absolute(os.path.expanduser(entrypoint), f"--agent-entrypoint {entrypoint}")
         if not os.path.exists(path):
-            raise AgentUnavailable(f"--agent-entrypoint {path} does not exist (expected the {profile.title} executable, '{profile.executable}')")
+            raise AgentUnavailable(
+                f"--agent-entrypoint {path} does not exist (expected the {profile.title} executable, '{profile.executable}')"
+            )
         if os.path.isdir(path) or not os.access(path, os.X_OK):
             raise AgentUnavailable(f"--agent-entrypoint {path} is not an executable file")
         return path
     found = shutil.which(profile.executable)
     if found is None:
-        raise AgentUnavailable(f"{profile.title}: '{profile.executable}' is not on PATH; install it, or give --agent-entrypoint PATH")
+        raise AgentUnavailable(
+            f"{profile.title}: '{profile.executable}' is not on PATH; install it, or give --agent-entrypoint PATH"
+        )
     return found
 
 
@@ -283,8 +289,16 @@ def _run_quick(argv: list[str], env: dict[str, str], cwd: str, timeout: float) -
     """Run ``argv`` (stdin /dev/null, output to a file, own process group) for at most
     ``timeout`` s. Returns (exit code or None after a timeout, stdout and stderr as text)."""
     with tempfile.TemporaryFile() as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True,
-                                preexec_fn=die_with_parent())
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
         code: int | None = None
         try:
             code = proc.wait(timeout)
@@ -298,7 +312,9 @@ def _run_quick(argv: list[str], env: dict[str, str], cwd: str, timeout: float) -
         return code, out.read(64 * 1024).decode("utf-8", "replace")
 
 
-def check_version(profile: AgentProfile, exe: str, *, use_home: bool, allow_unsupported: bool, warn: Warn) -> str | None:
+def check_version(
+    profile: AgentProfile, exe: str, *, use_home: bool, allow_unsupported: bool, warn: Warn
+) -> str | None:
     """The agent's version, from ``<exe> --version`` (mini-swe-agent: ``--help``) run with a
     throwaway home (unless ``use_home``) for at most 10 s. Raises UnavailableError (exit 69)
     when it cannot be told or is outside the profile's range, unless ``allow_unsupported``
@@ -318,14 +334,18 @@ def check_version(profile: AgentProfile, exe: str, *, use_home: bool, allow_unsu
             problem = f"`{shown}` did not answer within {VERSION_TIMEOUT_S:g} s"
         else:
             first = next((line.strip() for line in output.splitlines() if line.strip()), "")
-            problem = f"`{shown}` exited with {code}" + (f" and printed {first[:120]!r}" if first else " and printed nothing")
+            problem = f"`{shown}` exited with {code}" + (
+                f" and printed {first[:120]!r}" if first else " and printed nothing"
+            )
         message = f"cannot tell the version of {profile.title} at {exe}: {problem}"
         if not allow_unsupported:
             raise AgentUnavailable(message + hint)
         warn(message + "; going on (--allow-unsupported)")
         return None
     if version not in profile.versions:
-        message = f"{profile.title} {version} at {exe} is not a supported version (supported: {profile.versions})"
+        message = (
+            f"{profile.title} {version} at {exe} is not a supported version (supported: {profile.versions})"
+        )
         if not allow_unsupported:
             raise AgentUnavailable(message + hint)
         warn(message + "; going on (--allow-unsupported)")
@@ -362,7 +382,9 @@ def _resume_target(req: RunRequest, profile: AgentProfile) -> _Resume:
     BadInputError (exit 65) for a run without a session id or whose private home is gone."""
     assert req.resume is not None
     if not profile.resumable:
-        raise UsageError(f"{profile.title} has no native resume; --resume works with the agents that have one (docs/agents.md)")
+        raise UsageError(
+            f"{profile.title} has no native resume; --resume works with the agents that have one (docs/agents.md)"
+        )
     path = Path(req.journal_path)
     if not path.exists():
         raise UsageError(f"no run {req.resume!r} to resume: journal {path} does not exist")
@@ -370,19 +392,28 @@ def _resume_target(req: RunRequest, profile: AgentProfile) -> _Resume:
         run = r.run(req.resume)
         attempts = r.attempts(run.id)
     if run.agent != profile.name:
-        raise UsageError(f"run {run.id} was captured with {run.agent or 'an unknown agent'}, not {profile.name}; give --agent {run.agent}"
-                         if run.agent else f"run {run.id} was not started by pvisor run (no agent recorded); cannot resume it")
+        raise UsageError(
+            f"run {run.id} was captured with {run.agent or 'an unknown agent'}, not {profile.name}; give --agent {run.agent}"
+            if run.agent
+            else f"run {run.id} was not started by pvisor run (no agent recorded); cannot resume it"
+        )
     session = run.labels.get("session_id")
     if not session:
-        raise BadInputError(f"run {run.id} has no session id recorded (the agent printed none), so it cannot be resumed")
+        raise BadInputError(
+            f"run {run.id} has no session id recorded (the agent printed none), so it cannot be resumed"
+        )
     use_home = run.labels.get("home") == "user"
     if not use_home:
         home = run_dir_of(req.journal_path, run.id) / "home"
         if not home.is_dir():
-            raise BadInputError(f"the private home of run {run.id} ({home}) is gone, and the session with it; cannot resume")
+            raise BadInputError(
+                f"the private home of run {run.id} ({home}) is gone, and the session with it; cannot resume"
+            )
     ws = run.labels.get("workspace")
     n = max((a.n for a in attempts), default=1) + 1
-    return _Resume(run=run, attempt=n, session_id=session, workspace=Path(ws) if ws else None, use_home=use_home)
+    return _Resume(
+        run=run, attempt=n, session_id=session, workspace=Path(ws) if ws else None, use_home=use_home
+    )
 
 
 # --------------------------------------------------------------------------- process groups
@@ -403,7 +434,11 @@ async def _stop_group(proc: asyncio.subprocess.Process, hurry: asyncio.Event | N
     _end_group(proc.pid)
     waiter = asyncio.ensure_future(proc.wait())
     hurried = asyncio.ensure_future(hurry.wait()) if hurry is not None else None
-    await asyncio.wait({waiter} | ({hurried} if hurried else set()), timeout=KILL_GRACE_S, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait(
+        {waiter} | ({hurried} if hurried else set()),
+        timeout=KILL_GRACE_S,
+        return_when=asyncio.FIRST_COMPLETED,
+    )
     if hurried is not None:
         hurried.cancel()
     if not waiter.done():
@@ -527,7 +562,7 @@ def _process_table() -> dict[int, tuple[int, str]]:
                 stat = f.read()
         except OSError:
             continue  # gone meanwhile
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         if len(fields) >= 2:
             table[int(entry)] = (int(fields[1]), fields[0].decode("ascii", "replace"))
     return table
@@ -563,7 +598,9 @@ def _reap_children(keep: Collection[int] = ()) -> None:
                 pass  # not ours (a zombie grandchild), or reaped meanwhile
 
 
-async def end_strays(grace: float = STRAY_GRACE_S, hurry: asyncio.Event | None = None, keep: Collection[int] = ()) -> int:
+async def end_strays(
+    grace: float = STRAY_GRACE_S, hurry: asyncio.Event | None = None, keep: Collection[int] = ()
+) -> int:
     """End what the agent left running once it exited or was killed: every live descendant of
     this process (with :func:`become_subreaper`, also those that left the agent's session)
     gets SIGTERM, then SIGKILL after ``grace`` seconds (at once when ``hurry`` is set), and is
@@ -624,6 +661,7 @@ def run_agent(req: RunRequest, warn: Warn) -> RunReport:
     failures, and with exit code 128 + N for a stop signal N (SIGINT, SIGTERM, SIGHUP) that came
     before the agent started (the version check); the agent's exit code, a timeout and a later
     interruption are in the report."""
+
     def raise_signalled(signum: int, frame: Any) -> None:
         raise _Signalled(signum)
 
@@ -634,8 +672,10 @@ def run_agent(req: RunRequest, warn: Warn) -> RunReport:
         return _run_agent(req, warn)
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)
-        raise PvisorError(f"interrupted by {signal.Signals(signum).name} before {req.agent} started; nothing was run",
-                          exit_code=128 + signum) from None
+        raise PvisorError(
+            f"interrupted by {signal.Signals(signum).name} before {req.agent} started; nothing was run",
+            exit_code=128 + signum,
+        ) from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
@@ -652,16 +692,27 @@ def check_utf8(option: str, value: str | os.PathLike | None) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError:
         shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise UsageError(f"{option} '{shown}' is not valid UTF-8 (the bytes shown as \\xNN); give UTF-8 text or paths") from None
+        raise UsageError(
+            f"{option} '{shown}' is not valid UTF-8 (the bytes shown as \\xNN); give UTF-8 text or paths"
+        ) from None
 
 
 def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
-    for option, value in (("the task", req.task), ("--model", req.model), ("--workspace", req.workspace), ("--journal", req.journal_path),
-                          ("--agent-entrypoint", req.entrypoint), ("--script", req.script), ("--upstream", req.upstream),
-                          ("--resume", req.resume)):
+    for option, value in (
+        ("the task", req.task),
+        ("--model", req.model),
+        ("--workspace", req.workspace),
+        ("--journal", req.journal_path),
+        ("--agent-entrypoint", req.entrypoint),
+        ("--script", req.script),
+        ("--upstream", req.upstream),
+        ("--resume", req.resume),
+    ):
         check_utf8(option, value)
     if req.resume is not None and not req.resume.strip():
-        raise UsageError("--resume is empty: give the id of the run to continue (pvisor journal ls lists them)")
+        raise UsageError(
+            "--resume is empty: give the id of the run to continue (pvisor journal ls lists them)"
+        )
     profile = get_profile(req.agent)
     if req.snapshots:
         from pvisor.journal.snapshots import snapshot_driver
@@ -679,14 +730,18 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         except ValueError as exc:
             raise UsageError(f"--upstream {without_userinfo(req.upstream)}: {exc}") from None
     if not req.task.strip():
-        raise UsageError('give the task after --, e.g. pvisor run --agent claude-code -- "fix the failing test"')
+        raise UsageError(
+            'give the task after --, e.g. pvisor run --agent claude-code -- "fix the failing test"'
+        )
     if req.timeout <= 0:
         raise UsageError(f"--timeout must be more than 0 seconds, not {req.timeout:g}")
     resume = _resume_target(req, profile) if req.resume else None
     exe = find_executable(profile, req.entrypoint)
     use_home = resume.use_home if resume else req.use_home
     if resume and req.use_home != resume.use_home:
-        warn(f"run {resume.run.id} was captured {'with' if resume.use_home else 'without'} --use-home; its resume does the same")
+        warn(
+            f"run {resume.run.id} was captured {'with' if resume.use_home else 'without'} --use-home; its resume does the same"
+        )
     workspace = req.workspace or (resume.workspace if resume else None)
     if workspace is None and cwd_gone():
         raise UsageError(f"no --workspace, and {CWD_GONE_HINT} (the default workspace)")
@@ -697,27 +752,49 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     if req.script or req.responder is not None:
         model = model or profile.script_model
     elif profile.needs_model and not model:
-        raise UsageError(f"{profile.title} needs a model name with --upstream or the public API: give --model NAME")
+        raise UsageError(
+            f"{profile.title} needs a model name with --upstream or the public API: give --model NAME"
+        )
     script = None
     if req.script:  # before the version check: a wrong script is told at once
         from pvisor.gateway.scripted_model import load_script
 
         if not os.path.exists(req.script):
-            raise UsageError(f"--script {req.script}: no such file (expected a JSON or TOML script, docs/scripted-model.md)")
+            raise UsageError(
+                f"--script {req.script}: no such file (expected a JSON or TOML script, docs/scripted-model.md)"
+            )
         script = load_script(req.script)  # BadInputError (65) names the file and field
-    version = check_version(profile, exe, use_home=use_home, allow_unsupported=req.allow_unsupported, warn=warn)
+    version = check_version(
+        profile, exe, use_home=use_home, allow_unsupported=req.allow_unsupported, warn=warn
+    )
     run_id = resume.run.id if resume else new_run_id()
     run_dir = run_dir_of(req.journal_path, run_id)
     try:
         run_dir.relative_to(workspace)
-        warn(f"the run directory {run_dir} is inside the workspace {workspace}: the agent can see it (use --journal elsewhere)")
+        warn(
+            f"the run directory {run_dir} is inside the workspace {workspace}: the agent can see it (use --journal elsewhere)"
+        )
     except ValueError:
         pass
-    return asyncio.run(_run(req, profile, exe, version, resume, run_id, run_dir, workspace, model, script, use_home, warn))
+    return asyncio.run(
+        _run(req, profile, exe, version, resume, run_id, run_dir, workspace, model, script, use_home, warn)
+    )
 
 
-async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | None, resume: _Resume | None, run_id: str,
-               run_dir: Path, workspace: Path, model: str | None, script: Any, use_home: bool, warn: Warn) -> RunReport:
+async def _run(
+    req: RunRequest,
+    profile: AgentProfile,
+    exe: str,
+    version: str | None,
+    resume: _Resume | None,
+    run_id: str,
+    run_dir: Path,
+    workspace: Path,
+    model: str | None,
+    script: Any,
+    use_home: bool,
+    warn: Warn,
+) -> RunReport:
     from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
     from pvisor.gateway.scripted_model import ScriptedModel
     from pvisor.gateway.scripted_responder import ScriptedResponder
@@ -728,7 +805,9 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
     journal = None
     loop = asyncio.get_running_loop()
     stop = _Stop()
-    for sig in STOP_SIGNALS:  # from here on a signal stops the agent and the attempt still ends in the journal
+    for (
+        sig
+    ) in STOP_SIGNALS:  # from here on a signal stops the agent and the attempt still ends in the journal
         loop.add_signal_handler(sig, stop, sig)
     become_subreaper()
     try:
@@ -738,23 +817,43 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
             home = None if use_home else run_dir / "home"
             responder = req.responder(RunSetup(run_id, run_dir, home, workspace))
             if req.upstream:  # a continuation: what the responder forwards goes to the live upstream
-                config = GatewayConfig(host="127.0.0.1", port=req.port, upstreams={profile.upstream: req.upstream}, run=run_id,
-                                       attempt=attempt, shutdown_grace=5.0)
+                config = GatewayConfig(
+                    host="127.0.0.1",
+                    port=req.port,
+                    upstreams={profile.upstream: req.upstream},
+                    run=run_id,
+                    attempt=attempt,
+                    shutdown_grace=5.0,
+                )
             else:
-                config = GatewayConfig(host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0,
-                                       offline=True)
+                config = GatewayConfig(
+                    host="127.0.0.1",
+                    port=req.port,
+                    run=run_id,
+                    attempt=attempt,
+                    shutdown_grace=5.0,
+                    offline=True,
+                )
             upstream_label = req.upstream_label or "responder"
         elif script is not None:
             # the scripted model answers in the gateway itself (served_by: scripted); nothing is forwarded
             responder = ScriptedResponder(ScriptedModel(script))
-            config = GatewayConfig(host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0, offline=True)
+            config = GatewayConfig(
+                host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0, offline=True
+            )
             upstream_label = "script:" + absolute(req.script or "", f"--script {req.script}")
         else:
             upstream_url = req.upstream or UPSTREAMS[profile.upstream][0]
             upstream_label = without_userinfo(upstream_url)
             # one explicit upstream: paths no protocol owns (Claude's HEAD /api/hello, GET /v1/models) go to it too
-            config = GatewayConfig(host="127.0.0.1", port=req.port, upstreams={profile.upstream: upstream_url}, run=run_id,
-                                   attempt=attempt, shutdown_grace=5.0)
+            config = GatewayConfig(
+                host="127.0.0.1",
+                port=req.port,
+                upstreams={profile.upstream: upstream_url},
+                run=run_id,
+                attempt=attempt,
+                shutdown_grace=5.0,
+            )
         if req.snapshots:
             config.workspace = workspace
             config.snapshot_driver = req.snapshot_driver
@@ -764,11 +863,31 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
         try:
             url = await gw.start()
         except OSError as exc:
-            raise UnavailableError(f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 for a free one)") from None
+            raise UnavailableError(
+                f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 for a free one)"
+            ) from None
         journal = open_journal(req.journal_path, finalize=FINALIZER)
         gw.journal = journal
-        return await _attempt(req, profile, exe, version, resume, run_id, run_dir, workspace, model, use_home, warn,
-                              attempt, url, upstream_label, gw, journal, stop, responder)
+        return await _attempt(
+            req,
+            profile,
+            exe,
+            version,
+            resume,
+            run_id,
+            run_dir,
+            workspace,
+            model,
+            use_home,
+            warn,
+            attempt,
+            url,
+            upstream_label,
+            gw,
+            journal,
+            stop,
+            responder,
+        )
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
@@ -778,44 +897,111 @@ async def _run(req: RunRequest, profile: AgentProfile, exe: str, version: str | 
             journal.close(timeout=JOURNAL_WAIT_S)
 
 
-async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: str | None, resume: _Resume | None, run_id: str,
-                   run_dir: Path, workspace: Path, model: str | None, use_home: bool, warn: Warn, attempt: int, url: str,
-                   upstream_label: str, gw: Any, journal: Any, stop: _Stop, responder: Any = None) -> RunReport:
+async def _attempt(
+    req: RunRequest,
+    profile: AgentProfile,
+    exe: str,
+    version: str | None,
+    resume: _Resume | None,
+    run_id: str,
+    run_dir: Path,
+    workspace: Path,
+    model: str | None,
+    use_home: bool,
+    warn: Warn,
+    attempt: int,
+    url: str,
+    upstream_label: str,
+    gw: Any,
+    journal: Any,
+    stop: _Stop,
+    responder: Any = None,
+) -> RunReport:
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(run_dir, 0o700)
     home = None if use_home else run_dir / "home"
     if home is not None:
         home.mkdir(exist_ok=True, mode=0o700)
     ctx = LaunchContext(
-        executable=exe, base_url=f"{url}/run/{run_id}", run_dir=run_dir, home=home, workspace=workspace, attempt=attempt,
-        model=model, api_key=SCRIPT_API_KEY if req.script or req.dummy_key or (responder is not None and not req.upstream) else None,
+        executable=exe,
+        base_url=f"{url}/run/{run_id}",
+        run_dir=run_dir,
+        home=home,
+        workspace=workspace,
+        attempt=attempt,
+        model=model,
+        api_key=SCRIPT_API_KEY
+        if req.script or req.dummy_key or (responder is not None and not req.upstream)
+        else None,
     )
     plan = profile.plan(ctx, req.task, session_id=resume.session_id if resume else None)
     if req.agent_args:
         plan.argv = profile.with_arguments(plan.argv, req.agent_args)
     _write_files(plan.files)
     env = apply_env({**os.environ, **req.agent_env}, plan.env)
-    env["PWD"] = str(workspace)  # as a shell sets it: OpenCode takes its directory from $PWD, not from its cwd
-    tmp = run_dir / "tmp"  # the agent's and its tools' temporary files stay with the run, not in a shared /tmp
+    env["PWD"] = str(
+        workspace
+    )  # as a shell sets it: OpenCode takes its directory from $PWD, not from its cwd
+    tmp = (
+        run_dir / "tmp"
+    )  # the agent's and its tools' temporary files stay with the run, not in a shared /tmp
     tmp.mkdir(exist_ok=True, mode=0o700)
     env.update(TMPDIR=str(tmp), TMP=str(tmp), TEMP=str(tmp))
-    labels = {"workspace": str(workspace), "run_dir": str(run_dir), "home": str(home) if home else "user", "upstream": upstream_label,
-              "task": req.task, **req.labels}
+    labels = {
+        "workspace": str(workspace),
+        "run_dir": str(run_dir),
+        "home": str(home) if home else "user",
+        "upstream": upstream_label,
+        "task": req.task,
+        **req.labels,
+    }
     if model:
         labels["model"] = model
     if resume is None:
-        journal.create_run(Run(id=run_id, agent=profile.name, agent_version=version, argv=plan.argv, mode=req.mode, labels=labels,
-                               parent_run=req.parent_run, boundary_step=req.boundary_step))
+        journal.create_run(
+            Run(
+                id=run_id,
+                agent=profile.name,
+                agent_version=version,
+                argv=plan.argv,
+                mode=req.mode,
+                labels=labels,
+                parent_run=req.parent_run,
+                boundary_step=req.boundary_step,
+            )
+        )
     stdout_path = run_dir / f"attempt-{attempt}.stdout"
     stderr_path = run_dir / f"attempt-{attempt}.stderr"
-    journal.start_attempt(Attempt(run=run_id, n=attempt, labels={
-        "argv": orjson.dumps(plan.argv).decode(), "agent_version": version or "", "stdout": str(stdout_path), "stderr": str(stderr_path)}))
+    journal.start_attempt(
+        Attempt(
+            run=run_id,
+            n=attempt,
+            labels={
+                "argv": orjson.dumps(plan.argv).decode(),
+                "agent_version": version or "",
+                "stdout": str(stdout_path),
+                "stderr": str(stderr_path),
+            },
+        )
+    )
     journal.flush(JOURNAL_WAIT_S)  # the run and attempt rows exist before the first exchange arrives
 
     start = await gw.take_snapshot(SnapshotKind.START)  # the workspace as the agent finds it
     ended = getattr(responder, "ended", None)
-    returncode, timed_out, interrupted, strays, after_end = await _launch(plan, env, workspace, stdout_path, stderr_path, req.timeout,
-                                                                          run_id, attempt, journal, stop, ended, req.end_grace)
+    returncode, timed_out, interrupted, strays, after_end = await _launch(
+        plan,
+        env,
+        workspace,
+        stdout_path,
+        stderr_path,
+        req.timeout,
+        run_id,
+        attempt,
+        journal,
+        stop,
+        ended,
+        req.end_grace,
+    )
     stopped = timed_out or interrupted or after_end
     if stopped:
         # the agent was stopped: its requests still in flight (a live model thinking) have no
@@ -828,23 +1014,42 @@ async def _attempt(req: RunRequest, profile: AgentProfile, exe: str, version: st
     session_id = profile.session_id(stdout) if profile.json_stdout else None
     native = await _native(profile, ctx, plan, session_id, env, workspace, warn, journal.processes)
     report = RunReport(
-        run=run_id, attempt=attempt, agent=profile.name, agent_version=version, exit_code=0, agent_exit_code=_exit_status(returncode),
-        timed_out=timed_out, interrupted=interrupted, workspace=workspace, run_dir=run_dir, stdout=stdout_path, stderr=stderr_path,
-        gateway=url, argv=plan.argv, session_id=session_id, native_path=native, stray_processes_killed=strays,
-        interrupt_signal=signal.Signals(stop.signum).name if interrupted and stop.signum else None, stopped_after_end=after_end,
+        run=run_id,
+        attempt=attempt,
+        agent=profile.name,
+        agent_version=version,
+        exit_code=0,
+        agent_exit_code=_exit_status(returncode),
+        timed_out=timed_out,
+        interrupted=interrupted,
+        workspace=workspace,
+        run_dir=run_dir,
+        stdout=stdout_path,
+        stderr=stderr_path,
+        gateway=url,
+        argv=plan.argv,
+        session_id=session_id,
+        native_path=native,
+        stray_processes_killed=strays,
+        interrupt_signal=signal.Signals(stop.signum).name if interrupted and stop.signum else None,
+        stopped_after_end=after_end,
     )
     report.exit_code = stop.exit_code if interrupted else 124 if timed_out else (report.agent_exit_code or 0)
     if strays:
-        warn(f"the agent left {strays} process(es) running after it {'was stopped' if timed_out or interrupted else 'exited'}; "
-             "pvisor ended them")
+        warn(
+            f"the agent left {strays} process(es) running after it {'was stopped' if timed_out or interrupted else 'exited'}; "
+            "pvisor ended them"
+        )
 
     await gw.stop()  # every exchange (and every snapshot) is recorded before the steps are derived
     journal.flush(JOURNAL_WAIT_S)
     _derive_steps(report, journal, profile, warn)
     _snapshot_warnings(report, start, end, warn)
     if report.agent_exit_code == 0 and report.steps == 0 and not report.attempt_steps:
-        warn(f"{profile.title} exited with code 0 but no step was captured: it sent no request to the model (did it read the "
-             f"task as an option, or fail before starting? see {stdout_path} and {stderr_path})")
+        warn(
+            f"{profile.title} exited with code 0 but no step was captured: it sent no request to the model (did it read the "
+            f"task as an option, or fail before starting? see {stdout_path} and {stderr_path})"
+        )
     run_labels: dict[str, str] = {}
     attempt_labels = {"timed_out": "true" if timed_out else "false"}
     if interrupted:
@@ -885,9 +1090,20 @@ class _Stop:
         return 128 + (self.signum or signal.SIGINT)
 
 
-async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout_path: Path, stderr_path: Path, timeout: float,
-                  run_id: str, attempt: int, journal: Any, stop: _Stop, ended: asyncio.Event | None = None,
-                  end_grace: float = 30.0) -> tuple[int | None, bool, bool, int, bool]:
+async def _launch(
+    plan: LaunchPlan,
+    env: dict[str, str],
+    workspace: Path,
+    stdout_path: Path,
+    stderr_path: Path,
+    timeout: float,
+    run_id: str,
+    attempt: int,
+    journal: Any,
+    stop: _Stop,
+    ended: asyncio.Event | None = None,
+    end_grace: float = 30.0,
+) -> tuple[int | None, bool, bool, int, bool]:
     """Run the agent; returns (returncode, timed out, interrupted, stray processes ended,
     stopped after the end). On ``--timeout`` or a stop signal the agent's process group is
     stopped; so it is ``end_grace`` seconds after ``ended`` is set (the responder told it to
@@ -899,8 +1115,15 @@ async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
             proc = await asyncio.create_subprocess_exec(
-                *plan.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(workspace), env=env, start_new_session=True,
-                preexec_fn=die_with_parent())
+                *plan.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=str(workspace),
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )
         except OSError as exc:
             journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {exc.strerror}"})
             raise AgentUnavailable(f"cannot start {plan.argv[0]}: {exc.strerror}") from None
@@ -911,14 +1134,25 @@ async def _launch(plan: LaunchPlan, env: dict[str, str], workspace: Path, stdout
         guard.release()
 
 
-async def _supervise(proc: Any, guard: GroupGuard, timeout: float, journal: Any, stop: _Stop, ended: asyncio.Event | None,
-                     end_grace: float) -> tuple[int | None, bool, bool, int, bool]:
+async def _supervise(
+    proc: Any,
+    guard: GroupGuard,
+    timeout: float,
+    journal: Any,
+    stop: _Stop,
+    ended: asyncio.Event | None,
+    end_grace: float,
+) -> tuple[int | None, bool, bool, int, bool]:
     """Wait for the agent of :func:`_launch` until it exits, times out, is stopped or outlives
     its end; then end what it left behind."""
     waiter = asyncio.ensure_future(proc.wait())
     stopper = asyncio.ensure_future(stop.event.wait())
     ender = asyncio.ensure_future(_after(ended, end_grace)) if ended is not None else None
-    done, _ = await asyncio.wait({waiter, stopper} | ({ender} if ender else set()), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    done, _ = await asyncio.wait(
+        {waiter, stopper} | ({ender} if ender else set()),
+        timeout=timeout,
+        return_when=asyncio.FIRST_COMPLETED,
+    )
     stopper.cancel()
     if ender is not None:
         ender.cancel()
@@ -942,23 +1176,41 @@ async def _after(event: asyncio.Event, grace: float) -> None:
     await asyncio.sleep(grace)
 
 
-async def _native(profile: AgentProfile, ctx: LaunchContext, plan: LaunchPlan, session_id: str | None, env: dict[str, str],
-                  workspace: Path, warn: Warn, keep: Collection[int] = ()) -> Path | None:
+async def _native(
+    profile: AgentProfile,
+    ctx: LaunchContext,
+    plan: LaunchPlan,
+    session_id: str | None,
+    env: dict[str, str],
+    workspace: Path,
+    warn: Warn,
+    keep: Collection[int] = (),
+) -> Path | None:
     """The native trajectory: exported (OpenCode) or found by session id / fixed path."""
     export = profile.export_plan(ctx, session_id)
     if export is None:
         return profile.find_native(ctx, session_id, plan)
     err_path = export.output.with_suffix(".stderr")
     with open(export.output, "wb") as out, open(err_path, "wb") as err:
-        proc = await asyncio.create_subprocess_exec(*export.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=err, cwd=str(workspace),
-                                                    env=env, start_new_session=True, preexec_fn=die_with_parent())
+        proc = await asyncio.create_subprocess_exec(
+            *export.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            cwd=str(workspace),
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
         try:
             await asyncio.wait_for(proc.wait(), EXPORT_TIMEOUT_S)
         except asyncio.TimeoutError:
             await _stop_group(proc)
     await end_strays(keep=keep)
     if proc.returncode != 0 or export.output.stat().st_size == 0:
-        warn(f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {_exit_status(proc.returncode)}; see {err_path}): no native trajectory")
+        warn(
+            f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {_exit_status(proc.returncode)}; see {err_path}): no native trajectory"
+        )
         return None
     return export.output
 
@@ -974,7 +1226,10 @@ def _attempt_steps(classification: Any, attempt: int) -> list[dict[str, Any]]:
         return []
     out = []
     for chain in classification.chains:
-        if chain is not main and (chain.first.system_key, chain.first.tools_key) != (main.first.system_key, main.first.tools_key):
+        if chain is not main and (chain.first.system_key, chain.first.tools_key) != (
+            main.first.system_key,
+            main.first.tools_key,
+        ):
             continue
         n = sum(1 for slot in chain.slots if slot.kept.exchange.attempt == attempt)
         if n:
@@ -1037,7 +1292,13 @@ def _derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: 
         report.auxiliary_exchanges = sum(1 for _, role in roles.values() if role == "auxiliary")
         report.chains = len(classification.chains)
         report.main_chain = classification.main.number if classification.main is not None else None
-        report.attempt_chains = sorted({chain for ex_id, (chain, _) in roles.items() if chain is not None and attempts.get(ex_id) == report.attempt})
+        report.attempt_chains = sorted(
+            {
+                chain
+                for ex_id, (chain, _) in roles.items()
+                if chain is not None and attempts.get(ex_id) == report.attempt
+            }
+        )
         report.attempt_steps = _attempt_steps(classification, report.attempt)
         return
     warn(f"run {report.run}: the steps could not be derived: {report.steps_error}")

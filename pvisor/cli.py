@@ -25,11 +25,26 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "serve-model": ("pvisor.commands.serve:serve_model", "Serve a scripted model offline (four protocols)."),
     "run": ("pvisor.commands.run:run", "Run an agent CLI headless behind the gateway and record it."),
     "env": ("pvisor.commands.env:env", "Print what points your own agent session at a running gateway."),
-    "adapters": ("pvisor.commands.trajectory:adapters", "List the native trajectory adapters and their format profiles."),
-    "trajectory": ("pvisor.commands.trajectory:trajectory", "Read an agent's native trajectory file as steps; export ATIF."),
-    "view": ("pvisor.commands.view:view", "What the agent saw at a step (an observer view, JSON); --before, --progress, --before-commitment."),
-    "snapshot": ("pvisor.commands.snapshot:snapshot", "List a run's workspace snapshots; restore the workspace at a step."),
-    "replay": ("pvisor.commands.replay:replay", "Rebuild the request that ends at step N's observation; re-run the agent to step N (--replay-only)."),
+    "adapters": (
+        "pvisor.commands.trajectory:adapters",
+        "List the native trajectory adapters and their format profiles.",
+    ),
+    "trajectory": (
+        "pvisor.commands.trajectory:trajectory",
+        "Read an agent's native trajectory file as steps; export ATIF.",
+    ),
+    "view": (
+        "pvisor.commands.view:view",
+        "What the agent saw at a step (an observer view, JSON); --before, --progress, --before-commitment.",
+    ),
+    "snapshot": (
+        "pvisor.commands.snapshot:snapshot",
+        "List a run's workspace snapshots; restore the workspace at a step.",
+    ),
+    "replay": (
+        "pvisor.commands.replay:replay",
+        "Rebuild the request that ends at step N's observation; re-run the agent to step N (--replay-only).",
+    ),
 }
 
 EXAMPLES = """
@@ -102,7 +117,12 @@ def _default_journal() -> str:
     return str(default_journal_path())
 
 
-@click.group(cls=LazyGroup, lazy=LAZY_COMMANDS, epilog=EXAMPLES, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=LazyGroup,
+    lazy=LAZY_COMMANDS,
+    epilog=EXAMPLES,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, "--version", prog_name="pvisor", message="%(prog)s %(version)s")
 @click.option(
     "--journal",
@@ -119,7 +139,9 @@ def cli(ctx: click.Context, journal_path: str | None) -> None:
 
     ctx.ensure_object(dict)
     if journal_path == "":
-        raise UsageError("--journal is empty: give the journal file's path (or leave --journal out for the default)")
+        raise UsageError(
+            "--journal is empty: give the journal file's path (or leave --journal out for the default)"
+        )
     path = journal_path or _default_journal()
     if os.path.isdir(path):
         raise UsageError(f"--journal {path} is a directory, expected a journal file")
@@ -244,7 +266,9 @@ def main(argv: list[str] | None = None) -> None:
     except click.UsageError as exc:
         # click's own usage errors (bad choice, bad value, unknown option) as one line like ours
         where = exc.ctx.command_path if exc.ctx is not None else "pvisor"
-        message = " ".join(exc.format_message().split()).rstrip(".")  # one line: click lists choices on several
+        message = " ".join(exc.format_message().split()).rstrip(
+            "."
+        )  # one line: click lists choices on several
         click.echo(f"pvisor: error: {message} (see '{where} --help')", err=True)
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
@@ -285,7 +309,9 @@ def main(argv: list[str] | None = None) -> None:
         from pvisor.journal.paths import CWD_GONE_HINT, cwd_gone
 
         if cwd_gone() and not os.path.isabs(str(_state["journal"] or "")):
-            click.echo(f"pvisor: error: journal {_state['journal']}: a relative path, but {CWD_GONE_HINT}", err=True)
+            click.echo(
+                f"pvisor: error: journal {_state['journal']}: a relative path, but {CWD_GONE_HINT}", err=True
+            )
             sys.exit(2)
         where = f"journal {_state['journal']}: " if _state["journal"] else "journal "
         click.echo(f"pvisor: error: {where}database error: {exc}", err=True)

@@ -29,7 +29,12 @@ DEMO_SCRIPT = {
     "model": "demo-model",
     "seed": 42,
     "turns": [
-        {"text": "I'll create the file and show it.", "tool_calls": [{"tool": "@shell", "command": "echo 'hello from pvisor' > hello.txt && cat hello.txt"}]},
+        {
+            "text": "I'll create the file and show it.",
+            "tool_calls": [
+                {"tool": "@shell", "command": "echo 'hello from pvisor' > hello.txt && cat hello.txt"}
+            ],
+        },
         {"text": "Done: hello.txt says hello."},
     ],
 }
@@ -39,7 +44,11 @@ DEMO_TASK = "Create hello.txt containing a greeting, then show it."
 BASH_TOOL = {
     "name": "bash",
     "description": "Run a shell command in the workspace and return its output.",
-    "input_schema": {"type": "object", "properties": {"command": {"type": "string", "description": "The command to run."}}, "required": ["command"]},
+    "input_schema": {
+        "type": "object",
+        "properties": {"command": {"type": "string", "description": "The command to run."}},
+        "required": ["command"],
+    },
 }
 
 MAX_STEPS = 5
@@ -56,18 +65,36 @@ class DemoResult:
 
 
 def _run_tool(command: str, workspace: Path) -> tuple[str, bool]:
-    proc = subprocess.run(["/bin/sh", "-c", command], cwd=workspace, capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["/bin/sh", "-c", command],
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
     return proc.stdout + proc.stderr, proc.returncode != 0
 
 
 async def _agent_loop(url: str, workspace: Path, say: Callable[[str], None]) -> int:
     """The built-in agent: Anthropic Messages, streamed, one shell tool."""
     messages: list[dict] = [{"role": "user", "content": DEMO_TASK}]
-    headers = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "demo-key-not-a-secret"}
+    headers = {
+        "content-type": "application/json",
+        "anthropic-version": "2023-06-01",
+        "x-api-key": "demo-key-not-a-secret",
+    }
     steps = 0
     async with aiohttp.ClientSession() as http:
         while steps < MAX_STEPS:
-            body = {"model": "demo-model", "max_tokens": 1024, "system": "You are a careful coding agent.", "tools": [BASH_TOOL], "messages": messages, "stream": True}
+            body = {
+                "model": "demo-model",
+                "max_tokens": 1024,
+                "system": "You are a careful coding agent.",
+                "tools": [BASH_TOOL],
+                "messages": messages,
+                "stream": True,
+            }
             async with http.post(url + "/v1/messages", data=orjson.dumps(body), headers=headers) as resp:
                 raw = await resp.read()
                 if resp.status != 200:
@@ -84,12 +111,16 @@ async def _agent_loop(url: str, workspace: Path, say: Callable[[str], None]) -> 
                 command = call.arguments["command"]
                 output, failed = _run_tool(command, workspace)
                 say(f"        ran {command!r} -> {output.strip()!r}")
-                results.append({"type": "tool_result", "tool_use_id": call.id, "content": output, "is_error": failed})
+                results.append(
+                    {"type": "tool_result", "tool_use_id": call.id, "content": output, "is_error": failed}
+                )
             messages.append({"role": "user", "content": results})
     return steps
 
 
-async def run_demo(journal_path: Path, say: Callable[[str], None] = print, workspace: Path | None = None) -> DemoResult:
+async def run_demo(
+    journal_path: Path, say: Callable[[str], None] = print, workspace: Path | None = None
+) -> DemoResult:
     """Run the demo against the journal at ``journal_path``; ``say`` receives progress lines."""
     model = ScriptedModel(parse_script(DEMO_SCRIPT, "demo script"))
     server = ScriptedModelServer(model)

@@ -209,7 +209,9 @@ def _check(opts: ReplayOnlyOptions) -> Any:
         raise UsageError(f"--journal {show_path(opts.journal)}: no such journal file")
     if opts.workspace_from is not None:
         if not opts.workspace_from.strip():
-            raise UsageError("--workspace-from is empty: give the run whose start state to restore (pvisor snapshot ls RUN)")
+            raise UsageError(
+                "--workspace-from is empty: give the run whose start state to restore (pvisor snapshot ls RUN)"
+            )
         from pvisor.journal.reader import JournalReader
 
         with JournalReader(opts.journal) as reader:
@@ -218,7 +220,8 @@ def _check(opts: ReplayOnlyOptions) -> Any:
             holds = any(opts.workspace.iterdir())
         except OSError as exc:
             raise ReplayUsageError(
-                "workspace_refused", f"--workspace {show_path(opts.workspace)} cannot be read ({exc.strerror})"
+                "workspace_refused",
+                f"--workspace {show_path(opts.workspace)} cannot be read ({exc.strerror})",
             ) from None
         if holds:
             raise ReplayUsageError(
@@ -268,7 +271,9 @@ def _record(opts: ReplayOnlyOptions) -> Any:
     if opts.run is not None:
         return journal_recording(opts.journal, opts.run, opts.agent, opts.after_step, opts.task)
     assert opts.trajectory is not None
-    return native_recording(opts.trajectory, opts.agent, opts.after_step, opts.task, opts.session, opts.allow_damaged)
+    return native_recording(
+        opts.trajectory, opts.agent, opts.after_step, opts.task, opts.session, opts.allow_damaged
+    )
 
 
 def _fill_recording(result: dict[str, Any], rec: Any) -> None:
@@ -771,7 +776,11 @@ def _fill_live(
         requests.append(row)
     main = [r for r in requests if r["request"] is not None]
     ok_steps = sorted(
-        {r["request"] for r in main if r["outcome"] == "ok" and r["status"] is not None and 200 <= r["status"] < 300}
+        {
+            r["request"]
+            for r in main
+            if r["outcome"] == "ok" and r["status"] is not None and 200 <= r["status"] < 300
+        }
     )
     boundary = next((r for r in main if r["request"] == opts.after_step + 1), None)
     last = main[-1] if main else None

@@ -3,7 +3,14 @@ that the result document's ``errors[].code`` carries (docs/result-protocol.md li
 
 from __future__ import annotations
 
-from pvisor.journal.errors import BadInputError, IntegrityError, OutputError, PvisorError, UnavailableError, UsageError
+from pvisor.journal.errors import (
+    BadInputError,
+    IntegrityError,
+    OutputError,
+    PvisorError,
+    UnavailableError,
+    UsageError,
+)
 
 #: error code -> what it means (docs/result-protocol.md, "errors")
 ERROR_CODES: dict[str, str] = {

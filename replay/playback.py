@@ -392,8 +392,22 @@ class PlaybackResponder:
             if summary is not None and summary.streamed == m.stream:
                 # the agent compacts again where it did: its summary request carries O', the
                 # recorded summary is served so that the requests after it carry the recorded one
-                self.auxiliary.append(AuxAnswer(request.exchange, request.method, request.path, m.reason or "summary", summary.exchange))
-                return Serve(summary.status, list(summary.headers), body=summary.body, streamed=summary.streamed, served_by=ServedBy.PLAYBACK)
+                self.auxiliary.append(
+                    AuxAnswer(
+                        request.exchange,
+                        request.method,
+                        request.path,
+                        m.reason or "summary",
+                        summary.exchange,
+                    )
+                )
+                return Serve(
+                    summary.status,
+                    list(summary.headers),
+                    body=summary.body,
+                    streamed=summary.streamed,
+                    served_by=ServedBy.PLAYBACK,
+                )
         if m.kind is MatchKind.AUXILIARY:
             return self.auxiliary_request(request, body, m.conversation, m.reason or "auxiliary")
         conv = m.conversation
@@ -577,8 +591,11 @@ class PlaybackResponder:
             # agent's wire form, as prepare-only names it
             ids = [c.id for c in calls]
             if native:
-                wire = [p.id for p in self.descriptor.wire_action(self.rec.protocol, step.action).parts
-                        if isinstance(p, ToolCall) and p.kind != "server"]
+                wire = [
+                    p.id
+                    for p in self.descriptor.wire_action(self.rec.protocol, step.action).parts
+                    if isinstance(p, ToolCall) and p.kind != "server"
+                ]
                 ids = wire if len(wire) == len(calls) else ids
             for c, h, r, cid in zip(calls, hist, rep, ids):
                 hs = content_sha256(h.content) if h is not None else None
@@ -607,7 +624,7 @@ class PlaybackResponder:
 def _results_after_last_reply(conv: Conversation) -> list[ToolResult]:
     """The tool results of the messages after the last assistant message of a request."""
     last = max((i for i, m in enumerate(conv.messages) if m.role == "assistant"), default=-1)
-    return [p for m in conv.messages[last + 1:] for p in m.parts if isinstance(p, ToolResult)]
+    return [p for m in conv.messages[last + 1 :] for p in m.parts if isinstance(p, ToolResult)]
 
 
 def _meta(request: IncomingRequest) -> dict[str, Any]:

@@ -35,7 +35,18 @@ import orjson
 
 from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.errors import PvisorError
-from pvisor.journal.model import Action, Compaction, Conversation, Message, Reasoning, Step, TextPart, ToolCall, ToolResult, ToolSpec
+from pvisor.journal.model import (
+    Action,
+    Compaction,
+    Conversation,
+    Message,
+    Reasoning,
+    Step,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+)
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from pvisor.adapters.jsonio import dumps
@@ -62,7 +73,10 @@ def descriptor(agent: str) -> Any:
     from pvisor.adapters.agents import DESCRIPTOR_MODULES, get_descriptor
 
     if agent not in DESCRIPTOR_MODULES:
-        raise ReplayUsageError("unknown_agent", f"unknown agent {show_path(agent)!r}; expected one of {', '.join(DESCRIPTOR_MODULES)}")
+        raise ReplayUsageError(
+            "unknown_agent",
+            f"unknown agent {show_path(agent)!r}; expected one of {', '.join(DESCRIPTOR_MODULES)}",
+        )
     return get_descriptor(agent)
 
 
@@ -80,7 +94,9 @@ def choose_protocol(agent: str, wanted: str | None, model: str | None, provider:
     if wanted is None:
         return d.default_protocol(model, provider)
     if not d.speaks(wanted):
-        raise ReplayUsageError("protocol_not_spoken", f"--protocol {wanted}: {agent} speaks {', '.join(d.protocols)}")
+        raise ReplayUsageError(
+            "protocol_not_spoken", f"--protocol {wanted}: {agent} speaks {', '.join(d.protocols)}"
+        )
     return wanted
 
 
@@ -132,14 +148,27 @@ class Source:
 
 
 #: step flags of steps 1..N that the result warns about (docs/steps.md)
-WARNED_FLAGS = ("action_dropped_by_agent", "action_changed_by_agent", "missing_tool_results", "interrupted", "partially_delivered",
-                "no_reply", "thinking_signature_empty", "thinking_signature_missing", "thinking_signature_incomplete",
-                "compaction")
+WARNED_FLAGS = (
+    "action_dropped_by_agent",
+    "action_changed_by_agent",
+    "missing_tool_results",
+    "interrupted",
+    "partially_delivered",
+    "no_reply",
+    "thinking_signature_empty",
+    "thinking_signature_missing",
+    "thinking_signature_incomplete",
+    "compaction",
+)
 
 
-def step_notes(steps: Sequence[Step], after_step: int, flags: Sequence[str] = WARNED_FLAGS) -> list[tuple[str, str]]:
+def step_notes(
+    steps: Sequence[Step], after_step: int, flags: Sequence[str] = WARNED_FLAGS
+) -> list[tuple[str, str]]:
     """A warning ``(flag, "step K: ...")`` per flag of ``flags`` that steps 1..N carry."""
-    return [(f, f"step {s.n}: {f.replace('_', ' ')}") for s in steps[:after_step] for f in s.flags if f in flags]
+    return [
+        (f, f"step {s.n}: {f.replace('_', ' ')}") for s in steps[:after_step] for f in s.flags if f in flags
+    ]
 
 
 def check_boundary(after_step: int, steps_total: int, where: str) -> None:
@@ -150,7 +179,10 @@ def check_boundary(after_step: int, steps_total: int, where: str) -> None:
     if steps_total == 0:
         raise ReplayBadInput("no_steps", f"{where} holds no main-loop step: nothing to prepare")
     if after_step > steps_total:
-        raise ReplayBadInput("after_step_out_of_range", f"--after-step {after_step}: {where} has {steps_total} step{'s' if steps_total != 1 else ''} (0 <= N <= {steps_total})")
+        raise ReplayBadInput(
+            "after_step_out_of_range",
+            f"--after-step {after_step}: {where} has {steps_total} step{'s' if steps_total != 1 else ''} (0 <= N <= {steps_total})",
+        )
 
 
 def _answering(step: Step) -> list[ToolResult | None]:
@@ -169,27 +201,44 @@ def pending_calls(step: Step) -> list[ToolCall]:
     for i, c in enumerate(calls):
         if c.id is not None and c.id in ids:
             continue
-        if i < len(results) and (results[i].call_id is None or results[i].call_id not in {x.id for x in calls}):
+        if i < len(results) and (
+            results[i].call_id is None or results[i].call_id not in {x.id for x in calls}
+        ):
             continue
         out.append(c)
     return out
 
 
-def request_meta(method: str, path: str, query: str, headers: dict[str, str], encoding: str | None = None) -> dict[str, Any]:
+def request_meta(
+    method: str, path: str, query: str, headers: dict[str, str], encoding: str | None = None
+) -> dict[str, Any]:
     """The prefix.request.json object: method, path, query (secrets already ``REDACTED`` by the
     journal), headers without those that describe the wire body (:data:`_BODY_HEADERS`), and
     ``recorded_content_encoding`` (the encoding the agent sent the body with, undone here)."""
     from pvisor.journal.model import is_secret_header
 
-    kept = {k: v for k, v in sorted(headers.items()) if k.lower() not in _BODY_HEADERS and not is_secret_header(k)}
-    return {"method": method, "path": path, "query": query, "headers": kept, "recorded_content_encoding": encoding}
+    kept = {
+        k: v for k, v in sorted(headers.items()) if k.lower() not in _BODY_HEADERS and not is_secret_header(k)
+    }
+    return {
+        "method": method,
+        "path": path,
+        "query": query,
+        "headers": kept,
+        "recorded_content_encoding": encoding,
+    }
 
 
 # --------------------------------------------------------------------------- journal
 
 
 #: body key holding the conversation entries, per protocol
-_ENTRIES_KEY = {"anthropic": "messages", "openai-chat": "messages", "openai-responses": "input", "gemini": "contents"}
+_ENTRIES_KEY = {
+    "anthropic": "messages",
+    "openai-chat": "messages",
+    "openai-responses": "input",
+    "gemini": "contents",
+}
 
 
 def _append_action(protocol: str, body: bytes, action: Action) -> bytes:
@@ -200,7 +249,9 @@ def _append_action(protocol: str, body: bytes, action: Action) -> bytes:
 
     mod = get_protocol(protocol)
     obj = orjson.loads(body)
-    rendered = orjson.loads(mod.render_request(Conversation(protocol=protocol, messages=[action_message(action)])))
+    rendered = orjson.loads(
+        mod.render_request(Conversation(protocol=protocol, messages=[action_message(action)]))
+    )
     key = _ENTRIES_KEY[protocol]
     entries = obj.get(key)
     if isinstance(entries, str):  # a Responses input given as one string
@@ -211,7 +262,9 @@ def _append_action(protocol: str, body: bytes, action: Action) -> bytes:
     return dumps(obj)
 
 
-def journal_prefix(journal: Path, run_id: str, agent: str, after_step: int, protocol: str | None) -> tuple[Source, Prefix, dict[str, Any]]:
+def journal_prefix(
+    journal: Path, run_id: str, agent: str, after_step: int, protocol: str | None
+) -> tuple[Source, Prefix, dict[str, Any]]:
     """The prefix for ``--run``: (source, prefix, trajectory meta). See the module docstring.
 
     Raises ReplayUsageError (``agent_mismatch``, ``protocol_not_spoken``, unknown run),
@@ -225,7 +278,9 @@ def journal_prefix(journal: Path, run_id: str, agent: str, after_step: int, prot
     with JournalReader(journal) as reader:
         run = reader.run(run_id)
         if run.agent is not None and run.agent != agent:
-            raise ReplayUsageError("agent_mismatch", f"run {run.id} was recorded with agent {run.agent}, not --agent {agent}")
+            raise ReplayUsageError(
+                "agent_mismatch", f"run {run.id} was recorded with agent {run.agent}, not --agent {agent}"
+            )
         seen: list[Source] = []
         try:
             return _journal_prefix(reader, run, agent, after_step, protocol, seen)
@@ -241,7 +296,9 @@ def _attach_source(exc: Exception, seen: list[Source]) -> None:
         exc.source = seen[0]  # type: ignore[attr-defined]
 
 
-def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol: str | None, seen: list[Source]) -> tuple[Source, Prefix, dict[str, Any]]:
+def _journal_prefix(
+    reader: Any, run: Any, agent: str, after_step: int, protocol: str | None, seen: list[Source]
+) -> tuple[Source, Prefix, dict[str, Any]]:
     from pvisor.adapters.chains import classify_run
     from pvisor.adapters.journal_trajectory import build_trajectory
 
@@ -263,13 +320,20 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
     check_boundary(after_step, len(traj.steps), f"run {run.id}")
     recorded = main[0].protocol
     if protocol is not None and protocol != recorded:
-        raise ReplayUsageError("protocol_not_spoken", f"--protocol {protocol}: run {run.id} was recorded in {recorded}")
+        raise ReplayUsageError(
+            "protocol_not_spoken", f"--protocol {protocol}: run {run.id} was recorded in {recorded}"
+        )
     if run.agent is None:
         # a run recorded without an agent (a gateway session of another client): --agent
         # is taken on trust, but it must at least speak the recorded protocol
         if not d.speaks(recorded):
-            raise ReplayUsageError("protocol_not_spoken", f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak ({', '.join(d.protocols)})")
-        source.notes.append(("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given"))
+            raise ReplayUsageError(
+                "protocol_not_spoken",
+                f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak ({', '.join(d.protocols)})",
+            )
+        source.notes.append(
+            ("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given")
+        )
     source.notes.extend(step_notes(traj.steps, after_step))
     compaction = _journal_compaction(reader, classification, after_step)
     if after_step < len(main):
@@ -277,13 +341,17 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
         ex = req.exchange
         body = reader.request_body(ex)
         if body is None:  # a candidate always has a body; kept for safety
-            raise ReplayBadInput("bad_source", f"exchange {ex.id} (main-loop request {after_step + 1}) has no stored body")
+            raise ReplayBadInput(
+                "bad_source", f"exchange {ex.id} (main-loop request {after_step + 1}) has no stored body"
+            )
         prefix = Prefix(
             protocol=req.protocol or recorded or "",
             body=body,
             request=request_meta(ex.method, ex.path, ex.query, ex.request_headers, ex.request_encoding),
             rendered=False,
-            origin={k: "journal" for k in ("messages", "task_context", "system", "tools", "params", "request")},
+            origin={
+                k: "journal" for k in ("messages", "task_context", "system", "tools", "params", "request")
+            },
             exchange=ex.id,
             compaction=compaction,
         )
@@ -291,7 +359,10 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
     # N = S: render request N + A_N
     step = traj.steps[after_step - 1]
     if "no_reply" in step.flags:
-        raise ReplayBadInput("no_reply", f"--after-step {after_step}: request {after_step} got no usable reply, so A_{after_step} cannot be rendered")
+        raise ReplayBadInput(
+            "no_reply",
+            f"--after-step {after_step}: request {after_step} got no usable reply, so A_{after_step} cannot be rendered",
+        )
     if any(c.kind != "server" for c in step.action.tool_calls):
         raise ReplayBadInput(
             "observation_not_recorded",
@@ -305,7 +376,14 @@ def _journal_prefix(reader: Any, run: Any, agent: str, after_step: int, protocol
         body=_append_action(req.protocol or "", body, step.action),
         request=request_meta(ex.method, ex.path, ex.query, ex.request_headers, None),
         rendered=True,
-        origin={"messages": "rendered", "task_context": "journal", "system": "journal", "tools": "journal", "params": "journal", "request": "journal"},
+        origin={
+            "messages": "rendered",
+            "task_context": "journal",
+            "system": "journal",
+            "tools": "journal",
+            "params": "journal",
+            "request": "journal",
+        },
         exchange=ex.id,
         compaction=compaction,
     )
@@ -318,9 +396,15 @@ def _journal_compaction(reader: Any, classification: Any, after_step: int) -> di
     :meth:`~pvisor.adapters.chains.RecordedCompaction.record`), or None."""
     from pvisor.adapters.chains import read_final_response, recorded_compactions
 
-    if classification.main is None or not any(slot.compaction is not None for slot in classification.main.slots):
+    if classification.main is None or not any(
+        slot.compaction is not None for slot in classification.main.slots
+    ):
         return None  # the run compacted nothing: no response is read
-    found = [c for c in recorded_compactions(classification, lambda ex: read_final_response(reader, ex)[0]) if c.after_step <= after_step]
+    found = [
+        c
+        for c in recorded_compactions(classification, lambda ex: read_final_response(reader, ex)[0])
+        if c.after_step <= after_step
+    ]
     return found[-1].record() if found else None
 
 
@@ -378,11 +462,18 @@ def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Pro
         if run_id is not None:
             runs = [reader.run(run_id)]
             if runs[0].agent is not None and runs[0].agent != agent:
-                raise ReplayUsageError("agent_mismatch", f"--profile-from {spec}: run {runs[0].id} was recorded with agent {runs[0].agent}, not {agent}")
+                raise ReplayUsageError(
+                    "agent_mismatch",
+                    f"--profile-from {spec}: run {runs[0].id} was recorded with agent {runs[0].agent}, not {agent}",
+                )
         else:
-            runs = sorted((r for r in reader.runs() if r.agent == agent), key=lambda r: r.created_ms, reverse=True)
+            runs = sorted(
+                (r for r in reader.runs() if r.agent == agent), key=lambda r: r.created_ms, reverse=True
+            )
             if not runs:
-                raise ReplayBadInput("profile_unusable", f"--profile-from {spec}: the journal holds no run of agent {agent}")
+                raise ReplayBadInput(
+                    "profile_unusable", f"--profile-from {spec}: the journal holds no run of agent {agent}"
+                )
         for run in runs:
             main = classify_run(reader, run.id, prefer=hint).main_requests
             if not main:
@@ -394,13 +485,20 @@ def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Pro
                     f"--profile-from {spec}: run {run.id} is {agent} {run.agent_version}, the native file was written by {native_version} (major {have} != {want})",
                 )
             if have is None or want is None:
-                notes.append(("profile_version_unknown", f"profile run {run.id} version {run.agent_version or 'unknown'}, native file version {native_version or 'unknown'}: major not compared"))
+                notes.append(
+                    (
+                        "profile_version_unknown",
+                        f"profile run {run.id} version {run.agent_version or 'unknown'}, native file version {native_version or 'unknown'}: major not compared",
+                    )
+                )
             ex = main[0].exchange
             body = reader.request_body(ex) or b"{}"
             order = list(orjson.loads(body)) if body.startswith(b"{") else []
             meta = request_meta(ex.method, ex.path, ex.query, ex.request_headers, None)
             return Profile(path, run.id, run.agent_version, main[0].conversation(), meta, ex.id, order), notes
-        raise ReplayBadInput("profile_unusable", f"--profile-from {spec}: no run of {agent} there has a main-loop request")
+        raise ReplayBadInput(
+            "profile_unusable", f"--profile-from {spec}: no run of {agent} there has a main-loop request"
+        )
 
 
 # --------------------------------------------------------------------------- native
@@ -416,7 +514,9 @@ def native_version(meta: dict[str, Any]) -> str | None:
     return None
 
 
-def _task_message(protocol: str, task: str | None, context: list[str], profile_first: Message | None) -> tuple[Message | None, str]:
+def _task_message(
+    protocol: str, task: str | None, context: list[str], profile_first: Message | None
+) -> tuple[Message | None, str]:
     """The first user message and the origin of its context parts."""
     parts: list[Any] = []
     origin = "trajectory" if context else "absent"
@@ -499,8 +599,17 @@ def native_conversation(
         # an agent that sends its system prompt as the first of several leading messages
         # (Codex: a developer item, no ``instructions``)
         first = pconv.messages[0] if pconv.messages else None
-        as_message = system is not None and pconv.system is None and first is not None and first.role in ("developer", "system")
-        pieces = ([system] if as_message and system is not None else []) + list(traj_context) + ([traj_task] if traj_task is not None else [])
+        as_message = (
+            system is not None
+            and pconv.system is None
+            and first is not None
+            and first.role in ("developer", "system")
+        )
+        pieces = (
+            ([system] if as_message and system is not None else [])
+            + list(traj_context)
+            + ([traj_task] if traj_task is not None else [])
+        )
         lead = _leading_messages(pconv, pieces)
         system_in_messages = lead is not None and as_message
     if system_in_messages and lead is not None and pconv is not None:
@@ -512,7 +621,12 @@ def native_conversation(
             lead[0] = copy.deepcopy(pconv.messages[0])
             origin["system"] = "profile"
             if notes is not None:
-                notes.append(("system_from_profile", "the native file's system prompt differs from the one the agent sent in the profile run; the profile's is used"))
+                notes.append(
+                    (
+                        "system_from_profile",
+                        "the native file's system prompt differs from the one the agent sent in the profile run; the profile's is used",
+                    )
+                )
     elif system is not None:
         conv.system, origin["system"] = system, "trajectory"
         if same_protocol and pconv is not None and pconv.system == system:
@@ -526,7 +640,9 @@ def native_conversation(
         origin["system"] = "absent"
     if tools is not None:
         conv.tools, origin["tools"] = list(tools), "trajectory"
-        if protocol != d.native_raw_protocol:  # the file's own tool objects are no definition of this protocol
+        if (
+            protocol != d.native_raw_protocol
+        ):  # the file's own tool objects are no definition of this protocol
             conv.tools = [_plain(t) for t in conv.tools]
     elif pconv is not None and pconv.tools:
         if same_protocol:
@@ -551,13 +667,21 @@ def native_conversation(
         if conv.model is None and protocol != "gemini":  # Gemini names the model in the path
             conv.model = MODEL_NOT_RECORDED
             if notes is not None:
-                notes.append(("model_not_recorded", f"the native file names no model: the prefix asks for {MODEL_NOT_RECORDED!r}; "
-                                                    "give --profile-from, or set the model before sending it"))
+                notes.append(
+                    (
+                        "model_not_recorded",
+                        f"the native file names no model: the prefix asks for {MODEL_NOT_RECORDED!r}; "
+                        "give --profile-from, or set the model before sending it",
+                    )
+                )
     profile_first = None
     if pconv is not None:
         profile_first = next((m for m in pconv.messages if m.role == "user"), None)
         if profile_first is not None and not same_protocol:  # texts only, not another protocol's blocks
-            profile_first = Message(profile_first.role, [TextPart(p.text) if isinstance(p, TextPart) else p for p in profile_first.parts])
+            profile_first = Message(
+                profile_first.role,
+                [TextPart(p.text) if isinstance(p, TextPart) else p for p in profile_first.parts],
+            )
     # the native file's own objects (``raw``) go to the descriptor's wire forms only when they
     # are of this protocol: in another, only the canonical fields mean anything
     native = protocol == d.native_raw_protocol
@@ -566,8 +690,17 @@ def native_conversation(
         return d.wire_message(protocol, m if native else _plain_message(m))
 
     def wire_action(a: Action) -> Message:
-        return d.wire_action(protocol, a if native else replace(a, raw=None, reasoning=[_plain(r) for r in a.reasoning],
-                                                                 tool_calls=[_plain(c) for c in a.tool_calls]))
+        return d.wire_action(
+            protocol,
+            a
+            if native
+            else replace(
+                a,
+                raw=None,
+                reasoning=[_plain(r) for r in a.reasoning],
+                tool_calls=[_plain(c) for c in a.tool_calls],
+            ),
+        )
 
     def wire_result(r: ToolResult) -> ToolResult:
         return d.wire_result(protocol, r if native else _plain(r), names)
@@ -599,9 +732,14 @@ def native_conversation(
         step = steps[i]
         names.update((c.id, c.name) for c in step.action.tool_calls if c.id is not None)
         obs = step.observation
-        if compaction is not None and compaction.kept_messages_from is not None and step.n == kept - 1 and step.n != compaction.after_step:
+        if (
+            compaction is not None
+            and compaction.kept_messages_from is not None
+            and step.n == kept - 1
+            and step.n != compaction.after_step
+        ):
             # the prompt the kept steps answer
-            conv.messages.extend(wire_message(m) for m in obs.messages[compaction.kept_messages_from:])
+            conv.messages.extend(wire_message(m) for m in obs.messages[compaction.kept_messages_from :])
         if step.n >= kept:  # steps before it are in the history the agent compacted to
             msg = wire_action(step.action)
             if msg.parts:
@@ -610,7 +748,7 @@ def native_conversation(
                 conv.messages.append(Message(role, [wire_result(r) for r in obs.results]))
         if compaction is not None and step.n == compaction.after_step:
             # what the agent appended after the compaction (a prompt given after it)
-            conv.messages.extend(wire_message(m) for m in obs.messages[compaction.messages_from:])
+            conv.messages.extend(wire_message(m) for m in obs.messages[compaction.messages_from :])
         elif step.n >= kept:
             conv.messages.extend(wire_message(m) for m in obs.messages)
     if protocol == "anthropic":
@@ -626,22 +764,35 @@ def _plain_message(m: Message) -> Message:
     return Message(m.role, [_plain(p) for p in m.parts])
 
 
-def _without_unsigned_reasoning(messages: list[Message], notes: list[tuple[str, str]] | None) -> list[Message]:
+def _without_unsigned_reasoning(
+    messages: list[Message], notes: list[tuple[str, str]] | None
+) -> list[Message]:
     """The messages without reasoning Anthropic cannot take (a thinking block needs a signature
     of its own: reasoning of another protocol has none), said once in ``notes``."""
     out: list[Message] = []
     dropped = 0
     for m in messages:
-        parts = [p for p in m.parts if not (isinstance(p, Reasoning) and not p.signature and not p.encrypted and p.raw is None)]
+        parts = [
+            p
+            for p in m.parts
+            if not (isinstance(p, Reasoning) and not p.signature and not p.encrypted and p.raw is None)
+        ]
         dropped += len(m.parts) - len(parts)
         if parts or not m.parts:
             out.append(Message(m.role, parts, raw=m.raw) if len(parts) != len(m.parts) else m)
     if dropped and notes is not None:
-        notes.append(("reasoning_not_converted", f"{dropped} reasoning block(s) of the native file have no Anthropic signature: left out"))
+        notes.append(
+            (
+                "reasoning_not_converted",
+                f"{dropped} reasoning block(s) of the native file have no Anthropic signature: left out",
+            )
+        )
     return out
 
 
-def _convert_tools(source_protocol: str, protocol: str, tools: list[ToolSpec], notes: list[tuple[str, str]] | None) -> list[ToolSpec]:
+def _convert_tools(
+    source_protocol: str, protocol: str, tools: list[ToolSpec], notes: list[tuple[str, str]] | None
+) -> list[ToolSpec]:
     """A profile's tools, sent in ``source_protocol``, for a render in ``protocol``: the
     canonical ToolSpec (name, description, JSON-Schema parameters) without the other protocol's
     ``raw`` definition, so that the target's ``render_request`` writes its own shape (Gemini
@@ -656,7 +807,12 @@ def _convert_tools(source_protocol: str, protocol: str, tools: list[ToolSpec], n
         raw_type = t.raw.get("type") if isinstance(t.raw, dict) else None
         if t.parameters is None and raw_type not in (None, "function"):
             if notes is not None:
-                notes.append(("tool_not_converted", f"profile tool {t.name} ({raw_type}) of {source_protocol} has no {protocol} equivalent: left out"))
+                notes.append(
+                    (
+                        "tool_not_converted",
+                        f"profile tool {t.name} ({raw_type}) of {source_protocol} has no {protocol} equivalent: left out",
+                    )
+                )
             continue
         params = copy.deepcopy(t.parameters)
         if params is None and protocol in _SCHEMA_REQUIRED:
@@ -664,7 +820,11 @@ def _convert_tools(source_protocol: str, protocol: str, tools: list[ToolSpec], n
         raw = None
         if protocol == "openai-responses":
             # Chat Completions' strict defaults to false, Responses' to true: keep the meaning
-            fn = t.raw.get("function") if isinstance(t.raw, dict) and isinstance(t.raw.get("function"), dict) else {}
+            fn = (
+                t.raw.get("function")
+                if isinstance(t.raw, dict) and isinstance(t.raw.get("function"), dict)
+                else {}
+            )
             raw = {"type": "function", "name": t.name, "strict": bool(fn.get("strict", False))}
         out.append(ToolSpec(name=t.name, description=t.description, parameters=params, raw=raw))
     return out
@@ -681,7 +841,9 @@ MODEL_NOT_RECORDED = "model-not-recorded"
 _SCHEMA_REQUIRED = frozenset({"anthropic", "openai-responses"})
 
 
-def render_native(agent: str, conv: Conversation, key_order: list[str] | None = None) -> tuple[bytes, int | None]:
+def render_native(
+    agent: str, conv: Conversation, key_order: list[str] | None = None
+) -> tuple[bytes, int | None]:
     """The request body of ``conv`` as ``agent`` sends it: ``render_request`` of its protocol,
     then the agent's markers (Anthropic ``cache_control``, Gemini CLI signatures), then the
     top-level keys in ``key_order`` (the profile's body order; keys it lacks keep theirs, after
@@ -690,7 +852,9 @@ def render_native(agent: str, conv: Conversation, key_order: list[str] | None = 
     try:
         body = mod.render_request(conv)
     except (TypeError, RecursionError) as exc:  # orjson: "Recursion limit reached" (nesting past 255)
-        raise ReplayBadInput("bad_source", f"the prefix cannot be rendered as {conv.protocol} JSON: {exc}") from None
+        raise ReplayBadInput(
+            "bad_source", f"the prefix cannot be rendered as {conv.protocol} JSON: {exc}"
+        ) from None
     obj = None
     n = None
     d = descriptor(agent)
@@ -705,7 +869,9 @@ def render_native(agent: str, conv: Conversation, key_order: list[str] | None = 
     return (dumps(obj) if obj is not None else body), n
 
 
-def native_request(agent: str, protocol: str, model: str | None, stream: bool, profile: Profile | None) -> tuple[dict[str, Any], str]:
+def native_request(
+    agent: str, protocol: str, model: str | None, stream: bool, profile: Profile | None
+) -> tuple[dict[str, Any], str]:
     """prefix.request.json for a native render: the profile's request target and headers when
     it is of ``protocol``, else the protocol's default target. Returns (meta, origin)."""
     if profile is not None and profile.conversation.protocol == protocol:
@@ -757,7 +923,9 @@ def native_prefix(
         agent_version=version,
         profile=result.profile.name,
         steps=steps,
-        session=next((traj.meta[k] for k in ("sessionId", "session", "id") if isinstance(traj.meta.get(k), str)), None),
+        session=next(
+            (traj.meta[k] for k in ("sessionId", "session", "id") if isinstance(traj.meta.get(k), str)), None
+        ),
         notes=[(w.code, str(w)) for w in result.diagnostics.warnings],
     )
     try:
@@ -773,8 +941,17 @@ def native_prefix(
 #: lacking a field its type needs, a chain mended past a missing parent. (A truncated last line
 #: is not among them: the writer was cut off after the last complete record, which loses no
 #: step before it.)
-DAMAGE_CODES = frozenset({"malformed_line", "not_an_object", "nul_block", "rejoined_lines", "malformed_record", "broken_chain",
-                          "lost_action"})
+DAMAGE_CODES = frozenset(
+    {
+        "malformed_line",
+        "not_an_object",
+        "nul_block",
+        "rejoined_lines",
+        "malformed_record",
+        "broken_chain",
+        "lost_action",
+    }
+)
 
 
 def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
@@ -813,7 +990,16 @@ def is_made_up(result: ToolResult) -> bool:
     return result.raw == {"interrupted": True}
 
 
-def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None, profile_spec: str | None, traj: Any, version: str | None, source: Source) -> tuple[Source, Prefix]:
+def _native_prefix(
+    path: Path,
+    agent: str,
+    after_step: int,
+    protocol: str | None,
+    profile_spec: str | None,
+    traj: Any,
+    version: str | None,
+    source: Source,
+) -> tuple[Source, Prefix]:
     steps = traj.steps
     check_boundary(after_step, len(steps), show_path(path))
     # the flags of steps 1..N, as for a journal source (those the reader already warned about
@@ -826,7 +1012,11 @@ def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None
     # placeholder). Same rule at N = steps and below.
     for step in steps[:after_step]:
         missing = pending_calls(step)
-        missing += [c for c, r in zip(step.action.tool_calls, _answering(step)) if r is not None and is_made_up(r) and c not in missing]
+        missing += [
+            c
+            for c, r in zip(step.action.tool_calls, _answering(step))
+            if r is not None and is_made_up(r) and c not in missing
+        ]
         if missing:
             choose = f"choose N < {step.n}" if step.n > 1 else "only N = 0 is possible"
             raise ReplayBadInput(
@@ -846,17 +1036,41 @@ def _native_prefix(path: Path, agent: str, after_step: int, protocol: str | None
             f"--after-step {after_step}: {show_path(path)} {compaction.where}: the agent replaced its history after step {compaction.after_step} "
             f"({compaction.kind}) and the file does not hold what it sent instead; choose N < {compaction.after_step}, or a journal run",
         )
-    conv, origin = native_conversation(agent, proto, traj.task, list(traj.meta.get("task_context") or []), traj.system, traj.tools, traj.model, steps, after_step, profile, source.notes,
-                                       compaction)
+    conv, origin = native_conversation(
+        agent,
+        proto,
+        traj.task,
+        list(traj.meta.get("task_context") or []),
+        traj.system,
+        traj.tools,
+        traj.model,
+        steps,
+        after_step,
+        profile,
+        source.notes,
+        compaction,
+    )
     differs = descriptor(agent).compaction_differences(proto) if compaction is not None else None
     if differs is not None:
-        source.notes.append(("compaction_render_differs", f"the prefix starts from the compaction at {compaction.where}; {differs}"))
+        source.notes.append(
+            (
+                "compaction_render_differs",
+                f"the prefix starts from the compaction at {compaction.where}; {differs}",
+            )
+        )
     same_protocol = profile is not None and profile.conversation.protocol == proto
     body, _ = render_native(agent, conv, profile.key_order if same_protocol and profile is not None else None)
     source.notes.extend(render_problems(proto, body))
     request, origin["request"] = native_request(agent, proto, conv.model, conv.stream, profile)
-    return source, Prefix(protocol=proto, body=body, request=request, rendered=True, origin=origin, exchange=profile.exchange if profile else None,
-                          compaction=compaction_record(compaction))
+    return source, Prefix(
+        protocol=proto,
+        body=body,
+        request=request,
+        rendered=True,
+        origin=origin,
+        exchange=profile.exchange if profile else None,
+        compaction=compaction_record(compaction),
+    )
 
 
 #: problems of one render named in the result's warnings (the rest counted)
@@ -870,9 +1084,17 @@ def render_problems(protocol: str, body: bytes) -> list[tuple[str, str]]:
     from pvisor.adapters.protocols.validate import validate_request
 
     problems = validate_request(protocol, orjson.loads(body))
-    out = [("render_refused", f"the {protocol} API would refuse prefix.json: {p}") for p in problems[:RENDER_PROBLEMS_SHOWN]]
+    out = [
+        ("render_refused", f"the {protocol} API would refuse prefix.json: {p}")
+        for p in problems[:RENDER_PROBLEMS_SHOWN]
+    ]
     if len(problems) > RENDER_PROBLEMS_SHOWN:
-        out.append(("render_refused", f"... and {len(problems) - RENDER_PROBLEMS_SHOWN} more problem(s) of the same render"))
+        out.append(
+            (
+                "render_refused",
+                f"... and {len(problems) - RENDER_PROBLEMS_SHOWN} more problem(s) of the same render",
+            )
+        )
     return out
 
 
@@ -883,5 +1105,15 @@ def compaction_record(c: Compaction | None) -> dict[str, Any] | None:
         return None
     import hashlib
 
-    summary = hashlib.sha256(c.summary.encode("utf-8", "surrogatepass")).hexdigest() if c.summary is not None else None
-    return {"after_step": c.after_step, "kind": c.kind, "where": c.where, "history_messages": len(c.history), "summary_sha256": summary}
+    summary = (
+        hashlib.sha256(c.summary.encode("utf-8", "surrogatepass")).hexdigest()
+        if c.summary is not None
+        else None
+    )
+    return {
+        "after_step": c.after_step,
+        "kind": c.kind,
+        "where": c.where,
+        "history_messages": len(c.history),
+        "summary_sha256": summary,
+    }

@@ -31,7 +31,15 @@ import orjson
 from pvisor.journal.errors import PvisorError, UsageError
 from pvisor.journal.model import Step, ToolCall, ToolResult
 
-from .errors import ReplayBadInput, ReplayOutputError, ReplayUsageError, ReplayWorkspaceChanged, error_code, error_detail, show_path
+from .errors import (
+    ReplayBadInput,
+    ReplayOutputError,
+    ReplayUsageError,
+    ReplayWorkspaceChanged,
+    error_code,
+    error_detail,
+    show_path,
+)
 from pvisor.adapters.jsonio import dumps
 from .prefix import Prefix, Source, descriptor, is_made_up
 from .workspace import WorkspaceDigest, digest_workspace
@@ -58,12 +66,36 @@ class PrepareOptions:
 
     # a plain class with slots, not a dataclass: each dataclass costs about a millisecond of
     # startup (its methods are generated with exec), which the CLI pays on every run
-    __slots__ = ("agent", "after_step", "output", "trajectory", "run", "journal", "workspace", "protocol", "profile_from", "force", "session",
-                 "allow_damaged")
+    __slots__ = (
+        "agent",
+        "after_step",
+        "output",
+        "trajectory",
+        "run",
+        "journal",
+        "workspace",
+        "protocol",
+        "profile_from",
+        "force",
+        "session",
+        "allow_damaged",
+    )
 
-    def __init__(self, agent: str, after_step: int, output: Path, trajectory: Path | None = None, run: str | None = None,
-                 journal: Path | None = None, workspace: Path | None = None, protocol: str | None = None,
-                 profile_from: str | None = None, force: bool = False, session: str | None = None, allow_damaged: bool = False) -> None:
+    def __init__(
+        self,
+        agent: str,
+        after_step: int,
+        output: Path,
+        trajectory: Path | None = None,
+        run: str | None = None,
+        journal: Path | None = None,
+        workspace: Path | None = None,
+        protocol: str | None = None,
+        profile_from: str | None = None,
+        force: bool = False,
+        session: str | None = None,
+        allow_damaged: bool = False,
+    ) -> None:
         self.agent = agent
         self.after_step = after_step
         self.output = output
@@ -144,7 +176,9 @@ def file_sha256(path: Path) -> str:
                 h.update(chunk)
         return h.hexdigest()
     except OSError as exc:
-        raise ReplayBadInput("bad_source", f"cannot read {show_path(exc.filename or path)}: {exc.strerror or exc}") from None
+        raise ReplayBadInput(
+            "bad_source", f"cannot read {show_path(exc.filename or path)}: {exc.strerror or exc}"
+        ) from None
 
 
 def workspace_digest(root: Path) -> "WorkspaceDigest":
@@ -154,7 +188,10 @@ def workspace_digest(root: Path) -> "WorkspaceDigest":
         return digest_workspace(root)
     except OSError as exc:
         where = show_path(exc.filename) if exc.filename else show_path(root)
-        raise ReplayBadInput("workspace_unreadable", f"--workspace {show_path(root)}: cannot read {where}: {exc.strerror or exc}; the workspace digest cannot be computed") from None
+        raise ReplayBadInput(
+            "workspace_unreadable",
+            f"--workspace {show_path(root)}: cannot read {where}: {exc.strerror or exc}; the workspace digest cannot be computed",
+        ) from None
 
 
 def match_results(calls: list[ToolCall], results: list[ToolResult]) -> list[ToolResult | None]:
@@ -192,7 +229,9 @@ def tool_call_records(
                     "name": c.name,
                     "kind": c.kind,
                     "arguments_sha256": sha256_hex(c.arguments_raw.encode("utf-8", "surrogatepass")),
-                    "historical_observation_sha256": content_sha256(r.content) if r is not None and not is_made_up(r) else None,
+                    "historical_observation_sha256": content_sha256(r.content)
+                    if r is not None and not is_made_up(r)
+                    else None,
                     "replayed_observation_sha256": None,
                     "equal": None,
                 }
@@ -242,20 +281,29 @@ def _resolve(path: Path) -> Path:
     try:
         return path.resolve()
     except (RuntimeError, OSError) as exc:
-        raise ReplayUsageError("bad_path", f"{show_path(path)}: cannot be resolved ({exc.strerror if isinstance(exc, OSError) and exc.strerror else 'a symlink loop'})") from None
+        raise ReplayUsageError(
+            "bad_path",
+            f"{show_path(path)}: cannot be resolved ({exc.strerror if isinstance(exc, OSError) and exc.strerror else 'a symlink loop'})",
+        ) from None
 
 
-def check_output(output: Path, workspace: Path | None, force: bool, why: str = "prepare-only never writes the workspace") -> Path:
+def check_output(
+    output: Path, workspace: Path | None, force: bool, why: str = "prepare-only never writes the workspace"
+) -> Path:
     """The resolved output directory, or ReplayUsageError ``output_refused`` when it is (or is
     inside) the workspace, is not a directory, or is not empty without ``force``."""
     out = _resolve(output)
     if workspace is not None and _inside(out, _resolve(workspace)):
-        raise ReplayUsageError("output_refused", f"--output {output} is inside --workspace {workspace}: {why}")
+        raise ReplayUsageError(
+            "output_refused", f"--output {output} is inside --workspace {workspace}: {why}"
+        )
     if out.exists():
         if not out.is_dir():
             raise ReplayUsageError("output_refused", f"--output {output} exists and is not a directory")
         if not force and any(out.iterdir()) and not failed_before(out):
-            raise ReplayUsageError("output_refused", f"--output {output} is not empty; give --force to write into it")
+            raise ReplayUsageError(
+                "output_refused", f"--output {output} is not empty; give --force to write into it"
+            )
     return out
 
 
@@ -315,7 +363,9 @@ def _drop(tmps: list[tuple[Path, Path]]) -> None:
             pass
 
 
-def _write_temps(files: list[tuple[Path, bytes]], tmps: list[tuple[Path, Path]] | None = None) -> list[tuple[Path, Path]]:
+def _write_temps(
+    files: list[tuple[Path, bytes]], tmps: list[tuple[Path, Path]] | None = None
+) -> list[tuple[Path, Path]]:
     """Write each ``(path, data)`` under a temporary name beside ``path``; returns (and
     appends to ``tmps``) the ``(temporary, path)`` pairs. On an error every temporary file of
     ``tmps`` is removed and ReplayOutputError is raised."""
@@ -357,9 +407,13 @@ def _utf8(opt: str, value: Any) -> None:
     if value is None:
         return
     try:
-        os.fspath(value).encode("utf-8") if isinstance(value, (str, os.PathLike)) else str(value).encode("utf-8")
+        os.fspath(value).encode("utf-8") if isinstance(value, (str, os.PathLike)) else str(value).encode(
+            "utf-8"
+        )
     except UnicodeEncodeError:
-        raise UsageError(f"{opt} {show_path(value)}: not valid UTF-8 (file names and ids must be UTF-8)") from None
+        raise UsageError(
+            f"{opt} {show_path(value)}: not valid UTF-8 (file names and ids must be UTF-8)"
+        ) from None
 
 
 def _inside_path(child: Path, parent: Path) -> bool:
@@ -369,18 +423,33 @@ def _inside_path(child: Path, parent: Path) -> bool:
 def _check_options(opts: PrepareOptions) -> None:
     descriptor(opts.agent)  # ReplayUsageError unknown_agent
     if (opts.trajectory is None) == (opts.run is None):
-        raise UsageError("give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)")
-    for opt, value in (("--output", opts.output), ("--trajectory", opts.trajectory), ("--run", opts.run), ("--journal", opts.journal),
-                       ("--workspace", opts.workspace), ("--profile-from", opts.profile_from), ("--session", opts.session)):
+        raise UsageError(
+            "give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)"
+        )
+    for opt, value in (
+        ("--output", opts.output),
+        ("--trajectory", opts.trajectory),
+        ("--run", opts.run),
+        ("--journal", opts.journal),
+        ("--workspace", opts.workspace),
+        ("--profile-from", opts.profile_from),
+        ("--session", opts.session),
+    ):
         _utf8(opt, value)
     if opts.run is not None and opts.profile_from is not None:
-        raise UsageError("--profile-from fills a native render; a journal run (--run) holds its own system prompt and tools")
+        raise UsageError(
+            "--profile-from fills a native render; a journal run (--run) holds its own system prompt and tools"
+        )
     if opts.run is not None and opts.session is not None:
-        raise UsageError("--session picks a session of an OpenCode store (--trajectory); a journal run (--run) is one run")
+        raise UsageError(
+            "--session picks a session of an OpenCode store (--trajectory); a journal run (--run) is one run"
+        )
     if opts.run is not None and opts.journal is None:
         raise UsageError("--run needs a journal: give the global --journal PATH")
     if opts.after_step < 0:
-        raise ReplayUsageError("usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)")
+        raise ReplayUsageError(
+            "usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)"
+        )
     if opts.workspace is not None:
         if not opts.workspace.exists():
             raise UsageError(f"--workspace {show_path(opts.workspace)}: no such directory")
@@ -415,7 +484,9 @@ def _base_result(opts: PrepareOptions) -> dict[str, Any]:
     return base_result("prepare-only", opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step)
 
 
-def base_result(mode: str, agent: str, trajectory: Path | None, journal: Path | None, run: str | None, after_step: int) -> dict[str, Any]:
+def base_result(
+    mode: str, agent: str, trajectory: Path | None, journal: Path | None, run: str | None, after_step: int
+) -> dict[str, Any]:
     """A result document with nothing done yet (``status: failed``), for ``mode``."""
     return {
         "schema": RESULT_SCHEMA,
@@ -470,7 +541,9 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ReplayOutputError(f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}") from None
+        raise ReplayOutputError(
+            f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}"
+        ) from None
     try:
         ws_before = None
         if opts.workspace is not None:
@@ -505,7 +578,12 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
                 )
         result["status"] = "ok"
         t = time.perf_counter()
-        tmps = _write_temps([(out / PREFIX_FILE, prefix.body), (out / REQUEST_FILE, dumps(prefix.request, indent=True) + b"\n")])
+        tmps = _write_temps(
+            [
+                (out / PREFIX_FILE, prefix.body),
+                (out / REQUEST_FILE, dumps(prefix.request, indent=True) + b"\n"),
+            ]
+        )
         timings["write"] = _ms(t, time.perf_counter())
         timings["total"] = _ms(t0, time.perf_counter())
         _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
@@ -516,7 +594,9 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
         result["tool_calls"] = []
         failed_source = getattr(exc, "source", None)
         _fill_source(result, failed_source)
-        if failed_source is not None:  # what the source said before the failure (the repairs of a damaged file)
+        if (
+            failed_source is not None
+        ):  # what the source said before the failure (the repairs of a damaged file)
             result["warnings"] = [{"code": c, "message": m} for c, m in failed_source.notes]
         result["errors"].append({"code": error_code(exc), "message": error_detail(exc)})
         timings["total"] = _ms(t0, time.perf_counter())
@@ -539,11 +619,20 @@ def _build(opts: PrepareOptions) -> tuple[Prefix, Source]:
 
     if opts.run is not None:
         assert opts.journal is not None
-        source, prefix, _meta = P.journal_prefix(opts.journal, opts.run, opts.agent, opts.after_step, opts.protocol)
+        source, prefix, _meta = P.journal_prefix(
+            opts.journal, opts.run, opts.agent, opts.after_step, opts.protocol
+        )
         return prefix, source
     assert opts.trajectory is not None
-    source, prefix = P.native_prefix(opts.trajectory, opts.agent, opts.after_step, opts.protocol, opts.profile_from, opts.session,
-                                     opts.allow_damaged)
+    source, prefix = P.native_prefix(
+        opts.trajectory,
+        opts.agent,
+        opts.after_step,
+        opts.protocol,
+        opts.profile_from,
+        opts.session,
+        opts.allow_damaged,
+    )
     return prefix, source
 
 
@@ -561,8 +650,17 @@ def _fill_source(result: dict[str, Any], source: Source | None) -> None:
 
 def _fill(result: dict[str, Any], opts: PrepareOptions, prefix: Prefix, source: Source, out: Path) -> None:
     _fill_source(result, source)
-    result["prefix"] = prefix_record(prefix.protocol, prefix.body, prefix.request, out, opts.after_step, prefix.rendered, prefix.exchange,
-                                     prefix.origin, prefix.compaction)
+    result["prefix"] = prefix_record(
+        prefix.protocol,
+        prefix.body,
+        prefix.request,
+        out,
+        opts.after_step,
+        prefix.rendered,
+        prefix.exchange,
+        prefix.origin,
+        prefix.compaction,
+    )
     wire = _wire_ids(opts.agent, prefix.protocol) if source.kind == "native" else None
     result["tool_calls"] = tool_call_records(source.steps, opts.after_step, wire)
     result["warnings"] = [{"code": c, "message": m} for c, m in [*source.notes, *prefix.notes]]
@@ -580,8 +678,17 @@ def _wire_ids(agent: str, protocol: str) -> Callable[[Any], list[str | None]]:
     return ids
 
 
-def prefix_record(protocol: str, body: bytes, request: dict[str, Any], out: Path, after_step: int, rendered: bool,
-                  exchange: str | None, origin: dict[str, str], compaction: dict[str, Any] | None = None) -> dict[str, Any]:
+def prefix_record(
+    protocol: str,
+    body: bytes,
+    request: dict[str, Any],
+    out: Path,
+    after_step: int,
+    rendered: bool,
+    exchange: str | None,
+    origin: dict[str, str],
+    compaction: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The result's ``prefix`` object for ``body`` written to ``out``/prefix.json;
     ``compaction``: the compaction the prefix starts from (``prefix.compaction``), or None."""
     desc = describe_prefix(protocol, body, request["path"], request["query"], after_step)
@@ -590,7 +697,11 @@ def prefix_record(protocol: str, body: bytes, request: dict[str, Any], out: Path
         obj = orjson.loads(body)
         breakpoints = sum(
             1
-            for part in (obj.get("system"), obj.get("tools"), *[m.get("content") for m in obj.get("messages") or [] if isinstance(m, dict)])
+            for part in (
+                obj.get("system"),
+                obj.get("tools"),
+                *[m.get("content") for m in obj.get("messages") or [] if isinstance(m, dict)],
+            )
             if isinstance(part, list)
             for b in part
             if isinstance(b, dict) and "cache_control" in b

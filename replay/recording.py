@@ -242,7 +242,12 @@ def _task(
 
 
 def native_recording(
-    path: Path, agent: str, after_step: int, task: str | None, session: str | None = None, allow_damaged: bool = False
+    path: Path,
+    agent: str,
+    after_step: int,
+    task: str | None,
+    session: str | None = None,
+    allow_damaged: bool = False,
 ) -> Recording:
     """The recording of a native trajectory file for ``--after-step`` (module docstring)."""
     from pvisor.adapters.native import read_native

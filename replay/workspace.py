@@ -61,6 +61,7 @@ def workspace_entries(root: Path) -> list[tuple[bytes, int, str]]:
     module docstring). Raises OSError when an entry cannot be read."""
     out: list[tuple[bytes, int, str]] = []
     base = os.fspath(root)
+
     def fail(exc: OSError) -> None:  # a directory that cannot be listed: never skipped silently
         raise exc
 

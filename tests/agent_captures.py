@@ -38,18 +38,46 @@ class Capture:
         return (Path(self.report["run_dir"]) / f"attempt-{attempt}.stdout").read_bytes()
 
 
-def _run(agent: str, root: Path, journal: Path, workspace: Path, home: Path, script: Path, task: str, *extra: str,
-         env: dict[str, str] | None = None) -> tuple[Any, dict]:
+def _run(
+    agent: str,
+    root: Path,
+    journal: Path,
+    workspace: Path,
+    home: Path,
+    script: Path,
+    task: str,
+    *extra: str,
+    env: dict[str, str] | None = None,
+) -> tuple[Any, dict]:
     """``pvisor run --script`` of ``agent`` (``extra`` options before the task, ``env`` more
     variables for the agent): (process, the ``--json`` report)."""
-    args = ["--journal", str(journal), "run", "--agent", agent, "--agent-entrypoint", str(entrypoint(agent)), "--script", str(script),
-            "--workspace", str(workspace), "--timeout", str(AGENT_TIMEOUT_S), "--json", *extra, "--", task]
+    args = [
+        "--journal",
+        str(journal),
+        "run",
+        "--agent",
+        agent,
+        "--agent-entrypoint",
+        str(entrypoint(agent)),
+        "--script",
+        str(script),
+        "--workspace",
+        str(workspace),
+        "--timeout",
+        str(AGENT_TIMEOUT_S),
+        "--json",
+        *extra,
+        "--",
+        task,
+    ]
     proc = pvisor(args, env=user_env(home, **(env or {})), cwd=root, timeout=AGENT_TIMEOUT_S + 60)
     assert "Traceback" not in proc.stderr, proc.stderr
     try:
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
-        pytest.fail(f"pvisor run --agent {agent} printed no JSON report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+        pytest.fail(
+            f"pvisor run --agent {agent} printed no JSON report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+        )
     return proc, report
 
 
@@ -83,7 +111,17 @@ def resumed(captured) -> Callable[[str], tuple[Capture, Any, dict]]:
         if agent not in cache:
             cap = captured(agent)
             assert cap.proc.returncode == 0, cap.proc.stderr
-            proc, report = _run(agent, cap.root, cap.journal, cap.workspace, cap.user_home, cap.script, RESUME_TASK, "--resume", cap.run)
+            proc, report = _run(
+                agent,
+                cap.root,
+                cap.journal,
+                cap.workspace,
+                cap.user_home,
+                cap.script,
+                RESUME_TASK,
+                "--resume",
+                cap.run,
+            )
             cache[agent] = (cap, proc, report)
         return cache[agent]
 

@@ -51,7 +51,11 @@ AGENTS: dict[str, AgentSpec] = {
 }
 
 #: the shell commands the scripted model asks for: step 1 alone, steps 2's two in parallel
-COMMANDS = ["echo alpha > a.txt && cat a.txt", "echo beta > b.txt && cat b.txt", "echo gamma > c.txt && cat c.txt"]
+COMMANDS = [
+    "echo alpha > a.txt && cat a.txt",
+    "echo beta > b.txt && cat b.txt",
+    "echo gamma > c.txt && cat c.txt",
+]
 OUTPUTS = ["alpha", "beta", "gamma"]
 #: a call whose output changes from run to run (the time in nanoseconds), third in step 2's batch:
 #: a replay re-runs it and must flag its observation unequal
@@ -76,7 +80,10 @@ def script_for(agent: str) -> dict[str, Any]:
         "seed": 7,
         "turns": [
             {"text": "First a file.", "tool_calls": [{"tool": "@shell", "command": COMMANDS[0]}]},
-            {"text": "Now three at once.", "tool_calls": [{"tool": "@shell", "command": c} for c in [*COMMANDS[1:], TIMED]]},
+            {
+                "text": "Now three at once.",
+                "tool_calls": [{"tool": "@shell", "command": c} for c in [*COMMANDS[1:], TIMED]],
+            },
             end,
             {"text": RESUMED_TEXT},
         ],
@@ -92,8 +99,11 @@ def entrypoint(agent: str) -> Path:
     """The pinned agent's executable; fails the test (never skips) when it is not installed."""
     path = agents_dir() / AGENTS[agent].entrypoint
     if not (path.exists() and os.access(path, os.X_OK)):
-        pytest.fail(f"{agent} is not installed at {path}: run scripts/install-agents (./scripts/test does), "
-                    f"or set PVISOR_AGENTS_DIR to where it installed them", pytrace=False)
+        pytest.fail(
+            f"{agent} is not installed at {path}: run scripts/install-agents (./scripts/test does), "
+            f"or set PVISOR_AGENTS_DIR to where it installed them",
+            pytrace=False,
+        )
     return path
 
 
@@ -101,16 +111,30 @@ def user_env(fake_home: Path, **extra: str) -> dict[str, str]:
     """The environment of a pvisor subprocess, with ``fake_home`` as the user's home (so a test
     can check that nothing wrote into it)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "PVISOR_"))}
-    env.update(HOME=str(fake_home), XDG_CONFIG_HOME=str(fake_home / ".config"), XDG_DATA_HOME=str(fake_home / ".local" / "share"),
-               XDG_CACHE_HOME=str(fake_home / ".cache"), XDG_STATE_HOME=str(fake_home / ".local" / "state"))
+    env.update(
+        HOME=str(fake_home),
+        XDG_CONFIG_HOME=str(fake_home / ".config"),
+        XDG_DATA_HOME=str(fake_home / ".local" / "share"),
+        XDG_CACHE_HOME=str(fake_home / ".cache"),
+        XDG_STATE_HOME=str(fake_home / ".local" / "state"),
+    )
     env.update(extra)
     return env
 
 
-def pvisor(args: list[str], *, env: dict[str, str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+def pvisor(
+    args: list[str], *, env: dict[str, str], cwd: Path, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Run the installed ``pvisor`` command; stdin /dev/null, output captured."""
-    return subprocess.run([str(PVISOR), *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [str(PVISOR), *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def text_of(content: Any) -> str:
@@ -147,7 +171,9 @@ def reported_tool_calls(agent: str, stdout: bytes, native: Path | None) -> list[
 
     if agent in ("claude-code", "qwen-code"):
         for ev in _lines(stdout):
-            content = (ev.get("message") or {}).get("content") if ev.get("type") in ("assistant", "user") else None
+            content = (
+                (ev.get("message") or {}).get("content") if ev.get("type") in ("assistant", "user") else None
+            )
             for block in content if isinstance(content, list) else []:
                 if block.get("type") == "tool_use":
                     call(block["id"], block["input"]["command"])

@@ -20,6 +20,8 @@ def cannot_run_here(reason: str) -> None:
     if os.environ.get("CI"):
         pytest.fail(f"CI machine cannot run this test: {reason}")
     pytest.skip(reason)
+
+
 GOLDEN = REPO / "tests" / "golden"
 
 
@@ -102,8 +104,11 @@ def small_fs(tmp_path):
     def make(size: str = "1m") -> Path:
         where = tmp_path / f"small-fs-{len(mounted)}"
         where.mkdir()
-        p = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(where)],
-                           capture_output=True, text=True)
+        p = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(where)],
+            capture_output=True,
+            text=True,
+        )
         if p.returncode != 0:
             cannot_run_here(f"cannot mount a tmpfs: {p.stderr.strip()}")
         mounted.append(where)

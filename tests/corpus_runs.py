@@ -80,14 +80,28 @@ def reply_final(line: dict) -> tuple[Any, bytes, bool]:
         reply = line["reply"]
         if mod is not None and mod.NAME == "openai-responses":
             final = {
-                "id": f"resp_{line['n']:04d}", "object": "response", "created_at": 0, "status": "completed",
-                "model": body.get("model"), "output": reply["items"],
+                "id": f"resp_{line['n']:04d}",
+                "object": "response",
+                "created_at": 0,
+                "status": "completed",
+                "model": body.get("model"),
+                "output": reply["items"],
                 "usage": {"input_tokens": 100, "output_tokens": 20, "total_tokens": 120},
             }
         else:
             final = {
-                "candidates": [{"content": {"role": "model", "parts": reply["parts"]}, "finishReason": "STOP", "index": 0}],
-                "usageMetadata": {"promptTokenCount": 100, "candidatesTokenCount": 20, "totalTokenCount": 120},
+                "candidates": [
+                    {
+                        "content": {"role": "model", "parts": reply["parts"]},
+                        "finishReason": "STOP",
+                        "index": 0,
+                    }
+                ],
+                "usageMetadata": {
+                    "promptTokenCount": 100,
+                    "candidatesTokenCount": 20,
+                    "totalTokenCount": 120,
+                },
                 "modelVersion": path.split("/models/")[1].split(":")[0],
             }
         streamed = mod.wants_stream(path, _query(line), body)
@@ -110,10 +124,18 @@ def record_line(journal: Journal, run: str, attempt: int, line: dict, index: int
     mod = protocol_for_path(line["path"])
     body = line.get("body")
     ex = journal.record_exchange(
-        run, line["method"], line["path"], list(line["headers"].items()), query=_query(line), attempt=attempt,
-        protocol=mod.NAME if mod is not None else None, status=200,
+        run,
+        line["method"],
+        line["path"],
+        list(line["headers"].items()),
+        query=_query(line),
+        attempt=attempt,
+        protocol=mod.NAME if mod is not None else None,
+        status=200,
         response_headers=[("content-type", "text/event-stream" if streamed else "application/json")],
-        request_body=orjson.dumps(body) if body is not None else None, response_body=data, streamed=streamed,
+        request_body=orjson.dumps(body) if body is not None else None,
+        response_body=data,
+        streamed=streamed,
     )
     return Recorded(ex, index, line, final)
 

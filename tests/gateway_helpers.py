@@ -56,8 +56,14 @@ def hostport(url: str) -> tuple[str, int]:
     return u.hostname or "127.0.0.1", int(u.port or 80)
 
 
-def http_request(url: str, method: str, path: str, body: bytes | None = None, headers: dict[str, str] | list | None = None,
-                 timeout: float = DEADLINE) -> tuple[int, list[tuple[str, str]], bytes]:
+def http_request(
+    url: str,
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    headers: dict[str, str] | list | None = None,
+    timeout: float = DEADLINE,
+) -> tuple[int, list[tuple[str, str]], bytes]:
     """One request with ``http.client`` (which de-chunks but never decompresses)."""
     host, port = hostport(url)
     conn = http.client.HTTPConnection(host, port, timeout=timeout)
@@ -76,8 +82,14 @@ def http_request(url: str, method: str, path: str, body: bytes | None = None, he
         conn.close()
 
 
-def open_stream(url: str, method: str, path: str, body: bytes = b"{}", headers: dict[str, str] | None = None,
-                timeout: float = DEADLINE) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+def open_stream(
+    url: str,
+    method: str,
+    path: str,
+    body: bytes = b"{}",
+    headers: dict[str, str] | None = None,
+    timeout: float = DEADLINE,
+) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     """Start a request and return once the response headers arrived; read the body in pieces
     with ``resp.read(n)`` (exactly n de-chunked bytes, or a timeout after ``timeout``)."""
     host, port = hostport(url)

@@ -78,7 +78,9 @@ class RawUpstream:
         return await self.handler(request)
 
     async def start(self) -> str:
-        self.runner = web.ServerRunner(web.Server(self._handle, auto_decompress=False), handle_signals=False, access_log=None)
+        self.runner = web.ServerRunner(
+            web.Server(self._handle, auto_decompress=False), handle_signals=False, access_log=None
+        )
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
         await site.start()
@@ -112,7 +114,9 @@ class Stack:
         self._stops.append(up.stop)
         return up
 
-    def gateway(self, upstreams: dict[str, str], *, name: str = "gw", responder: Any = None, **config: Any) -> RunningGateway:
+    def gateway(
+        self, upstreams: dict[str, str], *, name: str = "gw", responder: Any = None, **config: Any
+    ) -> RunningGateway:
         """Start a gateway with its own journal file under tmp/<name>/ (answering through
         ``responder`` when given, else forwarding everything upstream)."""
         path = self.tmp / name / "journal.sqlite"

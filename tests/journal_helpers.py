@@ -13,7 +13,10 @@ def _vocab(rng: random.Random) -> list[str]:
     global _WORDS
     if _WORDS is None:
         letters = "etaoinshrdlcumwfgypbvkjxqz"
-        _WORDS = ["".join(rng.choice(letters[: rng.randint(8, 26)]) for _ in range(rng.randint(2, 10))) for _ in range(4000)]
+        _WORDS = [
+            "".join(rng.choice(letters[: rng.randint(8, 26)]) for _ in range(rng.randint(2, 10)))
+            for _ in range(4000)
+        ]
     return _WORDS
 
 
@@ -32,7 +35,9 @@ def text(rng: random.Random, nbytes: int) -> str:
     return "".join(out)[:nbytes]
 
 
-def anthropic_session_bodies(steps: int, *, seed: int = 7, system_bytes: int = 12_000, tool_bytes: int = 10_000):
+def anthropic_session_bodies(
+    steps: int, *, seed: int = 7, system_bytes: int = 12_000, tool_bytes: int = 10_000
+):
     """Request bodies 1..steps+1 of a synthetic Anthropic Messages session: a system prompt and
     tool definitions of ``system_bytes`` + ``tool_bytes``, each step appending an assistant
     tool_use and a user tool_result of 300..2,000 bytes, the ``cache_control`` marker moved to
@@ -40,23 +45,52 @@ def anthropic_session_bodies(steps: int, *, seed: int = 7, system_bytes: int = 1
     rng = random.Random(seed)
     system = text(rng, system_bytes)
     tools = [
-        {"name": f"tool_{i}", "description": text(rng, tool_bytes // 8 - 120), "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}}}
+        {
+            "name": f"tool_{i}",
+            "description": text(rng, tool_bytes // 8 - 120),
+            "input_schema": {"type": "object", "properties": {"command": {"type": "string"}}},
+        }
         for i in range(8)
     ]
-    messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": "Task: " + text(rng, 400)}]}]
+    messages: list[dict] = [
+        {"role": "user", "content": [{"type": "text", "text": "Task: " + text(rng, 400)}]}
+    ]
     bodies = []
     for i in range(steps + 1):
         for m in messages:
             for block in m["content"]:
                 block.pop("cache_control", None)
         messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-        body = {"model": "claude-sonnet-4-5", "max_tokens": 32000, "system": [{"type": "text", "text": system}], "tools": tools, "messages": messages, "stream": True}
+        body = {
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 32000,
+            "system": [{"type": "text", "text": system}],
+            "tools": tools,
+            "messages": messages,
+            "stream": True,
+        }
         bodies.append(orjson.dumps(body))
         if i == steps:
             break
         call_id = f"toolu_{i:06d}"
         n = rng.randint(300, 2000)
         cmd = text(rng, rng.randint(20, 120))
-        messages.append({"role": "assistant", "content": [{"type": "tool_use", "id": call_id, "name": "tool_0", "input": {"command": cmd}}]})
-        messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": text(rng, max(50, n - len(cmd) - 150))}]})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": [{"type": "tool_use", "id": call_id, "name": "tool_0", "input": {"command": cmd}}],
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": call_id,
+                        "content": text(rng, max(50, n - len(cmd) - 150)),
+                    }
+                ],
+            }
+        )
     return bodies

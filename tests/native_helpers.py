@@ -31,7 +31,10 @@ def opencode_db_from_dump(dump: Path, out: Path) -> Path:
             for row in t["rows"]:
                 cols = list(row)
                 vals = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()]
-                db.execute(f"insert into `{name}` ({', '.join('`%s`' % c for c in cols)}) values ({', '.join('?' for _ in cols)})", vals)
+                db.execute(
+                    f"insert into `{name}` ({', '.join('`%s`' % c for c in cols)}) values ({', '.join('?' for _ in cols)})",
+                    vals,
+                )
         db.commit()
     finally:
         db.close()
@@ -70,6 +73,7 @@ def opencode_db(out: Path, sessions: list[tuple], messages: list[tuple], parts: 
     directory, title, time_updated)``, ``messages`` rows ``(id, session_id, data)``, ``parts``
     rows ``(id, message_id, session_id, data)``. A ``data`` dict is stored as JSON text; a str
     or bytes as given (bytes cast to TEXT, so invalid UTF-8 can be stored)."""
+
     def data(v: Any) -> Any:
         return json.dumps(v) if isinstance(v, dict) else v
 
@@ -77,8 +81,12 @@ def opencode_db(out: Path, sessions: list[tuple], messages: list[tuple], parts: 
     try:
         db.executescript(_OPENCODE_TABLES)
         db.executemany("insert into session values (?, ?, ?, ?, ?, ?)", sessions)
-        db.executemany("insert into message values (?, ?, cast(? as text))", [(*r[:-1], data(r[-1])) for r in messages])
-        db.executemany("insert into part values (?, ?, ?, cast(? as text))", [(*r[:-1], data(r[-1])) for r in parts])
+        db.executemany(
+            "insert into message values (?, ?, cast(? as text))", [(*r[:-1], data(r[-1])) for r in messages]
+        )
+        db.executemany(
+            "insert into part values (?, ?, ?, cast(? as text))", [(*r[:-1], data(r[-1])) for r in parts]
+        )
         db.commit()
     finally:
         db.close()
@@ -89,11 +97,17 @@ def bad_documents(*specific: tuple[bytes, str]) -> list[tuple[bytes, str]]:
     """``(file content, what the refusal says)`` cases for a single-document adapter: the ones
     every such adapter shares (an empty file, JSON Lines, nesting too deep for the parser)
     followed by the adapter's own ``specific`` ones."""
-    return [(b"", "the file is empty"), (b'{"a": 1}\n{"a": 2}\n', "not a JSON document (Extra data"),
-            (b"[" * 100_000 + b"]" * 100_000, "not a JSON document (nested too deep to parse)"), *specific]
+    return [
+        (b"", "the file is empty"),
+        (b'{"a": 1}\n{"a": 2}\n', "not a JSON document (Extra data"),
+        (b"[" * 100_000 + b"]" * 100_000, "not a JSON document (nested too deep to parse)"),
+        *specific,
+    ]
 
 
-def assert_refused_naming_file_and_shape(path: Path, content: bytes, agent: str, says: str, expected: str) -> None:
+def assert_refused_naming_file_and_shape(
+    path: Path, content: bytes, agent: str, says: str, expected: str
+) -> None:
     """Write ``content`` to ``path`` and assert that reading it with ``--agent`` ``agent`` is
     refused (exit 65) with a message that starts with the path, holds ``says`` and ends with
     ``; expected <expected>...`` (the shape the adapter reads)."""

@@ -12,11 +12,23 @@ from pvisor.adapters.agents import agent_names, get_profile
 from pvisor.adapters.agents.base import LaunchContext, VersionRange
 from pvisor.journal.errors import UsageError
 
-VERIFIED = {"claude-code": "2.1.332", "codex": "0.171.0", "gemini-cli": "0.61.0", "opencode": "1.18.33", "qwen-code": "0.24.4",
-            "mini-swe-agent": "2.4.6"}
+VERIFIED = {
+    "claude-code": "2.1.332",
+    "codex": "0.171.0",
+    "gemini-cli": "0.61.0",
+    "opencode": "1.18.33",
+    "qwen-code": "0.24.4",
+    "mini-swe-agent": "2.4.6",
+}
 #: just outside each range, below and above
-OUTSIDE = {"claude-code": ("2.0.99", "2.2.0"), "codex": ("0.169.9", "0.180.0"), "gemini-cli": ("0.60.9", "0.62.0"),
-           "opencode": ("1.17.9", "1.19.0"), "qwen-code": ("0.23.9", "0.25.0"), "mini-swe-agent": ("2.3.9", "2.5.0")}
+OUTSIDE = {
+    "claude-code": ("2.0.99", "2.2.0"),
+    "codex": ("0.169.9", "0.180.0"),
+    "gemini-cli": ("0.60.9", "0.62.0"),
+    "opencode": ("1.17.9", "1.19.0"),
+    "qwen-code": ("0.23.9", "0.25.0"),
+    "mini-swe-agent": ("2.3.9", "2.5.0"),
+}
 BASE = "http://127.0.0.1:4321/run/r-0123456789ab"
 TASK = "fix it; don't 'break' \"anything\" $HOME"
 
@@ -24,8 +36,14 @@ TASK = "fix it; don't 'break' \"anything\" $HOME"
 def _ctx(tmp_path: Path, private: bool = True, **kw) -> LaunchContext:
     run_dir = tmp_path / "data" / "runs" / "r-0123456789ab"
     home = run_dir / "home"
-    return LaunchContext(executable="/opt/agent/bin/x", base_url=BASE, run_dir=run_dir, home=home if private else None,
-                         workspace=tmp_path / "ws", **kw)
+    return LaunchContext(
+        executable="/opt/agent/bin/x",
+        base_url=BASE,
+        run_dir=run_dir,
+        home=home if private else None,
+        workspace=tmp_path / "ws",
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("agent", agent_names())
@@ -36,9 +54,14 @@ def test_plans_write_only_into_the_run_directory_and_point_at_the_gateway(tmp_pa
         plan = profile.plan(ctx, TASK)
         for path in plan.files:
             assert ctx.run_dir in path.parents, (agent, path)
-        assert plan.argv[0] == ctx.executable and sum(a == TASK or a.endswith("=" + TASK) for a in plan.argv) == 1  # one argument, never through a shell
+        assert (
+            plan.argv[0] == ctx.executable
+            and sum(a == TASK or a.endswith("=" + TASK) for a in plan.argv) == 1
+        )  # one argument, never through a shell
         assert plan.env["NO_PROXY"] == plan.env["no_proxy"] == "127.0.0.1,localhost,::1"
-        everything = " ".join(plan.argv) + " ".join(v or "" for v in plan.env.values()) + " ".join(plan.files.values())
+        everything = (
+            " ".join(plan.argv) + " ".join(v or "" for v in plan.env.values()) + " ".join(plan.files.values())
+        )
         assert BASE in everything, agent
         assert plan.env[profile.key_env] == "k"
         if private:
@@ -76,14 +99,21 @@ def test_version_range_and_reading():
     assert get_profile("mini-swe-agent").version_argv("/x/mini") == ["/x/mini", "--help"]
 
 
-@pytest.mark.parametrize("agent, stdout, sid", [
-    ("claude-code", b'{"type":"system","subtype":"init","session_id":"c-1"}\n{"type":"result","session_id":"c-1"}', "c-1"),
-    ("codex", b'WARNING: x\n{"type":"thread.started","thread_id":"t-1"}\n', "t-1"),
-    ("gemini-cli", b'{"type":"init","session_id":"g-1","model":"m"}', "g-1"),
-    ("opencode", b'{"type":"step_start","sessionID":"ses_1","part":{}}', "ses_1"),
-    ("qwen-code", b'{"type":"system","subtype":"init","uuid":"q-1","session_id":"q-1"}', "q-1"),
-    ("claude-code", b"not json\n{\"type\": \"assistant\"}", None),
-])
+@pytest.mark.parametrize(
+    "agent, stdout, sid",
+    [
+        (
+            "claude-code",
+            b'{"type":"system","subtype":"init","session_id":"c-1"}\n{"type":"result","session_id":"c-1"}',
+            "c-1",
+        ),
+        ("codex", b'WARNING: x\n{"type":"thread.started","thread_id":"t-1"}\n', "t-1"),
+        ("gemini-cli", b'{"type":"init","session_id":"g-1","model":"m"}', "g-1"),
+        ("opencode", b'{"type":"step_start","sessionID":"ses_1","part":{}}', "ses_1"),
+        ("qwen-code", b'{"type":"system","subtype":"init","uuid":"q-1","session_id":"q-1"}', "q-1"),
+        ("claude-code", b'not json\n{"type": "assistant"}', None),
+    ],
+)
 def test_session_ids_come_from_the_agents_json_stdout(agent, stdout, sid):
     assert get_profile(agent).session_id(stdout) == sid
 

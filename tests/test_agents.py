@@ -15,8 +15,24 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import (
-    AGENTS, COMMANDS, FILES, FINAL_TEXT, OUTPUTS, RESUME_TASK, RESUMED_TEXT, SCRIPT_KEY, SUBMIT, TASK, TIMED, entrypoint, holds_output,
-    pvisor, reported_tool_calls, text_of, tree, user_env,
+    AGENTS,
+    COMMANDS,
+    FILES,
+    FINAL_TEXT,
+    OUTPUTS,
+    RESUME_TASK,
+    RESUMED_TEXT,
+    SCRIPT_KEY,
+    SUBMIT,
+    TASK,
+    TIMED,
+    entrypoint,
+    holds_output,
+    pvisor,
+    reported_tool_calls,
+    text_of,
+    tree,
+    user_env,
 )
 from agent_captures import _run  # the captured/resumed fixtures come from conftest.py
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
@@ -33,7 +49,12 @@ def test_capture_runs_the_agents_tools_in_the_workspace(captured, agent):
     cap = captured(agent)
     assert cap.proc.returncode == 0, cap.proc.stderr
     rep = cap.report
-    assert rep["agent"] == agent and rep["attempt"] == 1 and rep["exit_code"] == 0 and rep["agent_exit_code"] == 0
+    assert (
+        rep["agent"] == agent
+        and rep["attempt"] == 1
+        and rep["exit_code"] == 0
+        and rep["agent_exit_code"] == 0
+    )
     assert not rep["timed_out"] and rep["steps_error"] is None
     # the tools really ran, in the workspace
     for name, content in FILES.items():
@@ -60,7 +81,9 @@ def test_journal_holds_three_main_loop_steps_and_the_expected_auxiliary_exchange
         run = r.run(cap.run)
         assert run.agent == agent and run.mode == "capture"
         assert run.agent_version and run.agent_version in rep["agent_version"]
-        assert run.argv and run.argv[0] == str(entrypoint(agent)) and any(a.endswith(TASK) for a in run.argv)  # "--prompt=TASK" for some
+        assert (
+            run.argv and run.argv[0] == str(entrypoint(agent)) and any(a.endswith(TASK) for a in run.argv)
+        )  # "--prompt=TASK" for some
         assert run.labels["workspace"] == str(cap.workspace)
         assert run.labels["upstream"] == "script:" + str(cap.script)
         [attempt] = r.attempts(run.id)
@@ -68,7 +91,9 @@ def test_journal_holds_three_main_loop_steps_and_the_expected_auxiliary_exchange
         exchanges = r.exchanges(run.id)
         # the roles pvisor run stored: every exchange is main or auxiliary, as the chain rule said
         roles = [e.role for e in exchanges]
-        assert roles.count("main") == 3 and roles.count("auxiliary") == spec.auxiliary, [(e.method, e.path, e.role) for e in exchanges]
+        assert roles.count("main") == 3 and roles.count("auxiliary") == spec.auxiliary, [
+            (e.method, e.path, e.role) for e in exchanges
+        ]
         assert all(e.attempt == 1 for e in exchanges)
         assert all(e.outcome == "ok" for e in exchanges), [(e.path, e.outcome, e.error) for e in exchanges]
         main_chains = {e.chain for e in exchanges if e.role == "main"}
@@ -106,7 +131,9 @@ def test_tool_calls_and_results_match_the_script_and_the_agents_own_report(captu
     assert len(reported) == len(expected_commands), reported
     # matched by command, not by position: agents report parallel calls in completion order
     for i, expected in enumerate(expected_commands):
-        [(command, output)] = [(c, o) for c, o in reported if expected in c]  # Codex reports `/bin/bash -lc '<cmd>'`
+        [(command, output)] = [
+            (c, o) for c, o in reported if expected in c
+        ]  # Codex reports `/bin/bash -lc '<cmd>'`
         if i < len(OUTPUTS):
             assert holds_output(agent, output, OUTPUTS[i]), (command, output)
             assert output.strip() in text_of(results[i].content), (output, results[i].content)
@@ -130,7 +157,10 @@ def test_session_id_and_native_trajectory_are_found_without_rebuilding_a_cwd_slu
     sid = rep["session_id"]
     assert sid and run.labels["session_id"] == sid == attempt.labels["session_id"]
     if agent == "gemini-cli":
-        assert native.name.endswith(f"-{sid[:8]}.jsonl") and json.loads(native.read_bytes().split(b"\n")[0])["sessionId"] == sid
+        assert (
+            native.name.endswith(f"-{sid[:8]}.jsonl")
+            and json.loads(native.read_bytes().split(b"\n")[0])["sessionId"] == sid
+        )
     elif agent == "opencode":
         assert native == run_dir / f"opencode-session-{sid}.json"
         assert json.loads(native.read_text())["info"]["id"] == sid
@@ -184,14 +214,33 @@ def test_native_resume_is_the_next_attempt_of_the_run(resumed, agent):
 
 def test_mini_swe_agent_has_no_resume(captured):
     cap = captured("mini-swe-agent")
-    proc = pvisor(["--journal", str(cap.journal), "run", "--agent", "mini-swe-agent", "--agent-entrypoint", str(entrypoint("mini-swe-agent")),
-                   "--script", str(cap.script), "--resume", cap.run, "--", RESUME_TASK], env=user_env(cap.user_home), cwd=cap.root)
+    proc = pvisor(
+        [
+            "--journal",
+            str(cap.journal),
+            "run",
+            "--agent",
+            "mini-swe-agent",
+            "--agent-entrypoint",
+            str(entrypoint("mini-swe-agent")),
+            "--script",
+            str(cap.script),
+            "--resume",
+            cap.run,
+            "--",
+            RESUME_TASK,
+        ],
+        env=user_env(cap.user_home),
+        cwd=cap.root,
+    )
     assert proc.returncode == 2 and "mini-swe-agent has no native resume" in proc.stderr, proc.stderr
     with JournalReader(cap.journal) as r:
         assert [a.n for a in r.attempts(cap.run)] == [1]
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "gemini-cli"])  # "--" before the positional prompt; --prompt=TASK
+@pytest.mark.parametrize(
+    "agent", ["claude-code", "gemini-cli"]
+)  # "--" before the positional prompt; --prompt=TASK
 def test_a_task_starting_with_a_dash_is_the_prompt_not_an_option(tmp_path, agent):
     """A task such as "--version" reaches the model as the prompt (Claude Code used to print
     its version and exit 0 with no step)."""

@@ -19,7 +19,9 @@ from pvisor.journal.writer import Journal
 PVISOR = shutil.which("pvisor", path=os.path.dirname(sys.executable))
 
 
-def run(*args: str, journal: Path | None = None, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def run(
+    *args: str, journal: Path | None = None, env: dict | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     assert PVISOR, "the pvisor console script is installed with the package"
     argv = [PVISOR, *(["--journal", str(journal)] if journal else []), *args]
     return subprocess.run(argv, capture_output=True, env={**os.environ, **(env or {})}, cwd=cwd, timeout=60)
@@ -29,16 +31,43 @@ def run(*args: str, journal: Path | None = None, env: dict | None = None, cwd: P
 def journal(tmp_path: Path) -> Path:
     path = tmp_path / "j" / "journal.sqlite"
     with Journal.open(path) as j:
-        j.create_run(Run(id="r-cli00000001", agent="codex", agent_version="0.171.0", argv=["codex", "exec", "hi"]))
-        j.record_exchange(
-            "r-cli00000001", "POST", "/v1/responses", [("content-type", "application/json"), ("authorization", "Bearer sk-CLI")],
-            protocol="openai-responses", status=200, request_body=b'{"input": []}', response_body=b"event: e\ndata: {}\n\n",
-            streamed=True, chunk_timings=[(100, 9), (250, 10)],
+        j.create_run(
+            Run(id="r-cli00000001", agent="codex", agent_version="0.171.0", argv=["codex", "exec", "hi"])
         )
-        j.record_exchange("r-cli00000001", "POST", "/v1/responses", [], status=200, request_body=b"\xff\xfe binary", response_body=b"{}")
+        j.record_exchange(
+            "r-cli00000001",
+            "POST",
+            "/v1/responses",
+            [("content-type", "application/json"), ("authorization", "Bearer sk-CLI")],
+            protocol="openai-responses",
+            status=200,
+            request_body=b'{"input": []}',
+            response_body=b"event: e\ndata: {}\n\n",
+            streamed=True,
+            chunk_timings=[(100, 9), (250, 10)],
+        )
+        j.record_exchange(
+            "r-cli00000001",
+            "POST",
+            "/v1/responses",
+            [],
+            status=200,
+            request_body=b"\xff\xfe binary",
+            response_body=b"{}",
+        )
         # the agent went away after 7 of the 23 bytes the upstream sent
-        j.record_exchange("r-cli00000001", "POST", "/v1/responses", [], status=200, request_body=b"{}", response_body=b"event: e\ndata: {}\n\n...",
-                          outcome="aborted_by_client", bytes_received=23, bytes_delivered=7)
+        j.record_exchange(
+            "r-cli00000001",
+            "POST",
+            "/v1/responses",
+            [],
+            status=200,
+            request_body=b"{}",
+            response_body=b"event: e\ndata: {}\n\n...",
+            outcome="aborted_by_client",
+            bytes_received=23,
+            bytes_delivered=7,
+        )
     return path
 
 
@@ -59,11 +88,21 @@ def test_help_lists_commands_examples_and_exit_codes():
 def test_help_and_version_load_no_subcommand(tmp_path: Path):
     for args in (["--help"], ["--version"]):
         proc = subprocess.run(
-            [sys.executable, "-X", "importtime", "-m", "pvisor", *args], capture_output=True, cwd=tmp_path, env={**os.environ, "PYTHONSAFEPATH": "1"}
+            [sys.executable, "-X", "importtime", "-m", "pvisor", *args],
+            capture_output=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONSAFEPATH": "1"},
         )
         assert proc.returncode == 0
         imported = {line.split("|")[-1].strip() for line in proc.stderr.decode().splitlines() if "|" in line}
-        for heavy in ("sqlite_utils", "sqlite3", "pvisor.commands.journal", "pvisor.journal.reader", "importlib.metadata", "asyncio"):
+        for heavy in (
+            "sqlite_utils",
+            "sqlite3",
+            "pvisor.commands.journal",
+            "pvisor.journal.reader",
+            "importlib.metadata",
+            "asyncio",
+        ):
             assert heavy not in imported, (args, heavy)
 
 
@@ -81,18 +120,25 @@ def test_journal_ls_and_show(journal: Path):
     assert proc.returncode == 0
     assert "r-cli00000001" in proc.stdout.decode() and "codex" in proc.stdout.decode()
     data = orjson.loads(run("journal", "ls", "--json", journal=journal).stdout)
-    assert data[0]["id"] == "r-cli00000001" and data[0]["exchanges"] == 3 and data[0]["outcomes"] == {"ok": 2, "aborted_by_client": 1}
+    assert (
+        data[0]["id"] == "r-cli00000001"
+        and data[0]["exchanges"] == 3
+        and data[0]["outcomes"] == {"ok": 2, "aborted_by_client": 1}
+    )
     proc = run("journal", "show", "r-cli", journal=journal)  # a unique prefix is enough
     out = proc.stdout.decode()
     assert proc.returncode == 0 and "POST /v1/responses" in out and "openai-responses" in out
     # the response bytes shown are those the agent got (the upstream may have sent more)
     lines = out.splitlines()
-    header, *rows = lines[next(i for i, line in enumerate(lines) if line.startswith("SEQ ")):]
+    header, *rows = lines[next(i for i, line in enumerate(lines) if line.startswith("SEQ ")) :]
     columns = header.split()
     assert columns[-5:] == ["REQ_BYTES", "RESP_BYTES_TO_AGENT", "MS", "CHAIN", "ROLE"]
     cut = rows[2].split()
     assert cut[6] == "aborted_by_client" and cut[-5:-3] == ["2", "7"], rows[2]
-    assert cut[-2:] == ["-", "-"] and rows[3] == "  (roles not stored yet; `pvisor journal steps r-cli00000001` derives them)"
+    assert (
+        cut[-2:] == ["-", "-"]
+        and rows[3] == "  (roles not stored yet; `pvisor journal steps r-cli00000001` derives them)"
+    )
     shown = orjson.loads(run("journal", "show", "r-cli00000001", "--json", journal=journal).stdout)
     assert shown["run"]["argv"] == ["codex", "exec", "hi"]
     assert shown["exchanges"][0]["chunk_timings"] == [[100, 9], [250, 10]]
@@ -103,7 +149,10 @@ def test_journal_body_restores_bytes(journal: Path):
     shown = orjson.loads(run("journal", "show", "r-cli00000001", "--json", journal=journal).stdout)
     first, second, _ = (e["id"] for e in shown["exchanges"])
     assert run("journal", "body", first, "--request", journal=journal).stdout == b'{"input": []}'
-    assert run("journal", "body", first, "--response", "--raw", journal=journal).stdout == b"event: e\ndata: {}\n\n"
+    assert (
+        run("journal", "body", first, "--response", "--raw", journal=journal).stdout
+        == b"event: e\ndata: {}\n\n"
+    )
     assert run("journal", "body", second, "--request", journal=journal).stdout == b"\xff\xfe binary"
     wrapped = orjson.loads(run("journal", "body", second, "--request", "--json", journal=journal).stdout)
     assert "body_b64" in wrapped and wrapped["sha256"]
@@ -126,25 +175,37 @@ def test_journal_export_jsonl(journal: Path, tmp_path: Path):
     # a file that cannot be written: a usage error naming it, before anything is read
     bad = run("journal", "export", "-o", "/nonexistent-pvisor-dir/x.jsonl", journal=journal)
     assert bad.returncode == 2 and bad.stdout == b""
-    assert bad.stderr == b"pvisor: error: cannot write --output /nonexistent-pvisor-dir/x.jsonl: directory /nonexistent-pvisor-dir does not exist\n"
+    assert (
+        bad.stderr
+        == b"pvisor: error: cannot write --output /nonexistent-pvisor-dir/x.jsonl: directory /nonexistent-pvisor-dir does not exist\n"
+    )
 
 
 def test_exit_codes(journal: Path, tmp_path: Path):
     assert run("journal", "verify", journal=journal).returncode == 0
     assert orjson.loads(run("journal", "verify", "--json", journal=journal).stdout)["ok"] is True
     # unknown run, unknown exchange, missing body choice: usage (2), no traceback
-    for args in (["journal", "show", "r-nope"], ["journal", "body", "x-nope", "--request"], ["journal", "body", "x-"],
-                 ["journal", "body", "x-", "--request", "--response"]):
+    for args in (
+        ["journal", "show", "r-nope"],
+        ["journal", "body", "x-nope", "--request"],
+        ["journal", "body", "x-"],
+        ["journal", "body", "x-", "--request", "--response"],
+    ):
         proc = run(*args, journal=journal)
         assert proc.returncode == 2, args
         assert b"Traceback" not in proc.stderr and proc.stderr.startswith(b"pvisor: error: ")
     both = run("journal", "body", "x-", "--request", "--response", journal=journal)
-    assert both.stderr == b"pvisor: error: give one of --request, --response and --forwarded\n" and both.stdout == b""
+    assert (
+        both.stderr == b"pvisor: error: give one of --request, --response and --forwarded\n"
+        and both.stdout == b""
+    )
     # not a journal: bad input data (65)
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"not sqlite at all " * 64)
     proc = run("journal", "ls", journal=junk)
-    assert proc.returncode == 65 and b"not a pvisor journal" in proc.stderr and str(junk).encode() in proc.stderr
+    assert (
+        proc.returncode == 65 and b"not a pvisor journal" in proc.stderr and str(junk).encode() in proc.stderr
+    )
     # a corrupted blob: integrity error (3)
     conn = sqlite3.connect(journal)
     conn.execute("UPDATE blobs SET data = X'00' || data WHERE size > 0")
@@ -164,10 +225,14 @@ def test_output_that_cannot_be_written(journal: Path):
     command, never a traceback."""
     for args in (["journal", "ls"], ["journal", "steps", "r-cli00000001"], ["journal", "export"]):
         with open("/dev/full", "wb") as full:
-            proc = subprocess.run([PVISOR, "--journal", str(journal), *args], stdout=full, stderr=subprocess.PIPE, timeout=60)
+            proc = subprocess.run(
+                [PVISOR, "--journal", str(journal), *args], stdout=full, stderr=subprocess.PIPE, timeout=60
+            )
         assert proc.returncode == 74, (args, proc.stderr)
         assert proc.stderr == b"pvisor: error: cannot write output: No space left on device\n", args
-        p = subprocess.Popen([PVISOR, "--journal", str(journal), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        p = subprocess.Popen(
+            [PVISOR, "--journal", str(journal), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
         p.stdout.close()  # the reader is gone before pvisor writes a byte
         err = p.stderr.read()
         p.stderr.close()
@@ -177,12 +242,25 @@ def test_output_that_cannot_be_written(journal: Path):
 
 def test_journal_option_and_ids_that_name_nothing(journal: Path, tmp_path: Path):
     proc = run("--journal", str(tmp_path), "journal", "ls")
-    assert proc.returncode == 2 and proc.stderr == f"pvisor: error: --journal {tmp_path} is a directory, expected a journal file\n".encode()
+    assert (
+        proc.returncode == 2
+        and proc.stderr
+        == f"pvisor: error: --journal {tmp_path} is a directory, expected a journal file\n".encode()
+    )
     proc = run("--journal", "", "journal", "ls", env={"PVISOR_JOURNAL": str(journal)})
     assert proc.returncode == 2 and proc.stderr.startswith(b"pvisor: error: --journal is empty")
-    for args in (["journal", "steps", ""], ["journal", "show", ""], ["journal", "body", "", "--request"], ["journal", "export", ""]):
+    for args in (
+        ["journal", "steps", ""],
+        ["journal", "show", ""],
+        ["journal", "body", "", "--request"],
+        ["journal", "export", ""],
+    ):
         proc = run(*args, journal=journal)
-        assert proc.returncode == 2 and proc.stderr.startswith(b"pvisor: error: an empty ") and proc.stdout == b"", args
+        assert (
+            proc.returncode == 2
+            and proc.stderr.startswith(b"pvisor: error: an empty ")
+            and proc.stdout == b""
+        ), args
     for command, metavar in (("steps", "RUN"), ("show", "RUN"), ("export", "[RUN]"), ("body", "EXCHANGE")):
         usage = run("journal", command, "--help").stdout.decode().splitlines()[0]
         assert usage.startswith(f"Usage: pvisor journal {command} [OPTIONS] {metavar}"), usage
@@ -192,41 +270,86 @@ def test_damage_found_while_reading_names_the_journal_and_the_exchange(journal: 
     conn = sqlite3.connect(journal)
     [(sha, ex_id)] = conn.execute("SELECT request_body, id FROM exchanges WHERE seq = 1").fetchall()
     conn.execute("UPDATE blobs SET data = X'00' || data WHERE sha256 = ?", (sha,))
-    root, page_size = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'exchanges'").fetchone()[0], conn.execute("PRAGMA page_size").fetchone()[0]
+    root, page_size = (
+        conn.execute("SELECT rootpage FROM sqlite_master WHERE name = 'exchanges'").fetchone()[0],
+        conn.execute("PRAGMA page_size").fetchone()[0],
+    )
     conn.commit()
     conn.close()
     proc = run("journal", "steps", "r-cli00000001", journal=journal)
     assert proc.returncode == 3
-    assert proc.stderr.decode() == f"pvisor: error: journal {journal}: exchange {ex_id}: request body: blob {sha} holds text, not bytes\n"
+    assert (
+        proc.stderr.decode()
+        == f"pvisor: error: journal {journal}: exchange {ex_id}: request body: blob {sha} holds text, not bytes\n"
+    )
     # a page of the exchanges table overwritten: SQLite finds it malformed on the query
     with open(journal, "r+b") as f:
         f.seek((root - 1) * page_size)
         f.write(b"\xde\xad\xbe\xef" * 64)
     proc = run("journal", "show", "r-cli00000001", journal=journal)
     assert proc.returncode == 3 and b"Traceback" not in proc.stderr
-    assert proc.stderr.decode().startswith(f"pvisor: error: journal {journal}") and "malformed" in proc.stderr.decode()
+    assert (
+        proc.stderr.decode().startswith(f"pvisor: error: journal {journal}")
+        and "malformed" in proc.stderr.decode()
+    )
 
 
 @pytest.mark.parametrize(
     "args,message",
     [
         (["journal", "export", "-o", "out.jsonl"], "--output out.jsonl: a relative path, but "),
-        (["--journal", "rel.sqlite", "env", "--agent", "codex", "--gateway", "http://127.0.0.1:1"],
-         "--journal rel.sqlite: a relative path, but "),
+        (
+            ["--journal", "rel.sqlite", "env", "--agent", "codex", "--gateway", "http://127.0.0.1:1"],
+            "--journal rel.sqlite: a relative path, but ",
+        ),
         (["gateway", "--port", "0", "--log-file", "g.log"], "--log-file g.log: a relative path, but "),
         (["gateway", "--port", "0", "--ready-file", "r.json"], "--ready-file r.json: a relative path, but "),
         (["--journal", "rel.sqlite", "gateway", "--port", "0"], "journal rel.sqlite: a relative path, but "),
-        (["run", "--agent", "claude-code", "--agent-entrypoint", "/bin/true", "--script", "/nonexistent.json", "--", "hi"],
-         "no --workspace, and the current directory no longer exists"),
-        (["run", "--agent", "claude-code", "--agent-entrypoint", "./claude", "--workspace", "/tmp", "--", "hi"],
-         "--agent-entrypoint ./claude: a relative path, but "),
+        (
+            [
+                "run",
+                "--agent",
+                "claude-code",
+                "--agent-entrypoint",
+                "/bin/true",
+                "--script",
+                "/nonexistent.json",
+                "--",
+                "hi",
+            ],
+            "no --workspace, and the current directory no longer exists",
+        ),
+        (
+            [
+                "run",
+                "--agent",
+                "claude-code",
+                "--agent-entrypoint",
+                "./claude",
+                "--workspace",
+                "/tmp",
+                "--",
+                "hi",
+            ],
+            "--agent-entrypoint ./claude: a relative path, but ",
+        ),
         # found by the new-user helper: "no journal at rel.sqlite yet", "does not exist", "cannot read script"
         (["--journal", "rel.sqlite", "journal", "ls"], "--journal rel.sqlite: a relative path, but "),
         (["--journal", "rel.sqlite", "journal", "verify"], "journal rel.sqlite: a relative path, but "),
         (["serve-model", "--script", "turns.json"], "--script turns.json: a relative path, but "),
     ],
-    ids=["export-o", "env-journal", "log-file", "ready-file", "gateway-journal", "run-workspace", "run-entrypoint",
-         "ls-journal", "verify-journal", "serve-model-script"],
+    ids=[
+        "export-o",
+        "env-journal",
+        "log-file",
+        "ready-file",
+        "gateway-journal",
+        "run-workspace",
+        "run-entrypoint",
+        "ls-journal",
+        "verify-journal",
+        "serve-model-script",
+    ],
 )
 def test_a_deleted_working_directory_is_one_line_naming_the_path(tmp_path: Path, args, message):
     """Issue 17, defect 6: each of these printed a traceback (os.getcwd's FileNotFoundError)."""
@@ -234,8 +357,13 @@ def test_a_deleted_working_directory_is_one_line_naming_the_path(tmp_path: Path,
     gone.mkdir()
     # the child starts in the directory, which is removed before pvisor looks at any path
     code = "import os, sys; os.chdir(sys.argv[1]); os.rmdir(sys.argv[1]); os.execv(sys.argv[2], sys.argv[2:])"
-    p = subprocess.run([sys.executable, "-c", code, str(gone), PVISOR, *args], capture_output=True, timeout=60,
-                       env={**os.environ, "PVISOR_JOURNAL": str(tmp_path / "j.sqlite")}, stdin=subprocess.DEVNULL)
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(gone), PVISOR, *args],
+        capture_output=True,
+        timeout=60,
+        env={**os.environ, "PVISOR_JOURNAL": str(tmp_path / "j.sqlite")},
+        stdin=subprocess.DEVNULL,
+    )
     stderr = p.stderr.decode()
     assert p.returncode == 2, stderr
     assert stderr.count("\n") == 1 and stderr.startswith("pvisor: error: ") and message in stderr, stderr

@@ -244,9 +244,14 @@ def test_claude_code_native_render_after_a_real_compaction_starts_at_its_summary
     assert "We listed the files and echoed two." in _texts(body["messages"][0]["content"])
     strip = lambda blocks: [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]  # noqa: E731
     assert strip(body["messages"][1]["content"]) == strip(sent["messages"][1]["content"])
-    ids = lambda m: [
-        b.get("tool_use_id") for b in m["content"] if isinstance(b, dict) and b.get("type") == "tool_result"
-    ]  # noqa: E731
+
+    def ids(m):
+        return [
+            b.get("tool_use_id")
+            for b in m["content"]
+            if isinstance(b, dict) and b.get("type") == "tool_result"
+        ]  # noqa: E731
+
     assert ids(body["messages"][2]) == ids(sent["messages"][2])
 
 

@@ -16,8 +16,14 @@ PVISOR = Path(sys.executable).with_name("pvisor")
 
 
 def run_demo(journal: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(PVISOR), "--journal", str(journal), "demo"], capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL, cwd=journal.parent)
+    return subprocess.run(
+        [str(PVISOR), "--journal", str(journal), "demo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=journal.parent,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +51,8 @@ def test_demo_runs_the_tool_and_journals_two_exchanges(two_demos):
         assert f"run {run.id}" in out
         exchanges = r.exchanges(run.id)
         assert [(e.protocol, e.method, e.path, e.streamed, e.outcome, e.status) for e in exchanges] == [
-            ("anthropic", "POST", "/v1/messages", True, "ok", 200)] * 2
+            ("anthropic", "POST", "/v1/messages", True, "ok", 200)
+        ] * 2
         for e in exchanges:
             assert e.id in out
         # the second request carries the command's real output back to the model
@@ -58,8 +65,13 @@ def test_demo_runs_the_tool_and_journals_two_exchanges(two_demos):
         report = r.verify()
         assert report.ok, report.problems
         assert report.exchanges == 2
-    verify = subprocess.run([str(PVISOR), "--journal", str(journal), "journal", "verify"], capture_output=True, text=True,
-                            timeout=60, stdin=subprocess.DEVNULL)
+    verify = subprocess.run(
+        [str(PVISOR), "--journal", str(journal), "journal", "verify"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
 
@@ -70,7 +82,15 @@ def test_two_demo_runs_record_identical_bodies(two_demos):
         with JournalReader(journal) as r:
             [run] = r.runs()
             exchanges = r.exchanges(run.id)
-            bodies.append((run.id, [(r.request_body(e), r.response_body(e, raw=True), r.response_body(e)) for e in exchanges]))
+            bodies.append(
+                (
+                    run.id,
+                    [
+                        (r.request_body(e), r.response_body(e, raw=True), r.response_body(e))
+                        for e in exchanges
+                    ],
+                )
+            )
     (run_a, a), (run_b, b) = bodies
     assert run_a != run_b  # two runs, not one journal read twice
     assert len(a) == len(b) == 2

@@ -31,8 +31,15 @@ def sample_journal(tmp_path: Path) -> tuple[Path, str, str]:
     with Journal.open(path) as j:
         j.create_run(Run(id="r-docs00000001", agent="claude-code"))
         ex = j.record_exchange(
-            "r-docs00000001", "POST", "/v1/messages", [("content-type", "application/json")], protocol="anthropic",
-            status=200, request_body=b'{"messages": []}', response_body=b"event: message_stop\ndata: {}\n\n", streamed=True,
+            "r-docs00000001",
+            "POST",
+            "/v1/messages",
+            [("content-type", "application/json")],
+            protocol="anthropic",
+            status=200,
+            request_body=b'{"messages": []}',
+            response_body=b"event: message_stop\ndata: {}\n\n",
+            streamed=True,
         )
         j.flush()
         j.set_exchange_roles("r-docs00000001", {ex: (1, "main")})
@@ -43,13 +50,26 @@ def test_cli_examples_run_with_the_documented_exit_codes(sample_journal, tmp_pat
     path, run_id, ex = sample_journal
     (tmp_path / "notes.txt").write_text("not a journal\n" * 100)
     bindir = os.path.dirname(sys.executable)
-    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"], "PVISOR_JOURNAL": str(path), "RUN": run_id, "EXCHANGE": ex}
-    commands = [line[2:] for block in _blocks(DOCS / "cli.md", "console") for line in block.splitlines() if line.startswith("$ ")]
+    env = {
+        **os.environ,
+        "PATH": bindir + os.pathsep + os.environ["PATH"],
+        "PVISOR_JOURNAL": str(path),
+        "RUN": run_id,
+        "EXCHANGE": ex,
+    }
+    commands = [
+        line[2:]
+        for block in _blocks(DOCS / "cli.md", "console")
+        for line in block.splitlines()
+        if line.startswith("$ ")
+    ]
     assert len(commands) >= 8
     for command in commands:
         m = re.search(r"#\s*exit (\d+)", command)
         expected = int(m.group(1)) if m else 0
-        proc = subprocess.run(["bash", "-c", command.split("#")[0]], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+        proc = subprocess.run(
+            ["bash", "-c", command.split("#")[0]], env=env, cwd=tmp_path, capture_output=True, timeout=60
+        )
         assert proc.returncode == expected, (command, proc.stderr.decode())
         assert b"Traceback" not in proc.stderr, command
     assert (tmp_path / "run.jsonl").read_bytes().count(b"\n") == 2
@@ -78,7 +98,9 @@ def test_steps_example_prints_what_the_doc_shows(tmp_path: Path):
     [code] = _blocks(doc, "python")
     path = tmp_path / "journal.sqlite"
     exec(compile(code, str(doc), "exec"), {"JOURNAL": str(path), "__name__": "docs_example"})
-    commands = [line[2:] for block in _blocks(doc, "console") for line in block.splitlines() if line.startswith("$ ")]
+    commands = [
+        line[2:] for block in _blocks(doc, "console") for line in block.splitlines() if line.startswith("$ ")
+    ]
     outputs = _blocks(doc, "text") + _blocks(doc, "json")
     assert len(commands) == len(outputs) == 2
     bindir = os.path.dirname(sys.executable)
@@ -93,7 +115,9 @@ README = DOCS.parent / "README.md"
 
 
 def _console_commands(path: Path) -> list[str]:
-    return [line[2:] for block in _blocks(path, "console") for line in block.splitlines() if line.startswith("$ ")]
+    return [
+        line[2:] for block in _blocks(path, "console") for line in block.splitlines() if line.startswith("$ ")
+    ]
 
 
 def test_readme_shows_run_and_env_for_every_agent_and_they_parse_or_run(tmp_path: Path):
@@ -111,17 +135,25 @@ def test_readme_shows_run_and_env_for_every_agent_and_they_parse_or_run(tmp_path
         assert any(c.startswith(f"pvisor run --agent {agent} ") for c in commands), agent
         assert any(c.startswith(f"pvisor env --agent {agent} ") for c in commands), agent
     bindir = os.path.dirname(sys.executable)
-    env = {**os.environ, "PATH": bindir + os.pathsep + os.environ["PATH"], "PVISOR_JOURNAL": str(tmp_path / "j.sqlite")}
+    env = {
+        **os.environ,
+        "PATH": bindir + os.pathsep + os.environ["PATH"],
+        "PVISOR_JOURNAL": str(tmp_path / "j.sqlite"),
+    }
     for command in commands:
         words = shlex.split(command.split("#")[0])
         if words[:2] == ["pvisor", "run"]:
-            assert "# live API" in command, f"a README run example that is not marked '# live API' would not run offline: {command}"
+            assert "# live API" in command, (
+                f"a README run example that is not marked '# live API' would not run offline: {command}"
+            )
             try:
                 run_command.make_context("run", words[2:])
             except click.ClickException as exc:
                 pytest.fail(f"{command}: {exc.format_message()}")
         elif words[:2] == ["pvisor", "env"]:
-            proc = subprocess.run(["bash", "-c", command.split("#")[0]], env=env, cwd=tmp_path, capture_output=True, timeout=60)
+            proc = subprocess.run(
+                ["bash", "-c", command.split("#")[0]], env=env, cwd=tmp_path, capture_output=True, timeout=60
+            )
             assert proc.returncode == 0, (command, proc.stderr.decode())
             assert b"/run/" in proc.stdout, command
     assert not (tmp_path / "j.sqlite").exists()  # pvisor env never writes
@@ -136,11 +168,22 @@ def test_agents_offline_example_runs_the_real_claude_code(tmp_path: Path):
     (tmp_path / "turns.json").write_text(script)
     claude = entrypoint("claude-code")
     bindir = os.path.dirname(sys.executable)
-    env = {**os.environ, "PATH": os.pathsep.join([str(claude.parent), bindir, os.environ["PATH"]]),
-           "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"), "HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(claude.parent), bindir, os.environ["PATH"]]),
+        "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"),
+        "HOME": str(tmp_path / "home"),
+    }
     [command] = _console_commands(DOCS / "agents.md")
-    proc = subprocess.run(["bash", "-c", command], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["bash", "-c", command],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "ws" / "hello.txt").read_text() == "hello\n"
     assert "steps captured: 2 (tool calls per step: 1, 0)" in proc.stdout, proc.stdout
@@ -157,21 +200,41 @@ def test_replay_only_example_runs_the_real_claude_code(tmp_path: Path):
     script = _blocks(DOCS / "replay.md", "json")[0]
     (tmp_path / "turns.json").write_text(script)
     claude = entrypoint("claude-code")
-    env = {**os.environ, "PATH": os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
-           "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"), "HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
+        "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"),
+        "HOME": str(tmp_path / "home"),
+    }
     commands = _console_commands(DOCS / "replay.md")[:5]  # replay-only's (continuation's: below)
-    proc = subprocess.run(["bash", "-ec", "\n".join(commands)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["bash", "-ec", "\n".join(commands)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (tmp_path / "ws2" / "hello.txt").read_text() == "hello\n" and (tmp_path / "ws3" / "hello.txt").read_text() == "hello\n"
-    assert re.search(r"replayed claude-code to step 2 of 3 as run r-[0-9a-f]+: 2 tool call\(s\) re-run, 1 of 2 observation\(s\) equal "
-                     r"once normalised; prefix \S*out/prefix.json \(\d+ bytes, ending with the observation\); the agent ended by "
-                     r"synthetic_end", proc.stdout), proc.stdout
+    assert (tmp_path / "ws2" / "hello.txt").read_text() == "hello\n" and (
+        tmp_path / "ws3" / "hello.txt"
+    ).read_text() == "hello\n"
+    assert re.search(
+        r"replayed claude-code to step 2 of 3 as run r-[0-9a-f]+: 2 tool call\(s\) re-run, 1 of 2 observation\(s\) equal "
+        r"once normalised; prefix \S*out/prefix.json \(\d+ bytes, ending with the observation\); the agent ended by "
+        r"synthetic_end",
+        proc.stdout,
+    ), proc.stdout
     for out in ("out", "out-native"):
         assert json.loads((tmp_path / out / "result.json").read_text())["status"] == "ok"
     # the README shows the same replay (it needs the recording made above: run here)
-    readme = [line[2:] for block in _blocks(DOCS.parent / "README.md", "console") for line in block.splitlines()
-              if line.startswith("$ ") and "--replay-only" in line]
+    readme = [
+        line[2:]
+        for block in _blocks(DOCS.parent / "README.md", "console")
+        for line in block.splitlines()
+        if line.startswith("$ ") and "--replay-only" in line
+    ]
     assert readme == [commands[2]]
 
 
@@ -187,17 +250,30 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
     [script] = _blocks(DOCS / "snapshots.md", "json")
     (tmp_path / "steps.json").write_text(script)
     claude = entrypoint("claude-code")
-    env = {**os.environ, "PATH": os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
-           "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"), "HOME": str(tmp_path / "home")}
+    env = {
+        **os.environ,
+        "PATH": os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
+        "PVISOR_JOURNAL": str(tmp_path / "data" / "j.sqlite"),
+        "HOME": str(tmp_path / "home"),
+    }
     commands = _console_commands(DOCS / "snapshots.md")
     assert len(commands) == 7
-    proc = subprocess.run(["bash", "-ec", "\n".join(commands)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400,
-                          stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["bash", "-ec", "\n".join(commands)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "run r-" in proc.stdout and ": 5 snapshots, 3 steps" in proc.stdout, proc.stdout
     for d in ("at-1", "before-2"):
         assert sorted(p.name for p in (tmp_path / d).iterdir()) == ["a.txt", "seed.txt"]
-        assert (tmp_path / d / "a.txt").read_text() == "one\n" and (tmp_path / d / "a.txt").stat().st_mode & 0o777 == 0o640
+        assert (tmp_path / d / "a.txt").read_text() == "one\n" and (
+            tmp_path / d / "a.txt"
+        ).stat().st_mode & 0o777 == 0o640
     view = json.loads((tmp_path / "pause.json").read_text())
     assert view["through_step"] == 1 and view["workspace"]["after_step"] == 1
     result = json.loads((tmp_path / "out" / "result.json").read_text())
@@ -206,15 +282,21 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
     seed_only.mkdir()
     (seed_only / "seed.txt").write_text("seed\n")
     assert result["workspace"]["sha256_before"] == digest_workspace(seed_only).sha256
-    assert digest_workspace(tmp_path / "ws2") == digest_workspace(tmp_path / "ws")  # the replay ends as the run did
+    assert digest_workspace(tmp_path / "ws2") == digest_workspace(
+        tmp_path / "ws"
+    )  # the replay ends as the run did
     # the README shows two of these commands
     readme = [c for c in _console_commands(README) if c.startswith(("pvisor snapshot", "pvisor view"))]
     assert len(readme) == 2 and set(readme) <= set(commands)
     # the Python API example, on this run
     [code] = _blocks(DOCS / "snapshots.md", "python")
     run = json.loads((tmp_path / "run.json").read_text())["run"]
-    code = code.replace('"journal.sqlite"', repr(str(tmp_path / "data" / "j.sqlite"))).replace("r-3f2a9c0d1e2b", run)
-    api = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    code = code.replace('"journal.sqlite"', repr(str(tmp_path / "data" / "j.sqlite"))).replace(
+        "r-3f2a9c0d1e2b", run
+    )
+    api = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
     assert api.returncode == 0, api.stderr
     pause_step, snapshot_hash, _ = api.stdout.split(" ", 2)
     assert pause_step == "2" and len(snapshot_hash) == 64  # progress 0.5 of 3 steps: step 2
@@ -233,22 +315,41 @@ def test_continuation_example_runs_the_real_claude_code(tmp_path: Path):
     (tmp_path / "live.json").write_text(live)
     claude = entrypoint("claude-code")
     env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_AUTH_TOKEN"))}
-    env.update(PATH=os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
-               PVISOR_JOURNAL=str(tmp_path / "data" / "j.sqlite"), HOME=str(tmp_path / "home"))
+    env.update(
+        PATH=os.pathsep.join([str(claude.parent), os.path.dirname(sys.executable), os.environ["PATH"]]),
+        PVISOR_JOURNAL=str(tmp_path / "data" / "j.sqlite"),
+        HOME=str(tmp_path / "home"),
+    )
     commands = _console_commands(DOCS / "replay.md")
     assert len(commands) == 9
-    proc = subprocess.run(["bash", "-ec", "\n".join(commands[:2] + commands[5:])], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=400, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        ["bash", "-ec", "\n".join(commands[:2] + commands[5:])],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert (tmp_path / "ws4" / "hello.txt").read_text() == "hello\n" and (tmp_path / "ws4" / "live.txt").read_text() == "live\n"
-    assert re.search(r"continued claude-code after step 1 of 3 as run r-[0-9a-f]+: 1 tool call\(s\) re-run, 1 of 1 observation\(s\) "
-                     r"equal once normalised; prefix \S*out-live/prefix.json \(\d+ bytes, ending with the observation\); request N\+1 "
-                     r"forwarded with boundary_prompt; 2 live step\(s\) from http://127.0.0.1:\d+; ended by agent", proc.stdout), proc.stdout
+    assert (tmp_path / "ws4" / "hello.txt").read_text() == "hello\n" and (
+        tmp_path / "ws4" / "live.txt"
+    ).read_text() == "live\n"
+    assert re.search(
+        r"continued claude-code after step 1 of 3 as run r-[0-9a-f]+: 1 tool call\(s\) re-run, 1 of 1 observation\(s\) "
+        r"equal once normalised; prefix \S*out-live/prefix.json \(\d+ bytes, ending with the observation\); request N\+1 "
+        r"forwarded with boundary_prompt; 2 live step\(s\) from http://127.0.0.1:\d+; ended by agent",
+        proc.stdout,
+    ), proc.stdout
     doc = json.loads((tmp_path / "out-live" / "result.json").read_text())
     assert doc["status"] == "ok" and doc["boundary_user_prompt_injected"] is True
     # the README shows the same continuation
-    readme = [line[2:] for block in _blocks(DOCS.parent / "README.md", "console") for line in block.splitlines()
-              if line.startswith("$ ") and "out-live" in line]
+    readme = [
+        line[2:]
+        for block in _blocks(DOCS.parent / "README.md", "console")
+        for line in block.splitlines()
+        if line.startswith("$ ") and "out-live" in line
+    ]
     assert readme == [commands[7]]
 
 
@@ -270,7 +371,11 @@ def test_replay_config_example_reads_and_python_api_example_binds(tmp_path: Path
     assert cfg.settings("codex").model == "gpt-5-codex" and cfg.settings("qwen-code").arguments == []
     [code] = _blocks(DOCS / "replay.md", "python")
     tree = ast.parse(code)
-    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("continue_run", "continue_many")]
+    calls = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", "") in ("continue_run", "continue_many")
+    ]
     assert len(calls) == 2
     for call in calls:
         fn = getattr(replay, call.func.id)
@@ -283,8 +388,13 @@ def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):
     """The README's `trajectory` and `replay` examples, run from a copy of the paths they name
     (tests/corpus/native/...), each with exit 0, writing what they say."""
     readme = DOCS.parent / "README.md"
-    commands = [line[2:] for block in _blocks(readme, "console") for line in block.splitlines()
-                if (line.startswith("$ pvisor trajectory") or line.startswith("$ pvisor replay")) and "--replay-only" not in line]
+    commands = [
+        line[2:]
+        for block in _blocks(readme, "console")
+        for line in block.splitlines()
+        if (line.startswith("$ pvisor trajectory") or line.startswith("$ pvisor replay"))
+        and "--replay-only" not in line
+    ]
     assert len(commands) == 3
     corpus = tmp_path / "tests" / "corpus"
     shutil.copytree(DOCS.parent / "tests" / "corpus" / "native", corpus / "native")
@@ -293,4 +403,8 @@ def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):
         proc = subprocess.run(["bash", "-c", command], env=env, cwd=tmp_path, capture_output=True, timeout=60)
         assert proc.returncode == 0, (command, proc.stderr.decode())
     assert b'"schema_version": "ATIF-v1.7"' in (tmp_path / "run.atif.json").read_bytes()
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["prefix.json", "prefix.request.json", "result.json"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "prefix.json",
+        "prefix.request.json",
+        "result.json",
+    ]

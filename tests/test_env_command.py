@@ -21,7 +21,11 @@ AGENTS = ["claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "mini-s
 
 
 def _env(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    return pvisor(["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", *args], env=user_env(tmp_path), cwd=tmp_path)
+    return pvisor(
+        ["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", *args],
+        env=user_env(tmp_path),
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.parametrize("agent", AGENTS)
@@ -29,11 +33,17 @@ def test_snippets_carry_the_run_id_in_the_base_url(tmp_path, agent):
     bash = _env(tmp_path, "--agent", agent, "--gateway", GATEWAY + "/", "--run", "fix-1")
     assert bash.returncode == 0, bash.stderr
     assert f"{GATEWAY}/run/fix-1" in bash.stdout
-    doc = json.loads(_env(tmp_path, "--agent", agent, "--gateway", GATEWAY, "--run", "fix-1", "--shell", "json").stdout)
+    doc = json.loads(
+        _env(tmp_path, "--agent", agent, "--gateway", GATEWAY, "--run", "fix-1", "--shell", "json").stdout
+    )
     assert doc["agent"] == agent and doc["run"] == "fix-1" and doc["base_url"] == f"{GATEWAY}/run/fix-1"
     assert doc["env"]["NO_PROXY"] == "127.0.0.1,localhost,::1"
     fish = _env(tmp_path, "--agent", agent, "--gateway", GATEWAY, "--run", "fix-1", "--shell", "fish")
-    assert fish.returncode == 0 and "set -gx NO_PROXY 127.0.0.1,localhost,::1" in fish.stdout and "export " not in fish.stdout
+    assert (
+        fish.returncode == 0
+        and "set -gx NO_PROXY 127.0.0.1,localhost,::1" in fish.stdout
+        and "export " not in fish.stdout
+    )
     # bash: every export and here-doc is valid shell; nothing outside the data dir is written
     check = subprocess.run(["bash", "-n"], input=bash.stdout, text=True, capture_output=True)
     assert check.returncode == 0, check.stderr
@@ -45,14 +55,20 @@ def test_snippets_carry_the_run_id_in_the_base_url(tmp_path, agent):
 def test_a_gateway_beyond_this_machine_is_given_with_its_token(tmp_path):
     """The URL a gateway with --allow-remote prints (/t/<token>) is the one path --gateway takes."""
     remote = "http://gpu-box:8787/t/PvTokenForTheTest_0123456789-abc"
-    doc = json.loads(_env(tmp_path, "--agent", "claude-code", "--gateway", remote, "--run", "fix-1", "--shell", "json").stdout)
+    doc = json.loads(
+        _env(
+            tmp_path, "--agent", "claude-code", "--gateway", remote, "--run", "fix-1", "--shell", "json"
+        ).stdout
+    )
     assert doc["base_url"] == f"{remote}/run/fix-1"
     p = _env(tmp_path, "--agent", "claude-code", "--gateway", "http://gpu-box:8787/t/short")
     assert p.returncode == 2 and "without a path of your own" in p.stderr
 
 
 def test_codex_gets_its_provider_as_one_line_overrides(tmp_path):
-    doc = json.loads(_env(tmp_path, "--agent", "codex", "--gateway", GATEWAY, "--run", "c1", "--shell", "json").stdout)
+    doc = json.loads(
+        _env(tmp_path, "--agent", "codex", "--gateway", GATEWAY, "--run", "c1", "--shell", "json").stdout
+    )
     argv = doc["argv"]
     assert argv[0] == "codex" and argv[1] == "-c" and argv[2].startswith("model_providers.pvisor={")
     assert f'base_url="{GATEWAY}/run/c1/v1"' in argv[2] and 'wire_api="responses"' in argv[2]
@@ -92,15 +108,35 @@ def live_gateway(tmp_path):
         script = tmp_path / f"{agent}.json"
         script.write_text(json.dumps(script_for(agent)))
         ready = tmp_path / f"{agent}.ready"
-        p = subprocess.Popen([str(PVISOR), "serve-model", "--script", str(script), "--port", "0", "--ready-file", str(ready)],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        p = subprocess.Popen(
+            [str(PVISOR), "serve-model", "--script", str(script), "--port", "0", "--ready-file", str(ready)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
         procs.append(p)
         urls[upstream] = _wait_ready(ready, p)["url"]
     journal = tmp_path / "data" / "journal.sqlite"
     ready = tmp_path / "gateway.ready"
-    gw = subprocess.Popen([str(PVISOR), "--journal", str(journal), "gateway", "--port", "0", "--ready-file", str(ready),
-                           "--upstream", f"anthropic={urls['anthropic']}", "--upstream", f"openai={urls['openai']}"],
-                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    gw = subprocess.Popen(
+        [
+            str(PVISOR),
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--ready-file",
+            str(ready),
+            "--upstream",
+            f"anthropic={urls['anthropic']}",
+            "--upstream",
+            f"openai={urls['openai']}",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = _wait_ready(ready, gw)["url"]
     try:
         yield url, journal
@@ -116,8 +152,10 @@ def live_gateway(tmp_path):
 WRAPPERS = {
     "claude-code": 'claude() { "$REAL" "$@" -p "$TASK" --output-format stream-json --verbose --allowedTools Bash --model claude-sonnet-4-5; }',
     # the user's own config would say these; here the home is empty and the machine offline
-    "codex": ('codex() { "$REAL" "$@" -c approval_policy=\'"never"\' -c sandbox_mode=\'"danger-full-access"\' -c features.plugins=false '
-              '-c check_for_update_on_startup=false exec --skip-git-repo-check --json "$TASK"; }'),
+    "codex": (
+        'codex() { "$REAL" "$@" -c approval_policy=\'"never"\' -c sandbox_mode=\'"danger-full-access"\' -c features.plugins=false '
+        '-c check_for_update_on_startup=false exec --skip-git-repo-check --json "$TASK"; }'
+    ),
 }
 
 
@@ -134,9 +172,22 @@ def test_the_bash_snippet_points_the_real_agent_at_the_gateway(tmp_path, live_ga
     workspace = tmp_path / f"ws-{agent}"
     home.mkdir()
     workspace.mkdir()
-    env = user_env(home, REAL=str(entrypoint(agent)), TASK=TASK, ANTHROPIC_API_KEY="dummy-user-key", OPENAI_API_KEY="dummy-user-key")
-    proc = subprocess.run(["bash", "-c", WRAPPERS[agent] + "\n" + snippet], env=env, cwd=workspace, capture_output=True, text=True,
-                          timeout=240, stdin=subprocess.DEVNULL)
+    env = user_env(
+        home,
+        REAL=str(entrypoint(agent)),
+        TASK=TASK,
+        ANTHROPIC_API_KEY="dummy-user-key",
+        OPENAI_API_KEY="dummy-user-key",
+    )
+    proc = subprocess.run(
+        ["bash", "-c", WRAPPERS[agent] + "\n" + snippet],
+        env=env,
+        cwd=workspace,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     for name, content in FILES.items():
         assert (workspace / name).read_text() == content

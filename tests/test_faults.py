@@ -44,8 +44,20 @@ def _answers(url: str, n: int, size: int) -> list[int]:
 
 def _run_until_the_writer_stops(stack, procs, tmp_path, journal, env=None, during=None):
     up = stack.raw_upstream(json_upstream(b'{"id":"msg_1","content":"ok"}'))
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-fault"],
-               env=env)
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--run",
+            "r-fault",
+        ],
+        env=env,
+    )
     url = gw.listening()
     first = _answers(url, 3, 1000)
     assert first == [200, 200, 200]
@@ -94,7 +106,19 @@ def test_a_journal_on_a_read_only_file_system(stack, procs, tmp_path, small_fs):
     fs = small_fs("16m")
     journal = fs / "journal.sqlite"
     up = stack.raw_upstream(json_upstream())
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-ro"])
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--run",
+            "r-ro",
+        ]
+    )
     url = gw.listening()
     assert _answers(url, 3, 1000) == [200, 200, 200]
     assert gw.stop() == 0
@@ -111,8 +135,26 @@ def test_a_journal_on_a_read_only_file_system(stack, procs, tmp_path, small_fs):
 
 def test_an_upstream_certificate_no_one_vouches_for_is_a_502_naming_it(stack, tmp_path):
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    p = subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                        "-keyout", str(key), "-out", str(cert)], capture_output=True, text=True)
+    p = subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert p.returncode == 0, p.stderr
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.load_cert_chain(cert, key)
@@ -157,4 +199,3 @@ def test_a_slow_first_byte_waits_and_a_stall_ends_at_the_timeout(stack):
     assert http_request(gw.url, "POST", "/v1/messages?slow=1", b"{}")[0] == 200
     outcomes = [e.outcome for e in stack.exchanges(gw)]
     assert outcomes == ["ok", "upstream_reset", "ok"], outcomes
-

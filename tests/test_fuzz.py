@@ -45,6 +45,8 @@ MUTATION = st.one_of(
     st.tuples(st.just("swap_lines"), st.floats(0, 1), st.floats(0, 1)),
     st.tuples(st.just("huge_line"), st.floats(0, 1)),
 )
+
+
 def fuzz(examples: int) -> settings:
     """Settings of one fuzz target: ``examples`` times PVISOR_FUZZ_SCALE examples, fixed seed."""
     return settings(max_examples=examples * SCALE, derandomize=True, database=None, deadline=None,
@@ -109,7 +111,10 @@ class Worker:
         if not line:
             code = self.proc.wait()
             self.proc = None
-            return {"outcome": "crash", "detail": f"the worker died (exit {code}): a crash or the memory limit"}
+            return {
+                "outcome": "crash",
+                "detail": f"the worker died (exit {code}): a crash or the memory limit",
+            }
         return json.loads(line)
 
     def close(self) -> None:
@@ -146,7 +151,12 @@ def _native_seeds() -> list[tuple[str, Path]]:
 
 
 NATIVE = _native_seeds()
-WIRE = [(d.name, f) for d in sorted((corpus_dir() / "wire").iterdir()) if d.is_dir() for f in sorted(d.glob("*.sse"))]
+WIRE = [
+    (d.name, f)
+    for d in sorted((corpus_dir() / "wire").iterdir())
+    if d.is_dir()
+    for f in sorted(d.glob("*.sse"))
+]
 
 
 def test_the_seeds_cover_every_adapter_and_protocol():
@@ -157,7 +167,9 @@ def test_the_seeds_cover_every_adapter_and_protocol():
 
 
 @fuzz(400)
-@given(seed=st.sampled_from(NATIVE), mutations=st.lists(MUTATION, min_size=1, max_size=4), detect=st.booleans())
+@given(
+    seed=st.sampled_from(NATIVE), mutations=st.lists(MUTATION, min_size=1, max_size=4), detect=st.booleans()
+)
 def test_native_adapters_on_mutated_trajectories(worker, seed, mutations, detect):
     agent, path = seed
     data = mutate(path.read_bytes(), mutations)
@@ -166,13 +178,19 @@ def test_native_adapters_on_mutated_trajectories(worker, seed, mutations, detect
 
 
 @fuzz(200)
-@given(seed=st.sampled_from(NATIVE), mutations=st.lists(MUTATION, min_size=1, max_size=3), step=st.integers(0, 6))
+@given(
+    seed=st.sampled_from(NATIVE), mutations=st.lists(MUTATION, min_size=1, max_size=3), step=st.integers(0, 6)
+)
 def test_prepare_only_on_mutated_trajectories_writes_only_its_output(worker, seed, mutations, step):
     agent, path = seed
     data = mutate(path.read_bytes(), mutations)
     args = [path.name, "replay", "--prepare-only", "--trajectory", "{input}", "--agent", agent,
             "--after-step", str(step), "--output", "{out}"]  # fmt: skip
-    _check(worker.run("cli", args, data), f"replay --prepare-only of {path.name} mutated by {mutations}", "prepare")
+    _check(
+        worker.run("cli", args, data),
+        f"replay --prepare-only of {path.name} mutated by {mutations}",
+        "prepare",
+    )
 
 
 @fuzz(500)
@@ -231,7 +249,9 @@ def _replace(node, path, value):
 
 
 @fuzz(500)
-@given(seed=st.sampled_from(REQUESTS), edits=st.lists(st.tuples(st.floats(0, 1), JSON), min_size=1, max_size=4))
+@given(
+    seed=st.sampled_from(REQUESTS), edits=st.lists(st.tuples(st.floats(0, 1), JSON), min_size=1, max_size=4)
+)
 def test_request_parsers_on_structurally_mutated_bodies(worker, seed, edits):
     protocol, path, body = seed
     for where, value in edits:
@@ -265,7 +285,9 @@ def journal_seed(tmp_path_factory) -> bytes:
 def test_the_journal_reader_on_damaged_journals(worker, journal_seed, mutations, command):
     data = mutate(journal_seed, mutations)
     args = ["journal.sqlite", "--journal", "{input}", *command]
-    _check(worker.run("cli", args, data), f"{' '.join(command)} of a journal damaged by {mutations}", "journal")
+    _check(
+        worker.run("cli", args, data), f"{' '.join(command)} of a journal damaged by {mutations}", "journal"
+    )
 
 
 def test_the_fuzzing_reached_both_what_reads_and_what_is_refused():

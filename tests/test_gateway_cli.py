@@ -69,7 +69,9 @@ class LineReader:
                     return m
             left = end - time.monotonic()
             if left <= 0 or self.eof:
-                raise AssertionError(f"no line matching {pattern!r} within {deadline} s; got {self.lines!r} {self.buf!r}")
+                raise AssertionError(
+                    f"no line matching {pattern!r} within {deadline} s; got {self.lines!r} {self.buf!r}"
+                )
             self._fill(left)
 
     def rest(self, deadline: float = DEADLINE) -> str:
@@ -85,17 +87,27 @@ class LineReader:
 def with_rlimit(resource_name: str, limit: int) -> list[str]:
     """A command prefix running ``pvisor`` under a resource limit (``RLIMIT_FSIZE``, ...): a real
     condition such as "the disk is full" for the files the process writes, made on purpose."""
-    code = (f"import os, resource, sys; resource.setrlimit(resource.{resource_name}, ({limit}, {limit})); "
-            "os.execv(sys.executable, [sys.executable, '-m', 'pvisor'] + sys.argv[1:])")
+    code = (
+        f"import os, resource, sys; resource.setrlimit(resource.{resource_name}, ({limit}, {limit})); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'pvisor'] + sys.argv[1:])"
+    )
     return [sys.executable, "-c", code]
 
 
 class Proc:
     """A pvisor child process with its stdout/stderr read line by line."""
 
-    def __init__(self, args: list[str], command: list[str] | None = None, env: dict[str, str] | None = None) -> None:
-        self.p = subprocess.Popen((command or PVISOR) + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=env or ENV, start_new_session=True)
+    def __init__(
+        self, args: list[str], command: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.p = subprocess.Popen(
+            (command or PVISOR) + args,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env or ENV,
+            start_new_session=True,
+        )
         self.out = LineReader(self.p.stdout)
         self.err = LineReader(self.p.stderr)
 
@@ -131,7 +143,9 @@ def procs():
 
 
 def run_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(PVISOR + args, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=ENV, timeout=timeout)
+    return subprocess.run(
+        PVISOR + args, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=ENV, timeout=timeout
+    )
 
 
 def assert_wal_checkpointed(journal: Path) -> None:
@@ -170,8 +184,20 @@ def test_a_kill_9_keeps_the_request_and_the_response_so_far_of_an_exchange_in_fl
     up = stack.raw_upstream(handler)
     journal = tmp_path / "journal.sqlite"
     env = {**ENV, "PVISOR_JOURNAL_WRITER": writer}
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}",
-                "--run", "r-kill"], env=env)
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--run",
+            "r-kill",
+        ],
+        env=env,
+    )
     url = gw.listening()
     body = orjson.dumps({"model": "m", "stream": True, "messages": [{"role": "user", "content": "x" * 1151}]})
     assert len(body) == 1220
@@ -182,8 +208,10 @@ def test_a_kill_9_keeps_the_request_and_the_response_so_far_of_an_exchange_in_fl
 
         def on_disk():
             with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
-                row = db.execute("SELECT e.id, e.request_bytes, (SELECT sum(length(data)) FROM response_parts p"
-                                 " WHERE p.exchange_id = e.id) FROM exchanges e").fetchone()
+                row = db.execute(
+                    "SELECT e.id, e.request_bytes, (SELECT sum(length(data)) FROM response_parts p"
+                    " WHERE p.exchange_id = e.id) FROM exchanges e"
+                ).fetchone()
             return row if row is not None and row[1] == len(body) and row[2] == len(got) else None
 
         ex_id = poll(on_disk, "the request and the response so far in the journal", deadline=5)[0]
@@ -208,7 +236,10 @@ def test_a_kill_9_keeps_the_request_and_the_response_so_far_of_an_exchange_in_fl
         def reaped():
             Journal.open(journal).close()  # the next writer reaps the dead one, once it is dead
             with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
-                return db.execute("SELECT outcome FROM exchanges WHERE id = ?", (ex_id,)).fetchone()[0] is not None
+                return (
+                    db.execute("SELECT outcome FROM exchanges WHERE id = ?", (ex_id,)).fetchone()[0]
+                    is not None
+                )
 
         poll(reaped, "the dead writer reaped", deadline=10, interval=0.2)
     with JournalReader(journal) as r:
@@ -223,7 +254,9 @@ def test_a_kill_9_keeps_the_request_and_the_response_so_far_of_an_exchange_in_fl
 
 
 @pytest.mark.parametrize("writer", ["thread", "process"])
-def test_a_log_file_on_a_full_file_system_never_stops_recording_or_the_stop(stack, procs, tmp_path, small_fs, writer):
+def test_a_log_file_on_a_full_file_system_never_stops_recording_or_the_stop(
+    stack, procs, tmp_path, small_fs, writer
+):
     """Issue 17, defect 3: a --log-file on a full file system printed a traceback per line, then
     crashed at stop (exit 1; with the thread writer the lease stayed open and the WAL was never
     checkpointed). Lines that cannot be written are dropped with one warning; every exchange is
@@ -233,12 +266,28 @@ def test_a_log_file_on_a_full_file_system_never_stops_recording_or_the_stop(stac
     (full / "filler").write_bytes(b"x" * 60_000)
     journal = tmp_path / "journal.sqlite"
     log = full / "gw.log"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}",
-                "--log-file", str(log), "--run", "r-full"], env={**ENV, "PVISOR_JOURNAL_WRITER": writer})
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--log-file",
+            str(log),
+            "--run",
+            "r-full",
+        ],
+        env={**ENV, "PVISOR_JOURNAL_WRITER": writer},
+    )
     url = gw.listening()
     for i in range(60):  # far more lines than the file system holds
         assert http_request(url, "POST", "/v1/messages", b'{"n":%d}' % i)[0] == 200
-    gw.err.wait_for(r"^pvisor: warning: --log-file .*gw\.log: cannot write: No space left on device; lines are dropped")
+    gw.err.wait_for(
+        r"^pvisor: warning: --log-file .*gw\.log: cannot write: No space left on device; lines are dropped"
+    )
     (full / "filler").unlink()  # room again: the next line says how many were lost
     assert http_request(url, "POST", "/v1/messages", b'{"n":"last"}')[0] == 200
     assert gw.stop() == 0
@@ -269,8 +318,22 @@ def test_a_gateway_beyond_this_machine_needs_its_token_which_is_never_forwarded_
     up = stack.raw_upstream(json_upstream(b'{"id":"msg_1"}'))
     journal, log, ready = tmp_path / "journal.sqlite", tmp_path / "gw.log", tmp_path / "ready.json"
     token = "PvTokenForTheTest_0123456789-abc"
-    args = ["--journal", str(journal), "gateway", "--host", "0.0.0.0", "--port", "0", "--allow-remote",
-            "--upstream", f"anthropic={up.url}", "--log-file", str(log), "--ready-file", str(ready)]
+    args = [
+        "--journal",
+        str(journal),
+        "gateway",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "0",
+        "--allow-remote",
+        "--upstream",
+        f"anthropic={up.url}",
+        "--log-file",
+        str(log),
+        "--ready-file",
+        str(ready),
+    ]
     gw = procs(args + (["--token", token] if given else []))
     m = gw.out.wait_for(r"^listening http://0\.0\.0\.0:(\d+)/t/([A-Za-z0-9_-]+)$", deadline=30)
     port, printed = m.group(1), m.group(2)
@@ -282,8 +345,13 @@ def test_a_gateway_beyond_this_machine_needs_its_token_which_is_never_forwarded_
     assert json.loads(ready.read_text())["url"] == f"http://0.0.0.0:{port}/t/{token}"
     gw.err.wait_for(r"requests need the token in their path")
     url = f"http://127.0.0.1:{port}"
-    for path in ("/v1/messages", "/t/wrong-token-0123456789/v1/messages", f"/t/{token}x/v1/messages",
-                 "/__pvisor/health", f"/run/r-1/t/{token}/v1/messages"):
+    for path in (
+        "/v1/messages",
+        "/t/wrong-token-0123456789/v1/messages",
+        f"/t/{token}x/v1/messages",
+        "/__pvisor/health",
+        f"/run/r-1/t/{token}/v1/messages",
+    ):
         status, _, body = http_request(url, "POST", path, b'{"n":0}')
         assert status == 401 and b"pvisor_unauthorized" in body, (path, status)
     assert up.requests == []  # nothing was forwarded
@@ -323,8 +391,23 @@ def test_signal_finishes_the_exchange_in_flight(stack, procs, tmp_path, corpus, 
 
     up = stack.raw_upstream(handler)
     journal, log, ready = tmp_path / "j" / "journal.sqlite", tmp_path / "gw.log", tmp_path / "ready.json"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}",
-                "--log-file", str(log), "--ready-file", str(ready), "--run", "r-cli-test"])
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--log-file",
+            str(log),
+            "--ready-file",
+            str(ready),
+            "--run",
+            "r-cli-test",
+        ]
+    )
     url = gw.listening()
     info = json.loads(ready.read_text())
     assert info == {"url": url, "run": "r-cli-test", "pid": gw.p.pid, "journal": str(journal)}
@@ -398,17 +481,34 @@ def assert_cancelled_in_flight(journal: Path, run: str, part: bytes) -> None:
         assert r.request_body(ex) == b'{"stream":true}'
 
 
-def test_grace_period_ends_then_the_stalled_exchange_is_cancelled_and_recorded(stack, procs, tmp_path, corpus):
+def test_grace_period_ends_then_the_stalled_exchange_is_cancelled_and_recorded(
+    stack, procs, tmp_path, corpus
+):
     up, part, release = stalled_upstream(stack, corpus)
     journal = tmp_path / "journal.sqlite"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-stall",
-                "--shutdown-grace", "0.5"])
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--run",
+            "r-stall",
+            "--shutdown-grace",
+            "0.5",
+        ]
+    )
     url = gw.listening()
     conn, resp = open_stream(url, "POST", "/v1/messages", b'{"stream":true}')
     try:
         assert resp.read(len(part)) == part  # in flight, and the upstream holds the rest
         gw.p.send_signal(signal.SIGINT)
-        gw.err.wait_for(r"^stopping: waiting for 1 exchange\(s\) in flight \(up to 0\.5 s; a second signal cancels them now\)")
+        gw.err.wait_for(
+            r"^stopping: waiting for 1 exchange\(s\) in flight \(up to 0\.5 s; a second signal cancels them now\)"
+        )
         # the end of the grace period is said too (a new user saw the gateway go quiet)
         gw.err.wait_for(r"^stopped: cancelled 1 exchange\(s\) still in flight \(recorded incomplete\)$")
         assert gw.p.wait(DEADLINE + 15) == 130
@@ -427,8 +527,21 @@ def test_second_signal_cancels_the_exchanges_in_flight_at_once(stack, procs, tmp
     wait: the process exits within the deadline only if it does."""
     up, part, release = stalled_upstream(stack, corpus)
     journal = tmp_path / "journal.sqlite"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-twice",
-                "--shutdown-grace", "3600"])
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--run",
+            "r-twice",
+            "--shutdown-grace",
+            "3600",
+        ]
+    )
     url = gw.listening()
     conn, resp = open_stream(url, "POST", "/v1/messages", b'{"stream":true}')
     try:
@@ -454,16 +567,34 @@ def test_journal_writer_failure_stops_the_gateway_with_exit_69(stack, procs, tmp
     big = os.urandom(2 * 1024 * 1024)  # incompressible
 
     async def handler(request):
-        return web.Response(body=big if "big" in request.query else b'{"ok":true}', headers={"Content-Type": "application/json"})
+        return web.Response(
+            body=big if "big" in request.query else b'{"ok":true}',
+            headers={"Content-Type": "application/json"},
+        )
 
     up = stack.raw_upstream(handler)
     journal = tmp_path / "journal.sqlite"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-full"],
-               command=with_rlimit("RLIMIT_FSIZE", 1024 * 1024))
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--run",
+            "r-full",
+        ],
+        command=with_rlimit("RLIMIT_FSIZE", 1024 * 1024),
+    )
     url = gw.listening()
     assert http_request(url, "POST", "/v1/messages", b'{"n":1}')[::2] == (200, b'{"ok":true}')
     wait_recorded(journal, "r-full", 1)
-    assert http_request(url, "POST", "/v1/messages?big=1", b'{"n":2}')[::2] == (200, big)  # answered, not recordable
+    assert http_request(url, "POST", "/v1/messages?big=1", b'{"n":2}')[::2] == (
+        200,
+        big,
+    )  # answered, not recordable
     gw.err.wait_for(r"^pvisor: error: journal writer stopped: \w+Error: ", deadline=DEADLINE + 5)
     assert gw.p.wait(DEADLINE + 15) == 69
     stderr = gw.err.rest()
@@ -498,14 +629,28 @@ def test_journal_lock_warnings_are_shown_and_nothing_is_lost(stack, procs, tmp_p
     keeps the exchange in memory, and commits it once the lock is released."""
     up = stack.raw_upstream(json_upstream(b'{"ok":true}'))
     journal = tmp_path / "journal.sqlite"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-locked"])
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--run",
+            "r-locked",
+        ]
+    )
     url = gw.listening()
     other = sqlite3.connect(journal, isolation_level=None, timeout=DEADLINE)
     try:
         other.execute("BEGIN IMMEDIATE")  # the write lock, held until ROLLBACK
         assert http_request(url, "POST", "/v1/messages", b'{"during":"lock"}')[0] == 200
-        gw.err.wait_for(r"^pvisor: warning: journal \S+ is locked by another process; \d+ message\(s\) wait in memory, retrying$",
-                        deadline=DEADLINE + 10)
+        gw.err.wait_for(
+            r"^pvisor: warning: journal \S+ is locked by another process; \d+ message\(s\) wait in memory, retrying$",
+            deadline=DEADLINE + 10,
+        )
     finally:
         if other.in_transaction:
             other.execute("ROLLBACK")
@@ -524,12 +669,25 @@ def test_client_misbehaviour_is_recorded_and_logged_in_one_line(stack, procs, tm
     one line in the log file."""
     up = stack.raw_upstream(json_upstream(b'{"ok":true}'))
     journal, log = tmp_path / "journal.sqlite", tmp_path / "gw.log"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-rude",
-                "--log-file", str(log)])
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--run",
+            "r-rude",
+            "--log-file",
+            str(log),
+        ]
+    )
     url = gw.listening()
     host, port = "127.0.0.1", int(url.rsplit(":", 1)[1])
     with socket.create_connection((host, port), timeout=DEADLINE) as s:
-        s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"partial\":")
+        s.sendall(b'POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"partial":')
     wait_recorded(journal, "r-rude", 1)
     with socket.create_connection((host, port), timeout=DEADLINE) as s:
         s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}")
@@ -580,20 +738,48 @@ def test_gateway_in_front_of_serve_model_processes(procs, tmp_path, loop, runs_o
     """Both event loops (uvloop from the extra pvisor-sandbox[uvloop], in the test extra too:
     ``auto`` picks it), the journal written by a process of its own."""
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"main_chain": "first", "turns": [{"text": "Hello from the script."}, {"text": "Second."}]}))
+    script.write_text(
+        json.dumps(
+            {"main_chain": "first", "turns": [{"text": "Hello from the script."}, {"text": "Second."}]}
+        )
+    )
     model = procs(["serve-model", "--script", str(script), "--port", "0"])
     model_url = model.listening()
     journal = tmp_path / "journal.sqlite"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={model_url}", "--event-loop", loop])
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={model_url}",
+            "--event-loop",
+            loop,
+        ]
+    )
     url = gw.listening()
-    gw.err.wait_for(rf"^run r-\w+; journal {re.escape(str(journal))}; writer process \d+; event loop {runs_on}$")
+    gw.err.wait_for(
+        rf"^run r-\w+; journal {re.escape(str(journal))}; writer process \d+; event loop {runs_on}$"
+    )
 
     request = {"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
-    direct = http_request(model_url, "POST", "/v1/messages", orjson.dumps(request), {"Content-Type": "application/json"})
-    via = http_request(url, "POST", "/v1/messages", orjson.dumps(request), {"Content-Type": "application/json"})
+    direct = http_request(
+        model_url, "POST", "/v1/messages", orjson.dumps(request), {"Content-Type": "application/json"}
+    )
+    via = http_request(
+        url, "POST", "/v1/messages", orjson.dumps(request), {"Content-Type": "application/json"}
+    )
     assert via[0] == direct[0] == 200 and via[2] == direct[2]
     assert orjson.loads(via[2])["content"][0]["text"] == "Hello from the script."
-    streamed = http_request(url, "POST", "/v1/messages", orjson.dumps({**request, "stream": True}), {"Content-Type": "application/json"})
+    streamed = http_request(
+        url,
+        "POST",
+        "/v1/messages",
+        orjson.dumps({**request, "stream": True}),
+        {"Content-Type": "application/json"},
+    )
     assert streamed[0] == 200 and b"event: message_stop" in streamed[2]
 
     assert gw.stop() == 0
@@ -619,7 +805,19 @@ def test_a_closed_terminal_stops_the_gateway_cleanly_and_loses_nothing(stack, pr
 
     up = stack.raw_upstream(handler)
     journal = tmp_path / "journal.sqlite"
-    gw = procs(["--journal", str(journal), "gateway", "--port", "0", "--upstream", f"anthropic={up.url}", "--run", "r-hup"])
+    gw = procs(
+        [
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"anthropic={up.url}",
+            "--run",
+            "r-hup",
+        ]
+    )
     url = gw.listening()
     for i in range(5):
         assert http_request(url, "POST", "/v1/messages", b'{"n":%d}' % i)[0] == 200
@@ -649,24 +847,42 @@ def test_a_ready_file_that_is_a_fifo_or_device_is_written_in_place(procs, tmp_pa
     assert gw.stop() == 0
     lonely = tmp_path / "nobody.fifo"
     os.mkfifo(lonely)
-    result = run_cli(["--journal", str(tmp_path / "k.sqlite"), "gateway", "--port", "0", "--ready-file", str(lonely)])
+    result = run_cli(
+        ["--journal", str(tmp_path / "k.sqlite"), "gateway", "--port", "0", "--ready-file", str(lonely)]
+    )
     assert result.returncode == 2
-    assert result.stderr.strip() == f"pvisor: error: cannot write --ready-file {lonely}: no process has the FIFO open for reading"
+    assert (
+        result.stderr.strip()
+        == f"pvisor: error: cannot write --ready-file {lonely}: no process has the FIFO open for reading"
+    )
     assert stat.S_ISFIFO(os.stat(lonely).st_mode)
 
 
 def test_event_loop_uvloop_without_uvloop_is_a_usage_error(tmp_path):
     """uvloop not importable (as without the extra): asked for, one line and exit 2; auto falls
     back to asyncio's loop and serves."""
-    no_uvloop = [sys.executable, "-c", "import sys; sys.modules['uvloop'] = None; from pvisor.cli import main; main()"]
+    no_uvloop = [
+        sys.executable,
+        "-c",
+        "import sys; sys.modules['uvloop'] = None; from pvisor.cli import main; main()",
+    ]
     journal = tmp_path / "journal.sqlite"
-    result = subprocess.run(no_uvloop + ["--journal", str(journal), "gateway", "--port", "0", "--event-loop", "uvloop"],
-                            stdin=subprocess.DEVNULL, capture_output=True, text=True, env=ENV, timeout=60)
+    result = subprocess.run(
+        no_uvloop + ["--journal", str(journal), "gateway", "--port", "0", "--event-loop", "uvloop"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=60,
+    )
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip() == ("pvisor: error: --event-loop uvloop: uvloop is not installed "
-                                     "(pip install 'pvisor-sandbox[uvloop]')")
+    assert result.stderr.strip() == (
+        "pvisor: error: --event-loop uvloop: uvloop is not installed (pip install 'pvisor-sandbox[uvloop]')"
+    )
     assert not journal.exists()  # refused before anything started
-    gw = Proc(["--journal", str(journal), "gateway", "--port", "0", "--event-loop", "auto"], command=no_uvloop)
+    gw = Proc(
+        ["--journal", str(journal), "gateway", "--port", "0", "--event-loop", "auto"], command=no_uvloop
+    )
     try:
         url = gw.listening()
         assert http_request(url, "GET", "/__pvisor/health")[0] == 200
@@ -688,37 +904,93 @@ def busy_port():
 @pytest.mark.parametrize(
     "args,code,message",
     [
-        (["--upstream", "bogus=http://127.0.0.1:1"], 2, r"^pvisor: error: Invalid value for '?--upstream'?: 'bogus=http://127\.0\.0\.1:1'.*anthropic, openai, gemini"),
+        (
+            ["--upstream", "bogus=http://127.0.0.1:1"],
+            2,
+            r"^pvisor: error: Invalid value for '?--upstream'?: 'bogus=http://127\.0\.0\.1:1'.*anthropic, openai, gemini",
+        ),
         (["--upstream", "bogus=x"], 2, r"^pvisor: error: Invalid value for '?--upstream'?: 'bogus=x'"),
-        (["--upstream", "anthropic=ftp://host"], 2, r"^pvisor: error: Invalid value for '?--upstream'?.*http:// or https://"),
+        (
+            ["--upstream", "anthropic=ftp://host"],
+            2,
+            r"^pvisor: error: Invalid value for '?--upstream'?.*http:// or https://",
+        ),
         (["--upstream", "anthropic=http://a", "--upstream", "anthropic=http://b"], 2, r"given twice"),
         (["--max-body", "lots"], 2, r"Invalid value for '--max-body': 'lots' is not a size"),
-        (["--host", "0.0.0.0"], 2, r"^pvisor: error: --host 0\.0\.0\.0 listens beyond this machine: .*add --allow-remote"),
+        (
+            ["--host", "0.0.0.0"],
+            2,
+            r"^pvisor: error: --host 0\.0\.0\.0 listens beyond this machine: .*add --allow-remote",
+        ),
         (["--host", "::"], 2, r"^pvisor: error: --host :: listens beyond this machine"),
-        (["--host", "0.0.0.0", "--allow-remote", "--token", "not a token, too"], 2,
-         r"^pvisor: error: --token \(or \$PVISOR_GATEWAY_TOKEN\): a token is 16 to 256 letters, digits, '_' or '-'$"),
+        (
+            ["--host", "0.0.0.0", "--allow-remote", "--token", "not a token, too"],
+            2,
+            r"^pvisor: error: --token \(or \$PVISOR_GATEWAY_TOKEN\): a token is 16 to 256 letters, digits, '_' or '-'$",
+        ),
         (["--max-body", "0"], 2, r"Invalid value for '--max-body': '0' is too small \(at least 1 B\)"),
         (["--port", "70000"], 2, r"Invalid value for '--port'"),
         (["--stall-timeout", "0"], 2, r"Invalid value for '--stall-timeout'"),
         (["--run", "bad id!"], 2, r"^pvisor: error: run id 'bad id!'"),
-        (["--port", "{busy}"], 69, r"^pvisor: error: cannot listen on 127\.0\.0\.1:\d+: Address already in use$"),
-        (["--upstream", "gemini=http://h:99999"], 2, r"--upstream'?: gemini=http://h:99999: .*port must be in 1\.\.65535"),
-        (["--upstream", "openai=http://user:hunter2@h:0"], 2, r"--upstream'?: openai=http://\*\*\*@h:0: .*port must be in 1\.\.65535"),
-        (["--upstream", "openai=https://user:hunter2@h/v1?x=1"], 2, r"openai=https://\*\*\*@h/v1\?x=1: the URL must not have a query"),
+        (
+            ["--port", "{busy}"],
+            69,
+            r"^pvisor: error: cannot listen on 127\.0\.0\.1:\d+: Address already in use$",
+        ),
+        (
+            ["--upstream", "gemini=http://h:99999"],
+            2,
+            r"--upstream'?: gemini=http://h:99999: .*port must be in 1\.\.65535",
+        ),
+        (
+            ["--upstream", "openai=http://user:hunter2@h:0"],
+            2,
+            r"--upstream'?: openai=http://\*\*\*@h:0: .*port must be in 1\.\.65535",
+        ),
+        (
+            ["--upstream", "openai=https://user:hunter2@h/v1?x=1"],
+            2,
+            r"openai=https://\*\*\*@h/v1\?x=1: the URL must not have a query",
+        ),
         (["--upstream", "bogus=http://user:hunter2@h"], 2, r"'bogus=http://\*\*\*@h'"),
         (["--upstream", "anthropic=http://h:port"], 2, r"port is not a number"),
         (["--upstream", "anthropic=http:///v1"], 2, r"the URL has no host"),
-        (["--stall-timeout", "nan"], 2, r"Invalid value for '--stall-timeout': 'nan' is not a finite number of seconds"),
-        (["--stall-timeout", "inf"], 2, r"Invalid value for '--stall-timeout': 'inf' is not a finite number of seconds"),
+        (
+            ["--stall-timeout", "nan"],
+            2,
+            r"Invalid value for '--stall-timeout': 'nan' is not a finite number of seconds",
+        ),
+        (
+            ["--stall-timeout", "inf"],
+            2,
+            r"Invalid value for '--stall-timeout': 'inf' is not a finite number of seconds",
+        ),
         (["--shutdown-grace", "-1"], 2, r"Invalid value for '--shutdown-grace'"),
-        (["--stall-timeout", "1e12"], 2, r"Invalid value for '--stall-timeout': '1e12' is more than 2147483 seconds"),
-        (["--host", ""], 2, r"^pvisor: error: --host: an empty address; give 127\.0\.0\.1, or an address with --allow-remote$"),
-        (["--allow-remote", "--host", "0.0.0.0", "--token", "short"], 2,
-         r"^pvisor: error: --token \(or \$PVISOR_GATEWAY_TOKEN\): a token is 16 to 256"),
-        (["--log-file", "/nonexistent-pvisor-dir/g.log"], 2,
-         r"^pvisor: error: cannot write --log-file /nonexistent-pvisor-dir/g\.log: directory /nonexistent-pvisor-dir does not exist$"),
-        (["--ready-file", "/nonexistent-pvisor-dir/r.json"], 2,
-         r"^pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r\.json: directory /nonexistent-pvisor-dir does not exist$"),
+        (
+            ["--stall-timeout", "1e12"],
+            2,
+            r"Invalid value for '--stall-timeout': '1e12' is more than 2147483 seconds",
+        ),
+        (
+            ["--host", ""],
+            2,
+            r"^pvisor: error: --host: an empty address; give 127\.0\.0\.1, or an address with --allow-remote$",
+        ),
+        (
+            ["--allow-remote", "--host", "0.0.0.0", "--token", "short"],
+            2,
+            r"^pvisor: error: --token \(or \$PVISOR_GATEWAY_TOKEN\): a token is 16 to 256",
+        ),
+        (
+            ["--log-file", "/nonexistent-pvisor-dir/g.log"],
+            2,
+            r"^pvisor: error: cannot write --log-file /nonexistent-pvisor-dir/g\.log: directory /nonexistent-pvisor-dir does not exist$",
+        ),
+        (
+            ["--ready-file", "/nonexistent-pvisor-dir/r.json"],
+            2,
+            r"^pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r\.json: directory /nonexistent-pvisor-dir does not exist$",
+        ),
         (["--log-file", "{tmp}"], 2, r"--log-file"),
     ],
 )

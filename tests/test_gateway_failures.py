@@ -53,13 +53,17 @@ def good(stack):
 
 
 def good_exchange(gw, n: int) -> None:
-    status, _, body = http_request(gw.url, "POST", GOOD_PATH, b'{"good":%d}' % n, {"Content-Type": "application/json"})
+    status, _, body = http_request(
+        gw.url, "POST", GOOD_PATH, b'{"good":%d}' % n, {"Content-Type": "application/json"}
+    )
     assert (status, body) == (200, GOOD_REPLY)
 
 
 def assert_around(stack, gw, exs, middle_outcome: str) -> None:
     """Exchanges are [good 1, the failure, good 2], all recorded, the good ones intact."""
-    assert [e.outcome for e in exs] == ["ok", middle_outcome, "ok"], [(e.path, e.outcome, e.error) for e in exs]
+    assert [e.outcome for e in exs] == ["ok", middle_outcome, "ok"], [
+        (e.path, e.outcome, e.error) for e in exs
+    ]
     assert [e.seq for e in exs] == [1, 2, 3]
     with stack.reader(gw) as r:
         assert r.request_body(exs[0]) == b'{"good":1}' and r.response_body(exs[0]) == GOOD_REPLY
@@ -67,7 +71,10 @@ def assert_around(stack, gw, exs, middle_outcome: str) -> None:
 
 
 def raw_post(path: str, body: bytes = b"{}", extra: bytes = b"") -> bytes:
-    return b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (path.encode(), len(body), extra, body)
+    return (
+        b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s"
+        % (path.encode(), len(body), extra, body)
+    )
 
 
 # --------------------------------------------------------------------------- upstream HTTP errors
@@ -80,13 +87,22 @@ def test_upstream_http_error_passed_on_unchanged(stack, good, status, streamed):
         body = b"event: error\ndata: " + body + b"\n\n"
 
     async def handler(request):
-        return web.Response(status=status, body=body, headers={"Content-Type": "text/event-stream" if streamed else "application/json",
-                                                               "Retry-After": "7", "request-id": "req_err"})
+        return web.Response(
+            status=status,
+            body=body,
+            headers={
+                "Content-Type": "text/event-stream" if streamed else "application/json",
+                "Retry-After": "7",
+                "request-id": "req_err",
+            },
+        )
 
     up = stack.raw_upstream(handler)
     gw = stack.gateway(upstreams={"anthropic": up.url, "openai": good})
     good_exchange(gw, 1)
-    got_status, headers, got = http_request(gw.url, "POST", "/v1/messages", b'{"stream":%s}' % (b"true" if streamed else b"false"))
+    got_status, headers, got = http_request(
+        gw.url, "POST", "/v1/messages", b'{"stream":%s}' % (b"true" if streamed else b"false")
+    )
     good_exchange(gw, 2)
     assert (got_status, got) == (status, body)
     assert dict(headers)["Retry-After"] == "7" and dict(headers)["request-id"] == "req_err"
@@ -135,7 +151,9 @@ def test_upstream_down_gives_502_in_protocol_shape(stack, protocol, path, dead, 
         assert http_request(gw.url, "POST", good_path, b'{"good":%d}' % n)[::2] == (200, GOOD_REPLY)
 
     good_call(1)
-    status, headers, body = http_request(gw.url, "POST", path, b'{"model":"m"}', {"Content-Type": "application/json"})
+    status, headers, body = http_request(
+        gw.url, "POST", path, b'{"model":"m"}', {"Content-Type": "application/json"}
+    )
     good_call(2)
     assert status == 502
     h = {k.lower(): v for k, v in headers}
@@ -165,7 +183,9 @@ def test_connect_timeout_is_upstream_unreachable(stack, good, monkeypatch):
     full.listen(0)
     queued = socket.create_connection(full.getsockname(), timeout=DEADLINE)  # fills the queue
     try:
-        gw = stack.gateway(upstreams={"anthropic": "http://127.0.0.1:%d" % full.getsockname()[1], "openai": good})
+        gw = stack.gateway(
+            upstreams={"anthropic": "http://127.0.0.1:%d" % full.getsockname()[1], "openai": good}
+        )
         good_exchange(gw, 1)
         status, headers, body = http_request(gw.url, "POST", "/v1/messages", b"{}")
         good_exchange(gw, 2)
@@ -205,7 +225,9 @@ def test_reset_before_response_headers_gives_502(stack, good, how):
     assert exs[1].status == 502 and "before answering" in exs[1].error
 
 
-HEAD_CHUNKED = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nX-Up: 1\r\n\r\n"
+HEAD_CHUNKED = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nX-Up: 1\r\n\r\n"
+)
 PART = b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1"}}\n\nevent: ping\ndata: {"type":"ping"}\n\n'
 
 
@@ -218,7 +240,9 @@ def test_reset_after_headers_forwards_what_arrived_then_cuts(stack, good, framin
         if framing == "chunked":
             writer.write(HEAD_CHUNKED + b"%x\r\n%s\r\n" % (len(PART), PART))
         else:
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 5000\r\n\r\n" + PART)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: 5000\r\n\r\n" + PART
+            )
         await writer.drain()
         await client_read.wait()  # the client holds the part: now break the connection
         writer.transport.abort()
@@ -283,7 +307,10 @@ def test_stall_mid_stream_is_upstream_reset_naming_the_stall(stack, good):
         release.set()
     assert_around(stack, gw, exs, "upstream_reset")
     bad = exs[1]
-    assert "sent nothing for 0.5 s" in bad.error and (bad.bytes_received, bad.bytes_delivered) == (len(PART), len(PART))
+    assert "sent nothing for 0.5 s" in bad.error and (bad.bytes_received, bad.bytes_delivered) == (
+        len(PART),
+        len(PART),
+    )
 
 
 def test_stall_before_headers_is_502_upstream_reset(stack, good):
@@ -391,7 +418,9 @@ def test_body_over_max_body_is_413_with_content_length(stack, good):
     good_exchange(gw, 1)
     with socket.create_connection(hostport(gw.url), timeout=DEADLINE) as s:
         # only the head is sent: the gateway refuses on the declared length without reading a body
-        s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n")
+        s.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n"
+        )
         raw = read_response(s)
         # then the body: the gateway reads it away and closes the connection (Connection: close)
         s.sendall(b"b" * 5000)
@@ -413,7 +442,10 @@ def test_body_over_max_body_is_413_when_chunked(stack, good):
     good_exchange(gw, 1)
     chunk = b"x" * 1500
     with socket.create_connection(hostport(gw.url), timeout=DEADLINE) as s:
-        s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(chunk), chunk))
+        s.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n"
+            % (len(chunk), chunk)
+        )
         raw = read_response(s)  # refused once 1500 > 1000 bytes arrived, before the body ends
         s.sendall(b"%x\r\n%s\r\n0\r\n\r\n" % (len(chunk), chunk))
         assert read_until_closed(s) == b""
@@ -436,7 +468,10 @@ def test_expect_100_continue_is_answered_and_oversize_refused_before_the_body(st
     gw = stack.gateway(upstreams={"anthropic": up.url}, max_body=1000)
     body = b'{"model":"m"}'
     with socket.create_connection(hostport(gw.url), timeout=DEADLINE) as s:
-        s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n" % len(body))
+        s.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: %d\r\n\r\n"
+            % len(body)
+        )
         interim = b""
         while b"\r\n\r\n" not in interim:  # a client such as curl waits for this before sending the body
             data = s.recv(65536)
@@ -447,7 +482,9 @@ def test_expect_100_continue_is_answered_and_oversize_refused_before_the_body(st
         status, _, got, _ = parse_response(read_response(s))
         assert (status, got) == (200, b'{"ok":true}')
         # a declared length over --max-body: the 413 comes at once, no 100 Continue
-        s.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n")
+        s.sendall(
+            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n"
+        )
         raw = read_response(s)
         assert raw.startswith(b"HTTP/1.1 413 ") and parse_response(raw)[3]
         s.sendall(b"b" * 5000)  # a client that sends anyway: read away, then the connection closes
@@ -469,9 +506,11 @@ def test_websocket_upgrade_is_a_recorded_426(stack, good):
     up = stack.raw_upstream(json_upstream())
     gw = stack.gateway(upstreams={"openai": good, "anthropic": up.url})
     good_exchange(gw, 1)
-    raw = raw_response(gw.url, b"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                                b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
-                        )
+    raw = raw_response(
+        gw.url,
+        b"GET /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
     good_exchange(gw, 2)
     status, _, body, _ = parse_response(raw)
     assert status == 426
@@ -494,14 +533,20 @@ def test_https_upstream_speaking_plain_http_names_the_tls_failure(stack, good):
     good_exchange(gw, 2)
     assert status == 502
     message = assert_error_shape("anthropic", 502, body, "upstream_unreachable")
-    assert "TLS handshake failed" in message and "plain HTTP" in message and "Operation not permitted" not in message, message
+    assert (
+        "TLS handshake failed" in message
+        and "plain HTTP" in message
+        and "Operation not permitted" not in message
+    ), message
     exs = wait_exchanges(gw, 3)
     assert_around(stack, gw, exs, "upstream_unreachable")
     assert "TLS handshake failed" in exs[1].error
 
 
 @pytest.mark.parametrize("when", ["before the response", "after the response started"])
-def test_unexpected_exception_is_recorded_answered_and_logged_in_one_line(stack, good, tmp_path, monkeypatch, capfd, caplog, when):
+def test_unexpected_exception_is_recorded_answered_and_logged_in_one_line(
+    stack, good, tmp_path, monkeypatch, capfd, caplog, when
+):
     """A bug (here: the relay raising) is not aiohttp's text/plain 500 with a traceback: the
     exchange is recorded ``incomplete`` naming the exception type only (its text could hold a
     URL with a key), the agent gets a 500 in the protocol's JSON shape if nothing was sent yet
@@ -531,7 +576,10 @@ def test_unexpected_exception_is_recorded_answered_and_logged_in_one_line(stack,
     status, headers, body, complete = parse_response(raw)
     if when == "before the response":
         assert status == 500 and complete
-        assert assert_error_shape("anthropic", 500, body, "pvisor_internal_error") == "pvisor internal error: RuntimeError"
+        assert (
+            assert_error_shape("anthropic", 500, body, "pvisor_internal_error")
+            == "pvisor internal error: RuntimeError"
+        )
     else:
         assert status == 200 and body == PART and not complete
     exs = wait_exchanges(gw, 3)
@@ -544,7 +592,8 @@ def test_unexpected_exception_is_recorded_answered_and_logged_in_one_line(stack,
     assert "Traceback" not in err and "PVSECRETBUG" not in err, err
     records = [rec for rec in caplog.records if rec.name == "pvisor.gateway"]
     assert [(rec.levelname, rec.getMessage(), rec.exc_info) for rec in records] == [
-        ("ERROR", f"pvisor internal error: RuntimeError (exchange {exs[1].id}, POST /v1/messages)", None)]
+        ("ERROR", f"pvisor internal error: RuntimeError (exchange {exs[1].id}, POST /v1/messages)", None)
+    ]
     text = log.read_text()
     assert "Traceback" not in text and "PVSECRETBUG" not in text
     assert len([line for line in text.splitlines() if "pvisor internal error: RuntimeError" in line]) == 1
@@ -611,14 +660,23 @@ SECRET_PATHS = [
 
 def test_secrets_never_reach_journal_log_export_or_errors(stack, tmp_path):
     async def echo(request):
-        return web.Response(body=b'{"ok":true}', headers={"Content-Type": "application/json",
-                                                          "Set-Cookie": f"__cf_bm={SET_COOKIE_SECRET}; Path=/"})
+        return web.Response(
+            body=b'{"ok":true}',
+            headers={
+                "Content-Type": "application/json",
+                "Set-Cookie": f"__cf_bm={SET_COOKIE_SECRET}; Path=/",
+            },
+        )
 
     ups = {n: stack.raw_upstream(echo) for n in ("anthropic", "openai", "gemini")}
     log_live = tmp_path / "live.log"
     log_dead = tmp_path / "dead.log"
-    live = stack.gateway(upstreams={n: u.url for n, u in ups.items()}, name="live", log_file=log_live, max_body=4096)
-    dead = stack.gateway(upstreams={n: dead_url() for n in ups}, name="dead", log_file=log_dead, max_body=4096)
+    live = stack.gateway(
+        upstreams={n: u.url for n, u in ups.items()}, name="live", log_file=log_live, max_body=4096
+    )
+    dead = stack.gateway(
+        upstreams={n: dead_url() for n in ups}, name="dead", log_file=log_dead, max_body=4096
+    )
 
     client_saw = bytearray()
     for gw in (live, dead):
@@ -654,8 +712,16 @@ def test_secrets_never_reach_journal_log_export_or_errors(stack, tmp_path):
         assert {e.outcome for e in exs} <= {"ok", "upstream_unreachable", "oversize"}
         for e in exs:
             assert e.query.endswith("key=REDACTED")
-            assert {"authorization", "x-api-key", "x-goog-api-key", "api-key", "proxy-authorization", "cookie",
-                    "x-amz-security-token", "?key"} <= set(e.secret_fingerprints)
+            assert {
+                "authorization",
+                "x-api-key",
+                "x-goog-api-key",
+                "api-key",
+                "proxy-authorization",
+                "cookie",
+                "x-amz-security-token",
+                "?key",
+            } <= set(e.secret_fingerprints)
         files = [p for p in gw.journal_path.parent.iterdir() if p.name.startswith("journal.sqlite")]
         assert {p.name for p in files} >= {"journal.sqlite", "journal.sqlite-wal", "journal.sqlite-shm"}
         for p in files:
@@ -668,14 +734,22 @@ def test_secrets_never_reach_journal_log_export_or_errors(stack, tmp_path):
         gw.journal.close()
         for p in gw.journal_path.parent.iterdir():
             assert_no_secret(p.read_bytes(), f"{p} (after stop)")
-        export = subprocess.run([sys.executable, "-m", "pvisor", "--journal", str(gw.journal_path), "journal", "export"],
-                                capture_output=True, timeout=60, env={**os.environ, "PYTHONSAFEPATH": "1"})
+        export = subprocess.run(
+            [sys.executable, "-m", "pvisor", "--journal", str(gw.journal_path), "journal", "export"],
+            capture_output=True,
+            timeout=60,
+            env={**os.environ, "PYTHONSAFEPATH": "1"},
+        )
         assert export.returncode == 0, export.stderr
         assert export.stdout.count(b'"type":"exchange"') == len(SECRET_PATHS) + 1
         assert_no_secret(export.stdout + export.stderr, f"pvisor journal export of {gw.journal_path}")
     for gw, log in ((live, log_live), (dead, log_dead)):
         text = log.read_bytes()
-        lines = [line for line in text.split(b"\n") if line.split(b" ")[2:3] == [gw.run.encode()] and line.split(b" ")[3].startswith(b"x-")]
+        lines = [
+            line
+            for line in text.split(b"\n")
+            if line.split(b" ")[2:3] == [gw.run.encode()] and line.split(b" ")[3].startswith(b"x-")
+        ]
         assert len(lines) == len(SECRET_PATHS) + 1 and all(b"key=REDACTED" in line for line in lines), text
         assert_no_secret(text, f"log file {log}")
     assert b"Connection refused" in log_dead.read_bytes()

@@ -69,7 +69,9 @@ def stream_bytes(corpus: Path, rel: str) -> bytes:
         return raw
     lines = [line for line in raw.split(b"\n") if line.strip()]
     if rel.startswith("openai-responses/"):
-        return b"".join(b"event: " + orjson.loads(line)["type"].encode() + b"\ndata: " + line + b"\n\n" for line in lines)
+        return b"".join(
+            b"event: " + orjson.loads(line)["type"].encode() + b"\ndata: " + line + b"\n\n" for line in lines
+        )
     if rel.startswith("gemini/"):
         return b"".join(b"data: " + line + b"\r\n\r\n" for line in lines)
     raise AssertionError(rel)
@@ -87,7 +89,9 @@ def split_chunks(data: bytes, n: int = 5) -> list[bytes]:
     return pieces
 
 
-def stepped_stream(chunks: list[bytes], gates: list[Gate], content_type: str = "text/event-stream", headers=None):
+def stepped_stream(
+    chunks: list[bytes], gates: list[Gate], content_type: str = "text/event-stream", headers=None
+):
     """An upstream handler that sends ``chunks`` one by one, waiting on ``gates[i]`` after chunk i
     (set by the client once it has read chunk i through the gateway)."""
 
@@ -138,7 +142,9 @@ def test_corpus_stream_passes_through_byte_identical(stack, corpus, rel):
     assert (ex.outcome, ex.status, ex.protocol, ex.streamed) == ("ok", 200, proto_name, True)
     assert (ex.bytes_received, ex.bytes_delivered) == (len(data), len(data))
     timings = unpack_timings(ex.chunk_timings)
-    assert [n for _, n in timings] == [len(c) for c in chunks], "chunk timings must count the upstream's chunks"
+    assert [n for _, n in timings] == [len(c) for c in chunks], (
+        "chunk timings must count the upstream's chunks"
+    )
     assert [t for t, _ in timings] == sorted(t for t, _ in timings)
     with stack.reader(gw) as r:
         assert r.response_body(ex, raw=True) == data
@@ -151,7 +157,9 @@ def test_corpus_stream_passes_through_byte_identical(stack, corpus, rel):
             assert r.blob(ex.response_final) == orjson.dumps(expected)
 
 
-def _gated_stream(stack, released: Gate, before: list[bytes], after: list[bytes], timed_out: list | None = None):
+def _gated_stream(
+    stack, released: Gate, before: list[bytes], after: list[bytes], timed_out: list | None = None
+):
     """An upstream that sends an event-stream head and the events ``before``, waits for
     ``released`` (10 s deadline, noted in ``timed_out``), then sends ``after`` and ends."""
 
@@ -203,7 +211,9 @@ def test_non_streamed_json_passes_through(stack):
     body = b'{"id":"msg_1","type":"message","content":[{"type":"text","text":"hi"}]}'
     up = stack.raw_upstream(json_upstream(body))
     gw = stack.gateway(upstreams={"anthropic": up.url})
-    status, headers, data = http_request(gw.url, "POST", "/v1/messages", b'{"model":"m","messages":[]}', {"Content-Type": "application/json"})
+    status, headers, data = http_request(
+        gw.url, "POST", "/v1/messages", b'{"model":"m","messages":[]}', {"Content-Type": "application/json"}
+    )
     assert (status, data) == (200, body)
     (ex,) = wait_exchanges(gw, 1)
     assert (ex.outcome, ex.streamed, ex.response_final) == ("ok", False, None)
@@ -214,7 +224,17 @@ def test_non_streamed_json_passes_through(stack):
 
 # --------------------------------------------------------------------------- headers
 
-HOP_BY_HOP = {"connection", "keep-alive", "te", "trailer", "transfer-encoding", "upgrade", "proxy-connection", "proxy-authorization", "proxy-foo"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-foo",
+}
 
 
 def capture_headers(seen: list, response=None):
@@ -251,7 +271,12 @@ def test_request_headers_reach_upstream_without_hop_by_hop(stack):
         ("Content-Length", str(len(body))),
         ("X-Last", "1"),
     ]
-    req = b"POST /v1/messages?beta=true HTTP/1.1\r\n" + b"".join(f"{k}: {v}\r\n".encode() for k, v in sent) + b"\r\n" + body
+    req = (
+        b"POST /v1/messages?beta=true HTTP/1.1\r\n"
+        + b"".join(f"{k}: {v}\r\n".encode() for k, v in sent)
+        + b"\r\n"
+        + body
+    )
     host, port = hostport(gw.url)
     with socket.create_connection((host, port), timeout=DEADLINE) as s:
         s.sendall(req)
@@ -277,7 +302,11 @@ def test_gateway_adds_no_headers_of_its_own(stack):
     up = stack.raw_upstream(capture_headers(seen))
     gw = stack.gateway(upstreams={"openai": up.url})
     body = b'{"model":"m","input":"hi"}'
-    raw = raw_roundtrip(gw.url, b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    raw = raw_roundtrip(
+        gw.url,
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+        % (len(body), body),
+    )
     assert parse_response(raw)[0] == 200
     assert sorted(k.lower() for k, _ in seen[0]) == ["content-length", "host"], seen[0]
     assert up.requests[0][3] == body
@@ -285,7 +314,8 @@ def test_gateway_adds_no_headers_of_its_own(stack):
     # a chunked request body goes upstream as the same bytes, with a Content-Length
     seen.clear()
     raw = raw_roundtrip(
-        gw.url, b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{\"a\":\r\n3\r\n1}\n\r\n0\r\n\r\n"
+        gw.url,
+        b'POST /v1/responses HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{"a":\r\n3\r\n1}\n\r\n0\r\n\r\n',
     )
     assert parse_response(raw)[0] == 200
     assert sorted(k.lower() for k, _ in seen[0]) == ["content-length", "host"], seen[0]
@@ -341,7 +371,10 @@ def test_response_headers_and_gzip_body_reach_client_unchanged(stack):
         assert hop in direct_names and hop not in names, hop
     assert ("Connection", "X-Named-Hop") not in headers
     assert ("Content-Length", str(len(gz))) in headers
-    assert [v for k, v in headers if k == "Set-Cookie"] == ["__cf_bm=abc; Path=/; HttpOnly", "other=def; Path=/"]
+    assert [v for k, v in headers if k == "Set-Cookie"] == [
+        "__cf_bm=abc; Path=/; HttpOnly",
+        "other=def; Path=/",
+    ]
 
     (ex,) = wait_exchanges(gw, 1)
     assert ex.status == 201 and ex.outcome == "ok"
@@ -355,7 +388,10 @@ def test_response_headers_and_gzip_body_reach_client_unchanged(stack):
 
 @pytest.fixture
 def three_upstreams(stack):
-    ups = {name: stack.raw_upstream(json_upstream(b'{"upstream":"%s"}' % name.encode())) for name in ("anthropic", "openai", "gemini")}
+    ups = {
+        name: stack.raw_upstream(json_upstream(b'{"upstream":"%s"}' % name.encode()))
+        for name in ("anthropic", "openai", "gemini")
+    }
     gw = stack.gateway(upstreams={name: up.url for name, up in ups.items()})
     return gw, ups
 
@@ -364,12 +400,29 @@ ROUTES = [
     # (request path, upstream, path the upstream sees, protocol, journal path)
     ("/v1/messages", "anthropic", "/v1/messages", "anthropic", "/v1/messages"),
     ("/v1/messages?beta=true", "anthropic", "/v1/messages?beta=true", "anthropic", "/v1/messages"),
-    ("/v1/messages/count_tokens", "anthropic", "/v1/messages/count_tokens", "anthropic", "/v1/messages/count_tokens"),
+    (
+        "/v1/messages/count_tokens",
+        "anthropic",
+        "/v1/messages/count_tokens",
+        "anthropic",
+        "/v1/messages/count_tokens",
+    ),
     ("/v1/chat/completions", "openai", "/v1/chat/completions", "openai-chat", "/v1/chat/completions"),
     ("/v1/responses", "openai", "/v1/responses", "openai-responses", "/v1/responses"),
-    ("/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", "gemini", "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse", "gemini",
-     "/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
-    ("/v1/models/gemini-2.5-pro:generateContent", "gemini", "/v1/models/gemini-2.5-pro:generateContent", "gemini", "/v1/models/gemini-2.5-pro:generateContent"),
+    (
+        "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+        "gemini",
+        "/v1beta/models/gemini-2.5-pro:streamGenerateContent?alt=sse",
+        "gemini",
+        "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+    ),
+    (
+        "/v1/models/gemini-2.5-pro:generateContent",
+        "gemini",
+        "/v1/models/gemini-2.5-pro:generateContent",
+        "gemini",
+        "/v1/models/gemini-2.5-pro:generateContent",
+    ),
     ("/anthropic/v1/models", "anthropic", "/v1/models", None, "/v1/models"),
     ("/openai/v1/models?limit=2", "openai", "/v1/models?limit=2", None, "/v1/models"),
     ("/gemini/v1beta/models", "gemini", "/v1beta/models", None, "/v1beta/models"),
@@ -394,14 +447,23 @@ def test_run_prefix_and_header_select_the_run_and_are_not_forwarded(stack, three
     gw, ups = three_upstreams
     http_request(gw.url, "POST", "/run/r-prefix/v1/messages?beta=true", b"{}")
     http_request(gw.url, "POST", "/v1/messages", b"{}", {"X-Pvisor-Run": "r-header"})
-    http_request(gw.url, "POST", "/run/r-prefix/openai/v1/models", b"{}", {"X-Pvisor-Run": "r-header"})  # prefix wins
+    http_request(
+        gw.url, "POST", "/run/r-prefix/openai/v1/models", b"{}", {"X-Pvisor-Run": "r-header"}
+    )  # prefix wins
     http_request(gw.url, "POST", "/v1/messages", b"{}")
-    assert [r[1] for r in ups["anthropic"].requests] == ["/v1/messages?beta=true", "/v1/messages", "/v1/messages"]
+    assert [r[1] for r in ups["anthropic"].requests] == [
+        "/v1/messages?beta=true",
+        "/v1/messages",
+        "/v1/messages",
+    ]
     assert [r[1] for r in ups["openai"].requests] == ["/v1/models"]
     for _, _, headers, _ in ups["anthropic"].requests + ups["openai"].requests:
         assert "x-pvisor-run" not in {k.lower() for k in headers}
     prefixed = wait_exchanges(gw, 2, run="r-prefix")
-    assert [(e.path, e.query, e.protocol) for e in prefixed] == [("/v1/messages", "beta=true", "anthropic"), ("/v1/models", "", None)]
+    assert [(e.path, e.query, e.protocol) for e in prefixed] == [
+        ("/v1/messages", "beta=true", "anthropic"),
+        ("/v1/models", "", None),
+    ]
     (by_header,) = wait_exchanges(gw, 1, run="r-header")
     assert by_header.path == "/v1/messages"
     (own,) = wait_exchanges(gw, 1)
@@ -424,11 +486,21 @@ def test_invalid_run_header_is_a_recorded_400(stack, three_upstreams):
     assert status == 200
 
 
-@pytest.mark.parametrize("path", ["/run/bad%20id/v1/chat/completions", "/run//v1/chat/completions", "/run/" + "r" * 200 + "/v1/chat/completions",
-                                  "/run/.hidden/v1/chat/completions", "/run/"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/run/bad%20id/v1/chat/completions",
+        "/run//v1/chat/completions",
+        "/run/" + "r" * 200 + "/v1/chat/completions",
+        "/run/.hidden/v1/chat/completions",
+        "/run/",
+    ],
+)
 def test_invalid_run_id_in_the_path_is_a_recorded_400(stack, three_upstreams, path):
     gw, ups = three_upstreams
-    status, headers, body = http_request(gw.url, "POST", path, b'{"model":"m"}', {"X-Pvisor-Run": "r-good-header"})
+    status, headers, body = http_request(
+        gw.url, "POST", path, b'{"model":"m"}', {"X-Pvisor-Run": "r-good-header"}
+    )
     assert status == 400, body
     err = orjson.loads(body)["error"]
     assert err["type"] == "pvisor_bad_run_id" and "/run/<id>/" in err["message"]
@@ -448,17 +520,27 @@ def test_unknown_path_without_single_upstream_is_a_recorded_404(stack, three_ups
     assert dict(headers)["Content-Type"].startswith("application/json")
     assert not any(up.requests for up in ups.values())
     (ex,) = wait_exchanges(gw, 1)
-    assert (ex.status, ex.path, ex.outcome, ex.query) == (404, "/v1/models", "upstream_unreachable", "key=REDACTED")
+    assert (ex.status, ex.path, ex.outcome, ex.query) == (
+        404,
+        "/v1/models",
+        "upstream_unreachable",
+        "key=REDACTED",
+    )
     assert ex.error.startswith("pvisor_no_route")
 
 
 def test_answers_the_gateway_gives_itself_record_the_request_body(stack, three_upstreams):
     gw, ups = three_upstreams
-    chunked = b"POST /v2/unknown HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{\"a\":\r\n2\r\n1}\r\n0\r\n\r\n"
+    chunked = b'POST /v2/unknown HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{"a":\r\n2\r\n1}\r\n0\r\n\r\n'
     assert parse_response(raw_roundtrip(gw.url, chunked))[0] == 404
-    assert http_request(gw.url, "POST", "/v1/messages", b'{"run":"bad"}', {"X-Pvisor-Run": "not a run id"})[0] == 400
-    ws = (b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\nContent-Length: 8\r\n"
-          b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n{\"ws\":1}")
+    assert (
+        http_request(gw.url, "POST", "/v1/messages", b'{"run":"bad"}', {"X-Pvisor-Run": "not a run id"})[0]
+        == 400
+    )
+    ws = (
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\nContent-Length: 8\r\n"
+        b'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n{"ws":1}'
+    )
     assert parse_response(raw_roundtrip(gw.url, ws))[0] == 426
     assert not any(up.requests for up in ups.values())
     exs = wait_exchanges(gw, 3)
@@ -474,10 +556,17 @@ def test_unknown_path_goes_to_the_only_upstream(stack):
     assert http_request(gw.url, "POST", "/v1/responses", b"{}")[0] == 200
     assert http_request(gw.url, "POST", "/something/else?q=1", b"{}")[0] == 200
     # anthropic's own path goes to its (default, public) upstream, never to the single fallback
-    assert [r[1] for r in up.requests] == ["/proxy/v1/models", "/proxy/v1/responses", "/proxy/something/else?q=1"]
+    assert [r[1] for r in up.requests] == [
+        "/proxy/v1/models",
+        "/proxy/v1/responses",
+        "/proxy/something/else?q=1",
+    ]
     exs = wait_exchanges(gw, 3)
-    assert [(e.method, e.path, e.protocol) for e in exs] == [("GET", "/v1/models", None), ("POST", "/v1/responses", "openai-responses"),
-                                                            ("POST", "/something/else", None)]
+    assert [(e.method, e.path, e.protocol) for e in exs] == [
+        ("GET", "/v1/models", None),
+        ("POST", "/v1/responses", "openai-responses"),
+        ("POST", "/something/else", None),
+    ]
 
 
 def test_health_answers_locally_and_is_not_recorded(stack, three_upstreams):
@@ -510,7 +599,9 @@ def test_raw_path_is_not_requoted(stack):
 def test_head_is_proxied_without_body_with_upstream_content_length(stack):
     async def handler(request):
         if request.method == "HEAD":
-            resp = web.StreamResponse(status=200, headers={"Content-Type": "text/html", "Content-Length": "1234", "X-Up": "head"})
+            resp = web.StreamResponse(
+                status=200, headers={"Content-Type": "text/html", "Content-Length": "1234", "X-Up": "head"}
+            )
             await resp.prepare(request)
             await resp.write_eof()
             return resp
@@ -534,7 +625,9 @@ def test_head_is_proxied_without_body_with_upstream_content_length(stack):
         conn.close()
     assert [(m, p) for m, p, _, _ in up.requests] == [("HEAD", "/"), ("GET", "/after")]
     exs = wait_exchanges(gw, 2)
-    assert [(e.method, e.status, e.outcome, e.response_body) for e in exs[:1]] == [("HEAD", 200, "ok", exs[0].response_body)]
+    assert [(e.method, e.status, e.outcome, e.response_body) for e in exs[:1]] == [
+        ("HEAD", 200, "ok", exs[0].response_body)
+    ]
     with stack.reader(gw) as r:
         assert not r.response_body(exs[0], raw=True)
 
@@ -567,7 +660,13 @@ def test_zstd_request_body_forwarded_byte_identical_and_journaled_decoded(stack,
     assert compressed != body
     up = stack.raw_upstream(json_upstream())
     gw = stack.gateway(upstreams={"openai": up.url})
-    status, _, _ = http_request(gw.url, "POST", "/v1/responses", compressed, {"Content-Type": "application/json", "Content-Encoding": "zstd"})
+    status, _, _ = http_request(
+        gw.url,
+        "POST",
+        "/v1/responses",
+        compressed,
+        {"Content-Type": "application/json", "Content-Encoding": "zstd"},
+    )
     assert status == 200
     (_, _, headers, forwarded) = up.requests[0]
     assert hashlib.sha256(forwarded).hexdigest() == hashlib.sha256(compressed).hexdigest()
@@ -584,7 +683,16 @@ def test_gzip_request_body_forwarded_and_journaled_decoded(stack, corpus):
     compressed = gzip.compress(body, compresslevel=6, mtime=0)
     up = stack.raw_upstream(json_upstream())
     gw = stack.gateway(upstreams={"openai": up.url})
-    assert http_request(gw.url, "POST", "/v1/responses", compressed, {"Content-Type": "application/json", "Content-Encoding": "gzip"})[0] == 200
+    assert (
+        http_request(
+            gw.url,
+            "POST",
+            "/v1/responses",
+            compressed,
+            {"Content-Type": "application/json", "Content-Encoding": "gzip"},
+        )[0]
+        == 200
+    )
     assert up.requests[0][3] == compressed and up.requests[0][2]["Content-Encoding"] == "gzip"
     (ex,) = wait_exchanges(gw, 1)
     assert (ex.outcome, ex.request_encoding, ex.request_bytes) == ("ok", "gzip", len(compressed))
@@ -596,7 +704,16 @@ def test_corrupt_zstd_body_forwarded_unchanged_and_kept_raw(stack):
     corrupt = b"\x28\xb5\x2f\xfd" + b"this is not a zstd frame at all" * 3
     up = stack.raw_upstream(json_upstream())
     gw = stack.gateway(upstreams={"openai": up.url})
-    assert http_request(gw.url, "POST", "/v1/responses", corrupt, {"Content-Type": "application/json", "Content-Encoding": "zstd"})[0] == 200
+    assert (
+        http_request(
+            gw.url,
+            "POST",
+            "/v1/responses",
+            corrupt,
+            {"Content-Type": "application/json", "Content-Encoding": "zstd"},
+        )[0]
+        == 200
+    )
     assert up.requests[0][3] == corrupt
     (ex,) = wait_exchanges(gw, 1)
     assert (ex.outcome, ex.status, ex.request_encoding) == ("decode_error", 200, "zstd")

@@ -46,14 +46,24 @@ def test_bodies_round_trip_byte_for_byte(jpath: Path):
     bodies = [
         b"",
         b"{}",
-        "{\"text\": \"caf\u00e9 \u2028 \U0001F600\"}".encode(),
+        '{"text": "caf\u00e9 \u2028 \U0001f600"}'.encode(),
         bytes(range(256)) * 50,  # not UTF-8
         os.urandom(300_000),  # incompressible
         b'{"messages": [' + b'"x",' * 100_000 + b'"y"]}',
     ]
     with Journal.open(jpath) as j:
         ids = [
-            j.record_exchange("r-rt", "POST", "/v1/messages", [], status=200, request_body=b, response_body=b[::-1], streamed=True, chunk_timings=[(5, len(b))])
+            j.record_exchange(
+                "r-rt",
+                "POST",
+                "/v1/messages",
+                [],
+                status=200,
+                request_body=b,
+                response_body=b[::-1],
+                streamed=True,
+                chunk_timings=[(5, len(b))],
+            )
             for b in bodies
         ]
     with JournalReader(jpath) as r:
@@ -68,7 +78,9 @@ def test_bodies_round_trip_byte_for_byte(jpath: Path):
 
 def test_storage_of_a_200_step_chain_grows_linearly(jpath: Path, tmp_path: Path):
     bodies = anthropic_session_bodies(200)
-    system_and_tools = len(orjson.dumps(orjson.loads(bodies[0])["system"])) + len(orjson.dumps(orjson.loads(bodies[0])["tools"]))
+    system_and_tools = len(orjson.dumps(orjson.loads(bodies[0])["system"])) + len(
+        orjson.dumps(orjson.loads(bodies[0])["tools"])
+    )
     assert system_and_tools >= 20_000
     growth = [len(b) - len(a) for a, b in zip(bodies, bodies[1:])]
     assert min(growth) >= 300 and max(growth) <= 2_300
@@ -85,8 +97,10 @@ def test_storage_of_a_200_step_chain_grows_linearly(jpath: Path, tmp_path: Path)
     s100 = stored_after(100, tmp_path / "a" / "j.sqlite")
     s200 = stored_after(200, tmp_path / "b" / "j.sqlite")
     final = len(bodies[199])
-    print(f"\nfinal request {final} bytes; stored 100 steps {s100} bytes, 200 steps {s200} bytes; "
-          f"stored/final {s200 / final:.2f}; 200/100 {s200 / s100:.2f}")
+    print(
+        f"\nfinal request {final} bytes; stored 100 steps {s100} bytes, 200 steps {s200} bytes; "
+        f"stored/final {s200 / final:.2f}; 200/100 {s200 / s100:.2f}"
+    )
     assert s200 <= 2 * final
     assert s200 / s100 < 2.3
 
@@ -133,7 +147,9 @@ def test_verify_catches_a_corrupted_blob(jpath: Path):
 
 def test_verify_reports_a_missing_blob(jpath: Path):
     with Journal.open(jpath) as j:
-        j.record_exchange("r-m", "POST", "/v1/messages", [], status=200, request_body=b'{"a": "' + b"z" * 500 + b'"}')
+        j.record_exchange(
+            "r-m", "POST", "/v1/messages", [], status=200, request_body=b'{"a": "' + b"z" * 500 + b'"}'
+        )
     conn = sqlite3.connect(jpath)
     conn.execute("DELETE FROM blobs")
     conn.commit()
@@ -242,10 +258,17 @@ def test_a_stream_in_flight_is_kept_in_parts_until_it_is_whole(jpath: Path):
             time.sleep(0.02)
         with JournalReader(jpath) as r:
             [ex] = r.exchanges("r-p")
-            assert (ex.outcome, ex.status, ex.request_bytes, r.request_body(ex)) == ("in_flight", 200, 16, b'{"stream": true}')
+            assert (ex.outcome, ex.status, ex.request_bytes, r.request_body(ex)) == (
+                "in_flight",
+                200,
+                16,
+                b'{"stream": true}',
+            )
             assert r.verify().ok
         chunks.append(b"data: 3\n\n")
-        j.finish_exchange(p, status=200, request_body=b'{"stream": true}', response_body=b"".join(chunks), streamed=True)
+        j.finish_exchange(
+            p, status=200, request_body=b'{"stream": true}', response_body=b"".join(chunks), streamed=True
+        )
         j.flush()
         assert parts() is None
     with JournalReader(jpath) as r:
@@ -257,7 +280,9 @@ def test_a_stream_in_flight_is_kept_in_parts_until_it_is_whole(jpath: Path):
     with sqlite3.connect(jpath) as db:
         db.execute("INSERT INTO response_parts VALUES (?, 0, x'00')", (ex.id,))
     with JournalReader(jpath) as r:
-        assert r.verify().problems == [f"response_parts of exchange {ex.id} belong to a finished exchange (ok)"]
+        assert r.verify().problems == [
+            f"response_parts of exchange {ex.id} belong to a finished exchange (ok)"
+        ]
 
 
 def test_a_live_writer_is_not_reaped(jpath: Path):
@@ -297,7 +322,12 @@ def test_wal_mode_and_versioned_schema(jpath: Path):
     conn = sqlite3.connect(jpath)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     assert conn.execute("PRAGMA user_version").fetchone()[0] == schema_version() >= 1
-    names = [r[0] for r in conn.execute("SELECT name FROM _sqlite_migrations WHERE migration_set = 'pvisor.journal' ORDER BY id")]
+    names = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM _sqlite_migrations WHERE migration_set = 'pvisor.journal' ORDER BY id"
+        )
+    ]
     assert names[0] == "m001_initial"
     conn.close()
     with Journal.open(jpath):  # reopening applies nothing twice
@@ -314,7 +344,12 @@ def test_events_are_append_only_with_increasing_sequence(jpath: Path):
         j.end_attempt("r-ev", 1, 0, {"session_id": "abc"})
     with JournalReader(jpath) as r:
         events = r.events("r-ev")
-        assert [e["kind"] for e in events] == ["run.created", "attempt.started", "exchange.finished", "attempt.ended"]
+        assert [e["kind"] for e in events] == [
+            "run.created",
+            "attempt.started",
+            "exchange.finished",
+            "attempt.ended",
+        ]
         seqs = [e["seq"] for e in events]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
         [att] = r.attempts("r-ev")
@@ -342,7 +377,13 @@ def test_encoded_request_bodies_are_stored_decoded(jpath: Path, coding: str):
     }[coding](body)
     with Journal.open(jpath) as j:
         ex_id = j.record_exchange(
-            "r-enc", "POST", "/v1/messages", [("Content-Encoding", coding)], status=200, request_body=encoded, request_encoding=coding
+            "r-enc",
+            "POST",
+            "/v1/messages",
+            [("Content-Encoding", coding)],
+            status=200,
+            request_body=encoded,
+            request_encoding=coding,
         )
     with JournalReader(jpath) as r:
         ex = r.exchange(ex_id)
@@ -356,8 +397,12 @@ def test_undecodable_or_oversize_body_keeps_raw_bytes(jpath: Path):
     garbage = b"\x28\xb5\x2f\xfd" + os.urandom(100)  # a zstd magic number, then noise
     bomb = zstd.compress(b"\0" * 2_000_000)
     with Journal.open(jpath, max_decoded=1_000_000) as j:
-        bad = j.record_exchange("r-bad", "POST", "/v1/responses", [], status=200, request_body=garbage, request_encoding="zstd")
-        big = j.record_exchange("r-bad", "POST", "/v1/responses", [], status=200, request_body=bomb, request_encoding="zstd")
+        bad = j.record_exchange(
+            "r-bad", "POST", "/v1/responses", [], status=200, request_body=garbage, request_encoding="zstd"
+        )
+        big = j.record_exchange(
+            "r-bad", "POST", "/v1/responses", [], status=200, request_body=bomb, request_encoding="zstd"
+        )
     with JournalReader(jpath) as r:
         for ex_id, raw, what in ((bad, garbage, "corrupt"), (big, bomb, "more than 1000000 bytes")):
             ex = r.exchange(ex_id)
@@ -404,8 +449,16 @@ def test_finalizer_output_is_stored_as_the_final_response(jpath: Path):
 
     with Journal.open(jpath, finalize=finalize) as j:
         ex_id = j.record_exchange(
-            "r-f", "POST", "/v1/messages", [], protocol="anthropic", status=200, request_body=b"{}",
-            response_body=gzip.compress(b"event: x\ndata: {}\n\n"), response_headers=[("Content-Encoding", "gzip")], streamed=True,
+            "r-f",
+            "POST",
+            "/v1/messages",
+            [],
+            protocol="anthropic",
+            status=200,
+            request_body=b"{}",
+            response_body=gzip.compress(b"event: x\ndata: {}\n\n"),
+            response_headers=[("Content-Encoding", "gzip")],
+            streamed=True,
         )
     assert seen == [("anthropic", True, b"event: x\ndata: {}\n\n")]
     with JournalReader(jpath) as r:
@@ -439,7 +492,12 @@ def test_a_locked_journal_keeps_exchanges_in_memory_and_retries(jpath: Path):
     try:
         with Journal.open(jpath, busy_timeout_ms=50) as j:
             other.execute("BEGIN IMMEDIATE")  # another process holds the write lock
-            ids = [j.record_exchange("r-lock", "POST", "/v1/messages", [], status=200, request_body=b'{"n": %d}' % i) for i in range(3)]
+            ids = [
+                j.record_exchange(
+                    "r-lock", "POST", "/v1/messages", [], status=200, request_body=b'{"n": %d}' % i
+                )
+                for i in range(3)
+            ]
             assert locked.seen.wait(10), "the writer should report the lock"
             assert j.error is None
             other.execute("COMMIT")
@@ -488,7 +546,9 @@ def test_a_journal_from_a_newer_pvisor_is_refused(jpath: Path):
     with Journal.open(jpath):
         pass
     conn = sqlite3.connect(jpath)
-    conn.execute("INSERT INTO _sqlite_migrations(migration_set, name, applied_at) VALUES ('pvisor.journal', 'm999_future', 'x')")
+    conn.execute(
+        "INSERT INTO _sqlite_migrations(migration_set, name, applied_at) VALUES ('pvisor.journal', 'm999_future', 'x')"
+    )
     conn.commit()
     conn.close()
     with pytest.raises(BadInputError, match="newer pvisor"):
@@ -497,13 +557,22 @@ def test_a_journal_from_a_newer_pvisor_is_refused(jpath: Path):
 
 def test_damaged_columns_and_schema_are_integrity_errors(jpath: Path, tmp_path: Path):
     with Journal.open(jpath) as j:
-        ex_id = j.record_exchange("r-dmg", "POST", "/v1/messages", [("content-type", "application/json")], status=200, request_body=b"{}")
+        ex_id = j.record_exchange(
+            "r-dmg",
+            "POST",
+            "/v1/messages",
+            [("content-type", "application/json")],
+            status=200,
+            request_body=b"{}",
+        )
     conn = sqlite3.connect(jpath)
     conn.execute("UPDATE exchanges SET request_headers = '{not json' WHERE id = ?", (ex_id,))
     conn.commit()
     conn.close()
     with JournalReader(jpath) as r:
-        with pytest.raises(IntegrityError, match=f"exchanges {ex_id}: column request_headers is not valid JSON"):
+        with pytest.raises(
+            IntegrityError, match=f"exchanges {ex_id}: column request_headers is not valid JSON"
+        ):
             r.exchanges("r-dmg")
         rep = r.verify()
         assert any("request_headers is not valid JSON" in p for p in rep.problems)
@@ -531,7 +600,9 @@ def test_a_directory_or_unwritable_path_is_a_clear_error(tmp_path: Path):
     half.write_bytes(data[: len(data) // 2])
     # a truncated journal is damage (exit 3), never "not a journal" (65) nor a traceback
     pvisor = os.path.join(os.path.dirname(sys.executable), "pvisor")
-    proc = subprocess.run([pvisor, "--journal", str(half), "journal", "verify"], capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [pvisor, "--journal", str(half), "journal", "verify"], capture_output=True, timeout=60
+    )
     assert proc.returncode == 3, proc.stderr
     assert b"Traceback" not in proc.stderr
 
@@ -544,8 +615,17 @@ def test_reassembly_left_undone_is_picked_up_by_the_next_writer(jpath: Path):
         return b'{"reassembled": "%s"}' % body.strip()
 
     with Journal.open(jpath) as j:  # a writer without a reassembler (or one that died first)
-        ex_id = j.record_exchange("r-late", "POST", "/v1/messages", [], protocol="anthropic", status=200,
-                                  request_body=b"{}", response_body=b"data: x\n\n", streamed=True)
+        ex_id = j.record_exchange(
+            "r-late",
+            "POST",
+            "/v1/messages",
+            [],
+            protocol="anthropic",
+            status=200,
+            request_body=b"{}",
+            response_body=b"data: x\n\n",
+            streamed=True,
+        )
     with JournalReader(jpath) as r:
         assert r.exchange(ex_id).response_final is None
     with Journal.open(jpath, finalize=finalize) as j:
@@ -569,15 +649,21 @@ def test_a_locked_rollback_journal_is_unavailable_never_read_without_its_lock(jp
     conn.execute("PRAGMA journal_mode=DELETE")
     assert not Path(str(jpath) + "-wal").exists()
     conn.execute("BEGIN EXCLUSIVE")
-    conn.execute("INSERT INTO runs(id, agent, argv, created_ms, mode, labels) VALUES ('r-uncommitted', NULL, '[]', 0, 'capture', '{}')")
+    conn.execute(
+        "INSERT INTO runs(id, agent, argv, created_ms, mode, labels) VALUES ('r-uncommitted', NULL, '[]', 0, 'capture', '{}')"
+    )
     try:
-        proc = subprocess.run([PVISOR_SCRIPT, "--journal", str(jpath), "journal", "ls"], capture_output=True, timeout=60)
+        proc = subprocess.run(
+            [PVISOR_SCRIPT, "--journal", str(jpath), "journal", "ls"], capture_output=True, timeout=60
+        )
     finally:
         conn.execute("ROLLBACK")
         conn.close()
     assert proc.returncode == 69, proc.stderr
     assert proc.stdout == b""
-    assert proc.stderr.decode().startswith(f"pvisor: error: journal {jpath} is locked by another process (still busy after 5 s)")
+    assert proc.stderr.decode().startswith(
+        f"pvisor: error: journal {jpath} is locked by another process (still busy after 5 s)"
+    )
 
 
 def test_a_journal_on_a_read_only_directory_is_read(tmp_path: Path):
@@ -586,7 +672,9 @@ def test_a_journal_on_a_read_only_directory_is_read(tmp_path: Path):
     setpriv = shutil.which("setpriv")
     if os.geteuid() == 0 and setpriv is None:
         # CI runs as root on Debian, where util-linux ships setpriv: there this must run
-        cannot_run_here("running as root without setpriv (util-linux): a read-only directory cannot be simulated")
+        cannot_run_here(
+            "running as root without setpriv (util-linux): a read-only directory cannot be simulated"
+        )
     import tempfile
 
     # a directory of its own under /tmp: the pytest base directory is 0700, closed to nobody
@@ -617,12 +705,18 @@ def test_readers_refuse_a_journal_from_a_newer_pvisor(jpath: Path):
     with Journal.open(jpath) as j:
         j.create_run(Run(id="r-old"))
     conn = sqlite3.connect(jpath)
-    conn.execute("INSERT INTO _sqlite_migrations(migration_set, name, applied_at) VALUES ('pvisor.journal', 'm999_future', 'x')")
+    conn.execute(
+        "INSERT INTO _sqlite_migrations(migration_set, name, applied_at) VALUES ('pvisor.journal', 'm999_future', 'x')"
+    )
     conn.commit()
     conn.close()
-    with pytest.raises(BadInputError, match=r"written by a newer pvisor \(schema m999_future\); upgrade pvisor to read it"):
+    with pytest.raises(
+        BadInputError, match=r"written by a newer pvisor \(schema m999_future\); upgrade pvisor to read it"
+    ):
         JournalReader(jpath)
-    proc = subprocess.run([PVISOR_SCRIPT, "--journal", str(jpath), "journal", "ls"], capture_output=True, timeout=60)
+    proc = subprocess.run(
+        [PVISOR_SCRIPT, "--journal", str(jpath), "journal", "ls"], capture_output=True, timeout=60
+    )
     assert proc.returncode == 65 and b"newer pvisor" in proc.stderr and str(jpath).encode() in proc.stderr
 
 
@@ -647,7 +741,15 @@ def test_an_empty_id_matches_nothing(jpath: Path):
 
 def test_a_damaged_body_names_its_exchange(jpath: Path):
     with Journal.open(jpath) as j:
-        ex_id = j.record_exchange("r-dmg", "POST", "/v1/messages", [], status=200, request_body=b'{"messages": []}', response_body=b"{}")
+        ex_id = j.record_exchange(
+            "r-dmg",
+            "POST",
+            "/v1/messages",
+            [],
+            status=200,
+            request_body=b'{"messages": []}',
+            response_body=b"{}",
+        )
     with JournalReader(jpath) as r:
         sha = r.exchange(ex_id).request_body
     conn = sqlite3.connect(jpath)
@@ -655,7 +757,10 @@ def test_a_damaged_body_names_its_exchange(jpath: Path):
     conn.commit()
     conn.close()
     with JournalReader(jpath) as r:
-        with pytest.raises(IntegrityError, match=f"journal .*: exchange {ex_id}: request body: blob {sha} holds text, not bytes"):
+        with pytest.raises(
+            IntegrityError,
+            match=f"journal .*: exchange {ex_id}: request body: blob {sha} holds text, not bytes",
+        ):
             r.request_body(r.exchange(ex_id))
 
 
@@ -671,6 +776,8 @@ def test_chunk_timings_pack_alike_from_pairs_flat_lists_and_iterators(n):
         pairs[0] = (2**63 - 1, 2**32 - 1)
     flat = [v for pair in pairs for v in pair]
     packed = pack_timings(flat)
-    assert packed == pack_timings(pairs) == pack_timings(iter(pairs)) == pack_timings([list(p) for p in pairs])
+    assert (
+        packed == pack_timings(pairs) == pack_timings(iter(pairs)) == pack_timings([list(p) for p in pairs])
+    )
     assert len(packed) == 12 * n and unpack_timings(packed) == pairs
     assert pack_timings(flat + [5]) == packed  # an odd last value has no pair: left out, as before

@@ -34,7 +34,13 @@ SECRET_QUERY = {
 
 def _forms(value: str) -> set[bytes]:
     raw = value.encode()
-    forms = {raw, quote(value, safe="").encode(), quote_plus(value).encode(), base64.b64encode(raw), base64.urlsafe_b64encode(raw)}
+    forms = {
+        raw,
+        quote(value, safe="").encode(),
+        quote_plus(value).encode(),
+        base64.b64encode(raw),
+        base64.urlsafe_b64encode(raw),
+    }
     # the distinctive core, without scheme words such as "Bearer "
     core = value.split(" ", 1)[-1].split("=", 1)[-1].split(";", 1)[0]
     forms |= {core.encode(), base64.b64encode(core.encode()), quote(core, safe="").encode()}
@@ -59,7 +65,11 @@ def _assert_clean(blob: bytes, where: str) -> None:
 
 def test_no_secret_in_sqlite_wal_shm_or_export(tmp_path: Path):
     jpath = tmp_path / "j" / "journal.sqlite"
-    headers = [*SECRET_HEADERS.items(), ("Content-Type", "application/json"), ("anthropic-version", "2023-06-01")]
+    headers = [
+        *SECRET_HEADERS.items(),
+        ("Content-Type", "application/json"),
+        ("anthropic-version", "2023-06-01"),
+    ]
     with Journal.open(jpath) as j:
         for protocol, path in (
             ("anthropic", "/v1/messages"),
@@ -68,8 +78,16 @@ def test_no_secret_in_sqlite_wal_shm_or_export(tmp_path: Path):
             ("gemini", "/v1beta/models/gemini-2.5-pro:streamGenerateContent"),
         ):
             j.record_exchange(
-                "r-secret", "POST", path, headers, query=_query(), protocol=protocol,
-                status=200, request_body=b'{"messages": []}', response_body=b"data: {}\n\n", streamed=True,
+                "r-secret",
+                "POST",
+                path,
+                headers,
+                query=_query(),
+                protocol=protocol,
+                status=200,
+                request_body=b'{"messages": []}',
+                response_body=b"data: {}\n\n",
+                streamed=True,
                 response_headers=[*SECRET_RESPONSE_HEADERS.items(), ("request-id", "req_1")],
             )
         # an exchange still in flight at a commit tick is written from its headers too
@@ -93,7 +111,15 @@ def test_no_secret_in_sqlite_wal_shm_or_export(tmp_path: Path):
         # the redaction kept what replay needs and fingerprints to tell keys apart
         assert ex.request_headers == {"content-type": "application/json", "anthropic-version": "2023-06-01"}
         assert ex.query.startswith("alt=sse&key=REDACTED&")
-        assert set(ex.secret_fingerprints) >= {"authorization", "x-api-key", "x-goog-api-key", "api-key", "cookie", "?key", "response:set-cookie"}
+        assert set(ex.secret_fingerprints) >= {
+            "authorization",
+            "x-api-key",
+            "x-goog-api-key",
+            "api-key",
+            "cookie",
+            "?key",
+            "response:set-cookie",
+        }
         assert all(len(v) == 8 for v in ex.secret_fingerprints.values())
         assert ex.response_headers == {"request-id": "req_1"}
 
@@ -114,18 +140,37 @@ def test_redact_url_for_logs():
 
 def test_an_error_response_that_echoes_the_key_is_stored_without_it(tmp_path: Path):
     key = "sk-ant-api03-ECHOED-secret-value-0123456789"
-    echoed = b'{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: ' + key.encode() + b'"}}'
+    echoed = (
+        b'{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key: '
+        + key.encode()
+        + b'"}}'
+    )
     ok_body = b'{"content":[{"type":"text","text":"the word ' + key.encode() + b'"}]}'
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as j:
-        bad = j.record_exchange("r1", "POST", "/v1/messages", [("x-api-key", key)], status=401, response_body=echoed)
+        bad = j.record_exchange(
+            "r1", "POST", "/v1/messages", [("x-api-key", key)], status=401, response_body=echoed
+        )
         bearer = j.record_exchange(
-            "r1", "POST", "/v1/chat/completions", [("Authorization", "Bearer " + key)], status=400, response_body=echoed
+            "r1",
+            "POST",
+            "/v1/chat/completions",
+            [("Authorization", "Bearer " + key)],
+            status=400,
+            response_body=echoed,
         )
         query = j.record_exchange(
-            "r1", "POST", "/v1beta/models/m:generateContent", [], query="key=" + key, status=400, response_body=echoed
+            "r1",
+            "POST",
+            "/v1beta/models/m:generateContent",
+            [],
+            query="key=" + key,
+            status=400,
+            response_body=echoed,
         )
-        fine = j.record_exchange("r1", "POST", "/v1/messages", [("x-api-key", key)], status=200, response_body=ok_body)
+        fine = j.record_exchange(
+            "r1", "POST", "/v1/messages", [("x-api-key", key)], status=200, response_body=ok_body
+        )
     with JournalReader(path) as r:
         for ex_id in (bad, bearer, query):
             body = r.response_body(r.exchange(ex_id), raw=True)
@@ -144,7 +189,10 @@ SHAPED = {
 }
 PREFIX = {"semicolon": 4, "encoded_eq": 4, "ua": 13, "bearer": 8}
 SECRETS_SENT = [  # checked after the module too, in every journal, log and export it made (conftest)
-    *SECRET_HEADERS.values(), *SECRET_RESPONSE_HEADERS.values(), *SECRET_QUERY.values(), *SHAPED.values()
+    *SECRET_HEADERS.values(),
+    *SECRET_RESPONSE_HEADERS.values(),
+    *SECRET_QUERY.values(),
+    *SHAPED.values(),
 ]
 
 
@@ -171,8 +219,14 @@ def test_keys_in_less_common_places_never_reach_the_journal_the_log_or_an_export
     requests = [
         (f"/v1/messages?beta=true;key={SHAPED['semicolon']}", {}),
         (f"/v1/messages?beta=true&key%3D{SHAPED['encoded_eq']}", {}),
-        ("/v1/messages", {"User-Agent": f"claude-cli/2.1 ({ua})", "anthropic-beta": f"tools-2024,{ua}",
-                          "x-session-id": ua}),
+        (
+            "/v1/messages",
+            {
+                "User-Agent": f"claude-cli/2.1 ({ua})",
+                "anthropic-beta": f"tools-2024,{ua}",
+                "x-session-id": ua,
+            },
+        ),
         ("/v1/messages", {"Authorization": f"Bearer {SHAPED['bearer']}"}),
         ("/v1/messages", {"x-api-key": SHAPED["bearer"]}),
     ]
@@ -228,7 +282,9 @@ def test_keys_as_names_in_paths_run_ids_fragments_and_encoded_headers(stack, tmp
         (f"/v1/messages?x=1#key={MORE['fragment']}", {}),
         ("/v1/messages", {"User-Agent": encoded}),
     ]
-    statuses = [http_request(gw.url, "POST", target, b'{"model":"m"}', headers=h)[0] for target, h in requests]
+    statuses = [
+        http_request(gw.url, "POST", target, b'{"model":"m"}', headers=h)[0] for target, h in requests
+    ]
     assert statuses == [200, 200, 200, 400, 400, 200, 200], statuses  # a key is never a run id
     stack.drain(gw)
     with stack.reader(gw) as r:

@@ -16,8 +16,18 @@ from pvisor.adapters.native.base import LazySteps
 from pvisor.journal.errors import BadInputError
 from test_native_robustness import _mutate  # the mutations of the read-only robustness test
 
-HEAD = [{"timestamp": "2026-01-01T00:00:05Z", "type": "session_meta", "payload": {"id": "T", "cli_version": "0.171.0"}},
-        {"timestamp": "2026-01-01T00:00:05Z", "type": "response_item", "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "do it"}]}}]
+HEAD = [
+    {
+        "timestamp": "2026-01-01T00:00:05Z",
+        "type": "session_meta",
+        "payload": {"id": "T", "cli_version": "0.171.0"},
+    },
+    {
+        "timestamp": "2026-01-01T00:00:05Z",
+        "type": "response_item",
+        "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "do it"}]},
+    },
+]
 
 
 def _rl(kind: str, payload: dict, ts: str = "2026-01-01T00:00:05Z") -> dict:
@@ -25,7 +35,15 @@ def _rl(kind: str, payload: dict, ts: str = "2026-01-01T00:00:05Z") -> dict:
 
 
 def _call(cid: str, cmd: str) -> dict:
-    return _rl("response_item", {"type": "function_call", "name": "exec_command", "arguments": json.dumps({"cmd": cmd}), "call_id": cid})
+    return _rl(
+        "response_item",
+        {
+            "type": "function_call",
+            "name": "exec_command",
+            "arguments": json.dumps({"cmd": cmd}),
+            "call_id": cid,
+        },
+    )
 
 
 def _out(cid: str, text: str) -> dict:
@@ -33,7 +51,10 @@ def _out(cid: str, text: str) -> dict:
 
 
 def _say(text: str) -> dict:
-    return _rl("response_item", {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]})
+    return _rl(
+        "response_item",
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": text}]},
+    )
 
 
 USAGE = _rl("event_msg", {"type": "token_count", "info": {"last_token_usage": {"total_tokens": 5}}})
@@ -45,20 +66,43 @@ def _write(path: Path, records: list[dict]) -> Path:
 
 
 def test_a_claude_code_session_given_as_codex_is_refused_naming_the_file_and_line(tmp_path):
-    p = _write(tmp_path / "session.jsonl", [
-        {"parentUuid": None, "isSidechain": False, "type": "user", "uuid": "u1", "sessionId": "S", "version": "2.1.38", "message": {"role": "user", "content": "hi"}},
-        {"parentUuid": "u1", "isSidechain": False, "type": "assistant", "uuid": "a1", "sessionId": "S", "version": "2.1.38",
-         "message": {"id": "m", "role": "assistant", "content": [{"type": "text", "text": "hello"}]}},
-    ])
-    assert refused(p, "codex") == (f"{p}: line 1: required record shape missing: no Codex rollout record (type session_meta/response_item) "
-                                   "in the file; the first record has type 'user'")
+    p = _write(
+        tmp_path / "session.jsonl",
+        [
+            {
+                "parentUuid": None,
+                "isSidechain": False,
+                "type": "user",
+                "uuid": "u1",
+                "sessionId": "S",
+                "version": "2.1.38",
+                "message": {"role": "user", "content": "hi"},
+            },
+            {
+                "parentUuid": "u1",
+                "isSidechain": False,
+                "type": "assistant",
+                "uuid": "a1",
+                "sessionId": "S",
+                "version": "2.1.38",
+                "message": {"id": "m", "role": "assistant", "content": [{"type": "text", "text": "hello"}]},
+            },
+        ],
+    )
+    assert refused(p, "codex") == (
+        f"{p}: line 1: required record shape missing: no Codex rollout record (type session_meta/response_item) "
+        "in the file; the first record has type 'user'"
+    )
 
 
 @pytest.mark.parametrize("content", [b"", b"\n\n", b"{not json\n"])
 def test_an_empty_file_given_as_codex_is_refused_naming_the_file(tmp_path, content):
     p = tmp_path / "empty.jsonl"
     p.write_bytes(content)
-    assert refused(p, "codex") == f"{p}: required record shape missing: no Codex rollout record (type session_meta/response_item) in the file (no JSON object in it)"
+    assert (
+        refused(p, "codex")
+        == f"{p}: required record shape missing: no Codex rollout record (type session_meta/response_item) in the file (no JSON object in it)"
+    )
 
 
 def test_a_rollout_with_only_its_session_meta_is_read_with_no_steps(tmp_path):
@@ -67,34 +111,62 @@ def test_a_rollout_with_only_its_session_meta_is_read_with_no_steps(tmp_path):
 
 
 def test_duplicated_lines_are_read_once_with_a_duplicate_record_warning(tmp_path):
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [
-        _say("Listing."), _say("Listing."),  # the same assistant message line twice
-        _call("c1", "ls"), _call("c1", "ls"), USAGE,
-        _out("c1", "a.txt"), _out("c1", "a.txt"),
-        _say("done"), USAGE,
-    ])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD
+        + [
+            _say("Listing."),
+            _say("Listing."),  # the same assistant message line twice
+            _call("c1", "ls"),
+            _call("c1", "ls"),
+            USAGE,
+            _out("c1", "a.txt"),
+            _out("c1", "a.txt"),
+            _say("done"),
+            USAGE,
+        ],
+    )
     result, _ = read_native(p, "codex")
     t = result.trajectory
     assert [s.action.text for s in t.steps] == ["Listing.", "done"]
     [s1, _s2] = t.steps
-    assert [c.id for c in s1.action.tool_calls] == ["c1"] and [(r.call_id, r.content) for r in s1.observation.results] == [("c1", "a.txt")]
+    assert [c.id for c in s1.action.tool_calls] == ["c1"] and [
+        (r.call_id, r.content) for r in s1.observation.results
+    ] == [("c1", "a.txt")]
     assert s1.flags == []
-    assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("duplicate_record", "line 4"), ("duplicate_record", "line 6"), ("duplicate_record", "line 9")]
+    assert [(w.code, w.where) for w in result.diagnostics.warnings] == [
+        ("duplicate_record", "line 4"),
+        ("duplicate_record", "line 6"),
+        ("duplicate_record", "line 9"),
+    ]
     assert "function_call c1 repeats an earlier line exactly" in result.diagnostics.warnings[1].message
     assert [lo.where for lo in t.left_out if lo.kind == "duplicate"] == ["line 4", "line 6", "line 9"]
 
 
 def test_a_response_written_twice_is_read_once(tmp_path):
-    block = [_rl("response_item", {"type": "reasoning", "summary": [], "encrypted_content": "ENC"}), _say("Checking."), _call("c1", "ls")]
-    result, _ = read_native(_write(tmp_path / "rollout.jsonl", HEAD + block + block + [USAGE, _out("c1", "a")]), "codex")
+    block = [
+        _rl("response_item", {"type": "reasoning", "summary": [], "encrypted_content": "ENC"}),
+        _say("Checking."),
+        _call("c1", "ls"),
+    ]
+    result, _ = read_native(
+        _write(tmp_path / "rollout.jsonl", HEAD + block + block + [USAGE, _out("c1", "a")]), "codex"
+    )
     [s] = result.trajectory.steps
-    assert s.action.text == "Checking." and len(s.action.reasoning) == 1 and [c.id for c in s.action.tool_calls] == ["c1"]
+    assert (
+        s.action.text == "Checking."
+        and len(s.action.reasoning) == 1
+        and [c.id for c in s.action.tool_calls] == ["c1"]
+    )
     assert result.diagnostics.codes() == ["duplicate_record"] * 3 and s.flags == []
 
 
 def test_a_repeated_call_id_with_other_content_is_not_a_duplicate(tmp_path):
     # two distinct calls that happen to share an id (ids trimmed in a fixture): both kept
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), _call("c1", "pwd"), USAGE, _out("c1", "/w")])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), _call("c1", "pwd"), USAGE, _out("c1", "/w")],
+    )
     result, _ = read_native(p, "codex")
     steps = result.trajectory.steps
     assert [[c.arguments for c in s.action.tool_calls] for s in steps] == [[{"cmd": "ls"}], [{"cmd": "pwd"}]]
@@ -103,28 +175,52 @@ def test_a_repeated_call_id_with_other_content_is_not_a_duplicate(tmp_path):
 
 
 def test_two_calls_sharing_an_id_in_one_action_each_get_their_output_in_order(tmp_path):
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [_call("c1", "ls"), _call("c1", "pwd"), USAGE, _out("c1", "a.txt"), _out("c1", "/w")])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD + [_call("c1", "ls"), _call("c1", "pwd"), USAGE, _out("c1", "a.txt"), _out("c1", "/w")],
+    )
     result, _ = read_native(p, "codex")
     [s] = result.trajectory.steps
     assert [c.arguments for c in s.action.tool_calls] == [{"cmd": "ls"}, {"cmd": "pwd"}]
-    assert [(r.call_id, r.content) for r in s.observation.results] == [("c1", "a.txt"), ("c1", "/w")] and s.flags == []
+    assert [(r.call_id, r.content) for r in s.observation.results] == [
+        ("c1", "a.txt"),
+        ("c1", "/w"),
+    ] and s.flags == []
     assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("duplicate_call_id", "line 4")]
     assert "shares its id with the call at line 3" in result.diagnostics.warnings[0].message
 
 
 def test_two_calls_sharing_an_id_with_equal_outputs_both_get_one(tmp_path):
     # the second output equals the first but answers the second call: not a line written twice
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [_call("c1", "touch a"), USAGE, _out("c1", "ok"), _call("c1", "touch b"), USAGE, _out("c1", "ok")])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD
+        + [_call("c1", "touch a"), USAGE, _out("c1", "ok"), _call("c1", "touch b"), USAGE, _out("c1", "ok")],
+    )
     result, _ = read_native(p, "codex")
     steps = result.trajectory.steps
-    assert [[(r.call_id, r.content) for r in s.observation.results] for s in steps] == [[("c1", "ok")], [("c1", "ok")]]
+    assert [[(r.call_id, r.content) for r in s.observation.results] for s in steps] == [
+        [("c1", "ok")],
+        [("c1", "ok")],
+    ]
     assert [s.flags for s in steps] == [[], []] and result.diagnostics.codes() == ["duplicate_call_id"]
 
 
 def test_outputs_of_calls_sharing_an_id_across_actions_pair_in_order_of_appearance(tmp_path):
     # both calls made before either output (the first output late): the first output answers the first call
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [_call("c1", "sleep 5"), USAGE, _say("meanwhile"), _call("c1", "ls"), USAGE,
-                                                   _out("c1", "slept"), _out("c1", "a.txt")])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD
+        + [
+            _call("c1", "sleep 5"),
+            USAGE,
+            _say("meanwhile"),
+            _call("c1", "ls"),
+            USAGE,
+            _out("c1", "slept"),
+            _out("c1", "a.txt"),
+        ],
+    )
     result, _ = read_native(p, "codex")
     s1, s2 = result.trajectory.steps
     assert [(r.call_id, r.content) for r in s1.observation.results] == [("c1", "slept")]
@@ -133,10 +229,15 @@ def test_outputs_of_calls_sharing_an_id_across_actions_pair_in_order_of_appearan
 
 
 def test_a_second_output_for_an_answered_call_is_kept_with_a_warning(tmp_path):
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), _out("c1", "b")])
+    p = _write(
+        tmp_path / "rollout.jsonl", HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), _out("c1", "b")]
+    )
     result, _ = read_native(p, "codex")
     [s] = result.trajectory.steps
-    assert [(r.call_id, r.content) for r in s.observation.results] == [("c1", "a"), ("c1", "b")] and s.flags == []
+    assert [(r.call_id, r.content) for r in s.observation.results] == [
+        ("c1", "a"),
+        ("c1", "b"),
+    ] and s.flags == []
     assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("duplicate_call_id", "line 6")]
 
 
@@ -144,32 +245,51 @@ def test_a_damaged_record_is_skipped_with_a_warning_and_the_rest_read(tmp_path):
     # a byte flip turned the key "payload" into "paylo\ufffdd" on one line (the tester's file, line 16)
     damaged = _call("c2", "pwd")
     damaged["paylo\ufffdd"] = damaged.pop("payload")
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), damaged, USAGE, _say("done"), USAGE])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), damaged, USAGE, _say("done"), USAGE],
+    )
     result, _ = read_native(p, "codex")
     t = result.trajectory
-    assert [s.action.text for s in t.steps] == ["", "done"] and [(r.call_id, r.content) for r in t.steps[0].observation.results] == [("c1", "a")]
+    assert [s.action.text for s in t.steps] == ["", "done"] and [
+        (r.call_id, r.content) for r in t.steps[0].observation.results
+    ] == [("c1", "a")]
     assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("malformed_record", "line 6")]
     assert "response_item without a typed payload" in result.diagnostics.warnings[0].message
     assert [lo.where for lo in t.left_out if lo.kind == "malformed"] == ["line 6"]
 
 
 def test_a_damaged_session_meta_is_skipped_and_the_version_reads_as_missing(tmp_path):
-    p = _write(tmp_path / "rollout.jsonl", [{"timestamp": "t", "type": "session_meta", "paylod": {"cli_version": "0.171.0"}}] + HEAD[1:] + [_say("hi"), USAGE])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        [{"timestamp": "t", "type": "session_meta", "paylod": {"cli_version": "0.171.0"}}]
+        + HEAD[1:]
+        + [_say("hi"), USAGE],
+    )
     result, _ = read_native(p, "codex")
     assert [s.action.text for s in result.trajectory.steps] == ["hi"] and result.trajectory.task == "do it"
     assert result.diagnostics.codes() == ["malformed_record", "no_version"]
 
 
 def test_a_file_of_damaged_records_only_is_refused(tmp_path):
-    p = _write(tmp_path / "rollout.jsonl", [{"timestamp": "t", "type": "response_item", "paylod": {"type": "message"}}] * 2)
-    assert refused(p, "codex") == (f"{p}: line 1: required record shape missing: no Codex rollout record (type session_meta/response_item) "
-                                   "in the file; the first record has type 'response_item'")
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        [{"timestamp": "t", "type": "response_item", "paylod": {"type": "message"}}] * 2,
+    )
+    assert refused(p, "codex") == (
+        f"{p}: line 1: required record shape missing: no Codex rollout record (type session_meta/response_item) "
+        "in the file; the first record has type 'response_item'"
+    )
 
 
 def test_a_rollout_starting_with_a_bom_keeps_its_session_meta(tmp_path):
-    head = [{**HEAD[0], "payload": {**HEAD[0]["payload"], "base_instructions": {"text": "You are Codex."}}}] + HEAD[1:]
+    head = [
+        {**HEAD[0], "payload": {**HEAD[0]["payload"], "base_instructions": {"text": "You are Codex."}}}
+    ] + HEAD[1:]
     p = tmp_path / "rollout.jsonl"
-    p.write_bytes(b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in head + [_say("hi"), USAGE]).encode())
+    p.write_bytes(
+        b"\xef\xbb\xbf" + "".join(json.dumps(r) + "\n" for r in head + [_say("hi"), USAGE]).encode()
+    )
     result, _ = read_native(p, "codex")
     t = result.trajectory
     assert t.meta["cli_version"] == "0.171.0" and t.meta["id"] == "T" and t.system == "You are Codex."
@@ -178,13 +298,21 @@ def test_a_rollout_starting_with_a_bom_keeps_its_session_meta(tmp_path):
 
 def test_a_late_output_belongs_to_the_step_whose_action_made_the_call(tmp_path):
     # c1's output is written after the next action's lines (the schema-coverage fixture, line 21)
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [
-        _call("c1", "sleep 5"), _call("c2", "ls"), USAGE,
-        _out("c2", "a.txt"),
-        _say("waiting"), _call("c3", "pwd"), USAGE,
-        _out("c1", "slept"),
-        _out("c3", "/w"),
-    ])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD
+        + [
+            _call("c1", "sleep 5"),
+            _call("c2", "ls"),
+            USAGE,
+            _out("c2", "a.txt"),
+            _say("waiting"),
+            _call("c3", "pwd"),
+            USAGE,
+            _out("c1", "slept"),
+            _out("c3", "/w"),
+        ],
+    )
     result, _ = read_native(p, "codex")
     s1, s2 = result.trajectory.steps
     assert [(r.call_id, r.content) for r in s1.observation.results] == [("c1", "slept"), ("c2", "a.txt")]
@@ -194,11 +322,19 @@ def test_a_late_output_belongs_to_the_step_whose_action_made_the_call(tmp_path):
 
 def test_an_output_for_no_call_is_a_gap_step_where_the_lost_action_was(tmp_path):
     # issue 14, damaged files: the line of the call was lost; the later steps keep their numbers
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), _out("zz", "stray"), _say("after"), USAGE])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD + [_call("c1", "ls"), USAGE, _out("c1", "a"), _out("zz", "stray"), _say("after"), USAGE],
+    )
     result, _ = read_native(p, "codex")
     s1, gap, s3 = result.trajectory.steps
     assert [r.call_id for r in s1.observation.results] == ["c1"]
-    assert (gap.n, gap.flags, gap.action.tool_calls, [r.call_id for r in gap.observation.results]) == (2, ["lost_action"], [], ["zz"])
+    assert (gap.n, gap.flags, gap.action.tool_calls, [r.call_id for r in gap.observation.results]) == (
+        2,
+        ["lost_action"],
+        [],
+        ["zz"],
+    )
     assert (s3.n, s3.action.text) == (3, "after")
     [w] = [w for w in result.diagnostics.warnings if w.code == "lost_action"]
     assert w.where == f"line {len(HEAD) + 4}" and "step 2" in w.message
@@ -206,24 +342,49 @@ def test_an_output_for_no_call_is_a_gap_step_where_the_lost_action_was(tmp_path)
 
 def test_file_order_is_kept_when_timestamps_go_backwards(tmp_path):
     # Codex stores no chain: the file position is the ordinal; timestamps never reorder, no warning
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [
-        {**_say("first"), "timestamp": "2026-01-01T00:00:09Z"}, USAGE,
-        _rl("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]}, ts="2026-01-01T00:00:01Z"),
-        {**_say("second"), "timestamp": "2026-01-01T00:00:00Z"}, USAGE,
-    ])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD
+        + [
+            {**_say("first"), "timestamp": "2026-01-01T00:00:09Z"},
+            USAGE,
+            _rl(
+                "response_item",
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "again"}]},
+                ts="2026-01-01T00:00:01Z",
+            ),
+            {**_say("second"), "timestamp": "2026-01-01T00:00:00Z"},
+            USAGE,
+        ],
+    )
     result, _ = read_native(p, "codex")
     assert [s.action.text for s in result.trajectory.steps] == ["first", "second"]
     assert result.diagnostics.codes() == []
 
 
 def test_steps_are_built_from_the_file_on_demand_and_equal_each_time(tmp_path):
-    p = _write(tmp_path / "rollout.jsonl", HEAD + [_say("x"), _call("c1", "ls"), USAGE, _out("c1", "a"),
-                                                   _rl("response_item", {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]}),
-                                                   _call("c2", "pwd"), USAGE])
+    p = _write(
+        tmp_path / "rollout.jsonl",
+        HEAD
+        + [
+            _say("x"),
+            _call("c1", "ls"),
+            USAGE,
+            _out("c1", "a"),
+            _rl(
+                "response_item",
+                {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "more"}]},
+            ),
+            _call("c2", "pwd"),
+            USAGE,
+        ],
+    )
     result, _ = read_native(p, "codex")
     steps = result.trajectory.steps
     assert isinstance(steps, LazySteps) and list(steps) == list(steps) and steps[1] == list(steps)[1]
-    assert steps[0].action.usage == {"total_tokens": 5} and [m.parts[0].text for m in steps[0].observation.messages] == ["more"]
+    assert steps[0].action.usage == {"total_tokens": 5} and [
+        m.parts[0].text for m in steps[0].observation.messages
+    ] == ["more"]
     # the warning is given while reading, once, however often the steps are built
     assert steps[1].flags == ["interrupted"] and result.diagnostics.codes() == ["interrupted"]
 

@@ -12,15 +12,27 @@ from pvisor.journal.errors import BadInputError
 
 #: sample -> (adapter detected, tool calls per step, warning codes), or a refusal: ("refused", text in the error)
 EXPECTED: dict[str, tuple] = {
-    "claude-code/agent-sessions_schema_coverage.jsonl": ("claude-code", [1], ["broken_chain", "duplicate_record"]),  # "[trimmed for fixture]" uuids: one chain from the leaf
+    "claude-code/agent-sessions_schema_coverage.jsonl": (
+        "claude-code",
+        [1],
+        ["broken_chain", "duplicate_record"],
+    ),  # "[trimmed for fixture]" uuids: one chain from the leaf
     "claude-code/real-2.1.197_single-then-resume.jsonl": ("claude-code", [1, 0, 1, 0], []),
     "claude-code/spotter_short.jsonl": ("claude-code", [2], []),
     "claude-code/spotter_subagent.jsonl": ("claude-code", [4, 2, 1, 1, 1, 1, 1, 1, 1, 2, 1, 0], []),
     "claude-code/spotter_tool_heavy.jsonl": ("claude-code", [1, 1, 2, 2], []),
     # line 21 answers call-1 of step 1 after later actions' lines: it belongs to step 1, no call is left unanswered
     # three calls share the "[trimmed for fixture]" id; an output whose trimmed id answers no call is a gap step (lost_action)
-    "codex/agent-sessions_schema_coverage.jsonl": ("codex", [2, 1, 1, 0, 0, 1, 1, 1, 1], ["duplicate_call_id", "lost_action", "unknown_record"]),
-    "codex/claude-code-log_synthetic_rollout-2026-01-02T03-04-05-11111111-1111-4111-8111-111111111111.jsonl": ("codex", [1, 1, 1, 0], ["unknown_record"]),
+    "codex/agent-sessions_schema_coverage.jsonl": (
+        "codex",
+        [2, 1, 1, 0, 0, 1, 1, 1, 1],
+        ["duplicate_call_id", "lost_action", "unknown_record"],
+    ),
+    "codex/claude-code-log_synthetic_rollout-2026-01-02T03-04-05-11111111-1111-4111-8111-111111111111.jsonl": (
+        "codex",
+        [1, 1, 1, 0],
+        ["unknown_record"],
+    ),
     "codex/real-0.171.0_single-then-resume.jsonl": ("codex", [1, 0, 1, 0], []),
     "gemini-cli/agent-history_gemini_with_tool_error.jsonl": ("gemini-cli", [1, 1, 1, 1, 0], []),
     "gemini-cli/agent-sessions_jsonl_v040.jsonl": ("gemini-cli", [1, 0], []),
@@ -47,10 +59,18 @@ EXPECTED: dict[str, tuple] = {
     "openhands/tests_runtime_trajs_basic_interactions.json": ("openhands", [0, 0, 1], []),
     "openhands/tests_runtime_trajs_wrong_initial_state.json": ("openhands", [1, 1, 1, 1], []),
     "qwen-code/agent-sessions_019f0000-0000-7000-8000-000000000001.jsonl": ("qwen-code", [1, 0], []),
-    "qwen-code/agent-sessions_019f0000-0000-7000-8000-000000000004.jsonl": ("qwen-code", [1], ["duplicate_record", "interrupted"]),
+    "qwen-code/agent-sessions_019f0000-0000-7000-8000-000000000004.jsonl": (
+        "qwen-code",
+        [1],
+        ["duplicate_record", "interrupted"],
+    ),
     # a fixture whose version and uuids were all trimmed to "[trimmed for fixture]": read by shape; every record
     # replaces the one before (one uuid) and the last is a system record: no step, the duplicates warned
-    "qwen-code/agent-sessions_system_telemetry.jsonl": ("qwen-code", [], ["duplicate_record", "unreadable_version"]),
+    "qwen-code/agent-sessions_system_telemetry.jsonl": (
+        "qwen-code",
+        [],
+        ["duplicate_record", "unreadable_version"],
+    ),
     "qwen-code/real-0.24.4_single-offline.jsonl": ("qwen-code", [1, 0], []),
     "qwen-code/real-0.24.4_single.jsonl": ("qwen-code", [1, 0, 0], []),
     # SWE-agent (optional in issue 6): adapters/native/swe_agent.py, history read by shape
@@ -90,10 +110,14 @@ def test_corpus_sample_is_read_or_refused_with_its_reason(sample, tmp_path):
     assert sorted(set(result.diagnostics.codes())) == codes
     # the same trajectory when the adapter is named
     again, notes2 = read_native(path, agent)
-    assert notes2 == [] and [s.action.text for s in again.trajectory.steps] == [s.action.text for s in t.steps]
+    assert notes2 == [] and [s.action.text for s in again.trajectory.steps] == [
+        s.action.text for s in t.steps
+    ]
     for s in t.steps:
         # every tool call has a result (or is flagged interrupted), in call order
         expect_results = [c.id for c in s.action.tool_calls if c.kind != "server" and c.name != "finish"]
-        assert [r.call_id for r in s.observation.results][: len(expect_results)] == expect_results or "interrupted" in s.flags
+        assert [r.call_id for r in s.observation.results][
+            : len(expect_results)
+        ] == expect_results or "interrupted" in s.flags
         for c in s.action.tool_calls:
             assert isinstance(c.arguments_raw, str)

@@ -67,7 +67,7 @@ def _unremind(agent: str, text: str) -> str:
 
 def _call_id(agent: str, cid: str | None, name: str) -> str | None:
     if agent == "gemini-cli" and cid and cid.startswith(name + "__"):
-        return cid[len(name) + 2:]
+        return cid[len(name) + 2 :]
     return cid
 
 
@@ -83,11 +83,19 @@ def _args(raw: str, parsed: Any) -> Any:
 def core(t: Trajectory, agent: str) -> dict[str, Any]:
     steps = []
     for s in t.steps:
-        steps.append({
-            "text": s.action.text.strip(),
-            "calls": [(_call_id(agent, c.id, c.name), c.name, _args(c.arguments_raw, c.arguments)) for c in s.action.tool_calls],
-            "results": [(_call_id(agent, r.call_id, r.name or ""), _unremind(agent, _text(r.content))) for r in s.observation.results],
-        })
+        steps.append(
+            {
+                "text": s.action.text.strip(),
+                "calls": [
+                    (_call_id(agent, c.id, c.name), c.name, _args(c.arguments_raw, c.arguments))
+                    for c in s.action.tool_calls
+                ],
+                "results": [
+                    (_call_id(agent, r.call_id, r.name or ""), _unremind(agent, _text(r.content)))
+                    for r in s.observation.results
+                ],
+            }
+        )
     if agent == "mini-swe-agent" and steps:
         steps[-1]["results"] = []
     return {"task": t.task, "steps": steps}
@@ -121,10 +129,12 @@ def test_native_file_trajectory_equals_the_journal_trajectory(captured, agent):
         # test_agents.py resumed this session already: Gemini CLI and Qwen Code start a new
         # chain on resume, outside the journal's main chain, while their file goes on; the
         # resumed prompt and its reply follow the main chain's steps in the file
-        extra = got["steps"][len(want["steps"]):]
+        extra = got["steps"][len(want["steps"]) :]
         got["steps"] = got["steps"][: len(want["steps"])]
         assert [x["text"] for x in extra] == [RESUMED_TEXT]
-        assert RESUME_TASK in [p.text for m in native.steps[len(want["steps"]) - 1].observation.messages for p in m.parts]
+        assert RESUME_TASK in [
+            p.text for m in native.steps[len(want["steps"]) - 1].observation.messages for p in m.parts
+        ]
     assert got["steps"] == want["steps"]
     assert got["task"] is not None and (got["task"] == want["task"] or got["task"] in (want["task"] or ""))
     assert result.diagnostics.warnings == [], [str(w) for w in result.diagnostics.warnings]

@@ -16,7 +16,6 @@ from pvisor.adapters.native.base import Diagnostics
 from pvisor.journal.errors import BadInputError
 
 
-
 def _whole_and_split(path: Path, arrays: tuple[str, ...], monkeypatch, chunk: int):
     """(value and warnings of one parse, of the piecewise parse with ``chunk``-byte batches)."""
 
@@ -38,23 +37,31 @@ def test_a_document_read_in_pieces_equals_one_parse(monkeypatch, chunk):
     """Every single-document corpus file (the four adapters' arrays) gives the same value
     and warnings whether parsed whole or in batches of elements (memory: docs/benchmarks.md)."""
     arrays = ("messages", "history", "trajectory")
-    files = [p for d in ("mini-swe-agent", "opencode", "openhands", "swe-agent") for p in sorted((native_dir() / d).glob("*")) if p.is_file() and p.suffix in (".json", ".traj")]
+    files = [
+        p
+        for d in ("mini-swe-agent", "opencode", "openhands", "swe-agent")
+        for p in sorted((native_dir() / d).glob("*"))
+        if p.is_file() and p.suffix in (".json", ".traj")
+    ]
     assert len(files) > 10
     for p in files:
         whole, split = _whole_and_split(p, arrays, monkeypatch, chunk)
         assert split == whole, p.name
 
 
-@pytest.mark.parametrize("text", [
-    '{"info": {"messages": [1]}, "messages": [{"role": "a"}, {"role": "b"}]}',   # the key nested first: parsed whole
-    '{"messages": [{"role": "a"}], "messages": [{"role": "b"}]}',                # the key twice: the later one
-    '{"messages": [{"role": "a", "c": "}, {\\"role\\": 1"}, {"role": "b"}, {"role": "c", "d": [{"role": 2}, {"role": 3}]}], "x": [1]}',
-    '[{"role": "a"}, {"role": "b\\ud800"}, {"role": "c"}]',                       # lone surrogate: flagged once
-    '{"messages": [{"role": "a"}, {"role": "b"}]}\n{"messages": []}',             # JSON Lines: refused as before
-    '{"messages": [{"role": "a"}, {"role": "b"]}',                               # broken: refused as before
-    '{"messages": [1, 2, {"role": "b"}]}',                                       # elements that are not objects
-    '{"messages": []}',
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"info": {"messages": [1]}, "messages": [{"role": "a"}, {"role": "b"}]}',  # the key nested first: parsed whole
+        '{"messages": [{"role": "a"}], "messages": [{"role": "b"}]}',  # the key twice: the later one
+        '{"messages": [{"role": "a", "c": "}, {\\"role\\": 1"}, {"role": "b"}, {"role": "c", "d": [{"role": 2}, {"role": 3}]}], "x": [1]}',
+        '[{"role": "a"}, {"role": "b\\ud800"}, {"role": "c"}]',  # lone surrogate: flagged once
+        '{"messages": [{"role": "a"}, {"role": "b"}]}\n{"messages": []}',  # JSON Lines: refused as before
+        '{"messages": [{"role": "a"}, {"role": "b"]}',  # broken: refused as before
+        '{"messages": [1, 2, {"role": "b"}]}',  # elements that are not objects
+        '{"messages": []}',
+    ],
+)
 def test_awkward_documents_read_in_pieces_equal_one_parse(tmp_path, monkeypatch, text):
     p = tmp_path / "d.json"
     p.write_text(text)

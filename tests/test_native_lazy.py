@@ -23,38 +23,153 @@ OLD, NEW = "result-AAAA-of-the-tool", "result-BBBB-of-the-tool"
 def _records(agent: str) -> list[dict]:
     """Three steps of ``agent``'s own shape, each tool result text ``OLD`` + step number."""
     if agent == "claude-code":
-        recs = [{"parentUuid": None, "isSidechain": False, "type": "user", "uuid": "u0", "sessionId": "S", "version": "2.1.38", "message": {"role": "user", "content": "fix it"}}]
+        recs = [
+            {
+                "parentUuid": None,
+                "isSidechain": False,
+                "type": "user",
+                "uuid": "u0",
+                "sessionId": "S",
+                "version": "2.1.38",
+                "message": {"role": "user", "content": "fix it"},
+            }
+        ]
         for n in range(1, 4):
             common = {"isSidechain": False, "sessionId": "S", "version": "2.1.38"}
             recs += [
-                {**common, "parentUuid": f"u{n - 1}", "type": "assistant", "uuid": f"a{n}",
-                 "message": {"id": f"m{n}", "role": "assistant", "model": "x", "content": [{"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": "ls"}}]}},
-                {**common, "parentUuid": f"a{n}", "type": "user", "uuid": f"u{n}",
-                 "message": {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": f"{OLD}{n}"}]}},
+                {
+                    **common,
+                    "parentUuid": f"u{n - 1}",
+                    "type": "assistant",
+                    "uuid": f"a{n}",
+                    "message": {
+                        "id": f"m{n}",
+                        "role": "assistant",
+                        "model": "x",
+                        "content": [
+                            {"type": "tool_use", "id": f"t{n}", "name": "Bash", "input": {"command": "ls"}}
+                        ],
+                    },
+                },
+                {
+                    **common,
+                    "parentUuid": f"a{n}",
+                    "type": "user",
+                    "uuid": f"u{n}",
+                    "message": {
+                        "role": "user",
+                        "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": f"{OLD}{n}"}],
+                    },
+                },
             ]
         return recs
     if agent == "codex":
-        recs = [{"type": "session_meta", "payload": {"id": "s", "cli_version": "0.171.0"}},
-                {"type": "response_item", "payload": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "fix it"}]}}]
+        recs = [
+            {"type": "session_meta", "payload": {"id": "s", "cli_version": "0.171.0"}},
+            {
+                "type": "response_item",
+                "payload": {
+                    "type": "message",
+                    "role": "user",
+                    "content": [{"type": "input_text", "text": "fix it"}],
+                },
+            },
+        ]
         for n in range(1, 4):
-            recs += [{"type": "response_item", "payload": {"type": "function_call", "name": "shell", "arguments": "{}", "call_id": f"c{n}"}},
-                     {"type": "response_item", "payload": {"type": "function_call_output", "call_id": f"c{n}", "output": f"{OLD}{n}"}}]
+            recs += [
+                {
+                    "type": "response_item",
+                    "payload": {
+                        "type": "function_call",
+                        "name": "shell",
+                        "arguments": "{}",
+                        "call_id": f"c{n}",
+                    },
+                },
+                {
+                    "type": "response_item",
+                    "payload": {"type": "function_call_output", "call_id": f"c{n}", "output": f"{OLD}{n}"},
+                },
+            ]
         return recs
     if agent == "gemini-cli":
-        recs = [{"sessionId": "g", "projectHash": "p", "startTime": "t", "lastUpdated": "t", "kind": "main"},
-                {"id": "m0", "timestamp": "t", "type": "user", "content": [{"text": "fix it"}]}]
+        recs = [
+            {"sessionId": "g", "projectHash": "p", "startTime": "t", "lastUpdated": "t", "kind": "main"},
+            {"id": "m0", "timestamp": "t", "type": "user", "content": [{"text": "fix it"}]},
+        ]
         for n in range(1, 4):
-            recs.append({"id": f"m{n}", "timestamp": "t", "type": "gemini", "content": "", "model": "g", "toolCalls": [
-                {"id": f"run__{n}", "name": "run", "args": {}, "status": "success",
-                 "result": [{"functionResponse": {"id": f"run__{n}", "name": "run", "response": {"output": f"{OLD}{n}"}}}]}]})
+            recs.append(
+                {
+                    "id": f"m{n}",
+                    "timestamp": "t",
+                    "type": "gemini",
+                    "content": "",
+                    "model": "g",
+                    "toolCalls": [
+                        {
+                            "id": f"run__{n}",
+                            "name": "run",
+                            "args": {},
+                            "status": "success",
+                            "result": [
+                                {
+                                    "functionResponse": {
+                                        "id": f"run__{n}",
+                                        "name": "run",
+                                        "response": {"output": f"{OLD}{n}"},
+                                    }
+                                }
+                            ],
+                        }
+                    ],
+                }
+            )
         return recs
     if agent == "qwen-code":
-        recs = [{"uuid": "u0", "parentUuid": None, "sessionId": "Q", "version": "0.24.4", "type": "user", "message": {"role": "user", "parts": [{"text": "fix it"}]}}]
+        recs = [
+            {
+                "uuid": "u0",
+                "parentUuid": None,
+                "sessionId": "Q",
+                "version": "0.24.4",
+                "type": "user",
+                "message": {"role": "user", "parts": [{"text": "fix it"}]},
+            }
+        ]
         for n in range(1, 4):
-            recs += [{"uuid": f"a{n}", "parentUuid": f"u{n - 1}", "sessionId": "Q", "version": "0.24.4", "type": "assistant", "model": "q",
-                      "message": {"role": "model", "parts": [{"functionCall": {"id": f"c{n}", "name": "run", "args": {}}}]}},
-                     {"uuid": f"u{n}", "parentUuid": f"a{n}", "sessionId": "Q", "version": "0.24.4", "type": "tool_result",
-                      "message": {"role": "user", "parts": [{"functionResponse": {"id": f"c{n}", "name": "run", "response": {"output": f"{OLD}{n}"}}}]}}]
+            recs += [
+                {
+                    "uuid": f"a{n}",
+                    "parentUuid": f"u{n - 1}",
+                    "sessionId": "Q",
+                    "version": "0.24.4",
+                    "type": "assistant",
+                    "model": "q",
+                    "message": {
+                        "role": "model",
+                        "parts": [{"functionCall": {"id": f"c{n}", "name": "run", "args": {}}}],
+                    },
+                },
+                {
+                    "uuid": f"u{n}",
+                    "parentUuid": f"a{n}",
+                    "sessionId": "Q",
+                    "version": "0.24.4",
+                    "type": "tool_result",
+                    "message": {
+                        "role": "user",
+                        "parts": [
+                            {
+                                "functionResponse": {
+                                    "id": f"c{n}",
+                                    "name": "run",
+                                    "response": {"output": f"{OLD}{n}"},
+                                }
+                            }
+                        ],
+                    },
+                },
+            ]
         return recs
     raise AssertionError(agent)
 

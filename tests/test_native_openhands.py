@@ -16,13 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from native_helpers import assert_refused_naming_file_and_shape, bad_documents, native_dir, read_sample, refused
+from native_helpers import (
+    assert_refused_naming_file_and_shape,
+    bad_documents,
+    native_dir,
+    read_sample,
+    refused,
+)
 from pvisor.adapters.native import read_native
 from pvisor.journal.errors import BadInputError
 
 OH = native_dir() / "openhands"
-
-
 
 
 def _raw_steps(events: list[dict]) -> tuple[str | None, list[dict]]:
@@ -52,7 +56,9 @@ def _raw_steps(events: list[dict]) -> tuple[str | None, list[dict]]:
                 step = {"text": msg.get("content") or "", "calls": [], "results": [], "messages": []}
                 by_resp[resp["id"]] = step
                 steps.append(step)
-            [tc] = [tc for tc in resp["choices"][0]["message"]["tool_calls"] if tc["id"] == tcm["tool_call_id"]]
+            [tc] = [
+                tc for tc in resp["choices"][0]["message"]["tool_calls"] if tc["id"] == tcm["tool_call_id"]
+            ]
             step["calls"].append((tc["id"], tcm["function_name"], tc["function"]["arguments"]))
             by_call[tc["id"]] = step
         elif e.get("observation") and tcm and tcm.get("tool_call_id") in by_call:
@@ -74,13 +80,26 @@ def test_corpus_sample_matches_its_raw_events(name):
         assert [m.parts[0].text for m in s.observation.messages] == r["messages"]
         assert s.flags == []
     # the finish call expects no observation
-    assert all(not s.observation.results for s in t.steps if [c.name for c in s.action.tool_calls] == ["finish"])
+    assert all(
+        not s.observation.results for s in t.steps if [c.name for c in s.action.tool_calls] == ["finish"]
+    )
     assert result.diagnostics.codes() == []
     # every event is either read or left out
-    read_ids = {e["id"] for e in events if e.get("action") == "system" or (e.get("source") == "user" and e.get("action") == "message")
-                or (e.get("source") == "agent" and e.get("action") and (e.get("tool_call_metadata") or e["action"] == "message"))
-                or (e.get("observation") and (e.get("tool_call_metadata") or {}).get("tool_call_id"))}
-    assert sorted(int(lo.where.split()[1]) for lo in t.left_out) == sorted(e["id"] for e in events if e["id"] not in read_ids)
+    read_ids = {
+        e["id"]
+        for e in events
+        if e.get("action") == "system"
+        or (e.get("source") == "user" and e.get("action") == "message")
+        or (
+            e.get("source") == "agent"
+            and e.get("action")
+            and (e.get("tool_call_metadata") or e["action"] == "message")
+        )
+        or (e.get("observation") and (e.get("tool_call_metadata") or {}).get("tool_call_id"))
+    }
+    assert sorted(int(lo.where.split()[1]) for lo in t.left_out) == sorted(
+        e["id"] for e in events if e["id"] not in read_ids
+    )
 
 
 def test_harbor_rfc_file_is_openhands_with_system_prompt_tools_and_version():
@@ -93,9 +112,15 @@ def test_harbor_rfc_file_is_openhands_with_system_prompt_tools_and_version():
     assert t.system == system["content"]
     assert [x.name for x in t.tools] == [d["function"]["name"] for d in system["tools"]]
     assert [x.parameters for x in t.tools] == [d["function"]["parameters"] for d in system["tools"]]
-    assert t.meta["agent_version"] == system["openhands_version"] == "0.58.0" and result.profile.name == "openhands@0.58"
+    assert (
+        t.meta["agent_version"] == system["openhands_version"] == "0.58.0"
+        and result.profile.name == "openhands@0.58"
+    )
     assert t.model == events[4]["tool_call_metadata"]["model_response"]["model"]
-    assert {(lo.where, lo.kind) for lo in t.left_out} == {("event 2", "user/recall"), ("event 4", "observation/recall")}
+    assert {(lo.where, lo.kind) for lo in t.left_out} == {
+        ("event 2", "user/recall"),
+        ("event 4", "observation/recall"),
+    }
 
 
 def test_recall_events_are_left_out_saying_the_message_the_model_saw_is_not_stored():
@@ -104,10 +129,15 @@ def test_recall_events_are_left_out_saying_the_message_the_model_saw_is_not_stor
     ``content`` is a UI note: so no message is invented, and the left-out entry says why."""
     events = json.loads((OH / "harbor_rfc_openhands_trajectory.json").read_text())
     recall = next(e for e in events if e.get("observation") == "recall")
-    assert recall["content"] == "Added workspace context" and recall["extras"]["recall_type"] == "workspace_context"
+    assert (
+        recall["content"] == "Added workspace context"
+        and recall["extras"]["recall_type"] == "workspace_context"
+    )
     t = read_native(OH / "harbor_rfc_openhands_trajectory.json")[0].trajectory
     reasons = {lo.kind: lo.reason for lo in t.left_out}
-    assert "prompt templates" in reasons["observation/recall"] and "not stored" in reasons["observation/recall"]
+    assert (
+        "prompt templates" in reasons["observation/recall"] and "not stored" in reasons["observation/recall"]
+    )
     assert "never sent to the model" in reasons["user/recall"]
     seen = [m.parts[0].text for s in t.steps for m in s.observation.messages] + t.meta["task_context"]
     assert recall["content"] not in seen
@@ -115,7 +145,11 @@ def test_recall_events_are_left_out_saying_the_message_the_model_saw_is_not_stor
 
 def test_replay_test_files_have_no_version_and_are_read_by_shape():
     result = read_native(OH / "tests_runtime_trajs_basic.json")[0]
-    assert result.trajectory.meta["agent_version"] is None and result.trajectory.system is None and result.trajectory.tools is None
+    assert (
+        result.trajectory.meta["agent_version"] is None
+        and result.trajectory.system is None
+        and result.trajectory.tools is None
+    )
     assert result.diagnostics.warnings == []
 
 
@@ -123,48 +157,107 @@ def test_replay_test_files_have_no_version_and_are_read_by_shape():
 
 
 def _resp(rid: str, calls: list[tuple[str, str]], content="two calls") -> dict:
-    return {"id": rid, "model": "gpt-x", "choices": [{"finish_reason": "tool_calls", "message": {
-        "content": content, "tool_calls": [{"id": cid, "type": "function", "function": {"name": "execute_bash", "arguments": args}} for cid, args in calls]}}]}
+    return {
+        "id": rid,
+        "model": "gpt-x",
+        "choices": [
+            {
+                "finish_reason": "tool_calls",
+                "message": {
+                    "content": content,
+                    "tool_calls": [
+                        {
+                            "id": cid,
+                            "type": "function",
+                            "function": {"name": "execute_bash", "arguments": args},
+                        }
+                        for cid, args in calls
+                    ],
+                },
+            }
+        ],
+    }
 
 
 def _events(tmp_path: Path, events: list[dict], version="0.58.0") -> Path:
-    head = [{"id": 0, "source": "agent", "action": "system", "args": {"content": "SYS", "tools": [], "openhands_version": version}},
-            {"id": 1, "source": "user", "action": "message", "args": {"content": "TASK"}}]
+    head = [
+        {
+            "id": 0,
+            "source": "agent",
+            "action": "system",
+            "args": {"content": "SYS", "tools": [], "openhands_version": version},
+        },
+        {"id": 1, "source": "user", "action": "message", "args": {"content": "TASK"}},
+    ]
     p = tmp_path / "traj.json"
     p.write_text(json.dumps(head + events))
     return p
 
 
 def _act(eid: int, resp: dict, cid: str, n: int) -> dict:
-    return {"id": eid, "source": "agent", "action": "run", "args": {"command": "x"},
-            "tool_call_metadata": {"function_name": "execute_bash", "tool_call_id": cid, "model_response": resp, "total_calls_in_response": n}}
+    return {
+        "id": eid,
+        "source": "agent",
+        "action": "run",
+        "args": {"command": "x"},
+        "tool_call_metadata": {
+            "function_name": "execute_bash",
+            "tool_call_id": cid,
+            "model_response": resp,
+            "total_calls_in_response": n,
+        },
+    }
 
 
 def _obs(eid: int, cause: int, cid: str, content: str, kind="run") -> dict:
-    return {"id": eid, "source": "agent", "observation": kind, "content": content, "cause": cause, "extras": {},
-            "tool_call_metadata": {"function_name": "execute_bash", "tool_call_id": cid}}
+    return {
+        "id": eid,
+        "source": "agent",
+        "observation": kind,
+        "content": content,
+        "cause": cause,
+        "extras": {},
+        "tool_call_metadata": {"function_name": "execute_bash", "tool_call_id": cid},
+    }
 
 
 def test_parallel_calls_results_in_call_order_and_error_observation(tmp_path):
-    resp = _resp("r1", [("t1", "{\"command\":  \"a\"}"), ("t2", "{\"command\": \"b\"}")])
-    p = _events(tmp_path, [_act(2, resp, "t1", 2), _act(3, resp, "t2", 2), _obs(4, 3, "t2", "B failed", kind="error"), _obs(5, 2, "t1", "A")])
+    resp = _resp("r1", [("t1", '{"command":  "a"}'), ("t2", '{"command": "b"}')])
+    p = _events(
+        tmp_path,
+        [
+            _act(2, resp, "t1", 2),
+            _act(3, resp, "t2", 2),
+            _obs(4, 3, "t2", "B failed", kind="error"),
+            _obs(5, 2, "t1", "A"),
+        ],
+    )
     t = read_native(p)[0].trajectory
     [s] = t.steps
-    assert [c.arguments_raw for c in s.action.tool_calls] == ["{\"command\":  \"a\"}", "{\"command\": \"b\"}"]
-    assert [(r.call_id, r.content, r.is_error) for r in s.observation.results] == [("t1", "A", None), ("t2", "B failed", True)]
+    assert [c.arguments_raw for c in s.action.tool_calls] == ['{"command":  "a"}', '{"command": "b"}']
+    assert [(r.call_id, r.content, r.is_error) for r in s.observation.results] == [
+        ("t1", "A", None),
+        ("t2", "B failed", True),
+    ]
 
 
 def test_a_call_whose_observation_never_came_is_interrupted(tmp_path):
     p = _events(tmp_path, [_act(2, _resp("r1", [("t1", "{}")]), "t1", 1)])
     result = read_native(p)[0]
     [s] = result.trajectory.steps
-    assert s.flags == ["interrupted"] and [(r.call_id, r.content) for r in s.observation.results] == [("t1", "")]
+    assert s.flags == ["interrupted"] and [(r.call_id, r.content) for r in s.observation.results] == [
+        ("t1", "")
+    ]
     assert result.diagnostics.codes() == ["interrupted"]
 
 
 def test_atif_document_is_refused_as_not_openhands(tmp_path):
     p = tmp_path / "atif.json"
-    p.write_text(json.dumps({"schema_version": "ATIF-v1.7", "agent": {"name": "openhands", "version": "0.58.0"}, "steps": []}))
+    p.write_text(
+        json.dumps(
+            {"schema_version": "ATIF-v1.7", "agent": {"name": "openhands", "version": "0.58.0"}, "steps": []}
+        )
+    )
     with pytest.raises(BadInputError) as exc:
         read_native(p, "openhands")
     assert "Harbor ATIF" in exc.value.message and str(p) in exc.value.message and exc.value.exit_code == 65
@@ -173,25 +266,39 @@ def test_atif_document_is_refused_as_not_openhands(tmp_path):
 def test_wrong_format_given_with_agent_is_refused():
     mini = native_dir() / "mini-swe-agent" / "real-2.4.6_single.traj.json"
     message = refused(mini, "openhands")
-    assert str(mini) in message and "not a JSON list of events" in message and "expected an OpenHands V0 event list" in message
+    assert (
+        str(mini) in message
+        and "not a JSON list of events" in message
+        and "expected an OpenHands V0 event list" in message
+    )
     # a bare list of chat messages (mini-swe-agent's upstream test data) is a list, but not of events
     bare = native_dir() / "mini-swe-agent" / "upstream_test_data_local.traj.json"
     assert "event 0: not an OpenHands event: no `action` or `observation`" in refused(bare, "openhands")
 
 
-@pytest.mark.parametrize(("content", "says"), bad_documents(
-    (b"[]", "document: no events (an empty list)"),
-    (b"[{}]", "event 0: not an OpenHands event"),
-    (b"[1, 2]", "events[0]: an event that is not a JSON object"),
-    (b'{"messages": []}', "not a JSON list of events"),
-))
+@pytest.mark.parametrize(
+    ("content", "says"),
+    bad_documents(
+        (b"[]", "document: no events (an empty list)"),
+        (b"[{}]", "event 0: not an OpenHands event"),
+        (b"[1, 2]", "events[0]: an event that is not a JSON object"),
+        (b'{"messages": []}', "not a JSON list of events"),
+    ),
+)
 def test_bad_input_is_refused_naming_the_file_and_the_shape_expected(tmp_path, content, says):
-    assert_refused_naming_file_and_shape(tmp_path / "bad.json", content, "openhands", says, "an OpenHands V0 event list: a JSON array")
+    assert_refused_naming_file_and_shape(
+        tmp_path / "bad.json", content, "openhands", says, "an OpenHands V0 event list: a JSON array"
+    )
 
 
 def test_huge_numbers_are_read(tmp_path):
-    p = _events(tmp_path, [{"id": 10**30, "source": "agent", "action": "message", "args": {"content": "hi"}},
-                           {"id": 1e300, "source": "agent", "action": "message", "args": {"content": "later"}}])
+    p = _events(
+        tmp_path,
+        [
+            {"id": 10**30, "source": "agent", "action": "message", "args": {"content": "hi"}},
+            {"id": 1e300, "source": "agent", "action": "message", "args": {"content": "later"}},
+        ],
+    )
     result = read_native(p)[0]
     assert [s.action.text for s in result.trajectory.steps] == ["hi", "later"]  # event-id order kept
 

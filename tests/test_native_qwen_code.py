@@ -15,23 +15,40 @@ from test_native_adapters import _jsonl, _q
 
 
 def _call(uuid: str, parent: str, call: str, text: str = "") -> dict:
-    return _q("assistant", uuid, parent, [{"text": text}, {"functionCall": {"id": call, "name": "run_shell_command", "args": {"command": call}}}], model="qwen-x")
+    return _q(
+        "assistant",
+        uuid,
+        parent,
+        [
+            {"text": text},
+            {"functionCall": {"id": call, "name": "run_shell_command", "args": {"command": call}}},
+        ],
+        model="qwen-x",
+    )
 
 
 def _result(uuid: str, parent: str, call: str, out: str) -> dict:
-    return _q("tool_result", uuid, parent, [{"functionResponse": {"id": call, "name": "run_shell_command", "response": {"output": out}}}])
+    return _q(
+        "tool_result",
+        uuid,
+        parent,
+        [{"functionResponse": {"id": call, "name": "run_shell_command", "response": {"output": out}}}],
+    )
 
 
 def test_steps_are_built_on_demand_the_same_each_time_and_warn_only_while_reading(tmp_path):
-    p = _jsonl(tmp_path / "q.jsonl", [
-        _q("user", "u1", None, [{"text": "go"}]),
-        _call("a1", "u1", "c1", "first"),
-        _q("system", "s1", "a1", subtype="ui_telemetry", systemPayload={"x": 1}),
-        _result("t1", "s1", "c1", "ok"),
-        _q("system", "s2", "t1", subtype="chat_compression"),
-        _q("user", "u2", "s2", [{"text": "more"}]),
-        _call("a2", "u2", "c2"),
-    ])
+    p = _jsonl(
+        tmp_path / "q.jsonl",
+        [
+            _q("user", "u1", None, [{"text": "go"}]),
+            _call("a1", "u1", "c1", "first"),
+            _q("system", "s1", "a1", subtype="ui_telemetry", systemPayload={"x": 1}),
+            _result("t1", "s1", "c1", "ok"),
+            _q("system", "s2", "t1", subtype="chat_compression"),
+            _q("user", "u2", "s2", [{"text": "more"}]),
+            _call("a2", "u2", "c2"),
+        ],
+    )
     result, _ = read_native(p, "qwen-code")
     t = result.trajectory
     assert isinstance(t.steps, LazySteps) and len(t.steps) == 2
@@ -39,8 +56,12 @@ def test_steps_are_built_on_demand_the_same_each_time_and_warn_only_while_readin
     first = list(t.steps)
     assert first == list(t.steps)
     s1, s2 = first
-    assert s1.action.text == "first" and [(r.call_id, r.content) for r in s1.observation.results] == [("c1", {"output": "ok"})]
-    assert s1.flags == ["compaction"] and [p.text for m in s1.observation.messages for p in m.parts] == ["more"]
+    assert s1.action.text == "first" and [(r.call_id, r.content) for r in s1.observation.results] == [
+        ("c1", {"output": "ok"})
+    ]
+    assert s1.flags == ["compaction"] and [p.text for m in s1.observation.messages for p in m.parts] == [
+        "more"
+    ]
     assert s2.flags == ["interrupted"] and s2.observation.results[0].raw == {"interrupted": True}
     assert t.task == "go" and t.model == "qwen-x" and t.meta["compactions"] == [{"step": 1, "line": 5}]
     assert result.diagnostics.codes() == ["interrupted"]
@@ -48,52 +69,94 @@ def test_steps_are_built_on_demand_the_same_each_time_and_warn_only_while_readin
 
 def test_records_written_out_of_file_order_keep_every_step(tmp_path):
     # the last record in the file is the first step's: the chain, not the file, says the order
-    p = _jsonl(tmp_path / "q.jsonl", [
-        _q("user", "u1", None, [{"text": "go"}]),
-        _result("t1", "a1", "c1", "one"),
-        _call("a2", "t1", "c2"),
-        _result("t2", "a2", "c2", "two"),
-        _q("assistant", "a3", "t2", [{"text": "done"}], model="qwen-x"),
-        _q("system", "s9", "a3", subtype="ui_telemetry"),
-        _call("a1", "u1", "c1"),
-    ])
+    p = _jsonl(
+        tmp_path / "q.jsonl",
+        [
+            _q("user", "u1", None, [{"text": "go"}]),
+            _result("t1", "a1", "c1", "one"),
+            _call("a2", "t1", "c2"),
+            _result("t2", "a2", "c2", "two"),
+            _q("assistant", "a3", "t2", [{"text": "done"}], model="qwen-x"),
+            _q("system", "s9", "a3", subtype="ui_telemetry"),
+            _call("a1", "u1", "c1"),
+        ],
+    )
     result, _ = read_native(p, "qwen-code")
     steps = list(result.trajectory.steps)
     assert [[c.id for c in s.action.tool_calls] for s in steps] == [["c1"], ["c2"], []]
     assert [s.action.text for s in steps] == ["", "", "done"]
-    assert result.diagnostics.codes() == [] and [lo.reason for lo in result.trajectory.left_out] == ["off the main chain (an abandoned branch or rewind)"]
+    assert result.diagnostics.codes() == [] and [lo.reason for lo in result.trajectory.left_out] == [
+        "off the main chain (an abandoned branch or rewind)"
+    ]
 
 
 def test_claude_code_file_is_refused_by_shape_not_by_version(tmp_path):
-    p = _jsonl(tmp_path / "claude.jsonl", [
-        {"parentUuid": None, "isSidechain": False, "type": "user", "uuid": "u1", "sessionId": "S", "version": "2.1.38", "message": {"role": "user", "content": "hi"}},
-        {"parentUuid": "u1", "isSidechain": False, "type": "assistant", "uuid": "a1", "sessionId": "S", "version": "2.1.38",
-         "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "hello"}]}},
-    ])
+    p = _jsonl(
+        tmp_path / "claude.jsonl",
+        [
+            {
+                "parentUuid": None,
+                "isSidechain": False,
+                "type": "user",
+                "uuid": "u1",
+                "sessionId": "S",
+                "version": "2.1.38",
+                "message": {"role": "user", "content": "hi"},
+            },
+            {
+                "parentUuid": "u1",
+                "isSidechain": False,
+                "type": "assistant",
+                "uuid": "a1",
+                "sessionId": "S",
+                "version": "2.1.38",
+                "message": {"id": "m1", "role": "assistant", "content": [{"type": "text", "text": "hello"}]},
+            },
+        ],
+    )
     with pytest.raises(BadInputError) as exc:
         read_native(p, "qwen-code")
     msg = exc.value.message
-    assert exc.value.exit_code == 65 and str(p) in msg and "line 1" in msg and "no Qwen Code chat record" in msg and "major" not in msg, msg
+    assert (
+        exc.value.exit_code == 65
+        and str(p) in msg
+        and "line 1" in msg
+        and "no Qwen Code chat record" in msg
+        and "major" not in msg
+    ), msg
 
 
-@pytest.mark.parametrize("text", ["", '{"timestamp": "t", "type": "session_meta", "payload": {"id": "T", "cli_version": "0.171.0"}}\n'])
+@pytest.mark.parametrize(
+    "text",
+    ["", '{"timestamp": "t", "type": "session_meta", "payload": {"id": "T", "cli_version": "0.171.0"}}\n'],
+)
 def test_an_empty_file_or_a_codex_rollout_is_refused(tmp_path, text):
     p = tmp_path / "x.jsonl"
     p.write_text(text)
     with pytest.raises(BadInputError) as exc:
         read_native(p, "qwen-code")
-    assert exc.value.exit_code == 65 and str(p) in exc.value.message and "no Qwen Code chat record" in exc.value.message
+    assert (
+        exc.value.exit_code == 65
+        and str(p) in exc.value.message
+        and "no Qwen Code chat record" in exc.value.message
+    )
 
 
 def test_unknown_records_are_warned_with_or_without_uuid(tmp_path):
-    p = _jsonl(tmp_path / "q.jsonl", [
-        {"type": "mystery", "sessionId": "Q"},
-        _q("user", "u1", None, [{"text": "go"}]),
-        _q("hologram", "h1", "u1"),
-        _q("assistant", "a1", "h1", [{"text": "ok"}], model="qwen-x"),
-    ])
+    p = _jsonl(
+        tmp_path / "q.jsonl",
+        [
+            {"type": "mystery", "sessionId": "Q"},
+            _q("user", "u1", None, [{"text": "go"}]),
+            _q("hologram", "h1", "u1"),
+            _q("assistant", "a1", "h1", [{"text": "ok"}], model="qwen-x"),
+        ],
+    )
     result, _ = read_native(p, "qwen-code")
-    assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("unknown_record", "line 1"), ("unknown_record", "line 3")]
+    assert [(w.code, w.where) for w in result.diagnostics.warnings] == [
+        ("unknown_record", "line 1"),
+        ("unknown_record", "line 3"),
+    ]
     assert [s.action.text for s in result.trajectory.steps] == ["ok"]
 
 
@@ -103,8 +166,12 @@ def test_unknown_records_are_warned_with_or_without_uuid(tmp_path):
 def _three_steps() -> list[dict]:
     return [
         _q("user", "u1", None, [{"text": "go"}]),
-        _call("a1", "u1", "c1"), _q("system", "s1", "a1", subtype="ui_telemetry"), _result("t1", "s1", "c1", "one"),
-        _call("a2", "t1", "c2"), _q("system", "s2", "a2", subtype="ui_telemetry"), _result("t2", "s2", "c2", "two"),
+        _call("a1", "u1", "c1"),
+        _q("system", "s1", "a1", subtype="ui_telemetry"),
+        _result("t1", "s1", "c1", "one"),
+        _call("a2", "t1", "c2"),
+        _q("system", "s2", "a2", subtype="ui_telemetry"),
+        _result("t2", "s2", "c2", "two"),
         _q("assistant", "a3", "t2", [{"text": "done"}], model="qwen-x"),
     ]
 
@@ -115,7 +182,10 @@ def test_a_lost_middle_record_keeps_every_step_with_a_broken_chain_warning(tmp_p
     result, _ = read_native(_jsonl(tmp_path / "q.jsonl", recs), "qwen-code")
     assert [s.action.text for s in result.trajectory.steps] == ["", "", "done"]
     assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("broken_chain", "line 6")]
-    assert "s2" in result.diagnostics.warnings[0].message and "continued from line 5" in result.diagnostics.warnings[0].message
+    assert (
+        "s2" in result.diagnostics.warnings[0].message
+        and "continued from line 5" in result.diagnostics.warnings[0].message
+    )
     assert not [lo for lo in result.trajectory.left_out if "off the main chain" in lo.reason]
 
 
@@ -124,21 +194,34 @@ def test_an_abandoned_branch_whose_parent_exists_is_still_left_out(tmp_path):
     recs.insert(2, _call("x1", "u1", "cx", "abandoned"))
     result, _ = read_native(_jsonl(tmp_path / "q.jsonl", recs), "qwen-code")
     assert len(result.trajectory.steps) == 3 and result.diagnostics.codes() == []
-    assert [(lo.where, lo.reason) for lo in result.trajectory.left_out if "off the main chain" in lo.reason] == [
-        ("line 3", "off the main chain (an abandoned branch or rewind)")]
+    assert [
+        (lo.where, lo.reason) for lo in result.trajectory.left_out if "off the main chain" in lo.reason
+    ] == [("line 3", "off the main chain (an abandoned branch or rewind)")]
 
 
 def test_duplicate_call_ids_are_warned_and_results_paired_in_order(tmp_path):
     # finding 4: two calls with one id in a response; the first result was lost
     recs = [
         _q("user", "u1", None, [{"text": "go"}]),
-        _q("assistant", "a1", "u1", [{"functionCall": {"id": "d", "name": "run_shell_command", "args": {"command": "one"}}},
-                                     {"functionCall": {"id": "d", "name": "run_shell_command", "args": {"command": "two"}}}], model="qwen-x"),
-        _result("t1", "a1", "d", "first"), _result("t2", "t1", "d", "second"),
+        _q(
+            "assistant",
+            "a1",
+            "u1",
+            [
+                {"functionCall": {"id": "d", "name": "run_shell_command", "args": {"command": "one"}}},
+                {"functionCall": {"id": "d", "name": "run_shell_command", "args": {"command": "two"}}},
+            ],
+            model="qwen-x",
+        ),
+        _result("t1", "a1", "d", "first"),
+        _result("t2", "t1", "d", "second"),
     ]
     result, _ = read_native(_jsonl(tmp_path / "q.jsonl", recs), "qwen-code")
     (step,) = result.trajectory.steps
-    assert [r.content for r in step.observation.results] == [{"output": "first"}, {"output": "second"}] and step.flags == []
+    assert [r.content for r in step.observation.results] == [
+        {"output": "first"},
+        {"output": "second"},
+    ] and step.flags == []
     assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("duplicate_call_id", "line 2")]
 
 
@@ -150,7 +233,10 @@ def test_a_malformed_record_among_good_ones_is_skipped_with_a_warning(tmp_path):
     # the lost reply is a gap at its step (issue 14, damaged files): its result answers no call
     steps = list(result.trajectory.steps)
     assert [s.action.text for s in steps] == ["", "", "done"] and steps[1].flags == ["lost_action"]
-    assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("malformed_record", "line 5"), ("lost_action", "line 7")]
+    assert [(w.code, w.where) for w in result.diagnostics.warnings] == [
+        ("malformed_record", "line 5"),
+        ("lost_action", "line 7"),
+    ]
     assert ("line 5", "malformed") in [(lo.where, lo.kind) for lo in result.trajectory.left_out]
 
 

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from pvisor.adapters.native import adapter_names, detect, get_adapter, read_native
-from pvisor.adapters.native.base import REJOIN_MAX_LINES, Diagnostics, FormatProfile, NativeWarning, iter_json_records, loads_lenient, read_json_document
+from pvisor.adapters.native.base import (
+    REJOIN_MAX_LINES,
+    Diagnostics,
+    FormatProfile,
+    NativeWarning,
+    iter_json_records,
+    loads_lenient,
+    read_json_document,
+)
 from pvisor.journal.errors import BadInputError, UsageError
 
 
@@ -62,7 +70,10 @@ def test_text_after_a_nul_block_on_the_same_line_is_read(tmp_path):
 def test_malformed_line_in_the_middle_is_skipped_not_the_rest(tmp_path):
     got, diag = _lines(tmp_path, b'{"a":1}\nthis is not json\n{"a":2}\n{"a": 3,,}\n{"a":4}\n')
     assert [o["a"] for _, o in got] == [1, 2, 4]
-    assert [(w.code, w.where) for w in diag.warnings] == [("malformed_line", "line 2"), ("malformed_line", "line 4")]
+    assert [(w.code, w.where) for w in diag.warnings] == [
+        ("malformed_line", "line 2"),
+        ("malformed_line", "line 4"),
+    ]
 
 
 def test_object_split_by_raw_newlines_is_rejoined(tmp_path):
@@ -165,8 +176,20 @@ def test_missing_version_warns_no_version():
 
 def test_claude_code_file_of_a_newer_major_is_refused_naming_the_line(tmp_path):
     p = tmp_path / "s.jsonl"
-    p.write_text(json.dumps({"type": "user", "uuid": "u1", "parentUuid": None, "isSidechain": False, "sessionId": "s", "version": "3.0.1",
-                             "message": {"role": "user", "content": "hi"}}) + "\n")
+    p.write_text(
+        json.dumps(
+            {
+                "type": "user",
+                "uuid": "u1",
+                "parentUuid": None,
+                "isSidechain": False,
+                "sessionId": "s",
+                "version": "3.0.1",
+                "message": {"role": "user", "content": "hi"},
+            }
+        )
+        + "\n"
+    )
     with pytest.raises(BadInputError) as exc:
         read_native(p, "claude-code")
     assert "line 1" in exc.value.message and "claude-code@2.1" in exc.value.message
@@ -176,12 +199,35 @@ def test_a_record_missing_its_required_shape_is_left_out_with_a_warning_not_fata
     # issue 6 tester finding 5 (H7): one bad record among good ones is skipped, warned
     # `malformed_record`; a file with no record of the shape is refused (tests/test_native_claude_code.py)
     p = tmp_path / "s.jsonl"
-    p.write_text(json.dumps({"type": "user", "uuid": "u1", "parentUuid": None, "isSidechain": False, "sessionId": "s", "version": "2.1.0",
-                             "message": {"role": "user", "content": "hi"}}) + "\n"
-                 + json.dumps({"type": "assistant", "uuid": "a1", "parentUuid": "u1", "isSidechain": False, "sessionId": "s", "version": "2.1.0"}) + "\n")
+    p.write_text(
+        json.dumps(
+            {
+                "type": "user",
+                "uuid": "u1",
+                "parentUuid": None,
+                "isSidechain": False,
+                "sessionId": "s",
+                "version": "2.1.0",
+                "message": {"role": "user", "content": "hi"},
+            }
+        )
+        + "\n"
+        + json.dumps(
+            {
+                "type": "assistant",
+                "uuid": "a1",
+                "parentUuid": "u1",
+                "isSidechain": False,
+                "sessionId": "s",
+                "version": "2.1.0",
+            }
+        )
+        + "\n"
+    )
     result, _ = read_native(p, "claude-code")
     assert [(w.code, w.where, w.message) for w in result.diagnostics.warnings] == [
-        ("malformed_record", "line 2", "an assistant line without a `message` object; left out")]
+        ("malformed_record", "line 2", "an assistant line without a `message` object; left out")
+    ]
     assert len(result.trajectory.steps) == 0 and result.trajectory.task == "hi"
 
 
@@ -190,7 +236,16 @@ def test_a_record_missing_its_required_shape_is_left_out_with_a_warning_not_fata
 
 def test_registry_lists_seven_adapters_each_with_a_profile():
     names = adapter_names()
-    assert names == ["claude-code", "codex", "gemini-cli", "qwen-code", "mini-swe-agent", "opencode", "openhands", "swe-agent"]
+    assert names == [
+        "claude-code",
+        "codex",
+        "gemini-cli",
+        "qwen-code",
+        "mini-swe-agent",
+        "opencode",
+        "openhands",
+        "swe-agent",
+    ]
     for n in names:
         a = get_adapter(n)
         assert a.name == n and a.profiles and a.profiles[0].name.startswith(n + "@")
@@ -214,20 +269,42 @@ def test_a_file_no_adapter_recognises_is_refused(tmp_path):
 def test_an_ambiguous_file_is_an_error_naming_the_candidates(tmp_path):
     # a line that looks like both a Claude Code and a Qwen Code record
     p = tmp_path / "both.jsonl"
-    p.write_text(json.dumps({"parentUuid": None, "sessionId": "s", "uuid": "u", "type": "user", "message": {"parts": [{"text": "x"}]}})
-                 + "\n" + json.dumps({"isSidechain": False}) + "\n")
-    p.write_bytes(b" " * 5000 + p.read_bytes())  # the Qwen sniff looks for isSidechain in the first 4 KiB only
+    p.write_text(
+        json.dumps(
+            {
+                "parentUuid": None,
+                "sessionId": "s",
+                "uuid": "u",
+                "type": "user",
+                "message": {"parts": [{"text": "x"}]},
+            }
+        )
+        + "\n"
+        + json.dumps({"isSidechain": False})
+        + "\n"
+    )
+    p.write_bytes(
+        b" " * 5000 + p.read_bytes()
+    )  # the Qwen sniff looks for isSidechain in the first 4 KiB only
     assert set(detect(p)) == {"claude-code", "qwen-code"}
     with pytest.raises(BadInputError) as exc:
         read_native(p)
-    assert "ambiguous" in exc.value.message and "claude-code" in exc.value.message and "qwen-code" in exc.value.message
+    assert (
+        "ambiguous" in exc.value.message
+        and "claude-code" in exc.value.message
+        and "qwen-code" in exc.value.message
+    )
 
 
-@pytest.mark.parametrize("agent", ["claude-code", "codex", "gemini-cli", "qwen-code", "mini-swe-agent", "openhands"])
+@pytest.mark.parametrize(
+    "agent", ["claude-code", "codex", "gemini-cli", "qwen-code", "mini-swe-agent", "openhands"]
+)
 def test_a_directory_given_to_a_file_adapter_is_refused(tmp_path, agent):
     with pytest.raises(BadInputError) as exc:
         read_native(tmp_path, agent)
-    assert exc.value.message == f"{tmp_path}: is a directory; the {agent} adapter reads a file, not a directory"
+    assert (
+        exc.value.message == f"{tmp_path}: is a directory; the {agent} adapter reads a file, not a directory"
+    )
 
 
 def test_a_missing_file_is_a_usage_error(tmp_path):
@@ -250,5 +327,9 @@ def test_warnings_of_one_code_are_capped_and_the_rest_counted(tmp_path):
     assert got == [(1, {"a": 1}), (MAX_WARNINGS_PER_CODE + 252, {"b": 2})]
     assert diag.counts == {"malformed_line": MAX_WARNINGS_PER_CODE + 250}
     assert len(diag.warnings) == MAX_WARNINGS_PER_CODE + 1
-    assert diag.warnings[-1] == NativeWarning("malformed_line", "file", f"250 more malformed_line warnings not listed (the first {MAX_WARNINGS_PER_CODE} are)")
+    assert diag.warnings[-1] == NativeWarning(
+        "malformed_line",
+        "file",
+        f"250 more malformed_line warnings not listed (the first {MAX_WARNINGS_PER_CODE} are)",
+    )
     assert [w.where for w in diag.warnings[:2]] == ["line 2", "line 3"]

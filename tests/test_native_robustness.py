@@ -17,7 +17,16 @@ from pvisor.journal.errors import BadInputError
 WRONG = [None, 1, "x", [], {}, [1], {"a": 1}, True]
 
 #: adapters checked here (file samples; the OpenCode storage tree and database are not mutated)
-CHECKED = ["claude-code", "codex", "gemini-cli", "qwen-code", "mini-swe-agent", "opencode", "openhands", "swe-agent"]
+CHECKED = [
+    "claude-code",
+    "codex",
+    "gemini-cli",
+    "qwen-code",
+    "mini-swe-agent",
+    "opencode",
+    "openhands",
+    "swe-agent",
+]
 
 
 def _mutate(o, rng: random.Random):
@@ -38,7 +47,11 @@ def _mutate(o, rng: random.Random):
 @pytest.mark.parametrize("agent", CHECKED)
 def test_wrong_types_are_read_or_refused_never_a_crash(agent, tmp_path):
     rng = random.Random(f"pvisor-{agent}")
-    files = [f for f in sorted((native_dir() / agent).iterdir()) if f.is_file() and f.name != "PROVENANCE.md" and "db-dump" not in f.name]
+    files = [
+        f
+        for f in sorted((native_dir() / agent).iterdir())
+        if f.is_file() and f.name != "PROVENANCE.md" and "db-dump" not in f.name
+    ]
     assert files
     read = refused = 0
     for f in files:
@@ -46,7 +59,13 @@ def test_wrong_types_are_read_or_refused_never_a_crash(agent, tmp_path):
         for trial in range(12):
             g = tmp_path / f"{trial}-{f.name}"
             if f.suffix == ".jsonl":
-                g.write_text("".join(json.dumps(_mutate(json.loads(line), rng)) + "\n" for line in raw.split(b"\n") if line.strip()))
+                g.write_text(
+                    "".join(
+                        json.dumps(_mutate(json.loads(line), rng)) + "\n"
+                        for line in raw.split(b"\n")
+                        if line.strip()
+                    )
+                )
             else:
                 g.write_text(json.dumps(_mutate(json.loads(raw), rng)))
             try:

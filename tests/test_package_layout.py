@@ -36,7 +36,12 @@ def test_layers_hold(tmp_path: Path):
     # the checkout's pvisor/ would shadow the installed package
     lint = shutil.which("lint-imports", path=os.path.dirname(sys.executable))
     assert lint, "import-linter is part of the test extra"
-    proc = subprocess.run([lint, str(REPO / "pyproject.toml"), "--no-cache", "--no-logo"], capture_output=True, text=True, cwd=tmp_path)
+    proc = subprocess.run(
+        [lint, str(REPO / "pyproject.toml"), "--no-cache", "--no-logo"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 kept, 0 broken" in proc.stdout
 
@@ -48,7 +53,7 @@ def test_every_module_is_in_a_layer():
     import re
 
     text = (REPO / "pyproject.toml").read_text()
-    block = text[text.index("layers = ["):]
+    block = text[text.index("layers = [") :]
     block = block[: block.index("]")]
     roots = {name.strip() for entry in re.findall(r'"([^"]+)"', block) for name in entry.split("|")}
     assert roots
@@ -75,6 +80,7 @@ def test_journal_imports_nothing_of_ours_and_adapters_only_journal():
     root = Path(pvisor.__file__).parent
     journal_dir = Path(importlib.import_module("pvisor.journal").__file__).parent
     adapters_dir = Path(importlib.import_module("pvisor.adapters").__file__).parent
+
     def ours(names: set[str]) -> set[str]:
         return {n for n in names if n == "pvisor" or n.startswith("pvisor.")}
 

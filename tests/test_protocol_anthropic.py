@@ -185,7 +185,11 @@ def test_every_split_gives_the_same_result(corpus, name):
     for i in range(len(data) + 1):
         r = A.reassemble([data[:i], data[i:]])
         assert (r.final, r.complete, r.problems, r.tool_input_raw, r.events) == (
-            ref.final, ref.complete, ref.problems, ref.tool_input_raw, ref.events
+            ref.final,
+            ref.complete,
+            ref.problems,
+            ref.tool_input_raw,
+            ref.events,
         ), f"split at byte {i}"
     r = A.reassemble(data[i : i + 1] for i in range(len(data)))
     assert (r.final, r.complete, r.problems, r.events) == (ref.final, ref.complete, ref.problems, ref.events)
@@ -205,30 +209,62 @@ def _ev(kind: str, **data) -> bytes:
 
 
 def test_thinking_signature_citations_and_usage_rules():
-    start = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [],
-             "stop_reason": None, "stop_sequence": None,
-             "usage": {"input_tokens": 10, "cache_read_input_tokens": 7, "output_tokens": 1}}
-    data = b"".join([
-        _ev("message_start", message=start),
-        _ev("content_block_start", index=0, content_block={"type": "thinking", "thinking": "", "signature": ""}),
-        _ev("content_block_delta", index=0, delta={"type": "thinking_delta", "thinking": "Let me "}),
-        _ev("content_block_delta", index=0, delta={"type": "thinking_delta", "thinking": "think."}),
-        _ev("content_block_delta", index=0, delta={"type": "signature_delta", "signature": "SIG-A"}),
-        _ev("content_block_delta", index=0, delta={"type": "signature_delta", "signature": "SIG-B"}),
-        _ev("content_block_stop", index=0),
-        _ev("content_block_start", index=1, content_block={"type": "text", "text": ""}),
-        _ev("content_block_delta", index=1, delta={"type": "citations_delta", "citation": {"cited_text": "a"}}),
-        _ev("content_block_delta", index=1, delta={"type": "text_delta", "text": "Done"}),
-        _ev("content_block_delta", index=1, delta={"type": "citations_delta", "citation": {"cited_text": "b"}}),
-        _ev("content_block_stop", index=1),
-        _ev("brand_new_event", payload=1),  # unknown: ignored, counted
-        _ev("content_block_start", index=2, content_block={"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}}),
-        _ev("content_block_stop", index=2),  # no input_json_delta at all: input stays {}
-        _ev("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None},
-            usage={"output_tokens": 30, "input_tokens": None, "cache_read_input_tokens": 9}),
-        _ev("message_delta", delta={"stop_reason": "tool_use", "stop_sequence": None}, usage={"output_tokens": 31}),
-        _ev("message_stop"),
-    ])
+    start = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "cache_read_input_tokens": 7, "output_tokens": 1},
+    }
+    data = b"".join(
+        [
+            _ev("message_start", message=start),
+            _ev(
+                "content_block_start",
+                index=0,
+                content_block={"type": "thinking", "thinking": "", "signature": ""},
+            ),
+            _ev("content_block_delta", index=0, delta={"type": "thinking_delta", "thinking": "Let me "}),
+            _ev("content_block_delta", index=0, delta={"type": "thinking_delta", "thinking": "think."}),
+            _ev("content_block_delta", index=0, delta={"type": "signature_delta", "signature": "SIG-A"}),
+            _ev("content_block_delta", index=0, delta={"type": "signature_delta", "signature": "SIG-B"}),
+            _ev("content_block_stop", index=0),
+            _ev("content_block_start", index=1, content_block={"type": "text", "text": ""}),
+            _ev(
+                "content_block_delta",
+                index=1,
+                delta={"type": "citations_delta", "citation": {"cited_text": "a"}},
+            ),
+            _ev("content_block_delta", index=1, delta={"type": "text_delta", "text": "Done"}),
+            _ev(
+                "content_block_delta",
+                index=1,
+                delta={"type": "citations_delta", "citation": {"cited_text": "b"}},
+            ),
+            _ev("content_block_stop", index=1),
+            _ev("brand_new_event", payload=1),  # unknown: ignored, counted
+            _ev(
+                "content_block_start",
+                index=2,
+                content_block={"type": "tool_use", "id": "toolu_1", "name": "t", "input": {}},
+            ),
+            _ev("content_block_stop", index=2),  # no input_json_delta at all: input stays {}
+            _ev(
+                "message_delta",
+                delta={"stop_reason": "tool_use", "stop_sequence": None},
+                usage={"output_tokens": 30, "input_tokens": None, "cache_read_input_tokens": 9},
+            ),
+            _ev(
+                "message_delta",
+                delta={"stop_reason": "tool_use", "stop_sequence": None},
+                usage={"output_tokens": 31},
+            ),
+            _ev("message_stop"),
+        ]
+    )
     r = A.reassemble([data])
     assert r.complete and r.problems == [] and r.events == 18
     thinking, text, tool = r.final["content"]
@@ -245,8 +281,17 @@ def test_thinking_signature_citations_and_usage_rules():
 
 def test_error_event_after_200_becomes_the_outcome():
     data = (
-        _ev("message_start", message={"id": "m", "type": "message", "role": "assistant", "model": "x",
-                                      "content": [], "usage": {"input_tokens": 1, "output_tokens": 1}})
+        _ev(
+            "message_start",
+            message={
+                "id": "m",
+                "type": "message",
+                "role": "assistant",
+                "model": "x",
+                "content": [],
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            },
+        )
         + _ev("content_block_start", index=0, content_block={"type": "text", "text": ""})
         + _ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "Hi"})
         + _ev("error", error={"type": "overloaded_error", "message": "Overloaded"})
@@ -260,7 +305,10 @@ def test_error_event_after_200_becomes_the_outcome():
 
 def test_index_that_is_not_the_position_is_reported_and_routed():
     data = (
-        _ev("message_start", message={"id": "m", "type": "message", "role": "assistant", "model": "x", "content": []})
+        _ev(
+            "message_start",
+            message={"id": "m", "type": "message", "role": "assistant", "model": "x", "content": []},
+        )
         + _ev("content_block_start", index=3, content_block={"type": "text", "text": ""})
         + _ev("content_block_delta", index=3, delta={"type": "text_delta", "text": "ok"})
         + _ev("content_block_stop", index=3)
@@ -274,7 +322,11 @@ def test_index_that_is_not_the_position_is_reported_and_routed():
 def test_garbage_lines_are_reported_not_raised(corpus):
     good = _stream(corpus, "basic_response.sse")
     head, tail = good.split(b"event: ping", 1)
-    data = head + b"event: content_block_delta\ndata: {not json\n\nthis is no sse line\n\ndata: [1, 2]\n\nevent: ping" + tail
+    data = (
+        head
+        + b"event: content_block_delta\ndata: {not json\n\nthis is no sse line\n\ndata: [1, 2]\n\nevent: ping"
+        + tail
+    )
     r = A.reassemble([data])
     assert r.final == A.reassemble([good]).final and r.complete
     assert any("data is not JSON" in p for p in r.problems)
@@ -307,7 +359,9 @@ def test_corpus_requests_parse(corpus):
         assert conv.system_raw == body["system"]
         assert [t.name for t in conv.tools] == [t["name"] for t in body["tools"]]
         assert conv.tools[0].parameters == body["tools"][0]["input_schema"]
-        assert list(conv.params) == [k for k in body if k not in ("model", "system", "tools", "messages", "stream")]
+        assert list(conv.params) == [
+            k for k in body if k not in ("model", "system", "tools", "messages", "stream")
+        ]
         assert conv.stream is False and not A.wants_stream(rec["path"], "", body)
         calls = [p for m in conv.messages for p in m.parts if isinstance(p, ToolCall)]
         results = [p for m in conv.messages for p in m.parts if isinstance(p, ToolResult)]
@@ -319,7 +373,9 @@ def test_corpus_requests_parse(corpus):
         for m in conv.messages:
             for p in m.parts:
                 if isinstance(p, ToolCall):
-                    assert p.arguments_raw == json.dumps(p.arguments, separators=(",", ":"), ensure_ascii=False)
+                    assert p.arguments_raw == json.dumps(
+                        p.arguments, separators=(",", ":"), ensure_ascii=False
+                    )
                     seen.append(p.id)
                 if isinstance(p, ToolResult):
                     assert p.call_id in seen, f"{name}:{n}: result for unknown call {p.call_id}"
@@ -363,16 +419,45 @@ def test_chain_rule_on_real_requests_with_moving_cache_control(corpus):
 def test_normalise_ignores_cache_control_signatures_and_content_form():
     body = {
         "model": "m",
-        "system": [{"type": "text", "text": "S1"}, {"type": "text", "text": "S2", "cache_control": {"type": "ephemeral"}}],
-        "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}, "cache_control": {"type": "ephemeral"}}],
+        "system": [
+            {"type": "text", "text": "S1"},
+            {"type": "text", "text": "S2", "cache_control": {"type": "ephemeral"}},
+        ],
+        "tools": [
+            {
+                "name": "Bash",
+                "description": "run",
+                "input_schema": {"type": "object"},
+                "cache_control": {"type": "ephemeral"},
+            }
+        ],
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "task", "cache_control": {"type": "ephemeral"}}]},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "hmm", "signature": "sig-1"},
-                {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls", "description": "list"}},
-            ]},
-            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
-                                          "content": [{"type": "text", "text": "a.txt"}]}]},
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "task", "cache_control": {"type": "ephemeral"}}],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": "sig-1"},
+                    {
+                        "type": "tool_use",
+                        "id": "toolu_1",
+                        "name": "Bash",
+                        "input": {"command": "ls", "description": "list"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "a.txt"}],
+                    }
+                ],
+            },
         ],
     }
     moved = json.loads(json.dumps(body))
@@ -397,19 +482,38 @@ def test_parse_request_block_mapping_and_render_from_canonical_fields():
         "model": "claude-x",
         "max_tokens": 100,
         "messages": [
-            {"role": "user", "content": [{"type": "text", "text": "look"},
-                                         {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AA=="}}]},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "t", "signature": "s"},
-                {"type": "redacted_thinking", "data": "ENC"},
-                {"type": "text", "text": "calling"},
-                {"type": "tool_use", "id": "toolu_a", "name": "Read", "input": {"path": "ü.txt"}},
-                {"type": "server_tool_use", "id": "srvtoolu_b", "name": "web_search", "input": {"query": "q"}},
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_a", "content": "boom", "is_error": True},
-                {"type": "tool_result", "tool_use_id": "toolu_a", "content": "fine", "is_error": False},
-            ]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": "AA=="},
+                    },
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "t", "signature": "s"},
+                    {"type": "redacted_thinking", "data": "ENC"},
+                    {"type": "text", "text": "calling"},
+                    {"type": "tool_use", "id": "toolu_a", "name": "Read", "input": {"path": "ü.txt"}},
+                    {
+                        "type": "server_tool_use",
+                        "id": "srvtoolu_b",
+                        "name": "web_search",
+                        "input": {"query": "q"},
+                    },
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {"type": "tool_result", "tool_use_id": "toolu_a", "content": "boom", "is_error": True},
+                    {"type": "tool_result", "tool_use_id": "toolu_a", "content": "fine", "is_error": False},
+                ],
+            },
         ],
         "stream": True,
         "temperature": 0,
@@ -418,38 +522,66 @@ def test_parse_request_block_mapping_and_render_from_canonical_fields():
     assert conv.stream and A.wants_stream("/v1/messages", "beta=true", body)
     assert conv.system is None and conv.params == {"max_tokens": 100, "temperature": 0}
     user, assistant, results = conv.messages
-    assert isinstance(user.parts[0], TextPart) and isinstance(user.parts[1], OtherPart) and user.parts[1].kind == "image"
+    assert (
+        isinstance(user.parts[0], TextPart)
+        and isinstance(user.parts[1], OtherPart)
+        and user.parts[1].kind == "image"
+    )
     th, red, text, call, server = assistant.parts
     assert (th.text, th.signature) == ("t", "s")
     assert (red.text, red.encrypted) == ("", "ENC")
     assert text.text == "calling"
-    assert (call.kind, call.arguments_raw, call.arguments) == ("function", '{"path":"ü.txt"}', {"path": "ü.txt"})
+    assert (call.kind, call.arguments_raw, call.arguments) == (
+        "function",
+        '{"path":"ü.txt"}',
+        {"path": "ü.txt"},
+    )
     assert server.kind == "server"
-    assert [(r.call_id, r.content, r.is_error) for r in results.parts] == [("toolu_a", "boom", True), ("toolu_a", "fine", False)]
+    assert [(r.call_id, r.content, r.is_error) for r in results.parts] == [
+        ("toolu_a", "boom", True),
+        ("toolu_a", "fine", False),
+    ]
     bare = orjson.loads(A.render_request(_strip_raw(conv)))
     assert bare["messages"][1]["content"] == body["messages"][1]["content"]
     assert bare["messages"][2]["content"] == body["messages"][2]["content"]
     assert bare["stream"] is True and bare["temperature"] == 0
     # a conversation built by hand (no raw anywhere) renders to a valid body
     hand = Conversation(
-        protocol="anthropic", model="m", system="be brief",
+        protocol="anthropic",
+        model="m",
+        system="be brief",
         tools=[ToolSpec(name="Bash", description="run", parameters={"type": "object"})],
-        messages=[Message("user", [TextPart("hi")]),
-                  Message("assistant", [ToolCall(id="toolu_1", name="Bash", arguments_raw='{"command": "ls"}')]),
-                  Message("user", [ToolResult(call_id="toolu_1", content="x")])],
+        messages=[
+            Message("user", [TextPart("hi")]),
+            Message("assistant", [ToolCall(id="toolu_1", name="Bash", arguments_raw='{"command": "ls"}')]),
+            Message("user", [ToolResult(call_id="toolu_1", content="x")]),
+        ],
     )
     assert orjson.loads(A.render_request(hand)) == {
         "model": "m",
-        "messages": [{"role": "user", "content": "hi"},
-                     {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}]},
-                     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]}],
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {"command": "ls"}}
+                ],
+            },
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "x"}]},
+        ],
         "system": "be brief",
         "tools": [{"name": "Bash", "description": "run", "input_schema": {"type": "object"}}],
     }
 
 
 def test_system_raw_is_used_only_when_it_matches_system():
-    conv = A.parse_request({"model": "m", "system": [{"type": "text", "text": "old", "cache_control": {"type": "ephemeral"}}], "messages": []})
+    conv = A.parse_request(
+        {
+            "model": "m",
+            "system": [{"type": "text", "text": "old", "cache_control": {"type": "ephemeral"}}],
+            "messages": [],
+        }
+    )
     assert orjson.loads(A.render_request(conv))["system"] == conv.system_raw
     conv.system = "new"
     assert orjson.loads(A.render_request(conv))["system"] == "new"
@@ -517,12 +649,18 @@ def test_action_to_response_is_deterministic_and_valid():
 
 
 def test_action_from_other_protocols_maps_stop_reason_and_usage():
-    act = Action(text="done", stop_reason="stop", usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})
+    act = Action(
+        text="done", stop_reason="stop", usage={"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    )
     out = A.action_to_response(act, model="m", ids=IdSource())
     assert out["stop_reason"] == "end_turn" and out["usage"] == {"input_tokens": 3, "output_tokens": 4}
     anthropic.types.Message.model_validate(out)
     out = A.action_to_response(Action(stop_reason="length"), model="m", ids=IdSource())
-    assert out["stop_reason"] == "max_tokens" and out["content"] == [] and out["usage"] == {"input_tokens": 0, "output_tokens": 0}
+    assert (
+        out["stop_reason"] == "max_tokens"
+        and out["content"] == []
+        and out["usage"] == {"input_tokens": 0, "output_tokens": 0}
+    )
     anthropic.types.Message.model_validate(out)
 
 
@@ -548,6 +686,9 @@ def test_paths_registry_and_error_body():
     assert not A.wants_stream("/v1/messages", "", {"stream": "true"})
     body = orjson.loads(A.error_body(529, "Overloaded"))
     assert body == {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
-    assert orjson.loads(A.error_body(400, "bad", "invalid_request_error"))["error"]["type"] == "invalid_request_error"
+    assert (
+        orjson.loads(A.error_body(400, "bad", "invalid_request_error"))["error"]["type"]
+        == "invalid_request_error"
+    )
     assert orjson.loads(A.error_body(502, "upstream down"))["error"]["type"] == "api_error"
     anthropic.types.ErrorResponse.model_validate(body)

@@ -98,10 +98,18 @@ def strip_raw(conv):
 def canonical(conv):
     """Everything a conversation says, without raw."""
     return (
-        conv.model, conv.system, conv.stream, conv.params,
+        conv.model,
+        conv.system,
+        conv.stream,
+        conv.params,
         [(t.name, t.description, t.parameters) for t in conv.tools],
-        [(m.role, [(type(p).__name__, {k: getattr(p, k) for k in p.__slots__ if k != "raw"}) for p in m.parts])
-         for m in conv.messages],
+        [
+            (
+                m.role,
+                [(type(p).__name__, {k: getattr(p, k) for k in p.__slots__ if k != "raw"}) for p in m.parts],
+            )
+            for m in conv.messages
+        ],
     )
 
 
@@ -115,13 +123,24 @@ def parts(conv, kind):
 def test_registry_and_paths():
     assert get_protocol("gemini") is G and G.NAME == "gemini"
     assert len(G.PATHS) == 6
-    for path in ("/v1beta/models/gemini-2.5-pro:streamGenerateContent", "/v1/models/gemini-2.5-flash:generateContent",
-                 "/v1beta/models/gemini-2.5-pro:countTokens"):
+    for path in (
+        "/v1beta/models/gemini-2.5-pro:streamGenerateContent",
+        "/v1/models/gemini-2.5-flash:generateContent",
+        "/v1beta/models/gemini-2.5-pro:countTokens",
+    ):
         assert G.matches(path) and protocol_for_path(path) is G
-    for path in ("/v1beta/models/gemini-2.5-pro", "/v1beta/models/a/b:generateContent", "/v1internal:streamGenerateContent",
-                 "/v1beta/models/x:embedContent", "/v1/responses"):
+    for path in (
+        "/v1beta/models/gemini-2.5-pro",
+        "/v1beta/models/a/b:generateContent",
+        "/v1internal:streamGenerateContent",
+        "/v1beta/models/x:embedContent",
+        "/v1/responses",
+    ):
         assert not G.matches(path)
-    assert G.parse_path("/v1beta/models/gemini-3.5-flash-lite:generateContent") == ("gemini-3.5-flash-lite", "generateContent")
+    assert G.parse_path("/v1beta/models/gemini-3.5-flash-lite:generateContent") == (
+        "gemini-3.5-flash-lite",
+        "generateContent",
+    )
 
 
 def test_wants_stream():
@@ -163,7 +182,9 @@ def test_tool_call_facts(corpus):
     assert cand["content"]["parts"] == [first_part, {"text": ""}]
     assert cand["finishReason"] == "STOP" and cand["index"] == 0 and cand["content"]["role"] == "model"
     assert final["usageMetadata"] == chunks[-1]["usageMetadata"]
-    assert final["responseId"] == "b36LacjwM668nsEP2tbsgQQ" and final["modelVersion"] == "gemini-3-pro-preview"
+    assert (
+        final["responseId"] == "b36LacjwM668nsEP2tbsgQQ" and final["modelVersion"] == "gemini-3-pro-preview"
+    )
     action = G.response_to_action(final)
     assert [(c.name, c.arguments_raw, c.arguments, c.id) for c in action.tool_calls] == [
         ("weather", '{"location":"San Francisco"}', {"location": "San Francisco"}, None)
@@ -182,7 +203,10 @@ def test_text_facts(corpus):
     assert part["text"] == "".join(texts) == 'There are **3** "r"s in strawberry.\n\nst**r**awbe**rr**y'
     assert part["thoughtSignature"] == chunks[2]["candidates"][0]["content"]["parts"][0]["thoughtSignature"]
     assert chunks[0]["usageMetadata"]["candidatesTokenCount"] == 5
-    assert final["usageMetadata"]["candidatesTokenCount"] == 23 and final["usageMetadata"] == chunks[-1]["usageMetadata"]
+    assert (
+        final["usageMetadata"]["candidatesTokenCount"] == 23
+        and final["usageMetadata"] == chunks[-1]["usageMetadata"]
+    )
     action = G.response_to_action(final)
     assert action.text == part["text"]
     assert [(r.text, r.signature) for r in action.reasoning] == [("", part["thoughtSignature"])]
@@ -192,16 +216,57 @@ def test_merge_rules():
     """Adjacent text pieces join per kind (thought / not); a signed part is closed; function calls
     stay whole; several candidates stay apart."""
     chunks = [
-        {"candidates": [{"content": {"parts": [{"text": "Let me ", "thought": True}], "role": "model"}, "index": 0}]},
-        {"candidates": [{"content": {"parts": [{"text": "think.", "thought": True, "thoughtSignature": SIG}], "role": "model"}, "index": 0}]},
-        {"candidates": [{"content": {"parts": [{"text": "Answer", "thought": True}], "role": "model"}, "index": 0}]},
-        {"candidates": [{"content": {"parts": [{"text": "Ans"}], "role": "model"}, "index": 0},
-                        {"content": {"parts": [{"text": "B1"}], "role": "model"}, "index": 1}]},
-        {"candidates": [{"content": {"parts": [{"text": "wer"}, {"text": " two"}], "role": "model"}, "index": 0},
-                        {"content": {"parts": [{"text": "B2"}], "role": "model"}, "index": 1}]},
-        {"candidates": [{"content": {"parts": [{"functionCall": {"name": "f", "args": {}}}], "role": "model"}, "index": 0}]},
-        {"candidates": [{"content": {"parts": [{"text": "after"}], "role": "model"}, "finishReason": "STOP", "index": 0}],
-         "usageMetadata": {"totalTokenCount": 9}},
+        {
+            "candidates": [
+                {"content": {"parts": [{"text": "Let me ", "thought": True}], "role": "model"}, "index": 0}
+            ]
+        },
+        {
+            "candidates": [
+                {
+                    "content": {
+                        "parts": [{"text": "think.", "thought": True, "thoughtSignature": SIG}],
+                        "role": "model",
+                    },
+                    "index": 0,
+                }
+            ]
+        },
+        {
+            "candidates": [
+                {"content": {"parts": [{"text": "Answer", "thought": True}], "role": "model"}, "index": 0}
+            ]
+        },
+        {
+            "candidates": [
+                {"content": {"parts": [{"text": "Ans"}], "role": "model"}, "index": 0},
+                {"content": {"parts": [{"text": "B1"}], "role": "model"}, "index": 1},
+            ]
+        },
+        {
+            "candidates": [
+                {"content": {"parts": [{"text": "wer"}, {"text": " two"}], "role": "model"}, "index": 0},
+                {"content": {"parts": [{"text": "B2"}], "role": "model"}, "index": 1},
+            ]
+        },
+        {
+            "candidates": [
+                {
+                    "content": {"parts": [{"functionCall": {"name": "f", "args": {}}}], "role": "model"},
+                    "index": 0,
+                }
+            ]
+        },
+        {
+            "candidates": [
+                {
+                    "content": {"parts": [{"text": "after"}], "role": "model"},
+                    "finishReason": "STOP",
+                    "index": 0,
+                }
+            ],
+            "usageMetadata": {"totalTokenCount": 9},
+        },
     ]
     r = G.reassemble([sse([orjson.dumps(c) for c in chunks])])
     assert r.complete and r.problems == []
@@ -238,7 +303,10 @@ def test_render_stream_round_trip(corpus, name):
 
 
 def test_render_stream_odd_finals():
-    no_index = {"candidates": [{"content": {"parts": [{"text": "a"}, {"text": "b"}], "role": "model"}}], "responseId": "r"}
+    no_index = {
+        "candidates": [{"content": {"parts": [{"text": "a"}, {"text": "b"}], "role": "model"}}],
+        "responseId": "r",
+    }
     assert G.stream_chunks(no_index) == [no_index]
     assert G.reassemble([G.render_stream(no_index)]).final == no_index
     blocked = {"promptFeedback": {"blockReason": "SAFETY"}, "usageMetadata": {"promptTokenCount": 3}}
@@ -246,8 +314,18 @@ def test_render_stream_odd_finals():
     assert r.final == blocked and r.complete
     safety = {"candidates": [{"finishReason": "SAFETY", "index": 0, "safetyRatings": []}]}
     assert G.reassemble([G.render_stream(safety)]).final == safety
-    long = {"candidates": [{"content": {"parts": [{"text": "x" * 450, "thought": True}, {"text": "y" * 3}], "role": "model"},
-                            "finishReason": "STOP", "index": 0}]}
+    long = {
+        "candidates": [
+            {
+                "content": {
+                    "parts": [{"text": "x" * 450, "thought": True}, {"text": "y" * 3}],
+                    "role": "model",
+                },
+                "finishReason": "STOP",
+                "index": 0,
+            }
+        ]
+    }
     assert len(G.stream_chunks(long)) == 5  # 3 thought pieces, then "yyy" in 2 pieces
     assert G.reassemble([G.render_stream(long)]).final == long
 
@@ -267,7 +345,13 @@ def test_every_split_reassembles_the_same(corpus, name):
 
 # --------------------------------------------------------------------------- stream damage
 
-ERROR = {"error": {"code": 429, "message": "Resource has been exhausted (e.g. check quota).", "status": "RESOURCE_EXHAUSTED"}}
+ERROR = {
+    "error": {
+        "code": 429,
+        "message": "Resource has been exhausted (e.g. check quota).",
+        "status": "RESOURCE_EXHAUSTED",
+    }
+}
 
 
 def test_bare_json_error_lines(corpus):
@@ -290,7 +374,9 @@ def test_truncated_stream_is_not_complete(corpus):
     lines = chunk_lines(corpus, "text")
     r = G.reassemble([sse(lines[:2])])
     assert not r.complete and r.problems == []
-    assert r.final["candidates"][0]["content"]["parts"] == [{"text": 'There are **3** "r"s in strawberry.\n\nst**r**awbe**rr**y'}]
+    assert r.final["candidates"][0]["content"]["parts"] == [
+        {"text": 'There are **3** "r"s in strawberry.\n\nst**r**awbe**rr**y'}
+    ]
     data = framings(corpus, "text")["array-pretty"]
     cut = G.reassemble([data[: data.rindex(b"{\n") + 40]])  # inside the last (finishing) object
     assert not cut.complete and cut.events == 2
@@ -301,8 +387,10 @@ def test_truncated_stream_is_not_complete(corpus):
 
 def test_garbage_gives_problems_not_exceptions(corpus):
     lines = chunk_lines(corpus, "tool_call")
-    junk = (b"data: {not json\r\n\r\ndata: [DONE]\r\n\r\ndata: 42\r\n\r\ndata: {\"candidates\": 5}\r\n\r\n"
-            b"data: {\"candidates\": [7]}\r\n\r\nhello there\r\n\r\n\xff\xfe\r\n\r\n")
+    junk = (
+        b'data: {not json\r\n\r\ndata: [DONE]\r\n\r\ndata: 42\r\n\r\ndata: {"candidates": 5}\r\n\r\n'
+        b'data: {"candidates": [7]}\r\n\r\nhello there\r\n\r\n\xff\xfe\r\n\r\n'
+    )
     r = G.reassemble([sse(lines[:1]), junk, sse(lines[1:])])
     assert r.complete
     assert r.final == G.reassemble([sse(lines)]).final
@@ -317,7 +405,13 @@ def test_garbage_gives_problems_not_exceptions(corpus):
 # --------------------------------------------------------------------------- requests
 
 EXPECTED = [  # (messages, tool calls, tool results) per request of the corpus
-    (1, 0, 0), (3, 1, 1), (1, 0, 0), (5, 1, 2), (7, 2, 3), (1, 0, 0), (3, 2, 2),
+    (1, 0, 0),
+    (3, 1, 1),
+    (1, 0, 0),
+    (5, 1, 2),
+    (7, 2, 3),
+    (1, 0, 0),
+    (3, 2, 2),
 ]
 
 
@@ -337,7 +431,9 @@ def test_corpus_requests_parse(corpus):
             assert m.role == ("assistant" if m.raw["role"] == "model" else "user")
             for p in m.parts:
                 if isinstance(p, ToolCall):
-                    assert m.role == "assistant" and p.id.startswith("run_shell_command_")  # made by Gemini CLI
+                    assert m.role == "assistant" and p.id.startswith(
+                        "run_shell_command_"
+                    )  # made by Gemini CLI
                     assert p.arguments == orjson.loads(p.arguments_raw) and "command" in p.arguments
                     calls[p.id] = p.name
                 elif isinstance(p, ToolResult):
@@ -399,12 +495,18 @@ def test_client_ids_and_skip_signature_do_not_count(corpus):
     reqs = requests(corpus)
     for a, b in ((0, 1), (3, 4), (5, 6)):
         reply = {"contents": [{"role": "model", "parts": reqs[a]["reply"]["parts"]}]}
-        assert all("id" not in p["functionCall"] and "thoughtSignature" not in p for p in reply["contents"][0]["parts"])
+        assert all(
+            "id" not in p["functionCall"] and "thoughtSignature" not in p
+            for p in reply["contents"][0]["parts"]
+        )
         echoed = reqs[b]["body"]["contents"][len(reqs[a]["body"]["contents"])]
         assert echoed["parts"][0]["thoughtSignature"] == G.SKIP_SIGNATURE
         assert echoed["parts"][0]["functionCall"]["id"].startswith("run_shell_command_")
         n = len(reqs[a]["body"]["contents"])
-        assert G.normalise(G.parse_request(reply))["messages"] == G.normalise(parse(reqs[b]))["messages"][n : n + 1]
+        assert (
+            G.normalise(G.parse_request(reply))["messages"]
+            == G.normalise(parse(reqs[b]))["messages"][n : n + 1]
+        )
     # a real signature, the skip marker and none compare equal; different arguments do not
     part = reqs[1]["body"]["contents"][1]["parts"][0]
     variants = []
@@ -438,34 +540,62 @@ def test_resume_duplicates_function_response(corpus):
     assert n_after[1:3] == n_before[1:3]
     assert n_after[0] != n_before[0]  # <session_context> regenerated: a new chain starts
     # two results with the same content for two different calls both count
-    two = {"contents": [{"role": "user", "parts": [
-        {"functionResponse": {"name": "f", "response": {"output": "ok"}, "id": "a"}},
-        {"functionResponse": {"name": "f", "response": {"output": "ok"}, "id": "b"}}]}]}
+    two = {
+        "contents": [
+            {
+                "role": "user",
+                "parts": [
+                    {"functionResponse": {"name": "f", "response": {"output": "ok"}, "id": "a"}},
+                    {"functionResponse": {"name": "f", "response": {"output": "ok"}, "id": "b"}},
+                ],
+            }
+        ]
+    }
     assert len(G.normalise(G.parse_request(two))["messages"][0]["parts"]) == 2
 
 
 def test_parts_and_tool_kinds_round_trip():
     body = {
         "contents": [
-            {"role": "user", "parts": [{"text": "look"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}]},
-            {"role": "model", "parts": [
-                {"text": "Hmm.", "thought": True, "thoughtSignature": SIG},
-                {"text": "Calling."},
-                {"functionCall": {"name": "read", "args": {"path": "a"}}},
-                {"executableCode": {"language": "PYTHON", "code": "1"}},
-            ]},
+            {
+                "role": "user",
+                "parts": [{"text": "look"}, {"inlineData": {"mimeType": "image/png", "data": "AA=="}}],
+            },
+            {
+                "role": "model",
+                "parts": [
+                    {"text": "Hmm.", "thought": True, "thoughtSignature": SIG},
+                    {"text": "Calling."},
+                    {"functionCall": {"name": "read", "args": {"path": "a"}}},
+                    {"executableCode": {"language": "PYTHON", "code": "1"}},
+                ],
+            },
             {"parts": [{"functionResponse": {"name": "read", "response": {"content": "A"}}}]},
         ],
         "systemInstruction": {"parts": [{"text": "one"}, {"text": "two"}]},
-        "tools": [{"functionDeclarations": [
-            {"name": "read", "description": "Read a file", "parameters": {"type": "OBJECT", "properties": {"path": {"type": "STRING"}}}},
-            {"name": "now"}]}, {"googleSearch": {}}],
+        "tools": [
+            {
+                "functionDeclarations": [
+                    {
+                        "name": "read",
+                        "description": "Read a file",
+                        "parameters": {"type": "OBJECT", "properties": {"path": {"type": "STRING"}}},
+                    },
+                    {"name": "now"},
+                ]
+            },
+            {"googleSearch": {}},
+        ],
         "toolConfig": {"functionCallingConfig": {"mode": "AUTO"}},
     }
     conv = G.parse_request(body, path="/v1/models/gemini-2.5-flash:generateContent")
     assert conv.model == "gemini-2.5-flash" and not conv.stream
     assert conv.system == "one\n\ntwo"
-    assert [(t.name, t.parameters is not None) for t in conv.tools] == [("read", True), ("now", False), ("googleSearch", False)]
+    assert [(t.name, t.parameters is not None) for t in conv.tools] == [
+        ("read", True),
+        ("now", False),
+        ("googleSearch", False),
+    ]
     user, model, result = conv.messages
     assert [type(p) for p in user.parts] == [TextPart, OtherPart] and user.parts[1].kind == "inlineData"
     assert [type(p) for p in model.parts] == [Reasoning, TextPart, ToolCall, OtherPart]
@@ -474,7 +604,10 @@ def test_parts_and_tool_kinds_round_trip():
     assert orjson.loads(G.render_request(conv)) == body
     bare = strip_raw(conv)
     rendered = orjson.loads(G.render_request(bare))
-    assert rendered["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"] == body["tools"][0]["functionDeclarations"][0]["parameters"]
+    assert (
+        rendered["tools"][0]["functionDeclarations"][0]["parametersJsonSchema"]
+        == body["tools"][0]["functionDeclarations"][0]["parameters"]
+    )
     assert rendered["systemInstruction"] == {"parts": [{"text": "one\n\ntwo"}], "role": "user"}
     assert G.normalise(G.parse_request(rendered)) == G.normalise(bare)
     changed = copy.deepcopy(body)
@@ -484,25 +617,69 @@ def test_parts_and_tool_kinds_round_trip():
 
 def test_result_name_from_call_when_missing():
     """A ToolResult without a name (from another protocol) takes the name of the call it answers."""
-    conv = G.parse_request({"contents": [{"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "ls", "args": {}}}]}]})
+    conv = G.parse_request(
+        {"contents": [{"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "ls", "args": {}}}]}]}
+    )
     conv.messages.append(Message("tool", [ToolResult("c1", "a.txt")]))
     body = orjson.loads(G.render_request(conv))
-    assert body["contents"][1] == {"parts": [{"functionResponse": {"name": "ls", "response": {"output": "a.txt"}, "id": "c1"}}], "role": "user"}
+    assert body["contents"][1] == {
+        "parts": [{"functionResponse": {"name": "ls", "response": {"output": "a.txt"}, "id": "c1"}}],
+        "role": "user",
+    }
 
 
 def anthropic_conversation():
     """A conversation as the Anthropic module would read it: its raws are Anthropic blocks."""
     cc = {"type": "ephemeral"}
     return Conversation(
-        protocol="anthropic", model="m", system="sys", system_raw=[{"type": "text", "text": "sys", "cache_control": cc}],
-        tools=[ToolSpec("ls", "List", {"type": "object"}, raw={"name": "ls", "description": "List", "input_schema": {"type": "object"}})],
+        protocol="anthropic",
+        model="m",
+        system="sys",
+        system_raw=[{"type": "text", "text": "sys", "cache_control": cc}],
+        tools=[
+            ToolSpec(
+                "ls",
+                "List",
+                {"type": "object"},
+                raw={"name": "ls", "description": "List", "input_schema": {"type": "object"}},
+            )
+        ],
         messages=[
-            Message("user", [TextPart("hi", raw={"type": "text", "text": "hi", "cache_control": cc})],
-                    raw={"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": cc}]}),
-            Message("assistant", [ToolCall("toolu_1", "ls", '{"a":1}', {"a": 1}, raw={"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"a": 1}})],
-                    raw={"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"a": 1}}]}),
-            Message("user", [ToolResult("toolu_1", "out", raw={"type": "tool_result", "tool_use_id": "toolu_1", "content": "out"})],
-                    raw={"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "out"}]}),
+            Message(
+                "user",
+                [TextPart("hi", raw={"type": "text", "text": "hi", "cache_control": cc})],
+                raw={"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": cc}]},
+            ),
+            Message(
+                "assistant",
+                [
+                    ToolCall(
+                        "toolu_1",
+                        "ls",
+                        '{"a":1}',
+                        {"a": 1},
+                        raw={"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"a": 1}},
+                    )
+                ],
+                raw={
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"a": 1}}],
+                },
+            ),
+            Message(
+                "user",
+                [
+                    ToolResult(
+                        "toolu_1",
+                        "out",
+                        raw={"type": "tool_result", "tool_use_id": "toolu_1", "content": "out"},
+                    )
+                ],
+                raw={
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "out"}],
+                },
+            ),
         ],
     )
 
@@ -513,10 +690,21 @@ def test_raw_of_another_protocol_is_not_carried_over():
         "contents": [
             {"parts": [{"text": "hi"}], "role": "user"},
             {"parts": [{"functionCall": {"id": "toolu_1", "args": {"a": 1}, "name": "ls"}}], "role": "model"},
-            {"parts": [{"functionResponse": {"name": "ls", "response": {"output": "out"}, "id": "toolu_1"}}], "role": "user"},
+            {
+                "parts": [
+                    {"functionResponse": {"name": "ls", "response": {"output": "out"}, "id": "toolu_1"}}
+                ],
+                "role": "user",
+            },
         ],
         "systemInstruction": {"parts": [{"text": "sys"}], "role": "user"},
-        "tools": [{"functionDeclarations": [{"name": "ls", "description": "List", "parametersJsonSchema": {"type": "object"}}]}],
+        "tools": [
+            {
+                "functionDeclarations": [
+                    {"name": "ls", "description": "List", "parametersJsonSchema": {"type": "object"}}
+                ]
+            }
+        ],
     }
 
 
@@ -528,7 +716,9 @@ def _action():
         text="Created a.txt and b.txt.",
         reasoning=[Reasoning("Two files, two calls.", SIG)],
         tool_calls=[
-            ToolCall(None, "run_shell_command", '{"command": "echo one > a.txt"}', {"command": "echo one > a.txt"}),
+            ToolCall(
+                None, "run_shell_command", '{"command": "echo one > a.txt"}', {"command": "echo one > a.txt"}
+            ),
             ToolCall(None, "run_shell_command", '{"command":"echo two > b.txt"}', None),
         ],
         usage={"input_tokens": 100, "output_tokens": 40, "output_tokens_details": {"reasoning_tokens": 10}},
@@ -542,14 +732,22 @@ def test_action_to_response_is_deterministic_and_sdk_valid():
     first = G.action_to_response(_action(), model="gemini-2.5-pro", ids=IdSource(3))
     second = G.action_to_response(_action(), model="gemini-2.5-pro", ids=IdSource(3))
     assert G.render_stream(first) == G.render_stream(second)
-    assert first["responseId"] != G.action_to_response(_action(), model="gemini-2.5-pro", ids=IdSource(4))["responseId"]
+    assert (
+        first["responseId"]
+        != G.action_to_response(_action(), model="gemini-2.5-pro", ids=IdSource(4))["responseId"]
+    )
     parsed = types.GenerateContentResponse.model_validate(first)
     assert parsed.text == "Created a.txt and b.txt."
     assert [(fc.name, fc.args) for fc in parsed.function_calls] == [
-        ("run_shell_command", {"command": "echo one > a.txt"}), ("run_shell_command", {"command": "echo two > b.txt"})]
+        ("run_shell_command", {"command": "echo one > a.txt"}),
+        ("run_shell_command", {"command": "echo two > b.txt"}),
+    ]
     thought = parsed.candidates[0].content.parts[0]
     assert thought.thought and thought.text == "Two files, two calls." and thought.thought_signature
-    assert parsed.usage_metadata.candidates_token_count == 30 and parsed.usage_metadata.thoughts_token_count == 10
+    assert (
+        parsed.usage_metadata.candidates_token_count == 30
+        and parsed.usage_metadata.thoughts_token_count == 10
+    )
     assert parsed.model_version == "gemini-2.5-pro" and parsed.candidates[0].finish_reason == "STOP"
     for e in decode_all([G.render_stream(first)]):
         types.GenerateContentResponse.model_validate_json(e.data)
@@ -560,7 +758,10 @@ def test_response_action_round_trip(corpus):
     a = G.response_to_action(G.action_to_response(_action(), model="m", ids=IdSource()))
     assert a.text == "Created a.txt and b.txt."
     assert [(r.text, r.signature) for r in a.reasoning] == [("Two files, two calls.", SIG)]
-    assert [c.arguments for c in a.tool_calls] == [{"command": "echo one > a.txt"}, {"command": "echo two > b.txt"}]
+    assert [c.arguments for c in a.tool_calls] == [
+        {"command": "echo one > a.txt"},
+        {"command": "echo two > b.txt"},
+    ]
     assert a.stop_reason == "STOP" and a.model == "m"
     for name in STREAMS:  # a recorded reply survives action -> response with its signatures
         final = G.reassemble([sse(chunk_lines(corpus, name))]).final
@@ -575,11 +776,18 @@ def test_response_action_round_trip(corpus):
 
 def test_cut_reply_and_custom_arguments():
     final = G.action_to_response(
-        Action(tool_calls=[ToolCall("call_1", "apply_patch", "*** Begin Patch", None, "custom")], stop_reason="max_tokens"),
-        model="m", ids=IdSource())
+        Action(
+            tool_calls=[ToolCall("call_1", "apply_patch", "*** Begin Patch", None, "custom")],
+            stop_reason="max_tokens",
+        ),
+        model="m",
+        ids=IdSource(),
+    )
     cand = final["candidates"][0]
     assert cand["finishReason"] == "MAX_TOKENS"
-    assert cand["content"]["parts"] == [{"functionCall": {"name": "apply_patch", "args": {"input": "*** Begin Patch"}, "id": "call_1"}}]
+    assert cand["content"]["parts"] == [
+        {"functionCall": {"name": "apply_patch", "args": {"input": "*** Begin Patch"}, "id": "call_1"}}
+    ]
 
 
 # --------------------------------------------------------------------------- bad input
@@ -587,7 +795,12 @@ def test_cut_reply_and_custom_arguments():
 
 @pytest.mark.parametrize(
     "body, words",
-    [(b"{oops", "not valid JSON"), (b"", "not valid JSON"), (b"[]", "JSON array, expected an object"), (b"null", "expected an object")],
+    [
+        (b"{oops", "not valid JSON"),
+        (b"", "not valid JSON"),
+        (b"[]", "JSON array, expected an object"),
+        (b"null", "expected an object"),
+    ],
 )
 def test_bad_request_body(body, words):
     with pytest.raises(BadInputError) as exc:
@@ -596,8 +809,11 @@ def test_bad_request_body(body, words):
 
 
 def test_odd_contents_do_not_raise():
-    body = {"contents": [5, {"role": "model", "parts": "x"}, {"parts": [7, {}, {"functionCall": {"name": "f"}}]}],
-            "systemInstruction": 3, "tools": [1, {"functionDeclarations": [2]}]}
+    body = {
+        "contents": [5, {"role": "model", "parts": "x"}, {"parts": [7, {}, {"functionCall": {"name": "f"}}]}],
+        "systemInstruction": 3,
+        "tools": [1, {"functionDeclarations": [2]}],
+    }
     conv = G.parse_request(body)
     assert [m.role for m in conv.messages] == ["user", "assistant", "user"]
     assert conv.params["systemInstruction"] == 3
@@ -611,13 +827,48 @@ def test_odd_contents_do_not_raise():
 
 SNAKE_BODY = {
     "system_instruction": {"parts": [{"text": "You are Gemini CLI."}], "role": "user"},
-    "tools": [{"function_declarations": [{"name": "run_shell_command", "description": "Run a shell command.",
-                                          "parameters_json_schema": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}}]},
-              {"google_search": {}}],
+    "tools": [
+        {
+            "function_declarations": [
+                {
+                    "name": "run_shell_command",
+                    "description": "Run a shell command.",
+                    "parameters_json_schema": {
+                        "type": "object",
+                        "properties": {"cmd": {"type": "string"}},
+                        "required": ["cmd"],
+                    },
+                }
+            ]
+        },
+        {"google_search": {}},
+    ],
     "contents": [
-        {"role": "user", "parts": [{"text": "Look at this."}, {"inline_data": {"mime_type": "image/png", "data": "iVBO"}}]},
-        {"role": "model", "parts": [{"function_call": {"id": "c1", "name": "run_shell_command", "args": {"cmd": "ls"}}, "thought_signature": "sig-1"}]},
-        {"role": "user", "parts": [{"function_response": {"id": "c1", "name": "run_shell_command", "response": {"output": "a.txt"}}}]},
+        {
+            "role": "user",
+            "parts": [{"text": "Look at this."}, {"inline_data": {"mime_type": "image/png", "data": "iVBO"}}],
+        },
+        {
+            "role": "model",
+            "parts": [
+                {
+                    "function_call": {"id": "c1", "name": "run_shell_command", "args": {"cmd": "ls"}},
+                    "thought_signature": "sig-1",
+                }
+            ],
+        },
+        {
+            "role": "user",
+            "parts": [
+                {
+                    "function_response": {
+                        "id": "c1",
+                        "name": "run_shell_command",
+                        "response": {"output": "a.txt"},
+                    }
+                }
+            ],
+        },
     ],
     "generation_config": {"temperature": 0},
 }
@@ -626,25 +877,78 @@ SNAKE_BODY = {
 def test_snake_case_request_fields_read_as_camel_case():
     """The API reads both spellings; python-genai sends ``parameters_json_schema`` as given."""
     conv = G.parse_request(SNAKE_BODY, path="/v1beta/models/m:generateContent")
-    camel = G.parse_request({
-        "systemInstruction": SNAKE_BODY["system_instruction"],
-        "tools": [{"functionDeclarations": [{**{k: v for k, v in SNAKE_BODY["tools"][0]["function_declarations"][0].items() if k != "parameters_json_schema"},
-                                             "parametersJsonSchema": SNAKE_BODY["tools"][0]["function_declarations"][0]["parameters_json_schema"]}]},
-                  {"googleSearch": {}}],
-        "contents": [
-            {"role": "user", "parts": [{"text": "Look at this."}, {"inlineData": {"mime_type": "image/png", "data": "iVBO"}}]},
-            {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "run_shell_command", "args": {"cmd": "ls"}}, "thoughtSignature": "sig-1"}]},
-            {"role": "user", "parts": [{"functionResponse": {"id": "c1", "name": "run_shell_command", "response": {"output": "a.txt"}}}]},
-        ],
-    }, path="/v1beta/models/m:generateContent")
+    camel = G.parse_request(
+        {
+            "systemInstruction": SNAKE_BODY["system_instruction"],
+            "tools": [
+                {
+                    "functionDeclarations": [
+                        {
+                            **{
+                                k: v
+                                for k, v in SNAKE_BODY["tools"][0]["function_declarations"][0].items()
+                                if k != "parameters_json_schema"
+                            },
+                            "parametersJsonSchema": SNAKE_BODY["tools"][0]["function_declarations"][0][
+                                "parameters_json_schema"
+                            ],
+                        }
+                    ]
+                },
+                {"googleSearch": {}},
+            ],
+            "contents": [
+                {
+                    "role": "user",
+                    "parts": [
+                        {"text": "Look at this."},
+                        {"inlineData": {"mime_type": "image/png", "data": "iVBO"}},
+                    ],
+                },
+                {
+                    "role": "model",
+                    "parts": [
+                        {
+                            "functionCall": {"id": "c1", "name": "run_shell_command", "args": {"cmd": "ls"}},
+                            "thoughtSignature": "sig-1",
+                        }
+                    ],
+                },
+                {
+                    "role": "user",
+                    "parts": [
+                        {
+                            "functionResponse": {
+                                "id": "c1",
+                                "name": "run_shell_command",
+                                "response": {"output": "a.txt"},
+                            }
+                        }
+                    ],
+                },
+            ],
+        },
+        path="/v1beta/models/m:generateContent",
+    )
     assert conv.system == "You are Gemini CLI." and conv.system_raw == SNAKE_BODY["system_instruction"]
     assert [(t.name, t.parameters) for t in conv.tools] == [
-        ("run_shell_command", {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}), ("googleSearch", None)]
+        (
+            "run_shell_command",
+            {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+        ),
+        ("googleSearch", None),
+    ]
     assert conv.params == {"generation_config": {"temperature": 0}}
     user, model, result = conv.messages
-    assert [type(p).__name__ for p in user.parts] == ["TextPart", "OtherPart"] and user.parts[1].kind == "inlineData"
+    assert [type(p).__name__ for p in user.parts] == ["TextPart", "OtherPart"] and user.parts[
+        1
+    ].kind == "inlineData"
     [call] = model.parts
-    assert (call.id, call.name, call.arguments) == ("c1", "run_shell_command", {"cmd": "ls"}) and call.raw == SNAKE_BODY["contents"][1]["parts"][0]
+    assert (call.id, call.name, call.arguments) == (
+        "c1",
+        "run_shell_command",
+        {"cmd": "ls"},
+    ) and call.raw == SNAKE_BODY["contents"][1]["parts"][0]
     assert (result.parts[0].call_id, result.parts[0].content) == ("c1", {"output": "a.txt"})
     # the two spellings compare equal but for the raw objects of other parts and tools
     norm, norm_camel = G.normalise(conv), G.normalise(camel)
@@ -653,9 +957,28 @@ def test_snake_case_request_fields_read_as_camel_case():
     # an unchanged body renders its contents as sent; what is rendered anew is camelCase
     again = orjson.loads(G.render_request(conv))
     assert again["contents"] == SNAKE_BODY["contents"] and "systemInstruction" in again
-    assert again["tools"] == [{"functionDeclarations": [{"name": "run_shell_command", "description": "Run a shell command.",
-                                                         "parametersJsonSchema": SNAKE_BODY["tools"][0]["function_declarations"][0]["parameters_json_schema"]}]},
-                              {"googleSearch": {}}]
+    assert again["tools"] == [
+        {
+            "functionDeclarations": [
+                {
+                    "name": "run_shell_command",
+                    "description": "Run a shell command.",
+                    "parametersJsonSchema": SNAKE_BODY["tools"][0]["function_declarations"][0][
+                        "parameters_json_schema"
+                    ],
+                }
+            ]
+        },
+        {"googleSearch": {}},
+    ]
     call.arguments, call.arguments_raw = {"cmd": "pwd"}, '{"cmd":"pwd"}'
     changed = orjson.loads(G.render_request(conv))["contents"][1]
-    assert changed == {"role": "model", "parts": [{"functionCall": {"id": "c1", "name": "run_shell_command", "args": {"cmd": "pwd"}}, "thoughtSignature": "sig-1"}]}
+    assert changed == {
+        "role": "model",
+        "parts": [
+            {
+                "functionCall": {"id": "c1", "name": "run_shell_command", "args": {"cmd": "pwd"}},
+                "thoughtSignature": "sig-1",
+            }
+        ],
+    }

@@ -73,7 +73,9 @@ def _reply_final(rec) -> dict:
     resp = rec["response"]
     if "streamed_chunks" not in resp:
         return resp
-    data = b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in resp["streamed_chunks"]) + b"data: [DONE]\n\n"
+    data = (
+        b"".join(b"data: " + orjson.dumps(c) + b"\n\n" for c in resp["streamed_chunks"]) + b"data: [DONE]\n\n"
+    )
     r = C.reassemble([data])
     assert r.complete and r.problems == []
     return r.final
@@ -102,12 +104,22 @@ def _core(final: dict) -> dict:
     choices = []
     for c in final["choices"]:
         m = c["message"]
-        choices.append({
-            "index": c["index"], "finish_reason": c["finish_reason"],
-            "role": m.get("role"), "content": m.get("content"), "refusal": m.get("refusal"),
-            "tool_calls": [(t["id"], t["type"], t["function"]["name"], t["function"]["arguments"]) for t in m.get("tool_calls") or []],
-        })
-    return {k: final.get(k) for k in ("id", "object", "created", "model", "system_fingerprint", "usage")} | {"choices": choices}
+        choices.append(
+            {
+                "index": c["index"],
+                "finish_reason": c["finish_reason"],
+                "role": m.get("role"),
+                "content": m.get("content"),
+                "refusal": m.get("refusal"),
+                "tool_calls": [
+                    (t["id"], t["type"], t["function"]["name"], t["function"]["arguments"])
+                    for t in m.get("tool_calls") or []
+                ],
+            }
+        )
+    return {k: final.get(k) for k in ("id", "object", "created", "model", "system_fingerprint", "usage")} | {
+        "choices": choices
+    }
 
 
 # --------------------------------------------------------------------------- corpus streams
@@ -164,12 +176,21 @@ def test_tool_call_with_usage_facts(corpus):
     r = C.reassemble([_stream(corpus, "tool_call_with_usage.sse")])
     assert r.complete and r.problems == []
     msg = r.final["choices"][0]["message"]
-    assert msg["tool_calls"] == [{"id": "call_4XzlGBLtUe9dy3GVNV4jhq7h", "type": "function",
-                                  "function": {"name": "get_weather", "arguments": '{"city":"New York City"}'}}]
+    assert msg["tool_calls"] == [
+        {
+            "id": "call_4XzlGBLtUe9dy3GVNV4jhq7h",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city":"New York City"}'},
+        }
+    ]
     assert msg["refusal"] is None
     # the usage-only chunk has choices: [] (stream_options.include_usage)
-    assert r.final["usage"] == {"prompt_tokens": 44, "completion_tokens": 16, "total_tokens": 60,
-                                "completion_tokens_details": {"reasoning_tokens": 0}}
+    assert r.final["usage"] == {
+        "prompt_tokens": 44,
+        "completion_tokens": 16,
+        "total_tokens": 60,
+        "completion_tokens_details": {"reasoning_tokens": 0},
+    }
 
 
 def test_finish_length_facts(corpus):
@@ -215,7 +236,12 @@ def test_every_split_gives_the_same_result(corpus, name):
     ref = C.reassemble([data])
     for i in range(len(data) + 1):
         r = C.reassemble([data[:i], data[i:]])
-        assert (r.final, r.complete, r.problems, r.events) == (ref.final, ref.complete, ref.problems, ref.events), f"split at byte {i}"
+        assert (r.final, r.complete, r.problems, r.events) == (
+            ref.final,
+            ref.complete,
+            ref.problems,
+            ref.events,
+        ), f"split at byte {i}"
     r = C.reassemble(data[i : i + 1] for i in range(len(data)))
     assert (r.final, r.complete, r.problems, r.events) == (ref.final, ref.complete, ref.problems, ref.events)
 
@@ -231,25 +257,55 @@ def _chunk(delta=None, finish=None, index=0, **top) -> bytes:
 
 
 def test_reasoning_refusal_repeats_and_usage_rules():
-    data = b"".join([
-        _chunk({"role": "assistant", "content": "", "reasoning_content": "think "}, usage=None),
-        _chunk({"role": "assistant", "reasoning_content": "more"}, usage=None),  # role repeated
-        _chunk({"content": "Hi"}),
-        _chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "run", "arguments": ""}}]}),
-        # a server that repeats id and name in every fragment must not get them doubled
-        _chunk({"tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "run", "arguments": '{"x":'}}]}),
-        _chunk({"tool_calls": [{"index": 0, "function": {"arguments": " 1}"}}]}),
-        _chunk({}, finish="tool_calls", system_fingerprint="fp_1"),
-        _chunk(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}),
-        _chunk(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}),
-        b"data: [DONE]\n\n",
-    ])
+    data = b"".join(
+        [
+            _chunk({"role": "assistant", "content": "", "reasoning_content": "think "}, usage=None),
+            _chunk({"role": "assistant", "reasoning_content": "more"}, usage=None),  # role repeated
+            _chunk({"content": "Hi"}),
+            _chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_a",
+                            "type": "function",
+                            "function": {"name": "run", "arguments": ""},
+                        }
+                    ]
+                }
+            ),
+            # a server that repeats id and name in every fragment must not get them doubled
+            _chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "call_a",
+                            "type": "function",
+                            "function": {"name": "run", "arguments": '{"x":'},
+                        }
+                    ]
+                }
+            ),
+            _chunk({"tool_calls": [{"index": 0, "function": {"arguments": " 1}"}}]}),
+            _chunk({}, finish="tool_calls", system_fingerprint="fp_1"),
+            _chunk(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}),
+            _chunk(choices=[], usage={"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}),
+            b"data: [DONE]\n\n",
+        ]
+    )
     r = C.reassemble([data])
     assert r.complete and r.problems == []
     msg = r.final["choices"][0]["message"]
     assert msg["role"] == "assistant" and msg["content"] == "Hi" and msg["reasoning_content"] == "think more"
-    assert msg["tool_calls"] == [{"id": "call_a", "type": "function", "function": {"name": "run", "arguments": '{"x": 1}'}}]
-    assert r.final["usage"] == {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}  # assigned, not summed
+    assert msg["tool_calls"] == [
+        {"id": "call_a", "type": "function", "function": {"name": "run", "arguments": '{"x": 1}'}}
+    ]
+    assert r.final["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 3,
+        "total_tokens": 8,
+    }  # assigned, not summed
     assert r.final["system_fingerprint"] == "fp_1"
     action = C.response_to_action(r.final)
     assert action.reasoning == [Reasoning(text="think more")] and action.text == "Hi"
@@ -257,21 +313,26 @@ def test_reasoning_refusal_repeats_and_usage_rules():
 
 
 def test_two_choices_are_kept_apart():
-    data = b"".join([
-        _chunk({"role": "assistant", "content": "A"}, index=0),
-        _chunk({"role": "assistant", "content": "B"}, index=1),
-        _chunk({"content": "a"}, index=0),
-        _chunk({}, finish="stop", index=1),
-        _chunk({}, finish="stop", index=0),
-        b"data: [DONE]\n\n",
-    ])
+    data = b"".join(
+        [
+            _chunk({"role": "assistant", "content": "A"}, index=0),
+            _chunk({"role": "assistant", "content": "B"}, index=1),
+            _chunk({"content": "a"}, index=0),
+            _chunk({}, finish="stop", index=1),
+            _chunk({}, finish="stop", index=0),
+            b"data: [DONE]\n\n",
+        ]
+    )
     r = C.reassemble([data])
     assert [c["message"]["content"] for c in r.final["choices"]] == ["Aa", "B"]
     assert C.reassemble([C.render_stream(r.final)]).final == r.final
 
 
 def test_error_chunk_becomes_the_outcome():
-    data = _chunk({"role": "assistant", "content": "par"}) + b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
+    data = (
+        _chunk({"role": "assistant", "content": "par"})
+        + b'data: {"error": {"message": "overloaded", "type": "server_error"}}\n\n'
+    )
     r = C.reassemble([data])
     assert r.error == {"error": {"message": "overloaded", "type": "server_error"}}
     assert not r.complete and r.final["choices"][0]["message"]["content"] == "par"
@@ -366,8 +427,11 @@ def test_corpus_requests_render_back(corpus):
 
 
 def _extends(a: dict, b: dict) -> bool:
-    return (a["system"], a["tools"]) == (b["system"], b["tools"]) and len(b["messages"]) > len(a["messages"]) \
+    return (
+        (a["system"], a["tools"]) == (b["system"], b["tools"])
+        and len(b["messages"]) > len(a["messages"])
         and b["messages"][: len(a["messages"])] == a["messages"]
+    )
 
 
 # (file, line of request i, line of request i+1) for every "extends" pair in the corpus
@@ -407,7 +471,9 @@ def test_chain_rule_on_real_requests(corpus):
     # Qwen Code's memory-extraction request carries the conversation under another system prompt
     memory = C.normalise(C.parse_request(by_key[("qwen-code-0.24.4.jsonl", 5)]["body"]))
     main = C.normalise(C.parse_request(by_key[("qwen-code-0.24.4.jsonl", 4)]["body"]))
-    assert memory["system"] != main["system"] and memory["messages"][: len(main["messages"])] == main["messages"]
+    assert (
+        memory["system"] != main["system"] and memory["messages"][: len(main["messages"])] == main["messages"]
+    )
 
 
 def test_normalise_unifies_agent_differences():
@@ -416,8 +482,17 @@ def test_normalise_unifies_agent_differences():
         "messages": [
             {"role": "system", "content": "sys"},
             {"role": "user", "content": "task"},
-            {"role": "assistant", "content": "", "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "x"}'}}]},
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command": "x"}'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_1", "content": "out"},
         ],
     }
@@ -432,10 +507,12 @@ def test_normalise_unifies_agent_differences():
     ref = C.normalise(C.parse_request(base))
     for variant in (opencode, qwen, mini):
         assert C.normalise(C.parse_request(variant)) == ref
-    for path, value in [((2, "tool_calls", 0, "function", "arguments"), '{"command": "y"}'),
-                        ((2, "tool_calls", 0, "id"), "call_2"),
-                        ((3, "content"), "other"),
-                        ((2, "content"), "text")]:
+    for path, value in [
+        ((2, "tool_calls", 0, "function", "arguments"), '{"command": "y"}'),
+        ((2, "tool_calls", 0, "id"), "call_2"),
+        ((3, "content"), "other"),
+        ((2, "content"), "text"),
+    ]:
         changed = json.loads(json.dumps(base))
         target = changed["messages"]
         for key in path[:-1]:
@@ -450,13 +527,35 @@ def test_parse_request_shapes_and_render_from_canonical_fields():
         "messages": [
             {"role": "developer", "content": [{"type": "text", "text": "d1"}]},
             {"role": "system", "content": "s2"},
-            {"role": "user", "content": [{"type": "text", "text": "see"}, {"type": "image_url", "image_url": {"url": "data:x"}}]},
-            {"role": "assistant", "content": None, "reasoning_content": "why", "tool_calls": [
-                {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "not json"}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "see"},
+                    {"type": "image_url", "image_url": {"url": "data:x"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "reasoning_content": "why",
+                "tool_calls": [
+                    {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "not json"}}
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_1", "content": None},
             {"role": "system", "content": "late system note"},
         ],
-        "tools": [{"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}, "strict": True}}],
+        "tools": [
+            {
+                "type": "function",
+                "function": {
+                    "name": "f",
+                    "description": "d",
+                    "parameters": {"type": "object"},
+                    "strict": True,
+                },
+            }
+        ],
         "temperature": 0.2,
         "stream": True,
         "stream_options": {"include_usage": True},
@@ -475,13 +574,19 @@ def test_parse_request_shapes_and_render_from_canonical_fields():
     assert bare["messages"][0] == {"role": "system", "content": "d1\n\ns2"}
     assert bare["messages"][2]["tool_calls"][0]["function"]["arguments"] == "not json"
     assert bare["messages"][2]["reasoning_content"] == "why"
-    assert bare["tools"][0] == {"type": "function", "function": {"name": "f", "description": "d", "parameters": {"type": "object"}}}
+    assert bare["tools"][0] == {
+        "type": "function",
+        "function": {"name": "f", "description": "d", "parameters": {"type": "object"}},
+    }
     assert list(bare)[-2:] == ["stream", "stream_options"]
     # an Anthropic-style message of several results renders as one tool message each
     hand = Conversation(
-        protocol="openai-chat", model="m",
+        protocol="openai-chat",
+        model="m",
         tools=[ToolSpec(name="f", parameters={"type": "object"})],
-        messages=[Message("user", [ToolResult(call_id="c1", content="r1"), ToolResult(call_id="c2", content="r2")])],
+        messages=[
+            Message("user", [ToolResult(call_id="c1", content="r1"), ToolResult(call_id="c2", content="r2")])
+        ],
     )
     assert orjson.loads(C.render_request(hand))["messages"] == [
         {"role": "tool", "tool_call_id": "c1", "content": "r1"},
@@ -533,7 +638,11 @@ def test_action_to_response_is_deterministic_and_valid():
     assert msg["content"] is None and msg["reasoning_content"] == "r"
     assert msg["tool_calls"][0]["id"].startswith("call_00000003")
     assert msg["tool_calls"][0]["function"]["arguments"] == '{"command": "ls"}'  # exact
-    assert msg["tool_calls"][1] == {"id": "call_kept", "type": "function", "function": {"name": "bash", "arguments": '{"command":"pwd"}'}}
+    assert msg["tool_calls"][1] == {
+        "id": "call_kept",
+        "type": "function",
+        "function": {"name": "bash", "arguments": '{"command":"pwd"}'},
+    }
     assert one["choices"][0]["finish_reason"] == "tool_calls"
     assert one["usage"] == {"prompt_tokens": 9, "completion_tokens": 4, "total_tokens": 13}
     parsed = ChatCompletion.model_validate(one)
@@ -542,9 +651,15 @@ def test_action_to_response_is_deterministic_and_valid():
     assert _core(_sdk_snapshot(C.render_stream(one))) == _core(one)
     back = C.response_to_action(one)
     assert [c.arguments_raw for c in back.tool_calls] == ['{"command": "ls"}', '{"command":"pwd"}']
-    text_only = C.action_to_response(Action(text="hello", stop_reason="end_turn"), model="m", ids=IdSource(3), created=99)
+    text_only = C.action_to_response(
+        Action(text="hello", stop_reason="end_turn"), model="m", ids=IdSource(3), created=99
+    )
     assert text_only["choices"][0]["message"] == {"role": "assistant", "content": "hello"}
-    assert text_only["choices"][0]["finish_reason"] == "stop" and "usage" not in text_only and text_only["created"] == 99
+    assert (
+        text_only["choices"][0]["finish_reason"] == "stop"
+        and "usage" not in text_only
+        and text_only["created"] == 99
+    )
     ChatCompletion.model_validate(text_only)
     assert b"usage" not in C.render_stream(text_only)
 
@@ -570,7 +685,9 @@ def test_paths_registry_and_error_body():
     assert not C.wants_stream("/v1/chat/completions", "", b'{"stream": false}')
     assert not C.wants_stream("/v1/chat/completions", "", b"[")
     body = orjson.loads(C.error_body(400, "bad request", "invalid_request_error"))
-    assert body == {"error": {"message": "bad request", "type": "invalid_request_error", "param": None, "code": None}}
+    assert body == {
+        "error": {"message": "bad request", "type": "invalid_request_error", "param": None, "code": None}
+    }
     assert orjson.loads(C.error_body(503, "down"))["error"]["type"] == "server_error"
     assert orjson.loads(C.error_body(429, "slow down"))["error"]["type"] == "rate_limit_exceeded"
     openai.types.ErrorObject.model_validate(body["error"])

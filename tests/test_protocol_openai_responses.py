@@ -109,7 +109,9 @@ def test_wants_stream():
 
 def test_error_body():
     body = orjson.loads(R.error_body(429, "slow down", "rate_limit_error"))
-    assert body == {"error": {"message": "slow down", "type": "rate_limit_error", "param": None, "code": None}}
+    assert body == {
+        "error": {"message": "slow down", "type": "rate_limit_error", "param": None, "code": None}
+    }
 
 
 # --------------------------------------------------------------------------- reassembly: corpus
@@ -149,8 +151,10 @@ def test_function_call_facts(corpus):
 def test_function_call_deltas_alone_rebuild_arguments(corpus):
     """Without arguments.done, output_item.done and the terminal event the deltas still rebuild the call."""
     lines = [
-        line for line in chunk_lines(corpus, "function_call")
-        if orjson.loads(line)["type"] in ("response.created", "response.output_item.added", "response.function_call_arguments.delta")
+        line
+        for line in chunk_lines(corpus, "function_call")
+        if orjson.loads(line)["type"]
+        in ("response.created", "response.output_item.added", "response.function_call_arguments.delta")
     ]
     r = R.reassemble([frame(lines)])
     assert r.final["output"][0]["arguments"] == '{"city":"Beijing"}'
@@ -213,12 +217,35 @@ def test_render_stream_round_trip(corpus, name):
 
 
 def test_render_stream_without_terminal_status_round_trips():
-    final = {"id": "resp_x", "object": "response", "status": "in_progress", "output": [
-        {"id": "rs_1", "type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}], "encrypted_content": "ENC"},
-        {"id": "msg_1", "type": "message", "role": "assistant", "status": "in_progress",
-         "content": [{"type": "refusal", "refusal": "no"}, {"type": "output_text", "text": "hi", "annotations": []}]},
-        {"id": "ws_1", "type": "web_search_call", "status": "completed", "action": {"type": "search", "query": "q"}},
-    ]}
+    final = {
+        "id": "resp_x",
+        "object": "response",
+        "status": "in_progress",
+        "output": [
+            {
+                "id": "rs_1",
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": "think"}],
+                "encrypted_content": "ENC",
+            },
+            {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [
+                    {"type": "refusal", "refusal": "no"},
+                    {"type": "output_text", "text": "hi", "annotations": []},
+                ],
+            },
+            {
+                "id": "ws_1",
+                "type": "web_search_call",
+                "status": "completed",
+                "action": {"type": "search", "query": "q"},
+            },
+        ],
+    }
     r = R.reassemble([R.render_stream(final)])
     assert r.final == final and not r.complete and r.problems == []
 
@@ -256,7 +283,10 @@ def test_repeated_event_is_reported_and_ignored(corpus):
     lines = chunk_lines(corpus, "function_call")
     lines.insert(5, lines[4])  # delta 4 ("city") twice
     r = R.reassemble([frame(lines)])
-    assert "sequence_number 4 repeated (response.function_call_arguments.delta); the repeat is ignored" in r.problems
+    assert (
+        "sequence_number 4 repeated (response.function_call_arguments.delta); the repeat is ignored"
+        in r.problems
+    )
     assert not any("differ" in p for p in r.problems)  # the repeat was not applied
     assert r.final["output"][0]["arguments"] == '{"city":"Beijing"}'
 
@@ -280,13 +310,26 @@ def test_truncated_stream_is_not_complete(corpus):
 
 def test_error_event_and_failed_response():
     err = {"type": "error", "code": "server_error", "message": "boom", "param": None, "sequence_number": 1}
-    created = {"type": "response.created", "response": {"id": "resp_1", "status": "in_progress", "output": []}, "sequence_number": 0}
+    created = {
+        "type": "response.created",
+        "response": {"id": "resp_1", "status": "in_progress", "output": []},
+        "sequence_number": 0,
+    }
     data = b"".join(
         b"event: " + e["type"].encode() + b"\ndata: " + orjson.dumps(e) + b"\n\n" for e in (created, err)
     )
     r = R.reassemble([data])
     assert r.error == err and not r.complete
-    failed = {"type": "response.failed", "response": {"id": "resp_1", "status": "failed", "output": [], "error": {"code": "server_error", "message": "boom"}}, "sequence_number": 2}
+    failed = {
+        "type": "response.failed",
+        "response": {
+            "id": "resp_1",
+            "status": "failed",
+            "output": [],
+            "error": {"code": "server_error", "message": "boom"},
+        },
+        "sequence_number": 2,
+    }
     r = R.reassemble([data + b"event: response.failed\ndata: " + orjson.dumps(failed) + b"\n\n"])
     assert r.complete and r.final["status"] == "failed" and r.error == err
 
@@ -304,9 +347,9 @@ def test_garbage_gives_problems_not_exceptions(corpus):
     junk = (
         b"data: {not json\n\n"
         b"data: [1,2,3]\n\n"
-        b"event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"output_index\":7,\"delta\":\"x\"}\n\n"
-        b"data: {\"type\":\"response.function_call_arguments.delta\",\"output_index\":0,\"delta\":5}\n\n"
-        b"data: {\"type\":\"response.content_part.added\",\"output_index\":0,\"content_index\":\"x\",\"part\":1}\n\n"
+        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","output_index":7,"delta":"x"}\n\n'
+        b'data: {"type":"response.function_call_arguments.delta","output_index":0,"delta":5}\n\n'
+        b'data: {"type":"response.content_part.added","output_index":0,"content_index":"x","part":1}\n\n'
         b"this is not sse\n\n"
         b"\xff\xfe\n\n"
     )
@@ -348,7 +391,9 @@ def test_corpus_requests_parse(corpus):
                 if isinstance(p, ToolCall):
                     seen.add(p.id)
                     assert p.id.startswith("call_") and p.name == "exec_command"
-                    assert p.arguments_raw == next(it["arguments"] for it in items if it.get("call_id") == p.id)
+                    assert p.arguments_raw == next(
+                        it["arguments"] for it in items if it.get("call_id") == p.id
+                    )
                     assert p.arguments == orjson.loads(p.arguments_raw)
                 elif isinstance(p, ToolResult):
                     assert p.call_id in seen
@@ -383,10 +428,39 @@ def test_corpus_requests_render_from_canonical_fields(corpus):
         again = R.parse_request(R.render_request(bare))
         assert R.normalise(again) == R.normalise(bare)
         # everything the conversation says survives: ids, arguments, outputs, roles
-        assert [(m.role, [(type(p), getattr(p, "text", None), getattr(p, "id", None), getattr(p, "arguments_raw", None),
-                           getattr(p, "call_id", None), getattr(p, "content", None)) for p in m.parts]) for m in again.messages] == \
-               [(m.role, [(type(p), getattr(p, "text", None), getattr(p, "id", None), getattr(p, "arguments_raw", None),
-                           getattr(p, "call_id", None), getattr(p, "content", None)) for p in m.parts]) for m in conv.messages]
+        assert [
+            (
+                m.role,
+                [
+                    (
+                        type(p),
+                        getattr(p, "text", None),
+                        getattr(p, "id", None),
+                        getattr(p, "arguments_raw", None),
+                        getattr(p, "call_id", None),
+                        getattr(p, "content", None),
+                    )
+                    for p in m.parts
+                ],
+            )
+            for m in again.messages
+        ] == [
+            (
+                m.role,
+                [
+                    (
+                        type(p),
+                        getattr(p, "text", None),
+                        getattr(p, "id", None),
+                        getattr(p, "arguments_raw", None),
+                        getattr(p, "call_id", None),
+                        getattr(p, "content", None),
+                    )
+                    for p in m.parts
+                ],
+            )
+            for m in conv.messages
+        ]
         assert again.params == conv.params and again.model == conv.model and again.stream
 
 
@@ -451,7 +525,13 @@ def test_client_item_ids_do_not_count(corpus):
 
 
 def test_previous_response_id_and_instructions():
-    body = {"model": "gpt-5", "instructions": "Be brief.", "previous_response_id": "resp_prev", "input": "hi", "store": True}
+    body = {
+        "model": "gpt-5",
+        "instructions": "Be brief.",
+        "previous_response_id": "resp_prev",
+        "input": "hi",
+        "store": True,
+    }
     conv = R.parse_request(orjson.dumps(body))
     assert conv.system == conv.system_raw == "Be brief."
     assert conv.params == {"previous_response_id": "resp_prev", "store": True}
@@ -459,7 +539,9 @@ def test_previous_response_id_and_instructions():
     assert [(m.role, m.parts[0].text) for m in conv.messages] == [("user", "hi")]
     assert orjson.loads(R.render_request(conv)) == body
     bare = R.render_request(strip_raw(conv))  # without raw the string input becomes one message item
-    assert orjson.loads(bare)["input"] == [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}]
+    assert orjson.loads(bare)["input"] == [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}
+    ]
     assert R.normalise(R.parse_request(bare)) == R.normalise(conv)
     nulls = {"model": "m", "instructions": None, "stream": False, "input": [], "tools": []}
     assert orjson.loads(R.render_request(R.parse_request(nulls))) == nulls
@@ -467,32 +549,66 @@ def test_previous_response_id_and_instructions():
 
 def test_reasoning_custom_and_other_items_round_trip(corpus):
     custom = R.reassemble([frame(chunk_lines(corpus, "custom_tool_call"))]).final["output"][0]
-    reasoning = {"type": "reasoning", "id": "rs_1", "summary": [
-        {"type": "summary_text", "text": "First."}, {"type": "summary_text", "text": "Second."}],
-        "encrypted_content": "gAAAAABenc=="}
-    body = {"model": "gpt-5.2-codex", "input": [
-        {"role": "user", "content": "Which users are over 25?"},
-        reasoning,
-        custom,
-        {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "q"}},
-        {"type": "custom_tool_call_output", "call_id": "call_custom_sql_001", "output": [{"type": "input_text", "text": "3 rows"}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "look"},
-                                                       {"type": "input_image", "image_url": "data:image/png;base64,AA=="}]},
-        {"type": "item_reference", "id": "msg_old"},
-    ]}
+    reasoning = {
+        "type": "reasoning",
+        "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "First."}, {"type": "summary_text", "text": "Second."}],
+        "encrypted_content": "gAAAAABenc==",
+    }
+    body = {
+        "model": "gpt-5.2-codex",
+        "input": [
+            {"role": "user", "content": "Which users are over 25?"},
+            reasoning,
+            custom,
+            {
+                "type": "web_search_call",
+                "id": "ws_1",
+                "status": "completed",
+                "action": {"type": "search", "query": "q"},
+            },
+            {
+                "type": "custom_tool_call_output",
+                "call_id": "call_custom_sql_001",
+                "output": [{"type": "input_text", "text": "3 rows"}],
+            },
+            {
+                "type": "message",
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "look"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,AA=="},
+                ],
+            },
+            {"type": "item_reference", "id": "msg_old"},
+        ],
+    }
     conv = R.parse_request(body)
     assert [m.role for m in conv.messages] == ["user", "assistant", "tool", "user", "assistant"]
     r, call, server = conv.messages[1].parts
     assert isinstance(r, Reasoning) and r.text == "First.\n\nSecond." and r.encrypted == "gAAAAABenc=="
-    assert (call.kind, call.arguments_raw, call.arguments) == ("custom", "SELECT * FROM users WHERE age > 25", None)
-    assert (server.kind, server.name, server.arguments) == ("server", "web_search", {"action": {"type": "search", "query": "q"}})
-    assert isinstance(conv.messages[3].parts[1], OtherPart) and conv.messages[3].parts[1].kind == "input_image"
+    assert (call.kind, call.arguments_raw, call.arguments) == (
+        "custom",
+        "SELECT * FROM users WHERE age > 25",
+        None,
+    )
+    assert (server.kind, server.name, server.arguments) == (
+        "server",
+        "web_search",
+        {"action": {"type": "search", "query": "q"}},
+    )
+    assert (
+        isinstance(conv.messages[3].parts[1], OtherPart) and conv.messages[3].parts[1].kind == "input_image"
+    )
     assert R.server_held_prefix(conv) == "item_reference"
     assert orjson.loads(R.render_request(conv)) == body
     bare = strip_raw(conv)
     rendered = orjson.loads(R.render_request(bare))
-    assert rendered["input"][1] == {"type": "reasoning", "summary": [{"type": "summary_text", "text": "First.\n\nSecond."}],
-                                    "encrypted_content": "gAAAAABenc=="}
+    assert rendered["input"][1] == {
+        "type": "reasoning",
+        "summary": [{"type": "summary_text", "text": "First.\n\nSecond."}],
+        "encrypted_content": "gAAAAABenc==",
+    }
     assert rendered["input"][4]["type"] == "custom_tool_call_output"  # from the call's kind
     assert R.normalise(R.parse_request(rendered)) == R.normalise(bare) == R.normalise(conv)
 
@@ -513,15 +629,54 @@ def anthropic_conversation():
     """A conversation as the Anthropic module would read it: its raws are Anthropic blocks."""
     cc = {"type": "ephemeral"}
     return Conversation(
-        protocol="anthropic", model="m", system="sys", system_raw=[{"type": "text", "text": "sys", "cache_control": cc}],
-        tools=[ToolSpec("ls", "List", {"type": "object"}, raw={"name": "ls", "description": "List", "input_schema": {"type": "object"}})],
+        protocol="anthropic",
+        model="m",
+        system="sys",
+        system_raw=[{"type": "text", "text": "sys", "cache_control": cc}],
+        tools=[
+            ToolSpec(
+                "ls",
+                "List",
+                {"type": "object"},
+                raw={"name": "ls", "description": "List", "input_schema": {"type": "object"}},
+            )
+        ],
         messages=[
-            Message("user", [TextPart("hi", raw={"type": "text", "text": "hi", "cache_control": cc})],
-                    raw={"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": cc}]}),
-            Message("assistant", [ToolCall("toolu_1", "ls", '{"a":1}', {"a": 1}, raw={"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"a": 1}})],
-                    raw={"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"a": 1}}]}),
-            Message("user", [ToolResult("toolu_1", "out", raw={"type": "tool_result", "tool_use_id": "toolu_1", "content": "out"})],
-                    raw={"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "out"}]}),
+            Message(
+                "user",
+                [TextPart("hi", raw={"type": "text", "text": "hi", "cache_control": cc})],
+                raw={"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": cc}]},
+            ),
+            Message(
+                "assistant",
+                [
+                    ToolCall(
+                        "toolu_1",
+                        "ls",
+                        '{"a":1}',
+                        {"a": 1},
+                        raw={"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"a": 1}},
+                    )
+                ],
+                raw={
+                    "role": "assistant",
+                    "content": [{"type": "tool_use", "id": "toolu_1", "name": "ls", "input": {"a": 1}}],
+                },
+            ),
+            Message(
+                "user",
+                [
+                    ToolResult(
+                        "toolu_1",
+                        "out",
+                        raw={"type": "tool_result", "tool_use_id": "toolu_1", "content": "out"},
+                    )
+                ],
+                raw={
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "out"}],
+                },
+            ),
         ],
     )
 
@@ -536,7 +691,9 @@ def test_raw_of_another_protocol_is_not_carried_over():
             {"type": "function_call", "name": "ls", "arguments": '{"a":1}', "call_id": "toolu_1"},
             {"type": "function_call_output", "call_id": "toolu_1", "output": "out"},
         ],
-        "tools": [{"type": "function", "name": "ls", "description": "List", "parameters": {"type": "object"}}],
+        "tools": [
+            {"type": "function", "name": "ls", "description": "List", "parameters": {"type": "object"}}
+        ],
     }
 
 
@@ -570,7 +727,10 @@ def test_action_to_response_is_deterministic_and_sdk_valid():
     assert parsed.status == "completed" and parsed.output_text == "Done: created out.txt."
     assert [o.type for o in parsed.output] == ["reasoning", "message", "function_call", "custom_tool_call"]
     assert parsed.output[2].arguments == '{"cmd": "ls"}' and parsed.output[2].call_id == "call_a"
-    assert parsed.output[3].call_id.startswith("call_") and parsed.output[3].input == "*** Begin Patch\n*** End Patch"
+    assert (
+        parsed.output[3].call_id.startswith("call_")
+        and parsed.output[3].input == "*** Begin Patch\n*** End Patch"
+    )
     assert parsed.output[0].encrypted_content == "gAAAAAB-encrypted"
     assert parsed.usage.input_tokens == 120 and parsed.usage.input_tokens_details.cached_tokens == 100
     assert first["id"].startswith("resp_") and first["output"][1]["id"].startswith("msg_")
@@ -628,8 +788,15 @@ def test_bad_request_body(body, words):
 
 
 def test_odd_items_do_not_raise():
-    body = {"input": [5, {"type": "mystery", "x": 1}, {"foo": "bar"}, {"type": "message", "role": "user", "content": 3},
-                      {"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}}]}
+    body = {
+        "input": [
+            5,
+            {"type": "mystery", "x": 1},
+            {"foo": "bar"},
+            {"type": "message", "role": "user", "content": 3},
+            {"type": "function_call", "call_id": "c", "name": "f", "arguments": {"a": 1}},
+        ]
+    }
     conv = R.parse_request(body)
     assert [m.role for m in conv.messages] == ["user", "assistant", "user", "user", "assistant"]
     assert R.normalise(conv)["messages"][4]["parts"][0]["arguments"] == {"a": 1}
@@ -642,16 +809,60 @@ def test_odd_items_do_not_raise():
 #: the shape Codex 0.171 sends with its default model (no model configured): no ``tools`` field,
 #: every tool in one ``additional_tools`` input item, grouped in namespaces
 ADDITIONAL_TOOLS_BODY = {
-    "model": "gpt-6.2-sol", "stream": True, "store": False,
+    "model": "gpt-6.2-sol",
+    "stream": True,
+    "store": False,
     "input": [
-        {"type": "additional_tools", "id": "at_1", "role": "developer", "tools": [
-            {"type": "namespace", "name": "functions", "description": "", "tools": [
-                {"type": "custom", "name": "exec", "description": "Run JavaScript", "format": {"type": "grammar", "syntax": "lark", "definition": "start: SOURCE"}},
-                {"type": "function", "name": "wait", "description": "Wait", "strict": False,
-                 "parameters": {"type": "object", "properties": {"cell_id": {"type": "string"}}, "required": ["cell_id"]}}]},
-            {"type": "namespace", "name": "clock", "description": "", "tools": [
-                {"type": "function", "name": "sleep", "description": "Sleep", "strict": False, "parameters": {"type": "object", "properties": {}}}]}]},
-        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "You are Codex."}]},
+        {
+            "type": "additional_tools",
+            "id": "at_1",
+            "role": "developer",
+            "tools": [
+                {
+                    "type": "namespace",
+                    "name": "functions",
+                    "description": "",
+                    "tools": [
+                        {
+                            "type": "custom",
+                            "name": "exec",
+                            "description": "Run JavaScript",
+                            "format": {"type": "grammar", "syntax": "lark", "definition": "start: SOURCE"},
+                        },
+                        {
+                            "type": "function",
+                            "name": "wait",
+                            "description": "Wait",
+                            "strict": False,
+                            "parameters": {
+                                "type": "object",
+                                "properties": {"cell_id": {"type": "string"}},
+                                "required": ["cell_id"],
+                            },
+                        },
+                    ],
+                },
+                {
+                    "type": "namespace",
+                    "name": "clock",
+                    "description": "",
+                    "tools": [
+                        {
+                            "type": "function",
+                            "name": "sleep",
+                            "description": "Sleep",
+                            "strict": False,
+                            "parameters": {"type": "object", "properties": {}},
+                        }
+                    ],
+                },
+            ],
+        },
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "You are Codex."}],
+        },
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "make a.txt"}]},
     ],
 }
@@ -663,7 +874,10 @@ def test_additional_tools_item_is_the_clients_own_input_and_its_tools_are_offere
     assert [m.role for m in conv.messages] == ["developer", "developer", "user"] and conv.tools == []
     offered = R.offered_tools(conv)
     assert [(t.name, t.raw["namespace"], R.tool_kind(t)) for t in offered] == [
-        ("exec", "functions", "custom"), ("wait", "functions", "function"), ("sleep", "clock", "function")]
+        ("exec", "functions", "custom"),
+        ("wait", "functions", "function"),
+        ("sleep", "clock", "function"),
+    ]
     assert offered[1].parameters["required"] == ["cell_id"]
     # the body renders back as it was sent
     assert orjson.loads(R.render_request(conv)) == ADDITIONAL_TOOLS_BODY
@@ -672,7 +886,11 @@ def test_additional_tools_item_is_the_clients_own_input_and_its_tools_are_offere
 def test_scripted_model_calls_a_free_form_tool_offered_as_an_input_item():
     from pvisor.gateway.scripted_model import ScriptedModel, parse_script
 
-    m = ScriptedModel(parse_script({"turns": [{"text": "Running.", "tool_calls": [{"tool": "exec", "command": "text('hi')"}]}]}))
+    m = ScriptedModel(
+        parse_script(
+            {"turns": [{"text": "Running.", "tool_calls": [{"tool": "exec", "command": "text('hi')"}]}]}
+        )
+    )
     reply = m.answer("POST", "/v1/responses", "", orjson.dumps({**ADDITIONAL_TOOLS_BODY, "stream": False}))
     # the main chain is found by the tools the item offers, and the call is a custom_tool_call
     assert reply.kind == "turn"

@@ -15,7 +15,7 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
 
-import reliability  # bench/, on the path above
+import reliability  # noqa: E402  (bench/, on the path above)
 
 ROUNDS = int(os.environ.get("PVISOR_CRASH_ROUNDS", "10"))
 

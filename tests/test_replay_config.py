@@ -531,7 +531,10 @@ def test_unreadable_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error:
 def test_mode_continuation_is_continue_and_agent_keys_at_the_top_are_pointed_to_their_table(tmp_path):
     cfg = load_config(write(tmp_path, 'mode = "continuation"\n'))
     assert cfg.option("mode", None) == "continue"
-    for key, hint in (("model", "belongs in the agent's table"), ("agent_entrypoint", "[agents.NAME] entrypoint")):
+    for key, hint in (
+        ("model", "belongs in the agent's table"),
+        ("agent_entrypoint", "[agents.NAME] entrypoint"),
+    ):
         with pytest.raises(BadInputError) as err:
             load_config(write(tmp_path, f'{key} = "x"\n', name=f"{key}.toml"))
         assert hint in err.value.message and "did you mean 'mode'" not in err.value.message

@@ -49,7 +49,11 @@ def _strip_tool_result_reminders(body: dict) -> dict:
     for m in body.get("messages") or []:
         if isinstance(m.get("content"), list):
             for b in m["content"]:
-                if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("content"), str):
+                if (
+                    isinstance(b, dict)
+                    and b.get("type") == "tool_result"
+                    and isinstance(b.get("content"), str)
+                ):
                     b["content"] = _REMINDER.sub("", b["content"])
     return body
 
@@ -102,15 +106,31 @@ def _normalised(protocol: str, body: bytes) -> Any:
 
 def _markers(body: dict) -> list[str]:
     system = body.get("system")
-    out = [f"system[{i}]" for i, b in enumerate(system) if "cache_control" in b] if isinstance(system, list) else []
+    out = (
+        [f"system[{i}]" for i, b in enumerate(system) if "cache_control" in b]
+        if isinstance(system, list)
+        else []
+    )
     out += [f"tools[{i}]" for i, t in enumerate(body.get("tools") or []) if "cache_control" in t]
     for i, m in enumerate(body.get("messages") or []):
         if isinstance(m.get("content"), list):
-            out += [f"messages[{i}][{j}]" for j, b in enumerate(m["content"]) if isinstance(b, dict) and "cache_control" in b]
+            out += [
+                f"messages[{i}][{j}]"
+                for j, b in enumerate(m["content"])
+                if isinstance(b, dict) and "cache_control" in b
+            ]
     return out
 
 
-def crosscheck(agent: str, journal: Path, run: str, native: Path, tmp: Path, resumed_new_chain: bool = False, last_n: int | None = None) -> list[int]:
+def crosscheck(
+    agent: str,
+    journal: Path,
+    run: str,
+    native: Path,
+    tmp: Path,
+    resumed_new_chain: bool = False,
+    last_n: int | None = None,
+) -> list[int]:
     """Check every N (module docstring); returns the Ns compared with a journal prefix.
     ``resumed_new_chain``: the run holds a native resume that started a new chain, so the
     native file has more steps than the journal's main chain (compared up to the latter's).
@@ -125,13 +145,19 @@ def crosscheck(agent: str, journal: Path, run: str, native: Path, tmp: Path, res
         if last_n is not None and n > last_n:
             break
         out = tmp / f"{run}-native-{n}"
-        nat = prepare_only(PrepareOptions(agent=agent, after_step=n, output=out, trajectory=native, profile_from=f"{journal}:{run}"))
+        nat = prepare_only(
+            PrepareOptions(
+                agent=agent, after_step=n, output=out, trajectory=native, profile_from=f"{journal}:{run}"
+            )
+        )
         assert nat.result["status"] == "ok", nat.result["errors"]
         native_steps = nat.result["boundary"]["steps_total"]
         if native_steps != steps and last_n is None:
             # Gemini CLI and Qwen Code start a new chain on resume (agents.md): the journal's main
             # chain stops where the file goes on with the resumed prompt
-            assert native_steps > steps and resumed_new_chain, f"{agent}: the native file has {native_steps} steps, the journal {steps}"
+            assert native_steps > steps and resumed_new_chain, (
+                f"{agent}: the native file has {native_steps} steps, the journal {steps}"
+            )
             if n == steps:
                 break
         got = nat.prefix_path.read_bytes()
@@ -140,15 +166,23 @@ def crosscheck(agent: str, journal: Path, run: str, native: Path, tmp: Path, res
             want = bodies[n]
             # the journal's own prefix is the recorded request itself
             jout = tmp / f"{run}-journal-{n}"
-            jres = prepare_only(PrepareOptions(agent=agent, after_step=n, output=jout, run=run, journal=journal))
+            jres = prepare_only(
+                PrepareOptions(agent=agent, after_step=n, output=jout, run=run, journal=journal)
+            )
             assert jres.prefix_path.read_bytes() == want, (agent, n)
             exact = True
         else:
             try:
-                jres = prepare_only(PrepareOptions(agent=agent, after_step=n, output=tmp / f"{run}-journal-{n}", run=run, journal=journal))
+                jres = prepare_only(
+                    PrepareOptions(
+                        agent=agent, after_step=n, output=tmp / f"{run}-journal-{n}", run=run, journal=journal
+                    )
+                )
             except ReplayBadInput as exc:
                 assert exc.code == "observation_not_recorded", exc
-                assert agent == "mini-swe-agent", f"{agent}: A_{n} made a tool call and no request {n + 1} holds its results"
+                assert agent == "mini-swe-agent", (
+                    f"{agent}: A_{n} made a tool call and no request {n + 1} holds its results"
+                )
                 continue
             want = jres.prefix_path.read_bytes()
             exact = False  # rendered by us from request N and A_N, not sent by the agent
@@ -190,7 +224,14 @@ def test_native_prefix_with_profile_equals_the_corpus_request(corpus_journal, ru
     sessions' native files)."""
     agent = RUNS[run][0]
     name, new_chain = CORPUS_PAIRS[run]
-    compared = crosscheck(agent, corpus_journal, run, corpus_dir() / "native" / agent / name, tmp_path, resumed_new_chain=new_chain)
+    compared = crosscheck(
+        agent,
+        corpus_journal,
+        run,
+        corpus_dir() / "native" / agent / name,
+        tmp_path,
+        resumed_new_chain=new_chain,
+    )
     assert compared[:2] == [0, 1]
 
 

@@ -21,12 +21,27 @@ main()
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-P", "-c", SCRIPT, *args], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-P", "-c", SCRIPT, *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_success_flushes_stdout_and_runs_atexit(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    p = _run("replay", "--agent", "claude-code", "--trajectory", str(CORPUS), "--after-step", "1", "--prepare-only", "--output", str(out), "--result", "-")
+    p = _run(
+        "replay",
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(CORPUS),
+        "--after-step",
+        "1",
+        "--prepare-only",
+        "--output",
+        str(out),
+        "--result",
+        "-",
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["status"] == "ok"  # the whole document, flushed before os._exit
     assert p.stderr.startswith("prepared ") and p.stderr.endswith("atexit handler ran\n")
@@ -34,7 +49,18 @@ def test_success_flushes_stdout_and_runs_atexit(tmp_path: Path) -> None:
 
 
 def test_failure_keeps_its_exit_code(tmp_path: Path) -> None:
-    p = _run("replay", "--agent", "claude-code", "--trajectory", str(CORPUS), "--after-step", "9", "--prepare-only", "--output", str(tmp_path / "o"))
+    p = _run(
+        "replay",
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(CORPUS),
+        "--after-step",
+        "9",
+        "--prepare-only",
+        "--output",
+        str(tmp_path / "o"),
+    )
     assert p.returncode == 65
     assert "after_step_out_of_range" in p.stderr and p.stderr.endswith("atexit handler ran\n")
 
@@ -43,6 +69,26 @@ def test_full_stdout_is_exit_74(tmp_path: Path) -> None:
     if not Path("/dev/full").exists():
         return
     with open("/dev/full", "w") as full:
-        p = subprocess.run([sys.executable, "-P", "-c", SCRIPT, "replay", "--agent", "claude-code", "--trajectory", str(CORPUS), "--after-step", "1",
-                            "--prepare-only", "--output", str(tmp_path / "o")], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-P",
+                "-c",
+                SCRIPT,
+                "replay",
+                "--agent",
+                "claude-code",
+                "--trajectory",
+                str(CORPUS),
+                "--after-step",
+                "1",
+                "--prepare-only",
+                "--output",
+                str(tmp_path / "o"),
+            ],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
     assert p.returncode == 74, p.stderr

@@ -31,19 +31,32 @@ def fake_agent(tmp: Path, behaviour: str, version: str = "2.1.332") -> Path:
     ``exit`` (status 3 at once), ``hang`` (sleeps until killed)."""
     script = tmp / f"fake-claude-{behaviour}-{version}"
     act = {"exit": "echo 'fake agent: giving up' >&2; exit 3", "hang": "exec sleep 600"}[behaviour]
-    script.write_text(f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "{version} (Claude Code)"; exit 0; fi\n{act}\n')
+    script.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "{version} (Claude Code)"; exit 0; fi\n{act}\n'
+    )
     script.chmod(0o755)
     return script
 
 
 def _env() -> dict[str, str]:
     # no provider key: a continuation to the public API must find none (and this box must not use one)
-    return {k: v for k, v in os.environ.items() if not k.startswith("PVISOR_") and not k.endswith(("_API_KEY", "_AUTH_TOKEN"))}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PVISOR_") and not k.endswith(("_API_KEY", "_AUTH_TOKEN"))
+    }
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([str(PVISOR), *args], cwd=cwd, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
-                          env=_env())
+    return subprocess.run(
+        [str(PVISOR), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        env=_env(),
+    )
 
 
 class Setup:
@@ -60,9 +73,26 @@ class Setup:
         self.new_ws = tmp / "new-ws"
         self.new_ws.mkdir()
 
-    def args(self, *extra: str, n: int = 1, out: str = "out", ws: Path | None = None, agent: str = "claude-code") -> list[str]:
-        return ["--journal", str(self.journal), "replay", "--agent", agent, "--replay-only", "--run", self.run_id, "--after-step", str(n),
-                "--workspace", str(ws or self.new_ws), "--output", str(self.tmp / out), *extra]
+    def args(
+        self, *extra: str, n: int = 1, out: str = "out", ws: Path | None = None, agent: str = "claude-code"
+    ) -> list[str]:
+        return [
+            "--journal",
+            str(self.journal),
+            "replay",
+            "--agent",
+            agent,
+            "--replay-only",
+            "--run",
+            self.run_id,
+            "--after-step",
+            str(n),
+            "--workspace",
+            str(ws or self.new_ws),
+            "--output",
+            str(self.tmp / out),
+            *extra,
+        ]
 
     def replay(self, *extra: str, **kw) -> subprocess.CompletedProcess:
         return run(self.args(*extra, **kw), self.tmp)
@@ -164,7 +194,10 @@ def test_an_agent_that_exits_before_request_n_plus_1_and_a_retry_in_the_same_out
         result = _failed(s.tmp / "out", "agent_ended_early")
         assert result["agent_started"] is True and result["agent_run"]["ended_by"] == "agent"
         # the installed agent is not the recorded version: said, not refused
-        assert (result["agent_run"]["recorded_version"], result["agent_run"]["installed_version"]) == ("2.1.300", "2.1.332")
+        assert (result["agent_run"]["recorded_version"], result["agent_run"]["installed_version"]) == (
+            "2.1.300",
+            "2.1.332",
+        )
         assert "agent_version_differs" in [w["code"] for w in result["warnings"]]
     # what was recorded is kept: the derived runs, with their attempt and exit code
     with JournalReader(s.journal) as r:
@@ -187,8 +220,15 @@ def test_an_agent_that_hangs_is_stopped_at_the_timeout(setup):
 
 def test_ctrl_c_stops_the_agent_and_leaves_a_failed_result(setup):
     s = setup
-    proc = subprocess.Popen([str(PVISOR), *s.args("--agent-entrypoint", str(fake_agent(s.tmp, "hang")))], cwd=s.tmp, env=_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [str(PVISOR), *s.args("--agent-entrypoint", str(fake_agent(s.tmp, "hang")))],
+        cwd=s.tmp,
+        env=_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:  # the agent runs once its attempt is in the journal
         with JournalReader(s.journal) as r:
@@ -202,13 +242,33 @@ def test_ctrl_c_stops_the_agent_and_leaves_a_failed_result(setup):
     assert _failed(s.tmp / "out", "interrupted")["agent_run"]["ended_by"] == "interrupted"
 
 
-def _corpus_replay(tmp_path: Path, corpus: Path, run_name: str, agent: str, n: int, *extra: str) -> subprocess.CompletedProcess:
+def _corpus_replay(
+    tmp_path: Path, corpus: Path, run_name: str, agent: str, n: int, *extra: str
+) -> subprocess.CompletedProcess:
     journal = tmp_path / "j.sqlite"
     record_corpus_runs(corpus, journal, [run_name])
     ws = tmp_path / "ws"
     ws.mkdir()
-    return run(["--journal", str(journal), "replay", "--agent", agent, "--replay-only", "--run", run_name, "--after-step", str(n),
-                "--workspace", str(ws), "--output", str(tmp_path / "out"), *extra], tmp_path)
+    return run(
+        [
+            "--journal",
+            str(journal),
+            "replay",
+            "--agent",
+            agent,
+            "--replay-only",
+            "--run",
+            run_name,
+            "--after-step",
+            str(n),
+            "--workspace",
+            str(ws),
+            "--output",
+            str(tmp_path / "out"),
+            *extra,
+        ],
+        tmp_path,
+    )
 
 
 def test_a_run_past_attempt_1_is_refused(tmp_path, corpus):
@@ -220,7 +280,9 @@ def test_a_run_past_attempt_1_is_refused(tmp_path, corpus):
 
 
 def test_no_task_anywhere_asks_for_task(tmp_path, corpus):
-    proc = _corpus_replay(tmp_path, corpus, "codex-parallel", "codex", 1)  # no pvisor run: no task label, no argv
+    proc = _corpus_replay(
+        tmp_path, corpus, "codex-parallel", "codex", 1
+    )  # no pvisor run: no task label, no argv
     assert proc.returncode == 65
     _one_error(proc, "give --task TEXT")
     _failed(tmp_path / "out", "no_task")
@@ -229,7 +291,18 @@ def test_no_task_anywhere_asks_for_task(tmp_path, corpus):
 def test_a_failed_prepare_never_blocks_its_retry_either(setup):
     s = setup
     out = s.tmp / "out"
-    args = ["--journal", str(s.journal), "replay", "--agent", "claude-code", "--run", s.run_id, "--prepare-only", "--output", str(out)]
+    args = [
+        "--journal",
+        str(s.journal),
+        "replay",
+        "--agent",
+        "claude-code",
+        "--run",
+        s.run_id,
+        "--prepare-only",
+        "--output",
+        str(out),
+    ]
     assert run([*args, "--after-step", "9"], s.tmp).returncode == 65
     _failed(out, "after_step_out_of_range")
     proc = run([*args, "--after-step", "1"], s.tmp)

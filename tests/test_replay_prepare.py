@@ -45,7 +45,9 @@ def validate(result: dict) -> None:
 
 def pvisor(*args: str, journal: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     pre = ["--journal", str(journal)] if journal is not None else []
-    return subprocess.run([PVISOR, *pre, *args], capture_output=True, timeout=120, cwd=cwd, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [PVISOR, *pre, *args], capture_output=True, timeout=120, cwd=cwd, stdin=subprocess.DEVNULL
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +92,11 @@ def test_journal_prefix_is_request_n_plus_1_byte_for_byte(corpus_journal, tmp_pa
         validate(res)
         assert res == outcome.result
         assert res["status"] == "ok" and res["mode"] == "prepare-only"
-        assert res["boundary"] == {"after_step": n, "steps_total": len(exchanges), "next_action_excluded": True}
+        assert res["boundary"] == {
+            "after_step": n,
+            "steps_total": len(exchanges),
+            "next_action_excluded": True,
+        }
         p = res["prefix"]
         assert p["rendered"] is False and p["exchange"] == exchanges[n]
         assert set(p["origin"].values()) == {"journal"}
@@ -109,7 +115,9 @@ def test_journal_tool_calls_hash_the_recorded_arguments_and_results(corpus_journ
     path, recorded = corpus_journal
     # mini-parallel: A_1 is two parallel calls, their results come in request 2 as role tool messages
     out = tmp_path / "o"
-    prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=1, output=out, run="mini-parallel", journal=path))
+    prepare_only(
+        PrepareOptions(agent="mini-swe-agent", after_step=1, output=out, run="mini-parallel", journal=path)
+    )
     res = read_result(out)
     body = orjson.loads((out / "prefix.json").read_bytes())
     calls = [c for m in body["messages"] if m["role"] == "assistant" for c in m.get("tool_calls") or []]
@@ -148,9 +156,11 @@ def test_journal_n_equal_steps_renders_request_n_plus_a_n(corpus_journal, tmp_pa
     before = mod.parse_request(stored_body(path, exchanges[-1]))
     # request N's messages unchanged, then A_N and nothing else
     assert mod.normalise(prefix)["messages"][: len(before.messages)] == mod.normalise(before)["messages"]
-    tail = prefix.messages[len(before.messages):]
+    tail = prefix.messages[len(before.messages) :]
     assert tail and all(m.role == "assistant" for m in tail)
-    text = "".join(getattr(part, "text", "") for m in tail for part in m.parts if type(part).__name__ == "TextPart")
+    text = "".join(
+        getattr(part, "text", "") for m in tail for part in m.parts if type(part).__name__ == "TextPart"
+    )
     assert text == last.action.text
 
 
@@ -173,18 +183,43 @@ def test_journal_boundary_and_agent_errors(corpus_journal, tmp_path):
     path, _ = corpus_journal
     steps = len(main_exchanges(path, "codex-single"))
     with pytest.raises(BadInputError) as exc:
-        prepare_only(PrepareOptions(agent="codex", after_step=steps + 1, output=tmp_path / "a", run="codex-single", journal=path))
+        prepare_only(
+            PrepareOptions(
+                agent="codex", after_step=steps + 1, output=tmp_path / "a", run="codex-single", journal=path
+            )
+        )
     assert "after_step_out_of_range" in exc.value.message and f"has {steps} steps" in exc.value.message
     with pytest.raises(UsageError) as exc:
-        prepare_only(PrepareOptions(agent="gemini-cli", after_step=0, output=tmp_path / "b", run="codex-single", journal=path))
+        prepare_only(
+            PrepareOptions(
+                agent="gemini-cli", after_step=0, output=tmp_path / "b", run="codex-single", journal=path
+            )
+        )
     assert "recorded with agent codex" in exc.value.message
     with pytest.raises(UsageError) as exc:
-        prepare_only(PrepareOptions(agent="nope", after_step=0, output=tmp_path / "c", run="codex-single", journal=path))
+        prepare_only(
+            PrepareOptions(
+                agent="nope", after_step=0, output=tmp_path / "c", run="codex-single", journal=path
+            )
+        )
     assert "unknown agent 'nope'" in exc.value.message
     with pytest.raises(UsageError):
-        prepare_only(PrepareOptions(agent="codex", after_step=0, output=tmp_path / "d", run="no-such-run", journal=path))
+        prepare_only(
+            PrepareOptions(
+                agent="codex", after_step=0, output=tmp_path / "d", run="no-such-run", journal=path
+            )
+        )
     with pytest.raises(UsageError) as exc:
-        prepare_only(PrepareOptions(agent="codex", after_step=0, output=tmp_path / "e", run="codex-single", journal=path, protocol="openai-chat"))
+        prepare_only(
+            PrepareOptions(
+                agent="codex",
+                after_step=0,
+                output=tmp_path / "e",
+                run="codex-single",
+                journal=path,
+                protocol="openai-chat",
+            )
+        )
     assert "recorded in openai-responses" in exc.value.message
 
 
@@ -198,7 +233,11 @@ def test_journal_run_without_steps_is_no_steps(tmp_path):
         j.end_attempt("probe-only", 1, 0)
         j.flush()
     with pytest.raises(BadInputError) as exc:
-        prepare_only(PrepareOptions(agent="opencode", after_step=0, output=tmp_path / "o", run="probe-only", journal=path))
+        prepare_only(
+            PrepareOptions(
+                agent="opencode", after_step=0, output=tmp_path / "o", run="probe-only", journal=path
+            )
+        )
     assert exc.value.message.startswith("no_steps")
 
 
@@ -232,12 +271,20 @@ def test_every_native_sample_prepares_at_every_boundary(tmp_path, agent, path):
     damaged = [w for w in read_native(path, agent)[0].diagnostics.warnings if w.code in DAMAGE_CODES]
     if damaged:
         with pytest.raises(BadInputError) as refused:
-            prepare_only(PrepareOptions(agent=agent, after_step=len(steps), output=tmp_path / "refused", trajectory=path))
-        assert refused.value.message.startswith("damaged_source") and damaged[0].where in refused.value.message
+            prepare_only(
+                PrepareOptions(
+                    agent=agent, after_step=len(steps), output=tmp_path / "refused", trajectory=path
+                )
+            )
+        assert (
+            refused.value.message.startswith("damaged_source") and damaged[0].where in refused.value.message
+        )
     for n in range(len(steps) + 1):
         out = tmp_path / f"o{n}"
         try:
-            prepare_only(PrepareOptions(agent=agent, after_step=n, output=out, trajectory=path, allow_damaged=True))
+            prepare_only(
+                PrepareOptions(agent=agent, after_step=n, output=out, trajectory=path, allow_damaged=True)
+            )
         except BadInputError as exc:
             validate(read_result(out))
             if exc.message.startswith("action_lost"):  # a gap step (a lost action line) at or before N
@@ -264,7 +311,12 @@ def test_every_native_sample_prepares_at_every_boundary(tmp_path, agent, path):
             # ends exactly at O_N: the last message holds the results of A_N's batch, in call order
             last = conv.messages[-1] if not steps[n - 1].observation.messages else None
             if last is not None:
-                got = [x for m in conv.messages[-len(steps[n - 1].observation.results):] for x in m.parts if isinstance(x, ToolResult)]
+                got = [
+                    x
+                    for m in conv.messages[-len(steps[n - 1].observation.results) :]
+                    for x in m.parts
+                    if isinstance(x, ToolResult)
+                ]
                 assert len(got) >= 1
                 assert p["ends_with"] == "observation"
         # A(N+1) excluded: no call of a later step appears in the prefix
@@ -279,7 +331,13 @@ def test_native_anthropic_cache_control_like_claude_code(tmp_path):
     out = tmp_path / "o"
     prepare_only(PrepareOptions(agent="claude-code", after_step=3, output=out, trajectory=path))
     body = orjson.loads((out / "prefix.json").read_bytes())
-    marks = [(i, j) for i, m in enumerate(body["messages"]) if isinstance(m["content"], list) for j, b in enumerate(m["content"]) if "cache_control" in b]
+    marks = [
+        (i, j)
+        for i, m in enumerate(body["messages"])
+        if isinstance(m["content"], list)
+        for j, b in enumerate(m["content"])
+        if "cache_control" in b
+    ]
     last_user = max(i for i, m in enumerate(body["messages"]) if m["role"] == "user")
     assert marks == [(last_user, len(body["messages"][last_user]["content"]) - 1)]
     assert body["messages"][last_user]["content"][-1]["cache_control"] == {"type": "ephemeral"}
@@ -309,22 +367,48 @@ def test_native_gemini_cli_signs_the_first_function_call_of_a_turn(tmp_path):
 def test_native_protocol_choice(tmp_path):
     mini = native_dir() / "mini-swe-agent"
     # litellm's provider prefix picks the protocol: anthropic/... speaks Anthropic Messages
-    prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=1, output=tmp_path / "a", trajectory=mini / "real-2.4.6_anthropic.traj.json"))
+    prepare_only(
+        PrepareOptions(
+            agent="mini-swe-agent",
+            after_step=1,
+            output=tmp_path / "a",
+            trajectory=mini / "real-2.4.6_anthropic.traj.json",
+        )
+    )
     res = read_result(tmp_path / "a")
     assert res["prefix"]["protocol"] == "anthropic" and res["prefix"]["model"] == "claude-mock"
-    prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=1, output=tmp_path / "b", trajectory=mini / "real-2.4.6_single.traj.json"))
+    prepare_only(
+        PrepareOptions(
+            agent="mini-swe-agent",
+            after_step=1,
+            output=tmp_path / "b",
+            trajectory=mini / "real-2.4.6_single.traj.json",
+        )
+    )
     res = read_result(tmp_path / "b")
     assert res["prefix"]["protocol"] == "openai-chat" and res["prefix"]["stream"] is False
     assert res["prefix"]["origin"]["system"] == "trajectory" and res["prefix"]["system_present"] is True
     # Qwen Code speaks several: --protocol picks one
     qwen = native_dir() / "qwen-code" / "real-0.24.4_single.jsonl"
     for proto in ("openai-chat", "anthropic", "gemini"):
-        prepare_only(PrepareOptions(agent="qwen-code", after_step=1, output=tmp_path / proto, trajectory=qwen, protocol=proto))
+        prepare_only(
+            PrepareOptions(
+                agent="qwen-code", after_step=1, output=tmp_path / proto, trajectory=qwen, protocol=proto
+            )
+        )
         res = read_result(tmp_path / proto)
         validate(res)
         assert res["prefix"]["protocol"] == proto and res["prefix"]["ends_with"] == "observation"
     with pytest.raises(UsageError) as exc:
-        prepare_only(PrepareOptions(agent="claude-code", after_step=0, output=tmp_path / "c", trajectory=native_dir() / "claude-code" / "spotter_short.jsonl", protocol="openai-chat"))
+        prepare_only(
+            PrepareOptions(
+                agent="claude-code",
+                after_step=0,
+                output=tmp_path / "c",
+                trajectory=native_dir() / "claude-code" / "spotter_short.jsonl",
+                protocol="openai-chat",
+            )
+        )
     assert "claude-code speaks anthropic" in exc.value.message
 
 
@@ -346,20 +430,39 @@ def test_native_profile_from_fills_params_and_request_and_matches_the_capture(tm
     run = _profile_journal(journal, "2.4.6")
     native = native_dir() / "mini-swe-agent" / "real-2.4.6_anthropic.traj.json"
     out = tmp_path / "o"
-    prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=0, output=out, trajectory=native, profile_from=f"{journal}:{run}"))
+    prepare_only(
+        PrepareOptions(
+            agent="mini-swe-agent",
+            after_step=0,
+            output=out,
+            trajectory=native,
+            profile_from=f"{journal}:{run}",
+        )
+    )
     res = read_result(out)
     validate(res)
     o = res["prefix"]["origin"]
-    assert o["system"] == "trajectory" and o["params"] == "profile" and o["request"] == "profile" and o["tools"] == "profile"
+    assert (
+        o["system"] == "trajectory"
+        and o["params"] == "profile"
+        and o["request"] == "profile"
+        and o["tools"] == "profile"
+    )
     # N = 0 of that very run: the render equals the recorded request 1 byte for byte
     first = main_exchanges(journal, run)[0]
     assert (out / "prefix.json").read_bytes() == stored_body(journal, first)
     # N = 1: equal after the chain rule's normalisation (docs/result-protocol.md lists what differs)
     out1 = tmp_path / "o1"
-    prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=1, output=out1, trajectory=native, profile_from=str(journal)))
+    prepare_only(
+        PrepareOptions(
+            agent="mini-swe-agent", after_step=1, output=out1, trajectory=native, profile_from=str(journal)
+        )
+    )
     mod = get_protocol("anthropic")
     second = main_exchanges(journal, run)[1]
-    assert mod.normalise(mod.parse_request((out1 / "prefix.json").read_bytes())) == mod.normalise(mod.parse_request(stored_body(journal, second)))
+    assert mod.normalise(mod.parse_request((out1 / "prefix.json").read_bytes())) == mod.normalise(
+        mod.parse_request(stored_body(journal, second))
+    )
 
 
 def test_native_profile_from_refuses_another_major_version(tmp_path):
@@ -368,11 +471,27 @@ def test_native_profile_from_refuses_another_major_version(tmp_path):
     native = native_dir() / "mini-swe-agent" / "real-2.4.6_anthropic.traj.json"
     out = tmp_path / "o"
     with pytest.raises(BadInputError) as exc:
-        prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=1, output=out, trajectory=native, profile_from=f"{journal}:{run}"))
+        prepare_only(
+            PrepareOptions(
+                agent="mini-swe-agent",
+                after_step=1,
+                output=out,
+                trajectory=native,
+                profile_from=f"{journal}:{run}",
+            )
+        )
     assert exc.value.message.startswith("profile_version_mismatch") and "3.0.1" in exc.value.message
     assert read_result(out)["errors"][0]["code"] == "profile_version_mismatch"
     with pytest.raises(UsageError):
-        prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=1, output=tmp_path / "p", trajectory=native, profile_from=str(tmp_path / "missing.sqlite")))
+        prepare_only(
+            PrepareOptions(
+                agent="mini-swe-agent",
+                after_step=1,
+                output=tmp_path / "p",
+                trajectory=native,
+                profile_from=str(tmp_path / "missing.sqlite"),
+            )
+        )
 
 
 # =========================================================================== output directory
@@ -384,7 +503,9 @@ def test_output_directory_rules(tmp_path):
     (ws / "sub").mkdir(parents=True)
     for bad in (ws, ws / "sub", ws / "new" / "deeper"):
         with pytest.raises(UsageError) as exc:
-            prepare_only(PrepareOptions(agent="codex", after_step=1, output=bad, trajectory=native, workspace=ws))
+            prepare_only(
+                PrepareOptions(agent="codex", after_step=1, output=bad, trajectory=native, workspace=ws)
+            )
         assert "inside --workspace" in exc.value.message
     assert not (ws / "new").exists()
     out = tmp_path / "out"
@@ -394,7 +515,12 @@ def test_output_directory_rules(tmp_path):
         prepare_only(PrepareOptions(agent="codex", after_step=1, output=out, trajectory=native))
     assert "not empty" in exc.value.message and "--force" in exc.value.message
     prepare_only(PrepareOptions(agent="codex", after_step=1, output=out, trajectory=native, force=True))
-    assert sorted(p.name for p in out.iterdir()) == ["other.txt", "prefix.json", "prefix.request.json", "result.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "other.txt",
+        "prefix.json",
+        "prefix.request.json",
+        "result.json",
+    ]
     # --force after a failure leaves no stale prefix of the earlier prepare
     with pytest.raises(BadInputError):
         prepare_only(PrepareOptions(agent="codex", after_step=99, output=out, trajectory=native, force=True))
@@ -412,23 +538,71 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
     path, _ = corpus_journal
     native = native_dir() / "qwen-code" / "real-0.24.4_single.jsonl"
     out = tmp_path / "a"
-    p = pvisor("replay", "--agent", "qwen-code", "--trajectory", str(native), "--after-step", "1", "--prepare-only", "--output", str(out))
+    p = pvisor(
+        "replay",
+        "--agent",
+        "qwen-code",
+        "--trajectory",
+        str(native),
+        "--after-step",
+        "1",
+        "--prepare-only",
+        "--output",
+        str(out),
+    )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.decode().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"prepared {out}/prefix.json: qwen-code") and "after step 1 of 3" in lines[0]
+    assert (
+        len(lines) == 1
+        and lines[0].startswith(f"prepared {out}/prefix.json: qwen-code")
+        and "after step 1 of 3" in lines[0]
+    )
     out = tmp_path / "b"
-    p = pvisor("replay", "--agent", "codex", "--run", "codex-single", "--after-step", "2", "--prepare-only", "--output", str(out), "--result", "-", journal=path)
+    p = pvisor(
+        "replay",
+        "--agent",
+        "codex",
+        "--run",
+        "codex-single",
+        "--after-step",
+        "2",
+        "--prepare-only",
+        "--output",
+        str(out),
+        "--result",
+        "-",
+        journal=path,
+    )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == read_result(out)
     assert p.stderr.decode().startswith("prepared ")
     cases = [
         (["--agent", "codex", "--run", "codex-single", "--after-step", "99"], 65, "after_step_out_of_range"),
-        (["--agent", "mini-swe-agent", "--run", "mini-single", "--after-step", "2"], 65, "observation_not_recorded"),
+        (
+            ["--agent", "mini-swe-agent", "--run", "mini-single", "--after-step", "2"],
+            65,
+            "observation_not_recorded",
+        ),
         (["--agent", "codex", "--run", "codex-single", "--after-step", "-1"], 2, "-1"),
         (["--agent", "nope", "--run", "codex-single", "--after-step", "0"], 2, "unknown agent"),
         (["--agent", "codex", "--after-step", "0"], 2, "exactly one source"),
-        (["--agent", "codex", "--run", "codex-single", "--trajectory", str(native), "--after-step", "0"], 2, "exactly one source"),
-        (["--agent", "qwen-code", "--trajectory", str(native_dir() / "qwen-code" / "agent-sessions_system_telemetry.jsonl"), "--after-step", "0"], 65, "no_steps"),
+        (
+            ["--agent", "codex", "--run", "codex-single", "--trajectory", str(native), "--after-step", "0"],
+            2,
+            "exactly one source",
+        ),
+        (
+            [
+                "--agent",
+                "qwen-code",
+                "--trajectory",
+                str(native_dir() / "qwen-code" / "agent-sessions_system_telemetry.jsonl"),
+                "--after-step",
+                "0",
+            ],
+            65,
+            "no_steps",
+        ),
     ]
     for i, (args, code, text) in enumerate(cases):
         p = pvisor("replay", *args, "--prepare-only", "--output", str(tmp_path / f"e{i}"), journal=path)
@@ -438,12 +612,41 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
         assert err.startswith("pvisor: error: ")
     # --result - on a failure: stdout is the failed document, still one JSON value
     out = tmp_path / "failed"
-    p = pvisor("replay", "--agent", "mini-swe-agent", "--run", "mini-single", "--after-step", "2", "--prepare-only", "--output", str(out), "--result", "-", journal=path)
+    p = pvisor(
+        "replay",
+        "--agent",
+        "mini-swe-agent",
+        "--run",
+        "mini-single",
+        "--after-step",
+        "2",
+        "--prepare-only",
+        "--output",
+        str(out),
+        "--result",
+        "-",
+        journal=path,
+    )
     assert p.returncode == 65
     doc = json.loads(p.stdout)
     validate(doc)
-    assert doc == read_result(out) and doc["status"] == "failed" and doc["errors"][0]["code"] == "observation_not_recorded"
-    p = pvisor("replay", "--agent", "codex", "--run", "codex-single", "--after-step", "0", "--output", str(tmp_path / "x"), journal=path)
+    assert (
+        doc == read_result(out)
+        and doc["status"] == "failed"
+        and doc["errors"][0]["code"] == "observation_not_recorded"
+    )
+    p = pvisor(
+        "replay",
+        "--agent",
+        "codex",
+        "--run",
+        "codex-single",
+        "--after-step",
+        "0",
+        "--output",
+        str(tmp_path / "x"),
+        journal=path,
+    )
     # no mode flag is a continuation, which needs a workspace to run the agent in
     assert p.returncode == 2 and b"needs --workspace DIR" in p.stderr
 
@@ -453,16 +656,36 @@ def test_cli_in_process_with_standalone_mode_false(corpus_journal, tmp_path):
 
     path, _ = corpus_journal
     out = tmp_path / "o"
-    cli.main(args=["--journal", str(path), "replay", "--agent", "gemini-cli", "--run", "gemini-single", "--after-step", "1", "--prepare-only", "--output", str(out)],
-             prog_name="pvisor", standalone_mode=False)
+    cli.main(
+        args=[
+            "--journal",
+            str(path),
+            "replay",
+            "--agent",
+            "gemini-cli",
+            "--run",
+            "gemini-single",
+            "--after-step",
+            "1",
+            "--prepare-only",
+            "--output",
+            str(out),
+        ],
+        prog_name="pvisor",
+        standalone_mode=False,
+    )
     validate(read_result(out))
 
 
-def test_a_config_files_continuation_options_are_ignored_with_a_warning_in_prepare_only(corpus_journal, tmp_path):
+def test_a_config_files_continuation_options_are_ignored_with_a_warning_in_prepare_only(
+    corpus_journal, tmp_path
+):
     path, _ = corpus_journal
     cfg = tmp_path / "replay.toml"
-    cfg.write_text('agent = "codex"\nrun = "codex-single"\nafter_step = 1\nmode = "prepare-only"\n'
-                   'upstream = "http://127.0.0.1:9"\nmax_steps = 3\n')
+    cfg.write_text(
+        'agent = "codex"\nrun = "codex-single"\nafter_step = 1\nmode = "prepare-only"\n'
+        'upstream = "http://127.0.0.1:9"\nmax_steps = 3\n'
+    )
     p = pvisor("replay", "--config", str(cfg), "--output", str(tmp_path / "out"), journal=path)
     assert p.returncode == 0, p.stderr
     assert b"upstream, max_steps are for a continuation; --prepare-only ignores them" in p.stderr
@@ -474,13 +697,25 @@ def test_step_flags_of_a_native_source_reach_the_results_warnings(tmp_path):
     after a compaction): the prefix of such a step is not what the agent sent, and says so."""
     from pvisor.replay.prepare import PrepareOptions, prepare_only
 
-    src = Path(__file__).resolve().parent / "corpus" / "native" / "codex" / "agent-sessions_schema_coverage.jsonl"
+    src = (
+        Path(__file__).resolve().parent
+        / "corpus"
+        / "native"
+        / "codex"
+        / "agent-sessions_schema_coverage.jsonl"
+    )
     out = tmp_path / "out"
     # (the fixture's trimmed ids leave an output that answers no call: a gap at step 5, so the
     # damaged file is read with allow_damaged and N stays below the gap)
-    outcome = prepare_only(PrepareOptions(agent="codex", after_step=4, output=out, trajectory=src, allow_damaged=True))
+    outcome = prepare_only(
+        PrepareOptions(agent="codex", after_step=4, output=out, trajectory=src, allow_damaged=True)
+    )
     warned = [w["message"] for w in outcome.result["warnings"] if w["code"] == "compaction"]
     assert warned == ["step 4: compaction"]
     # below the compaction, no such warning
-    early = prepare_only(PrepareOptions(agent="codex", after_step=3, output=tmp_path / "early", trajectory=src, allow_damaged=True))
+    early = prepare_only(
+        PrepareOptions(
+            agent="codex", after_step=3, output=tmp_path / "early", trajectory=src, allow_damaged=True
+        )
+    )
     assert not [w for w in early.result["warnings"] if w["code"] == "compaction"]

@@ -46,7 +46,14 @@ def validate(result: dict) -> None:
 
 def pvisor(*args, journal=None, cwd=None, env=None, prefix=(), timeout=120) -> subprocess.CompletedProcess:
     pre = ["--journal", journal] if journal is not None else []
-    return subprocess.run([*prefix, PVISOR, *pre, *args], capture_output=True, timeout=timeout, cwd=cwd, stdin=subprocess.DEVNULL, env=env)
+    return subprocess.run(
+        [*prefix, PVISOR, *pre, *args],
+        capture_output=True,
+        timeout=timeout,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        env=env,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess, code: int, text: str) -> None:
@@ -78,7 +85,17 @@ def test_force_never_overwrites_a_source_named_like_an_output(tmp_path, corpus_j
         src = d / name
         shutil.copyfile(MINI, src)
         before = src.read_bytes()
-        proc = prepare("--agent", "mini-swe-agent", "--trajectory", str(src), "--after-step", "1", "--output", str(d), "--force")
+        proc = prepare(
+            "--agent",
+            "mini-swe-agent",
+            "--trajectory",
+            str(src),
+            "--after-step",
+            "1",
+            "--output",
+            str(d),
+            "--force",
+        )
         one_line_error(proc, 2, "a file prepare-only writes")
         assert src.read_bytes() == before and sorted(p.name for p in d.iterdir()) == [name]
     # the journal under an output name, reached through another spelling of the directory
@@ -86,16 +103,39 @@ def test_force_never_overwrites_a_source_named_like_an_output(tmp_path, corpus_j
     d.mkdir()
     shutil.copyfile(corpus_journal, d / "prefix.json")
     before = (d / "prefix.json").read_bytes()
-    proc = prepare("--agent", "codex", "--run", "codex-single", "--after-step", "1", "--output", f"{d}/../xj", "--force", journal=str(d / "prefix.json"))
+    proc = prepare(
+        "--agent",
+        "codex",
+        "--run",
+        "codex-single",
+        "--after-step",
+        "1",
+        "--output",
+        f"{d}/../xj",
+        "--force",
+        journal=str(d / "prefix.json"),
+    )
     one_line_error(proc, 2, "a file prepare-only writes")
-    assert (d / "prefix.json").read_bytes() == before and sorted(p.name for p in d.iterdir()) == ["prefix.json"]
+    assert (d / "prefix.json").read_bytes() == before and sorted(p.name for p in d.iterdir()) == [
+        "prefix.json"
+    ]
     # the same file through a hard link
     d = tmp_path / "xh"
     d.mkdir()
     src = tmp_path / "traj.json"
     shutil.copyfile(MINI, src)
     os.link(src, d / "prefix.request.json")
-    proc = prepare("--agent", "mini-swe-agent", "--trajectory", str(src), "--after-step", "1", "--output", str(d), "--force")
+    proc = prepare(
+        "--agent",
+        "mini-swe-agent",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "1",
+        "--output",
+        str(d),
+        "--force",
+    )
     one_line_error(proc, 2, "a file prepare-only writes")
     assert src.read_bytes() == MINI.read_bytes()
 
@@ -106,24 +146,63 @@ def test_force_replaces_earlier_files_only_once_everything_is_computed(tmp_path)
     for name in ("prefix.json", "prefix.request.json", "result.json"):
         (out / name).write_text("earlier\n")
     (out / "keep.txt").write_text("mine\n")
-    proc = prepare("--agent", "mini-swe-agent", "--trajectory", str(MINI), "--after-step", "1", "--output", str(out), "--force")
+    proc = prepare(
+        "--agent",
+        "mini-swe-agent",
+        "--trajectory",
+        str(MINI),
+        "--after-step",
+        "1",
+        "--output",
+        str(out),
+        "--force",
+    )
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "result.json").read_text())
     validate(res)
     assert (out / "prefix.json").read_bytes() != b"earlier\n" and (out / "keep.txt").read_text() == "mine\n"
-    assert sorted(p.name for p in out.iterdir()) == ["keep.txt", "prefix.json", "prefix.request.json", "result.json"]  # no temporary file left
+    assert sorted(p.name for p in out.iterdir()) == [
+        "keep.txt",
+        "prefix.json",
+        "prefix.request.json",
+        "result.json",
+    ]  # no temporary file left
 
 
 # =========================================================================== 2: tracebacks -> one-line errors
 
 
 def test_missing_journal_is_a_usage_error(tmp_path):
-    proc = prepare("--agent", "claude-code", "--run", "r-x", "--after-step", "1", "--output", str(tmp_path / "o"), journal=str(tmp_path / "missing.sqlite"))
+    proc = prepare(
+        "--agent",
+        "claude-code",
+        "--run",
+        "r-x",
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "o"),
+        journal=str(tmp_path / "missing.sqlite"),
+    )
     one_line_error(proc, 2, "no such journal file")
     env = {**os.environ, "PVISOR_JOURNAL": str(tmp_path / "nojournal.sqlite")}
-    proc = prepare("--agent", "claude-code", "--run", "r-x", "--after-step", "1", "--output", str(tmp_path / "o2"), env=env)
+    proc = prepare(
+        "--agent",
+        "claude-code",
+        "--run",
+        "r-x",
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "o2"),
+        env=env,
+    )
     one_line_error(proc, 2, "no such journal file")
-    assert not (tmp_path / "o").exists() and not (tmp_path / "o2").exists() and not (tmp_path / "nojournal.sqlite").exists()
+    assert (
+        not (tmp_path / "o").exists()
+        and not (tmp_path / "o2").exists()
+        and not (tmp_path / "nojournal.sqlite").exists()
+    )
 
 
 def _as_nobody() -> tuple[str, ...]:
@@ -155,12 +234,28 @@ def test_unreadable_workspace_entry_fails_with_workspace_unreadable(locked):
         (ws / "locked" / "inner").chmod(0o644)
         target = ws / "secret" if locked == "file" else ws / "locked"
         target.chmod(0)
-        proc = prepare("--agent", "claude-code", "--trajectory", str(traj), "--after-step", "1", "--output", str(base / "out"), "--workspace", str(ws), prefix=prefix)
+        proc = prepare(
+            "--agent",
+            "claude-code",
+            "--trajectory",
+            str(traj),
+            "--after-step",
+            "1",
+            "--output",
+            str(base / "out"),
+            "--workspace",
+            str(ws),
+            prefix=prefix,
+        )
         one_line_error(proc, 65, f"workspace_unreadable: --workspace {ws}: cannot read {target}")
         assert sorted(p.name for p in (base / "out").iterdir()) == ["result.json"]
         res = json.loads((base / "out" / "result.json").read_text())
         validate(res)
-        assert res["status"] == "failed" and res["prefix"] is None and [e["code"] for e in res["errors"]] == ["workspace_unreadable"]
+        assert (
+            res["status"] == "failed"
+            and res["prefix"] is None
+            and [e["code"] for e in res["errors"]] == ["workspace_unreadable"]
+        )
     finally:
         for p in (base / "ws" / "secret", base / "ws" / "locked"):
             if p.exists() or p.is_symlink():
@@ -170,12 +265,23 @@ def test_unreadable_workspace_entry_fails_with_workspace_unreadable(locked):
 
 def test_after_step_past_64_bits_is_out_of_range_with_a_result(tmp_path):
     n = str(2**64)
-    proc = prepare("--agent", "claude-code", "--trajectory", str(CC / "spotter_short.jsonl"), "--after-step", n, "--output", str(tmp_path / "o"))
+    proc = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(CC / "spotter_short.jsonl"),
+        "--after-step",
+        n,
+        "--output",
+        str(tmp_path / "o"),
+    )
     one_line_error(proc, 65, "after_step_out_of_range")
     res = json.loads((tmp_path / "o" / "result.json").read_text())
     validate(res)
     assert res["boundary"]["after_step"] == 2**64 and res["boundary"]["steps_total"] == 1
-    assert res["errors"][0]["code"] == "after_step_out_of_range" and not res["errors"][0]["message"].startswith("after_step_out_of_range")
+    assert res["errors"][0]["code"] == "after_step_out_of_range" and not res["errors"][0][
+        "message"
+    ].startswith("after_step_out_of_range")
     assert res["profile"] == "claude-code@2.1" or res["profile"] is not None
 
 
@@ -184,7 +290,10 @@ def test_jsonio_falls_back_to_the_standard_library():
     for _ in range(600):
         deep = [deep]
     assert json.loads(dumps({"n": 2**64, "d": deep})) == {"n": 2**64, "d": deep}
-    assert dumps({"b": 1, "a": "é"}) == json.dumps({"b": 1, "a": "é"}, separators=(",", ":"), ensure_ascii=False).encode()
+    assert (
+        dumps({"b": 1, "a": "é"})
+        == json.dumps({"b": 1, "a": "é"}, separators=(",", ":"), ensure_ascii=False).encode()
+    )
     assert dumps({"b": [2**70], "a": 1}, sort_keys=True) == b'{"a":1,"b":[1180591620717411303424]}'
 
 
@@ -207,7 +316,12 @@ def test_non_utf8_paths_are_usage_errors_and_write_nothing(tmp_path, option, cor
         argv = [PVISOR, "replay", "--agent", "claude-code"]
     for k, v in args.items():
         argv += [k, v]
-    proc = subprocess.run([*argv, "--after-step", "1", "--prepare-only"], capture_output=True, timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [*argv, "--after-step", "1", "--prepare-only"],
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     one_line_error(proc, 2, "not valid UTF-8")
     assert "\\xff" in proc.stderr.decode()
     leftovers = [p for p in tmp_path.iterdir() if os.fsencode(p) != bad]
@@ -235,7 +349,16 @@ def _cc_with_deep_input(path: Path, depth: int) -> None:
 def test_deeply_nested_tool_input_is_bad_source_not_a_traceback(tmp_path):
     src = tmp_path / "deep.jsonl"
     _cc_with_deep_input(src, 600)
-    proc = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "1", "--output", str(tmp_path / "o"))
+    proc = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "o"),
+    )
     assert "Traceback" not in proc.stderr.decode()
     if proc.returncode == 0:  # a renderer that copes: then the body must be the input
         assert json.loads((tmp_path / "o" / "prefix.json").read_bytes())
@@ -244,7 +367,19 @@ def test_deeply_nested_tool_input_is_bad_source_not_a_traceback(tmp_path):
         res = json.loads((tmp_path / "o" / "result.json").read_text())
         validate(res)
         assert res["boundary"]["steps_total"] == 1 and not (tmp_path / "o" / "prefix.json").exists()
-    assert prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "0", "--output", str(tmp_path / "o0")).returncode == 0
+    assert (
+        prepare(
+            "--agent",
+            "claude-code",
+            "--trajectory",
+            str(src),
+            "--after-step",
+            "0",
+            "--output",
+            str(tmp_path / "o0"),
+        ).returncode
+        == 0
+    )
 
 
 # =========================================================================== 3: journal inside the workspace
@@ -255,12 +390,36 @@ def test_journal_inside_the_workspace_is_refused_and_nothing_is_created(tmp_path
     ws.mkdir()
     shutil.copyfile(corpus_journal, ws / "j.sqlite")
     (ws / "code.py").write_text("x\n")
-    proc = prepare("--agent", "codex", "--run", "codex-single", "--after-step", "1", "--output", str(tmp_path / "o"), "--workspace", str(ws), journal=str(ws / "j.sqlite"))
+    proc = prepare(
+        "--agent",
+        "codex",
+        "--run",
+        "codex-single",
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "o"),
+        "--workspace",
+        str(ws),
+        journal=str(ws / "j.sqlite"),
+    )
     one_line_error(proc, 2, "is inside --workspace")
     assert sorted(p.name for p in ws.iterdir()) == ["code.py", "j.sqlite"] and not (tmp_path / "o").exists()
     # also as --profile-from
-    proc = prepare("--agent", "mini-swe-agent", "--trajectory", str(MINI), "--after-step", "1", "--output", str(tmp_path / "o"), "--workspace", str(ws),
-                   "--profile-from", f"{ws / 'j.sqlite'}:mini-single")
+    proc = prepare(
+        "--agent",
+        "mini-swe-agent",
+        "--trajectory",
+        str(MINI),
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "o"),
+        "--workspace",
+        str(ws),
+        "--profile-from",
+        f"{ws / 'j.sqlite'}:mini-single",
+    )
     one_line_error(proc, 2, "is inside --workspace")
     assert sorted(p.name for p in ws.iterdir()) == ["code.py", "j.sqlite"]
 
@@ -272,20 +431,39 @@ QWEN = native_dir() / "qwen-code" / "real-0.24.4_single.jsonl"
 
 
 @pytest.mark.parametrize("protocol", ["gemini", "anthropic"])
-def test_profile_of_another_protocol_is_converted_through_the_canonical_model(tmp_path, corpus_journal, protocol):
+def test_profile_of_another_protocol_is_converted_through_the_canonical_model(
+    tmp_path, corpus_journal, protocol
+):
     out = tmp_path / "o"
-    proc = prepare("--agent", "qwen-code", "--trajectory", str(QWEN), "--after-step", "1", "--output", str(out), "--protocol", protocol,
-                   "--profile-from", f"{corpus_journal}:qwen-single")
+    proc = prepare(
+        "--agent",
+        "qwen-code",
+        "--trajectory",
+        str(QWEN),
+        "--after-step",
+        "1",
+        "--output",
+        str(out),
+        "--protocol",
+        protocol,
+        "--profile-from",
+        f"{corpus_journal}:qwen-single",
+    )
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "result.json").read_text())
     validate(res)
     body = (out / "prefix.json").read_bytes()
-    conv = get_protocol(protocol).parse_request(body, path=json.loads((out / "prefix.request.json").read_text())["path"])
+    conv = get_protocol(protocol).parse_request(
+        body, path=json.loads((out / "prefix.request.json").read_text())["path"]
+    )
     assert res["prefix"]["origin"]["tools"] == "profile" and res["prefix"]["origin"]["system"] == "profile"
     profile, _ = load_profile(f"{corpus_journal}:qwen-single", "qwen-code", None)
     # the same tools (name, description, JSON Schema) and system text, in the target's shape
     empty = {"type": "object", "properties": {}}  # a Chat function without parameters takes none
-    want = [(t.name, t.description, t.parameters if t.parameters is not None or protocol == "gemini" else empty) for t in profile.conversation.tools]
+    want = [
+        (t.name, t.description, t.parameters if t.parameters is not None or protocol == "gemini" else empty)
+        for t in profile.conversation.tools
+    ]
     assert [(t.name, t.description, t.parameters) for t in conv.tools] == want
     assert conv.tools and conv.system == profile.conversation.system
     obj = json.loads(body)
@@ -295,7 +473,10 @@ def test_profile_of_another_protocol_is_converted_through_the_canonical_model(tm
         assert list(obj["tools"][0]) == ["functionDeclarations"] and len(obj["tools"]) == 1
         tools = [types.Tool.model_validate(t) for t in obj["tools"]]
         assert len(tools[0].function_declarations or []) == len(conv.tools)
-        assert isinstance(obj["systemInstruction"], dict) and types.Content.model_validate(obj["systemInstruction"]).parts
+        assert (
+            isinstance(obj["systemInstruction"], dict)
+            and types.Content.model_validate(obj["systemInstruction"]).parts
+        )
     else:
         from anthropic.types import ToolParam
         from pydantic import TypeAdapter
@@ -315,7 +496,9 @@ def test_profile_of_chat_completions_rendered_as_responses(corpus_journal):
     profile, _ = load_profile(f"{corpus_journal}:qwen-single", "qwen-code", None)
     assert profile.conversation.protocol == "openai-chat" and profile.conversation.tools
     notes: list = []
-    conv, origin = native_conversation("opencode", "openai-responses", "do it", [], None, None, "gpt-x", [], 0, profile, notes)
+    conv, origin = native_conversation(
+        "opencode", "openai-responses", "do it", [], None, None, "gpt-x", [], 0, profile, notes
+    )
     body, _ = render_native("opencode", conv)
     obj = json.loads(body)
     assert isinstance(obj["instructions"], str) and origin["tools"] == "profile"
@@ -334,22 +517,58 @@ def test_a_parallel_batch_missing_a_result_is_observation_not_recorded_below_the
     src = tmp_path / "drop2nd.jsonl"
     src.write_text("".join(lines[:32] + lines[33:]))
     # the lost line leaves a record whose parent is gone: refused by default (issue 14, damaged files)
-    refused = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2", "--output", str(tmp_path / "r2"))
+    refused = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "2",
+        "--output",
+        str(tmp_path / "r2"),
+    )
     one_line_error(refused, 65, "damaged_source")
     assert "line 33" in refused.stderr.decode() and "--allow-damaged" in refused.stderr.decode()
-    ok = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2", "--output", str(tmp_path / "o2"), "--allow-damaged")
+    ok = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "2",
+        "--output",
+        str(tmp_path / "o2"),
+        "--allow-damaged",
+    )
     assert ok.returncode == 0, ok.stderr
-    assert any(w["code"] == "broken_chain" for w in json.loads((tmp_path / "o2" / "result.json").read_text())["warnings"])
+    assert any(
+        w["code"] == "broken_chain"
+        for w in json.loads((tmp_path / "o2" / "result.json").read_text())["warnings"]
+    )
     steps_total = json.loads((tmp_path / "o2" / "result.json").read_text())["boundary"]["steps_total"]
     assert steps_total > 3
     for n in (3, 4):  # N = the step itself and any N after it, below the last step
         out = tmp_path / f"o{n}"
-        proc = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", str(n), "--output", str(out), "--allow-damaged")
+        proc = prepare(
+            "--agent",
+            "claude-code",
+            "--trajectory",
+            str(src),
+            "--after-step",
+            str(n),
+            "--output",
+            str(out),
+            "--allow-damaged",
+        )
         one_line_error(proc, 65, "observation_not_recorded")
         assert "A_3" in proc.stderr.decode() and "choose N < 3" in proc.stderr.decode()
         res = json.loads((out / "result.json").read_text())
         validate(res)
-        assert res["prefix"] is None and not (out / "prefix.json").exists() and res["boundary"]["steps_total"] == steps_total
+        assert (
+            res["prefix"] is None
+            and not (out / "prefix.json").exists()
+            and res["boundary"]["steps_total"] == steps_total
+        )
 
 
 # =========================================================================== 6: workspace_changed
@@ -361,15 +580,29 @@ def test_workspace_changed_is_failed_without_prefix_files(tmp_path):
     out = tmp_path / "w3"
     out.mkdir()
     (out / "prefix.json").write_text("earlier\n")  # an earlier prepare's file does not survive a failed one
-    proc = prepare("--agent", "claude-code", "--trajectory", str(CC / "spotter_short.jsonl"), "--after-step", "1", "--output", str(out),
-                   "--workspace", "/proc/sys/kernel/random", "--force")
+    proc = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(CC / "spotter_short.jsonl"),
+        "--after-step",
+        "1",
+        "--output",
+        str(out),
+        "--workspace",
+        "/proc/sys/kernel/random",
+        "--force",
+    )
     one_line_error(proc, 1, "workspace_changed")
     assert b"prepared" not in proc.stdout
     assert sorted(p.name for p in out.iterdir()) == ["result.json"]
     res = json.loads((out / "result.json").read_text())
     validate(res)
     assert res["status"] == "failed" and res["prefix"] is None and res["tool_calls"] == []
-    assert res["workspace"]["unchanged"] is False and res["workspace"]["sha256_before"] != res["workspace"]["sha256_after"]
+    assert (
+        res["workspace"]["unchanged"] is False
+        and res["workspace"]["sha256_before"] != res["workspace"]["sha256_after"]
+    )
     assert [e["code"] for e in res["errors"]] == ["workspace_changed"] and res["boundary"]["steps_total"] == 1
 
 
@@ -380,7 +613,17 @@ def test_fifo_and_device_as_trajectory_are_refused_at_once(tmp_path):
     fifo = tmp_path / "fifo.jsonl"
     os.mkfifo(fifo)
     for src in (str(fifo), "/dev/zero", "/dev/null"):
-        proc = prepare("--agent", "claude-code", "--trajectory", src, "--after-step", "1", "--output", str(tmp_path / "o"), timeout=30)
+        proc = prepare(
+            "--agent",
+            "claude-code",
+            "--trajectory",
+            src,
+            "--after-step",
+            "1",
+            "--output",
+            str(tmp_path / "o"),
+            timeout=30,
+        )
         one_line_error(proc, 2, "not a regular file")
     assert not (tmp_path / "o").exists()
 
@@ -390,24 +633,110 @@ def test_fifo_and_device_as_trajectory_are_refused_at_once(tmp_path):
 
 def test_empty_paths_session_with_run_and_odd_step_numbers_are_usage_errors(tmp_path, corpus_journal):
     src = str(CC / "spotter_short.jsonl")
-    one_line_error(prepare("--agent", "claude-code", "--trajectory", src, "--after-step", "1", "--output", "", cwd=tmp_path), 2, '--output ""')
-    one_line_error(prepare("--agent", "claude-code", "--trajectory", src, "--after-step", "1", "--output", "o", "--workspace", "", cwd=tmp_path), 2, '--workspace ""')
-    one_line_error(prepare("--agent", "claude-code", "--trajectory", "", "--after-step", "1", "--output", "o", cwd=tmp_path), 2, '--trajectory ""')
+    one_line_error(
+        prepare(
+            "--agent", "claude-code", "--trajectory", src, "--after-step", "1", "--output", "", cwd=tmp_path
+        ),
+        2,
+        '--output ""',
+    )
+    one_line_error(
+        prepare(
+            "--agent",
+            "claude-code",
+            "--trajectory",
+            src,
+            "--after-step",
+            "1",
+            "--output",
+            "o",
+            "--workspace",
+            "",
+            cwd=tmp_path,
+        ),
+        2,
+        '--workspace ""',
+    )
+    one_line_error(
+        prepare(
+            "--agent", "claude-code", "--trajectory", "", "--after-step", "1", "--output", "o", cwd=tmp_path
+        ),
+        2,
+        '--trajectory ""',
+    )
     for n in (" 1", "\uff11", "1_0", "+1"):
-        one_line_error(prepare("--agent", "claude-code", "--trajectory", src, "--after-step", n, "--output", "o", cwd=tmp_path), 2, "not a step number")
-    one_line_error(prepare("--agent", "codex", "--run", "codex-single", "--session", "abc", "--after-step", "1", "--output", "o", journal=str(corpus_journal), cwd=tmp_path), 2, "--session")
+        one_line_error(
+            prepare(
+                "--agent",
+                "claude-code",
+                "--trajectory",
+                src,
+                "--after-step",
+                n,
+                "--output",
+                "o",
+                cwd=tmp_path,
+            ),
+            2,
+            "not a step number",
+        )
+    one_line_error(
+        prepare(
+            "--agent",
+            "codex",
+            "--run",
+            "codex-single",
+            "--session",
+            "abc",
+            "--after-step",
+            "1",
+            "--output",
+            "o",
+            journal=str(corpus_journal),
+            cwd=tmp_path,
+        ),
+        2,
+        "--session",
+    )
     (tmp_path / "afile").write_text("x")
-    one_line_error(prepare("--agent", "claude-code", "--trajectory", src, "--after-step", "1", "--output", "o", "--workspace", "afile", cwd=tmp_path), 2, "not a directory")
+    one_line_error(
+        prepare(
+            "--agent",
+            "claude-code",
+            "--trajectory",
+            src,
+            "--after-step",
+            "1",
+            "--output",
+            "o",
+            "--workspace",
+            "afile",
+            cwd=tmp_path,
+        ),
+        2,
+        "not a directory",
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"]
 
 
 def test_failed_result_keeps_what_the_source_said(tmp_path):
-    proc = prepare("--agent", "claude-code", "--trajectory", str(CC / "spotter_short.jsonl"), "--after-step", "5", "--output", str(tmp_path / "o"))
+    proc = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(CC / "spotter_short.jsonl"),
+        "--after-step",
+        "5",
+        "--output",
+        str(tmp_path / "o"),
+    )
     one_line_error(proc, 65, "after_step_out_of_range: --after-step 5")
     res = json.loads((tmp_path / "o" / "result.json").read_text())
     validate(res)
     assert res["boundary"]["steps_total"] == 1 and res["profile"] == "claude-code@2.1"
-    assert res["errors"][0]["message"].startswith("--after-step 5")  # the code is in errors[].code, not repeated
+    assert res["errors"][0]["message"].startswith(
+        "--after-step 5"
+    )  # the code is in errors[].code, not repeated
 
 
 def _damage_a_body_blob(path: Path) -> None:
@@ -428,7 +757,9 @@ def test_damaged_journal_is_exit_3_and_journal_damaged(tmp_path, corpus_journal)
     codes = set()
     for run in RUNS:
         out = tmp_path / f"o-{run}"
-        proc = prepare("--agent", RUNS[run][0], "--run", run, "--after-step", "1", "--output", str(out), journal=str(j))
+        proc = prepare(
+            "--agent", RUNS[run][0], "--run", run, "--after-step", "1", "--output", str(out), journal=str(j)
+        )
         assert "Traceback" not in proc.stderr.decode()
         if proc.returncode == 3:
             res = json.loads((out / "result.json").read_text())
@@ -449,9 +780,29 @@ def test_run_without_a_recorded_agent(tmp_path):
             record_line(w, "sec1", 1, lines[i], i)
         w.end_attempt("sec1", 1, 0)
         w.flush()
-    proc = prepare("--agent", "codex", "--run", "sec1", "--after-step", "1", "--output", str(tmp_path / "c"), journal=str(j))
+    proc = prepare(
+        "--agent",
+        "codex",
+        "--run",
+        "sec1",
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "c"),
+        journal=str(j),
+    )
     one_line_error(proc, 2, "records no agent")
-    proc = prepare("--agent", "claude-code", "--run", "sec1", "--after-step", "1", "--output", str(tmp_path / "a"), journal=str(j))
+    proc = prepare(
+        "--agent",
+        "claude-code",
+        "--run",
+        "sec1",
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "a"),
+        journal=str(j),
+    )
     assert proc.returncode == 0, proc.stderr
     assert "records no agent" in proc.stderr.decode()
     res = json.loads((tmp_path / "a" / "result.json").read_text())
@@ -464,10 +815,35 @@ def test_result_to_stdout_with_stderr_unwritable_is_not_exit_1(tmp_path):
         cannot_run_here("needs /dev/full")
     out = tmp_path / "o"
     with open("/dev/full", "wb") as full:
-        proc = subprocess.run([PVISOR, "replay", "--agent", "claude-code", "--trajectory", str(CC / "spotter_short.jsonl"), "--after-step", "1",
-                               "--prepare-only", "--output", str(out), "--result", "-"], stdout=subprocess.PIPE, stderr=full, timeout=60, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.returncode  # the files and stdout are complete; lost stderr lines are no error
-    assert json.loads(proc.stdout)["status"] == "ok" and (out / "result.json").exists() and (out / "prefix.json").exists()
+        proc = subprocess.run(
+            [
+                PVISOR,
+                "replay",
+                "--agent",
+                "claude-code",
+                "--trajectory",
+                str(CC / "spotter_short.jsonl"),
+                "--after-step",
+                "1",
+                "--prepare-only",
+                "--output",
+                str(out),
+                "--result",
+                "-",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=full,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
+    assert proc.returncode == 0, (
+        proc.returncode
+    )  # the files and stdout are complete; lost stderr lines are no error
+    assert (
+        json.loads(proc.stdout)["status"] == "ok"
+        and (out / "result.json").exists()
+        and (out / "prefix.json").exists()
+    )
 
 
 # --------------------------------------------------------------------------- second new-user pass
@@ -477,15 +853,35 @@ def test_a_symlink_loop_as_output_is_a_usage_error(tmp_path):
     (tmp_path / "loop").symlink_to(tmp_path / "loop")
     src = CC / "spotter_short.jsonl"
     for out in (tmp_path / "loop", tmp_path / "loop" / "sub"):
-        p = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "1", "--output", str(out))
+        p = prepare(
+            "--agent", "claude-code", "--trajectory", str(src), "--after-step", "1", "--output", str(out)
+        )
         one_line_error(p, 2, "cannot be resolved (a symlink loop)")
 
 
 def test_a_step_number_of_thousands_of_digits(tmp_path):
     src = CC / "spotter_short.jsonl"
-    p = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "0" * 5000 + "1", "--output", str(tmp_path / "a"))
+    p = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "0" * 5000 + "1",
+        "--output",
+        str(tmp_path / "a"),
+    )
     assert p.returncode == 0, p.stderr  # leading zeros aside, N = 1
-    p = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "9" * 4500, "--output", str(tmp_path / "b"))
+    p = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "9" * 4500,
+        "--output",
+        str(tmp_path / "b"),
+    )
     one_line_error(p, 2, "a step number of 4500 digits (at most 4000)")
 
 
@@ -493,7 +889,18 @@ def test_a_fifo_or_device_as_journal_is_refused_not_waited_on(tmp_path):
     fifo = tmp_path / "journal.fifo"
     os.mkfifo(fifo)
     for journal in (str(fifo), "/dev/zero"):
-        p = prepare("--agent", "codex", "--run", "codex-single", "--after-step", "1", "--output", str(tmp_path / "o"), journal=journal, timeout=30)
+        p = prepare(
+            "--agent",
+            "codex",
+            "--run",
+            "codex-single",
+            "--after-step",
+            "1",
+            "--output",
+            str(tmp_path / "o"),
+            journal=journal,
+            timeout=30,
+        )
         one_line_error(p, 2, f"--journal {journal} is not a regular file")
     assert not (tmp_path / "o").exists()
 
@@ -501,10 +908,21 @@ def test_a_fifo_or_device_as_journal_is_refused_not_waited_on(tmp_path):
 def test_many_bad_lines_give_capped_warnings(tmp_path):
     src = tmp_path / "junk-tail.jsonl"
     src.write_bytes((CC / "spotter_short.jsonl").read_bytes() + b'{"a":1}\n' * 5000)
-    p = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "1", "--output", str(tmp_path / "o"))
+    p = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "o"),
+    )
     assert p.returncode == 0, p.stderr
     result = json.loads((tmp_path / "o" / "result.json").read_text())
-    unknown = [w for w in result["warnings"] if "unknown_record" in w["code"] or "unknown_record" in w["message"]]
+    unknown = [
+        w for w in result["warnings"] if "unknown_record" in w["code"] or "unknown_record" in w["message"]
+    ]
     assert 100 <= len(unknown) <= 101, len(unknown)
     assert any("4900 more unknown_record warnings not listed" in w["message"] for w in result["warnings"])
 
@@ -516,39 +934,87 @@ def test_a_damaged_native_file_is_refused_by_playback_before_any_agent_starts(tm
     src.write_text("".join(lines[:32] + ["{not json\n"] + lines[33:]))
     ws = tmp_path / "ws"
     ws.mkdir()
-    proc = pvisor("replay", "--agent", "claude-code", "--trajectory", str(src), "--after-step", "1", "--replay-only", "--workspace", str(ws),
-                  "--output", str(tmp_path / "out"), "--agent-entrypoint", "/bin/false")
+    proc = pvisor(
+        "replay",
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "1",
+        "--replay-only",
+        "--workspace",
+        str(ws),
+        "--output",
+        str(tmp_path / "out"),
+        "--agent-entrypoint",
+        "/bin/false",
+    )
     one_line_error(proc, 65, "damaged_source")
     err = proc.stderr.decode()
     assert "line 33" in err and "malformed_line" in err
     res = json.loads((tmp_path / "out" / "result.json").read_text())
     validate(res)
-    assert res["status"] == "failed" and res["errors"][0]["code"] == "damaged_source" and res["derived_run"] is None
+    assert (
+        res["status"] == "failed"
+        and res["errors"][0]["code"] == "damaged_source"
+        and res["derived_run"] is None
+    )
 
 
 def test_a_lost_action_line_is_a_gap_at_its_step_never_a_renumbering(tmp_path):
     # issue 14, damaged files: the real Codex rollout without the line of step 3's call (line 25)
-    lines = (corpus_dir() / "native" / "codex" / "real-0.171.0_single-then-resume.jsonl").read_text().splitlines(keepends=True)
+    lines = (
+        (corpus_dir() / "native" / "codex" / "real-0.171.0_single-then-resume.jsonl")
+        .read_text()
+        .splitlines(keepends=True)
+    )
     assert '"function_call"' in lines[24] and '"function_call_output"' in lines[27]
     src = tmp_path / "rollout-lost.jsonl"
     src.write_text("".join(lines[:24] + lines[25:]))
     # refused by default (the reader had to mark a gap), naming the line of the orphan output
-    refused = prepare("--agent", "codex", "--trajectory", str(src), "--after-step", "1", "--output", str(tmp_path / "r"))
+    refused = prepare(
+        "--agent", "codex", "--trajectory", str(src), "--after-step", "1", "--output", str(tmp_path / "r")
+    )
     one_line_error(refused, 65, "damaged_source")
     assert "lost_action" in refused.stderr.decode() and "line 27" in refused.stderr.decode()
-    ok = prepare("--agent", "codex", "--trajectory", str(src), "--after-step", "2", "--output", str(tmp_path / "o2"), "--allow-damaged")
+    ok = prepare(
+        "--agent",
+        "codex",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "2",
+        "--output",
+        str(tmp_path / "o2"),
+        "--allow-damaged",
+    )
     assert ok.returncode == 0, ok.stderr
     res = json.loads((tmp_path / "o2" / "result.json").read_text())
     validate(res)
-    assert res["boundary"]["steps_total"] == 4 and any(w["code"] == "lost_action" for w in res["warnings"])  # counted, not dropped
+    assert res["boundary"]["steps_total"] == 4 and any(
+        w["code"] == "lost_action" for w in res["warnings"]
+    )  # counted, not dropped
     for n in (3, 4):  # at the gap and after it
         out = tmp_path / f"o{n}"
-        proc = prepare("--agent", "codex", "--trajectory", str(src), "--after-step", str(n), "--output", str(out), "--allow-damaged")
+        proc = prepare(
+            "--agent",
+            "codex",
+            "--trajectory",
+            str(src),
+            "--after-step",
+            str(n),
+            "--output",
+            str(out),
+            "--allow-damaged",
+        )
         one_line_error(proc, 65, "action_lost")
         assert "step 3" in proc.stderr.decode() and "choose N < 3" in proc.stderr.decode()
         failed = json.loads((out / "result.json").read_text())
         # the failed result still lists the repair that explains it
-        assert failed["boundary"]["steps_total"] == 4 and any(w["code"] == "lost_action" for w in failed["warnings"])
+        assert failed["boundary"]["steps_total"] == 4 and any(
+            w["code"] == "lost_action" for w in failed["warnings"]
+        )
 
 
 def test_a_lost_claude_code_reply_line_is_a_gap_at_its_step(tmp_path):
@@ -564,13 +1030,35 @@ def test_a_lost_claude_code_reply_line_is_a_gap_at_its_step(tmp_path):
     steps = list(result.trajectory.steps)
     assert len(steps) == len(plain.steps)  # counted, never renumbered
     assert steps[0].flags == ["lost_action"] and steps[0].action.tool_calls == []
-    assert [r.content for r in steps[0].observation.results] == [r.content for r in plain.steps[0].observation.results]
+    assert [r.content for r in steps[0].observation.results] == [
+        r.content for r in plain.steps[0].observation.results
+    ]
     assert [s.action.text for s in steps[1:]] == [s.action.text for s in plain.steps[1:]]
     assert any(w.code == "lost_action" and w.where == "line 10" for w in result.diagnostics.warnings)
-    proc = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2", "--output", str(tmp_path / "o"), "--allow-damaged")
+    proc = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "2",
+        "--output",
+        str(tmp_path / "o"),
+        "--allow-damaged",
+    )
     one_line_error(proc, 65, "action_lost")
     assert "step 1" in proc.stderr.decode()
-    ok = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "0", "--output", str(tmp_path / "o0"), "--allow-damaged")
+    ok = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "0",
+        "--output",
+        str(tmp_path / "o0"),
+        "--allow-damaged",
+    )
     assert ok.returncode == 0, ok.stderr
 
 
@@ -586,8 +1074,22 @@ def test_a_lost_qwen_code_assistant_record_is_a_gap_at_its_step(tmp_path):
     plain = list(read_native(path, "qwen-code")[0].trajectory.steps)
     result = read_native(src, "qwen-code")[0]
     steps = list(result.trajectory.steps)
-    assert len(steps) == len(plain) and steps[0].flags == ["lost_action"] and len(steps[0].observation.results) == 1
+    assert (
+        len(steps) == len(plain)
+        and steps[0].flags == ["lost_action"]
+        and len(steps[0].observation.results) == 1
+    )
     assert [s.action.text for s in steps[1:]] == [s.action.text for s in plain[1:]]
     assert any(w.code == "lost_action" for w in result.diagnostics.warnings)
-    proc = prepare("--agent", "qwen-code", "--trajectory", str(src), "--after-step", "1", "--output", str(tmp_path / "o"), "--allow-damaged")
+    proc = prepare(
+        "--agent",
+        "qwen-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "o"),
+        "--allow-damaged",
+    )
     one_line_error(proc, 65, "action_lost")

@@ -25,13 +25,28 @@ from corpus_runs import record_corpus_runs
 from native_helpers import native_dir
 from pvisor.replay.prepare import PrepareOptions, prepare_only
 
-FORBIDDEN = ("socket.__new__", "socket.connect", "socket.connect_ex", "socket.bind", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "pty.spawn")
+FORBIDDEN = (
+    "socket.__new__",
+    "socket.connect",
+    "socket.connect_ex",
+    "socket.bind",
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "pty.spawn",
+)
 
 _GUARD = {"armed": False, "seen": []}
 
 
 def _hook(event: str, args) -> None:
-    if _GUARD["armed"] and (event in FORBIDDEN or event.startswith("os.exec") or event.startswith("os.spawn")):
+    if _GUARD["armed"] and (
+        event in FORBIDDEN or event.startswith("os.exec") or event.startswith("os.spawn")
+    ):
         _GUARD["seen"].append(event)
         raise RuntimeError(f"prepare-only caused audit event {event}")
 
@@ -114,7 +129,11 @@ def test_native_prepare_only_has_no_side_effects(tmp_path, agent, path):
     src_before = source.read_bytes()
     before = tree(ws)
     with no_side_effects() as seen:
-        outcome = prepare_only(PrepareOptions(agent=agent, after_step=1, output=tmp_path / "out", trajectory=source, workspace=ws))
+        outcome = prepare_only(
+            PrepareOptions(
+                agent=agent, after_step=1, output=tmp_path / "out", trajectory=source, workspace=ws
+            )
+        )
     assert seen == []
     assert tree(ws) == before
     assert source.read_bytes() == src_before
@@ -132,11 +151,47 @@ def test_journal_prepare_only_through_the_click_command_has_no_side_effects(tmp_
     ws = make_workspace(tmp_path)
     before = tree(ws)
     with no_side_effects() as seen:
-        cli.main(args=["--journal", str(journal), "replay", "--agent", "codex", "--run", "codex-single", "--after-step", "2", "--prepare-only",
-                       "--output", str(tmp_path / "out"), "--workspace", str(ws)], prog_name="pvisor", standalone_mode=False)
+        cli.main(
+            args=[
+                "--journal",
+                str(journal),
+                "replay",
+                "--agent",
+                "codex",
+                "--run",
+                "codex-single",
+                "--after-step",
+                "2",
+                "--prepare-only",
+                "--output",
+                str(tmp_path / "out"),
+                "--workspace",
+                str(ws),
+            ],
+            prog_name="pvisor",
+            standalone_mode=False,
+        )
         # N = S renders: still nothing started
-        cli.main(args=["--journal", str(journal), "replay", "--agent", "codex", "--run", "codex-single", "--after-step", "4", "--prepare-only",
-                       "--output", str(tmp_path / "out2"), "--workspace", str(ws)], prog_name="pvisor", standalone_mode=False)
+        cli.main(
+            args=[
+                "--journal",
+                str(journal),
+                "replay",
+                "--agent",
+                "codex",
+                "--run",
+                "codex-single",
+                "--after-step",
+                "4",
+                "--prepare-only",
+                "--output",
+                str(tmp_path / "out2"),
+                "--workspace",
+                str(ws),
+            ],
+            prog_name="pvisor",
+            standalone_mode=False,
+        )
     assert seen == []
     assert tree(ws) == before
     assert journal.read_bytes() == journal_before
@@ -160,30 +215,75 @@ def imported_modules(stderr: str, *, full: bool = False) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("agent,path", [("codex", "codex/real-0.171.0_single-then-resume.jsonl"), ("opencode", "opencode/real-1.18.33_export_single.json"),
-                                        ("claude-code", "claude-code/spotter_tool_heavy.jsonl")])
+@pytest.mark.parametrize(
+    "agent,path",
+    [
+        ("codex", "codex/real-0.171.0_single-then-resume.jsonl"),
+        ("opencode", "opencode/real-1.18.33_export_single.json"),
+        ("claude-code", "claude-code/spotter_tool_heavy.jsonl"),
+    ],
+)
 def test_native_startup_imports_nothing_heavy(tmp_path, agent, path):
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "pvisor", "replay", "--agent", agent, "--trajectory", str(native_dir() / path),
-         "--after-step", "1", "--prepare-only", "--output", str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "pvisor",
+            "replay",
+            "--agent",
+            agent,
+            "--trajectory",
+            str(native_dir() / path),
+            "--after-step",
+            "1",
+            "--prepare-only",
+            "--output",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     mods = imported_modules(proc.stderr)
     assert "pvisor" in mods and "orjson" in mods  # the output is what we think it is
     assert not (set(HEAVY) & mods), sorted(set(HEAVY) & mods)
     # without --profile-from a native source needs neither the journal reader nor the chain rule
-    assert not ({"pvisor.journal.reader", "pvisor.adapters.chains"} & imported_modules(proc.stderr, full=True))
+    assert not (
+        {"pvisor.journal.reader", "pvisor.adapters.chains"} & imported_modules(proc.stderr, full=True)
+    )
 
 
 def test_native_startup_with_profile_from_imports_nothing_heavy(tmp_path):
     journal = tmp_path / "j.sqlite"
     record_corpus_runs(corpus_dir(), journal, ["mini-anthropic"])
     proc = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "pvisor", "replay", "--agent", "mini-swe-agent", "--trajectory",
-         str(native_dir() / "mini-swe-agent" / "real-2.4.6_anthropic.traj.json"), "--profile-from", f"{journal}:mini-anthropic",
-         "--after-step", "1", "--prepare-only", "--output", str(tmp_path / "o")],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "pvisor",
+            "replay",
+            "--agent",
+            "mini-swe-agent",
+            "--trajectory",
+            str(native_dir() / "mini-swe-agent" / "real-2.4.6_anthropic.traj.json"),
+            "--profile-from",
+            f"{journal}:mini-anthropic",
+            "--after-step",
+            "1",
+            "--prepare-only",
+            "--output",
+            str(tmp_path / "o"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not (set(HEAVY) & imported_modules(proc.stderr))

@@ -64,8 +64,15 @@ def box(tmp_path: Path):
     journal = tmp_path / "data" / "journal.sqlite"
     with Journal.open(journal) as j:
         j.create_run(Run(id="r-before000001", agent="claude-code", labels={"session_id": "old-session"}))
-        j.record_exchange("r-before000001", "POST", "/v1/messages", protocol="anthropic", status=200, request_body=b'{"messages": []}',
-                          response_body=b"{}")
+        j.record_exchange(
+            "r-before000001",
+            "POST",
+            "/v1/messages",
+            protocol="anthropic",
+            status=200,
+            request_body=b'{"messages": []}',
+            response_body=b"{}",
+        )
 
     class Box:
         root = tmp_path
@@ -78,7 +85,17 @@ def box(tmp_path: Path):
             return pvisor(["--journal", str(journal), "run", *args], env=e, cwd=tmp_path, timeout=timeout)
 
         def std(self, *extra: str) -> list[str]:
-            return ["--agent", "claude-code", "--agent-entrypoint", str(fake), "--script", str(script), "--workspace", str(self.workspace), *extra]
+            return [
+                "--agent",
+                "claude-code",
+                "--agent-entrypoint",
+                str(fake),
+                "--script",
+                str(script),
+                "--workspace",
+                str(self.workspace),
+                *extra,
+            ]
 
     b = Box()
     b.journal = journal
@@ -105,22 +122,32 @@ def test_the_agent_gets_a_private_home_and_a_base_url_with_the_run_id(box):
     assert proc.returncode == 0, proc.stderr
     rep = json.loads(proc.stdout)
     run_dir = box.journal.parent / "runs" / rep["run"]
-    seen = dict(line.split("=", 1) for line in (box.root / "fake.out").read_text().splitlines() if "=" in line)
+    seen = dict(
+        line.split("=", 1) for line in (box.root / "fake.out").read_text().splitlines() if "=" in line
+    )
     cwd = (box.root / "fake.out").read_text().splitlines()[-1]
     assert cwd == str(box.workspace) and seen["PWD"] == str(box.workspace)
     assert seen["ANTHROPIC_BASE_URL"] == f"{rep['gateway']}/run/{rep['run']}"
     assert seen["HOME"] == str(run_dir / "home") and seen["XDG_CONFIG_HOME"].startswith(str(run_dir / "home"))
     assert seen["NO_PROXY"] == "127.0.0.1,localhost,::1"
     assert seen["CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC"] == "1" and seen["DISABLE_AUTOUPDATER"] == "1"
-    assert seen["ANTHROPIC_API_KEY"] == "pvisor-scripted-model-key"  # a dummy: the scripted model checks nothing
-    assert seen["TMPDIR"] == seen["TMP"] == seen["TEMP"] == str(run_dir / "tmp") and (run_dir / "tmp").is_dir()
+    assert (
+        seen["ANTHROPIC_API_KEY"] == "pvisor-scripted-model-key"
+    )  # a dummy: the scripted model checks nothing
+    assert (
+        seen["TMPDIR"] == seen["TMP"] == seen["TEMP"] == str(run_dir / "tmp") and (run_dir / "tmp").is_dir()
+    )
     argv = (box.root / "fake.out.argv").read_text().splitlines()
     assert argv[0] == "-p" and argv[-2:] == ["--", "look around"] and "stream-json" in argv
     assert rep["session_id"] == "fake-session-1" and rep["steps"] == 0 and rep["exchanges"] == 0
     assert tree(box.home) == [] and tree(box.workspace) == []
     with JournalReader(box.journal) as r:
         run = r.run(rep["run"])
-        assert run.agent == "claude-code" and run.agent_version == "2.1.332" and run.labels["session_id"] == "fake-session-1"
+        assert (
+            run.agent == "claude-code"
+            and run.agent_version == "2.1.332"
+            and run.labels["session_id"] == "fake-session-1"
+        )
         assert [(a.n, a.exit_code) for a in r.attempts(run.id)] == [(1, 0)]
         assert r.run("r-before000001").labels == {"session_id": "old-session"}
 
@@ -180,11 +207,27 @@ def _unchanged(box, proc_fn) -> None:
 
 def test_missing_agent_binary(box):
     def go():
-        proc = box.run("--agent", "claude-code", "--agent-entrypoint", str(box.root / "no-such-claude"), "--script", str(box.script),
-                       "--", "task")
+        proc = box.run(
+            "--agent",
+            "claude-code",
+            "--agent-entrypoint",
+            str(box.root / "no-such-claude"),
+            "--script",
+            str(box.script),
+            "--",
+            "task",
+        )
         _one_error_line(proc, 69, "--agent-entrypoint", "no-such-claude", "does not exist")
         # and without an entry point, looked up on a PATH that has no claude
-        proc = box.run("--agent", "claude-code", "--script", str(box.script), "--", "task", env={"PATH": str(box.root / "empty")})
+        proc = box.run(
+            "--agent",
+            "claude-code",
+            "--script",
+            str(box.script),
+            "--",
+            "task",
+            env={"PATH": str(box.root / "empty")},
+        )
         _one_error_line(proc, 69, "'claude' is not on PATH", "--agent-entrypoint")
 
     _unchanged(box, go)
@@ -193,7 +236,9 @@ def test_missing_agent_binary(box):
 def test_version_out_of_range_needs_allow_unsupported(box):
     def go():
         proc = box.run(*box.std("--", "task"), env={"FAKE_VERSION": "1.0.9"})
-        _one_error_line(proc, 69, "Claude Code 1.0.9", "not a supported version", ">=2.1.0, <2.2", "--allow-unsupported")
+        _one_error_line(
+            proc, 69, "Claude Code 1.0.9", "not a supported version", ">=2.1.0, <2.2", "--allow-unsupported"
+        )
         proc = box.run(*box.std("--", "task"), env={"FAKE_VERSION": "no version here"})
         _one_error_line(proc, 69, "cannot tell the version", "--allow-unsupported")
 
@@ -241,8 +286,11 @@ def test_resume_of_a_run_of_another_agent_or_without_a_journal(box):
     proc = box.run(*box.std("--resume", "r-before000001", "--", "more"))
     _one_error_line(proc, 65, "private home", "is gone")
     assert _digest(box.journal) == before
-    proc = pvisor(["--journal", str(box.root / "none.sqlite"), "run", *box.std("--resume", "r-x", "--", "more")],
-                  env=user_env(box.home), cwd=box.root)
+    proc = pvisor(
+        ["--journal", str(box.root / "none.sqlite"), "run", *box.std("--resume", "r-x", "--", "more")],
+        env=user_env(box.home),
+        cwd=box.root,
+    )
     _one_error_line(proc, 2, "does not exist")
     assert not (box.root / "none.sqlite").exists()
 
@@ -263,17 +311,20 @@ def test_resume_records_attempt_two_of_the_same_run(box):
     assert "attempt 3" in proc.stdout and "  this attempt: no step" in proc.stdout
 
 
-@pytest.mark.parametrize("args, code, needle", [
-    (["--upstream", "http://127.0.0.1:9", "--script", "S", "--", "t"], 2, "not both"),
-    (["--script", "S"], 2, "give the task after --"),
-    (["--upstream", "ftp://example.com", "--", "t"], 2, "http://"),
-    (["--workspace", "W/missing", "--script", "S", "--", "t"], 2, "is not a directory"),
-    (["--script", "BAD", "--", "t"], 65, "not valid JSON"),
-    (["--agent", "cursor"], 2, "'cursor' is not one of"),
-    (["--timeout", "0", "--script", "S", "--", "t"], 2, "seconds"),
-    (["--workspace", "W/afile", "--script", "S", "--", "t"], 2, "is a file"),
-    (["--bogus", "--", "t"], 2, "No such option '--bogus'"),
-])
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["--upstream", "http://127.0.0.1:9", "--script", "S", "--", "t"], 2, "not both"),
+        (["--script", "S"], 2, "give the task after --"),
+        (["--upstream", "ftp://example.com", "--", "t"], 2, "http://"),
+        (["--workspace", "W/missing", "--script", "S", "--", "t"], 2, "is not a directory"),
+        (["--script", "BAD", "--", "t"], 65, "not valid JSON"),
+        (["--agent", "cursor"], 2, "'cursor' is not one of"),
+        (["--timeout", "0", "--script", "S", "--", "t"], 2, "seconds"),
+        (["--workspace", "W/afile", "--script", "S", "--", "t"], 2, "is a file"),
+        (["--bogus", "--", "t"], 2, "No such option '--bogus'"),
+    ],
+)
 def test_bad_options(box, args, code, needle):
     (box.root / "bad.json").write_text("{not json")
     (box.root / "afile").write_text("")
@@ -289,7 +340,16 @@ def test_bad_options(box, args, code, needle):
 
 
 def test_opencode_needs_a_model_with_a_real_upstream(box):
-    proc = box.run("--agent", "opencode", "--agent-entrypoint", str(box.agent), "--upstream", "http://127.0.0.1:9", "--", "t")
+    proc = box.run(
+        "--agent",
+        "opencode",
+        "--agent-entrypoint",
+        str(box.agent),
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--",
+        "t",
+    )
     _one_error_line(proc, 2, "needs a model name", "--model")
 
 
@@ -307,10 +367,13 @@ def _wait_gone(pid: int, seconds: float = 10) -> bool:
     return False
 
 
-@pytest.mark.parametrize("mode, extra, code", [
-    ("setsid-exit", [], 0),              # the agent exits and leaves a tool in its own session
-    ("setsid-hang", ["--timeout", "1"], 124),  # the agent hangs past --timeout (and ignores SIGTERM)
-])
+@pytest.mark.parametrize(
+    "mode, extra, code",
+    [
+        ("setsid-exit", [], 0),  # the agent exits and leaves a tool in its own session
+        ("setsid-hang", ["--timeout", "1"], 124),  # the agent hangs past --timeout (and ignores SIGTERM)
+    ],
+)
 def test_processes_the_agent_started_in_their_own_session_are_ended(box, mode, extra, code):
     proc = box.run(*box.std(*extra, "--json", "--", "start a tool"), mode=mode)
     assert proc.returncode == code, proc.stderr
@@ -335,9 +398,17 @@ def _start_run(box, mode: str, *extra: str):
     import subprocess
 
     from agent_helpers import PVISOR
+
     e = user_env(box.home, FAKE_MODE=mode, FAKE_OUT=str(box.root / "fake.out"))
-    proc = subprocess.Popen([str(PVISOR), "--journal", str(box.journal), "run", *box.std(*extra, "--json", "--", "wait")], env=e,
-                            cwd=box.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(PVISOR), "--journal", str(box.journal), "run", *box.std(*extra, "--json", "--", "wait")],
+        env=e,
+        cwd=box.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 30
     while not ((box.root / "fake.out").exists() and (box.root / "fake.out").read_text().strip()):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
@@ -387,7 +458,11 @@ def test_a_kill_9_of_pvisor_run_takes_the_agent_and_its_tools_with_it(box):
     proc.kill()
     proc.communicate(timeout=30)
     try:
-        for pid, what in [(agent, "the agent"), (tool, "the agent's tool"), *((o, "a helper of pvisor") for o in others)]:
+        for pid, what in [
+            (agent, "the agent"),
+            (tool, "the agent's tool"),
+            *((o, "a helper of pvisor") for o in others),
+        ]:
             assert _wait_gone(pid), f"{what} (pid {pid}) outlived pvisor"
     finally:
         for pid in (agent, tool):
@@ -419,10 +494,18 @@ def test_a_signal_during_the_version_check_exits_128_plus_n(box, sig, code):
     import subprocess
 
     from agent_helpers import PVISOR
+
     before = _digest(box.journal)
     e = user_env(box.home, FAKE_MODE="version-hangs")
-    proc = subprocess.Popen([str(PVISOR), "--journal", str(box.journal), "run", *box.std("--", "t")], env=e, cwd=box.root,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [str(PVISOR), "--journal", str(box.journal), "run", *box.std("--", "t")],
+        env=e,
+        cwd=box.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        stdin=subprocess.DEVNULL,
+    )
     time.sleep(1.5)
     proc.send_signal(getattr(signals, sig))
     out, err = proc.communicate(timeout=30)
@@ -432,9 +515,17 @@ def test_a_signal_during_the_version_check_exits_128_plus_n(box, sig, code):
 
 
 def test_offline_runs_remove_every_provider_credential_from_the_agents_environment(box):
-    real = {"OPENAI_API_KEY": "sk-real-openai", "GEMINI_API_KEY": "real-gemini", "GOOGLE_API_KEY": "real-google",
-            "ANTHROPIC_API_KEY": "sk-ant-real", "ANTHROPIC_AUTH_TOKEN": "real-token", "AWS_SECRET_ACCESS_KEY": "real-aws",
-            "AWS_BEARER_TOKEN_BEDROCK": "real-bedrock", "SOMEVENDOR_API_KEY": "real-vendor", "UNRELATED": "kept"}
+    real = {
+        "OPENAI_API_KEY": "sk-real-openai",
+        "GEMINI_API_KEY": "real-gemini",
+        "GOOGLE_API_KEY": "real-google",
+        "ANTHROPIC_API_KEY": "sk-ant-real",
+        "ANTHROPIC_AUTH_TOKEN": "real-token",
+        "AWS_SECRET_ACCESS_KEY": "real-aws",
+        "AWS_BEARER_TOKEN_BEDROCK": "real-bedrock",
+        "SOMEVENDOR_API_KEY": "real-vendor",
+        "UNRELATED": "kept",
+    }
     proc = box.run(*box.std("--json", "--", "print the environment"), mode="env", env=real)
     assert proc.returncode == 0, proc.stderr
     dump = (box.root / "fake.out").read_text()
@@ -447,10 +538,25 @@ def test_offline_runs_remove_every_provider_credential_from_the_agents_environme
 
 
 def test_with_an_upstream_the_users_key_reaches_the_agent(box):
-    proc = box.run("--agent", "claude-code", "--agent-entrypoint", str(box.agent), "--upstream", "http://127.0.0.1:9",
-                   "--workspace", str(box.workspace), "--json", "--", "t", mode="env", env={"ANTHROPIC_API_KEY": "sk-ant-user"})
+    proc = box.run(
+        "--agent",
+        "claude-code",
+        "--agent-entrypoint",
+        str(box.agent),
+        "--upstream",
+        "http://127.0.0.1:9",
+        "--workspace",
+        str(box.workspace),
+        "--json",
+        "--",
+        "t",
+        mode="env",
+        env={"ANTHROPIC_API_KEY": "sk-ant-user"},
+    )
     assert proc.returncode == 0, proc.stderr
-    seen = dict(line.split("=", 1) for line in (box.root / "fake.out").read_text().splitlines() if "=" in line)
+    seen = dict(
+        line.split("=", 1) for line in (box.root / "fake.out").read_text().splitlines() if "=" in line
+    )
     assert seen["ANTHROPIC_API_KEY"] == "sk-ant-user"
 
 
@@ -492,12 +598,20 @@ def test_a_journal_locked_by_another_process_for_seconds_loses_nothing(box):
         assert att.exit_code == 0 and att.ended_ms is not None
 
 
-@pytest.mark.parametrize("where, needle", [("task", "the task 'caf\\xe9'"), ("model", "--model 'm\\xff'"),
-                                           ("workspace", "--workspace"), ("journal", "--journal")])
+@pytest.mark.parametrize(
+    "where, needle",
+    [
+        ("task", "the task 'caf\\xe9'"),
+        ("model", "--model 'm\\xff'"),
+        ("workspace", "--workspace"),
+        ("journal", "--journal"),
+    ],
+)
 def test_arguments_that_are_not_utf8_are_refused_up_front(box, where, needle):
     import subprocess
 
     from agent_helpers import PVISOR
+
     bad = os.fsdecode(b"caf\xe9") if where == "task" else os.fsdecode(b"m\xff")
     journal = str(box.journal)
     args = box.std()
@@ -507,9 +621,14 @@ def test_arguments_that_are_not_utf8_are_refused_up_front(box, where, needle):
         args[args.index("--workspace") + 1] = str(box.root) + "/" + os.fsdecode(b"w\xff")
     elif where == "journal":
         journal = str(box.root) + "/" + os.fsdecode(b"j\xff.sqlite")
-    argv = [os.fsencode(a) for a in [str(PVISOR), "--journal", journal, "run", *args, "--", bad if where == "task" else "t"]]
+    argv = [
+        os.fsencode(a)
+        for a in [str(PVISOR), "--journal", journal, "run", *args, "--", bad if where == "task" else "t"]
+    ]
     before = _digest(box.journal)
-    proc = subprocess.run(argv, env=user_env(box.home), cwd=box.root, capture_output=True, stdin=subprocess.DEVNULL, timeout=60)
+    proc = subprocess.run(
+        argv, env=user_env(box.home), cwd=box.root, capture_output=True, stdin=subprocess.DEVNULL, timeout=60
+    )
     err = proc.stderr.decode("utf-8", "replace")
     assert proc.returncode == 2 and "Traceback" not in err, err
     [line] = [line for line in err.splitlines() if line.startswith("pvisor: error:")]
@@ -521,8 +640,25 @@ def test_env_refuses_a_model_that_is_not_utf8(box):
     import subprocess
 
     from agent_helpers import PVISOR
-    proc = subprocess.run([os.fsencode(str(PVISOR)), b"env", b"--agent", b"codex", b"--gateway", b"http://127.0.0.1:8787", b"--model", b"m\xff",
-                           b"--shell", b"json"], env=user_env(box.home), cwd=box.root, capture_output=True, timeout=60)
+
+    proc = subprocess.run(
+        [
+            os.fsencode(str(PVISOR)),
+            b"env",
+            b"--agent",
+            b"codex",
+            b"--gateway",
+            b"http://127.0.0.1:8787",
+            b"--model",
+            b"m\xff",
+            b"--shell",
+            b"json",
+        ],
+        env=user_env(box.home),
+        cwd=box.root,
+        capture_output=True,
+        timeout=60,
+    )
     assert proc.returncode == 2 and b"Traceback" not in proc.stderr, proc.stderr
     assert b"--model 'm\\xff' is not valid UTF-8" in proc.stderr and proc.stdout == b""
 
@@ -535,12 +671,18 @@ def test_an_empty_resume_is_refused(box):
     _unchanged(box, go)
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["env", "--agent", "codex", "--gateway", "http://127.0.0.1:8787", "--shell", "zsh"], "Invalid value for '--shell': 'zsh' is not one of"),
-    (["run"], "Missing option '--agent'"),
-    (["journal", "ls", "--bogus"], "No such option '--bogus'"),
-    (["nosuch"], "No such command 'nosuch'"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (
+            ["env", "--agent", "codex", "--gateway", "http://127.0.0.1:8787", "--shell", "zsh"],
+            "Invalid value for '--shell': 'zsh' is not one of",
+        ),
+        (["run"], "Missing option '--agent'"),
+        (["journal", "ls", "--bogus"], "No such option '--bogus'"),
+        (["nosuch"], "No such command 'nosuch'"),
+    ],
+)
 def test_clicks_usage_errors_are_one_line_with_a_hint(box, args, needle):
     proc = pvisor(["--journal", str(box.journal), *args], env=user_env(box.home), cwd=box.root, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "" and "Usage:" not in proc.stderr, proc.stderr
@@ -553,12 +695,33 @@ def test_a_bare_entrypoint_name_is_looked_up_on_path(box):
     bindir.mkdir()
     (bindir / "my-claude").symlink_to(box.agent)
     path = f"{bindir}:{os.environ['PATH']}"
-    proc = box.run("--agent", "claude-code", "--agent-entrypoint", "my-claude", "--script", str(box.script), "--workspace",
-                   str(box.workspace), "--json", "--", "t", env={"PATH": path})
+    proc = box.run(
+        "--agent",
+        "claude-code",
+        "--agent-entrypoint",
+        "my-claude",
+        "--script",
+        str(box.script),
+        "--workspace",
+        str(box.workspace),
+        "--json",
+        "--",
+        "t",
+        env={"PATH": path},
+    )
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["argv"][0] == str(bindir / "my-claude")
-    proc = box.run("--agent", "claude-code", "--agent-entrypoint", "no-such-claude", "--script", str(box.script), "--", "t",
-                   env={"PATH": path})
+    proc = box.run(
+        "--agent",
+        "claude-code",
+        "--agent-entrypoint",
+        "no-such-claude",
+        "--script",
+        str(box.script),
+        "--",
+        "t",
+        env={"PATH": path},
+    )
     _one_error_line(proc, 69, "--agent-entrypoint no-such-claude: not on PATH")
 
 
@@ -567,7 +730,16 @@ def test_a_missing_or_yaml_script_is_named(box):
         proc = box.run(*box.std("--", "t")[:-2], "--script", str(box.root / "nope.json"), "--", "t")
         _one_error_line(proc, 2, "--script", "nope.json: no such file")
         (box.root / "turns.yaml").write_text("turns: []\n")
-        proc = box.run("--agent", "claude-code", "--agent-entrypoint", str(box.agent), "--script", str(box.root / "turns.yaml"), "--", "t")
+        proc = box.run(
+            "--agent",
+            "claude-code",
+            "--agent-entrypoint",
+            str(box.agent),
+            "--script",
+            str(box.root / "turns.yaml"),
+            "--",
+            "t",
+        )
         _one_error_line(proc, 65, "YAML is not supported", "JSON (.json) or TOML (.toml)")
 
     _unchanged(box, go)
@@ -576,7 +748,12 @@ def test_a_missing_or_yaml_script_is_named(box):
 def test_journal_show_quotes_the_argv(box):
     proc = box.run(*box.std("--json", "--", "a task with spaces; and $(no) expansion"))
     rep = json.loads(proc.stdout)
-    show = pvisor(["--journal", str(box.journal), "journal", "show", rep["run"]], env=user_env(box.home), cwd=box.root, timeout=60)
+    show = pvisor(
+        ["--journal", str(box.journal), "journal", "show", rep["run"]],
+        env=user_env(box.home),
+        cwd=box.root,
+        timeout=60,
+    )
     assert show.returncode == 0, show.stderr
     [line] = [line for line in show.stdout.splitlines() if line.strip().startswith("argv:")]
     assert line.strip().endswith("-- 'a task with spaces; and $(no) expansion'"), line

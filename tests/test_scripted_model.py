@@ -37,51 +37,133 @@ SYSTEM = "You are a coding agent."
 # --------------------------------------------------------------------------- requests in the four protocols
 
 
-def build_request(protocol: str, k: int, *, system: str = SYSTEM, tools: tuple[str, ...] = ("bash",), stream: bool = False,
-                  model: str = "req-model") -> tuple[str, str, bytes]:
+def build_request(
+    protocol: str,
+    k: int,
+    *,
+    system: str = SYSTEM,
+    tools: tuple[str, ...] = ("bash",),
+    stream: bool = False,
+    model: str = "req-model",
+) -> tuple[str, str, bytes]:
     """(path, query, body) of a request holding ``k`` earlier assistant turns, each a text and a
     ``bash`` call answered by its result."""
     if protocol == "anthropic":
         msgs: list = [{"role": "user", "content": "Do the task."}]
         for i in range(k):
-            msgs.append({"role": "assistant", "content": [{"type": "text", "text": f"step {i}"},
-                                                          {"type": "tool_use", "id": f"toolu_{i}", "name": "bash", "input": {"command": f"echo {i}"}}]})
-            msgs.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"{i}\n"}]})
-        body = {"model": model, "max_tokens": 1024, "system": system, "messages": msgs,
-                "tools": [{"name": t, "description": t, "input_schema": SHELL_SCHEMA} for t in tools]}
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "text", "text": f"step {i}"},
+                        {
+                            "type": "tool_use",
+                            "id": f"toolu_{i}",
+                            "name": "bash",
+                            "input": {"command": f"echo {i}"},
+                        },
+                    ],
+                }
+            )
+            msgs.append(
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": f"{i}\n"}],
+                }
+            )
+        body = {
+            "model": model,
+            "max_tokens": 1024,
+            "system": system,
+            "messages": msgs,
+            "tools": [{"name": t, "description": t, "input_schema": SHELL_SCHEMA} for t in tools],
+        }
         if stream:
             body["stream"] = True
         return "/v1/messages", "", orjson.dumps(body)
     if protocol == "openai-chat":
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Do the task."}]
         for i in range(k):
-            msgs.append({"role": "assistant", "content": f"step {i}", "tool_calls": [
-                {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": orjson.dumps({"command": f"echo {i}"}).decode()}}]})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": f"step {i}",
+                    "tool_calls": [
+                        {
+                            "id": f"call_{i}",
+                            "type": "function",
+                            "function": {
+                                "name": "bash",
+                                "arguments": orjson.dumps({"command": f"echo {i}"}).decode(),
+                            },
+                        }
+                    ],
+                }
+            )
             msgs.append({"role": "tool", "tool_call_id": f"call_{i}", "content": f"{i}\n"})
         body = {"model": model, "messages": msgs}
         if tools:
-            body["tools"] = [{"type": "function", "function": {"name": t, "parameters": SHELL_SCHEMA}} for t in tools]
+            body["tools"] = [
+                {"type": "function", "function": {"name": t, "parameters": SHELL_SCHEMA}} for t in tools
+            ]
         if stream:
             body["stream"] = True
         return "/v1/chat/completions", "", orjson.dumps(body)
     if protocol == "openai-responses":
         items: list = [{"role": "user", "content": [{"type": "input_text", "text": "Do the task."}]}]
         for i in range(k):
-            items.append({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": f"step {i}"}]})
-            items.append({"type": "function_call", "call_id": f"call_{i}", "name": "bash", "arguments": orjson.dumps({"command": f"echo {i}"}).decode()})
+            items.append(
+                {
+                    "type": "message",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": f"step {i}"}],
+                }
+            )
+            items.append(
+                {
+                    "type": "function_call",
+                    "call_id": f"call_{i}",
+                    "name": "bash",
+                    "arguments": orjson.dumps({"command": f"echo {i}"}).decode(),
+                }
+            )
             items.append({"type": "function_call_output", "call_id": f"call_{i}", "output": f"{i}\n"})
-        body = {"model": model, "instructions": system, "input": items, "tools": [{"type": "function", "name": t, "parameters": SHELL_SCHEMA} for t in tools]}
+        body = {
+            "model": model,
+            "instructions": system,
+            "input": items,
+            "tools": [{"type": "function", "name": t, "parameters": SHELL_SCHEMA} for t in tools],
+        }
         if stream:
             body["stream"] = True
         return "/v1/responses", "", orjson.dumps(body)
     assert protocol == "gemini"
     contents: list = [{"role": "user", "parts": [{"text": "Do the task."}]}]
     for i in range(k):
-        contents.append({"role": "model", "parts": [{"text": f"step {i}"}, {"functionCall": {"name": "bash", "args": {"command": f"echo {i}"}}}]})
-        contents.append({"role": "user", "parts": [{"functionResponse": {"name": "bash", "response": {"output": f"{i}\n"}}}]})
+        contents.append(
+            {
+                "role": "model",
+                "parts": [
+                    {"text": f"step {i}"},
+                    {"functionCall": {"name": "bash", "args": {"command": f"echo {i}"}}},
+                ],
+            }
+        )
+        contents.append(
+            {
+                "role": "user",
+                "parts": [{"functionResponse": {"name": "bash", "response": {"output": f"{i}\n"}}}],
+            }
+        )
     body = {"contents": contents, "systemInstruction": {"parts": [{"text": system}]}}
     if tools:
-        body["tools"] = [{"functionDeclarations": [{"name": t, "description": t, "parametersJsonSchema": SHELL_SCHEMA} for t in tools]}]
+        body["tools"] = [
+            {
+                "functionDeclarations": [
+                    {"name": t, "description": t, "parametersJsonSchema": SHELL_SCHEMA} for t in tools
+                ]
+            }
+        ]
     method = "streamGenerateContent" if stream else "generateContent"
     return f"/v1beta/models/{model}:{method}", "alt=sse" if stream else "", orjson.dumps(body)
 
@@ -118,7 +200,12 @@ def http_request(base: str, method: str, target: str, body: bytes | None = None,
     u = urlsplit(base)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
     try:
-        conn.request(method, target, body=body, headers=headers or ({"Content-Type": "application/json"} if body is not None else {}))
+        conn.request(
+            method,
+            target,
+            body=body,
+            headers=headers or ({"Content-Type": "application/json"} if body is not None else {}),
+        )
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     finally:
@@ -130,7 +217,9 @@ def http_request(base: str, method: str, target: str, body: bytes | None = None,
 TURN_SCRIPT = {
     "aux_reply": "AUX",
     "after_end": "The end.",
-    "turns": [{"text": f"turn {i}", "tool_calls": [{"tool": "@shell", "command": f"echo {i}"}]} for i in range(3)],
+    "turns": [
+        {"text": f"turn {i}", "tool_calls": [{"tool": "@shell", "command": f"echo {i}"}]} for i in range(3)
+    ],
 }
 
 
@@ -157,7 +246,10 @@ def test_auxiliary_requests_get_aux_reply_and_do_not_shift_turns(protocol):
     # a title request (no tools) and a background request (other system prompt, same tools)
     # race the main loop; the main loop still gets turn 1, then turn 2
     assert said(protocol, ask(m, protocol, 1, tools=())) == ("AUX", [])
-    assert said(protocol, ask(m, protocol, 1, system="Extract memories from this conversation.")) == ("AUX", [])
+    assert said(protocol, ask(m, protocol, 1, system="Extract memories from this conversation.")) == (
+        "AUX",
+        [],
+    )
     assert said(protocol, ask(m, protocol, 1)) == ("turn 1", [("bash", {"command": "echo 1"})])
     assert said(protocol, ask(m, protocol, 2, tools=("bash", "read_file"))) == ("AUX", [])  # other tool names
     assert said(protocol, ask(m, protocol, 2)) == ("turn 2", [("bash", {"command": "echo 2"})])
@@ -174,8 +266,14 @@ def test_main_chain_first_counts_a_toolless_chat():
 def test_main_chain_any_tools_serves_several_sessions_at_once():
     # rollouts whose system prompts name their own workspaces share one server
     m = model_of({**TURN_SCRIPT, "main_chain": "any-tools"})
-    assert said("anthropic", ask(m, "anthropic", 1, system="cwd: /ws-0")) == ("turn 1", [("bash", {"command": "echo 1"})])
-    assert said("anthropic", ask(m, "anthropic", 1, system="cwd: /ws-1")) == ("turn 1", [("bash", {"command": "echo 1"})])
+    assert said("anthropic", ask(m, "anthropic", 1, system="cwd: /ws-0")) == (
+        "turn 1",
+        [("bash", {"command": "echo 1"})],
+    )
+    assert said("anthropic", ask(m, "anthropic", 1, system="cwd: /ws-1")) == (
+        "turn 1",
+        [("bash", {"command": "echo 1"})],
+    )
     assert said("anthropic", ask(m, "anthropic", 1, tools=())) == ("AUX", [])
     # under the default rule the second session would be auxiliary
     one = model_of(TURN_SCRIPT)
@@ -186,14 +284,22 @@ def test_main_chain_any_tools_serves_several_sessions_at_once():
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_same_request_same_bytes(protocol, stream):
-    script = {"seed": 5, "turns": [{"text": "a", "tool_calls": [{"tool": "@shell", "command": "ls"}]},
-                                   {"text": "b", "reasoning": "think", "tool_calls": [{"tool": "@shell", "command": "ls"}]}]}
+    script = {
+        "seed": 5,
+        "turns": [
+            {"text": "a", "tool_calls": [{"tool": "@shell", "command": "ls"}]},
+            {"text": "b", "reasoning": "think", "tool_calls": [{"tool": "@shell", "command": "ls"}]},
+        ],
+    }
     one, two = model_of(script), model_of(script)
     first = ask(one, protocol, 1, stream=stream)
     again = ask(one, protocol, 1, stream=stream)
     other_instance = ask(two, protocol, 1, stream=stream)
-    assert (first.status, first.headers, first.chunks) == (again.status, again.headers, again.chunks) == (
-        other_instance.status, other_instance.headers, other_instance.chunks)
+    assert (
+        (first.status, first.headers, first.chunks)
+        == (again.status, again.headers, again.chunks)
+        == (other_instance.status, other_instance.headers, other_instance.chunks)
+    )
     # ids come from (seed, turn): another turn or another seed gives other ids
     body = b"".join(first.chunks)
     assert b"".join(ask(one, protocol, 0, stream=stream).chunks) != body
@@ -201,7 +307,15 @@ def test_same_request_same_bytes(protocol, stream):
 
 
 def test_two_servers_with_one_script_answer_identical_bytes(stack):
-    script = {"seed": 3, "turns": [{"text": "x", "tool_calls": [{"tool": "@shell", "command": "ls"}, {"tool": "@shell", "command": "pwd"}]}]}
+    script = {
+        "seed": 3,
+        "turns": [
+            {
+                "text": "x",
+                "tool_calls": [{"tool": "@shell", "command": "ls"}, {"tool": "@shell", "command": "pwd"}],
+            }
+        ],
+    }
     urls = [stack.scripted(script), stack.scripted(script)]
     for protocol in PROTOCOLS:
         for stream in (False, True):
@@ -217,11 +331,17 @@ def test_two_servers_with_one_script_answer_identical_bytes(stack):
 def test_fixed_timestamps():
     from pvisor.adapters.protocols.openai_responses import FIXED_CREATED_AT
 
-    a, b = model_of({"seed": 1, "turns": [{"text": "t"}]}), model_of({"seed": 2, "turns": [{"text": "u"}, {"text": "v"}]})
+    a, b = (
+        model_of({"seed": 1, "turns": [{"text": "t"}]}),
+        model_of({"seed": 2, "turns": [{"text": "u"}, {"text": "v"}]}),
+    )
     assert final_of("openai-chat", ask(a, "openai-chat", 0))["created"] == 0
     assert final_of("openai-chat", ask(b, "openai-chat", 1, stream=True))["created"] == 0
     assert final_of("openai-responses", ask(a, "openai-responses", 0))["created_at"] == FIXED_CREATED_AT
-    assert final_of("openai-responses", ask(b, "openai-responses", 1, stream=True))["created_at"] == FIXED_CREATED_AT
+    assert (
+        final_of("openai-responses", ask(b, "openai-responses", 1, stream=True))["created_at"]
+        == FIXED_CREATED_AT
+    )
 
 
 # --------------------------------------------------------------------------- @shell and real agents' tools
@@ -234,12 +354,22 @@ AGENTS = {
     "opencode-1.18.33.jsonl": ("openai-chat", True, "bash", "command"),
     "mini-swe-agent-2.4.6.jsonl": ("openai-chat", False, "bash", "command"),
 }
-SHELL_TURN = {"turns": [{"text": "Running it.", "tool_calls": [{"tool": "@shell", "command": "echo 'hi there' > x.txt"}], "repeat": 10}]}
+SHELL_TURN = {
+    "turns": [
+        {
+            "text": "Running it.",
+            "tool_calls": [{"tool": "@shell", "command": "echo 'hi there' > x.txt"}],
+            "repeat": 10,
+        }
+    ]
+}
 
 
 def corpus_requests(corpus: Path, name: str) -> list[dict]:
     lines = (corpus / "requests" / name).read_bytes().split(b"\n")
-    return [r for r in (orjson.loads(line) for line in lines if line.strip()) if isinstance(r.get("body"), dict)]
+    return [
+        r for r in (orjson.loads(line) for line in lines if line.strip()) if isinstance(r.get("body"), dict)
+    ]
 
 
 def _query(q) -> str:
@@ -255,7 +385,9 @@ def test_shell_resolves_to_each_agents_shell_tool(stack, corpus, agent):
     # over HTTP: the agent's first main request, its body as sent
     url = stack.scripted(SHELL_TURN)
     query = _query(first["query"])
-    status, headers, data = http_request(url, first["method"], first["path"] + ("?" + query if query else ""), orjson.dumps(first["body"]))
+    status, headers, data = http_request(
+        url, first["method"], first["path"] + ("?" + query if query else ""), orjson.dumps(first["body"])
+    )
     assert status == 200, data
     assert headers["content-type"] == ("text/event-stream" if streamed else "application/json")
     reply = Reply(status, {"Content-Type": headers["content-type"]}, [data])
@@ -264,9 +396,14 @@ def test_shell_resolves_to_each_agents_shell_tool(stack, corpus, agent):
     # mini-swe-agent's Anthropic requests), each as the first request a fresh model sees
     for r in requests:
         mod = protocol_for_path(r["path"])
-        rep = ScriptedModel(parse_script(SHELL_TURN)).answer(r["method"], r["path"], _query(r["query"]), orjson.dumps(r["body"]))
+        rep = ScriptedModel(parse_script(SHELL_TURN)).answer(
+            r["method"], r["path"], _query(r["query"]), orjson.dumps(r["body"])
+        )
         text, calls = said(mod.NAME, rep)
-        assert (text, calls) == ("Running it.", [(tool, {prop: "echo 'hi there' > x.txt"})]), (r.get("n", r.get("seq")), r["path"])
+        assert (text, calls) == ("Running it.", [(tool, {prop: "echo 'hi there' > x.txt"})]), (
+            r.get("n", r.get("seq")),
+            r["path"],
+        )
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -285,17 +422,29 @@ def test_shell_without_a_shell_tool_is_a_json_400(stack, protocol):
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_parallel_calls_named_tools_and_arguments(protocol, stream):
-    m = model_of({"turns": [{"text": "Three at once.", "tool_calls": [
-        {"tool": "@shell", "command": "cat a.txt", "arguments": {"description": "read a"}},
-        {"tool": "@shell", "command": "cat b.txt"},
-        {"tool": "read_file", "arguments": {"path": "c.txt", "limit": 5}},
-    ]}]})
+    m = model_of(
+        {
+            "turns": [
+                {
+                    "text": "Three at once.",
+                    "tool_calls": [
+                        {"tool": "@shell", "command": "cat a.txt", "arguments": {"description": "read a"}},
+                        {"tool": "@shell", "command": "cat b.txt"},
+                        {"tool": "read_file", "arguments": {"path": "c.txt", "limit": 5}},
+                    ],
+                }
+            ]
+        }
+    )
     reply = ask(m, protocol, 0, stream=stream, tools=("bash", "read_file"))
-    assert said(protocol, reply) == ("Three at once.", [
-        ("bash", {"command": "cat a.txt", "description": "read a"}),
-        ("bash", {"command": "cat b.txt"}),
-        ("read_file", {"path": "c.txt", "limit": 5}),
-    ])
+    assert said(protocol, reply) == (
+        "Three at once.",
+        [
+            ("bash", {"command": "cat a.txt", "description": "read a"}),
+            ("bash", {"command": "cat b.txt"}),
+            ("read_file", {"path": "c.txt", "limit": 5}),
+        ],
+    )
     calls = get_protocol(protocol).response_to_action(final_of(protocol, reply)).tool_calls
     if protocol != "gemini":  # Gemini function calls carry no id
         assert len({c.id for c in calls}) == 3
@@ -303,9 +452,19 @@ def test_parallel_calls_named_tools_and_arguments(protocol, stream):
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_repeat_and_after_end(protocol):
-    m = model_of({"after_end": "Nothing left.", "turns": [{"text": "again", "repeat": 3}, {"text": "last", "tool_calls": [{"tool": "@shell", "command": "true"}]}]})
+    m = model_of(
+        {
+            "after_end": "Nothing left.",
+            "turns": [
+                {"text": "again", "repeat": 3},
+                {"text": "last", "tool_calls": [{"tool": "@shell", "command": "true"}]},
+            ],
+        }
+    )
     got = [said(protocol, ask(m, protocol, k)) for k in range(6)]
-    assert got == [("again", [])] * 3 + [("last", [("bash", {"command": "true"})])] + [("Nothing left.", [])] * 2
+    assert (
+        got == [("again", [])] * 3 + [("last", [("bash", {"command": "true"})])] + [("Nothing left.", [])] * 2
+    )
     # repeated turns are distinct replies (ids from the turn number)
     assert b"".join(ask(m, protocol, 0).chunks) != b"".join(ask(m, protocol, 1).chunks)
 
@@ -339,26 +498,46 @@ def test_error_turns_pass_status_and_body_through(stack):
     url = stack.scripted({"turns": turns})
     client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=0, timeout=30)
     with pytest.raises(anthropic.APIStatusError) as exc:
-        client.messages.create(model="m", max_tokens=10, system=SYSTEM, messages=[{"role": "user", "content": "go"}],
-                               tools=[{"name": "bash", "input_schema": SHELL_SCHEMA}])
+        client.messages.create(
+            model="m",
+            max_tokens=10,
+            system=SYSTEM,
+            messages=[{"role": "user", "content": "go"}],
+            tools=[{"name": "bash", "input_schema": SHELL_SCHEMA}],
+        )
     assert exc.value.status_code == 529 and exc.value.body == body_obj
 
 
 def test_error_turns_belong_to_the_state_of_the_reply_they_precede(stack):
     # an SDK that retries sees the error once, then the reply: the script moves on
-    url = stack.scripted({"turns": [
-        {"text": "first", "tool_calls": [{"tool": "@shell", "command": "true"}]},
-        {"error": {"status": 529, "body": {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}}, "repeat": 2},
-        {"text": "after the storm"},
-    ]})
+    url = stack.scripted(
+        {
+            "turns": [
+                {"text": "first", "tool_calls": [{"tool": "@shell", "command": "true"}]},
+                {
+                    "error": {
+                        "status": 529,
+                        "body": {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}},
+                    },
+                    "repeat": 2,
+                },
+                {"text": "after the storm"},
+            ]
+        }
+    )
     st, _, data = http_request(url, "POST", *build_request("anthropic", 0, stream=False)[::2])
     assert st == 200 and b"first" in data
     path, _, body = build_request("anthropic", 1, stream=False)
     got = [http_request(url, "POST", path, body)[0] for _ in range(3)]
     assert got == [529, 529, 200]
     client = anthropic.Anthropic(base_url=url, api_key="k", max_retries=2, timeout=30)
-    reply = client.messages.create(model="m", max_tokens=10, system=SYSTEM, messages=[{"role": "user", "content": "go"}],
-                                   tools=[{"name": "bash", "input_schema": SHELL_SCHEMA}])
+    reply = client.messages.create(
+        model="m",
+        max_tokens=10,
+        system=SYSTEM,
+        messages=[{"role": "user", "content": "go"}],
+        tools=[{"name": "bash", "input_schema": SHELL_SCHEMA}],
+    )
     assert reply.content[0].text == "first"  # state 0 owes no error
 
 
@@ -368,7 +547,9 @@ def test_delayed_turn_arrives(stack):
         for stream in (False, True):
             path, query, body = build_request(protocol, 0, stream=stream)
             st, headers, data = http_request(url, "POST", path + ("?" + query if query else ""), body)
-            assert st == 200 and said(protocol, Reply(st, {"Content-Type": headers["content-type"]}, [data])) == ("slow but sure", [])
+            assert st == 200 and said(
+                protocol, Reply(st, {"Content-Type": headers["content-type"]}, [data])
+            ) == ("slow but sure", [])
 
 
 def test_chunk_events_changes_chunking_not_bytes():
@@ -390,9 +571,17 @@ def test_models_head_root_count_tokens_and_404(stack):
     for path in ("/v1/models", "/v1beta/models"):
         st, _, data = http_request(url, "GET", path)
         listing = orjson.loads(data)
-        assert st == 200 and listing["data"][0]["id"] == "scripted-1" and listing["models"][0]["name"] == "models/scripted-1"
-    assert [m.id for m in anthropic.Anthropic(base_url=url, api_key="k", max_retries=0).models.list()] == ["scripted-1"]
-    assert [m.id for m in openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0).models.list()] == ["scripted-1"]
+        assert (
+            st == 200
+            and listing["data"][0]["id"] == "scripted-1"
+            and listing["models"][0]["name"] == "models/scripted-1"
+        )
+    assert [m.id for m in anthropic.Anthropic(base_url=url, api_key="k", max_retries=0).models.list()] == [
+        "scripted-1"
+    ]
+    assert [m.id for m in openai.OpenAI(base_url=url + "/v1", api_key="k", max_retries=0).models.list()] == [
+        "scripted-1"
+    ]
     g = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=url))
     assert [m.name for m in g.models.list()] == ["models/scripted-1"]
     # count_tokens: an estimate of body length / 4
@@ -402,8 +591,12 @@ def test_models_head_root_count_tokens_and_404(stack):
     body = orjson.dumps({"contents": [{"role": "user", "parts": [{"text": "count these words please"}]}]})
     st, _, data = http_request(url, "POST", "/v1beta/models/g:countTokens", body)
     assert st == 200 and orjson.loads(data) == {"totalTokens": len(body) // 4}
-    assert anthropic.Anthropic(base_url=url, api_key="k", max_retries=0).messages.count_tokens(
-        model="m", messages=[{"role": "user", "content": "hello"}]).input_tokens > 0
+    assert (
+        anthropic.Anthropic(base_url=url, api_key="k", max_retries=0)
+        .messages.count_tokens(model="m", messages=[{"role": "user", "content": "hello"}])
+        .input_tokens
+        > 0
+    )
     assert g.models.count_tokens(model="g", contents="hello").total_tokens > 0
     # count_tokens is not a step: the next main request still gets turn 0
     path, _, body = build_request("anthropic", 0)
@@ -417,30 +610,61 @@ def test_models_head_root_count_tokens_and_404(stack):
 # --------------------------------------------------------------------------- scripts
 
 
-@pytest.mark.parametrize("name, content, words", [
-    ("unknown.json", b'{"turns": [], "temperature": 1}', ["unknown field(s) temperature"]),
-    ("unknown_turn.json", b'{"turns": [{"text": "a", "txt": "b"}]}', ["turns[0]", "unknown field(s) txt"]),
-    ("unknown_call.json", b'{"turns": [{"tool_calls": [{"tool": "bash", "cmd": "ls"}]}]}', ["turns[0].tool_calls[0]", "unknown field(s) cmd"]),
-    ("no_turns.json", b'{"model": "m"}', ["'turns' must be a list"]),
-    ("seed.json", b'{"seed": "1", "turns": []}', ["'seed' must be an integer"]),
-    ("bool_seed.json", b'{"seed": true, "turns": []}', ["'seed'"]),
-    ("text.json", b'{"turns": [{"text": 5}]}', ["turns[0].text", "expected a string"]),
-    ("repeat.json", b'{"turns": [{"text": "a", "repeat": 0}]}', ["turns[0].repeat"]),
-    ("delay.json", b'{"turns": [{"text": "a", "delay_ms": -1}]}', ["turns[0].delay_ms"]),
-    ("calls.json", b'{"turns": [{"tool_calls": {"tool": "bash"}}]}', ["turns[0].tool_calls", "expected a list"]),
-    ("args.json", b'{"turns": [{"tool_calls": [{"tool": "bash", "arguments": [1]}]}]}', ["turns[0].tool_calls[0].arguments"]),
-    ("shell.json", b'{"turns": [{"tool_calls": [{"tool": "@shell"}]}]}', ["turns[0].tool_calls[0]", "'@shell' needs a 'command'"]),
-    ("error.json", b'{"turns": [{"error": {"status": 200}}]}', ["turns[0].error", "400..599"]),
-    ("error_body.json", b'{"turns": [{"error": {"status": 500, "body": 5}}]}', ["turns[0].error", "body"]),
-    ("error_key.json", b'{"turns": [{"error": {"status": 500, "message": "x"}}]}', ["turns[0].error", "message"]),
-    ("chain.json", b'{"main_chain": "all", "turns": []}', ["main_chain"]),
-    ("chunks.json", b'{"chunk_events": 0, "turns": []}', ["chunk_events"]),
-    ("list.json", b'[{"text": "a"}]', ["expected an object"]),
-    ("broken.json", b'{"turns": [', ["not valid JSON"]),
-    ("broken.toml", b'turns = [\n', ["not valid TOML"]),
-    ("latin1.toml", b'model = "\xe9"\nturns = []\n', ["not valid TOML"]),
-    ("types.toml", b'seed = 1.5\n[[turns]]\ntext = "a"\n', ["'seed'"]),
-])
+@pytest.mark.parametrize(
+    "name, content, words",
+    [
+        ("unknown.json", b'{"turns": [], "temperature": 1}', ["unknown field(s) temperature"]),
+        (
+            "unknown_turn.json",
+            b'{"turns": [{"text": "a", "txt": "b"}]}',
+            ["turns[0]", "unknown field(s) txt"],
+        ),
+        (
+            "unknown_call.json",
+            b'{"turns": [{"tool_calls": [{"tool": "bash", "cmd": "ls"}]}]}',
+            ["turns[0].tool_calls[0]", "unknown field(s) cmd"],
+        ),
+        ("no_turns.json", b'{"model": "m"}', ["'turns' must be a list"]),
+        ("seed.json", b'{"seed": "1", "turns": []}', ["'seed' must be an integer"]),
+        ("bool_seed.json", b'{"seed": true, "turns": []}', ["'seed'"]),
+        ("text.json", b'{"turns": [{"text": 5}]}', ["turns[0].text", "expected a string"]),
+        ("repeat.json", b'{"turns": [{"text": "a", "repeat": 0}]}', ["turns[0].repeat"]),
+        ("delay.json", b'{"turns": [{"text": "a", "delay_ms": -1}]}', ["turns[0].delay_ms"]),
+        (
+            "calls.json",
+            b'{"turns": [{"tool_calls": {"tool": "bash"}}]}',
+            ["turns[0].tool_calls", "expected a list"],
+        ),
+        (
+            "args.json",
+            b'{"turns": [{"tool_calls": [{"tool": "bash", "arguments": [1]}]}]}',
+            ["turns[0].tool_calls[0].arguments"],
+        ),
+        (
+            "shell.json",
+            b'{"turns": [{"tool_calls": [{"tool": "@shell"}]}]}',
+            ["turns[0].tool_calls[0]", "'@shell' needs a 'command'"],
+        ),
+        ("error.json", b'{"turns": [{"error": {"status": 200}}]}', ["turns[0].error", "400..599"]),
+        (
+            "error_body.json",
+            b'{"turns": [{"error": {"status": 500, "body": 5}}]}',
+            ["turns[0].error", "body"],
+        ),
+        (
+            "error_key.json",
+            b'{"turns": [{"error": {"status": 500, "message": "x"}}]}',
+            ["turns[0].error", "message"],
+        ),
+        ("chain.json", b'{"main_chain": "all", "turns": []}', ["main_chain"]),
+        ("chunks.json", b'{"chunk_events": 0, "turns": []}', ["chunk_events"]),
+        ("list.json", b'[{"text": "a"}]', ["expected an object"]),
+        ("broken.json", b'{"turns": [', ["not valid JSON"]),
+        ("broken.toml", b"turns = [\n", ["not valid TOML"]),
+        ("latin1.toml", b'model = "\xe9"\nturns = []\n', ["not valid TOML"]),
+        ("types.toml", b'seed = 1.5\n[[turns]]\ntext = "a"\n', ["'seed'"]),
+    ],
+)
 def test_bad_scripts_name_file_and_field(tmp_path, name, content, words):
     path = tmp_path / name
     path.write_bytes(content)
@@ -463,7 +687,11 @@ def test_documented_example_script_behaves_as_documented():
     # state 2 is asked twice: the 529, then the client's retry gets the reply
     for k in (0, 1, 2, 2, 3, 4, 5, 6):
         reply = ask(m, "anthropic", k)
-        got.append((reply.status, reply.delay_s) if reply.status != 200 else (said("anthropic", reply), reply.delay_s))
+        got.append(
+            (reply.status, reply.delay_s)
+            if reply.status != 200
+            else (said("anthropic", reply), reply.delay_s)
+        )
     assert got == [
         (("Let me look.", [("bash", {"command": "ls -la"})]), 0),
         (("Two at once.", [("bash", {"command": "cat a.txt"}), ("bash", {"command": "cat b.txt"})]), 0),
@@ -487,28 +715,58 @@ def test_toml_script_works(tmp_path):
     path.write_text(
         'model = "toml-model"\nseed = 9\naux_reply = "aux"\n\n'
         '[[turns]]\ntext = "Listing."\n[[turns.tool_calls]]\ntool = "@shell"\ncommand = "ls -la"\n\n'
-        '[[turns]]\ntext = "Done."\nrepeat = 2\n', encoding="utf-8")
+        '[[turns]]\ntext = "Done."\nrepeat = 2\n',
+        encoding="utf-8",
+    )
     script = load_script(path)
     assert (script.model, script.seed, script.aux_reply, len(script.turns)) == ("toml-model", 9, "aux", 2)
-    as_json = parse_script({"model": "toml-model", "seed": 9, "aux_reply": "aux", "turns": [
-        {"text": "Listing.", "tool_calls": [{"tool": "@shell", "command": "ls -la"}]}, {"text": "Done.", "repeat": 2}]})
+    as_json = parse_script(
+        {
+            "model": "toml-model",
+            "seed": 9,
+            "aux_reply": "aux",
+            "turns": [
+                {"text": "Listing.", "tool_calls": [{"tool": "@shell", "command": "ls -la"}]},
+                {"text": "Done.", "repeat": 2},
+            ],
+        }
+    )
     for k in range(4):
         a, b = ask(ScriptedModel(script), "anthropic", k), ask(ScriptedModel(as_json), "anthropic", k)
         assert a.chunks == b.chunks
-    assert said("anthropic", ask(ScriptedModel(script), "anthropic", 0)) == ("Listing.", [("bash", {"command": "ls -la"})])
+    assert said("anthropic", ask(ScriptedModel(script), "anthropic", 0)) == (
+        "Listing.",
+        [("bash", {"command": "ls -la"})],
+    )
 
 
 def test_serve_model_bad_script_exits_65(tmp_path):
-    for name, content in (("bad.json", b'{"turns": [{"text": "a", "colour": "red"}]}'), ("bad.toml", b"turns = ")):
+    for name, content in (
+        ("bad.json", b'{"turns": [{"text": "a", "colour": "red"}]}'),
+        ("bad.toml", b"turns = "),
+    ):
         path = tmp_path / name
         path.write_bytes(content)
-        proc = subprocess.run([str(PVISOR), "serve-model", "--script", str(path), "--port", "0"], capture_output=True, text=True,
-                              timeout=60, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(
+            [str(PVISOR), "serve-model", "--script", str(path), "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        )
         assert proc.returncode == 65, proc.stderr
         assert proc.stderr.startswith("pvisor: error:") and str(path) in proc.stderr
         assert "Traceback" not in proc.stderr and proc.stdout == ""
-    assert "colour" in subprocess.run([str(PVISOR), "serve-model", "--script", str(tmp_path / "bad.json")], capture_output=True,
-                                      text=True, timeout=60, stdin=subprocess.DEVNULL).stderr
+    assert (
+        "colour"
+        in subprocess.run(
+            [str(PVISOR), "serve-model", "--script", str(tmp_path / "bad.json")],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+        ).stderr
+    )
 
 
 def _read_line(proc: subprocess.Popen, deadline: float) -> str:
@@ -528,10 +786,22 @@ def _read_line(proc: subprocess.Popen, deadline: float) -> str:
 
 def test_serve_model_subprocess_serves_and_stops_on_sigterm(tmp_path):
     script = tmp_path / "s.json"
-    script.write_bytes(orjson.dumps({"model": "sub-model", "turns": [{"text": "from a subprocess", "tool_calls": [{"tool": "@shell", "command": "ls"}]}]}))
+    script.write_bytes(
+        orjson.dumps(
+            {
+                "model": "sub-model",
+                "turns": [{"text": "from a subprocess", "tool_calls": [{"tool": "@shell", "command": "ls"}]}],
+            }
+        )
+    )
     ready = tmp_path / "ready.json"
-    proc = subprocess.Popen([str(PVISOR), "serve-model", "--script", str(script), "--port", "0", "--ready-file", str(ready)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [str(PVISOR), "serve-model", "--script", str(script), "--port", "0", "--ready-file", str(ready)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         line = _read_line(proc, time.monotonic() + 30)
         assert line.startswith("listening http://127.0.0.1:"), line
@@ -542,7 +812,10 @@ def test_serve_model_subprocess_serves_and_stops_on_sigterm(tmp_path):
         for stream in (False, True):
             path, _, body = build_request("anthropic", 0, stream=stream)
             st, headers, data = http_request(url, "POST", path, body)
-            assert said("anthropic", Reply(st, {"Content-Type": headers["content-type"]}, [data])) == ("from a subprocess", [("bash", {"command": "ls"})])
+            assert said("anthropic", Reply(st, {"Content-Type": headers["content-type"]}, [data])) == (
+                "from a subprocess",
+                [("bash", {"command": "ls"})],
+            )
         st, _, data = http_request(url, "GET", "/v1/models")
         assert b"sub-model" in data
         proc.send_signal(signal.SIGTERM)
@@ -581,31 +854,52 @@ def test_head_root_through_the_gateway_has_no_body(stack):
     finally:
         conn.close()
     exs = stack.exchanges(gw)
-    assert [(e.method, e.path, e.status, e.outcome) for e in exs] == [("HEAD", "/", 200, "ok"), ("POST", "/v1/messages", 200, "ok")]
+    assert [(e.method, e.path, e.status, e.outcome) for e in exs] == [
+        ("HEAD", "/", 200, "ok"),
+        ("POST", "/v1/messages", 200, "ok"),
+    ]
 
 
 def test_request_body_over_one_mib_is_answered(stack):
     url = stack.scripted({"turns": [{"text": "read it all"}]})
     path, _, _ = build_request("anthropic", 0)
-    big = {"model": "m", "max_tokens": 10, "system": SYSTEM, "tools": [{"name": "bash", "input_schema": SHELL_SCHEMA}],
-           "messages": [{"role": "user", "content": "x" * (3 * 1024 * 1024)}]}
+    big = {
+        "model": "m",
+        "max_tokens": 10,
+        "system": SYSTEM,
+        "tools": [{"name": "bash", "input_schema": SHELL_SCHEMA}],
+        "messages": [{"role": "user", "content": "x" * (3 * 1024 * 1024)}],
+    }
     body = orjson.dumps(big)
     assert len(body) > 3 * 1024 * 1024
     st, headers, data = http_request(url, "POST", path, body)
     assert st == 200, data[:300]
-    assert said("anthropic", Reply(st, {"Content-Type": headers["content-type"]}, [data])) == ("read it all", [])
+    assert said("anthropic", Reply(st, {"Content-Type": headers["content-type"]}, [data])) == (
+        "read it all",
+        [],
+    )
 
 
 WRONG_TYPES = [
     # (path, body, words in the error message)
     ("/v1/messages", {"tools": [{"name": 5}], "messages": []}, ["Anthropic Messages", "tool 0"]),
     ("/v1/messages", {"system": [{"type": "text", "text": 5}], "messages": []}, ["Anthropic Messages"]),
-    ("/v1/chat/completions", {"tools": [{"type": "function", "function": {"name": 5}}], "messages": []}, ["OpenAI Chat Completions", "tool 0"]),
-    ("/v1/responses", {"input": [{"role": "user", "content": [{"type": [1], "text": "x"}]}]}, ["OpenAI Responses"]),
+    (
+        "/v1/chat/completions",
+        {"tools": [{"type": "function", "function": {"name": 5}}], "messages": []},
+        ["OpenAI Chat Completions", "tool 0"],
+    ),
+    (
+        "/v1/responses",
+        {"input": [{"role": "user", "content": [{"type": [1], "text": "x"}]}]},
+        ["OpenAI Responses"],
+    ),
 ]
 
 
-@pytest.mark.parametrize("path,body,words", WRONG_TYPES, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(WRONG_TYPES)])
+@pytest.mark.parametrize(
+    "path,body,words", WRONG_TYPES, ids=[f"{p}-{i}" for i, (p, _, _) in enumerate(WRONG_TYPES)]
+)
 def test_valid_json_of_wrong_types_is_a_400_in_the_protocols_shape(stack, path, body, words):
     url = stack.scripted({"turns": [{"text": "a", "tool_calls": [{"tool": "@shell", "command": "ls"}]}]})
     st, headers, data = http_request(url, "POST", path, orjson.dumps(body))
@@ -616,10 +910,15 @@ def test_valid_json_of_wrong_types_is_a_400_in_the_protocols_shape(stack, path, 
         assert w in message, message
 
 
-@pytest.mark.parametrize("encoding,body", [("gzip", b"\x1f\x8b\x08\x00\x00\x00\x00\x00 not gzip at all"), ("deflate", b"not deflate")])
+@pytest.mark.parametrize(
+    "encoding,body",
+    [("gzip", b"\x1f\x8b\x08\x00\x00\x00\x00\x00 not gzip at all"), ("deflate", b"not deflate")],
+)
 def test_undecodable_request_body_is_a_400(stack, encoding, body):
     url = stack.scripted({"turns": [{"text": "a"}]})
-    st, headers, data = http_request(url, "POST", "/v1/messages", body, {"Content-Type": "application/json", "Content-Encoding": encoding})
+    st, headers, data = http_request(
+        url, "POST", "/v1/messages", body, {"Content-Type": "application/json", "Content-Encoding": encoding}
+    )
     assert st == 400 and headers["content-type"].startswith("application/json")
     assert f"Content-Encoding '{encoding}'" in orjson.loads(data)["error"]["message"]
     # the server goes on serving
@@ -743,20 +1042,32 @@ def test_serve_model_with_huge_repeat_runs_in_bounded_memory(tmp_path):
     """``repeat: 10**12`` under a 2 GiB address-space limit: the server starts and answers (a
     list of 10**12 turns would need terabytes)."""
     script = tmp_path / "huge.json"
-    script.write_bytes(orjson.dumps({"turns": [{"text": "again and again", "repeat": 10**12}, {"text": "never reached"}]}))
+    script.write_bytes(
+        orjson.dumps({"turns": [{"text": "again and again", "repeat": 10**12}, {"text": "never reached"}]})
+    )
     limit = 2 * 1024**3
-    wrapper = ("import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
-               "os.execv(sys.executable, [sys.executable, '-m', 'pvisor'] + sys.argv[1:])" % (limit, limit))
-    proc = subprocess.Popen([sys.executable, "-c", wrapper, "serve-model", "--script", str(script), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, start_new_session=True,
-                            env={**os.environ, "PYTHONSAFEPATH": "1"})
+    wrapper = (
+        "import os, resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
+        "os.execv(sys.executable, [sys.executable, '-m', 'pvisor'] + sys.argv[1:])" % (limit, limit)
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", wrapper, "serve-model", "--script", str(script), "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
     try:
         line = _read_line(proc, time.monotonic() + 30)
         url = line.split()[1]
         for k in (0, 5):
             path, _, body = build_request("anthropic", k)
             st, headers, data = http_request(url, "POST", path, body)
-            assert said("anthropic", Reply(st, {"Content-Type": headers["content-type"]}, [data])) == ("again and again", [])
+            assert said("anthropic", Reply(st, {"Content-Type": headers["content-type"]}, [data])) == (
+                "again and again",
+                [],
+            )
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     finally:
@@ -771,8 +1082,13 @@ def test_serve_model_with_huge_repeat_runs_in_bounded_memory(tmp_path):
 
 
 def _serve_model(args: list[str]) -> subprocess.Popen:
-    return subprocess.Popen([str(PVISOR), "serve-model", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            stdin=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        [str(PVISOR), "serve-model", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def _stderr_line(proc: subprocess.Popen, prefix: bytes, deadline: float) -> bytes:
@@ -810,7 +1126,10 @@ def test_serve_model_second_signal_cancels_a_reply_in_flight(tmp_path, sig, code
         s.settimeout(30)
         s.connect((u.hostname, u.port))
         try:
-            s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body))
+            s.sendall(
+                b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                % (path.encode(), len(body), body)
+            )
             got = b""
             while b"content_block_delta" not in got:  # the stream has started: the reply is in flight
                 data = s.recv(4096)
@@ -852,23 +1171,51 @@ def test_serve_model_idle_sigint_exits_130(tmp_path):
 def test_serve_model_unwritable_ready_file_is_a_usage_error(tmp_path):
     script = tmp_path / "s.json"
     script.write_bytes(orjson.dumps({"turns": [{"text": "t"}]}))
-    proc = subprocess.run([str(PVISOR), "serve-model", "--script", str(script), "--port", "0", "--ready-file", "/nonexistent-pvisor-dir/r.json"],
-                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [
+            str(PVISOR),
+            "serve-model",
+            "--script",
+            str(script),
+            "--port",
+            "0",
+            "--ready-file",
+            "/nonexistent-pvisor-dir/r.json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert proc.returncode == 2, proc.stderr
-    assert proc.stderr == "pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r.json: directory /nonexistent-pvisor-dir does not exist\n"
+    assert (
+        proc.stderr
+        == "pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r.json: directory /nonexistent-pvisor-dir does not exist\n"
+    )
     assert proc.stdout == ""
 
 
 # --------------------------------------------------------------------------- usage and compaction
 
-USAGE_PATHS = {"anthropic": ("input_tokens", "output_tokens"), "openai-chat": ("prompt_tokens", "completion_tokens"),
-               "openai-responses": ("input_tokens", "output_tokens"), "gemini": ("promptTokenCount", "candidatesTokenCount")}
+USAGE_PATHS = {
+    "anthropic": ("input_tokens", "output_tokens"),
+    "openai-chat": ("prompt_tokens", "completion_tokens"),
+    "openai-responses": ("input_tokens", "output_tokens"),
+    "gemini": ("promptTokenCount", "candidatesTokenCount"),
+}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 @pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
 def test_turn_usage_is_reported_in_each_protocols_shape(protocol, stream):
-    m = model_of({"turns": [{"text": "big", "usage": {"input_tokens": 150_000, "output_tokens": 42}}, {"text": "plain"}]})
+    m = model_of(
+        {
+            "turns": [
+                {"text": "big", "usage": {"input_tokens": 150_000, "output_tokens": 42}},
+                {"text": "plain"},
+            ]
+        }
+    )
     final = final_of(protocol, ask(m, protocol, 0, stream=stream))
     usage = final["usage"] if protocol != "gemini" else final["usageMetadata"]
     i, o = USAGE_PATHS[protocol]
@@ -880,15 +1227,28 @@ def test_turn_usage_is_reported_in_each_protocols_shape(protocol, stream):
 
 
 COMPACTION_SCRIPT = {
-    "turns": [{"text": f"turn {i}", "tool_calls": [{"tool": "@shell", "command": f"echo {i}"}]} for i in range(4)],
-    "compaction": {"when": ["Summarise the conversation"], "summary": "We echoed numbers.", "usage": {"input_tokens": 10, "output_tokens": 5},
-                   "agent_messages": ["Got it."]},
+    "turns": [
+        {"text": f"turn {i}", "tool_calls": [{"tool": "@shell", "command": f"echo {i}"}]} for i in range(4)
+    ],
+    "compaction": {
+        "when": ["Summarise the conversation"],
+        "summary": "We echoed numbers.",
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+        "agent_messages": ["Got it."],
+    },
 }
 
 
 def _anthropic(messages: list, system: str = SYSTEM, tools: tuple[str, ...] = ("bash",)) -> bytes:
-    return orjson.dumps({"model": "m", "max_tokens": 10, "system": system, "messages": messages,
-                         "tools": [{"name": t, "description": t, "input_schema": SHELL_SCHEMA} for t in tools]})
+    return orjson.dumps(
+        {
+            "model": "m",
+            "max_tokens": 10,
+            "system": system,
+            "messages": messages,
+            "tools": [{"name": t, "description": t, "input_schema": SHELL_SCHEMA} for t in tools],
+        }
+    )
 
 
 def test_summary_request_gets_the_summary_and_a_marker_and_later_turns_go_on():
@@ -906,12 +1266,24 @@ def test_summary_request_gets_the_summary_and_a_marker_and_later_turns_go_on():
     assert final_of("anthropic", reply)["usage"]["input_tokens"] == 10
     # after the compaction the agent's history is the summary: the turn is still the third
     after = [{"role": "user", "content": f"This session continues. {text}"}]
-    assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(after))) == ("turn 2", [("bash", {"command": "echo 2"})])
+    assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(after))) == (
+        "turn 2",
+        [("bash", {"command": "echo 2"})],
+    )
     # and the turns go on from it; the agent's own acknowledgement is no turn
-    later = [*after, {"role": "assistant", "content": "Got it."},
-             {"role": "assistant", "content": [{"type": "tool_use", "id": "t2", "name": "bash", "input": {"command": "echo 2"}}]},
-             {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "2"}]}]
-    assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(later))) == ("turn 3", [("bash", {"command": "echo 3"})])
+    later = [
+        *after,
+        {"role": "assistant", "content": "Got it."},
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "t2", "name": "bash", "input": {"command": "echo 2"}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t2", "content": "2"}]},
+    ]
+    assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(later))) == (
+        "turn 3",
+        [("bash", {"command": "echo 3"})],
+    )
     # a second compaction summarises from the state the first marker gives
     second = [*later, {"role": "user", "content": "Summarise the conversation again."}]
     text2, _ = said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(second)))
@@ -944,18 +1316,36 @@ def test_without_a_compaction_rule_a_summary_request_is_ordinary_and_a_marker_st
     assert said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(asked)))[0] == "turn 0"
 
 
-@pytest.mark.parametrize("content, words", [
-    ({"turns": [{"text": "a", "usage": {"input_tokens": 1}}]}, ["turns[0].usage", "missing output_tokens"]),
-    ({"turns": [{"text": "a", "usage": {"input_tokens": 1, "output_tokens": 2, "cached": 3}}]}, ["turns[0].usage", "unknown field(s) cached"]),
-    ({"turns": [{"text": "a", "usage": {"input_tokens": -1, "output_tokens": 1}}]}, ["turns[0].usage"]),
-    ({"turns": [{"text": "a", "usage": {"input_tokens": True, "output_tokens": 1}}]}, ["turns[0].usage"]),
-    ({"turns": [], "compaction": {"summary": "x"}}, ["compaction.when", "at least one"]),
-    ({"turns": [], "compaction": {"when": "x"}}, ["compaction.when", "list of non-empty texts"]),
-    ({"turns": [], "compaction": {"when": ["x"], "reply": "y"}}, ["compaction", "unknown field(s) reply"]),
-    ({"turns": [], "compaction": {"when": ["x"], "agent_messages": [""]}}, ["compaction.agent_messages"]),
-    ({"turns": [], "compaction": {"when": ["x"], "usage": {"input_tokens": 1, "output_tokens": 2, "total": 3}}}, ["compaction.usage"]),
-    ({"turns": [], "compaction": ["x"]}, ["compaction", "expected an object"]),
-])
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        (
+            {"turns": [{"text": "a", "usage": {"input_tokens": 1}}]},
+            ["turns[0].usage", "missing output_tokens"],
+        ),
+        (
+            {"turns": [{"text": "a", "usage": {"input_tokens": 1, "output_tokens": 2, "cached": 3}}]},
+            ["turns[0].usage", "unknown field(s) cached"],
+        ),
+        ({"turns": [{"text": "a", "usage": {"input_tokens": -1, "output_tokens": 1}}]}, ["turns[0].usage"]),
+        ({"turns": [{"text": "a", "usage": {"input_tokens": True, "output_tokens": 1}}]}, ["turns[0].usage"]),
+        ({"turns": [], "compaction": {"summary": "x"}}, ["compaction.when", "at least one"]),
+        ({"turns": [], "compaction": {"when": "x"}}, ["compaction.when", "list of non-empty texts"]),
+        (
+            {"turns": [], "compaction": {"when": ["x"], "reply": "y"}},
+            ["compaction", "unknown field(s) reply"],
+        ),
+        ({"turns": [], "compaction": {"when": ["x"], "agent_messages": [""]}}, ["compaction.agent_messages"]),
+        (
+            {
+                "turns": [],
+                "compaction": {"when": ["x"], "usage": {"input_tokens": 1, "output_tokens": 2, "total": 3}},
+            },
+            ["compaction.usage"],
+        ),
+        ({"turns": [], "compaction": ["x"]}, ["compaction", "expected an object"]),
+    ],
+)
 def test_bad_usage_and_compaction_name_the_field(content, words):
     with pytest.raises(BadInputError) as exc:
         parse_script(content, "s.json")
@@ -972,7 +1362,10 @@ def test_documented_compaction_example_behaves_as_documented(tmp_path):
     m = ScriptedModel(load_script(tmp_path / "s.toml"))
     assert final_of("anthropic", ask(m, "anthropic", 1))["usage"]["input_tokens"] == 190000
     _, _, body = build_request("anthropic", 2)
-    asking = [*orjson.loads(body)["messages"], {"role": "user", "content": "Write a summary of the conversation so far."}]
+    asking = [
+        *orjson.loads(body)["messages"],
+        {"role": "user", "content": "Write a summary of the conversation so far."},
+    ]
     summary, _ = said("anthropic", m.answer("POST", "/v1/messages", "", _anthropic(asking, tools=())))
     assert summary == "We listed the files twice.\n\n[pvisor scripted summary of 2 turns]"
     after = [{"role": "user", "content": summary}]
@@ -982,19 +1375,73 @@ def test_documented_compaction_example_behaves_as_documented(tmp_path):
 def test_a_summary_request_holding_the_history_as_text_counts_its_serialised_replies():
     # OpenCode writes the conversation into one user message; a later compaction serialises only
     # what came after the previous summary, which it quotes after it
-    m = model_of({**COMPACTION_SCRIPT, "compaction": {**COMPACTION_SCRIPT["compaction"], "serialized_assistant": "\n\n[Assistant]:"}})
-    first = ('Summarise the conversation:\n<conversation>\n[User]: "Do it."\n\n[Assistant]: turn 0\n[Assistant tool call]: bash({})\n'
-             '[Tool result]: 0\n\n[Assistant]: turn 1\n[Assistant tool call]: bash({})\n[Tool result]: 1\n</conversation>')
-    text, _ = said("openai-chat", m.answer("POST", "/v1/chat/completions", "", orjson.dumps(
-        {"model": "m", "messages": [{"role": "system", "content": "You summarise."}, {"role": "user", "content": first}]})))
+    m = model_of(
+        {
+            **COMPACTION_SCRIPT,
+            "compaction": {**COMPACTION_SCRIPT["compaction"], "serialized_assistant": "\n\n[Assistant]:"},
+        }
+    )
+    first = (
+        'Summarise the conversation:\n<conversation>\n[User]: "Do it."\n\n[Assistant]: turn 0\n[Assistant tool call]: bash({})\n'
+        "[Tool result]: 0\n\n[Assistant]: turn 1\n[Assistant tool call]: bash({})\n[Tool result]: 1\n</conversation>"
+    )
+    text, _ = said(
+        "openai-chat",
+        m.answer(
+            "POST",
+            "/v1/chat/completions",
+            "",
+            orjson.dumps(
+                {
+                    "model": "m",
+                    "messages": [
+                        {"role": "system", "content": "You summarise."},
+                        {"role": "user", "content": first},
+                    ],
+                }
+            ),
+        ),
+    )
     assert text.endswith("[pvisor scripted summary of 2 turns]")
-    second = ('Summarise the conversation:\n<conversation>\n[User]: Continue.\n\n[Assistant]: turn 2\n[Tool result]: 2\n</conversation>\n'
-              f'<prior-summary>\n{text}\n</prior-summary>')
-    text2, _ = said("openai-chat", m.answer("POST", "/v1/chat/completions", "", orjson.dumps(
-        {"model": "m", "messages": [{"role": "system", "content": "You summarise."}, {"role": "user", "content": second}]})))
+    second = (
+        "Summarise the conversation:\n<conversation>\n[User]: Continue.\n\n[Assistant]: turn 2\n[Tool result]: 2\n</conversation>\n"
+        f"<prior-summary>\n{text}\n</prior-summary>"
+    )
+    text2, _ = said(
+        "openai-chat",
+        m.answer(
+            "POST",
+            "/v1/chat/completions",
+            "",
+            orjson.dumps(
+                {
+                    "model": "m",
+                    "messages": [
+                        {"role": "system", "content": "You summarise."},
+                        {"role": "user", "content": second},
+                    ],
+                }
+            ),
+        ),
+    )
     assert text2.endswith("[pvisor scripted summary of 3 turns]")
     # without the field the same request counts no turn
     plain = model_of(COMPACTION_SCRIPT)
-    text3, _ = said("openai-chat", plain.answer("POST", "/v1/chat/completions", "", orjson.dumps(
-        {"model": "m", "messages": [{"role": "system", "content": "You summarise."}, {"role": "user", "content": first}]})))
+    text3, _ = said(
+        "openai-chat",
+        plain.answer(
+            "POST",
+            "/v1/chat/completions",
+            "",
+            orjson.dumps(
+                {
+                    "model": "m",
+                    "messages": [
+                        {"role": "system", "content": "You summarise."},
+                        {"role": "user", "content": first},
+                    ],
+                }
+            ),
+        ),
+    )
     assert text3.endswith("[pvisor scripted summary of 0 turns]")

@@ -24,21 +24,35 @@ from google.genai import types
 
 from pvisor.adapters.protocols import get_protocol
 
-SHELL_SCHEMA = {"type": "object", "properties": {"command": {"type": "string", "description": "The command."}}, "required": ["command"]}
+SHELL_SCHEMA = {
+    "type": "object",
+    "properties": {"command": {"type": "string", "description": "The command."}},
+    "required": ["command"],
+}
 SYSTEM = "You are a careful coding agent."
 TASK = "List the files, then read a.txt and b.txt."
 
 TURNS = {
     "text": {"text": "Nothing to run: the answer is 42."},
     "tool": {"text": "Let me look.", "tool_calls": [{"tool": "@shell", "command": "ls -la"}]},
-    "parallel": {"text": "Two at once.", "tool_calls": [{"tool": "@shell", "command": "cat a.txt"}, {"tool": "@shell", "command": "cat b.txt"}]},
+    "parallel": {
+        "text": "Two at once.",
+        "tool_calls": [
+            {"tool": "@shell", "command": "cat a.txt"},
+            {"tool": "@shell", "command": "cat b.txt"},
+        ],
+    },
     "reasoning": {"text": "The files agree.", "reasoning": "Compare a.txt with b.txt first."},
 }
 #: (text, [(tool name, arguments)], reasoning) each kind must come back as
 EXPECTED = {
     "text": ("Nothing to run: the answer is 42.", [], None),
     "tool": ("Let me look.", [("bash", {"command": "ls -la"})], None),
-    "parallel": ("Two at once.", [("bash", {"command": "cat a.txt"}), ("bash", {"command": "cat b.txt"})], None),
+    "parallel": (
+        "Two at once.",
+        [("bash", {"command": "cat a.txt"}), ("bash", {"command": "cat b.txt"})],
+        None,
+    ),
     "reasoning": ("The files agree.", [], "Compare a.txt with b.txt first."),
 }
 PROTOCOLS = ("anthropic", "openai-chat", "openai-responses", "gemini")
@@ -56,7 +70,11 @@ SECRETS_SENT = [ANTHROPIC_KEY, OPENAI_KEY, GEMINI_KEY]
 
 def comparable_headers(headers) -> list[tuple[str, str]]:
     items = headers.items() if isinstance(headers, dict) else headers
-    return sorted((k.lower(), v) for k, v in items if k.lower() not in _SKIP_HEADERS and not k.lower().startswith("proxy-"))
+    return sorted(
+        (k.lower(), v)
+        for k, v in items
+        if k.lower() not in _SKIP_HEADERS and not k.lower().startswith("proxy-")
+    )
 
 
 def dump(obj) -> dict:
@@ -76,20 +94,49 @@ def sdk_call(protocol: str, base: str, stream: bool):
     dumps of the events the SDK yields for a stream."""
     if protocol == "anthropic":
         client = anthropic.Anthropic(base_url=base, api_key=ANTHROPIC_KEY, max_retries=0, timeout=30)
-        kw = dict(model="claude-test", max_tokens=1024, system=SYSTEM, messages=[{"role": "user", "content": TASK}],
-                  tools=[{"name": "bash", "description": "Run a shell command.", "input_schema": SHELL_SCHEMA}])
+        kw = dict(
+            model="claude-test",
+            max_tokens=1024,
+            system=SYSTEM,
+            messages=[{"role": "user", "content": TASK}],
+            tools=[{"name": "bash", "description": "Run a shell command.", "input_schema": SHELL_SCHEMA}],
+        )
         if stream:
             return [dump(e) for e in client.messages.create(**kw, stream=True)]
         return dump(client.messages.create(**kw))
     if protocol in ("openai-chat", "openai-responses"):
         client = openai.OpenAI(base_url=base + "/v1", api_key=OPENAI_KEY, max_retries=0, timeout=30)
         if protocol == "openai-chat":
-            kw = dict(model="gpt-test", messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}],
-                      tools=[{"type": "function", "function": {"name": "bash", "description": "Run a shell command.", "parameters": SHELL_SCHEMA}}])
+            kw = dict(
+                model="gpt-test",
+                messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}],
+                tools=[
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "bash",
+                            "description": "Run a shell command.",
+                            "parameters": SHELL_SCHEMA,
+                        },
+                    }
+                ],
+            )
             create = client.chat.completions.create
         else:
-            kw = dict(model="gpt-test", instructions=SYSTEM, input=TASK,
-                      tools=[{"type": "function", "name": "bash", "description": "Run a shell command.", "parameters": SHELL_SCHEMA, "strict": False}])
+            kw = dict(
+                model="gpt-test",
+                instructions=SYSTEM,
+                input=TASK,
+                tools=[
+                    {
+                        "type": "function",
+                        "name": "bash",
+                        "description": "Run a shell command.",
+                        "parameters": SHELL_SCHEMA,
+                        "strict": False,
+                    }
+                ],
+            )
             create = client.responses.create
         if stream:
             return [dump(e) for e in create(**kw, stream=True)]
@@ -98,11 +145,22 @@ def sdk_call(protocol: str, base: str, stream: bool):
     client = genai.Client(api_key=GEMINI_KEY, http_options=types.HttpOptions(base_url=base, timeout=30_000))
     config = types.GenerateContentConfig(
         system_instruction=SYSTEM,
-        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(name="bash", description="Run a shell command.", parameters_json_schema=SHELL_SCHEMA)])],
+        tools=[
+            types.Tool(
+                function_declarations=[
+                    types.FunctionDeclaration(
+                        name="bash", description="Run a shell command.", parameters_json_schema=SHELL_SCHEMA
+                    )
+                ]
+            )
+        ],
         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
     )
     if stream:
-        return [dump(e) for e in client.models.generate_content_stream(model=GEMINI_MODEL, contents=TASK, config=config)]
+        return [
+            dump(e)
+            for e in client.models.generate_content_stream(model=GEMINI_MODEL, contents=TASK, config=config)
+        ]
     return dump(client.models.generate_content(model=GEMINI_MODEL, contents=TASK, config=config))
 
 
@@ -122,7 +180,9 @@ def sdk_summary(protocol: str, result: dict) -> tuple[str, list[tuple[str, dict]
     elif protocol == "openai-chat":
         msg = result["choices"][0]["message"]
         texts.append(msg["content"] or "")
-        calls = [(c["function"]["name"], orjson.loads(c["function"]["arguments"])) for c in msg["tool_calls"] or []]
+        calls = [
+            (c["function"]["name"], orjson.loads(c["function"]["arguments"])) for c in msg["tool_calls"] or []
+        ]
         reasoning = msg.get("reasoning_content")
     elif protocol == "openai-responses":
         for item in result["output"]:
@@ -151,7 +211,12 @@ def raw_request(base: str, method: str, target: str, body: bytes) -> tuple[int, 
     u = urlsplit(base)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
     try:
-        conn.request(method, target, body=body, headers={"Content-Type": "application/json", "Accept-Encoding": "gzip, br, zstd"})
+        conn.request(
+            method,
+            target,
+            body=body,
+            headers={"Content-Type": "application/json", "Accept-Encoding": "gzip, br, zstd"},
+        )
         resp = conn.getresponse()
         return resp.status, resp.getheaders(), resp.read()
     finally:
@@ -204,7 +269,9 @@ def test_sdk_identical_with_and_without_gateway(stack, protocol, stream, kind):
     # 3. the journal: one exchange per request through the gateway
     mod = get_protocol(protocol)
     exchanges = stack.exchanges(gw)
-    assert [(e.protocol, e.streamed, e.outcome, e.status) for e in exchanges] == [(protocol, stream, "ok", 200)] * 2
+    assert [(e.protocol, e.streamed, e.outcome, e.status) for e in exchanges] == [
+        (protocol, stream, "ok", 200)
+    ] * 2
     nt_target, nt_body = non_streamed_variant(protocol, sdk_ex.path, sdk_ex.query, body)
     st_n, _, plain_reply = raw_request(upstream, "POST", nt_target, nt_body)
     assert st_n == 200

@@ -68,9 +68,17 @@ def tool_calls_in_reply(line: dict) -> list[tuple[str | None, str, str]]:
     if "reply" in line:
         reply = line["reply"]
         if "items" in reply:  # Responses output items carry the argument string
-            return [(i["call_id"], i["name"], i["arguments"]) for i in reply["items"] if i["type"] == "function_call"]
+            return [
+                (i["call_id"], i["name"], i["arguments"])
+                for i in reply["items"]
+                if i["type"] == "function_call"
+            ]
         # Gemini parts carry an object (no id): its compact JSON
-        return [(None, p["functionCall"]["name"], orjson.dumps(p["functionCall"]["args"]).decode()) for p in reply["parts"] if "functionCall" in p]
+        return [
+            (None, p["functionCall"]["name"], orjson.dumps(p["functionCall"]["args"]).decode())
+            for p in reply["parts"]
+            if "functionCall" in p
+        ]
     resp = line["response"]
     if "streamed_chunks" in resp:  # Chat Completions deltas: the argument string arrives in pieces
         calls: dict[int, list] = {}
@@ -84,8 +92,15 @@ def tool_calls_in_reply(line: dict) -> list[tuple[str | None, str, str]]:
                     c[2] += fn.get("arguments") or ""
         return [tuple(calls[i]) for i in sorted(calls)]
     if "choices" in resp:
-        return [(tc["id"], tc["function"]["name"], tc["function"]["arguments"]) for tc in resp["choices"][0]["message"].get("tool_calls") or []]
-    return [(b["id"], b["name"], orjson.dumps(b["input"]).decode()) for b in resp["content"] if b["type"] == "tool_use"]
+        return [
+            (tc["id"], tc["function"]["name"], tc["function"]["arguments"])
+            for tc in resp["choices"][0]["message"].get("tool_calls") or []
+        ]
+    return [
+        (b["id"], b["name"], orjson.dumps(b["input"]).decode())
+        for b in resp["content"]
+        if b["type"] == "tool_use"
+    ]
 
 
 def results_in_request(line: dict) -> dict[str, object]:
@@ -162,7 +177,9 @@ def test_corpus_steps_main_and_auxiliary(corpus_journal, run):
     assert len(traj.meta["chains"]) == n_chains
     # exactly the expected exchanges are auxiliary, the others are the steps in arrival order
     assert {lo.where for lo in traj.left_out} == {r.exchange for r in recs if r.index in aux_lines}
-    assert [d["exchange"] for d in traj.meta["steps"]] == [r.exchange for r in recs if r.index not in aux_lines]
+    assert [d["exchange"] for d in traj.meta["steps"]] == [
+        r.exchange for r in recs if r.index not in aux_lines
+    ]
     # no flags, but on the submit command mini-swe-agent ends with (its result is never sent)
     assert all(s.flags == [] for s in traj.steps[:-1])
     assert traj.steps[-1].flags == (["tool_results_not_sent"] if calls_per_step[-1] else [])
@@ -179,7 +196,9 @@ def test_corpus_tool_calls_and_observations_are_exact(corpus_journal, run):
     traj = steps_of(path, run)
     for i, (step, rec) in enumerate(zip(traj.steps, main)):
         # A_i: the reply's calls, ids and exact argument text, in order (a batch is one step)
-        assert [(c.id, c.name, c.arguments_raw) for c in step.action.tool_calls] == tool_calls_in_reply(rec.line)
+        assert [(c.id, c.name, c.arguments_raw) for c in step.action.tool_calls] == tool_calls_in_reply(
+            rec.line
+        )
         if i + 1 == len(main):
             continue
         nxt = main[i + 1].line
@@ -203,7 +222,9 @@ def test_codex_resume_extends_the_chain_as_attempt_2(corpus_journal):
     # O_2 is the second prompt the resumed session appended after A_2
     o2 = traj.steps[1].observation
     assert o2.results == []
-    assert [(m.role, [p.text for p in m.parts]) for m in o2.messages] == [("user", [last_user_text(recs[2].line)])]
+    assert [(m.role, [p.text for p in m.parts]) for m in o2.messages] == [
+        ("user", [last_user_text(recs[2].line)])
+    ]
     assert traj.steps[1].action.text == recs[1].line["reply"]["items"][0]["content"][0]["text"]
     # the developer prompt stays a message, as sent; Codex sends no `instructions` here
     assert traj.system in (None, "")
@@ -219,7 +240,9 @@ def test_gemini_resume_starts_a_second_chain_that_is_reported(corpus_journal):
     by_line = {r.index: r.exchange for r in recorded["gemini-single"]}
     traj = steps_of(path, "gemini-single")
     main = _chain_with(traj, by_line[0])
-    assert main["role"] == "main" and main["exchanges"] == [by_line[0], by_line[1]] and main["attempts"] == [1]
+    assert (
+        main["role"] == "main" and main["exchanges"] == [by_line[0], by_line[1]] and main["attempts"] == [1]
+    )
     resumed = _chain_with(traj, by_line[3])
     assert resumed["role"] == "auxiliary" and resumed["exchanges"] == [by_line[3], by_line[4]]
     assert resumed["requests"] == 2 and resumed["attempts"] == [2]
@@ -239,7 +262,10 @@ def test_qwen_resume_and_background_request_are_other_chains(corpus_journal):
     assert resumed["exchanges"] == [by_line[4]] and "regenerated first message" in resumed["breaks"]
     background = _chain_with(traj, by_line[5])
     assert background["exchanges"] == [by_line[5]] and background["tools"] == 6
-    assert "under another system prompt and other tools" in background["breaks"] and background["nearest"] == by_line[4]
+    assert (
+        "under another system prompt and other tools" in background["breaks"]
+        and background["nearest"] == by_line[4]
+    )
     reasons = {lo.where: lo.reason for lo in traj.left_out}
     assert "6 tools" in reasons[by_line[5]] and "the main chain is chain 1" in reasons[by_line[5]]
 
@@ -288,19 +314,31 @@ def test_roles_stored_by_the_writer_and_shown(tmp_path, corpus):
         for run, mapping in roles.items():
             assert {e.id: (e.chain, e.role) for e in r.exchanges(run)} == mapping
         events = [e for e in r.events("qwen-single") if e["kind"] == "exchange.roles"]
-    assert [e["data"] for e in events] == [{"main": 2, "auxiliary": 2, "unknown": 0}, {"main": 1, "auxiliary": 0, "unknown": 1}]
+    assert [e["data"] for e in events] == [
+        {"main": 2, "auxiliary": 2, "unknown": 0},
+        {"main": 1, "auxiliary": 0, "unknown": 1},
+    ]
     proc = pvisor("journal", "show", "qwen-single", journal=path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.decode()
     header = next(line for line in out.splitlines() if "SEQ" in line)
     assert header.split()[-2:] == ["CHAIN", "ROLE"]
     rows = [line.split() for line in out.splitlines() if line.strip().startswith(("1 ", "2 ", "3 ", "4 "))]
-    assert [row[-2:] for row in rows] == [["1", "main"], ["1", "main"], ["2", "auxiliary"], ["3", "auxiliary"]]
+    assert [row[-2:] for row in rows] == [
+        ["1", "main"],
+        ["1", "main"],
+        ["2", "auxiliary"],
+        ["3", "auxiliary"],
+    ]
 
 
 def test_set_exchange_roles_refuses_bad_values(tmp_path):
     with Journal.open(tmp_path / "j.sqlite") as j:
-        for bad, what in (((1, "primary"), "role must be"), ((0, "main"), "chain must be"), ("main", r"expected \(chain, role\)")):
+        for bad, what in (
+            ((1, "primary"), "role must be"),
+            ((0, "main"), "chain must be"),
+            ("main", r"expected \(chain, role\)"),
+        ):
             with pytest.raises(ValueError, match=what) as info:
                 j.set_exchange_roles("r-1", {"x-1": bad})
             assert "exchange x-1" in str(info.value)
@@ -314,7 +352,13 @@ TASK = "Read a.txt and b.txt and compare them."
 SCRIPT = {
     "turns": [
         {"text": "Looking first.", "tool_calls": [{"tool": "@shell", "command": "ls"}]},
-        {"text": "Both at once.", "tool_calls": [{"tool": "@shell", "command": "cat a.txt"}, {"tool": "@shell", "command": "cat b.txt"}]},
+        {
+            "text": "Both at once.",
+            "tool_calls": [
+                {"tool": "@shell", "command": "cat a.txt"},
+                {"tool": "@shell", "command": "cat b.txt"},
+            ],
+        },
         {"text": "Done: a and b agree."},
     ]
 }
@@ -328,10 +372,17 @@ def overloaded_once(stack, script: dict, *, messages: int):
 
     async def handler(request: web.BaseRequest) -> web.StreamResponse:
         body = await request.read()
-        if request.path == "/v1/messages" and not state["failed"] and len(orjson.loads(body).get("messages", [])) == messages:
+        if (
+            request.path == "/v1/messages"
+            and not state["failed"]
+            and len(orjson.loads(body).get("messages", [])) == messages
+        ):
             state["failed"] = True
-            return web.Response(status=529, body=A.error_body(529, "Overloaded", "overloaded_error"),
-                                headers={"Content-Type": "application/json", "retry-after-ms": "5"})
+            return web.Response(
+                status=529,
+                body=A.error_body(529, "Overloaded", "overloaded_error"),
+                headers={"Content-Type": "application/json", "retry-after-ms": "5"},
+            )
         reply = model.answer(request.method, request.path, request.query_string, body)
         resp = web.StreamResponse(status=reply.status, headers=reply.headers)
         if request.method == "HEAD":
@@ -358,17 +409,31 @@ def anthropic_agent(base: str) -> list:
             for block in m["content"]:
                 block.pop("cache_control", None)
         messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
-        with client.messages.stream(model="claude-test", max_tokens=1024, system=SYSTEM, tools=tools, messages=copy.deepcopy(messages)) as s:
+        with client.messages.stream(
+            model="claude-test", max_tokens=1024, system=SYSTEM, tools=tools, messages=copy.deepcopy(messages)
+        ) as s:
             final = s.get_final_message()
         finals.append(final)
-        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]})
+        messages.append(
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]}
+        )
         calls = [b for b in final.content if b.type == "tool_use"]
         if not calls:
             return finals
-        messages.append({"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": c.id, "content": f"output of {c.input['command']}", **({"is_error": True} if "b.txt" in c.input["command"] else {})}
-            for c in calls
-        ]})
+        messages.append(
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": c.id,
+                        "content": f"output of {c.input['command']}",
+                        **({"is_error": True} if "b.txt" in c.input["command"] else {}),
+                    }
+                    for c in calls
+                ],
+            }
+        )
 
 
 def test_sdk_agent_through_gateway_retry_probe_count_and_title(stack):
@@ -377,13 +442,25 @@ def test_sdk_agent_through_gateway_retry_probe_count_and_title(stack):
     status, _, _ = http_request(gw.url, "HEAD", "/")
     assert status == 200
     client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0, timeout=30)
-    client.messages.create(model="claude-test", max_tokens=64, system="Write a five-word title.", messages=[{"role": "user", "content": TASK}])
-    client.messages.count_tokens(model="claude-test", system=SYSTEM, messages=[{"role": "user", "content": TASK}])
+    client.messages.create(
+        model="claude-test",
+        max_tokens=64,
+        system="Write a five-word title.",
+        messages=[{"role": "user", "content": TASK}],
+    )
+    client.messages.count_tokens(
+        model="claude-test", system=SYSTEM, messages=[{"role": "user", "content": TASK}]
+    )
     finals = anthropic_agent(gw.url)
     exchanges = stack.exchanges(gw)
     assert [(e.method, e.path, e.status) for e in exchanges] == [
-        ("HEAD", "/", 200), ("POST", "/v1/messages", 200), ("POST", "/v1/messages/count_tokens", 200),
-        ("POST", "/v1/messages", 200), ("POST", "/v1/messages", 529), ("POST", "/v1/messages", 200), ("POST", "/v1/messages", 200),
+        ("HEAD", "/", 200),
+        ("POST", "/v1/messages", 200),
+        ("POST", "/v1/messages/count_tokens", 200),
+        ("POST", "/v1/messages", 200),
+        ("POST", "/v1/messages", 529),
+        ("POST", "/v1/messages", 200),
+        ("POST", "/v1/messages", 200),
     ]
     probe, title, count, r1, overloaded, r2, r3 = exchanges
     with stack.reader(gw) as r:
@@ -392,7 +469,10 @@ def test_sdk_agent_through_gateway_retry_probe_count_and_title(stack):
         bodies = [orjson.loads(r.request_body(e)) for e in (r1, r2, r3)]
     # the marker really moved: on the task in request 1, on the newest results after
     assert [["cache_control" in b for m in body["messages"] for b in m["content"]] for body in bodies] == [
-        [True], [False] * 3 + [True], [False] * 8 + [True]]
+        [True],
+        [False] * 3 + [True],
+        [False] * 8 + [True],
+    ]
     assert len(traj.steps) == 3 and [d["exchange"] for d in traj.meta["steps"]] == [r1.id, r2.id, r3.id]
     assert (traj.task, traj.system, [t.name for t in traj.tools]) == (TASK, SYSTEM, ["bash"])
     s1, s2, s3 = traj.steps
@@ -401,9 +481,15 @@ def test_sdk_agent_through_gateway_retry_probe_count_and_title(stack):
         want = [(b.id, b.name, orjson.dumps(b.input).decode()) for b in final.content if b.type == "tool_use"]
         assert [(c.id, c.name, c.arguments_raw) for c in step.action.tool_calls] == want
         assert step.action.text == "".join(b.text for b in final.content if b.type == "text")
-        assert (step.action.usage["input_tokens"], step.action.usage["output_tokens"]) == (final.usage.input_tokens, final.usage.output_tokens)
+        assert (step.action.usage["input_tokens"], step.action.usage["output_tokens"]) == (
+            final.usage.input_tokens,
+            final.usage.output_tokens,
+        )
     assert [len(s.action.tool_calls) for s in traj.steps] == [1, 2, 0]
-    assert [(r.content, r.is_error) for r in s2.observation.results] == [("output of cat a.txt", None), ("output of cat b.txt", True)]
+    assert [(r.content, r.is_error) for r in s2.observation.results] == [
+        ("output of cat a.txt", None),
+        ("output of cat b.txt", True),
+    ]
     assert [r.call_id for r in s2.observation.results] == [c.id for c in s2.action.tool_calls]
     # the 529 and the SDK's identical retry: one step, the retry kept
     assert s1.flags == [] and s2.flags == ["retried"] and s3.flags == []
@@ -414,8 +500,15 @@ def test_sdk_agent_through_gateway_retry_probe_count_and_title(stack):
     assert left[title.id].kind == "chain" and left[overloaded.id].kind == "retry"
     assert "status 529" in left[overloaded.id].reason and r2.id in left[overloaded.id].reason
     main_chain = traj.meta["main_chain"]
-    assert roles == {probe.id: (None, "auxiliary"), title.id: (1, "auxiliary"), count.id: (None, "auxiliary"),
-                     r1.id: (main_chain, "main"), overloaded.id: (main_chain, "auxiliary"), r2.id: (main_chain, "main"), r3.id: (main_chain, "main")}
+    assert roles == {
+        probe.id: (None, "auxiliary"),
+        title.id: (1, "auxiliary"),
+        count.id: (None, "auxiliary"),
+        r1.id: (main_chain, "main"),
+        overloaded.id: (main_chain, "auxiliary"),
+        r2.id: (main_chain, "main"),
+        r3.id: (main_chain, "main"),
+    }
     gw.journal.set_exchange_roles(gw.run, roles)
     with stack.reader(gw) as r:
         assert {e.id: (e.chain, e.role) for e in r.exchanges(gw.run)} == roles
@@ -445,22 +538,37 @@ def test_dropped_action_format_error_through_gateway(stack):
     up = scripted_replies(stack, actions)
     gw = stack.gateway(upstreams={"openai": up.url})
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0, timeout=30)
-    tools = [{"type": "function", "function": {"name": "bash", "description": "Run a shell command.", "parameters": SHELL}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "bash", "description": "Run a shell command.", "parameters": SHELL},
+        }
+    ]
     fmt_error = "Format error: every response must hold exactly one bash tool call."
     messages: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
     for _ in actions:
-        reply = client.chat.completions.create(model="gpt-test", messages=messages, tools=tools).choices[0].message
+        reply = (
+            client.chat.completions.create(model="gpt-test", messages=messages, tools=tools)
+            .choices[0]
+            .message
+        )
         if reply.tool_calls:
             messages.append(reply.model_dump(exclude_none=True))
-            messages += [{"role": "tool", "tool_call_id": c.id, "content": "a.txt\nb.txt\n"} for c in reply.tool_calls]
+            messages += [
+                {"role": "tool", "tool_call_id": c.id, "content": "a.txt\nb.txt\n"} for c in reply.tool_calls
+            ]
         elif reply.content != "Submitting.":
             messages.append({"role": "user", "content": fmt_error})
     with stack.reader(gw) as r:
         traj = trajectory_from_journal(r, gw.run)
     s1, s2, s3 = traj.steps
     assert s1.flags == ["action_dropped_by_agent"] and s1.action.text == "I think the answer is 4."
-    assert s1.observation.results == [] and [(m.role, [p.text for p in m.parts]) for m in s1.observation.messages] == [("user", [fmt_error])]
-    assert s2.flags == [] and [(c.name, c.arguments_raw) for c in s2.action.tool_calls] == [("bash", '{"command": "ls -1"}')]
+    assert s1.observation.results == [] and [
+        (m.role, [p.text for p in m.parts]) for m in s1.observation.messages
+    ] == [("user", [fmt_error])]
+    assert s2.flags == [] and [(c.name, c.arguments_raw) for c in s2.action.tool_calls] == [
+        ("bash", '{"command": "ls -1"}')
+    ]
     assert [r.content for r in s2.observation.results] == ["a.txt\nb.txt\n"]
     assert s3.flags == [] and s3.action.text == "Submitting."
 
@@ -471,30 +579,74 @@ def test_dropped_action_format_error_through_gateway(stack):
 class ChatSession:
     """A Chat Completions conversation recorded exchange by exchange into a real journal."""
 
-    def __init__(self, journal: Journal, run: str, *, system: str = SYSTEM, tools=("bash",), task: str = TASK):
+    def __init__(
+        self, journal: Journal, run: str, *, system: str = SYSTEM, tools=("bash",), task: str = TASK
+    ):
         self.j, self.run, self.system, self.tools = journal, run, system, list(tools)
         self.messages: list[dict] = [{"role": "user", "content": task}]
         self.n = 0
 
     def body(self) -> bytes:
-        tools = [{"type": "function", "function": {"name": t, "description": t, "parameters": {"type": "object"}}} for t in self.tools]
-        return orjson.dumps({"model": "gpt-test", "messages": [{"role": "system", "content": self.system}, *self.messages], "tools": tools})
+        tools = [
+            {"type": "function", "function": {"name": t, "description": t, "parameters": {"type": "object"}}}
+            for t in self.tools
+        ]
+        return orjson.dumps(
+            {
+                "model": "gpt-test",
+                "messages": [{"role": "system", "content": self.system}, *self.messages],
+                "tools": tools,
+            }
+        )
 
-    def send(self, *, text: str | None = None, calls=(), status: int = 200, outcome: str = "ok", echo: bool = True, response: bytes | None = None,
-             streamed: bool = False, attempt: int = 1, **recorded) -> str:
+    def send(
+        self,
+        *,
+        text: str | None = None,
+        calls=(),
+        status: int = 200,
+        outcome: str = "ok",
+        echo: bool = True,
+        response: bytes | None = None,
+        streamed: bool = False,
+        attempt: int = 1,
+        **recorded,
+    ) -> str:
         """Record one request (the conversation so far) and its reply; append the reply to the
         conversation when ``echo``. ``recorded``: more fields for ``record_exchange``."""
         self.n += 1
         msg: dict = {"role": "assistant", "content": text}
         if calls:
-            msg["tool_calls"] = [{"id": f"call_{self.n}_{k}", "type": "function", "function": {"name": name, "arguments": args}} for k, (name, args) in enumerate(calls)]
-        final = {"id": f"chatcmpl-{self.n}", "object": "chat.completion", "model": "gpt-test",
-                 "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if calls else "stop"}]}
+            msg["tool_calls"] = [
+                {
+                    "id": f"call_{self.n}_{k}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": args},
+                }
+                for k, (name, args) in enumerate(calls)
+            ]
+        final = {
+            "id": f"chatcmpl-{self.n}",
+            "object": "chat.completion",
+            "model": "gpt-test",
+            "choices": [{"index": 0, "message": msg, "finish_reason": "tool_calls" if calls else "stop"}],
+        }
         if response is None:
             response = orjson.dumps(final) if status < 400 else C.error_body(status, "overloaded")
-        ex = self.j.record_exchange(self.run, "POST", "/v1/chat/completions", [("content-type", "application/json")], protocol="openai-chat",
-                                    attempt=attempt, status=status, outcome=outcome, request_body=self.body(), response_body=response, streamed=streamed,
-                                    **recorded)
+        ex = self.j.record_exchange(
+            self.run,
+            "POST",
+            "/v1/chat/completions",
+            [("content-type", "application/json")],
+            protocol="openai-chat",
+            attempt=attempt,
+            status=status,
+            outcome=outcome,
+            request_body=self.body(),
+            response_body=response,
+            streamed=streamed,
+            **recorded,
+        )
         if echo and status < 400:
             self.messages.append(msg)
         return ex
@@ -534,16 +686,26 @@ def test_ties_go_to_the_hint_then_more_tools_then_the_earlier_start(tmp_path):
                 s.results("x")
             s.send(text="done")
     with JournalReader(path) as r:
+
         def main_task(run, **kw):
             c = classify_run(r, run, **kw)
             return c.main.first.conversation().messages[0].parts[0].text, [ch.role for ch in c.chains]
 
         assert main_task("r-tools") == ("task A", ["main", "auxiliary"])  # more tools
-        assert main_task("r-tools", prefer=ChainHint(tools=frozenset({"edit"}))) == ("task B", ["auxiliary", "main"])
+        assert main_task("r-tools", prefer=ChainHint(tools=frozenset({"edit"}))) == (
+            "task B",
+            ["auxiliary", "main"],
+        )
         assert main_task("r-tools", prefer=lambda conv: False) == ("task A", ["main", "auxiliary"])
         assert main_task("r-even") == ("task A", ["main", "auxiliary"])  # the earlier start
-        assert main_task("r-even", prefer=ChainHint(system_prefix="You are B")) == ("task B", ["auxiliary", "main"])
-        assert main_task("r-long", prefer=ChainHint(system_prefix="You are B")) == ("task A", ["main", "auxiliary"])
+        assert main_task("r-even", prefer=ChainHint(system_prefix="You are B")) == (
+            "task B",
+            ["auxiliary", "main"],
+        )
+        assert main_task("r-long", prefer=ChainHint(system_prefix="You are B")) == (
+            "task A",
+            ["main", "auxiliary"],
+        )
 
 
 def test_second_chain_in_one_run_is_reported_not_merged(tmp_path):
@@ -561,7 +723,10 @@ def test_second_chain_in_one_run_is_reported_not_merged(tmp_path):
         second.append(s.send(text="tested", attempt=2))
     traj = steps_of(path, "r-resume")
     chains = traj.meta["chains"]
-    assert [(c["chain"], c["role"], c["exchanges"], c["attempts"]) for c in chains] == [(1, "main", first, [1]), (2, "auxiliary", second, [2])]
+    assert [(c["chain"], c["role"], c["exchanges"], c["attempts"]) for c in chains] == [
+        (1, "main", first, [1]),
+        (2, "auxiliary", second, [2]),
+    ]
     assert "regenerated first message" in chains[1]["breaks"] and chains[1]["nearest"] == first[-1]
     assert chains[1]["common_messages"] == 0
     assert len(traj.steps) == 2 and [lo.where for lo in traj.left_out] == second
@@ -604,9 +769,14 @@ def test_same_messages_under_other_tools_is_not_a_retry(tmp_path):
         s.results("a.txt")
         last = s.send(text="done")
     t = steps_of(path, "r-title")
-    assert [d["exchange"] for d in t.meta["steps"]] == [first, last] and [s.flags for s in t.steps] == [[], []]
+    assert [d["exchange"] for d in t.meta["steps"]] == [first, last] and [s.flags for s in t.steps] == [
+        [],
+        [],
+    ]
     assert [(lo.where, lo.kind) for lo in t.left_out] == [(title, "chain")]
-    assert t.meta["chains"][1]["breaks"].startswith(f"sends the messages of {first} (chain 1) under other tools")
+    assert t.meta["chains"][1]["breaks"].startswith(
+        f"sends the messages of {first} (chain 1) under other tools"
+    )
 
 
 def test_retry_that_never_succeeds_interrupted_reply_and_missing_results(tmp_path):
@@ -642,7 +812,9 @@ def test_retry_that_never_succeeds_interrupted_reply_and_missing_results(tmp_pat
     assert m.meta["steps"][0]["missing_results"] == [{"call": 2, "id": "call_1_1", "name": "bash"}]
     assert [r.content for r in m.steps[0].observation.results] == ["a.txt"]
     assert m.steps[1].flags == ["action_changed_by_agent"]
-    assert m.steps[1].action.tool_calls[0].arguments_raw == '{"command":"cat a.txt"}'  # the model's, not the agent's
+    assert (
+        m.steps[1].action.tool_calls[0].arguments_raw == '{"command":"cat a.txt"}'
+    )  # the model's, not the agent's
 
 
 def test_exchanges_outside_every_chain_and_a_run_without_steps(tmp_path):
@@ -652,21 +824,71 @@ def test_exchanges_outside_every_chain_and_a_run_without_steps(tmp_path):
         run = "r-odd"
         ids = {
             "head": j.record_exchange(run, "HEAD", "/", [], status=200),
-            "text": j.record_exchange(run, "POST", "/v1/chat/completions", [], protocol="openai-chat", status=400, request_body=b"not json"),
-            "shape": j.record_exchange(run, "POST", "/v1/messages", [], protocol="anthropic", status=400, request_body=b'{"messages": 5}'),
-            "big": j.record_exchange(run, "POST", "/v1/responses", [], protocol="openai-responses", status=413, outcome="oversize", request_bytes=10**9),
-            "count": j.record_exchange(run, "POST", "/v1beta/models/gemini-2.5-pro:countTokens", [], protocol="gemini", status=200,
-                                       request_body=b'{"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}', response_body=b'{"totalTokens": 1}'),
-            "alien": j.record_exchange(run, "POST", "/v2/generate", [], protocol="future-protocol", status=200, request_body=b"{}"),
+            "text": j.record_exchange(
+                run,
+                "POST",
+                "/v1/chat/completions",
+                [],
+                protocol="openai-chat",
+                status=400,
+                request_body=b"not json",
+            ),
+            "shape": j.record_exchange(
+                run,
+                "POST",
+                "/v1/messages",
+                [],
+                protocol="anthropic",
+                status=400,
+                request_body=b'{"messages": 5}',
+            ),
+            "big": j.record_exchange(
+                run,
+                "POST",
+                "/v1/responses",
+                [],
+                protocol="openai-responses",
+                status=413,
+                outcome="oversize",
+                request_bytes=10**9,
+            ),
+            "count": j.record_exchange(
+                run,
+                "POST",
+                "/v1beta/models/gemini-2.5-pro:countTokens",
+                [],
+                protocol="gemini",
+                status=200,
+                request_body=b'{"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}',
+                response_body=b'{"totalTokens": 1}',
+            ),
+            "alien": j.record_exchange(
+                run, "POST", "/v2/generate", [], protocol="future-protocol", status=200, request_body=b"{}"
+            ),
         }
     traj = steps_of(path, "r-odd")
-    assert traj.steps == [] and traj.meta["main_chain"] is None and traj.meta["chains"] == [] and traj.task is None
+    assert (
+        traj.steps == []
+        and traj.meta["main_chain"] is None
+        and traj.meta["chains"] == []
+        and traj.task is None
+    )
     left = {lo.where: (lo.kind, lo.reason) for lo in traj.left_out}
     assert left[ids["head"]] == ("non_protocol", "HEAD / is not a model-API request path")
-    assert left[ids["text"]][0] == "unparsable" and "Chat Completions" in left[ids["text"]][1] and "not valid JSON" in left[ids["text"]][1]
+    assert (
+        left[ids["text"]][0] == "unparsable"
+        and "Chat Completions" in left[ids["text"]][1]
+        and "not valid JSON" in left[ids["text"]][1]
+    )
     assert left[ids["shape"]][0] == "unparsable" and "Anthropic" in left[ids["shape"]][1]
-    assert left[ids["big"]] == ("no_request_body", "POST /v1/responses was refused as oversize (status 413): its body of 1000000000 bytes or more was not stored whole")
-    assert left[ids["count"]] == ("token_count", "POST /v1beta/models/gemini-2.5-pro:countTokens asks for a token count, not a reply")
+    assert left[ids["big"]] == (
+        "no_request_body",
+        "POST /v1/responses was refused as oversize (status 413): its body of 1000000000 bytes or more was not stored whole",
+    )
+    assert left[ids["count"]] == (
+        "token_count",
+        "POST /v1beta/models/gemini-2.5-pro:countTokens asks for a token count, not a reply",
+    )
     assert left[ids["alien"]][0] == "unknown_protocol"
     with JournalReader(path) as r:
         assert set(classify_run(r, "r-odd").roles().values()) == {(None, "auxiliary")}
@@ -676,7 +898,9 @@ def test_exchanges_outside_every_chain_and_a_run_without_steps(tmp_path):
 def test_token_count_paths_of_the_protocol_modules():
     assert A.counts_tokens("/v1/messages/count_tokens") and not A.counts_tokens("/v1/messages")
     assert G.counts_tokens("/v1beta/models/m:countTokens") and G.counts_tokens("/v1/models/m:countTokens")
-    assert not G.counts_tokens("/v1beta/models/m:generateContent") and not G.counts_tokens("/v1beta/models/m:streamGenerateContent")
+    assert not G.counts_tokens("/v1beta/models/m:generateContent") and not G.counts_tokens(
+        "/v1beta/models/m:streamGenerateContent"
+    )
     assert not C.counts_tokens("/v1/chat/completions") and not R.counts_tokens("/v1/responses")
 
 
@@ -694,7 +918,10 @@ def test_journal_steps_human_and_json(corpus_journal):
     assert lines[2] == "main chain 2 of 2: 2 steps"
     assert lines[3].split() == ["STEP", "EXCHANGE", "ACTION", "(TOOL", "CALLS)", "OBSERVATION", "FLAGS"]
     step1 = lines[4]
-    assert step1.startswith("1 ") and 'bash(command="echo PARALLEL_ONE > one.txt && cat one…); bash(command="echo PARALLEL_TWO' in step1
+    assert (
+        step1.startswith("1 ")
+        and 'bash(command="echo PARALLEL_ONE > one.txt && cat one…); bash(command="echo PARALLEL_TWO' in step1
+    )
     assert step1.endswith("2 results, 26 chars  -")
     assert lines[5].startswith("2 ") and "text: 'FINAL" in lines[5]
     title = recorded["opencode-parallel"][0].exchange
@@ -707,7 +934,10 @@ def test_journal_steps_human_and_json(corpus_journal):
     assert doc["schema"] == "pvisor.steps/v1" and doc["run"] == "opencode-parallel" and doc["main_chain"] == 2
     assert [len(s["action"]["tool_calls"]) for s in doc["steps"]] == [2, 0]
     assert [a["exchange"] for a in doc["auxiliary"]] == [title]
-    assert [r["content"] for r in doc["steps"][0]["observation"]["results"]] == ["PARALLEL_ONE\n", "PARALLEL_TWO\n"]
+    assert [r["content"] for r in doc["steps"][0]["observation"]["results"]] == [
+        "PARALLEL_ONE\n",
+        "PARALLEL_TWO\n",
+    ]
 
 
 def test_journal_steps_unknown_run_and_run_without_steps(tmp_path):
@@ -717,17 +947,28 @@ def test_journal_steps_unknown_run_and_run_without_steps(tmp_path):
         j.record_exchange("r-probe-only", "HEAD", "/", [], status=200)
         j.create_run(Run(id="r-probe-two"))
     proc = pvisor("journal", "steps", "r-nope", journal=path)
-    assert proc.returncode == 2 and proc.stderr.decode().startswith("pvisor: error: no run 'r-nope' in journal")
+    assert proc.returncode == 2 and proc.stderr.decode().startswith(
+        "pvisor: error: no run 'r-nope' in journal"
+    )
     proc = pvisor("journal", "steps", "r-probe", journal=path)
     assert proc.returncode == 2 and "ambiguous" in proc.stderr.decode()
     proc = pvisor("journal", "steps", "r-probe-only", journal=path)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout.decode().splitlines()
     assert out[1] == "no main-loop exchange: 0 steps (1 auxiliary exchange)"
-    assert out[2:] == ["auxiliary: 1", out[3]] and "[non_protocol] HEAD / is not a model-API request path" in out[3]
+    assert (
+        out[2:] == ["auxiliary: 1", out[3]]
+        and "[non_protocol] HEAD / is not a model-API request path" in out[3]
+    )
     proc = pvisor("journal", "steps", "r-probe-only", "--json", journal=path)
     doc = orjson.loads(proc.stdout)
-    assert (doc["steps"], doc["main_chain"], doc["task"], doc["tools"], len(doc["auxiliary"])) == ([], None, None, None, 1)
+    assert (doc["steps"], doc["main_chain"], doc["task"], doc["tools"], len(doc["auxiliary"])) == (
+        [],
+        None,
+        None,
+        None,
+        1,
+    )
     for args in (["journal", "steps", "r-nope"], ["journal", "steps", "r-probe-two", "--json"]):
         assert b"Traceback" not in pvisor(*args, journal=path).stderr
 
@@ -739,42 +980,85 @@ def test_anthropic_server_tool_calls_echoed_back_raise_no_flag(stack):
     """A reply with ``server_tool_use`` and ``web_search_tool_result`` blocks (the provider ran
     the search), echoed back exactly by the SDK: no result is expected from the agent, the echo
     is the action, and a last step with only a server call leaves nothing unsent."""
-    search = {"type": "server_tool_use", "id": "srvtoolu_01", "name": "web_search", "input": {"query": "pvisor"}}
-    found = {"type": "web_search_tool_result", "tool_use_id": "srvtoolu_01",
-             "content": [{"type": "web_search_result", "url": "https://example.com/", "title": "Example", "encrypted_content": "EqQ", "page_age": None}]}
+    search = {
+        "type": "server_tool_use",
+        "id": "srvtoolu_01",
+        "name": "web_search",
+        "input": {"query": "pvisor"},
+    }
+    found = {
+        "type": "web_search_tool_result",
+        "tool_use_id": "srvtoolu_01",
+        "content": [
+            {
+                "type": "web_search_result",
+                "url": "https://example.com/",
+                "title": "Example",
+                "encrypted_content": "EqQ",
+                "page_age": None,
+            }
+        ],
+    }
     bash = {"type": "tool_use", "id": "toolu_01", "name": "bash", "input": {"command": "ls"}}
     replies = [
         [search, found, {"type": "text", "text": "Searched; now listing."}, bash],
-        [{**search, "id": "srvtoolu_02"}, {**found, "tool_use_id": "srvtoolu_02"}, {"type": "text", "text": "Found it."}],
+        [
+            {**search, "id": "srvtoolu_02"},
+            {**found, "tool_use_id": "srvtoolu_02"},
+            {"type": "text", "text": "Found it."},
+        ],
     ]
 
     async def handler(request: web.BaseRequest) -> web.StreamResponse:
         body = orjson.loads(await request.read())
         turn = sum(1 for m in body["messages"] if m["role"] == "assistant")
         content = replies[turn]
-        final = {"id": f"msg_{turn}", "type": "message", "role": "assistant", "model": "claude-test", "content": content,
-                 "stop_reason": "tool_use" if content[-1]["type"] == "tool_use" else "end_turn", "stop_sequence": None,
-                 "usage": {"input_tokens": 10, "output_tokens": 5, "server_tool_use": {"web_search_requests": 1}}}
+        final = {
+            "id": f"msg_{turn}",
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-test",
+            "content": content,
+            "stop_reason": "tool_use" if content[-1]["type"] == "tool_use" else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5, "server_tool_use": {"web_search_requests": 1}},
+        }
         return web.Response(body=orjson.dumps(final), headers={"Content-Type": "application/json"})
 
     up = stack.raw_upstream(handler)
     gw = stack.gateway(upstreams={"anthropic": up.url})
     client = anthropic.Anthropic(base_url=gw.url, api_key="sk-ant-test", max_retries=0, timeout=30)
-    tools = [{"name": "bash", "description": "Run a shell command.", "input_schema": SHELL},
-             {"type": "web_search_20250305", "name": "web_search", "max_uses": 3}]
+    tools = [
+        {"name": "bash", "description": "Run a shell command.", "input_schema": SHELL},
+        {"type": "web_search_20250305", "name": "web_search", "max_uses": 3},
+    ]
     messages: list[dict] = [{"role": "user", "content": TASK}]
     for _ in replies:
-        final = client.messages.create(model="claude-test", max_tokens=512, system=SYSTEM, tools=tools, messages=messages)
-        messages.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]})
+        final = client.messages.create(
+            model="claude-test", max_tokens=512, system=SYSTEM, tools=tools, messages=messages
+        )
+        messages.append(
+            {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in final.content]}
+        )
         calls = [b for b in final.content if b.type == "tool_use"]
         if calls:
-            messages.append({"role": "user", "content": [{"type": "tool_result", "tool_use_id": c.id, "content": "a.txt"} for c in calls]})
+            messages.append(
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": c.id, "content": "a.txt"} for c in calls
+                    ],
+                }
+            )
     stack.exchanges(gw)
     with stack.reader(gw) as r:
         traj = trajectory_from_journal(r, gw.run)
     assert len(traj.steps) == 2
     s1, s2 = traj.steps
-    assert [(c.kind, c.name, c.id) for c in s1.action.tool_calls] == [("server", "web_search", "srvtoolu_01"), ("function", "bash", "toolu_01")]
+    assert [(c.kind, c.name, c.id) for c in s1.action.tool_calls] == [
+        ("server", "web_search", "srvtoolu_01"),
+        ("function", "bash", "toolu_01"),
+    ]
     assert [(r.call_id, r.content) for r in s1.observation.results] == [("toolu_01", "a.txt")]
     assert s1.flags == [] and s2.flags == []
     assert [(c.kind, c.id) for c in s2.action.tool_calls] == [("server", "srvtoolu_02")]
@@ -785,11 +1069,21 @@ def test_anthropic_function_call_still_needs_its_result():
     from pvisor.adapters.journal_trajectory import _observation
     from pvisor.journal.model import Message, TextPart
 
-    action = A.response_to_action({"content": [{"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
-                                               {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "ls"}}]})
-    echo = A.parse_request({"messages": [{"role": "assistant", "content": [b for b in action.raw["content"]]}]}).messages
+    action = A.response_to_action(
+        {
+            "content": [
+                {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}},
+                {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "ls"}},
+            ]
+        }
+    )
+    echo = A.parse_request(
+        {"messages": [{"role": "assistant", "content": [b for b in action.raw["content"]]}]}
+    ).messages
     obs, flags, details = _observation("anthropic", [*echo, Message("user", [TextPart("go on")])], action)
-    assert flags == ["missing_tool_results"] and details["missing_results"] == [{"call": 2, "id": "toolu_1", "name": "bash"}]
+    assert flags == ["missing_tool_results"] and details["missing_results"] == [
+        {"call": 2, "id": "toolu_1", "name": "bash"}
+    ]
 
 
 def test_the_same_messages_in_other_protocols_are_not_retries(tmp_path):
@@ -797,15 +1091,42 @@ def test_the_same_messages_in_other_protocols_are_not_retries(tmp_path):
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as j:
         ids = [
-            j.record_exchange("r-proto", "POST", "/v1/messages", [], protocol="anthropic", status=200,
-                              request_body=b'{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}',
-                              response_body=orjson.dumps(A.action_to_response(Action(text="hello"), model="m", ids=IdSource(1)))),
-            j.record_exchange("r-proto", "POST", "/v1beta/models/m:generateContent", [], protocol="gemini", status=200,
-                              request_body=b'{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}',
-                              response_body=orjson.dumps(G.action_to_response(Action(text="hello"), model="m", ids=IdSource(2)))),
-            j.record_exchange("r-proto", "POST", "/v1/chat/completions", [], protocol="openai-chat", status=200,
-                              request_body=b'{"model":"m","messages":[{"role":"user","content":"hi"}]}',
-                              response_body=orjson.dumps(C.action_to_response(Action(text="hello"), model="m", ids=IdSource(3)))),
+            j.record_exchange(
+                "r-proto",
+                "POST",
+                "/v1/messages",
+                [],
+                protocol="anthropic",
+                status=200,
+                request_body=b'{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}',
+                response_body=orjson.dumps(
+                    A.action_to_response(Action(text="hello"), model="m", ids=IdSource(1))
+                ),
+            ),
+            j.record_exchange(
+                "r-proto",
+                "POST",
+                "/v1beta/models/m:generateContent",
+                [],
+                protocol="gemini",
+                status=200,
+                request_body=b'{"contents":[{"role":"user","parts":[{"text":"hi"}]}]}',
+                response_body=orjson.dumps(
+                    G.action_to_response(Action(text="hello"), model="m", ids=IdSource(2))
+                ),
+            ),
+            j.record_exchange(
+                "r-proto",
+                "POST",
+                "/v1/chat/completions",
+                [],
+                protocol="openai-chat",
+                status=200,
+                request_body=b'{"model":"m","messages":[{"role":"user","content":"hi"}]}',
+                response_body=orjson.dumps(
+                    C.action_to_response(Action(text="hello"), model="m", ids=IdSource(3))
+                ),
+            ),
         ]
     traj = steps_of(path, "r-proto")
     assert [c["exchanges"] for c in traj.meta["chains"]] == [[x] for x in ids]
@@ -832,21 +1153,38 @@ def test_responses_previous_response_id_session_is_followed(stack):
     follows the response ids, the steps and their observations are the session's."""
     actions = [
         Action(text="Looking.", tool_calls=[ToolCall("call_a", "shell", '{"command":"ls"}')]),
-        Action(text="Both.", tool_calls=[ToolCall("call_b", "shell", '{"command":"cat a"}'), ToolCall("call_c", "shell", '{"command":"cat b"}')]),
+        Action(
+            text="Both.",
+            tool_calls=[
+                ToolCall("call_b", "shell", '{"command":"cat a"}'),
+                ToolCall("call_c", "shell", '{"command":"cat b"}'),
+            ],
+        ),
         Action(text="Done."),
     ]
     up = responses_session_upstream(stack, actions)
     gw = stack.gateway(upstreams={"openai": up.url})
     client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0, timeout=30)
-    tools = [{"type": "function", "name": "shell", "description": "Run a shell command.", "parameters": SHELL}]
+    tools = [
+        {"type": "function", "name": "shell", "description": "Run a shell command.", "parameters": SHELL}
+    ]
     response = client.responses.create(model="gpt-test", instructions=SYSTEM, input=TASK, tools=tools)
     previous = [response.id]
     while True:
         calls = [o for o in response.output if o.type == "function_call"]
         if not calls:
             break
-        outputs = [{"type": "function_call_output", "call_id": c.call_id, "output": f"out of {c.arguments}"} for c in calls]
-        response = client.responses.create(model="gpt-test", instructions=SYSTEM, tools=tools, previous_response_id=response.id, input=outputs)
+        outputs = [
+            {"type": "function_call_output", "call_id": c.call_id, "output": f"out of {c.arguments}"}
+            for c in calls
+        ]
+        response = client.responses.create(
+            model="gpt-test",
+            instructions=SYSTEM,
+            tools=tools,
+            previous_response_id=response.id,
+            input=outputs,
+        )
         previous.append(response.id)
     exchanges = stack.exchanges(gw)
     assert len(exchanges) == 3 and len(set(previous)) == 3
@@ -857,31 +1195,59 @@ def test_responses_previous_response_id_session_is_followed(stack):
     assert traj.task == TASK and traj.system == SYSTEM
     assert [[c.id for c in s.action.tool_calls] for s in traj.steps] == [["call_a"], ["call_b", "call_c"], []]
     assert [[(r.call_id, r.content) for r in s.observation.results] for s in traj.steps] == [
-        [("call_a", 'out of {"command":"ls"}')], [("call_b", 'out of {"command":"cat a"}'), ("call_c", 'out of {"command":"cat b"}')], []]
+        [("call_a", 'out of {"command":"ls"}')],
+        [("call_b", 'out of {"command":"cat a"}'), ("call_c", 'out of {"command":"cat b"}')],
+        [],
+    ]
     details = traj.meta["steps"]
     assert "previous_response_id" not in details[0]
-    assert [(d["previous_response_id"], d["previous_exchange"]) for d in details[1:]] == [(previous[0], exchanges[0].id), (previous[1], exchanges[1].id)]
+    assert [(d["previous_response_id"], d["previous_exchange"]) for d in details[1:]] == [
+        (previous[0], exchanges[0].id),
+        (previous[1], exchanges[1].id),
+    ]
 
 
 def test_previous_response_id_of_no_exchange_of_the_run_is_reported(tmp_path):
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as j:
+
         def post(body: dict, action: Action, seed: int) -> str:
-            return j.record_exchange("r-prev", "POST", "/v1/responses", [], protocol="openai-responses", status=200, request_body=orjson.dumps(body),
-                                     response_body=orjson.dumps(R.action_to_response(action, model="gpt-test", ids=IdSource(seed))))
+            return j.record_exchange(
+                "r-prev",
+                "POST",
+                "/v1/responses",
+                [],
+                protocol="openai-responses",
+                status=200,
+                request_body=orjson.dumps(body),
+                response_body=orjson.dumps(
+                    R.action_to_response(action, model="gpt-test", ids=IdSource(seed))
+                ),
+            )
 
         first = post({"model": "gpt-test", "input": "hi"}, Action(text="hello"), 1)
-        orphan = post({"model": "gpt-test", "previous_response_id": "resp_from_yesterday", "input": "and now?"}, Action(text="now"), 2)
+        orphan = post(
+            {"model": "gpt-test", "previous_response_id": "resp_from_yesterday", "input": "and now?"},
+            Action(text="now"),
+            2,
+        )
     traj = steps_of(path, "r-prev")
     assert [c["exchanges"] for c in traj.meta["chains"]] == [[first], [orphan]]
-    assert traj.meta["chains"][1]["breaks"].startswith("its previous_response_id resp_from_yesterday names no response of this run")
+    assert traj.meta["chains"][1]["breaks"].startswith(
+        "its previous_response_id resp_from_yesterday names no response of this run"
+    )
 
 
 def test_partially_delivered_reply_is_flagged(tmp_path):
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as j:
         # the gateway's counts: the agent went away after 40 of the 180 bytes the upstream sent
-        ChatSession(j, "r-part").send(calls=[("bash", '{"command":"rm -rf build"}')], outcome="aborted_by_client", bytes_received=180, bytes_delivered=40)
+        ChatSession(j, "r-part").send(
+            calls=[("bash", '{"command":"rm -rf build"}')],
+            outcome="aborted_by_client",
+            bytes_received=180,
+            bytes_delivered=40,
+        )
     traj = steps_of(path, "r-part")
     assert traj.steps[0].flags == ["interrupted", "partially_delivered", "tool_results_not_sent"]
     assert (traj.meta["steps"][0]["bytes_received"], traj.meta["steps"][0]["bytes_delivered"]) == (180, 40)
@@ -894,10 +1260,15 @@ def test_a_200_reply_without_choices_is_no_reply(tmp_path, choices):
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as j:
         s = ChatSession(j, "r-none")
-        s.send(response=orjson.dumps({"id": "c", "object": "chat.completion", "choices": choices}), echo=False)
+        s.send(
+            response=orjson.dumps({"id": "c", "object": "chat.completion", "choices": choices}), echo=False
+        )
     traj = steps_of(path, "r-none")
     assert traj.steps[0].flags == ["no_reply"]
-    assert traj.meta["steps"][0]["reply_problem"] == f"the response holds no reply: 'choices' is {'null' if choices is None else 'an empty array'}"
+    assert (
+        traj.meta["steps"][0]["reply_problem"]
+        == f"the response holds no reply: 'choices' is {'null' if choices is None else 'an empty array'}"
+    )
     out = pvisor("journal", "steps", "r-none", journal=path).stdout.decode()
     assert "(no reply)" in out and "no_reply" in out
 
@@ -912,22 +1283,39 @@ def test_oversize_head_and_gateway_502_through_the_gateway(stack):
     assert status == 413
     status, _, _ = http_request(gw.url, "HEAD", "/v1/messages")
     from gateway_helpers import dead_url
+
     dead = stack.gateway(upstreams={"openai": dead_url()}, name="dead")
-    status, _, _ = http_request(dead.url, "POST", "/v1/chat/completions", orjson.dumps({"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}))
+    status, _, _ = http_request(
+        dead.url,
+        "POST",
+        "/v1/chat/completions",
+        orjson.dumps({"model": "gpt-test", "messages": [{"role": "user", "content": "hi"}]}),
+    )
     assert status == 502
     over, head = stack.exchanges(gw)
     assert (over.outcome, head.method) == ("oversize", "HEAD")
     with stack.reader(gw) as r:
         traj = trajectory_from_journal(r, gw.run)
     kinds = {lo.where: (lo.kind, lo.reason) for lo in traj.left_out}
-    assert kinds[over.id] == ("no_request_body", f"POST /v1/chat/completions was refused as oversize (status 413): its body of {over.request_bytes} bytes or more was not stored whole")
-    assert kinds[head.id] == ("non_protocol", "HEAD /v1/messages asks for no reply: model-API requests are POST")
+    assert kinds[over.id] == (
+        "no_request_body",
+        f"POST /v1/chat/completions was refused as oversize (status 413): its body of {over.request_bytes} bytes or more was not stored whole",
+    )
+    assert kinds[head.id] == (
+        "non_protocol",
+        "HEAD /v1/messages asks for no reply: model-API requests are POST",
+    )
     stack.exchanges(dead)
     with stack.reader(dead) as r:
         traj = trajectory_from_journal(r, dead.run)
     assert traj.steps[0].flags == ["no_reply"]
     problem = traj.meta["steps"][0]["reply_problem"]
-    assert problem.startswith("the gateway answered status 502 itself, no upstream reply (outcome upstream_unreachable: ") and "cannot connect" in problem
+    assert (
+        problem.startswith(
+            "the gateway answered status 502 itself, no upstream reply (outcome upstream_unreachable: "
+        )
+        and "cannot connect" in problem
+    )
 
 
 async def _ok_chat(request: web.BaseRequest) -> web.StreamResponse:
@@ -943,20 +1331,58 @@ def test_human_output_wording_controls_and_counts(tmp_path):
         s.send(calls=[("bash", '{"command":"ls"}')])
         s.results("x")
         s.send(calls=[("bash", '{"command":"a"}'), ("bash", '{"command":"b"}')])
-        s.messages += [{"role": "tool", "tool_call_id": f"call_2_{k}", "content": [{"type": "text", "text": "out"}]} for k in range(2)]
+        s.messages += [
+            {"role": "tool", "tool_call_id": f"call_2_{k}", "content": [{"type": "text", "text": "out"}]}
+            for k in range(2)
+        ]
         s.send(calls=[("bash", orjson.dumps({"command": f"echo {k} {'y' * 30}"}).decode()) for k in range(6)])
         s.results(*["z"] * 6)
         s.send(text="done")
         # Anthropic results that are errors
         call = {"type": "tool_use", "id": "toolu_1", "name": "bash", "input": {"command": "x"}}
         first = {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "go"}]}
-        reply = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "content": [call, {**call, "id": "toolu_2"}],
-                 "stop_reason": "tool_use", "usage": {}}
-        second = {**first, "messages": [*first["messages"], {"role": "assistant", "content": reply["content"]}, {"role": "user", "content": [
-            {"type": "tool_result", "tool_use_id": f"toolu_{k}", "content": "no", "is_error": True} for k in (1, 2)]}]}
-        for body, answer in ((first, reply), (second, {**reply, "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"})):
-            j.record_exchange("r-errors", "POST", "/v1/messages", [], protocol="anthropic", status=200,
-                              request_body=orjson.dumps(body), response_body=orjson.dumps(answer))
+        reply = {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "content": [call, {**call, "id": "toolu_2"}],
+            "stop_reason": "tool_use",
+            "usage": {},
+        }
+        second = {
+            **first,
+            "messages": [
+                *first["messages"],
+                {"role": "assistant", "content": reply["content"]},
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": f"toolu_{k}",
+                            "content": "no",
+                            "is_error": True,
+                        }
+                        for k in (1, 2)
+                    ],
+                },
+            ],
+        }
+        for body, answer in (
+            (first, reply),
+            (second, {**reply, "content": [{"type": "text", "text": "ok"}], "stop_reason": "end_turn"}),
+        ):
+            j.record_exchange(
+                "r-errors",
+                "POST",
+                "/v1/messages",
+                [],
+                protocol="anthropic",
+                status=200,
+                request_body=orjson.dumps(body),
+                response_body=orjson.dumps(answer),
+            )
     out = pvisor("journal", "steps", "r-words", journal=path).stdout.decode()
     lines = out.splitlines()
     assert lines[1] == "task: fix it\\x07 now\\x1b[2J"
@@ -971,13 +1397,33 @@ def test_human_output_wording_controls_and_counts(tmp_path):
 
 def test_signed_is_false_for_an_empty_signature(tmp_path):
     path = tmp_path / "j.sqlite"
-    thinking = lambda sig: {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "stop_reason": "end_turn",
-                            "content": [{"type": "thinking", "thinking": "hm", "signature": sig}, {"type": "text", "text": "ok"}], "usage": {}}
+
+    def thinking(sig):
+        return {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": "m",
+            "stop_reason": "end_turn",
+            "content": [
+                {"type": "thinking", "thinking": "hm", "signature": sig},
+                {"type": "text", "text": "ok"},
+            ],
+            "usage": {},
+        }
+
     with Journal.open(path) as j:
         for run, sig in (("r-empty-sig", ""), ("r-sig", "EqQBCkgIAR")):
-            j.record_exchange(run, "POST", "/v1/messages", [], protocol="anthropic", status=200,
-                              request_body=b'{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}',
-                              response_body=orjson.dumps(thinking(sig)))
+            j.record_exchange(
+                run,
+                "POST",
+                "/v1/messages",
+                [],
+                protocol="anthropic",
+                status=200,
+                request_body=b'{"model":"m","max_tokens":9,"messages":[{"role":"user","content":"hi"}]}',
+                response_body=orjson.dumps(thinking(sig)),
+            )
     docs = {run: trajectory_to_json(steps_of(path, run)) for run in ("r-empty-sig", "r-sig")}
     assert docs["r-empty-sig"]["steps"][0]["action"]["reasoning"][0]["signed"] is False
     assert docs["r-sig"]["steps"][0]["action"]["reasoning"][0]["signed"] is True
@@ -989,29 +1435,64 @@ def test_gemini_sdk_with_parameters_json_schema_through_gateway_and_scripted_mod
     from google import genai
     from google.genai import types
 
-    url = stack.scripted({"turns": [{"text": "Listing.", "tool_calls": [{"tool": "@shell", "command": "ls"}]}, {"text": "Done."}]})
+    url = stack.scripted(
+        {
+            "turns": [
+                {"text": "Listing.", "tool_calls": [{"tool": "@shell", "command": "ls"}]},
+                {"text": "Done."},
+            ]
+        }
+    )
     gw = stack.gateway(upstreams={"gemini": url})
     schema = {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]}
-    client = genai.Client(api_key="gemini-test", http_options=types.HttpOptions(base_url=gw.url, timeout=30_000))
-    decl = types.FunctionDeclaration(name="run_shell_command", description="Run a shell command.", parameters_json_schema=schema)
-    config = types.GenerateContentConfig(system_instruction=SYSTEM, tools=[types.Tool(function_declarations=[decl])],
-                                         automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True))
+    client = genai.Client(
+        api_key="gemini-test", http_options=types.HttpOptions(base_url=gw.url, timeout=30_000)
+    )
+    decl = types.FunctionDeclaration(
+        name="run_shell_command", description="Run a shell command.", parameters_json_schema=schema
+    )
+    config = types.GenerateContentConfig(
+        system_instruction=SYSTEM,
+        tools=[types.Tool(function_declarations=[decl])],
+        automatic_function_calling=types.AutomaticFunctionCallingConfig(disable=True),
+    )
     contents = [types.Content(role="user", parts=[types.Part(text=TASK)])]
     calls = []
     for _ in range(2):
-        parts = client.models.generate_content(model="gemini-test", contents=contents, config=config).candidates[0].content.parts
+        parts = (
+            client.models.generate_content(model="gemini-test", contents=contents, config=config)
+            .candidates[0]
+            .content.parts
+        )
         contents.append(types.Content(role="model", parts=parts))
         fcs = [p.function_call for p in parts if p.function_call]
         calls += [(f.name, dict(f.args)) for f in fcs]
         if fcs:
-            contents.append(types.Content(role="user", parts=[types.Part(function_response=types.FunctionResponse(name=f.name, response={"output": "a.txt"})) for f in fcs]))
+            contents.append(
+                types.Content(
+                    role="user",
+                    parts=[
+                        types.Part(
+                            function_response=types.FunctionResponse(
+                                name=f.name, response={"output": "a.txt"}
+                            )
+                        )
+                        for f in fcs
+                    ],
+                )
+            )
     assert calls == [("run_shell_command", {"cmd": "ls"})]
     exchanges = stack.exchanges(gw)
     with stack.reader(gw) as r:
         assert b'"parameters_json_schema"' in r.request_body(exchanges[0])
         doc = trajectory_to_json(trajectory_from_journal(r, gw.run))
-    assert doc["system"] == SYSTEM and doc["tools"] == [{"name": "run_shell_command", "description": "Run a shell command.", "parameters": schema}]
-    assert [[c["arguments"] for c in s["action"]["tool_calls"]] for s in doc["steps"]] == [[{"cmd": "ls"}], []]
+    assert doc["system"] == SYSTEM and doc["tools"] == [
+        {"name": "run_shell_command", "description": "Run a shell command.", "parameters": schema}
+    ]
+    assert [[c["arguments"] for c in s["action"]["tool_calls"]] for s in doc["steps"]] == [
+        [{"cmd": "ls"}],
+        [],
+    ]
     assert [s["flags"] for s in doc["steps"]] == [[], []]
 
 
@@ -1030,11 +1511,13 @@ def test_reading_each_body_once_gives_what_reading_each_alone_gives(corpus_journ
                 if req.left_out is not None:
                     continue
                 mod = get_protocol(req.protocol)
-                alone = mod.parse_request(r.request_body(req.exchange), path=req.exchange.path, query=req.exchange.query)
+                alone = mod.parse_request(
+                    r.request_body(req.exchange), path=req.exchange.path, query=req.exchange.query
+                )
                 norm = mod.normalise(alone)
                 assert req.messages == [_key(m) for m in norm["messages"]], (run, req.id)
                 assert (req.system_key, req.tools_key) == (_key(norm["system"]), _key(norm["tools"]))
-                assert req.tail == alone.messages[req.tail_from:]
+                assert req.tail == alone.messages[req.tail_from :]
                 checked += 1
     assert checked >= 30
 
@@ -1046,9 +1529,24 @@ def test_reading_once_when_a_request_continues_the_last_item_group(tmp_path):
     from pvisor.adapters.chains import _key
     from pvisor.adapters.protocols import get_protocol
 
-    msg = lambda role, text: {"type": "message", "role": role, "content": [{"type": "input_text" if role != "assistant" else "output_text", "text": text}]}
-    call = lambda n: {"type": "function_call", "call_id": f"call_{n}", "name": "shell", "arguments": f'{{"command":"c{n}"}}'}
-    out = lambda n: {"type": "function_call_output", "call_id": f"call_{n}", "output": f"o{n}"}
+    def msg(role, text):
+        return {
+            "type": "message",
+            "role": role,
+            "content": [{"type": "input_text" if role != "assistant" else "output_text", "text": text}],
+        }
+
+    def call(n):
+        return {
+            "type": "function_call",
+            "call_id": f"call_{n}",
+            "name": "shell",
+            "arguments": f'{{"command":"c{n}"}}',
+        }
+
+    def out(n):
+        return {"type": "function_call_output", "call_id": f"call_{n}", "output": f"o{n}"}
+
     items = [msg("developer", "be brief"), msg("user", "task")]
     bodies = []
     for n in range(6):
@@ -1058,24 +1556,41 @@ def test_reading_once_when_a_request_continues_the_last_item_group(tmp_path):
         bodies.append(("/v1/responses", "openai-responses", {"model": "m", "input": items}))
         items = items + [out(n), out(n + 100)]
         bodies.append(("/v1/responses", "openai-responses", {"model": "m", "input": items}))
-    contents, messages = [{"role": "user", "parts": [{"text": "task"}]}], [{"role": "user", "content": "task"}]
+    contents, messages = (
+        [{"role": "user", "parts": [{"text": "task"}]}],
+        [{"role": "user", "content": "task"}],
+    )
     for n in range(6):
-        contents = contents + [{"role": "model", "parts": [{"functionCall": {"name": "s", "args": {"n": n}}}]}, {"role": "user", "parts": [{"functionResponse": {"name": "s", "response": {"o": n}}}]}]
+        contents = contents + [
+            {"role": "model", "parts": [{"functionCall": {"name": "s", "args": {"n": n}}}]},
+            {"role": "user", "parts": [{"functionResponse": {"name": "s", "response": {"o": n}}}]},
+        ]
         bodies.append(("/v1beta/models/m:generateContent", "gemini", {"contents": contents}))
-        messages = messages + [{"role": "assistant", "content": f"a{n}"}, {"role": "user", "content": f"u{n}"}]
+        messages = messages + [
+            {"role": "assistant", "content": f"a{n}"},
+            {"role": "user", "content": f"u{n}"},
+        ]
         bodies.append(("/v1/messages", "anthropic", {"model": "m", "max_tokens": 9, "messages": messages}))
-        bodies.append(("/v1/chat/completions", "openai-chat", {"model": "m", "messages": [{"role": "system", "content": "s"}, *messages]}))
+        bodies.append(
+            (
+                "/v1/chat/completions",
+                "openai-chat",
+                {"model": "m", "messages": [{"role": "system", "content": "s"}, *messages]},
+            )
+        )
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as j:
         for p, proto, body in bodies:
-            j.record_exchange("r-groups", "POST", p, [], protocol=proto, status=200, request_body=orjson.dumps(body))
+            j.record_exchange(
+                "r-groups", "POST", p, [], protocol=proto, status=200, request_body=orjson.dumps(body)
+            )
     with JournalReader(path) as r:
         c = classify_run(r, "r-groups")
         for req in c.requests:
             mod = get_protocol(req.protocol)
             alone = mod.parse_request(r.request_body(req.exchange), path=req.exchange.path)
             assert req.messages == [_key(m) for m in mod.normalise(alone)["messages"]], req.id
-            assert req.tail == alone.messages[req.tail_from:], req.id
+            assert req.tail == alone.messages[req.tail_from :], req.id
     assert len(c.requests) == len(bodies) and all(req.left_out is None for req in c.requests)
 
 
@@ -1090,8 +1605,19 @@ def test_the_action_of_a_retried_step_is_the_reply_the_next_request_carries(tmp_
         s = ChatSession(j, "r-xy")
         x = s.send(calls=[("bash", '{"command":"echo X"}')], echo=False)  # the agent keeps this reply
         y = s.send(calls=[("bash", '{"command":"echo Y"}')], echo=False)  # the retry's, unused
-        s.messages.append({"role": "assistant", "content": None,
-                           "tool_calls": [{"id": "call_1_0", "type": "function", "function": {"name": "bash", "arguments": '{"command":"echo X"}'}}]})
+        s.messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1_0",
+                        "type": "function",
+                        "function": {"name": "bash", "arguments": '{"command":"echo X"}'},
+                    }
+                ],
+            }
+        )
         s.results("X")
         s.send(text="done")
     with JournalReader(path) as r:
@@ -1132,7 +1658,9 @@ def test_a_request_carrying_a_summary_continues_the_chain_it_summarises(tmp_path
         assert c.roles()[summary] == (c.main.number, "auxiliary")
     traj = steps_of(path, "r-compact")
     # the step before takes its results from the summary request, which holds them
-    assert "compaction" in traj.steps[1].flags and [x.content for x in traj.steps[1].observation.results] == ["alpha"]
+    assert "compaction" in traj.steps[1].flags and [x.content for x in traj.steps[1].observation.results] == [
+        "alpha"
+    ]
     assert traj.meta["steps"][1]["compaction"] == summary
 
 
@@ -1145,8 +1673,13 @@ def test_another_conversation_quoting_the_last_reply_is_no_compaction(tmp_path):
         steps = [s.send(calls=[("bash", '{"command":"ls"}')])]
         s.results("a.txt")
         steps.append(s.send(text=SUMMARY_TEXT))
-        memory = ChatSession(j, "r-memory", system="Extract memories.", tools=("save_memory",),
-                             task=f"The conversation:\nuser: {TASK}\nassistant: {SUMMARY_TEXT}")
+        memory = ChatSession(
+            j,
+            "r-memory",
+            system="Extract memories.",
+            tools=("save_memory",),
+            task=f"The conversation:\nuser: {TASK}\nassistant: {SUMMARY_TEXT}",
+        )
         other = memory.send(text="nothing to save")
     with JournalReader(path) as r:
         c = classify_run(r, "r-memory")

@@ -200,8 +200,17 @@ def test_the_writer_process_reassembles_without_loading_the_gateway(tmp_path: Pa
 
     assert GATEWAY_FINALIZER == FINALIZER  # what pvisor gateway, run, replay and demo pass
     with JournalProcess.open(tmp_path / "j.sqlite", finalize=GATEWAY_FINALIZER) as j:
-        j.record_exchange("r-s", "POST", "/v1/chat/completions", [], protocol="openai-chat", status=200,
-                          request_body=b'{"stream": true}', response_body=STREAM, streamed=True)
+        j.record_exchange(
+            "r-s",
+            "POST",
+            "/v1/chat/completions",
+            [],
+            protocol="openai-chat",
+            status=200,
+            request_body=b'{"stream": true}',
+            response_body=STREAM,
+            streamed=True,
+        )
         j.flush()  # reassembled by now
         maps = Path(f"/proc/{j.pid}/maps").read_text()
         modules = Path(f"/proc/{j.pid}/cmdline").read_bytes()

@@ -59,10 +59,19 @@ def get_profile(name: str) -> "AgentProfile":
     module = AGENT_MODULES.get(name)
     if module is None:
         if name in DESCRIPTOR_MODULES:
-            raise UsageError(f"pvisor reads {name} trajectories but cannot start {name} (no launch profile); "
-                             f"agents it starts: {', '.join(AGENT_MODULES)}")
+            raise UsageError(
+                f"pvisor reads {name} trajectories but cannot start {name} (no launch profile); "
+                f"agents it starts: {', '.join(AGENT_MODULES)}"
+            )
         raise UsageError(f"unknown agent {name!r}; expected one of {', '.join(AGENT_MODULES)}")
     return importlib.import_module(f"{__name__}.{module}").PROFILE
 
 
-__all__ = ["AGENT_MODULES", "DESCRIPTOR_MODULES", "agent_names", "descriptor_names", "get_descriptor", "get_profile"]
+__all__ = [
+    "AGENT_MODULES",
+    "DESCRIPTOR_MODULES",
+    "agent_names",
+    "descriptor_names",
+    "get_descriptor",
+    "get_profile",
+]

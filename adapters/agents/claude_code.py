@@ -21,7 +21,16 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, user_home
+from .base import (
+    AgentProfile,
+    EnvSnippet,
+    LaunchContext,
+    LaunchPlan,
+    VersionRange,
+    find_file,
+    first_value,
+    user_home,
+)
 from .descriptor import ISO_DATE, ChainHint, after_separator, rx
 
 QUIET_ENV = {
@@ -52,20 +61,36 @@ class ClaudeCode(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"Bash"}))
     key_env = "ANTHROPIC_API_KEY"
-    volatile_context = ("the <env> block of the system prompt (working directory, platform, date) and its git status",)
+    volatile_context = (
+        "the <env> block of the system prompt (working directory, platform, date) and its git status",
+    )
     volatile_patterns = (rx(r"<env>[\s\S]*?</env>"), rx(r"gitStatus:[\s\S]*?(?=\n\n|$)"), ISO_DATE)
     # the last tool result of a request carries a reminder the native file does not hold
     output_decorations = ((rx(r"\s*<system-reminder>[\s\S]*?</system-reminder>\s*"), ""),)
-    path_arguments = {"Read": ("file_path",), "Write": ("file_path",), "Edit": ("file_path",), "MultiEdit": ("file_path",),
-                      "NotebookEdit": ("notebook_path",), "Glob": ("path",), "Grep": ("path",)}
+    path_arguments = {
+        "Read": ("file_path",),
+        "Write": ("file_path",),
+        "Edit": ("file_path",),
+        "MultiEdit": ("file_path",),
+        "NotebookEdit": ("notebook_path",),
+        "Glob": ("path",),
+        "Grep": ("path",),
+    }
     # these send requests to Bedrock or Vertex around the gateway, or move the config dir;
     # an auth token would be sent instead of the key we give the scripted model
-    removed_env = ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX", "ANTHROPIC_BEDROCK_BASE_URL", "ANTHROPIC_VERTEX_BASE_URL")
+    removed_env = (
+        "CLAUDE_CODE_USE_BEDROCK",
+        "CLAUDE_CODE_USE_VERTEX",
+        "ANTHROPIC_BEDROCK_BASE_URL",
+        "ANTHROPIC_VERTEX_BASE_URL",
+    )
 
     def compaction_differences(self, protocol: str) -> str | None:
         # seen in the requests 2.1.332 sent after compacting under pvisor run
-        return ("Claude Code sends a date reminder before the summary and appends the files it read again and its tool listings "
-                "to the kept tool result: those are attachment lines of its file, not in the prefix")
+        return (
+            "Claude Code sends a date reminder before the summary and appends the files it read again and its tool listings "
+            "to the kept tool result: those are attachment lines of its file, not in the prefix"
+        )
 
     def base_env(self, ctx: LaunchContext) -> dict[str, str | None]:
         env = super().base_env(ctx)
@@ -106,7 +131,11 @@ class ClaudeCode(AgentProfile):
     def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
         env = {"ANTHROPIC_BASE_URL": base_url, **QUIET_ENV, "NO_PROXY": "127.0.0.1,localhost,::1"}
         argv = ["claude"] + (["--model", model] if model else [])
-        return EnvSnippet(env=env, argv=argv, notes=["Claude Code reads its key from ANTHROPIC_API_KEY (or your login) as usual."])
+        return EnvSnippet(
+            env=env,
+            argv=argv,
+            notes=["Claude Code reads its key from ANTHROPIC_API_KEY (or your login) as usual."],
+        )
 
 
 PROFILE = DESCRIPTOR = ClaudeCode()

@@ -28,7 +28,17 @@ from typing import Any
 
 from pvisor.journal.model import Action, Message, ToolCall, ToolResult
 
-from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, toml_string, user_home
+from .base import (
+    AgentProfile,
+    EnvSnippet,
+    LaunchContext,
+    LaunchPlan,
+    VersionRange,
+    find_file,
+    first_value,
+    toml_string,
+    user_home,
+)
 from .descriptor import ISO_DATE, ChainHint, action_message, after_separator, rx
 
 PROVIDER = "pvisor"
@@ -48,8 +58,10 @@ def provider_table(base_url: str, retries: bool = True) -> str:
     """The inline TOML table of the ``pvisor`` model provider (for ``-c model_providers.pvisor=...``).
     Without ``retries``, Codex sends each request once (the scripted model never fails)."""
     no_retries = ", request_max_retries=0, stream_max_retries=0" if not retries else ""
-    return (f'{{name={toml_string(PROVIDER)}, base_url={toml_string(base_url + "/v1")}, env_key="OPENAI_API_KEY", '
-            f'wire_api="responses"{no_retries}}}')
+    return (
+        f'{{name={toml_string(PROVIDER)}, base_url={toml_string(base_url + "/v1")}, env_key="OPENAI_API_KEY", '
+        f'wire_api="responses"{no_retries}}}'
+    )
 
 
 def config_toml(base_url: str, model: str | None, retries: bool = True) -> str:
@@ -84,7 +96,12 @@ def config_toml(base_url: str, model: str | None, retries: bool = True) -> str:
 
 def overrides(base_url: str, model: str | None, retries: bool = True) -> list[str]:
     """``-c`` overrides that point Codex at the gateway without touching its config file."""
-    out = ["-c", f"model_providers.{PROVIDER}={provider_table(base_url, retries)}", "-c", f"model_provider={toml_string(PROVIDER)}"]
+    out = [
+        "-c",
+        f"model_providers.{PROVIDER}={provider_table(base_url, retries)}",
+        "-c",
+        f"model_provider={toml_string(PROVIDER)}",
+    ]
     if model:
         out += ["-c", f"model={toml_string(model)}"]
     return out
@@ -106,11 +123,16 @@ class Codex(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"exec_command"}))
     key_env = "OPENAI_API_KEY"
-    volatile_context = ("the <environment_context> item (cwd, date, timezone, workspace roots)",
-                        "the skills item, whose paths are under CODEX_HOME")
+    volatile_context = (
+        "the <environment_context> item (cwd, date, timezone, workspace roots)",
+        "the skills item, whose paths are under CODEX_HOME",
+    )
     volatile_patterns = (rx(r"<environment_context>[\s\S]*?</environment_context>"), ISO_DATE)
     # exec_command output starts with a chunk id and the wall time of the command
-    output_decorations = ((rx(r"Chunk ID: [0-9A-Za-z]+"), "Chunk ID: <id>"), (rx(r"Wall time: [0-9.]+ seconds"), "Wall time: <t> seconds"))
+    output_decorations = (
+        (rx(r"Chunk ID: [0-9A-Za-z]+"), "Chunk ID: <id>"),
+        (rx(r"Wall time: [0-9.]+ seconds"), "Wall time: <t> seconds"),
+    )
     path_arguments = {"exec_command": ("workdir",), "view_image": ("path",)}
 
     def wire_action(self, protocol: str, action: Action) -> Message:
@@ -119,7 +141,13 @@ class Codex(AgentProfile):
         msg = action_message(action)
         if protocol != "openai-responses":
             return msg
-        raw = action.raw if isinstance(action.raw, list) else [action.raw] if isinstance(action.raw, dict) else None
+        raw = (
+            action.raw
+            if isinstance(action.raw, list)
+            else [action.raw]
+            if isinstance(action.raw, dict)
+            else None
+        )
         parts = []
         for p in msg.parts:
             if isinstance(p, ToolCall) and isinstance(p.raw, dict):
@@ -158,9 +186,14 @@ class Codex(AgentProfile):
         if ctx.home is not None:
             codex_home = self._codex_home(ctx)
             env["CODEX_HOME"] = str(codex_home)
-            files[codex_home / "config.toml"] = config_toml(ctx.base_url, ctx.model, retries=ctx.api_key is None)
+            files[codex_home / "config.toml"] = config_toml(
+                ctx.base_url, ctx.model, retries=ctx.api_key is None
+            )
         else:
-            argv += overrides(ctx.base_url, ctx.model, retries=ctx.api_key is None) + ["-c", 'approval_policy="never"']
+            argv += overrides(ctx.base_url, ctx.model, retries=ctx.api_key is None) + [
+                "-c",
+                'approval_policy="never"',
+            ]
         if session_id is not None:
             argv += ["resume", session_id]
         argv += ["--", task]  # a task starting with "-" is never read as an option
@@ -178,8 +211,10 @@ class Codex(AgentProfile):
         return EnvSnippet(
             env={"NO_PROXY": "127.0.0.1,localhost,::1"},
             argv=["codex"] + overrides(base_url, model),
-            notes=["Codex ignores OPENAI_BASE_URL: the -c overrides add a model provider for this session only.",
-                   "It sends OPENAI_API_KEY as usual; the gateway passes it on and never records it."],
+            notes=[
+                "Codex ignores OPENAI_BASE_URL: the -c overrides add a model provider for this session only.",
+                "It sends OPENAI_API_KEY as usual; the gateway passes it on and never records it.",
+            ],
         )
 
 

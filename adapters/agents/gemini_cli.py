@@ -28,7 +28,16 @@ from typing import Any
 
 from pvisor.journal.model import Action, Message, Reasoning, ToolCall, ToolResult
 
-from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, first_value, json_text, user_home
+from .base import (
+    AgentProfile,
+    EnvSnippet,
+    LaunchContext,
+    LaunchPlan,
+    VersionRange,
+    first_value,
+    json_text,
+    user_home,
+)
 from .descriptor import ISO_DATE, ChainHint, action_message, attached_value, rx
 
 #: Gemini CLI's signature on the first functionCall of a model turn whose reply had none
@@ -54,6 +63,7 @@ def place_signatures(body: dict[str, Any]) -> int:
             calls[0]["thoughtSignature"] = SKIP_SIGNATURE
             added += 1
     return added
+
 
 SETTINGS = {
     "security": {"auth": {"selectedType": "gemini-api-key"}},
@@ -81,13 +91,24 @@ class GeminiCli(AgentProfile):
     key_env = "GEMINI_API_KEY"
     # Vertex AI would bypass the base URL
     removed_env = ("GOOGLE_GENAI_USE_VERTEXAI",)
-    volatile_context = ("the <session_context> part of message 0 (date, temporary directory under the private home, "
-                        "workspace path, directory listing), before the task in the same message",)
+    volatile_context = (
+        "the <session_context> part of message 0 (date, temporary directory under the private home, "
+        "workspace path, directory listing), before the task in the same message",
+    )
     volatile_patterns = (rx(r"<session_context>[\s\S]*?</session_context>"), ISO_DATE)
-    output_decorations = ((rx(r"Process Group PGID: \d+"), "Process Group PGID: <pgid>"), (rx(r"Background PIDs: [^\n]*"), "Background PIDs: <pids>"))
-    path_arguments = {"read_file": ("file_path",), "write_file": ("file_path",), "replace": ("file_path",),
-                      "run_shell_command": ("dir_path",), "list_directory": ("dir_path",), "glob": ("dir_path",),
-                      "grep_search": ("dir_path",)}
+    output_decorations = (
+        (rx(r"Process Group PGID: \d+"), "Process Group PGID: <pgid>"),
+        (rx(r"Background PIDs: [^\n]*"), "Background PIDs: <pids>"),
+    )
+    path_arguments = {
+        "read_file": ("file_path",),
+        "write_file": ("file_path",),
+        "replace": ("file_path",),
+        "run_shell_command": ("dir_path",),
+        "list_directory": ("dir_path",),
+        "glob": ("dir_path",),
+        "grep_search": ("dir_path",),
+    }
 
     def wire_action(self, protocol: str, action: Action) -> Message:
         """Call ids without the ``<name>__`` prefix its file gives them."""
@@ -95,8 +116,11 @@ class GeminiCli(AgentProfile):
         if protocol != "gemini":
             return msg
         # a thought summary of its record's ``thoughts`` (subject, description) is shown, never sent
-        parts = [replace(p, id=wire_call_id(p.id, p.name)) if isinstance(p, ToolCall) else p
-                 for p in msg.parts if not (isinstance(p, Reasoning) and isinstance(p.raw, dict) and "text" not in p.raw)]
+        parts = [
+            replace(p, id=wire_call_id(p.id, p.name)) if isinstance(p, ToolCall) else p
+            for p in msg.parts
+            if not (isinstance(p, Reasoning) and isinstance(p.raw, dict) and "text" not in p.raw)
+        ]
         return Message("assistant", parts)
 
     def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
@@ -106,7 +130,12 @@ class GeminiCli(AgentProfile):
             return result
         name = result.name or names.get(result.call_id or "")
         content, rname = result.content, result.name
-        if isinstance(content, list) and len(content) == 1 and isinstance(content[0], dict) and isinstance(content[0].get("functionResponse"), dict):
+        if (
+            isinstance(content, list)
+            and len(content) == 1
+            and isinstance(content[0], dict)
+            and isinstance(content[0].get("functionResponse"), dict)
+        ):
             inner = content[0]["functionResponse"]
             if isinstance(inner.get("response"), dict):
                 content = inner["response"]
@@ -130,7 +159,9 @@ class GeminiCli(AgentProfile):
         """The model sends function calls without ids; the ids of its file are its own."""
         if protocol != "gemini" or not any(c.id for c in action.tool_calls):
             return action
-        return replace(action, tool_calls=[replace(c, id=None, raw=None) for c in action.tool_calls], raw=None)
+        return replace(
+            action, tool_calls=[replace(c, id=None, raw=None) for c in action.tool_calls], raw=None
+        )
 
     def _gemini_dir(self, ctx: LaunchContext) -> Path:
         if ctx.home is not None:
@@ -171,7 +202,9 @@ class GeminiCli(AgentProfile):
         root = self._gemini_dir(ctx) / "tmp"
         if not root.is_dir():
             return None
-        for path in sorted(root.rglob(f"session-*-{session_id[:8]}.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True):
+        for path in sorted(
+            root.rglob(f"session-*-{session_id[:8]}.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True
+        ):
             try:
                 with open(path, "rb") as f:
                     first = orjson.loads(f.readline() or b"{}")
@@ -184,8 +217,14 @@ class GeminiCli(AgentProfile):
     def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
         env = {"GOOGLE_GEMINI_BASE_URL": base_url, "NO_PROXY": "127.0.0.1,localhost,::1"}
         argv = ["gemini"] + (["-m", model] if model else [])
-        return EnvSnippet(env=env, argv=argv, notes=["Gemini CLI reads its key from GEMINI_API_KEY as usual; if GOOGLE_API_KEY is also set it uses that one"
-                                                  " instead (unset GOOGLE_API_KEY to use GEMINI_API_KEY)."])
+        return EnvSnippet(
+            env=env,
+            argv=argv,
+            notes=[
+                "Gemini CLI reads its key from GEMINI_API_KEY as usual; if GOOGLE_API_KEY is also set it uses that one"
+                " instead (unset GOOGLE_API_KEY to use GEMINI_API_KEY)."
+            ],
+        )
 
 
 PROFILE = DESCRIPTOR = GeminiCli()

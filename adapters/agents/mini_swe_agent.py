@@ -101,7 +101,9 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
             tool = conv.tools[0]
         if tool is not None:
             args = {SHELL_ARG: SUBMIT}
-            return Action(text=FINAL_TEXT, tool_calls=[ToolCall(None, tool.name, orjson.dumps(args).decode(), args)])
+            return Action(
+                text=FINAL_TEXT, tool_calls=[ToolCall(None, tool.name, orjson.dumps(args).decode(), args)]
+            )
         return Action(text=f"{FINAL_TEXT}\n\n```mswea_bash_command\n{SUBMIT}\n```")
 
     def task_from_argv(self, argv: list[str]) -> str | None:
@@ -119,7 +121,7 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
             return task
         cut = min((i for i in (tail.find("{{"), tail.find("{%")) if i >= 0), default=len(tail))
         literal = tail[:cut]
-        rest = task[len(head):]
+        rest = task[len(head) :]
         end = rest.find(literal) if literal else len(rest)
         return rest[:end] if end >= 0 else task
 
@@ -139,7 +141,9 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
 
     def plan(self, ctx: LaunchContext, task: str, session_id: str | None = None) -> LaunchPlan:
         if session_id is not None:
-            raise UsageError("mini-swe-agent has no native resume; --resume works with claude-code, codex, gemini-cli, opencode and qwen-code")
+            raise UsageError(
+                "mini-swe-agent has no native resume; --resume works with claude-code, codex, gemini-cli, opencode and qwen-code"
+            )
         env = self.base_env(ctx)
         env.update(QUIET_ENV)
         if ctx.home is not None:
@@ -147,20 +151,34 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
         out = ctx.run_dir / TRAJECTORY_NAME
         argv = [
             ctx.executable,
-            "-m", model_spec(ctx.model or self.script_model),
-            "-c", "mini.yaml",
-            "-c", f"model.model_kwargs.api_base={ctx.base_url}/v1",
+            "-m",
+            model_spec(ctx.model or self.script_model),
+            "-c",
+            "mini.yaml",
+            "-c",
+            f"model.model_kwargs.api_base={ctx.base_url}/v1",
             f"--task={task}",  # attached: a task starting with "-" is never an option
-            "--yolo", "--exit-immediately",
-            "-o", str(out),
+            "--yolo",
+            "--exit-immediately",
+            "-o",
+            str(out),
         ]
         return LaunchPlan(argv=argv, env=env, native_path=out)
 
     def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
         return EnvSnippet(
             env={"NO_PROXY": "127.0.0.1,localhost,::1"},
-            argv=["mini", "-m", model_spec(model or "gpt-5"), "-c", "mini.yaml", "-c", f"model.model_kwargs.api_base={base_url}/v1"],
-            notes=["litellm reads the key from OPENAI_API_KEY."] + ([] if model else ["Model gpt-5: give pvisor env --model NAME for another."]),
+            argv=[
+                "mini",
+                "-m",
+                model_spec(model or "gpt-5"),
+                "-c",
+                "mini.yaml",
+                "-c",
+                f"model.model_kwargs.api_base={base_url}/v1",
+            ],
+            notes=["litellm reads the key from OPENAI_API_KEY."]
+            + ([] if model else ["Model gpt-5: give pvisor env --model NAME for another."]),
         )
 
 

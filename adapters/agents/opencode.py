@@ -28,7 +28,16 @@ import orjson
 
 from pvisor.journal.model import Message, TextPart
 
-from .base import AgentProfile, EnvSnippet, ExportPlan, LaunchContext, LaunchPlan, VersionRange, first_value, json_text
+from .base import (
+    AgentProfile,
+    EnvSnippet,
+    ExportPlan,
+    LaunchContext,
+    LaunchPlan,
+    VersionRange,
+    first_value,
+    json_text,
+)
 from .descriptor import ISO_DATE, ChainHint, after_separator, rx
 
 PROVIDER = "pvisor"
@@ -72,8 +81,13 @@ class OpenCode(AgentProfile):
     # @ai-sdk/anthropic, @ai-sdk/openai through its Responses model, @ai-sdk/google); a
     # provider of a config file (pvisor's own, or any other id) is @ai-sdk/openai-compatible
     # unless it says otherwise, which the export does not record: Chat Completions
-    provider_protocols = {"anthropic": "anthropic", "openai": "openai-responses", "google": "gemini", "google-vertex": "gemini",
-                          PROVIDER: "openai-chat"}
+    provider_protocols = {
+        "anthropic": "anthropic",
+        "openai": "openai-responses",
+        "google": "gemini",
+        "google-vertex": "gemini",
+        PROVIDER: "openai-chat",
+    }
     upstream = "openai"
     script_model = "mock-model"
     needs_model = True
@@ -86,14 +100,25 @@ class OpenCode(AgentProfile):
     removed_env = ("OPENCODE_CONFIG_CONTENT",)
     volatile_context = ("the <env> block of the system prompt (working directory, git repo, platform, date)",)
     volatile_patterns = (rx(r"<env>[\s\S]*?</env>"), rx(r"Today's date: [^\n]*"), ISO_DATE)
-    path_arguments = {"read": ("filePath",), "write": ("filePath",), "edit": ("filePath",), "glob": ("path",), "grep": ("path",),
-                      "bash": ("workdir",)}
+    path_arguments = {
+        "read": ("filePath",),
+        "write": ("filePath",),
+        "edit": ("filePath",),
+        "glob": ("path",),
+        "grep": ("path",),
+        "bash": ("workdir",),
+    }
 
     def wire_message(self, protocol: str, msg: Message) -> Message:
         """A user message of text parts goes out in Chat Completions as OpenCode sends it: one
         text as a string (the parts' own fields, ``synthetic``, ``metadata``, are the export's,
         never sent)."""
-        if protocol == "openai-chat" and msg.role == "user" and msg.parts and all(isinstance(p, TextPart) for p in msg.parts):
+        if (
+            protocol == "openai-chat"
+            and msg.role == "user"
+            and msg.parts
+            and all(isinstance(p, TextPart) for p in msg.parts)
+        ):
             return Message("user", [TextPart(p.text) for p in msg.parts])  # type: ignore[union-attr]
         return msg
 
@@ -133,7 +158,10 @@ class OpenCode(AgentProfile):
     def export_plan(self, ctx: LaunchContext, session_id: str | None) -> ExportPlan | None:
         if not session_id:
             return None
-        return ExportPlan(argv=[ctx.executable, "export", session_id], output=ctx.run_dir / f"opencode-session-{session_id}.json")
+        return ExportPlan(
+            argv=[ctx.executable, "export", session_id],
+            output=ctx.run_dir / f"opencode-session-{session_id}.json",
+        )
 
     def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
         path = run_dir / "opencode.json"
@@ -141,7 +169,9 @@ class OpenCode(AgentProfile):
             env={"OPENCODE_CONFIG": str(path), **QUIET_ENV, "NO_PROXY": "127.0.0.1,localhost,::1"},
             files={path: json_text(config(base_url, model or "gpt-5"))},
             argv=["opencode"],
-            notes=["OPENCODE_CONFIG adds a provider 'pvisor' over your own config; the key comes from OPENAI_API_KEY."]
+            notes=[
+                "OPENCODE_CONFIG adds a provider 'pvisor' over your own config; the key comes from OPENAI_API_KEY."
+            ]
             + ([] if model else ["Model gpt-5: give pvisor env --model NAME for another."]),
         )
 

@@ -23,7 +23,17 @@ from pathlib import Path
 
 from pvisor.journal.model import Message, TextPart, ToolResult
 
-from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange, find_file, first_value, json_text, user_home
+from .base import (
+    AgentProfile,
+    EnvSnippet,
+    LaunchContext,
+    LaunchPlan,
+    VersionRange,
+    find_file,
+    first_value,
+    json_text,
+    user_home,
+)
 from .descriptor import ISO_DATE, ChainHint, attached_value, rx
 
 SETTINGS = {
@@ -50,24 +60,42 @@ class QwenCode(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"run_shell_command"}))
     key_env = "OPENAI_API_KEY"
-    volatile_context = ("<system-reminder> user blocks (date, temporary paths)", "home paths in the system prompt")
+    volatile_context = (
+        "<system-reminder> user blocks (date, temporary paths)",
+        "home paths in the system prompt",
+    )
     volatile_patterns = (rx(r"<system-reminder>[\s\S]*?</system-reminder>"), ISO_DATE)
     output_decorations = ((rx(r"Process Group PGID: \d+"), "Process Group PGID: <pgid>"),)
-    path_arguments = {"read_file": ("file_path",), "write_file": ("file_path",), "edit": ("file_path",),
-                      "notebook_edit": ("notebook_path",), "glob": ("path",), "grep_search": ("path",),
-                      "run_shell_command": ("directory",)}
+    path_arguments = {
+        "read_file": ("file_path",),
+        "write_file": ("file_path",),
+        "edit": ("file_path",),
+        "notebook_edit": ("notebook_path",),
+        "glob": ("path",),
+        "grep_search": ("path",),
+        "run_shell_command": ("directory",),
+    }
 
     def compaction_differences(self, protocol: str) -> str | None:
         # seen in the requests 0.24.4 sent after compressing under pvisor run
-        return ("from the second request after the compression on, Qwen Code puts its start-up reminders (skills, environment, "
-                "deferred tools) back in front of the summary; no record of its file holds them")
+        return (
+            "from the second request after the compression on, Qwen Code puts its start-up reminders (skills, environment, "
+            "deferred tools) back in front of the summary; no record of its file holds them"
+        )
 
     def wire_message(self, protocol: str, msg: Message) -> Message:
         """A user message of texts read from no wire shape (a compressed history) goes out as
         Qwen Code sends user text in Chat Completions: a list of text blocks, not a string."""
-        if (protocol == "openai-chat" and msg.role == "user" and msg.raw is None and msg.parts
-                and all(isinstance(p, TextPart) and p.raw is None for p in msg.parts)):
-            return Message("user", [TextPart(p.text, raw={"type": "text", "text": p.text}) for p in msg.parts])  # type: ignore[union-attr]
+        if (
+            protocol == "openai-chat"
+            and msg.role == "user"
+            and msg.raw is None
+            and msg.parts
+            and all(isinstance(p, TextPart) and p.raw is None for p in msg.parts)
+        ):
+            return Message(
+                "user", [TextPart(p.text, raw={"type": "text", "text": p.text}) for p in msg.parts]
+            )  # type: ignore[union-attr]
         return msg
 
     def wire_result(self, protocol: str, result: ToolResult, names: dict[str, str]) -> ToolResult:
@@ -116,8 +144,11 @@ class QwenCode(AgentProfile):
         env = {"OPENAI_BASE_URL": base_url + "/v1", "NO_PROXY": "127.0.0.1,localhost,::1"}
         if model:
             env["OPENAI_MODEL"] = model
-        return EnvSnippet(env=env, argv=["qwen", "--auth-type", "openai"],
-                          notes=["Qwen Code reads its key from OPENAI_API_KEY."])
+        return EnvSnippet(
+            env=env,
+            argv=["qwen", "--auth-type", "openai"],
+            notes=["Qwen Code reads its key from OPENAI_API_KEY."],
+        )
 
 
 PROFILE = DESCRIPTOR = QwenCode()

@@ -77,7 +77,7 @@ WARNING_CODES: dict[str, str] = {
     "lone_surrogate": "lone UTF-16 surrogate escapes, read as U+FFFD",
     "unverified_profile": "the file's format version is newer than the verified profile (same major)",
     "no_version": "the file does not say its format version; read with the pinned profile",
-    "unreadable_version": "the file's format version does not read as X.Y (\"banana\"); read by shape with the pinned profile",
+    "unreadable_version": 'the file\'s format version does not read as X.Y ("banana"); read by shape with the pinned profile',
     "interrupted": "a tool call whose result never came; the step ends with an interrupted observation",
     "duplicate_record": "a record repeated (same id); the later one is used",
     "unknown_record": "a record type the profile does not know; left out",
@@ -124,7 +124,11 @@ class Diagnostics:
             self.warnings.append(w)
             return
         more = n - MAX_WARNINGS_PER_CODE
-        note = NativeWarning(w.code, "file", f"{more} more {w.code} warning{'s' if more > 1 else ''} not listed (the first {MAX_WARNINGS_PER_CODE} are)")
+        note = NativeWarning(
+            w.code,
+            "file",
+            f"{more} more {w.code} warning{'s' if more > 1 else ''} not listed (the first {MAX_WARNINGS_PER_CODE} are)",
+        )
         at = self._more_at.get(w.code)
         if at is None:
             self._more_at[w.code] = len(self.warnings)
@@ -264,7 +268,12 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
     pending: _Pending | None = None
 
     def give_up(p: _Pending, last: int) -> NativeWarning:
-        return NativeWarning("malformed_line", f"line {p.first}", "not JSON" + (f" (nor with the {last - p.first} lines after it joined)" if last > p.first else ""))
+        return NativeWarning(
+            "malformed_line",
+            f"line {p.first}",
+            "not JSON"
+            + (f" (nor with the {last - p.first} lines after it joined)" if last > p.first else ""),
+        )
 
     for n, offset, line, ended in _raw_lines(path):
         if line.endswith(b"\r"):
@@ -274,7 +283,11 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
             after = line[cut:].strip()
             offset += cut + len(line[cut:]) - len(line[cut:].lstrip())
             nuls = line.count(NUL)
-            diag.warn("nul_block", f"line {n}", f"{nuls} NUL bytes skipped" + ("; the text after them is read" if after else ""))
+            diag.warn(
+                "nul_block",
+                f"line {n}",
+                f"{nuls} NUL bytes skipped" + ("; the text after them is read" if after else ""),
+            )
             if pending is not None:
                 diag.add(give_up(pending, n - 1))
                 pending = None
@@ -306,7 +319,9 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
             continue
         if pending is None:
             if not ended:
-                diag.warn("truncated_line", f"line {n}", "the last line is cut off (no newline, not JSON); skipped")
+                diag.warn(
+                    "truncated_line", f"line {n}", "the last line is cut off (no newline, not JSON); skipped"
+                )
                 continue
             if not line.lstrip().startswith(b"{"):
                 diag.warn("malformed_line", f"line {n}", "not JSON; skipped")
@@ -316,18 +331,26 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
         pending.parts.append(line)
         pending.size += len(line) + 1
         if pending.size > REJOIN_MAX_BYTES or len(pending.parts) > REJOIN_MAX_LINES:
-            diag.warn("malformed_line", _where(pending.first, n), f"not JSON; a rejoin went past {REJOIN_MAX_LINES} lines or {REJOIN_MAX_BYTES} bytes; skipped")
+            diag.warn(
+                "malformed_line",
+                _where(pending.first, n),
+                f"not JSON; a rejoin went past {REJOIN_MAX_LINES} lines or {REJOIN_MAX_BYTES} bytes; skipped",
+            )
             pending = None
             continue
         try:
             obj, flags = loads_lenient(b"\n".join(pending.parts), strict=False)
         except ValueError:
             if not ended:
-                diag.warn("truncated_line", _where(pending.first, n), "cut off at the end of the file; skipped")
+                diag.warn(
+                    "truncated_line", _where(pending.first, n), "cut off at the end of the file; skipped"
+                )
                 pending = None
             continue
         if isinstance(obj, dict):
-            diag.warn("rejoined_lines", _where(pending.first, n), "an object split by raw newlines, read joined")
+            diag.warn(
+                "rejoined_lines", _where(pending.first, n), "an object split by raw newlines, read joined"
+            )
             for f in flags:
                 diag.warn(f, f"line {pending.first}", WARNING_CODES[f])
             first, start = pending.first, pending.offset
@@ -367,7 +390,9 @@ class JsonlSource:
         except ValueError:
             obj = None
         if not isinstance(obj, dict):
-            raise BadInputError(f"{self.path}: the file changed while it was read (bytes {ref.offset}-{ref.offset + ref.length} no longer hold a JSON object)")
+            raise BadInputError(
+                f"{self.path}: the file changed while it was read (bytes {ref.offset}-{ref.offset + ref.length} no longer hold a JSON object)"
+            )
         return obj
 
     def close(self) -> None:
@@ -421,7 +446,7 @@ def read_json_document(path: Path, diag: Diagnostics) -> Any:
     BadInputError (exit 65) naming the file when it is not JSON."""
     data = path.read_bytes()
     if data.startswith(BOM):
-        data = data[len(BOM):]
+        data = data[len(BOM) :]
     try:
         value, flags = loads_lenient(data)
     except ValueError as exc:
@@ -479,7 +504,11 @@ class FormatProfile:
 
         m = _VERSION.match(str(version))
         if m is None:
-            diag.warn("unreadable_version", where, f"format version {clip(str(version))!r} does not read as X.Y; read by shape as {self.name}")
+            diag.warn(
+                "unreadable_version",
+                where,
+                f"format version {clip(str(version))!r} does not read as X.Y; read by shape as {self.name}",
+            )
             return
         major, minor = m.group(1), m.group(2)
         if len(major) > 9 or int(major) != self.major:
@@ -488,7 +517,11 @@ class FormatProfile:
                 f"this adapter reads {self.name} only"
             )
         if len(minor) > 9 or int(minor) > self.minor:
-            diag.warn("unverified_profile", where, f"{self.adapter} {clip(str(version))} is newer than the verified profile {self.name}; read with it")
+            diag.warn(
+                "unverified_profile",
+                where,
+                f"{self.adapter} {clip(str(version))} is newer than the verified profile {self.name}; read with it",
+            )
 
 
 def require(cond: Any, diag: Diagnostics, where: str, what: str) -> None:
@@ -556,10 +589,18 @@ def compact_json(obj: Any) -> str:
 
 def object_call(call_id: str | None, name: str, args: Any, raw: Any = None) -> ToolCall:
     """A ToolCall whose arguments the format stores as an object."""
-    return ToolCall(id=call_id, name=name, arguments_raw=compact_json(args if args is not None else {}), arguments=args if args is not None else {}, raw=raw)
+    return ToolCall(
+        id=call_id,
+        name=name,
+        arguments_raw=compact_json(args if args is not None else {}),
+        arguments=args if args is not None else {},
+        raw=raw,
+    )
 
 
-def string_call(call_id: str | None, name: str, arguments: str, raw: Any = None, kind: str = "function") -> ToolCall:
+def string_call(
+    call_id: str | None, name: str, arguments: str, raw: Any = None, kind: str = "function"
+) -> ToolCall:
     """A ToolCall whose arguments the format stores as a JSON string (kept exactly)."""
     try:
         parsed = orjson.loads(arguments) if isinstance(arguments, str) else arguments
@@ -585,7 +626,11 @@ def order_results(step: Step, diag: Diagnostics, *, no_result: frozenset[str] = 
             r = ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True})
             if "interrupted" not in step.flags:
                 step.flags.append("interrupted")
-            diag.warn("interrupted", f"step {step.n}", f"tool call {call.id} ({call.name}) has no result in the file")
+            diag.warn(
+                "interrupted",
+                f"step {step.n}",
+                f"tool call {call.id} ({call.name}) has no result in the file",
+            )
         ordered.append(r)
     step.observation.results = ordered + list(by_id.values())
 
@@ -653,7 +698,9 @@ def chain_depths(recs: dict[str, Any]) -> dict[str, int]:
     return depth
 
 
-def chain_leaf(recs: dict[str, Any], depth: dict[str, int], candidates: Iterable[str], has_child: Callable[[str], bool]) -> str | None:
+def chain_leaf(
+    recs: dict[str, Any], depth: dict[str, int], candidates: Iterable[str], has_child: Callable[[str], bool]
+) -> str | None:
     """The leaf a chain is walked back from: among ``candidates`` that ``has_child`` says
     nothing follows, the deepest (``depth`` from :func:`chain_depths`); ties: the later line
     (``recs[uuid].line``). Format rule (issue 6, "Order"): records out of time or file order,
@@ -681,7 +728,9 @@ def walk_chain(recs: dict[str, Any], leaf: str | None, diag: Diagnostics) -> lis
         seen.add(cur)
         rec = recs.get(cur)
         if rec is None:
-            diag.warn("broken_chain", "chain", f"parent uuid {cur} is not in the file; the chain starts after it")
+            diag.warn(
+                "broken_chain", "chain", f"parent uuid {cur} is not in the file; the chain starts after it"
+            )
             break
         out.append(rec)
         cur = rec.parent
@@ -700,7 +749,9 @@ class SessionHeader:
     :meth:`finish`, which refuses a file without such a record: ``shape`` says what was looked
     for (``"no Claude Code session line (...) in the file"``)."""
 
-    def __init__(self, profile: FormatProfile, meta: dict[str, Any], keys: tuple[str, ...], shape: str) -> None:
+    def __init__(
+        self, profile: FormatProfile, meta: dict[str, Any], keys: tuple[str, ...], shape: str
+    ) -> None:
         self.profile, self.meta, self.keys, self.shape = profile, meta, keys, shape
         self.version: Any = None
         self.where: str | None = None
@@ -708,7 +759,9 @@ class SessionHeader:
         self.shaped = False
         self.checked = False
 
-    def see(self, obj: dict[str, Any], n: int, diag: Diagnostics, *, shaped: bool, version_here: bool = True) -> None:
+    def see(
+        self, obj: dict[str, Any], n: int, diag: Diagnostics, *, shaped: bool, version_here: bool = True
+    ) -> None:
         """Take the fields of the object at line ``n`` (the version only when ``version_here``);
         ``shaped``: the object has the format's shape. Raises BadInputError (exit 65) for a
         version of another major."""
@@ -737,11 +790,18 @@ class SessionHeader:
         if self.first is None:
             raise BadInputError(f"{diag.path}: {self.shape} (no JSON object in it)")
         else:
-            require(self.shaped, diag, f"line {self.first[0]}", f"{self.shape}; the first record is type {self.first[1]!r}")
+            require(
+                self.shaped,
+                diag,
+                f"line {self.first[0]}",
+                f"{self.shape}; the first record is type {self.first[1]!r}",
+            )
         self.check(diag)
 
 
-def take_uuid(obj: dict[str, Any], n: int, recs: dict[str, Any], traj: Trajectory, diag: Diagnostics, noun: str) -> str | None:
+def take_uuid(
+    obj: dict[str, Any], n: int, recs: dict[str, Any], traj: Trajectory, diag: Diagnostics, noun: str
+) -> str | None:
     """The uuid of the chain record ``obj`` at line ``n`` (a string), interned: a large file
     names each uuid twice (own and as a parent). None for an ``isSidechain`` record (a
     subagent's), left out. A uuid already in ``recs`` warns ``duplicate_record`` (the later
@@ -751,7 +811,11 @@ def take_uuid(obj: dict[str, Any], n: int, recs: dict[str, Any], traj: Trajector
         return None
     uuid = sys.intern(obj["uuid"])
     if uuid in recs:
-        diag.warn("duplicate_record", f"line {n}", f"uuid {uuid} repeated (first at line {recs[uuid].line}); the later {noun} is used")
+        diag.warn(
+            "duplicate_record",
+            f"line {n}",
+            f"uuid {uuid} repeated (first at line {recs[uuid].line}); the later {noun} is used",
+        )
     return uuid
 
 
@@ -802,7 +866,7 @@ def mend_chain(recs: dict[str, Any], diag: Diagnostics) -> None:
             trail.append(cur)
             cur = recs[cur].parent
         if cur is not None and state.get(cur) == 1:
-            for u in trail[trail.index(cur):]:
+            for u in trail[trail.index(cur) :]:
                 if u in mended:
                     recs[u].parent = None
                     del mended[u]
@@ -812,9 +876,17 @@ def mend_chain(recs: dict[str, Any], diag: Diagnostics) -> None:
     for own in sorted(broken, key=lambda u: recs[u].line):
         line = recs[own].line
         if own in mended:
-            diag.warn("broken_chain", f"line {line}", f"parent uuid {missing[own]} is not in the file; continued from line {recs[mended[own]].line}, the chain record before it")
+            diag.warn(
+                "broken_chain",
+                f"line {line}",
+                f"parent uuid {missing[own]} is not in the file; continued from line {recs[mended[own]].line}, the chain record before it",
+            )
         else:
-            diag.warn("broken_chain", f"line {line}", f"parent uuid {missing[own]} is not in the file; the chain starts there")
+            diag.warn(
+                "broken_chain",
+                f"line {line}",
+                f"parent uuid {missing[own]} is not in the file; the chain starts there",
+            )
 
 
 class LeftOutLines(Sequence[LeftOut]):
@@ -827,6 +899,7 @@ class LeftOutLines(Sequence[LeftOut]):
 
     def __init__(self) -> None:
         from array import array
+
         self._where = array("q")  # line number, or -(index into _wheres) - 1
         self._pair = array("I")
         self._pairs: list[tuple[str, str]] = []

@@ -78,11 +78,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from pvisor.journal.model import Action, Compaction, LeftOut, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import (
+    Action,
+    Compaction,
+    LeftOut,
+    Message,
+    Reasoning,
+    Step,
+    TextPart,
+    ToolResult,
+    Trajectory,
+)
 from pvisor.adapters.protocols.base import signature_flags
 
-from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LeftOutLines, NativeAdapter, NativeResult, SessionHeader, as_dict, as_str,
-                   interned, iter_json_records, object_call, pack_ref, unpack_ref)
+from .base import (
+    Diagnostics,
+    FormatProfile,
+    JsonlSource,
+    LazySteps,
+    LeftOutLines,
+    NativeAdapter,
+    NativeResult,
+    SessionHeader,
+    as_dict,
+    as_str,
+    interned,
+    iter_json_records,
+    object_call,
+    pack_ref,
+    unpack_ref,
+)
 
 PROFILE = FormatProfile("claude-code", 2, 1, "`version` of the first conversational line", "2.1.38, 2.1.197")
 
@@ -94,11 +119,33 @@ _CHAIN_UI = {"progress", "attachment", "system"}
 #: Sources: shared/native-formats.md section 1, the agent-sessions schema-coverage fixture in
 #: the corpus, and files written by Claude Code 2.1.332 in the cross-check (``api-request*``,
 #: ``tools-used``, ``cost-state``).
-UI_TYPES = frozenset({
-    "queue-operation", "last-prompt", "file-history-snapshot", "summary", "mode", "permission-mode", "custom-title", "ai-title", "tag",
-    "agent-name", "worktree-state", "pr-link", "frame-link", "started", "result", "relocated", "bridge-session", "atis-latch",
-    "api-request", "api-request-shape", "api-request-blob", "tools-used", "cost-state",
-})
+UI_TYPES = frozenset(
+    {
+        "queue-operation",
+        "last-prompt",
+        "file-history-snapshot",
+        "summary",
+        "mode",
+        "permission-mode",
+        "custom-title",
+        "ai-title",
+        "tag",
+        "agent-name",
+        "worktree-state",
+        "pr-link",
+        "frame-link",
+        "started",
+        "result",
+        "relocated",
+        "bridge-session",
+        "atis-latch",
+        "api-request",
+        "api-request-shape",
+        "api-request-blob",
+        "tools-used",
+        "cost-state",
+    }
+)
 
 _SHAPE = "no Claude Code session line (a user or assistant record with uuid, sessionId and message.content) in the file"
 
@@ -198,7 +245,7 @@ class _Chain:
                 trail.append(cur)
                 cur = parent[cur]
             if cur >= 0 and state[cur] == 1:
-                for u in trail[trail.index(cur):]:
+                for u in trail[trail.index(cur) :]:
                     if u in mended:
                         parent[u] = _ROOT
                         del mended[u]
@@ -208,9 +255,17 @@ class _Chain:
         for i in sorted(broken, key=line.__getitem__):
             missing = self.pending[i]
             if i in mended:
-                diag.warn("broken_chain", f"line {line[i]}", f"parent uuid {missing} is not in the file; continued from line {line[mended[i]]}, the chain line before it")
+                diag.warn(
+                    "broken_chain",
+                    f"line {line[i]}",
+                    f"parent uuid {missing} is not in the file; continued from line {line[mended[i]]}, the chain line before it",
+                )
             else:
-                diag.warn("broken_chain", f"line {line[i]}", f"parent uuid {missing} is not in the file; the chain starts there")
+                diag.warn(
+                    "broken_chain",
+                    f"line {line[i]}",
+                    f"parent uuid {missing} is not in the file; the chain starts there",
+                )
         self.pending = {}
 
     def depths(self) -> tuple[array, array]:
@@ -361,7 +416,15 @@ def _user_text(content: Any) -> list[str]:
 def _without_results(content: Any) -> Any:
     """A user line's content without its ``tool_result`` blocks (kept once, by id, as results)."""
     if isinstance(content, list):
-        return [b for b in content if not (isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str))]
+        return [
+            b
+            for b in content
+            if not (
+                isinstance(b, dict)
+                and b.get("type") == "tool_result"
+                and isinstance(b.get("tool_use_id"), str)
+            )
+        ]
     return content
 
 
@@ -383,7 +446,9 @@ class ClaudeCodeAdapter(NativeAdapter):
     profiles = (PROFILE,)
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return path.is_file() and b'"parentUuid"' in head and b'"sessionId"' in head and b'"isSidechain"' in head
+        return (
+            path.is_file() and b'"parentUuid"' in head and b'"sessionId"' in head and b'"isSidechain"' in head
+        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         traj = Trajectory()
@@ -396,14 +461,28 @@ class ClaudeCodeAdapter(NativeAdapter):
         # for the id: a list of (ref, k), k-th block with the id in that line, in file order
         results: dict[str, Any] = {}
         leaf_hint: str | None = None  # leafUuid of the last last-prompt / summary record
-        meta: dict[str, Any] = {"format": "claude-code session jsonl", "task_context": [], "subagents": [], "compactions": []}
+        meta: dict[str, Any] = {
+            "format": "claude-code session jsonl",
+            "task_context": [],
+            "subagents": [],
+            "compactions": [],
+        }
         header = SessionHeader(PROFILE, meta, ("sessionId", "cwd", "gitBranch"), _SHAPE)
         for n, obj, line_ref in iter_json_records(path, diag):
             kind = as_str(obj.get("type")) or repr(obj.get("type"))
             uuid = obj.get("uuid")
             message = obj.get("message")
-            header.see(obj, n, diag, version_here=uuid is not None, shaped=kind in ("user", "assistant") and isinstance(uuid, str)
-                       and isinstance(obj.get("sessionId"), str) and isinstance(message, dict) and "content" in message)
+            header.see(
+                obj,
+                n,
+                diag,
+                version_here=uuid is not None,
+                shaped=kind in ("user", "assistant")
+                and isinstance(uuid, str)
+                and isinstance(obj.get("sessionId"), str)
+                and isinstance(message, dict)
+                and "content" in message,
+            )
             if not isinstance(uuid, str):
                 if isinstance(obj.get("leafUuid"), str):
                     leaf_hint = obj["leafUuid"]
@@ -417,12 +496,21 @@ class ClaudeCodeAdapter(NativeAdapter):
                 lo.add(n, "sidechain", "subagent (sidechain) line, not the main loop")
                 continue
             if _key(uuid) in chain.ids:
-                diag.warn("duplicate_record", f"line {n}", f"uuid {uuid} repeated (first at line {chain.line[chain.ids[_key(uuid)]]}); the later line is used")
+                diag.warn(
+                    "duplicate_record",
+                    f"line {n}",
+                    f"uuid {uuid} repeated (first at line {chain.line[chain.ids[_key(uuid)]]}); the later line is used",
+                )
             parent = as_str(obj.get("parentUuid"))
             if kind in ("user", "assistant"):
                 content = message.get("content") if isinstance(message, dict) else None
-                bad = (f"{'an' if kind == 'assistant' else 'a'} {kind} line without a `message` object" if not isinstance(message, dict) else
-                       "an assistant message whose `content` is not a list" if kind == "assistant" and not isinstance(content, list) else None)
+                bad = (
+                    f"{'an' if kind == 'assistant' else 'a'} {kind} line without a `message` object"
+                    if not isinstance(message, dict)
+                    else "an assistant message whose `content` is not a list"
+                    if kind == "assistant" and not isinstance(content, list)
+                    else None
+                )
                 if bad is not None:
                     diag.warn("malformed_record", f"line {n}", f"{bad}; left out")
                     chain.add(uuid, parent, n, _UI)
@@ -431,7 +519,11 @@ class ClaudeCodeAdapter(NativeAdapter):
                 ref = pack_ref(line_ref)
                 if kind == "assistant":
                     if obj.get("isApiErrorMessage"):
-                        lo.add(n, "api_error", "an API error written as a reply by Claude Code, not a model reply")
+                        lo.add(
+                            n,
+                            "api_error",
+                            "an API error written as a reply by Claude Code, not a model reply",
+                        )
                         chain.add(uuid, parent, n, _UI)
                         continue
                     i, _ = chain.add(uuid, parent, n, _ASSISTANT)
@@ -440,10 +532,20 @@ class ClaudeCodeAdapter(NativeAdapter):
                     m = msgs.get(mid)
                     if m is None:
                         m = msgs[mid] = _Msg(n)
-                    calls = tuple((interned(as_str(b.get("id"))), interned(as_str(b.get("name")) or "")) for b in content
-                                  if isinstance(b, dict) and b.get("type") == "tool_use")
+                    calls = tuple(
+                        (interned(as_str(b.get("id"))), interned(as_str(b.get("name")) or ""))
+                        for b in content
+                        if isinstance(b, dict) and b.get("type") == "tool_use"
+                    )
                     stop = message.get("stop_reason")
-                    new = _Line(i, ref, n, calls, message.get("usage") is not None, interned(stop) if isinstance(stop, str) else stop)
+                    new = _Line(
+                        i,
+                        ref,
+                        n,
+                        calls,
+                        message.get("usage") is not None,
+                        interned(stop) if isinstance(stop, str) else stop,
+                    )
                     for k, old in enumerate(m.lines):
                         if old.index == i:
                             new.n = old.n
@@ -455,18 +557,31 @@ class ClaudeCodeAdapter(NativeAdapter):
                     if model:
                         m.model = interned(model)
                 else:
-                    flags = _USER | (_META if obj.get("isMeta") else 0) | (_SUMMARY if obj.get("isCompactSummary") else 0)
+                    flags = (
+                        _USER
+                        | (_META if obj.get("isMeta") else 0)
+                        | (_SUMMARY if obj.get("isCompactSummary") else 0)
+                    )
                     i, again = chain.add(uuid, parent, n, flags)
                     if _user_text(content):
                         chain.text_ref[i] = ref
                     if isinstance(content, list):
                         seen_here: dict[str, int] = {}
-                        ids_here = [b["tool_use_id"] for b in content
-                                    if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str)]
+                        ids_here = [
+                            b["tool_use_id"]
+                            for b in content
+                            if isinstance(b, dict)
+                            and b.get("type") == "tool_result"
+                            and isinstance(b.get("tool_use_id"), str)
+                        ]
                         if ids_here:
                             result_lines[i] = (ref, tuple(ids_here))
                         for b in content:
-                            if isinstance(b, dict) and b.get("type") == "tool_result" and isinstance(b.get("tool_use_id"), str):
+                            if (
+                                isinstance(b, dict)
+                                and b.get("type") == "tool_result"
+                                and isinstance(b.get("tool_use_id"), str)
+                            ):
                                 cid = b["tool_use_id"]
                                 k = seen_here[cid] = seen_here.get(cid, -1) + 1
                                 have = results.get(cid)
@@ -490,14 +605,22 @@ class ClaudeCodeAdapter(NativeAdapter):
                 diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
             data = obj.get("data")
             sub = obj.get("subtype") or (data.get("type") if isinstance(data, dict) else None) or ""
-            lo.add(n, interned(f"{kind}/{sub}".rstrip("/")), _UI_CHAIN if kind in _CHAIN_UI else "record type unknown to the profile")
+            lo.add(
+                n,
+                interned(f"{kind}/{sub}".rstrip("/")),
+                _UI_CHAIN if kind in _CHAIN_UI else "record type unknown to the profile",
+            )
         header.finish(diag)
 
         chain.mend(diag)
         depth, talk = chain.depths()
         leaf = chain.leaf(depth, leaf_hint, talk)
         # why this leaf: said where a branch is left out (a rewind, an edited prompt)
-        chosen = f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and assistant lines" if leaf >= 0 else ""
+        chosen = (
+            f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and assistant lines"
+            if leaf >= 0
+            else ""
+        )
         path_ix = chain.walk(leaf)
         source = JsonlSource(path)
         load = lambda ref: source.load(unpack_ref(ref))  # noqa: E731
@@ -516,8 +639,12 @@ class ClaudeCodeAdapter(NativeAdapter):
                 gap = _Gap(len(plans) + 1, chain.line[i], result_lines[i][0], tuple(orphans))
                 plans.append(gap)  # type: ignore[arg-type]
                 called.update(orphans)  # one gap per lost action
-                diag.warn("lost_action", f"line {chain.line[i]}", f"tool result(s) {', '.join(orphans)} answer a call no line of the file "
-                          f"holds: the action of step {gap.n} was lost; a gap step stands at its place")
+                diag.warn(
+                    "lost_action",
+                    f"line {chain.line[i]}",
+                    f"tool result(s) {', '.join(orphans)} answer a call no line of the file "
+                    f"holds: the action of step {gap.n} was lost; a gap step stands at its place",
+                )
             if k == _BOUNDARY:
                 boundary_line = chain.line[i]
             if k == _ASSISTANT:
@@ -551,8 +678,16 @@ class ClaudeCodeAdapter(NativeAdapter):
                     where = f"line {boundary_line}" if boundary_line is not None else f"line {chain.line[i]}"
                     c = Compaction(last.n, [summary], "compact_boundary", where, text, len(last.after))
                     # the messages it kept verbatim after the summary (compactMetadata.preservedMessages)
-                    keep = {chain.ids.get(u) for u in preserved.get(boundary_line, ())} if boundary_line is not None else set()
-                    kept_steps = [p.n for p in plans if isinstance(p, _Plan) and any(ln.index in keep for ln in p.msg.lines)]
+                    keep = (
+                        {chain.ids.get(u) for u in preserved.get(boundary_line, ())}
+                        if boundary_line is not None
+                        else set()
+                    )
+                    kept_steps = [
+                        p.n
+                        for p in plans
+                        if isinstance(p, _Plan) and any(ln.index in keep for ln in p.msg.lines)
+                    ]
                     if kept_steps:
                         c.steps_from = min(kept_steps)
                     traj.compactions.append(c)
@@ -560,21 +695,46 @@ class ClaudeCodeAdapter(NativeAdapter):
         # assistant messages the chain never reached (a rewound branch)
         for mid, m in msgs.items():
             if mid not in used_msgs:
-                lo.add(m.first_line, "branch", f"assistant message {mid} is off the main chain (rewound or abandoned branch; {chosen})")
+                lo.add(
+                    m.first_line,
+                    "branch",
+                    f"assistant message {mid} is off the main chain (rewound or abandoned branch; {chosen})",
+                )
         sub_dir = path.with_suffix("") / "subagents"
         if sub_dir.is_dir():
             for f in sorted(sub_dir.glob("*.jsonl")):
                 agent_id = f.stem.removeprefix("agent-")
                 meta["subagents"].append({"path": str(f), "agent_id": agent_id})
-                lo.append(LeftOut(str(f), "subagent", f"subagent transcript {agent_id}, linked in meta.subagents, not mixed in"))
+                lo.append(
+                    LeftOut(
+                        str(f),
+                        "subagent",
+                        f"subagent transcript {agent_id}, linked in meta.subagents, not mixed in",
+                    )
+                )
         del chain, depth, path_ix
         traj.steps = LazySteps(plans, lambda plan: self._step(plan, load))
-        traj.model = next((p.msg.model for p in plans if isinstance(p, _Plan) and p.msg.model and p.msg.model != "<synthetic>"), None)
+        traj.model = next(
+            (
+                p.msg.model
+                for p in plans
+                if isinstance(p, _Plan) and p.msg.model and p.msg.model != "<synthetic>"
+            ),
+            None,
+        )
         traj.meta = meta
         return NativeResult(traj, PROFILE, diag)
 
     @staticmethod
-    def _plan(n: int, m: _Msg, depth: array, results: dict[str, Any], taken: dict[str, int], first_call: dict[str, int], diag: Diagnostics) -> _Plan:
+    def _plan(
+        n: int,
+        m: _Msg,
+        depth: array,
+        results: dict[str, Any],
+        taken: dict[str, int],
+        first_call: dict[str, int],
+        diag: Diagnostics,
+    ) -> _Plan:
         """Step ``n``'s plan: the message's lines in chain order (depth in the parentUuid tree,
         file order breaking ties), usage and stop reason of the last line in that order that has
         them, and for each call its result: the k-th result with the call's id for the k-th call
@@ -593,13 +753,23 @@ class ClaudeCodeAdapter(NativeAdapter):
                 k = taken.get(key, 0)
                 taken[key] = k + 1
                 if k:
-                    diag.warn("duplicate_call_id", f"line {ln.n}", f"tool call id {cid} ({name}) used before (line {first_call[key]}); results paired in order of appearance")
+                    diag.warn(
+                        "duplicate_call_id",
+                        f"line {ln.n}",
+                        f"tool call id {cid} ({name}) used before (line {first_call[key]}); results paired in order of appearance",
+                    )
                 else:
                     first_call[key] = ln.n
                 have = results.get(key)
-                res = have if k == 0 and not isinstance(have, list) else (have[k] if isinstance(have, list) and k < len(have) else None)
+                res = (
+                    have
+                    if k == 0 and not isinstance(have, list)
+                    else (have[k] if isinstance(have, list) and k < len(have) else None)
+                )
                 if res is None:
-                    diag.warn("interrupted", f"line {ln.n}", f"tool call {cid} ({name}) has no result in the file")
+                    diag.warn(
+                        "interrupted", f"line {ln.n}", f"tool call {cid} ({name}) has no result in the file"
+                    )
                 found.append(res)
         return _Plan(n, m, [ln.ref for ln in lines], found, usage_ref, stop_reason)
 
@@ -608,8 +778,16 @@ class ClaudeCodeAdapter(NativeAdapter):
         if isinstance(plan, _Gap):
             step = Step(n=plan.n, action=Action(), flags=["lost_action"])
             for b in _content(load(plan.ref)):
-                if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") in plan.ids:
-                    step.observation.results.append(ToolResult(b["tool_use_id"], b.get("content"), is_error=bool(b.get("is_error", False)), raw=b))
+                if (
+                    isinstance(b, dict)
+                    and b.get("type") == "tool_result"
+                    and b.get("tool_use_id") in plan.ids
+                ):
+                    step.observation.results.append(
+                        ToolResult(
+                            b["tool_use_id"], b.get("content"), is_error=bool(b.get("is_error", False)), raw=b
+                        )
+                    )
             for ref, _summary in plan.after or ():
                 step.observation.messages.append(_observation_message(_content(load(ref))))
             return step
@@ -626,7 +804,11 @@ class ClaudeCodeAdapter(NativeAdapter):
                 texts.append(as_str(b.get("text")) or "")
             elif t == "thinking":
                 # an empty signature stays empty (as recorded, and as the agent sends it back): flagged below
-                action.reasoning.append(Reasoning(text=as_str(b.get("thinking")) or "", signature=as_str(b.get("signature")), raw=b))
+                action.reasoning.append(
+                    Reasoning(
+                        text=as_str(b.get("thinking")) or "", signature=as_str(b.get("signature")), raw=b
+                    )
+                )
             elif t == "redacted_thinking":
                 action.reasoning.append(Reasoning(encrypted=as_str(b.get("data")), raw=b))
             elif t in ("tool_use", "server_tool_use"):
@@ -644,12 +826,22 @@ class ClaudeCodeAdapter(NativeAdapter):
                 continue
             res = next(found, None)
             if res is None:
-                step.observation.results.append(ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True}))
+                step.observation.results.append(
+                    ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True})
+                )
                 continue
             ref, k = res if isinstance(res, tuple) else (res, 0)
             cid = call.id or ""
-            block = [b for b in _content(load(ref)) if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == cid][k]
-            step.observation.results.append(ToolResult(call.id, block.get("content"), is_error=bool(block.get("is_error", False)), raw=block))
+            block = [
+                b
+                for b in _content(load(ref))
+                if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("tool_use_id") == cid
+            ][k]
+            step.observation.results.append(
+                ToolResult(
+                    call.id, block.get("content"), is_error=bool(block.get("is_error", False)), raw=block
+                )
+            )
         for ref, summary in plan.after or ():
             step.observation.messages.append(_observation_message(_content(load(ref))))
             if summary:

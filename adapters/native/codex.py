@@ -69,15 +69,51 @@ from pathlib import Path
 from typing import Any
 
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import Action, Compaction, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import (
+    Action,
+    Compaction,
+    Message,
+    Reasoning,
+    Step,
+    TextPart,
+    ToolResult,
+    Trajectory,
+)
 
-from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LineRef, NativeAdapter, NativeResult, as_dict, as_list, as_str,
-                   iter_json_records, left_out, string_call, text_of)
+from .base import (
+    Diagnostics,
+    FormatProfile,
+    JsonlSource,
+    LazySteps,
+    LineRef,
+    NativeAdapter,
+    NativeResult,
+    as_dict,
+    as_list,
+    as_str,
+    iter_json_records,
+    left_out,
+    string_call,
+    text_of,
+)
 
 PROFILE = FormatProfile("codex", 0, 171, "`session_meta.payload.cli_version`", "0.146.0 (fixture), 0.171.0")
 
-_OUTPUT_ITEMS = {"reasoning", "function_call", "custom_tool_call", "local_shell_call", "web_search_call", "tool_search_call", "image_generation_call"}
-_RESULT_ITEMS = {"function_call_output", "custom_tool_call_output", "local_shell_call_output", "tool_search_call_output"}
+_OUTPUT_ITEMS = {
+    "reasoning",
+    "function_call",
+    "custom_tool_call",
+    "local_shell_call",
+    "web_search_call",
+    "tool_search_call",
+    "image_generation_call",
+}
+_RESULT_ITEMS = {
+    "function_call_output",
+    "custom_tool_call_output",
+    "local_shell_call_output",
+    "tool_search_call_output",
+}
 
 
 class _Plan:
@@ -128,18 +164,44 @@ def _add_output(action: Action, payload: dict) -> None:
     if t == "message":
         action.text += text_of(payload.get("content"))
     elif t == "reasoning":
-        summary = "".join(as_str(s.get("text")) or "" for s in as_list(payload.get("summary")) if isinstance(s, dict))
-        action.reasoning.append(Reasoning(text=summary, encrypted=as_str(payload.get("encrypted_content")), raw=payload))
+        summary = "".join(
+            as_str(s.get("text")) or "" for s in as_list(payload.get("summary")) if isinstance(s, dict)
+        )
+        action.reasoning.append(
+            Reasoning(text=summary, encrypted=as_str(payload.get("encrypted_content")), raw=payload)
+        )
     elif t == "function_call":
-        action.tool_calls.append(string_call(as_str(payload.get("call_id")), as_str(payload.get("name")) or "", payload.get("arguments") or "", raw=payload))
+        action.tool_calls.append(
+            string_call(
+                as_str(payload.get("call_id")),
+                as_str(payload.get("name")) or "",
+                payload.get("arguments") or "",
+                raw=payload,
+            )
+        )
     elif t == "custom_tool_call":
-        call = string_call(as_str(payload.get("call_id")), as_str(payload.get("name")) or "", payload.get("input") or "", raw=payload, kind="custom")
+        call = string_call(
+            as_str(payload.get("call_id")),
+            as_str(payload.get("name")) or "",
+            payload.get("input") or "",
+            raw=payload,
+            kind="custom",
+        )
         call.arguments = None
         action.tool_calls.append(call)
     elif t == "local_shell_call":
-        action.tool_calls.append(string_call(as_str(payload.get("call_id")), "local_shell", payload.get("action") or {}, raw=payload))
+        action.tool_calls.append(
+            string_call(
+                as_str(payload.get("call_id")), "local_shell", payload.get("action") or {}, raw=payload
+            )
+        )
     else:  # provider-side calls (web search, tool search)
-        call = string_call(as_str(payload.get("call_id")) or as_str(payload.get("id")), t, payload.get("action") or payload.get("arguments") or {}, raw=payload)
+        call = string_call(
+            as_str(payload.get("call_id")) or as_str(payload.get("id")),
+            t,
+            payload.get("action") or payload.get("arguments") or {},
+            raw=payload,
+        )
         call.kind = "server"
         action.tool_calls.append(call)
 
@@ -173,7 +235,11 @@ class CodexAdapter(NativeAdapter):
     profiles = (PROFILE,)
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return path.is_file() and b'"payload"' in head and (b'"session_meta"' in head or b'"response_item"' in head)
+        return (
+            path.is_file()
+            and b'"payload"' in head
+            and (b'"session_meta"' in head or b'"response_item"' in head)
+        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         traj = Trajectory()
@@ -206,7 +272,21 @@ class CodexAdapter(NativeAdapter):
                 if not version_seen:
                     PROFILE.check(payload.get("cli_version"), f"line {n}", diag)
                     version_seen = True
-                meta.update({k: payload[k] for k in ("id", "cwd", "originator", "cli_version", "source", "model_provider", "forked_from_id") if k in payload})
+                meta.update(
+                    {
+                        k: payload[k]
+                        for k in (
+                            "id",
+                            "cwd",
+                            "originator",
+                            "cli_version",
+                            "source",
+                            "model_provider",
+                            "forked_from_id",
+                        )
+                        if k in payload
+                    }
+                )
                 bi = as_dict(payload.get("base_instructions"))
                 if isinstance(bi, dict) and isinstance(bi.get("text"), str):
                     traj.system = bi["text"]
@@ -221,11 +301,18 @@ class CodexAdapter(NativeAdapter):
                         meta["models"].append(payload["model"])
                 left_out(traj, f"line {n}", "turn_context", "turn settings, not model input")
                 continue
-            if kind == "token_usage_record" or (kind == "event_msg" and isinstance(payload, dict) and payload.get("type") == "token_count"):
+            if kind == "token_usage_record" or (
+                kind == "event_msg" and isinstance(payload, dict) and payload.get("type") == "token_count"
+            ):
                 if in_action and _usage(obj) is not None:
                     plans[-1].usage = ref
                 in_action, said = False, []
-                left_out(traj, f"line {n}", str(kind if kind != "event_msg" else "event_msg/token_count"), "usage record (ends a model response)")
+                left_out(
+                    traj,
+                    f"line {n}",
+                    str(kind if kind != "event_msg" else "event_msg/token_count"),
+                    "usage record (ends a model response)",
+                )
                 continue
             if kind == "compacted":
                 message = as_str(as_dict(payload).get("message"))
@@ -233,8 +320,13 @@ class CodexAdapter(NativeAdapter):
                     # the reply to Codex's own summary request: no step of the main loop
                     plans.pop()
                     calls.pop()
-                    left_out(traj, f"line {n}", "compaction_summary", "the assistant message before this compacted record is the model's "
-                             "summary (its text ends the record's message), not a main-loop step")
+                    left_out(
+                        traj,
+                        f"line {n}",
+                        "compaction_summary",
+                        "the assistant message before this compacted record is the model's "
+                        "summary (its text ends the record's message), not a main-loop step",
+                    )
                 if plans and "compaction" not in plans[-1].flags:
                     plans[-1].flags += ("compaction",)
                 history = as_dict(payload).get("replacement_history")
@@ -243,7 +335,9 @@ class CodexAdapter(NativeAdapter):
                     reason = "compacted history: its replacement_history is what the model sees from here on (trajectory compactions); the step before is flagged"
                 else:
                     if plans:
-                        traj.compactions.append(Compaction(len(plans), [], "compacted", f"line {n}", message, rebuilt=False))
+                        traj.compactions.append(
+                            Compaction(len(plans), [], "compacted", f"line {n}", message, rebuilt=False)
+                        )
                     reason = "compacted history without replacement_history: what the model saw after it is not in the file; flagged on the step before"
                 left_out(traj, f"line {n}", "compaction", reason)
                 in_action, said = False, []
@@ -252,7 +346,12 @@ class CodexAdapter(NativeAdapter):
                 sub = payload.get("type") if isinstance(payload, dict) else None
                 if kind not in ("event_msg", "world_state"):
                     diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
-                left_out(traj, f"line {n}", sys.intern(f"{kind}/{sub}") if sub else str(kind), "UI or telemetry record, not model-visible history")
+                left_out(
+                    traj,
+                    f"line {n}",
+                    sys.intern(f"{kind}/{sub}") if sub else str(kind),
+                    "UI or telemetry record, not model-visible history",
+                )
                 continue
             if not (isinstance(payload, dict) and isinstance(payload.get("type"), str)):
                 _malformed(traj, diag, n, "response_item without a typed payload")
@@ -287,8 +386,12 @@ class CodexAdapter(NativeAdapter):
                         else:
                             *_, last = _chain(prev)
                             last.same = call
-                            diag.warn("duplicate_call_id", f"line {n}", f"{t} {call_id} shares its id with the call at line {prev.n} "
-                                      "(other content); outputs paired with the calls of the id in order of appearance")
+                            diag.warn(
+                                "duplicate_call_id",
+                                f"line {n}",
+                                f"{t} {call_id} shares its id with the call at line {prev.n} "
+                                "(other content); outputs paired with the calls of the id in order of appearance",
+                            )
                 continue
             owner: _Call | None = None  # for an output: the call it answers
             if t in _RESULT_ITEMS and call_id is not None:
@@ -296,13 +399,21 @@ class CodexAdapter(NativeAdapter):
                     chain = list(_chain(by_id[call_id]))
                     # the first call of the id without an output; a call the provider runs
                     # (a tool search) only when no other call of the id waits for one
-                    owner = next((c for c in chain if c.output is None and not c.server), None) or next((c for c in chain if c.output is None), None)
-                    if owner is None and any(source.load(c.output).get("payload") == payload for c in chain if c.output is not None):
+                    owner = next((c for c in chain if c.output is None and not c.server), None) or next(
+                        (c for c in chain if c.output is None), None
+                    )
+                    if owner is None and any(
+                        source.load(c.output).get("payload") == payload for c in chain if c.output is not None
+                    ):
                         _duplicate(traj, diag, n, f"{t} {call_id}", "an earlier line")
                         continue
                     if owner is None:
-                        diag.warn("duplicate_call_id", f"line {n}", f"{t} {call_id}: every call of the id (last at line {chain[-1].n}) has its output; "
-                                  "this one is kept after the last call's step results")
+                        diag.warn(
+                            "duplicate_call_id",
+                            f"line {n}",
+                            f"{t} {call_id}: every call of the id (last at line {chain[-1].n}) has its output; "
+                            "this one is kept after the last call's step results",
+                        )
                         owner = chain[-1]
                     else:
                         owner.output = ref
@@ -324,8 +435,12 @@ class CodexAdapter(NativeAdapter):
                     gap.flags = ("lost_action",)
                     plans.append(gap)
                     calls.append([])
-                    diag.warn("lost_action", f"line {n}", f"{t} {call_id} answers a call no line of the file holds: "
-                              f"the action of step {gap.n} was lost; a gap step stands at its place")
+                    diag.warn(
+                        "lost_action",
+                        f"line {n}",
+                        f"{t} {call_id} answers a call no line of the file holds: "
+                        f"the action of step {gap.n} was lost; a gap step stands at its place",
+                    )
                     gap.results.append(ref)
                     continue
                 # the step whose action made the call, not the step being read (a late output)
@@ -353,7 +468,9 @@ class CodexAdapter(NativeAdapter):
             what = "required record shape missing: no Codex rollout record (type session_meta/response_item) in the file"
             if first is None:
                 raise BadInputError(f"{diag.path}: {what} (no JSON object in it)")
-            raise BadInputError(f"{diag.path}: line {first[0]}: {what}; the first record has type {first[1]!r}")
+            raise BadInputError(
+                f"{diag.path}: line {first[0]}: {what}; the first record has type {first[1]!r}"
+            )
         if not version_seen:
             PROFILE.check(None, "file", diag)
         for plan, step_calls in zip(plans, calls):
@@ -377,7 +494,9 @@ def _is_summary_reply(plan: _Plan, step_calls: list, message: str, source: Jsonl
     return bool(text.strip()) and message.rstrip().endswith(text.strip())
 
 
-def _compaction(traj: Trajectory, plans: list[_Plan], history: list[Any], message: str | None, n: int, diag: Diagnostics) -> None:
+def _compaction(
+    traj: Trajectory, plans: list[_Plan], history: list[Any], message: str | None, n: int, diag: Diagnostics
+) -> None:
     """A ``compacted`` record's ``replacement_history`` as a :class:`Compaction` after the
     current step: the items read as Responses input (each message keeps its item as ``raw``, so
     the render sends it as recorded, without the file-only key); the observation messages
@@ -387,15 +506,32 @@ def _compaction(traj: Trajectory, plans: list[_Plan], history: list[Any], messag
 
     items = [i for i in history if isinstance(i, dict)]
     if len(items) != len(history):
-        diag.warn("malformed_record", f"line {n}", f"replacement_history holds {len(history) - len(items)} item(s) that are not objects: left out")
+        diag.warn(
+            "malformed_record",
+            f"line {n}",
+            f"replacement_history holds {len(history) - len(items)} item(s) that are not objects: left out",
+        )
     try:
         msgs = get_protocol("openai-responses").parse_request({"input": items}).messages
     except BadInputError as exc:
-        diag.warn("malformed_record", f"line {n}", f"replacement_history is not Responses input ({exc.message}): the compaction is not used")
+        diag.warn(
+            "malformed_record",
+            f"line {n}",
+            f"replacement_history is not Responses input ({exc.message}): the compaction is not used",
+        )
         return
     after = len(plans)
     taken = len(plans[-1].messages) if plans else 0
-    traj.compactions.append(Compaction(after_step=after, history=msgs, kind="compacted", where=f"line {n}", summary=message or None, messages_from=taken))
+    traj.compactions.append(
+        Compaction(
+            after_step=after,
+            history=msgs,
+            kind="compacted",
+            where=f"line {n}",
+            summary=message or None,
+            messages_from=taken,
+        )
+    )
 
 
 def _duplicate(traj: Trajectory, diag: Diagnostics, n: int, what: str, first: str) -> None:
@@ -408,7 +544,9 @@ def _malformed(traj: Trajectory, diag: Diagnostics, n: int, what: str) -> None:
     left_out(traj, f"line {n}", "malformed", what)
 
 
-def _warn_interrupted(n: int, step_calls: list[_Call], results: list[LineRef], source: JsonlSource, diag: Diagnostics) -> None:
+def _warn_interrupted(
+    n: int, step_calls: list[_Call], results: list[LineRef], source: JsonlSource, diag: Diagnostics
+) -> None:
     """The ``interrupted`` warnings :func:`_order` gives step ``n`` (built later, without
     warnings): a call (not run by the provider) that no output of the step answers. Outputs
     paired by the first pass answer their call; the others (an output of no call, of an id
@@ -437,7 +575,9 @@ def _build(plan: _Plan, source: JsonlSource) -> Step:
         action.usage = _usage(source.load(plan.usage))
     for ref in plan.results:
         payload = source.load(ref)["payload"]
-        step.observation.results.append(ToolResult(as_str(payload.get("call_id")), payload.get("output"), is_error=None, raw=payload))
+        step.observation.results.append(
+            ToolResult(as_str(payload.get("call_id")), payload.get("output"), is_error=None, raw=payload)
+        )
     for ref in plan.messages:
         payload = source.load(ref)["payload"]
         role = as_str(payload.get("role")) or "user"
@@ -473,5 +613,6 @@ def _order(step: Step) -> None:
                 step.flags.append("interrupted")
         ordered.append(r)
     step.observation.results = ordered + left
+
 
 ADAPTER = CodexAdapter()

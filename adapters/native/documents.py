@@ -54,7 +54,9 @@ def read_document(path: Path, diag: Diagnostics, expected: str, arrays: tuple[st
     except BadInputError as exc:
         raise BadInputError(f"{exc.message}; expected {expected}") from None
     except RecursionError:
-        raise BadInputError(f"{path}: not a JSON document (nested too deep to parse); expected {expected}") from None
+        raise BadInputError(
+            f"{path}: not a JSON document (nested too deep to parse); expected {expected}"
+        ) from None
 
 
 #: files at least this big (bytes) are parsed in pieces by :func:`read_document`
@@ -100,12 +102,12 @@ def _read_split(path: Path, arrays: tuple[str, ...]) -> tuple[Any, set[str]] | N
     try:
         head = mm[:4096]
         start = len(head) - len(head.lstrip(_WS))
-        if mm[start:start + 1] == b"[":
+        if mm[start : start + 1] == b"[":
             end = mm.rfind(b"]")
-            if end < 0 or mm[end + 1:].strip(_WS):
+            if end < 0 or mm[end + 1 :].strip(_WS):
                 return None
             return _read_array(mm, start, load, last=end)[0], flags
-        if mm[start:start + 1] != b"{" or not arrays:
+        if mm[start : start + 1] != b"{" or not arrays:
             return None
         found = []
         for key in arrays:
@@ -144,7 +146,9 @@ def _read_split(path: Path, arrays: tuple[str, ...]) -> tuple[Any, set[str]] | N
         mm.close()
 
 
-def _read_array(mm: mmap.mmap, open_at: int, load: Callable[[bytes], Any], last: int | None = None) -> tuple[list[Any], int]:
+def _read_array(
+    mm: mmap.mmap, open_at: int, load: Callable[[bytes], Any], last: int | None = None
+) -> tuple[list[Any], int]:
     """``(elements, end)``: the elements of the JSON array whose ``[`` is at byte ``open_at`` of
     ``mm``, parsed in batches (rules in :func:`_read_split`), and the byte after its ``]``;
     ``last``: the byte of that ``]`` when known. Raises _NoSplit or ValueError."""
@@ -152,7 +156,7 @@ def _read_array(mm: mmap.mmap, open_at: int, load: Callable[[bytes], Any], last:
     pos = open_at + 1
     while pos < len(mm) and mm[pos] in _WS:
         pos += 1
-    if mm[pos:pos + 1] == b"]":
+    if mm[pos : pos + 1] == b"]":
         return items, pos + 1
     m = _KEY.match(mm, pos)
     if m is None:
@@ -175,7 +179,7 @@ def _read_array(mm: mmap.mmap, open_at: int, load: Callable[[bytes], Any], last:
                     cut -= 1
                 if mm[cut] == 0x7D:  # "}"
                     try:
-                        items.extend(load(b"[" + mm[pos:cut + 1] + b"]"))
+                        items.extend(load(b"[" + mm[pos : cut + 1] + b"]"))
                     except ValueError:
                         pass
                     else:
@@ -202,7 +206,7 @@ def _read_array(mm: mmap.mmap, open_at: int, load: Callable[[bytes], Any], last:
         if j < 0:
             break
         try:
-            items.extend(load(b"[" + mm[pos:j + 1]))
+            items.extend(load(b"[" + mm[pos : j + 1]))
         except ValueError:
             if last is not None:
                 raise

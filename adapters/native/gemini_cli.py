@@ -62,15 +62,46 @@ from typing import Any, Callable, NamedTuple
 import orjson
 
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import Action, Compaction, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import (
+    Action,
+    Compaction,
+    Message,
+    Reasoning,
+    Step,
+    TextPart,
+    ToolResult,
+    Trajectory,
+)
 
-from .base import (BOM, Diagnostics, FormatProfile, JsonlSource, LazySteps, NativeAdapter, NativeResult, as_dict, as_list, as_str, iter_json_records,
-                   left_out, object_call, read_json_document, require)
+from .base import (
+    BOM,
+    Diagnostics,
+    FormatProfile,
+    JsonlSource,
+    LazySteps,
+    NativeAdapter,
+    NativeResult,
+    as_dict,
+    as_list,
+    as_str,
+    iter_json_records,
+    left_out,
+    object_call,
+    read_json_document,
+    require,
+)
 
 #: the legacy single-JSON shape, named when a ``.json`` file is refused
 EXPECTED = "a Gemini CLI session JSON: an object {sessionId, projectHash, startTime, messages: [{id, type, content}, ...]}"
 
-PROFILE = FormatProfile("gemini-cli", 0, 61, "by shape (no version stored): JSONL with $set/$rewindTo, or legacy single JSON", "0.61.0", by_shape=True)
+PROFILE = FormatProfile(
+    "gemini-cli",
+    0,
+    61,
+    "by shape (no version stored): JSONL with $set/$rewindTo, or legacy single JSON",
+    "0.61.0",
+    by_shape=True,
+)
 
 
 def _parts_text(content: Any) -> list[str]:
@@ -95,7 +126,9 @@ def _slim(m: dict) -> dict:
     m.pop("displayContent", None)
     calls = m.get("toolCalls")
     if isinstance(calls, list):
-        m["toolCalls"] = [{k: c[k] for k in _CALL_KEYS if k in c} if isinstance(c, dict) else c for c in calls]
+        m["toolCalls"] = [
+            {k: c[k] for k in _CALL_KEYS if k in c} if isinstance(c, dict) else c for c in calls
+        ]
     return m
 
 
@@ -115,7 +148,11 @@ def _calls(m: dict) -> list:
     calls = as_list(m.get("toolCalls"))
     content = m.get("content", m.get("parts"))
     if not calls and isinstance(content, list):
-        calls = [dict(p["functionCall"]) for p in content if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)]
+        calls = [
+            dict(p["functionCall"])
+            for p in content
+            if isinstance(p, dict) and isinstance(p.get("functionCall"), dict)
+        ]
     return calls
 
 
@@ -143,7 +180,9 @@ def _shape(m: dict) -> tuple[str, Any]:
         return str(t), (tuple(pending), sys.intern(model) if model else model, shared)
     if t == "user":
         fr = _function_responses(m.get("content", m.get("parts")))
-        return "user", None if fr is None else tuple(f.get("id") if f.get("id") is None or isinstance(f.get("id"), str) else _NO_ID for f in fr)
+        return "user", None if fr is None else tuple(
+            f.get("id") if f.get("id") is None or isinstance(f.get("id"), str) else _NO_ID for f in fr
+        )
     return str(t), None
 
 
@@ -207,7 +246,6 @@ def _update_meta(meta: dict[str, Any], upd: dict) -> None:
             meta[k] = [] if isinstance(v, (dict, list)) and k != "task_context" else v
 
 
-
 def _jsonl_inside(path: Path, probe: int = 1 << 20) -> bool:
     """Whether a ``.json`` file holds a JSONL session (a recording saved or renamed ``*.json``):
     its first line is a whole JSON object and more follows. A legacy document is one value
@@ -223,6 +261,7 @@ def _jsonl_inside(path: Path, probe: int = 1 << 20) -> bool:
             return False
         return isinstance(obj, dict) and bool(rest.strip() or fh.read(1))
 
+
 class GeminiCliAdapter(NativeAdapter):
     name = "gemini-cli"
     description = "Gemini CLI chat recording (~/.gemini/tmp/<project>/chats/session-*.jsonl, legacy .json)"
@@ -237,7 +276,9 @@ class GeminiCliAdapter(NativeAdapter):
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         traj = Trajectory()
-        rewrites: list[tuple[int, str]] = []  # ($set line, the last message key before it) of each history rewrite
+        rewrites: list[
+            tuple[int, str]
+        ] = []  # ($set line, the last message key before it) of each history rewrite
         snapshot_ids: set[str] = set()  # ids of the messages of earlier $set snapshots
         flagged: set[int] = set()
         meta: dict[str, Any] = {"task_context": []}
@@ -252,14 +293,30 @@ class GeminiCliAdapter(NativeAdapter):
             except BadInputError as exc:
                 raise BadInputError(f"{exc.message}; expected {EXPECTED}") from None
             except RecursionError:
-                raise BadInputError(f"{path}: not a JSON document (nested too deep to parse); expected {EXPECTED}") from None
-            require(isinstance(doc, dict) and isinstance(doc.get("messages"), list), diag, "document",
-                    f"not a Gemini CLI session JSON: no `messages` list; expected {EXPECTED}")
+                raise BadInputError(
+                    f"{path}: not a JSON document (nested too deep to parse); expected {EXPECTED}"
+                ) from None
+            require(
+                isinstance(doc, dict) and isinstance(doc.get("messages"), list),
+                diag,
+                "document",
+                f"not a Gemini CLI session JSON: no `messages` list; expected {EXPECTED}",
+            )
             meta["format"] = "gemini-cli legacy session json"
-            meta.update({k: doc[k] for k in ("sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary") if k in doc})
+            meta.update(
+                {
+                    k: doc[k]
+                    for k in ("sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary")
+                    if k in doc
+                }
+            )
             for i, m in enumerate(doc["messages"]):
                 if not isinstance(m, dict) or not isinstance(m.get("type"), str):
-                    what = f"a JSON {type(m).__name__}, not a message object" if not isinstance(m, dict) else "a message without a string `type`"
+                    what = (
+                        f"a JSON {type(m).__name__}, not a message object"
+                        if not isinstance(m, dict)
+                        else "a message without a string `type`"
+                    )
                     _malformed(traj, diag, f"message {i + 1}", what)
                     continue
                 messages[str(m.get("id", f"#{i}"))] = _Msg(f"message {i + 1}", m, *_shape(m))
@@ -283,10 +340,16 @@ class GeminiCliAdapter(NativeAdapter):
                     target = str(obj["$rewindTo"])
                     if target in messages:
                         keys = list(messages)
-                        for k in keys[keys.index(target):]:
-                            left_out(traj, messages.pop(k).where, "rewound", f"dropped by $rewindTo at line {n}")
+                        for k in keys[keys.index(target) :]:
+                            left_out(
+                                traj, messages.pop(k).where, "rewound", f"dropped by $rewindTo at line {n}"
+                            )
                     else:
-                        diag.warn("broken_chain", f"line {n}", f"$rewindTo names message {target}, which is not in the file")
+                        diag.warn(
+                            "broken_chain",
+                            f"line {n}",
+                            f"$rewindTo names message {target}, which is not in the file",
+                        )
                     continue
                 if "$set" in obj:
                     if not isinstance(obj["$set"], dict):
@@ -297,7 +360,13 @@ class GeminiCliAdapter(NativeAdapter):
                     snap = upd.get("messages")
                     if isinstance(snap, list):
                         ids = {str(m.get("id")) for m in snap if isinstance(m, dict)}
-                        new = {i for i in ids if i not in messages and i not in snapshot_ids and i.removesuffix("_response") not in messages}
+                        new = {
+                            i
+                            for i in ids
+                            if i not in messages
+                            and i not in snapshot_ids
+                            and i.removesuffix("_response") not in messages
+                        }
                         if messages and new and any(k not in ids for k in messages):
                             # messages of the file are gone from the snapshot and messages never seen
                             # came (a resume writes known ids, its initial context first): the history
@@ -308,19 +377,40 @@ class GeminiCliAdapter(NativeAdapter):
                             for m in snap:
                                 if isinstance(m, dict) and m.get("type") == "user":
                                     meta["task_context"].extend(_parts_text(m.get("content")))
-                        left_out(traj, f"line {n}", "$set/messages", "history snapshot written at start or resume, not a message record")
+                        left_out(
+                            traj,
+                            f"line {n}",
+                            "$set/messages",
+                            "history snapshot written at start or resume, not a message record",
+                        )
                     _update_meta(meta, upd)
                     continue
                 if "type" in obj or "id" in obj:
                     if not ("id" in obj and isinstance(obj.get("type"), str)):
-                        _malformed(traj, diag, f"line {n}", "a message record without an `id`" if "id" not in obj else "a message record without a string `type`")
+                        _malformed(
+                            traj,
+                            diag,
+                            f"line {n}",
+                            "a message record without an `id`"
+                            if "id" not in obj
+                            else "a message record without a string `type`",
+                        )
                         continue
                     session = True
                     key = str(obj["id"])
                     old = messages.get(key)
-                    if old is not None and not old.src.joined and old.src.length == ref.length and source.load(old.src) == obj:
+                    if (
+                        old is not None
+                        and not old.src.joined
+                        and old.src.length == ref.length
+                        and source.load(old.src) == obj
+                    ):
                         # an exact repeat, not an update: the copy changes nothing
-                        diag.warn("duplicate_record", f"line {n}", f"message {key} repeats its record at {old.where} exactly; one copy kept")
+                        diag.warn(
+                            "duplicate_record",
+                            f"line {n}",
+                            f"message {key} repeats its record at {old.where} exactly; one copy kept",
+                        )
                         left_out(traj, f"line {n}", "duplicate", f"an exact copy of message {key}")
                     elif old is not None:
                         messages[key] = _Msg(old.where + f" (replaced by line {n})", ref, *_shape(obj))
@@ -331,11 +421,19 @@ class GeminiCliAdapter(NativeAdapter):
                     session = True
                     _update_meta(meta, obj)
                     continue
-                diag.warn("unknown_record", f"line {n}", "a record that is neither a message, $set, $rewindTo nor metadata")
+                diag.warn(
+                    "unknown_record",
+                    f"line {n}",
+                    "a record that is neither a message, $set, $rewindTo nor metadata",
+                )
                 left_out(traj, f"line {n}", "unknown", "record type unknown to the profile")
             if not session:
                 what = "required record shape missing: no Gemini CLI session record (metadata with sessionId/projectHash, a message with id/type, $set or $rewindTo) in the file"
-                raise BadInputError(f"{diag.path}: {what} (no JSON object in it)" if first is None else f"{diag.path}: line {first}: {what}")
+                raise BadInputError(
+                    f"{diag.path}: {what} (no JSON object in it)"
+                    if first is None
+                    else f"{diag.path}: line {first}: {what}"
+                )
         meta = {k: v for k, v in meta.items() if not isinstance(v, (dict, list)) or k == "task_context"}
         plans: list[_Plan] = []
         step_after: dict[str, int] = {}  # message key -> the number of steps up to it
@@ -345,8 +443,12 @@ class GeminiCliAdapter(NativeAdapter):
             if msg.kind in ("gemini", "model"):
                 plans.append(_Plan(len(plans) + 1, msg.src, msg.info[0], msg.info[1]))
                 for cid in msg.info[2]:
-                    diag.warn("duplicate_call_id", msg.where, f"calls of the message share the id {cid}; each keeps its stored result, "
-                              "functionResponse copies paired in order of appearance")
+                    diag.warn(
+                        "duplicate_call_id",
+                        msg.where,
+                        f"calls of the message share the id {cid}; each keeps its stored result, "
+                        "functionResponse copies paired in order of appearance",
+                    )
                 continue
             if msg.kind != "user":
                 left_out(traj, msg.where, msg.kind, "UI-only message (info, error, warning)")
@@ -355,7 +457,12 @@ class GeminiCliAdapter(NativeAdapter):
                 if plans and plans[-1].fill(msg.info):
                     plans[-1].fills += (msg.src,)
                     continue
-                left_out(traj, msg.where, "functionResponse_copy", "repeats the results stored in the calls; one copy used")
+                left_out(
+                    traj,
+                    msg.where,
+                    "functionResponse_copy",
+                    "repeats the results stored in the calls; one copy used",
+                )
                 continue
             if not plans:
                 m = get(msg.src)
@@ -373,7 +480,9 @@ class GeminiCliAdapter(NativeAdapter):
                 flagged.add(k)
         for p in plans:
             if p.pending:
-                diag.warn("interrupted", f"step {p.n}", f"tool call {p.pending[0][0]} has no result in the file")
+                diag.warn(
+                    "interrupted", f"step {p.n}", f"tool call {p.pending[0][0]} has no result in the file"
+                )
             p.pending = ()  # only the first pass needs them
         steps = LazySteps(plans, lambda p: self._build(p, get, flagged))
         traj.steps = list(steps) if legacy else steps
@@ -393,7 +502,9 @@ class GeminiCliAdapter(NativeAdapter):
             self._fill_results(step, _function_responses(m.get("content", m.get("parts"))) or [])
         for src in plan.messages:
             m = get(src)
-            step.observation.messages.append(Message("user", [TextPart(x) for x in _parts_text(m.get("content", m.get("parts")))], raw=m))
+            step.observation.messages.append(
+                Message("user", [TextPart(x) for x in _parts_text(m.get("content", m.get("parts")))], raw=m)
+            )
         for r in step.observation.results:
             if isinstance(r.raw, dict) and r.raw.get("interrupted"):
                 step.flags.append("interrupted")
@@ -418,15 +529,21 @@ class GeminiCliAdapter(NativeAdapter):
     @staticmethod
     def _step(n: int, m: dict) -> Step:
         content = m.get("content", m.get("parts"))
-        action = Action(text="".join(_parts_text(content)), model=as_str(m.get("model")), usage=m.get("tokens"), raw=m)
+        action = Action(
+            text="".join(_parts_text(content)), model=as_str(m.get("model")), usage=m.get("tokens"), raw=m
+        )
         for th in as_list(m.get("thoughts")):
             if isinstance(th, dict):
-                text = "\n".join(x for x in (th.get("subject"), th.get("description")) if isinstance(x, str) and x)
+                text = "\n".join(
+                    x for x in (th.get("subject"), th.get("description")) if isinstance(x, str) and x
+                )
                 action.reasoning.append(Reasoning(text=text, raw=th))
         if isinstance(content, list):
             for p in content:
                 if isinstance(p, dict) and p.get("thought") and isinstance(p.get("text"), str):
-                    action.reasoning.append(Reasoning(text=p["text"], signature=as_str(p.get("thoughtSignature")), raw=p))
+                    action.reasoning.append(
+                        Reasoning(text=p["text"], signature=as_str(p.get("thoughtSignature")), raw=p)
+                    )
         step = Step(n=n, action=action)
         for c in _calls(m):
             if not isinstance(c, dict):
@@ -435,9 +552,13 @@ class GeminiCliAdapter(NativeAdapter):
             action.tool_calls.append(call)
             result = c.get("result")
             if result is None:
-                step.observation.results.append(ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True}))
+                step.observation.results.append(
+                    ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True})
+                )
                 continue
-            step.observation.results.append(ToolResult(call.id, result, is_error=c.get("status") == "error", name=call.name, raw=c))
+            step.observation.results.append(
+                ToolResult(call.id, result, is_error=c.get("status") == "error", name=call.name, raw=c)
+            )
         return step
 
 

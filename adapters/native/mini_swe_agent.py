@@ -53,11 +53,28 @@ from typing import Any
 
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
-from .base import Diagnostics, FormatProfile, NativeAdapter, NativeResult, as_dict, as_list, as_str, left_out, require, string_call, text_of
+from .base import (
+    Diagnostics,
+    FormatProfile,
+    NativeAdapter,
+    NativeResult,
+    as_dict,
+    as_list,
+    as_str,
+    left_out,
+    require,
+    string_call,
+    text_of,
+)
 from .documents import read_document
 
-PROFILE = FormatProfile("mini-swe-agent", 1, 1, "`trajectory_format` (mini-swe-agent-1.1 -> 1.1, mini-swe-agent-1 -> 1.0)",
-                        "1.13.4, 1.15.0 (v1), 2.4.6")
+PROFILE = FormatProfile(
+    "mini-swe-agent",
+    1,
+    1,
+    "`trajectory_format` (mini-swe-agent-1.1 -> 1.1, mini-swe-agent-1 -> 1.0)",
+    "1.13.4, 1.15.0 (v1), 2.4.6",
+)
 
 #: the shape this adapter reads, named when it refuses a file
 EXPECTED = "a mini-swe-agent trajectory: a JSON object {info, messages: [{role, content}, ...], trajectory_format} (or a bare JSON array of messages)"
@@ -96,9 +113,18 @@ class MiniSweAgentAdapter(NativeAdapter):
             return False
         if b'"trajectory_format"' in head and b"mini-swe-agent" in head:
             return True
-        if b'"exit_status"' in head and b'"submission"' in head and b'"messages"' in head and b'"role"' in head:
+        if (
+            b'"exit_status"' in head
+            and b'"submission"' in head
+            and b'"messages"' in head
+            and b'"role"' in head
+        ):
             return True  # v1 files start with a long `info`, `trajectory_format` comes last
-        return head.lstrip().startswith(b"[") and b'"role"' in head and (b"mswea_bash_command" in head or b"MINI_SWE_AGENT" in head)
+        return (
+            head.lstrip().startswith(b"[")
+            and b'"role"' in head
+            and (b"mswea_bash_command" in head or b"MINI_SWE_AGENT" in head)
+        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """Read ``path``; raises BadInputError (65) naming ``trajectory_format`` for an unknown
@@ -112,26 +138,48 @@ class MiniSweAgentAdapter(NativeAdapter):
             PROFILE.check(None, "document", diag)
             meta["trajectory_format"] = None
         else:
-            require(isinstance(doc, dict) and isinstance(doc.get("messages"), list), diag, "document",
-                    f"not a mini-swe-agent trajectory: no `messages` list; expected {EXPECTED}")
+            require(
+                isinstance(doc, dict) and isinstance(doc.get("messages"), list),
+                diag,
+                "document",
+                f"not a mini-swe-agent trajectory: no `messages` list; expected {EXPECTED}",
+            )
             fmt = doc.get("trajectory_format")
             version = None
             if fmt is not None:
-                require(isinstance(fmt, str) and fmt.startswith("mini-swe-agent-"), diag, "trajectory_format",
-                        f"format {fmt!r} is not a mini-swe-agent trajectory format")
-                version = fmt[len("mini-swe-agent-"):]
+                require(
+                    isinstance(fmt, str) and fmt.startswith("mini-swe-agent-"),
+                    diag,
+                    "trajectory_format",
+                    f"format {fmt!r} is not a mini-swe-agent trajectory format",
+                )
+                version = fmt[len("mini-swe-agent-") :]
                 if re.fullmatch(r"\d+", version):
                     version += ".0"
             PROFILE.check(version, "trajectory_format", diag)
             messages = doc["messages"]
             info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
-            meta.update({"trajectory_format": fmt, "mini_version": info.get("mini_version"), "exit_status": info.get("exit_status")})
+            meta.update(
+                {
+                    "trajectory_format": fmt,
+                    "mini_version": info.get("mini_version"),
+                    "exit_status": info.get("exit_status"),
+                }
+            )
             if "instance_id" in doc:
                 meta["instance_id"] = doc["instance_id"]
-            agent_cfg = ((info.get("config") or {}).get("agent") or {}) if isinstance(info.get("config"), dict) else {}
+            agent_cfg = (
+                ((info.get("config") or {}).get("agent") or {})
+                if isinstance(info.get("config"), dict)
+                else {}
+            )
             if isinstance(agent_cfg, dict) and isinstance(agent_cfg.get("instance_template"), str):
                 meta["instance_template"] = agent_cfg["instance_template"]  # the task is rendered into it
-            cfg = ((info.get("config") or {}).get("model") or {}) if isinstance(info.get("config"), dict) else {}
+            cfg = (
+                ((info.get("config") or {}).get("model") or {})
+                if isinstance(info.get("config"), dict)
+                else {}
+            )
             if isinstance(cfg, dict) and isinstance(cfg.get("model_name"), str):
                 traj.model = cfg["model_name"]
         require(messages, diag, "messages", f"no messages (an empty list); expected {EXPECTED}")
@@ -158,18 +206,28 @@ class MiniSweAgentAdapter(NativeAdapter):
                 else:
                     content = m.get("content") if role == "tool" else m.get("output")
                     rc = _extra(m).get("returncode")
-                    step.observation.results.append(ToolResult(cid, content, is_error=None if rc is None else rc != 0, raw=m))
+                    step.observation.results.append(
+                        ToolResult(cid, content, is_error=None if rc is None else rc != 0, raw=m)
+                    )
             elif role == "system" and not steps and traj.system is None:
                 traj.system = text_of(m.get("content"))
             elif role == "user":
                 text = text_of(m.get("content"))
                 msg = Message("user", [TextPart(text)], raw=m)
                 ex = _extra(m)
-                if ex.get("interrupt_type") == "FormatError" and (prev is None or not _is_action(prev)) and (steps or traj.task is not None):
+                if (
+                    ex.get("interrupt_type") == "FormatError"
+                    and (prev is None or not _is_action(prev))
+                    and (steps or traj.task is not None)
+                ):
                     # the reply that caused it was never added to the messages
                     reply = ex.get("model_response")
-                    step = Step(n=len(steps) + 1, action=Action(text=reply if isinstance(reply, str) else "", raw=None),
-                                flags=["action_dropped_by_agent"] + ([] if isinstance(reply, str) else ["action_not_stored"]))
+                    step = Step(
+                        n=len(steps) + 1,
+                        action=Action(text=reply if isinstance(reply, str) else "", raw=None),
+                        flags=["action_dropped_by_agent"]
+                        + ([] if isinstance(reply, str) else ["action_not_stored"]),
+                    )
                     step.observation.messages.append(msg)
                     steps.append(step)
                 elif traj.task is None and not steps:
@@ -180,12 +238,18 @@ class MiniSweAgentAdapter(NativeAdapter):
                     meta["task_context"].append(text)
             elif role == "exit":
                 meta["exit"] = {k: v for k, v in _extra(m).items() if k in ("exit_status", "submission")}
-                left_out(traj, where, "exit", "the exit record (exit status and submission), not a model message")
+                left_out(
+                    traj, where, "exit", "the exit record (exit status and submission), not a model message"
+                )
             elif role is None:
                 # before anything was recognised this is not a mini-swe-agent file; later an item
                 # of a shape this profile does not know (formats drift): left out with a warning
-                require(steps or traj.task is not None or traj.system is not None, diag, where,
-                        f"a message without a role (not a mini-swe-agent message); expected {EXPECTED}")
+                require(
+                    steps or traj.task is not None or traj.system is not None,
+                    diag,
+                    where,
+                    f"a message without a role (not a mini-swe-agent message); expected {EXPECTED}",
+                )
                 diag.warn("unknown_record", where, "a message without a role; left out")
                 left_out(traj, where, "unknown", "a message without a role")
             else:
@@ -210,7 +274,9 @@ class MiniSweAgentAdapter(NativeAdapter):
     def _action(m: dict[str, Any]) -> Action:
         """An Action from a Chat-shaped assistant message or a Responses-API response object."""
         if m.get("object") == "response":
-            action = Action(model=as_str(m.get("model")), usage=m.get("usage"), stop_reason=as_str(m.get("status")), raw=m)
+            action = Action(
+                model=as_str(m.get("model")), usage=m.get("usage"), stop_reason=as_str(m.get("status")), raw=m
+            )
             texts = []
             for item in as_list(m.get("output")):
                 if not isinstance(item, dict):
@@ -218,7 +284,14 @@ class MiniSweAgentAdapter(NativeAdapter):
                 if item.get("type") == "message":
                     texts.append(text_of(item.get("content")))
                 elif item.get("type") == "function_call":
-                    action.tool_calls.append(string_call(as_str(item.get("call_id")), as_str(item.get("name")) or "", item.get("arguments") or "", raw=item))
+                    action.tool_calls.append(
+                        string_call(
+                            as_str(item.get("call_id")),
+                            as_str(item.get("name")) or "",
+                            item.get("arguments") or "",
+                            raw=item,
+                        )
+                    )
             action.text = "".join(texts)
             return action
         action = Action(text=text_of(m.get("content")), raw=m)
@@ -233,7 +306,11 @@ class MiniSweAgentAdapter(NativeAdapter):
             if not isinstance(c, dict):
                 continue
             fn = as_dict(c.get("function"))
-            action.tool_calls.append(string_call(as_str(c.get("id")), as_str(fn.get("name")) or "", fn.get("arguments") or "", raw=c))
+            action.tool_calls.append(
+                string_call(
+                    as_str(c.get("id")), as_str(fn.get("name")) or "", fn.get("arguments") or "", raw=c
+                )
+            )
         return action
 
     @staticmethod
@@ -255,7 +332,9 @@ class MiniSweAgentAdapter(NativeAdapter):
                 r = ToolResult(c.id, "", is_error=None, name=c.name, raw={"interrupted": True})
                 if "interrupted" not in s.flags:
                     s.flags.append("interrupted")
-                diag.warn("interrupted", f"step {s.n}", f"tool call {c.id} ({c.name}) has no result in the file")
+                diag.warn(
+                    "interrupted", f"step {s.n}", f"tool call {c.id} ({c.name}) has no result in the file"
+                )
             ordered.append(r)
         s.observation.results = ordered + list(by_id.values()) + extra
 

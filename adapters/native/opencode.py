@@ -63,18 +63,44 @@ from pathlib import Path
 from typing import Any
 
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import Action, Compaction, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import (
+    Action,
+    Compaction,
+    Message,
+    Reasoning,
+    Step,
+    TextPart,
+    ToolResult,
+    Trajectory,
+)
 
-from .base import WARNING_CODES, Diagnostics, FormatProfile, NativeAdapter, NativeResult, as_dict, as_str, left_out, loads_lenient, object_call, read_json_document, require
+from .base import (
+    WARNING_CODES,
+    Diagnostics,
+    FormatProfile,
+    NativeAdapter,
+    NativeResult,
+    as_dict,
+    as_str,
+    left_out,
+    loads_lenient,
+    object_call,
+    read_json_document,
+    require,
+)
 from .documents import read_document
 
-PROFILE = FormatProfile("opencode", 1, 18, "session `version` (export `info.version`)", "1.3.17 (fixture), 1.18.33")
+PROFILE = FormatProfile(
+    "opencode", 1, 18, "session `version` (export `info.version`)", "1.3.17 (fixture), 1.18.33"
+)
 
 #: session ids listed at most when a requested session is not in the store
 MAX_LISTED = 10
 #: the shapes this adapter reads, named when it refuses a file
-EXPECTED = ("an OpenCode session: `opencode export` JSON {info: {id, version, ...}, messages: [{info, parts}, ...]}, "
-            "a storage/ directory (session/, message/, part/) or an opencode.db")
+EXPECTED = (
+    "an OpenCode session: `opencode export` JSON {info: {id, version, ...}, messages: [{info, parts}, ...]}, "
+    "a storage/ directory (session/, message/, part/) or an opencode.db"
+)
 
 
 def _num(value: Any) -> float:
@@ -151,27 +177,61 @@ class OpenCodeAdapter(NativeAdapter):
             fmt = "opencode.db (read-only)"
         else:
             doc = read_document(path, diag, EXPECTED, arrays=("messages",))
-            require(isinstance(doc, dict) and isinstance(doc.get("info"), dict) and isinstance(doc.get("messages"), list), diag, "document",
-                    f"not an OpenCode export: no `info` and `messages`; expected {EXPECTED}")
-            require(isinstance(doc["info"].get("id"), str), diag, "info", f"not an OpenCode export: the session `info` has no `id`; expected {EXPECTED}")
+            require(
+                isinstance(doc, dict)
+                and isinstance(doc.get("info"), dict)
+                and isinstance(doc.get("messages"), list),
+                diag,
+                "document",
+                f"not an OpenCode export: no `info` and `messages`; expected {EXPECTED}",
+            )
+            require(
+                isinstance(doc["info"].get("id"), str),
+                diag,
+                "info",
+                f"not an OpenCode export: the session `info` has no `id`; expected {EXPECTED}",
+            )
             chosen, messages, others = doc["info"], doc["messages"], []
             if session is not None and session != chosen["id"]:
-                raise BadInputError(f"{diag.path}: no OpenCode session {session!r} in this export; it holds session {chosen['id']}")
+                raise BadInputError(
+                    f"{diag.path}: no OpenCode session {session!r} in this export; it holds session {chosen['id']}"
+                )
             fmt = "opencode export json"
         for sid in others:
-            left_out(traj, f"session {sid}", "session", "another session in the store (a subagent's, or an older one)")
+            left_out(
+                traj,
+                f"session {sid}",
+                "session",
+                "another session in the store (a subagent's, or an older one)",
+            )
         PROFILE.check(chosen.get("version"), f"session {chosen.get('id')}", diag)
-        meta: dict[str, Any] = {"format": fmt, "task_context": [], "session": chosen.get("id"), "agent_version": chosen.get("version"),
-                                "directory": chosen.get("directory"), "title": chosen.get("title"),
-                                "session_chosen_by": "id given" if session is not None else ("the only session" if fmt == "opencode export json" else "latest root session")}
+        meta: dict[str, Any] = {
+            "format": fmt,
+            "task_context": [],
+            "session": chosen.get("id"),
+            "agent_version": chosen.get("version"),
+            "directory": chosen.get("directory"),
+            "title": chosen.get("title"),
+            "session_chosen_by": "id given"
+            if session is not None
+            else ("the only session" if fmt == "opencode export json" else "latest root session"),
+        }
         steps: list[Step] = []
         first_step_after: dict[str, int] = {}  # user message id -> the step after it
-        message_at: dict[str, int] = {}  # user message id -> its index among the observation messages of its step
+        message_at: dict[
+            str, int
+        ] = {}  # user message id -> its index among the observation messages of its step
         kept_from: int | None = None
-        pending: tuple[str, int | None] | None = None  # a compaction anchor: (its message id, first kept step)
+        pending: tuple[str, int | None] | None = (
+            None  # a compaction anchor: (its message id, first kept step)
+        )
         for i, m in enumerate(messages):
-            require(isinstance(m, dict) and isinstance(m.get("info"), dict) and isinstance(m.get("parts"), list), diag, f"messages[{i}]",
-                    f"not an OpenCode message: not {{info, parts}}; expected {EXPECTED}")
+            require(
+                isinstance(m, dict) and isinstance(m.get("info"), dict) and isinstance(m.get("parts"), list),
+                diag,
+                f"messages[{i}]",
+                f"not an OpenCode message: not {{info, parts}}; expected {EXPECTED}",
+            )
             info = m.get("info") or {}
             parts = m.get("parts") or []
             where = f"message {info.get('id')}"
@@ -182,20 +242,43 @@ class OpenCodeAdapter(NativeAdapter):
                 tail = as_str(part.get("tail_start_id"))
                 pending = (str(info.get("id")), first_step_after.get(tail) if tail else None)
                 kept_from = message_at.get(tail) if tail else None
-                left_out(traj, where, "compaction", "the compaction request's anchor (sent as its prompt before the summary)")
+                left_out(
+                    traj,
+                    where,
+                    "compaction",
+                    "the compaction request's anchor (sent as its prompt before the summary)",
+                )
                 continue
             if role == "user":
                 first_step_after[str(info.get("id"))] = len(steps) + 1
                 message_at[str(info.get("id"))] = len(steps[-1].observation.messages) if steps else 0
-                text = "".join(as_str(p.get("text")) or "" for p in parts if isinstance(p, dict) and p.get("type") == "text" and not p.get("synthetic"))
-                msg = Message("user", [TextPart(as_str(p.get("text")) or "", raw=p) for p in parts if isinstance(p, dict) and p.get("type") == "text"], raw=m)
+                text = "".join(
+                    as_str(p.get("text")) or ""
+                    for p in parts
+                    if isinstance(p, dict) and p.get("type") == "text" and not p.get("synthetic")
+                )
+                msg = Message(
+                    "user",
+                    [
+                        TextPart(as_str(p.get("text")) or "", raw=p)
+                        for p in parts
+                        if isinstance(p, dict) and p.get("type") == "text"
+                    ],
+                    raw=m,
+                )
                 for p in parts:
                     if not isinstance(p, dict) or p.get("type") != "text":
-                        left_out(traj, f"part {p.get('id') if isinstance(p, dict) else '?'}", str(p.get("type") if isinstance(p, dict) else "part"),
-                                 "a user part that is not text (file, agent, subtask...)")
+                        left_out(
+                            traj,
+                            f"part {p.get('id') if isinstance(p, dict) else '?'}",
+                            str(p.get("type") if isinstance(p, dict) else "part"),
+                            "a user part that is not text (file, agent, subtask...)",
+                        )
                 if not steps and traj.task is None:
                     traj.task = text
-                    synthetic = [tp.text for tp in msg.parts if isinstance(tp.raw, dict) and tp.raw.get("synthetic")]
+                    synthetic = [
+                        tp.text for tp in msg.parts if isinstance(tp.raw, dict) and tp.raw.get("synthetic")
+                    ]
                     meta["task_context"].extend(synthetic)
                 elif steps:
                     steps[-1].observation.messages.append(msg)
@@ -228,24 +311,53 @@ class OpenCodeAdapter(NativeAdapter):
             if info.get("summary") is True:
                 meta.setdefault("compaction_summaries", []).append(info.get("id"))
                 if pending is not None and steps:
-                    summary = "".join(as_str(p.get("text")) or "" for group in brackets for p in group if p.get("type") == "text")
-                    history = [Message("user", [TextPart(COMPACTION_PROMPT)]), Message("assistant", [TextPart(summary)])]
-                    traj.compactions.append(Compaction(len(steps), history, "compaction", f"message {pending[0]}", summary,
-                                                       len(steps[-1].observation.messages), pending[1],
-                                                       kept_from if pending[1] is not None else None))
+                    summary = "".join(
+                        as_str(p.get("text")) or ""
+                        for group in brackets
+                        for p in group
+                        if p.get("type") == "text"
+                    )
+                    history = [
+                        Message("user", [TextPart(COMPACTION_PROMPT)]),
+                        Message("assistant", [TextPart(summary)]),
+                    ]
+                    traj.compactions.append(
+                        Compaction(
+                            len(steps),
+                            history,
+                            "compaction",
+                            f"message {pending[0]}",
+                            summary,
+                            len(steps[-1].observation.messages),
+                            pending[1],
+                            kept_from if pending[1] is not None else None,
+                        )
+                    )
                     steps[-1].flags.append("compaction")
-                    left_out(traj, where, "compaction_summary", "the model's summary of the conversation (the compaction's history), not a main-loop step")
+                    left_out(
+                        traj,
+                        where,
+                        "compaction_summary",
+                        "the model's summary of the conversation (the compaction's history), not a main-loop step",
+                    )
                     pending = None
                     continue
             for group in brackets:
                 if not any(p.get("type") in ("text", "reasoning", "tool") for p in group):
                     for p in group:  # a bracket with no model output, or parts after step-finish (patch)
                         if p.get("type") not in ("step-start", "step-finish"):
-                            left_out(traj, f"part {p.get('id')}", str(p.get("type")), "part outside a model call (patch, snapshot, file...)")
+                            left_out(
+                                traj,
+                                f"part {p.get('id')}",
+                                str(p.get("type")),
+                                "part outside a model call (patch, snapshot, file...)",
+                            )
                     continue
                 steps.append(self._step(len(steps) + 1, group, model, info, diag, traj))
                 if info.get("summary") is True:
-                    steps[-1].flags.append("compaction")  # a compaction summary (the model was asked to summarise)
+                    steps[-1].flags.append(
+                        "compaction"
+                    )  # a compaction summary (the model was asked to summarise)
             if isinstance(info.get("error"), dict) and steps:
                 steps[-1].flags.append("error")
                 meta.setdefault("errors", []).append({"step": steps[-1].n, "error": info["error"]})
@@ -254,7 +366,9 @@ class OpenCodeAdapter(NativeAdapter):
         return NativeResult(traj, PROFILE, diag)
 
     @staticmethod
-    def _step(n: int, parts: list[dict], model: str | None, info: dict, diag: Diagnostics, traj: Trajectory) -> Step:
+    def _step(
+        n: int, parts: list[dict], model: str | None, info: dict, diag: Diagnostics, traj: Trajectory
+    ) -> Step:
         action = Action(model=model, raw=parts)
         step = Step(n=n, action=action)
         texts = []
@@ -266,25 +380,42 @@ class OpenCodeAdapter(NativeAdapter):
                 action.reasoning.append(Reasoning(text=as_str(p.get("text")) or "", raw=p))
             elif t == "tool":
                 state = as_dict(p.get("state"))
-                call = object_call(as_str(p.get("callID")), as_str(p.get("tool")) or "", state.get("input"), raw=p)
+                call = object_call(
+                    as_str(p.get("callID")), as_str(p.get("tool")) or "", state.get("input"), raw=p
+                )
                 action.tool_calls.append(call)
                 status = state.get("status")
                 if as_dict(state.get("time")).get("compacted") and "compacted" not in step.flags:
                     step.flags.append("compacted")
                 if status == "completed":
-                    step.observation.results.append(ToolResult(call.id, state.get("output"), is_error=False, name=call.name, raw=p))
+                    step.observation.results.append(
+                        ToolResult(call.id, state.get("output"), is_error=False, name=call.name, raw=p)
+                    )
                 elif status == "error":
-                    step.observation.results.append(ToolResult(call.id, state.get("error"), is_error=True, name=call.name, raw=p))
+                    step.observation.results.append(
+                        ToolResult(call.id, state.get("error"), is_error=True, name=call.name, raw=p)
+                    )
                 else:
-                    step.observation.results.append(ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True}))
+                    step.observation.results.append(
+                        ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True})
+                    )
                     if "interrupted" not in step.flags:
                         step.flags.append("interrupted")
-                    diag.warn("interrupted", f"part {p.get('id')}", f"tool call {call.id} ({call.name}) is {status}: its result never came")
+                    diag.warn(
+                        "interrupted",
+                        f"part {p.get('id')}",
+                        f"tool call {call.id} ({call.name}) is {status}: its result never came",
+                    )
             elif t == "step-finish":
                 action.usage = p.get("tokens")
                 action.stop_reason = p.get("reason")
             elif t not in ("step-start",):
-                left_out(traj, f"part {p.get('id')}", str(t), "part not read into the trajectory (file, patch, snapshot, compaction, synthetic text...)")
+                left_out(
+                    traj,
+                    f"part {p.get('id')}",
+                    str(t),
+                    "part not read into the trajectory (file, patch, snapshot, compaction, synthetic text...)",
+                )
         action.text = "".join(texts)
         return step
 
@@ -296,55 +427,90 @@ class OpenCodeAdapter(NativeAdapter):
         if not sessions:
             raise BadInputError(f"{diag.path}: no OpenCode session in this store; expected {EXPECTED}")
         # most recently updated first; the id breaks ties so the choice does not depend on row order
-        recent = sorted(sessions, key=lambda s: (_num(as_dict(s.get("time")).get("updated")), str(s.get("id") or "")), reverse=True)
+        recent = sorted(
+            sessions,
+            key=lambda s: (_num(as_dict(s.get("time")).get("updated")), str(s.get("id") or "")),
+            reverse=True,
+        )
         if wanted is not None:
             chosen = next((s for s in recent if s.get("id") == wanted), None)
             if chosen is None:
                 ids = [str(s.get("id")) for s in recent]
                 more = f" (and {len(ids) - MAX_LISTED} more)" if len(ids) > MAX_LISTED else ""
-                raise BadInputError(f"{diag.path}: no OpenCode session {wanted!r} in this store; it holds, most recent first: "
-                                    f"{', '.join(ids[:MAX_LISTED])}{more}")
+                raise BadInputError(
+                    f"{diag.path}: no OpenCode session {wanted!r} in this store; it holds, most recent first: "
+                    f"{', '.join(ids[:MAX_LISTED])}{more}"
+                )
         else:
             chosen = next((s for s in recent if not s.get("parentID")), recent[0])
         return chosen, [s.get("id") for s in sessions if s is not chosen]
 
-    def _from_tree(self, root: Path, diag: Diagnostics, wanted: str | None) -> tuple[dict, list[dict], list[str]]:
-        sessions = [s for s in (self._tree_file(f, root, diag) for f in sorted((root / "session").glob("*/*.json"))) if s is not None]
+    def _from_tree(
+        self, root: Path, diag: Diagnostics, wanted: str | None
+    ) -> tuple[dict, list[dict], list[str]]:
+        sessions = [
+            s
+            for s in (self._tree_file(f, root, diag) for f in sorted((root / "session").glob("*/*.json")))
+            if s is not None
+        ]
         session, others = self._pick(sessions, diag, wanted)
         messages = []
         for f in sorted((root / "message" / str(session["id"])).glob("*.json")):
             info = self._tree_file(f, root, diag)
             if info is None:
                 continue
-            parts = [self._tree_file(pf, root, diag) for pf in sorted((root / "part" / str(info.get("id"))).glob("*.json"))]
+            parts = [
+                self._tree_file(pf, root, diag)
+                for pf in sorted((root / "part" / str(info.get("id"))).glob("*.json"))
+            ]
             messages.append({"info": info, "parts": [p for p in parts if p is not None]})
         return session, messages, others
 
-    def _from_db(self, path: Path, diag: Diagnostics, wanted: str | None) -> tuple[dict, list[dict], list[str]]:
+    def _from_db(
+        self, path: Path, diag: Diagnostics, wanted: str | None
+    ) -> tuple[dict, list[dict], list[str]]:
         try:
             db = _connect_ro(path)
         except sqlite3.Error as exc:
-            raise BadInputError(f"{path}: cannot open as OpenCode database: {exc}; expected {EXPECTED}") from None
+            raise BadInputError(
+                f"{path}: cannot open as OpenCode database: {exc}; expected {EXPECTED}"
+            ) from None
         try:
             db.row_factory = sqlite3.Row
             sessions = []
             for r in db.execute("select * from session"):
                 row = dict(r)
-                sessions.append({"id": row.get("id"), "version": row.get("version"), "parentID": row.get("parent_id"), "directory": row.get("directory"),
-                                 "title": row.get("title"), "time": {"updated": row.get("time_updated") or 0}})
+                sessions.append(
+                    {
+                        "id": row.get("id"),
+                        "version": row.get("version"),
+                        "parentID": row.get("parent_id"),
+                        "directory": row.get("directory"),
+                        "title": row.get("title"),
+                        "time": {"updated": row.get("time_updated") or 0},
+                    }
+                )
             session, others = self._pick(sessions, diag, wanted)
             parts_by_msg: dict[str, list[dict]] = {}
-            for r in db.execute("select id, message_id, cast(data as blob) as data from part where session_id = ? order by id", (session["id"],)):
+            for r in db.execute(
+                "select id, message_id, cast(data as blob) as data from part where session_id = ? order by id",
+                (session["id"],),
+            ):
                 data = self._json(r["data"], diag, f"part {r['id']}")
                 data.setdefault("id", r["id"])
                 parts_by_msg.setdefault(r["message_id"], []).append(data)
             messages = []
-            for r in db.execute("select id, cast(data as blob) as data from message where session_id = ? order by id", (session["id"],)):
+            for r in db.execute(
+                "select id, cast(data as blob) as data from message where session_id = ? order by id",
+                (session["id"],),
+            ):
                 info = self._json(r["data"], diag, f"message {r['id']}")
                 info.setdefault("id", r["id"])
                 messages.append({"info": info, "parts": parts_by_msg.get(r["id"], [])})
         except sqlite3.Error as exc:
-            raise BadInputError(f"{path}: not a readable OpenCode database: {exc}; expected {EXPECTED}") from None
+            raise BadInputError(
+                f"{path}: not a readable OpenCode database: {exc}; expected {EXPECTED}"
+            ) from None
         finally:
             db.close()
         return session, messages, others

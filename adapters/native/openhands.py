@@ -50,18 +50,39 @@ from typing import Any
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, ToolSpec, Trajectory
 
-from .base import Diagnostics, FormatProfile, NativeAdapter, NativeResult, as_dict, as_list, as_str, compact_json, left_out, order_results, require, string_call
+from .base import (
+    Diagnostics,
+    FormatProfile,
+    NativeAdapter,
+    NativeResult,
+    as_dict,
+    as_list,
+    as_str,
+    compact_json,
+    left_out,
+    order_results,
+    require,
+    string_call,
+)
 from .documents import read_document
 
-PROFILE = FormatProfile("openhands", 0, 58, "`args.openhands_version` of the system event (else by shape)", "0.58.0; replay tests of Jan 2025")
+PROFILE = FormatProfile(
+    "openhands",
+    0,
+    58,
+    "`args.openhands_version` of the system event (else by shape)",
+    "0.58.0; replay tests of Jan 2025",
+)
 
 #: calls that end the run and never get an observation
 _NO_RESULT = frozenset({"finish"})
 #: the shape this adapter reads, named when it refuses a file
 EXPECTED = "an OpenHands V0 event list: a JSON array of {id, source, action | observation, args | content, ...} events"
 #: why a recall observation is left out (module docstring)
-_RECALL_REASON = ("workspace context / microagent knowledge: OpenHands sends the model a user message rendered from its prompt "
-                  "templates and this event's extras; that text is not stored in the file (`content` is a UI note)")
+_RECALL_REASON = (
+    "workspace context / microagent knowledge: OpenHands sends the model a user message rendered from its prompt "
+    "templates and this event's extras; that text is not stored in the file (`content` is a UI note)"
+)
 
 
 class OpenHandsAdapter(NativeAdapter):
@@ -70,15 +91,27 @@ class OpenHandsAdapter(NativeAdapter):
     profiles = (PROFILE,)
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return (path.is_file() and head.lstrip().startswith(b"[") and b'"source"' in head
-                and (b'"action"' in head or b'"observation"' in head) and (b'"cause"' in head or b'"args"' in head))
+        return (
+            path.is_file()
+            and head.lstrip().startswith(b"[")
+            and b'"source"' in head
+            and (b'"action"' in head or b'"observation"' in head)
+            and (b'"cause"' in head or b'"args"' in head)
+        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         events = read_document(path, diag, EXPECTED)
         if isinstance(events, dict) and str(events.get("schema_version", "")).startswith("ATIF"):
-            raise BadInputError(f"{diag.path}: document: a Harbor ATIF trajectory ({events['schema_version']}), not an OpenHands event list; "
-                                "ATIF is pvisor's export format, not a native file")
-        require(isinstance(events, list), diag, "document", f"not an OpenHands trajectory: the document is not a JSON list of events; expected {EXPECTED}")
+            raise BadInputError(
+                f"{diag.path}: document: a Harbor ATIF trajectory ({events['schema_version']}), not an OpenHands event list; "
+                "ATIF is pvisor's export format, not a native file"
+            )
+        require(
+            isinstance(events, list),
+            diag,
+            "document",
+            f"not an OpenHands trajectory: the document is not a JSON list of events; expected {EXPECTED}",
+        )
         require(events, diag, "document", f"no events (an empty list); expected {EXPECTED}")
         traj = Trajectory()
         meta: dict[str, Any] = {"format": "openhands event list json", "task_context": []}
@@ -88,13 +121,21 @@ class OpenHandsAdapter(NativeAdapter):
         version_seen = False
         events = self._ordered(events, diag)
         first = events[0]
-        require("action" in first or "observation" in first, diag, f"event {first.get('id', 0)}",
-                f"not an OpenHands event: no `action` or `observation`; expected {EXPECTED}")
+        require(
+            "action" in first or "observation" in first,
+            diag,
+            f"event {first.get('id', 0)}",
+            f"not an OpenHands event: no `action` or `observation`; expected {EXPECTED}",
+        )
         for i, e in enumerate(events):
             where = f"event {e.get('id', i) if isinstance(e, dict) else i}"
             require(isinstance(e, dict), diag, where, "an event that is not an object")
             # a field of the wrong type reads as absent
-            action, obs, source = as_str(e.get("action")), as_str(e.get("observation")), as_str(e.get("source"))
+            action, obs, source = (
+                as_str(e.get("action")),
+                as_str(e.get("observation")),
+                as_str(e.get("source")),
+            )
             tcm = as_dict(e.get("tool_call_metadata"))
             args = as_dict(e.get("args"))
             if action == "system":
@@ -102,8 +143,15 @@ class OpenHandsAdapter(NativeAdapter):
                 tools = args.get("tools")
                 if isinstance(tools, list):
                     fns = [(t, as_dict(t.get("function"))) for t in tools if isinstance(t, dict)]
-                    traj.tools = [ToolSpec(name=as_str(f.get("name")) or "", description=as_str(f.get("description")), parameters=f.get("parameters"), raw=t)
-                                  for t, f in fns]
+                    traj.tools = [
+                        ToolSpec(
+                            name=as_str(f.get("name")) or "",
+                            description=as_str(f.get("description")),
+                            parameters=f.get("parameters"),
+                            raw=t,
+                        )
+                        for t, f in fns
+                    ]
                 if args.get("openhands_version"):
                     PROFILE.check(args["openhands_version"], where, diag)
                     meta["agent_version"] = args["openhands_version"]
@@ -112,8 +160,14 @@ class OpenHandsAdapter(NativeAdapter):
                 continue
             if action is not None and source == "user":
                 if action != "message":
-                    left_out(traj, where, f"user/{action}", "a recall request: never sent to the model" if action == "recall"
-                             else "a user-side action that is not a message; not read by this profile")
+                    left_out(
+                        traj,
+                        where,
+                        f"user/{action}",
+                        "a recall request: never sent to the model"
+                        if action == "recall"
+                        else "a user-side action that is not a message; not read by this profile",
+                    )
                     continue
                 text = as_str(args.get("content")) or as_str(e.get("message")) or ""
                 if not steps and traj.task is None:
@@ -126,9 +180,21 @@ class OpenHandsAdapter(NativeAdapter):
             if action is not None and source == "agent":
                 if not tcm:
                     if action == "message":
-                        steps.append(Step(n=len(steps) + 1, action=Action(text=as_str(args.get("content")) or as_str(e.get("message")) or "", raw=e)))
+                        steps.append(
+                            Step(
+                                n=len(steps) + 1,
+                                action=Action(
+                                    text=as_str(args.get("content")) or as_str(e.get("message")) or "", raw=e
+                                ),
+                            )
+                        )
                     else:
-                        left_out(traj, where, f"agent/{action}", "an agent action without a tool call (state change)")
+                        left_out(
+                            traj,
+                            where,
+                            f"agent/{action}",
+                            "an agent action without a tool call (state change)",
+                        )
                     continue
                 resp = as_dict(tcm.get("model_response"))
                 rid = as_str(resp.get("id")) or f"event-{e.get('id')}"
@@ -138,8 +204,16 @@ class OpenHandsAdapter(NativeAdapter):
                 step = by_response.get(rid)
                 if step is None:
                     content = msg.get("content")
-                    step = Step(n=len(steps) + 1, action=Action(text=content if isinstance(content, str) else "", model=as_str(resp.get("model")),
-                                                                usage=resp.get("usage"), stop_reason=as_str(choice.get("finish_reason")), raw=resp))
+                    step = Step(
+                        n=len(steps) + 1,
+                        action=Action(
+                            text=content if isinstance(content, str) else "",
+                            model=as_str(resp.get("model")),
+                            usage=resp.get("usage"),
+                            stop_reason=as_str(choice.get("finish_reason")),
+                            raw=resp,
+                        ),
+                    )
                     steps.append(step)
                     by_response[rid] = step
                 cid = as_str(tcm.get("tool_call_id"))
@@ -158,9 +232,24 @@ class OpenHandsAdapter(NativeAdapter):
                 cid = as_str(tcm.get("tool_call_id"))
                 step = call_step.get(cid) if cid else None
                 if step is None:
-                    left_out(traj, where, f"observation/{obs}", _RECALL_REASON if obs == "recall" else "an observation that answers no tool call (state change, ...)")
+                    left_out(
+                        traj,
+                        where,
+                        f"observation/{obs}",
+                        _RECALL_REASON
+                        if obs == "recall"
+                        else "an observation that answers no tool call (state change, ...)",
+                    )
                     continue
-                step.observation.results.append(ToolResult(cid, e.get("content"), is_error=True if obs == "error" else None, name=as_str(tcm.get("function_name")), raw=e))
+                step.observation.results.append(
+                    ToolResult(
+                        cid,
+                        e.get("content"),
+                        is_error=True if obs == "error" else None,
+                        name=as_str(tcm.get("function_name")),
+                        raw=e,
+                    )
+                )
                 continue
             left_out(traj, where, "event", "an event that is neither action nor observation")
         if not version_seen:
@@ -172,19 +261,25 @@ class OpenHandsAdapter(NativeAdapter):
         traj.meta = meta
         return NativeResult(traj, PROFILE, diag)
 
-
     @staticmethod
     def _ordered(events: list[Any], diag: Diagnostics) -> list[Any]:
         """Events in event-id order (the stream's own ordinal, never ``timestamp``); an id seen
         twice keeps the later event (``duplicate_record``). Left as is when an id is not an int."""
         for i, e in enumerate(events):
-            require(isinstance(e, dict), diag, f"events[{i}]", f"an event that is not a JSON object; expected {EXPECTED}")
+            require(
+                isinstance(e, dict),
+                diag,
+                f"events[{i}]",
+                f"an event that is not a JSON object; expected {EXPECTED}",
+            )
         if not all(isinstance(e.get("id"), int) and not isinstance(e.get("id"), bool) for e in events):
             return events
         by_id: dict[int, dict] = {}
         for e in events:
             if e["id"] in by_id:
-                diag.warn("duplicate_record", f"event {e['id']}", "event id repeated; the later event is used")
+                diag.warn(
+                    "duplicate_record", f"event {e['id']}", "event id repeated; the later event is used"
+                )
             by_id[e["id"]] = e
         return [by_id[k] for k in sorted(by_id)]
 

@@ -51,11 +51,41 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pvisor.journal.model import Action, Compaction, Message, Reasoning, Step, TextPart, ToolResult, Trajectory
+from pvisor.journal.model import (
+    Action,
+    Compaction,
+    Message,
+    Reasoning,
+    Step,
+    TextPart,
+    ToolResult,
+    Trajectory,
+)
 
-from .base import (Diagnostics, FormatProfile, JsonlSource, LazySteps, LeftOutLines, NativeAdapter, NativeResult, SessionHeader, as_dict, as_list, as_str,
-                   chain_depths, chain_leaf, interned, iter_json_records, left_out, mend_chain, object_call, pack_ref, take_uuid,
-                   unpack_ref, walk_chain)
+from .base import (
+    Diagnostics,
+    FormatProfile,
+    JsonlSource,
+    LazySteps,
+    LeftOutLines,
+    NativeAdapter,
+    NativeResult,
+    SessionHeader,
+    as_dict,
+    as_list,
+    as_str,
+    chain_depths,
+    chain_leaf,
+    interned,
+    iter_json_records,
+    left_out,
+    mend_chain,
+    object_call,
+    pack_ref,
+    take_uuid,
+    unpack_ref,
+    walk_chain,
+)
 
 PROFILE = FormatProfile("qwen-code", 0, 24, "`version` of the first record", "0.21.13 (fixture), 0.24.4")
 
@@ -100,7 +130,11 @@ def _parts(obj: dict) -> list:
 
 
 def _responses(parts: list) -> list[dict]:
-    return [p["functionResponse"] for p in parts if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)]
+    return [
+        p["functionResponse"]
+        for p in parts
+        if isinstance(p, dict) and isinstance(p.get("functionResponse"), dict)
+    ]
 
 
 def _user_texts(parts: list) -> list[str]:
@@ -128,7 +162,11 @@ def _history(contents: list) -> list[Message]:
                 parts.append(object_call(as_str(fc.get("id")), as_str(fc.get("name")) or "", fc.get("args")))
             elif isinstance(p.get("functionResponse"), dict):
                 fr = p["functionResponse"]
-                parts.append(ToolResult(as_str(fr.get("id")), fr.get("response"), is_error=False, name=as_str(fr.get("name"))))
+                parts.append(
+                    ToolResult(
+                        as_str(fr.get("id")), fr.get("response"), is_error=False, name=as_str(fr.get("name"))
+                    )
+                )
         out.append(Message(role, parts))
     return out
 
@@ -139,7 +177,12 @@ class QwenCodeAdapter(NativeAdapter):
     profiles = (PROFILE,)
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        return path.is_file() and b'"parentUuid"' in head and b'"parts"' in head and b'"isSidechain"' not in head[:4096]
+        return (
+            path.is_file()
+            and b'"parentUuid"' in head
+            and b'"parts"' in head
+            and b'"isSidechain"' not in head[:4096]
+        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         traj = Trajectory()
@@ -151,9 +194,16 @@ class QwenCodeAdapter(NativeAdapter):
         for n, obj, ref in iter_json_records(path, diag):
             uuid = obj.get("uuid")
             kind = as_str(obj.get("type"))
-            header.see(obj, n, diag, shaped=isinstance(uuid, str) and isinstance(as_dict(obj.get("message")).get("parts"), list))
+            header.see(
+                obj,
+                n,
+                diag,
+                shaped=isinstance(uuid, str) and isinstance(as_dict(obj.get("message")).get("parts"), list),
+            )
             if not isinstance(uuid, str):
-                diag.warn("unknown_record", f"line {n}", f"record type {obj.get('type')!r} without uuid left out")
+                diag.warn(
+                    "unknown_record", f"line {n}", f"record type {obj.get('type')!r} without uuid left out"
+                )
                 left_out(traj, f"line {n}", str(obj.get("type")), "record without uuid")
                 continue
             uuid = take_uuid(obj, n, recs, traj, diag, "record")
@@ -166,15 +216,27 @@ class QwenCodeAdapter(NativeAdapter):
             rec = recs[uuid] = _Rec(n, interned(kind), interned(parent), pack_ref(ref), interned(sub))
             if kind in _CONV:
                 if not isinstance(obj.get("message"), dict):
-                    diag.warn("malformed_record", f"line {n}", f"a {kind} record without a `message` object; left out")
+                    diag.warn(
+                        "malformed_record",
+                        f"line {n}",
+                        f"a {kind} record without a `message` object; left out",
+                    )
                     rec.type = "malformed"
                     continue
                 parts = _parts(obj)
                 if kind == "assistant":
                     model = as_str(obj.get("model"))
                     rec.model = interned(model)
-                    rec.ids = tuple((interned(as_str(p["functionCall"].get("id"))), intern(as_str(p["functionCall"].get("name")) or ""))
-                                    for p in parts if isinstance(p, dict) and not isinstance(p.get("text"), str) and isinstance(p.get("functionCall"), dict))
+                    rec.ids = tuple(
+                        (
+                            interned(as_str(p["functionCall"].get("id"))),
+                            intern(as_str(p["functionCall"].get("name")) or ""),
+                        )
+                        for p in parts
+                        if isinstance(p, dict)
+                        and not isinstance(p.get("text"), str)
+                        and isinstance(p.get("functionCall"), dict)
+                    )
                 elif kind == "tool_result":
                     rec.ids = tuple(interned(as_str(fr.get("id"))) for fr in _responses(parts))
         header.finish(diag)
@@ -185,7 +247,9 @@ class QwenCodeAdapter(NativeAdapter):
             r.on = True
         for r in recs.values():
             if not r.on:
-                left_out(traj, f"line {r.line}", str(r.type), "off the main chain (an abandoned branch or rewind)")
+                left_out(
+                    traj, f"line {r.line}", str(r.type), "off the main chain (an abandoned branch or rewind)"
+                )
         del recs  # from here each record is dropped once planned: the plans take its place in memory
         source = JsonlSource(path)
         plans: list[_Plan] = []
@@ -201,8 +265,12 @@ class QwenCodeAdapter(NativeAdapter):
                 gap = _Plan(len(plans) + 1, r, [r], lost=True)
                 plans.append(gap)
                 called.update(r.ids)
-                diag.warn("lost_action", f"line {r.line}", f"tool result(s) {', '.join(str(c) for c in r.ids)} answer a call no record "
-                          f"holds: the action of step {gap.n} was lost; a gap step stands at its place")
+                diag.warn(
+                    "lost_action",
+                    f"line {r.line}",
+                    f"tool result(s) {', '.join(str(c) for c in r.ids)} answer a call no record "
+                    f"holds: the action of step {gap.n} was lost; a gap step stands at its place",
+                )
             elif t == "tool_result":
                 if not plans:
                     left_out(traj, f"line {r.line}", "tool_result", "a result before any action")
@@ -230,10 +298,27 @@ class QwenCodeAdapter(NativeAdapter):
                     history = payload.get("compressedHistory")
                     if isinstance(history, list):
                         msgs = _history(history)
-                        summary = "".join(p.text for p in msgs[0].parts if isinstance(p, TextPart)) if msgs and msgs[0].role == "user" else None
-                        traj.compactions.append(Compaction(plans[-1].n, msgs, "chat_compression", f"line {r.line}", summary,
-                                                           len(plans[-1].messages or ())))
-                left_out(traj, f"line {r.line}", intern(f"{t}/{sub}" if sub else str(t)), "UI-only or bookkeeping record")
+                        summary = (
+                            "".join(p.text for p in msgs[0].parts if isinstance(p, TextPart))
+                            if msgs and msgs[0].role == "user"
+                            else None
+                        )
+                        traj.compactions.append(
+                            Compaction(
+                                plans[-1].n,
+                                msgs,
+                                "chat_compression",
+                                f"line {r.line}",
+                                summary,
+                                len(plans[-1].messages or ()),
+                            )
+                        )
+                left_out(
+                    traj,
+                    f"line {r.line}",
+                    intern(f"{t}/{sub}" if sub else str(t)),
+                    "UI-only or bookkeeping record",
+                )
         first_call: dict[str | None, int] = {}
         for p in plans:
             if not p.lost:
@@ -259,7 +344,9 @@ class QwenCodeAdapter(NativeAdapter):
                 cur = recs[cur].parent
             if cur is not None:
                 followed.add(cur)
-        return chain_leaf(recs, chain_depths(recs), (u for u, r in recs.items() if r.type in _CONV), followed.__contains__)
+        return chain_leaf(
+            recs, chain_depths(recs), (u for u, r in recs.items() if r.type in _CONV), followed.__contains__
+        )
 
     @staticmethod
     def _warn_unanswered(plan: _Plan, first_call: dict[str | None, int], diag: Diagnostics) -> None:
@@ -272,13 +359,19 @@ class QwenCodeAdapter(NativeAdapter):
                 answered[cid] = answered.get(cid, 0) + 1
         for cid, name in plan.action.ids:
             if cid in first_call:
-                diag.warn("duplicate_call_id", f"line {plan.action.line}", f"tool call id {cid} ({name}) used before (step {first_call[cid]}); results paired in order of appearance")
+                diag.warn(
+                    "duplicate_call_id",
+                    f"line {plan.action.line}",
+                    f"tool call id {cid} ({name}) used before (step {first_call[cid]}); results paired in order of appearance",
+                )
             else:
                 first_call[cid] = plan.n
             if answered.get(cid, 0) > 0:
                 answered[cid] -= 1
             else:
-                diag.warn("interrupted", f"step {plan.n}", f"tool call {cid} ({name}) has no result in the file")
+                diag.warn(
+                    "interrupted", f"step {plan.n}", f"tool call {cid} ({name}) has no result in the file"
+                )
 
     @staticmethod
     def _step(plan: _Plan, source: JsonlSource) -> Step:
@@ -286,25 +379,41 @@ class QwenCodeAdapter(NativeAdapter):
             step = Step(n=plan.n, action=Action(), flags=["lost_action"])
             for rec in plan.results:
                 for fr in _responses(_parts(source.load(unpack_ref(rec.ref)))):
-                    step.observation.results.append(ToolResult(as_str(fr.get("id")), fr.get("response"), is_error=False, name=as_str(fr.get("name")), raw=fr))
+                    step.observation.results.append(
+                        ToolResult(
+                            as_str(fr.get("id")),
+                            fr.get("response"),
+                            is_error=False,
+                            name=as_str(fr.get("name")),
+                            raw=fr,
+                        )
+                    )
             for ref in plan.messages or ():
                 m = source.load(unpack_ref(ref))
-                step.observation.messages.append(Message("user", [TextPart(x) for x in _user_texts(_parts(m))], raw=m.get("message")))
+                step.observation.messages.append(
+                    Message("user", [TextPart(x) for x in _user_texts(_parts(m))], raw=m.get("message"))
+                )
             return step
         obj = source.load(unpack_ref(plan.action.ref))
-        action = Action(model=as_str(obj.get("model")), usage=obj.get("usageMetadata"), raw=obj.get("message"))
+        action = Action(
+            model=as_str(obj.get("model")), usage=obj.get("usageMetadata"), raw=obj.get("message")
+        )
         texts = []
         for p in _parts(obj):
             if not isinstance(p, dict):
                 continue
             if isinstance(p.get("text"), str):
                 if p.get("thought"):
-                    action.reasoning.append(Reasoning(text=p["text"], signature=p.get("thoughtSignature"), raw=p))
+                    action.reasoning.append(
+                        Reasoning(text=p["text"], signature=p.get("thoughtSignature"), raw=p)
+                    )
                 else:
                     texts.append(p["text"])
             elif isinstance(p.get("functionCall"), dict):
                 fc = p["functionCall"]
-                action.tool_calls.append(object_call(as_str(fc.get("id")), as_str(fc.get("name")) or "", fc.get("args"), raw=p))
+                action.tool_calls.append(
+                    object_call(as_str(fc.get("id")), as_str(fc.get("name")) or "", fc.get("args"), raw=p)
+                )
         action.text = "".join(texts)
         step = Step(n=plan.n, action=action, flags=["compaction"] * plan.compactions)
         found: list[ToolResult] = []
@@ -312,8 +421,18 @@ class QwenCodeAdapter(NativeAdapter):
             r = source.load(unpack_ref(rec.ref))
             status = as_dict(r.get("toolCallResult")).get("status")
             for fr in _responses(_parts(r)):
-                err = status == "error" or (isinstance(fr.get("response"), dict) and "error" in fr["response"])
-                found.append(ToolResult(as_str(fr.get("id")), fr.get("response"), is_error=err, name=as_str(fr.get("name")), raw=fr))
+                err = status == "error" or (
+                    isinstance(fr.get("response"), dict) and "error" in fr["response"]
+                )
+                found.append(
+                    ToolResult(
+                        as_str(fr.get("id")),
+                        fr.get("response"),
+                        is_error=err,
+                        name=as_str(fr.get("name")),
+                        raw=fr,
+                    )
+                )
         # results in call order: the k-th call with an id gets the k-th result with it
         by_id: dict[str | None, list[ToolResult]] = {}
         for res in found:
@@ -323,13 +442,19 @@ class QwenCodeAdapter(NativeAdapter):
             if got:
                 step.observation.results.append(got.pop(0))
             else:
-                step.observation.results.append(ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True}))
+                step.observation.results.append(
+                    ToolResult(call.id, "", is_error=None, name=call.name, raw={"interrupted": True})
+                )
                 if "interrupted" not in step.flags:
                     step.flags.append("interrupted")
-        step.observation.results.extend(res for res in found if any(res is x for x in by_id.get(res.call_id, ())))
+        step.observation.results.extend(
+            res for res in found if any(res is x for x in by_id.get(res.call_id, ()))
+        )
         for ref in plan.messages or ():
             m = source.load(unpack_ref(ref))
-            step.observation.messages.append(Message("user", [TextPart(x) for x in _user_texts(_parts(m))], raw=m.get("message")))
+            step.observation.messages.append(
+                Message("user", [TextPart(x) for x in _user_texts(_parts(m))], raw=m.get("message"))
+            )
         return step
 
 

@@ -42,7 +42,13 @@ JSON_OPTIONS = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS
 
 
 def _call(c: ToolCall) -> dict[str, Any]:
-    return {"id": c.id, "name": c.name, "kind": c.kind, "arguments_raw": c.arguments_raw, "arguments": c.arguments}
+    return {
+        "id": c.id,
+        "name": c.name,
+        "kind": c.kind,
+        "arguments_raw": c.arguments_raw,
+        "arguments": c.arguments,
+    }
 
 
 def _result(r: ToolResult) -> dict[str, Any]:
@@ -116,7 +122,10 @@ def write_document(out: BinaryIO, fields: Iterable[tuple[str, Any]]) -> None:
             continue
         n = 0
         for item in value.items:
-            write_all(out, (head + b"[\n    " if n == 0 else b",\n    ") + dump_indented(item).replace(b"\n", b"\n    "))
+            write_all(
+                out,
+                (head + b"[\n    " if n == 0 else b",\n    ") + dump_indented(item).replace(b"\n", b"\n    "),
+            )
             n += 1
         write_all(out, head + b"[]" if n == 0 else b"\n  ]")
     write_all(out, b"{}\n" if first else b"\n}\n")
@@ -137,7 +146,10 @@ def _json_step(s: Step) -> dict[str, Any]:
             "usage": s.action.usage,
             "stop_reason": s.action.stop_reason,
         },
-        "observation": {"results": [_result(r) for r in s.observation.results], "messages": [_message(m) for m in s.observation.messages]},
+        "observation": {
+            "results": [_result(r) for r in s.observation.results],
+            "messages": [_message(m) for m in s.observation.messages],
+        },
     }
 
 
@@ -149,12 +161,20 @@ def _json_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
     yield "source", result.diagnostics.path
     yield "task", t.task
     yield "system", t.system
-    yield "tools", None if t.tools is None else [{"name": x.name, "description": x.description, "parameters": x.parameters} for x in t.tools]
+    yield (
+        "tools",
+        None
+        if t.tools is None
+        else [{"name": x.name, "description": x.description, "parameters": x.parameters} for x in t.tools],
+    )
     yield "model", t.model
     yield "steps", Items(_json_step(s) for s in t.steps)  # t.steps iterated once
     yield "left_out", Items({"where": lo.where, "kind": lo.kind, "reason": lo.reason} for lo in t.left_out)
     # after the steps: warnings are complete once every step was built
-    yield "warnings", Items({"code": w.code, "where": w.where, "message": w.message} for w in result.diagnostics.warnings)
+    yield (
+        "warnings",
+        Items({"code": w.code, "where": w.where, "message": w.message} for w in result.diagnostics.warnings),
+    )
     yield "meta", t.meta
 
 
@@ -194,7 +214,9 @@ def _atif_agent_step(s: Step) -> dict[str, Any]:
     if s.observation.results:
         results = []
         for r in s.observation.results:
-            item: dict[str, Any] = {"content": r.content if isinstance(r.content, str) else text_of(r.content)}
+            item: dict[str, Any] = {
+                "content": r.content if isinstance(r.content, str) else text_of(r.content)
+            }
             if r.call_id is not None:
                 item["source_call_id"] = r.call_id
             extra: dict[str, Any] = {}
@@ -239,16 +261,37 @@ def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
     t = result.trajectory
     meta = t.meta or {}
     count = [0]
-    agent_info: dict[str, Any] = {"name": agent, "version": str(meta.get("agent_version") or meta.get("cli_version") or "unknown"), "model_name": t.model}
+    agent_info: dict[str, Any] = {
+        "name": agent,
+        "version": str(meta.get("agent_version") or meta.get("cli_version") or "unknown"),
+        "model_name": t.model,
+    }
     if t.tools is not None:
-        agent_info["tool_definitions"] = [x.raw if isinstance(x.raw, dict) else {"type": "function", "function": {"name": x.name, "description": x.description, "parameters": x.parameters}} for x in t.tools]
+        agent_info["tool_definitions"] = [
+            x.raw
+            if isinstance(x.raw, dict)
+            else {
+                "type": "function",
+                "function": {"name": x.name, "description": x.description, "parameters": x.parameters},
+            }
+            for x in t.tools
+        ]
     yield "schema_version", ATIF_VERSION
     yield "session_id", str(meta.get("sessionId") or meta.get("session") or meta.get("id") or "")
     yield "agent", agent_info
     yield "steps", Items(_atif_steps(t, count))
     yield "final_metrics", Later(lambda: {"total_steps": count[0]})
-    yield "extra", Later(lambda: {"pvisor_profile": result.profile.name, "source": result.diagnostics.path,
-                                  "left_out": len(t.left_out), "warnings": [str(w) for w in result.diagnostics.warnings]})
+    yield (
+        "extra",
+        Later(
+            lambda: {
+                "pvisor_profile": result.profile.name,
+                "source": result.diagnostics.path,
+                "left_out": len(t.left_out),
+                "warnings": [str(w) for w in result.diagnostics.warnings],
+            }
+        ),
+    )
 
 
 def to_atif(result: NativeResult, agent: str) -> dict[str, Any]:

@@ -37,11 +37,29 @@ from typing import Any
 
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
-from .base import Diagnostics, FormatProfile, NativeAdapter, NativeResult, as_dict, as_list, as_str, left_out, require, string_call, text_of
+from .base import (
+    Diagnostics,
+    FormatProfile,
+    NativeAdapter,
+    NativeResult,
+    as_dict,
+    as_list,
+    as_str,
+    left_out,
+    require,
+    string_call,
+    text_of,
+)
 from .documents import read_document
 
-PROFILE = FormatProfile("swe-agent", 1, 0, "by shape (`history` of role/content items; no format version stored)",
-                        "0.x test data, 1.x demonstrations", by_shape=True)
+PROFILE = FormatProfile(
+    "swe-agent",
+    1,
+    0,
+    "by shape (`history` of role/content items; no format version stored)",
+    "0.x test data, 1.x demonstrations",
+    by_shape=True,
+)
 
 _MAIN_AGENTS = (None, "main", "primary")
 #: the shape this adapter reads, named when it refuses a file
@@ -55,25 +73,43 @@ class SweAgentAdapter(NativeAdapter):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         markers = (b'"agent": "main"', b'"agent": "primary"', b'"message_type"')
-        return (path.is_file() and head.lstrip().startswith(b"{") and b'"history"' in head and b'"role"' in head
-                and any(m in head for m in markers))
+        return (
+            path.is_file()
+            and head.lstrip().startswith(b"{")
+            and b'"history"' in head
+            and b'"role"' in head
+            and any(m in head for m in markers)
+        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """Read ``path``; raises BadInputError (65) naming ``history[i]`` for an item that is
         not an object with a role."""
         doc = read_document(path, diag, EXPECTED, arrays=("history", "trajectory"))
-        require(isinstance(doc, dict) and isinstance(doc.get("history"), list), diag, "document",
-                f"not a SWE-agent trajectory: no `history` list; expected {EXPECTED}")
+        require(
+            isinstance(doc, dict) and isinstance(doc.get("history"), list),
+            diag,
+            "document",
+            f"not a SWE-agent trajectory: no `history` list; expected {EXPECTED}",
+        )
         require(doc["history"], diag, "history", f"no history items (an empty list); expected {EXPECTED}")
         info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
         traj = Trajectory()
-        meta: dict[str, Any] = {"format": "swe-agent traj", "task_context": [], "exit_status": info.get("exit_status"),
-                                "agent_version": info.get("swe_agent_version")}
+        meta: dict[str, Any] = {
+            "format": "swe-agent traj",
+            "task_context": [],
+            "exit_status": info.get("exit_status"),
+            "agent_version": info.get("swe_agent_version"),
+        }
         steps: list[Step] = []
         call_step: dict[str, Step] = {}
         for i, h in enumerate(doc["history"]):
             where = f"history[{i}]"
-            require(isinstance(h, dict) and isinstance(h.get("role"), str), diag, where, f"not a SWE-agent history item: no role; expected {EXPECTED}")
+            require(
+                isinstance(h, dict) and isinstance(h.get("role"), str),
+                diag,
+                where,
+                f"not a SWE-agent history item: no role; expected {EXPECTED}",
+            )
             role = h["role"]
             if as_str(h.get("agent")) not in _MAIN_AGENTS:
                 left_out(traj, where, f"agent/{h.get('agent')}", "an item of another agent than the main one")
@@ -86,7 +122,14 @@ class SweAgentAdapter(NativeAdapter):
                     if not isinstance(c, dict):
                         continue
                     fn = as_dict(c.get("function"))
-                    action.tool_calls.append(string_call(as_str(c.get("id")), as_str(fn.get("name")) or "", fn.get("arguments") or "", raw=c))
+                    action.tool_calls.append(
+                        string_call(
+                            as_str(c.get("id")),
+                            as_str(fn.get("name")) or "",
+                            fn.get("arguments") or "",
+                            raw=c,
+                        )
+                    )
                 step = Step(n=len(steps) + 1, action=action)
                 steps.append(step)
                 for c in action.tool_calls:
@@ -116,17 +159,25 @@ class SweAgentAdapter(NativeAdapter):
             done = {r.call_id for r in s.observation.results}
             for c in s.action.tool_calls:
                 if c.id not in done:
-                    s.observation.results.append(ToolResult(c.id, "", is_error=None, name=c.name, raw={"interrupted": True}))
+                    s.observation.results.append(
+                        ToolResult(c.id, "", is_error=None, name=c.name, raw={"interrupted": True})
+                    )
                     if "interrupted" not in s.flags:
                         s.flags.append("interrupted")
-                    diag.warn("interrupted", f"step {s.n}", f"tool call {c.id} ({c.name}) has no result in the file")
+                    diag.warn(
+                        "interrupted", f"step {s.n}", f"tool call {c.id} ({c.name}) has no result in the file"
+                    )
         if steps and self._submits(steps[-1]):
             steps[-1].flags.append("submitted")
             if steps[-1].observation.results or steps[-1].observation.messages:
                 steps[-1].flags.append("observation_not_sent")
         traj.steps = steps
-        model = ((doc.get("replay_config") or {}) if isinstance(doc.get("replay_config"), dict) else {})
-        traj.model = (((model.get("agent") or {}).get("model") or {}).get("name")) if isinstance(model.get("agent"), dict) else None
+        model = (doc.get("replay_config") or {}) if isinstance(doc.get("replay_config"), dict) else {}
+        traj.model = (
+            (((model.get("agent") or {}).get("model") or {}).get("name"))
+            if isinstance(model.get("agent"), dict)
+            else None
+        )
         traj.meta = meta
         return NativeResult(traj, PROFILE, diag)
 

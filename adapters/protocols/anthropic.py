@@ -68,7 +68,15 @@ _CANONICAL_KEYS = ("model", "system", "tools", "messages", "stream")
 _PIECE = 64
 
 _ANTHROPIC_STOP = frozenset(
-    {"end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal", "model_context_window_exceeded"}
+    {
+        "end_turn",
+        "max_tokens",
+        "stop_sequence",
+        "tool_use",
+        "pause_turn",
+        "refusal",
+        "model_context_window_exceeded",
+    }
 )
 _STOP_FROM_OTHER = {
     "tool_calls": "tool_use",
@@ -130,13 +138,19 @@ def _system_text(system: Any) -> str | None:
     if isinstance(system, str):
         return system
     if isinstance(system, list):
-        return "\n\n".join(b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text")
-    raise BadInputError(f"request body field 'system' is a JSON {json_type(system)}, expected a string or a list of blocks")
+        return "\n\n".join(
+            b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text"
+        )
+    raise BadInputError(
+        f"request body field 'system' is a JSON {json_type(system)}, expected a string or a list of blocks"
+    )
 
 
 def _parse_block(block: Any, where: str) -> Any:
     if not isinstance(block, dict):
-        raise BadInputError(f"request body {where} is a JSON {json_type(block)}, expected a content block object")
+        raise BadInputError(
+            f"request body {where} is a JSON {json_type(block)}, expected a content block object"
+        )
     kind = block.get("type")
     if kind == "text":
         return TextPart(text=block.get("text") or "", raw=block)
@@ -188,11 +202,15 @@ def _parse_message(m: Any, i: int) -> Message:
 def _parse_tool(t: Any, i: int) -> ToolSpec:
     if not isinstance(t, dict):
         raise BadInputError(f"request body tools[{i}] is a JSON {json_type(t)}, expected an object")
-    return ToolSpec(name=t.get("name") or "", description=t.get("description"), parameters=t.get("input_schema"), raw=t)
+    return ToolSpec(
+        name=t.get("name") or "", description=t.get("description"), parameters=t.get("input_schema"), raw=t
+    )
 
 
 @request_parser("Anthropic Messages")
-def parse_request(body: Any, *, path: str = "", query: str = "", memo: ParseMemo | None = None) -> Conversation:
+def parse_request(
+    body: Any, *, path: str = "", query: str = "", memo: ParseMemo | None = None
+) -> Conversation:
     """Read a Messages (or count_tokens) request body into a :class:`Conversation`.
 
     Args:
@@ -278,11 +296,21 @@ def _render_part(p: Any) -> dict:
             r = raw if raw and raw.get("type") == "redacted_thinking" else None
             return overlay(r, {"type": "redacted_thinking", "data": p.encrypted})
         r = raw if raw and raw.get("type") == "thinking" else None
-        return overlay(r, {"type": "thinking", "thinking": p.text, "signature": p.signature if p.signature is not None else OMIT})
+        return overlay(
+            r,
+            {
+                "type": "thinking",
+                "thinking": p.text,
+                "signature": p.signature if p.signature is not None else OMIT,
+            },
+        )
     if isinstance(p, ToolCall):
         r = raw if raw and raw.get("type") in _TOOL_BLOCKS else None
         kind = r["type"] if r else ("server_tool_use" if p.kind == "server" else "tool_use")
-        return overlay(r, {"type": kind, "id": p.id if p.id is not None else OMIT, "name": p.name, "input": _tool_input(p)})
+        return overlay(
+            r,
+            {"type": kind, "id": p.id if p.id is not None else OMIT, "name": p.name, "input": _tool_input(p)},
+        )
     if isinstance(p, ToolResult):
         r = raw if raw and raw.get("type") == "tool_result" else None
         return overlay(
@@ -304,7 +332,12 @@ def _render_message(m: Message) -> dict:
     role = m.role if m.role in ("user", "assistant") else "user"
     parts = m.parts
     raw_content = raw.get("content") if raw is not None else None
-    if len(parts) == 1 and isinstance(parts[0], TextPart) and parts[0].raw is None and not isinstance(raw_content, list):
+    if (
+        len(parts) == 1
+        and isinstance(parts[0], TextPart)
+        and parts[0].raw is None
+        and not isinstance(raw_content, list)
+    ):
         content: Any = parts[0].text  # a string content stays a string
     elif not parts:
         content = raw_content if isinstance(raw_content, list) else ""
@@ -412,7 +445,13 @@ class _Accumulator:
                     message["content"] = []
                 self.snapshot = message
             return
-        if kind not in ("content_block_start", "content_block_delta", "content_block_stop", "message_delta", "message_stop"):
+        if kind not in (
+            "content_block_start",
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop",
+        ):
             return  # unknown event types are to be ignored (docs, wire-protocols.md 1a); counted in events
         snap = self.snapshot
         if snap is None:
@@ -483,7 +522,11 @@ class _Accumulator:
                 try:
                     block["input"] = orjson.loads(buf)
                 except orjson.JSONDecodeError:
-                    self._problem(n, kind, f"index {index}: tool input is not valid JSON ({len(buf)} chars); input left as started")
+                    self._problem(
+                        n,
+                        kind,
+                        f"index {index}: tool input is not valid JSON ({len(buf)} chars); input left as started",
+                    )
             return
         if index not in self.open:
             self._problem(n, kind, f"index {index}: delta after content_block_stop")
@@ -597,17 +640,28 @@ def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
                 deltas += [{"type": "citations_delta", "citation": c} for c in block["citations"]]
         elif btype == "thinking" and isinstance(block.get("thinking"), str):
             head["thinking"] = ""
-            deltas += [{"type": "thinking_delta", "thinking": p} for p in split_text(block["thinking"], piece)]
+            deltas += [
+                {"type": "thinking_delta", "thinking": p} for p in split_text(block["thinking"], piece)
+            ]
             sig = block.get("signature")
             if isinstance(sig, str) and sig:
                 head["signature"] = ""
                 deltas.append({"type": "signature_delta", "signature": sig})
         elif btype in _TOOL_BLOCKS and "input" in block and block["input"] != {}:
             head["input"] = {}
-            deltas += [{"type": "input_json_delta", "partial_json": p} for p in split_text(compact_json(block["input"]), piece)]
-        out.append(_event("content_block_start", {"type": "content_block_start", "index": index, "content_block": head}))
+            deltas += [
+                {"type": "input_json_delta", "partial_json": p}
+                for p in split_text(compact_json(block["input"]), piece)
+            ]
+        out.append(
+            _event(
+                "content_block_start", {"type": "content_block_start", "index": index, "content_block": head}
+            )
+        )
         for d in deltas:
-            out.append(_event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d}))
+            out.append(
+                _event("content_block_delta", {"type": "content_block_delta", "index": index, "delta": d})
+            )
         out.append(_event("content_block_stop", {"type": "content_block_stop", "index": index}))
     delta_event: dict[str, Any] = {
         "type": "message_delta",
@@ -619,7 +673,14 @@ def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
             k: v
             for k, v in usage.items()
             if v is not None
-            and k in ("output_tokens", "input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "server_tool_use")
+            and k
+            in (
+                "output_tokens",
+                "input_tokens",
+                "cache_creation_input_tokens",
+                "cache_read_input_tokens",
+                "server_tool_use",
+            )
         }
     out.append(_event("message_delta", delta_event))
     out.append(_event("message_stop", {"type": "message_stop"}))
@@ -675,9 +736,15 @@ def _usage(usage: dict | None) -> dict:
     if "input_tokens" in usage and "output_tokens" in usage:
         return dict(usage)
     if "prompt_tokens" in usage or "completion_tokens" in usage:
-        return {"input_tokens": usage.get("prompt_tokens") or 0, "output_tokens": usage.get("completion_tokens") or 0}
+        return {
+            "input_tokens": usage.get("prompt_tokens") or 0,
+            "output_tokens": usage.get("completion_tokens") or 0,
+        }
     if "promptTokenCount" in usage or "candidatesTokenCount" in usage:
-        return {"input_tokens": usage.get("promptTokenCount") or 0, "output_tokens": usage.get("candidatesTokenCount") or 0}
+        return {
+            "input_tokens": usage.get("promptTokenCount") or 0,
+            "output_tokens": usage.get("candidatesTokenCount") or 0,
+        }
     return {"input_tokens": usage.get("input_tokens") or 0, "output_tokens": usage.get("output_tokens") or 0}
 
 

@@ -138,7 +138,9 @@ def loads_object(body: bytes | bytearray | memoryview | str | dict, what: str = 
             try:
                 bytes(body).decode("utf-8")
             except UnicodeDecodeError as bad:
-                raise BadInputError(f"{what} is not valid UTF-8 JSON: byte 0x{bad.object[bad.start]:02x} at offset {bad.start} is not UTF-8") from None
+                raise BadInputError(
+                    f"{what} is not valid UTF-8 JSON: byte 0x{bad.object[bad.start]:02x} at offset {bad.start} is not UTF-8"
+                ) from None
         raise BadInputError(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
         raise BadInputError(f"{what} is a JSON {json_type(obj)}, expected an object")
@@ -295,7 +297,9 @@ def memo_message(memo: "ParseMemo | None", raw: Any, build: Callable[[], Message
     return build() if memo is None else memo.message(raw, build, tag)
 
 
-def read_entries(memo: "ParseMemo | None", entries: list, build: Callable[[Any, int], Message]) -> list[Message]:
+def read_entries(
+    memo: "ParseMemo | None", entries: list, build: Callable[[Any, int], Message]
+) -> list[Message]:
     """One message per entry, ``build(entry, index)``; with a memo, only entries not read
     before are built (see :class:`ParseMemo`)."""
     if memo is None:
@@ -328,7 +332,9 @@ def request_parser(protocol: str) -> Callable[[Callable[..., Conversation]], Cal
 
     def wrap(fn: Callable[..., Conversation]) -> Callable[..., Conversation]:
         @functools.wraps(fn)
-        def parse_request(body: Any, *, path: str = "", query: Any = "", memo: ParseMemo | None = None) -> Conversation:
+        def parse_request(
+            body: Any, *, path: str = "", query: Any = "", memo: ParseMemo | None = None
+        ) -> Conversation:
             if memo is not None:
                 memo.discard()  # a list is remembered only from a conversation that passed
             try:
@@ -339,7 +345,9 @@ def request_parser(protocol: str) -> Callable[[Callable[..., Conversation]], Cal
                     raise  # it names its protocol already ("Gemini request body ...")
                 raise BadInputError(f"{protocol} {exc.message}") from None
             except _READ_ERRORS as exc:
-                raise BadInputError(f"{protocol} request body has a value of an unexpected type or shape ({type(exc).__name__}: {exc})") from None
+                raise BadInputError(
+                    f"{protocol} request body has a value of an unexpected type or shape ({type(exc).__name__}: {exc})"
+                ) from None
             if memo is not None:
                 memo.commit()
             return conv
@@ -350,7 +358,9 @@ def request_parser(protocol: str) -> Callable[[Callable[..., Conversation]], Cal
 
 
 def _want(value: Any, optional: bool, types: tuple[type, ...], what: str, expected: str) -> None:
-    if (value is None and optional) or (isinstance(value, types) and not (isinstance(value, bool) and bool not in types)):
+    if (value is None and optional) or (
+        isinstance(value, types) and not (isinstance(value, bool) and bool not in types)
+    ):
         return
     raise BadInputError(f"request body: {what} is a JSON {json_type(value)}, expected {expected}")
 
@@ -464,7 +474,9 @@ def _norm_content(content: Any) -> Any:
     if isinstance(content, list):
         if not content:
             return ""
-        if all(isinstance(b, dict) and b.get("type") in ("text", "input_text", "output_text") for b in content):
+        if all(
+            isinstance(b, dict) and b.get("type") in ("text", "input_text", "output_text") for b in content
+        ):
             return "".join(b.get("text", "") for b in content)
         return [strip_volatile(b) for b in content]
     return strip_volatile(content)

@@ -234,7 +234,14 @@ def _tool_specs(tools: list) -> list[ToolSpec]:
             if _camel(key) == "functionDeclarations" and isinstance(value, list):
                 for decl in value:
                     if isinstance(decl, dict):
-                        params = next((decl[k] for k in ("parametersJsonSchema", "parameters_json_schema", "parameters") if k in decl), None)
+                        params = next(
+                            (
+                                decl[k]
+                                for k in ("parametersJsonSchema", "parameters_json_schema", "parameters")
+                                if k in decl
+                            ),
+                            None,
+                        )
                         desc = decl.get("description") if isinstance(decl.get("description"), str) else None
                         specs.append(ToolSpec(str(decl.get("name", "")), desc, params, raw=decl))
                     else:
@@ -245,7 +252,9 @@ def _tool_specs(tools: list) -> list[ToolSpec]:
 
 
 @request_parser("Gemini")
-def parse_request(body: Any, *, path: str = "", query: Any = "", memo: ParseMemo | None = None) -> Conversation:
+def parse_request(
+    body: Any, *, path: str = "", query: Any = "", memo: ParseMemo | None = None
+) -> Conversation:
     """Read a Gemini request body (bytes, str or parsed dict) into a Conversation.
 
     ``path`` gives the model and whether a stream is asked for. Mapping: module docstring.
@@ -348,7 +357,11 @@ def _render_part(p: Part, names: dict) -> Any:
     # a Gemini part never has "type": raw from another protocol (Anthropic, OpenAI blocks) is not reused
     raw = _camel_keys(p.raw) if isinstance(p.raw, dict) and "type" not in p.raw else None
     if isinstance(p, TextPart):
-        d = dict(raw) if raw is not None and isinstance(raw.get("text"), str) and raw.get("thought") is not True else {}
+        d = (
+            dict(raw)
+            if raw is not None and isinstance(raw.get("text"), str) and raw.get("thought") is not True
+            else {}
+        )
         d["text"] = p.text
         return d
     if isinstance(p, Reasoning):
@@ -420,7 +433,15 @@ def _render_content(msg: Message, names: dict) -> Any:
 
 
 _DECLARATION_KEYS = frozenset(
-    {"name", "description", "parameters", "parametersJsonSchema", "response", "responseJsonSchema", "behavior"}
+    {
+        "name",
+        "description",
+        "parameters",
+        "parametersJsonSchema",
+        "response",
+        "responseJsonSchema",
+        "behavior",
+    }
 )
 
 
@@ -468,7 +489,9 @@ def render_request(conv: Conversation) -> bytes:
     ``{"parts":[{"text": system}],"role":"user"}``. Function declarations are rendered with
     ``parametersJsonSchema`` (JSON Schema, as Gemini CLI sends them) unless their raw used
     ``parameters``. A functionResponse without a name takes the name of the call it answers."""
-    names = {p.id: p.name for m in conv.messages for p in m.parts if isinstance(p, ToolCall) and p.id is not None}
+    names = {
+        p.id: p.name for m in conv.messages for p in m.parts if isinstance(p, ToolCall) and p.id is not None
+    }
     out: dict[str, Any] = {}
     if conv.messages:
         out["contents"] = [_render_content(m, names) for m in conv.messages]
@@ -691,7 +714,9 @@ def reassemble(chunks: Iterable[bytes]) -> Reassembled:
         handle(dec.feed(bytes(chunk)))
     handle(dec.flush())
     if bare.depth:
-        merger.problems.append(f"unterminated JSON at the end of the stream ({len(''.join(bare.buf))} characters)")
+        merger.problems.append(
+            f"unterminated JSON at the end of the stream ({len(''.join(bare.buf))} characters)"
+        )
     return merger.result()
 
 
@@ -814,8 +839,6 @@ def response_to_action(final: dict) -> Action:
     return action
 
 
-
-
 def gemini_usage(usage: Any) -> dict | None:
     """A usage object in the ``usageMetadata`` shape: a Gemini one as is; Anthropic, Chat
     Completions and Responses usages converted (``candidatesTokenCount`` excludes reasoning
@@ -829,10 +852,13 @@ def gemini_usage(usage: Any) -> dict | None:
     if inp is None and out is None:
         return None
     inp, out = inp or 0, out or 0
-    reasoning = first_int(
-        dig(usage, "output_tokens_details", "reasoning_tokens"),
-        dig(usage, "completion_tokens_details", "reasoning_tokens"),
-    ) or 0
+    reasoning = (
+        first_int(
+            dig(usage, "output_tokens_details", "reasoning_tokens"),
+            dig(usage, "completion_tokens_details", "reasoning_tokens"),
+        )
+        or 0
+    )
     cached = first_int(
         usage.get("cache_read_input_tokens"),
         dig(usage, "input_tokens_details", "cached_tokens"),
@@ -948,9 +974,22 @@ def error_body(status: int, message: str, kind: str = "INVALID_ARGUMENT") -> byt
     return dumps({"error": {"code": status, "message": message, "status": kind}})
 
 
-_STATUS_NAMES = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 409: "ABORTED",
-                 413: "INVALID_ARGUMENT", 426: "FAILED_PRECONDITION", 429: "RESOURCE_EXHAUSTED", 499: "CANCELLED", 500: "INTERNAL",
-                 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE", 504: "DEADLINE_EXCEEDED"}
+_STATUS_NAMES = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    409: "ABORTED",
+    413: "INVALID_ARGUMENT",
+    426: "FAILED_PRECONDITION",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "UNIMPLEMENTED",
+    502: "UNAVAILABLE",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
 
 
 # --------------------------------------------------------------------------- rewrites

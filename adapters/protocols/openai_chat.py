@@ -128,7 +128,9 @@ def _content_text(content: Any) -> str:
         return content
     if isinstance(content, list):
         return "\n\n".join(
-            p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") in ("text", "input_text")
+            p.get("text") or ""
+            for p in content
+            if isinstance(p, dict) and p.get("type") in ("text", "input_text")
         )
     return ""
 
@@ -146,14 +148,18 @@ def _content_parts(content: Any, where: str) -> list[Any]:
         parts: list[Any] = []
         for j, p in enumerate(content):
             if not isinstance(p, dict):
-                raise BadInputError(f"request body {where}[{j}] is a JSON {json_type(p)}, expected a content part object")
+                raise BadInputError(
+                    f"request body {where}[{j}] is a JSON {json_type(p)}, expected a content part object"
+                )
             kind = p.get("type")
             if kind == "text":
                 parts.append(TextPart(text=p.get("text") or "", raw=p))
             else:
                 parts.append(OtherPart(kind=str(kind) if kind is not None else "unknown", raw=p))
         return parts
-    raise BadInputError(f"request body {where} is a JSON {json_type(content)}, expected a string, a list or null")
+    raise BadInputError(
+        f"request body {where} is a JSON {json_type(content)}, expected a string, a list or null"
+    )
 
 
 def _parse_tool_call(tc: Any, where: str) -> ToolCall:
@@ -163,8 +169,12 @@ def _parse_tool_call(tc: Any, where: str) -> ToolCall:
         c = tc["custom"]
         raw_input = c.get("input") if isinstance(c.get("input"), str) else ""
         return ToolCall(
-            id=tc.get("id"), name=c.get("name") or "", arguments_raw=raw_input,
-            arguments=parse_arguments(raw_input), kind="custom", raw=tc,
+            id=tc.get("id"),
+            name=c.get("name") or "",
+            arguments_raw=raw_input,
+            arguments=parse_arguments(raw_input),
+            kind="custom",
+            raw=tc,
         )
     fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
     args = fn.get("arguments")
@@ -174,7 +184,14 @@ def _parse_tool_call(tc: Any, where: str) -> ToolCall:
     else:  # a client that sends an object instead of the JSON string
         raw_args = compact_json(args) if args is not None else ""
         parsed = args
-    return ToolCall(id=tc.get("id"), name=fn.get("name") or "", arguments_raw=raw_args, arguments=parsed, kind="function", raw=tc)
+    return ToolCall(
+        id=tc.get("id"),
+        name=fn.get("name") or "",
+        arguments_raw=raw_args,
+        arguments=parsed,
+        kind="function",
+        raw=tc,
+    )
 
 
 def _parse_message(m: Any, i: int) -> Message:
@@ -202,11 +219,21 @@ def _parse_message(m: Any, i: int) -> Message:
     if isinstance(calls, list):
         parts += [_parse_tool_call(tc, f"messages[{i}].tool_calls[{j}]") for j, tc in enumerate(calls)]
     elif calls is not None:
-        raise BadInputError(f"request body messages[{i}].tool_calls is a JSON {json_type(calls)}, expected a list")
+        raise BadInputError(
+            f"request body messages[{i}].tool_calls is a JSON {json_type(calls)}, expected a list"
+        )
     fc = m.get("function_call")
     if isinstance(fc, dict):  # legacy single call: no id
         args = fc.get("arguments") if isinstance(fc.get("arguments"), str) else ""
-        parts.append(ToolCall(id=None, name=fc.get("name") or "", arguments_raw=args, arguments=parse_arguments(args), raw=fc))
+        parts.append(
+            ToolCall(
+                id=None,
+                name=fc.get("name") or "",
+                arguments_raw=args,
+                arguments=parse_arguments(args),
+                raw=fc,
+            )
+        )
     return Message(role=role, parts=parts, raw=m)
 
 
@@ -216,11 +243,18 @@ def _parse_tool(t: Any, i: int) -> ToolSpec:
     inner = t.get("function") if isinstance(t.get("function"), dict) else t.get("custom")
     if not isinstance(inner, dict):
         inner = t
-    return ToolSpec(name=inner.get("name") or "", description=inner.get("description"), parameters=inner.get("parameters"), raw=t)
+    return ToolSpec(
+        name=inner.get("name") or "",
+        description=inner.get("description"),
+        parameters=inner.get("parameters"),
+        raw=t,
+    )
 
 
 @request_parser("OpenAI Chat Completions")
-def parse_request(body: Any, *, path: str = "", query: str = "", memo: ParseMemo | None = None) -> Conversation:
+def parse_request(
+    body: Any, *, path: str = "", query: str = "", memo: ParseMemo | None = None
+) -> Conversation:
     """Read a Chat Completions request body into a :class:`Conversation`.
 
     Args:
@@ -255,7 +289,11 @@ def parse_request(body: Any, *, path: str = "", query: str = "", memo: ParseMemo
     if not isinstance(tools, list):
         raise BadInputError(f"request body field 'tools' is a JSON {json_type(tools)}, expected a list")
     lead = 0
-    while lead < len(messages) and isinstance(messages[lead], dict) and messages[lead].get("role") in _SYSTEM_ROLES:
+    while (
+        lead < len(messages)
+        and isinstance(messages[lead], dict)
+        and messages[lead].get("role") in _SYSTEM_ROLES
+    ):
         lead += 1
     system_msgs = messages[:lead]
     model = obj.get("model")
@@ -363,7 +401,10 @@ def _render_message(m: Message) -> list[dict]:
         canonical["tool_calls"] = OMIT
     if legacy:
         tc = legacy[0]
-        canonical["function_call"] = {"name": tc.name, "arguments": tc.arguments_raw or compact_json(tc.arguments or {})}
+        canonical["function_call"] = {
+            "name": tc.name,
+            "arguments": tc.arguments_raw or compact_json(tc.arguments or {}),
+        }
     elif r is not None and "function_call" in r:
         canonical["function_call"] = OMIT
     if r is not None and "tool_calls" in r and r["tool_calls"] == [] and not modern:
@@ -375,7 +416,10 @@ def _render_message(m: Message) -> list[dict]:
 def _render_tool(t: ToolSpec) -> dict:
     raw = t.raw if isinstance(t.raw, dict) else None
     if raw is not None and raw.get("type") == "custom" and isinstance(raw.get("custom"), dict):
-        inner = overlay(raw["custom"], {"name": t.name, "description": t.description if t.description is not None else OMIT})
+        inner = overlay(
+            raw["custom"],
+            {"name": t.name, "description": t.description if t.description is not None else OMIT},
+        )
         return overlay(raw, {"type": "custom", "custom": inner})
     r = raw if raw is not None and isinstance(raw.get("function"), dict) else None
     fn = overlay(
@@ -578,7 +622,9 @@ class _Accumulator:
         index = frag.get("index")
         if not isinstance(index, int):
             index = len(st.calls)  # fragments without an index: each is a new call
-            self._problem(n, f"choice {st.index}: tool_calls fragment without an integer index, taken as call {index}")
+            self._problem(
+                n, f"choice {st.index}: tool_calls fragment without an integer index, taken as call {index}"
+            )
         body = {k: v for k, v in frag.items() if k != "index"}
         cur = st.calls.get(index)
         if cur is None:
@@ -609,11 +655,16 @@ class _Accumulator:
                 final["usage"] = self.usage
         elif self.choices:
             self.problems.append("choices arrived but no chunk gave id/model; no final object")
-        return Reassembled(final=final, complete=self.complete, events=self.events, error=self.error, problems=self.problems)
+        return Reassembled(
+            final=final, complete=self.complete, events=self.events, error=self.error, problems=self.problems
+        )
 
     @staticmethod
     def _build_choice(st: _Choice) -> dict:
-        msg: dict[str, Any] = {"role": st.message.get("role") or "assistant", "content": st.message.get("content")}
+        msg: dict[str, Any] = {
+            "role": st.message.get("role") or "assistant",
+            "content": st.message.get("content"),
+        }
         for k, v in st.message.items():
             if k in msg:
                 continue
@@ -623,7 +674,12 @@ class _Accumulator:
                 msg[k] = v
         if st.calls and "tool_calls" not in msg:
             msg["tool_calls"] = [st.calls[i] for i in sorted(st.calls)]
-        choice = {"index": st.index, "message": msg, "logprobs": st.logprobs, "finish_reason": st.finish_reason}
+        choice = {
+            "index": st.index,
+            "message": msg,
+            "logprobs": st.logprobs,
+            "finish_reason": st.finish_reason,
+        }
         for k, v in st.extras.items():
             choice.setdefault(k, v)
         return choice
@@ -674,7 +730,9 @@ def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
     ``final`` back (equal dicts).
     """
     if not isinstance(final, dict):
-        raise BadInputError(f"Chat Completions final response is a JSON {json_type(final)}, expected an object")
+        raise BadInputError(
+            f"Chat Completions final response is a JSON {json_type(final)}, expected an object"
+        )
     env = {k: v for k, v in final.items() if k not in ("choices", "usage")}
     env["object"] = "chat.completion.chunk"
     out: list[bytes] = []
@@ -702,7 +760,12 @@ def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
         out.append(_chunk(env, {"index": index, "delta": first, "logprobs": None, "finish_reason": None}))
         for d in later:
             out.append(_chunk(env, {"index": index, "delta": d, "logprobs": None, "finish_reason": None}))
-        last = {"index": index, "delta": {}, "logprobs": choice.get("logprobs"), "finish_reason": choice.get("finish_reason")}
+        last = {
+            "index": index,
+            "delta": {},
+            "logprobs": choice.get("logprobs"),
+            "finish_reason": choice.get("finish_reason"),
+        }
         for k, v in choice.items():
             if k not in ("index", "message", "logprobs", "finish_reason"):
                 last[k] = v
@@ -726,7 +789,9 @@ def response_to_action(final: dict) -> Action:
     id None; ``usage``; ``stop_reason`` = ``finish_reason``; ``model``; ``raw`` = ``final``.
     """
     if not isinstance(final, dict):
-        raise BadInputError(f"Chat Completions final response is a JSON {json_type(final)}, expected an object")
+        raise BadInputError(
+            f"Chat Completions final response is a JSON {json_type(final)}, expected an object"
+        )
     choices = final.get("choices") or []
     choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), None)
     if choice is None and choices and isinstance(choices[0], dict):
@@ -734,15 +799,27 @@ def response_to_action(final: dict) -> Action:
     msg = (choice or {}).get("message") or {}
     content = msg.get("content")
     if isinstance(content, list):
-        text = "".join(p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text")
+        text = "".join(
+            p.get("text") or "" for p in content if isinstance(p, dict) and p.get("type") == "text"
+        )
     else:
         text = content if isinstance(content, str) else ""
-    reasoning = [Reasoning(text=msg["reasoning_content"])] if isinstance(msg.get("reasoning_content"), str) else []
+    reasoning = (
+        [Reasoning(text=msg["reasoning_content"])] if isinstance(msg.get("reasoning_content"), str) else []
+    )
     calls = [_parse_tool_call(tc, "tool_calls") for tc in msg.get("tool_calls") or [] if isinstance(tc, dict)]
     fc = msg.get("function_call")
     if isinstance(fc, dict):
         args = fc.get("arguments") if isinstance(fc.get("arguments"), str) else ""
-        calls.append(ToolCall(id=None, name=fc.get("name") or "", arguments_raw=args, arguments=parse_arguments(args), raw=fc))
+        calls.append(
+            ToolCall(
+                id=None,
+                name=fc.get("name") or "",
+                arguments_raw=args,
+                arguments=parse_arguments(args),
+                raw=fc,
+            )
+        )
     usage = final.get("usage")
     return Action(
         text=text,
@@ -809,17 +886,36 @@ def action_to_response(
     """
     ids = ids if ids is not None else IdSource()
     cid = ids.next("chatcmpl-")
-    message: dict[str, Any] = {"role": "assistant", "content": action.text if action.text else (None if action.tool_calls else "")}
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": action.text if action.text else (None if action.tool_calls else ""),
+    }
     reasoning = "".join(r.text for r in action.reasoning)
     if reasoning:
         message["reasoning_content"] = reasoning
     calls = []
     for tc in action.tool_calls:
-        args = tc.arguments_raw if tc.arguments_raw else compact_json(tc.arguments if tc.arguments is not None else {})
+        args = (
+            tc.arguments_raw
+            if tc.arguments_raw
+            else compact_json(tc.arguments if tc.arguments is not None else {})
+        )
         if tc.kind == "custom":
-            calls.append({"id": tc.id or ids.next("call_"), "type": "custom", "custom": {"name": tc.name, "input": tc.arguments_raw}})
+            calls.append(
+                {
+                    "id": tc.id or ids.next("call_"),
+                    "type": "custom",
+                    "custom": {"name": tc.name, "input": tc.arguments_raw},
+                }
+            )
         else:
-            calls.append({"id": tc.id or ids.next("call_"), "type": "function", "function": {"name": tc.name, "arguments": args}})
+            calls.append(
+                {
+                    "id": tc.id or ids.next("call_"),
+                    "type": "function",
+                    "function": {"name": tc.name, "arguments": args},
+                }
+            )
     if calls:
         message["tool_calls"] = calls
     out: dict[str, Any] = {
@@ -827,7 +923,9 @@ def action_to_response(
         "object": "chat.completion",
         "created": created,
         "model": model or action.model or "unknown",
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": _finish_reason(action)}],
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish_reason(action)}
+        ],
     }
     if action.usage:
         out["usage"] = _usage(action.usage)

@@ -154,7 +154,6 @@ def wants_stream(path: str, query: Any, body: Any) -> bool:
 # --------------------------------------------------------------------------- request items -> parts
 
 
-
 def _reasoning_text(item: dict) -> str:
     """Visible reasoning of a ``reasoning`` item: ``summary[].text`` joined with a blank line,
     or, when there is no summary text, ``content[]`` ``reasoning_text`` joined the same way."""
@@ -216,11 +215,20 @@ def _item_to_call(item: dict) -> ToolCall | None:
     if t == "function_call":
         args = item.get("arguments", "")
         raw_args = args if isinstance(args, str) else compact_json(args)
-        return ToolCall(item.get("call_id"), str(item.get("name", "")), raw_args, parse_arguments(raw_args), "function", item)
+        return ToolCall(
+            item.get("call_id"),
+            str(item.get("name", "")),
+            raw_args,
+            parse_arguments(raw_args),
+            "function",
+            item,
+        )
     if t == "custom_tool_call":
         text = item.get("input", "")
         text = text if isinstance(text, str) else compact_json(text)
-        return ToolCall(item.get("call_id"), str(item.get("name", "")), text, parse_arguments(text), "custom", item)
+        return ToolCall(
+            item.get("call_id"), str(item.get("name", "")), text, parse_arguments(text), "custom", item
+        )
     if t in _SERVER_CALL_TYPES:
         args = {k: v for k, v in item.items() if k not in ("type", "id", "status")}
         return ToolCall(None, t[: -len("_call")], compact_json(args), args, "server", item)
@@ -279,7 +287,14 @@ def _items_to_messages(items: list, memo: ParseMemo | None = None) -> list[Messa
         if side == "own":
             flush()
             role = item.get("role", "user") if isinstance(item, dict) else "user"
-            out.append(memo_message(memo, item, lambda item=item, role=role: Message(str(role), _item_parts(item), raw=item), "own"))
+            out.append(
+                memo_message(
+                    memo,
+                    item,
+                    lambda item=item, role=role: Message(str(role), _item_parts(item), raw=item),
+                    "own",
+                )
+            )
             starts.append(idx)
         else:
             if side != group_side:
@@ -304,7 +319,9 @@ def _system_text(value: Any) -> str | None:
 
 
 @request_parser("OpenAI Responses")
-def parse_request(body: Any, *, path: str = "", query: Any = "", memo: ParseMemo | None = None) -> Conversation:
+def parse_request(
+    body: Any, *, path: str = "", query: Any = "", memo: ParseMemo | None = None
+) -> Conversation:
     """Read a Responses request body (bytes, str or parsed dict) into a Conversation.
 
     Mapping: module docstring. ``model`` from the body. Raises BadInputError when the body is not
@@ -392,7 +409,9 @@ def _normalise_other_tools(conv: Conversation, out: dict) -> None:
     # the same stripping (ids, cache markers, signatures) as every part gets
     for spec, norm in zip(conv.tools, out["tools"]):
         if not _is_function_tool(spec):
-            norm["parameters"] = strip_volatile({k: v for k, v in spec.raw.items() if k not in ("name", "description")})
+            norm["parameters"] = strip_volatile(
+                {k: v for k, v in spec.raw.items() if k not in ("name", "description")}
+            )
 
 
 # --------------------------------------------------------------------------- render request
@@ -437,7 +456,11 @@ def _is_content_other(p: OtherPart) -> bool:
 
 
 def _text_content(p: TextPart, default_type: str) -> dict:
-    c = dict(p.raw) if isinstance(p.raw, dict) and p.raw.get("type") in _TEXT_TYPES else {"type": default_type}
+    c = (
+        dict(p.raw)
+        if isinstance(p.raw, dict) and p.raw.get("type") in _TEXT_TYPES
+        else {"type": default_type}
+    )
     c["text"] = p.text
     return c
 
@@ -456,7 +479,11 @@ def _call_item(tc: ToolCall) -> dict:
         item.update(args)
         return item
     if tc.kind == "custom":
-        item = dict(raw) if raw is not None and raw.get("type") == "custom_tool_call" else {"type": "custom_tool_call"}
+        item = (
+            dict(raw)
+            if raw is not None and raw.get("type") == "custom_tool_call"
+            else {"type": "custom_tool_call"}
+        )
         if tc.id is not None:
             item["call_id"] = tc.id
         item["name"] = tc.name
@@ -529,7 +556,9 @@ def _message_items(msg: Message, call_kinds: dict) -> list:
         ):
             item["content"] = pending[0].text
         else:
-            item["content"] = [_text_content(p, text_type) if isinstance(p, TextPart) else p.raw for p in pending]
+            item["content"] = [
+                _text_content(p, text_type) if isinstance(p, TextPart) else p.raw for p in pending
+            ]
         items.append(item)
         pending = []
 
@@ -692,7 +721,9 @@ class _Accumulator:
             return
         prev = container.get(key)
         if isinstance(prev, str) and prev and prev != value:
-            self.problem(f"{what}: concatenated deltas {_short(prev)!r} differ from the done value {_short(value)!r}")
+            self.problem(
+                f"{what}: concatenated deltas {_short(prev)!r} differ from the done value {_short(value)!r}"
+            )
         container[key] = value
 
     # -- events
@@ -729,7 +760,11 @@ class _Accumulator:
                 return
             if self.last_seq is not None:
                 if seq > self.last_seq + 1:
-                    gap = f"{self.last_seq + 1}" if seq == self.last_seq + 2 else f"{self.last_seq + 1}..{seq - 1}"
+                    gap = (
+                        f"{self.last_seq + 1}"
+                        if seq == self.last_seq + 2
+                        else f"{self.last_seq + 1}..{seq - 1}"
+                    )
                     self.problem(f"sequence_number gap: {gap} missing before {etype} ({seq})")
                 elif seq < self.last_seq:
                     self.problem(f"sequence_number {seq} ({etype}) arrived after {self.last_seq}")
@@ -806,7 +841,12 @@ class _Accumulator:
             if item is None:
                 return
             key = "refusal" if ".refusal." in etype else "text"
-            part = self.sub(item, "content", obj.get("content_index"), {"type": "refusal" if key == "refusal" else "output_text", key: ""})
+            part = self.sub(
+                item,
+                "content",
+                obj.get("content_index"),
+                {"type": "refusal" if key == "refusal" else "output_text", key: ""},
+            )
             if etype.endswith(".delta"):
                 self.append(part, key, obj.get("delta"))
             elif etype.endswith(".done"):
@@ -879,7 +919,9 @@ class _Accumulator:
                 else:
                     for i, (a, b) in enumerate(zip(out, streamed)):
                         if a != b:
-                            self.problem(f"{self.terminal_type} output item {i} differs from the streamed item")
+                            self.problem(
+                                f"{self.terminal_type} output item {i} differs from the streamed item"
+                            )
         elif self.snapshot is not None or streamed:
             final = dict(self.snapshot or {})
             final["output"] = streamed
@@ -964,21 +1006,38 @@ def _render_item(w: _EventWriter, o: int, item: Any) -> None:
             value = part[key]
             if key == "text":
                 if value:
-                    w.emit("response.output_text.delta", item_id=iid, output_index=o, content_index=c, delta=value, logprobs=[])
+                    w.emit(
+                        "response.output_text.delta",
+                        item_id=iid,
+                        output_index=o,
+                        content_index=c,
+                        delta=value,
+                        logprobs=[],
+                    )
                 w.emit(
-                    "response.output_text.done", item_id=iid, output_index=o, content_index=c, text=value,
+                    "response.output_text.done",
+                    item_id=iid,
+                    output_index=o,
+                    content_index=c,
+                    text=value,
                     logprobs=part.get("logprobs") if isinstance(part.get("logprobs"), list) else [],
                 )
             else:
                 if value:
-                    w.emit("response.refusal.delta", item_id=iid, output_index=o, content_index=c, delta=value)
+                    w.emit(
+                        "response.refusal.delta", item_id=iid, output_index=o, content_index=c, delta=value
+                    )
                 w.emit("response.refusal.done", item_id=iid, output_index=o, content_index=c, refusal=value)
             w.emit("response.content_part.done", item_id=iid, output_index=o, content_index=c, part=part)
     elif t == "function_call" and isinstance(item.get("arguments"), str):
         w.emit("response.output_item.added", output_index=o, item=_in_progress(item, arguments=""))
         if item["arguments"]:
-            w.emit("response.function_call_arguments.delta", item_id=iid, output_index=o, delta=item["arguments"])
-        w.emit("response.function_call_arguments.done", item_id=iid, output_index=o, arguments=item["arguments"])
+            w.emit(
+                "response.function_call_arguments.delta", item_id=iid, output_index=o, delta=item["arguments"]
+            )
+        w.emit(
+            "response.function_call_arguments.done", item_id=iid, output_index=o, arguments=item["arguments"]
+        )
     elif t == "custom_tool_call" and isinstance(item.get("input"), str):
         w.emit("response.output_item.added", output_index=o, item=_in_progress(item, input=""))
         if item["input"]:
@@ -993,18 +1052,64 @@ def _render_item(w: _EventWriter, o: int, item: Any) -> None:
         w.emit("response.output_item.added", output_index=o, item=added)
         for s, part in enumerate(summary):
             if not (isinstance(part, dict) and isinstance(part.get("text"), str)):
-                w.emit("response.reasoning_summary_part.added", item_id=iid, output_index=o, summary_index=s, part=part)
+                w.emit(
+                    "response.reasoning_summary_part.added",
+                    item_id=iid,
+                    output_index=o,
+                    summary_index=s,
+                    part=part,
+                )
                 continue
-            w.emit("response.reasoning_summary_part.added", item_id=iid, output_index=o, summary_index=s, part={**part, "text": ""})
+            w.emit(
+                "response.reasoning_summary_part.added",
+                item_id=iid,
+                output_index=o,
+                summary_index=s,
+                part={**part, "text": ""},
+            )
             if part["text"]:
-                w.emit("response.reasoning_summary_text.delta", item_id=iid, output_index=o, summary_index=s, delta=part["text"])
-            w.emit("response.reasoning_summary_text.done", item_id=iid, output_index=o, summary_index=s, text=part["text"])
-            w.emit("response.reasoning_summary_part.done", item_id=iid, output_index=o, summary_index=s, part=part)
+                w.emit(
+                    "response.reasoning_summary_text.delta",
+                    item_id=iid,
+                    output_index=o,
+                    summary_index=s,
+                    delta=part["text"],
+                )
+            w.emit(
+                "response.reasoning_summary_text.done",
+                item_id=iid,
+                output_index=o,
+                summary_index=s,
+                text=part["text"],
+            )
+            w.emit(
+                "response.reasoning_summary_part.done",
+                item_id=iid,
+                output_index=o,
+                summary_index=s,
+                part=part,
+            )
         for c, part in enumerate(content or ()):
-            if isinstance(part, dict) and part.get("type") == "reasoning_text" and isinstance(part.get("text"), str):
+            if (
+                isinstance(part, dict)
+                and part.get("type") == "reasoning_text"
+                and isinstance(part.get("text"), str)
+            ):
                 if part["text"]:
-                    w.emit("response.reasoning_text.delta", item_id=iid, output_index=o, content_index=c, delta=part["text"])
-                w.emit("response.reasoning_text.done", item_id=iid, output_index=o, content_index=c, text=part["text"])
+                    w.emit(
+                        "response.reasoning_text.delta",
+                        item_id=iid,
+                        output_index=o,
+                        content_index=c,
+                        delta=part["text"],
+                    )
+                w.emit(
+                    "response.reasoning_text.done",
+                    item_id=iid,
+                    output_index=o,
+                    content_index=c,
+                    text=part["text"],
+                )
     else:
         w.emit("response.output_item.added", output_index=o, item=item)
     w.emit("response.output_item.done", output_index=o, item=item)
@@ -1076,8 +1181,6 @@ def response_to_action(final: dict) -> Action:
     return action
 
 
-
-
 def reply_problem(final: Any) -> str | None:
     """Why a Responses final object carries no reply at all: ``status`` ``failed`` (its
     ``error`` message), or no ``output`` list. None when it has one (an empty list included)."""
@@ -1098,11 +1201,19 @@ def responses_usage(usage: Any) -> dict | None:
     ``thoughtsTokenCount``) usages are converted; None for anything else."""
     if not isinstance(usage, dict):
         return None
-    if {"input_tokens", "output_tokens", "total_tokens", "input_tokens_details", "output_tokens_details"} <= usage.keys():
+    if {
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "input_tokens_details",
+        "output_tokens_details",
+    } <= usage.keys():
         return usage
     thoughts = first_int(usage.get("thoughtsTokenCount"))
     inp = first_int(usage.get("input_tokens"), usage.get("prompt_tokens"), usage.get("promptTokenCount"))
-    out = first_int(usage.get("output_tokens"), usage.get("completion_tokens"), usage.get("candidatesTokenCount"))
+    out = first_int(
+        usage.get("output_tokens"), usage.get("completion_tokens"), usage.get("candidatesTokenCount")
+    )
     if inp is None and out is None:
         return None
     inp, out = inp or 0, out or 0
@@ -1114,7 +1225,9 @@ def responses_usage(usage: Any) -> dict | None:
         dig(usage, "input_tokens_details", "cached_tokens"),
         usage.get("cachedContentTokenCount"),
     )
-    written = first_int(usage.get("cache_creation_input_tokens"), dig(usage, "input_tokens_details", "cache_write_tokens"))
+    written = first_int(
+        usage.get("cache_creation_input_tokens"), dig(usage, "input_tokens_details", "cache_write_tokens")
+    )
     reasoning = first_int(
         thoughts,
         dig(usage, "completion_tokens_details", "reasoning_tokens"),
@@ -1416,7 +1529,12 @@ def offered_tools(conv: Conversation) -> list[ToolSpec]:
     for m in conv.messages:
         for p in m.parts:
             raw = getattr(p, "raw", None)
-            if isinstance(p, OtherPart) and isinstance(raw, dict) and raw.get("type") == "additional_tools" and isinstance(raw.get("tools"), list):
+            if (
+                isinstance(p, OtherPart)
+                and isinstance(raw, dict)
+                and raw.get("type") == "additional_tools"
+                and isinstance(raw.get("tools"), list)
+            ):
                 _flat_tools(raw["tools"], None, out)
     return out
 

@@ -119,10 +119,25 @@ def _output_ok(sent, output: str, protocol: str) -> bool:
     if sent == output:
         return True
     # a content list of text blocks (Anthropic) whose texts are exactly the output
-    return isinstance(sent, list) and len(sent) == 1 and isinstance(sent[0], dict) and sent[0].get("type") == "text" and sent[0].get("text") == output
+    return (
+        isinstance(sent, list)
+        and len(sent) == 1
+        and isinstance(sent[0], dict)
+        and sent[0].get("type") == "text"
+        and sent[0].get("text") == output
+    )
 
 
-def check_sample(item: dict, code: int, stdout: bytes, out_dir: Path, workspace: Path, before: list, pre_file: Path, pre_bytes: bytes) -> list[str]:
+def check_sample(
+    item: dict,
+    code: int,
+    stdout: bytes,
+    out_dir: Path,
+    workspace: Path,
+    before: list,
+    pre_file: Path,
+    pre_bytes: bytes,
+) -> list[str]:
     bad: list[str] = []
     # workspace first: it is checked whatever else happened
     if not pre_file.is_file() or pre_file.read_bytes() != pre_bytes:

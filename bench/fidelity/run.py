@@ -38,7 +38,10 @@ import check  # noqa: E402
 import generate  # noqa: E402
 
 SEVEN = ("claude-code", "codex", "gemini-cli", "qwen-code", "opencode", "mini-swe-agent", "openhands")
-FLOORS = {"python -c pass": ["-c", "pass"], "python -c 'import click, orjson'": ["-c", "import click, orjson"]}
+FLOORS = {
+    "python -c pass": ["-c", "pass"],
+    "python -c 'import click, orjson'": ["-c", "import click, orjson"],
+}
 BEGIN, END = "<!-- bench/fidelity: begin -->", "<!-- bench/fidelity: end -->"
 
 
@@ -72,9 +75,15 @@ def main() -> None:
     ap.add_argument("--per-agent", type=int, default=20)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--no-swe-agent", action="store_true")
-    ap.add_argument("--docs", action="store_true", help="rewrite the table between the markers in docs/benchmarks.md")
+    ap.add_argument(
+        "--docs", action="store_true", help="rewrite the table between the markers in docs/benchmarks.md"
+    )
     ap.add_argument("--save", default=None, help="write every sample as JSON here")
-    ap.add_argument("--self-test", action="store_true", help="check that the checker rejects wrong samples (one trajectory per adapter), then exit")
+    ap.add_argument(
+        "--self-test",
+        action="store_true",
+        help="check that the checker rejects wrong samples (one trajectory per adapter), then exit",
+    )
     args = ap.parse_args()
     pvisor = str(Path(args.pvisor).resolve())
     python = str(Path(pvisor).parent / "python")
@@ -105,12 +114,39 @@ def main() -> None:
             pre.write_bytes(pre_bytes)
             (ws / "README.md").write_text("workspace of attempt %d\n" % n)
             before = check.inventory(ws)
-            ms, cpu, code, stdout, stderr = _timed([pvisor, "replay", "--agent", item["agent"], "--trajectory", item["file"], "--after-step", "1",
-                                               "--prepare-only", "--output", str(out), "--workspace", str(ws), "--result", "-"], tmp)
+            ms, cpu, code, stdout, stderr = _timed(
+                [
+                    pvisor,
+                    "replay",
+                    "--agent",
+                    item["agent"],
+                    "--trajectory",
+                    item["file"],
+                    "--after-step",
+                    "1",
+                    "--prepare-only",
+                    "--output",
+                    str(out),
+                    "--workspace",
+                    str(ws),
+                    "--result",
+                    "-",
+                ],
+                tmp,
+            )
             reasons = check.check_sample(item, code, stdout, out, ws, before, pre, pre_bytes)
             if code != 0:
                 reasons.append(stderr.decode(errors="replace").strip()[-300:])
-            samples.append({"agent": item["agent"], "index": item["index"], "ms": ms, "cpu_ms": cpu, "valid": not reasons, "reasons": reasons})
+            samples.append(
+                {
+                    "agent": item["agent"],
+                    "index": item["index"],
+                    "ms": ms,
+                    "cpu_ms": cpu,
+                    "valid": not reasons,
+                    "reasons": reasons,
+                }
+            )
             shutil.rmtree(ws)
             shutil.rmtree(out, ignore_errors=True)
             if (n + 1) % 100 == 0:
@@ -120,16 +156,39 @@ def main() -> None:
     for agent in agents:
         ss = [s for s in samples if s["agent"] == agent]
         ms = [s["ms"] for s in ss]
-        rows.append({"agent": agent, "valid": sum(s["valid"] for s in ss), "n": len(ss), "median": statistics.median(ms), "p90": _pct(ms, 0.9), "max": max(ms),
-                     "cpu_median": statistics.median(s["cpu_ms"] for s in ss),
-                     "reasons": sorted({r for s in ss for r in s["reasons"] if not r.startswith(("observation of", "arguments of", "calls ["))} |
-                                       {r.split(" of ")[0] for s in ss for r in s["reasons"] if r.startswith(("observation of", "arguments of"))})})
+        rows.append(
+            {
+                "agent": agent,
+                "valid": sum(s["valid"] for s in ss),
+                "n": len(ss),
+                "median": statistics.median(ms),
+                "p90": _pct(ms, 0.9),
+                "max": max(ms),
+                "cpu_median": statistics.median(s["cpu_ms"] for s in ss),
+                "reasons": sorted(
+                    {
+                        r
+                        for s in ss
+                        for r in s["reasons"]
+                        if not r.startswith(("observation of", "arguments of", "calls ["))
+                    }
+                    | {
+                        r.split(" of ")[0]
+                        for s in ss
+                        for r in s["reasons"]
+                        if r.startswith(("observation of", "arguments of"))
+                    }
+                ),
+            }
+        )
     floor_med = {name: statistics.median(v) for name, v in floors.items()}
     floor_cpu_med = {name: statistics.median(v) for name, v in floor_cpu.items()}
     table = render(rows, floor_med, floor_cpu_med, len(schedule), args)
     print(table)
     if args.save:
-        Path(args.save).write_text(json.dumps({"rows": rows, "floors": floors, "floor_cpu": floor_cpu, "samples": samples}, indent=1))
+        Path(args.save).write_text(
+            json.dumps({"rows": rows, "floors": floors, "floor_cpu": floor_cpu, "samples": samples}, indent=1)
+        )
     if args.docs:
         doc = HERE.parent.parent / "docs" / "benchmarks.md"
         text = doc.read_text()
@@ -147,22 +206,49 @@ def self_test(pvisor: str, agents, seed: int) -> None:
         manifest = generate.generate(tmp / "traj", agents, 1, seed)
         failures = 0
         for item in manifest["items"]:
-            for case, step, tamper, want_valid in (("right", "1", False, True), ("after-step 2", "2", False, False),
-                                                   ("after-step 0", "0", False, False), ("workspace changed", "1", True, False)):
-                ws, out = tmp / f"ws-{item['agent']}-{step}-{tamper}", tmp / f"out-{item['agent']}-{step}-{tamper}"
+            for case, step, tamper, want_valid in (
+                ("right", "1", False, True),
+                ("after-step 2", "2", False, False),
+                ("after-step 0", "0", False, False),
+                ("workspace changed", "1", True, False),
+            ):
+                ws, out = (
+                    tmp / f"ws-{item['agent']}-{step}-{tamper}",
+                    tmp / f"out-{item['agent']}-{step}-{tamper}",
+                )
                 ws.mkdir()
                 pre = ws / "existing.txt"
                 pre.write_bytes(b"before\n")
                 before = check.inventory(ws)
-                _, _, code, stdout, _ = _timed([pvisor, "replay", "--agent", item["agent"], "--trajectory", item["file"], "--after-step", step,
-                                                "--prepare-only", "--output", str(out), "--workspace", str(ws), "--result", "-"], tmp)
+                _, _, code, stdout, _ = _timed(
+                    [
+                        pvisor,
+                        "replay",
+                        "--agent",
+                        item["agent"],
+                        "--trajectory",
+                        item["file"],
+                        "--after-step",
+                        step,
+                        "--prepare-only",
+                        "--output",
+                        str(out),
+                        "--workspace",
+                        str(ws),
+                        "--result",
+                        "-",
+                    ],
+                    tmp,
+                )
                 if tamper:
                     pre.write_bytes(b"after\n")
                     (ws / "new.txt").write_text("x")
                 reasons = check.check_sample(item, code, stdout, out, ws, before, pre, b"before\n")
                 ok = (not reasons) == want_valid
                 failures += not ok
-                print(f"{'ok  ' if ok else 'FAIL'} {item['agent']:15} {case:18} -> {'valid' if not reasons else 'invalid: ' + '; '.join(reasons)[:150]}")
+                print(
+                    f"{'ok  ' if ok else 'FAIL'} {item['agent']:15} {case:18} -> {'valid' if not reasons else 'invalid: ' + '; '.join(reasons)[:150]}"
+                )
         print(f"self-test: {failures} unexpected verdicts")
         if failures:
             raise SystemExit(1)
@@ -172,23 +258,36 @@ def render(rows: list[dict], floor_med: dict, floor_cpu_med: dict, runs: int, ar
     click_floor = floor_med["python -c 'import click, orjson'"]
     click_cpu = floor_cpu_med["python -c 'import click, orjson'"]
     seven = [r for r in rows if r["agent"] in SEVEN]
-    lines = [f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.machine()} ({os.cpu_count()} CPUs), Python {platform.python_version()}, "
-             f"non-editable install; seed {args.seed}, {args.per_agent} trajectories x {args.reps} repetitions per adapter, "
-             f"{sum(r['n'] for r in seven)} attempts for the seven adapters ({runs} runs in the shuffled schedule with the floors"
-             + (" and SWE-agent" if len(rows) > len(seven) else "") + ").",
-             "",
-             "| adapter | valid | median ms | p90 ms | max ms | median / stack floor | median CPU ms | CPU / floor CPU |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.machine()} ({os.cpu_count()} CPUs), Python {platform.python_version()}, "
+        f"non-editable install; seed {args.seed}, {args.per_agent} trajectories x {args.reps} repetitions per adapter, "
+        f"{sum(r['n'] for r in seven)} attempts for the seven adapters ({runs} runs in the shuffled schedule with the floors"
+        + (" and SWE-agent" if len(rows) > len(seven) else "")
+        + ").",
+        "",
+        "| adapter | valid | median ms | p90 ms | max ms | median / stack floor | median CPU ms | CPU / floor CPU |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         name = r["agent"] if r["agent"] in SEVEN else f"({r['agent']}, not one of the seven)"
-        lines.append(f"| {name} | {r['valid']}/{r['n']} | {r['median']:.1f} | {r['p90']:.1f} | {r['max']:.1f} | {r['median'] / click_floor:.2f}x | {r['cpu_median']:.1f} | {r['cpu_median'] / click_cpu:.2f}x |")
+        lines.append(
+            f"| {name} | {r['valid']}/{r['n']} | {r['median']:.1f} | {r['p90']:.1f} | {r['max']:.1f} | {r['median'] / click_floor:.2f}x | {r['cpu_median']:.1f} | {r['cpu_median'] / click_cpu:.2f}x |"
+        )
     lines.append("")
-    lines.append("Floors in the same run (medians of %d runs each, the same interpreter): " % (args.per_agent * args.reps)
-                 + ", ".join(f"`{k}` {v:.1f} ms (CPU {floor_cpu_med[k]:.1f} ms)" for k, v in floor_med.items()) + ".")
+    lines.append(
+        "Floors in the same run (medians of %d runs each, the same interpreter): "
+        % (args.per_agent * args.reps)
+        + ", ".join(f"`{k}` {v:.1f} ms (CPU {floor_cpu_med[k]:.1f} ms)" for k, v in floor_med.items())
+        + "."
+    )
     bad = [r for r in rows if r["valid"] < r["n"]]
     if bad:
         lines.append("")
-        lines.append("Why samples were invalid: " + "; ".join(f"{r['agent']}: {', '.join(r['reasons'])}" for r in bad) + ".")
+        lines.append(
+            "Why samples were invalid: "
+            + "; ".join(f"{r['agent']}: {', '.join(r['reasons'])}" for r in bad)
+            + "."
+        )
     return "\n".join(lines)
 
 

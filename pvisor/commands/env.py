@@ -17,13 +17,31 @@ _MARK = "PVISOR_EOF"
 
 
 @click.command("env")
-@click.option("--agent", required=True, type=click.Choice(agent_names()), help="The agent CLI (docs/agents.md).")
-@click.option("--gateway", "gateway_url", required=True, metavar="URL", help="The running gateway, e.g. http://127.0.0.1:8787.")
-@click.option("--run", "run_id", default=None, help="Run id put into the base URL's path (default: a new one).")
+@click.option(
+    "--agent", required=True, type=click.Choice(agent_names()), help="The agent CLI (docs/agents.md)."
+)
+@click.option(
+    "--gateway",
+    "gateway_url",
+    required=True,
+    metavar="URL",
+    help="The running gateway, e.g. http://127.0.0.1:8787.",
+)
+@click.option(
+    "--run", "run_id", default=None, help="Run id put into the base URL's path (default: a new one)."
+)
 @click.option("--model", default=None, help="Model name, for the agents that need one in their config.")
-@click.option("--shell", type=click.Choice(["bash", "fish", "json"]), default="bash", show_default=True, help="Output syntax.")
+@click.option(
+    "--shell",
+    type=click.Choice(["bash", "fish", "json"]),
+    default="bash",
+    show_default=True,
+    help="Output syntax.",
+)
 @click.pass_context
-def env(ctx: click.Context, agent: str, gateway_url: str, run_id: str | None, model: str | None, shell: str) -> None:
+def env(
+    ctx: click.Context, agent: str, gateway_url: str, run_id: str | None, model: str | None, shell: str
+) -> None:
     """Print what to paste into a shell to point your own AGENT session at a running gateway:
     environment variables, config files (as here-docs) and the command to start it (for Codex,
     its -c overrides). The run id goes into the base URL's path (/run/<id>), so sessions
@@ -37,7 +55,12 @@ def env(ctx: click.Context, agent: str, gateway_url: str, run_id: str | None, mo
     from pvisor.adapters.agents import get_profile
     from pvisor.agent_run import check_utf8, run_dir_of
 
-    for option, value in (("--gateway", gateway_url), ("--run", run_id), ("--model", model), ("--journal", ctx.obj["journal"])):
+    for option, value in (
+        ("--gateway", gateway_url),
+        ("--run", run_id),
+        ("--model", model),
+        ("--journal", ctx.obj["journal"]),
+    ):
         check_utf8(option, value)
     from pvisor.gateway.routing import RUN_ID_PATTERN, check_upstream_url
     from pvisor.journal.writer import new_run_id
@@ -45,40 +68,60 @@ def env(ctx: click.Context, agent: str, gateway_url: str, run_id: str | None, mo
     try:
         check_upstream_url(gateway_url)
     except ValueError as exc:
-        raise UsageError(f"--gateway: {exc} (the URL the gateway printed, such as http://127.0.0.1:8787)") from None
+        raise UsageError(
+            f"--gateway: {exc} (the URL the gateway printed, such as http://127.0.0.1:8787)"
+        ) from None
     base = gateway_url.rstrip("/")
     # the only path a gateway's URL has is the token of one that listens beyond this machine
-    if re.match(r"^[a-z]+://[^/]+/.", base + "/") and not re.fullmatch(r"[a-z]+://[^/]+/t/[A-Za-z0-9_-]{16,256}", base):
-        raise UsageError("--gateway: give the gateway's URL as it printed it, without a path of your own "
-                         "(pvisor adds /run/<id>), such as http://127.0.0.1:8787")
+    if re.match(r"^[a-z]+://[^/]+/.", base + "/") and not re.fullmatch(
+        r"[a-z]+://[^/]+/t/[A-Za-z0-9_-]{16,256}", base
+    ):
+        raise UsageError(
+            "--gateway: give the gateway's URL as it printed it, without a path of your own "
+            "(pvisor adds /run/<id>), such as http://127.0.0.1:8787"
+        )
     if run_id is None:
         run_id = new_run_id()
     elif not re.fullmatch(RUN_ID_PATTERN, run_id):
-        raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128), starting with a letter or digit")
+        raise UsageError(
+            f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128), starting with a letter or digit"
+        )
     profile = get_profile(agent)
     base_url = f"{base}/run/{run_id}"
     snippet = profile.snippet(base_url, run_dir_of(Path(ctx.obj["journal"]), run_id), model)
     header = f"pvisor env: {profile.title} through the gateway at {base}, run {run_id}"
     if shell == "json":
         doc = {
-            "agent": profile.name, "run": run_id, "base_url": base_url, "env": snippet.env,
+            "agent": profile.name,
+            "run": run_id,
+            "base_url": base_url,
+            "env": snippet.env,
             "files": [{"path": str(p), "content": text} for p, text in snippet.files.items()],
-            "argv": snippet.argv, "notes": snippet.notes,
+            "argv": snippet.argv,
+            "notes": snippet.notes,
         }
         sys.stdout.buffer.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2) + b"\n")
         return
     lines = [f"# {header}"] + [f"# {note}" for note in snippet.notes]
     for name, value in snippet.env.items():
-        lines.append(f"export {name}={shlex.quote(value)}" if shell == "bash" else f"set -gx {name} {_fish_quote(value)}")
+        lines.append(
+            f"export {name}={shlex.quote(value)}"
+            if shell == "bash"
+            else f"set -gx {name} {_fish_quote(value)}"
+        )
     for path, text in snippet.files.items():
         if shell == "bash":
             if _MARK in text:  # cannot happen with our configs; never emit a broken here-doc
                 raise UsageError(f"file {path} contains {_MARK}")
-            lines.append(f"mkdir -p {shlex.quote(str(path.parent))} && cat > {shlex.quote(str(path))} <<'{_MARK}'")
+            lines.append(
+                f"mkdir -p {shlex.quote(str(path.parent))} && cat > {shlex.quote(str(path))} <<'{_MARK}'"
+            )
             lines.extend(text.rstrip("\n").split("\n"))
             lines.append(_MARK)
         else:
-            lines.append(f"mkdir -p {_fish_quote(str(path.parent))}; and printf '%s\\n' {_fish_quote(text.rstrip(chr(10)))} > {_fish_quote(str(path))}")
+            lines.append(
+                f"mkdir -p {_fish_quote(str(path.parent))}; and printf '%s\\n' {_fish_quote(text.rstrip(chr(10)))} > {_fish_quote(str(path))}"
+            )
     quote = shlex.quote if shell == "bash" else _fish_quote
     lines.append(" ".join(quote(a) for a in snippet.argv))
     click.echo("\n".join(lines))

@@ -37,7 +37,12 @@ def _when(ms: float | None) -> str:
 _CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
 # bidirectional overrides and isolates reorder what follows them (a file name could show a
 # different extension); line and paragraph separators break the row
-_CONTROLS.update({c: f"\\u{c:04x}" for c in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+_CONTROLS.update(
+    {
+        c: f"\\u{c:04x}"
+        for c in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+    }
+)
 
 
 def _safe(text: str) -> str:
@@ -122,17 +127,25 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
             }
         )
         return
-    click.echo(_safe(f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} created={_when(run.created_ms)}"))
+    click.echo(
+        _safe(
+            f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} created={_when(run.created_ms)}"
+        )
+    )
     if run.parent_run:
         click.echo(_safe(f"  derived from {run.parent_run} after step {run.boundary_step}"))
     if run.argv:
         import shlex
 
-        click.echo(_safe("  argv: " + shlex.join(run.argv)))  # quoted: copy-pastable, a task with spaces stays one argument
+        click.echo(
+            _safe("  argv: " + shlex.join(run.argv))
+        )  # quoted: copy-pastable, a task with spaces stays one argument
     for k, v in sorted(run.labels.items()):
         click.echo(_safe(f"  {k}: {v}"))
     for a in attempts:
-        click.echo(f"  attempt {a.n}: started {_when(a.started_ms)} exit={a.exit_code if a.exit_code is not None else '-'}")
+        click.echo(
+            f"  attempt {a.n}: started {_when(a.started_ms)} exit={a.exit_code if a.exit_code is not None else '-'}"
+        )
     if not exchanges:
         click.echo("  no exchanges")
         return
@@ -155,21 +168,65 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
                 e.role or "-",
             ]
         )
-    _table(rows, ["SEQ", "EXCHANGE", "REQUEST", "PROTOCOL", "STATUS", "OUTCOME", "STREAM", "REQ_BYTES", "RESP_BYTES_TO_AGENT", "MS", "CHAIN", "ROLE"])
+    _table(
+        rows,
+        [
+            "SEQ",
+            "EXCHANGE",
+            "REQUEST",
+            "PROTOCOL",
+            "STATUS",
+            "OUTCOME",
+            "STREAM",
+            "REQ_BYTES",
+            "RESP_BYTES_TO_AGENT",
+            "MS",
+            "CHAIN",
+            "ROLE",
+        ],
+    )
     if all(e.role is None for e in exchanges):
         click.echo(f"  (roles not stored yet; `pvisor journal steps {run.id}` derives them)")
 
 
 @journal.command("body")
 @click.argument("exchange_id", metavar="EXCHANGE")
-@click.option("--request", "want_request", is_flag=True, help="The request body (decoded from its Content-Encoding).")
-@click.option("--response", "want_response", is_flag=True, help="The response: the reassembled final object for streams.")
-@click.option("--forwarded", "want_forwarded", is_flag=True, help="The bytes forwarded upstream when they differ from the request body (a continuation's boundary prompt or rewrites).")
-@click.option("--raw", is_flag=True, help="With --response: the bytes exactly as received (event-stream framing intact).")
-@click.option("--json", "as_json", is_flag=True, help="Wrap the body in JSON: {exchange, part, sha256, body | body_b64}.")
+@click.option(
+    "--request", "want_request", is_flag=True, help="The request body (decoded from its Content-Encoding)."
+)
+@click.option(
+    "--response",
+    "want_response",
+    is_flag=True,
+    help="The response: the reassembled final object for streams.",
+)
+@click.option(
+    "--forwarded",
+    "want_forwarded",
+    is_flag=True,
+    help="The bytes forwarded upstream when they differ from the request body (a continuation's boundary prompt or rewrites).",
+)
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="With --response: the bytes exactly as received (event-stream framing intact).",
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Wrap the body in JSON: {exchange, part, sha256, body | body_b64}.",
+)
 @click.pass_context
-def body(ctx: click.Context, exchange_id: str, want_request: bool, want_response: bool, want_forwarded: bool, raw: bool,
-         as_json: bool) -> None:
+def body(
+    ctx: click.Context,
+    exchange_id: str,
+    want_request: bool,
+    want_response: bool,
+    want_forwarded: bool,
+    raw: bool,
+    as_json: bool,
+) -> None:
     """Print the restored bytes of a body of EXCHANGE (id or unique prefix) to stdout: give
     exactly one of --request, --response and --forwarded."""
     if want_request + want_response + want_forwarded > 1:
@@ -186,14 +243,18 @@ def body(ctx: click.Context, exchange_id: str, want_request: bool, want_response
             sha = ex.forwarded_body
             data = r.forwarded_body(ex)
             if data is None:
-                raise UsageError(f"exchange {ex.id} has no forwarded body: it went upstream as the agent sent it, or not at all")
+                raise UsageError(
+                    f"exchange {ex.id} has no forwarded body: it went upstream as the agent sent it, or not at all"
+                )
         else:
             sha = ex.response_body if raw or not ex.response_final else ex.response_final
             data = r.response_body(ex, raw=raw)
     if data is None:
         raise UsageError(f"exchange {ex.id} has no {part} body")
     if as_json:
-        _emit_json({"exchange": ex.id, "part": part, "raw": raw, "sha256": sha, **(body_json_field(data) or {})})
+        _emit_json(
+            {"exchange": ex.id, "part": part, "raw": raw, "sha256": sha, **(body_json_field(data) or {})}
+        )
         return
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
@@ -201,8 +262,16 @@ def body(ctx: click.Context, exchange_id: str, want_request: bool, want_response
 
 @journal.command("export")
 @click.argument("run_id", metavar="[RUN]", required=False)
-@click.option("--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True, help="Export format.")
-@click.option("--output", "-o", type=click.Path(dir_okay=False, allow_dash=True), default=None, help="Write to a file instead of stdout ('-': stdout).")
+@click.option(
+    "--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True, help="Export format."
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    default=None,
+    help="Write to a file instead of stdout ('-': stdout).",
+)
 @click.option("--json", "as_json", is_flag=True, help="With --output: print a JSON summary {path, lines}.")
 @click.pass_context
 def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None, as_json: bool) -> None:
@@ -356,7 +425,11 @@ def _observation_cell(step) -> str:
     if o.results:
         errors = sum(1 for r in o.results if r.is_error)
         chars = sum(_text_chars(r.content) for r in o.results)
-        bits.append(_n(len(o.results), "result") + (f" ({_n(errors, 'error')})" if errors else "") + f", {_n(chars, 'char')}")
+        bits.append(
+            _n(len(o.results), "result")
+            + (f" ({_n(errors, 'error')})" if errors else "")
+            + f", {_n(chars, 'char')}"
+        )
     for m in o.messages:
         text = " ".join(p.text for p in m.parts if hasattr(p, "text") and isinstance(p.text, str))
         bits.append(f"{m.role}: {_clip(repr(text), 40)}")
@@ -365,7 +438,12 @@ def _observation_cell(step) -> str:
 
 @journal.command("steps")
 @click.argument("run_id", metavar="RUN")
-@click.option("--json", "as_json", is_flag=True, help="Print the trajectory as JSON (schema pvisor.steps/v1, docs/steps.md).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the trajectory as JSON (schema pvisor.steps/v1, docs/steps.md).",
+)
 @click.pass_context
 def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show RUN (id or unique prefix) as steps: its main-loop exchanges by the chain rule, each
@@ -389,7 +467,11 @@ def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
         return
     meta = traj.meta
     chains = meta["chains"]
-    click.echo(_safe(f"run {meta['run']}  agent={meta['agent'] or '-'} protocol={meta['protocol'] or '-'} model={traj.model or '-'}"))
+    click.echo(
+        _safe(
+            f"run {meta['run']}  agent={meta['agent'] or '-'} protocol={meta['protocol'] or '-'} model={traj.model or '-'}"
+        )
+    )
     if not traj.steps:
         click.echo(f"no main-loop exchange: 0 steps ({_n(len(traj.left_out), 'auxiliary exchange')})")
     else:

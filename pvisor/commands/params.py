@@ -69,5 +69,7 @@ class Seconds(click.ParamType):
         if not math.isfinite(seconds) or seconds < self.minimum:
             self.fail(f"{value!r} is not a finite number of seconds >= {self.minimum:g}", param, ctx)
         if seconds > MAX_SECONDS:
-            self.fail(f"{value!r} is more than {MAX_SECONDS:.0f} seconds (24 days), the longest wait", param, ctx)
+            self.fail(
+                f"{value!r} is more than {MAX_SECONDS:.0f} seconds (24 days), the longest wait", param, ctx
+            )
         return seconds

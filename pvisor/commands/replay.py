@@ -51,34 +51,179 @@ def _path(opt: str, value: str | None) -> Path | None:
 
 
 @click.command("replay")
-@click.option("--agent", default=None, metavar="NAME", help="The agent: claude-code, codex, gemini-cli, qwen-code, opencode, mini-swe-agent, openhands, swe-agent.")
-@click.option("--trajectory", type=str, default=None, metavar="PATH", help="The agent's native trajectory file (source).")
-@click.option("--run", "run_id", default=None, metavar="ID", help="A run of the journal (id or unique prefix) (source).")
-@click.option("--after-step", "after_step", type=_StepNumber(), default=None, metavar="N", help="Keep the task and steps 1..N (0 <= N <= steps); exclude A(N+1) and after.")
-@click.option("--prepare-only", "prepare_only_flag", is_flag=True, help="Write the prefix and the result; execute nothing, start nothing, open no socket.")
-@click.option("--replay-only", "replay_only_flag", is_flag=True, help="Re-run the agent through steps 1..N with the recorded actions in --workspace; record the prefix at request N+1 and end the agent.")
-@click.option("--output", type=str, default=None, metavar="DIR", help="Directory for prefix.json, prefix.request.json, result.json (not inside the workspace).")
-@click.option("--workspace", type=str, default=None, metavar="DIR", help="prepare-only: digest it before and after (never written). replay-only and continuation (required): the new directory the agent re-runs its tools in.")
-@click.option("--workspace-from", "workspace_from", default=None, metavar="RUN", help="replay-only, continuation: restore RUN's recorded start state (its step-0 snapshot) into the empty --workspace first.")
-@click.option("--agent-entrypoint", "entrypoint", default=None, metavar="PATH", help="replay-only, continuation: the agent's executable (default: its command on PATH).")
-@click.option("--task", default=None, metavar="TEXT", help="replay-only, continuation: the task, when the source holds none.")
-@click.option("--timeout", type=float, default=None, metavar="SECONDS", help="replay-only, continuation: how long the agent may take (default 900).")
-@click.option("--allow-unsupported", is_flag=True, default=None, help="replay-only, continuation: run an installed agent version outside its profile's range.")
-@click.option("--upstream", default=None, metavar="URL", help="continuation: the live model's base URL (default: the agent's public API, with the key from the environment).")
-@click.option("--max-steps", "max_steps", type=int, default=None, metavar="K", help="continuation: at most K live steps (main-loop requests N+1..N+K), then a final reply ends the agent (default: no limit).")
-@click.option("--boundary-user-prompt", "boundary_prompt", default=None, metavar="TEXT", help="continuation: a user message placed once after O'_N, before the first live inference.")
-@click.option("--reasoning", type=click.Choice(["keep", "strip"]), default=None, help="continuation: keep the served replies' reasoning (default; a refusal is reported) or strip it so that the live API accepts the request.")
-@click.option("--live-model", "live_model", default=None, metavar="NAME", help="continuation: ask the live upstream for this model instead of the recorded one.")
-@click.option("--model", default=None, metavar="NAME", help="replay-only, continuation: the model the agent is launched with (default: the recorded one).")
-@click.option("--config", "config_path", default=None, metavar="FILE", help="A replay.toml with any of these options and a table per agent (entrypoint, environment, arguments, model); flags override it.")
-@click.option("--journal", "journal_opt", default=None, metavar="PATH", help="The journal (as the global --journal, which it overrides).")
-@click.option("--protocol", type=click.Choice(_PROTOCOLS), default=None, help="Wire protocol of a native render (agents that speak several); default per agent.")
-@click.option("--profile-from", "profile_from", default=None, metavar="JOURNAL[:RUN]", help="A capture of the same agent (same major version): system prompt, tools and request parameters the native file lacks.")
-@click.option("--session", default=None, metavar="ID", help="One session of an OpenCode store holding several.")
-@click.option("--force", is_flag=True, default=None, help="Write into a non-empty --output (its earlier prefix and result files are replaced).")
-@click.option("--allow-damaged", "allow_damaged", is_flag=True, default=None,
-              help="Build the prefix from a damaged native file (lost or unreadable lines, a repaired chain) and list each repair; refused by default.")
-@click.option("--result", "result_to", default=None, metavar="-", help="'-': print result.json to stdout (the summary line goes to stderr).")
+@click.option(
+    "--agent",
+    default=None,
+    metavar="NAME",
+    help="The agent: claude-code, codex, gemini-cli, qwen-code, opencode, mini-swe-agent, openhands, swe-agent.",
+)
+@click.option(
+    "--trajectory",
+    type=str,
+    default=None,
+    metavar="PATH",
+    help="The agent's native trajectory file (source).",
+)
+@click.option(
+    "--run", "run_id", default=None, metavar="ID", help="A run of the journal (id or unique prefix) (source)."
+)
+@click.option(
+    "--after-step",
+    "after_step",
+    type=_StepNumber(),
+    default=None,
+    metavar="N",
+    help="Keep the task and steps 1..N (0 <= N <= steps); exclude A(N+1) and after.",
+)
+@click.option(
+    "--prepare-only",
+    "prepare_only_flag",
+    is_flag=True,
+    help="Write the prefix and the result; execute nothing, start nothing, open no socket.",
+)
+@click.option(
+    "--replay-only",
+    "replay_only_flag",
+    is_flag=True,
+    help="Re-run the agent through steps 1..N with the recorded actions in --workspace; record the prefix at request N+1 and end the agent.",
+)
+@click.option(
+    "--output",
+    type=str,
+    default=None,
+    metavar="DIR",
+    help="Directory for prefix.json, prefix.request.json, result.json (not inside the workspace).",
+)
+@click.option(
+    "--workspace",
+    type=str,
+    default=None,
+    metavar="DIR",
+    help="prepare-only: digest it before and after (never written). replay-only and continuation (required): the new directory the agent re-runs its tools in.",
+)
+@click.option(
+    "--workspace-from",
+    "workspace_from",
+    default=None,
+    metavar="RUN",
+    help="replay-only, continuation: restore RUN's recorded start state (its step-0 snapshot) into the empty --workspace first.",
+)
+@click.option(
+    "--agent-entrypoint",
+    "entrypoint",
+    default=None,
+    metavar="PATH",
+    help="replay-only, continuation: the agent's executable (default: its command on PATH).",
+)
+@click.option(
+    "--task",
+    default=None,
+    metavar="TEXT",
+    help="replay-only, continuation: the task, when the source holds none.",
+)
+@click.option(
+    "--timeout",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="replay-only, continuation: how long the agent may take (default 900).",
+)
+@click.option(
+    "--allow-unsupported",
+    is_flag=True,
+    default=None,
+    help="replay-only, continuation: run an installed agent version outside its profile's range.",
+)
+@click.option(
+    "--upstream",
+    default=None,
+    metavar="URL",
+    help="continuation: the live model's base URL (default: the agent's public API, with the key from the environment).",
+)
+@click.option(
+    "--max-steps",
+    "max_steps",
+    type=int,
+    default=None,
+    metavar="K",
+    help="continuation: at most K live steps (main-loop requests N+1..N+K), then a final reply ends the agent (default: no limit).",
+)
+@click.option(
+    "--boundary-user-prompt",
+    "boundary_prompt",
+    default=None,
+    metavar="TEXT",
+    help="continuation: a user message placed once after O'_N, before the first live inference.",
+)
+@click.option(
+    "--reasoning",
+    type=click.Choice(["keep", "strip"]),
+    default=None,
+    help="continuation: keep the served replies' reasoning (default; a refusal is reported) or strip it so that the live API accepts the request.",
+)
+@click.option(
+    "--live-model",
+    "live_model",
+    default=None,
+    metavar="NAME",
+    help="continuation: ask the live upstream for this model instead of the recorded one.",
+)
+@click.option(
+    "--model",
+    default=None,
+    metavar="NAME",
+    help="replay-only, continuation: the model the agent is launched with (default: the recorded one).",
+)
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    metavar="FILE",
+    help="A replay.toml with any of these options and a table per agent (entrypoint, environment, arguments, model); flags override it.",
+)
+@click.option(
+    "--journal",
+    "journal_opt",
+    default=None,
+    metavar="PATH",
+    help="The journal (as the global --journal, which it overrides).",
+)
+@click.option(
+    "--protocol",
+    type=click.Choice(_PROTOCOLS),
+    default=None,
+    help="Wire protocol of a native render (agents that speak several); default per agent.",
+)
+@click.option(
+    "--profile-from",
+    "profile_from",
+    default=None,
+    metavar="JOURNAL[:RUN]",
+    help="A capture of the same agent (same major version): system prompt, tools and request parameters the native file lacks.",
+)
+@click.option(
+    "--session", default=None, metavar="ID", help="One session of an OpenCode store holding several."
+)
+@click.option(
+    "--force",
+    is_flag=True,
+    default=None,
+    help="Write into a non-empty --output (its earlier prefix and result files are replaced).",
+)
+@click.option(
+    "--allow-damaged",
+    "allow_damaged",
+    is_flag=True,
+    default=None,
+    help="Build the prefix from a damaged native file (lost or unreadable lines, a repaired chain) and list each repair; refused by default.",
+)
+@click.option(
+    "--result",
+    "result_to",
+    default=None,
+    metavar="-",
+    help="'-': print result.json to stdout (the summary line goes to stderr).",
+)
 @click.pass_context
 def replay(ctx: click.Context, **flags: Any) -> None:
     """Rebuild the request that ends at observation O_N of step N (--after-step N) from a
@@ -104,17 +249,24 @@ def replay(ctx: click.Context, **flags: Any) -> None:
     from pvisor.replay.errors import ReplayUsageError
 
     if flags["result_to"] is not None and flags["result_to"] != "-":
-        raise UsageError(f"--result {flags['result_to']}: only '-' (stdout) is supported; result.json is always written into --output")
+        raise UsageError(
+            f"--result {flags['result_to']}: only '-' (stdout) is supported; result.json is always written into --output"
+        )
     o = _merged(flags)
     if o["prepare_only_flag"] and o["replay_only_flag"]:
-        raise UsageError("give one mode at most: --prepare-only (rebuild the prefix, run nothing), --replay-only (re-run the agent "
-                         "through step N in a new --workspace), or neither (continue with the live model after step N)")
+        raise UsageError(
+            "give one mode at most: --prepare-only (rebuild the prefix, run nothing), --replay-only (re-run the agent "
+            "through step N in a new --workspace), or neither (continue with the live model after step N)"
+        )
     for name, opt in (("agent", "--agent"), ("after_step", "--after-step"), ("output", "--output")):
         if o[name] is None:
             raise UsageError(f"missing option {opt} (on the command line, or in --config)")
     if o["max_steps"] is not None and o["max_steps"] < 1:
-        raise ReplayUsageError("usage", f"--max-steps {o['max_steps']}: a continuation runs at least one live step "
-                               "(--replay-only runs none)")
+        raise ReplayUsageError(
+            "usage",
+            f"--max-steps {o['max_steps']}: a continuation runs at least one live step "
+            "(--replay-only runs none)",
+        )
     if o["journal_opt"] == "":
         raise UsageError("--journal is empty: give the journal file's path")
     journal = o["journal_opt"] or (ctx.obj.get("journal") if ctx.obj else None)
@@ -123,17 +275,23 @@ def replay(ctx: click.Context, **flags: Any) -> None:
         mode = "--prepare-only" if o["prepare_only_flag"] else "--replay-only"
         for name in live_opts:
             if flags[name] is not None:
-                raise UsageError(f"--{name.replace('_', '-').replace('boundary-prompt', 'boundary-user-prompt')} is for a "
-                                 f"continuation (no mode flag); {mode} sends nothing to a live model")
+                raise UsageError(
+                    f"--{name.replace('_', '-').replace('boundary-prompt', 'boundary-user-prompt')} is for a "
+                    f"continuation (no mode flag); {mode} sends nothing to a live model"
+                )
     if not o["prepare_only_flag"]:
         for opt, name in (("--protocol", "protocol"), ("--profile-from", "profile_from")):
             if o[name] is not None:
-                raise UsageError(f"{opt} is for --prepare-only (a native render); replaying with the agent serves it in its own "
-                                 "protocol")
+                raise UsageError(
+                    f"{opt} is for --prepare-only (a native render); replaying with the agent serves it in its own "
+                    "protocol"
+                )
         _replay_agent(o, journal, live=not o["replay_only_flag"])
         return
     if o["workspace_from"] is not None:
-        raise UsageError("--workspace-from is for --replay-only and continuation; --prepare-only never writes the workspace")
+        raise UsageError(
+            "--workspace-from is for --replay-only and continuation; --prepare-only never writes the workspace"
+        )
     for opt, name in (("--agent-entrypoint", "entrypoint"), ("--task", "task"), ("--model", "model")):
         if flags[name] is not None:
             raise UsageError(f"{opt} is for --replay-only and continuation; --prepare-only starts nothing")
@@ -159,11 +317,27 @@ def replay(ctx: click.Context, **flags: Any) -> None:
 
 #: command-line names -> keys of a replay.toml (docs/replay.md "Config")
 _CONFIG_KEYS = {
-    "agent": "agent", "trajectory": "trajectory", "run_id": "run", "after_step": "after_step", "output": "output",
-    "workspace": "workspace", "task": "task", "timeout": "timeout", "allow_unsupported": "allow_unsupported",
-    "upstream": "upstream", "max_steps": "max_steps", "boundary_prompt": "boundary_user_prompt", "reasoning": "reasoning",
-    "live_model": "live_model", "journal_opt": "journal", "protocol": "protocol", "profile_from": "profile_from",
-    "session": "session", "force": "force", "allow_damaged": "allow_damaged", "workspace_from": "workspace_from",
+    "agent": "agent",
+    "trajectory": "trajectory",
+    "run_id": "run",
+    "after_step": "after_step",
+    "output": "output",
+    "workspace": "workspace",
+    "task": "task",
+    "timeout": "timeout",
+    "allow_unsupported": "allow_unsupported",
+    "upstream": "upstream",
+    "max_steps": "max_steps",
+    "boundary_prompt": "boundary_user_prompt",
+    "reasoning": "reasoning",
+    "live_model": "live_model",
+    "journal_opt": "journal",
+    "protocol": "protocol",
+    "profile_from": "profile_from",
+    "session": "session",
+    "force": "force",
+    "allow_damaged": "allow_damaged",
+    "workspace_from": "workspace_from",
 }
 
 
@@ -202,7 +376,9 @@ def _merged(flags: dict[str, Any]) -> dict[str, Any]:
         ignored = [_CONFIG_KEYS[n] for n in _LIVE if flags[n] is None and o[n] is not None]
         if ignored:
             mode = "--prepare-only" if o["prepare_only_flag"] else "--replay-only"
-            _note(f"pvisor: warning: {path}: {', '.join(ignored)} are for a continuation; {mode} ignores them")
+            _note(
+                f"pvisor: warning: {path}: {', '.join(ignored)} are for a continuation; {mode} ignores them"
+            )
             for n in _LIVE:
                 if flags[n] is None:
                     o[n] = None
@@ -249,13 +425,28 @@ def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
 
         journal = str(default_journal_path())
     opts = ReplayOptions(
-        agent=o["agent"], after_step=o["after_step"], output=_path("--output", o["output"]),
-        workspace=_path("--workspace", o["workspace"]), journal=Path(journal), trajectory=_path("--trajectory", o["trajectory"]),
-        run=o["run_id"], entrypoint=o["entrypoint"], task=o["task"], session=o["session"],
-        timeout=o["timeout"] if o["timeout"] is not None else DEFAULT_TIMEOUT_S, force=bool(o["force"]),
-        allow_unsupported=bool(o["allow_unsupported"]), model=o["model"], agent_env=o["agent_env"],
-        agent_args=o["agent_args"], upstream=o["upstream"], max_steps=o["max_steps"], boundary_prompt=o["boundary_prompt"],
-        reasoning=o["reasoning"] or "keep", live_model=o["live_model"], allow_damaged=bool(o["allow_damaged"]),
+        agent=o["agent"],
+        after_step=o["after_step"],
+        output=_path("--output", o["output"]),
+        workspace=_path("--workspace", o["workspace"]),
+        journal=Path(journal),
+        trajectory=_path("--trajectory", o["trajectory"]),
+        run=o["run_id"],
+        entrypoint=o["entrypoint"],
+        task=o["task"],
+        session=o["session"],
+        timeout=o["timeout"] if o["timeout"] is not None else DEFAULT_TIMEOUT_S,
+        force=bool(o["force"]),
+        allow_unsupported=bool(o["allow_unsupported"]),
+        model=o["model"],
+        agent_env=o["agent_env"],
+        agent_args=o["agent_args"],
+        upstream=o["upstream"],
+        max_steps=o["max_steps"],
+        boundary_prompt=o["boundary_prompt"],
+        reasoning=o["reasoning"] or "keep",
+        live_model=o["live_model"],
+        allow_damaged=bool(o["allow_damaged"]),
         workspace_from=o["workspace_from"],
     )
     run = continue_replay if live else replay_only

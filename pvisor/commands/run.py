@@ -18,31 +18,104 @@ def _warn(message: str) -> None:
 
 
 @click.command("run")
-@click.option("--agent", required=True, type=click.Choice(agent_names()), help="The agent CLI to run (docs/agents.md).")
-@click.option("--agent-entrypoint", "entrypoint", metavar="PATH", default=None,
-              help="The agent's executable (default: its command on PATH: claude, codex, gemini, opencode, qwen, mini).")
-@click.option("--upstream", metavar="URL", default=None, help="Model API the gateway forwards to (default: the agent's public API).")
-@click.option("--script", "script", type=click.Path(dir_okay=False), default=None,
-              help="Answer from this script with the built-in scripted model, offline (docs/scripted-model.md).")
-@click.option("--workspace", type=click.Path(file_okay=False), default=None, help="Directory the agent works in (default: the current one).")
-@click.option("--timeout", type=Seconds(0.001), default=1800.0, show_default=True,
-              help="Seconds the agent may run; then its process group is killed (exit 124).")
-@click.option("--resume", "resume", metavar="RUN", default=None,
-              help="Continue RUN's session through the agent's native resume, as its next attempt.")
-@click.option("--model", default=None, help="Model name to ask for (default: the agent's own; required by some with --upstream).")
-@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Gateway port on 127.0.0.1; 0 picks a free one.")
-@click.option("--allow-unsupported", is_flag=True, help="Run an agent version outside the verified range (a warning).")
-@click.option("--use-home", is_flag=True, help="Use your real home and agent config (logins, settings) instead of a private home.")
-@click.option("--no-snapshots", "no_snapshots", is_flag=True,
-              help="Do not snapshot the workspace (by default: at the start, at every model request, at the end).")
-@click.option("--snapshot-driver", "snapshot_driver", default="filesystem", show_default=True, metavar="NAME",
-              help="The snapshot driver (one registered under the entry point group pvisor.snapshot_drivers).")
+@click.option(
+    "--agent", required=True, type=click.Choice(agent_names()), help="The agent CLI to run (docs/agents.md)."
+)
+@click.option(
+    "--agent-entrypoint",
+    "entrypoint",
+    metavar="PATH",
+    default=None,
+    help="The agent's executable (default: its command on PATH: claude, codex, gemini, opencode, qwen, mini).",
+)
+@click.option(
+    "--upstream",
+    metavar="URL",
+    default=None,
+    help="Model API the gateway forwards to (default: the agent's public API).",
+)
+@click.option(
+    "--script",
+    "script",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Answer from this script with the built-in scripted model, offline (docs/scripted-model.md).",
+)
+@click.option(
+    "--workspace",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Directory the agent works in (default: the current one).",
+)
+@click.option(
+    "--timeout",
+    type=Seconds(0.001),
+    default=1800.0,
+    show_default=True,
+    help="Seconds the agent may run; then its process group is killed (exit 124).",
+)
+@click.option(
+    "--resume",
+    "resume",
+    metavar="RUN",
+    default=None,
+    help="Continue RUN's session through the agent's native resume, as its next attempt.",
+)
+@click.option(
+    "--model",
+    default=None,
+    help="Model name to ask for (default: the agent's own; required by some with --upstream).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Gateway port on 127.0.0.1; 0 picks a free one.",
+)
+@click.option(
+    "--allow-unsupported", is_flag=True, help="Run an agent version outside the verified range (a warning)."
+)
+@click.option(
+    "--use-home",
+    is_flag=True,
+    help="Use your real home and agent config (logins, settings) instead of a private home.",
+)
+@click.option(
+    "--no-snapshots",
+    "no_snapshots",
+    is_flag=True,
+    help="Do not snapshot the workspace (by default: at the start, at every model request, at the end).",
+)
+@click.option(
+    "--snapshot-driver",
+    "snapshot_driver",
+    default="filesystem",
+    show_default=True,
+    metavar="NAME",
+    help="The snapshot driver (one registered under the entry point group pvisor.snapshot_drivers).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
 @click.argument("task", nargs=-1, required=False)
 @click.pass_context
-def run(ctx: click.Context, agent: str, entrypoint: str | None, upstream: str | None, script: str | None, workspace: str | None,
-        timeout: float, resume: str | None, model: str | None, port: int, allow_unsupported: bool, use_home: bool,
-        no_snapshots: bool, snapshot_driver: str, as_json: bool, task: tuple[str, ...]) -> None:
+def run(
+    ctx: click.Context,
+    agent: str,
+    entrypoint: str | None,
+    upstream: str | None,
+    script: str | None,
+    workspace: str | None,
+    timeout: float,
+    resume: str | None,
+    model: str | None,
+    port: int,
+    allow_unsupported: bool,
+    use_home: bool,
+    no_snapshots: bool,
+    snapshot_driver: str,
+    as_json: bool,
+    task: tuple[str, ...],
+) -> None:
     """Run an agent CLI headless with the gateway in front of it, and record the run.
 
     The gateway starts on 127.0.0.1 and the agent gets a base URL carrying the run id; its
@@ -62,14 +135,27 @@ def run(ctx: click.Context, agent: str, entrypoint: str | None, upstream: str | 
     from pvisor.agent_run import RunRequest, run_agent
 
     request = RunRequest(
-        agent=agent, task=" ".join(task), journal_path=Path(ctx.obj["journal"]), entrypoint=entrypoint, upstream=upstream,
-        script=script, workspace=Path(workspace) if workspace else None, timeout=timeout, resume=resume,
-        allow_unsupported=allow_unsupported, use_home=use_home, port=port, model=model, snapshots=not no_snapshots,
+        agent=agent,
+        task=" ".join(task),
+        journal_path=Path(ctx.obj["journal"]),
+        entrypoint=entrypoint,
+        upstream=upstream,
+        script=script,
+        workspace=Path(workspace) if workspace else None,
+        timeout=timeout,
+        resume=resume,
+        allow_unsupported=allow_unsupported,
+        use_home=use_home,
+        port=port,
+        model=model,
+        snapshots=not no_snapshots,
         snapshot_driver=snapshot_driver,
     )
     from pvisor.commands.serve import _show_on_stderr
 
-    undo = _show_on_stderr(("pvisor.journal", "pvisor.gateway"))  # e.g. "journal ... is locked by another process"
+    undo = _show_on_stderr(
+        ("pvisor.journal", "pvisor.gateway")
+    )  # e.g. "journal ... is locked by another process"
     try:
         report = run_agent(request, _warn)
     finally:
@@ -79,14 +165,23 @@ def run(ctx: click.Context, agent: str, entrypoint: str | None, upstream: str | 
     else:
         _print_report(report)
     if report.timed_out:
-        click.echo(f"pvisor: error: {agent} did not finish within {timeout:g} s: its process group was killed "
-                   f"(run {report.run}, attempt {report.attempt})", err=True)
+        click.echo(
+            f"pvisor: error: {agent} did not finish within {timeout:g} s: its process group was killed "
+            f"(run {report.run}, attempt {report.attempt})",
+            err=True,
+        )
         ctx.exit(EXIT_TIMEOUT)
     if report.interrupted:
-        click.echo(f"pvisor: interrupted by {report.interrupt_signal or 'a signal'}: {agent} was stopped, the attempt recorded "
-                   f"(run {report.run}, attempt {report.attempt}; exit {report.exit_code})", err=True)
+        click.echo(
+            f"pvisor: interrupted by {report.interrupt_signal or 'a signal'}: {agent} was stopped, the attempt recorded "
+            f"(run {report.run}, attempt {report.attempt}; exit {report.exit_code})",
+            err=True,
+        )
     elif report.agent_exit_code:
-        click.echo(f"pvisor: {agent} exited with code {report.agent_exit_code} (its stderr: {report.stderr})", err=True)
+        click.echo(
+            f"pvisor: {agent} exited with code {report.agent_exit_code} (its stderr: {report.stderr})",
+            err=True,
+        )
     ctx.exit(report.exit_code)
 
 
@@ -94,21 +189,40 @@ def _print_report(r) -> None:
     version = f" {r.agent_version}" if r.agent_version else ""
     click.echo(f"run {r.run}  agent {r.agent}{version}  attempt {r.attempt}")
     click.echo(f"  workspace: {r.workspace}")
-    status = "timed out" if r.timed_out else f"interrupted ({r.interrupt_signal})" if r.interrupted else f"exit code {r.agent_exit_code}"
+    status = (
+        "timed out"
+        if r.timed_out
+        else f"interrupted ({r.interrupt_signal})"
+        if r.interrupted
+        else f"exit code {r.agent_exit_code}"
+    )
     click.echo(f"  agent: {status}")
     if r.steps is not None:
         calls = ", ".join(map(str, r.tool_calls_per_step))
-        click.echo(f"  steps captured: {r.steps}" + (f" (tool calls per step: {calls})" if calls else "")
-                   + ("  WARNING: the agent exited 0 without a single step" if r.steps == 0 and r.agent_exit_code == 0 and not r.attempt_steps else ""))
+        click.echo(
+            f"  steps captured: {r.steps}"
+            + (f" (tool calls per step: {calls})" if calls else "")
+            + (
+                "  WARNING: the agent exited 0 without a single step"
+                if r.steps == 0 and r.agent_exit_code == 0 and not r.attempt_steps
+                else ""
+            )
+        )
         if r.attempt > 1 or any(not c["main"] for c in r.attempt_steps):
-            this = "; ".join(f"chain {c['chain']}{' (main)' if c['main'] else ''}, {c['steps']} step{'' if c['steps'] == 1 else 's'}"
-                             for c in r.attempt_steps)
+            this = "; ".join(
+                f"chain {c['chain']}{' (main)' if c['main'] else ''}, {c['steps']} step{'' if c['steps'] == 1 else 's'}"
+                for c in r.attempt_steps
+            )
             click.echo(f"  this attempt: {this or 'no step'}")
-        click.echo(f"  exchanges: {r.exchanges} (main-loop {r.main_exchanges}, auxiliary {r.auxiliary_exchanges}) in {r.chains} chain(s)"
-                   + (f"; main chain {r.main_chain}" if r.main_chain is not None else ""))
+        click.echo(
+            f"  exchanges: {r.exchanges} (main-loop {r.main_exchanges}, auxiliary {r.auxiliary_exchanges}) in {r.chains} chain(s)"
+            + (f"; main chain {r.main_chain}" if r.main_chain is not None else "")
+        )
     else:
         click.echo(f"  steps captured: unknown ({r.steps_error})")
-    click.echo(f"  workspace snapshots: {r.snapshots}" + (f" (pvisor snapshot ls {r.run})" if r.snapshots else ""))
+    click.echo(
+        f"  workspace snapshots: {r.snapshots}" + (f" (pvisor snapshot ls {r.run})" if r.snapshots else "")
+    )
     click.echo(f"  session: {r.session_id or '-'}")
     click.echo(f"  native trajectory: {r.native_path or '-'}")
     if r.stray_processes_killed:

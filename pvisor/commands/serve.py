@@ -28,6 +28,7 @@ from pvisor.journal.paths import absolute
 
 EXIT_INTERRUPTED = 130  # SIGINT, as a shell reports Ctrl-C
 
+
 def _without_userinfo(url: str) -> str:
     """``url`` with any ``user:password@`` replaced, for error messages."""
     return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url)
@@ -43,11 +44,17 @@ def parse_upstreams(values: tuple[str, ...]) -> dict[str, str]:
         name = name.strip().lower()
         if not eq or name not in UPSTREAMS:
             shown = f"{name}={_without_userinfo(url)}" if eq else v
-            raise click.BadParameter(f"{shown!r}: expected NAME=URL with NAME one of {', '.join(UPSTREAMS)}", param_hint="--upstream")
+            raise click.BadParameter(
+                f"{shown!r}: expected NAME=URL with NAME one of {', '.join(UPSTREAMS)}",
+                param_hint="--upstream",
+            )
         try:
             check_upstream_url(url)
         except ValueError as exc:
-            raise click.BadParameter(f"{name}={_without_userinfo(url)}: {exc} (an http:// or https:// URL with a host)", param_hint="--upstream") from None
+            raise click.BadParameter(
+                f"{name}={_without_userinfo(url)}: {exc} (an http:// or https:// URL with a host)",
+                param_hint="--upstream",
+            ) from None
         if name in out:
             raise click.BadParameter(f"upstream {name!r} given twice", param_hint="--upstream")
         out[name] = url
@@ -142,7 +149,9 @@ def _stopping(signals: _Signals, server: Any, grace: float) -> None:
     second signal stop it at once."""
     n = server.in_flight
     if n:
-        _say(f"stopping: waiting for {n} exchange(s) in flight (up to {grace:g} s; a second signal cancels them now)")
+        _say(
+            f"stopping: waiting for {n} exchange(s) in flight (up to {grace:g} s; a second signal cancels them now)"
+        )
     else:
         _say("stopping")
 
@@ -182,32 +191,107 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
 
 @click.command("gateway")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="Port; 0 picks a free one.")
-@click.option("--upstream", "upstreams", multiple=True, metavar="NAME=URL",
-              help="Upstream for NAME (anthropic, openai, gemini); repeatable. Others use the public API hosts.")
-@click.option("--run", "run_id", default=None, help="Run id for exchanges without X-Pvisor-Run or /run/<id>/ (default: a new id).")
-@click.option("--max-body", type=Size(1), default="64MiB", show_default=True, help="Largest request body accepted (413 beyond).")
-@click.option("--stall-timeout", type=Seconds(0.1), default=600.0, show_default=True,
-              help="Seconds without upstream bytes before the exchange is given up.")
-@click.option("--shutdown-grace", type=Seconds(0), default=10.0, show_default=True,
-              help="On SIGINT/SIGTERM, seconds to let exchanges in flight finish before cancelling them.")
-@click.option("--log-file", type=click.Path(dir_okay=False), default=None, help="Append one line per exchange (secrets removed).")
-@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
-              help='Once listening, write {"url", "run", "pid", "journal"} here as JSON (before the listening line is printed).')
-@click.option("--workspace", type=click.Path(file_okay=False, exists=True), default=None,
-              help="Snapshot this directory at start, at every model request and at stop (pvisor snapshot ls RUN).")
-@click.option("--snapshot-driver", "snapshot_driver", default="filesystem", show_default=True, metavar="NAME",
-              help="The snapshot driver of --workspace (one registered under pvisor.snapshot_drivers).")
-@click.option("--allow-remote", is_flag=True,
-              help="Let --host be an address beyond this machine; every request then needs the token in its path.")
-@click.option("--token", envvar="PVISOR_GATEWAY_TOKEN", default=None, metavar="TOKEN",
-              help="The token requests carry as /t/TOKEN/... (default with --allow-remote: a new one, printed).")
-@click.option("--event-loop", "event_loop", type=click.Choice(["asyncio", "uvloop", "auto"]), default="asyncio", show_default=True,
-              help="uvloop needs pvisor-sandbox[uvloop]; auto: uvloop when installed, else asyncio's loop.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="Port; 0 picks a free one."
+)
+@click.option(
+    "--upstream",
+    "upstreams",
+    multiple=True,
+    metavar="NAME=URL",
+    help="Upstream for NAME (anthropic, openai, gemini); repeatable. Others use the public API hosts.",
+)
+@click.option(
+    "--run",
+    "run_id",
+    default=None,
+    help="Run id for exchanges without X-Pvisor-Run or /run/<id>/ (default: a new id).",
+)
+@click.option(
+    "--max-body",
+    type=Size(1),
+    default="64MiB",
+    show_default=True,
+    help="Largest request body accepted (413 beyond).",
+)
+@click.option(
+    "--stall-timeout",
+    type=Seconds(0.1),
+    default=600.0,
+    show_default=True,
+    help="Seconds without upstream bytes before the exchange is given up.",
+)
+@click.option(
+    "--shutdown-grace",
+    type=Seconds(0),
+    default=10.0,
+    show_default=True,
+    help="On SIGINT/SIGTERM, seconds to let exchanges in flight finish before cancelling them.",
+)
+@click.option(
+    "--log-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Append one line per exchange (secrets removed).",
+)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help='Once listening, write {"url", "run", "pid", "journal"} here as JSON (before the listening line is printed).',
+)
+@click.option(
+    "--workspace",
+    type=click.Path(file_okay=False, exists=True),
+    default=None,
+    help="Snapshot this directory at start, at every model request and at stop (pvisor snapshot ls RUN).",
+)
+@click.option(
+    "--snapshot-driver",
+    "snapshot_driver",
+    default="filesystem",
+    show_default=True,
+    metavar="NAME",
+    help="The snapshot driver of --workspace (one registered under pvisor.snapshot_drivers).",
+)
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Let --host be an address beyond this machine; every request then needs the token in its path.",
+)
+@click.option(
+    "--token",
+    envvar="PVISOR_GATEWAY_TOKEN",
+    default=None,
+    metavar="TOKEN",
+    help="The token requests carry as /t/TOKEN/... (default with --allow-remote: a new one, printed).",
+)
+@click.option(
+    "--event-loop",
+    "event_loop",
+    type=click.Choice(["asyncio", "uvloop", "auto"]),
+    default="asyncio",
+    show_default=True,
+    help="uvloop needs pvisor-sandbox[uvloop]; auto: uvloop when installed, else asyncio's loop.",
+)
 @click.pass_context
-def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...], run_id: str | None, max_body: int,
-            stall_timeout: float, shutdown_grace: float, log_file: str | None, ready_file: str | None,
-            workspace: str | None, snapshot_driver: str, allow_remote: bool, token: str | None, event_loop: str) -> None:
+def gateway(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    upstreams: tuple[str, ...],
+    run_id: str | None,
+    max_body: int,
+    stall_timeout: float,
+    shutdown_grace: float,
+    log_file: str | None,
+    ready_file: str | None,
+    workspace: str | None,
+    snapshot_driver: str,
+    allow_remote: bool,
+    token: str | None,
+    event_loop: str,
+) -> None:
     """Run the capture gateway: point an agent's base URL at it and every model exchange is
     recorded in the journal. Prints `listening http://HOST:PORT` when ready.
 
@@ -230,10 +314,18 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
     token = _access_token(host, allow_remote, token)
     config = GatewayConfig(
-        host=host, port=port, upstreams=parse_upstreams(upstreams), run=run_id, max_body=max_body,
-        stall_timeout=stall_timeout, log_file=Path(log_file) if log_file else None, shutdown_grace=shutdown_grace,
-        workspace=Path(absolute(workspace, f"--workspace {workspace}")) if workspace else None, snapshot_exclude=(Path(ctx.obj["journal"]),),
-        snapshot_driver=snapshot_driver, token=token,
+        host=host,
+        port=port,
+        upstreams=parse_upstreams(upstreams),
+        run=run_id,
+        max_body=max_body,
+        stall_timeout=stall_timeout,
+        log_file=Path(log_file) if log_file else None,
+        shutdown_grace=shutdown_grace,
+        workspace=Path(absolute(workspace, f"--workspace {workspace}")) if workspace else None,
+        snapshot_exclude=(Path(ctx.obj["journal"]),),
+        snapshot_driver=snapshot_driver,
+        token=token,
     )
     if workspace:
         from pvisor.journal.snapshots import snapshot_driver as find_driver
@@ -263,11 +355,16 @@ def gateway(ctx: click.Context, host: str, port: int, upstreams: tuple[str, ...]
             await gw.take_snapshot(SnapshotKind.START)  # before the ready file: no agent has started yet
             # the ready file first: whoever sees the listening line can read it at once
             base = f"{url}/t/{token}" if token else url  # the base URL agents are given
-            _write_ready_file(ready_file, {"url": base, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path)})
+            _write_ready_file(
+                ready_file, {"url": base, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path)}
+            )
             click.echo(f"listening {base}")
             loop_name = type(asyncio.get_running_loop()).__module__.partition(".")[0]
             needs = "; requests need the token in their path (the base URL above)" if token else ""
-            click.echo(f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop {loop_name}{needs}", err=True)
+            click.echo(
+                f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop {loop_name}{needs}",
+                err=True,
+            )
             waits = [asyncio.ensure_future(signals.wait()), asyncio.ensure_future(gw.watch_journal())]
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for w in waits:
@@ -325,15 +422,34 @@ def _access_token(host: str, allow_remote: bool, token: str | None) -> str | Non
 
 
 @click.command("serve-model")
-@click.option("--script", "script_path", required=True, type=click.Path(dir_okay=False), help="Script file (.json or .toml), see docs/scripted-model.md.")
+@click.option(
+    "--script",
+    "script_path",
+    required=True,
+    type=click.Path(dir_okay=False),
+    help="Script file (.json or .toml), see docs/scripted-model.md.",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port; 0 picks a free one.")
-@click.option("--shutdown-grace", type=Seconds(0), default=10.0, show_default=True,
-              help="On SIGINT/SIGTERM, seconds to let requests in flight finish before cancelling them.")
-@click.option("--ready-file", type=click.Path(dir_okay=False), default=None,
-              help='Once listening, write {"url", "pid"} here as JSON (before the listening line is printed).')
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=0, show_default=True, help="Port; 0 picks a free one."
+)
+@click.option(
+    "--shutdown-grace",
+    type=Seconds(0),
+    default=10.0,
+    show_default=True,
+    help="On SIGINT/SIGTERM, seconds to let requests in flight finish before cancelling them.",
+)
+@click.option(
+    "--ready-file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help='Once listening, write {"url", "pid"} here as JSON (before the listening line is printed).',
+)
 @click.pass_context
-def serve_model(ctx: click.Context, script_path: str, host: str, port: int, shutdown_grace: float, ready_file: str | None) -> None:
+def serve_model(
+    ctx: click.Context, script_path: str, host: str, port: int, shutdown_grace: float, ready_file: str | None
+) -> None:
     """Serve a scripted model offline, in the four protocols (Anthropic Messages, OpenAI Chat
     Completions, OpenAI Responses, Gemini), streamed or not. Prints `listening http://HOST:PORT`.
     SIGINT/SIGTERM stop it as they stop the gateway (exit 130 after SIGINT, 0 after SIGTERM).

@@ -61,7 +61,15 @@ def adapters(as_json: bool) -> None:
     for name in adapter_names():
         a = get_adapter(name)
         for p in a.profiles:
-            rows.append({"adapter": name, "profile": p.name, "version_from": p.version_from, "verified_with": p.verified_with, "description": a.description})
+            rows.append(
+                {
+                    "adapter": name,
+                    "profile": p.name,
+                    "version_from": p.version_from,
+                    "verified_with": p.verified_with,
+                    "description": a.description,
+                }
+            )
     if as_json:
         _emit_json(rows)
         return
@@ -86,7 +94,10 @@ def _read(file: str, agent: str | None, strict: bool, session: str | None, limit
 def stream_limits(f):
     """``--max-input`` and ``--input-timeout``: the bounds of a trajectory read from a stream."""
     f = click.option(
-        "--input-timeout", type=Seconds(0.001), default=None, metavar="S",
+        "--input-timeout",
+        type=Seconds(0.001),
+        default=None,
+        metavar="S",
         help="When FILE is - or a pipe: seconds without a byte before giving up (default 30).",
     )(f)
     return click.option(
@@ -102,27 +113,48 @@ def trajectory() -> None:
 
 @trajectory.command("show")
 @click.argument("file", type=click.Path(dir_okay=True))
-@click.option("--agent", default=None, help="The adapter (see `pvisor adapters`); default: detected from the file.")
-@click.option("--json", "as_json", is_flag=True, help="Print the trajectory as JSON (schema pvisor.native-trajectory/v1).")
+@click.option(
+    "--agent", default=None, help="The adapter (see `pvisor adapters`); default: detected from the file."
+)
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the trajectory as JSON (schema pvisor.native-trajectory/v1).",
+)
 @click.option("--strict", is_flag=True, help="Exit 65 when reading gave any warning.")
-@click.option("--session", default=None, metavar="ID", help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.")
+@click.option(
+    "--session",
+    default=None,
+    metavar="ID",
+    help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.",
+)
 @stream_limits
 def show(
-    file: str, agent: str | None, as_json: bool, strict: bool, session: str | None, max_input: int | None,
+    file: str,
+    agent: str | None,
+    as_json: bool,
+    strict: bool,
+    session: str | None,
+    max_input: int | None,
     input_timeout: float | None,
 ) -> None:
     """Show FILE's steps: actions, tool calls, observations, and what was left out."""
     from pvisor.adapters.native.render import write_json
     from pvisor.commands.journal import _clip, _safe
 
-    result, name = _read(file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout})
+    result, name = _read(
+        file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
+    )
     if as_json:
         _stream_json(write_json, result, name)
         return
     t = result.trajectory
     click.echo(_safe(f"{file}  adapter={name} profile={result.profile.name} model={t.model or '-'}"))
     click.echo(f"task: {_clip(t.task or '-', 100)}")
-    click.echo(f"system prompt: {'stored' if t.system is not None else 'absent'}; tools: {'stored (%d)' % len(t.tools) if t.tools is not None else 'absent'}")
+    click.echo(
+        f"system prompt: {'stored' if t.system is not None else 'absent'}; tools: {'stored (%d)' % len(t.tools) if t.tools is not None else 'absent'}"
+    )
     if not _stream_table(t.steps):
         click.echo("0 steps")
     click.echo(f"left out: {len(t.left_out)} record(s)")
@@ -132,7 +164,12 @@ def _row(step) -> list[str]:
     from pvisor.commands.journal import _action_cell, _clip, _observation_cell, _safe
 
     # cells are one line of at most their column's width (_clip escapes control characters)
-    return [_safe(str(step.n)), _action_cell(step), _clip(_observation_cell(step), OBSERVATION_WIDTH), _safe(",".join(step.flags) or "-")]
+    return [
+        _safe(str(step.n)),
+        _action_cell(step),
+        _clip(_observation_cell(step), OBSERVATION_WIDTH),
+        _safe(",".join(step.flags) or "-"),
+    ]
 
 
 def _stream_table(steps) -> int:
@@ -166,17 +203,35 @@ def _stream_table(steps) -> int:
 
 @trajectory.command("export")
 @click.argument("file", type=click.Path(dir_okay=True))
-@click.option("--format", "fmt", type=click.Choice(["atif", "json"]), required=True, help="atif: Harbor ATIF v1.7; json: pvisor.native-trajectory/v1.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["atif", "json"]),
+    required=True,
+    help="atif: Harbor ATIF v1.7; json: pvisor.native-trajectory/v1.",
+)
 @click.option("--agent", default=None, help="The adapter; default: detected from the file.")
 @click.option("--strict", is_flag=True, help="Exit 65 when reading gave any warning.")
-@click.option("--session", default=None, metavar="ID", help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.")
+@click.option(
+    "--session",
+    default=None,
+    metavar="ID",
+    help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.",
+)
 @stream_limits
 def export(
-    file: str, fmt: str, agent: str | None, strict: bool, session: str | None, max_input: int | None,
+    file: str,
+    fmt: str,
+    agent: str | None,
+    strict: bool,
+    session: str | None,
+    max_input: int | None,
     input_timeout: float | None,
 ) -> None:
     """Write FILE's trajectory to stdout as ATIF v1.7 (exact argument strings in `extra`) or JSON."""
     from pvisor.adapters.native.render import write_atif, write_json
 
-    result, name = _read(file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout})
+    result, name = _read(
+        file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
+    )
     _stream_json(write_atif if fmt == "atif" else write_json, result, name)
