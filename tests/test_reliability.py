@@ -43,3 +43,79 @@ def test_kill_9_of_pvisor_run_loses_nothing_but_the_last_window():
     out = reliability.crash(ROUNDS // 2, writer="process", seed=29, target="run")
     assert out["problems"] == [], out["problems"]
     assert out["journaled"] > 0 and out["max_lost_age_s"] <= out["window_s"]
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.4], ids=["at-the-first-served-step", "later"])
+def test_kill_9_of_a_playback_takes_the_agent_and_keeps_what_was_served(captured, tmp_path, delay):
+    """The same promise for playback (`pvisor replay --replay-only`, its gateway serving the
+    recorded steps to the real Codex CLI): killed with SIGKILL once it has served a step, the
+    agent dies with it, and once the dead writer is reaped the journal verifies, holds no
+    exchange in flight, and every exchange of the derived run has its request."""
+    import shutil
+    import signal
+    import sqlite3
+    import subprocess
+    import time
+
+    from agent_helpers import PVISOR, entrypoint, user_env
+
+    from pvisor.journal.reader import JournalReader
+
+    cap = captured("codex")
+    assert cap.proc.returncode == 0, cap.proc.stderr
+    journal = tmp_path / "journal.sqlite"
+    for suffix in ("", "-wal"):  # a copy: the capture's own journal is shared by other tests
+        if Path(str(cap.journal) + suffix).exists():
+            shutil.copy(str(cap.journal) + suffix, str(journal) + suffix)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    args = [str(PVISOR), "replay", "--journal", str(journal), "--agent", "codex", "--run", cap.run, "--after-step",
+            "2", "--replay-only", "--workspace", str(ws), "--output", str(tmp_path / "out"), "--agent-entrypoint",
+            str(entrypoint("codex")), "--timeout", "240"]  # fmt: skip
+    proc = subprocess.Popen(args, env=user_env(cap.user_home), cwd=tmp_path, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+
+    def served() -> int:
+        try:
+            with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
+                return db.execute("SELECT count(*) FROM exchanges e JOIN runs r ON r.id = e.run_id"
+                                  " WHERE r.mode = 'replay-only' AND e.outcome IS NOT NULL").fetchone()[0]  # fmt: skip
+        except sqlite3.Error:
+            return 0
+
+    deadline = time.monotonic() + 120
+    while served() < 1:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
+        time.sleep(0.02)
+    time.sleep(delay)
+    agents = []
+    for task in Path(f"/proc/{proc.pid}/task").iterdir():
+        for c in (task / "children").read_text().split():
+            if "codex" in Path(f"/proc/{c}/cmdline").read_text(errors="replace"):
+                agents.append(int(c))
+    proc.kill()
+    proc.wait(30)
+    proc.stderr.close()
+    try:
+        for pid in agents:
+            end = time.monotonic() + 10
+            while (
+                Path(f"/proc/{pid}").exists()
+                and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            ):
+                assert time.monotonic() < end, f"the agent (pid {pid}) outlived pvisor replay"
+                time.sleep(0.05)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # whatever of its session is left
+        except ProcessLookupError:
+            pass
+    reliability.reap(journal)
+    with JournalReader(journal) as r:
+        assert r.verify().ok
+        derived = [run for run in r.runs() if run.mode == "replay-only"]
+        assert len(derived) == 1
+        exs = r.exchanges(derived[0].id)
+        assert exs and all(e.outcome != "in_flight" for e in exs)
+        assert all(r.request_body(e) is not None for e in exs), [(e.seq, e.outcome) for e in exs]
+        assert any(e.served_by == "playback" and e.outcome == "ok" for e in exs)
