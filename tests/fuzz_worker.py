@@ -9,7 +9,8 @@ Protocol (stdin -> the result pipe given as argv[1]): a frame is ``<I`` length +
 - ``cli``: ``args`` is a pvisor command line in which ``{input}`` is the input written to a file
   (its name ``args[0]``, the rest the argv) and ``{out}`` a fresh directory; it runs in this
   process as ``pvisor.cli.main(argv)``. Its exit code must be a documented one; a traceback
-  (any exception escaping ``main``) is a crash. After it, nothing may exist outside ``{out}``
+  (any exception escaping ``main``) is a crash, and so is a process it starts (an audit hook
+  sees every one: the fuzzed commands only read). After it, nothing may exist outside ``{out}``
   but the input itself (and SQLite's own ``-wal``/``-shm`` files beside a journal).
 - ``reassemble``: ``args`` is a protocol name; the input is a recorded stream, reassembled.
 - ``parse``: ``args`` is ``[protocol, path]``; the input is a request body (JSON), parsed.
@@ -47,6 +48,27 @@ def _files(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
 
+#: audit events of a new process (PEP 578): none may happen while a command only reads
+_PROCESS_EVENTS = frozenset(
+    {
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+        "pty.spawn",
+    }
+)
+_spawned: list[str] = []
+
+
+def _audit(event: str, args: tuple) -> None:
+    if event in _PROCESS_EVENTS:
+        _spawned.append(f"{event} {args[0] if args else ''}")
+
+
 def run_cli(args: list[str], data: bytes) -> dict:
     from pvisor.cli import main
 
@@ -59,6 +81,7 @@ def run_cli(args: list[str], data: bytes) -> dict:
         out.mkdir()
         argv = [a.replace("{input}", str(src)).replace("{out}", str(out)) for a in args[1:]]
         before = _files(root)
+        _spawned.clear()
         try:
             main(argv)
             code = 0
@@ -73,6 +96,8 @@ def run_cli(args: list[str], data: bytes) -> dict:
         )
         if stray:
             return {"outcome": "crash", "exit": code, "detail": f"wrote outside its output: {stray}"}
+        if _spawned:  # these commands read: a crafted file must never make them run anything
+            return {"outcome": "crash", "exit": code, "detail": f"started a process: {_spawned[:3]}"}
         if code not in DOCUMENTED:
             return {"outcome": "crash", "exit": code, "detail": f"exit code {code} is not documented"}
         shutil.rmtree(out, ignore_errors=True)
@@ -98,6 +123,7 @@ def run_library(target: str, args: list[str], data: bytes) -> dict:
 def main() -> None:
     results = int(sys.argv[1])
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+    sys.addaudithook(_audit)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # what the commands print is not the point
     os.dup2(devnull, 2)
