@@ -45,10 +45,18 @@ def test_kill_9_of_pvisor_run_loses_nothing_but_the_last_window():
     assert out["journaled"] > 0 and out["max_lost_age_s"] <= out["window_s"]
 
 
-@pytest.mark.parametrize("delay", [0.0, 0.4], ids=["at-the-first-served-step", "later"])
+PLAYBACK_ROUNDS = int(os.environ.get("PVISOR_PLAYBACK_KILLS", "2"))
+
+
+@pytest.mark.parametrize(
+    "delay",
+    [0.8 * i / max(1, PLAYBACK_ROUNDS - 1) for i in range(PLAYBACK_ROUNDS)],
+    ids=lambda d: f"{d:.2f}s",
+)
 def test_kill_9_of_a_playback_takes_the_agent_and_keeps_what_was_served(captured, tmp_path, delay):
     """The same promise for playback (`pvisor replay --replay-only`, its gateway serving the
-    recorded steps to the real Codex CLI): killed with SIGKILL once it has served a step, the
+    recorded steps to the real Codex CLI): killed with SIGKILL ``delay`` seconds after it has
+    served a step (``PVISOR_PLAYBACK_KILLS`` rounds from 0 to 0.8 s; 2 in CI), the
     agent dies with it, and once the dead writer is reaped the journal verifies, holds no
     exchange in flight, and every exchange of the derived run has its request."""
     import shutil
