@@ -19,7 +19,8 @@ by exchange against what the clients sent and received.
 The upstream is an aiohttp server in this process; every request carries a unique id that the
 upstream puts into each event, so that a response can be matched to its request.
 
-    python bench/reliability.py crash [--rounds 100] [--clients 8] [--writer process|thread] [--kill gateway|group|both]
+    python bench/reliability.py crash [--rounds 100] [--clients 8] [--writer process|thread]
+                                      [--kill gateway|group|both] [--target gateway|run]
     python bench/reliability.py load [--clients 128] [--seconds 60] [--gateways 1|2]
     (either: [--seed N] [--json FILE])
 """
@@ -51,8 +52,13 @@ PVISOR = shutil.which("pvisor", path=os.path.dirname(sys.executable)) or "pvisor
 
 
 def _event(rid: str, n: int) -> bytes:
-    obj = {"id": rid, "object": "chat.completion.chunk", "created": 0, "model": "m",
-           "choices": [{"index": 0, "delta": {"content": f"{rid} part {n} "}, "finish_reason": None}]}  # fmt: skip
+    obj = {
+        "id": rid,
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": {"content": f"{rid} part {n} "}, "finish_reason": None}],
+    }
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
@@ -97,12 +103,14 @@ out = open(os.environ["PVISOR_CRASH_OUT"], "a", buffering=1)
 k = 0
 while True:
     rid = f"a-r{{k}}"; k += 1
-    body = json.dumps({{"model": "m", "stream": True, "messages": [{{"role": "user", "content": rid + " " + "p" * 1200}}]}},
+    msg = {{"role": "user", "content": rid + " " + "p" * 1200}}
+    body = json.dumps({{"model": "m", "stream": True, "messages": [msg]}},
                       separators=(",", ":")).encode()
     rec = {{"rid": rid, "body": base64.b64encode(body).decode(), "t_start": time.monotonic()}}
     out.write(json.dumps({{**rec, "event": "start"}}) + "\n")
     conn = http.client.HTTPConnection(base.hostname, base.port, timeout=30)
-    conn.request("POST", base.path + "/v1/messages", body=body, headers={{"Content-Type": "application/json"}})
+    headers = {{"Content-Type": "application/json"}}
+    conn.request("POST", base.path + "/v1/messages", body=body, headers=headers)
     resp = conn.getresponse()
     t_headers = time.monotonic()
     received = resp.read()
@@ -123,10 +131,26 @@ def start_gateway(journal: Path, upstream: str, writer: str, ready: Path) -> Gat
     """A ``pvisor gateway`` in a session of its own; returns once it listens."""
     env = {**os.environ, "PVISOR_JOURNAL_WRITER": writer}
     proc = subprocess.Popen(
-        [PVISOR, "--journal", str(journal), "gateway", "--port", "0", "--upstream", f"openai={upstream}",
-         "--ready-file", str(ready), "--shutdown-grace", "5"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True,
-    )  # fmt: skip
+        [
+            PVISOR,
+            "--journal",
+            str(journal),
+            "gateway",
+            "--port",
+            "0",
+            "--upstream",
+            f"openai={upstream}",
+            "--ready-file",
+            str(ready),
+            "--shutdown-grace",
+            "5",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
     deadline = time.monotonic() + 30
     while not ready.exists() or not ready.read_text().strip():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -166,8 +190,9 @@ async def client(
         rec = Record(rid, _body(rid), time.monotonic())
         records.append(rec)
         try:
-            async with session.post(url + "/v1/chat/completions", data=rec.body,
-                                    headers={"Content-Type": "application/json"}) as resp:  # fmt: skip
+            async with session.post(
+                url + "/v1/chat/completions", data=rec.body, headers={"Content-Type": "application/json"}
+            ) as resp:
                 rec.t_headers = time.monotonic()
                 async for chunk in resp.content.iter_any():
                     if rec.ttfb_s is None:
@@ -334,19 +359,43 @@ async def _run_round(tmp: Path, seed: int, writer: str, window: float) -> dict:
     agent.chmod(0o755)
     (tmp / "ws").mkdir()
     records_file = tmp / "agent-records.jsonl"
-    env = {**os.environ, "PVISOR_JOURNAL_WRITER": writer, "PVISOR_CRASH_OUT": str(records_file),
-           "ANTHROPIC_API_KEY": "sk-ant-crash-test-key-not-real"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PVISOR_JOURNAL_WRITER": writer,
+        "PVISOR_CRASH_OUT": str(records_file),
+        "ANTHROPIC_API_KEY": "sk-ant-crash-test-key-not-real",
+    }
     proc = subprocess.Popen(
-        [PVISOR, "--journal", str(journal), "run", "--agent", "claude-code", "--agent-entrypoint", str(agent),
-         "--upstream", upstream, "--workspace", str(tmp / "ws"), "--no-snapshots", "--", "stream"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True,
-    )  # fmt: skip
+        [
+            PVISOR,
+            "--journal",
+            str(journal),
+            "run",
+            "--agent",
+            "claude-code",
+            "--agent-entrypoint",
+            str(agent),
+            "--upstream",
+            upstream,
+            "--workspace",
+            str(tmp / "ws"),
+            "--no-snapshots",
+            "--",
+            "stream",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 30
         while not records_file.exists():  # the agent has started
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"pvisor run did not start the agent: {proc.stderr.read().decode() if proc.stderr else ''}"
+                    "pvisor run did not start the agent: "
+                    + (proc.stderr.read().decode() if proc.stderr else "")
                 )
             await asyncio.sleep(0.02)
         await asyncio.sleep(rng.uniform(0.3, 1.5))
@@ -387,15 +436,23 @@ def crash(
                 results.append(asyncio.run(_crash_round(Path(tmp), seed + n, clients, writer, how, window)))
         if progress is not None:
             progress(results[-1])
-    totals = {k: sum(r[k] for r in results) for k in ("requests", "journaled", "ok", "incomplete", "lost_in_window",
-                                                        "client_cut")}  # fmt: skip
+    totals = {
+        k: sum(r[k] for r in results)
+        for k in ("requests", "journaled", "ok", "incomplete", "lost_in_window", "client_cut")
+    }
     return {
-        "target": target, "rounds": rounds, "clients": clients if target == "gateway" else 1, "writer": writer,
-        "kill": kill if target == "gateway" else "run", "window_s": window, **totals,
+        "target": target,
+        "rounds": rounds,
+        "clients": clients if target == "gateway" else 1,
+        "writer": writer,
+        "kill": kill if target == "gateway" else "run",
+        "window_s": window,
+        **totals,
         "max_lost_age_s": max((r["max_lost_age_s"] for r in results), default=0.0),
         "rounds_with_problems": sum(1 for r in results if r["problems"]),
-        "problems": [p for r in results for p in r["problems"]][:50], "per_round": results,
-    }  # fmt: skip
+        "problems": [p for r in results for p in r["problems"]][:50],
+        "per_round": results,
+    }
 
 
 def _peak_rss_kib(pid: int) -> int:
@@ -427,8 +484,10 @@ async def _load(tmp: Path, clients: int, seconds: float, gateways: int, writer: 
         async with ClientSession(
             connector=TCPConnector(limit=0), timeout=ClientTimeout(total=120)
         ) as session:
-            tasks = [asyncio.ensure_future(client(session, gws[i % gateways].url, f"c{i}", records, stop))
-                     for i in range(clients)]  # fmt: skip
+            tasks = [
+                asyncio.ensure_future(client(session, gws[i % gateways].url, f"c{i}", records, stop))
+                for i in range(clients)
+            ]
             t0 = time.monotonic()
             await asyncio.sleep(seconds)
             stop.set()
@@ -459,11 +518,21 @@ async def _load(tmp: Path, clients: int, seconds: float, gateways: int, writer: 
     if not seq_ok:
         result["problems"].append("seq is not dense within a run")
     result.update(
-        clients=clients, seconds=seconds, gateways=gateways, writer=writer, requests=len(records), answered=len(done),
-        requests_per_s=len(done) / wall, exit_codes=codes, peak_rss_mib=[round(k / 1024, 1) for k in rss],
+        clients=clients,
+        seconds=seconds,
+        gateways=gateways,
+        writer=writer,
+        requests=len(records),
+        answered=len(done),
+        requests_per_s=len(done) / wall,
+        exit_codes=codes,
+        peak_rss_mib=[round(k / 1024, 1) for k in rss],
         ttfb_ms={"p50": round(statistics.median(ttfb), 2) if ttfb else 0.0, "p99": round(pct(ttfb, 0.99), 2)},
-        total_ms={"p50": round(statistics.median(total), 2) if total else 0.0, "p99": round(pct(total, 0.99), 2)},
-    )  # fmt: skip
+        total_ms={
+            "p50": round(statistics.median(total), 2) if total else 0.0,
+            "p99": round(pct(total, 0.99), 2),
+        },
+    )
     if any(c != 0 for c in codes):
         result["problems"].append(f"gateway exit codes {codes}")
     return result
@@ -501,9 +570,12 @@ def main() -> None:
     if args.what == "crash":
 
         def show(r: dict) -> None:
-            print(f"seed {r['seed']} ({r['kill']}): {r['requests']} requests, {r['journaled']} journaled,"
-                  f" {r['incomplete']} incomplete, {r['lost_in_window']} lost in the window,"
-                  f" {len(r['problems'])} problem(s)", flush=True)  # fmt: skip
+            print(
+                f"seed {r['seed']} ({r['kill']}): {r['requests']} requests, {r['journaled']} journaled,"
+                f" {r['incomplete']} incomplete, {r['lost_in_window']} lost in the window,"
+                f" {len(r['problems'])} problem(s)",
+                flush=True,
+            )
 
         out = crash(
             args.rounds, args.clients, args.writer, args.kill, args.seed, args.window, show, args.target

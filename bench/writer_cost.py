@@ -53,9 +53,10 @@ RESPONSE_HEADERS = [
     ("Content-Length", str(len(JSON_BODY))),
 ]
 EXCHANGE_INSERT = (
-    "INSERT OR REPLACE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
-    " secret_fingerprints, dropped_headers, request_encoding, request_body, request_bytes, status, response_headers,"
-    " response_body, response_final, streamed, chunk_timings, outcome, error, started_ms, headers_us, first_byte_us,"
+    "INSERT OR REPLACE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query,"
+    " request_headers, secret_fingerprints, dropped_headers, request_encoding, request_body,"
+    " request_bytes, status, response_headers, response_body, response_final, streamed, chunk_timings,"
+    " outcome, error, started_ms, headers_us, first_byte_us,"
     " ended_us, bytes_received, bytes_delivered, writer_id, lane_pos, served_by, flags, forwarded_body)"
     " VALUES (" + ",".join("?" * 33) + ")"
 )  # the writer's own statement (journal/writer.py, _write_exchange)
@@ -115,13 +116,42 @@ def floor_run(path: Path, n: int, unique: bool) -> float:
             (
                 body,
                 [
-                    f"x-{i:08d}", "r-bench", 1, i + 1, "openai_chat", "POST", "/v1/chat/completions", "",
-                    '[["Host","127.0.0.1:8080"]]', "{}", "[]", None, None, len(request), 200,
-                    '{"content-type":"application/json"}', None, None, 0, None, "ok", None, time.time() * 1000,
-                    900, 950, 1000, len(body), len(body), 1, i, "upstream", "[]", None,
+                    f"x-{i:08d}",
+                    "r-bench",
+                    1,
+                    i + 1,
+                    "openai_chat",
+                    "POST",
+                    "/v1/chat/completions",
+                    "",
+                    '[["Host","127.0.0.1:8080"]]',
+                    "{}",
+                    "[]",
+                    None,
+                    None,
+                    len(request),
+                    200,
+                    '{"content-type":"application/json"}',
+                    None,
+                    None,
+                    0,
+                    None,
+                    "ok",
+                    None,
+                    time.time() * 1000,
+                    900,
+                    950,
+                    1000,
+                    len(body),
+                    len(body),
+                    1,
+                    i,
+                    "upstream",
+                    "[]",
+                    None,
                 ],
             )
-        )  # fmt: skip
+        )
     conn.execute("INSERT INTO runs(id, created_ms) VALUES ('r-bench', 0)")
     t0 = time.thread_time()
     for start in range(0, n, BATCH):

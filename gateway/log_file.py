@@ -71,7 +71,8 @@ class _Appender(logging.Handler):
         reason = getattr(exc, "strerror", None) or str(exc)
         try:
             sys.stderr.write(
-                f"pvisor: warning: --log-file {self.path}: cannot write: {reason}; lines are dropped until it can\n"
+                f"pvisor: warning: --log-file {self.path}: cannot write: {reason};"
+                " lines are dropped until it can\n"
             )
             sys.stderr.flush()
         except (OSError, ValueError):

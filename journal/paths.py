@@ -53,7 +53,10 @@ def cwd_gone() -> bool:
 
 
 #: what a user is told when a relative path meets a deleted working directory
-CWD_GONE_HINT = "the current directory no longer exists (was it deleted?); cd to a directory that exists, or give absolute paths"
+CWD_GONE_HINT = (
+    "the current directory no longer exists (was it deleted?); "
+    "cd to a directory that exists, or give absolute paths"
+)
 
 
 def absolute(path: str | os.PathLike, what: str) -> str:

@@ -74,7 +74,8 @@ def test_a_journal_on_a_file_system_that_fills_up(stack, procs, tmp_path, small_
     statuses, code, stderr = _run_until_the_writer_stops(stack, procs, tmp_path, journal)
     assert code == 69 and "Traceback" not in stderr, stderr
     assert "pvisor: error: journal writer stopped: OperationalError: database or disk is full" in stderr
-    # every answer before the stop was a real one; once the writer stopped, a clear 503, never an unrecorded 200
+    # every answer before the stop was a real one; once the writer stopped, a clear 503, never an
+    # unrecorded 200
     assert set(statuses[:-1]) == {200} and statuses[-1] in (200, 503), statuses
     answered = statuses.count(200)
     verify = run_cli(["--journal", str(journal), "journal", "verify"])
@@ -93,9 +94,14 @@ def test_a_journal_that_cannot_even_be_created_names_the_full_disk(tmp_path, sma
     "cannot rollback - no transaction is active", hiding the cause (found by the new-user helper)."""
     fs = small_fs("64k")
     for writer in ("process", "thread"):
-        p = subprocess.run([*PVISOR, "--journal", str(fs / f"{writer}.sqlite"), "gateway", "--port", "0"],
-                           capture_output=True, text=True, timeout=60, env={**ENV, "PVISOR_JOURNAL_WRITER": writer},
-                           stdin=subprocess.DEVNULL)  # fmt: skip
+        p = subprocess.run(
+            [*PVISOR, "--journal", str(fs / f"{writer}.sqlite"), "gateway", "--port", "0"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**ENV, "PVISOR_JOURNAL_WRITER": writer},
+            stdin=subprocess.DEVNULL,
+        )
         assert p.returncode == 69 and "Traceback" not in p.stderr, p.stderr
         assert "disk is full" in p.stderr and "cannot rollback" not in p.stderr, p.stderr
 

@@ -34,8 +34,26 @@ EXAMPLE_TIMEOUT_S = 30.0
 
 # bytes that break parsers: invalid UTF-8, NUL, JSON punctuation, a lone surrogate escape, an
 # unknown record type, huge numbers, deep nesting
-TOKENS = [b"\xff\xfe", b"\x00", b"{", b"}", b"[", b"]", b'"', b"\n", b"\r\n", b"\\", b'"\\ud800"', b"null", b"1e999",
-          b"-0", b'{"type": "pvisor-unknown-record", "x": 1}\n', b"[" * 2000, b" " * 200, b"\xe2\x82"]  # fmt: skip
+TOKENS = [
+    b"\xff\xfe",
+    b"\x00",
+    b"{",
+    b"}",
+    b"[",
+    b"]",
+    b'"',
+    b"\n",
+    b"\r\n",
+    b"\\",
+    b'"\\ud800"',
+    b"null",
+    b"1e999",
+    b"-0",
+    b'{"type": "pvisor-unknown-record", "x": 1}\n',
+    b"[" * 2000,
+    b" " * 200,
+    b"\xe2\x82",
+]
 MUTATION = st.one_of(
     st.tuples(st.just("truncate"), st.floats(0, 1)),
     st.tuples(st.just("delete"), st.floats(0, 1), st.integers(1, 4096)),
@@ -49,8 +67,14 @@ MUTATION = st.one_of(
 
 def fuzz(examples: int) -> settings:
     """Settings of one fuzz target: ``examples`` times PVISOR_FUZZ_SCALE examples, fixed seed."""
-    return settings(max_examples=examples * SCALE, derandomize=True, database=None, deadline=None,
-                    suppress_health_check=list(HealthCheck), print_blob=False)  # fmt: skip
+    return settings(
+        max_examples=examples * SCALE,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+    )
 
 
 def mutate(data: bytes, mutations: list[tuple]) -> bytes:
@@ -87,8 +111,12 @@ class Worker:
 
     def _start(self) -> None:
         read, self._results = os.pipe()
-        self.proc = subprocess.Popen([sys.executable, str(WORKER), str(self._results)], stdin=subprocess.PIPE,
-                                     pass_fds=(self._results,), env={**os.environ, "PYTHONSAFEPATH": "1"})  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, str(WORKER), str(self._results)],
+            stdin=subprocess.PIPE,
+            pass_fds=(self._results,),
+            env={**os.environ, "PYTHONSAFEPATH": "1"},
+        )
         os.close(self._results)
         self._reader = os.fdopen(read, "rb")
 
@@ -184,8 +212,19 @@ def test_native_adapters_on_mutated_trajectories(worker, seed, mutations, detect
 def test_prepare_only_on_mutated_trajectories_writes_only_its_output(worker, seed, mutations, step):
     agent, path = seed
     data = mutate(path.read_bytes(), mutations)
-    args = [path.name, "replay", "--prepare-only", "--trajectory", "{input}", "--agent", agent,
-            "--after-step", str(step), "--output", "{out}"]  # fmt: skip
+    args = [
+        path.name,
+        "replay",
+        "--prepare-only",
+        "--trajectory",
+        "{input}",
+        "--agent",
+        agent,
+        "--after-step",
+        str(step),
+        "--output",
+        "{out}",
+    ]
     _check(
         worker.run("cli", args, data),
         f"replay --prepare-only of {path.name} mutated by {mutations}",
@@ -222,9 +261,11 @@ def _request_seeds() -> list[tuple[str, str, object]]:
 
 
 REQUESTS = _request_seeds()
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
-                    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3),
-                    max_leaves=8)  # fmt: skip
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3),
+    max_leaves=8,
+)
 
 
 def _paths(node, prefix=()):
@@ -271,17 +312,35 @@ def journal_seed(tmp_path_factory) -> bytes:
     stream = (corpus_dir() / "wire" / "anthropic" / "basic_response.sse").read_bytes()
     with Journal.open(path, finalize=finalize_response) as j:
         for i in range(4):
-            j.record_exchange("r-fuzz", "POST", "/v1/messages", [("content-type", "application/json")], protocol="anthropic",
-                              status=200, request_body=b'{"messages": [{"role": "user", "content": "hi %d"}]}' % i,
-                              response_body=stream, streamed=True)  # fmt: skip
+            j.record_exchange(
+                "r-fuzz",
+                "POST",
+                "/v1/messages",
+                [("content-type", "application/json")],
+                protocol="anthropic",
+                status=200,
+                request_body=b'{"messages": [{"role": "user", "content": "hi %d"}]}' % i,
+                response_body=stream,
+                streamed=True,
+            )
         j.begin_exchange("r-fuzz", "POST", "/v1/messages", [])
     return path.read_bytes()
 
 
 @fuzz(150)
-@given(mutations=st.lists(MUTATION.filter(lambda m: m[0] in ("flip", "truncate", "delete", "insert")), min_size=1, max_size=6),
-       command=st.sampled_from([["journal", "verify"], ["journal", "ls"], ["journal", "steps", "r-fuzz"],
-                                ["journal", "export", "r-fuzz", "-o", "{out}/export.jsonl"]]))  # fmt: skip
+@given(
+    mutations=st.lists(
+        MUTATION.filter(lambda m: m[0] in ("flip", "truncate", "delete", "insert")), min_size=1, max_size=6
+    ),
+    command=st.sampled_from(
+        [
+            ["journal", "verify"],
+            ["journal", "ls"],
+            ["journal", "steps", "r-fuzz"],
+            ["journal", "export", "r-fuzz", "-o", "{out}/export.jsonl"],
+        ]
+    ),
+)
 def test_the_journal_reader_on_damaged_journals(worker, journal_seed, mutations, command):
     data = mutate(journal_seed, mutations)
     args = ["journal.sqlite", "--journal", "{input}", *command]

@@ -77,17 +77,44 @@ def test_kill_9_of_a_playback_takes_the_agent_and_keeps_what_was_served(captured
             shutil.copy(str(cap.journal) + suffix, str(journal) + suffix)
     ws = tmp_path / "ws"
     ws.mkdir()
-    args = [str(PVISOR), "replay", "--journal", str(journal), "--agent", "codex", "--run", cap.run, "--after-step",
-            "2", "--replay-only", "--workspace", str(ws), "--output", str(tmp_path / "out"), "--agent-entrypoint",
-            str(entrypoint("codex")), "--timeout", "240"]  # fmt: skip
-    proc = subprocess.Popen(args, env=user_env(cap.user_home), cwd=tmp_path, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+    args = [
+        str(PVISOR),
+        "replay",
+        "--journal",
+        str(journal),
+        "--agent",
+        "codex",
+        "--run",
+        cap.run,
+        "--after-step",
+        "2",
+        "--replay-only",
+        "--workspace",
+        str(ws),
+        "--output",
+        str(tmp_path / "out"),
+        "--agent-entrypoint",
+        str(entrypoint("codex")),
+        "--timeout",
+        "240",
+    ]
+    proc = subprocess.Popen(
+        args,
+        env=user_env(cap.user_home),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
     def served() -> int:
         try:
             with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
-                return db.execute("SELECT count(*) FROM exchanges e JOIN runs r ON r.id = e.run_id"
-                                  " WHERE r.mode = 'replay-only' AND e.outcome IS NOT NULL").fetchone()[0]  # fmt: skip
+                return db.execute(
+                    "SELECT count(*) FROM exchanges e JOIN runs r ON r.id = e.run_id"
+                    " WHERE r.mode = 'replay-only' AND e.outcome IS NOT NULL"
+                ).fetchone()[0]
         except sqlite3.Error:
             return 0
 

@@ -55,8 +55,9 @@ def needs_spool(path: Path) -> bool:
 
 def spool(path: Path, *, max_input: int = MAX_INPUT_BYTES, timeout: float = INPUT_TIMEOUT_S) -> Path:
     """Copy the stream ``path`` (``-``: stdin) into a new temporary file and return its path,
-    removed when the process exits (steps are read from it as they are iterated). Regular files on stdin (``< file``) are copied too, without the size
-    bound (they end). Raises UsageError (exit 2) for a device, a socket, a terminal on stdin or
+    removed when the process exits (steps are read from it as they are iterated). A regular
+    file on stdin (``< file``) is copied too, without the size bound (it ends). Raises
+    UsageError (exit 2) for a device, a socket, a terminal on stdin or
     ``timeout`` seconds without a byte; BadInputError (65) past ``max_input`` bytes;
     OutputError (74) when the temporary directory cannot take the copy. A partial copy is
     removed before raising."""
