@@ -489,6 +489,7 @@ class Gateway:
                     )
                     break
                 delivered += n
+                cur.pending.delivered = delivered  # for the journal while the exchange is in flight
         elif source is not None:
             await _aclose(source)
         if outcome == "upstream_reset":

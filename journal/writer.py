@@ -152,6 +152,7 @@ class PendingExchange:
     response_headers: list[tuple[str, str]] | None = None
     streamed: bool = False
     chunks: list[bytes] | None = None  # the relay's own list of the response's chunks
+    delivered: int = 0  # bytes of the response the agent has been given so far
     # How far the writer got (its thread only; in the gateway of a writer process: what was sent)
     request_stored: bool = False
     request_sha: str | None = None
@@ -160,6 +161,7 @@ class PendingExchange:
     head_stored: bool = False
     parts_taken: int = 0  # chunks stored as response parts
     parts_bytes: int = 0  # their bytes: the next part's offset
+    delivered_stored: int = 0  # the ``delivered`` last stored (or sent)
 
     def due(self, now: float) -> bool:
         """Whether the writer has something of this exchange in flight to store at ``now``
@@ -171,16 +173,17 @@ class PendingExchange:
             or (self.request_body is not None and not self.request_stored)
             or (self.status is not None and not self.head_stored)
             or (self.chunks is not None and len(self.chunks) > self.parts_taken)
+            or (self.chunks is not None and self.delivered != self.delivered_stored)
         )
 
     def progress(self) -> tuple:
         return (self.persisted, self.request_stored, self.request_sha, self.lane_pos, self.request_error,
-                self.head_stored, self.parts_taken, self.parts_bytes)  # fmt: skip
+                self.head_stored, self.parts_taken, self.parts_bytes, self.delivered_stored)  # fmt: skip
 
     def restore(self, saved: tuple) -> None:
         """Back to :meth:`progress` ``saved`` (a transaction that stored more was rolled back)."""
         (self.persisted, self.request_stored, self.request_sha, self.lane_pos, self.request_error,
-         self.head_stored, self.parts_taken, self.parts_bytes) = saved  # fmt: skip
+         self.head_stored, self.parts_taken, self.parts_bytes, self.delivered_stored) = saved  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -1203,7 +1206,13 @@ class Journal(JournalProducer):
                 (p.id, p.parts_bytes, data),
             )
             p.parts_taken, p.parts_bytes = n, p.parts_bytes + len(data)
-            conn.execute("UPDATE exchanges SET bytes_received = ? WHERE id = ?", (p.parts_bytes, p.id))
+        if chunks is not None and (p.parts_bytes or p.delivered != p.delivered_stored):
+            delivered = min(p.delivered, p.parts_bytes)
+            conn.execute(
+                "UPDATE exchanges SET bytes_received = ?, bytes_delivered = ? WHERE id = ?",
+                (p.parts_bytes, delivered, p.id),
+            )
+            p.delivered_stored = p.delivered
 
     def _request_blob(
         self, conn: sqlite3.Connection, p: PendingExchange, body: bytes, encoding: str | None

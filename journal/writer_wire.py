@@ -103,7 +103,8 @@ def encode_inflight(p: PendingExchange) -> tuple[tuple, list[bytes]]:
         bodies.append(data)
         p.parts_taken, p.parts_bytes = n, p.parts_bytes + len(data)
     p.persisted = True
-    return (_pending_tuple(p), p.request_encoding, new_request, head, new_part), bodies
+    p.delivered_stored = p.delivered
+    return (_pending_tuple(p), p.request_encoding, new_request, head, new_part, p.delivered), bodies
 
 
 def apply_inflight(inflight: dict[str, PendingExchange], payload: Sequence[Any], bodies: list[bytes]) -> None:
@@ -111,7 +112,7 @@ def apply_inflight(inflight: dict[str, PendingExchange], payload: Sequence[Any],
     flight (``inflight``, its writer's). Each field is set before the one the writer thread
     tests (the encoding before the body, the status last), so that thread never sees
     half of an update."""
-    pt, encoding, new_request, head, new_part = payload
+    pt, encoding, new_request, head, new_part, delivered = payload
     p = inflight.get(pt[0])
     if p is None:
         p = inflight[pt[0]] = pending_from(pt)
@@ -122,6 +123,7 @@ def apply_inflight(inflight: dict[str, PendingExchange], payload: Sequence[Any],
     if head is not None:
         p.response_headers, p.streamed = head[1], head[2]
         p.status = head[0]
+    p.delivered = delivered
     if new_part:
         part = next(it)
         if p.chunks is None:

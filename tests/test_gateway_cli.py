@@ -210,9 +210,10 @@ def test_a_kill_9_keeps_the_request_and_the_response_so_far_of_an_exchange_in_fl
             with sqlite3.connect(f"file:{journal}?mode=ro", uri=True) as db:
                 row = db.execute(
                     "SELECT e.id, e.request_bytes, (SELECT sum(length(data)) FROM response_parts p"
-                    " WHERE p.exchange_id = e.id) FROM exchanges e"
+                    " WHERE p.exchange_id = e.id), e.bytes_delivered FROM exchanges e"
                 ).fetchone()
-            return row if row is not None and row[1] == len(body) and row[2] == len(got) else None
+            done = row is not None and row[1] == len(body) and row[2] == len(got) == row[3]
+            return row if done else None
 
         ex_id = poll(on_disk, "the request and the response so far in the journal", deadline=5)[0]
         if killed == "group":
@@ -248,6 +249,7 @@ def test_a_kill_9_keeps_the_request_and_the_response_so_far_of_an_exchange_in_fl
         assert r.request_body(ex) == body
         assert r.response_body(ex, raw=True) == parts[0] + parts[1]
         assert ex.bytes_received == len(got)
+        assert ex.bytes_delivered == len(got)  # the client had them all (a new user saw 0)
         assert r.conn.execute("SELECT count(*) FROM response_parts").fetchone()[0] == 0
     verify = run_cli(["--journal", str(journal), "journal", "verify"])
     assert verify.returncode == 0, verify.stdout + verify.stderr

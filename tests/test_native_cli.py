@@ -169,6 +169,9 @@ def test_an_unrecognised_file_is_exit_65(tmp_path):
     f.write_text('{"hello": 1}')
     p = run("trajectory", "show", str(f))
     assert p.returncode == 65 and "no native adapter recognises this file" in p.stderr
+    # a directory is called one (a new user was told "file" for a directory)
+    p = run("trajectory", "show", str(tmp_path))
+    assert p.returncode == 65 and "no native adapter recognises this directory; give --agent" in p.stderr
 
 
 # --------------------------------------------------------------------------- streamed output

@@ -160,8 +160,10 @@ def _read_native(
     if agent is None:
         found = detect(path)
         if not found:
+            # of the adapters only OpenCode reads a directory (its storage/ tree)
+            what = "directory" if path.is_dir() else "file"
             raise BadInputError(
-                f"{original}: no native adapter recognises this file; give --agent (one of {', '.join(adapter_names())})"
+                f"{original}: no native adapter recognises this {what}; give --agent (one of {', '.join(adapter_names())})"
             )
         if len(found) > 1:
             raise BadInputError(
