@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import ClientSession, ClientTimeout, TCPConnector, web
+from gateway_bench import peak_rss_kib  # bench/: the peak RSS of a gateway and its writer process
 
 EVENTS = 20  # per stream
 EVENT_GAP_S = 0.01  # between two events: a stream lasts about 0.2 s
@@ -455,25 +456,6 @@ def crash(
     }
 
 
-def _peak_rss_kib(pid: int) -> int:
-    """VmHWM of ``pid`` and of its children (the writer process)."""
-    total = 0
-    pids = [pid]
-    try:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            pids += [int(c) for c in (task / "children").read_text().split()]
-    except OSError:
-        pass
-    for p in pids:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
-
-
 async def _load(tmp: Path, clients: int, seconds: float, gateways: int, writer: str) -> dict:
     runner, upstream = await start_upstream()
     journal = tmp / "journal.sqlite"
@@ -493,7 +475,7 @@ async def _load(tmp: Path, clients: int, seconds: float, gateways: int, writer: 
             stop.set()
             await asyncio.wait(tasks, timeout=60)
             wall = time.monotonic() - t0
-        rss = [_peak_rss_kib(g.proc.pid) for g in gws]
+        rss = [peak_rss_kib(g.proc.pid) or 0 for g in gws]
         for g in gws:
             g.proc.send_signal(signal.SIGTERM)
         codes = [g.proc.wait(60) for g in gws]

@@ -7,6 +7,8 @@ import io
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
+from secret_scan import secret_windows
+
 from pvisor.journal.model import fingerprint, redact_exchange_meta, redact_url
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
@@ -187,21 +189,12 @@ SHAPED = {
     "ua": "sk-ant-api03-" + "PvUserAgentKeyQ1w2E3r4T5y6U7i8O9p0AsDf",
     "bearer": "sk-proj-" + "PvSameKeyTwoHeadersZ9x8C7v6B5n4M3",
 }
-PREFIX = {"semicolon": 4, "encoded_eq": 4, "ua": 13, "bearer": 8}
 SECRETS_SENT = [  # checked after the module too, in every journal, log and export it made (conftest)
     *SECRET_HEADERS.values(),
     *SECRET_RESPONSE_HEADERS.values(),
     *SECRET_QUERY.values(),
     *SHAPED.values(),
 ]
-
-
-def _windows() -> set[bytes]:
-    out = set()
-    for name, key in SHAPED.items():
-        body = key[PREFIX[name] :].encode()
-        out |= {body[i : i + 8] for i in range(len(body) - 7)}
-    return out
 
 
 def test_keys_in_less_common_places_never_reach_the_journal_the_log_or_an_export(stack, tmp_path: Path):
@@ -248,7 +241,7 @@ def test_keys_in_less_common_places_never_reach_the_journal_the_log_or_an_export
     files["checkpointed"] = gw.journal_path.read_bytes()
     files["export"], files["log"] = out.getvalue(), log.read_bytes()
     for where, data in files.items():
-        for window in _windows():
+        for window in secret_windows(SHAPED.values()):
             assert window not in data, f"{window!r} of a key found in {where}"
 
 
@@ -307,13 +300,7 @@ def test_keys_as_names_in_paths_run_ids_fragments_and_encoded_headers(stack, tmp
     files = {f.name: f.read_bytes() for f in gw.journal_path.parent.iterdir()}
     files |= {"2:" + f.name: f.read_bytes() for f in gw2.journal_path.parent.iterdir()}
     files["export"], files["log"], files["log2"] = out.getvalue(), log.read_bytes(), log2.read_bytes()
-    windows = {w for k in MORE.values() for w in _windows_of(k)}
+    windows = secret_windows(MORE.values())
     for where, data in files.items():
         leaked = [w for w in windows if w in data]
         assert not leaked, f"{leaked[:3]} of a key found in {where}"
-
-
-def _windows_of(key: str) -> set[bytes]:
-    body = key.split("-", 3)[-1] if key.startswith("sk-") else key[4:]
-    raw = body.encode()
-    return {raw[i : i + 8] for i in range(len(raw) - 7)}
