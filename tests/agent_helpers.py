@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,3 +223,25 @@ def holds_output(agent: str, result: str, expected: str) -> bool:
 def tree(path: Path) -> list[str]:
     """Relative paths of everything under ``path``, sorted."""
     return sorted(str(p.relative_to(path)) for p in path.rglob("*"))
+
+
+def children(pid: int) -> list[int]:
+    """The pids of ``pid``'s child processes (every thread's children, from /proc)."""
+    out = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        out += [int(c) for c in (task / "children").read_text().split()]
+    return out
+
+
+def wait_gone(pid: int, seconds: float = 10) -> bool:
+    """Whether process ``pid`` is gone (or a zombie) within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.1)
+    return False

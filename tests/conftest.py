@@ -119,5 +119,22 @@ def small_fs(tmp_path):
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
+@pytest.fixture
+def procs():
+    """``procs(args, command=None, env=None)``: a pvisor process with its output read line by
+    line (test_gateway_cli.Proc), killed at the end of the test."""
+    from test_gateway_cli import Proc
+
+    started: list = []
+
+    def start(args: list[str], command: list[str] | None = None, env: dict[str, str] | None = None):
+        started.append(Proc(args, command, env))
+        return started[-1]
+
+    yield start
+    for p in started:
+        p.kill()
+
+
 # the scan for pieces of keys after every test module that sends some (tests/secret_scan.py)
 from secret_scan import no_secret_in_what_pvisor_wrote, secret_windows  # noqa: E402, F401

@@ -11,26 +11,11 @@ import ssl
 import subprocess
 import time
 
-import pytest
 from aiohttp import web
 from gateway_helpers import http_request, json_upstream
-from test_gateway_cli import ENV, PVISOR, Proc, run_cli
+from test_gateway_cli import ENV, PVISOR, run_cli
 
 from pvisor.journal.reader import JournalReader
-
-
-@pytest.fixture
-def procs():
-    """``procs(args)``: a pvisor process (test_gateway_cli.Proc), killed at the end of the test."""
-    started: list[Proc] = []
-
-    def start(args: list[str], env: dict[str, str] | None = None) -> Proc:
-        started.append(Proc(args, None, env))
-        return started[-1]
-
-    yield start
-    for p in started:
-        p.kill()
 
 
 def _answers(url: str, n: int, size: int) -> list[int]:

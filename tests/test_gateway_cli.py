@@ -128,20 +128,6 @@ class Proc:
             s.close()
 
 
-@pytest.fixture
-def procs():
-    started: list[Proc] = []
-
-    def start(args: list[str], command: list[str] | None = None, env: dict[str, str] | None = None) -> Proc:
-        p = Proc(args, command, env)
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        p.kill()
-
-
 def run_cli(args: list[str], timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
         PVISOR + args, stdin=subprocess.DEVNULL, capture_output=True, text=True, env=ENV, timeout=timeout

@@ -65,7 +65,7 @@ def test_kill_9_of_a_playback_takes_the_agent_and_keeps_what_was_served(captured
     import subprocess
     import time
 
-    from agent_helpers import PVISOR, entrypoint, user_env
+    from agent_helpers import PVISOR, children, entrypoint, user_env, wait_gone
 
     from pvisor.journal.reader import JournalReader
 
@@ -123,23 +123,15 @@ def test_kill_9_of_a_playback_takes_the_agent_and_keeps_what_was_served(captured
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.stderr else ""
         time.sleep(0.02)
     time.sleep(delay)
-    agents = []
-    for task in Path(f"/proc/{proc.pid}/task").iterdir():
-        for c in (task / "children").read_text().split():
-            if "codex" in Path(f"/proc/{c}/cmdline").read_text(errors="replace"):
-                agents.append(int(c))
+    agents = [
+        c for c in children(proc.pid) if "codex" in Path(f"/proc/{c}/cmdline").read_text(errors="replace")
+    ]
     proc.kill()
     proc.wait(30)
     proc.stderr.close()
     try:
         for pid in agents:
-            end = time.monotonic() + 10
-            while (
-                Path(f"/proc/{pid}").exists()
-                and Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-            ):
-                assert time.monotonic() < end, f"the agent (pid {pid}) outlived pvisor replay"
-                time.sleep(0.05)
+            assert wait_gone(pid), f"the agent (pid {pid}) outlived pvisor replay"
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)  # whatever of its session is left

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import pvisor, tree, user_env
+from agent_helpers import children, pvisor, tree, user_env, wait_gone
 from pvisor.journal.model import Run
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
@@ -353,20 +353,6 @@ def test_opencode_needs_a_model_with_a_real_upstream(box):
     _one_error_line(proc, 2, "needs a model name", "--model")
 
 
-def _wait_gone(pid: int, seconds: float = 10) -> bool:
-    """Whether process ``pid`` is gone (or a zombie) within ``seconds``."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
-                    return True
-        except FileNotFoundError:
-            return True
-        time.sleep(0.1)
-    return False
-
-
 @pytest.mark.parametrize(
     "mode, extra, code",
     [
@@ -380,7 +366,7 @@ def test_processes_the_agent_started_in_their_own_session_are_ended(box, mode, e
     rep = json.loads(proc.stdout)
     stray = int((box.root / "fake.out").read_text())
     try:
-        assert _wait_gone(stray), f"the setsid'd {stray} survived pvisor"
+        assert wait_gone(stray), f"the setsid'd {stray} survived pvisor"
     finally:
         try:
             os.kill(stray, 9)
@@ -429,7 +415,7 @@ def test_stop_signals_stop_the_agent_and_end_the_attempt(box, sig, code):
         assert "Traceback" not in err
         rep = json.loads(out)
         assert rep["interrupted"] and rep["interrupt_signal"] == sig and rep["exit_code"] == code
-        assert _wait_gone(stray), "the agent's tool survived"
+        assert wait_gone(stray), "the agent's tool survived"
         with JournalReader(box.journal) as r:
             [att] = r.attempts(rep["run"])
             assert att.labels["interrupted"] == sig and att.ended_ms is not None
@@ -440,21 +426,14 @@ def test_stop_signals_stop_the_agent_and_end_the_attempt(box, sig, code):
             pass
 
 
-def _children(pid: int) -> list[int]:
-    out = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        out += [int(c) for c in (task / "children").read_text().split()]
-    return out
-
-
 def test_a_kill_9_of_pvisor_run_takes_the_agent_and_its_tools_with_it(box):
     """Issue 17, defect 7: a `kill -9` of `pvisor run` left the agent running (its supervisor
     gone) and retrying against a gateway that was gone too. The agent gets SIGKILL when pvisor
     dies (PR_SET_PDEATHSIG) and a guard kills its process group: a scan finds none of them."""
     proc = _start_run(box, "hang")
     tool = int((box.root / "fake.out").read_text())  # the agent's `sleep 300`, in its group
-    agent = next(c for c in _children(proc.pid) if "fake-claude" in Path(f"/proc/{c}/cmdline").read_text())
-    others = [c for c in _children(proc.pid) if c != agent]  # the journal's writer, the guard
+    agent = next(c for c in children(proc.pid) if "fake-claude" in Path(f"/proc/{c}/cmdline").read_text())
+    others = [c for c in children(proc.pid) if c != agent]  # the journal's writer, the guard
     proc.kill()
     proc.communicate(timeout=30)
     try:
@@ -463,7 +442,7 @@ def test_a_kill_9_of_pvisor_run_takes_the_agent_and_its_tools_with_it(box):
             (tool, "the agent's tool"),
             *((o, "a helper of pvisor") for o in others),
         ]:
-            assert _wait_gone(pid), f"{what} (pid {pid}) outlived pvisor"
+            assert wait_gone(pid), f"{what} (pid {pid}) outlived pvisor"
     finally:
         for pid in (agent, tool):
             try:
