@@ -60,6 +60,13 @@ class RunMode(str, enum.Enum):
     CONTINUATION = "continuation"  #: derived by replay, then the live model
 
 
+class CaptureMode(str, enum.Enum):
+    """How the gateway received an exchange (``exchanges.capture``; docs/gateway.md)."""
+
+    REVERSE = "reverse"  #: the agent sent it to the gateway's URL (a base-URL override)
+    INTERCEPT = "intercept"  #: sent to the model API's host, through intercept mode's forward proxy
+
+
 MessageRole = Literal["system", "developer", "user", "assistant", "tool"]
 
 # --------------------------------------------------------------------------- runs and exchanges
@@ -145,6 +152,9 @@ class Exchange:
         forwarded_body: sha256 of the bytes forwarded upstream when they differ from the
             request body (a continuation's boundary prompt, reasoning or model rewrite), else
             None (since schema 4).
+        capture: how the gateway received it: ``reverse`` (at the gateway's own URL) or
+            ``intercept`` (at the model API's host, through intercept mode's forward proxy;
+            since schema 7) (:class:`CaptureMode`).
     """
 
     id: str
@@ -179,6 +189,7 @@ class Exchange:
     served_by: str | None = None
     flags: tuple[str, ...] = ()
     forwarded_body: str | None = None
+    capture: str = "reverse"
 
 
 def pack_timings(timings: Iterable[Sequence[int]] | bytes) -> bytes:

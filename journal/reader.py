@@ -42,6 +42,7 @@ KNOWN_MIGRATIONS = (
     "m004_forwarded_body",
     "m005_snapshots",
     "m006_response_parts",
+    "m007_capture",
 )
 #: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
 #: open that failed only because the -shm file cannot be created or written
@@ -363,6 +364,7 @@ class JournalReader:
             served_by=row["served_by"] if "served_by" in row.keys() else None,
             flags=tuple(orjson.loads(row["flags"])) if "flags" in row.keys() and row["flags"] else (),
             forwarded_body=row["forwarded_body"] if "forwarded_body" in row.keys() else None,
+            capture=row["capture"] if "capture" in row.keys() else "reverse",
         )
 
     def exchanges(self, run_id: str | None = None) -> list[Exchange]:

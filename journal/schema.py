@@ -185,6 +185,14 @@ def m006_response_parts(db: Database) -> None:
     )
 
 
+@MIGRATIONS(name="m007_capture")
+def m007_capture(db: Database) -> None:
+    """Exchanges say how the gateway received them (``capture``: ``reverse``, the agent sent it
+    to the gateway's URL, or ``intercept``, it went to the model API's own host through the
+    forward proxy of intercept mode). Exchanges recorded before were all ``reverse``."""
+    db.execute("ALTER TABLE exchanges ADD COLUMN capture TEXT NOT NULL DEFAULT 'reverse'")
+
+
 #: tables of a pvisor journal; a database with other tables and none of these is not one
 JOURNAL_TABLES = ("meta", "writers", "events", "runs", "attempts", "blobs", "exchanges")
 

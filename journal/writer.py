@@ -142,6 +142,7 @@ class PendingExchange:
     protocol: str | None
     started_ms: float
     t0: float
+    capture: str = "reverse"  # a CaptureMode value
     persisted: bool = False
     # What the producer has so far, kept while in flight (no I/O), so that an exchange still in
     # flight after a commit window is stored with it: a crash keeps the request and the response
@@ -313,13 +314,15 @@ class JournalProducer:
         query: str = "",
         attempt: int = 1,
         protocol: str | None = None,
+        capture: str = "reverse",
     ) -> PendingExchange:
         """Register an exchange that has just arrived. Costs no I/O: the exchange lives in memory
         until it finishes, or is written as in flight at the next commit tick.
 
         Args: run id; HTTP method; path without query; raw request headers (secrets included:
         they are redacted in the writer thread before anything is stored); raw query string;
-        attempt number; protocol module name if known.
+        attempt number; protocol module name if known; how the gateway received it (a
+        :class:`~pvisor.journal.model.CaptureMode` value).
         """
         p = PendingExchange(
             id=new_exchange_id(),
@@ -332,6 +335,7 @@ class JournalProducer:
             protocol=protocol,
             started_ms=time.time() * 1000.0,
             t0=time.perf_counter(),
+            capture=capture,
         )
         self._inflight[p.id] = p
         return p
@@ -1162,7 +1166,8 @@ class Journal(JournalProducer):
             query, headers, fps, dropped = self._meta_columns(p)
             conn.execute(
                 "INSERT OR IGNORE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
-                " secret_fingerprints, dropped_headers, started_ms, writer_id, outcome) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
+                " secret_fingerprints, dropped_headers, started_ms, writer_id, capture, outcome)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
                 (
                     p.id,
                     p.run,
@@ -1177,6 +1182,7 @@ class Journal(JournalProducer):
                     dropped,
                     p.started_ms,
                     self.writer_id,
+                    p.capture,
                 ),
             )
             self._event(conn, "exchange.started", run=p.run, exchange=p.id)
@@ -1369,8 +1375,8 @@ class Journal(JournalProducer):
             "INSERT OR REPLACE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
             " secret_fingerprints, dropped_headers, request_encoding, request_body, request_bytes, status, response_headers,"
             " response_body, response_final, streamed, chunk_timings, outcome, error, started_ms, headers_us, first_byte_us,"
-            " ended_us, bytes_received, bytes_delivered, writer_id, lane_pos, served_by, flags, forwarded_body)"
-            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            " ended_us, bytes_received, bytes_delivered, writer_id, lane_pos, served_by, flags, forwarded_body, capture)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 p.id,
                 p.run,
@@ -1405,6 +1411,7 @@ class Journal(JournalProducer):
                 f.served_by,
                 orjson.dumps(list(f.flags)).decode(),
                 forwarded_sha,
+                p.capture,
             ),
         )
         if p.parts_taken:

@@ -75,6 +75,7 @@ def _pending_tuple(p: PendingExchange) -> tuple:
         p.protocol,
         p.started_ms,
         p.t0,
+        p.capture,
     )
 
 
