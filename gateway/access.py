@@ -69,3 +69,21 @@ class TokenGate:
         # a base URL given twice (/t/T/t/T/v1/...): the token must not go on into the path
         again = self.strip(tail)
         return again if again is not None else tail
+
+
+class InterceptGate:
+    """Checks the ``X-Pvisor-Intercept: <token> <origin>`` header intercept mode's addon adds
+    (:mod:`.intercept_addon`): only a request the gateway's own mitmdump handed over names an
+    origin to forward to, and only one of ``origins``."""
+
+    def __init__(self, token: str, origins: set[str] | dict[str, str]) -> None:
+        self._token = check_token(token).encode()
+        self._origins = set(origins)
+
+    def origin(self, mark: str) -> str | None:
+        """The origin ``mark`` names, or None when its token is wrong (compared in constant time)
+        or its origin is not intercepted."""
+        token, _, origin = mark.partition(" ")
+        if not hmac.compare_digest(token.encode("utf-8", "surrogateescape"), self._token):
+            return None
+        return origin if origin in self._origins else None

@@ -22,7 +22,7 @@ import aiohttp
 from yarl import URL
 
 from .responder import Answer, Forward, IncomingRequest, Refuse, Serve, ServedBy, StreamBroken
-from .routing import RUN_HEADER
+from .routing import INTERCEPT_HEADER, RUN_HEADER
 
 SOCK_CONNECT_TIMEOUT_S = 30.0
 
@@ -42,7 +42,7 @@ HOP_BY_HOP = frozenset(
         "expect",
     }
 )
-REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", RUN_HEADER.lower()}
+REQUEST_DROP = HOP_BY_HOP | {"host", "content-length", RUN_HEADER.lower(), INTERCEPT_HEADER.lower()}
 _SKIP_AUTO = ("Accept", "Accept-Encoding", "User-Agent", "Content-Type")
 _UPSTREAM_READ_ERRORS = (
     aiohttp.ClientPayloadError,
@@ -167,7 +167,10 @@ class UpstreamForwarder:
         :class:`Serve`, or a :class:`Refuse`: 404 ``pvisor_no_route`` when no upstream serves
         the path, 502 when none could be reached or it closed before answering."""
         name = fwd.upstream or request.upstream
-        if name is None or name not in self.upstreams:
+        base = request.base if fwd.upstream is None else None
+        if base is not None:  # intercept mode: the origin the agent addressed, or its --redirect
+            name = URL(base).host or "?"
+        elif name is None or name not in self.upstreams:
             msg = (
                 f"no upstream for {request.method} {request.path}: give --upstream NAME=URL, or use a /anthropic/, "
                 "/openai/ or /gemini/ prefix"
@@ -178,7 +181,7 @@ class UpstreamForwarder:
         if fwd.body is not None:
             # a body of the responder's own is sent as it is: not in the agent's Content-Encoding
             headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-        url = URL(self.upstreams[name] + (fwd.target or request.target), encoded=True)
+        url = URL((base or self.upstreams[name]) + (fwd.target or request.target), encoded=True)
         send_body = body if (body or request.method not in ("GET", "HEAD", "OPTIONS")) else None
         assert self._session is not None, "UpstreamForwarder.start() was not awaited"
         try:

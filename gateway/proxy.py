@@ -27,18 +27,18 @@ import orjson
 from aiohttp import web
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
-from pvisor.journal.model import redact_url
+from pvisor.journal.model import CaptureMode, redact_url
 from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driver
 from pvisor.journal.writer import Journal, new_run_id
 
-from .access import TokenGate
+from .access import InterceptGate, TokenGate
 from .finalize import FINALIZER, finalize_response
 from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
 from .log_file import LogFile
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
 from .recorder import Current, Recorder, us_since
 from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
-from .routing import RUN_HEADER, Route, Router
+from .routing import INTERCEPT_HEADER, RUN_HEADER, Route, Router
 from .snapshots import WorkspaceSnapshots
 
 __all__ = [
@@ -55,6 +55,7 @@ DEFAULT_MAX_BODY = 64 * MIB
 DEFAULT_STALL_TIMEOUT_S = 600.0
 
 _RESPONSE_DROP = HOP_BY_HOP
+_INTERCEPT_LOWER = INTERCEPT_HEADER.lower()
 # the agent's connection broke (reading its body, or writing to it)
 _CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionError, asyncio.IncompleteReadError)
 
@@ -78,7 +79,9 @@ class GatewayConfig:
     the snapshot driver named ``snapshot_driver``, never reading ``snapshot_exclude`` (the
     journal, a run's own files) when they lie inside it; ``token`` the token every request must
     carry as the path prefix ``/t/<token>`` (:mod:`.access`; None: none needed, for a loopback
-    address).
+    address); ``intercept_token`` and ``intercept_origins`` (origin -> base URL: the origin
+    itself or its ``--redirect`` address) serve intercept mode's mitmdump addon
+    (docs/intercept.md; None: the gateway takes no intercepted request).
     """
 
     host: str = "127.0.0.1"
@@ -95,6 +98,8 @@ class GatewayConfig:
     snapshot_driver: str = "filesystem"
     snapshot_exclude: tuple[Path, ...] = ()
     token: str | None = None
+    intercept_token: str | None = None
+    intercept_origins: dict[str, str] | None = None
 
 
 class Gateway:
@@ -115,8 +120,13 @@ class Gateway:
         self.run = config.run or new_run_id()
         all_upstreams = {name: default for name, (default, _) in UPSTREAMS.items()}
         all_upstreams.update(config.upstreams)
-        self.router = Router(all_upstreams, set(config.upstreams), self.run)
+        self.router = Router(all_upstreams, set(config.upstreams), self.run, config.intercept_origins)
         self._gate = TokenGate(config.token) if config.token is not None else None
+        self._intercept = (
+            InterceptGate(config.intercept_token, config.intercept_origins or {})
+            if config.intercept_token is not None
+            else None
+        )
         self.forwarder = UpstreamForwarder(self.router.upstreams, config.stall_timeout)
         if responder is None and config.offline:
             raise ValueError("an offline gateway forwards nothing: give it a responder")
@@ -137,6 +147,12 @@ class Gateway:
                 snapshot_driver(config.snapshot_driver),
                 (*config.snapshot_exclude, *([config.log_file] if config.log_file else [])),
             )
+
+    @property
+    def log(self) -> logging.Logger:
+        """The gateway's own logger (one line per exchange into ``--log-file``; no handler
+        without one)."""
+        return self._log
 
     @property
     def journal(self) -> Journal:
@@ -179,6 +195,12 @@ class Gateway:
         self.url = f"http://{host}:{sock[1]}"
         self._log.info("listening %s run=%s", self.url, self.run)
         return self.url
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (after :meth:`start`)."""
+        assert self._runner is not None and self._runner.addresses, "Gateway.start() was not awaited"
+        return self._runner.addresses[0][1]
 
     @property
     def in_flight(self) -> int:
@@ -277,15 +299,25 @@ class Gateway:
             if stripped is None:
                 return self._unauthorized(request)
             raw_path = stripped
-        route = self.router.resolve(raw_path, request.headers.get(RUN_HEADER))
+        origin = None
+        if self._intercept is not None and INTERCEPT_HEADER in request.headers:
+            origin = self._intercept.origin(request.headers[INTERCEPT_HEADER])
+            if origin is None:
+                return self._unauthorized(request, intercepted=True)
+        route = self.router.resolve(raw_path, request.headers.get(RUN_HEADER), origin)
         if route.kind == "health":
             return web.json_response(
                 {"ok": True, "run": self.run, "inflight": len(self._inflight) - 1},
                 dumps=lambda o: orjson.dumps(o).decode(),
             )
-        headers = list(request.headers.items())
+        if origin is None:
+            headers = list(request.headers.items())
+            capture = CaptureMode.REVERSE
+        else:  # the addon's header is the gateway's business, not the agent's: never recorded
+            headers = [kv for kv in request.headers.items() if kv[0].lower() != _INTERCEPT_LOWER]
+            capture = CaptureMode.INTERCEPT
         attempt = self.config.attempt if route.run == self.run else 1
-        self.recorder.begin(cur, route, request.method, headers, attempt)
+        self.recorder.begin(cur, route, request.method, headers, attempt, capture)
         if self.snapshots is not None and request.method == "POST" and self.router.is_candidate(route):
             # the walk starts now and the request goes on at once; the answer's first byte waits for it
             assert cur.pending is not None
@@ -303,12 +335,15 @@ class Gateway:
             )
             return self._refuse(cur, Refuse(400, "pvisor_bad_run_id", msg))
         if request.headers.get("Upgrade", "").lower() == "websocket":
+            # never tunnelled unrecorded: the agent must fall back to HTTP (docs/intercept.md)
+            where = f" to {origin}" if origin else ""
             return self._refuse(
                 cur,
                 Refuse(
                     426,
                     "pvisor_websocket_unsupported",
-                    "the pvisor gateway does not proxy WebSocket; use HTTP",
+                    f"the pvisor gateway does not record WebSocket: the upgrade{where} is refused; "
+                    "make the agent use HTTP",
                 ),
             )
         assert cur.pending is not None
@@ -326,6 +361,7 @@ class Gateway:
             upstream=route.upstream,
             protocol=route.protocol,
             t0=cur.pending.t0,
+            base=route.base,
         )
         answer: Answer = await self.responder.respond(incoming)
         if isinstance(answer, Forward):
@@ -552,19 +588,21 @@ class Gateway:
         resp.force_close()
         return resp
 
-    def _unauthorized(self, request: web.BaseRequest) -> web.StreamResponse:
-        """401 for a request without this gateway's token. Not journaled (whoever can reach the
-        port could fill the journal) and not forwarded; the log file gets one line with the
-        caller's address and method, never the path (it may hold a mistyped token)."""
+    def _unauthorized(self, request: web.BaseRequest, intercepted: bool = False) -> web.StreamResponse:
+        """401 for a request without this gateway's token (in its path, or for ``intercepted``
+        in intercept mode's header). Not journaled (whoever can reach the port could fill the
+        journal) and not forwarded; the log file gets one line with the caller's address and
+        method, never the path (it may hold a mistyped token)."""
         peer = request.remote or "-"
+        why = (
+            f"its {INTERCEPT_HEADER} header names no intercepted origin with this gateway's token"
+            if intercepted
+            else "no valid gateway token in the path (/t/<token>/...)"
+        )
         if self._log.handlers:
-            self._log.info(
-                "refused %s from %s: no valid gateway token in the path (/t/<token>/...)",
-                request.method,
-                peer,
-            )
-        body = orjson.dumps({"type": "error", "error": {"type": "pvisor_unauthorized",
-                             "message": "this gateway needs its token in the path: /t/<token>/..."}})  # fmt: skip
+            self._log.info("refused %s from %s: %s", request.method, peer, why)
+        message = f"this gateway refused the request: {why}"
+        body = orjson.dumps({"type": "error", "error": {"type": "pvisor_unauthorized", "message": message}})
         resp = web.Response(status=401, body=body, content_type="application/json")
         resp.force_close()
         return resp

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pvisor.journal.model import redact_text, redact_url
+from pvisor.journal.model import CaptureMode, redact_text, redact_url
 from pvisor.journal.writer import Journal, PendingExchange
 
 from .responder import ServedBy
@@ -59,9 +59,15 @@ class Recorder:
         self.log = log
 
     def begin(
-        self, cur: Current, route: Route, method: str, headers: list[tuple[str, str]], attempt: int
+        self,
+        cur: Current,
+        route: Route,
+        method: str,
+        headers: list[tuple[str, str]],
+        attempt: int,
+        capture: CaptureMode = CaptureMode.REVERSE,
     ) -> PendingExchange:
-        """Register the exchange of ``cur`` (its request head has arrived)."""
+        """Register the exchange of ``cur`` (its request head has arrived; ``capture``: how)."""
         assert self.journal is not None
         cur.route = route
         cur.pending = self.journal.begin_exchange(
@@ -72,6 +78,7 @@ class Recorder:
             query=route.query,
             protocol=route.protocol,
             attempt=attempt,
+            capture=capture.value,
         )
         return cur.pending
 

@@ -56,6 +56,8 @@ class IncomingRequest:
         upstream: the upstream name routing chose, or None when no upstream serves the path.
         protocol: the wire protocol module serving ``path``, or None.
         t0: ``time.perf_counter()`` when the request arrived (for timings).
+        base: the base URL a forward goes to instead of the upstream's: intercept mode's
+            origin the agent addressed (or its ``--redirect`` address), else None.
     """
 
     exchange: str
@@ -71,6 +73,7 @@ class IncomingRequest:
     upstream: str | None = None
     protocol: str | None = None
     t0: float = 0.0
+    base: str | None = None
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (case-insensitive), or None."""

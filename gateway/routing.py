@@ -15,6 +15,10 @@ Rules (docs/gateway.md):
 5. Any other path (Claude Code's ``HEAD /``, ``GET /v1/models``) goes to the only upstream given
    with ``--upstream`` when exactly one was given; else the gateway answers a recorded 404
    ``pvisor_no_route``.
+
+In intercept mode (docs/intercept.md) a request the mitmproxy addon hands over names the origin
+the agent addressed (``https://api.anthropic.com``): it goes to that origin, or to the address
+``--redirect`` gives it, whatever its path; rules 1 and 2 still apply, rule 3 does not.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from pvisor.journal.model import has_key_shape
 
 HEALTH_PATH = "/__pvisor/health"
 RUN_HEADER = "X-Pvisor-Run"
+#: the header intercept mode's addon adds: ``<token> <origin>`` (stripped, never recorded)
+INTERCEPT_HEADER = "X-Pvisor-Intercept"
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 _RUN_PREFIX = re.compile(r"^/run/([^/?]*)")
@@ -80,6 +86,8 @@ class Route:
         path: ``target`` without the query string (what the journal stores as ``path``).
         query: the raw query string, without ``?``.
         protocol: the protocol module name serving ``path``, or None.
+        base: the base URL to forward to instead of the upstream's (intercept mode: the origin
+            the agent addressed, or its ``--redirect`` address), or None.
     """
 
     kind: str
@@ -89,14 +97,18 @@ class Route:
     path: str
     query: str
     protocol: str | None
+    base: str | None = None
 
 
 class Router:
     """Resolve raw request paths. ``upstreams``: name -> base URL for every upstream (defaults
     filled in); ``explicit``: the names the user gave with ``--upstream``; ``run``: the
-    gateway's own run id."""
+    gateway's own run id; ``origins``: intercept mode's origin -> base URL (the origin itself,
+    or its ``--redirect`` address), None when the gateway does not serve intercept mode."""
 
-    def __init__(self, upstreams: dict[str, str], explicit: set[str], run: str):
+    def __init__(
+        self, upstreams: dict[str, str], explicit: set[str], run: str, origins: dict[str, str] | None = None
+    ):
         unknown = set(upstreams) - set(UPSTREAMS)
         if unknown:
             raise ValueError(
@@ -108,6 +120,7 @@ class Router:
             except ValueError as exc:
                 raise ValueError(f"upstream {name}: {exc}") from None
         self.upstreams = {name: url.rstrip("/") for name, url in upstreams.items()}
+        self.origins = {o: url.rstrip("/") for o, url in (origins or {}).items()}
         self.explicit = set(explicit)
         self.run = run
         self.fallback = next(iter(self.explicit)) if len(self.explicit) == 1 else None
@@ -115,7 +128,7 @@ class Router:
         self._wants_stream: dict[str, Callable] = {}
         self._counts_tokens: dict[str, Callable[[str], bool]] = {}
         self._protocol_cache: dict[str, tuple[str | None, str | None]] = {}
-        self._route_cache: dict[tuple[str, str | None], Route] = {}
+        self._route_cache: dict[tuple[str, str | None, str | None], Route] = {}
         for name, (_, protocols) in UPSTREAMS.items():
             for proto in protocols:
                 self._matchers.append((proto, name, get_protocol(proto).matches))
@@ -149,20 +162,21 @@ class Router:
         self._protocol_cache[path] = found
         return found
 
-    def resolve(self, raw_path: str, run_header: str | None = None) -> Route:
+    def resolve(self, raw_path: str, run_header: str | None = None, origin: str | None = None) -> Route:
         """Resolve ``raw_path`` (path and query exactly as received, still percent-encoded).
+        ``origin``: the origin an intercepted request was addressed to (one of ``origins``).
         An agent repeats a handful of targets all run long, and a Route is immutable: each
-        (target, run header) is resolved once (at most 1,024 kept)."""
-        key = (raw_path, run_header)
+        (target, run header, origin) is resolved once (at most 1,024 kept)."""
+        key = (raw_path, run_header, origin)
         route = self._route_cache.get(key)
         if route is None:
-            route = self._resolve(raw_path, run_header)
+            route = self._resolve(raw_path, run_header, origin)
             if len(self._route_cache) >= 1024:
                 self._route_cache.clear()
             self._route_cache[key] = route
         return route
 
-    def _resolve(self, raw_path: str, run_header: str | None) -> Route:
+    def _resolve(self, raw_path: str, run_header: str | None, origin: str | None) -> Route:
         run = self.run
         bad_run = False
         if run_header is not None:
@@ -187,6 +201,9 @@ class Router:
             return Route("health", run, None, target, path, query, None)
         if bad_run:
             return Route("bad_run", run, None, target, path, query, self.protocol_of(path)[0])
+        if origin is not None:
+            protocol, proto_upstream = self.protocol_of(path)
+            return Route("upstream", run, proto_upstream, target, path, query, protocol, self.origins[origin])
         upstream = None
         first = path.split("/", 2)[1] if path.startswith("/") else ""
         if first in self.upstreams and (path == "/" + first or path.startswith("/" + first + "/")):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import aiohttp
 from aiohttp import web
@@ -23,12 +24,20 @@ class ScriptedModelServer:
     """Serve a scripted model on ``host:port`` (port 0: any free port). ``await start()``
     returns the base URL; ``await stop()`` stops accepting, waits up to ``shutdown_grace``
     seconds for requests in flight (less after :meth:`hurry`), cancels the rest and closes.
-    Streams are written one chunk per ``chunk_events`` events, each flushed as written."""
+    Streams are written one chunk per ``chunk_events`` events, each flushed as written. With an
+    ``ssl_context`` (a server context) it speaks HTTPS, as a model API host does (the tests of
+    intercept mode stand it in for one)."""
 
     def __init__(
-        self, model: ScriptedModel, host: str = "127.0.0.1", port: int = 0, shutdown_grace: float = 10.0
+        self,
+        model: ScriptedModel,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        shutdown_grace: float = 10.0,
+        ssl_context: Any = None,
     ):
         self.model = model
+        self.ssl_context = ssl_context
         self.host = host
         self.port = port
         self.shutdown_grace = shutdown_grace
@@ -49,14 +58,14 @@ class ScriptedModelServer:
                 server, handle_signals=False, access_log=None, shutdown_timeout=1.0
             )
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.host, self.port)
+            site = web.TCPSite(self._runner, self.host, self.port, ssl_context=self.ssl_context)
             await site.start()
             self._site = site
         except BaseException:
             await self._close()
             raise
         host, port = self._runner.addresses[0][:2]
-        self.url = f"http://{host}:{port}"
+        self.url = f"{'https' if self.ssl_context is not None else 'http'}://{host}:{port}"
         return self.url
 
     @property

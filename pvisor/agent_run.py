@@ -52,6 +52,7 @@ import orjson
 from pvisor.adapters.agents import get_profile
 from pvisor.adapters.agents.base import VERSION_TIMEOUT_S, AgentProfile, LaunchContext, LaunchPlan
 from pvisor.adapters.protocols import UPSTREAMS
+from pvisor.gateway.parent_death import die_with_parent
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
 from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone
 from pvisor.journal.model import Attempt, Run
@@ -116,7 +117,9 @@ class RunRequest:
     agent a dummy key even with an upstream (a local model server that checks none, when the
     user has no key in the environment). ``snapshots``: snapshot the workspace at the start,
     at every candidate main-loop request and at the end (``--no-snapshots`` turns it off), with
-    the driver ``snapshot_driver``.
+    the driver ``snapshot_driver``. ``intercept``: run the agent through intercept mode (an
+    :class:`~pvisor.gateway.intercept.InterceptConfig`: ``HTTPS_PROXY`` and pvisor's CA instead
+    of a base URL pointing at the gateway; docs/intercept.md), None for the reverse proxy.
     """
 
     agent: str
@@ -144,6 +147,7 @@ class RunRequest:
     dummy_key: bool = False
     snapshots: bool = True
     snapshot_driver: str = "filesystem"
+    intercept: Any = None
 
 
 @dataclass(frozen=True)
@@ -205,6 +209,7 @@ class RunReport:
     stopped_after_end: bool = False
     snapshots: int = 0
     snapshot_warnings: list[str] = field(default_factory=list)
+    intercept_proxy: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (docs/cli.md)."""
@@ -239,6 +244,7 @@ class RunReport:
             "stdout": str(self.stdout),
             "stderr": str(self.stderr),
             "gateway": self.gateway,
+            "intercept_proxy": self.intercept_proxy,
             "argv": self.argv,
         }
 
@@ -445,41 +451,6 @@ async def _stop_group(proc: asyncio.subprocess.Process, hurry: asyncio.Event | N
         _end_group(proc.pid, kill=True)
     await waiter
     _end_group(proc.pid, kill=True)  # members that ignored SIGTERM
-
-
-#: prctl option: the signal a process gets when its parent (the thread that forked it) dies
-PR_SET_PDEATHSIG = 1
-_LIBC_PRCTL = None
-
-
-def _prctl():
-    """libc's ``prctl``, looked up once in the parent: a child between fork and exec must not
-    load a library (it may run while another thread held the loader's lock)."""
-    global _LIBC_PRCTL
-    if _LIBC_PRCTL is None and sys.platform.startswith("linux"):
-        try:
-            _LIBC_PRCTL = ctypes.CDLL(None, use_errno=True).prctl
-        except (OSError, AttributeError):
-            _LIBC_PRCTL = False
-    return _LIBC_PRCTL or None
-
-
-def die_with_parent() -> Callable[[], None] | None:
-    """A ``preexec_fn`` making the child get SIGKILL when pvisor dies, even by ``kill -9``
-    (Linux ``prctl(PR_SET_PDEATHSIG)``): an agent whose supervisor is gone must not go on
-    retrying against a gateway that is gone too. None where unsupported. The child checks that
-    its parent is still the one that forked it (it may have died before the prctl)."""
-    prctl = _prctl()
-    if prctl is None:
-        return None
-    parent = os.getpid()
-
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:
-            os._exit(137)
-
-    return arm
 
 
 #: the guard of an agent's process group (:class:`GroupGuard`): it reads its stdin until pvisor
@@ -714,6 +685,11 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
             "--resume is empty: give the id of the run to continue (pvisor journal ls lists them)"
         )
     profile = get_profile(req.agent)
+    if req.intercept is not None and not profile.intercept_verified:
+        warn(
+            f"intercept mode is not verified with {profile.title} (docs/agents.md): the run goes on; check that "
+            "its exchanges reached the journal"
+        )
     if req.snapshots:
         from pvisor.journal.snapshots import snapshot_driver
 
@@ -803,6 +779,7 @@ async def _run(
     attempt = resume.attempt if resume else 1
     gw = None
     journal = None
+    proxy = None
     loop = asyncio.get_running_loop()
     stop = _Stop()
     for (
@@ -854,6 +831,8 @@ async def _run(
                 attempt=attempt,
                 shutdown_grace=5.0,
             )
+        if req.intercept is not None:
+            _intercept_gateway(req, profile, config)
         if req.snapshots:
             config.workspace = workspace
             config.snapshot_driver = req.snapshot_driver
@@ -868,6 +847,11 @@ async def _run(
             ) from None
         journal = open_journal(req.journal_path, finalize=FINALIZER)
         gw.journal = journal
+        if req.intercept is not None:
+            from pvisor.gateway.intercept import InterceptProxy
+
+            proxy = InterceptProxy(req.intercept, "127.0.0.1", gw.port, config.intercept_token, gw.log)
+            await proxy.start()
         return await _attempt(
             req,
             profile,
@@ -887,14 +871,45 @@ async def _run(
             journal,
             stop,
             responder,
+            proxy,
         )
     finally:
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
         if gw is not None:
             await gw.stop()
+        if proxy is not None:  # after the gateway: the exchanges in flight pass through it
+            await proxy.stop()
         if journal is not None:  # also after a writer failure: a writer process is waited for
             journal.close(timeout=JOURNAL_WAIT_S)
+
+
+def _intercept_gateway(req: RunRequest, profile: AgentProfile, config: Any) -> None:
+    """Make ``config`` serve intercept mode's mitmdump: an ``--upstream`` becomes the redirect
+    of the agent's public model host (its requests go there instead)."""
+    from pvisor.gateway.access import new_token
+    from pvisor.gateway.intercept import host_entry
+    from yarl import URL
+
+    if req.upstream:
+        key, origin = host_entry(URL(UPSTREAMS[profile.upstream][0]))
+        req.intercept.redirects[key] = (origin, req.upstream.rstrip("/"))
+    config.intercept_token = new_token()
+    config.intercept_origins = req.intercept.origins()
+
+
+def _through_proxy(env: dict[str, str], profile: AgentProfile, intercept: Any, proxy: Any) -> None:
+    """The agent's environment for intercept mode: ``HTTPS_PROXY``, the CA variables its runtime
+    reads (:attr:`~pvisor.adapters.agents.base.AgentProfile.ca_env`), ``NO_PROXY`` without the
+    intercepted hosts, and no base-URL variable the agent needs none of."""
+    from pvisor.gateway.intercept import default_confdir, intercept_env
+
+    confdir = intercept.confdir or default_confdir()
+    env.update(
+        intercept_env(proxy.url, confdir, profile.ca_env, intercept.intercepted(), env.get("NO_PROXY"))
+    )
+    for name in profile.intercept_unset_env:
+        env.pop(name, None)
 
 
 async def _attempt(
@@ -916,6 +931,7 @@ async def _attempt(
     journal: Any,
     stop: _Stop,
     responder: Any = None,
+    proxy: Any = None,
 ) -> RunReport:
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(run_dir, 0o700)
@@ -924,7 +940,8 @@ async def _attempt(
         home.mkdir(exist_ok=True, mode=0o700)
     ctx = LaunchContext(
         executable=exe,
-        base_url=f"{url}/run/{run_id}",
+        # intercept mode: the agent addresses the model API's own host, through HTTPS_PROXY
+        base_url=UPSTREAMS[profile.upstream][0] if proxy is not None else f"{url}/run/{run_id}",
         run_dir=run_dir,
         home=home,
         workspace=workspace,
@@ -939,6 +956,8 @@ async def _attempt(
         plan.argv = profile.with_arguments(plan.argv, req.agent_args)
     _write_files(plan.files)
     env = apply_env({**os.environ, **req.agent_env}, plan.env)
+    if proxy is not None:
+        _through_proxy(env, profile, req.intercept, proxy)
     env["PWD"] = str(
         workspace
     )  # as a shell sets it: OpenCode takes its directory from $PWD, not from its cwd
@@ -957,6 +976,8 @@ async def _attempt(
     }
     if model:
         labels["model"] = model
+    if proxy is not None:
+        labels["capture"] = "intercept"
     if resume is None:
         journal.create_run(
             Run(
@@ -988,6 +1009,8 @@ async def _attempt(
 
     start = await gw.take_snapshot(SnapshotKind.START)  # the workspace as the agent finds it
     ended = getattr(responder, "ended", None)
+    # pvisor's own helpers are no strays of the agent: the journal's writer, intercept's mitmdump
+    keep = (*journal.processes, *((proxy.pid,) if proxy is not None and proxy.pid else ()))
     returncode, timed_out, interrupted, strays, after_end = await _launch(
         plan,
         env,
@@ -1001,6 +1024,7 @@ async def _attempt(
         stop,
         ended,
         req.end_grace,
+        keep,
     )
     stopped = timed_out or interrupted or after_end
     if stopped:
@@ -1012,7 +1036,7 @@ async def _attempt(
 
     stdout = stdout_path.read_bytes() if stdout_path.exists() else b""
     session_id = profile.session_id(stdout) if profile.json_stdout else None
-    native = await _native(profile, ctx, plan, session_id, env, workspace, warn, journal.processes)
+    native = await _native(profile, ctx, plan, session_id, env, workspace, warn, keep)
     report = RunReport(
         run=run_id,
         attempt=attempt,
@@ -1027,6 +1051,7 @@ async def _attempt(
         stdout=stdout_path,
         stderr=stderr_path,
         gateway=url,
+        intercept_proxy=proxy.url if proxy is not None else None,
         argv=plan.argv,
         session_id=session_id,
         native_path=native,
@@ -1103,6 +1128,7 @@ async def _launch(
     stop: _Stop,
     ended: asyncio.Event | None = None,
     end_grace: float = 30.0,
+    keep: Collection[int] = (),
 ) -> tuple[int | None, bool, bool, int, bool]:
     """Run the agent; returns (returncode, timed out, interrupted, stray processes ended,
     stopped after the end). On ``--timeout`` or a stop signal the agent's process group is
@@ -1129,7 +1155,7 @@ async def _launch(
             raise AgentUnavailable(f"cannot start {plan.argv[0]}: {exc.strerror}") from None
     guard = GroupGuard(proc.pid)  # the agent leads its own group (its own session)
     try:
-        return await _supervise(proc, guard, timeout, journal, stop, ended, end_grace)
+        return await _supervise(proc, guard, timeout, keep, stop, ended, end_grace)
     finally:
         guard.release()
 
@@ -1138,7 +1164,7 @@ async def _supervise(
     proc: Any,
     guard: GroupGuard,
     timeout: float,
-    journal: Any,
+    keep: Collection[int],
     stop: _Stop,
     ended: asyncio.Event | None,
     end_grace: float,
@@ -1164,7 +1190,7 @@ async def _supervise(
         await _stop_group(proc, stop.hurry)
     await waiter
     # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
-    keep = (*journal.processes, *((guard.pid,) if guard.pid is not None else ()))
+    keep = (*keep, *((guard.pid,) if guard.pid is not None else ()))
     strays = await end_strays(hurry=stop.hurry, keep=keep)
     _end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
     return proc.returncode, timed_out, interrupted, strays, after_end

@@ -25,6 +25,7 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     "serve-model": ("pvisor.commands.serve:serve_model", "Serve a scripted model offline (four protocols)."),
     "run": ("pvisor.commands.run:run", "Run an agent CLI headless behind the gateway and record it."),
     "env": ("pvisor.commands.env:env", "Print what points your own agent session at a running gateway."),
+    "ca": ("pvisor.commands.ca:ca", "The CA intercept mode's proxy signs with (pvisor ca path)."),
     "adapters": (
         "pvisor.commands.trajectory:adapters",
         "List the native trajectory adapters and their format profiles.",
@@ -54,6 +55,7 @@ Examples:
   pvisor gateway --port 0 --upstream anthropic=https://api.anthropic.com
   pvisor run --agent claude-code -- "make the failing test pass"
   pvisor env --agent codex --gateway http://127.0.0.1:8787 --run codex-1
+  pvisor gateway --mode intercept --port 8080   a forward proxy for HTTPS_PROXY (ca path: its CA)
   pvisor journal ls                         runs in the journal
   pvisor journal show r-3f2a9c0d1e2b        exchanges of one run
   pvisor journal body x-0123 --response     the reassembled reply of an exchange

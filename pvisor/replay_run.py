@@ -108,6 +108,7 @@ class ReplayOptions:
     live_model: str | None = None
     allow_damaged: bool = False
     workspace_from: str | None = None
+    intercept: Any = None
 
 
 #: the name of the options before continuation came
@@ -428,6 +429,7 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
                     upstream=upstream,
                     agent_env=dict(opts.agent_env),
                     agent_args=list(opts.agent_args),
+                    intercept=opts.intercept,
                     # a local upstream and no key of the user's: the agent still wants one to start
                     dummy_key=bool(live and opts.upstream and d.key_env and not _has_key(opts, d.key_env)),
                 ),

@@ -233,6 +233,15 @@ class AgentProfile(AgentDescriptor):
         key_env: the variable the agent reads its API key from.
         removed_env: variables removed from the agent's environment: they would send its
             requests around the gateway (Bedrock, Vertex) or put its config elsewhere.
+        ca_env: intercept mode (docs/intercept.md): the variables through which the agent's
+            runtime trusts pvisor's CA, name -> ``cert`` (a file added to its built-in store:
+            Node's ``NODE_EXTRA_CA_CERTS``) or ``bundle`` (a file replacing it: the system's
+            CAs plus pvisor's, for ``SSL_CERT_FILE`` and ``REQUESTS_CA_BUNDLE``).
+        intercept_unset_env: intercept mode: base-URL variables the plan sets that the agent
+            needs none of (its own default is the public host, reached through HTTPS_PROXY).
+        intercept_verified: intercept mode was verified with this agent by the tests
+            (docs/agents.md has the table); ``pvisor run --intercept`` warns for the others.
+        intercept_notes: sentences for ``pvisor env --intercept`` (what else the agent needs).
     """
 
     name: str = ""
@@ -250,6 +259,10 @@ class AgentProfile(AgentDescriptor):
     launchable = True
     key_env: str = ""
     removed_env: tuple[str, ...] = ()
+    ca_env: dict[str, str] = {"SSL_CERT_FILE": "bundle"}
+    intercept_unset_env: tuple[str, ...] = ()
+    intercept_verified: bool = False
+    intercept_notes: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ version
 

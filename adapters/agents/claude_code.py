@@ -84,6 +84,8 @@ class ClaudeCode(AgentProfile):
         "ANTHROPIC_BEDROCK_BASE_URL",
         "ANTHROPIC_VERTEX_BASE_URL",
     )
+    ca_env = {"NODE_EXTRA_CA_CERTS": "cert"}  # Node adds it to its built-in CAs
+    intercept_unset_env = ("ANTHROPIC_BASE_URL",)  # it goes to api.anthropic.com by itself
 
     def compaction_differences(self, protocol: str) -> str | None:
         # seen in the requests 2.1.332 sent after compacting under pvisor run

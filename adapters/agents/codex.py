@@ -60,7 +60,7 @@ def provider_table(base_url: str, retries: bool = True) -> str:
     no_retries = ", request_max_retries=0, stream_max_retries=0" if not retries else ""
     return (
         f'{{name={toml_string(PROVIDER)}, base_url={toml_string(base_url + "/v1")}, env_key="OPENAI_API_KEY", '
-        f'wire_api="responses"{no_retries}}}'
+        f'wire_api="responses", supports_websockets=false{no_retries}}}'
     )
 
 
@@ -80,6 +80,7 @@ def config_toml(base_url: str, model: str | None, retries: bool = True) -> str:
         f"base_url = {toml_string(base_url + '/v1')}",
         'env_key = "OPENAI_API_KEY"',
         'wire_api = "responses"',
+        "supports_websockets = false",  # HTTP only: the gateway records no WebSocket
         *(["request_max_retries = 0", "stream_max_retries = 0"] if not retries else []),
         "",
         "[features]",
@@ -123,6 +124,13 @@ class Codex(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"exec_command"}))
     key_env = "OPENAI_API_KEY"
+    # its own variable, and the store of its TLS stack where that reads the system's
+    ca_env = {"CODEX_CA_CERTIFICATE": "cert", "SSL_CERT_FILE": "bundle"}
+    intercept_notes = (
+        "Codex's built-in OpenAI provider talks WebSocket first, which pvisor refuses (426, recorded): "
+        "the -c overrides below give it a provider of the same host that speaks HTTP "
+        "(wire_api responses, supports_websockets false).",
+    )
     volatile_context = (
         "the <environment_context> item (cwd, date, timezone, workspace roots)",
         "the skills item, whose paths are under CODEX_HOME",

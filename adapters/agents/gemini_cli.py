@@ -91,6 +91,8 @@ class GeminiCli(AgentProfile):
     key_env = "GEMINI_API_KEY"
     # Vertex AI would bypass the base URL
     removed_env = ("GOOGLE_GENAI_USE_VERTEXAI",)
+    ca_env = {"NODE_EXTRA_CA_CERTS": "cert"}  # Node adds it to its built-in CAs
+    intercept_unset_env = ("GOOGLE_GEMINI_BASE_URL",)  # its default is the public Gemini host
     volatile_context = (
         "the <session_context> part of message 0 (date, temporary directory under the private home, "
         "workspace path, directory listing), before the task in the same message",

@@ -72,6 +72,8 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
     json_stdout = False
     chain_hint = ChainHint(tools=frozenset({"bash"}))
     key_env = "OPENAI_API_KEY"
+    # litellm's httpx reads SSL_CERT_FILE; requests-based helpers read REQUESTS_CA_BUNDLE
+    ca_env = {"SSL_CERT_FILE": "bundle", "REQUESTS_CA_BUNDLE": "bundle"}
 
     def wire_action(self, protocol: str, action: Action) -> Message:
         """Chat Completions: the file's message dict without ``extra`` and the null keys

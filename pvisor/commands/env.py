@@ -32,6 +32,18 @@ _MARK = "PVISOR_EOF"
 )
 @click.option("--model", default=None, help="Model name, for the agents that need one in their config.")
 @click.option(
+    "--intercept",
+    is_flag=True,
+    help="--gateway is intercept mode's proxy: print HTTPS_PROXY and the CA the agent must trust instead.",
+)
+@click.option(
+    "--confdir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="With --intercept: the CA's directory the gateway was given (default $PVISOR_CA_DIR, else "
+    "~/.local/share/pvisor/ca).",
+)
+@click.option(
     "--shell",
     type=click.Choice(["bash", "fish", "json"]),
     default="bash",
@@ -40,7 +52,14 @@ _MARK = "PVISOR_EOF"
 )
 @click.pass_context
 def env(
-    ctx: click.Context, agent: str, gateway_url: str, run_id: str | None, model: str | None, shell: str
+    ctx: click.Context,
+    agent: str,
+    gateway_url: str,
+    run_id: str | None,
+    model: str | None,
+    shell: str,
+    intercept: bool,
+    confdir: str | None,
 ) -> None:
     """Print what to paste into a shell to point your own AGENT session at a running gateway:
     environment variables, config files (as here-docs) and the command to start it (for Codex,
@@ -48,9 +67,15 @@ def env(
     sharing one gateway stay apart in the journal. Nothing is written or started.
 
     \b
+    With --intercept, --gateway is the proxy of `pvisor gateway --mode intercept`: the agent
+    keeps its own model host and reaches it through HTTPS_PROXY, trusting pvisor's CA; every
+    exchange goes to that gateway's run (--run does not apply).
+
+    \b
     Examples:
       pvisor env --agent claude-code --gateway http://127.0.0.1:8787 --run fix-tests
       pvisor env --agent codex --gateway http://127.0.0.1:8787 --shell fish
+      pvisor env --agent claude-code --gateway http://127.0.0.1:8080 --intercept
     """
     from pvisor.adapters.agents import get_profile
     from pvisor.agent_run import check_utf8, run_dir_of
@@ -80,6 +105,11 @@ def env(
             "--gateway: give the gateway's URL as it printed it, without a path of your own "
             "(pvisor adds /run/<id>), such as http://127.0.0.1:8787"
         )
+    if intercept:
+        _intercept(agent, base, run_id, model, shell, confdir, ctx)
+        return
+    if confdir is not None:
+        raise UsageError("--confdir goes with --intercept")
     if run_id is None:
         run_id = new_run_id()
     elif not re.fullmatch(RUN_ID_PATTERN, run_id):
@@ -90,6 +120,52 @@ def env(
     base_url = f"{base}/run/{run_id}"
     snippet = profile.snippet(base_url, run_dir_of(Path(ctx.obj["journal"]), run_id), model)
     header = f"pvisor env: {profile.title} through the gateway at {base}, run {run_id}"
+    _emit(profile, snippet, header, run_id, base_url, shell)
+
+
+def _intercept(
+    agent: str, proxy: str, run_id: str | None, model: str | None, shell: str, confdir: str | None, ctx
+) -> None:
+    """The snippet of ``pvisor env --intercept``: the agent's own public host as its base URL
+    (or none), HTTPS_PROXY, NO_PROXY and the CA variables of its runtime."""
+    import os
+
+    from pvisor.adapters.agents import get_profile
+    from pvisor.adapters.protocols import UPSTREAMS
+    from pvisor.agent_run import run_dir_of
+    from pvisor.gateway.intercept import CA_CERT, default_confdir, intercept_env, model_hosts
+    from pvisor.journal.paths import absolute
+
+    if run_id is not None:
+        raise UsageError(
+            "--run does not go with --intercept: intercepted exchanges go to the intercept gateway's run "
+            "(start it with --run ID)"
+        )
+    if "/t/" in proxy:
+        raise UsageError("--intercept: give the proxy's URL as the intercept gateway printed it")
+    profile = get_profile(agent)
+    public = UPSTREAMS[profile.upstream][0]
+    snippet = profile.snippet(public, run_dir_of(Path(ctx.obj["journal"]), "intercept"), model)
+    for name in profile.intercept_unset_env:
+        snippet.env.pop(name, None)
+    ca_dir = Path(absolute(confdir, f"--confdir {confdir}")) if confdir else default_confdir()
+    snippet.env.update(
+        intercept_env(proxy, ca_dir, profile.ca_env, model_hosts(), os.environ.get("NO_PROXY"))
+    )
+    snippet.notes = [*snippet.notes, *profile.intercept_notes]
+    if not (ca_dir / CA_CERT).is_file():
+        snippet.notes.append(
+            f"the CA is not in {ca_dir} yet: `pvisor ca path` (or the intercept gateway) creates it"
+        )
+    if not profile.intercept_verified:
+        snippet.notes.append(
+            f"intercept mode is not verified with {profile.title} (docs/agents.md): check the journal after a first request"
+        )
+    header = f"pvisor env: {profile.title} through the intercept proxy at {proxy} (CA in {ca_dir})"
+    _emit(profile, snippet, header, None, public, shell)
+
+
+def _emit(profile, snippet, header: str, run_id: str | None, base_url: str, shell: str) -> None:
     if shell == "json":
         doc = {
             "agent": profile.name,

@@ -82,3 +82,47 @@ class Seconds(click.ParamType):
                 f"{value!r} is more than {MAX_SECONDS:.0f} seconds (24 days), the longest wait", param, ctx
             )
         return seconds
+
+
+def intercept_options(command):
+    """``--intercept``, ``--confdir`` and ``--mitmdump`` of ``pvisor run`` and ``pvisor replay``:
+    run the agent through intercept mode (docs/intercept.md)."""
+    command = click.option(
+        "--mitmdump",
+        default=None,
+        metavar="PATH",
+        help="With --intercept: the mitmdump to run (default $PVISOR_MITMDUMP, else the one on PATH).",
+    )(command)
+    command = click.option(
+        "--confdir",
+        type=click.Path(file_okay=False),
+        default=None,
+        help="With --intercept: the CA's directory (default $PVISOR_CA_DIR, else ~/.local/share/pvisor/ca).",
+    )(command)
+    return click.option(
+        "--intercept",
+        is_flag=True,
+        help="Reach the agent's own model host through HTTPS_PROXY and pvisor's CA (mitmproxy) instead of "
+        "giving it the gateway's URL.",
+    )(command)
+
+
+def intercept_config(intercept: bool, confdir: str | None, mitmdump: str | None):
+    """The :class:`~pvisor.gateway.intercept.InterceptConfig` of a run through intercept mode
+    (its proxy on a free loopback port), or None without ``--intercept``. UsageError for
+    ``--confdir`` or ``--mitmdump`` without it."""
+    from pathlib import Path
+
+    from pvisor.journal.errors import UsageError
+    from pvisor.journal.paths import absolute
+
+    if not intercept:
+        if confdir or mitmdump:
+            raise UsageError("--confdir and --mitmdump go with --intercept")
+        return None
+    from pvisor.gateway.intercept import InterceptConfig, find_mitmdump
+
+    config = InterceptConfig(host="127.0.0.1", port=0, mitmdump=find_mitmdump(mitmdump))
+    if confdir:
+        config.confdir = Path(absolute(confdir, f"--confdir {confdir}"))
+    return config

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from pvisor.commands.params import intercept_config, intercept_options
 from pvisor.journal.errors import UsageError
 
 _PROTOCOLS = ["anthropic", "openai-chat", "openai-responses", "gemini"]
@@ -224,6 +225,7 @@ def _path(opt: str, value: str | None) -> Path | None:
     metavar="-",
     help="'-': print result.json to stdout (the summary line goes to stderr).",
 )
+@intercept_options
 @click.pass_context
 def replay(ctx: click.Context, **flags: Any) -> None:
     """Rebuild the request that ends at observation O_N of step N (--after-step N) from a
@@ -294,6 +296,9 @@ def replay(ctx: click.Context, **flags: Any) -> None:
         )
     for opt, name in (("--agent-entrypoint", "entrypoint"), ("--task", "task"), ("--model", "model")):
         if flags[name] is not None:
+            raise UsageError(f"{opt} is for --replay-only and continuation; --prepare-only starts nothing")
+    for opt, name in (("--intercept", "intercept"), ("--confdir", "confdir"), ("--mitmdump", "mitmdump")):
+        if flags[name]:
             raise UsageError(f"{opt} is for --replay-only and continuation; --prepare-only starts nothing")
     from pvisor.replay.prepare import PrepareOptions, prepare_only
 
@@ -448,6 +453,7 @@ def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
         live_model=o["live_model"],
         allow_damaged=bool(o["allow_damaged"]),
         workspace_from=o["workspace_from"],
+        intercept=intercept_config(bool(o["intercept"]), o["confdir"], o["mitmdump"]),
     )
     run = continue_replay if live else replay_only
     _report(lambda: run(opts, lambda m: _note(f"pvisor: warning: {m}")), o["result_to"])

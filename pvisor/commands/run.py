@@ -9,7 +9,7 @@ import click
 import orjson
 
 from pvisor.adapters.agents import agent_names
-from pvisor.commands.params import Seconds
+from pvisor.commands.params import Seconds, intercept_config, intercept_options
 from pvisor.journal.errors import EXIT_TIMEOUT
 
 
@@ -97,6 +97,7 @@ def _warn(message: str) -> None:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
 @click.argument("task", nargs=-1, required=False)
+@intercept_options
 @click.pass_context
 def run(
     ctx: click.Context,
@@ -115,6 +116,9 @@ def run(
     snapshot_driver: str,
     as_json: bool,
     task: tuple[str, ...],
+    intercept: bool,
+    confdir: str | None,
+    mitmdump: str | None,
 ) -> None:
     """Run an agent CLI headless with the gateway in front of it, and record the run.
 
@@ -131,6 +135,7 @@ def run(
       pvisor run --agent claude-code -- "make the failing test pass"
       pvisor run --agent codex --script turns.json --workspace ws -- "write hello.txt"
       pvisor run --agent claude-code --resume r-3f2a9c0d1e2b -- "now add a test"
+      pvisor run --agent claude-code --intercept --script turns.json -- "write hello.txt"
     """
     from pvisor.agent_run import RunRequest, run_agent
 
@@ -150,6 +155,7 @@ def run(
         model=model,
         snapshots=not no_snapshots,
         snapshot_driver=snapshot_driver,
+        intercept=intercept_config(intercept, confdir, mitmdump),
     )
     from pvisor.commands.serve import _show_on_stderr
 

@@ -274,6 +274,40 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
     show_default=True,
     help="uvloop needs pvisor-sandbox[uvloop]; auto: uvloop when installed, else asyncio's loop.",
 )
+@click.option(
+    "--mode",
+    type=click.Choice(["reverse", "intercept"]),
+    default="reverse",
+    show_default=True,
+    help="reverse: agents use the gateway's URL as base URL; intercept: a forward proxy for HTTPS_PROXY "
+    "(mitmproxy; docs/intercept.md).",
+)
+@click.option(
+    "--intercept-host",
+    "intercept_hosts",
+    multiple=True,
+    metavar="HOST[:PORT]",
+    help="Intercept mode: record this host too (the public Anthropic, OpenAI and Gemini hosts always are).",
+)
+@click.option(
+    "--redirect",
+    "redirects",
+    multiple=True,
+    metavar="HOST=URL",
+    help="Intercept mode: send what goes to HOST to URL instead (a local model server, a test upstream).",
+)
+@click.option(
+    "--confdir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Intercept mode: the CA's directory (default $PVISOR_CA_DIR, else ~/.local/share/pvisor/ca).",
+)
+@click.option(
+    "--mitmdump",
+    default=None,
+    metavar="PATH",
+    help="Intercept mode: the mitmdump to run (default $PVISOR_MITMDUMP, else the one on PATH).",
+)
 @click.pass_context
 def gateway(
     ctx: click.Context,
@@ -291,9 +325,18 @@ def gateway(
     allow_remote: bool,
     token: str | None,
     event_loop: str,
+    mode: str,
+    intercept_hosts: tuple[str, ...],
+    redirects: tuple[str, ...],
+    confdir: str | None,
+    mitmdump: str | None,
 ) -> None:
     """Run the capture gateway: point an agent's base URL at it and every model exchange is
     recorded in the journal. Prints `listening http://HOST:PORT` when ready.
+
+    With --mode intercept it is a forward proxy instead (set HTTPS_PROXY to the URL it prints,
+    and make the agent trust the CA of `pvisor ca path`): requests to the model API hosts are
+    recorded; every other host is tunnelled untouched and not recorded.
 
     SIGINT/SIGTERM: stop accepting, let exchanges in flight finish (up to --shutdown-grace),
     cancel the rest (recorded incomplete); a second signal cancels at once. Exit 130 after
@@ -303,6 +346,7 @@ def gateway(
     Examples:
       pvisor gateway --port 0 --upstream anthropic=https://api.anthropic.com
       ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude -p "fix the test"
+      pvisor gateway --mode intercept --port 8080
     """
     from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
     from pvisor.gateway.lifecycle import EventLoop, loop_factory, run_on, tune_gc_for_serving
@@ -313,9 +357,16 @@ def gateway(
     if run_id is not None and not re.fullmatch(RUN_ID_PATTERN, run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
     token = _access_token(host, allow_remote, token)
+    intercept = None
+    if mode == "intercept":
+        intercept = _intercept_config(
+            host, port, upstreams, allow_remote, intercept_hosts, redirects, confdir, mitmdump
+        )
+    elif intercept_hosts or redirects or confdir or mitmdump:
+        raise UsageError("--intercept-host, --redirect, --confdir and --mitmdump go with --mode intercept")
     config = GatewayConfig(
-        host=host,
-        port=port,
+        host="127.0.0.1" if intercept else host,
+        port=0 if intercept else port,
         upstreams=parse_upstreams(upstreams),
         run=run_id,
         max_body=max_body,
@@ -327,6 +378,11 @@ def gateway(
         snapshot_driver=snapshot_driver,
         token=token,
     )
+    if intercept is not None:
+        from pvisor.gateway.access import new_token
+
+        config.intercept_token = new_token()
+        config.intercept_origins = intercept.origins()
     if workspace:
         from pvisor.journal.snapshots import snapshot_driver as find_driver
 
@@ -340,8 +396,9 @@ def gateway(
 
     async def serve() -> int:
         signals = _Signals()
-        journal = gw = None
+        journal = gw = proxy = None
         failed = False
+        proxy_died = False
         try:
             journal = open_journal(journal_path, finalize=FINALIZER)
             gw = Gateway(config, journal)
@@ -351,33 +408,56 @@ def gateway(
                 if exc.filename is not None:  # the log file, not the socket
                     raise UsageError(f"cannot write --log-file {log_file}: {exc.strerror}") from None
                 raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
+            extra: dict[str, Any] = {}
+            if intercept is not None:
+                proxy = await _start_intercept(intercept, gw)
+                extra = {"mode": "intercept", "gateway": url, "ca": str(proxy.ca_cert)}
+                url = proxy.url
             tune_gc_for_serving()
             await gw.take_snapshot(SnapshotKind.START)  # before the ready file: no agent has started yet
             # the ready file first: whoever sees the listening line can read it at once
             base = f"{url}/t/{token}" if token else url  # the base URL agents are given
             _write_ready_file(
-                ready_file, {"url": base, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path)}
+                ready_file,
+                {"url": base, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path), **extra},
             )
             click.echo(f"listening {base}")
             loop_name = type(asyncio.get_running_loop()).__module__.partition(".")[0]
             needs = "; requests need the token in their path (the base URL above)" if token else ""
+            if proxy is not None:
+                hosts = ", ".join(sorted(o.partition("://")[2] for o in intercept.origins()))
+                needs = f"; intercepting {hosts}; CA certificate {proxy.ca_cert}"
             click.echo(
                 f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop {loop_name}{needs}",
                 err=True,
             )
             waits = [asyncio.ensure_future(signals.wait()), asyncio.ensure_future(gw.watch_journal())]
+            if proxy is not None:
+                waits.append(asyncio.ensure_future(proxy.exited.wait()))
             done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             for w in waits:
                 w.cancel()
             failed = waits[1] in done
             if failed:
                 click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
+            if proxy is not None and waits[2] in done:
+                proxy_died = True
+                click.echo(
+                    f"pvisor: error: mitmdump (pid {proxy.pid}) exited with code {proxy.returncode}: "
+                    f"{proxy.last_output()}; the gateway stops",
+                    err=True,
+                )
+                await proxy.stop()
             _stopping(signals, gw, shutdown_grace)
             await gw.take_snapshot(SnapshotKind.END)
+            # mitmdump stays until the exchanges in flight have ended (they pass through it);
+            # a new connection meanwhile gets its 502 for the gateway that no longer accepts
             cancelled = await gw.stop()
             if cancelled:
                 _say(f"stopped: cancelled {cancelled} exchange(s) still in flight (recorded incomplete)")
         finally:
+            if proxy is not None:
+                await proxy.stop()
             if gw is not None:
                 await gw.stop()  # after a failed start or an error: close what is open
             if journal is not None:  # also after a writer failure: a writer process is waited for
@@ -390,6 +470,8 @@ def gateway(
                 click.echo(f"pvisor: warning: {journal.unrecorded} exchange(s) in flight when the journal writer stopped"
                            " were answered but not recorded", err=True)  # fmt: skip
             return EXIT_UNAVAILABLE
+        if proxy_died:
+            return EXIT_UNAVAILABLE
         return signals.exit_code()
 
     undo = _show_on_stderr(("pvisor.journal", "pvisor.gateway"))
@@ -398,6 +480,56 @@ def gateway(
     finally:
         undo()
     ctx.exit(code)
+
+
+def _intercept_config(
+    host: str,
+    port: int,
+    upstreams: tuple[str, ...],
+    allow_remote: bool,
+    intercept_hosts: tuple[str, ...],
+    redirects: tuple[str, ...],
+    confdir: str | None,
+    mitmdump: str | None,
+) -> Any:
+    """The :class:`~pvisor.gateway.intercept.InterceptConfig` of ``pvisor gateway --mode
+    intercept``; UsageError for options that do not go with it."""
+    from pvisor.gateway.intercept import InterceptConfig, parse_host, parse_redirect
+
+    if upstreams:
+        raise UsageError(
+            "--upstream does not go with --mode intercept: the agent's own host is the upstream "
+            "(give --redirect HOST=URL to send it elsewhere)"
+        )
+    if allow_remote:
+        raise UsageError(
+            "--mode intercept listens on this machine only (a loopback --host, no --allow-remote)"
+        )
+    config = InterceptConfig(host=host, port=port, mitmdump=mitmdump)
+    if confdir:
+        config.confdir = Path(absolute(confdir, f"--confdir {confdir}"))
+    for text in intercept_hosts:
+        key, origin = parse_host(text, "--intercept-host")
+        config.hosts[key] = origin
+    for text in redirects:
+        key, origin, url = parse_redirect(text)
+        if key in config.redirects:
+            raise UsageError(f"--redirect: {key.rsplit(':', 1)[0]} given twice")
+        config.redirects[key] = (origin, url)
+    return config
+
+
+async def _start_intercept(intercept: Any, gw: Any) -> Any:
+    """Start mitmdump in front of the started gateway ``gw``; returns the
+    :class:`~pvisor.gateway.intercept.InterceptProxy` (its ``ca_cert`` set)."""
+    from yarl import URL
+
+    from pvisor.gateway.intercept import InterceptProxy
+
+    inner = URL(gw.url)
+    proxy = InterceptProxy(intercept, inner.host, inner.port, gw.config.intercept_token, gw.log)
+    await proxy.start()
+    return proxy
 
 
 def _access_token(host: str, allow_remote: bool, token: str | None) -> str | None:

@@ -1,0 +1,478 @@
+"""Intercept mode: a forward proxy (mitmdump) in front of the gateway, for agents that honour
+``HTTPS_PROXY`` but cannot be given a base URL (docs/intercept.md).
+
+Layout: the agent's CONNECT to a model API host is decrypted by mitmdump with a certificate of
+pvisor's own CA; the addon (:mod:`.intercept_addon`) hands each request to the pvisor gateway
+over plain HTTP on the loopback address, where the same responder seam, relay and recorder
+answer and record it as for the reverse proxy (``capture = intercept``). Every other host is
+a raw TCP tunnel (mitmproxy's ``allow_hosts``): never decrypted, never recorded.
+
+mitmdump runs in a process of its own (mitmproxy replaces the event loop's task factory, and
+pins h11 and h2 versions the official SDKs do not accept): the extra
+``pvisor-sandbox[intercept]`` (mitmproxy 11), or any mitmdump 11 found through
+``--mitmdump PATH``, ``$PVISOR_MITMDUMP`` or ``PATH``. It dies with pvisor
+(``PR_SET_PDEATHSIG``); its own output goes through :func:`~pvisor.journal.model.redact_text`
+before it is shown or logged.
+
+The CA lives in the conf directory (``--confdir``; default ``$PVISOR_CA_DIR``, else
+``$XDG_DATA_HOME/pvisor/ca``, mode 0700, created on first use): mitmproxy writes
+``mitmproxy-ca.pem`` (key and certificate, 0600) and ``mitmproxy-ca-cert.pem`` (the certificate
+an agent trusts); pvisor adds ``ca-bundle.pem``, the system's CA bundle plus that certificate,
+for runtimes whose variable replaces the system store (``SSL_CERT_FILE``, ``REQUESTS_CA_BUNDLE``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from yarl import URL
+
+from pvisor.adapters.protocols import UPSTREAMS
+from pvisor.journal.errors import BadInputError, UnavailableError, UsageError
+from pvisor.journal.model import redact_text
+
+from .parent_death import die_with_parent
+from .routing import check_upstream_url
+
+#: the environment variable naming mitmdump (after ``--mitmdump``, before ``PATH``)
+MITMDUMP_ENV = "PVISOR_MITMDUMP"
+#: the environment variable naming the CA's directory (after ``--confdir``)
+CA_DIR_ENV = "PVISOR_CA_DIR"
+#: the mitmproxy versions intercept mode was verified with
+MITMPROXY_VERSIONS = ">=11,<12"
+#: seconds mitmdump gets to listen (it loads its CA, or creates it: a key of 2048 bits)
+START_TIMEOUT_S = 60.0
+#: seconds mitmdump gets to stop after SIGTERM, before SIGKILL
+STOP_GRACE_S = 5.0
+CA_CERT = "mitmproxy-ca-cert.pem"
+CA_KEY = "mitmproxy-ca.pem"
+CA_BUNDLE = "ca-bundle.pem"
+ADDON = Path(__file__).with_name("intercept_addon.py")
+
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:\d{1,5})?$")
+
+
+def model_hosts() -> dict[str, str]:
+    """``host:port`` -> origin of the public model APIs (the upstreams' default URLs, from the
+    protocol modules): ``{"api.anthropic.com:443": "https://api.anthropic.com", ...}``."""
+    return dict(host_entry(URL(default)) for default, _ in UPSTREAMS.values())
+
+
+def host_entry(url: URL) -> tuple[str, str]:
+    """(``host:port``, origin) of an http(s) URL; the origin keeps an explicit non-default port."""
+    host = (url.host or "").lower()
+    port = url.port or (443 if url.scheme == "https" else 80)
+    default = 443 if url.scheme == "https" else 80
+    origin = f"{url.scheme}://{host}" + ("" if port == default else f":{port}")
+    return f"{host}:{port}", origin
+
+
+def parse_host(text: str, option: str) -> tuple[str, str]:
+    """(``host:port``, origin) of ``HOST`` or ``HOST:PORT`` (HTTPS, port 443 by default).
+    Raises UsageError naming ``option`` and what a host looks like."""
+    if not _HOST.match(text) or (":" in text and not 0 < int(text.rsplit(":", 1)[1]) < 65536):
+        raise UsageError(f"{option} {text!r}: give a host name, or HOST:PORT (such as llm.example.com:8443)")
+    return host_entry(URL(f"https://{text}"))
+
+
+def parse_redirect(text: str) -> tuple[str, str, str]:
+    """(``host:port``, origin, URL) of ``HOST=URL`` (``--redirect``). Raises UsageError."""
+    host, sep, url = text.partition("=")
+    if not sep or not host or not url:
+        raise UsageError(
+            f"--redirect {text!r}: give HOST=URL, such as api.anthropic.com=http://127.0.0.1:9000"
+        )
+    key, origin = parse_host(host, "--redirect")
+    try:
+        check_upstream_url(url)
+    except ValueError as exc:
+        raise UsageError(f"--redirect {host}: {exc}") from None
+    return key, origin, url.rstrip("/")
+
+
+@dataclass
+class InterceptConfig:
+    """Settings of intercept mode.
+
+    Fields: ``host``/``port`` the proxy listens on (port 0: a free one); ``confdir`` the CA's
+    directory (None: :func:`default_confdir`); ``hosts`` extra hosts to intercept
+    (``--intercept-host``, ``host:port`` -> origin); ``redirects`` ``host:port`` -> the URL
+    its requests go to instead (``--redirect``; a redirected host is intercepted);
+    ``mitmdump`` its path (None: :func:`find_mitmdump`)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    confdir: Path | None = None
+    hosts: dict[str, str] = field(default_factory=dict)
+    redirects: dict[str, tuple[str, str]] = field(default_factory=dict)
+    mitmdump: str | None = None
+
+    def intercepted(self) -> dict[str, str]:
+        """``host:port`` -> origin of every intercepted host."""
+        hosts = model_hosts()
+        hosts.update(self.hosts)
+        hosts.update({key: origin for key, (origin, _) in self.redirects.items()})
+        return hosts
+
+    def origins(self) -> dict[str, str]:
+        """origin -> the base URL its requests go to (itself, or its redirect)."""
+        out = {origin: origin for origin in self.intercepted().values()}
+        out.update({origin: url for origin, url in self.redirects.values()})
+        return out
+
+
+def default_confdir() -> Path:
+    """``$PVISOR_CA_DIR``, else ``$XDG_DATA_HOME/pvisor/ca`` (``~/.local/share/pvisor/ca``)."""
+    if os.environ.get(CA_DIR_ENV):
+        return Path(os.environ[CA_DIR_ENV]).expanduser().absolute()
+    data = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data).expanduser().absolute() / "pvisor" / "ca"
+
+
+def find_mitmdump(explicit: str | None = None) -> str:
+    """The mitmdump to run: ``explicit`` (``--mitmdump``), ``$PVISOR_MITMDUMP``, else the one
+    on ``PATH``. Raises UnavailableError (exit 69) saying how to install it."""
+    given = explicit or os.environ.get(MITMDUMP_ENV)
+    if given:
+        path = Path(given).expanduser()
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path.absolute())
+        where = "--mitmdump" if explicit else f"${MITMDUMP_ENV}"
+        raise UnavailableError(f"{where} {given}: no executable file there (give the path of mitmdump)")
+    found = shutil.which("mitmdump")
+    if found:
+        return found
+    raise UnavailableError(
+        "intercept mode needs mitmdump (mitmproxy 11), and none is on PATH: install it with "
+        "`pip install 'pvisor-sandbox[intercept]'` in an environment of its own, or `pipx install "
+        "'mitmproxy>=11,<12'`, then give its path with --mitmdump or $PVISOR_MITMDUMP"
+    )
+
+
+def _private_dir(path: Path) -> Path:
+    """``path`` as a directory of mode 0700 (created if missing). Raises BadInputError when it
+    is something else, or belongs to another user."""
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        st = path.stat()
+    except OSError as exc:
+        raise BadInputError(f"CA directory {path}: {exc.strerror or exc}") from None
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise BadInputError(f"CA directory {path} belongs to another user: its key would not be private")
+    os.chmod(path, 0o700)
+    return path
+
+
+def mitmdump_argv(mitmdump: str, confdir: Path, *extra: str) -> list[str]:
+    """The command line every mitmdump of pvisor starts with: quiet, pvisor's addon, the CA in
+    ``confdir``, nothing read or written elsewhere."""
+    return [
+        mitmdump,
+        "--quiet",
+        "--set",
+        f"confdir={confdir}",
+        "--set",
+        "termlog_verbosity=warn",
+        "--set",
+        "flow_detail=0",
+        "-s",
+        str(ADDON),
+        *extra,
+    ]
+
+
+def _run_env(settings: dict) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PVISOR_INTERCEPT"] = json.dumps(settings)
+    # mitmdump's own interpreter must not see the caller's Python settings or proxies
+    for name in ("PYTHONPATH", "PYTHONHOME", "HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"):
+        env.pop(name, None)
+    return env
+
+
+def ensure_ca(confdir: Path | None = None, mitmdump: str | None = None) -> Path:
+    """The CA certificate's path in ``confdir`` (default :func:`default_confdir`), created with
+    mitmdump on first use (key 0600 in a 0700 directory), and the bundle beside it brought up
+    to date. Raises UnavailableError when mitmdump is missing or fails."""
+    confdir = _private_dir(confdir or default_confdir())
+    cert = confdir / CA_CERT
+    if not cert.is_file():
+        exe = find_mitmdump(mitmdump)
+        r, w = os.pipe()
+        try:
+            proc = subprocess.run(
+                mitmdump_argv(exe, confdir, "--set", "server=false"),
+                env=_run_env({"ca_only": True, "ready_fd": w}),
+                pass_fds=(w,),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=START_TIMEOUT_S,
+                preexec_fn=die_with_parent(),
+            )
+        except subprocess.TimeoutExpired:
+            raise UnavailableError(
+                f"mitmdump did not create its CA in {confdir} within {START_TIMEOUT_S:g} s"
+            ) from None
+        finally:
+            os.close(w)
+            os.close(r)
+        if not cert.is_file():
+            raise UnavailableError(
+                f"mitmdump did not create its CA in {confdir} (exit {proc.returncode}): "
+                f"{_last_line(proc.stderr or proc.stdout)}"
+            )
+    for name in (CA_KEY, "mitmproxy-ca.p12"):  # mitmproxy writes them under umask 077; make sure
+        if (confdir / name).exists():
+            os.chmod(confdir / name, 0o600)
+    _write_bundle(confdir)
+    return cert
+
+
+def system_ca_file() -> Path | None:
+    """The system's CA bundle (OpenSSL's default file, else certifi's), or None."""
+    paths = ssl.get_default_verify_paths()
+    for candidate in (paths.cafile, paths.openssl_cafile, "/etc/ssl/certs/ca-certificates.crt"):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    try:
+        import certifi
+
+        return Path(certifi.where())
+    except ImportError:
+        return None
+
+
+def _write_bundle(confdir: Path) -> Path:
+    """``ca-bundle.pem``: the system bundle plus the CA certificate (rewritten when older)."""
+    cert = confdir / CA_CERT
+    bundle = confdir / CA_BUNDLE
+    system = system_ca_file()
+    newest = max(cert.stat().st_mtime, system.stat().st_mtime if system else 0)
+    if bundle.is_file() and bundle.stat().st_mtime >= newest:
+        return bundle
+    parts = [system.read_bytes()] if system else []
+    parts.append(cert.read_bytes())
+    tmp = bundle.with_suffix(".tmp")
+    tmp.write_bytes(b"\n".join(p.rstrip(b"\n") for p in parts) + b"\n")
+    os.replace(tmp, bundle)
+    return bundle
+
+
+def _last_line(data: bytes | str) -> str:
+    text = data.decode("utf-8", "replace") if isinstance(data, bytes) else data
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return redact_text(lines[-1]) if lines else "it printed nothing"
+
+
+class InterceptProxy:
+    """mitmdump in front of a running gateway (``gateway_host``, ``gateway_port``, with
+    ``token`` as its ``intercept_token``).
+
+    ``await start()`` returns the proxy's URL (``http://127.0.0.1:PORT``) once it listens;
+    :attr:`exited` is set if mitmdump dies; ``await stop()`` ends it. Its output lines go to
+    ``log`` (a ``logging.Logger`` or None), redacted; the last ones name the cause when it
+    fails to start."""
+
+    def __init__(self, config: InterceptConfig, gateway_host: str, gateway_port: int, token: str, log=None):
+        self.config = config
+        self.gateway = (gateway_host, gateway_port)
+        self.token = token
+        self.log = log
+        self.url: str | None = None
+        self.ca_cert: Path | None = None
+        self.pid: int | None = None
+        self.exited = asyncio.Event()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._tail: deque[str] = deque(maxlen=5)
+        self._readers: list[asyncio.Task] = []
+
+    def allow_hosts(self) -> list[str]:
+        """mitmproxy ``allow_hosts`` patterns: exactly the intercepted ``host:port`` pairs."""
+        return [f"^{re.escape(key)}$" for key in sorted(self.config.intercepted())]
+
+    async def start(self) -> str:
+        confdir = self.config.confdir or default_confdir()
+        self.ca_cert = ensure_ca(confdir, self.config.mitmdump)
+        exe = find_mitmdump(self.config.mitmdump)
+        extra = [
+            "--listen-host",
+            self.config.host,
+            "--listen-port",
+            str(self.config.port),
+            "--set",
+            "connection_strategy=lazy",  # an intercepted host is never contacted by mitmdump
+            "--set",
+            "upstream_cert=false",
+        ]
+        for pattern in self.allow_hosts():
+            extra += ["--set", f"allow_hosts={pattern}"]
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        settings = {
+            "gateway": list(self.gateway),
+            "token": self.token,
+            "hosts": self.config.intercepted(),
+            "ready_fd": w,
+        }
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *mitmdump_argv(exe, confdir, *extra),
+                env=_run_env(settings),
+                pass_fds=(w,),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=die_with_parent(),
+            )
+        except OSError as exc:
+            os.close(r)
+            raise UnavailableError(f"cannot start mitmdump {exe}: {exc.strerror or exc}") from None
+        finally:
+            os.close(w)
+        self.pid = self._proc.pid
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        self._readers = [
+            asyncio.ensure_future(self._pump(self._proc.stdout)),
+            asyncio.ensure_future(self._pump(self._proc.stderr)),
+        ]
+        watcher = asyncio.ensure_future(self._watch())
+        self._readers.append(watcher)
+        try:
+            line = await self._ready(r)
+        finally:
+            os.close(r)
+        if line is None:
+            await self.stop()
+            cause = self._tail[-1] if self._tail else "it printed nothing"
+            raise UnavailableError(
+                f"mitmdump could not listen on {self.config.host}:{self.config.port}: {cause}"
+            )
+        host, port = json.loads(line)["listen"][:2]
+        host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+        self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        return self.url
+
+    async def _ready(self, fd: int) -> str | None:
+        """The addon's line on ``fd``, or None when mitmdump exits (or takes too long) first."""
+        loop = asyncio.get_running_loop()
+        got: asyncio.Future[bytes] = loop.create_future()
+        buf = bytearray()
+
+        def readable() -> None:
+            try:
+                data = os.read(fd, 4096)
+            except BlockingIOError:
+                return
+            if not data:
+                if not got.done():
+                    got.set_result(bytes(buf))
+                return
+            buf.extend(data)
+            if b"\n" in buf and not got.done():
+                got.set_result(bytes(buf))
+
+        loop.add_reader(fd, readable)
+        try:
+            done, _ = await asyncio.wait(
+                [got, asyncio.ensure_future(self.exited.wait())],
+                timeout=START_TIMEOUT_S,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            loop.remove_reader(fd)
+        if got in done and b"\n" in got.result():
+            return got.result().split(b"\n", 1)[0].decode()
+        if not self.exited.is_set():
+            self._tail.append(f"no answer within {START_TIMEOUT_S:g} s")
+        return None
+
+    async def _pump(self, stream: asyncio.StreamReader) -> None:
+        while True:
+            try:
+                raw = await stream.readline()
+            except (ValueError, asyncio.LimitOverrunError):  # a line beyond the reader's limit
+                raw = await stream.read(65536)
+            if not raw:
+                return
+            line = redact_text(raw.decode("utf-8", "replace").rstrip())
+            if line:
+                self._tail.append(line)
+                if self.log is not None and self.log.handlers:
+                    self.log.info("mitmdump: %s", line)
+
+    async def _watch(self) -> None:
+        assert self._proc is not None
+        await self._proc.wait()
+        self.exited.set()
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode if self._proc is not None else None
+
+    def last_output(self) -> str:
+        """mitmdump's last line of output (redacted), or a placeholder."""
+        return self._tail[-1] if self._tail else "it printed nothing"
+
+    async def stop(self) -> None:
+        """End mitmdump: SIGTERM, then SIGKILL after :data:`STOP_GRACE_S` s (idempotent)."""
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.returncode is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            try:
+                await asyncio.wait_for(proc.wait(), STOP_GRACE_S)
+            except asyncio.TimeoutError:
+                proc.kill()
+                await proc.wait()
+        deadline = time.monotonic() + 2.0
+        for task in self._readers:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                await asyncio.wait_for(task, left)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                task.cancel()
+        self._readers = []
+
+
+def intercept_env(
+    proxy_url: str,
+    confdir: Path,
+    ca_vars: dict[str, str],
+    intercepted: dict[str, str],
+    no_proxy: str | None = None,
+) -> dict[str, str]:
+    """The environment an agent needs to go through intercept mode: ``HTTPS_PROXY`` (and the
+    lower-case spelling some runtimes read); ``NO_PROXY``: the entries of ``no_proxy`` (the
+    user's) except the intercepted hosts, plus the loopback names; and each variable of
+    ``ca_vars`` (name -> ``cert`` or ``bundle``: whether the runtime adds the file to its store,
+    or replaces its store with it) pointing at the CA in ``confdir``."""
+    hosts = {key.rsplit(":", 1)[0] for key in intercepted}
+    kept = [e.strip() for e in (no_proxy or "").split(",") if e.strip()]
+    kept = [e for e in kept if e.lower().lstrip(".").split(":")[0] not in hosts and e != "*"]
+    for local in ("127.0.0.1", "localhost", "::1"):
+        if local not in kept:
+            kept.append(local)
+    env = {
+        "HTTPS_PROXY": proxy_url,
+        "https_proxy": proxy_url,
+        "NO_PROXY": ",".join(kept),
+        "no_proxy": ",".join(kept),
+    }
+    for name, kind in ca_vars.items():
+        env[name] = str(confdir / (CA_CERT if kind == "cert" else CA_BUNDLE))
+    return env
