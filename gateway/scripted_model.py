@@ -315,9 +315,9 @@ def _parse_turn(t: Any, where: str) -> Turn:
     return turn
 
 
-def _signature(conv: Conversation, tools: list[Any]) -> str:
+def _signature(system: str, tools: list[Any]) -> str:
     h = hashlib.sha256()
-    h.update((conv.system or "").encode("utf-8", "surrogatepass"))
+    h.update(system.encode("utf-8", "surrogatepass"))
     for t in tools:
         h.update(b"\0" + t.name.encode())
     return h.hexdigest()
@@ -464,13 +464,15 @@ class ScriptedModel:
             usage=usage,
         )
 
-    def classify(self, conv: Conversation, tools: list[Any] | None = None) -> str:
+    def classify(self, conv: Conversation, tools: list[Any] | None = None, system: str | None = None) -> str:
         """``main`` or ``aux`` for a parsed request (fixing the main chain on first sight);
-        ``tools``: the tools it offers (its protocol's ``offered_tools``; default its definitions)."""
+        ``tools``: the tools it offers (its protocol's ``offered_tools``; default its definitions);
+        ``system``: its system prompt as the chain rule compares it (its protocol's
+        ``normalise``; default the text as sent)."""
         tools = conv.tools if tools is None else tools
         if self.script.main_chain == "any-tools":
             return "main" if tools else "aux"
-        sig = _signature(conv, tools)
+        sig = _signature(conv.system or "" if system is None else system, tools)
         if self.main_signature is None:
             if self.script.main_chain == "first" or tools:
                 self.main_signature = sig
@@ -500,7 +502,14 @@ class ScriptedModel:
             )
             turn, kind = Turn(text=text, usage=comp.usage), "summary"
             k += 20_000_000
-        elif self.classify(conv, mod.offered_tools(conv)) == "aux":
+        elif (
+            self.classify(
+                conv,
+                mod.offered_tools(conv),
+                mod.normalise(Conversation(protocol=conv.protocol, system=conv.system))["system"],
+            )
+            == "aux"
+        ):
             turn, k, kind = Turn(text=self.script.aux_reply), 10_000_000, "aux"
         else:
             k = conversation_state(conv, acks)

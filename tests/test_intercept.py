@@ -553,57 +553,98 @@ def test_the_test_venv_keeps_the_sdks_it_asks_for_and_mitmproxy_lives_apart():
     assert out.startswith("Mitmproxy: 11."), out
 
 
-# --------------------------------------------------------------------------- a real agent
+# --------------------------------------------------------------------------- the real agents
+
+
+def agent_env(tmp: Path) -> dict[str, str]:
+    home = tmp / "home"
+    home.mkdir(exist_ok=True)
+    return user_env(home, PVISOR_MITMDUMP=mitmdump(), PVISOR_CA_DIR=str(tmp / "ca"))
+
+
+def run_through_proxy(agent: str, tmp: Path, script: dict, task: str) -> tuple[dict, Path]:
+    """``pvisor run --intercept --script`` of the pinned ``agent``: (its --json report, journal)."""
+    ws = tmp / "ws"
+    ws.mkdir()
+    (tmp / "s.json").write_text(json.dumps(script))
+    journal = tmp / "j.sqlite"
+    run = pvisor(
+        ["--journal", str(journal), "run", "--agent", agent, "--agent-entrypoint", str(entrypoint(agent)),
+         "--intercept", "--script", str(tmp / "s.json"), "--workspace", str(ws), "--timeout", "240", "--json",
+         "--", task],
+        env=agent_env(tmp), cwd=tmp, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert "not verified" not in run.stderr and "Traceback" not in run.stderr
+    return orjson.loads(run.stdout), journal
 
 
 @pytest.mark.slow
-def test_claude_code_captured_through_intercept_mode_and_replayed_from_it(tmp_path):
-    """Claude Code with HTTPS_PROXY and NODE_EXTRA_CA_CERTS only (no base URL): ``pvisor run
-    --intercept --script`` records its exchanges (``capture = intercept``, the public host's
-    paths) and the steps; ``pvisor replay --replay-only --intercept`` of that run re-runs its
-    tool call and ends it at request N+1, all through the proxy."""
-    home = tmp_path / "home"
-    home.mkdir()
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    script = tmp_path / "s.json"
-    script.write_text(
-        json.dumps(
-            {"turns": [{"text": "Writing.", "tool_calls": [{"tool": "@shell", "command": "echo hi > hello.txt"}]},
-                       {"text": "Done."}]}
-        )
-    )  # fmt: skip
-    exe = entrypoint("claude-code")
-    env = user_env(home, PVISOR_MITMDUMP=mitmdump(), PVISOR_CA_DIR=str(tmp_path / "ca"))
-    journal = tmp_path / "j.sqlite"
-    run = pvisor(
-        ["--journal", str(journal), "run", "--agent", "claude-code", "--agent-entrypoint", str(exe), "--intercept",
-         "--script", str(script), "--workspace", str(ws), "--json", "--", "write hello.txt"],
-        env=env, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    report = orjson.loads(run.stdout)
-    assert report["steps"] == 2 and report["intercept_proxy"].startswith("http://127.0.0.1:")
-    assert (ws / "hello.txt").read_text() == "hi\n"
+@pytest.mark.parametrize(
+    "agent", ["claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "mini-swe-agent"]
+)
+def test_each_agent_is_captured_through_intercept_mode(tmp_path, agent):
+    """Each of the six agents, given HTTPS_PROXY and the CA variables of its runtime instead of
+    the gateway's URL, sends its model requests to its public host through the proxy: they are
+    recorded (``capture = intercept``, answered by the scripted model), the steps are derived,
+    and the tools ran (the files are there)."""
+    from agent_helpers import TASK, script_for
+
+    report, journal = run_through_proxy(agent, tmp_path, script_for(agent), TASK)
+    assert report["steps"] == 3 and report["tool_calls_per_step"][:2] == [1, 3], report
+    assert report["intercept_proxy"].startswith("http://127.0.0.1:")
+    assert sorted(p.name for p in (tmp_path / "ws").iterdir() if p.suffix == ".txt") == [
+        "a.txt",
+        "b.txt",
+        "c.txt",
+    ]
     with JournalReader(journal) as r:
         exs = r.exchanges(report["run"])
-        argv = r.run(report["run"]).argv
-    assert exs and {e.capture for e in exs} == {"intercept"}
-    assert [e.path for e in exs if e.role == "main"] == ["/v1/messages", "/v1/messages"]
-    assert "--intercept" not in argv and argv[0] == str(exe)  # the agent's own command line
-    ws2 = tmp_path / "ws2"
-    ws2.mkdir()
-    rep = pvisor(
-        ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", str(exe), "--run",
-         report["run"], "--after-step", "1", "--replay-only", "--intercept", "--workspace", str(ws2),
-         "--output", str(tmp_path / "out")],
-        env=env, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
-    assert rep.returncode == 0, rep.stderr
-    result = json.loads((tmp_path / "out" / "result.json").read_text())
-    assert (ws2 / "hello.txt").read_text() == "hi\n"
-    assert (tmp_path / "out" / "prefix.json").stat().st_size > 0 and result["mode"] == "replay-only"
+        labels = r.run(report["run"]).labels
+    assert exs and {e.capture for e in exs} == {"intercept"} and labels["capture"] == "intercept"
+    assert {e.served_by for e in exs} == {"scripted"}
+    assert len([e for e in exs if e.role == "main"]) == 3
+
+
+@pytest.mark.slow
+def test_claude_code_replays_and_continues_through_intercept_mode(tmp_path, loop_thread):
+    """A run captured through intercept mode is replayed through it (``--replay-only
+    --intercept``: the tool re-run, the agent ended at request N+1 by playback), and continued
+    (``--intercept --upstream``: the public host redirected to a live model server, which gets
+    request N+1)."""
+    script = {"turns": [{"text": "Writing.", "tool_calls": [{"tool": "@shell", "command": "echo hi > hello.txt"}]},
+                        {"text": "Done."}]}  # fmt: skip
+    report, journal = run_through_proxy("claude-code", tmp_path, script, "write hello.txt")
+    assert (tmp_path / "ws" / "hello.txt").read_text() == "hi\n"
+    exe = str(entrypoint("claude-code"))
+    env = agent_env(tmp_path)
+
+    def replay(name: str, *extra: str) -> dict:
+        ws = tmp_path / name
+        ws.mkdir()
+        rep = pvisor(
+            ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe, "--run",
+             report["run"], "--after-step", "1", "--intercept", "--workspace", str(ws),
+             "--output", str(tmp_path / f"out-{name}"), *extra],
+            env=env, cwd=tmp_path, timeout=300,
+        )  # fmt: skip
+        assert rep.returncode == 0, rep.stderr
+        assert (ws / "hello.txt").read_text() == "hi\n"
+        return json.loads((tmp_path / f"out-{name}" / "result.json").read_text())
+
+    only = replay("ws-replay", "--replay-only")
+    assert only["mode"] == "replay-only" and (tmp_path / "out-ws-replay" / "prefix.json").stat().st_size > 0
+    live_server = ScriptedModelServer(ScriptedModel(parse_script({"turns": [{"text": "Live."}]}, "live")))
+    live_url = loop_thread.run(live_server.start())
+    try:
+        cont = replay("ws-live", "--upstream", live_url, "--max-steps", "2")
+    finally:
+        loop_thread.run(live_server.stop())
+    assert cont["mode"] == "continuation" and live_server.requests >= 1
     with JournalReader(journal) as r:
-        derived = [e for e in r.exchanges() if e.run != report["run"]]
-    assert derived and {e.capture for e in derived} == {"intercept"}
-    assert {e.served_by for e in derived} == {"playback"}
+        derived = {run: r.exchanges(run) for run in (only["derived_run"], cont["derived_run"])}
+    for exs in derived.values():
+        assert exs and {e.capture for e in exs} == {"intercept"}
+    assert {e.served_by for e in derived[only["derived_run"]]} == {"playback"}
+    live = [e for e in derived[cont["derived_run"]] if "live" in e.flags]
+    assert live and {e.served_by for e in live} == {"upstream"}

@@ -692,3 +692,47 @@ def test_paths_registry_and_error_body():
     )
     assert orjson.loads(A.error_body(502, "upstream down"))["error"]["type"] == "api_error"
     anthropic.types.ErrorResponse.model_validate(body)
+
+
+def _with_billing(cch: str, messages: list) -> dict:
+    return {
+        "model": "claude-test",
+        "max_tokens": 64,
+        "system": [
+            {
+                "type": "text",
+                "text": f"x-anthropic-billing-header: cc_version=2.1.332; cch={cch}; cc_turn_index=1;",
+            },
+            {"type": "text", "text": "You are Claude Code.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "tools": [{"name": "Bash", "input_schema": {"type": "object"}}],
+        "messages": messages,
+    }
+
+
+def test_the_billing_block_sent_to_anthropics_own_host_is_no_change_of_system_prompt():
+    """Claude Code sends api.anthropic.com (no ANTHROPIC_BASE_URL: intercept mode) a first system
+    block whose ``cch=`` hash is new in every request. The chain rule's form leaves it out, so
+    the next request continues the chain without ``system_changed``, and the scripted model
+    answers it with the next turn instead of its auxiliary reply (both failed before)."""
+    from pvisor.gateway.scripted_model import ScriptedModel, parse_script
+
+    first = [{"role": "user", "content": "hi"}]
+    second = first + [
+        {
+            "role": "assistant",
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "Bash", "input": {}}],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
+    ]
+    a = A.parse_request(_with_billing("77bf6", first), path="/v1/messages")
+    b = A.parse_request(_with_billing("ee97d", second), path="/v1/messages")
+    assert a.system != b.system  # kept as sent
+    # the chain rule keys the system prompt by this form (adapters/chains.py, system_key)
+    assert A.normalise(a)["system"] == A.normalise(b)["system"] == "You are Claude Code."
+    m = ScriptedModel(parse_script({"turns": [{"text": "one"}, {"text": "two"}], "aux_reply": "AUX"}))
+    texts = []
+    for body in (_with_billing("77bf6", first), _with_billing("ee97d", second)):
+        reply = m.answer("POST", "/v1/messages", "", orjson.dumps(body))
+        texts.append(orjson.loads(b"".join(reply.chunks))["content"][0]["text"])
+    assert texts == ["one", "two"]

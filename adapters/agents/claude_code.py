@@ -63,8 +63,14 @@ class ClaudeCode(AgentProfile):
     key_env = "ANTHROPIC_API_KEY"
     volatile_context = (
         "the <env> block of the system prompt (working directory, platform, date) and its git status",
+        "the x-anthropic-billing-header block leading the system prompt sent to api.anthropic.com",
     )
-    volatile_patterns = (rx(r"<env>[\s\S]*?</env>"), rx(r"gitStatus:[\s\S]*?(?=\n\n|$)"), ISO_DATE)
+    volatile_patterns = (
+        rx(r"<env>[\s\S]*?</env>"),
+        rx(r"gitStatus:[\s\S]*?(?=\n\n|$)"),
+        rx(r"x-anthropic-billing-header: [^\n]*"),
+        ISO_DATE,
+    )
     # the last tool result of a request carries a reminder the native file does not hold
     output_decorations = ((rx(r"\s*<system-reminder>[\s\S]*?</system-reminder>\s*"), ""),)
     path_arguments = {
@@ -85,6 +91,7 @@ class ClaudeCode(AgentProfile):
         "ANTHROPIC_VERTEX_BASE_URL",
     )
     ca_env = {"NODE_EXTRA_CA_CERTS": "cert"}  # Node adds it to its built-in CAs
+    intercept_verified = True  # tests/test_intercept.py runs it through the proxy
     intercept_unset_env = ("ANTHROPIC_BASE_URL",)  # it goes to api.anthropic.com by itself
 
     def compaction_differences(self, protocol: str) -> str | None:

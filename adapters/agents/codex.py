@@ -126,6 +126,7 @@ class Codex(AgentProfile):
     key_env = "OPENAI_API_KEY"
     # its own variable, and the store of its TLS stack where that reads the system's
     ca_env = {"CODEX_CA_CERTIFICATE": "cert", "SSL_CERT_FILE": "bundle"}
+    intercept_verified = True  # tests/test_intercept.py runs it through the proxy
     intercept_notes = (
         "Codex's built-in OpenAI provider talks WebSocket first, which pvisor refuses (426, recorded): "
         "the -c overrides below give it a provider of the same host that speaks HTTP "

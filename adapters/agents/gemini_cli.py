@@ -92,6 +92,7 @@ class GeminiCli(AgentProfile):
     # Vertex AI would bypass the base URL
     removed_env = ("GOOGLE_GENAI_USE_VERTEXAI",)
     ca_env = {"NODE_EXTRA_CA_CERTS": "cert"}  # Node adds it to its built-in CAs
+    intercept_verified = True  # tests/test_intercept.py runs it through the proxy
     intercept_unset_env = ("GOOGLE_GEMINI_BASE_URL",)  # its default is the public Gemini host
     volatile_context = (
         "the <session_context> part of message 0 (date, temporary directory under the private home, "

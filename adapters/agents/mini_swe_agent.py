@@ -74,6 +74,7 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
     key_env = "OPENAI_API_KEY"
     # litellm's httpx reads SSL_CERT_FILE; requests-based helpers read REQUESTS_CA_BUNDLE
     ca_env = {"SSL_CERT_FILE": "bundle", "REQUESTS_CA_BUNDLE": "bundle"}
+    intercept_verified = True  # tests/test_intercept.py runs it through the proxy
 
     def wire_action(self, protocol: str, action: Action) -> Message:
         """Chat Completions: the file's message dict without ``extra`` and the null keys

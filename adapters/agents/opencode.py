@@ -99,6 +99,7 @@ class OpenCode(AgentProfile):
     # an inline config would override ours
     removed_env = ("OPENCODE_CONFIG_CONTENT",)
     ca_env = {"NODE_EXTRA_CA_CERTS": "cert"}  # Bun reads Node's variable
+    intercept_verified = True  # tests/test_intercept.py runs it through the proxy
     volatile_context = ("the <env> block of the system prompt (working directory, git repo, platform, date)",)
     volatile_patterns = (rx(r"<env>[\s\S]*?</env>"), rx(r"Today's date: [^\n]*"), ISO_DATE)
     path_arguments = {

@@ -59,6 +59,7 @@ class QwenCode(AgentProfile):
     resume_extends_chain = False
     auxiliary_first_prompt = 0
     ca_env = {"NODE_EXTRA_CA_CERTS": "cert"}  # Node adds it to its built-in CAs
+    intercept_verified = True  # tests/test_intercept.py runs it through the proxy
     chain_hint = ChainHint(tools=frozenset({"run_shell_command"}))
     key_env = "OPENAI_API_KEY"
     volatile_context = (

@@ -259,11 +259,21 @@ def parse_request(
     )
 
 
+#: the first system text block a client sends to Anthropic's own host for billing attribution:
+#: ``x-anthropic-billing-header: cc_version=...; cch=<hash>; ...;``, its hash new in every request
+#: (Claude Code 2.1.332 without ANTHROPIC_BASE_URL, seen through intercept mode)
+_BILLING_BLOCK = re.compile(r"\Ax-anthropic-billing-header:[^\n]*(?:\n\n|\Z)")
+
+
 def normalise(conv: Conversation) -> dict:
     """The chain rule's comparison form: :func:`base.normalise_conversation` with call ids kept
     (``toolu_`` ids are made by the server, so an agent echoes them unchanged). Moving
-    ``cache_control`` markers (Claude Code, litellm; agents.md) and signatures do not count."""
-    return normalise_conversation(conv, keep_call_ids=True)
+    ``cache_control`` markers (Claude Code, litellm; agents.md) and signatures do not count, nor
+    does the billing block that leads the system prompt sent to Anthropic's own host."""
+    out = normalise_conversation(conv, keep_call_ids=True)
+    if out["system"].startswith("x-anthropic-billing-header:"):
+        out["system"] = _BILLING_BLOCK.sub("", out["system"], count=1)
+    return out
 
 
 def _render_system(conv: Conversation) -> Any:
