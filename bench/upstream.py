@@ -5,6 +5,7 @@ with ``"stream": true`` a 200-event ``chat.completion.chunk`` stream and ``data:
 bodies are built once at start, so the upstream's own cost is as small as it can be.
 
 Usage: python bench/upstream.py --port 0   (prints ``listening http://127.0.0.1:PORT``)
+       python bench/upstream.py --port 0 --certfile C --keyfile K   (HTTPS: ``listening https://...``)
 """
 
 from __future__ import annotations
@@ -64,16 +65,26 @@ async def handle(request: web.BaseRequest) -> web.StreamResponse:
     return web.Response(body=JSON_BODY, content_type="application/json")
 
 
-async def main(port: int) -> None:
+async def main(port: int, certfile: str | None = None, keyfile: str | None = None) -> None:
+    ctx = None
+    if certfile:
+        import ssl
+
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(certfile, keyfile)
     runner = web.ServerRunner(web.Server(handle), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", port)
+    site = web.TCPSite(runner, "127.0.0.1", port, ssl_context=ctx)
     await site.start()
-    print(f"listening http://127.0.0.1:{runner.addresses[0][1]}", flush=True)
+    scheme = "https" if ctx else "http"
+    print(f"listening {scheme}://127.0.0.1:{runner.addresses[0][1]}", flush=True)
     await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--port", type=int, default=0)
-    asyncio.run(main(ap.parse_args().port))
+    ap.add_argument("--certfile", default=None, help="serve HTTPS with this certificate (PEM)")
+    ap.add_argument("--keyfile", default=None, help="and this key (PEM)")
+    a = ap.parse_args()
+    asyncio.run(main(a.port, a.certfile, a.keyfile))

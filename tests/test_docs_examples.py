@@ -155,7 +155,12 @@ def test_readme_shows_run_and_env_for_every_agent_and_they_parse_or_run(tmp_path
                 ["bash", "-c", command.split("#")[0]], env=env, cwd=tmp_path, capture_output=True, timeout=60
             )
             assert proc.returncode == 0, (command, proc.stderr.decode())
-            assert b"/run/" in proc.stdout, command
+            # a base URL with the run id; intercept mode's snippet instead names the proxy and the CA
+            if "--intercept" in words:
+                assert b"HTTPS_PROXY=http://127.0.0.1:8080" in proc.stdout, command
+                assert b"NODE_EXTRA_CA_CERTS=" in proc.stdout, command
+            else:
+                assert b"/run/" in proc.stdout, command
     assert not (tmp_path / "j.sqlite").exists()  # pvisor env never writes
 
 

@@ -239,6 +239,13 @@ def test_the_sdks_through_intercept_mode_get_what_the_reverse_proxy_gives_and_th
         }
         assert "x-pvisor-intercept" not in g.request_headers
     assert {e.protocol for e, _, _ in got} == {"anthropic", "openai-chat", "openai-responses", "gemini"}
+    # an export of the intercepted run, for the module's scan for keys as well
+    export = subprocess.run(
+        [*PVISOR, "--journal", str(tmp_path / "intercept.sqlite"), "journal", "export", "intercepted",
+         "--format", "jsonl", "-o", str(tmp_path / "export.jsonl")],
+        env=ENV, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert export.returncode == 0 and (tmp_path / "export.jsonl").stat().st_size > 0, export.stderr
     # every exchange is in the log file too, and no key is anywhere (the module's scan checks the files)
     assert (tmp_path / "intercept.log").read_text().count(" upstream req=") == 8
 
@@ -365,6 +372,25 @@ def test_a_websocket_upgrade_to_a_model_host_is_refused_and_recorded(procs, tmp_
     ((ex, _, _),) = exchanges(tmp_path / "intercept.sqlite", "intercepted")
     assert ex.status == 426 and ex.served_by == "refused" and ex.capture == "intercept"
     assert "pvisor_websocket_unsupported" in ex.error
+
+
+def test_one_run_per_proxy_and_the_run_header_files_a_request_elsewhere(procs, tmp_path, certs, upstream):
+    """Without a /run/<id> path, an intercepted request goes to the proxy's run (--run); one
+    with ``X-Pvisor-Run`` goes to that run, and the header is neither forwarded nor kept."""
+    p, info = start_intercept(procs, tmp_path, certs, {"api.anthropic.com": upstream})
+    client = httpx2.Client(proxy=info["url"], verify=proxy_client_ssl(info), timeout=15)
+    body = b'{"model":"claude-test","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'
+    for headers in ({}, {"X-Pvisor-Run": "session-b"}):
+        resp = client.post(
+            "https://api.anthropic.com/v1/messages",
+            headers={"x-api-key": ANTHROPIC_KEY, "content-type": "application/json", **headers},
+            content=body,
+        )
+        assert resp.status_code == 200
+    p.stop()
+    with JournalReader(tmp_path / "intercept.sqlite") as r:
+        assert [e.run for e in r.exchanges()] == ["intercepted", "session-b"]
+        assert all("x-pvisor-run" not in e.request_headers for e in r.exchanges())
 
 
 def test_a_forged_intercept_header_at_the_gateway_is_refused_unrecorded(procs, tmp_path, certs, upstream):
@@ -648,3 +674,77 @@ def test_claude_code_replays_and_continues_through_intercept_mode(tmp_path, loop
     assert {e.served_by for e in derived[only["derived_run"]]} == {"playback"}
     live = [e for e in derived[cont["derived_run"]] if "live" in e.flags]
     assert live and {e.served_by for e in live} == {"upstream"}
+
+
+@pytest.mark.slow
+def test_the_offline_example_of_docs_intercept_runs_as_written(tmp_path):
+    """docs/intercept.md "Try it offline": the command as written (agents.md's turns.json), with
+    the pinned Claude Code first on PATH: the file is made and every exchange is intercepted."""
+    import re
+    import sys
+
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    [script] = re.findall(r"```json\n(.*?)```", (docs / "agents.md").read_text(), flags=re.S)
+    commands = [
+        line[2:]
+        for block in re.findall(r"```console\n(.*?)```", (docs / "intercept.md").read_text(), flags=re.S)
+        for line in block.splitlines()
+        if line.startswith("$ ")
+    ]
+    assert len(commands) == 1 and "--intercept" in commands[0]
+    (tmp_path / "turns.json").write_text(script)
+    env = agent_env(tmp_path)
+    env.update(
+        PATH=os.pathsep.join(
+            [str(entrypoint("claude-code").parent), os.path.dirname(sys.executable), env["PATH"]]
+        ),
+        PVISOR_JOURNAL=str(tmp_path / "data" / "j.sqlite"),
+    )
+    proc = subprocess.run(
+        ["bash", "-c", commands[0]], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "ws" / "hello.txt").read_text() == "hello\n"
+    with JournalReader(tmp_path / "data" / "j.sqlite") as r:
+        exs = r.exchanges()
+    assert exs and {e.capture for e in exs} == {"intercept"}
+
+
+def test_a_ca_directory_of_another_user_is_refused(tmp_path):
+    """The CA's key must stay private: a --confdir that belongs to someone else is exit 65, and
+    nothing is created in it."""
+    if os.geteuid() != 0:
+        from conftest import cannot_run_here
+
+        cannot_run_here("giving a directory to another user needs root")
+    other = tmp_path / "theirs"
+    other.mkdir()
+    os.chown(other, 65534, 65534)
+    env = {**ENV, "PVISOR_MITMDUMP": mitmdump()}
+    p = subprocess.run(
+        [*PVISOR, "ca", "path", "--confdir", str(other)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 65 and "belongs to another user" in p.stderr and "Traceback" not in p.stderr
+    assert list(other.iterdir()) == []
+
+
+def test_the_intercept_benchmark_runs_its_four_paths(tmp_path):
+    """bench/intercept_latency.py, reduced to a few requests: it measures the four paths and
+    writes the ratios docs/benchmarks.md shows (the figures themselves come from its full run)."""
+    import sys
+
+    bench = Path(__file__).resolve().parents[1] / "bench" / "intercept_latency.py"
+    out = tmp_path / "intercept.json"
+    p = subprocess.run(
+        [sys.executable, str(bench), "--mitmdump", mitmdump(), "--rounds", "1", "--requests", "3", "--warmup", "1",
+         "--output", str(out)],
+        env=ENV, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(out.read_text())
+    assert [r["workload"] for r in doc["rows"]] == ["json", "stream"]
+    for row in doc["rows"]:
+        assert row["requests"] == 3 and set(row["p50_ms"]) == {"direct", "reverse", "mitmdump", "intercept"}
+        assert row["intercept_over_mitmdump"] > 0
+    assert "| json |" in p.stdout
