@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import re
 import shutil
@@ -59,6 +60,17 @@ CA_CERT = "mitmproxy-ca-cert.pem"
 CA_KEY = "mitmproxy-ca.pem"
 CA_BUNDLE = "ca-bundle.pem"
 ADDON = Path(__file__).with_name("intercept_addon.py")
+
+#: what to add to a line of mitmdump's that names a cause the user can mend
+_HINTS = {
+    "does not trust the proxy's certificate": (
+        " (the agent must trust pvisor's CA: `pvisor env --agent NAME --gateway PROXY --intercept` prints how; "
+        "docs/intercept.md)"
+    ),
+}
+
+#: mitmdump's own lines (a child of the gateway's logger: the CLI shows its warnings on stderr)
+log = logging.getLogger("pvisor.gateway.intercept")
 
 _HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?(:\d{1,5})?$")
 
@@ -175,11 +187,11 @@ def _private_dir(path: Path) -> Path:
 
 
 def mitmdump_argv(mitmdump: str, confdir: Path, *extra: str) -> list[str]:
-    """The command line every mitmdump of pvisor starts with: quiet, pvisor's addon, the CA in
-    ``confdir``, nothing read or written elsewhere."""
+    """The command line every mitmdump of pvisor starts with: its warnings only (``--quiet``
+    would hide those too, such as a client that does not trust the CA), no flow printed,
+    pvisor's addon, the CA in ``confdir``, nothing read or written elsewhere."""
     return [
         mitmdump,
-        "--quiet",
         "--set",
         f"confdir={confdir}",
         "--set",
@@ -353,10 +365,17 @@ class InterceptProxy:
         finally:
             os.close(r)
         if line is None:
+            try:  # its pipe closed: it is exiting (give it a moment to be reaped, and its output read)
+                await asyncio.wait_for(self.exited.wait(), STOP_GRACE_S)
+            except asyncio.TimeoutError:
+                pass
+            code = self.returncode
             await self.stop()
-            cause = self._tail[-1] if self._tail else "it printed nothing"
+            where = f"{self.config.host}:{self.config.port}"
+            if code is None:
+                raise UnavailableError(f"mitmdump did not listen on {where} within {START_TIMEOUT_S:g} s")
             raise UnavailableError(
-                f"mitmdump could not listen on {self.config.host}:{self.config.port}: {cause}"
+                f"mitmdump could not listen on {where} (it exited with code {code}): {self.last_output()}"
             )
         host, port = json.loads(line)["listen"][:2]
         host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
@@ -393,8 +412,6 @@ class InterceptProxy:
             loop.remove_reader(fd)
         if got in done and b"\n" in got.result():
             return got.result().split(b"\n", 1)[0].decode()
-        if not self.exited.is_set():
-            self._tail.append(f"no answer within {START_TIMEOUT_S:g} s")
         return None
 
     async def _pump(self, stream: asyncio.StreamReader) -> None:
@@ -408,6 +425,10 @@ class InterceptProxy:
             line = redact_text(raw.decode("utf-8", "replace").rstrip())
             if line:
                 self._tail.append(line)
+                # its warnings are the user's business (an agent that does not trust the CA
+                # says so only here): on stderr, and in the log file
+                hint = _HINTS.get(next((k for k in _HINTS if k in line), ""), "")
+                log.warning("mitmdump: %s%s", line, hint)
                 if self.log is not None and self.log.handlers:
                     self.log.info("mitmdump: %s", line)
 

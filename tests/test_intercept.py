@@ -510,6 +510,23 @@ def mitmdump_children(pid: int) -> list[int]:
     return [c for c, argv in run.items() if any(a.endswith(b"/mitmdump") for a in argv[:2])]
 
 
+def test_a_client_that_does_not_trust_the_ca_is_named_on_stderr(procs, tmp_path, certs, upstream):
+    """mitmdump's warning for a client that refused pvisor's certificate reaches the user's
+    terminal, with what to do; the request is not recorded (it never arrived)."""
+    p, info = start_intercept(procs, tmp_path, certs, {"api.anthropic.com": upstream})
+    with pytest.raises(httpx2.ConnectError):
+        httpx2.Client(proxy=info["url"], verify=ssl.create_default_context(), timeout=15).get(
+            "https://api.anthropic.com/v1/models"
+        )
+    line = p.err.wait_for(
+        r"pvisor: warning: mitmdump: .*does not trust the proxy's certificate.*", deadline=15
+    )
+    assert "pvisor env --agent NAME --gateway PROXY --intercept" in line.group(0)
+    p.stop()
+    with JournalReader(tmp_path / "intercept.sqlite") as r:
+        assert r.exchanges() == []
+
+
 def test_a_taken_port_and_a_dead_mitmdump_end_the_gateway_with_69(procs, tmp_path, certs, upstream):
     """mitmdump cannot listen (the port is taken): one line with its cause, exit 69. mitmdump
     killed while the gateway runs: the gateway says so and stops, exit 69."""
