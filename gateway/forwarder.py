@@ -169,7 +169,8 @@ class UpstreamForwarder:
         name = fwd.upstream or request.upstream
         base = request.base if fwd.upstream is None else None
         if base is not None:  # intercept mode: the origin the agent addressed, or its --redirect
-            name = URL(base).host or "?"
+            u = URL(base)
+            name = f"{u.host}:{u.port}" if u.explicit_port else (u.host or "?")
         elif name is None or name not in self.upstreams:
             msg = (
                 f"no upstream for {request.method} {request.path}: give --upstream NAME=URL, or use a /anthropic/, "

@@ -152,24 +152,58 @@ def default_confdir() -> Path:
     return Path(data).expanduser().absolute() / "pvisor" / "ca"
 
 
+#: mitmdumps whose ``--version`` was checked, by (path, mtime): once per process
+_CHECKED: dict[tuple[str, float], None] = {}
+
+
 def find_mitmdump(explicit: str | None = None) -> str:
     """The mitmdump to run: ``explicit`` (``--mitmdump``), ``$PVISOR_MITMDUMP``, else the one
-    on ``PATH``. Raises UnavailableError (exit 69) saying how to install it."""
+    on ``PATH``, checked to be mitmproxy 11 by its ``--version``. Raises UnavailableError
+    (exit 69) saying how to install it, or what the program found is instead."""
     given = explicit or os.environ.get(MITMDUMP_ENV)
     if given:
         path = Path(given).expanduser()
-        if path.is_file() and os.access(path, os.X_OK):
-            return str(path.absolute())
         where = "--mitmdump" if explicit else f"${MITMDUMP_ENV}"
-        raise UnavailableError(f"{where} {given}: no executable file there (give the path of mitmdump)")
+        if not (path.is_file() and os.access(path, os.X_OK)):
+            raise UnavailableError(f"{where} {given}: no executable file there (give the path of mitmdump)")
+        return _checked(str(path.absolute()), f"{where} {given}")
     found = shutil.which("mitmdump")
     if found:
-        return found
+        return _checked(found, f"mitmdump on PATH ({found})")
     raise UnavailableError(
         "intercept mode needs mitmdump (mitmproxy 11), and none is on PATH: install it with "
         "`pip install 'pvisor-sandbox[intercept]'` in an environment of its own, or `pipx install "
         "'mitmproxy>=11,<12'`, then give its path with --mitmdump or $PVISOR_MITMDUMP"
     )
+
+
+def _checked(exe: str, what: str) -> str:
+    """``exe`` when its ``--version`` says mitmproxy 11; else UnavailableError naming ``what``."""
+    key = (exe, os.stat(exe).st_mtime)
+    if key in _CHECKED:
+        return exe
+    try:
+        out = subprocess.run(
+            [exe, "--version"], capture_output=True, timeout=START_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
+        text = (out.stdout or b"").decode("utf-8", "replace")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise UnavailableError(f"{what}: `--version` did not answer ({type(exc).__name__})") from None
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    if not text.startswith("Mitmproxy: "):
+        shown = repr(redact_text(first)[:120]) if first else "nothing"
+        raise UnavailableError(
+            f"{what} is not mitmdump: its --version printed {shown} "
+            f"(intercept mode needs mitmproxy {MITMPROXY_VERSIONS})"
+        )
+    version = first.split(":", 1)[1].strip()
+    if not version.startswith("11."):
+        raise UnavailableError(
+            f"{what} is mitmproxy {version}; intercept mode was verified with mitmproxy {MITMPROXY_VERSIONS} "
+            "(pip install 'pvisor-sandbox[intercept]' in an environment of its own)"
+        )
+    _CHECKED[key] = None
+    return exe
 
 
 def _private_dir(path: Path) -> Path:
@@ -244,6 +278,17 @@ def ensure_ca(confdir: Path | None = None, mitmdump: str | None = None) -> Path:
                 f"mitmdump did not create its CA in {confdir} (exit {proc.returncode}): "
                 f"{_last_line(proc.stderr or proc.stdout)}"
             )
+    key = confdir / CA_KEY
+    try:
+        pem = key.read_bytes() if key.is_file() else b""
+    except OSError as exc:
+        raise BadInputError(f"CA key {key}: {exc.strerror or exc}") from None
+    if b"PRIVATE KEY-----" not in pem or b"BEGIN CERTIFICATE-----" not in pem:
+        raise BadInputError(
+            f"CA key {key}: {'missing' if not pem else 'no PEM key and certificate in it'} beside {CA_CERT}: "
+            "remove the mitmproxy-ca* files of that directory to make a new CA (agents must then trust the "
+            "new certificate), or give another --confdir"
+        )
     for name in (CA_KEY, "mitmproxy-ca.p12"):  # mitmproxy writes them under umask 077; make sure
         if (confdir / name).exists():
             os.chmod(confdir / name, 0o600)
@@ -306,7 +351,8 @@ class InterceptProxy:
         self.pid: int | None = None
         self.exited = asyncio.Event()
         self._proc: asyncio.subprocess.Process | None = None
-        self._tail: deque[str] = deque(maxlen=5)
+        self._tail: deque[str] = deque(maxlen=20)
+        self._relay = False  # show its lines on stderr (between listening and stopping)
         self._readers: list[asyncio.Task] = []
 
     def allow_hosts(self) -> list[str]:
@@ -346,6 +392,9 @@ class InterceptProxy:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 preexec_fn=die_with_parent(),
+                # a terminal's Ctrl-C goes to pvisor alone: it stops mitmdump once the exchanges
+                # in flight (which pass through mitmdump) have ended
+                start_new_session=True,
             )
         except OSError as exc:
             os.close(r)
@@ -371,15 +420,19 @@ class InterceptProxy:
                 pass
             code = self.returncode
             await self.stop()
-            where = f"{self.config.host}:{self.config.port}"
+            port = self.config.port
+            where = f"{self.config.host}:{port}" if port else f"a free port of {self.config.host}"
             if code is None:
                 raise UnavailableError(f"mitmdump did not listen on {where} within {START_TIMEOUT_S:g} s")
             raise UnavailableError(
-                f"mitmdump could not listen on {where} (it exited with code {code}): {self.last_output()}"
+                f"mitmdump could not listen on {where} (it exited with code {code}): {self.cause()}"
             )
         host, port = json.loads(line)["listen"][:2]
         host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
         self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        self._relay = True  # from now on its warnings are the user's business
+        if self.log is not None and self.log.handlers:
+            self.log.info("intercept proxy listening %s (mitmdump pid %s)", self.url, self.pid)
         return self.url
 
     async def _ready(self, fd: int) -> str | None:
@@ -427,8 +480,9 @@ class InterceptProxy:
                 self._tail.append(line)
                 # its warnings are the user's business (an agent that does not trust the CA
                 # says so only here): on stderr, and in the log file
-                hint = _HINTS.get(next((k for k in _HINTS if k in line), ""), "")
-                log.warning("mitmdump: %s%s", line, hint)
+                if self._relay:
+                    hint = _HINTS.get(next((k for k in _HINTS if k in line), ""), "")
+                    log.warning("mitmdump: %s%s", line, hint)
                 if self.log is not None and self.log.handlers:
                     self.log.info("mitmdump: %s", line)
 
@@ -445,11 +499,22 @@ class InterceptProxy:
         """mitmdump's last line of output (redacted), or a placeholder."""
         return self._tail[-1] if self._tail else "it printed nothing"
 
+    def cause(self) -> str:
+        """The line of mitmdump's output that names why it stopped (``address already in use``),
+        without its time stamp: the first error line that is not its closing summary, else its
+        last line."""
+        for line in self._tail:
+            text = re.sub(r"^\[[0-9:.]+\](\[[^\]]*\])?\s*", "", line)
+            if "rror" in text and not text.startswith("Error logged during startup"):
+                return text
+        return self.last_output()
+
     async def stop(self) -> None:
         """End mitmdump: SIGTERM, then SIGKILL after :data:`STOP_GRACE_S` s (idempotent)."""
         proc = self._proc
         if proc is None:
             return
+        self._relay = False  # what it says while it is stopped (a cancelled flow) is no news
         if proc.returncode is None:
             try:
                 proc.send_signal(signal.SIGTERM)
@@ -470,30 +535,50 @@ class InterceptProxy:
         self._readers = []
 
 
+def no_proxy_for(intercepted: dict[str, str], *values: str | None) -> tuple[str, list[str]]:
+    """(``NO_PROXY`` for intercept mode, the entries left out): the entries of ``values`` (the
+    user's ``NO_PROXY`` and ``no_proxy``), without those that would send an intercepted host
+    around the proxy (``*``, the host itself, a domain it is in: ``openai.com``,
+    ``.openai.com``), plus the loopback names."""
+    hosts = {key.rsplit(":", 1)[0] for key in intercepted}
+    entries: list[str] = []
+    for value in values:
+        for entry in (value or "").split(","):
+            entry = entry.strip()
+            if entry and entry not in entries:
+                entries.append(entry)
+    kept: list[str] = []
+    dropped: list[str] = []
+    for entry in entries:
+        name = entry.lower()
+        if not name.startswith("[") and name.count(":") == 1:
+            name = name.split(":")[0]  # host:port
+        name = name.lstrip("*").lstrip(".")
+        if entry == "*" or any(h == name or h.endswith("." + name) for h in hosts if name):
+            dropped.append(entry)
+        else:
+            kept.append(entry)
+    for local in ("127.0.0.1", "localhost", "::1"):
+        if local not in kept:
+            kept.append(local)
+    return ",".join(kept), dropped
+
+
 def intercept_env(
     proxy_url: str,
     confdir: Path,
     ca_vars: dict[str, str],
     intercepted: dict[str, str],
-    no_proxy: str | None = None,
-) -> dict[str, str]:
-    """The environment an agent needs to go through intercept mode: ``HTTPS_PROXY`` (and the
-    lower-case spelling some runtimes read); ``NO_PROXY``: the entries of ``no_proxy`` (the
-    user's) except the intercepted hosts, plus the loopback names; and each variable of
-    ``ca_vars`` (name -> ``cert`` or ``bundle``: whether the runtime adds the file to its store,
-    or replaces its store with it) pointing at the CA in ``confdir``."""
-    hosts = {key.rsplit(":", 1)[0] for key in intercepted}
-    kept = [e.strip() for e in (no_proxy or "").split(",") if e.strip()]
-    kept = [e for e in kept if e.lower().lstrip(".").split(":")[0] not in hosts and e != "*"]
-    for local in ("127.0.0.1", "localhost", "::1"):
-        if local not in kept:
-            kept.append(local)
-    env = {
-        "HTTPS_PROXY": proxy_url,
-        "https_proxy": proxy_url,
-        "NO_PROXY": ",".join(kept),
-        "no_proxy": ",".join(kept),
-    }
+    environ: dict[str, str] | None = None,
+) -> tuple[dict[str, str], list[str]]:
+    """(the environment an agent needs to go through intercept mode, the ``NO_PROXY`` entries
+    of ``environ`` left out): ``HTTPS_PROXY`` (and the lower-case spelling some runtimes read);
+    ``NO_PROXY`` of :func:`no_proxy_for`; and each variable of ``ca_vars`` (name -> ``cert`` or
+    ``bundle``: whether the runtime adds the file to its store, or replaces its store with it)
+    pointing at the CA in ``confdir``."""
+    environ = environ or {}
+    no_proxy, dropped = no_proxy_for(intercepted, environ.get("NO_PROXY"), environ.get("no_proxy"))
+    env = {"HTTPS_PROXY": proxy_url, "https_proxy": proxy_url, "NO_PROXY": no_proxy, "no_proxy": no_proxy}
     for name, kind in ca_vars.items():
         env[name] = str(confdir / (CA_CERT if kind == "cert" else CA_BUNDLE))
-    return env
+    return env, dropped

@@ -81,7 +81,9 @@ class GatewayConfig:
     carry as the path prefix ``/t/<token>`` (:mod:`.access`; None: none needed, for a loopback
     address); ``intercept_token`` and ``intercept_origins`` (origin -> base URL: the origin
     itself or its ``--redirect`` address) serve intercept mode's mitmdump addon
-    (docs/intercept.md; None: the gateway takes no intercepted request).
+    (docs/intercept.md; None: the gateway takes no intercepted request); with ``intercept_only``
+    the gateway takes nothing else (a request without the addon's header gets 401, unrecorded:
+    the gateway behind mitmdump is no reverse proxy for whoever finds its port).
     """
 
     host: str = "127.0.0.1"
@@ -100,6 +102,7 @@ class GatewayConfig:
     token: str | None = None
     intercept_token: str | None = None
     intercept_origins: dict[str, str] | None = None
+    intercept_only: bool = False
 
 
 class Gateway:
@@ -304,6 +307,8 @@ class Gateway:
             origin = self._intercept.origin(request.headers[INTERCEPT_HEADER])
             if origin is None:
                 return self._unauthorized(request, intercepted=True)
+        elif self.config.intercept_only:
+            return self._unauthorized(request, intercepted=True)
         route = self.router.resolve(raw_path, request.headers.get(RUN_HEADER), origin)
         if route.kind == "health":
             return web.json_response(

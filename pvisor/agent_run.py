@@ -896,20 +896,26 @@ def _intercept_gateway(req: RunRequest, profile: AgentProfile, config: Any) -> N
         req.intercept.redirects[key] = (origin, req.upstream.rstrip("/"))
     config.intercept_token = new_token()
     config.intercept_origins = req.intercept.origins()
+    config.intercept_only = True
 
 
-def _through_proxy(env: dict[str, str], profile: AgentProfile, intercept: Any, proxy: Any) -> None:
+def _through_proxy(
+    env: dict[str, str], profile: AgentProfile, intercept: Any, proxy: Any, warn: Warn
+) -> None:
     """The agent's environment for intercept mode: ``HTTPS_PROXY``, the CA variables its runtime
     reads (:attr:`~pvisor.adapters.agents.base.AgentProfile.ca_env`), ``NO_PROXY`` without the
     intercepted hosts, and no base-URL variable the agent needs none of."""
     from pvisor.gateway.intercept import default_confdir, intercept_env
 
     confdir = intercept.confdir or default_confdir()
-    env.update(
-        intercept_env(proxy.url, confdir, profile.ca_env, intercept.intercepted(), env.get("NO_PROXY"))
-    )
+    changes, dropped = intercept_env(proxy.url, confdir, profile.ca_env, intercept.intercepted(), env)
+    env.update(changes)
     for name in profile.intercept_unset_env:
         env.pop(name, None)
+    if dropped:
+        warn(
+            f"NO_PROXY: left out {', '.join(dropped)} for the agent: it would send its model requests around the proxy"
+        )
 
 
 async def _attempt(
@@ -957,7 +963,7 @@ async def _attempt(
     _write_files(plan.files)
     env = apply_env({**os.environ, **req.agent_env}, plan.env)
     if proxy is not None:
-        _through_proxy(env, profile, req.intercept, proxy)
+        _through_proxy(env, profile, req.intercept, proxy, warn)
     env["PWD"] = str(
         workspace
     )  # as a shell sets it: OpenCode takes its directory from $PWD, not from its cwd

@@ -20,6 +20,7 @@ import socket
 import ssl
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 import anthropic
@@ -404,9 +405,13 @@ def test_a_forged_intercept_header_at_the_gateway_is_refused_unrecorded(procs, t
         timeout=15,
     )
     assert resp.status_code == 401 and "X-Pvisor-Intercept" in resp.text
+    # nor is it a reverse proxy for whoever finds its port
+    for path in ("/v1/messages", "/run/evil/v1/chat/completions"):
+        resp = httpx2.post(info["gateway"] + path, content=b"{}", timeout=15)
+        assert resp.status_code == 401, path
     p.stop()
     with JournalReader(tmp_path / "intercept.sqlite") as r:
-        assert r.exchanges() == []
+        assert r.exchanges() == [] and r.runs() == []
 
 
 # --------------------------------------------------------------------------- CA, env, bad input
@@ -456,6 +461,14 @@ def test_env_intercept_gives_the_proxy_and_the_ca_each_runtime_reads():
     )
     assert "ANTHROPIC_BASE_URL" not in e
     assert e["NO_PROXY"] == "corp.example,127.0.0.1,localhost,::1"
+    # a domain of an intercepted host, or *, would send it around the proxy (Python and curl
+    # match domains by suffix); the lower-case spelling counts too; what was left out is said
+    wide = env_json(
+        "--agent", "claude-code", "--gateway", "http://127.0.0.1:8080", "--intercept",
+        NO_PROXY="openai.com,*,.googleapis.com,corp.example", no_proxy="lower.example",
+    )  # fmt: skip
+    assert wide["env"]["NO_PROXY"] == "corp.example,lower.example,127.0.0.1,localhost,::1"
+    assert any("openai.com, *, .googleapis.com" in n for n in wide["notes"]), wide["notes"]
     codex = env_json("--agent", "codex", "--gateway", "http://127.0.0.1:8080", "--intercept")
     assert codex["env"]["CODEX_CA_CERTIFICATE"] == "/srv/ca/mitmproxy-ca-cert.pem"
     assert codex["env"]["SSL_CERT_FILE"] == "/srv/ca/ca-bundle.pem"
@@ -474,12 +487,15 @@ def test_env_intercept_gives_the_proxy_and_the_ca_each_runtime_reads():
         (["gateway", "--mode", "intercept", "--intercept-host", "bad host!"], 2, "give a host name"),
         (["gateway", "--mode", "intercept", "--upstream", "anthropic=http://127.0.0.1:1"], 2, "--redirect"),
         (["gateway", "--redirect", "api.anthropic.com=http://127.0.0.1:1"], 2, "go with --mode intercept"),
+        (["gateway", "--mode", "intercept", "--host", "0.0.0.0"], 2, "listens on this machine only"),
+        (["gateway", "--mode", "intercept", "--host", "0.0.0.0", "--allow-remote"], 2, "listens on this machine only"),
         (["env", "--agent", "codex", "--gateway", "http://127.0.0.1:8080", "--intercept", "--run", "r1"], 2,
          "--run does not go with --intercept"),
         (["replay", "--agent", "claude-code", "--run", "r", "--after-step", "1", "--output", "o",
           "--prepare-only", "--intercept"], 2, "--intercept is for --replay-only"),
     ],
-    ids=["redirect-no-url", "redirect-bad-url", "bad-host", "upstream", "redirect-reverse", "env-run", "prepare"],
+    ids=["redirect-no-url", "redirect-bad-url", "bad-host", "upstream", "redirect-reverse", "remote", "remote-allowed",
+         "env-run", "prepare"],
 )  # fmt: skip
 def test_bad_intercept_options_get_one_line_and_exit_2(tmp_path, args, code, expected):
     p = subprocess.run(
@@ -502,6 +518,73 @@ def test_without_mitmdump_intercept_mode_says_how_to_install_it_and_exits_69(tmp
     env["PVISOR_MITMDUMP"] = str(tmp_path / "nowhere" / "mitmdump")
     p = subprocess.run(cmd + ["--mode", "intercept"], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 69 and "no executable file there" in p.stderr
+
+
+@pytest.mark.parametrize("program", ["/bin/true", "/bin/false", "/bin/echo"])
+def test_a_program_that_is_not_mitmdump_is_named_as_such(tmp_path, program):
+    env = {**ENV, "PVISOR_MITMDUMP": program, "PVISOR_CA_DIR": str(tmp_path / "ca")}
+    p = subprocess.run(
+        [*PVISOR, "--journal", str(tmp_path / "j.sqlite"), "gateway", "--mode", "intercept", "--port", "0"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert p.returncode == 69 and f"$PVISOR_MITMDUMP {program} is not mitmdump" in p.stderr, p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_a_damaged_ca_key_is_one_line_and_exit_65(tmp_path):
+    """A CA directory whose key file holds no key: refused before mitmdump starts, by the
+    gateway and by ``pvisor ca path`` alike, and the file is left as it was."""
+    ca = tmp_path / "ca"
+    ca.mkdir(mode=0o700)
+    (ca / "mitmproxy-ca-cert.pem").write_text("-----BEGIN CERTIFICATE-----\nx\n-----END CERTIFICATE-----\n")
+    (ca / "mitmproxy-ca.pem").write_text("garbage\n")
+    env = {**ENV, "PVISOR_MITMDUMP": mitmdump(), "PVISOR_CA_DIR": str(ca)}
+    for args in (["gateway", "--mode", "intercept", "--port", "0"], ["ca", "path"]):
+        p = subprocess.run(
+            [*PVISOR, "--journal", str(tmp_path / "j.sqlite"), *args], env=env, capture_output=True, text=True,
+            timeout=60,
+        )  # fmt: skip
+        assert p.returncode == 65, p.stderr
+        assert "no PEM key and certificate in it" in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert (ca / "mitmproxy-ca.pem").read_text() == "garbage\n"
+
+
+def test_ctrl_c_lets_a_stream_in_flight_finish_through_the_proxy(procs, tmp_path, certs, gated_upstream):
+    """Ctrl-C reaches the whole foreground process group: mitmdump, in a session of its own,
+    is not cut by it; the gateway waits for the stream in flight (its grace), which ends whole
+    through mitmdump; then both stop, exit 130, without a traceback."""
+    import threading
+
+    url, gate, body = gated_upstream
+    p, info = start_intercept(procs, tmp_path, certs, {"api.anthropic.com": url})
+    client = httpx2.Client(proxy=info["url"], verify=proxy_client_ssl(info), timeout=httpx2.Timeout(30.0))
+    got: list[bytes] = []
+
+    def read() -> None:
+        with client.stream(
+            "POST",
+            "https://api.anthropic.com/v1/messages",
+            headers={"x-api-key": ANTHROPIC_KEY, "content-type": "application/json"},
+            content=b'{"model":"claude-test","max_tokens":8,"stream":true,"messages":[]}',
+        ) as resp:
+            for chunk in resp.iter_raw():
+                got.append(chunk)
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 15
+    while b"message_start" not in b"".join(got) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(p.p.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
+    p.err.wait_for(r"^stopping: waiting for 1 exchange", deadline=15)
+    gate.set()
+    reader.join(30)
+    assert b"".join(got) == body
+    assert p.p.wait(DEADLINE) == 130
+    err = p.err.rest()
+    assert "Traceback" not in err and "CancelledError" not in err, err
+    ((ex, _, resp_bytes),) = exchanges(tmp_path / "intercept.sqlite", "intercepted")
+    assert ex.outcome == "ok" and resp_bytes == body
 
 
 def mitmdump_children(pid: int) -> list[int]:
@@ -552,7 +635,10 @@ def test_a_taken_port_and_a_dead_mitmdump_end_the_gateway_with_69(procs, tmp_pat
     )
     taken.close()
     assert p.returncode == 69, p.stderr
-    assert f"mitmdump could not listen on 127.0.0.1:{port}" in p.stderr and "Traceback" not in p.stderr
+    assert (
+        f"mitmdump could not listen on 127.0.0.1:{port}" in p.stderr and "address already in use" in p.stderr
+    )
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr
 
     proc, info = start_intercept(procs, tmp_path, certs, {"api.anthropic.com": upstream})
     dumps = mitmdump_children(proc.p.pid)

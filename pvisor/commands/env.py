@@ -149,10 +149,13 @@ def _intercept(
     for name in profile.intercept_unset_env:
         snippet.env.pop(name, None)
     ca_dir = Path(absolute(confdir, f"--confdir {confdir}")) if confdir else default_confdir()
-    snippet.env.update(
-        intercept_env(proxy, ca_dir, profile.ca_env, model_hosts(), os.environ.get("NO_PROXY"))
-    )
+    changes, dropped = intercept_env(proxy, ca_dir, profile.ca_env, model_hosts(), dict(os.environ))
+    snippet.env.update(changes)
     snippet.notes = [*snippet.notes, *profile.intercept_notes]
+    if dropped:
+        snippet.notes.append(
+            f"NO_PROXY leaves out {', '.join(dropped)} of yours: it would send the model requests around the proxy"
+        )
     if not (ca_dir / CA_CERT).is_file():
         snippet.notes.append(
             f"the CA is not in {ca_dir} yet: `pvisor ca path` (or the intercept gateway) creates it"

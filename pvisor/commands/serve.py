@@ -356,12 +356,18 @@ def gateway(
 
     if run_id is not None and not re.fullmatch(RUN_ID_PATTERN, run_id):
         raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
+    if mode == "intercept":
+        from pvisor.gateway.access import is_loopback
+
+        if allow_remote or not is_loopback(host):
+            raise UsageError(
+                f"--mode intercept listens on this machine only: give a loopback --host (127.0.0.1), "
+                f"not {host}, and no --allow-remote"
+            )
     token = _access_token(host, allow_remote, token)
     intercept = None
     if mode == "intercept":
-        intercept = _intercept_config(
-            host, port, upstreams, allow_remote, intercept_hosts, redirects, confdir, mitmdump
-        )
+        intercept = _intercept_config(host, port, upstreams, intercept_hosts, redirects, confdir, mitmdump)
     elif intercept_hosts or redirects or confdir or mitmdump:
         raise UsageError("--intercept-host, --redirect, --confdir and --mitmdump go with --mode intercept")
     config = GatewayConfig(
@@ -383,6 +389,7 @@ def gateway(
 
         config.intercept_token = new_token()
         config.intercept_origins = intercept.origins()
+        config.intercept_only = True
     if workspace:
         from pvisor.journal.snapshots import snapshot_driver as find_driver
 
@@ -425,7 +432,12 @@ def gateway(
             loop_name = type(asyncio.get_running_loop()).__module__.partition(".")[0]
             needs = "; requests need the token in their path (the base URL above)" if token else ""
             if proxy is not None:
-                hosts = ", ".join(sorted(o.partition("://")[2] for o in intercept.origins()))
+                redirected = {origin: url for origin, url in intercept.redirects.values()}
+                hosts = ", ".join(
+                    o.partition("://")[2]
+                    + (f" -> {_without_userinfo(redirected[o])}" if o in redirected else "")
+                    for o in sorted(intercept.intercepted().values())
+                )
                 needs = f"; intercepting {hosts}; CA certificate {proxy.ca_cert}"
             click.echo(
                 f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop {loop_name}{needs}",
@@ -486,7 +498,6 @@ def _intercept_config(
     host: str,
     port: int,
     upstreams: tuple[str, ...],
-    allow_remote: bool,
     intercept_hosts: tuple[str, ...],
     redirects: tuple[str, ...],
     confdir: str | None,
@@ -500,10 +511,6 @@ def _intercept_config(
         raise UsageError(
             "--upstream does not go with --mode intercept: the agent's own host is the upstream "
             "(give --redirect HOST=URL to send it elsewhere)"
-        )
-    if allow_remote:
-        raise UsageError(
-            "--mode intercept listens on this machine only (a loopback --host, no --allow-remote)"
         )
     config = InterceptConfig(host=host, port=port, mitmdump=mitmdump)
     if confdir:
