@@ -473,7 +473,7 @@ def test_env_intercept_gives_the_proxy_and_the_ca_each_runtime_reads():
     assert codex["env"]["CODEX_CA_CERTIFICATE"] == "/srv/ca/mitmproxy-ca-cert.pem"
     assert codex["env"]["SSL_CERT_FILE"] == "/srv/ca/ca-bundle.pem"
     argv = " ".join(codex["argv"])
-    assert 'base_url="https://api.openai.com/v1"' in argv and "supports_websockets=false" in argv
+    assert 'base_url="https://api.openai.com/v1"' in argv and 'wire_api="responses"' in argv
     assert any("WebSocket" in n for n in codex["notes"])
     mini = env_json("--agent", "mini-swe-agent", "--gateway", "http://127.0.0.1:8080", "--intercept")
     assert mini["env"]["SSL_CERT_FILE"] == mini["env"]["REQUESTS_CA_BUNDLE"] == "/srv/ca/ca-bundle.pem"

@@ -60,7 +60,7 @@ def provider_table(base_url: str, retries: bool = True) -> str:
     no_retries = ", request_max_retries=0, stream_max_retries=0" if not retries else ""
     return (
         f'{{name={toml_string(PROVIDER)}, base_url={toml_string(base_url + "/v1")}, env_key="OPENAI_API_KEY", '
-        f'wire_api="responses", supports_websockets=false{no_retries}}}'
+        f'wire_api="responses"{no_retries}}}'
     )
 
 
@@ -80,7 +80,6 @@ def config_toml(base_url: str, model: str | None, retries: bool = True) -> str:
         f"base_url = {toml_string(base_url + '/v1')}",
         'env_key = "OPENAI_API_KEY"',
         'wire_api = "responses"',
-        "supports_websockets = false",  # HTTP only: the gateway records no WebSocket
         *(["request_max_retries = 0", "stream_max_retries = 0"] if not retries else []),
         "",
         "[features]",
@@ -129,8 +128,8 @@ class Codex(AgentProfile):
     intercept_verified = True  # tests/test_intercept.py runs it through the proxy
     intercept_notes = (
         "Codex's built-in OpenAI provider talks WebSocket first, which pvisor refuses (426, recorded): "
-        "the -c overrides below give it a provider of the same host that speaks HTTP "
-        "(wire_api responses, supports_websockets false).",
+        "the -c overrides below give it a provider of its own for the same host, which Codex speaks "
+        "HTTP to (wire_api responses).",
     )
     volatile_context = (
         "the <environment_context> item (cwd, date, timezone, workspace roots)",
