@@ -34,6 +34,10 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "pvisor.commands.trajectory:trajectory",
         "Read an agent's native trajectory file as steps; export ATIF.",
     ),
+    "report": (
+        "pvisor.commands.report:report",
+        "Write a run as one HTML page: steps, exchanges, O against O'.",
+    ),
     "view": (
         "pvisor.commands.view:view",
         "What the agent saw at a step (an observer view, JSON); --before, --progress, --before-commitment.",
@@ -60,6 +64,7 @@ Examples:
   pvisor journal show r-3f2a9c0d1e2b        exchanges of one run
   pvisor journal body x-0123 --response     the reassembled reply of an exchange
   pvisor journal export --format jsonl > all.jsonl
+  pvisor report r-3f2a9c0d1e2b --open          a run as one HTML page
   pvisor snapshot restore r-3f2a9c0d1e2b --step 2 --into ws-at-2
   pvisor view r-3f2a9c0d1e2b --step 2 --before > pause.json
   pvisor trajectory show ~/.claude/projects/-src-app/SESSION.jsonl

@@ -1,5 +1,5 @@
 """The check made after every test module that declares the keys it sends (``SECRETS_SENT``):
-no 8-byte window of any of them in any journal, WAL, shm, log, result or export file that the
+no 8-byte window of any of them in any journal, WAL, shm, log, result, export or report file that the
 module's tests made (issue 17, "Exposure"). conftest.py imports the fixture; so can a test
 session of its own (tests/test_secret_scan.py checks that the scan finds a leak)."""
 
@@ -18,6 +18,7 @@ _OUTPUT_GLOBS = (
     "result.json",
     "export*",
     "*.export.jsonl",
+    "*.html",
 )
 
 

@@ -1,0 +1,65 @@
+"""``pvisor report``: a run as one self-contained HTML page (docs/report.md)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from pvisor.commands.outputs import check_output_path
+from pvisor.commands.params import Size
+
+
+@click.command("report")
+@click.argument("run_id", metavar="RUN")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="The page to write (default: RUN.html in the current directory).",
+)
+@click.option(
+    "--body-limit",
+    type=Size(1024),
+    default="8KiB",
+    show_default=True,
+    help="Bytes of each request and response body the page keeps (head and tail).",
+)
+@click.option(
+    "--no-parent", is_flag=True, help="For a derived run, do not write the parent run's page beside it."
+)
+@click.option("--open", "open_it", is_flag=True, help="Open the page in the default browser once written.")
+@click.pass_context
+def report(
+    ctx: click.Context, run_id: str, output: str | None, body_limit: int, no_parent: bool, open_it: bool
+) -> None:
+    """Write RUN (id or unique prefix) as one HTML page that needs no network: its steps with
+    their tool calls and observations, the auxiliary exchanges greyed, timings and token usage,
+    each exchange's request and response; for a replay, the boundary and O against O′, with the
+    parent run's page written beside it and linked. Prints the path of each page written.
+
+    \b
+    Examples:
+      pvisor report r-3f2a9c0d1e2b
+      pvisor report r-3f2a9c0d1e2b -o run.html --open
+    """
+    from pvisor.journal.errors import OutputError
+    from pvisor.journal.reader import JournalReader
+    from pvisor.report import write_report
+
+    with JournalReader(Path(ctx.obj["journal"])) as reader:
+        run = reader.run(run_id)  # an unknown run is a usage error before anything is written
+        path = Path(output) if output else Path(f"{run.id}.html")
+        check_output_path(str(path), "--output")
+        try:
+            written = write_report(reader, run.id, path, body_limit, with_parent=not no_parent)
+        except OSError as exc:
+            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+    for p in written:
+        click.echo(str(p))
+    if open_it:
+        import webbrowser
+
+        if not webbrowser.open(written[0].resolve().as_uri()):
+            click.echo(f"pvisor: warning: no browser to open {written[0]}", err=True)

@@ -1,0 +1,435 @@
+"""``pvisor report``: one run of the journal as a self-contained HTML page (docs/report.md).
+
+The page holds everything it shows: its CSS, its script and the run's data (a JSON document in
+a ``<script type="application/json">``); it loads nothing from the network. What it shows:
+
+- the run (agent, mode, task, labels, attempts) and, for a derived run, its parent (a link to
+  the parent's page, written beside it) and its boundary step;
+- the timeline of every exchange in arrival order: each main-loop one as its step (the action's
+  text, its tool calls, the observation that came back, flags, retries, timings, token usage
+  where the protocol reports it), the auxiliary ones greyed with the chain rule's reason;
+- each exchange expandable to its request and response bodies (the reassembled reply of a
+  stream), cut to ``body_limit`` bytes (the head and the tail; ``pvisor journal body`` has the
+  rest), secrets already removed as the journal removes them;
+- for a derived run, per step up to the boundary, the parent's observation O against the
+  replay's O' for each tool call, equal or with their line diff.
+
+The script renders the timeline in slices as the reader scrolls, so a run of thousands of steps
+opens at once (bench/report_bench.py measures it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import html
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from pvisor.adapters.journal_trajectory import trajectory_from_journal
+from pvisor.journal.reader import JournalReader
+
+#: bytes of a body a page shows by default: its head and its tail (``--body-limit``)
+DEFAULT_BODY_LIMIT = 8 * 1024
+#: characters of a tool result or text shown before it is folded
+_TEXT_LIMIT = 20_000
+
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                parts.append(block["text"])
+            else:
+                parts.append(orjson.dumps(block).decode())
+        return "\n".join(parts)
+    return orjson.dumps(content).decode() if content is not None else ""
+
+
+def _clip_text(text: str, limit: int = _TEXT_LIMIT) -> str:
+    if len(text) <= limit:
+        return text
+    return text[: limit // 2] + f"\n… {len(text) - limit:,} characters left out …\n" + text[-limit // 2 :]
+
+
+def _body(data: bytes | None, limit: int, exchange: str, which: str) -> dict[str, Any] | None:
+    """A body for the page: text (invalid UTF-8 replaced), cut to ``limit`` bytes: half from its
+    head, half from its tail (protocols put the conversation at either end: Anthropic's
+    ``messages`` come first, Chat Completions' last message last)."""
+    if data is None:
+        return None
+    size = len(data)
+    if size > limit:
+        head = limit // 2
+        cut = (
+            data[:head].decode("utf-8", "replace")
+            + f"\n\n… {size - limit:,} bytes left out: pvisor journal body {exchange} --{which} …\n\n"
+            + data[size - (limit - head) :].decode("utf-8", "replace")
+        )
+        return {"size": size, "text": cut, "cut": True}
+    return {"size": size, "text": data.decode("utf-8", "replace"), "cut": False}
+
+
+def _call(c: Any) -> dict[str, Any]:
+    args = c.arguments if c.arguments is not None else c.arguments_raw
+    return {
+        "id": c.id,
+        "name": c.name,
+        "args": _clip_text(args if isinstance(args, str) else orjson.dumps(args).decode(), 4000),
+    }
+
+
+def _diff(before: str, after: str) -> list[list[str]] | None:
+    """None when equal, else the unified diff as [kind, line] pairs (kind ``-``, ``+``, `` ``)."""
+    if before == after:
+        return None
+    lines = []
+    for line in difflib.unified_diff(before.splitlines(), after.splitlines(), "O", "O′", lineterm="", n=2):
+        if line.startswith(("---", "+++")):
+            continue
+        kind = line[:1] if line[:1] in "-+@" else " "
+        lines.append([kind, line[1:] if kind != "@" else line])
+        if len(lines) >= 400:
+            lines.append(["@", "… the diff goes on"])
+            break
+    return lines
+
+
+def run_document(reader: JournalReader, run_id: str, body_limit: int = DEFAULT_BODY_LIMIT) -> dict[str, Any]:
+    """The page's data for ``run_id``: ``{"run", "attempts", "steps", "exchanges", "parent",
+    "comparison", "generated"}`` (shapes in docs/report.md). Raises UsageError for an unknown
+    run, as the reader does."""
+    run = reader.run(run_id)
+    traj = trajectory_from_journal(reader, run.id)
+    exchanges = reader.exchanges(run.id)
+    first_ms = min((e.started_ms for e in exchanges), default=run.created_ms)
+    step_of = {d["exchange"]: s for s, d in zip(traj.steps, traj.meta.get("steps", []))}
+    details = {d["exchange"]: d for d in traj.meta.get("steps", [])}
+    aux = {a["exchange"]: a for a in traj.meta.get("auxiliary", [])}
+    rows = []
+    for e in exchanges:
+        step = step_of.get(e.id)
+        row: dict[str, Any] = {
+            "id": e.id,
+            "seq": e.seq,
+            "attempt": e.attempt,
+            "method": e.method,
+            "path": e.path + ("?" + e.query if e.query else ""),
+            "status": e.status,
+            "outcome": e.outcome,
+            "served_by": e.served_by,
+            "capture": e.capture,
+            "flags": list(e.flags),
+            "streamed": e.streamed,
+            "at_ms": round(e.started_ms - first_ms, 1),
+            "ms": round(e.ended_us / 1000, 1) if e.ended_us is not None else None,
+            "first_byte_ms": round(e.first_byte_us / 1000, 1) if e.first_byte_us is not None else None,
+            "request": _body(reader.request_body(e) if e.request_body else None, body_limit, e.id, "request"),
+            "response": _body(
+                reader.blob(e.response_final or e.response_body)
+                if (e.response_final or e.response_body)
+                else None,
+                body_limit,
+                e.id,
+                "response",
+            ),
+        }
+        if step is not None:
+            a, o = step.action, step.observation
+            d = details[e.id]
+            row["step"] = {
+                "n": step.n,
+                "text": _clip_text(a.text or ""),
+                "reasoning": bool(a.reasoning),
+                "calls": [_call(c) for c in a.tool_calls],
+                "results": [
+                    {"call_id": r.call_id, "error": r.is_error, "text": _clip_text(_text_of(r.content))}
+                    for r in o.results
+                ],
+                "messages": [
+                    _clip_text(" ".join(_text_of(getattr(p, "text", None) or "") for p in m.parts))
+                    for m in o.messages
+                ],
+                "usage": a.usage,
+                "flags": list(step.flags),
+                "retries": d.get("retries", []),
+            }
+        elif e.id in aux:
+            row["aux"] = {"kind": aux[e.id]["kind"], "reason": aux[e.id]["reason"]}
+        else:
+            row["aux"] = {"kind": "synthetic_end" if "synthetic_end" in e.flags else "other", "reason": ""}
+        rows.append(row)
+    doc: dict[str, Any] = {
+        "run": {
+            "id": run.id,
+            "agent": run.agent,
+            "agent_version": run.agent_version,
+            "mode": getattr(run.mode, "value", run.mode),
+            "created_ms": run.created_ms,
+            "parent_run": run.parent_run,
+            "boundary_step": run.boundary_step,
+            "labels": run.labels,
+            "task": traj.task,
+            "model": traj.model,
+            "protocol": traj.meta.get("protocol"),
+            "steps": len(traj.steps),
+        },
+        "attempts": [
+            {"n": a.n, "started_ms": a.started_ms, "ended_ms": a.ended_ms, "exit_code": a.exit_code}
+            for a in reader.attempts(run.id)
+        ],
+        "exchanges": rows,
+        "comparison": [],
+        "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+    }
+    if run.parent_run:
+        doc["comparison"] = _comparison(reader, run.parent_run, traj, run.boundary_step)
+    return doc
+
+
+def _comparison(reader: JournalReader, parent: str, traj: Any, boundary: int | None) -> list[dict[str, Any]]:
+    """Per step up to the boundary and per tool call: the parent's observation O against the
+    derived run's O', equal or with their diff. A parent that is not in this journal (a replay
+    from a native file) gives nothing to compare."""
+    try:
+        parent_traj = trajectory_from_journal(reader, parent)
+    except Exception:  # the parent is a native file, or unreadable: the page says so
+        return []
+    out = []
+    last = boundary if boundary is not None else len(traj.steps)
+    for n in range(1, min(last, len(traj.steps), len(parent_traj.steps)) + 1):
+        was, now = parent_traj.steps[n - 1], traj.steps[n - 1]
+        calls = []
+        for i, call in enumerate(was.action.tool_calls):
+            o = _text_of(was.observation.results[i].content) if i < len(was.observation.results) else ""
+            o2 = _text_of(now.observation.results[i].content) if i < len(now.observation.results) else ""
+            calls.append(
+                {
+                    "name": call.name,
+                    "O": _clip_text(o, 8000),
+                    "O2": _clip_text(o2, 8000),
+                    "diff": _diff(o, o2),
+                }
+            )
+        out.append({"n": n, "calls": calls})
+    return out
+
+
+def render(doc: dict[str, Any], parent_href: str | None = None) -> str:
+    """The HTML page of a :func:`run_document` (``parent_href``: the parent's page, relative)."""
+    data = orjson.dumps({**doc, "parent_href": parent_href}).replace(b"</", b"<\\/").decode()
+    run = doc["run"]
+    title = html.escape(f"pvisor · {run['id']} · {run['agent'] or 'run'}")
+    return _PAGE.replace("%TITLE%", title).replace("%DATA%", data)
+
+
+def write_report(
+    reader: JournalReader,
+    run_id: str,
+    output: Path,
+    body_limit: int = DEFAULT_BODY_LIMIT,
+    with_parent: bool = True,
+) -> list[Path]:
+    """Write the page of ``run_id`` to ``output`` and, for a derived run whose parent is in the
+    journal, the parent's page beside it (``<parent>.html``, linked from the first). Returns the
+    files written. Raises UsageError for an unknown run; OSError as the file system gives it."""
+    doc = run_document(reader, run_id, body_limit)
+    written = []
+    parent = doc["run"]["parent_run"]
+    href = None
+    if parent and with_parent:
+        try:
+            parent_doc = run_document(reader, parent, body_limit)
+        except Exception:  # a parent that is not in this journal: no link
+            parent_doc = None
+        if parent_doc is not None:
+            target = output.with_name(f"{parent_doc['run']['id']}.html")
+            if target != output:
+                _write(target, render(parent_doc))
+                written.append(target)
+                href = target.name
+    _write(output, render(doc, href))
+    return [output, *written]
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+_PAGE = r"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<title>%TITLE%</title>
+<style>
+:root { --fg:#1d2330; --muted:#6b7280; --line:#e5e7eb; --bg:#fff; --main:#eef4ff; --aux:#f6f6f6;
+        --ok:#15803d; --bad:#b91c1c; --add:#e6ffec; --del:#ffebe9; --mark:#b45309; }
+* { box-sizing: border-box; }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg); margin: 0; background: var(--bg); }
+header { padding: 16px 24px; border-bottom: 1px solid var(--line); }
+h1 { font-size: 18px; margin: 0 0 6px; }
+.meta { color: var(--muted); display: flex; flex-wrap: wrap; gap: 4px 18px; }
+.meta b { color: var(--fg); font-weight: 600; }
+main { padding: 8px 24px 48px; }
+.task { white-space: pre-wrap; background: #fafafa; border: 1px solid var(--line); padding: 8px 10px; margin: 10px 0; max-height: 12em; overflow: auto; }
+.row { border: 1px solid var(--line); border-radius: 6px; margin: 8px 0; padding: 8px 12px; }
+.row.main { background: var(--main); }
+.row.aux { background: var(--aux); color: var(--muted); font-size: 13px; padding: 4px 12px; }
+.row .head { display: flex; gap: 12px; flex-wrap: wrap; align-items: baseline; }
+.step-n { font-weight: 700; }
+.pill { font-size: 12px; border: 1px solid var(--line); border-radius: 10px; padding: 0 6px; background: #fff; color: var(--fg); }
+.pill.bad { color: var(--bad); border-color: var(--bad); }
+.pill.flag { color: var(--mark); border-color: var(--mark); }
+.text { white-space: pre-wrap; margin: 6px 0; }
+.call { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12.5px; margin: 4px 0; }
+.call .name { font-weight: 700; }
+pre { white-space: pre-wrap; word-break: break-word; font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; background: #fff; border: 1px solid var(--line); padding: 6px 8px; margin: 4px 0; max-height: 30em; overflow: auto; }
+details > summary { cursor: pointer; color: var(--muted); }
+.boundary { border-top: 3px dashed var(--mark); margin: 18px 0; padding-top: 6px; color: var(--mark); font-weight: 700; }
+.cmp { display: grid; grid-template-columns: 1fr 1fr; gap: 8px; }
+.cmp h4 { margin: 2px 0; font-size: 12px; color: var(--muted); }
+.equal { color: var(--ok); font-weight: 600; }
+.diff .d-add { background: var(--add); } .diff .d-del { background: var(--del); } .diff .d-at { color: var(--muted); }
+.diff span { display: block; }
+#more { padding: 12px; color: var(--muted); text-align: center; }
+a { color: #1d4ed8; }
+</style></head>
+<body>
+<header id="top"></header>
+<main><div id="timeline"></div><div id="more"></div></main>
+<script type="application/json" id="pvisor-data">%DATA%</script>
+<script>
+"use strict";
+const doc = JSON.parse(document.getElementById("pvisor-data").textContent);
+const el = (tag, attrs, ...kids) => {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "class") e.className = v; else if (k === "text") e.textContent = v; else e.setAttribute(k, v);
+  }
+  for (const k of kids) if (k != null) e.append(k);
+  return e;
+};
+const fmtMs = (ms) => ms == null ? "-" : (ms >= 1000 ? (ms / 1000).toFixed(2) + " s" : ms.toFixed(1) + " ms");
+const usageText = (u) => {
+  if (!u || typeof u !== "object") return null;
+  const inp = u.input_tokens ?? u.prompt_tokens ?? u.promptTokenCount;
+  const out = u.output_tokens ?? u.completion_tokens ?? u.candidatesTokenCount;
+  if (inp == null && out == null) return null;
+  return `tokens in ${inp ?? "?"} / out ${out ?? "?"}`;
+};
+function header() {
+  const r = doc.run, top = document.getElementById("top");
+  top.append(el("h1", {text: `${r.agent || "run"} ${r.agent_version || ""} · ${r.id}`}));
+  const m = el("div", {class: "meta"});
+  const add = (k, v) => { if (v != null && v !== "") m.append(el("span", {}, k + " ", el("b", {text: String(v)}))); };
+  add("mode", r.mode); add("steps", r.steps); add("exchanges", doc.exchanges.length);
+  add("protocol", r.protocol); add("model", r.model);
+  add("capture", [...new Set(doc.exchanges.map(e => e.capture))].join(", "));
+  add("created", r.created_ms ? new Date(r.created_ms).toISOString().replace("T", " ").slice(0, 19) + " UTC" : null);
+  for (const a of doc.attempts) add(`attempt ${a.n}: exit`, a.exit_code == null ? "-" : a.exit_code);
+  if (r.parent_run) {
+    const span = el("span", {id: "parent"}, "replayed from ");
+    span.append(doc.parent_href ? el("a", {href: doc.parent_href, id: "parent-link", text: r.parent_run}) : el("b", {text: r.parent_run}));
+    span.append(` after step ${r.boundary_step}`);
+    m.append(span);
+  }
+  top.append(m);
+  if (r.task) top.append(el("div", {class: "task", id: "task", text: r.task}));
+}
+function bodyBlock(ex, which) {
+  const b = ex[which];
+  const d = el("details", {class: "body " + which, "data-exchange": ex.id});
+  d.append(el("summary", {text: b ? `${which} (${b.size.toLocaleString()} bytes${b.cut ? ", cut" : ""})` : `${which}: none`}));
+  if (b) d.addEventListener("toggle", () => {
+    if (d.open && !d.querySelector("pre")) d.append(el("pre", {text: b.text}));
+  });
+  return d;
+}
+function comparisonFor(n) {
+  const c = doc.comparison.find(x => x.n === n);
+  if (!c || !c.calls.length) return null;
+  const box = el("details", {class: "compare", "data-step": String(n)});
+  const same = c.calls.every(k => k.diff == null);
+  box.append(el("summary", {text: same ? "O against O′: equal" : "O against O′: differs"}));
+  for (const k of c.calls) {
+    if (k.diff == null) { box.append(el("div", {class: "equal", text: `${k.name}: O′ equals O`})); continue; }
+    const grid = el("div", {class: "cmp"});
+    grid.append(el("div", {}, el("h4", {text: `O (recorded) · ${k.name}`}), el("pre", {text: k.O})));
+    grid.append(el("div", {}, el("h4", {text: "O′ (replayed)"}), el("pre", {text: k.O2})));
+    box.append(grid);
+    const diff = el("pre", {class: "diff"});
+    for (const [kind, line] of k.diff) diff.append(el("span", {class: kind === "+" ? "d-add" : kind === "-" ? "d-del" : kind === "@" ? "d-at" : "", text: (kind === "@" ? "" : kind) + line}));
+    box.append(diff);
+  }
+  return box;
+}
+function row(ex) {
+  const s = ex.step;
+  const r = el("div", {class: "row " + (s ? "main" : "aux"), id: "ex-" + ex.id, "data-exchange": ex.id});
+  const head = el("div", {class: "head"});
+  if (s) head.append(el("span", {class: "step-n", text: `step ${s.n}`}));
+  head.append(el("span", {text: `#${ex.seq} ${ex.method} ${ex.path}`}));
+  head.append(el("span", {class: "pill" + (ex.outcome === "ok" ? "" : " bad"), text: `${ex.status ?? "-"} ${ex.outcome}`}));
+  head.append(el("span", {class: "pill", text: `${ex.served_by || "-"}`}));
+  head.append(el("span", {text: `at ${fmtMs(ex.at_ms)} · ${fmtMs(ex.ms)}`}));
+  if (ex.attempt > 1) head.append(el("span", {class: "pill", text: `attempt ${ex.attempt}`}));
+  for (const f of ex.flags) head.append(el("span", {class: "pill flag", text: f}));
+  if (s) {
+    const u = usageText(s.usage); if (u) head.append(el("span", {class: "usage", text: u}));
+    for (const f of s.flags) head.append(el("span", {class: "pill flag", text: f}));
+    if (s.retries.length) head.append(el("span", {class: "pill flag", text: `${s.retries.length} retr${s.retries.length > 1 ? "ies" : "y"}`}));
+  } else if (ex.aux) {
+    head.append(el("span", {text: `auxiliary${ex.aux.kind ? " [" + ex.aux.kind + "]" : ""} ${ex.aux.reason || ""}`}));
+  }
+  r.append(head);
+  if (s) {
+    if (s.text) r.append(el("div", {class: "text action", text: s.text}));
+    for (const c of s.calls) r.append(el("div", {class: "call"}, el("span", {class: "name", text: c.name}), "(", el("span", {text: c.args}), ")"));
+    if (s.results.length || s.messages.length) {
+      const o = el("details", {class: "observation"});
+      o.append(el("summary", {text: `observation: ${s.results.length} result(s)` + (s.messages.length ? `, ${s.messages.length} message(s)` : "")}));
+      for (const res of s.results) o.append(el("pre", {class: res.error ? "error" : "", text: res.text}));
+      for (const m of s.messages) o.append(el("pre", {text: m}));
+      r.append(o);
+    }
+    const cmp = comparisonFor(s.n); if (cmp) r.append(cmp);
+  }
+  r.append(bodyBlock(ex, "request"), bodyBlock(ex, "response"));
+  return r;
+}
+const SLICE = 200;
+let next = 0;
+const timeline = document.getElementById("timeline"), more = document.getElementById("more");
+function renderSlice() {
+  const end = Math.min(next + SLICE, doc.exchanges.length);
+  const frag = document.createDocumentFragment();
+  for (; next < end; next++) {
+    const ex = doc.exchanges[next];
+    frag.append(row(ex));
+    const b = doc.run.boundary_step;
+    if (b != null && ex.step && ex.step.n === b) {
+      frag.append(el("div", {class: "boundary", id: "boundary", text: `boundary: after step ${b}, request ${b + 1} ends at the replayed observation O′${b}`}));
+    }
+  }
+  timeline.append(frag);
+  more.textContent = next < doc.exchanges.length ? `${doc.exchanges.length - next} more exchange(s) below…` : `generated ${doc.generated} by pvisor`;
+}
+header();
+renderSlice();
+// "#all" renders every exchange at once (to print, or search the whole page with the browser)
+if (location.hash === "#all") while (next < doc.exchanges.length) renderSlice();
+new IntersectionObserver((entries) => {
+  if (entries.some(e => e.isIntersecting) && next < doc.exchanges.length) renderSlice();
+}, {rootMargin: "800px"}).observe(more);
+window.pvisorReadyMs = performance.now();
+document.body.dataset.ready = "1";
+</script>
+</body></html>
+"""

@@ -1,0 +1,249 @@
+"""``pvisor report`` (issue 19): a run as one self-contained HTML page, checked in a real browser:
+headless Chromium from Debian's packages, driven by Selenium through Debian's chromedriver
+(``.ci/run`` installs both with apt; Playwright's own browser download cannot work here).
+
+The pages of a real Claude Code run (captured through ``pvisor run --script``) and of its
+replay-only derived run load without a console error or a network request; the steps, their
+tool calls, the auxiliary exchanges, the boundary and the link to the parent are where they
+should be; opening an exchange shows its body; O against O' is shown per step. A screenshot of
+each page is kept under ``$PVISOR_TEST_ARTIFACTS`` (default ``.test-artifacts/`` in the
+checkout). A run of many steps renders in slices as the page is scrolled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+from agent_helpers import entrypoint, pvisor, user_env
+from conftest import REPO, cannot_run_here
+from test_gateway_cli import ENV, PVISOR
+
+from pvisor.journal.model import Run
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.writer import Journal
+
+CHROMIUM = os.environ.get("PVISOR_CHROMIUM", "/usr/bin/chromium")
+CHROMEDRIVER = os.environ.get("PVISOR_CHROMEDRIVER", "/usr/bin/chromedriver")
+ARTIFACTS = Path(os.environ.get("PVISOR_TEST_ARTIFACTS", REPO / ".test-artifacts"))
+KEY = "sk-ant-api03-Rp4Tz8LmQ2vX7nKw1NbH5cJd9FsG3aEu6oYq0ZxVe"
+SECRETS_SENT = [KEY]
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (``--no-sandbox``: the tests run as root), with its console log kept."""
+    if not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)):
+        cannot_run_here(
+            f"no {CHROMIUM} or {CHROMEDRIVER}: apt-get install chromium chromium-driver (.ci/run does)"
+        )
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1600",
+    ):
+        opts.add_argument(arg)
+    opts.binary_location = CHROMIUM
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    yield driver
+    driver.quit()
+
+
+def open_page(driver, page: Path, shot: str):
+    """Load ``page``; fail on any console message of level WARNING or above; keep a screenshot."""
+    driver.get(page.resolve().as_uri())
+    assert driver.execute_script("return document.body.dataset.ready") == "1"
+    problems = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert problems == [], problems
+    # self-contained: nothing fetched besides the page itself
+    assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    driver.save_screenshot(str(ARTIFACTS / f"{shot}.png"))
+
+
+def texts(driver, css: str) -> list[str]:
+    return [e.text for e in driver.find_elements("css selector", css)]
+
+
+@pytest.fixture(scope="module")
+def claude_runs(tmp_path_factory):
+    """A Claude Code run captured with the scripted model (one shell call, then the end), and
+    its replay-only to step 1: (journal, captured run id, derived run id)."""
+    root = tmp_path_factory.mktemp("report-runs")
+    home, ws, ws2 = root / "home", root / "ws", root / "ws2"
+    for d in (home, ws, ws2):
+        d.mkdir()
+    script = {
+        "turns": [
+            {"text": "Writing it.", "tool_calls": [{"tool": "@shell", "command": "echo hello > hello.txt && cat hello.txt"}]},
+            {"text": "hello.txt is written."},
+        ]
+    }  # fmt: skip
+    (root / "s.json").write_text(json.dumps(script))
+    journal = root / "j.sqlite"
+    exe = str(entrypoint("claude-code"))
+    env = user_env(home)
+    run = pvisor(
+        ["--journal", str(journal), "run", "--agent", "claude-code", "--agent-entrypoint", exe, "--script",
+         str(root / "s.json"), "--workspace", str(ws), "--json", "--", "Write hello.txt"],
+        env=env, cwd=root, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    captured = orjson.loads(run.stdout)["run"]
+    rep = pvisor(
+        ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe, "--run", captured,
+         "--after-step", "1", "--replay-only", "--workspace", str(ws2), "--output", str(root / "out")],
+        env=env, cwd=root, timeout=300,
+    )  # fmt: skip
+    assert rep.returncode == 0, rep.stderr
+    derived = json.loads((root / "out" / "result.json").read_text())["derived_run"]
+    return journal, captured, derived
+
+
+def report(journal: Path, run: str, output: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*PVISOR, "--journal", str(journal), "report", run, "-o", str(output), *extra],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.slow
+def test_the_page_of_a_captured_claude_code_run(browser, claude_runs, tmp_path):
+    journal, run, _ = claude_runs
+    p = report(journal, run, tmp_path / "run.html", "--body-limit", "1MiB")  # Claude Code's bodies whole
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == str(tmp_path / "run.html")
+    open_page(browser, tmp_path / "run.html", "report-captured")
+    with JournalReader(journal) as r:
+        exchanges = r.exchanges(run)
+    main = [e for e in exchanges if e.role == "main"]
+    assert len(texts(browser, ".row.main")) == len(main) == 2
+    assert len(texts(browser, ".row.aux")) == len(exchanges) - 2  # Claude Code's settings requests, greyed
+    assert texts(browser, ".step-n") == ["step 1", "step 2"]
+    [call] = browser.find_elements("css selector", ".row.main .call")
+    assert call.text.startswith("Bash(") and "echo hello > hello.txt" in call.text
+    assert "Write hello.txt" in browser.find_element("id", "task").text
+    assert browser.find_elements("id", "boundary") == []  # a capture has none
+    # opening an exchange's request shows its body (the task is in it)
+    first = browser.find_elements("css selector", ".row.main details.request")[0]
+    first.find_element("css selector", "summary").click()
+    assert "Write hello.txt" in first.find_element("css selector", "pre").text
+    observation = browser.find_elements("css selector", ".row.main details.observation")[0]
+    observation.find_element("css selector", "summary").click()
+    assert "hello" in observation.find_element("css selector", "pre").text
+
+
+@pytest.mark.slow
+def test_the_page_of_a_replay_marks_the_boundary_compares_o_and_links_the_parent(
+    browser, claude_runs, tmp_path
+):
+    journal, parent, derived = claude_runs
+    p = report(journal, derived, tmp_path / "replay.html")
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == [str(tmp_path / "replay.html"), str(tmp_path / f"{parent}.html")]
+    open_page(browser, tmp_path / "replay.html", "report-replay")
+    # the boundary comes right after step 1, before the request that ends at O'1
+    rows = browser.find_elements("css selector", "#timeline > div")
+    kinds = [
+        r.get_attribute("id") if r.get_attribute("id") == "boundary" else r.get_attribute("class")
+        for r in rows
+    ]
+    at = kinds.index("boundary")
+    assert "step 1" in rows[at - 1].text and at == len(rows) - 2
+    assert "synthetic_end" in rows[at + 1].text  # playback's final reply: no step
+    compare = browser.find_element("css selector", "details.compare[data-step='1']")
+    compare.find_element("css selector", "summary").click()
+    assert "equal" in compare.text and "Bash: O′ equals O" in compare.text
+    link = browser.find_element("id", "parent-link")
+    assert link.get_attribute("href").endswith(f"/{parent}.html")
+    link.click()
+    assert browser.find_element("css selector", "h1").text.endswith(parent)
+    assert [e["level"] for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+
+
+def long_run(path: Path, steps: int) -> str:
+    """A Chat Completions run of ``steps`` steps (one shell call each), recorded straight into a
+    journal, with a key in its headers that the page must not show."""
+    run = f"long{steps}"
+    tool = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
+    messages = [{"role": "user", "content": "count"}]
+    with Journal.open(path) as j:
+        j.create_run(Run(id=run, agent="mini-swe-agent"))
+        for i in range(steps):
+            call = {
+                "id": f"call_{i}",
+                "type": "function",
+                "function": {"name": "bash", "arguments": f'{{"command":"echo {i}"}}'},
+            }
+            reply = {"id": "c", "object": "chat.completion", "model": "m", "usage": {"prompt_tokens": 10 + i, "completion_tokens": 3},
+                     "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+                                  "finish_reason": "tool_calls"}]}  # fmt: skip
+            j.record_exchange(
+                run, "POST", "/v1/chat/completions", [("authorization", f"Bearer {KEY}")], protocol="openai-chat",
+                status=200, request_body=orjson.dumps({"model": "m", "messages": messages, "tools": [tool]}),
+                response_body=orjson.dumps(reply),
+            )  # fmt: skip
+            messages = [*messages, {"role": "assistant", **reply["choices"][0]["message"]},
+                        {"role": "tool", "tool_call_id": f"call_{i}", "content": f"out {i}"}]  # fmt: skip
+        j.flush()
+    return run
+
+
+def test_a_long_run_renders_in_slices_as_it_is_scrolled(browser, tmp_path):
+    """450 steps: the page shows the first 200 at once and the rest as the reader scrolls; the
+    token usage is shown; bodies beyond --body-limit are cut with the command that shows them
+    whole; the key of the headers is nowhere in the page."""
+    journal = tmp_path / "j.sqlite"
+    run = long_run(journal, 450)
+    p = report(journal, run, tmp_path / "long.html", "--body-limit", "2KiB")
+    assert p.returncode == 0, p.stderr
+    assert KEY[14:30].encode() not in (tmp_path / "long.html").read_bytes()
+    open_page(browser, tmp_path / "long.html", "report-long")
+    assert len(browser.find_elements("css selector", ".row.main")) == 200
+    assert "tokens in 10 / out 3" in browser.find_elements("css selector", ".usage")[0].text
+    for _ in range(10):
+        browser.execute_script("window.scrollTo(0, document.body.scrollHeight)")
+        if len(browser.find_elements("css selector", ".row.main")) == 450:
+            break
+        time.sleep(0.2)
+    assert len(browser.find_elements("css selector", ".row.main")) == 450
+    assert texts(browser, ".step-n")[-1] == "step 450"
+    last = browser.find_elements("css selector", ".row.main details.request")[-1]
+    last.find_element("css selector", "summary").click()
+    body = last.find_element("css selector", "pre").text
+    assert "bytes left out: pvisor journal body" in body and "--request" in body
+
+
+def test_bad_input_gets_one_line(tmp_path):
+    journal = tmp_path / "j.sqlite"
+    long_run(journal, 2)
+    cases = [
+        (["report", "nope"], 2, "nope"),
+        (["report", "long2", "-o", str(tmp_path / "missing" / "x.html")], 2, "does not exist"),
+        (["report", "long2", "-o", str(tmp_path)], 2, "is a directory"),
+        (["report", "long2", "--body-limit", "12"], 2, "--body-limit"),
+    ]
+    for args, code, expected in cases:
+        p = subprocess.run(
+            [*PVISOR, "--journal", str(journal), *args], env=ENV, capture_output=True, text=True
+        )
+        assert p.returncode == code, (args, p.stderr)
+        assert expected in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
+    with sqlite3.connect(journal) as conn:  # nothing was written into the journal
+        assert conn.execute("select count(*) from runs").fetchone() == (1,)
