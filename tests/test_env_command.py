@@ -21,10 +21,11 @@ AGENTS = ["claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "mini-s
 
 
 def _env(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = user_env(tmp_path)
+    env.pop("NO_PROXY", None)  # the snippets add the user's own entries: none here
+    env.pop("no_proxy", None)
     return pvisor(
-        ["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", *args],
-        env=user_env(tmp_path),
-        cwd=tmp_path,
+        ["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", *args], env=env, cwd=tmp_path
     )
 
 
@@ -44,6 +45,13 @@ def test_snippets_carry_the_run_id_in_the_base_url(tmp_path, agent):
         and "set -gx NO_PROXY 127.0.0.1,localhost,::1" in fish.stdout
         and "export " not in fish.stdout
     )
+    # the user's own NO_PROXY entries stay (either spelling), the loopback names are added
+    mine = pvisor(
+        ["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", "--agent", agent, "--gateway", GATEWAY,
+         "--shell", "json"],
+        env=user_env(tmp_path, NO_PROXY="corp.example,localhost", no_proxy="lower.example"), cwd=tmp_path,
+    )  # fmt: skip
+    assert json.loads(mine.stdout)["env"]["NO_PROXY"] == "corp.example,localhost,lower.example,127.0.0.1,::1"
     # bash: every export and here-doc is valid shell; nothing outside the data dir is written
     check = subprocess.run(["bash", "-n"], input=bash.stdout, text=True, capture_output=True)
     assert check.returncode == 0, check.stderr

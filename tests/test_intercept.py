@@ -438,7 +438,11 @@ def test_ca_path_creates_the_ca_once_with_its_key_private(tmp_path):
 def env_json(*args: str, **extra: str) -> dict:
     p = subprocess.run(
         [*PVISOR, "env", *args, "--shell", "json"],
-        env={**ENV, "PVISOR_CA_DIR": "/srv/ca", **extra},
+        env={
+            **{k: v for k, v in ENV.items() if k.lower() != "no_proxy"},
+            "PVISOR_CA_DIR": "/srv/ca",
+            **extra,
+        },
         capture_output=True,
         text=True,
     )

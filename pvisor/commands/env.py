@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -120,7 +121,21 @@ def env(
     base_url = f"{base}/run/{run_id}"
     snippet = profile.snippet(base_url, run_dir_of(Path(ctx.obj["journal"]), run_id), model)
     header = f"pvisor env: {profile.title} through the gateway at {base}, run {run_id}"
+    if "NO_PROXY" in snippet.env:  # the gateway's loopback names added to the user's own entries
+        snippet.env["NO_PROXY"] = _with_loopback(os.environ.get("NO_PROXY"), os.environ.get("no_proxy"))
     _emit(profile, snippet, header, run_id, base_url, shell)
+
+
+def _with_loopback(*values: str | None) -> str:
+    """The entries of ``values`` (the user's ``NO_PROXY`` and ``no_proxy``), each once, plus the
+    loopback names the gateway listens on."""
+    entries: list[str] = []
+    for value in values:
+        for entry in (value or "").split(","):
+            if entry.strip() and entry.strip() not in entries:
+                entries.append(entry.strip())
+    entries += [local for local in ("127.0.0.1", "localhost", "::1") if local not in entries]
+    return ",".join(entries)
 
 
 def _intercept(
