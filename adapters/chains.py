@@ -1,7 +1,6 @@
 """The chain rule: which exchanges of a run are its main loop, and which are auxiliary.
 
-Rule (DESIGN.md "Chain rule", agents.md "What changes between one main-loop request and the
-next"), with no agent-specific branch:
+Rule (docs/steps.md, "The chain rule, as implemented"), with no agent-specific branch:
 
 1. Every ``POST`` exchange whose path is a model-API request path with a complete, parsable
    body is a **candidate**: its body is parsed with its protocol module (``parse_request``) and

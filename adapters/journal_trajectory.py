@@ -1,7 +1,7 @@
 """The journal adapter: a captured run read as its trajectory of steps.
 
 The main chain of the run (:mod:`pvisor.adapters.chains`) gives the main-loop requests
-1..N (the kept exchange of each slot). Then, per DESIGN.md "Vocabulary":
+1..N (the kept exchange of each slot). Then, per docs/steps.md, "Steps":
 
 - **A_i** is the reply to request i, read from its reassembled final response (the stored
   ``response_final`` of a stream, else the body; reassembled here when a stream was stored

@@ -1,5 +1,5 @@
 """Replay: rebuild the request prefix that ends at the observation of step N, and (later) hand
-that boundary to a live agent through the gateway (DESIGN.md "Replay").
+that boundary to a live agent through the gateway (docs/replay.md).
 
 Modules:
 

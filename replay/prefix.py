@@ -1,6 +1,6 @@
 """The prefix of prepare-only: the request body for inference N+1, from a journal or a native file.
 
-Vocabulary (DESIGN.md "Vocabulary"): steps are numbered from 1; ``--after-step N`` keeps the
+Vocabulary (docs/steps.md, "Steps"): steps are numbered from 1; ``--after-step N`` keeps the
 task, A_1, O_1, ..., A_N, O_N and excludes A_(N+1) and all after. The prefix ends exactly at
 O_N (at A_N when A_N made no tool call); nothing is appended; a batch (one reply's parallel
 tool calls) is never split, because a step is a whole reply.

@@ -9,7 +9,7 @@ digests the workspace before and after, and writes three files into the output d
 - ``result.json``: the result document, schema ``sandbox-playback.result/v3``
   (docs/result-protocol.md, JSON Schema docs/result-schema.json).
 
-Guarantees (DESIGN.md "Replay"): no process is started, no socket opened, nothing in the
+Guarantees (docs/replay.md): no process is started, no socket opened, nothing in the
 workspace written; the output directory is refused inside the workspace and, unless
 ``force``, when it is not empty. A failure after the output directory was accepted still
 writes ``result.json`` (``status: "failed"``, ``errors``) and no prefix files, then raises.

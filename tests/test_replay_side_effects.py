@@ -1,5 +1,5 @@
 """prepare-only executes nothing, starts nothing, opens no socket and leaves the workspace
-identical (DESIGN.md "Replay"); and its start-up imports neither asyncio, aiohttp, sqlite_utils
+identical (docs/replay.md); and its start-up imports neither asyncio, aiohttp, sqlite_utils
 nor jsonschema for a native source.
 
 The no-side-effect tests run prepare-only in this process (the library function, and the click

@@ -1,6 +1,6 @@
 """Claude Code session JSONL (``~/.claude/projects/<cwd-slug>/<session>.jsonl``) into a Trajectory.
 
-Format rules (sources: shared/native-formats.md section 1; the corpus files
+Format rules (sources: docs/native.md; the corpus files
 ``spotter_*.jsonl`` (Claude Code 2.1.38), ``real-2.1.197_single-then-resume.jsonl`` and the
 ``agent-sessions_schema_coverage.jsonl`` fixture):
 
@@ -116,7 +116,7 @@ _CHAIN_UI = {"progress", "attachment", "system"}
 
 #: record types without a uuid that Claude Code writes for its UI and bookkeeping (session
 #: list, titles, file history, queued prompts, links, request logs, costs); left out silently.
-#: Sources: shared/native-formats.md section 1, the agent-sessions schema-coverage fixture in
+#: Sources: docs/native.md, the agent-sessions schema-coverage fixture in
 #: the corpus, and files written by Claude Code 2.1.332 in the cross-check (``api-request*``,
 #: ``tools-used``, ``cost-state``).
 UI_TYPES = frozenset(

@@ -1,6 +1,6 @@
 """Codex CLI rollout JSONL (``$CODEX_HOME/sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl``) into a Trajectory.
 
-Format rules (sources: shared/native-formats.md section 2, from openai/codex
+Format rules (sources: docs/native.md, from openai/codex
 codex-rs/protocol/src/protocol.rs ``RolloutLine``/``RolloutItem``; corpus files
 ``real-0.171.0_single-then-resume.jsonl``, the 0.146.0 schema-coverage fixture and the
 claude-code-log synthetic rollout):

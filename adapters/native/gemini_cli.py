@@ -1,7 +1,7 @@
 """Gemini CLI chat recordings (``~/.gemini/tmp/<project>/chats/session-*.jsonl``, and the older
 single-JSON ``session-*.json``) into a Trajectory.
 
-Format rules (sources: shared/native-formats.md section 3, from google-gemini/gemini-cli
+Format rules (sources: docs/native.md, from google-gemini/gemini-cli
 packages/core/src/services/chatRecordingService.ts and chatRecordingTypes.ts; corpus files
 ``real-0.61.0_single-then-resume.jsonl``, ``agent-sessions_*`` fixtures,
 ``harbor_rfc_gemini-cli-trajectory.json``):

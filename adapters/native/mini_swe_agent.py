@@ -1,6 +1,6 @@
 """mini-swe-agent trajectory JSON (the ``-o`` file, ``<instance>.traj.json``) into a Trajectory.
 
-Format rules (sources: shared/native-formats.md section 6, from SWE-agent/mini-swe-agent
+Format rules (sources: docs/native.md, from SWE-agent/mini-swe-agent
 src/minisweagent/agents/default.py ``serialize``, models/litellm_model.py ``parse_actions``,
 models/utils/actions_toolcall.py and docs/usage/output_files.md; corpus files
 ``real-2.4.6_*.traj.json`` (tool-calling with Chat and Anthropic models, text-based), the v1

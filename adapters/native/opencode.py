@@ -7,7 +7,7 @@
   ``data`` columns hold the Message / Part JSON without their ids), opened read-only
   (``mode=ro`` URI), no opencode binary needed.
 
-Format rules (sources: shared/native-formats.md section 5, from anomalyco/opencode
+Format rules (sources: docs/native.md, from anomalyco/opencode
 packages/opencode/src/session/message-v2.ts; corpus files ``real-1.18.33_export_*.json``,
 ``real-1.18.33_opencode-db-dump.json`` (the tables of a real opencode.db as JSON: schema and
 rows) and the ``agent-sessions_storage_v2`` tree (shape of 1.3.17)):

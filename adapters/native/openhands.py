@@ -1,7 +1,7 @@
 """OpenHands (V0) event-list trajectory JSON (``save_trajectory_path``, the UI download, a
 ``replay_trajectory_path`` file) into a Trajectory.
 
-Format rules (sources: shared/native-formats.md section 8, from All-Hands-AI/OpenHands
+Format rules (sources: docs/native.md, from All-Hands-AI/OpenHands
 openhands/events/serialization/event.py and openhands/events/tool.py; corpus files
 ``harbor_rfc_openhands_trajectory.json`` (OpenHands 0.58.0) and ``tests_runtime_trajs_*.json``):
 

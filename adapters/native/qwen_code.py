@@ -1,6 +1,6 @@
 """Qwen Code chat recordings (``~/.qwen/projects/<cwd-slug>/chats/<session>.jsonl``) into a Trajectory.
 
-Format rules (sources: shared/native-formats.md section 4, from QwenLM/qwen-code
+Format rules (sources: docs/native.md, from QwenLM/qwen-code
 packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
 ``real-0.24.4_single*.jsonl`` and the agent-sessions fixtures):
 

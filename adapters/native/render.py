@@ -2,7 +2,7 @@
 (schema :data:`NATIVE_SCHEMA`) and Harbor's Agent Trajectory Interchange Format v1.7.
 
 ATIF rules (source: harbor ``rfcs/0001-trajectory-format.md`` v1.7, summarised in
-shared/native-formats.md section 9): root ``schema_version`` ``"ATIF-v1.7"``, ``session_id``,
+docs/native.md): root ``schema_version`` ``"ATIF-v1.7"``, ``session_id``,
 ``agent{name, version, model_name, tool_definitions?}``, ``steps[]``, ``final_metrics``,
 ``extra``. A step has ``step_id`` (from 1), ``source`` (``system``/``user``/``agent``),
 ``message``; agent steps add ``model_name``, ``reasoning_content``, ``tool_calls[{tool_call_id,

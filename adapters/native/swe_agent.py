@@ -1,6 +1,6 @@
 """SWE-agent trajectory (``<instance>/<instance>.traj``) into a Trajectory.
 
-Format rules (sources: shared/native-formats.md section 7, from SWE-agent/SWE-agent
+Format rules (sources: docs/native.md, from SWE-agent/SWE-agent
 sweagent/types.py ``HistoryItem``/``TrajectoryStep`` and docs/usage/trajectories.md; corpus files
 ``demo_function_calling_*.traj`` (1.x, function calling) and ``test_data_gpt4_*.traj`` (0.x,
 real gpt-4 runs, text actions)):

@@ -2,7 +2,7 @@
 ``POST /v1/messages/count_tokens``.
 
 Implements the module contract of :mod:`pvisor.adapters.protocols.base`. Sources (see
-``shared/wire-protocols.md`` section 1 and ``shared/agents.md``):
+the upstream sources named here and docs/agents.md):
 
 - stream framing and event names: wire-protocols.md 1a (anthropic-sdk-python ``_streaming.py``);
 - reassembly rules: wire-protocols.md 1b (anthropic-sdk-python

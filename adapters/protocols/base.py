@@ -545,7 +545,7 @@ def normalise_messages(messages: list[Message], *, keep_call_ids: bool = True) -
 def normalise_conversation(conv: Conversation, *, keep_call_ids: bool = True) -> dict:
     """The chain rule's comparison form: ``{"system", "tools", "messages"}``.
 
-    Per DESIGN.md and agents.md: drop ``cache_control`` markers, signatures and client-made ids,
+    Per docs/steps.md (the chain rule) and docs/agents.md: drop ``cache_control`` markers, signatures and client-made ids,
     parse JSON-string arguments, unify null and empty content. ``keep_call_ids=False`` for
     protocols whose call ids the client makes (Gemini CLI invents ``functionCall.id``).
     """

@@ -2,7 +2,7 @@
 the protocol Gemini CLI speaks with an API key.
 
 Implements the wire-protocol module contract of :mod:`pvisor.adapters.protocols.base`.
-Sources (shared/wire-protocols.md §4): python-genai ``_api_client.py`` (SSE and bare-JSON stream
+Sources: python-genai ``_api_client.py`` (SSE and bare-JSON stream
 lines, ``{"error": ...}`` objects), ``types.py`` (Content, Part, FunctionCall, FunctionResponse,
 GenerateContentResponse), gemini-cli ``code_assist/converter.ts`` (the ``{"response": ...,
 "traceId": ...}`` envelope), vercel/ai stream fixtures (chunk shapes, ``thoughtSignature`` on the

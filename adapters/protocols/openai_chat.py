@@ -2,7 +2,7 @@
 through litellm, the official SDKs).
 
 Implements the module contract of :mod:`pvisor.adapters.protocols.base`. Sources (see
-``shared/wire-protocols.md`` section 2 and ``shared/agents.md``):
+the upstream sources named here and docs/agents.md):
 
 - stream framing (``data: <json>``, ``data: [DONE]``, error objects): wire-protocols.md 2a
   (openai-python ``_streaming.py``);

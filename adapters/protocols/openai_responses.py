@@ -1,7 +1,7 @@
 """OpenAI Responses API (``POST /v1/responses``), the protocol Codex CLI speaks.
 
 Implements the wire-protocol module contract of :mod:`pvisor.adapters.protocols.base`.
-Sources (see shared/wire-protocols.md §3): openai-python
+Sources: openai-python
 ``lib/streaming/responses/_responses.py::accumulate_event`` (reassembly), the OpenAI streaming
 guide (event types, ``sequence_number``), vercel/ai fixtures (``custom_tool_call_input.delta``,
 reasoning summary events, the ``obfuscation`` padding field) and the Codex 0.171 requests in
