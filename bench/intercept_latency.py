@@ -26,7 +26,6 @@ import datetime as dt
 import http.client
 import json
 import os
-import socket
 import ssl
 import statistics
 import subprocess
@@ -36,6 +35,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from gateway_bench import free_port, wait_port  # noqa: E402  (bench/: the gateway benchmark's helpers)
+
 REQUEST = {
     "json": json.dumps({"model": "bench-model", "messages": [{"role": "user", "content": "hi"}]}).encode(),
     "stream": json.dumps(
@@ -43,23 +45,6 @@ REQUEST = {
     ).encode(),
 }
 PATHS = ("direct", "reverse", "mitmdump", "intercept")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_port(port: int, deadline: float = 60.0) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit(f"nothing listens on 127.0.0.1:{port} after {deadline:g} s")
 
 
 def make_cert(where: Path) -> tuple[Path, Path]:
@@ -172,7 +157,7 @@ def main() -> None:
             stdout=subprocess.DEVNULL, env=env,
         )  # fmt: skip
         procs.append(mitm)
-        wait_port(mitm_port)
+        wait_port(mitm_port, 60.0)  # mitmdump loads its CA first
         icp = subprocess.Popen(
             [*pvisor, "--mode", "intercept", "--intercept-host", f"127.0.0.1:{up_port}"],
             stdout=subprocess.PIPE,

@@ -36,6 +36,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from yarl import URL
 
@@ -332,6 +333,26 @@ def _last_line(data: bytes | str) -> str:
     return redact_text(lines[-1]) if lines else "it printed nothing"
 
 
+def serve_intercepted(config: Any, intercept: InterceptConfig) -> None:
+    """Make the gateway of ``config`` (a :class:`~pvisor.gateway.proxy.GatewayConfig`) the one
+    behind intercept mode's mitmdump: a new token for the addon, the origins it may name, and
+    nothing answered without them."""
+    from .access import new_token
+
+    config.intercept_token = new_token()
+    config.intercept_origins = intercept.origins()
+    config.intercept_only = True
+
+
+async def start_proxy(intercept: InterceptConfig, gateway: Any) -> "InterceptProxy":
+    """Start mitmdump in front of ``gateway`` (a started :class:`~pvisor.gateway.proxy.Gateway`
+    whose config went through :func:`serve_intercepted`, on the loopback address); returns
+    the :class:`InterceptProxy` once it listens (its ``url`` and ``ca_cert`` set)."""
+    proxy = InterceptProxy(intercept, "127.0.0.1", gateway.port, gateway.config.intercept_token, gateway.log)
+    await proxy.start()
+    return proxy
+
+
 class InterceptProxy:
     """mitmdump in front of a running gateway (``gateway_host``, ``gateway_port``, with
     ``token`` as its ``intercept_token``).
@@ -536,10 +557,11 @@ class InterceptProxy:
 
 
 def no_proxy_for(intercepted: dict[str, str], *values: str | None) -> tuple[str, list[str]]:
-    """(``NO_PROXY`` for intercept mode, the entries left out): the entries of ``values`` (the
-    user's ``NO_PROXY`` and ``no_proxy``), without those that would send an intercepted host
-    around the proxy (``*``, the host itself, a domain it is in: ``openai.com``,
-    ``.openai.com``), plus the loopback names."""
+    """(``NO_PROXY`` for an agent, the entries left out): the entries of ``values`` (the user's
+    ``NO_PROXY`` and ``no_proxy``), each once, without those that would send an intercepted
+    host around the proxy (``*``, the host itself, a domain it is in: ``openai.com``,
+    ``.openai.com``), plus the loopback names the gateway listens on. With no intercepted host
+    (the reverse proxy) nothing is left out."""
     hosts = {key.rsplit(":", 1)[0] for key in intercepted}
     entries: list[str] = []
     for value in values:
@@ -554,7 +576,7 @@ def no_proxy_for(intercepted: dict[str, str], *values: str | None) -> tuple[str,
         if not name.startswith("[") and name.count(":") == 1:
             name = name.split(":")[0]  # host:port
         name = name.lstrip("*").lstrip(".")
-        if entry == "*" or any(h == name or h.endswith("." + name) for h in hosts if name):
+        if hosts and (entry == "*" or any(h == name or h.endswith("." + name) for h in hosts if name)):
             dropped.append(entry)
         else:
             kept.append(entry)

@@ -848,10 +848,9 @@ async def _run(
         journal = open_journal(req.journal_path, finalize=FINALIZER)
         gw.journal = journal
         if req.intercept is not None:
-            from pvisor.gateway.intercept import InterceptProxy
+            from pvisor.gateway.intercept import start_proxy
 
-            proxy = InterceptProxy(req.intercept, "127.0.0.1", gw.port, config.intercept_token, gw.log)
-            await proxy.start()
+            proxy = await start_proxy(req.intercept, gw)
         return await _attempt(
             req,
             profile,
@@ -887,16 +886,13 @@ async def _run(
 def _intercept_gateway(req: RunRequest, profile: AgentProfile, config: Any) -> None:
     """Make ``config`` serve intercept mode's mitmdump: an ``--upstream`` becomes the redirect
     of the agent's public model host (its requests go there instead)."""
-    from pvisor.gateway.access import new_token
-    from pvisor.gateway.intercept import host_entry
+    from pvisor.gateway.intercept import host_entry, serve_intercepted
     from yarl import URL
 
     if req.upstream:
         key, origin = host_entry(URL(UPSTREAMS[profile.upstream][0]))
         req.intercept.redirects[key] = (origin, req.upstream.rstrip("/"))
-    config.intercept_token = new_token()
-    config.intercept_origins = req.intercept.origins()
-    config.intercept_only = True
+    serve_intercepted(config, req.intercept)
 
 
 def _through_proxy(

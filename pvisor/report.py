@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
+from pvisor.journal.errors import PvisorError
 from pvisor.journal.reader import JournalReader
 
 #: bytes of a body a page shows by default: its head and its tail (``--body-limit``)
@@ -100,12 +101,26 @@ def _diff(before: str, after: str) -> list[list[str]] | None:
     return lines
 
 
-def run_document(reader: JournalReader, run_id: str, body_limit: int = DEFAULT_BODY_LIMIT) -> dict[str, Any]:
+def _trajectory(reader: JournalReader, run_id: str, parsed: dict[str, Any]) -> Any:
+    """The trajectory of ``run_id``, read once per page set (a replay's page and its parent's
+    both need the parent's)."""
+    if run_id not in parsed:
+        parsed[run_id] = trajectory_from_journal(reader, run_id)
+    return parsed[run_id]
+
+
+def run_document(
+    reader: JournalReader,
+    run_id: str,
+    body_limit: int = DEFAULT_BODY_LIMIT,
+    parsed: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The page's data for ``run_id``: ``{"run", "attempts", "steps", "exchanges", "parent",
-    "comparison", "generated"}`` (shapes in docs/report.md). Raises UsageError for an unknown
-    run, as the reader does."""
+    "comparison", "generated"}`` (shapes in docs/report.md). ``parsed``: trajectories already
+    read, by run id (filled in). Raises UsageError for an unknown run, as the reader does."""
+    parsed = {} if parsed is None else parsed
     run = reader.run(run_id)
-    traj = trajectory_from_journal(reader, run.id)
+    traj = _trajectory(reader, run.id, parsed)
     exchanges = reader.exchanges(run.id)
     first_ms = min((e.started_ms for e in exchanges), default=run.created_ms)
     step_of = {d["exchange"]: s for s, d in zip(traj.steps, traj.meta.get("steps", []))}
@@ -152,8 +167,7 @@ def run_document(reader: JournalReader, run_id: str, body_limit: int = DEFAULT_B
                     for r in o.results
                 ],
                 "messages": [
-                    _clip_text(" ".join(_text_of(getattr(p, "text", None) or "") for p in m.parts))
-                    for m in o.messages
+                    _clip_text(" ".join(getattr(p, "text", None) or "" for p in m.parts)) for m in o.messages
                 ],
                 "usage": a.usage,
                 "flags": list(step.flags),
@@ -188,17 +202,19 @@ def run_document(reader: JournalReader, run_id: str, body_limit: int = DEFAULT_B
         "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }
     if run.parent_run:
-        doc["comparison"] = _comparison(reader, run.parent_run, traj, run.boundary_step)
+        doc["comparison"] = _comparison(reader, run.parent_run, traj, run.boundary_step, parsed)
     return doc
 
 
-def _comparison(reader: JournalReader, parent: str, traj: Any, boundary: int | None) -> list[dict[str, Any]]:
+def _comparison(
+    reader: JournalReader, parent: str, traj: Any, boundary: int | None, parsed: dict[str, Any]
+) -> list[dict[str, Any]]:
     """Per step up to the boundary and per tool call: the parent's observation O against the
     derived run's O', equal or with their diff. A parent that is not in this journal (a replay
     from a native file) gives nothing to compare."""
     try:
-        parent_traj = trajectory_from_journal(reader, parent)
-    except Exception:  # the parent is a native file, or unreadable: the page says so
+        parent_traj = _trajectory(reader, parent, parsed)
+    except PvisorError:  # the parent is a native file, or unreadable: nothing to compare
         return []
     out = []
     last = boundary if boundary is not None else len(traj.steps)
@@ -238,14 +254,15 @@ def write_report(
     """Write the page of ``run_id`` to ``output`` and, for a derived run whose parent is in the
     journal, the parent's page beside it (``<parent>.html``, linked from the first). Returns the
     files written. Raises UsageError for an unknown run; OSError as the file system gives it."""
-    doc = run_document(reader, run_id, body_limit)
+    parsed: dict[str, Any] = {}
+    doc = run_document(reader, run_id, body_limit, parsed)
     written = []
     parent = doc["run"]["parent_run"]
     href = None
     if parent and with_parent:
         try:
-            parent_doc = run_document(reader, parent, body_limit)
-        except Exception:  # a parent that is not in this journal: no link
+            parent_doc = run_document(reader, parent, body_limit, parsed)
+        except PvisorError:  # a parent that is not in this journal: no link
             parent_doc = None
         if parent_doc is not None:
             target = output.with_name(f"{parent_doc['run']['id']}.html")

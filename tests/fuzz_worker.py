@@ -49,18 +49,18 @@ def _files(root: Path) -> set[str]:
 
 
 #: audit events of a new process (PEP 578): none may happen while a command only reads
-_PROCESS_EVENTS = frozenset(
-    {
-        "subprocess.Popen",
-        "os.system",
-        "os.exec",
-        "os.posix_spawn",
-        "os.spawn",
-        "os.fork",
-        "os.forkpty",
-        "pty.spawn",
-    }
+#: (tests/test_replay_side_effects.py forbids them too)
+PROCESS_EVENTS = (
+    "subprocess.Popen",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "pty.spawn",
 )
+_PROCESS_EVENTS = frozenset(PROCESS_EVENTS)
 _spawned: list[str] = []
 
 

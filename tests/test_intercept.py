@@ -126,6 +126,21 @@ def proxy_client_ssl(info: dict) -> ssl.SSLContext:
     return ssl.create_default_context(cafile=info["ca"])
 
 
+def proxy_client(info: dict, timeout: float = 15.0) -> httpx2.Client:
+    """A client going through the intercept proxy of ``info``, trusting pvisor's CA only."""
+    return httpx2.Client(proxy=info["url"], verify=proxy_client_ssl(info), timeout=httpx2.Timeout(timeout))
+
+
+def stream_messages(client: httpx2.Client):
+    """A streamed Anthropic Messages request to api.anthropic.com (a context manager)."""
+    return client.stream(
+        "POST",
+        "https://api.anthropic.com/v1/messages",
+        headers={"x-api-key": ANTHROPIC_KEY, "content-type": "application/json"},
+        content=b'{"model":"claude-test","max_tokens":8,"stream":true,"messages":[]}',
+    )
+
+
 # --------------------------------------------------------------------------- the SDKs
 
 
@@ -298,14 +313,9 @@ def test_a_stream_passes_through_intercept_mode_unbuffered_and_byte_for_byte(
     whole body is the upstream's bytes, and the journal has its chunk timings."""
     url, gate, body = gated_upstream
     p, info = start_intercept(procs, tmp_path, certs, {"api.anthropic.com": url})
-    client = httpx2.Client(proxy=info["url"], verify=proxy_client_ssl(info), timeout=httpx2.Timeout(15.0))
+    client = proxy_client(info)
     got = b""
-    with client.stream(
-        "POST",
-        "https://api.anthropic.com/v1/messages",
-        headers={"x-api-key": ANTHROPIC_KEY, "content-type": "application/json"},
-        content=b'{"model":"claude-test","max_tokens":8,"stream":true,"messages":[]}',
-    ) as resp:
+    with stream_messages(client) as resp:
         assert resp.status_code == 200
         for chunk in resp.iter_raw():
             got += chunk
@@ -345,7 +355,7 @@ def test_another_host_is_tunnelled_untouched_and_never_recorded(procs, tmp_path,
     assert resp.status_code == 200 and resp.content == b"not a model: /secret-path"
     # and pvisor's CA does not verify it: the certificate the client saw was the host's own
     with pytest.raises(httpx2.ConnectError):
-        httpx2.Client(proxy=info["url"], verify=proxy_client_ssl(info), timeout=15).get(url + "/x")
+        proxy_client(info).get(url + "/x")
     p.stop()
     with JournalReader(tmp_path / "intercept.sqlite") as r:
         assert r.exchanges() == []
@@ -356,7 +366,7 @@ def test_a_websocket_upgrade_to_a_model_host_is_refused_and_recorded(procs, tmp_
     """Codex's first transport: an upgrade to api.openai.com is answered 426 with the cause, and
     recorded (refused); nothing is tunnelled unrecorded."""
     p, info = start_intercept(procs, tmp_path, certs, {"api.openai.com": upstream})
-    client = httpx2.Client(proxy=info["url"], verify=proxy_client_ssl(info), timeout=15)
+    client = proxy_client(info)
     resp = client.get(
         "https://api.openai.com/v1/responses",
         headers={
@@ -379,7 +389,7 @@ def test_one_run_per_proxy_and_the_run_header_files_a_request_elsewhere(procs, t
     """Without a /run/<id> path, an intercepted request goes to the proxy's run (--run); one
     with ``X-Pvisor-Run`` goes to that run, and the header is neither forwarded nor kept."""
     p, info = start_intercept(procs, tmp_path, certs, {"api.anthropic.com": upstream})
-    client = httpx2.Client(proxy=info["url"], verify=proxy_client_ssl(info), timeout=15)
+    client = proxy_client(info)
     body = b'{"model":"claude-test","max_tokens":8,"messages":[{"role":"user","content":"hi"}]}'
     for headers in ({}, {"X-Pvisor-Run": "session-b"}):
         resp = client.post(
@@ -561,16 +571,11 @@ def test_ctrl_c_lets_a_stream_in_flight_finish_through_the_proxy(procs, tmp_path
 
     url, gate, body = gated_upstream
     p, info = start_intercept(procs, tmp_path, certs, {"api.anthropic.com": url})
-    client = httpx2.Client(proxy=info["url"], verify=proxy_client_ssl(info), timeout=httpx2.Timeout(30.0))
+    client = proxy_client(info, 30.0)
     got: list[bytes] = []
 
     def read() -> None:
-        with client.stream(
-            "POST",
-            "https://api.anthropic.com/v1/messages",
-            headers={"x-api-key": ANTHROPIC_KEY, "content-type": "application/json"},
-            content=b'{"model":"claude-test","max_tokens":8,"stream":true,"messages":[]}',
-        ) as resp:
+        with stream_messages(client) as resp:
             for chunk in resp.iter_raw():
                 got.append(chunk)
 

@@ -22,23 +22,11 @@ import pytest
 
 from conftest import corpus_dir
 from corpus_runs import record_corpus_runs
+from fuzz_worker import PROCESS_EVENTS
 from native_helpers import native_dir
 from pvisor.replay.prepare import PrepareOptions, prepare_only
 
-FORBIDDEN = (
-    "socket.__new__",
-    "socket.connect",
-    "socket.connect_ex",
-    "socket.bind",
-    "subprocess.Popen",
-    "os.system",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "os.fork",
-    "os.forkpty",
-    "pty.spawn",
-)
+FORBIDDEN = ("socket.__new__", "socket.connect", "socket.connect_ex", "socket.bind", *PROCESS_EVENTS)
 
 _GUARD = {"armed": False, "seen": []}
 

@@ -122,20 +122,10 @@ def env(
     snippet = profile.snippet(base_url, run_dir_of(Path(ctx.obj["journal"]), run_id), model)
     header = f"pvisor env: {profile.title} through the gateway at {base}, run {run_id}"
     if "NO_PROXY" in snippet.env:  # the gateway's loopback names added to the user's own entries
-        snippet.env["NO_PROXY"] = _with_loopback(os.environ.get("NO_PROXY"), os.environ.get("no_proxy"))
+        from pvisor.gateway.intercept import no_proxy_for
+
+        snippet.env["NO_PROXY"] = no_proxy_for({}, os.environ.get("NO_PROXY"), os.environ.get("no_proxy"))[0]
     _emit(profile, snippet, header, run_id, base_url, shell)
-
-
-def _with_loopback(*values: str | None) -> str:
-    """The entries of ``values`` (the user's ``NO_PROXY`` and ``no_proxy``), each once, plus the
-    loopback names the gateway listens on."""
-    entries: list[str] = []
-    for value in values:
-        for entry in (value or "").split(","):
-            if entry.strip() and entry.strip() not in entries:
-                entries.append(entry.strip())
-    entries += [local for local in ("127.0.0.1", "localhost", "::1") if local not in entries]
-    return ",".join(entries)
 
 
 def _intercept(

@@ -385,11 +385,9 @@ def gateway(
         token=token,
     )
     if intercept is not None:
-        from pvisor.gateway.access import new_token
+        from pvisor.gateway.intercept import serve_intercepted
 
-        config.intercept_token = new_token()
-        config.intercept_origins = intercept.origins()
-        config.intercept_only = True
+        serve_intercepted(config, intercept)
     if workspace:
         from pvisor.journal.snapshots import snapshot_driver as find_driver
 
@@ -417,7 +415,9 @@ def gateway(
                 raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
             extra: dict[str, Any] = {}
             if intercept is not None:
-                proxy = await _start_intercept(intercept, gw)
+                from pvisor.gateway.intercept import start_proxy
+
+                proxy = await start_proxy(intercept, gw)
                 extra = {"mode": "intercept", "gateway": url, "ca": str(proxy.ca_cert)}
                 url = proxy.url
             tune_gc_for_serving()
@@ -524,19 +524,6 @@ def _intercept_config(
             raise UsageError(f"--redirect: {key.rsplit(':', 1)[0]} given twice")
         config.redirects[key] = (origin, url)
     return config
-
-
-async def _start_intercept(intercept: Any, gw: Any) -> Any:
-    """Start mitmdump in front of the started gateway ``gw``; returns the
-    :class:`~pvisor.gateway.intercept.InterceptProxy` (its ``ca_cert`` set)."""
-    from yarl import URL
-
-    from pvisor.gateway.intercept import InterceptProxy
-
-    inner = URL(gw.url)
-    proxy = InterceptProxy(intercept, inner.host, inner.port, gw.config.intercept_token, gw.log)
-    await proxy.start()
-    return proxy
 
 
 def _access_token(host: str, allow_remote: bool, token: str | None) -> str | None:
