@@ -543,7 +543,10 @@ class Gateway:
             try:
                 await resp.write_eof()
             except _CLIENT_GONE:
-                outcome, error = "aborted_by_client", "client went away before the end of the response"
+                # every byte received reached the agent (a failed write breaks out above): one
+                # that stops reading at its last event (data: [DONE]) and closes got the whole
+                # answer, the chunked terminator aside; the outcome stays what it was
+                pass
         finish(outcome, error)
         return resp
 

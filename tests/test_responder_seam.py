@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import socket
 import sqlite3
+import struct
 
 import orjson
 import pytest
@@ -303,3 +304,50 @@ def test_requests_no_protocol_owns_reach_the_responder(stack, path, method):
     gw = stack.gateway({}, responder=resp)
     status, _, _ = http_request(gw.url, method, path)
     assert status == 200 and resp.seen[0].upstream is None and resp.seen[0].protocol is None
+
+
+def test_an_agent_that_closes_after_the_last_byte_got_the_whole_answer(stack):
+    """An SDK that stops reading at the last event (``data: [DONE]``) and closes the connection
+    before the chunked terminator got every byte: ``ok``, not ``aborted_by_client`` (a flaky
+    failure of the intercept tests under load). The gateway notices the close before the source
+    ends, which the test waits for on the gateway's loop (its connections gone), not by a clock."""
+    import asyncio
+
+    gate = Gate(stack.lt)
+    last = b"data: [DONE]\n\n"
+
+    class Source:
+        def __init__(self):
+            self.n = 0
+
+        def __aiter__(self):
+            return self
+
+        async def __anext__(self):
+            self.n += 1
+            if self.n == 1:
+                return last
+            await gate.wait()
+            raise StopAsyncIteration
+
+    gw = stack.gateway(
+        {},
+        responder=Recording(lambda r: Serve(200, [("Content-Type", "text/event-stream")], chunks=Source())),
+    )
+    conn, resp = open_stream(gw.url, "POST", "/v1/chat/completions")
+    assert resp.read(len(last)) == last
+    # closed with a reset, as a client process that exits does with unread bytes pending
+    conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.sock.close()
+    conn.close()
+
+    async def closed_on_the_gateways_side():
+        server = gw.gateway._runner.server
+        while any(h.transport is not None and not h.transport.is_closing() for h in server.connections):
+            await asyncio.sleep(0)
+
+    stack.lt.run(closed_on_the_gateways_side())
+    gate.set()
+    [ex] = wait_exchanges(gw, 1)
+    assert (ex.outcome, ex.error) == ("ok", None)
+    assert ex.bytes_delivered == ex.bytes_received == len(last)
