@@ -49,6 +49,7 @@ observations without parsing the bodies a second time.
 from __future__ import annotations
 
 import enum
+import gc
 import hashlib
 import json
 import re
@@ -60,6 +61,7 @@ import orjson
 from pvisor.adapters.agents.descriptor import ChainHint, action_message  # noqa: F401  (re-exported)
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo
+from pvisor.journal import progress
 from pvisor.journal.content_encoding import DecodeError, decode_body
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Action, Conversation, Exchange, Message, TextPart, ToolResult
@@ -900,20 +902,45 @@ def _left_out(
     return [found[r.id] for r in requests if r.id in found]
 
 
-def classify_run(reader: JournalReader, run_id: str, *, prefer: Prefer | None = None) -> Classification:
+def classify_run(
+    reader: JournalReader,
+    run_id: str,
+    *,
+    prefer: Prefer | None = None,
+    on_request_body: Callable[[Exchange, bytes | None], None] | None = None,
+) -> Classification:
     """Apply the chain rule to the run ``run_id`` (or a unique prefix) of a journal.
 
-    Raises UsageError (from the reader) when no run or several match; IntegrityError when a
-    stored body is damaged.
+    ``on_request_body`` is handed each request body as it is read (a caller that needs the
+    bodies too, as the report does, reads them once). Raises UsageError (from the reader) when
+    no run or several match; IntegrityError when a stored body is damaged.
     """
     run = reader.run(run_id)
-    return classify_exchanges(
-        reader.exchanges(run.id),
-        reader.request_body,
-        prefer=prefer,
-        run=run.id,
-        final_response=lambda ex: read_final_response(reader, ex)[0],
-    )
+    exchanges = reader.exchanges(run.id)
+    # reading a long run allocates millions of parsed JSON values and no reference cycle: the
+    # cyclic collector would only rescan them, a quarter of the time (docs/benchmarks.md)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with progress.task(f"reading run {run.id}", len(exchanges), progress.Unit.EXCHANGES) as task:
+
+            def request_body(ex: Exchange) -> bytes | None:
+                task.advance()  # parsing each request is the cost of classifying a long run
+                body = reader.request_body(ex)
+                if on_request_body is not None:
+                    on_request_body(ex, body)
+                return body
+
+            return classify_exchanges(
+                exchanges,
+                request_body,
+                prefer=prefer,
+                run=run.id,
+                final_response=lambda ex: read_final_response(reader, ex)[0],
+            )
+    finally:
+        if collecting:
+            gc.enable()
 
 
 # --------------------------------------------------------------------------- the online matcher

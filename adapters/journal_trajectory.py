@@ -56,9 +56,10 @@ Public API: :func:`trajectory_from_journal`, :func:`build_trajectory` and
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from pvisor.adapters.chains import (
+    Chain,
     Classification,
     Prefer,
     Request,
@@ -71,10 +72,12 @@ from pvisor.adapters.chains import (
 )
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import json_type, signature_flags
+from pvisor.journal import progress
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import (
     Action,
     Conversation,
+    Exchange,
     LeftOut,
     Message,
     Observation,
@@ -101,16 +104,23 @@ _GATEWAY_STATUS = frozenset({"upstream_unreachable", "upstream_reset", "oversize
 
 
 def trajectory_from_journal(
-    reader: JournalReader, run_id: str, *, prefer: Prefer | None = None
+    reader: JournalReader,
+    run_id: str,
+    *,
+    prefer: Prefer | None = None,
+    on_request_body: Callable[[Exchange, bytes | None], None] | None = None,
 ) -> Trajectory:
     """The run ``run_id`` (or a unique prefix) of a journal as a :class:`Trajectory`.
 
     ``prefer`` is the launch profile's tie-break hint for the main chain (see
-    :func:`pvisor.adapters.chains.classify_exchanges`). Raises UsageError when no run or several
+    :func:`pvisor.adapters.chains.classify_exchanges`); ``on_request_body`` is handed each
+    request body as the classification reads it. Raises UsageError when no run or several
     match, IntegrityError when a stored body is damaged; never for bodies that do not parse
     (they are left out, or flagged, with the reason).
     """
-    return build_trajectory(reader, classify_run(reader, run_id, prefer=prefer))
+    return build_trajectory(
+        reader, classify_run(reader, run_id, prefer=prefer, on_request_body=on_request_body)
+    )
 
 
 @dataclass(slots=True)
@@ -330,58 +340,75 @@ def build_trajectory(reader: JournalReader, classification: Classification) -> T
     while steps > 0 and SYNTHETIC_END in main[steps - 1].exchange.flags:
         steps -= 1
     meta["synthetic_end"] = [q.id for q in main[steps:]]
-    for i, (slot, req) in enumerate(zip(c.main.slots[:steps], main[:steps])):
-        reply = None
-        if i + 1 < len(main):
-            req, reply = _carried(reader, slot, req, main[i + 1])
-        if reply is None:
-            reply = _read_reply(reader, req)
-        flags = list(reply.flags)
-        ex = req.exchange
-        detail: dict[str, Any] = {
-            "n": i + 1,
-            "exchange": ex.id,
-            "seq": ex.seq,
-            "attempt": ex.attempt,
-            "retries": [r.id for r in slot.retries],
-            "status": ex.status,
-            "outcome": ex.outcome,
-        }
-        if slot.retries:
-            flags.append("retried")
-        if reply.problem:
-            detail["reply_problem"] = reply.problem
-        if "partially_delivered" in flags:
-            detail["bytes_received"] = ex.bytes_received
-            detail["bytes_delivered"] = ex.bytes_delivered
-        if req.previous_response_id is not None:
-            detail["previous_response_id"] = req.previous_response_id
-            detail["previous_exchange"] = req.base.id if req.base is not None else None
-        if i > 0:
-            changed = changes_between(main[i - 1], req)
-            flags.extend(k for k in ("system_changed", "tools_changed") if changed.get(k))
-            if changed.get("tools_changed"):
-                detail["tools_added"] = changed["tools_added"]
-                detail["tools_removed"] = changed["tools_removed"]
-        if i + 1 < len(main) and c.main.slots[i + 1].compaction is not None:
-            summary = c.main.slots[i + 1].compaction
-            obs, more = _compacted_observation(main[i + 1], summary, req, reply.action)
-            flags.extend(["compaction", *more])
-            detail["compaction"] = summary.id
-        elif i + 1 < len(main):
-            nxt = main[i + 1]
-            assert nxt.protocol is not None
-            obs, more, extra = _observation(nxt.protocol, nxt.messages_from(len(req.messages)), reply.action)
-            flags.extend(more)
-            detail.update(extra)
-        else:
-            obs = Observation()
-            if any(c.kind != "server" for c in reply.action.tool_calls):
-                flags.append("tool_results_not_sent")
-        flags.extend(signature_flags(reply.action.reasoning))
-        traj.steps.append(Step(n=i + 1, action=reply.action, observation=obs, flags=flags))
-        meta["steps"].append(detail)
+    with progress.task(f"steps of run {c.run or '-'}", steps) as task:
+        for i, (slot, req) in enumerate(zip(c.main.slots[:steps], main[:steps])):
+            _build_step(reader, traj, c.main, main, i, slot, req)
+            task.advance()
     return traj
+
+
+def _build_step(
+    reader: JournalReader,
+    traj: Trajectory,
+    chain: Chain,
+    main: list[Request],
+    i: int,
+    slot: Slot,
+    req: Request,
+) -> None:
+    """Step ``i + 1`` of ``traj`` (and its ``meta["steps"]`` entry) from main-loop request
+    ``req`` of ``chain`` and the request after it."""
+    meta = traj.meta
+    reply = None
+    if i + 1 < len(main):
+        req, reply = _carried(reader, slot, req, main[i + 1])
+    if reply is None:
+        reply = _read_reply(reader, req)
+    flags = list(reply.flags)
+    ex = req.exchange
+    detail: dict[str, Any] = {
+        "n": i + 1,
+        "exchange": ex.id,
+        "seq": ex.seq,
+        "attempt": ex.attempt,
+        "retries": [r.id for r in slot.retries],
+        "status": ex.status,
+        "outcome": ex.outcome,
+    }
+    if slot.retries:
+        flags.append("retried")
+    if reply.problem:
+        detail["reply_problem"] = reply.problem
+    if "partially_delivered" in flags:
+        detail["bytes_received"] = ex.bytes_received
+        detail["bytes_delivered"] = ex.bytes_delivered
+    if req.previous_response_id is not None:
+        detail["previous_response_id"] = req.previous_response_id
+        detail["previous_exchange"] = req.base.id if req.base is not None else None
+    if i > 0:
+        changed = changes_between(main[i - 1], req)
+        flags.extend(k for k in ("system_changed", "tools_changed") if changed.get(k))
+        if changed.get("tools_changed"):
+            detail["tools_added"] = changed["tools_added"]
+            detail["tools_removed"] = changed["tools_removed"]
+    if i + 1 < len(main) and chain.slots[i + 1].compaction is not None:
+        summary = chain.slots[i + 1].compaction
+        obs, more = _compacted_observation(main[i + 1], summary, req, reply.action)
+        flags.extend(["compaction", *more])
+        detail["compaction"] = summary.id
+    elif i + 1 < len(main):
+        nxt = main[i + 1]
+        assert nxt.protocol is not None
+        obs, more, extra = _observation(nxt.protocol, nxt.messages_from(len(req.messages)), reply.action)
+        flags.extend(more)
+        detail.update(extra)
+    else:
+        obs = Observation()
+        if any(c.kind != "server" for c in reply.action.tool_calls):
+            flags.append("tool_results_not_sent")
+    flags.extend(signature_flags(reply.action.reasoning))
+    traj.steps.append(Step(n=i + 1, action=reply.action, observation=obs, flags=flags))
+    meta["steps"].append(detail)
 
 
 # --------------------------------------------------------------------------- JSON

@@ -21,7 +21,7 @@ from urllib.parse import quote
 
 import orjson
 
-from . import blobs
+from . import blobs, progress
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import Attempt, Exchange, Run, unpack_timings
 from .paths import absolute
@@ -627,21 +627,30 @@ class JournalReader:
         """
         runs = [self.run(run_id)] if run_id is not None else self.runs()
         n = 0
-        for run in runs:
-            out.write(orjson.dumps({"type": "run", **_asdict(run)}) + b"\n")
-            n += 1
-            for att in self.attempts(run.id):
-                out.write(orjson.dumps({"type": "attempt", **_asdict(att)}) + b"\n")
+        total = self._exchange_count(runs[0].id if run_id is not None else None) if progress.active() else 0
+        with progress.task("exporting", total, progress.Unit.EXCHANGES) as task:
+            for run in runs:
+                out.write(orjson.dumps({"type": "run", **_asdict(run)}) + b"\n")
                 n += 1
-            for ex in self.exchanges(run.id):
-                d = _asdict(ex)
-                d["chunk_timings"] = [list(t) for t in unpack_timings(ex.chunk_timings)]
-                d["request"] = body_json_field(self.request_body(ex))
-                d["response"] = body_json_field(self.response_body(ex, raw=True))
-                d["final"] = body_json_field(self.response_body(ex)) if ex.response_final else None
-                out.write(orjson.dumps({"type": "exchange", **d}) + b"\n")
-                n += 1
+                for att in self.attempts(run.id):
+                    out.write(orjson.dumps({"type": "attempt", **_asdict(att)}) + b"\n")
+                    n += 1
+                for ex in self.exchanges(run.id):
+                    d = _asdict(ex)
+                    d["chunk_timings"] = [list(t) for t in unpack_timings(ex.chunk_timings)]
+                    d["request"] = body_json_field(self.request_body(ex))
+                    d["response"] = body_json_field(self.response_body(ex, raw=True))
+                    d["final"] = body_json_field(self.response_body(ex)) if ex.response_final else None
+                    out.write(orjson.dumps({"type": "exchange", **d}) + b"\n")
+                    n += 1
+                    task.advance()
         return n
+
+    def _exchange_count(self, run_id: str | None) -> int:
+        """How many exchanges one run (or, with None, the journal) holds."""
+        if run_id is None:
+            return self.conn.execute("SELECT count(*) FROM exchanges").fetchone()[0]
+        return self.conn.execute("SELECT count(*) FROM exchanges WHERE run_id = ?", (run_id,)).fetchone()[0]
 
 
 def _asdict(obj: Any) -> dict[str, Any]:

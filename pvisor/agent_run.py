@@ -50,7 +50,14 @@ from typing import Any, Callable, Collection, Mapping
 import orjson
 
 from pvisor.adapters.agents import get_profile
-from pvisor.adapters.agents.base import VERSION_TIMEOUT_S, AgentProfile, LaunchContext, LaunchPlan
+from pvisor.adapters.agents.base import (
+    VERSION_TIMEOUT_S,
+    AgentOutcome,
+    AgentProfile,
+    AgentStatus,
+    LaunchContext,
+    LaunchPlan,
+)
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.gateway.parent_death import die_with_parent
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
@@ -86,6 +93,10 @@ JOURNAL_WAIT_S = 600.0
 
 #: exit code after Ctrl-C (SIGINT); SIGHUP gives 129 and SIGTERM 143 (128 + signal number)
 EXIT_INTERRUPTED = 130
+
+#: what ``pvisor run`` exits with when the agent exited 0 but its own final status says it
+#: failed (mini-swe-agent's ``RepeatedFormatError``): a failure is never reported as a success
+EXIT_AGENT_FAILED = 1
 
 Warn = Callable[[str], None]
 
@@ -210,6 +221,18 @@ class RunReport:
     snapshots: int = 0
     snapshot_warnings: list[str] = field(default_factory=list)
     intercept_proxy: str | None = None
+    #: the agent's own account of how it ended (:meth:`AgentProfile.final_status`)
+    agent_status: AgentStatus | None = None
+
+    @property
+    def failed_by_own_account(self) -> bool:
+        """The agent exited 0 but says it failed: the run exits :data:`EXIT_AGENT_FAILED`."""
+        return (
+            self.agent_exit_code == 0
+            and not (self.timed_out or self.interrupted)
+            and self.agent_status is not None
+            and self.agent_status.outcome is AgentOutcome.FAILED
+        )
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` document (docs/cli.md)."""
@@ -220,6 +243,7 @@ class RunReport:
             "agent_version": self.agent_version,
             "exit_code": self.exit_code,
             "agent_exit_code": self.agent_exit_code,
+            "agent_status": self.agent_status.to_json() if self.agent_status else None,
             "timed_out": self.timed_out,
             "interrupted": self.interrupted,
             "interrupt_signal": self.interrupt_signal,
@@ -1039,6 +1063,7 @@ async def _attempt(
     stdout = stdout_path.read_bytes() if stdout_path.exists() else b""
     session_id = profile.session_id(stdout) if profile.json_stdout else None
     native = await _native(profile, ctx, plan, session_id, env, workspace, warn, keep)
+    own = profile.final_status(stdout, native)
     report = RunReport(
         run=run_id,
         attempt=attempt,
@@ -1060,8 +1085,11 @@ async def _attempt(
         stray_processes_killed=strays,
         interrupt_signal=signal.Signals(stop.signum).name if interrupted and stop.signum else None,
         stopped_after_end=after_end,
+        agent_status=own,
     )
     report.exit_code = stop.exit_code if interrupted else 124 if timed_out else (report.agent_exit_code or 0)
+    if report.failed_by_own_account:
+        report.exit_code = EXIT_AGENT_FAILED
     if strays:
         warn(
             f"the agent left {strays} process(es) running after it {'was stopped' if timed_out or interrupted else 'exited'}; "
@@ -1083,6 +1111,9 @@ async def _attempt(
         attempt_labels["interrupted"] = report.interrupt_signal or "true"
     if strays:
         attempt_labels["stray_processes_killed"] = str(strays)
+    attempt_labels["agent_outcome"] = own.outcome.value
+    if own.detail:
+        attempt_labels["agent_detail"] = own.detail
     if session_id:
         run_labels["session_id"] = attempt_labels["session_id"] = session_id
     if native:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pvisor.journal import progress
 from pvisor.journal.errors import PvisorError, UsageError
 from pvisor.journal.model import RunMode
 from pvisor.replay.errors import (
@@ -400,6 +401,7 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
                 responder: Any = ContinuationResponder(rec, opts.after_step, d, rewrites, policy)
             else:
                 responder = PlaybackResponder(rec, opts.after_step, d, rewrites)
+            responder.on_request = task.reach
             holder["responder"] = responder
             return responder
 
@@ -407,37 +409,41 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         if rec.kind == "native":
             labels["source_sha256"] = result["source"]["sha256"] or ""
         t = time.perf_counter()
-        try:
-            report = run_agent(
-                RunRequest(
-                    agent=opts.agent,
-                    task=rec.task,
-                    journal_path=opts.journal,
-                    entrypoint=opts.entrypoint,
-                    workspace=ws,
-                    timeout=opts.timeout,
-                    allow_unsupported=opts.allow_unsupported,
-                    model=opts.model or rec.model,
-                    responder=make,
-                    mode=mode.value,
-                    parent_run=rec.run,
-                    boundary_step=opts.after_step,
-                    labels=labels,
-                    upstream_label=f"playback:{rec.kind}"
-                    + (f", then {without_userinfo(upstream)}" if upstream else ""),
-                    end_grace=opts.end_grace,
-                    upstream=upstream,
-                    agent_env=dict(opts.agent_env),
-                    agent_args=list(opts.agent_args),
-                    intercept=opts.intercept,
-                    # a local upstream and no key of the user's: the agent still wants one to start
-                    dummy_key=bool(live and opts.upstream and d.key_env and not _has_key(opts, d.key_env)),
-                ),
-                warn,
-            )
-        except AgentUnavailable as exc:
-            exc.code = "agent_unavailable"  # type: ignore[attr-defined]
-            raise
+        # the bar counts main-loop requests served, up to the boundary N + 1
+        with progress.task(f"replaying {opts.agent} to step {opts.after_step}", opts.after_step + 1) as task:
+            try:
+                report = run_agent(
+                    RunRequest(
+                        agent=opts.agent,
+                        task=rec.task,
+                        journal_path=opts.journal,
+                        entrypoint=opts.entrypoint,
+                        workspace=ws,
+                        timeout=opts.timeout,
+                        allow_unsupported=opts.allow_unsupported,
+                        model=opts.model or rec.model,
+                        responder=make,
+                        mode=mode.value,
+                        parent_run=rec.run,
+                        boundary_step=opts.after_step,
+                        labels=labels,
+                        upstream_label=f"playback:{rec.kind}"
+                        + (f", then {without_userinfo(upstream)}" if upstream else ""),
+                        end_grace=opts.end_grace,
+                        upstream=upstream,
+                        agent_env=dict(opts.agent_env),
+                        agent_args=list(opts.agent_args),
+                        intercept=opts.intercept,
+                        # a local upstream and no key of the user's: the agent still wants one to start
+                        dummy_key=bool(
+                            live and opts.upstream and d.key_env and not _has_key(opts, d.key_env)
+                        ),
+                    ),
+                    warn,
+                )
+            except AgentUnavailable as exc:
+                exc.code = "agent_unavailable"  # type: ignore[attr-defined]
+                raise
         timings["agent"] = round((time.perf_counter() - t) * 1000, 3)
         result["agent_started"] = True
         p = holder["responder"]
@@ -578,6 +584,7 @@ def _fill_after(
         "stderr": str(report.stderr),
         "run_dir": str(report.run_dir),
         "steps": report.steps,
+        "agent_status": report.agent_status.to_json() if report.agent_status else None,
     }
     if rec.agent_version and report.agent_version and rec.agent_version != report.agent_version:
         result["warnings"].append(

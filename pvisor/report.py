@@ -29,6 +29,7 @@ from typing import Any
 import orjson
 
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
+from pvisor.journal import progress
 from pvisor.journal.errors import PvisorError
 from pvisor.journal.reader import JournalReader
 
@@ -101,11 +102,28 @@ def _diff(before: str, after: str) -> list[list[str]] | None:
     return lines
 
 
-def _trajectory(reader: JournalReader, run_id: str, parsed: dict[str, Any]) -> Any:
-    """The trajectory of ``run_id``, read once per page set (a replay's page and its parent's
-    both need the parent's)."""
+class _Read:
+    """A run as read for pages: its trajectory and each exchange's request body as the page
+    shows it (cut while the classification reads it: a second pass over the bodies of a long
+    run cost a sixth of the time)."""
+
+    __slots__ = ("bodies", "traj")
+
+    def __init__(self, reader: JournalReader, run_id: str, body_limit: int) -> None:
+        self.bodies: dict[str, dict[str, Any] | None] = {}
+
+        def keep(ex: Any, body: bytes | None) -> None:
+            if ex.id not in self.bodies:
+                self.bodies[ex.id] = _body(body, body_limit, ex.id, "request")
+
+        self.traj = trajectory_from_journal(reader, run_id, on_request_body=keep)
+
+
+def _read(reader: JournalReader, run_id: str, parsed: dict[str, Any], body_limit: int) -> _Read:
+    """``run_id`` read once per page set (a replay's page and its parent's both need the
+    parent's)."""
     if run_id not in parsed:
-        parsed[run_id] = trajectory_from_journal(reader, run_id)
+        parsed[run_id] = _Read(reader, run_id, body_limit)
     return parsed[run_id]
 
 
@@ -116,68 +134,22 @@ def run_document(
     parsed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The page's data for ``run_id``: ``{"run", "attempts", "steps", "exchanges", "parent",
-    "comparison", "generated"}`` (shapes in docs/report.md). ``parsed``: trajectories already
-    read, by run id (filled in). Raises UsageError for an unknown run, as the reader does."""
+    "comparison", "generated"}`` (shapes in docs/report.md). ``parsed``: runs already read, by
+    run id (filled in). Raises UsageError for an unknown run, as the reader does."""
     parsed = {} if parsed is None else parsed
     run = reader.run(run_id)
-    traj = _trajectory(reader, run.id, parsed)
+    read = _read(reader, run.id, parsed, body_limit)
+    traj = read.traj
     exchanges = reader.exchanges(run.id)
     first_ms = min((e.started_ms for e in exchanges), default=run.created_ms)
     step_of = {d["exchange"]: s for s, d in zip(traj.steps, traj.meta.get("steps", []))}
     details = {d["exchange"]: d for d in traj.meta.get("steps", [])}
     aux = {a["exchange"]: a for a in traj.meta.get("auxiliary", [])}
     rows = []
-    for e in exchanges:
-        step = step_of.get(e.id)
-        row: dict[str, Any] = {
-            "id": e.id,
-            "seq": e.seq,
-            "attempt": e.attempt,
-            "method": e.method,
-            "path": e.path + ("?" + e.query if e.query else ""),
-            "status": e.status,
-            "outcome": e.outcome,
-            "served_by": e.served_by,
-            "capture": e.capture,
-            "flags": list(e.flags),
-            "streamed": e.streamed,
-            "at_ms": round(e.started_ms - first_ms, 1),
-            "ms": round(e.ended_us / 1000, 1) if e.ended_us is not None else None,
-            "first_byte_ms": round(e.first_byte_us / 1000, 1) if e.first_byte_us is not None else None,
-            "request": _body(reader.request_body(e) if e.request_body else None, body_limit, e.id, "request"),
-            "response": _body(
-                reader.blob(e.response_final or e.response_body)
-                if (e.response_final or e.response_body)
-                else None,
-                body_limit,
-                e.id,
-                "response",
-            ),
-        }
-        if step is not None:
-            a, o = step.action, step.observation
-            d = details[e.id]
-            row["step"] = {
-                "n": step.n,
-                "text": _clip_text(a.text or ""),
-                "reasoning": bool(a.reasoning),
-                "calls": [_call(c) for c in a.tool_calls],
-                "results": [
-                    {"call_id": r.call_id, "error": r.is_error, "text": _clip_text(_text_of(r.content))}
-                    for r in o.results
-                ],
-                "messages": [
-                    _clip_text(" ".join(getattr(p, "text", None) or "" for p in m.parts)) for m in o.messages
-                ],
-                "usage": a.usage,
-                "flags": list(step.flags),
-                "retries": d.get("retries", []),
-            }
-        elif e.id in aux:
-            row["aux"] = {"kind": aux[e.id]["kind"], "reason": aux[e.id]["reason"]}
-        else:
-            row["aux"] = {"kind": "synthetic_end" if "synthetic_end" in e.flags else "other", "reason": ""}
-        rows.append(row)
+    with progress.task(f"page of run {run.id}", len(exchanges), progress.Unit.EXCHANGES) as task:
+        for e in exchanges:
+            rows.append(_row(reader, e, first_ms, body_limit, read, step_of.get(e.id), details, aux))
+            task.advance()
     doc: dict[str, Any] = {
         "run": {
             "id": run.id,
@@ -202,20 +174,91 @@ def run_document(
         "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }
     if run.parent_run:
-        doc["comparison"] = _comparison(reader, run.parent_run, traj, run.boundary_step, parsed)
+        doc["comparison"] = _comparison(reader, run.parent_run, traj, run.boundary_step, parsed, body_limit)
     return doc
 
 
+def _row(
+    reader: JournalReader,
+    e: Any,
+    first_ms: float,
+    body_limit: int,
+    read: _Read,
+    step: Any,
+    details: dict[str, Any],
+    aux: dict[str, Any],
+) -> dict[str, Any]:
+    """The page's row of exchange ``e`` (``step``: its step, None for an auxiliary one)."""
+    row: dict[str, Any] = {
+        "id": e.id,
+        "seq": e.seq,
+        "attempt": e.attempt,
+        "method": e.method,
+        "path": e.path + ("?" + e.query if e.query else ""),
+        "status": e.status,
+        "outcome": e.outcome,
+        "served_by": e.served_by,
+        "capture": e.capture,
+        "flags": list(e.flags),
+        "streamed": e.streamed,
+        "at_ms": round(e.started_ms - first_ms, 1),
+        "ms": round(e.ended_us / 1000, 1) if e.ended_us is not None else None,
+        "first_byte_ms": round(e.first_byte_us / 1000, 1) if e.first_byte_us is not None else None,
+        # cut as the classification read it; read again only if it was not (none is missed today)
+        "request": read.bodies[e.id]
+        if e.id in read.bodies
+        else _body(reader.request_body(e) if e.request_body else None, body_limit, e.id, "request"),
+        "response": _body(
+            reader.blob(e.response_final or e.response_body)
+            if (e.response_final or e.response_body)
+            else None,
+            body_limit,
+            e.id,
+            "response",
+        ),
+    }
+    if step is not None:
+        a, o = step.action, step.observation
+        d = details[e.id]
+        row["step"] = {
+            "n": step.n,
+            "text": _clip_text(a.text or ""),
+            "reasoning": bool(a.reasoning),
+            "calls": [_call(c) for c in a.tool_calls],
+            "results": [
+                {"call_id": r.call_id, "error": r.is_error, "text": _clip_text(_text_of(r.content))}
+                for r in o.results
+            ],
+            "messages": [
+                _clip_text(" ".join(getattr(p, "text", None) or "" for p in m.parts)) for m in o.messages
+            ],
+            "usage": a.usage,
+            "flags": list(step.flags),
+            "retries": d.get("retries", []),
+        }
+    elif e.id in aux:
+        row["aux"] = {"kind": aux[e.id]["kind"], "reason": aux[e.id]["reason"]}
+    else:
+        row["aux"] = {"kind": "synthetic_end" if "synthetic_end" in e.flags else "other", "reason": ""}
+    return row
+
+
 def _comparison(
-    reader: JournalReader, parent: str, traj: Any, boundary: int | None, parsed: dict[str, Any]
+    reader: JournalReader,
+    parent: str,
+    traj: Any,
+    boundary: int | None,
+    parsed: dict[str, Any],
+    body_limit: int,
 ) -> list[dict[str, Any]]:
     """Per step up to the boundary and per tool call: the parent's observation O against the
     derived run's O', equal or with their diff. A parent that is not in this journal (a replay
     from a native file) gives nothing to compare."""
     try:
-        parent_traj = _trajectory(reader, parent, parsed)
+        parent_traj = _read(reader, parent, parsed, body_limit).traj
     except PvisorError:  # the parent is a native file, or unreadable: nothing to compare
         return []
+    normalise = _normaliser(traj.meta.get("agent"))
     out = []
     last = boundary if boundary is not None else len(traj.steps)
     for n in range(1, min(last, len(traj.steps), len(parent_traj.steps)) + 1):
@@ -224,16 +267,30 @@ def _comparison(
         for i, call in enumerate(was.action.tool_calls):
             o = _text_of(was.observation.results[i].content) if i < len(was.observation.results) else ""
             o2 = _text_of(now.observation.results[i].content) if i < len(now.observation.results) else ""
+            diff = _diff(o, o2)
             calls.append(
                 {
                     "name": call.name,
                     "O": _clip_text(o, 8000),
                     "O2": _clip_text(o2, 8000),
-                    "diff": _diff(o, o2),
+                    "diff": diff,
+                    # as result.json's replayed_tool_calls compare them: the agent's own
+                    # decorations (Codex's "Wall time:", Gemini CLI's PGID) do not count
+                    "same_normalised": diff is None or normalise(o) == normalise(o2),
                 }
             )
         out.append({"n": n, "calls": calls})
     return out
+
+
+def _normaliser(agent: str | None) -> Any:
+    """The agent's tool-output normalisation (its descriptor's decorations), or the identity
+    for an agent pvisor has no descriptor of."""
+    from pvisor.adapters.agents import descriptor_names, get_descriptor
+
+    if agent in descriptor_names():
+        return get_descriptor(agent).normalise_output
+    return lambda text: text
 
 
 def render(doc: dict[str, Any], parent_href: str | None = None) -> str:
@@ -374,9 +431,11 @@ function comparisonFor(n) {
   if (!c || !c.calls.length) return null;
   const box = el("details", {class: "compare", "data-step": String(n)});
   const same = c.calls.every(k => k.diff == null);
-  box.append(el("summary", {text: same ? "O against O′: equal" : "O against O′: differs"}));
+  const alike = c.calls.every(k => k.same_normalised);
+  box.append(el("summary", {text: same ? "O against O′: equal" : alike ? "O against O′: equal once normalised" : "O against O′: differs"}));
   for (const k of c.calls) {
     if (k.diff == null) { box.append(el("div", {class: "equal", text: `${k.name}: O′ equals O`})); continue; }
+    if (k.same_normalised) box.append(el("div", {class: "equal", text: `${k.name}: O′ equals O once the agent's own decorations (timings, ids) are normalised; the bytes differ:`}));
     const grid = el("div", {class: "cmp"});
     grid.append(el("div", {}, el("h4", {text: `O (recorded) · ${k.name}`}), el("pre", {text: k.O})));
     grid.append(el("div", {}, el("h4", {text: "O′ (replayed)"}), el("pre", {text: k.O2})));
@@ -394,7 +453,7 @@ function row(ex) {
   if (s) head.append(el("span", {class: "step-n", text: `step ${s.n}`}));
   head.append(el("span", {text: `#${ex.seq} ${ex.method} ${ex.path}`}));
   head.append(el("span", {class: "pill" + (ex.outcome === "ok" ? "" : " bad"), text: `${ex.status ?? "-"} ${ex.outcome}`}));
-  head.append(el("span", {class: "pill", text: `${ex.served_by || "-"}`}));
+  if (ex.served_by) head.append(el("span", {class: "pill", title: "served by", text: ex.served_by}));
   head.append(el("span", {text: `at ${fmtMs(ex.at_ms)} · ${fmtMs(ex.ms)}`}));
   if (ex.attempt > 1) head.append(el("span", {class: "pill", text: `attempt ${ex.attempt}`}));
   for (const f of ex.flags) head.append(el("span", {class: "pill flag", text: f}));

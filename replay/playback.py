@@ -40,7 +40,7 @@ import enum
 import hashlib
 import re
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Callable
 
 import orjson
 
@@ -282,6 +282,8 @@ class PlaybackResponder:
         #: exchange id -> the expanded body (sent instead of the agent's when forwarded)
         self.expanded_bodies: dict[str, bytes] = {}
         self._aux_pool: dict[tuple, list] = {}
+        #: told k for each main-loop request k (the command line's progress: requests up to N + 1)
+        self.on_request: Callable[[int], None] | None = None
         #: O'_k: the tool results request k+1 sent after its last reply, as first sent
         self._observed: dict[int, list[ToolResult]] = {}
         for a in rec.auxiliary:
@@ -413,6 +415,8 @@ class PlaybackResponder:
         conv = m.conversation
         assert conv is not None and m.request is not None
         k = m.request
+        if self.on_request is not None:
+            self.on_request(k)
         if m.kind is MatchKind.DIVERGED:
             if self.divergence is None:
                 self.divergence, self.diverged_exchange = m.divergence, request.exchange

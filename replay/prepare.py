@@ -144,7 +144,7 @@ class PrepareOutcome:
             ws = ", workspace unchanged" if r["workspace"]["unchanged"] else ", WORKSPACE CHANGED"
         return (
             f"prepared {self.prefix_path}: {r['agent']} from {what}, after step {b['after_step']} of {b['steps_total']}, "
-            f"{p['protocol']}, {p['bytes']} bytes, {p['message_count']} messages ending with the {p['ends_with']}{flag}{ws}"
+            f"{p['protocol']}, {p['bytes']} bytes, {p['message_count']} message{'' if p['message_count'] == 1 else 's'} ending with the {p['ends_with']}{flag}{ws}"
         )
 
 

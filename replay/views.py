@@ -27,12 +27,13 @@ from __future__ import annotations
 import enum
 import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.journal.progress import task as progress_task
 from pvisor.journal.model import (
     Message,
     OtherPart,
@@ -241,18 +242,17 @@ class TrajectoryReplay:
                 return {"step": step.n, "call_id": call_id, "name": name, "why": why}
         return None
 
-    def view(
-        self, spec: PauseSpec, progress: Callable[[Iterable[Step]], Iterable[Step]] | None = None
-    ) -> View:
-        """Materialize ``spec`` (raises as :meth:`resolve`). ``progress`` wraps the steps as
-        they are rendered (the CLI's progress bar)."""
+    def view(self, spec: PauseSpec) -> View:
+        """Materialize ``spec`` (raises as :meth:`resolve`); the steps are rendered as a
+        progress task (:mod:`pvisor.journal.progress`)."""
         k, through, commitment = self.resolve(spec)
         t = self.trajectory
-        steps: Iterable[Step] = t.steps[:through]
-        if progress is not None:
-            steps = progress(steps)
         hidden = {"signatures": 0, "encrypted_reasoning": 0}
-        rendered = [_step_json(s, hidden) for s in steps]
+        rendered = []
+        with progress_task("rendering steps", through) as task:
+            for s in t.steps[:through]:
+                rendered.append(_step_json(s, hidden))
+                task.advance()
         snapshot, workspace = self._workspace(through)
         doc: dict[str, Any] = {
             "schema": VIEW_SCHEMA,

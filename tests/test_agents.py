@@ -55,6 +55,8 @@ def test_capture_runs_the_agents_tools_in_the_workspace(captured, agent):
         and rep["exit_code"] == 0
         and rep["agent_exit_code"] == 0
     )
+    # its own account of the run, read where the agent gives it (descriptor: final_status)
+    assert rep["agent_status"]["outcome"] == "succeeded", rep["agent_status"]
     assert not rep["timed_out"] and rep["steps_error"] is None
     # the tools really ran, in the workspace
     for name, content in FILES.items():

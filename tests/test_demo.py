@@ -99,3 +99,28 @@ def test_two_demo_runs_record_identical_bodies(two_demos):
         assert x[1] == y[1], f"raw response body of exchange {i + 1} differs"
         assert x[2] == y[2], f"reassembled response of exchange {i + 1} differs"
         assert x[1].startswith(b"event: message_start")  # the raw stream, not the reassembled form
+
+
+def test_the_closing_hints_name_a_command_that_runs(tmp_path: Path):
+    """``scripts/demo`` puts nothing on PATH: the hints name the pvisor it was started as, with
+    the demo's own run and exchange ids, and each runs as printed (issue 19)."""
+    import os
+    import shlex
+
+    journal = tmp_path / "journal.sqlite"
+    env = {**os.environ, "PATH": "/usr/bin:/bin"}  # no pvisor on it
+    proc = subprocess.run(
+        [str(PVISOR), "--journal", str(journal), "demo"], capture_output=True, text=True, timeout=120,
+        stdin=subprocess.DEVNULL, cwd=tmp_path, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    tail = proc.stdout[proc.stdout.index("Next: ") :].splitlines()
+    hints = [line.split("(")[0].replace("Next:", "").strip() for line in tail]
+    assert len(hints) == 3 and all(h.startswith(str(PVISOR) + " ") for h in hints), hints
+    for hint in hints:
+        words = [w for w in shlex.split(hint) if w != "--open"]
+        ran = subprocess.run(
+            [words[0], "--journal", str(journal), *words[1:]], capture_output=True, text=True, timeout=120,
+            stdin=subprocess.DEVNULL, cwd=tmp_path, env=env,
+        )  # fmt: skip
+        assert ran.returncode == 0, (hint, ran.stderr)

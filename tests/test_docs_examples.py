@@ -1,7 +1,8 @@
 """Examples in the docs are run: shell examples of docs/cli.md, SQL of docs/journal.md, the
-`pvisor env`, `pvisor trajectory` and `pvisor replay` examples of the README (its `pvisor run`
-examples need a live API: they are parsed by the real command), and the offline example of
-docs/agents.md with the real Claude Code."""
+`pvisor env`, `pvisor trajectory` and `pvisor replay` examples of the README, its offline
+`pvisor run --script` example of each of the six agents with the real agent (its live ones need
+a key: they are parsed by the real command), and the offline example of docs/agents.md with the
+real Claude Code."""
 
 from __future__ import annotations
 
@@ -162,6 +163,37 @@ def test_readme_shows_run_and_env_for_every_agent_and_they_parse_or_run(tmp_path
             else:
                 assert b"/run/" in proc.stdout, command
     assert not (tmp_path / "j.sqlite").exists()  # pvisor env never writes
+
+
+@pytest.mark.slow
+def test_readme_offline_example_of_every_agent_runs_the_real_agent(tmp_path: Path):
+    """README: per agent a `pvisor run --script examples/...` example marked `# offline`, run as
+    written from a directory holding the checkout's examples/, with the pinned agent first on
+    PATH: it writes hello.txt in two steps and the agent says it succeeded."""
+    from agent_helpers import entrypoint
+
+    from pvisor.adapters.agents import agent_names
+
+    offline = [c for c in _console_commands(README) if c.rstrip().endswith("# offline")]
+    bindir = os.path.dirname(sys.executable)
+    for agent in agent_names():
+        [command] = [c for c in offline if f"pvisor run --agent {agent} " in c]
+        root = tmp_path / agent
+        shutil.copytree(DOCS.parent / "examples", root / "examples")
+        env = {
+            **os.environ,
+            "PATH": os.pathsep.join([str(entrypoint(agent).parent), bindir, os.environ["PATH"]]),
+            "PVISOR_JOURNAL": str(root / "data" / "j.sqlite"),
+            "HOME": str(root / "home"),
+        }
+        proc = subprocess.run(
+            ["bash", "-c", command.split("#")[0]], env=env, cwd=root, capture_output=True, text=True,
+            timeout=300, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.returncode == 0, (agent, proc.stdout + proc.stderr)
+        assert (root / "ws" / "hello.txt").read_text() == "hello\n", agent
+        assert "steps captured: 2 (tool calls per step: 1, " in proc.stdout, (agent, proc.stdout)
+        assert "agent: exit code 0; by its own account: succeeded" in proc.stdout, (agent, proc.stdout)
 
 
 def test_agents_offline_example_runs_the_real_claude_code(tmp_path: Path):

@@ -43,7 +43,7 @@ def _stream(corpus, name: str) -> bytes:
 
 def _requests(corpus):
     """(file, line number, record) for every /v1/messages request of the request corpus.
-    Lines are split on b"\\n" (traps.md T16)."""
+    Lines are split on b"\\n" (never str.splitlines, which splits on U+2028 too)."""
     out = []
     for path in sorted((corpus / "requests").glob("*.jsonl")):
         for n, line in enumerate(path.read_bytes().split(b"\n")):
@@ -169,7 +169,7 @@ def test_render_stream_roundtrip(corpus, name, piece):
     again = A.reassemble([data])
     assert again.final == final
     assert again.complete and again.problems == [] and again.error is None
-    # every event carries an event: line equal to its data type (wire-protocols.md 1a)
+    # every event carries an event: line equal to its data type (the Messages streaming reference)
     for ev in decode_all([data]):
         assert ev.event == orjson.loads(ev.data)["type"]
     # the SDK's own accumulator reads our stream to the same message

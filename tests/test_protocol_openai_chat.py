@@ -44,7 +44,7 @@ def _stream(corpus, name: str) -> bytes:
 
 def _requests(corpus):
     """(file, line number, record) for every /v1/chat/completions request of the corpus.
-    Lines are split on b"\\n" (traps.md T16)."""
+    Lines are split on b"\\n" (never str.splitlines, which splits on U+2028 too)."""
     out = []
     for path in sorted((corpus / "requests").glob("*.jsonl")):
         for n, line in enumerate(path.read_bytes().split(b"\n")):

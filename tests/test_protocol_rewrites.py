@@ -51,7 +51,7 @@ TEXT = "pvisor: before you go on, also write a short summary of what you did."
 
 def requests_of(corpus: Path, protocol: str) -> list[tuple[str, dict]]:
     """(file:line, record) for every request of ``protocol`` in the request corpus. Lines are
-    split on b"\\n" (traps.md T16)."""
+    split on b"\\n" (never str.splitlines, which splits on U+2028 too)."""
     out = []
     for path in sorted((corpus / "requests").glob("*.jsonl")):
         for n, line in enumerate(path.read_bytes().split(b"\n")):

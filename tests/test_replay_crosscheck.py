@@ -153,7 +153,7 @@ def crosscheck(
         assert nat.result["status"] == "ok", nat.result["errors"]
         native_steps = nat.result["boundary"]["steps_total"]
         if native_steps != steps and last_n is None:
-            # Gemini CLI and Qwen Code start a new chain on resume (agents.md): the journal's main
+            # Gemini CLI and Qwen Code start a new chain on resume (docs/agents.md): the journal's main
             # chain stops where the file goes on with the resumed prompt
             assert native_steps > steps and resumed_new_chain, (
                 f"{agent}: the native file has {native_steps} steps, the journal {steps}"

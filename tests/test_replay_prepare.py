@@ -557,6 +557,13 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
         and lines[0].startswith(f"prepared {out}/prefix.json: qwen-code")
         and "after step 1 of 3" in lines[0]
     )
+    # the task alone: one message, said in the singular
+    p = pvisor(
+        "replay", "--agent", "qwen-code", "--trajectory", str(native), "--after-step", "0", "--prepare-only",
+        "--output", str(tmp_path / "zero"),
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert ", 1 message ending with the task, rendered" in p.stdout.decode()
     out = tmp_path / "b"
     p = pvisor(
         "replay",

@@ -247,3 +247,69 @@ def test_bad_input_gets_one_line(tmp_path):
         assert expected in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
     with sqlite3.connect(journal) as conn:  # nothing was written into the journal
         assert conn.execute("select count(*) from runs").fetchone() == (1,)
+
+
+def _two_step_run(j, run: str, outputs: list[str]) -> None:
+    """A Qwen Code Chat Completions run of two shell calls whose results are ``outputs``."""
+    tool = {"type": "function", "function": {"name": "run_shell_command", "parameters": {"type": "object"}}}
+    messages = [{"role": "user", "content": "count"}]
+    for i in range(3):
+        call = {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {"name": "run_shell_command", "arguments": f'{{"command":"echo {i}"}}'},
+        }
+        message = (
+            {"role": "assistant", "content": None, "tool_calls": [call]}
+            if i < 2
+            else {"role": "assistant", "content": "done"}
+        )
+        reply = {
+            "id": "c",
+            "object": "chat.completion",
+            "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if i < 2 else "stop"}],
+        }
+        j.record_exchange(
+            run,
+            "POST",
+            "/v1/chat/completions",
+            [],
+            protocol="openai-chat",
+            status=200,
+            request_body=orjson.dumps({"model": "m", "messages": messages, "tools": [tool]}),
+            response_body=orjson.dumps(reply),
+        )
+        if i < 2:
+            messages = [
+                *messages,
+                message,
+                {"role": "tool", "tool_call_id": f"call_{i}", "content": outputs[i]},
+            ]
+    # fmt: skip
+
+
+def test_o_against_o_prime_is_equal_once_the_agents_decorations_are_normalised(tmp_path):
+    """Qwen Code's "Process Group PGID:" differs between two runs of the same command: the page
+    says equal once normalised (as result.json compares), and still shows the bytes' diff; a
+    real difference in the output stays a difference."""
+    from pvisor.report import run_document
+
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        j.create_run(Run(id="parent", agent="qwen-code"))
+        _two_step_run(
+            j, "parent", ["Output: 0\nProcess Group PGID: 101", "Output: 1\nProcess Group PGID: 102"]
+        )
+        j.create_run(
+            Run(id="child", agent="qwen-code", parent_run="parent", boundary_step=2, mode="replay-only")
+        )
+        _two_step_run(
+            j, "child", ["Output: 0\nProcess Group PGID: 901", "Output: one\nProcess Group PGID: 902"]
+        )
+        j.flush()
+    with JournalReader(path) as r:
+        doc = run_document(r, "child")
+    first, second = (c["calls"][0] for c in doc["comparison"])
+    assert first["diff"] is not None and first["same_normalised"] is True
+    assert second["diff"] is not None and second["same_normalised"] is False

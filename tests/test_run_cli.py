@@ -168,7 +168,12 @@ def test_agent_exiting_non_zero_passes_its_code_through(box):
     assert proc.returncode == 3, proc.stderr
     rep = json.loads(proc.stdout)
     assert rep["exit_code"] == rep["agent_exit_code"] == 3
-    assert f"claude-code exited with code 3 (its stderr: {rep['stderr']})" in proc.stderr
+    # a fake agent that printed no result line: no reason of its own, both its files named
+    assert rep["agent_status"]["outcome"] == "unknown"
+    assert (
+        f"claude-code exited with code 3 (its stdout: {rep['stdout']}; its stderr: {rep['stderr']})"
+        in proc.stderr
+    )
     assert Path(rep["stderr"]).read_text() == "fake agent: something broke\n"
     with JournalReader(box.journal) as r:
         assert [(a.n, a.exit_code) for a in r.attempts(rep["run"])] == [(1, 3)]

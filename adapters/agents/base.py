@@ -20,12 +20,13 @@ Where things go (``pvisor run``):
 - With ``--use-home`` the agent keeps the user's own ``HOME`` and configuration (logins,
   settings); pvisor then only sets environment variables and command-line overrides.
 
-Sources: the verified recipes of ``agents.md`` (shared notes of this project) and each agent's
+Sources: the recipes verified with each pinned agent (docs/agents.md) and each agent's
 ``--help``; the details per agent are in ``docs/agents.md``.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 from dataclasses import dataclass, field
@@ -320,6 +321,13 @@ class AgentProfile(AgentDescriptor):
         """The session id the agent printed on its JSON stdout, or None."""
         return None
 
+    def final_status(self, stdout: bytes, native: Path | None) -> AgentStatus:
+        """How the agent itself says its run ended, read from its JSON ``stdout`` or its
+        native trajectory ``native``: an agent can fail while exiting 0 (mini-swe-agent's
+        ``RepeatedFormatError``), or exit 1 with its reason on stdout and nothing on stderr
+        (Claude Code's "Not logged in"). Never raises."""
+        return AgentStatus(AgentOutcome.UNKNOWN, None, "this agent reports no final status")
+
     def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
         """The native trajectory file of the session, found by its session id (or the plan's
         fixed path); None when there is none."""
@@ -337,6 +345,96 @@ class AgentProfile(AgentDescriptor):
         ``base_url`` (``http://HOST:PORT/run/<id>``); ``run_dir`` is where files go that must
         not be written into a project (OpenCode's config)."""
         raise NotImplementedError
+
+
+# --------------------------------------------------------------------------- final status
+
+
+class AgentOutcome(str, enum.Enum):
+    """How an agent says its run ended (:meth:`AgentProfile.final_status`)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    UNKNOWN = "unknown"  #: it said nothing that reads as either (no result line, no trajectory)
+
+
+#: the longest ``detail`` kept (an agent's error message can quote a whole response)
+STATUS_DETAIL_CHARS = 500
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatus:
+    """The agent's own account of its run.
+
+    Fields:
+        outcome: an :class:`AgentOutcome`.
+        detail: its own words, one line of at most :data:`STATUS_DETAIL_CHARS` characters with
+            key-shaped tokens redacted (``Not logged in · Please run /login``,
+            ``RepeatedFormatError``, ``error_max_turns``), or None.
+        source: where it was read (``the result line of its stdout``, ``info.exit_status of
+            its trajectory``), or why nothing was.
+    """
+
+    outcome: AgentOutcome
+    detail: str | None
+    source: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"outcome": self.outcome.value, "detail": self.detail, "source": self.source}
+
+
+def status(outcome: AgentOutcome, detail: Any, source: str) -> AgentStatus:
+    """An :class:`AgentStatus` with ``detail`` made one short line without keys (text as
+    agents give it: a string, or a JSON value shown compactly)."""
+    from pvisor.journal.model import redact_text
+
+    if detail is None or detail == "":
+        return AgentStatus(outcome, None, source)
+    text = detail if isinstance(detail, str) else orjson.dumps(detail).decode()
+    # one line of printable text: it goes to a terminal (an escape sequence is not run there)
+    text = " ".join("".join(c if c.isprintable() else " " for c in redact_text(text)).split())
+    if len(text) > STATUS_DETAIL_CHARS:
+        text = text[: STATUS_DETAIL_CHARS - 1] + "…"
+    return AgentStatus(outcome, text, source)
+
+
+def last_line(stdout: bytes, types: Iterable[str]) -> dict[str, Any] | None:
+    """The last JSON line of ``stdout`` whose ``type`` is one of ``types``, or None."""
+    wanted = set(types)
+    found = None
+    for obj in json_lines(stdout):
+        if obj.get("type") in wanted:
+            found = obj
+    return found
+
+
+def stream_json_result(stdout: bytes) -> AgentStatus:
+    """The final status in a ``stream-json`` output as Claude Code and Qwen Code print it: the
+    last ``{"type": "result"}`` line, ``is_error`` saying how it went, the reason in ``result``
+    (Claude Code: ``"Not logged in · Please run /login"``), ``error.message`` (Qwen Code),
+    ``errors`` or ``subtype`` (``error_max_turns``)."""
+    line = last_line(stdout, ("result",))
+    source = "the result line of its stdout"
+    if line is None:
+        return status(AgentOutcome.UNKNOWN, None, "no result line on its stdout")
+    if line.get("is_error") is not True and line.get("subtype") in (None, "success"):
+        return status(AgentOutcome.SUCCEEDED, line.get("subtype"), source)
+    error = line.get("error")
+    reason = next(
+        (
+            r
+            for r in (
+                line.get("result"),
+                error.get("message") if isinstance(error, dict) else error,
+                line.get("errors") or None,
+                line.get("terminal_reason") if line.get("terminal_reason") != "completed" else None,
+                line.get("subtype"),
+            )
+            if r
+        ),
+        None,
+    )
+    return status(AgentOutcome.FAILED, reason, source)
 
 
 # --------------------------------------------------------------------------- helpers

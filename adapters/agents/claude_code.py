@@ -22,6 +22,8 @@ import os
 from pathlib import Path
 
 from .base import (
+    AgentStatus,
+    stream_json_result,
     AgentProfile,
     EnvSnippet,
     LaunchContext,
@@ -127,6 +129,11 @@ class ClaudeCode(AgentProfile):
 
     def session_id(self, stdout: bytes) -> str | None:
         return first_value(stdout, "session_id", type="system", subtype="init")
+
+    def final_status(self, stdout: bytes, native: Path | None) -> AgentStatus:
+        # the last stream-json result line: is_error true with the reason in ``result``
+        # (a live run without a key: "Not logged in · Please run /login", exit 1, stderr empty)
+        return stream_json_result(stdout)
 
     def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
         if not session_id:

@@ -29,6 +29,10 @@ from typing import Any
 from pvisor.journal.model import Action, Message, ToolCall, ToolResult
 
 from .base import (
+    AgentOutcome,
+    AgentStatus,
+    last_line,
+    status,
     AgentProfile,
     EnvSnippet,
     LaunchContext,
@@ -209,6 +213,18 @@ class Codex(AgentProfile):
 
     def session_id(self, stdout: bytes) -> str | None:
         return first_value(stdout, "thread_id", type="thread.started")
+
+    def final_status(self, stdout: bytes, native: Path | None) -> AgentStatus:
+        """The last turn event of ``codex exec --json``: ``turn.completed``, or ``turn.failed``
+        with ``error.message`` (the upstream's error body, as Codex quotes it)."""
+        line = last_line(stdout, ("turn.completed", "turn.failed"))
+        if line is None:
+            return status(AgentOutcome.UNKNOWN, None, "no turn.completed or turn.failed line on its stdout")
+        if line["type"] == "turn.completed":
+            return status(AgentOutcome.SUCCEEDED, None, "the turn.completed line of its stdout")
+        error = line.get("error")
+        reason = error.get("message") if isinstance(error, dict) else error
+        return status(AgentOutcome.FAILED, reason, "the turn.failed line of its stdout")
 
     def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
         if not session_id:

@@ -29,6 +29,10 @@ from typing import Any
 from pvisor.journal.model import Action, Message, Reasoning, ToolCall, ToolResult
 
 from .base import (
+    AgentOutcome,
+    AgentStatus,
+    last_line,
+    status,
     AgentProfile,
     EnvSnippet,
     LaunchContext,
@@ -198,6 +202,19 @@ class GeminiCli(AgentProfile):
 
     def session_id(self, stdout: bytes) -> str | None:
         return first_value(stdout, "session_id", type="init")
+
+    def final_status(self, stdout: bytes, native: Path | None) -> AgentStatus:
+        """The last ``{"type": "result"}`` line: ``status`` ``success`` or ``error`` with
+        ``error.message`` (``[API Error: ...]``)."""
+        line = last_line(stdout, ("result",))
+        if line is None:
+            return status(AgentOutcome.UNKNOWN, None, "no result line on its stdout")
+        source = "the result line of its stdout"
+        if line.get("status") == "success":
+            return status(AgentOutcome.SUCCEEDED, None, source)
+        error = line.get("error")
+        reason = error.get("message") if isinstance(error, dict) else error
+        return status(AgentOutcome.FAILED, reason or f"status {line.get('status')}", source)
 
     def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
         if not session_id:

@@ -29,7 +29,16 @@ import orjson
 from pvisor.journal.errors import UsageError
 from pvisor.journal.model import Action, Conversation, Message, ToolCall, ToolResult
 
-from .base import AgentProfile, EnvSnippet, LaunchContext, LaunchPlan, VersionRange
+from .base import (
+    AgentOutcome,
+    AgentProfile,
+    AgentStatus,
+    EnvSnippet,
+    LaunchContext,
+    LaunchPlan,
+    VersionRange,
+    status,
+)
 from .descriptor import FINAL_TEXT, ChainHint, LitellmAgent, action_message, attached_value, litellm_message
 
 QUIET_ENV = {
@@ -167,6 +176,23 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
             str(out),
         ]
         return LaunchPlan(argv=argv, env=env, native_path=out)
+
+    def final_status(self, stdout: bytes, native: Path | None) -> AgentStatus:
+        """``info.exit_status`` of its ``-o`` trajectory: ``Submitted`` when it ran its submit
+        command; anything else (``RepeatedFormatError``, ``LimitsExceeded``, an exception's
+        name) is a failure, though it exits 0."""
+        if native is None:
+            return status(AgentOutcome.UNKNOWN, None, "it saved no trajectory")
+        source = "info.exit_status of its trajectory"
+        try:
+            info = orjson.loads(native.read_bytes()).get("info")
+        except (OSError, ValueError, AttributeError):
+            return status(AgentOutcome.UNKNOWN, None, f"its trajectory {native.name} does not read as JSON")
+        exit_status = info.get("exit_status") if isinstance(info, dict) else None
+        if not isinstance(exit_status, str) or not exit_status:
+            return status(AgentOutcome.UNKNOWN, None, "its trajectory has no info.exit_status")
+        outcome = AgentOutcome.SUCCEEDED if exit_status == "Submitted" else AgentOutcome.FAILED
+        return status(outcome, exit_status, source)
 
     def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
         return EnvSnippet(

@@ -5,7 +5,7 @@
 - Base URL: a provider ``pvisor`` with ``options.baseURL = "<gateway>/run/<id>/v1"`` and its key
   from ``OPENAI_API_KEY``, in a config file ``<run dir>/opencode.json`` named by
   ``OPENCODE_CONFIG`` (never an ``opencode.json`` in the workspace, where the recipe of
-  agents.md puts it: OpenCode merges ``OPENCODE_CONFIG`` over the global config, verified with
+  docs/agents.md puts it: OpenCode merges ``OPENCODE_CONFIG`` over the global config, verified with
   1.18.33). It sets ``model`` and ``small_model`` to the provider's one model (``tool_call``
   on), ``autoupdate: false``, ``share: "disabled"`` and lets bash and edit run without asking.
   Quiet: ``OPENCODE_DISABLE_MODELS_FETCH``, ``OPENCODE_DISABLE_AUTOUPDATE``,
@@ -29,6 +29,10 @@ import orjson
 from pvisor.journal.model import Message, TextPart
 
 from .base import (
+    AgentOutcome,
+    AgentStatus,
+    last_line,
+    status,
     AgentProfile,
     EnvSnippet,
     ExportPlan,
@@ -153,6 +157,26 @@ class OpenCode(AgentProfile):
             argv += ["--session", session_id]
         argv += ["--format", "json", "--", task]  # a task starting with "-" is never read as an option
         return LaunchPlan(argv=argv, env=self._env(ctx), files=files)
+
+    def final_status(self, stdout: bytes, native: Path | None) -> AgentStatus:
+        """The last of its ``error`` and ``step_finish`` events on stdout: an error (``APIError``
+        with ``data.message``) fails the run; a step that finished with reason ``stop`` ends
+        it well; one that finished for tool calls and was never followed says nothing."""
+        line = last_line(stdout, ("error", "step_finish"))
+        if line is None:
+            return status(AgentOutcome.UNKNOWN, None, "no step_finish or error line on its stdout")
+        if line["type"] == "error":
+            error = line.get("error")
+            data = error.get("data") if isinstance(error, dict) else None
+            reason = (data.get("message") if isinstance(data, dict) else None) or (
+                error.get("name") if isinstance(error, dict) else error
+            )
+            return status(AgentOutcome.FAILED, reason, "the error line of its stdout")
+        part = line.get("part")
+        why = part.get("reason") if isinstance(part, dict) else None
+        if why == "stop":
+            return status(AgentOutcome.SUCCEEDED, None, "the last step_finish line of its stdout")
+        return status(AgentOutcome.UNKNOWN, f"its last step finished with reason {why}", "its stdout")
 
     def session_id(self, stdout: bytes) -> str | None:
         return first_value(stdout, "sessionID")

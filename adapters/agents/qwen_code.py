@@ -24,6 +24,8 @@ from pathlib import Path
 from pvisor.journal.model import Message, TextPart, ToolResult
 
 from .base import (
+    AgentStatus,
+    stream_json_result,
     AgentProfile,
     EnvSnippet,
     LaunchContext,
@@ -136,6 +138,10 @@ class QwenCode(AgentProfile):
 
     def session_id(self, stdout: bytes) -> str | None:
         return first_value(stdout, "session_id", type="system", subtype="init")
+
+    def final_status(self, stdout: bytes, native: Path | None) -> AgentStatus:
+        # Claude Code's stream-json shape: subtype error_during_execution, error.message
+        return stream_json_result(stdout)
 
     def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
         if not session_id:

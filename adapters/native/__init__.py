@@ -14,6 +14,7 @@ import importlib
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from pvisor.journal.errors import BadInputError, UsageError
 
@@ -153,6 +154,18 @@ def read_native(
         raise BadInputError(exc.message.replace(str(copy), str(path)), exit_code=exc.exit_code) from None
 
 
+def _reading(original: Path, path: Path) -> Any:
+    """The progress task of reading ``path`` (bytes; the lines' reader reports to it)."""
+    from pvisor.journal import progress
+
+    try:
+        total = 0 if path.is_dir() else path.stat().st_size
+    except OSError:
+        total = 0
+    shown = "stdin" if str(original) == "-" else original.name or str(original)
+    return progress.task(f"reading {shown}", total, progress.Unit.BYTES)
+
+
 def _read_native(
     original: Path, path: Path, agent: str | None, session: str | None
 ) -> tuple[NativeResult, list[str]]:
@@ -182,9 +195,10 @@ def _read_native(
     collecting = gc.isenabled()
     gc.disable()
     try:
-        if session is not None:
-            return adapter.read(path, diag, session=session), notes
-        return adapter.read(path, diag), notes
+        with _reading(original, path):
+            if session is not None:
+                return adapter.read(path, diag, session=session), notes
+            return adapter.read(path, diag), notes
     finally:
         if collecting:
             gc.enable()

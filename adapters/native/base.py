@@ -50,6 +50,7 @@ from typing import Any, Callable, Iterable, Iterator, overload
 import orjson
 
 from pvisor.adapters.jsonio import dumps
+from pvisor.journal import progress
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import LeftOut, Step, ToolCall, ToolResult, Trajectory
 
@@ -215,11 +216,13 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
     line_start = 0  # file offset of the line being read
     pos = 0  # file offset of chunk[0]
     first = True
+    task = progress.current()  # "reading FILE", when read_native opened it
     with open(path, "rb") as fh:
         while True:
             chunk = fh.read(CHUNK_BYTES)
             if not chunk:
                 break
+            task.advance(len(chunk))
             start = 0
             if first:
                 first = False
@@ -445,6 +448,7 @@ def read_json_document(path: Path, diag: Diagnostics) -> Any:
     """The single JSON document in ``path`` (UTF-8 fallback as for lines). Raises
     BadInputError (exit 65) naming the file when it is not JSON."""
     data = path.read_bytes()
+    progress.current().advance(len(data))
     if data.startswith(BOM):
         data = data[len(BOM) :]
     try:

@@ -29,6 +29,7 @@ from typing import Any, BinaryIO
 import orjson
 
 from pvisor.adapters.jsonio import dumps
+from pvisor.journal import progress
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Message, Step, TextPart, ToolCall, ToolResult, Trajectory
 
@@ -153,6 +154,14 @@ def _json_step(s: Step) -> dict[str, Any]:
     }
 
 
+def _each(steps: Iterable[Step]) -> Iterator[Step]:
+    """``steps``, each counted as done in the open progress task once the consumer has it."""
+    task = progress.current()
+    for s in steps:
+        yield s
+        task.advance()
+
+
 def _json_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
     t = result.trajectory
     yield "schema", NATIVE_SCHEMA
@@ -168,7 +177,7 @@ def _json_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
         else [{"name": x.name, "description": x.description, "parameters": x.parameters} for x in t.tools],
     )
     yield "model", t.model
-    yield "steps", Items(_json_step(s) for s in t.steps)  # t.steps iterated once
+    yield "steps", Items(_json_step(s) for s in _each(t.steps))  # t.steps iterated once
     yield "left_out", Items({"where": lo.where, "kind": lo.kind, "reason": lo.reason} for lo in t.left_out)
     # after the steps: warnings are complete once every step was built
     yield (
@@ -187,7 +196,8 @@ def to_json(result: NativeResult, agent: str) -> dict[str, Any]:
 
 def write_json(result: NativeResult, agent: str, out: BinaryIO) -> None:
     """Write :func:`to_json`'s document to ``out`` (binary), one step at a time."""
-    write_document(out, _json_fields(result, agent))
+    with progress.task("writing steps", len(result.trajectory.steps)):
+        write_document(out, _json_fields(result, agent))
 
 
 # --------------------------------------------------------------------------- ATIF v1.7
@@ -251,7 +261,7 @@ def _atif_steps(t: Trajectory, count: list[int]) -> Iterator[dict[str, Any]]:
         yield numbered({"source": "system", "message": t.system})
     if t.task is not None:
         yield numbered({"source": "user", "message": t.task})
-    for s in t.steps:  # iterated once
+    for s in _each(t.steps):  # iterated once
         yield numbered(_atif_agent_step(s))
         for m in s.observation.messages:
             yield numbered({"source": "user", "message": _message(m)["text"]})
@@ -304,4 +314,5 @@ def to_atif(result: NativeResult, agent: str) -> dict[str, Any]:
 
 def write_atif(result: NativeResult, agent: str, out: BinaryIO) -> None:
     """Write :func:`to_atif`'s document to ``out`` (binary), one step at a time."""
-    write_document(out, _atif_fields(result, agent))
+    with progress.task("writing steps", len(result.trajectory.steps)):
+        write_document(out, _atif_fields(result, agent))

@@ -4,12 +4,10 @@
 Implements the module contract of :mod:`pvisor.adapters.protocols.base`. Sources (see
 the upstream sources named here and docs/agents.md):
 
-- stream framing and event names: wire-protocols.md 1a (anthropic-sdk-python ``_streaming.py``);
-- reassembly rules: wire-protocols.md 1b (anthropic-sdk-python
-  ``lib/streaming/_messages.py::accumulate_event``);
-- request shapes (``system``, ``tools``, ``tool_use``/``tool_result`` blocks): wire-protocols.md 1c;
-- what changes between two requests of one agent (``cache_control`` moving): agents.md,
-  "What changes between one main-loop request and the next".
+- stream framing and event names: the Messages streaming reference (docs.anthropic.com, "Streaming Messages") and anthropic-sdk-python ``_streaming.py``;
+- reassembly rules: anthropic-sdk-python ``lib/streaming/_messages.py::accumulate_event``;
+- request shapes (``system``, ``tools``, ``tool_use``/``tool_result`` blocks): the Messages API reference;
+- what changes between two requests of one agent (``cache_control`` moving): docs/agents.md (per agent).
 
 Rendering emits compact JSON; request bodies are never re-emitted from here for recording (the
 journal keeps the agent's exact bytes), only for prefixes built from canonical conversations.
@@ -60,7 +58,7 @@ from pvisor.journal.model import (
 NAME = "anthropic"
 PATHS: tuple[str, ...] = ("/v1/messages", "/v1/messages/count_tokens")
 
-# Block types whose input arrives as input_json_delta (wire-protocols.md 1b).
+# Block types whose input arrives as input_json_delta (the SDK's ``accumulate_event``).
 _TOOL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")
 # Keys of the request body that have canonical fields; everything else goes to params.
 _CANONICAL_KEYS = ("model", "system", "tools", "messages", "stream")
@@ -223,7 +221,7 @@ def parse_request(
         ``Conversation(protocol="anthropic")``: ``system`` is the string, or the text blocks
         joined with ``"\\n\\n"``; ``system_raw`` is ``system`` exactly as sent. ``messages`` keep
         their role (``user``/``assistant``; tool results stay inside ``user`` messages, as on the
-        wire). Block mapping (wire-protocols.md 1c): ``text`` -> TextPart; ``thinking`` ->
+        wire). Block mapping (Messages API content blocks): ``text`` -> TextPart; ``thinking`` ->
         Reasoning(text, signature); ``redacted_thinking`` -> Reasoning(encrypted=data);
         ``tool_use`` -> ToolCall (``arguments_raw`` = compact JSON of ``input``, the documented
         choice for object-carrying protocols in model.py); ``server_tool_use``/``mcp_tool_use``
@@ -268,7 +266,7 @@ _BILLING_BLOCK = re.compile(r"\Ax-anthropic-billing-header:[^\n]*(?:\n\n|\Z)")
 def normalise(conv: Conversation) -> dict:
     """The chain rule's comparison form: :func:`base.normalise_conversation` with call ids kept
     (``toolu_`` ids are made by the server, so an agent echoes them unchanged). Moving
-    ``cache_control`` markers (Claude Code, litellm; agents.md) and signatures do not count, nor
+    ``cache_control`` markers (Claude Code, litellm; docs/agents.md) and signatures do not count, nor
     does the billing block that leads the system prompt sent to Anthropic's own host."""
     out = normalise_conversation(conv, keep_call_ids=True)
     if out["system"].startswith("x-anthropic-billing-header:"):
@@ -399,7 +397,7 @@ def render_request(conv: Conversation) -> bytes:
 
 
 class _Accumulator:
-    """Applies the reassembly rules of wire-protocols.md 1b to decoded SSE events."""
+    """Applies the reassembly rules of the SDK's ``accumulate_event`` to decoded SSE events."""
 
     def __init__(self) -> None:
         self.snapshot: dict[str, Any] | None = None
@@ -462,7 +460,7 @@ class _Accumulator:
             "message_delta",
             "message_stop",
         ):
-            return  # unknown event types are to be ignored (docs, wire-protocols.md 1a); counted in events
+            return  # unknown event types are to be ignored (the streaming reference says so); counted in events
         snap = self.snapshot
         if snap is None:
             self._problem(n, kind, "before message_start; ignored")
@@ -514,7 +512,7 @@ class _Accumulator:
             if btype == "fallback":
                 to = block.get("to")
                 if isinstance(to, dict) and isinstance(to.get("model"), str):
-                    snap["model"] = to["model"]  # beta fallback block (wire-protocols.md 1b)
+                    snap["model"] = to["model"]  # beta fallback block (the SDK's ``accumulate_event``)
             return
         pos = self.position.get(index)
         if pos is None:
@@ -589,7 +587,7 @@ def reassemble(chunks: Iterable[bytes] | bytes) -> Reassembled:
     """Reassemble a raw Messages event stream (byte chunks split anywhere) into the final
     ``message`` object, the same shape a non-streamed request returns.
 
-    Rules (wire-protocols.md 1b, anthropic-sdk-python ``accumulate_event``): ``message_start``
+    Rules (anthropic-sdk-python ``accumulate_event``): ``message_start``
     gives the snapshot; ``content_block_start`` appends (an index other than the position is
     reported; deltas are routed by index anyway); ``text_delta``/``thinking_delta`` append;
     ``signature_delta`` assigns; ``input_json_delta`` is collected per block as raw text and
@@ -620,7 +618,7 @@ def _event(kind: str, data: dict) -> bytes:
 def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
     """A final ``message`` object as a Messages event stream (``event: <type>\\ndata: <json>\\n\\n``).
 
-    Sequence (wire-protocols.md 1a/1b): ``message_start`` (the message with empty ``content``,
+    Sequence (the streaming reference): ``message_start`` (the message with empty ``content``,
     ``stop_reason``/``stop_sequence`` null, ``usage`` of the final), one ``ping``, per block
     ``content_block_start`` + deltas + ``content_block_stop`` (text as ``text_delta``, citations
     as ``citations_delta``, thinking as ``thinking_delta`` then one ``signature_delta``, tool

@@ -95,7 +95,7 @@ PATHS: tuple[str, ...] = tuple(
 )
 _PATH_RE = re.compile(r"^/(v1beta|v1)/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$")
 
-#: The thoughtSignature Gemini CLI puts on a functionCall part whose reply had none (agents.md).
+#: The thoughtSignature Gemini CLI puts on a functionCall part whose reply had none (docs/agents.md).
 SKIP_SIGNATURE = "skip_thought_signature_validator"
 
 # keys of a part that describe it rather than carry its data
@@ -145,7 +145,7 @@ def counts_tokens(path: str) -> bool:
 
 def wants_stream(path: str, query: Any, body: Any) -> bool:
     """True for ``:streamGenerateContent``: it streams whether or not ``alt=sse`` is given
-    (without it the reply is a JSON array sent in pieces; wire-protocols.md §4a)."""
+    (without it the reply is a JSON array sent in pieces; the Gemini API's streaming reference)."""
     parsed = parse_path(path)
     return parsed is not None and parsed[1] == "streamGenerateContent"
 
@@ -314,7 +314,7 @@ def normalise(conv: Conversation) -> dict:
     ``keep_call_ids=False``: Gemini CLI invents ``functionCall.id`` such as
     ``run_shell_command_<ms>_0``).
 
-    Agent habits it absorbs (agents.md): the ``thoughtSignature`` Gemini CLI adds
+    Agent habits it absorbs (docs/agents.md): the ``thoughtSignature`` Gemini CLI adds
     (``skip_thought_signature_validator``) or drops after a resume compares equal to any other
     signature or none (signatures are never compared, and a part that is only a signature
     compares as absent); two identical ``functionResponse`` parts for one call id count once.
@@ -511,7 +511,7 @@ def render_request(conv: Conversation) -> bytes:
 
 
 def _loads_json(text: str) -> Any:
-    """orjson, falling back to json for lone-surrogate escapes orjson rejects (traps.md T16)."""
+    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half a UTF-16 pair is valid JSON, not valid UTF-8)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -686,7 +686,7 @@ def reassemble(chunks: Iterable[bytes]) -> Reassembled:
     array of ``streamGenerateContent`` without ``alt=sse``; the Code Assist envelope
     ``{"response": {...}, "traceId": ...}`` (``.response`` is unwrapped, ``traceId`` dropped).
 
-    Merge rules (wire-protocols.md §4b): per candidate ``index`` (list position when absent),
+    Merge rules (google-genai's streamed response handling): per candidate ``index`` (list position when absent),
     parts are appended in order; the first part of a chunk is concatenated onto the previous
     chunk's last part when both are plain text of the same kind (thought or not) and the previous
     one carries no ``thoughtSignature`` (so a signature stays on the text part that carried it);

@@ -4,15 +4,15 @@ through litellm, the official SDKs).
 Implements the module contract of :mod:`pvisor.adapters.protocols.base`. Sources (see
 the upstream sources named here and docs/agents.md):
 
-- stream framing (``data: <json>``, ``data: [DONE]``, error objects): wire-protocols.md 2a
-  (openai-python ``_streaming.py``);
-- reassembly rules: wire-protocols.md 2b (openai-python ``lib/streaming/chat/_completions.py``
-  ``_accumulate_chunk`` and ``lib/streaming/_deltas.py::accumulate_delta``), with ``usage``
+- stream framing (``data: <json>``, ``data: [DONE]``, error objects): openai-python
+  ``_streaming.py``;
+- reassembly rules: openai-python ``lib/streaming/chat/_completions.py``
+  ``_accumulate_chunk`` and ``lib/streaming/_deltas.py::accumulate_delta``, with ``usage``
   assigned rather than summed;
-- request shapes (``tool_calls``, ``role: tool``): wire-protocols.md 2c;
+- request shapes (``tool_calls``, ``role: tool``): the Chat Completions API reference;
 - differences between agents (OpenCode re-serialises arguments; Qwen Code sends
   ``content: null`` where OpenCode sends ``""``; mini-swe-agent leaves ``content`` out):
-  agents.md and ``corpus/requests``.
+  docs/agents.md and the recorded requests under ``tests/corpus/requests``.
 
 Reasoning: some OpenAI-compatible servers (DeepSeek, vLLM and SGLang reasoning parsers, Qwen's
 DashScope) stream ``reasoning_content`` next to ``content``; OpenAI itself sends none. It is read
@@ -179,7 +179,7 @@ def _parse_tool_call(tc: Any, where: str) -> ToolCall:
     fn = tc.get("function") if isinstance(tc.get("function"), dict) else {}
     args = fn.get("arguments")
     if isinstance(args, str):
-        raw_args = args  # exact, as the agent sent it (OpenCode re-serialises it; agents.md)
+        raw_args = args  # exact, as the agent sent it (OpenCode re-serialises it; docs/agents.md)
         parsed = parse_arguments(args)
     else:  # a client that sends an object instead of the JSON string
         raw_args = compact_json(args) if args is not None else ""
@@ -312,7 +312,7 @@ def parse_request(
 def normalise(conv: Conversation) -> dict:
     """The chain rule's comparison form: :func:`base.normalise_conversation` with call ids kept
     (``call_`` ids are made by the server). Re-serialised arguments compare parsed, and
-    ``content`` null, ``""`` and absent compare equal (agents.md)."""
+    ``content`` null, ``""`` and absent compare equal (docs/agents.md)."""
     return normalise_conversation(conv, keep_call_ids=True)
 
 
@@ -503,7 +503,7 @@ class _Choice:
 
 
 class _Accumulator:
-    """Applies the reassembly rules of wire-protocols.md 2b to decoded SSE events."""
+    """Applies the reassembly rules of openai-python's ``_accumulate_chunk`` to decoded SSE events."""
 
     def __init__(self) -> None:
         self.snapshot: dict[str, Any] | None = None
@@ -691,7 +691,7 @@ def reassemble(chunks: Iterable[bytes] | bytes) -> Reassembled:
     ``message`` (``role``, ``content``, then ``tool_calls`` and any other streamed fields),
     ``logprobs``, ``finish_reason``; ``usage`` when a chunk carried one.
 
-    Rules (wire-protocols.md 2b, openai-python ``_accumulate_chunk``/``accumulate_delta``): the
+    Rules (openai-python ``_accumulate_chunk``/``accumulate_delta``): the
     first chunk is the snapshot (id, created, model, system_fingerprint, ...); per choice index,
     delta strings concatenate (content, refusal, reasoning_content); ``tool_calls`` fragments
     merge by their ``index`` (the first carries id, type and name, later ones argument pieces,
@@ -975,7 +975,7 @@ def insert_user_text(obj: dict, at: int, text: str) -> dict:
     """A copy of a parsed Chat Completions request body with ``{"role": "user", "content":
     text}`` inserted at index ``at`` of ``messages`` (``0 <= at <= len(entries(obj))``). After
     the ``tool`` messages answering an assistant's calls, a user message is what the API takes
-    (wire-protocols.md 2c). Raises ValueError for ``at`` out of range or an empty ``text``."""
+    (the Chat Completions message shapes). Raises ValueError for ``at`` out of range or an empty ``text``."""
     messages = entries(obj)
     check_insert(at, len(messages), text)
     messages.insert(at, {"role": "user", "content": text})

@@ -41,7 +41,7 @@ How a request body maps to the canonical :class:`~pvisor.journal.model.Conversat
   itself) are not canonical fields, so the chain rule never sees them; ``call_id``\\ s are
   server-made and are compared (``keep_call_ids=True``).
 - ``previous_response_id`` stays in ``params``: with it the server holds part of the prefix
-  (traps.md T19), which the journal must mark incomplete.
+  (the server adds the stored response's input and output), which the journal must mark incomplete.
 - ``stream: true`` -> ``Conversation.stream``; every other top-level field -> ``params``.
 
 Rendering (:func:`render_request`) works from canonical fields alone and uses ``raw`` only while
@@ -377,7 +377,7 @@ def developer_prompt(conv: Conversation) -> str | None:
 def server_held_prefix(conv: Conversation) -> str | None:
     """Why part of this request's prefix lives on the server, or None when the body holds all of
     it: ``previous_response_id`` (the server adds the earlier response's input and output) or an
-    ``item_reference`` input item (traps.md T19). A journal prefix of such a request is incomplete."""
+    ``item_reference`` input item (the server adds the stored response's input and output). A journal prefix of such a request is incomplete."""
     if conv.params.get("previous_response_id"):
         return "previous_response_id"
     for m in conv.messages:
@@ -642,7 +642,7 @@ def render_request(conv: Conversation) -> bytes:
 
 
 def _loads_json(text: str) -> Any:
-    """orjson, falling back to json for lone-surrogate escapes orjson rejects (traps.md T16)."""
+    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half a UTF-16 pair is valid JSON, not valid UTF-8)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -668,7 +668,7 @@ def _place(lst: list, idx: Any, value: Any) -> None:
 
 
 class _Accumulator:
-    """State of one Responses stream being reassembled (rules: wire-protocols.md §3b)."""
+    """State of one Responses stream being reassembled (rules: openai-python's ``accumulate_event`` for Responses)."""
 
     def __init__(self) -> None:
         self.snapshot: dict | None = None
@@ -939,7 +939,7 @@ class _Accumulator:
 def reassemble(chunks: Iterable[bytes]) -> Reassembled:
     """A raw Responses event stream (byte chunks, any split) into the final response object.
 
-    Rules (wire-protocols.md §3b, openai-python ``accumulate_event``): ``response.created`` gives
+    Rules (openai-python ``accumulate_event``): ``response.created`` gives
     the snapshot and must come first; ``output_item.added`` places an item at ``output_index``;
     ``content_part.added``, ``output_text.delta``, ``function_call_arguments.delta``,
     ``custom_tool_call_input.delta``, reasoning summary/text deltas build it up, each ``.done``
@@ -1479,7 +1479,7 @@ def reasoning_refusal(status: int, body: bytes) -> str | None:
 
 def expand_previous_response(obj: dict, history: dict[str, list]) -> tuple[dict, dict | None]:
     """A parsed Responses request body that continues a stored response (``previous_response_id``,
-    traps.md T19: the server prepends that response's input and output) rewritten to carry the
+    the server prepends that response's input and output) rewritten to carry the
     whole conversation itself, so that another upstream, or one that never stored it, can
     answer it.
 

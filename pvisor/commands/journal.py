@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import os
 import sys
@@ -11,6 +12,8 @@ import click
 import orjson
 
 from pvisor.commands.outputs import check_output_path
+from pvisor.commands.progress import is_terminal, progress_option
+from pvisor.journal import progress
 from pvisor.journal.errors import EXIT_INTEGRITY, OutputError, UsageError
 from pvisor.journal.model import unpack_timings
 from pvisor.journal.paths import absolute
@@ -274,6 +277,7 @@ def body(
 )
 @click.option("--json", "as_json", is_flag=True, help="With --output: print a JSON summary {path, lines}.")
 @click.pass_context
+@progress_option
 def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None, as_json: bool) -> None:
     """Export runs, attempts and exchanges with their bodies as JSON Lines (all runs, or RUN).
 
@@ -303,7 +307,9 @@ def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None,
                         pass
                 raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}{removed}") from None
         else:
-            n = r.export_jsonl(sys.stdout.buffer, run_id)
+            # no bar drawn into the lines when stdout is the terminal too
+            with progress.listening(None) if is_terminal(sys.stdout) else contextlib.nullcontext():
+                n = r.export_jsonl(sys.stdout.buffer, run_id)
             sys.stdout.buffer.flush()
     if output:
         if as_json:
@@ -445,23 +451,14 @@ def _observation_cell(step) -> str:
     help="Print the trajectory as JSON (schema pvisor.steps/v1, docs/steps.md).",
 )
 @click.pass_context
+@progress_option
 def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """Show RUN (id or unique prefix) as steps: its main-loop exchanges by the chain rule, each
     step's tool calls and observation, flags, and the auxiliary exchanges left out."""
     from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
 
-    import gc
-
     with _reader(ctx) as r:
-        # reading a long run allocates millions of parsed JSON values and no reference cycle:
-        # the cyclic collector would only rescan them, a quarter of the time (docs/benchmarks.md)
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            traj = trajectory_from_journal(r, run_id)
-        finally:
-            if collecting:
-                gc.enable()
+        traj = trajectory_from_journal(r, run_id)
     if as_json:
         _emit_json(trajectory_to_json(traj))
         return

@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from pvisor.commands.params import intercept_config, intercept_options
+from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import UsageError
 
 _PROTOCOLS = ["anthropic", "openai-chat", "openai-responses", "gemini"]
@@ -227,6 +228,7 @@ def _path(opt: str, value: str | None) -> Path | None:
 )
 @intercept_options
 @click.pass_context
+@progress_option
 def replay(ctx: click.Context, **flags: Any) -> None:
     """Rebuild the request that ends at observation O_N of step N (--after-step N) from a
     journal run (--run, recorded bytes) or a native trajectory (--trajectory, rendered), and

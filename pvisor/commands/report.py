@@ -8,6 +8,7 @@ import click
 
 from pvisor.commands.outputs import check_output_path
 from pvisor.commands.params import Size
+from pvisor.commands.progress import progress_option
 
 
 @click.command("report")
@@ -31,6 +32,7 @@ from pvisor.commands.params import Size
 )
 @click.option("--open", "open_it", is_flag=True, help="Open the page in the default browser once written.")
 @click.pass_context
+@progress_option
 def report(
     ctx: click.Context, run_id: str, output: str | None, body_limit: int, no_parent: bool, open_it: bool
 ) -> None:

@@ -9,6 +9,7 @@ import click
 import orjson
 
 from pvisor.adapters.agents import agent_names
+from pvisor.adapters.agents.base import AgentOutcome
 from pvisor.commands.params import Seconds, intercept_config, intercept_options
 from pvisor.journal.errors import EXIT_TIMEOUT
 
@@ -183,12 +184,45 @@ def run(
             f"(run {report.run}, attempt {report.attempt}; exit {report.exit_code})",
             err=True,
         )
-    elif report.agent_exit_code:
+    elif report.failed_by_own_account:
+        own = report.agent_status
         click.echo(
-            f"pvisor: {agent} exited with code {report.agent_exit_code} (its stderr: {report.stderr})",
+            f"pvisor: {agent} exited 0 but failed by its own account: {own.detail or 'no reason given'} "
+            f"({own.source}: {_status_file(report)})",
             err=True,
         )
+    elif report.agent_exit_code:
+        own = report.agent_status
+        if own is not None and own.outcome is AgentOutcome.FAILED and own.detail:
+            # the reason is often on its stdout, its stderr empty (Claude Code's "Not logged in")
+            click.echo(
+                f"pvisor: {agent} exited with code {report.agent_exit_code}: {own.detail} "
+                f"({own.source}: {_status_file(report)}; its stderr: {report.stderr})",
+                err=True,
+            )
+        else:
+            click.echo(
+                f"pvisor: {agent} exited with code {report.agent_exit_code} (its stdout: {report.stdout}; "
+                f"its stderr: {report.stderr})",
+                err=True,
+            )
     ctx.exit(report.exit_code)
+
+
+def _status_file(report) -> str:
+    """The file the agent's own status was read from: its trajectory or its stdout."""
+    own = report.agent_status
+    if own is not None and "trajectory" in own.source and report.native_path is not None:
+        return str(report.native_path)
+    return str(report.stdout)
+
+
+def _own_status(r) -> str:
+    """``; by its own account: failed (RepeatedFormatError)``, or nothing when it said nothing."""
+    own = r.agent_status
+    if own is None or own.outcome is AgentOutcome.UNKNOWN:
+        return ""
+    return f"; by its own account: {own.outcome.value}" + (f" ({own.detail})" if own.detail else "")
 
 
 def _print_report(r) -> None:
@@ -200,7 +234,7 @@ def _print_report(r) -> None:
         if r.timed_out
         else f"interrupted ({r.interrupt_signal})"
         if r.interrupted
-        else f"exit code {r.agent_exit_code}"
+        else f"exit code {r.agent_exit_code}{_own_status(r)}"
     )
     click.echo(f"  agent: {status}")
     if r.steps is not None:

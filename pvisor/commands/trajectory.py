@@ -18,6 +18,7 @@ trajectory's structure and one step, never the whole document or table:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
@@ -25,6 +26,8 @@ import click
 import orjson
 
 from pvisor.commands.params import Seconds, Size
+from pvisor.commands.progress import is_terminal, progress_option
+from pvisor.journal import progress
 from pvisor.journal.errors import BadInputError
 
 
@@ -45,9 +48,11 @@ def _emit_json(obj) -> None:
 
 
 def _stream_json(write, result, name: str) -> None:
-    """``write(result, name, out)`` to stdout (binary), after what click wrote as text."""
+    """``write(result, name, out)`` to stdout (binary), after what click wrote as text; with no
+    bar when stdout is the terminal too (it would be drawn into the document)."""
     sys.stdout.flush()
-    write(result, name, sys.stdout.buffer)
+    with progress.listening(None) if is_terminal(sys.stdout) else contextlib.nullcontext():
+        write(result, name, sys.stdout.buffer)
     sys.stdout.buffer.flush()  # a closed pipe or a full disk shows here, inside the command
 
 
@@ -130,6 +135,7 @@ def trajectory() -> None:
     help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.",
 )
 @stream_limits
+@progress_option
 def show(
     file: str,
     agent: str | None,
@@ -219,6 +225,7 @@ def _stream_table(steps) -> int:
     help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.",
 )
 @stream_limits
+@progress_option
 def export(
     file: str,
     fmt: str,

@@ -11,6 +11,7 @@ import click
 import orjson
 
 from pvisor.commands.outputs import check_output_path
+from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import OutputError, UsageError
 
 
@@ -46,13 +47,8 @@ from pvisor.journal.errors import OutputError, UsageError
     default=None,
     help="Write the view here (default: stdout).",
 )
-@click.option(
-    "--no-progress",
-    "no_progress",
-    is_flag=True,
-    help="No progress bar on stderr (none is shown when stderr is not a terminal).",
-)
 @click.pass_context
+@progress_option
 def view(
     ctx: click.Context,
     source: str,
@@ -62,7 +58,6 @@ def view(
     before: bool,
     agent: str | None,
     output: str | None,
-    no_progress: bool,
 ) -> None:
     """Write the observer view of a pause of RUN (a journal run id or unique prefix) or FILE
     (a native trajectory file: an existing path is always read as one): the task, system
@@ -92,15 +87,12 @@ def view(
         raise UsageError(f"give one pause at most: {' and '.join(chosen)} both choose a step")
     if output is not None:
         check_output_path(output, "--output")
-    bar = not no_progress and _is_terminal(sys.stderr)
     native = os.path.lexists(source) or source == "-"
     if native and source != "-":
         from pvisor.adapters.native import check_source_file
 
         check_source_file(Path(source), source)  # a FIFO or a device could block or never end
     if native:
-        if bar:
-            click.echo(f"reading {source} ...", err=True)
         replay = TrajectoryReplay.from_trajectory(Path(source), agent)
         for w in replay.warnings:
             click.echo(f"pvisor: warning: {source}: {w}", err=True)
@@ -109,8 +101,6 @@ def view(
             raise UsageError(
                 f"--agent is for a native FILE; {source} is no file, so it is read as a journal run"
             )
-        if bar:
-            click.echo(f"reading run {source} of {ctx.obj['journal']} ...", err=True)
         replay = TrajectoryReplay.from_journal(Path(ctx.obj["journal"]), source)
     if before_commitment:
         spec = PauseSpec(None, PauseKind.BEFORE_COMMITMENT, before=before)
@@ -121,12 +111,7 @@ def view(
             None, PauseKind.STEP, step=replay.steps_total if step is None else step, before=before
         )
 
-    def progress(steps):
-        steps = list(steps)
-        with click.progressbar(steps, label="steps", file=sys.stderr) as it:
-            yield from it
-
-    v = replay.view(spec, progress if bar else None)
+    v = replay.view(spec)
     data = orjson.dumps(v.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
     if output is None:
         sys.stdout.buffer.write(data)
@@ -141,10 +126,3 @@ def view(
         f"({spec.kind.value} {v.step}{', before' if before else ''}) written to {output}",
         err=True,
     )
-
-
-def _is_terminal(stream) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
