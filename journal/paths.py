@@ -69,3 +69,9 @@ def absolute(path: str | os.PathLike, what: str) -> str:
         from .errors import UsageError
 
         raise UsageError(f"{what}: a relative path, but {CWD_GONE_HINT}") from None
+
+
+def run_directory(journal_path: str | os.PathLike, run_id: str) -> Path:
+    """``<data dir>/runs/<run id>``, the data dir being the directory holding the journal file:
+    where ``pvisor run`` keeps a run's agent output, private home and exports."""
+    return Path(absolute(journal_path, f"--journal {journal_path}")).parent / "runs" / run_id

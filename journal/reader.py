@@ -211,8 +211,7 @@ class JournalReader:
         self.path = Path(path)
         self.conn = _connect_ro(self.path)
         self.conn.row_factory = sqlite3.Row
-        self._cache: OrderedDict[str, bytes] = OrderedDict()
-        self._cache_bytes = 0
+        self._blobs = BlobRestorer(self.conn, str(self.path))
         try:
             names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "runs" not in names or "exchanges" not in names:
@@ -469,60 +468,7 @@ class JournalReader:
         Raises IntegrityError when the blob or a base is missing, cannot be decoded, or restores
         to bytes whose sha256 differs.
         """
-        hit = self._cache.get(sha)
-        if hit is not None:
-            self._cache.move_to_end(sha)
-            return hit
-        # walk down to a keyframe (or a cached body), then decode upwards
-        chain: list[sqlite3.Row] = []
-        cur = sha
-        base_bytes: bytes | None = None
-        while True:
-            row = self.conn.execute(
-                "SELECT sha256, size, codec, base, CAST(data AS BLOB) AS data, typeof(data) AS dtype FROM blobs WHERE sha256 = ?",
-                (cur,),
-            ).fetchone()
-            if row is None:
-                what = "blob" if cur == sha else f"base blob {cur} of blob"
-                raise IntegrityError(f"journal {self.path}: {what} {sha} is missing")
-            chain.append(row)
-            if len(chain) > blobs.STANDALONE_EVERY + 2:
-                raise IntegrityError(f"journal {self.path}: blob {sha} has a reference loop")
-            if row["codec"] != "zstd-prefix":
-                break
-            cached = self._cache.get(row["base"])
-            if cached is not None:
-                base_bytes = cached
-                break
-            cur = row["base"]
-        data = base_bytes
-        for row in reversed(chain):
-            if row["dtype"] != "blob":
-                raise IntegrityError(
-                    f"journal {self.path}: blob {row['sha256']} holds {row['dtype']}, not bytes"
-                )
-            try:
-                data = blobs.decode(
-                    row["codec"], row["data"], data if row["codec"] == "zstd-prefix" else None
-                )
-            except (ValueError, blobs.ZstdError) as exc:
-                raise IntegrityError(
-                    f"journal {self.path}: blob {row['sha256']} cannot be decoded: {exc}"
-                ) from None
-            if blobs.sha256_hex(data) != row["sha256"] or len(data) != row["size"]:
-                raise IntegrityError(
-                    f"journal {self.path}: blob {row['sha256']} restores to different bytes (digest mismatch)"
-                )
-            self._remember(row["sha256"], data)
-        assert data is not None
-        return data
-
-    def _remember(self, sha: str, data: bytes) -> None:
-        self._cache[sha] = data
-        self._cache_bytes += len(data)
-        while self._cache_bytes > _CACHE_BYTES and len(self._cache) > 1:
-            _, old = self._cache.popitem(last=False)
-            self._cache_bytes -= len(old)
+        return self._blobs.restore(sha)
 
     def _body(self, ex: Exchange, part: str, sha: str) -> bytes:
         """A body of an exchange; its IntegrityError names the exchange and the part."""
@@ -601,8 +547,7 @@ class JournalReader:
             for col in columns:
                 for (ident,) in self.conn.execute(f"SELECT {key} FROM {table} WHERE json_valid({col}) = 0"):
                     rep.problems.append(f"{table} {ident}: column {col} is not valid JSON")
-        self._cache.clear()
-        self._cache_bytes = 0
+        self._blobs.clear()
         for sha, stored in self.conn.execute(
             "SELECT sha256, length(data) FROM blobs ORDER BY rowid"
         ).fetchall():
@@ -651,6 +596,83 @@ class JournalReader:
         if run_id is None:
             return self.conn.execute("SELECT count(*) FROM exchanges").fetchone()[0]
         return self.conn.execute("SELECT count(*) FROM exchanges WHERE run_id = ?", (run_id,)).fetchone()[0]
+
+
+class BlobRestorer:
+    """Restores the blobs of one SQLite connection to a journal (the reader's, or one that a
+    SQL tool opened: :mod:`pvisor.journal.sql`), keeping the bodies it restored last (an LRU
+    of :data:`_CACHE_BYTES`): the next body of a lane is one frame away from the previous one.
+    ``label`` names the journal in errors."""
+
+    def __init__(self, conn: sqlite3.Connection, label: str) -> None:
+        self.conn = conn
+        self.label = label
+        self._cache: OrderedDict[str, bytes] = OrderedDict()
+        self._cache_bytes = 0
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._cache_bytes = 0
+
+    def restore(self, sha: str) -> bytes:
+        """Restore the blob whose content sha256 is ``sha``, following its prefix references.
+
+        Raises IntegrityError when the blob or a base is missing, cannot be decoded, or restores
+        to bytes whose sha256 differs.
+        """
+        hit = self._cache.get(sha)
+        if hit is not None:
+            self._cache.move_to_end(sha)
+            return hit
+        # walk down to a keyframe (or a cached body), then decode upwards; rows as plain tuples
+        # (sha256, size, codec, base, data, type of data): the connection may be a SQL tool's
+        chain: list[tuple] = []
+        cur = sha
+        base_bytes: bytes | None = None
+        while True:
+            cursor = self.conn.cursor()
+            cursor.row_factory = None
+            row = cursor.execute(
+                "SELECT sha256, size, codec, base, CAST(data AS BLOB), typeof(data) FROM blobs WHERE sha256 = ?",
+                (cur,),
+            ).fetchone()
+            if row is None:
+                what = "blob" if cur == sha else f"base blob {cur} of blob"
+                raise IntegrityError(f"journal {self.label}: {what} {sha} is missing")
+            chain.append(row)
+            if len(chain) > blobs.STANDALONE_EVERY + 2:
+                raise IntegrityError(f"journal {self.label}: blob {sha} has a reference loop")
+            if row[2] != "zstd-prefix":
+                break
+            cached = self._cache.get(row[3])
+            if cached is not None:
+                base_bytes = cached
+                break
+            cur = row[3]
+        data = base_bytes
+        for row_sha, size, codec, _, stored, dtype in reversed(chain):
+            if dtype != "blob":
+                raise IntegrityError(f"journal {self.label}: blob {row_sha} holds {dtype}, not bytes")
+            try:
+                data = blobs.decode(codec, stored, data if codec == "zstd-prefix" else None)
+            except (ValueError, blobs.ZstdError) as exc:
+                raise IntegrityError(
+                    f"journal {self.label}: blob {row_sha} cannot be decoded: {exc}"
+                ) from None
+            if blobs.sha256_hex(data) != row_sha or len(data) != size:
+                raise IntegrityError(
+                    f"journal {self.label}: blob {row_sha} restores to different bytes (digest mismatch)"
+                )
+            self._remember(row_sha, data)
+        assert data is not None
+        return data
+
+    def _remember(self, sha: str, data: bytes) -> None:
+        self._cache[sha] = data
+        self._cache_bytes += len(data)
+        while self._cache_bytes > _CACHE_BYTES and len(self._cache) > 1:
+            _, old = self._cache.popitem(last=False)
+            self._cache_bytes -= len(old)
 
 
 def _asdict(obj: Any) -> dict[str, Any]:

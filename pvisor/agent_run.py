@@ -389,7 +389,9 @@ def data_dir_of(journal_path: Path) -> Path:
 
 def run_dir_of(journal_path: Path, run_id: str) -> Path:
     """``<data dir>/runs/<run id>``."""
-    return data_dir_of(journal_path) / "runs" / run_id
+    from pvisor.journal.paths import run_directory
+
+    return run_directory(journal_path, run_id)
 
 
 def without_userinfo(url: str) -> str:
