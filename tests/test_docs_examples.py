@@ -79,13 +79,27 @@ def test_cli_examples_run_with_the_documented_exit_codes(sample_journal, tmp_pat
 def test_sql_examples_run_on_a_real_journal(sample_journal):
     path, run_id, _ = sample_journal
     queries = _blocks(DOCS / "journal.md", "sql")
-    assert len(queries) >= 4
+    assert len(queries) == 6
+    # the first four need nothing but SQLite
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    results = [conn.execute(q).fetchall() for q in queries]
+    results = [conn.execute(q).fetchall() for q in queries[:4]]
     assert results[0] == [(run_id, "claude-code", 1)]
     assert results[1] == []
     assert results[2] == [(run_id, 1, 0, 0)]
     assert {row[0] for row in results[3]} <= {"identity", "zstd", "zstd-prefix"}
+    # the others read bodies through pvisor journal sql's functions and views
+    import json
+
+    bodies = []
+    for q in queries[4:]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pvisor", "--journal", str(path), "journal", "sql", "--json", q],
+            capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONSAFEPATH": "1"},
+        )  # fmt: skip
+        assert proc.returncode == 0, (q, proc.stderr)
+        bodies.append(json.loads(proc.stdout))
+    assert bodies[0] == [{"seq": 1, "model": None, "messages": 0}]
+    assert bodies[1] == [{"seq": 1, "reply": "event: message_stop\ndata: {}\n\n"}]
 
 
 def _same_ids(text: str) -> str:

@@ -67,7 +67,9 @@ def _table(rows: list[list[str]], header: list[str]) -> None:
 
 @click.group("journal")
 def journal() -> None:
-    """Inspect, export and verify the Event Journal (read-only: nothing here writes to it)."""
+    """Inspect, export and verify the Event Journal; remove a run (rm) and its space (vacuum).
+
+    Only rm and vacuum write to the journal; every other command opens it read-only."""
 
 
 @journal.command("ls")
@@ -483,3 +485,61 @@ def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
     click.echo(f"auxiliary: {len(aux)}")
     for a in aux:
         click.echo(_safe(f"  seq {a['seq']}  {a['exchange']}  [{a['kind']}] {a['reason']}"))
+
+
+def _add_sql() -> None:
+    from pvisor.commands.sql import sql
+
+    journal.add_command(sql)
+
+
+# --------------------------------------------------------------------------- rm, vacuum
+
+
+@journal.command("rm")
+@click.argument("run_id", metavar="RUN")
+@click.option(
+    "--force", is_flag=True, help="Remove it even while a writer (gateway, pvisor run) holds the journal."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+@click.pass_context
+def rm(ctx: click.Context, run_id: str, force: bool, as_json: bool) -> None:
+    """Remove RUN (id or unique prefix): its attempts, exchanges, events, snapshots, the bodies
+    no other run names, and its run directory (agent output, private home). The freed pages
+    are reused; pvisor journal vacuum gives them back to the disk."""
+    from pvisor.journal.housekeeping import remove_run
+
+    rep = remove_run(Path(ctx.obj["journal"]), run_id, force=force)
+    if as_json:
+        _emit_json(rep.to_json())
+        return
+    click.echo(
+        f"removed run {rep.run}: {_n(rep.attempts, 'attempt')}, {_n(rep.exchanges, 'exchange')}, "
+        f"{_n(rep.events, 'event')}, {_n(rep.snapshots, 'snapshot')}; {_n(rep.blobs_removed, 'blob')} "
+        f"({rep.bytes_freed} bytes stored) removed, {rep.blobs_kept} kept (other runs name them)"
+    )
+    click.echo(f"run directory: {rep.run_dir or '- (none)'}")
+    if rep.orphaned_children:
+        click.echo(
+            f"pvisor: note: {_n(len(rep.orphaned_children), 'run')} derived from it stay "
+            f"({', '.join(rep.orphaned_children)}); their parent is gone",
+            err=True,
+        )
+
+
+@journal.command("vacuum")
+@click.option("--force", is_flag=True, help="Vacuum even while a writer holds the journal.")
+@click.option("--json", "as_json", is_flag=True, help="Print {before, after} in bytes as JSON.")
+@click.pass_context
+def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
+    """Give the journal's free pages back to the disk: checkpoint the WAL, truncate it, VACUUM."""
+    from pvisor.journal.housekeeping import vacuum
+
+    before, after = vacuum(Path(ctx.obj["journal"]), force=force)
+    if as_json:
+        _emit_json({"before": before, "after": after})
+    else:
+        click.echo(f"journal {ctx.obj['journal']}: {before} bytes -> {after} bytes")
+
+
+_add_sql()

@@ -1,0 +1,240 @@
+"""Removing from a journal: a run (``pvisor journal rm``) and the space it held (``pvisor journal
+vacuum``), docs/journal.md "Removing a run".
+
+A run is removed with everything that names it: its ``runs`` row, attempts, exchanges (and
+their ``response_parts``), events and snapshots, and its run directory (``<data dir>/runs/<id>``:
+the agent's output, its private home, exports). Bodies are content-addressed and shared: a
+blob of the run goes only when no remaining row names it, as a body of an exchange, as a
+snapshot's manifest or a file a manifest lists, or as the ``base`` of another blob's prefix
+frame (which could not be restored without it). Runs derived from the removed one keep their
+rows; their ``parent_run`` then names a run that is gone (reported).
+
+Both refuse while another process holds a live writer lease (the gateway or ``pvisor run``
+writing: it keeps lane state and could commit a body whose base was just removed) unless
+``force``; a lease whose process is gone does not count (the writer's own reaping rule).
+Everything happens in one ``BEGIN IMMEDIATE`` transaction: an interrupted rm removes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+import orjson
+
+from .errors import UnavailableError
+from .paths import run_directory
+from .reader import BUSY_TIMEOUT_S, JournalReader
+
+#: the blob-valued columns of each table that has any
+BLOB_COLUMNS = {
+    "exchanges": ("request_body", "response_body", "response_final", "forwarded_body"),
+    "snapshots": ("manifest",),
+}
+
+
+@dataclass(slots=True)
+class RemoveReport:
+    """What :func:`remove_run` removed: ``run``, row counts (``attempts``, ``exchanges``,
+    ``events``, ``snapshots``), ``blobs_removed`` and ``blobs_kept`` (of the run's, those
+    another run still names), ``bytes_freed`` (stored bytes of the removed blobs),
+    ``run_dir`` (removed, or None when there was none), ``orphaned_children`` (derived runs
+    whose parent it was)."""
+
+    run: str
+    attempts: int = 0
+    exchanges: int = 0
+    events: int = 0
+    snapshots: int = 0
+    blobs_removed: int = 0
+    blobs_kept: int = 0
+    bytes_freed: int = 0
+    run_dir: str | None = None
+    orphaned_children: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+
+def live_writers(conn: sqlite3.Connection) -> list[tuple[int, int, str]]:
+    """(writer id, pid, host) of every open lease whose process still runs: on this host its pid
+    is alive with the same start time, elsewhere its heartbeat is recent."""
+    from .writer import DEAD_AFTER_MS, _pid_alive, _proc_start, now_ms
+
+    host = socket.gethostname()
+    t = now_ms()
+    alive = []
+    for wid, pid, whost, pstart, heartbeat in conn.execute(
+        "SELECT id, pid, host, proc_start, heartbeat_ms FROM writers WHERE closed_ms IS NULL"
+    ):
+        if whost == host:
+            live = _pid_alive(pid) and (pstart is None or _proc_start(pid) == pstart)
+        else:
+            live = t - heartbeat <= DEAD_AFTER_MS
+        if live:
+            alive.append((wid, pid, whost))
+    return alive
+
+
+def _open_rw(path: Path) -> sqlite3.Connection:
+    """A read-write connection to the journal ``path`` (checked as a reader checks it first:
+    exists, is a journal, not written by a newer pvisor), its schema migrated to this pvisor's."""
+    with JournalReader(path):
+        pass
+    conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    try:
+        from sqlite_utils import Database
+
+        from .schema import apply_migrations
+
+        apply_migrations(Database(conn))
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        raise UnavailableError(f"cannot open journal {path} for writing: {exc}") from None
+    return conn
+
+
+def _check_writers(conn: sqlite3.Connection, path: Path, force: bool, what: str) -> None:
+    if force:
+        return
+    alive = live_writers(conn)
+    if alive:
+        who = ", ".join(f"pid {pid} on {host}" for _, pid, host in alive)
+        raise UnavailableError(
+            f"journal {path} is being written ({who}): {what} waits until it stops, or give --force"
+        )
+
+
+def _manifest_files(data: bytes) -> Iterable[str]:
+    """The file blobs a snapshot manifest lists (nothing for one that does not parse: then it
+    names no blob this module could keep)."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return ()
+    entries = doc.get("entries") if isinstance(doc, dict) else None
+    return [e["sha256"] for e in entries or () if isinstance(e, dict) and isinstance(e.get("sha256"), str)]
+
+
+def _named_by_rows(conn: sqlite3.Connection, reader_blob, where: str, args: tuple) -> set[str]:
+    """Blobs named by the exchange and snapshot rows matching ``where`` (``run_id = ?`` or its
+    negation), manifests' file blobs included."""
+    named: set[str] = set()
+    for table, columns in BLOB_COLUMNS.items():
+        for row in conn.execute(f"SELECT {', '.join(columns)} FROM {table} WHERE {where}", args):
+            named.update(v for v in row if v)
+    for (manifest,) in conn.execute(
+        f"SELECT manifest FROM snapshots WHERE manifest IS NOT NULL AND {where}", args
+    ):
+        named.update(_manifest_files(reader_blob(manifest)))
+    return named
+
+
+def remove_run(journal: str | os.PathLike, run_id: str, *, force: bool = False) -> RemoveReport:
+    """Remove the run ``run_id`` (or a unique prefix) from the journal and its run directory
+    (module docstring). Raises UsageError for an unknown or ambiguous run, UnavailableError
+    (exit 69) while a live writer holds the journal (without ``force``) or when it stays locked,
+    IntegrityError when a manifest it must read is damaged."""
+    path = Path(journal)
+    with JournalReader(path) as reader:
+        run = reader.run(run_id)  # UsageError names the run and the journal
+    conn = _open_rw(path)
+    try:
+        _check_writers(conn, path, force, f"rm {run.id}")
+        with JournalReader(path) as reader:  # restores manifests (they are blobs too)
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                report = _remove(conn, reader.blob, run.id)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+    except sqlite3.OperationalError as exc:
+        raise UnavailableError(f"journal {path}: rm {run.id} could not finish: {exc}") from None
+    finally:
+        conn.close()
+    run_dir = run_directory(path, run.id)
+    if run_dir.is_dir() or run_dir.is_symlink():
+        if run_dir.is_symlink():
+            run_dir.unlink()
+        else:
+            shutil.rmtree(run_dir)
+        report.run_dir = str(run_dir)
+    return report
+
+
+def _remove(conn: sqlite3.Connection, blob, run: str) -> RemoveReport:
+    report = RemoveReport(run)
+    # the run's blobs, with the bases they are restored from
+    theirs = _named_by_rows(conn, blob, "run_id = ?", (run,))
+    base_of = dict(conn.execute("SELECT sha256, base FROM blobs WHERE base IS NOT NULL"))
+    todo = list(theirs)
+    while todo:
+        b = base_of.get(todo.pop())
+        if b is not None and b not in theirs:
+            theirs.add(b)
+            todo.append(b)
+    # what must stay: named by another run, or the base (at any depth) of a blob that stays
+    keep = _named_by_rows(conn, blob, "run_id IS NOT ?", (run,)) & theirs
+    staying = set(keep) | {s for s in base_of if s not in theirs}
+    todo = list(staying)
+    while todo:
+        b = base_of.get(todo.pop())
+        if b is not None and b in theirs and b not in keep:
+            keep.add(b)
+            todo.append(b)
+    gone = theirs - keep
+    report.blobs_kept = len(keep)
+    ids = [r[0] for r in conn.execute("SELECT id FROM exchanges WHERE run_id = ?", (run,))]
+    for i in range(0, len(ids), 500):
+        chunk = ids[i : i + 500]
+        conn.execute(f"DELETE FROM response_parts WHERE exchange_id IN ({','.join('?' * len(chunk))})", chunk)
+    report.exchanges = conn.execute("DELETE FROM exchanges WHERE run_id = ?", (run,)).rowcount
+    report.attempts = conn.execute("DELETE FROM attempts WHERE run_id = ?", (run,)).rowcount
+    report.events = conn.execute("DELETE FROM events WHERE run_id = ?", (run,)).rowcount
+    report.snapshots = conn.execute("DELETE FROM snapshots WHERE run_id = ?", (run,)).rowcount
+    conn.execute("DELETE FROM runs WHERE id = ?", (run,))
+    listed = sorted(gone)
+    for i in range(0, len(listed), 500):
+        chunk = listed[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        report.bytes_freed += conn.execute(
+            f"SELECT coalesce(sum(length(data)), 0) FROM blobs WHERE sha256 IN ({marks})", chunk
+        ).fetchone()[0]
+        report.blobs_removed += conn.execute(f"DELETE FROM blobs WHERE sha256 IN ({marks})", chunk).rowcount
+    report.orphaned_children = [
+        r[0] for r in conn.execute("SELECT id FROM runs WHERE parent_run = ?", (run,))
+    ]
+    return report
+
+
+def vacuum(journal: str | os.PathLike, *, force: bool = False) -> tuple[int, int]:
+    """Checkpoint the WAL into the file (truncating it) and ``VACUUM``: the pages that removed
+    rows left free go back to the file system. Returns (bytes before, bytes after), the journal
+    and its WAL together. Refuses while a live writer holds the journal (without ``force``):
+    VACUUM needs it to itself."""
+    path = Path(journal)
+    conn = _open_rw(path)
+
+    def size() -> int:
+        return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if os.path.exists(p))
+
+    try:
+        _check_writers(conn, path, force, "vacuum")
+        before = size()
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.execute("VACUUM")
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    except sqlite3.OperationalError as exc:
+        raise UnavailableError(f"journal {path}: vacuum could not finish: {exc}") from None
+    finally:
+        conn.close()
+    return before, size()
+
+
+__all__ = ["RemoveReport", "live_writers", "remove_run", "vacuum"]

@@ -1,0 +1,114 @@
+"""``pvisor journal sql QUERY``: one read-only SQL statement over the journal, with the bodies
+readable (``pvisor_body``, ``pvisor_json``, views ``exchange_bodies`` and ``run_summary``:
+:mod:`pvisor.journal.sql`, docs/journal.md "SQL").
+
+Output: a table for people (cells cut to :data:`CELL_CHARS` characters, control characters
+escaped), ``--json`` (an array of objects) or ``--csv`` (a header row, then the rows). A BLOB
+value is its text when it is UTF-8, else ``<N bytes>`` in the table, ``{"$base64": true,
+"encoded": ...}`` in JSON (Datasette's convention) and ``base64:...`` in CSV.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import orjson
+
+from pvisor.journal.errors import UsageError
+
+#: the widest table cell; --json and --csv keep whole values
+CELL_CHARS = 120
+
+
+def _table_cell(value: Any) -> str:
+    from pvisor.commands.journal import _clip
+
+    if value is None:
+        return "NULL"
+    if isinstance(value, bytes):
+        try:
+            value = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return f"<{len(value)} bytes>"
+    return _clip(str(value), CELL_CHARS)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return {"$base64": True, "encoded": base64.b64encode(value).decode()}
+    return value
+
+
+def _csv_value(value: Any) -> Any:
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8")
+        except UnicodeDecodeError:
+            return "base64:" + base64.b64encode(value).decode()
+    return "" if value is None else value
+
+
+@click.command("sql")
+@click.argument("query")
+@click.option("--json", "as_json", is_flag=True, help="Print an array of objects, whole values.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row, whole values.")
+@click.pass_context
+def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
+    """Run QUERY, one read-only SQL statement, on the journal, with pvisor_body(sha256) (bytes),
+    pvisor_json(sha256 [, content_encoding]) (text) and the views exchange_bodies and run_summary.
+
+    \b
+    Examples:
+      pvisor journal sql "SELECT id, agent, exchanges FROM run_summary"
+      pvisor journal sql "SELECT seq, json_extract(request, '$.model') FROM exchange_bodies WHERE run_id = 'r-3f2a'"
+      pvisor journal sql --csv "SELECT id, status, length(response) FROM exchange_bodies"
+    """
+    from pvisor.journal.reader import JournalReader
+    from pvisor.journal.sql import register
+
+    if as_json and as_csv:
+        raise UsageError("give --json or --csv, not both")
+    if not query.strip():
+        raise UsageError('the query is empty: give one SQL statement, e.g. "SELECT * FROM run_summary"')
+    path = Path(ctx.obj["journal"])
+    with JournalReader(path) as reader:
+        fns = register(reader.conn, str(path))
+        cursor = reader.conn.cursor()
+        cursor.row_factory = None
+        try:
+            cursor.execute(query)
+            columns = [d[0] for d in cursor.description or ()]
+            rows = cursor.fetchall()
+        except (sqlite3.Warning, sqlite3.ProgrammingError) as exc:
+            if "one statement" not in str(exc):
+                raise UsageError(f"SQL error: {exc} (in: {query.strip()[:200]})") from None
+            raise UsageError("journal sql runs one statement at a time; give the others one by one") from None
+        except sqlite3.Error as exc:
+            if fns.error is not None:
+                raise fns.error from None  # a damaged body: IntegrityError, exit 3
+            if "readonly" in str(exc) or "read-only" in str(exc):
+                raise UsageError(f"journal sql only reads the journal: {exc}") from None
+            raise UsageError(f"SQL error: {exc} (in: {query.strip()[:200]})") from None
+    if as_json:
+        sys.stdout.buffer.write(
+            orjson.dumps([{c: _json_value(v) for c, v in zip(columns, row)} for row in rows]) + b"\n"
+        )
+    elif as_csv:
+        out = csv.writer(sys.stdout, lineterminator="\n")
+        out.writerow(columns)
+        for row in rows:
+            out.writerow([_csv_value(v) for v in row])
+    elif columns:
+        from pvisor.commands.journal import _n, _table
+
+        _table([[_table_cell(v) for v in row] for row in rows], columns)
+        click.echo(_n(len(rows), "row"), err=True)

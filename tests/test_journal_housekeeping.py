@@ -1,0 +1,242 @@
+"""``pvisor journal sql``, ``rm`` and ``vacuum`` (issue 20) on real journal files written by the
+real writer, through the real command.
+
+Bodies are shared between runs (content-addressed) and stored as prefix frames against earlier
+bodies of their lane: removing a run must keep every blob another run names and every base such
+a blob is restored from, and the other run must read back byte for byte."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pvisor.journal.model import Run
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.snapshots import Entry, EntryKind, Manifest, SnapshotKind, SnapshotRecord
+from pvisor.journal.writer import Journal
+
+PVISOR = [sys.executable, "-m", "pvisor"]
+ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
+
+
+def cli(journal: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*PVISOR, "--journal", str(journal), *args], capture_output=True, text=True, env=ENV, timeout=120
+    )
+
+
+def body(n: int) -> bytes:
+    """The n-th request of a conversation: each repeats the one before and adds to it."""
+    messages = [{"role": "user", "content": f"message {i} " + "x" * 300} for i in range(n)]
+    return orjson.dumps({"model": "m", "messages": messages})
+
+
+def snapshot(j: Journal, run: str, sid: str, files: dict[str, bytes]) -> None:
+    entries = [
+        Entry(name, EntryKind.FILE, 0o644, len(data), hashlib.sha256(data).hexdigest())
+        for name, data in sorted(files.items())
+    ]
+    manifest = Manifest(entries=entries).encode()
+    j.put_blobs([(hashlib.sha256(d).hexdigest(), d) for d in files.values()])
+    j.record_snapshot(
+        SnapshotRecord(
+            id=sid,
+            run=run,
+            attempt=1,
+            kind=SnapshotKind.START,
+            driver="filesystem",
+            taken_ms=1.0,
+            manifest=manifest,
+            digest=hashlib.sha256(manifest).hexdigest(),
+        )
+    )
+
+
+@pytest.fixture
+def two_runs(tmp_path: Path) -> Path:
+    """Run ``r-a``: three requests of one lane (prefix frames) and a snapshot; run ``r-b``: one
+    request equal to r-a's second (so the blob r-a stored against its first), a snapshot sharing
+    a file with r-a's; r-a has a run directory."""
+    path = tmp_path / "journal.sqlite"
+    with Journal.open(path) as j:
+        j.create_run(Run(id="r-a", agent="codex"))
+        for n in (1, 2, 3):
+            j.record_exchange("r-a", "POST", "/v1/chat/completions", [], protocol="openai-chat", status=200,
+                              request_body=body(n), response_body=b'{"choices": []}' + b" " * n)  # fmt: skip
+        snapshot(j, "r-a", "s-a000000000000001", {"shared.txt": b"shared " * 40, "only-a.txt": b"a " * 90})
+        j.create_run(Run(id="r-b", agent="codex"))
+        j.record_exchange("r-b", "POST", "/v1/chat/completions", [], protocol="openai-chat", status=200,
+                          request_body=body(2), response_body=b'{"choices": ["b"]}')  # fmt: skip
+        snapshot(j, "r-b", "s-b000000000000001", {"shared.txt": b"shared " * 40})
+        j.flush()
+    run_dir = tmp_path / "runs" / "r-a" / "home"
+    run_dir.mkdir(parents=True)
+    (run_dir / "session.jsonl").write_text("{}\n")
+    return path
+
+
+def blob_shas(path: Path) -> set[str]:
+    with sqlite3.connect(path) as c:
+        return {r[0] for r in c.execute("SELECT sha256 FROM blobs")}
+
+
+def test_rm_of_one_of_two_runs_sharing_blobs_leaves_the_other_byte_exact(two_runs: Path):
+    with JournalReader(two_runs) as r:
+        [b_ex] = r.exchanges("r-b")
+        before = (r.request_body(b_ex), r.response_body(b_ex))
+        a_exchanges = r.exchanges("r-a")
+        first_a, last_a = a_exchanges[0].request_body, a_exchanges[2].request_body
+        with sqlite3.connect(two_runs) as c:
+            codec, base = c.execute(
+                "SELECT codec, base FROM blobs WHERE sha256 = ?", (b_ex.request_body,)
+            ).fetchone()
+    # r-b's body is r-a's second, stored as a prefix frame against r-a's first
+    assert (codec, base) == ("zstd-prefix", first_a)
+    proc = cli(two_runs, "journal", "rm", "r-a", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert (rep["run"], rep["attempts"], rep["exchanges"], rep["snapshots"]) == ("r-a", 0, 3, 1)
+    assert rep["run_dir"] == str(two_runs.parent / "runs" / "r-a")
+    assert not (two_runs.parent / "runs" / "r-a").exists()
+    left = blob_shas(two_runs)
+    assert b_ex.request_body in left and first_a in left  # named by r-b, and its base
+    assert last_a not in left  # r-a's own
+    assert hashlib.sha256(b"a " * 90).hexdigest() not in left
+    assert hashlib.sha256(b"shared " * 40).hexdigest() in left  # r-b's snapshot lists it
+    assert rep["blobs_removed"] >= 4 and rep["bytes_freed"] > 0
+    with JournalReader(two_runs) as r:
+        assert [run.id for run in r.runs()] == ["r-b"]
+        [b_ex] = r.exchanges("r-b")
+        assert (r.request_body(b_ex), r.response_body(b_ex)) == before
+        report = r.verify()
+        assert report.ok, report.problems
+    assert cli(two_runs, "journal", "verify").returncode == 0
+    restored = two_runs.parent / "restored"
+    proc = cli(two_runs, "snapshot", "restore", "r-b", "--step", "0", "--into", str(restored))
+    assert proc.returncode == 0, proc.stderr
+    assert (restored / "shared.txt").read_bytes() == b"shared " * 40
+    human = cli(two_runs, "journal", "rm", "r-b")
+    assert human.returncode == 0 and human.stdout.startswith("removed run r-b: 0 attempts, 1 exchange, ")
+    assert blob_shas(two_runs) == set()  # nothing names anything now
+
+
+def test_rm_refuses_while_a_writer_holds_the_journal_unless_forced(two_runs: Path):
+    with Journal.open(two_runs) as j:  # this process's lease is live
+        j.flush()
+        proc = cli(two_runs, "journal", "rm", "r-a")
+        assert proc.returncode == 69
+        assert f"pid {os.getpid()}" in proc.stderr and "--force" in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        vac = cli(two_runs, "journal", "vacuum")
+        assert vac.returncode == 69 and "--force" in vac.stderr
+        forced = cli(two_runs, "journal", "rm", "r-a", "--force")
+        assert forced.returncode == 0, forced.stderr
+    with JournalReader(two_runs) as r:
+        assert [run.id for run in r.runs()] == ["r-b"] and r.verify().ok
+
+
+def test_vacuum_gives_the_space_of_a_removed_run_back(tmp_path: Path):
+    path = tmp_path / "journal.sqlite"
+    with Journal.open(path) as j:
+        for run in ("r-big", "r-small"):
+            j.create_run(Run(id=run))
+        for i in range(40):  # incompressible bodies: their pages are what vacuum frees
+            j.record_exchange("r-big", "POST", f"/v1/x{i}", [], status=200, request_body=os.urandom(40_000))
+        j.record_exchange("r-small", "POST", "/v1/y", [], status=200, request_body=b"small " * 30)
+        j.flush()
+    assert cli(path, "journal", "rm", "r-big").returncode == 0
+    proc = cli(path, "journal", "vacuum", "--json")
+    assert proc.returncode == 0, proc.stderr
+    sizes = json.loads(proc.stdout)
+    assert sizes["before"] > 1_500_000 and sizes["after"] < 200_000, sizes
+    assert not os.path.exists(f"{path}-wal") or os.path.getsize(f"{path}-wal") == 0
+    assert cli(path, "journal", "verify").returncode == 0
+
+
+def test_rm_and_vacuum_bad_input_get_one_line(two_runs: Path, tmp_path: Path):
+    for args, code, said in [
+        (["journal", "rm", "r-nope"], 2, "no run 'r-nope'"),
+        (["journal", "rm", "r-"], 2, "ambiguous"),
+        (["journal", "rm", ""], 2, "empty"),
+    ]:
+        proc = cli(two_runs, *args)
+        assert proc.returncode == code and said in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a journal\n")
+    for args in (["journal", "rm", "r-a"], ["journal", "vacuum"]):
+        proc = cli(notes, *args)
+        assert proc.returncode == 65 and "not a pvisor journal" in proc.stderr, proc.stderr
+        assert notes.read_text() == "not a journal\n"
+    missing = cli(tmp_path / "none.sqlite", "journal", "vacuum")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    assert not (tmp_path / "none.sqlite").exists()
+
+
+# --------------------------------------------------------------------------- journal sql
+
+
+def test_sql_reads_bodies_through_the_functions_and_views(two_runs: Path):
+    with JournalReader(two_runs) as r:
+        exchanges = r.exchanges("r-a")
+        want = [r.request_body(e).decode() for e in exchanges]
+    proc = cli(two_runs, "journal", "sql", "--json",
+               "SELECT seq, request, json_array_length(request, '$.messages') AS n FROM exchange_bodies "
+               "WHERE run_id = 'r-a' ORDER BY seq")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)
+    assert [row["request"] for row in rows] == want and [row["n"] for row in rows] == [1, 2, 3]
+    summary = json.loads(
+        cli(two_runs, "journal", "sql", "--json", "SELECT * FROM run_summary ORDER BY id").stdout
+    )
+    assert [(s["id"], s["exchanges"], s["attempts"]) for s in summary] == [("r-a", 3, 0), ("r-b", 1, 0)]
+    # bytes: pvisor_body gives them; binary ones are base64 in JSON and CSV, "<N bytes>" in the table
+    binary = "SELECT pvisor_body(sha256) AS b FROM blobs WHERE sha256 = '{}'"
+    with Journal.open(two_runs) as j:
+        j.record_exchange("r-b", "POST", "/v1/bin", [], status=200, request_body=b"\xff\xfe" * 50)
+        j.flush()
+    sha = hashlib.sha256(b"\xff\xfe" * 50).hexdigest()
+    [row] = json.loads(cli(two_runs, "journal", "sql", "--json", binary.format(sha)).stdout)
+    assert base64.b64decode(row["b"]["encoded"]) == b"\xff\xfe" * 50 and row["b"]["$base64"] is True
+    csv = cli(two_runs, "journal", "sql", "--csv", binary.format(sha)).stdout.splitlines()
+    assert csv[0] == "b" and base64.b64decode(csv[1].removeprefix("base64:")) == b"\xff\xfe" * 50
+    table = cli(two_runs, "journal", "sql", binary.format(sha))
+    assert table.stdout.splitlines() == ["b", "<100 bytes>"] and table.stderr == "1 row\n"
+    text = cli(
+        two_runs,
+        "journal",
+        "sql",
+        "SELECT pvisor_json(request_body) IS NULL AS binary FROM exchanges WHERE path = '/v1/bin'",
+    )
+    assert text.stdout.splitlines()[1] == "1"
+
+
+def test_sql_refuses_writes_and_names_bad_queries_and_damage(two_runs: Path):
+    for query, said in [
+        ("DELETE FROM runs", "only reads the journal"),
+        ("SELEC 1", 'near "SELEC": syntax error'),
+        ("SELECT 1; SELECT 2", "one statement at a time"),
+        ("   ", "the query is empty"),
+        ("SELECT * FROM nope", "no such table: nope"),
+    ]:
+        proc = cli(two_runs, "journal", "sql", query)
+        assert proc.returncode == 2 and said in proc.stderr, (query, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert cli(two_runs, "journal", "sql", "--json", "--csv", "SELECT 1").returncode == 2
+    with JournalReader(two_runs) as r:
+        [b_ex] = r.exchanges("r-b")
+    with sqlite3.connect(two_runs) as c:
+        c.execute("UPDATE blobs SET data = x'00ff' WHERE sha256 = ?", (b_ex.response_body,))
+    proc = cli(two_runs, "journal", "sql", "SELECT response FROM exchange_bodies WHERE run_id = 'r-b'")
+    assert proc.returncode == 3 and b_ex.response_body in proc.stderr, proc.stderr
+    with JournalReader(two_runs) as r:
+        assert [run.id for run in r.runs()] == ["r-a", "r-b"]  # read only: nothing else changed
