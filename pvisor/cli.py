@@ -72,7 +72,8 @@ Examples:
   pvisor --journal ./j.sqlite journal verify
 
 \b
-Exit codes: 0 ok, 2 usage, 3 integrity error, 65 bad input data,
+Exit codes: 0 ok, 1 replay failed or the agent failed by its own account,
+2 usage, 3 integrity error, 65 bad input data,
 69 unavailable service, 74 output cannot be written, 124 timeout,
 130 interrupted (Ctrl-C; run: 129 SIGHUP, 143 SIGTERM),
 141 output pipe closed (docs/cli.md).

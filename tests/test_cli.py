@@ -380,4 +380,23 @@ def test_an_export_cut_by_a_full_disk_leaves_no_partial_file(journal: Path, smal
     stderr = p.stderr.decode()
     assert p.returncode == 74 and stderr.count("\n") == 1, stderr
     assert stderr.startswith(f"pvisor: error: cannot write --output {out}: No space left on device")
-    assert "the partial file was removed" in stderr and not out.exists()
+    assert "nothing was written" in stderr and not out.exists()
+    assert sorted(p.name for p in full.iterdir()) == ["filler"]  # nor its .tmp
+
+
+def test_an_export_that_fails_leaves_the_file_that_was_there(journal: Path, tmp_path: Path):
+    """A new user's keep.jsonl was emptied by `journal export r-nope -o keep.jsonl` (exit 2):
+    the run is checked first, and an export is written beside the file and renamed when whole."""
+    out = tmp_path / "out"
+    out.mkdir()
+    keep = out / "keep.jsonl"
+    keep.write_text("precious\n")
+    p = run("journal", "export", "r-nope", "-o", str(keep), journal=journal)
+    assert p.returncode == 2 and b"no run 'r-nope'" in p.stderr
+    assert keep.read_text() == "precious\n" and sorted(x.name for x in out.iterdir()) == ["keep.jsonl"]
+    fresh = out / "fresh.jsonl"
+    assert run("journal", "export", "r-nope", "-o", str(fresh), journal=journal).returncode == 2
+    assert not fresh.exists()
+    ok = run("journal", "export", "-o", str(keep), journal=journal)
+    assert ok.returncode == 0 and keep.read_text() != "precious\n"
+    assert sorted(x.name for x in out.iterdir()) == ["keep.jsonl"]

@@ -205,7 +205,7 @@ def test_readme_offline_example_of_every_agent_runs_the_real_agent(tmp_path: Pat
             timeout=300, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         assert proc.returncode == 0, (agent, proc.stdout + proc.stderr)
-        assert (root / "ws" / "hello.txt").read_text() == "hello\n", agent
+        assert (root / f"ws-{agent}" / "hello.txt").read_text() == "hello\n", agent
         assert "steps captured: 2 (tool calls per step: 1, " in proc.stdout, (agent, proc.stdout)
         assert "agent: exit code 0; by its own account: succeeded" in proc.stdout, (agent, proc.stdout)
 

@@ -418,7 +418,7 @@ def stream_json_result(stdout: bytes) -> AgentStatus:
     if line is None:
         return status(AgentOutcome.UNKNOWN, None, "no result line on its stdout")
     if line.get("is_error") is not True and line.get("subtype") in (None, "success"):
-        return status(AgentOutcome.SUCCEEDED, line.get("subtype"), source)
+        return status(AgentOutcome.SUCCEEDED, None, source)
     error = line.get("error")
     reason = next(
         (

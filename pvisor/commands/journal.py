@@ -290,24 +290,30 @@ def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None,
     if output:
         check_output_path(output, "--output")
     with _reader(ctx) as r:
+        if run_id is not None:
+            run_id = r.run(run_id).id  # an unknown run is an error before any file is touched
         if output:
+            # written beside it and renamed when whole: a failed export leaves what was there
+            tmp = f"{output}.tmp"
             try:
-                f = open(output, "wb")
+                f = open(tmp, "wb")
             except OSError as exc:
                 raise UsageError(f"cannot write --output {output}: {exc.strerror}") from None
             try:
                 with f:
                     n = r.export_jsonl(f, run_id)
-            except OSError as exc:
-                # a cut export is no export: remove it rather than leave a file that looks whole
-                removed = ""
-                if os.path.isfile(output):
+                os.replace(tmp, output)
+            except BaseException as exc:
+                if os.path.isfile(tmp):
                     try:
-                        os.unlink(output)
-                        removed = "; the partial file was removed"
+                        os.unlink(tmp)
                     except OSError:
                         pass
-                raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}{removed}") from None
+                if isinstance(exc, OSError):
+                    raise OutputError(
+                        f"cannot write --output {output}: {exc.strerror or exc}; nothing was written"
+                    ) from None
+                raise
         else:
             # no bar drawn into the lines when stdout is the terminal too
             with progress.listening(None) if is_terminal(sys.stdout) else contextlib.nullcontext():
