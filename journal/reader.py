@@ -43,6 +43,8 @@ KNOWN_MIGRATIONS = (
     "m005_snapshots",
     "m006_response_parts",
     "m007_capture",
+    "m008_foreign_keys",
+    "m009_readable_views",
 )
 #: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
 #: open that failed only because the -shm file cannot be created or written

@@ -193,6 +193,71 @@ def m007_capture(db: Database) -> None:
     db.execute("ALTER TABLE exchanges ADD COLUMN capture TEXT NOT NULL DEFAULT 'reverse'")
 
 
+#: the references m008 declares, per table: (column, table, column)
+FOREIGN_KEYS_M008: dict[str, list[tuple[str, str, str]]] = {
+    "attempts": [("run_id", "runs", "id")],
+    "exchanges": [
+        ("run_id", "runs", "id"),
+        ("request_body", "blobs", "sha256"),
+        ("response_body", "blobs", "sha256"),
+        ("response_final", "blobs", "sha256"),
+        ("forwarded_body", "blobs", "sha256"),
+    ],
+    "snapshots": [
+        ("run_id", "runs", "id"),
+        ("exchange_id", "exchanges", "id"),
+        ("manifest", "blobs", "sha256"),
+    ],
+}
+
+
+@MIGRATIONS(name="m008_foreign_keys")
+def m008_foreign_keys(db: Database) -> None:
+    """Declare the references between runs, attempts, exchanges, snapshots and blobs, for tools
+    to follow (Datasette links them). Not enforced: ``PRAGMA foreign_keys`` stays off (a run is
+    created with its first exchange, and a body may be committed before the row that names it).
+    SQLite declares a foreign key only in ``CREATE TABLE``, so each table is rebuilt (sqlite-utils
+    ``transform``: a copy, then a rename; indexes recreated): its rows are metadata, the bodies
+    are in ``blobs``, which is not rebuilt (its ``base`` would need a copy of every body;
+    docs/benchmarks.md "Journal migrations" has the cost)."""
+    for table, keys in FOREIGN_KEYS_M008.items():
+        have = {(fk.column, fk.other_table, fk.other_column) for fk in db[table].foreign_keys}
+        missing = [k for k in keys if k not in have]
+        if missing:
+            db[table].transform(add_foreign_keys=missing)
+
+
+#: the views of m009 (docs/journal.md "Reading it with SQL"): they call pvisor_json, which
+#: pvisor.journal.sql registers (pvisor journal sql, the Datasette plugin); a plain SQLite tool
+#: reads every table but these two. Frozen as m009 made them: a change is a new migration.
+VIEWS_M009: dict[str, str] = {
+    "exchange_bodies": """SELECT e.id, e.run_id, e.attempt, e.seq, e.chain, e.role, e.protocol, e.method,
+        e.path, e.status, e.outcome, e.served_by, e.streamed, e.started_ms,
+        pvisor_json(e.request_body) AS request,
+        CASE WHEN e.response_final IS NOT NULL THEN pvisor_json(e.response_final)
+             ELSE pvisor_json(e.response_body, json_extract(e.response_headers, '$."content-encoding"')) END
+             AS response,
+        pvisor_json(e.response_body, json_extract(e.response_headers, '$."content-encoding"')) AS response_raw,
+        e.request_body, e.response_body, e.response_final
+        FROM exchanges e""",
+    "run_summary": """SELECT r.id, r.agent, r.agent_version, r.mode, r.parent_run, r.boundary_step,
+        strftime('%Y-%m-%dT%H:%M:%fZ', r.created_ms / 1000.0, 'unixepoch') AS created,
+        (SELECT count(*) FROM attempts a WHERE a.run_id = r.id) AS attempts,
+        (SELECT count(*) FROM exchanges e WHERE e.run_id = r.id) AS exchanges,
+        (SELECT count(*) FROM exchanges e WHERE e.run_id = r.id AND e.role = 'main') AS main_exchanges,
+        (SELECT coalesce(sum(e.bytes_received), 0) FROM exchanges e WHERE e.run_id = r.id) AS bytes_received
+        FROM runs r""",
+}
+
+
+@MIGRATIONS(name="m009_readable_views")
+def m009_readable_views(db: Database) -> None:
+    """Views that show bodies as text (``exchange_bodies``, ``run_summary``; they need the
+    functions of :mod:`pvisor.journal.sql`: a tool without them can read every table but these)."""
+    for name, select in VIEWS_M009.items():
+        db.execute(f"CREATE VIEW IF NOT EXISTS {name} AS {select}")
+
+
 #: tables of a pvisor journal; a database with other tables and none of these is not one
 JOURNAL_TABLES = ("meta", "writers", "events", "runs", "attempts", "blobs", "exchanges")
 

@@ -33,27 +33,11 @@ from typing import Any
 from .content_encoding import DecodeError, decode_body
 from .errors import PvisorError
 from .reader import BlobRestorer
+from .schema import VIEWS_M009
 
-#: the views, created as TEMP views on a connection (so a read-only journal takes them) unless
-#: the journal holds them already
-VIEWS: dict[str, str] = {
-    "exchange_bodies": """SELECT e.id, e.run_id, e.attempt, e.seq, e.chain, e.role, e.protocol, e.method,
-        e.path, e.status, e.outcome, e.served_by, e.streamed, e.started_ms,
-        pvisor_json(e.request_body) AS request,
-        CASE WHEN e.response_final IS NOT NULL THEN pvisor_json(e.response_final)
-             ELSE pvisor_json(e.response_body, json_extract(e.response_headers, '$."content-encoding"')) END
-             AS response,
-        pvisor_json(e.response_body, json_extract(e.response_headers, '$."content-encoding"')) AS response_raw,
-        e.request_body, e.response_body, e.response_final
-        FROM exchanges e""",
-    "run_summary": """SELECT r.id, r.agent, r.agent_version, r.mode, r.parent_run, r.boundary_step,
-        strftime('%Y-%m-%dT%H:%M:%fZ', r.created_ms / 1000.0, 'unixepoch') AS created,
-        (SELECT count(*) FROM attempts a WHERE a.run_id = r.id) AS attempts,
-        (SELECT count(*) FROM exchanges e WHERE e.run_id = r.id) AS exchanges,
-        (SELECT count(*) FROM exchanges e WHERE e.run_id = r.id AND e.role = 'main') AS main_exchanges,
-        (SELECT coalesce(sum(e.bytes_received), 0) FROM exchanges e WHERE e.run_id = r.id) AS bytes_received
-        FROM runs r""",
-}
+#: the views (m009 of :mod:`pvisor.journal.schema` puts them in every journal), created as TEMP
+#: views on a connection to a journal written before it (a read-only one takes them too)
+VIEWS = VIEWS_M009
 
 
 class Functions:
