@@ -565,13 +565,26 @@ class JournalReader:
 
     # ------------------------------------------------------------------ export
 
-    def export_jsonl(self, out: IO[bytes], run_id: str | None = None) -> int:
+    def export_jsonl(self, out: IO[bytes], run_id: str | None = None, *, bodies: bool = True) -> int:
         """Write runs, attempts and exchanges (with bodies) as JSON Lines; return the line count.
 
         One object per line, with ``"type"`` ``run``, ``attempt`` or ``exchange``. A body is
-        ``{"body": str}`` when it is valid UTF-8, else ``{"body_b64": str}``. Secrets are not in
-        the journal, so they cannot be in the export.
+        ``{"body": str}`` when it is valid UTF-8, else ``{"body_b64": str}``; one written already
+        in this export (the same sha256) is ``{"ref": sha256}``, so each body is written once.
+        With ``bodies=False`` ``request``, ``response`` and ``final`` are null (the exchange's
+        ``request_body``, ``response_body`` and ``response_final`` still name them by sha256).
+        Secrets are not in the journal, so they cannot be in the export.
         """
+        written: set[str] = set()
+
+        def field(sha: str | None, read: Any) -> dict[str, str] | None:
+            if not bodies or sha is None:
+                return None
+            if sha in written:
+                return {"ref": sha}
+            written.add(sha)
+            return body_json_field(read())
+
         runs = [self.run(run_id)] if run_id is not None else self.runs()
         n = 0
         total = self._exchange_count(runs[0].id if run_id is not None else None) if progress.active() else 0
@@ -585,9 +598,9 @@ class JournalReader:
                 for ex in self.exchanges(run.id):
                     d = _asdict(ex)
                     d["chunk_timings"] = [list(t) for t in unpack_timings(ex.chunk_timings)]
-                    d["request"] = body_json_field(self.request_body(ex))
-                    d["response"] = body_json_field(self.response_body(ex, raw=True))
-                    d["final"] = body_json_field(self.response_body(ex)) if ex.response_final else None
+                    d["request"] = field(ex.request_body, lambda: self.request_body(ex))
+                    d["response"] = field(ex.response_body, lambda: self.response_body(ex, raw=True))
+                    d["final"] = field(ex.response_final, lambda: self.response_body(ex))
                     out.write(orjson.dumps({"type": "exchange", **d}) + b"\n")
                     n += 1
                     task.advance()

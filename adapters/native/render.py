@@ -269,6 +269,22 @@ def _atif_steps(t: Trajectory, count: list[int]) -> Iterator[dict[str, Any]]:
 
 def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
     t = result.trajectory
+    return atif_fields(
+        t,
+        agent,
+        lambda: {
+            "pvisor_profile": result.profile.name,
+            "source": result.diagnostics.path,
+            "left_out": len(t.left_out),
+            "warnings": [str(w) for w in result.diagnostics.warnings],
+        },
+    )
+
+
+def atif_fields(t: Trajectory, agent: str, extra: Callable[[], dict[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """The fields of the ATIF v1.7 document of ``t`` (module docstring), in order, for
+    :func:`write_document`; ``extra()`` gives the root ``extra`` once every step was written (a
+    native file's profile and warnings; a journal run's id: pvisor.adapters.exports)."""
     meta = t.meta or {}
     count = [0]
     agent_info: dict[str, Any] = {
@@ -291,17 +307,7 @@ def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
     yield "agent", agent_info
     yield "steps", Items(_atif_steps(t, count))
     yield "final_metrics", Later(lambda: {"total_steps": count[0]})
-    yield (
-        "extra",
-        Later(
-            lambda: {
-                "pvisor_profile": result.profile.name,
-                "source": result.diagnostics.path,
-                "left_out": len(t.left_out),
-                "warnings": [str(w) for w in result.diagnostics.warnings],
-            }
-        ),
-    )
+    yield "extra", Later(extra)
 
 
 def to_atif(result: NativeResult, agent: str) -> dict[str, Any]:

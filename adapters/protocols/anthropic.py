@@ -56,6 +56,8 @@ from pvisor.journal.model import (
 )
 
 NAME = "anthropic"
+#: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
+GEN_AI_PROVIDER = "anthropic"
 PATHS: tuple[str, ...] = ("/v1/messages", "/v1/messages/count_tokens")
 
 # Block types whose input arrives as input_json_delta (the SDK's ``accumulate_event``).

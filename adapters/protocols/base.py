@@ -573,6 +573,21 @@ def first_int(*values: Any) -> int | None:
     return None
 
 
+def token_counts(usage: Any) -> tuple[int | None, int | None]:
+    """(input tokens, output tokens) of a reply's usage as any of the four protocols reports it:
+    Anthropic and Responses ``input_tokens``/``output_tokens``, Chat Completions
+    ``prompt_tokens``/``completion_tokens``, Gemini ``promptTokenCount``/``candidatesTokenCount``;
+    None for a count that is not there."""
+    if not isinstance(usage, dict):
+        return None, None
+    return (
+        first_int(usage.get("input_tokens"), usage.get("prompt_tokens"), usage.get("promptTokenCount")),
+        first_int(
+            usage.get("output_tokens"), usage.get("completion_tokens"), usage.get("candidatesTokenCount")
+        ),
+    )
+
+
 def dig(d: Any, *keys: str) -> Any:
     """``d[k1][k2]...``, or None as soon as a level is not a dict."""
     for k in keys:

@@ -87,6 +87,8 @@ from pvisor.journal.model import (
 )
 
 NAME = "gemini"
+#: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
+GEN_AI_PROVIDER = "gcp.gemini"
 #: Exact request paths served, ``{model}`` being one path segment (``gemini-2.5-pro``).
 PATHS: tuple[str, ...] = tuple(
     f"/{version}/models/{{model}}:{method}"

@@ -63,6 +63,8 @@ from pvisor.journal.model import (
 )
 
 NAME = "openai-chat"
+#: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
+GEN_AI_PROVIDER = "openai"
 PATHS: tuple[str, ...] = ("/v1/chat/completions",)
 
 _CANONICAL_KEYS = ("model", "messages", "tools", "stream")

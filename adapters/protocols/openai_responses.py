@@ -97,6 +97,8 @@ from pvisor.journal.model import (
 )
 
 NAME = "openai-responses"
+#: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
+GEN_AI_PROVIDER = "openai"
 #: Exact request paths served (no query string). ``/v1/responses/compact`` and
 #: ``GET /v1/responses/{id}`` are different endpoints and are not handled here.
 PATHS: tuple[str, ...] = ("/v1/responses",)

@@ -265,10 +265,20 @@ def body(
     sys.stdout.buffer.flush()
 
 
+_FORMATS = ("jsonl", "atif", "otel", "har", "rows", "parquet")
+
+
 @journal.command("export")
 @click.argument("run_id", metavar="[RUN]", required=False)
 @click.option(
-    "--format", "fmt", type=click.Choice(["jsonl"]), default="jsonl", show_default=True, help="Export format."
+    "--format",
+    "fmt",
+    type=click.Choice(_FORMATS),
+    default="jsonl",
+    show_default=True,
+    help="jsonl: runs, attempts, exchanges with bodies; atif: ATIF v1.7 of RUN's steps; otel: OTLP JSON "
+    "traces (GenAI conventions); har: HAR 1.2; rows: one JSON row per step of RUN; parquet: the same rows "
+    "as Parquet (pyarrow). docs/exports.md",
 )
 @click.option(
     "--output",
@@ -277,18 +287,74 @@ def body(
     default=None,
     help="Write to a file instead of stdout ('-': stdout).",
 )
-@click.option("--json", "as_json", is_flag=True, help="With --output: print a JSON summary {path, lines}.")
+@click.option(
+    "--no-bodies", is_flag=True, help="Leave the bodies out (jsonl, har, rows, parquet): metadata only."
+)
+@click.option(
+    "--with-content", is_flag=True, help="otel: add each exchange's request and reply as span events."
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="With --output: print a JSON summary {path, format, count}."
+)
 @click.pass_context
 @progress_option
-def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None, as_json: bool) -> None:
-    """Export runs, attempts and exchanges with their bodies as JSON Lines (all runs, or RUN).
+def export(
+    ctx: click.Context,
+    run_id: str | None,
+    fmt: str,
+    output: str | None,
+    no_bodies: bool,
+    with_content: bool,
+    as_json: bool,
+) -> None:
+    """Export RUN (or every run, for jsonl, otel and har) in one of the formats of docs/exports.md.
 
-    A body is {"body": str} when it is valid UTF-8, else {"body_b64": str}.
+    \b
+    Examples:
+      pvisor journal export r-3f2a9c0d1e2b --format atif -o run.atif.json
+      pvisor journal export r-3f2a9c0d1e2b --format rows -o rows.jsonl
+      pvisor journal export --format otel --with-content -o traces.jsonl
+      pvisor journal export --format jsonl --no-bodies > meta.jsonl
     """
+    from pvisor.adapters.exports import ExportFormat
+
+    form = ExportFormat(fmt)
+    if form.per_run and run_id is None:
+        raise UsageError(f"--format {fmt} exports one run: give RUN (pvisor journal ls lists them)")
+    if no_bodies and form in (ExportFormat.ATIF, ExportFormat.OTEL):
+        raise UsageError(
+            f"--no-bodies is for jsonl, har, rows and parquet; {fmt} holds no bodies"
+            + (" unless --with-content" if form is ExportFormat.OTEL else "")
+        )
+    if with_content and form is not ExportFormat.OTEL:
+        raise UsageError("--with-content is for --format otel")
     if output == "-":
         output = None
     if output:
         check_output_path(output, "--output")
+    elif form is ExportFormat.PARQUET and is_terminal(sys.stdout):
+        raise UsageError("--format parquet writes binary data: give -o FILE.parquet, or redirect stdout")
+
+    def write(r: JournalReader, out) -> tuple[int, str]:
+        if form is ExportFormat.JSONL:
+            return r.export_jsonl(out, run_id, bodies=not no_bodies), "lines"
+        if form is ExportFormat.ATIF:
+            from pvisor.adapters.exports.atif import write_atif
+
+            return write_atif(r, run_id, out), "steps"
+        if form is ExportFormat.OTEL:
+            from pvisor.adapters.exports.otel import write_otel
+
+            return write_otel(r, run_id, out, with_content=with_content), "spans"
+        if form is ExportFormat.HAR:
+            from pvisor.adapters.exports.har import write_har
+
+            return write_har(r, run_id, out, bodies=not no_bodies), "entries"
+        from pvisor.adapters.exports import rows
+
+        writer = rows.write_parquet if form is ExportFormat.PARQUET else rows.write_jsonl
+        return writer(r, run_id, out, bodies=not no_bodies), "rows"
+
     with _reader(ctx) as r:
         if run_id is not None:
             run_id = r.run(run_id).id  # an unknown run is an error before any file is touched
@@ -301,7 +367,7 @@ def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None,
                 raise UsageError(f"cannot write --output {output}: {exc.strerror}") from None
             try:
                 with f:
-                    n = r.export_jsonl(f, run_id)
+                    n, unit = write(r, f)
                 os.replace(tmp, output)
             except BaseException as exc:
                 if os.path.isfile(tmp):
@@ -315,15 +381,19 @@ def export(ctx: click.Context, run_id: str | None, fmt: str, output: str | None,
                     ) from None
                 raise
         else:
-            # no bar drawn into the lines when stdout is the terminal too
+            # no bar drawn into the output when stdout is the terminal too
             with progress.listening(None) if is_terminal(sys.stdout) else contextlib.nullcontext():
-                n = r.export_jsonl(sys.stdout.buffer, run_id)
+                n, unit = write(r, sys.stdout.buffer)
             sys.stdout.buffer.flush()
     if output:
         if as_json:
-            _emit_json({"path": output, "lines": n})
+            summary: dict = {"path": output, "format": fmt, "count": n, "unit": unit}
+            if form is ExportFormat.JSONL:
+                summary["lines"] = n  # as before the other formats
+            _emit_json(summary)
         else:
-            click.echo(f"wrote {n} lines to {output}", err=True)
+            singular = {"entries": "entry"}.get(unit, unit[:-1])
+            click.echo(f"wrote {_n(n, singular, unit)} to {output}", err=True)
 
 
 @journal.command("verify")

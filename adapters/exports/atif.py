@@ -1,0 +1,39 @@
+"""A journal run as Harbor ATIF v1.7 (docs/exports.md "atif"): the run's steps by the chain rule
+(pvisor journal steps), written as :func:`pvisor.adapters.native.render.atif_fields` writes a
+native file's, with the run in the root ``extra``."""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+from pvisor.adapters.journal_trajectory import trajectory_from_journal
+from pvisor.adapters.native.render import atif_fields, write_document
+from pvisor.journal import progress
+from pvisor.journal.reader import JournalReader
+
+
+def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
+    """Write the ATIF document of run ``run_id`` to ``out``; returns the number of steps.
+    ``session_id`` is the agent's session id when it was recorded, else the run id; the agent's
+    version is the run's. Raises UsageError for an unknown run."""
+    run = reader.run(run_id)
+    traj = trajectory_from_journal(reader, run.id)
+    traj.meta = {
+        **traj.meta,
+        "session": run.labels.get("session_id") or run.id,
+        "agent_version": run.agent_version,
+    }
+
+    def extra() -> dict:
+        return {
+            "pvisor_run": run.id,
+            "mode": getattr(run.mode, "value", run.mode),
+            "parent_run": run.parent_run,
+            "boundary_step": run.boundary_step,
+            "protocol": traj.meta.get("protocol"),
+            "left_out": len(traj.left_out),
+        }
+
+    with progress.task("writing steps", len(traj.steps)):
+        write_document(out, atif_fields(traj, run.agent or "unknown", extra))
+    return len(traj.steps)

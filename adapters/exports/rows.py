@@ -1,0 +1,186 @@
+"""One row per step of a journal run, for training pipelines (docs/exports.md "rows").
+
+Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
+
+- ``run``, ``step`` (k), ``agent``, ``protocol``, ``model`` (of the reply), ``exchange`` (the id
+  of main-loop request k);
+- ``prefix``: request k's body as the agent sent it, the whole context the model answered with
+  action k (a JSON object in the recorded protocol; with ``bodies=False``, None);
+- ``prompt``: for Chat Completions runs, that request's ``messages`` (the OpenAI-style list
+  verl and SkyRL read); None for the other protocols;
+- ``action``: ``{text, reasoning, tool_calls, stop_reason, model, usage}`` and ``observation``:
+  ``{results, messages}``, in the shapes of ``pvisor.steps/v1`` (docs/steps.md; reasoning
+  signatures only as ``signed``/``encrypted`` flags);
+- ``flags`` (the step's), and ``digests``: ``prefix_sha256`` (of the exact request bytes),
+  ``action_sha256`` and ``observation_sha256`` (of the compact JSON of ``action`` and
+  ``observation`` with sorted keys), so that a row can be matched to a prepared prefix.
+
+JSON Lines writes each row as one object. Parquet (pyarrow, the extra ``pvisor-sandbox[parquet]``)
+has the same columns; ``prefix``, ``action``, ``observation`` and ``flags`` are JSON text there
+(their shapes vary by protocol), and ``prompt`` is a list of ``{role, content, tool_call_id,
+tool_calls}`` with ``content`` the message's text and ``tool_calls`` JSON text, so that every
+row has one Arrow type.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, BinaryIO, Iterator
+
+import orjson
+
+from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
+from pvisor.journal import progress
+from pvisor.journal.errors import UsageError
+from pvisor.journal.reader import JournalReader
+
+#: rows gathered per Parquet row group
+PARQUET_BATCH = 256
+
+
+def _digest(value: Any) -> str:
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
+
+
+def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Iterator[dict[str, Any]]:
+    """The rows of run ``run_id`` (module docstring), one step at a time. UsageError for an
+    unknown run; IntegrityError for a damaged body."""
+    run = reader.run(run_id)
+    traj = trajectory_from_journal(reader, run.id)
+    doc = trajectory_to_json(traj)
+    by_id = {e.id: e for e in reader.exchanges(run.id)}
+    with progress.task(f"rows of run {run.id}", len(doc["steps"])) as task:
+        for step in doc["steps"]:
+            ex = by_id[step["exchange"]]
+            raw = reader.request_body(ex) or b""
+            prefix: Any = None
+            prompt = None
+            if bodies or doc["protocol"] == "openai-chat":
+                try:
+                    parsed = orjson.loads(raw)
+                except orjson.JSONDecodeError:
+                    parsed = None
+                if bodies:
+                    prefix = parsed
+                if doc["protocol"] == "openai-chat" and isinstance(parsed, dict):
+                    prompt = parsed.get("messages")
+            yield {
+                "run": run.id,
+                "step": step["n"],
+                "agent": run.agent,
+                "protocol": doc["protocol"],
+                "model": step["action"]["model"] or traj.model,
+                "exchange": ex.id,
+                "prefix": prefix,
+                "prompt": prompt,
+                "action": step["action"],
+                "observation": step["observation"],
+                "flags": step["flags"],
+                "digests": {
+                    "prefix_sha256": hashlib.sha256(raw).hexdigest(),
+                    "action_sha256": _digest(step["action"]),
+                    "observation_sha256": _digest(step["observation"]),
+                },
+            }
+            task.advance()
+
+
+def write_jsonl(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: bool = True) -> int:
+    """Write the rows as JSON Lines; returns how many."""
+    n = 0
+    for row in iter_rows(reader, run_id, bodies=bodies):
+        out.write(orjson.dumps(row) + b"\n")
+        n += 1
+    return n
+
+
+def _text(content: Any) -> str | None:
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    return orjson.dumps(content).decode()
+
+
+def _parquet_row(row: dict[str, Any]) -> dict[str, Any]:
+    flat = dict(row)
+    for key in ("prefix", "action", "observation", "flags"):
+        flat[key] = None if row[key] is None else orjson.dumps(row[key]).decode()
+    if row["prompt"] is not None:
+        flat["prompt"] = [
+            {
+                "role": m.get("role") if isinstance(m, dict) else None,
+                "content": _text(m.get("content")) if isinstance(m, dict) else None,
+                "tool_call_id": m.get("tool_call_id") if isinstance(m, dict) else None,
+                "tool_calls": orjson.dumps(m["tool_calls"]).decode()
+                if isinstance(m, dict) and m.get("tool_calls") is not None
+                else None,
+            }
+            for m in row["prompt"]
+        ]
+    return flat
+
+
+def parquet_schema() -> Any:
+    import pyarrow as pa
+
+    message = pa.struct(
+        [
+            ("role", pa.string()),
+            ("content", pa.string()),
+            ("tool_call_id", pa.string()),
+            ("tool_calls", pa.string()),
+        ]
+    )
+    return pa.schema(
+        [
+            ("run", pa.string()),
+            ("step", pa.int64()),
+            ("agent", pa.string()),
+            ("protocol", pa.string()),
+            ("model", pa.string()),
+            ("exchange", pa.string()),
+            ("prefix", pa.string()),
+            ("prompt", pa.list_(message)),
+            ("action", pa.string()),
+            ("observation", pa.string()),
+            ("flags", pa.string()),
+            (
+                "digests",
+                pa.struct(
+                    [
+                        ("prefix_sha256", pa.string()),
+                        ("action_sha256", pa.string()),
+                        ("observation_sha256", pa.string()),
+                    ]
+                ),
+            ),
+        ]
+    )
+
+
+def write_parquet(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: bool = True) -> int:
+    """Write the rows as Parquet (row groups of :data:`PARQUET_BATCH`); returns how many.
+    UsageError (exit 2) naming the extra when pyarrow is not installed."""
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError(
+            "--format parquet needs pyarrow: pip install 'pvisor-sandbox[parquet]' (or --format rows for JSON Lines)"
+        ) from None
+    schema = parquet_schema()
+    n = 0
+    batch: list[dict[str, Any]] = []
+    with pq.ParquetWriter(out, schema) as writer:
+        for row in iter_rows(reader, run_id, bodies=bodies):
+            batch.append(_parquet_row(row))
+            n += 1
+            if len(batch) == PARQUET_BATCH:
+                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                batch = []
+        if batch or n == 0:
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+    return n
