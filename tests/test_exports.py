@@ -251,3 +251,21 @@ def test_bad_export_options_get_one_line_and_no_file(qwen, tmp_path):
         err = proc.stderr.decode()
         assert proc.returncode == 2 and said in err and err.count("\n") == 1, (args, err)
         assert not out.exists() and not Path(f"{out}.tmp").exists()
+
+
+def test_a_rows_prefix_digest_is_the_prepared_prefix_of_the_step_before(qwen, tmp_path):
+    """docs/exports.md: row k's prefix_sha256 is the sha256 of what replay --prepare-only
+    --after-step k-1 writes for the same journal run (its recorded bytes)."""
+    out = tmp_path / "rows.jsonl"
+    assert export(qwen.journal, qwen.run, "--format", "rows", out=out).returncode == 0
+    rows = [json.loads(line) for line in out.read_bytes().splitlines()]
+    prep = tmp_path / "prep"
+    proc = subprocess.run(
+        [*PVISOR, "replay", "--agent", "qwen-code", "--journal", str(qwen.journal), "--run", qwen.run,
+         "--after-step", "1", "--prepare-only", "--output", str(prep)],
+        capture_output=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        hashlib.sha256((prep / "prefix.json").read_bytes()).hexdigest() == rows[1]["digests"]["prefix_sha256"]
+    )
