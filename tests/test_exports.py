@@ -155,6 +155,9 @@ def test_har_is_valid_and_carries_every_exchange_byte_for_byte(claude, tmp_path)
     assert proc.returncode == 0, proc.stderr
     har = json.loads(out.read_bytes())
     jsonschema.validate(har, schema("har-1.2.schema.json"))
+    from pvisor._version import __version__
+
+    assert har["log"]["creator"] == {"name": "pvisor", "version": __version__}
     with JournalReader(claude.journal) as r:
         exchanges = r.exchanges(claude.run)
         assert [e["_pvisor"]["exchange"] for e in har["log"]["entries"]] == [ex.id for ex in exchanges]

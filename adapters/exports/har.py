@@ -29,7 +29,6 @@ from urllib.parse import parse_qsl
 
 import orjson
 
-from pvisor._version import __version__
 from pvisor.journal import progress
 from pvisor.journal.reader import JournalReader
 
@@ -138,9 +137,12 @@ def entry(reader: JournalReader, ex: Any, bodies: bool = True) -> dict[str, Any]
     }
 
 
-def write_har(reader: JournalReader, run_id: str | None, out: BinaryIO, *, bodies: bool = True) -> int:
+def write_har(
+    reader: JournalReader, run_id: str | None, out: BinaryIO, *, bodies: bool = True, version: str = "unknown"
+) -> int:
     """Write the HAR of run ``run_id`` (or of every run) to ``out``, one entry at a time;
-    returns the number of entries. UsageError for an unknown run."""
+    returns the number of entries. ``version``: pvisor's, for ``log.creator``. UsageError for an
+    unknown run."""
     runs = [reader.run(run_id)] if run_id is not None else reader.runs()
     pages = [
         {
@@ -151,7 +153,7 @@ def write_har(reader: JournalReader, run_id: str | None, out: BinaryIO, *, bodie
         }
         for r in runs
     ]
-    head = {"version": "1.2", "creator": {"name": "pvisor", "version": __version__}, "pages": pages}
+    head = {"version": "1.2", "creator": {"name": "pvisor", "version": version}, "pages": pages}
     out.write(b'{"log": ' + orjson.dumps(head)[:-1] + b', "entries": [')
     n = 0
     exchanges = [ex for r in runs for ex in reader.exchanges(r.id)]

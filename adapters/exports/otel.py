@@ -30,7 +30,6 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from pvisor._version import __version__
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
 from pvisor.adapters.protocols.base import token_counts
 from pvisor.journal import progress
@@ -152,8 +151,11 @@ def _exchange_span(
     return span
 
 
-def run_request(reader: JournalReader, run: Any, with_content: bool = False) -> dict[str, Any]:
-    """The ``ExportTraceServiceRequest`` (as a dict) of one run (module docstring)."""
+def run_request(
+    reader: JournalReader, run: Any, with_content: bool = False, version: str = "unknown"
+) -> dict[str, Any]:
+    """The ``ExportTraceServiceRequest`` (as a dict) of one run (module docstring); ``version``:
+    pvisor's, for ``service.version`` and the scope."""
     exchanges = reader.exchanges(run.id)
     trace = _id(run.id, 16)
     root = _id("run:" + run.id, 8)
@@ -190,10 +192,10 @@ def run_request(reader: JournalReader, run: Any, with_content: bool = False) -> 
         "resourceSpans": [
             {
                 "resource": {
-                    "attributes": _attrs([("service.name", "pvisor"), ("service.version", __version__)])
+                    "attributes": _attrs([("service.name", "pvisor"), ("service.version", version)])
                 },
                 "scopeSpans": [
-                    {"scope": {"name": "pvisor", "version": __version__}, "spans": [root_span, *spans]}
+                    {"scope": {"name": "pvisor", "version": version}, "spans": [root_span, *spans]}
                 ],
             }
         ]
@@ -201,14 +203,19 @@ def run_request(reader: JournalReader, run: Any, with_content: bool = False) -> 
 
 
 def write_otel(
-    reader: JournalReader, run_id: str | None, out: BinaryIO, *, with_content: bool = False
+    reader: JournalReader,
+    run_id: str | None,
+    out: BinaryIO,
+    *,
+    with_content: bool = False,
+    version: str = "unknown",
 ) -> int:
     """Write one OTLP JSON line per run (``run_id``, or every run); returns the number of spans.
     UsageError for an unknown run."""
     runs = [reader.run(run_id)] if run_id is not None else reader.runs()
     n = 0
     for run in runs:
-        doc = run_request(reader, run, with_content)
+        doc = run_request(reader, run, with_content, version)
         out.write(orjson.dumps(doc) + b"\n")
         n += len(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
     return n

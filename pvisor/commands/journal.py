@@ -316,6 +316,7 @@ def export(
       pvisor journal export --format otel --with-content -o traces.jsonl
       pvisor journal export --format jsonl --no-bodies > meta.jsonl
     """
+    from pvisor._version import __version__
     from pvisor.adapters.exports import ExportFormat
 
     form = ExportFormat(fmt)
@@ -345,11 +346,11 @@ def export(
         if form is ExportFormat.OTEL:
             from pvisor.adapters.exports.otel import write_otel
 
-            return write_otel(r, run_id, out, with_content=with_content), "spans"
+            return write_otel(r, run_id, out, with_content=with_content, version=__version__), "spans"
         if form is ExportFormat.HAR:
             from pvisor.adapters.exports.har import write_har
 
-            return write_har(r, run_id, out, bodies=not no_bodies), "entries"
+            return write_har(r, run_id, out, bodies=not no_bodies, version=__version__), "entries"
         from pvisor.adapters.exports import rows
 
         writer = rows.write_parquet if form is ExportFormat.PARQUET else rows.write_jsonl
