@@ -245,3 +245,34 @@ def wait_gone(pid: int, seconds: float = 10) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+@dataclass(frozen=True)
+class ScriptedCapture:
+    """A ``pvisor run --script`` of a real agent made by :func:`capture_scripted`: its
+    ``journal``, the captured ``run`` id, the agent's ``exe`` and the ``env`` it ran with."""
+
+    journal: Path
+    run: str
+    exe: str
+    env: dict[str, str]
+
+
+def capture_scripted(agent: str, root: Path, script: dict, task: str) -> ScriptedCapture:
+    """Run ``agent`` with the scripted model answering ``script`` in ``root/ws``, with the
+    journal ``root/j.sqlite`` and ``root/home`` as the user's home; fails the test unless it
+    exits 0."""
+    home, ws = root / "home", root / "ws"
+    for d in (home, ws):
+        d.mkdir(exist_ok=True)
+    (root / "s.json").write_text(json.dumps(script))
+    journal = root / "j.sqlite"
+    exe = str(entrypoint(agent))
+    env = user_env(home)
+    proc = pvisor(
+        ["--journal", str(journal), "run", "--agent", agent, "--agent-entrypoint", exe, "--script",
+         str(root / "s.json"), "--workspace", str(ws), "--json", "--", task],
+        env=env, cwd=root, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return ScriptedCapture(journal, json.loads(proc.stdout)["run"], exe, env)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from agent_helpers import entrypoint, pvisor, user_env
+from agent_helpers import capture_scripted
 from conftest import corpus_dir
 from test_gateway_cli import ENV, PVISOR
 from test_report import long_run
@@ -213,26 +213,16 @@ def test_journal_steps_export_and_report_draw_their_bars(tmp_path: Path):
 def test_a_replay_draws_the_requests_served_up_to_the_boundary(tmp_path: Path):
     """A real Claude Code run of three tool calls, replayed to step 2 with stderr on a terminal:
     the bar of the replay reaches request N + 1 = 3 of 3."""
-    home, ws, ws2 = tmp_path / "home", tmp_path / "ws", tmp_path / "ws2"
-    for d in (home, ws, ws2):
-        d.mkdir()
+    ws2 = tmp_path / "ws2"
+    ws2.mkdir()
     script = {"turns": [
         {"text": "One.", "tool_calls": [{"tool": "@shell", "command": "echo 1 > one.txt"}]},
         {"text": "Two.", "tool_calls": [{"tool": "@shell", "command": "echo 2 > two.txt"}]},
         {"text": "Three.", "tool_calls": [{"tool": "@shell", "command": "echo 3 > three.txt"}]},
         {"text": "Done."},
     ]}  # fmt: skip
-    (tmp_path / "s.json").write_text(json.dumps(script))
-    journal = tmp_path / "j.sqlite"
-    exe = str(entrypoint("claude-code"))
-    env = user_env(home)
-    run = pvisor(
-        ["--journal", str(journal), "run", "--agent", "claude-code", "--agent-entrypoint", exe, "--script",
-         str(tmp_path / "s.json"), "--workspace", str(ws), "--json", "--", "Write three files"],
-        env=env, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    captured = orjson.loads(run.stdout)["run"]
+    cap = capture_scripted("claude-code", tmp_path, script, "Write three files")
+    journal, captured, exe, env = cap.journal, cap.run, cap.exe, cap.env
     rep = run_on_tty(
         ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe, "--run", captured,
          "--after-step", "2", "--replay-only", "--workspace", str(ws2), "--output", str(tmp_path / "out")],

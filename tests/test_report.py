@@ -21,7 +21,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from agent_helpers import entrypoint, pvisor, user_env
+from agent_helpers import capture_scripted, pvisor
 from conftest import REPO, cannot_run_here
 from test_gateway_cli import ENV, PVISOR
 
@@ -83,26 +83,16 @@ def claude_runs(tmp_path_factory):
     """A Claude Code run captured with the scripted model (one shell call, then the end), and
     its replay-only to step 1: (journal, captured run id, derived run id)."""
     root = tmp_path_factory.mktemp("report-runs")
-    home, ws, ws2 = root / "home", root / "ws", root / "ws2"
-    for d in (home, ws, ws2):
-        d.mkdir()
+    ws2 = root / "ws2"
+    ws2.mkdir()
     script = {
         "turns": [
             {"text": "Writing it.", "tool_calls": [{"tool": "@shell", "command": "echo hello > hello.txt && cat hello.txt"}]},
             {"text": "hello.txt is written."},
         ]
     }  # fmt: skip
-    (root / "s.json").write_text(json.dumps(script))
-    journal = root / "j.sqlite"
-    exe = str(entrypoint("claude-code"))
-    env = user_env(home)
-    run = pvisor(
-        ["--journal", str(journal), "run", "--agent", "claude-code", "--agent-entrypoint", exe, "--script",
-         str(root / "s.json"), "--workspace", str(ws), "--json", "--", "Write hello.txt"],
-        env=env, cwd=root, timeout=300,
-    )  # fmt: skip
-    assert run.returncode == 0, run.stderr
-    captured = orjson.loads(run.stdout)["run"]
+    cap = capture_scripted("claude-code", root, script, "Write hello.txt")
+    journal, captured, exe, env = cap.journal, cap.run, cap.exe, cap.env
     rep = pvisor(
         ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe, "--run", captured,
          "--after-step", "1", "--replay-only", "--workspace", str(ws2), "--output", str(root / "out")],
