@@ -89,3 +89,29 @@ def _decode_one(data: bytes, coding: str, limit: int) -> bytes:
             return out + _decode_one(d.unused_data, "zstd", limit - len(out))
         return out
     raise DecodeError(f"unknown content coding {coding!r}")
+
+
+def encode_body(data: bytes, encoding: str) -> bytes:
+    """Apply ``encoding`` (a Content-Encoding value as :func:`decode_body` reads it, codings in
+    order) to ``data``: the inverse of :func:`decode_body`, used where stored bytes must be
+    rewritten in the coding they were received in (``pvisor journal scrub``). The bytes differ
+    from the sender's (other levels, other encoders); they decode to ``data``. Raises
+    DecodeError for a coding it does not know."""
+    for coding in [c.strip().lower() for c in encoding.split(",") if c.strip()]:
+        if coding in ("identity", ""):
+            continue
+        if coding in ("gzip", "x-gzip"):
+            import gzip
+
+            data = gzip.compress(data, mtime=0)
+        elif coding == "deflate":
+            data = zlib.compress(data)
+        elif coding == "br":
+            import brotli
+
+            data = brotli.compress(data)
+        elif coding == "zstd":
+            data = _zstd().compress(data)
+        else:
+            raise DecodeError(f"unknown content coding {coding!r}")
+    return data

@@ -34,6 +34,7 @@ class Unit(str, enum.Enum):
     STEPS = "steps"
     EXCHANGES = "exchanges"
     REQUESTS = "requests"
+    BLOBS = "blobs"
 
 
 class Bar(Protocol):

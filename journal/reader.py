@@ -13,10 +13,11 @@ from __future__ import annotations
 import base64
 import os
 import sqlite3
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any, Iterator
 from urllib.parse import quote
 
 import orjson
@@ -398,6 +399,50 @@ class JournalReader:
             ).fetchone()
             is not None
         )
+
+    def follow(self, run_id: str, *, poll_s: float = 0.2) -> Iterator[Exchange]:
+        """The finished exchanges of run ``run_id``: those in the journal now (in arrival order),
+        then each as the writer commits it (in the order they finish, read from the
+        ``exchange.finished`` events every ``poll_s`` seconds). Returns when the run is over: it
+        has attempts, all ended, and no exchange in flight (a bare gateway capture has no
+        attempts: it is followed until the caller stops). UsageError for an unknown run."""
+        run = self.run(run_id).id
+        conn = self.conn
+        # the events' position first: an exchange finishing meanwhile is in both, yielded once
+        (last,) = conn.execute("SELECT coalesce(max(seq), 0) FROM events").fetchone()
+        seen: set[str] = set()
+        for ex in self.exchanges(run):
+            if ex.outcome is not None:
+                seen.add(ex.id)
+                yield ex
+        while True:
+            rows = conn.execute(
+                "SELECT seq, exchange_id FROM events WHERE run_id = ? AND kind = 'exchange.finished'"
+                " AND seq > ? ORDER BY seq",
+                (run, last),
+            ).fetchall()
+            for seq, ex_id in rows:
+                last = seq
+                if ex_id not in seen:
+                    row = conn.execute("SELECT * FROM exchanges WHERE id = ?", (ex_id,)).fetchone()
+                    if row is not None:
+                        seen.add(ex_id)
+                        yield self._exchange(row)
+            if not rows and self._run_over(run):
+                return
+            if not rows:
+                time.sleep(poll_s)
+
+    def _run_over(self, run: str) -> bool:
+        attempts, open_attempts = self.conn.execute(
+            "SELECT count(*), count(*) - count(ended_ms) FROM attempts WHERE run_id = ?", (run,)
+        ).fetchone()
+        if not attempts or open_attempts:
+            return False
+        in_flight = self.conn.execute(
+            "SELECT 1 FROM exchanges WHERE run_id = ? AND outcome IS NULL LIMIT 1", (run,)
+        ).fetchone()
+        return in_flight is None
 
     # ------------------------------------------------------------------ workspace snapshots
 

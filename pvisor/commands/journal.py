@@ -14,7 +14,7 @@ import orjson
 from pvisor.commands.outputs import check_output_path
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.journal import progress
-from pvisor.journal.errors import EXIT_INTEGRITY, OutputError, UsageError
+from pvisor.journal.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
 from pvisor.journal.model import unpack_timings
 from pvisor.journal.paths import absolute
 from pvisor.journal.reader import JournalReader, body_json_field
@@ -115,10 +115,24 @@ def _exchange_dict(ex) -> dict:
 
 @journal.command("show")
 @click.argument("run_id", metavar="RUN")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON for machines (with --follow: one line each)."
+)
+@click.option(
+    "--follow",
+    "-f",
+    is_flag=True,
+    help="Print each exchange as it is written, until the run's attempts have ended (or Ctrl-C).",
+)
 @click.pass_context
-def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """Show one run (id or unique prefix) and its exchanges in arrival order."""
+def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
+    """Show one run (id or unique prefix) and its exchanges in arrival order. With --follow, the
+    exchanges recorded so far and then each one as it finishes, one line each (JSON Lines with
+    --json), until the run is over: all its attempts ended and nothing in flight. A run the
+    gateway captures on its own has no attempts: Ctrl-C ends that (exit 0)."""
+    if follow:
+        _follow(ctx, run_id, as_json)
+        return
     with _reader(ctx) as r:
         run = r.run(run_id)
         attempts = r.attempts(run.id)
@@ -192,6 +206,38 @@ def show(ctx: click.Context, run_id: str, as_json: bool) -> None:
     )
     if all(e.role is None for e in exchanges):
         click.echo(f"  (roles not stored yet; `pvisor journal steps {run.id}` derives them)")
+
+
+_FOLLOW_COLUMNS = "SEQ  EXCHANGE  REQUEST  PROTOCOL  STATUS  OUTCOME  STREAM  REQ_BYTES  RESP_BYTES  MS  ROLE"
+
+
+def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
+    """``show --follow``: one line per finished exchange, flushed as it comes."""
+    with _reader(ctx) as r:
+        run = r.run(run_id)
+        if not as_json:
+            click.echo(
+                _safe(f"run {run.id}  agent={run.agent or '-'} mode={run.mode}  (following; Ctrl-C ends)")
+            )
+            click.echo(_FOLLOW_COLUMNS)
+        try:
+            for e in r.follow(run.id):
+                if as_json:
+                    sys.stdout.buffer.write(orjson.dumps(_exchange_dict(e)) + b"\n")
+                    sys.stdout.buffer.flush()
+                    continue
+                target = e.path + ("?" + e.query if e.query else "")
+                ms = f"{e.ended_us / 1000:.1f}" if e.ended_us is not None else "-"
+                fields = [str(e.seq), e.id, f"{e.method} {target}", e.protocol or "-",
+                          str(e.status) if e.status is not None else "-", e.outcome or "-",
+                          "stream" if e.streamed else "-", str(e.request_bytes), str(e.bytes_delivered), ms,
+                          e.role or "-"]  # fmt: skip
+                click.echo(_safe("  ".join(fields)))
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            return  # the way a follow is ended
+    if not as_json:
+        click.echo(f"run {run.id} is over")
 
 
 @journal.command("body")
@@ -617,6 +663,79 @@ def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
         _emit_json({"before": before, "after": after})
     else:
         click.echo(f"journal {ctx.obj['journal']}: {before} bytes -> {after} bytes")
+
+
+@journal.command("scrub")
+@click.argument("text", metavar="[TEXT]", required=False)
+@click.option(
+    "--regex", "regex", metavar="RE", help="Replace what this regular expression (Python, on bytes) matches."
+)
+@click.option("--run", "run_id", metavar="RUN", help="Only the bodies, rows and run directory of RUN.")
+@click.option(
+    "--replacement",
+    default=None,
+    metavar="TEXT",
+    help="What the text becomes in bodies and rows (default [scrubbed]; a binary file gets as many *).",
+)
+@click.option(
+    "--force", is_flag=True, help="Scrub even while a writer (gateway, pvisor run) holds the journal."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+@progress_option
+def scrub_cmd(
+    ctx: click.Context,
+    text: str | None,
+    regex: str | None,
+    run_id: str | None,
+    replacement: str | None,
+    force: bool,
+    as_json: bool,
+) -> None:
+    """Replace a leaked TEXT (or --regex RE) in every stored body, header and row, and in the run
+    directories, so that no byte of it is left: changed bodies get a new sha256 and every frame
+    stored against them is re-encoded; then secure_delete, a truncating WAL checkpoint and
+    VACUUM. TEXT '-' reads it from stdin (one line, or all of it), keeping it out of the shell
+    history. The journal is verified after, and searched again: exit 3 when the text is still
+    found or the journal does not verify. docs/journal.md "Scrubbing a leaked secret"."""
+    from pvisor.journal.scrub import DEFAULT_REPLACEMENT, Pattern, scrub
+
+    if text == "-":
+        data = sys.stdin.buffer.read()
+        text = data.decode("utf-8", "surrogateescape")
+        if text.endswith("\n") and text.count("\n") == 1:
+            text = text[:-1].removesuffix("\r")
+    pattern = Pattern(text, regex, DEFAULT_REPLACEMENT if replacement is None else replacement)
+    rep = scrub(Path(ctx.obj["journal"]), pattern, run_id=run_id, force=force)
+    if as_json:
+        _emit_json(rep.to_json())
+    else:
+        click.echo(
+            f"scrubbed {pattern.describe}{f' in run {rep.run}' if rep.run else ''}: {_n(rep.matches, 'match', 'matches')} "
+            f"in bodies, {_n(rep.blobs_changed, 'blob')} changed, {rep.blobs_reencoded} re-encoded against a "
+            f"changed base, {_n(rep.rows_rewritten, 'row')} renamed, {_n(rep.cells_changed, 'cell')} of metadata"
+        )
+        click.echo(
+            f"run directories: {len(rep.run_dirs)} searched, {_n(len(rep.files_changed), 'file')} rewritten"
+        )
+        verdict = "does not verify" if rep.problems else "verified"
+        click.echo(
+            f"journal {ctx.obj['journal']}: {rep.bytes_before} bytes -> {rep.bytes_after} bytes, {verdict}"
+        )
+    for problem in rep.problems:
+        click.echo(f"pvisor: journal does not verify after scrub: {problem}", err=True)
+    for place in rep.remaining:
+        click.echo(f"pvisor: the text is still found in {place}", err=True)
+    if not rep.wal_truncated:
+        click.echo(
+            "pvisor: another process reads the journal, so its WAL could not be emptied and may hold the old "
+            "text: run pvisor journal vacuum when it has closed",
+            err=True,
+        )
+    if rep.problems or rep.remaining:
+        ctx.exit(EXIT_INTEGRITY)
+    if not rep.wal_truncated:
+        ctx.exit(EXIT_UNAVAILABLE)
 
 
 _add_sql()

@@ -1,0 +1,632 @@
+"""Removing a leaked string from a journal for good (``pvisor journal scrub``), docs/journal.md
+"Scrubbing a leaked secret".
+
+A key that reached a tool's output is in every later request body of the run (each repeats the
+conversation), in the stored response, in the workspace files a snapshot kept, and in the run
+directory (agent output, private home). Bodies are content-addressed and stored as zstd frames
+against an earlier body (:mod:`pvisor.journal.blobs`), so replacing the text is not an
+``UPDATE``:
+
+1. Every blob is restored, parents before children (the forest of ``base`` references, file
+   blobs before the snapshot manifests that list them). A blob whose bytes hold the text gets
+   the replacement and so a new sha256; a blob whose base changed is re-encoded against the new
+   base (its own bytes may be unchanged): every frame compressed against a changed body, up to
+   the next keyframe, is rewritten. A response received with a ``Content-Encoding`` is searched
+   decoded and stored again in its coding. A manifest names the new sha256 and size of each
+   changed file.
+2. Every row naming an old sha256 (``exchanges``' body columns, ``snapshots.manifest``, the
+   ``snapshot.taken`` event) is rewritten, and every text cell of the metadata tables (headers, labels, argv, errors,
+   events, in-flight ``response_parts``) gets the replacement; identifiers and digests are left.
+3. After the commit, with ``secure_delete`` on: a WAL checkpoint with truncation, ``VACUUM``
+   (temporary store in memory) and a second truncating checkpoint, so that no free page, WAL
+   frame or temporary file keeps the old bytes.
+4. The run directories: each file holding the text gets it replaced (a text file by the
+   replacement, a binary one, such as an agent's own SQLite database, by as many ``*`` as the
+   text has bytes, so that its structure stays).
+5. The journal is verified (:meth:`JournalReader.verify`) and the journal file, its WAL and the
+   run directories are searched again for the text's bytes: what remains is reported.
+
+A literal text is searched as its UTF-8 bytes and in its JSON-escaped forms (once and twice
+escaped, with and without ``\\uXXXX`` escapes: a key inside a tool call's ``arguments`` string);
+a regular expression (``--regex``) is matched on the bytes as they are. With ``run`` only the
+blobs and rows of that run are searched; a body it shares with another run is changed for both
+(one blob). Like rm, scrub refuses while a live writer holds the lease (it keeps lane state that
+names the old blobs) unless ``force``. Steps 1 and 2 are one transaction: an interrupted scrub
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import orjson
+
+from . import blobs, progress
+from .content_encoding import DecodeError, decode_body, encode_body
+from .errors import IntegrityError, UnavailableError, UsageError
+from .housekeeping import _check_writers, _open_rw
+from .paths import run_directory
+from .reader import JournalReader
+
+DEFAULT_REPLACEMENT = "[scrubbed]"
+#: a literal text shorter than this would match inside ordinary words, digests and base64
+MIN_TEXT_CHARS = 4
+#: columns that hold identifiers or digests: never text-replaced (the body columns are remapped)
+_IDENTIFIER_COLUMNS = frozenset(
+    {"id", "run_id", "exchange_id", "parent_run", "sha256", "base", "manifest"}
+    | {"request_body", "response_body", "response_final", "forwarded_body"}
+    | {"chunk_timings", "secret_fingerprints"}  # packed numbers; digests of secrets
+)
+#: tables whose text cells are scrubbed, with the condition that picks a run's rows
+_TEXT_TABLES = {
+    "runs": "id = :run",
+    "attempts": "run_id = :run",
+    "exchanges": "run_id = :run",
+    "events": "run_id = :run",
+    "snapshots": "run_id = :run",
+    "response_parts": "exchange_id IN (SELECT id FROM exchanges WHERE run_id = :run)",
+    "writers": None,  # belongs to no run: scrubbed only without --run
+}
+_BODY_COLUMNS = ("request_body", "response_body", "response_final", "forwarded_body")
+
+
+class Pattern:
+    """What scrub replaces, over bytes: a literal ``text`` (with its JSON-escaped forms) or a
+    regular expression ``regex`` (Python syntax, matched on bytes), and the ``replacement``.
+    UsageError (exit 2) for an empty or too short text, a regex that does not compile or
+    matches the empty string, or a replacement that would match again."""
+
+    def __init__(
+        self, text: str | None = None, regex: str | None = None, replacement: str = DEFAULT_REPLACEMENT
+    ):
+        if (text is None) == (regex is None):
+            raise UsageError("scrub: give the text to remove, or --regex RE (one of them)")
+        self.replacement = replacement
+        if text is not None:
+            if len(text) < MIN_TEXT_CHARS:
+                raise UsageError(
+                    f"scrub: the text must have at least {MIN_TEXT_CHARS} characters "
+                    "(a shorter one matches inside words, digests and base64); use --regex to insist"
+                )
+            if text in replacement:
+                raise UsageError("scrub: the replacement contains the text it replaces")
+            self.describe = f"text of {len(text.encode())} bytes"
+            pairs: dict[bytes, bytes] = {}
+            for old, new in _escaped_forms(text, replacement):
+                pairs.setdefault(old.encode("utf-8", "surrogatepass"), new.encode("utf-8", "surrogatepass"))
+            # longest first: an escaped form is replaced before a form it contains
+            self._pairs = sorted(pairs.items(), key=lambda kv: -len(kv[0]))
+            self._regex = None
+        else:
+            try:
+                compiled = re.compile(regex.encode("utf-8", "surrogatepass"))
+            except re.error as exc:
+                raise UsageError(f"scrub: --regex {regex!r} is not a regular expression: {exc}") from None
+            if compiled.search(b""):
+                raise UsageError(f"scrub: --regex {regex!r} matches the empty string")
+            if compiled.search(replacement.encode()):
+                raise UsageError(f"scrub: the replacement {replacement!r} matches --regex {regex!r}")
+            self.describe = f"regex {regex!r}"
+            self._pairs = []
+            self._regex = compiled
+        self._repl = replacement.encode()
+
+    def sub(self, data: bytes) -> tuple[bytes, int]:
+        """``data`` with every match replaced, and the number of replacements."""
+        if self._regex is not None:
+            repl = self._repl
+            return self._regex.subn(lambda _m: repl, data)
+        n = 0
+        for old, new in self._pairs:
+            k = data.count(old)
+            if k:
+                data = data.replace(old, new)
+                n += k
+        return data, n
+
+    def mask(self, data: bytes) -> tuple[bytes, int]:
+        """``data`` with every match overwritten by as many ``*`` as it has bytes (the length
+        kept: a binary file's offsets stay valid)."""
+        if self._regex is not None:
+            return self._regex.subn(lambda m: b"*" * len(m.group(0)), data)
+        n = 0
+        for old, _ in self._pairs:
+            k = data.count(old)
+            if k:
+                data = data.replace(old, b"*" * len(old))
+                n += k
+        return data, n
+
+    def found(self, data: bytes) -> bool:
+        if self._regex is not None:
+            return self._regex.search(data) is not None
+        return any(old in data for old, _ in self._pairs)
+
+    def sub_text(self, value):
+        """A cell's value with the replacement: str and bytes alike, anything else as it is."""
+        if isinstance(value, str):
+            out, n = self.sub(value.encode("utf-8", "surrogatepass"))
+            return out.decode("utf-8", "surrogatepass") if n else value
+        if isinstance(value, bytes):
+            return self.sub(value)[0]
+        return value
+
+    def found_text(self, value) -> bool:
+        if isinstance(value, str):
+            return self.found(value.encode("utf-8", "surrogatepass"))
+        if isinstance(value, bytes):
+            return self.found(value)
+        return False
+
+
+def _escaped_forms(text: str, replacement: str) -> Iterator[tuple[str, str]]:
+    """(form of the text, the same form of the replacement): raw, then JSON-escaped once and
+    twice, with and without ``\\uXXXX`` for non-ASCII, and with ``/`` escaped as ``\\/``."""
+    yield text, replacement
+    for ascii_only in (False, True):
+        t, r = text, replacement
+        for _ in range(2):
+            t = json.dumps(t, ensure_ascii=ascii_only)[1:-1]
+            r = json.dumps(r, ensure_ascii=ascii_only)[1:-1]
+            yield t, r
+            if "/" in t:
+                yield t.replace("/", "\\/"), r.replace("/", "\\/")
+
+
+@dataclass(slots=True)
+class ScrubReport:
+    """What :func:`scrub` did. ``matches``: replacements in bodies and cells; ``blobs_changed``:
+    blobs whose bytes held the text (each now under a new sha256); ``blobs_reencoded``: blobs
+    re-encoded only because their base changed; ``rows_rewritten``: rows that named an old
+    sha256; ``cells_changed``: metadata cells that held the text; ``files_changed``: run
+    directory files rewritten; ``bytes_before`` / ``bytes_after``: the journal and its WAL;
+    ``wal_truncated``: False when a reader kept the WAL from being emptied; ``problems``: what
+    the verification found; ``remaining``: where the text's bytes are still found."""
+
+    pattern: str
+    run: str | None = None
+    matches: int = 0
+    blobs_changed: int = 0
+    blobs_reencoded: int = 0
+    rows_rewritten: int = 0
+    cells_changed: int = 0
+    run_dirs: list[str] = field(default_factory=list)
+    files_changed: list[str] = field(default_factory=list)
+    bytes_before: int = 0
+    bytes_after: int = 0
+    wal_truncated: bool = True
+    problems: list[str] = field(default_factory=list)
+    remaining: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {name: getattr(self, name) for name in self.__slots__}
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems and not self.remaining and self.wal_truncated
+
+
+def scrub(
+    journal: str | os.PathLike,
+    pattern: Pattern,
+    *,
+    run_id: str | None = None,
+    force: bool = False,
+) -> ScrubReport:
+    """Replace ``pattern`` in the journal and its run directories (module docstring). ``run_id``
+    (an id or unique prefix) limits it to one run. Returns the report; the caller decides what a
+    problem or a remaining match means (the CLI exits 3). Raises UsageError for an unknown run,
+    UnavailableError (exit 69) while a live writer holds the journal (without ``force``) or when
+    it stays locked, IntegrityError (nothing changed) when a blob cannot be restored."""
+    path = Path(journal)
+    run = None
+    if run_id is not None:
+        with JournalReader(path) as reader:
+            run = reader.run(run_id).id
+    report = ScrubReport(pattern.describe, run)
+    report.bytes_before = _size(path)
+    conn = _open_rw(path)
+    try:
+        _check_writers(conn, path, force, "scrub")
+        try:
+            # overwrite what rows and pages leave behind, from the first change on
+            conn.execute("PRAGMA secure_delete = ON")
+            conn.execute("PRAGMA temp_store = MEMORY")
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                with JournalReader(path) as reader:
+                    mapping = _scrub_blobs(conn, reader, pattern, run, report)
+                _rewrite_rows(conn, mapping, report)
+                _scrub_cells(conn, pattern, run, report)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.OperationalError as exc:
+            raise UnavailableError(
+                f"journal {path}: scrub could not finish (nothing changed): {exc}"
+            ) from None
+        try:
+            first = _checkpoint(conn)
+            conn.execute("VACUUM")
+            report.wal_truncated = _checkpoint(conn) and first
+        except sqlite3.OperationalError as exc:
+            raise UnavailableError(
+                f"journal {path}: the text is replaced, but its old pages could not be cleared ({exc}): "
+                "run pvisor journal vacuum when no other process has the journal open"
+            ) from None
+    finally:
+        conn.close()
+    report.bytes_after = _size(path)
+    dirs = [run_directory(path, run)] if run else sorted(run_directory(path, "-").parent.glob("*"))
+    for d in dirs:
+        if d.is_dir() and not d.is_symlink():
+            report.run_dirs.append(str(d))
+            report.files_changed += _scrub_tree(d, pattern)
+    with JournalReader(path) as reader:
+        report.problems = reader.verify().problems
+    report.remaining = _remaining(path, run, [Path(d) for d in report.run_dirs], pattern)
+    return report
+
+
+def _size(path: Path) -> int:
+    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if os.path.exists(p))
+
+
+def _checkpoint(conn: sqlite3.Connection) -> bool:
+    """A truncating WAL checkpoint; False when a reader kept it from finishing."""
+    busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    return busy == 0
+
+
+# --------------------------------------------------------------------------- blobs
+
+
+def _scrub_blobs(
+    conn: sqlite3.Connection, reader: JournalReader, pattern: Pattern, run: str | None, report: ScrubReport
+) -> dict[str, str]:
+    """Step 1 of the module docstring. Returns {old sha256: new sha256} of the changed blobs."""
+    children: dict[str | None, list[str]] = {}
+    for sha, base in conn.execute("SELECT sha256, base FROM blobs"):
+        children.setdefault(base, []).append(sha)
+    manifests = {m for (m,) in conn.execute("SELECT manifest FROM snapshots WHERE manifest IS NOT NULL")}
+    todo = list(manifests)
+    base_of = dict(conn.execute("SELECT sha256, base FROM blobs WHERE base IS NOT NULL"))
+    while todo:  # a manifest's base is an earlier manifest of its lane
+        b = base_of.get(todo.pop())
+        if b is not None and b not in manifests:
+            manifests.add(b)
+            todo.append(b)
+    codings = _codings(conn)
+    targets = _run_blobs(conn, reader, run) if run else None
+    total = sum(len(v) for v in children.values())
+    mapping: dict[str, str] = {}
+    sizes: dict[str, int] = {}
+    done = 0
+
+    def transform(sha: str, data: bytes) -> bytes:
+        if targets is not None and sha not in targets:
+            return data
+        if sha in manifests:
+            return _scrub_manifest(data, pattern, mapping, sizes, report)
+        coding = codings.get(sha)
+        if coding:
+            try:
+                plain = decode_body(data, coding)
+            except DecodeError:
+                plain = None  # stored as received although it does not decode: searched as it is
+            if plain is not None:
+                new, n = pattern.sub(plain)
+                if not n:
+                    return data
+                report.matches += n
+                return encode_body(new, coding)
+        new, n = pattern.sub(data)
+        report.matches += n
+        return new
+
+    roots = children.get(None, [])
+    collisions: set[str] = set()
+    with progress.task("scrubbing blobs", total, progress.Unit.BLOBS) as task:
+        # file blobs (and everything else) before the manifests that list them
+        for phase in (False, True):
+            for root in roots:
+                if (root in manifests) != phase:
+                    continue
+                done += _walk(conn, root, children, transform, mapping, sizes, collisions, report)
+                task.reach(done)
+    if done != total:
+        # a blob under a missing base: it cannot be read, so it cannot be searched
+        seen = total - done
+        raise IntegrityError(
+            f"journal {reader.path}: {seen} blob(s) have a missing base and cannot be read; "
+            "scrub changed nothing (pvisor journal verify names them; pvisor journal rm their run)"
+        )
+    return mapping
+
+
+def _codings(conn: sqlite3.Connection) -> dict[str, str]:
+    """{sha256: Content-Encoding} of the response bodies stored in a content coding."""
+    codings = {}
+    for sha, coding in conn.execute(
+        "SELECT DISTINCT response_body, lower(trim(json_extract(response_headers, '$.\"content-encoding\"')))"
+        " FROM exchanges WHERE response_body IS NOT NULL AND json_valid(response_headers)"
+    ):
+        if coding and coding != "identity":
+            codings[sha] = coding
+    return codings
+
+
+def _run_blobs(conn: sqlite3.Connection, reader: JournalReader, run: str) -> set[str]:
+    """The blobs the rows of ``run`` name: bodies, manifests and the files manifests list."""
+    from .housekeeping import _named_by_rows
+
+    return _named_by_rows(conn, reader.blob, "run_id = ?", (run,))
+
+
+def _walk(
+    conn: sqlite3.Connection,
+    root: str,
+    children: dict[str | None, list[str]],
+    transform: Callable[[str, bytes], bytes],
+    mapping: dict[str, str],
+    sizes: dict[str, int],
+    collisions: set[str],
+    report: ScrubReport,
+) -> int:
+    """Restore and rewrite the blob ``root`` and every blob below it (depth first: a frame is
+    decoded with its parent's old bytes, re-encoded against the parent's new ones). Holds the
+    bytes of one path of the tree (a lane's chain, at most 63 frames). Returns the blobs seen."""
+    seen = 0
+    # frame: (old sha, old bytes, new sha, new bytes, iterator over children)
+    stack: list[tuple[str, bytes, str, bytes, Iterator[str]]] = []
+    pending: Iterator[str] = iter((root,))
+    while True:
+        sha = next(pending, None)
+        if sha is None:
+            if not stack:
+                return seen
+            stack.pop()
+            if not stack:
+                return seen
+            pending = stack[-1][4]
+            continue
+        parent = stack[-1] if stack else None
+        row = conn.execute("SELECT codec, data, typeof(data) FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
+        codec, stored, dtype = row
+        try:
+            if dtype != "blob":
+                raise ValueError(f"it holds {dtype}, not bytes")
+            old = blobs.decode(codec, stored, parent[1] if parent and codec == "zstd-prefix" else None)
+        except (ValueError, blobs.ZstdError) as exc:
+            raise IntegrityError(f"blob {sha} cannot be decoded ({exc}); scrub changed nothing") from None
+        if blobs.sha256_hex(old) != sha:
+            raise IntegrityError(f"blob {sha} restores to other bytes; scrub changed nothing")
+        seen += 1
+        new = transform(sha, old)
+        new_sha = blobs.sha256_hex(new) if new != old else sha
+        rebased = parent is not None and parent[2] != parent[0]
+        if new_sha != sha:
+            report.blobs_changed += 1
+            mapping[sha] = new_sha
+            sizes[new_sha] = len(new)
+            conn.execute("DELETE FROM blobs WHERE sha256 = ?", (sha,))
+            if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (new_sha,)).fetchone() is None:
+                _store(conn, new_sha, new, parent if codec == "zstd-prefix" else None, collisions)
+            else:
+                collisions.add(new_sha)  # two bodies that differed only by the text
+        elif rebased and codec == "zstd-prefix":
+            report.blobs_reencoded += 1
+            conn.execute("DELETE FROM blobs WHERE sha256 = ?", (sha,))
+            _store(conn, sha, new, parent, collisions)
+        stack.append((sha, old, new_sha, new, iter(children.get(sha, ()))))
+        pending = stack[-1][4]
+
+
+def _store(conn: sqlite3.Connection, sha: str, data: bytes, parent, collisions: set[str]) -> None:
+    """Insert the blob ``sha`` of ``data``, against the parent's new bytes when it was a frame
+    against the parent. Without ``collisions`` (changed blobs whose new bytes were stored
+    already) the new references follow the old tree and cannot loop; with them the chain is
+    checked, and a frame that would close a loop is stored standalone."""
+    base = (parent[2], parent[3]) if parent is not None and parent[2] != sha else None
+    if base is not None and collisions and _reaches(conn, base[0], sha):
+        base = None
+    codec, packed = blobs.encode(data, base[1] if base else None)
+    conn.execute(
+        "INSERT INTO blobs(sha256, size, codec, base, data) VALUES (?, ?, ?, ?, ?)",
+        (sha, len(data), codec, base[0] if codec == "zstd-prefix" else None, packed),
+    )
+
+
+def _reaches(conn: sqlite3.Connection, start: str, target: str) -> bool:
+    """Whether the base chain from ``start`` (as stored now) reaches ``target``."""
+    cur: str | None = start
+    for _ in range(blobs.STANDALONE_EVERY + 2):
+        if cur is None:
+            return False
+        if cur == target:
+            return True
+        row = conn.execute("SELECT base FROM blobs WHERE sha256 = ?", (cur,)).fetchone()
+        cur = row[0] if row else None
+    return True
+
+
+def _scrub_manifest(
+    data: bytes, pattern: Pattern, mapping: dict[str, str], sizes: dict[str, int], report: ScrubReport
+) -> bytes:
+    """A snapshot manifest with its changed files' new sha256 and size and the text replaced in
+    its paths, link targets and warnings (never inside a digest). The canonical form of
+    :meth:`Manifest.encode` (keys sorted, compact), so its sha256 is still its digest. One that
+    does not parse is searched as bytes."""
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        doc = None
+    if not isinstance(doc, dict) or not isinstance(doc.get("entries"), list):
+        new, n = pattern.sub(data)
+        report.matches += n
+        return new
+    changed = False
+
+    def text(value):
+        nonlocal changed
+        if isinstance(value, str):
+            new, n = pattern.sub(value.encode("utf-8", "surrogatepass"))
+            if n:
+                report.matches += n
+                changed = True
+                return new.decode("utf-8", "surrogatepass")
+        return value
+
+    for entry in doc["entries"]:
+        if not isinstance(entry, dict):
+            continue
+        sha = entry.get("sha256")
+        if isinstance(sha, str) and sha in mapping:
+            entry["sha256"] = mapping[sha]
+            entry["size"] = sizes[mapping[sha]]
+            changed = True
+        for key in ("path", "target"):
+            if key in entry:
+                entry[key] = text(entry[key])
+    if isinstance(doc.get("warnings"), list):
+        doc["warnings"] = [text(w) for w in doc["warnings"]]
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS) if changed else data
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def _rewrite_rows(conn: sqlite3.Connection, mapping: dict[str, str], report: ScrubReport) -> None:
+    """Step 2, digests: every row that names an old sha256 names the new one."""
+    if not mapping:
+        return
+    conn.execute("CREATE TEMP TABLE scrub_map(old TEXT PRIMARY KEY, new TEXT NOT NULL)")
+    try:
+        conn.executemany("INSERT INTO scrub_map VALUES (?, ?)", mapping.items())
+        refs = [("exchanges", c) for c in _BODY_COLUMNS if _has_column(conn, "exchanges", c)]
+        refs.append(("snapshots", "manifest"))
+        for table, col in refs:
+            report.rows_rewritten += conn.execute(
+                f"UPDATE {table} SET {col} = (SELECT new FROM scrub_map WHERE old = {col})"
+                f" WHERE {col} IN (SELECT old FROM scrub_map)"
+            ).rowcount
+        # the snapshot.taken event names its manifest too
+        report.rows_rewritten += conn.execute(
+            "UPDATE events SET data = json_set(data, '$.manifest',"
+            " (SELECT new FROM scrub_map WHERE old = json_extract(data, '$.manifest')))"
+            " WHERE kind = 'snapshot.taken' AND json_valid(data)"
+            " AND json_extract(data, '$.manifest') IN (SELECT old FROM scrub_map)"
+        ).rowcount
+    finally:
+        conn.execute("DROP TABLE temp.scrub_map")
+
+
+def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
+    return column in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def _scrub_cells(conn: sqlite3.Connection, pattern: Pattern, run: str | None, report: ScrubReport) -> None:
+    """Step 2, metadata: the text replaced in every cell but identifiers and digests."""
+    conn.create_function("pvisor_scrub", 1, pattern.sub_text, deterministic=True)
+    conn.create_function("pvisor_scrub_found", 1, pattern.found_text, deterministic=True)
+    for table, col, where_run in _text_cells(conn, run):
+        where = f"pvisor_scrub_found({col})" + (f" AND {where_run}" if run is not None else "")
+        report.cells_changed += conn.execute(
+            f"UPDATE {table} SET {col} = pvisor_scrub({col}) WHERE {where}", {"run": run}
+        ).rowcount
+
+
+def _text_cells(conn: sqlite3.Connection, run: str | None) -> list[tuple[str, str, str | None]]:
+    """(table, column, condition picking the run's rows) of every column scrub searches."""
+    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    out = []
+    for table, where_run in _TEXT_TABLES.items():
+        if table not in present or (run is not None and where_run is None):
+            continue
+        for r in conn.execute(f"PRAGMA table_info({table})"):
+            if r[1] not in _IDENTIFIER_COLUMNS and r[2].upper() in ("TEXT", "BLOB", ""):
+                out.append((table, r[1], where_run))
+    return out
+
+
+# --------------------------------------------------------------------------- files
+
+
+def _scrub_tree(root: Path, pattern: Pattern) -> list[str]:
+    """Step 4: rewrite in place each regular file under ``root`` (no symlink followed) that holds
+    the text. Returns the paths changed."""
+    changed = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            p = Path(dirpath, name)
+            if p.is_symlink() or not p.is_file():
+                continue
+            try:
+                data = p.read_bytes()
+            except OSError:
+                continue
+            if not pattern.found(data):
+                continue
+            try:
+                data.decode("utf-8")
+                new, _ = pattern.sub(data)
+            except UnicodeDecodeError:
+                new, _ = pattern.mask(data)
+            # in place: the same blocks are overwritten rather than a new file written beside
+            with open(p, "r+b") as f:
+                f.write(new)
+                f.truncate()
+                f.flush()
+                os.fsync(f.fileno())
+            changed.append(str(p))
+    return changed
+
+
+def _remaining(path: Path, run: str | None, dirs: list[Path], pattern: Pattern) -> list[str]:
+    """Step 5: where the text is still found: a blob (restored, and decoded from its content
+    coding), a metadata cell, the journal file or its WAL as bytes (not for one run: other runs
+    may hold the text), a file of the run directories."""
+    out = []
+    with JournalReader(path) as reader:
+        conn = reader.conn
+        conn.create_function("pvisor_scrub_found", 1, pattern.found_text, deterministic=True)
+        codings = _codings(conn)
+        shas = (
+            _run_blobs(conn, reader, run) if run else [r[0] for r in conn.execute("SELECT sha256 FROM blobs")]
+        )
+        for sha in sorted(shas):
+            try:
+                data = reader.blob(sha)
+            except IntegrityError:
+                continue  # the verification names it
+            if sha in codings:
+                with contextlib.suppress(DecodeError):  # one that does not decode was searched raw
+                    data = decode_body(data, codings[sha])
+            if pattern.found(data):
+                out.append(f"blob {sha}")
+        for table, col, where_run in _text_cells(conn, run):
+            where = f"pvisor_scrub_found({col})" + (f" AND {where_run}" if run is not None else "")
+            n = conn.execute(f"SELECT count(*) FROM {table} WHERE {where}", {"run": run}).fetchone()[0]
+            if n:
+                out.append(f"{table}.{col} ({n} rows)")
+    places = [] if run else [path, Path(f"{path}-wal")]
+    for d in dirs:
+        places += [Path(dp, n) for dp, _, names in os.walk(d) for n in names]
+    for p in places:
+        try:
+            if p.is_file() and not p.is_symlink() and pattern.found(p.read_bytes()):
+                out.append(str(p))
+        except OSError:
+            continue
+    return out
+
+
+__all__ = ["DEFAULT_REPLACEMENT", "Pattern", "ScrubReport", "scrub"]

@@ -1,0 +1,349 @@
+"""``pvisor journal scrub`` (issue 20) on real journal files written by the real writer, and on
+a copy of a real Qwen Code capture, through the real command.
+
+A leaked key sits in every request after the tool output that showed it (each repeats the
+conversation), and those bodies are zstd frames against the previous one: after the scrub no
+byte of the key may be in the journal file, its WAL or the run directories, every body must read
+back as it was with the key replaced, the bodies that never held it keep their sha256, and the
+journal verifies."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from pvisor.journal.model import Run
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.snapshots import Entry, EntryKind, Manifest, SnapshotKind, SnapshotRecord
+from pvisor.journal.writer import Journal
+
+PVISOR = [sys.executable, "-m", "pvisor"]
+ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
+SECRET = "sk-live-7Qw9Zx3Lm2Pv8Rt5Yb"
+#: a password with non-ASCII letters, as Python's json.dumps writes it (\u00e4)
+UMLAUT = "pässwörd-31337"
+SCRUBBED = "[scrubbed]"
+LANE = "/v1/chat/completions"
+LEAK_AT = 5  # the tool output of request 5 shows the key; every later request repeats it
+REQUESTS = 40  # past the keyframe at lane position 32
+
+
+def cli(journal: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*PVISOR, "--journal", str(journal), *args],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+        input=stdin,
+    )
+
+
+def request(n: int, secret: str = SECRET) -> bytes:
+    """The n-th request of a conversation (each repeats the one before); from LEAK_AT on it holds
+    a tool output with the key, and the model's tool call naming it in its JSON arguments."""
+    messages = [{"role": "user", "content": f"message {i} " + "x" * 200} for i in range(n)]
+    if n > LEAK_AT:
+        messages.insert(LEAK_AT, {"role": "tool", "content": f"OPENAI_API_KEY={secret}\n"})
+        args = json.dumps({"command": f"curl -H 'Authorization: Bearer {secret}' https://x"})
+        messages.insert(LEAK_AT, {"role": "assistant", "tool_calls": [{"function": {"arguments": args}}]})
+    return orjson.dumps({"model": "m", "messages": messages})
+
+
+def in_bytes(path: Path, text: str) -> bool:
+    return text.encode() in path.read_bytes()
+
+
+def everywhere(data_dir: Path, text: str) -> list[str]:
+    """Every file under ``data_dir`` (the journal, its WAL, the run directories) holding ``text``
+    as bytes."""
+    return [str(p) for p in sorted(data_dir.rglob("*")) if p.is_file() and in_bytes(p, text)]
+
+
+def snapshot(j: Journal, run: str, sid: str, files: dict[str, bytes]) -> None:
+    entries = [
+        Entry(name, EntryKind.FILE, 0o644, len(data), hashlib.sha256(data).hexdigest())
+        for name, data in sorted(files.items())
+    ]
+    manifest = Manifest(entries=entries).encode()
+    j.put_blobs([(hashlib.sha256(d).hexdigest(), d) for d in files.values()])
+    j.record_snapshot(
+        SnapshotRecord(id=sid, run=run, attempt=1, kind=SnapshotKind.START, driver="filesystem",
+                       taken_ms=1.0, manifest=manifest, digest=hashlib.sha256(manifest).hexdigest())
+    )  # fmt: skip
+
+
+@pytest.fixture
+def leaked(tmp_path: Path) -> Path:
+    """Run ``r-leak``: 40 requests of one lane, the key in those after LEAK_AT, a gzip-encoded
+    response quoting it, an error and a label naming it, a snapshot of a workspace whose .env
+    holds it, a run directory with a text file and an SQLite file holding it. Run ``r-other``:
+    one request equal to r-leak's 8th (the same blob), one of its own with the key, and a body
+    with the non-ASCII password JSON-escaped."""
+    data = tmp_path / "data"
+    path = data / "journal.sqlite"
+    with Journal.open(path) as j:
+        j.create_run(Run(id="r-leak", agent="qwen-code", labels={"note": f"leaked {SECRET} here"}))
+        for n in range(1, REQUESTS + 1):
+            reply = orjson.dumps({"choices": [{"message": {"content": f"saw {SECRET}" if n == 7 else "ok"}}]})
+            coded = n in (7, 8)
+            j.record_exchange(
+                "r-leak", "POST", LANE, [], protocol="openai-chat", status=200, request_body=request(n),
+                response_body=gzip.compress(reply) if coded else reply,
+                response_headers=[("content-encoding", "gzip")] if coded else [],
+                error=f"upstream said: bad key {SECRET}" if n == 9 else None,
+            )  # fmt: skip
+        # compaction: the key is no longer in the next request; its frame against the last body
+        # (which held it) is re-encoded although its own bytes stay
+        compacted = request(REQUESTS).replace(SECRET.encode(), b"") + b" "
+        # an incompressible reply is stored as it is: its old bytes are what free pages would keep
+        j.record_exchange("r-leak", "POST", LANE, [], protocol="openai-chat", status=200,
+                          request_body=compacted, response_body=os.urandom(3000) + SECRET.encode())  # fmt: skip
+        snapshot(
+            j,
+            "r-leak",
+            "s-leak00000000001",
+            {".env": f"KEY={SECRET}\n".encode(), "main.py": b"print(1)\n" * 9},
+        )
+        j.create_run(Run(id="r-other", agent="qwen-code"))
+        for body in (request(8), request(LEAK_AT + 2, secret="other-" + SECRET)):
+            j.record_exchange("r-other", "POST", LANE, [], protocol="openai-chat", status=200, request_body=body,
+                              response_body=b'{"choices": []}')  # fmt: skip
+        j.record_exchange("r-other", "POST", "/v1/other", [], protocol="openai-chat", status=200,
+                          request_body=json.dumps({"note": f"password {UMLAUT}" + " y" * 40}).encode())  # fmt: skip
+        j.flush()
+    run_dir = data / "runs" / "r-leak"
+    (run_dir / "home").mkdir(parents=True)
+    (run_dir / "agent-output.jsonl").write_text(json.dumps({"text": f"key is {SECRET}"}) + "\n")
+    with sqlite3.connect(run_dir / "home" / "state.db") as c:  # an agent's own database
+        c.execute("CREATE TABLE t(v TEXT)")
+        c.executemany("INSERT INTO t VALUES (?)", [(f"row {i} {SECRET}",) for i in range(50)])
+    return path
+
+
+def bodies(path: Path) -> dict[tuple[str, int], tuple[str, bytes, bytes | None]]:
+    """{(run, seq): (request sha256, request body, response decoded)} of every exchange."""
+    out = {}
+    with JournalReader(path) as r:
+        for run in r.runs():
+            for ex in r.exchanges(run.id):
+                resp = r.response_body(ex, raw=True)
+                if resp is not None and ex.response_headers.get("content-encoding") == "gzip":
+                    resp = gzip.decompress(resp)
+                out[(run.id, ex.seq)] = (ex.request_body, r.request_body(ex), resp)
+    return out
+
+
+def content(path: Path) -> str:
+    """A digest of every row of the journal (the file's bytes move when a WAL is checkpointed)."""
+    c = sqlite3.connect(path)
+    try:
+        return hashlib.sha256("\n".join(c.iterdump()).encode()).hexdigest()
+    finally:
+        c.close()
+
+
+def codecs(path: Path) -> dict[str, int]:
+    with sqlite3.connect(path) as c:
+        return dict(c.execute("SELECT codec, count(*) FROM blobs GROUP BY codec"))
+
+
+def test_after_scrub_no_byte_of_the_key_is_left_and_every_body_reads_back(leaked: Path):
+    data = leaked.parent
+    before = bodies(leaked)
+    frames_before = codecs(leaked)
+    # the key is there as bytes to begin with (a label, the run directory, uncompressed bodies)
+    assert str(leaked) in everywhere(data, SECRET) and len(everywhere(data, SECRET)) >= 3
+    proc = cli(leaked, "journal", "scrub", SECRET, "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert everywhere(data, SECRET) == []
+    assert rep["remaining"] == [] and rep["problems"] == [] and rep["wal_truncated"]
+    assert not os.path.exists(f"{leaked}-wal") or os.path.getsize(f"{leaked}-wal") == 0
+    # every later request of the lane held it: each is a new blob; the shared one counts once
+    leaking = [k for k, (_, body, _) in before.items() if SECRET.encode() in body]
+    assert len(leaking) == REQUESTS - LEAK_AT + 2  # r-leak's after LEAK_AT, r-other's two
+    assert rep["blobs_changed"] >= len(leaking) - 1 + 3  # + the gzip and raw replies, the .env file
+    assert rep["blobs_reencoded"] >= 1  # the compacted request
+    after = bodies(leaked)
+    assert after.keys() == before.keys()
+    for key, (sha, body, resp) in before.items():
+        new_sha, new_body, new_resp = after[key]
+        assert new_body == body.replace(SECRET.encode(), SCRUBBED.encode()), key
+        assert new_resp == (resp.replace(SECRET.encode(), SCRUBBED.encode()) if resp is not None else None)
+        # a body that never held the key keeps its digest; one that did gets its new one
+        assert (new_sha == sha) == (SECRET.encode() not in body), key
+        assert new_sha == hashlib.sha256(new_body).hexdigest()
+    # the frames are still frames (re-encoded against the new bases, not stored whole)
+    assert codecs(leaked) == frames_before
+    with JournalReader(leaked) as r:
+        assert r.verify().ok
+        run = r.run("r-leak")
+        assert run.labels["note"] == f"leaked {SCRUBBED} here"
+        # the writer had redacted the key in the error already (its shape is known)
+        assert [e.error for e in r.exchanges("r-leak") if e.error] == ["upstream said: bad key <redacted>"]
+    assert cli(leaked, "journal", "verify").returncode == 0
+    # the snapshot's manifest names the scrubbed .env, and restores it; its event names the manifest
+    with JournalReader(leaked) as r:
+        [snap] = r.conn.execute("SELECT manifest FROM snapshots WHERE run_id = 'r-leak'").fetchall()
+        [taken] = [e for e in r.events("r-leak") if e["kind"] == "snapshot.taken"]
+        assert taken["data"]["manifest"] == snap[0]
+        env = next(e for e in orjson.loads(r.blob(snap[0]))["entries"] if e["path"] == ".env")
+        assert (
+            env["size"] == len(f"KEY={SCRUBBED}\n") and r.blob(env["sha256"]) == f"KEY={SCRUBBED}\n".encode()
+        )
+    restored = data.parent / "restored"
+    proc = cli(leaked, "snapshot", "restore", "r-leak", "--step", "0", "--into", str(restored))
+    assert proc.returncode == 0, proc.stderr
+    assert (restored / ".env").read_text() == f"KEY={SCRUBBED}\n"
+    assert (restored / "main.py").read_bytes() == b"print(1)\n" * 9
+    # the run directory: the text file gets the replacement, the database as many * (it still opens)
+    run_dir = data / "runs" / "r-leak"
+    assert json.loads((run_dir / "agent-output.jsonl").read_text()) == {"text": f"key is {SCRUBBED}"}
+    with sqlite3.connect(run_dir / "home" / "state.db") as c:
+        assert c.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert c.execute("SELECT v FROM t LIMIT 1").fetchone() == ("row 0 " + "*" * len(SECRET),)
+    # a second scrub finds nothing and changes nothing
+    again = cli(leaked, "journal", "scrub", SECRET, "--json")
+    assert again.returncode == 0, again.stderr
+    rep2 = json.loads(again.stdout)
+    assert (rep2["matches"], rep2["blobs_changed"], rep2["cells_changed"], rep2["files_changed"]) == (
+        0,
+        0,
+        0,
+        [],
+    )
+    assert bodies(leaked) == after
+
+
+def test_a_json_escaped_form_is_scrubbed_too_and_stdin_keeps_the_text_off_the_command_line(leaked: Path):
+    escaped = json.dumps(UMLAUT)[1:-1]  # p\u00e4ssw\u00f6rd-31337
+    assert escaped != UMLAUT and escaped in everywhere_text(leaked)
+    proc = cli(leaked, "journal", "scrub", "-", "--replacement", "<gone>", stdin=UMLAUT + "\n")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("scrubbed text of 16 bytes: 1 match in bodies, 1 blob changed"), proc.stdout
+    with JournalReader(leaked) as r:
+        [ex] = [e for e in r.exchanges("r-other") if e.path == "/v1/other"]
+        assert json.loads(r.request_body(ex)) == {"note": "password <gone>" + " y" * 40}
+    assert escaped not in everywhere_text(leaked)
+
+
+def everywhere_text(path: Path) -> str:
+    """Every request body of the journal, restored, as one text."""
+    return "".join(body.decode() for _, body, _ in bodies(path).values())
+
+
+def test_scrub_of_one_run_changes_its_rows_and_what_it_shares_and_leaves_the_others(leaked: Path):
+    before = bodies(leaked)
+    proc = cli(leaked, "journal", "scrub", SECRET, "--run", "r-oth", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["run"] == "r-other" and rep["remaining"] == [] and rep["run_dirs"] == []
+    after = bodies(leaked)
+    for key, (sha, body, resp) in before.items():
+        run, seq = key
+        # r-other's bodies; r-leak's 8th request is the same blob as r-other's first: changed for both
+        shared = key == ("r-leak", 8)
+        want = body.replace(SECRET.encode(), SCRUBBED.encode()) if run == "r-other" or shared else body
+        assert after[key][1] == want, key
+    # r-leak's own rows and run directory keep it
+    with JournalReader(leaked) as r:
+        assert SECRET in r.run("r-leak").labels["note"] and r.verify().ok
+    assert in_bytes(leaked.parent / "runs" / "r-leak" / "agent-output.jsonl", SECRET)
+
+
+def test_scrub_refuses_while_a_writer_holds_the_journal_unless_forced(leaked: Path):
+    with Journal.open(leaked) as j:  # this process's lease is live
+        j.flush()
+        proc = cli(leaked, "journal", "scrub", SECRET)
+        assert proc.returncode == 69 and f"pid {os.getpid()}" in proc.stderr and "--force" in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert SECRET in bodies(leaked)[("r-leak", 20)][1].decode()  # nothing changed
+        forced = cli(leaked, "journal", "scrub", SECRET, "--force")
+        assert forced.returncode == 0, forced.stderr
+    assert everywhere(leaked.parent, SECRET) == []
+
+
+def test_scrub_bad_input_gets_one_line_and_changes_nothing(leaked: Path, tmp_path: Path):
+    digest = content(leaked)
+    for args, code, said in [
+        (["journal", "scrub"], 2, "give the text to remove, or --regex"),
+        (["journal", "scrub", SECRET, "--regex", "x+"], 2, "one of them"),
+        (["journal", "scrub", "abc"], 2, "at least 4 characters"),
+        (["journal", "scrub", "--regex", "sk-("], 2, "is not a regular expression"),
+        (["journal", "scrub", "--regex", "x*"], 2, "matches the empty string"),
+        (["journal", "scrub", SECRET, "--replacement", f"<{SECRET}>"], 2, "contains the text"),
+        (["journal", "scrub", "--regex", "scr.bbed"], 2, "matches --regex"),
+        (["journal", "scrub", SECRET, "--run", "r-nope"], 2, "no run 'r-nope'"),
+    ]:
+        proc = cli(leaked, *args)
+        assert proc.returncode == code and said in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert content(leaked) == digest, args
+    notes = tmp_path / "notes.txt"
+    notes.write_text(f"not a journal {SECRET}\n")
+    proc = cli(notes, "journal", "scrub", SECRET)
+    assert proc.returncode == 65 and "not a pvisor journal" in proc.stderr, proc.stderr
+    assert notes.read_text() == f"not a journal {SECRET}\n"
+    # a damaged blob: scrub cannot read it, so it changes nothing and says so
+    with sqlite3.connect(leaked) as c:
+        c.execute("UPDATE blobs SET data = x'00112233' WHERE codec = 'zstd-prefix' AND rowid = (SELECT max(rowid) FROM blobs WHERE codec = 'zstd-prefix')")  # fmt: skip
+    digest = content(leaked)
+    proc = cli(leaked, "journal", "scrub", SECRET)
+    assert (
+        proc.returncode == 3 and "cannot be decoded" in proc.stderr and "scrub changed nothing" in proc.stderr
+    )
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert content(leaked) == digest
+
+
+def test_a_regex_scrubs_every_key_of_a_shape(leaked: Path):
+    proc = cli(leaked, "journal", "scrub", "--regex", r"sk-live-[A-Za-z0-9]{16,}", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert everywhere(leaked.parent, "sk-live-") == []
+    with JournalReader(leaked) as r:
+        [ex, *_] = [e for e in r.exchanges("r-other")]
+        assert b"other-" + SCRUBBED.encode() in r.request_body(r.exchanges("r-other")[1])
+        assert r.verify().ok and ex is not None
+
+
+@pytest.mark.slow
+def test_scrub_of_a_real_qwen_code_capture_leaves_no_byte_and_prepare_only_still_works(
+    captured, tmp_path: Path
+):
+    """The captured run's observations and workspace files hold ``gamma`` (c.txt): after the scrub
+    of a copy, no file of the data directory (journal, WAL, the run directory with Qwen Code's
+    private home and its own session files) holds it, and replay --prepare-only rebuilds the
+    prefix with the replacement."""
+    cap = captured("qwen-code")
+    assert cap.proc.returncode == 0, cap.proc.stderr
+    data = tmp_path / "data"
+    shutil.copytree(cap.journal.parent, data, symlinks=True)
+    journal = data / "journal.sqlite"
+    prep = tmp_path / "prep-before"
+    args = ["replay", "--agent", "qwen-code", "--journal", str(journal), "--run", cap.run, "--after-step", "2",
+            "--prepare-only"]  # fmt: skip
+    assert cli(journal, *args, "--output", str(prep)).returncode == 0
+    assert "gamma" in (prep / "prefix.json").read_text()
+    assert everywhere(data, "gamma"), "the run directory holds the agent's own session"
+    proc = cli(journal, "journal", "scrub", "gamma", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["blobs_changed"] > 0 and rep["files_changed"] and rep["remaining"] == []
+    assert everywhere(data, "gamma") == []
+    prep = tmp_path / "prep-after"
+    proc = cli(journal, *args, "--output", str(prep))
+    assert proc.returncode == 0, proc.stderr
+    prefix = (prep / "prefix.json").read_text()
+    assert "gamma" not in prefix and SCRUBBED in prefix
+    assert cli(journal, "journal", "verify").returncode == 0
