@@ -599,10 +599,11 @@ def _remaining(path: Path, run: str | None, dirs: list[Path], pattern: Pattern) 
         conn = reader.conn
         conn.create_function("pvisor_scrub_found", 1, pattern.found_text, deterministic=True)
         codings = _codings(conn)
-        shas = (
-            _run_blobs(conn, reader, run) if run else [r[0] for r in conn.execute("SELECT sha256 FROM blobs")]
-        )
-        for sha in sorted(shas):
+        wanted = _run_blobs(conn, reader, run) if run else None
+        # in the order they were stored: a lane's next body is one frame from the one restored last
+        for (sha,) in conn.execute("SELECT sha256 FROM blobs ORDER BY rowid").fetchall():
+            if wanted is not None and sha not in wanted:
+                continue
             try:
                 data = reader.blob(sha)
             except IntegrityError:
