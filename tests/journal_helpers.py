@@ -1,10 +1,15 @@
-"""Helpers for journal tests: synthetic sessions that grow like real agent conversations."""
+"""Helpers for journal tests: synthetic sessions that grow like real agent conversations, and a
+snapshot recorded with the real writer."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 
 import orjson
+
+from pvisor.journal.snapshots import Entry, EntryKind, Manifest, SnapshotKind, SnapshotRecord
+from pvisor.journal.writer import Journal
 
 _WORDS = None
 
@@ -94,3 +99,18 @@ def anthropic_session_bodies(
             }
         )
     return bodies
+
+
+def snapshot(j: Journal, run: str, sid: str, files: dict[str, bytes]) -> None:
+    """Record a start snapshot ``sid`` of ``run`` whose workspace holds ``files`` (name: bytes):
+    the file blobs, then the manifest listing them, as the filesystem driver stores them."""
+    entries = [
+        Entry(name, EntryKind.FILE, 0o644, len(data), hashlib.sha256(data).hexdigest())
+        for name, data in sorted(files.items())
+    ]
+    manifest = Manifest(entries=entries).encode()
+    j.put_blobs([(hashlib.sha256(d).hexdigest(), d) for d in files.values()])
+    j.record_snapshot(
+        SnapshotRecord(id=sid, run=run, attempt=1, kind=SnapshotKind.START, driver="filesystem",
+                       taken_ms=1.0, manifest=manifest, digest=hashlib.sha256(manifest).hexdigest())
+    )  # fmt: skip

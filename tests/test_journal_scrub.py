@@ -21,10 +21,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+from journal_helpers import snapshot
 
 from pvisor.journal.model import Run
 from pvisor.journal.reader import JournalReader
-from pvisor.journal.snapshots import Entry, EntryKind, Manifest, SnapshotKind, SnapshotRecord
 from pvisor.journal.writer import Journal
 
 PVISOR = [sys.executable, "-m", "pvisor"]
@@ -68,19 +68,6 @@ def everywhere(data_dir: Path, text: str) -> list[str]:
     """Every file under ``data_dir`` (the journal, its WAL, the run directories) holding ``text``
     as bytes."""
     return [str(p) for p in sorted(data_dir.rglob("*")) if p.is_file() and in_bytes(p, text)]
-
-
-def snapshot(j: Journal, run: str, sid: str, files: dict[str, bytes]) -> None:
-    entries = [
-        Entry(name, EntryKind.FILE, 0o644, len(data), hashlib.sha256(data).hexdigest())
-        for name, data in sorted(files.items())
-    ]
-    manifest = Manifest(entries=entries).encode()
-    j.put_blobs([(hashlib.sha256(d).hexdigest(), d) for d in files.values()])
-    j.record_snapshot(
-        SnapshotRecord(id=sid, run=run, attempt=1, kind=SnapshotKind.START, driver="filesystem",
-                       taken_ms=1.0, manifest=manifest, digest=hashlib.sha256(manifest).hexdigest())
-    )  # fmt: skip
 
 
 @pytest.fixture

@@ -113,6 +113,30 @@ def _exchange_dict(ex) -> dict:
     return d
 
 
+#: the columns of show's exchanges, and of each line of show --follow
+_EXCHANGE_COLUMNS = ("SEQ", "EXCHANGE", "REQUEST", "PROTOCOL", "STATUS", "OUTCOME", "STREAM", "REQ_BYTES",
+                     "RESP_BYTES_TO_AGENT", "MS", "CHAIN", "ROLE")  # fmt: skip
+
+
+def _exchange_cells(e) -> list[str]:
+    """One exchange as the cells of :data:`_EXCHANGE_COLUMNS` (``-`` for what is not known yet)."""
+    target = e.path + ("?" + e.query if e.query else "")
+    return [
+        str(e.seq),
+        e.id,
+        f"{e.method} {target}",
+        e.protocol or "-",
+        str(e.status) if e.status is not None else "-",
+        e.outcome or "-",
+        "stream" if e.streamed else "-",
+        str(e.request_bytes),
+        str(e.bytes_delivered),
+        f"{e.ended_us / 1000:.1f}" if e.ended_us is not None else "-",
+        str(e.chain) if e.chain is not None else "-",
+        e.role or "-",
+    ]
+
+
 @journal.command("show")
 @click.argument("run_id", metavar="RUN")
 @click.option(
@@ -168,47 +192,9 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
     if not exchanges:
         click.echo("  no exchanges")
         return
-    rows = []
-    for e in exchanges:
-        target = e.path + ("?" + e.query if e.query else "")
-        rows.append(
-            [
-                str(e.seq),
-                e.id,
-                f"{e.method} {target}",
-                e.protocol or "-",
-                str(e.status) if e.status is not None else "-",
-                e.outcome,
-                "stream" if e.streamed else "-",
-                str(e.request_bytes),
-                str(e.bytes_delivered),
-                f"{e.ended_us / 1000:.1f}" if e.ended_us is not None else "-",
-                str(e.chain) if e.chain is not None else "-",
-                e.role or "-",
-            ]
-        )
-    _table(
-        rows,
-        [
-            "SEQ",
-            "EXCHANGE",
-            "REQUEST",
-            "PROTOCOL",
-            "STATUS",
-            "OUTCOME",
-            "STREAM",
-            "REQ_BYTES",
-            "RESP_BYTES_TO_AGENT",
-            "MS",
-            "CHAIN",
-            "ROLE",
-        ],
-    )
+    _table([_exchange_cells(e) for e in exchanges], list(_EXCHANGE_COLUMNS))
     if all(e.role is None for e in exchanges):
         click.echo(f"  (roles not stored yet; `pvisor journal steps {run.id}` derives them)")
-
-
-_FOLLOW_COLUMNS = "SEQ  EXCHANGE  REQUEST  PROTOCOL  STATUS  OUTCOME  STREAM  REQ_BYTES  RESP_BYTES  MS  ROLE"
 
 
 def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
@@ -219,20 +205,14 @@ def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
             click.echo(
                 _safe(f"run {run.id}  agent={run.agent or '-'} mode={run.mode}  (following; Ctrl-C ends)")
             )
-            click.echo(_FOLLOW_COLUMNS)
+            click.echo("  ".join(_EXCHANGE_COLUMNS))
         try:
             for e in r.follow(run.id):
                 if as_json:
                     sys.stdout.buffer.write(orjson.dumps(_exchange_dict(e)) + b"\n")
                     sys.stdout.buffer.flush()
                     continue
-                target = e.path + ("?" + e.query if e.query else "")
-                ms = f"{e.ended_us / 1000:.1f}" if e.ended_us is not None else "-"
-                fields = [str(e.seq), e.id, f"{e.method} {target}", e.protocol or "-",
-                          str(e.status) if e.status is not None else "-", e.outcome or "-",
-                          "stream" if e.streamed else "-", str(e.request_bytes), str(e.bytes_delivered), ms,
-                          e.role or "-"]  # fmt: skip
-                click.echo(_safe("  ".join(fields)))
+                click.echo(_safe("  ".join(_exchange_cells(e))))
                 sys.stdout.flush()
         except KeyboardInterrupt:
             return  # the way a follow is ended
