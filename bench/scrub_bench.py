@@ -74,7 +74,10 @@ took = time.perf_counter() - t
 hwm = next(line for line in open("/proc/self/status") if line.startswith("VmHWM:")).split()[1]
 print(took, hwm)
 """
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    # run beside the journal: from the checkout, its pvisor/ directory would shadow the installed package
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=path.parent)
+    if proc.returncode != 0:
+        sys.exit(f"scrub_bench: the {what} measurement failed:\n{proc.stderr}")
     seconds, rss = proc.stdout.split()
     return float(seconds), int(rss)
 

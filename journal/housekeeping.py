@@ -106,7 +106,8 @@ def _check_writers(conn: sqlite3.Connection, path: Path, force: bool, what: str)
     if alive:
         who = ", ".join(f"pid {pid} on {host}" for _, pid, host in alive)
         raise UnavailableError(
-            f"journal {path} is being written ({who}): {what} waits until it stops, or give --force"
+            f"journal {path} is being written ({who}): {what} refuses while it runs; stop it first, "
+            "or give --force"
         )
 
 

@@ -131,7 +131,8 @@ class Exchange:
         secret_fingerprints: secret header/query names -> 8-hex keyed fingerprint of the value.
         request_encoding: the request's ``Content-Encoding`` (undone before storage) or None.
         request_body: sha256 hex of the stored request body (decoded), or None (no body).
-        request_bytes: length of the request body as received on the wire, in bytes.
+        request_bytes: length of the request body as received on the wire, in bytes (after
+            ``journal scrub`` changed the body, its new stored length when it was the stored one).
         status: upstream HTTP status passed to the agent, or pvisor's own (502, 404, 413, 426).
         response_headers: response headers without secrets (``set-cookie`` removed).
         response_body: sha256 hex of the response bytes exactly as received, or None.

@@ -405,7 +405,8 @@ class JournalReader:
         then each as the writer commits it (in the order they finish, read from the
         ``exchange.finished`` events every ``poll_s`` seconds). Returns when the run is over: it
         has attempts, all ended, and no exchange in flight (a bare gateway capture has no
-        attempts: it is followed until the caller stops). UsageError for an unknown run."""
+        attempts: it is followed until the caller stops), or when it was removed (``journal rm``).
+        UsageError for an unknown run."""
         run = self.run(run_id).id
         conn = self.conn
         # the events' position first: an exchange finishing meanwhile is in both, yielded once
@@ -428,10 +429,14 @@ class JournalReader:
                     if row is not None:
                         seen.add(ex_id)
                         yield self._exchange(row)
-            if not rows and self._run_over(run):
+            if not rows and (self._run_over(run) or not self.run_exists(run)):
                 return
             if not rows:
                 time.sleep(poll_s)
+
+    def run_exists(self, run: str) -> bool:
+        """Whether a run of exactly this id is in the journal (now: each call reads anew)."""
+        return self.conn.execute("SELECT 1 FROM runs WHERE id = ?", (run,)).fetchone() is not None
 
     def _run_over(self, run: str) -> bool:
         attempts, open_attempts = self.conn.execute(

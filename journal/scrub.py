@@ -42,6 +42,7 @@ import json
 import os
 import re
 import sqlite3
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
@@ -77,46 +78,77 @@ _TEXT_TABLES = {
 _BODY_COLUMNS = ("request_body", "response_body", "response_final", "forwarded_body")
 
 
+#: what a replacement may hold: it goes as it is into JSON strings (of every escaping depth),
+#: header values, snapshot paths and file names, so nothing any of them reads otherwise (no quote,
+#: backslash, slash, control or non-ASCII character)
+_SAFE_REPLACEMENT = re.compile(rb"[A-Za-z0-9 _\-\[\]<>*#:=+,.@~%!^()|{}';&$?]+")
+
+
+def _arg_bytes(value: str | bytes) -> bytes:
+    """A command-line argument's own bytes (click hands over the undecodable ones as surrogate
+    escapes, ``os.fsencode`` gives them back)."""
+    return value if isinstance(value, bytes) else os.fsencode(value)
+
+
 class Pattern:
     """What scrub replaces, over bytes: a literal ``text`` (with its JSON-escaped forms) or a
-    regular expression ``regex`` (Python syntax, matched on bytes), and the ``replacement``.
-    UsageError (exit 2) for an empty or too short text, a regex that does not compile or
-    matches the empty string, or a replacement that would match again."""
+    regular expression ``regex`` (Python syntax, matched on the stored bytes), and the
+    ``replacement``. Text and regex are taken as the bytes the user gave (str arguments with
+    surrogate escapes are turned back into them; a text that is not UTF-8 is searched only as
+    bytes). UsageError (exit 2) for an empty or too short text, a regex that does not compile
+    or matches the empty string, a replacement that would match again, or one that is empty,
+    only dots or holds a character outside ``_SAFE_REPLACEMENT`` (it would change what a JSON
+    string, a path or a header means). Errors never repeat the text or the regex: either may
+    be the secret."""
 
     def __init__(
-        self, text: str | None = None, regex: str | None = None, replacement: str = DEFAULT_REPLACEMENT
+        self,
+        text: str | bytes | None = None,
+        regex: str | bytes | None = None,
+        replacement: str = DEFAULT_REPLACEMENT,
     ):
         if (text is None) == (regex is None):
             raise UsageError("scrub: give the text to remove, or --regex RE (one of them)")
-        self.replacement = replacement
+        repl = _arg_bytes(replacement)
+        if not _SAFE_REPLACEMENT.fullmatch(repl) or not repl.strip(b"."):
+            raise UsageError(
+                "scrub: --replacement must be non-empty printable ASCII, not only dots, without a quote, "
+                "backslash or slash (it is written unescaped into JSON strings, paths and file names)"
+            )
+        self.replacement = repl.decode("ascii")
+        self._repl = repl
         if text is not None:
-            if len(text) < MIN_TEXT_CHARS:
+            raw = _arg_bytes(text)
+            try:
+                decoded: str | None = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                decoded = None  # not UTF-8: no JSON holds it escaped, so only its bytes are searched
+            if (len(decoded) if decoded is not None else len(raw)) < MIN_TEXT_CHARS:
                 raise UsageError(
                     f"scrub: the text must have at least {MIN_TEXT_CHARS} characters "
                     "(a shorter one matches inside words, digests and base64); use --regex to insist"
                 )
-            if text in replacement:
+            if raw in repl:
                 raise UsageError("scrub: the replacement contains the text it replaces")
-            self.describe = f"text of {len(text.encode())} bytes"
-            pairs: dict[bytes, bytes] = {}
-            for old, new in _escaped_forms(text, replacement):
-                pairs.setdefault(old.encode("utf-8", "surrogatepass"), new.encode("utf-8", "surrogatepass"))
+            self.describe = f"text of {len(raw)} bytes"
+            forms = {raw} | ({f.encode() for f in _escaped_forms(decoded)} if decoded is not None else set())
             # longest first: an escaped form is replaced before a form it contains
-            self._pairs = sorted(pairs.items(), key=lambda kv: -len(kv[0]))
+            self._forms = sorted(forms, key=len, reverse=True)
             self._regex = None
         else:
+            raw = _arg_bytes(regex)
             try:
-                compiled = re.compile(regex.encode("utf-8", "surrogatepass"))
+                compiled = re.compile(raw)
             except re.error as exc:
-                raise UsageError(f"scrub: --regex {regex!r} is not a regular expression: {exc}") from None
+                # the message names the position, never the pattern (which may be the secret)
+                raise UsageError(f"scrub: --regex is not a regular expression: {exc}") from None
             if compiled.search(b""):
-                raise UsageError(f"scrub: --regex {regex!r} matches the empty string")
-            if compiled.search(replacement.encode()):
-                raise UsageError(f"scrub: the replacement {replacement!r} matches --regex {regex!r}")
-            self.describe = f"regex {regex!r}"
-            self._pairs = []
+                raise UsageError("scrub: --regex matches the empty string")
+            if compiled.search(repl):
+                raise UsageError("scrub: the replacement matches --regex")
+            self.describe = f"regex of {len(raw)} bytes"
+            self._forms = []
             self._regex = compiled
-        self._repl = replacement.encode()
 
     def sub(self, data: bytes) -> tuple[bytes, int]:
         """``data`` with every match replaced, and the number of replacements."""
@@ -124,10 +156,10 @@ class Pattern:
             repl = self._repl
             return self._regex.subn(lambda _m: repl, data)
         n = 0
-        for old, new in self._pairs:
+        for old in self._forms:
             k = data.count(old)
             if k:
-                data = data.replace(old, new)
+                data = data.replace(old, self._repl)
                 n += k
         return data, n
 
@@ -137,7 +169,7 @@ class Pattern:
         if self._regex is not None:
             return self._regex.subn(lambda m: b"*" * len(m.group(0)), data)
         n = 0
-        for old, _ in self._pairs:
+        for old in self._forms:
             k = data.count(old)
             if k:
                 data = data.replace(old, b"*" * len(old))
@@ -147,7 +179,7 @@ class Pattern:
     def found(self, data: bytes) -> bool:
         if self._regex is not None:
             return self._regex.search(data) is not None
-        return any(old in data for old, _ in self._pairs)
+        return any(old in data for old in self._forms)
 
     def sub_text(self, value):
         """A cell's value with the replacement: str and bytes alike, anything else as it is."""
@@ -166,18 +198,17 @@ class Pattern:
         return False
 
 
-def _escaped_forms(text: str, replacement: str) -> Iterator[tuple[str, str]]:
-    """(form of the text, the same form of the replacement): raw, then JSON-escaped once and
-    twice, with and without ``\\uXXXX`` for non-ASCII, and with ``/`` escaped as ``\\/``."""
-    yield text, replacement
+def _escaped_forms(text: str) -> Iterator[str]:
+    """The JSON-escaped forms of ``text``: once and twice, with and without ``\\uXXXX`` for
+    non-ASCII, and with ``/`` escaped as ``\\/``. The replacement needs no form of its own: it
+    holds nothing JSON escapes (``_SAFE_REPLACEMENT``)."""
     for ascii_only in (False, True):
-        t, r = text, replacement
+        t = text
         for _ in range(2):
             t = json.dumps(t, ensure_ascii=ascii_only)[1:-1]
-            r = json.dumps(r, ensure_ascii=ascii_only)[1:-1]
-            yield t, r
+            yield t
             if "/" in t:
-                yield t.replace("/", "\\/"), r.replace("/", "\\/")
+                yield t.replace("/", "\\/")
 
 
 @dataclass(slots=True)
@@ -186,12 +217,16 @@ class ScrubReport:
     blobs whose bytes held the text (each now under a new sha256); ``blobs_reencoded``: blobs
     re-encoded only because their base changed; ``rows_rewritten``: rows that named an old
     sha256; ``cells_changed``: metadata cells that held the text; ``files_changed``: run
-    directory files rewritten; ``bytes_before`` / ``bytes_after``: the journal and its WAL;
+    directory files rewritten; ``names_changed``: files and directories renamed (the text was in
+    their name), as ``old -> new``; ``not_rewritten``: ``{path, why}`` of each file that holds
+    the text but was left (a hard link shared with a file elsewhere, no permission); ``dry_run``: nothing
+    was changed, the counts are what would be; ``bytes_before`` / ``bytes_after``: the journal and its WAL;
     ``wal_truncated``: False when a reader kept the WAL from being emptied; ``problems``: what
     the verification found; ``remaining``: where the text's bytes are still found."""
 
     pattern: str
     run: str | None = None
+    dry_run: bool = False
     matches: int = 0
     blobs_changed: int = 0
     blobs_reencoded: int = 0
@@ -199,6 +234,8 @@ class ScrubReport:
     cells_changed: int = 0
     run_dirs: list[str] = field(default_factory=list)
     files_changed: list[str] = field(default_factory=list)
+    names_changed: list[str] = field(default_factory=list)
+    not_rewritten: list[dict] = field(default_factory=list)
     bytes_before: int = 0
     bytes_after: int = 0
     wal_truncated: bool = True
@@ -219,18 +256,23 @@ def scrub(
     *,
     run_id: str | None = None,
     force: bool = False,
+    dry_run: bool = False,
 ) -> ScrubReport:
     """Replace ``pattern`` in the journal and its run directories (module docstring). ``run_id``
-    (an id or unique prefix) limits it to one run. Returns the report; the caller decides what a
-    problem or a remaining match means (the CLI exits 3). Raises UsageError for an unknown run,
-    UnavailableError (exit 69) while a live writer holds the journal (without ``force``) or when
-    it stays locked, IntegrityError (nothing changed) when a blob cannot be restored."""
+    (an id or unique prefix) limits it to one run; ``dry_run`` does all of it in a transaction
+    that is rolled back, touches no file, and reports what would change (``files_changed``: the
+    files that hold the text). Returns the report; the caller decides what a problem or a
+    remaining match means (the CLI exits 3). Raises UsageError for an unknown run, and when a
+    replacement would leave a body or cell that was JSON no longer JSON (a regex matching part
+    of an escape sequence): nothing changed then; UnavailableError (exit 69) while a live writer
+    holds the journal (without ``force``), when it stays locked, or when it cannot be written;
+    IntegrityError (nothing changed) when a blob cannot be restored."""
     path = Path(journal)
     run = None
     if run_id is not None:
         with JournalReader(path) as reader:
             run = reader.run(run_id).id
-    report = ScrubReport(pattern.describe, run)
+    report = ScrubReport(pattern.describe, run, dry_run=dry_run)
     report.bytes_before = _size(path)
     conn = _open_rw(path)
     try:
@@ -242,38 +284,57 @@ def scrub(
             conn.execute("BEGIN IMMEDIATE")
             try:
                 with JournalReader(path) as reader:
-                    mapping = _scrub_blobs(conn, reader, pattern, run, report)
-                _rewrite_rows(conn, mapping, report)
+                    mapping, sizes = _scrub_blobs(conn, reader, pattern, run, report)
+                _rewrite_rows(conn, mapping, sizes, report)
                 _scrub_cells(conn, pattern, run, report)
-                conn.execute("COMMIT")
+                conn.execute("ROLLBACK" if dry_run else "COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
                 raise
         except sqlite3.OperationalError as exc:
-            raise UnavailableError(
-                f"journal {path}: scrub could not finish (nothing changed): {exc}"
-            ) from None
-        try:
-            first = _checkpoint(conn)
-            conn.execute("VACUUM")
-            report.wal_truncated = _checkpoint(conn) and first
-        except sqlite3.OperationalError as exc:
-            raise UnavailableError(
-                f"journal {path}: the text is replaced, but its old pages could not be cleared ({exc}): "
-                "run pvisor journal vacuum when no other process has the journal open"
-            ) from None
+            raise UnavailableError(_not_written(path, exc)) from None
+        if dry_run:
+            report.bytes_after = report.bytes_before
+        else:
+            try:
+                first = _checkpoint(conn)
+                conn.execute("VACUUM")
+                report.wal_truncated = _checkpoint(conn) and first
+            except sqlite3.OperationalError as exc:
+                raise UnavailableError(
+                    f"journal {path}: the text is replaced, but its old pages could not be cleared ({exc}): "
+                    "run pvisor journal vacuum when no other process has the journal open"
+                ) from None
     finally:
         conn.close()
-    report.bytes_after = _size(path)
     dirs = [run_directory(path, run)] if run else sorted(run_directory(path, "-").parent.glob("*"))
-    for d in dirs:
-        if d.is_dir() and not d.is_symlink():
-            report.run_dirs.append(str(d))
-            report.files_changed += _scrub_tree(d, pattern)
+    report.run_dirs = [str(d) for d in dirs if d.is_dir() and not d.is_symlink()]
+    if dry_run:
+        report.files_changed = [p for d in report.run_dirs for p, _ in _found_in_tree(Path(d), pattern)]
+        return report
+    report.bytes_after = _size(path)
+    for d in report.run_dirs:
+        _scrub_tree(Path(d), pattern, report)
     with JournalReader(path) as reader:
         report.problems = reader.verify().problems
-    report.remaining = _remaining(path, run, [Path(d) for d in report.run_dirs], pattern)
+    report.remaining = _remaining(path, run, [Path(d) for d in report.run_dirs], pattern, report)
     return report
+
+
+def _not_written(path: Path, exc: sqlite3.OperationalError) -> str:
+    """The one line for an SQLite error while the transaction ran (nothing changed)."""
+    text = str(exc)
+    if "readonly" in text or "unable to open" in text:
+        return (
+            f"journal {path}: scrub changed nothing: the journal or its directory {path.parent} is not "
+            f"writable ({text})"
+        )
+    if "locked" in text or "busy" in text:
+        return (
+            f"journal {path}: scrub changed nothing: another process kept it locked past the timeout ({text})"
+        )
+    return f"journal {path}: scrub could not finish (nothing changed): {text}"
 
 
 def _size(path: Path) -> int:
@@ -291,14 +352,17 @@ def _checkpoint(conn: sqlite3.Connection) -> bool:
 
 def _scrub_blobs(
     conn: sqlite3.Connection, reader: JournalReader, pattern: Pattern, run: str | None, report: ScrubReport
-) -> dict[str, str]:
-    """Step 1 of the module docstring. Returns {old sha256: new sha256} of the changed blobs."""
+) -> tuple[dict[str, str], dict[str, int]]:
+    """Step 1 of the module docstring. Returns {old sha256: new sha256} of the changed blobs
+    and the sizes in bytes of the old and new blobs of that mapping."""
     children: dict[str | None, list[str]] = {}
+    base_of: dict[str, str] = {}
     for sha, base in conn.execute("SELECT sha256, base FROM blobs"):
         children.setdefault(base, []).append(sha)
+        if base is not None:
+            base_of[sha] = base
     manifests = {m for (m,) in conn.execute("SELECT manifest FROM snapshots WHERE manifest IS NOT NULL")}
     todo = list(manifests)
-    base_of = dict(conn.execute("SELECT sha256, base FROM blobs WHERE base IS NOT NULL"))
     while todo:  # a manifest's base is an earlier manifest of its lane
         b = base_of.get(todo.pop())
         if b is not None and b not in manifests:
@@ -326,9 +390,12 @@ def _scrub_blobs(
                 new, n = pattern.sub(plain)
                 if not n:
                     return data
+                _still_json(conn, sha, plain, new)
                 report.matches += n
                 return encode_body(new, coding)
         new, n = pattern.sub(data)
+        if n:
+            _still_json(conn, sha, data, new)
         report.matches += n
         return new
 
@@ -349,7 +416,64 @@ def _scrub_blobs(
             f"journal {reader.path}: {seen} blob(s) have a missing base and cannot be read; "
             "scrub changed nothing (pvisor journal verify names them; pvisor journal rm their run)"
         )
-    return mapping
+    return mapping, sizes
+
+
+def _parses(data: bytes) -> bool:
+    try:
+        orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return False
+    return True
+
+
+def _json_lines(data: bytes) -> int:
+    """How many lines of ``data`` are JSON documents, after an SSE ``data:`` field name (a
+    stream's events, a JSON Lines file)."""
+    n = 0
+    for line in data.splitlines():
+        line = line.strip()
+        if line.startswith(b"data:"):
+            line = line[5:].strip()
+        if line[:1] in (b"{", b"[") and _parses(line):
+            n += 1
+    return n
+
+
+def _json_broken(old: bytes, new: bytes) -> bool:
+    """Whether replacing turned JSON into something that is not: a whole document, or one of
+    the JSON lines of a stream (a regex that matched into an escape such as ``\\n`` leaves
+    ``\\[scrubbed]``)."""
+    if _parses(new):  # the usual case, and one parse: the old bytes are parsed only when it fails
+        return False
+    if _parses(old):
+        return True
+    return _json_lines(new) < _json_lines(old)
+
+
+def _still_json(conn: sqlite3.Connection, sha: str, old: bytes, new: bytes) -> None:
+    """UsageError (the transaction is rolled back: nothing changed) when the replacement broke
+    the JSON of blob ``sha``, naming the exchange or snapshot that holds it."""
+    if _json_broken(old, new):
+        raise UsageError(
+            f"scrub changed nothing: the replacement would leave {_blob_place(conn, sha)} no longer valid "
+            "JSON (the regex matches part of an escape sequence or of the JSON around the text); "
+            "match the text as stored, or give the literal text instead of --regex"
+        )
+
+
+def _blob_place(conn: sqlite3.Connection, sha: str) -> str:
+    """Where blob ``sha`` is used, for a message: an exchange's body or a snapshot."""
+    for col in _BODY_COLUMNS:
+        if not _has_column(conn, "exchanges", col):
+            continue
+        row = conn.execute(f"SELECT id, run_id FROM exchanges WHERE {col} = ? LIMIT 1", (sha,)).fetchone()
+        if row is not None:
+            return f"the {col.replace('_', ' ')} of exchange {row[0]} (run {row[1]}, blob {sha[:12]})"
+    row = conn.execute("SELECT id, run_id FROM snapshots WHERE manifest = ? LIMIT 1", (sha,)).fetchone()
+    if row is not None:
+        return f"the manifest of snapshot {row[0]} (run {row[1]}, blob {sha[:12]})"
+    return f"blob {sha[:12]} (a file of a workspace snapshot, or a manifest)"
 
 
 def _codings(conn: sqlite3.Connection) -> dict[str, str]:
@@ -416,7 +540,7 @@ def _walk(
         if new_sha != sha:
             report.blobs_changed += 1
             mapping[sha] = new_sha
-            sizes[new_sha] = len(new)
+            sizes[sha], sizes[new_sha] = len(old), len(new)
             conn.execute("DELETE FROM blobs WHERE sha256 = ?", (sha,))
             if conn.execute("SELECT 1 FROM blobs WHERE sha256 = ?", (new_sha,)).fetchone() is None:
                 _store(conn, new_sha, new, parent if codec == "zstd-prefix" else None, collisions)
@@ -504,13 +628,37 @@ def _scrub_manifest(
 # --------------------------------------------------------------------------- rows
 
 
-def _rewrite_rows(conn: sqlite3.Connection, mapping: dict[str, str], report: ScrubReport) -> None:
-    """Step 2, digests: every row that names an old sha256 names the new one."""
+#: the size columns of an exchange and the body whose stored size each is, when it is
+_SIZE_COLUMNS = (
+    ("request_bytes", "request_body"),
+    ("bytes_received", "response_body"),
+    ("bytes_delivered", "response_body"),
+)
+
+
+def _rewrite_rows(
+    conn: sqlite3.Connection, mapping: dict[str, str], sizes: dict[str, int], report: ScrubReport
+) -> None:
+    """Step 2, digests: every row that names an old sha256 names the new one, and a size column
+    that gave the old body's size gives the new one's (one that differed, a body cut at a cap or
+    delivered otherwise than received, keeps its figure: the replacement is not what went over
+    the wire either way). ``chunk_timings`` keep the offsets of the chunks as they arrived."""
     if not mapping:
         return
-    conn.execute("CREATE TEMP TABLE scrub_map(old TEXT PRIMARY KEY, new TEXT NOT NULL)")
+    conn.execute(
+        "CREATE TEMP TABLE scrub_map(old TEXT PRIMARY KEY, new TEXT NOT NULL, old_size INTEGER, new_size INTEGER)"
+    )
     try:
-        conn.executemany("INSERT INTO scrub_map VALUES (?, ?)", mapping.items())
+        conn.executemany(
+            "INSERT INTO scrub_map VALUES (?, ?, ?, ?)",
+            [(old, new, sizes[old], sizes[new]) for old, new in mapping.items()],
+        )
+        for size_col, body_col in _SIZE_COLUMNS:
+            if _has_column(conn, "exchanges", size_col):
+                conn.execute(
+                    f"UPDATE exchanges SET {size_col} = (SELECT new_size FROM scrub_map WHERE old = {body_col})"
+                    f" WHERE {size_col} = (SELECT old_size FROM scrub_map WHERE old = {body_col})"
+                )
         refs = [("exchanges", c) for c in _BODY_COLUMNS if _has_column(conn, "exchanges", c)]
         refs.append(("snapshots", "manifest"))
         for table, col in refs:
@@ -534,14 +682,36 @@ def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
 
 
 def _scrub_cells(conn: sqlite3.Connection, pattern: Pattern, run: str | None, report: ScrubReport) -> None:
-    """Step 2, metadata: the text replaced in every cell but identifiers and digests."""
-    conn.create_function("pvisor_scrub", 1, pattern.sub_text, deterministic=True)
+    """Step 2, metadata: the text replaced in every cell but identifiers and digests. UsageError
+    (the caller rolls back) when a cell that was JSON (headers, labels, argv, an event's data)
+    would no longer parse."""
+    broken: list[str] = []
+    where_now = ""
+
+    def sub_cell(value):
+        new = pattern.sub_text(value)
+        if new is not value and isinstance(value, (str, bytes)):
+            old_b = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
+            new_b = new.encode("utf-8", "surrogatepass") if isinstance(new, str) else new
+            if _json_broken(old_b, new_b):
+                broken.append(where_now)
+                return value
+        return new
+
+    conn.create_function("pvisor_scrub", 1, sub_cell)
     conn.create_function("pvisor_scrub_found", 1, pattern.found_text, deterministic=True)
     for table, col, where_run in _text_cells(conn, run):
+        where_now = f"{table}.{col}"
         where = f"pvisor_scrub_found({col})" + (f" AND {where_run}" if run is not None else "")
         report.cells_changed += conn.execute(
             f"UPDATE {table} SET {col} = pvisor_scrub({col}) WHERE {where}", {"run": run}
         ).rowcount
+        if broken:
+            raise UsageError(
+                f"scrub changed nothing: the replacement would leave a cell of {broken[0]} no longer valid "
+                "JSON (the regex matches part of an escape sequence or of the JSON around the text); "
+                "match the text as stored, or give the literal text instead of --regex"
+            )
 
 
 def _text_cells(conn: sqlite3.Connection, run: str | None) -> list[tuple[str, str, str | None]]:
@@ -560,40 +730,104 @@ def _text_cells(conn: sqlite3.Connection, run: str | None) -> list[tuple[str, st
 # --------------------------------------------------------------------------- files
 
 
-def _scrub_tree(root: Path, pattern: Pattern) -> list[str]:
-    """Step 4: rewrite in place each regular file under ``root`` (no symlink followed) that holds
-    the text. Returns the paths changed."""
-    changed = []
-    for dirpath, _dirs, names in os.walk(root):
+def _scrub_tree(root: Path, pattern: Pattern, report: ScrubReport) -> None:
+    """Step 4: rewrite in place each regular file under ``root`` that holds the text, then
+    rename each file and directory whose name holds it (deepest first, so that a renamed
+    directory's own entries were handled under their old path). No symlink is followed; a file
+    with more than one hard link is left (rewriting it in place would change the file it shares
+    its blocks with, maybe outside the data directory), as is one that cannot be written: each
+    goes into ``report.not_rewritten`` with why, and the journal's part stays done."""
+    for dirpath, dirs, names in os.walk(root, topdown=False):
         for name in names:
             p = Path(dirpath, name)
-            if p.is_symlink() or not p.is_file():
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
                 continue
             try:
                 data = p.read_bytes()
-            except OSError:
+            except OSError as exc:
+                if pattern.found(os.fsencode(name)):
+                    continue  # its name is handled below
+                _left(report, p, f"cannot be read: {exc.strerror}")
                 continue
             if not pattern.found(data):
+                continue
+            if st.st_nlink > 1:
+                _left(
+                    report,
+                    p,
+                    f"not rewritten: it has {st.st_nlink} hard links, and another may be outside the data "
+                    "directory; remove the link and scrub again",
+                )
                 continue
             try:
                 data.decode("utf-8")
                 new, _ = pattern.sub(data)
             except UnicodeDecodeError:
                 new, _ = pattern.mask(data)
-            # in place: the same blocks are overwritten rather than a new file written beside
-            with open(p, "r+b") as f:
-                f.write(new)
-                f.truncate()
-                f.flush()
-                os.fsync(f.fileno())
-            changed.append(str(p))
-    return changed
+            try:
+                # in place: the same blocks are overwritten rather than a new file written beside
+                with open(p, "r+b") as f:
+                    f.write(new)
+                    f.truncate()
+                    f.flush()
+                    os.fsync(f.fileno())
+            except OSError as exc:
+                _left(report, p, f"not rewritten: {exc.strerror}")
+                continue
+            report.files_changed.append(str(p))
+        for name in [*names, *dirs]:
+            raw = os.fsencode(name)
+            if not pattern.found(raw):
+                continue
+            new_name = os.fsdecode(pattern.sub(raw)[0])
+            old_p, new_p = Path(dirpath, name), Path(dirpath, new_name)
+            if os.path.lexists(new_p):
+                _left(report, old_p, "not renamed: the new name exists beside it")
+                continue
+            try:
+                os.rename(old_p, new_p)
+            except OSError as exc:
+                _left(report, old_p, f"not renamed: {exc.strerror}")
+                continue
+            report.names_changed.append(f"{old_p} -> {new_p}")
 
 
-def _remaining(path: Path, run: str | None, dirs: list[Path], pattern: Pattern) -> list[str]:
+def _left(report: ScrubReport, path: Path, why: str) -> None:
+    report.not_rewritten.append({"path": str(path), "why": why})
+
+
+def _found_in_tree(root: Path, pattern: Pattern) -> list[tuple[str, str]]:
+    """(path, note) of the regular files under ``root`` whose bytes or name hold the text, and
+    of the directories whose name does (no symlink followed); the note is empty or says that
+    the file cannot be read."""
+    out = []
+    for dirpath, dirs, names in os.walk(root):
+        for name in dirs:
+            if pattern.found(os.fsencode(name)):
+                out.append((str(Path(dirpath, name)), ""))
+        for name in names:
+            p = Path(dirpath, name)
+            try:
+                if pattern.found(os.fsencode(name)) or (
+                    stat.S_ISREG(p.lstat().st_mode) and pattern.found(p.read_bytes())
+                ):
+                    out.append((str(p), ""))
+            except OSError as exc:
+                out.append((str(p), f" (cannot be read: {exc.strerror})"))
+    return out
+
+
+def _remaining(
+    path: Path, run: str | None, dirs: list[Path], pattern: Pattern, report: ScrubReport
+) -> list[str]:
     """Step 5: where the text is still found: a blob (restored, and decoded from its content
-    coding), a metadata cell, the journal file or its WAL as bytes (not for one run: other runs
-    may hold the text), a file of the run directories."""
+    coding), a metadata cell, an identifier (never rewritten), the journal file or its WAL as
+    bytes (not for one run: other runs may hold the text), a file or name of the run
+    directories (with why it was left, when it was)."""
     out = []
     with JournalReader(path) as reader:
         conn = reader.conn
@@ -612,21 +846,44 @@ def _remaining(path: Path, run: str | None, dirs: list[Path], pattern: Pattern) 
                 with contextlib.suppress(DecodeError):  # one that does not decode was searched raw
                     data = decode_body(data, codings[sha])
             if pattern.found(data):
-                out.append(f"blob {sha}")
+                out.append(_blob_place(conn, sha))
         for table, col, where_run in _text_cells(conn, run):
             where = f"pvisor_scrub_found({col})" + (f" AND {where_run}" if run is not None else "")
             n = conn.execute(f"SELECT count(*) FROM {table} WHERE {where}", {"run": run}).fetchone()[0]
             if n:
                 out.append(f"{table}.{col} ({n} rows)")
-    places = [] if run else [path, Path(f"{path}-wal")]
+        for table, col, where_run in _identifier_cells(conn, run):
+            where = f"pvisor_scrub_found({col})" + (f" AND {where_run}" if run is not None else "")
+            ids = [
+                r[0] for r in conn.execute(f"SELECT {col} FROM {table} WHERE {where} LIMIT 3", {"run": run})
+            ]
+            if ids:
+                out.append(
+                    f"{table}.{col} of {len(ids)}{'+' if len(ids) == 3 else ''} row(s): an identifier, never "
+                    "rewritten (pvisor journal rm removes its run)"
+                )
+    if run is None:
+        for p in (path, Path(f"{path}-wal")):
+            with contextlib.suppress(OSError):
+                if p.is_file() and pattern.found(p.read_bytes()):
+                    out.append(str(p))
+    why = {left["path"]: left["why"] for left in report.not_rewritten}
     for d in dirs:
-        places += [Path(dp, n) for dp, _, names in os.walk(d) for n in names]
-    for p in places:
-        try:
-            if p.is_file() and not p.is_symlink() and pattern.found(p.read_bytes()):
-                out.append(str(p))
-        except OSError:
+        for p, note in _found_in_tree(d, pattern):
+            out.append(f"{p} ({why[p]})" if p in why else f"{p}{note}")
+    return out
+
+
+def _identifier_cells(conn: sqlite3.Connection, run: str | None) -> list[tuple[str, str, str | None]]:
+    """(table, column, condition) of the identifier columns of the tables scrub searches."""
+    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    out = []
+    for table, where_run in _TEXT_TABLES.items():
+        if table not in present or (run is not None and where_run is None):
             continue
+        for r in conn.execute(f"PRAGMA table_info({table})"):
+            if r[1] in ("id", "run_id", "exchange_id", "parent_run"):
+                out.append((table, r[1], where_run))
     return out
 
 

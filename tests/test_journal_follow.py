@@ -26,6 +26,9 @@ LINE_TIMEOUT_S = 30  # generous on a loaded machine; a line normally comes withi
 def follow(journal: Path, run: str, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [*PVISOR, "--journal", str(journal), "journal", "show", run, "--follow", *args],
+        # unbuffered: a buffered reader's readline can take two lines off the pipe at once, and
+        # the selector of next_line then waits on an empty pipe for the line already read
+        bufsize=0,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=ENV,
@@ -116,3 +119,27 @@ def test_ctrl_c_ends_a_follow_of_a_gateway_capture_quietly(tmp_path: Path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_follow_ends_when_its_run_is_removed(tmp_path: Path):
+    """``journal rm`` of the followed run (its attempt never ended) ends the follow with a line
+    saying so, instead of waiting for an end that cannot come."""
+    path = tmp_path / "journal.sqlite"
+    with Journal.open(path) as j:
+        j.create_run(Run(id="r-gone", agent="codex"))
+        j.start_attempt(Attempt(run="r-gone", n=1))
+        exchange(j, "r-gone", "/v1/one")
+        j.flush()
+        proc = follow(path, "r-gone", "--json")
+        try:
+            assert json.loads(next_line(proc))["path"] == "/v1/one"
+            rm = subprocess.run(
+                [*PVISOR, "--journal", str(path), "journal", "rm", "r-gone", "--force"],
+                capture_output=True, text=True, env=ENV, timeout=60,
+            )  # fmt: skip
+            assert rm.returncode == 0, rm.stderr
+            assert proc.wait(timeout=LINE_TIMEOUT_S) == 0
+            assert proc.stderr.read() == b"pvisor: run r-gone was removed from the journal while followed\n"
+        finally:
+            proc.kill()
+            proc.wait()

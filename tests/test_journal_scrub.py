@@ -38,11 +38,13 @@ LEAK_AT = 5  # the tool output of request 5 shows the key; every later request r
 REQUESTS = 40  # past the keyframe at lane position 32
 
 
-def cli(journal: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+def cli(journal: Path, *args: str | bytes, stdin: str | None = None) -> subprocess.CompletedProcess:
+    """The real command; an argument given as bytes reaches it as those bytes (not UTF-8 maybe)."""
     return subprocess.run(
         [*PVISOR, "--journal", str(journal), *args],
         capture_output=True,
         text=True,
+        errors="surrogateescape",
         env=ENV,
         timeout=300,
         input=stdin,
@@ -131,6 +133,19 @@ def bodies(path: Path) -> dict[tuple[str, int], tuple[str, bytes, bytes | None]]
     return out
 
 
+def size_mismatches(path: Path) -> list[tuple[str, int]]:
+    """The exchanges whose request_bytes or bytes_received is not the size of the stored body
+    (the response as stored: in its content coding)."""
+    out = []
+    with JournalReader(path) as r:
+        for run in r.runs():
+            for e in r.exchanges(run.id):
+                resp = r.response_body(e, raw=True) or b""
+                if (e.request_bytes, e.bytes_received) != (len(r.request_body(e)), len(resp)):
+                    out.append((e.run, e.seq))
+    return out
+
+
 def content(path: Path) -> str:
     """A digest of every row of the journal (the file's bytes move when a WAL is checkpointed)."""
     c = sqlite3.connect(path)
@@ -149,6 +164,7 @@ def test_after_scrub_no_byte_of_the_key_is_left_and_every_body_reads_back(leaked
     data = leaked.parent
     before = bodies(leaked)
     frames_before = codecs(leaked)
+    assert size_mismatches(leaked) == []
     # the key is there as bytes to begin with (a label, the run directory, uncompressed bodies)
     assert str(leaked) in everywhere(data, SECRET) and len(everywhere(data, SECRET)) >= 3
     proc = cli(leaked, "journal", "scrub", SECRET, "--json")
@@ -156,6 +172,7 @@ def test_after_scrub_no_byte_of_the_key_is_left_and_every_body_reads_back(leaked
     rep = json.loads(proc.stdout)
     assert everywhere(data, SECRET) == []
     assert rep["remaining"] == [] and rep["problems"] == [] and rep["wal_truncated"]
+    assert SECRET not in proc.stdout + proc.stderr  # the report never repeats it
     assert not os.path.exists(f"{leaked}-wal") or os.path.getsize(f"{leaked}-wal") == 0
     # every later request of the lane held it: each is a new blob; the shared one counts once
     leaking = [k for k, (_, body, _) in before.items() if SECRET.encode() in body]
@@ -164,6 +181,8 @@ def test_after_scrub_no_byte_of_the_key_is_left_and_every_body_reads_back(leaked
     assert rep["blobs_reencoded"] >= 1  # the compacted request
     after = bodies(leaked)
     assert after.keys() == before.keys()
+    # the size columns give the stored bodies' sizes, before as after (HAR's bodySize, show's columns)
+    assert size_mismatches(leaked) == []
     for key, (sha, body, resp) in before.items():
         new_sha, new_body, new_resp = after[key]
         assert new_body == body.replace(SECRET.encode(), SCRUBBED.encode()), key
@@ -272,6 +291,12 @@ def test_scrub_bad_input_gets_one_line_and_changes_nothing(leaked: Path, tmp_pat
         (["journal", "scrub", SECRET, "--replacement", f"<{SECRET}>"], 2, "contains the text"),
         (["journal", "scrub", "--regex", "scr.bbed"], 2, "matches --regex"),
         (["journal", "scrub", SECRET, "--run", "r-nope"], 2, "no run 'r-nope'"),
+        # a replacement goes unescaped into JSON strings, paths and names: one they would read
+        # otherwise is refused (a quote ended the string; a slash made a directory of a file name)
+        *[
+            (["journal", "scrub", SECRET, "--replacement", bad], 2, "--replacement must be")
+            for bad in ['x"y', "x\\y", "x/y", "..", "", "a\nb", "für"]
+        ],
     ]:
         proc = cli(leaked, *args)
         assert proc.returncode == code and said in proc.stderr, (args, proc.stderr)
@@ -302,6 +327,94 @@ def test_a_regex_scrubs_every_key_of_a_shape(leaked: Path):
         [ex, *_] = [e for e in r.exchanges("r-other")]
         assert b"other-" + SCRUBBED.encode() in r.request_body(r.exchanges("r-other")[1])
         assert r.verify().ok and ex is not None
+
+
+def test_a_regex_that_would_break_json_changes_nothing_and_says_where(leaked: Path):
+    """The key's tool output ends in ``\\n"}``: a regex from the escape's ``n`` on would leave
+    ``\\[scrubbed]`` (no JSON escape) in 37 bodies; one matching only in the run's label JSON
+    would break that cell. Both are refused before the commit."""
+    digest = content(leaked)
+    for regex, where in [(r'n"\}', "request body of exchange"), (r're"\}', "runs.labels")]:
+        proc = cli(leaked, "journal", "scrub", "--regex", regex)
+        assert proc.returncode == 2, (regex, proc.stdout, proc.stderr)
+        assert "scrub changed nothing" in proc.stderr and "no longer valid JSON" in proc.stderr
+        assert where in proc.stderr and proc.stderr.count("\n") == 1 and regex not in proc.stderr
+        assert content(leaked) == digest
+    # --dry-run of the literal key: the counts, and nothing changed (journal nor files)
+    proc = cli(leaked, "journal", "scrub", SECRET, "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads(proc.stdout)
+    assert rep["dry_run"] and rep["matches"] > REQUESTS and rep["blobs_changed"] > REQUESTS - LEAK_AT
+    run_dir = leaked.parent / "runs" / "r-leak"
+    assert sorted(rep["files_changed"]) == [
+        str(run_dir / "agent-output.jsonl"),
+        str(run_dir / "home" / "state.db"),
+    ]
+    assert content(leaked) == digest and in_bytes(run_dir / "agent-output.jsonl", SECRET)
+
+
+def test_arguments_that_are_not_utf8_are_searched_as_their_bytes(leaked: Path):
+    run_dir = leaked.parent / "runs" / "r-leak"
+    latin1 = "clé-secrète-42".encode("latin-1")  # not UTF-8
+    (run_dir / "legacy.txt").write_bytes(b"old config: " + latin1 + b"\n")
+    proc = cli(leaked, "journal", "scrub", latin1)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"scrubbed text of {len(latin1)} bytes")
+    # the file is not UTF-8 either: masked, its length kept
+    assert (run_dir / "legacy.txt").read_bytes() == b"old config: " + b"*" * len(latin1) + b"\n"
+    (run_dir / "legacy.txt").write_bytes(b"again " + latin1)
+    regex = cli(leaked, "journal", "scrub", "--regex", b"cl\xe9-[a-z\xe8]+-42")
+    assert regex.returncode == 0, regex.stderr
+    assert (run_dir / "legacy.txt").read_bytes() == b"again " + b"*" * len(latin1)
+    bad = cli(leaked, "journal", "scrub", SECRET, "--replacement", b"\xff\xfe")
+    assert bad.returncode == 2 and "--replacement must be" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_names_hard_links_and_identifiers_that_hold_the_text(leaked: Path, tmp_path: Path):
+    """A file and a directory named after the key are renamed; a file hard-linked from outside
+    the data directory is left (rewriting it in place would change the outside one) and named,
+    as is a run whose id holds the key (ids are never rewritten): exit 3, the rest done."""
+    run_dir = leaked.parent / "runs" / "r-leak"
+    (run_dir / f"{SECRET}-cache").mkdir()
+    (run_dir / f"{SECRET}-cache" / f"notes-{SECRET}.txt").write_text("plain\n")
+    outside = tmp_path / "outside.env"
+    outside.write_text(f"KEY={SECRET}\n")
+    os.link(outside, run_dir / "linked.env")
+    with Journal.open(leaked) as j:
+        j.create_run(Run(id=f"r-{SECRET}", agent="codex"))
+    proc = cli(leaked, "journal", "scrub", SECRET, "--json")
+    assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    rep = json.loads(proc.stdout)
+    assert (run_dir / f"{SCRUBBED}-cache" / f"notes-{SCRUBBED}.txt").read_text() == "plain\n"
+    assert len(rep["names_changed"]) == 2 and not any(SECRET in p for p in os.listdir(run_dir))
+    assert outside.read_text() == f"KEY={SECRET}\n"  # untouched
+    assert [left["path"] for left in rep["not_rewritten"]] == [str(run_dir / "linked.env")]
+    assert "hard links" in rep["not_rewritten"][0]["why"]
+    assert any(place.startswith("runs.id of 1 row(s): an identifier") for place in rep["remaining"]), rep
+    assert rep["problems"] == []
+    text = cli(leaked, "journal", "scrub", SECRET)  # the lines a person reads
+    assert text.returncode == 3 and "Traceback" not in text.stderr
+    lines = text.stderr.splitlines()
+    assert all(line.startswith("pvisor: error: ") for line in lines), lines
+    assert any("linked.env (not rewritten: it has 2 hard links" in line for line in lines)
+    assert lines[-1].startswith("pvisor: error: the journal is scrubbed, but 1 file of the run directories")
+    with JournalReader(leaked) as r:  # the journal's part is done and verifies
+        assert r.verify().ok and SECRET not in r.run("r-leak").labels["note"]
+
+
+def test_an_open_reader_that_keeps_the_wal_gives_69_and_vacuum_finishes_later(leaked: Path):
+    reader = sqlite3.connect(leaked)
+    try:
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM blobs").fetchone()  # a read transaction holds the WAL
+        proc = cli(leaked, "journal", "scrub", SECRET)
+        assert proc.returncode == 69, (proc.stdout, proc.stderr)
+        assert "WAL could not be emptied" in proc.stderr and "pvisor journal vacuum" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    finally:
+        reader.close()
+    assert cli(leaked, "journal", "vacuum").returncode == 0
+    assert everywhere(leaked.parent, SECRET) == []
 
 
 @pytest.mark.slow

@@ -216,7 +216,10 @@ def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
                 sys.stdout.flush()
         except KeyboardInterrupt:
             return  # the way a follow is ended
-    if not as_json:
+        removed = not r.run_exists(run.id)
+    if removed:
+        click.echo(f"pvisor: run {run.id} was removed from the journal while followed", err=True)
+    elif not as_json:
         click.echo(f"run {run.id} is over")
 
 
@@ -660,6 +663,9 @@ def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
 @click.option(
     "--force", is_flag=True, help="Scrub even while a writer (gateway, pvisor run) holds the journal."
 )
+@click.option(
+    "--dry-run", is_flag=True, help="Count what would change (rolled back), touch no file, print the report."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 @progress_option
@@ -670,52 +676,78 @@ def scrub_cmd(
     run_id: str | None,
     replacement: str | None,
     force: bool,
+    dry_run: bool,
     as_json: bool,
 ) -> None:
     """Replace a leaked TEXT (or --regex RE) in every stored body, header and row, and in the run
-    directories, so that no byte of it is left: changed bodies get a new sha256 and every frame
-    stored against them is re-encoded; then secure_delete, a truncating WAL checkpoint and
-    VACUUM. TEXT '-' reads it from stdin (one line, or all of it), keeping it out of the shell
-    history. The journal is verified after, and searched again: exit 3 when the text is still
-    found or the journal does not verify. docs/journal.md "Scrubbing a leaked secret"."""
+    directories (files and names), so that no byte of it is left: changed bodies get a new
+    sha256 and every frame stored against them is re-encoded; then secure_delete, a truncating
+    WAL checkpoint and VACUUM. TEXT '-' reads it from stdin (one line, or all of it), keeping it
+    out of the shell history. The journal is verified after, and searched again: exit 3 when the
+    text is still found or the journal does not verify, 69 when another process kept the WAL
+    from being emptied. docs/journal.md "Scrubbing a leaked secret"."""
     from pvisor.journal.scrub import DEFAULT_REPLACEMENT, Pattern, scrub
 
     if text == "-":
         data = sys.stdin.buffer.read()
-        text = data.decode("utf-8", "surrogateescape")
-        if text.endswith("\n") and text.count("\n") == 1:
-            text = text[:-1].removesuffix("\r")
+        if data.endswith(b"\n") and data.count(b"\n") == 1:
+            data = data[:-1].removesuffix(b"\r")
+        text = data  # bytes: what the user piped, whatever its encoding
     pattern = Pattern(text, regex, DEFAULT_REPLACEMENT if replacement is None else replacement)
-    rep = scrub(Path(ctx.obj["journal"]), pattern, run_id=run_id, force=force)
+    rep = scrub(Path(ctx.obj["journal"]), pattern, run_id=run_id, force=force, dry_run=dry_run)
     if as_json:
         _emit_json(rep.to_json())
     else:
+        verb, done = ("would scrub", "would change") if dry_run else ("scrubbed", "changed")
         click.echo(
-            f"scrubbed {pattern.describe}{f' in run {rep.run}' if rep.run else ''}: {_n(rep.matches, 'match', 'matches')} "
-            f"in bodies, {_n(rep.blobs_changed, 'blob')} changed, {rep.blobs_reencoded} re-encoded against a "
-            f"changed base, {_n(rep.rows_rewritten, 'row')} renamed, {_n(rep.cells_changed, 'cell')} of metadata"
+            f"{verb} {pattern.describe}{f' in run {rep.run}' if rep.run else ''}: "
+            f"{_n(rep.matches, 'match', 'matches')} in bodies, {_n(rep.blobs_changed, 'blob')} {done}, "
+            f"{rep.blobs_reencoded} re-encoded against a changed base, {_n(rep.rows_rewritten, 'row')} "
+            f"renamed, {_n(rep.cells_changed, 'cell')} of metadata"
         )
+        what = "hold it" if dry_run else "rewritten"
+        renamed = "" if dry_run else f", {_n(len(rep.names_changed), 'name')} changed"
         click.echo(
-            f"run directories: {len(rep.run_dirs)} searched, {_n(len(rep.files_changed), 'file')} rewritten"
+            _safe(
+                f"run directories: {len(rep.run_dirs)} searched, {_n(len(rep.files_changed), 'file')} "
+                f"{what}{renamed}"
+            )
         )
-        verdict = "does not verify" if rep.problems else "verified"
-        click.echo(
-            f"journal {ctx.obj['journal']}: {rep.bytes_before} bytes -> {rep.bytes_after} bytes, {verdict}"
-        )
+        if not dry_run:
+            verdict = "does not verify" if rep.problems else "verified"
+            click.echo(
+                _safe(
+                    f"journal {ctx.obj['journal']}: {rep.bytes_before} bytes -> {rep.bytes_after} bytes, {verdict}"
+                )
+            )
+    if dry_run:
+        return
     for problem in rep.problems:
-        click.echo(f"pvisor: journal does not verify after scrub: {problem}", err=True)
+        click.echo(_safe(f"pvisor: error: the journal does not verify after scrub: {problem}"), err=True)
+    wal = {str(Path(ctx.obj["journal"])), f"{Path(ctx.obj['journal'])}-wal"}
     for place in rep.remaining:
-        click.echo(f"pvisor: the text is still found in {place}", err=True)
+        if not rep.wal_truncated and place in wal:
+            continue  # the WAL line below says why
+        click.echo(_safe(f"pvisor: error: scrub left the text in {place}"), err=True)
     if not rep.wal_truncated:
         click.echo(
-            "pvisor: another process reads the journal, so its WAL could not be emptied and may hold the old "
-            "text: run pvisor journal vacuum when it has closed",
+            "pvisor: error: the text is replaced in the journal's rows, but another process reads the journal, "
+            "so its WAL could not be emptied and the old bytes may remain in it: run pvisor journal vacuum "
+            "when it has closed",
             err=True,
         )
-    if rep.problems or rep.remaining:
+    if rep.not_rewritten and not rep.problems:
+        click.echo(
+            f"pvisor: error: the journal is scrubbed, but {_n(len(rep.not_rewritten), 'file')} of the run "
+            "directories were left as listed: fix what is said and run the same scrub again (it is safe to repeat)",
+            err=True,
+        )
+    if rep.problems:
         ctx.exit(EXIT_INTEGRITY)
     if not rep.wal_truncated:
         ctx.exit(EXIT_UNAVAILABLE)
+    if rep.remaining:
+        ctx.exit(EXIT_INTEGRITY)
 
 
 _add_sql()
