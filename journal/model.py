@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import enum
 import functools
-import hmac
 import re
 import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Sequence, Union
 from urllib.parse import quote, unquote
+from .record import Record
+from .lazyre import LazyPattern
 
 # --------------------------------------------------------------------------- literals
 
@@ -72,8 +73,8 @@ MessageRole = Literal["system", "developer", "user", "assistant", "tool"]
 # --------------------------------------------------------------------------- runs and exchanges
 
 
-@dataclass(slots=True)
-class Run:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Run(Record):
     """One agent execution: captured, imported, or derived by replay.
 
     Fields:
@@ -98,9 +99,31 @@ class Run:
     mode: str = "capture"
     labels: dict[str, str] = field(default_factory=dict)
 
+    def __init__(
+        self,
+        id: str,
+        agent: str | None = None,
+        agent_version: str | None = None,
+        argv: list[str] | None = None,
+        created_ms: int = 0,
+        parent_run: str | None = None,
+        boundary_step: int | None = None,
+        mode: str = "capture",
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.id = id
+        self.agent = agent
+        self.agent_version = agent_version
+        self.argv = [] if argv is None else argv
+        self.created_ms = created_ms
+        self.parent_run = parent_run
+        self.boundary_step = boundary_step
+        self.mode = mode
+        self.labels = {} if labels is None else labels
 
-@dataclass(slots=True)
-class Attempt:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Attempt(Record):
     """One try of a run (attempt 1 is the first; a native resume is attempt 2, ...).
 
     Fields: run id; ``n`` (1-based); ``started_ms``/``ended_ms`` Unix epoch ms (ended None while
@@ -114,9 +137,25 @@ class Attempt:
     exit_code: int | None = None
     labels: dict[str, str] = field(default_factory=dict)
 
+    def __init__(
+        self,
+        run: str,
+        n: int = 1,
+        started_ms: int = 0,
+        ended_ms: int | None = None,
+        exit_code: int | None = None,
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        self.run = run
+        self.n = n
+        self.started_ms = started_ms
+        self.ended_ms = ended_ms
+        self.exit_code = exit_code
+        self.labels = {} if labels is None else labels
 
-@dataclass(slots=True)
-class Exchange:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Exchange(Record):
     """One recorded HTTP request/response between an agent and a model API.
 
     Fields:
@@ -192,6 +231,76 @@ class Exchange:
     forwarded_body: str | None = None
     capture: str = "reverse"
 
+    def __init__(
+        self,
+        id: str,
+        run: str,
+        attempt: int = 1,
+        seq: int = 0,
+        protocol: str | None = None,
+        method: str = "POST",
+        path: str = "/",
+        query: str = "",
+        request_headers: dict[str, str] | None = None,
+        secret_fingerprints: dict[str, str] | None = None,
+        request_encoding: str | None = None,
+        request_body: str | None = None,
+        request_bytes: int = 0,
+        status: int | None = None,
+        response_headers: dict[str, str] | None = None,
+        response_body: str | None = None,
+        response_final: str | None = None,
+        streamed: bool = False,
+        chunk_timings: bytes = b"",
+        outcome: str = "ok",
+        error: str | None = None,
+        started_ms: float = 0.0,
+        headers_us: int | None = None,
+        first_byte_us: int | None = None,
+        ended_us: int | None = None,
+        bytes_received: int = 0,
+        bytes_delivered: int = 0,
+        chain: int | None = None,
+        role: str | None = None,
+        served_by: str | None = None,
+        flags: tuple[str, ...] = (),
+        forwarded_body: str | None = None,
+        capture: str = "reverse",
+    ) -> None:
+        self.id = id
+        self.run = run
+        self.attempt = attempt
+        self.seq = seq
+        self.protocol = protocol
+        self.method = method
+        self.path = path
+        self.query = query
+        self.request_headers = {} if request_headers is None else request_headers
+        self.secret_fingerprints = {} if secret_fingerprints is None else secret_fingerprints
+        self.request_encoding = request_encoding
+        self.request_body = request_body
+        self.request_bytes = request_bytes
+        self.status = status
+        self.response_headers = {} if response_headers is None else response_headers
+        self.response_body = response_body
+        self.response_final = response_final
+        self.streamed = streamed
+        self.chunk_timings = chunk_timings
+        self.outcome = outcome
+        self.error = error
+        self.started_ms = started_ms
+        self.headers_us = headers_us
+        self.first_byte_us = first_byte_us
+        self.ended_us = ended_us
+        self.bytes_received = bytes_received
+        self.bytes_delivered = bytes_delivered
+        self.chain = chain
+        self.role = role
+        self.served_by = served_by
+        self.flags = flags
+        self.forwarded_body = forwarded_body
+        self.capture = capture
+
 
 def pack_timings(timings: Iterable[Sequence[int]] | bytes) -> bytes:
     """Pack (microseconds since exchange start, chunk length in bytes) pairs, or a flat list
@@ -218,16 +327,20 @@ def unpack_timings(packed: bytes | None) -> list[tuple[int, int]]:
 # --------------------------------------------------------------------------- conversations
 
 
-@dataclass(slots=True)
-class TextPart:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class TextPart(Record):
     """Plain text in a message. ``raw`` is the provider block (e.g. with ``cache_control``)."""
 
     text: str
     raw: Any = None
 
+    def __init__(self, text: str, raw: Any = None) -> None:
+        self.text = text
+        self.raw = raw
 
-@dataclass(slots=True)
-class Reasoning:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Reasoning(Record):
     """Model reasoning: visible ``text`` (thinking, summary), an opaque ``signature``
     (Anthropic ``signature``, Gemini ``thoughtSignature``) and ``encrypted`` content
     (Responses ``encrypted_content``, Anthropic ``redacted_thinking.data``). Echoed verbatim on replay."""
@@ -237,9 +350,21 @@ class Reasoning:
     encrypted: str | None = None
     raw: Any = None
 
+    def __init__(
+        self,
+        text: str = "",
+        signature: str | None = None,
+        encrypted: str | None = None,
+        raw: Any = None,
+    ) -> None:
+        self.text = text
+        self.signature = signature
+        self.encrypted = encrypted
+        self.raw = raw
 
-@dataclass(slots=True)
-class ToolCall:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class ToolCall(Record):
     """A tool call made by the model.
 
     Fields:
@@ -261,9 +386,25 @@ class ToolCall:
     kind: str = "function"
     raw: Any = None
 
+    def __init__(
+        self,
+        id: str | None,
+        name: str,
+        arguments_raw: str,
+        arguments: Any = None,
+        kind: str = "function",
+        raw: Any = None,
+    ) -> None:
+        self.id = id
+        self.name = name
+        self.arguments_raw = arguments_raw
+        self.arguments = arguments
+        self.kind = kind
+        self.raw = raw
 
-@dataclass(slots=True)
-class ToolResult:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class ToolResult(Record):
     """The result of a tool call, as the agent sent it back.
 
     Fields:
@@ -280,29 +421,52 @@ class ToolResult:
     name: str | None = None
     raw: Any = None
 
+    def __init__(
+        self,
+        call_id: str | None,
+        content: Any,
+        is_error: bool | None = None,
+        name: str | None = None,
+        raw: Any = None,
+    ) -> None:
+        self.call_id = call_id
+        self.content = content
+        self.is_error = is_error
+        self.name = name
+        self.raw = raw
 
-@dataclass(slots=True)
-class OtherPart:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class OtherPart(Record):
     """A part the canonical model does not interpret (images, documents, unknown types); kept as ``raw``."""
 
     kind: str
     raw: Any = None
 
+    def __init__(self, kind: str, raw: Any = None) -> None:
+        self.kind = kind
+        self.raw = raw
+
 
 Part = Union[TextPart, Reasoning, ToolCall, ToolResult, OtherPart]
 
 
-@dataclass(slots=True)
-class Message:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Message(Record):
     """One conversation message: ``role`` and its ``parts`` in order; ``raw`` the provider object."""
 
     role: str
     parts: list[Part] = field(default_factory=list)
     raw: Any = None
 
+    def __init__(self, role: str, parts: list[Part] | None = None, raw: Any = None) -> None:
+        self.role = role
+        self.parts = [] if parts is None else parts
+        self.raw = raw
 
-@dataclass(slots=True)
-class ToolSpec:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class ToolSpec(Record):
     """A tool definition as sent: ``name``, ``description``, JSON-Schema ``parameters``, ``raw``."""
 
     name: str
@@ -310,9 +474,21 @@ class ToolSpec:
     parameters: Any = None
     raw: Any = None
 
+    def __init__(
+        self,
+        name: str,
+        description: str | None = None,
+        parameters: Any = None,
+        raw: Any = None,
+    ) -> None:
+        self.name = name
+        self.description = description
+        self.parameters = parameters
+        self.raw = raw
 
-@dataclass(slots=True)
-class Conversation:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Conversation(Record):
     """A model request read protocol-neutrally.
 
     Fields:
@@ -336,12 +512,32 @@ class Conversation:
     stream: bool = False
     params: dict[str, Any] = field(default_factory=dict)
 
+    def __init__(
+        self,
+        protocol: str,
+        model: str | None = None,
+        system: str | None = None,
+        system_raw: Any = None,
+        tools: list[ToolSpec] | None = None,
+        messages: list[Message] | None = None,
+        stream: bool = False,
+        params: dict[str, Any] | None = None,
+    ) -> None:
+        self.protocol = protocol
+        self.model = model
+        self.system = system
+        self.system_raw = system_raw
+        self.tools = [] if tools is None else tools
+        self.messages = [] if messages is None else messages
+        self.stream = stream
+        self.params = {} if params is None else params
+
 
 # --------------------------------------------------------------------------- trajectories
 
 
-@dataclass(slots=True)
-class Action:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Action(Record):
     """A_i: one model reply of the main loop.
 
     Fields: ``text`` (visible text, blocks joined); ``reasoning``; ``tool_calls`` in order (one
@@ -357,9 +553,27 @@ class Action:
     model: str | None = None
     raw: Any = None
 
+    def __init__(
+        self,
+        text: str = "",
+        reasoning: list[Reasoning] | None = None,
+        tool_calls: list[ToolCall] | None = None,
+        usage: dict[str, Any] | None = None,
+        stop_reason: str | None = None,
+        model: str | None = None,
+        raw: Any = None,
+    ) -> None:
+        self.text = text
+        self.reasoning = [] if reasoning is None else reasoning
+        self.tool_calls = [] if tool_calls is None else tool_calls
+        self.usage = usage
+        self.stop_reason = stop_reason
+        self.model = model
+        self.raw = raw
 
-@dataclass(slots=True)
-class Observation:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Observation(Record):
     """O_i: what the next main-loop request appends after A_i.
 
     ``results`` are tool results in call order; ``messages`` holds any other appended input
@@ -369,9 +583,17 @@ class Observation:
     results: list[ToolResult] = field(default_factory=list)
     messages: list[Message] = field(default_factory=list)
 
+    def __init__(
+        self,
+        results: list[ToolResult] | None = None,
+        messages: list[Message] | None = None,
+    ) -> None:
+        self.results = [] if results is None else results
+        self.messages = [] if messages is None else messages
 
-@dataclass(slots=True)
-class Step:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Step(Record):
     """Step ``n`` (1-based) = action A_n with observation O_n; ``flags`` such as ``action_dropped_by_agent``."""
 
     n: int
@@ -379,18 +601,35 @@ class Step:
     observation: Observation = field(default_factory=Observation)
     flags: list[str] = field(default_factory=list)
 
+    def __init__(
+        self,
+        n: int,
+        action: Action,
+        observation: Observation | None = None,
+        flags: list[str] | None = None,
+    ) -> None:
+        self.n = n
+        self.action = action
+        self.observation = Observation() if observation is None else observation
+        self.flags = [] if flags is None else flags
 
-@dataclass(slots=True)
-class LeftOut:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class LeftOut(Record):
     """A record not taken into the trajectory: ``where`` (line number or id), ``kind``, ``reason``."""
 
     where: str
     kind: str
     reason: str
 
+    def __init__(self, where: str, kind: str, reason: str) -> None:
+        self.where = where
+        self.kind = kind
+        self.reason = reason
 
-@dataclass(slots=True)
-class Compaction:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Compaction(Record):
     """The agent replaced its history by a summary (compaction, compression) after step
     ``after_step``: from request ``after_step + 1`` on it sends ``history`` in place of the task,
     its context and steps 1..after_step (results of step ``after_step`` included), then the
@@ -421,14 +660,36 @@ class Compaction:
     kept_messages_from: int | None = None
     rebuilt: bool = True
 
+    def __init__(
+        self,
+        after_step: int,
+        history: list[Message],
+        kind: str,
+        where: str,
+        summary: str | None = None,
+        messages_from: int = 0,
+        steps_from: int | None = None,
+        kept_messages_from: int | None = None,
+        rebuilt: bool = True,
+    ) -> None:
+        self.after_step = after_step
+        self.history = history
+        self.kind = kind
+        self.where = where
+        self.summary = summary
+        self.messages_from = messages_from
+        self.steps_from = steps_from
+        self.kept_messages_from = kept_messages_from
+        self.rebuilt = rebuilt
+
     @property
     def first_kept(self) -> int:
         """The first step sent after the history in full."""
         return self.steps_from if self.steps_from is not None else self.after_step + 1
 
 
-@dataclass(slots=True)
-class Trajectory:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Trajectory(Record):
     """A run read as steps.
 
     Fields: ``task`` (the first user input); ``steps``; ``system`` prompt text and ``tools`` as
@@ -444,6 +705,26 @@ class Trajectory:
     left_out: list[LeftOut] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     compactions: list[Compaction] = field(default_factory=list)
+
+    def __init__(
+        self,
+        task: str | None = None,
+        steps: list[Step] | None = None,
+        system: str | None = None,
+        tools: list[ToolSpec] | None = None,
+        model: str | None = None,
+        left_out: list[LeftOut] | None = None,
+        meta: dict[str, Any] | None = None,
+        compactions: list[Compaction] | None = None,
+    ) -> None:
+        self.task = task
+        self.steps = [] if steps is None else steps
+        self.system = system
+        self.tools = tools
+        self.model = model
+        self.left_out = [] if left_out is None else left_out
+        self.meta = {} if meta is None else meta
+        self.compactions = [] if compactions is None else compactions
 
     def compaction_at(self, after_step: int) -> Compaction | None:
         """The compaction in effect at the request after step ``after_step``: the last one
@@ -547,7 +828,7 @@ def is_secret_query_param(name: str) -> bool:
 #: Hugging Face ``hf_``, AWS access key ids ``AKIA``/``ASIA``, Slack ``xox?-``. Masked wherever
 #: they appear: in any header value and query parameter, whatever its name, in texts that reach
 #: a report or a log, even when pvisor never saw the key under a name that says what it is.
-_KEY_SHAPES = re.compile(
+_KEY_SHAPES = LazyPattern(
     r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|ya29\.[0-9A-Za-z_\-]{20,}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_\-]{20,}|hf_[A-Za-z0-9]{30,}"
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9\-]{10,})"
@@ -612,7 +893,7 @@ def credential(value: str) -> str:
 
 #: query parameters are separated by ``&``, and by ``;`` (HTML 4's other separator, which some
 #: servers still split on): a key after either is a parameter of its own
-_QUERY_SEPARATOR = re.compile(r"[&;]")
+_QUERY_SEPARATOR = LazyPattern(r"[&;]")
 
 
 def _query_pair(segment: str) -> tuple[str, str | None]:
@@ -645,6 +926,8 @@ def fingerprint(value: str | bytes, key: bytes) -> str:
     """First 8 hex digits of HMAC-SHA256(key, value): tells two keys apart without revealing either."""
     if isinstance(value, str):
         return _fingerprint_str(value, key)
+    import hmac  # here: it loads OpenSSL, which the commands that never fingerprint do not need
+
     return hmac.digest(key, value, "sha256")[:4].hex()  # one-shot C HMAC: ~1 µs
 
 
@@ -652,6 +935,8 @@ def fingerprint(value: str | bytes, key: bytes) -> str:
 def _fingerprint_str(value: str, key: bytes) -> str:
     # an agent sends the same key with every request: its fingerprint is computed once (the
     # cache holds what the request headers held anyway, in this process's memory only)
+    import hmac
+
     return hmac.digest(key, value.encode("utf-8", "surrogateescape"), "sha256")[:4].hex()
 
 
@@ -662,8 +947,8 @@ def _header_allowed(name: str, allow: frozenset[str]) -> bool:
     return any(p.endswith("-") and name.startswith(p) for p in allow)
 
 
-@dataclass(slots=True)
-class RedactedMeta:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class RedactedMeta(Record):
     """Result of :func:`redact_exchange_meta`.
 
     Fields: ``query`` (raw query string with secret values replaced by ``REDACTED``), ``headers``
@@ -675,6 +960,18 @@ class RedactedMeta:
     headers: dict[str, str]
     secrets: dict[str, str]
     dropped: list[str]
+
+    def __init__(
+        self,
+        query: str,
+        headers: dict[str, str],
+        secrets: dict[str, str],
+        dropped: list[str],
+    ) -> None:
+        self.query = query
+        self.headers = headers
+        self.secrets = secrets
+        self.dropped = dropped
 
 
 def redact_exchange_meta(

@@ -10,7 +10,6 @@ this pvisor does not know (written by a newer pvisor) is refused, as the writer 
 
 from __future__ import annotations
 
-import base64
 import os
 import sqlite3
 import time
@@ -22,7 +21,7 @@ from urllib.parse import quote
 
 import orjson
 
-from . import blobs, progress
+from . import progress
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import Attempt, Exchange, Run, unpack_timings
 from .paths import absolute
@@ -689,6 +688,8 @@ class BlobRestorer:
         if hit is not None:
             self._cache.move_to_end(sha)
             return hit
+        from . import blobs  # here: zstd and hashlib load only when a body is read
+
         # walk down to a keyframe (or a cached body), then decode upwards; rows as plain tuples
         # (sha256, size, codec, base, data, type of data): the connection may be a SQL tool's
         chain: list[tuple] = []
@@ -752,6 +753,8 @@ def body_json_field(data: bytes | None) -> dict[str, str] | None:
     try:
         return {"body": data.decode("utf-8")}
     except UnicodeDecodeError:
+        import base64
+
         return {"body_b64": base64.b64encode(data).decode()}
 
 

@@ -6,6 +6,8 @@ Modules:
 - :mod:`.prepare`: ``--prepare-only``: :func:`~.prepare.prepare_only` writes prefix.json,
   prefix.request.json and result.json (schema ``sandbox-playback.result/v3``,
   docs/result-protocol.md); executes nothing, starts nothing, opens no socket.
+- :mod:`.batch`: many prepare-only in one process (``--batch``), :func:`~.batch.prepare_many`;
+  :mod:`.ray_data`: the same on a Ray Dataset (the extra ``pvisor-sandbox[ray]``).
 - :mod:`.prefix`: the prefix from a journal run (recorded bytes of request N+1) or from a native
   trajectory (rendered by the protocol module, with parts from a ``--profile-from`` capture).
 - :mod:`.workspace`: the workspace digest.
@@ -21,6 +23,15 @@ Nothing is imported here, so that ``import pvisor.replay`` costs nothing.
 from typing import Any
 
 _API = ("continue_run", "continue_many", "Result")
+#: the names of this package's own API, by the module that defines them (loaded on first use)
+_OWN = {
+    "prepare_only": "prepare",
+    "PrepareOptions": "prepare",
+    "prepare_many": "batch",
+    "BatchOutcome": "batch",
+    "SourceReads": "batch",
+    "prepare_dataset": "ray_data",
+}
 
 
 def __getattr__(name: str) -> Any:
@@ -28,8 +39,12 @@ def __getattr__(name: str) -> Any:
         from pvisor import replay_api  # the public API's facade: the one upward import, by name
 
         return getattr(replay_api, name)
+    if name in _OWN:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_OWN[name]}"), name)
     raise AttributeError(f"module 'pvisor.replay' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_API])
+    return sorted([*globals(), *_API, *_OWN])

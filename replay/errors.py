@@ -19,6 +19,7 @@ ERROR_CODES: dict[str, str] = {
     "agent_mismatch": "the run was recorded with another agent than --agent (exit 2)",
     "protocol_not_spoken": "--protocol names a protocol the agent does not speak (exit 2)",
     "output_refused": "--output is inside the workspace, not a directory, or not empty without --force (exit 2)",
+    "bad_manifest_line": "a line of --batch MANIFEST is not a JSON object of known keys with values of the right types (the other lines are prepared; the batch exits 1)",
     "no_steps": "the source holds no main-loop step (exit 65)",
     "after_step_out_of_range": "--after-step is greater than the number of steps (exit 65)",
     "observation_not_recorded": "N equals the steps and A_N made tool calls whose results the source does not hold (exit 65)",

@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import orjson
 
@@ -50,6 +50,7 @@ from pvisor.journal.model import (
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from pvisor.adapters.jsonio import dumps
+from pvisor.journal.record import Record
 
 # --------------------------------------------------------------------------- agents and protocols
 
@@ -103,8 +104,8 @@ def choose_protocol(agent: str, wanted: str | None, model: str | None, provider:
 # --------------------------------------------------------------------------- results
 
 
-@dataclass(slots=True)
-class Prefix:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Prefix(Record):
     """A prepared prefix.
 
     Fields:
@@ -129,9 +130,29 @@ class Prefix:
     notes: list[tuple[str, str]] = field(default_factory=list)
     compaction: dict[str, Any] | None = None
 
+    def __init__(
+        self,
+        protocol: str,
+        body: bytes,
+        request: dict[str, Any],
+        rendered: bool,
+        origin: dict[str, str],
+        exchange: str | None = None,
+        notes: list[tuple[str, str]] | None = None,
+        compaction: dict[str, Any] | None = None,
+    ) -> None:
+        self.protocol = protocol
+        self.body = body
+        self.request = request
+        self.rendered = rendered
+        self.origin = origin
+        self.exchange = exchange
+        self.notes = [] if notes is None else notes
+        self.compaction = compaction
 
-@dataclass(slots=True)
-class Source:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Source(Record):
     """What was read: ``kind`` (``journal`` | ``native``), ``path``, ``run`` (journal run id or
     None), ``agent_version`` (str or None), ``profile`` (format profile or launch profile name),
     ``steps`` (Sequence[Step], possibly lazy), ``session`` (native session id or None),
@@ -145,6 +166,26 @@ class Source:
     steps: Sequence[Step]
     session: str | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)
+
+    def __init__(
+        self,
+        kind: str,
+        path: Path,
+        run: str | None,
+        agent_version: str | None,
+        profile: str | None,
+        steps: Sequence[Step],
+        session: str | None = None,
+        notes: list[tuple[str, str]] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.path = path
+        self.run = run
+        self.agent_version = agent_version
+        self.profile = profile
+        self.steps = steps
+        self.session = session
+        self.notes = [] if notes is None else notes
 
 
 #: step flags of steps 1..N that the result warns about (docs/steps.md)
@@ -411,8 +452,8 @@ def _journal_compaction(reader: Any, classification: Any, after_step: int) -> di
 # --------------------------------------------------------------------------- profiles
 
 
-@dataclass(slots=True)
-class Profile:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Profile(Record):
     """What a capture of the same agent gives a native render: the first main-loop request's
     ``conversation`` (system prompt, tools, params, model, stream, first user message), its
     ``request`` meta, ``run`` id, ``agent_version`` and ``journal`` path."""
@@ -424,6 +465,24 @@ class Profile:
     request: dict[str, Any]
     exchange: str
     key_order: list[str] = field(default_factory=list)
+
+    def __init__(
+        self,
+        journal: Path,
+        run: str,
+        agent_version: str | None,
+        conversation: Conversation,
+        request: dict[str, Any],
+        exchange: str,
+        key_order: list[str] | None = None,
+    ) -> None:
+        self.journal = journal
+        self.run = run
+        self.agent_version = agent_version
+        self.conversation = conversation
+        self.request = request
+        self.exchange = exchange
+        self.key_order = [] if key_order is None else key_order
 
 
 def parse_profile_spec(spec: str) -> tuple[Path, str | None]:
@@ -891,6 +950,35 @@ def native_request(
     return request_meta(method, path, query, {"content-type": "application/json"}), "default"
 
 
+class BuiltSteps(Sequence[Step]):
+    """The steps of one native source as one prefix uses them: each built once, when first
+    read (an adapter's ``LazySteps`` builds a step from the file at every read, and the
+    boundary checks, the render and the result each read steps 1..N). Holds the steps it
+    built, which the prefix holds anyway; a new one for each prefix, so a batch that prepares
+    many boundaries of one file keeps no steps between them."""
+
+    def __init__(self, steps: Sequence[Step]) -> None:
+        self._steps = steps
+        self._built: dict[int, Step] = {}
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self._steps)))]
+        if i < 0:
+            i += len(self._steps)
+        step = self._built.get(i)
+        if step is None:
+            step = self._built[i] = self._steps[i]
+        return step
+
+    def __iter__(self) -> Iterator[Step]:
+        for i in range(len(self._steps)):
+            yield self[i]
+
+
 def native_prefix(
     path: Path,
     agent: str,
@@ -899,22 +987,24 @@ def native_prefix(
     profile_spec: str | None,
     session: str | None = None,
     allow_damaged: bool = False,
+    read: Any = None,
 ) -> tuple[Source, Prefix]:
     """The prefix for ``--trajectory``: the native file read with the ``agent`` adapter and
-    rendered (module docstring). Raises UsageError (unknown adapter, missing file, bad
+    rendered (module docstring). ``read``: what reads the file, ``read_native``'s signature
+    (a batch passes one that reads each file once). Raises UsageError (unknown adapter, missing file, bad
     ``--protocol``), ReplayBadInput (unreadable file ``bad_source``, ``no_steps``,
     ``after_step_out_of_range``, ``observation_not_recorded``, profile errors)."""
     from pvisor.adapters.native import read_native
     from pvisor.journal.errors import BadInputError
 
     try:
-        result, _notes = read_native(path, agent, session)
+        result, _notes = (read or read_native)(path, agent, session)
     except ReplayBadInput:
         raise
     except BadInputError as exc:
         raise ReplayBadInput("bad_source", exc.message) from None
     traj = result.trajectory
-    steps = traj.steps
+    steps = traj.steps if isinstance(traj.steps, list) else BuiltSteps(traj.steps)
     version = native_version(traj.meta)
     source = Source(
         kind="native",
@@ -1000,7 +1090,7 @@ def _native_prefix(
     version: str | None,
     source: Source,
 ) -> tuple[Source, Prefix]:
-    steps = traj.steps
+    steps = source.steps  # the steps native_prefix built once for this prefix
     check_boundary(after_step, len(steps), show_path(path))
     # the flags of steps 1..N, as for a journal source (those the reader already warned about
     # under the same code are not said twice)
@@ -1103,13 +1193,9 @@ def compaction_record(c: Compaction | None) -> dict[str, Any] | None:
     summary_sha256}`` of the compaction the prefix starts from, or None."""
     if c is None:
         return None
-    import hashlib
+    from pvisor.journal.digest import sha256_hex
 
-    summary = (
-        hashlib.sha256(c.summary.encode("utf-8", "surrogatepass")).hexdigest()
-        if c.summary is not None
-        else None
-    )
+    summary = sha256_hex(c.summary.encode("utf-8", "surrogatepass")) if c.summary is not None else None
     return {
         "after_step": c.after_step,
         "kind": c.kind,

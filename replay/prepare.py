@@ -20,14 +20,14 @@ never imports asyncio, aiohttp, sqlite_utils or jsonschema (tests/test_replay_si
 
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import orjson
 
+from pvisor.journal.digest import sha256, sha256_hex as _sha256_hex
 from pvisor.journal.errors import PvisorError, UsageError
 from pvisor.journal.model import Step, ToolCall, ToolResult
 
@@ -43,6 +43,9 @@ from .errors import (
 from pvisor.adapters.jsonio import dumps
 from .prefix import Prefix, Source, descriptor, is_made_up
 from .workspace import WorkspaceDigest, digest_workspace
+
+if TYPE_CHECKING:
+    from .batch import SourceReads
 
 #: the result document's schema name
 RESULT_SCHEMA = "sandbox-playback.result/v3"
@@ -153,7 +156,7 @@ class PrepareOutcome:
 
 def sha256_hex(data: bytes) -> str:
     """SHA-256 of ``data`` as 64 lower-case hex digits."""
-    return hashlib.sha256(data).hexdigest()
+    return _sha256_hex(data)
 
 
 def content_sha256(content: Any) -> str:
@@ -170,8 +173,8 @@ def file_sha256(path: Path) -> str:
     try:
         if path.is_dir():
             return digest_workspace(path).sha256
-        h = hashlib.sha256()
         with open(path, "rb") as fh:
+            h = sha256(os.fstat(fh.fileno()).st_size)
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
         return h.hexdigest()
@@ -537,7 +540,6 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
     out = check_output(opts.output, opts.workspace, opts.force)
     check_inputs_not_outputs(opts, out)
     result = _base_result(opts)
-    timings = result["timings_ms"]
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -545,76 +547,109 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
             f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}"
         ) from None
     try:
-        ws_before = None
-        if opts.workspace is not None:
-            t = time.perf_counter()
-            ws_before = workspace_digest(opts.workspace)
-            timings["workspace_before"] = _ms(t, time.perf_counter())
-        t = time.perf_counter()
-        source_path = opts.trajectory if opts.trajectory is not None else opts.journal
-        assert source_path is not None
-        result["source"]["sha256"] = file_sha256(source_path)
-        timings["source_digest"] = _ms(t, time.perf_counter())
-        t = time.perf_counter()
-        prefix, source = _build(opts)
-        timings["prefix"] = _ms(t, time.perf_counter())
-        _fill(result, opts, prefix, source, out)
-        if opts.workspace is not None:
-            t = time.perf_counter()
-            ws_after = workspace_digest(opts.workspace)
-            timings["workspace_after"] = _ms(t, time.perf_counter())
-            assert ws_before is not None
-            result["workspace"] = {
-                "path": show_path(opts.workspace.resolve()),
-                "sha256_before": ws_before.sha256,
-                "sha256_after": ws_after.sha256,
-                "unchanged": ws_before.sha256 == ws_after.sha256,
-                "entries": ws_after.entries,
-            }
-            if not result["workspace"]["unchanged"]:
-                raise ReplayWorkspaceChanged(
-                    f"the workspace digest changed while preparing ({ws_before.sha256[:12]} -> {ws_after.sha256[:12]}); "
-                    "prepare-only only reads it, so another process wrote it meanwhile: prepare again when it is idle"
-                )
-        result["status"] = "ok"
-        t = time.perf_counter()
-        tmps = _write_temps(
-            [
-                (out / PREFIX_FILE, prefix.body),
-                (out / REQUEST_FILE, dumps(prefix.request, indent=True) + b"\n"),
-            ]
-        )
-        timings["write"] = _ms(t, time.perf_counter())
-        timings["total"] = _ms(t0, time.perf_counter())
-        _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
-        _commit(tmps)  # result.json last: when it says ok, both prefix files are in place
+        prefix = compute(opts, result, (out / PREFIX_FILE, out / REQUEST_FILE), t0)
+        write_outputs(out, prefix, result, t0)
     except PvisorError as exc:
-        result["status"] = "failed"
-        result["prefix"] = None
-        result["tool_calls"] = []
-        failed_source = getattr(exc, "source", None)
-        _fill_source(result, failed_source)
-        if (
-            failed_source is not None
-        ):  # what the source said before the failure (the repairs of a damaged file)
-            result["warnings"] = [{"code": c, "message": m} for c, m in failed_source.notes]
-        result["errors"].append({"code": error_code(exc), "message": error_detail(exc)})
-        timings["total"] = _ms(t0, time.perf_counter())
-        for name in (PREFIX_FILE, REQUEST_FILE):  # no prefix files of an earlier prepare survive a failed one
-            try:
-                (out / name).unlink()
-            except OSError:
-                pass
-        try:
-            _write(out / RESULT_FILE, dump_result(result))
-        except ReplayOutputError:
-            pass  # the first error is the one to report
-        exc.result = result  # type: ignore[attr-defined]  # for `--result -`
+        fail(result, exc, t0)
+        write_failed(out, result)
         raise
     return PrepareOutcome(result, out, out / PREFIX_FILE, out / RESULT_FILE)
 
 
-def _build(opts: PrepareOptions) -> tuple[Prefix, Source]:
+def compute(
+    opts: PrepareOptions,
+    result: dict[str, Any],
+    shown: tuple[Path | str, Path | str],
+    t0: float,
+    reads: "SourceReads | None" = None,
+) -> Prefix:
+    """Everything of a prepare-only but the writing: the workspace digested before and after,
+    the source digested and read, the prefix built, ``result`` filled (``status: ok``).
+    ``shown``: what the result names as the prefix and request files; ``reads``: parsed sources
+    and digests shared between the prepares of a batch (:mod:`.batch`), or None. Raises what
+    :func:`prepare_only` raises (the result is not marked failed: :func:`fail` does that)."""
+    timings = result["timings_ms"]
+    ws_before = None
+    if opts.workspace is not None:
+        t = time.perf_counter()
+        ws_before = workspace_digest(opts.workspace)
+        timings["workspace_before"] = _ms(t, time.perf_counter())
+    t = time.perf_counter()
+    source_path = opts.trajectory if opts.trajectory is not None else opts.journal
+    assert source_path is not None
+    result["source"]["sha256"] = reads.sha256(source_path) if reads is not None else file_sha256(source_path)
+    timings["source_digest"] = _ms(t, time.perf_counter())
+    t = time.perf_counter()
+    prefix, source = _build(opts, reads)
+    timings["prefix"] = _ms(t, time.perf_counter())
+    _fill(result, opts, prefix, source, shown)
+    if opts.workspace is not None:
+        t = time.perf_counter()
+        ws_after = workspace_digest(opts.workspace)
+        timings["workspace_after"] = _ms(t, time.perf_counter())
+        assert ws_before is not None
+        result["workspace"] = {
+            "path": show_path(opts.workspace.resolve()),
+            "sha256_before": ws_before.sha256,
+            "sha256_after": ws_after.sha256,
+            "unchanged": ws_before.sha256 == ws_after.sha256,
+            "entries": ws_after.entries,
+        }
+        if not result["workspace"]["unchanged"]:
+            raise ReplayWorkspaceChanged(
+                f"the workspace digest changed while preparing ({ws_before.sha256[:12]} -> {ws_after.sha256[:12]}); "
+                "prepare-only only reads it, so another process wrote it meanwhile: prepare again when it is idle"
+            )
+    result["status"] = "ok"
+    return prefix
+
+
+def write_outputs(out: Path, prefix: Prefix, result: dict[str, Any], t0: float) -> None:
+    """Write the three files of an ok ``result`` into ``out``: under temporary names, renamed
+    into place, result.json last (when it says ok, both prefix files are in place)."""
+    timings = result["timings_ms"]
+    t = time.perf_counter()
+    tmps = _write_temps(
+        [
+            (out / PREFIX_FILE, prefix.body),
+            (out / REQUEST_FILE, dumps(prefix.request, indent=True) + b"\n"),
+        ]
+    )
+    timings["write"] = _ms(t, time.perf_counter())
+    timings["total"] = _ms(t0, time.perf_counter())
+    _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
+    _commit(tmps)
+
+
+def fail(result: dict[str, Any], exc: PvisorError, t0: float) -> None:
+    """Make ``result`` the failed document of ``exc`` (its code and message, and what the
+    source told before the failure) and attach it to the error as ``exc.result``."""
+    result["status"] = "failed"
+    result["prefix"] = None
+    result["tool_calls"] = []
+    failed_source = getattr(exc, "source", None)
+    _fill_source(result, failed_source)
+    if failed_source is not None:  # what the source said before the failure (the repairs of a damaged file)
+        result["warnings"] = [{"code": c, "message": m} for c, m in failed_source.notes]
+    result["errors"].append({"code": error_code(exc), "message": error_detail(exc)})
+    result["timings_ms"]["total"] = _ms(t0, time.perf_counter())
+    exc.result = result  # type: ignore[attr-defined]  # for `--result -`
+
+
+def write_failed(out: Path, result: dict[str, Any]) -> None:
+    """A failed prepare's output: result.json, and no prefix files of an earlier prepare."""
+    for name in (PREFIX_FILE, REQUEST_FILE):
+        try:
+            (out / name).unlink()
+        except OSError:
+            pass
+    try:
+        _write(out / RESULT_FILE, dump_result(result))
+    except ReplayOutputError:
+        pass  # the first error is the one to report
+
+
+def _build(opts: PrepareOptions, reads: "SourceReads | None" = None) -> tuple[Prefix, Source]:
     from . import prefix as P
 
     if opts.run is not None:
@@ -632,6 +667,7 @@ def _build(opts: PrepareOptions) -> tuple[Prefix, Source]:
         opts.profile_from,
         opts.session,
         opts.allow_damaged,
+        reads.native if reads is not None else None,
     )
     return prefix, source
 
@@ -648,13 +684,19 @@ def _fill_source(result: dict[str, Any], source: Source | None) -> None:
     result["boundary"]["steps_total"] = len(source.steps)
 
 
-def _fill(result: dict[str, Any], opts: PrepareOptions, prefix: Prefix, source: Source, out: Path) -> None:
+def _fill(
+    result: dict[str, Any],
+    opts: PrepareOptions,
+    prefix: Prefix,
+    source: Source,
+    shown: tuple[Path | str, Path | str],
+) -> None:
     _fill_source(result, source)
     result["prefix"] = prefix_record(
         prefix.protocol,
         prefix.body,
         prefix.request,
-        out,
+        shown,
         opts.after_step,
         prefix.rendered,
         prefix.exchange,
@@ -682,15 +724,17 @@ def prefix_record(
     protocol: str,
     body: bytes,
     request: dict[str, Any],
-    out: Path,
+    out: Path | tuple[Path | str, Path | str],
     after_step: int,
     rendered: bool,
     exchange: str | None,
     origin: dict[str, str],
     compaction: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The result's ``prefix`` object for ``body`` written to ``out``/prefix.json;
+    """The result's ``prefix`` object for ``body`` written to ``out``/prefix.json (or to the
+    two places ``out`` names: the prefix and request files, or a batch's row);
     ``compaction``: the compaction the prefix starts from (``prefix.compaction``), or None."""
+    shown = (out / PREFIX_FILE, out / REQUEST_FILE) if isinstance(out, Path) else out
     desc = describe_prefix(protocol, body, request["path"], request["query"], after_step)
     breakpoints = None
     if protocol == "anthropic":
@@ -708,8 +752,8 @@ def prefix_record(
         )
     return {
         "protocol": protocol,
-        "path": show_path(out / PREFIX_FILE),
-        "request_path": show_path(out / REQUEST_FILE),
+        "path": shown[0] if isinstance(shown[0], str) else show_path(shown[0]),
+        "request_path": shown[1] if isinstance(shown[1], str) else show_path(shown[1]),
         "sha256": sha256_hex(body),
         "bytes": len(body),
         "message_count": desc["message_count"],

@@ -19,11 +19,12 @@ Standard library only.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import stat
 from pathlib import Path
 from typing import NamedTuple
+
+from pvisor.journal.digest import sha256, sha256_hex
 
 #: bytes read per ``read`` call while hashing a file (1 MiB)
 _CHUNK = 1 << 20
@@ -41,10 +42,10 @@ class WorkspaceDigest(NamedTuple):
 
 
 def _file_sha256(path: str) -> tuple[str, int]:
-    h = hashlib.sha256()
     n = 0
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
+        h = sha256(os.fstat(fd).st_size)
         while True:
             chunk = os.read(fd, _CHUNK)
             if not chunk:
@@ -74,7 +75,7 @@ def workspace_entries(root: Path) -> list[tuple[bytes, int, str]]:
             if stat.S_ISREG(st.st_mode):
                 digest, _ = _file_sha256(full)
             elif stat.S_ISLNK(st.st_mode):
-                digest = hashlib.sha256(os.fsencode(os.readlink(full))).hexdigest()
+                digest = sha256_hex(os.fsencode(os.readlink(full)))
             else:
                 digest = "-"
             out.append((os.fsencode(rel), st.st_mode, digest))
@@ -84,7 +85,7 @@ def workspace_entries(root: Path) -> list[tuple[bytes, int, str]]:
 
 def digest_workspace(root: Path) -> WorkspaceDigest:
     """The digest of the tree at ``root`` (a directory). Raises OSError when it cannot be read."""
-    h = hashlib.sha256()
+    h = sha256()
     files = size = 0
     entries = workspace_entries(root)
     for rel, mode, digest in entries:

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import enum
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
@@ -36,6 +35,10 @@ from typing import Any, Iterable, Iterator, Mapping
 import orjson
 
 from .descriptor import AgentDescriptor
+from pvisor.journal.record import FrozenRecord, Record
+from pvisor.journal.lazyre import LazyPattern
+
+_set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 
 #: hosts that must never go through an HTTP(S) proxy: the gateway listens on one of them
 NO_PROXY = "127.0.0.1,localhost,::1"
@@ -97,16 +100,20 @@ def offline_credentials(environ: Mapping[str, str]) -> list[str]:
 #: timeout of ``<agent> --version``, seconds
 VERSION_TIMEOUT_S = 10.0
 
-_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+_VERSION = LazyPattern(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-@dataclass(frozen=True, slots=True)
-class VersionRange:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class VersionRange(FrozenRecord):
     """Versions ``minimum <= v < below`` (tuples of integers, compared element-wise, missing
     parts counting as 0), e.g. ``VersionRange((2, 1, 0), (2, 2))`` is 2.1.x."""
 
     minimum: tuple[int, ...]
     below: tuple[int, ...]
+
+    def __init__(self, minimum: tuple[int, ...], below: tuple[int, ...]) -> None:
+        _set(self, "minimum", minimum)
+        _set(self, "below", below)
 
     def __contains__(self, version: object) -> bool:
         parsed = parse_version(version) if isinstance(version, str) else None
@@ -137,8 +144,8 @@ def version_string(text: str) -> str | None:
     return m.group(0) if m else None
 
 
-@dataclass(frozen=True, slots=True)
-class LaunchContext:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class LaunchContext(FrozenRecord):
     """What a profile needs to plan one attempt.
 
     Fields:
@@ -165,9 +172,29 @@ class LaunchContext:
     model: str | None = None
     api_key: str | None = None
 
+    def __init__(
+        self,
+        executable: str,
+        base_url: str,
+        run_dir: Path,
+        home: Path | None,
+        workspace: Path,
+        attempt: int = 1,
+        model: str | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        _set(self, "executable", executable)
+        _set(self, "base_url", base_url)
+        _set(self, "run_dir", run_dir)
+        _set(self, "home", home)
+        _set(self, "workspace", workspace)
+        _set(self, "attempt", attempt)
+        _set(self, "model", model)
+        _set(self, "api_key", api_key)
 
-@dataclass(slots=True)
-class LaunchPlan:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class LaunchPlan(Record):
     """One attempt's command line and what must be in place before it starts.
 
     Fields:
@@ -184,9 +211,21 @@ class LaunchPlan:
     files: dict[Path, str] = field(default_factory=dict)
     native_path: Path | None = None
 
+    def __init__(
+        self,
+        argv: list[str],
+        env: dict[str, str | None] | None = None,
+        files: dict[Path, str] | None = None,
+        native_path: Path | None = None,
+    ) -> None:
+        self.argv = argv
+        self.env = {} if env is None else env
+        self.files = {} if files is None else files
+        self.native_path = native_path
 
-@dataclass(slots=True)
-class EnvSnippet:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class EnvSnippet(Record):
     """What a user pastes to point their own agent session at a running gateway
     (``pvisor env``): environment variables to export, files to write, and the command to run
     (``argv``, the agent's own arguments such as Codex's ``-c`` overrides), plus ``notes``
@@ -197,15 +236,31 @@ class EnvSnippet:
     argv: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def __init__(
+        self,
+        env: dict[str, str],
+        files: dict[Path, str] | None = None,
+        argv: list[str] | None = None,
+        notes: list[str] | None = None,
+    ) -> None:
+        self.env = env
+        self.files = {} if files is None else files
+        self.argv = [] if argv is None else argv
+        self.notes = [] if notes is None else notes
 
-@dataclass(frozen=True, slots=True)
-class ExportPlan:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class ExportPlan(FrozenRecord):
     """A command that writes the native trajectory after the run (OpenCode's ``opencode export
     ID``): run ``argv`` with the attempt's environment in the workspace; its stdout is saved to
     ``output``."""
 
     argv: list[str]
     output: Path
+
+    def __init__(self, argv: list[str], output: Path) -> None:
+        _set(self, "argv", argv)
+        _set(self, "output", output)
 
 
 class AgentProfile(AgentDescriptor):
@@ -362,8 +417,8 @@ class AgentOutcome(str, enum.Enum):
 STATUS_DETAIL_CHARS = 500
 
 
-@dataclass(frozen=True, slots=True)
-class AgentStatus:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class AgentStatus(FrozenRecord):
     """The agent's own account of its run.
 
     Fields:
@@ -378,6 +433,11 @@ class AgentStatus:
     outcome: AgentOutcome
     detail: str | None
     source: str
+
+    def __init__(self, outcome: AgentOutcome, detail: str | None, source: str) -> None:
+        _set(self, "outcome", outcome)
+        _set(self, "detail", detail)
+        _set(self, "source", source)
 
     def to_json(self) -> dict[str, Any]:
         return {"outcome": self.outcome.value, "detail": self.detail, "source": self.source}

@@ -22,10 +22,10 @@ Light on purpose (standard library, orjson, the canonical model): prepare-only i
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pvisor.journal.model import Action, Conversation, Message, TextPart, ToolCall, ToolResult
+from pvisor.journal.lazyre import LazyPattern
 
 #: the text of the synthetic final reply (no tool call) that ends an agent at request N+1
 FINAL_TEXT = "pvisor: the replay ends here."
@@ -111,12 +111,12 @@ class AgentDescriptor:
     chain_hint: ChainHint | None = None
     launchable: bool = False
     volatile_context: tuple[str, ...] = ()
-    volatile_patterns: tuple[re.Pattern[str], ...] = ()
-    output_decorations: tuple[tuple[re.Pattern[str], str], ...] = ()
+    volatile_patterns: tuple[LazyPattern, ...] = ()
+    output_decorations: tuple[tuple[LazyPattern, str], ...] = ()
     path_arguments: dict[str, tuple[str, ...]] = {}
     finish_commands: tuple[str, ...] = ()
     finish_tools: tuple[str, ...] = ()
-    text_command: re.Pattern[str] | None = None
+    text_command: LazyPattern | None = None
     shell_tools: dict[str, tuple[str, ...]] = {"bash": ("command",)}
 
     # ------------------------------------------------------------------ protocols
@@ -285,7 +285,7 @@ class AgentDescriptor:
 # --------------------------------------------------------------------------- shared helpers
 
 #: ``git commit`` in a shell command, options between (``git -C repo commit -m ...``)
-GIT_COMMIT = re.compile(
+GIT_COMMIT = LazyPattern(
     r"(?:^|[;&|(\n]|\$\()\s*(?:sudo\s+)?git(?:\s+-{1,2}[\w-]+(?:[= ](?!commit\b)\S+)?)*\s+commit(?![\w-])"
 )
 
@@ -409,8 +409,9 @@ class LitellmAgent(AgentDescriptor):
         return place_anthropic_cache_control(body)
 
 
-def rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
-    return re.compile(pattern, flags)
+def rx(pattern: str, flags: int = 0) -> LazyPattern:
+    """A pattern of a descriptor, compiled when a replay first uses it (journal/lazyre.py)."""
+    return LazyPattern(pattern, flags)
 
 
 #: ISO dates and times (``2026-11-29``, ``2026-11-29T10:00:00Z``): context of every agent

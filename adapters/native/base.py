@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,6 +52,10 @@ from pvisor.adapters.jsonio import dumps
 from pvisor.journal import progress
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import LeftOut, Step, ToolCall, ToolResult, Trajectory
+from pvisor.journal.record import FrozenRecord, Record
+from pvisor.journal.lazyre import LazyPattern
+
+_set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 
 NUL = b"\x00"
 #: the UTF-8 byte order mark, skipped at the start of a file
@@ -89,8 +92,8 @@ WARNING_CODES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class NativeWarning:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class NativeWarning(FrozenRecord):
     """One warning: ``code`` (a key of :data:`WARNING_CODES`), ``where`` (``"line 12"``,
     ``"lines 4-6"``, ``"message m1"``) and a one-line ``message``."""
 
@@ -98,12 +101,17 @@ class NativeWarning:
     where: str
     message: str
 
+    def __init__(self, code: str, where: str, message: str) -> None:
+        _set(self, "code", code)
+        _set(self, "where", where)
+        _set(self, "message", message)
+
     def __str__(self) -> str:
         return f"{self.where}: {self.code}: {self.message}"
 
 
-@dataclass(slots=True)
-class Diagnostics:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Diagnostics(Record):
     """Warnings collected while reading one file (``path`` names it in messages).
 
     At most :data:`MAX_WARNINGS_PER_CODE` warnings of one code are kept; past that one
@@ -115,6 +123,18 @@ class Diagnostics:
     warnings: list[NativeWarning] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     _more_at: dict[str, int] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        path: str = "-",
+        warnings: list[NativeWarning] | None = None,
+        counts: dict[str, int] | None = None,
+        _more_at: dict[str, int] | None = None,
+    ) -> None:
+        self.path = path
+        self.warnings = [] if warnings is None else warnings
+        self.counts = {} if counts is None else counts
+        self._more_at = {} if _more_at is None else _more_at
 
     def warn(self, code: str, where: str, message: str) -> None:
         self.add(NativeWarning(code, where, message))
@@ -143,7 +163,7 @@ class Diagnostics:
 
 # --------------------------------------------------------------------------- UTF-8 fallback
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE = LazyPattern("[\ud800-\udfff]")
 
 
 def _scrub(obj: Any) -> Any:
@@ -187,18 +207,24 @@ def loads_lenient(data: bytes, *, strict: bool = True) -> tuple[Any, list[str]]:
     return value, flags
 
 
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_ESCAPE = LazyPattern(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
 # --------------------------------------------------------------------------- JSONL
 
 
-@dataclass(slots=True)
-class _Pending:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class _Pending(Record):
     first: int
     parts: list[bytes]
     size: int
     offset: int = 0
+
+    def __init__(self, first: int, parts: list[bytes], size: int, offset: int = 0) -> None:
+        self.first = first
+        self.parts = parts
+        self.size = size
+        self.offset = offset
 
 
 def _where(first: int, last: int) -> str:
@@ -249,8 +275,8 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
         yield n + 1, line_start, b"".join(pending), False
 
 
-@dataclass(frozen=True, slots=True)
-class LineRef:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class LineRef(FrozenRecord):
     """Where one object of a JSONL file is: ``offset`` and ``length`` in bytes of the text
     that was parsed (a line without its ``\\r\\n``, the part after a NUL block, or, when
     ``joined``, the span of lines an object split by raw newlines was rejoined from).
@@ -261,6 +287,11 @@ class LineRef:
     offset: int
     length: int
     joined: bool = False
+
+    def __init__(self, offset: int, length: int, joined: bool = False) -> None:
+        _set(self, "offset", offset)
+        _set(self, "length", length)
+        _set(self, "joined", joined)
 
 
 def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict[str, Any], LineRef]]:
@@ -462,11 +493,11 @@ def read_json_document(path: Path, diag: Diagnostics) -> Any:
 
 # --------------------------------------------------------------------------- profiles
 
-_VERSION = re.compile(r"^\s*v?(\d+)\.(\d+)")
+_VERSION = LazyPattern(r"^\s*v?(\d+)\.(\d+)")
 
 
-@dataclass(frozen=True, slots=True)
-class FormatProfile:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class FormatProfile(FrozenRecord):
     """A pinned native format version.
 
     Fields:
@@ -484,6 +515,22 @@ class FormatProfile:
     version_from: str
     verified_with: str = ""
     by_shape: bool = False
+
+    def __init__(
+        self,
+        adapter: str,
+        major: int,
+        minor: int,
+        version_from: str,
+        verified_with: str = "",
+        by_shape: bool = False,
+    ) -> None:
+        _set(self, "adapter", adapter)
+        _set(self, "major", major)
+        _set(self, "minor", minor)
+        _set(self, "version_from", version_from)
+        _set(self, "verified_with", verified_with)
+        _set(self, "by_shape", by_shape)
 
     @property
     def name(self) -> str:
@@ -538,13 +585,18 @@ def require(cond: Any, diag: Diagnostics, where: str, what: str) -> None:
 # --------------------------------------------------------------------------- adapters
 
 
-@dataclass(slots=True)
-class NativeResult:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class NativeResult(Record):
     """What an adapter returns: the trajectory, the profile it was read with, and the warnings."""
 
     trajectory: Trajectory
     profile: FormatProfile
     diagnostics: Diagnostics
+
+    def __init__(self, trajectory: Trajectory, profile: FormatProfile, diagnostics: Diagnostics) -> None:
+        self.trajectory = trajectory
+        self.profile = profile
+        self.diagnostics = diagnostics
 
 
 class NativeAdapter:

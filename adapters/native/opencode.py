@@ -58,9 +58,8 @@ rows) and the ``agent-sessions_storage_v2`` tree (shape of 1.3.17)):
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import (
@@ -102,6 +101,9 @@ EXPECTED = (
     "a storage/ directory (session/, message/, part/) or an opencode.db"
 )
 
+if TYPE_CHECKING:
+    import sqlite3
+
 
 def _num(value: Any) -> float:
     """A sort key from a number field of any type (a wrong type sorts first)."""
@@ -111,8 +113,10 @@ def _num(value: Any) -> float:
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
-def _connect_ro(path: Path) -> sqlite3.Connection:
+def _connect_ro(path: Path) -> "sqlite3.Connection":
     """``path`` opened read-only (rules in the module docstring)."""
+    import sqlite3
+
     uri = path.resolve().as_uri() + "?mode=ro"
     if not Path(f"{path}-wal").exists():
         uri += "&immutable=1"
@@ -154,6 +158,8 @@ class OpenCodeAdapter(NativeAdapter):
 
     @staticmethod
     def _has_tables(path: Path) -> bool:
+        import sqlite3  # here: only a database store needs it, an export file does not
+
         try:
             db = _connect_ro(path)
             try:
@@ -469,6 +475,8 @@ class OpenCodeAdapter(NativeAdapter):
     def _from_db(
         self, path: Path, diag: Diagnostics, wanted: str | None
     ) -> tuple[dict, list[dict], list[str]]:
+        import sqlite3
+
         try:
             db = _connect_ro(path)
         except sqlite3.Error as exc:

@@ -78,10 +78,12 @@ from pvisor.journal.model import (
     ToolCall,
     ToolResult,
 )
+from pvisor.journal.record import Record
+from pvisor.journal.lazyre import LazyPattern
 
 
-@dataclass(slots=True)
-class Reassembled:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Reassembled(Record):
     """Result of reassembling a streamed response.
 
     Fields:
@@ -105,6 +107,22 @@ class Reassembled:
     error: Any = None
     problems: list[str] = field(default_factory=list)
     tool_input_raw: dict[int, str] = field(default_factory=dict)
+
+    def __init__(
+        self,
+        final: dict[str, Any] | None,
+        complete: bool,
+        events: int = 0,
+        error: Any = None,
+        problems: list[str] | None = None,
+        tool_input_raw: dict[int, str] | None = None,
+    ) -> None:
+        self.final = final
+        self.complete = complete
+        self.events = events
+        self.error = error
+        self.problems = [] if problems is None else problems
+        self.tool_input_raw = {} if tool_input_raw is None else tool_input_raw
 
 
 class IdSource:
@@ -179,12 +197,13 @@ def field_state(obj: dict, key: str) -> str:
     return f"'{key}' is a JSON {json_type(value)}"
 
 
-@dataclass(slots=True, eq=False)
-class MemoRead:
+@dataclass(slots=True, eq=False, init=False, repr=False)
+class MemoRead(Record):
     """One list of conversation entries read with a :class:`ParseMemo`: the ``entries``, the
     ``messages`` read from them and the entry index each message ``starts`` at; ``source``, the
     earlier read whose first ``reused`` messages it took over; ``data``, what the caller
-    attached to it (the chain rule: the messages' comparison keys)."""
+    attached to it (the chain rule: the messages' comparison keys). Compared by identity (a
+    memo's reads are told apart by which they are, never by their possibly large contents)."""
 
     entries: list
     messages: list[Message]
@@ -192,6 +211,25 @@ class MemoRead:
     source: "MemoRead | None" = None
     reused: int = 0
     data: Any = None
+
+    def __init__(
+        self,
+        entries: list,
+        messages: list[Message],
+        starts: list[int],
+        source: "MemoRead | None" = None,
+        reused: int = 0,
+        data: Any = None,
+    ) -> None:
+        self.entries = entries
+        self.messages = messages
+        self.starts = starts
+        self.source = source
+        self.reused = reused
+        self.data = data
+
+    __eq__ = object.__eq__  # as eq=False left it: by identity
+    __hash__ = object.__hash__
 
 
 class ParseMemo:
@@ -667,7 +705,7 @@ def refusal_message(
 
 
 #: a complete Anthropic thinking signature: standard base64, padded (what the API returns)
-_SIGNATURE = re.compile(r"^[A-Za-z0-9+/]+={0,2}$")
+_SIGNATURE = LazyPattern(r"^[A-Za-z0-9+/]+={0,2}$")
 
 #: step flags of thinking signatures the live API would refuse (docs/native.md, docs/steps.md)
 SIGNATURE_FLAGS = ("thinking_signature_empty", "thinking_signature_missing", "thinking_signature_incomplete")

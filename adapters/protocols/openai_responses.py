@@ -83,6 +83,7 @@ from pvisor.adapters.protocols.base import (
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
 from pvisor.journal.errors import BadInputError
+from pvisor.journal.lazyre import LazyPattern
 from pvisor.journal.model import (
     Action,
     Conversation,
@@ -121,6 +122,7 @@ _SERVER_CALL_TYPES = frozenset(
         "tool_search_call",
     }
 )
+
 _RESULT_TYPES = frozenset({"function_call_output", "custom_tool_call_output"})
 _TERMINAL = {
     "response.completed": "completed",
@@ -1343,7 +1345,7 @@ def error_body(status: int, message: str, kind: str = "invalid_request_error") -
 #: Phrases of the API's 4xx messages saying that reasoning items a request carries were refused,
 #: matched case-insensitively. Where each was seen, quoted from the API's error body in public
 #: issue threads:
-_REFUSALS = re.compile(
+_REFUSALS = LazyPattern(
     "|".join(
         (
             # "The encrypted content gAAA...Rg== could not be verified." (another account's or

@@ -18,14 +18,15 @@ whole; invalid UTF-8 is replaced with U+FFFD.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+from pvisor.journal.record import Record
+from pvisor.journal.lazyre import LazyPattern
 
-_EOL = re.compile(rb"\r\n|\r|\n")
+_EOL = LazyPattern(rb"\r\n|\r|\n")
 
 
-@dataclass(slots=True)
-class SSEEvent:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class SSEEvent(Record):
     """One decoded event: ``event`` name (None when absent), joined ``data``, ``id``, and any
     ``stray`` lines (non-SSE lines seen while this event was open, in order)."""
 
@@ -34,6 +35,20 @@ class SSEEvent:
     id: str | None = None
     has_data: bool = False
     stray: list[str] = field(default_factory=list)
+
+    def __init__(
+        self,
+        event: str | None = None,
+        data: str = "",
+        id: str | None = None,
+        has_data: bool = False,
+        stray: list[str] | None = None,
+    ) -> None:
+        self.event = event
+        self.data = data
+        self.id = id
+        self.has_data = has_data
+        self.stray = [] if stray is None else stray
 
 
 class SSEDecoder:

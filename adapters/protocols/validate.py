@@ -25,16 +25,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+from pvisor.journal.record import FrozenRecord
+
+_set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 
 # --------------------------------------------------------------------------- the schema language
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class Problem(FrozenRecord):
     """One thing the API would refuse: ``path`` (``messages[3].content[0].content``) and ``what``."""
 
     path: str
     what: str
+
+    def __init__(self, path: str, what: str) -> None:
+        _set(self, "path", path)
+        _set(self, "what", what)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.what}"

@@ -9,8 +9,9 @@ import re
 from typing import Any
 
 import click
+from pvisor.journal.lazyre import LazyPattern
 
-_SIZE = re.compile(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.I)
+_SIZE = LazyPattern(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.I)
 _UNITS = {
     None: 1,
     "b": 1,

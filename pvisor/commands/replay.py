@@ -226,6 +226,28 @@ def _path(opt: str, value: str | None) -> Path | None:
     metavar="-",
     help="'-': print result.json to stdout (the summary line goes to stderr).",
 )
+@click.option(
+    "--batch",
+    "batch",
+    default=None,
+    metavar="MANIFEST",
+    help="prepare-only: many prefixes in one process, one JSON line each (trajectory or run, agent, after_step, ...); "
+    "OUT/<name>/ for each, or --rows.",
+)
+@click.option(
+    "--rows",
+    "rows",
+    default=None,
+    metavar="FILE",
+    help="With --batch: one row per line (prefix, request, result) into FILE, JSON Lines, or Parquet for FILE.parquet.",
+)
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS",
+    help="With --batch and --rows: prepare on this Ray cluster ('local' starts one here; extra pvisor-sandbox[ray]).",
+)
 @intercept_options
 @click.pass_context
 @progress_option
@@ -256,6 +278,9 @@ def replay(ctx: click.Context, **flags: Any) -> None:
         raise UsageError(
             f"--result {flags['result_to']}: only '-' (stdout) is supported; result.json is always written into --output"
         )
+    if flags["batch"] is not None or flags["rows"] is not None or flags["ray_address"] is not None:
+        _batch(ctx, flags)
+        return
     o = _merged(flags)
     if o["prepare_only_flag"] and o["replay_only_flag"]:
         raise UsageError(
@@ -320,6 +345,59 @@ def replay(ctx: click.Context, **flags: Any) -> None:
     )
     # (a workspace_changed is raised by prepare_only: exit 1 through the error path)
     _report(lambda: prepare_only(opts), o["result_to"])
+
+
+#: the options a batch takes from each manifest line, never from the command line
+_PER_LINE = (
+    "agent",
+    "trajectory",
+    "run_id",
+    "after_step",
+    "workspace",
+    "protocol",
+    "profile_from",
+    "session",
+)
+
+
+def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:
+    """``--prepare-only --batch MANIFEST (--output OUT | --rows FILE)``: replay/batch.py.
+    Exit 0 when every line was prepared, 1 when some were not (each named on stderr)."""
+    if flags["batch"] is None:
+        which = "--rows" if flags["rows"] is not None else "--ray"
+        raise UsageError(f"{which} is for --batch MANIFEST (a row per manifest line)")
+    if not flags["prepare_only_flag"] or flags["replay_only_flag"]:
+        raise UsageError("--batch is for --prepare-only (many prefixes in one process)")
+    for name in _PER_LINE:
+        if flags[name] is not None:
+            opt = "--run" if name == "run_id" else f"--{name.replace('_', '-')}"
+            raise UsageError(f"{opt} comes from each line of --batch (the key {name.replace('_id', '')!r})")
+    for name in ("config_path", "result_to", *_LIVE, "workspace_from", "entrypoint", "task", "model"):
+        if flags[name] is not None:
+            raise UsageError("--batch takes --output or --rows, --journal, --force and --allow-damaged only")
+    if (flags["output"] is None) == (flags["rows"] is None):
+        raise UsageError("--batch needs one of --output OUT (a directory per line) and --rows FILE")
+    if flags["ray_address"] is not None and flags["rows"] is None:
+        raise UsageError(
+            "--ray writes rows: give --rows FILE (the workers may not share this machine's disk)"
+        )
+    manifest = _path("--batch", flags["batch"])
+    output = _path("--output", flags["output"])
+    rows = _path("--rows", flags["rows"])
+    journal = flags["journal_opt"] or (ctx.obj.get("journal") if ctx.obj else None)
+    from pvisor.commands.batch import run_batch
+
+    failed = run_batch(
+        manifest,
+        output=output,
+        rows=rows,
+        journal=Path(journal) if journal else None,
+        force=bool(flags["force"]),
+        allow_damaged=bool(flags["allow_damaged"]),
+        ray_address=flags["ray_address"],
+    )
+    if failed:
+        ctx.exit(1)
 
 
 #: command-line names -> keys of a replay.toml (docs/replay.md "Config")

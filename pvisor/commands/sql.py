@@ -10,8 +10,6 @@ value is its text when it is UTF-8, else ``<N bytes>`` in the table, ``{"$base64
 
 from __future__ import annotations
 
-import base64
-import csv
 import sqlite3
 import sys
 from pathlib import Path
@@ -27,7 +25,7 @@ CELL_CHARS = 120
 
 
 def _table_cell(value: Any) -> str:
-    from pvisor.commands.journal import _clip
+    from pvisor.commands.cells import _clip
 
     if value is None:
         return "NULL"
@@ -44,6 +42,8 @@ def _json_value(value: Any) -> Any:
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError:
+            import base64
+
             return {"$base64": True, "encoded": base64.b64encode(value).decode()}
     return value
 
@@ -53,6 +53,8 @@ def _csv_value(value: Any) -> Any:
         try:
             return value.decode("utf-8")
         except UnicodeDecodeError:
+            import base64
+
             return "base64:" + base64.b64encode(value).decode()
     return "" if value is None else value
 
@@ -103,12 +105,14 @@ def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
             orjson.dumps([{c: _json_value(v) for c, v in zip(columns, row)} for row in rows]) + b"\n"
         )
     elif as_csv:
+        import csv
+
         out = csv.writer(sys.stdout, lineterminator="\n")
         out.writerow(columns)
         for row in rows:
             out.writerow([_csv_value(v) for v in row])
     elif columns:
-        from pvisor.commands.journal import _n, _table
+        from pvisor.commands.cells import _n, _table
 
         _table([[_table_cell(v) for v in row] for row in rows], columns)
         click.echo(_n(len(rows), "row"), err=True)

@@ -34,7 +34,7 @@ from pvisor.journal.errors import BadInputError
 #: the human table's rows kept to size its columns; past this many steps, rows stream at the
 #: columns' maximum widths
 TABLE_BUFFER_ROWS = 1000
-#: the widest ACTION cell (``pvisor.commands.journal._action_cell`` clips tool calls to 90)
+#: the widest ACTION cell (``pvisor.commands.cells._action_cell`` clips tool calls to 90)
 ACTION_WIDTH = 90
 #: OBSERVATION cells are clipped to this many characters
 OBSERVATION_WIDTH = 60
@@ -147,7 +147,7 @@ def show(
 ) -> None:
     """Show FILE's steps: actions, tool calls, observations, and what was left out."""
     from pvisor.adapters.native.render import write_json
-    from pvisor.commands.journal import _clip, _safe
+    from pvisor.commands.cells import _clip, _safe
 
     result, name = _read(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
@@ -167,7 +167,7 @@ def show(
 
 
 def _row(step) -> list[str]:
-    from pvisor.commands.journal import _action_cell, _clip, _observation_cell, _safe
+    from pvisor.commands.cells import _action_cell, _clip, _observation_cell, _safe
 
     # cells are one line of at most their column's width (_clip escapes control characters)
     return [

@@ -1,0 +1,153 @@
+"""Batch preparation benchmark (issue 21; docs/benchmarks.md "Batch preparation").
+
+    python bench/batch_bench.py                    # the experiment, the Ray run and the 10,000-step curve
+    python bench/batch_bench.py --no-ray --steps 10,100,1000
+    python bench/batch_bench.py --singles 60       # more single-prepare processes for the baseline
+
+1. The published experiment's trajectories (bench/fidelity/generate.py: 20 per adapter for the
+   seven adapters, seed 420), each three times, in a shuffled order: 420 lines, ``--after-step
+   1``. In one run: the baseline, one ``pvisor replay --prepare-only`` process per prefix (the
+   median of ``--singles`` of them, each launched and waited for); the whole batch command with
+   ``--rows FILE.jsonl`` and with ``--output DIR``, wall time from launch to exit divided by
+   the lines (best of ``--repeat``); the same lines on Ray (``--ray local``: a Ray started by
+   the command on this machine's CPUs); ``prepare_many`` in this process.
+2. The curve: Codex rollouts of 10 to 10,000 steps (bench/native_bench.py's step: an action,
+   a tool call, a 1.8 KB output), ten boundaries each (N = steps/10, 2 steps/10, ..., steps),
+   prepared in one process; per boundary the prefix's size and the time ``result.json``
+   reports (``timings_ms.total``), and the time per MB of prefix.
+
+Every figure is wall time on this machine; nothing is asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE / "fidelity"))
+sys.path.insert(0, str(HERE))
+
+import generate  # noqa: E402
+import native_bench  # noqa: E402
+
+SEVEN = ("claude-code", "codex", "gemini-cli", "qwen-code", "opencode", "mini-swe-agent", "openhands")
+
+
+def pvisor() -> list[str]:
+    exe = Path(sys.executable).with_name("pvisor")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "pvisor"]
+
+
+def run(cmd: list[str], cwd: Path) -> float:
+    t = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    took = time.perf_counter() - t
+    if proc.returncode != 0:
+        sys.exit(f"batch_bench: {' '.join(cmd[:6])} ... failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    return took
+
+
+def experiment(work: Path, args) -> list[str]:
+    man = generate.generate(work / "traj", SEVEN, 20, 420)
+    lines = [{"trajectory": it["file"], "agent": it["agent"], "after_step": 1} for it in man["items"]] * 3
+    random.Random(420).shuffle(lines)
+    manifest = work / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    n = len(lines)
+    singles = []
+    for i, line in enumerate(lines[: args.singles]):
+        cmd = [*pvisor(), "replay", "--agent", line["agent"], "--trajectory", line["trajectory"],
+               "--after-step", "1", "--prepare-only", "--output", str(work / f"single-{i}")]  # fmt: skip
+        singles.append(run(cmd, work))
+    figures = {"one process per prefix (baseline)": statistics.median(singles) * 1000}
+
+    def best(extra: list[str], clean: Path) -> float:
+        times = []
+        for _ in range(args.repeat):
+            if clean.exists():
+                shutil.rmtree(clean) if clean.is_dir() else clean.unlink()
+            times.append(run([*pvisor(), "replay", "--prepare-only", "--batch", str(manifest), *extra], work))
+        return min(times) * 1000 / n
+
+    figures["batch, --rows FILE.jsonl (whole command)"] = best(
+        ["--rows", str(work / "rows.jsonl")], work / "rows.jsonl"
+    )
+    figures["batch, --output DIR (whole command)"] = best(["--output", str(work / "out")], work / "out")
+    if not args.no_ray:
+        figures["batch on Ray, --ray local (whole command)"] = best(
+            ["--rows", str(work / "ray.jsonl"), "--ray", "local"], work / "ray.jsonl"
+        )
+    from pvisor.replay.batch import prepare_many
+
+    t = time.perf_counter()
+    outs = list(prepare_many(lines))
+    figures["prepare_many in one process (no files)"] = (time.perf_counter() - t) * 1000 / n
+    assert all(o.status.value == "ok" for o in outs)
+    base = figures["one process per prefix (baseline)"]
+    out = [
+        f"{n} prefixes ({len(man['items'])} trajectories x 3, shuffled), {os.cpu_count()} CPUs, Python "
+        f"{sys.version.split()[0]}, {time.strftime('%Y-%m-%d')}:",
+        "",
+        "| how | ms per prefix | against one process each |",
+        "|---|---|---|",
+    ]
+    out += [f"| {k} | {v:.2f} | {base / v:.1f}x |" for k, v in figures.items()]
+    return out
+
+
+def curve(work: Path, steps: list[int]) -> list[str]:
+    from pvisor.replay.batch import prepare_many
+    from pvisor.replay.prepare import PrepareOptions
+
+    out = ["", "| steps | N | prefix | ms | ms per MB |", "|---|---|---|---|---|"]
+    for s in steps:
+        path = work / f"codex-{s}.jsonl"
+        with open(path, "w") as fh:
+            for r in native_bench._codex_head():
+                fh.write(json.dumps(r) + "\n")
+            for i in range(s):
+                for r in native_bench._codex(i):
+                    fh.write(json.dumps(r) + "\n")
+        bounds = sorted({max(1, s * k // 10) for k in range(1, 11)})
+        reqs = [PrepareOptions("codex", n, None, trajectory=path) for n in bounds]  # type: ignore[arg-type]
+        t = time.perf_counter()
+        outcomes = list(prepare_many(reqs))
+        first_read = time.perf_counter() - t
+        for n, o in zip(bounds, outcomes):
+            assert o.status.value == "ok", o.error
+            size = len(o.prefix.body)
+            ms = o.result["timings_ms"]["total"]
+            if n in (bounds[0], bounds[len(bounds) // 2], bounds[-1]):
+                out.append(f"| {s:,} | {n:,} | {size / 1e6:.2f} MB | {ms:.1f} | {ms / (size / 1e6):.1f} |")
+        out.append(
+            f"| {s:,} | (all {len(bounds)}, with the one read of the file) | | {first_read * 1000:.0f} | |"
+        )
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--singles", type=int, default=30, help="single-prepare processes for the baseline")
+    ap.add_argument("--repeat", type=int, default=3, help="best of this many batch runs")
+    ap.add_argument("--steps", default="10,100,1000,10000", help="rollout lengths of the curve")
+    ap.add_argument("--no-ray", action="store_true", help="leave out the Ray run")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        lines = experiment(work, args)
+        lines += curve(work, [int(x) for x in args.steps.split(",")])
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,323 @@
+"""Many prepare-only in one process: ``pvisor replay --prepare-only --batch MANIFEST`` and
+:func:`prepare_many` (docs/replay.md "Batch preparation").
+
+An RL or evaluation pipeline prepares thousands of prefixes, often several from one trajectory
+(one per boundary). One process per prefix pays the interpreter's start each time; here it is
+paid once, a file named by several requests is read and digested once (:class:`SourceReads`),
+and each prefix is what a single ``--prepare-only`` with the same arguments writes (the same
+three files, the same result document but for its timings: tests/test_replay_batch.py).
+
+The manifest is JSON Lines, one object per prefix (docs/replay.md, "The manifest"):
+``{"trajectory": PATH | "run": ID, "agent": NAME, "after_step": N}`` and optional
+``journal``, ``protocol``, ``profile_from``, ``session``, ``allow_damaged``, ``workspace`` and
+``name`` (the output directory's name); relative paths are taken from the manifest's directory.
+A line that is not such an object fails alone: its outcome is ``failed`` with the code
+``bad_manifest_line`` and the line number, and the lines after it are prepared.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import orjson
+
+from pvisor.journal.errors import PvisorError
+
+from .errors import ReplayUsageError, show_path
+from .prepare import (
+    PREFIX_FILE,
+    REQUEST_FILE,
+    PrepareOptions,
+    _check_options,
+    base_result,
+    check_inputs_not_outputs,
+    check_output,
+    compute,
+    fail,
+    file_sha256,
+    write_failed,
+    write_outputs,
+)
+from .prefix import Prefix
+
+#: the keys a manifest line may have, and the types their values must be
+MANIFEST_KEYS: dict[str, tuple[type, ...]] = {
+    "trajectory": (str,),
+    "run": (str,),
+    "journal": (str,),
+    "agent": (str,),
+    "after_step": (int,),
+    "protocol": (str,),
+    "profile_from": (str,),
+    "session": (str,),
+    "allow_damaged": (bool,),
+    "workspace": (str,),
+    "name": (str,),
+}
+#: a manifest line longer than this is refused before it is parsed (16 MiB)
+MAX_LINE_BYTES = 16 * 1024 * 1024
+
+
+class Status(str, enum.Enum):
+    """How one request of a batch ended (its result document's ``status``)."""
+
+    OK = "ok"
+    FAILED = "failed"
+
+
+class BatchOutcome:
+    """One request's outcome: ``index`` (1-based: the manifest's line number, or the position
+    in the requests given), ``name`` (its output directory's name, or None), ``status``,
+    ``result`` (the result document, ``sandbox-playback.result/v3``; None for a manifest line
+    that is no request: ``error`` says why), ``prefix`` (the
+    :class:`~.prefix.Prefix`: ``body`` bytes and ``request`` dict; None when it failed),
+    ``error`` (the :class:`~pvisor.journal.errors.PvisorError`, None when it is ok) and
+    ``output`` (the directory its files were written to, or None)."""
+
+    __slots__ = ("index", "name", "status", "result", "prefix", "error", "output")
+
+    def __init__(
+        self,
+        index: int,
+        name: str | None,
+        status: Status,
+        result: dict[str, Any] | None,
+        prefix: Prefix | None,
+        error: PvisorError | None,
+        output: Path | None,
+    ) -> None:
+        self.index = index
+        self.name = name
+        self.status = status
+        self.result = result
+        self.prefix = prefix
+        self.error = error
+        self.output = output
+
+    def __repr__(self) -> str:
+        return f"BatchOutcome(index={self.index}, name={self.name!r}, status={self.status.value!r})"
+
+
+class SourceReads:
+    """What the prepares of one batch share: each native file read (parsed by its adapter) and
+    digested once. A file is known by its resolved path, device, inode, size and modification
+    time, so that one rewritten between two requests is read again. Holds the parsed sources
+    until it is dropped (a batch keeps at most :attr:`max_sources` of them, the least recently
+    used going first)."""
+
+    def __init__(self, max_sources: int = 64) -> None:
+        self.max_sources = max_sources
+        self._native: dict[tuple, Any] = {}
+        self._digests: dict[tuple, str] = {}
+
+    @staticmethod
+    def _key(path: Path) -> tuple:
+        st = os.stat(path)
+        return (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def sha256(self, path: Path) -> str:
+        """:func:`~.prepare.file_sha256` of ``path``, once per file."""
+        try:
+            key = self._key(path)
+        except OSError:
+            return file_sha256(path)  # it names the error
+        digest = self._digests.get(key)
+        if digest is None:
+            digest = self._digests[key] = file_sha256(path)
+        return digest
+
+    def native(self, path: Path, agent: str, session: str | None) -> Any:
+        """``read_native(path, agent, session)``, once per file, agent and session."""
+        from pvisor.adapters.native import read_native
+
+        try:
+            key = (*self._key(path), agent, session)
+        except OSError:
+            return read_native(path, agent, session)  # it names the error
+        hit = self._native.pop(key, None)
+        if hit is None:
+            hit = read_native(path, agent, session)
+            while len(self._native) >= self.max_sources:
+                self._native.pop(next(iter(self._native)))
+        self._native[key] = hit  # last: the most recently used
+        return hit
+
+
+def read_manifest(path: Path) -> Iterator[tuple[int, Mapping[str, Any] | PvisorError]]:
+    """(line number, the line's object or the error that says why it is not one) for each
+    non-blank line of the JSON Lines file ``path``. Raises ReplayUsageError when the file
+    cannot be opened."""
+    try:
+        fh = open(path, "rb")
+    except OSError as exc:
+        raise ReplayUsageError("usage", f"--batch {show_path(path)}: {exc.strerror or exc}") from None
+    with fh:
+        n = 0
+        while True:
+            line = fh.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                return
+            n += 1
+            if len(line) > MAX_LINE_BYTES and not line.endswith(b"\n"):
+                # the rest of the line is skipped: it is one request however long
+                while line and not line.endswith(b"\n"):
+                    line = fh.readline(MAX_LINE_BYTES)
+                yield n, _bad(path, n, f"longer than {MAX_LINE_BYTES} bytes")
+                continue
+            if not line.strip():
+                continue
+            try:
+                obj = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                yield n, _bad(path, n, f"not JSON ({exc})")
+                continue
+            if not isinstance(obj, dict):
+                yield n, _bad(path, n, f"a JSON {type(obj).__name__}, expected an object")
+                continue
+            yield n, obj
+
+
+def _bad(path: Path | None, n: int, what: str) -> ReplayUsageError:
+    where = f"{show_path(path)} line {n}" if path is not None else f"request {n}"
+    return ReplayUsageError("bad_manifest_line", f"{where}: {what}")
+
+
+def request_from(
+    obj: Mapping[str, Any],
+    n: int,
+    *,
+    manifest: Path | None = None,
+    journal: Path | None = None,
+    output: Path | None = None,
+) -> PrepareOptions:
+    """The :class:`PrepareOptions` of manifest line ``n`` (module docstring): relative paths
+    from the manifest's directory, ``journal`` the default journal of a ``run`` line, the
+    output directory ``output/<name>`` (``name`` from the line, else the line number with
+    six digits) or None. Raises ReplayUsageError ``bad_manifest_line`` naming the line."""
+    for key, value in obj.items():
+        types = MANIFEST_KEYS.get(key)
+        if types is None:
+            raise _bad(manifest, n, f"unknown key {key!r}; expected some of {', '.join(MANIFEST_KEYS)}")
+        if value is not None and (
+            not isinstance(value, types) or (types == (int,) and isinstance(value, bool))
+        ):
+            raise _bad(
+                manifest, n, f"{key}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.60}"
+            )
+    for key in ("agent", "after_step"):
+        if obj.get(key) is None:
+            raise _bad(manifest, n, f"no {key}")
+    if (obj.get("trajectory") is None) == (obj.get("run") is None):
+        raise _bad(manifest, n, "give exactly one of trajectory and run")
+    base = manifest.parent if manifest is not None else Path()
+
+    def path(key: str) -> Path | None:
+        value = obj.get(key)
+        if value is None:
+            return None
+        p = Path(value)
+        return p if p.is_absolute() else base / p
+
+    name = obj.get("name") or f"{n:06d}"
+    if output is not None and (name in (".", "..") or "/" in name or "\\" in name or "\0" in name):
+        raise _bad(manifest, n, f"name {name!r}: one directory name, not a path")
+    return PrepareOptions(
+        agent=obj["agent"],
+        after_step=obj["after_step"],
+        output=output / name if output is not None else None,  # type: ignore[arg-type]
+        trajectory=path("trajectory"),
+        run=obj.get("run"),
+        journal=path("journal") or (journal if obj.get("run") is not None else None),
+        workspace=path("workspace"),
+        protocol=obj.get("protocol"),
+        profile_from=obj.get("profile_from"),
+        session=obj.get("session"),
+        allow_damaged=bool(obj.get("allow_damaged")),
+    )
+
+
+def prepare_many(
+    requests: Iterable[PrepareOptions | Mapping[str, Any] | PvisorError],
+    *,
+    reads: SourceReads | None = None,
+    row_label: str | None = None,
+) -> Iterator[BatchOutcome]:
+    """Prepare each request in one process, in order, and yield its :class:`BatchOutcome`.
+
+    A request is a :class:`PrepareOptions` (with an ``output`` directory the three files are
+    written there, as :func:`~.prepare.prepare_only` writes them, ``force`` included; with
+    ``output=None`` nothing is written and the outcome holds the prefix), a mapping of a
+    manifest line (:func:`request_from`, paths from the current directory, no output), or a
+    PvisorError that stands for a line already known to be bad (:func:`read_manifest`). A
+    request's own failure never stops the others: it is a ``failed`` outcome with its result
+    document. ``reads`` shares parsed sources (a new :class:`SourceReads` when None);
+    ``row_label``: without an output directory, what the result names as the prefix's place
+    (``ROWS#N`` with N the index; ``(memory)`` when None)."""
+    reads = SourceReads() if reads is None else reads
+    for index, request in enumerate(requests, 1):
+        if isinstance(request, tuple):  # (index, request) from the CLI: the manifest's line numbers
+            index, request = request
+        yield _one(index, request, reads, row_label)
+
+
+def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) -> BatchOutcome:
+    t0 = time.perf_counter()
+    opts: PrepareOptions | None = None
+    out: Path | None = None
+    result: dict[str, Any] | None = None
+    try:
+        if isinstance(request, PvisorError):
+            raise request
+        opts = request if isinstance(request, PrepareOptions) else request_from(request, index)
+        result = base_result(
+            "prepare-only", opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step
+        )
+        _check_options(opts)
+        if opts.output is not None:
+            out = check_output(opts.output, opts.workspace, opts.force)
+            check_inputs_not_outputs(opts, out)
+            try:
+                out.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                from .errors import ReplayOutputError
+
+                out = None
+                raise ReplayOutputError(
+                    f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}"
+                ) from None
+            shown: tuple[Path | str, Path | str] = (out / PREFIX_FILE, out / REQUEST_FILE)
+        else:
+            label = f"{row_label}#{index}" if row_label is not None else "(memory)"
+            shown = (f"{label}/prefix", f"{label}/request")
+        prefix = compute(opts, result, shown, t0, reads)
+        if out is not None:
+            write_outputs(out, prefix, result, t0)
+        else:
+            result["timings_ms"]["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
+        return BatchOutcome(index, _name(opts), Status.OK, result, prefix, None, out)
+    except PvisorError as exc:
+        if result is None:  # the line itself is bad: no request, so no result document
+            return BatchOutcome(index, None, Status.FAILED, None, None, exc, None)
+        fail(result, exc, t0)
+        if out is not None:
+            write_failed(out, result)
+        return BatchOutcome(index, _name(opts), Status.FAILED, result, None, exc, out)
+
+
+def _name(opts: PrepareOptions | None) -> str | None:
+    return opts.output.name if opts is not None and opts.output is not None else None
+
+
+__all__ = [
+    "BatchOutcome",
+    "MANIFEST_KEYS",
+    "SourceReads",
+    "Status",
+    "prepare_many",
+    "read_manifest",
+    "request_from",
+]

@@ -1,0 +1,134 @@
+"""Each command loads only what it needs (issue 21), checked by import tracing, never by timing:
+the real ``pvisor`` command runs in a child interpreter whose ``atexit`` hook writes
+``sys.modules`` (the command's own fast exit runs ``atexit`` first), and the modules it loaded
+beyond the stack floor (``import click, orjson``) are compared with what the command needs.
+``replay --prepare-only`` of a native file loads its agent's adapter, descriptor and protocol
+and no other agent's or protocol's; none of the short commands loads OpenSSL (``hashlib``),
+SQLite where it reads no journal, zstd where it reads no body, asyncio or aiohttp. Where the
+time goes: docs/benchmarks.md "Replay prepare-only: fidelity and startup"."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+from native_helpers import native_dir
+
+from pvisor.journal.model import Run
+from pvisor.journal.writer import Journal
+
+#: loaded by no short command below (each test adds what its command must not load either)
+NEVER = {
+    "hashlib",
+    "_hashlib",
+    "hmac",
+    "asyncio",
+    "aiohttp",
+    "jsonschema",
+    "sqlite_utils",
+    "tempfile",
+    "shutil",
+}
+#: the zstd bindings the journal's blobs use
+ZSTD = {"backports.zstd", "compression.zstd", "_zstd"}
+
+
+def floor_modules() -> set[str]:
+    code = "import click, orjson, sys, json; print(json.dumps(sorted(sys.modules)))"
+    return set(
+        json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout)
+    )
+
+
+FLOOR = floor_modules()
+
+
+def loaded(tmp_path: Path, *args: str) -> set[str]:
+    """The modules ``pvisor ARGS`` loaded beyond the floor; the command must succeed."""
+    dump = tmp_path / "modules.json"
+    code = (
+        "import atexit, json, sys\n"
+        f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
+        "from pvisor.cli import main\n"
+        f"sys.argv = ['pvisor', *{list(args)!r}]\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return set(json.loads(dump.read_text())) - FLOOR
+
+
+def ours(modules: set[str], package: str) -> set[str]:
+    """The modules directly in ``package`` (``pvisor.adapters.native`` -> ``codex``, ``base``)."""
+    prefix = package + "."
+    return {m[len(prefix) :] for m in modules if m.startswith(prefix) and "." not in m[len(prefix) :]}
+
+
+def test_version_loads_the_cli_alone(tmp_path: Path):
+    mods = loaded(tmp_path, "--version")
+    assert {m for m in mods if m.startswith("pvisor")} <= {
+        "pvisor",
+        "pvisor._version",
+        "pvisor.cli",
+        "pvisor.journal",
+        "pvisor.journal.errors",
+    }, sorted(mods)
+    assert not mods & (NEVER | ZSTD | {"pathlib", "sqlite3", "dataclasses"})
+
+
+def test_journal_ls_reads_rows_without_bodies(tmp_path: Path):
+    journal = tmp_path / "j.sqlite"
+    with Journal.open(journal) as j:
+        j.create_run(Run(id="r-1", agent="codex"))
+        j.record_exchange(
+            "r-1", "POST", "/v1/responses", [], protocol="openai-responses", status=200, request_body=b"{}"
+        )
+    mods = loaded(tmp_path, "--journal", str(journal), "journal", "ls")
+    assert "sqlite3" in mods and "pvisor.journal.reader" in mods
+    assert not mods & (
+        NEVER | ZSTD | {"csv", "base64", "pvisor.journal.blobs", "pvisor.adapters", "pvisor.replay"}
+    )
+
+
+def test_trajectory_show_with_agent_loads_that_adapter_only(tmp_path: Path):
+    path = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
+    mods = loaded(tmp_path, "trajectory", "show", str(path), "--agent", "codex")
+    assert ours(mods, "pvisor.adapters.native") <= {"base", "codex", "spool", "render"}, sorted(mods)
+    assert not ours(mods, "pvisor.adapters.protocols") - {"base"}
+    assert not mods & (NEVER | ZSTD | {"sqlite3", "pvisor.journal.reader", "pvisor.replay"})
+
+
+@pytest.mark.parametrize(
+    "agent,path",
+    [
+        ("claude-code", "claude-code/spotter_tool_heavy.jsonl"),
+        ("codex", "codex/real-0.171.0_single-then-resume.jsonl"),
+        ("gemini-cli", "gemini-cli/real-0.61.0_single-then-resume.jsonl"),
+        ("qwen-code", "qwen-code/real-0.15.6_single-then-resume.jsonl"),
+        ("opencode", "opencode/real-1.18.33_export_single.json"),
+        ("mini-swe-agent", "mini-swe-agent/real-2.4.6_single.traj.json"),
+    ],
+)
+def test_prepare_only_loads_one_agent_and_one_protocol(tmp_path: Path, agent: str, path: str):
+    source = native_dir() / path
+    if not source.exists():  # the corpus names its Qwen Code capture by version
+        [source] = sorted((native_dir() / agent).glob("real-*single*"))[:1]
+    out = tmp_path / "out"
+    mods = loaded(
+        tmp_path, "replay", "--agent", agent, "--trajectory", str(source), "--after-step", "1",
+        "--prepare-only", "--output", str(out),
+    )  # fmt: skip
+    protocol = orjson.loads((out / "result.json").read_bytes())["prefix"]["protocol"]
+    module = agent.replace("-", "_")
+    assert ours(mods, "pvisor.adapters.native") <= {"base", "spool", "documents", module}, sorted(mods)
+    assert ours(mods, "pvisor.adapters.agents") <= {"base", "descriptor", module}, sorted(mods)
+    assert ours(mods, "pvisor.adapters.protocols") <= {"base", "sse", "validate", protocol.replace("-", "_")}
+    assert not mods & (NEVER | ZSTD | {"sqlite3", "pvisor.journal.reader", "pvisor.adapters.chains"}), sorted(
+        mods & (NEVER | ZSTD | {"sqlite3"})
+    )
