@@ -45,20 +45,22 @@ import sqlite3
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import orjson
 
 from . import blobs, progress
 from .content_encoding import DecodeError, decode_body, encode_body
-from .errors import IntegrityError, UnavailableError, UsageError
-from .housekeeping import _check_writers, _open_rw
+from .errors import IntegrityError, PvisorError, UnavailableError, UsageError
+from .housekeeping import _check_writers, _open_rw, live_writers
 from .paths import run_directory
 from .reader import JournalReader
 
 DEFAULT_REPLACEMENT = "[scrubbed]"
 #: a literal text shorter than this would match inside ordinary words, digests and base64
 MIN_TEXT_CHARS = 4
+#: the longest replacement: it may become part of a file name (255 bytes on most file systems)
+MAX_REPLACEMENT_BYTES = 64
 #: columns that hold identifiers or digests: never text-replaced (the body columns are remapped)
 _IDENTIFIER_COLUMNS = frozenset(
     {"id", "run_id", "exchange_id", "parent_run", "sha256", "base", "manifest"}
@@ -110,6 +112,11 @@ class Pattern:
         if (text is None) == (regex is None):
             raise UsageError("scrub: give the text to remove, or --regex RE (one of them)")
         repl = _arg_bytes(replacement)
+        if len(repl) > MAX_REPLACEMENT_BYTES:
+            raise UsageError(
+                f"scrub: --replacement is {len(repl)} bytes; at most {MAX_REPLACEMENT_BYTES} (it may become part of a "
+                "file name, whose length is limited)"
+            )
         if not _SAFE_REPLACEMENT.fullmatch(repl) or not repl.strip(b"."):
             raise UsageError(
                 "scrub: --replacement must be non-empty printable ASCII, not only dots, without a quote, "
@@ -131,6 +138,7 @@ class Pattern:
             if raw in repl:
                 raise UsageError("scrub: the replacement contains the text it replaces")
             self.describe = f"text of {len(raw)} bytes"
+            self._raw = raw
             forms = {raw} | ({f.encode() for f in _escaped_forms(decoded)} if decoded is not None else set())
             # longest first: an escaped form is replaced before a form it contains
             self._forms = sorted(forms, key=len, reverse=True)
@@ -176,6 +184,25 @@ class Pattern:
                 n += k
         return data, n
 
+    def spans(self, data: bytes) -> list[tuple[int, int]]:
+        """The (start, end) byte offsets of the matches in ``data``, in order, not overlapping
+        (a literal text's raw form only: for decoded strings, where no escaping is left)."""
+        if self._regex is not None:
+            return [m.span() for m in self._regex.finditer(data)]
+        out, start = [], 0
+        raw = self._raw
+        while True:
+            i = data.find(raw, start)
+            if i < 0:
+                return out
+            out.append((i, i + len(raw)))
+            start = i + len(raw)
+
+    def hide(self, text: str) -> str:
+        """``text`` (a path, a message) with every match replaced: what scrub prints or reports
+        never repeats the secret, even in the name of a file that held it."""
+        return self.sub_text(text)
+
     def found(self, data: bytes) -> bool:
         if self._regex is not None:
             return self._regex.search(data) is not None
@@ -218,9 +245,11 @@ class ScrubReport:
     re-encoded only because their base changed; ``rows_rewritten``: rows that named an old
     sha256; ``cells_changed``: metadata cells that held the text; ``files_changed``: run
     directory files rewritten; ``names_changed``: files and directories renamed (the text was in
-    their name), as ``old -> new``; ``not_rewritten``: ``{path, why}`` of each file that holds
+    their name), by their new path, and symbolic links whose target held it; ``not_rewritten``: ``{path, why}`` of each file that holds
     the text but was left (a hard link shared with a file elsewhere, no permission); ``dry_run``: nothing
-    was changed, the counts are what would be; ``bytes_before`` / ``bytes_after``: the journal and its WAL;
+    was changed, the counts are what would be (``wal_truncated`` is None then);
+    ``live_writers``: the pids of the writers that held a live lease when ``force`` went past
+    them (their next bodies may be stored against blobs the scrub replaced); ``bytes_before`` / ``bytes_after``: the journal and its WAL;
     ``wal_truncated``: False when a reader kept the WAL from being emptied; ``problems``: what
     the verification found; ``remaining``: where the text's bytes are still found."""
 
@@ -236,9 +265,10 @@ class ScrubReport:
     files_changed: list[str] = field(default_factory=list)
     names_changed: list[str] = field(default_factory=list)
     not_rewritten: list[dict] = field(default_factory=list)
+    live_writers: list[int] = field(default_factory=list)
     bytes_before: int = 0
     bytes_after: int = 0
-    wal_truncated: bool = True
+    wal_truncated: bool | None = True
     problems: list[str] = field(default_factory=list)
     remaining: list[str] = field(default_factory=list)
 
@@ -247,7 +277,7 @@ class ScrubReport:
 
     @property
     def clean(self) -> bool:
-        return not self.problems and not self.remaining and self.wal_truncated
+        return not self.problems and not self.remaining and self.wal_truncated is not False
 
 
 def scrub(
@@ -276,7 +306,11 @@ def scrub(
     report.bytes_before = _size(path)
     conn = _open_rw(path)
     try:
+        if force:
+            report.live_writers = [pid for _, pid, _ in live_writers(conn)]
         _check_writers(conn, path, force, "scrub")
+        _refuse_identifiers(conn, path, pattern, run)
+        failures: list[BaseException] = []  # what a function called by SQLite raised (Ctrl-C)
         try:
             # overwrite what rows and pages leave behind, from the first change on
             conn.execute("PRAGMA secure_delete = ON")
@@ -286,16 +320,23 @@ def scrub(
                 with JournalReader(path) as reader:
                     mapping, sizes = _scrub_blobs(conn, reader, pattern, run, report)
                 _rewrite_rows(conn, mapping, sizes, report)
-                _scrub_cells(conn, pattern, run, report)
+                _scrub_cells(conn, pattern, run, report, failures)
                 conn.execute("ROLLBACK" if dry_run else "COMMIT")
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
                 raise
         except sqlite3.OperationalError as exc:
+            if failures:  # a Ctrl-C inside SQLite's call of our function: what it was, not SQLite's word
+                raise failures[0] from None
             raise UnavailableError(_not_written(path, exc)) from None
+        except KeyboardInterrupt:
+            raise ScrubInterrupted(
+                f"journal {path}: scrub interrupted before its commit: it changed nothing"
+            ) from None
         if dry_run:
             report.bytes_after = report.bytes_before
+            report.wal_truncated = None
         else:
             try:
                 first = _checkpoint(conn)
@@ -306,20 +347,69 @@ def scrub(
                     f"journal {path}: the text is replaced, but its old pages could not be cleared ({exc}): "
                     "run pvisor journal vacuum when no other process has the journal open"
                 ) from None
+            except KeyboardInterrupt:
+                raise ScrubInterrupted(_after_commit(path, "the old pages were not cleared yet")) from None
     finally:
         conn.close()
     dirs = [run_directory(path, run)] if run else sorted(run_directory(path, "-").parent.glob("*"))
     report.run_dirs = [str(d) for d in dirs if d.is_dir() and not d.is_symlink()]
     if dry_run:
-        report.files_changed = [p for d in report.run_dirs for p, _ in _found_in_tree(Path(d), pattern)]
+        for d in report.run_dirs:
+            for p, _, where in _found_in_tree(Path(d), pattern):
+                (report.names_changed if where in ("name", "target") else report.files_changed).append(p)
+        _hide(report, pattern)
         return report
     report.bytes_after = _size(path)
-    for d in report.run_dirs:
-        _scrub_tree(Path(d), pattern, report)
-    with JournalReader(path) as reader:
-        report.problems = reader.verify().problems
-    report.remaining = _remaining(path, run, [Path(d) for d in report.run_dirs], pattern, report)
+    try:
+        for d in report.run_dirs:
+            _scrub_tree(Path(d), pattern, report)
+        with JournalReader(path) as reader:
+            report.problems = reader.verify().problems
+        report.remaining = _remaining(path, run, [Path(d) for d in report.run_dirs], pattern, report)
+    except KeyboardInterrupt:
+        raise ScrubInterrupted(
+            _after_commit(path, "the run directories and the check after were not done")
+        ) from None
+    _hide(report, pattern)
     return report
+
+
+class ScrubInterrupted(PvisorError):
+    """Ctrl-C during a scrub: exit 130, and a message that says whether the journal changed."""
+
+    exit_code = 130
+
+
+def _after_commit(path: Path, what: str) -> str:
+    return (
+        f"journal {path}: scrub interrupted after its commit: the journal's bodies and rows are scrubbed, but {what}; "
+        "run the same scrub again to finish (it is safe to repeat)"
+    )
+
+
+def _hide(report: ScrubReport, pattern: Pattern) -> None:
+    """Every path and place of the report with the text replaced (a file's name may hold it)."""
+    for name in ("run_dirs", "files_changed", "names_changed", "remaining", "problems"):
+        setattr(report, name, [pattern.hide(v) for v in getattr(report, name)])
+    for left in report.not_rewritten:
+        left["path"] = pattern.hide(left["path"])
+        left["why"] = pattern.hide(left["why"])
+
+
+def _refuse_identifiers(conn: sqlite3.Connection, path: Path, pattern: Pattern, run: str | None) -> None:
+    """UsageError (nothing changed) when a run or exchange id holds the text: ids are never
+    rewritten, and the labels and paths derived from them would be (the run directory keeps
+    its name), so removing the run comes first."""
+    conn.create_function("pvisor_scrub_found", 1, pattern.found_text, deterministic=True)
+    for table, what in (("runs", "run"), ("exchanges", "exchange"), ("attempts", "attempt of run")):
+        col = "id" if table != "attempts" else "run_id"
+        where = "pvisor_scrub_found(" + col + ")" + (" AND " + _TEXT_TABLES[table] if run is not None else "")
+        row = conn.execute(f"SELECT {col} FROM {table} WHERE {where} LIMIT 1", {"run": run}).fetchone()
+        if row is not None:
+            raise UsageError(
+                f"journal {path}: scrub changed nothing: the text is in the id of {what} {pattern.hide(row[0])}, "
+                "and ids are never rewritten: pvisor journal rm that run first, then scrub"
+            )
 
 
 def _not_written(path: Path, exc: sqlite3.OperationalError) -> str:
@@ -369,11 +459,21 @@ def _scrub_blobs(
             manifests.add(b)
             todo.append(b)
     codings = _codings(conn)
+    streamed = _streamed(conn)
     targets = _run_blobs(conn, reader, run) if run else None
     total = sum(len(v) for v in children.values())
     mapping: dict[str, str] = {}
     sizes: dict[str, int] = {}
     done = 0
+
+    def replaced(sha: str, data: bytes) -> tuple[bytes, int]:
+        new, n = pattern.sub(data)
+        if sha in streamed:  # a text the stream split between events
+            new, k = scrub_split(new, pattern)
+            n += k
+        if n:
+            _still_json(conn, sha, data, new)
+        return new, n
 
     def transform(sha: str, data: bytes) -> bytes:
         if targets is not None and sha not in targets:
@@ -387,15 +487,12 @@ def _scrub_blobs(
             except DecodeError:
                 plain = None  # stored as received although it does not decode: searched as it is
             if plain is not None:
-                new, n = pattern.sub(plain)
+                new, n = replaced(sha, plain)
                 if not n:
                     return data
-                _still_json(conn, sha, plain, new)
                 report.matches += n
                 return encode_body(new, coding)
-        new, n = pattern.sub(data)
-        if n:
-            _still_json(conn, sha, data, new)
+        new, n = replaced(sha, data)
         report.matches += n
         return new
 
@@ -474,6 +571,104 @@ def _blob_place(conn: sqlite3.Connection, sha: str) -> str:
     if row is not None:
         return f"the manifest of snapshot {row[0]} (run {row[1]}, blob {sha[:12]})"
     return f"blob {sha[:12]} (a file of a workspace snapshot, or a manifest)"
+
+
+def _string_leaves(value: Any, path: tuple, out: list) -> None:
+    """(path, container, key) of every string in ``value``, in document order."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if isinstance(v, str):
+                out.append((path + (k,), value, k))
+            elif isinstance(v, (dict, list)):
+                _string_leaves(v, path + (k,), out)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            if isinstance(v, str):
+                out.append((path + (i,), value, i))
+            elif isinstance(v, (dict, list)):
+                _string_leaves(v, path + (i,), out)
+
+
+def scrub_split(data: bytes, pattern: Pattern) -> tuple[bytes, int]:
+    """A streamed reply (server-sent events) with the text removed where the stream split it
+    between events: each ``data:`` line's JSON is read, the strings at one JSON path (a text
+    delta, a tool call's argument fragments) are joined in stream order, and every match in
+    the joined text that spans more than one event is replaced: the first event's part of it
+    by the replacement, the others' parts by nothing. The events changed are written again as
+    compact JSON (the others keep their bytes). Returns the body and the number of matches.
+    A match within one event was replaced as bytes already (:meth:`Pattern.sub`)."""
+    if b"data:" not in data:
+        return data, 0
+    lines = data.splitlines(keepends=True)
+    events: dict[int, Any] = {}
+    groups: dict[tuple, list] = {}
+    for i, line in enumerate(lines):
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            obj = orjson.loads(line[5:])
+        except orjson.JSONDecodeError:
+            continue
+        if not isinstance(obj, (dict, list)):
+            continue
+        leaves: list = []
+        _string_leaves(obj, (), leaves)
+        if leaves:
+            events[i] = obj
+        for path, container, key in leaves:
+            groups.setdefault(path, []).append((i, container, key))
+    changed: set[int] = set()
+    n = 0
+    repl = pattern.replacement
+    for parts in groups.values():
+        if len(parts) < 2:
+            continue
+        pieces = [c[k].encode("utf-8", "surrogatepass") for _, c, k in parts]
+        joined = b"".join(pieces)
+        spans = pattern.spans(joined)
+        if not spans:
+            continue
+        bounds, pos = [], 0
+        for piece in pieces:
+            bounds.append((pos, pos + len(piece)))
+            pos += len(piece)
+        cut: list[list[tuple[int, int, bool]]] = [[] for _ in pieces]  # per piece: (from, to, first)
+        for start, end in spans:
+            covered = [j for j, (a, b) in enumerate(bounds) if a < end and b > start]
+            if len(covered) < 2:
+                continue  # within one event: replaced as bytes already
+            n += 1
+            for k, j in enumerate(covered):
+                a, b = bounds[j]
+                cut[j].append((max(start, a) - a, min(end, b) - a, k == 0))
+        for j, cuts in enumerate(cut):
+            if not cuts:
+                continue
+            piece = pieces[j]
+            for frm, to, first in sorted(cuts, reverse=True):
+                piece = piece[:frm] + (repl.encode() if first else b"") + piece[to:]
+            line_no, container, key = parts[j]
+            # a cut inside a multi-byte character drops its remains (a regex on bytes can do that)
+            container[key] = piece.decode("utf-8", "ignore")
+            changed.add(line_no)
+    if not changed:
+        return data, 0
+    for i in changed:
+        line = lines[i]
+        ending = line[len(line.rstrip(b"\r\n")) :]
+        sep = b" " if line.startswith(b"data: ") else b""
+        lines[i] = b"data:" + sep + orjson.dumps(events[i]) + ending
+    return b"".join(lines), n
+
+
+def _streamed(conn: sqlite3.Connection) -> set[str]:
+    """The response bodies received as a stream (server-sent events)."""
+    return {
+        sha
+        for (sha,) in conn.execute(
+            "SELECT DISTINCT response_body FROM exchanges WHERE streamed = 1 AND response_body IS NOT NULL"
+        )
+    }
 
 
 def _codings(conn: sqlite3.Connection) -> dict[str, str]:
@@ -681,14 +876,36 @@ def _has_column(conn: sqlite3.Connection, table: str, column: str) -> bool:
     return column in {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
 
 
-def _scrub_cells(conn: sqlite3.Connection, pattern: Pattern, run: str | None, report: ScrubReport) -> None:
+def _scrub_cells(
+    conn: sqlite3.Connection,
+    pattern: Pattern,
+    run: str | None,
+    report: ScrubReport,
+    failures: list[BaseException] | None = None,
+) -> None:
     """Step 2, metadata: the text replaced in every cell but identifiers and digests. UsageError
     (the caller rolls back) when a cell that was JSON (headers, labels, argv, an event's data)
     would no longer parse."""
     broken: list[str] = []
     where_now = ""
 
+    def found(value):
+        try:
+            return pattern.found_text(value)
+        except BaseException as exc:  # SQLite reports only that the function failed: keep what it was
+            if failures is not None:
+                failures.append(exc)
+            raise
+
     def sub_cell(value):
+        try:
+            return _sub_cell(value)
+        except BaseException as exc:
+            if failures is not None:
+                failures.append(exc)
+            raise
+
+    def _sub_cell(value):
         new = pattern.sub_text(value)
         if new is not value and isinstance(value, (str, bytes)):
             old_b = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
@@ -699,7 +916,7 @@ def _scrub_cells(conn: sqlite3.Connection, pattern: Pattern, run: str | None, re
         return new
 
     conn.create_function("pvisor_scrub", 1, sub_cell)
-    conn.create_function("pvisor_scrub_found", 1, pattern.found_text, deterministic=True)
+    conn.create_function("pvisor_scrub_found", 1, found, deterministic=True)
     for table, col, where_run in _text_cells(conn, run):
         where_now = f"{table}.{col}"
         where = f"pvisor_scrub_found({col})" + (f" AND {where_run}" if run is not None else "")
@@ -744,6 +961,9 @@ def _scrub_tree(root: Path, pattern: Pattern, report: ScrubReport) -> None:
                 st = p.lstat()
             except OSError:
                 continue
+            if stat.S_ISLNK(st.st_mode):
+                _relink(p, pattern, report)
+                continue
             if not stat.S_ISREG(st.st_mode):
                 continue
             try:
@@ -779,6 +999,9 @@ def _scrub_tree(root: Path, pattern: Pattern, report: ScrubReport) -> None:
                 _left(report, p, f"not rewritten: {exc.strerror}")
                 continue
             report.files_changed.append(str(p))
+        for name in dirs:
+            if os.path.islink(os.path.join(dirpath, name)):  # a link to a directory: not walked into
+                _relink(Path(dirpath, name), pattern, report)
         for name in [*names, *dirs]:
             raw = os.fsencode(name)
             if not pattern.found(raw):
@@ -793,31 +1016,54 @@ def _scrub_tree(root: Path, pattern: Pattern, report: ScrubReport) -> None:
             except OSError as exc:
                 _left(report, old_p, f"not renamed: {exc.strerror}")
                 continue
-            report.names_changed.append(f"{old_p} -> {new_p}")
+            report.names_changed.append(str(new_p))
+
+
+def _relink(link: Path, pattern: Pattern, report: ScrubReport) -> None:
+    """A symbolic link whose target holds the text points to the target with the replacement
+    (a new link renamed over it: a link cannot be rewritten in place)."""
+    try:
+        target = os.readlink(link)
+    except OSError:
+        return
+    raw = os.fsencode(target)
+    if not pattern.found(raw):
+        return
+    tmp = link.with_name(f".{link.name}.scrub-{os.getpid()}")
+    try:
+        os.symlink(os.fsdecode(pattern.sub(raw)[0]), tmp)
+        os.replace(tmp, link)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        _left(report, link, f"link not rewritten: {exc.strerror}")
+        return
+    report.names_changed.append(str(link))
 
 
 def _left(report: ScrubReport, path: Path, why: str) -> None:
     report.not_rewritten.append({"path": str(path), "why": why})
 
 
-def _found_in_tree(root: Path, pattern: Pattern) -> list[tuple[str, str]]:
-    """(path, note) of the regular files under ``root`` whose bytes or name hold the text, and
-    of the directories whose name does (no symlink followed); the note is empty or says that
-    the file cannot be read."""
+def _found_in_tree(root: Path, pattern: Pattern) -> list[tuple[str, str, str]]:
+    """(path, note, where) of what under ``root`` holds the text: ``where`` is ``content`` (a
+    regular file's bytes), ``name`` (a file's or directory's name) or ``target`` (a symbolic
+    link's target; no link is followed); the note is empty or says that a file cannot be read."""
     out = []
     for dirpath, dirs, names in os.walk(root):
-        for name in dirs:
-            if pattern.found(os.fsencode(name)):
-                out.append((str(Path(dirpath, name)), ""))
-        for name in names:
+        for name in [*dirs, *names]:
             p = Path(dirpath, name)
             try:
-                if pattern.found(os.fsencode(name)) or (
-                    stat.S_ISREG(p.lstat().st_mode) and pattern.found(p.read_bytes())
-                ):
-                    out.append((str(p), ""))
+                st = p.lstat()
+                if pattern.found(os.fsencode(name)):
+                    out.append((str(p), "", "name"))
+                elif stat.S_ISLNK(st.st_mode):
+                    if pattern.found(os.fsencode(os.readlink(p))):
+                        out.append((str(p), "", "target"))
+                elif stat.S_ISREG(st.st_mode) and pattern.found(p.read_bytes()):
+                    out.append((str(p), "", "content"))
             except OSError as exc:
-                out.append((str(p), f" (cannot be read: {exc.strerror})"))
+                out.append((str(p), f" (cannot be read: {exc.strerror})", "content"))
     return out
 
 
@@ -833,6 +1079,7 @@ def _remaining(
         conn = reader.conn
         conn.create_function("pvisor_scrub_found", 1, pattern.found_text, deterministic=True)
         codings = _codings(conn)
+        streamed = _streamed(conn)
         wanted = _run_blobs(conn, reader, run) if run else None
         # in the order they were stored: a lane's next body is one frame from the one restored last
         for (sha,) in conn.execute("SELECT sha256 FROM blobs ORDER BY rowid").fetchall():
@@ -847,6 +1094,8 @@ def _remaining(
                     data = decode_body(data, codings[sha])
             if pattern.found(data):
                 out.append(_blob_place(conn, sha))
+            elif sha in streamed and scrub_split(data, pattern)[1]:
+                out.append(f"{_blob_place(conn, sha)}, split between the stream's events")
         for table, col, where_run in _text_cells(conn, run):
             where = f"pvisor_scrub_found({col})" + (f" AND {where_run}" if run is not None else "")
             n = conn.execute(f"SELECT count(*) FROM {table} WHERE {where}", {"run": run}).fetchone()[0]
@@ -869,7 +1118,7 @@ def _remaining(
                     out.append(str(p))
     why = {left["path"]: left["why"] for left in report.not_rewritten}
     for d in dirs:
-        for p, note in _found_in_tree(d, pattern):
+        for p, note, _ in _found_in_tree(d, pattern):
             out.append(f"{p} ({why[p]})" if p in why else f"{p}{note}")
     return out
 

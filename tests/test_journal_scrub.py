@@ -297,6 +297,7 @@ def test_scrub_bad_input_gets_one_line_and_changes_nothing(leaked: Path, tmp_pat
             (["journal", "scrub", SECRET, "--replacement", bad], 2, "--replacement must be")
             for bad in ['x"y', "x\\y", "x/y", "..", "", "a\nb", "für"]
         ],
+        (["journal", "scrub", SECRET, "--replacement", "x" * 65], 2, "at most 64"),
     ]:
         proc = cli(leaked, *args)
         assert proc.returncode == code and said in proc.stderr, (args, proc.stderr)
@@ -370,36 +371,116 @@ def test_arguments_that_are_not_utf8_are_searched_as_their_bytes(leaked: Path):
     assert bad.returncode == 2 and "--replacement must be" in bad.stderr and bad.stderr.count("\n") == 1
 
 
-def test_names_hard_links_and_identifiers_that_hold_the_text(leaked: Path, tmp_path: Path):
-    """A file and a directory named after the key are renamed; a file hard-linked from outside
-    the data directory is left (rewriting it in place would change the outside one) and named,
-    as is a run whose id holds the key (ids are never rewritten): exit 3, the rest done."""
+def test_names_links_and_hard_links_that_hold_the_text(leaked: Path, tmp_path: Path):
+    """A file and a directory named after the key are renamed and a symbolic link whose target
+    holds it points to the scrubbed target; a file hard-linked from outside the data directory
+    is left (rewriting it in place would change the outside one) and named: exit 3, the rest
+    done. No line or report repeats the key, not even in a path."""
     run_dir = leaked.parent / "runs" / "r-leak"
     (run_dir / f"{SECRET}-cache").mkdir()
     (run_dir / f"{SECRET}-cache" / f"notes-{SECRET}.txt").write_text("plain\n")
+    os.symlink(f"/nonexistent/{SECRET}/x", run_dir / "plainlink")
     outside = tmp_path / "outside.env"
     outside.write_text(f"KEY={SECRET}\n")
     os.link(outside, run_dir / "linked.env")
-    with Journal.open(leaked) as j:
-        j.create_run(Run(id=f"r-{SECRET}", agent="codex"))
+    dry = cli(leaked, "journal", "scrub", SECRET, "--dry-run", "--json")
+    assert dry.returncode == 0 and SECRET not in dry.stdout + dry.stderr
+    names = json.loads(dry.stdout)["names_changed"]
+    assert sorted(names) == sorted(
+        [str(run_dir / f"{SCRUBBED}-cache"), str(run_dir / f"{SCRUBBED}-cache" / f"notes-{SCRUBBED}.txt"),
+         str(run_dir / "plainlink")]
+    ) and (run_dir / f"{SECRET}-cache").is_dir()  # fmt: skip
     proc = cli(leaked, "journal", "scrub", SECRET, "--json")
     assert proc.returncode == 3, (proc.stdout, proc.stderr)
+    assert SECRET not in proc.stdout + proc.stderr
     rep = json.loads(proc.stdout)
     assert (run_dir / f"{SCRUBBED}-cache" / f"notes-{SCRUBBED}.txt").read_text() == "plain\n"
-    assert len(rep["names_changed"]) == 2 and not any(SECRET in p for p in os.listdir(run_dir))
+    assert len(rep["names_changed"]) == 3 and not any(SECRET in p for p in os.listdir(run_dir))
+    assert os.readlink(run_dir / "plainlink") == f"/nonexistent/{SCRUBBED}/x"
     assert outside.read_text() == f"KEY={SECRET}\n"  # untouched
     assert [left["path"] for left in rep["not_rewritten"]] == [str(run_dir / "linked.env")]
     assert "hard links" in rep["not_rewritten"][0]["why"]
-    assert any(place.startswith("runs.id of 1 row(s): an identifier") for place in rep["remaining"]), rep
-    assert rep["problems"] == []
+    assert rep["problems"] == [] and rep["remaining"] == [
+        f"{run_dir / 'linked.env'} ({rep['not_rewritten'][0]['why']})"
+    ]
     text = cli(leaked, "journal", "scrub", SECRET)  # the lines a person reads
-    assert text.returncode == 3 and "Traceback" not in text.stderr
+    assert text.returncode == 3 and "Traceback" not in text.stderr and SECRET not in text.stderr
     lines = text.stderr.splitlines()
     assert all(line.startswith("pvisor: error: ") for line in lines), lines
     assert any("linked.env (not rewritten: it has 2 hard links" in line for line in lines)
-    assert lines[-1].startswith("pvisor: error: the journal is scrubbed, but 1 file of the run directories")
+    assert lines[-1].startswith(
+        "pvisor: error: the journal is scrubbed, but 1 file of the run directories was"
+    )
     with JournalReader(leaked) as r:  # the journal's part is done and verifies
         assert r.verify().ok and SECRET not in r.run("r-leak").labels["note"]
+
+
+def test_a_text_in_an_id_is_refused_before_anything_changes(leaked: Path):
+    """Ids are never rewritten, and the labels and run directory paths derived from a run's id
+    would be: scrub refuses at once (nothing changed), naming the run without the text."""
+    with Journal.open(leaked) as j:
+        j.create_run(Run(id=f"r-{SECRET}", agent="codex"))
+    digest = content(leaked)
+    proc = cli(leaked, "journal", "scrub", SECRET)
+    assert (
+        proc.returncode == 2
+        and "scrub changed nothing: the text is in the id of run r-[scrubbed]" in proc.stderr
+    )
+    assert SECRET not in proc.stderr and proc.stderr.count("\n") == 1
+    assert content(leaked) == digest
+
+
+def test_a_key_split_between_stream_events_is_scrubbed(leaked: Path):
+    """A streamed reply carries the model's text in pieces: the key may be split between two
+    events. The joined text of every delta path is searched, and the events that held its
+    pieces are written again without them."""
+    head, tail = SECRET[:9], SECRET[9:]
+    events = [
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "your key is "}}]},
+        {"choices": [{"index": 0, "delta": {"content": f"{head}"}}]},
+        {"choices": [{"index": 0, "delta": {"content": f"{tail}, keep it"}}]},
+        {
+            "choices": [
+                {
+                    "index": 0,
+                    "delta": {"tool_calls": [{"index": 0, "function": {"arguments": '{"cmd": "echo '}}]},
+                }
+            ]
+        },
+        {"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": head}}]}}]},
+        {
+            "choices": [
+                {"index": 0, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": tail + '"}'}}]}}
+            ]
+        },
+    ]
+    body = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    with Journal.open(leaked) as j:
+        ex = j.record_exchange("r-other", "POST", LANE, [], protocol="openai-chat", status=200,
+                               request_body=b'{"stream": true}', response_body=body, streamed=True)  # fmt: skip
+    assert SECRET.encode() not in body  # never whole in the raw bytes
+    proc = cli(leaked, "journal", "scrub", SECRET, "--json")
+    assert proc.returncode == 0, proc.stderr
+    with JournalReader(leaked) as r:
+        [e] = [x for x in r.exchanges("r-other") if x.id == ex]
+        raw = r.response_body(e, raw=True)
+    got = [orjson.loads(line[6:]) for line in raw.split(b"\n\n") if line.startswith(b"data: {")]
+    text = "".join(g["choices"][0]["delta"].get("content") or "" for g in got)
+    args = "".join(
+        t["function"]["arguments"] for g in got for t in g["choices"][0]["delta"].get("tool_calls") or []
+    )
+    assert text == f"your key is {SCRUBBED}, keep it" and args == f'{{"cmd": "echo {SCRUBBED}"}}'
+    assert head.encode() not in raw and raw.endswith(b"data: [DONE]\n\n")
+
+
+def test_stdin_and_a_text_found_nowhere(leaked: Path):
+    empty = cli(leaked, "journal", "scrub", "-", stdin="")
+    assert empty.returncode == 2 and "stdin was empty" in empty.stderr
+    regex = cli(leaked, "journal", "scrub", "--regex", "-", stdin="sk-live-[A-Za-z0-9]{16,}\n")
+    assert regex.returncode == 0, regex.stderr
+    assert everywhere(leaked.parent, "sk-live-") == []
+    nowhere = cli(leaked, "journal", "scrub", "not-in-this-journal")
+    assert nowhere.returncode == 0 and "nothing held the text" in nowhere.stderr
 
 
 def test_an_open_reader_that_keeps_the_wal_gives_69_and_vacuum_finishes_later(leaked: Path):
@@ -409,7 +490,7 @@ def test_an_open_reader_that_keeps_the_wal_gives_69_and_vacuum_finishes_later(le
         reader.execute("SELECT count(*) FROM blobs").fetchone()  # a read transaction holds the WAL
         proc = cli(leaked, "journal", "scrub", SECRET)
         assert proc.returncode == 69, (proc.stdout, proc.stderr)
-        assert "WAL could not be emptied" in proc.stderr and "pvisor journal vacuum" in proc.stderr
+        assert "the checkpoint could not finish" in proc.stderr and "pvisor journal vacuum" in proc.stderr
         assert "Traceback" not in proc.stderr
     finally:
         reader.close()

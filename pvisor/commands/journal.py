@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 import orjson
 
+from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
 from pvisor.commands.outputs import check_output_path
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.journal import progress
@@ -32,37 +33,6 @@ def _when(ms: float | None) -> str:
     if not ms:
         return "-"
     return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-#: control characters shown escaped in the one-line human output (C0, DEL, C1): a recorded
-#: path, run id or reply must not ring the bell, move the cursor, restyle the terminal or
-#: break a table row
-_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0))}
-# bidirectional overrides and isolates reorder what follows them (a file name could show a
-# different extension); line and paragraph separators break the row
-_CONTROLS.update(
-    {
-        c: f"\\u{c:04x}"
-        for c in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
-    }
-)
-
-
-def _safe(text: str) -> str:
-    """``text`` with control characters escaped (``\x07``), for one line of a terminal."""
-    return text.translate(_CONTROLS)
-
-
-def _n(count: int, noun: str, plural: str | None = None) -> str:
-    """``1 result``, ``2 results``."""
-    return f"{count} {noun if count == 1 else plural or noun + 's'}"
-
-
-def _table(rows: list[list[str]], header: list[str]) -> None:
-    rows = [[_safe(str(c)) for c in r] for r in rows]
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    for r in [header, *rows]:
-        click.echo("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
 
 
 @click.group("journal")
@@ -459,97 +429,6 @@ def verify(ctx: click.Context, as_json: bool) -> int:
     return 0
 
 
-# --------------------------------------------------------------------------- steps
-
-
-def _clip(text: str, n: int) -> str:
-    """One line of at most ``n`` characters (whitespace runs collapsed, control characters
-    escaped, ``…`` when cut)."""
-    text = _safe(" ".join(text.split()))
-    return text if len(text) <= n else text[: n - 1] + "…"
-
-
-def _preview(value) -> str:
-    """``value`` as JSON for a table cell; a value nested deeper than orjson writes (255
-    levels) shows as ``{…}`` / ``[…]``: the cell is clipped to 40 characters anyway."""
-    try:
-        return orjson.dumps(value).decode()
-    except orjson.JSONEncodeError:
-        return "{…}" if isinstance(value, dict) else "[…]"
-
-
-def _short_call(call) -> str:
-    args = call.arguments
-    if isinstance(args, dict):
-        inner = ", ".join(f"{k}={_clip(_preview(v), 40)}" for k, v in args.items())
-    else:
-        inner = _clip(call.arguments_raw, 40)
-    return _clip(f"{call.name}({inner})", 10_000)
-
-
-def _calls_cell(calls: list[str], width: int) -> str:
-    """Tool calls joined with ``; `` in at most ``width`` characters; when some call does not
-    even begin within them, ``+N more`` says how many."""
-    text = "; ".join(calls)
-    if len(text) <= width:
-        return text
-    starts, pos = [], 0
-    for c in calls:
-        starts.append(pos)
-        pos += len(c) + 2
-    suffix = ""
-    for _ in range(3):  # the suffix takes room, which may hide one more call
-        limit = width - len(suffix)
-        hidden = sum(1 for p in starts if p >= limit - 1)
-        suffix = f" +{hidden} more" if hidden else ""
-    limit = width - len(suffix)
-    hidden = sum(1 for p in starts if p >= limit - 1)
-    shown = "; ".join(calls[: len(calls) - hidden])
-    return (shown if len(shown) <= limit else shown[: limit - 1] + "…") + suffix
-
-
-def _action_cell(step) -> str:
-    a = step.action
-    if a.tool_calls:
-        return _calls_cell([_short_call(c) for c in a.tool_calls], 90)
-    if a.text:
-        return _clip(f"text: {a.text!r}", 60)
-    return "(no reply)" if "no_reply" in step.flags else "(empty reply)"
-
-
-def _text_chars(content) -> int:
-    """Characters of text in a tool result's content: a string's length; for content blocks,
-    the text of the text blocks (an image counts none); for an object without a ``type`` (a
-    Gemini ``response``), the strings it holds."""
-    if isinstance(content, str):
-        return len(content)
-    if isinstance(content, list):
-        return sum(_text_chars(b) for b in content)
-    if isinstance(content, dict):
-        if "type" in content:
-            text = content.get("text")
-            return len(text) if isinstance(text, str) else _text_chars(content.get("content"))
-        return sum(_text_chars(v) for v in content.values())
-    return 0
-
-
-def _observation_cell(step) -> str:
-    o = step.observation
-    bits = []
-    if o.results:
-        errors = sum(1 for r in o.results if r.is_error)
-        chars = sum(_text_chars(r.content) for r in o.results)
-        bits.append(
-            _n(len(o.results), "result")
-            + (f" ({_n(errors, 'error')})" if errors else "")
-            + f", {_n(chars, 'char')}"
-        )
-    for m in o.messages:
-        text = " ".join(p.text for p in m.parts if hasattr(p, "text") and isinstance(p.text, str))
-        bits.append(f"{m.role}: {_clip(repr(text), 40)}")
-    return "; ".join(bits) or "-"
-
-
 @journal.command("steps")
 @click.argument("run_id", metavar="RUN")
 @click.option(
@@ -689,10 +568,9 @@ def scrub_cmd(
     from pvisor.journal.scrub import DEFAULT_REPLACEMENT, Pattern, scrub
 
     if text == "-":
-        data = sys.stdin.buffer.read()
-        if data.endswith(b"\n") and data.count(b"\n") == 1:
-            data = data[:-1].removesuffix(b"\r")
-        text = data  # bytes: what the user piped, whatever its encoding
+        text = _stdin_value("the text")  # bytes: what the user piped, whatever its encoding
+    elif regex == "-":
+        regex = _stdin_value("--regex")
     pattern = Pattern(text, regex, DEFAULT_REPLACEMENT if replacement is None else replacement)
     rep = scrub(Path(ctx.obj["journal"]), pattern, run_id=run_id, force=force, dry_run=dry_run)
     if as_json:
@@ -720,6 +598,19 @@ def scrub_cmd(
                     f"journal {ctx.obj['journal']}: {rep.bytes_before} bytes -> {rep.bytes_after} bytes, {verdict}"
                 )
             )
+    if rep.live_writers:
+        click.echo(
+            f"pvisor: warning: forced past live writer(s) (pid {', '.join(map(str, rep.live_writers))}): a body they "
+            "store next may be a frame against a blob scrub replaced; stop them, then run pvisor journal verify",
+            err=True,
+        )
+    nothing = not (rep.matches or rep.cells_changed or rep.files_changed or rep.names_changed)
+    if nothing and not rep.remaining and not rep.not_rewritten:
+        click.echo(
+            "pvisor: note: nothing held the text (not the bodies, the rows or the run directories): "
+            "check its spelling, or try --regex",
+            err=True,
+        )
     if dry_run:
         return
     for problem in rep.problems:
@@ -731,15 +622,17 @@ def scrub_cmd(
         click.echo(_safe(f"pvisor: error: scrub left the text in {place}"), err=True)
     if not rep.wal_truncated:
         click.echo(
-            "pvisor: error: the text is replaced in the journal's rows, but another process reads the journal, "
-            "so its WAL could not be emptied and the old bytes may remain in it: run pvisor journal vacuum "
-            "when it has closed",
+            "pvisor: error: the text is replaced in the journal's rows, but another process reads the journal, so "
+            "the checkpoint could not finish: the old pages may remain in the journal file until it does; run "
+            "pvisor journal vacuum when that process has closed",
             err=True,
         )
-    if rep.not_rewritten and not rep.problems:
+    left = {entry["path"] for entry in rep.not_rewritten}
+    if left and not rep.problems:
         click.echo(
-            f"pvisor: error: the journal is scrubbed, but {_n(len(rep.not_rewritten), 'file')} of the run "
-            "directories were left as listed: fix what is said and run the same scrub again (it is safe to repeat)",
+            f"pvisor: error: the journal is scrubbed, but {_n(len(left), 'file')} of the run directories "
+            f"{'was' if len(left) == 1 else 'were'} left as listed: fix what is said and run the same scrub again "
+            "(it is safe to repeat)",
             err=True,
         )
     if rep.problems:
@@ -748,6 +641,19 @@ def scrub_cmd(
         ctx.exit(EXIT_UNAVAILABLE)
     if rep.remaining:
         ctx.exit(EXIT_INTEGRITY)
+
+
+def _stdin_value(what: str) -> bytes:
+    """``-``: the value read from stdin as bytes, without one final newline (``\\n`` or
+    ``\\r\\n``). UsageError when stdin is empty."""
+    data = sys.stdin.buffer.read()
+    if data.endswith(b"\n"):
+        data = data[:-1].removesuffix(b"\r")
+    if not data:
+        raise UsageError(
+            f"scrub: {what} is '-', but stdin was empty: pipe it in (echo \"$KEY\" | pvisor journal scrub -)"
+        )
+    return data
 
 
 _add_sql()
