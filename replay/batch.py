@@ -27,7 +27,7 @@ import orjson
 
 from pvisor.journal.errors import PvisorError
 
-from .errors import ReplayUsageError, show_path
+from .errors import ReplayOutputError, ReplayUsageError, show_path
 from .prepare import (
     PREFIX_FILE,
     REQUEST_FILE,
@@ -60,6 +60,11 @@ MANIFEST_KEYS: dict[str, tuple[type, ...]] = {
 }
 #: a manifest line longer than this is refused before it is parsed (16 MiB)
 MAX_LINE_BYTES = 16 * 1024 * 1024
+#: the longest path value (PATH_MAX), other string value and output directory name (NAME_MAX)
+MAX_PATH_BYTES = 4096
+MAX_VALUE_CHARS = 1024
+MAX_NAME_BYTES = 255
+_PATH_KEYS = frozenset({"trajectory", "journal", "workspace", "profile_from"})
 
 
 class Status(str, enum.Enum):
@@ -208,6 +213,17 @@ def request_from(
             raise _bad(
                 manifest, n, f"{key}: expected {' or '.join(t.__name__ for t in types)}, got {value!r:.60}"
             )
+    for key, value in obj.items():
+        if isinstance(value, str):
+            limit = MAX_PATH_BYTES if key in _PATH_KEYS else MAX_VALUE_CHARS
+            if len(value.encode("utf-8", "surrogatepass")) > limit:
+                raise _bad(manifest, n, f"{key}: {len(value)} characters, at most {limit} bytes")
+            if "\0" in value or (
+                key not in _PATH_KEYS and any(ord(c) < 0x20 or ord(c) == 0x7F for c in value)
+            ):
+                raise _bad(manifest, n, f"{key}: holds a control character")
+    if isinstance(obj.get("after_step"), float):  # orjson reads an integer past 64 bits as a float
+        raise _bad(manifest, n, "after_step: expected a step number of at most 64 bits")
     for key in ("agent", "after_step"):
         if obj.get(key) is None:
             raise _bad(manifest, n, f"no {key}")
@@ -223,8 +239,14 @@ def request_from(
         return p if p.is_absolute() else base / p
 
     name = obj.get("name") or f"{n:06d}"
-    if output is not None and (name in (".", "..") or "/" in name or "\\" in name or "\0" in name):
+    if output is not None and (name in (".", "..") or "/" in name or "\\" in name):
         raise _bad(manifest, n, f"name {name!r}: one directory name, not a path")
+    if output is not None and len(os.fsencode(name)) > MAX_NAME_BYTES:
+        raise _bad(
+            manifest,
+            n,
+            f"name: {len(os.fsencode(name))} bytes, a directory name has at most {MAX_NAME_BYTES}",
+        )
     return PrepareOptions(
         agent=obj["agent"],
         after_step=obj["after_step"],
@@ -256,7 +278,9 @@ def prepare_many(
     request's own failure never stops the others: it is a ``failed`` outcome with its result
     document. ``reads`` shares parsed sources (a new :class:`SourceReads` when None);
     ``row_label``: without an output directory, what the result names as the prefix's place
-    (``ROWS#N`` with N the index; ``(memory)`` when None)."""
+    (``ROWS#N`` with N the index; ``(memory)`` when None). A request may also be an ``(index,
+    request)`` pair, to number it (a manifest's line numbers); a request of a wrong type or
+    holding one is a ``failed`` outcome with the code ``usage``."""
     reads = SourceReads() if reads is None else reads
     for index, request in enumerate(requests, 1):
         if isinstance(request, tuple):  # (index, request) from the CLI: the manifest's line numbers
@@ -272,23 +296,32 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
     try:
         if isinstance(request, PvisorError):
             raise request
-        opts = request if isinstance(request, PrepareOptions) else request_from(request, index)
+        if isinstance(request, Mapping):
+            opts = request_from(request, index)
+        elif isinstance(request, PrepareOptions):
+            opts = request
+        else:
+            raise ReplayUsageError(
+                "usage",
+                f"request {index}: a {type(request).__name__}, expected PrepareOptions or a manifest line's dict",
+            )
+        _check_types(opts, index)
         result = base_result(
             "prepare-only", opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step
         )
         _check_options(opts)
         if opts.output is not None:
-            out = check_output(opts.output, opts.workspace, opts.force)
-            check_inputs_not_outputs(opts, out)
+            target = check_output(opts.output, opts.workspace, opts.force)
+            check_inputs_not_outputs(opts, target)
             try:
-                out.mkdir(parents=True, exist_ok=True)
+                target.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
-                from .errors import ReplayOutputError
-
-                out = None
                 raise ReplayOutputError(
                     f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}"
                 ) from None
+            # only now: a failure before must not remove files of a directory it was refused
+            # (the prefix files there may be this request's own source)
+            out = target
             shown: tuple[Path | str, Path | str] = (out / PREFIX_FILE, out / REQUEST_FILE)
         else:
             label = f"{row_label}#{index}" if row_label is not None else "(memory)"
@@ -299,13 +332,42 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
         else:
             result["timings_ms"]["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
         return BatchOutcome(index, _name(opts), Status.OK, result, prefix, None, out)
-    except PvisorError as exc:
-        if result is None:  # the line itself is bad: no request, so no result document
+    except (PvisorError, OSError, ValueError) as exc:
+        if not isinstance(exc, PvisorError):
+            # a path the system refuses (a name too long, a NUL byte): this request's failure
+            what = getattr(exc, "strerror", None) or str(exc)
+            exc = ReplayUsageError("usage", f"request {index}: {what}")
+        if result is None:  # no request, so no result document
             return BatchOutcome(index, None, Status.FAILED, None, None, exc, None)
         fail(result, exc, t0)
         if out is not None:
             write_failed(out, result)
         return BatchOutcome(index, _name(opts), Status.FAILED, result, None, exc, out)
+
+
+def _check_types(opts: PrepareOptions, index: int) -> None:
+    """ReplayUsageError naming the field when a PrepareOptions of the API holds a wrong type
+    (a manifest line's are checked by :func:`request_from`)."""
+    checks = [
+        ("agent", opts.agent, (str,)),
+        ("run", opts.run, (str, type(None))),
+        ("protocol", opts.protocol, (str, type(None))),
+        ("profile_from", opts.profile_from, (str, type(None))),
+        ("session", opts.session, (str, type(None))),
+    ]
+    checks += [
+        (k, getattr(opts, k), (Path, type(None))) for k in ("output", "trajectory", "journal", "workspace")
+    ]
+    for name, value, types in checks:
+        if not isinstance(value, types):
+            want = " or ".join("None" if t is type(None) else t.__name__ for t in types)
+            raise ReplayUsageError(
+                "usage", f"request {index}: {name}: expected {want}, got {type(value).__name__}"
+            )
+    if not isinstance(opts.after_step, int) or isinstance(opts.after_step, bool):
+        raise ReplayUsageError(
+            "usage", f"request {index}: after_step: expected int, got {type(opts.after_step).__name__}"
+        )
 
 
 def _name(opts: PrepareOptions | None) -> str | None:

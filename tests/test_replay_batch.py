@@ -196,6 +196,10 @@ def test_bad_lines_fail_alone_and_bad_batches_get_one_line(tmp_path: Path):
             json.dumps({"trajectory": f.name, "agent": agent, "after_step": 1, "name": "../x"}),
             "one directory name",
         ),
+        (
+            json.dumps({"trajectory": f.name, "agent": agent, "after_step": 2, "name": "000001"}),
+            "is line 1's already",
+        ),
     ]
     body = [good] + [text for text, _ in bad] + ["", good]
     manifest.write_bytes("\n".join(body).encode() + b"\n\xff\xfe not utf-8\n")
@@ -209,10 +213,11 @@ def test_bad_lines_fail_alone_and_bad_batches_get_one_line(tmp_path: Path):
     assert len(errors) == len(bad) + 1 and all(e.startswith("pvisor: error: ") for e in errors)
     for i, (_, said) in enumerate(bad, 2):
         assert f"m.jsonl line {i}: " in errors[i - 2] and said in errors[i - 2], (said, errors[i - 2])
-    assert "line 14: not JSON" in errors[-1]
-    # the good lines were prepared (line 1 and line 13: a blank line counts)
-    assert sorted(p.name for p in out.iterdir() if (p / "prefix.json").exists()) == ["000001", "000013"]
-    assert proc.stderr.splitlines()[-1].startswith("prepared 2 of 13 prefixes")
+    assert "line 15: not JSON" in errors[-1]
+    # the good lines were prepared (line 1 and line 14: a blank line counts), line 1 not replaced
+    assert sorted(p.name for p in out.iterdir() if (p / "prefix.json").exists()) == ["000001", "000014"]
+    assert orjson.loads((out / "000001" / "result.json").read_bytes())["boundary"]["after_step"] == 1
+    assert proc.stderr.splitlines()[-1].startswith("prepared 2 of 14 prefixes")
     for args, said in [
         (["--batch", str(manifest)], "needs one of --output OUT"),
         (["--batch", str(manifest), "--output", str(out)], "not empty; give --force"),
@@ -301,3 +306,83 @@ def test_the_docs_batch_examples_run_as_written(beside_the_corpus: Path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=ENV, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert [line.split()[:2] for line in proc.stdout.splitlines()] == [[str(i), "ok"] for i in range(1, 5)]
+
+
+def test_a_batch_never_destroys_its_inputs_and_odd_requests_fail_alone(tmp_path: Path):
+    agent, f = next((a, f) for a, f in native_sources() if a == "codex" and f.name.startswith("real-"))
+    original = f.read_bytes()
+    # a line whose source is a file its own output directory would hold: refused, the file kept
+    out = tmp_path / "out"
+    (out / "000001").mkdir(parents=True)
+    inside = out / "000001" / "prefix.json"
+    inside.write_bytes(original)
+    manifest = tmp_path / "m.jsonl"
+    lines = [
+        {"trajectory": str(inside), "agent": agent, "after_step": 1},
+        {"trajectory": str(f), "agent": agent, "after_step": 1, "name": "n" * 300},
+        {"trajectory": "a\u0000b", "agent": agent, "after_step": 1},
+        {"trajectory": str(f), "agent": "z" * 5000, "after_step": 1},
+        {"trajectory": str(f), "agent": agent, "after_step": 2**64 - 1},
+        {"trajectory": str(f), "agent": agent, "after_step": 1, "name": "fine"},
+    ]
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    proc = subprocess.run(
+        [*PVISOR, "replay", "--prepare-only", "--batch", str(manifest), "--output", str(out), "--force"],
+        capture_output=True, text=True, env=ENV, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert inside.read_bytes() == original  # not removed by the refused line
+    errors = proc.stderr.splitlines()
+    assert "line 1: --trajectory" in errors[0] and "a file prepare-only writes" in errors[0]
+    assert (
+        "line 2: name: 300 bytes" in errors[1]
+        and "line 3: trajectory: holds a control character" in errors[2]
+    )
+    assert "line 4: agent: 5000 characters" in errors[3] and len(errors[3]) < 300
+    assert "line 5: " in errors[4] and (out / "fine" / "prefix.json").is_file()
+    # rows: the manifest through a hard link, an existing file, a line reading the rows file
+    link = tmp_path / "m-link.jsonl"
+    os.link(manifest, link)
+    rows = tmp_path / "rows.parquet"
+    for args, said in [
+        (["--rows", str(link)], "is the manifest"),
+        (["--output", str(tmp_path)], "holds the manifest"),
+    ]:
+        p = subprocess.run([*PVISOR, "replay", "--prepare-only", "--batch", str(manifest), *args, "--force"],
+                           capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+        assert p.returncode == 2 and said in p.stderr, (args, p.stderr)
+    assert manifest.read_bytes() == link.read_bytes() and manifest.stat().st_size > 0
+    victim = tmp_path / "victim.jsonl"
+    victim.write_bytes(original)
+    m2 = tmp_path / "m2.jsonl"
+    m2.write_text(json.dumps({"trajectory": str(victim), "agent": agent, "after_step": 1}) + "\n"
+                  + json.dumps({"trajectory": str(f), "agent": agent, "after_step": 2**64 - 1}) + "\n")  # fmt: skip
+    p = subprocess.run([*PVISOR, "replay", "--prepare-only", "--batch", str(m2), "--rows", str(victim)],
+                       capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    assert p.returncode == 2 and "exists; give --force" in p.stderr
+    p = subprocess.run([*PVISOR, "replay", "--prepare-only", "--batch", str(m2), "--rows", str(victim), "--force"],
+                       capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    assert p.returncode == 2 and "line 1: trajectory is the --rows file" in p.stderr, p.stderr
+    assert "is a source of line 1: it is kept, and no rows were written" in p.stderr
+    assert victim.read_bytes() == original
+    # the Parquet rows of a step number past int64 (out of range for any source) still write
+    p = subprocess.run([*PVISOR, "replay", "--prepare-only", "--batch", str(m2), "--rows", str(rows)],
+                       capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+    import pyarrow.parquet as pq
+
+    [r1, r2] = pq.read_table(rows).to_pylist()
+    assert r1["status"] == "ok" and r2["status"] == "failed" and r2["after_step"] is None
+    assert orjson.loads(r2["result"])["boundary"]["after_step"] == 2**64 - 1
+    # the API: a request of a wrong type, or holding one, is a failed outcome, not an exception
+    odd = [
+        PrepareOptions(agent, "1", None, trajectory=f),  # type: ignore[arg-type]
+        PrepareOptions(agent, True, None, trajectory=f),  # type: ignore[arg-type]
+        PrepareOptions(agent, 1, None, trajectory=str(f)),  # type: ignore[arg-type]
+        None,
+        PrepareOptions(agent, 1, None, trajectory=Path("a\0b")),  # type: ignore[arg-type]
+        PrepareOptions(agent, 1, None, trajectory=f),  # type: ignore[arg-type]
+    ]
+    outcomes = list(prepare_many(odd))  # type: ignore[arg-type]
+    assert [o.status for o in outcomes] == [Status.FAILED] * 5 + [Status.OK]
+    assert all(o.error is not None and o.error.code for o in outcomes[:5])

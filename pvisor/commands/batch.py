@@ -13,6 +13,8 @@ prepared, in what time.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -20,13 +22,16 @@ from typing import Any, BinaryIO, Iterator
 import click
 import orjson
 
+from pvisor.commands.cells import _safe
 from pvisor.journal import progress
 from pvisor.journal.errors import OutputError, PvisorError, UnavailableError, UsageError
 from pvisor.replay.batch import BatchOutcome, SourceReads, Status, prepare_many, read_manifest, request_from
-from pvisor.replay.errors import error_code, error_detail, show_path
+from pvisor.replay.errors import ReplayUsageError, error_code, error_detail, show_path
 
 #: rows per Parquet row group
 PARQUET_BATCH = 512
+#: a batch stops when this many lines in a row could not be written (a full disk, a failing device)
+MAX_UNWRITTEN = 3
 
 
 def run_batch(
@@ -40,24 +45,53 @@ def run_batch(
     ray_address: str | None = None,
 ) -> int:
     """Prepare every line of ``manifest``; returns how many failed. ``ray_address``: prepare on
-    that Ray cluster (``local`` starts one here) instead of in this process (rows only). UsageError for a manifest
-    that is missing or not a file, an ``--output`` that is a file or not empty without
-    ``force``, a ``--rows`` file that is the manifest or whose directory is missing;
-    OutputError (exit 74) when a row cannot be written."""
+    that Ray cluster (``local`` starts one here) instead of in this process (rows only).
+    UsageError (before anything is written) for a manifest that is missing or not a file, an
+    ``--output`` that is a file, not empty without ``force``, holds the manifest or cannot be
+    created, a ``--rows`` file that is the manifest, exists without ``force`` or whose
+    directory is missing, a path that is not UTF-8; OutputError (exit 74) when the rows cannot
+    be written. The rows go to a temporary file renamed over ``rows`` when all are written:
+    an interrupted or failed batch leaves the earlier file as it was. Ctrl-C: exit 130 with a
+    line that says how far the batch got."""
+    for opt, path in (("--batch", manifest), ("--output", output), ("--rows", rows)):
+        if path is not None:
+            try:
+                os.fspath(path).encode("utf-8")
+            except UnicodeEncodeError:
+                raise UsageError(
+                    f"{opt} {show_path(path)}: not valid UTF-8 (file names must be UTF-8)"
+                ) from None
     if not manifest.is_file():
-        what = "no such file" if not manifest.exists() else "not a file"
+        what = "no such file" if not manifest.exists() else "not a regular file"
         raise UsageError(f"--batch {show_path(manifest)}: {what}")
     if output is not None:
         if output.exists() and not output.is_dir():
             raise UsageError(f"--output {show_path(output)} exists and is not a directory")
         if output.is_dir() and not force and any(output.iterdir()):
             raise UsageError(f"--output {show_path(output)} is not empty; give --force to write into it")
+        if output.resolve() in manifest.resolve().parents:
+            raise UsageError(
+                f"--output {show_path(output)} holds the manifest: a line's files could replace it"
+            )
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(
+                f"--output {show_path(output)}: cannot create it: {exc.strerror or exc}"
+            ) from None
     if rows is not None:
-        if rows.exists() and rows.resolve() == manifest.resolve():
+        if rows.exists() and (rows.resolve() == manifest.resolve() or _same_file(rows, manifest)):
             raise UsageError(f"--rows {show_path(rows)} is the manifest: choose another file")
+        if rows.is_dir():
+            raise UsageError(f"--rows {show_path(rows)} is a directory, expected a file to write")
+        if rows.exists() and not force:
+            raise UsageError(f"--rows {show_path(rows)} exists; give --force to replace it")
         if not rows.parent.is_dir():
             raise UsageError(f"--rows {show_path(rows)}: no such directory {show_path(rows.parent)}")
     total = _count_lines(manifest)
+    names: dict[str, int] = {}  # output directory -> the line that has it
+    labels: dict[int, str] = {}  # line -> its name, for the rows
+    readers_of_rows: list[int] = []  # lines whose source is the rows file: it is not replaced then
 
     def requests() -> Iterator[tuple[int, Any]]:
         for n, obj in read_manifest(manifest):
@@ -69,6 +103,29 @@ def run_batch(
             except PvisorError as exc:
                 yield n, exc
                 continue
+            if isinstance(obj.get("name"), str):
+                labels[n] = obj["name"]
+            if output is not None:  # two lines into one directory: the second would replace the first
+                first = names.setdefault(opts.output.name, n)
+                if first != n:
+                    yield n, _bad_line(manifest, n, f"name {opts.output.name!r} is line {first}'s already")
+                    continue
+            if rows is not None:  # the rows file replaces what it names when the batch ends
+                for key in ("trajectory", "journal"):
+                    source = getattr(opts, key)
+                    if source is not None and rows.exists() and _same_file(source, rows):
+                        readers_of_rows.append(n)
+                        yield (
+                            n,
+                            _bad_line(
+                                manifest, n, f"{key} is the --rows file, which the batch would replace"
+                            ),
+                        )
+                        break
+                else:
+                    source = None
+                if source is not None:
+                    continue
             opts.force = force
             opts.allow_damaged = opts.allow_damaged or allow_damaged
             yield n, opts
@@ -79,27 +136,46 @@ def run_batch(
     outcomes: Iterator[BatchOutcome] = iter(())
     if ray_address is None:
         outcomes = prepare_many(requests(), reads=SourceReads(), row_label=label)
-    with progress.task(f"preparing {show_path(manifest)}", total, progress.Unit.REQUESTS) as task:
 
-        def counted() -> Iterator[BatchOutcome]:
-            nonlocal failed, done
-            for outcome in outcomes:
-                done += 1
-                if outcome.status is Status.FAILED:
-                    failed += 1
-                    _say(f"pvisor: error: {show_path(manifest)} line {outcome.index}: {_message(outcome)}")
-                task.reach(done)
-                yield outcome
+    def counted() -> Iterator[BatchOutcome]:
+        nonlocal failed, done
+        unwritten = 0  # lines in a row whose files could not be written
+        for outcome in outcomes:
+            done += 1
+            unwritten = (
+                unwritten + 1 if outcome.error is not None and isinstance(outcome.error, OutputError) else 0
+            )
+            if unwritten == MAX_UNWRITTEN:  # a full disk fails every line alike: one line says so
+                raise OutputError(
+                    f"--output {show_path(output)}: {MAX_UNWRITTEN} lines in a row could not be written "
+                    f"(line {outcome.index}: {_message(outcome)}); stopped after {done} of {total} lines"
+                )
+            if outcome.name is None and outcome.index in labels:
+                outcome.name = labels[outcome.index]
+            if outcome.status is Status.FAILED:
+                failed += 1
+                _say(f"pvisor: error: {show_path(manifest)} line {outcome.index}: {_message(outcome)}")
+            task.reach(done)
+            yield outcome
 
-        if ray_address is not None:
-            outcomes = _on_ray(ray_address, requests(), label)  # type: ignore[assignment]
-        if rows is None:
-            for _ in counted():
-                pass
-        elif rows.suffix == ".parquet":
-            _write_parquet(rows, counted())
-        else:
-            _write_jsonl(rows, counted())
+    try:
+        with progress.task(f"preparing {show_path(manifest)}", total, progress.Unit.REQUESTS) as task:
+            if ray_address is not None:
+                outcomes = _on_ray(ray_address, requests(), label)  # type: ignore[assignment]
+            if rows is None:
+                for _ in counted():
+                    pass
+            else:
+                _write_rows(rows, counted(), readers_of_rows)
+    except KeyboardInterrupt:
+        where = (
+            f"{show_path(rows)} is left as it was"
+            if rows is not None
+            else f"their files are in {show_path(output)}"
+        )
+        raise BatchInterrupted(
+            f"interrupted after {done} of {total} lines of {show_path(manifest)} ({failed} failed): {where}"
+        ) from None
     seconds = time.perf_counter() - t0
     where = show_path(rows) if rows is not None else show_path(output)
     per = f", {seconds / done * 1000:.2f} ms each" if done else ""
@@ -108,6 +184,46 @@ def run_batch(
         f"{f' ({failed} failed)' if failed else ''} in {seconds:.2f} s{per}"
     )
     return failed
+
+
+class BatchInterrupted(PvisorError):
+    """Ctrl-C during a batch: exit 130, and how far it got."""
+
+    exit_code = 130
+
+
+def _bad_line(manifest: Path, n: int, what: str) -> ReplayUsageError:
+    return ReplayUsageError("bad_manifest_line", f"{show_path(manifest)} line {n}: {what}")
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def _write_rows(rows: Path, outcomes: Iterator[BatchOutcome], readers: list[int]) -> None:
+    """The rows into a temporary file beside ``rows``, renamed over it when all are written,
+    unless a line reads ``rows`` (``readers``, filled while the lines are prepared): then the
+    file is kept and UsageError says why no rows were written."""
+    tmp = rows.with_name(f".{rows.name}.tmp-{os.getpid()}")
+    try:
+        if rows.suffix.lower() == ".parquet":
+            _write_parquet(tmp, outcomes, rows)
+        else:
+            _write_jsonl(tmp, outcomes, rows)
+        if readers:
+            raise UsageError(
+                f"--rows {show_path(rows)} is a source of line {readers[0]}: it is kept, and no rows were written"
+            )
+        try:
+            os.replace(tmp, rows)
+        except OSError as exc:
+            raise OutputError(f"cannot write --rows {show_path(rows)}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
 
 
 class _RayOutcome:
@@ -209,7 +325,7 @@ def _message(outcome: BatchOutcome) -> str:
 
 
 def _say(line: str) -> None:
-    click.echo(line, err=True)
+    click.echo(_safe(line), err=True)  # a path from the manifest may hold escape sequences
 
 
 def row(outcome: BatchOutcome) -> dict[str, Any]:
@@ -250,20 +366,20 @@ def row(outcome: BatchOutcome) -> dict[str, Any]:
     }
 
 
-def _open(path: Path) -> BinaryIO:
+def _open(path: Path, shown: Path) -> BinaryIO:
     try:
         return open(path, "wb")
     except OSError as exc:
-        raise UsageError(f"--rows {show_path(path)}: {exc.strerror or exc}") from None
+        raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
 
 
-def _write_jsonl(path: Path, outcomes: Iterator[BatchOutcome]) -> None:
-    with _open(path) as out:
-        for outcome in outcomes:
-            try:
+def _write_jsonl(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) -> None:
+    try:
+        with _open(path, shown) as out:
+            for outcome in outcomes:
                 out.write(orjson.dumps(row(outcome)) + b"\n")
-            except OSError as exc:
-                raise OutputError(f"cannot write --rows {show_path(path)}: {exc.strerror or exc}") from None
+    except OSError as exc:
+        raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
 
 
 def parquet_schema() -> Any:
@@ -285,7 +401,19 @@ def parquet_schema() -> Any:
     )
 
 
+#: the largest step number a Parquet int64 column holds; a larger one (out of range for every
+#: source anyway) is null there, its exact value in the result document's text
+INT64_MAX = 2**63 - 1
+
+
 def _parquet_row(outcome: BatchOutcome) -> dict[str, Any]:
+    flat = _parquet_fields(outcome)
+    if isinstance(flat["after_step"], int) and flat["after_step"] > INT64_MAX:
+        flat["after_step"] = None
+    return flat
+
+
+def _parquet_fields(outcome: BatchOutcome) -> dict[str, Any]:
     if isinstance(outcome, _RayOutcome):
         raw = outcome._row
         flat = {
@@ -306,27 +434,30 @@ def _parquet_row(outcome: BatchOutcome) -> dict[str, Any]:
     return flat
 
 
-def _write_parquet(path: Path, outcomes: Iterator[BatchOutcome]) -> None:
+def _write_parquet(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) -> None:
     try:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
         raise UsageError(
-            f"--rows {show_path(path)}: Parquet needs pyarrow: pip install 'pvisor-sandbox[parquet]' "
+            f"--rows {show_path(shown)}: Parquet needs pyarrow: pip install 'pvisor-sandbox[parquet]' "
             "(or a .jsonl file for JSON Lines)"
         ) from None
     schema = parquet_schema()
     batch: list[dict[str, Any]] = []
-    with _open(path) as out, pq.ParquetWriter(out, schema) as writer:
-        n = 0
-        for outcome in outcomes:
-            batch.append(_parquet_row(outcome))
-            n += 1
-            if len(batch) == PARQUET_BATCH:
+    try:
+        with _open(path, shown) as out, pq.ParquetWriter(out, schema) as writer:
+            n = 0
+            for outcome in outcomes:
+                batch.append(_parquet_row(outcome))
+                n += 1
+                if len(batch) == PARQUET_BATCH:
+                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+                    batch = []
+            if batch or n == 0:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                batch = []
-        if batch or n == 0:
-            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+    except OSError as exc:  # pyarrow's own I/O errors are OSError too
+        raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
 
 
 __all__ = ["parquet_schema", "row", "run_batch"]

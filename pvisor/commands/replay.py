@@ -381,6 +381,9 @@ def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:
         raise UsageError(
             "--ray writes rows: give --rows FILE (the workers may not share this machine's disk)"
         )
+    for opt, key in (("--batch", "batch"), ("--rows", "rows")):
+        if flags[key] == "":
+            raise UsageError(f'{opt} "": an empty path, expected a file')
     manifest = _path("--batch", flags["batch"])
     output = _path("--output", flags["output"])
     rows = _path("--rows", flags["rows"])
