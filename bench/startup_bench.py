@@ -3,14 +3,17 @@
 
     python bench/startup_bench.py              # 40 rounds
     python bench/startup_bench.py --rounds 100
+    python bench/startup_bench.py --baseline OTHER/bin/pvisor   # and the same commands of another build
 
 Each round runs, in an order shuffled per round, ``python -c 'import click, orjson'`` (the
 stack floor: the interpreter and the two libraries every pvisor command loads) and each
 command as a user types it (the ``pvisor`` script beside this interpreter): ``--version``,
 ``journal ls`` of a journal with one run, ``trajectory show`` of a small Codex rollout with and
 without ``--agent`` (detection asks every adapter), and ``replay --prepare-only`` of it. Wall
-time from launch to exit; the table gives medians and each median over the floor's. Run it on
-an idle machine: the ratios hold under load better than the times, not perfectly.
+time from launch to exit; the table gives medians and each median over the floor's. With
+``--baseline`` the same commands of another build (an earlier commit installed in a venv of its
+own) run in the same rounds, for a before-and-after in one run. Run it on an idle machine: the
+ratios hold under load better than the times, not perfectly.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ ROLLOUT = HERE.parent / "tests" / "corpus" / "native" / "codex" / "real-0.171.0_
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--baseline", metavar="PVISOR", help="another build's pvisor script, measured beside")
     args = ap.parse_args()
     exe = str(Path(sys.executable).with_name("pvisor"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,6 +75,14 @@ def main() -> None:
                 "--force",
             ],  # fmt: skip
         }
+        if args.baseline:
+            base = {
+                f"baseline: {k}": [args.baseline, *v[1:]]
+                for k, v in commands.items()
+                if k.startswith("pvisor")
+            }
+            for k, v in base.items():  # its own output directory
+                commands[k] = [str(work / "out-base") if x == str(work / "out") else x for x in v]
         times: dict[str, list[float]] = {k: [] for k in commands}
         rng = random.Random(21)
         for _ in range(args.rounds):

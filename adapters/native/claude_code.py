@@ -89,6 +89,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
+from pvisor.journal.record import Record
 from pvisor.adapters.protocols.base import signature_flags
 
 from .base import (
@@ -348,8 +349,8 @@ class _Chain:
         return out
 
 
-@dataclass(slots=True)
-class _Line:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class _Line(Record):
     """One assistant line of a message: chain index, packed line ref, line number, its
     ``tool_use`` blocks' (id, name), whether it has ``usage``, its ``stop_reason``."""
 
@@ -360,9 +361,25 @@ class _Line:
     usage: bool
     stop_reason: Any
 
+    def __init__(
+        self,
+        index: int,
+        ref: int,
+        n: int,
+        calls: tuple[tuple[str | None, str], ...],
+        usage: bool,
+        stop_reason: Any,
+    ) -> None:
+        self.index = index
+        self.ref = ref
+        self.n = n
+        self.calls = calls
+        self.usage = usage
+        self.stop_reason = stop_reason
 
-@dataclass(slots=True)
-class _Msg:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class _Msg(Record):
     """Every assistant line of one ``message.id``; a repeated uuid replaces the earlier line and
     keeps its position. A list, not a dict: a message has a few lines and a file many messages."""
 
@@ -370,9 +387,14 @@ class _Msg:
     lines: list[_Line] = field(default_factory=list)
     model: str | None = None
 
+    def __init__(self, first_line: int, lines: list[_Line] | None = None, model: str | None = None) -> None:
+        self.first_line = first_line
+        self.lines = [] if lines is None else lines
+        self.model = model
 
-@dataclass(slots=True)
-class _Gap:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class _Gap(Record):
     """Step ``n`` whose action's line was lost: the results of line ``line`` (packed ``ref``)
     answer calls ``ids`` that no line of the file holds."""
 
@@ -382,9 +404,23 @@ class _Gap:
     ids: tuple[str, ...]
     after: list[tuple[int, bool]] | None = None
 
+    def __init__(
+        self,
+        n: int,
+        line: int,
+        ref: int,
+        ids: tuple[str, ...],
+        after: list[tuple[int, bool]] | None = None,
+    ) -> None:
+        self.n = n
+        self.line = line
+        self.ref = ref
+        self.ids = ids
+        self.after = after
 
-@dataclass(slots=True)
-class _Plan:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class _Plan(Record):
     """What step ``n`` is made of: its message, its lines in chain order, the result found for
     each of its ``tool_use`` calls (a packed ref, ``(ref, k)`` for the k-th block with that id
     in the line, or None: interrupted), usage line and stop reason (the last in chain order),
@@ -397,6 +433,24 @@ class _Plan:
     usage_ref: int | None
     stop_reason: Any
     after: list[tuple[int, bool]] | None = None
+
+    def __init__(
+        self,
+        n: int,
+        msg: _Msg,
+        lines: list[int],
+        results: list[Any],
+        usage_ref: int | None,
+        stop_reason: Any,
+        after: list[tuple[int, bool]] | None = None,
+    ) -> None:
+        self.n = n
+        self.msg = msg
+        self.lines = lines
+        self.results = results
+        self.usage_ref = usage_ref
+        self.stop_reason = stop_reason
+        self.after = after
 
     @property
     def interrupted(self) -> bool:

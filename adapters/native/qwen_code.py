@@ -61,6 +61,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
+from pvisor.journal.record import Record
 
 from .base import (
     Diagnostics,
@@ -95,8 +96,8 @@ _KNOWN = frozenset(_CONV + ("system",))
 _SHAPE = "no Qwen Code chat record (a record with uuid and message.parts) in the file"
 
 
-@dataclass(slots=True)
-class _Rec:
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class _Rec(Record):
     """One record: ``ref`` is its packed :class:`~.base.LineRef`; ``ids`` are the call ids of
     an assistant's ``functionCall`` parts (with names) or of a tool_result's
     ``functionResponse`` parts; ``on`` marks the main chain. Strings are interned: a 200 MB
@@ -111,9 +112,29 @@ class _Rec:
     ids: tuple = ()
     on: bool = False
 
+    def __init__(
+        self,
+        line: int,
+        type: str | None,
+        parent: str | None,
+        ref: int,
+        subtype: str | None = None,
+        model: str | None = None,
+        ids: tuple = (),
+        on: bool = False,
+    ) -> None:
+        self.line = line
+        self.type = type
+        self.parent = parent
+        self.ref = ref
+        self.subtype = subtype
+        self.model = model
+        self.ids = ids
+        self.on = on
 
-@dataclass(slots=True)
-class _Plan:
+
+@dataclass(slots=True, init=False, repr=False, eq=False)
+class _Plan(Record):
     """Step ``n``: its assistant record, the tool_result and user records after it, and how
     many ``chat_compression`` records followed it."""
 
@@ -123,6 +144,22 @@ class _Plan:
     messages: list[int] | None = None
     compactions: int = 0
     lost: bool = False  #: a gap: ``action`` is the tool_result record whose calls no record holds
+
+    def __init__(
+        self,
+        n: int,
+        action: _Rec,
+        results: list[_Rec] | None = None,
+        messages: list[int] | None = None,
+        compactions: int = 0,
+        lost: bool = False,
+    ) -> None:
+        self.n = n
+        self.action = action
+        self.results = [] if results is None else results
+        self.messages = messages
+        self.compactions = compactions
+        self.lost = lost
 
 
 def _parts(obj: dict) -> list:
