@@ -1,5 +1,5 @@
 """Many prepare-only in one process: ``pvisor replay --prepare-only --batch MANIFEST`` and
-:func:`prepare_many` (docs/replay.md "Batch preparation").
+:func:`prepare_many` (docs/result-protocol.md "Many prefixes in one process").
 
 An RL or evaluation pipeline prepares thousands of prefixes, often several from one trajectory
 (one per boundary). One process per prefix pays the interpreter's start each time; here it is
@@ -7,7 +7,7 @@ paid once, a file named by several requests is read and digested once (:class:`S
 and each prefix is what a single ``--prepare-only`` with the same arguments writes (the same
 three files, the same result document but for its timings: tests/test_replay_batch.py).
 
-The manifest is JSON Lines, one object per prefix (docs/replay.md, "The manifest"):
+The manifest is JSON Lines, one object per prefix (docs/result-protocol.md, the same section):
 ``{"trajectory": PATH | "run": ID, "agent": NAME, "after_step": N}`` and optional
 ``journal``, ``protocol``, ``profile_from``, ``session``, ``allow_damaged``, ``workspace`` and
 ``name`` (the output directory's name); relative paths are taken from the manifest's directory.
@@ -32,7 +32,7 @@ from .prepare import (
     PREFIX_FILE,
     REQUEST_FILE,
     PrepareOptions,
-    _check_options,
+    check_options,
     base_result,
     check_inputs_not_outputs,
     check_output,
@@ -309,7 +309,7 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
         result = base_result(
             "prepare-only", opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step
         )
-        _check_options(opts)
+        check_options(opts)
         if opts.output is not None:
             target = check_output(opts.output, opts.workspace, opts.force)
             check_inputs_not_outputs(opts, target)

@@ -423,7 +423,8 @@ def _inside_path(child: Path, parent: Path) -> bool:
     return _inside(_resolve(child), _resolve(parent))
 
 
-def _check_options(opts: PrepareOptions) -> None:
+def check_options(opts: PrepareOptions) -> None:
+    """UsageError (exit 2) for options that make no sense, before anything is read or written."""
     descriptor(opts.agent)  # ReplayUsageError unknown_agent
     if (opts.trajectory is None) == (opts.run is None):
         raise UsageError(
@@ -536,7 +537,7 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
     are the three files written, under temporary names renamed into place: an earlier
     prefix or result in the directory is replaced last, never removed before the source is read."""
     t0 = time.perf_counter()
-    _check_options(opts)
+    check_options(opts)
     out = check_output(opts.output, opts.workspace, opts.force)
     check_inputs_not_outputs(opts, out)
     result = _base_result(opts)

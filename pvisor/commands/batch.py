@@ -1,5 +1,5 @@
 """``pvisor replay --prepare-only --batch MANIFEST (--output OUT | --rows FILE)``: the command
-side of :mod:`pvisor.replay.batch` (docs/replay.md "Batch preparation").
+side of :mod:`pvisor.replay.batch` (docs/result-protocol.md "Many prefixes in one process").
 
 With ``--output OUT`` each manifest line gets ``OUT/<name>/`` with the three files of a single
 prepare-only. With ``--rows FILE`` nothing else is written: one row per line, JSON Lines (the
