@@ -52,6 +52,7 @@ from pvisor.replay.prepare import (
     _write_temps,
     base_result,
     check_output,
+    create_output,
     dump_result,
     file_sha256,
     prefix_record,
@@ -340,14 +341,7 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
     if live:
         result["continuation"] = None
     timings = result["timings_ms"]
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        from pvisor.replay.errors import ReplayOutputError
-
-        raise ReplayOutputError(
-            f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}"
-        ) from None
+    create_output(out, opts.output)
     holder: dict[str, Any] = {}
     assert opts.workspace is not None
     ws = _resolved(opts.workspace)

@@ -27,7 +27,7 @@ import orjson
 
 from pvisor.journal.errors import PvisorError
 
-from .errors import ReplayOutputError, ReplayUsageError, show_path
+from .errors import ReplayUsageError, show_path
 from .prepare import (
     PREFIX_FILE,
     REQUEST_FILE,
@@ -37,6 +37,7 @@ from .prepare import (
     check_inputs_not_outputs,
     check_output,
     compute,
+    create_output,
     fail,
     file_sha256,
     write_failed,
@@ -313,12 +314,7 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
         if opts.output is not None:
             target = check_output(opts.output, opts.workspace, opts.force)
             check_inputs_not_outputs(opts, target)
-            try:
-                target.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ReplayOutputError(
-                    f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}"
-                ) from None
+            create_output(target, opts.output)
             # only now: a failure before must not remove files of a directory it was refused
             # (the prefix files there may be this request's own source)
             out = target
@@ -370,6 +366,45 @@ def _check_types(opts: PrepareOptions, index: int) -> None:
         )
 
 
+#: the columns of an outcome's row as text (:func:`text_row`): Parquet's and Ray's
+TEXT_COLUMNS = (
+    "line",
+    "name",
+    "status",
+    "agent",
+    "after_step",
+    "prefix_sha256",
+    "prefix",
+    "request",
+    "result",
+    "error_code",
+    "error_message",
+)
+
+
+def text_row(outcome: BatchOutcome) -> dict[str, Any]:
+    """The row of ``outcome`` (docs/result-protocol.md, the ``--rows`` fields) with the prefix,
+    request and result as JSON text and the error as its code and message: what a column store
+    holds. JSON is UTF-8 (RFC 8259) and every protocol encoder writes it so; body bytes that are
+    not (none seen) become U+FFFD here, where the JSON Lines rows keep them as they are."""
+    from .errors import error_code, error_detail
+
+    r, p, exc = outcome.result, outcome.prefix, outcome.error
+    return {
+        "line": outcome.index,
+        "name": outcome.name,
+        "status": outcome.status.value,
+        "agent": r["agent"] if r is not None else None,
+        "after_step": r["boundary"]["after_step"] if r is not None else None,
+        "prefix_sha256": r["prefix"]["sha256"] if r is not None and r["prefix"] is not None else None,
+        "prefix": p.body.decode("utf-8", "replace") if p is not None else None,
+        "request": orjson.dumps(p.request).decode() if p is not None else None,
+        "result": orjson.dumps(r).decode() if r is not None else None,
+        "error_code": error_code(exc) if exc is not None else None,
+        "error_message": error_detail(exc) if exc is not None else None,
+    }
+
+
 def _name(opts: PrepareOptions | None) -> str | None:
     return opts.output.name if opts is not None and opts.output is not None else None
 
@@ -379,7 +414,9 @@ __all__ = [
     "MANIFEST_KEYS",
     "SourceReads",
     "Status",
+    "TEXT_COLUMNS",
     "prepare_many",
     "read_manifest",
     "request_from",
+    "text_row",
 ]

@@ -541,12 +541,7 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
     out = check_output(opts.output, opts.workspace, opts.force)
     check_inputs_not_outputs(opts, out)
     result = _base_result(opts)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ReplayOutputError(
-            f"cannot create --output {show_path(opts.output)}: {exc.strerror or exc}"
-        ) from None
+    create_output(out, opts.output)
     try:
         prefix = compute(opts, result, (out / PREFIX_FILE, out / REQUEST_FILE), t0)
         write_outputs(out, prefix, result, t0)
@@ -555,6 +550,15 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
         write_failed(out, result)
         raise
     return PrepareOutcome(result, out, out / PREFIX_FILE, out / RESULT_FILE)
+
+
+def create_output(out: Path, given: Path) -> None:
+    """Create the output directory ``out`` (and its parents); ReplayOutputError (exit 74)
+    naming ``given``, the ``--output`` as the user gave it, when it cannot be."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ReplayOutputError(f"cannot create --output {show_path(given)}: {exc.strerror or exc}") from None
 
 
 def compute(

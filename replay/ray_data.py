@@ -18,26 +18,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import orjson
 
 from pvisor.journal.errors import PvisorError
 
-from .batch import SourceReads, Status, prepare_many, request_from
+from .batch import TEXT_COLUMNS, SourceReads, prepare_many, request_from, text_row
 
 #: the columns of a prepared row, in order
-COLUMNS = (
-    "line",
-    "name",
-    "status",
-    "agent",
-    "after_step",
-    "prefix_sha256",
-    "prefix",
-    "request",
-    "result",
-    "error_code",
-    "error_message",
-)
+COLUMNS = TEXT_COLUMNS
 
 
 class Preparer:
@@ -54,8 +41,6 @@ class Preparer:
         self.reads = SourceReads()
 
     def __call__(self, batch: Any) -> dict[str, list]:
-        from .errors import error_code, error_detail
-
         rows = batch.to_pylist() if hasattr(batch, "to_pylist") else _rows_of_columns(batch)
         requests: list[tuple[int, Any]] = []
         names: dict[int, str | None] = {}
@@ -72,20 +57,10 @@ class Preparer:
                 requests.append((n, exc))
         out: dict[str, list] = {c: [] for c in COLUMNS}
         for o in prepare_many(requests, reads=self.reads, row_label=self.row_label):
-            r, p, exc = o.result, o.prefix, o.error
-            out["line"].append(o.index)
-            out["name"].append(names.get(o.index))
-            out["status"].append(o.status.value)
-            out["agent"].append(r["agent"] if r is not None else None)
-            out["after_step"].append(r["boundary"]["after_step"] if r is not None else None)
-            out["prefix_sha256"].append(r["prefix"]["sha256"] if r is not None and r["prefix"] else None)
-            out["prefix"].append(p.body.decode("utf-8", "replace") if p is not None else None)
-            out["request"].append(orjson.dumps(p.request).decode() if p is not None else None)
-            out["result"].append(orjson.dumps(r).decode() if r is not None else None)
-            out["error_code"].append(
-                error_code(exc) if exc is not None and o.status is Status.FAILED else None
-            )
-            out["error_message"].append(error_detail(exc) if exc is not None else None)
+            o.name = names.get(o.index)
+            row = text_row(o)
+            for c in COLUMNS:
+                out[c].append(row[c])
         return out
 
 

@@ -25,7 +25,7 @@ row has one Arrow type.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
 
 import orjson
 
@@ -165,20 +165,32 @@ def write_parquet(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: 
     """Write the rows as Parquet (row groups of :data:`PARQUET_BATCH`); returns how many.
     UsageError (exit 2) naming the extra when pyarrow is not installed."""
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow  # noqa: F401  (write_parquet_rows uses it)
     except ImportError:
         raise UsageError(
             "--format parquet needs pyarrow: pip install 'pvisor-sandbox[parquet]' (or --format rows for JSON Lines)"
         ) from None
-    schema = parquet_schema()
+    return write_parquet_rows(
+        out, parquet_schema(), (_parquet_row(r) for r in iter_rows(reader, run_id, bodies=bodies))
+    )
+
+
+def write_parquet_rows(
+    out: BinaryIO, schema: Any, rows: Iterable[dict[str, Any]], batch_size: int = PARQUET_BATCH
+) -> int:
+    """Write ``rows`` (dicts of ``schema``'s columns) to ``out`` as Parquet, in row groups of
+    ``batch_size``; a file of no rows still has the schema. Returns how many. Needs pyarrow
+    (the caller names the extra when it is missing)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     n = 0
     batch: list[dict[str, Any]] = []
     with pq.ParquetWriter(out, schema) as writer:
-        for row in iter_rows(reader, run_id, bodies=bodies):
-            batch.append(_parquet_row(row))
+        for row in rows:
+            batch.append(row)
             n += 1
-            if len(batch) == PARQUET_BATCH:
+            if len(batch) == batch_size:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
                 batch = []
         if batch or n == 0:

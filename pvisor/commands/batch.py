@@ -25,7 +25,15 @@ import orjson
 from pvisor.commands.cells import _safe
 from pvisor.journal import progress
 from pvisor.journal.errors import OutputError, PvisorError, UnavailableError, UsageError
-from pvisor.replay.batch import BatchOutcome, SourceReads, Status, prepare_many, read_manifest, request_from
+from pvisor.replay.batch import (
+    BatchOutcome,
+    SourceReads,
+    Status,
+    prepare_many,
+    read_manifest,
+    request_from,
+    text_row,
+)
 from pvisor.replay.errors import ReplayUsageError, error_code, error_detail, show_path
 
 #: rows per Parquet row group
@@ -73,11 +81,14 @@ def run_batch(
             raise UsageError(
                 f"--output {show_path(output)} holds the manifest: a line's files could replace it"
             )
+        probe = output / f".pvisor-batch-{os.getpid()}"
         try:
             output.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            os.unlink(probe)
         except OSError as exc:
             raise UsageError(
-                f"--output {show_path(output)}: cannot create it: {exc.strerror or exc}"
+                f"--output {show_path(output)}: cannot write into it: {exc.strerror or exc}"
             ) from None
     if rows is not None:
         if rows.exists() and (rows.resolve() == manifest.resolve() or _same_file(rows, manifest)):
@@ -407,55 +418,29 @@ INT64_MAX = 2**63 - 1
 
 
 def _parquet_row(outcome: BatchOutcome) -> dict[str, Any]:
-    flat = _parquet_fields(outcome)
+    """The Parquet row of an outcome: its text row (on Ray it came back as one), the error as
+    a struct, a step number past int64 as null."""
+    flat = dict(outcome._row) if isinstance(outcome, _RayOutcome) else text_row(outcome)
+    code, message = flat.pop("error_code"), flat.pop("error_message")
+    flat["error"] = {"code": code, "message": message} if code else None
     if isinstance(flat["after_step"], int) and flat["after_step"] > INT64_MAX:
         flat["after_step"] = None
     return flat
 
 
-def _parquet_fields(outcome: BatchOutcome) -> dict[str, Any]:
-    if isinstance(outcome, _RayOutcome):
-        raw = outcome._row
-        flat = {
-            k: raw[k] for k in ("line", "name", "status", "agent", "after_step", "prefix_sha256", "prefix")
-        }
-        flat.update(request=raw["request"], result=raw["result"])
-        flat["error"] = (
-            {"code": raw["error_code"], "message": raw["error_message"]} if raw["error_code"] else None
-        )
-        return flat
-    flat = row(outcome)
-    p = outcome.prefix
-    # JSON is UTF-8 (RFC 8259) and every protocol encoder writes it so; bytes that are not
-    # (none seen) become U+FFFD here, the JSON Lines rows keep them as they are
-    flat["prefix"] = p.body.decode("utf-8", "replace") if p is not None else None
-    for key in ("request", "result"):
-        flat[key] = orjson.dumps(flat[key]).decode() if flat[key] is not None else None
-    return flat
-
-
 def _write_parquet(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) -> None:
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow  # noqa: F401  (write_parquet_rows uses it)
     except ImportError:
         raise UsageError(
             f"--rows {show_path(shown)}: Parquet needs pyarrow: pip install 'pvisor-sandbox[parquet]' "
             "(or a .jsonl file for JSON Lines)"
         ) from None
-    schema = parquet_schema()
-    batch: list[dict[str, Any]] = []
+    from pvisor.adapters.exports.rows import write_parquet_rows
+
     try:
-        with _open(path, shown) as out, pq.ParquetWriter(out, schema) as writer:
-            n = 0
-            for outcome in outcomes:
-                batch.append(_parquet_row(outcome))
-                n += 1
-                if len(batch) == PARQUET_BATCH:
-                    writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                    batch = []
-            if batch or n == 0:
-                writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+        with _open(path, shown) as out:
+            write_parquet_rows(out, parquet_schema(), (_parquet_row(o) for o in outcomes), PARQUET_BATCH)
     except OSError as exc:  # pyarrow's own I/O errors are OSError too
         raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
 
