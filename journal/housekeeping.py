@@ -99,6 +99,12 @@ def _open_rw(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def journal_bytes(path: Path) -> int:
+    """The size in bytes of the journal ``path`` and its WAL together (what vacuum and scrub
+    report before and after)."""
+    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if os.path.exists(p))
+
+
 def _check_writers(conn: sqlite3.Connection, path: Path, force: bool, what: str) -> None:
     if force:
         return
@@ -221,13 +227,9 @@ def vacuum(journal: str | os.PathLike, *, force: bool = False) -> tuple[int, int
     VACUUM needs it to itself."""
     path = Path(journal)
     conn = _open_rw(path)
-
-    def size() -> int:
-        return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if os.path.exists(p))
-
     try:
         _check_writers(conn, path, force, "vacuum")
-        before = size()
+        before = journal_bytes(path)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("VACUUM")
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -235,7 +237,7 @@ def vacuum(journal: str | os.PathLike, *, force: bool = False) -> tuple[int, int
         raise UnavailableError(f"journal {path}: vacuum could not finish: {exc}") from None
     finally:
         conn.close()
-    return before, size()
+    return before, journal_bytes(path)
 
 
 __all__ = ["RemoveReport", "live_writers", "remove_run", "vacuum"]

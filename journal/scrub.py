@@ -52,7 +52,7 @@ import orjson
 from . import blobs, progress
 from .content_encoding import DecodeError, decode_body, encode_body
 from .errors import IntegrityError, PvisorError, UnavailableError, UsageError
-from .housekeeping import _check_writers, _open_rw, live_writers
+from .housekeeping import _check_writers, _open_rw, journal_bytes, live_writers
 from .paths import run_directory
 from .reader import JournalReader
 
@@ -303,7 +303,7 @@ def scrub(
         with JournalReader(path) as reader:
             run = reader.run(run_id).id
     report = ScrubReport(pattern.describe, run, dry_run=dry_run)
-    report.bytes_before = _size(path)
+    report.bytes_before = journal_bytes(path)
     conn = _open_rw(path)
     try:
         if force:
@@ -359,7 +359,7 @@ def scrub(
                 (report.names_changed if where in ("name", "target") else report.files_changed).append(p)
         _hide(report, pattern)
         return report
-    report.bytes_after = _size(path)
+    report.bytes_after = journal_bytes(path)
     try:
         for d in report.run_dirs:
             _scrub_tree(Path(d), pattern, report)
@@ -425,10 +425,6 @@ def _not_written(path: Path, exc: sqlite3.OperationalError) -> str:
             f"journal {path}: scrub changed nothing: another process kept it locked past the timeout ({text})"
         )
     return f"journal {path}: scrub could not finish (nothing changed): {text}"
-
-
-def _size(path: Path) -> int:
-    return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if os.path.exists(p))
 
 
 def _checkpoint(conn: sqlite3.Connection) -> bool:

@@ -323,10 +323,12 @@ def failed_before(out: Path) -> bool:
     return isinstance(status, str) and status != "ok"
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (a hard link, a symlink); False when either cannot
+    be looked at (missing, a path the system refuses)."""
     try:
         return os.path.samefile(a, b)
-    except OSError:
+    except (OSError, ValueError):
         return False
 
 
@@ -347,7 +349,7 @@ def check_inputs_not_outputs(opts: "PrepareOptions", out: Path) -> None:
         resolved = _resolve(path)
         for name in OUTPUT_FILES:
             target = out / name
-            if resolved == target or _same_file(path, target):
+            if resolved == target or same_file(path, target):
                 raise ReplayUsageError(
                     "output_refused",
                     f"{opt} {show_path(path)} is {show_path(target)}, a file prepare-only writes: choose another --output",

@@ -35,6 +35,7 @@ from pvisor.replay.batch import (
     text_row,
 )
 from pvisor.replay.errors import ReplayUsageError, error_code, error_detail, show_path
+from pvisor.replay.prepare import same_file
 
 #: rows per Parquet row group
 PARQUET_BATCH = 512
@@ -91,7 +92,7 @@ def run_batch(
                 f"--output {show_path(output)}: cannot write into it: {exc.strerror or exc}"
             ) from None
     if rows is not None:
-        if rows.exists() and (rows.resolve() == manifest.resolve() or _same_file(rows, manifest)):
+        if rows.exists() and (rows.resolve() == manifest.resolve() or same_file(rows, manifest)):
             raise UsageError(f"--rows {show_path(rows)} is the manifest: choose another file")
         if rows.is_dir():
             raise UsageError(f"--rows {show_path(rows)} is a directory, expected a file to write")
@@ -124,7 +125,7 @@ def run_batch(
             if rows is not None:  # the rows file replaces what it names when the batch ends
                 for key in ("trajectory", "journal"):
                     source = getattr(opts, key)
-                    if source is not None and rows.exists() and _same_file(source, rows):
+                    if source is not None and rows.exists() and same_file(source, rows):
                         readers_of_rows.append(n)
                         yield (
                             n,
@@ -205,13 +206,6 @@ class BatchInterrupted(PvisorError):
 
 def _bad_line(manifest: Path, n: int, what: str) -> ReplayUsageError:
     return ReplayUsageError("bad_manifest_line", f"{show_path(manifest)} line {n}: {what}")
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False
 
 
 def _write_rows(rows: Path, outcomes: Iterator[BatchOutcome], readers: list[int]) -> None:
