@@ -19,11 +19,26 @@ import enum
 import functools
 import re
 import struct
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Iterable, Literal, Sequence, Union
-from urllib.parse import quote, unquote
-from .record import Record
+from .record import Record, record
 from .lazyre import LazyPattern
+
+
+def _url_quote(text: str, safe: str = "/") -> str:
+    """``urllib.parse.quote``, imported on first use: ``urllib.parse`` brings ``ipaddress`` with
+    it, 2 ms of every command's start (docs/benchmarks.md), and only redaction needs it."""
+    from urllib.parse import quote as _quote
+
+    return _quote(text, safe=safe)
+
+
+def _url_unquote(text: str) -> str:
+    """``urllib.parse.unquote``, imported on first use (as :func:`_url_quote`)."""
+    from urllib.parse import unquote as _unquote
+
+    return _unquote(text)
+
 
 # --------------------------------------------------------------------------- literals
 
@@ -73,7 +88,7 @@ MessageRole = Literal["system", "developer", "user", "assistant", "tool"]
 # --------------------------------------------------------------------------- runs and exchanges
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Run(Record):
     """One agent execution: captured, imported, or derived by replay.
 
@@ -122,7 +137,7 @@ class Run(Record):
         self.labels = {} if labels is None else labels
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Attempt(Record):
     """One try of a run (attempt 1 is the first; a native resume is attempt 2, ...).
 
@@ -154,7 +169,7 @@ class Attempt(Record):
         self.labels = {} if labels is None else labels
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Exchange(Record):
     """One recorded HTTP request/response between an agent and a model API.
 
@@ -327,7 +342,7 @@ def unpack_timings(packed: bytes | None) -> list[tuple[int, int]]:
 # --------------------------------------------------------------------------- conversations
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class TextPart(Record):
     """Plain text in a message. ``raw`` is the provider block (e.g. with ``cache_control``)."""
 
@@ -339,7 +354,7 @@ class TextPart(Record):
         self.raw = raw
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Reasoning(Record):
     """Model reasoning: visible ``text`` (thinking, summary), an opaque ``signature``
     (Anthropic ``signature``, Gemini ``thoughtSignature``) and ``encrypted`` content
@@ -363,7 +378,7 @@ class Reasoning(Record):
         self.raw = raw
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class ToolCall(Record):
     """A tool call made by the model.
 
@@ -403,7 +418,7 @@ class ToolCall(Record):
         self.raw = raw
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class ToolResult(Record):
     """The result of a tool call, as the agent sent it back.
 
@@ -436,7 +451,7 @@ class ToolResult(Record):
         self.raw = raw
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class OtherPart(Record):
     """A part the canonical model does not interpret (images, documents, unknown types); kept as ``raw``."""
 
@@ -451,7 +466,7 @@ class OtherPart(Record):
 Part = Union[TextPart, Reasoning, ToolCall, ToolResult, OtherPart]
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Message(Record):
     """One conversation message: ``role`` and its ``parts`` in order; ``raw`` the provider object."""
 
@@ -465,7 +480,7 @@ class Message(Record):
         self.raw = raw
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class ToolSpec(Record):
     """A tool definition as sent: ``name``, ``description``, JSON-Schema ``parameters``, ``raw``."""
 
@@ -487,7 +502,7 @@ class ToolSpec(Record):
         self.raw = raw
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Conversation(Record):
     """A model request read protocol-neutrally.
 
@@ -536,7 +551,7 @@ class Conversation(Record):
 # --------------------------------------------------------------------------- trajectories
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Action(Record):
     """A_i: one model reply of the main loop.
 
@@ -572,7 +587,7 @@ class Action(Record):
         self.raw = raw
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Observation(Record):
     """O_i: what the next main-loop request appends after A_i.
 
@@ -592,7 +607,7 @@ class Observation(Record):
         self.messages = [] if messages is None else messages
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Step(Record):
     """Step ``n`` (1-based) = action A_n with observation O_n; ``flags`` such as ``action_dropped_by_agent``."""
 
@@ -614,7 +629,7 @@ class Step(Record):
         self.flags = [] if flags is None else flags
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class LeftOut(Record):
     """A record not taken into the trajectory: ``where`` (line number or id), ``kind``, ``reason``."""
 
@@ -628,7 +643,7 @@ class LeftOut(Record):
         self.reason = reason
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Compaction(Record):
     """The agent replaced its history by a summary (compaction, compression) after step
     ``after_step``: from request ``after_step + 1`` on it sends ``history`` in place of the task,
@@ -688,7 +703,7 @@ class Compaction(Record):
         return self.steps_from if self.steps_from is not None else self.after_step + 1
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Trajectory(Record):
     """A run read as steps.
 
@@ -838,7 +853,7 @@ _KEY_SHAPES = LazyPattern(
 def has_key_shape(text: str) -> bool:
     """Whether ``text``, or ``text`` percent-decoded, holds a key-shaped token."""
     return _KEY_SHAPES.search(text) is not None or (
-        "%" in text and _KEY_SHAPES.search(unquote(text)) is not None
+        "%" in text and _KEY_SHAPES.search(_url_unquote(text)) is not None
     )
 
 
@@ -846,8 +861,8 @@ def redact_shapes(text: str) -> str:
     """``text`` with every key-shaped token replaced by ``REDACTED``; one hidden by percent
     encoding is found in the decoded text, which is then returned decoded."""
     text = _KEY_SHAPES.sub("REDACTED", text)
-    if "%" in text and _KEY_SHAPES.search(unquote(text)):
-        text = _KEY_SHAPES.sub("REDACTED", unquote(text))
+    if "%" in text and _KEY_SHAPES.search(_url_unquote(text)):
+        text = _KEY_SHAPES.sub("REDACTED", _url_unquote(text))
     return text
 
 
@@ -871,16 +886,16 @@ def request_secrets(query: str, headers: Iterable[tuple[str, str]], path: str = 
     """The credentials a request carries: secret header values (without a ``Bearer``/``Basic``
     scheme) and secret query values (decoded), as the agent sent them; never stored, used to
     redact what quotes them."""
-    values: set[str] = set(_KEY_SHAPES.findall(unquote(path)))
+    values: set[str] = set(_KEY_SHAPES.findall(_url_unquote(path)))
     for name, value in headers:
         if is_secret_header(name):
             values.add(credential(value))
-        values.update(_KEY_SHAPES.findall(unquote(value) if "%" in value else value))
+        values.update(_KEY_SHAPES.findall(_url_unquote(value) if "%" in value else value))
     for segment in _QUERY_SEPARATOR.split(query) if query else ():
         name, value = _query_pair(segment)
         if value is not None and is_secret_query_param(name):
             values.add(value)
-        values.update(_KEY_SHAPES.findall(unquote(segment)))
+        values.update(_KEY_SHAPES.findall(_url_unquote(segment)))
     return values
 
 
@@ -901,10 +916,10 @@ def _query_pair(segment: str) -> tuple[str, str | None]:
     whose ``=`` is itself percent-encoded (``key%3DAIza...``) splits at the encoded one."""
     raw_name, eq, raw_value = segment.partition("=")
     if not eq:
-        decoded = unquote(segment.replace("+", " "))
+        decoded = _url_unquote(segment.replace("+", " "))
         name, eq, value = decoded.partition("=")
         return (name, value) if eq else (decoded, None)
-    return unquote(raw_name.replace("+", " ")), unquote(raw_value.replace("+", " "))
+    return _url_unquote(raw_name.replace("+", " ")), _url_unquote(raw_value.replace("+", " "))
 
 
 def redact_echoed_secrets(
@@ -947,7 +962,7 @@ def _header_allowed(name: str, allow: frozenset[str]) -> bool:
     return any(p.endswith("-") and name.startswith(p) for p in allow)
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class RedactedMeta(Record):
     """Result of :func:`redact_exchange_meta`.
 
@@ -1004,7 +1019,11 @@ def redact_exchange_meta(
         if is_secret_header(n):
             secrets[n] = fingerprint(credential(value), key)
         elif allow is None or _header_allowed(n, allow):
-            found = _KEY_SHAPES.search(value) or ("%" in value and _KEY_SHAPES.search(unquote(value))) or None
+            found = (
+                _KEY_SHAPES.search(value)
+                or ("%" in value and _KEY_SHAPES.search(_url_unquote(value)))
+                or None
+            )
             if found is not None:  # a key where no name says so (user-agent, anthropic-beta, ...)
                 secrets[n] = fingerprint(found.group(0), key)
                 value = redact_shapes(value)
@@ -1027,12 +1046,12 @@ def redact_exchange_meta(
                 eq = segment.lower().find("%3d") + 2
             out.append(segment[: eq + 1] + "REDACTED")
             continue
-        found = _KEY_SHAPES.search(unquote(segment))
+        found = _KEY_SHAPES.search(_url_unquote(segment))
         if found is not None:  # the key may be the name itself (?sk-ant-..., ?AIza...=1)
             secrets["?" + _KEY_SHAPES.sub("REDACTED", name)] = fingerprint(found.group(0), key)
             segment = _KEY_SHAPES.sub("REDACTED", segment)
-            if _KEY_SHAPES.search(unquote(segment)):  # the key itself percent-encoded
-                segment = quote(_KEY_SHAPES.sub("REDACTED", unquote(segment)), safe="=")
+            if _KEY_SHAPES.search(_url_unquote(segment)):  # the key itself percent-encoded
+                segment = _url_quote(_KEY_SHAPES.sub("REDACTED", _url_unquote(segment)), safe="=")
         out.append(segment)
     return RedactedMeta("".join(out), kept, secrets, dropped)
 

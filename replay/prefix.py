@@ -27,7 +27,7 @@ Nothing here writes a file, starts a process or opens a socket.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -50,7 +50,7 @@ from pvisor.journal.model import (
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from pvisor.adapters.jsonio import dumps
-from pvisor.journal.record import Record
+from pvisor.journal.record import Record, record
 
 # --------------------------------------------------------------------------- agents and protocols
 
@@ -104,7 +104,7 @@ def choose_protocol(agent: str, wanted: str | None, model: str | None, provider:
 # --------------------------------------------------------------------------- results
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Prefix(Record):
     """A prepared prefix.
 
@@ -151,7 +151,7 @@ class Prefix(Record):
         self.compaction = compaction
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Source(Record):
     """What was read: ``kind`` (``journal`` | ``native``), ``path``, ``run`` (journal run id or
     None), ``agent_version`` (str or None), ``profile`` (format profile or launch profile name),
@@ -452,7 +452,7 @@ def _journal_compaction(reader: Any, classification: Any, after_step: int) -> di
 # --------------------------------------------------------------------------- profiles
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Profile(Record):
     """What a capture of the same agent gives a native render: the first main-loop request's
     ``conversation`` (system prompt, tools, params, model, stream, first user message), its

@@ -16,7 +16,7 @@ import pkgutil
 import pytest
 
 import pvisor
-from pvisor.journal.record import FrozenRecord, Record
+from pvisor.journal.record import FrozenRecord, Record, record
 
 #: modules that need an optional extra or a real process around them to import
 SKIP = {"pvisor.gateway.intercept_addon"}  # runs inside mitmdump, with its mitmproxy
@@ -122,3 +122,105 @@ def test_a_record_behaves_as_its_dataclass(cls: type):
 
 def p_required(f: dataclasses.Field) -> bool:
     return f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+
+
+# ---------------------------------------------------------------- record() against @dataclass
+
+#: class bodies the package's records use, and the edges of what record() covers; each is made
+#: twice, by record() and by @dataclass(slots=True, init=False, repr=False, eq=False)
+BODIES = {
+    "no fields": ("Record", '"""Doc."""'),
+    "required and defaults": (
+        "Record",
+        '"""Doc."""\n    a: str\n    b: int = 0\n    c: "str | None" = None\n'
+        "    def __init__(self, a, b=0, c=None):\n        self.a, self.b, self.c = a, b, c",
+    ),
+    "factories and field options": (
+        "Record",
+        '"""Doc."""\n    a: list = field(default_factory=list)\n    b: dict = field(default_factory=dict, repr=False)\n'
+        "    c: int = field(default=3, compare=False, metadata={'k': 1})\n"
+        "    d: int = field(default=4, kw_only=True)\n    e: int = field(default=5, init=False)\n"
+        "    def __init__(self, a=None, b=None, c=3, *, d=4):\n"
+        "        self.a, self.b, self.c, self.d, self.e = a or [], b or {}, c, d, 5",
+    ),
+    "frozen": (
+        "FrozenRecord",
+        '"""Doc."""\n    a: tuple = ()\n    def __init__(self, a=()):\n        object.__setattr__(self, "a", a)',
+    ),
+    "no docstring": ("Record", "a: int = 1\n    def __init__(self, a: int = 1) -> None:\n        self.a = a"),
+    "own match args and a method": (
+        "Record",
+        '"""Doc."""\n    __match_args__ = ("a",)\n    a: int = 0\n    b: int = 1\n'
+        "    def __init__(self, a=0, b=1):\n        self.a, self.b = a, b\n"
+        "    def total(self):\n        return self.a + self.b",
+    ),
+}
+
+
+def _make(body: tuple[str, str], future: bool, by_record: bool) -> type:
+    base, text = body
+    deco = "record" if by_record else "dataclass(slots=True, init=False, repr=False, eq=False)"
+    src = ("from __future__ import annotations\n" if future else "") + (
+        "from dataclasses import dataclass, field\n"
+        "from pvisor.journal.record import FrozenRecord, Record, record\n"
+        f"@{deco}\nclass Made({base}):\n    {text}\n"
+    )
+    ns: dict = {"__name__": __name__}  # dataclass looks string annotations up in the module
+    exec(compile(src, "<made>", "exec"), ns)
+    return ns["Made"]
+
+
+def _shape(cls: type) -> dict:
+    return {
+        "fields": [repr(f) for f in dataclasses.fields(cls)],
+        "all fields": {k: repr(v) for k, v in cls.__dataclass_fields__.items()},
+        "params": repr(cls.__dataclass_params__),
+        "slots": cls.__slots__,
+        "match_args": cls.__match_args__,
+        "doc": cls.__doc__,
+        "names": (cls.__name__, cls.__qualname__, cls.__module__, cls.__bases__),
+        "attributes": sorted(k for k in vars(cls) if k not in ("__dataclass_params__",)),
+        "mro": [c.__name__ for c in cls.__mro__],
+    }
+
+
+@pytest.mark.parametrize("future", [True, False], ids=["string annotations", "evaluated annotations"])
+@pytest.mark.parametrize("name", list(BODIES))
+def test_record_makes_what_dataclass_makes(name: str, future: bool):
+    import orjson
+
+    mine, theirs = _make(BODIES[name], future, True), _make(BODIES[name], future, False)
+    assert _shape(mine) == _shape(theirs)
+    required = {f.name: "x" for f in dataclasses.fields(mine) if f.init and p_required(f)}
+    a, b = mine(**required), theirs(**required)
+    assert dataclasses.is_dataclass(mine) and not hasattr(a, "__dict__")
+    assert dataclasses.asdict(a) == dataclasses.asdict(b)
+    assert orjson.dumps(a) == orjson.dumps(b)
+    assert dataclasses.astuple(dataclasses.replace(a)) == dataclasses.astuple(dataclasses.replace(b))
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ('"""Doc."""\n    a: list = []', ValueError),  # a mutable default, refused as @dataclass does
+        ('"""Doc."""\n    a = field(default=1)', TypeError),  # a field() with no annotation
+    ],
+)
+def test_record_refuses_what_dataclass_refuses(text: str, error: type):
+    with pytest.raises(error) as theirs:
+        _make(("Record", text), True, False)
+    with pytest.raises(error) as mine:
+        _make(("Record", text), True, True)
+    assert str(mine.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("annotation", ["ClassVar[int]", "InitVar[int]", "KW_ONLY"])
+def test_record_refuses_what_it_does_not_cover(annotation: str):
+    with pytest.raises(TypeError, match="use @dataclass"):
+        _make(("Record", f'"""Doc."""\n    a: {annotation}'), True, True)
+
+
+def test_record_refuses_a_dataclass_base():
+    base = _make(BODIES["required and defaults"], True, False)
+    with pytest.raises(TypeError, match="a dataclass base"):
+        record(type("Sub", (base,), {"__doc__": "Doc."}))

@@ -28,14 +28,14 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import orjson
 
 from .descriptor import AgentDescriptor
-from pvisor.journal.record import FrozenRecord, Record
+from pvisor.journal.record import FrozenRecord, Record, record
 from pvisor.journal.lazyre import LazyPattern
 
 _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
@@ -103,7 +103,7 @@ VERSION_TIMEOUT_S = 10.0
 _VERSION = LazyPattern(r"(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class VersionRange(FrozenRecord):
     """Versions ``minimum <= v < below`` (tuples of integers, compared element-wise, missing
     parts counting as 0), e.g. ``VersionRange((2, 1, 0), (2, 2))`` is 2.1.x."""
@@ -144,7 +144,7 @@ def version_string(text: str) -> str | None:
     return m.group(0) if m else None
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class LaunchContext(FrozenRecord):
     """What a profile needs to plan one attempt.
 
@@ -193,7 +193,7 @@ class LaunchContext(FrozenRecord):
         _set(self, "api_key", api_key)
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class LaunchPlan(Record):
     """One attempt's command line and what must be in place before it starts.
 
@@ -224,7 +224,7 @@ class LaunchPlan(Record):
         self.native_path = native_path
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class EnvSnippet(Record):
     """What a user pastes to point their own agent session at a running gateway
     (``pvisor env``): environment variables to export, files to write, and the command to run
@@ -249,7 +249,7 @@ class EnvSnippet(Record):
         self.notes = [] if notes is None else notes
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class ExportPlan(FrozenRecord):
     """A command that writes the native trajectory after the run (OpenCode's ``opencode export
     ID``): run ``argv`` with the attempt's environment in the workspace; its stdout is saved to
@@ -417,7 +417,7 @@ class AgentOutcome(str, enum.Enum):
 STATUS_DETAIL_CHARS = 500
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class AgentStatus(FrozenRecord):
     """The agent's own account of its run.
 

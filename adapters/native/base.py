@@ -42,7 +42,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, overload
 
@@ -52,7 +52,7 @@ from pvisor.adapters.jsonio import dumps
 from pvisor.journal import progress
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import LeftOut, Step, ToolCall, ToolResult, Trajectory
-from pvisor.journal.record import FrozenRecord, Record
+from pvisor.journal.record import FrozenRecord, Record, record
 from pvisor.journal.lazyre import LazyPattern
 
 _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
@@ -92,7 +92,7 @@ WARNING_CODES: dict[str, str] = {
 }
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class NativeWarning(FrozenRecord):
     """One warning: ``code`` (a key of :data:`WARNING_CODES`), ``where`` (``"line 12"``,
     ``"lines 4-6"``, ``"message m1"``) and a one-line ``message``."""
@@ -110,7 +110,7 @@ class NativeWarning(FrozenRecord):
         return f"{self.where}: {self.code}: {self.message}"
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Diagnostics(Record):
     """Warnings collected while reading one file (``path`` names it in messages).
 
@@ -213,7 +213,7 @@ _SURROGATE_ESCAPE = LazyPattern(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 # --------------------------------------------------------------------------- JSONL
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class _Pending(Record):
     first: int
     parts: list[bytes]
@@ -275,7 +275,7 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
         yield n + 1, line_start, b"".join(pending), False
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class LineRef(FrozenRecord):
     """Where one object of a JSONL file is: ``offset`` and ``length`` in bytes of the text
     that was parsed (a line without its ``\\r\\n``, the part after a NUL block, or, when
@@ -496,7 +496,7 @@ def read_json_document(path: Path, diag: Diagnostics) -> Any:
 _VERSION = LazyPattern(r"^\s*v?(\d+)\.(\d+)")
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class FormatProfile(FrozenRecord):
     """A pinned native format version.
 
@@ -585,7 +585,7 @@ def require(cond: Any, diag: Diagnostics, where: str, what: str) -> None:
 # --------------------------------------------------------------------------- adapters
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class NativeResult(Record):
     """What an adapter returns: the trajectory, the profile it was read with, and the warnings."""
 

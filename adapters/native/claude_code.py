@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import re
 from array import array
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any, Callable
 
@@ -89,7 +89,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
-from pvisor.journal.record import Record
+from pvisor.journal.record import Record, record
 from pvisor.adapters.protocols.base import signature_flags
 
 from .base import (
@@ -349,7 +349,7 @@ class _Chain:
         return out
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class _Line(Record):
     """One assistant line of a message: chain index, packed line ref, line number, its
     ``tool_use`` blocks' (id, name), whether it has ``usage``, its ``stop_reason``."""
@@ -378,7 +378,7 @@ class _Line(Record):
         self.stop_reason = stop_reason
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class _Msg(Record):
     """Every assistant line of one ``message.id``; a repeated uuid replaces the earlier line and
     keeps its position. A list, not a dict: a message has a few lines and a file many messages."""
@@ -393,7 +393,7 @@ class _Msg(Record):
         self.model = model
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class _Gap(Record):
     """Step ``n`` whose action's line was lost: the results of line ``line`` (packed ``ref``)
     answer calls ``ids`` that no line of the file holds."""
@@ -419,7 +419,7 @@ class _Gap(Record):
         self.after = after
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class _Plan(Record):
     """What step ``n`` is made of: its message, its lines in chain order, the result found for
     each of its ``tool_use`` calls (a packed ref, ``(ref, k)`` for the k-th block with that id

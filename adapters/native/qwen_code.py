@@ -47,7 +47,7 @@ reading.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +61,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
-from pvisor.journal.record import Record
+from pvisor.journal.record import Record, record
 
 from .base import (
     Diagnostics,
@@ -96,7 +96,7 @@ _KNOWN = frozenset(_CONV + ("system",))
 _SHAPE = "no Qwen Code chat record (a record with uuid and message.parts) in the file"
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class _Rec(Record):
     """One record: ``ref`` is its packed :class:`~.base.LineRef`; ``ids`` are the call ids of
     an assistant's ``functionCall`` parts (with names) or of a tool_result's
@@ -133,7 +133,7 @@ class _Rec(Record):
         self.on = on
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class _Plan(Record):
     """Step ``n``: its assistant record, the tool_result and user records after it, and how
     many ``chat_compression`` records followed it."""

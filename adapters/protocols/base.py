@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Callable
 
 import orjson
@@ -78,11 +78,11 @@ from pvisor.journal.model import (
     ToolCall,
     ToolResult,
 )
-from pvisor.journal.record import Record
+from pvisor.journal.record import Record, record
 from pvisor.journal.lazyre import LazyPattern
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Reassembled(Record):
     """Result of reassembling a streamed response.
 
@@ -197,7 +197,7 @@ def field_state(obj: dict, key: str) -> str:
     return f"'{key}' is a JSON {json_type(value)}"
 
 
-@dataclass(slots=True, eq=False, init=False, repr=False)
+@record
 class MemoRead(Record):
     """One list of conversation entries read with a :class:`ParseMemo`: the ``entries``, the
     ``messages`` read from them and the entry index each message ``starts`` at; ``source``, the

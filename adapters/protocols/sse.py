@@ -18,14 +18,14 @@ whole; invalid UTF-8 is replaced with U+FFFD.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pvisor.journal.record import Record
+from dataclasses import field
+from pvisor.journal.record import Record, record
 from pvisor.journal.lazyre import LazyPattern
 
 _EOL = LazyPattern(rb"\r\n|\r|\n")
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class SSEEvent(Record):
     """One decoded event: ``event`` name (None when absent), joined ``data``, ``id``, and any
     ``stray`` lines (non-SSE lines seen while this event was open, in order)."""

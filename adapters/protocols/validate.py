@@ -23,16 +23,15 @@ Public API: :func:`validate_request` ``(protocol, body) -> list[Problem]`` (empt
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
-from pvisor.journal.record import FrozenRecord
+from pvisor.journal.record import FrozenRecord, record
 
 _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 
 # --------------------------------------------------------------------------- the schema language
 
 
-@dataclass(slots=True, init=False, repr=False, eq=False)
+@record
 class Problem(FrozenRecord):
     """One thing the API would refuse: ``path`` (``messages[3].content[0].content``) and ``what``."""
 
