@@ -1,34 +1,54 @@
-"""Where the journal lives and how its file is created (mode 0600 in a 0700 directory)."""
+"""Where the journal lives and how its file is created (mode 0600 in a 0700 directory).
+
+Strings and ``os.path`` on the paths every command takes (the journal's, a source file's):
+``pathlib`` brings ``urllib.parse`` and ``ipaddress`` with it, 3.6 ms of a short command's
+start on the machine of docs/benchmarks.md; functions that return a :class:`~pathlib.Path`
+import it when called."""
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 JOURNAL_ENV = "PVISOR_JOURNAL"
 
 
-def data_dir() -> Path:
+def data_dir_name() -> str:
     """``$XDG_DATA_HOME/pvisor``, or ``~/.local/share/pvisor`` (XDG Base Directory spec)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "pvisor"
+    return os.path.join(base, "pvisor")
+
+
+def data_dir() -> Path:
+    """:func:`data_dir_name` as a Path."""
+    from pathlib import Path
+
+    return Path(data_dir_name())
+
+
+def default_journal_name() -> str:
+    """``$PVISOR_JOURNAL`` if set, else ``<data dir>/journal.sqlite``."""
+    return os.environ.get(JOURNAL_ENV) or os.path.join(data_dir_name(), "journal.sqlite")
 
 
 def default_journal_path() -> Path:
-    """``$PVISOR_JOURNAL`` if set, else ``<data dir>/journal.sqlite``."""
-    env = os.environ.get(JOURNAL_ENV)
-    return Path(env) if env else data_dir() / "journal.sqlite"
+    """:func:`default_journal_name` as a Path."""
+    from pathlib import Path
+
+    return Path(default_journal_name())
 
 
-def create_private_file(path: Path) -> bool:
+def create_private_file(path: str | os.PathLike) -> bool:
     """Create ``path`` with mode 0600 (its missing parent directories with 0700) unless it exists.
 
     Returns True when the file was created now. SQLite gives the ``-wal`` and ``-shm`` files the
     mode of the database file, so they are private too.
     """
-    path = Path(path)
-    parent = path.parent
-    if not parent.exists():
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.exists(parent):
         os.makedirs(parent, mode=0o700, exist_ok=True)
         os.chmod(parent, 0o700)  # makedirs' mode is filtered by the umask
     try:
@@ -74,4 +94,6 @@ def absolute(path: str | os.PathLike, what: str) -> str:
 def run_directory(journal_path: str | os.PathLike, run_id: str) -> Path:
     """``<data dir>/runs/<run id>``, the data dir being the directory holding the journal file:
     where ``pvisor run`` keeps a run's agent output, private home and exports."""
+    from pathlib import Path
+
     return Path(absolute(journal_path, f"--journal {journal_path}")).parent / "runs" / run_id

@@ -14,10 +14,8 @@ import os
 import sqlite3
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import field
 from typing import IO, TYPE_CHECKING, Any, Iterator
-from urllib.parse import quote
 
 import orjson
 
@@ -25,6 +23,7 @@ from . import progress
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import Attempt, Exchange, Run, unpack_timings
 from .paths import absolute
+from .record import Record, record
 
 if TYPE_CHECKING:
     from .snapshots import Manifest, SnapshotRecord
@@ -130,13 +129,20 @@ def _read_only_media(exc: sqlite3.Error) -> bool:
     return any(t in str(exc) for t in _READ_ONLY_MEDIA_TEXT)
 
 
-def _connect_ro(path: Path) -> sqlite3.Connection:
+def _uri(path: str) -> str:
+    """An SQLite URI of the journal file: its real path with ``%``, ``?`` and ``#`` escaped, the
+    characters a URI's path cannot hold as they are (https://sqlite.org/uri.html, 3.1)."""
+    real = os.path.realpath(absolute(path, f"journal {path}"))
+    return "file:" + real.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
+
+
+def _connect_ro(path: str) -> sqlite3.Connection:
     absolute(path, f"journal {path}")  # a relative path in a deleted directory: say so, not "does not exist"
-    if not path.exists():
+    if not os.path.exists(path):
         raise UsageError(f"journal {path} does not exist")
-    if path.is_dir():
+    if os.path.isdir(path):
         raise UsageError(f"journal {path} is a directory, expected a journal file")
-    uri = "file:" + quote(str(Path(absolute(path, f"journal {path}")).resolve())) + "?mode=ro"
+    uri = _uri(path) + "?mode=ro"
     try:
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, timeout=BUSY_TIMEOUT_S)
         conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
@@ -150,19 +156,19 @@ def _connect_ro(path: Path) -> sqlite3.Connection:
             raise UnavailableError(
                 f"journal {path} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s): {exc}"
             ) from None
-        wal = Path(str(path) + "-wal")
-        if not _read_only_media(exc) or (wal.exists() and wal.stat().st_size > 0):
+        wal = path + "-wal"
+        if not _read_only_media(exc) or (os.path.exists(wal) and os.stat(wal).st_size > 0):
             raise UnavailableError(f"cannot open journal {path} read-only: {exc}") from None
     # read-only media or directory, where the -shm file cannot be created: safe only when the
     # WAL holds nothing (a rollback-journal file is then locked by nobody who could write it)
     return sqlite3.connect(
-        "file:" + quote(str(Path(absolute(path, f"journal {path}")).resolve())) + "?immutable=1",
+        _uri(path) + "?immutable=1",
         uri=True,
         check_same_thread=False,
     )
 
 
-def _check_migrations(conn: sqlite3.Connection, path: Path) -> None:
+def _check_migrations(conn: sqlite3.Connection, path: str) -> None:
     """BadInputError when the journal was written by a newer pvisor (migrations this one does not know)."""
     try:
         applied = {
@@ -182,8 +188,8 @@ def _check_migrations(conn: sqlite3.Connection, path: Path) -> None:
         )
 
 
-@dataclass(slots=True)
-class VerifyReport:
+@record
+class VerifyReport(Record):
     """Result of :meth:`JournalReader.verify`: ``problems`` (each a sentence naming the table,
     row or blob), counts of what was checked, ``ok`` when no problem was found."""
 
@@ -194,6 +200,22 @@ class VerifyReport:
     blob_bytes_stored: int = 0
     blob_bytes_restored: int = 0
 
+    def __init__(
+        self,
+        problems: list[str] | None = None,
+        runs: int = 0,
+        exchanges: int = 0,
+        blobs: int = 0,
+        blob_bytes_stored: int = 0,
+        blob_bytes_restored: int = 0,
+    ) -> None:
+        self.problems = [] if problems is None else problems
+        self.runs = runs
+        self.exchanges = exchanges
+        self.blobs = blobs
+        self.blob_bytes_stored = blob_bytes_stored
+        self.blob_bytes_restored = blob_bytes_restored
+
     @property
     def ok(self) -> bool:
         return not self.problems
@@ -201,6 +223,7 @@ class VerifyReport:
 
 class JournalReader:
     """Read an Event Journal. ``JournalReader(path)``; use as a context manager or call ``close``.
+    ``reader.path`` is the journal's path as given, a str.
 
     Raises:
         UsageError: the file does not exist, or is a directory.
@@ -210,7 +233,7 @@ class JournalReader:
     """
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        self.path = os.fspath(path)
         self.conn = _connect_ro(self.path)
         self.conn.row_factory = sqlite3.Row
         self._blobs = BlobRestorer(self.conn, str(self.path))

@@ -120,9 +120,9 @@ class LazyGroup(click.Group):
 
 
 def _default_journal() -> str:
-    from pvisor.journal.paths import default_journal_path
+    from pvisor.journal.paths import default_journal_name
 
-    return str(default_journal_path())
+    return default_journal_name()
 
 
 @click.group(

@@ -311,11 +311,13 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
     d = _check(opts)
     live = mode is RunMode.CONTINUATION
     upstream = _check_live(opts, d) if live else None
-    out = check_output(
-        opts.output,
-        opts.workspace,
-        opts.force,
-        "the output must not be where the agent works (it can read and change it)",
+    out = Path(
+        check_output(
+            opts.output,
+            opts.workspace,
+            opts.force,
+            "the output must not be where the agent works (it can read and change it)",
+        )
     )
     result = base_result(
         mode.value,

@@ -312,7 +312,7 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
         )
         check_options(opts)
         if opts.output is not None:
-            target = check_output(opts.output, opts.workspace, opts.force)
+            target = Path(check_output(opts.output, opts.workspace, opts.force))
             check_inputs_not_outputs(opts, target)
             create_output(target, opts.output)
             # only now: a failure before must not remove files of a directory it was refused

@@ -27,9 +27,9 @@ Nothing here writes a file, starts a process or opens a socket.
 from __future__ import annotations
 
 import copy
+import os
 from dataclasses import field, replace
-from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import orjson
 
@@ -51,6 +51,9 @@ from pvisor.journal.model import (
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from pvisor.adapters.jsonio import dumps
 from pvisor.journal.record import Record, record
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # --------------------------------------------------------------------------- agents and protocols
 
@@ -314,7 +317,7 @@ def journal_prefix(
     from pvisor.journal.errors import UsageError
     from pvisor.journal.reader import JournalReader
 
-    if not journal.exists():
+    if not os.path.exists(journal):
         raise UsageError(f"--journal {show_path(journal)}: no such journal file")
     with JournalReader(journal) as reader:
         run = reader.run(run_id)
@@ -488,6 +491,8 @@ class Profile(Record):
 def parse_profile_spec(spec: str) -> tuple[Path, str | None]:
     """``JOURNAL[:RUN]`` -> (journal path, run or None). A path that exists as given wins over
     a split at its last colon."""
+    from pathlib import Path  # only a --profile-from needs it
+
     if Path(spec).exists() or ":" not in spec:
         return Path(spec), None
     path, _, run = spec.rpartition(":")

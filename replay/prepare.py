@@ -20,9 +20,9 @@ never imports asyncio, aiohttp, sqlite_utils or jsonschema (tests/test_replay_si
 
 from __future__ import annotations
 
+import errno
 import os
 import time
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import orjson
@@ -43,6 +43,9 @@ from .errors import (
 from pvisor.adapters.jsonio import dumps
 from .prefix import Prefix, Source, descriptor, is_made_up
 from .workspace import WorkspaceDigest, digest_workspace
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 if TYPE_CHECKING:
     from .batch import SourceReads
@@ -122,15 +125,39 @@ class PrepareOptions:
 
 
 class PrepareOutcome:
-    """What :func:`prepare_only` did: the ``result`` document (dict) and the paths written."""
+    """What :func:`prepare_only` did: the ``result`` document (dict) and the paths written
+    (``output``, ``prefix_path``, ``result_path``: :class:`~pathlib.Path` objects, made when
+    asked for; the command itself never imports pathlib, docs/benchmarks.md)."""
 
-    __slots__ = ("result", "output", "prefix_path", "result_path")
+    __slots__ = ("result", "_paths")
 
-    def __init__(self, result: dict[str, Any], output: Path, prefix_path: Path, result_path: Path) -> None:
+    def __init__(
+        self,
+        result: dict[str, Any],
+        output: str | os.PathLike,
+        prefix_path: str | os.PathLike,
+        result_path: str | os.PathLike,
+    ) -> None:
         self.result = result
-        self.output = output
-        self.prefix_path = prefix_path
-        self.result_path = result_path
+        self._paths = (os.fspath(output), os.fspath(prefix_path), os.fspath(result_path))
+
+    @property
+    def output(self) -> Path:
+        from pathlib import Path
+
+        return Path(self._paths[0])
+
+    @property
+    def prefix_path(self) -> Path:
+        from pathlib import Path
+
+        return Path(self._paths[1])
+
+    @property
+    def result_path(self) -> Path:
+        from pathlib import Path
+
+        return Path(self._paths[2])
 
     def __repr__(self) -> str:
         return f"PrepareOutcome(output={self.output!r}, prefix_path={self.prefix_path!r}, result_path={self.result_path!r})"
@@ -146,7 +173,7 @@ class PrepareOutcome:
         if r["workspace"] is not None:
             ws = ", workspace unchanged" if r["workspace"]["unchanged"] else ", WORKSPACE CHANGED"
         return (
-            f"prepared {self.prefix_path}: {r['agent']} from {what}, after step {b['after_step']} of {b['steps_total']}, "
+            f"prepared {self._paths[1]}: {r['agent']} from {what}, after step {b['after_step']} of {b['steps_total']}, "
             f"{p['protocol']}, {p['bytes']} bytes, {p['message_count']} message{'' if p['message_count'] == 1 else 's'} ending with the {p['ends_with']}{flag}{ws}"
         )
 
@@ -167,11 +194,11 @@ def content_sha256(content: Any) -> str:
     return sha256_hex(dumps(content, sort_keys=True))
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: str | os.PathLike) -> str:
     """SHA-256 of a file's bytes (read in 1 MiB pieces); of a directory (OpenCode's storage
     tree), the workspace digest of it."""
     try:
-        if path.is_dir():
+        if os.path.isdir(path):
             return digest_workspace(path).sha256
         with open(path, "rb") as fh:
             h = sha256(os.fstat(fh.fileno()).st_size)
@@ -274,56 +301,73 @@ def _ms(t0: float, t1: float) -> float:
     return round((t1 - t0) * 1000.0, 3)
 
 
-def _inside(child: Path, parent: Path) -> bool:
-    return child == parent or parent in child.parents
+def _inside(child: str, parent: str) -> bool:
+    """Whether the resolved path ``child`` is ``parent`` or under it."""
+    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
 
 
-def _resolve(path: Path) -> Path:
-    """``path.resolve()``; a symlink loop (RuntimeError before Python 3.13, OSError after) is
-    ReplayUsageError ``bad_path`` naming the path."""
+def _resolve(path: str | os.PathLike) -> str:
+    """``Path(path).resolve()`` as a string: ``os.path.realpath``, and a symlink loop (which
+    realpath leaves as it is, and ``resolve`` finds by a ``stat``) is ReplayUsageError
+    ``bad_path`` naming the path, as is a path the system refuses."""
     try:
-        return path.resolve()
-    except (RuntimeError, OSError) as exc:
-        raise ReplayUsageError(
-            "bad_path",
-            f"{show_path(path)}: cannot be resolved ({exc.strerror if isinstance(exc, OSError) and exc.strerror else 'a symlink loop'})",
-        ) from None
+        real = os.path.realpath(path)
+    except (OSError, ValueError) as exc:
+        raise ReplayUsageError("bad_path", f"{show_path(path)}: cannot be resolved ({_why(exc)})") from None
+    try:
+        os.stat(real)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ReplayUsageError(
+                "bad_path", f"{show_path(path)}: cannot be resolved (a symlink loop)"
+            ) from None
+    except ValueError as exc:
+        raise ReplayUsageError("bad_path", f"{show_path(path)}: cannot be resolved ({_why(exc)})") from None
+    return real
+
+
+def _why(exc: Exception) -> str:
+    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or "a symlink loop"
 
 
 def check_output(
-    output: Path, workspace: Path | None, force: bool, why: str = "prepare-only never writes the workspace"
-) -> Path:
-    """The resolved output directory, or ReplayUsageError ``output_refused`` when it is (or is
-    inside) the workspace, is not a directory, or is not empty without ``force``."""
+    output: str | os.PathLike,
+    workspace: str | os.PathLike | None,
+    force: bool,
+    why: str = "prepare-only never writes the workspace",
+) -> str:
+    """The resolved output directory (a str), or ReplayUsageError ``output_refused`` when it is
+    (or is inside) the workspace, is not a directory, or is not empty without ``force``."""
     out = _resolve(output)
     if workspace is not None and _inside(out, _resolve(workspace)):
         raise ReplayUsageError(
             "output_refused", f"--output {output} is inside --workspace {workspace}: {why}"
         )
-    if out.exists():
-        if not out.is_dir():
+    if os.path.exists(out):
+        if not os.path.isdir(out):
             raise ReplayUsageError("output_refused", f"--output {output} exists and is not a directory")
-        if not force and any(out.iterdir()) and not failed_before(out):
+        if not force and os.listdir(out) and not failed_before(out):
             raise ReplayUsageError(
                 "output_refused", f"--output {output} is not empty; give --force to write into it"
             )
     return out
 
 
-def failed_before(out: Path) -> bool:
+def failed_before(out: str | os.PathLike) -> bool:
     """Whether ``out`` holds only what a replay that did not succeed left (its files, a
     ``result.json`` whose status is not ``ok``): a failed replay never blocks its retry."""
     try:
-        names = {p.name for p in out.iterdir()}
+        names = set(os.listdir(out))
         if RESULT_FILE not in names or not names <= set(OUTPUT_FILES):
             return False
-        status = orjson.loads((out / RESULT_FILE).read_bytes()).get("status")
+        with open(os.path.join(out, RESULT_FILE), "rb") as fh:
+            status = orjson.loads(fh.read()).get("status")
     except (OSError, orjson.JSONDecodeError, AttributeError):
         return False
     return isinstance(status, str) and status != "ok"
 
 
-def same_file(a: Path, b: Path) -> bool:
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     """Whether ``a`` and ``b`` are one file (a hard link, a symlink); False when either cannot
     be looked at (missing, a path the system refuses)."""
     try:
@@ -332,11 +376,11 @@ def same_file(a: Path, b: Path) -> bool:
         return False
 
 
-def check_inputs_not_outputs(opts: "PrepareOptions", out: Path) -> None:
+def check_inputs_not_outputs(opts: "PrepareOptions", out: str | os.PathLike) -> None:
     """ReplayUsageError ``output_refused`` when the source file, the journal or the
     ``--profile-from`` journal is one of the files prepare-only writes into ``out`` (the same
     resolved path, or the same file through a hard link): writing would destroy it."""
-    inputs: list[tuple[str, Path]] = []
+    inputs: list[tuple[str, str | os.PathLike]] = []
     if opts.trajectory is not None:
         inputs.append(("--trajectory", opts.trajectory))
     if opts.journal is not None:
@@ -348,7 +392,7 @@ def check_inputs_not_outputs(opts: "PrepareOptions", out: Path) -> None:
     for opt, path in inputs:
         resolved = _resolve(path)
         for name in OUTPUT_FILES:
-            target = out / name
+            target = os.path.join(out, name)
             if resolved == target or same_file(path, target):
                 raise ReplayUsageError(
                     "output_refused",
@@ -356,11 +400,11 @@ def check_inputs_not_outputs(opts: "PrepareOptions", out: Path) -> None:
                 )
 
 
-def _write(path: Path, data: bytes) -> None:
+def _write(path: str, data: bytes) -> None:
     _commit(_write_temps([(path, data)]))
 
 
-def _drop(tmps: list[tuple[Path, Path]]) -> None:
+def _drop(tmps: list[tuple[str, str]]) -> None:
     for tmp, _ in tmps:
         try:
             os.unlink(tmp)
@@ -369,14 +413,15 @@ def _drop(tmps: list[tuple[Path, Path]]) -> None:
 
 
 def _write_temps(
-    files: list[tuple[Path, bytes]], tmps: list[tuple[Path, Path]] | None = None
-) -> list[tuple[Path, Path]]:
+    files: list[tuple[str, bytes]], tmps: list[tuple[str, str]] | None = None
+) -> list[tuple[str, str]]:
     """Write each ``(path, data)`` under a temporary name beside ``path``; returns (and
     appends to ``tmps``) the ``(temporary, path)`` pairs. On an error every temporary file of
     ``tmps`` is removed and ReplayOutputError is raised."""
     tmps = [] if tmps is None else tmps
     for path, data in files:
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        where, name = os.path.split(path)
+        tmp = os.path.join(where, f".{name}.tmp-{os.getpid()}")
         tmps.append((tmp, path))
         try:
             with open(tmp, "wb") as fh:
@@ -387,7 +432,7 @@ def _write_temps(
     return tmps
 
 
-def _commit(tmps: list[tuple[Path, Path]]) -> None:
+def _commit(tmps: list[tuple[str, str]]) -> None:
     """Rename every temporary file into place (os.replace: an earlier file, or a symbolic link
     in its place, is replaced, never written through); on an error the temporary files left
     are removed and ReplayOutputError is raised."""
@@ -421,7 +466,7 @@ def _utf8(opt: str, value: Any) -> None:
         ) from None
 
 
-def _inside_path(child: Path, parent: Path) -> bool:
+def _inside_path(child: str | os.PathLike, parent: str | os.PathLike) -> bool:
     return _inside(_resolve(child), _resolve(parent))
 
 
@@ -457,18 +502,18 @@ def check_options(opts: PrepareOptions) -> None:
             "usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)"
         )
     if opts.workspace is not None:
-        if not opts.workspace.exists():
+        if not os.path.exists(opts.workspace):
             raise UsageError(f"--workspace {show_path(opts.workspace)}: no such directory")
-        if not opts.workspace.is_dir():
+        if not os.path.isdir(opts.workspace):
             raise UsageError(f"--workspace {show_path(opts.workspace)}: not a directory")
     if opts.trajectory is not None:
         from pvisor.adapters.native import check_source_file
 
         check_source_file(opts.trajectory, f"--trajectory {show_path(opts.trajectory)}")
     if opts.journal is not None:
-        if not opts.journal.exists():
+        if not os.path.exists(opts.journal):
             raise UsageError(f"--journal {show_path(opts.journal)}: no such journal file")
-        if opts.journal.is_dir():
+        if os.path.isdir(opts.journal):
             raise UsageError(f"--journal {show_path(opts.journal)} is a directory, expected a journal file")
     if opts.workspace is not None:
         # opening an SQLite journal read-only still creates its -wal/-shm files beside it
@@ -545,20 +590,20 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
     result = _base_result(opts)
     create_output(out, opts.output)
     try:
-        prefix = compute(opts, result, (out / PREFIX_FILE, out / REQUEST_FILE), t0)
+        prefix = compute(opts, result, (os.path.join(out, PREFIX_FILE), os.path.join(out, REQUEST_FILE)), t0)
         write_outputs(out, prefix, result, t0)
     except PvisorError as exc:
         fail(result, exc, t0)
         write_failed(out, result)
         raise
-    return PrepareOutcome(result, out, out / PREFIX_FILE, out / RESULT_FILE)
+    return PrepareOutcome(result, out, os.path.join(out, PREFIX_FILE), os.path.join(out, RESULT_FILE))
 
 
-def create_output(out: Path, given: Path) -> None:
+def create_output(out: str | os.PathLike, given: str | os.PathLike) -> None:
     """Create the output directory ``out`` (and its parents); ReplayOutputError (exit 74)
     naming ``given``, the ``--output`` as the user gave it, when it cannot be."""
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        os.makedirs(out, exist_ok=True)
     except OSError as exc:
         raise ReplayOutputError(f"cannot create --output {show_path(given)}: {exc.strerror or exc}") from None
 
@@ -596,7 +641,7 @@ def compute(
         timings["workspace_after"] = _ms(t, time.perf_counter())
         assert ws_before is not None
         result["workspace"] = {
-            "path": show_path(opts.workspace.resolve()),
+            "path": show_path(_resolve(opts.workspace)),
             "sha256_before": ws_before.sha256,
             "sha256_after": ws_after.sha256,
             "unchanged": ws_before.sha256 == ws_after.sha256,
@@ -611,20 +656,20 @@ def compute(
     return prefix
 
 
-def write_outputs(out: Path, prefix: Prefix, result: dict[str, Any], t0: float) -> None:
+def write_outputs(out: str | os.PathLike, prefix: Prefix, result: dict[str, Any], t0: float) -> None:
     """Write the three files of an ok ``result`` into ``out``: under temporary names, renamed
     into place, result.json last (when it says ok, both prefix files are in place)."""
     timings = result["timings_ms"]
     t = time.perf_counter()
     tmps = _write_temps(
         [
-            (out / PREFIX_FILE, prefix.body),
-            (out / REQUEST_FILE, dumps(prefix.request, indent=True) + b"\n"),
+            (os.path.join(out, PREFIX_FILE), prefix.body),
+            (os.path.join(out, REQUEST_FILE), dumps(prefix.request, indent=True) + b"\n"),
         ]
     )
     timings["write"] = _ms(t, time.perf_counter())
     timings["total"] = _ms(t0, time.perf_counter())
-    _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
+    _write_temps([(os.path.join(out, RESULT_FILE), dump_result(result))], tmps)
     _commit(tmps)
 
 
@@ -643,15 +688,15 @@ def fail(result: dict[str, Any], exc: PvisorError, t0: float) -> None:
     exc.result = result  # type: ignore[attr-defined]  # for `--result -`
 
 
-def write_failed(out: Path, result: dict[str, Any]) -> None:
+def write_failed(out: str | os.PathLike, result: dict[str, Any]) -> None:
     """A failed prepare's output: result.json, and no prefix files of an earlier prepare."""
     for name in (PREFIX_FILE, REQUEST_FILE):
         try:
-            (out / name).unlink()
+            os.unlink(os.path.join(out, name))
         except OSError:
             pass
     try:
-        _write(out / RESULT_FILE, dump_result(result))
+        _write(os.path.join(out, RESULT_FILE), dump_result(result))
     except ReplayOutputError:
         pass  # the first error is the one to report
 
@@ -731,7 +776,7 @@ def prefix_record(
     protocol: str,
     body: bytes,
     request: dict[str, Any],
-    out: Path | tuple[Path | str, Path | str],
+    out: str | os.PathLike | tuple[str | os.PathLike, str | os.PathLike],
     after_step: int,
     rendered: bool,
     exchange: str | None,
@@ -741,7 +786,9 @@ def prefix_record(
     """The result's ``prefix`` object for ``body`` written to ``out``/prefix.json (or to the
     two places ``out`` names: the prefix and request files, or a batch's row);
     ``compaction``: the compaction the prefix starts from (``prefix.compaction``), or None."""
-    shown = (out / PREFIX_FILE, out / REQUEST_FILE) if isinstance(out, Path) else out
+    shown = (
+        out if isinstance(out, tuple) else (os.path.join(out, PREFIX_FILE), os.path.join(out, REQUEST_FILE))
+    )
     desc = describe_prefix(protocol, body, request["path"], request["query"], after_step)
     breakpoints = None
     if protocol == "anthropic":

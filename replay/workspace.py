@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import os
 import stat
-from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from pvisor.journal.digest import sha256, sha256_hex
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: bytes read per ``read`` call while hashing a file (1 MiB)
 _CHUNK = 1 << 20

@@ -4,8 +4,9 @@ the real ``pvisor`` command runs in a child interpreter whose ``atexit`` hook wr
 beyond the stack floor (``import click, orjson``) are compared with what the command needs.
 ``replay --prepare-only`` of a native file loads its agent's adapter, descriptor and protocol
 and no other agent's or protocol's; none of the short commands loads OpenSSL (``hashlib``),
-SQLite where it reads no journal, zstd where it reads no body, asyncio or aiohttp. Where the
-time goes: docs/benchmarks.md "Replay prepare-only: fidelity and startup"."""
+SQLite where it reads no journal, zstd where it reads no body, pathlib (their paths are
+strings), asyncio or aiohttp. Where the time goes: docs/benchmarks.md "Replay prepare-only:
+fidelity and startup"."""
 
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ NEVER = {
     "tempfile",
     "shutil",
 }
+#: pathlib and what it brings (3.6 ms of a start, docs/benchmarks.md): the short commands take
+#: their paths as strings
+PATHLIB = {"pathlib", "urllib.parse", "ipaddress"}
+NEVER |= PATHLIB
 #: the zstd bindings the journal's blobs use
 ZSTD = {"backports.zstd", "compression.zstd", "_zstd"}
 
@@ -79,7 +84,7 @@ def test_version_loads_the_cli_alone(tmp_path: Path):
         "pvisor.journal",
         "pvisor.journal.errors",
     }, sorted(mods)
-    assert not mods & (NEVER | ZSTD | {"pathlib", "sqlite3", "dataclasses"})
+    assert not mods & (NEVER | ZSTD | {"sqlite3", "dataclasses"})
 
 
 def test_journal_ls_reads_rows_without_bodies(tmp_path: Path):
@@ -102,6 +107,15 @@ def test_trajectory_show_with_agent_loads_that_adapter_only(tmp_path: Path):
     assert ours(mods, "pvisor.adapters.native") <= {"base", "codex", "spool", "render"}, sorted(mods)
     assert not ours(mods, "pvisor.adapters.protocols") - {"base"}
     assert not mods & (NEVER | ZSTD | {"sqlite3", "pvisor.journal.reader", "pvisor.replay"})
+
+
+def test_trajectory_show_detected_asks_every_adapter_without_pathlib(tmp_path: Path):
+    path = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
+    mods = loaded(tmp_path, "trajectory", "show", str(path))
+    assert {"codex", "claude_code", "opencode", "gemini_cli"} <= ours(mods, "pvisor.adapters.native")
+    assert not mods & (NEVER | ZSTD | {"sqlite3", "pvisor.journal.reader", "pvisor.replay"}), sorted(
+        mods & (NEVER | ZSTD)
+    )
 
 
 @pytest.mark.parametrize(

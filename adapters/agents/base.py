@@ -29,14 +29,16 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import field
-from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import orjson
 
 from .descriptor import AgentDescriptor
 from pvisor.journal.record import FrozenRecord, Record, record
 from pvisor.journal.lazyre import LazyPattern
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 
@@ -513,6 +515,8 @@ def private_home_env(home: Path) -> dict[str, str | None]:
 
 def user_home(env: dict[str, str] | None = None) -> Path:
     """The user's home (``$HOME``), for ``--use-home`` runs."""
+    from pathlib import Path  # launching only: prepare-only loads no pathlib
+
     env = os.environ if env is None else env
     return Path(env.get("HOME") or os.path.expanduser("~"))
 

@@ -19,7 +19,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from .base import (
     AgentStatus,
@@ -34,6 +33,10 @@ from .base import (
     user_home,
 )
 from .descriptor import ISO_DATE, ChainHint, after_separator, rx
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 QUIET_ENV = {
     "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
@@ -136,6 +139,8 @@ class ClaudeCode(AgentProfile):
         return stream_json_result(stdout)
 
     def find_native(self, ctx: LaunchContext, session_id: str | None, plan: LaunchPlan) -> Path | None:
+        from pathlib import Path  # launching only: prepare-only loads no pathlib
+
         if not session_id:
             return None
         home = ctx.home if ctx.home is not None else user_home()

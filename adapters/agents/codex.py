@@ -22,9 +22,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 import os
-from pathlib import Path
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.model import Action, Message, ToolCall, ToolResult
 
@@ -44,6 +43,9 @@ from .base import (
     user_home,
 )
 from .descriptor import ISO_DATE, ChainHint, action_message, after_separator, rx
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PROVIDER = "pvisor"
 
@@ -187,6 +189,8 @@ class Codex(AgentProfile):
         return after_separator(argv)
 
     def _codex_home(self, ctx: LaunchContext) -> Path:
+        from pathlib import Path  # launching only: prepare-only loads no pathlib
+
         if ctx.home is not None:
             return ctx.home / ".codex"
         return Path(os.environ.get("CODEX_HOME") or user_home() / ".codex")

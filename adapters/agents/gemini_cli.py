@@ -20,11 +20,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 import os
-from pathlib import Path
 
 import orjson
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.model import Action, Message, Reasoning, ToolCall, ToolResult
 
@@ -43,6 +42,9 @@ from .base import (
     user_home,
 )
 from .descriptor import ISO_DATE, ChainHint, action_message, attached_value, rx
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: Gemini CLI's signature on the first functionCall of a model turn whose reply had none
 SKIP_SIGNATURE = "skip_thought_signature_validator"
@@ -171,6 +173,8 @@ class GeminiCli(AgentProfile):
         )
 
     def _gemini_dir(self, ctx: LaunchContext) -> Path:
+        from pathlib import Path  # launching only: prepare-only loads no pathlib
+
         if ctx.home is not None:
             return ctx.home / ".gemini"
         cli_home = os.environ.get("GEMINI_CLI_HOME")

@@ -21,8 +21,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 import re
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -40,6 +39,9 @@ from .base import (
     status,
 )
 from .descriptor import FINAL_TEXT, ChainHint, LitellmAgent, action_message, attached_value, litellm_message
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 QUIET_ENV = {
     "MSWEA_CONFIGURED": "true",

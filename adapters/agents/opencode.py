@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import orjson
 
@@ -43,6 +42,10 @@ from .base import (
     json_text,
 )
 from .descriptor import ISO_DATE, ChainHint, after_separator, rx
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PROVIDER = "pvisor"
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 import os
-from pathlib import Path
 
 from pvisor.journal.model import Message, TextPart, ToolResult
 
@@ -37,6 +36,10 @@ from .base import (
     user_home,
 )
 from .descriptor import ISO_DATE, ChainHint, attached_value, rx
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 SETTINGS = {
     "privacy": {"usageStatisticsEnabled": False},
@@ -116,6 +119,8 @@ class QwenCode(AgentProfile):
         return attached_value(argv, "--prompt")
 
     def _qwen_dir(self, ctx: LaunchContext) -> Path:
+        from pathlib import Path  # launching only: prepare-only loads no pathlib
+
         if ctx.home is not None:
             return ctx.home / ".qwen"
         return Path(os.environ["QWEN_HOME"]) if os.environ.get("QWEN_HOME") else user_home() / ".qwen"

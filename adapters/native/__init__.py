@@ -13,12 +13,14 @@ import gc
 import importlib
 import os
 import stat
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.errors import BadInputError, UsageError
 
 from .base import Diagnostics, NativeAdapter, NativeResult
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: adapter name -> module under this package defining ``ADAPTER``
 ADAPTER_MODULES: dict[str, str] = {
@@ -65,7 +67,7 @@ def sniff_head(path: Path) -> bytes:
     line is long (a Claude Code ``file-history-snapshot`` of 200 KiB) is thus recognised by
     the records after it, and a pretty-printed JSON document (many short lines) still gives
     64 KiB as before. ``b""`` for a directory or a file that cannot be read."""
-    if not path.is_file():
+    if not os.path.isfile(path):
         return b""
     try:
         with open(path, "rb") as fh:
@@ -159,10 +161,10 @@ def _reading(original: Path, path: Path) -> Any:
     from pvisor.journal import progress
 
     try:
-        total = 0 if path.is_dir() else path.stat().st_size
+        total = 0 if os.path.isdir(path) else os.stat(path).st_size
     except OSError:
         total = 0
-    shown = "stdin" if str(original) == "-" else original.name or str(original)
+    shown = "stdin" if str(original) == "-" else os.path.basename(original) or str(original)
     return progress.task(f"reading {shown}", total, progress.Unit.BYTES)
 
 
@@ -174,7 +176,7 @@ def _read_native(
         found = detect(path)
         if not found:
             # of the adapters only OpenCode reads a directory (its storage/ tree)
-            what = "directory" if path.is_dir() else "file"
+            what = "directory" if os.path.isdir(path) else "file"
             raise BadInputError(
                 f"{original}: no native adapter recognises this {what}; give --agent (one of {', '.join(adapter_names())})"
             )
@@ -185,7 +187,7 @@ def _read_native(
         agent = found[0]
         notes.append(f"detected format: {agent}")
     adapter = get_adapter(agent)
-    if path.is_dir() and not adapter.reads_directories:
+    if os.path.isdir(path) and not adapter.reads_directories:
         raise BadInputError(f"{original}: is a directory; the {agent} adapter reads a file, not a directory")
     if session is not None and not adapter.selects_sessions:
         raise UsageError(f"--session applies to stores of several sessions (opencode), not to a {agent} file")

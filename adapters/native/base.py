@@ -43,8 +43,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import field
-from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, overload
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, overload
 
 import orjson
 
@@ -54,6 +53,9 @@ from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import LeftOut, Step, ToolCall, ToolResult, Trajectory
 from pvisor.journal.record import FrozenRecord, Record, record
 from pvisor.journal.lazyre import LazyPattern
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 
@@ -478,7 +480,8 @@ class LazySteps(Sequence[Step]):
 def read_json_document(path: Path, diag: Diagnostics) -> Any:
     """The single JSON document in ``path`` (UTF-8 fallback as for lines). Raises
     BadInputError (exit 65) naming the file when it is not JSON."""
-    data = path.read_bytes()
+    with open(path, "rb") as fh:
+        data = fh.read()
     progress.current().advance(len(data))
     if data.startswith(BOM):
         data = data[len(BOM) :]

@@ -72,11 +72,11 @@ built. All warnings are given while reading.
 
 from __future__ import annotations
 
+import os
 import re
 from array import array
 from dataclasses import field
-from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from pvisor.journal.model import (
     Action,
@@ -109,6 +109,9 @@ from .base import (
     pack_ref,
     unpack_ref,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PROFILE = FormatProfile("claude-code", 2, 1, "`version` of the first conversational line", "2.1.38, 2.1.197")
 
@@ -501,7 +504,10 @@ class ClaudeCodeAdapter(NativeAdapter):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         return (
-            path.is_file() and b'"parentUuid"' in head and b'"sessionId"' in head and b'"isSidechain"' in head
+            os.path.isfile(path)
+            and b'"parentUuid"' in head
+            and b'"sessionId"' in head
+            and b'"isSidechain"' in head
         )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
@@ -754,9 +760,11 @@ class ClaudeCodeAdapter(NativeAdapter):
                     "branch",
                     f"assistant message {mid} is off the main chain (rewound or abandoned branch; {chosen})",
                 )
-        sub_dir = path.with_suffix("") / "subagents"
-        if sub_dir.is_dir():
-            for f in sorted(sub_dir.glob("*.jsonl")):
+        sub_dir = os.path.join(os.path.splitext(path)[0], "subagents")  # Path.with_suffix("")
+        if os.path.isdir(sub_dir):
+            from pathlib import Path
+
+            for f in sorted(Path(sub_dir).glob("*.jsonl")):
                 agent_id = f.stem.removeprefix("agent-")
                 meta["subagents"].append({"path": str(f), "agent_id": agent_id})
                 lo.append(

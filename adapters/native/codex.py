@@ -64,9 +64,9 @@ that reads a step's lines again when the step is used.
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import (
@@ -96,6 +96,9 @@ from .base import (
     string_call,
     text_of,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PROFILE = FormatProfile("codex", 0, 171, "`session_meta.payload.cli_version`", "0.146.0 (fixture), 0.171.0")
 
@@ -236,7 +239,7 @@ class CodexAdapter(NativeAdapter):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         return (
-            path.is_file()
+            os.path.isfile(path)
             and b'"payload"' in head
             and (b'"session_meta"' in head or b'"response_item"' in head)
         )

@@ -12,18 +12,21 @@ value and the same errors. Figures in docs/benchmarks.md.
 
 from __future__ import annotations
 
+import os
 import mmap
 import re
 import uuid
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from pvisor.journal.errors import BadInputError
 
 from .base import WARNING_CODES, Diagnostics, loads_lenient, read_json_document
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 def read_document(path: Path, diag: Diagnostics, expected: str, arrays: tuple[str, ...] = ()) -> Any:
@@ -38,7 +41,7 @@ def read_document(path: Path, diag: Diagnostics, expected: str, arrays: tuple[st
     of about :data:`SPLIT_CHUNK` bytes. Same value and warnings as one parse; peak memory is
     the parsed value plus one batch (one parse of the whole file holds the file's bytes and
     orjson's intermediate document, about 2.3x the file size, on top of the value)."""
-    size = path.stat().st_size
+    size = os.stat(path).st_size
     if size == 0:
         raise BadInputError(f"{path}: the file is empty; expected {expected}")
     if size >= SPLIT_MIN:

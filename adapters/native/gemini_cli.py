@@ -55,9 +55,9 @@ messages after it again. The legacy single JSON is parsed whole (a single docume
 
 from __future__ import annotations
 
+import os
 import sys
-from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import orjson
 
@@ -90,6 +90,9 @@ from .base import (
     read_json_document,
     require,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: the legacy single-JSON shape, named when a ``.json`` file is refused
 EXPECTED = "a Gemini CLI session JSON: an object {sessionId, projectHash, startTime, messages: [{id, type, content}, ...]}"
@@ -250,7 +253,7 @@ def _jsonl_inside(path: Path, probe: int = 1 << 20) -> bool:
     """Whether a ``.json`` file holds a JSONL session (a recording saved or renamed ``*.json``):
     its first line is a whole JSON object and more follows. A legacy document is one value
     (pretty-printed, its first line a lone ``{``, or all on one line)."""
-    with path.open("rb") as fh:
+    with open(path, "rb") as fh:
         data = fh.read(probe)
         first, nl, rest = data.removeprefix(BOM).partition(b"\n")
         if not nl:
@@ -268,7 +271,7 @@ class GeminiCliAdapter(NativeAdapter):
     profiles = (PROFILE,)
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        if not path.is_file():
+        if not os.path.isfile(path):
             return False
         if b'"projectHash"' in head and b'"sessionId"' in head:
             return True
@@ -284,9 +287,9 @@ class GeminiCliAdapter(NativeAdapter):
         meta: dict[str, Any] = {"task_context": []}
         # id -> _Msg, insertion order kept (the loader's Map: a repeated id keeps its place)
         messages: dict[str, _Msg] = {}
-        with path.open("rb") as fh:
+        with open(path, "rb") as fh:
             head = fh.read(64).removeprefix(BOM).lstrip()[:1]
-        if head == b"{" and path.suffix == ".json" and not _jsonl_inside(path):
+        if head == b"{" and os.path.splitext(path)[1] == ".json" and not _jsonl_inside(path):
             # a single document may be held whole (issue 6, "Scale"): records kept as parsed
             try:
                 doc = read_json_document(path, diag)

@@ -47,9 +47,9 @@ SWE-bench runs ``v1_*`` and the Harbor RFC file (v1), and the upstream bare-list
 
 from __future__ import annotations
 
+import os
 import re
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
@@ -67,6 +67,9 @@ from .base import (
     text_of,
 )
 from .documents import read_document
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PROFILE = FormatProfile(
     "mini-swe-agent",
@@ -109,7 +112,7 @@ class MiniSweAgentAdapter(NativeAdapter):
     profiles = (PROFILE,)
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        if not path.is_file():
+        if not os.path.isfile(path):
             return False
         if b'"trajectory_format"' in head and b"mini-swe-agent" in head:
             return True

@@ -58,7 +58,7 @@ rows) and the ``agent-sessions_storage_v2`` tree (shape of 1.3.17)):
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.errors import BadInputError
@@ -89,6 +89,9 @@ from .base import (
 )
 from .documents import read_document
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
 PROFILE = FormatProfile(
     "opencode", 1, 18, "session `version` (export `info.version`)", "1.3.17 (fixture), 1.18.33"
 )
@@ -116,7 +119,9 @@ _SQLITE_MAGIC = b"SQLite format 3\x00"
 def _connect_ro(path: Path) -> "sqlite3.Connection":
     """``path`` opened read-only (rules in the module docstring)."""
     import sqlite3
+    from pathlib import Path  # here: detection of an export file or a tree does not need it
 
+    path = Path(path)
     uri = path.resolve().as_uri() + "?mode=ro"
     if not Path(f"{path}-wal").exists():
         uri += "&immutable=1"
@@ -150,8 +155,8 @@ class OpenCodeAdapter(NativeAdapter):
     profiles = (PROFILE,)
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        if path.is_dir():
-            return (path / "session").is_dir() and (path / "message").is_dir() and (path / "part").is_dir()
+        if os.path.isdir(path):
+            return all(os.path.isdir(os.path.join(path, d)) for d in ("session", "message", "part"))
         if head.startswith(_SQLITE_MAGIC):
             return self._has_tables(path)
         return b'"info"' in head and b'"messages"' in head and b'"parts"' in head and b'"sessionID"' in head
@@ -175,11 +180,15 @@ class OpenCodeAdapter(NativeAdapter):
         docstring). Raises BadInputError (65) for a file that is none of the three stores, an
         unknown major version, or a ``session`` the store does not hold."""
         traj = Trajectory()
-        if path.is_dir():
-            chosen, messages, others = self._from_tree(path, diag, session)
+        if os.path.isdir(path):
+            from pathlib import Path  # a store (a tree, a database) is walked as Paths; an export is not
+
+            chosen, messages, others = self._from_tree(Path(path), diag, session)
             fmt = "opencode storage tree"
         elif _head(path) == _SQLITE_MAGIC:
-            chosen, messages, others = self._from_db(path, diag, session)
+            from pathlib import Path
+
+            chosen, messages, others = self._from_db(Path(path), diag, session)
             fmt = "opencode.db (read-only)"
         else:
             doc = read_document(path, diag, EXPECTED, arrays=("messages",))

@@ -44,8 +44,8 @@ openhands/events/serialization/event.py and openhands/events/tool.py; corpus fil
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, ToolSpec, Trajectory
@@ -65,6 +65,9 @@ from .base import (
     string_call,
 )
 from .documents import read_document
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PROFILE = FormatProfile(
     "openhands",
@@ -92,7 +95,7 @@ class OpenHandsAdapter(NativeAdapter):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         return (
-            path.is_file()
+            os.path.isfile(path)
             and head.lstrip().startswith(b"[")
             and b'"source"' in head
             and (b'"action"' in head or b'"observation"' in head)

@@ -46,10 +46,10 @@ reading.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import field
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.model import (
     Action,
@@ -87,6 +87,9 @@ from .base import (
     unpack_ref,
     walk_chain,
 )
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PROFILE = FormatProfile("qwen-code", 0, 24, "`version` of the first record", "0.21.13 (fixture), 0.24.4")
 
@@ -215,7 +218,7 @@ class QwenCodeAdapter(NativeAdapter):
 
     def sniff(self, path: Path, head: bytes) -> bool:
         return (
-            path.is_file()
+            os.path.isfile(path)
             and b'"parentUuid"' in head
             and b'"parts"' in head
             and b'"isSidechain"' not in head[:4096]

@@ -21,9 +21,12 @@ from __future__ import annotations
 import os
 import select
 import stat
-from pathlib import Path
 
 from pvisor.journal.errors import BadInputError, OutputError, UsageError
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: the most a stream may give (1 GiB); larger trajectories are read as files
 MAX_INPUT_BYTES = 1 << 30
@@ -53,7 +56,7 @@ def needs_spool(path: Path) -> bool:
     return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
-def spool(path: Path, *, max_input: int = MAX_INPUT_BYTES, timeout: float = INPUT_TIMEOUT_S) -> Path:
+def spool(path: str | Path, *, max_input: int = MAX_INPUT_BYTES, timeout: float = INPUT_TIMEOUT_S) -> str:
     """Copy the stream ``path`` (``-``: stdin) into a new temporary file and return its path,
     removed when the process exits (steps are read from it as they are iterated). A regular
     file on stdin (``< file``) is copied too, without the size bound (it ends). Raises
@@ -66,7 +69,7 @@ def spool(path: Path, *, max_input: int = MAX_INPUT_BYTES, timeout: float = INPU
 
     shown = "-" if str(path) == "-" else str(path)
     fd, bounded = _open(path, shown)
-    tmp_fd, name = tempfile.mkstemp(prefix="pvisor-input-", suffix="" if shown == "-" else path.suffix)
+    tmp_fd, name = tempfile.mkstemp(prefix="pvisor-input-", suffix="" if shown == "-" else _suffix(shown))
     try:
         _copy(fd, tmp_fd, shown, max_input if bounded else None, timeout, os.path.dirname(name))
     except BaseException:
@@ -78,7 +81,14 @@ def spool(path: Path, *, max_input: int = MAX_INPUT_BYTES, timeout: float = INPU
             os.close(fd)
     os.close(tmp_fd)
     atexit.register(_remove, name)
-    return Path(name)
+    return name
+
+
+def _suffix(name: str) -> str:
+    """``Path(name).suffix``: the last dotted part of the last component, if it has one."""
+    base = os.path.basename(name.rstrip("/"))
+    dot = base.rfind(".")
+    return base[dot:] if 0 < dot < len(base) - 1 else ""
 
 
 def _remove(name: str) -> None:

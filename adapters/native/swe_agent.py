@@ -32,8 +32,8 @@ real gpt-4 runs, text actions)):
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+import os
+from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
@@ -51,6 +51,9 @@ from .base import (
     text_of,
 )
 from .documents import read_document
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 PROFILE = FormatProfile(
     "swe-agent",
@@ -74,7 +77,7 @@ class SweAgentAdapter(NativeAdapter):
     def sniff(self, path: Path, head: bytes) -> bool:
         markers = (b'"agent": "main"', b'"agent": "primary"', b'"message_type"')
         return (
-            path.is_file()
+            os.path.isfile(path)
             and head.lstrip().startswith(b"{")
             and b'"history"' in head
             and b'"role"' in head

@@ -6,7 +6,6 @@ import contextlib
 import datetime as _dt
 import os
 import sys
-from pathlib import Path
 
 import click
 import orjson
@@ -22,7 +21,7 @@ from pvisor.journal.reader import JournalReader, body_json_field
 
 
 def _reader(ctx: click.Context) -> JournalReader:
-    return JournalReader(Path(ctx.obj["journal"]))
+    return JournalReader(ctx.obj["journal"])
 
 
 def _emit_json(obj) -> None:
@@ -47,9 +46,9 @@ def journal() -> None:
 @click.pass_context
 def ls(ctx: click.Context, as_json: bool) -> None:
     """List runs: id, agent, mode, creation time (UTC), exchanges by outcome."""
-    path = Path(ctx.obj["journal"])
+    path = ctx.obj["journal"]
     absolute(path, f"--journal {path}")  # a relative path in a deleted directory is not "no journal yet"
-    if not path.exists():
+    if not os.path.exists(path):
         if as_json:
             _emit_json([])
         else:
@@ -494,7 +493,7 @@ def rm(ctx: click.Context, run_id: str, force: bool, as_json: bool) -> None:
     are reused; pvisor journal vacuum gives them back to the disk."""
     from pvisor.journal.housekeeping import remove_run
 
-    rep = remove_run(Path(ctx.obj["journal"]), run_id, force=force)
+    rep = remove_run(ctx.obj["journal"], run_id, force=force)
     if as_json:
         _emit_json(rep.to_json())
         return
@@ -520,7 +519,7 @@ def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
     """Give the journal's free pages back to the disk: checkpoint the WAL, truncate it, VACUUM."""
     from pvisor.journal.housekeeping import vacuum
 
-    before, after = vacuum(Path(ctx.obj["journal"]), force=force)
+    before, after = vacuum(ctx.obj["journal"], force=force)
     if as_json:
         _emit_json({"before": before, "after": after})
     else:
@@ -572,7 +571,7 @@ def scrub_cmd(
     elif regex == "-":
         regex = _stdin_value("--regex")
     pattern = Pattern(text, regex, DEFAULT_REPLACEMENT if replacement is None else replacement)
-    rep = scrub(Path(ctx.obj["journal"]), pattern, run_id=run_id, force=force, dry_run=dry_run)
+    rep = scrub(ctx.obj["journal"], pattern, run_id=run_id, force=force, dry_run=dry_run)
     if as_json:
         _emit_json(rep.to_json())
     else:
@@ -615,6 +614,8 @@ def scrub_cmd(
         return
     for problem in rep.problems:
         click.echo(_safe(f"pvisor: error: the journal does not verify after scrub: {problem}"), err=True)
+    from pathlib import Path  # here, not at the top: journal ls loads no pathlib (journal/paths.py)
+
     wal = {str(Path(ctx.obj["journal"])), f"{Path(ctx.obj['journal'])}-wal"}
     for place in rep.remaining:
         if not rep.wal_truncated and place in wal:

@@ -9,14 +9,16 @@ The journal comes from the global ``--journal`` (``ctx.obj["journal"]``), read o
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from pvisor.commands.params import intercept_config, intercept_options
 from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import UsageError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 _PROTOCOLS = ["anthropic", "openai-chat", "openai-responses", "gemini"]
 
@@ -43,13 +45,21 @@ class _StepNumber(click.ParamType):
         return int(digits)
 
 
-def _path(opt: str, value: str | None) -> Path | None:
-    """An option's path; an empty one is a usage error (``Path("")`` would silently be ``.``)."""
+def _path(opt: str, value: str | None) -> str | None:
+    """An option's path; an empty one is a usage error (``Path("")`` would silently be ``.``).
+    A string: prepare-only takes its paths as given and loads no pathlib (docs/benchmarks.md)."""
     if value is None:
         return None
     if value == "":
         raise UsageError(f'{opt} "": an empty path (give . for the current directory)')
-    return Path(value)
+    return value
+
+
+def _as_path(value: str | None) -> Path | None:
+    """``value`` as a Path, for the modes that start an agent (:mod:`pvisor.replay_run`)."""
+    from pathlib import Path
+
+    return None if value is None else Path(value)
 
 
 @click.command("replay")
@@ -335,7 +345,7 @@ def replay(ctx: click.Context, **flags: Any) -> None:
         output=_path("--output", o["output"]),
         trajectory=_path("--trajectory", o["trajectory"]),
         run=o["run_id"],
-        journal=Path(journal) if journal and o["run_id"] is not None else None,
+        journal=journal if journal and o["run_id"] is not None else None,
         workspace=_path("--workspace", o["workspace"]),
         protocol=o["protocol"],
         profile_from=o["profile_from"],
@@ -384,9 +394,9 @@ def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:
     for opt, key in (("--batch", "batch"), ("--rows", "rows")):
         if flags[key] == "":
             raise UsageError(f'{opt} "": an empty path, expected a file')
-    manifest = _path("--batch", flags["batch"])
-    output = _path("--output", flags["output"])
-    rows = _path("--rows", flags["rows"])
+    manifest = _as_path(_path("--batch", flags["batch"]))
+    output = _as_path(_path("--output", flags["output"]))
+    rows = _as_path(_path("--rows", flags["rows"]))
     journal = flags["journal_opt"] or (ctx.obj.get("journal") if ctx.obj else None)
     from pvisor.commands.batch import run_batch
 
@@ -394,7 +404,7 @@ def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:
         manifest,
         output=output,
         rows=rows,
-        journal=Path(journal) if journal else None,
+        journal=_as_path(journal) if journal else None,
         force=bool(flags["force"]),
         allow_damaged=bool(flags["allow_damaged"]),
         ray_address=flags["ray_address"],
@@ -515,10 +525,10 @@ def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
     opts = ReplayOptions(
         agent=o["agent"],
         after_step=o["after_step"],
-        output=_path("--output", o["output"]),
-        workspace=_path("--workspace", o["workspace"]),
-        journal=Path(journal),
-        trajectory=_path("--trajectory", o["trajectory"]),
+        output=_as_path(_path("--output", o["output"])),
+        workspace=_as_path(_path("--workspace", o["workspace"])),
+        journal=_as_path(journal),
+        trajectory=_as_path(_path("--trajectory", o["trajectory"])),
         run=o["run_id"],
         entrypoint=o["entrypoint"],
         task=o["task"],

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -81,9 +80,9 @@ def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
         raise UsageError("give --json or --csv, not both")
     if not query.strip():
         raise UsageError('the query is empty: give one SQL statement, e.g. "SELECT * FROM run_summary"')
-    path = Path(ctx.obj["journal"])
+    path = ctx.obj["journal"]
     with JournalReader(path) as reader:
-        fns = register(reader.conn, str(path))
+        fns = register(reader.conn, path)
         cursor = reader.conn.cursor()
         cursor.row_factory = None
         try:

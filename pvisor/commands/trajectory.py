@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from pathlib import Path
 
 import click
 import orjson
@@ -86,7 +85,7 @@ def adapters(as_json: bool) -> None:
 def _read(file: str, agent: str | None, strict: bool, session: str | None, limits: dict):
     from pvisor.adapters.native import read_native
 
-    result, notes = read_native(Path(file), agent, session, **limits)
+    result, notes = read_native(file, agent, session, **limits)
     for note in notes:
         click.echo(f"pvisor: note: {note}", err=True)
     for w in result.diagnostics.warnings:
