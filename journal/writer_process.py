@@ -52,6 +52,7 @@ import orjson
 
 from . import errors as _errors
 from .content_encoding import DEFAULT_LIMIT
+from .helpers import frozen, helper_argv
 from .errors import UnavailableError, UsageError
 from .writer import (
     BUSY_TIMEOUT_MS,
@@ -223,19 +224,11 @@ class JournalProcess(JournalProducer):
             "import sys, json; sys.path[:0] = json.loads(sys.argv[1]);"
             " from pvisor.journal.writer_child import main; main(sys.argv[2:])"
         )
-        argv = [
-            sys.executable,
-            "-I",
-            "-c",
-            code,
-            orjson.dumps([p for p in sys.path if p]).decode(),
-            str(r),
-            str(rw),
-            str(path),
-            finalize or "",
-            str(max_decoded),
-            str(busy_timeout_ms),
-        ]
+        args = [str(r), str(rw), str(path), finalize or "", str(max_decoded), str(busy_timeout_ms)]
+        if frozen():  # a bundle: its executable runs the writer (journal/helpers.py); no sys.path to pass
+            argv = helper_argv("writer", code, args)
+        else:
+            argv = helper_argv("writer", code, [orjson.dumps([p for p in sys.path if p]).decode(), *args])
         try:
             proc = subprocess.Popen(
                 argv,

@@ -60,6 +60,7 @@ from pvisor.adapters.agents.base import (
 )
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.gateway.parent_death import die_with_parent
+from pvisor.journal.helpers import helper_argv
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
 from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone
 from pvisor.journal.model import Attempt, Run
@@ -490,6 +491,12 @@ _GUARD = (
 )
 
 
+def guard_main(argv: list[str]) -> None:
+    """The guard in a bundle (journal/helpers.py): :data:`_GUARD` with ``argv`` (the group id)."""
+    sys.argv = ["-c", *argv]
+    exec(compile(_GUARD, "<pvisor guard>", "exec"), {"__name__": "__main__"})
+
+
 class GroupGuard:
     """A small process that kills the agent's process group if pvisor dies first (a ``kill -9``
     leaves no time to stop anything): :func:`die_with_parent` ends the agent itself, the guard
@@ -500,7 +507,7 @@ class GroupGuard:
         read, self._write = os.pipe()  # the write end is close-on-exec: only pvisor holds it
         try:
             self._proc: subprocess.Popen | None = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _GUARD, str(pgid)], stdin=read, stdout=subprocess.DEVNULL,
+                helper_argv("guard", _GUARD, [str(pgid)], site=False), stdin=read, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         except OSError:
             self._proc = None

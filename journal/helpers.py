@@ -1,0 +1,104 @@
+"""How pvisor starts the small Python processes of its own: the journal's writer
+(:mod:`.writer_process`) and the guard of an agent's process group (``pvisor.agent_run``).
+
+Installed with pip, a helper is this interpreter running a piece of code, isolated from the
+environment and the working directory (``sys.executable -I -c CODE ARGS``). In a build of
+``scripts/build-bundle`` (PyInstaller, docs/install.md) there is no interpreter to give code to:
+``sys.executable`` is the build's ``pvisor`` executable, so a helper is that executable with a
+hidden first argument, :data:`HELPER_FLAG`, and the helper's name, which the build's entry point
+(``pvisor/__main__.py``) hands to :func:`run_frozen_helper` before the command line is parsed.
+
+This module imports nothing of pvisor's.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+#: the first argument of a helper process in a bundle (never a pvisor command or option)
+HELPER_FLAG = "--pvisor-helper"
+
+#: helper name -> ("module:function" the frozen entry point calls with the helper's arguments,
+#: how many arguments pvisor gives it)
+HELPERS = {
+    "writer": ("pvisor.journal.writer_child:main", 6),
+    "guard": ("pvisor.agent_run:guard_main", 1),
+}
+
+
+def frozen() -> bool:
+    """Whether this process is a bundle's executable (PyInstaller sets ``sys.frozen``)."""
+    return bool(getattr(sys, "frozen", False))
+
+
+def helper_argv(name: str, code: str, args: list[str], *, site: bool = True) -> list[str]:
+    """The command line of helper ``name`` (a key of :data:`HELPERS`) given ``args`` (strings):
+    ``[python, -I, (-S,) -c, code, *args]`` where pvisor runs on an interpreter (``site``:
+    False adds ``-S``, no site-packages), ``[pvisor, --pvisor-helper, name, *args]`` in a
+    bundle, where ``code`` is not used: the helper's function gets ``args`` as they are."""
+    if name not in HELPERS:
+        raise ValueError(f"unknown helper {name!r}")
+    if frozen():
+        return [sys.executable, HELPER_FLAG, name, *args]
+    return [sys.executable, "-I", *([] if site else ["-S"]), "-c", code, *args]
+
+
+def _fifo(fd: int) -> bool:
+    import os
+    import stat
+
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
+
+def _refusal(name: str, args: list[str]) -> str | None:
+    """Why ``args`` are not what pvisor gives helper ``name``, or None. The guard kills the
+    process group it is given when its stdin ends: it runs only with a group id above 1 that is
+    not its own (``killpg(1)`` would signal every process) and a pipe on stdin, as pvisor
+    starts it; the writer only with its two pipes and its numbers."""
+    import os
+
+    if name == "guard":
+        pgid = args[0]
+        if not pgid.isdigit() or int(pgid) <= 1 or int(pgid) == os.getpgrp() or not _fifo(0):
+            return "expected a process group id above 1, not this process's own, and a pipe on stdin"
+    elif name == "writer":
+        read_fd, reply_fd, _path, _finalize, max_decoded, busy_ms = args
+        if not all(a.isdigit() for a in (read_fd, reply_fd, max_decoded, busy_ms)):
+            return "expected two pipe descriptors, the journal, a finalizer and two numbers"
+        if not (_fifo(int(read_fd)) and _fifo(int(reply_fd))):
+            return f"descriptors {read_fd} and {reply_fd} are not open pipes"
+    return None
+
+
+def run_frozen_helper(argv: list[str]) -> NoReturn:
+    """Run the helper that ``argv`` (``sys.argv[1:]`` of a bundle: ``--pvisor-helper NAME
+    ARGS...``) names, and exit 0 when it returns; exit 2 with one line on stderr for a missing or
+    unknown name, or arguments other than those pvisor gives it (only pvisor starts helpers)."""
+    import importlib
+
+    def refuse(why: str) -> NoReturn:
+        sys.stderr.write(f"pvisor: error: {why} (a helper process that pvisor starts itself)\n")
+        sys.exit(2)
+
+    if len(argv) < 2:
+        refuse(f"{HELPER_FLAG}: expected a helper name ({', '.join(HELPERS)})")
+    name = argv[1]
+    if name not in HELPERS:
+        refuse(f"{HELPER_FLAG} {name!r}: not a helper of this build ({', '.join(HELPERS)})")
+    target, count = HELPERS[name]
+    args = argv[2:]
+    if len(args) != count:
+        refuse(f"{HELPER_FLAG} {name}: {len(args)} argument(s), expected {count}")
+    why = _refusal(name, args)
+    if why is not None:
+        refuse(f"{HELPER_FLAG} {name}: {why}")
+    module, function = target.split(":")
+    getattr(importlib.import_module(module), function)(args)
+    sys.exit(0)
+
+
+__all__ = ["HELPERS", "HELPER_FLAG", "frozen", "helper_argv", "run_frozen_helper"]
