@@ -4,15 +4,20 @@
     python bench/startup_bench.py              # 40 rounds
     python bench/startup_bench.py --rounds 100
     python bench/startup_bench.py --baseline OTHER/bin/pvisor   # and the same commands of another build
+    python bench/startup_bench.py --bundle dist/pvisor/pvisor   # and of a bundle (scripts/build-bundle)
 
 Each round runs, in an order shuffled per round, ``python -c 'import click, orjson'`` (the
 stack floor: the interpreter and the two libraries every pvisor command loads) and each
 command as a user types it (the ``pvisor`` script beside this interpreter): ``--version``,
 ``journal ls`` of a journal with one run, ``trajectory show`` of a small Codex rollout with and
 without ``--agent`` (detection asks every adapter), and ``replay --prepare-only`` of it. Wall
-time from launch to exit; the table gives medians and each median over the floor's. With
-``--baseline`` the same commands of another build (an earlier commit installed in a venv of its
-own) run in the same rounds, for a before-and-after in one run. Run it on an idle machine: the
+time from launch to exit and CPU time (user and system, of the process and its children);
+the table gives medians and each median over the floor's. With
+``--baseline`` the same commands of another build (an earlier commit's ``pvisor`` script: in a
+venv of its own, or, fairer, a script on this interpreter that puts a ``pip install --target``
+of it first on ``sys.path``, so that both pay the same site-packages) run in the same rounds, for
+a before-and-after in one run; with ``--bundle`` those of a
+self-contained build (docs/install.md), against this venv's. Run it on an idle machine: the
 ratios hold under load better than the times, not perfectly.
 """
 
@@ -20,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -35,6 +41,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--baseline", metavar="PVISOR", help="another build's pvisor script, measured beside")
+    ap.add_argument(
+        "--bundle", metavar="DIR/pvisor", help="a bundle's executable (scripts/build-bundle), beside"
+    )
     args = ap.parse_args()
     exe = str(Path(sys.executable).with_name("pvisor"))
     with tempfile.TemporaryDirectory() as tmp:
@@ -75,35 +84,39 @@ def main() -> None:
                 "--force",
             ],  # fmt: skip
         }
-        if args.baseline:
-            base = {
-                f"baseline: {k}": [args.baseline, *v[1:]]
-                for k, v in commands.items()
-                if k.startswith("pvisor")
-            }
-            for k, v in base.items():  # its own output directory
-                commands[k] = [str(work / "out-base") if x == str(work / "out") else x for x in v]
+        for label, other in (("baseline", args.baseline), ("bundle", args.bundle)):
+            if not other:
+                continue
+            more = {f"{label}: {k}": [other, *v[1:]] for k, v in commands.items() if k.startswith("pvisor")}
+            for k, v in more.items():  # its own output directory
+                commands[k] = [str(work / f"out-{label}") if x == str(work / "out") else x for x in v]
         times: dict[str, list[float]] = {k: [] for k in commands}
+        cpu: dict[str, list[float]] = {k: [] for k in commands}
         rng = random.Random(21)
         for _ in range(args.rounds):
             order = list(commands)
             rng.shuffle(order)
             for name in order:
+                before = resource.getrusage(resource.RUSAGE_CHILDREN)
                 t = time.perf_counter()
                 proc = subprocess.run(commands[name], capture_output=True, cwd=work)
                 times[name].append((time.perf_counter() - t) * 1000)
+                after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                used = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                cpu[name].append(used * 1000)
                 if proc.returncode != 0:
                     sys.exit(f"startup_bench: {name} failed: {proc.stderr.decode()[-1000:]}")
-    floor = statistics.median(times["stack floor: python -c 'import click, orjson'"])
+    floor_name = "stack floor: python -c 'import click, orjson'"
+    floor, floor_cpu = statistics.median(times[floor_name]), statistics.median(cpu[floor_name])
     print(
         f"{args.rounds} rounds, shuffled, Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d %H:%M')}:"
     )
     print()
-    print("| command | median ms | / stack floor |")
-    print("|---|---:|---:|")
+    print("| command | median ms | / stack floor | median CPU ms | CPU / floor CPU |")
+    print("|---|---:|---:|---:|---:|")
     for name, v in times.items():
-        m = statistics.median(v)
-        print(f"| {name} | {m:.1f} | {m / floor:.2f}x |")
+        m, c = statistics.median(v), statistics.median(cpu[name])
+        print(f"| {name} | {m:.1f} | {m / floor:.2f}x | {c:.1f} | {c / floor_cpu:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,25 @@ class LazyGroup(click.Group):
         super().__init__(*args, **kwargs)
         self.lazy = lazy or {}
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # --version --json / --verify (in any order): the build's identity (journal/artifact.py);
+        # plain --version stays click's
+        lead = []  # the options before the command (a command's own arguments are its own)
+        for arg in args:
+            if not arg.startswith("-") or arg == "--":
+                break
+            lead.append(arg)
+        if "--version" in lead and set(lead) & VERSION_FLAGS:
+            others = [a for a in args if a != "--version" and a not in VERSION_FLAGS]
+            if others:
+                from pvisor.journal.errors import UsageError
+
+                raise UsageError(
+                    f"--version takes only --json and --verify beside it, not {' '.join(others)}"
+                )
+            _version(json_out="--json" in args, verify="--verify" in args)
+        return super().parse_args(ctx, args)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self.lazy))
 
@@ -119,6 +138,45 @@ class LazyGroup(click.Group):
                 formatter.write_dl(rows)
 
 
+#: what may follow --version (docs/install.md "Which build produced a result")
+VERSION_FLAGS = frozenset({"--json", "--verify"})
+
+
+def _version(json_out: bool, verify: bool) -> None:
+    """``--version --json``: the build's identity as one JSON object on stdout; ``--verify``:
+    every file of a bundle checked against its manifest, exit 0 when they agree, else 3
+    (IntegrityError) with one line per difference; outside a bundle exit 2."""
+    import orjson
+
+    from pvisor.journal import artifact
+    from pvisor.journal.errors import IntegrityError, UsageError
+
+    problems: list[str] = []
+    if verify:
+        try:
+            problems = artifact.verify()
+        except artifact.ArtifactError as exc:
+            raise (UsageError if not artifact.frozen() else IntegrityError)(str(exc)) from None
+    if json_out:
+        out = artifact.identity(__version__)
+        if verify:
+            out["verified"] = not problems
+            out["problems"] = problems
+        sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
+    elif not problems:  # --verify alone
+        click.echo(
+            f"pvisor {__version__}: every file of {os.path.dirname(artifact.manifest_path())} matches its manifest"
+        )
+    if verify and problems:
+        for line in problems:
+            click.echo(f"pvisor: {line}", err=True)
+        raise IntegrityError(
+            f"the build at {os.path.dirname(artifact.manifest_path())} differs from its manifest "
+            f"in {len(problems)} file(s)"
+        )
+    raise click.exceptions.Exit(0)
+
+
 def _default_journal() -> str:
     from pvisor.journal.paths import default_journal_name
 
@@ -131,7 +189,14 @@ def _default_journal() -> str:
     epilog=EXAMPLES,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.version_option(__version__, "--version", prog_name="pvisor", message="%(prog)s %(version)s")
+@click.version_option(
+    __version__,
+    "--version",
+    prog_name="pvisor",
+    message="%(prog)s %(version)s",
+    help="Show the version and exit. --version --json: the build's identity (version, commit, "
+    "executable and manifest sha256); --version --verify: check a bundle's files against its manifest.",
+)
 @click.option(
     "--journal",
     "journal_path",
