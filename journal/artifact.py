@@ -15,7 +15,8 @@ it :data:`MANIFEST_NAME`, a JSON document written when it was built::
 read at run time from ``sys.executable``) and the manifest; :func:`verify` digests every file
 and names each one changed, missing or added.
 
-This module imports nothing of pvisor's but :mod:`.digest` (the version is the caller's to give).
+This module imports nothing of pvisor's but :mod:`.digest` and :mod:`.helpers` (the version is the
+caller's to give).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 import os
 import sys
 from typing import Any
+
+from .helpers import frozen
 
 #: the manifest's file name, beside the bundle's executable
 MANIFEST_NAME = "pvisor-manifest.json"
@@ -32,11 +35,6 @@ MANIFEST_SCHEMA = "pvisor.bundle-manifest/v1"
 class ArtifactError(Exception):
     """A manifest that cannot be read or does not have the documented shape (the message names
     the file and what was expected)."""
-
-
-def frozen() -> bool:
-    """Whether this process is a bundle's executable (PyInstaller sets ``sys.frozen``)."""
-    return bool(getattr(sys, "frozen", False))
 
 
 def manifest_path() -> str | None:

@@ -57,8 +57,10 @@ def sandbox(build: Path, tmp_path: Path) -> Path:
     return tmp_path
 
 
-def run(sandbox: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "HOME": str(sandbox / "home")}
+def run(
+    sandbox: Path, *args: str, timeout: float = 300, path: str = "/usr/bin:/bin"
+) -> subprocess.CompletedProcess:
+    env = {"PATH": path, "HOME": str(sandbox / "home")}
     return subprocess.run(
         [str(sandbox / "pvisor" / "pvisor"), *args],
         capture_output=True,
@@ -97,8 +99,9 @@ def test_version_json_names_the_build(sandbox: Path):
 
 def test_prepare_only_in_the_sandbox_equals_the_installed_package(sandbox: Path, tmp_path: Path):
     source = native_dir() / ROLLOUT
+    (sandbox / "empty").mkdir()  # nothing to run on PATH: no python, no shell
     proc = run(sandbox, "replay", "--agent", "codex", "--trajectory", str(source), "--after-step", "1",
-               "--prepare-only", "--output", "out")  # fmt: skip
+               "--prepare-only", "--output", "out", path=str(sandbox / "empty"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     from pvisor.replay import PrepareOptions, prepare_only
 
