@@ -16,6 +16,19 @@ if TYPE_CHECKING:
 JOURNAL_ENV = "PVISOR_JOURNAL"
 
 
+def plain_path(path: str) -> str:
+    """``str(Path(path))`` without pathlib (which the short commands do not load): duplicate
+    slashes, ``.`` components and a trailing slash removed, ``..`` kept (it may follow a
+    symbolic link), two leading slashes kept as POSIX allows, ``""`` as ``.``. So that
+    ``--journal j.sqlite/`` is the journal ``j.sqlite`` and a result names ``./t.jsonl`` as
+    ``t.jsonl``, as they did when every path was a Path."""
+    root = (
+        "//" if path.startswith("//") and not path.startswith("///") else "/" if path.startswith("/") else ""
+    )
+    parts = [p for p in path.split("/") if p and p != "."]
+    return root + "/".join(parts) if root or parts else "."
+
+
 def data_dir_name() -> str:
     """``$XDG_DATA_HOME/pvisor``, or ``~/.local/share/pvisor`` (XDG Base Directory spec)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")

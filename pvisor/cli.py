@@ -215,7 +215,9 @@ def cli(ctx: click.Context, journal_path: str | None) -> None:
         raise UsageError(
             "--journal is empty: give the journal file's path (or leave --journal out for the default)"
         )
-    path = journal_path or _default_journal()
+    from pvisor.journal.paths import plain_path
+
+    path = plain_path(journal_path or _default_journal())  # as a Path would read it: j.sqlite/ is j.sqlite
     if os.path.isdir(path):
         raise UsageError(f"--journal {path} is a directory, expected a journal file")
     if os.path.exists(path) and not os.path.isfile(path):

@@ -732,3 +732,28 @@ def test_arguments_nested_deeper_than_orjson_writes_are_shown_and_exported(tmp_p
     doc = json.loads(run("trajectory", "show", str(f), "--json").stdout)
     raw = doc["steps"][0]["action"]["tool_calls"][0]["arguments_raw"]
     assert raw.startswith('{"a":{"a":') and raw.count("{") == 600
+
+
+def test_paths_are_named_as_a_path_would_name_them(tmp_path: Path):
+    """The short commands take their paths as strings (docs/benchmarks.md): ``j.sqlite/``,
+    ``./t.jsonl`` and ``out/`` still mean and are named as ``j.sqlite``, ``t.jsonl`` and ``out``
+    (a trailing slash once made an existing journal "no journal yet", exit 0, and a file with
+    one unreadable; a result named ``./t.jsonl`` as typed)."""
+    from pvisor.journal.model import Run
+    from pvisor.journal.writer import Journal
+
+    with Journal.open(tmp_path / "j.sqlite") as j:
+        j.create_run(Run(id="r-slash0000001", agent="codex"))
+    p = run("--journal", "j.sqlite/", "journal", "ls", "--json", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert [r["id"] for r in json.loads(p.stdout)] == ["r-slash0000001"]
+    shutil.copy(native_dir() / CODEX, tmp_path / "t.jsonl")
+    p = run("trajectory", "show", "t.jsonl/", "--agent", "codex", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    p = run("replay", "--agent", "codex", "--trajectory", ".//t.jsonl", "--after-step", "1", "--prepare-only",
+            "--output", "out/", cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["source"]["path"] == "t.jsonl"
+    assert result["prefix"]["path"] == str((tmp_path / "out" / "prefix.json").resolve())
+    assert p.stdout.startswith("prepared ") and " from t.jsonl," in p.stdout

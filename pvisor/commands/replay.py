@@ -52,7 +52,9 @@ def _path(opt: str, value: str | None) -> str | None:
         return None
     if value == "":
         raise UsageError(f'{opt} "": an empty path (give . for the current directory)')
-    return value
+    from pvisor.journal.paths import plain_path
+
+    return plain_path(value)  # as a Path would name it: ./t.jsonl is t.jsonl, out/ is out
 
 
 def _as_path(value: str | None) -> Path | None:

@@ -84,8 +84,9 @@ def adapters(as_json: bool) -> None:
 
 def _read(file: str, agent: str | None, strict: bool, session: str | None, limits: dict):
     from pvisor.adapters.native import read_native
+    from pvisor.journal.paths import plain_path
 
-    result, notes = read_native(file, agent, session, **limits)
+    result, notes = read_native(plain_path(file), agent, session, **limits)
     for note in notes:
         click.echo(f"pvisor: note: {note}", err=True)
     for w in result.diagnostics.warnings:
