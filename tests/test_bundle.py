@@ -295,3 +295,36 @@ def test_bad_input_to_the_build_is_one_line(sandbox: Path):
     assert "pvisor-manifest.json: not JSON" in run(sandbox, "--version", "--verify").stderr
     proc = run(sandbox, "--version", "--json")  # the identity still prints: the manifest's digest, no commit
     assert proc.returncode == 0 and json.loads(proc.stdout)["commit"] is None
+
+
+def test_build_bundle_refuses_an_output_it_would_destroy(tmp_path: Path):
+    """scripts/build-bundle replaces an earlier bundle only: a directory of other files, a
+    file, the root or an empty value is refused before the build, one line, exit 2, nothing
+    removed (it once replaced whatever --output held)."""
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "data.txt").write_text("keep")
+    (tmp_path / "file").write_text("keep")
+    script = str(REPO / "scripts" / "build-bundle")
+    for output, says in [
+        ("mine", "holds files and is not a bundle"),
+        ("file", "exists and is not a directory"),
+        ("file/sub", "cannot create it in"),
+        ("/", "not the root"),
+        ("", "--output needs a directory"),
+    ]:
+        proc = subprocess.run(
+            [script, "--output", output], capture_output=True, text=True, cwd=tmp_path, timeout=60
+        )
+        assert proc.returncode == 2, (output, proc.stderr)
+        assert len(proc.stderr.splitlines()) == 1 and says in proc.stderr, (output, proc.stderr)
+    assert (tmp_path / "mine" / "data.txt").read_text() == "keep" and (
+        tmp_path / "file"
+    ).read_text() == "keep"
+    proc = subprocess.run([script, "--bogus"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown argument --bogus" in proc.stderr
+    proc = subprocess.run([script, "--help"], capture_output=True, text=True, timeout=60)
+    assert (
+        proc.returncode == 0
+        and proc.stdout.startswith("Build the pvisor command")
+        and "set -e" not in proc.stdout
+    )
