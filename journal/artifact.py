@@ -25,6 +25,7 @@ import os
 import sys
 from typing import Any
 
+from .digest import file_sha256, sha256_hex
 from .helpers import frozen
 
 #: the manifest's file name, beside the bundle's executable
@@ -42,17 +43,6 @@ def manifest_path() -> str | None:
     if not frozen():
         return None
     return os.path.join(os.path.dirname(os.path.realpath(sys.executable)), MANIFEST_NAME)
-
-
-def file_sha256(path: str) -> str:
-    """SHA-256 of the file's bytes, 64 hex digits (read in 1 MiB pieces). Raises OSError."""
-    from .digest import sha256
-
-    with open(path, "rb") as fh:
-        h = sha256(os.fstat(fh.fileno()).st_size)
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def read_manifest(path: str) -> dict[str, Any]:
@@ -119,8 +109,6 @@ def build_files(root: str, skip: tuple[str, ...] = (MANIFEST_NAME,)) -> dict[str
     """``{relative path: sha256}`` of every file under ``root`` (symbolic links by their target
     text, prefixed ``symlink:``), ``/``-separated, sorted; ``skip``: names at the top left out.
     Raises OSError."""
-    from .digest import sha256_hex
-
     found: dict[str, str] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames.sort()

@@ -50,4 +50,16 @@ def sha256_hex(data: bytes | bytearray | memoryview | Any) -> str:
     return h.hexdigest()
 
 
-__all__ = ["SMALL", "sha256", "sha256_hex"]
+def file_sha256(path: Any) -> str:
+    """SHA-256 of the file at ``path`` (str or PathLike), read in 1 MiB pieces, as 64 hex
+    digits. Raises OSError."""
+    import os
+
+    with open(path, "rb") as fh:
+        h = sha256(os.fstat(fh.fileno()).st_size)
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+__all__ = ["SMALL", "file_sha256", "sha256", "sha256_hex"]

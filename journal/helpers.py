@@ -14,17 +14,10 @@ This module imports nothing of pvisor's.
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import Callable, NoReturn
 
 #: the first argument of a helper process in a bundle (never a pvisor command or option)
 HELPER_FLAG = "--pvisor-helper"
-
-#: helper name -> ("module:function" the frozen entry point calls with the helper's arguments,
-#: how many arguments pvisor gives it)
-HELPERS = {
-    "writer": ("pvisor.journal.writer_child:main", 6),
-    "guard": ("pvisor.agent_run:guard_main", 1),
-}
 
 
 def frozen() -> bool:
@@ -54,24 +47,39 @@ def _fifo(fd: int) -> bool:
         return False
 
 
-def _refusal(name: str, args: list[str]) -> str | None:
-    """Why ``args`` are not what pvisor gives helper ``name``, or None. The guard kills the
-    process group it is given when its stdin ends: it runs only with a group id above 1 that is
-    not its own (``killpg(1)`` would signal every process) and a pipe on stdin, as pvisor
-    starts it; the writer only with its two pipes and its numbers."""
+def _guard_refusal(args: list[str]) -> str | None:
+    """The guard kills the process group it is given when its stdin ends: it runs only with a
+    group id above 1 that is not its own (``killpg(1)`` would signal every process) and a pipe
+    on stdin, as pvisor starts it."""
     import os
 
-    if name == "guard":
-        pgid = args[0]
-        if not pgid.isdigit() or int(pgid) <= 1 or int(pgid) == os.getpgrp() or not _fifo(0):
-            return "expected a process group id above 1, not this process's own, and a pipe on stdin"
-    elif name == "writer":
-        read_fd, reply_fd, _path, _finalize, max_decoded, busy_ms = args
-        if not all(a.isdigit() for a in (read_fd, reply_fd, max_decoded, busy_ms)):
-            return "expected two pipe descriptors, the journal, a finalizer and two numbers"
-        if not (_fifo(int(read_fd)) and _fifo(int(reply_fd))):
-            return f"descriptors {read_fd} and {reply_fd} are not open pipes"
+    pgid = args[0]
+    if not pgid.isdigit() or int(pgid) <= 1 or int(pgid) == os.getpgrp() or not _fifo(0):
+        return "expected a process group id above 1, not this process's own, and a pipe on stdin"
     return None
+
+
+def _writer_refusal(args: list[str]) -> str | None:
+    """The writer runs only with its two pipes and its numbers."""
+    read_fd, reply_fd, _path, _finalize, max_decoded, busy_ms = args
+    if not all(a.isdigit() for a in (read_fd, reply_fd, max_decoded, busy_ms)):
+        return "expected two pipe descriptors, the journal, a finalizer and two numbers"
+    if not (_fifo(int(read_fd)) and _fifo(int(reply_fd))):
+        return f"descriptors {read_fd} and {reply_fd} are not open pipes"
+    return None
+
+
+#: helper name -> ("module:function" the frozen entry point calls with the helper's arguments,
+#: how many arguments pvisor gives it, why other arguments are refused)
+HELPERS: dict[str, tuple[str, int, Callable[[list[str]], str | None]]] = {
+    "writer": ("pvisor.journal.writer_child:main", 6, _writer_refusal),
+    "guard": ("pvisor.agent_run:guard_main", 1, _guard_refusal),
+}
+
+
+def _refusal(name: str, args: list[str]) -> str | None:
+    """Why ``args`` are not what pvisor gives helper ``name`` (as many as it gives), or None."""
+    return HELPERS[name][2](args)
 
 
 def run_frozen_helper(argv: list[str]) -> NoReturn:
@@ -89,11 +97,11 @@ def run_frozen_helper(argv: list[str]) -> NoReturn:
     name = argv[1]
     if name not in HELPERS:
         refuse(f"{HELPER_FLAG} {name!r}: not a helper of this build ({', '.join(HELPERS)})")
-    target, count = HELPERS[name]
+    target, count, refusal = HELPERS[name]
     args = argv[2:]
     if len(args) != count:
         refuse(f"{HELPER_FLAG} {name}: {len(args)} argument(s), expected {count}")
-    why = _refusal(name, args)
+    why = refusal(args)
     if why is not None:
         refuse(f"{HELPER_FLAG} {name}: {why}")
     module, function = target.split(":")

@@ -382,6 +382,23 @@ TEXT_COLUMNS = (
 )
 
 
+#: the fields a row starts with, the same in every form of it (docs/result-protocol.md, --rows)
+ROW_HEAD = ("line", "name", "status", "agent", "after_step", "prefix_sha256")
+
+
+def row_head(outcome: BatchOutcome) -> dict[str, Any]:
+    """The :data:`ROW_HEAD` fields of ``outcome``'s row (None where it has no result)."""
+    r = outcome.result
+    return {
+        "line": outcome.index,
+        "name": outcome.name,
+        "status": outcome.status.value,
+        "agent": r["agent"] if r is not None else None,
+        "after_step": r["boundary"]["after_step"] if r is not None else None,
+        "prefix_sha256": r["prefix"]["sha256"] if r is not None and r["prefix"] is not None else None,
+    }
+
+
 def text_row(outcome: BatchOutcome) -> dict[str, Any]:
     """The row of ``outcome`` (docs/result-protocol.md, the ``--rows`` fields) with the prefix,
     request and result as JSON text and the error as its code and message: what a column store
@@ -391,12 +408,7 @@ def text_row(outcome: BatchOutcome) -> dict[str, Any]:
 
     r, p, exc = outcome.result, outcome.prefix, outcome.error
     return {
-        "line": outcome.index,
-        "name": outcome.name,
-        "status": outcome.status.value,
-        "agent": r["agent"] if r is not None else None,
-        "after_step": r["boundary"]["after_step"] if r is not None else None,
-        "prefix_sha256": r["prefix"]["sha256"] if r is not None and r["prefix"] is not None else None,
+        **row_head(outcome),
         "prefix": p.body.decode("utf-8", "replace") if p is not None else None,
         "request": orjson.dumps(p.request).decode() if p is not None else None,
         "result": orjson.dumps(r).decode() if r is not None else None,
@@ -412,11 +424,13 @@ def _name(opts: PrepareOptions | None) -> str | None:
 __all__ = [
     "BatchOutcome",
     "MANIFEST_KEYS",
+    "ROW_HEAD",
     "SourceReads",
     "Status",
     "TEXT_COLUMNS",
     "prepare_many",
     "read_manifest",
     "request_from",
+    "row_head",
     "text_row",
 ]

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import orjson
 
-from pvisor.journal.digest import sha256, sha256_hex as _sha256_hex
+from pvisor.journal.digest import file_sha256 as _file_digest, sha256_hex as _sha256_hex
 from pvisor.journal.errors import PvisorError, UsageError
 from pvisor.journal.model import Step, ToolCall, ToolResult
 
@@ -200,11 +200,7 @@ def file_sha256(path: str | os.PathLike) -> str:
     try:
         if os.path.isdir(path):
             return digest_workspace(path).sha256
-        with open(path, "rb") as fh:
-            h = sha256(os.fstat(fh.fileno()).st_size)
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        return h.hexdigest()
+        return _file_digest(path)
     except OSError as exc:
         raise ReplayBadInput(
             "bad_source", f"cannot read {show_path(exc.filename or path)}: {exc.strerror or exc}"

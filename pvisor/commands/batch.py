@@ -26,12 +26,14 @@ from pvisor.commands.cells import _safe
 from pvisor.journal import progress
 from pvisor.journal.errors import OutputError, PvisorError, UnavailableError, UsageError
 from pvisor.replay.batch import (
+    ROW_HEAD,
     BatchOutcome,
     SourceReads,
     Status,
     prepare_many,
     read_manifest,
     request_from,
+    row_head,
     text_row,
 )
 from pvisor.replay.errors import ReplayUsageError, error_code, error_detail, show_path
@@ -342,31 +344,19 @@ def row(outcome: BatchOutcome) -> dict[str, Any]:
             k: orjson.Fragment(raw[k].encode()) if raw[k] is not None else None for k in ("prefix", "request")
         }
         return {
-            "line": raw["line"],
-            "name": raw["name"],
-            "status": raw["status"],
-            "agent": raw["agent"],
-            "after_step": raw["after_step"],
-            "prefix_sha256": raw["prefix_sha256"],
+            **{k: raw[k] for k in ROW_HEAD},
             **texts,
             "result": orjson.loads(raw["result"]) if raw["result"] is not None else None,
             "error": {"code": raw["error_code"], "message": raw["error_message"]}
             if raw["error_code"]
             else None,
         }
-    r = outcome.result
-    p = outcome.prefix
-    exc = outcome.error
+    p, exc = outcome.prefix, outcome.error
     return {
-        "line": outcome.index,
-        "name": outcome.name,
-        "status": outcome.status.value,
-        "agent": r["agent"] if r is not None else None,
-        "after_step": r["boundary"]["after_step"] if r is not None else None,
-        "prefix_sha256": r["prefix"]["sha256"] if r is not None and r["prefix"] is not None else None,
+        **row_head(outcome),
         "prefix": orjson.Fragment(p.body) if p is not None else None,
         "request": p.request if p is not None else None,
-        "result": r,
+        "result": outcome.result,
         "error": {"code": error_code(exc), "message": error_detail(exc)} if exc is not None else None,
     }
 

@@ -614,9 +614,8 @@ def scrub_cmd(
         return
     for problem in rep.problems:
         click.echo(_safe(f"pvisor: error: the journal does not verify after scrub: {problem}"), err=True)
-    from pathlib import Path  # here, not at the top: journal ls loads no pathlib (journal/paths.py)
-
-    wal = {str(Path(ctx.obj["journal"])), f"{Path(ctx.obj['journal'])}-wal"}
+    journal = ctx.obj["journal"]  # already as a Path names it (cli: plain_path)
+    wal = {journal, f"{journal}-wal"}
     for place in rep.remaining:
         if not rep.wal_truncated and place in wal:
             continue  # the WAL line below says why
