@@ -78,6 +78,16 @@ def texts(driver, css: str) -> list[str]:
     return [e.text for e in driver.find_elements("css selector", css)]
 
 
+def open_body(driver, details):
+    """Open an exchange's body block and return its ``pre``: the page builds it on the block's
+    ``toggle`` event, which the HTML standard fires from a task queued after the click, so the
+    click can return before it exists (Chromium 150 returned first in CI). Waits at most 10 s."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    details.find_element("css selector", "summary").click()
+    return WebDriverWait(driver, 10).until(lambda _: details.find_elements("css selector", "pre"))[0]
+
+
 @pytest.fixture(scope="module")
 def claude_runs(tmp_path_factory):
     """A Claude Code run captured with the scripted model (one shell call, then the end), and
@@ -132,8 +142,7 @@ def test_the_page_of_a_captured_claude_code_run(browser, claude_runs, tmp_path):
     assert browser.find_elements("id", "boundary") == []  # a capture has none
     # opening an exchange's request shows its body (the task is in it)
     first = browser.find_elements("css selector", ".row.main details.request")[0]
-    first.find_element("css selector", "summary").click()
-    assert "Write hello.txt" in first.find_element("css selector", "pre").text
+    assert "Write hello.txt" in open_body(browser, first).text
     observation = browser.find_elements("css selector", ".row.main details.observation")[0]
     observation.find_element("css selector", "summary").click()
     assert "hello" in observation.find_element("css selector", "pre").text
@@ -215,8 +224,7 @@ def test_a_long_run_renders_in_slices_as_it_is_scrolled(browser, tmp_path):
     assert len(browser.find_elements("css selector", ".row.main")) == 450
     assert texts(browser, ".step-n")[-1] == "step 450"
     last = browser.find_elements("css selector", ".row.main details.request")[-1]
-    last.find_element("css selector", "summary").click()
-    body = last.find_element("css selector", "pre").text
+    body = open_body(browser, last).text
     assert "bytes left out: pvisor journal body" in body and "--request" in body
 
 
