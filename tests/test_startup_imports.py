@@ -109,10 +109,27 @@ def test_trajectory_show_with_agent_loads_that_adapter_only(tmp_path: Path):
     assert not mods & (NEVER | ZSTD | {"sqlite3", "pvisor.journal.reader", "pvisor.replay"})
 
 
-def test_trajectory_show_detected_asks_every_adapter_without_pathlib(tmp_path: Path):
-    path = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
-    mods = loaded(tmp_path, "trajectory", "show", str(path))
-    assert {"codex", "claude_code", "opencode", "gemini_cli"} <= ours(mods, "pvisor.adapters.native")
+@pytest.mark.parametrize(
+    "module,path",
+    [
+        ("codex", "codex/real-0.171.0_single-then-resume.jsonl"),
+        ("claude_code", "claude-code/spotter_tool_heavy.jsonl"),
+        ("opencode", "opencode/real-1.18.33_export_single.json"),
+        ("mini_swe_agent", "mini-swe-agent/real-2.4.6_single.traj.json"),
+    ],
+)
+def test_trajectory_show_detected_loads_the_detected_adapter_only(tmp_path: Path, module: str, path: str):
+    # detection asks each format's signature (adapters/native/signatures.py), not each adapter
+    mods = loaded(tmp_path, "trajectory", "show", str(native_dir() / path))
+    assert ours(mods, "pvisor.adapters.native") <= {
+        "base",
+        "signatures",
+        "documents",
+        module,
+        "spool",
+        "render",
+    }, sorted(mods)
+    assert module in ours(mods, "pvisor.adapters.native")
     assert not mods & (NEVER | ZSTD | {"sqlite3", "pvisor.journal.reader", "pvisor.replay"}), sorted(
         mods & (NEVER | ZSTD)
     )
@@ -140,7 +157,9 @@ def test_prepare_only_loads_one_agent_and_one_protocol(tmp_path: Path, agent: st
     )  # fmt: skip
     protocol = orjson.loads((out / "result.json").read_bytes())["prefix"]["protocol"]
     module = agent.replace("-", "_")
-    assert ours(mods, "pvisor.adapters.native") <= {"base", "spool", "documents", module}, sorted(mods)
+    assert ours(mods, "pvisor.adapters.native") <= {"base", "spool", "documents", "signatures", module}, (
+        sorted(mods)
+    )
     assert ours(mods, "pvisor.adapters.agents") <= {"base", "descriptor", module}, sorted(mods)
     assert ours(mods, "pvisor.adapters.protocols") <= {"base", "sse", "validate", protocol.replace("-", "_")}
     assert not mods & (NEVER | ZSTD | {"sqlite3", "pvisor.journal.reader", "pvisor.adapters.chains"}), sorted(

@@ -3,7 +3,7 @@
 :mod:`.base`; formats and sources in docs/native.md).
 
 :func:`read_native` is the entry point: with ``agent`` it uses that adapter, else it
-detects the format from the file (every adapter's ``sniff``); no match or several matches
+detects the format from the file (each format's signature, :mod:`.signatures`); no match or several matches
 is an error naming the candidates (exit 65 / exit 2).
 """
 
@@ -34,7 +34,7 @@ ADAPTER_MODULES: dict[str, str] = {
     "swe-agent": "swe_agent",
 }
 
-#: ``sniff`` is given at least this many bytes of the file's start (64 KiB) ...
+#: a signature is given at least this many bytes of the file's start (64 KiB) ...
 SNIFF_BYTES = 64 * 1024
 #: ... extended until they hold this many complete lines ...
 SNIFF_LINES = 8
@@ -43,19 +43,13 @@ SNIFF_MAX_BYTES = 4 * 1024 * 1024
 
 
 def adapter_names() -> list[str]:
-    """Names ``--agent`` accepts, in documentation order (only modules that exist)."""
-    return [n for n in ADAPTER_MODULES if _available(n)]
-
-
-def _available(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(f"{__name__}.{ADAPTER_MODULES[name]}") is not None
+    """Names ``--agent`` accepts, in documentation order."""
+    return list(ADAPTER_MODULES)
 
 
 def get_adapter(name: str) -> NativeAdapter:
     """The adapter called ``name``; UsageError listing the known names otherwise."""
-    if name not in ADAPTER_MODULES or not _available(name):
+    if name not in ADAPTER_MODULES:
         raise UsageError(f"unknown native adapter {name!r}; expected one of {', '.join(adapter_names())}")
     return importlib.import_module(f"{__name__}.{ADAPTER_MODULES[name]}").ADAPTER
 
@@ -85,10 +79,13 @@ def sniff_head(path: Path) -> bytes:
 
 
 def detect(path: Path) -> list[str]:
-    """Names of the adapters whose ``sniff`` accepts ``path`` (a file, or a directory for the
-    OpenCode storage tree), given :func:`sniff_head` of it."""
+    """Names of the adapters whose format's signature (:mod:`.signatures`) accepts ``path`` (a
+    file, or a directory for the OpenCode storage tree), given :func:`sniff_head` of it. Loads
+    no adapter module (the one chosen is loaded to read the file)."""
+    from .signatures import SIGNATURES
+
     head = sniff_head(path)
-    return [n for n in adapter_names() if get_adapter(n).sniff(path, head)]
+    return [n for n in ADAPTER_MODULES if SIGNATURES[n](path, head)]
 
 
 def _check_path(path: Path) -> None:

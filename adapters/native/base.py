@@ -618,12 +618,12 @@ class NativeAdapter:
     selects_sessions: bool = False
 
     def sniff(self, path: Path, head: bytes) -> bool:
-        """True when ``path`` looks like this adapter's format. ``head`` is the file's start
-        (``b""`` for a directory): at least its first 64 KiB, extended to its first 8 complete
-        lines, at most 4 MiB (:func:`pvisor.adapters.native.detect`), so that a JSONL file
-        whose first line is long (a Claude ``file-history-snapshot``) still shows records
-        after it. Look for substrings in ``head``; cheap; never raises."""
-        raise NotImplementedError
+        """True when ``path`` looks like this adapter's format: its signature in
+        :mod:`pvisor.adapters.native.signatures` (``head``: the file's start, ``b""`` for a
+        directory; what :func:`pvisor.adapters.native.sniff_head` reads). Never raises."""
+        from .signatures import SIGNATURES
+
+        return SIGNATURES[self.name](path, head)
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """Read ``path`` into a trajectory. Raises BadInputError (exit 65) for an unknown

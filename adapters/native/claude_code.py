@@ -502,14 +502,6 @@ class ClaudeCodeAdapter(NativeAdapter):
     description = "Claude Code session JSONL (~/.claude/projects/<cwd-slug>/<session>.jsonl)"
     profiles = (PROFILE,)
 
-    def sniff(self, path: Path, head: bytes) -> bool:
-        return (
-            os.path.isfile(path)
-            and b'"parentUuid"' in head
-            and b'"sessionId"' in head
-            and b'"isSidechain"' in head
-        )
-
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         traj = Trajectory()
         lo = traj.left_out = LeftOutLines()

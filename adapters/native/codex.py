@@ -64,7 +64,6 @@ that reads a step's lines again when the step is used.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -236,13 +235,6 @@ class CodexAdapter(NativeAdapter):
     name = "codex"
     description = "Codex CLI rollout JSONL ($CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl)"
     profiles = (PROFILE,)
-
-    def sniff(self, path: Path, head: bytes) -> bool:
-        return (
-            os.path.isfile(path)
-            and b'"payload"' in head
-            and (b'"session_meta"' in head or b'"response_item"' in head)
-        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         traj = Trajectory()

@@ -270,13 +270,6 @@ class GeminiCliAdapter(NativeAdapter):
     description = "Gemini CLI chat recording (~/.gemini/tmp/<project>/chats/session-*.jsonl, legacy .json)"
     profiles = (PROFILE,)
 
-    def sniff(self, path: Path, head: bytes) -> bool:
-        if not os.path.isfile(path):
-            return False
-        if b'"projectHash"' in head and b'"sessionId"' in head:
-            return True
-        return b'"$set"' in head or b'"$rewindTo"' in head
-
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         traj = Trajectory()
         rewrites: list[

@@ -47,7 +47,6 @@ SWE-bench runs ``v1_*`` and the Harbor RFC file (v1), and the upstream bare-list
 
 from __future__ import annotations
 
-import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -110,24 +109,6 @@ class MiniSweAgentAdapter(NativeAdapter):
     name = "mini-swe-agent"
     description = "mini-swe-agent trajectory JSON (-o FILE, <instance>.traj.json), tool-calling and text-based, v1 and v2"
     profiles = (PROFILE,)
-
-    def sniff(self, path: Path, head: bytes) -> bool:
-        if not os.path.isfile(path):
-            return False
-        if b'"trajectory_format"' in head and b"mini-swe-agent" in head:
-            return True
-        if (
-            b'"exit_status"' in head
-            and b'"submission"' in head
-            and b'"messages"' in head
-            and b'"role"' in head
-        ):
-            return True  # v1 files start with a long `info`, `trajectory_format` comes last
-        return (
-            head.lstrip().startswith(b"[")
-            and b'"role"' in head
-            and (b"mswea_bash_command" in head or b"MINI_SWE_AGENT" in head)
-        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """Read ``path``; raises BadInputError (65) naming ``trajectory_format`` for an unknown

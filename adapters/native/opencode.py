@@ -88,6 +88,7 @@ from .base import (
     require,
 )
 from .documents import read_document
+from .signatures import SQLITE_MAGIC
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -113,9 +114,6 @@ def _num(value: Any) -> float:
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
-_SQLITE_MAGIC = b"SQLite format 3\x00"
-
-
 def _connect_ro(path: Path) -> "sqlite3.Connection":
     """``path`` opened read-only (rules in the module docstring)."""
     import sqlite3
@@ -128,9 +126,25 @@ def _connect_ro(path: Path) -> "sqlite3.Connection":
     return sqlite3.connect(uri, uri=True)
 
 
+def has_store_tables(path: Path | str) -> bool:
+    """True when the SQLite file ``path`` holds the ``session``, ``message`` and ``part`` tables
+    of an ``opencode.db`` (the OpenCode signature asks, :mod:`.signatures`); never raises."""
+    import sqlite3  # here: only a database store needs it, an export file does not
+
+    try:
+        db = _connect_ro(path)
+        try:
+            names = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
+        finally:
+            db.close()
+        return {"session", "message", "part"} <= names
+    except sqlite3.Error:
+        return False
+
+
 def _head(path: Path) -> bytes:
     with open(path, "rb") as fh:
-        return fh.read(len(_SQLITE_MAGIC))
+        return fh.read(len(SQLITE_MAGIC))
 
 
 def read_session(path: Path, session: str | None = None, diag: Diagnostics | None = None) -> NativeResult:
@@ -154,27 +168,6 @@ class OpenCodeAdapter(NativeAdapter):
     description = "OpenCode session: `opencode export` JSON, legacy storage/ tree, or opencode.db (read-only)"
     profiles = (PROFILE,)
 
-    def sniff(self, path: Path, head: bytes) -> bool:
-        if os.path.isdir(path):
-            return all(os.path.isdir(os.path.join(path, d)) for d in ("session", "message", "part"))
-        if head.startswith(_SQLITE_MAGIC):
-            return self._has_tables(path)
-        return b'"info"' in head and b'"messages"' in head and b'"parts"' in head and b'"sessionID"' in head
-
-    @staticmethod
-    def _has_tables(path: Path) -> bool:
-        import sqlite3  # here: only a database store needs it, an export file does not
-
-        try:
-            db = _connect_ro(path)
-            try:
-                names = {r[0] for r in db.execute("select name from sqlite_master where type='table'")}
-            finally:
-                db.close()
-            return {"session", "message", "part"} <= names
-        except sqlite3.Error:
-            return False
-
     def read(self, path: Path, diag: Diagnostics, session: str | None = None) -> NativeResult:
         """Read ``path``; ``session``: the id of the session to read (rules in the module
         docstring). Raises BadInputError (65) for a file that is none of the three stores, an
@@ -185,7 +178,7 @@ class OpenCodeAdapter(NativeAdapter):
 
             chosen, messages, others = self._from_tree(Path(path), diag, session)
             fmt = "opencode storage tree"
-        elif _head(path) == _SQLITE_MAGIC:
+        elif _head(path) == SQLITE_MAGIC:
             from pathlib import Path
 
             chosen, messages, others = self._from_db(Path(path), diag, session)

@@ -44,7 +44,6 @@ openhands/events/serialization/event.py and openhands/events/tool.py; corpus fil
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.errors import BadInputError
@@ -92,15 +91,6 @@ class OpenHandsAdapter(NativeAdapter):
     name = "openhands"
     description = "OpenHands V0 trajectory: JSON list of events (save_trajectory_path)"
     profiles = (PROFILE,)
-
-    def sniff(self, path: Path, head: bytes) -> bool:
-        return (
-            os.path.isfile(path)
-            and head.lstrip().startswith(b"[")
-            and b'"source"' in head
-            and (b'"action"' in head or b'"observation"' in head)
-            and (b'"cause"' in head or b'"args"' in head)
-        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         events = read_document(path, diag, EXPECTED)

@@ -46,7 +46,6 @@ reading.
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
@@ -215,14 +214,6 @@ class QwenCodeAdapter(NativeAdapter):
     name = "qwen-code"
     description = "Qwen Code chat JSONL (~/.qwen/projects/<cwd-slug>/chats/<session>.jsonl)"
     profiles = (PROFILE,)
-
-    def sniff(self, path: Path, head: bytes) -> bool:
-        return (
-            os.path.isfile(path)
-            and b'"parentUuid"' in head
-            and b'"parts"' in head
-            and b'"isSidechain"' not in head[:4096]
-        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         traj = Trajectory()

@@ -32,7 +32,6 @@ real gpt-4 runs, text actions)):
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
@@ -73,16 +72,6 @@ class SweAgentAdapter(NativeAdapter):
     name = "swe-agent"
     description = "SWE-agent .traj (history of model messages), function-calling and text actions"
     profiles = (PROFILE,)
-
-    def sniff(self, path: Path, head: bytes) -> bool:
-        markers = (b'"agent": "main"', b'"agent": "primary"', b'"message_type"')
-        return (
-            os.path.isfile(path)
-            and head.lstrip().startswith(b"{")
-            and b'"history"' in head
-            and b'"role"' in head
-            and any(m in head for m in markers)
-        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """Read ``path``; raises BadInputError (65) naming ``history[i]`` for an item that is

@@ -1,0 +1,139 @@
+"""Each native format's signature: what in a file's start says which agent wrote it, one
+function per format, ``(path, head) -> bool``, in :data:`SIGNATURES` under the adapter's name.
+
+``head`` is the file's start as :func:`pvisor.adapters.native.sniff_head` reads it (``b""`` for
+a directory): at least its first 64 KiB, extended to its first 8 complete lines, at most 4 MiB,
+so that a JSONL file whose first line is long (a Claude Code ``file-history-snapshot``) still
+shows the records after it. A signature looks for keys and markers in ``head`` (the formats and
+their sources: docs/native.md); it is cheap and never raises.
+
+Detection asks every signature here and imports only the adapter it names: the adapter modules
+(the readers, 0.3-0.6 ms each to import) stay unloaded, where asking each adapter's ``sniff``
+loaded all eight (docs/benchmarks.md, "Replay prepare-only: fidelity and startup"). An
+adapter's ``sniff`` is its signature (:meth:`pvisor.adapters.native.base.NativeAdapter.sniff`).
+
+This module imports nothing of pvisor's but, for a SQLite file only, OpenCode's adapter.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+#: the first 16 bytes of every SQLite 3 database (OpenCode's ``opencode.db``)
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def claude_code(path: Path | str, head: bytes) -> bool:
+    """Claude Code's session JSONL: every record carries ``parentUuid``, ``sessionId`` and
+    ``isSidechain``."""
+    return (
+        os.path.isfile(path)
+        and b'"parentUuid"' in head
+        and b'"sessionId"' in head
+        and b'"isSidechain"' in head
+    )
+
+
+def codex(path: Path | str, head: bytes) -> bool:
+    """Codex CLI's rollout JSONL: records with a ``payload``, among them ``session_meta`` or
+    ``response_item`` ones."""
+    return (
+        os.path.isfile(path)
+        and b'"payload"' in head
+        and (b'"session_meta"' in head or b'"response_item"' in head)
+    )
+
+
+def gemini_cli(path: Path | str, head: bytes) -> bool:
+    """Gemini CLI's chat recording: ``projectHash`` and ``sessionId`` (a session document or its
+    JSONL form), or the JSONL form's ``$set`` / ``$rewindTo`` records."""
+    if not os.path.isfile(path):
+        return False
+    if b'"projectHash"' in head and b'"sessionId"' in head:
+        return True
+    return b'"$set"' in head or b'"$rewindTo"' in head
+
+
+def qwen_code(path: Path | str, head: bytes) -> bool:
+    """Qwen Code's chat JSONL: ``parentUuid`` records holding Gemini-style ``parts``, without
+    the ``isSidechain`` key of Claude Code's records near the start."""
+    return (
+        os.path.isfile(path)
+        and b'"parentUuid"' in head
+        and b'"parts"' in head
+        and b'"isSidechain"' not in head[:4096]
+    )
+
+
+def mini_swe_agent(path: Path | str, head: bytes) -> bool:
+    """mini-swe-agent's ``.traj.json``: ``trajectory_format`` naming it (v2), the
+    ``exit_status`` / ``submission`` / ``messages`` of v1 (whose long ``info`` comes first), or
+    a bare list of messages holding its bash-command markers."""
+    if not os.path.isfile(path):
+        return False
+    if b'"trajectory_format"' in head and b"mini-swe-agent" in head:
+        return True
+    if b'"exit_status"' in head and b'"submission"' in head and b'"messages"' in head and b'"role"' in head:
+        return True
+    return (
+        head.lstrip().startswith(b"[")
+        and b'"role"' in head
+        and (b"mswea_bash_command" in head or b"MINI_SWE_AGENT" in head)
+    )
+
+
+def opencode(path: Path | str, head: bytes) -> bool:
+    """OpenCode: a storage tree (a directory with ``session``, ``message`` and ``part``), an
+    ``opencode.db`` (SQLite with those tables) or an export (``info``, ``messages``, ``parts``,
+    ``sessionID``)."""
+    if os.path.isdir(path):
+        return all(os.path.isdir(os.path.join(path, d)) for d in ("session", "message", "part"))
+    if head.startswith(SQLITE_MAGIC):
+        from .opencode import has_store_tables  # a database: its tables say
+
+        return has_store_tables(path)
+    return b'"info"' in head and b'"messages"' in head and b'"parts"' in head and b'"sessionID"' in head
+
+
+def openhands(path: Path | str, head: bytes) -> bool:
+    """OpenHands' event list: a JSON array of events with ``source`` and ``action`` or
+    ``observation``, and ``cause`` or ``args``."""
+    return (
+        os.path.isfile(path)
+        and head.lstrip().startswith(b"[")
+        and b'"source"' in head
+        and (b'"action"' in head or b'"observation"' in head)
+        and (b'"cause"' in head or b'"args"' in head)
+    )
+
+
+def swe_agent(path: Path | str, head: bytes) -> bool:
+    """SWE-agent's ``.traj``: a JSON object with a ``history`` of ``role`` messages marked with
+    the agent (``main``, ``primary``) or a ``message_type``."""
+    markers = (b'"agent": "main"', b'"agent": "primary"', b'"message_type"')
+    return (
+        os.path.isfile(path)
+        and head.lstrip().startswith(b"{")
+        and b'"history"' in head
+        and b'"role"' in head
+        and any(m in head for m in markers)
+    )
+
+
+#: adapter name -> its format's signature (the names and order of ``ADAPTER_MODULES``)
+SIGNATURES: dict[str, Callable[[Path | str, bytes], bool]] = {
+    "claude-code": claude_code,
+    "codex": codex,
+    "gemini-cli": gemini_cli,
+    "qwen-code": qwen_code,
+    "mini-swe-agent": mini_swe_agent,
+    "opencode": opencode,
+    "openhands": openhands,
+    "swe-agent": swe_agent,
+}
+
+__all__ = ["SIGNATURES", "SQLITE_MAGIC"]
