@@ -18,7 +18,6 @@ from __future__ import annotations
 import enum
 import functools
 import re
-import struct
 from dataclasses import field
 from typing import Any, Iterable, Literal, Sequence, Union
 from .record import Record, record
@@ -323,6 +322,8 @@ def pack_timings(timings: Iterable[Sequence[int]] | bytes) -> bytes:
     ``Exchange.chunk_timings`` format. Bytes pass as already packed."""
     if isinstance(timings, (bytes, bytearray)):
         return bytes(timings)
+    import struct  # here: of the commands only capture and the journal's readers pack timings
+
     items = timings if isinstance(timings, list) else list(timings)
     if not items:
         return b""
@@ -336,6 +337,8 @@ def unpack_timings(packed: bytes | None) -> list[tuple[int, int]]:
     """Inverse of :func:`pack_timings`: [(µs since start, chunk length in bytes), ...]."""
     if not packed:
         return []
+    import struct
+
     return [struct.unpack_from("<QI", packed, i) for i in range(0, len(packed) - len(packed) % 12, 12)]
 
 

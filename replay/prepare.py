@@ -42,13 +42,12 @@ from .errors import (
 )
 from pvisor.adapters.jsonio import dumps
 from .prefix import Prefix, Source, descriptor, is_made_up
-from .workspace import WorkspaceDigest, digest_workspace
 
 if TYPE_CHECKING:
     from pathlib import Path
 
-if TYPE_CHECKING:
     from .batch import SourceReads
+    from .workspace import WorkspaceDigest
 
 #: the result document's schema name
 RESULT_SCHEMA = "sandbox-playback.result/v3"
@@ -199,6 +198,8 @@ def file_sha256(path: str | os.PathLike) -> str:
     tree), the workspace digest of it."""
     try:
         if os.path.isdir(path):
+            from .workspace import digest_workspace  # here: only a directory source needs it
+
             return digest_workspace(path).sha256
         return _file_digest(path)
     except OSError as exc:
@@ -210,6 +211,8 @@ def file_sha256(path: str | os.PathLike) -> str:
 def workspace_digest(root: Path) -> "WorkspaceDigest":
     """:func:`digest_workspace`, or ReplayBadInput ``workspace_unreadable`` naming the entry
     that cannot be read (nothing is left out of the digest silently)."""
+    from .workspace import digest_workspace  # here: prepare-only of a file has no workspace
+
     try:
         return digest_workspace(root)
     except OSError as exc:

@@ -19,7 +19,6 @@ Every error names the input as the user gave it (``-: ...`` for stdin).
 from __future__ import annotations
 
 import os
-import select
 import stat
 
 from pvisor.journal.errors import BadInputError, OutputError, UsageError
@@ -125,6 +124,8 @@ def _open(path: Path, shown: str) -> tuple[int, bool]:
 
 
 def _copy(fd: int, out: int, shown: str, max_input: int | None, timeout: float, tmp_dir: str) -> None:
+    import select  # here: only a pipe is copied; every read of a native file imports this module
+
     poller = select.poll()
     poller.register(fd, select.POLLIN)
     total = 0
