@@ -10,7 +10,8 @@ Each round runs, in an order shuffled per round, ``python -c 'import click, orjs
 stack floor: the interpreter and the two libraries every pvisor command loads) and each
 command as a user types it (the ``pvisor`` script beside this interpreter): ``--version``,
 ``journal ls`` of a journal with one run, ``trajectory show`` of a small Codex rollout with and
-without ``--agent`` (detection asks every adapter), and ``replay --prepare-only`` of it. Wall
+without ``--agent`` (detection asks every adapter), and ``replay --prepare-only`` of it; and the floor with the cyclic collector off, as pvisor's entry
+point imports (pvisor/entry.py), in a column of its own. Wall
 time from launch to exit and CPU time (user and system, of the process and its children);
 the table gives medians and each median over the floor's. With
 ``--baseline`` the same commands of another build (an earlier commit's ``pvisor`` script: in a
@@ -34,6 +35,9 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+#: the floor as pvisor's entry point imports it, the cyclic collector off (pvisor/entry.py): shown
+#: beside the stack floor so that what the collector alone gives is plain to see
+GC_OFF_FLOOR = "floor, collector off: python -c 'import gc; gc.disable(); import click, orjson'"
 ROLLOUT = HERE.parent / "tests" / "corpus" / "native" / "codex" / "real-0.171.0_single-then-resume.jsonl"
 
 
@@ -58,6 +62,7 @@ def main() -> None:
                               request_body=b"{}")  # fmt: skip
         commands = {
             "stack floor: python -c 'import click, orjson'": [sys.executable, "-c", "import click, orjson"],
+            GC_OFF_FLOOR: [sys.executable, "-c", "import gc; gc.disable(); import click, orjson"],
             "pvisor --version": [exe, "--version"],
             "pvisor journal ls": [exe, "--journal", str(journal), "journal", "ls"],
             "pvisor trajectory show FILE --agent codex": [
@@ -108,15 +113,18 @@ def main() -> None:
                     sys.exit(f"startup_bench: {name} failed: {proc.stderr.decode()[-1000:]}")
     floor_name = "stack floor: python -c 'import click, orjson'"
     floor, floor_cpu = statistics.median(times[floor_name]), statistics.median(cpu[floor_name])
+    gc_off = statistics.median(times[GC_OFF_FLOOR])
     print(
         f"{args.rounds} rounds, shuffled, Python {sys.version.split()[0]}, {time.strftime('%Y-%m-%d %H:%M')}:"
     )
     print()
-    print("| command | median ms | / stack floor | median CPU ms | CPU / floor CPU |")
-    print("|---|---:|---:|---:|---:|")
+    print(
+        "| command | median ms | / stack floor | median CPU ms | CPU / floor CPU | / floor, collector off |"
+    )
+    print("|---|---:|---:|---:|---:|---:|")
     for name, v in times.items():
         m, c = statistics.median(v), statistics.median(cpu[name])
-        print(f"| {name} | {m:.1f} | {m / floor:.2f}x | {c:.1f} | {c / floor_cpu:.2f}x |")
+        print(f"| {name} | {m:.1f} | {m / floor:.2f}x | {c:.1f} | {c / floor_cpu:.2f}x | {m / gc_off:.2f}x |")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,6 @@ if getattr(sys, "frozen", False):
     if sys.argv[1:2] == [HELPER_FLAG]:
         run_frozen_helper(sys.argv[1:])
 
-from pvisor.cli import main
+from pvisor.entry import main
 
 main()

@@ -121,7 +121,13 @@ class LazyGroup(click.Group):
                 # collector would only rescan the objects its imports create
                 gc.disable()
             module_name, attr = self.lazy[name][0].split(":")
-            return getattr(importlib.import_module(module_name), attr)
+            command = getattr(importlib.import_module(module_name), attr)
+            if _state["entry"] and name not in _FAST_EXIT:
+                # the entry point imported with the collector off (pvisor/entry.py): what the
+                # imports made stays out of every later collection, and it is on again
+                gc.freeze()
+                gc.enable()
+            return command
         return super().get_command(ctx, name)
 
     def invoke(self, ctx: click.Context):

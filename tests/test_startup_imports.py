@@ -58,7 +58,7 @@ def loaded(tmp_path: Path, *args: str) -> set[str]:
     code = (
         "import atexit, json, sys\n"
         f"atexit.register(lambda: open({str(dump)!r}, 'w').write(json.dumps(sorted(sys.modules))))\n"
-        "from pvisor.cli import main\n"
+        "from pvisor.entry import main\n"  # the pvisor command's entry point (pyproject.toml)
         f"sys.argv = ['pvisor', *{list(args)!r}]\n"
         "main()\n"
     )
@@ -80,6 +80,7 @@ def test_version_loads_the_cli_alone(tmp_path: Path):
     assert {m for m in mods if m.startswith("pvisor")} <= {
         "pvisor",
         "pvisor._version",
+        "pvisor.entry",
         "pvisor.cli",
         "pvisor.journal",
         "pvisor.journal.errors",
@@ -165,3 +166,54 @@ def test_prepare_only_loads_one_agent_and_one_protocol(tmp_path: Path, agent: st
     assert not mods & (NEVER | ZSTD | {"sqlite3", "pvisor.journal.reader", "pvisor.adapters.chains"}), sorted(
         mods & (NEVER | ZSTD | {"sqlite3"})
     )
+
+
+def collector_at_exit(tmp_path: Path, command_module: str, *args: str) -> tuple[int, bool, int]:
+    """For ``pvisor ARGS`` started through its entry point: (collections the cyclic collector ran
+    before ``command_module`` was loaded, the collector on at the end?, objects frozen out of
+    its collections at the end)."""
+    dump = tmp_path / "gc.json"
+    code = (
+        "import atexit, gc, json, sys\n"
+        "early = []\n"
+        f"gc.callbacks.append(lambda phase, info: phase == 'start' and {command_module!r} not in sys.modules"
+        " and early.append(info['generation']))\n"
+        f"atexit.register(lambda: open({str(dump)!r}, 'w').write("
+        "json.dumps([len(early), gc.isenabled(), gc.get_freeze_count()])))\n"
+        "from pvisor.entry import main\n"
+        f"sys.argv = ['pvisor', *{list(args)!r}]\n"
+        "main()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    early, enabled, frozen = json.loads(dump.read_text())
+    return early, enabled, frozen
+
+
+def test_the_entry_point_imports_with_the_collector_off_and_freezes_what_it_made(tmp_path: Path):
+    # pvisor/entry.py: no collection while click, orjson and the command's modules are imported
+    # (there were 20 in trajectory show before); a command that goes on runs with the collector
+    # on, what the imports made frozen out of its collections
+    path = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
+    early, enabled, frozen = collector_at_exit(
+        tmp_path, "pvisor.commands.trajectory", "trajectory", "show", str(path)
+    )
+    assert (early, enabled) == (0, True) and frozen > 10_000, (early, enabled, frozen)
+    # a fast-exit command keeps it off to the end
+    out = tmp_path / "out"
+    early, enabled, _ = collector_at_exit(
+        tmp_path, "pvisor.commands.replay", "replay", "--agent", "codex", "--trajectory", str(path),
+        "--after-step", "1", "--prepare-only", "--output", str(out),
+    )  # fmt: skip
+    assert (early, enabled) == (0, False) and (out / "prefix.json").is_file()
+    # called as a library (argv given), pvisor.cli.main leaves the collector as it found it
+    code = (
+        "import gc, sys\n"
+        "from pvisor.cli import main\n"
+        "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(gc.isenabled(), gc.get_freeze_count())\n"
+    )
+    proc = subprocess.run([sys.executable, "-P", "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split()[-2:] == ["True", "0"], proc.stdout + proc.stderr

@@ -519,7 +519,10 @@ def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
 
     import gc
 
-    gc.enable()  # the fast-exit path turned it off; a replay runs an agent for minutes
+    # the fast-exit path turned it off; a replay runs an agent for minutes (what the imports
+    # made stays out of its collections: pvisor/entry.py)
+    gc.freeze()
+    gc.enable()
     if journal is None:
         from pvisor.journal.paths import default_journal_path
 
