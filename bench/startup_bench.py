@@ -5,6 +5,7 @@
     python bench/startup_bench.py --rounds 100
     python bench/startup_bench.py --baseline OTHER/bin/pvisor   # and the same commands of another build
     python bench/startup_bench.py --bundle dist/pvisor/pvisor   # and of a bundle (scripts/build-bundle)
+    python bench/startup_bench.py --instructions   # instructions under valgrind, once each
 
 Each round runs, in an order shuffled per round, ``python -c 'import click, orjson'`` (the
 stack floor: the interpreter and the two libraries every pvisor command loads) and each
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import resource
 import statistics
 import subprocess
@@ -47,6 +49,11 @@ def main() -> None:
     ap.add_argument("--baseline", metavar="PVISOR", help="another build's pvisor script, measured beside")
     ap.add_argument(
         "--bundle", metavar="DIR/pvisor", help="a bundle's executable (scripts/build-bundle), beside"
+    )
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="instead of timing rounds, count each command's instructions once under valgrind",
     )
     args = ap.parse_args()
     exe = str(Path(sys.executable).with_name("pvisor"))
@@ -95,6 +102,18 @@ def main() -> None:
             more = {f"{label}: {k}": [other, *v[1:]] for k, v in commands.items() if k.startswith("pvisor")}
             for k, v in more.items():  # its own output directory
                 commands[k] = [str(work / f"out-{label}") if x == str(work / "out") else x for x in v]
+        if args.instructions:
+            counts = {name: instructions(argv, work) for name, argv in commands.items()}
+            floor_name = "stack floor: python -c 'import click, orjson'"
+            print(f"Instructions (valgrind callgrind, one run each), Python {sys.version.split()[0]}:")
+            print()
+            print("| command | instructions | / stack floor | / floor, collector off |")
+            print("|---|---:|---:|---:|")
+            for name, n in counts.items():
+                print(
+                    f"| {name} | {n / 1e6:.1f}M | {n / counts[floor_name]:.3f}x | {n / counts[GC_OFF_FLOOR]:.3f}x |"
+                )
+            return
         times: dict[str, list[float]] = {k: [] for k in commands}
         cpu: dict[str, list[float]] = {k: [] for k in commands}
         rng = random.Random(21)
@@ -125,6 +144,21 @@ def main() -> None:
     for name, v in times.items():
         m, c = statistics.median(v), statistics.median(cpu[name])
         print(f"| {name} | {m:.1f} | {m / floor:.2f}x | {c:.1f} | {c / floor_cpu:.2f}x | {m / gc_off:.2f}x |")
+
+
+def instructions(argv: list[str], cwd: Path) -> int:
+    """Instructions ``argv`` executes (valgrind's callgrind, which counts every instruction of
+    the process: the same figure on every run, give or take 0.2 %, where wall time on a shared
+    machine moves by several percent)."""
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True,
+        cwd=cwd,
+    )
+    found = re.search(rb"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or found is None:
+        sys.exit(f"startup_bench: {' '.join(argv)} under valgrind: {proc.stderr.decode()[-1000:]}")
+    return int(found.group(1))
 
 
 if __name__ == "__main__":
