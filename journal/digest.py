@@ -34,8 +34,9 @@ class Hash(Protocol):
     def hexdigest(self) -> str: ...
 
 
-def sha256(size_hint: int = SMALL) -> Hash:
-    """A new SHA-256 object for about ``size_hint`` bytes (a file's size, for a streamed file)."""
+def sha256(size_hint: int) -> Hash:
+    """A new SHA-256 object for about ``size_hint`` bytes (a file's size, for a streamed file;
+    no default: a caller that gave none hashed a few bytes of a workspace with OpenSSL)."""
     if _builtin_sha256 is not None and size_hint < SMALL and "hashlib" not in sys.modules:
         return _builtin_sha256()
     import hashlib

@@ -87,9 +87,10 @@ def workspace_entries(root: Path) -> list[tuple[bytes, int, str]]:
 
 def digest_workspace(root: Path) -> WorkspaceDigest:
     """The digest of the tree at ``root`` (a directory). Raises OSError when it cannot be read."""
-    h = sha256()
     files = size = 0
     entries = workspace_entries(root)
+    # the size of what is hashed: a few bytes for a small workspace, no reason to load OpenSSL
+    h = sha256(sum(len(rel) + len(digest) + 12 for rel, _, digest in entries))
     for rel, mode, digest in entries:
         h.update(rel + b"\0" + format(mode, "o").encode() + b"\0" + digest.encode() + b"\n")
         if stat.S_ISREG(mode):

@@ -151,11 +151,13 @@ def test_prepare_only_loads_one_agent_and_one_protocol(tmp_path: Path, agent: st
     source = native_dir() / path
     if not source.exists():  # the corpus names its Qwen Code capture by version
         [source] = sorted((native_dir() / agent).glob("real-*single*"))[:1]
-    out = tmp_path / "out"
+    out, ws = tmp_path / "out", tmp_path / "ws"
+    (ws / "src").mkdir(parents=True)
+    (ws / "src" / "existing.txt").write_bytes(b"a file of the workspace\n")
     mods = loaded(
         tmp_path, "replay", "--agent", agent, "--trajectory", str(source), "--after-step", "1",
-        "--prepare-only", "--output", str(out),
-    )  # fmt: skip
+        "--prepare-only", "--output", str(out), "--workspace", str(ws),
+    )  # fmt: skip  (a workspace digested: a few small files, no OpenSSL)
     protocol = orjson.loads((out / "result.json").read_bytes())["prefix"]["protocol"]
     module = agent.replace("-", "_")
     assert ours(mods, "pvisor.adapters.native") <= {"base", "spool", "documents", "signatures", module}, (
