@@ -25,6 +25,7 @@ import json
 import os
 import platform
 import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -68,6 +69,28 @@ def _timed(argv: list[str], cwd: Path | None = None) -> tuple[float, float, int,
         return ms, (usage.ru_utime + usage.ru_stime) * 1000.0, p.returncode, out, err.read()
 
 
+def _attempt(pvisor: str, item: dict, out: Path, ws: Path) -> list[str]:
+    """The command line of one attempt: prepare-only of ``item``'s file after step 1."""
+    return [
+        pvisor, "replay", "--agent", item["agent"], "--trajectory", item["file"], "--after-step", "1",
+        "--prepare-only", "--output", str(out), "--workspace", str(ws), "--result", "-",
+    ]  # fmt: skip
+
+
+def _instructions(argv: list[str], cwd: Path) -> int:
+    """Instructions ``argv`` executes, counted by valgrind's callgrind: the same on every run
+    within 0.2 %, where wall time on a shared machine moves by several percent."""
+    proc = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True,
+        cwd=cwd,
+    )
+    found = re.search(rb"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or found is None:
+        sys.exit(f"run.py: {' '.join(argv)} under valgrind: {proc.stderr.decode()[-1000:]}")
+    return int(found.group(1))
+
+
 def _pct(xs: list[float], q: float) -> float:
     xs = sorted(xs)
     k = (len(xs) - 1) * q
@@ -86,6 +109,11 @@ def main() -> None:
         "--docs", action="store_true", help="rewrite the table between the markers in docs/benchmarks.md"
     )
     ap.add_argument("--save", default=None, help="write every sample as JSON here")
+    ap.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count, under valgrind, the instructions of one attempt per adapter and of the floors",
+    )
     ap.add_argument(
         "--self-test",
         action="store_true",
@@ -121,26 +149,7 @@ def main() -> None:
             pre.write_bytes(pre_bytes)
             (ws / "README.md").write_text("workspace of attempt %d\n" % n)
             before = check.inventory(ws)
-            ms, cpu, code, stdout, stderr = _timed(
-                [
-                    pvisor,
-                    "replay",
-                    "--agent",
-                    item["agent"],
-                    "--trajectory",
-                    item["file"],
-                    "--after-step",
-                    "1",
-                    "--prepare-only",
-                    "--output",
-                    str(out),
-                    "--workspace",
-                    str(ws),
-                    "--result",
-                    "-",
-                ],
-                tmp,
-            )
+            ms, cpu, code, stdout, stderr = _timed(_attempt(pvisor, item, out, ws), tmp)
             reasons = check.check_sample(item, code, stdout, out, ws, before, pre, pre_bytes)
             if code != 0:
                 reasons.append(stderr.decode(errors="replace").strip()[-300:])
@@ -158,6 +167,15 @@ def main() -> None:
             shutil.rmtree(out, ignore_errors=True)
             if (n + 1) % 100 == 0:
                 print(f"{n + 1}/{len(schedule)}", file=sys.stderr)
+        counts: dict[str, int] = {}
+        if args.instructions:
+            for name, argv in FLOORS.items():
+                counts[name] = _instructions([python, *argv], tmp)
+            for agent in agents:
+                item = next(i for i in manifest["items"] if i["agent"] == agent)
+                ws, out = tmp / f"ws-{agent}", tmp / f"out-{agent}"
+                (ws / "src").mkdir(parents=True)
+                counts[agent] = _instructions(_attempt(pvisor, item, out, ws), tmp)
 
     rows = []
     for agent in agents:
@@ -172,6 +190,7 @@ def main() -> None:
                 "p90": _pct(ms, 0.9),
                 "max": max(ms),
                 "cpu_median": statistics.median(s["cpu_ms"] for s in ss),
+                "instructions": counts.get(agent),
                 "reasons": sorted(
                     {
                         r
@@ -190,7 +209,7 @@ def main() -> None:
         )
     floor_med = {name: statistics.median(v) for name, v in floors.items()}
     floor_cpu_med = {name: statistics.median(v) for name, v in floor_cpu.items()}
-    table = render(rows, floor_med, floor_cpu_med, len(schedule), args)
+    table = render(rows, floor_med, floor_cpu_med, len(schedule), args, counts)
     print(table)
     if args.save:
         Path(args.save).write_text(
@@ -261,7 +280,7 @@ def self_test(pvisor: str, agents, seed: int) -> None:
             raise SystemExit(1)
 
 
-def render(rows: list[dict], floor_med: dict, floor_cpu_med: dict, runs: int, args) -> str:
+def render(rows: list[dict], floor_med: dict, floor_cpu_med: dict, runs: int, args, counts: dict) -> str:
     click_floor = floor_med["python -c 'import click, orjson'"]
     click_cpu = floor_cpu_med["python -c 'import click, orjson'"]
     gc_off = floor_med["python -c 'import gc; gc.disable(); import click, orjson'"]
@@ -289,6 +308,23 @@ def render(rows: list[dict], floor_med: dict, floor_cpu_med: dict, runs: int, ar
         + ", ".join(f"`{k}` {v:.1f} ms (CPU {floor_cpu_med[k]:.1f} ms)" for k, v in floor_med.items())
         + "."
     )
+    if counts:
+        stack, off = (
+            counts["python -c 'import click, orjson'"],
+            counts["python -c 'import gc; gc.disable(); import click, orjson'"],
+        )
+        lines += [
+            "",
+            "Instructions (valgrind callgrind, the first trajectory of each adapter, once; the floors "
+            f"{stack / 1e6:.1f}M and, collector off, {off / 1e6:.1f}M):",
+            "",
+            "| adapter | instructions | / stack floor | / floor, collector off |",
+            "|---|---:|---:|---:|",
+        ]
+        for r in rows:
+            name = r["agent"] if r["agent"] in SEVEN else f"({r['agent']}, not one of the seven)"
+            n = r["instructions"]
+            lines.append(f"| {name} | {n / 1e6:.1f}M | {n / stack:.3f}x | {n / off:.3f}x |")
     bad = [r for r in rows if r["valid"] < r["n"]]
     if bad:
         lines.append("")
