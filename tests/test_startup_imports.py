@@ -154,10 +154,11 @@ def test_prepare_only_loads_one_agent_and_one_protocol(tmp_path: Path, agent: st
     out, ws = tmp_path / "out", tmp_path / "ws"
     (ws / "src").mkdir(parents=True)
     (ws / "src" / "existing.txt").write_bytes(b"a file of the workspace\n")
+    # a workspace is digested too: a few small files, no OpenSSL
     mods = loaded(
         tmp_path, "replay", "--agent", agent, "--trajectory", str(source), "--after-step", "1",
         "--prepare-only", "--output", str(out), "--workspace", str(ws),
-    )  # fmt: skip  (a workspace digested: a few small files, no OpenSSL)
+    )  # fmt: skip
     protocol = orjson.loads((out / "result.json").read_bytes())["prefix"]["protocol"]
     module = agent.replace("-", "_")
     assert ours(mods, "pvisor.adapters.native") <= {"base", "spool", "documents", "signatures", module}, (
