@@ -16,6 +16,7 @@ import sys
 import click
 
 from pvisor._version import __version__
+from pvisor.commands.base import Group, PathParam
 
 #: command name -> ("module:attribute", one-line help shown by ``pvisor --help``)
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
@@ -85,7 +86,7 @@ class PipeClosed(Exception):
     its own; raised instead of it, this reaches :func:`main`, which exits 141 quietly."""
 
 
-class LazyGroup(click.Group):
+class LazyGroup(Group):
     """A group whose subcommands are imported when first used."""
 
     def __init__(self, *args, lazy: dict[str, tuple[str, str]] | None = None, **kwargs):
@@ -183,6 +184,14 @@ def _version(json_out: bool, verify: bool) -> None:
     raise click.exceptions.Exit(0)
 
 
+def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """``--version`` alone: ``pvisor VERSION`` (click's version_option, whose help text would
+    go through gettext: pvisor/commands/base.py)."""
+    if value and not ctx.resilient_parsing:
+        click.echo(f"pvisor {__version__}", color=ctx.color)
+        ctx.exit()
+
+
 def _default_journal() -> str:
     from pvisor.journal.paths import default_journal_name
 
@@ -195,18 +204,19 @@ def _default_journal() -> str:
     epilog=EXAMPLES,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-@click.version_option(
-    __version__,
+@click.option(
     "--version",
-    prog_name="pvisor",
-    message="%(prog)s %(version)s",
+    is_flag=True,
+    is_eager=True,
+    expose_value=False,
+    callback=_print_version,
     help="Show the version and exit. --version --json: the build's identity (version, commit, "
     "executable and manifest sha256); --version --verify: check a bundle's files against its manifest.",
 )
 @click.option(
     "--journal",
     "journal_path",
-    type=click.Path(),
+    type=PathParam(),
     envvar="PVISOR_JOURNAL",
     default=None,
     help="Event Journal file. Default: $PVISOR_JOURNAL, else $XDG_DATA_HOME/pvisor/journal.sqlite.",

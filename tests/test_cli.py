@@ -85,6 +85,54 @@ def test_help_lists_commands_examples_and_exit_codes():
     assert "124 timeout" in out and "130 interrupted" in out
 
 
+def _tree(command, path=()):
+    """(path of names, command) of ``command`` and every command under it."""
+    import click
+
+    yield path, command
+    if isinstance(command, click.Group):
+        ctx = click.Context(command)
+        for name in command.list_commands(ctx):
+            yield from _tree(command.get_command(ctx, name), (*path, name))
+
+
+def test_every_command_makes_its_help_and_paths_without_gettext():
+    # pvisor/commands/base.py: click's own help option, version option and Path pass their
+    # text through gettext, whose first call imports locale (2.4 % of the stack floor)
+    import click
+
+    from pvisor.cli import cli
+    from pvisor.commands.base import Command, Group, PathParam
+
+    seen = list(_tree(cli))
+    assert len(seen) >= 29  # the commands of docs/cli.md, groups included
+    for path, command in seen:
+        kind = Group if isinstance(command, click.Group) else Command
+        assert isinstance(command, kind), (path, type(command))
+        for param in command.params:
+            assert not isinstance(param.type, click.Path), (path, param.name)
+        help_option = command.get_help_option(click.Context(command, info_name="pvisor"))
+        assert help_option is not None and help_option.help == "Show this message and exit.", path
+    paths = [p for _, c in seen for p in c.params if isinstance(p.type, PathParam)]
+    assert len(paths) >= 19, len(paths)
+
+
+def test_path_options_refuse_what_click_path_refuses(tmp_path: Path):
+    # the messages of click.Path, as PathParam gives them
+    (tmp_path / "d").mkdir()
+    (tmp_path / "f").write_text("x")
+    cases = [
+        (["journal", "export", "--output", "d", "r-x"], "Invalid value for '--output' / '-o': File 'd' is a directory"),
+        (["serve-model", "--script", "d"], "Invalid value for '--script': File 'd' is a directory"),
+        (["run", "--agent", "codex", "--workspace", "f", "--script", "x", "--", "true"],
+         "Invalid value for '--workspace': Directory 'f' is a file"),
+    ]  # fmt: skip
+    for args, message in cases:
+        proc = subprocess.run([PVISOR, *args], capture_output=True, text=True, cwd=tmp_path, timeout=60)
+        assert proc.returncode == 2 and message in proc.stderr, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+
+
 def test_help_and_version_load_no_subcommand(tmp_path: Path):
     for args in (["--help"], ["--version"]):
         proc = subprocess.run(

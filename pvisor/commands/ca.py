@@ -6,8 +6,10 @@ from pathlib import Path
 
 import click
 
+from pvisor.commands.base import Group, PathParam
 
-@click.group("ca")
+
+@click.group("ca", cls=Group)
 def ca() -> None:
     """The CA intercept mode's proxy signs the model hosts' certificates with. Its key never
     leaves its directory (0600 in a 0700 directory); agents trust the certificate."""
@@ -16,7 +18,7 @@ def ca() -> None:
 @ca.command("path")
 @click.option(
     "--confdir",
-    type=click.Path(file_okay=False),
+    type=PathParam(file_okay=False),
     default=None,
     help="The CA's directory (default $PVISOR_CA_DIR, else ~/.local/share/pvisor/ca).",
 )

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import click
 
+from pvisor.commands.base import Command
+
 from pvisor.commands.journal import show
 
 
-@click.command("demo")
+@click.command("demo", cls=Command)
 @click.pass_context
 def demo(ctx: click.Context) -> None:
     """Run the capture path offline: a scripted model server, the gateway in front of it, and

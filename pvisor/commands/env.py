@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from pvisor.commands.base import Command, PathParam
 import orjson
 
 from pvisor.adapters.agents import agent_names
@@ -17,7 +19,7 @@ from pvisor.journal.errors import UsageError
 _MARK = "PVISOR_EOF"
 
 
-@click.command("env")
+@click.command("env", cls=Command)
 @click.option(
     "--agent", required=True, type=click.Choice(agent_names()), help="The agent CLI (docs/agents.md)."
 )
@@ -39,7 +41,7 @@ _MARK = "PVISOR_EOF"
 )
 @click.option(
     "--confdir",
-    type=click.Path(file_okay=False),
+    type=PathParam(file_okay=False),
     default=None,
     help="With --intercept: the CA's directory the gateway was given (default $PVISOR_CA_DIR, else "
     "~/.local/share/pvisor/ca).",

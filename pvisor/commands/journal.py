@@ -8,6 +8,8 @@ import os
 import sys
 
 import click
+
+from pvisor.commands.base import Group, PathParam
 import orjson
 
 from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
@@ -34,7 +36,7 @@ def _when(ms: float | None) -> str:
     return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
-@click.group("journal")
+@click.group("journal", cls=Group)
 def journal() -> None:
     """Inspect, export and verify the Event Journal; remove a run (rm) and its space (vacuum).
 
@@ -281,7 +283,7 @@ _FORMATS = ("jsonl", "atif", "otel", "har", "rows", "parquet")
 @click.option(
     "--output",
     "-o",
-    type=click.Path(dir_okay=False, allow_dash=True),
+    type=PathParam(dir_okay=False, allow_dash=True),
     default=None,
     help="Write to a file instead of stdout ('-': stdout).",
 )

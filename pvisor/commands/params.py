@@ -9,6 +9,8 @@ import re
 from typing import Any
 
 import click
+
+from pvisor.commands.base import PathParam
 from pvisor.journal.lazyre import LazyPattern
 
 _SIZE = LazyPattern(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.I)
@@ -96,7 +98,7 @@ def intercept_options(command):
     )(command)
     command = click.option(
         "--confdir",
-        type=click.Path(file_okay=False),
+        type=PathParam(file_okay=False),
         default=None,
         help="With --intercept: the CA's directory (default $PVISOR_CA_DIR, else ~/.local/share/pvisor/ca).",
     )(command)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from pvisor.commands.base import Command
+
 from pvisor.commands.params import intercept_config, intercept_options
 from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import UsageError
@@ -64,7 +66,7 @@ def _as_path(value: str | None) -> Path | None:
     return None if value is None else Path(value)
 
 
-@click.command("replay")
+@click.command("replay", cls=Command)
 @click.option(
     "--agent",
     default=None,

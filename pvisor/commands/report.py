@@ -6,17 +6,19 @@ from pathlib import Path
 
 import click
 
+from pvisor.commands.base import Command, PathParam
+
 from pvisor.commands.outputs import check_output_path
 from pvisor.commands.params import Size
 from pvisor.commands.progress import progress_option
 
 
-@click.command("report")
+@click.command("report", cls=Command)
 @click.argument("run_id", metavar="RUN")
 @click.option(
     "--output",
     "-o",
-    type=click.Path(dir_okay=False),
+    type=PathParam(dir_okay=False),
     default=None,
     help="The page to write (default: RUN.html in the current directory).",
 )

@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from pvisor.commands.base import Command, PathParam
 import orjson
 
 from pvisor.adapters.agents import agent_names
@@ -18,7 +20,7 @@ def _warn(message: str) -> None:
     click.echo(f"pvisor: warning: {message}", err=True)
 
 
-@click.command("run")
+@click.command("run", cls=Command)
 @click.option(
     "--agent", required=True, type=click.Choice(agent_names()), help="The agent CLI to run (docs/agents.md)."
 )
@@ -38,13 +40,13 @@ def _warn(message: str) -> None:
 @click.option(
     "--script",
     "script",
-    type=click.Path(dir_okay=False),
+    type=PathParam(dir_okay=False),
     default=None,
     help="Answer from this script with the built-in scripted model, offline (docs/scripted-model.md).",
 )
 @click.option(
     "--workspace",
-    type=click.Path(file_okay=False),
+    type=PathParam(file_okay=False),
     default=None,
     help="Directory the agent works in (default: the current one).",
 )

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import click
+
+from pvisor.commands.base import Command, PathParam
 import orjson
 
 from pvisor.commands.outputs import check_output_path
@@ -189,7 +191,7 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
     return undo
 
 
-@click.command("gateway")
+@click.command("gateway", cls=Command)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option(
     "--port", type=click.IntRange(0, 65535), default=8787, show_default=True, help="Port; 0 picks a free one."
@@ -230,19 +232,19 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
 )
 @click.option(
     "--log-file",
-    type=click.Path(dir_okay=False),
+    type=PathParam(dir_okay=False),
     default=None,
     help="Append one line per exchange (secrets removed).",
 )
 @click.option(
     "--ready-file",
-    type=click.Path(dir_okay=False),
+    type=PathParam(dir_okay=False),
     default=None,
     help='Once listening, write {"url", "run", "pid", "journal"} here as JSON (before the listening line is printed).',
 )
 @click.option(
     "--workspace",
-    type=click.Path(file_okay=False, exists=True),
+    type=PathParam(file_okay=False, exists=True),
     default=None,
     help="Snapshot this directory at start, at every model request and at stop (pvisor snapshot ls RUN).",
 )
@@ -298,7 +300,7 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
 )
 @click.option(
     "--confdir",
-    type=click.Path(file_okay=False),
+    type=PathParam(file_okay=False),
     default=None,
     help="Intercept mode: the CA's directory (default $PVISOR_CA_DIR, else ~/.local/share/pvisor/ca).",
 )
@@ -547,12 +549,12 @@ def _access_token(host: str, allow_remote: bool, token: str | None) -> str | Non
         raise UsageError(f"--token (or $PVISOR_GATEWAY_TOKEN): {exc}") from None
 
 
-@click.command("serve-model")
+@click.command("serve-model", cls=Command)
 @click.option(
     "--script",
     "script_path",
     required=True,
-    type=click.Path(dir_okay=False),
+    type=PathParam(dir_okay=False),
     help="Script file (.json or .toml), see docs/scripted-model.md.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -568,7 +570,7 @@ def _access_token(host: str, allow_remote: bool, token: str | None) -> str | Non
 )
 @click.option(
     "--ready-file",
-    type=click.Path(dir_okay=False),
+    type=PathParam(dir_okay=False),
     default=None,
     help='Once listening, write {"url", "pid"} here as JSON (before the listening line is printed).',
 )

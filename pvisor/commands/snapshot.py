@@ -6,10 +6,12 @@ from pathlib import Path
 
 import click
 
+from pvisor.commands.base import Group, PathParam
+
 from pvisor.commands.journal import _emit_json, _n, _reader, _table, _when
 
 
-@click.group("snapshot")
+@click.group("snapshot", cls=Group)
 def snapshot() -> None:
     """List and restore the workspace snapshots of a run (the journal is only read)."""
 
@@ -92,7 +94,7 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option(
     "--into",
     "into",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=PathParam(file_okay=False, path_type=Path),
     required=True,
     help="Directory to restore into (created when missing; must be empty unless --force).",
 )

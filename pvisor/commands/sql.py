@@ -15,6 +15,8 @@ import sys
 from typing import Any
 
 import click
+
+from pvisor.commands.base import Command
 import orjson
 
 from pvisor.journal.errors import UsageError
@@ -58,7 +60,7 @@ def _csv_value(value: Any) -> Any:
     return "" if value is None else value
 
 
-@click.command("sql")
+@click.command("sql", cls=Command)
 @click.argument("query")
 @click.option("--json", "as_json", is_flag=True, help="Print an array of objects, whole values.")
 @click.option("--csv", "as_csv", is_flag=True, help="Print CSV with a header row, whole values.")

@@ -22,6 +22,8 @@ import contextlib
 import sys
 
 import click
+
+from pvisor.commands.base import Command, Group, PathParam
 import orjson
 
 from pvisor.commands.params import Seconds, Size
@@ -55,7 +57,7 @@ def _stream_json(write, result, name: str) -> None:
     sys.stdout.buffer.flush()  # a closed pipe or a full disk shows here, inside the command
 
 
-@click.command("adapters")
+@click.command("adapters", cls=Command)
 @click.option("--json", "as_json", is_flag=True, help="Print the list as JSON.")
 def adapters(as_json: bool) -> None:
     """List the native trajectory adapters and their format profiles."""
@@ -111,13 +113,13 @@ def stream_limits(f):
     )(f)  # fmt: skip
 
 
-@click.group("trajectory")
+@click.group("trajectory", cls=Group)
 def trajectory() -> None:
     """Read native trajectory files (the files agents write themselves) as steps."""
 
 
 @trajectory.command("show")
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=PathParam(dir_okay=True))
 @click.option(
     "--agent", default=None, help="The adapter (see `pvisor adapters`); default: detected from the file."
 )
@@ -208,7 +210,7 @@ def _stream_table(steps) -> int:
 
 
 @trajectory.command("export")
-@click.argument("file", type=click.Path(dir_okay=True))
+@click.argument("file", type=PathParam(dir_okay=True))
 @click.option(
     "--format",
     "fmt",

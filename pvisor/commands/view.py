@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from pvisor.commands.base import Command, PathParam
 import orjson
 
 from pvisor.commands.outputs import check_output_path
@@ -15,7 +17,7 @@ from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import OutputError, UsageError
 
 
-@click.command("view")
+@click.command("view", cls=Command)
 @click.argument("source", metavar="RUN|FILE")
 @click.option(
     "--step", "step", type=click.IntRange(min=0), default=None, help="Pause after step K (0: the task alone)."
@@ -43,7 +45,7 @@ from pvisor.journal.errors import OutputError, UsageError
 @click.option(
     "--output",
     "output",
-    type=click.Path(dir_okay=False),
+    type=PathParam(dir_okay=False),
     default=None,
     help="Write the view here (default: stdout).",
 )
