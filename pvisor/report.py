@@ -332,9 +332,12 @@ def write_report(
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    """``text`` into ``path``: a file beside it renamed over it when whole, a device or a FIFO in
+    place (journal/outfile.py)."""
+    from pvisor.journal.outfile import replacing
+
+    with replacing(str(path)) as out:
+        out.write(text.encode("utf-8"))
 
 
 _PAGE = r"""<!doctype html>

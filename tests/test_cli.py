@@ -448,3 +448,40 @@ def test_an_export_that_fails_leaves_the_file_that_was_there(journal: Path, tmp_
     ok = run("journal", "export", "-o", str(keep), journal=journal)
     assert ok.returncode == 0 and keep.read_text() != "precious\n"
     assert sorted(x.name for x in out.iterdir()) == ["keep.jsonl"]
+
+
+def test_an_export_into_a_fifo_a_link_or_a_device_writes_into_it(journal: Path, tmp_path: Path):
+    """A new user's `journal export -o /dev/null`, run as root, made /dev/null a regular file: the
+    export was renamed over it. A FIFO, a device and a symbolic link's target are written in place
+    (journal/outfile.py); the node and the link stay what they were."""
+    import stat
+    import threading
+
+    whole = run("journal", "export", journal=journal).stdout
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    p = run("journal", "export", "-o", str(fifo), journal=journal)
+    reader.join(30)
+    assert p.returncode == 0, p.stderr
+    assert got == [whole] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    # a FIFO no process reads: one line, at once, instead of waiting for ever
+    p = run("journal", "export", "-o", str(fifo), journal=journal)
+    assert p.returncode == 2 and p.stderr.decode().strip() == (
+        f"pvisor: error: cannot write --output {fifo}: no process reads this FIFO"
+    )
+    # a link: its target gets the export, the link stays a link
+    (tmp_path / "target.jsonl").write_text("old\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to("target.jsonl")
+    assert run("journal", "export", "-o", str(link), journal=journal).returncode == 0
+    assert link.is_symlink() and (tmp_path / "target.jsonl").read_bytes() == whole
+    assert sorted(x.name for x in tmp_path.iterdir() if x.name.endswith(".tmp")) == []
+    # a character device (a copy of /dev/null's node, where the tests run as root, as CI does)
+    node = tmp_path / "null"
+    os.mknod(node, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    p = run("journal", "export", "-o", str(node), journal=journal)
+    assert p.returncode == 0, p.stderr
+    assert stat.S_ISCHR(os.lstat(node).st_mode)

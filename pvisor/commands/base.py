@@ -74,9 +74,10 @@ class Group(_OwnHelp, click.Group):
 
 
 class PathParam(click.ParamType):
-    """``click.Path(exists, file_okay, dir_okay, allow_dash, path_type)`` without its translated
-    name (module docstring). The value is the path as given (``str``; ``path_type(value)`` when
-    given). When the path exists it must be readable, and a file where ``file_okay`` is False or
+    """``click.Path(exists, file_okay, dir_okay, allow_dash, path_type, readable)`` without its
+    translated name (module docstring). The value is the path as given (``str``; ``path_type(value)``
+    when given). When the path exists it must be readable (unless ``readable`` is False: an
+    output, or an input whose reader names the system's reason), and a file where ``file_okay`` is False or
     a directory where ``dir_okay`` is False is refused; when it does not, only ``exists=True``
     refuses it. Errors are click's BadParameter: ``Invalid value for '--x': ...`` (exit 2)."""
 
@@ -87,8 +88,10 @@ class PathParam(click.ParamType):
         dir_okay: bool = True,
         allow_dash: bool = False,
         path_type: Callable[[str], Any] | None = None,
+        readable: bool = True,
     ) -> None:
         self.exists = exists
+        self.readable = readable
         self.file_okay = file_okay
         self.dir_okay = dir_okay
         self.allow_dash = allow_dash
@@ -119,7 +122,7 @@ class PathParam(click.ParamType):
                 self.fail(f"{what} {shown!r} is a file.", param, ctx)
             if not self.dir_okay and stat.S_ISDIR(st.st_mode):
                 self.fail(f"{what} {shown!r} is a directory.", param, ctx)
-            if not os.access(text, os.R_OK):
+            if self.readable and not os.access(text, os.R_OK):
                 self.fail(f"{what} {shown!r} is not readable.", param, ctx)
         return self._result(text)
 

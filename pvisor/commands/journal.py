@@ -283,7 +283,7 @@ _FORMATS = ("jsonl", "atif", "otel", "har", "rows", "parquet")
 @click.option(
     "--output",
     "-o",
-    type=PathParam(dir_okay=False, allow_dash=True),
+    type=PathParam(dir_okay=False, allow_dash=True, readable=False),
     default=None,
     help="Write to a file instead of stdout ('-': stdout).",
 )
@@ -360,27 +360,21 @@ def export(
         if run_id is not None:
             run_id = r.run(run_id).id  # an unknown run is an error before any file is touched
         if output:
-            # written beside it and renamed when whole: a failed export leaves what was there
-            tmp = f"{output}.tmp"
+            # a file is written beside it and renamed when whole (a failed export leaves what was
+            # there); a device or a FIFO is written in place (journal/outfile.py)
+            from pvisor.journal.outfile import replacing
+
+            opened = False
             try:
-                f = open(tmp, "wb")
-            except OSError as exc:
-                raise UsageError(f"cannot write --output {output}: {exc.strerror}") from None
-            try:
-                with f:
+                with replacing(output) as f:
+                    opened = True
                     n, unit = write(r, f)
-                os.replace(tmp, output)
-            except BaseException as exc:
-                if os.path.isfile(tmp):
-                    try:
-                        os.unlink(tmp)
-                    except OSError:
-                        pass
-                if isinstance(exc, OSError):
-                    raise OutputError(
-                        f"cannot write --output {output}: {exc.strerror or exc}; nothing was written"
-                    ) from None
-                raise
+            except OSError as exc:
+                if not opened:
+                    raise UsageError(f"cannot write --output {output}: {exc.strerror or exc}") from None
+                raise OutputError(
+                    f"cannot write --output {output}: {exc.strerror or exc}; nothing was written"
+                ) from None
         else:
             # no bar drawn into the output when stdout is the terminal too
             with progress.listening(None) if is_terminal(sys.stdout) else contextlib.nullcontext():

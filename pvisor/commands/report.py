@@ -18,7 +18,7 @@ from pvisor.commands.progress import progress_option
 @click.option(
     "--output",
     "-o",
-    type=PathParam(dir_okay=False),
+    type=PathParam(dir_okay=False, readable=False),
     default=None,
     help="The page to write (default: RUN.html in the current directory).",
 )

@@ -232,13 +232,13 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
 )
 @click.option(
     "--log-file",
-    type=PathParam(dir_okay=False),
+    type=PathParam(dir_okay=False, readable=False),
     default=None,
     help="Append one line per exchange (secrets removed).",
 )
 @click.option(
     "--ready-file",
-    type=PathParam(dir_okay=False),
+    type=PathParam(dir_okay=False, readable=False),
     default=None,
     help='Once listening, write {"url", "run", "pid", "journal"} here as JSON (before the listening line is printed).',
 )
@@ -570,7 +570,7 @@ def _access_token(host: str, allow_remote: bool, token: str | None) -> str | Non
 )
 @click.option(
     "--ready-file",
-    type=PathParam(dir_okay=False),
+    type=PathParam(dir_okay=False, readable=False),
     default=None,
     help='Once listening, write {"url", "pid"} here as JSON (before the listening line is printed).',
 )

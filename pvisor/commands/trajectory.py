@@ -119,7 +119,7 @@ def trajectory() -> None:
 
 
 @trajectory.command("show")
-@click.argument("file", type=PathParam(dir_okay=True))
+@click.argument("file", type=PathParam(readable=False))
 @click.option(
     "--agent", default=None, help="The adapter (see `pvisor adapters`); default: detected from the file."
 )
@@ -210,7 +210,7 @@ def _stream_table(steps) -> int:
 
 
 @trajectory.command("export")
-@click.argument("file", type=PathParam(dir_okay=True))
+@click.argument("file", type=PathParam(readable=False))
 @click.option(
     "--format",
     "fmt",

@@ -45,7 +45,7 @@ from pvisor.journal.errors import OutputError, UsageError
 @click.option(
     "--output",
     "output",
-    type=PathParam(dir_okay=False),
+    type=PathParam(dir_okay=False, readable=False),
     default=None,
     help="Write the view here (default: stdout).",
 )
