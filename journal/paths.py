@@ -29,6 +29,23 @@ def plain_path(path: str) -> str:
     return root + "/".join(parts) if root or parts else "."
 
 
+def require_utf8(option: str, value: str | os.PathLike | None) -> None:
+    """Raise UsageError (exit 2) when ``value`` (a path or id as Python decoded it from the
+    command line or the environment: bytes that are not UTF-8 as lone surrogates) is not UTF-8:
+    it could not be stored in the journal nor written as JSON. The message shows those bytes as
+    ``\\xNN``: ``--output o\\xff: not valid UTF-8 (file names and ids must be UTF-8)``."""
+    if value is None:
+        return
+    text = os.fspath(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        from .errors import UsageError
+
+        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise UsageError(f"{option} {shown}: not valid UTF-8 (file names and ids must be UTF-8)") from None
+
+
 def data_dir_name() -> str:
     """``$XDG_DATA_HOME/pvisor``, or ``~/.local/share/pvisor`` (XDG Base Directory spec)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")

@@ -453,16 +453,9 @@ def dump_result(result: dict[str, Any]) -> bytes:
 
 
 def _utf8(opt: str, value: Any) -> None:
-    if value is None:
-        return
-    try:
-        os.fspath(value).encode("utf-8") if isinstance(value, (str, os.PathLike)) else str(value).encode(
-            "utf-8"
-        )
-    except UnicodeEncodeError:
-        raise UsageError(
-            f"{opt} {show_path(value)}: not valid UTF-8 (file names and ids must be UTF-8)"
-        ) from None
+    from pvisor.journal.paths import require_utf8
+
+    require_utf8(opt, value if value is None or isinstance(value, (str, os.PathLike)) else str(value))
 
 
 def _inside_path(child: str | os.PathLike, parent: str | os.PathLike) -> bool:

@@ -349,3 +349,20 @@ def test_commitments_by_descriptor():
     )
     assert get_descriptor("swe-agent").commitment(call("submit")) == "finish tool submit"
     assert get_descriptor("openhands").commitment(call("finish", message="done")) == "finish tool finish"
+
+
+def test_a_name_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path):
+    # a new user's trial: orjson could not write the view of cc\xffcopy.jsonl (TypeError, exit 1)
+    src = NATIVE / "claude-code" / "spotter_short.jsonl"
+    odd = os.fsdecode(bytes(tmp_path) + b"/cc\xffcopy.jsonl")
+    with open(odd, "wb") as f:
+        f.write(src.read_bytes())
+    for args, option in (
+        ([odd, "--step", "1"], "RUN|FILE"),
+        ([str(src), "--step", "1", "--output", os.fsdecode(bytes(tmp_path) + b"/v\xff.json")], "--output"),
+    ):
+        proc = subprocess.run([str(PVISOR), "view", *args], capture_output=True, text=True, cwd=tmp_path)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        [line] = proc.stderr.splitlines()
+        assert line.startswith(f"pvisor: error: {option} ") and "\\xff" in line, line
+        assert line.endswith("not valid UTF-8 (file names and ids must be UTF-8)"), line

@@ -64,14 +64,10 @@ def run_batch(
     be written. The rows go to a temporary file renamed over ``rows`` when all are written:
     an interrupted or failed batch leaves the earlier file as it was. Ctrl-C: exit 130 with a
     line that says how far the batch got."""
+    from pvisor.journal.paths import require_utf8
+
     for opt, path in (("--batch", manifest), ("--output", output), ("--rows", rows)):
-        if path is not None:
-            try:
-                os.fspath(path).encode("utf-8")
-            except UnicodeEncodeError:
-                raise UsageError(
-                    f"{opt} {show_path(path)}: not valid UTF-8 (file names must be UTF-8)"
-                ) from None
+        require_utf8(opt, path)
     if not manifest.is_file():
         what = "no such file" if not manifest.exists() else "not a regular file"
         raise UsageError(f"--batch {show_path(manifest)}: {what}")

@@ -74,7 +74,12 @@ def view(
       pvisor view r-3f2a9c0d1e2b --progress 0.5 --output half.json
       pvisor view ~/.codex/sessions/2026/12/01/rollout-....jsonl --before-commitment
     """
+    from pvisor.journal.paths import require_utf8
     from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay
+
+    # the view is JSON, which cannot carry a name that is not UTF-8
+    for option, value in (("RUN|FILE", source), ("--journal", ctx.obj["journal"]), ("--output", output)):
+        require_utf8(option, value)
 
     chosen = [
         name
