@@ -355,6 +355,13 @@ def main(argv: list[str] | None = None) -> None:
         click.echo("pvisor: aborted", err=True)
         sys.exit(130)
     except click.UsageError as exc:
+        no_command = getattr(click.exceptions, "NoArgsIsHelpError", ())
+        if isinstance(exc, no_command) and exc.ctx is not None:
+            # a group with no command (pvisor, pvisor journal): its help, as --help shows it, on
+            # stderr with click's exit 2 (click 8.2 and newer raise this; before, the help came
+            # as a plain exit)
+            click.echo(exc.ctx.get_help(), err=True)
+            sys.exit(exc.exit_code)
         # click's own usage errors (bad choice, bad value, unknown option) as one line like ours
         where = exc.ctx.command_path if exc.ctx is not None else "pvisor"
         message = " ".join(exc.format_message().split()).rstrip(

@@ -485,3 +485,12 @@ def test_an_export_into_a_fifo_a_link_or_a_device_writes_into_it(journal: Path, 
     p = run("journal", "export", "-o", str(node), journal=journal)
     assert p.returncode == 0, p.stderr
     assert stat.S_ISCHR(os.lstat(node).st_mode)
+
+
+def test_a_group_without_its_command_shows_its_help():
+    # a new user's trial: `pvisor` alone printed its whole help as one error line of several KB
+    for group in ([], ["journal"], ["trajectory"]):
+        proc = run(*group)
+        helped = run(*group, "--help")
+        assert proc.returncode == 2 and proc.stdout == b""
+        assert proc.stderr == helped.stdout and proc.stderr.count(b"\n") > 5, proc.stderr[:300]
