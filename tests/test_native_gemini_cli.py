@@ -85,6 +85,28 @@ def test_an_empty_file_given_as_gemini_cli_is_refused_naming_the_file(tmp_path, 
     )
 
 
+@pytest.mark.parametrize(
+    "agent,name",
+    [
+        ("mini-swe-agent", "real-2.4.6_single.traj.json"),
+        ("opencode", "real-1.18.33_export_single.json"),
+        (None, None),
+    ],
+)
+def test_another_agents_document_given_as_gemini_cli_is_refused(tmp_path, agent, name):
+    # a new user's trial: any JSON object with a `messages` list read as 0 steps, exit 0
+    from conftest import corpus_dir
+
+    if agent is None:
+        p = tmp_path / "other.json"
+        p.write_text('{"messages": [{"foo": 1}]}')
+    else:
+        p = corpus_dir() / "native" / agent / name
+    assert refused(p, "gemini-cli") == (
+        f"{p}: document: no Gemini CLI message (an object with a string `type`) in `messages`; expected {EXPECTED}"
+    )
+
+
 def test_a_session_with_only_its_metadata_line_is_read_with_no_steps(tmp_path):
     result, _ = read_native(_write(tmp_path / "session-x.jsonl", [META]), "gemini-cli")
     assert len(result.trajectory.steps) == 0 and result.trajectory.meta["sessionId"] == "G"

@@ -316,6 +316,14 @@ class GeminiCliAdapter(NativeAdapter):
                     _malformed(traj, diag, f"message {i + 1}", what)
                     continue
                 messages[str(m.get("id", f"#{i}"))] = _Msg(f"message {i + 1}", m, *_shape(m))
+            # another agent's document with a `messages` list (mini-swe-agent's, an OpenCode
+            # export) holds no Gemini CLI message: refused, never an empty trajectory
+            require(
+                bool(messages) or (not doc["messages"] and "sessionId" in doc),
+                diag,
+                "document",
+                f"no Gemini CLI message (an object with a string `type`) in `messages`; expected {EXPECTED}",
+            )
             get: Callable[[Any], dict] = lambda m: m  # noqa: E731
             legacy = True
         else:
