@@ -40,7 +40,7 @@ def _when(ms: float | None) -> str:
 def journal() -> None:
     """Inspect, export and verify the Event Journal; remove a run (rm) and its space (vacuum).
 
-    Only rm and vacuum write to the journal; every other command opens it read-only."""
+    Only rm, scrub and vacuum write to the journal; every other command opens it read-only."""
 
 
 @journal.command("ls")
