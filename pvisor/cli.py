@@ -16,7 +16,7 @@ import sys
 import click
 
 from pvisor._version import __version__
-from pvisor.commands.base import Group, PathParam
+from pvisor.commands.base import Group, PathParam, one_line
 
 #: command name -> ("module:attribute", one-line help shown by ``pvisor --help``)
 LAZY_COMMANDS: dict[str, tuple[str, str]] = {
@@ -299,14 +299,6 @@ def _database_error_code(exc: Exception) -> int | None:
     return EXIT_INTEGRITY
 
 
-def _one_line(text: str) -> str:
-    """``text`` with control and format characters (newline, ESC, U+202E) escaped, so an
-    error naming a file or value stays one line and prints as written."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-
-
 def _reserve_std_fds() -> bool:
     """Open /dev/null on a closed fd 0, 1 or 2 (``pvisor ... >&-``), so no file this process
     opens later (a journal, a socket) becomes its stdout. Returns False when stdout was
@@ -373,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except PvisorError as exc:
-        click.echo(f"pvisor: error: {_one_line(exc.message)}", err=True)
+        click.echo(f"pvisor: error: {one_line(exc.message)}", err=True)
         _exit(exc.exit_code)
     except (BrokenPipeError, PipeClosed):
         # output piped into a pager or head that closed early: quietly, as a tool killed by SIGPIPE

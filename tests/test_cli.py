@@ -494,3 +494,9 @@ def test_a_group_without_its_command_shows_its_help():
         helped = run(*group, "--help")
         assert proc.returncode == 2 and proc.stdout == b""
         assert proc.stderr == helped.stdout and proc.stderr.count(b"\n") > 5, proc.stderr[:300]
+
+
+def test_the_note_of_a_journal_not_there_yet_escapes_control_characters(tmp_path: Path):
+    # a new user's trial: an ESC in --journal reached the terminal raw from this note
+    proc = run("--journal", "a\x1b[31mred", "journal", "ls", cwd=tmp_path)
+    assert proc.returncode == 0 and proc.stderr == b"no journal at a\\x1b[31mred yet: nothing captured\n"

@@ -73,6 +73,14 @@ class Group(_OwnHelp, click.Group):
     group_class = type  # subgroups are of the class of the group that makes them
 
 
+def one_line(text: str) -> str:
+    """``text`` with control and format characters (newline, ESC, U+202E) escaped, so that a
+    message naming a file or value stays one line and prints as written."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 class PathParam(click.ParamType):
     """``click.Path(exists, file_okay, dir_okay, allow_dash, path_type, readable)`` without its
     translated name (module docstring). The value is the path as given (``str``; ``path_type(value)``
@@ -135,4 +143,4 @@ class PathParam(click.ParamType):
         return [CompletionItem(incomplete, type="dir" if self.dir_okay and not self.file_okay else "file")]
 
 
-__all__ = ["HELP_TEXT", "Command", "Group", "PathParam"]
+__all__ = ["HELP_TEXT", "Command", "Group", "PathParam", "one_line"]

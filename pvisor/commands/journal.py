@@ -9,7 +9,7 @@ import sys
 
 import click
 
-from pvisor.commands.base import Group, PathParam
+from pvisor.commands.base import Group, PathParam, one_line
 import orjson
 
 from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
@@ -54,7 +54,7 @@ def ls(ctx: click.Context, as_json: bool) -> None:
         if as_json:
             _emit_json([])
         else:
-            click.echo(f"no journal at {path} yet: nothing captured", err=True)
+            click.echo(f"no journal at {one_line(path)} yet: nothing captured", err=True)
         return
     with _reader(ctx) as r:
         runs = r.run_summaries()
