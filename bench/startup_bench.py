@@ -26,6 +26,7 @@ ratios hold under load better than the times, not perfectly.
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import re
 import resource
@@ -56,6 +57,8 @@ def main() -> None:
         help="instead of timing rounds, count each command's instructions once under valgrind",
     )
     args = ap.parse_args()
+    # the commands run in a directory of their own: paths given relative to the caller's
+    args.baseline, args.bundle = (os.path.abspath(p) if p else p for p in (args.baseline, args.bundle))
     exe = str(Path(sys.executable).with_name("pvisor"))
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -150,15 +153,16 @@ def instructions(argv: list[str], cwd: Path) -> int:
     """Instructions ``argv`` executes (valgrind's callgrind, which counts every instruction of
     the process: the same figure on every run, give or take 0.2 %, where wall time on a shared
     machine moves by several percent)."""
+    # --trace-children: a bundle's bootloader executes itself again; every process counts
     proc = subprocess.run(
-        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        ["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null", *argv],
         capture_output=True,
         cwd=cwd,
     )
-    found = re.search(rb"Collected : (\d+)", proc.stderr)
-    if proc.returncode != 0 or found is None:
+    found = re.findall(rb"Collected : (\d+)", proc.stderr)
+    if proc.returncode != 0 or not found:
         sys.exit(f"startup_bench: {' '.join(argv)} under valgrind: {proc.stderr.decode()[-1000:]}")
-    return int(found.group(1))
+    return sum(int(n) for n in found)
 
 
 if __name__ == "__main__":
