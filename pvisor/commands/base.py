@@ -12,7 +12,7 @@ orjson'`` and the largest single module of a short command's start (docs/benchma
   subcommands and subgroups are of these classes too (``command_class``, ``group_class``);
   ``@click.command(..., cls=Command)`` for a command defined on its own.
 - :class:`PathParam` for ``click.Path``: a path as ``str`` (or ``path_type``), checked as
-  click.Path checks it (``exists``, ``file_okay``, ``dir_okay``, readable; ``-`` with
+  click.Path checks it (``exists``, ``file_okay``, ``dir_okay``, ``readable``; ``-`` with
   ``allow_dash``), named in help as ``PATH``, ``FILE`` or ``DIRECTORY`` as click names it.
 
 The messages of errors still go through click's own text (and its gettext): only a command line
@@ -83,11 +83,12 @@ def one_line(text: str) -> str:
 
 class PathParam(click.ParamType):
     """``click.Path(exists, file_okay, dir_okay, allow_dash, path_type, readable)`` without its
-    translated name (module docstring). The value is the path as given (``str``; ``path_type(value)``
-    when given). When the path exists it must be readable (unless ``readable`` is False: an
-    output, or an input whose reader names the system's reason), and a file where ``file_okay`` is False or
-    a directory where ``dir_okay`` is False is refused; when it does not, only ``exists=True``
-    refuses it. Errors are click's BadParameter: ``Invalid value for '--x': ...`` (exit 2)."""
+    translated name (module docstring). The value is the path as given (``str``;
+    ``path_type(value)`` when given). When the path exists it must be readable (unless
+    ``readable`` is False: an output, or an input whose reader names the system's reason), and a
+    file where ``file_okay`` is False or a directory where ``dir_okay`` is False is refused; when
+    it does not, only ``exists=True`` refuses it. Errors are click's BadParameter: ``Invalid
+    value for '--x': ...`` (exit 2)."""
 
     def __init__(
         self,
@@ -110,7 +111,11 @@ class PathParam(click.ParamType):
     def to_info_dict(self) -> dict[str, Any]:
         info = super().to_info_dict()
         info.update(
-            exists=self.exists, file_okay=self.file_okay, dir_okay=self.dir_okay, allow_dash=self.allow_dash
+            exists=self.exists,
+            file_okay=self.file_okay,
+            dir_okay=self.dir_okay,
+            allow_dash=self.allow_dash,
+            readable=self.readable,
         )
         return info
 
