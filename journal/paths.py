@@ -29,21 +29,29 @@ def plain_path(path: str) -> str:
     return root + "/".join(parts) if root or parts else "."
 
 
-def require_utf8(option: str, value: str | os.PathLike | None) -> None:
-    """Raise UsageError (exit 2) when ``value`` (a path or id as Python decoded it from the
-    command line or the environment: bytes that are not UTF-8 as lone surrogates) is not UTF-8:
-    it could not be stored in the journal nor written as JSON. The message shows those bytes as
-    ``\\xNN``: ``--output o\\xff: not valid UTF-8 (file names and ids must be UTF-8)``."""
+def not_utf8(value: str | os.PathLike | None) -> str | None:
+    """``value`` (a path or id as Python decoded it from the command line or the environment:
+    bytes that are not UTF-8 as lone surrogates) with those bytes shown as ``\\xNN`` when it is
+    not UTF-8, for a message; None when it is UTF-8 (or None)."""
     if value is None:
-        return
+        return None
     text = os.fspath(value)
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return None
+
+
+def require_utf8(option: str, value: str | os.PathLike | None) -> None:
+    """Raise UsageError (exit 2) when ``value`` is not UTF-8 (:func:`not_utf8`): it could not be
+    stored in the journal nor written as JSON. The message shows those bytes as ``\\xNN``:
+    ``--output o\\xff: not valid UTF-8 (file names and ids must be UTF-8)``."""
+    shown = not_utf8(value)
+    if shown is not None:
         from .errors import UsageError
 
-        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        raise UsageError(f"{option} {shown}: not valid UTF-8 (file names and ids must be UTF-8)") from None
+        raise UsageError(f"{option} {shown}: not valid UTF-8 (file names and ids must be UTF-8)")
 
 
 def data_dir_name() -> str:

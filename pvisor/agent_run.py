@@ -62,7 +62,7 @@ from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.gateway.parent_death import die_with_parent
 from pvisor.journal.helpers import helper_argv
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
-from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone
+from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone, not_utf8
 from pvisor.journal.model import Attempt, Run
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import SnapshotKind
@@ -689,16 +689,11 @@ def check_utf8(option: str, value: str | os.PathLike | None) -> None:
     """Raise UsageError (exit 2) when ``value`` (as Python decoded it from the command line or
     the environment, undecodable bytes as lone surrogates) is not valid UTF-8 text: the journal
     stores text, and the agents' JSON cannot carry such bytes."""
-    if value is None:
-        return
-    text = os.fspath(value)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        shown = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    shown = not_utf8(value)
+    if shown is not None:
         raise UsageError(
             f"{option} '{shown}' is not valid UTF-8 (the bytes shown as \\xNN); give UTF-8 text or paths"
-        ) from None
+        )
 
 
 def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
