@@ -9,7 +9,7 @@ a raw TCP tunnel (mitmproxy's ``allow_hosts``): never decrypted, never recorded.
 
 mitmdump runs in a process of its own (mitmproxy replaces the event loop's task factory, and
 pins h11 and h2 versions the official SDKs do not accept): the extra
-``pvisor-sandbox[intercept]`` (mitmproxy 11), or any mitmdump 11 found through
+``pvisor-replay[intercept]`` (mitmproxy 11), or any mitmdump 11 found through
 ``--mitmdump PATH``, ``$PVISOR_MITMDUMP`` or ``PATH``. It dies with pvisor
 (``PR_SET_PDEATHSIG``); its own output goes through :func:`~pvisor.journal.model.redact_text`
 before it is shown or logged.
@@ -173,8 +173,9 @@ def find_mitmdump(explicit: str | None = None) -> str:
         return _checked(found, f"mitmdump on PATH ({found})")
     raise UnavailableError(
         "intercept mode needs mitmdump (mitmproxy 11), and none is on PATH: install it with "
-        "`pip install 'pvisor-sandbox[intercept]'` in an environment of its own, or `pipx install "
-        "'mitmproxy>=11,<12'`, then give its path with --mitmdump or $PVISOR_MITMDUMP"
+        "pvisor's extra pvisor-replay[intercept] in an environment of its own (`pip install "
+        "'.[intercept]'` in a clone of pvisor; docs/install.md), or `pipx install 'mitmproxy>=11,<12'`, "
+        "then give its path with --mitmdump or $PVISOR_MITMDUMP"
     )
 
 
@@ -201,7 +202,8 @@ def _checked(exe: str, what: str) -> str:
     if not version.startswith("11."):
         raise UnavailableError(
             f"{what} is mitmproxy {version}; intercept mode was verified with mitmproxy {MITMPROXY_VERSIONS} "
-            "(pip install 'pvisor-sandbox[intercept]' in an environment of its own)"
+            "(the extra pvisor-replay[intercept] in an environment of its own: pip install '.[intercept]' "
+            "in a clone of pvisor)"
         )
     _CHECKED[key] = None
     return exe

@@ -30,7 +30,7 @@ class EventLoop(enum.Enum):
     """The event loop a server runs on (``pvisor gateway --event-loop``)."""
 
     ASYNCIO = "asyncio"  #: asyncio's own selector loop (the default: uvloop did not measure better)
-    AUTO = "auto"  #: uvloop when it is installed (the extra ``pvisor-sandbox[uvloop]``), else asyncio's
+    AUTO = "auto"  #: uvloop when it is installed (the extra ``pvisor-replay[uvloop]``), else asyncio's
     UVLOOP = "uvloop"  #: uvloop's loop (libuv); a usage error when uvloop is not installed
 
 
@@ -47,7 +47,8 @@ def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] |
             from pvisor.journal.errors import UsageError
 
             raise UsageError(
-                "--event-loop uvloop: uvloop is not installed (pip install 'pvisor-sandbox[uvloop]')"
+                "--event-loop uvloop: uvloop is not installed "
+                "(pip install '.[uvloop]' in a clone of pvisor; docs/install.md)"
             ) from None
         return None
     return uvloop.new_event_loop

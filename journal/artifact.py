@@ -2,7 +2,7 @@
 ``result.json`` names (its ``pvisor`` object; docs/install.md, docs/result-protocol.md).
 
 Two kinds. ``python``: the package installed with pip, run by an interpreter (``sys.executable``
-is that interpreter; no commit, no manifest). ``bundle``: a directory made by
+is that interpreter; the commit its build recorded, no manifest). ``bundle``: a directory made by
 ``scripts/build-bundle`` (PyInstaller, one directory), whose executable ``pvisor`` has beside
 it :data:`MANIFEST_NAME`, a JSON document written when it was built::
 
@@ -67,12 +67,16 @@ def read_manifest(path: str) -> dict[str, Any]:
     return doc
 
 
-def identity(version: str, *, digest_executable: bool = True) -> dict[str, Any]:
+def identity(
+    version: str, *, distribution: str, commit: str | None, digest_executable: bool = True
+) -> dict[str, Any]:
     """What names this build, as a JSON object:
 
-    - ``version``: the package version (``pvisor._version``, given by the caller); ``kind``: ``bundle`` or ``python``;
-    - ``commit``: the source commit of a bundle (from its manifest; ``-dirty`` when the tree
-      had uncommitted changes), None for ``python``;
+    - ``distribution``: the project's distribution name; ``version``: the package version
+      (both from ``pvisor._version``, given by the caller); ``kind``: ``bundle`` or ``python``;
+    - ``commit``: the source commit (``-dirty`` when the tree had uncommitted changes): a
+      bundle's from its manifest, else ``commit`` (what the package's build recorded, None when
+      it recorded none);
     - ``executable``: ``sys.executable`` (the bundle's ``pvisor``, or the interpreter);
       ``executable_sha256``: SHA-256 of its bytes now (None when ``digest_executable`` is
       False or it cannot be read);
@@ -82,9 +86,10 @@ def identity(version: str, *, digest_executable: bool = True) -> dict[str, Any]:
     Never raises: what cannot be read is None (``pvisor --version --verify`` says why)."""
     exe = sys.executable
     out: dict[str, Any] = {
+        "distribution": distribution,
         "version": version,
         "kind": "bundle" if frozen() else "python",
-        "commit": None,
+        "commit": commit,
         "executable": exe,
         "executable_sha256": None,
         "manifest": manifest_path(),
@@ -156,18 +161,19 @@ def verify(path: str | None = None) -> list[str]:
 _RECORDS: dict[str, dict[str, Any]] = {}
 
 
-def result_record(version: str) -> dict[str, Any]:
+def result_record(version: str, *, distribution: str, commit: str | None) -> dict[str, Any]:
     """The ``pvisor`` object of a result document (a new dict each call): :func:`identity`
-    without the paths (``version``, ``kind``, ``commit``, ``executable_sha256``,
+    without the paths (``distribution``, ``version``, ``kind``, ``commit``, ``executable_sha256``,
     ``manifest_sha256``), computed once per process (a batch's thousand results digest the
     executable once). ``executable_sha256`` is a bundle's only: of a pip install it would be
     the interpreter's, which says nothing of pvisor's code and costs a prepare the time of
     reading it (``pvisor --version --json`` gives it)."""
     rec = _RECORDS.get(version)
     if rec is None:
-        ident = identity(version, digest_executable=frozen())
+        ident = identity(version, distribution=distribution, commit=commit, digest_executable=frozen())
         rec = _RECORDS[version] = {
-            k: ident[k] for k in ("version", "kind", "commit", "executable_sha256", "manifest_sha256")
+            k: ident[k]
+            for k in ("distribution", "version", "kind", "commit", "executable_sha256", "manifest_sha256")
         }
     return dict(rec)
 

@@ -1,5 +1,5 @@
 """The Datasette plugin of pvisor (entry point ``pvisor`` in the ``datasette`` group; the extra
-``pvisor-sandbox[datasette]``): ``datasette journal.sqlite`` browses runs with readable bodies.
+``pvisor-replay[datasette]``): ``datasette journal.sqlite`` browses runs with readable bodies.
 
 For every database that is a pvisor journal (it has ``runs``, ``exchanges`` and ``blobs``) it
 registers on each connection Datasette opens the functions of :mod:`pvisor.journal.sql`

@@ -165,7 +165,9 @@ def _version(json_out: bool, verify: bool) -> None:
         except artifact.ArtifactError as exc:
             raise (UsageError if not artifact.frozen() else IntegrityError)(str(exc)) from None
     if json_out:
-        out = artifact.identity(__version__)
+        from pvisor._version import DISTRIBUTION, source_commit
+
+        out = artifact.identity(__version__, distribution=DISTRIBUTION, commit=source_commit())
         if verify:
             out["verified"] = not problems
             out["problems"] = problems
@@ -185,10 +187,12 @@ def _version(json_out: bool, verify: bool) -> None:
 
 
 def _print_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    """``--version`` alone: ``pvisor VERSION`` (click's version_option, whose help text would
-    go through gettext: pvisor/commands/base.py)."""
+    """``--version`` alone: ``pvisor VERSION (DISTRIBUTION, commit C)`` (click's version_option,
+    whose help text would go through gettext: pvisor/commands/base.py)."""
     if value and not ctx.resilient_parsing:
-        click.echo(f"pvisor {__version__}", color=ctx.color)
+        from pvisor._version import version_line
+
+        click.echo(version_line(), color=ctx.color)
         ctx.exit()
 
 

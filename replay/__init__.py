@@ -7,7 +7,7 @@ Modules:
   prefix.request.json and result.json (schema ``sandbox-playback.result/v3``,
   docs/result-protocol.md); executes nothing, starts nothing, opens no socket.
 - :mod:`.batch`: many prepare-only in one process (``--batch``), :func:`~.batch.prepare_many`;
-  :mod:`.ray_data`: the same on a Ray Dataset (the extra ``pvisor-sandbox[ray]``).
+  :mod:`.ray_data`: the same on a Ray Dataset (the extra ``pvisor-replay[ray]``).
 - :mod:`.prefix`: the prefix from a journal run (recorded bytes of request N+1) or from a native
   trajectory (rendered by the protocol module, with parts from a ``--profile-from`` capture).
 - :mod:`.workspace`: the workspace digest.

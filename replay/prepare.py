@@ -531,12 +531,12 @@ def base_result(
     mode: str, agent: str, trajectory: Path | None, journal: Path | None, run: str | None, after_step: int
 ) -> dict[str, Any]:
     """A result document with nothing done yet (``status: failed``), for ``mode``."""
-    from pvisor._version import __version__
+    from pvisor._version import DISTRIBUTION, __version__, source_commit
     from pvisor.journal.artifact import result_record
 
     return {
         "schema": RESULT_SCHEMA,
-        "pvisor": result_record(__version__),
+        "pvisor": result_record(__version__, distribution=DISTRIBUTION, commit=source_commit()),
         "mode": mode,
         "status": "failed",
         "agent": agent,

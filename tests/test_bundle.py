@@ -94,7 +94,10 @@ def test_version_json_names_the_build(sandbox: Path):
     assert listed["files"]["pvisor"] == sha256(exe)
     assert ident["commit"] == listed["commit"] and ident["commit"].split("-")[0] == head_commit()
     plain = run(sandbox, "--version")
-    assert plain.returncode == 0 and plain.stdout.strip() == f"pvisor {ident['version']}"
+    head, _, dirty = ident["commit"].partition("-")
+    shown = head[:12] + (f"-{dirty}" if dirty else "")
+    assert plain.returncode == 0
+    assert plain.stdout.strip() == f"pvisor {ident['version']} (pvisor-replay, commit {shown})"
 
 
 def test_prepare_only_in_the_sandbox_equals_the_installed_package(sandbox: Path, tmp_path: Path):
@@ -117,6 +120,7 @@ def test_prepare_only_in_the_sandbox_equals_the_installed_package(sandbox: Path,
     assert result["status"] == "ok"
     exe, manifest = sandbox / "pvisor" / "pvisor", sandbox / "pvisor" / "pvisor-manifest.json"
     assert result["pvisor"] == {
+        "distribution": "pvisor-replay",
         "version": here.result["pvisor"]["version"],
         "kind": "bundle",
         "commit": json.loads(manifest.read_text())["commit"],
@@ -124,6 +128,7 @@ def test_prepare_only_in_the_sandbox_equals_the_installed_package(sandbox: Path,
         "manifest_sha256": sha256(manifest),
     }
     assert here.result["pvisor"]["kind"] == "python" and here.result["pvisor"]["manifest_sha256"] is None
+    assert here.result["pvisor"]["commit"].split("-")[0] == head_commit()
 
 
 #: a native file of each agent whose adapter, descriptor and wire protocol the build must hold
@@ -215,12 +220,13 @@ def test_verify_finds_a_changed_a_removed_and_an_added_file(sandbox: Path):
     )
 
 
-def test_a_pip_install_names_itself_without_commit_or_manifest(tmp_path: Path):
+def test_a_pip_install_names_itself_and_its_commit_without_manifest(tmp_path: Path):
     installed = str(Path(sys.executable).with_name("pvisor"))
     proc = subprocess.run([installed, "--version", "--json"], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     ident = json.loads(proc.stdout)
-    assert ident["kind"] == "python" and ident["commit"] is None
+    assert ident["kind"] == "python" and ident["distribution"] == "pvisor-replay"
+    assert ident["commit"].split("-")[0] == head_commit()  # what setup.py recorded as it built
     assert ident["manifest"] is None and ident["manifest_sha256"] is None
     assert ident["executable_sha256"] == sha256(Path(ident["executable"]))  # the interpreter, read now
 
@@ -293,8 +299,9 @@ def test_bad_input_to_the_build_is_one_line(sandbox: Path):
     (sandbox / "pvisor" / "pvisor-manifest.json").write_text("{not json")
     one_line(run(sandbox, "--version", "--verify"), 3, "pvisor: error: ")
     assert "pvisor-manifest.json: not JSON" in run(sandbox, "--version", "--verify").stderr
-    proc = run(sandbox, "--version", "--json")  # the identity still prints: the manifest's digest, no commit
-    assert proc.returncode == 0 and json.loads(proc.stdout)["commit"] is None
+    # the identity still prints: the manifest's digest, and the commit the package's build recorded
+    proc = run(sandbox, "--version", "--json")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["commit"].split("-")[0] == head_commit()
 
 
 def test_build_bundle_refuses_an_output_it_would_destroy(tmp_path: Path):

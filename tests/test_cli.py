@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -13,6 +14,7 @@ import orjson
 import pytest
 
 import pvisor
+from conftest import REPO
 from pvisor.journal.model import Run
 from pvisor.journal.writer import Journal
 
@@ -71,10 +73,14 @@ def journal(tmp_path: Path) -> Path:
     return path
 
 
-def test_version_is_the_package_constant():
+def test_version_names_the_package_constant_the_distribution_and_the_commit():
     proc = run("--version")
     assert proc.returncode == 0
-    assert proc.stdout.decode().strip() == f"pvisor {pvisor.__version__}"
+    head = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    line = proc.stdout.decode().strip()
+    # this project's name on the index, never the other project's that the documents name
+    assert line.startswith(f"pvisor {pvisor.__version__} (pvisor-replay, commit {head.stdout.strip()[:12]}")
+    assert re.fullmatch(r"pvisor \S+ \(pvisor-replay, commit [0-9a-f]{12}(-dirty)?\)", line)
 
 
 def test_help_lists_commands_examples_and_exit_codes():

@@ -31,7 +31,7 @@ def datasette(two_runs: Path, tmp_path: Path):  # noqa: F811
     with sqlite3.connect(other) as c:
         c.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, text TEXT)")
         c.execute("INSERT INTO notes (text) VALUES ('hello')")
-    assert DATASETTE.exists(), "datasette is part of the test extra (and of pvisor-sandbox[datasette])"
+    assert DATASETTE.exists(), "datasette is part of the test extra (and of pvisor-replay[datasette])"
     proc = subprocess.Popen(
         [str(DATASETTE), "serve", str(two_runs), str(other), "--port", "0", "--host", "127.0.0.1"],
         stdout=subprocess.DEVNULL,

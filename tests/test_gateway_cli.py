@@ -723,7 +723,7 @@ def test_gateway_help_names_the_ready_file_fields():
 
 @pytest.mark.parametrize("loop, runs_on", [("asyncio", "asyncio"), ("uvloop", "uvloop"), ("auto", "uvloop")])
 def test_gateway_in_front_of_serve_model_processes(procs, tmp_path, loop, runs_on):
-    """Both event loops (uvloop from the extra pvisor-sandbox[uvloop], in the test extra too:
+    """Both event loops (uvloop from the extra pvisor-replay[uvloop], in the test extra too:
     ``auto`` picks it), the journal written by a process of its own."""
     script = tmp_path / "script.json"
     script.write_text(
@@ -865,7 +865,8 @@ def test_event_loop_uvloop_without_uvloop_is_a_usage_error(tmp_path):
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == (
-        "pvisor: error: --event-loop uvloop: uvloop is not installed (pip install 'pvisor-sandbox[uvloop]')"
+        "pvisor: error: --event-loop uvloop: uvloop is not installed "
+        "(pip install '.[uvloop]' in a clone of pvisor; docs/install.md)"
     )
     assert not journal.exists()  # refused before anything started
     gw = Proc(

@@ -56,7 +56,7 @@ def mitmdump() -> str:
     path = os.environ.get("PVISOR_MITMDUMP", "")
     if not (path and os.access(path, os.X_OK)):
         pytest.fail(
-            "$PVISOR_MITMDUMP names no mitmdump: ./scripts/test installs pvisor-sandbox[intercept] into "
+            "$PVISOR_MITMDUMP names no mitmdump: ./scripts/test installs pvisor-replay[intercept] into "
             ".venv-intercept and sets it",
             pytrace=False,
         )
@@ -528,7 +528,7 @@ def test_without_mitmdump_intercept_mode_says_how_to_install_it_and_exits_69(tmp
     env.update(PATH="/usr/bin:/bin", PVISOR_CA_DIR=str(tmp_path / "ca"))
     cmd = [*PVISOR, "--journal", str(tmp_path / "j.sqlite"), "gateway"]
     p = subprocess.run(cmd + ["--mode", "intercept"], env=env, capture_output=True, text=True, timeout=60)
-    assert p.returncode == 69 and "pvisor-sandbox[intercept]" in p.stderr and "Traceback" not in p.stderr
+    assert p.returncode == 69 and "pvisor-replay[intercept]" in p.stderr and "Traceback" not in p.stderr
     env["PVISOR_MITMDUMP"] = str(tmp_path / "nowhere" / "mitmdump")
     p = subprocess.run(cmd + ["--mode", "intercept"], env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 69 and "no executable file there" in p.stderr
@@ -676,7 +676,7 @@ def test_the_test_venv_keeps_the_sdks_it_asks_for_and_mitmproxy_lives_apart():
 
     from packaging.requirements import Requirement
 
-    reqs = [Requirement(r) for r in requires("pvisor-sandbox") or []]
+    reqs = [Requirement(r) for r in requires("pvisor-replay") or []]
     test = [r for r in reqs if r.marker is not None and r.marker.evaluate({"extra": "test"})]
     assert {r.name for r in test} >= {"anthropic", "openai", "google-genai"}
     for r in test:

@@ -151,7 +151,7 @@ def test_rows_hold_each_prefix_and_its_result(tmp_path: Path):
 
 
 def test_parquet_rows_read_back_with_pyarrow(tmp_path: Path):
-    import pyarrow.parquet as pq  # the extra pvisor-sandbox[parquet], installed by .ci/run
+    import pyarrow.parquet as pq  # the extra pvisor-replay[parquet], installed by .ci/run
 
     agent, f = next((a, f) for a, f in native_sources() if a == "codex" and f.name.startswith("real-"))
     manifest = tmp_path / "m.jsonl"

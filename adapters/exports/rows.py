@@ -15,7 +15,7 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
   ``action_sha256`` and ``observation_sha256`` (of the compact JSON of ``action`` and
   ``observation`` with sorted keys), so that a row can be matched to a prepared prefix.
 
-JSON Lines writes each row as one object. Parquet (pyarrow, the extra ``pvisor-sandbox[parquet]``)
+JSON Lines writes each row as one object. Parquet (pyarrow, the extra ``pvisor-replay[parquet]``)
 has the same columns; ``prefix``, ``action``, ``observation`` and ``flags`` are JSON text there
 (their shapes vary by protocol), and ``prompt`` is a list of ``{role, content, tool_call_id,
 tool_calls}`` with ``content`` the message's text and ``tool_calls`` JSON text, so that every
@@ -168,7 +168,8 @@ def write_parquet(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: 
         import pyarrow  # noqa: F401  (write_parquet_rows uses it)
     except ImportError:
         raise UsageError(
-            "--format parquet needs pyarrow: pip install 'pvisor-sandbox[parquet]' (or --format rows for JSON Lines)"
+            "--format parquet needs pyarrow: pip install '.[parquet]' in a clone of pvisor "
+            "(or --format rows for JSON Lines)"
         ) from None
     return write_parquet_rows(
         out, parquet_schema(), (_parquet_row(r) for r in iter_rows(reader, run_id, bodies=bodies))

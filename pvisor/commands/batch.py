@@ -4,7 +4,7 @@ side of :mod:`pvisor.replay.batch` (docs/result-protocol.md "Many prefixes in on
 With ``--output OUT`` each manifest line gets ``OUT/<name>/`` with the three files of a single
 prepare-only. With ``--rows FILE`` nothing else is written: one row per line, JSON Lines (the
 prefix body embedded as it is, a JSON value), or Parquet when FILE ends in ``.parquet``
-(pyarrow, the extra ``pvisor-sandbox[parquet]``; the prefix, request and result as JSON text).
+(pyarrow, the extra ``pvisor-replay[parquet]``; the prefix, request and result as JSON text).
 A row: ``line``, ``name``, ``status``, ``agent``, ``after_step``, ``prefix_sha256``,
 ``prefix``, ``request``, ``result``, ``error`` (``{code, message}`` or null). Each failed line
 is one ``pvisor: error: MANIFEST line N: ...`` on stderr; the last line says how many were
@@ -255,7 +255,9 @@ def _on_ray(address: str, requests: Iterator[tuple[int, Any]], label: str | None
     try:
         import ray
     except ImportError:
-        raise UsageError("--ray needs Ray: pip install 'pvisor-sandbox[ray]'") from None
+        raise UsageError(
+            "--ray needs Ray: pip install '.[ray]' in a clone of pvisor (docs/install.md)"
+        ) from None
     from pvisor.replay.ray_data import prepare_dataset
 
     local: list[Any] = []
@@ -413,8 +415,8 @@ def _write_parquet(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) ->
         import pyarrow  # noqa: F401  (write_parquet_rows uses it)
     except ImportError:
         raise UsageError(
-            f"--rows {show_path(shown)}: Parquet needs pyarrow: pip install 'pvisor-sandbox[parquet]' "
-            "(or a .jsonl file for JSON Lines)"
+            f"--rows {show_path(shown)}: Parquet needs pyarrow: pip install '.[parquet]' in a clone of "
+            "pvisor (or a .jsonl file for JSON Lines)"
         ) from None
     from pvisor.adapters.exports.rows import write_parquet_rows
 

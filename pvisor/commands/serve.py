@@ -274,7 +274,7 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
     type=click.Choice(["asyncio", "uvloop", "auto"]),
     default="asyncio",
     show_default=True,
-    help="uvloop needs pvisor-sandbox[uvloop]; auto: uvloop when installed, else asyncio's loop.",
+    help="uvloop needs pvisor-replay[uvloop]; auto: uvloop when installed, else asyncio's loop.",
 )
 @click.option(
     "--mode",
