@@ -597,12 +597,16 @@ def _fill_after(
                 f"{p.synthetic[0].request}), not a model's",
             }
         )
+    position: dict[int, int] = {}  # the call's place in its step's batch, from 1
     for c in result["tool_calls"]:
+        position[c["step"]] = position.get(c["step"], 0) + 1
         if c["equal_normalised"] is False:
+            # Gemini's function calls carry no id: such a call is named by its place in the batch
+            which = c["call_id"] or f"call {position[c['step']]} of the step"
             result["warnings"].append(
                 {
                     "code": "observation_differs",
-                    "message": f"step {c['step']} {c['name']} ({c['call_id']}): O' differs from O",
+                    "message": f"step {c['step']} {c['name']} ({which}): O' differs from O",
                 }
             )
     if report.steps_error:

@@ -171,9 +171,22 @@ class PrepareOutcome:
         ws = ""
         if r["workspace"] is not None:
             ws = ", workspace unchanged" if r["workspace"]["unchanged"] else ", WORKSPACE CHANGED"
+        origin = p.get("origin") or {}
+        absent = [shown for part, shown in (("system", "system prompt"), ("tools", "tools"))
+                  if origin.get(part) == "absent"]  # fmt: skip
+        if p["rendered"] and absent:
+            # a native file stores neither: say so where people look, and how to fill them
+            flag += f", without {' and '.join(absent)} " + (
+                "(not in the --profile-from capture either)"
+                if "profile" in origin.values()
+                else "(the native file holds none; --profile-from JOURNAL[:RUN] fills them from a capture "
+                "of this agent)"
+            )
+        count = p["message_count"]
         return (
-            f"prepared {self._paths[1]}: {r['agent']} from {what}, after step {b['after_step']} of {b['steps_total']}, "
-            f"{p['protocol']}, {p['bytes']} bytes, {p['message_count']} message{'' if p['message_count'] == 1 else 's'} ending with the {p['ends_with']}{flag}{ws}"
+            f"prepared {self._paths[1]}: {r['agent']} from {what}, after step {b['after_step']} of "
+            f"{b['steps_total']}, {p['protocol']}, {p['bytes']} bytes, {count} message{'' if count == 1 else 's'} "
+            f"ending with the {p['ends_with']}{flag}{ws}"
         )
 
 

@@ -118,6 +118,13 @@ def _check_replay(agent: str, cap, proc, result: dict, ws: Path, out: Path, n: i
     if timed is not None:
         assert timed["equal"] is False
         assert timed["equal_normalised"] is False or _lost_output(agent, timed, result), timed
+    # each differing call is named by its id, or by its place in the batch where the protocol has none
+    differs = [w["message"] for w in result["warnings"] if w["code"] == "observation_differs"]
+    for message in differs:
+        assert re.fullmatch(r"step \d+ \S+ \((?!None\))[^)]+\): O' differs from O", message), message
+    # Gemini's wire calls carry no id (its native file does): named by their place in the batch
+    if agent == "gemini-cli" and kind == "journal" and n == 2:
+        assert differs and all(re.search(r"\(call \d of the step\)", m) for m in differs), differs
     # the prefix is request N+1 as the agent sent it, ending at O'_N, and the run records it
     prefix = result["prefix"]
     assert prefix["ends_with"] == "observation" and prefix["rendered"] is False and prefix["tools_present"]

@@ -453,11 +453,12 @@ def test_native_profile_from_fills_params_and_request_and_matches_the_capture(tm
     assert (out / "prefix.json").read_bytes() == stored_body(journal, first)
     # N = 1: equal after the chain rule's normalisation (docs/result-protocol.md lists what differs)
     out1 = tmp_path / "o1"
-    prepare_only(
+    filled = prepare_only(
         PrepareOptions(
             agent="mini-swe-agent", after_step=1, output=out1, trajectory=native, profile_from=str(journal)
         )
     )
+    assert "without" not in filled.summary() and "--profile-from" not in filled.summary()
     mod = get_protocol("anthropic")
     second = main_exchanges(journal, run)[1]
     assert mod.normalise(mod.parse_request((out1 / "prefix.json").read_bytes())) == mod.normalise(
@@ -532,6 +533,21 @@ def test_output_directory_rules(tmp_path):
 
 
 # =========================================================================== the command
+
+
+def test_cli_summary_says_a_render_has_no_system_prompt_or_tools_and_names_profile_from(tmp_path):
+    native = native_dir() / "gemini-cli" / "real-0.61.0_single-then-resume.jsonl"
+    out = tmp_path / "g"
+    p = pvisor("replay", "--agent", "gemini-cli", "--trajectory", str(native), "--after-step", "1",
+               "--prepare-only", "--output", str(out))  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    [line] = p.stdout.decode().splitlines()
+    assert line.endswith(
+        ", rendered, without system prompt and tools (the native file holds none; --profile-from "
+        "JOURNAL[:RUN] fills them from a capture of this agent)"
+    ), line
+    prefix = read_result(out)["prefix"]
+    assert prefix["system_present"] is False and prefix["tools_present"] is False
 
 
 def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
