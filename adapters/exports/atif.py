@@ -15,9 +15,10 @@ from pvisor.journal.reader import JournalReader
 def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
     """Write the ATIF document of run ``run_id`` to ``out``; returns the number of steps.
     ``session_id`` is the agent's session id when it was recorded, else the run id; the agent's
-    version is the run's. Raises UsageError for an unknown run."""
+    version is the run's. Raises UsageError for an unknown run, BadInputError (exit 65) for a run
+    with no main-loop exchange (ATIF needs a step), before a byte is written."""
     run = reader.run(run_id)
-    traj = trajectory_from_journal(reader, run.id)
+    traj = trajectory_from_journal(reader, run.id, wire_ids=True)
     traj.meta = {
         **traj.meta,
         "session": run.labels.get("session_id") or run.id,
@@ -35,5 +36,5 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
         }
 
     with progress.task("writing steps", len(traj.steps)):
-        write_document(out, atif_fields(traj, run.agent or "unknown", extra))
+        write_document(out, atif_fields(traj, run.agent or "unknown", extra, f"run {run.id}"))
     return len(traj.steps)

@@ -10,7 +10,8 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
   verl and SkyRL read); None for the other protocols;
 - ``action``: ``{text, reasoning, tool_calls, stop_reason, model, usage}`` and ``observation``:
   ``{results, messages}``, in the shapes of ``pvisor.steps/v1`` (docs/steps.md; reasoning
-  signatures only as ``signed``/``encrypted`` flags);
+  signatures only as ``signed``/``encrypted`` flags; each call with the id the agent sent it back
+  under, which its results carry);
 - ``flags`` (the step's), and ``digests``: ``prefix_sha256`` (of the exact request bytes),
   ``action_sha256`` and ``observation_sha256`` (of the compact JSON of ``action`` and
   ``observation`` with sorted keys), so that a row can be matched to a prepared prefix.
@@ -46,7 +47,7 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
     """The rows of run ``run_id`` (module docstring), one step at a time. UsageError for an
     unknown run; IntegrityError for a damaged body."""
     run = reader.run(run_id)
-    traj = trajectory_from_journal(reader, run.id)
+    traj = trajectory_from_journal(reader, run.id, wire_ids=True)
     doc = trajectory_to_json(traj)
     by_id = {e.id: e for e in reader.exchanges(run.id)}
     with progress.task(f"rows of run {run.id}", len(doc["steps"])) as task:

@@ -440,7 +440,7 @@ def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
     from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
 
     with _reader(ctx) as r:
-        traj = trajectory_from_journal(r, run_id)
+        traj = trajectory_from_journal(r, run_id, wire_ids=True)
     if as_json:
         _emit_json(trajectory_to_json(traj))
         return
