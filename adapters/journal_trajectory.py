@@ -50,7 +50,18 @@ Step flags (``Step.flags``), each also explained in ``Trajectory.meta["steps"]``
 ``thinking_signature_missing``    a thinking block of A_i has no signature
 ``thinking_signature_incomplete`` a thinking block's signature is not complete base64 (cut off, or
                               a placeholder); it is passed on as recorded
+``boundary_prompt``           (:class:`LiveContextFlag`) a continuation sent request i to the live
+                              model with the boundary user prompt injected
+``reasoning_stripped``        (:class:`LiveContextFlag`) a continuation sent request i to the live
+                              model with the served replies' reasoning removed (``--reasoning strip``)
 ============================  ===================================================================
+
+A request that went upstream as other bytes than the agent sent (``Exchange.forwarded_body``: a
+continuation's boundary prompt, reasoning, model or ``previous_response_id`` rewrite) keeps its
+place in the chain by the agent's own bytes (the agent's next request never holds the boundary
+prompt); what the live model got is the step's ``forwarded`` detail: the digests of both bodies
+and ``added_user_text``, the user text the forwarded request holds beyond the agent's (the
+boundary prompt). The rows and ATIF exports show the forwarded context from it.
 
 Public API: :func:`trajectory_from_journal`, :func:`build_trajectory` and
 :func:`trajectory_to_json` (the ``pvisor journal steps --json`` document, docs/steps.md).
@@ -58,6 +69,8 @@ Public API: :func:`trajectory_from_journal`, :func:`build_trajectory` and
 
 from __future__ import annotations
 
+import enum
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -96,6 +109,16 @@ from pvisor.journal.reader import JournalReader
 
 #: the exchange flag of playback's synthetic final reply (pvisor.replay.playback)
 SYNTHETIC_END = "synthetic_end"
+
+
+class LiveContextFlag(str, enum.Enum):
+    """How the request of a live step differed from the agent's: flags a continuation
+    (pvisor.replay.continuation) journals on the exchange it forwarded rewritten, and that the
+    step then carries, since the live model answered another context than the agent's request."""
+
+    BOUNDARY_PROMPT = "boundary_prompt"  #: the boundary user prompt was injected
+    REASONING_STRIPPED = "reasoning_stripped"  #: the served replies' reasoning was removed
+
 
 #: schema name of :func:`trajectory_to_json`'s document
 STEPS_SCHEMA = "pvisor.steps/v1"
@@ -319,7 +342,8 @@ def build_trajectory(
     ``steps`` (per step: ``n``, ``exchange``, ``seq``, ``attempt``, ``retries`` ids, ``status``,
     ``outcome`` and, when they apply, ``reply_problem``, ``missing_results``, ``tools_added``,
     ``tools_removed``, ``bytes_received`` and ``bytes_delivered``, ``previous_response_id`` and
-    ``previous_exchange``, ``reply_call_ids``), ``auxiliary`` (per left-out exchange: ``exchange``, ``seq``,
+    ``previous_exchange``, ``reply_call_ids``, ``forwarded``: :func:`forwarded_context`),
+    ``auxiliary`` (per left-out exchange: ``exchange``, ``seq``,
     ``kind``, ``reason``, ``chain``).
     """
     c = classification
@@ -432,8 +456,41 @@ def _build_step(
         if any(c.kind != "server" for c in reply.action.tool_calls):
             flags.append("tool_results_not_sent")
     flags.extend(signature_flags(reply.action.reasoning))
+    flags.extend(f.value for f in LiveContextFlag if f.value in ex.flags)
+    if ex.forwarded_body is not None:
+        detail["forwarded"] = forwarded_context(reader, req)
     traj.steps.append(Step(n=i + 1, action=reply.action, observation=obs, flags=flags))
     meta["steps"].append(detail)
+
+
+def _user_texts(conv: Conversation) -> list[str]:
+    return [p.text for m in conv.messages if m.role == "user" for p in m.parts if isinstance(p, TextPart)]
+
+
+def forwarded_context(reader: JournalReader, req: Request) -> dict[str, Any]:
+    """What the live model got for main-loop request ``req`` when a continuation forwarded other
+    bytes than the agent sent (``Exchange.forwarded_body`` set): ``{sha256, agent_sha256,
+    added_user_text}``, the sha256 of the bytes forwarded and of the agent's own (its
+    ``request_body``, ``pvisor journal body EXCHANGE --request``), and the user text parts the
+    forwarded request holds beyond the agent's conversation, in order (the boundary user prompt:
+    a reasoning, model or ``previous_response_id`` rewrite adds none). A forwarded body that does
+    not parse adds none. IntegrityError for a damaged body."""
+    ex = req.exchange
+    added: list[str] = []
+    body = reader.forwarded_body(ex)
+    assert req.protocol is not None  # a main-loop request is a candidate: it parsed
+    try:
+        sent = get_protocol(req.protocol).parse_request(body, path=ex.path, query=ex.query)
+        have = Counter(_user_texts(req.conversation()))
+    except BadInputError:
+        sent = None
+    if sent is not None:
+        for text in _user_texts(sent):
+            if have[text] > 0:
+                have[text] -= 1
+            else:
+                added.append(text)
+    return {"sha256": ex.forwarded_body, "agent_sha256": ex.request_body, "added_user_text": added}
 
 
 # --------------------------------------------------------------------------- JSON

@@ -10,11 +10,9 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from agent_helpers import AGENTS
-from conftest import cannot_run_here
 from native_helpers import native_dir, opencode_db_from_dump
 
 from pvisor.journal.errors import BadInputError
@@ -22,44 +20,9 @@ from pvisor.journal.reader import JournalReader
 
 pytestmark = pytest.mark.slow  # the captures run real agents (once per test session)
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-PIN = next(
-    line.split("==", 1)[1].strip()
-    for line in (HERE / "harbor-requirements.txt").read_text().splitlines()
-    if line.startswith("harbor==")
-)
 #: native corpus files that hold no step (no system prompt, task or action): ATIF needs one,
 #: so the export refuses them with one line
 NO_STEP = {"qwen-code/agent-sessions_system_telemetry.jsonl"}
-
-
-@pytest.fixture(scope="session")
-def harbor():
-    """``harbor(paths)``: {path: Harbor's validation errors} of the ATIF files ``paths``, from one
-    run of Harbor's validator in its venv."""
-    env = os.environ.get("PVISOR_HARBOR_PYTHON")
-    python = Path(env) if env else REPO / ".venv-harbor" / "bin" / "python"
-    if not python.is_file():
-        cannot_run_here(
-            f"no Python of Harbor's venv at {python} (./scripts/test makes it; $PVISOR_HARBOR_PYTHON)"
-        )
-
-    def validate(paths: list[Path]) -> dict[str, list[str]]:
-        proc = subprocess.run(
-            [str(python), str(HERE / "harbor_validate.py"), *map(str, paths)],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env={k: v for k, v in os.environ.items() if not k.startswith("PYTHON")},
-        )
-        assert proc.returncode == 0, proc.stderr
-        doc = json.loads(proc.stdout)
-        assert doc["harbor"] == PIN, f"Harbor {doc['harbor']} in {python}, the tests pin {PIN}"
-        assert sorted(doc["errors"]) == sorted(map(str, paths))
-        return doc["errors"]
-
-    return validate
 
 
 def _agent_steps(doc: dict) -> list[dict]:

@@ -1,6 +1,9 @@
 """A journal run as Harbor ATIF v1.7 (docs/exports.md "atif"): the run's steps by the chain rule
 (pvisor journal steps), written as :func:`pvisor.adapters.native.render.atif_fields` writes a
-native file's, with the run in the root ``extra``."""
+native file's, with the run in the root ``extra``. A live step of a continuation whose request
+went upstream rewritten shows what the live model got: the boundary user prompt as a user step
+before it, its flags, and ``extra.forwarded`` (the digests of the forwarded bytes and of the
+agent's own, which the journal keeps: ``pvisor journal body EXCHANGE --request``)."""
 
 from __future__ import annotations
 
@@ -36,5 +39,7 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
         }
 
     with progress.task("writing steps", len(traj.steps)):
-        write_document(out, atif_fields(traj, run.agent or "unknown", extra, f"run {run.id}"))
+        write_document(
+            out, atif_fields(traj, run.agent or "unknown", extra, f"run {run.id}", traj.meta.get("steps", ()))
+        )
     return len(traj.steps)

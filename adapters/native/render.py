@@ -29,7 +29,7 @@ the dict form (tests/test_native_cli.py checks it on the corpus).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import orjson
@@ -262,9 +262,15 @@ def _atif_agent_step(s: Step) -> dict[str, Any]:
     return step
 
 
-def _atif_steps(t: Trajectory, count: list[int]) -> Iterator[dict[str, Any]]:
+def _atif_steps(
+    t: Trajectory, count: list[int], details: Sequence[dict[str, Any]] = ()
+) -> Iterator[dict[str, Any]]:
     """ATIF steps numbered from 1 (system, task, then per step its agent step and a user step
-    per observation message); ``count[0]`` is the number given so far."""
+    per observation message); ``count[0]`` is the number given so far. ``details``: a journal
+    run's step details (``Trajectory.meta["steps"]``), whose ``forwarded`` says what a live step's
+    model got instead of the agent's request: the user text it added (the boundary user prompt)
+    is a user step before the first agent step whose context held it, and the agent step's
+    ``extra.forwarded`` gives the digests of both requests."""
 
     def numbered(step: dict[str, Any]) -> dict[str, Any]:
         count[0] += 1
@@ -274,8 +280,17 @@ def _atif_steps(t: Trajectory, count: list[int]) -> Iterator[dict[str, Any]]:
         yield numbered({"source": "system", "message": t.system})
     if t.task is not None:
         yield numbered({"source": "user", "message": t.task})
-    for s in _each(t.steps):  # iterated once
-        yield numbered(_atif_agent_step(s))
+    added: set[str] = set()
+    for j, s in enumerate(_each(t.steps)):  # iterated once
+        forwarded = details[j].get("forwarded") if j < len(details) else None
+        step = _atif_agent_step(s)
+        if forwarded is not None:
+            for text in forwarded["added_user_text"]:
+                if text not in added:  # once: every later live request holds it again
+                    added.add(text)
+                    yield numbered({"source": "user", "message": text, "extra": {"pvisor_added": True}})
+            step["extra"]["forwarded"] = forwarded
+        yield numbered(step)
         for m in s.observation.messages:
             yield numbered({"source": "user", "message": _message(m)["text"]})
 
@@ -296,11 +311,16 @@ def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
 
 
 def atif_fields(
-    t: Trajectory, agent: str, extra: Callable[[], dict[str, Any]], source: str
+    t: Trajectory,
+    agent: str,
+    extra: Callable[[], dict[str, Any]],
+    source: str,
+    details: Sequence[dict[str, Any]] = (),
 ) -> Iterator[tuple[str, Any]]:
     """The fields of the ATIF v1.7 document of ``t`` (module docstring), in order, for
     :func:`write_document`; ``extra()`` gives the root ``extra`` once every step was written (a
-    native file's profile and warnings; a journal run's id: pvisor.adapters.exports).
+    native file's profile and warnings; a journal run's id: pvisor.adapters.exports);
+    ``details``: a journal run's step details (:func:`_atif_steps`).
 
     Raises BadInputError (exit 65) naming ``source`` (the file, or ``run ID``), before the first
     field, when ``t`` has no system prompt, task or step: ATIF requires at least one step
@@ -331,7 +351,7 @@ def atif_fields(
     yield "schema_version", ATIF_VERSION
     yield "session_id", str(meta.get("sessionId") or meta.get("session") or meta.get("id") or "")
     yield "agent", agent_info
-    yield "steps", Items(_atif_steps(t, count))
+    yield "steps", Items(_atif_steps(t, count, details))
     yield "final_metrics", Later(lambda: {"total_steps": count[0]})
     yield "extra", Later(extra)
 
