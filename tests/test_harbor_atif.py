@@ -152,3 +152,26 @@ def test_a_native_file_with_no_step_is_refused_with_one_line(tmp_path):
     errors = [line for line in proc.stderr.splitlines() if "error" in line]
     assert len(errors) == 1 and "no step" in errors[0] and "ATIF" in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_journal_run_with_no_main_loop_exchange_is_refused_as_atif(tmp_path):
+    from pvisor.journal.model import Run
+    from pvisor.journal.writer import Journal
+
+    journal = tmp_path / "j.sqlite"
+    with Journal.open(journal) as j:
+        j.create_run(Run(id="r-empty", agent="codex"))
+        j.record_exchange("r-empty", "HEAD", "/", status=200)  # a probe: no step
+    out = tmp_path / "run.atif.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pvisor", "--journal", str(journal), "journal", "export", "r-empty"]
+        + ["--format", "atif", "-o", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONSAFEPATH": "1"},
+    )
+    assert proc.returncode == 65, proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert "run r-empty: no step to export as ATIF" in line
+    assert not any(p.name.startswith("run.atif") for p in tmp_path.iterdir())  # nor its .tmp
