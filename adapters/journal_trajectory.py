@@ -7,7 +7,10 @@ The main chain of the run (:mod:`pvisor.adapters.chains`) gives the main-loop re
   ``response_final`` of a stream, else the body; reassembled here when a stream was stored
   without it) with the protocol's ``response_to_action``: text, reasoning, tool calls with
   their exact ``arguments_raw`` and call ids, usage, stop reason, model. Parallel calls of one
-  reply are one batch, one step.
+  reply are one batch, one step. With ``wire_ids`` (``journal steps``, the exports) each call
+  carries the id the agent sent it back under in request i+1, which its results answer (Gemini
+  CLI makes its own for a reply that gave none); the reply's are then kept in the step's
+  ``reply_call_ids``.
 - **O_i** is what request i+1 appends after A_i: the messages after request i's own, minus
   the echo of A_i (the leading assistant messages); they come parsed from the classification
   (``Request.tail``), so no body is parsed twice. Tool results go to ``results`` in the order
@@ -47,7 +50,18 @@ Step flags (``Step.flags``), each also explained in ``Trajectory.meta["steps"]``
 ``thinking_signature_missing``    a thinking block of A_i has no signature
 ``thinking_signature_incomplete`` a thinking block's signature is not complete base64 (cut off, or
                               a placeholder); it is passed on as recorded
+``boundary_prompt``           (:class:`LiveContextFlag`) a continuation sent request i to the live
+                              model with the boundary user prompt injected
+``reasoning_stripped``        (:class:`LiveContextFlag`) a continuation sent request i to the live
+                              model with the served replies' reasoning removed (``--reasoning strip``)
 ============================  ===================================================================
+
+A request that went upstream as other bytes than the agent sent (``Exchange.forwarded_body``: a
+continuation's boundary prompt, reasoning, model or ``previous_response_id`` rewrite) keeps its
+place in the chain by the agent's own bytes (the agent's next request never holds the boundary
+prompt); what the live model got is the step's ``forwarded`` detail: the digests of both bodies
+and ``added_user_text``, the user text the forwarded request holds beyond the agent's (the
+boundary prompt). The rows and ATIF exports show the forwarded context from it.
 
 Public API: :func:`trajectory_from_journal`, :func:`build_trajectory` and
 :func:`trajectory_to_json` (the ``pvisor journal steps --json`` document, docs/steps.md).
@@ -55,7 +69,9 @@ Public API: :func:`trajectory_from_journal`, :func:`build_trajectory` and
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import enum
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pvisor.adapters.chains import (
@@ -94,6 +110,16 @@ from pvisor.journal.reader import JournalReader
 #: the exchange flag of playback's synthetic final reply (pvisor.replay.playback)
 SYNTHETIC_END = "synthetic_end"
 
+
+class LiveContextFlag(str, enum.Enum):
+    """How the request of a live step differed from the agent's: flags a continuation
+    (pvisor.replay.continuation) journals on the exchange it forwarded rewritten, and that the
+    step then carries, since the live model answered another context than the agent's request."""
+
+    BOUNDARY_PROMPT = "boundary_prompt"  #: the boundary user prompt was injected
+    REASONING_STRIPPED = "reasoning_stripped"  #: the served replies' reasoning was removed
+
+
 #: schema name of :func:`trajectory_to_json`'s document
 STEPS_SCHEMA = "pvisor.steps/v1"
 
@@ -109,17 +135,20 @@ def trajectory_from_journal(
     *,
     prefer: Prefer | None = None,
     on_request_body: Callable[[Exchange, bytes | None], None] | None = None,
+    wire_ids: bool = False,
 ) -> Trajectory:
     """The run ``run_id`` (or a unique prefix) of a journal as a :class:`Trajectory`.
 
     ``prefer`` is the launch profile's tie-break hint for the main chain (see
     :func:`pvisor.adapters.chains.classify_exchanges`); ``on_request_body`` is handed each
-    request body as the classification reads it. Raises UsageError when no run or several
-    match, IntegrityError when a stored body is damaged; never for bodies that do not parse
-    (they are left out, or flagged, with the reason).
+    request body as the classification reads it; ``wire_ids`` as for :func:`build_trajectory`.
+    Raises UsageError when no run or several match, IntegrityError when a stored body is
+    damaged; never for bodies that do not parse (they are left out, or flagged, with the reason).
     """
     return build_trajectory(
-        reader, classify_run(reader, run_id, prefer=prefer, on_request_body=on_request_body)
+        reader,
+        classify_run(reader, run_id, prefer=prefer, on_request_body=on_request_body),
+        wire_ids=wire_ids,
     )
 
 
@@ -184,9 +213,10 @@ def _has_content(action: Action) -> bool:
 
 def _observation(
     protocol: str, appended: list[Message], action: Action
-) -> tuple[Observation, list[str], dict[str, Any]]:
+) -> tuple[Observation, list[str], dict[str, Any], list[str | None]]:
     """O_i from the messages request i+1 appends to request i (``appended``), with the flags
-    and details of how it carries A_i."""
+    and details of how it carries A_i, and the ids the agent sent A_i's calls back under (one
+    per call: the reply's own where the agent echoed none)."""
     mod = get_protocol(protocol)
     echo = _echo(appended)
     flags: list[str] = []
@@ -197,6 +227,7 @@ def _observation(
         elif said(mod, echo) != said(mod, [action_message(action)]):
             flags.append("action_changed_by_agent")
     obs = Observation()
+    wire: list[str | None] = [c.id for c in action.tool_calls]
     for m in appended[len(echo) :]:
         others = []
         for p in m.parts:
@@ -214,6 +245,7 @@ def _observation(
             if len(echoed) == len(action.tool_calls)
             else [c.id for c in action.tool_calls]
         )
+        wire = [e if e is not None else c.id for e, c in zip(ids, action.tool_calls)]
         answered = {r.call_id for r in obs.results if r.call_id is not None}
         # a call is answered by a result carrying its id; without ids on either side, results
         # answer the calls in order
@@ -230,7 +262,7 @@ def _observation(
                 {"call": i + 1, "id": action.tool_calls[i].id, "name": action.tool_calls[i].name}
                 for i in missing
             ]
-    return obs, flags, details
+    return obs, flags, details, wire
 
 
 def _compacted_observation(
@@ -293,15 +325,25 @@ def _task(conv: Conversation) -> tuple[str | None, list[str]]:
     return texts[-1][2], [t for _, _, t in texts[:-1]]
 
 
-def build_trajectory(reader: JournalReader, classification: Classification) -> Trajectory:
+def build_trajectory(
+    reader: JournalReader, classification: Classification, *, wire_ids: bool = False
+) -> Trajectory:
     """The trajectory of a classified run (see the module docstring for every rule).
+
+    ``wire_ids``: each tool call of A_i carries the id the agent sent it back under in request
+    i+1 (the id its results answer), where that differs from the reply's own: Gemini CLI makes
+    its own ids for a reply that gave none (``journal steps`` and the exports: a call and its
+    results share one id). The reply's ids are then in the step's ``reply_call_ids``. Without
+    it (playback, which renders the actions to the agent again) the actions are the replies as
+    the model sent them.
 
     ``Trajectory.meta`` holds: ``run``, ``agent``, ``protocol``, ``main_chain`` (number or
     None), ``task_context`` (list of str), ``chains`` (``Chain.summary()`` of every chain),
     ``steps`` (per step: ``n``, ``exchange``, ``seq``, ``attempt``, ``retries`` ids, ``status``,
     ``outcome`` and, when they apply, ``reply_problem``, ``missing_results``, ``tools_added``,
     ``tools_removed``, ``bytes_received`` and ``bytes_delivered``, ``previous_response_id`` and
-    ``previous_exchange``), ``auxiliary`` (per left-out exchange: ``exchange``, ``seq``,
+    ``previous_exchange``, ``reply_call_ids``, ``forwarded``: :func:`forwarded_context`),
+    ``auxiliary`` (per left-out exchange: ``exchange``, ``seq``,
     ``kind``, ``reason``, ``chain``).
     """
     c = classification
@@ -342,7 +384,7 @@ def build_trajectory(reader: JournalReader, classification: Classification) -> T
     meta["synthetic_end"] = [q.id for q in main[steps:]]
     with progress.task(f"steps of run {c.run or '-'}", steps) as task:
         for i, (slot, req) in enumerate(zip(c.main.slots[:steps], main[:steps])):
-            _build_step(reader, traj, c.main, main, i, slot, req)
+            _build_step(reader, traj, c.main, main, i, slot, req, wire_ids)
             task.advance()
     return traj
 
@@ -355,9 +397,10 @@ def _build_step(
     i: int,
     slot: Slot,
     req: Request,
+    wire_ids: bool = False,
 ) -> None:
     """Step ``i + 1`` of ``traj`` (and its ``meta["steps"]`` entry) from main-loop request
-    ``req`` of ``chain`` and the request after it."""
+    ``req`` of ``chain`` and the request after it (``wire_ids``: :func:`build_trajectory`)."""
     meta = traj.meta
     reply = None
     if i + 1 < len(main):
@@ -399,16 +442,55 @@ def _build_step(
     elif i + 1 < len(main):
         nxt = main[i + 1]
         assert nxt.protocol is not None
-        obs, more, extra = _observation(nxt.protocol, nxt.messages_from(len(req.messages)), reply.action)
+        obs, more, extra, wire = _observation(
+            nxt.protocol, nxt.messages_from(len(req.messages)), reply.action
+        )
         flags.extend(more)
         detail.update(extra)
+        calls = reply.action.tool_calls
+        if wire_ids and any(w != c.id for w, c in zip(wire, calls)):
+            detail["reply_call_ids"] = [c.id for c in calls]
+            reply.action = replace(reply.action, tool_calls=[replace(c, id=w) for w, c in zip(wire, calls)])
     else:
         obs = Observation()
         if any(c.kind != "server" for c in reply.action.tool_calls):
             flags.append("tool_results_not_sent")
     flags.extend(signature_flags(reply.action.reasoning))
+    flags.extend(f.value for f in LiveContextFlag if f.value in ex.flags)
+    if ex.forwarded_body is not None:
+        detail["forwarded"] = forwarded_context(reader, req)
     traj.steps.append(Step(n=i + 1, action=reply.action, observation=obs, flags=flags))
     meta["steps"].append(detail)
+
+
+def _user_texts(conv: Conversation) -> list[str]:
+    return [p.text for m in conv.messages if m.role == "user" for p in m.parts if isinstance(p, TextPart)]
+
+
+def forwarded_context(reader: JournalReader, req: Request) -> dict[str, Any]:
+    """What the live model got for main-loop request ``req`` when a continuation forwarded other
+    bytes than the agent sent (``Exchange.forwarded_body`` set): ``{sha256, agent_sha256,
+    added_user_text}``, the sha256 of the bytes forwarded and of the agent's own (its
+    ``request_body``, ``pvisor journal body EXCHANGE --request``), and the user text parts the
+    forwarded request holds beyond the agent's conversation, in order (the boundary user prompt:
+    a reasoning, model or ``previous_response_id`` rewrite adds none). A forwarded body that does
+    not parse adds none. IntegrityError for a damaged body."""
+    ex = req.exchange
+    added: list[str] = []
+    body = reader.forwarded_body(ex)
+    assert req.protocol is not None  # a main-loop request is a candidate: it parsed
+    try:
+        sent = get_protocol(req.protocol).parse_request(body, path=ex.path, query=ex.query)
+        have = Counter(_user_texts(req.conversation()))
+    except BadInputError:
+        sent = None
+    if sent is not None:
+        for text in _user_texts(sent):
+            if have[text] > 0:
+                have[text] -= 1
+            else:
+                added.append(text)
+    return {"sha256": ex.forwarded_body, "agent_sha256": ex.request_body, "added_user_text": added}
 
 
 # --------------------------------------------------------------------------- JSON

@@ -35,15 +35,16 @@ from typing import Any
 
 import orjson
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
+from pvisor.adapters.journal_trajectory import LiveContextFlag
 from pvisor.gateway.responder import Answer, Forward, IncomingRequest
 from pvisor.journal.model import Conversation, request_secrets
 
 from .playback import PathRewrites, PlaybackResponder
 from .recording import Recording
 
-#: flags a continuation journals with the exchanges it forwards or ends
+#: flags a continuation journals with the exchanges it forwards or ends (a request forwarded
+#: rewritten also gets the LiveContextFlag of each rewrite, which its step then carries)
 FLAG_LIVE = "live"
-FLAG_BOUNDARY_PROMPT = "boundary_prompt"
 FLAG_STEP_BUDGET = "step_budget"
 
 
@@ -58,8 +59,8 @@ class Change(str, enum.Enum):
     """Why a forwarded request differs from the bytes the agent sent."""
 
     EXPANDED = "previous_response_expanded"
-    BOUNDARY_PROMPT = "boundary_prompt"
-    REASONING = "reasoning_stripped"
+    BOUNDARY_PROMPT = LiveContextFlag.BOUNDARY_PROMPT.value
+    REASONING = LiveContextFlag.REASONING_STRIPPED.value
     MODEL = "live_model"
 
 
@@ -228,7 +229,8 @@ class ContinuationResponder(PlaybackResponder):
                 prompt_at=prompt_at,
             )
         )
-        flags = (FLAG_LIVE, FLAG_BOUNDARY_PROMPT) if prompt_at is not None else (FLAG_LIVE,)
+        # the step of this request carries these: the live model got another context
+        flags = (FLAG_LIVE, *(f.value for f in LiveContextFlag if f.value in changes))
         return Forward(body=out, target=target, flags=flags)
 
     def _rewrite_body(

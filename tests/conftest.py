@@ -10,6 +10,7 @@ import pytest
 
 # the real-agent captures, one per agent per session, shared by every module that uses them
 from agent_captures import captured, resumed  # noqa: F401  (pytest fixtures)
+from harbor_helpers import harbor  # noqa: F401  (a pytest fixture)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -284,3 +284,109 @@ def test_previous_response_id_of_a_served_reply_is_expanded_before_forwarding(st
     assert len(forwarded["input"]) > len(b1["input"]) + len(outputs)  # A_1's output items in between
     assert p.expansions and p.expansions[0]["previous_response_id"] == r1.id
     assert p.live[0].changes == ["previous_response_expanded"] and p.live[0].request == 2
+
+
+def _cli(journal, *args: str):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    cli = str(Path(sys.executable).with_name("pvisor"))
+    return subprocess.run(
+        [cli, "--journal", str(journal), *args, "--no-progress"],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_steps_rows_and_atif_of_live_steps_show_what_the_live_model_got(
+    stack, tmp_path, corpus_journal, harbor
+):
+    """A continuation after step 1 of a Codex run whose reply 1 carries encrypted reasoning,
+    with a boundary prompt and ``--reasoning strip``, against the scripted model: requests 2 and
+    3 reach the live model with the prompt injected and the reasoning removed. ``journal
+    steps``, the rows and the ATIF of the derived run show that context, flag the steps, and
+    keep the agent's own bytes (issue 34, item 7)."""
+    import hashlib
+    import json
+
+    _, lines = corpus_journal
+    journal = tmp_path / "reasoning.sqlite"
+    one, two = _reasoning_run(journal, lines)
+    rec = journal_recording(journal, "codex-reasoning", "codex", 1, None)
+    policy = LivePolicy(boundary_prompt=PROMPT, reasoning=ReasoningPolicy.STRIP)
+    p = ContinuationResponder(rec, 1, get_descriptor("codex"), PathRewrites([]), policy)
+    live = stack.scripted(
+        {
+            "model": "live-model",
+            "turns": [{"text": "never served"}, {"text": "A live step."}, {"text": "Done."}],
+        }
+    )
+    gw = stack.gateway({"openai": live}, responder=p, name="cont-context")
+    assert send_line(gw, one)[0] == 200  # A_1 from the recording
+    status, _, reply = send_line(gw, two)  # request 2, the boundary: live
+    assert status == 200 and p.live[0].changes == ["boundary_prompt", "reasoning_stripped"]
+    mod = get_protocol("openai-responses")
+    three = {
+        **two["body"],
+        "input": mod.conversation_items(two["body"], orjson.loads(reply))
+        + [{"type": "message", "role": "user", "content": [{"type": "input_text", "text": "go on"}]}],
+    }
+    assert send_line(gw, two, three)[0] == 200  # request 3: live again, the prompt put back
+    exs = stack.exchanges(gw)
+    assert [e.served_by for e in exs] == ["playback", "upstream", "upstream"]
+    with JournalReader(gw.journal_path) as r:
+        sent = [r.request_body(e) for e in exs]
+        forwarded = [r.forwarded_body(e) if e.forwarded_body else None for e in exs]
+    assert forwarded[0] is None and PROMPT.encode() in forwarded[1] and PROMPT.encode() in forwarded[2]
+    assert all(PROMPT.encode() not in b for b in sent)  # the agent never sent it
+    both = ["boundary_prompt", "reasoning_stripped"]
+
+    # journal steps: the live steps are flagged and say what the model got
+    proc = _cli(gw.journal_path, "journal", "steps", gw.run, "--json")
+    assert proc.returncode == 0, proc.stderr
+    steps = json.loads(proc.stdout)["steps"]
+    assert [s["exchange"] for s in steps] == [e.id for e in exs]
+    assert [[f for f in s["flags"] if f in both] for s in steps] == [[], both, both]
+    assert "forwarded" not in steps[0]["details"]
+    for s, e, f in zip(steps[1:], exs[1:], forwarded[1:]):
+        assert s["details"]["forwarded"] == {
+            "sha256": hashlib.sha256(f).hexdigest(),
+            "agent_sha256": e.request_body,
+            "added_user_text": [PROMPT],
+        }
+    human = _cli(gw.journal_path, "journal", "steps", gw.run)
+    assert human.returncode == 0 and human.stdout.decode().count(f"it added {PROMPT!r}") == 2
+    assert f"pvisor journal body {exs[1].id} --forwarded" in human.stdout.decode()
+
+    # rows: the context of a live step is the forwarded request; the agent's stays beside it
+    out = tmp_path / "rows.jsonl"
+    assert (
+        _cli(gw.journal_path, "journal", "export", gw.run, "--format", "rows", "-o", str(out)).returncode == 0
+    )
+    rows = [json.loads(line) for line in out.read_bytes().splitlines()]
+    assert rows[0]["prefix"] == orjson.loads(sent[0]) and rows[0]["agent_prefix"] is None
+    for row, s, f in zip(rows[1:], sent[1:], forwarded[1:]):
+        assert row["prefix"] == orjson.loads(f) and row["agent_prefix"] == orjson.loads(s)
+        assert [i for i in row["prefix"]["input"] if i.get("type") == "reasoning"] == []
+        assert row["digests"]["prefix_sha256"] == hashlib.sha256(f).hexdigest()
+        assert row["digests"]["agent_prefix_sha256"] == hashlib.sha256(s).hexdigest()
+        assert [x for x in row["flags"] if x in both] == both
+    assert rows[0]["digests"]["agent_prefix_sha256"] == rows[0]["digests"]["prefix_sha256"]
+
+    # ATIF: the boundary prompt is a user step, once, between step 1 and the first live step
+    atif = tmp_path / "run.atif.json"
+    assert (
+        _cli(gw.journal_path, "journal", "export", gw.run, "--format", "atif", "-o", str(atif)).returncode
+        == 0
+    )
+    doc = json.loads(atif.read_bytes())
+    kinds = [(s["source"], s["extra"].get("pvisor_step") if s.get("extra") else None) for s in doc["steps"]]
+    at = kinds.index(("agent", 2))
+    assert doc["steps"][at - 1]["source"] == "user" and doc["steps"][at - 1]["message"] == PROMPT
+    assert [s["message"] for s in doc["steps"] if s["source"] == "user"].count(PROMPT) == 1
+    live_steps = [s for s in doc["steps"] if s["source"] == "agent"][1:]
+    assert [[f for f in s["extra"]["flags"] if f in both] for s in live_steps] == [both, both]
+    assert [s["extra"]["forwarded"]["agent_sha256"] for s in live_steps] == [e.request_body for e in exs[1:]]
+    assert harbor([atif]) == {str(atif): []}

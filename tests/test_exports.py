@@ -257,7 +257,7 @@ def test_bad_export_options_get_one_line_and_no_file(qwen, tmp_path):
 
 
 def test_a_rows_prefix_digest_is_the_prepared_prefix_of_the_step_before(qwen, tmp_path):
-    """docs/exports.md: row k's prefix_sha256 is the sha256 of what replay --prepare-only
+    """docs/exports.md: row k's agent_prefix_sha256 is the sha256 of what replay --prepare-only
     --after-step k-1 writes for the same journal run (its recorded bytes)."""
     out = tmp_path / "rows.jsonl"
     assert export(qwen.journal, qwen.run, "--format", "rows", out=out).returncode == 0
@@ -269,6 +269,7 @@ def test_a_rows_prefix_digest_is_the_prepared_prefix_of_the_step_before(qwen, tm
         capture_output=True, env=ENV, timeout=120,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert (
-        hashlib.sha256((prep / "prefix.json").read_bytes()).hexdigest() == rows[1]["digests"]["prefix_sha256"]
-    )
+    prepared = hashlib.sha256((prep / "prefix.json").read_bytes()).hexdigest()
+    # a captured run went upstream as the agent sent it: the context is the agent's request
+    assert prepared == rows[1]["digests"]["prefix_sha256"] == rows[1]["digests"]["agent_prefix_sha256"]
+    assert rows[1]["agent_prefix"] is None

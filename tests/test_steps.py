@@ -1080,7 +1080,7 @@ def test_anthropic_function_call_still_needs_its_result():
     echo = A.parse_request(
         {"messages": [{"role": "assistant", "content": [b for b in action.raw["content"]]}]}
     ).messages
-    obs, flags, details = _observation("anthropic", [*echo, Message("user", [TextPart("go on")])], action)
+    obs, flags, details, _ = _observation("anthropic", [*echo, Message("user", [TextPart("go on")])], action)
     assert flags == ["missing_tool_results"] and details["missing_results"] == [
         {"call": 2, "id": "toolu_1", "name": "bash"}
     ]

@@ -1,6 +1,9 @@
 """A journal run as Harbor ATIF v1.7 (docs/exports.md "atif"): the run's steps by the chain rule
 (pvisor journal steps), written as :func:`pvisor.adapters.native.render.atif_fields` writes a
-native file's, with the run in the root ``extra``."""
+native file's, with the run in the root ``extra``. A live step of a continuation whose request
+went upstream rewritten shows what the live model got: the boundary user prompt as a user step
+before it, its flags, and ``extra.forwarded`` (the digests of the forwarded bytes and of the
+agent's own, which the journal keeps: ``pvisor journal body EXCHANGE --request``)."""
 
 from __future__ import annotations
 
@@ -15,9 +18,10 @@ from pvisor.journal.reader import JournalReader
 def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
     """Write the ATIF document of run ``run_id`` to ``out``; returns the number of steps.
     ``session_id`` is the agent's session id when it was recorded, else the run id; the agent's
-    version is the run's. Raises UsageError for an unknown run."""
+    version is the run's. Raises UsageError for an unknown run, BadInputError (exit 65) for a run
+    with no main-loop exchange (ATIF needs a step), before a byte is written."""
     run = reader.run(run_id)
-    traj = trajectory_from_journal(reader, run.id)
+    traj = trajectory_from_journal(reader, run.id, wire_ids=True)
     traj.meta = {
         **traj.meta,
         "session": run.labels.get("session_id") or run.id,
@@ -35,5 +39,7 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
         }
 
     with progress.task("writing steps", len(traj.steps)):
-        write_document(out, atif_fields(traj, run.agent or "unknown", extra))
+        write_document(
+            out, atif_fields(traj, run.agent or "unknown", extra, f"run {run.id}", traj.meta.get("steps", ()))
+        )
     return len(traj.steps)

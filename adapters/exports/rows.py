@@ -4,20 +4,28 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
 
 - ``run``, ``step`` (k), ``agent``, ``protocol``, ``model`` (of the reply), ``exchange`` (the id
   of main-loop request k);
-- ``prefix``: request k's body as the agent sent it, the whole context the model answered with
-  action k (a JSON object in the recorded protocol; with ``bodies=False``, None);
-- ``prompt``: for Chat Completions runs, that request's ``messages`` (the OpenAI-style list
+- ``prefix``: the whole context the model answered with action k (a JSON object in the recorded
+  protocol; with ``bodies=False``, None): request k's body as the agent sent it, or, for a live
+  step that a continuation forwarded rewritten (flags ``boundary_prompt``,
+  ``reasoning_stripped``; also a live model or an expanded ``previous_response_id``), the body
+  forwarded, which is what the live model got;
+- ``agent_prefix``: request k's body as the agent sent it when ``prefix`` is another (the
+  forwarded one), else None (with ``bodies=False`` always None);
+- ``prompt``: for Chat Completions runs, the ``messages`` of ``prefix`` (the OpenAI-style list
   verl and SkyRL read); None for the other protocols;
 - ``action``: ``{text, reasoning, tool_calls, stop_reason, model, usage}`` and ``observation``:
   ``{results, messages}``, in the shapes of ``pvisor.steps/v1`` (docs/steps.md; reasoning
-  signatures only as ``signed``/``encrypted`` flags);
-- ``flags`` (the step's), and ``digests``: ``prefix_sha256`` (of the exact request bytes),
+  signatures only as ``signed``/``encrypted`` flags; each call with the id the agent sent it back
+  under, which its results carry);
+- ``flags`` (the step's), and ``digests``: ``prefix_sha256`` (of the exact bytes of ``prefix``),
+  ``agent_prefix_sha256`` (of the agent's request bytes: those a prepared prefix of the journal
+  run holds; the same as ``prefix_sha256`` unless a continuation rewrote the request),
   ``action_sha256`` and ``observation_sha256`` (of the compact JSON of ``action`` and
   ``observation`` with sorted keys), so that a row can be matched to a prepared prefix.
 
 JSON Lines writes each row as one object. Parquet (pyarrow, the extra ``pvisor-replay[parquet]``)
-has the same columns; ``prefix``, ``action``, ``observation`` and ``flags`` are JSON text there
-(their shapes vary by protocol), and ``prompt`` is a list of ``{role, content, tool_call_id,
+has the same columns; ``prefix``, ``agent_prefix``, ``action``, ``observation`` and ``flags`` are
+JSON text there (their shapes vary by protocol), and ``prompt`` is a list of ``{role, content, tool_call_id,
 tool_calls}`` with ``content`` the message's text and ``tool_calls`` JSON text, so that every
 row has one Arrow type.
 """
@@ -38,6 +46,13 @@ from pvisor.journal.reader import JournalReader
 PARQUET_BATCH = 256
 
 
+def _json(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+
+
 def _digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
@@ -46,22 +61,26 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
     """The rows of run ``run_id`` (module docstring), one step at a time. UsageError for an
     unknown run; IntegrityError for a damaged body."""
     run = reader.run(run_id)
-    traj = trajectory_from_journal(reader, run.id)
+    traj = trajectory_from_journal(reader, run.id, wire_ids=True)
     doc = trajectory_to_json(traj)
     by_id = {e.id: e for e in reader.exchanges(run.id)}
     with progress.task(f"rows of run {run.id}", len(doc["steps"])) as task:
         for step in doc["steps"]:
             ex = by_id[step["exchange"]]
-            raw = reader.request_body(ex) or b""
+            sent = reader.request_body(ex) or b""
+            # a live step's context is what the live model got: the bytes forwarded when a
+            # continuation rewrote the request (the agent's stay in agent_prefix)
+            forwarded = reader.forwarded_body(ex) if ex.forwarded_body is not None else None
+            raw = forwarded if forwarded is not None else sent
+            prefix_sha = hashlib.sha256(raw).hexdigest()
             prefix: Any = None
+            agent_prefix: Any = None
             prompt = None
             if bodies or doc["protocol"] == "openai-chat":
-                try:
-                    parsed = orjson.loads(raw)
-                except orjson.JSONDecodeError:
-                    parsed = None
+                parsed = _json(raw)
                 if bodies:
                     prefix = parsed
+                    agent_prefix = _json(sent) if forwarded is not None else None
                 if doc["protocol"] == "openai-chat" and isinstance(parsed, dict):
                     prompt = parsed.get("messages")
             yield {
@@ -72,12 +91,16 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
                 "model": step["action"]["model"] or traj.model,
                 "exchange": ex.id,
                 "prefix": prefix,
+                "agent_prefix": agent_prefix,
                 "prompt": prompt,
                 "action": step["action"],
                 "observation": step["observation"],
                 "flags": step["flags"],
                 "digests": {
-                    "prefix_sha256": hashlib.sha256(raw).hexdigest(),
+                    "prefix_sha256": prefix_sha,
+                    "agent_prefix_sha256": hashlib.sha256(sent).hexdigest()
+                    if forwarded is not None
+                    else prefix_sha,
                     "action_sha256": _digest(step["action"]),
                     "observation_sha256": _digest(step["observation"]),
                 },
@@ -106,7 +129,7 @@ def _text(content: Any) -> str | None:
 
 def _parquet_row(row: dict[str, Any]) -> dict[str, Any]:
     flat = dict(row)
-    for key in ("prefix", "action", "observation", "flags"):
+    for key in ("prefix", "agent_prefix", "action", "observation", "flags"):
         flat[key] = None if row[key] is None else orjson.dumps(row[key]).decode()
     if row["prompt"] is not None:
         flat["prompt"] = [
@@ -143,6 +166,7 @@ def parquet_schema() -> Any:
             ("model", pa.string()),
             ("exchange", pa.string()),
             ("prefix", pa.string()),
+            ("agent_prefix", pa.string()),
             ("prompt", pa.list_(message)),
             ("action", pa.string()),
             ("observation", pa.string()),
@@ -152,6 +176,7 @@ def parquet_schema() -> Any:
                 pa.struct(
                     [
                         ("prefix_sha256", pa.string()),
+                        ("agent_prefix_sha256", pa.string()),
                         ("action_sha256", pa.string()),
                         ("observation_sha256", pa.string()),
                     ]

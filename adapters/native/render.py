@@ -10,8 +10,14 @@ function_name, arguments (object), extra}]`` and ``observation{results[{source_c
 content, extra}]}``: one ATIF agent step per model inference, its observation on the same
 step, which is our step (A_i with O_i). ATIF ``arguments`` is an object, so the exact argument
 string is kept in the call's ``extra.arguments_raw`` (and ``arguments`` is ``{}`` when it is not
-a JSON object). Result content that is not a string is given as its text, the original in
-``extra.content_raw``. Observation messages (a later user prompt) become user steps.
+a JSON object). A call with no id (a Gemini reply the agent never sent back) gets
+``call-STEP-I`` and ``extra.made_up_id``: ATIF requires one. A result's ``source_call_id`` is
+the id it carries when that names a tool call of its step; else (a lost action: its call is not
+in the file) the id is in the result's ``extra.call_id``, since Harbor's validator refuses a
+``source_call_id`` that names no call of its step. Result content that is not a string is given
+as its text, the original in ``extra.content_raw``. Observation messages (a later user prompt)
+become user steps. A trajectory with no system prompt, task or step is refused (BadInputError):
+ATIF needs at least one step.
 
 Two ways to make each document: :func:`to_json` / :func:`to_atif` return it as a dict (tests,
 callers that want the whole value); :func:`write_json` / :func:`write_atif` write the same
@@ -23,7 +29,7 @@ the dict form (tests/test_native_cli.py checks it on the corpus).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import orjson
@@ -212,24 +218,31 @@ def _atif_agent_step(s: Step) -> dict[str, Any]:
     if reasoning:
         step["reasoning_content"] = reasoning
     if a.tool_calls:
-        step["tool_calls"] = [
-            {
+        calls = []
+        for i, c in enumerate(a.tool_calls):
+            call: dict[str, Any] = {
                 "tool_call_id": c.id or f"call-{s.n}-{i + 1}",
                 "function_name": c.name,
                 "arguments": c.arguments if isinstance(c.arguments, dict) else {},
                 "extra": {"arguments_raw": c.arguments_raw, "kind": c.kind},
             }
-            for i, c in enumerate(a.tool_calls)
-        ]
+            if c.id is None:  # ATIF requires an id: none was sent, none answers a result
+                call["extra"]["made_up_id"] = True
+            calls.append(call)
+        step["tool_calls"] = calls
+    # Harbor refuses a source_call_id that names no tool call of its step
+    ids = {c["tool_call_id"] for c in step.get("tool_calls", ())}
     if s.observation.results:
         results = []
         for r in s.observation.results:
             item: dict[str, Any] = {
                 "content": r.content if isinstance(r.content, str) else text_of(r.content)
             }
-            if r.call_id is not None:
-                item["source_call_id"] = r.call_id
             extra: dict[str, Any] = {}
+            if r.call_id in ids:
+                item["source_call_id"] = r.call_id
+            elif r.call_id is not None:  # it answers a call this step lacks (a lost action)
+                extra["call_id"] = r.call_id
             if not isinstance(r.content, str):
                 extra["content_raw"] = r.content
             if r.is_error is not None:
@@ -249,9 +262,15 @@ def _atif_agent_step(s: Step) -> dict[str, Any]:
     return step
 
 
-def _atif_steps(t: Trajectory, count: list[int]) -> Iterator[dict[str, Any]]:
+def _atif_steps(
+    t: Trajectory, count: list[int], details: Sequence[dict[str, Any]] = ()
+) -> Iterator[dict[str, Any]]:
     """ATIF steps numbered from 1 (system, task, then per step its agent step and a user step
-    per observation message); ``count[0]`` is the number given so far."""
+    per observation message); ``count[0]`` is the number given so far. ``details``: a journal
+    run's step details (``Trajectory.meta["steps"]``), whose ``forwarded`` says what a live step's
+    model got instead of the agent's request: the user text it added (the boundary user prompt)
+    is a user step before the first agent step whose context held it, and the agent step's
+    ``extra.forwarded`` gives the digests of both requests."""
 
     def numbered(step: dict[str, Any]) -> dict[str, Any]:
         count[0] += 1
@@ -261,8 +280,17 @@ def _atif_steps(t: Trajectory, count: list[int]) -> Iterator[dict[str, Any]]:
         yield numbered({"source": "system", "message": t.system})
     if t.task is not None:
         yield numbered({"source": "user", "message": t.task})
-    for s in _each(t.steps):  # iterated once
-        yield numbered(_atif_agent_step(s))
+    added: set[str] = set()
+    for j, s in enumerate(_each(t.steps)):  # iterated once
+        forwarded = details[j].get("forwarded") if j < len(details) else None
+        step = _atif_agent_step(s)
+        if forwarded is not None:
+            for text in forwarded["added_user_text"]:
+                if text not in added:  # once: every later live request holds it again
+                    added.add(text)
+                    yield numbered({"source": "user", "message": text, "extra": {"pvisor_added": True}})
+            step["extra"]["forwarded"] = forwarded
+        yield numbered(step)
         for m in s.observation.messages:
             yield numbered({"source": "user", "message": _message(m)["text"]})
 
@@ -278,13 +306,31 @@ def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
             "left_out": len(t.left_out),
             "warnings": [str(w) for w in result.diagnostics.warnings],
         },
+        result.diagnostics.path,
     )
 
 
-def atif_fields(t: Trajectory, agent: str, extra: Callable[[], dict[str, Any]]) -> Iterator[tuple[str, Any]]:
+def atif_fields(
+    t: Trajectory,
+    agent: str,
+    extra: Callable[[], dict[str, Any]],
+    source: str,
+    details: Sequence[dict[str, Any]] = (),
+) -> Iterator[tuple[str, Any]]:
     """The fields of the ATIF v1.7 document of ``t`` (module docstring), in order, for
     :func:`write_document`; ``extra()`` gives the root ``extra`` once every step was written (a
-    native file's profile and warnings; a journal run's id: pvisor.adapters.exports)."""
+    native file's profile and warnings; a journal run's id: pvisor.adapters.exports);
+    ``details``: a journal run's step details (:func:`_atif_steps`).
+
+    Raises BadInputError (exit 65) naming ``source`` (the file, or ``run ID``), before the first
+    field, when ``t`` has no system prompt, task or step: ATIF requires at least one step
+    (Harbor's validator refuses an empty ``steps``), and a step made up would say what did not
+    happen."""
+    if t.system is None and t.task is None and not t.steps:
+        raise BadInputError(
+            f"{source}: no step to export as ATIF: it holds no system prompt, task or action, "
+            "and an ATIF trajectory needs at least one step"
+        )
     meta = t.meta or {}
     count = [0]
     agent_info: dict[str, Any] = {
@@ -305,7 +351,7 @@ def atif_fields(t: Trajectory, agent: str, extra: Callable[[], dict[str, Any]]) 
     yield "schema_version", ATIF_VERSION
     yield "session_id", str(meta.get("sessionId") or meta.get("session") or meta.get("id") or "")
     yield "agent", agent_info
-    yield "steps", Items(_atif_steps(t, count))
+    yield "steps", Items(_atif_steps(t, count, details))
     yield "final_metrics", Later(lambda: {"total_steps": count[0]})
     yield "extra", Later(extra)
 

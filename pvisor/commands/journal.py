@@ -440,7 +440,7 @@ def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
     from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
 
     with _reader(ctx) as r:
-        traj = trajectory_from_journal(r, run_id)
+        traj = trajectory_from_journal(r, run_id, wire_ids=True)
     if as_json:
         _emit_json(trajectory_to_json(traj))
         return
@@ -461,6 +461,18 @@ def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
             for s, d in zip(traj.steps, meta["steps"])
         ]
         _table(rows, ["STEP", "EXCHANGE", "ACTION (TOOL CALLS)", "OBSERVATION", "FLAGS"])
+        # a live step of a continuation whose request went upstream rewritten: what the model got
+        for s, d in zip(traj.steps, meta["steps"]):
+            fwd = d.get("forwarded")
+            if fwd is None:
+                continue
+            added = "".join(f"; it added {_clip(t, 60)!r}" for t in fwd["added_user_text"])
+            click.echo(
+                _safe(
+                    f"step {s.n}: the live model got other bytes than the agent sent{added} "
+                    f"(pvisor journal body {d['exchange']} --forwarded; the agent's: --request)"
+                )
+            )
     aux = meta["auxiliary"]
     click.echo(f"auxiliary: {len(aux)}")
     for a in aux:
