@@ -29,7 +29,16 @@ from pvisor.journal.errors import BadInputError, PvisorError
 from pvisor.journal.model import Conversation, Step
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
-from .prefix import WARNED_FLAGS, check_boundary, descriptor, native_conversation, native_version, step_notes
+from .prefix import (
+    WARNED_FLAGS,
+    check_boundary,
+    descriptor,
+    finish_at,
+    native_conversation,
+    native_version,
+    step_notes,
+    unsent_note,
+)
 
 
 @dataclass(slots=True)
@@ -218,7 +227,15 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
             )
     # a replay re-runs the calls: a result the recording lacks is no reason to warn here
     rec.notes.extend(step_notes(steps, after_step, [f for f in WARNED_FLAGS if f != "missing_tool_results"]))
+    _note_finish(rec, d, after_step)
     return rec
+
+
+def _note_finish(rec: Recording, d: Any, after_step: int) -> None:
+    """The warning ``observation_not_sent`` when A_N is the agent's finish action (:func:`finish_at`)."""
+    finish = finish_at(d, rec.steps, after_step)
+    if finish is not None:
+        rec.notes.append(unsent_note(after_step, finish))
 
 
 def _reply(reader: Any, ex: Any) -> RecordedReply:
@@ -304,7 +321,8 @@ def native_recording(
         notes=[(w.code, str(w)) for w in result.diagnostics.warnings],
     )
     _check_steps(rec, after_step, where)
-    for step in steps[:after_step]:
+    finish = finish_at(d, steps, after_step)
+    for step in steps[: after_step - 1 if finish is not None else after_step]:
         # the agent re-runs the calls anyway: a result the file lacks only leaves O without O'
         missing = pending_calls(step) + [
             c for c, r in zip(step.action.tool_calls, _answering(step)) if r is not None and is_made_up(r)
@@ -333,6 +351,7 @@ def native_recording(
         None,
     )
     rec.requests.append(conv)
+    _note_finish(rec, d, after_step)
     return rec
 
 

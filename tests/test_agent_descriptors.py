@@ -16,9 +16,10 @@ from pvisor.adapters.agents.descriptor import FINAL_TEXT
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource
 from pvisor.journal.errors import UsageError
-from pvisor.journal.model import Conversation, ToolSpec
+from pvisor.journal.model import Action, Conversation, ToolCall, ToolSpec
 
 REPO = Path(__file__).resolve().parents[1]
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 TASKS = ["fix it", "--version", "a=b -- c", "line one\nline two", "ünïcode ✓"]
 
 
@@ -80,6 +81,35 @@ def test_mini_swe_agent_ends_on_its_submit_command_not_on_text():
     # the reply renders as a valid Chat Completions response
     final = get_protocol("openai-chat").action_to_response(action, model="m", ids=IdSource(1))
     assert final["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
+
+
+def _call(name: str, **args: object) -> ToolCall:
+    return ToolCall("c1", name, json.dumps(args), dict(args))
+
+
+@pytest.mark.parametrize(
+    "agent,action,why",
+    [
+        ("mini-swe-agent", Action(tool_calls=[_call("bash", command=SUBMIT)]), "finish command"),
+        # text mode: the fenced block is the command
+        ("mini-swe-agent", Action(text=f"Done.\n\n```mswea_bash_command\n{SUBMIT}\n```"), "finish command"),
+        # 1.x submitted with the diff in the same command line
+        (
+            "mini-swe-agent",
+            Action(tool_calls=[_call("bash", command=SUBMIT + " && git add -A")]),
+            "finish command",
+        ),
+        ("mini-swe-agent", Action(tool_calls=[_call("bash", command="git commit -m x")]), None),
+        ("mini-swe-agent", Action(text="no command"), None),
+        ("openhands", Action(tool_calls=[_call("finish", message="done")]), "finish tool finish"),
+        ("swe-agent", Action(tool_calls=[_call("submit")]), "finish tool submit"),
+        # the other agents name no finish action: their end is a reply without a tool call
+        ("claude-code", Action(tool_calls=[_call("Bash", command=SUBMIT)]), None),
+        ("codex", Action(text="Done."), None),
+    ],
+)
+def test_the_finish_action_is_what_the_descriptor_names(agent, action, why):
+    assert get_descriptor(agent).finish_action(action) == why
 
 
 @pytest.mark.parametrize(

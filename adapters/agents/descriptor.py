@@ -260,6 +260,21 @@ class AgentDescriptor:
                     return why
         return None
 
+    def finish_action(self, action: Action) -> str | None:
+        """What in ``action`` ends the agent's run, or None: ``finish tool NAME`` (a call of one
+        of its :attr:`finish_tools`) or ``finish command`` (one of its :attr:`finish_commands`
+        in a call of its :attr:`shell_tools` or in its text, :meth:`command_commitment`). The
+        agent stops there: it sends no request after the action, and the observation of it
+        (mini-swe-agent's "action was not executed") never reaches the model."""
+        for call in action.tool_calls:
+            why = self.commitment(call)
+            if why is not None and why.startswith("finish "):
+                return why
+        for command in self.text_commands(action):
+            if self.command_commitment(command) == "finish command":
+                return "finish command"
+        return None
+
     def text_commands(self, action: Action) -> list[str]:
         """The shell commands an action gives in its text (an agent in text mode writes them
         in a fenced block, :attr:`text_command`), in order; [] for an agent without one."""
