@@ -8,7 +8,8 @@ In order (docs/replay.md):
    replay's files are there).
 2. The source is read into a :class:`~pvisor.replay.recording.Recording` (a journal run, or the
    agent's native file); the task is its ``task`` label, the recorded command line read by the
-   descriptor, the native file's task, or ``--task``.
+   descriptor, the prompt of its first main-loop request read by the descriptor (a run captured
+   by ``pvisor gateway``), the native file's task, or ``--task``.
 3. The agent is launched as ``pvisor run`` launches it (:func:`pvisor.agent_run.run_agent`:
    its launch profile, a private home, its own session, supervision) with the recorded task and
    model, a dummy key and no upstream: the gateway answers through
@@ -125,6 +126,8 @@ class ReplayOnlyOutcome:
     output: Path
 
     def summary(self) -> str:
+        from pvisor.replay.recording import TaskOrigin
+
         r = self.result
         # the calls of a finish action have no observation (never sent): not counted
         calls = [c for c in r["tool_calls"] if not c["observation_not_sent"]]
@@ -143,6 +146,9 @@ class ReplayOnlyOutcome:
             f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) "
             "equal once normalised"
         )
+        if r["playback"]["task_origin"] == TaskOrigin.REQUEST.value:
+            # the run kept no task (a `pvisor gateway` capture): say where the agent's came from
+            rerun += "; the task read from its first request"
         if live is not None:
             br = live["boundary_request"]
             sent = (
@@ -357,8 +363,8 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         if rec.task is None:
             raise ReplayBadInput(
                 "no_task",
-                f"{show_path(source_path)} holds no task for the agent (a run recorded before pvisor kept it, and "
-                "no command line to read it from): give --task TEXT",
+                f"{show_path(source_path)} holds no task for the agent (no task label, no command line, "
+                "and no prompt in its first request to read it from): give --task TEXT",
             )
         if live:
             _check_boundary_prompt(opts, rec, d)

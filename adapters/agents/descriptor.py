@@ -7,7 +7,8 @@ and what playback meets when it re-runs the agent: the context parts that change
 run (:attr:`AgentDescriptor.volatile_patterns`), the decorations of its tool output
 (:attr:`AgentDescriptor.output_decorations`), the tool arguments that hold absolute paths
 (:attr:`AgentDescriptor.path_arguments`), how to recover the task from a recorded command line
-(:meth:`AgentDescriptor.task_from_argv`), and the synthetic final reply that ends it
+(:meth:`AgentDescriptor.task_from_argv`) or from its first request
+(:meth:`AgentDescriptor.task_from_request`), and the synthetic final reply that ends it
 (:meth:`AgentDescriptor.final_reply`). Code elsewhere asks the descriptor; it never branches on
 an agent's name.
 
@@ -205,6 +206,13 @@ class AgentDescriptor:
         recorded before the task became a run label), or None."""
         return None
 
+    def task_from_request(self, conv: Conversation) -> str | None:
+        """The task as the agent was given it, from its first main-loop request ``conv`` (a run
+        captured by ``pvisor gateway`` holds neither a task label nor a command line), or None:
+        the prompt the request carries (:func:`request_prompt`) read as its native file stores
+        it (:meth:`task_from_trajectory`: the same wrapping, OpenCode's quotes)."""
+        return self.task_from_trajectory(request_prompt(conv), {})
+
     def mask_volatile(self, text: str) -> str:
         """``text`` with its volatile parts (dates, temporary paths, directory listings) masked."""
         for pattern in self.volatile_patterns:
@@ -312,6 +320,21 @@ def action_message(action: Action) -> Message:
         parts.append(TextPart(action.text))
     parts.extend(action.tool_calls)
     return Message("assistant", parts)
+
+
+def request_prompt(conv: Conversation) -> str | None:
+    """The user's prompt in a first request: the last non-empty text part of its last user
+    message. The agents put their own context before it, as messages of their own (Codex's
+    ``<environment_context>`` item) or as earlier parts of the same message (Claude Code's and
+    Qwen Code's ``<system-reminder>`` blocks, Gemini CLI's ``<session_context>`` part); None when
+    no user message holds a text."""
+    for m in reversed(conv.messages):
+        if m.role != "user":
+            continue
+        texts = [p.text for p in m.parts if isinstance(p, TextPart) and p.text]
+        if texts:
+            return texts[-1]
+    return None
 
 
 def after_separator(argv: list[str]) -> str | None:
