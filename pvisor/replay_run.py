@@ -8,7 +8,8 @@ In order (docs/replay.md):
    replay's files are there).
 2. The source is read into a :class:`~pvisor.replay.recording.Recording` (a journal run, or the
    agent's native file); the task is its ``task`` label, the recorded command line read by the
-   descriptor, the native file's task, or ``--task``.
+   descriptor, the prompt of its first main-loop request read by the descriptor (a run captured
+   by ``pvisor gateway``), the native file's task, or ``--task``.
 3. The agent is launched as ``pvisor run`` launches it (:func:`pvisor.agent_run.run_agent`:
    its launch profile, a private home, its own session, supervision) with the recorded task and
    model, a dummy key and no upstream: the gateway answers through
@@ -125,8 +126,11 @@ class ReplayOnlyOutcome:
     output: Path
 
     def summary(self) -> str:
+        from pvisor.replay.recording import TaskOrigin
+
         r = self.result
-        calls = r["tool_calls"]
+        # the calls of a finish action have no observation (never sent): not counted
+        calls = [c for c in r["tool_calls"] if not c["observation_not_sent"]]
         same = sum(1 for c in calls if c["equal_normalised"])
         ended = r["agent_run"]["ended_by"]
         prefix = r["prefix"]
@@ -142,6 +146,9 @@ class ReplayOnlyOutcome:
             f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) "
             "equal once normalised"
         )
+        if r["playback"]["task_origin"] == TaskOrigin.REQUEST.value:
+            # the run kept no task (a `pvisor gateway` capture): say where the agent's came from
+            rerun += "; the task read from its first request"
         if live is not None:
             br = live["boundary_request"]
             sent = (
@@ -356,11 +363,11 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         if rec.task is None:
             raise ReplayBadInput(
                 "no_task",
-                f"{show_path(source_path)} holds no task for the agent (a run recorded before pvisor kept it, and "
-                "no command line to read it from): give --task TEXT",
+                f"{show_path(source_path)} holds no task for the agent (no task label, no command line, "
+                "and no prompt in its first request to read it from): give --task TEXT",
             )
         if live:
-            _check_boundary_prompt(opts, rec)
+            _check_boundary_prompt(opts, rec, d)
         if rec.workspace and _related(_resolved(Path(rec.workspace)), ws):
             raise ReplayUsageError(
                 "workspace_refused",
@@ -630,7 +637,7 @@ def _failure(result: dict[str, Any], p: Any, report: Any, opts: ReplayOnlyOption
     if p.boundary is not None:
         return None
     last = p.latest[0] if p.latest is not None else 0
-    if result["prefix"] is not None:  # A_N made no tool call: the agent ended by itself after it
+    if result["prefix"] is not None:  # A_N made no tool call or finished: the agent ended after it
         return None
     if report.timed_out:
         return ReplayFailed(
@@ -712,22 +719,34 @@ def _has_key(opts: ReplayOptions, key: str) -> bool:
     return bool(opts.agent_env.get(key) or os.environ.get(key))
 
 
-def _check_boundary_prompt(opts: ReplayOptions, rec: Any) -> None:
+def _check_boundary_prompt(opts: ReplayOptions, rec: Any, d: Any) -> None:
     """A boundary prompt needs a request N+1: refused when N is the last step and A_N made no
-    tool call (the agent ends after A_N; only its native resume could send more)."""
+    tool call or is the agent's finish action (the agent ends after A_N; only its native resume
+    could send more)."""
+    from pvisor.replay.prefix import finish_at
+
     if opts.boundary_prompt is None:
         return
     n = opts.after_step
-    if (
-        n == len(rec.steps)
-        and n > 0
-        and not [c for c in rec.steps[n - 1].action.tool_calls if c.kind != "server"]
-    ):
-        raise ReplayUsageError(
-            "boundary_prompt_impossible",
-            f"--boundary-user-prompt after step {n}: it is the last step and A_{n} made no tool call, so the agent "
-            "sends no request N+1 to carry the prompt (only its native resume could: pvisor run --resume)",
-        )
+    if n != len(rec.steps) or n == 0:
+        return
+    finish = finish_at(d, rec.steps, n)
+    if finish is not None:
+        why = f"A_{n} is the agent's {finish}, which ends its run"
+    elif not [c for c in rec.steps[n - 1].action.tool_calls if c.kind != "server"]:
+        why = f"A_{n} made no tool call"
+    else:
+        return
+    resume = (
+        " (only its native resume could: pvisor run --resume)"
+        if d.resumable
+        else f"; a prompt can follow an earlier step (N < {n})"
+    )
+    raise ReplayUsageError(
+        "boundary_prompt_impossible",
+        f"--boundary-user-prompt after step {n}: it is the last step and {why}, so the agent "
+        f"sends no request N+1 to carry the prompt{resume}",
+    )
 
 
 def _error_message(body: bytes | None) -> str | None:
@@ -880,10 +899,12 @@ def _fill_live(
             }
         )
     if opts.boundary_prompt is None and boundary is None and ended is ContinuationEnd.AGENT:
+        what = f"is the agent's {p.finish}" if p.finish is not None else "made no tool call"
         result["warnings"].append(
             {
                 "code": "no_live_request",
-                "message": f"A_{opts.after_step} made no tool call and the agent ended after it: nothing went to the live model",
+                "message": f"A_{opts.after_step} {what} and the agent ended after it: "
+                "nothing went to the live model",
             }
         )
 

@@ -22,7 +22,8 @@ ERROR_CODES: dict[str, str] = {
     "bad_manifest_line": "a line of --batch MANIFEST is not a JSON object of known keys with values of the right types (the other lines are prepared; the batch exits 1)",
     "no_steps": "the source holds no main-loop step (exit 65)",
     "after_step_out_of_range": "--after-step is greater than the number of steps (exit 65)",
-    "observation_not_recorded": "N equals the steps and A_N made tool calls whose results the source does not hold (exit 65)",
+    "observation_not_recorded": "N equals the steps and A_N made tool calls (not the agent's finish action) "
+    "whose results the source does not hold (exit 65)",
     "no_reply": "N equals the steps and request N got no usable reply to render A_N from (exit 65)",
     "compaction_not_replayable": "playback from a native file across a compaction (its summary request is not in the file; use the journal run) (exit 65)",
     "action_lost": "a step up to N is a gap: its action's line was lost from the native file (exit 65)",
@@ -47,7 +48,8 @@ ERROR_CODES: dict[str, str] = {
     "agent_timeout": "the agent did not reach request N+1 within --timeout (exit 124)",
     "interrupted": "a stop signal ended the replay (exit 128 + the signal: 130 for Ctrl-C)",
     "missing_api_key": "a continuation to the agent's public API, and its key is not in the environment (exit 2)",
-    "boundary_prompt_impossible": "--boundary-user-prompt after the last step, whose action made no tool call: no request N+1 can carry it (exit 2)",
+    "boundary_prompt_impossible": "--boundary-user-prompt after the last step, whose action made no tool "
+    "call or is the agent's finish action: no request N+1 can carry it (exit 2)",
     "upstream_unreachable": "a continuation's live upstream could not be reached (or closed before answering) at its last live request (exit 69)",
     "upstream_error": "a continuation's live upstream answered its last live request with an error status (exit 1)",
     "reasoning_rejected": "the live upstream refused the served replies' reasoning (signatures, encrypted content): see --reasoning strip (exit 1)",

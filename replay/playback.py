@@ -61,7 +61,7 @@ from pvisor.journal.model import (
     redact_exchange_meta,
 )
 
-from .prefix import is_made_up, request_meta
+from .prefix import finish_at, is_made_up, request_meta
 from .prepare import content_sha256, match_results
 from .recording import Recording, RecordedReply, aux_key
 
@@ -245,6 +245,9 @@ class PlaybackResponder:
         self.rewrites = rewrites
         self.mod = get_protocol(rec.protocol)
         self.rewritten: list[Rewrite] = []
+        #: why O_N is never sent (A_N, the recording's last step, is the agent's finish action:
+        #: the agent ends after it, as after an A_N without a tool call), or None
+        self.finish = finish_at(descriptor, rec.steps, after_step)
         self.actions: list[Action] = [
             self._rewrite(i + 1, descriptor.reply_action(rec.protocol, s.action))
             for i, s in enumerate(rec.steps[:after_step])
@@ -582,9 +585,15 @@ class PlaybackResponder:
         native = self.rec.kind == "native"
         for i, step in enumerate(self.rec.steps[: self.n]):
             calls = _calls(step.action)
+            # the finish action's O_N was never sent (a native file may hold what the agent wrote)
+            not_sent = self.finish is not None and i == self.n - 1
             # a native file may store a result otherwise than the agent sent it: compare what it sent
             results = (
-                [self.descriptor.wire_result(self.rec.protocol, r, names) for r in step.observation.results]
+                []
+                if not_sent
+                else [
+                    self.descriptor.wire_result(self.rec.protocol, r, names) for r in step.observation.results
+                ]
                 if native
                 else list(step.observation.results)
             )
@@ -620,6 +629,7 @@ class PlaybackResponder:
                         if h is not None and r is not None
                         else None,
                         "replayed_call_id": r.call_id if r is not None else None,
+                        "observation_not_sent": not_sent,
                     }
                 )
         return out
@@ -644,11 +654,17 @@ def _meta(request: IncomingRequest) -> dict[str, Any]:
 def recorded_prefix(p: PlaybackResponder) -> tuple[bytes, dict[str, Any], str, bool] | None:
     """(body, request meta, exchange id, rendered) of the prefix the replay recorded: request
     N+1 as the agent sent it, byte for byte (its Content-Encoding undone); when none came
-    because A_N made no tool call and the agent ended by itself, request N with A_N appended
-    (rendered, as prepare-only does at N = steps); None when the agent got no further."""
+    because A_N made no tool call, or is the agent's finish action (:attr:`PlaybackResponder.finish`),
+    and the agent ended by itself, request N with A_N appended (rendered, as prepare-only does
+    at N = steps); None when the agent got no further."""
     if p.boundary is not None:
         return p.boundary.body, p.boundary.meta, p.boundary.exchange, False
-    if p.latest is not None and p.latest[0] == p.n and p.n > 0 and not _calls(p.actions[p.n - 1]):
+    if (
+        p.latest is not None
+        and p.latest[0] == p.n
+        and p.n > 0
+        and (p.finish is not None or not _calls(p.actions[p.n - 1]))
+    ):
         from .prefix import _append_action
 
         _, _, request, body = p.latest

@@ -2,8 +2,9 @@
 
 Vocabulary (docs/steps.md, "Steps"): steps are numbered from 1; ``--after-step N`` keeps the
 task, A_1, O_1, ..., A_N, O_N and excludes A_(N+1) and all after. The prefix ends exactly at
-O_N (at A_N when A_N made no tool call); nothing is appended; a batch (one reply's parallel
-tool calls) is never split, because a step is a whole reply.
+O_N (at A_N when A_N made no tool call, or when A_N is the last step and the agent's finish
+action, :func:`finish_at`: the agent never sent O_N); nothing is appended; a batch (one reply's
+parallel tool calls) is never split, because a step is a whole reply.
 
 Two sources:
 
@@ -13,7 +14,8 @@ Two sources:
   ``Content-Encoding`` undone), with that exchange's method, path, query and allow-listed
   headers. For N = S (no request N+1 exists) the prefix is rendered: request N's body with A_N
   appended in the protocol's own shape (``prefix.rendered: true``); allowed only when A_N made
-  no tool call (else ``observation_not_recorded``) and got a usable reply (else ``no_reply``).
+  no tool call or is the agent's finish action (else ``observation_not_recorded``) and got a
+  usable reply (else ``no_reply``).
 - **native** (:func:`native_prefix`): the canonical trajectory of the agent's own file
   (:func:`pvisor.adapters.native.read_native`) rendered with the protocol module's
   ``render_request``. Parts the file does not store come from a profile (a journal capture
@@ -40,6 +42,7 @@ from pvisor.journal.model import (
     Compaction,
     Conversation,
     Message,
+    Observation,
     Reasoning,
     Step,
     TextPart,
@@ -229,6 +232,27 @@ def check_boundary(after_step: int, steps_total: int, where: str) -> None:
         )
 
 
+def finish_at(d: Any, steps: Sequence[Step], after_step: int) -> str | None:
+    """Why O_N was never sent, or None: A_N, the source's last step, is the agent's finish
+    action (its descriptor's :meth:`~pvisor.adapters.agents.descriptor.AgentDescriptor.finish_action`:
+    mini-swe-agent's submit command, SWE-agent's ``submit`` tool), which ended the run before
+    any request carried its observation. The prefix then ends at A_N, as after an A_N without a
+    tool call; a native file may still hold an O_N the agent wrote (mini-swe-agent's "action was
+    not executed"), which no prefix holds."""
+    if after_step <= 0 or after_step != len(steps):
+        return None
+    return d.finish_action(steps[after_step - 1].action)
+
+
+def unsent_note(after_step: int, why: str) -> tuple[str, str]:
+    """The warning ``observation_not_sent`` of a prefix that ends at A_N, the finish action."""
+    return (
+        "observation_not_sent",
+        f"step {after_step}: A_{after_step} is the agent's {why}, which ended its run: "
+        f"O_{after_step} was never sent to the model, and the prefix ends at A_{after_step}",
+    )
+
+
 def _answering(step: Step) -> list[ToolResult | None]:
     """The result answering each tool call of ``step`` (by call id), or None."""
     by_id = {r.call_id: r for r in step.observation.results if r.call_id is not None}
@@ -407,7 +431,10 @@ def _journal_prefix(
             "no_reply",
             f"--after-step {after_step}: request {after_step} got no usable reply, so A_{after_step} cannot be rendered",
         )
-    if any(c.kind != "server" for c in step.action.tool_calls):
+    finish = finish_at(d, traj.steps, after_step)
+    if finish is not None:
+        source.notes.append(unsent_note(after_step, finish))
+    elif any(c.kind != "server" for c in step.action.tool_calls):
         raise ReplayBadInput(
             "observation_not_recorded",
             f"--after-step {after_step}: A_{after_step} made {len(step.action.tool_calls)} tool call(s) and run {run.id} has no request {after_step + 1} holding their results; choose N < {after_step}, or N = {after_step} from the agent's native file",
@@ -647,11 +674,13 @@ def native_conversation(
     profile: Profile | None,
     notes: list[tuple[str, str]] | None = None,
     compaction: Compaction | None = None,
+    last_observation: bool = True,
 ) -> tuple[Conversation, dict[str, str]]:
     """The conversation of the prefix and the origin of each part (module docstring); warnings
     ``(code, message)`` are appended to ``notes``. ``compaction``: the one in effect at
     ``after_step`` (:meth:`Trajectory.compaction_at`), whose history replaces the task and the
-    steps up to its own."""
+    steps up to its own. ``last_observation`` False: O_N is left out, the conversation ends at
+    A_N (the agent's finish action, :func:`finish_at`: it never sent O_N)."""
     d = descriptor(agent)
     origin: dict[str, str] = {"messages": "trajectory"}
     pconv = profile.conversation if profile is not None else None
@@ -796,6 +825,8 @@ def native_conversation(
         step = steps[i]
         names.update((c.id, c.name) for c in step.action.tool_calls if c.id is not None)
         obs = step.observation
+        if i == after_step - 1 and not last_observation:
+            obs = Observation()
         if (
             compaction is not None
             and compaction.kept_messages_from is not None
@@ -1102,10 +1133,13 @@ def _native_prefix(
     said = {code for code, _ in source.notes}
     source.notes.extend(n for n in step_notes(steps, after_step) if n[0] not in said)
     check_gaps(steps, after_step, path)
+    finish = finish_at(descriptor(agent), steps, after_step)
+    if finish is not None:
+        source.notes.append(unsent_note(after_step, finish))
     # every call of A_1..A_N must have its recorded result: the prefix holds the results the
     # agent sent, and a result the file does not hold would be made up (the reader's empty
-    # placeholder). Same rule at N = steps and below.
-    for step in steps[:after_step]:
+    # placeholder). Same rule at N = steps and below, but for the finish action's: never sent.
+    for step in steps[: after_step - 1 if finish is not None else after_step]:
         missing = pending_calls(step)
         missing += [
             c
@@ -1144,6 +1178,7 @@ def _native_prefix(
         profile,
         source.notes,
         compaction,
+        last_observation=finish is None,
     )
     differs = descriptor(agent).compaction_differences(proto) if compaction is not None else None
     if differs is not None:

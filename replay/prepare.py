@@ -41,7 +41,7 @@ from .errors import (
     show_path,
 )
 from pvisor.adapters.jsonio import dumps
-from .prefix import Prefix, Source, descriptor, is_made_up
+from .prefix import Prefix, Source, descriptor, finish_at, is_made_up
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -253,17 +253,24 @@ def match_results(calls: list[ToolCall], results: list[ToolResult]) -> list[Tool
 
 
 def tool_call_records(
-    steps: Sequence[Step], after_step: int, wire: Callable[[Any], list[str | None]] | None = None
+    steps: Sequence[Step],
+    after_step: int,
+    wire: Callable[[Any], list[str | None]] | None = None,
+    unsent: bool = False,
 ) -> list[dict[str, Any]]:
     """``tool_calls`` of the result: one record per tool call of steps 1..N, in order.
     ``wire(action)``: the call ids as the agent sends them (a native file may store its own
-    form: Gemini CLI's ``<name>__<id>``), so that ``call_id`` names the id the prefix carries."""
+    form: Gemini CLI's ``<name>__<id>``), so that ``call_id`` names the id the prefix carries.
+    ``unsent``: O_N was never sent (A_N is the agent's finish action, :func:`~.prefix.finish_at`):
+    the calls of A_N are flagged ``observation_not_sent`` and have no historical observation."""
     out: list[dict[str, Any]] = []
     for i in range(after_step):
         step = steps[i]
         calls = list(step.action.tool_calls)
         ids = wire(step.action) if wire is not None else [c.id for c in calls]
-        for c, r, cid in zip(calls, match_results(calls, list(step.observation.results)), ids):
+        not_sent = unsent and i == after_step - 1
+        results = [] if not_sent else list(step.observation.results)
+        for c, r, cid in zip(calls, match_results(calls, results), ids):
             out.append(
                 {
                     "step": step.n,
@@ -276,6 +283,7 @@ def tool_call_records(
                     else None,
                     "replayed_observation_sha256": None,
                     "equal": None,
+                    "observation_not_sent": not_sent,
                 }
             )
     return out
@@ -765,7 +773,8 @@ def _fill(
         prefix.compaction,
     )
     wire = _wire_ids(opts.agent, prefix.protocol) if source.kind == "native" else None
-    result["tool_calls"] = tool_call_records(source.steps, opts.after_step, wire)
+    unsent = finish_at(descriptor(opts.agent), source.steps, opts.after_step) is not None
+    result["tool_calls"] = tool_call_records(source.steps, opts.after_step, wire, unsent)
     result["warnings"] = [{"code": c, "message": m} for c, m in [*source.notes, *prefix.notes]]
 
 

@@ -7,8 +7,9 @@ the agent's native trajectory file.
   exchange (served as they are when they fit, :class:`RecordedReply`); the auxiliary
   exchanges that are not retries are kept to answer the replay's auxiliary requests
   (:class:`RecordedAux`). The task is the run's ``task`` label (``pvisor run`` records it), else
-  the descriptor's reading of the recorded command line, else ``--task``; the workspace, home
-  and run directory are its labels.
+  the descriptor's reading of the recorded command line, else its reading of the first
+  main-loop request's prompt (a run captured by ``pvisor gateway``: no label, no command line),
+  else ``--task``; the workspace, home and run directory are its labels.
 - **native** (:func:`native_recording`): the native adapter's trajectory; the first request is
   rendered from it (system prompt and tools only when the file stores them); the workspace is
   the file's ``cwd`` (or ``directory``); actions are served rendered.
@@ -20,6 +21,7 @@ Errors: ReplayUsageError (exit 2: ``agent_mismatch``, unknown run), ReplayBadInp
 
 from __future__ import annotations
 
+import enum
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +31,26 @@ from pvisor.journal.errors import BadInputError, PvisorError
 from pvisor.journal.model import Conversation, Step
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
-from .prefix import WARNED_FLAGS, check_boundary, descriptor, native_conversation, native_version, step_notes
+from .prefix import (
+    WARNED_FLAGS,
+    check_boundary,
+    descriptor,
+    finish_at,
+    native_conversation,
+    native_version,
+    step_notes,
+    unsent_note,
+)
+
+
+class TaskOrigin(str, enum.Enum):
+    """Where the task a replay gives the agent came from (the result's ``playback.task_origin``)."""
+
+    LABEL = "label"  #: the run's ``task`` label (``pvisor run`` records it)
+    ARGV = "argv"  #: the recorded command line, read by the descriptor (runs from before the label)
+    TRAJECTORY = "trajectory"  #: the native file's task
+    REQUEST = "request"  #: the prompt of the run's first main-loop request (a `pvisor gateway` capture)
+    OPTION = "option"  #: ``--task``
 
 
 @dataclass(slots=True)
@@ -62,7 +83,7 @@ class Recording:
     Fields:
         kind: ``journal`` or ``native``; path: the journal or the native file.
         agent, agent_version, protocol, model (as the agent asked for it), run (journal run id).
-        task and task_origin (``label``, ``argv``, ``trajectory``, ``option``), or None: the
+        task and task_origin (:class:`TaskOrigin`'s value), or None: the
             task the agent is given (``--task`` when given); expected_task: the task the
             recording holds (requests must carry it; ``--task`` only where the source has none).
         steps: the trajectory's steps (actions and historical observations).
@@ -187,11 +208,13 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
         )
         rec.compactions = [x for x in compactions if x.after_step < after_step]
         _check_steps(rec, after_step, where)
-        rec.task, rec.task_origin, rec.expected_task = _task(
-            run.labels.get("task"), d.task_from_argv(list(run.argv)) if run.argv else None, None, task
-        )
         for q in main[: after_step + 1]:
             rec.requests.append(q.conversation())
+        label = run.labels.get("task")
+        argv = d.task_from_argv(list(run.argv)) if run.argv else None
+        # a run captured by `pvisor gateway` keeps neither: the agent's first request holds it
+        first = d.task_from_request(rec.requests[0]) if not (label or argv) and rec.requests else None
+        rec.task, rec.task_origin, rec.expected_task = _task(label, argv, None, task, first)
         for q in main[:after_step]:
             rec.replies.append(_reply(reader, q.exchange))
         main_ids = {q.id for q in main}
@@ -218,7 +241,15 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
             )
     # a replay re-runs the calls: a result the recording lacks is no reason to warn here
     rec.notes.extend(step_notes(steps, after_step, [f for f in WARNED_FLAGS if f != "missing_tool_results"]))
+    _note_finish(rec, d, after_step)
     return rec
+
+
+def _note_finish(rec: Recording, d: Any, after_step: int) -> None:
+    """The warning ``observation_not_sent`` when A_N is the agent's finish action (:func:`finish_at`)."""
+    finish = finish_at(d, rec.steps, after_step)
+    if finish is not None:
+        rec.notes.append(unsent_note(after_step, finish))
 
 
 def _reply(reader: Any, ex: Any) -> RecordedReply:
@@ -229,15 +260,25 @@ def _reply(reader: Any, ex: Any) -> RecordedReply:
 
 
 def _task(
-    label: str | None, argv: str | None, trajectory: str | None, option: str | None
+    label: str | None,
+    argv: str | None,
+    trajectory: str | None,
+    option: str | None,
+    request: str | None = None,
 ) -> tuple[str | None, str | None, str | None]:
-    """(task given to the agent, its origin, task the recording holds): ``--task`` is given when
-    present, but a recorded task stays the one requests must carry (another task diverges)."""
-    recorded = next(
-        ((v, o) for v, o in ((label, "label"), (argv, "argv"), (trajectory, "trajectory")) if v), (None, None)
+    """(task given to the agent, its origin, task the recording holds): the first of the run's
+    ``task`` label, the recorded command line, the native file's task and the first request's
+    prompt (:class:`TaskOrigin`). ``--task`` is given when present, but a recorded task stays
+    the one requests must carry (another task diverges)."""
+    found = (
+        (label, TaskOrigin.LABEL),
+        (argv, TaskOrigin.ARGV),
+        (trajectory, TaskOrigin.TRAJECTORY),
+        (request, TaskOrigin.REQUEST),
     )
+    recorded = next(((v, o.value) for v, o in found if v), (None, None))
     if option:
-        return option, "option", recorded[0] or option
+        return option, TaskOrigin.OPTION.value, recorded[0] or option
     return recorded[0], recorded[1], recorded[0]
 
 
@@ -304,7 +345,8 @@ def native_recording(
         notes=[(w.code, str(w)) for w in result.diagnostics.warnings],
     )
     _check_steps(rec, after_step, where)
-    for step in steps[:after_step]:
+    finish = finish_at(d, steps, after_step)
+    for step in steps[: after_step - 1 if finish is not None else after_step]:
         # the agent re-runs the calls anyway: a result the file lacks only leaves O without O'
         missing = pending_calls(step) + [
             c for c, r in zip(step.action.tool_calls, _answering(step)) if r is not None and is_made_up(r)
@@ -333,6 +375,7 @@ def native_recording(
         None,
     )
     rec.requests.append(conv)
+    _note_finish(rec, d, after_step)
     return rec
 
 

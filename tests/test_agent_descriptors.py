@@ -16,9 +16,10 @@ from pvisor.adapters.agents.descriptor import FINAL_TEXT
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource
 from pvisor.journal.errors import UsageError
-from pvisor.journal.model import Conversation, ToolSpec
+from pvisor.journal.model import Action, Conversation, Message, TextPart, ToolCall, ToolSpec
 
 REPO = Path(__file__).resolve().parents[1]
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 TASKS = ["fix it", "--version", "a=b -- c", "line one\nline two", "ünïcode ✓"]
 
 
@@ -82,6 +83,35 @@ def test_mini_swe_agent_ends_on_its_submit_command_not_on_text():
     assert final["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "bash"
 
 
+def _call(name: str, **args: object) -> ToolCall:
+    return ToolCall("c1", name, json.dumps(args), dict(args))
+
+
+@pytest.mark.parametrize(
+    "agent,action,why",
+    [
+        ("mini-swe-agent", Action(tool_calls=[_call("bash", command=SUBMIT)]), "finish command"),
+        # text mode: the fenced block is the command
+        ("mini-swe-agent", Action(text=f"Done.\n\n```mswea_bash_command\n{SUBMIT}\n```"), "finish command"),
+        # 1.x submitted with the diff in the same command line
+        (
+            "mini-swe-agent",
+            Action(tool_calls=[_call("bash", command=SUBMIT + " && git add -A")]),
+            "finish command",
+        ),
+        ("mini-swe-agent", Action(tool_calls=[_call("bash", command="git commit -m x")]), None),
+        ("mini-swe-agent", Action(text="no command"), None),
+        ("openhands", Action(tool_calls=[_call("finish", message="done")]), "finish tool finish"),
+        ("swe-agent", Action(tool_calls=[_call("submit")]), "finish tool submit"),
+        # the other agents name no finish action: their end is a reply without a tool call
+        ("claude-code", Action(tool_calls=[_call("Bash", command=SUBMIT)]), None),
+        ("codex", Action(text="Done."), None),
+    ],
+)
+def test_the_finish_action_is_what_the_descriptor_names(agent, action, why):
+    assert get_descriptor(agent).finish_action(action) == why
+
+
 @pytest.mark.parametrize(
     "agent,a,b",
     [
@@ -125,6 +155,51 @@ def test_volatile_context_of_real_requests_is_masked(corpus):
     codex = get_descriptor("codex")
     env = "<environment_context>\n  <cwd>/a</cwd>\n  <current_date>2026-11-29</current_date>\n</environment_context>"
     assert codex.mask_volatile(env) == codex.mask_volatile(env.replace("/a", "/b").replace("29", "30"))
+
+
+#: the task of each agent's first session in tests/corpus/requests (its PROVENANCE.md)
+CORPUS_TASKS = {
+    "codex": "Please create out.txt containing hello, then list files.",
+    "gemini-cli": "Please create out.txt containing hello, then list files.",
+    "opencode": "Run a shell command that writes mock.txt, then tell me the result.",
+    "qwen-code": "Run a shell command that writes mock.txt, then tell me the result.",
+    "mini-swe-agent": "Write mock.txt with a shell command, then submit.",
+}
+
+
+@pytest.mark.parametrize("agent", list(CORPUS_TASKS))
+def test_the_task_comes_back_from_the_first_request_a_real_agent_sent(corpus, agent):
+    """A run captured by the gateway holds only requests: the descriptor reads the task from the
+    first main-loop request (the first with tools) past the agent's own context (Codex's
+    environment item, Gemini CLI's session context in the same message, Qwen Code's reminders)
+    and wrapping (OpenCode's quotes, mini-swe-agent's template)."""
+    from corpus_runs import FILES
+
+    for line in (corpus / "requests" / FILES[agent]).read_bytes().splitlines():
+        row = json.loads(line)
+        if isinstance(row.get("body"), dict) and row["body"].get("tools"):
+            break
+    mod = get_protocol(get_descriptor(agent).default_protocol(row["body"].get("model")))
+    conv = mod.parse_request(json.dumps(row["body"]).encode(), path=row["path"])
+    assert get_descriptor(agent).task_from_request(conv) == CORPUS_TASKS[agent]
+
+
+@pytest.mark.parametrize(
+    "sent,task",
+    [
+        # what OpenCode 1.18.33 sent for `opencode run -- TASK` (pvisor run, checked by hand)
+        ('"say \\"hi\\" now"', 'say "hi" now'),
+        ('"two\nlines here"', "two\nlines here"),
+        ('"back\\slash here"', "back\\slash here"),
+        ("fix", "fix"),
+        ('"quoted"', '"quoted"'),  # no space: OpenCode never quoted it, the quotes are the user's
+    ],
+)
+def test_opencode_quotes_are_undone(sent, task):
+    d = get_descriptor("opencode")
+    conv = Conversation(protocol="openai-chat", messages=[Message("user", [TextPart(sent)])])
+    assert d.task_from_request(conv) == task
+    assert d.task_from_trajectory(sent, {}) == task  # its export stores the same text
 
 
 _AGENT_NAMES = frozenset(descriptor_names())

@@ -1,7 +1,7 @@
-"""``pvisor env``: the snippet for each agent, in bash, fish and JSON; and two real round trips:
-the bash snippet pasted into a shell points the pinned Claude Code and Codex CLI, with their
-user's own home, at a running ``pvisor gateway`` (in front of ``pvisor serve-model``), and
-their sessions land in the journal under the run id of the snippet."""
+"""``pvisor env``: the snippet for each agent, in bash, fish and JSON; and real round trips: the
+bash snippet pasted into a shell points each of the six pinned agent CLIs, with their user's own
+home, at a running ``pvisor gateway`` (in front of ``pvisor serve-model``); their sessions land
+in the journal under the run id of the snippet, and replay without ``--task``."""
 
 from __future__ import annotations
 
@@ -9,14 +9,18 @@ import json
 import signal
 import subprocess
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from agent_helpers import FILES, PVISOR, TASK, entrypoint, pvisor, script_for, user_env
+from pvisor.adapters.agents import get_descriptor
 from pvisor.journal.reader import JournalReader
 
 GATEWAY = "http://127.0.0.1:8787"
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "result-schema.json").read_text())
 AGENTS = ["claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "mini-swe-agent"]
 
 
@@ -106,106 +110,186 @@ def _wait_ready(path: Path, proc: subprocess.Popen, timeout: float = 30) -> dict
     pytest.fail(f"{path} never appeared")
 
 
-@pytest.fixture
-def live_gateway(tmp_path):
-    """``pvisor gateway`` in front of two ``pvisor serve-model`` (Anthropic for Claude Code,
-    OpenAI for Codex), as subprocesses; stopped with SIGTERM at the end."""
-    procs = []
-    urls = {}
-    for agent, upstream in (("claude-code", "anthropic"), ("codex", "openai")):
-        script = tmp_path / f"{agent}.json"
-        script.write_text(json.dumps(script_for(agent)))
-        ready = tmp_path / f"{agent}.ready"
-        p = subprocess.Popen(
-            [str(PVISOR), "serve-model", "--script", str(script), "--port", "0", "--ready-file", str(ready)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
-        procs.append(p)
-        urls[upstream] = _wait_ready(ready, p)["url"]
-    journal = tmp_path / "data" / "journal.sqlite"
-    ready = tmp_path / "gateway.ready"
-    gw = subprocess.Popen(
-        [
-            str(PVISOR),
-            "--journal",
-            str(journal),
-            "gateway",
-            "--port",
-            "0",
-            "--ready-file",
-            str(ready),
-            "--upstream",
-            f"anthropic={urls['anthropic']}",
-            "--upstream",
-            f"openai={urls['openai']}",
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = _wait_ready(ready, gw)["url"]
-    try:
-        yield url, journal
-    finally:
-        for p in [gw, *procs]:
-            p.send_signal(signal.SIGTERM)
-        for p in [gw, *procs]:
-            p.wait(30)
+@dataclass
+class EnvCapture:
+    """A session captured as a user captures one: ``pvisor gateway`` running, the snippet of
+    ``pvisor env`` pasted into a shell, the agent started there headless. ``proc`` is that shell;
+    ``journal``, ``run`` (the snippet's run id), ``workspace`` and ``home`` (the user's) are where
+    the session went."""
+
+    agent: str
+    root: Path
+    journal: Path
+    run: str
+    workspace: Path
+    home: Path
+    proc: subprocess.CompletedProcess
 
 
 # The user's own agent invocation after the snippet: the snippet's last line calls the agent,
-# which a shell function of the same name turns into a headless run of the pinned binary.
+# which a shell function of the same name turns into a headless run of the pinned binary, with
+# what the user's own config would say (here the home is empty and the machine offline).
 WRAPPERS = {
     "claude-code": 'claude() { "$REAL" "$@" -p "$TASK" --output-format stream-json --verbose --allowedTools Bash --model claude-sonnet-4-5; }',
-    # the user's own config would say these; here the home is empty and the machine offline
     "codex": (
         'codex() { "$REAL" "$@" -c approval_policy=\'"never"\' -c sandbox_mode=\'"danger-full-access"\' -c features.plugins=false '
         '-c check_for_update_on_startup=false exec --skip-git-repo-check --json "$TASK"; }'
     ),
+    "gemini-cli": 'gemini() { "$REAL" "$@" -p "$TASK" --output-format stream-json --yolo; }',
+    "opencode": 'opencode() { "$REAL" "$@" run "$TASK"; }',
+    "qwen-code": 'qwen() { "$REAL" "$@" --yolo --output-format stream-json -p "$TASK"; }',
+    "mini-swe-agent": 'mini() { "$REAL" "$@" -t "$TASK" --yolo --exit-immediately -o "$HOME/t.json"; }',
 }
+#: the model each agent is pointed at (``pvisor env --model``): Codex's default model (with an
+#: empty home) sends its tools as `additional_tools` input items, which the scripted model does
+#: not offer its shell tool from; Gemini CLI and Qwen Code need one named
+MODELS = {"codex": "gpt-5-codex", "gemini-cli": "gemini-2.5-pro", "qwen-code": "mock-model"}
+
+
+def _user_config(agent: str, home: Path) -> dict[str, str]:
+    """What the user's own set-up gives ``agent`` (files in ``home``; returned: environment)."""
+    if agent == "gemini-cli":
+        from pvisor.adapters.agents.gemini_cli import SETTINGS
+
+        (home / ".gemini").mkdir()
+        (home / ".gemini" / "settings.json").write_text(json.dumps(SETTINGS))
+        return {"GEMINI_API_KEY": "dummy-user-key", "GEMINI_CLI_TRUST_WORKSPACE": "true"}
+    if agent == "qwen-code":
+        from pvisor.adapters.agents.qwen_code import SETTINGS
+
+        (home / ".qwen").mkdir()
+        (home / ".qwen" / "settings.json").write_text(json.dumps(SETTINGS))
+        return {"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1"}
+    if agent == "mini-swe-agent":
+        from pvisor.adapters.agents.mini_swe_agent import QUIET_ENV
+
+        return {**QUIET_ENV, "MSWEA_GLOBAL_CONFIG_DIR": str(home / ".config" / "mini-swe-agent")}
+    return {}
+
+
+def _start(args: list[str], ready: Path) -> tuple[subprocess.Popen, str]:
+    p = subprocess.Popen(
+        [str(PVISOR), *args, "--port", "0", "--ready-file", str(ready)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    return p, _wait_ready(ready, p)["url"]
+
+
+def capture_through_env(root: Path, agent: str, script: dict) -> EnvCapture:
+    """``pvisor gateway`` in front of ``pvisor serve-model --script``, both subprocesses, the
+    snippet of ``pvisor env`` pasted into bash, ``agent`` run there in ``root/ws-AGENT`` with the
+    user's home ``root/user-home``; the gateway is stopped (SIGTERM) once the agent exited."""
+    (root / "script.json").write_text(json.dumps(script))
+    scripted, model_url = _start(["serve-model", "--script", str(root / "script.json")], root / "model.ready")
+    journal = root / "data" / "journal.sqlite"
+    upstreams = [
+        a for name in ("anthropic", "openai", "gemini") for a in ("--upstream", f"{name}={model_url}")
+    ]
+    procs = [scripted]
+    try:
+        gw, url = _start(["--journal", str(journal), "gateway", *upstreams], root / "gateway.ready")
+        procs.insert(0, gw)
+        run_id = f"env-{agent}"
+        extra = ["--model", MODELS[agent]] if agent in MODELS else []
+        snippet = _env(root, "--agent", agent, "--gateway", url, "--run", run_id, *extra)
+        assert snippet.returncode == 0, snippet.stderr
+        home, workspace = root / "user-home", root / f"ws-{agent}"
+        home.mkdir()
+        workspace.mkdir()
+        env = user_env(
+            home,
+            REAL=str(entrypoint(agent)),
+            TASK=TASK,
+            ANTHROPIC_API_KEY="dummy-user-key",
+            OPENAI_API_KEY="dummy-user-key",
+            **_user_config(agent, home),
+        )
+        proc = subprocess.run(
+            ["bash", "-c", WRAPPERS[agent] + "\n" + snippet.stdout],
+            env=env,
+            cwd=workspace,
+            capture_output=True,
+            text=True,
+            timeout=240,
+            stdin=subprocess.DEVNULL,
+        )
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(30)
+    return EnvCapture(agent, root, journal, run_id, workspace, home, proc)
+
+
+def short_script(agent: str) -> dict:
+    """The agent tests' script (tests/agent_helpers.py) without its batch: one shell call that
+    writes a.txt, then the end (mini-swe-agent: its submit command)."""
+    script = script_for(agent)
+    script["turns"] = [script["turns"][0], script["turns"][2]]
+    return script
+
+
+@pytest.fixture(scope="module")
+def env_capture(tmp_path_factory):
+    """``env_capture(agent)``: the agent's session captured through ``pvisor gateway`` and
+    ``pvisor env`` (:func:`capture_through_env`, :func:`short_script`), made once per module and
+    shared by its tests."""
+    cache: dict[str, EnvCapture] = {}
+
+    def get(agent: str) -> EnvCapture:
+        if agent not in cache:
+            cache[agent] = capture_through_env(
+                tmp_path_factory.mktemp(f"env-{agent}"), agent, short_script(agent)
+            )
+        return cache[agent]
+
+    return get
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("agent", ["claude-code", "codex"])
-def test_the_bash_snippet_points_the_real_agent_at_the_gateway(tmp_path, live_gateway, agent):
-    url, journal = live_gateway
-    run_id = f"env-{agent}"
-    # Codex's default model (with an empty home) sends its tools as `additional_tools` input items,
-    # which the scripted model does not offer its shell tool from: name a model, as a user would
-    model = ["--model", "gpt-5-codex"] if agent == "codex" else []
-    snippet = _env(tmp_path, "--agent", agent, "--gateway", url, "--run", run_id, *model).stdout
-    home = tmp_path / "user-home"
-    workspace = tmp_path / f"ws-{agent}"
-    home.mkdir()
-    workspace.mkdir()
-    env = user_env(
-        home,
-        REAL=str(entrypoint(agent)),
-        TASK=TASK,
-        ANTHROPIC_API_KEY="dummy-user-key",
-        OPENAI_API_KEY="dummy-user-key",
-    )
-    proc = subprocess.run(
-        ["bash", "-c", WRAPPERS[agent] + "\n" + snippet],
-        env=env,
-        cwd=workspace,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        stdin=subprocess.DEVNULL,
-    )
+def test_the_bash_snippet_points_the_real_agent_at_the_gateway(env_capture, agent):
+    cap = env_capture(agent)
+    proc, journal, run_id, workspace = cap.proc, cap.journal, cap.run, cap.workspace
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    for name, content in FILES.items():
-        assert (workspace / name).read_text() == content
-    deadline = time.monotonic() + 10
-    while True:  # the gateway commits within 100 ms; poll with a deadline
-        with JournalReader(journal) as r:
-            exchanges = r.exchanges(run_id) if any(run.id == run_id for run in r.runs()) else []
-        if len(exchanges) >= 3 or time.monotonic() > deadline:
-            break
-        time.sleep(0.1)
-    assert [e.outcome for e in exchanges] == ["ok"] * 3, [(e.path, e.outcome) for e in exchanges]
+    assert (workspace / "a.txt").read_text() == FILES["a.txt"]
+    with JournalReader(journal) as r:
+        exchanges = r.exchanges(run_id)
+    assert [e.outcome for e in exchanges] == ["ok"] * 2, [(e.path, e.outcome) for e in exchanges]
     assert {e.path for e in exchanges} == {"/v1/messages" if agent == "claude-code" else "/v1/responses"}
     assert b"dummy-user-key" not in b"".join(f.read_bytes() for f in journal.parent.glob("journal.sqlite*"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("agent", AGENTS)
+def test_a_session_captured_through_the_gateway_replays_without_task(env_capture, agent, tmp_path):
+    """A run the gateway captured holds no task label and no command line: replay-only reads
+    the task from its first request through the agent's descriptor (Gemini CLI's context in the
+    same message, OpenCode's quotes, mini-swe-agent's template) and starts the agent with the
+    very task it was given, without --task."""
+    cap = env_capture(agent)
+    assert cap.proc.returncode == 0, cap.proc.stdout[-2000:] + cap.proc.stderr[-2000:]
+    with JournalReader(cap.journal) as r:
+        recorded = r.run(cap.run)
+    assert "task" not in recorded.labels and not recorded.argv  # nothing but the requests hold it
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    proc = pvisor(
+        ["--journal", str(cap.journal), "replay", "--agent", agent, "--run", cap.run, "--after-step", "1",
+         "--replay-only", "--workspace", str(ws), "--output", str(out), "--agent-entrypoint",
+         str(entrypoint(agent)), "--timeout", "240"],
+        env=user_env(cap.home), cwd=tmp_path, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    assert result["status"] == "ok" and result["playback"]["task_origin"] == "request"
+    assert "; the task read from its first request;" in proc.stdout, proc.stdout
+    # the agent was started with the original task, and its request 1 carried it
+    with JournalReader(cap.journal) as r:
+        derived = r.run(result["derived_run"])
+    assert derived.labels["task"] == TASK
+    assert get_descriptor(agent).task_from_argv(list(derived.argv)) == TASK
+    assert result["divergence"] is None and (ws / "a.txt").read_text() == FILES["a.txt"]

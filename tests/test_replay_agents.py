@@ -26,7 +26,9 @@ ALL = list(AGENTS)
 WRITTEN = {0: [], 1: ["a.txt"], 2: ["a.txt", "b.txt", "c.txt"]}
 
 
-def _replay(cap, tmp: Path, name: str, source: list[str], n: int, *extra: str):
+def _replay(cap, tmp: Path, name: str, source: list[str], n: int, *extra: str, mode: str = "--replay-only"):
+    """``pvisor replay`` of ``cap`` after step ``n`` (``mode`` ``--replay-only``, or "" for a
+    continuation): (process, result, workspace, output)."""
     ws, out = tmp / f"ws-{name}", tmp / f"out-{name}"
     ws.mkdir()
     # --journal after the subcommand: the derived run goes to the capture's journal
@@ -39,7 +41,7 @@ def _replay(cap, tmp: Path, name: str, source: list[str], n: int, *extra: str):
         *source,
         "--after-step",
         str(n),
-        "--replay-only",
+        *([mode] if mode else []),
         "--workspace",
         str(ws),
         "--output",
@@ -200,3 +202,116 @@ def test_another_task_diverges_with_one_clear_line(captured, tmp_path, agent):
     assert "Something else entirely." in d["got"]
     assert tree(ws) == []  # no recorded action was served
     assert result["synthetic_end"][0]["reason"] == "diverged"
+
+
+def _prepare(cap, tmp: Path, name: str, source: list[str], n: int, *extra: str) -> tuple[dict, bytes]:
+    """prepare-only of ``cap`` at step ``n``: (result, prefix bytes)."""
+    out = tmp / f"prep-{name}"
+    proc = pvisor(
+        ["--journal", str(cap.journal), "replay", "--agent", cap.agent, *source, "--after-step", str(n),
+         "--prepare-only", "--output", str(out), *extra],
+        env=user_env(cap.user_home), cwd=tmp,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    return result, (out / "prefix.json").read_bytes()
+
+
+def _check_finish(result: dict, n: int) -> None:
+    """A result whose last step N is mini-swe-agent's submit command: the prefix ends at A_N
+    and the calls of A_N are flagged ``observation_not_sent``, with no historical observation."""
+    prefix = result["prefix"]
+    assert prefix["ends_with"] == "action" and prefix["rendered"] is True and prefix["tools_present"]
+    calls = result["tool_calls"]
+    assert [c["step"] for c in calls] == [1, 2, 2, 2, n]
+    assert [c["observation_not_sent"] for c in calls] == [False] * 4 + [True]
+    assert calls[-1]["historical_observation_sha256"] is None
+    assert all(c["historical_observation_sha256"] for c in calls[:-1])
+    assert [w for w in result["warnings"] if w["code"] == "observation_not_sent"] == [
+        {
+            "code": "observation_not_sent",
+            "message": f"step {n}: A_{n} is the agent's finish command, which ended its run: "
+            f"O_{n} was never sent to the model, and the prefix ends at A_{n}",
+        }
+    ]
+
+
+def test_a_replay_to_the_submit_command_ends_with_the_agent(replayed, tmp_path):
+    """mini-swe-agent's last step is its submit command, after which it sends no request N+1:
+    the replay to it is ok, ended by the agent with its own status, and its prefix is request N
+    with A_N appended, what prepare-only gives from the journal and from the native file."""
+    cap, proc, result, ws, out = replayed("mini-swe-agent", "journal", 3)
+    n = result["boundary"]["steps_total"]
+    assert n == 3
+    assert proc.returncode == 0, proc.stderr
+    assert result["status"] == "ok" and result["errors"] == []
+    run = result["agent_run"]
+    assert run["ended_by"] == "agent" and run["agent_status"] == {
+        "outcome": "succeeded",
+        "detail": "Submitted",
+        "source": "info.exit_status of its trajectory",
+    }
+    assert result["synthetic_end"] == [] and result["playback"]["boundary_request_seen"] is False
+    assert [s["request"] for s in result["playback"]["served"]] == [1, 2, 3]
+    _check_finish(result, n)
+    assert result["prefix"]["origin"]["messages"] == "rendered"
+    assert result["replayed_tool_calls"] == 4 and all(
+        c["equal_normalised"] is not None for c in result["tool_calls"][:4]
+    )
+    assert tree(ws) == WRITTEN[2]  # steps 1 and 2 re-run; the submit command runs nothing
+    assert "ending with the action" in proc.stdout and "the agent ended by agent" in proc.stdout
+    assert re.search(r"4 tool call\(s\) re-run, \d of 4 observation\(s\) equal", proc.stdout)
+    body = (out / "prefix.json").read_bytes()
+    # prepare-only at the same step: from the journal and from the native file (with the
+    # capture's system prompt and tools) the same request, ending at the same A_N as the
+    # replay's (whose O'_2 differs: the timed call); from the derived run the replay's bytes
+    prepared, from_journal = _prepare(cap, tmp_path, "journal", ["--run", cap.run], n)
+    _check_finish(prepared, n)
+    native = cap.report["native_trajectory"]
+    prepared_native, from_native = _prepare(
+        cap, tmp_path, "native", ["--trajectory", native], n, "--profile-from", f"{cap.journal}:{cap.run}"
+    )
+    _check_finish(prepared_native, n)
+    assert json.loads(from_native) == json.loads(from_journal)
+    assert prepared_native["tool_calls"] == prepared["tool_calls"]
+    assert json.loads(body)["messages"][-1] == json.loads(from_journal)["messages"][-1]
+    _, again = _prepare(cap, tmp_path, "derived", ["--run", result["derived_run"]], n)
+    assert again == body
+
+
+def test_a_continuation_from_the_submit_command_has_no_live_request(captured, tmp_path):
+    """From the native file: after the submit command nothing goes live (the upstream is never
+    reached, and would refuse: nothing listens there), and a boundary prompt is refused at once."""
+    cap = captured("mini-swe-agent")
+    native = ["--trajectory", cap.report["native_trajectory"]]
+    dead = ["--upstream", "http://127.0.0.1:9"]
+    ws, out = tmp_path / "ws-prompt", tmp_path / "out-prompt"
+    ws.mkdir()
+    proc = pvisor(
+        ["--journal", str(cap.journal), "replay", "--agent", cap.agent, *native, "--after-step", "3",
+         "--workspace", str(ws), "--output", str(out), "--agent-entrypoint", str(entrypoint(cap.agent)),
+         *dead, "--boundary-user-prompt", "One more thing."],
+        env=user_env(cap.user_home), cwd=tmp_path,
+    )  # fmt: skip
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("pvisor: error:")]
+    assert proc.returncode == 2 and lines == [
+        "pvisor: error: --boundary-user-prompt after step 3: it is the last step and A_3 is the agent's "
+        "finish command, which ends its run, so the agent sends no request N+1 to carry the prompt; "
+        "a prompt can follow an earlier step (N < 3)"
+    ], proc.stderr
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["errors"][0]["code"] == "boundary_prompt_impossible" and doc["agent_started"] is False
+    assert tree(ws) == []
+    proc, result, ws, out = _replay(cap, tmp_path, "live", native, 3, *dead, mode="")
+    assert proc.returncode == 0, proc.stderr
+    assert result["mode"] == "continuation"
+    assert result["status"] == "ok" and result["errors"] == [] and result["live_requests"] == 0
+    assert (
+        result["continuation"]["ended_by"] == "agent" and result["continuation"]["boundary_request"] is None
+    )
+    assert result["agent_run"]["ended_by"] == "agent"
+    assert result["agent_run"]["agent_status"]["detail"] == "Submitted"
+    _check_finish(result, 3)
+    assert "no_live_request" in [w["code"] for w in result["warnings"]]
+    assert tree(ws) == WRITTEN[2]

@@ -280,11 +280,35 @@ def test_a_run_past_attempt_1_is_refused(tmp_path, corpus):
 
 
 def test_no_task_anywhere_asks_for_task(tmp_path, corpus):
-    proc = _corpus_replay(
-        tmp_path, corpus, "codex-parallel", "codex", 1
-    )  # no pvisor run: no task label, no argv
+    """A gateway capture (no task label, no command line) whose requests hold no user text
+    either: codex-parallel's requests without their user items."""
+    from corpus_runs import RUNS, corpus_lines, record_line
+    from pvisor.gateway.proxy import finalize_response
+    from pvisor.journal.model import Attempt, Run
+    from pvisor.journal.writer import Journal
+
+    journal, lines = tmp_path / "j.sqlite", corpus_lines(corpus, "codex")
+    with Journal.open(journal, finalize=finalize_response) as j:
+        j.create_run(Run(id="codex-no-prompt", agent="codex"))
+        j.start_attempt(Attempt(run="codex-no-prompt", n=1))
+        for i in RUNS["codex-parallel"][1][0][1]:
+            line = {**lines[i]}
+            line["body"] = {
+                **line["body"],
+                "input": [item for item in line["body"]["input"] if item.get("role") != "user"],
+            }
+            record_line(j, "codex-no-prompt", 1, line, i)
+        j.end_attempt("codex-no-prompt", 1, 0)
+        j.flush()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    proc = run(
+        ["--journal", str(journal), "replay", "--agent", "codex", "--replay-only", "--run", "codex-no-prompt",
+         "--after-step", "1", "--workspace", str(ws), "--output", str(tmp_path / "out")],
+        tmp_path,
+    )  # fmt: skip
     assert proc.returncode == 65
-    _one_error(proc, "give --task TEXT")
+    _one_error(proc, "no task label, no command line, and no prompt in its first request")
     _failed(tmp_path / "out", "no_task")
 
 

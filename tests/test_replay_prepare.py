@@ -165,16 +165,52 @@ def test_journal_n_equal_steps_renders_request_n_plus_a_n(corpus_journal, tmp_pa
 
 
 @pytest.mark.parametrize("run", ["mini-single", "mini-parallel", "mini-anthropic"])
-def test_journal_n_equal_steps_after_a_tool_call_is_observation_not_recorded(corpus_journal, tmp_path, run):
+def test_journal_n_equal_steps_at_the_submit_command_ends_at_a_n(corpus_journal, tmp_path, run):
+    """mini-swe-agent's last step is its submit command, which ends its run: no request N+1
+    carries O_N, so the prefix is request N with A_N appended and A_N's calls are flagged
+    ``observation_not_sent``, as from the native file of the same run."""
     path, _ = corpus_journal
     n = len(main_exchanges(path, run))
+    with JournalReader(path) as r:
+        last = trajectory_from_journal(r, run).steps[-1]
+    commands = [json.loads(c.arguments_raw)["command"] for c in last.action.tool_calls]
+    assert commands == ["echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]
+    out = tmp_path / "o"
+    prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=n, output=out, run=run, journal=path))
+    res = read_result(out)
+    validate(res)
+    p = res["prefix"]
+    assert p["rendered"] is True and p["ends_with"] == "action" and p["origin"]["messages"] == "rendered"
+    mod = get_protocol(p["protocol"])
+    prefix = mod.parse_request((out / "prefix.json").read_bytes())
+    before = mod.parse_request(stored_body(path, main_exchanges(path, run)[-1]))
+    assert mod.normalise(prefix)["messages"][: len(before.messages)] == mod.normalise(before)["messages"]
+    [tail] = prefix.messages[len(before.messages) :]
+    assert tail.role == "assistant" and [c.name for c in tail.parts if hasattr(c, "arguments")] == ["bash"]
+    assert [c["observation_not_sent"] for c in res["tool_calls"]][-1] is True
+    assert not any(c["observation_not_sent"] for c in res["tool_calls"] if c["step"] < n)
+    assert res["tool_calls"][-1]["historical_observation_sha256"] is None
+    assert "observation_not_sent" in [w["code"] for w in res["warnings"]]
+
+
+def test_journal_n_equal_steps_after_a_tool_call_is_observation_not_recorded(tmp_path):
+    """A run cut short after A_1's tool call (codex's first request alone): no request holds
+    O_1, and a shell call is no finish action."""
+    path = tmp_path / "cut.sqlite"
+    line = corpus_lines(corpus_dir(), "codex")[0]
+    with Journal.open(path, finalize=finalize_response) as journal:
+        journal.create_run(Run(id="codex-cut", agent="codex"))
+        journal.start_attempt(Attempt(run="codex-cut", n=1))
+        record_line(journal, "codex-cut", 1, line, 0)
+        journal.end_attempt("codex-cut", 1, 0)
+        journal.flush()
     out = tmp_path / "o"
     with pytest.raises(BadInputError) as exc:
-        prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=n, output=out, run=run, journal=path))
+        prepare_only(PrepareOptions(agent="codex", after_step=1, output=out, run="codex-cut", journal=path))
     assert exc.value.exit_code == 65 and exc.value.message.startswith("observation_not_recorded")
     res = read_result(out)
     validate(res)
-    assert res["status"] == "failed" and res["prefix"] is None
+    assert res["status"] == "failed" and res["prefix"] is None and res["boundary"]["steps_total"] == 1
     assert [e["code"] for e in res["errors"]] == ["observation_not_recorded"]
     assert sorted(p.name for p in out.iterdir()) == ["result.json"]
 
@@ -307,6 +343,13 @@ def test_every_native_sample_prepares_at_every_boundary(tmp_path, agent, path):
         assert (p["compaction"] or {}).get("where") == (compaction.where if compaction is not None else None)
         if compaction is not None and compaction.after_step == n:
             pass  # request N+1 is the history the agent compacted to: A_N's results are in it
+        elif any(c["observation_not_sent"] for c in res["tool_calls"]):
+            # A_N, the last step, is the agent's finish action (mini-swe-agent's submit command,
+            # OpenHands' finish tool): it ended the run, O_N was never sent and is not in the prefix
+            assert n == len(steps) and p["ends_with"] == "action" and conv.messages[-1].role == "assistant"
+            assert [c["step"] for c in res["tool_calls"] if c["observation_not_sent"]] == [n] * len(
+                steps[n - 1].action.tool_calls
+            )
         elif n > 0 and any(c.kind != "server" for c in steps[n - 1].action.tool_calls):
             # ends exactly at O_N: the last message holds the results of A_N's batch, in call order
             last = conv.messages[-1] if not steps[n - 1].observation.messages else None
@@ -602,9 +645,9 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
     cases = [
         (["--agent", "codex", "--run", "codex-single", "--after-step", "99"], 65, "after_step_out_of_range"),
         (
-            ["--agent", "mini-swe-agent", "--run", "mini-single", "--after-step", "2"],
+            ["--agent", "mini-swe-agent", "--run", "mini-single", "--after-step", "3"],
             65,
-            "observation_not_recorded",
+            "after_step_out_of_range",
         ),
         (["--agent", "codex", "--run", "codex-single", "--after-step", "-1"], 2, "-1"),
         (["--agent", "nope", "--run", "codex-single", "--after-step", "0"], 2, "unknown agent"),
@@ -642,7 +685,7 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
         "--run",
         "mini-single",
         "--after-step",
-        "2",
+        "3",
         "--prepare-only",
         "--output",
         str(out),
@@ -656,7 +699,7 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
     assert (
         doc == read_result(out)
         and doc["status"] == "failed"
-        and doc["errors"][0]["code"] == "observation_not_recorded"
+        and doc["errors"][0]["code"] == "after_step_out_of_range"
     )
     p = pvisor(
         "replay",

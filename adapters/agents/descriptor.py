@@ -7,7 +7,8 @@ and what playback meets when it re-runs the agent: the context parts that change
 run (:attr:`AgentDescriptor.volatile_patterns`), the decorations of its tool output
 (:attr:`AgentDescriptor.output_decorations`), the tool arguments that hold absolute paths
 (:attr:`AgentDescriptor.path_arguments`), how to recover the task from a recorded command line
-(:meth:`AgentDescriptor.task_from_argv`), and the synthetic final reply that ends it
+(:meth:`AgentDescriptor.task_from_argv`) or from its first request
+(:meth:`AgentDescriptor.task_from_request`), and the synthetic final reply that ends it
 (:meth:`AgentDescriptor.final_reply`). Code elsewhere asks the descriptor; it never branches on
 an agent's name.
 
@@ -205,6 +206,13 @@ class AgentDescriptor:
         recorded before the task became a run label), or None."""
         return None
 
+    def task_from_request(self, conv: Conversation) -> str | None:
+        """The task as the agent was given it, from its first main-loop request ``conv`` (a run
+        captured by ``pvisor gateway`` holds neither a task label nor a command line), or None:
+        the prompt the request carries (:func:`request_prompt`) read as its native file stores
+        it (:meth:`task_from_trajectory`: the same wrapping, OpenCode's quotes)."""
+        return self.task_from_trajectory(request_prompt(conv), {})
+
     def mask_volatile(self, text: str) -> str:
         """``text`` with its volatile parts (dates, temporary paths, directory listings) masked."""
         for pattern in self.volatile_patterns:
@@ -260,6 +268,21 @@ class AgentDescriptor:
                     return why
         return None
 
+    def finish_action(self, action: Action) -> str | None:
+        """What in ``action`` ends the agent's run, or None: ``finish tool NAME`` (a call of one
+        of its :attr:`finish_tools`) or ``finish command`` (one of its :attr:`finish_commands`
+        in a call of its :attr:`shell_tools` or in its text, :meth:`command_commitment`). The
+        agent stops there: it sends no request after the action, and the observation of it
+        (mini-swe-agent's "action was not executed") never reaches the model."""
+        for call in action.tool_calls:
+            why = self.commitment(call)
+            if why is not None and why.startswith("finish "):
+                return why
+        for command in self.text_commands(action):
+            if self.command_commitment(command) == "finish command":
+                return "finish command"
+        return None
+
     def text_commands(self, action: Action) -> list[str]:
         """The shell commands an action gives in its text (an agent in text mode writes them
         in a fenced block, :attr:`text_command`), in order; [] for an agent without one."""
@@ -297,6 +320,21 @@ def action_message(action: Action) -> Message:
         parts.append(TextPart(action.text))
     parts.extend(action.tool_calls)
     return Message("assistant", parts)
+
+
+def request_prompt(conv: Conversation) -> str | None:
+    """The user's prompt in a first request: the last non-empty text part of its last user
+    message. The agents put their own context before it, as messages of their own (Codex's
+    ``<environment_context>`` item) or as earlier parts of the same message (Claude Code's and
+    Qwen Code's ``<system-reminder>`` blocks, Gemini CLI's ``<session_context>`` part); None when
+    no user message holds a text."""
+    for m in reversed(conv.messages):
+        if m.role != "user":
+            continue
+        texts = [p.text for p in m.parts if isinstance(p, TextPart) and p.text]
+        if texts:
+            return texts[-1]
+    return None
 
 
 def after_separator(argv: list[str]) -> str | None:

@@ -38,7 +38,15 @@ from .base import (
     VersionRange,
     status,
 )
-from .descriptor import FINAL_TEXT, ChainHint, LitellmAgent, action_message, attached_value, litellm_message
+from .descriptor import (
+    FINAL_TEXT,
+    ChainHint,
+    LitellmAgent,
+    action_message,
+    attached_value,
+    litellm_message,
+    request_prompt,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -54,6 +62,14 @@ TRAJECTORY_NAME = "mini-swe-agent.traj.json"
 
 #: the shell command that ends mini-swe-agent's loop (a reply without one is a format error)
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+
+#: the start of ``agent.instance_template`` of its default config ``mini.yaml`` (2.4), to the
+#: text after the task and a variable standing for the rest: what a first request holds around
+#: the task of a run started with that config
+DEFAULT_INSTANCE_TEMPLATE = (
+    "Please solve this issue: {{task}}\n\nYou can execute bash commands and edit files to implement the "
+    "necessary changes.\n\n## Recommended Workflow\n\n{{rest}}"
+)
 
 #: mini-swe-agent's shell tool in tool-calling mode, and its argument
 SHELL_TOOL, SHELL_ARG = "bash", "command"
@@ -138,6 +154,14 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
         rest = task[len(head) :]
         end = rest.find(literal) if literal else len(rest)
         return rest[:end] if end >= 0 else task
+
+    def task_from_request(self, conv: Conversation) -> str | None:
+        """Its first request holds the task rendered into ``instance_template``: the template
+        of its default config is undone (:data:`DEFAULT_INSTANCE_TEMPLATE`); a run with a config
+        of another template gives the whole text."""
+        return self.task_from_trajectory(
+            request_prompt(conv), {"instance_template": DEFAULT_INSTANCE_TEMPLATE}
+        )
 
     def version_argv(self, executable: str) -> list[str]:
         return [executable, "--help"]

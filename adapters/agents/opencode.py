@@ -23,8 +23,6 @@
 from __future__ import annotations
 
 
-import orjson
-
 from pvisor.journal.model import Message, TextPart
 
 from .base import (
@@ -55,6 +53,16 @@ QUIET_ENV = {
     "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
     "OPENCODE_DISABLE_SHARE": "1",
 }
+
+
+def unquote_prompt(text: str) -> str:
+    """The prompt as ``opencode run`` was given it, from the text it sends and stores: each
+    argument holding a space goes in double quotes with its own double quotes escaped
+    (``say "hi" now`` -> ``"say \\"hi\\" now"``; backslashes and newlines as they are), the
+    arguments joined by spaces (verified with 1.18.33). A text not so quoted is returned as it is."""
+    if len(text) >= 2 and text[0] == text[-1] == '"' and " " in text:
+        return text[1:-1].replace('\\"', '"')
+    return text
 
 
 def config(base_url: str, model: str) -> dict:
@@ -135,14 +143,8 @@ class OpenCode(AgentProfile):
         return after_separator(argv)
 
     def task_from_trajectory(self, task: str | None, meta: dict) -> str | None:
-        """Its session stores the prompt as a JSON string literal (``"fix it"`` with quotes)."""
-        if isinstance(task, str) and len(task) >= 2 and task[0] == task[-1] == '"':
-            try:
-                value = orjson.loads(task)
-            except orjson.JSONDecodeError:
-                return task
-            return value if isinstance(value, str) else task
-        return task
+        """Its session stores the prompt as it sends it: quoted (:func:`unquote_prompt`)."""
+        return unquote_prompt(task) if isinstance(task, str) else task
 
     def _env(self, ctx: LaunchContext) -> dict[str, str | None]:
         env = self.base_env(ctx)
