@@ -80,26 +80,15 @@ class RunSnapshots:
     steps_total: int
     bound: bool
 
-    def pick(self, step: int, before: bool = False) -> SnapshotRecord:
-        """The snapshot of the workspace after step ``step`` (with ``before``: the one taken
-        before A_step ran, after step ``step - 1``). Preference: for step 0 the ``start``
-        snapshot, else the request's; for a later step the request's (the next request's
-        walk), else the ``end`` snapshot. Raises UsageError (exit 2) for a step out of range,
-        BadInputError (exit 65) for a run without snapshots or without one for that step."""
+    def pick(self, after: int) -> SnapshotRecord:
+        """The snapshot of the workspace after ``after`` steps (0..steps: after transition
+        ``after - 1``, before transition ``after``; :mod:`.numbering`). Preference: after step 0
+        the ``start`` snapshot, else the request's; after a later step the request's (the next
+        request's walk), else the ``end`` snapshot. Raises UsageError (exit 2) for a count out
+        of range, BadInputError (exit 65) for a run without snapshots or without one there."""
         total = self.steps_total
-        if before:
-            if not 1 <= step <= total:
-                raise UsageError(
-                    f"--step {step} --before: run {self.run} has {_steps(total)}; "
-                    f"--before needs a step in 1..{total}"
-                    if total
-                    else f"run {self.run} has no step"
-                )
-            after = step - 1
-        else:
-            if not 0 <= step <= total:
-                raise UsageError(f"--step {step}: run {self.run} has {_steps(total)} (0 <= K <= {total})")
-            after = step
+        if not 0 <= after <= total:
+            raise UsageError(f"run {self.run} has {_steps(total)}: no step {after} to restore after")
         if not self.snapshots:
             raise BadInputError(
                 f"run {self.run} has no workspace snapshot (it was recorded without a workspace, "
@@ -117,7 +106,11 @@ class RunSnapshots:
             if usable:
                 return usable[-1]
             failed = failed or (found[-1] if found else None)
-        what = f"after step {after}" + (f" (before A_{step})" if before else "")
+        what = (
+            f"after step {after} of {_steps(total)} ("
+            + (f"after transition {after - 1}, " if after else "")
+            + (f"before transition {after})" if after < total else "the end)")
+        )
         if failed is not None:
             raise BadInputError(f"run {self.run}: the snapshot {what} failed: {failed.error}")
         raise BadInputError(f"run {self.run} has no workspace snapshot {what}")
@@ -185,4 +178,4 @@ def restore_snapshot(
 
 
 def _steps(n: int) -> str:
-    return f"{n} step{'s' if n != 1 else ''}"
+    return f"{n} journal step{'s' if n != 1 else ''}"

@@ -308,7 +308,7 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
         "HOME": str(tmp_path / "home"),
     }
     commands = _console_commands(DOCS / "snapshots.md")
-    assert len(commands) == 7
+    assert len(commands) == 8
     proc = subprocess.run(
         ["bash", "-ec", "\n".join(commands)],
         env=env,
@@ -319,14 +319,22 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
         stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "run r-" in proc.stdout and ": 5 snapshots, 3 steps" in proc.stdout, proc.stdout
-    for d in ("at-1", "before-2"):
+    assert (
+        "run r-" in proc.stdout and ": 5 snapshots, 3 transitions (0..2; journal steps 1..3)" in proc.stdout
+    )
+    for d in ("after-0", "before-1"):
         assert sorted(p.name for p in (tmp_path / d).iterdir()) == ["a.txt", "seed.txt"]
         assert (tmp_path / d / "a.txt").read_text() == "one\n" and (
             tmp_path / d / "a.txt"
         ).stat().st_mode & 0o777 == 0o640
     view = json.loads((tmp_path / "pause.json").read_text())
     assert view["through_step"] == 1 and view["workspace"]["after_step"] == 1
+    assert (view["pause"]["transition"], view["pause"]["before"]) == (1, True)
+    # the documents' own line: transition 0, into a directory made for it
+    local = json.loads((tmp_path / "runs" / "local-pause.json").read_text())
+    assert (local["pause"]["transition"], local["through_step"]) == (0, 1)
+    assert local["steps"] == view["steps"] and (tmp_path / "runs").stat().st_mode & 0o777 == 0o700
+    assert "at transition 0 (step 1 of 3 journal steps) written to runs/local-pause.json" in proc.stderr
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["status"] == "ok" and result["workspace"]["restored_from"]["kind"] == "start"
     seed_only = tmp_path / "seed-only"
@@ -349,8 +357,9 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert api.returncode == 0, api.stderr
-    pause_step, snapshot_hash, _ = api.stdout.split(" ", 2)
-    assert pause_step == "2" and len(snapshot_hash) == 64  # progress 0.5 of 3 steps: step 2
+    pause_step, through_step, snapshot_hash, _ = api.stdout.split(" ", 3)
+    # progress 0.5 of 3 transitions: transition round(0.5 x 2) = 1, journal step 2
+    assert (pause_step, through_step) == ("1", "2") and len(snapshot_hash) == 64
     assert sorted(p.name for p in (tmp_path / "ws-child").iterdir()) == ["a.txt", "link", "seed.txt"]
 
 

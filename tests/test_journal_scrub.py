@@ -209,7 +209,7 @@ def test_after_scrub_no_byte_of_the_key_is_left_and_every_body_reads_back(leaked
             env["size"] == len(f"KEY={SCRUBBED}\n") and r.blob(env["sha256"]) == f"KEY={SCRUBBED}\n".encode()
         )
     restored = data.parent / "restored"
-    proc = cli(leaked, "snapshot", "restore", "r-leak", "--step", "0", "--into", str(restored))
+    proc = cli(leaked, "snapshot", "restore", "r-leak", "--after-step", "0", "--into", str(restored))
     assert proc.returncode == 0, proc.stderr
     assert (restored / ".env").read_text() == f"KEY={SCRUBBED}\n"
     assert (restored / "main.py").read_bytes() == b"print(1)\n" * 9

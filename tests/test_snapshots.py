@@ -228,7 +228,7 @@ def _restore_cli(journal: Path, into: Path, cwd: Path) -> subprocess.CompletedPr
             "snapshot",
             "restore",
             "r-crafted",
-            "--step",
+            "--after-step",
             "0",
             "--into",
             str(into),
@@ -274,6 +274,52 @@ def test_restore_of_a_crafted_journal_snapshot_writes_nothing_outside(tmp_path, 
     assert sorted(os.listdir(box)) in ([], ["into"]) and not (tmp_path / "escape").exists()
     assert not Path("/tmp/escape-abs").exists()
     assert not (box / "into").exists() or not any((box / "into").iterdir())
+
+
+def test_a_run_without_a_step_says_what_can_be_paused(tmp_path):
+    """A run of 0 journal steps has no transition: --step K is refused naming --after-step 0 (the
+    start state), which restores; a view without a pause holds the task alone, and says so."""
+    sha = hashlib.sha256(b"a\n").hexdigest()
+    manifest = orjson.dumps(
+        {
+            "schema": "pvisor.snapshot-manifest/v1",
+            "entries": [{"path": "a.txt", "kind": "file", "mode": 420, "size": 2, "sha256": sha}],
+            "warnings": [],
+        }
+    )
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, manifest, {sha: b"a\n"})
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(PVISOR), "--journal", str(journal), *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+        )
+
+    for pause in (["--step", "0"], ["--step", "0", "--before"]):
+        proc = cli("snapshot", "restore", "r-crafted", *pause, "--into", str(tmp_path / "r"))
+        assert proc.returncode == 2 and not (tmp_path / "r").exists()
+        assert proc.stderr == (
+            f"pvisor: error: {' '.join(pause)}: run r-crafted has no transition (0 journal steps: only the "
+            "task alone, after step 0); the task alone is --after-step 0\n"
+        )
+    proc = cli("snapshot", "restore", "r-crafted", "--into", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "give the pause: --step K (transition K, zero-based" in proc.stderr
+    proc = cli("snapshot", "restore", "r-crafted", "--after-step", "0", "--into", str(tmp_path / "r"))
+    assert proc.returncode == 0 and (tmp_path / "r" / "a.txt").read_text() == "a\n"
+    assert "at the task alone (after step 0 of 0 journal steps)" in proc.stdout, proc.stdout
+    view = cli("view", "r-crafted")
+    assert view.returncode == 0, view.stderr
+    doc = orjson.loads(view.stdout)
+    assert (doc["through_step"], doc["pause"]["transition"], doc["workspace"]["kind"]) == (0, None, "start")
+    assert view.stderr == (
+        "pvisor: warning: run r-crafted has no transition (0 journal steps): the view holds the task alone\n"
+    )
+    progress = cli("view", "r-crafted", "--progress", "0.5")
+    assert progress.returncode == 2 and "the task alone is --after-step 0" in progress.stderr
 
 
 def test_restore_of_a_snapshot_whose_blob_is_missing_names_it(tmp_path):
@@ -353,7 +399,7 @@ def test_a_driver_of_another_package_is_found_by_its_entry_point(tmp_path):
             "snapshot",
             "restore",
             "r-tally",
-            "--step",
+            "--after-step",
             "0",
             "--into",
             str(tmp_path / "r"),

@@ -13,7 +13,7 @@ from pvisor.commands.base import Group, PathParam, one_line
 import orjson
 
 from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
-from pvisor.commands.outputs import check_output_path
+from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.journal import progress
 from pvisor.journal.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
@@ -285,7 +285,7 @@ _FORMATS = ("jsonl", "atif", "otel", "har", "rows", "parquet")
     "-o",
     type=PathParam(dir_okay=False, allow_dash=True, readable=False),
     default=None,
-    help="Write to a file instead of stdout ('-': stdout).",
+    help="Write to a file instead of stdout ('-': stdout); missing directories are created (0700).",
 )
 @click.option(
     "--no-bodies", is_flag=True, help="Leave the bodies out (jsonl, har, rows, parquet): metadata only."
@@ -332,7 +332,7 @@ def export(
     if output == "-":
         output = None
     if output:
-        check_output_path(output, "--output")
+        check_output_path(output, "--output", create_parents=True)
     elif form is ExportFormat.PARQUET and is_terminal(sys.stdout):
         raise UsageError("--format parquet writes binary data: give -o FILE.parquet, or redirect stdout")
 
@@ -364,6 +364,7 @@ def export(
             # there); a device or a FIFO is written in place (journal/outfile.py)
             from pvisor.journal.outfile import replacing
 
+            make_output_parent(output, "--output")
             opened = False
             try:
                 with replacing(output) as f:
