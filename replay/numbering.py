@@ -105,6 +105,14 @@ def where(pos: Position) -> str:
     return text if text.startswith("before ") else "at " + text
 
 
+def pause_of(kept: int | None, transition: int | None) -> str:
+    """A child run's pause from its lineage (``boundary_step``, ``pause_transition``): ``after
+    step 2 (transition 1)``, ``after step 1 (before transition 1)``, ``after step 0``."""
+    if transition is None:
+        return f"after step {kept}"
+    return f"after step {kept} ({'before ' if kept == transition else ''}transition {transition})"
+
+
 def from_after_step(n: int, total: int) -> Position:
     """The position of N steps kept: after transition N-1, or for N = 0 before transition 0
     (the task alone; its transition is None when the run has no step)."""

@@ -136,11 +136,12 @@ def run_snapshots(reader: JournalReader, run_id: str, trajectory: Trajectory | N
 @dataclass(slots=True)
 class Restored:
     """A restored snapshot: ``snapshot`` (its record), ``manifest`` digest, ``into`` (the
-    target), ``entries``, ``files``, ``bytes`` written."""
+    target: a directory, or what another driver restored into), ``entries``, ``files``,
+    ``bytes`` written."""
 
     snapshot: SnapshotRecord
     digest: str
-    into: Path
+    into: Any
     entries: int
     files: int
     bytes: int
@@ -161,15 +162,27 @@ class Restored:
 
 
 def restore_snapshot(
-    reader: JournalReader, snap: SnapshotRecord, into: Path, *, force: bool = False
+    reader: JournalReader,
+    snap: SnapshotRecord,
+    into: Any,
+    *,
+    force: bool = False,
+    target_option: str = "--into",
+    force_option: str = "--force",
 ) -> Restored:
     """Write snapshot ``snap`` into ``into`` with its driver (module ``journal.snapshots``:
-    nothing is written outside ``into``). Raises UsageError for a target that is not empty
+    nothing is written outside ``into``): a directory (a path) for the filesystem driver, or
+    what another driver restores into. Raises UsageError for a target that is not empty
     without ``force``, BadInputError or IntegrityError naming the snapshot for a manifest or
-    blob that is unsafe or damaged."""
+    blob that is unsafe or damaged. ``target_option`` and ``force_option``: how the errors name
+    the target and the flag (the command's ``--into`` and ``--force``, or a Python caller's
+    ``environment`` and ``force=True``)."""
     manifest: Manifest = reader.manifest(snap)
     driver = snapshot_driver(snap.driver)
-    into = Path(os.path.abspath(into))
+    if hasattr(driver, "target_option"):
+        driver.target_option, driver.force_option = target_option, force_option  # type: ignore[attr-defined]
+    if isinstance(into, (str, os.PathLike)):
+        into = Path(os.path.abspath(into))
     driver.restore(manifest, reader.blob, into, force=force)
     files = [e for e in manifest.entries if e.kind.value == "file"]
     return Restored(

@@ -196,12 +196,21 @@ class TrajectoryReplay:
         return cls(traj, rec.agent, source, journal=path, run=rec.id, snapshots=snaps)
 
     @classmethod
-    def from_trajectory(cls, path: str | os.PathLike[str], agent: str | None = None) -> TrajectoryReplay:
+    def from_trajectory(
+        cls, path: str | os.PathLike[str], agent: str | None = None, *, wording: Wording = Wording.PYTHON
+    ) -> TrajectoryReplay:
         """The native trajectory file at ``path``, read with the adapter ``agent`` (None: the
-        one detected). Raises UsageError or BadInputError as ``pvisor trajectory show`` does."""
+        one detected). Raises UsageError or BadInputError as ``pvisor trajectory show`` does
+        (naming ``agent=`` rather than ``--agent`` unless ``wording`` is the CLI's)."""
         from pvisor.adapters.native import read_native
 
-        result, notes = read_native(Path(path), agent)
+        try:
+            result, notes = read_native(Path(path), agent)
+        except (UsageError, BadInputError) as exc:
+            if wording is Wording.CLI:
+                raise
+            exc.args = (exc.message.replace("give --agent", "give agent=NAME"),)
+            raise
         name = agent or notes[0].split(": ", 1)[1]
         source = {
             "kind": "native",
@@ -210,11 +219,83 @@ class TrajectoryReplay:
             "agent": name,
             "profile": result.profile.name,
         }
-        return cls(result.trajectory, name, source, warnings=list(result.diagnostics.warnings))
+        return cls(
+            result.trajectory, name, source, warnings=list(result.diagnostics.warnings), wording=wording
+        )
+
+    @classmethod
+    def from_event_log(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        agent: str | None = None,
+        journal: str | os.PathLike[str] | None = None,
+    ) -> TrajectoryReplay:
+        """The documents' loader: ``path`` is one of (detected in this order)
+
+        - a run's directory as ``pvisor run`` leaves it beside its journal
+          (``<data dir>/runs/<run>``): the run is read from that journal (the one of the data
+          directory that holds it), whose snapshots its views use;
+        - a journal file holding one run;
+        - a journal export of one run (``pvisor journal export RUN --format jsonl``): read back
+          (:mod:`pvisor.journal.exported`); it holds no workspace snapshot, so its views have
+          none unless ``journal`` names the journal that holds the run's snapshots;
+        - a native trajectory file (or an OpenCode store), read with the adapter ``agent``
+          (None: detected).
+
+        Raises UsageError (exit 2) for a path that does not exist, BadInputError (exit 65) with
+        one line naming ``path`` for anything else it cannot read."""
+        import stat as stat_
+
+        where = os.fspath(path)
+        try:
+            mode = os.stat(where).st_mode
+        except OSError as exc:
+            raise UsageError(f"from_event_log: {where}: {exc.strerror or exc}") from None
+        if stat_.S_ISDIR(mode):
+            found = _run_directory_journal(Path(where))
+            if found is not None:
+                return cls.from_journal(found[0], found[1])
+        elif stat_.S_ISREG(mode):
+            with open(where, "rb") as f:
+                head = f.read(16)
+            if head == b"SQLite format 3\x00":
+                return cls.from_journal(where, _only_run(where))
+            from pvisor.journal.exported import is_export, loaded_export
+
+            if is_export(where):
+                with loaded_export(where) as (loaded, run):
+                    replay = cls.from_journal(loaded, run)
+                replay.source = {"kind": "export", "path": where, "run": run, "agent": replay.agent}
+                replay.journal = replay.snapshots = None
+                if journal is not None:
+                    from pvisor.journal.reader import JournalReader
+
+                    from .snapshots import run_snapshots
+
+                    with JournalReader(journal) as reader:
+                        replay.snapshots = run_snapshots(reader, reader.run(run).id, replay.trajectory)
+                    replay.journal = Path(journal)
+                return replay
+        try:
+            return cls.from_trajectory(where, agent)
+        except (UsageError, BadInputError) as exc:
+            raise BadInputError(
+                f"from_event_log: {where}: not a run's directory beside its journal (<data dir>/runs/<run>), a "
+                f"journal, a journal export of one run (pvisor journal export RUN --format jsonl) or a native "
+                f"trajectory file: {exc.message}"
+            ) from None
 
     def materialize_pauses(self, pauses: Iterable[PauseSpec]) -> list[View]:
         """One :class:`View` per pause, in order (:func:`materialize_pauses`)."""
         return materialize_pauses(self, pauses)
+
+    @staticmethod
+    def restore_handoff(
+        view: View, environment: Any, child_episode_id: str, *, force: bool = False
+    ) -> HandoffBranch:
+        """The documents' name of :func:`restore_handoff`."""
+        return restore_handoff(view, environment, child_episode_id, force=force)
 
     @property
     def steps_total(self) -> int:
@@ -360,25 +441,75 @@ def materialize_pauses(replay: TrajectoryReplay, pauses: Iterable[PauseSpec]) ->
 
 
 def restore_handoff(
-    view: View, workspace: str | os.PathLike[str], child_run_id: str, *, force: bool = False
+    view: View, environment: Any, child_episode_id: str, *, force: bool = False
 ) -> HandoffBranch:
-    """Restore the workspace snapshot of ``view`` into ``workspace`` (empty unless ``force``)
-    for the child run ``child_run_id`` that continues after the pause. Raises BadInputError
-    (exit 65) when the view has no snapshot (a native file, a run recorded without a
-    workspace, a failed walk), UsageError for a target that is not empty."""
+    """Hand the pause of ``view`` off to a new run: restore its workspace snapshot into
+    ``environment`` and create the child run ``child_episode_id`` in the view's journal.
+
+    ``environment`` is a workspace directory (a path; empty unless ``force``) for the
+    filesystem driver, or what the snapshot's own driver restores into (a driver registered
+    under ``pvisor.snapshot_drivers``, by the name the snapshot records). The child run is
+    created **pending** (mode ``handoff``, no attempt) with its lineage: ``parent_run``,
+    ``boundary_step`` (the steps kept), ``pause_transition`` and ``workspace_snapshot`` (the
+    manifest digest restored). The next agent's run is filed under it when started with that id
+    (``pvisor run --child-run ID``, ``pvisor replay --child-run ID``,
+    ``continue_run(..., child_run=ID)``), once.
+
+    Raises BadInputError (exit 65) when the view has no snapshot to restore (a journal export,
+    a native file, a run recorded without a workspace, a failed walk), naming what to give;
+    UsageError (exit 2), naming the Python parameters, for a child id that is not a run id or
+    names a run of the journal already, or a target that is not empty without ``force=True``."""
+    import re
+
+    from pvisor.gateway.routing import RUN_ID_PATTERN
+    from pvisor.journal.model import Run, RunMode, has_key_shape
     from pvisor.journal.reader import JournalReader
 
     from .snapshots import restore_snapshot
 
+    at = _at(view.pause)
     if view.snapshot is None or view.journal is None:
-        why = (view.document.get("workspace") or {}).get("unavailable") or (
-            "a native trajectory holds no workspace snapshot" if view.journal is None else "no snapshot"
+        raise BadInputError(f"{at}restore_handoff: {_no_workspace(view)}")
+    child = child_episode_id
+    if not isinstance(child, str) or not re.fullmatch(RUN_ID_PATTERN, child) or has_key_shape(child):
+        raise UsageError(
+            f"restore_handoff: child_episode_id={child!r}: a run id of letters, digits, '.', '_' and '-' "
+            "(at most 128), starting with a letter or digit"
         )
-        raise BadInputError(f"{_at(view.pause)}no workspace to restore: {why}")
-    if not child_run_id or not child_run_id.strip():
-        raise UsageError("restore_handoff: give the child run's id")
     with JournalReader(view.journal) as reader:
-        done = restore_snapshot(reader, view.snapshot, Path(workspace), force=force)
+        if reader.run_exists(child):
+            raise UsageError(
+                f"restore_handoff: child_episode_id={child!r}: journal {view.journal} has a run {child} "
+                "already; give a new id for the child run"
+            )
+        done = restore_snapshot(
+            reader,
+            view.snapshot,
+            environment,
+            force=force,
+            target_option="restore_handoff: environment",
+            force_option="force=True",
+        )
+    from pvisor.journal.writer import Journal
+
+    where = os.fspath(done.into) if isinstance(done.into, (str, os.PathLike)) else repr(done.into)
+    with Journal.open(view.journal) as journal:
+        journal.create_run(
+            Run(
+                id=child,
+                mode=RunMode.HANDOFF.value,
+                parent_run=view.run,
+                boundary_step=view.through,
+                pause_transition=view.transition,
+                workspace_snapshot=done.digest,
+                labels={
+                    "workspace": where,
+                    "pause": view.describe(),
+                    "snapshot_driver": view.snapshot.driver,
+                    **({"pause_id": view.pause.id} if view.pause.id else {}),
+                },
+            )
+        )
     steps = view.document["steps"]
     return HandoffBranch(
         restored_observation=steps[-1]["observation"] if steps else None,
@@ -386,10 +517,76 @@ def restore_handoff(
         pause_step=view.transition,
         through_step=view.through,
         snapshot_hash=done.digest,
-        child_run=child_run_id,
+        child_run=child,
         workspace=done.into,
         journal=view.journal,
     )
+
+
+def _no_workspace(view: View) -> str:
+    """Why ``view`` has no workspace to restore, and what to give instead."""
+    src = view.source
+    kind = src.get("kind")
+    if kind == "export":
+        return (
+            f"the view of export {src.get('path')} holds no workspace (an export has no snapshots): give the "
+            f"journal that holds run {src.get('run')}'s snapshots: TrajectoryReplay.from_event_log("
+            f"{src.get('path')!r}, journal=PATH) or TrajectoryReplay.from_journal(PATH, {src.get('run')!r})"
+        )
+    if kind == "native":
+        return (
+            f"the view of native trajectory {src.get('path')} holds no workspace (a native file has no "
+            "snapshots): give the journal that holds the run's snapshots: TrajectoryReplay.from_journal(PATH, "
+            "RUN) of the run pvisor recorded, or TrajectoryReplay.from_event_log('<data dir>/runs/RUN')"
+        )
+    why = (view.document.get("workspace") or {}).get("unavailable") or "no snapshot"
+    return f"no workspace to restore: {why}"
+
+
+def _run_directory_journal(directory: Path) -> tuple[Path, str] | None:
+    """(the journal, the run id) of a run's directory as ``pvisor run`` leaves it
+    (``<data dir>/runs/<run>``): the data directory's journal that holds the run, the default
+    name first; None when ``directory`` is not one. BadInputError when it looks like one and no
+    journal beside it holds the run."""
+    from pvisor.journal.reader import JournalReader
+
+    directory = Path(os.path.abspath(directory))
+    if directory.parent.name != "runs":
+        return None
+    run, data = directory.name, directory.parent.parent
+    try:
+        names = sorted(data.iterdir(), key=lambda p: (p.name != "journal.sqlite", p.name))
+    except OSError:
+        return None
+    for candidate in names:
+        try:
+            with open(candidate, "rb") as f:
+                if f.read(16) != b"SQLite format 3\x00":
+                    continue
+            with JournalReader(candidate) as reader:
+                if reader.run_exists(run):
+                    return candidate, run
+        except (OSError, UsageError, BadInputError):
+            continue
+    raise BadInputError(
+        f"from_event_log: {directory}: a run's directory, but no journal in {data} holds run {run}: give "
+        f"the journal: TrajectoryReplay.from_journal(PATH, {run!r})"
+    )
+
+
+def _only_run(journal: str) -> str:
+    """The id of the one run of the journal file ``journal``; BadInputError when it holds
+    several or none."""
+    from pvisor.journal.reader import JournalReader
+
+    with JournalReader(journal) as reader:
+        runs = [r.id for r in reader.runs()]
+    if len(runs) != 1:
+        raise BadInputError(
+            f"from_event_log: {journal}: a journal of {len(runs)} runs; give the run: "
+            f"TrajectoryReplay.from_journal({journal!r}, RUN)"
+        )
+    return runs[0]
 
 
 # --------------------------------------------------------------------------- rendering

@@ -253,7 +253,9 @@ def test_the_python_api_refuses_what_cannot_be_made(captured, tmp_path):
     with pytest.raises(UsageError, match="kind 'middle' is not one of step, progress, before_commitment"):
         PauseSpec("odd", "middle", 1)
     native = TrajectoryReplay.from_trajectory(cap.report["native_trajectory"], "codex")
-    with pytest.raises(BadInputError, match="a native trajectory holds no workspace snapshot"):
+    with pytest.raises(
+        BadInputError, match=r"holds no workspace \(a native file has no snapshots\): give the journal"
+    ):
         restore_handoff(native.view(PauseSpec("n", PauseKind.STEP, 1)), tmp_path / "x", "r-child")
     assert not (tmp_path / "x").exists()
 
@@ -434,3 +436,255 @@ def test_a_name_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path):
         [line] = proc.stderr.splitlines()
         assert line.startswith(f"pvisor: error: {option} ") and "\\xff" in line, line
         assert line.endswith("not valid UTF-8 (file names and ids must be UTF-8)"), line
+
+
+# --------------------------------------------------------------------------- the documents' names
+
+
+def journal_copy(cap, tmp_path):
+    """A copy of the capture's journal (the capture is shared by the session's tests)."""
+    import sqlite3
+
+    copy = tmp_path / "data" / "journal.sqlite"
+    copy.parent.mkdir()
+    with sqlite3.connect(cap.journal) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    return copy
+
+
+def test_the_documents_names_import_as_written_and_lazily():
+    """`from pvisor.harness import PauseSpec, TrajectoryReplay` and `from pvisor import ...`
+    are pvisor's own classes; `import pvisor` loads none of them until one is used."""
+    code = (
+        "import sys, pvisor\n"
+        "assert 'pvisor.harness' not in sys.modules and 'pvisor.replay.views' not in sys.modules\n"
+        "from pvisor import PauseSpec, TrajectoryReplay\n"
+        "from pvisor.harness import PauseSpec as P, TrajectoryReplay as T, HandoffBranch, restore_handoff\n"
+        "from pvisor.replay import views\n"
+        "assert (P, T) == (PauseSpec, TrajectoryReplay) == (views.PauseSpec, views.TrajectoryReplay)\n"
+        "spec = PauseSpec(id='initial', kind='step', step=0)\n"
+        "assert (spec.kind, spec.step, spec.before) == (views.PauseKind.STEP, 0, False)\n"
+        "assert callable(TrajectoryReplay.from_event_log) and callable(TrajectoryReplay.restore_handoff)\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
+def test_from_event_log_reads_a_run_directory_an_export_and_a_native_file(captured, tmp_path):
+    cap = captured("codex")
+    initial = [PauseSpec(id="initial", kind="step", step=0)]
+    # (b) the run's directory beside its journal: that journal, with its snapshots
+    from_dir = TrajectoryReplay.from_event_log(cap.report["run_dir"])
+    assert from_dir.source["kind"] == "journal" and from_dir.journal == cap.journal
+    [at_dir] = from_dir.materialize_pauses(initial)
+    assert at_dir.to_json()["workspace"]["after_step"] == 1 and at_dir.snapshot is not None
+    # (a) a journal export of the run: the same steps, no workspace
+    export = tmp_path / "out" / "run.jsonl"
+    proc = pvisor(
+        ["--journal", str(cap.journal), "journal", "export", cap.run, "--format", "jsonl", "-o", str(export)],
+        env=user_env(cap.user_home),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    from_export = TrajectoryReplay.from_event_log(export)
+    assert from_export.source == {"kind": "export", "path": str(export), "run": cap.run, "agent": "codex"}
+    [at_export] = from_export.materialize_pauses(initial)
+    assert (
+        at_export.to_json()["steps"] == at_dir.to_json()["steps"] and at_export.to_json()["workspace"] is None
+    )
+    with pytest.raises(BadInputError) as exc:
+        TrajectoryReplay.restore_handoff(at_export, tmp_path / "ws", "child-x")
+    assert "\n" not in exc.value.message and exc.value.message.startswith("pause initial: restore_handoff: ")
+    assert f"give the journal that holds run {cap.run}'s snapshots" in exc.value.message
+    assert f"TrajectoryReplay.from_event_log({str(export)!r}, journal=PATH)" in exc.value.message
+    assert not (tmp_path / "ws").exists()
+    # ... unless the journal that holds the run's snapshots is given
+    with_journal = TrajectoryReplay.from_event_log(export, journal=cap.journal)
+    assert with_journal.view(initial[0]).to_json()["workspace"] == at_dir.to_json()["workspace"]
+    # (c) a native trajectory file: no workspace either
+    native = TrajectoryReplay.from_event_log(cap.report["native_trajectory"])
+    at_native = native.view(initial[0]).to_json()
+    assert native.source["kind"] == "native" and at_native["through_step"] == 1
+    names = [[c["name"] for c in st["action"]["tool_calls"]] for st in at_native["steps"]]
+    assert names == [[c["name"] for c in st["action"]["tool_calls"]] for st in at_dir.to_json()["steps"]]
+    with pytest.raises(BadInputError, match="a native file has no snapshots"):
+        TrajectoryReplay.restore_handoff(native.view(initial[0]), tmp_path / "ws", "child-x")
+
+
+def test_from_event_log_refuses_what_it_cannot_read_in_one_line(captured, tmp_path):
+    cap = captured("codex")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a trajectory\n")
+    two = tmp_path / "two.jsonl"
+    for run in ("r-one", "r-two"):
+        with open(two, "a") as f:
+            f.write(
+                json.dumps(
+                    {"type": "run", "id": run, "mode": "capture", "created_ms": 1, "argv": [], "labels": {}}
+                )
+                + "\n"
+            )
+    bare = tmp_path / "bare.jsonl"
+    proc = pvisor(
+        ["--journal", str(cap.journal), "journal", "export", cap.run, "--no-bodies", "-o", str(bare)],
+        env=user_env(cap.user_home),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    gone = tmp_path / "data" / "runs" / "r-gone"
+    gone.mkdir(parents=True)
+    cases = [
+        (notes, BadInputError, f"from_event_log: {notes}: not a run's directory beside its journal"),
+        (two, BadInputError, f"{two}: an export of 2 runs (r-one, r-two); give the export of one run"),
+        (bare, BadInputError, "an export made with --no-bodies holds no requests to read steps from"),
+        (gone, BadInputError, f"from_event_log: {gone}: a run's directory, but no journal in"),
+        (tmp_path / "nope", UsageError, f"from_event_log: {tmp_path / 'nope'}: No such file or directory"),
+    ]
+    for path, error, said in cases:
+        with pytest.raises(error) as exc:
+            TrajectoryReplay.from_event_log(path)
+        assert said in exc.value.message and "\n" not in exc.value.message, exc.value.message
+        assert "--agent" not in exc.value.message  # a Python caller is told agent=, not the option
+
+
+def test_restore_handoff_saves_a_pending_child_run_once(captured, tmp_path):
+    """The child run is created in the journal with its lineage (parent, boundary_step = steps
+    kept, the pause's transition, the snapshot's digest), listed pending; errors name the Python
+    parameters; `pvisor run --child-run` refuses what is no pending child run."""
+    from pvisor.journal.reader import JournalReader
+
+    cap = captured("codex")
+    journal = journal_copy(cap, tmp_path)
+    replay = TrajectoryReplay.from_journal(journal, cap.run)
+    [view] = replay.materialize_pauses([PauseSpec(id="second", kind="step", step=1)])
+    branch = TrajectoryReplay.restore_handoff(view, tmp_path / "ws-child", "child-a")
+    assert (branch.parent_episode_id, branch.pause_step, branch.through_step, branch.child_episode_id) == (
+        cap.run,
+        1,
+        2,
+        "child-a",
+    )
+    assert branch.journal == journal and sorted(os.listdir(tmp_path / "ws-child")) >= sorted(FILES)
+    with JournalReader(journal) as r:
+        child = r.run("child-a")
+        assert (child.mode, child.parent_run, child.boundary_step, child.pause_transition) == (
+            "handoff",
+            cap.run,
+            2,
+            1,
+        )
+        assert child.workspace_snapshot == branch.snapshot_hash == view.to_json()["workspace"]["manifest"]
+        assert child.labels["workspace"] == str(tmp_path / "ws-child") and r.run_status(child) == "pending"
+    env = user_env(cap.user_home)
+    ls = pvisor(["--journal", str(journal), "journal", "ls"], env=env, cwd=tmp_path)
+    [line] = [x for x in ls.stdout.splitlines() if x.startswith("child-a ")]
+    assert line.split()[1:4] == ["-", "handoff", "pending"], ls.stdout
+    show = pvisor(["--journal", str(journal), "journal", "show", "child-a"], env=env, cwd=tmp_path)
+    assert (
+        f"  handed off from {cap.run} after step 2 (transition 1), workspace snapshot "
+        f"{branch.snapshot_hash[:12]}; pending"
+    ) in show.stdout
+    # refusals, each one line naming the Python parameters; nothing made
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    for args, said in (
+        ((tmp_path / "ws-2", "child-a"), "child_episode_id='child-a': journal "),
+        ((tmp_path / "ws-2", "../x"), "child_episode_id='../x': a run id of letters"),
+        ((tmp_path / "full", "child-b"), f"environment {tmp_path / 'full'}: not empty; give force=True"),
+    ):
+        with pytest.raises(UsageError) as exc:
+            TrajectoryReplay.restore_handoff(view, *args)
+        assert said in exc.value.message and "--" not in exc.value.message, exc.value.message
+    assert not (tmp_path / "ws-2").exists()
+    with JournalReader(journal) as r:
+        assert not r.run_exists("child-b") and not r.run_exists("../x")
+    # pvisor run --child-run: only a pending child run of a handoff, checked before the agent starts
+    for child_id, extra, said in (
+        ("nope", [], "--child-run nope: no run nope in journal"),
+        (cap.run, [], f"--child-run {cap.run}: run {cap.run} is a capture run, not a handoff's child run"),
+        (
+            "child-a",
+            ["--resume", cap.run],
+            "--child-run starts a handoff's child run, --resume continues a run",
+        ),
+    ):
+        proc = pvisor(
+            [
+                "--journal",
+                str(journal),
+                "run",
+                "--agent",
+                "codex",
+                "--child-run",
+                child_id,
+                *extra,
+                "--",
+                "go",
+            ],
+            env=env,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 2, proc.stderr
+        [err] = proc.stderr.splitlines()
+        assert err.startswith("pvisor: error: ") and said in err, err
+
+
+def test_a_replay_is_filed_under_the_handoffs_child_run_once(captured, tmp_path):
+    """`pvisor replay --child-run`: the derived run is the pending child run (its lineage kept),
+    the replay must match it, and a second start is refused (exit 2)."""
+    from agent_helpers import entrypoint
+
+    from pvisor.journal.reader import JournalReader
+    from pvisor.replay import continue_run
+
+    cap = captured("codex")
+    journal = journal_copy(cap, tmp_path)
+    replay = TrajectoryReplay.from_journal(journal, cap.run)
+    [view] = replay.materialize_pauses([PauseSpec(id="b", kind="step", step=1, before=True)])
+    TrajectoryReplay.restore_handoff(view, tmp_path / "ws-child", "child-r")
+
+    def replay_cli(n: int, name: str):
+        ws = tmp_path / f"ws-{name}"
+        ws.mkdir()
+        return pvisor(
+            ["replay", "--journal", str(journal), "--agent", "codex", "--run", cap.run, "--after-step", str(n),
+             "--replay-only", "--workspace", str(ws), "--workspace-from", cap.run, "--output",
+             str(tmp_path / f"out-{name}"), "--agent-entrypoint", str(entrypoint("codex")), "--child-run",
+             "child-r", "--timeout", "240"],
+            env=user_env(cap.user_home), cwd=tmp_path, timeout=400,
+        )  # fmt: skip
+
+    other = replay_cli(2, "other")
+    assert (
+        other.returncode == 2
+        and (
+            "--child-run child-r: the handoff's child run continues after step 1 (before transition 1); this "
+            "replay is --after-step 2"
+        )
+        in other.stderr
+    ), other.stderr
+    done = replay_cli(1, "first")
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "out-first" / "result.json").read_text())
+    assert result["derived_run"] == "child-r" and result["status"] == "ok"
+    assert "handoff_workspace_differs" not in {w["code"] for w in result["warnings"]}, result["warnings"]
+    with JournalReader(journal) as r:
+        child = r.run("child-r")
+        assert (child.mode, child.parent_run, child.boundary_step, child.pause_transition) == (
+            "handoff",
+            cap.run,
+            1,
+            1,
+        )
+        assert child.labels["started_as"] == "replay-only" and r.run_status(child) == "ended"
+    again = replay_cli(1, "again")
+    assert again.returncode == 2 and "the handoff's child run child-r was started already" in again.stderr
+    # the Python API names its parameter
+    (tmp_path / "ws-py").mkdir()
+    with pytest.raises(
+        UsageError, match=r"^child_run='child-r': the handoff's child run child-r was started"
+    ):
+        continue_run(
+            cap.run, 1, tmp_path / "ws-py", "http://127.0.0.1:9", journal=journal, child_run="child-r"
+        )

@@ -127,7 +127,7 @@ def view(
 
         check_source_file(Path(source), source)  # a FIFO or a device could block or never end
     if native:
-        replay = TrajectoryReplay.from_trajectory(Path(source), agent)
+        replay = TrajectoryReplay.from_trajectory(Path(source), agent, wording=Wording.CLI)
         for w in replay.warnings:
             click.echo(f"pvisor: warning: {source}: {w}", err=True)
     else:
