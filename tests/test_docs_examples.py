@@ -388,8 +388,29 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
     )
     subprocess.run([sys.executable, "-c", other], cwd=tmp_path, env=env, check=True, timeout=120)
     (tmp_path / "ws-other" / "stray.txt").write_text("not in the snapshot\n")
+    # the warning comes before the agent starts: an agent that exits at once is enough here
+    quick = tmp_path / "quick-claude"
+    pin = json.loads((DOCS.parent / "tests" / "agents" / "claude-code" / "package.json").read_text())
+    version = pin["dependencies"]["@anthropic-ai/claude-code"]
+    quick.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "{version} (Claude Code)"; fi\nexit 0\n'
+    )
+    quick.chmod(0o755)
     moved = subprocess.run(
-        ["bash", "-c", commands[-1].replace("child-1", "child-2").replace("child.json", "child-2.json")],
+        [
+            "pvisor",
+            "run",
+            "--agent",
+            "claude-code",
+            "--agent-entrypoint",
+            str(quick),
+            "--script",
+            "steps.json",
+            "--child-run",
+            "child-2",
+            "--",
+            "Edit the files",
+        ],
         env=env,
         cwd=tmp_path,
         capture_output=True,
