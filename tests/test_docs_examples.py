@@ -372,6 +372,14 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
     )
     with JournalReader(tmp_path / "data" / "j.sqlite") as reader:
         assert reader.run("child-1").workspace_snapshot.startswith(digest.group(1))
+    # the next agent re-ran none of the parent's steps: its page shows no O against O'
+    page = subprocess.run(
+        ["pvisor", "report", "child-1", "-o", "pages/child.html", "--no-parent"],
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert page.returncode == 0 and '"comparison":[]' in (tmp_path / "pages" / "child.html").read_text()
     # a second start under the same id is refused, before anything runs
     again = subprocess.run(
         ["bash", "-c", commands[-1]], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
