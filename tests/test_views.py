@@ -193,7 +193,8 @@ def test_before_commitment_of_corpus_files_stops_before_the_finish_tool(path, ag
 
 def test_the_python_api_materializes_pauses_and_hands_one_off(captured, tmp_path):
     cap = captured("codex")
-    replay = TrajectoryReplay.from_journal(cap.journal, cap.run)
+    # a copy: the handoff saves its child run, and the capture's journal is shared
+    replay = TrajectoryReplay.from_journal(journal_copy(cap, tmp_path), cap.run)
     half = math.floor(0.5 * (replay.steps_total - 1) + 0.5)
     views = materialize_pauses(
         replay,
