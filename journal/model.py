@@ -73,6 +73,7 @@ class RunMode(str, enum.Enum):
     PREPARE_ONLY = "prepare-only"
     REPLAY_ONLY = "replay-only"  #: derived by replay: recorded actions served, tools re-run
     CONTINUATION = "continuation"  #: derived by replay, then the live model
+    HANDOFF = "handoff"  #: a handoff's child run: created pending at a pause, then started once
 
 
 class CaptureMode(str, enum.Enum):
@@ -98,9 +99,14 @@ class Run(Record):
         argv: the command line that started the agent ([] when pvisor did not start it).
         created_ms: creation time, Unix epoch milliseconds.
         parent_run: for a derived run, the run it was replayed from; else None.
-        boundary_step: for a derived run, the step N it continues after; else None.
-        mode: ``capture`` | ``import`` | ``prepare-only`` | ``replay-only`` | ``continuation``.
+        boundary_step: for a derived run, the step N it continues after (steps kept); else None.
+        mode: ``capture`` | ``import`` | ``prepare-only`` | ``replay-only`` | ``continuation`` |
+            ``handoff``.
         labels: free-form string labels (session id, native trajectory path, workspace, ...).
+        pause_transition: for a handoff's child run, the pause's transition (zero-based, the
+            documents' numbering: ``boundary_step`` is K+1 after it, K before it); else None.
+        workspace_snapshot: for a handoff's child run, the manifest digest of the workspace
+            snapshot restored for it; else None.
     """
 
     id: str
@@ -112,6 +118,8 @@ class Run(Record):
     boundary_step: int | None = None
     mode: str = "capture"
     labels: dict[str, str] = field(default_factory=dict)
+    pause_transition: int | None = None
+    workspace_snapshot: str | None = None
 
     def __init__(
         self,
@@ -124,6 +132,8 @@ class Run(Record):
         boundary_step: int | None = None,
         mode: str = "capture",
         labels: dict[str, str] | None = None,
+        pause_transition: int | None = None,
+        workspace_snapshot: str | None = None,
     ) -> None:
         self.id = id
         self.agent = agent
@@ -134,6 +144,8 @@ class Run(Record):
         self.boundary_step = boundary_step
         self.mode = mode
         self.labels = {} if labels is None else labels
+        self.pause_transition = pause_transition
+        self.workspace_snapshot = workspace_snapshot
 
 
 @record

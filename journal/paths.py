@@ -100,6 +100,27 @@ def create_private_file(path: str | os.PathLike) -> bool:
     return True
 
 
+def make_directories(path: str | os.PathLike) -> list[str]:
+    """Create the directory ``path`` and its missing parents, each with mode 0700 (a command's
+    output may hold prompts and code: private, as the journal's directory is), and return the
+    directories created, outermost first ([] when ``path`` is a directory already). Raises
+    OSError (``FileExistsError`` when a component is a file; what was made stays)."""
+    missing: list[str] = []
+    here = os.path.abspath(path)
+    while not os.path.isdir(here):
+        missing.append(here)
+        up = os.path.dirname(here)
+        if up == here:
+            break
+        here = up
+    made = []
+    for d in reversed(missing):
+        os.mkdir(d, 0o700)
+        os.chmod(d, 0o700)  # mkdir's mode is filtered by the umask
+        made.append(d)
+    return made
+
+
 def cwd_gone() -> bool:
     """Whether the current working directory no longer exists (deleted while pvisor ran in it,
     or before it started there): relative paths then cannot be resolved."""

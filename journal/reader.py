@@ -21,7 +21,7 @@ import orjson
 
 from . import progress
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
-from .model import Attempt, Exchange, Run, unpack_timings
+from .model import Attempt, Exchange, Run, RunMode, unpack_timings
 from .paths import absolute
 from .record import Record, record
 
@@ -44,6 +44,7 @@ KNOWN_MIGRATIONS = (
     "m007_capture",
     "m008_foreign_keys",
     "m009_readable_views",
+    "m010_handoff_lineage",
 )
 #: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
 #: open that failed only because the -shm file cannot be created or written
@@ -302,6 +303,9 @@ class JournalReader:
             boundary_step=row["boundary_step"],
             mode=row["mode"],
             labels=_json(row, "labels", "runs"),
+            # a journal older than m010 read without migrating it (readers never write) has neither
+            pause_transition=row["pause_transition"] if "pause_transition" in row.keys() else None,
+            workspace_snapshot=row["workspace_snapshot"] if "workspace_snapshot" in row.keys() else None,
         )
 
     def runs(self) -> list[Run]:
@@ -325,8 +329,27 @@ class JournalReader:
             for r in self.conn.execute("SELECT * FROM attempts WHERE run_id = ? ORDER BY n", (run_id,))
         ]
 
+    def run_status(self, run: Run) -> str:
+        """``pending`` (a handoff's child run created and never started: no attempt, no
+        exchange), ``open`` (an attempt has not ended: running, or its pvisor was killed),
+        ``ended`` (every attempt ended), or ``-`` (no attempt: a ``pvisor gateway`` capture)."""
+        rows = self.conn.execute(
+            "SELECT count(*), count(ended_ms) FROM attempts WHERE run_id = ?", (run.id,)
+        ).fetchone()
+        if rows[0]:
+            return "ended" if rows[0] == rows[1] else "open"
+        if (
+            run.mode == RunMode.HANDOFF.value
+            and not self.conn.execute(
+                "SELECT 1 FROM exchanges WHERE run_id = ? LIMIT 1", (run.id,)
+            ).fetchone()
+        ):
+            return "pending"
+        return "-"
+
     def run_summaries(self) -> list[dict[str, Any]]:
-        """Per run: id, agent, mode, created_ms, exchange count, outcome counts, bytes."""
+        """Per run: id, agent, mode, status (:meth:`run_status`), created_ms, lineage
+        (parent_run, boundary_step, pause_transition), exchange count, outcome counts, bytes."""
         out = []
         for run in self.runs():
             rows = self.conn.execute(
@@ -340,8 +363,11 @@ class JournalReader:
                     "agent": run.agent,
                     "agent_version": run.agent_version,
                     "mode": run.mode,
+                    "status": self.run_status(run),
                     "created_ms": run.created_ms,
                     "parent_run": run.parent_run,
+                    "boundary_step": run.boundary_step,
+                    "pause_transition": run.pause_transition,
                     "exchanges": sum(r["n"] for r in rows),
                     "outcomes": {r["o"]: r["n"] for r in rows},
                     "request_bytes": sum(r["rq"] or 0 for r in rows),

@@ -258,6 +258,17 @@ def m009_readable_views(db: Database) -> None:
         db.execute(f"CREATE VIEW IF NOT EXISTS {name} AS {select}")
 
 
+@MIGRATIONS(name="m010_handoff_lineage")
+def m010_handoff_lineage(db: Database) -> None:
+    """A handoff's child run (mode ``handoff``, created by ``TrajectoryReplay.restore_handoff``)
+    keeps its pause beside the count of steps kept (``boundary_step``): ``pause_transition``,
+    the pause's transition (zero-based: the documents' numbering; NULL for other runs and for the
+    task alone of a run without a step), and ``workspace_snapshot``, the manifest digest of the
+    snapshot restored for it (a blob sha256). NULL for runs made before this migration."""
+    db.execute("ALTER TABLE runs ADD COLUMN pause_transition INTEGER")
+    db.execute("ALTER TABLE runs ADD COLUMN workspace_snapshot TEXT")
+
+
 #: tables of a pvisor journal; a database with other tables and none of these is not one
 JOURNAL_TABLES = ("meta", "writers", "events", "runs", "attempts", "blobs", "exchanges")
 

@@ -14,9 +14,10 @@ against an earlier body (:mod:`pvisor.journal.blobs`), so replacing the text is 
    the next keyframe, is rewritten. A response received with a ``Content-Encoding`` is searched
    decoded and stored again in its coding. A manifest names the new sha256 and size of each
    changed file.
-2. Every row naming an old sha256 (``exchanges``' body columns, ``snapshots.manifest``, the
-   ``snapshot.taken`` event) is rewritten, and every text cell of the metadata tables (headers, labels, argv, errors,
-   events, in-flight ``response_parts``) gets the replacement; identifiers and digests are left.
+2. Every row naming an old sha256 (``exchanges``' body columns, ``snapshots.manifest``,
+   ``runs.workspace_snapshot``, the ``snapshot.taken`` event) is rewritten, and every text cell of
+   the metadata tables (headers, labels, argv, errors, events, in-flight ``response_parts``) gets
+   the replacement; identifiers and digests are left.
 3. After the commit, with ``secure_delete`` on: a WAL checkpoint with truncation, ``VACUUM``
    (temporary store in memory) and a second truncating checkpoint, so that no free page, WAL
    frame or temporary file keeps the old bytes.
@@ -63,7 +64,7 @@ MIN_TEXT_CHARS = 4
 MAX_REPLACEMENT_BYTES = 64
 #: columns that hold identifiers or digests: never text-replaced (the body columns are remapped)
 _IDENTIFIER_COLUMNS = frozenset(
-    {"id", "run_id", "exchange_id", "parent_run", "sha256", "base", "manifest"}
+    {"id", "run_id", "exchange_id", "parent_run", "sha256", "base", "manifest", "workspace_snapshot"}
     | {"request_body", "response_body", "response_final", "forwarded_body"}
     | {"chunk_timings", "secret_fingerprints"}  # packed numbers; digests of secrets
 )
@@ -852,6 +853,8 @@ def _rewrite_rows(
                 )
         refs = [("exchanges", c) for c in _BODY_COLUMNS if _has_column(conn, "exchanges", c)]
         refs.append(("snapshots", "manifest"))
+        if _has_column(conn, "runs", "workspace_snapshot"):  # a handoff's child names the manifest restored
+            refs.append(("runs", "workspace_snapshot"))
         for table, col in refs:
             report.rows_rewritten += conn.execute(
                 f"UPDATE {table} SET {col} = (SELECT new FROM scrub_map WHERE old = {col})"

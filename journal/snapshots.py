@@ -289,6 +289,10 @@ class FilesystemDriver:
         self.max_entries = max_entries
         self.racy_ns = racy_ns
         self.exclude = exclude  # relative paths never walked (the journal, a run's own files)
+        # how restore's errors name the target and the force flag: the command's options, or
+        # the Python parameters of the caller (``environment``, ``force=True``)
+        self.target_option = "--into"
+        self.force_option = "--force"
         # path -> ((inode, size, mtime_ns, ctime_ns), Entry, its JSON) of the previous walk's files
         self._known: dict[str, tuple[Any, ...]] = {}
 
@@ -446,13 +450,15 @@ class FilesystemDriver:
         full). Nothing is written before every path was checked."""
         target = Path(target)
         if target.exists() and not target.is_dir():
-            raise UsageError(f"--into {target}: not a directory")
+            raise UsageError(f"{self.target_option} {target}: not a directory")
         try:
             holds = target.is_dir() and any(target.iterdir())
         except OSError as exc:
-            raise UsageError(f"--into {target}: cannot be read ({exc.strerror})") from None
+            raise UsageError(f"{self.target_option} {target}: cannot be read ({exc.strerror})") from None
         if holds and not force:
-            raise UsageError(f"--into {target}: not empty; give --force to restore into it anyway")
+            raise UsageError(
+                f"{self.target_option} {target}: not empty; give {self.force_option} to restore into it anyway"
+            )
         links = {e.path for e in manifest.entries if e.kind is EntryKind.SYMLINK}
         for i, e in enumerate(manifest.entries):
             p = check_path(e.path, f"snapshot entry {i}")
@@ -463,19 +469,21 @@ class FilesystemDriver:
                     "restoring it would write through the link"
                 )
         if force and target.is_dir():
-            conflict = _conflict(target, manifest)
+            conflict = _conflict(target, manifest, self.target_option)
             if conflict is not None:
                 raise UsageError(
-                    f"--into {target}: {conflict}; nothing was written (restore into an empty directory)"
+                    f"{self.target_option} {target}: {conflict}; nothing was written (restore into an empty directory)"
                 )
         try:
             target.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise UsageError(f"--into {target}: cannot create it: {exc.strerror or exc}") from None
+            raise UsageError(
+                f"{self.target_option} {target}: cannot create it: {exc.strerror or exc}"
+            ) from None
         try:
             root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
         except OSError as exc:
-            raise UsageError(f"--into {target}: cannot be opened ({exc.strerror})") from None
+            raise UsageError(f"{self.target_option} {target}: cannot be opened ({exc.strerror})") from None
         current = ""
         try:
             order = sorted(
@@ -549,14 +557,14 @@ class FilesystemDriver:
         except OSError as exc:
             # the disk is full, a permission is missing: what was written so far stays
             raise OutputError(
-                f"--into {target}: cannot write snapshot entry {current!r}: {exc.strerror or exc} "
+                f"{self.target_option} {target}: cannot write snapshot entry {current!r}: {exc.strerror or exc} "
                 "(the directory holds what was restored before it)"
             ) from None
         finally:
             os.close(root_fd)
 
 
-def _conflict(target: Path, manifest: Manifest) -> str | None:
+def _conflict(target: Path, manifest: Manifest, option: str = "--into") -> str | None:
     """What in ``target`` (a directory that holds files: a forced restore) stands where the
     manifest needs something a restore cannot replace, or None: a directory where a file or a
     symlink goes, a file or a symlink where a directory goes or lies on the way (a symlink of
@@ -571,7 +579,7 @@ def _conflict(target: Path, manifest: Manifest) -> str | None:
             except FileNotFoundError:
                 kinds[rel] = "absent"
             except OSError as exc:  # no permission to look: nothing may be written there either
-                raise UsageError(f"--into {target}: {rel!r} cannot be examined ({exc.strerror})") from None
+                raise UsageError(f"{option} {target}: {rel!r} cannot be examined ({exc.strerror})") from None
             else:
                 kinds[rel] = "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "file"
         return kinds[rel]

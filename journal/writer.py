@@ -1021,8 +1021,8 @@ class Journal(JournalProducer):
         elif kind == "run":
             r: Run = payload
             cur = conn.execute(
-                "INSERT OR IGNORE INTO runs(id, agent, agent_version, argv, created_ms, parent_run, boundary_step, mode, labels)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO runs(id, agent, agent_version, argv, created_ms, parent_run, boundary_step,"
+                " mode, labels, pause_transition, workspace_snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     r.id,
                     r.agent,
@@ -1033,6 +1033,8 @@ class Journal(JournalProducer):
                     r.boundary_step,
                     r.mode,
                     orjson.dumps(r.labels).decode(),
+                    r.pause_transition,
+                    r.workspace_snapshot,
                 ),
             )
             if cur.rowcount:

@@ -3,9 +3,26 @@
 The installed packages are ``pvisor.journal`` (canonical model and SQLite store),
 ``pvisor.adapters`` (wire protocols, native formats, agent launch profiles),
 ``pvisor.gateway`` (the capture proxy), ``pvisor.replay`` and this package (CLI).
-Importing ``pvisor`` imports nothing else.
+Importing ``pvisor`` imports nothing else: the documents' Python names
+(:mod:`pvisor.harness`: ``PauseSpec``, ``TrajectoryReplay``, ...) are loaded on first use.
 """
 
 from pvisor._version import __version__
 
-__all__ = ["__version__"]
+#: the names of :mod:`pvisor.harness`, reached as ``pvisor.NAME`` (loaded on first use, so that
+#: the short commands' start-up does not pay for them)
+_HARNESS = ("HandoffBranch", "PauseKind", "PauseSpec", "TrajectoryReplay", "View")
+
+__all__ = ["__version__", *_HARNESS]
+
+
+def __getattr__(name: str) -> object:
+    if name in _HARNESS:
+        from pvisor import harness
+
+        return getattr(harness, name)
+    raise AttributeError(f"module 'pvisor' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HARNESS])

@@ -63,7 +63,7 @@ from pvisor.gateway.parent_death import die_with_parent
 from pvisor.journal.helpers import helper_argv
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
 from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone, not_utf8
-from pvisor.journal.model import Attempt, Run
+from pvisor.journal.model import Attempt, Run, RunMode
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import SnapshotKind
 from pvisor.journal.writer import new_run_id
@@ -132,6 +132,10 @@ class RunRequest:
     the driver ``snapshot_driver``. ``intercept``: run the agent through intercept mode (an
     :class:`~pvisor.gateway.intercept.InterceptConfig`: ``HTTPS_PROXY`` and pvisor's CA instead
     of a base URL pointing at the gateway; docs/intercept.md), None for the reverse proxy.
+    ``child_run``: run as the pending child run of a handoff (``TrajectoryReplay.restore_handoff``
+    created it): the run is filed under that id, its lineage kept, once (:func:`child_target`);
+    the workspace defaults to where the handoff restored it. ``child_option``: how errors name
+    it (``--child-run``, or a Python caller's ``child_run=``).
     """
 
     agent: str
@@ -160,6 +164,8 @@ class RunRequest:
     snapshots: bool = True
     snapshot_driver: str = "filesystem"
     intercept: Any = None
+    child_run: str | None = None
+    child_option: str = "--child-run"
 
 
 @dataclass(frozen=True)
@@ -449,6 +455,78 @@ def _resume_target(req: RunRequest, profile: AgentProfile) -> _Resume:
     )
 
 
+def child_target(journal_path: Path, child: str, option: str = "--child-run") -> Run:
+    """The pending child run ``child`` of a handoff, to be started now. UsageError (exit 2),
+    naming ``option``, when the journal or the run is missing, the run is no handoff's child, or
+    it was started already (a child run starts once)."""
+    path = Path(journal_path)
+    named = f"{option}{child!r}" if option.endswith("=") else f"{option} {child}"
+    if not child or not child.strip():
+        raise UsageError(
+            f"{option} is empty: give the id of the handoff's child run (pvisor journal ls lists it)"
+        )
+    if not path.exists():
+        raise UsageError(f"{named}: journal {path} does not exist")
+    with JournalReader(path) as r:
+        if not r.run_exists(child):
+            raise UsageError(
+                f"{named}: no run {child} in journal {path}; a handoff's child run is created by "
+                "TrajectoryReplay.restore_handoff (docs/snapshots.md)"
+            )
+        run = r.run(child)
+        status = r.run_status(run)
+        attempts = r.attempts(run.id)
+    if run.mode != RunMode.HANDOFF.value:
+        raise UsageError(
+            f"{named}: run {child} is a {run.mode} run, not a handoff's child run (created pending by "
+            "TrajectoryReplay.restore_handoff)"
+        )
+    if status != "pending":
+        what = (
+            f"attempt {len(attempts)} began {_when(attempts[-1].started_ms)}"
+            if attempts
+            else "it has exchanges"
+        )
+        raise UsageError(
+            f"{named}: the handoff's child run {child} was started already ({what}): a child run "
+            "starts once; hand the pause off again under a new child id"
+        )
+    return run
+
+
+def _when(ms: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ms / 1000))
+
+
+def workspace_manifest_digest(workspace: Path, start: Any = None) -> str | None:
+    """The manifest digest of ``workspace`` as a snapshot of it would have (the ``start``
+    snapshot's when one was taken; else a walk that stores nothing), or None when it cannot be
+    read."""
+    if start is not None and getattr(start, "digest", None):
+        return start.digest
+    import hashlib
+
+    from pvisor.journal.snapshots import FilesystemDriver
+
+    try:
+        return FilesystemDriver().checkpoint(workspace, lambda b: hashlib.sha256(b).hexdigest()).digest()
+    except (OSError, UsageError):
+        return None
+
+
+def check_child_workspace(child: Run, digest: str | None, where: str, warn: Warn) -> bool:
+    """Warn (one line) when ``digest``, the manifest digest of the workspace the child run starts
+    from (``where``), differs from the snapshot its handoff restored; True when they agree."""
+    want = child.workspace_snapshot
+    if not want or digest == want:
+        return True
+    warn(
+        f"{where} differs from the snapshot the handoff restored for child run {child.id} (manifest "
+        f"{want[:12]}, {'now ' + digest[:12] if digest else 'unreadable'}): the agent starts from another state"
+    )
+    return False
+
+
 # --------------------------------------------------------------------------- process groups
 
 
@@ -706,8 +784,13 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         ("--script", req.script),
         ("--upstream", req.upstream),
         ("--resume", req.resume),
+        (req.child_option, req.child_run),
     ):
         check_utf8(option, value)
+    if req.child_run is not None and req.resume is not None:
+        raise UsageError(
+            f"{req.child_option} starts a handoff's child run, --resume continues a run: give one of them"
+        )
     if req.resume is not None and not req.resume.strip():
         raise UsageError(
             "--resume is empty: give the id of the run to continue (pvisor journal ls lists them)"
@@ -740,6 +823,9 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     if req.timeout <= 0:
         raise UsageError(f"--timeout must be more than 0 seconds, not {req.timeout:g}")
     resume = _resume_target(req, profile) if req.resume else None
+    child = (
+        child_target(req.journal_path, req.child_run, req.child_option) if req.child_run is not None else None
+    )
     exe = find_executable(profile, req.entrypoint)
     use_home = resume.use_home if resume else req.use_home
     if resume and req.use_home != resume.use_home:
@@ -747,6 +833,8 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
             f"run {resume.run.id} was captured {'with' if resume.use_home else 'without'} --use-home; its resume does the same"
         )
     workspace = req.workspace or (resume.workspace if resume else None)
+    if workspace is None and child is not None and child.labels.get("workspace"):
+        workspace = Path(child.labels["workspace"])  # where the handoff restored the pause
     if workspace is None and cwd_gone():
         raise UsageError(f"no --workspace, and {CWD_GONE_HINT} (the default workspace)")
     workspace = Path(absolute(workspace or os.curdir, f"--workspace {workspace}"))
@@ -771,7 +859,7 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     version = check_version(
         profile, exe, use_home=use_home, allow_unsupported=req.allow_unsupported, warn=warn
     )
-    run_id = resume.run.id if resume else new_run_id()
+    run_id = resume.run.id if resume else child.id if child is not None else new_run_id()
     run_dir = run_dir_of(req.journal_path, run_id)
     try:
         run_dir.relative_to(workspace)
@@ -781,7 +869,21 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     except ValueError:
         pass
     return asyncio.run(
-        _run(req, profile, exe, version, resume, run_id, run_dir, workspace, model, script, use_home, warn)
+        _run(
+            req,
+            profile,
+            exe,
+            version,
+            resume,
+            run_id,
+            run_dir,
+            workspace,
+            model,
+            script,
+            use_home,
+            warn,
+            child,
+        )
     )
 
 
@@ -798,6 +900,7 @@ async def _run(
     script: Any,
     use_home: bool,
     warn: Warn,
+    child: Run | None = None,
 ) -> RunReport:
     from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
     from pvisor.gateway.scripted_model import ScriptedModel
@@ -899,6 +1002,7 @@ async def _run(
             stop,
             responder,
             proxy,
+            child,
         )
     finally:
         for sig in STOP_SIGNALS:
@@ -962,6 +1066,7 @@ async def _attempt(
     stop: _Stop,
     responder: Any = None,
     proxy: Any = None,
+    child: Run | None = None,
 ) -> RunReport:
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(run_dir, 0o700)
@@ -1008,7 +1113,11 @@ async def _attempt(
         labels["model"] = model
     if proxy is not None:
         labels["capture"] = "intercept"
-    if resume is None:
+    if child is not None:
+        # the handoff's pending child run: filed under its id, its mode and lineage kept
+        labels["started_as"] = req.mode
+        journal.update_run(run_id, agent=profile.name, agent_version=version, argv=plan.argv, labels=labels)
+    elif resume is None:
         journal.create_run(
             Run(
                 id=run_id,
@@ -1038,6 +1147,12 @@ async def _attempt(
     journal.flush(JOURNAL_WAIT_S)  # the run and attempt rows exist before the first exchange arrives
 
     start = await gw.take_snapshot(SnapshotKind.START)  # the workspace as the agent finds it
+    if child is not None and req.responder is None:
+        # the next agent starts where the handoff restored the pause (a replay compares at N)
+        digest = await asyncio.get_running_loop().run_in_executor(
+            None, workspace_manifest_digest, workspace, start
+        )
+        check_child_workspace(child, digest, f"workspace {workspace}", warn)
     ended = getattr(responder, "ended", None)
     # pvisor's own helpers are no strays of the agent: the journal's writer, intercept's mitmdump
     keep = (*journal.processes, *((proxy.pid,) if proxy is not None and proxy.pid else ()))

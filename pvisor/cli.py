@@ -41,11 +41,11 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "view": (
         "pvisor.commands.view:view",
-        "What the agent saw at a step (an observer view, JSON); --before, --progress, --before-commitment.",
+        "What the agent saw at a pause (an observer view, JSON): --step K (transition K, from 0), --after-step N.",
     ),
     "snapshot": (
         "pvisor.commands.snapshot:snapshot",
-        "List a run's workspace snapshots; restore the workspace at a step.",
+        "List a run's workspace snapshots; restore the workspace at --step K (a transition) or --after-step N.",
     ),
     "replay": (
         "pvisor.commands.replay:replay",
@@ -66,8 +66,8 @@ Examples:
   pvisor journal body x-0123 --response     the reassembled reply of an exchange
   pvisor journal export --format jsonl > all.jsonl
   pvisor report r-3f2a9c0d1e2b --open          a run as one HTML page
-  pvisor snapshot restore r-3f2a9c0d1e2b --step 2 --into ws-at-2
-  pvisor view r-3f2a9c0d1e2b --step 2 --before > pause.json
+  pvisor snapshot restore r-3f2a9c0d1e2b --step 1 --into ws-1   after transition 1 (step 2)
+  pvisor view r-3f2a9c0d1e2b --step 0 --output runs/pause.json   what the agent saw then
   pvisor trajectory show ~/.claude/projects/-src-app/SESSION.jsonl
   pvisor trajectory export rollout.jsonl --format atif > run.atif.json
   pvisor --journal ./j.sqlite journal verify

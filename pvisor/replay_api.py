@@ -99,6 +99,7 @@ def _options(
     allow_unsupported: bool,
     session: str | None,
     allow_damaged: bool = False,
+    child_run: str | None = None,
 ) -> Any:
     from pvisor.journal.errors import UsageError
     from pvisor.journal.paths import default_journal_path
@@ -142,6 +143,8 @@ def _options(
         boundary_prompt=boundary_user_prompt,
         reasoning=reasoning,
         live_model=live_model,
+        child_run=child_run,
+        child_option="child_run=",
     )
 
 
@@ -182,6 +185,7 @@ def continue_run(
     allow_unsupported: bool = False,
     allow_damaged: bool = False,
     session: str | None = None,
+    child_run: str | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Result:
     """Continue ``source`` after step ``after_step`` in ``workspace`` with the live model at
@@ -189,7 +193,10 @@ def continue_run(
     replay`` without a mode flag does. ``agent`` defaults to the journal run's; ``output`` to a
     new temporary directory; ``journal`` to the default journal (the derived run goes there).
     ``environment`` and ``arguments`` are added to the agent's environment and command line;
-    ``allow_damaged`` plays a native file the reader had to repair back anyway; ``warn`` gets each warning line (default: ignored; they are in the document too).
+    ``allow_damaged`` plays a native file the reader had to repair back anyway; ``child_run``
+    files the derived run under the pending child run of a handoff
+    (``TrajectoryReplay.restore_handoff``; as ``--child-run``); ``warn`` gets each warning
+    line (default: ignored; they are in the document too).
 
     Returns a :class:`Result` whenever a result document was written (also for status
     ``failed`` or ``diverged``). Raises PvisorError (with ``exit_code``) when none could be:
@@ -220,6 +227,7 @@ def continue_run(
         allow_unsupported=allow_unsupported,
         allow_damaged=allow_damaged,
         session=session,
+        child_run=child_run,
     )
     try:
         outcome = continue_replay(opts, warn or (lambda _m: None))
@@ -270,6 +278,11 @@ def continue_many(
         raise UsageError(f"k={k}: continue_many runs at least one rollout")
     if concurrency < 1:
         raise UsageError(f"concurrency={concurrency}: at least 1")
+    if options.get("child_run") is not None:
+        raise UsageError(
+            "child_run= names one run: continue_many makes k of them; continue a handoff's child run with "
+            "continue_run(..., child_run=ID)"
+        )
     root = Path(output_root) if output_root is not None else Path(tempfile.mkdtemp(prefix="pvisor-rollouts-"))
     jobs = []
     for i in range(k):

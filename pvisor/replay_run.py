@@ -85,7 +85,11 @@ class ReplayOptions:
     ``max_steps`` (None: no budget; else >= 1), ``boundary_prompt``, ``reasoning`` (``keep`` or
     ``strip``), ``live_model`` (None: the model the agent asks for); ``allow_damaged``: play a
     damaged native file back anyway (each repair listed); ``workspace_from``: a journal run
-    whose start snapshot is restored into the (empty) ``workspace`` before the agent starts."""
+    whose start snapshot is restored into the (empty) ``workspace`` before the agent starts;
+    ``child_run``: the pending child run of a handoff the derived run is filed under (it must
+    continue the replayed run after step N; :func:`pvisor.agent_run.child_target`), its
+    workspace compared at the boundary with the snapshot the handoff restored;
+    ``child_option``: how errors name it (``--child-run``, ``child_run=``)."""
 
     agent: str
     after_step: int
@@ -112,6 +116,8 @@ class ReplayOptions:
     allow_damaged: bool = False
     workspace_from: str | None = None
     intercept: Any = None
+    child_run: str | None = None
+    child_option: str = "--child-run"
 
 
 #: the name of the options before continuation came
@@ -314,8 +320,18 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
     from pvisor.agent_run import AgentUnavailable, RunRequest, run_agent, without_userinfo
     from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
 
+    from pvisor.agent_run import child_target
+
     t0 = time.perf_counter()
     d = _check(opts)
+    child = None
+    if opts.child_run is not None:
+        child = child_target(opts.journal, opts.child_run, opts.child_option)
+        if child.boundary_step is not None and child.boundary_step != opts.after_step:
+            raise UsageError(
+                f"{_named(opts.child_option, child.id)}: the handoff's child run continues {_pause_of(child)}; this "
+                f"replay is {'after_step=' if opts.child_option.endswith('=') else '--after-step '}{opts.after_step}"
+            )
     live = mode is RunMode.CONTINUATION
     upstream = _check_live(opts, d) if live else None
     out = Path(
@@ -360,6 +376,12 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
             result["source"]["sha256"] = file_sha256(opts.trajectory)
         rec = _record(opts)
         _fill_recording(result, rec)
+        if child is not None and child.parent_run and rec.run and child.parent_run != rec.run:
+            raise ReplayUsageError(
+                "usage",
+                f"{_named(opts.child_option, child.id)}: the handoff's child run continues run {child.parent_run}; this "
+                f"replay is of run {rec.run}",
+            )
         if rec.task is None:
             raise ReplayBadInput(
                 "no_task",
@@ -437,6 +459,8 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
                         agent_env=dict(opts.agent_env),
                         agent_args=list(opts.agent_args),
                         intercept=opts.intercept,
+                        child_run=opts.child_run,
+                        child_option=opts.child_option,
                         # a local upstream and no key of the user's: the agent still wants one to start
                         dummy_key=bool(
                             live and opts.upstream and d.key_env and not _has_key(opts, d.key_env)
@@ -451,6 +475,8 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         result["agent_started"] = True
         p = holder["responder"]
         _fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, holder.get("restored"))
+        if child is not None:
+            _check_child_boundary(result, opts, child, warn)
         if live:
             _fill_live(result, opts, rec, p, report, upstream)
         prefix = recorded_prefix(p)
@@ -500,6 +526,39 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         exc.result = result  # type: ignore[attr-defined]
         raise
     return ReplayOnlyOutcome(result, out)
+
+
+def _named(option: str, value: str) -> str:
+    """``--child-run ID`` or ``child_run='ID'``: an option as its caller wrote it."""
+    return f"{option}{value!r}" if option.endswith("=") else f"{option} {value}"
+
+
+def _pause_of(child: Any) -> str:
+    from pvisor.replay.numbering import pause_of
+
+    return pause_of(child.boundary_step, child.pause_transition)
+
+
+def _check_child_boundary(
+    result: dict[str, Any], opts: ReplayOptions, child: Any, warn: Callable[[str], None]
+) -> None:
+    """Compare the workspace after the replayed step N (the derived run's snapshot bound to N:
+    request N+1's) with the snapshot the handoff restored for ``child``; one warning line and a
+    result warning ``handoff_workspace_differs`` when they differ or cannot be compared."""
+    from pvisor.agent_run import check_child_workspace
+    from pvisor.journal.reader import JournalReader
+    from pvisor.replay.snapshots import run_snapshots
+
+    try:
+        with JournalReader(opts.journal) as reader:
+            digest = run_snapshots(reader, child.id).pick(opts.after_step).digest
+    except PvisorError:
+        digest = None
+    said: list[str] = []
+    where = f"the replay's workspace {_pause_of(child)}"
+    if not check_child_workspace(child, digest, where, said.append):
+        warn(said[0])
+        result["warnings"].append({"code": "handoff_workspace_differs", "message": said[0]})
 
 
 def _remove_prefix_files(out: Path) -> None:

@@ -173,7 +173,10 @@ def run_document(
         "comparison": [],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }
-    if run.parent_run:
+    # a handoff's child run that no replay started (pvisor run --child-run) re-ran none of the
+    # parent's steps: there is no O against O' to show
+    replayed = run.mode != "handoff" or run.labels.get("started_as") in ("replay-only", "continuation")
+    if run.parent_run and replayed:
         doc["comparison"] = _comparison(reader, run.parent_run, traj, run.boundary_step, parsed, body_limit)
     return doc
 

@@ -409,6 +409,7 @@ _OPTIONS: dict[str, Callable[[Any, _Ctx], Any]] = {
     "output": _path,
     "workspace": _path,
     "workspace_from": _text,
+    "child_run": _text,
     "upstream": _url,
     "max_steps": _integer(1),
     "boundary_user_prompt": _text,

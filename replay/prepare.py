@@ -617,10 +617,13 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
 
 
 def create_output(out: str | os.PathLike, given: str | os.PathLike) -> None:
-    """Create the output directory ``out`` (and its parents); ReplayOutputError (exit 74)
-    naming ``given``, the ``--output`` as the user gave it, when it cannot be."""
+    """Create the output directory ``out`` and its missing parents (mode 0700,
+    :func:`~pvisor.journal.paths.make_directories`); ReplayOutputError (exit 74) naming
+    ``given``, the ``--output`` as the user gave it, when it cannot be."""
+    from pvisor.journal.paths import make_directories
+
     try:
-        os.makedirs(out, exist_ok=True)
+        make_directories(out)
     except OSError as exc:
         raise ReplayOutputError(f"cannot create --output {show_path(given)}: {exc.strerror or exc}") from None
 

@@ -80,26 +80,15 @@ class RunSnapshots:
     steps_total: int
     bound: bool
 
-    def pick(self, step: int, before: bool = False) -> SnapshotRecord:
-        """The snapshot of the workspace after step ``step`` (with ``before``: the one taken
-        before A_step ran, after step ``step - 1``). Preference: for step 0 the ``start``
-        snapshot, else the request's; for a later step the request's (the next request's
-        walk), else the ``end`` snapshot. Raises UsageError (exit 2) for a step out of range,
-        BadInputError (exit 65) for a run without snapshots or without one for that step."""
+    def pick(self, after: int) -> SnapshotRecord:
+        """The snapshot of the workspace after ``after`` steps (0..steps: after transition
+        ``after - 1``, before transition ``after``; :mod:`.numbering`). Preference: after step 0
+        the ``start`` snapshot, else the request's; after a later step the request's (the next
+        request's walk), else the ``end`` snapshot. Raises UsageError (exit 2) for a count out
+        of range, BadInputError (exit 65) for a run without snapshots or without one there."""
         total = self.steps_total
-        if before:
-            if not 1 <= step <= total:
-                raise UsageError(
-                    f"--step {step} --before: run {self.run} has {_steps(total)}; "
-                    f"--before needs a step in 1..{total}"
-                    if total
-                    else f"run {self.run} has no step"
-                )
-            after = step - 1
-        else:
-            if not 0 <= step <= total:
-                raise UsageError(f"--step {step}: run {self.run} has {_steps(total)} (0 <= K <= {total})")
-            after = step
+        if not 0 <= after <= total:
+            raise UsageError(f"run {self.run} has {_steps(total)}: no step {after} to restore after")
         if not self.snapshots:
             raise BadInputError(
                 f"run {self.run} has no workspace snapshot (it was recorded without a workspace, "
@@ -117,7 +106,11 @@ class RunSnapshots:
             if usable:
                 return usable[-1]
             failed = failed or (found[-1] if found else None)
-        what = f"after step {after}" + (f" (before A_{step})" if before else "")
+        what = (
+            f"after step {after} of {_steps(total)} ("
+            + (f"after transition {after - 1}, " if after else "")
+            + (f"before transition {after})" if after < total else "the end)")
+        )
         if failed is not None:
             raise BadInputError(f"run {self.run}: the snapshot {what} failed: {failed.error}")
         raise BadInputError(f"run {self.run} has no workspace snapshot {what}")
@@ -143,11 +136,12 @@ def run_snapshots(reader: JournalReader, run_id: str, trajectory: Trajectory | N
 @dataclass(slots=True)
 class Restored:
     """A restored snapshot: ``snapshot`` (its record), ``manifest`` digest, ``into`` (the
-    target), ``entries``, ``files``, ``bytes`` written."""
+    target: a directory, or what another driver restored into), ``entries``, ``files``,
+    ``bytes`` written."""
 
     snapshot: SnapshotRecord
     digest: str
-    into: Path
+    into: Any
     entries: int
     files: int
     bytes: int
@@ -168,15 +162,27 @@ class Restored:
 
 
 def restore_snapshot(
-    reader: JournalReader, snap: SnapshotRecord, into: Path, *, force: bool = False
+    reader: JournalReader,
+    snap: SnapshotRecord,
+    into: Any,
+    *,
+    force: bool = False,
+    target_option: str = "--into",
+    force_option: str = "--force",
 ) -> Restored:
     """Write snapshot ``snap`` into ``into`` with its driver (module ``journal.snapshots``:
-    nothing is written outside ``into``). Raises UsageError for a target that is not empty
+    nothing is written outside ``into``): a directory (a path) for the filesystem driver, or
+    what another driver restores into. Raises UsageError for a target that is not empty
     without ``force``, BadInputError or IntegrityError naming the snapshot for a manifest or
-    blob that is unsafe or damaged."""
+    blob that is unsafe or damaged. ``target_option`` and ``force_option``: how the errors name
+    the target and the flag (the command's ``--into`` and ``--force``, or a Python caller's
+    ``environment`` and ``force=True``)."""
     manifest: Manifest = reader.manifest(snap)
     driver = snapshot_driver(snap.driver)
-    into = Path(os.path.abspath(into))
+    if hasattr(driver, "target_option"):
+        driver.target_option, driver.force_option = target_option, force_option  # type: ignore[attr-defined]
+    if isinstance(into, (str, os.PathLike)):
+        into = Path(os.path.abspath(into))
     driver.restore(manifest, reader.blob, into, force=force)
     files = [e for e in manifest.entries if e.kind.value == "file"]
     return Restored(
@@ -185,4 +191,4 @@ def restore_snapshot(
 
 
 def _steps(n: int) -> str:
-    return f"{n} step{'s' if n != 1 else ''}"
+    return f"{n} journal step{'s' if n != 1 else ''}"

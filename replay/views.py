@@ -1,16 +1,19 @@
-"""Pause views: what the agent saw at a step, for an observer (docs/replay.md "Pause views"),
+"""Pause views: what the agent saw at a pause, for an observer (docs/snapshots.md "Pause views"),
 and the handoff of a pause to a new run.
 
-A **pause** is a point between steps. Its kind (:class:`PauseKind`) says how it was chosen:
+A **pause** is a point between steps, numbered the documents' way (:mod:`.numbering`):
+transition K is journal step K+1. Its kind (:class:`PauseKind`) says how it was chosen:
 
-- ``step``: step K (1..S; 0 is the task alone); without ``before`` the view holds steps 1..K
-  (A_K and O_K included) and the workspace after step K; with ``before`` it ends after step
-  K-1 and holds the workspace taken before A_K ran;
-- ``progress``: a fraction F in [0, 1] of the run, mapped to step ceil(F * S) (0: the task
-  alone; a transition between steps, not a measure of how much of the task is done);
-- ``before_commitment``: the step before the first action that commits the agent (a finish
-  tool, a finish command, ``git commit``: the agent descriptor's :meth:`commitment`), so the
-  view ends right before it. A run with no such action is refused with a hint.
+- ``step``: transition K (``step``); without ``before`` the view holds transitions 0..K (steps
+  1..K+1) and the workspace after transition K; with ``before`` it holds 0..K-1 and the
+  workspace taken before A(K+1) ran (``step=0, before=True``: the task alone). Or
+  ``after_step`` N: N steps kept. Neither: the last transition;
+- ``progress``: a fraction F in [0, 1] of the run, mapped to transition round(F x (T-1)) of T
+  transitions (a point between transitions, not a measure of how much of the task is done);
+- ``before_commitment``: the pause before the transition whose action commits the agent (a
+  finish tool, a finish command, ``git commit``: the agent descriptor's :meth:`commitment`),
+  so the view ends right before it (with ``before``: one transition earlier still). A run with
+  no such action is refused with a hint.
 
 An **observer view** (schema :data:`VIEW_SCHEMA`) keeps the task, the system prompt, the tool
 names, every action's visible text, visible reasoning text and tool calls, and every
@@ -25,7 +28,6 @@ workspace; a native file has none.
 from __future__ import annotations
 
 import enum
-import math
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -45,7 +47,9 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-VIEW_SCHEMA = "pvisor.view/v1"
+from .numbering import Position, Wording, describe, progress_transition, resolve_step
+
+VIEW_SCHEMA = "pvisor.view/v2"
 
 
 class PauseKind(str, enum.Enum):
@@ -58,14 +62,18 @@ class PauseKind(str, enum.Enum):
 
 @dataclass(slots=True)
 class PauseSpec:
-    """One pause to materialize: ``id`` (the caller's name for it; None from the CLI), ``kind``, ``step`` (for
-    ``step``), ``progress`` (for ``progress``, in [0, 1]) and ``before`` (end before A_K)."""
+    """One pause to materialize: ``id`` (the caller's name for it; None from the CLI), ``kind``,
+    ``step`` (transition K, zero-based, for ``step``), ``after_step`` (N steps kept, instead of
+    ``step``), ``progress`` (for ``progress``, in [0, 1]) and ``before`` (end before transition
+    K, not after it). ``PauseSpec(id="initial", kind="step", step=0)``: the pause after the
+    first transition (journal step 1)."""
 
     id: str | None
     kind: PauseKind
     step: int | None = None
     progress: float | None = None
     before: bool = False
+    after_step: int | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -79,53 +87,83 @@ class PauseSpec:
 
 @dataclass(slots=True)
 class View:
-    """A materialized pause: ``pause`` (its spec), ``step`` (K as resolved), ``through`` (the
-    last step the view holds: K, or K-1 with ``before``), ``document`` (the JSON view), and
-    where it came from (``source``, ``journal``, ``run``; ``snapshot``: the record of the
-    workspace snapshot after step ``through``, None when there is none)."""
+    """A materialized pause: ``pause`` (its spec), ``transition`` (K as resolved; None for the
+    task alone of a run without a step), ``through`` (the steps the view holds: K+1, or K with
+    ``before``; the view's ``through_step``), ``position`` (:class:`~.numbering.Position`),
+    ``document`` (the JSON view), and where it came from (``source``, ``journal``, ``run``;
+    ``snapshot``: the record of the workspace snapshot after step ``through``, None when there
+    is none)."""
 
     pause: PauseSpec
-    step: int
+    transition: int | None
     through: int
     document: dict[str, Any]
     source: dict[str, Any]
     journal: Path | None = None
     run: str | None = None
     snapshot: Any = None
+    position: Position | None = None
 
     def to_json(self) -> dict[str, Any]:
         return self.document
 
+    def describe(self) -> str:
+        """The pause in words with both numbers: ``transition 0 (step 1 of 3 journal steps)``."""
+        assert self.position is not None
+        return describe(self.position)
+
 
 @dataclass(slots=True)
 class HandoffBranch:
-    """What :func:`restore_handoff` did: the observation the agent saw last
-    (``restored_observation``: the view's last step's observation, None for step 0),
-    ``parent_run``, ``pause_step`` (the last step the child starts after), ``snapshot_hash``
-    (the manifest digest restored), ``child_run``, ``workspace`` (where it was restored)."""
+    """What :func:`restore_handoff` did, with the documents' lineage fields: the observation
+    the agent saw last (``restored_observation``: the view's last step's observation, None for
+    the task alone), ``parent_run`` (``parent_episode_id``), ``pause_step`` (the pause's
+    transition, zero-based; None for the task alone of a run without a step), ``through_step``
+    (the steps the child starts after: the journal's ``boundary_step``), ``snapshot_hash`` (the
+    manifest digest restored), ``child_run`` (``child_episode_id``: the pending run created in the
+    journal), ``workspace`` (where it was restored: a directory, or the environment given to
+    the snapshot's driver), ``journal`` (the journal holding both runs)."""
 
     restored_observation: dict[str, Any] | None
     parent_run: str | None
-    pause_step: int
+    pause_step: int | None
+    through_step: int
     snapshot_hash: str
     child_run: str
-    workspace: Path
+    workspace: Any
+    journal: Path | None = None
+
+    @property
+    def parent_episode_id(self) -> str | None:
+        """The documents' name of ``parent_run`` (a run's main episode has the run's id)."""
+        return self.parent_run
+
+    @property
+    def child_episode_id(self) -> str:
+        """The documents' name of ``child_run``."""
+        return self.child_run
 
     def to_json(self) -> dict[str, Any]:
         return {
             "restored_observation": self.restored_observation,
             "parent_run": self.parent_run,
             "pause_step": self.pause_step,
+            "through_step": self.through_step,
             "snapshot_hash": self.snapshot_hash,
             "child_run": self.child_run,
-            "workspace": str(self.workspace),
+            "workspace": os.fspath(self.workspace)
+            if isinstance(self.workspace, (str, os.PathLike))
+            else repr(self.workspace),
+            "journal": str(self.journal) if self.journal is not None else None,
         }
 
 
 @dataclass
 class TrajectoryReplay:
     """A recorded run loaded once, from which pauses are materialized. Make it with
-    :meth:`from_journal` or :meth:`from_trajectory`."""
+    :meth:`from_journal`, :meth:`from_trajectory` or :meth:`from_event_log`. ``wording``: how
+    errors name what was given (Python parameters by default; the CLI's options for ``pvisor
+    view``)."""
 
     trajectory: Trajectory
     agent: str | None
@@ -134,6 +172,7 @@ class TrajectoryReplay:
     run: str | None = None
     snapshots: Any = None  # replay.snapshots.RunSnapshots of a journal run
     warnings: list[str] = field(default_factory=list)
+    wording: Wording = Wording.PYTHON
 
     @classmethod
     def from_journal(cls, journal: Any, run: str) -> TrajectoryReplay:
@@ -157,12 +196,21 @@ class TrajectoryReplay:
         return cls(traj, rec.agent, source, journal=path, run=rec.id, snapshots=snaps)
 
     @classmethod
-    def from_trajectory(cls, path: str | os.PathLike[str], agent: str | None = None) -> TrajectoryReplay:
+    def from_trajectory(
+        cls, path: str | os.PathLike[str], agent: str | None = None, *, wording: Wording = Wording.PYTHON
+    ) -> TrajectoryReplay:
         """The native trajectory file at ``path``, read with the adapter ``agent`` (None: the
-        one detected). Raises UsageError or BadInputError as ``pvisor trajectory show`` does."""
+        one detected). Raises UsageError or BadInputError as ``pvisor trajectory show`` does
+        (naming ``agent=`` rather than ``--agent`` unless ``wording`` is the CLI's)."""
         from pvisor.adapters.native import read_native
 
-        result, notes = read_native(Path(path), agent)
+        try:
+            result, notes = read_native(Path(path), agent)
+        except (UsageError, BadInputError) as exc:
+            if wording is Wording.CLI:
+                raise
+            exc.args = (exc.message.replace("give --agent", "give agent=NAME"),)
+            raise
         name = agent or notes[0].split(": ", 1)[1]
         source = {
             "kind": "native",
@@ -171,67 +219,143 @@ class TrajectoryReplay:
             "agent": name,
             "profile": result.profile.name,
         }
-        return cls(result.trajectory, name, source, warnings=list(result.diagnostics.warnings))
+        return cls(
+            result.trajectory, name, source, warnings=list(result.diagnostics.warnings), wording=wording
+        )
+
+    @classmethod
+    def from_event_log(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        agent: str | None = None,
+        journal: str | os.PathLike[str] | None = None,
+    ) -> TrajectoryReplay:
+        """The documents' loader: ``path`` is one of (detected in this order)
+
+        - a run's directory as ``pvisor run`` leaves it beside its journal
+          (``<data dir>/runs/<run>``): the run is read from that journal (the one of the data
+          directory that holds it), whose snapshots its views use;
+        - a journal file holding one run;
+        - a journal export of one run (``pvisor journal export RUN --format jsonl``): read back
+          (:mod:`pvisor.journal.exported`); it holds no workspace snapshot, so its views have
+          none unless ``journal`` names the journal that holds the run's snapshots;
+        - a native trajectory file (or an OpenCode store), read with the adapter ``agent``
+          (None: detected).
+
+        Raises UsageError (exit 2) for a path that does not exist, BadInputError (exit 65) with
+        one line naming ``path`` for anything else it cannot read."""
+        import stat as stat_
+
+        where = os.fspath(path)
+        try:
+            mode = os.stat(where).st_mode
+        except OSError as exc:
+            raise UsageError(f"from_event_log: {where}: {exc.strerror or exc}") from None
+        if stat_.S_ISDIR(mode):
+            found = _run_directory_journal(Path(where))
+            if found is not None:
+                return cls.from_journal(found[0], found[1])
+        elif stat_.S_ISREG(mode):
+            with open(where, "rb") as f:
+                head = f.read(16)
+            if head == b"SQLite format 3\x00":
+                return cls.from_journal(where, _only_run(where))
+            from pvisor.journal.exported import is_export, loaded_export
+
+            if is_export(where):
+                with loaded_export(where) as (loaded, run):
+                    replay = cls.from_journal(loaded, run)
+                replay.source = {"kind": "export", "path": where, "run": run, "agent": replay.agent}
+                replay.journal = replay.snapshots = None
+                if journal is not None:
+                    from pvisor.journal.reader import JournalReader
+
+                    from .snapshots import run_snapshots
+
+                    with JournalReader(journal) as reader:
+                        replay.snapshots = run_snapshots(reader, reader.run(run).id, replay.trajectory)
+                    replay.journal = Path(journal)
+                return replay
+        try:
+            return cls.from_trajectory(where, agent)
+        except (UsageError, BadInputError) as exc:
+            raise BadInputError(
+                f"from_event_log: {where}: not a run's directory beside its journal (<data dir>/runs/<run>), a "
+                f"journal, a journal export of one run (pvisor journal export RUN --format jsonl) or a native "
+                f"trajectory file: {exc.message}"
+            ) from None
 
     def materialize_pauses(self, pauses: Iterable[PauseSpec]) -> list[View]:
         """One :class:`View` per pause, in order (:func:`materialize_pauses`)."""
         return materialize_pauses(self, pauses)
 
+    @staticmethod
+    def restore_handoff(
+        view: View, environment: Any, child_episode_id: str, *, force: bool = False
+    ) -> HandoffBranch:
+        """The documents' name of :func:`restore_handoff`."""
+        return restore_handoff(view, environment, child_episode_id, force=force)
+
     @property
     def steps_total(self) -> int:
         return len(self.trajectory.steps)
 
-    def resolve(self, spec: PauseSpec) -> tuple[int, int, dict[str, Any] | None]:
-        """(K, the last step the view holds, the commitment found or None) for ``spec``.
-        Raises UsageError (exit 2) naming the pause for a step or fraction out of range or a
-        spec without its value, BadInputError (exit 65) for ``before_commitment`` in a run
-        without a commitment."""
+    @property
+    def label(self) -> str:
+        """How errors name the source: ``run r-...`` or the file."""
+        return f"run {self.run}" if self.run else f"trajectory {self.source.get('path')}"
+
+    def resolve(self, spec: PauseSpec) -> tuple[Position, dict[str, Any] | None]:
+        """(the pause's :class:`~.numbering.Position`, the commitment found or None) for
+        ``spec``. Raises UsageError (exit 2) naming the pause, both numbers and the caller's
+        words for a step or fraction out of range or values of another kind, BadInputError
+        (exit 65) for ``before_commitment`` in a run without a commitment."""
         total = self.steps_total
-        commitment = None
+        w, at = self.wording, _at(spec)
+        if spec.kind is not PauseKind.STEP and spec.after_step is not None:
+            raise UsageError(
+                f"{at}{w.option('after_step', spec.after_step)} is for a pause at a step (kind step)"
+            )
         if spec.kind is PauseKind.STEP:
-            if spec.step is None:
-                raise UsageError(f"{_at(spec)}kind step needs a step")
-            k = spec.step
-            if spec.before and not 1 <= k <= total:
+            pos = resolve_step(
+                total,
+                step=spec.step,
+                before=spec.before,
+                after_step=spec.after_step,
+                wording=w,
+                at=at,
+                run=self.label,
+            )
+            return pos, None
+        if spec.kind is PauseKind.PROGRESS:
+            k = progress_transition(spec.progress, total, wording=w, at=at, run=self.label)
+            return Position(k if spec.before else k + 1, k, spec.before, total), None
+        found = self.first_commitment()
+        if found is None:
+            how = (
+                "--step K or --progress F"
+                if w is Wording.CLI
+                else "kind step or progress: PauseKind.STEP, PauseKind.PROGRESS"
+            )
+            raise BadInputError(
+                f"{at}no commitment in {self.label}'s {total} journal step{'s' if total != 1 else ''} "
+                f"(no finish tool, finish command or git commit): pause at a step instead ({how})"
+            )
+        k = found["transition"]
+        if spec.before:
+            if k == 0:
                 raise UsageError(
-                    f"{_at(spec)}--step {k} --before: the run has {_steps(total)}; --before needs a step in "
-                    f"1..{total}"
-                    if total
-                    else f"{_at(spec)}--before needs a step, and the run has none"
+                    f"{at}the first commitment is transition 0's action (journal step 1): the pause "
+                    f"before it is the task alone, and {w.option('before')} would need an earlier transition"
                 )
-            if not 0 <= k <= total:
-                raise UsageError(f"{_at(spec)}--step {k}: the run has {_steps(total)} (0 <= K <= {total})")
-        elif spec.kind is PauseKind.PROGRESS:
-            f = spec.progress
-            if f is None or not isinstance(f, (int, float)) or math.isnan(f) or not 0 <= f <= 1:
-                shown = f"{f:g}" if isinstance(f, (int, float)) else repr(f)
-                raise UsageError(f"{_at(spec)}--progress {shown}: a fraction from 0 to 1 (0: the task alone)")
-            k = math.ceil(f * total)
-            if spec.before and k == 0:
-                raise UsageError(
-                    f"{_at(spec)}--progress {f} maps to step 0, and --before needs a step from 1"
-                )
-        else:
-            found = self.first_commitment()
-            if found is None:
-                raise BadInputError(
-                    f"{_at(spec)}no commitment in the run's {_steps(total)} (no finish tool, finish "
-                    "command or git commit): pause at a step instead (--step K or --progress F; PauseKind.STEP "
-                    "or PauseKind.PROGRESS)"
-                )
-            commitment = found
-            k = found["step"] - 1
-            if spec.before and k == 0:
-                raise UsageError(
-                    f"{_at(spec)}the first commitment is step 1's action: the view before it is step 0, "
-                    "and --before needs a step from 1"
-                )
-        return k, k - 1 if spec.before else k, commitment
+            k -= 1
+        return Position(k, k, True, total), found
 
     def first_commitment(self) -> dict[str, Any] | None:
-        """The first action part that commits the agent (``step``, ``call_id``, ``name``: the
-        tool, or ``text`` for a command in the action's text; ``why``), by the agent
-        descriptor; None when there is none or the agent is unknown."""
+        """The first action part that commits the agent (``step``, ``transition``, ``call_id``,
+        ``name``: the tool, or ``text`` for a command in the action's text; ``why``), by the
+        agent descriptor; None when there is none or the agent is unknown."""
         d = _descriptor(self.agent)
         if d is None:
             return None
@@ -239,13 +363,20 @@ class TrajectoryReplay:
             found = d.action_commitment(step.action)
             if found is not None:
                 call_id, name, why = found
-                return {"step": step.n, "call_id": call_id, "name": name, "why": why}
+                return {
+                    "step": step.n,
+                    "transition": step.n - 1,
+                    "call_id": call_id,
+                    "name": name,
+                    "why": why,
+                }
         return None
 
     def view(self, spec: PauseSpec) -> View:
         """Materialize ``spec`` (raises as :meth:`resolve`); the steps are rendered as a
         progress task (:mod:`pvisor.journal.progress`)."""
-        k, through, commitment = self.resolve(spec)
+        pos, commitment = self.resolve(spec)
+        through = pos.kept
         t = self.trajectory
         hidden = {"signatures": 0, "encrypted_reasoning": 0}
         rendered = []
@@ -259,8 +390,8 @@ class TrajectoryReplay:
             "pause": {
                 "id": spec.id,
                 "kind": spec.kind.value,
-                "step": k,
-                "before": spec.before,
+                "transition": pos.transition,
+                "before": pos.before,
                 "progress": spec.progress if spec.kind is PauseKind.PROGRESS else None,
                 "commitment": commitment,
             },
@@ -279,7 +410,7 @@ class TrajectoryReplay:
             "omitted": hidden,
             "workspace": workspace,
         }
-        return View(spec, k, through, doc, self.source, self.journal, self.run, snapshot)
+        return View(spec, pos.transition, through, doc, self.source, self.journal, self.run, snapshot, pos)
 
     def _workspace(self, through: int) -> tuple[Any, dict[str, Any] | None]:
         if self.snapshots is None:
@@ -310,34 +441,152 @@ def materialize_pauses(replay: TrajectoryReplay, pauses: Iterable[PauseSpec]) ->
 
 
 def restore_handoff(
-    view: View, workspace: str | os.PathLike[str], child_run_id: str, *, force: bool = False
+    view: View, environment: Any, child_episode_id: str, *, force: bool = False
 ) -> HandoffBranch:
-    """Restore the workspace snapshot of ``view`` into ``workspace`` (empty unless ``force``)
-    for the child run ``child_run_id`` that continues after the pause. Raises BadInputError
-    (exit 65) when the view has no snapshot (a native file, a run recorded without a
-    workspace, a failed walk), UsageError for a target that is not empty."""
+    """Hand the pause of ``view`` off to a new run: restore its workspace snapshot into
+    ``environment`` and create the child run ``child_episode_id`` in the view's journal.
+
+    ``environment`` is a workspace directory (a path; empty unless ``force``) for the
+    filesystem driver, or what the snapshot's own driver restores into (a driver registered
+    under ``pvisor.snapshot_drivers``, by the name the snapshot records). The child run is
+    created **pending** (mode ``handoff``, no attempt) with its lineage: ``parent_run``,
+    ``boundary_step`` (the steps kept), ``pause_transition`` and ``workspace_snapshot`` (the
+    manifest digest restored). The next agent's run is filed under it when started with that id
+    (``pvisor run --child-run ID``, ``pvisor replay --child-run ID``,
+    ``continue_run(..., child_run=ID)``), once.
+
+    Raises BadInputError (exit 65) when the view has no snapshot to restore (a journal export,
+    a native file, a run recorded without a workspace, a failed walk), naming what to give;
+    UsageError (exit 2), naming the Python parameters, for a child id that is not a run id or
+    names a run of the journal already, or a target that is not empty without ``force=True``."""
+    import re
+
+    from pvisor.gateway.routing import RUN_ID_PATTERN
+    from pvisor.journal.model import Run, RunMode, has_key_shape
     from pvisor.journal.reader import JournalReader
 
     from .snapshots import restore_snapshot
 
+    at = _at(view.pause)
     if view.snapshot is None or view.journal is None:
-        why = (view.document.get("workspace") or {}).get("unavailable") or (
-            "a native trajectory holds no workspace snapshot" if view.journal is None else "no snapshot"
+        raise BadInputError(f"{at}restore_handoff: {_no_workspace(view)}")
+    child = child_episode_id
+    if not isinstance(child, str) or not re.fullmatch(RUN_ID_PATTERN, child) or has_key_shape(child):
+        raise UsageError(
+            f"restore_handoff: child_episode_id={child!r}: a run id of letters, digits, '.', '_' and '-' "
+            "(at most 128), starting with a letter or digit"
         )
-        raise BadInputError(f"{_at(view.pause)}no workspace to restore: {why}")
-    if not child_run_id or not child_run_id.strip():
-        raise UsageError("restore_handoff: give the child run's id")
     with JournalReader(view.journal) as reader:
-        done = restore_snapshot(reader, view.snapshot, Path(workspace), force=force)
+        if reader.run_exists(child):
+            raise UsageError(
+                f"restore_handoff: child_episode_id={child!r}: journal {view.journal} has a run {child} "
+                "already; give a new id for the child run"
+            )
+        done = restore_snapshot(
+            reader,
+            view.snapshot,
+            environment,
+            force=force,
+            target_option="restore_handoff: environment",
+            force_option="force=True",
+        )
+    from pvisor.journal.writer import Journal
+
+    where = os.fspath(done.into) if isinstance(done.into, (str, os.PathLike)) else repr(done.into)
+    with Journal.open(view.journal) as journal:
+        journal.create_run(
+            Run(
+                id=child,
+                mode=RunMode.HANDOFF.value,
+                parent_run=view.run,
+                boundary_step=view.through,
+                pause_transition=view.transition,
+                workspace_snapshot=done.digest,
+                labels={
+                    "workspace": where,
+                    "pause": view.describe(),
+                    "snapshot_driver": view.snapshot.driver,
+                    **({"pause_id": view.pause.id} if view.pause.id else {}),
+                },
+            )
+        )
     steps = view.document["steps"]
     return HandoffBranch(
         restored_observation=steps[-1]["observation"] if steps else None,
         parent_run=view.run,
-        pause_step=view.through,
+        pause_step=view.transition,
+        through_step=view.through,
         snapshot_hash=done.digest,
-        child_run=child_run_id,
+        child_run=child,
         workspace=done.into,
+        journal=view.journal,
     )
+
+
+def _no_workspace(view: View) -> str:
+    """Why ``view`` has no workspace to restore, and what to give instead."""
+    src = view.source
+    kind = src.get("kind")
+    if kind == "export":
+        return (
+            f"the view of export {src.get('path')} holds no workspace (an export has no snapshots): give the "
+            f"journal that holds run {src.get('run')}'s snapshots: TrajectoryReplay.from_event_log("
+            f"{src.get('path')!r}, journal=PATH) or TrajectoryReplay.from_journal(PATH, {src.get('run')!r})"
+        )
+    if kind == "native":
+        return (
+            f"the view of native trajectory {src.get('path')} holds no workspace (a native file has no "
+            "snapshots): give the journal that holds the run's snapshots: TrajectoryReplay.from_journal(PATH, "
+            "RUN) of the run pvisor recorded, or TrajectoryReplay.from_event_log('<data dir>/runs/RUN')"
+        )
+    why = (view.document.get("workspace") or {}).get("unavailable") or "no snapshot"
+    return f"no workspace to restore: {why}"
+
+
+def _run_directory_journal(directory: Path) -> tuple[Path, str] | None:
+    """(the journal, the run id) of a run's directory as ``pvisor run`` leaves it
+    (``<data dir>/runs/<run>``): the data directory's journal that holds the run, the default
+    name first; None when ``directory`` is not one. BadInputError when it looks like one and no
+    journal beside it holds the run."""
+    from pvisor.journal.reader import JournalReader
+
+    directory = Path(os.path.abspath(directory))
+    if directory.parent.name != "runs":
+        return None
+    run, data = directory.name, directory.parent.parent
+    try:
+        names = sorted(data.iterdir(), key=lambda p: (p.name != "journal.sqlite", p.name))
+    except OSError:
+        return None
+    for candidate in names:
+        try:
+            with open(candidate, "rb") as f:
+                if f.read(16) != b"SQLite format 3\x00":
+                    continue
+            with JournalReader(candidate) as reader:
+                if reader.run_exists(run):
+                    return candidate, run
+        except (OSError, UsageError, BadInputError):
+            continue
+    raise BadInputError(
+        f"from_event_log: {directory}: a run's directory, but no journal in {data} holds run {run}: give "
+        f"the journal: TrajectoryReplay.from_journal(PATH, {run!r})"
+    )
+
+
+def _only_run(journal: str) -> str:
+    """The id of the one run of the journal file ``journal``; BadInputError when it holds
+    several or none."""
+    from pvisor.journal.reader import JournalReader
+
+    with JournalReader(journal) as reader:
+        runs = [r.id for r in reader.runs()]
+    if len(runs) != 1:
+        raise BadInputError(
+            f"from_event_log: {journal}: a journal of {len(runs)} runs; give the run: "
+            f"TrajectoryReplay.from_journal({journal!r}, RUN)"
+        )
+    return runs[0]
 
 
 # --------------------------------------------------------------------------- rendering
@@ -408,6 +657,7 @@ def _step_json(step: Step, hidden: dict[str, int]) -> dict[str, Any]:
     names = {c.id: c.name for c in a.tool_calls if c.id}
     return {
         "step": step.n,
+        "transition": step.n - 1,
         "action": {"text": a.text, "reasoning": reasoning, "tool_calls": [_call(c) for c in a.tool_calls]},
         "observation": {
             "results": [_result(r, names) for r in o.results],
@@ -419,7 +669,3 @@ def _step_json(step: Step, hidden: dict[str, int]) -> dict[str, Any]:
 def _at(spec: PauseSpec) -> str:
     """The start of an error about ``spec``: its id when it has one (the Python API's)."""
     return f"pause {spec.id}: " if spec.id else ""
-
-
-def _steps(n: int) -> str:
-    return f"{n} step{'s' if n != 1 else ''}"

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 import pvisor
-from conftest import REPO
+from conftest import REPO, corpus_dir
 from pvisor.journal.model import Run
 from pvisor.journal.writer import Journal
 
@@ -226,12 +226,18 @@ def test_journal_export_jsonl(journal: Path, tmp_path: Path):
     # "-" is stdout, not a file called "-"
     dash = run("journal", "export", "-o", "-", journal=journal, cwd=tmp_path)
     assert dash.returncode == 0 and dash.stdout == proc.stdout and not (tmp_path / "-").exists()
-    # a file that cannot be written: a usage error naming it, before anything is read
-    bad = run("journal", "export", "-o", "/nonexistent-pvisor-dir/x.jsonl", journal=journal)
+    # directories that do not exist yet are made, mode 0700 (the documents write runs/FILE)
+    deep = tmp_path / "new" / "deeper" / "x.jsonl"
+    made = run("journal", "export", "r-cli00000001", "-o", str(deep), journal=journal)
+    assert made.returncode == 0, made.stderr
+    assert deep.read_bytes() == proc.stdout
+    assert [(tmp_path / d).stat().st_mode & 0o777 for d in ("new", "new/deeper")] == [0o700, 0o700]
+    # a file that cannot be written: a usage error naming it, before anything is read or made
+    bad = run("journal", "export", "-o", str(out / "sub" / "x.jsonl"), journal=journal)
     assert bad.returncode == 2 and bad.stdout == b""
     assert (
         bad.stderr
-        == b"pvisor: error: cannot write --output /nonexistent-pvisor-dir/x.jsonl: directory /nonexistent-pvisor-dir does not exist\n"
+        == f"pvisor: error: cannot write --output {out}/sub/x.jsonl: {out} is not a directory\n".encode()
     )
 
 
@@ -506,3 +512,28 @@ def test_the_note_of_a_journal_not_there_yet_escapes_control_characters(tmp_path
     # a new user's trial: an ESC in --journal reached the terminal raw from this note
     proc = run("--journal", "a\x1b[31mred", "journal", "ls", cwd=tmp_path)
     assert proc.returncode == 0 and proc.stderr == b"no journal at a\\x1b[31mred yet: nothing captured\n"
+
+
+def test_every_output_option_makes_the_directories_that_do_not_exist_yet(journal: Path, tmp_path: Path):
+    """--output/-o of every command that has one (journal export, report, view, replay, replay
+    --batch) writes below directories that do not exist yet, made with mode 0700: the documents
+    write `pvisor view RUN --step 0 --output runs/local-pause.json`. Before, each but replay was a
+    usage error, and replay made them with the umask's mode."""
+    native = next((corpus_dir() / "native" / "codex").glob("real-*.jsonl"))
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(orjson.dumps({"trajectory": str(native), "agent": "codex", "after_step": 1}).decode())
+    commands = {
+        "export": ["journal", "export", "r-cli00000001", "-o", "{}/x.jsonl"],
+        "report": ["report", "r-cli00000001", "-o", "{}/r.html", "--no-parent"],
+        "view": ["view", "r-cli00000001", "--output", "{}/v.json"],
+        "replay": ["replay", "--agent", "codex", "--trajectory", str(native), "--after-step", "1",
+                   "--prepare-only", "--output", "{}/out"],
+        "batch": ["replay", "--prepare-only", "--batch", str(manifest), "--output", "{}/out"],
+    }  # fmt: skip
+    for name, args in commands.items():
+        base = tmp_path / name / "runs"
+        proc = run(*[a.replace("{}", str(base)) for a in args], journal=journal, cwd=tmp_path)
+        assert proc.returncode == 0, (name, proc.stderr)
+        assert "Traceback" not in proc.stderr.decode()
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o700, name
+        assert base.stat().st_mode & 0o777 == 0o700 and any(base.iterdir()), name

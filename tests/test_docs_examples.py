@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from pvisor.journal.model import Run
+from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -308,9 +309,14 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
         "HOME": str(tmp_path / "home"),
     }
     commands = _console_commands(DOCS / "snapshots.md")
-    assert len(commands) == 7
+    assert len(commands) == 10
+    # "Pause views and handoff": the documents' view line, their Python as written, then the
+    # child run listed and started, in the doc's order, in the same shell
+    [documents, own] = _blocks(DOCS / "snapshots.md", "python")
+    assert "from pvisor.harness import PauseSpec, TrajectoryReplay" in documents
+    script = [*commands[:8], f"python3 - <<'EOF'\n{documents}EOF", *commands[8:]]
     proc = subprocess.run(
-        ["bash", "-ec", "\n".join(commands)],
+        ["bash", "-ec", "\n".join(script)],
         env=env,
         cwd=tmp_path,
         capture_output=True,
@@ -319,14 +325,22 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
         stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "run r-" in proc.stdout and ": 5 snapshots, 3 steps" in proc.stdout, proc.stdout
-    for d in ("at-1", "before-2"):
+    assert (
+        "run r-" in proc.stdout and ": 5 snapshots, 3 transitions (0..2; journal steps 1..3)" in proc.stdout
+    )
+    for d in ("after-0", "before-1"):
         assert sorted(p.name for p in (tmp_path / d).iterdir()) == ["a.txt", "seed.txt"]
         assert (tmp_path / d / "a.txt").read_text() == "one\n" and (
             tmp_path / d / "a.txt"
         ).stat().st_mode & 0o777 == 0o640
     view = json.loads((tmp_path / "pause.json").read_text())
     assert view["through_step"] == 1 and view["workspace"]["after_step"] == 1
+    assert (view["pause"]["transition"], view["pause"]["before"]) == (1, True)
+    # the documents' own line: transition 0, into a directory made for it
+    local = json.loads((tmp_path / "runs" / "local-pause.json").read_text())
+    assert (local["pause"]["transition"], local["through_step"]) == (0, 1)
+    assert local["steps"] == view["steps"] and (tmp_path / "runs").stat().st_mode & 0o777 == 0o700
+    assert "at transition 0 (step 1 of 3 journal steps) written to runs/local-pause.json" in proc.stderr
     result = json.loads((tmp_path / "out" / "result.json").read_text())
     assert result["status"] == "ok" and result["workspace"]["restored_from"]["kind"] == "start"
     seed_only = tmp_path / "seed-only"
@@ -339,19 +353,97 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
     # the README shows two of these commands
     readme = [c for c in _console_commands(README) if c.startswith(("pvisor snapshot", "pvisor view"))]
     assert len(readme) == 2 and set(readme) <= set(commands)
-    # the Python API example, on this run
-    [code] = _blocks(DOCS / "snapshots.md", "python")
+    # the handoff: the pause after transition 0 restored into ws-child, child-1 pending, then run
     run = json.loads((tmp_path / "run.json").read_text())["run"]
-    code = code.replace('"journal.sqlite"', repr(str(tmp_path / "data" / "j.sqlite"))).replace(
+    digest = re.search(r"^0 1 ([0-9a-f]{12}) child-1$", proc.stdout, flags=re.M)
+    assert digest, proc.stdout
+    assert re.search(r"^child-1 +- +handoff +pending ", proc.stdout, flags=re.M), proc.stdout
+    child = json.loads((tmp_path / "child.json").read_text())
+    assert child["run"] == "child-1" and child["workspace"] == str(tmp_path / "ws-child"), child
+    assert child["steps"] == 3 and "differs from the snapshot" not in proc.stderr
+    ls = subprocess.run(["pvisor", "journal", "ls", "--json"], env=env, capture_output=True, text=True)
+    [row] = [r for r in json.loads(ls.stdout) if r["id"] == "child-1"]
+    assert (row["mode"], row["status"], row["parent_run"], row["boundary_step"], row["pause_transition"]) == (
+        "handoff",
+        "ended",
+        run,
+        1,
+        0,
+    )
+    with JournalReader(tmp_path / "data" / "j.sqlite") as reader:
+        assert reader.run("child-1").workspace_snapshot.startswith(digest.group(1))
+    # the next agent re-ran none of the parent's steps: its page shows no O against O'
+    page = subprocess.run(
+        ["pvisor", "report", "child-1", "-o", "pages/child.html", "--no-parent"],
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert page.returncode == 0 and '"comparison":[]' in (tmp_path / "pages" / "child.html").read_text()
+    # a second start under the same id is refused, before anything runs
+    again = subprocess.run(
+        ["bash", "-c", commands[-1]], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert again.returncode == 2 and again.stderr.startswith(
+        "pvisor: error: --child-run child-1: the handoff's child run child-1 was started already (attempt 1 "
+    ), again.stderr
+    # a workspace that is not the restored snapshot any more: one warning line, and the run goes on
+    other = (
+        "from pvisor.harness import PauseSpec, TrajectoryReplay\n"
+        f"replay = TrajectoryReplay.from_event_log({str(tmp_path / 'data' / 'runs' / run)!r})\n"
+        "[view] = replay.materialize_pauses([PauseSpec(id='p', kind='step', after_step=0)])\n"
+        "TrajectoryReplay.restore_handoff(view, 'ws-other', 'child-2')\n"
+    )
+    subprocess.run([sys.executable, "-c", other], cwd=tmp_path, env=env, check=True, timeout=120)
+    (tmp_path / "ws-other" / "stray.txt").write_text("not in the snapshot\n")
+    # the warning comes before the agent starts: an agent that exits at once is enough here
+    quick = tmp_path / "quick-claude"
+    pin = json.loads((DOCS.parent / "tests" / "agents" / "claude-code" / "package.json").read_text())
+    version = pin["dependencies"]["@anthropic-ai/claude-code"]
+    quick.write_text(
+        f'#!/bin/sh\nif [ "$1" = "--version" ]; then echo "{version} (Claude Code)"; fi\nexit 0\n'
+    )
+    quick.chmod(0o755)
+    moved = subprocess.run(
+        [
+            "pvisor",
+            "run",
+            "--agent",
+            "claude-code",
+            "--agent-entrypoint",
+            str(quick),
+            "--script",
+            "steps.json",
+            "--child-run",
+            "child-2",
+            "--",
+            "Edit the files",
+        ],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert moved.returncode == 0, moved.stderr
+    [warning] = [line for line in moved.stderr.splitlines() if "differs" in line]
+    assert warning.startswith(
+        f"pvisor: warning: workspace {tmp_path / 'ws-other'} differs from the snapshot the handoff restored for "
+        "child run child-2 (manifest "
+    ), warning
+    # pvisor's own Python API example, on this run
+    code = own.replace('"journal.sqlite"', repr(str(tmp_path / "data" / "j.sqlite"))).replace(
         "r-3f2a9c0d1e2b", run
     )
     api = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120
     )
     assert api.returncode == 0, api.stderr
-    pause_step, snapshot_hash, _ = api.stdout.split(" ", 2)
-    assert pause_step == "2" and len(snapshot_hash) == 64  # progress 0.5 of 3 steps: step 2
-    assert sorted(p.name for p in (tmp_path / "ws-child").iterdir()) == ["a.txt", "link", "seed.txt"]
+    pause_step, through_step, snapshot_hash, _ = api.stdout.split(" ", 3)
+    # progress 0.5 of 3 transitions: transition round(0.5 x 2) = 1, journal step 2
+    assert (pause_step, through_step) == ("1", "2") and len(snapshot_hash) == 64
+    assert sorted(p.name for p in (tmp_path / "ws-half").iterdir()) == ["a.txt", "link", "seed.txt"]
 
 
 def test_continuation_example_runs_the_real_claude_code(tmp_path: Path):

@@ -100,7 +100,7 @@ def test_rm_of_one_of_two_runs_sharing_blobs_leaves_the_other_byte_exact(two_run
         assert report.ok, report.problems
     assert cli(two_runs, "journal", "verify").returncode == 0
     restored = two_runs.parent / "restored"
-    proc = cli(two_runs, "snapshot", "restore", "r-b", "--step", "0", "--into", str(restored))
+    proc = cli(two_runs, "snapshot", "restore", "r-b", "--after-step", "0", "--into", str(restored))
     assert proc.returncode == 0, proc.stderr
     assert (restored / "shared.txt").read_bytes() == b"shared " * 40
     human = cli(two_runs, "journal", "rm", "r-b")

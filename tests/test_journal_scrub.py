@@ -162,6 +162,19 @@ def codecs(path: Path) -> dict[str, int]:
 
 def test_after_scrub_no_byte_of_the_key_is_left_and_every_body_reads_back(leaked: Path):
     data = leaked.parent
+    # a handoff's child run names the manifest restored for it (runs.workspace_snapshot)
+    with sqlite3.connect(leaked) as c:
+        [(manifest,)] = c.execute("SELECT manifest FROM snapshots WHERE run_id = 'r-leak'").fetchall()
+    with Journal.open(leaked) as j:
+        j.create_run(
+            Run(
+                id="r-child",
+                mode="handoff",
+                parent_run="r-leak",
+                boundary_step=0,
+                workspace_snapshot=manifest,
+            )
+        )
     before = bodies(leaked)
     frames_before = codecs(leaked)
     assert size_mismatches(leaked) == []
@@ -204,12 +217,13 @@ def test_after_scrub_no_byte_of_the_key_is_left_and_every_body_reads_back(leaked
         [snap] = r.conn.execute("SELECT manifest FROM snapshots WHERE run_id = 'r-leak'").fetchall()
         [taken] = [e for e in r.events("r-leak") if e["kind"] == "snapshot.taken"]
         assert taken["data"]["manifest"] == snap[0]
+        assert snap[0] != manifest and r.run("r-child").workspace_snapshot == snap[0]  # remapped too
         env = next(e for e in orjson.loads(r.blob(snap[0]))["entries"] if e["path"] == ".env")
         assert (
             env["size"] == len(f"KEY={SCRUBBED}\n") and r.blob(env["sha256"]) == f"KEY={SCRUBBED}\n".encode()
         )
     restored = data.parent / "restored"
-    proc = cli(leaked, "snapshot", "restore", "r-leak", "--step", "0", "--into", str(restored))
+    proc = cli(leaked, "snapshot", "restore", "r-leak", "--after-step", "0", "--into", str(restored))
     assert proc.returncode == 0, proc.stderr
     assert (restored / ".env").read_text() == f"KEY={SCRUBBED}\n"
     assert (restored / "main.py").read_bytes() == b"print(1)\n" * 9

@@ -34,6 +34,7 @@ mode = "replay-only"
 output = "out"
 workspace = "ws"
 workspace_from = "r-20261130-start"
+child_run = "child-1"
 upstream = "https://api.anthropic.com"
 max_steps = 20
 boundary_user_prompt = "Go on."
@@ -98,6 +99,7 @@ def test_full_file_reads_back_every_key_with_its_type(tmp_path: Path, elsewhere:
         "output": str(cfg_dir / "out"),
         "workspace": str(cfg_dir / "ws"),
         "workspace_from": "r-20261130-start",  # a run id, not a path
+        "child_run": "child-1",  # a run id too
         "upstream": "https://api.anthropic.com",
         "max_steps": 20,
         "boundary_user_prompt": "Go on.",

@@ -233,7 +233,7 @@ def test_bad_input_gets_one_line(tmp_path):
     long_run(journal, 2)
     cases = [
         (["report", "nope"], 2, "nope"),
-        (["report", "long2", "-o", str(tmp_path / "missing" / "x.html")], 2, "does not exist"),
+        (["report", "long2", "-o", str(journal / "x.html")], 2, f"{journal} is not a directory"),
         (["report", "long2", "-o", str(tmp_path)], 2, "is a directory"),
         (["report", "long2", "--body-limit", "12"], 2, "--body-limit"),
     ]
@@ -245,6 +245,15 @@ def test_bad_input_gets_one_line(tmp_path):
         assert expected in p.stderr and "Traceback" not in p.stderr, (args, p.stderr)
     with sqlite3.connect(journal) as conn:  # nothing was written into the journal
         assert conn.execute("select count(*) from runs").fetchone() == (1,)
+    # -o into directories that do not exist yet: made (mode 0700), as by every -o
+    p = subprocess.run(
+        [*PVISOR, "--journal", str(journal), "report", "long2", "-o", str(tmp_path / "new" / "r.html")],
+        env=ENV,
+        capture_output=True,
+        text=True,
+    )
+    assert p.returncode == 0 and (tmp_path / "new" / "r.html").is_file(), p.stderr
+    assert (tmp_path / "new").stat().st_mode & 0o777 == 0o700
 
 
 def _two_step_run(j, run: str, outputs: list[str]) -> None:

@@ -25,7 +25,8 @@ SCHEMA = json.loads((REPO / "docs" / "result-schema.json").read_text())
 WRITTEN = {0: {}, 1: {"a.txt": FILES["a.txt"]}, 2: FILES}
 
 
-def restore(journal: Path, home: Path, cwd: Path, run: str, step: int, into: Path, *extra: str):
+def restore(journal: Path, home: Path, cwd: Path, run: str, pause: list[str], into: Path, *extra: str):
+    """``pvisor snapshot restore RUN`` at ``pause`` (``["--step", "1"]``, ``["--after-step", "0"]``)."""
     proc = pvisor(
         [
             "--journal",
@@ -33,8 +34,7 @@ def restore(journal: Path, home: Path, cwd: Path, run: str, step: int, into: Pat
             "snapshot",
             "restore",
             run,
-            "--step",
-            str(step),
+            *pause,
             "--into",
             str(into),
             "--json",
@@ -60,11 +60,17 @@ def test_each_step_of_a_real_capture_restores_what_its_tools_wrote(agent, captur
     setup = {k: v for k, v in files_of(cap.workspace).items() if k not in FILES}
     for n, written in WRITTEN.items():
         into = tmp_path / f"at-{n}"
-        done = restore(cap.journal, cap.user_home, tmp_path, cap.run, n, into)
+        done = restore(cap.journal, cap.user_home, tmp_path, cap.run, ["--after-step", str(n)], into)
         assert done["after_step"] == n and done["kind"] == ("start" if n == 0 else "request")
         assert files_of(into) == {**setup, **written}, (agent, n)
-    before = restore(cap.journal, cap.user_home, tmp_path, cap.run, 2, tmp_path / "before-2", "--before")
-    assert files_of(tmp_path / "before-2") == {**setup, **WRITTEN[1]} and before["after_step"] == 1
+    # transition 0 is journal step 1: after it a.txt is written; before transition 1 too
+    after_0 = restore(cap.journal, cap.user_home, tmp_path, cap.run, ["--step", "0"], tmp_path / "after-0")
+    assert files_of(tmp_path / "after-0") == {**setup, **WRITTEN[1]} and after_0["after_step"] == 1
+    assert after_0["transition"] == 0 and after_0["before"] is False
+    before = restore(
+        cap.journal, cap.user_home, tmp_path, cap.run, ["--step", "1"], tmp_path / "before-1", "--before"
+    )
+    assert files_of(tmp_path / "before-1") == {**setup, **WRITTEN[1]} and before["after_step"] == 1
 
 
 # three tool steps of Codex that change contents, modes, symlinks and directories
@@ -118,19 +124,35 @@ def codex_run(tmp_path_factory):
 
 
 def test_a_real_run_restores_identically_at_every_step_with_modes_and_symlinks(codex_run, tmp_path):
+    """After N journal steps three ways: --after-step N, --step N-1 (transition N-1) and --step N
+    --before (before transition N)."""
     root, journal, ws, home, report = codex_run
+    run = report["run"]
     for n in range(4):
-        into = tmp_path / f"at-{n}"
-        restore(journal, home, tmp_path, report["run"], n, into)
-        assert digest_workspace(into) == digest_workspace(expected_tree(tmp_path / f"want-{n}", n)), n
+        want = digest_workspace(expected_tree(tmp_path / f"want-{n}", n))
+        restore(journal, home, tmp_path, run, ["--after-step", str(n)], tmp_path / f"at-{n}")
+        assert digest_workspace(tmp_path / f"at-{n}") == want, n
+        before = tmp_path / f"before-{n}"
+        restore(journal, home, tmp_path, run, ["--step", str(n)], before, "--before")
+        assert digest_workspace(before) == want, n
         if n:
-            before = tmp_path / f"before-{n}"
-            restore(journal, home, tmp_path, report["run"], n, before, "--before")
-            assert digest_workspace(before) == digest_workspace(tmp_path / f"want-{n - 1}")
-    # after the last step: the workspace as the run left it (the end snapshot)
-    last = tmp_path / "at-4"
-    assert restore(journal, home, tmp_path, report["run"], 4, last)["kind"] == "end"
+            after = tmp_path / f"after-{n - 1}"
+            restore(journal, home, tmp_path, run, ["--step", str(n - 1)], after)
+            assert digest_workspace(after) == want, n
+    # after the last transition: the workspace as the run left it (the end snapshot)
+    last = tmp_path / "after-3"
+    assert restore(journal, home, tmp_path, run, ["--step", "3"], last)["kind"] == "end"
     assert digest_workspace(last) == digest_workspace(ws)
+    proc = pvisor(
+        ["--journal", str(journal), "snapshot", "restore", run, "--step", "4", "--into", str(tmp_path / "x")],
+        env=user_env(home),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2 and not (tmp_path / "x").exists()
+    assert proc.stderr == (
+        f"pvisor: error: --step 4: run {run} has 4 transitions (0..3; journal steps 1..4); "
+        "--after-step 4 is the last step's too\n"
+    )
 
 
 def test_snapshot_ls_lists_each_step_of_the_run(codex_run, tmp_path):
@@ -152,7 +174,7 @@ def test_snapshot_ls_lists_each_step_of_the_run(codex_run, tmp_path):
         ["--journal", str(journal), "snapshot", "ls", report["run"]], env=user_env(home), cwd=tmp_path
     )
     assert table.returncode == 0 and table.stdout.splitlines()[0].startswith(
-        f"run {report['run']}: 6 snapshots, 4 steps"
+        f"run {report['run']}: 6 snapshots, 4 transitions (0..3; journal steps 1..4)"
     )
 
 
@@ -252,5 +274,5 @@ def test_what_a_snapshot_leaves_out_is_said_once_and_restores_without_it(tmp_pat
     ]
     for w in warnings:
         assert proc.stderr.count(f"pvisor: warning: workspace snapshot: {w}") == 1
-    done = restore(data / "j.sqlite", home, tmp_path, report["run"], 0, tmp_path / "at-0")
+    done = restore(data / "j.sqlite", home, tmp_path, report["run"], ["--after-step", "0"], tmp_path / "at-0")
     assert sorted(os.listdir(tmp_path / "at-0")) == ["keep.txt"] and done["files"] == 1

@@ -5,9 +5,11 @@ manifests that must write nothing outside the target."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -196,9 +198,11 @@ def test_the_filesystem_driver_is_registered_as_an_entry_point():
 # --------------------------------------------------------------------------- through the CLI
 
 
-def _journal_with_snapshot(path: Path, manifest: bytes, blobs: dict[str, bytes]) -> str:
-    """A journal holding one run whose start snapshot has ``manifest`` (as stored: possibly
-    crafted) and ``blobs``; returns the run id."""
+def _journal_with_snapshot(
+    path: Path, manifest: bytes, blobs: dict[str, bytes], driver: str = "filesystem"
+) -> str:
+    """A journal holding one run whose start snapshot, taken by ``driver``, has ``manifest``
+    (as stored: possibly crafted) and ``blobs``; returns the run id."""
     from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord
     from pvisor.journal.writer import Journal
 
@@ -210,7 +214,7 @@ def _journal_with_snapshot(path: Path, manifest: bytes, blobs: dict[str, bytes])
                 run="r-crafted",
                 attempt=1,
                 kind=SnapshotKind.START,
-                driver="filesystem",
+                driver=driver,
                 taken_ms=1.0,
                 manifest=manifest,
                 digest=hashlib.sha256(manifest).hexdigest(),
@@ -228,7 +232,7 @@ def _restore_cli(journal: Path, into: Path, cwd: Path) -> subprocess.CompletedPr
             "snapshot",
             "restore",
             "r-crafted",
-            "--step",
+            "--after-step",
             "0",
             "--into",
             str(into),
@@ -274,6 +278,52 @@ def test_restore_of_a_crafted_journal_snapshot_writes_nothing_outside(tmp_path, 
     assert sorted(os.listdir(box)) in ([], ["into"]) and not (tmp_path / "escape").exists()
     assert not Path("/tmp/escape-abs").exists()
     assert not (box / "into").exists() or not any((box / "into").iterdir())
+
+
+def test_a_run_without_a_step_says_what_can_be_paused(tmp_path):
+    """A run of 0 journal steps has no transition: --step K is refused naming --after-step 0 (the
+    start state), which restores; a view without a pause holds the task alone, and says so."""
+    sha = hashlib.sha256(b"a\n").hexdigest()
+    manifest = orjson.dumps(
+        {
+            "schema": "pvisor.snapshot-manifest/v1",
+            "entries": [{"path": "a.txt", "kind": "file", "mode": 420, "size": 2, "sha256": sha}],
+            "warnings": [],
+        }
+    )
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, manifest, {sha: b"a\n"})
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [str(PVISOR), "--journal", str(journal), *args],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=60,
+        )
+
+    for pause in (["--step", "0"], ["--step", "0", "--before"]):
+        proc = cli("snapshot", "restore", "r-crafted", *pause, "--into", str(tmp_path / "r"))
+        assert proc.returncode == 2 and not (tmp_path / "r").exists()
+        assert proc.stderr == (
+            f"pvisor: error: {' '.join(pause)}: run r-crafted has no transition (0 journal steps: only the "
+            "task alone, after step 0); the task alone is --after-step 0\n"
+        )
+    proc = cli("snapshot", "restore", "r-crafted", "--into", str(tmp_path / "r"))
+    assert proc.returncode == 2 and "give the pause: --step K (transition K, zero-based" in proc.stderr
+    proc = cli("snapshot", "restore", "r-crafted", "--after-step", "0", "--into", str(tmp_path / "r"))
+    assert proc.returncode == 0 and (tmp_path / "r" / "a.txt").read_text() == "a\n"
+    assert "at the task alone (after step 0 of 0 journal steps)" in proc.stdout, proc.stdout
+    view = cli("view", "r-crafted")
+    assert view.returncode == 0, view.stderr
+    doc = orjson.loads(view.stdout)
+    assert (doc["through_step"], doc["pause"]["transition"], doc["workspace"]["kind"]) == (0, None, "start")
+    assert view.stderr == (
+        "pvisor: warning: run r-crafted has no transition (0 journal steps): the view holds the task alone\n"
+    )
+    progress = cli("view", "r-crafted", "--progress", "0.5")
+    assert progress.returncode == 2 and "the task alone is --after-step 0" in progress.stderr
 
 
 def test_restore_of_a_snapshot_whose_blob_is_missing_names_it(tmp_path):
@@ -353,7 +403,7 @@ def test_a_driver_of_another_package_is_found_by_its_entry_point(tmp_path):
             "snapshot",
             "restore",
             "r-tally",
-            "--step",
+            "--after-step",
             "0",
             "--into",
             str(tmp_path / "r"),
@@ -523,3 +573,72 @@ def test_restore_clears_setuid_and_refuses_a_nul_in_a_link_target(tmp_path):
             b'[{"path": "l", "kind": "symlink", "mode": 511, "target": "a\\u0000b"}]}'
         )
     assert "entries[0]" in exc.value.message and "NUL" in exc.value.message
+
+
+def test_a_handoff_restores_into_the_environment_of_another_driver(tmp_path):
+    """restore_handoff's environment may be what a snapshot driver of another package restores
+    into (here an object holding files in memory): the driver the snapshot names gets it as it
+    is, and the child run is saved with the snapshot's digest. The journal of one run is read by
+    from_event_log too."""
+    site = tmp_path / "site"
+    (site / "memory_driver-1.0.dist-info").mkdir(parents=True)
+    (site / "memory_driver-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: memory-driver\nVersion: 1.0\n"
+    )
+    (site / "memory_driver-1.0.dist-info" / "entry_points.txt").write_text(
+        "[pvisor.snapshot_drivers]\nmemory = memory_driver:Memory\n"
+    )
+    (site / "memory_driver.py").write_text(
+        "class Environment:\n"
+        "    def __init__(self):\n"
+        "        self.files = {}\n"
+        "class Memory:\n"
+        "    name = 'memory'\n"
+        "    def checkpoint(self, root, put):\n"
+        "        raise NotImplementedError\n"
+        "    def restore(self, manifest, get, target, force=False):\n"
+        "        for e in manifest.entries:\n"
+        "            target.files[e.path] = get(e.sha256).decode()\n"
+    )
+    sha = hashlib.sha256(b"a\n").hexdigest()
+    manifest = orjson.dumps(
+        {
+            "schema": "pvisor.snapshot-manifest/v1",
+            "entries": [{"path": "a.txt", "kind": "file", "mode": 420, "size": 2, "sha256": sha}],
+            "warnings": [],
+        }
+    )
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, manifest, {sha: b"a\n"}, driver="memory")
+    code = (
+        "import json, sys\n"
+        "from memory_driver import Environment\n"
+        "from pvisor.harness import PauseSpec, TrajectoryReplay\n"
+        "replay = TrajectoryReplay.from_event_log(sys.argv[1])\n"
+        "[view] = replay.materialize_pauses([PauseSpec(id='start', kind='step', after_step=0)])\n"
+        "env = Environment()\n"
+        "branch = TrajectoryReplay.restore_handoff(view, env, 'child-env')\n"
+        "print(json.dumps([env.files, branch.workspace is env, branch.through_step, branch.snapshot_hash]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(journal)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    files, same, through, digest = json.loads(proc.stdout)
+    assert files == {"a.txt": "a\n"} and same is True and through == 0
+    from pvisor.journal.reader import JournalReader
+
+    with JournalReader(journal) as r:
+        child = r.run("child-env")
+        assert (child.mode, child.parent_run, child.boundary_step, child.workspace_snapshot) == (
+            "handoff",
+            "r-crafted",
+            0,
+            digest,
+        )
+        assert child.labels["snapshot_driver"] == "memory" and r.run_status(child) == "pending"

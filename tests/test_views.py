@@ -37,22 +37,36 @@ def view(cap, *args: str, source: str | None = None):
 
 
 def test_step_views_of_a_journal_run_hold_the_steps_through_the_pause(captured):
+    """--step K is transition K, zero-based (journal step K+1): the documents' numbering. Before
+    it, --step 0 showed the task alone, --step K one step less than the documents mean, and
+    --step 0 --before was refused."""
     cap = captured("codex")
     # 3 steps, or 4 once the agent tests resumed the session (attempt 2 adds one)
     total = view(cap)[1]["steps_total"]
     assert total in (3, 4)
-    for k in range(total + 1):
+    for k in range(total):
         _, doc = view(cap, "--step", str(k))
-        assert (doc["pause"]["kind"], doc["pause"]["step"], doc["through_step"]) == ("step", k, k)
-        assert [s["step"] for s in doc["steps"]] == list(range(1, k + 1))
-        assert doc["workspace"]["after_step"] == k and doc["workspace"]["manifest"]
-        if k:
-            _, before = view(cap, "--step", str(k), "--before")
-            assert before["through_step"] == k - 1 and before["pause"]["before"] is True
-            assert before["steps"] == doc["steps"][:-1]
-            assert before["workspace"]["after_step"] == k - 1  # the snapshot taken before A_K
+        assert doc["schema"] == "pvisor.view/v2"
+        assert (doc["pause"]["kind"], doc["pause"]["transition"], doc["pause"]["before"]) == (
+            "step",
+            k,
+            False,
+        )
+        assert doc["through_step"] == k + 1  # transition K is journal step K+1
+        assert [(s["step"], s["transition"]) for s in doc["steps"]] == [(i + 1, i) for i in range(k + 1)]
+        assert doc["workspace"]["after_step"] == k + 1 and doc["workspace"]["manifest"]
+        _, before = view(cap, "--step", str(k), "--before")
+        assert before["through_step"] == k and before["pause"] == {**doc["pause"], "before": True}
+        assert before["steps"] == doc["steps"][:-1]
+        assert before["workspace"]["after_step"] == k  # the snapshot taken before A(K+1) ran
+        if k == 0:  # the task alone (refused before the documents' numbering)
+            assert before["steps"] == [] and before["workspace"]["kind"] == "start"
+            # --step K --before is --after-step K
+            assert view(cap, "--after-step", "0")[1] == before
+    # --step K is --after-step K+1
+    assert {**view(cap, "--after-step", str(total))[1], "pause": None} == {**doc, "pause": None}
     _, last = view(cap)
-    assert last["through_step"] == total  # no pause option: the last step
+    assert last["through_step"] == total and last["pause"]["transition"] == total - 1  # the last transition
     step1 = last["steps"][0]
     assert step1["action"]["tool_calls"][0]["arguments"]["cmd"].startswith("echo alpha > a.txt")
     assert "alpha" in step1["observation"]["results"][0]["output"]
@@ -98,28 +112,38 @@ def test_a_view_leaves_out_internal_state(captured):
     }
 
 
-def test_progress_maps_a_fraction_to_a_step(captured):
+def test_progress_maps_a_fraction_to_a_transition(captured):
+    """--progress F is transition round(F x (T-1)), halves up: 0 the first transition, 1 the last."""
     cap = captured("codex")
     total = view(cap)[1]["steps_total"]
     for f in (0, 0.01, 0.25, 0.5, 2 / 3, 0.67, 1):
-        k = math.ceil(f * total)
+        k = math.floor(f * (total - 1) + 0.5)
         _, doc = view(cap, "--progress", str(f))
-        assert (doc["pause"]["kind"], doc["pause"]["progress"], doc["through_step"]) == ("progress", f, k), f
+        assert (doc["pause"]["kind"], doc["pause"]["progress"], doc["pause"]["transition"]) == (
+            "progress",
+            f,
+            k,
+        )
+        assert doc["through_step"] == k + 1, f
+    assert view(cap, "--progress", "1")[1]["through_step"] == total
     _, doc = view(cap, "--progress", "0.5", "--before")
-    assert (
-        doc["through_step"] == math.ceil(0.5 * total) - 1
-        and doc["workspace"]["after_step"] == doc["through_step"]
-    )
+    k = math.floor(0.5 * (total - 1) + 0.5)
+    assert doc["through_step"] == k and doc["workspace"]["after_step"] == k
+    _, first = view(cap, "--progress", "0", "--before")  # before transition 0: the task alone
+    assert first["through_step"] == 0
 
 
 def test_before_commitment_stops_before_the_finish_command(captured):
-    cap = captured("mini-swe-agent")  # its step 3 submits: echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT
+    cap = captured(
+        "mini-swe-agent"
+    )  # its step 3 (transition 2) submits: echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT
     _, doc = view(cap, "--before-commitment")
-    assert doc["pause"]["commitment"]["step"] == 3 and doc["pause"]["commitment"]["why"] == "finish command"
-    assert doc["through_step"] == 2 and doc["pause"]["step"] == 2
+    commitment = doc["pause"]["commitment"]
+    assert (commitment["step"], commitment["transition"], commitment["why"]) == (3, 2, "finish command")
+    assert doc["through_step"] == 2 and (doc["pause"]["transition"], doc["pause"]["before"]) == (2, True)
     assert doc["workspace"]["after_step"] == 2
-    _, before = view(cap, "--before-commitment", "--before")
-    assert before["through_step"] == 1
+    _, before = view(cap, "--before-commitment", "--before")  # one transition earlier still
+    assert before["through_step"] == 1 and before["pause"]["transition"] == 1
 
 
 def test_before_commitment_in_a_run_without_one_is_refused_with_a_hint(captured):
@@ -133,13 +157,13 @@ def test_before_commitment_in_a_run_without_one_is_refused_with_a_hint(captured)
 def test_native_sources_give_the_same_steps_without_a_workspace(captured):
     cap = captured("codex")
     native = cap.report["native_trajectory"]
-    _, from_file = view(cap, "--step", "2", source=native)
-    _, from_run = view(cap, "--step", "2")
+    _, from_file = view(cap, "--step", "1", source=native)
+    _, from_run = view(cap, "--step", "1")
     assert from_file["source"]["kind"] == "native" and from_file["source"]["agent"] == "codex"
-    assert from_file["workspace"] is None
+    assert from_file["workspace"] is None and from_file["through_step"] == 2
     calls = [[c["name"] for c in s["action"]["tool_calls"]] for s in from_file["steps"]]
     assert calls == [[c["name"] for c in s["action"]["tool_calls"]] for s in from_run["steps"]]
-    _, before = view(cap, "--step", "2", "--before", source=native)
+    _, before = view(cap, "--step", "1", "--before", source=native)
     assert before["steps"] == from_file["steps"][:1]
 
 
@@ -169,22 +193,38 @@ def test_before_commitment_of_corpus_files_stops_before_the_finish_tool(path, ag
 
 def test_the_python_api_materializes_pauses_and_hands_one_off(captured, tmp_path):
     cap = captured("codex")
-    replay = TrajectoryReplay.from_journal(cap.journal, cap.run)
+    # a copy: the handoff saves its child run, and the capture's journal is shared
+    replay = TrajectoryReplay.from_journal(journal_copy(cap, tmp_path), cap.run)
+    half = math.floor(0.5 * (replay.steps_total - 1) + 0.5)
     views = materialize_pauses(
         replay,
         [
             PauseSpec("first", PauseKind.STEP, 1),
             PauseSpec("half", "progress", 0.5),
             PauseSpec("before-2", PauseKind.STEP, 2, before=True),
+            PauseSpec(id="initial", kind="step", step=0),
+            PauseSpec(id="kept", kind="step", after_step=1),
         ],
     )
-    assert [(v.pause.id, v.through) for v in views] == [("first", 1), ("half", 2), ("before-2", 1)]
+    assert [(v.pause.id, v.transition, v.through) for v in views] == [
+        ("first", 1, 2),
+        ("half", half, half + 1),
+        ("before-2", 2, 2),
+        ("initial", 0, 1),
+        ("kept", 0, 1),
+    ]
+    assert views[0].describe() == f"transition 1 (step 2 of {replay.steps_total} journal steps)"
     assert (
         replay.materialize_pauses([PauseSpec("again", PauseKind.STEP, 1)])[0].to_json()["steps"]
         == (views[0].to_json()["steps"])
     )
     branch = restore_handoff(views[1], tmp_path / "child", "r-child-1")
-    assert (branch.parent_run, branch.pause_step, branch.child_run) == (cap.run, 2, "r-child-1")
+    assert (branch.parent_run, branch.pause_step, branch.through_step, branch.child_run) == (
+        cap.run,
+        half,
+        half + 1,
+        "r-child-1",
+    )
     assert branch.snapshot_hash == views[1].to_json()["workspace"]["manifest"]
     restored = {p.name: p.read_text() for p in (tmp_path / "child").iterdir() if p.name in FILES}
     assert restored == FILES  # after step 2 every file is written
@@ -194,20 +234,29 @@ def test_the_python_api_materializes_pauses_and_hands_one_off(captured, tmp_path
 
 
 def test_the_python_api_refuses_what_cannot_be_made(captured, tmp_path):
+    """Errors of the Python API name its parameters (step=9), not the command's options."""
     cap = captured("codex")
     replay = TrajectoryReplay.from_journal(cap.journal, cap.run)
-    with pytest.raises(UsageError, match=r"pause far: --step 9: the run has \d steps \(0 <= K <= \d\)"):
+    t = replay.steps_total
+    with pytest.raises(
+        UsageError,
+        match=rf"pause far: step=9: run {cap.run} has {t} transitions \(0..{t - 1}; journal steps 1..{t}\)$",
+    ):
         replay.view(PauseSpec("far", PauseKind.STEP, 9))
-    with pytest.raises(UsageError, match="pause zero: --step 0 --before"):
-        replay.view(PauseSpec("zero", PauseKind.STEP, 0, before=True))
-    with pytest.raises(UsageError, match="a fraction from 0 to 1"):
+    with pytest.raises(UsageError, match=rf"pause end: step={t}: .*; after_step={t} is the last step's too"):
+        replay.view(PauseSpec("end", PauseKind.STEP, t))
+    with pytest.raises(UsageError, match="pause both: step=1 and after_step=2 both choose the pause"):
+        replay.view(PauseSpec("both", PauseKind.STEP, 1, after_step=2))
+    with pytest.raises(UsageError, match=r"pause big: progress=1.5: a fraction from 0 to 1"):
         replay.view(PauseSpec("big", PauseKind.PROGRESS, progress=1.5))
-    with pytest.raises(UsageError, match="pause none: --progress None: a fraction from 0 to 1"):
+    with pytest.raises(UsageError, match="pause none: progress=None: a fraction from 0 to 1"):
         replay.view(PauseSpec("none", PauseKind.PROGRESS))
     with pytest.raises(UsageError, match="kind 'middle' is not one of step, progress, before_commitment"):
         PauseSpec("odd", "middle", 1)
     native = TrajectoryReplay.from_trajectory(cap.report["native_trajectory"], "codex")
-    with pytest.raises(BadInputError, match="a native trajectory holds no workspace snapshot"):
+    with pytest.raises(
+        BadInputError, match=r"holds no workspace \(a native file has no snapshots\): give the journal"
+    ):
         restore_handoff(native.view(PauseSpec("n", PauseKind.STEP, 1)), tmp_path / "x", "r-child")
     assert not (tmp_path / "x").exists()
 
@@ -215,26 +264,38 @@ def test_the_python_api_refuses_what_cannot_be_made(captured, tmp_path):
 @pytest.mark.parametrize(
     "args,code,message",
     [
-        (["--step", "9"], 2, "--step 9: the run has "),
-        (["--step", "0", "--before"], 2, "--before needs a step in 1.."),
+        (["--step", "9"], 2, "--step 9: run r-"),
+        (["--step", "9"], 2, "transitions (0.."),
+        (["--step", "1", "--after-step", "2"], 2, "--step and --after-step both choose the pause"),
+        (
+            ["--after-step", "1", "--before"],
+            2,
+            "--before is for --step K; --after-step 1 counts the steps kept",
+        ),
+        (["--after-step", "9"], 2, "--after-step 9: run r-"),
         (["--progress", "1.5"], 2, "--progress 1.5: a fraction from 0 to 1"),
         (["--progress", "nan"], 2, "--progress nan: a fraction from 0 to 1"),
         (
             ["--step", "1", "--progress", "0.5"],
             2,
-            "give one pause at most: --step and --progress both choose a step",
+            "give one pause at most: --step and --progress both choose the pause",
         ),
         (["--agent", "codex"], 2, "--agent is for a native FILE"),
-        (["--output", "/nonexistent-dir/v.json"], 2, "cannot write --output /nonexistent-dir/v.json"),
+        # a directory to make below a file: refused before anything is read
+        (
+            ["--output", "JOURNAL/runs/v.json"],
+            2,
+            "cannot write --output JOURNAL/runs/v.json: JOURNAL is not a",
+        ),
         (["--progress", "2"], 2, "--progress 2: a fraction from 0 to 1"),
     ],
 )
 def test_bad_pauses_get_one_line_and_an_exit_code(captured, args, code, message):
     cap = captured("codex")
-    proc, _ = view(cap, *args)
+    proc, _ = view(cap, *[a.replace("JOURNAL", str(cap.journal)) for a in args])
     assert proc.returncode == code, proc.stderr
     [line] = proc.stderr.strip().splitlines()
-    assert line.startswith("pvisor: error: ") and message in line, line
+    assert line.startswith("pvisor: error: ") and message.replace("JOURNAL", str(cap.journal)) in line, line
 
 
 def test_a_fifo_is_refused_not_waited_on(captured, tmp_path):
@@ -285,11 +346,21 @@ def test_an_unknown_run_and_a_run_without_snapshots(captured, tmp_path):
 
 def test_a_view_written_to_a_file_and_the_progress_bar_on_a_terminal(captured, tmp_path):
     cap = captured("codex")
-    out = tmp_path / "v.json"
-    proc, _ = view(cap, "--step", "2", "--output", str(out))
-    assert proc.returncode == 0 and proc.stdout == ""
-    assert json.loads(out.read_text())["through_step"] == 2
-    assert f"through step 2 (step 2) written to {out}" in proc.stderr
+    total = view(cap)[1]["steps_total"]
+    # the documents' own line: --output into a directory that does not exist yet
+    out = tmp_path / "runs" / "local-pause.json"
+    proc, _ = view(cap, "--step", "0", "--output", str(out))
+    assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+    assert json.loads(out.read_text())["through_step"] == 1
+    assert (tmp_path / "runs").stat().st_mode & 0o777 == 0o700
+    assert proc.stderr == (
+        f"view of run {cap.run} at transition 0 (step 1 of {total} journal steps) written to {out}\n"
+    )
+    proc, _ = view(cap, "--step", "1", "--before", "--output", str(out))
+    assert (
+        f"view of run {cap.run} before transition 1 (after step 1 of {total} journal steps) written to {out}"
+        in proc.stderr
+    )
 
     def on_terminal(*extra: str) -> str:
         master, slave = pty.openpty()
@@ -366,3 +437,255 @@ def test_a_name_that_is_not_utf8_is_one_line_not_a_traceback(tmp_path):
         [line] = proc.stderr.splitlines()
         assert line.startswith(f"pvisor: error: {option} ") and "\\xff" in line, line
         assert line.endswith("not valid UTF-8 (file names and ids must be UTF-8)"), line
+
+
+# --------------------------------------------------------------------------- the documents' names
+
+
+def journal_copy(cap, tmp_path):
+    """A copy of the capture's journal (the capture is shared by the session's tests)."""
+    import sqlite3
+
+    copy = tmp_path / "data" / "journal.sqlite"
+    copy.parent.mkdir()
+    with sqlite3.connect(cap.journal) as src, sqlite3.connect(copy) as dst:
+        src.backup(dst)
+    return copy
+
+
+def test_the_documents_names_import_as_written_and_lazily():
+    """`from pvisor.harness import PauseSpec, TrajectoryReplay` and `from pvisor import ...`
+    are pvisor's own classes; `import pvisor` loads none of them until one is used."""
+    code = (
+        "import sys, pvisor\n"
+        "assert 'pvisor.harness' not in sys.modules and 'pvisor.replay.views' not in sys.modules\n"
+        "from pvisor import PauseSpec, TrajectoryReplay\n"
+        "from pvisor.harness import PauseSpec as P, TrajectoryReplay as T, HandoffBranch, restore_handoff\n"
+        "from pvisor.replay import views\n"
+        "assert (P, T) == (PauseSpec, TrajectoryReplay) == (views.PauseSpec, views.TrajectoryReplay)\n"
+        "spec = PauseSpec(id='initial', kind='step', step=0)\n"
+        "assert (spec.kind, spec.step, spec.before) == (views.PauseKind.STEP, 0, False)\n"
+        "assert callable(TrajectoryReplay.from_event_log) and callable(TrajectoryReplay.restore_handoff)\n"
+        "print('ok')\n"
+    )
+    proc = subprocess.run([os.sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
+def test_from_event_log_reads_a_run_directory_an_export_and_a_native_file(captured, tmp_path):
+    cap = captured("codex")
+    initial = [PauseSpec(id="initial", kind="step", step=0)]
+    # (b) the run's directory beside its journal: that journal, with its snapshots
+    from_dir = TrajectoryReplay.from_event_log(cap.report["run_dir"])
+    assert from_dir.source["kind"] == "journal" and from_dir.journal == cap.journal
+    [at_dir] = from_dir.materialize_pauses(initial)
+    assert at_dir.to_json()["workspace"]["after_step"] == 1 and at_dir.snapshot is not None
+    # (a) a journal export of the run: the same steps, no workspace
+    export = tmp_path / "out" / "run.jsonl"
+    proc = pvisor(
+        ["--journal", str(cap.journal), "journal", "export", cap.run, "--format", "jsonl", "-o", str(export)],
+        env=user_env(cap.user_home),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    from_export = TrajectoryReplay.from_event_log(export)
+    assert from_export.source == {"kind": "export", "path": str(export), "run": cap.run, "agent": "codex"}
+    [at_export] = from_export.materialize_pauses(initial)
+    assert (
+        at_export.to_json()["steps"] == at_dir.to_json()["steps"] and at_export.to_json()["workspace"] is None
+    )
+    with pytest.raises(BadInputError) as exc:
+        TrajectoryReplay.restore_handoff(at_export, tmp_path / "ws", "child-x")
+    assert "\n" not in exc.value.message and exc.value.message.startswith("pause initial: restore_handoff: ")
+    assert f"give the journal that holds run {cap.run}'s snapshots" in exc.value.message
+    assert f"TrajectoryReplay.from_event_log({str(export)!r}, journal=PATH)" in exc.value.message
+    assert not (tmp_path / "ws").exists()
+    # ... unless the journal that holds the run's snapshots is given
+    with_journal = TrajectoryReplay.from_event_log(export, journal=cap.journal)
+    assert with_journal.view(initial[0]).to_json()["workspace"] == at_dir.to_json()["workspace"]
+    # (c) a native trajectory file: no workspace either
+    native = TrajectoryReplay.from_event_log(cap.report["native_trajectory"])
+    at_native = native.view(initial[0]).to_json()
+    assert native.source["kind"] == "native" and at_native["through_step"] == 1
+    names = [[c["name"] for c in st["action"]["tool_calls"]] for st in at_native["steps"]]
+    assert names == [[c["name"] for c in st["action"]["tool_calls"]] for st in at_dir.to_json()["steps"]]
+    with pytest.raises(BadInputError, match="a native file has no snapshots"):
+        TrajectoryReplay.restore_handoff(native.view(initial[0]), tmp_path / "ws", "child-x")
+
+
+def test_from_event_log_refuses_what_it_cannot_read_in_one_line(captured, tmp_path):
+    cap = captured("codex")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not a trajectory\n")
+    two = tmp_path / "two.jsonl"
+    for run in ("r-one", "r-two"):
+        with open(two, "a") as f:
+            f.write(
+                json.dumps(
+                    {"type": "run", "id": run, "mode": "capture", "created_ms": 1, "argv": [], "labels": {}}
+                )
+                + "\n"
+            )
+    bare = tmp_path / "bare.jsonl"
+    proc = pvisor(
+        ["--journal", str(cap.journal), "journal", "export", cap.run, "--no-bodies", "-o", str(bare)],
+        env=user_env(cap.user_home),
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    gone = tmp_path / "data" / "runs" / "r-gone"
+    gone.mkdir(parents=True)
+    cases = [
+        (notes, BadInputError, f"from_event_log: {notes}: not a run's directory beside its journal"),
+        (two, BadInputError, f"{two}: an export of 2 runs (r-one, r-two); give the export of one run"),
+        (bare, BadInputError, "an export made with --no-bodies holds no requests to read steps from"),
+        (gone, BadInputError, f"from_event_log: {gone}: a run's directory, but no journal in"),
+        (tmp_path / "nope", UsageError, f"from_event_log: {tmp_path / 'nope'}: No such file or directory"),
+    ]
+    for path, error, said in cases:
+        with pytest.raises(error) as exc:
+            TrajectoryReplay.from_event_log(path)
+        assert said in exc.value.message and "\n" not in exc.value.message, exc.value.message
+        assert "--agent" not in exc.value.message  # a Python caller is told agent=, not the option
+
+
+def test_restore_handoff_saves_a_pending_child_run_once(captured, tmp_path):
+    """The child run is created in the journal with its lineage (parent, boundary_step = steps
+    kept, the pause's transition, the snapshot's digest), listed pending; errors name the Python
+    parameters; `pvisor run --child-run` refuses what is no pending child run."""
+    from pvisor.journal.reader import JournalReader
+
+    cap = captured("codex")
+    journal = journal_copy(cap, tmp_path)
+    replay = TrajectoryReplay.from_journal(journal, cap.run)
+    [view] = replay.materialize_pauses([PauseSpec(id="second", kind="step", step=1)])
+    branch = TrajectoryReplay.restore_handoff(view, tmp_path / "ws-child", "child-a")
+    assert (branch.parent_episode_id, branch.pause_step, branch.through_step, branch.child_episode_id) == (
+        cap.run,
+        1,
+        2,
+        "child-a",
+    )
+    assert branch.journal == journal and sorted(os.listdir(tmp_path / "ws-child")) >= sorted(FILES)
+    with JournalReader(journal) as r:
+        child = r.run("child-a")
+        assert (child.mode, child.parent_run, child.boundary_step, child.pause_transition) == (
+            "handoff",
+            cap.run,
+            2,
+            1,
+        )
+        assert child.workspace_snapshot == branch.snapshot_hash == view.to_json()["workspace"]["manifest"]
+        assert child.labels["workspace"] == str(tmp_path / "ws-child") and r.run_status(child) == "pending"
+    env = user_env(cap.user_home)
+    ls = pvisor(["--journal", str(journal), "journal", "ls"], env=env, cwd=tmp_path)
+    [line] = [x for x in ls.stdout.splitlines() if x.startswith("child-a ")]
+    assert line.split()[1:4] == ["-", "handoff", "pending"], ls.stdout
+    show = pvisor(["--journal", str(journal), "journal", "show", "child-a"], env=env, cwd=tmp_path)
+    assert (
+        f"  handed off from {cap.run} after step 2 (transition 1), workspace snapshot "
+        f"{branch.snapshot_hash[:12]}; pending"
+    ) in show.stdout
+    # refusals, each one line naming the Python parameters; nothing made
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    for args, said in (
+        ((tmp_path / "ws-2", "child-a"), "child_episode_id='child-a': journal "),
+        ((tmp_path / "ws-2", "../x"), "child_episode_id='../x': a run id of letters"),
+        ((tmp_path / "full", "child-b"), f"environment {tmp_path / 'full'}: not empty; give force=True"),
+    ):
+        with pytest.raises(UsageError) as exc:
+            TrajectoryReplay.restore_handoff(view, *args)
+        assert said in exc.value.message and "--" not in exc.value.message, exc.value.message
+    assert not (tmp_path / "ws-2").exists()
+    with JournalReader(journal) as r:
+        assert not r.run_exists("child-b") and not r.run_exists("../x")
+    # pvisor run --child-run: only a pending child run of a handoff, checked before the agent starts
+    for child_id, extra, said in (
+        ("nope", [], "--child-run nope: no run nope in journal"),
+        (cap.run, [], f"--child-run {cap.run}: run {cap.run} is a capture run, not a handoff's child run"),
+        (
+            "child-a",
+            ["--resume", cap.run],
+            "--child-run starts a handoff's child run, --resume continues a run",
+        ),
+    ):
+        proc = pvisor(
+            [
+                "--journal",
+                str(journal),
+                "run",
+                "--agent",
+                "codex",
+                "--child-run",
+                child_id,
+                *extra,
+                "--",
+                "go",
+            ],
+            env=env,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 2, proc.stderr
+        [err] = proc.stderr.splitlines()
+        assert err.startswith("pvisor: error: ") and said in err, err
+
+
+def test_a_replay_is_filed_under_the_handoffs_child_run_once(captured, tmp_path):
+    """`pvisor replay --child-run`: the derived run is the pending child run (its lineage kept),
+    the replay must match it, and a second start is refused (exit 2)."""
+    from agent_helpers import entrypoint
+
+    from pvisor.journal.reader import JournalReader
+    from pvisor.replay import continue_run
+
+    cap = captured("codex")
+    journal = journal_copy(cap, tmp_path)
+    replay = TrajectoryReplay.from_journal(journal, cap.run)
+    [view] = replay.materialize_pauses([PauseSpec(id="b", kind="step", step=1, before=True)])
+    TrajectoryReplay.restore_handoff(view, tmp_path / "ws-child", "child-r")
+
+    def replay_cli(n: int, name: str):
+        ws = tmp_path / f"ws-{name}"
+        ws.mkdir()
+        return pvisor(
+            ["replay", "--journal", str(journal), "--agent", "codex", "--run", cap.run, "--after-step", str(n),
+             "--replay-only", "--workspace", str(ws), "--workspace-from", cap.run, "--output",
+             str(tmp_path / f"out-{name}"), "--agent-entrypoint", str(entrypoint("codex")), "--child-run",
+             "child-r", "--timeout", "240"],
+            env=user_env(cap.user_home), cwd=tmp_path, timeout=400,
+        )  # fmt: skip
+
+    other = replay_cli(2, "other")
+    assert (
+        other.returncode == 2
+        and (
+            "--child-run child-r: the handoff's child run continues after step 1 (before transition 1); this "
+            "replay is --after-step 2"
+        )
+        in other.stderr
+    ), other.stderr
+    done = replay_cli(1, "first")
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "out-first" / "result.json").read_text())
+    assert result["derived_run"] == "child-r" and result["status"] == "ok"
+    assert "handoff_workspace_differs" not in {w["code"] for w in result["warnings"]}, result["warnings"]
+    with JournalReader(journal) as r:
+        child = r.run("child-r")
+        assert (child.mode, child.parent_run, child.boundary_step, child.pause_transition) == (
+            "handoff",
+            cap.run,
+            1,
+            1,
+        )
+        assert child.labels["started_as"] == "replay-only" and r.run_status(child) == "ended"
+    again = replay_cli(1, "again")
+    assert again.returncode == 2 and "the handoff's child run child-r was started already" in again.stderr
+    # the Python API names its parameter
+    (tmp_path / "ws-py").mkdir()
+    with pytest.raises(
+        UsageError, match=r"^child_run='child-r': the handoff's child run child-r was started"
+    ):
+        continue_run(
+            cap.run, 1, tmp_path / "ws-py", "http://127.0.0.1:9", journal=journal, child_run="child-r"
+        )

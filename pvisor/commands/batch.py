@@ -64,7 +64,7 @@ def run_batch(
     be written. The rows go to a temporary file renamed over ``rows`` when all are written:
     an interrupted or failed batch leaves the earlier file as it was. Ctrl-C: exit 130 with a
     line that says how far the batch got."""
-    from pvisor.journal.paths import require_utf8
+    from pvisor.journal.paths import make_directories, require_utf8
 
     for opt, path in (("--batch", manifest), ("--output", output), ("--rows", rows)):
         require_utf8(opt, path)
@@ -82,7 +82,7 @@ def run_batch(
             )
         probe = output / f".pvisor-batch-{os.getpid()}"
         try:
-            output.mkdir(parents=True, exist_ok=True)
+            make_directories(output)  # what does not exist yet: mode 0700, as every --output
             os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             os.unlink(probe)
         except OSError as exc:

@@ -13,7 +13,7 @@ from pvisor.commands.base import Group, PathParam, one_line
 import orjson
 
 from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
-from pvisor.commands.outputs import check_output_path
+from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.journal import progress
 from pvisor.journal.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
@@ -47,7 +47,8 @@ def journal() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 @click.pass_context
 def ls(ctx: click.Context, as_json: bool) -> None:
-    """List runs: id, agent, mode, creation time (UTC), exchanges by outcome."""
+    """List runs: id, agent, mode, status (pending: a handoff's child run not started yet; open:
+    an attempt not ended; ended), creation time (UTC), exchanges by outcome."""
     path = ctx.obj["journal"]
     absolute(path, f"--journal {path}")  # a relative path in a deleted directory is not "no journal yet"
     if not os.path.exists(path):
@@ -69,13 +70,14 @@ def ls(ctx: click.Context, as_json: bool) -> None:
             s["id"],
             s["agent"] or "-",
             s["mode"],
+            s["status"],
             _when(s["created_ms"]),
             str(s["exchanges"]),
             ",".join(f"{k}={v}" for k, v in sorted(s["outcomes"].items())) or "-",
         ]
         for s in runs
     ]
-    _table(rows, ["RUN", "AGENT", "MODE", "CREATED (UTC)", "EXCHANGES", "OUTCOMES"])
+    _table(rows, ["RUN", "AGENT", "MODE", "STATUS", "CREATED (UTC)", "EXCHANGES", "OUTCOMES"])
 
 
 def _exchange_dict(ex) -> dict:
@@ -132,10 +134,11 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
         run = r.run(run_id)
         attempts = r.attempts(run.id)
         exchanges = r.exchanges(run.id)
+        r_status = r.run_status(run)
     if as_json:
         _emit_json(
             {
-                "run": {name: getattr(run, name) for name in run.__slots__},
+                "run": {**{name: getattr(run, name) for name in run.__slots__}, "status": r_status},
                 "attempts": [{name: getattr(a, name) for name in a.__slots__} for a in attempts],
                 "exchanges": [_exchange_dict(e) for e in exchanges],
             }
@@ -146,7 +149,17 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
             f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} created={_when(run.created_ms)}"
         )
     )
-    if run.parent_run:
+    if run.pause_transition is not None or run.mode == "handoff":
+        from pvisor.replay.numbering import pause_of
+
+        snap = f", workspace snapshot {run.workspace_snapshot[:12]}" if run.workspace_snapshot else ""
+        click.echo(
+            _safe(
+                f"  handed off from {run.parent_run} {pause_of(run.boundary_step, run.pause_transition)}{snap}; "
+                f"{r_status}"
+            )
+        )
+    elif run.parent_run:
         click.echo(_safe(f"  derived from {run.parent_run} after step {run.boundary_step}"))
     if run.argv:
         import shlex
@@ -285,7 +298,7 @@ _FORMATS = ("jsonl", "atif", "otel", "har", "rows", "parquet")
     "-o",
     type=PathParam(dir_okay=False, allow_dash=True, readable=False),
     default=None,
-    help="Write to a file instead of stdout ('-': stdout).",
+    help="Write to a file instead of stdout ('-': stdout); missing directories are created (0700).",
 )
 @click.option(
     "--no-bodies", is_flag=True, help="Leave the bodies out (jsonl, har, rows, parquet): metadata only."
@@ -332,7 +345,7 @@ def export(
     if output == "-":
         output = None
     if output:
-        check_output_path(output, "--output")
+        check_output_path(output, "--output", create_parents=True)
     elif form is ExportFormat.PARQUET and is_terminal(sys.stdout):
         raise UsageError("--format parquet writes binary data: give -o FILE.parquet, or redirect stdout")
 
@@ -364,6 +377,7 @@ def export(
             # there); a device or a FIFO is written in place (journal/outfile.py)
             from pvisor.journal.outfile import replacing
 
+            make_output_parent(output, "--output")
             opened = False
             try:
                 with replacing(output) as f:

@@ -125,6 +125,14 @@ def _as_path(value: str | None) -> Path | None:
     help="replay-only, continuation: restore RUN's recorded start state (its step-0 snapshot) into the empty --workspace first.",
 )
 @click.option(
+    "--child-run",
+    "child_run",
+    default=None,
+    metavar="ID",
+    help="replay-only, continuation: file the derived run under ID, the pending child run of a handoff "
+    "(TrajectoryReplay.restore_handoff) that continues --run after step N; once.",
+)
+@click.option(
     "--agent-entrypoint",
     "entrypoint",
     default=None,
@@ -335,6 +343,8 @@ def replay(ctx: click.Context, **flags: Any) -> None:
         raise UsageError(
             "--workspace-from is for --replay-only and continuation; --prepare-only never writes the workspace"
         )
+    if o["child_run"] is not None:
+        raise UsageError("--child-run is for --replay-only and continuation; --prepare-only makes no run")
     for opt, name in (("--agent-entrypoint", "entrypoint"), ("--task", "task"), ("--model", "model")):
         if flags[name] is not None:
             raise UsageError(f"{opt} is for --replay-only and continuation; --prepare-only starts nothing")
@@ -386,7 +396,16 @@ def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:
         if flags[name] is not None:
             opt = "--run" if name == "run_id" else f"--{name.replace('_', '-')}"
             raise UsageError(f"{opt} comes from each line of --batch (the key {name.replace('_id', '')!r})")
-    for name in ("config_path", "result_to", *_LIVE, "workspace_from", "entrypoint", "task", "model"):
+    for name in (
+        "config_path",
+        "result_to",
+        *_LIVE,
+        "workspace_from",
+        "child_run",
+        "entrypoint",
+        "task",
+        "model",
+    ):
         if flags[name] is not None:
             raise UsageError("--batch takes --output or --rows, --journal, --force and --allow-damaged only")
     if (flags["output"] is None) == (flags["rows"] is None):
@@ -440,6 +459,7 @@ _CONFIG_KEYS = {
     "force": "force",
     "allow_damaged": "allow_damaged",
     "workspace_from": "workspace_from",
+    "child_run": "child_run",
 }
 
 
@@ -553,6 +573,7 @@ def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
         live_model=o["live_model"],
         allow_damaged=bool(o["allow_damaged"]),
         workspace_from=o["workspace_from"],
+        child_run=o["child_run"],
         intercept=intercept_config(bool(o["intercept"]), o["confdir"], o["mitmdump"]),
     )
     run = continue_replay if live else replay_only

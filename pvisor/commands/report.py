@@ -8,7 +8,7 @@ import click
 
 from pvisor.commands.base import Command, PathParam
 
-from pvisor.commands.outputs import check_output_path
+from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import Size
 from pvisor.commands.progress import progress_option
 
@@ -20,7 +20,7 @@ from pvisor.commands.progress import progress_option
     "-o",
     type=PathParam(dir_okay=False, readable=False),
     default=None,
-    help="The page to write (default: RUN.html in the current directory).",
+    help="The page to write (default: RUN.html in the current directory; missing directories are created, 0700).",
 )
 @click.option(
     "--body-limit",
@@ -55,7 +55,8 @@ def report(
     with JournalReader(Path(ctx.obj["journal"])) as reader:
         run = reader.run(run_id)  # an unknown run is a usage error before anything is written
         path = Path(output) if output else Path(f"{run.id}.html")
-        check_output_path(str(path), "--output")
+        check_output_path(str(path), "--output", create_parents=True)
+        make_output_parent(str(path), "--output")
         try:
             written = write_report(reader, run.id, path, body_limit, with_parent=not no_parent)
         except OSError as exc:

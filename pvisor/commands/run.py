@@ -98,6 +98,14 @@ def _warn(message: str) -> None:
     metavar="NAME",
     help="The snapshot driver (one registered under the entry point group pvisor.snapshot_drivers).",
 )
+@click.option(
+    "--child-run",
+    "child_run",
+    metavar="ID",
+    default=None,
+    help="Run as the pending child run ID of a handoff (TrajectoryReplay.restore_handoff created it): "
+    "filed under ID with its lineage, once; default workspace: where the handoff restored the pause.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
 @click.argument("task", nargs=-1, required=False)
 @intercept_options
@@ -117,6 +125,7 @@ def run(
     use_home: bool,
     no_snapshots: bool,
     snapshot_driver: str,
+    child_run: str | None,
     as_json: bool,
     task: tuple[str, ...],
     intercept: bool,
@@ -139,6 +148,7 @@ def run(
       pvisor run --agent codex --script turns.json --workspace ws -- "write hello.txt"
       pvisor run --agent claude-code --resume r-3f2a9c0d1e2b -- "now add a test"
       pvisor run --agent claude-code --intercept --script turns.json -- "write hello.txt"
+      pvisor run --agent codex --child-run child-1 -- "go on from the pause"
     """
     from pvisor.agent_run import RunRequest, run_agent
 
@@ -159,6 +169,7 @@ def run(
         snapshots=not no_snapshots,
         snapshot_driver=snapshot_driver,
         intercept=intercept_config(intercept, confdir, mitmdump),
+        child_run=child_run,
     )
     from pvisor.commands.serve import _show_on_stderr
 

@@ -21,9 +21,11 @@ def snapshot() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 @click.pass_context
 def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
-    """List RUN's snapshots (id or unique prefix): when each was taken, the step whose tools
-    it has seen (AFTER; '-' for an auxiliary request), the request it was taken for, its size,
-    what its walk read and how long the answer waited for it."""
+    """List RUN's snapshots (id or unique prefix): when each was taken, the journal step whose
+    tools it has seen (AFTER: after step N, which is before transition N; '-' for an auxiliary
+    request), the request it was taken for, its size, what its walk read and how long the answer
+    waited for it."""
+    from pvisor.replay.numbering import transitions
     from pvisor.replay.snapshots import run_snapshots
 
     with _reader(ctx) as r:
@@ -39,9 +41,9 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
         )
         return
     if not rs.snapshots:
-        click.echo(f"run {rs.run}: no workspace snapshot ({_n(rs.steps_total, 'step')})")
+        click.echo(f"run {rs.run}: no workspace snapshot ({transitions(rs.steps_total)})")
         return
-    click.echo(f"run {rs.run}: {_n(len(rs.snapshots), 'snapshot')}, {_n(rs.steps_total, 'step')}")
+    click.echo(f"run {rs.run}: {_n(len(rs.snapshots), 'snapshot')}, {transitions(rs.steps_total)}")
     rows = []
     for s in rs.snapshots:
         rows.append(
@@ -87,10 +89,25 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
     "--step",
     "step",
     type=click.IntRange(min=0),
-    required=True,
-    help="Restore the workspace after step K (0: the start state).",
+    default=None,
+    metavar="K",
+    help="Restore the workspace after transition K, zero-based (after journal step K+1); with --before, "
+    "before it ran (after step K). --step K is --after-step K+1.",
 )
-@click.option("--before", is_flag=True, help="Restore the workspace before A_K ran (after step K-1).")
+@click.option(
+    "--after-step",
+    "after_step",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Restore the workspace after N journal steps (0: the start state). What --step K meant before "
+    "pvisor numbered transitions (CHANGELOG.md).",
+)
+@click.option(
+    "--before",
+    is_flag=True,
+    help="With --step K: the workspace before transition K ran (A(K+1)); --step 0 --before is the start state.",
+)
 @click.option(
     "--into",
     "into",
@@ -106,22 +123,46 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print what was restored as JSON.")
 @click.pass_context
 def restore(
-    ctx: click.Context, run_id: str, step: int, before: bool, into: Path, force: bool, as_json: bool
+    ctx: click.Context,
+    run_id: str,
+    step: int | None,
+    after_step: int | None,
+    before: bool,
+    into: Path,
+    force: bool,
+    as_json: bool,
 ) -> None:
-    """Restore RUN's workspace at a step into --into. Nothing is written outside it, whatever
-    names or symlinks the snapshot holds."""
+    """Restore RUN's workspace at a pause into --into: --step K (transition K, zero-based: journal
+    step K+1) or --after-step N (N journal steps kept). Nothing is written outside it, whatever
+    names or symlinks the snapshot holds.
+
+    \b
+    Examples:
+      pvisor snapshot restore r-3f2a9c0d1e2b --step 0 --into ws-after-0
+      pvisor snapshot restore r-3f2a9c0d1e2b --step 2 --before --into ws-before-2
+      pvisor snapshot restore r-3f2a9c0d1e2b --after-step 0 --into ws-start
+    """
+    from pvisor.journal.errors import UsageError
+    from pvisor.replay.numbering import resolve_step, where
     from pvisor.replay.snapshots import restore_snapshot, run_snapshots
 
+    if step is None and after_step is None:
+        raise UsageError(
+            "give the pause: --step K (transition K, zero-based: after journal step K+1) or --after-step N "
+            "(N journal steps kept; 0: the start state)"
+        )
     with _reader(ctx) as r:
         rs = run_snapshots(r, run_id)
-        snap = rs.pick(step, before)
+        pos = resolve_step(
+            rs.steps_total, step=step, before=before, after_step=after_step, run=f"run {rs.run}"
+        )
+        snap = rs.pick(pos.kept)
         done = restore_snapshot(r, snap, into, force=force)
     if as_json:
-        _emit_json(done.to_json())
+        _emit_json({**done.to_json(), "transition": pos.transition, "before": pos.before})
         return
-    where = f"before A_{step}" if before else f"after step {step}"
     click.echo(
-        f"restored run {rs.run} {where} (snapshot {snap.id}, {snap.kind.value}) into {done.into}: "
+        f"restored run {rs.run} {where(pos)} (snapshot {snap.id}, {snap.kind.value}) into {done.into}: "
         f"{_n(done.files, 'file')}, {done.bytes} bytes, manifest {done.digest[:12]}"
     )
 

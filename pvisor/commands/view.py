@@ -1,5 +1,5 @@
 """``pvisor view``: what the agent saw at a step of a journal run or a native trajectory file,
-as an observer view (JSON, schema ``pvisor.view/v1``, docs/replay.md "Pause views")."""
+as an observer view (JSON, schema ``pvisor.view/v2``, docs/snapshots.md "Pause views")."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import click
 from pvisor.commands.base import Command, PathParam
 import orjson
 
-from pvisor.commands.outputs import check_output_path
+from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import OutputError, UsageError
 
@@ -20,7 +20,22 @@ from pvisor.journal.errors import OutputError, UsageError
 @click.command("view", cls=Command)
 @click.argument("source", metavar="RUN|FILE")
 @click.option(
-    "--step", "step", type=click.IntRange(min=0), default=None, help="Pause after step K (0: the task alone)."
+    "--step",
+    "step",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="K",
+    help="Pause at transition K, zero-based: after it (transitions 0..K, journal steps 1..K+1); with "
+    "--before, before it (0..K-1). --step K is --after-step K+1. Default: the last transition.",
+)
+@click.option(
+    "--after-step",
+    "after_step",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Pause after N journal steps (0: the task alone): --after-step N is --step N-1, and --step K "
+    "--before is --after-step K.",
 )
 @click.option(
     "--progress",
@@ -28,7 +43,8 @@ from pvisor.journal.errors import OutputError, UsageError
     type=float,
     default=None,
     metavar="F",
-    help="Pause at step ceil(F * steps), F from 0 to 1 (0: the task alone).",
+    help="Pause at transition round(F x (T-1)) of T transitions (halves up), F from 0 to 1: 0 the first, "
+    "1 the last; a point in the run, not a measure of the task done.",
 )
 @click.option(
     "--before-commitment",
@@ -37,7 +53,10 @@ from pvisor.journal.errors import OutputError, UsageError
     help="Pause before the first commit or finish action (git commit, a submit or finish tool).",
 )
 @click.option(
-    "--before", is_flag=True, help="End before A_K (after step K-1), with the workspace taken before A_K ran."
+    "--before",
+    is_flag=True,
+    help="Pause before transition K instead of after it (through journal step K), with the workspace "
+    "taken before A(K+1) ran; --step 0 --before is the task alone.",
 )
 @click.option(
     "--agent", default=None, metavar="NAME", help="FILE's adapter (default: detected from the file)."
@@ -47,7 +66,7 @@ from pvisor.journal.errors import OutputError, UsageError
     "output",
     type=PathParam(dir_okay=False, readable=False),
     default=None,
-    help="Write the view here (default: stdout).",
+    help="Write the view here (default: stdout); missing directories are created (0700).",
 )
 @click.pass_context
 @progress_option
@@ -55,6 +74,7 @@ def view(
     ctx: click.Context,
     source: str,
     step: int | None,
+    after_step: int | None,
     fraction: float | None,
     before_commitment: bool,
     before: bool,
@@ -65,16 +85,22 @@ def view(
     (a native trajectory file: an existing path is always read as one): the task, system
     prompt, tool names and every step through the pause, actions and observations, without
     gateway internals, signatures, encrypted reasoning or credentials; for a journal run
-    recorded with a workspace, the snapshot a handoff restores. Without --step, --progress or
-    --before-commitment: the last step.
+    recorded with a workspace, the snapshot a handoff restores.
+
+    Pauses are numbered as transitions, from 0: transition K is journal step K+1 (A(K+1) with
+    O(K+1)). Without --step, --after-step, --progress or --before-commitment: the last
+    transition (a run without a step: the task alone).
 
     \b
     Examples:
+      pvisor view r-3f2a9c0d1e2b --step 0 --output runs/local-pause.json
       pvisor view r-3f2a9c0d1e2b --step 2 --before
+      pvisor view r-3f2a9c0d1e2b --after-step 0
       pvisor view r-3f2a9c0d1e2b --progress 0.5 --output half.json
       pvisor view ~/.codex/sessions/2026/12/01/rollout-....jsonl --before-commitment
     """
     from pvisor.journal.paths import require_utf8
+    from pvisor.replay.numbering import Wording, where
     from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay
 
     # the view is JSON, which cannot carry a name that is not UTF-8
@@ -85,22 +111,23 @@ def view(
         name
         for name, given in (
             ("--step", step is not None),
+            ("--after-step", after_step is not None),
             ("--progress", fraction is not None),
             ("--before-commitment", before_commitment),
         )
         if given
     ]
     if len(chosen) > 1:
-        raise UsageError(f"give one pause at most: {' and '.join(chosen)} both choose a step")
+        raise UsageError(f"give one pause at most: {' and '.join(chosen)} both choose the pause")
     if output is not None:
-        check_output_path(output, "--output")
+        check_output_path(output, "--output", create_parents=True)
     native = os.path.lexists(source) or source == "-"
     if native and source != "-":
         from pvisor.adapters.native import check_source_file
 
         check_source_file(Path(source), source)  # a FIFO or a device could block or never end
     if native:
-        replay = TrajectoryReplay.from_trajectory(Path(source), agent)
+        replay = TrajectoryReplay.from_trajectory(Path(source), agent, wording=Wording.CLI)
         for w in replay.warnings:
             click.echo(f"pvisor: warning: {source}: {w}", err=True)
     else:
@@ -109,27 +136,29 @@ def view(
                 f"--agent is for a native FILE; {source} is no file, so it is read as a journal run"
             )
         replay = TrajectoryReplay.from_journal(Path(ctx.obj["journal"]), source)
+    replay.wording = Wording.CLI
     if before_commitment:
         spec = PauseSpec(None, PauseKind.BEFORE_COMMITMENT, before=before)
     elif fraction is not None:
         spec = PauseSpec(None, PauseKind.PROGRESS, progress=fraction, before=before)
     else:
-        spec = PauseSpec(
-            None, PauseKind.STEP, step=replay.steps_total if step is None else step, before=before
-        )
+        spec = PauseSpec(None, PauseKind.STEP, step=step, before=before, after_step=after_step)
 
     v = replay.view(spec)
+    name = "run " + v.run if v.run else source
+    if v.transition is None:
+        click.echo(
+            f"pvisor: warning: {name} has no transition (0 journal steps): the view holds the task alone",
+            err=True,
+        )
     data = orjson.dumps(v.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
     if output is None:
         sys.stdout.buffer.write(data)
         return
+    make_output_parent(output, "--output")
     try:
         with open(output, "wb") as f:
             f.write(data)
     except OSError as exc:
         raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}") from None
-    click.echo(
-        f"view of {'run ' + v.run if v.run else source} through step {v.through} "
-        f"({spec.kind.value} {v.step}{', before' if before else ''}) written to {output}",
-        err=True,
-    )
+    click.echo(f"view of {name} {where(v.position)} written to {output}", err=True)
