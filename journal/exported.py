@@ -145,7 +145,8 @@ def _load(path: Path, into: Path) -> str:
                     )
                 elif kind == "attempt":
                     conn.execute(
-                        f"INSERT INTO attempts({', '.join(_ATTEMPT)}) VALUES ({', '.join('?' * len(_ATTEMPT))})",
+                        f"INSERT INTO attempts({', '.join(_ATTEMPT)}) "
+                        f"VALUES ({', '.join('?' * len(_ATTEMPT))})",
                         _row(line, _ATTEMPT, {"run_id": "run"}),
                     )
                 elif kind == "exchange":
@@ -158,7 +159,8 @@ def _load(path: Path, into: Path) -> str:
                                 (found[0], len(found[1]), found[1]),
                             )
                     conn.execute(
-                        f"INSERT INTO exchanges({', '.join(_EXCHANGE)}) VALUES ({', '.join('?' * len(_EXCHANGE))})",
+                        f"INSERT INTO exchanges({', '.join(_EXCHANGE)}) "
+                        f"VALUES ({', '.join('?' * len(_EXCHANGE))})",
                         _row(line, _EXCHANGE, {"run_id": "run"}),
                     )
                 else:

@@ -457,7 +457,8 @@ class FilesystemDriver:
             raise UsageError(f"{self.target_option} {target}: cannot be read ({exc.strerror})") from None
         if holds and not force:
             raise UsageError(
-                f"{self.target_option} {target}: not empty; give {self.force_option} to restore into it anyway"
+                f"{self.target_option} {target}: not empty; give {self.force_option} to restore into it "
+                "anyway"
             )
         links = {e.path for e in manifest.entries if e.kind is EntryKind.SYMLINK}
         for i, e in enumerate(manifest.entries):
@@ -472,7 +473,8 @@ class FilesystemDriver:
             conflict = _conflict(target, manifest, self.target_option)
             if conflict is not None:
                 raise UsageError(
-                    f"{self.target_option} {target}: {conflict}; nothing was written (restore into an empty directory)"
+                    f"{self.target_option} {target}: {conflict}; nothing was written (restore into an "
+                    "empty directory)"
                 )
         try:
             target.mkdir(parents=True, exist_ok=True)
@@ -557,7 +559,8 @@ class FilesystemDriver:
         except OSError as exc:
             # the disk is full, a permission is missing: what was written so far stays
             raise OutputError(
-                f"{self.target_option} {target}: cannot write snapshot entry {current!r}: {exc.strerror or exc} "
+                f"{self.target_option} {target}: cannot write snapshot entry {current!r}: "
+                f"{exc.strerror or exc} "
                 "(the directory holds what was restored before it)"
             ) from None
         finally:

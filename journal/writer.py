@@ -1021,8 +1021,9 @@ class Journal(JournalProducer):
         elif kind == "run":
             r: Run = payload
             cur = conn.execute(
-                "INSERT OR IGNORE INTO runs(id, agent, agent_version, argv, created_ms, parent_run, boundary_step,"
-                " mode, labels, pause_transition, workspace_snapshot) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO runs(id, agent, agent_version, argv, created_ms, parent_run, "
+                "boundary_step, mode, labels, pause_transition, workspace_snapshot) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     r.id,
                     r.agent,

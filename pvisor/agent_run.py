@@ -522,7 +522,8 @@ def check_child_workspace(child: Run, digest: str | None, where: str, warn: Warn
         return True
     warn(
         f"{where} differs from the snapshot the handoff restored for child run {child.id} (manifest "
-        f"{want[:12]}, {'now ' + digest[:12] if digest else 'unreadable'}): the agent starts from another state"
+        f"{want[:12]}, {'now ' + digest[:12] if digest else 'unreadable'}): the agent starts from another "
+        "state"
     )
     return False
 

@@ -41,11 +41,13 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "view": (
         "pvisor.commands.view:view",
-        "What the agent saw at a pause (an observer view, JSON): --step K (transition K, from 0), --after-step N.",
+        "What the agent saw at a pause (an observer view, JSON): --step K (transition K, from 0), "
+        "--after-step N.",
     ),
     "snapshot": (
         "pvisor.commands.snapshot:snapshot",
-        "List a run's workspace snapshots; restore the workspace at --step K (a transition) or --after-step N.",
+        "List a run's workspace snapshots; restore the workspace at --step K (a transition) or "
+        "--after-step N.",
     ),
     "replay": (
         "pvisor.commands.replay:replay",

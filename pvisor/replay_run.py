@@ -329,8 +329,10 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         child = child_target(opts.journal, opts.child_run, opts.child_option)
         if child.boundary_step is not None and child.boundary_step != opts.after_step:
             raise UsageError(
-                f"{_named(opts.child_option, child.id)}: the handoff's child run continues {_pause_of(child)}; this "
-                f"replay is {'after_step=' if opts.child_option.endswith('=') else '--after-step '}{opts.after_step}"
+                f"{_named(opts.child_option, child.id)}: the handoff's child run continues "
+                f"{_pause_of(child)}; this "
+                "replay is "
+                f"{'after_step=' if opts.child_option.endswith('=') else '--after-step '}{opts.after_step}"
             )
     live = mode is RunMode.CONTINUATION
     upstream = _check_live(opts, d) if live else None
@@ -379,7 +381,8 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         if child is not None and child.parent_run and rec.run and child.parent_run != rec.run:
             raise ReplayUsageError(
                 "usage",
-                f"{_named(opts.child_option, child.id)}: the handoff's child run continues run {child.parent_run}; this "
+                f"{_named(opts.child_option, child.id)}: the handoff's child run continues run "
+                f"{child.parent_run}; this "
                 f"replay is of run {rec.run}",
             )
         if rec.task is None:

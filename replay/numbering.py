@@ -145,7 +145,8 @@ def resolve_step(
     if after_step is not None:
         if before:
             raise UsageError(
-                f"{at}{w.option('before')} is for {w.option('step', K)}; {w.option('after_step', after_step)} "
+                f"{at}{w.option('before')} is for {w.option('step', K)}; "
+                f"{w.option('after_step', after_step)} "
                 f"counts the steps kept already ({w.option('step', K)} {w.option('before')} is "
                 f"{w.option('after_step', K)})"
             )
@@ -190,7 +191,8 @@ def progress_transition(
         or not 0 <= f <= 1
     ):
         raise UsageError(
-            f"{at}{w.option('progress', f)}: a fraction from 0 to 1 (transition round(F x (T-1)) of T transitions)"
+            f"{at}{w.option('progress', f)}: a fraction from 0 to 1 (transition round(F x (T-1)) of T "
+            "transitions)"
         )
     if total == 0:
         raise UsageError(

@@ -185,7 +185,8 @@ class PrepareOutcome:
         count = p["message_count"]
         return (
             f"prepared {self._paths[1]}: {r['agent']} from {what}, after step {b['after_step']} of "
-            f"{b['steps_total']}, {p['protocol']}, {p['bytes']} bytes, {count} message{'' if count == 1 else 's'} "
+            f"{b['steps_total']}, {p['protocol']}, {p['bytes']} bytes, {count} "
+            f"message{'' if count == 1 else 's'} "
             f"ending with the {p['ends_with']}{flag}{ws}"
         )
 

@@ -281,8 +281,10 @@ class TrajectoryReplay:
             return cls.from_trajectory(where, agent)
         except (UsageError, BadInputError) as exc:
             raise BadInputError(
-                f"from_event_log: {where}: not a run's directory beside its journal (<data dir>/runs/<run>), a "
-                f"journal, a journal export of one run (pvisor journal export RUN --format jsonl) or a native "
+                f"from_event_log: {where}: not a run's directory beside its journal (<data "
+                "dir>/runs/<run>), a "
+                "journal, a journal export of one run (pvisor journal export RUN --format jsonl) or a "
+                "native "
                 f"trajectory file: {exc.message}"
             ) from None
 
@@ -536,7 +538,8 @@ def _no_workspace(view: View) -> str:
     if kind == "native":
         return (
             f"the view of native trajectory {src.get('path')} holds no workspace (a native file has no "
-            "snapshots): give the journal that holds the run's snapshots: TrajectoryReplay.from_journal(PATH, "
+            "snapshots): give the journal that holds the run's snapshots: "
+            "TrajectoryReplay.from_journal(PATH, "
             "RUN) of the run pvisor recorded, or TrajectoryReplay.from_event_log('<data dir>/runs/RUN')"
         )
     why = (view.document.get("workspace") or {}).get("unavailable") or "no snapshot"

@@ -429,7 +429,8 @@ def test_snapshots_example_runs_the_real_claude_code(tmp_path: Path):
     assert moved.returncode == 0, moved.stderr
     [warning] = [line for line in moved.stderr.splitlines() if "differs" in line]
     assert warning.startswith(
-        f"pvisor: warning: workspace {tmp_path / 'ws-other'} differs from the snapshot the handoff restored for "
+        f"pvisor: warning: workspace {tmp_path / 'ws-other'} differs from the snapshot the handoff "
+        "restored for "
         "child run child-2 (manifest "
     ), warning
     # pvisor's own Python API example, on this run

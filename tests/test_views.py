@@ -649,8 +649,8 @@ def test_a_replay_is_filed_under_the_handoffs_child_run_once(captured, tmp_path)
         ws = tmp_path / f"ws-{name}"
         ws.mkdir()
         return pvisor(
-            ["replay", "--journal", str(journal), "--agent", "codex", "--run", cap.run, "--after-step", str(n),
-             "--replay-only", "--workspace", str(ws), "--workspace-from", cap.run, "--output",
+            ["replay", "--journal", str(journal), "--agent", "codex", "--run", cap.run,
+             "--after-step", str(n), "--replay-only", "--workspace", str(ws), "--workspace-from", cap.run, "--output",
              str(tmp_path / f"out-{name}"), "--agent-entrypoint", str(entrypoint("codex")), "--child-run",
              "child-r", "--timeout", "240"],
             env=user_env(cap.user_home), cwd=tmp_path, timeout=400,

@@ -155,7 +155,8 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
         snap = f", workspace snapshot {run.workspace_snapshot[:12]}" if run.workspace_snapshot else ""
         click.echo(
             _safe(
-                f"  handed off from {run.parent_run} {pause_of(run.boundary_step, run.pause_transition)}{snap}; "
+                f"  handed off from {run.parent_run} "
+                f"{pause_of(run.boundary_step, run.pause_transition)}{snap}; "
                 f"{r_status}"
             )
         )

@@ -268,7 +268,8 @@ def _as_path(value: str | None) -> Path | None:
     "ray_address",
     default=None,
     metavar="ADDRESS",
-    help="With --batch and --rows: prepare on this Ray cluster ('local' starts one here; extra pvisor-replay[ray]).",
+    help="With --batch and --rows: prepare on this Ray cluster ('local' starts one here; extra "
+    "pvisor-replay[ray]).",
 )
 @intercept_options
 @click.pass_context

@@ -20,7 +20,8 @@ from pvisor.commands.progress import progress_option
     "-o",
     type=PathParam(dir_okay=False, readable=False),
     default=None,
-    help="The page to write (default: RUN.html in the current directory; missing directories are created, 0700).",
+    help="The page to write (default: RUN.html in the current directory; missing directories are created, "
+    "0700).",
 )
 @click.option(
     "--body-limit",

@@ -106,7 +106,8 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option(
     "--before",
     is_flag=True,
-    help="With --step K: the workspace before transition K ran (A(K+1)); --step 0 --before is the start state.",
+    help="With --step K: the workspace before transition K ran (A(K+1)); --step 0 --before is the start "
+    "state.",
 )
 @click.option(
     "--into",
