@@ -349,7 +349,8 @@ class JournalReader:
 
     def run_summaries(self) -> list[dict[str, Any]]:
         """Per run: id, agent, mode, status (:meth:`run_status`), created_ms, lineage
-        (parent_run, boundary_step, pause_transition), exchange count, outcome counts, bytes."""
+        (parent_run, boundary_step, pause_transition, workspace_snapshot: the manifest digest a
+        handoff restored), exchange count, outcome counts, bytes."""
         out = []
         for run in self.runs():
             rows = self.conn.execute(
@@ -368,6 +369,7 @@ class JournalReader:
                     "parent_run": run.parent_run,
                     "boundary_step": run.boundary_step,
                     "pause_transition": run.pause_transition,
+                    "workspace_snapshot": run.workspace_snapshot,
                     "exchanges": sum(r["n"] for r in rows),
                     "outcomes": {r["o"]: r["n"] for r in rows},
                     "request_bytes": sum(r["rq"] or 0 for r in rows),

@@ -1052,7 +1052,7 @@ def native_prefix(
         session=next(
             (traj.meta[k] for k in ("sessionId", "session", "id") if isinstance(traj.meta.get(k), str)), None
         ),
-        notes=[(w.code, str(w)) for w in result.diagnostics.warnings],
+        notes=[(w.code, f"{show_path(path)}: {w}") for w in result.diagnostics.warnings],
     )
     try:
         check_damage(result.diagnostics.warnings, path, allow_damaged)

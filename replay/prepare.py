@@ -358,19 +358,29 @@ def check_output(
     why: str = "prepare-only never writes the workspace",
 ) -> str:
     """The resolved output directory (a str), or ReplayUsageError ``output_refused`` when it is
-    (or is inside) the workspace, is not a directory, or is not empty without ``force``."""
+    (or is inside) the workspace, is not a directory or lies below a file, or is not empty
+    without ``force``."""
     out = _resolve(output)
     if workspace is not None and _inside(out, _resolve(workspace)):
         raise ReplayUsageError(
             "output_refused", f"--output {output} is inside --workspace {workspace}: {why}"
         )
-    if os.path.exists(out):
-        if not os.path.isdir(out):
-            raise ReplayUsageError("output_refused", f"--output {output} exists and is not a directory")
-        if not force and os.listdir(out) and not failed_before(out):
+    if not os.path.exists(out):
+        # the directories that do not exist yet are made (create_output): one of its parents
+        # that is a file is a usage error here, not a failed write later
+        there = os.path.dirname(out)
+        while there and not os.path.lexists(there) and os.path.dirname(there) != there:
+            there = os.path.dirname(there)
+        if os.path.lexists(there) and not os.path.isdir(there):
             raise ReplayUsageError(
-                "output_refused", f"--output {output} is not empty; give --force to write into it"
+                "output_refused", f"--output {output}: {show_path(there)} is not a directory"
             )
+    elif not os.path.isdir(out):
+        raise ReplayUsageError("output_refused", f"--output {output} exists and is not a directory")
+    elif not force and os.listdir(out) and not failed_before(out):
+        raise ReplayUsageError(
+            "output_refused", f"--output {output} is not empty; give --force to write into it"
+        )
     return out
 
 

@@ -342,7 +342,7 @@ def native_recording(
         run_dir=str(Path(_home_of(path)).parent) if _home_of(path) else None,
         profile=result.profile.name,
         session=next((meta[k] for k in ("sessionId", "session", "id") if isinstance(meta.get(k), str)), None),
-        notes=[(w.code, str(w)) for w in result.diagnostics.warnings],
+        notes=[(w.code, f"{show_path(path)}: {w}") for w in result.diagnostics.warnings],
     )
     _check_steps(rec, after_step, where)
     finish = finish_at(d, steps, after_step)

@@ -575,6 +575,21 @@ def test_output_directory_rules(tmp_path):
         prepare_only(PrepareOptions(agent="codex", after_step=1, output=f, trajectory=native))
 
 
+def test_output_below_a_file_is_a_usage_error(tmp_path):
+    # the directories an --output lacks are made; one of them being a file is exit 2, as
+    # docs/cli.md says, not a failed write (exit 74)
+    native = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
+    (tmp_path / "afile").write_text("x")
+    for given in ("afile/out", "afile/deeper/out"):
+        p = pvisor("replay", "--agent", "codex", "--trajectory", str(native), "--after-step", "1",
+                   "--prepare-only", "--output", given, cwd=tmp_path)  # fmt: skip
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.decode().strip() == (
+            f"pvisor: error: --output {given}: {tmp_path / 'afile'} is not a directory"
+        )
+    assert (tmp_path / "afile").read_text() == "x"
+
+
 # =========================================================================== the command
 
 
@@ -785,3 +800,22 @@ def test_step_flags_of_a_native_source_reach_the_results_warnings(tmp_path):
         )
     )
     assert not [w for w in early.result["warnings"] if w["code"] == "compaction"]
+
+
+def test_a_source_warning_names_the_file(tmp_path):
+    # a warning of the reader is FILE: WHERE: CODE: ..., on stderr and in result.json, as
+    # pvisor trajectory show and pvisor view print it
+    source = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
+    cut = tmp_path / "cut.jsonl"
+    data = source.read_bytes()
+    cut.write_bytes(data[: data.rstrip(b"\n").rfind(b"\n") + 40])  # the last line cut off
+    out = tmp_path / "out"
+    p = pvisor("replay", "--agent", "codex", "--trajectory", "cut.jsonl", "--after-step", "1",
+               "--prepare-only", "--output", str(out), cwd=tmp_path)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    warned = [line for line in p.stderr.decode().splitlines() if line.startswith("pvisor: warning: ")]
+    assert warned and all(line.startswith("pvisor: warning: cut.jsonl: line ") for line in warned), warned
+    result = read_result(out)
+    assert [w["message"] for w in result["warnings"] if w["code"] == "truncated_line"] == [
+        line.removeprefix("pvisor: warning: ") for line in warned if "truncated_line" in line
+    ]

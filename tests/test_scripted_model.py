@@ -1193,6 +1193,17 @@ def test_serve_model_unwritable_ready_file_is_a_usage_error(tmp_path):
         == "pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r.json: directory /nonexistent-pvisor-dir does not exist\n"
     )
     assert proc.stdout == ""
+    (tmp_path / "afile").write_text("")
+    proc = subprocess.run(
+        [str(PVISOR), "serve-model", "--script", str(script), "--port", "0", "--ready-file",
+         str(tmp_path / "afile" / "r.json")],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        f"pvisor: error: cannot write --ready-file {tmp_path}/afile/r.json: {tmp_path}/afile is not a "
+        "directory\n"
+    )
 
 
 # --------------------------------------------------------------------------- usage and compaction

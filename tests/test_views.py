@@ -310,6 +310,16 @@ def test_an_unknown_run_and_a_run_without_snapshots(captured, tmp_path):
     cap = captured("codex")
     proc, _ = view(cap, source="r-nope")
     assert proc.returncode == 2 and "no run 'r-nope'" in proc.stderr
+    # a path that does not exist is named as a file, never looked up as a run id only
+    proc, _ = view(cap, source="./missing/traj.jsonl")
+    assert (proc.returncode, proc.stderr) == (
+        2,
+        "pvisor: error: RUN|FILE ./missing/traj.jsonl: no such file\n",
+    )
+    proc, _ = view(cap, source="native.jsnol")
+    assert proc.returncode == 2 and proc.stderr.strip().endswith("; and no file native.jsnol here"), (
+        proc.stderr
+    )
     # a run recorded with --no-snapshots (in a journal of its own: the capture's is shared)
     ws, journal = tmp_path / "ws", tmp_path / "j.sqlite"
     ws.mkdir()
@@ -503,6 +513,10 @@ def test_from_event_log_reads_a_run_directory_an_export_and_a_native_file(captur
     # ... unless the journal that holds the run's snapshots is given
     with_journal = TrajectoryReplay.from_event_log(export, journal=cap.journal)
     assert with_journal.view(initial[0]).to_json()["workspace"] == at_dir.to_json()["workspace"]
+    # pvisor view reads the export as from_event_log does
+    proc, doc = view(cap, "--step", "0", source=str(export))
+    assert proc.returncode == 0, proc.stderr
+    assert doc["source"]["kind"] == "export" and doc["steps"] == at_export.to_json()["steps"]
     # (c) a native trajectory file: no workspace either
     native = TrajectoryReplay.from_event_log(cap.report["native_trajectory"])
     at_native = native.view(initial[0]).to_json()
@@ -580,7 +594,13 @@ def test_restore_handoff_saves_a_pending_child_run_once(captured, tmp_path):
     env = user_env(cap.user_home)
     ls = pvisor(["--journal", str(journal), "journal", "ls"], env=env, cwd=tmp_path)
     [line] = [x for x in ls.stdout.splitlines() if x.startswith("child-a ")]
-    assert line.split()[1:4] == ["-", "handoff", "pending"], ls.stdout
+    assert line.split()[1:5] == ["-", "handoff", "pending", f"{cap.run}@2"], ls.stdout
+    listed = json.loads(
+        pvisor(["--journal", str(journal), "journal", "ls", "--json"], env=env, cwd=tmp_path).stdout
+    )
+    [entry] = [x for x in listed if x["id"] == "child-a"]
+    assert (entry["parent_run"], entry["boundary_step"], entry["pause_transition"]) == (cap.run, 2, 1)
+    assert entry["workspace_snapshot"] == branch.snapshot_hash
     show = pvisor(["--journal", str(journal), "journal", "show", "child-a"], env=env, cwd=tmp_path)
     assert (
         f"  handed off from {cap.run} after step 2 (transition 1), workspace snapshot "

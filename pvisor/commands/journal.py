@@ -48,7 +48,8 @@ def journal() -> None:
 @click.pass_context
 def ls(ctx: click.Context, as_json: bool) -> None:
     """List runs: id, agent, mode, status (pending: a handoff's child run not started yet; open:
-    an attempt not ended; ended), creation time (UTC), exchanges by outcome."""
+    an attempt not ended; ended), the run it derives from (PARENT@STEPS: its parent run and the
+    journal steps kept), creation time (UTC), exchanges by outcome."""
     path = ctx.obj["journal"]
     absolute(path, f"--journal {path}")  # a relative path in a deleted directory is not "no journal yet"
     if not os.path.exists(path):
@@ -71,13 +72,15 @@ def ls(ctx: click.Context, as_json: bool) -> None:
             s["agent"] or "-",
             s["mode"],
             s["status"],
+            # the lineage of a derived or child run: its parent and the steps kept
+            f"{s['parent_run']}@{s['boundary_step']}" if s["parent_run"] else "-",
             _when(s["created_ms"]),
             str(s["exchanges"]),
             ",".join(f"{k}={v}" for k, v in sorted(s["outcomes"].items())) or "-",
         ]
         for s in runs
     ]
-    _table(rows, ["RUN", "AGENT", "MODE", "STATUS", "CREATED (UTC)", "EXCHANGES", "OUTCOMES"])
+    _table(rows, ["RUN", "AGENT", "MODE", "STATUS", "FROM", "CREATED (UTC)", "EXCHANGES", "OUTCOMES"])
 
 
 def _exchange_dict(ex) -> dict:

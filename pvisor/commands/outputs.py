@@ -30,6 +30,8 @@ def check_output_path(path: str, option: str, *, create_parents: bool = False) -
     parent = os.path.dirname(absolute(path, f"{option} {path}"))
     if not os.path.isdir(parent):
         if not create_parents:
+            if os.path.exists(parent):
+                raise UsageError(f"cannot write {option} {path}: {parent} is not a directory")
             raise UsageError(f"cannot write {option} {path}: directory {parent} does not exist")
         there = _nearest_existing(parent)
         if not os.path.isdir(there):

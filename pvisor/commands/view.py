@@ -82,7 +82,8 @@ def view(
     output: str | None,
 ) -> None:
     """Write the observer view of a pause of RUN (a journal run id or unique prefix) or FILE
-    (a native trajectory file: an existing path is always read as one): the task, system
+    (a native trajectory file, or a journal export of one run: an existing path is always read
+    as one; a RUN|FILE with a slash that does not exist is a missing file): the task, system
     prompt, tool names and every step through the pause, actions and observations, without
     gateway internals, signatures, encrypted reasoning or credentials; for a journal run
     recorded with a workspace, the snapshot a handoff restores.
@@ -126,16 +127,26 @@ def view(
         from pvisor.adapters.native import check_source_file
 
         check_source_file(Path(source), source)  # a FIFO or a device could block or never end
-    if native:
+    if native and source != "-" and _is_export(source):
+        # a journal export of one run, as TrajectoryReplay.from_event_log reads it: no workspace
+        replay = TrajectoryReplay.from_event_log(source)
+    elif native:
         replay = TrajectoryReplay.from_trajectory(Path(source), agent, wording=Wording.CLI)
         for w in replay.warnings:
             click.echo(f"pvisor: warning: {source}: {w}", err=True)
     else:
+        if "/" in source or source.startswith("~"):
+            # a run id never holds a slash: this was meant as a file
+            raise UsageError(f"RUN|FILE {source}: no such file")
         if agent is not None:
             raise UsageError(
                 f"--agent is for a native FILE; {source} is no file, so it is read as a journal run"
             )
-        replay = TrajectoryReplay.from_journal(Path(ctx.obj["journal"]), source)
+        try:
+            replay = TrajectoryReplay.from_journal(Path(ctx.obj["journal"]), source)
+        except UsageError as exc:
+            # say both readings: the user may have meant a file with a typo in its name
+            raise UsageError(f"{exc.message}; and no file {source} here") from None
     replay.wording = Wording.CLI
     if before_commitment:
         spec = PauseSpec(None, PauseKind.BEFORE_COMMITMENT, before=before)
@@ -162,3 +173,10 @@ def view(
     except OSError as exc:
         raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}") from None
     click.echo(f"view of {name} {where(v.position)} written to {output}", err=True)
+
+
+def _is_export(path: str) -> bool:
+    """Whether ``path`` is a journal export (``pvisor journal export RUN --format jsonl``)."""
+    from pvisor.journal.exported import is_export
+
+    return os.path.isfile(path) and is_export(path)
