@@ -30,13 +30,12 @@ from typing import Callable
 from yarl import URL
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
-from pvisor.journal.model import has_key_shape
+from pvisor.journal.model import RUN_ID_PATTERN, has_key_shape
 
 HEALTH_PATH = "/__pvisor/health"
 RUN_HEADER = "X-Pvisor-Run"
 #: the header intercept mode's addon adds: ``<token> <origin>`` (stripped, never recorded)
 INTERCEPT_HEADER = "X-Pvisor-Intercept"
-RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 _RUN_ID = re.compile(RUN_ID_PATTERN)
 _RUN_PREFIX = re.compile(r"^/run/([^/?]*)")
 

@@ -66,3 +66,16 @@ class TimeoutExpired(PvisorError):
     """A run or wait hit its time limit (exit 124)."""
 
     exit_code = EXIT_TIMEOUT
+
+
+#: how many characters of a value a message shows whole (:func:`shown`)
+SHOWN_CHARS = 80
+
+
+def shown(value: str, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as a message quotes it: whole when it has at most ``limit`` characters, else its
+    start and end around ``...`` with its length (``aaaa...aaaa (200000 characters)``), so that
+    a huge id given by mistake is not echoed in full."""
+    if len(value) <= limit:
+        return value
+    return f"{value[: limit // 2]}...{value[-(limit // 4) :]} ({len(value)} characters)"

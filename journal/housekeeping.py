@@ -81,7 +81,7 @@ def live_writers(conn: sqlite3.Connection) -> list[tuple[int, int, str]]:
     return alive
 
 
-def _open_rw(path: Path) -> sqlite3.Connection:
+def open_for_writing(path: Path) -> sqlite3.Connection:
     """A read-write connection to the journal ``path`` (checked as a reader checks it first:
     exists, is a journal, not written by a newer pvisor), its schema migrated to this pvisor's."""
     with JournalReader(path):
@@ -150,7 +150,7 @@ def remove_run(journal: str | os.PathLike, run_id: str, *, force: bool = False) 
     path = Path(journal)
     with JournalReader(path) as reader:
         run = reader.run(run_id)  # UsageError names the run and the journal
-    conn = _open_rw(path)
+    conn = open_for_writing(path)
     try:
         _check_writers(conn, path, force, f"rm {run.id}")
         with JournalReader(path) as reader:  # restores manifests (they are blobs too)
@@ -226,7 +226,7 @@ def vacuum(journal: str | os.PathLike, *, force: bool = False) -> tuple[int, int
     and its WAL together. Refuses while a live writer holds the journal (without ``force``):
     VACUUM needs it to itself."""
     path = Path(journal)
-    conn = _open_rw(path)
+    conn = open_for_writing(path)
     try:
         _check_writers(conn, path, force, "vacuum")
         before = journal_bytes(path)

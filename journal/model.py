@@ -64,6 +64,10 @@ OUTCOMES: tuple[str, ...] = (
 
 ExchangeRole = Literal["main", "auxiliary"]
 
+#: what a run id may be: letters, digits, ``.``, ``_`` and ``-``, at most 128, starting with a
+#: letter or digit (a URL path segment of the gateway, a directory name under ``runs/``)
+RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+
 
 class RunMode(str, enum.Enum):
     """How a run came to be (``runs.mode``)."""

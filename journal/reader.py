@@ -20,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterator
 import orjson
 
 from . import progress
-from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
+from .errors import BadInputError, IntegrityError, PvisorError, UnavailableError, UsageError
 from .model import Attempt, Exchange, Run, RunMode, unpack_timings
 from .paths import absolute
 from .record import Record, record
@@ -167,6 +167,42 @@ def _connect_ro(path: str) -> sqlite3.Connection:
         uri=True,
         check_same_thread=False,
     )
+
+
+def holds_run(path: str | os.PathLike, run_id: str) -> bool:
+    """Whether the regular file ``path`` is a journal that holds a run of exactly ``run_id``,
+    found without leaving a file beside it (a read-only open of a WAL journal leaves ``-wal``
+    and ``-shm`` behind): a journal whose WAL is absent or empty holds everything in its main
+    file and is read ``immutable``; one whose WAL holds commits is read as every reader reads
+    it (its writer's ``-shm`` is there already). False for a file that is no journal, one that
+    cannot be read, or anything but a regular file (never opened: a FIFO would block)."""
+    import stat
+
+    where = os.fspath(path)
+    try:
+        if not stat.S_ISREG(os.stat(where).st_mode):
+            return False
+        fd = os.open(where, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if os.read(fd, 16) != b"SQLite format 3\x00":
+                return False
+        finally:
+            os.close(fd)
+        wal = where + "-wal"
+        busy = os.path.exists(wal) and os.path.getsize(wal) > 0
+    except OSError:
+        return False
+    try:
+        if busy:
+            with JournalReader(where) as reader:
+                return reader.run_exists(run_id)
+        conn = sqlite3.connect(_uri(where) + "?immutable=1", uri=True)
+        try:
+            return conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is not None
+        finally:
+            conn.close()
+    except (sqlite3.Error, PvisorError):
+        return False
 
 
 def _check_migrations(conn: sqlite3.Connection, path: str) -> None:
@@ -331,8 +367,12 @@ class JournalReader:
 
     def run_status(self, run: Run) -> str:
         """``pending`` (a handoff's child run created and never started: no attempt, no
-        exchange), ``open`` (an attempt has not ended: running, or its pvisor was killed),
+        exchange), ``restoring`` (a handoff's child run whose workspace ``restore_handoff`` is
+        still restoring, or whose restore died), ``open`` (an attempt has not ended: running, or
+        its pvisor was killed; a child run's start holds it so from before its agent starts),
         ``ended`` (every attempt ended), or ``-`` (no attempt: a ``pvisor gateway`` capture)."""
+        from .child_runs import RESTORING, RESTORING_LABEL
+
         rows = self.conn.execute(
             "SELECT count(*), count(ended_ms) FROM attempts WHERE run_id = ?", (run.id,)
         ).fetchone()
@@ -344,7 +384,7 @@ class JournalReader:
                 "SELECT 1 FROM exchanges WHERE run_id = ? LIMIT 1", (run.id,)
             ).fetchone()
         ):
-            return "pending"
+            return "restoring" if run.labels.get(RESTORING_LABEL) == RESTORING else "pending"
         return "-"
 
     def run_summaries(self) -> list[dict[str, Any]]:

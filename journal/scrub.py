@@ -53,7 +53,7 @@ import orjson
 from . import blobs, progress
 from .content_encoding import DecodeError, decode_body, encode_body
 from .errors import IntegrityError, PvisorError, UnavailableError, UsageError
-from .housekeeping import _check_writers, _open_rw, journal_bytes, live_writers
+from .housekeeping import _check_writers, open_for_writing, journal_bytes, live_writers
 from .paths import run_directory
 from .reader import JournalReader
 
@@ -305,7 +305,7 @@ def scrub(
             run = reader.run(run_id).id
     report = ScrubReport(pattern.describe, run, dry_run=dry_run)
     report.bytes_before = journal_bytes(path)
-    conn = _open_rw(path)
+    conn = open_for_writing(path)
     try:
         if force:
             report.live_writers = [pid for _, pid, _ in live_writers(conn)]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import errno
+import fcntl
 import hashlib
 import os
 import stat
@@ -40,7 +41,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from .errors import BadInputError, OutputError, UsageError
+from .errors import BadInputError, OutputError, UsageError, shown
 
 #: entry point group of snapshot drivers (``name = "module:Class"``)
 ENTRY_POINT_GROUP = "pvisor.snapshot_drivers"
@@ -449,17 +450,7 @@ class FilesystemDriver:
         bytes do not match; OutputError (exit 74) naming the entry when writing fails (disk
         full). Nothing is written before every path was checked."""
         target = Path(target)
-        if target.exists() and not target.is_dir():
-            raise UsageError(f"{self.target_option} {target}: not a directory")
-        try:
-            holds = target.is_dir() and any(target.iterdir())
-        except OSError as exc:
-            raise UsageError(f"{self.target_option} {target}: cannot be read ({exc.strerror})") from None
-        if holds and not force:
-            raise UsageError(
-                f"{self.target_option} {target}: not empty; give {self.force_option} to restore into it "
-                "anyway"
-            )
+        named = self.named(target)
         links = {e.path for e in manifest.entries if e.kind is EntryKind.SYMLINK}
         for i, e in enumerate(manifest.entries):
             p = check_path(e.path, f"snapshot entry {i}")
@@ -469,23 +460,49 @@ class FilesystemDriver:
                     f"snapshot entry {i}: {e.path!r} lies below the symlink {below!r} of the snapshot: "
                     "restoring it would write through the link"
                 )
-        if force and target.is_dir():
-            conflict = _conflict(target, manifest, self.target_option)
-            if conflict is not None:
-                raise UsageError(
-                    f"{self.target_option} {target}: {conflict}; nothing was written (restore into an "
-                    "empty directory)"
-                )
         try:
             target.mkdir(parents=True, exist_ok=True)
+        except FileExistsError:
+            raise UsageError(f"{named}: not a directory") from None
         except OSError as exc:
-            raise UsageError(
-                f"{self.target_option} {target}: cannot create it: {exc.strerror or exc}"
-            ) from None
+            raise UsageError(f"{named}: cannot create it: {exc.strerror or exc}") from None
         try:
             root_fd = os.open(target, os.O_RDONLY | os.O_DIRECTORY)
+        except NotADirectoryError:
+            raise UsageError(f"{named}: not a directory") from None
         except OSError as exc:
-            raise UsageError(f"{self.target_option} {target}: cannot be opened ({exc.strerror})") from None
+            raise UsageError(f"{named}: cannot be opened ({exc.strerror})") from None
+        try:
+            # one restore at a time into one directory (of any process): the next one waits,
+            # then finds it not empty, as a restore made later would
+            fcntl.flock(root_fd, fcntl.LOCK_EX)
+            try:
+                holds = bool(os.listdir(root_fd))
+            except OSError as exc:
+                raise UsageError(f"{named}: cannot be read ({exc.strerror})") from None
+            if holds and not force:
+                raise UsageError(f"{named}: not empty; give {self.force_option} to restore into it anyway")
+            if holds:
+                conflict = _conflict(target, manifest, named)
+                if conflict is not None:
+                    raise UsageError(
+                        f"{named}: {conflict}; nothing was written (restore into an empty directory)"
+                    )
+            self._write(manifest, get, named, root_fd, force)
+        finally:
+            os.close(root_fd)  # and with it the lock
+
+    def named(self, target: Path) -> str:
+        """How errors name the target: ``--into DIR``, or a Python caller's ``environment='DIR'``
+        (a :attr:`target_option` ending in ``=``)."""
+        if self.target_option.endswith("="):
+            return f"{self.target_option}{shown(repr(os.fspath(target)))}"
+        return f"{self.target_option} {target}"
+
+    def _write(
+        self, manifest: Manifest, get: Callable[[str], bytes], named: str, root_fd: int, force: bool
+    ) -> None:
+        """Write the entries of :meth:`restore` below ``root_fd`` (the target, locked and checked)."""
         current = ""
         try:
             order = sorted(
@@ -559,15 +576,12 @@ class FilesystemDriver:
         except OSError as exc:
             # the disk is full, a permission is missing: what was written so far stays
             raise OutputError(
-                f"{self.target_option} {target}: cannot write snapshot entry {current!r}: "
-                f"{exc.strerror or exc} "
+                f"{named}: cannot write snapshot entry {current!r}: {exc.strerror or exc} "
                 "(the directory holds what was restored before it)"
             ) from None
-        finally:
-            os.close(root_fd)
 
 
-def _conflict(target: Path, manifest: Manifest, option: str = "--into") -> str | None:
+def _conflict(target: Path, manifest: Manifest, option: str) -> str | None:
     """What in ``target`` (a directory that holds files: a forced restore) stands where the
     manifest needs something a restore cannot replace, or None: a directory where a file or a
     symlink goes, a file or a symlink where a directory goes or lies on the way (a symlink of
@@ -582,7 +596,7 @@ def _conflict(target: Path, manifest: Manifest, option: str = "--into") -> str |
             except FileNotFoundError:
                 kinds[rel] = "absent"
             except OSError as exc:  # no permission to look: nothing may be written there either
-                raise UsageError(f"{option} {target}: {rel!r} cannot be examined ({exc.strerror})") from None
+                raise UsageError(f"{option}: {rel!r} cannot be examined ({exc.strerror})") from None
             else:
                 kinds[rel] = "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "file"
         return kinds[rel]

@@ -61,9 +61,10 @@ from pvisor.adapters.agents.base import (
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.gateway.parent_death import die_with_parent
 from pvisor.journal.helpers import helper_argv
-from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
+from pvisor.journal.child_runs import Claim, claim_child_run, release_child_run
+from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError, shown
 from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone, not_utf8
-from pvisor.journal.model import Attempt, Run, RunMode
+from pvisor.journal.model import RUN_ID_PATTERN, Attempt, Run, RunMode
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import SnapshotKind
 from pvisor.journal.writer import new_run_id
@@ -135,7 +136,10 @@ class RunRequest:
     ``child_run``: run as the pending child run of a handoff (``TrajectoryReplay.restore_handoff``
     created it): the run is filed under that id, its lineage kept, once (:func:`child_target`);
     the workspace defaults to where the handoff restored it. ``child_option``: how errors name
-    it (``--child-run``, or a Python caller's ``child_run=``).
+    it (``--child-run``, or a Python caller's ``child_run=``). The child run is claimed in the
+    journal before the run starts (:func:`claim_child`) unless ``child_claimed`` says when this
+    process claimed it already (a replay, before restoring its workspace; Unix epoch ms: the
+    attempt's start), and given back when the start fails before the agent ran.
     """
 
     agent: str
@@ -166,6 +170,7 @@ class RunRequest:
     intercept: Any = None
     child_run: str | None = None
     child_option: str = "--child-run"
+    child_claimed: int | None = None
 
 
 @dataclass(frozen=True)
@@ -455,15 +460,30 @@ def _resume_target(req: RunRequest, profile: AgentProfile) -> _Resume:
     )
 
 
-def child_target(journal_path: Path, child: str, option: str = "--child-run") -> Run:
+def child_named(option: str, child: str) -> str:
+    """``--child-run ID`` or ``child_run='ID'``: the option as its caller wrote it, a long id
+    shortened (:func:`~pvisor.journal.errors.shown`)."""
+    return f"{option}{shown(repr(child))}" if option.endswith("=") else f"{option} {shown(child)}"
+
+
+def child_target(
+    journal_path: Path, child: str, option: str = "--child-run", *, claimed: bool = False
+) -> Run:
     """The pending child run ``child`` of a handoff, to be started now. UsageError (exit 2),
-    naming ``option``, when the journal or the run is missing, the run is no handoff's child, or
-    it was started already (a child run starts once)."""
+    naming ``option``, when the journal or the run is missing, the run is no handoff's child, its
+    restore has not finished, or it was started already (a child run starts once). Only reads:
+    :func:`claim_child` takes it; ``claimed``: this process took it already (its claim is the
+    attempt the run now has)."""
     path = Path(journal_path)
-    named = f"{option}{child!r}" if option.endswith("=") else f"{option} {child}"
+    named = child_named(option, child)
     if not child or not child.strip():
         raise UsageError(
             f"{option} is empty: give the id of the handoff's child run (pvisor journal ls lists it)"
+        )
+    if not re.fullmatch(RUN_ID_PATTERN, child):
+        raise UsageError(
+            f"{named}: not a run id (letters, digits, '.', '_' and '-', at most 128, starting with a letter "
+            "or digit): give the id of the handoff's child run (pvisor journal ls lists it)"
         )
     if not path.exists():
         raise UsageError(f"{named}: journal {path} does not exist")
@@ -481,6 +501,13 @@ def child_target(journal_path: Path, child: str, option: str = "--child-run") ->
             f"{named}: run {child} is a {run.mode} run, not a handoff's child run (created pending by "
             "TrajectoryReplay.restore_handoff)"
         )
+    if claimed:
+        return run
+    if status == "restoring":
+        raise UsageError(
+            f"{named}: the handoff's child run {child} is still being restored (its restore_handoff has not "
+            f"finished; one that died leaves it so: pvisor journal rm {child}, and hand the pause off again)"
+        )
     if status != "pending":
         what = (
             f"attempt {len(attempts)} began {_when(attempts[-1].started_ms)}"
@@ -492,6 +519,23 @@ def child_target(journal_path: Path, child: str, option: str = "--child-run") ->
             "starts once; hand the pause off again under a new child id"
         )
     return run
+
+
+def claim_child(journal_path: Path, child: str, option: str = "--child-run") -> int:
+    """Take the pending child run ``child`` for this start, in one transaction of the journal
+    (:func:`~pvisor.journal.child_runs.claim_child_run`), before the agent starts: of starts made
+    at once exactly one gets it; the others raise the UsageError (exit 2) of
+    :func:`child_target` for a child run started already. Returns when it was claimed (Unix
+    epoch ms: its attempt 1's start)."""
+    when = int(time.time() * 1000)
+    outcome = claim_child_run(journal_path, child, when)
+    if outcome is Claim.CLAIMED:
+        return when
+    child_target(journal_path, child, option)  # says why, as for a start made later
+    raise UsageError(  # the winner released it meanwhile: still, this start did not get it
+        f"{child_named(option, child)}: another start took the handoff's child run {child}: a child run "
+        "starts once"
+    )
 
 
 def _when(ms: float) -> str:
@@ -825,7 +869,9 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         raise UsageError(f"--timeout must be more than 0 seconds, not {req.timeout:g}")
     resume = _resume_target(req, profile) if req.resume else None
     child = (
-        child_target(req.journal_path, req.child_run, req.child_option) if req.child_run is not None else None
+        child_target(req.journal_path, req.child_run, req.child_option, claimed=req.child_claimed is not None)
+        if req.child_run is not None
+        else None
     )
     exe = find_executable(profile, req.entrypoint)
     use_home = resume.use_home if resume else req.use_home
@@ -869,23 +915,41 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         )
     except ValueError:
         pass
-    return asyncio.run(
-        _run(
-            req,
-            profile,
-            exe,
-            version,
-            resume,
-            run_id,
-            run_dir,
-            workspace,
-            model,
-            script,
-            use_home,
-            warn,
-            child,
+    if child is not None and req.child_claimed is None:
+        # in the journal, before anything of the run is made: of two starts at once one goes on
+        req.child_claimed = claim_child(req.journal_path, child.id, req.child_option)
+    try:
+        return asyncio.run(
+            _run(
+                req,
+                profile,
+                exe,
+                version,
+                resume,
+                run_id,
+                run_dir,
+                workspace,
+                model,
+                script,
+                use_home,
+                warn,
+                child,
+            )
         )
-    )
+    except BaseException:
+        if child is not None:
+            release_child(req.journal_path, child.id)
+        raise
+
+
+def release_child(journal_path: Path, child: str) -> None:
+    """Give the claim of the child run ``child`` back when its start failed before the agent ran
+    (the attempt was not recorded), so that it can be started later; a journal locked past the
+    busy timeout keeps the claim (``journal ls`` then shows the run open)."""
+    try:
+        release_child_run(journal_path, child)
+    except PvisorError:
+        pass
 
 
 async def _run(
@@ -1137,6 +1201,8 @@ async def _attempt(
         Attempt(
             run=run_id,
             n=attempt,
+            # a child run's attempt began when this start claimed it (what a refused start says)
+            started_ms=req.child_claimed or 0,
             labels={
                 "argv": orjson.dumps(plan.argv).decode(),
                 "agent_version": version or "",

@@ -317,14 +317,11 @@ def continue_replay(opts: ReplayOptions, warn: Callable[[str], None]) -> ReplayO
 
 
 def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMode) -> ReplayOnlyOutcome:
-    from pvisor.agent_run import AgentUnavailable, RunRequest, run_agent, without_userinfo
-    from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
-
-    from pvisor.agent_run import child_target
+    from pvisor.agent_run import child_target, claim_child, release_child
 
     t0 = time.perf_counter()
     d = _check(opts)
-    child = None
+    child = claimed = None
     if opts.child_run is not None:
         child = child_target(opts.journal, opts.child_run, opts.child_option)
         if child.boundary_step is not None and child.boundary_step != opts.after_step:
@@ -334,6 +331,30 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
                 "replay is "
                 f"{'after_step=' if opts.child_option.endswith('=') else '--after-step '}{opts.after_step}"
             )
+        # in the journal, before the output or the workspace is touched: of two replays started
+        # at once one goes on, the other is refused as a start made later is
+        claimed = claim_child(opts.journal, child.id, opts.child_option)
+    try:
+        return _replay_claimed(opts, warn, mode, d, child, claimed, t0)
+    except BaseException:
+        if child is not None:
+            release_child(opts.journal, child.id)  # a no-op once the agent's attempt was recorded
+        raise
+
+
+def _replay_claimed(
+    opts: ReplayOptions,
+    warn: Callable[[str], None],
+    mode: RunMode,
+    d: Any,
+    child: Any,
+    claimed: int | None,
+    t0: float,
+) -> ReplayOnlyOutcome:
+    """:func:`_replay_agent` once the child run (if any) is claimed (``claimed``: when)."""
+    from pvisor.agent_run import AgentUnavailable, RunRequest, run_agent, without_userinfo
+    from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
+
     live = mode is RunMode.CONTINUATION
     upstream = _check_live(opts, d) if live else None
     out = Path(
@@ -464,6 +485,7 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
                         intercept=opts.intercept,
                         child_run=opts.child_run,
                         child_option=opts.child_option,
+                        child_claimed=claimed,
                         # a local upstream and no key of the user's: the agent still wants one to start
                         dummy_key=bool(
                             live and opts.upstream and d.key_env and not _has_key(opts, d.key_env)
@@ -479,6 +501,10 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         p = holder["responder"]
         _fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, holder.get("restored"))
         if child is not None:
+            # the derived run is the handoff's child: its lineage is the journal's, whose snapshot
+            # is the one the handoff restored (what --workspace-from restored stays in
+            # workspace.restored_from)
+            result["lineage"]["workspace_snapshot"] = child.workspace_snapshot
             _check_child_boundary(result, opts, child, warn)
         if live:
             _fill_live(result, opts, rec, p, report, upstream)
@@ -533,7 +559,9 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
 
 def _named(option: str, value: str) -> str:
     """``--child-run ID`` or ``child_run='ID'``: an option as its caller wrote it."""
-    return f"{option}{value!r}" if option.endswith("=") else f"{option} {value}"
+    from pvisor.agent_run import child_named
+
+    return child_named(option, value)
 
 
 def _pause_of(child: Any) -> str:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.journal.errors import BadInputError, UsageError, shown
 from pvisor.journal.progress import task as progress_task
 from pvisor.journal.model import (
     Message,
@@ -76,13 +76,48 @@ class PauseSpec:
     after_step: int | None = None
 
     def __post_init__(self) -> None:
+        """Refuse (UsageError, naming the parameter as Python writes it) a value of the wrong
+        type (a bool is no number here: ``step=True`` is no transition 1) and a parameter of
+        another kind of pause, as ``pvisor view`` refuses two pause options."""
+        w = Wording.PYTHON
+        if self.id is not None and not isinstance(self.id, str):
+            raise UsageError(f"{w.option('id', self.id)}: a pause's name is a str (or None)")
+        at = _at(self)
         try:
             self.kind = PauseKind(self.kind)
         except ValueError:
             kinds = ", ".join(k.value for k in PauseKind)
-            raise UsageError(f"{_at(self)}kind {self.kind!r} is not one of {kinds}") from None
+            raise UsageError(f"{at}kind {self.kind!r} is not one of {kinds}") from None
         if self.kind is PauseKind.PROGRESS and self.progress is None and self.step is not None:
             self.step, self.progress = None, self.step  # PauseSpec(id, "progress", 0.5)
+        for name, what in (("step", "a transition number"), ("after_step", "a count of steps kept")):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise UsageError(f"{at}{w.option(name, value)}: {what}, an int (not {type(value).__name__})")
+        if self.progress is not None and (
+            isinstance(self.progress, bool) or not isinstance(self.progress, (int, float))
+        ):
+            raise UsageError(
+                f"{at}{w.option('progress', self.progress)}: a fraction from 0 to 1, a float (not "
+                f"{type(self.progress).__name__})"
+            )
+        if not isinstance(self.before, bool):
+            raise UsageError(f"{at}before={self.before!r}: True or False")
+        takes = {
+            PauseKind.STEP: ("step", "after_step"),
+            PauseKind.PROGRESS: ("progress",),
+            PauseKind.BEFORE_COMMITMENT: (),
+        }[self.kind]
+        for name in ("step", "after_step", "progress"):
+            value = getattr(self, name)
+            if value is None or name in takes:
+                continue
+            owner = PauseKind.PROGRESS if name == "progress" else PauseKind.STEP
+            given = " or ".join(f"{n}=" for n in takes) if takes else "neither: it finds its transition"
+            raise UsageError(
+                f"{at}{w.option(name, value)} is for a pause of kind {owner.value}; one of kind "
+                f"{self.kind.value} takes {given}"
+            )
 
 
 @dataclass(slots=True)
@@ -274,7 +309,12 @@ class TrajectoryReplay:
                     from .snapshots import run_snapshots
 
                     with JournalReader(journal) as reader:
-                        replay.snapshots = run_snapshots(reader, reader.run(run).id, replay.trajectory)
+                        if not reader.run_exists(run):  # the export's own run, never a prefix match
+                            raise UsageError(
+                                f"from_event_log: journal={os.fspath(journal)!r} holds no run {run} (the "
+                                f"run of {where}): give the journal that recorded it"
+                            )
+                        replay.snapshots = run_snapshots(reader, run, replay.trajectory)
                     replay.journal = Path(journal)
                 return replay
         try:
@@ -334,6 +374,12 @@ class TrajectoryReplay:
             k = progress_transition(spec.progress, total, wording=w, at=at, run=self.label)
             return Position(k if spec.before else k + 1, k, spec.before, total), None
         found = self.first_commitment()
+        if found is None and total == 0:
+            alone = w.option("after_step", 0) if w is Wording.CLI else "kind step with after_step=0"
+            raise BadInputError(
+                f"{at}no commitment in {self.label}: it has no transition (0 journal steps); its one pause "
+                f"is the task alone ({alone})"
+            )
         if found is None:
             how = (
                 "--step K or --progress F"
@@ -457,14 +503,19 @@ def restore_handoff(
     (``pvisor run --child-run ID``, ``pvisor replay --child-run ID``,
     ``continue_run(..., child_run=ID)``), once.
 
+    The child id is taken in the journal (one transaction) before anything is restored, and the
+    run stays ``restoring`` until its workspace is: of calls made at once with one id exactly one
+    goes on; restores into one directory take turns (the next finds it not empty). A restore that
+    fails removes the child run it had taken.
+
     Raises BadInputError (exit 65) when the view has no snapshot to restore (a journal export,
     a native file, a run recorded without a workspace, a failed walk), naming what to give;
-    UsageError (exit 2), naming the Python parameters, for a child id that is not a run id or
-    names a run of the journal already, or a target that is not empty without ``force=True``."""
-    import re
-
-    from pvisor.gateway.routing import RUN_ID_PATTERN
-    from pvisor.journal.model import Run, RunMode, has_key_shape
+    UsageError (exit 2), naming the Python parameters, for a child id that is not a run id, is
+    taken (a run of that id, or one of which it is a prefix or which is a prefix of it: a prefix
+    lookup would name both), an environment that is not a directory path (None, empty, not str or
+    ``os.PathLike``, a NUL, a name too long) or not empty without ``force=True``."""
+    from pvisor.journal.child_runs import drop_child_run, finish_child_run, reserve_child_run
+    from pvisor.journal.model import Run, RunMode
     from pvisor.journal.reader import JournalReader
 
     from .snapshots import restore_snapshot
@@ -472,46 +523,51 @@ def restore_handoff(
     at = _at(view.pause)
     if view.snapshot is None or view.journal is None:
         raise BadInputError(f"{at}restore_handoff: {_no_workspace(view)}")
-    child = child_episode_id
-    if not isinstance(child, str) or not re.fullmatch(RUN_ID_PATTERN, child) or has_key_shape(child):
+    child = _child_id(child_episode_id)
+    into = _environment(environment, view.snapshot.driver)
+    where = os.path.abspath(into) if isinstance(into, str) else repr(into)
+    taken = reserve_child_run(
+        view.journal,
+        Run(
+            id=child,
+            mode=RunMode.HANDOFF.value,
+            parent_run=view.run,
+            boundary_step=view.through,
+            pause_transition=view.transition,
+            workspace_snapshot=view.snapshot.digest,
+            labels={
+                "workspace": where,
+                "pause": view.describe(),
+                "snapshot_driver": view.snapshot.driver,
+                **({"pause_id": view.pause.id} if view.pause.id else {}),
+            },
+        ),
+    )
+    if taken is not None:
+        how = (
+            "already"
+            if taken == child
+            else f"({taken} {'starts with' if taken.startswith(child) else 'is the start of'} it: a prefix "
+            "lookup would name both)"
+        )
         raise UsageError(
-            f"restore_handoff: child_episode_id={child!r}: a run id of letters, digits, '.', '_' and '-' "
-            "(at most 128), starting with a letter or digit"
+            f"restore_handoff: child_episode_id={child!r}: journal {view.journal} has a run {taken} {how}; "
+            "give a new id for the child run"
         )
-    with JournalReader(view.journal) as reader:
-        if reader.run_exists(child):
-            raise UsageError(
-                f"restore_handoff: child_episode_id={child!r}: journal {view.journal} has a run {child} "
-                "already; give a new id for the child run"
+    try:
+        with JournalReader(view.journal) as reader:
+            done = restore_snapshot(
+                reader,
+                view.snapshot,
+                into,
+                force=force,
+                target_option="restore_handoff: environment=",
+                force_option="force=True",
             )
-        done = restore_snapshot(
-            reader,
-            view.snapshot,
-            environment,
-            force=force,
-            target_option="restore_handoff: environment",
-            force_option="force=True",
-        )
-    from pvisor.journal.writer import Journal
-
-    where = os.fspath(done.into) if isinstance(done.into, (str, os.PathLike)) else repr(done.into)
-    with Journal.open(view.journal) as journal:
-        journal.create_run(
-            Run(
-                id=child,
-                mode=RunMode.HANDOFF.value,
-                parent_run=view.run,
-                boundary_step=view.through,
-                pause_transition=view.transition,
-                workspace_snapshot=done.digest,
-                labels={
-                    "workspace": where,
-                    "pause": view.describe(),
-                    "snapshot_driver": view.snapshot.driver,
-                    **({"pause_id": view.pause.id} if view.pause.id else {}),
-                },
-            )
-        )
+    except BaseException:
+        drop_child_run(view.journal, child)  # nothing of this call stays claimed as the child
+        raise
+    finish_child_run(view.journal, child)
     steps = view.document["steps"]
     return HandoffBranch(
         restored_observation=steps[-1]["observation"] if steps else None,
@@ -525,11 +581,67 @@ def restore_handoff(
     )
 
 
+#: the longest file name (one path component) the file systems pvisor runs on allow, in bytes
+NAME_MAX = 255
+
+
+def _child_id(child: Any) -> str:
+    """``child_episode_id`` when it is a run id (UsageError naming it otherwise, a long one
+    shortened)."""
+    import re
+
+    from pvisor.journal.model import RUN_ID_PATTERN, has_key_shape
+
+    if not isinstance(child, str) or not re.fullmatch(RUN_ID_PATTERN, child) or has_key_shape(child):
+        raise UsageError(
+            f"restore_handoff: child_episode_id={shown(repr(child))}: a run id of letters, digits, '.', '_' "
+            "and '-' (at most 128), starting with a letter or digit"
+        )
+    return child
+
+
+def _environment(environment: Any, driver: str) -> Any:
+    """``environment`` as the snapshot's driver restores into it: for the filesystem driver a
+    directory path (str), checked here so that every mistake is one UsageError naming
+    ``environment=``; another driver's environment as given (not None)."""
+    named = f"restore_handoff: environment={shown(repr(environment))}"
+    if environment is None:
+        raise UsageError(f"{named}: give the directory to restore the workspace into")
+    if driver != "filesystem":
+        return environment
+    path = environment
+    if isinstance(environment, os.PathLike) and not isinstance(environment, (bytes, bytearray)):
+        path = os.fspath(environment)
+    if not isinstance(path, str):
+        raise UsageError(
+            f"{named}: a directory path as str or pathlib.Path, not {type(path).__name__} (the "
+            "filesystem driver restores into a directory)"
+        )
+    if not path:
+        raise UsageError(f"{named}: empty; give a directory path ('.' for the current directory)")
+    if "\x00" in path:
+        raise UsageError(f"{named}: a path cannot hold a NUL character")
+    for part in path.split("/"):
+        size = len(os.fsencode(part))
+        if size > NAME_MAX:
+            raise UsageError(
+                f"{named}: the name {shown(repr(part), 40)} has {size} bytes, more than a file name may "
+                f"({NAME_MAX})"
+            )
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # made by the restore (or refused by it: a file on the way is not a directory)
+    except OSError as exc:
+        raise UsageError(f"{named}: {exc.strerror or exc}") from None
+    return path
+
+
 def _no_workspace(view: View) -> str:
     """Why ``view`` has no workspace to restore, and what to give instead."""
     src = view.source
     kind = src.get("kind")
-    if kind == "export":
+    if kind == "export" and view.journal is None:
         return (
             f"the view of export {src.get('path')} holds no workspace (an export has no snapshots): give the "
             f"journal that holds run {src.get('run')}'s snapshots: TrajectoryReplay.from_event_log("
@@ -543,34 +655,35 @@ def _no_workspace(view: View) -> str:
             "RUN) of the run pvisor recorded, or TrajectoryReplay.from_event_log('<data dir>/runs/RUN')"
         )
     why = (view.document.get("workspace") or {}).get("unavailable") or "no snapshot"
+    if view.journal is not None:
+        return f"no workspace to restore in journal {view.journal}: {why}"
     return f"no workspace to restore: {why}"
 
 
 def _run_directory_journal(directory: Path) -> tuple[Path, str] | None:
     """(the journal, the run id) of a run's directory as ``pvisor run`` leaves it
-    (``<data dir>/runs/<run>``): the data directory's journal that holds the run, the default
-    name first; None when ``directory`` is not one. BadInputError when it looks like one and no
+    (``<data dir>/runs/<run>``, or a symlink to one): the data directory's journal that holds the
+    run, the default name first; None when ``directory`` is not one. Only regular files that are
+    journals are looked into, without leaving anything beside them
+    (:func:`~pvisor.journal.reader.holds_run`). BadInputError when it looks like one and no
     journal beside it holds the run."""
-    from pvisor.journal.reader import JournalReader
+    from pvisor.journal.reader import holds_run
 
-    directory = Path(os.path.abspath(directory))
-    if directory.parent.name != "runs":
+    given = Path(os.path.abspath(directory))
+    found = next(
+        (d for d in (given, Path(os.path.realpath(directory))) if d.parent.name == "runs" and d.name),
+        None,
+    )
+    if found is None:
         return None
-    run, data = directory.name, directory.parent.parent
+    run, data = found.name, found.parent.parent
     try:
         names = sorted(data.iterdir(), key=lambda p: (p.name != "journal.sqlite", p.name))
     except OSError:
         return None
     for candidate in names:
-        try:
-            with open(candidate, "rb") as f:
-                if f.read(16) != b"SQLite format 3\x00":
-                    continue
-            with JournalReader(candidate) as reader:
-                if reader.run_exists(run):
-                    return candidate, run
-        except (OSError, UsageError, BadInputError):
-            continue
+        if holds_run(candidate, run):
+            return candidate, run
     raise BadInputError(
         f"from_event_log: {directory}: a run's directory, but no journal in {data} holds run {run}: give "
         f"the journal: TrajectoryReplay.from_journal(PATH, {run!r})"

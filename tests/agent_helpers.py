@@ -276,3 +276,51 @@ def capture_scripted(agent: str, root: Path, script: dict, task: str) -> Scripte
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     return ScriptedCapture(journal, json.loads(proc.stdout)["run"], exe, env)
+
+
+#: a shell snippet that holds a process at a gate (``$1``: the gate's path): it says it arrived
+#: (``GATE.arrived.PID``), then waits until the gate is open (``GATE.open``; at most 60 s)
+GATE_SH = 'touch "$1.arrived.$$"; for _ in $(seq 1200); do [ -e "$1.open" ] && break; sleep 0.05; done'
+
+
+def gated_entrypoint(real: Path, gate: Path, path: Path) -> Path:
+    """An executable at ``path`` that runs ``real`` with its arguments, holding its ``--version``
+    (the check every start of an agent makes before the run begins) at ``gate`` (:data:`GATE_SH`,
+    :func:`start_together`)."""
+    path.write_text(
+        f'#!/bin/bash\ngate() {{ {GATE_SH}; }}\n[ "$1" = "--version" ] && gate "{gate}"\nexec "{real}" "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+def start_together(
+    commands: list[list[str]], gate: Path, *, env: dict[str, str], cwd: Path, timeout: float = 300
+) -> list[subprocess.CompletedProcess]:
+    """Start ``commands`` at once and open ``gate`` once every one of them has arrived at it or
+    ended: the processes that reach it pass it together (whatever their start-up times), so two
+    starts race as two made at the same moment. Returns their results, in order."""
+    procs = [
+        subprocess.Popen(
+            cmd, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        for cmd in commands
+    ]
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            arrived = len(list(gate.parent.glob(gate.name + ".arrived.*")))
+            if arrived + sum(p.poll() is not None for p in procs) >= len(procs):
+                break
+            time.sleep(0.05)
+        gate.with_name(gate.name + ".open").touch()
+        out = []
+        for cmd, p in zip(commands, procs):
+            stdout, stderr = p.communicate(timeout=max(1.0, deadline - time.monotonic()))
+            out.append(subprocess.CompletedProcess(cmd, p.returncode, stdout.decode(), stderr.decode()))
+        return out
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import children, pvisor, tree, user_env, wait_gone
+from agent_helpers import GATE_SH, PVISOR, children, pvisor, start_together, tree, user_env, wait_gone
 from pvisor.journal.model import Run
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
@@ -23,12 +23,15 @@ FAKE_AGENT = r"""#!/bin/bash
 # A stand-in for `claude`: answers --version, then behaves as $FAKE_MODE says.
 if [ "$1" = "--version" ]; then
   [ "$FAKE_MODE" = "version-hangs" ] && sleep 60
+  # two starts at once (agent_helpers.start_together): held here until both have come
+  if [ -n "$FAKE_GATE" ]; then set -- "$FAKE_GATE"; GATE_SH_HERE; fi
   echo "${FAKE_VERSION:-2.1.332} (Claude Code)"; exit 0
 fi
 echo '{"type":"system","subtype":"init","session_id":"fake-session-1"}'
 case "$FAKE_MODE" in
   env)  env > "$FAKE_OUT"; pwd >> "$FAKE_OUT"; printf '%s\n' "$@" > "$FAKE_OUT.argv" ;;
   fail) echo "fake agent: something broke" >&2; exit 3 ;;
+  count) echo $$ >> "$FAKE_OUT" ;;
   hang) sleep 300 & echo $! > "$FAKE_OUT"; wait ;;
   # a tool started in its own session (as gemini-cli, opencode, mini-swe-agent do): outside the
   # agent's process group, orphaned when the agent ends
@@ -46,6 +49,8 @@ case "$FAKE_MODE" in
 esac
 exit 0
 """
+
+FAKE_AGENT = FAKE_AGENT.replace("GATE_SH_HERE", GATE_SH)
 
 SCRIPT = {"turns": [{"text": "nothing to do"}]}
 
@@ -741,3 +746,80 @@ def test_journal_show_quotes_the_argv(box):
     assert show.returncode == 0, show.stderr
     [line] = [line for line in show.stdout.splitlines() if line.strip().startswith("argv:")]
     assert line.strip().endswith("-- 'a task with spaces; and $(no) expansion'"), line
+
+
+# --------------------------------------------------------------------------- a handoff's child run
+
+
+def _pending_child(box, child: str = "child-1") -> None:
+    """A handoff's child run ``child`` in the box's journal, pending (as restore_handoff leaves it)."""
+    with Journal.open(box.journal) as j:
+        j.create_run(Run(id=child, mode="handoff", parent_run="r-before000001", boundary_step=0))
+
+
+def test_two_starts_of_one_child_run_at_once_run_it_once(box):
+    """Two `pvisor run --child-run child-1` made at the same moment (both past the checks, held
+    at the agent's version check until both are there): the journal gives the child run to one
+    of them; the other is refused as a start made later is (exit 2), before its agent starts.
+    One attempt, one agent, the winner's output files."""
+    _pending_child(box)
+    gate = box.root / "gate"
+    env = user_env(box.home, FAKE_MODE="count", FAKE_OUT=str(box.root / "ran"), FAKE_GATE=str(gate))
+    cmd = [str(PVISOR), "--journal", str(box.journal), "run", *box.std("--child-run", "child-1", "--", "go")]
+    procs = start_together([cmd, cmd], gate, env=env, cwd=box.root, timeout=120)
+    assert len(list(box.root.glob("gate.arrived.*"))) == 2  # both were past the checks at once
+    assert sorted(p.returncode for p in procs) == [0, 2], [(p.returncode, p.stderr) for p in procs]
+    [loser] = [p for p in procs if p.returncode == 2]
+    _one_error_line(
+        loser, 2, "--child-run child-1: the handoff's child run child-1 was started already (attempt 1"
+    )
+    assert len((box.root / "ran").read_text().splitlines()) == 1  # one agent ran
+    with JournalReader(box.journal) as r:
+        [attempt] = r.attempts("child-1")
+        assert attempt.exit_code == 0 and r.run_status(r.run("child-1")) == "ended"
+        assert "claimed_by_pid" not in attempt.labels and attempt.labels["stdout"].endswith(
+            "attempt-1.stdout"
+        )
+    later = box.run(*box.std("--child-run", "child-1", "--", "go"))
+    _one_error_line(later, 2, loser.stderr.split(" (attempt 1")[0].removeprefix("pvisor: error: "))
+
+
+def test_a_child_run_start_that_fails_before_the_agent_gives_it_back(box):
+    """A start that fails before its agent runs (the gateway's port is taken, exit 69) leaves the
+    child run pending: started again, it runs."""
+    _pending_child(box)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = box.run(*box.std("--child-run", "child-1", "--port", str(port), "--", "go"), mode="count")
+    _one_error_line(proc, 69, f"cannot listen on 127.0.0.1:{port}")
+    with JournalReader(box.journal) as r:
+        assert r.attempts("child-1") == [] and r.run_status(r.run("child-1")) == "pending"
+    again = box.run(*box.std("--child-run", "child-1", "--", "go"), mode="count")
+    assert again.returncode == 0, again.stderr
+    assert len((box.root / "fake.out").read_text().splitlines()) == 1
+
+
+def test_a_huge_child_run_id_is_shown_shortened(box):
+    """A child run id of 120 KB on the command line (the most one argument can hold), or of
+    200 KB given to the Python API (a file pasted by mistake), is named in one short line."""
+    from pvisor.journal.errors import UsageError
+    from pvisor.replay import continue_run
+
+    proc = box.run(*box.std("--child-run", "a" * 120_000, "--", "go"))
+    _one_error_line(proc, 2, "--child-run aaaa", "(120000 characters): not a run id")
+    assert len(proc.stderr) < 400, len(proc.stderr)
+    with pytest.raises(UsageError) as exc:
+        continue_run(
+            "r-before000001",
+            0,
+            box.workspace,
+            "http://127.0.0.1:9",
+            agent="claude-code",
+            journal=box.journal,
+            child_run="b" * 200_000,
+        )
+    said = exc.value.message
+    assert said.startswith("child_run='bbbb") and "(200002 characters): not a run id" in said, said[:300]
+    assert len(said) < 400 and "\n" not in said

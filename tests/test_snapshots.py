@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -324,6 +325,17 @@ def test_a_run_without_a_step_says_what_can_be_paused(tmp_path):
     )
     progress = cli("view", "r-crafted", "--progress", "0.5")
     assert progress.returncode == 2 and "the task alone is --after-step 0" in progress.stderr
+    # no commitment in no step: what works is named, not --step or --progress
+    commitment = cli("view", "r-crafted", "--before-commitment")
+    assert commitment.returncode == 65 and commitment.stderr == (
+        "pvisor: error: no commitment in run r-crafted: it has no transition (0 journal steps); its one "
+        "pause is the task alone (--after-step 0)\n"
+    )
+    from pvisor.harness import PauseSpec, TrajectoryReplay
+
+    with pytest.raises(BadInputError) as exc:
+        TrajectoryReplay.from_journal(journal, "r-crafted").view(PauseSpec(id="c", kind="before_commitment"))
+    assert exc.value.message.endswith("its one pause is the task alone (kind step with after_step=0)")
 
 
 def test_restore_of_a_snapshot_whose_blob_is_missing_names_it(tmp_path):
@@ -642,3 +654,218 @@ def test_a_handoff_restores_into_the_environment_of_another_driver(tmp_path):
             digest,
         )
         assert child.labels["snapshot_driver"] == "memory" and r.run_status(child) == "pending"
+
+
+# --------------------------------------------------------------------------- handoffs at once
+
+
+def _a_txt_journal(tmp_path: Path, driver: str = "filesystem") -> Path:
+    """A journal whose run r-crafted (0 steps) has a start snapshot holding a.txt, by ``driver``."""
+    sha = hashlib.sha256(b"a\n").hexdigest()
+    manifest = orjson.dumps(
+        {
+            "schema": "pvisor.snapshot-manifest/v1",
+            "entries": [{"path": "a.txt", "kind": "file", "mode": 420, "size": 2, "sha256": sha}],
+            "warnings": [],
+        }
+    )
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, manifest, {sha: b"a\n"}, driver=driver)
+    return journal
+
+
+#: a process that hands r-crafted's start off to child ARGV[3] into ARGV[2] (a directory, or with
+#: GATED set an environment of the gated driver): exit 0 and what it restored, or 2 and the error
+HANDOFF = (
+    "import json, os, sys\n"
+    "from pvisor.harness import PauseSpec, TrajectoryReplay\n"
+    "from pvisor.journal.errors import UsageError\n"
+    "replay = TrajectoryReplay.from_journal(sys.argv[1], 'r-crafted')\n"
+    "[view] = replay.materialize_pauses([PauseSpec(id='start', kind='step', after_step=0)])\n"
+    "env = sys.argv[2]\n"
+    "if os.environ.get('GATED'):\n"
+    "    from gated_driver import Environment\n"
+    "    env = Environment(env)\n"
+    "try:\n"
+    "    branch = TrajectoryReplay.restore_handoff(view, env, sys.argv[3])\n"
+    "except UsageError as exc:\n"
+    "    print(exc.message)\n"
+    "    sys.exit(2)\n"
+    "print(json.dumps(branch.to_json()))\n"
+)
+
+
+def test_handoffs_made_at_once_under_one_child_id_save_one(tmp_path):
+    """Three restore_handoff calls with one child id, made at the same moment: the journal gives
+    the id to one, which restores; the others are refused naming child_episode_id before they
+    restore anything, and nothing of theirs is left as that child. (The snapshot's driver, of
+    another package, holds each restore at a gate until all have come or ended.)"""
+    from agent_helpers import GATE_SH, start_together
+
+    site = tmp_path / "site"
+    (site / "gated_driver-1.0.dist-info").mkdir(parents=True)
+    (site / "gated_driver-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: gated-driver\nVersion: 1.0\n"
+    )
+    (site / "gated_driver-1.0.dist-info" / "entry_points.txt").write_text(
+        "[pvisor.snapshot_drivers]\ngated = gated_driver:Gated\n"
+    )
+    (site / "gated_driver.py").write_text(
+        "import os, subprocess\n"
+        "class Environment:\n"
+        "    def __init__(self, name):\n"
+        "        self.name, self.files = name, {}\n"
+        "    def __repr__(self):\n"
+        "        return f'Environment({self.name!r})'\n"
+        "class Gated:\n"
+        "    name = 'gated'\n"
+        "    def checkpoint(self, root, put):\n"
+        "        raise NotImplementedError\n"
+        "    def restore(self, manifest, get, target, force=False):\n"
+        f"        subprocess.run(['bash', '-c', {GATE_SH!r}, 'gate', os.environ['GATE']], check=True)\n"
+        "        for e in manifest.entries:\n"
+        "            target.files[e.path] = get(e.sha256).decode()\n"
+    )
+    journal = _a_txt_journal(tmp_path, driver="gated")
+    gate = tmp_path / "gate"
+    env = {**os.environ, "PYTHONPATH": str(site), "GATED": "1", "GATE": str(gate)}
+    procs = start_together(
+        [[sys.executable, "-c", HANDOFF, str(journal), f"env-{i}", "child-x"] for i in range(3)],
+        gate,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert sorted(p.returncode for p in procs) == [0, 2, 2], [
+        (p.returncode, p.stdout, p.stderr) for p in procs
+    ]
+    [won] = [json.loads(p.stdout) for p in procs if p.returncode == 0]
+    for p in procs:
+        if p.returncode == 2:
+            assert p.stdout == (
+                f"restore_handoff: child_episode_id='child-x': journal {journal} has a run child-x already; "
+                "give a new id for the child run\n"
+            )
+    assert len(list(tmp_path.glob("gate.arrived.*"))) == 1  # the refused ones restored nothing
+    from pvisor.journal.reader import JournalReader
+
+    with JournalReader(journal) as r:
+        child = r.run("child-x")
+        assert child.labels["workspace"] == won["workspace"] and r.run_status(child) == "pending"
+        assert "handoff_restore" not in child.labels
+        assert [x.id for x in r.runs()] == ["r-crafted", "child-x"]
+
+
+def test_a_handoff_into_a_directory_another_restore_is_writing_waits_then_is_refused(tmp_path):
+    """A restore into a directory waits while another restore writes into it (its lock on the
+    directory), then finds it not empty and is refused as a later one would be: one line naming
+    environment=, its child run not saved, nothing of it written."""
+    import fcntl
+
+    journal = _a_txt_journal(tmp_path)
+    env_dir = tmp_path / "env"
+    env_dir.mkdir()
+    fd = os.open(env_dir, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # as another restore writing into it holds it
+        proc = subprocess.Popen(
+            [sys.executable, "-c", HANDOFF, str(journal), str(env_dir), "child-y"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        waiting = f":{os.fstat(fd).st_ino} "
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            with open("/proc/locks") as f:
+                if any("->" in line and waiting in line for line in f):
+                    break  # it waits for the lock
+            time.sleep(0.02)
+        (env_dir / "b.txt").write_text("the other restore's\n")
+    finally:
+        os.close(fd)  # the other restore is done
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2, (out, err)
+    assert out == (
+        f"restore_handoff: environment={str(env_dir)!r}: not empty; give force=True to restore into it "
+        "anyway\n"
+    )
+    assert sorted(os.listdir(env_dir)) == ["b.txt"]
+    from pvisor.journal.reader import JournalReader
+
+    with JournalReader(journal) as r:
+        assert not r.run_exists("child-y") and [x.id for x in r.runs()] == ["r-crafted"]
+    # the directory free and empty again: the same handoff goes through
+    (env_dir / "b.txt").unlink()
+    again = subprocess.run(
+        [sys.executable, "-c", HANDOFF, str(journal), str(env_dir), "child-y"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert again.returncode == 0 and (env_dir / "a.txt").read_text() == "a\n", again.stdout + again.stderr
+
+
+def test_a_child_id_that_is_a_prefix_of_a_run_or_has_one_is_refused(tmp_path):
+    """A prefix of a run id names that run (journal show, --run): a child id that is one, or
+    that starts with a run's id, would make such lookups ambiguous. Refused, nothing written."""
+    from pvisor.harness import PauseSpec, TrajectoryReplay
+    from pvisor.journal.reader import JournalReader
+
+    journal = _a_txt_journal(tmp_path)
+    [view] = TrajectoryReplay.from_journal(journal, "r-crafted").materialize_pauses(
+        [PauseSpec(id="start", kind="step", after_step=0)]
+    )
+    for child, said in (
+        ("r-craft", "has a run r-crafted (r-crafted starts with it: a prefix lookup would name both)"),
+        (
+            "r-crafted-2",
+            "has a run r-crafted (r-crafted is the start of it: a prefix lookup would name both)",
+        ),
+        ("r-crafted", "has a run r-crafted already"),
+    ):
+        with pytest.raises(UsageError) as exc:
+            TrajectoryReplay.restore_handoff(view, tmp_path / "ws", child)
+        assert exc.value.message == (
+            f"restore_handoff: child_episode_id={child!r}: journal {journal} {said}; give a new id for the "
+            "child run"
+        )
+        assert not (tmp_path / "ws").exists()
+    TrajectoryReplay.restore_handoff(view, tmp_path / "ws", "child-ok")
+    with pytest.raises(UsageError, match="has a run child-ok .child-ok is the start of it"):
+        TrajectoryReplay.restore_handoff(view, tmp_path / "ws2", "child-ok2")
+    with JournalReader(journal) as r:
+        assert [x.id for x in r.runs()] == ["r-crafted", "child-ok"]
+
+
+def test_restore_handoff_refuses_an_environment_that_is_no_directory_path(tmp_path):
+    """environment= of the filesystem driver is a directory path: None, a number, bytes, an
+    empty string (not the current directory silently), a NUL, a name too long are each one
+    UsageError naming environment=, and no child run is saved."""
+    from pvisor.harness import PauseSpec, TrajectoryReplay
+    from pvisor.journal.reader import JournalReader
+
+    journal = _a_txt_journal(tmp_path)
+    [view] = TrajectoryReplay.from_journal(journal, "r-crafted").materialize_pauses(
+        [PauseSpec(id="start", kind="step", after_step=0)]
+    )
+    long_name = "n" * 300
+    for environment, said in (
+        (None, "environment=None: give the directory to restore the workspace into"),
+        (5, "environment=5: a directory path as str or pathlib.Path, not int"),
+        (b"ws-bytes", "environment=b'ws-bytes': a directory path as str or pathlib.Path, not bytes"),
+        ("", "environment='': empty; give a directory path ('.' for the current directory)"),
+        (str(tmp_path / "a\x00b"), "a path cannot hold a NUL character"),
+        (str(tmp_path / long_name), "has 300 bytes, more than a file name may (255)"),
+        (tmp_path / "missing" / long_name, "has 300 bytes, more than a file name may (255)"),
+    ):
+        with pytest.raises(UsageError) as exc:
+            TrajectoryReplay.restore_handoff(view, environment, "child-e")
+        message = exc.value.message
+        assert message.startswith("restore_handoff: environment=") and said in message, message
+        assert "\n" not in message and len(message) < 300, message
+    assert sorted(os.listdir(tmp_path)) == ["j.sqlite", "j.sqlite-shm", "j.sqlite-wal"]
+    with JournalReader(journal) as r:
+        assert [x.id for x in r.runs()] == ["r-crafted"]

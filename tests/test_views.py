@@ -612,7 +612,10 @@ def test_restore_handoff_saves_a_pending_child_run_once(captured, tmp_path):
     for args, said in (
         ((tmp_path / "ws-2", "child-a"), "child_episode_id='child-a': journal "),
         ((tmp_path / "ws-2", "../x"), "child_episode_id='../x': a run id of letters"),
-        ((tmp_path / "full", "child-b"), f"environment {tmp_path / 'full'}: not empty; give force=True"),
+        (
+            (tmp_path / "full", "child-b"),
+            f"environment={str(tmp_path / 'full')!r}: not empty; give force=True",
+        ),
     ):
         with pytest.raises(UsageError) as exc:
             TrajectoryReplay.restore_handoff(view, *args)
@@ -652,31 +655,34 @@ def test_restore_handoff_saves_a_pending_child_run_once(captured, tmp_path):
 
 
 def test_a_replay_is_filed_under_the_handoffs_child_run_once(captured, tmp_path):
-    """`pvisor replay --child-run`: the derived run is the pending child run (its lineage kept),
-    the replay must match it, and a second start is refused (exit 2)."""
-    from agent_helpers import entrypoint
+    """`pvisor replay --child-run`: the derived run is the pending child run (its lineage kept,
+    result.json's lineage the journal's), the replay must match it, and it starts once: of two
+    replays started at the same moment one is refused (exit 2) as a start made later is,
+    before it makes its output."""
+    from agent_helpers import PVISOR, entrypoint, gated_entrypoint, start_together
 
     from pvisor.journal.reader import JournalReader
     from pvisor.replay import continue_run
+    from pvisor.replay.snapshots import run_snapshots
 
     cap = captured("codex")
     journal = journal_copy(cap, tmp_path)
     replay = TrajectoryReplay.from_journal(journal, cap.run)
     [view] = replay.materialize_pauses([PauseSpec(id="b", kind="step", step=1, before=True)])
     TrajectoryReplay.restore_handoff(view, tmp_path / "ws-child", "child-r")
+    gate = tmp_path / "gate"
+    gated = gated_entrypoint(entrypoint("codex"), gate, tmp_path / "codex-gated")
 
-    def replay_cli(n: int, name: str):
+    def replay_args(n: int, name: str, exe=entrypoint("codex")) -> list[str]:
         ws = tmp_path / f"ws-{name}"
         ws.mkdir()
-        return pvisor(
-            ["replay", "--journal", str(journal), "--agent", "codex", "--run", cap.run,
-             "--after-step", str(n), "--replay-only", "--workspace", str(ws), "--workspace-from", cap.run, "--output",
-             str(tmp_path / f"out-{name}"), "--agent-entrypoint", str(entrypoint("codex")), "--child-run",
-             "child-r", "--timeout", "240"],
-            env=user_env(cap.user_home), cwd=tmp_path, timeout=400,
-        )  # fmt: skip
+        return [str(PVISOR), "replay", "--journal", str(journal), "--agent", "codex", "--run", cap.run,
+                "--after-step", str(n), "--replay-only", "--workspace", str(ws), "--workspace-from", cap.run,
+                "--output", str(tmp_path / f"out-{name}"), "--agent-entrypoint", str(exe), "--child-run",
+                "child-r", "--timeout", "240"]  # fmt: skip
 
-    other = replay_cli(2, "other")
+    env = user_env(cap.user_home)
+    other = pvisor(replay_args(2, "other")[1:], env=env, cwd=tmp_path, timeout=400)
     assert (
         other.returncode == 2
         and (
@@ -685,9 +691,19 @@ def test_a_replay_is_filed_under_the_handoffs_child_run_once(captured, tmp_path)
         )
         in other.stderr
     ), other.stderr
-    done = replay_cli(1, "first")
-    assert done.returncode == 0, done.stderr
-    result = json.loads((tmp_path / "out-first" / "result.json").read_text())
+    # two at once, both past their checks (held at the agent's version check until both came)
+    procs = start_together(
+        [replay_args(1, "first", gated), replay_args(1, "second", gated)],
+        gate,
+        env=env,
+        cwd=tmp_path,
+        timeout=400,
+    )
+    assert sorted(p.returncode for p in procs) == [0, 2], [(p.returncode, p.stderr) for p in procs]
+    won, lost = ("first", "second") if procs[0].returncode == 0 else ("second", "first")
+    refused = procs[["first", "second"].index(lost)]
+    assert not (tmp_path / f"out-{lost}").exists()  # refused before it made its output
+    result = json.loads((tmp_path / f"out-{won}" / "result.json").read_text())
     assert result["derived_run"] == "child-r" and result["status"] == "ok"
     assert "handoff_workspace_differs" not in {w["code"] for w in result["warnings"]}, result["warnings"]
     with JournalReader(journal) as r:
@@ -699,8 +715,14 @@ def test_a_replay_is_filed_under_the_handoffs_child_run_once(captured, tmp_path)
             1,
         )
         assert child.labels["started_as"] == "replay-only" and r.run_status(child) == "ended"
-    again = replay_cli(1, "again")
+        assert len(r.attempts("child-r")) == 1
+        start = run_snapshots(r, cap.run).pick(0).digest
+    # result.json says the lineage the journal keeps; what --workspace-from restored stays apart
+    assert result["lineage"]["workspace_snapshot"] == child.workspace_snapshot
+    assert result["workspace"]["restored_from"]["manifest"] == start
+    again = pvisor(replay_args(1, "again")[1:], env=env, cwd=tmp_path, timeout=400)
     assert again.returncode == 2 and "the handoff's child run child-r was started already" in again.stderr
+    assert refused.stderr == again.stderr
     # the Python API names its parameter
     (tmp_path / "ws-py").mkdir()
     with pytest.raises(
@@ -709,3 +731,191 @@ def test_a_replay_is_filed_under_the_handoffs_child_run_once(captured, tmp_path)
         continue_run(
             cap.run, 1, tmp_path / "ws-py", "http://127.0.0.1:9", journal=journal, child_run="child-r"
         )
+
+
+# --------------------------------------------------------------------------- hand-made sources
+
+#: one exchange of a claude-code run: the task, and an action that ends it (one step)
+REQUEST = json.dumps({"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]})
+RESPONSE = json.dumps(
+    {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [{"type": "text", "text": "done"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+)
+
+
+def small_journal(path, run: str = "r-abc", **labels: str):
+    """A journal at ``path`` holding one claude-code run ``run`` of one step, no snapshot."""
+    from pvisor.journal.model import Run
+    from pvisor.journal.writer import Journal
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with Journal.open(path) as j:
+        j.create_run(Run(id=run, agent="claude-code", labels={"task": "hi", **labels}))
+        j.record_exchange(
+            run,
+            "POST",
+            "/v1/messages",
+            protocol="anthropic",
+            status=200,
+            request_body=REQUEST.encode(),
+            response_body=RESPONSE.encode(),
+        )
+    return path
+
+
+def export_lines(journal, run: str = "r-abc") -> list[dict]:
+    import io
+
+    from pvisor.journal.reader import JournalReader
+
+    with JournalReader(journal) as r:
+        out = io.BytesIO()
+        r.export_jsonl(out, run)
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def write_lines(path, lines: list[dict]):
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return path
+
+
+def test_a_hand_made_export_is_checked_line_by_line(tmp_path):
+    """Each line of an export is checked against the export's schema (docs/exports.md "jsonl",
+    the columns of docs/journal.md) as it is loaded: a field of the wrong type, an id that is
+    no run id, an exchange of another run are one BadInputError naming the file, the line, the
+    field and what was expected (never a TypeError or ValueError); a run line over 1 MiB is an
+    export still."""
+    lines = export_lines(small_journal(tmp_path / "data" / "journal.sqlite"))
+    assert [x["type"] for x in lines] == ["run", "exchange"]
+    ok = TrajectoryReplay.from_event_log(write_lines(tmp_path / "ok.jsonl", lines))
+    assert ok.steps_total == 1 and ok.source["kind"] == "export"
+    sha = "0" * 64
+    cases = [
+        (2, {"request_body": 5},
+         "exchange field 'request_body': expected a sha256 (64 lower-case hex digits), or null, not 5"),
+        (2, {"request": {"ref": [1, 2]}}, "exchange field 'request': expected a body object"),
+        (2, {"request": {"ref": sha}},
+         f"exchange field 'request' refers to a body not written before ({sha[:12]})"),
+        (2, {"chunk_timings": "abc"}, "field 'chunk_timings': expected a list of [µs, bytes] pairs"),
+        (2, {"chunk_timings": [[1, "x"]]}, "field 'chunk_timings': expected a list of [µs, bytes] pairs"),
+        (2, {"flags": 7}, "exchange field 'flags': expected a list of strings, not 7"),
+        (2, {"status": "abc"}, "exchange field 'status': expected an integer, or null, not \"abc\""),
+        (2, {"seq": "abc"}, "exchange field 'seq': expected an integer from 0, not \"abc\""),
+        (2, {"seq": None}, "exchange field 'seq' is null: expected an integer from 0"),
+        (2, {"id": 5}, "exchange field 'id': expected an id of letters, digits"),
+        (2, {"id": "../../x"}, "exchange field 'id': expected an id of letters, digits"),
+        (2, {"run": "r-other"}, "field 'run' is 'r-other': expected 'r-abc', the run of the run line"),
+        (1, {"id": "../evil"}, "run field 'id': expected an id of letters, digits"),
+        (1, {"mode": "abc"}, "run field 'mode': expected one of capture, import"),
+        (1, {"boundary_step": True}, "field 'boundary_step': expected an integer from 0, or null, not true"),
+        (1, {"labels": {"task": 5}}, "run field 'labels': expected an object of string values"),
+    ]  # fmt: skip
+    for n, change, said in cases:
+        bad = [dict(x) for x in lines]
+        bad[n - 1].update(change)
+        path = write_lines(tmp_path / "bad.jsonl", bad)
+        with pytest.raises(BadInputError) as exc:
+            TrajectoryReplay.from_event_log(path)
+        message = exc.value.message
+        assert message.startswith(f"{path} line {n}: ") and said in message, (change, message)
+        assert "\n" not in message and len(message) < 400
+    # a long task (its label) makes a first line over 1 MiB: still the export it is
+    long = [dict(x) for x in lines]
+    long[0]["labels"] = {"task": "t" * (2 << 20)}
+    replay = TrajectoryReplay.from_event_log(write_lines(tmp_path / "long.jsonl", long))
+    assert replay.source["kind"] == "export" and replay.steps_total == 1
+
+
+def test_an_exports_journal_must_hold_its_run_exactly(tmp_path):
+    """from_event_log(export, journal=J): J must hold the export's run under its own id (a run
+    whose id merely starts with it is another run); a J that holds it without a snapshot is
+    said as such, without telling the caller to give journal= again."""
+    export = write_lines(tmp_path / "e.jsonl", export_lines(small_journal(tmp_path / "a" / "journal.sqlite")))
+    other = small_journal(tmp_path / "b" / "journal.sqlite", run="r-abc0")
+    with pytest.raises(UsageError) as exc:
+        TrajectoryReplay.from_event_log(export, journal=other)
+    assert exc.value.message == (
+        f"from_event_log: journal={str(other)!r} holds no run r-abc (the run of {export}): give the journal "
+        "that recorded it"
+    )
+    same = TrajectoryReplay.from_event_log(export, journal=tmp_path / "a" / "journal.sqlite")
+    [view] = same.materialize_pauses([PauseSpec(id="p", kind="step", step=0)])
+    with pytest.raises(BadInputError) as exc:
+        TrajectoryReplay.restore_handoff(view, tmp_path / "ws", "child-1")
+    message = exc.value.message
+    assert message.startswith(
+        f"pause p: restore_handoff: no workspace to restore in journal {tmp_path / 'a' / 'journal.sqlite'}: "
+        "run r-abc has no workspace snapshot"
+    ), message
+    assert "journal=" not in message and not (tmp_path / "ws").exists()
+
+
+def test_a_run_directory_reads_its_own_journal_only(tmp_path):
+    """from_event_log of ``<data dir>/runs/<run>`` looks only into regular files that are
+    journals, leaves no -wal or -shm beside the ones that do not hold the run, never waits on a
+    FIFO there, and follows a symlink to a run directory."""
+    data = tmp_path / "data"
+    small_journal(data / "z-mine.sqlite")
+    small_journal(data / "a-other.sqlite", run="r-other")
+    (data / "notes.txt").write_text("SQLite format 3 is not this\n")
+    (data / "runs" / "r-abc").mkdir(parents=True)
+    assert not (data / "a-other.sqlite-wal").exists() and not (data / "a-other.sqlite-shm").exists()
+
+    def load(path):
+        code = (
+            "import sys\nfrom pvisor.harness import TrajectoryReplay\n"
+            "r = TrajectoryReplay.from_event_log(sys.argv[1])\nprint(r.journal, r.run)\n"
+        )
+        proc = subprocess.run(
+            [os.sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.split()
+
+    assert load(data / "runs" / "r-abc") == [str(data / "z-mine.sqlite"), "r-abc"]
+    assert not (data / "a-other.sqlite-wal").exists() and not (data / "a-other.sqlite-shm").exists()
+    os.mkfifo(data / "a-fifo")
+    (tmp_path / "link").symlink_to(data / "runs" / "r-abc")
+    assert load(tmp_path / "link") == [str(data / "z-mine.sqlite"), "r-abc"]
+
+
+def test_pause_specs_refuse_booleans_and_parameters_of_another_kind():
+    """PauseSpec refuses at once what `pvisor view` refuses as options: a bool for a number
+    (step=True is no transition 1), a parameter of another kind of pause; each one line naming
+    the parameter as Python writes it."""
+    for kwargs, said in (
+        ({"kind": "step", "after_step": True},
+         "pause p: after_step=True: a count of steps kept, an int (not bool)"),
+        ({"kind": "step", "step": True}, "pause p: step=True: a transition number, an int (not bool)"),
+        ({"kind": "step", "step": 1.0}, "pause p: step=1.0: a transition number, an int (not float)"),
+        ({"kind": "progress", "progress": True},
+         "pause p: progress=True: a fraction from 0 to 1, a float (not bool)"),
+        ({"kind": "step", "step": 0, "before": "yes"}, "pause p: before='yes': True or False"),
+        (
+            {"kind": "step", "step": 0, "progress": 0.5},
+            "pause p: progress=0.5 is for a pause of kind progress; one of kind step takes step= or "
+            "after_step=",
+        ),
+        (
+            {"kind": "before_commitment", "step": 1},
+            "pause p: step=1 is for a pause of kind step; one of kind before_commitment takes neither: it "
+            "finds its transition",
+        ),
+        (
+            {"kind": "progress", "progress": 0.5, "after_step": 2},
+            "pause p: after_step=2 is for a pause of kind step; one of kind progress takes progress=",
+        ),
+    ):  # fmt: skip
+        with pytest.raises(UsageError) as exc:
+            PauseSpec(id="p", **kwargs)
+        assert exc.value.message == said
+    with pytest.raises(UsageError, match=r"^id=5: a pause's name is a str"):
+        PauseSpec(id=5, kind="step")
+    assert PauseSpec("p", "progress", 0.5).progress == 0.5  # the documents' positional form

@@ -47,9 +47,10 @@ def journal() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 @click.pass_context
 def ls(ctx: click.Context, as_json: bool) -> None:
-    """List runs: id, agent, mode, status (pending: a handoff's child run not started yet; open:
-    an attempt not ended; ended), the run it derives from (PARENT@STEPS: its parent run and the
-    journal steps kept), creation time (UTC), exchanges by outcome."""
+    """List runs: id, agent, mode, status (pending: a handoff's child run not started yet;
+    restoring: one whose restore_handoff has not finished; open: an attempt not ended; ended),
+    the run it derives from (PARENT@STEPS: its parent run and the journal steps kept), creation
+    time (UTC), exchanges by outcome."""
     path = ctx.obj["journal"]
     absolute(path, f"--journal {path}")  # a relative path in a deleted directory is not "no journal yet"
     if not os.path.exists(path):
