@@ -38,7 +38,10 @@ ERROR_CODES: dict[str, str] = {
     "workspace_changed": "the workspace digest differs after preparing (prepare-only never writes it; exit 1)",
     "output_error": "an output file cannot be written (exit 74)",
     "attempt_not_replayable": "a step up to N came from a later attempt (a native resume): playback replays attempt 1 only (exit 65)",
-    "no_task": "the source holds no task and --task was not given (exit 65)",
+    "no_task": "the source holds no task (or a first request whose prompt cannot be told for sure) and "
+    "--task was not given (exit 65)",
+    "task_unusable": "the recorded task cannot start the agent: a NUL character, or longer than one argument "
+    "of its command line and the agent reads no task on stdin (exit 65)",
     "no_launch_profile": "pvisor cannot start this agent (OpenHands, SWE-agent): replay-only needs a launch profile (exit 2)",
     "workspace_refused": "--workspace is missing, or is (or holds, or lies in) the recorded run's own workspace, or is not empty with --workspace-from (exit 2)",
     "no_snapshot": "--workspace-from names a run without a start snapshot (recorded without snapshots, or its walk failed) (exit 65)",
