@@ -315,12 +315,13 @@ def native_recording(
         if isinstance(exc, BadInputError):
             raise ReplayBadInput("bad_source", exc.message + _other_agent(path, agent)) from None
         raise
-    from .prefix import check_damage, check_gaps
+    from .prefix import check_cut_off, check_damage, check_gaps
 
     check_damage(result.diagnostics.warnings, path, allow_damaged)
     traj = result.trajectory
     steps = list(traj.steps)
     where = show_path(path)
+    check_cut_off(result.diagnostics.warnings, steps, after_step, path, allow_damaged)
     check_gaps(steps, after_step, path)
     first = next((c for c in traj.compactions if c.after_step <= after_step), None)
     if first is not None:
