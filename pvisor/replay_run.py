@@ -303,14 +303,18 @@ def _fill_recording(result: dict[str, Any], rec: Any) -> None:
     result["warnings"] += [{"code": c, "message": m} for c, m in rec.notes]
 
 
-#: the task's origin (TaskOrigin's value) as the task_unusable message names it
-_TASK_ORIGINS = {
-    "label": "the run's task label",
-    "argv": "from the recorded command line",
-    "trajectory": "the native file's",
-    "request": "read from the run's first request",
-    "option": "--task",
-}
+def _origin_phrase(origin: str | None) -> str:
+    """The task's origin (:class:`~pvisor.replay.recording.TaskOrigin`'s value) as the
+    ``task_unusable`` message names it."""
+    from pvisor.replay.recording import TaskOrigin
+
+    return {
+        TaskOrigin.LABEL.value: "the run's task label",
+        TaskOrigin.ARGV.value: "from the recorded command line",
+        TaskOrigin.TRAJECTORY.value: "the native file's",
+        TaskOrigin.REQUEST.value: "read from the run's first request",
+        TaskOrigin.OPTION.value: "--task",
+    }.get(origin or "", "recorded")
 
 
 def _no_task(source: Path | None, rec: Any) -> str:
@@ -421,7 +425,7 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         if unfit is not None:
             raise ReplayBadInput(
                 "task_unusable",
-                f"{show_path(source_path)}: the task ({_TASK_ORIGINS[rec.task_origin]}) {unfit}; no agent "
+                f"{show_path(source_path)}: the task ({_origin_phrase(rec.task_origin)}) {unfit}; no agent "
                 "can be started with it (--prepare-only starts none)",
             )
         if live:
