@@ -5,16 +5,21 @@ setuptools reads everything else from pyproject.toml. This hook writes ``pvisor/
 the commit it was built from (``pvisor --version``; docs/install.md). The commit is, in order:
 ``$PVISOR_SOURCE_COMMIT``; the checkout's ``HEAD`` when this file is the top of a git work tree
 (``-dirty`` appended when tracked files had changes, as scripts/build-bundle does); else None
-(a build from an unpacked source archive).
+(a build from an unpacked source archive). A ``$PVISOR_SOURCE_COMMIT`` that is not 7 to 40 hex
+digits with an optional ``-dirty`` fails the build with one line (``pvisor --version`` prints it
+as given, and a newline in it made two lines).
 """
 
 import os
+import re
 import subprocess
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+#: what ``$PVISOR_SOURCE_COMMIT`` may hold: an abbreviated or full commit id, ``-dirty`` optional
+COMMIT_ID = re.compile(r"[0-9a-f]{7,40}(?:-dirty)?")
 
 
 def _git(*args: str) -> str | None:
@@ -28,6 +33,11 @@ def _git(*args: str) -> str | None:
 def source_commit() -> str | None:
     given = os.environ.get("PVISOR_SOURCE_COMMIT", "").strip()
     if given:
+        if COMMIT_ID.fullmatch(given) is None:
+            raise SystemExit(
+                f"error: PVISOR_SOURCE_COMMIT={given!r} is not a commit id: give 7 to 40 lowercase hex "
+                "digits, -dirty optional (git rev-parse HEAD), or unset it to read the checkout's HEAD"
+            )
         return given
     # only this checkout's own repository: an unpacked archive inside another work tree is not it
     top = _git("rev-parse", "--show-toplevel")
@@ -42,12 +52,13 @@ def source_commit() -> str | None:
 
 class BuildPyWithCommit(build_py):
     def run(self) -> None:
+        commit = source_commit()  # a bad $PVISOR_SOURCE_COMMIT fails before anything is built
         super().run()
         target = os.path.join(self.build_lib, "pvisor", "_build.py")
         with open(target, "w", encoding="utf-8") as f:
             f.write(
                 '"""Written by setup.py when this package was built: the source commit."""\n\n'
-                f"COMMIT = {source_commit()!r}\n"
+                f"COMMIT = {commit!r}\n"
             )
 
 

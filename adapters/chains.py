@@ -1189,6 +1189,7 @@ class OnlineMatcher:
         task: str | None,
         recorded: list[Conversation],
         descriptor: Any,
+        prompt: list[Any] | None = None,
         rewrite: Callable[[str], str] | None = None,
         nearest: Callable[[int], str | None] | None = None,
         mask: Callable[[str], str] | None = None,
@@ -1200,6 +1201,7 @@ class OnlineMatcher:
         self.mod = get_protocol(protocol)
         self.served: dict[int, Action] = {i + 1: a for i, a in enumerate(served)}
         self.task = task
+        self.prompt = prompt
         self.recorded = recorded
         self.descriptor = descriptor
         self.rewrite = rewrite or (lambda s: s)
@@ -1326,6 +1328,7 @@ class OnlineMatcher:
             divergence = (
                 self._check_replies(groups, conv, k)
                 or self._check_task(conv, k)
+                or self._check_prompt(conv, k)
                 or self._check_tools(names, k)
             )
         if divergence is not None:
@@ -1477,6 +1480,41 @@ class OnlineMatcher:
             _short(self.task),
             _short(texts[-1]) if texts else "no user text",
             "the task is not in the request",
+            self.nearest(k),
+        )
+
+    def _check_prompt(self, conv: Conversation, k: int) -> Divergence | None:
+        """Request 1 repeats the user's prompt of recorded request 1 (``prompt``: the agent's
+        own context left out, :meth:`AgentDescriptor.prompt_parts`): the task given is the
+        recorded one, not only a text the request holds. Texts are equal as sent, or with
+        their volatile parts masked (mini-swe-agent's system information) and the recorded
+        paths rewritten; other parts (images) by their raw form."""
+        if k != 1 or self.prompt is None:
+            return None
+        got = self.descriptor.prompt_parts(conv)
+
+        def same(e: Any, g: Any) -> bool:
+            if isinstance(e, TextPart) and isinstance(g, TextPart):
+                return e.text == g.text or self._masked(e.text) == self._masked(g.text, recorded=False)
+            return type(e) is type(g) and getattr(e, "raw", None) == getattr(g, "raw", None)
+
+        if len(got) == len(self.prompt) and all(same(e, g) for e, g in zip(self.prompt, got)):
+            return None
+
+        def shown(parts: list[Any]) -> str:
+            texts = [
+                p.text if isinstance(p, TextPart) else f"<{getattr(p, 'kind', type(p).__name__)}>"
+                for p in parts
+            ]
+            return _short(" | ".join(texts)) if texts else "no prompt"
+
+        return Divergence(
+            k,
+            None,
+            None,
+            shown(self.prompt),
+            shown(got),
+            "the user's prompt differs from recorded request 1's: the agent was not given the recorded task",
             self.nearest(k),
         )
 

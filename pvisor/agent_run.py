@@ -865,6 +865,9 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         raise UsageError(
             'give the task after --, e.g. pvisor run --agent claude-code -- "fix the failing test"'
         )
+    unfit = profile.task_unfit(req.task)
+    if unfit is not None:
+        raise UsageError(f"the task {unfit}")
     if req.timeout <= 0:
         raise UsageError(f"--timeout must be more than 0 seconds, not {req.timeout:g}")
     resume = _resume_target(req, profile) if req.resume else None
@@ -1361,7 +1364,7 @@ async def _launch(
         try:
             proc = await asyncio.create_subprocess_exec(
                 *plan.argv,
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if plan.stdin is None else subprocess.PIPE,
                 stdout=out,
                 stderr=err,
                 cwd=str(workspace),
@@ -1369,14 +1372,29 @@ async def _launch(
                 start_new_session=True,
                 preexec_fn=die_with_parent(),
             )
-        except OSError as exc:
-            journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {exc.strerror}"})
-            raise AgentUnavailable(f"cannot start {plan.argv[0]}: {exc.strerror}") from None
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in an argument (checked before)
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {why}"})
+            raise AgentUnavailable(f"cannot start {plan.argv[0]}: {why}") from None
     guard = GroupGuard(proc.pid)  # the agent leads its own group (its own session)
+    feed = asyncio.ensure_future(_feed(proc, plan.stdin)) if plan.stdin is not None else None
     try:
         return await _supervise(proc, guard, timeout, keep, stop, ended, end_grace)
     finally:
+        if feed is not None:
+            feed.cancel()
         guard.release()
+
+
+async def _feed(proc: Any, data: bytes) -> None:
+    """Write ``data`` (the task, :attr:`LaunchPlan.stdin`) to the agent's stdin and close it;
+    an agent that exits without reading it all is no error of this."""
+    try:
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+        proc.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
 
 
 async def _supervise(

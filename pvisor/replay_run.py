@@ -206,6 +206,8 @@ def _check(opts: ReplayOnlyOptions) -> Any:
         raise UsageError(
             "--run is empty: give a run id or a unique prefix of one (pvisor journal ls lists them)"
         )
+    if opts.task is not None and not opts.task.strip():
+        raise UsageError("--task is blank: give the task the agent is to be given")
     if opts.after_step < 0:
         raise ReplayUsageError(
             "usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)"
@@ -299,6 +301,38 @@ def _fill_recording(result: dict[str, Any], rec: Any) -> None:
     result["source"]["session"] = rec.session
     result["boundary"]["steps_total"] = len(rec.steps)
     result["warnings"] += [{"code": c, "message": m} for c, m in rec.notes]
+
+
+def _origin_phrase(origin: str | None) -> str:
+    """The task's origin (:class:`~pvisor.replay.recording.TaskOrigin`'s value) as the
+    ``task_unusable`` message names it."""
+    from pvisor.replay.recording import TaskOrigin
+
+    return {
+        TaskOrigin.LABEL.value: "the run's task label",
+        TaskOrigin.ARGV.value: "from the recorded command line",
+        TaskOrigin.TRAJECTORY.value: "the native file's",
+        TaskOrigin.REQUEST.value: "read from the run's first request",
+        TaskOrigin.OPTION.value: "--task",
+    }.get(origin or "", "recorded")
+
+
+def _no_task(source: Path | None, rec: Any) -> str:
+    """The ``no_task`` message: where no task was found, and why the first request gave none."""
+    where = show_path(source)
+    if rec.kind == "native":
+        return (
+            f"{where} holds no task for the agent (no first user message, or a blank one): give --task TEXT"
+        )
+    if rec.no_task_why is not None:
+        return (
+            f"{where}: run {rec.run} has no task label and no command line, and its first request gives no "
+            f"task for sure ({rec.no_task_why}): give --task TEXT, the prompt the agent was given"
+        )
+    return (
+        f"{where} holds no task for the agent (no task label, no command line, and no prompt in its first "
+        "request to read it from): give --task TEXT"
+    )
 
 
 def replay_only(opts: ReplayOptions, warn: Callable[[str], None]) -> ReplayOnlyOutcome:
@@ -407,10 +441,13 @@ def _replay_claimed(
                 f"replay is of run {rec.run}",
             )
         if rec.task is None:
+            raise ReplayBadInput("no_task", _no_task(source_path, rec))
+        unfit = d.task_unfit(rec.task)
+        if unfit is not None:
             raise ReplayBadInput(
-                "no_task",
-                f"{show_path(source_path)} holds no task for the agent (no task label, no command line, "
-                "and no prompt in its first request to read it from): give --task TEXT",
+                "task_unusable",
+                f"{show_path(source_path)}: the task ({_origin_phrase(rec.task_origin)}) {unfit}; no agent "
+                "can be started with it (--prepare-only starts none)",
             )
         if live:
             _check_boundary_prompt(opts, rec, d)

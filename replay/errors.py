@@ -27,7 +27,8 @@ ERROR_CODES: dict[str, str] = {
     "no_reply": "N equals the steps and request N got no usable reply to render A_N from (exit 65)",
     "compaction_not_replayable": "playback from a native file across a compaction (its summary request is not in the file; use the journal run) (exit 65)",
     "action_lost": "a step up to N is a gap: its action's line was lost from the native file (exit 65)",
-    "damaged_source": "the native file lost or had repaired lines (not JSON, NUL bytes, a mended chain...); --allow-damaged builds it anyway (exit 65)",
+    "damaged_source": "the native file lost or had repaired lines (not JSON, NUL bytes, a mended chain...), or "
+    "its cut-off last line may belong to step N; --allow-damaged builds it anyway (exit 65)",
     "compaction_not_rebuilt": "the agent replaced its history at or before N and the native file does not hold what it sent instead (exit 65)",
     "profile_version_mismatch": "--profile-from is a capture of another major version of the agent (exit 65)",
     "profile_unusable": "--profile-from holds no main-loop request of the agent (exit 65)",
@@ -38,7 +39,10 @@ ERROR_CODES: dict[str, str] = {
     "workspace_changed": "the workspace digest differs after preparing (prepare-only never writes it; exit 1)",
     "output_error": "an output file cannot be written (exit 74)",
     "attempt_not_replayable": "a step up to N came from a later attempt (a native resume): playback replays attempt 1 only (exit 65)",
-    "no_task": "the source holds no task and --task was not given (exit 65)",
+    "no_task": "the source holds no task (or a first request whose prompt cannot be told for sure) and "
+    "--task was not given (exit 65)",
+    "task_unusable": "the recorded task cannot start the agent: a NUL character, or longer than one argument "
+    "of its command line and the agent reads no task on stdin (exit 65)",
     "no_launch_profile": "pvisor cannot start this agent (OpenHands, SWE-agent): replay-only needs a launch profile (exit 2)",
     "workspace_refused": "--workspace is missing, or is (or holds, or lies in) the recorded run's own workspace, or is not empty with --workspace-from (exit 2)",
     "no_snapshot": "--workspace-from names a run without a start snapshot (recorded without snapshots, or its walk failed) (exit 65)",

@@ -256,6 +256,7 @@ class PlaybackResponder:
             rec.protocol,
             self.actions,
             task=rec.expected_task,
+            prompt=rec.first_prompt,
             recorded=rec.requests,
             descriptor=descriptor,
             rewrite=rewrites.text,

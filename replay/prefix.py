@@ -1056,6 +1056,7 @@ def native_prefix(
     )
     try:
         check_damage(result.diagnostics.warnings, path, allow_damaged)
+        check_cut_off(result.diagnostics.warnings, steps, after_step, path, allow_damaged)
         return _native_prefix(path, agent, after_step, protocol, profile_spec, traj, version, source)
     except PvisorError as exc:
         _attach_source(exc, [source])
@@ -1066,7 +1067,7 @@ def native_prefix(
 #: that is not JSON or not an object, NUL bytes, an object rejoined over raw newlines, a record
 #: lacking a field its type needs, a chain mended past a missing parent. (A truncated last line
 #: is not among them: the writer was cut off after the last complete record, which loses no
-#: step before it.)
+#: step before the last; :func:`check_cut_off` refuses a boundary that includes the last.)
 DAMAGE_CODES = frozenset(
     {
         "malformed_line",
@@ -1094,6 +1095,27 @@ def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
         "damaged_source",
         f"{show_path(path)} {w.where}: {w.code}: {w.message}{more}; a prefix across it may not be what the agent sent: "
         "--allow-damaged builds it and lists each repair",
+    )
+
+
+def check_cut_off(
+    warnings: Sequence[Any], steps: Sequence[Step], after_step: int, path: Path, allow: bool
+) -> None:
+    """ReplayBadInput ``damaged_source`` when steps 1..N reach the step the file's cut-off last
+    line may belong to (the reader flags it ``truncated_line``, the last step S: the line may
+    hold the rest of A_S or O_S, and the prefix would silently end at what was read of them),
+    unless ``allow`` (``--allow-damaged``). A boundary before S is whole: fine."""
+    from pvisor.adapters.native.base import CUT_OFF_FLAG
+
+    s = len(steps)
+    if allow or not s or after_step != s or CUT_OFF_FLAG not in steps[s - 1].flags:
+        return
+    cut = next((w for w in warnings if w.code == "truncated_line"), None)
+    where = cut.where if cut is not None else "its last line"
+    raise ReplayBadInput(
+        "damaged_source",
+        f"--after-step {after_step}: {show_path(path)} {where} is cut off (no newline, not JSON) and may belong to step {s}, "
+        f"whose action or observation would then be incomplete; choose N < {s}, or --allow-damaged",
     )
 
 

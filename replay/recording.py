@@ -85,7 +85,9 @@ class Recording:
         agent, agent_version, protocol, model (as the agent asked for it), run (journal run id).
         task and task_origin (:class:`TaskOrigin`'s value), or None: the
             task the agent is given (``--task`` when given); expected_task: the task the
-            recording holds (requests must carry it; ``--task`` only where the source has none).
+            recording holds (requests must carry it; ``--task`` only where the source has none);
+            no_task_why: why the first request gave none; first_prompt: the user's prompt
+            parts of recorded request 1, which live request 1 must repeat (journal sources).
         steps: the trajectory's steps (actions and historical observations).
         requests: recorded main-loop request conversations (journal: every one; native: the
             first, rendered); request_ids: what names request k in messages (exchange ids, or
@@ -124,6 +126,11 @@ class Recording:
     notes: list[tuple[str, str]] = field(default_factory=list)
     expected_task: str | None = None
     compactions: list[Any] = field(default_factory=list)
+    #: why the first request gives no task (the descriptor's sentence), or None
+    no_task_why: str | None = None
+    #: the user's prompt in recorded request 1 (the descriptor's ``prompt_parts``), which the
+    #: live request 1 must repeat when the agent is given the recorded task (journal sources)
+    first_prompt: list[Any] | None = None
 
     def nearest(self, k: int) -> str | None:
         """What names recorded main-loop request ``k`` (1-based) in a divergence."""
@@ -214,7 +221,12 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
         argv = d.task_from_argv(list(run.argv)) if run.argv else None
         # a run captured by `pvisor gateway` keeps neither: the agent's first request holds it
         first = d.task_from_request(rec.requests[0]) if not (label or argv) and rec.requests else None
-        rec.task, rec.task_origin, rec.expected_task = _task(label, argv, None, task, first)
+        rec.task, rec.task_origin, rec.expected_task = _task(
+            label, argv, None, task, first.task if first is not None else None
+        )
+        rec.no_task_why = first.why if first is not None else None
+        if rec.requests and rec.task_origin != TaskOrigin.OPTION.value:
+            rec.first_prompt = d.prompt_parts(rec.requests[0])
         for q in main[:after_step]:
             rec.replies.append(_reply(reader, q.exchange))
         main_ids = {q.id for q in main}
@@ -276,7 +288,8 @@ def _task(
         (trajectory, TaskOrigin.TRAJECTORY),
         (request, TaskOrigin.REQUEST),
     )
-    recorded = next(((v, o.value) for v, o in found if v), (None, None))
+    # a blank task is none: the agent would be given nothing to do
+    recorded = next(((v, o.value) for v, o in found if v and v.strip()), (None, None))
     if option:
         return option, TaskOrigin.OPTION.value, recorded[0] or option
     return recorded[0], recorded[1], recorded[0]
@@ -302,12 +315,13 @@ def native_recording(
         if isinstance(exc, BadInputError):
             raise ReplayBadInput("bad_source", exc.message + _other_agent(path, agent)) from None
         raise
-    from .prefix import check_damage, check_gaps
+    from .prefix import check_cut_off, check_damage, check_gaps
 
     check_damage(result.diagnostics.warnings, path, allow_damaged)
     traj = result.trajectory
     steps = list(traj.steps)
     where = show_path(path)
+    check_cut_off(result.diagnostics.warnings, steps, after_step, path, allow_damaged)
     check_gaps(steps, after_step, path)
     first = next((c for c in traj.compactions if c.after_step <= after_step), None)
     if first is not None:

@@ -767,6 +767,11 @@ def _message(m: Message, hidden: dict[str, int]) -> dict[str, Any]:
     return {"role": m.role, "parts": parts}
 
 
+#: step flags that say the source may hold a step incompletely, shown in a view (``damage``):
+#: the native file's cut-off last line may belong to it, or its action's line was lost
+DAMAGE_FLAGS = ("truncated_line", "lost_action")
+
+
 def _step_json(step: Step, hidden: dict[str, int]) -> dict[str, Any]:
     a, o = step.action, step.observation
     reasoning = [t for t in (_reasoning(r, hidden) for r in a.reasoning) if t]
@@ -779,6 +784,7 @@ def _step_json(step: Step, hidden: dict[str, int]) -> dict[str, Any]:
             "results": [_result(r, names) for r in o.results],
             "messages": [_message(m, hidden) for m in o.messages],
         },
+        "damage": [f for f in step.flags if f in DAMAGE_FLAGS],
     }
 
 

@@ -17,11 +17,16 @@ TASK = "write it"
 
 
 def recorded_claude_run(
-    journal: Path, workspace: str | Path, run: str = "r-rec", version: str = "2.1.300"
+    journal: Path,
+    workspace: str | Path,
+    run: str = "r-rec",
+    version: str = "2.1.300",
+    prompt: Any = None,
 ) -> str:
     """A two-step Claude Code run recorded in ``journal`` (labels ``workspace`` and ``task``):
     A_1 writes ``<workspace>/src/a.py`` by its absolute path (the Write tool), A_2 is text. Both
-    replies are streamed; request 2 carries A_1 and its result ``ok``."""
+    replies are streamed; request 2 carries A_1 and its result ``ok``. With ``prompt`` (the
+    first user message's content) the run is one ``pvisor gateway`` captured: no task label."""
     mod = get_protocol("anthropic")
     call = {
         "type": "tool_use",
@@ -39,16 +44,10 @@ def recorded_claude_run(
         "usage": {"input_tokens": 1, "output_tokens": 1},
     }
     last = {**first, "content": [{"type": "text", "text": "done"}], "stop_reason": "end_turn"}
-    msgs: list[dict] = [{"role": "user", "content": TASK}]
+    msgs: list[dict] = [{"role": "user", "content": TASK if prompt is None else prompt}]
+    labels = {"workspace": str(workspace)} | ({"task": TASK} if prompt is None else {})
     with Journal.open(journal) as j:
-        j.create_run(
-            Run(
-                id=run,
-                agent="claude-code",
-                agent_version=version,
-                labels={"workspace": str(workspace), "task": TASK},
-            )
-        )
+        j.create_run(Run(id=run, agent="claude-code", agent_version=version, labels=labels))
         for reply in (first, last):
             body = {"model": "claude-x", "system": "s", "tools": TOOLS, "messages": msgs, "stream": True}
             j.record_exchange(

@@ -16,7 +16,7 @@ from pvisor.adapters.agents.descriptor import FINAL_TEXT
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource
 from pvisor.journal.errors import UsageError
-from pvisor.journal.model import Action, Conversation, Message, TextPart, ToolCall, ToolSpec
+from pvisor.journal.model import Action, Conversation, Message, OtherPart, TextPart, ToolCall, ToolSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
@@ -181,7 +181,7 @@ def test_the_task_comes_back_from_the_first_request_a_real_agent_sent(corpus, ag
             break
     mod = get_protocol(get_descriptor(agent).default_protocol(row["body"].get("model")))
     conv = mod.parse_request(json.dumps(row["body"]).encode(), path=row["path"])
-    assert get_descriptor(agent).task_from_request(conv) == CORPUS_TASKS[agent]
+    assert get_descriptor(agent).task_from_request(conv) == (CORPUS_TASKS[agent], None)
 
 
 @pytest.mark.parametrize(
@@ -198,8 +198,111 @@ def test_the_task_comes_back_from_the_first_request_a_real_agent_sent(corpus, ag
 def test_opencode_quotes_are_undone(sent, task):
     d = get_descriptor("opencode")
     conv = Conversation(protocol="openai-chat", messages=[Message("user", [TextPart(sent)])])
-    assert d.task_from_request(conv) == task
+    assert d.task_from_request(conv).task == task
     assert d.task_from_trajectory(sent, {}) == task  # its export stores the same text
+
+
+REMINDER = "<system-reminder>\nToday's date is 2026-12-04.\n</system-reminder>"
+#: what Claude Code 1.x put after the prompt of a first request
+TODO_REMINDER = (
+    "<system-reminder>\nThis is a reminder that your todo list is currently empty. DO NOT mention this "
+    "to the user explicitly because they are not aware of it.\n</system-reminder>"
+)
+#: Gemini CLI's and Qwen Code's parts after a prompt that names a file with @ (their real requests)
+AT_FILE = [
+    "\n--- Content from referenced files ---",
+    "\nContent from @notes.txt:\n",
+    "hello",
+    "\n--- End of content ---",
+]
+IMAGE = OtherPart(
+    "image", {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"}}
+)
+
+
+def _first_request(agent: str, parts: list, before: list[Message] = ()) -> Conversation:
+    """A first request of ``agent``: the corpus's real one for the agents it holds (its user
+    message's parts replaced by ``parts``, strings as text), else ``before`` and one user message."""
+    from corpus_runs import FILES
+
+    made = [p if not isinstance(p, str) else TextPart(p) for p in parts]
+    if agent not in FILES:
+        return Conversation(protocol="anthropic", messages=[*before, Message("user", made)])
+    corpus = REPO / "tests" / "corpus"
+    for line in (corpus / "requests" / FILES[agent]).read_bytes().splitlines():
+        row = json.loads(line)
+        if isinstance(row.get("body"), dict) and row["body"].get("tools"):
+            break
+    mod = get_protocol(get_descriptor(agent).default_protocol(row["body"].get("model")))
+    conv = mod.parse_request(json.dumps(row["body"]).encode(), path=row["path"])
+    last = max(i for i, m in enumerate(conv.messages) if m.role == "user")
+    conv.messages[last] = Message("user", made)
+    return conv
+
+
+@pytest.mark.parametrize(
+    "agent,parts,before",
+    [
+        # Claude Code: reminders before the prompt and after it (the todo reminder of 1.x)
+        ("claude-code", [REMINDER, "Write a.txt.", TODO_REMINDER], []),
+        ("claude-code", [REMINDER, "Write a.txt.", REMINDER + "\n"], []),
+        # Claude Code 2.1 with @notes.txt: the file read as reminders, one in a message of its own
+        ("claude-code", [REMINDER, "Write a.txt."], [Message("user", [TextPart(REMINDER)])]),
+        ("qwen-code", [REMINDER, "Write a.txt.", *AT_FILE, REMINDER], []),
+        (
+            "qwen-code",
+            ["<qwen:user-prompt-submit-context>\nmore\n</qwen:user-prompt-submit-context>", "Write a.txt."],
+            [],
+        ),
+        (
+            "gemini-cli",
+            ["<session_context>\nThis is the Gemini CLI.\n</session_context>", "Write a.txt.", *AT_FILE],
+            [],
+        ),
+        # Codex with an AGENTS.md: its instructions beside the environment, before the prompt's item
+        (
+            "codex",
+            [
+                "# AGENTS.md instructions for /ws\n\n<INSTRUCTIONS>\nBe terse.\n\n</INSTRUCTIONS>",
+                "Write a.txt.",
+            ],
+            [],
+        ),
+    ],
+)
+def test_the_prompt_is_told_from_the_agents_own_context_wherever_it_sits(agent, parts, before):
+    """The task a first request gives is the user's prompt, whatever the agent put after it (the
+    last text was taken: a reminder, the end of a referenced file's content)."""
+    assert get_descriptor(agent).task_from_request(_first_request(agent, parts, before)) == (
+        "Write a.txt.",
+        None,
+    )
+
+
+@pytest.mark.parametrize(
+    "agent,parts,why",
+    [
+        ("claude-code", [REMINDER, "Describe this.", IMAGE], "a part that is no text (image)"),
+        ("claude-code", [REMINDER, IMAGE, "Describe this."], "a part that is no text (image)"),
+        ("claude-code", [REMINDER, "Write a.txt.", "Then b.txt."], "2 texts beside the agent's own context"),
+        ("claude-code", [REMINDER, " \n\t"], "its prompt is blank"),
+        ("claude-code", [REMINDER + "\nWrite a.txt."], "its prompt holds <system-reminder>"),
+        ("gemini-cli", ["<session_context>\nx\n</session_context>", "  "], "its prompt is blank"),
+        # OpenCode: several arguments of opencode run, which one task argument would quote
+        ("opencode", ["Write a.txt please"], "several arguments of opencode run"),
+        # mini-swe-agent with a config of another template
+        (
+            "mini-swe-agent",
+            ["Solve: Write a.txt."],
+            "not the instance_template of mini-swe-agent's default config",
+        ),
+    ],
+)
+def test_a_prompt_that_cannot_be_told_for_sure_gives_no_task_and_why(agent, parts, why):
+    """Rather than a guess (the image left out, one of two texts, a blank task), no task and why:
+    replay then asks for --task (no_task)."""
+    got = get_descriptor(agent).task_from_request(_first_request(agent, parts))
+    assert got.task is None and why in got.why, got
 
 
 _AGENT_NAMES = frozenset(descriptor_names())

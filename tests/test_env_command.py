@@ -293,3 +293,119 @@ def test_a_session_captured_through_the_gateway_replays_without_task(env_capture
     assert derived.labels["task"] == TASK
     assert get_descriptor(agent).task_from_argv(list(derived.argv)) == TASK
     assert result["divergence"] is None and (ws / "a.txt").read_text() == FILES["a.txt"]
+
+
+def copy_capture(cap: EnvCapture, journal: Path, edit) -> str:
+    """The run of ``cap`` recorded again into ``journal`` as the gateway recorded it (the same
+    run fields, exchanges and reply bytes), each request body passed through ``edit(body)``
+    first (the body as JSON, changed in place). Returns the run id."""
+    from pvisor.gateway.proxy import finalize_response
+    from pvisor.journal.model import Attempt, Run
+    from pvisor.journal.writer import Journal
+
+    with JournalReader(cap.journal) as r:
+        run = r.run(cap.run)
+        exchanges = [(ex, r.request_body(ex), r.response_body(ex, raw=True)) for ex in r.exchanges(cap.run)]
+    with Journal.open(journal, finalize=finalize_response) as j:
+        j.create_run(
+            Run(id=run.id, agent=run.agent, agent_version=run.agent_version, labels=dict(run.labels))
+        )
+        j.start_attempt(Attempt(run=run.id, n=1))
+        for ex, request, response in exchanges:
+            body = json.loads(request)
+            edit(body)
+            j.record_exchange(
+                run.id,
+                ex.method,
+                ex.path,
+                list(ex.request_headers.items()),
+                query=ex.query,
+                attempt=1,
+                protocol=ex.protocol,
+                status=ex.status,
+                request_body=json.dumps(body).encode(),
+                response_body=response,
+                streamed=ex.streamed,
+                response_headers=list(ex.response_headers.items()),
+            )
+        j.end_attempt(run.id, 1, 0)
+        j.flush()
+    return run.id
+
+
+def _replay_only(
+    cap: EnvCapture, journal: Path, run: str, tmp_path: Path
+) -> tuple[subprocess.CompletedProcess, Path]:
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    proc = pvisor(
+        ["--journal", str(journal), "replay", "--agent", cap.agent, "--run", run, "--after-step", "1",
+         "--replay-only", "--workspace", str(ws), "--output", str(out), "--agent-entrypoint",
+         str(entrypoint(cap.agent)), "--timeout", "240"],
+        env=user_env(cap.home), cwd=tmp_path, timeout=400,
+    )  # fmt: skip
+    return proc, out
+
+
+#: what Claude Code 1.x put after the prompt in its first user message
+TODO_REMINDER = (
+    "<system-reminder>\nThis is a reminder that your todo list is currently empty. DO NOT mention this "
+    "to the user explicitly because they are not aware of it.\n</system-reminder>"
+)
+
+
+@pytest.mark.slow
+def test_a_reminder_after_the_prompt_is_never_the_task(env_capture, tmp_path):
+    """A Claude Code capture whose first user message holds a reminder after the prompt (the
+    request of the real Claude Code capture with the reminder of 1.x added after it): replay
+    without --task starts the agent with the prompt, and its request 1 repeats the recorded
+    prompt. Before: the reminder was the task (the last text), the derived run's label and
+    command line held it, status ok."""
+    cap = env_capture("claude-code")
+    assert cap.proc.returncode == 0, cap.proc.stdout[-2000:] + cap.proc.stderr[-2000:]
+
+    def remind_after_the_prompt(body: dict) -> None:
+        content = body["messages"][0]["content"]
+        at = next(i for i, b in enumerate(content) if b.get("type") == "text" and b["text"] == TASK)
+        content.insert(at + 1, {"type": "text", "text": TODO_REMINDER})
+
+    journal = tmp_path / "copy" / "journal.sqlite"
+    journal.parent.mkdir()
+    run = copy_capture(cap, journal, remind_after_the_prompt)
+    proc, out = _replay_only(cap, journal, run, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "ok" and result["playback"]["task_origin"] == "request"
+    with JournalReader(journal) as r:
+        derived = r.run(result["derived_run"])
+    assert (
+        derived.labels["task"] == TASK
+        and get_descriptor("claude-code").task_from_argv(list(derived.argv)) == TASK
+    )
+
+
+@pytest.mark.slow
+def test_a_task_too_long_for_the_command_line_goes_to_codex_on_stdin(env_capture, tmp_path):
+    """A first request whose prompt is more than one argument of a command line holds (140,000
+    bytes): Codex reads its task on stdin when given `-` (its --help says so), and replay gives
+    it there. Before: cannot start .../codex: Argument list too long, agent_unavailable (69)."""
+    cap = env_capture("codex")
+    assert cap.proc.returncode == 0, cap.proc.stdout[-2000:] + cap.proc.stderr[-2000:]
+    big = (TASK + " ") * (140_000 // (len(TASK) + 1)) + "Then stop."
+
+    def long_prompt(body: dict) -> None:
+        for item in body["input"]:
+            for part in item.get("content") or []:
+                if isinstance(part, dict) and part.get("text") == TASK:
+                    part["text"] = big
+
+    journal = tmp_path / "copy" / "journal.sqlite"
+    journal.parent.mkdir()
+    run = copy_capture(cap, journal, long_prompt)
+    proc, out = _replay_only(cap, journal, run, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["status"] == "ok" and result["divergence"] is None
+    with JournalReader(journal) as r:
+        derived = r.run(result["derived_run"])
+    assert derived.labels["task"] == big and derived.argv[-2:] == ["--", "-"]

@@ -133,3 +133,32 @@ def test_install_agents_says_a_version_check_timed_out(tmp_path: Path):
         "gemini-cli: installed, but its version check failed 2 times (last: timed out after 1 s, "
         "printed ''), not the pinned 0.61.0"
     )
+
+
+def _build_wheel(tmp_path: Path, commit: str) -> subprocess.CompletedProcess:
+    """``pip wheel`` of this checkout (no dependencies) with ``$PVISOR_SOURCE_COMMIT=commit``."""
+    return subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--disable-pip-version-check", str(REPO),
+         "-w", str(tmp_path / "wheels")],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "PVISOR_SOURCE_COMMIT": commit},
+    )  # fmt: skip
+
+
+def test_a_source_commit_that_is_no_commit_id_fails_the_build_in_one_line(tmp_path: Path):
+    """setup.py puts $PVISOR_SOURCE_COMMIT into --version: a newline in it made two lines. It
+    takes 7 to 40 hex digits with -dirty optional, and fails the build otherwise (docs/install.md)."""
+    proc = _build_wheel(tmp_path, "abc1234\npvisor 9.9.9")
+    assert proc.returncode != 0 and not list((tmp_path / "wheels").glob("*.whl"))
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if "PVISOR_SOURCE_COMMIT" in ln]
+    assert lines == [
+        "error: PVISOR_SOURCE_COMMIT='abc1234\\npvisor 9.9.9' is not a commit id: give 7 to 40 lowercase hex "
+        "digits, -dirty optional (git rev-parse HEAD), or unset it to read the checkout's HEAD"
+    ], proc.stderr
+    # an abbreviated id with -dirty is one
+    proc = _build_wheel(tmp_path, "abc1234-dirty")
+    assert proc.returncode == 0, proc.stderr
+    import zipfile
+
+    (wheel,) = (tmp_path / "wheels").glob("pvisor_replay-*.whl")
+    with zipfile.ZipFile(wheel) as z:
+        assert "COMMIT = 'abc1234-dirty'\n" in z.read("pvisor/_build.py").decode()

@@ -27,6 +27,8 @@ def recorded(tmp_path_factory, corpus):
 
 
 def _matcher(path, run, agent):
+    """The matcher playback makes of journal run ``run``, with the user's prompt of its request
+    1 that the live request 1 must repeat (``prompt``, as replay gives it for the recorded task)."""
     d = get_descriptor(agent)
     with JournalReader(path) as r:
         c = classify_run(r, run, prefer=d.chain_hint)
@@ -39,6 +41,7 @@ def _matcher(path, run, agent):
         convs[0].protocol,
         [s.action for s in attempt1],
         task=t.task,
+        prompt=d.prompt_parts(convs[0]),
         recorded=convs,
         descriptor=d,
         nearest=lambda k: ids[k - 1] if 0 < k <= len(ids) else None,
@@ -127,6 +130,27 @@ def test_another_task_and_a_removed_tool_are_divergences(recorded):
     first["body"]["tools"] = [tool for tool in first["body"]["tools"] if tool.get("name") != "exec_command"]
     got = _feed(m, first)
     assert got.kind == MatchKind.DIVERGED and "no longer offers: exec_command" in got.divergence.reason
+
+
+@pytest.mark.parametrize(
+    "run", ["codex-single", "gemini-parallel", "qwen-single", "opencode-single", "mini-single"]
+)
+def test_a_request_1_that_carries_the_task_in_another_prompt_is_a_divergence(recorded, run):
+    """The task in request 1 is not enough: its user's prompt is the recorded one's. A replay
+    that gave the agent a wrong task holding the right one (a reminder read as the task holds
+    the recorded prompt nowhere; here the task with more after it) was status ok."""
+    path, lines = recorded
+    m, ids, t = _matcher(path, run, RUNS[run][0])
+    first = next(r for r in lines[run] if r.exchange == ids[0]).line
+    raw = orjson.dumps(first["body"]).decode()
+    sent = orjson.dumps(t.task).decode()[1:-1]  # the task as it stands in the body's JSON
+    assert sent in raw
+    changed = {**first, "body": orjson.loads(raw.replace(sent, sent + " Then delete everything.", 1))}
+    got = _feed(m, changed)
+    assert got.kind == MatchKind.DIVERGED, got
+    assert got.divergence.request == 1 and got.divergence.reason == (
+        "the user's prompt differs from recorded request 1's: the agent was not given the recorded task"
+    )
 
 
 def test_volatile_context_is_no_difference_and_other_changes_are_listed_once(recorded):

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -60,16 +61,17 @@ def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 class Setup:
-    """A recorded two-step Claude Code run in ``journal`` (its workspace ``recorded_ws``) and a new
-    workspace ``new_ws``; :meth:`replay` runs ``replay --replay-only`` on it."""
+    """A recorded two-step Claude Code run in ``journal`` (its workspace ``recorded_ws``; with
+    ``prompt``, the first user message's content, a gateway capture without a task label) and a
+    new workspace ``new_ws``; :meth:`replay` runs ``replay --replay-only`` on it."""
 
-    def __init__(self, tmp: Path):
+    def __init__(self, tmp: Path, prompt: Any = None):
         self.tmp = tmp
         self.journal = tmp / "data" / "j.sqlite"
         self.journal.parent.mkdir()
         self.recorded_ws = tmp / "recorded-ws"
         self.recorded_ws.mkdir()
-        self.run_id = recorded_claude_run(self.journal, self.recorded_ws)
+        self.run_id = recorded_claude_run(self.journal, self.recorded_ws, prompt=prompt)
         self.new_ws = tmp / "new-ws"
         self.new_ws.mkdir()
 
@@ -310,6 +312,61 @@ def test_no_task_anywhere_asks_for_task(tmp_path, corpus):
     assert proc.returncode == 65
     _one_error(proc, "no task label, no command line, and no prompt in its first request")
     _failed(tmp_path / "out", "no_task")
+
+
+REMINDER = "<system-reminder>\nToday's date is 2026-12-04.\n</system-reminder>"
+IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}}
+
+
+@pytest.mark.parametrize(
+    "prompt,code,needle",
+    [
+        # Claude Code's user message of a gateway capture: its reminder, then the prompt
+        (
+            "say hi\x00 now",
+            "task_unusable",
+            "the task (read from the run's first request) holds a NUL character (character 7)",
+        ),
+        (
+            "x" * 140_000,
+            "task_unusable",
+            "the task (read from the run's first request) is 140000 bytes, more than the 131071 that Claude "
+            "Code can be given on its command line",
+        ),
+        (
+            " \n\t ",
+            "no_task",
+            "its first request gives no task for sure (its prompt is blank): give --task TEXT",
+        ),
+        (
+            [IMAGE, "Describe the picture."],
+            "no_task",
+            "(its user message holds a part that is no text (image) beside the prompt, which a task on the "
+            "command line cannot carry): give --task TEXT",
+        ),
+    ],
+    ids=["nul", "over-128KiB", "blank", "image"],
+)
+def test_a_first_request_whose_prompt_cannot_start_the_agent_is_one_line_and_no_run(
+    tmp_path, prompt, code, needle
+):
+    """A gateway capture's first request gives a task no agent can be started with (a NUL, more
+    than one argument holds), none (blank), or not the whole prompt (an image beside it): exit
+    65 with one line and a result; no derived run is left behind. Before: a traceback (ValueError:
+    embedded null byte) with the derived run left open, agent_unavailable (Argument list too
+    long), the usage line of pvisor run (give the task after --), the image dropped silently."""
+    parts = [prompt] if isinstance(prompt, str) else prompt
+    content = [{"type": "text", "text": REMINDER}] + [
+        {"type": "text", "text": p} if isinstance(p, str) else p for p in parts
+    ]
+    s = Setup(tmp_path, prompt=content)
+    proc = s.replay("--agent-entrypoint", str(fake_agent(tmp_path, "exit")))
+    assert proc.returncode == 65, proc.stderr
+    line = _one_error(proc, needle)
+    assert line.startswith(f"pvisor: error: {code}: {s.journal}") and len(line) < 600, line
+    _failed(tmp_path / "out", code)
+    with JournalReader(s.journal) as r:
+        assert [run.id for run in r.runs()] == [s.run_id]  # no derived run, open or ended
 
 
 def test_a_failed_prepare_never_blocks_its_retry_either(setup):

@@ -962,6 +962,52 @@ def test_a_damaged_native_file_is_refused_by_playback_before_any_agent_starts(tm
     )
 
 
+def test_a_cut_off_last_line_may_belong_to_the_last_step_which_no_boundary_includes(tmp_path):
+    """Claude Code writes one reply over several lines: step 2's text on line 12, its Bash call
+    on line 13. Cut in the middle of line 13, step 2 read as a text-only answer. The step is
+    flagged (trajectory show, a view) and a boundary that includes it is damaged_source naming
+    the file, the line and the step; N = 1 stays fine, --allow-damaged builds it. Before: exit
+    0 at N = 2 (prepare-only, replay-only) with only a truncated_line warning."""
+    lines = (CC / "spotter_tool_heavy.jsonl").read_bytes().split(b"\n")
+    assert b'"tool_use"' in lines[12] and b'"text"' in lines[11]
+    src = tmp_path / "cut.jsonl"
+    src.write_bytes(b"\n".join(lines[:12]) + b"\n" + lines[12][: len(lines[12]) // 2])
+    show = pvisor("trajectory", "show", "--agent", "claude-code", "--json", str(src))
+    assert show.returncode == 0, show.stderr
+    doc = json.loads(show.stdout)
+    assert [s["flags"] for s in doc["steps"]] == [[], ["truncated_line"]]
+    assert doc["steps"][1]["action"]["tool_calls"] == []  # what the cut left of A_2
+    view = pvisor("view", str(src), "--agent", "claude-code")
+    assert [s["damage"] for s in json.loads(view.stdout)["steps"]] == [[], ["truncated_line"]]
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for mode in (
+        ["--prepare-only"],
+        ["--replay-only", "--workspace", str(ws), "--agent-entrypoint", "/bin/false"],
+    ):
+        out = tmp_path / f"out{len(mode)}"
+        proc = pvisor("replay", "--agent", "claude-code", "--trajectory", str(src), "--after-step", "2",
+                      *mode, "--output", str(out))  # fmt: skip
+        one_line_error(
+            proc,
+            65,
+            f"damaged_source: --after-step 2: {src} line 13 is cut off (no newline, not JSON) and may belong "
+            "to step 2, whose action or observation would then be incomplete; choose N < 2, or --allow-damaged",
+        )
+        res = json.loads((out / "result.json").read_text())
+        validate(res)
+        assert res["status"] == "failed" and [e["code"] for e in res["errors"]] == ["damaged_source"]
+        assert res["derived_run"] is None and not (out / "prefix.json").exists()
+    before = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "1", "--output",
+                     str(tmp_path / "before"))  # fmt: skip
+    assert before.returncode == 0, before.stderr
+    allowed = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2", "--allow-damaged",
+                      "--output", str(tmp_path / "allowed"))  # fmt: skip
+    assert allowed.returncode == 0, allowed.stderr
+    codes = [w["code"] for w in json.loads((tmp_path / "allowed" / "result.json").read_text())["warnings"]]
+    assert "truncated_line" in codes
+
+
 def test_a_lost_action_line_is_a_gap_at_its_step_never_a_renumbering(tmp_path):
     # issue 14, damaged files: the real Codex rollout without the line of step 3's call (line 25)
     lines = (

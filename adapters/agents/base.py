@@ -92,6 +92,17 @@ CREDENTIAL_PREFIXES: tuple[str, ...] = ("AWS_",)
 CREDENTIAL_SUFFIXES: tuple[str, ...] = ("_API_KEY", "_AUTH_TOKEN")
 
 
+#: the most bytes one argument of a command line may hold on Linux, its terminating NUL
+#: included (MAX_ARG_STRLEN, 32 pages of 4 KiB): a longer one fails the start with E2BIG
+#: ("Argument list too long")
+MAX_ARGUMENT_BYTES = 131072
+
+
+def fits_argument(text: str) -> bool:
+    """Whether ``text`` fits one argument of a command line (:data:`MAX_ARGUMENT_BYTES`)."""
+    return len(text.encode("utf-8", "surrogatepass")) < MAX_ARGUMENT_BYTES
+
+
 def offline_credentials(environ: Mapping[str, str]) -> list[str]:
     """The variables of ``environ`` that :data:`CREDENTIAL_ENV`, :data:`CREDENTIAL_PREFIXES`
     or :data:`CREDENTIAL_SUFFIXES` name, plus every name of :data:`CREDENTIAL_ENV`."""
@@ -206,12 +217,15 @@ class LaunchPlan(Record):
             path -> text.
         native_path: the native trajectory path when it is fixed in advance (mini-swe-agent's
             ``-o``), else None (found after the run from the session id).
+        stdin: bytes the agent reads on its standard input (a task too long for its command
+            line, :meth:`AgentProfile.task_on_stdin`), or None: no input (``/dev/null``).
     """
 
     argv: list[str]
     env: dict[str, str | None] = field(default_factory=dict)
     files: dict[Path, str] = field(default_factory=dict)
     native_path: Path | None = None
+    stdin: bytes | None = None
 
     def __init__(
         self,
@@ -219,11 +233,13 @@ class LaunchPlan(Record):
         env: dict[str, str | None] | None = None,
         files: dict[Path, str] | None = None,
         native_path: Path | None = None,
+        stdin: bytes | None = None,
     ) -> None:
         self.argv = argv
         self.env = {} if env is None else env
         self.files = {} if files is None else files
         self.native_path = native_path
+        self.stdin = stdin
 
 
 @record
@@ -300,6 +316,10 @@ class AgentProfile(AgentDescriptor):
         intercept_verified: intercept mode was verified with this agent by the tests
             (docs/agents.md has the table); ``pvisor run --intercept`` warns for the others.
         intercept_notes: sentences for ``pvisor env --intercept`` (what else the agent needs).
+        task_option: the option the task is attached to in one argument (``--prompt=``), or
+            "" when the task is an argument of its own.
+        task_stdin: the argument that makes the agent read its task on stdin, documented by the
+            agent (Codex: ``codex exec -``), or None: the task goes on the command line only.
     """
 
     name: str = ""
@@ -321,6 +341,8 @@ class AgentProfile(AgentDescriptor):
     intercept_unset_env: tuple[str, ...] = ()
     intercept_verified: bool = False
     intercept_notes: tuple[str, ...] = ()
+    task_option: str = ""
+    task_stdin: str | None = None
 
     # ------------------------------------------------------------------ version
 
@@ -341,6 +363,34 @@ class AgentProfile(AgentDescriptor):
         return env
 
     # ------------------------------------------------------------------ launching
+
+    def task_argument(self, task: str) -> str:
+        """The argument of the command line that carries ``task`` (:attr:`task_option`)."""
+        return self.task_option + task
+
+    def task_on_stdin(self, task: str) -> bool:
+        """Whether the plan gives ``task`` on stdin (:attr:`task_stdin`): when it does not fit
+        one argument (:func:`fits_argument`), or is the very argument that asks for stdin."""
+        return self.task_stdin is not None and (
+            task == self.task_stdin or not fits_argument(self.task_argument(task))
+        )
+
+    def task_unfit(self, task: str) -> str | None:
+        """Why ``task`` cannot be given to the agent, a phrase after "the task" (a NUL character,
+        which no command line and no C string carries; more bytes than one argument of its
+        command line holds when it reads no task on stdin), or None."""
+        if "\x00" in task:
+            return (
+                f"holds a NUL character (character {task.index(chr(0)) + 1}), which no command line can carry"
+            )
+        if self.task_stdin is None and not fits_argument(self.task_argument(task)):
+            size = len(task.encode("utf-8", "surrogatepass"))
+            room = MAX_ARGUMENT_BYTES - 1 - len(self.task_option.encode())
+            return (
+                f"is {size} bytes, more than the {room} that {self.title} can be given on its command line "
+                "(one argument, Linux's MAX_ARG_STRLEN), and it reads no task on stdin"
+            )
+        return None
 
     def plan(self, ctx: LaunchContext, task: str, session_id: str | None = None) -> LaunchPlan:
         """The plan of one attempt: the headless command for ``task``, or with ``session_id``

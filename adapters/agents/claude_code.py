@@ -32,7 +32,7 @@ from .base import (
     first_value,
     user_home,
 )
-from .descriptor import ISO_DATE, ChainHint, after_separator, rx
+from .descriptor import ISO_DATE, SYSTEM_REMINDERS, ChainHint, after_separator, rx
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -76,6 +76,9 @@ class ClaudeCode(AgentProfile):
         rx(r"x-anthropic-billing-header: [^\n]*"),
         ISO_DATE,
     )
+    # its context beside the prompt: reminders in parts of their own, before it and after it
+    prompt_wrappers = (SYSTEM_REMINDERS,)
+    prompt_markers = ("<system-reminder>",)
     # the last tool result of a request carries a reminder the native file does not hold
     output_decorations = ((rx(r"\s*<system-reminder>[\s\S]*?</system-reminder>\s*"), ""),)
     path_arguments = {

@@ -129,6 +129,10 @@ class Codex(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"exec_command"}))
     key_env = "OPENAI_API_KEY"
+    # `codex exec -` reads the prompt on stdin (its --help: "If not provided as an argument (or
+    # if `-` is used), instructions are read from stdin"), sent as read: a task too long for
+    # the command line goes there
+    task_stdin = "-"
     # its own variable, and the store of its TLS stack where that reads the system's
     ca_env = {"CODEX_CA_CERTIFICATE": "cert", "SSL_CERT_FILE": "bundle"}
     intercept_verified = True  # tests/test_intercept.py runs it through the proxy
@@ -142,6 +146,12 @@ class Codex(AgentProfile):
         "the skills item, whose paths are under CODEX_HOME",
     )
     volatile_patterns = (rx(r"<environment_context>[\s\S]*?</environment_context>"), ISO_DATE)
+    # the user items before the prompt's: its environment, AGENTS.md (older: user_instructions)
+    prompt_wrappers = (
+        rx(r"\s*<(environment_context|user_instructions|startup_context)>[\s\S]*</\1>\s*"),
+        rx(r"# AGENTS\.md instructions for [^\n]*\n\n<INSTRUCTIONS>[\s\S]*</INSTRUCTIONS>\s*"),
+    )
+    prompt_markers = ("<environment_context>",)
     # exec_command output starts with a chunk id and the wall time of the command
     output_decorations = (
         (rx(r"Chunk ID: [0-9A-Za-z]+"), "Chunk ID: <id>"),
@@ -186,7 +196,8 @@ class Codex(AgentProfile):
         return 1 if protocol == "openai-responses" else 0
 
     def task_from_argv(self, argv: list[str]) -> str | None:
-        return after_separator(argv)
+        task = after_separator(argv)
+        return None if task == self.task_stdin else task  # given on stdin: the run's label holds it
 
     def _codex_home(self, ctx: LaunchContext) -> Path:
         from pathlib import Path  # launching only: prepare-only loads no pathlib
@@ -212,8 +223,9 @@ class Codex(AgentProfile):
             ]
         if session_id is not None:
             argv += ["resume", session_id]
-        argv += ["--", task]  # a task starting with "-" is never read as an option
-        return LaunchPlan(argv=argv, env=env, files=files)
+        stdin = self.task_on_stdin(task)
+        argv += ["--", self.task_stdin if stdin else task]  # a task starting with "-" is never an option
+        return LaunchPlan(argv=argv, env=env, files=files, stdin=task.encode() if stdin else None)
 
     def session_id(self, stdout: bytes) -> str | None:
         return first_value(stdout, "thread_id", type="thread.started")

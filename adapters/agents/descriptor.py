@@ -23,7 +23,7 @@ Light on purpose (standard library, orjson, the canonical model): prepare-only i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from pvisor.journal.model import Action, Conversation, Message, TextPart, ToolCall, ToolResult
 from pvisor.journal.lazyre import LazyPattern
@@ -68,6 +68,16 @@ class ChainHint:
         return f"ChainHint(tools={sorted(self.tools)!r}, system_prefix={self.system_prefix!r})"
 
 
+class RequestTask(NamedTuple):
+    """The task read from a first main-loop request (:meth:`AgentDescriptor.task_from_request`):
+    ``task``, the prompt as the agent was given it, or None with ``why``, a phrase saying why it
+    cannot be told for sure (``its prompt is blank``; ``its user message holds a part that is
+    no text (image) beside the prompt, ...``), None when the request holds no prompt at all."""
+
+    task: str | None
+    why: str | None = None
+
+
 #: litellm's ``provider/`` model prefix -> the protocol it speaks
 _LITELLM_PROVIDERS = {"anthropic": "anthropic", "openai": "openai-chat", "gemini": "gemini"}
 
@@ -101,6 +111,14 @@ class AgentDescriptor:
             (group 1: the command), or None.
         shell_tools: its shell tools -> the arguments that hold the command (a string, or an
             argv list): where a ``git commit`` or a finish command counts.
+        prompt_wrappers: patterns of a whole text part that the agent puts beside the user's
+            prompt in the prompt's turn (Claude Code's ``<system-reminder>`` blocks, before or
+            after the prompt; Gemini CLI's ``<session_context>``; Codex's
+            ``<environment_context>``): never the prompt (:meth:`prompt_parts`).
+        prompt_blocks: (first, last) texts of a run of parts the agent adds beside the prompt
+            (Gemini CLI's and Qwen Code's content of the files a prompt names with ``@``).
+        prompt_markers: texts that only the agent's own context holds (``<system-reminder>``):
+            a prompt holding one cannot be told from that context.
     """
 
     name: str = ""
@@ -119,6 +137,9 @@ class AgentDescriptor:
     finish_tools: tuple[str, ...] = ()
     text_command: LazyPattern | None = None
     shell_tools: dict[str, tuple[str, ...]] = {"bash": ("command",)}
+    prompt_wrappers: tuple[LazyPattern, ...] = ()
+    prompt_blocks: tuple[tuple[str, str], ...] = ()
+    prompt_markers: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ protocols
 
@@ -206,12 +227,82 @@ class AgentDescriptor:
         recorded before the task became a run label), or None."""
         return None
 
-    def task_from_request(self, conv: Conversation) -> str | None:
+    def prompt_parts(self, conv: Conversation) -> list[Any]:
+        """The parts of the user's prompt in request ``conv``: those of its last turn (the user
+        messages after its last assistant message) that are not the agent's own context
+        (:attr:`prompt_wrappers`, :attr:`prompt_blocks`), empty texts left out. A first request
+        gives the prompt as the one text left; an image or a second text is the user's too."""
+        turn: list[Any] = []
+        for m in conv.messages:
+            if m.role == "assistant":
+                turn = []
+            elif m.role == "user":
+                turn.extend(m.parts)
+        parts: list[Any] = []
+        block: list[Any] = []  # the parts of an open block, kept if it never closes
+        closing: str | None = None
+        for p in turn:
+            text = p.text if isinstance(p, TextPart) else None
+            if closing is not None:
+                block.append(p)
+                if text == closing:
+                    block, closing = [], None
+                continue
+            if text is not None:
+                if not text or any(w.fullmatch(text) for w in self.prompt_wrappers):
+                    continue
+                closing = next((last for first, last in self.prompt_blocks if text == first), None)
+                if closing is not None:
+                    block = [p]
+                    continue
+            parts.append(p)
+        return parts + [p for p in block if not isinstance(p, TextPart) or p.text]
+
+    def read_prompt(self, conv: Conversation) -> RequestTask:
+        """The user's prompt in a first request, as sent (:meth:`prompt_parts`): the one text
+        part left; or None, and why when there is more than one, a part that is no text (an
+        image, a document), a blank one, or one that holds the agent's own markers (no why when
+        the request holds no prompt at all)."""
+        parts = self.prompt_parts(conv)
+        if not parts:
+            return RequestTask(None)  # no prompt at all
+        others = [p for p in parts if not isinstance(p, TextPart)]
+        if others:
+            kind = getattr(others[0], "kind", None) or type(others[0]).__name__
+            return RequestTask(
+                None,
+                f"its user message holds a part that is no text ({kind}) beside the prompt, which a "
+                "task on the command line cannot carry",
+            )
+        texts = [p.text for p in parts if p.text.strip()]  # type: ignore[union-attr]
+        if not texts:
+            return RequestTask(None, "its prompt is blank")
+        if len(texts) > 1:
+            return RequestTask(
+                None,
+                f"its user message holds {len(texts)} texts beside the agent's own context: which "
+                "is the prompt cannot be told",
+            )
+        text = texts[0]
+        marker = next((m for m in self.prompt_markers if m in text), None)
+        if marker is not None:
+            return RequestTask(
+                None,
+                f"its prompt holds {marker}, the agent's own context: where the prompt ends cannot be told",
+            )
+        return RequestTask(text)
+
+    def task_from_request(self, conv: Conversation) -> RequestTask:
         """The task as the agent was given it, from its first main-loop request ``conv`` (a run
-        captured by ``pvisor gateway`` holds neither a task label nor a command line), or None:
-        the prompt the request carries (:func:`request_prompt`) read as its native file stores
-        it (:meth:`task_from_trajectory`: the same wrapping, OpenCode's quotes)."""
-        return self.task_from_trajectory(request_prompt(conv), {})
+        captured by ``pvisor gateway`` holds neither a task label nor a command line): the
+        prompt the request carries (:meth:`read_prompt`) read as its native file stores it
+        (:meth:`task_from_trajectory`: the same wrapping, OpenCode's quotes). None with why
+        when it cannot be told for sure: replay then asks for ``--task``, it never guesses."""
+        read = self.read_prompt(conv)
+        if read.task is None:
+            return read
+        task = self.task_from_trajectory(read.task, {})
+        return RequestTask(task) if task and task.strip() else RequestTask(None, "its prompt is blank")
 
     def mask_volatile(self, text: str) -> str:
         """``text`` with its volatile parts (dates, temporary paths, directory listings) masked."""
@@ -322,19 +413,12 @@ def action_message(action: Action) -> Message:
     return Message("assistant", parts)
 
 
-def request_prompt(conv: Conversation) -> str | None:
-    """The user's prompt in a first request: the last non-empty text part of its last user
-    message. The agents put their own context before it, as messages of their own (Codex's
-    ``<environment_context>`` item) or as earlier parts of the same message (Claude Code's and
-    Qwen Code's ``<system-reminder>`` blocks, Gemini CLI's ``<session_context>`` part); None when
-    no user message holds a text."""
-    for m in reversed(conv.messages):
-        if m.role != "user":
-            continue
-        texts = [p.text for p in m.parts if isinstance(p, TextPart) and p.text]
-        if texts:
-            return texts[-1]
-    return None
+#: Claude Code's and Qwen Code's reminders: one or more ``<system-reminder>`` blocks, a whole part
+SYSTEM_REMINDERS = LazyPattern(r"\s*(?:<system-reminder>[\s\S]*?</system-reminder>\s*)+")
+
+#: Gemini CLI's and Qwen Code's content of the files a prompt names with ``@path``: the parts
+#: from this first text to this last one follow the prompt (their ``atCommandProcessor``)
+REFERENCED_FILES = ("\n--- Content from referenced files ---", "\n--- End of content ---")
 
 
 def after_separator(argv: list[str]) -> str | None:

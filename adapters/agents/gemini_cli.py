@@ -41,7 +41,7 @@ from .base import (
     json_text,
     user_home,
 )
-from .descriptor import ISO_DATE, ChainHint, action_message, attached_value, rx
+from .descriptor import ISO_DATE, REFERENCED_FILES, ChainHint, action_message, attached_value, rx
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -95,6 +95,7 @@ class GeminiCli(AgentProfile):
     auxiliary_first_prompt = 0
     chain_hint = ChainHint(tools=frozenset({"run_shell_command"}))
     key_env = "GEMINI_API_KEY"
+    task_option = "--prompt="
     # Vertex AI would bypass the base URL
     removed_env = ("GOOGLE_GENAI_USE_VERTEXAI",)
     ca_env = {"NODE_EXTRA_CA_CERTS": "cert"}  # Node adds it to its built-in CAs
@@ -105,6 +106,10 @@ class GeminiCli(AgentProfile):
         "workspace path, directory listing), before the task in the same message",
     )
     volatile_patterns = (rx(r"<session_context>[\s\S]*?</session_context>"), ISO_DATE)
+    # beside the prompt: the session context part before it, the files it names with @ after it
+    prompt_wrappers = (rx(r"\s*<session_context>[\s\S]*</session_context>\s*"),)
+    prompt_blocks = (REFERENCED_FILES,)
+    prompt_markers = ("<session_context>",)
     output_decorations = (
         (rx(r"Process Group PGID: \d+"), "Process Group PGID: <pgid>"),
         (rx(r"Background PIDs: [^\n]*"), "Background PIDs: <pids>"),
@@ -199,7 +204,7 @@ class GeminiCli(AgentProfile):
         if session_id is not None:
             argv += ["--resume", session_id]
         # --prompt=TASK: the value is attached, so a task starting with "-" is never an option
-        argv += [f"--prompt={task}", "--output-format", "stream-json", "--yolo"]
+        argv += [self.task_argument(task), "--output-format", "stream-json", "--yolo"]
         if ctx.model:
             argv += ["-m", ctx.model]
         return LaunchPlan(argv=argv, env=env, files=files)

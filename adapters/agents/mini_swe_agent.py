@@ -44,8 +44,9 @@ from .descriptor import (
     LitellmAgent,
     action_message,
     attached_value,
+    RequestTask,
     litellm_message,
-    request_prompt,
+    rx,
 )
 
 if TYPE_CHECKING:
@@ -99,6 +100,9 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
     json_stdout = False
     chain_hint = ChainHint(tools=frozenset({"bash"}))
     key_env = "OPENAI_API_KEY"
+    task_option = "--task="
+    volatile_context = ("the <system_information> block of its instance template (uname of the machine)",)
+    volatile_patterns = (rx(r"<system_information>[\s\S]*?</system_information>"),)
     # litellm's httpx reads SSL_CERT_FILE; requests-based helpers read REQUESTS_CA_BUNDLE
     ca_env = {"SSL_CERT_FILE": "bundle", "REQUESTS_CA_BUNDLE": "bundle"}
     intercept_verified = True  # tests/test_intercept.py runs it through the proxy
@@ -155,13 +159,21 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
         end = rest.find(literal) if literal else len(rest)
         return rest[:end] if end >= 0 else task
 
-    def task_from_request(self, conv: Conversation) -> str | None:
+    def task_from_request(self, conv: Conversation) -> RequestTask:
         """Its first request holds the task rendered into ``instance_template``: the template
-        of its default config is undone (:data:`DEFAULT_INSTANCE_TEMPLATE`); a run with a config
-        of another template gives the whole text."""
-        return self.task_from_trajectory(
-            request_prompt(conv), {"instance_template": DEFAULT_INSTANCE_TEMPLATE}
-        )
+        of its default config is undone (:data:`DEFAULT_INSTANCE_TEMPLATE`). A run with a config
+        of another template cannot be undone for sure: None with why (``--task`` is asked)."""
+        read = self.read_prompt(conv)
+        if read.task is None:
+            return read
+        task = self.task_from_trajectory(read.task, {"instance_template": DEFAULT_INSTANCE_TEMPLATE})
+        if task == read.task:
+            return RequestTask(
+                None,
+                "its prompt is not the instance_template of mini-swe-agent's default config "
+                "(Please solve this issue: TASK ...): where the task stands in it cannot be told",
+            )
+        return RequestTask(task) if task and task.strip() else RequestTask(None, "its prompt is blank")
 
     def version_argv(self, executable: str) -> list[str]:
         return [executable, "--help"]
@@ -195,7 +207,7 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
             "mini.yaml",
             "-c",
             f"model.model_kwargs.api_base={ctx.base_url}/v1",
-            f"--task={task}",  # attached: a task starting with "-" is never an option
+            self.task_argument(task),  # attached: a task starting with "-" is never an option
             "--yolo",
             "--exit-immediately",
             "-o",

@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 
-from pvisor.journal.model import Message, TextPart
+from pvisor.journal.model import Conversation, Message, TextPart
 
 from .base import (
     AgentOutcome,
@@ -39,7 +39,7 @@ from .base import (
     first_value,
     json_text,
 )
-from .descriptor import ISO_DATE, ChainHint, after_separator, rx
+from .descriptor import ISO_DATE, ChainHint, RequestTask, after_separator, rx
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -53,6 +53,10 @@ QUIET_ENV = {
     "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
     "OPENCODE_DISABLE_SHARE": "1",
 }
+
+
+#: a double quote not escaped by a backslash (inside a quoted argument OpenCode escapes them)
+UNESCAPED_QUOTE = rx(r'(?<!\\)"')
 
 
 def unquote_prompt(text: str) -> str:
@@ -145,6 +149,23 @@ class OpenCode(AgentProfile):
     def task_from_trajectory(self, task: str | None, meta: dict) -> str | None:
         """Its session stores the prompt as it sends it: quoted (:func:`unquote_prompt`)."""
         return unquote_prompt(task) if isinstance(task, str) else task
+
+    def task_from_request(self, conv: Conversation) -> RequestTask:
+        """The prompt unquoted (:func:`unquote_prompt`). A text with a space that is not one
+        quoted argument came from several arguments of ``opencode run``, which one task
+        argument would send quoted: None with why."""
+        read = self.read_prompt(conv)
+        if read.task is None:
+            return read
+        text = read.task
+        one_quoted = len(text) >= 2 and text[0] == text[-1] == '"' and not UNESCAPED_QUOTE.search(text[1:-1])
+        if " " in text and not one_quoted:
+            return RequestTask(
+                None,
+                "its prompt reads as several arguments of opencode run (words joined by spaces, not one "
+                "quoted argument), which one task argument would send quoted",
+            )
+        return super().task_from_request(conv)
 
     def _env(self, ctx: LaunchContext) -> dict[str, str | None]:
         env = self.base_env(ctx)

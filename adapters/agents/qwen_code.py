@@ -35,7 +35,7 @@ from .base import (
     json_text,
     user_home,
 )
-from .descriptor import ISO_DATE, ChainHint, attached_value, rx
+from .descriptor import ISO_DATE, REFERENCED_FILES, SYSTEM_REMINDERS, ChainHint, attached_value, rx
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -67,11 +67,20 @@ class QwenCode(AgentProfile):
     intercept_verified = True  # tests/test_intercept.py runs it through the proxy
     chain_hint = ChainHint(tools=frozenset({"run_shell_command"}))
     key_env = "OPENAI_API_KEY"
+    task_option = "--prompt="
     volatile_context = (
         "<system-reminder> user blocks (date, temporary paths)",
         "home paths in the system prompt",
     )
     volatile_patterns = (rx(r"<system-reminder>[\s\S]*?</system-reminder>"), ISO_DATE)
+    # beside the prompt: its reminders and a UserPromptSubmit hook's context (its system prompt
+    # names the tag) in parts of their own, and after it the files the prompt names with @
+    prompt_wrappers = (
+        SYSTEM_REMINDERS,
+        rx(r"\s*<qwen:user-prompt-submit-context>[\s\S]*</qwen:user-prompt-submit-context>\s*"),
+    )
+    prompt_blocks = (REFERENCED_FILES,)
+    prompt_markers = ("<system-reminder>", "<qwen:user-prompt-submit-context>")
     output_decorations = ((rx(r"Process Group PGID: \d+"), "Process Group PGID: <pgid>"),)
     path_arguments = {
         "read_file": ("file_path",),
@@ -138,7 +147,14 @@ class QwenCode(AgentProfile):
         if session_id is not None:
             argv += ["--resume", session_id]
         # --prompt=TASK (attached): its positional prompt does not take "--" (0.24.4 then reads stdin)
-        argv += ["--auth-type", "openai", "--yolo", "--output-format", "stream-json", f"--prompt={task}"]
+        argv += [
+            "--auth-type",
+            "openai",
+            "--yolo",
+            "--output-format",
+            "stream-json",
+            self.task_argument(task),
+        ]
         return LaunchPlan(argv=argv, env=env, files=files)
 
     def session_id(self, stdout: bytes) -> str | None:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.errors import BadInputError, UsageError
 
-from .base import Diagnostics, NativeAdapter, NativeResult
+from .base import Diagnostics, NativeAdapter, NativeResult, flag_cut_off
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -196,8 +196,11 @@ def _read_native(
     try:
         with _reading(original, path):
             if session is not None:
-                return adapter.read(path, diag, session=session), notes
-            return adapter.read(path, diag), notes
+                result = adapter.read(path, diag, session=session)
+            else:
+                result = adapter.read(path, diag)
+        flag_cut_off(result)  # the step a cut-off last line may belong to
+        return result, notes
     finally:
         if collecting:
             gc.enable()

@@ -468,6 +468,19 @@ class LazySteps(Sequence[Step]):
         for p in self._plans:
             yield self._build(p)
 
+    def flagging(self, index: int, flag: str) -> "LazySteps":
+        """These steps, the one at ``index`` built with ``flag`` added to its flags."""
+        plan = self._plans[index]
+        build = self._build
+
+        def flagged(p: Any) -> Step:
+            step = build(p)
+            if p is plan and flag not in step.flags:
+                step.flags.append(flag)
+            return step
+
+        return LazySteps(self._plans, flagged)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, (list, LazySteps)):
             return len(self) == len(other) and all(a == b for a, b in zip(self, other))
@@ -600,6 +613,27 @@ class NativeResult(Record):
         self.trajectory = trajectory
         self.profile = profile
         self.diagnostics = diagnostics
+
+
+#: the flag of the step a cut-off last line may belong to (:func:`flag_cut_off`)
+CUT_OFF_FLAG = "truncated_line"
+
+
+def flag_cut_off(result: NativeResult) -> int | None:
+    """Flag the last step ``truncated_line`` when the file's last line was cut off (the reader's
+    ``truncated_line`` warning), and return its number (None: no cut, or no step). The line
+    came after every record read, so it may hold more of the last step: the rest of its action
+    (Claude Code writes one reply over several lines, the text on one and each tool call on the
+    next; Codex one item per line), or its observation. The steps before it are whole. Shared by
+    every JSONL format: :func:`~pvisor.adapters.native.read_native` calls it."""
+    steps = result.trajectory.steps
+    if "truncated_line" not in result.diagnostics.counts or not len(steps):
+        return None
+    if isinstance(steps, LazySteps):
+        result.trajectory.steps = steps.flagging(len(steps) - 1, CUT_OFF_FLAG)
+    elif CUT_OFF_FLAG not in steps[-1].flags:
+        steps[-1].flags.append(CUT_OFF_FLAG)
+    return len(steps)
 
 
 class NativeAdapter:
