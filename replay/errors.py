@@ -27,8 +27,8 @@ ERROR_CODES: dict[str, str] = {
     "no_reply": "N equals the steps and request N got no usable reply to render A_N from (exit 65)",
     "compaction_not_replayable": "playback from a native file across a compaction (its summary request is not in the file; use the journal run) (exit 65)",
     "action_lost": "a step up to N is a gap: its action's line was lost from the native file (exit 65)",
-    "damaged_source": "the native file lost or had repaired lines (not JSON, NUL bytes, a mended chain...), or "
-    "its cut-off last line may belong to step N; --allow-damaged builds it anyway (exit 65)",
+    "damaged_source": "the native file lost or had repaired lines (not JSON, NUL bytes, a mended "
+    "chain...), or its cut-off last line may belong to step N; --allow-damaged builds it anyway (exit 65)",
     "compaction_not_rebuilt": "the agent replaced its history at or before N and the native file does not hold what it sent instead (exit 65)",
     "profile_version_mismatch": "--profile-from is a capture of another major version of the agent (exit 65)",
     "profile_unusable": "--profile-from holds no main-loop request of the agent (exit 65)",

@@ -998,11 +998,11 @@ def test_a_cut_off_last_line_may_belong_to_the_last_step_which_no_boundary_inclu
         validate(res)
         assert res["status"] == "failed" and [e["code"] for e in res["errors"]] == ["damaged_source"]
         assert res["derived_run"] is None and not (out / "prefix.json").exists()
-    before = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "1", "--output",
-                     str(tmp_path / "before"))  # fmt: skip
+    before = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "1",
+                     "--output", str(tmp_path / "before"))  # fmt: skip
     assert before.returncode == 0, before.stderr
-    allowed = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2", "--allow-damaged",
-                      "--output", str(tmp_path / "allowed"))  # fmt: skip
+    allowed = prepare("--agent", "claude-code", "--trajectory", str(src), "--after-step", "2",
+                      "--allow-damaged", "--output", str(tmp_path / "allowed"))  # fmt: skip
     assert allowed.returncode == 0, allowed.stderr
     codes = [w["code"] for w in json.loads((tmp_path / "allowed" / "result.json").read_text())["warnings"]]
     assert "truncated_line" in codes
