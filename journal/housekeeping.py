@@ -105,7 +105,10 @@ def journal_bytes(path: Path) -> int:
     return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if os.path.exists(p))
 
 
-def _check_writers(conn: sqlite3.Connection, path: Path, force: bool, what: str) -> None:
+def check_writers(conn: sqlite3.Connection, path: Path, force: bool, what: str) -> None:
+    """UnavailableError (exit 69) naming the live writers of the journal ``path`` (pid and host
+    of each lease, :func:`live_writers`) and the command ``what`` that refuses to run beside
+    them; nothing unless ``force``."""
     if force:
         return
     alive = live_writers(conn)
@@ -152,7 +155,7 @@ def remove_run(journal: str | os.PathLike, run_id: str, *, force: bool = False) 
         run = reader.run(run_id)  # UsageError names the run and the journal
     conn = open_for_writing(path)
     try:
-        _check_writers(conn, path, force, f"rm {run.id}")
+        check_writers(conn, path, force, f"rm {run.id}")
         with JournalReader(path) as reader:  # restores manifests (they are blobs too)
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -228,7 +231,7 @@ def vacuum(journal: str | os.PathLike, *, force: bool = False) -> tuple[int, int
     path = Path(journal)
     conn = open_for_writing(path)
     try:
-        _check_writers(conn, path, force, "vacuum")
+        check_writers(conn, path, force, "vacuum")
         before = journal_bytes(path)
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         conn.execute("VACUUM")
