@@ -129,3 +129,21 @@ def intercept_config(intercept: bool, confdir: str | None, mitmdump: str | None)
     if confdir:
         config.confdir = Path(absolute(confdir, f"--confdir {confdir}"))
     return config
+
+
+def pause_options(step_help: str, after_step_help: str) -> Any:
+    """The two ways to name a pause (replay/numbering.py): ``--step K``, the documents'
+    transition (zero-based), and ``--after-step N``, the journal steps kept; both optional
+    integers from 0, passed as ``step`` and ``after_step``. ``view`` and ``snapshot restore``
+    give each its own help."""
+
+    def decorate(f: Any) -> Any:
+        f = click.option(
+            "--after-step", "after_step", type=click.IntRange(min=0), default=None, metavar="N",
+            help=after_step_help,
+        )(f)  # fmt: skip
+        return click.option(
+            "--step", "step", type=click.IntRange(min=0), default=None, metavar="K", help=step_help
+        )(f)
+
+    return decorate

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from pvisor.commands.base import Group, PathParam
+from pvisor.commands.params import pause_options
 
 from pvisor.commands.journal import _emit_json, _n, _reader, _table, _when
 
@@ -85,23 +86,11 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 @snapshot.command("restore")
 @click.argument("run_id", metavar="RUN")
-@click.option(
-    "--step",
-    "step",
-    type=click.IntRange(min=0),
-    default=None,
-    metavar="K",
-    help="Restore the workspace after transition K, zero-based (after journal step K+1); with --before, "
-    "before it ran (after step K). --step K is --after-step K+1.",
-)
-@click.option(
-    "--after-step",
-    "after_step",
-    type=click.IntRange(min=0),
-    default=None,
-    metavar="N",
-    help="Restore the workspace after N journal steps (0: the start state). What --step K meant before "
-    "pvisor numbered transitions (CHANGELOG.md).",
+@pause_options(
+    step_help="Restore the workspace after transition K, zero-based (after journal step K+1); with "
+    "--before, before it ran (after step K). --step K is --after-step K+1.",
+    after_step_help="Restore the workspace after N journal steps (0: the start state). What --step K meant "
+    "before pvisor numbered transitions (CHANGELOG.md).",
 )
 @click.option(
     "--before",

@@ -13,29 +13,18 @@ from pvisor.commands.base import Command, PathParam
 import orjson
 
 from pvisor.commands.outputs import check_output_path, make_output_parent
+from pvisor.commands.params import pause_options
 from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import OutputError, UsageError
 
 
 @click.command("view", cls=Command)
 @click.argument("source", metavar="RUN|FILE")
-@click.option(
-    "--step",
-    "step",
-    type=click.IntRange(min=0),
-    default=None,
-    metavar="K",
-    help="Pause at transition K, zero-based: after it (transitions 0..K, journal steps 1..K+1); with "
-    "--before, before it (0..K-1). --step K is --after-step K+1. Default: the last transition.",
-)
-@click.option(
-    "--after-step",
-    "after_step",
-    type=click.IntRange(min=0),
-    default=None,
-    metavar="N",
-    help="Pause after N journal steps (0: the task alone): --after-step N is --step N-1, and --step K "
-    "--before is --after-step K.",
+@pause_options(
+    step_help="Pause at transition K, zero-based: after it (transitions 0..K, journal steps 1..K+1); "
+    "with --before, before it (0..K-1). --step K is --after-step K+1. Default: the last transition.",
+    after_step_help="Pause after N journal steps (0: the task alone): --after-step N is --step N-1, and "
+    "--step K --before is --after-step K.",
 )
 @click.option(
     "--progress",
