@@ -38,11 +38,10 @@ import orjson
 
 from .errors import UnavailableError
 from .housekeeping import open_for_writing
-from .model import Run, RunMode
 
-#: the label of a child run whose workspace ``restore_handoff`` is still restoring
-RESTORING_LABEL = "handoff_restore"
-RESTORING = "in_progress"
+# RESTORING_LABEL: the label of a child run whose workspace restore_handoff is still restoring,
+# in the model, which the reader's run_status reads without loading this module's writing side
+from .model import RESTORING, RESTORING_LABEL, Run, RunMode
 
 #: the label of attempt 1 while the start that claimed it has not started the agent yet
 CLAIM_LABEL = "claimed_by_pid"

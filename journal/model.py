@@ -69,6 +69,12 @@ ExchangeRole = Literal["main", "auxiliary"]
 RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 
 
+#: the label (and its value) of a handoff's child run whose workspace ``restore_handoff`` is still
+#: restoring (journal/child_runs.py sets it; the reader lists such a run ``restoring``)
+RESTORING_LABEL = "handoff_restore"
+RESTORING = "in_progress"
+
+
 class RunMode(str, enum.Enum):
     """How a run came to be (``runs.mode``)."""
 

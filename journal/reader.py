@@ -21,7 +21,7 @@ import orjson
 
 from . import progress
 from .errors import BadInputError, IntegrityError, PvisorError, UnavailableError, UsageError
-from .model import Attempt, Exchange, Run, RunMode, unpack_timings
+from .model import RESTORING, RESTORING_LABEL, Attempt, Exchange, Run, RunMode, unpack_timings
 from .paths import absolute
 from .record import Record, record
 
@@ -371,8 +371,6 @@ class JournalReader:
         still restoring, or whose restore died), ``open`` (an attempt has not ended: running, or
         its pvisor was killed; a child run's start holds it so from before its agent starts),
         ``ended`` (every attempt ended), or ``-`` (no attempt: a ``pvisor gateway`` capture)."""
-        from .child_runs import RESTORING, RESTORING_LABEL
-
         rows = self.conn.execute(
             "SELECT count(*), count(ended_ms) FROM attempts WHERE run_id = ?", (run.id,)
         ).fetchone()
