@@ -30,13 +30,12 @@ from typing import Callable
 from yarl import URL
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
-from pvisor.journal.model import RUN_ID_PATTERN, has_key_shape
+from pvisor.journal.model import is_run_id
 
 HEALTH_PATH = "/__pvisor/health"
 RUN_HEADER = "X-Pvisor-Run"
 #: the header intercept mode's addon adds: ``<token> <origin>`` (stripped, never recorded)
 INTERCEPT_HEADER = "X-Pvisor-Intercept"
-_RUN_ID = re.compile(RUN_ID_PATTERN)
 _RUN_PREFIX = re.compile(r"^/run/([^/?]*)")
 
 
@@ -179,7 +178,7 @@ class Router:
         run = self.run
         bad_run = False
         if run_header is not None:
-            if _RUN_ID.fullmatch(run_header) and not has_key_shape(run_header):
+            if is_run_id(run_header):
                 run = run_header
             else:
                 bad_run = True
@@ -187,7 +186,7 @@ class Router:
         m = _RUN_PREFIX.match(target)
         if m:
             # a key is never a run id: it would be stored, exported and logged as one
-            if _RUN_ID.fullmatch(m.group(1)) and not has_key_shape(m.group(1)):
+            if is_run_id(m.group(1)):
                 run = m.group(1)
                 bad_run = False  # the prefix wins over the header
             else:

@@ -875,6 +875,15 @@ _KEY_SHAPES = LazyPattern(
 )
 
 
+_RUN_ID = LazyPattern(RUN_ID_PATTERN)
+
+
+def is_run_id(value: object) -> bool:
+    """Whether ``value`` is a str of :data:`RUN_ID_PATTERN` that holds no key-shaped token (a key
+    is never a run id: it would be stored, exported and logged as one)."""
+    return isinstance(value, str) and _RUN_ID.fullmatch(value) is not None and not has_key_shape(value)
+
+
 def has_key_shape(text: str) -> bool:
     """Whether ``text``, or ``text`` percent-decoded, holds a key-shaped token."""
     return _KEY_SHAPES.search(text) is not None or (

@@ -359,11 +359,13 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
     if opts.child_run is not None:
         child = child_target(opts.journal, opts.child_run, opts.child_option)
         if child.boundary_step is not None and child.boundary_step != opts.after_step:
+            from pvisor.replay.numbering import Wording
+
+            # the caller's own words: child_run= from Python, --child-run from the command line
+            w = Wording.PYTHON if opts.child_option.endswith("=") else Wording.CLI
             raise UsageError(
                 f"{_named(opts.child_option, child.id)}: the handoff's child run continues "
-                f"{_pause_of(child)}; this "
-                "replay is "
-                f"{'after_step=' if opts.child_option.endswith('=') else '--after-step '}{opts.after_step}"
+                f"{_pause_of(child)}; this replay is {w.option('after_step', opts.after_step)}"
             )
         # in the journal, before the output or the workspace is touched: of two replays started
         # at once one goes on, the other is refused as a start made later is
@@ -437,8 +439,7 @@ def _replay_claimed(
             raise ReplayUsageError(
                 "usage",
                 f"{_named(opts.child_option, child.id)}: the handoff's child run continues run "
-                f"{child.parent_run}; this "
-                f"replay is of run {rec.run}",
+                f"{child.parent_run}; this replay is of run {rec.run}",
             )
         if rec.task is None:
             raise ReplayBadInput("no_task", _no_task(source_path, rec))

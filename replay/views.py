@@ -48,6 +48,7 @@ from pvisor.journal.model import (
 )
 
 from .numbering import Position, Wording, describe, progress_transition, resolve_step
+from .numbering import steps as journal_steps
 
 VIEW_SCHEMA = "pvisor.view/v2"
 
@@ -321,11 +322,9 @@ class TrajectoryReplay:
             return cls.from_trajectory(where, agent)
         except (UsageError, BadInputError) as exc:
             raise BadInputError(
-                f"from_event_log: {where}: not a run's directory beside its journal (<data "
-                "dir>/runs/<run>), a "
-                "journal, a journal export of one run (pvisor journal export RUN --format jsonl) or a "
-                "native "
-                f"trajectory file: {exc.message}"
+                f"from_event_log: {where}: not a run's directory beside its journal (<data dir>/runs/<run>), "
+                "a journal, a journal export of one run (pvisor journal export RUN --format jsonl) or a "
+                f"native trajectory file: {exc.message}"
             ) from None
 
     def materialize_pauses(self, pauses: Iterable[PauseSpec]) -> list[View]:
@@ -355,10 +354,6 @@ class TrajectoryReplay:
         (exit 65) for ``before_commitment`` in a run without a commitment."""
         total = self.steps_total
         w, at = self.wording, _at(spec)
-        if spec.kind is not PauseKind.STEP and spec.after_step is not None:
-            raise UsageError(
-                f"{at}{w.option('after_step', spec.after_step)} is for a pause at a step (kind step)"
-            )
         if spec.kind is PauseKind.STEP:
             pos = resolve_step(
                 total,
@@ -387,7 +382,7 @@ class TrajectoryReplay:
                 else "kind step or progress: PauseKind.STEP, PauseKind.PROGRESS"
             )
             raise BadInputError(
-                f"{at}no commitment in {self.label}'s {total} journal step{'s' if total != 1 else ''} "
+                f"{at}no commitment in {self.label}'s {journal_steps(total)} "
                 f"(no finish tool, finish command or git commit): pause at a step instead ({how})"
             )
         k = found["transition"]
@@ -588,11 +583,9 @@ NAME_MAX = 255
 def _child_id(child: Any) -> str:
     """``child_episode_id`` when it is a run id (UsageError naming it otherwise, a long one
     shortened)."""
-    import re
+    from pvisor.journal.model import is_run_id
 
-    from pvisor.journal.model import RUN_ID_PATTERN, has_key_shape
-
-    if not isinstance(child, str) or not re.fullmatch(RUN_ID_PATTERN, child) or has_key_shape(child):
+    if not is_run_id(child):
         raise UsageError(
             f"restore_handoff: child_episode_id={shown(repr(child))}: a run id of letters, digits, '.', '_' "
             "and '-' (at most 128), starting with a letter or digit"

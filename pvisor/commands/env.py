@@ -90,7 +90,8 @@ def env(
         ("--journal", ctx.obj["journal"]),
     ):
         check_utf8(option, value)
-    from pvisor.gateway.routing import RUN_ID_PATTERN, check_upstream_url
+    from pvisor.gateway.routing import check_upstream_url
+    from pvisor.journal.model import RUN_ID_PATTERN
     from pvisor.journal.writer import new_run_id
 
     try:

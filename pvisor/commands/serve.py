@@ -352,7 +352,7 @@ def gateway(
     """
     from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
     from pvisor.gateway.lifecycle import EventLoop, loop_factory, run_on, tune_gc_for_serving
-    from pvisor.gateway.routing import RUN_ID_PATTERN
+    from pvisor.journal.model import RUN_ID_PATTERN
     from pvisor.journal.snapshots import SnapshotKind
     from pvisor.journal.writer_process import open_journal
 
