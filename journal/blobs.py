@@ -12,7 +12,8 @@ Restore cost is bounded by keyframes. Position ``p`` in a lane (0-based) uses:
 - otherwise: the body at ``p - 1``.
 
 Restoring any body therefore decompresses at most 31 + 31 + 1 = 63 frames. Each blob row names
-its ``base`` (the sha256 of the reference body); every restore checks the sha256 of the result.
+its ``base`` (the sha256 of the reference body) and its ``size``; every restore is bounded by
+that size (:func:`decode`) and checks the sha256 of the result.
 
 Blob row codecs: ``identity`` (stored as is: short or incompressible), ``zstd`` (standalone
 frame), ``zstd-prefix`` (frame compressed with the body ``base`` as a raw prefix).
@@ -33,7 +34,9 @@ STANDALONE_EVERY = 1024
 _MIN_COMPRESS = 64  # bytes; smaller bodies are stored as they are
 _CP = zstd.CompressionParameter
 _DP = zstd.DecompressionParameter
-_DECOMPRESS_OPTIONS = {_DP.window_log_max: 31}
+#: the largest size a blob row may declare (bytes): SQLite's default limit on one string or blob
+#: (SQLITE_MAX_LENGTH), the most ``pvisor_body`` could return; a row declaring more is damage
+MAX_SIZE = 1_000_000_000
 
 
 def sha256_hex(data: bytes) -> str:
@@ -74,20 +77,54 @@ def encode(data: bytes, base: bytes | None = None) -> tuple[str, bytes]:
     return codec, packed
 
 
-def decode(codec: str, stored: bytes, base: bytes | None = None) -> bytes:
-    """Undo :func:`encode`. Raises ValueError for an unknown codec or a missing base, and
-    ``zstd.ZstdError`` for corrupt data."""
+def decode(codec: str, stored: bytes, base: bytes | None = None, *, size: int) -> bytes:
+    """Undo :func:`encode` for a blob whose row declares ``size`` bytes (``blobs.size``).
+
+    The declared size bounds the decoding: frames are decompressed streaming, at most
+    ``size + 1`` bytes, and their window may be no larger than :func:`encode` can have used for
+    that size, so a crafted frame (98 KB of zstd declaring 3 GiB) stops at once instead of
+    exhausting memory. The caller still checks the result's length and sha256.
+
+    Raises :class:`SizeError` (a ValueError) for a declared size outside 0..:data:`MAX_SIZE` or
+    data that decodes past it, ValueError for an unknown codec or a missing base, and
+    ``zstd.ZstdError`` for corrupt or truncated data.
+    """
+    if not 0 <= size <= MAX_SIZE:
+        raise SizeError(f"it declares {size} bytes, outside 0..{MAX_SIZE} (the largest body a journal holds)")
     if codec == "identity":
         return bytes(stored)
     if codec == "zstd":
-        return zstd.decompress(stored, options=_DECOMPRESS_OPTIONS)
-    if codec == "zstd-prefix":
+        prefix = None
+    elif codec == "zstd-prefix":
         if base is None:
             raise ValueError("zstd-prefix blob needs its base body")
-        return zstd.decompress(
-            stored, zstd_dict=zstd.ZstdDict(base, is_raw=True).as_prefix, options=_DECOMPRESS_OPTIONS
-        )
-    raise ValueError(f"unknown blob codec {codec!r}")
+        prefix = zstd.ZstdDict(base, is_raw=True).as_prefix
+    else:
+        raise ValueError(f"unknown blob codec {codec!r}")
+    # encode() shrinks zstd's window to the input (and a frame against a base to base + data):
+    # a frame header asking for more is refused before its window is allocated
+    window_log = max(10, min(31, (len(base or b"") + size).bit_length() + 1))
+    options = {_DP.window_log_max: window_log}
+    out: list[bytes] = []
+    left = size
+    rest = stored
+    while True:  # one frame, as encode() writes; concatenated frames decode as zstd.decompress does
+        d = zstd.ZstdDecompressor(zstd_dict=prefix, options=options)
+        chunk = d.decompress(rest, max_length=left + 1)
+        if len(chunk) > left:
+            raise SizeError(f"it decodes to more than its declared {size} bytes")
+        if not d.eof:
+            raise zstd.ZstdError("its zstd frame is truncated")
+        out.append(chunk)
+        left -= len(chunk)
+        rest = d.unused_data
+        if not rest:
+            return out[0] if len(out) == 1 else b"".join(out)
+
+
+class SizeError(ValueError):
+    """A blob's row declares an impossible size, or its data decodes to more than it declares
+    (a crafted or damaged frame): :func:`decode` stops there."""
 
 
 ZstdError = zstd.ZstdError

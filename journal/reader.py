@@ -809,7 +809,7 @@ class BlobRestorer:
             if dtype != "blob":
                 raise IntegrityError(f"journal {self.label}: blob {row_sha} holds {dtype}, not bytes")
             try:
-                data = blobs.decode(codec, stored, data if codec == "zstd-prefix" else None)
+                data = blobs.decode(codec, stored, data if codec == "zstd-prefix" else None, size=size)
             except (ValueError, blobs.ZstdError) as exc:
                 raise IntegrityError(
                     f"journal {self.label}: blob {row_sha} cannot be decoded: {exc}"

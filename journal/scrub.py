@@ -715,12 +715,16 @@ def _walk(
             pending = stack[-1][4]
             continue
         parent = stack[-1] if stack else None
-        row = conn.execute("SELECT codec, data, typeof(data) FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
-        codec, stored, dtype = row
+        row = conn.execute(
+            "SELECT codec, data, typeof(data), size FROM blobs WHERE sha256 = ?", (sha,)
+        ).fetchone()
+        codec, stored, dtype, size = row
         try:
             if dtype != "blob":
                 raise ValueError(f"it holds {dtype}, not bytes")
-            old = blobs.decode(codec, stored, parent[1] if parent and codec == "zstd-prefix" else None)
+            old = blobs.decode(
+                codec, stored, parent[1] if parent and codec == "zstd-prefix" else None, size=size
+            )
         except (ValueError, blobs.ZstdError) as exc:
             raise IntegrityError(f"blob {sha} cannot be decoded ({exc}); scrub changed nothing") from None
         if blobs.sha256_hex(old) != sha:

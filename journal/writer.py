@@ -921,11 +921,11 @@ class Journal(JournalProducer):
         try:
             while self._to_finalize and (deadline is None or time.monotonic() < deadline):
                 ex_id, protocol, sha, encoding = self._to_finalize[0]
-                row = conn.execute("SELECT codec, data FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
+                row = conn.execute("SELECT codec, data, size FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
                 final = None
                 if row is not None:
                     try:
-                        raw = blobs.decode(row[0], row[1])
+                        raw = blobs.decode(row[0], row[1], size=row[2])
                         if encoding:
                             raw = decode_body(raw, encoding, limit=self.max_decoded)
                         final = self.finalize(protocol, True, raw)
