@@ -36,7 +36,7 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
@@ -214,21 +214,25 @@ class Manifest:
         return out
 
 
-def check_path(path: str, where: str) -> PurePosixPath:
-    """``path`` as a safe relative path: BadInputError naming ``where`` for an empty or absolute
-    path, a ``..`` or ``.`` component, a NUL byte or a backslash (a name no restore may write)."""
-    p = PurePosixPath(path)
+def check_path(path: str, where: str) -> str:
+    """``path`` when it is a safe relative path: BadInputError naming ``where`` for an empty or
+    absolute path, a ``..``, ``.`` or empty component, a NUL byte or a backslash (a name no
+    restore may write). String searches only: a manifest's paths can hold thousands of
+    components (parsing each into a path object made a deep manifest quadratic)."""
+    wrapped = f"/{path}/"
     if (
         not path
         or "\0" in path
         or "\\" in path
-        or p.is_absolute()
-        or any(part in ("..", ".", "") for part in path.split("/"))
+        or path.startswith("/")
+        or "//" in wrapped
+        or "/./" in wrapped
+        or "/../" in wrapped
     ):
         raise BadInputError(
             f"{where}: path {path!r} is not a relative path inside the snapshot (no '..', no absolute path)"
         )
-    return p
+    return path
 
 
 class SnapshotDriver(Protocol):
@@ -451,10 +455,10 @@ class FilesystemDriver:
         full). Nothing is written before every path was checked."""
         target = Path(target)
         named = self.named(target)
-        links = {e.path for e in manifest.entries if e.kind is EntryKind.SYMLINK}
+        below_links = _below_links(manifest)
         for i, e in enumerate(manifest.entries):
-            p = check_path(e.path, f"snapshot entry {i}")
-            below = next((str(a) for a in p.parents if str(a) in links), None)
+            check_path(e.path, f"snapshot entry {i}")
+            below = below_links.get(e.path)
             if below is not None:
                 raise BadInputError(
                     f"snapshot entry {i}: {e.path!r} lies below the symlink {below!r} of the snapshot: "
@@ -483,7 +487,7 @@ class FilesystemDriver:
             if holds and not force:
                 raise UsageError(f"{named}: not empty; give {self.force_option} to restore into it anyway")
             if holds:
-                conflict = _conflict(target, manifest, named)
+                conflict = _conflict(root_fd, manifest, named)
                 if conflict is not None:
                     raise UsageError(
                         f"{named}: {conflict}; nothing was written (restore into an empty directory)"
@@ -504,122 +508,120 @@ class FilesystemDriver:
     ) -> None:
         """Write the entries of :meth:`restore` below ``root_fd`` (the target, locked and checked)."""
         current = ""
+        # path order: a directory comes before what it holds, and what it holds comes together,
+        # so one walker of open descriptors serves each entry with the levels it does not share
+        # with the previous one (reopening every level from the root cost entries x depth)
+        order = sorted(manifest.entries, key=lambda e: e.path)
+        walker = _DirWalker(root_fd)
         try:
-            order = sorted(
-                manifest.entries, key=lambda e: (e.kind is EntryKind.SYMLINK, e.path.count("/"), e.path)
-            )
-            for e in order:
+            # symlinks last: nothing is written after a link is made
+            for e in [e for e in order if e.kind is not EntryKind.SYMLINK] + [
+                e for e in order if e.kind is EntryKind.SYMLINK
+            ]:
                 current = e.path
-                parts = e.path.split("/")
-                parent_fd = _open_dirs(root_fd, parts[:-1])
-                try:
-                    name = parts[-1]
-                    if e.kind is EntryKind.DIR:
-                        try:
-                            os.mkdir(name, 0o700, dir_fd=parent_fd)
-                        except FileExistsError:
-                            if not stat.S_ISDIR(
-                                os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode
-                            ):
-                                raise BadInputError(
-                                    f"snapshot entry {e.path!r}: the target holds something else there"
-                                ) from None
-                    elif e.kind is EntryKind.FILE:
-                        data = get(e.sha256 or "")
-                        if hashlib.sha256(data).hexdigest() != e.sha256:
+                parent, _, name = e.path.rpartition("/")
+                parent_fd = walker.dir_fd(parent)
+                if e.kind is EntryKind.DIR:
+                    try:
+                        os.mkdir(name, 0o700, dir_fd=parent_fd)
+                    except FileExistsError:
+                        if not stat.S_ISDIR(os.stat(name, dir_fd=parent_fd, follow_symlinks=False).st_mode):
                             raise BadInputError(
-                                f"snapshot entry {e.path!r}: its blob does not match sha256 {e.sha256}"
-                            )
-                        if force:
-                            try:
-                                os.unlink(name, dir_fd=parent_fd)
-                            except FileNotFoundError:
-                                pass
-                        fd = os.open(
-                            name,
-                            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                            0o600,
-                            dir_fd=parent_fd,
+                                f"snapshot entry {e.path!r}: the target holds something else there"
+                            ) from None
+                elif e.kind is EntryKind.FILE:
+                    data = get(e.sha256 or "")
+                    if hashlib.sha256(data).hexdigest() != e.sha256:
+                        raise BadInputError(
+                            f"snapshot entry {e.path!r}: its blob does not match sha256 {e.sha256}"
                         )
+                    if force:
                         try:
-                            view = memoryview(data)
-                            while view:
-                                view = view[os.write(fd, view) :]
-                            # never setuid or setgid: a crafted snapshot restored by root must
-                            # not make a program that runs as root
-                            os.fchmod(fd, e.mode & ~(stat.S_ISUID | stat.S_ISGID))
-                        finally:
-                            os.close(fd)
-                    else:
-                        if force:
-                            try:
-                                os.unlink(name, dir_fd=parent_fd)
-                            except FileNotFoundError:
-                                pass
-                        os.symlink(e.target or "", name, dir_fd=parent_fd)
-                finally:
-                    if parent_fd != root_fd:
-                        os.close(parent_fd)
-            # directory modes last: a read-only directory would refuse its own entries
-            for e in sorted(
-                (e for e in manifest.entries if e.kind is EntryKind.DIR), key=lambda e: -e.path.count("/")
-            ):
-                parts = e.path.split("/")
-                parent_fd = _open_dirs(root_fd, parts[:-1])
-                try:
-                    os.chmod(
-                        parts[-1], e.mode, dir_fd=parent_fd
-                    )  # a directory this restore made (checked above)
-                finally:
-                    if parent_fd != root_fd:
-                        os.close(parent_fd)
+                            os.unlink(name, dir_fd=parent_fd)
+                        except FileNotFoundError:
+                            pass
+                    fd = os.open(
+                        name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=parent_fd
+                    )
+                    try:
+                        view = memoryview(data)
+                        while view:
+                            view = view[os.write(fd, view) :]
+                        os.fchmod(fd, _restored_mode(e.mode))
+                    finally:
+                        os.close(fd)
+                else:
+                    if force:
+                        try:
+                            os.unlink(name, dir_fd=parent_fd)
+                        except FileNotFoundError:
+                            pass
+                    os.symlink(e.target or "", name, dir_fd=parent_fd)
+            # directory modes last, deepest first (reverse path order: what a directory holds
+            # comes before it): a read-only directory would refuse its own entries
+            for e in reversed(order):
+                if e.kind is EntryKind.DIR:
+                    current = e.path
+                    parent, _, name = e.path.rpartition("/")
+                    # a directory this restore made (checked above)
+                    os.chmod(name, _restored_mode(e.mode), dir_fd=walker.dir_fd(parent))
         except OSError as exc:
             # the disk is full, a permission is missing: what was written so far stays
             raise OutputError(
                 f"{named}: cannot write snapshot entry {current!r}: {exc.strerror or exc} "
                 "(the directory holds what was restored before it)"
             ) from None
+        finally:
+            walker.close()
 
 
-def _conflict(target: Path, manifest: Manifest, option: str) -> str | None:
-    """What in ``target`` (a directory that holds files: a forced restore) stands where the
-    manifest needs something a restore cannot replace, or None: a directory where a file or a
-    symlink goes, a file or a symlink where a directory goes or lies on the way (a symlink of
-    the target is never followed: it is looked at with ``lstat``, below directories already
-    found to be real ones)."""
-    kinds: dict[str, str] = {}
+def _conflict(root_fd: int, manifest: Manifest, option: str) -> str | None:
+    """What in the target ``root_fd`` (a directory that holds files: a forced restore) stands
+    where the manifest needs something a restore cannot replace, or None: a directory where a
+    file or a symlink goes, a file or a symlink where a directory goes or lies on the way (a
+    symlink of the target is never followed: it is looked at with ``lstat``, below directories
+    already found to be real ones). Each path and each of its directories is looked at once,
+    relative to its directory's descriptor (no path is too long, whatever the depth)."""
+    kinds: dict[str, str] = {"": "dir"}
+    walker = _DirWalker(root_fd)
 
-    def kind(rel: str) -> str:
-        if rel not in kinds:
-            try:
-                mode = os.lstat(target / rel).st_mode
-            except FileNotFoundError:
-                kinds[rel] = "absent"
-            except OSError as exc:  # no permission to look: nothing may be written there either
-                raise UsageError(f"{option}: {rel!r} cannot be examined ({exc.strerror})") from None
-            else:
-                kinds[rel] = "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "file"
-        return kinds[rel]
+    def look(up: str, rel: str) -> str:
+        try:
+            mode = os.stat(rel.rpartition("/")[2], dir_fd=walker.dir_fd(up), follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            return "absent"
+        except OSError as exc:  # no permission to look: nothing may be written there either
+            raise UsageError(f"{option}: {rel!r} cannot be examined ({exc.strerror})") from None
+        return "dir" if stat.S_ISDIR(mode) else "link" if stat.S_ISLNK(mode) else "file"
 
-    for e in sorted(manifest.entries, key=lambda e: e.path.count("/")):
-        parts = e.path.split("/")
-        blocked = False
-        for i in range(1, len(parts)):
-            prefix = "/".join(parts[:i])
-            k = kind(prefix)
+    try:
+        for e in sorted(manifest.entries, key=lambda e: e.path):
+            parent = e.path.rpartition("/")[0]
+            chain = []  # the directories of the entry not looked at yet, innermost first
+            p = parent
+            while p not in kinds:
+                chain.append(p)
+                p = p.rpartition("/")[0]
+            for q in reversed(chain):
+                up = q.rpartition("/")[0]
+                k = "absent" if kinds[up] == "absent" else look(up, q)  # nothing exists below it
+                kinds[q] = k
+                if k not in ("dir", "absent"):
+                    return f"the target holds a {k} at {q!r}, where the snapshot has a directory"
+            k = kinds[parent]
             if k == "absent":
-                blocked = True  # nothing exists below it
-                break
+                continue
             if k != "dir":
-                return f"the target holds a {k} at {prefix!r}, where the snapshot has a directory"
-        if blocked:
-            continue
-        k = kind(e.path)
-        if e.kind is EntryKind.DIR and k in ("file", "link"):
-            return f"the target holds a {k} at {e.path!r}, where the snapshot has a directory"
-        if e.kind is not EntryKind.DIR and k == "dir":
-            return f"the target holds a directory at {e.path!r}, where the snapshot has a {e.kind.value}"
-    return None
+                return f"the target holds a {k} at {parent!r}, where the snapshot has a directory"
+            k = kinds.get(e.path) or look(parent, e.path)
+            kinds[e.path] = k
+            if e.kind is EntryKind.DIR and k in ("file", "link"):
+                return f"the target holds a {k} at {e.path!r}, where the snapshot has a directory"
+            if e.kind is not EntryKind.DIR and k == "dir":
+                return f"the target holds a directory at {e.path!r}, where the snapshot has a {e.kind.value}"
+        return None
+    finally:
+        walker.close()
 
 
 def _entry_json(entry: Entry) -> bytes:
@@ -667,15 +669,115 @@ def _read_file_at(dir_fd: int, name: str) -> bytes:
         os.close(fd)
 
 
-def _open_dirs(root_fd: int, parts: list[str]) -> int:
-    """:func:`_open_dir_below` for a restore: a symlink on the way is a BadInputError naming it."""
-    try:
-        return _open_dir_below(root_fd, parts)
-    except OSError as exc:
-        raise BadInputError(
-            f"snapshot entry directory {exc.filename!r}: cannot be entered without following a link "
-            f"({exc.strerror})"
-        ) from None
+def _restored_mode(mode: int) -> int:
+    """The permission bits a restore gives an entry of ``mode``: never setuid or setgid (on a
+    file or a directory): a crafted snapshot restored by root must not make a program that runs
+    as root, nor a directory whose files take a group of its choosing."""
+    return mode & 0o7777 & ~(stat.S_ISUID | stat.S_ISGID)
+
+
+def _below_links(manifest: Manifest) -> dict[str, str]:
+    """Path -> symlink of the snapshot it lies below (the outermost one), for every entry below
+    one of the snapshot's symlinks. In sorted order the paths below ``L`` are one run (those
+    from ``L/`` to ``L0``), found by bisection: a cost of entries x log(entries), not of
+    entries x depth x path length, as looking up every parent of every entry was."""
+    import bisect
+
+    paths = sorted({e.path for e in manifest.entries})
+    links = sorted(e.path for e in manifest.entries if e.kind is EntryKind.SYMLINK)
+    out: dict[str, str] = {}
+    for link in links:
+        if link in out:
+            continue  # below an outer link: its run is inside the outer one's
+        lo = bisect.bisect_left(paths, link + "/")
+        hi = bisect.bisect_left(paths, link + "0", lo)  # "0" follows "/"
+        for p in paths[lo:hi]:
+            out[p] = link
+    return out
+
+
+class _DirWalker:
+    """Descriptors of the directories below ``root_fd`` that a restore writes into, each level
+    opened with ``O_NOFOLLOW`` (a symlink on the way is a BadInputError naming it).
+
+    The levels down to the last directory asked for stay open, the innermost :data:`_KEEP` of
+    them, so that entries in path order open only the levels they do not share with the one
+    before, and never more than ``_KEEP`` descriptors are held. Climbing back to a level closed
+    to keep that bound opens ``..`` of the level below it, and it must be the very directory
+    opened on the way down (same device and inode: one moved meanwhile is refused). A tree of
+    n entries thus costs O(n) opens whatever its depth (reopening every level from the root
+    for each entry cost entries x depth)."""
+
+    _KEEP = 64
+
+    def __init__(self, root_fd: int) -> None:
+        self.root_fd = root_fd
+        # (relative path, descriptor or None once closed, (st_dev, st_ino)), outermost first
+        self.levels: list[tuple[str, int | None, tuple[int, int]]] = []
+        self.open = 0
+
+    def dir_fd(self, rel: str) -> int:
+        """A descriptor of the directory ``rel`` ("" is the root); valid until the next call."""
+        levels = self.levels
+        while levels and not (rel == levels[-1][0] or rel.startswith(levels[-1][0] + "/")):
+            self._pop()
+        here, fd = (levels[-1][0], levels[-1][1]) if levels else ("", self.root_fd)
+        assert fd is not None  # the innermost level is always open
+        rest = rel[len(here) + 1 :] if here else rel
+        if rest:
+            for part in rest.split("/"):
+                here = f"{here}/{part}" if here else part
+                try:
+                    fd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                except OSError as exc:
+                    raise BadInputError(
+                        f"snapshot entry directory {here!r}: cannot be entered without following a link "
+                        f"({exc.strerror})"
+                    ) from None
+                st = os.fstat(fd)
+                levels.append((here, fd, (st.st_dev, st.st_ino)))
+                self.open += 1
+                self._trim()
+        return fd
+
+    def close(self) -> None:
+        for _, fd, _ in self.levels:
+            if fd is not None:
+                os.close(fd)
+        self.levels.clear()
+        self.open = 0
+
+    def _pop(self) -> None:
+        """Leave the innermost level; open its parent level again (``..``) if it was closed."""
+        _, fd, _ = self.levels.pop()
+        assert fd is not None
+        try:
+            if self.levels and self.levels[-1][1] is None:
+                rel, _, ident = self.levels[-1]
+                up = os.open("..", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+                st = os.fstat(up)
+                if (st.st_dev, st.st_ino) != ident:
+                    os.close(up)
+                    raise BadInputError(
+                        f"snapshot entry directory {rel!r}: moved while the restore wrote below it"
+                    )
+                self.levels[-1] = (rel, up, ident)
+                self.open += 1
+        finally:
+            os.close(fd)
+            self.open -= 1
+
+    def _trim(self) -> None:
+        """Close the outermost open levels while more than _KEEP are open (the open ones are
+        always the innermost)."""
+        i = len(self.levels) - self.open
+        while self.open > self._KEEP:
+            rel, fd, ident = self.levels[i]
+            assert fd is not None
+            os.close(fd)
+            self.levels[i] = (rel, None, ident)
+            self.open -= 1
+            i += 1
 
 
 def snapshot_driver(name: str = "filesystem") -> SnapshotDriver:
