@@ -9,6 +9,9 @@ FIFO or a socket (``/dev/null``, ``/dev/stdout``, a named pipe a reader waits on
 place: renaming over it would replace the node itself (as root, ``-o /dev/null`` turned
 ``/dev/null`` into a regular file).
 
+A file written here, or opened with :func:`open_private`, is created with mode 0600 whatever
+the umask: a command's output holds prompts and code, private as the journal is.
+
 This module imports nothing of pvisor's (the journal package's rule).
 """
 
@@ -31,6 +34,15 @@ def in_place(path: str) -> bool:
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
+def open_private(path: str | os.PathLike, mode: str = "wb") -> BinaryIO:
+    """``open(path, mode)`` for ``"wb"`` or ``"ab"``, a file it creates having mode 0600 whatever
+    the umask (an existing file keeps its own). Raises OSError."""
+    if mode not in ("wb", "ab"):
+        raise ValueError(f"open_private: mode {mode!r}, expected 'wb' or 'ab'")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC | (os.O_APPEND if mode == "ab" else os.O_TRUNC)
+    return open(os.open(path, flags, 0o600), mode)
+
+
 @contextlib.contextmanager
 def replacing(path: str) -> Iterator[BinaryIO]:
     """A binary file to write ``path``'s whole new content into (module docstring). On a clean
@@ -50,8 +62,9 @@ def replacing(path: str) -> Iterator[BinaryIO]:
             yield out
         return
     tmp = f"{target}.tmp"
-    out = open(tmp, "wb")
+    out = open_private(tmp)
     try:
+        os.fchmod(out.fileno(), 0o600)  # a temporary file left by a crash keeps its mode: not this one
         with out:
             yield out
         os.replace(tmp, target)
@@ -62,4 +75,4 @@ def replacing(path: str) -> Iterator[BinaryIO]:
         raise
 
 
-__all__ = ["in_place", "replacing"]
+__all__ = ["in_place", "open_private", "replacing"]

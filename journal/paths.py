@@ -85,10 +85,7 @@ def create_private_file(path: str | os.PathLike) -> bool:
     Returns True when the file was created now. SQLite gives the ``-wal`` and ``-shm`` files the
     mode of the database file, so they are private too.
     """
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.exists(parent):
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-        os.chmod(parent, 0o700)  # makedirs' mode is filtered by the umask
+    make_directories(os.path.dirname(os.path.abspath(path)))  # each one 0700, not only the last
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     except FileExistsError:

@@ -63,7 +63,8 @@ from pvisor.gateway.parent_death import die_with_parent
 from pvisor.journal.helpers import helper_argv
 from pvisor.journal.child_runs import Claim, claim_child_run, release_child_run
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError, shown
-from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone, not_utf8
+from pvisor.journal.outfile import open_private
+from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone, make_directories, not_utf8
 from pvisor.journal.model import RUN_ID_PATTERN, Attempt, Run, RunMode
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import SnapshotKind
@@ -766,7 +767,7 @@ def _exit_status(returncode: int | None) -> int | None:
 def _write_files(files: dict[Path, str]) -> None:
     """Write the plan's files: mode 0600, missing parent directories 0700."""
     for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        make_directories(path.parent)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
@@ -1136,7 +1137,7 @@ async def _attempt(
     proxy: Any = None,
     child: Run | None = None,
 ) -> RunReport:
-    run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_directories(run_dir)  # runs/ too, 0700 whatever the umask
     os.chmod(run_dir, 0o700)
     home = None if use_home else run_dir / "home"
     if home is not None:
@@ -1360,7 +1361,7 @@ async def _launch(
     UnavailableError."""
     if stop.event.is_set():  # a signal came while the gateway started: never start the agent
         return None, False, True, 0, False
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+    with open_private(stdout_path) as out, open_private(stderr_path) as err:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *plan.argv,
@@ -1454,7 +1455,7 @@ async def _native(
     if export is None:
         return profile.find_native(ctx, session_id, plan)
     err_path = export.output.with_suffix(".stderr")
-    with open(export.output, "wb") as out, open(err_path, "wb") as err:
+    with open_private(export.output) as out, open_private(err_path) as err:
         proc = await asyncio.create_subprocess_exec(
             *export.argv,
             stdin=subprocess.DEVNULL,

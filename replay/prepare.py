@@ -455,7 +455,9 @@ def _write_temps(
         tmp = os.path.join(where, f".{name}.tmp-{os.getpid()}")
         tmps.append((tmp, path))
         try:
-            with open(tmp, "wb") as fh:
+            from pvisor.journal.outfile import open_private
+
+            with open_private(tmp) as fh:
                 fh.write(data)
         except OSError as exc:
             _drop(tmps)

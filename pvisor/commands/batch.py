@@ -361,7 +361,9 @@ def row(outcome: BatchOutcome) -> dict[str, Any]:
 
 def _open(path: Path, shown: Path) -> BinaryIO:
     try:
-        return open(path, "wb")
+        from pvisor.journal.outfile import open_private
+
+        return open_private(path)
     except OSError as exc:
         raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
 

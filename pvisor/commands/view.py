@@ -157,7 +157,9 @@ def view(
         return
     make_output_parent(output, "--output")
     try:
-        with open(output, "wb") as f:
+        from pvisor.journal.outfile import open_private
+
+        with open_private(output) as f:
             f.write(data)
     except OSError as exc:
         raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}") from None
