@@ -719,8 +719,18 @@ class _DirWalker:
     def dir_fd(self, rel: str) -> int:
         """A descriptor of the directory ``rel`` ("" is the root); valid until the next call."""
         levels = self.levels
-        while levels and not (rel == levels[-1][0] or rel.startswith(levels[-1][0] + "/")):
-            self._pop()
+        keep = len(levels)  # the levels that hold ``rel``
+        while keep and not (rel == levels[keep - 1][0] or rel.startswith(levels[keep - 1][0] + "/")):
+            keep -= 1
+        if keep and levels[keep - 1][1] is None:
+            while len(levels) > keep:
+                self._pop()  # climbing back to a level closed to stay within _KEEP
+        else:
+            for _, fd, _ in levels[keep:]:
+                if fd is not None:
+                    os.close(fd)
+                    self.open -= 1
+            del levels[keep:]
         here, fd = (levels[-1][0], levels[-1][1]) if levels else ("", self.root_fd)
         assert fd is not None  # the innermost level is always open
         rest = rel[len(here) + 1 :] if here else rel

@@ -953,3 +953,33 @@ def test_a_manifest_1500_deep_restores_with_opens_linear_in_its_entries(tmp_path
                 os.close(fd)
     finally:
         subprocess.run(["rm", "-rf", str(into)], check=False)  # shutil.rmtree recurses: too deep
+
+
+def test_a_directory_moved_out_of_the_target_during_a_deep_restore_is_not_climbed_through(tmp_path):
+    """Past 64 levels the restore climbs back to a directory with ``..``; a directory moved
+    meanwhile (here out of the target, while a file below it is written) would lead elsewhere:
+    the climb finds another directory than the one entered and stops, writing nothing outside."""
+    data = b"x\n"
+    sha = hashlib.sha256(data).hexdigest()
+    chain = ["/".join(["d"] * n) for n in range(1, 71)]
+    entries = [Entry(p, EntryKind.DIR, 0o755) for p in chain]
+    entries += [
+        Entry(chain[-1] + "/f", EntryKind.FILE, 0o644, 2, sha),
+        Entry("d/g", EntryKind.FILE, 0o644, 2, sha),
+    ]
+    target, outside = tmp_path / "t", tmp_path / "outside"
+
+    def get(h: str) -> bytes:
+        if not outside.exists():  # while the deepest file is written: d/d goes out of the target
+            os.rename(target / "d" / "d", outside)
+        return data
+
+    try:
+        with pytest.raises(BadInputError) as exc:
+            FilesystemDriver().restore(Manifest(entries), get, target)
+        assert "moved while the restore wrote below it" in exc.value.message
+        assert sorted(os.listdir(tmp_path)) == ["outside", "t"]
+        assert sorted(os.listdir(target / "d")) == []  # g was not written anywhere
+        assert not (outside / "g").exists()
+    finally:
+        subprocess.run(["rm", "-rf", str(target), str(outside)], check=False)
