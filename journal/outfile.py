@@ -64,8 +64,8 @@ def replacing(path: str) -> Iterator[BinaryIO]:
     tmp = f"{target}.tmp"
     out = open_private(tmp)
     try:
-        os.fchmod(out.fileno(), 0o600)  # a temporary file left by a crash keeps its mode: not this one
         with out:
+            os.fchmod(out.fileno(), 0o600)  # a temporary file a crash left keeps its mode: not this one
             yield out
         os.replace(tmp, target)
     except BaseException:
