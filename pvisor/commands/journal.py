@@ -14,6 +14,7 @@ import orjson
 
 from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
 from pvisor.commands.outputs import check_output_path, make_output_parent
+from pvisor.commands.params import EXCHANGE_ID, RUN_ID
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.journal import progress
 from pvisor.journal.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
@@ -115,7 +116,7 @@ def _exchange_cells(e) -> list[str]:
 
 
 @journal.command("show")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print JSON for machines (with --follow: one line each)."
 )
@@ -213,7 +214,7 @@ def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 
 @journal.command("body")
-@click.argument("exchange_id", metavar="EXCHANGE")
+@click.argument("exchange_id", metavar="EXCHANGE", type=EXCHANGE_ID)
 @click.option(
     "--request", "want_request", is_flag=True, help="The request body (decoded from its Content-Encoding)."
 )
@@ -287,7 +288,7 @@ _FORMATS = ("jsonl", "atif", "otel", "har", "rows", "parquet")
 
 
 @journal.command("export")
-@click.argument("run_id", metavar="[RUN]", required=False)
+@click.argument("run_id", metavar="[RUN]", required=False, type=RUN_ID)
 @click.option(
     "--format",
     "fmt",
@@ -444,7 +445,7 @@ def verify(ctx: click.Context, as_json: bool) -> int:
 
 
 @journal.command("steps")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.option(
     "--json",
     "as_json",
@@ -508,7 +509,7 @@ def _add_sql() -> None:
 
 
 @journal.command("rm")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.option(
     "--force", is_flag=True, help="Remove it even while a writer (gateway, pvisor run) holds the journal."
 )
@@ -558,7 +559,9 @@ def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
 @click.option(
     "--regex", "regex", metavar="RE", help="Replace what this regular expression (Python, on bytes) matches."
 )
-@click.option("--run", "run_id", metavar="RUN", help="Only the bodies, rows and run directory of RUN.")
+@click.option(
+    "--run", "run_id", type=RUN_ID, metavar="RUN", help="Only the bodies, rows and run directory of RUN."
+)
 @click.option(
     "--replacement",
     default=None,

@@ -15,7 +15,7 @@ import click
 
 from pvisor.commands.base import Command
 
-from pvisor.commands.params import intercept_config, intercept_options
+from pvisor.commands.params import RUN_ID, intercept_config, intercept_options
 from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import UsageError
 
@@ -81,7 +81,12 @@ def _as_path(value: str | None) -> Path | None:
     help="The agent's native trajectory file (source).",
 )
 @click.option(
-    "--run", "run_id", default=None, metavar="ID", help="A run of the journal (id or unique prefix) (source)."
+    "--run",
+    "run_id",
+    type=RUN_ID,
+    default=None,
+    metavar="ID",
+    help="A run of the journal (id or unique prefix) (source).",
 )
 @click.option(
     "--after-step",
@@ -120,6 +125,7 @@ def _as_path(value: str | None) -> Path | None:
 @click.option(
     "--workspace-from",
     "workspace_from",
+    type=RUN_ID,
     default=None,
     metavar="RUN",
     help="replay-only, continuation: restore RUN's recorded start state (its step-0 snapshot) into the empty --workspace first.",
