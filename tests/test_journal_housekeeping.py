@@ -141,10 +141,48 @@ def test_vacuum_gives_the_space_of_a_removed_run_back(tmp_path: Path):
     assert cli(path, "journal", "verify").returncode == 0
 
 
+def test_rm_takes_a_whole_id_or_a_prefix_with_prefix_and_dry_run_removes_nothing(
+    two_runs: Path, tmp_path: Path
+):
+    """``rm r-`` removed the only run of a journal, ``rm r-1`` one not meant (issue 35 item 12):
+    a unique prefix, which the reading commands take, no longer removes anything; ``--prefix``
+    removes every run it starts, each listed, and ``--dry-run`` lists them and removes nothing."""
+    one = tmp_path / "one.sqlite"
+    with Journal.open(one) as j:
+        j.create_run(Run(id="r-only", agent="codex"))
+        j.flush()
+    for journal, given in ((one, "r-"), (one, "r-onl"), (two_runs, "r")):
+        proc = cli(journal, "journal", "rm", given)
+        assert proc.returncode == 2 and "rm takes a whole run id, or --prefix" in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+    with JournalReader(one) as r:
+        assert [run.id for run in r.runs()] == ["r-only"]
+    dry = cli(two_runs, "journal", "rm", "r-", "--prefix", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert [line.split(":")[0] for line in dry.stdout.splitlines()] == [
+        "would remove run r-a",
+        "would remove run r-b",
+    ]
+    assert "3 exchanges" in dry.stdout and dry.stderr == "nothing removed (--dry-run): 2 runs would go\n"
+    listed = json.loads(cli(two_runs, "journal", "rm", "r-b", "--dry-run", "--json").stdout)
+    assert [(s["id"], s["exchanges"]) for s in listed] == [("r-b", 1)]
+    with JournalReader(two_runs) as r:
+        assert [run.id for run in r.runs()] == ["r-a", "r-b"]  # a dry run removes nothing
+    assert (two_runs.parent / "runs" / "r-a").is_dir()
+    nothing = cli(two_runs, "journal", "rm", "r-z", "--prefix")
+    assert nothing.returncode == 2 and "no run id starts with 'r-z'" in nothing.stderr
+    gone = cli(two_runs, "journal", "rm", "r-", "--prefix", "--json")
+    assert gone.returncode == 0, gone.stderr
+    assert [(rep["run"], rep["exchanges"]) for rep in json.loads(gone.stdout)] == [("r-a", 3), ("r-b", 1)]
+    with JournalReader(two_runs) as r:
+        assert r.runs() == [] and r.verify().ok
+    assert blob_shas(two_runs) == set()
+
+
 def test_rm_and_vacuum_bad_input_get_one_line(two_runs: Path, tmp_path: Path):
     for args, code, said in [
         (["journal", "rm", "r-nope"], 2, "no run 'r-nope'"),
-        (["journal", "rm", "r-"], 2, "ambiguous"),
+        (["journal", "rm", "r-"], 2, "it is the start of r-a, r-b: rm takes a whole run id, or --prefix"),
         (["journal", "rm", ""], 2, "empty"),
     ]:
         proc = cli(two_runs, *args)

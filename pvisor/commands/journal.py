@@ -511,32 +511,64 @@ def _add_sql() -> None:
 @journal.command("rm")
 @click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.option(
+    "--prefix",
+    is_flag=True,
+    help="RUN is the start of run ids: remove every run whose id starts with it, each listed.",
+)
+@click.option("--dry-run", is_flag=True, help="List the runs that would be removed; remove nothing.")
+@click.option(
     "--force", is_flag=True, help="Remove it even while a writer (gateway, pvisor run) holds the journal."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print what was removed as JSON (with --prefix an array; with --dry-run the runs as ls --json).",
+)
 @click.pass_context
-def rm(ctx: click.Context, run_id: str, force: bool, as_json: bool) -> None:
-    """Remove RUN (id or unique prefix): its attempts, exchanges, events, snapshots, the bodies
-    no other run names, and its run directory (agent output, private home). The freed pages
-    are reused; pvisor journal vacuum gives them back to the disk."""
-    from pvisor.journal.housekeeping import remove_run
+def rm(ctx: click.Context, run_id: str, prefix: bool, dry_run: bool, force: bool, as_json: bool) -> None:
+    """Remove RUN, its whole id (a unique prefix is not enough; --prefix removes every run whose
+    id starts with RUN): its attempts, exchanges, events, snapshots, the bodies no other run
+    names, and its run directory (agent output, private home). --dry-run lists what would go.
+    The freed pages are reused; pvisor journal vacuum gives them back to the disk."""
+    from pvisor.journal.housekeeping import remove_run, runs_to_remove
 
-    rep = remove_run(ctx.obj["journal"], run_id, force=force)
-    if as_json:
-        _emit_json(rep.to_json())
+    chosen = runs_to_remove(ctx.obj["journal"], run_id, prefix=prefix)
+    if dry_run:
+        if as_json:
+            _emit_json(chosen)
+            return
+        for s in chosen:
+            click.echo(
+                _safe(
+                    f"would remove run {s['id']}: agent {s['agent'] or '-'}, mode {s['mode']}, "
+                    f"created {_when(s['created_ms'])}, {_n(s['exchanges'], 'exchange')}"
+                )
+            )
+        click.echo(f"nothing removed (--dry-run): {_n(len(chosen), 'run')} would go", err=True)
         return
-    click.echo(
-        f"removed run {rep.run}: {_n(rep.attempts, 'attempt')}, {_n(rep.exchanges, 'exchange')}, "
-        f"{_n(rep.events, 'event')}, {_n(rep.snapshots, 'snapshot')}; {_n(rep.blobs_removed, 'blob')} "
-        f"({rep.bytes_freed} bytes stored) removed, {rep.blobs_kept} kept (other runs name them)"
-    )
-    click.echo(f"run directory: {rep.run_dir or '- (none)'}")
-    if rep.orphaned_children:
+    going = {s["id"] for s in chosen}
+    reports = []
+    for s in chosen:
+        rep = remove_run(ctx.obj["journal"], s["id"], force=force)
+        reports.append(rep.to_json())
+        if as_json:
+            continue
         click.echo(
-            f"pvisor: note: {_n(len(rep.orphaned_children), 'run')} derived from it stay "
-            f"({', '.join(rep.orphaned_children)}); their parent is gone",
-            err=True,
+            f"removed run {rep.run}: {_n(rep.attempts, 'attempt')}, {_n(rep.exchanges, 'exchange')}, "
+            f"{_n(rep.events, 'event')}, {_n(rep.snapshots, 'snapshot')}; {_n(rep.blobs_removed, 'blob')} "
+            f"({rep.bytes_freed} bytes stored) removed, {rep.blobs_kept} kept (other runs name them)"
         )
+        click.echo(_safe(f"run directory: {rep.run_dir or '- (none)'}"))
+        orphans = [c for c in rep.orphaned_children if c not in going]  # not those this rm removes too
+        if orphans:
+            click.echo(
+                f"pvisor: note: {_n(len(orphans), 'run')} derived from it stay "
+                f"({', '.join(orphans)}); their parent is gone",
+                err=True,
+            )
+    if as_json:
+        _emit_json(reports if prefix else reports[0])
 
 
 @journal.command("vacuum")
