@@ -257,3 +257,38 @@ def test_sql_refuses_writes_and_names_bad_queries_and_damage(two_runs: Path):
     assert proc.returncode == 3 and b_ex.response_body in proc.stderr, proc.stderr
     with JournalReader(two_runs) as r:
         assert [run.id for run in r.runs()] == ["r-a", "r-b"]  # read only: nothing else changed
+
+
+def test_sql_is_read_only_for_attach_vacuum_into_and_pragmas_that_set(two_runs: Path):
+    """``journal sql``, documented read-only, ran ``VACUUM INTO`` and ``ATTACH`` (each writes a
+    file) with exit 0, and said "disk I/O error" for ``PRAGMA journal_mode=DELETE`` (issue 35
+    item 13): every statement that would write a file or change state is refused before it runs,
+    in one line naming it, exit 2; pragmas that read still answer."""
+    folder = two_runs.parent
+    assert cli(two_runs, "journal", "sql", "SELECT 1").returncode == 0  # a reader's -wal and -shm
+    before = sorted(p.name for p in folder.iterdir())
+    journal_bytes = two_runs.read_bytes()
+    for query, refused in [
+        (f"VACUUM INTO '{folder / 'copy.sqlite'}'", "VACUUM"),
+        (f"ATTACH '{folder / 'other.sqlite'}' AS other", "ATTACH"),
+        ("PRAGMA journal_mode=DELETE", "PRAGMA journal_mode=DELETE"),
+        ("PRAGMA wal_checkpoint(TRUNCATE)", "PRAGMA wal_checkpoint=TRUNCATE"),
+        ("CREATE TEMP TABLE t AS SELECT * FROM runs", "CREATE"),
+        ("BEGIN EXCLUSIVE", "BEGIN"),
+    ]:
+        proc = cli(two_runs, "journal", "sql", query)
+        assert proc.returncode == 2, (query, proc.stderr)
+        assert proc.stderr.startswith(
+            f"pvisor: error: journal sql only reads the journal: {refused} is refused"
+        )
+        assert proc.stderr.count("\n") == 1 and proc.stdout == "", (query, proc.stderr)
+    assert sorted(p.name for p in folder.iterdir()) == before  # no copy, no attached file
+    assert two_runs.read_bytes() == journal_bytes
+    for query, first in [
+        ("PRAGMA journal_mode", ["wal"]),
+        ("PRAGMA table_info(runs)", [0, "id"]),
+        ("SELECT name FROM pragma_table_info('runs') WHERE cid = 0", ["id"]),
+    ]:
+        proc = cli(two_runs, "journal", "sql", "--json", query)
+        assert proc.returncode == 0, (query, proc.stderr)
+        assert list(json.loads(proc.stdout)[0].values())[: len(first)] == first, proc.stdout
