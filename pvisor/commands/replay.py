@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pvisor.commands.base import Command
+from pvisor.commands.base import Command, one_line
 
 from pvisor.commands.params import RUN_ID, intercept_config, intercept_options
 from pvisor.commands.progress import progress_option
@@ -520,8 +520,10 @@ _LIVE = ("upstream", "max_steps", "boundary_prompt", "reasoning", "live_model")
 
 def _report(replay: Any, result_to: str | None) -> None:
     """Run ``replay()`` (an outcome with ``result`` and ``summary()``) and tell how it went:
-    warnings and the summary line; with ``--result -`` the document on stdout, also the failed
-    one of an error (stdout stays one JSON value) and the summary on stderr."""
+    warnings and the summary line (control characters of the paths it names escaped, as every
+    message escapes them: ``--output 'o\x1b[2J'`` must not clear the terminal); with
+    ``--result -`` the document on stdout, also the failed one of an error (stdout stays one JSON
+    value) and the summary on stderr."""
     from pvisor.journal.errors import PvisorError
     from pvisor.replay.prepare import dump_result
 
@@ -534,13 +536,13 @@ def _report(replay: Any, result_to: str | None) -> None:
             sys.stdout.buffer.flush()
         raise
     for w in outcome.result["warnings"]:
-        _note(f"pvisor: warning: {w['message']}")
+        _note(f"pvisor: warning: {one_line(w['message'])}")
     if result_to == "-":
         sys.stdout.buffer.write(dump_result(outcome.result))
         sys.stdout.buffer.flush()
-        _note(outcome.summary())
+        _note(one_line(outcome.summary()))
     else:
-        click.echo(outcome.summary())
+        click.echo(one_line(outcome.summary()))
 
 
 def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
