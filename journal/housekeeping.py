@@ -23,11 +23,11 @@ import socket
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Iterable
 
 import orjson
 
-from .errors import UnavailableError, UsageError
+from .errors import UnavailableError
 from .paths import run_directory
 from .reader import BUSY_TIMEOUT_S, JournalReader
 
@@ -149,13 +149,15 @@ def _named_by_rows(conn: sqlite3.Connection, reader_blob, where: str, args: tupl
 NAMED_RUNS = 5
 
 
-def runs_to_remove(journal: str | os.PathLike, run_id: str, *, prefix: bool = False) -> list[dict[str, Any]]:
+def runs_to_remove(journal: str | os.PathLike, run_id: str, *, prefix: bool = False) -> list[dict]:
     """The runs ``pvisor journal rm`` removes, as :meth:`JournalReader.run_summaries` gives them
     (oldest first): the run whose id is ``run_id``, whole; with ``prefix``, every run whose id
     starts with ``run_id`` (case counts). A unique prefix, which the reading commands take, is not
     enough to remove a run: ``rm r-`` once removed the only run. UsageError (exit 2) when none is
     chosen; one that only starts some ids names them (:data:`NAMED_RUNS` at most) and says to
     give the whole id or ``--prefix``. Reads the journal only."""
+    from .errors import UsageError
+
     with JournalReader(journal) as reader:
         summaries = reader.run_summaries()
     where = os.fspath(journal)

@@ -528,19 +528,6 @@ def _intercept_config(
     return config
 
 
-def check_listen_host(host: str, allow_remote: bool, risk: str) -> None:
-    """UsageError (exit 2) for an empty ``--host``, or one beyond this machine (not loopback:
-    :func:`~pvisor.gateway.access.is_loopback`) without ``--allow-remote``; ``risk`` ends the
-    sentence ``whoever reaches it could ...`` and says what follows ``add --allow-remote``. The
-    rule of every pvisor server (``gateway``, ``serve-model``)."""
-    from pvisor.gateway.access import is_loopback
-
-    if not host.strip():
-        raise UsageError("--host: an empty address; give 127.0.0.1, or an address with --allow-remote")
-    if not is_loopback(host) and not allow_remote:
-        raise UsageError(f"--host {host} listens beyond this machine: whoever reaches it could {risk}")
-
-
 def _access_token(host: str, allow_remote: bool, token: str | None) -> str | None:
     """The token requests must carry, or None (a loopback gateway without --token). UsageError
     for a host beyond this machine without --allow-remote, or a token that cannot be one."""
@@ -558,6 +545,19 @@ def _access_token(host: str, allow_remote: bool, token: str | None) -> str | Non
         return check_token(token)
     except ValueError as exc:
         raise UsageError(f"--token (or $PVISOR_GATEWAY_TOKEN): {exc}") from None
+
+
+def check_listen_host(host: str, allow_remote: bool, risk: str) -> None:
+    """UsageError (exit 2) for an empty ``--host``, or one beyond this machine (not loopback:
+    :func:`~pvisor.gateway.access.is_loopback`) without ``--allow-remote``; ``risk`` ends the
+    sentence ``whoever reaches it could ...`` and says what follows ``add --allow-remote``. The
+    rule of every pvisor server (``gateway``, ``serve-model``)."""
+    from pvisor.gateway.access import is_loopback
+
+    if not host.strip():
+        raise UsageError("--host: an empty address; give 127.0.0.1, or an address with --allow-remote")
+    if not is_loopback(host) and not allow_remote:
+        raise UsageError(f"--host {host} listens beyond this machine: whoever reaches it could {risk}")
 
 
 @click.command("serve-model", cls=Command)
