@@ -13,8 +13,8 @@ import orjson
 from pvisor.adapters.agents import agent_names
 from pvisor.adapters.agents.base import AgentOutcome
 from pvisor.commands.params import Seconds, intercept_config, intercept_options
-from pvisor.commands.params import RUN_ID
 from pvisor.journal.errors import EXIT_TIMEOUT
+from pvisor.commands.params import RUN_ID
 
 
 def _warn(message: str) -> None:
