@@ -145,6 +145,42 @@ def _named_by_rows(conn: sqlite3.Connection, reader_blob, where: str, args: tupl
     return named
 
 
+#: how many of the runs a prefix starts a refusal names (then "and N more")
+NAMED_RUNS = 5
+
+
+def runs_to_remove(journal: str | os.PathLike, run_id: str, *, prefix: bool = False) -> list[dict]:
+    """The runs ``pvisor journal rm`` removes, as :meth:`JournalReader.run_summaries` gives them
+    (oldest first): the run whose id is ``run_id``, whole; with ``prefix``, every run whose id
+    starts with ``run_id`` (case counts). A unique prefix, which the reading commands take, is not
+    enough to remove a run: ``rm r-`` once removed the only run. UsageError (exit 2) when none is
+    chosen; one that only starts some ids names them (:data:`NAMED_RUNS` at most) and says to
+    give the whole id or ``--prefix``. Reads the journal only."""
+    from .errors import UsageError
+
+    with JournalReader(journal) as reader:
+        summaries = reader.run_summaries()
+    where = os.fspath(journal)
+    starting = [s for s in summaries if s["id"].startswith(run_id)]
+    if prefix:
+        if not starting:
+            raise UsageError(f"no run id starts with {run_id!r} in journal {where}")
+        return starting
+    exact = [s for s in starting if s["id"] == run_id]
+    if exact:
+        return exact
+    if starting:
+        ids = [s["id"] for s in starting]
+        named = ", ".join(ids[:NAMED_RUNS]) + (
+            f" and {len(ids) - NAMED_RUNS} more" if len(ids) > NAMED_RUNS else ""
+        )
+        raise UsageError(
+            f"no run {run_id!r} in journal {where}; it is the start of {named}: rm takes a whole run id, "
+            f"or --prefix to remove every run it starts (--dry-run lists them)"
+        )
+    raise UsageError(f"no run {run_id!r} in journal {where}")
+
+
 def remove_run(journal: str | os.PathLike, run_id: str, *, force: bool = False) -> RemoveReport:
     """Remove the run ``run_id`` (or a unique prefix) from the journal and its run directory
     (module docstring). Raises UsageError for an unknown or ambiguous run, UnavailableError

@@ -40,6 +40,8 @@ from .prepare import (
     create_output,
     fail,
     file_sha256,
+    remove_made,
+    to_be_made,
     write_failed,
     write_outputs,
 )
@@ -294,6 +296,7 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
     opts: PrepareOptions | None = None
     out: Path | None = None
     result: dict[str, Any] | None = None
+    made: list[str] = []  # the output directories this request made, until its files are written
     try:
         if isinstance(request, PvisorError):
             raise request
@@ -314,6 +317,7 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
         if opts.output is not None:
             target = Path(check_output(opts.output, opts.workspace, opts.force))
             check_inputs_not_outputs(opts, target)
+            made = to_be_made(target)
             create_output(target, opts.output)
             # only now: a failure before must not remove files of a directory it was refused
             # (the prefix files there may be this request's own source)
@@ -325,6 +329,7 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
         prefix = compute(opts, result, shown, t0, reads)
         if out is not None:
             write_outputs(out, prefix, result, t0)
+            made = []
         else:
             result["timings_ms"]["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
         return BatchOutcome(index, _name(opts), Status.OK, result, prefix, None, out)
@@ -339,6 +344,11 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
         if out is not None:
             write_failed(out, result)
         return BatchOutcome(index, _name(opts), Status.FAILED, result, None, exc, out)
+    except BaseException:
+        # interrupted (Ctrl-C): the request in progress leaves no directory of its own, empty or
+        # half written; the finished requests' outputs stay
+        remove_made(made)
+        raise
 
 
 def _check_types(opts: PrepareOptions, index: int) -> None:

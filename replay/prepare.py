@@ -641,6 +641,28 @@ def create_output(out: str | os.PathLike, given: str | os.PathLike) -> None:
         raise ReplayOutputError(f"cannot create --output {show_path(given)}: {exc.strerror or exc}") from None
 
 
+def to_be_made(out: str | os.PathLike) -> list[str]:
+    """The directories of ``out`` (itself and its parents) that do not exist yet, outermost
+    first: what :func:`create_output` is about to make, and what :func:`remove_made` takes away
+    when the prepare is interrupted, even in the middle of making them."""
+    missing: list[str] = []
+    here = os.path.abspath(out)
+    while not os.path.isdir(here) and os.path.dirname(here) != here:
+        missing.append(here)
+        here = os.path.dirname(here)
+    return missing[::-1]
+
+
+def remove_made(made: list[str]) -> None:
+    """Remove the directories of :func:`to_be_made` (``made``) that exist, with what they hold:
+    a prepare interrupted (Ctrl-C) before its files were written leaves no empty or partial
+    output directory. A directory that was there before is not in ``made`` and stays."""
+    if made:
+        import shutil
+
+        shutil.rmtree(made[0], ignore_errors=True)
+
+
 def compute(
     opts: PrepareOptions,
     result: dict[str, Any],
@@ -694,16 +716,22 @@ def write_outputs(out: str | os.PathLike, prefix: Prefix, result: dict[str, Any]
     into place, result.json last (when it says ok, both prefix files are in place)."""
     timings = result["timings_ms"]
     t = time.perf_counter()
-    tmps = _write_temps(
-        [
-            (os.path.join(out, PREFIX_FILE), prefix.body),
-            (os.path.join(out, REQUEST_FILE), dumps(prefix.request, indent=True) + b"\n"),
-        ]
-    )
-    timings["write"] = _ms(t, time.perf_counter())
-    timings["total"] = _ms(t0, time.perf_counter())
-    _write_temps([(os.path.join(out, RESULT_FILE), dump_result(result))], tmps)
-    _commit(tmps)
+    tmps: list[tuple[str, str]] = []
+    try:
+        _write_temps(
+            [
+                (os.path.join(out, PREFIX_FILE), prefix.body),
+                (os.path.join(out, REQUEST_FILE), dumps(prefix.request, indent=True) + b"\n"),
+            ],
+            tmps,
+        )
+        timings["write"] = _ms(t, time.perf_counter())
+        timings["total"] = _ms(t0, time.perf_counter())
+        _write_temps([(os.path.join(out, RESULT_FILE), dump_result(result))], tmps)
+        _commit(tmps)
+    except BaseException:
+        _drop(tmps)  # interrupted (Ctrl-C): no temporary file left beside the outputs
+        raise
 
 
 def fail(result: dict[str, Any], exc: PvisorError, t0: float) -> None:

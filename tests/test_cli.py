@@ -326,6 +326,68 @@ def test_journal_option_and_ids_that_name_nothing(journal: Path, tmp_path: Path)
         assert usage.startswith(f"Usage: pvisor journal {command} [OPTIONS] {metavar}"), usage
 
 
+#: every command that looks up a run or an exchange of the journal, with ID where it goes
+_ID_COMMANDS = {
+    "journal show": (["journal", "show", "ID"], "RUN"),
+    "journal steps": (["journal", "steps", "ID"], "RUN"),
+    "journal rm": (["journal", "rm", "ID"], "RUN"),
+    "journal export": (["journal", "export", "ID", "--format", "atif"], "RUN"),
+    "journal body": (["journal", "body", "ID", "--request"], "EXCHANGE"),
+    "journal scrub": (["journal", "scrub", "secret", "--run", "ID", "--dry-run"], "--run"),
+    "report": (["report", "ID", "-o", "{tmp}/r.html"], "RUN"),
+    "snapshot ls": (["snapshot", "ls", "ID"], "RUN"),
+    "snapshot restore": (["snapshot", "restore", "ID", "--into", "{tmp}/ws"], "RUN"),
+    "replay": (
+        "replay --agent codex --run ID --after-step 0 --prepare-only --output {tmp}/out".split(),
+        "--run",
+    ),
+    "replay --workspace-from": (
+        "replay --agent codex --run r-cli00000001 --after-step 0 --replay-only --workspace {tmp}/ws "
+        "--workspace-from ID".split(),
+        "--workspace-from",
+    ),
+    "run --resume": (["run", "--agent", "codex", "--resume", "ID", "--", "go on"], "--resume"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(_ID_COMMANDS))
+def test_an_id_that_is_not_utf8_is_one_line_naming_it(journal: Path, tmp_path: Path, command: str):
+    """A run or exchange id given as bytes that are not UTF-8 (Python holds them as lone
+    surrogates) is refused in one line naming the argument, its bytes as \\xNN, exit 2, before
+    the journal is opened or any file written; it was a UnicodeEncodeError traceback in seven
+    commands (issue 35 item 11)."""
+    args, named = _ID_COMMANDS[command]
+    argv: list[str | bytes] = [b"r-cli\xff" if a == "ID" else a.format(tmp=tmp_path) for a in args]
+    before = journal.read_bytes()
+    proc = subprocess.run(
+        [PVISOR, "--journal", str(journal), *argv], capture_output=True, timeout=60, stdin=subprocess.DEVNULL
+    )
+    assert proc.returncode == 2, (command, proc.stderr)
+    assert (
+        proc.stderr
+        == f"pvisor: error: {named} r-cli\\xff: not valid UTF-8 (file names and ids must be UTF-8)\n".encode()
+    )
+    assert proc.stdout == b"" and journal.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["j"]  # no page, no directory, no output
+
+
+def test_ids_of_other_characters_are_one_line_and_a_key_is_not_echoed(journal: Path):
+    for given, said in (
+        ("r-cli\x1b[31m", "RUN r-cli\\x1b[31m: not a run id (letters, digits, '.', '_' and '-', at most 128"),
+        ("a" * 5000, "RUN " + "a" * 40 + "..." + "a" * 20 + " (5000 characters): not a run id"),
+        (
+            "sk-ant-api03-abcdefghijklmnop",
+            "RUN holds a key-shaped token (not shown): a key is never a run id",
+        ),
+    ):
+        proc = run("journal", "show", given, journal=journal)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and err.startswith(f"pvisor: error: {said}"), err
+        assert err.count("\n") == 1 and "abcdefghijklmnop" not in err
+    proc = run("journal", "body", "x-\n", "--request", journal=journal)
+    assert proc.stderr.decode().startswith("pvisor: error: EXCHANGE x-\\n: not an exchange id"), proc.stderr
+
+
 def test_damage_found_while_reading_names_the_journal_and_the_exchange(journal: Path):
     conn = sqlite3.connect(journal)
     [(sha, ex_id)] = conn.execute("SELECT request_body, id FROM exchanges WHERE seq = 1").fetchall()

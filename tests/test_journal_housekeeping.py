@@ -141,10 +141,48 @@ def test_vacuum_gives_the_space_of_a_removed_run_back(tmp_path: Path):
     assert cli(path, "journal", "verify").returncode == 0
 
 
+def test_rm_takes_a_whole_id_or_a_prefix_with_prefix_and_dry_run_removes_nothing(
+    two_runs: Path, tmp_path: Path
+):
+    """``rm r-`` removed the only run of a journal, ``rm r-1`` one not meant (issue 35 item 12):
+    a unique prefix, which the reading commands take, no longer removes anything; ``--prefix``
+    removes every run it starts, each listed, and ``--dry-run`` lists them and removes nothing."""
+    one = tmp_path / "one.sqlite"
+    with Journal.open(one) as j:
+        j.create_run(Run(id="r-only", agent="codex"))
+        j.flush()
+    for journal, given in ((one, "r-"), (one, "r-onl"), (two_runs, "r")):
+        proc = cli(journal, "journal", "rm", given)
+        assert proc.returncode == 2 and "rm takes a whole run id, or --prefix" in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and proc.stdout == ""
+    with JournalReader(one) as r:
+        assert [run.id for run in r.runs()] == ["r-only"]
+    dry = cli(two_runs, "journal", "rm", "r-", "--prefix", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert [line.split(":")[0] for line in dry.stdout.splitlines()] == [
+        "would remove run r-a",
+        "would remove run r-b",
+    ]
+    assert "3 exchanges" in dry.stdout and dry.stderr == "nothing removed (--dry-run): 2 runs would go\n"
+    listed = json.loads(cli(two_runs, "journal", "rm", "r-b", "--dry-run", "--json").stdout)
+    assert [(s["id"], s["exchanges"]) for s in listed] == [("r-b", 1)]
+    with JournalReader(two_runs) as r:
+        assert [run.id for run in r.runs()] == ["r-a", "r-b"]  # a dry run removes nothing
+    assert (two_runs.parent / "runs" / "r-a").is_dir()
+    nothing = cli(two_runs, "journal", "rm", "r-z", "--prefix")
+    assert nothing.returncode == 2 and "no run id starts with 'r-z'" in nothing.stderr
+    gone = cli(two_runs, "journal", "rm", "r-", "--prefix", "--json")
+    assert gone.returncode == 0, gone.stderr
+    assert [(rep["run"], rep["exchanges"]) for rep in json.loads(gone.stdout)] == [("r-a", 3), ("r-b", 1)]
+    with JournalReader(two_runs) as r:
+        assert r.runs() == [] and r.verify().ok
+    assert blob_shas(two_runs) == set()
+
+
 def test_rm_and_vacuum_bad_input_get_one_line(two_runs: Path, tmp_path: Path):
     for args, code, said in [
         (["journal", "rm", "r-nope"], 2, "no run 'r-nope'"),
-        (["journal", "rm", "r-"], 2, "ambiguous"),
+        (["journal", "rm", "r-"], 2, "it is the start of r-a, r-b: rm takes a whole run id, or --prefix"),
         (["journal", "rm", ""], 2, "empty"),
     ]:
         proc = cli(two_runs, *args)
@@ -219,3 +257,38 @@ def test_sql_refuses_writes_and_names_bad_queries_and_damage(two_runs: Path):
     assert proc.returncode == 3 and b_ex.response_body in proc.stderr, proc.stderr
     with JournalReader(two_runs) as r:
         assert [run.id for run in r.runs()] == ["r-a", "r-b"]  # read only: nothing else changed
+
+
+def test_sql_is_read_only_for_attach_vacuum_into_and_pragmas_that_set(two_runs: Path):
+    """``journal sql``, documented read-only, ran ``VACUUM INTO`` and ``ATTACH`` (each writes a
+    file) with exit 0, and said "disk I/O error" for ``PRAGMA journal_mode=DELETE`` (issue 35
+    item 13): every statement that would write a file or change state is refused before it runs,
+    in one line naming it, exit 2; pragmas that read still answer."""
+    folder = two_runs.parent
+    assert cli(two_runs, "journal", "sql", "SELECT 1").returncode == 0  # a reader's -wal and -shm
+    before = sorted(p.name for p in folder.iterdir())
+    journal_bytes = two_runs.read_bytes()
+    for query, refused in [
+        (f"VACUUM INTO '{folder / 'copy.sqlite'}'", "VACUUM"),
+        (f"ATTACH '{folder / 'other.sqlite'}' AS other", "ATTACH"),
+        ("PRAGMA journal_mode=DELETE", "PRAGMA journal_mode=DELETE"),
+        ("PRAGMA wal_checkpoint(TRUNCATE)", "PRAGMA wal_checkpoint=TRUNCATE"),
+        ("CREATE TEMP TABLE t AS SELECT * FROM runs", "CREATE"),
+        ("BEGIN EXCLUSIVE", "BEGIN"),
+    ]:
+        proc = cli(two_runs, "journal", "sql", query)
+        assert proc.returncode == 2, (query, proc.stderr)
+        assert proc.stderr.startswith(
+            f"pvisor: error: journal sql only reads the journal: {refused} is refused"
+        )
+        assert proc.stderr.count("\n") == 1 and proc.stdout == "", (query, proc.stderr)
+    assert sorted(p.name for p in folder.iterdir()) == before  # no copy, no attached file
+    assert two_runs.read_bytes() == journal_bytes
+    for query, first in [
+        ("PRAGMA journal_mode", ["wal"]),
+        ("PRAGMA table_info(runs)", [0, "id"]),
+        ("SELECT name FROM pragma_table_info('runs') WHERE cid = 0", ["id"]),
+    ]:
+        proc = cli(two_runs, "journal", "sql", "--json", query)
+        assert proc.returncode == 0, (query, proc.stderr)
+        assert list(json.loads(proc.stdout)[0].values())[: len(first)] == first, proc.stdout

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import orjson
@@ -386,3 +388,41 @@ def test_a_batch_never_destroys_its_inputs_and_odd_requests_fail_alone(tmp_path:
     outcomes = list(prepare_many(odd))  # type: ignore[arg-type]
     assert [o.status for o in outcomes] == [Status.FAILED] * 5 + [Status.OK]
     assert all(o.error is not None and o.error.code for o in outcomes[:5])
+
+
+def test_ctrl_c_removes_the_directory_of_the_line_in_progress_and_keeps_the_finished_ones(tmp_path: Path):
+    """Ctrl-C during ``--batch --output`` left an empty directory for the line in progress
+    (issue 35 item 14). Line 2's source is a sparse file of 64 GiB whose digest takes seconds:
+    the interrupt comes once its directory exists, while the line is in progress. Exit 130 with
+    the line that says how far it got; line 1's three files stay, line 2 leaves nothing."""
+    agent, small = "claude-code", native_dir() / "claude-code" / "spotter_short.jsonl"
+    slow = tmp_path / "slow.jsonl"
+    with open(slow, "wb") as f:
+        f.truncate(64 << 30)  # no block written: the digest reads zeros
+    manifest = tmp_path / "m.jsonl"
+    lines = [{"trajectory": str(small), "agent": agent, "after_step": 1, "name": "done"},
+             {"trajectory": str(slow), "agent": agent, "after_step": 0, "name": "slow"}]  # fmt: skip
+    manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [*PVISOR, "replay", "--prepare-only", "--batch", str(manifest), "--output", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, env=ENV,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not (out / "slow").exists():
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "line 2 never started"
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert b"interrupted after 1 of 2 lines" in err and b"Traceback" not in err, err
+    assert sorted(p.name for p in out.iterdir()) == ["done"]
+    assert sorted(p.name for p in (out / "done").iterdir()) == sorted(OUTPUT_FILES)
+    assert json.loads((out / "done" / "result.json").read_bytes())["status"] == "ok"

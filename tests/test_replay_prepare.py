@@ -608,6 +608,26 @@ def test_cli_summary_says_a_render_has_no_system_prompt_or_tools_and_names_profi
     assert prefix["system_present"] is False and prefix["tools_present"] is False
 
 
+def test_cli_summary_escapes_control_characters_of_the_output_path(tmp_path):
+    """The summary line printed ``--output`` with its control characters raw: a directory named
+    with ESC sequences could clear or retitle the terminal (issue 35 item 14). They are escaped as
+    every message escapes them; the files go where asked, under the real name."""
+    native = native_dir() / "gemini-cli" / "real-0.61.0_single-then-resume.jsonl"
+    out = tmp_path / "out\x1b[2J\x1b]0;pwned\x07\nnext"
+    for extra in ((), ("--result", "-")):
+        p = pvisor("replay", "--agent", "gemini-cli", "--trajectory", str(native), "--after-step", "1",
+                   "--prepare-only", "--output", str(out), "--force", *extra)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        summary = p.stderr if extra else p.stdout
+        assert b"\x1b" not in summary and b"\x07" not in summary, summary
+        [line] = summary.decode().splitlines()[-1:]
+        assert line.startswith(f"prepared {tmp_path}/out\\x1b[2J\\x1b]0;pwned\\x07\\nnext/prefix.json: "), (
+            line
+        )
+        assert summary.count(b"\n") == 1, summary
+    assert read_result(out)["status"] == "ok"
+
+
 def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
     path, _ = corpus_journal
     native = native_dir() / "qwen-code" / "real-0.24.4_single.jsonl"

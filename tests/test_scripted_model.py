@@ -769,6 +769,35 @@ def test_serve_model_bad_script_exits_65(tmp_path):
     )
 
 
+def test_serve_model_beyond_this_machine_needs_allow_remote(tmp_path):
+    """``serve-model --host 0.0.0.0`` listened on every address with no further flag, where the
+    gateway needs ``--allow-remote`` (issue 35 item 14): refused in one line, exit 2, before the
+    script is read, by the gateway's own rule. With ``--allow-remote`` it goes on to listen; shown
+    without opening anything beyond loopback: every try uses a port a loopback socket holds, so
+    the bind fails (exit 69), which only a command past the refusal reaches."""
+    script = tmp_path / "s.json"
+    script.write_bytes(orjson.dumps({"turns": [{"text": "hi"}]}))
+
+    def serve(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(PVISOR), "serve-model", "--script", str(script), *args],
+                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+
+    held = socket.socket()  # every try below binds its port: none can listen beyond loopback, even unfixed
+    try:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        for host in ("0.0.0.0", "::", "example.org"):
+            proc = serve("--host", host, "--port", port)
+            assert proc.returncode == 2 and proc.stdout == "", (host, proc.stderr)
+            assert proc.stderr.startswith(f"pvisor: error: --host {host} listens beyond this machine: ")
+            assert proc.stderr.count("\n") == 1 and "add --allow-remote" in proc.stderr
+        proc = serve("--host", "0.0.0.0", "--port", port, "--allow-remote")
+        assert proc.returncode == 69 and f"cannot listen on 0.0.0.0:{port}" in proc.stderr, proc.stderr
+    finally:
+        held.close()
+
+
 def _read_line(proc: subprocess.Popen, deadline: float) -> str:
     """One line of the child's stdout, failing at ``deadline`` (never blocks past it)."""
     buf = b""

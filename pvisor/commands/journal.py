@@ -14,6 +14,7 @@ import orjson
 
 from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
 from pvisor.commands.outputs import check_output_path, make_output_parent
+from pvisor.commands.params import EXCHANGE_ID, RUN_ID
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.journal import progress
 from pvisor.journal.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
@@ -115,7 +116,7 @@ def _exchange_cells(e) -> list[str]:
 
 
 @journal.command("show")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.option(
     "--json", "as_json", is_flag=True, help="Print JSON for machines (with --follow: one line each)."
 )
@@ -213,7 +214,7 @@ def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 
 @journal.command("body")
-@click.argument("exchange_id", metavar="EXCHANGE")
+@click.argument("exchange_id", metavar="EXCHANGE", type=EXCHANGE_ID)
 @click.option(
     "--request", "want_request", is_flag=True, help="The request body (decoded from its Content-Encoding)."
 )
@@ -287,7 +288,7 @@ _FORMATS = ("jsonl", "atif", "otel", "har", "rows", "parquet")
 
 
 @journal.command("export")
-@click.argument("run_id", metavar="[RUN]", required=False)
+@click.argument("run_id", metavar="[RUN]", required=False, type=RUN_ID)
 @click.option(
     "--format",
     "fmt",
@@ -444,7 +445,7 @@ def verify(ctx: click.Context, as_json: bool) -> int:
 
 
 @journal.command("steps")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.option(
     "--json",
     "as_json",
@@ -508,34 +509,66 @@ def _add_sql() -> None:
 
 
 @journal.command("rm")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
+@click.option(
+    "--prefix",
+    is_flag=True,
+    help="RUN is the start of run ids: remove every run whose id starts with it, each listed.",
+)
+@click.option("--dry-run", is_flag=True, help="List the runs that would be removed; remove nothing.")
 @click.option(
     "--force", is_flag=True, help="Remove it even while a writer (gateway, pvisor run) holds the journal."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print what was removed as JSON (with --prefix an array; with --dry-run the runs as ls --json).",
+)
 @click.pass_context
-def rm(ctx: click.Context, run_id: str, force: bool, as_json: bool) -> None:
-    """Remove RUN (id or unique prefix): its attempts, exchanges, events, snapshots, the bodies
-    no other run names, and its run directory (agent output, private home). The freed pages
-    are reused; pvisor journal vacuum gives them back to the disk."""
-    from pvisor.journal.housekeeping import remove_run
+def rm(ctx: click.Context, run_id: str, prefix: bool, dry_run: bool, force: bool, as_json: bool) -> None:
+    """Remove RUN, its whole id (a unique prefix is not enough; --prefix removes every run whose
+    id starts with RUN): its attempts, exchanges, events, snapshots, the bodies no other run
+    names, and its run directory (agent output, private home). --dry-run lists what would go.
+    The freed pages are reused; pvisor journal vacuum gives them back to the disk."""
+    from pvisor.journal.housekeeping import remove_run, runs_to_remove
 
-    rep = remove_run(ctx.obj["journal"], run_id, force=force)
-    if as_json:
-        _emit_json(rep.to_json())
+    chosen = runs_to_remove(ctx.obj["journal"], run_id, prefix=prefix)
+    if dry_run:
+        if as_json:
+            _emit_json(chosen)
+            return
+        for s in chosen:
+            click.echo(
+                _safe(
+                    f"would remove run {s['id']}: agent {s['agent'] or '-'}, mode {s['mode']}, "
+                    f"created {_when(s['created_ms'])}, {_n(s['exchanges'], 'exchange')}"
+                )
+            )
+        click.echo(f"nothing removed (--dry-run): {_n(len(chosen), 'run')} would go", err=True)
         return
-    click.echo(
-        f"removed run {rep.run}: {_n(rep.attempts, 'attempt')}, {_n(rep.exchanges, 'exchange')}, "
-        f"{_n(rep.events, 'event')}, {_n(rep.snapshots, 'snapshot')}; {_n(rep.blobs_removed, 'blob')} "
-        f"({rep.bytes_freed} bytes stored) removed, {rep.blobs_kept} kept (other runs name them)"
-    )
-    click.echo(f"run directory: {rep.run_dir or '- (none)'}")
-    if rep.orphaned_children:
+    going = {s["id"] for s in chosen}
+    reports = []
+    for s in chosen:
+        rep = remove_run(ctx.obj["journal"], s["id"], force=force)
+        reports.append(rep.to_json())
+        if as_json:
+            continue
         click.echo(
-            f"pvisor: note: {_n(len(rep.orphaned_children), 'run')} derived from it stay "
-            f"({', '.join(rep.orphaned_children)}); their parent is gone",
-            err=True,
+            f"removed run {rep.run}: {_n(rep.attempts, 'attempt')}, {_n(rep.exchanges, 'exchange')}, "
+            f"{_n(rep.events, 'event')}, {_n(rep.snapshots, 'snapshot')}; {_n(rep.blobs_removed, 'blob')} "
+            f"({rep.bytes_freed} bytes stored) removed, {rep.blobs_kept} kept (other runs name them)"
         )
+        click.echo(_safe(f"run directory: {rep.run_dir or '- (none)'}"))
+        orphans = [c for c in rep.orphaned_children if c not in going]  # not those this rm removes too
+        if orphans:
+            click.echo(
+                f"pvisor: note: {_n(len(orphans), 'run')} derived from it stay "
+                f"({', '.join(orphans)}); their parent is gone",
+                err=True,
+            )
+    if as_json:
+        _emit_json(reports if prefix else reports[0])
 
 
 @journal.command("vacuum")
@@ -558,7 +591,9 @@ def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
 @click.option(
     "--regex", "regex", metavar="RE", help="Replace what this regular expression (Python, on bytes) matches."
 )
-@click.option("--run", "run_id", metavar="RUN", help="Only the bodies, rows and run directory of RUN.")
+@click.option(
+    "--run", "run_id", type=RUN_ID, metavar="RUN", help="Only the bodies, rows and run directory of RUN."
+)
 @click.option(
     "--replacement",
     default=None,

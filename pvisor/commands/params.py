@@ -1,10 +1,12 @@
-"""Option types shared by the commands: sizes and seconds. A bad value is click's usage error
-(exit 2) naming the option, as ``Error: Invalid value for '--max-body': '1x' is not a size such
-as 64MiB, 500KB or 1048576``."""
+"""Option types shared by the commands: sizes, seconds, and the run and exchange ids the journal's
+commands look up. A bad size or number of seconds is click's usage error (exit 2) naming the
+option, as ``Error: Invalid value for '--max-body': '1x' is not a size such as 64MiB, 500KB or
+1048576``; a bad id is pvisor's UsageError (exit 2), one line naming it (:class:`JournalId`)."""
 
 from __future__ import annotations
 
 import math
+import os
 import re
 from typing import Any
 
@@ -85,6 +87,67 @@ class Seconds(click.ParamType):
                 f"{value!r} is more than {MAX_SECONDS:.0f} seconds (24 days), the longest wait", param, ctx
             )
         return seconds
+
+
+class JournalId(click.ParamType):
+    """A run or exchange id of the journal, or a unique prefix of one (``what``: ``"run"`` or
+    ``"exchange"``), checked before the journal is opened as :func:`~pvisor.journal.model.is_run_id`
+    checks an id (both kinds are made of :data:`~pvisor.journal.model.RUN_ID_PATTERN`'s
+    characters, and so is a prefix of one). Refused with UsageError (exit 2, one line naming the
+    argument or option, as ``view`` and ``replay`` refuse a name that is not UTF-8): an empty
+    value (``--resume is empty: ...``, ``an empty run id matches nothing: ...``); one that is
+    not UTF-8 (bytes on the command line that SQLite could not be given), shown as ``\\xNN``:
+    ``RUN r-\\xff: not valid UTF-8 (file names and ids must be UTF-8)``; one of other
+    characters, shown with its control characters escaped and a long one shortened; one holding
+    a key-shaped token, not shown (a key is never an id)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.name = f"{what} id"
+        self.a = "an" if what[0] in "aeiou" else "a"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from pvisor.commands.base import one_line
+        from pvisor.journal.errors import UsageError, shown
+        from pvisor.journal.model import has_key_shape, is_run_id
+        from pvisor.journal.paths import require_utf8
+
+        text = os.fsdecode(value) if isinstance(value, bytes) else str(value)
+        if is_run_id(text):
+            return text
+        named = _named(param, self.what.upper())
+        if not text:
+            empty = (
+                f"{named} is empty" if named.startswith("-") else f"an empty {self.what} id matches nothing"
+            )
+            raise UsageError(
+                f"{empty}: give {self.a} {self.what} id or a unique prefix of one "
+                "(pvisor journal ls lists them)"
+            )
+        require_utf8(named, shown(text))
+        if has_key_shape(text):
+            raise UsageError(
+                f"{named} holds a key-shaped token (not shown): a key is never {self.a} {self.what} id"
+            )
+        raise UsageError(
+            f"{named} {one_line(shown(text))}: not {self.a} {self.what} id (letters, digits, '.', '_' "
+            "and '-', at most 128, starting with a letter or digit)"
+        )
+
+
+def _named(param: click.Parameter | None, default: str) -> str:
+    """How a message names ``param``: an option by its longest name (``--run``), an argument by
+    its metavar without brackets (``RUN``)."""
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    if param is not None and param.metavar:
+        return param.metavar.strip("[]")
+    return default
+
+
+#: the types of an argument or option that names a run, or an exchange, of the journal
+RUN_ID = JournalId("run")
+EXCHANGE_ID = JournalId("exchange")
 
 
 def intercept_options(command):

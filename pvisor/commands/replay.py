@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from pvisor.commands.base import Command
+from pvisor.commands.base import Command, one_line
 
-from pvisor.commands.params import intercept_config, intercept_options
+from pvisor.commands.params import RUN_ID, intercept_config, intercept_options
 from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import UsageError
 
@@ -81,7 +81,12 @@ def _as_path(value: str | None) -> Path | None:
     help="The agent's native trajectory file (source).",
 )
 @click.option(
-    "--run", "run_id", default=None, metavar="ID", help="A run of the journal (id or unique prefix) (source)."
+    "--run",
+    "run_id",
+    type=RUN_ID,
+    default=None,
+    metavar="ID",
+    help="A run of the journal (id or unique prefix) (source).",
 )
 @click.option(
     "--after-step",
@@ -120,6 +125,7 @@ def _as_path(value: str | None) -> Path | None:
 @click.option(
     "--workspace-from",
     "workspace_from",
+    type=RUN_ID,
     default=None,
     metavar="RUN",
     help="replay-only, continuation: restore RUN's recorded start state (its step-0 snapshot) into the empty --workspace first.",
@@ -514,8 +520,10 @@ _LIVE = ("upstream", "max_steps", "boundary_prompt", "reasoning", "live_model")
 
 def _report(replay: Any, result_to: str | None) -> None:
     """Run ``replay()`` (an outcome with ``result`` and ``summary()``) and tell how it went:
-    warnings and the summary line; with ``--result -`` the document on stdout, also the failed
-    one of an error (stdout stays one JSON value) and the summary on stderr."""
+    warnings and the summary line (control characters of the paths it names escaped, as every
+    message escapes them: ``--output 'o\x1b[2J'`` must not clear the terminal); with
+    ``--result -`` the document on stdout, also the failed one of an error (stdout stays one JSON
+    value) and the summary on stderr."""
     from pvisor.journal.errors import PvisorError
     from pvisor.replay.prepare import dump_result
 
@@ -528,13 +536,13 @@ def _report(replay: Any, result_to: str | None) -> None:
             sys.stdout.buffer.flush()
         raise
     for w in outcome.result["warnings"]:
-        _note(f"pvisor: warning: {w['message']}")
+        _note(f"pvisor: warning: {one_line(w['message'])}")
     if result_to == "-":
         sys.stdout.buffer.write(dump_result(outcome.result))
         sys.stdout.buffer.flush()
-        _note(outcome.summary())
+        _note(one_line(outcome.summary()))
     else:
-        click.echo(outcome.summary())
+        click.echo(one_line(outcome.summary()))
 
 
 def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:

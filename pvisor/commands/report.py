@@ -9,12 +9,12 @@ import click
 from pvisor.commands.base import Command, PathParam
 
 from pvisor.commands.outputs import check_output_path, make_output_parent
-from pvisor.commands.params import Size
+from pvisor.commands.params import RUN_ID, Size
 from pvisor.commands.progress import progress_option
 
 
 @click.command("report", cls=Command)
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.option(
     "--output",
     "-o",

@@ -14,6 +14,7 @@ from pvisor.adapters.agents import agent_names
 from pvisor.adapters.agents.base import AgentOutcome
 from pvisor.commands.params import Seconds, intercept_config, intercept_options
 from pvisor.journal.errors import EXIT_TIMEOUT
+from pvisor.commands.params import RUN_ID
 
 
 def _warn(message: str) -> None:
@@ -60,6 +61,7 @@ def _warn(message: str) -> None:
 @click.option(
     "--resume",
     "resume",
+    type=RUN_ID,
     metavar="RUN",
     default=None,
     help="Continue RUN's session through the agent's native resume, as its next attempt.",

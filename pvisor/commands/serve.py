@@ -531,22 +531,33 @@ def _intercept_config(
 def _access_token(host: str, allow_remote: bool, token: str | None) -> str | None:
     """The token requests must carry, or None (a loopback gateway without --token). UsageError
     for a host beyond this machine without --allow-remote, or a token that cannot be one."""
-    from pvisor.gateway.access import check_token, is_loopback, new_token
+    from pvisor.gateway.access import check_token, new_token
 
-    if not host.strip():
-        raise UsageError("--host: an empty address; give 127.0.0.1, or an address with --allow-remote")
-    if not is_loopback(host) and not allow_remote:
-        raise UsageError(
-            f"--host {host} listens beyond this machine: whoever reaches it could spend the upstream keys it "
-            "forwards and write into your journal; add --allow-remote (every request then needs a token in "
-            "its path)"
-        )
+    check_listen_host(
+        host,
+        allow_remote,
+        "spend the upstream keys it forwards and write into your journal; add --allow-remote (every request "
+        "then needs a token in its path)",
+    )
     if token is None:
         return new_token() if allow_remote else None
     try:
         return check_token(token)
     except ValueError as exc:
         raise UsageError(f"--token (or $PVISOR_GATEWAY_TOKEN): {exc}") from None
+
+
+def check_listen_host(host: str, allow_remote: bool, risk: str) -> None:
+    """UsageError (exit 2) for an empty ``--host``, or one beyond this machine (not loopback:
+    :func:`~pvisor.gateway.access.is_loopback`) without ``--allow-remote``; ``risk`` ends the
+    sentence ``whoever reaches it could ...`` and says what follows ``add --allow-remote``. The
+    rule of every pvisor server (``gateway``, ``serve-model``)."""
+    from pvisor.gateway.access import is_loopback
+
+    if not host.strip():
+        raise UsageError("--host: an empty address; give 127.0.0.1, or an address with --allow-remote")
+    if not is_loopback(host) and not allow_remote:
+        raise UsageError(f"--host {host} listens beyond this machine: whoever reaches it could {risk}")
 
 
 @click.command("serve-model", cls=Command)
@@ -574,12 +585,24 @@ def _access_token(host: str, allow_remote: bool, token: str | None) -> str | Non
     default=None,
     help='Once listening, write {"url", "pid"} here as JSON (before the listening line is printed).',
 )
+@click.option(
+    "--allow-remote",
+    is_flag=True,
+    help="Let --host be an address beyond this machine (0.0.0.0): whoever reaches it is served.",
+)
 @click.pass_context
 def serve_model(
-    ctx: click.Context, script_path: str, host: str, port: int, shutdown_grace: float, ready_file: str | None
+    ctx: click.Context,
+    script_path: str,
+    host: str,
+    port: int,
+    shutdown_grace: float,
+    ready_file: str | None,
+    allow_remote: bool,
 ) -> None:
     """Serve a scripted model offline, in the four protocols (Anthropic Messages, OpenAI Chat
     Completions, OpenAI Responses, Gemini), streamed or not. Prints `listening http://HOST:PORT`.
+    Loopback only unless --allow-remote, as the gateway.
     SIGINT/SIGTERM stop it as they stop the gateway (exit 130 after SIGINT, 0 after SIGTERM).
 
     \b
@@ -590,6 +613,11 @@ def serve_model(
     from pvisor.gateway.scripted_model import ScriptedModel, load_script
     from pvisor.gateway.scripted_server import ScriptedModelServer
 
+    # as the gateway: no address beyond this machine unless asked for (a script may hold a task's
+    # code, and every request is served, with no token)
+    check_listen_host(
+        host, allow_remote, "read its script's replies and keep it busy; add --allow-remote to serve it there"
+    )
     model = ScriptedModel(load_script(script_path))
     if ready_file:
         check_output_path(ready_file, "--ready-file")

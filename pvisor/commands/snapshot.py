@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from pvisor.commands.base import Group, PathParam
-from pvisor.commands.params import pause_options
+from pvisor.commands.params import RUN_ID, pause_options
 
 from pvisor.commands.journal import _emit_json, _n, _reader, _table, _when
 
@@ -18,7 +18,7 @@ def snapshot() -> None:
 
 
 @snapshot.command("ls")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 @click.pass_context
 def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
@@ -85,7 +85,7 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
 
 
 @snapshot.command("restore")
-@click.argument("run_id", metavar="RUN")
+@click.argument("run_id", metavar="RUN", type=RUN_ID)
 @pause_options(
     step_help="Restore the workspace after transition K, zero-based (after journal step K+1); with "
     "--before, before it ran (after step K). --step K is --after-step K+1.",

@@ -60,6 +60,15 @@ def _csv_value(value: Any) -> Any:
     return "" if value is None else value
 
 
+def _first_word(query: str) -> str:
+    """The first keyword of ``query``, upper case, past blanks and comments (``--`` to the end
+    of the line, ``/* ... */``)."""
+    import re
+
+    m = re.match(r"(?:\s+|--[^\n]*(?:\n|$)|/\*.*?(?:\*/|$))*([A-Za-z]*)", query, re.S)
+    return m.group(1).upper() if m else ""
+
+
 @click.command("sql", cls=Command)
 @click.argument("query")
 @click.option("--json", "as_json", is_flag=True, help="Print an array of objects, whole values.")
@@ -76,7 +85,7 @@ def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
       pvisor journal sql --csv "SELECT id, status, length(response) FROM exchange_bodies"
     """
     from pvisor.journal.reader import JournalReader
-    from pvisor.journal.sql import register
+    from pvisor.journal.sql import ReadOnly, register
 
     if as_json and as_csv:
         raise UsageError("give --json or --csv, not both")
@@ -85,6 +94,11 @@ def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
     path = ctx.obj["journal"]
     with JournalReader(path) as reader:
         fns = register(reader.conn, path)
+        # the connection is read-only (mode=ro) already; the authorizer refuses, before it runs,
+        # what would still write (ATTACH and VACUUM INTO create files) or change the connection
+        guard = ReadOnly()
+        reader.conn.isolation_level = None  # no BEGIN of sqlite3's own before a statement
+        reader.conn.set_authorizer(guard)
         cursor = reader.conn.cursor()
         cursor.row_factory = None
         try:
@@ -98,6 +112,15 @@ def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
         except sqlite3.Error as exc:
             if fns.error is not None:
                 raise fns.error from None  # a damaged body: IntegrityError, exit 3
+            if guard.refused is not None:
+                # VACUUM is refused as the ATTACH of its target, CREATE and DROP as the write of
+                # their schema row: named by the statement's own word
+                word = _first_word(query)
+                what = word if word == "VACUUM" or (guard.schema_row and word) else guard.refused
+                raise UsageError(
+                    f"journal sql only reads the journal: {what} is refused (one statement that reads: "
+                    "SELECT, WITH, or a PRAGMA that reads)"
+                ) from None
             if "readonly" in str(exc) or "read-only" in str(exc):
                 raise UsageError(f"journal sql only reads the journal: {exc}") from None
             raise UsageError(f"SQL error: {exc} (in: {query.strip()[:200]})") from None
