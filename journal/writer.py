@@ -42,6 +42,7 @@ from .content_encoding import DEFAULT_LIMIT, DecodeError, decode_body
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import (
     REQUEST_HEADER_ALLOW,
+    TRUNCATED_FLAG,
     Attempt,
     Run,
     pack_timings,
@@ -195,7 +196,7 @@ class FinishedExchange:
     status: int | None
     response_headers: list[tuple[str, str]]
     request_body: bytes | None
-    response_body: bytes | None
+    response_body: bytes | list[bytes] | None  # a list: the producer's chunks, joined by the writer only
     streamed: bool
     chunk_timings: Any  # as given to finish_exchange; packed in the writer thread
     outcome: str
@@ -375,7 +376,7 @@ class JournalProducer:
         status: int | None,
         response_headers: Iterable[tuple[str, str]] = (),
         request_body: bytes | None = None,
-        response_body: bytes | None = None,
+        response_body: bytes | list[bytes] | None = None,
         streamed: bool = False,
         chunk_timings: Iterable[Sequence[int]] | Sequence[int] | bytes = b"",
         outcome: str = "ok",
@@ -392,7 +393,9 @@ class JournalProducer:
     ) -> None:
         """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
         body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
-        failure sets outcome ``decode_error`` and keeps the raw bytes), the response body raw.
+        failure sets outcome ``decode_error`` and keeps the raw bytes), the response body raw,
+        whole or as the list of its chunks (a list is never joined on the caller's thread: the
+        writer process gets the chunks as they are; the caller must not change it afterwards).
         ``chunk_timings``: (µs since start, length) pairs, a flat [µs, length, µs, length, ...]
         list, or already packed bytes; packed in the writer thread.
         ``request_bytes``: the request body's size on the wire when the body itself is not
@@ -405,7 +408,9 @@ class JournalProducer:
         self._inflight.pop(pending.id, None)
         if self.error is not None:
             self.unrecorded += 1  # the writer is gone: said when the gateway stops
-        rb = response_body or b""
+        rb = 0 if response_body is None else (
+            len(response_body) if isinstance(response_body, bytes) else sum(map(len, response_body))
+        )  # fmt: skip
         self._put(
             (
                 "exchange",
@@ -422,8 +427,8 @@ class JournalProducer:
                     headers_us=headers_us,
                     first_byte_us=first_byte_us,
                     ended_us=ended_us,
-                    bytes_received=len(rb) if bytes_received is None else bytes_received,
-                    bytes_delivered=len(rb) if bytes_delivered is None else bytes_delivered,
+                    bytes_received=rb if bytes_received is None else bytes_received,
+                    bytes_delivered=rb if bytes_delivered is None else bytes_delivered,
                     request_encoding=request_encoding,
                     request_bytes=len(request_body or b"") if request_bytes is None else request_bytes,
                     served_by=served_by,
@@ -981,7 +986,8 @@ class Journal(JournalProducer):
             return
         rows = conn.execute(
             "SELECT id, protocol, response_body, response_headers FROM exchanges WHERE streamed = 1 AND response_final IS NULL"
-            " AND response_body IS NOT NULL AND protocol IS NOT NULL AND outcome IS NOT NULL ORDER BY rowid DESC LIMIT 10000"
+            " AND response_body IS NOT NULL AND protocol IS NOT NULL AND outcome IS NOT NULL"
+            f" AND flags NOT LIKE '%\"{TRUNCATED_FLAG}\"%' ORDER BY rowid DESC LIMIT 10000"
         ).fetchall()
         for ex_id, protocol, sha, headers in reversed(rows):
             try:
@@ -1359,12 +1365,21 @@ class Journal(JournalProducer):
         response_sha = None
         resp_headers = redact_exchange_meta("", f.response_headers, self.fingerprint_key, allow=None)
         if f.response_body is not None:
+            if isinstance(f.response_body, list):
+                f.response_body = b"".join(f.response_body)
+                p.chunks = None  # the chunks go now: the body is never held twice for long
             body = f.response_body
             if f.status is not None and f.status >= 400 and body:
                 # an error may echo the key the request carried ("invalid key sk-..."): never kept
                 body = redact_echoed_secrets(body, p.query, p.headers, p.path)
             response_sha = self._put_blob(conn, body)
-            if self.finalize is not None and f.streamed and f.response_body and p.protocol is not None:
+            if (
+                self.finalize is not None
+                and f.streamed
+                and f.response_body
+                and p.protocol is not None
+                and TRUNCATED_FLAG not in f.flags  # the reply is not whole: readers reassemble what there is
+            ):
                 # reassembly holds the GIL for milliseconds: done when the gateway is idle
                 self._to_finalize.append(
                     (p.id, p.protocol, response_sha, resp_headers.headers.get("content-encoding"))

@@ -135,7 +135,9 @@ def apply_inflight(inflight: dict[str, PendingExchange], payload: Sequence[Any],
 
 def encode_exchange(f: FinishedExchange) -> tuple[tuple, list[bytes]]:
     """``(payload, bodies)`` of one finished exchange: the request, response and forwarded
-    bodies (those not None, in that order) go out of band; the payload says which are there."""
+    bodies (those not None, in that order) go out of band; the payload says which are there.
+    A response body given as a list of chunks stays one: :func:`encode` writes its chunks as
+    one body, so the child reads it whole and the producer never joins it."""
     bodies = [b for b in (f.request_body, f.response_body, f.forwarded_body) if b is not None]
     payload = (
         _pending_tuple(f.pending),
@@ -230,9 +232,14 @@ def encode(message: tuple[str, Any]) -> list[bytes | memoryview]:
     meta = pickle.dumps((kind, payload), protocol=5)
     parts: list[bytes | memoryview] = [HEAD.pack(len(meta), len(bodies))]
     if bodies:
-        parts.append(struct.pack(f"<{len(bodies)}Q", *(len(b) for b in bodies)))
+        sizes = (len(b) if not isinstance(b, list) else sum(map(len, b)) for b in bodies)
+        parts.append(struct.pack(f"<{len(bodies)}Q", *sizes))
     parts.append(meta)
-    parts.extend(bodies)
+    for b in bodies:
+        if isinstance(b, list):
+            parts.extend(c for c in b if c)  # a chunk list: one body on the wire (no empty buffer)
+        else:
+            parts.append(b)
     return parts
 
 
