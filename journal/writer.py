@@ -59,6 +59,11 @@ COMMIT_INTERVAL_S = 0.1
 GATHER_S = 0.05  # a batch is committed at most this long after its first message arrived
 LOCK_WARN_INTERVAL_S = 30.0
 FINALIZE_SLICE_S = 0.02  # reassembly done per idle tick, so a new request waits at most this
+#: under constant load (never idle) a slice of reassembly still follows a commit when this many
+#: streams wait, or when none was reassembled for FINALIZE_EVERY_S: the backlog stays near this
+#: bound and each stream is reassembled within seconds, instead of all of them at close
+FINALIZE_BACKLOG = 256
+FINALIZE_EVERY_S = 1.0
 HEARTBEAT_INTERVAL_S = 2.0
 DEAD_AFTER_MS = 60_000  # a lease not renewed for this long is dead even on another host
 BUSY_TIMEOUT_MS = 5000
@@ -767,6 +772,7 @@ class Journal(JournalProducer):
         self._lanes: dict[tuple[str, str, str], _Lane] = {}
         self._known_runs: set[str] = set()
         self._to_finalize: collections.deque[tuple[str, str, str, str | None]] = collections.deque()
+        self._last_finalize = time.monotonic()
         self._queue_unfinalized(conn)
         last_heartbeat = time.monotonic()
         batch: list[tuple[str, Any]] = []  # messages not committed yet; kept across a retry
@@ -800,12 +806,7 @@ class Journal(JournalProducer):
                         and self._queue.empty()
                         and self._finalizer_ready()
                     ):
-                        try:
-                            self._finalize_pending(conn, FINALIZE_SLICE_S)
-                        except sqlite3.OperationalError as exc:
-                            if not _is_busy(exc):
-                                raise
-                            # another process holds the write lock: the reassembly waits for a later tick
+                        self._finalize_slice(conn)
                     continue
                 closing = next((payload for kind, payload in batch if kind == "close"), None)
                 try:
@@ -829,6 +830,16 @@ class Journal(JournalProducer):
                 if beat:
                     last_heartbeat = now
                 self._release_blob_room(batch)
+                if (
+                    self._to_finalize
+                    and closing is None
+                    and (
+                        len(self._to_finalize) >= FINALIZE_BACKLOG
+                        or now - self._last_finalize >= FINALIZE_EVERY_S
+                    )
+                    and self._finalizer_ready()
+                ):
+                    self._finalize_slice(conn)
                 if closing is not None or any(kind == "flush" for kind, _ in batch):
                     self._finalize_waiting(conn, closing is not None)
                 for kind, payload in batch:
@@ -913,12 +924,24 @@ class Journal(JournalProducer):
         ready = getattr(self.finalize, "ready", None)
         return ready is None or bool(ready())
 
+    def _finalize_slice(self, conn: sqlite3.Connection) -> None:
+        """:meth:`_finalize_pending` for :data:`FINALIZE_SLICE_S`; a journal locked by another
+        process leaves the reassembly for a later tick."""
+        try:
+            self._finalize_pending(conn, FINALIZE_SLICE_S)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+
     def _finalize_pending(self, conn: sqlite3.Connection, budget_s: float | None) -> None:
         """Reassemble queued streamed responses into their final objects (``response_final``),
         oldest first, for at most ``budget_s`` seconds (None: all). Each is read back from its
-        blob, so the queue holds ids, not bodies. Runs only while the producer is idle, at
-        flush and at close: reassembly is CPU work that would otherwise compete with the
-        gateway's event loop for the GIL."""
+        blob, so the queue holds ids, not bodies. Runs while the producer is idle, at flush
+        and at close, and under constant load a slice after a commit when the backlog reaches
+        :data:`FINALIZE_BACKLOG` or none ran for :data:`FINALIZE_EVERY_S`: reassembly is CPU
+        work that competes with a thread writer's event loop for the GIL, so it waits for idle
+        time where it can, but never without bound."""
+        self._last_finalize = time.monotonic()
         if not self._to_finalize:
             return
         deadline = None if budget_s is None else time.monotonic() + budget_s

@@ -286,3 +286,51 @@ def test_exports_and_report_show_the_truncated_flag(tmp_path):
     assert rep.returncode == 0, rep.stderr
     html = page.read_text()
     assert "response_truncated" in html and '"truncated"' in html
+
+
+# =========================================================================== reassembly under load
+
+
+def test_writer_reassembles_streams_under_constant_load(tmp_path):
+    """Issue 35, item 15: under constant load (an exchange always in flight, new exchanges
+    always arriving) the writer reassembled no stream until it stopped: a backlog of 17,400
+    after 40 s and seconds to stop. Now streams get their response_final while the load goes
+    on, and the backlog stays bounded."""
+    import sqlite3
+    import time
+
+    from pvisor.gateway.proxy import finalize_response
+    from pvisor.journal.writer import FINALIZE_BACKLOG, Journal
+
+    event = (
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\ndata: [DONE]\n\n'
+    )
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path, finalize=finalize_response) as journal:
+        held = journal.begin_exchange("r-load", "POST", "/v1/chat/completions", [], protocol="openai-chat")
+        first = None
+        deadline = time.monotonic() + 5.0
+        done = False
+        while not done and time.monotonic() < deadline:
+            for _ in range(20):  # never idle: a message every few milliseconds
+                ex = journal.record_exchange(
+                    "r-load",
+                    "POST",
+                    "/v1/chat/completions",
+                    protocol="openai-chat",
+                    status=200,
+                    response_headers=[("content-type", "text/event-stream")],
+                    request_body=b"{}",
+                    response_body=event,
+                    streamed=True,
+                )
+                first = first or ex
+            time.sleep(0.005)
+            with sqlite3.connect(path) as db:
+                row = db.execute("SELECT response_final FROM exchanges WHERE id = ?", (first,)).fetchone()
+            done = row is not None and row[0] is not None
+        assert done, "no stream was reassembled while the load went on"
+        assert len(journal._to_finalize) <= 2 * FINALIZE_BACKLOG
+        assert held.id in journal._inflight  # the load was constant: an exchange in flight throughout
+        journal.finish_exchange(held, status=200, request_body=b"{}", response_body=b"{}")
