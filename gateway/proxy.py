@@ -57,7 +57,7 @@ DEFAULT_STALL_TIMEOUT_S = 600.0
 #: and below SQLite's limit of 1,000,000,000 bytes for one blob
 DEFAULT_MAX_RESPONSE_BODY = 256 * MIB
 #: response bytes the gateway keeps for the journal across all exchanges in flight
-DEFAULT_RESPONSE_BUDGET = 1024 * MIB
+DEFAULT_RESPONSE_BUDGET = 512 * MIB
 
 _RESPONSE_DROP = HOP_BY_HOP
 _INTERCEPT_LOWER = INTERCEPT_HEADER.lower()

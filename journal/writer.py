@@ -63,6 +63,9 @@ FINALIZE_SLICE_S = 0.02  # reassembly done per idle tick, so a new request waits
 #: streams wait, or when none was reassembled for FINALIZE_EVERY_S: the backlog stays near this
 #: bound and each stream is reassembled within seconds, instead of all of them at close
 FINALIZE_BACKLOG = 256
+#: streams larger than this are not reassembled by the writer (parsing one takes several times
+#: its size in memory); a reader reassembles them when it needs the final response
+FINALIZE_MAX_BYTES = 64 << 20
 FINALIZE_EVERY_S = 1.0
 HEARTBEAT_INTERVAL_S = 2.0
 DEAD_AFTER_MS = 60_000  # a lease not renewed for this long is dead even on another host
@@ -80,6 +83,18 @@ Finalizer = Callable[[str | None, bool, bytes], bytes | None]
 
 
 log = logging.getLogger("pvisor.journal")
+
+
+def cut_secret_prefix(body: bytes, secrets: Iterable[str]) -> bytes:
+    """``body`` (an error response journaled in part, flag ``truncated``) without the start of
+    a credential it ends with (8 characters or more): the cut may fall inside an echoed key,
+    which the redaction of whole keys does not find."""
+    for value in secrets:
+        needle = value.encode("utf-8", "surrogateescape")
+        for k in range(min(len(needle) - 1, len(body)), 7, -1):
+            if body.endswith(needle[:k]):
+                return body[:-k]
+    return body
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -160,6 +175,7 @@ class PendingExchange:
     streamed: bool = False
     chunks: list[bytes] | None = None  # the relay's own list of the response's chunks
     delivered: int = 0  # bytes of the response the agent has been given so far
+    own_chunks: bool = False  # ``chunks`` is the writer's own (a writer process's): see Journal._commit
     # How far the writer got (its thread only; in the gateway of a writer process: what was sent)
     request_stored: bool = False
     request_sha: str | None = None
@@ -917,6 +933,14 @@ class Journal(JournalProducer):
             for p, progress in saved:
                 p.restore(progress)
             raise
+        for p in stale:
+            chunks = p.chunks
+            if p.own_chunks and chunks is not None:
+                # committed into response_parts: a writer process need not hold them too (one
+                # part per commit window, so this list stays short); a thread writer's list is
+                # the gateway's own, which hands it over whole when the exchange ends
+                for i in range(min(p.parts_taken, len(chunks))):
+                    chunks[i] = b""
 
     def _finalizer_ready(self) -> bool:
         """Whether the reassembler can run now without an import (a writer process loads it
@@ -1010,6 +1034,7 @@ class Journal(JournalProducer):
         rows = conn.execute(
             "SELECT id, protocol, response_body, response_headers FROM exchanges WHERE streamed = 1 AND response_final IS NULL"
             " AND response_body IS NOT NULL AND protocol IS NOT NULL AND outcome IS NOT NULL"
+            f" AND bytes_received <= {FINALIZE_MAX_BYTES}"
             f" AND flags NOT LIKE '%\"{TRUNCATED_FLAG}\"%' ORDER BY rowid DESC LIMIT 10000"
         ).fetchall()
         for ex_id, protocol, sha, headers in reversed(rows):
@@ -1395,6 +1420,8 @@ class Journal(JournalProducer):
             if f.status is not None and f.status >= 400 and body:
                 # an error may echo the key the request carried ("invalid key sk-..."): never kept
                 body = redact_echoed_secrets(body, p.query, p.headers, p.path)
+                if TRUNCATED_FLAG in f.flags:
+                    body = cut_secret_prefix(body, request_secrets(p.query, p.headers, p.path))
             response_sha = self._put_blob(conn, body)
             if (
                 self.finalize is not None
@@ -1402,6 +1429,7 @@ class Journal(JournalProducer):
                 and f.response_body
                 and p.protocol is not None
                 and TRUNCATED_FLAG not in f.flags  # the reply is not whole: readers reassemble what there is
+                and len(f.response_body) <= FINALIZE_MAX_BYTES
             ):
                 # reassembly holds the GIL for milliseconds: done when the gateway is idle
                 self._to_finalize.append(

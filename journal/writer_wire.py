@@ -100,9 +100,10 @@ def encode_inflight(p: PendingExchange) -> tuple[tuple, list[bytes]]:
     new_part = chunks is not None and len(chunks) > p.parts_taken
     if new_part:
         n = len(chunks)  # type: ignore[arg-type]  # the event loop may append meanwhile
-        data = b"".join(chunks[p.parts_taken : n])  # type: ignore[index]
-        bodies.append(data)
-        p.parts_taken, p.parts_bytes = n, p.parts_bytes + len(data)
+        # the chunks themselves, written as one body (no joined copy in the producer)
+        part = chunks[p.parts_taken : n]  # type: ignore[index]
+        bodies.append(part)
+        p.parts_taken, p.parts_bytes = n, p.parts_bytes + sum(map(len, part))
     p.persisted = True
     p.delivered_stored = p.delivered
     return (_pending_tuple(p), p.request_encoding, new_request, head, new_part, p.delivered), bodies
@@ -129,6 +130,7 @@ def apply_inflight(inflight: dict[str, PendingExchange], payload: Sequence[Any],
         part = next(it)
         if p.chunks is None:
             p.chunks = [part]
+            p.own_chunks = True  # the child's own list: its writer lets go of what it committed
         else:
             p.chunks.append(part)
 

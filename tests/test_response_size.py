@@ -334,3 +334,64 @@ def test_writer_reassembles_streams_under_constant_load(tmp_path):
         assert len(journal._to_finalize) <= 2 * FINALIZE_BACKLOG
         assert held.id in journal._inflight  # the load was constant: an exchange in flight throughout
         journal.finish_exchange(held, status=200, request_body=b"{}", response_body=b"{}")
+
+
+def test_writer_leaves_a_stream_over_64_mib_to_readers(tmp_path):
+    """Reassembling a stream takes several times its size in the writer (a 200 MiB stream took
+    it past 800 MiB): one larger than FINALIZE_MAX_BYTES is stored, not reassembled, and a
+    reader reassembles it when asked; a small one still gets its response_final."""
+    from pvisor.gateway.proxy import finalize_response
+    from pvisor.journal.reader import JournalReader
+    from pvisor.journal.writer import FINALIZE_MAX_BYTES, Journal
+
+    def chat_stream(size: int) -> bytes:
+        event = (
+            b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m","choices":'
+            b'[{"index":0,"delta":{"content":"' + b"x" * 60_000 + b'"},"finish_reason":null}]}\n\n'
+        )
+        return event * (size // len(event) + 1) + b"data: [DONE]\n\n"
+
+    path = tmp_path / "j.sqlite"
+    big = chat_stream(FINALIZE_MAX_BYTES)
+    small = chat_stream(1)
+    with Journal.open(path, finalize=finalize_response) as journal:
+        ids = [
+            journal.record_exchange(
+                "r-big",
+                "POST",
+                "/v1/chat/completions",
+                protocol="openai-chat",
+                status=200,
+                response_headers=[("content-type", "text/event-stream")],
+                request_body=b"{}",
+                response_body=body,
+                streamed=True,
+            )
+            for body in (big, small)
+        ]
+        journal.flush()
+    with JournalReader(path) as r:
+        exs = [r.exchange(i) for i in ids]
+        assert exs[0].response_final is None and exs[1].response_final is not None
+        assert r.response_body(exs[0], raw=True) == big
+
+
+def test_truncated_error_body_keeps_no_start_of_an_echoed_key(stack):
+    """An error answer that echoes the request's key, cut by the cap inside the key: the whole
+    key is never there to redact, so the start of it that the journal would keep is cut too."""
+    key = "sk-ant-api03-" + "k" * 40
+
+    async def handler(request: web.BaseRequest) -> web.StreamResponse:
+        body = b'{"error":{"message":"invalid x-api-key ' + key.encode() + b'"}}'
+        return web.Response(status=401, body=body, content_type="application/json")
+
+    up = stack.raw_upstream(handler)
+    cut = len(b'{"error":{"message":"invalid x-api-key ') + 20  # inside the key
+    gw = stack.gateway({"anthropic": up.url}, max_response_body=cut)
+    status, _, got = http_request(gw.url, "POST", "/v1/messages", b"{}", headers={"x-api-key": key})
+    assert status == 401 and key.encode() in got  # the agent gets the answer as it came
+    with stack.reader(gw) as r:
+        (ex,) = r.exchanges(gw.run)
+        stored = r.response_body(ex, raw=True) or b""
+    assert ex.flags == ("truncated",)
+    assert stored == b'{"error":{"message":"invalid x-api-key '
