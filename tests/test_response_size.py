@@ -16,6 +16,8 @@ from pathlib import Path
 from aiohttp import web
 from gateway_helpers import Gate, http_request, poll
 
+from pvisor.journal.reader import JournalReader
+
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -395,3 +397,37 @@ def test_truncated_error_body_keeps_no_start_of_an_echoed_key(stack):
         stored = r.response_body(ex, raw=True) or b""
     assert ex.flags == ("truncated",)
     assert stored == b'{"error":{"message":"invalid x-api-key '
+
+
+def test_pvisor_run_takes_max_response_body(tmp_path):
+    """`pvisor run --max-response-body` reaches the gateway it starts: the real Codex
+    CLI, answered by the scripted model with a reply longer than the cap, gets it whole and
+    finishes; the journal keeps the first 4 KiB of it, flagged, and the step says so. A size
+    past SQLite's blob limit is a usage error naming the option."""
+    import json
+
+    from agent_helpers import entrypoint, pvisor, user_env
+
+    home, ws = tmp_path / "home", tmp_path / "ws"
+    home.mkdir()
+    ws.mkdir()
+    script = {"model": "mock-model", "turns": [{"text": "Done. " + "long words " * 2000}]}
+    (tmp_path / "s.json").write_text(json.dumps(script))
+    journal = tmp_path / "j.sqlite"
+    base = ["--journal", str(journal), "run", "--agent", "codex", "--agent-entrypoint",
+            str(entrypoint("codex")), "--script", str(tmp_path / "s.json"), "--workspace", str(ws)]  # fmt: skip
+    env = user_env(home)
+    too_big = pvisor([*base, "--max-response-body", "1GB", "--", "go"], env=env, cwd=tmp_path, timeout=60)
+    assert too_big.returncode == 2 and "--max-response-body" in too_big.stderr
+    assert "Traceback" not in too_big.stderr
+    proc = pvisor(
+        [*base, "--max-response-body", "4KiB", "--json", "--", "go"], env=env, cwd=tmp_path, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads(proc.stdout)["run"]
+    with JournalReader(journal) as r:
+        main = [e for e in r.exchanges(run) if e.role == "main"]
+        assert main and all(e.flags == ("truncated",) for e in main)
+        assert all(len(r.response_body(e, raw=True) or b"") == 4096 < e.bytes_received for e in main)
+    steps = pvisor(["--journal", str(journal), "journal", "steps", run, "--json"], env=env, cwd=tmp_path)
+    assert all("response_truncated" in s["flags"] for s in json.loads(steps.stdout)["steps"])
