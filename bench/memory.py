@@ -14,9 +14,13 @@ the second session's exchange is whole.
     python bench/memory.py finite [--mib 200] [--cap SIZE]
     python bench/memory.py endless [--seconds 60] [--cap SIZE]
     python bench/memory.py concurrent [--streams 8] [--mib 300] [--cap SIZE]
+    python bench/memory.py reassembly [--streams 32] [--seconds 40]
     (any: [--as-limit SIZE] [--json FILE])
 
 ``--cap`` is passed as ``--max-response-body`` (default: the gateway's own default).
+``reassembly`` (issue 35, item 15) keeps ``--streams`` clients sending small streamed chat
+requests back to back for ``--seconds``: then it counts the finished streams the writer has not
+reassembled yet (``response_final`` NULL: its backlog), and times the stop (SIGTERM to exit).
 """
 
 from __future__ import annotations
@@ -41,6 +45,10 @@ _HEAD = b'data: {"seq":%012d,"pad":"'
 _TAIL = b'"}\n\n'
 _PAD = b"x" * (EVENT - len(_HEAD % 0) - len(_TAIL))
 MIB = 1024 * 1024
+CHAT_EVENT = (
+    b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m",'
+    b'"choices":[{"index":0,"delta":{"content":"some words "},"finish_reason":null}]}\n\n'
+)
 
 
 def event(n: int) -> bytes:
@@ -68,6 +76,12 @@ async def _upstream(request: web.Request) -> web.StreamResponse:
     total = body.get("bytes")  # None: for ever
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
+    if "events" in body:  # a small chat stream the writer reassembles
+        for i in range(body["events"]):
+            await resp.write(CHAT_EVENT)
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
     n = sent = 0
     try:
         while total is None or sent < total:
@@ -203,6 +217,56 @@ async def _measure(
     }
 
 
+async def _reassembly(tmp: Path, clients: int, seconds: float, as_limit: int) -> dict:
+    import sqlite3
+
+    runner, upstream = await start_upstream()
+    proc, url = start_gateway(tmp, upstream, None, as_limit)
+    answered = 0
+    try:
+        body = {"model": "m", "stream": True, "events": 20, "messages": [{"role": "user", "content": "go"}]}
+        end = time.monotonic() + seconds
+
+        async def client(session: ClientSession) -> None:
+            nonlocal answered
+            while time.monotonic() < end:
+                async with session.post(url + "/v1/chat/completions", json=body) as resp:
+                    await resp.read()
+                answered += 1
+
+        samples: list[int] = []
+
+        def backlog() -> tuple[int, int]:
+            with sqlite3.connect(f"file:{tmp / 'journal.sqlite'}?mode=ro", uri=True) as db:
+                return db.execute(
+                    "SELECT coalesce(sum(response_final IS NULL), 0), count(*) FROM exchanges"
+                    " WHERE streamed = 1 AND outcome = 'ok'"
+                ).fetchone()
+
+        async def sample() -> None:  # the streams not reassembled yet, every second of the load
+            while time.monotonic() < end - 1:
+                await asyncio.sleep(1.0)
+                samples.append((await asyncio.to_thread(backlog))[0])
+
+        async with ClientSession(connector=TCPConnector(limit=0), timeout=ClientTimeout(total=60)) as session:
+            await asyncio.gather(sample(), *(client(session) for _ in range(clients)))
+        await asyncio.sleep(0.5)  # the last exchanges committed
+        left, streams = backlog()
+        peaks = {"gateway_mib": vm_hwm_mib(proc.pid), "writer_mib": vm_hwm_mib(writer_pid(proc.pid) or 0)}
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        code = await asyncio.get_running_loop().run_in_executor(None, proc.wait, 120)
+        stop_s = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        await runner.cleanup()
+    return {**peaks, "answered": answered, "streams_journaled": streams,
+            "not_reassembled_during_load": {"max": max(samples, default=0), "last": samples[-1] if samples else 0},
+            "not_reassembled_after": left, "stop_s": round(stop_s, 2), "exit_code": code}  # fmt: skip
+
+
 def journaled(journal: str) -> list[dict]:
     """The exchanges of the journal: run, outcome, flags, sizes and the response body."""
     from pvisor.journal.reader import JournalReader
@@ -246,22 +310,32 @@ def main() -> None:
     from pvisor.commands.params import parse_size
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("what", choices=["finite", "endless", "concurrent"])
+    ap.add_argument("what", choices=["finite", "endless", "concurrent", "reassembly"])
     ap.add_argument("--mib", type=int, default=None, help="bytes of each response, in MiB")
     ap.add_argument("--seconds", type=float, default=60.0, help="endless: how long the client reads")
-    ap.add_argument("--streams", type=int, default=8, help="concurrent: how many at once")
+    ap.add_argument(
+        "--streams", type=int, default=None, help="concurrent (8), reassembly (32): how many at once"
+    )
     ap.add_argument("--cap", default=None, help="--max-response-body (default: the gateway's)")
     ap.add_argument("--as-limit", default="8GiB", help="prlimit --as of the gateway (a safety net)")
     ap.add_argument("--json", default=None, help="also write the result here")
     a = ap.parse_args()
     cap = parse_size(a.cap) if a.cap else None
     limit = parse_size(a.as_limit)
+    if a.what == "reassembly":
+        with tempfile.TemporaryDirectory(prefix="pvisor-memory-") as d:
+            seconds = a.seconds if "--seconds" in sys.argv else 40.0
+            out = asyncio.run(_reassembly(Path(d), a.streams or 32, seconds, limit))
+        print(json.dumps(out, indent=2))
+        if a.json:
+            Path(a.json).write_text(json.dumps(out, indent=2))
+        return
     if a.what == "finite":
         out = measure(1, (a.mib or 200) * MIB, None, cap, limit)
     elif a.what == "endless":
         out = measure(1, None, a.seconds, cap, limit)
     else:
-        out = measure(a.streams, (a.mib or 300) * MIB, None, cap, limit)
+        out = measure(a.streams or 8, (a.mib or 300) * MIB, None, cap, limit)
     for s in out["streams"]:
         s["received_mib"] = round(s["received"] / MIB, 1)
     text = json.dumps({k: v for k, v in out.items() if k not in ("journal",)}, indent=2, default=str)

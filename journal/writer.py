@@ -59,14 +59,18 @@ COMMIT_INTERVAL_S = 0.1
 GATHER_S = 0.05  # a batch is committed at most this long after its first message arrived
 LOCK_WARN_INTERVAL_S = 30.0
 FINALIZE_SLICE_S = 0.02  # reassembly done per idle tick, so a new request waits at most this
-#: under constant load (never idle) a slice of reassembly still follows a commit when this many
-#: streams wait, or when none was reassembled for FINALIZE_EVERY_S: the backlog stays near this
-#: bound and each stream is reassembled within seconds, instead of all of them at close
+#: under constant load (never idle) reassembly still follows a commit: when this many streams
+#: wait, until half as many do (for FINALIZE_CATCHUP_S at most), and a slice when none was
+#: reassembled for FINALIZE_EVERY_S; the backlog stays near this bound and each stream is
+#: reassembled within seconds, instead of all of them at close
 FINALIZE_BACKLOG = 256
+FINALIZE_CATCHUP_S = 0.1
+#: streams waiting to be reassembled, at most: past it the oldest is left for readers
+FINALIZE_QUEUE_MAX = 10_000
+FINALIZE_EVERY_S = 1.0
 #: streams larger than this are not reassembled by the writer (parsing one takes several times
 #: its size in memory); a reader reassembles them when it needs the final response
 FINALIZE_MAX_BYTES = 64 << 20
-FINALIZE_EVERY_S = 1.0
 HEARTBEAT_INTERVAL_S = 2.0
 DEAD_AFTER_MS = 60_000  # a lease not renewed for this long is dead even on another host
 BUSY_TIMEOUT_MS = 5000
@@ -526,6 +530,7 @@ class Journal(JournalProducer):
         self.writer_id: int | None = None
         self.fingerprint_key: bytes = b""
         self.reaped: list[int] = []  # ids of dead writers whose exchanges this writer marked incomplete
+        self.unreassembled = 0  # streams dropped from the reassembly queue (FINALIZE_QUEUE_MAX)
         self._abandon = False
         self._events: list[tuple] = []  # event rows of the transaction in progress
         self._last_of_run: dict[
@@ -822,7 +827,7 @@ class Journal(JournalProducer):
                         and self._queue.empty()
                         and self._finalizer_ready()
                     ):
-                        self._finalize_slice(conn)
+                        self._finalize_slice(conn, FINALIZE_SLICE_S)
                     continue
                 closing = next((payload for kind, payload in batch if kind == "close"), None)
                 try:
@@ -855,7 +860,9 @@ class Journal(JournalProducer):
                     )
                     and self._finalizer_ready()
                 ):
-                    self._finalize_slice(conn)
+                    # commits first: no catch-up while a full batch of messages waits
+                    behind = len(self._to_finalize) >= FINALIZE_BACKLOG and self._queue.qsize() < BATCH_MAX
+                    self._finalize_slice(conn, FINALIZE_CATCHUP_S if behind else FINALIZE_SLICE_S, behind)
                 if closing is not None or any(kind == "flush" for kind, _ in batch):
                     self._finalize_waiting(conn, closing is not None)
                 for kind, payload in batch:
@@ -948,21 +955,22 @@ class Journal(JournalProducer):
         ready = getattr(self.finalize, "ready", None)
         return ready is None or bool(ready())
 
-    def _finalize_slice(self, conn: sqlite3.Connection) -> None:
-        """:meth:`_finalize_pending` for :data:`FINALIZE_SLICE_S`; a journal locked by another
-        process leaves the reassembly for a later tick."""
+    def _finalize_slice(self, conn: sqlite3.Connection, budget_s: float, catch_up: bool = False) -> None:
+        """:meth:`_finalize_pending` for ``budget_s`` (with ``catch_up``: or until half of
+        :data:`FINALIZE_BACKLOG` wait); a journal locked by another process leaves the
+        reassembly for a later tick."""
         try:
-            self._finalize_pending(conn, FINALIZE_SLICE_S)
+            self._finalize_pending(conn, budget_s, FINALIZE_BACKLOG // 2 if catch_up else 0)
         except sqlite3.OperationalError as exc:
             if not _is_busy(exc):
                 raise
 
-    def _finalize_pending(self, conn: sqlite3.Connection, budget_s: float | None) -> None:
+    def _finalize_pending(self, conn: sqlite3.Connection, budget_s: float | None, leave: int = 0) -> None:
         """Reassemble queued streamed responses into their final objects (``response_final``),
-        oldest first, for at most ``budget_s`` seconds (None: all). Each is read back from its
-        blob, so the queue holds ids, not bodies. Runs while the producer is idle, at flush
-        and at close, and under constant load a slice after a commit when the backlog reaches
-        :data:`FINALIZE_BACKLOG` or none ran for :data:`FINALIZE_EVERY_S`: reassembly is CPU
+        oldest first, for at most ``budget_s`` seconds (None: all) and while more than ``leave``
+        wait. Each is read back from its blob, so the queue holds ids, not bodies. Runs while
+        the producer is idle, at flush and at close, and under constant load after a commit
+        when the backlog reaches :data:`FINALIZE_BACKLOG` or none ran for :data:`FINALIZE_EVERY_S`: reassembly is CPU
         work that competes with a thread writer's event loop for the GIL, so it waits for idle
         time where it can, but never without bound."""
         self._last_finalize = time.monotonic()
@@ -971,7 +979,7 @@ class Journal(JournalProducer):
         deadline = None if budget_s is None else time.monotonic() + budget_s
         conn.execute("BEGIN IMMEDIATE")
         try:
-            while self._to_finalize and (deadline is None or time.monotonic() < deadline):
+            while len(self._to_finalize) > leave and (deadline is None or time.monotonic() < deadline):
                 ex_id, protocol, sha, encoding = self._to_finalize[0]
                 row = conn.execute("SELECT codec, data FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
                 final = None
@@ -1045,6 +1053,14 @@ class Journal(JournalProducer):
             self._to_finalize.append((ex_id, protocol, sha, enc))
 
     def _close_rows(self, conn: sqlite3.Connection) -> None:
+        if self.unreassembled:
+            log.warning(
+                "journal %s: %d streamed response(s) were not reassembled (the writer fell behind "
+                "under load); readers reassemble them when they need them",
+                self.path,
+                self.unreassembled,
+            )
+            self._event(conn, "reassembly.skipped", data={"streams": self.unreassembled})
         for p in list(self._inflight.values()):
             if p.due(math.inf):
                 self._write_inflight(conn, p)
@@ -1432,6 +1448,11 @@ class Journal(JournalProducer):
                 and len(f.response_body) <= FINALIZE_MAX_BYTES
             ):
                 # reassembly holds the GIL for milliseconds: done when the gateway is idle
+                if len(self._to_finalize) >= FINALIZE_QUEUE_MAX:
+                    # the writer fell that far behind: the oldest is left to readers (and to the
+                    # next writer, which queues what it finds unreassembled); said at close
+                    self._to_finalize.popleft()
+                    self.unreassembled += 1
                 self._to_finalize.append(
                     (p.id, p.protocol, response_sha, resp_headers.headers.get("content-encoding"))
                 )

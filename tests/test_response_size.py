@@ -431,3 +431,51 @@ def test_pvisor_run_takes_max_response_body(tmp_path):
         assert all(len(r.response_body(e, raw=True) or b"") == 4096 < e.bytes_received for e in main)
     steps = pvisor(["--journal", str(journal), "journal", "steps", run, "--json"], env=env, cwd=tmp_path)
     assert all("response_truncated" in s["flags"] for s in json.loads(steps.stdout)["steps"])
+
+
+def test_reassembly_backlog_is_bounded_and_said(tmp_path, monkeypatch, caplog):
+    """When the writer cannot keep up, its reassembly queue stops at FINALIZE_QUEUE_MAX (here 5,
+    with no reassembly under load): the oldest streams are left to readers, which reassemble
+    them on demand, and the close says how many, in the log and in an event."""
+    import logging
+
+    from pvisor.adapters.chains import read_final_response
+    from pvisor.gateway.proxy import finalize_response
+    from pvisor.journal import writer as writer_module
+    from pvisor.journal.writer import Journal
+
+    monkeypatch.setattr(writer_module, "FINALIZE_QUEUE_MAX", 5)
+    monkeypatch.setattr(writer_module, "FINALIZE_EVERY_S", 1e9)
+    event = (
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m",'
+        b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\ndata: [DONE]\n\n'
+    )
+    path = tmp_path / "j.sqlite"
+    caplog.set_level(logging.WARNING, logger="pvisor.journal")
+    with Journal.open(path, finalize=finalize_response) as journal:
+        journal.begin_exchange("r-load", "POST", "/v1/chat/completions", [], protocol="openai-chat")
+        ids = [
+            journal.record_exchange(
+                "r-load",
+                "POST",
+                "/v1/chat/completions",
+                protocol="openai-chat",
+                status=200,
+                response_headers=[("content-type", "text/event-stream")],
+                request_body=b"{}",
+                response_body=event,
+                streamed=True,
+            )  # fmt: skip
+            for _ in range(12)
+        ]
+    assert "7 streamed response(s) were not reassembled" in caplog.text
+    with JournalReader(path) as r:
+        exs = [r.exchange(i) for i in ids]
+        assert [e.response_final is None for e in exs] == [True] * 7 + [False] * 5
+        final, _ = read_final_response(r, exs[0])  # a reader reassembles it
+        assert final["choices"][0]["message"]["content"] == "hi"
+    import sqlite3
+
+    with sqlite3.connect(path) as db:
+        data = db.execute("SELECT data FROM events WHERE kind = 'reassembly.skipped'").fetchone()
+    assert data is not None and '"streams":7' in data[0]
