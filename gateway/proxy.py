@@ -79,7 +79,8 @@ class GatewayConfig:
     ``run`` the gateway's run id (generated when None); ``max_body`` request body limit in
     bytes; ``max_response_body`` the response bytes journaled of one exchange and
     ``response_budget`` those kept across the exchanges in flight (past either the answer is
-    still relayed whole, journaled in part and flagged ``truncated``); ``stall_timeout`` seconds without upstream bytes before giving up; ``log_file``;
+    still relayed whole, journaled in part and flagged ``truncated``); ``stall_timeout``
+    seconds without upstream bytes before giving up; ``log_file``;
     ``shutdown_grace`` seconds :meth:`Gateway.stop` waits for exchanges in flight;
     ``attempt`` the attempt number recorded for the exchanges of the gateway's own run (``pvisor
     run --resume`` records a native resume as attempt 2, 3, ...; other runs get 1); ``offline``

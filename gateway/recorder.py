@@ -152,8 +152,8 @@ class Recorder:
         """Queue the exchange of ``cur`` for the journal, once (later calls do nothing).
         ``timings`` is the flat (µs since start, chunk length) list; ``response_body`` the bytes
         or the relay's list of chunks (never joined here: the writer gets the chunks as they
-        are); ``served_by``, ``flags`` and
-        the forwarded body (when a responder sent other bytes upstream) come from ``cur``."""
+        are); ``served_by``, ``flags`` and the forwarded body (when a responder sent other
+        bytes upstream) come from ``cur``."""
         pending, route = cur.pending, cur.route
         assert pending is not None and route is not None and self.journal is not None
         if cur.recorded:

@@ -65,9 +65,9 @@ FINALIZE_SLICE_S = 0.02  # reassembly done per idle tick, so a new request waits
 #: reassembled within seconds, instead of all of them at close
 FINALIZE_BACKLOG = 256
 FINALIZE_CATCHUP_S = 0.1
+FINALIZE_EVERY_S = 1.0
 #: streams waiting to be reassembled, at most: past it the oldest is left for readers
 FINALIZE_QUEUE_MAX = 10_000
-FINALIZE_EVERY_S = 1.0
 #: streams larger than this are not reassembled by the writer (parsing one takes several times
 #: its size in memory); a reader reassembles them when it needs the final response
 FINALIZE_MAX_BYTES = 64 << 20
@@ -970,9 +970,10 @@ class Journal(JournalProducer):
         oldest first, for at most ``budget_s`` seconds (None: all) and while more than ``leave``
         wait. Each is read back from its blob, so the queue holds ids, not bodies. Runs while
         the producer is idle, at flush and at close, and under constant load after a commit
-        when the backlog reaches :data:`FINALIZE_BACKLOG` or none ran for :data:`FINALIZE_EVERY_S`: reassembly is CPU
-        work that competes with a thread writer's event loop for the GIL, so it waits for idle
-        time where it can, but never without bound."""
+        when the backlog reaches :data:`FINALIZE_BACKLOG` or none ran for
+        :data:`FINALIZE_EVERY_S`: reassembly is CPU work that competes with a thread writer's
+        event loop for the GIL, so it waits for idle time where it can, but never without
+        bound."""
         self._last_finalize = time.monotonic()
         if not self._to_finalize:
             return
