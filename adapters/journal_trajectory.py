@@ -38,6 +38,9 @@ Step flags (``Step.flags``), each also explained in ``Trajectory.meta["steps"]``
                               ``upstream_reset``, ``incomplete``, in flight): A_i holds what arrived
 ``partially_delivered``       the agent got fewer response bytes than the upstream sent
                               (``bytes_delivered < bytes_received``): A_i holds more than it saw
+``response_truncated``        the journal holds only the first bytes of reply i (the exchange is
+                              flagged ``truncated``: past the gateway's ``--max-response-body`` or
+                              journal budget); A_i holds what was kept (:data:`RESPONSE_TRUNCATED`)
 ``tool_results_not_sent``     A_N made tool calls but no later main-loop request sent results
 ``missing_tool_results``      request i+1 answers only some of A_i's tool calls (calls the
                               provider runs itself, kind ``server``, expect no result)
@@ -91,6 +94,8 @@ from pvisor.adapters.protocols.base import json_type, signature_flags
 from pvisor.journal import progress
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import (
+    RESPONSE_TRUNCATED,
+    TRUNCATED_FLAG,
     Action,
     Conversation,
     Exchange,
@@ -168,6 +173,8 @@ def _read_reply(reader: JournalReader, req: Request) -> _Reply:
         reply.flags.append("interrupted")
     if ex.bytes_delivered < ex.bytes_received:
         reply.flags.append("partially_delivered")
+    if TRUNCATED_FLAG in ex.flags:
+        reply.flags.append(RESPONSE_TRUNCATED)
     if ex.status is not None and ex.status >= 400:
         reply.flags.append("no_reply")
         if ex.outcome in _GATEWAY_STATUS:

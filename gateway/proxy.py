@@ -27,7 +27,7 @@ import orjson
 from aiohttp import web
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
-from pvisor.journal.model import CaptureMode, redact_url
+from pvisor.journal.model import TRUNCATED_FLAG, CaptureMode, redact_url
 from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driver
 from pvisor.journal.writer import Journal, new_run_id
 
@@ -36,7 +36,7 @@ from .finalize import FINALIZER, finalize_response
 from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
 from .log_file import LogFile
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
-from .recorder import Current, Recorder, us_since
+from .recorder import Current, Recorder, ResponseBudget, us_since
 from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
 from .routing import INTERCEPT_HEADER, RUN_HEADER, Route, Router
 from .snapshots import WorkspaceSnapshots
@@ -53,11 +53,18 @@ __all__ = [
 MIB = 1024 * 1024
 DEFAULT_MAX_BODY = 64 * MIB
 DEFAULT_STALL_TIMEOUT_S = 600.0
+#: response bytes journaled of one exchange (--max-response-body): far above any model reply,
+#: and below SQLite's limit of 1,000,000,000 bytes for one blob
+DEFAULT_MAX_RESPONSE_BODY = 256 * MIB
+#: response bytes the gateway keeps for the journal across all exchanges in flight
+DEFAULT_RESPONSE_BUDGET = 512 * MIB
 
 _RESPONSE_DROP = HOP_BY_HOP
 _INTERCEPT_LOWER = INTERCEPT_HEADER.lower()
-# the agent's connection broke (reading its body, or writing to it)
-_CLIENT_GONE = (ConnectionResetError, aiohttp.ClientConnectionError, asyncio.IncompleteReadError)
+# the agent's connection broke (reading its body, or writing to it). ConnectionError, not only
+# ConnectionResetError: aiohttp raises a plain ConnectionError("Connection lost") to a write
+# waiting for the agent to read (a fast stream to a slow agent) when the agent goes away
+_CLIENT_GONE = (ConnectionError, aiohttp.ClientConnectionError, asyncio.IncompleteReadError)
 
 #: events worth a line on the terminal (an internal error); the CLI shows them on stderr
 log = logging.getLogger("pvisor.gateway")
@@ -70,7 +77,10 @@ class GatewayConfig:
     Fields: ``host``/``port`` to listen on (port 0: any free port); ``upstreams`` name -> base
     URL given by the user (``--upstream NAME=URL``; the others take their public defaults);
     ``run`` the gateway's run id (generated when None); ``max_body`` request body limit in
-    bytes; ``stall_timeout`` seconds without upstream bytes before giving up; ``log_file``;
+    bytes; ``max_response_body`` the response bytes journaled of one exchange and
+    ``response_budget`` those kept across the exchanges in flight (past either the answer is
+    still relayed whole, journaled in part and flagged ``truncated``); ``stall_timeout``
+    seconds without upstream bytes before giving up; ``log_file``;
     ``shutdown_grace`` seconds :meth:`Gateway.stop` waits for exchanges in flight;
     ``attempt`` the attempt number recorded for the exchanges of the gateway's own run (``pvisor
     run --resume`` records a native resume as attempt 2, 3, ...; other runs get 1); ``offline``
@@ -91,6 +101,8 @@ class GatewayConfig:
     upstreams: dict[str, str] = field(default_factory=dict)
     run: str | None = None
     max_body: int = DEFAULT_MAX_BODY
+    max_response_body: int = DEFAULT_MAX_RESPONSE_BODY
+    response_budget: int = DEFAULT_RESPONSE_BUDGET
     stall_timeout: float = DEFAULT_STALL_TIMEOUT_S
     log_file: Path | None = None
     shutdown_grace: float = 10.0
@@ -138,6 +150,7 @@ class Gateway:
         self._runner: web.ServerRunner | None = None
         self._site: web.TCPSite | None = None
         self._inflight = InFlight()
+        self.budget = ResponseBudget(config.max_response_body, config.response_budget)
         self._log = _new_logger()
         self.recorder = Recorder(journal, self._log)
         self._log_file: LogFile | None = None
@@ -291,6 +304,7 @@ class Gateway:
         except Exception as exc:
             return self._internal_error(request, cur, exc)
         finally:
+            self.budget.release(cur)
             self._inflight.discard(task)
 
     async def _handle(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse:
@@ -456,6 +470,8 @@ class Gateway:
         chunks: list[bytes] = []
         timings: list[int] = []  # flat (µs since start, length) pairs: packed by the journal writer
         received = delivered = 0
+        truncated = False
+        first_us: int | None = None  # the first byte's µs since start (a chunk kept or not)
         outcome = "upstream_error" if answer.status >= 400 else "ok"
         error: str | None = None
         up_headers = list(answer.headers)
@@ -468,11 +484,11 @@ class Gateway:
                 error,
                 cur.body,
                 up_headers,
-                b"".join(chunks),
+                chunks,  # the writer takes the chunks as they are: the body is never joined here
                 streamed,
                 timings,
                 headers_us,
-                timings[0] if timings else None,
+                first_us,
                 received,
                 delivered,
             )
@@ -511,9 +527,18 @@ class Gateway:
                     outcome, error = exc.outcome, exc.message
                     break
                 n = len(chunk)
+                if first_us is None:
+                    first_us = int((perf_counter() - t0) * 1e6)
                 received += n
-                chunks.append(chunk)
-                timings += (int((perf_counter() - t0) * 1e6), n)
+                if not truncated:
+                    # the journal keeps what fits --max-response-body and the budget; the agent gets all
+                    kept = self.budget.take(cur, n)
+                    if kept:
+                        chunks.append(chunk if kept == n else chunk[:kept])
+                        timings += (int((perf_counter() - t0) * 1e6) if timings else first_us, kept)
+                    if kept < n:
+                        truncated = True
+                        cur.flags = (*cur.flags, TRUNCATED_FLAG)
                 try:
                     await resp.write(chunk)
                 except asyncio.CancelledError:

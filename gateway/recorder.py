@@ -42,6 +42,42 @@ class Current:
     flags: tuple[str, ...] = ()
     forwarded: bytes | None = None  # a responder's own body sent upstream instead of the agent's
     snapshot: PendingSnapshot | None = None  # the workspace walk the answer's first byte waits for
+    held: int = 0  # response bytes kept for the journal, counted in the gateway's ResponseBudget
+
+
+class ResponseBudget:
+    """How many response bytes the gateway keeps for the journal: at most ``per_exchange``
+    (``--max-response-body``) for one exchange and ``total`` across the exchanges in flight
+    (docs/gateway.md, "Response size"). Bytes past either are relayed to the agent, never
+    kept: the exchange is journaled up to there and flagged ``truncated``. Used on the event
+    loop only (no lock)."""
+
+    def __init__(self, per_exchange: int, total: int):
+        self.per_exchange = per_exchange
+        self.total = total
+        self.held = 0  # bytes kept by the exchanges in flight
+
+    def take(self, cur: Current, n: int) -> int:
+        """How many of ``n`` more bytes exchange ``cur`` may keep (all, some or none); they
+        count against both bounds until :meth:`release`."""
+        room = min(n, self.per_exchange - cur.held, self.total - self.held)
+        if room <= 0:
+            return 0
+        cur.held += room
+        self.held += room
+        return room
+
+    def release(self, cur: Current) -> None:
+        """The exchange of ``cur`` went to the journal writer: its bytes no longer count."""
+        self.held -= cur.held
+        cur.held = 0
+
+
+def size_of(body: bytes | list[bytes] | None) -> int:
+    """Bytes of a body given whole or as a list of chunks."""
+    if body is None:
+        return 0
+    return len(body) if isinstance(body, (bytes, bytearray)) else sum(len(c) for c in body)
 
 
 def us_since(pending: PendingExchange) -> int:
@@ -105,7 +141,7 @@ class Recorder:
         error: str | None,
         request_body: bytes | None = None,
         response_headers: list[tuple[str, str]] | None = None,
-        response_body: bytes | None = None,
+        response_body: bytes | list[bytes] | None = None,
         streamed: bool = False,
         timings: list[int] | None = None,
         headers_us: int | None = None,
@@ -114,8 +150,10 @@ class Recorder:
         delivered: int | None = None,
     ) -> None:
         """Queue the exchange of ``cur`` for the journal, once (later calls do nothing).
-        ``timings`` is the flat (µs since start, chunk length) list; ``served_by``, ``flags`` and
-        the forwarded body (when a responder sent other bytes upstream) come from ``cur``."""
+        ``timings`` is the flat (µs since start, chunk length) list; ``response_body`` the bytes
+        or the relay's list of chunks (never joined here: the writer gets the chunks as they
+        are); ``served_by``, ``flags`` and the forwarded body (when a responder sent other
+        bytes upstream) come from ``cur``."""
         pending, route = cur.pending, cur.route
         assert pending is not None and route is not None and self.journal is not None
         if cur.recorded:
@@ -154,7 +192,7 @@ class Recorder:
                 "stream" if streamed else "-",
                 cur.served_by.value,
                 cur.body_size if cur.body_size is not None else len(request_body or b""),
-                received if received is not None else len(response_body or b""),
+                received if received is not None else size_of(response_body),
                 us_since(pending) / 1000,
                 f" error={redact_text(error)}" if error else "",
             )

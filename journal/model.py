@@ -93,6 +93,14 @@ class CaptureMode(str, enum.Enum):
     INTERCEPT = "intercept"  #: sent to the model API's host, through intercept mode's forward proxy
 
 
+#: the exchange flag of a response journaled only in part (``exchanges.flags``; docs/gateway.md,
+#: "Response size"): past ``--max-response-body`` or the gateway's journal budget the agent
+#: still got every byte, the journal keeps the first ones; ``bytes_received`` counts them all
+TRUNCATED_FLAG = "truncated"
+#: the step flag of a main-loop reply whose exchange is flagged :data:`TRUNCATED_FLAG`
+#: (docs/steps.md): playback cannot serve it, nor prepare-only render A_N from it
+RESPONSE_TRUNCATED = "response_truncated"
+
 MessageRole = Literal["system", "developer", "user", "assistant", "tool"]
 
 # --------------------------------------------------------------------------- runs and exchanges

@@ -42,6 +42,7 @@ from .content_encoding import DEFAULT_LIMIT, DecodeError, decode_body
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import (
     REQUEST_HEADER_ALLOW,
+    TRUNCATED_FLAG,
     Attempt,
     Run,
     pack_timings,
@@ -58,6 +59,18 @@ COMMIT_INTERVAL_S = 0.1
 GATHER_S = 0.05  # a batch is committed at most this long after its first message arrived
 LOCK_WARN_INTERVAL_S = 30.0
 FINALIZE_SLICE_S = 0.02  # reassembly done per idle tick, so a new request waits at most this
+#: under constant load (never idle) reassembly still follows a commit: when this many streams
+#: wait, until half as many do (for FINALIZE_CATCHUP_S at most), and a slice when none was
+#: reassembled for FINALIZE_EVERY_S; the backlog stays near this bound and each stream is
+#: reassembled within seconds, instead of all of them at close
+FINALIZE_BACKLOG = 256
+FINALIZE_CATCHUP_S = 0.1
+FINALIZE_EVERY_S = 1.0
+#: streams waiting to be reassembled, at most: past it the oldest is left for readers
+FINALIZE_QUEUE_MAX = 10_000
+#: streams larger than this are not reassembled by the writer (parsing one takes several times
+#: its size in memory); a reader reassembles them when it needs the final response
+FINALIZE_MAX_BYTES = 64 << 20
 HEARTBEAT_INTERVAL_S = 2.0
 DEAD_AFTER_MS = 60_000  # a lease not renewed for this long is dead even on another host
 BUSY_TIMEOUT_MS = 5000
@@ -74,6 +87,18 @@ Finalizer = Callable[[str | None, bool, bytes], bytes | None]
 
 
 log = logging.getLogger("pvisor.journal")
+
+
+def cut_secret_prefix(body: bytes, secrets: Iterable[str]) -> bytes:
+    """``body`` (an error response journaled in part, flag ``truncated``) without the start of
+    a credential it ends with (8 characters or more): the cut may fall inside an echoed key,
+    which the redaction of whole keys does not find."""
+    for value in secrets:
+        needle = value.encode("utf-8", "surrogateescape")
+        for k in range(min(len(needle) - 1, len(body)), 7, -1):
+            if body.endswith(needle[:k]):
+                return body[:-k]
+    return body
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
@@ -154,6 +179,7 @@ class PendingExchange:
     streamed: bool = False
     chunks: list[bytes] | None = None  # the relay's own list of the response's chunks
     delivered: int = 0  # bytes of the response the agent has been given so far
+    own_chunks: bool = False  # ``chunks`` is the writer's own (a writer process's): see Journal._commit
     # How far the writer got (its thread only; in the gateway of a writer process: what was sent)
     request_stored: bool = False
     request_sha: str | None = None
@@ -195,7 +221,7 @@ class FinishedExchange:
     status: int | None
     response_headers: list[tuple[str, str]]
     request_body: bytes | None
-    response_body: bytes | None
+    response_body: bytes | list[bytes] | None  # a list: the producer's chunks, joined by the writer only
     streamed: bool
     chunk_timings: Any  # as given to finish_exchange; packed in the writer thread
     outcome: str
@@ -375,7 +401,7 @@ class JournalProducer:
         status: int | None,
         response_headers: Iterable[tuple[str, str]] = (),
         request_body: bytes | None = None,
-        response_body: bytes | None = None,
+        response_body: bytes | list[bytes] | None = None,
         streamed: bool = False,
         chunk_timings: Iterable[Sequence[int]] | Sequence[int] | bytes = b"",
         outcome: str = "ok",
@@ -392,7 +418,9 @@ class JournalProducer:
     ) -> None:
         """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
         body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
-        failure sets outcome ``decode_error`` and keeps the raw bytes), the response body raw.
+        failure sets outcome ``decode_error`` and keeps the raw bytes), the response body raw,
+        whole or as the list of its chunks (a list is never joined on the caller's thread: the
+        writer process gets the chunks as they are; the caller must not change it afterwards).
         ``chunk_timings``: (µs since start, length) pairs, a flat [µs, length, µs, length, ...]
         list, or already packed bytes; packed in the writer thread.
         ``request_bytes``: the request body's size on the wire when the body itself is not
@@ -405,7 +433,9 @@ class JournalProducer:
         self._inflight.pop(pending.id, None)
         if self.error is not None:
             self.unrecorded += 1  # the writer is gone: said when the gateway stops
-        rb = response_body or b""
+        rb = 0 if response_body is None else (
+            len(response_body) if isinstance(response_body, bytes) else sum(map(len, response_body))
+        )  # fmt: skip
         self._put(
             (
                 "exchange",
@@ -422,8 +452,8 @@ class JournalProducer:
                     headers_us=headers_us,
                     first_byte_us=first_byte_us,
                     ended_us=ended_us,
-                    bytes_received=len(rb) if bytes_received is None else bytes_received,
-                    bytes_delivered=len(rb) if bytes_delivered is None else bytes_delivered,
+                    bytes_received=rb if bytes_received is None else bytes_received,
+                    bytes_delivered=rb if bytes_delivered is None else bytes_delivered,
                     request_encoding=request_encoding,
                     request_bytes=len(request_body or b"") if request_bytes is None else request_bytes,
                     served_by=served_by,
@@ -500,6 +530,7 @@ class Journal(JournalProducer):
         self.writer_id: int | None = None
         self.fingerprint_key: bytes = b""
         self.reaped: list[int] = []  # ids of dead writers whose exchanges this writer marked incomplete
+        self.unreassembled = 0  # streams dropped from the reassembly queue (FINALIZE_QUEUE_MAX)
         self._abandon = False
         self._events: list[tuple] = []  # event rows of the transaction in progress
         self._last_of_run: dict[
@@ -762,6 +793,7 @@ class Journal(JournalProducer):
         self._lanes: dict[tuple[str, str, str], _Lane] = {}
         self._known_runs: set[str] = set()
         self._to_finalize: collections.deque[tuple[str, str, str, str | None]] = collections.deque()
+        self._last_finalize = time.monotonic()
         self._queue_unfinalized(conn)
         last_heartbeat = time.monotonic()
         batch: list[tuple[str, Any]] = []  # messages not committed yet; kept across a retry
@@ -795,12 +827,7 @@ class Journal(JournalProducer):
                         and self._queue.empty()
                         and self._finalizer_ready()
                     ):
-                        try:
-                            self._finalize_pending(conn, FINALIZE_SLICE_S)
-                        except sqlite3.OperationalError as exc:
-                            if not _is_busy(exc):
-                                raise
-                            # another process holds the write lock: the reassembly waits for a later tick
+                        self._finalize_slice(conn, FINALIZE_SLICE_S)
                     continue
                 closing = next((payload for kind, payload in batch if kind == "close"), None)
                 try:
@@ -824,6 +851,18 @@ class Journal(JournalProducer):
                 if beat:
                     last_heartbeat = now
                 self._release_blob_room(batch)
+                if (
+                    self._to_finalize
+                    and closing is None
+                    and (
+                        len(self._to_finalize) >= FINALIZE_BACKLOG
+                        or now - self._last_finalize >= FINALIZE_EVERY_S
+                    )
+                    and self._finalizer_ready()
+                ):
+                    # commits first: no catch-up while a full batch of messages waits
+                    behind = len(self._to_finalize) >= FINALIZE_BACKLOG and self._queue.qsize() < BATCH_MAX
+                    self._finalize_slice(conn, FINALIZE_CATCHUP_S if behind else FINALIZE_SLICE_S, behind)
                 if closing is not None or any(kind == "flush" for kind, _ in batch):
                     self._finalize_waiting(conn, closing is not None)
                 for kind, payload in batch:
@@ -901,6 +940,14 @@ class Journal(JournalProducer):
             for p, progress in saved:
                 p.restore(progress)
             raise
+        for p in stale:
+            chunks = p.chunks
+            if p.own_chunks and chunks is not None:
+                # committed into response_parts: a writer process need not hold them too (one
+                # part per commit window, so this list stays short); a thread writer's list is
+                # the gateway's own, which hands it over whole when the exchange ends
+                for i in range(min(p.parts_taken, len(chunks))):
+                    chunks[i] = b""
 
     def _finalizer_ready(self) -> bool:
         """Whether the reassembler can run now without an import (a writer process loads it
@@ -908,18 +955,32 @@ class Journal(JournalProducer):
         ready = getattr(self.finalize, "ready", None)
         return ready is None or bool(ready())
 
-    def _finalize_pending(self, conn: sqlite3.Connection, budget_s: float | None) -> None:
+    def _finalize_slice(self, conn: sqlite3.Connection, budget_s: float, catch_up: bool = False) -> None:
+        """:meth:`_finalize_pending` for ``budget_s`` (with ``catch_up``: or until half of
+        :data:`FINALIZE_BACKLOG` wait); a journal locked by another process leaves the
+        reassembly for a later tick."""
+        try:
+            self._finalize_pending(conn, budget_s, FINALIZE_BACKLOG // 2 if catch_up else 0)
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc):
+                raise
+
+    def _finalize_pending(self, conn: sqlite3.Connection, budget_s: float | None, leave: int = 0) -> None:
         """Reassemble queued streamed responses into their final objects (``response_final``),
-        oldest first, for at most ``budget_s`` seconds (None: all). Each is read back from its
-        blob, so the queue holds ids, not bodies. Runs only while the producer is idle, at
-        flush and at close: reassembly is CPU work that would otherwise compete with the
-        gateway's event loop for the GIL."""
+        oldest first, for at most ``budget_s`` seconds (None: all) and while more than ``leave``
+        wait. Each is read back from its blob, so the queue holds ids, not bodies. Runs while
+        the producer is idle, at flush and at close, and under constant load after a commit
+        when the backlog reaches :data:`FINALIZE_BACKLOG` or none ran for
+        :data:`FINALIZE_EVERY_S`: reassembly is CPU work that competes with a thread writer's
+        event loop for the GIL, so it waits for idle time where it can, but never without
+        bound."""
+        self._last_finalize = time.monotonic()
         if not self._to_finalize:
             return
         deadline = None if budget_s is None else time.monotonic() + budget_s
         conn.execute("BEGIN IMMEDIATE")
         try:
-            while self._to_finalize and (deadline is None or time.monotonic() < deadline):
+            while len(self._to_finalize) > leave and (deadline is None or time.monotonic() < deadline):
                 ex_id, protocol, sha, encoding = self._to_finalize[0]
                 row = conn.execute("SELECT codec, data, size FROM blobs WHERE sha256 = ?", (sha,)).fetchone()
                 final = None
@@ -981,7 +1042,9 @@ class Journal(JournalProducer):
             return
         rows = conn.execute(
             "SELECT id, protocol, response_body, response_headers FROM exchanges WHERE streamed = 1 AND response_final IS NULL"
-            " AND response_body IS NOT NULL AND protocol IS NOT NULL AND outcome IS NOT NULL ORDER BY rowid DESC LIMIT 10000"
+            " AND response_body IS NOT NULL AND protocol IS NOT NULL AND outcome IS NOT NULL"
+            f" AND bytes_received <= {FINALIZE_MAX_BYTES}"
+            f" AND flags NOT LIKE '%\"{TRUNCATED_FLAG}\"%' ORDER BY rowid DESC LIMIT 10000"
         ).fetchall()
         for ex_id, protocol, sha, headers in reversed(rows):
             try:
@@ -991,6 +1054,14 @@ class Journal(JournalProducer):
             self._to_finalize.append((ex_id, protocol, sha, enc))
 
     def _close_rows(self, conn: sqlite3.Connection) -> None:
+        if self.unreassembled:
+            log.warning(
+                "journal %s: %d streamed response(s) were not reassembled (the writer fell behind "
+                "under load); readers reassemble them when they need them",
+                self.path,
+                self.unreassembled,
+            )
+            self._event(conn, "reassembly.skipped", data={"streams": self.unreassembled})
         for p in list(self._inflight.values()):
             if p.due(math.inf):
                 self._write_inflight(conn, p)
@@ -1359,13 +1430,30 @@ class Journal(JournalProducer):
         response_sha = None
         resp_headers = redact_exchange_meta("", f.response_headers, self.fingerprint_key, allow=None)
         if f.response_body is not None:
+            if isinstance(f.response_body, list):
+                f.response_body = b"".join(f.response_body)
+                p.chunks = None  # the chunks go now: the body is never held twice for long
             body = f.response_body
             if f.status is not None and f.status >= 400 and body:
                 # an error may echo the key the request carried ("invalid key sk-..."): never kept
                 body = redact_echoed_secrets(body, p.query, p.headers, p.path)
+                if TRUNCATED_FLAG in f.flags:
+                    body = cut_secret_prefix(body, request_secrets(p.query, p.headers, p.path))
             response_sha = self._put_blob(conn, body)
-            if self.finalize is not None and f.streamed and f.response_body and p.protocol is not None:
+            if (
+                self.finalize is not None
+                and f.streamed
+                and f.response_body
+                and p.protocol is not None
+                and TRUNCATED_FLAG not in f.flags  # the reply is not whole: readers reassemble what there is
+                and len(f.response_body) <= FINALIZE_MAX_BYTES
+            ):
                 # reassembly holds the GIL for milliseconds: done when the gateway is idle
+                if len(self._to_finalize) >= FINALIZE_QUEUE_MAX:
+                    # the writer fell that far behind: the oldest is left to readers (and to the
+                    # next writer, which queues what it finds unreassembled); said at close
+                    self._to_finalize.popleft()
+                    self.unreassembled += 1
                 self._to_finalize.append(
                     (p.id, p.protocol, response_sha, resp_headers.headers.get("content-encoding"))
                 )

@@ -99,6 +99,10 @@ def _dispatch(journal: Journal, replies: _Replies, kind: str, payload: Any, bodi
     if kind == "exchange":
         # the child's own copy of an exchange it wrote in flight knows its row is on disk
         pending = journal._inflight.pop(payload[0][0], None)
+        if pending is not None:
+            # the parts sent in flight are stored (or rolled back and then not needed): the
+            # finished exchange brings its whole body, and the parts need not be held beside it
+            pending.chunks = None
         journal._put(("exchange", decode_exchange(payload, bodies, pending)))
     elif kind == "inflight":
         apply_inflight(journal._inflight, payload, bodies)

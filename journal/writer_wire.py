@@ -100,9 +100,10 @@ def encode_inflight(p: PendingExchange) -> tuple[tuple, list[bytes]]:
     new_part = chunks is not None and len(chunks) > p.parts_taken
     if new_part:
         n = len(chunks)  # type: ignore[arg-type]  # the event loop may append meanwhile
-        data = b"".join(chunks[p.parts_taken : n])  # type: ignore[index]
-        bodies.append(data)
-        p.parts_taken, p.parts_bytes = n, p.parts_bytes + len(data)
+        # the chunks themselves, written as one body (no joined copy in the producer)
+        part = chunks[p.parts_taken : n]  # type: ignore[index]
+        bodies.append(part)
+        p.parts_taken, p.parts_bytes = n, p.parts_bytes + sum(map(len, part))
     p.persisted = True
     p.delivered_stored = p.delivered
     return (_pending_tuple(p), p.request_encoding, new_request, head, new_part, p.delivered), bodies
@@ -129,13 +130,16 @@ def apply_inflight(inflight: dict[str, PendingExchange], payload: Sequence[Any],
         part = next(it)
         if p.chunks is None:
             p.chunks = [part]
+            p.own_chunks = True  # the child's own list: its writer lets go of what it committed
         else:
             p.chunks.append(part)
 
 
 def encode_exchange(f: FinishedExchange) -> tuple[tuple, list[bytes]]:
     """``(payload, bodies)`` of one finished exchange: the request, response and forwarded
-    bodies (those not None, in that order) go out of band; the payload says which are there."""
+    bodies (those not None, in that order) go out of band; the payload says which are there.
+    A response body given as a list of chunks stays one: :func:`encode` writes its chunks as
+    one body, so the child reads it whole and the producer never joins it."""
     bodies = [b for b in (f.request_body, f.response_body, f.forwarded_body) if b is not None]
     payload = (
         _pending_tuple(f.pending),
@@ -230,9 +234,14 @@ def encode(message: tuple[str, Any]) -> list[bytes | memoryview]:
     meta = pickle.dumps((kind, payload), protocol=5)
     parts: list[bytes | memoryview] = [HEAD.pack(len(meta), len(bodies))]
     if bodies:
-        parts.append(struct.pack(f"<{len(bodies)}Q", *(len(b) for b in bodies)))
+        sizes = (len(b) if not isinstance(b, list) else sum(map(len, b)) for b in bodies)
+        parts.append(struct.pack(f"<{len(bodies)}Q", *sizes))
     parts.append(meta)
-    parts.extend(bodies)
+    for b in bodies:
+        if isinstance(b, list):
+            parts.extend(c for c in b if c)  # a chunk list: one body on the wire (no empty buffer)
+        else:
+            parts.append(b)
     return parts
 
 

@@ -141,6 +141,7 @@ class RunRequest:
     journal before the run starts (:func:`claim_child`) unless ``child_claimed`` says when this
     process claimed it already (a replay, before restoring its workspace; Unix epoch ms: the
     attempt's start), and given back when the start fails before the agent ran.
+    ``max_response_body``: the gateway's ``--max-response-body`` (None: its default).
     """
 
     agent: str
@@ -172,6 +173,7 @@ class RunRequest:
     child_run: str | None = None
     child_option: str = "--child-run"
     child_claimed: int | None = None
+    max_response_body: int | None = None
 
 
 @dataclass(frozen=True)
@@ -1031,6 +1033,8 @@ async def _run(
                 attempt=attempt,
                 shutdown_grace=5.0,
             )
+        if req.max_response_body is not None:
+            config.max_response_body = req.max_response_body
         if req.intercept is not None:
             _intercept_gateway(req, profile, config)
         if req.snapshots:

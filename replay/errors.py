@@ -29,6 +29,9 @@ ERROR_CODES: dict[str, str] = {
     "action_lost": "a step up to N is a gap: its action's line was lost from the native file (exit 65)",
     "damaged_source": "the native file lost or had repaired lines (not JSON, NUL bytes, a mended "
     "chain...), or its cut-off last line may belong to step N; --allow-damaged builds it anyway (exit 65)",
+    "response_truncated": "a reply the boundary needs is journaled only in part (its exchange flagged "
+    "truncated: past the gateway's --max-response-body or journal budget): playback of steps 1..N, or "
+    "prepare-only's A_N at N = the last step (exit 65)",
     "compaction_not_rebuilt": "the agent replaced its history at or before N and the native file does not hold what it sent instead (exit 65)",
     "profile_version_mismatch": "--profile-from is a capture of another major version of the agent (exit 65)",
     "profile_unusable": "--profile-from holds no main-loop request of the agent (exit 65)",

@@ -38,6 +38,7 @@ import orjson
 from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.errors import PvisorError
 from pvisor.journal.model import (
+    RESPONSE_TRUNCATED,
     Action,
     Compaction,
     Conversation,
@@ -201,6 +202,7 @@ WARNED_FLAGS = (
     "missing_tool_results",
     "interrupted",
     "partially_delivered",
+    "response_truncated",
     "no_reply",
     "thinking_signature_empty",
     "thinking_signature_missing",
@@ -216,6 +218,22 @@ def step_notes(
     return [
         (f, f"step {s.n}: {f.replace('_', ' ')}") for s in steps[:after_step] for f in s.flags if f in flags
     ]
+
+
+def check_truncated(steps: Sequence[Step], first: int, after_step: int, where: str) -> None:
+    """ReplayBadInput ``response_truncated`` when a step from ``first`` to ``after_step`` (1-based)
+    is flagged ``response_truncated``: the journal holds only the first bytes of its reply, so
+    it can neither be served (playback needs the replies of steps 1..N) nor rendered (prepare-only
+    needs A_N at N = the last step). Never guessed: the agent got more than the journal kept."""
+    cut = next((s for s in steps[first - 1 : after_step] if RESPONSE_TRUNCATED in s.flags), None)
+    if cut is None:
+        return
+    raise ReplayBadInput(
+        "response_truncated",
+        f"--after-step {after_step}: the reply of step {cut.n} of {where} is journaled only in part (its exchange "
+        "is flagged truncated: larger than the gateway's --max-response-body, or past its journal budget); "
+        f"choose N < {cut.n}",
+    )
 
 
 def check_boundary(after_step: int, steps_total: int, where: str) -> None:
@@ -426,6 +444,7 @@ def _journal_prefix(
         return source, prefix, traj.meta
     # N = S: render request N + A_N
     step = traj.steps[after_step - 1]
+    check_truncated(traj.steps, after_step, after_step, f"run {run.id}")
     if "no_reply" in step.flags:
         raise ReplayBadInput(
             "no_reply",

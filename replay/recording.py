@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from pvisor.journal.errors import BadInputError, PvisorError
-from pvisor.journal.model import Conversation, Step
+from pvisor.journal.model import TRUNCATED_FLAG, Conversation, Step
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from .prefix import (
     WARNED_FLAGS,
     check_boundary,
+    check_truncated,
     descriptor,
     finish_at,
     native_conversation,
@@ -161,6 +162,7 @@ def _check_steps(rec: Recording, after_step: int, where: str) -> None:
 
 def _check_boundary(rec: Recording, after_step: int, where: str) -> None:
     check_boundary(after_step, len(rec.steps), where)
+    check_truncated(rec.steps, 1, after_step, where)
     late = [i + 1 for i, a in enumerate(rec.attempts[:after_step]) if a > 1]
     if late:
         raise ReplayBadInput(
@@ -239,6 +241,7 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
                 or ex.attempt != 1
                 or ex.status is None
                 or ex.response_body is None
+                or TRUNCATED_FLAG in ex.flags  # journaled in part: never served cut
             ):
                 continue
             q = by_id.get(ex.id)

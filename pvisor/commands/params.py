@@ -41,12 +41,14 @@ def parse_size(text: str) -> int:
 
 
 class Size(click.ParamType):
-    """A size in bytes, written as :func:`parse_size` reads it; at least ``minimum``."""
+    """A size in bytes, written as :func:`parse_size` reads it; at least ``minimum``, at most
+    ``maximum`` (None: no bound)."""
 
     name = "size"
 
-    def __init__(self, minimum: int = 0) -> None:
+    def __init__(self, minimum: int = 0, maximum: int | None = None) -> None:
         self.minimum = minimum
+        self.maximum = maximum
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         if isinstance(value, int):
@@ -58,6 +60,8 @@ class Size(click.ParamType):
                 self.fail(str(exc), param, ctx)
         if size < self.minimum:
             self.fail(f"{value!r} is too small (at least {self.minimum} B)", param, ctx)
+        if self.maximum is not None and size > self.maximum:
+            self.fail(f"{value!r} is too large (at most {self.maximum:,} B)", param, ctx)
         return size
 
 
@@ -210,3 +214,20 @@ def pause_options(step_help: str, after_step_help: str) -> Any:
         )(f)
 
     return decorate
+
+
+#: the largest ``--max-response-body``: below SQLite's limit of 1,000,000,000 bytes for one
+#: blob, which a response journaled whole must fit (docs/gateway.md, "Response size")
+MAX_RESPONSE_BODY_LIMIT = 900_000_000
+
+#: ``--max-response-body`` of ``gateway`` and ``run``: the response bytes journaled of one
+#: exchange (the default is pvisor.gateway.proxy.DEFAULT_MAX_RESPONSE_BODY, 256 MiB)
+max_response_body_option = click.option(
+    "--max-response-body",
+    "max_response_body",
+    type=Size(1, MAX_RESPONSE_BODY_LIMIT),
+    default="256MiB",
+    show_default=True,
+    help="Response bytes journaled per exchange; past it the agent still gets every byte, the journal "
+    "keeps the first ones and flags the exchange truncated.",
+)

@@ -12,7 +12,7 @@ import orjson
 
 from pvisor.adapters.agents import agent_names
 from pvisor.adapters.agents.base import AgentOutcome
-from pvisor.commands.params import Seconds, intercept_config, intercept_options
+from pvisor.commands.params import Seconds, intercept_config, intercept_options, max_response_body_option
 from pvisor.journal.errors import EXIT_TIMEOUT
 from pvisor.commands.params import RUN_ID
 
@@ -108,6 +108,7 @@ def _warn(message: str) -> None:
     help="Run as the pending child run ID of a handoff (TrajectoryReplay.restore_handoff created it): "
     "filed under ID with its lineage, once; default workspace: where the handoff restored the pause.",
 )
+@max_response_body_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
 @click.argument("task", nargs=-1, required=False)
 @intercept_options
@@ -128,6 +129,7 @@ def run(
     no_snapshots: bool,
     snapshot_driver: str,
     child_run: str | None,
+    max_response_body: int,
     as_json: bool,
     task: tuple[str, ...],
     intercept: bool,
@@ -172,6 +174,7 @@ def run(
         snapshot_driver=snapshot_driver,
         intercept=intercept_config(intercept, confdir, mitmdump),
         child_run=child_run,
+        max_response_body=max_response_body,
     )
     from pvisor.commands.serve import _show_on_stderr
 

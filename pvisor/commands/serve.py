@@ -24,7 +24,7 @@ from pvisor.commands.base import Command, PathParam
 import orjson
 
 from pvisor.commands.outputs import check_output_path
-from pvisor.commands.params import Seconds, Size
+from pvisor.commands.params import Seconds, Size, max_response_body_option
 from pvisor.journal.errors import EXIT_UNAVAILABLE, UnavailableError, UsageError
 from pvisor.journal.paths import absolute
 
@@ -216,6 +216,7 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
     show_default=True,
     help="Largest request body accepted (413 beyond).",
 )
+@max_response_body_option
 @click.option(
     "--stall-timeout",
     type=Seconds(0.1),
@@ -318,6 +319,7 @@ def gateway(
     upstreams: tuple[str, ...],
     run_id: str | None,
     max_body: int,
+    max_response_body: int,
     stall_timeout: float,
     shutdown_grace: float,
     log_file: str | None,
@@ -378,6 +380,7 @@ def gateway(
         upstreams=parse_upstreams(upstreams),
         run=run_id,
         max_body=max_body,
+        max_response_body=max_response_body,
         stall_timeout=stall_timeout,
         log_file=Path(log_file) if log_file else None,
         shutdown_grace=shutdown_grace,
