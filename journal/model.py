@@ -964,11 +964,25 @@ def redact_echoed_secrets(
     that echoes the key it refused must not put it into the journal. Returns ``body`` itself
     when it holds none."""
     values = request_secrets(query, headers, path)
-    for value in sorted((v for v in values if len(v) >= 8), key=len, reverse=True):
-        needle = value.encode("utf-8", "surrogateescape")
+    needles = {form for v in values if len(v) >= 8 for form in secret_forms(v)}
+    for needle in sorted(needles, key=len, reverse=True):
         if needle in body:
             body = body.replace(needle, b"<redacted>")
     return body
+
+
+def secret_forms(value: str) -> set[bytes]:
+    """The forms an upstream may echo ``value`` (a credential) in: as sent, percent-encoded
+    (``quote`` and ``quote_plus``), base64 (standard and URL-safe, with and without padding) and
+    with JSON's escaped ``/``. Forms under 8 bytes are left out (too likely by chance)."""
+    import base64
+    from urllib.parse import quote, quote_plus
+
+    raw = value.encode("utf-8", "surrogateescape")
+    forms = {raw, quote(raw, safe="").encode(), quote_plus(raw).encode(), raw.replace(b"/", b"\\/")}
+    for b64 in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        forms |= {b64, b64.rstrip(b"=")}
+    return {f for f in forms if len(f) >= 8}
 
 
 def fingerprint(value: str | bytes, key: bytes) -> str:

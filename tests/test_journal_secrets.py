@@ -304,3 +304,27 @@ def test_keys_as_names_in_paths_run_ids_fragments_and_encoded_headers(stack, tmp
     for where, data in files.items():
         leaked = [w for w in windows if w in data]
         assert not leaked, f"{leaked[:3]} of a key found in {where}"
+
+
+def test_an_error_that_echoes_the_key_encoded_is_stored_without_it(tmp_path: Path):
+    """Issue 35, item 2: an upstream may quote the key percent-encoded, in base64 or with JSON's
+    escaped ``/``; each form of it is cleaned from the error before it is stored."""
+    key = "sk-ant-api03-" + "EncEcho3Lr8Tv2Wx6Yb1Nc5Md9/Kf3Hg7+Js0="
+    forms = [
+        quote(key, safe=""),
+        quote_plus(key),
+        base64.b64encode(key.encode()).decode(),
+        base64.urlsafe_b64encode(key.encode()).decode().rstrip("="),
+        key.replace("/", "\\/"),
+    ]
+    echoed = ('{"error":{"message":"bad key: ' + " | ".join(forms) + '"}}').encode()
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        ex_id = j.record_exchange(
+            "r1", "POST", "/v1/messages", [("x-api-key", key)], status=401, response_body=echoed
+        )
+    with JournalReader(path) as r:
+        body = r.response_body(r.exchange(ex_id), raw=True)
+    assert body == b'{"error":{"message":"bad key: ' + b" | ".join([b"<redacted>"] * 5) + b'"}}'
+    for form in _forms(key):
+        assert form not in body
