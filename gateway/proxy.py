@@ -38,7 +38,7 @@ from .log_file import LogFile
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
 from .recorder import Current, Recorder, us_since
 from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
-from .routing import INTERCEPT_HEADER, RUN_HEADER, Route, Router
+from .routing import INTERCEPT_HEADER, RUN_HEADER, Route, Router, origin_form
 from .snapshots import WorkspaceSnapshots
 
 __all__ = [
@@ -296,7 +296,7 @@ class Gateway:
     async def _handle(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse:
         if self.recorder.journal is not None and self.recorder.journal.error is not None:
             return self._journal_down()
-        raw_path = request.raw_path
+        raw_path = origin_form(request.raw_path)  # no user info, no fragment: never forwarded or kept
         if self._gate is not None:
             stripped = self._gate.strip(raw_path)
             if stripped is None:

@@ -37,6 +37,21 @@ RUN_HEADER = "X-Pvisor-Run"
 #: the header intercept mode's addon adds: ``<token> <origin>`` (stripped, never recorded)
 INTERCEPT_HEADER = "X-Pvisor-Intercept"
 _RUN_PREFIX = re.compile(r"^/run/([^/?]*)")
+#: the scheme and authority of an absolute-form request target (RFC 9112 §3.2.2)
+_ABSOLUTE_FORM = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+
+
+def origin_form(raw_target: str) -> str:
+    """The request target as the gateway routes, forwards and records it: an absolute-form target
+    (``http://user:secret@host/v1/messages``, RFC 9112 §3.2.2) reduced to its path and query, its
+    authority (user info included) never kept, and a fragment removed (never part of a request
+    target, RFC 9112 §3.2, but a client may write one into the request line: ``#key=...``)."""
+    m = _ABSOLUTE_FORM.match(raw_target)
+    if m:
+        raw_target = raw_target[m.end() :]
+        if not raw_target.startswith("/"):
+            raw_target = "/" + raw_target
+    return raw_target.partition("#")[0]
 
 
 def check_upstream_url(url: str) -> str:

@@ -925,6 +925,7 @@ def request_secrets(query: str, headers: Iterable[tuple[str, str]], path: str = 
         if is_secret_header(name):
             values.add(credential(value))
         values.update(_KEY_SHAPES.findall(_url_unquote(value) if "%" in value else value))
+        values.update(_KEY_SHAPES.findall(_url_unquote(name) if "%" in name else name))
     for segment in _QUERY_SEPARATOR.split(query) if query else ():
         name, value = _query_pair(segment)
         if value is not None and is_secret_query_param(name):
@@ -1064,7 +1065,10 @@ def redact_exchange_meta(
     dropped: list[str] = []
     for name, value in headers:
         n = name.lower()
-        if is_secret_header(n):
+        if has_key_shape(name):  # a key used as the name itself: neither kept nor listed by name
+            found = _KEY_SHAPES.search(name) or _KEY_SHAPES.search(_url_unquote(name))
+            secrets[redact_shapes(name).lower()] = fingerprint(found.group(0), key)  # type: ignore[union-attr]
+        elif is_secret_header(n):
             secrets[n] = fingerprint(credential(value), key)
         elif allow is None or _header_allowed(n, allow):
             found = (
