@@ -339,6 +339,9 @@ class Gateway:
                 "starting with a letter or digit"
             )
             return self._refuse(cur, Refuse(400, "pvisor_bad_run_id", msg))
+        if route.kind == "bad_path":
+            msg = "the path must have no '.' or '..' segment: it could climb out of the upstream's base path"
+            return self._refuse(cur, Refuse(400, "pvisor_bad_path", msg))
         if request.headers.get("Upgrade", "").lower() == "websocket":
             # never tunnelled unrecorded: the agent must fall back to HTTP (docs/intercept.md)
             where = f" to {origin}" if origin else ""

@@ -16,6 +16,10 @@ Rules (docs/gateway.md):
    with ``--upstream`` when exactly one was given; else the gateway answers a recorded 404
    ``pvisor_no_route``.
 
+Before all of these, a path with a ``.`` or ``..`` segment (also percent-encoded) is answered 400
+``pvisor_bad_path``: resolved by the upstream, it could climb out of a mount prefix or the
+``--upstream`` base path.
+
 In intercept mode (docs/intercept.md) a request the mitmproxy addon hands over names the origin
 the agent addressed (``https://api.anthropic.com``): it goes to that origin, or to the address
 ``--redirect`` gives it, whatever its path; rules 1 and 2 still apply, rule 3 does not.
@@ -85,14 +89,25 @@ def check_upstream_url(url: str) -> str:
     return url
 
 
+#: a path segment that is "." or ".." once percent-decoded (RFC 3986 §3.3 dot segments)
+_DOT_SEGMENT = re.compile(r"(?:^|/)(?:\.|%2e){1,2}(?:/|$)", re.IGNORECASE)
+
+
+def climbs(raw_target: str) -> bool:
+    """Whether the path of ``raw_target`` (raw, with its query) has a ``.`` or ``..`` segment,
+    also percent-encoded (``%2e%2e``): it could climb out of a mount prefix or of an
+    ``--upstream`` base path once a server resolves it (``/t/T/../../v1/messages``)."""
+    return _DOT_SEGMENT.search(raw_target.partition("?")[0]) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """A resolved request.
 
     Fields:
-        kind: ``upstream`` (forward it), ``health`` (answer locally), ``no_route`` (404) or
+        kind: ``upstream`` (forward it), ``health`` (answer locally), ``no_route`` (404),
             ``bad_run`` (400: an ``X-Pvisor-Run`` header or a ``/run/<id>/`` prefix whose id is
-            not a valid run id).
+            not a valid run id) or ``bad_path`` (400: a ``.`` or ``..`` segment, :func:`climbs`).
         run: the run id the exchange belongs to.
         upstream: upstream name, or None.
         target: the raw path and query to append to the upstream base URL, prefixes removed.
@@ -191,6 +206,9 @@ class Router:
 
     def _resolve(self, raw_path: str, run_header: str | None, origin: str | None) -> Route:
         run = self.run
+        if climbs(raw_path):
+            path, _, query = raw_path.partition("?")
+            return Route("bad_path", run, None, raw_path, path, query, None)
         bad_run = False
         if run_header is not None:
             if is_run_id(run_header):
