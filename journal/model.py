@@ -868,11 +868,14 @@ def is_secret_query_param(name: str) -> bool:
 #: Hugging Face ``hf_``, AWS access key ids ``AKIA``/``ASIA``, Slack ``xox?-``. Masked wherever
 #: they appear: in any header value and query parameter, whatever its name, in texts that reach
 #: a report or a log, even when pvisor never saw the key under a name that says what it is.
-_KEY_SHAPES = LazyPattern(
+_KEY_SHAPES_SOURCE = (
     r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|ya29\.[0-9A-Za-z_\-]{20,}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_\-]{20,}|hf_[A-Za-z0-9]{30,}"
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9\-]{10,})"
 )
+_KEY_SHAPES = LazyPattern(_KEY_SHAPES_SOURCE)
+#: the same shapes over bytes: an error body is cleaned as it was received
+_KEY_SHAPES_BYTES = LazyPattern(_KEY_SHAPES_SOURCE.encode())
 
 
 _RUN_ID = LazyPattern(RUN_ID_PATTERN)
@@ -961,14 +964,17 @@ def redact_echoed_secrets(
     body: bytes, query: str, headers: Iterable[tuple[str, str]], path: str = ""
 ) -> bytes:
     """``body`` (an error response) with every credential of the request
-    (:func:`request_secrets`, 8 characters or more) replaced by ``<redacted>``: an upstream
-    that echoes the key it refused must not put it into the journal. Returns ``body`` itself
-    when it holds none."""
+    (:func:`request_secrets`, 8 characters or more, in each of its :func:`secret_forms`) and
+    every key-shaped token (one the request did not carry: another key the upstream quotes)
+    replaced by ``<redacted>``: an upstream that echoes the key it refused must not put it into
+    the journal. Returns ``body`` itself when it holds none."""
     values = request_secrets(query, headers, path)
     needles = {form for v in values if len(v) >= 8 for form in secret_forms(v)}
     for needle in sorted(needles, key=len, reverse=True):
         if needle in body:
             body = body.replace(needle, b"<redacted>")
+    if _KEY_SHAPES_BYTES.search(body) is not None:
+        body = _KEY_SHAPES_BYTES.sub(b"<redacted>", body)
     return body
 
 

@@ -385,3 +385,21 @@ def json_upstream_ok():
     from gateway_helpers import json_upstream
 
     return json_upstream(b'{"id":"msg_1"}')
+
+
+def test_an_error_that_quotes_a_key_the_request_did_not_carry_is_stored_without_it(tmp_path: Path):
+    """Found by the scan that restores the journal's bodies (issue 35, item 2): an error quoting
+    a key-shaped token the request did not send (no credential header) kept it."""
+    other = "AIza" + "SyOtherKeyQ2w7E4r9T1y6U3i8O5p0Aqz"
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        ex_id = j.record_exchange(
+            "r1",
+            "POST",
+            "/v1/messages",
+            [],
+            status=403,
+            response_body=b'{"error":"key ' + other.encode() + b'"}',
+        )
+    with JournalReader(path) as r:
+        assert r.response_body(r.exchange(ex_id), raw=True) == b'{"error":"key <redacted>"}'
