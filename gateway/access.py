@@ -21,6 +21,12 @@ TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,256}")
 _PREFIX = "/t/"
 
 
+def _unquote(text: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(text)
+
+
 def is_loopback(host: str) -> bool:
     """Whether listening on ``host`` keeps the gateway on this machine: ``localhost`` or a
     loopback address (127.0.0.0/8, ::1). Any other name counts as remote (it may resolve to
@@ -52,8 +58,10 @@ class TokenGate:
         self._token = check_token(token).encode()
 
     def strip(self, raw_path: str) -> str | None:
-        """``raw_path`` without its valid token prefix (``/t/T/v1/messages?x`` -> ``/v1/messages?x``),
-        or None when the token is missing or wrong (compared in constant time)."""
+        """``raw_path`` without its valid token prefix (``/t/T/v1/messages?x`` -> ``/v1/messages?x``)
+        and without every other ``/t/<token>`` pair of segments (a base URL given twice, around a
+        mount prefix or a run prefix), or None when the token is missing or wrong (compared in
+        constant time) or appears elsewhere (in the query, in a segment of its own)."""
         if not raw_path.startswith(_PREFIX):
             return None
         rest = raw_path[len(_PREFIX) :]
@@ -66,9 +74,28 @@ class TokenGate:
             return None
         tail = rest[end:]
         tail = tail if tail.startswith("/") else "/" + tail
-        # a base URL given twice (/t/T/t/T/v1/...): the token must not go on into the path
-        again = self.strip(tail)
-        return again if again is not None else tail
+        # a base URL given twice (/t/T/t/T/v1/..., /t/T/anthropic/t/T/v1/...): the token must not
+        # go on into the path, upstream, the journal or the log
+        path, sep, query = tail.partition("?")
+        segments = path.split("/")
+        kept: list[str] = []
+        i = 0
+        while i < len(segments):
+            if segments[i] == "t" and i + 1 < len(segments) and self._is_token(segments[i + 1]):
+                i += 2
+                continue
+            kept.append(segments[i])
+            i += 1
+        tail = ("/".join(kept) or "/") + sep + query
+        if not tail.startswith("/"):
+            tail = "/" + tail
+        token = self._token.decode()
+        if token in tail or token in _unquote(tail):
+            return None  # the token anywhere else (a query, a segment of its own): refused, not passed on
+        return tail
+
+    def _is_token(self, segment: str) -> bool:
+        return hmac.compare_digest(segment.encode("utf-8", "surrogateescape"), self._token)
 
 
 class InterceptGate:

@@ -38,7 +38,7 @@ from .log_file import LogFile
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
 from .recorder import Current, Recorder, ResponseBudget, us_since
 from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
-from .routing import INTERCEPT_HEADER, RUN_HEADER, Route, Router
+from .routing import INTERCEPT_HEADER, RUN_HEADER, Route, Router, origin_form
 from .snapshots import WorkspaceSnapshots
 
 __all__ = [
@@ -310,7 +310,7 @@ class Gateway:
     async def _handle(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse:
         if self.recorder.journal is not None and self.recorder.journal.error is not None:
             return self._journal_down()
-        raw_path = request.raw_path
+        raw_path = origin_form(request.raw_path)  # no user info, no fragment: never forwarded or kept
         if self._gate is not None:
             stripped = self._gate.strip(raw_path)
             if stripped is None:
@@ -353,6 +353,9 @@ class Gateway:
                 "starting with a letter or digit"
             )
             return self._refuse(cur, Refuse(400, "pvisor_bad_run_id", msg))
+        if route.kind == "bad_path":
+            msg = "the path must have no '.' or '..' segment: it could climb out of the upstream's base path"
+            return self._refuse(cur, Refuse(400, "pvisor_bad_path", msg))
         if request.headers.get("Upgrade", "").lower() == "websocket":
             # never tunnelled unrecorded: the agent must fall back to HTTP (docs/intercept.md)
             where = f" to {origin}" if origin else ""

@@ -16,6 +16,10 @@ Rules (docs/gateway.md):
    with ``--upstream`` when exactly one was given; else the gateway answers a recorded 404
    ``pvisor_no_route``.
 
+Before all of these, a path with a ``.`` or ``..`` segment (also percent-encoded) is answered 400
+``pvisor_bad_path``: resolved by the upstream, it could climb out of a mount prefix or the
+``--upstream`` base path.
+
 In intercept mode (docs/intercept.md) a request the mitmproxy addon hands over names the origin
 the agent addressed (``https://api.anthropic.com``): it goes to that origin, or to the address
 ``--redirect`` gives it, whatever its path; rules 1 and 2 still apply, rule 3 does not.
@@ -37,6 +41,21 @@ RUN_HEADER = "X-Pvisor-Run"
 #: the header intercept mode's addon adds: ``<token> <origin>`` (stripped, never recorded)
 INTERCEPT_HEADER = "X-Pvisor-Intercept"
 _RUN_PREFIX = re.compile(r"^/run/([^/?]*)")
+#: the scheme and authority of an absolute-form request target (RFC 9112 §3.2.2)
+_ABSOLUTE_FORM = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+
+
+def origin_form(raw_target: str) -> str:
+    """The request target as the gateway routes, forwards and records it: an absolute-form target
+    (``http://user:secret@host/v1/messages``, RFC 9112 §3.2.2) reduced to its path and query, its
+    authority (user info included) never kept, and a fragment removed (never part of a request
+    target, RFC 9112 §3.2, but a client may write one into the request line: ``#key=...``)."""
+    m = _ABSOLUTE_FORM.match(raw_target)
+    if m:
+        raw_target = raw_target[m.end() :]
+        if not raw_target.startswith("/"):
+            raw_target = "/" + raw_target
+    return raw_target.partition("#")[0]
 
 
 def check_upstream_url(url: str) -> str:
@@ -70,14 +89,25 @@ def check_upstream_url(url: str) -> str:
     return url
 
 
+#: a path segment that is "." or ".." once percent-decoded (RFC 3986 §3.3 dot segments)
+_DOT_SEGMENT = re.compile(r"(?:^|/)(?:\.|%2e){1,2}(?:/|$)", re.IGNORECASE)
+
+
+def climbs(raw_target: str) -> bool:
+    """Whether the path of ``raw_target`` (raw, with its query) has a ``.`` or ``..`` segment,
+    also percent-encoded (``%2e%2e``): it could climb out of a mount prefix or of an
+    ``--upstream`` base path once a server resolves it (``/t/T/../../v1/messages``)."""
+    return _DOT_SEGMENT.search(raw_target.partition("?")[0]) is not None
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     """A resolved request.
 
     Fields:
-        kind: ``upstream`` (forward it), ``health`` (answer locally), ``no_route`` (404) or
+        kind: ``upstream`` (forward it), ``health`` (answer locally), ``no_route`` (404),
             ``bad_run`` (400: an ``X-Pvisor-Run`` header or a ``/run/<id>/`` prefix whose id is
-            not a valid run id).
+            not a valid run id) or ``bad_path`` (400: a ``.`` or ``..`` segment, :func:`climbs`).
         run: the run id the exchange belongs to.
         upstream: upstream name, or None.
         target: the raw path and query to append to the upstream base URL, prefixes removed.
@@ -176,6 +206,9 @@ class Router:
 
     def _resolve(self, raw_path: str, run_header: str | None, origin: str | None) -> Route:
         run = self.run
+        if climbs(raw_path):
+            path, _, query = raw_path.partition("?")
+            return Route("bad_path", run, None, raw_path, path, query, None)
         bad_run = False
         if run_header is not None:
             if is_run_id(run_header):

@@ -10,6 +10,9 @@ from __future__ import annotations
 import zlib
 
 DEFAULT_LIMIT = 256 * 1024 * 1024  # bytes
+#: the stored response header that takes the place of ``content-encoding`` when the journal
+#: stores a response body decoded (an error response, cleaned of the request's key once decoded)
+DECODED_ENCODING_HEADER = "pvisor-decoded-content-encoding"
 
 
 class DecodeError(Exception):

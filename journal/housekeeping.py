@@ -28,6 +28,7 @@ from typing import Iterable
 import orjson
 
 from .errors import UnavailableError
+from .helpers import HELPER_FLAG
 from .paths import run_directory
 from .reader import BUSY_TIMEOUT_S, JournalReader
 
@@ -105,6 +106,31 @@ def journal_bytes(path: Path) -> int:
     return sum(os.path.getsize(p) for p in (path, Path(f"{path}-wal")) if os.path.exists(p))
 
 
+def started_by(pid: int, host: str) -> int:
+    """The process the user started for the writer ``pid`` on ``host``: a writer process
+    (journal/writer_process.py) is the child of a gateway or ``pvisor run``, which is named
+    instead; any other writer (a thread of that process, or one on another host) is itself."""
+    if host != socket.gethostname():
+        return pid
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            parent = int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return pid
+    child = any(b"pvisor.journal.writer_child" in a for a in argv) or argv[1:3] == [
+        HELPER_FLAG.encode(),
+        b"writer",
+    ]
+    return parent if child and parent > 1 else pid
+
+
+def _named(pid: int, host: str) -> str:
+    user = started_by(pid, host)
+    return f"pid {pid} on {host}" if user == pid else f"pid {user} on {host} (its writer process: pid {pid})"
+
+
 def check_writers(conn: sqlite3.Connection, path: Path, force: bool, what: str) -> None:
     """UnavailableError (exit 69) naming the live writers of the journal ``path`` (pid and host
     of each lease, :func:`live_writers`) and the command ``what`` that refuses to run beside
@@ -113,7 +139,7 @@ def check_writers(conn: sqlite3.Connection, path: Path, force: bool, what: str) 
         return
     alive = live_writers(conn)
     if alive:
-        who = ", ".join(f"pid {pid} on {host}" for _, pid, host in alive)
+        who = ", ".join(_named(pid, host) for _, pid, host in alive)
         raise UnavailableError(
             f"journal {path} is being written ({who}): {what} refuses while it runs; stop it first, "
             "or give --force"

@@ -876,11 +876,14 @@ def is_secret_query_param(name: str) -> bool:
 #: Hugging Face ``hf_``, AWS access key ids ``AKIA``/``ASIA``, Slack ``xox?-``. Masked wherever
 #: they appear: in any header value and query parameter, whatever its name, in texts that reach
 #: a report or a log, even when pvisor never saw the key under a name that says what it is.
-_KEY_SHAPES = LazyPattern(
+_KEY_SHAPES_SOURCE = (
     r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_\-]{8,}|AIza[0-9A-Za-z_\-]{20,}|ya29\.[0-9A-Za-z_\-]{20,}"
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_\-]{20,}|hf_[A-Za-z0-9]{30,}"
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9\-]{10,})"
 )
+_KEY_SHAPES = LazyPattern(_KEY_SHAPES_SOURCE)
+#: the same shapes over bytes: an error body is cleaned as it was received
+_KEY_SHAPES_BYTES = LazyPattern(_KEY_SHAPES_SOURCE.encode())
 
 
 _RUN_ID = LazyPattern(RUN_ID_PATTERN)
@@ -933,6 +936,7 @@ def request_secrets(query: str, headers: Iterable[tuple[str, str]], path: str = 
         if is_secret_header(name):
             values.add(credential(value))
         values.update(_KEY_SHAPES.findall(_url_unquote(value) if "%" in value else value))
+        values.update(_KEY_SHAPES.findall(_url_unquote(name) if "%" in name else name))
     for segment in _QUERY_SEPARATOR.split(query) if query else ():
         name, value = _query_pair(segment)
         if value is not None and is_secret_query_param(name):
@@ -968,15 +972,32 @@ def redact_echoed_secrets(
     body: bytes, query: str, headers: Iterable[tuple[str, str]], path: str = ""
 ) -> bytes:
     """``body`` (an error response) with every credential of the request
-    (:func:`request_secrets`, 8 characters or more) replaced by ``<redacted>``: an upstream
-    that echoes the key it refused must not put it into the journal. Returns ``body`` itself
-    when it holds none."""
+    (:func:`request_secrets`, 8 characters or more, in each of its :func:`secret_forms`) and
+    every key-shaped token (one the request did not carry: another key the upstream quotes)
+    replaced by ``<redacted>``: an upstream that echoes the key it refused must not put it into
+    the journal. Returns ``body`` itself when it holds none."""
     values = request_secrets(query, headers, path)
-    for value in sorted((v for v in values if len(v) >= 8), key=len, reverse=True):
-        needle = value.encode("utf-8", "surrogateescape")
+    needles = {form for v in values if len(v) >= 8 for form in secret_forms(v)}
+    for needle in sorted(needles, key=len, reverse=True):
         if needle in body:
             body = body.replace(needle, b"<redacted>")
+    if _KEY_SHAPES_BYTES.search(body) is not None:
+        body = _KEY_SHAPES_BYTES.sub(b"<redacted>", body)
     return body
+
+
+def secret_forms(value: str) -> set[bytes]:
+    """The forms an upstream may echo ``value`` (a credential) in: as sent, percent-encoded
+    (``quote`` and ``quote_plus``), base64 (standard and URL-safe, with and without padding) and
+    with JSON's escaped ``/``. Forms under 8 bytes are left out (too likely by chance)."""
+    import base64
+    from urllib.parse import quote, quote_plus
+
+    raw = value.encode("utf-8", "surrogateescape")
+    forms = {raw, quote(raw, safe="").encode(), quote_plus(raw).encode(), raw.replace(b"/", b"\\/")}
+    for b64 in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+        forms |= {b64, b64.rstrip(b"=")}
+    return {f for f in forms if len(f) >= 8}
 
 
 def fingerprint(value: str | bytes, key: bytes) -> str:
@@ -1058,7 +1079,10 @@ def redact_exchange_meta(
     dropped: list[str] = []
     for name, value in headers:
         n = name.lower()
-        if is_secret_header(n):
+        if has_key_shape(name):  # a key used as the name itself: neither kept nor listed by name
+            found = _KEY_SHAPES.search(name) or _KEY_SHAPES.search(_url_unquote(name))
+            secrets[redact_shapes(name).lower()] = fingerprint(found.group(0), key)  # type: ignore[union-attr]
+        elif is_secret_header(n):
             secrets[n] = fingerprint(credential(value), key)
         elif allow is None or _header_allowed(n, allow):
             found = (

@@ -53,7 +53,7 @@ import orjson
 from . import blobs, progress
 from .content_encoding import DecodeError, decode_body, encode_body
 from .errors import IntegrityError, PvisorError, UnavailableError, UsageError
-from .housekeeping import check_writers, open_for_writing, journal_bytes, live_writers
+from .housekeeping import check_writers, open_for_writing, journal_bytes, live_writers, started_by
 from .paths import run_directory
 from .reader import JournalReader
 
@@ -308,7 +308,7 @@ def scrub(
     conn = open_for_writing(path)
     try:
         if force:
-            report.live_writers = [pid for _, pid, _ in live_writers(conn)]
+            report.live_writers = [started_by(pid, host) for _, pid, host in live_writers(conn)]
         check_writers(conn, path, force, "scrub")
         _refuse_identifiers(conn, path, pattern, run)
         failures: list[BaseException] = []  # what a function called by SQLite raised (Ctrl-C)

@@ -38,7 +38,7 @@ import logging
 import orjson
 
 from . import blobs
-from .content_encoding import DEFAULT_LIMIT, DecodeError, decode_body
+from .content_encoding import DECODED_ENCODING_HEADER, DEFAULT_LIMIT, DecodeError, decode_body
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import (
     REQUEST_HEADER_ALLOW,
@@ -1308,6 +1308,22 @@ class Journal(JournalProducer):
         sha, pos = self._put_request_body(conn, p, body)
         return sha, pos, None
 
+    def _redacted_error(self, body: bytes, headers: dict[str, str], p: PendingExchange) -> bytes:
+        """An error response ``body`` cleaned of the credentials of ``p``'s request. A body
+        received with a ``Content-Encoding`` (the SDKs ask for gzip, br, zstd) is decoded first
+        and stored decoded: ``headers`` (the stored response headers, changed in place) then
+        record the coding as ``pvisor-decoded-content-encoding`` instead of
+        ``content-encoding``. One that does not decode is cleaned as it is."""
+        encoding = headers.get("content-encoding")
+        if encoding and encoding.strip().lower() != "identity":
+            try:
+                body = decode_body(body, encoding, limit=self.max_decoded)
+            except DecodeError:
+                pass
+            else:
+                headers[DECODED_ENCODING_HEADER] = headers.pop("content-encoding")
+        return redact_echoed_secrets(body, p.query, p.headers, p.path)
+
     def _assemble_parts(self, conn: sqlite3.Connection, writer_id: int) -> None:
         """Join the response parts of ``writer_id``'s exchanges still in flight into their
         ``response_body`` (they are about to be marked ``incomplete``) and remove the parts."""
@@ -1436,7 +1452,7 @@ class Journal(JournalProducer):
             body = f.response_body
             if f.status is not None and f.status >= 400 and body:
                 # an error may echo the key the request carried ("invalid key sk-..."): never kept
-                body = redact_echoed_secrets(body, p.query, p.headers, p.path)
+                body = self._redacted_error(body, resp_headers.headers, p)
                 if TRUNCATED_FLAG in f.flags:
                     body = cut_secret_prefix(body, request_secrets(p.query, p.headers, p.path))
             response_sha = self._put_blob(conn, body)

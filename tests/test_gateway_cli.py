@@ -358,6 +358,53 @@ def test_a_gateway_beyond_this_machine_needs_its_token_which_is_never_forwarded_
     assert "refused POST from 127.0.0.1: no valid gateway token" in log.read_text()
 
 
+def test_the_token_stays_private_and_a_path_that_climbs_is_refused(stack, procs, tmp_path):
+    """Issue 35, item 8: under umask 000 the ready file (it holds the token) is 0600; the token
+    given by --token-file is not on the command line (ps); a client that repeats /t/TOKEN around
+    a mount prefix or a run prefix gets it removed, one that puts it elsewhere a 401; a path
+    with a dot segment is answered 400 pvisor_bad_path, recorded, not forwarded (it reached the
+    upstream as /base/../../v1/messages, out of the --upstream base path)."""
+    up = stack.raw_upstream(json_upstream(b'{"id":"msg_1"}'))
+    journal, log, ready = tmp_path / "journal.sqlite", tmp_path / "gw.log", tmp_path / "ready.json"
+    token = "PvTokenFileForTheTest_0123456789"
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    args = ["--journal", str(journal), "gateway", "--port", "0", "--token-file", str(token_file)]
+    args += ["--upstream", f"anthropic={up.url}/base", "--log-file", str(log), "--ready-file", str(ready)]
+    gw = procs(args, command=["sh", "-c", 'umask 000; exec "$@"', "sh", *PVISOR])
+    m = gw.out.wait_for(r"^listening http://127\.0\.0\.1:(\d+)/t/(\S+)$", deadline=30)
+    assert m.group(2) == token
+    assert stat.S_IMODE(ready.stat().st_mode) == 0o600
+    assert token.encode() not in Path(f"/proc/{gw.p.pid}/cmdline").read_bytes()
+    url = f"http://127.0.0.1:{m.group(1)}"
+    for path in (
+        f"/t/{token}/anthropic/t/{token}/v1/messages",
+        f"/t/{token}/run/r-twice/t/{token}/v1/messages",
+    ):
+        assert http_request(url, "POST", path, b"{}")[0] == 200, path
+    for path in (f"/t/{token}/v1/messages?t={token}", f"/t/{token}/v1/{token}/messages"):
+        status, _, body = http_request(url, "POST", path, b"{}")
+        assert status == 401 and b"pvisor_unauthorized" in body, path
+    for path in (
+        f"/t/{token}/../../v1/messages",
+        f"/t/{token}/anthropic/%2E%2e/%2e%2e/v1/messages",
+        f"/t/{token}/v1/./messages",
+    ):
+        status, _, body = http_request(url, "POST", path, b"{}")
+        assert status == 400 and b"pvisor_bad_path" in body, (path, status)
+    assert [r[1] for r in up.requests] == ["/base/v1/messages", "/base/v1/messages"]
+    assert gw.stop() == 0
+    with JournalReader(journal) as r:
+        exs = r.exchanges()
+    assert sorted(e.status for e in exs) == [200, 200, 400, 400, 400]
+    assert all(
+        e.served_by == "refused" and "pvisor_bad_path" in (e.error or "") for e in exs if e.status == 400
+    )
+    for f in tmp_path.iterdir():
+        if f.is_file() and f.name not in ("ready.json", "token"):
+            assert token.encode() not in f.read_bytes(), f.name
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_signal_finishes_the_exchange_in_flight(stack, procs, tmp_path, corpus, sig):
     stream = (corpus / "wire" / "anthropic" / "basic_response.sse").read_bytes()
@@ -942,6 +989,21 @@ def busy_port():
             r"openai=https://\*\*\*@h/v1\?x=1: the URL must not have a query",
         ),
         (["--upstream", "bogus=http://user:hunter2@h"], 2, r"'bogus=http://\*\*\*@h'"),
+        (  # a key pasted into the base path is not repeated either (issue 35, item 8)
+            ["--upstream", "anthropic=https://h/sk-ant-api03-Pth5Gk2Lm8Nq4Rs1Tv7Wx3Yz9Bc6Df?x=1"],
+            2,
+            r"anthropic=https://h/REDACTED\?x=1: the URL must not have a query",
+        ),
+        (
+            ["--token-file", "{tmp}/missing"],
+            2,
+            r"^pvisor: error: cannot read --token-file .*/missing: No such file",
+        ),
+        (
+            ["--token-file", "{tmp}/journal.sqlite", "--token", "PvTokenForTheTest_0123456789-abc"],
+            2,
+            r"^pvisor: error: give the token with --token or with --token-file, not both$",
+        ),
         (["--upstream", "anthropic=http://h:port"], 2, r"port is not a number"),
         (["--upstream", "anthropic=http:///v1"], 2, r"the URL has no host"),
         (

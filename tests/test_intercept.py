@@ -424,6 +424,42 @@ def test_a_forged_intercept_header_at_the_gateway_is_refused_unrecorded(procs, t
         assert r.exchanges() == [] and r.runs() == []
 
 
+def test_a_compressed_error_that_echoes_the_key_is_stored_decoded_without_it(
+    loop_thread, procs, tmp_path, certs
+):
+    """Issue 35, item 2, in intercept mode: the anthropic SDK through the proxy to its public host,
+    whose (test) server refuses the key and quotes it, zstd-compressed as the SDK asked; the
+    SDK gets the quote, the journal the decoded error without the key, the coding recorded."""
+    from test_echoed_keys import assert_no_key, echoing_upstream
+
+    from pvisor.journal.content_encoding import decode_body
+
+    runner, url = loop_thread.run(tls_server(echoing_upstream("zstd"), certs["server"]))
+    try:
+        p, info = start_intercept(procs, tmp_path, certs, {"api.anthropic.com": url})
+        client = anthropic.Anthropic(
+            api_key=ANTHROPIC_KEY,
+            max_retries=0,
+            timeout=30,
+            http_client=anthropic.DefaultHttpxClient(proxy=info["url"], verify=proxy_client_ssl(info)),
+        )
+        with pytest.raises(anthropic.AuthenticationError) as err:
+            client.messages.create(
+                model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+            )
+        assert ANTHROPIC_KEY in str(err.value)
+        assert p.stop() == 0
+    finally:
+        loop_thread.run(runner.cleanup())
+    ((ex, _, stored),) = exchanges(tmp_path / "intercept.sqlite", "intercepted")
+    assert ex.capture == "intercept" and ex.status == 401
+    named = ex.response_headers.get("content-encoding")  # as a reader decodes it
+    assert_no_key(decode_body(stored, named) if named else stored, ANTHROPIC_KEY, "the stored body")
+    assert b"invalid x-api-key: <redacted>" in stored
+    assert ex.response_headers["pvisor-decoded-content-encoding"] == "zstd"
+    assert "content-encoding" not in ex.response_headers
+
+
 # --------------------------------------------------------------------------- CA, env, bad input
 
 

@@ -294,6 +294,19 @@ def test_scrub_refuses_while_a_writer_holds_the_journal_unless_forced(leaked: Pa
     assert everywhere(leaked.parent, SECRET) == []
 
 
+def test_scrub_names_the_gateway_the_user_started_not_its_writer_process(leaked: Path, procs):
+    """Issue 35, item 8: beside a running `pvisor gateway` (its journal written by a process of
+    its own) scrub refused naming the writer process's pid, which the user never started."""
+    gw = procs(
+        ["--journal", str(leaked), "gateway", "--port", "0"], env={**ENV, "PVISOR_JOURNAL_WRITER": "process"}
+    )
+    gw.listening()
+    proc = cli(leaked, "journal", "scrub", SECRET)
+    assert proc.returncode == 69 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"pid {gw.p.pid} on " in proc.stderr and "(its writer process: pid " in proc.stderr, proc.stderr
+    assert gw.stop() == 0
+
+
 def test_scrub_bad_input_gets_one_line_and_changes_nothing(leaked: Path, tmp_path: Path):
     digest = content(leaked)
     for args, code, said in [

@@ -304,3 +304,102 @@ def test_keys_as_names_in_paths_run_ids_fragments_and_encoded_headers(stack, tmp
     for where, data in files.items():
         leaked = [w for w in windows if w in data]
         assert not leaked, f"{leaked[:3]} of a key found in {where}"
+
+
+def test_an_error_that_echoes_the_key_encoded_is_stored_without_it(tmp_path: Path):
+    """Issue 35, item 2: an upstream may quote the key percent-encoded, in base64 or with JSON's
+    escaped ``/``; each form of it is cleaned from the error before it is stored."""
+    key = "sk-ant-api03-" + "EncEcho3Lr8Tv2Wx6Yb1Nc5Md9/Kf3Hg7+Js0="
+    forms = [
+        quote(key, safe=""),
+        quote_plus(key),
+        base64.b64encode(key.encode()).decode(),
+        base64.urlsafe_b64encode(key.encode()).decode().rstrip("="),
+        key.replace("/", "\\/"),
+    ]
+    echoed = ('{"error":{"message":"bad key: ' + " | ".join(forms) + '"}}').encode()
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        ex_id = j.record_exchange(
+            "r1", "POST", "/v1/messages", [("x-api-key", key)], status=401, response_body=echoed
+        )
+    with JournalReader(path) as r:
+        body = r.response_body(r.exchange(ex_id), raw=True)
+    assert body == b'{"error":{"message":"bad key: ' + b" | ".join([b"<redacted>"] * 5) + b'"}}'
+    for form in _forms(key):
+        assert form not in body
+
+
+ROUND2 = {
+    # issue 35, item 3: the three placements of the hostile user's 80 that were stored
+    "header_name": "sk-ant-api03-" + "HdrName6Lr8Tv2Wx6Yb1Nc5Md9Kf3Hg7",  # a key used as a header name
+    "fragment": "PVSECRETFRAGMENTKEY0015xyz",  # `#key=...`, a secret of no known shape, no query
+    "fragment_q": "PVSECRETFRAGQUERYKEY0016xyz",  # `?x=1#access_token=...`
+    "userinfo": "PVSECRETUSERINFO0017pass",  # `user:secret@` in an absolute-form request line
+}
+SECRETS_SENT += list(ROUND2.values())
+
+
+def test_keys_as_header_names_in_fragments_and_in_the_user_info_of_the_request_line(stack, tmp_path: Path):
+    """Issue 35, item 3: each of these reached the journal or the log file."""
+    from gateway_helpers import http_request, parse_response, raw_response
+
+    up = stack.raw_upstream(json_upstream_ok())
+    log = tmp_path / "gw.log"
+    gw = stack.gateway({"anthropic": up.url}, log_file=log)
+    statuses = [
+        http_request(gw.url, "POST", "/v1/messages", b"{}", headers={ROUND2["header_name"]: "1"})[0],
+        http_request(gw.url, "POST", f"/v1/messages#key={ROUND2['fragment']}", b"{}")[0],
+        http_request(gw.url, "POST", f"/v1/messages?x=1#access_token={ROUND2['fragment_q']}", b"{}")[0],
+    ]
+    host = gw.url.removeprefix("http://")
+    raw = (
+        f"POST http://user:{ROUND2['userinfo']}@{host}/v1/messages HTTP/1.1\r\nHost: {host}\r\n"
+        "Content-Length: 2\r\nConnection: close\r\n\r\n{}"
+    ).encode()
+    statuses.append(parse_response(raw_response(gw.url, raw))[0])
+    assert statuses == [200, 200, 200, 200], statuses
+    stack.drain(gw)
+    with stack.reader(gw) as r:
+        exs = r.exchanges(gw.run)
+        out = io.BytesIO()
+        r.export_jsonl(out)
+    assert len(exs) == 4 and all(e.path == "/v1/messages" for e in exs), [e.path for e in exs]
+    assert "redacted" in exs[0].secret_fingerprints  # the key that was a header name, told apart
+    assert [e.query for e in exs] == ["", "", "x=1", ""]
+    # the upstream got no secret either: a fragment and a user info are not parts of a request target
+    assert [path for _, path, _, _ in up.requests] == ["/v1/messages", "/v1/messages", "/v1/messages?x=1"] + [
+        "/v1/messages"
+    ]
+    stack.lt.run(gw.gateway.stop())
+    files = {f.name: f.read_bytes() for f in gw.journal_path.parent.iterdir()}
+    gw.journal.close()
+    files["checkpointed"] = gw.journal_path.read_bytes()
+    files["export"], files["log"] = out.getvalue(), log.read_bytes()
+    for where, data in files.items():
+        leaked = [w for w in secret_windows(ROUND2.values()) if w in data]
+        assert not leaked, f"{leaked[:3]} of a key found in {where}"
+
+
+def json_upstream_ok():
+    from gateway_helpers import json_upstream
+
+    return json_upstream(b'{"id":"msg_1"}')
+
+
+def test_an_error_that_quotes_a_key_the_request_did_not_carry_is_stored_without_it(tmp_path: Path):
+    """Found by the scan that restores the journal's bodies (issue 35, item 2): an error quoting
+    a key-shaped token the request did not send (no credential header) kept it."""
+    other = "AIza" + "SyOtherKeyQ2w7E4r9T1y6U3i8O5p0Aqz"
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        ex_id = j.record_exchange(
+            "r1",
+            "POST",
+            "/v1/messages",
+            [],
+            status=403,
+            response_body=b'{"error":"key ' + other.encode() + b'"}',
+        )
+    with JournalReader(path) as r:
+        assert r.response_body(r.exchange(ex_id), raw=True) == b'{"error":"key <redacted>"}'

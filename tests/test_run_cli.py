@@ -327,6 +327,12 @@ def test_resume_records_attempt_two_of_the_same_run(box):
         (["--upstream", "http://127.0.0.1:9", "--script", "S", "--", "t"], 2, "not both"),
         (["--script", "S"], 2, "give the task after --"),
         (["--upstream", "ftp://example.com", "--", "t"], 2, "http://"),
+        # a key pasted into the base path is not repeated (issue 35, item 8)
+        (
+            ["--upstream", "https://h/sk-ant-api03-Pth5Gk2Lm8Nq4Rs1Tv7Wx3Yz9Bc6Df?x=1", "--", "t"],
+            2,
+            "h/REDACTED?x=1",
+        ),
         (["--workspace", "W/missing", "--script", "S", "--", "t"], 2, "is not a directory"),
         (["--script", "BAD", "--", "t"], 65, "not valid JSON"),
         (["--agent", "cursor"], 2, "'cursor' is not one of"),

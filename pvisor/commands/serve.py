@@ -32,8 +32,11 @@ EXIT_INTERRUPTED = 130  # SIGINT, as a shell reports Ctrl-C
 
 
 def _without_userinfo(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced, for error messages."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url)
+    """``url`` with any ``user:password@`` replaced and a key-shaped part ``REDACTED`` (a key
+    pasted into the base path), for error messages."""
+    from pvisor.journal.model import redact_path
+
+    return redact_path(re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url))
 
 
 def parse_upstreams(values: tuple[str, ...]) -> dict[str, str]:
@@ -86,7 +89,10 @@ def _write_ready_file(path: str | None, info: dict) -> None:
         return
     tmp = f"{path}.tmp{os.getpid()}"
     try:
-        with open(tmp, "wb") as f:
+        # 0600 whatever the umask: the URL in it may hold the gateway's token
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(fd, "wb") as f:
+            os.fchmod(fd, 0o600)  # a file left by an earlier process keeps its mode otherwise
             f.write(orjson.dumps(info) + b"\n")
         os.replace(tmp, path)  # readers never see a half-written file
     except OSError as exc:
@@ -267,7 +273,14 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
     envvar="PVISOR_GATEWAY_TOKEN",
     default=None,
     metavar="TOKEN",
-    help="The token requests carry as /t/TOKEN/... (default with --allow-remote: a new one, printed).",
+    help="The token requests carry as /t/TOKEN/... (default with --allow-remote: a new one, printed). "
+    "Given here it shows in ps: prefer $PVISOR_GATEWAY_TOKEN or --token-file.",
+)
+@click.option(
+    "--token-file",
+    type=PathParam(dir_okay=False),
+    default=None,
+    help="Read the token from this file (its first line), instead of --token.",
 )
 @click.option(
     "--event-loop",
@@ -328,6 +341,7 @@ def gateway(
     snapshot_driver: str,
     allow_remote: bool,
     token: str | None,
+    token_file: str | None,
     event_loop: str,
     mode: str,
     intercept_hosts: tuple[str, ...],
@@ -368,6 +382,10 @@ def gateway(
                 f"--mode intercept listens on this machine only: give a loopback --host (127.0.0.1), "
                 f"not {host}, and no --allow-remote"
             )
+    if token_file is not None:
+        if ctx.get_parameter_source("token") is click.core.ParameterSource.COMMANDLINE:
+            raise UsageError("give the token with --token or with --token-file, not both")
+        token = _read_token_file(token_file)
     token = _access_token(host, allow_remote, token)
     intercept = None
     if mode == "intercept":
@@ -529,6 +547,24 @@ def _intercept_config(
             raise UsageError(f"--redirect: {key.rsplit(':', 1)[0]} given twice")
         config.redirects[key] = (origin, url)
     return config
+
+
+def _read_token_file(path: str) -> str:
+    """The token in the first line of the file ``path`` (without its line end); UsageError
+    naming the file, never its content, when it cannot be read or holds no token."""
+    from pvisor.gateway.access import check_token
+
+    try:
+        with open(path, "rb") as f:
+            first = f.read(4096).split(b"\n", 1)[0].rstrip(b"\r")
+    except OSError as exc:
+        raise UsageError(f"cannot read --token-file {path}: {exc.strerror}") from None
+    try:
+        return check_token(first.decode("ascii"))
+    except (UnicodeDecodeError, ValueError):
+        raise UsageError(
+            f"--token-file {path}: its first line must be the token: 16 to 256 letters, digits, '_' or '-'"
+        ) from None
 
 
 def _access_token(host: str, allow_remote: bool, token: str | None) -> str | None:
