@@ -224,6 +224,20 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
     help="Seconds without upstream bytes before the exchange is given up.",
 )
 @click.option(
+    "--header-timeout",
+    type=Seconds(0),
+    default=20.0,
+    show_default=True,
+    help="Seconds a connection may take to send a whole request head before it is closed (0: no limit).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1, 1_000_000),
+    default=512,
+    show_default=True,
+    help="Open connections at most; beyond, the oldest idle or slow one is closed, or the new one gets 503.",
+)
+@click.option(
     "--shutdown-grace",
     type=Seconds(0),
     default=10.0,
@@ -319,6 +333,8 @@ def gateway(
     run_id: str | None,
     max_body: int,
     stall_timeout: float,
+    header_timeout: float,
+    max_connections: int,
     shutdown_grace: float,
     log_file: str | None,
     ready_file: str | None,
@@ -379,6 +395,8 @@ def gateway(
         run=run_id,
         max_body=max_body,
         stall_timeout=stall_timeout,
+        header_timeout=header_timeout,
+        max_connections=max_connections,
         log_file=Path(log_file) if log_file else None,
         shutdown_grace=shutdown_grace,
         workspace=Path(absolute(workspace, f"--workspace {workspace}")) if workspace else None,
