@@ -181,6 +181,7 @@ class JournalProcess(JournalProducer):
         self.writer_id: int | None = None
         self.fingerprint_key = b""
         self.reaped: list[int] = []
+        self.recorded: int | None = None  # the child's count, in its "error" and "closed" replies
         self._error: str | None = None
         self._closed = False
         self._lock = threading.Lock()  # one writer of the pipe at a time, frames whole and in order
@@ -532,10 +533,11 @@ class JournalProcess(JournalProducer):
         elif kind == "log":
             log.log(reply[1], "%s", reply[2])
         elif kind == "error":
-            self._error = reply[1]
+            self._error, self.recorded = reply[1], reply[2]
             for waiter in list(self._flushes.values()):
                 waiter[0].set()  # flush() raises the error
         elif kind == "closed":
+            self.recorded = reply[2]
             if reply[1] is not None or not self._closed:
                 self._error = reply[1] or self._error or f"the writer process (pid {self.pid}) stopped"
             self._closed_ack.set()

@@ -13,8 +13,9 @@ one installed pvisor agree on (it is never stored):
   times more on the event loop.
 - **replies**, child to parent: ``struct "<I"`` length, then a pickle of a tuple
   (``("ready", writer_id, fingerprint_key_hex, reaped)``, ``("failed", error_class, message)``,
-  ``("flushed", token, error)``, ``("log", levelno, message)``, ``("error", message)``,
-  ``("closed", error)``).
+  ``("flushed", token, error)``, ``("log", levelno, message)``, ``("error", message,
+  recorded)``, ``("closed", error, recorded)``; ``recorded``: the exchanges whose end the
+  child committed).
 """
 
 from __future__ import annotations

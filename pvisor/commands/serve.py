@@ -499,8 +499,8 @@ def gateway(
             if not failed:  # it stopped while the gateway was stopping
                 click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
             if journal.unrecorded:
-                click.echo(f"pvisor: warning: {journal.unrecorded} exchange(s) in flight when the journal writer stopped"
-                           " were answered but not recorded", err=True)  # fmt: skip
+                click.echo(f"pvisor: warning: {journal.unrecorded} exchange(s) answered but not recorded"
+                           " (the journal writer had stopped before committing them)", err=True)  # fmt: skip
             return EXIT_UNAVAILABLE
         if proxy_died:
             return EXIT_UNAVAILABLE
