@@ -10,8 +10,9 @@ descriptor of a gateway (limit 1024), and requests of real agents timed out. Her
   kept-alive connection, is closed;
 - **bound** (``--max-connections``): at the bound, a new connection makes room by closing the
   oldest open connection that has no request in progress (it is still sending its head, or it
-  is idle between requests); when every open connection has a request in progress, the new
-  one is answered ``503`` with a one-line body and ``Connection: close`` and closed;
+  is idle between requests) and has been open for :data:`EVICT_AFTER_S` at least; when there
+  is none, the new one is answered ``503`` with a one-line body and ``Connection: close`` and
+  closed;
 - **one warning line**, at most every :data:`WARN_INTERVAL_S` seconds, counting what was
   closed or refused since the last one (never a line, let alone a traceback, per connection).
 
@@ -32,8 +33,14 @@ from aiohttp.web_protocol import RequestHandler
 
 DEFAULT_HEADER_TIMEOUT_S = 20.0
 DEFAULT_MAX_CONNECTIONS = 512
-#: descriptors the gateway needs beside its connections' (journal, writer pipes, log file, ...)
-FD_RESERVE = 64
+#: refused connections read (and dropped) at most at once; beyond, one is closed at once
+REFUSED_LINGER_MAX = 32
+#: descriptors the gateway needs beside its connections' (journal, writer pipes, log file,
+#: about 20) and the refused ones it reads for a second
+FD_RESERVE = 64 + REFUSED_LINGER_MAX
+#: a connection younger than this (seconds) is never closed to make room: a client that has just
+#: connected gets the time to send its head, however fast others connect
+EVICT_AFTER_S = 0.5
 #: at most one warning line this often (seconds)
 WARN_INTERVAL_S = 10.0
 #: a refused connection is read (and the bytes dropped) this long after its 503 went out, so
@@ -82,7 +89,7 @@ class ConnectionGuard:
         self.max_connections = max_connections
         self.header_timeout = header_timeout
         self.loggers = loggers
-        self.open: dict[GuardedConnection, None] = {}  # insertion order: oldest first
+        self.open: dict[GuardedConnection, float] = {}  # -> when it opened (monotonic); oldest first
         self.lingering = 0
         # since the last warning line
         self.timed_out = self.evicted = self.refused = 0
@@ -93,8 +100,15 @@ class ConnectionGuard:
 
     def admit(self, conn: GuardedConnection) -> bool:
         """Whether a new connection may open: True after making room if need be."""
+        now = time.monotonic()
         if len(self.open) >= self.max_connections:
-            victim = next((c for c in self.open if not c.busy()), None)
+            victim = None
+            for c, since in self.open.items():  # oldest first
+                if now - since < EVICT_AFTER_S:
+                    break  # the rest are younger: each gets its chance to send a head
+                if not c.busy():
+                    victim = c
+                    break
             if victim is None:
                 self.refused += 1
                 self.total_refused += 1
@@ -105,7 +119,7 @@ class ConnectionGuard:
             self.open.pop(victim, None)
             victim.force_close()
             self._warn()
-        self.open[conn] = None
+        self.open[conn] = now
         return True
 
     def closed(self, conn: GuardedConnection) -> None:
@@ -138,7 +152,7 @@ class ConnectionGuard:
         if self.evicted:
             parts.append(f"{self.evicted} idle or slow closed to make room")
         if self.refused:
-            parts.append(f"{self.refused} refused with 503, every connection being busy")
+            parts.append(f"{self.refused} refused with 503, none being idle or slow for {EVICT_AFTER_S:g} s")
         if not parts:
             return
         self.timed_out = self.evicted = self.refused = 0
@@ -166,7 +180,7 @@ class GuardedConnection(RequestHandler):
 
     def _refuse(self, transport: asyncio.Transport) -> None:
         guard = self.guard
-        if guard.lingering >= guard.max_connections:  # a flood of refusals: no linger for more
+        if guard.lingering >= REFUSED_LINGER_MAX:  # a flood of refusals: no linger for more
             transport.abort()
             return
         guard.lingering += 1
@@ -177,9 +191,11 @@ class GuardedConnection(RequestHandler):
 
     def busy(self) -> bool:
         """A request is in progress (its head arrived and its handler, or its response, is not done)."""
+        # aiohttp's own state (3.10 to 3.14): the parsed heads waiting for the handler, the
+        # request being handled, and (3.11+) the response being finished
         return bool(
-            self._messages
-            or self._current_request is not None
+            getattr(self, "_messages", None)
+            or getattr(self, "_current_request", None) is not None
             or getattr(self, "_request_in_progress", False)
         )
 

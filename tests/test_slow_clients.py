@@ -4,12 +4,12 @@ timed out, and 133,312 tracebacks went to stderr. Here, in small: a gateway boun
 connections, with a short head deadline, under more slow connections than its bound. A real
 request still gets its answer, the slow ones are closed after the deadline, a connection beyond
 the bound while every one is busy gets a 503 with one line, and stderr has no traceback and at
-most a few warning lines. (The long attack: bench/attacks.py slow-clients, docs/reliability.md.)"""
+most a few warning lines. (The long attack: bench/slow_clients.py, docs/reliability.md.)"""
 
 from __future__ import annotations
 
+import re
 import socket
-import time
 
 from gateway_helpers import DEADLINE, Gate, hostport, http_request, json_upstream, open_stream, poll
 from test_gateway_cli import ENV
@@ -75,21 +75,23 @@ def test_slow_clients_are_closed_after_the_head_deadline_and_a_real_request_is_a
     stack, procs, tmp_path
 ):
     up = stack.raw_upstream(json_upstream(b'{"id":"msg_1","content":"ok"}'))
-    gw, url = _gateway(procs, tmp_path, up.url, "--max-connections", "6", "--header-timeout", "1")
-    started = time.monotonic()
-    slow = _open_slow(url, SLOW)
+    gw, url = _gateway(procs, tmp_path, up.url, "--max-connections", "6", "--header-timeout", "2")
+    slow = _open_slow(url, SLOW)  # 6 take every slot; the others, beyond the bound, get a 503
     try:
-        # every slot is taken by a slow client: the real request makes room and is answered
-        status, _, body = http_request(url, "POST", "/v1/messages", b'{"model":"m"}')
-        assert (status, body) == (200, b'{"id":"msg_1","content":"ok"}')
+        # the real request makes room once a slow connection has had its half second (until then
+        # it is refused with a 503, which the official SDKs retry), and is answered
+        def answered():
+            status, _, body = http_request(url, "POST", "/v1/messages", b'{"model":"m"}')
+            assert status in (200, 503), status
+            return body if status == 200 else None
+
+        assert poll(answered, "the real request answered", interval=0.1) == b'{"id":"msg_1","content":"ok"}'
 
         def all_closed():
             _trickle(slow)
             return all(_closed(s) for s in slow)
 
         poll(all_closed, "every slow connection closed", deadline=DEADLINE, interval=0.2)
-        # the survivors were closed by the head deadline, not at once
-        assert time.monotonic() - started >= 1.0
     finally:
         for s in slow:
             s.close()
@@ -99,8 +101,11 @@ def test_slow_clients_are_closed_after_the_head_deadline_and_a_real_request_is_a
     warnings = [line for line in stderr.splitlines() if "connections (" in line]
     assert 1 <= len(warnings) <= 3, stderr
     said = " ".join(warnings)
-    assert "closed for sending no whole request head within 1 s (--header-timeout)" in said, stderr
-    assert "idle or slow closed to make room" in said, stderr
+    assert "1 idle or slow closed to make room" in said, stderr
+    assert "5 closed for sending no whole request head within 2 s (--header-timeout)" in said, stderr
+    # the slow connections beyond the bound, and the real request's tries before there was room
+    refused = sum(int(n) for n in re.findall(r"(\d+) refused with 503", said))
+    assert refused >= SLOW - 6, stderr
 
 
 def test_a_connection_beyond_the_bound_while_every_one_is_busy_gets_a_503_line(stack, procs, tmp_path):
@@ -143,4 +148,4 @@ def test_a_connection_beyond_the_bound_while_every_one_is_busy_gets_a_503_line(s
     assert gw.stop() == 0
     stderr = gw.err.rest()
     assert "Traceback" not in stderr
-    assert "1 refused with 503, every connection being busy" in stderr, stderr
+    assert "1 refused with 503, none being idle or slow for 0.5 s" in stderr, stderr
