@@ -437,6 +437,10 @@ class JournalProcess(JournalProducer):
             else:
                 self._backlog[0] = memoryview(head)[n:]
                 n = 0
+        while self._backlog and not len(self._backlog[0]):
+            # an empty body (a GET's request) is never reported written: without this, a backlog
+            # ending in one would be offered again and again
+            self._backlog.popleft()
         return full
 
     def request_read(self, pending: PendingExchange, body: bytes, encoding: str | None = None) -> None:
