@@ -107,7 +107,7 @@ def main() -> None:
     extras: dict[str, list[str]] = {"pvisor": PVISOR_VARIANTS["pvisor"][1]}
     if args.variants:
         for name, (env, extra) in PVISOR_VARIANTS.items():
-            if name not in ("pvisor", "pvisor-uv"):
+            if name not in ("pvisor", "pvisor-uv", "pvisor-baseline"):
                 executables[name], envs[name], extras[name] = executables["pvisor"], env, extra
     if args.uvloop:
         executables["pvisor+uv"], extras["pvisor+uv"] = executables["pvisor"], PVISOR_VARIANTS["pvisor-uv"][1]

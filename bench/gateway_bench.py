@@ -97,6 +97,8 @@ PVISOR_VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
     ),  # the writer as a thread
     "pvisor-w1": ({"PVISOR_WRITER_CPUS": "1"}, ["--event-loop", "asyncio"]),  # the writer process on CPU 1
     "pvisor-uv": ({}, ["--event-loop", "uvloop"]),  # on uvloop (bench venv); compare with bare-uv
+    # the `pvisor` of --baseline (another install: a change's before and after in one run)
+    "pvisor-baseline": ({}, ["--event-loop", "asyncio"]),
 }
 
 
@@ -136,6 +138,8 @@ class Target:
             self.tmp = Path(tempfile.mkdtemp(prefix="pvisor-bench-"))
             # the installed console script: `python -m pvisor` from the checkout would import its pvisor/
             pvisor = str(Path(sys.executable).parent / "pvisor")
+            if self.name == "pvisor-baseline":
+                pvisor = self.args.baseline
             self.proc = subprocess.Popen(
                 [
                     *pin(0),
@@ -555,6 +559,13 @@ def main() -> None:
         help="mitmdump executable (bench/gateway installs one)",
     )
     ap.add_argument("--targets", default="direct,bare,pvisor,mitmdump")
+    ap.add_argument(
+        "--baseline",
+        default=None,
+        metavar="PVISOR",
+        help="the pvisor executable of target pvisor-baseline (another install, e.g. of the commit "
+        "before a change: both measured in the same rounds)",
+    )
     ap.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
     ap.add_argument(
         "--workloads",
@@ -610,6 +621,8 @@ def main() -> None:
             update_docs(table)
         return
     targets = args.targets.split(",")
+    if "pvisor-baseline" in targets and not args.baseline:
+        sys.exit("target pvisor-baseline needs --baseline PVISOR (the other install's pvisor)")
     WORKLOADS[:] = [(w.split("@")[0], int(w.split("@")[1])) for w in args.workloads.split(",")]
     if "mitmdump" in targets and not args.mitmdump:
         sys.exit("mitmdump not found: run bench/gateway (installs it), or pass --targets without mitmdump")

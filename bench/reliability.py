@@ -10,7 +10,8 @@ by exchange against what the clients sent and received.
   answer had begun that long before is there, with its request, and ``incomplete`` if it had
   not finished (its response a prefix of what the client got, or the other way round); no
   exchange is still in flight once the dead writer is reaped; no response holds another
-  request's id.
+  request's id. A kill of the gateway alone with its writer in a process of its own loses no
+  window at all: every request the upstream received is in the journal.
 - ``load``: ``--clients`` streaming clients for ``--seconds`` through one gateway (or two
   gateways writing the same journal file, ``--gateways 2``), then a clean stop: every request
   answered is journaled once, byte-exact, none mixed up; peak RSS of the gateway and its writer;
@@ -63,9 +64,14 @@ def _event(rid: str, n: int) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
+#: the request ids the upstream received, with when (time.monotonic())
+UPSTREAM_SAW = web.AppKey("upstream_saw", dict)
+
+
 async def _upstream_handler(request: web.Request) -> web.StreamResponse:
     body = await request.json()
     rid = body["messages"][0]["content"].split(" ", 1)[0]
+    request.app[UPSTREAM_SAW][rid] = time.monotonic()
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
     await resp.prepare(request)
     try:
@@ -81,6 +87,7 @@ async def _upstream_handler(request: web.Request) -> web.StreamResponse:
 
 async def start_upstream() -> tuple[web.AppRunner, str]:
     app = web.Application()
+    app[UPSTREAM_SAW] = {}
     app.router.add_post("/v1/chat/completions", _upstream_handler)
     app.router.add_post(
         "/v1/messages", _upstream_handler
@@ -222,9 +229,17 @@ def reap(journal: Path, deadline_s: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def verify(journal: Path, records: list[Record], t_kill: float | None, window: float) -> dict:
-    """Check the journal against the clients' records (module docstring). Returns counts and a
-    list of problems (empty when every promise held)."""
+def verify(
+    journal: Path,
+    records: list[Record],
+    t_kill: float | None,
+    window: float,
+    upstream_saw: dict[str, float] | None = None,
+) -> dict:
+    """Check the journal against the clients' records (module docstring). ``upstream_saw``: the
+    ids of the requests the upstream received (with when), each of which must be journaled
+    (a kill of the gateway alone, its writer a process of its own). Returns counts and a list
+    of problems (empty when every promise held)."""
     from pvisor.journal.reader import JournalReader
 
     problems: list[str] = []
@@ -273,6 +288,10 @@ def verify(journal: Path, records: list[Record], t_kill: float | None, window: f
     for rid, n in seen.items():
         if n > 1:
             problems.append(f"request {rid} journaled {n} times")
+    for rid, t_up in (upstream_saw or {}).items():
+        if rid not in seen:
+            age = f"{t_kill - t_up:.3f} s before the kill" if t_kill is not None else "before the stop"
+            problems.append(f"request {rid} reached the upstream {age}, not journaled")
     for rec in records:
         if rec.rid in seen:
             continue
@@ -321,8 +340,12 @@ async def _crash_round(tmp: Path, seed: int, clients: int, writer: str, kill: st
     finally:
         await runner.cleanup()
     await asyncio.get_running_loop().run_in_executor(None, reap, journal)
-    result = verify(journal, records, t_kill, window)
-    result.update(seed=seed, writer=writer, kill=kill, requests=len(records))
+    saw = runner.app[UPSTREAM_SAW]
+    # a kill of the gateway alone leaves its writer process, which reads the pipe to its end:
+    # every request forwarded had been handed to it before (JournalProcess.request_read)
+    strict = kill == "gateway" and writer == "process"
+    result = verify(journal, records, t_kill, window, saw if strict else None)
+    result.update(seed=seed, writer=writer, kill=kill, requests=len(records), upstream_saw=len(saw))
     try:
         os.killpg(gw.proc.pid, signal.SIGKILL)  # whatever of the group is left
     except ProcessLookupError:
@@ -438,8 +461,8 @@ def crash(
         if progress is not None:
             progress(results[-1])
     totals = {
-        k: sum(r[k] for r in results)
-        for k in ("requests", "journaled", "ok", "incomplete", "lost_in_window", "client_cut")
+        k: sum(r.get(k, 0) for r in results)
+        for k in ("requests", "upstream_saw", "journaled", "ok", "incomplete", "lost_in_window", "client_cut")
     }
     return {
         "target": target,

@@ -32,6 +32,13 @@ from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driv
 from pvisor.journal.writer import Journal, new_run_id
 
 from .access import InterceptGate, TokenGate
+from .connections import (
+    DEFAULT_HEADER_TIMEOUT_S,
+    DEFAULT_MAX_CONNECTIONS,
+    ConnectionGuard,
+    GuardedServer,
+    connection_bound,
+)
 from .finalize import FINALIZER, finalize_response
 from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
 from .log_file import LogFile
@@ -93,7 +100,9 @@ class GatewayConfig:
     itself or its ``--redirect`` address) serve intercept mode's mitmdump addon
     (docs/intercept.md; None: the gateway takes no intercepted request); with ``intercept_only``
     the gateway takes nothing else (a request without the addon's header gets 401, unrecorded:
-    the gateway behind mitmdump is no reverse proxy for whoever finds its port).
+    the gateway behind mitmdump is no reverse proxy for whoever finds its port);
+    ``header_timeout`` seconds a connection may take to send a whole request head (0: no limit)
+    and ``max_connections`` the bound on open connections (:mod:`.connections`).
     """
 
     host: str = "127.0.0.1"
@@ -115,6 +124,8 @@ class GatewayConfig:
     intercept_token: str | None = None
     intercept_origins: dict[str, str] | None = None
     intercept_only: bool = False
+    header_timeout: float = DEFAULT_HEADER_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
 
 class Gateway:
@@ -152,6 +163,7 @@ class Gateway:
         self._inflight = InFlight()
         self.budget = ResponseBudget(config.max_response_body, config.response_budget)
         self._log = _new_logger()
+        self.connections: ConnectionGuard | None = None  # made by start()
         self.recorder = Recorder(journal, self._log)
         self._log_file: LogFile | None = None
         self._routed_logs = False
@@ -192,7 +204,11 @@ class Gateway:
             route_aiohttp_logs(self._log)  # one line each in the log file, never a traceback on the terminal
             self._routed_logs = True
             await self.forwarder.start()
-            server = web.Server(self.handle, auto_decompress=False, access_log=None)
+            bound, lowered = connection_bound(self.config.max_connections)
+            if lowered:
+                log.warning("%s", lowered)
+            self.connections = ConnectionGuard(bound, self.config.header_timeout, (log, self._log))
+            server = GuardedServer(self.handle, self.connections, auto_decompress=False, access_log=None)
             # a body is read chunk by chunk against --max-body, not by aiohttp's client_max_size;
             # stop() has ended every handler before the runner's own shutdown, which then only
             # closes idle connections
@@ -248,6 +264,8 @@ class Gateway:
         if self._runner is not None:
             runner, self._runner = self._runner, None
             await runner.cleanup()
+        if self.connections is not None:
+            self.connections.say()  # what was closed or refused since the last warning line
         await self.forwarder.close()
         if self.snapshots is not None:
             await self.snapshots.close()

@@ -260,8 +260,23 @@ class JournalProducer:
     processes: tuple[int, ...] = ()
     #: where the writer runs, for people: ``thread`` or ``process PID``
     where: str = "thread"
-    #: exchanges finished after the writer had stopped: handed over, never recorded
-    unrecorded: int = 0
+    #: exchanges handed over by :meth:`finish_exchange` (the producer's count)
+    finished: int = 0
+    #: of them, those handed over once the writer had stopped (never recorded)
+    finished_after_error: int = 0
+    #: exchanges whose end the writer committed (its count; None while a writer process has
+    #: not said it)
+    recorded: int | None = 0
+
+    @property
+    def unrecorded(self) -> int:
+        """Exchanges handed over whose end the writer has not committed: once a writer that
+        stopped is closed, those it never will, exactly (a full disk: answered, not recorded).
+        A writer process that died without saying its count: those handed over after it
+        stopped, at least."""
+        if self.recorded is None:
+            return self.finished_after_error
+        return max(0, self.finished - self.recorded)
 
     @property
     def error(self) -> str | None:  # pragma: no cover - abstract
@@ -431,8 +446,9 @@ class JournalProducer:
         agent's (stored decoded, as a blob of its own)."""
         ended_us = int((time.perf_counter() - pending.t0) * 1e6)
         self._inflight.pop(pending.id, None)
+        self.finished += 1
         if self.error is not None:
-            self.unrecorded += 1  # the writer is gone: said when the gateway stops
+            self.finished_after_error += 1  # the writer is gone: said when the gateway stops
         rb = 0 if response_body is None else (
             len(response_body) if isinstance(response_body, bytes) else sum(map(len, response_body))
         )  # fmt: skip
@@ -850,6 +866,7 @@ class Journal(JournalProducer):
                     locked_since = None
                 if beat:
                     last_heartbeat = now
+                self.recorded += sum(1 for kind, _ in batch if kind == "exchange")  # type: ignore[operator]
                 self._release_blob_room(batch)
                 if (
                     self._to_finalize
@@ -879,12 +896,9 @@ class Journal(JournalProducer):
                     return
         except BaseException as exc:
             self._error = exc
-            log.error(
-                "journal %s: writer stopped: %s; %d exchange(s) not recorded",
-                self.path,
-                exc,
-                len(batch) + self._queue.qsize(),
-            )
+            # no count here: what is lost is also in a writer process's pipe and in its gateway's
+            # queue; the producer counts it exactly (unrecorded) once it has closed the journal
+            log.error("journal %s: writer stopped: %s; from now on nothing is recorded", self.path, exc)
             # release anyone waiting; later calls raise UnavailableError
             for kind, payload in batch:
                 if kind in ("flush", "close"):

@@ -162,7 +162,7 @@ def main(argv: list[str]) -> None:
     def watch() -> None:  # the writer thread ends at close, or when it failed: tell the gateway at once
         journal._thread.join()
         if journal.error is not None:
-            replies.send(("error", journal.error))
+            replies.send(("error", journal.error, journal.recorded))
 
     threading.Thread(target=watch, name="pvisor-journal-watch", daemon=True).start()
     close_timeout = 60.0
@@ -183,4 +183,4 @@ def main(argv: list[str]) -> None:
                 break
             _dispatch(journal, replies, kind, payload, bodies)
     journal.close(close_timeout)
-    replies.send(("closed", journal.error))
+    replies.send(("closed", journal.error, journal.recorded))

@@ -17,10 +17,15 @@ Promises, as the thread writer's (docs/journal.md, "Writing"):
 
 - the lease row (``writers``) is the child's: its pid, its heartbeat; a writer that opens the
   journal after the child was killed reaps it as any dead writer;
-- an exchange still in flight one commit window (100 ms) after it began is sent to the child,
-  which writes it as in flight (``outcome`` NULL);
+- an exchange is sent to the child as soon as its request has been read, written to the pipe
+  before the gateway forwards it (:meth:`JournalProcess.request_read`); what it has since
+  (the response's head and bytes) is sent every commit window (100 ms) while it is in flight,
+  and the child writes it as in flight (``outcome`` NULL) once it is a commit window old;
 - a ``kill -9`` of the gateway loses only what was not yet written to the pipe (the child
-  reads to the end, commits, marks what is in flight ``incomplete`` and closes its lease); a
+  reads to the end, commits, marks what is in flight ``incomplete`` and closes its lease):
+  never an exchange whose request reached an upstream; only what came in the last 20 ms (the
+  sender's interval): response bytes, and the ends of exchanges that finished then (each is
+  kept ``incomplete``, with its request); a
   ``kill -9`` of the child loses its last commit window, and the gateway sees it (:attr:`error`
   names the process and how it ended) and stops as for any writer failure.
 
@@ -61,6 +66,7 @@ from .writer import (
     BLOB_WAIT_S,
     Journal,
     JournalProducer,
+    PendingExchange,
 )
 from .writer_wire import WireError, encode, read_reply
 
@@ -175,6 +181,7 @@ class JournalProcess(JournalProducer):
         self.writer_id: int | None = None
         self.fingerprint_key = b""
         self.reaped: list[int] = []
+        self.recorded: int | None = None  # the child's count, in its "error" and "closed" replies
         self._error: str | None = None
         self._closed = False
         self._lock = threading.Lock()  # one writer of the pipe at a time, frames whole and in order
@@ -404,28 +411,54 @@ class JournalProcess(JournalProducer):
                 with self._lock:
                     if not self._backlog or self._error is not None:
                         break
-                    chunk = list(itertools.islice(self._backlog, _IOV_MAX))
-                    try:
-                        n = os.writev(self._fd, chunk)
-                    except BlockingIOError:
-                        n = 0
-                    except OSError as exc:
-                        self._broken(exc)
-                        break
-                    self._backlog_bytes -= n
-                    full = n < sum(len(c) for c in chunk)  # the pipe took less than offered
-                    while n and self._backlog:
-                        head = self._backlog[0]
-                        if n >= len(head):
-                            n -= len(head)
-                            self._backlog.popleft()
-                        else:
-                            self._backlog[0] = memoryview(head)[n:]
-                            n = 0
+                    full = self._writev_locked()
                 if full:
                     poller.poll(100)  # outside the lock: producers go on queueing
             if self._stopping:
                 return
+
+    def _writev_locked(self) -> bool:
+        """One ``writev`` of what waits (the lock held); True when the pipe took less than offered."""
+        chunk = list(itertools.islice(self._backlog, _IOV_MAX))
+        try:
+            n = os.writev(self._fd, chunk)
+        except BlockingIOError:
+            return True
+        except OSError as exc:
+            self._broken(exc)
+            return False
+        self._backlog_bytes -= n
+        full = n < sum(len(c) for c in chunk)
+        while n and self._backlog:
+            head = self._backlog[0]
+            if n >= len(head):
+                n -= len(head)
+                self._backlog.popleft()
+            else:
+                self._backlog[0] = memoryview(head)[n:]
+                n = 0
+        while self._backlog and not len(self._backlog[0]):
+            # an empty body (a GET's request) is never reported written: without this, a backlog
+            # ending in one would be offered again and again
+            self._backlog.popleft()
+        return full
+
+    def request_read(self, pending: PendingExchange, body: bytes, encoding: str | None = None) -> None:
+        """As :meth:`JournalProducer.request_read`, and the exchange in flight (its head and its
+        request) goes into the pipe now, on the caller's thread, with whatever waits before it:
+        the gateway forwards the request only after this, so a ``kill -9`` of the gateway keeps
+        every exchange whose request an upstream saw (the child reads the pipe to its end and
+        marks it ``incomplete``). Only when the pipe is full (the child behind by a whole
+        pipe, 1 MiB) does the frame wait for the sender thread like any other."""
+        super().request_read(pending, body, encoding)
+        with self._lock:
+            if self._error is not None or self._closed or pending.id not in self._inflight:
+                return
+            self._append_locked(encode(("inflight", pending)))
+            while self._backlog and self._error is None:
+                if self._writev_locked():
+                    self._wake.set()  # the pipe is full: the sender writes the rest when it can
+                    break
 
     def _send_stale(self) -> None:
         now = time.perf_counter()
@@ -504,10 +537,11 @@ class JournalProcess(JournalProducer):
         elif kind == "log":
             log.log(reply[1], "%s", reply[2])
         elif kind == "error":
-            self._error = reply[1]
+            self._error, self.recorded = reply[1], reply[2]
             for waiter in list(self._flushes.values()):
                 waiter[0].set()  # flush() raises the error
         elif kind == "closed":
+            self.recorded = reply[2]
             if reply[1] is not None or not self._closed:
                 self._error = reply[1] or self._error or f"the writer process (pid {self.pid}) stopped"
             self._closed_ack.set()

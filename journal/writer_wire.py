@@ -13,8 +13,9 @@ one installed pvisor agree on (it is never stored):
   times more on the event loop.
 - **replies**, child to parent: ``struct "<I"`` length, then a pickle of a tuple
   (``("ready", writer_id, fingerprint_key_hex, reaped)``, ``("failed", error_class, message)``,
-  ``("flushed", token, error)``, ``("log", levelno, message)``, ``("error", message)``,
-  ``("closed", error)``).
+  ``("flushed", token, error)``, ``("log", levelno, message)``, ``("error", message,
+  recorded)``, ``("closed", error, recorded)``; ``recorded``: the exchanges whose end the
+  child committed).
 """
 
 from __future__ import annotations
@@ -135,17 +136,36 @@ def apply_inflight(inflight: dict[str, PendingExchange], payload: Sequence[Any],
             p.chunks.append(part)
 
 
+#: ``has_request`` of an exchange whose request body went with it in flight: the child takes
+#: its own copy (neither the body nor the head is sent twice)
+SENT_IN_FLIGHT = 2
+
+
 def encode_exchange(f: FinishedExchange) -> tuple[tuple, list[bytes]]:
     """``(payload, bodies)`` of one finished exchange: the request, response and forwarded
     bodies (those not None, in that order) go out of band; the payload says which are there.
     A response body given as a list of chunks stays one: :func:`encode` writes its chunks as
-    one body, so the child reads it whole and the producer never joins it."""
-    bodies = [b for b in (f.request_body, f.response_body, f.forwarded_body) if b is not None]
+    one body, so the child reads it whole and the producer never joins it. An exchange sent in
+    flight before (the child holds its head, and its request body when it is the same) is named
+    by its id only."""
+    p = f.pending
+    has_request: int | bool = f.request_body is not None
+    if has_request and p.request_stored and f.request_body is p.request_body:
+        has_request = SENT_IN_FLIGHT
+    bodies = [
+        b
+        for b in (
+            None if has_request == SENT_IN_FLIGHT else f.request_body,
+            f.response_body,
+            f.forwarded_body,
+        )
+        if b is not None
+    ]
     payload = (
-        _pending_tuple(f.pending),
+        (p.id,) if p.persisted else _pending_tuple(p),
         f.status,
         f.response_headers,
-        f.request_body is not None,
+        has_request,
         f.response_body is not None,
         f.forwarded_body is not None,
         f.streamed,
@@ -169,7 +189,10 @@ def decode_exchange(
     payload: Sequence[Any], bodies: list[bytes], pending: PendingExchange | None
 ) -> FinishedExchange:
     """The inverse of :func:`encode_exchange`; ``pending``: the child's own record of the
-    exchange when it was sent in flight earlier (it knows whether the row is on disk)."""
+    exchange when it was sent in flight earlier (it knows whether the row is on disk, and holds
+    the head and the request body the payload then leaves out).
+
+    Raises WireError for an exchange named by its id only that was never sent in flight."""
     (
         pt,
         status,
@@ -191,12 +214,18 @@ def decode_exchange(
         served_by,
         flags,
     ) = payload
+    if pending is None and len(pt) == 1:
+        raise WireError(f"exchange {pt[0]} ended without having been sent in flight")
     it = iter(bodies)
+    if has_rq == SENT_IN_FLIGHT:
+        request_body = pending.request_body  # type: ignore[union-attr]
+    else:
+        request_body = next(it) if has_rq else None
     return FinishedExchange(
         pending=pending if pending is not None else pending_from(pt),
         status=status,
         response_headers=response_headers,
-        request_body=next(it) if has_rq else None,
+        request_body=request_body,
         response_body=next(it) if has_rs else None,
         streamed=streamed,
         chunk_timings=timings,

@@ -235,6 +235,28 @@ def test_an_exchange_in_flight_is_written_in_flight_then_incomplete_at_close(
     assert _outcomes(path) == ["ok", "incomplete"]
 
 
+def test_a_request_without_a_body_is_handed_over_at_once_and_stored(tmp_path: Path):
+    """Issue 35, item 6 hands each exchange to the writer process as soon as its request is read,
+    on the caller's thread: a GET's empty body, a buffer writev never reports written, made that
+    call spin for ever (every GET through a gateway hung). Bounded here by a thread's join."""
+    import threading
+
+    path = tmp_path / "j.sqlite"
+    j = JournalProcess.open(path)
+    p = j.begin_exchange("r-g", "GET", "/v1/models", [])
+    t = threading.Thread(target=j.request_read, args=(p, b""), daemon=True)
+    t.start()
+    t.join(10)
+    if t.is_alive():  # it holds the pipe's lock: closing would wait for ever
+        os.kill(j.pid, signal.SIGKILL)
+        raise AssertionError("request_read of an empty body did not return")
+    j.finish_exchange(p, status=200, request_body=b"", response_body=b"{}")
+    j.close()
+    with JournalReader(path) as r:
+        (ex,) = r.exchanges("r-g")
+        assert (ex.outcome, ex.request_bytes, r.response_body(ex)) == ("ok", 0, b"{}")
+
+
 def _outcomes(path: Path) -> list:
     with sqlite3.connect(path) as conn:
         return [r[0] for r in conn.execute("SELECT outcome FROM exchanges ORDER BY seq")]

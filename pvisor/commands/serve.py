@@ -231,6 +231,20 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
     help="Seconds without upstream bytes before the exchange is given up.",
 )
 @click.option(
+    "--header-timeout",
+    type=Seconds(0),
+    default=20.0,
+    show_default=True,
+    help="Seconds a connection may take to send a whole request head before it is closed (0: no limit).",
+)
+@click.option(
+    "--max-connections",
+    type=click.IntRange(1, 1_000_000),
+    default=512,
+    show_default=True,
+    help="Open connections at most; beyond, the oldest idle or slow one is closed, or the new one gets 503.",
+)
+@click.option(
     "--shutdown-grace",
     type=Seconds(0),
     default=10.0,
@@ -334,6 +348,8 @@ def gateway(
     max_body: int,
     max_response_body: int,
     stall_timeout: float,
+    header_timeout: float,
+    max_connections: int,
     shutdown_grace: float,
     log_file: str | None,
     ready_file: str | None,
@@ -400,6 +416,8 @@ def gateway(
         max_body=max_body,
         max_response_body=max_response_body,
         stall_timeout=stall_timeout,
+        header_timeout=header_timeout,
+        max_connections=max_connections,
         log_file=Path(log_file) if log_file else None,
         shutdown_grace=shutdown_grace,
         workspace=Path(absolute(workspace, f"--workspace {workspace}")) if workspace else None,
@@ -502,8 +520,8 @@ def gateway(
             if not failed:  # it stopped while the gateway was stopping
                 click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
             if journal.unrecorded:
-                click.echo(f"pvisor: warning: {journal.unrecorded} exchange(s) in flight when the journal writer stopped"
-                           " were answered but not recorded", err=True)  # fmt: skip
+                click.echo(f"pvisor: warning: {journal.unrecorded} exchange(s) answered but not recorded"
+                           " (the journal writer had stopped before committing them)", err=True)  # fmt: skip
             return EXIT_UNAVAILABLE
         if proxy_died:
             return EXIT_UNAVAILABLE
