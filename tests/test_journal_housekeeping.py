@@ -323,3 +323,22 @@ def test_rm_and_scrub_refuse_a_run_id_that_climbs_out_of_runs(tmp_path: Path):
     for path, real in ((both, "r-real"), (crafted_only, "x-real")):
         with JournalReader(path) as reader:
             assert {s["id"] for s in reader.run_summaries()} == {real, "r/../../victim"}
+
+
+def test_sql_refuses_functions_that_change_state_or_hand_out_pointers(two_runs: Path):
+    """``SELECT fts3_tokenizer('simple', x'41...')`` exited 0 and replaced the connection's
+    tokenizer pointer, and the one-argument form printed a native pointer (issue 35 attacks):
+    the authorizer refuses such a function before the statement runs, in one line, exit 2."""
+    for query, function in [
+        ("SELECT hex(fts3_tokenizer('simple'))", "fts3_tokenizer"),
+        ("SELECT hex(FTS3_TOKENIZER('simple', x'4141414141414141'))", "fts3_tokenizer"),
+        ("SELECT load_extension('/nonexistent')", "load_extension"),
+        ("SELECT fts5(NULL)", "fts5"),
+    ]:
+        proc = cli(two_runs, "journal", "sql", query)
+        assert proc.returncode == 2, (query, proc.returncode, proc.stdout, proc.stderr)
+        assert proc.stderr.startswith(
+            f"pvisor: error: journal sql only reads the journal: the function {function}() is refused"
+        ), (query, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and proc.stdout == "", (query, proc.stderr)
+    assert cli(two_runs, "journal", "sql", "SELECT hex(randomblob(4)), upper('x')").returncode == 0
