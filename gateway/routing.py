@@ -16,8 +16,9 @@ Rules (docs/gateway.md):
    with ``--upstream`` when exactly one was given; else the gateway answers a recorded 404
    ``pvisor_no_route``.
 
-Before all of these, a path with a ``.`` or ``..`` segment (also percent-encoded) is answered 400
-``pvisor_bad_path``: resolved by the upstream, it could climb out of a mount prefix or the
+Before all of these, a path with a ``.`` or ``..`` segment is answered 400 ``pvisor_bad_path``
+(:func:`climbs`: once percent-decoded, segments split on ``/`` and ``\\``, ``;`` parameters
+dropped; or with a NUL): resolved by the upstream, it could climb out of a mount prefix or the
 ``--upstream`` base path.
 
 In intercept mode (docs/intercept.md) a request the mitmproxy addon hands over names the origin
@@ -89,15 +90,26 @@ def check_upstream_url(url: str) -> str:
     return url
 
 
-#: a path segment that is "." or ".." once percent-decoded (RFC 3986 §3.3 dot segments)
-_DOT_SEGMENT = re.compile(r"(?:^|/)(?:\.|%2e){1,2}(?:/|$)", re.IGNORECASE)
+#: what separates a path's segments for some server on the way: ``/``, and ``\`` (IIS, Windows)
+_SEGMENT_SEPARATOR = re.compile(r"[/\\]")
 
 
 def climbs(raw_target: str) -> bool:
-    """Whether the path of ``raw_target`` (raw, with its query) has a ``.`` or ``..`` segment,
-    also percent-encoded (``%2e%2e``): it could climb out of a mount prefix or of an
-    ``--upstream`` base path once a server resolves it (``/t/T/../../v1/messages``)."""
-    return _DOT_SEGMENT.search(raw_target.partition("?")[0]) is not None
+    """Whether the path of ``raw_target`` (raw, with its query) could climb out of a mount prefix
+    or of an ``--upstream`` base path once a server resolves it (``/t/T/../../v1/messages``).
+
+    The path is percent-decoded once (as a server does: ``..%2f..%2fx`` is ``../../x``), split
+    on ``/`` and on ``\\`` (which Windows servers take as one), and each segment's ``;``
+    parameters dropped (``..;/``, RFC 3986 §3.3, which Java servers strip): it climbs when a
+    segment is ``.`` or ``..`` (RFC 3986 §5.2.4 dot segments) or the path holds a NUL (``..%00``,
+    which a C server cuts at). A segment of ``%252e%252e`` stays ``%2e%2e`` after the one decoding
+    and is no dot segment."""
+    from urllib.parse import unquote
+
+    path = unquote(raw_target.partition("?")[0])
+    if "\0" in path:
+        return True
+    return any(segment.partition(";")[0] in (".", "..") for segment in _SEGMENT_SEPARATOR.split(path))
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +119,7 @@ class Route:
     Fields:
         kind: ``upstream`` (forward it), ``health`` (answer locally), ``no_route`` (404),
             ``bad_run`` (400: an ``X-Pvisor-Run`` header or a ``/run/<id>/`` prefix whose id is
-            not a valid run id) or ``bad_path`` (400: a ``.`` or ``..`` segment, :func:`climbs`).
+            not a valid run id) or ``bad_path`` (400: a ``.`` or ``..`` segment or a NUL, :func:`climbs`).
         run: the run id the exchange belongs to.
         upstream: upstream name, or None.
         target: the raw path and query to append to the upstream base URL, prefixes removed.

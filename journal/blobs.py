@@ -22,6 +22,7 @@ frame), ``zstd-prefix`` (frame compressed with the body ``base`` as a raw prefix
 from __future__ import annotations
 
 import hashlib
+import io
 
 try:
     from compression import zstd  # Python >= 3.14
@@ -77,17 +78,28 @@ def encode(data: bytes, base: bytes | None = None) -> tuple[str, bytes]:
     return codec, packed
 
 
+#: bytes of output one decompression step may produce (:func:`decode`)
+DECODE_CHUNK = 1 << 20
+
+
 def decode(codec: str, stored: bytes, base: bytes | None = None, *, size: int) -> bytes:
     """Undo :func:`encode` for a blob whose row declares ``size`` bytes (``blobs.size``).
 
-    The declared size bounds the decoding: frames are decompressed streaming, at most
-    ``size + 1`` bytes, and their window may be no larger than :func:`encode` can have used for
-    that size, so a crafted frame (98 KB of zstd declaring 3 GiB) stops at once instead of
-    exhausting memory. The caller still checks the result's length and sha256.
+    The declared size bounds the decoding, so a crafted frame (98 KB of zstd inflating to
+    3 GiB) is refused without exhausting memory. Each frame's output length is known before
+    any output is kept: from its header (RFC 8878 §3.1.1.1.4 Frame_Content_Size, which
+    :func:`encode` always writes), and a header that disagrees with the row is damage before
+    anything is decoded; or, for a frame without one, by decoding it once in
+    :data:`DECODE_CHUNK` steps that are counted and dropped, stopping past ``size``. Only then is
+    the result allocated, once, at its exact length, and decoded into: the process holds at
+    most ``size`` bytes plus one chunk, and no second copy. A frame's window may be no larger
+    than :func:`encode` can have used for that size. The caller still checks the result's
+    length and sha256.
 
-    Raises :class:`SizeError` (a ValueError) for a declared size outside 0..:data:`MAX_SIZE` or
-    data that decodes past it, ValueError for an unknown codec or a missing base, and
-    ``zstd.ZstdError`` for corrupt or truncated data.
+    Raises :class:`SizeError` (a ValueError) for a declared size outside 0..:data:`MAX_SIZE`,
+    a frame header that disagrees with it, data that decodes past it, or a MemoryError while
+    decoding (the blob is then damage, never a traceback); ValueError for an unknown codec or
+    a missing base; ``zstd.ZstdError`` for corrupt or truncated data.
     """
     if not 0 <= size <= MAX_SIZE:
         raise SizeError(f"it declares {size} bytes, outside 0..{MAX_SIZE} (the largest body a journal holds)")
@@ -105,21 +117,62 @@ def decode(codec: str, stored: bytes, base: bytes | None = None, *, size: int) -
     # a frame header asking for more is refused before its window is allocated
     window_log = max(10, min(31, (len(base or b"") + size).bit_length() + 1))
     options = {_DP.window_log_max: window_log}
-    out: list[bytes] = []
+    try:
+        frames = _frame_lengths(bytes(stored), size, prefix, options)
+        out = io.BytesIO(bytes(sum(n for _, n in frames)))  # its only reference: written in place
+        for frame, length in frames:
+            d = zstd.ZstdDecompressor(zstd_dict=prefix, options=options)
+            for chunk in _chunks(d, frame):
+                out.write(chunk)
+            if not d.eof or out.tell() > len(out.getbuffer()):  # pragma: no cover - zstd checks it
+                raise zstd.ZstdError("its zstd frame is truncated")
+        return out.getvalue()  # the buffer itself, not a copy: the BytesIO held the only reference
+    except MemoryError:
+        raise SizeError(
+            f"decoding it ({size} bytes declared) ran out of the memory this process may use"
+        ) from None
+
+
+def _frame_lengths(stored: bytes, size: int, prefix, options) -> list[tuple[bytes, int]]:
+    """The frames of ``stored`` (one, as :func:`encode` writes; concatenated frames decode as
+    ``zstd.decompress`` does) with the length each decodes to, their sum at most ``size``.
+    SizeError when a header or a counting pass says more, or a single frame's header says
+    other than ``size``; ZstdError for a truncated or corrupt frame."""
+    found: list[tuple[bytes, int]] = []
     left = size
     rest = stored
-    while True:  # one frame, as encode() writes; concatenated frames decode as zstd.decompress does
-        d = zstd.ZstdDecompressor(zstd_dict=prefix, options=options)
-        chunk = d.decompress(rest, max_length=left + 1)
-        if len(chunk) > left:
-            raise SizeError(f"it decodes to more than its declared {size} bytes")
-        if not d.eof:
-            raise zstd.ZstdError("its zstd frame is truncated")
-        out.append(chunk)
-        left -= len(chunk)
-        rest = d.unused_data
+    while True:
+        frame_size = zstd.get_frame_size(rest)
+        frame, rest = rest[:frame_size], rest[frame_size:]
+        declared = zstd.get_frame_info(frame).decompressed_size
+        if declared is not None:
+            if declared > left or (not found and not rest and declared != size):
+                raise SizeError(f"its zstd frame declares {declared} bytes, its row {size}")
+            length = declared
+        else:
+            d = zstd.ZstdDecompressor(zstd_dict=prefix, options=options)
+            length = 0
+            for chunk in _chunks(d, frame):
+                length += len(chunk)
+                if length > left:
+                    raise SizeError(f"it decodes to more than its declared {size} bytes")
+            if not d.eof:
+                raise zstd.ZstdError("its zstd frame is truncated")
+        found.append((frame, length))
+        left -= length
         if not rest:
-            return out[0] if len(out) == 1 else b"".join(out)
+            return found
+
+
+def _chunks(d, frame: bytes):
+    """The output of decompressor ``d`` fed ``frame``, :data:`DECODE_CHUNK` bytes at most a step."""
+    chunk = d.decompress(frame, max_length=DECODE_CHUNK)
+    while True:
+        if chunk:
+            yield chunk
+        if d.eof or d.needs_input:
+            return
+        chunk = d.decompress(b"", max_length=DECODE_CHUNK)
 
 
 class SizeError(ValueError):

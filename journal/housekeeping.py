@@ -181,7 +181,9 @@ def runs_to_remove(journal: str | os.PathLike, run_id: str, *, prefix: bool = Fa
     starts with ``run_id`` (case counts). A unique prefix, which the reading commands take, is not
     enough to remove a run: ``rm r-`` once removed the only run. UsageError (exit 2) when none is
     chosen; one that only starts some ids names them (:data:`NAMED_RUNS` at most) and says to
-    give the whole id or ``--prefix``. Reads the journal only."""
+    give the whole id or ``--prefix``; IntegrityError (exit 3) when a chosen run's id is not a run
+    id (:func:`journal.paths.run_directory`: a damaged journal), before any run is removed. Reads
+    the journal only."""
     from .errors import UsageError
 
     with JournalReader(journal) as reader:
@@ -191,9 +193,12 @@ def runs_to_remove(journal: str | os.PathLike, run_id: str, *, prefix: bool = Fa
     if prefix:
         if not starting:
             raise UsageError(f"no run id starts with {run_id!r} in journal {where}")
+        for s in starting:  # a damaged id is reported before any run is removed
+            run_directory(journal, s["id"])
         return starting
     exact = [s for s in starting if s["id"] == run_id]
     if exact:
+        run_directory(journal, run_id)
         return exact
     if starting:
         ids = [s["id"] for s in starting]
@@ -215,6 +220,7 @@ def remove_run(journal: str | os.PathLike, run_id: str, *, force: bool = False) 
     path = Path(journal)
     with JournalReader(path) as reader:
         run = reader.run(run_id)  # UsageError names the run and the journal
+    run_dir = run_directory(path, run.id)  # IntegrityError for a crafted id, before anything changes
     conn = open_for_writing(path)
     try:
         check_writers(conn, path, force, f"rm {run.id}")
@@ -230,7 +236,6 @@ def remove_run(journal: str | os.PathLike, run_id: str, *, force: bool = False) 
         raise UnavailableError(f"journal {path}: rm {run.id} could not finish: {exc}") from None
     finally:
         conn.close()
-    run_dir = run_directory(path, run.id)
     if run_dir.is_dir() or run_dir.is_symlink():
         if run_dir.is_symlink():
             run_dir.unlink()

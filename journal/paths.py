@@ -147,9 +147,31 @@ def absolute(path: str | os.PathLike, what: str) -> str:
         raise UsageError(f"{what}: a relative path, but {CWD_GONE_HINT}") from None
 
 
-def run_directory(journal_path: str | os.PathLike, run_id: str) -> Path:
-    """``<data dir>/runs/<run id>``, the data dir being the directory holding the journal file:
-    where ``pvisor run`` keeps a run's agent output, private home and exports."""
+def runs_directory(journal_path: str | os.PathLike) -> Path:
+    """``<data dir>/runs``, the data dir being the directory holding the journal file: the
+    directory that holds every run directory."""
     from pathlib import Path
 
-    return Path(absolute(journal_path, f"--journal {journal_path}")).parent / "runs" / run_id
+    return Path(absolute(journal_path, f"--journal {journal_path}")).parent / "runs"
+
+
+def run_directory(journal_path: str | os.PathLike, run_id: str) -> Path:
+    """``<data dir>/runs/<run id>`` (:func:`runs_directory`): where ``pvisor run`` keeps a run's
+    agent output, private home and exports. Raises IntegrityError (exit 3) when ``run_id`` is
+    not a run id (:func:`journal.model.is_run_id`: one name of letters, digits, ``.``, ``_``,
+    ``-``, so never ``..`` nor a ``/``): an id read from a damaged or crafted journal
+    (``r/../../victim``) never names a directory outside ``runs/``."""
+    from .model import is_run_id, redact_shapes
+
+    runs = runs_directory(journal_path)
+    # a run id is one path component (no '/', never '.' or '..'): its directory is a child of runs/
+    if not is_run_id(run_id) or (runs / run_id).parent != runs:
+        from .errors import IntegrityError
+
+        shown = redact_shapes(run_id) if isinstance(run_id, str) else run_id
+        raise IntegrityError(
+            f"journal {journal_path}: run {shown!r} has an id that is not a run id (letters, digits, "
+            "'.', '_' and '-', starting with a letter or digit): the journal is damaged; "
+            "no run directory is derived from it"
+        )
+    return runs / run_id

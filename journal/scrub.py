@@ -54,7 +54,7 @@ from . import blobs, progress
 from .content_encoding import DecodeError, decode_body, encode_body
 from .errors import IntegrityError, PvisorError, UnavailableError, UsageError
 from .housekeeping import check_writers, open_for_writing, journal_bytes, live_writers, started_by
-from .paths import run_directory
+from .paths import run_directory, runs_directory
 from .reader import JournalReader
 
 DEFAULT_REPLACEMENT = "[scrubbed]"
@@ -303,6 +303,8 @@ def scrub(
     if run_id is not None:
         with JournalReader(path) as reader:
             run = reader.run(run_id).id
+    # a crafted run id (IntegrityError) is refused here, before anything changes
+    dirs = [run_directory(path, run)] if run else sorted(runs_directory(path).glob("*"))
     report = ScrubReport(pattern.describe, run, dry_run=dry_run)
     report.bytes_before = journal_bytes(path)
     conn = open_for_writing(path)
@@ -352,7 +354,6 @@ def scrub(
                 raise ScrubInterrupted(_after_commit(path, "the old pages were not cleared yet")) from None
     finally:
         conn.close()
-    dirs = [run_directory(path, run)] if run else sorted(run_directory(path, "-").parent.glob("*"))
     report.run_dirs = [str(d) for d in dirs if d.is_dir() and not d.is_symlink()]
     if dry_run:
         for d in report.run_dirs:

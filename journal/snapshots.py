@@ -42,6 +42,7 @@ from typing import Any, Protocol
 import orjson
 
 from .errors import BadInputError, OutputError, UsageError, shown
+from .paths import make_directories
 
 #: entry point group of snapshot drivers (``name = "module:Class"``)
 ENTRY_POINT_GROUP = "pvisor.snapshot_drivers"
@@ -190,6 +191,8 @@ class Manifest:
                 or not isinstance(e.get("mode"), int)
             ):
                 raise BadInputError(f"{at}: expected an object with a path and a mode")
+            if not 0 <= e["mode"] <= 0o7777:  # what stat.S_IMODE records; -1 once restored as 0o1777
+                raise BadInputError(f"{at}: mode {e['mode']} is outside 0..0o7777 (stat's permission bits)")
             try:
                 kind = EntryKind(e.get("kind"))
             except ValueError:
@@ -205,7 +208,7 @@ class Manifest:
                 Entry(
                     e["path"],
                     kind,
-                    e["mode"] & 0o7777,
+                    e["mode"],
                     e.get("size", 0) or 0,
                     e.get("sha256"),
                     e.get("target"),
@@ -465,8 +468,10 @@ class FilesystemDriver:
                     "restoring it would write through the link"
                 )
         try:
-            target.mkdir(parents=True, exist_ok=True)
-        except FileExistsError:
+            make_directories(target)  # 0700, whatever the umask, as every directory pvisor makes
+        except FileExistsError as exc:
+            if exc.filename != os.path.abspath(target):  # a file on the way to the target
+                raise UsageError(f"{named}: cannot create it: {os.strerror(errno.ENOTDIR)}") from None
             raise UsageError(f"{named}: not a directory") from None
         except OSError as exc:
             raise UsageError(f"{named}: cannot create it: {exc.strerror or exc}") from None
@@ -670,10 +675,11 @@ def _read_file_at(dir_fd: int, name: str) -> bytes:
 
 
 def _restored_mode(mode: int) -> int:
-    """The permission bits a restore gives an entry of ``mode``: never setuid or setgid (on a
-    file or a directory): a crafted snapshot restored by root must not make a program that runs
-    as root, nor a directory whose files take a group of its choosing."""
-    return mode & 0o7777 & ~(stat.S_ISUID | stat.S_ISGID)
+    """The permission bits a restore gives an entry of ``mode`` (``0o777`` at most): never
+    setuid, setgid or sticky (on a file or a directory): a crafted snapshot restored by root
+    must not make a program that runs as root, a directory whose files take a group of its
+    choosing, nor a world-writable sticky directory."""
+    return mode & 0o777
 
 
 def _below_links(manifest: Manifest) -> dict[str, str]:

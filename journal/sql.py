@@ -122,6 +122,19 @@ READING_PRAGMAS = frozenset(
 #: pragmas that act without an argument: they write the database (a checkpoint, ANALYZE, freeing pages)
 ACTING_PRAGMAS = frozenset({"incremental_vacuum", "optimize", "wal_checkpoint"})
 
+#: SQL functions a read-only statement may not call: they change the connection's state or
+#: hand out a native pointer (sqlite.org/lang_corefunc.html, fts3.html#f3tknzr, fts5.html#extending_fts5).
+#: ``fts3_tokenizer('simple', x'41...')`` replaced the tokenizer's pointer (what a crafted FTS3
+#: table would call), and with one argument printed it; ``load_extension`` loads native code;
+#: ``fts5(?)`` hands out the FTS5 API pointer; ``sqlite_rename_*`` and ``sqlite_drop_column`` are
+#: ALTER TABLE's internals
+DENIED_FUNCTIONS = frozenset(
+    {
+        "fts3_tokenizer", "load_extension", "fts5", "sqlite_rename_column", "sqlite_rename_table",
+        "sqlite_rename_test", "sqlite_rename_quotefix", "sqlite_drop_column",
+    }
+)  # fmt: skip
+
 #: the schema tables SQLite itself reads for a pragma's table-valued function, as an UPDATE
 #: action code (seen with SQLite 3.40): no statement of the user's can write them on a read-only connection
 _SCHEMA_TABLES = frozenset({"sqlite_master", "sqlite_temp_master", "sqlite_schema", "sqlite_temp_schema"})
@@ -132,7 +145,8 @@ class ReadOnly:
     every other action: writes to any table (temporary ones too), creating or dropping anything,
     ``ATTACH`` and ``DETACH`` (and so ``VACUUM``, which attaches its target), transactions, and a
     ``PRAGMA`` that is given a value (``journal_mode=DELETE``) or acts (:data:`ACTING_PRAGMAS`),
-    but not one of :data:`READING_PRAGMAS`. :attr:`refused` says what the first denied action
+    but not one of :data:`READING_PRAGMAS`, and a call of one of :data:`DENIED_FUNCTIONS`
+    (``fts3_tokenizer``, ``load_extension``). :attr:`refused` says what the first denied action
     was (``ATTACH``, ``DELETE on runs``, ``PRAGMA journal_mode=DELETE``, ``BEGIN``), None while
     none was; SQLite then fails the statement with "not authorized" before it runs.
     :attr:`schema_row`: that action was a write of a row of the schema (``INSERT on
@@ -145,13 +159,16 @@ class ReadOnly:
     def __call__(
         self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None
     ) -> int:
-        if action in _READS or self._reads(action, arg1, arg2):
+        denied_function = action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in DENIED_FUNCTIONS
+        if not denied_function and (action in _READS or self._reads(action, arg1, arg2)):
             return sqlite3.SQLITE_OK
         row = action in (sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE)
         if self.refused is None:
             name = _ACTIONS.get(action, f"action {action}")
             if action == sqlite3.SQLITE_PRAGMA:
                 name = f"PRAGMA {arg1}" + (f"={arg2}" if arg2 is not None else "")
+            elif denied_function:
+                name = f"the function {arg2.lower()}()"
             elif action == sqlite3.SQLITE_TRANSACTION and arg1:
                 name = arg1  # BEGIN, COMMIT, ROLLBACK
             elif row and arg1:

@@ -69,18 +69,18 @@ def bombed(tmp_path_factory) -> tuple[Path, str, str, str]:
     return path, ex, body_sha, file_sha
 
 
-def _limited() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (LIMIT_AS, LIMIT_AS))
+def _limited(limit: int = LIMIT_AS) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
-def _cli(journal: Path, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+def _cli(journal: Path, *args: str, cwd: Path, limit: int = LIMIT_AS) -> subprocess.CompletedProcess:
     return subprocess.run(
         [str(PVISOR), "--journal", str(journal), *args],
         capture_output=True,
         text=True,
         cwd=cwd,
         timeout=120,
-        preexec_fn=_limited,
+        preexec_fn=lambda: _limited(limit),
     )
 
 
@@ -163,3 +163,49 @@ def test_replay_workspace_from_a_bombed_snapshot_is_journal_damaged(bombed, tmp_
     )
     _one_line_exit_3(proc, journal, file_sha)
     assert not (ws / "big.txt").exists()
+
+
+def _bomb_with_content_size(total: int) -> bytes:
+    """:func:`rle_bomb` whose frame header declares its content size (Frame_Content_Size, 8 bytes)."""
+    return b"\x28\xb5\x2f\xfd" + bytes([0xC0, 7 << 3]) + total.to_bytes(8, "little") + rle_bomb(total)[6:]
+
+
+@pytest.mark.parametrize("command", [["journal", "body", "EX", "--request"], ["journal", "verify"]])
+@pytest.mark.parametrize("declares_size", [False, True], ids=["no-content-size", "content-size"])
+def test_a_row_declaring_nearly_a_gigabyte_is_one_integrity_error_under_the_limit(
+    tmp_path, command, declares_size
+):
+    """The row declares 999,999,999 bytes (under MAX_SIZE), the frame inflates to 3 GiB (or its
+    header says ~1 GB, which a limit of 700 MiB cannot hold): one line, exit 3, no MemoryError
+    (before the fix: a traceback, after allocating ~2 GB)."""
+    path = tmp_path / "j.sqlite"
+    body = _body(4)
+    with Journal.open(path) as j:
+        ex = j.record_exchange("r-lie", "POST", "/v1/messages", [], status=200, request_body=body)
+    sha = hashlib.sha256(body).hexdigest()
+    size = (999_999_999 // (128 * 1024)) * 128 * 1024 if declares_size else 999_999_999
+    data = _bomb_with_content_size(size) if declares_size else rle_bomb(3 * GIB)
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE blobs SET codec = 'zstd', base = NULL, data = ?, size = ? WHERE sha256 = ?",
+            (data, size, sha),
+        )
+    conn.close()
+    limit = (700 << 20) if declares_size else LIMIT_AS
+    proc = _cli(path, *[ex if a == "EX" else a for a in command], cwd=tmp_path, limit=limit)
+    assert "Traceback" not in proc.stderr and "MemoryError" not in proc.stderr, proc.stderr[-2000:]
+    assert proc.returncode == 3, (proc.returncode, proc.stdout, proc.stderr[-2000:])
+    [line] = [ln for ln in (proc.stdout + proc.stderr).splitlines() if f"blob {sha}" in ln]
+    want = "ran out of the memory" if declares_size else f"more than its declared {size} bytes"
+    assert want in line, line
+
+
+def test_a_frame_header_that_disagrees_with_the_row_is_refused_before_decoding():
+    from pvisor.journal import blobs
+
+    codec, stored = blobs.encode(b"a" * 1000)
+    assert codec == "zstd"
+    for size in (999, 1001):
+        with pytest.raises(blobs.SizeError, match=f"its zstd frame declares 1000 bytes, its row {size}"):
+            blobs.decode(codec, stored, size=size)
+    assert blobs.decode(codec, stored, size=1000) == b"a" * 1000

@@ -385,18 +385,29 @@ def test_the_token_stays_private_and_a_path_that_climbs_is_refused(stack, procs,
     for path in (f"/t/{token}/v1/messages?t={token}", f"/t/{token}/v1/{token}/messages"):
         status, _, body = http_request(url, "POST", path, b"{}")
         assert status == 401 and b"pvisor_unauthorized" in body, path
-    for path in (
+    climbing = [
         f"/t/{token}/../../v1/messages",
         f"/t/{token}/anthropic/%2E%2e/%2e%2e/v1/messages",
         f"/t/{token}/v1/./messages",
-    ):
+        # the attacks on the first fix: slashes, backslashes, parameters and NULs that a server
+        # decodes or cuts at (the upstream saw /base/../../x)
+        *(
+            f"/t/{token}/anthropic/{climb}"
+            for climb in (
+                "..%2f..%2fx", "%2e%2e%2f%2e%2e%2fx", ".%2e%2f.%2e%2fx", "%2F..%2F..%2Fx", "x/..%2F..%2F..",
+                "..%5c..%5cx", "..\\..\\x", "..;/..;/x", "..%00/x", ".%00./x",
+            )
+        ),
+        f"/t/{token}/anthropic\\..\\..\\x",
+    ]  # fmt: skip
+    for path in climbing:
         status, _, body = http_request(url, "POST", path, b"{}")
         assert status == 400 and b"pvisor_bad_path" in body, (path, status)
     assert [r[1] for r in up.requests] == ["/base/v1/messages", "/base/v1/messages"]
     assert gw.stop() == 0
     with JournalReader(journal) as r:
         exs = r.exchanges()
-    assert sorted(e.status for e in exs) == [200, 200, 400, 400, 400]
+    assert sorted(e.status for e in exs) == [200, 200] + [400] * len(climbing)
     assert all(
         e.served_by == "refused" and "pvisor_bad_path" in (e.error or "") for e in exs if e.status == 400
     )

@@ -292,3 +292,53 @@ def test_sql_is_read_only_for_attach_vacuum_into_and_pragmas_that_set(two_runs: 
         proc = cli(two_runs, "journal", "sql", "--json", query)
         assert proc.returncode == 0, (query, proc.stderr)
         assert list(json.loads(proc.stdout)[0].values())[: len(first)] == first, proc.stdout
+
+
+def test_rm_and_scrub_refuse_a_run_id_that_climbs_out_of_runs(tmp_path: Path):
+    """A crafted run row ``r/../../victim`` (``runs/r`` exists) made ``rm --prefix r`` rmtree
+    ``<data dir>/victim`` (issue 35, attack F3): the id is not a run id, so rm and scrub say so in
+    one line, exit 3, and change nothing, in the journal or on disk."""
+    (tmp_path / "runs" / "r").mkdir(parents=True)
+    (tmp_path / "runs" / "r-real").mkdir()
+    (tmp_path / "victim").mkdir()
+    (tmp_path / "victim" / "file").write_text("precious")
+    both, crafted_only = tmp_path / "journal.sqlite", tmp_path / "other.sqlite"
+    for path, real in ((both, "r-real"), (crafted_only, "x-real")):
+        with Journal.open(path) as j:
+            j.record_exchange(real, "POST", "/v1/messages", [], status=200, request_body=b"{}")
+        with sqlite3.connect(path) as conn:
+            conn.execute("INSERT INTO runs(id, created_ms) VALUES ('r/../../victim', 1)")
+        conn.close()
+    for path, args in (
+        (both, ["rm", "--prefix", "r"]),
+        (both, ["rm", "--prefix", "r", "--dry-run"]),
+        (crafted_only, ["scrub", "precious", "--run", "r"]),
+    ):
+        proc = cli(path, "journal", *args)
+        assert proc.returncode == 3, (args, proc.returncode, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+        assert "run 'r/../../victim' has an id that is not a run id" in proc.stderr, (args, proc.stderr)
+        assert (tmp_path / "victim" / "file").read_text() == "precious"
+        assert (tmp_path / "runs" / "r-real").is_dir()
+    for path, real in ((both, "r-real"), (crafted_only, "x-real")):
+        with JournalReader(path) as reader:
+            assert {s["id"] for s in reader.run_summaries()} == {real, "r/../../victim"}
+
+
+def test_sql_refuses_functions_that_change_state_or_hand_out_pointers(two_runs: Path):
+    """``SELECT fts3_tokenizer('simple', x'41...')`` exited 0 and replaced the connection's
+    tokenizer pointer, and the one-argument form printed a native pointer (issue 35 attacks):
+    the authorizer refuses such a function before the statement runs, in one line, exit 2."""
+    for query, function in [
+        ("SELECT hex(fts3_tokenizer('simple'))", "fts3_tokenizer"),
+        ("SELECT hex(FTS3_TOKENIZER('simple', x'4141414141414141'))", "fts3_tokenizer"),
+        ("SELECT load_extension('/nonexistent')", "load_extension"),
+        ("SELECT fts5(NULL)", "fts5"),
+    ]:
+        proc = cli(two_runs, "journal", "sql", query)
+        assert proc.returncode == 2, (query, proc.returncode, proc.stdout, proc.stderr)
+        assert proc.stderr.startswith(
+            f"pvisor: error: journal sql only reads the journal: the function {function}() is refused"
+        ), (query, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and proc.stdout == "", (query, proc.stderr)
+    assert cli(two_runs, "journal", "sql", "SELECT hex(randomblob(4)), upper('x')").returncode == 0

@@ -873,7 +873,8 @@ def test_restore_handoff_refuses_an_environment_that_is_no_directory_path(tmp_pa
 
 def test_restore_clears_setuid_and_setgid_on_directories_too(tmp_path):
     """A crafted snapshot restored by root must not leave a setgid directory (its files would
-    take a group of the snapshot's choosing) nor a setuid one; the sticky bit stays."""
+    take a group of the snapshot's choosing), a setuid one, nor a sticky one (issue 35 attacks:
+    a mode of -1 came back 0o1777, world-writable and sticky)."""
     m = Manifest(
         [
             Entry("shared", EntryKind.DIR, 0o2775),
@@ -883,7 +884,46 @@ def test_restore_clears_setuid_and_setgid_on_directories_too(tmp_path):
     )
     FilesystemDriver().restore(m, lambda h: b"", tmp_path / "t")
     modes = {name: stat.S_IMODE((tmp_path / "t" / name).stat().st_mode) for name in ("shared", "suid", "tmp")}
-    assert modes == {"shared": 0o775, "suid": 0o755, "tmp": 0o1777}
+    assert modes == {"shared": 0o775, "suid": 0o755, "tmp": 0o777}
+
+
+@pytest.mark.parametrize("mode", [-1, 0o177777777, 0o10000])
+def test_a_recorded_mode_outside_the_permission_bits_is_damage(mode):
+    """A manifest mode of -1 or 0o177777777 was masked to 0o7777 and restored 0o1777: a mode
+    outside 0..0o7777 (what stat.S_IMODE records) is refused in one line naming the entry."""
+    doc = {
+        "schema": "pvisor.snapshot-manifest/v1",
+        "entries": [{"path": "a", "kind": "dir", "mode": 0o755}, {"path": "m", "kind": "dir", "mode": mode}],
+    }
+    with pytest.raises(BadInputError) as exc:
+        Manifest.decode(orjson.dumps(doc))
+    assert exc.value.message.endswith(
+        f"entries[1]: mode {mode} is outside 0..0o7777 (stat's permission bits)"
+    )
+
+
+def test_restore_into_a_new_directory_makes_it_0700_under_umask_000(tmp_path):
+    """Under umask 000, ``snapshot restore --into NEW`` made NEW (and its parents) 0777: they are
+    0700, as every directory pvisor makes; the files inside keep their recorded modes."""
+    from journal_helpers import snapshot
+
+    from pvisor.journal.writer import Journal
+
+    journal = tmp_path / "j.sqlite"
+    with Journal.open(journal) as j:
+        j.record_exchange("r-umask", "POST", "/v1/messages", [], status=200, request_body=b"{}")
+        snapshot(j, "r-umask", "s-umask00000000001", {"a.txt": b"a\n"})
+    into = tmp_path / "new" / "into"
+    proc = subprocess.run(
+        ["sh", "-c", 'umask 000; exec "$@"', "sh", str(PVISOR), "--journal", str(journal)]
+        + ["snapshot", "restore", "r-umask", "--after-step", "0", "--into", str(into)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in (into.parent, into, into / "a.txt")}
+    assert modes == {into.parent: 0o700, into: 0o700, into / "a.txt": 0o644}
 
 
 #: run the real CLI in a subprocess, counting the files and directories it opens (PEP 578 audit
