@@ -164,7 +164,7 @@ class Gateway:
         self.budget = ResponseBudget(config.max_response_body, config.response_budget)
         self._log = _new_logger()
         self.connections: ConnectionGuard | None = None  # made by start()
-        self.recorder = Recorder(journal, self._log)
+        self.recorder = Recorder(journal, self._log, config.max_response_body)
         self._log_file: LogFile | None = None
         self._routed_logs = False
         self.snapshots: WorkspaceSnapshots | None = None

@@ -90,9 +90,10 @@ class Recorder:
     run`` opens it once the port is bound); ``log`` is the gateway's own logger (no handler: no
     log file)."""
 
-    def __init__(self, journal: Journal | None, log: logging.Logger):
+    def __init__(self, journal: Journal | None, log: logging.Logger, max_body: int | None = None):
         self.journal = journal
         self.log = log
+        self.max_body = max_body  # --max-response-body: the writer decodes an error body up to it
 
     def begin(
         self,
@@ -178,6 +179,7 @@ class Recorder:
             served_by=cur.served_by.value,
             flags=cur.flags,
             forwarded_body=cur.forwarded,
+            max_body=self.max_body,
         )
         if self.log.handlers:
             target = route.path + ("?" + route.query if route.query else "")

@@ -118,3 +118,102 @@ def encode_body(data: bytes, encoding: str) -> bytes:
         else:
             raise DecodeError(f"unknown content coding {coding!r}")
     return data
+
+
+#: input bytes given to a decoder per call by :func:`decode_prefix`: a corrupt or cut stream
+#: keeps what its pieces before the fault decoded
+_PIECE = 64 * 1024
+
+
+def decode_prefix(data: bytes, encoding: str, *, limit: int) -> tuple[bytes, bool]:
+    """The decoded start of ``data`` per ``encoding`` (as :func:`decode_body` reads it), at most
+    ``limit`` bytes, and whether it is the whole body: False when the output was cut at
+    ``limit`` or the rest of ``data`` did not decode (truncated, corrupt, trailing bytes that
+    are no further member or frame). Streaming and bounded: memory stays near ``limit`` plus
+    one input piece whatever the body decodes to.
+
+    Raises DecodeError when nothing of ``data`` decodes: an unknown coding, or a decoder that
+    fails before its first output byte (a ``br`` label on gzip bytes)."""
+    whole = True
+    codings = [c.strip().lower() for c in encoding.split(",") if c.strip()]
+    for coding in reversed(codings):
+        if coding in ("identity", ""):
+            continue
+        data, stage_whole = _prefix_one(data, coding, limit)
+        whole = whole and stage_whole
+    if len(data) > limit:
+        return data[:limit], False
+    return data, whole
+
+
+def _prefix_one(data: bytes, coding: str, limit: int) -> tuple[bytes, bool]:
+    out = bytearray()
+    failed = False
+    rest = data
+    if coding in ("gzip", "x-gzip", "deflate"):
+        while True:
+            if coding == "deflate" and rest[:1] and (rest[0] & 0x0F) != 8:
+                wbits = -zlib.MAX_WBITS
+            else:
+                wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
+            d = zlib.decompressobj(wbits)
+            after = b""
+            try:
+                for i in range(0, len(rest), _PIECE):
+                    out += d.decompress(rest[i : i + _PIECE], limit + 1 - len(out))
+                    if len(out) > limit:
+                        return bytes(out[:limit]), False
+                    if d.eof:
+                        after = rest[i + _PIECE :]
+                        break
+            except zlib.error:
+                failed = True
+                break
+            if not d.eof:
+                return _nothing_or(out, coding, failed=False)
+            rest = d.unused_data + after
+            if not (coding != "deflate" and rest[:2] == b"\x1f\x8b"):
+                break  # a further gzip member is decoded; anything else is not the body
+        return _nothing_or(out, coding, failed=failed, whole=not failed and not rest)
+    if coding == "br":
+        import brotli
+
+        d = brotli.Decompressor()
+        try:
+            for i in range(0, len(data), _PIECE):
+                out += d.process(data[i : i + _PIECE], output_buffer_limit=limit + 1 - len(out))
+                if len(out) > limit:
+                    return bytes(out[:limit]), False
+        except brotli.error:
+            failed = True
+        return _nothing_or(out, coding, failed=failed, whole=not failed and d.is_finished())
+    if coding == "zstd":
+        zstd = _zstd()
+        while True:
+            d = zstd.ZstdDecompressor()
+            after = b""
+            try:
+                for i in range(0, len(rest), _PIECE):
+                    out += d.decompress(rest[i : i + _PIECE], max_length=limit + 1 - len(out))
+                    if len(out) > limit:
+                        return bytes(out[:limit]), False
+                    if d.eof:
+                        after = rest[i + _PIECE :]
+                        break
+            except zstd.ZstdError:
+                failed = True
+                break
+            if not d.eof:
+                return _nothing_or(out, coding, failed=False)
+            rest = d.unused_data + after
+            if not rest:
+                break
+        return _nothing_or(out, coding, failed=failed, whole=not failed)
+    raise DecodeError(f"unknown content coding {coding!r}")
+
+
+def _nothing_or(out: bytearray, coding: str, *, failed: bool, whole: bool = False) -> tuple[bytes, bool]:
+    """``(out, whole)``, or DecodeError when the decoder failed before any output."""
+    if failed and not out:
+        raise DecodeError(f"{coding} body does not decode")
+    return bytes(out), whole

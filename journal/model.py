@@ -97,6 +97,10 @@ class CaptureMode(str, enum.Enum):
 #: "Response size"): past ``--max-response-body`` or the gateway's journal budget the agent
 #: still got every byte, the journal keeps the first ones; ``bytes_received`` counts them all
 TRUNCATED_FLAG = "truncated"
+#: the exchange flag of an error response whose body did not decode at all (an unknown
+#: ``Content-Encoding``, a coding label on other bytes): it is stored empty, never as it came,
+#: since a key the upstream echoed in it would be hidden from redaction by the coding
+UNDECODABLE_FLAG = "undecodable_dropped"
 #: the step flag of a main-loop reply whose exchange is flagged :data:`TRUNCATED_FLAG`
 #: (docs/steps.md): playback cannot serve it, nor prepare-only render A_N from it
 RESPONSE_TRUNCATED = "response_truncated"
@@ -937,6 +941,7 @@ def request_secrets(query: str, headers: Iterable[tuple[str, str]], path: str = 
             values.add(credential(value))
         values.update(_KEY_SHAPES.findall(_url_unquote(value) if "%" in value else value))
         values.update(_KEY_SHAPES.findall(_url_unquote(name) if "%" in name else name))
+        values.update(_KEY_SHAPES.findall(name.lower()))  # a header name is stored lower-cased
     for segment in _QUERY_SEPARATOR.split(query) if query else ():
         name, value = _query_pair(segment)
         if value is not None and is_secret_query_param(name):
@@ -1058,6 +1063,7 @@ def redact_exchange_meta(
     key: bytes,
     *,
     allow: frozenset[str] | None = REQUEST_HEADER_ALLOW,
+    credentials: Iterable[str] = (),
 ) -> RedactedMeta:
     """Remove secrets from a request's (or response's) query string and headers.
 
@@ -1069,6 +1075,10 @@ def redact_exchange_meta(
         key: per-journal HMAC key for fingerprints (bytes).
         allow: header allow-list (exact lower-case names, or prefixes ending in ``-``); None keeps
             every non-secret header (used for response headers).
+        credentials: the request's credentials (:func:`request_secrets`) when ``headers`` are a
+            response's: a kept value that repeats one (an upstream's ``X-Echo``) has it
+            ``REDACTED``, as a kept request header that repeats one of the request's own secret
+            header values (a key that is not key-shaped, in ``User-Agent`` too) has.
 
     Returns:
         :class:`RedactedMeta`. Secret values never appear in it, in any encoding; a repeated
@@ -1077,11 +1087,22 @@ def redact_exchange_meta(
     kept: dict[str, str] = {}
     secrets: dict[str, str] = {}
     dropped: list[str] = []
+    headers = list(headers)
+    creds = {credential(v) for name, v in headers if is_secret_header(name)} | set(credentials)
+    # each credential in the forms a header may repeat it in (as sent, percent-encoded, base64)
+    needles = sorted(
+        {(f.decode("latin-1"), c) for c in creds if len(c) >= 8 for f in secret_forms(c)},
+        key=lambda fc: len(fc[0]),
+        reverse=True,
+    )
     for name, value in headers:
         n = name.lower()
-        if has_key_shape(name):  # a key used as the name itself: neither kept nor listed by name
-            found = _KEY_SHAPES.search(name) or _KEY_SHAPES.search(_url_unquote(name))
-            secrets[redact_shapes(name).lower()] = fingerprint(found.group(0), key)  # type: ignore[union-attr]
+        # a key used as the name itself: neither kept nor listed by name (the name is stored
+        # lower-cased, so a key that is key-shaped only lower-cased counts too)
+        shaped = name if has_key_shape(name) else n if has_key_shape(n) else None
+        if shaped is not None:
+            found = _KEY_SHAPES.search(shaped) or _KEY_SHAPES.search(_url_unquote(shaped))
+            secrets[redact_shapes(shaped).lower()] = fingerprint(found.group(0), key)  # type: ignore[union-attr]
         elif is_secret_header(n):
             secrets[n] = fingerprint(credential(value), key)
         elif allow is None or _header_allowed(n, allow):
@@ -1093,6 +1114,10 @@ def redact_exchange_meta(
             if found is not None:  # a key where no name says so (user-agent, anthropic-beta, ...)
                 secrets[n] = fingerprint(found.group(0), key)
                 value = redact_shapes(value)
+            for form, cred in needles:  # the request's credential, key-shaped or not, repeated
+                if form in value:
+                    secrets[n] = fingerprint(cred, key)
+                    value = value.replace(form, "REDACTED")
             kept[n] = f"{kept[n]}, {value}" if n in kept else value
         elif n not in dropped:
             dropped.append(n)

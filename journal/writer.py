@@ -38,11 +38,12 @@ import logging
 import orjson
 
 from . import blobs
-from .content_encoding import DECODED_ENCODING_HEADER, DEFAULT_LIMIT, DecodeError, decode_body
+from .content_encoding import DECODED_ENCODING_HEADER, DEFAULT_LIMIT, DecodeError, decode_body, decode_prefix
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .model import (
     REQUEST_HEADER_ALLOW,
     TRUNCATED_FLAG,
+    UNDECODABLE_FLAG,
     Attempt,
     Run,
     pack_timings,
@@ -68,9 +69,11 @@ FINALIZE_CATCHUP_S = 0.1
 FINALIZE_EVERY_S = 1.0
 #: streams waiting to be reassembled, at most: past it the oldest is left for readers
 FINALIZE_QUEUE_MAX = 10_000
-#: streams larger than this are not reassembled by the writer (parsing one takes several times
-#: its size in memory); a reader reassembles them when it needs the final response
-FINALIZE_MAX_BYTES = 64 << 20
+#: streams larger than this, on the wire or decoded (a gzip stream is decoded with this bound),
+#: are not reassembled by the writer: one reassembly is a single call that holds the writer
+#: (no commit meanwhile) and takes several times its size in memory, about 40-80 ms per MiB
+#: (docs/journal.md); a reader reassembles them when it needs the final response
+FINALIZE_MAX_BYTES = 4 << 20
 HEARTBEAT_INTERVAL_S = 2.0
 DEAD_AFTER_MS = 60_000  # a lease not renewed for this long is dead even on another host
 BUSY_TIMEOUT_MS = 5000
@@ -236,6 +239,9 @@ class FinishedExchange:
     served_by: str | None = None
     flags: tuple[str, ...] = ()
     forwarded_body: bytes | None = None
+    #: the response bytes the journal keeps of this exchange (``--max-response-body``; None:
+    #: the writer's ``max_decoded``): an error body is stored decoded up to this many bytes
+    max_body: int | None = None
 
 
 @dataclass(slots=True)
@@ -430,6 +436,7 @@ class JournalProducer:
         served_by: str | None = None,
         flags: Iterable[str] = (),
         forwarded_body: bytes | None = None,
+        max_body: int | None = None,
     ) -> None:
         """Queue a finished exchange (one message). Bodies are bytes as on the wire: the request
         body still content-encoded when ``request_encoding`` is set (it is decoded in the writer;
@@ -443,7 +450,9 @@ class JournalProducer:
         ``served_by``: who produced the response (``upstream``, ``scripted``, ``playback``,
         ``refused``; None when not known); ``flags``: strings such as ``synthetic_end``;
         ``forwarded_body``: the bytes sent upstream when a responder sent other bytes than the
-        agent's (stored decoded, as a blob of its own)."""
+        agent's (stored decoded, as a blob of its own); ``max_body``: the response bytes kept of
+        one exchange (the gateway's ``--max-response-body``), which bounds an error body decoded
+        (None: ``max_decoded``)."""
         ended_us = int((time.perf_counter() - pending.t0) * 1e6)
         self._inflight.pop(pending.id, None)
         self.finished += 1
@@ -475,6 +484,7 @@ class JournalProducer:
                     served_by=served_by,
                     flags=tuple(flags),
                     forwarded_body=forwarded_body,
+                    max_body=max_body,
                 ),
             )
         )
@@ -1002,8 +1012,10 @@ class Journal(JournalProducer):
                     try:
                         raw = blobs.decode(row[0], row[1], size=row[2])
                         if encoding:
-                            raw = decode_body(raw, encoding, limit=self.max_decoded)
+                            raw = decode_body(raw, encoding, limit=FINALIZE_MAX_BYTES)
                         final = self.finalize(protocol, True, raw)
+                    except DecodeError:
+                        pass  # over FINALIZE_MAX_BYTES decoded, or corrupt: left to readers
                     except Exception as exc:  # a reassembly failure must not lose the exchange
                         log.warning(
                             "journal %s: exchange %s: response reassembly failed: %s",
@@ -1205,6 +1217,12 @@ class Journal(JournalProducer):
         else:  # pragma: no cover - programming error
             raise ValueError(f"unknown journal message {kind!r}")
 
+    @staticmethod
+    def _credentials(p: PendingExchange) -> set[str]:
+        """The credentials ``p``'s request carried (:func:`request_secrets`): never stored, and
+        redacted from whatever of the exchange repeats them (response headers, the coding)."""
+        return request_secrets(p.query, p.headers, p.path)
+
     def _meta_columns(self, p: PendingExchange) -> tuple:
         red = redact_exchange_meta(p.query, p.headers, self.fingerprint_key, allow=REQUEST_HEADER_ALLOW)
         return (
@@ -1281,11 +1299,23 @@ class Journal(JournalProducer):
             )
             conn.execute(
                 "UPDATE exchanges SET request_body = ?, request_bytes = ?, request_encoding = ?, lane_pos = ? WHERE id = ?",
-                (p.request_sha, len(p.request_body), p.request_encoding, p.lane_pos, p.id),
+                (
+                    p.request_sha,
+                    len(p.request_body),
+                    redact_text(p.request_encoding, self._credentials(p)) if p.request_encoding else None,
+                    p.lane_pos,
+                    p.id,
+                ),
             )
             p.request_stored = True
         if p.status is not None and not p.head_stored:
-            red = redact_exchange_meta("", p.response_headers or [], self.fingerprint_key, allow=None)
+            red = redact_exchange_meta(
+                "",
+                p.response_headers or [],
+                self.fingerprint_key,
+                allow=None,
+                credentials=self._credentials(p),
+            )
             conn.execute(
                 "UPDATE exchanges SET status = ?, response_headers = ?, streamed = ? WHERE id = ?",
                 (p.status, orjson.dumps(red.headers).decode(), 1 if p.streamed else 0, p.id),
@@ -1322,21 +1352,34 @@ class Journal(JournalProducer):
         sha, pos = self._put_request_body(conn, p, body)
         return sha, pos, None
 
-    def _redacted_error(self, body: bytes, headers: dict[str, str], p: PendingExchange) -> bytes:
-        """An error response ``body`` cleaned of the credentials of ``p``'s request. A body
-        received with a ``Content-Encoding`` (the SDKs ask for gzip, br, zstd) is decoded first
-        and stored decoded: ``headers`` (the stored response headers, changed in place) then
-        record the coding as ``pvisor-decoded-content-encoding`` instead of
-        ``content-encoding``. One that does not decode is cleaned as it is."""
+    def _redacted_error(
+        self, body: bytes, headers: dict[str, str], p: PendingExchange, limit: int
+    ) -> tuple[bytes, tuple[str, ...]]:
+        """An error response ``body`` cleaned of the credentials of ``p``'s request, and the flags
+        it adds. A body received with a ``Content-Encoding`` (the SDKs ask for gzip, br, zstd) is
+        decoded first, streaming and at most ``limit`` bytes (the exchange's
+        ``--max-response-body``), and stored decoded: ``headers`` (the stored response headers,
+        changed in place) then record the coding as ``pvisor-decoded-content-encoding`` instead
+        of ``content-encoding``. The decoded start is kept when the rest is cut at ``limit`` or
+        does not decode (a cut or corrupt stream): flag ``truncated``. A body none of which
+        decodes (an unknown coding, a wrong label) is never kept as it came (a key in it would
+        be hidden by the coding): the stored body is empty, flag ``undecodable_dropped``."""
+        flags: tuple[str, ...] = ()
         encoding = headers.get("content-encoding")
         if encoding and encoding.strip().lower() != "identity":
+            headers[DECODED_ENCODING_HEADER] = headers.pop("content-encoding")
             try:
-                body = decode_body(body, encoding, limit=self.max_decoded)
+                body, whole = decode_prefix(body, encoding, limit=limit)
             except DecodeError:
-                pass
-            else:
-                headers[DECODED_ENCODING_HEADER] = headers.pop("content-encoding")
-        return redact_echoed_secrets(body, p.query, p.headers, p.path)
+                return b"", (UNDECODABLE_FLAG,)
+            if not whole:
+                flags = (TRUNCATED_FLAG,)
+        elif len(body) > limit:
+            body, flags = body[:limit], (TRUNCATED_FLAG,)
+        body = redact_echoed_secrets(body, p.query, p.headers, p.path)
+        if flags:
+            body = cut_secret_prefix(body, request_secrets(p.query, p.headers, p.path))
+        return body, flags
 
     def _assemble_parts(self, conn: sqlite3.Connection, writer_id: int) -> None:
         """Join the response parts of ``writer_id``'s exchanges still in flight into their
@@ -1458,7 +1501,9 @@ class Journal(JournalProducer):
                 error = error or f"request body: {decode_error}"
         forwarded_sha = self._put_blob(conn, f.forwarded_body) if f.forwarded_body is not None else None
         response_sha = None
-        resp_headers = redact_exchange_meta("", f.response_headers, self.fingerprint_key, allow=None)
+        resp_headers = redact_exchange_meta(
+            "", f.response_headers, self.fingerprint_key, allow=None, credentials=self._credentials(p)
+        )
         if f.response_body is not None:
             if isinstance(f.response_body, list):
                 f.response_body = b"".join(f.response_body)
@@ -1466,14 +1511,16 @@ class Journal(JournalProducer):
             body = f.response_body
             if f.status is not None and f.status >= 400 and body:
                 # an error may echo the key the request carried ("invalid key sk-..."): never kept
-                body = self._redacted_error(body, resp_headers.headers, p)
+                limit = self.max_decoded if f.max_body is None else min(f.max_body, self.max_decoded)
+                body, added = self._redacted_error(body, resp_headers.headers, p, limit)
                 if TRUNCATED_FLAG in f.flags:
                     body = cut_secret_prefix(body, request_secrets(p.query, p.headers, p.path))
+                f.flags = (*f.flags, *(a for a in added if a not in f.flags))
             response_sha = self._put_blob(conn, body)
             if (
                 self.finalize is not None
                 and f.streamed
-                and f.response_body
+                and body
                 and p.protocol is not None
                 and TRUNCATED_FLAG not in f.flags  # the reply is not whole: readers reassemble what there is
                 and len(f.response_body) <= FINALIZE_MAX_BYTES
@@ -1510,7 +1557,8 @@ class Journal(JournalProducer):
                 headers,
                 orjson.dumps(fps_all).decode(),
                 dropped,
-                f.request_encoding,
+                # a key sent as the Content-Encoding value is not stored in clear either
+                redact_text(f.request_encoding, self._credentials(p)) if f.request_encoding else None,
                 request_sha,
                 f.request_bytes,
                 f.status,

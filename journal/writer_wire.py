@@ -181,6 +181,7 @@ def encode_exchange(f: FinishedExchange) -> tuple[tuple, list[bytes]]:
         f.request_bytes,
         f.served_by,
         f.flags,
+        f.max_body,
     )
     return payload, bodies
 
@@ -213,6 +214,7 @@ def decode_exchange(
         request_bytes,
         served_by,
         flags,
+        max_body,
     ) = payload
     if pending is None and len(pt) == 1:
         raise WireError(f"exchange {pt[0]} ended without having been sent in flight")
@@ -241,6 +243,7 @@ def decode_exchange(
         served_by=served_by,
         flags=tuple(flags),
         forwarded_body=next(it) if has_fw else None,
+        max_body=max_body,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import random
 import subprocess
 import zlib
 
@@ -18,10 +19,11 @@ import openai
 import orjson
 import pytest
 from aiohttp import web
+from gateway_helpers import http_request
 from test_gateway_cli import ENV, PVISOR
 from test_journal_secrets import _forms
 
-from pvisor.journal.content_encoding import decode_body
+from pvisor.journal.content_encoding import decode_body, decode_prefix
 
 try:
     from compression import zstd  # Python >= 3.14
@@ -117,6 +119,55 @@ def test_a_compressed_error_that_echoes_the_key_is_stored_decoded_without_it(sta
     for f in gw.journal_path.parent.iterdir():
         assert_no_key(f.read_bytes(), key, f.name)
     assert_no_key((tmp_path / "gw.log").read_bytes(), key, "the log file")
+
+
+PARTIAL_KEY = "sk-ant-api03-" + "EchoPart7Hx2Qv5Lm8Nz1Bc4Df6Gj9Kr0Ts3W"
+SECRETS_SENT.append(PARTIAL_KEY)
+ECHO = b'{"type":"error","error":{"message":"invalid x-api-key: ' + PARTIAL_KEY.encode() + b'"}}'
+REDACTED = b'{"type":"error","error":{"message":"invalid x-api-key: <redacted>"}}'
+NOISE = random.Random(35).randbytes(400_000)  # incompressible: the gzip body is as long
+
+
+@pytest.mark.parametrize(
+    "coding,body,cap,stored_start,flags",
+    [
+        # decodes past the cap (wire 1 KB, 1 MiB decoded): was stored whole decoded, uncapped
+        ("gzip", gzip.compress(ECHO + b" " * (1 << 20), mtime=0), 64 << 10, REDACTED, ["truncated"]),
+        # cut by the cap on the wire: the gzip prefix did not decode whole and was stored compressed
+        ("gzip", gzip.compress(ECHO + NOISE, mtime=0), 64 << 10, REDACTED, ["truncated"]),
+        # a br label on gzip bytes, an unknown coding: nothing decodes; was stored as it came
+        ("br", gzip.compress(ECHO, mtime=0), None, b"", ["undecodable_dropped"]),
+        ("compress", gzip.compress(ECHO, mtime=0), None, b"", ["undecodable_dropped"]),
+    ],
+    ids=["past_cap", "cut_on_wire", "wrong_label", "unknown_coding"],
+)
+def test_an_error_body_that_does_not_decode_whole_is_stored_decoded_in_part_or_not_at_all(
+    stack, coding, body, cap, stored_start, flags
+):
+    """An error whose coded body does not decode whole is stored decoded as far as it decodes,
+    at most ``--max-response-body``, cleaned of the key and flagged ``truncated``; one none of
+    which decodes is stored empty, flagged ``undecodable_dropped``: never compressed as it came
+    (gunzip gave the key back), never decoded past the cap (778 KB of gzip became 267 MB)."""
+
+    async def handler(request: web.BaseRequest) -> web.Response:
+        headers = {"Content-Type": "application/json", "Content-Encoding": coding}
+        return web.Response(status=401, body=body, headers=headers)
+
+    up = stack.raw_upstream(handler)
+    gw = stack.gateway({"anthropic": up.url}, **({"max_response_body": cap} if cap else {}))
+    status, _, got = http_request(gw.url, "POST", "/v1/messages", b"{}", headers={"x-api-key": PARTIAL_KEY})
+    assert status == 401 and got == body  # the agent gets the answer as it came
+    [ex] = stack.exchanges(gw)
+    with stack.reader(gw) as r:
+        stored = r.response_body(ex, raw=True) or b""
+    assert list(ex.flags) == flags
+    assert stored.startswith(stored_start)
+    assert len(stored) <= (cap or len(ECHO))
+    assert "content-encoding" not in ex.response_headers
+    assert ex.response_headers["pvisor-decoded-content-encoding"] == coding
+    gunzipped = decode_prefix(stored, "gzip", limit=1 << 30)[0] if stored[:2] == b"\x1f\x8b" else b""
+    for data in (stored, gunzipped):
+        assert_no_key(data, PARTIAL_KEY, "the stored body")
 
 
 @pytest.fixture(scope="module")

@@ -403,3 +403,65 @@ def test_an_error_that_quotes_a_key_the_request_did_not_carry_is_stored_without_
         )
     with JournalReader(path) as r:
         assert r.response_body(r.exchange(ex_id), raw=True) == b'{"error":"key <redacted>"}'
+
+
+ROUND3 = {
+    "encoding": "sk-ant-api03-" + "EncHdr4Kx8Vb2Nq6Lm0Pz3Rt7Wy1",  # sent as the Content-Encoding value
+    "plain": "PlainCred7Qx2Vn5Lk8Hz1",  # not key-shaped: known only as the request's credential
+    "lower": "sk-ant-api03-" + "lowername5kx8vb2nq6lm0pz3rt7wy",  # all lower case, sent upper-cased
+}
+SECRETS_SENT += list(ROUND3.values())
+
+
+def test_a_request_credential_repeated_anywhere_in_the_headers_is_not_stored(tmp_path: Path):
+    """Issue 35, the tester's F6 and smaller gaps: a key sent as the request's Content-Encoding
+    was stored in clear in ``request_encoding``; a credential that is not key-shaped, sent in
+    ``x-api-key`` or ``Authorization`` and repeated in ``User-Agent`` or ``anthropic-beta``, or
+    echoed in a response header, was stored; an all-lower-case key sent as an upper-cased
+    header NAME was stored lower-cased. None of them is in any file of the journal now."""
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        ids = [
+            j.record_exchange(
+                "r1",
+                "POST",
+                "/v1/messages",
+                [("x-api-key", "unrelated-key-0000")],
+                status=200,
+                request_body=b"{}",
+                request_encoding=ROUND3["encoding"],
+                response_body=b"{}",
+            ),
+            j.record_exchange(
+                "r1",
+                "POST",
+                "/v1/messages",
+                [
+                    ("Authorization", "Bearer " + ROUND3["plain"]),
+                    ("User-Agent", "agent/1 " + ROUND3["plain"]),
+                    ("anthropic-beta", ROUND3["plain"]),
+                ],
+                status=200,
+                response_headers=[("X-Echo", "you sent " + ROUND3["plain"])],
+                response_body=b"{}",
+            ),
+            j.record_exchange(
+                "r1",
+                "POST",
+                "/v1/messages",
+                [(ROUND3["lower"].upper(), "1")],
+                status=200,
+                response_body=b"{}",
+            ),
+        ]
+    with JournalReader(path) as r:
+        exs = [r.exchange(i) for i in ids]
+    assert exs[0].request_encoding == "<redacted>"
+    assert exs[1].request_headers["user-agent"] == "agent/1 REDACTED"
+    assert exs[1].response_headers["x-echo"] == "you sent REDACTED"
+    files = {f.name: f.read_bytes() for f in path.parent.iterdir()}
+    windows = secret_windows(ROUND3.values())
+    for where, data in files.items():
+        for form in (w for v in ROUND3.values() for w in (*_forms(v), *_forms(v.upper()))):
+            assert form not in data.lower() and form.lower() not in data.lower(), f"{form!r} in {where}"
+        assert not [w for w in windows if w in data], where

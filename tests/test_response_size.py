@@ -338,7 +338,7 @@ def test_writer_reassembles_streams_under_constant_load(tmp_path):
         journal.finish_exchange(held, status=200, request_body=b"{}", response_body=b"{}")
 
 
-def test_writer_leaves_a_stream_over_64_mib_to_readers(tmp_path):
+def test_writer_leaves_a_stream_over_the_reassembly_limit_to_readers(tmp_path):
     """Reassembling a stream takes several times its size in the writer (a 200 MiB stream took
     it past 800 MiB): one larger than FINALIZE_MAX_BYTES is stored, not reassembled, and a
     reader reassembles it when asked; a small one still gets its response_final."""
@@ -376,6 +376,48 @@ def test_writer_leaves_a_stream_over_64_mib_to_readers(tmp_path):
         exs = [r.exchange(i) for i in ids]
         assert exs[0].response_final is None and exs[1].response_final is not None
         assert r.response_body(exs[0], raw=True) == big
+
+
+def test_writer_bounds_reassembly_by_the_decoded_size(tmp_path):
+    """A gzip stream small on the wire (about 50 KB) that decodes to 16 MiB: the writer decoded
+    it whole and reassembled it in one call (200 MiB decoded took it to 980 MiB and held
+    commits for minutes). Now the decoding stops at FINALIZE_MAX_BYTES and the stream is left
+    to readers (stored as it came); a small gzip stream is still reassembled."""
+    import gzip
+
+    from pvisor.gateway.proxy import finalize_response
+    from pvisor.journal.reader import JournalReader
+    from pvisor.journal.writer import FINALIZE_MAX_BYTES, Journal
+
+    event = (
+        b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m","choices":'
+        b'[{"index":0,"delta":{"content":"some words "},"finish_reason":null}]}\n\n'
+    )
+    big = gzip.compress(event * (16 * MIB // len(event)) + b"data: [DONE]\n\n", mtime=0)
+    small = gzip.compress(event * 10 + b"data: [DONE]\n\n", mtime=0)
+    assert len(big) < 100_000
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path, finalize=finalize_response) as journal:
+        ids = [
+            journal.record_exchange(
+                "r-gz",
+                "POST",
+                "/v1/chat/completions",
+                protocol="openai-chat",
+                status=200,
+                response_headers=[("content-type", "text/event-stream"), ("content-encoding", "gzip")],
+                request_body=b"{}",
+                response_body=body,
+                streamed=True,
+            )
+            for body in (big, small)
+        ]
+        journal.flush()
+    with JournalReader(path) as r:
+        exs = [r.exchange(i) for i in ids]
+        assert exs[0].response_final is None and exs[1].response_final is not None
+        assert r.response_body(exs[0], raw=True) == big
+    assert FINALIZE_MAX_BYTES < 16 * MIB  # the limit is on the decoded size, not the 50 KB
 
 
 def test_truncated_error_body_keeps_no_start_of_an_echoed_key(stack):
