@@ -74,6 +74,10 @@ FINALIZE_QUEUE_MAX = 10_000
 #: (no commit meanwhile) and takes several times its size in memory, about 40-80 ms per MiB
 #: (docs/journal.md); a reader reassembles them when it needs the final response
 FINALIZE_MAX_BYTES = 4 << 20
+#: what a compressed error body is decoded to, at most (and never past --max-response-body):
+#: errors are a few hundred bytes, while a crafted one decodes to gigabytes from a few KB on the
+#: wire, and the writer decodes and cleans it in one call that holds every other commit
+MAX_DECODED_ERROR = 8 << 20
 HEARTBEAT_INTERVAL_S = 2.0
 DEAD_AFTER_MS = 60_000  # a lease not renewed for this long is dead even on another host
 BUSY_TIMEOUT_MS = 5000
@@ -1358,7 +1362,7 @@ class Journal(JournalProducer):
         """An error response ``body`` cleaned of the credentials of ``p``'s request, and the flags
         it adds. A body received with a ``Content-Encoding`` (the SDKs ask for gzip, br, zstd) is
         decoded first, streaming and at most ``limit`` bytes (the exchange's
-        ``--max-response-body``), and stored decoded: ``headers`` (the stored response headers,
+        ``--max-response-body``) or :data:`MAX_DECODED_ERROR`, and stored decoded: ``headers`` (the stored response headers,
         changed in place) then record the coding as ``pvisor-decoded-content-encoding`` instead
         of ``content-encoding``. The decoded start is kept when the rest is cut at ``limit`` or
         does not decode (a cut or corrupt stream): flag ``truncated``. A body none of which
@@ -1369,7 +1373,7 @@ class Journal(JournalProducer):
         if encoding and encoding.strip().lower() != "identity":
             headers[DECODED_ENCODING_HEADER] = headers.pop("content-encoding")
             try:
-                body, whole = decode_prefix(body, encoding, limit=limit)
+                body, whole = decode_prefix(body, encoding, limit=min(limit, MAX_DECODED_ERROR))
             except DecodeError:
                 return b"", (UNDECODABLE_FLAG,)
             if not whole:

@@ -24,6 +24,7 @@ from test_gateway_cli import ENV, PVISOR
 from test_journal_secrets import _forms
 
 from pvisor.journal.content_encoding import decode_body, decode_prefix
+from pvisor.journal.writer import MAX_DECODED_ERROR
 
 try:
     from compression import zstd  # Python >= 3.14
@@ -133,13 +134,15 @@ NOISE = random.Random(35).randbytes(400_000)  # incompressible: the gzip body is
     [
         # decodes past the cap (wire 1 KB, 1 MiB decoded): was stored whole decoded, uncapped
         ("gzip", gzip.compress(ECHO + b" " * (1 << 20), mtime=0), 64 << 10, REDACTED, ["truncated"]),
+        # a bomb under the default cap (60 KB on the wire, 64 MiB decoded): decoded to 8 MiB only
+        ("gzip", gzip.compress(ECHO + b" " * (64 << 20), mtime=0), None, REDACTED, ["truncated"]),
         # cut by the cap on the wire: the gzip prefix did not decode whole and was stored compressed
         ("gzip", gzip.compress(ECHO + NOISE, mtime=0), 64 << 10, REDACTED, ["truncated"]),
         # a br label on gzip bytes, an unknown coding: nothing decodes; was stored as it came
         ("br", gzip.compress(ECHO, mtime=0), None, b"", ["undecodable_dropped"]),
         ("compress", gzip.compress(ECHO, mtime=0), None, b"", ["undecodable_dropped"]),
     ],
-    ids=["past_cap", "cut_on_wire", "wrong_label", "unknown_coding"],
+    ids=["past_cap", "bomb_under_default_cap", "cut_on_wire", "wrong_label", "unknown_coding"],
 )
 def test_an_error_body_that_does_not_decode_whole_is_stored_decoded_in_part_or_not_at_all(
     stack, coding, body, cap, stored_start, flags
@@ -162,7 +165,7 @@ def test_an_error_body_that_does_not_decode_whole_is_stored_decoded_in_part_or_n
         stored = r.response_body(ex, raw=True) or b""
     assert list(ex.flags) == flags
     assert stored.startswith(stored_start)
-    assert len(stored) <= (cap or len(ECHO))
+    assert len(stored) <= (cap or (MAX_DECODED_ERROR if flags == ["truncated"] else len(ECHO)))
     assert "content-encoding" not in ex.response_headers
     assert ex.response_headers["pvisor-decoded-content-encoding"] == coding
     gunzipped = decode_prefix(stored, "gzip", limit=1 << 30)[0] if stored[:2] == b"\x1f\x8b" else b""
