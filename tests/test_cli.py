@@ -725,6 +725,12 @@ def test_every_path_a_command_wrote_is_printed_with_control_characters_escaped(j
         f"rp{odd}.html",
         f"rs{odd}d",
     }
+    # a native file's name too, where the line names the file viewed
+    native = tmp_path / f"nv{odd}.jsonl"
+    shutil.copyfile(next((corpus_dir() / "native" / "codex").glob("real-*.jsonl")), native)
+    proc = run("view", native.name, "--output", "nv.json", cwd=tmp_path)
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and f"view of nv{shown}.jsonl " in err and "\x1b" not in err, err
 
 
 def test_an_empty_into_is_refused_not_the_working_directory(journal: Path, tmp_path: Path):

@@ -147,7 +147,7 @@ def view(
         spec = PauseSpec(None, PauseKind.STEP, step=step, before=before, after_step=after_step)
 
     v = replay.view(spec)
-    name = "run " + v.run if v.run else source
+    name = "run " + v.run if v.run else one_line(source)  # a file's name may hold control characters
     if v.transition is None:
         click.echo(
             f"pvisor: warning: {name} has no transition (0 journal steps): the view holds the task alone",
