@@ -39,6 +39,15 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def listen_url(address: str, port: int, scheme: str = "http") -> str:
+    """The URL of a server listening on ``address`` (as the socket names it) and ``port``: an
+    IPv6 address in brackets, as URLs write it (RFC 3986, 3.2.2): ``http://[::1]:8787``,
+    ``http://127.0.0.1:8787``. The one way pvisor's servers (gateway, intercept proxy,
+    scripted model) say where they listen."""
+    host = f"[{address}]" if ":" in address and not address.startswith("[") else address
+    return f"{scheme}://{host}:{port}"
+
+
 def new_token() -> str:
     """A fresh token: 32 URL-safe characters (192 bits)."""
     return secrets.token_urlsafe(24)

@@ -44,6 +44,7 @@ from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.journal.errors import BadInputError, UnavailableError, UsageError
 from pvisor.journal.model import redact_text
 
+from .access import listen_url
 from .parent_death import die_with_parent
 from .routing import check_upstream_url
 
@@ -452,7 +453,7 @@ class InterceptProxy:
             )
         host, port = json.loads(line)["listen"][:2]
         host = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
-        self.url = f"http://{host if ':' not in host else f'[{host}]'}:{port}"
+        self.url = listen_url(host, port)
         self._relay = True  # from now on its warnings are the user's business
         if self.log is not None and self.log.handlers:
             self.log.info("intercept proxy listening %s (mitmdump pid %s)", self.url, self.pid)

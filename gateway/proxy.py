@@ -31,7 +31,7 @@ from pvisor.journal.model import TRUNCATED_FLAG, CaptureMode, redact_url
 from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driver
 from pvisor.journal.writer import Journal, new_run_id
 
-from .access import InterceptGate, TokenGate
+from .access import InterceptGate, TokenGate, listen_url
 from .connections import (
     DEFAULT_HEADER_TIMEOUT_S,
     DEFAULT_MAX_CONNECTIONS,
@@ -223,8 +223,7 @@ class Gateway:
             await self._close()
             raise
         sock = self._runner.addresses[0]
-        host = sock[0] if ":" not in sock[0] else f"[{sock[0]}]"
-        self.url = f"http://{host}:{sock[1]}"
+        self.url = listen_url(sock[0], sock[1])
         self._log.info("listening %s run=%s", self.url, self.run)
         return self.url
 

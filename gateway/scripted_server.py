@@ -12,6 +12,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 
 from pvisor.journal.errors import BadInputError
 
+from .access import listen_url
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
 from .scripted_model import ScriptedModel, error_payload
 
@@ -65,7 +66,7 @@ class ScriptedModelServer:
             await self._close()
             raise
         host, port = self._runner.addresses[0][:2]
-        self.url = f"{'https' if self.ssl_context is not None else 'http'}://{host}:{port}"
+        self.url = listen_url(host, port, "https" if self.ssl_context is not None else "http")
         return self.url
 
     @property

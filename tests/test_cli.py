@@ -599,3 +599,212 @@ def test_every_output_option_makes_the_directories_that_do_not_exist_yet(journal
         assert "Traceback" not in proc.stderr.decode()
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o700, name
         assert base.stat().st_mode & 0o777 == 0o700 and any(base.iterdir()), name
+
+
+# --------------------------------------------------------------------------- a new user's defects (issue 35 follow-up)
+
+_KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789ABCDEF"
+
+
+def _with_start_snapshot(journal: Path, files: int = 1) -> str:
+    """Give r-cli00000001 a start snapshot of ``files`` small files (f0, f1, ...); its run id."""
+    import hashlib
+
+    from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord
+
+    data = b"x\n"
+    sha = hashlib.sha256(data).hexdigest()
+    entries = [
+        {"path": f"f{i}", "kind": "file", "mode": 0o644, "size": len(data), "sha256": sha}
+        for i in range(files)
+    ]
+    manifest = orjson.dumps({"schema": "pvisor.snapshot-manifest/v1", "entries": entries, "warnings": []})
+    with Journal.open(journal) as j:
+        j.put_blobs([(sha, data)])
+        j.record_snapshot(
+            SnapshotRecord(
+                id="s-cli0000000000001",
+                run="r-cli00000001",
+                attempt=1,
+                kind=SnapshotKind.START,
+                driver="filesystem",
+                taken_ms=1.0,
+                manifest=manifest,
+                digest=hashlib.sha256(manifest).hexdigest(),
+            )
+        )
+    return "r-cli00000001"
+
+
+def test_a_key_given_where_a_run_or_file_goes_is_never_echoed(journal: Path, tmp_path: Path):
+    """``view KEY`` said 'no run ... and no file KEY here' and ``trajectory show KEY`` 'KEY: no
+    such file', echoing a key pasted by mistake; both now refuse it as the id lookups do (one
+    line, exit 2, not shown), by params.py refuse_key_shaped, the check JournalId makes."""
+    for args, said in (
+        (["view", _KEY], "RUN|FILE holds a key-shaped token (not shown): a key is never a run id or a file"),
+        (["view", f"x/{_KEY}"], "RUN|FILE holds a key-shaped token (not shown)"),
+        (["trajectory", "show", _KEY], "FILE holds a key-shaped token (not shown): a key is never a file"),
+        (["trajectory", "show", f"x/{_KEY}"], "FILE holds a key-shaped token (not shown)"),
+    ):
+        proc = run(*args, journal=journal, cwd=tmp_path)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and err.startswith(f"pvisor: error: {said}"), (args, err)
+        assert "abcdefghijklmnop" not in err + proc.stdout.decode() and err.count("\n") == 1
+
+
+def test_env_and_gateway_refuse_a_run_id_the_gateway_would_refuse(tmp_path: Path):
+    """``env --run KEY`` exited 0 and printed the key in ANTHROPIC_BASE_URL, where the gateway
+    refuses such a run id (routing.py's is_run_id); env and gateway --run now check it as
+    JournalId does: exit 2, one line, the key not shown; an id not UTF-8 shown as \\xNN."""
+    env = ["env", "--agent", "claude-code", "--gateway", "http://127.0.0.1:8787", "--run"]
+    for args, said in (
+        ([*env, _KEY], "--run holds a key-shaped token (not shown): a key is never a run id"),
+        (["gateway", "--run", _KEY], "--run holds a key-shaped token (not shown): a key is never a run id"),
+        ([*env, ""], "--run is empty: give a run id (letters, digits"),
+        ([*env, "a b"], "--run a b: not a run id (letters, digits"),
+    ):
+        proc = run(*args, journal=tmp_path / "j.sqlite", cwd=tmp_path)
+        err = proc.stderr.decode()
+        assert proc.returncode == 2 and err.startswith(f"pvisor: error: {said}"), (args, err)
+        assert "abcdefghijklmnop" not in err + proc.stdout.decode() and err.count("\n") == 1
+    proc = subprocess.run(
+        [PVISOR, "--journal", str(tmp_path / "j.sqlite"), "gateway", "--run", b"r\xff"],
+        capture_output=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == b"pvisor: error: --run r\\xff: not valid UTF-8 (file names and ids must be UTF-8)\n"
+    assert not (tmp_path / "j.sqlite").exists()
+
+
+def test_a_byte_that_is_not_utf8_is_shown_as_xnn_in_messages(tmp_path: Path):
+    """Messages showed a byte that is not UTF-8 as Python's surrogate ``\\udcff`` where
+    docs/cli.md promises ``\\xNN``: one_line (pvisor/commands/base.py) renders it as the byte."""
+    for argv, said in (
+        (
+            [b"--journal", b"\xff.sqlite", b"journal", b"ls"],
+            b"no journal at \\xff.sqlite yet: nothing captured\n",
+        ),
+        (
+            [b"gateway", b"--max-response-body", b"1\xff"],
+            b"pvisor: error: Invalid value for '--max-response-body': '1\\xff' is not a size such as 64MiB",
+        ),
+        ([b"gateway", b"--host", b"h\xff"], b"pvisor: error: --host h\\xff listens beyond this machine"),
+    ):
+        proc = subprocess.run(
+            [PVISOR, *argv], capture_output=True, timeout=60, cwd=tmp_path, stdin=subprocess.DEVNULL
+        )
+        assert proc.stderr.startswith(said) and b"udc" not in proc.stderr, (argv, proc.stderr)
+        assert proc.stderr.count(b"\n") == 1
+
+
+def test_every_path_a_command_wrote_is_printed_with_control_characters_escaped(journal: Path, tmp_path: Path):
+    """view --output, snapshot restore --into, journal export -o and report -o printed the path
+    they wrote raw (ESC, BEL reached the terminal) or, through a pipe, with click's ANSI
+    stripping ('\\x1b[2J' dropped: not the file's name); now as replay --output does, escaped."""
+    _with_start_snapshot(journal)
+    odd = "\x1b]0;pwned\x07\x1b[2J"
+    shown = "\\x1b]0;pwned\\x07\\x1b[2J"
+    for args, line in (
+        (["view", "r-cli00000001", "--output", f"vw{odd}.json"], f" written to vw{shown}.json\n"),
+        (["journal", "export", "r-cli00000001", "-o", f"ex{odd}.jsonl"], f" to ex{shown}.jsonl\n"),
+        (["report", "r-cli00000001", "--no-parent", "-o", f"rp{odd}.html"], f"rp{shown}.html\n"),
+        (
+            ["snapshot", "restore", "r-cli00000001", "--after-step", "0", "--into", f"rs{odd}d"],
+            f"/rs{shown}d: ",
+        ),
+    ):
+        proc = run(*args, journal=journal, cwd=tmp_path)
+        out = proc.stdout.decode() + proc.stderr.decode()
+        assert proc.returncode == 0, (args, out)
+        assert line in out and "\x1b" not in out and "\x07" not in out, (args, out)
+    assert {p.name for p in tmp_path.iterdir()} >= {
+        f"vw{odd}.json",
+        f"ex{odd}.jsonl",
+        f"rp{odd}.html",
+        f"rs{odd}d",
+    }
+    # a native file's name too, where the line names the file viewed
+    native = tmp_path / f"nv{odd}.jsonl"
+    shutil.copyfile(next((corpus_dir() / "native" / "codex").glob("real-*.jsonl")), native)
+    proc = run("view", native.name, "--output", "nv.json", cwd=tmp_path)
+    err = proc.stderr.decode()
+    assert proc.returncode == 0 and f"view of nv{shown}.jsonl " in err and "\x1b" not in err, err
+
+
+def test_an_empty_into_is_refused_not_the_working_directory(journal: Path, tmp_path: Path):
+    """``snapshot restore RUN --into ""`` restored into the working directory (Path("") is
+    "."): now exit 2 naming --into, as ``--journal ""``, and nothing is written."""
+    _with_start_snapshot(journal)
+    proc = run(
+        "snapshot",
+        "restore",
+        "r-cli00000001",
+        "--after-step",
+        "0",
+        "--into",
+        "",
+        journal=journal,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == b"pvisor: error: --into is empty: give the directory to restore into\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["j"]
+
+
+def test_a_truncated_response_is_marked_in_show_and_body(tmp_path: Path):
+    """A response journaled only in part (flag ``truncated``, --max-response-body) was listed
+    ``ok`` by ``journal show`` and printed by ``journal body --response`` with nothing said:
+    show's OUTCOME says ``ok (truncated)``, body prints one note on stderr, exit 0."""
+    journal = tmp_path / "j.sqlite"
+    with Journal.open(journal) as j:
+        j.create_run(Run(id="r-cut", agent="codex"))
+        cut = j.record_exchange(
+            "r-cut", "POST", "/v1/responses", [], status=200, request_body=b"{}",
+            response_body=b"0123456789", bytes_received=40, bytes_delivered=40, flags=("truncated",),
+        )  # fmt: skip
+        whole = j.record_exchange("r-cut", "POST", "/v1/responses", [], status=200, response_body=b"{}")
+    proc = run("journal", "show", "r-cut", journal=journal)
+    rows = [line.split() for line in proc.stdout.decode().splitlines() if line.startswith(("1 ", "2 "))]
+    assert proc.returncode == 0 and [r[6:8] for r in rows] == [["ok", "(truncated)"], ["ok", "-"]], rows
+    for raw in ([], ["--raw"]):
+        proc = run("journal", "body", cut, "--response", *raw, journal=journal)
+        assert proc.returncode == 0 and proc.stdout == b"0123456789"
+        assert (
+            proc.stderr
+            == (
+                f"pvisor: note: the response of exchange {cut} was journaled only in part: the first 10 bytes "
+                "of 40 received (--max-response-body)\n"
+            ).encode()
+        )
+    proc = run("journal", "body", whole, "--response", journal=journal)
+    assert proc.returncode == 0 and proc.stdout == b"{}" and proc.stderr == b""
+
+
+def test_rm_of_an_empty_id_asks_for_what_rm_takes(journal: Path):
+    """``journal rm ''`` said 'give a run id or a unique prefix of one', which rm refuses: it
+    asks for the whole id, or the start of ids with --prefix."""
+    proc = run("journal", "rm", "", journal=journal)
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        b"pvisor: error: an empty run id matches nothing: give a run's whole id, or the start of run ids "
+        b"with --prefix (pvisor journal ls lists them)\n"
+    )
+
+
+def test_the_gateway_token_from_the_environment_and_a_file_is_refused(tmp_path: Path):
+    """$PVISOR_GATEWAY_TOKEN and --token-file together: the file won silently; now refused as
+    --token with --token-file is (exit 2, one line, neither token shown)."""
+    token_file = tmp_path / "token"
+    token_file.write_text("f" * 32 + "\n")
+    proc = run(
+        "gateway", "--token-file", str(token_file), journal=tmp_path / "j.sqlite",
+        env={"PVISOR_GATEWAY_TOKEN": "e" * 32},
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == b""
+    assert (
+        proc.stderr
+        == b"pvisor: error: give the token with $PVISOR_GATEWAY_TOKEN or with --token-file, not both\n"
+    )
+    assert not (tmp_path / "j.sqlite").exists()

@@ -978,7 +978,7 @@ def busy_port():
         (["--max-body", "0"], 2, r"Invalid value for '--max-body': '0' is too small \(at least 1 B\)"),
         (["--port", "70000"], 2, r"Invalid value for '--port'"),
         (["--stall-timeout", "0"], 2, r"Invalid value for '--stall-timeout'"),
-        (["--run", "bad id!"], 2, r"^pvisor: error: run id 'bad id!'"),
+        (["--run", "bad id!"], 2, r"^pvisor: error: --run bad id!: not a run id \(letters, digits"),
         (
             ["--port", "{busy}"],
             69,

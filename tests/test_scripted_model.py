@@ -859,6 +859,42 @@ def test_serve_model_subprocess_serves_and_stops_on_sigterm(tmp_path):
         proc.stderr.close()
 
 
+def test_serve_model_on_ipv6_loopback_says_its_url_with_brackets(tmp_path):
+    """``serve-model --host ::1`` printed ``listening http://::1:PORT`` and wrote it to
+    --ready-file, a URL no client parses; the gateway said ``http://[::1]:PORT``. Both make it
+    with gateway/access.py listen_url, and the URL answers."""
+    try:
+        socket.socket(socket.AF_INET6).bind(("::1", 0))
+    except OSError:
+        from conftest import cannot_run_here
+
+        cannot_run_here("no IPv6 loopback address (::1) here")
+    script = tmp_path / "s.json"
+    script.write_bytes(orjson.dumps({"model": "six", "turns": [{"text": "hi"}]}))
+    ready = tmp_path / "ready.json"
+    proc = subprocess.Popen(
+        [str(PVISOR), "serve-model", "--script", str(script), "--host", "::1", "--ready-file", str(ready)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        line = _read_line(proc, time.monotonic() + 30)
+        assert line.startswith("listening http://[::1]:"), line
+        url = line.split()[1]
+        assert orjson.loads(ready.read_bytes())["url"] == url
+        assert b"six" in http_request(url, "GET", "/v1/models")[2]
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+
+
 # --------------------------------------------------------------------------- bodies the server must survive
 
 

@@ -1023,3 +1023,44 @@ def test_a_directory_moved_out_of_the_target_during_a_deep_restore_is_not_climbe
         assert not (outside / "g").exists()
     finally:
         subprocess.run(["rm", "-rf", str(target), str(outside)], check=False)
+
+
+#: the pvisor command with SIGINT sent to itself (what Ctrl-C does) when the restore opens file f05
+_CTRL_C_AT_F05 = """
+import os, signal, sys
+sent = []
+def hook(event, args):
+    if event == "open" and not sent and os.fsdecode(args[0] or "").endswith("f05"):
+        sent.append(1)
+        os.kill(os.getpid(), signal.SIGINT)
+sys.addaudithook(hook)
+sys.argv = ["pvisor", *sys.argv[1:]]
+from pvisor.entry import main
+main()
+"""
+
+
+def test_ctrl_c_during_a_restore_names_the_partial_target(tmp_path):
+    """Ctrl-C during ``snapshot restore`` printed ``pvisor: aborted`` (exit 130) and left part of
+    the snapshot in --into without saying so: the line now says the target is partial and
+    names it."""
+    data = b"x\n"
+    sha = hashlib.sha256(data).hexdigest()
+    entries = [
+        {"path": f"f{i:02}", "kind": "file", "mode": 0o644, "size": 2, "sha256": sha} for i in range(20)
+    ]
+    manifest = orjson.dumps({"schema": "pvisor.snapshot-manifest/v1", "entries": entries, "warnings": []})
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, manifest, {sha: data})
+    into = tmp_path / "into"
+    proc = subprocess.run(
+        [sys.executable, "-c", _CTRL_C_AT_F05, "--journal", str(journal), "snapshot", "restore", "r-crafted",
+         "--after-step", "0", "--into", str(into)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 130, proc.stderr
+    assert proc.stderr == (
+        f"pvisor: aborted: --into {into} is partial: the restore was interrupted "
+        "(restore again with --force, or remove it)\n"
+    )
+    assert 0 < len(list(into.iterdir())) < 20  # it is partial indeed

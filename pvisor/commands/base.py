@@ -75,10 +75,18 @@ class Group(_OwnHelp, click.Group):
 
 def one_line(text: str) -> str:
     """``text`` with control and format characters (newline, ESC, U+202E) escaped, so that a
-    message naming a file or value stays one line and prints as written."""
+    message naming a file or value stays one line and prints as written: ``\\n``, ``\\x1b``,
+    ``\\u202e``; a byte that was not UTF-8 (held as a surrogate escape, U+DC80 to U+DCFF, as
+    :func:`os.fsdecode` gives it) as the byte it was, ``\\xff``."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return "".join(c if c.isprintable() else _escaped(c) for c in text)
+
+
+def _escaped(c: str) -> str:
+    if "\udc80" <= c <= "\udcff":
+        return f"\\x{ord(c) - 0xDC00:02x}"
+    return c.encode("unicode_escape").decode("ascii")
 
 
 class PathParam(click.ParamType):

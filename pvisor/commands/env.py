@@ -14,6 +14,7 @@ from pvisor.commands.base import Command, PathParam
 import orjson
 
 from pvisor.adapters.agents import agent_names
+from pvisor.commands.params import NEW_RUN_ID
 from pvisor.journal.errors import UsageError
 
 _MARK = "PVISOR_EOF"
@@ -31,7 +32,11 @@ _MARK = "PVISOR_EOF"
     help="The running gateway, e.g. http://127.0.0.1:8787.",
 )
 @click.option(
-    "--run", "run_id", default=None, help="Run id put into the base URL's path (default: a new one)."
+    "--run",
+    "run_id",
+    type=NEW_RUN_ID,
+    default=None,
+    help="Run id put into the base URL's path (default: a new one).",
 )
 @click.option("--model", default=None, help="Model name, for the agents that need one in their config.")
 @click.option(
@@ -91,7 +96,6 @@ def env(
     ):
         check_utf8(option, value)
     from pvisor.gateway.routing import check_upstream_url
-    from pvisor.journal.model import RUN_ID_PATTERN
     from pvisor.journal.writer import new_run_id
 
     try:
@@ -116,10 +120,6 @@ def env(
         raise UsageError("--confdir goes with --intercept")
     if run_id is None:
         run_id = new_run_id()
-    elif not re.fullmatch(RUN_ID_PATTERN, run_id):
-        raise UsageError(
-            f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128), starting with a letter or digit"
-        )
     profile = get_profile(agent)
     base_url = f"{base}/run/{run_id}"
     snippet = profile.snippet(base_url, run_dir_of(Path(ctx.obj["journal"]), run_id), model)

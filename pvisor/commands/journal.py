@@ -14,11 +14,11 @@ import orjson
 
 from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
 from pvisor.commands.outputs import check_output_path, make_output_parent
-from pvisor.commands.params import EXCHANGE_ID, RUN_ID
+from pvisor.commands.params import EXCHANGE_ID, RUN_ID, RUN_ID_TO_REMOVE
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.journal import progress
 from pvisor.journal.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
-from pvisor.journal.model import unpack_timings
+from pvisor.journal.model import TRUNCATED_FLAG, unpack_timings
 from pvisor.journal.paths import absolute
 from pvisor.journal.reader import JournalReader, body_json_field
 
@@ -105,7 +105,8 @@ def _exchange_cells(e) -> list[str]:
         f"{e.method} {target}",
         e.protocol or "-",
         str(e.status) if e.status is not None else "-",
-        e.outcome or "-",
+        # a response journaled only in part shows so beside how it ended (docs/cli.md)
+        (e.outcome or "-") + (" (truncated)" if TRUNCATED_FLAG in e.flags else ""),
         "stream" if e.streamed else "-",
         str(e.request_bytes),
         str(e.bytes_delivered),
@@ -258,6 +259,7 @@ def body(
     if not (want_request or want_response or want_forwarded):
         raise UsageError("say which body: --request, --response or --forwarded")
     part = "request" if want_request else "forwarded" if want_forwarded else "response"
+    kept = None  # of a response journaled only in part: the bytes the journal holds
     with _reader(ctx) as r:
         ex = r.exchange(exchange_id)
         if part == "request":
@@ -273,8 +275,19 @@ def body(
         else:
             sha = ex.response_body if raw or not ex.response_final else ex.response_final
             data = r.response_body(ex, raw=raw)
+            if TRUNCATED_FLAG in ex.flags and data is not None:
+                kept = (
+                    len(data) if raw or not ex.response_final else len(r.response_body(ex, raw=True) or b"")
+                )
     if data is None:
         raise UsageError(f"exchange {ex.id} has no {part} body")
+    if kept is not None:
+        # what follows is not the whole response: say so where the bytes do not go
+        click.echo(
+            f"pvisor: note: the response of exchange {ex.id} was journaled only in part: the first "
+            f"{kept:,} bytes of {ex.bytes_received:,} received (--max-response-body)",
+            err=True,
+        )
     if as_json:
         _emit_json(
             {"exchange": ex.id, "part": part, "raw": raw, "sha256": sha, **(body_json_field(data) or {})}
@@ -408,7 +421,7 @@ def export(
             _emit_json(summary)
         else:
             singular = {"entries": "entry"}.get(unit, unit[:-1])
-            click.echo(f"wrote {_n(n, singular, unit)} to {output}", err=True)
+            click.echo(f"wrote {_n(n, singular, unit)} to {one_line(output)}", err=True)
 
 
 @journal.command("verify")
@@ -509,7 +522,7 @@ def _add_sql() -> None:
 
 
 @journal.command("rm")
-@click.argument("run_id", metavar="RUN", type=RUN_ID)
+@click.argument("run_id", metavar="RUN", type=RUN_ID_TO_REMOVE)
 @click.option(
     "--prefix",
     is_flag=True,

@@ -56,13 +56,21 @@ class Size(click.ParamType):
         else:
             try:
                 size = parse_size(str(value))
-            except ValueError as exc:
-                self.fail(str(exc), param, ctx)
+            except ValueError:
+                self.fail(f"{_quoted(value)} is not a size such as 64MiB, 500KB or 1048576", param, ctx)
         if size < self.minimum:
-            self.fail(f"{value!r} is too small (at least {self.minimum} B)", param, ctx)
+            self.fail(f"{_quoted(value)} is too small (at least {self.minimum} B)", param, ctx)
         if self.maximum is not None and size > self.maximum:
-            self.fail(f"{value!r} is too large (at most {self.maximum:,} B)", param, ctx)
+            self.fail(f"{_quoted(value)} is too large (at most {self.maximum:,} B)", param, ctx)
         return size
+
+
+def _quoted(value: Any) -> str:
+    """``value`` quoted in a message, escaped as :func:`~pvisor.commands.base.one_line` escapes
+    (a byte that is not UTF-8 as ``\\xff``, not as Python's ``\\udcff``)."""
+    from pvisor.commands.base import one_line
+
+    return f"'{one_line(str(value))}'"
 
 
 #: the longest wait any option takes, in seconds (24 days): what poll() and the event loop's
@@ -83,12 +91,14 @@ class Seconds(click.ParamType):
         try:
             seconds = float(value)
         except (TypeError, ValueError):
-            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+            self.fail(f"{_quoted(value)} is not a number of seconds", param, ctx)
         if not math.isfinite(seconds) or seconds < self.minimum:
-            self.fail(f"{value!r} is not a finite number of seconds >= {self.minimum:g}", param, ctx)
+            self.fail(f"{_quoted(value)} is not a finite number of seconds >= {self.minimum:g}", param, ctx)
         if seconds > MAX_SECONDS:
             self.fail(
-                f"{value!r} is more than {MAX_SECONDS:.0f} seconds (24 days), the longest wait", param, ctx
+                f"{_quoted(value)} is more than {MAX_SECONDS:.0f} seconds (24 days), the longest wait",
+                param,
+                ctx,
             )
         return seconds
 
@@ -103,17 +113,23 @@ class JournalId(click.ParamType):
     not UTF-8 (bytes on the command line that SQLite could not be given), shown as ``\\xNN``:
     ``RUN r-\\xff: not valid UTF-8 (file names and ids must be UTF-8)``; one of other
     characters, shown with its control characters escaped and a long one shortened; one holding
-    a key-shaped token, not shown (a key is never an id)."""
+    a key-shaped token, not shown (a key is never an id). ``new``: the id of a run to make
+    (``gateway --run``, ``env --run``), where a prefix means nothing: the same rule as the
+    gateway's for a run id in a path or header (:func:`~pvisor.journal.model.is_run_id`).
+    ``give``: what the message of an empty value asks for instead of an id or a unique prefix
+    (``journal rm`` takes no prefix but with ``--prefix``)."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, new: bool = False, give: str | None = None) -> None:
         self.what = what
+        self.new = new
+        self.give = give  # what an empty value's message asks for, when not the id or a prefix
         self.name = f"{what} id"
         self.a = "an" if what[0] in "aeiou" else "a"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         from pvisor.commands.base import one_line
         from pvisor.journal.errors import UsageError, shown
-        from pvisor.journal.model import has_key_shape, is_run_id
+        from pvisor.journal.model import is_run_id
         from pvisor.journal.paths import require_utf8
 
         text = os.fsdecode(value) if isinstance(value, bytes) else str(value)
@@ -124,19 +140,34 @@ class JournalId(click.ParamType):
             empty = (
                 f"{named} is empty" if named.startswith("-") else f"an empty {self.what} id matches nothing"
             )
+            if self.new:
+                raise UsageError(f"{empty}: give {self.a} {self.what} id ({_ID_CHARACTERS})")
+            if self.give:
+                raise UsageError(f"{empty}: give {self.give}")
             raise UsageError(
                 f"{empty}: give {self.a} {self.what} id or a unique prefix of one "
                 "(pvisor journal ls lists them)"
             )
         require_utf8(named, shown(text))
-        if has_key_shape(text):
-            raise UsageError(
-                f"{named} holds a key-shaped token (not shown): a key is never {self.a} {self.what} id"
-            )
-        raise UsageError(
-            f"{named} {one_line(shown(text))}: not {self.a} {self.what} id (letters, digits, '.', '_' "
-            "and '-', at most 128, starting with a letter or digit)"
-        )
+        refuse_key_shaped(named, text, f"{self.a} {self.what} id")
+        raise UsageError(f"{named} {one_line(shown(text))}: not {self.a} {self.what} id ({_ID_CHARACTERS})")
+
+
+#: what a run or exchange id is made of (journal/model.py's RUN_ID_PATTERN), as messages say it
+_ID_CHARACTERS = "letters, digits, '.', '_' and '-', at most 128, starting with a letter or digit"
+
+
+def refuse_key_shaped(named: str, text: str, what: str) -> None:
+    """UsageError (exit 2) when ``text`` holds a key-shaped token
+    (:func:`~pvisor.journal.model.has_key_shape`), never showing it: ``RUN holds a key-shaped
+    token (not shown): a key is never a run id``. ``named``: the argument or option; ``what``:
+    what it should have been (``a run id``, ``a run id or a file``). Every command that looks up
+    a value it was given checks this before it names the value in a message."""
+    from pvisor.journal.errors import UsageError
+    from pvisor.journal.model import has_key_shape
+
+    if has_key_shape(text):
+        raise UsageError(f"{named} holds a key-shaped token (not shown): a key is never {what}")
 
 
 def _named(param: click.Parameter | None, default: str) -> str:
@@ -152,6 +183,12 @@ def _named(param: click.Parameter | None, default: str) -> str:
 #: the types of an argument or option that names a run, or an exchange, of the journal
 RUN_ID = JournalId("run")
 EXCHANGE_ID = JournalId("exchange")
+#: the type of ``journal rm``'s RUN: a whole id, or with ``--prefix`` the start of the ids removed
+RUN_ID_TO_REMOVE = JournalId(
+    "run", give="a run's whole id, or the start of run ids with --prefix (pvisor journal ls lists them)"
+)
+#: the type of an option that names a run to make (``gateway --run``, ``env --run``): a whole id
+NEW_RUN_ID = JournalId("run", new=True)
 
 
 def intercept_options(command):

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from pvisor.commands.base import Command, PathParam
+from pvisor.commands.base import Command, PathParam, one_line
 
 from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import RUN_ID, Size
@@ -63,9 +63,9 @@ def report(
         except OSError as exc:
             raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
     for p in written:
-        click.echo(str(p))
+        click.echo(one_line(str(p)))
     if open_it:
         import webbrowser
 
         if not webbrowser.open(written[0].resolve().as_uri()):
-            click.echo(f"pvisor: warning: no browser to open {written[0]}", err=True)
+            click.echo(f"pvisor: warning: no browser to open {one_line(str(written[0]))}", err=True)

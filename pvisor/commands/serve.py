@@ -24,7 +24,7 @@ from pvisor.commands.base import Command, PathParam
 import orjson
 
 from pvisor.commands.outputs import check_output_path
-from pvisor.commands.params import Seconds, Size, max_response_body_option
+from pvisor.commands.params import NEW_RUN_ID, Seconds, Size, max_response_body_option
 from pvisor.journal.errors import EXIT_UNAVAILABLE, UnavailableError, UsageError
 from pvisor.journal.paths import absolute
 
@@ -212,6 +212,7 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
 @click.option(
     "--run",
     "run_id",
+    type=NEW_RUN_ID,
     default=None,
     help="Run id for exchanges without X-Pvisor-Run or /run/<id>/ (default: a new id).",
 )
@@ -294,7 +295,8 @@ def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
     "--token-file",
     type=PathParam(dir_okay=False),
     default=None,
-    help="Read the token from this file (its first line), instead of --token.",
+    help="Read the token from this file (its first line), instead of --token or $PVISOR_GATEWAY_TOKEN "
+    "(giving it with either is refused).",
 )
 @click.option(
     "--event-loop",
@@ -384,12 +386,9 @@ def gateway(
     """
     from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
     from pvisor.gateway.lifecycle import EventLoop, loop_factory, run_on, tune_gc_for_serving
-    from pvisor.journal.model import RUN_ID_PATTERN
     from pvisor.journal.snapshots import SnapshotKind
     from pvisor.journal.writer_process import open_journal
 
-    if run_id is not None and not re.fullmatch(RUN_ID_PATTERN, run_id):
-        raise UsageError(f"run id {run_id!r}: use letters, digits, '.', '_' and '-' (at most 128)")
     if mode == "intercept":
         from pvisor.gateway.access import is_loopback
 
@@ -399,8 +398,12 @@ def gateway(
                 f"not {host}, and no --allow-remote"
             )
     if token_file is not None:
-        if ctx.get_parameter_source("token") is click.core.ParameterSource.COMMANDLINE:
+        source = ctx.get_parameter_source("token")
+        if source is click.core.ParameterSource.COMMANDLINE:
             raise UsageError("give the token with --token or with --token-file, not both")
+        if source is click.core.ParameterSource.ENVIRONMENT:
+            # neither silently wins over the other: the one meant may not be the one used
+            raise UsageError("give the token with $PVISOR_GATEWAY_TOKEN or with --token-file, not both")
         token = _read_token_file(token_file)
     token = _access_token(host, allow_remote, token)
     intercept = None

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
-from pvisor.commands.base import Group, PathParam
+from pvisor.commands.base import Group, PathParam, one_line
 from pvisor.commands.params import RUN_ID, pause_options
 
 from pvisor.commands.journal import _emit_json, _n, _reader, _table, _when
@@ -101,7 +102,7 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
 @click.option(
     "--into",
     "into",
-    type=PathParam(file_okay=False, path_type=Path),
+    type=PathParam(file_okay=False),
     required=True,
     help="Directory to restore into (created when missing; must be empty unless --force).",
 )
@@ -118,7 +119,7 @@ def restore(
     step: int | None,
     after_step: int | None,
     before: bool,
-    into: Path,
+    into: str,
     force: bool,
     as_json: bool,
 ) -> None:
@@ -136,6 +137,9 @@ def restore(
     from pvisor.replay.numbering import resolve_step, where
     from pvisor.replay.snapshots import restore_snapshot, run_snapshots
 
+    if not into:
+        # Path("") is the working directory: an empty value must not restore into it
+        raise UsageError("--into is empty: give the directory to restore into")
     if step is None and after_step is None:
         raise UsageError(
             "give the pause: --step K (transition K, zero-based: after journal step K+1) or --after-step N "
@@ -147,12 +151,24 @@ def restore(
             rs.steps_total, step=step, before=before, after_step=after_step, run=f"run {rs.run}"
         )
         snap = rs.pick(pos.kept)
-        done = restore_snapshot(r, snap, into, force=force)
+        try:
+            done = restore_snapshot(r, snap, Path(into), force=force)
+        except KeyboardInterrupt:
+            # the usual 'pvisor: aborted' would leave the user to find out that what is there
+            # is not the snapshot
+            if not os.path.lexists(into):
+                raise
+            click.echo(
+                f"pvisor: aborted: --into {one_line(into)} is partial: the restore was interrupted "
+                "(restore again with --force, or remove it)",
+                err=True,
+            )
+            ctx.exit(130)
     if as_json:
         _emit_json({**done.to_json(), "transition": pos.transition, "before": pos.before})
         return
     click.echo(
-        f"restored run {rs.run} {where(pos)} (snapshot {snap.id}, {snap.kind.value}) into {done.into}: "
+        f"restored run {rs.run} {where(pos)} (snapshot {snap.id}, {snap.kind.value}) into {one_line(str(done.into))}: "
         f"{_n(done.files, 'file')}, {done.bytes} bytes, manifest {done.digest[:12]}"
     )
 

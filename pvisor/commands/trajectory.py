@@ -19,6 +19,7 @@ trajectory's structure and one step, never the whole document or table:
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 
 import click
@@ -86,8 +87,11 @@ def adapters(as_json: bool) -> None:
 
 def _read(file: str, agent: str | None, strict: bool, session: str | None, limits: dict):
     from pvisor.adapters.native import read_native
+    from pvisor.commands.params import refuse_key_shaped
     from pvisor.journal.paths import plain_path
 
+    if file != "-" and not os.path.lexists(file):
+        refuse_key_shaped("FILE", file, "a file")  # a key pasted here is never echoed back
     result, notes = read_native(plain_path(file), agent, session, **limits)
     for note in notes:
         click.echo(f"pvisor: note: {note}", err=True)

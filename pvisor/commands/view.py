@@ -9,11 +9,11 @@ from pathlib import Path
 
 import click
 
-from pvisor.commands.base import Command, PathParam
+from pvisor.commands.base import Command, PathParam, one_line
 import orjson
 
 from pvisor.commands.outputs import check_output_path, make_output_parent
-from pvisor.commands.params import pause_options
+from pvisor.commands.params import pause_options, refuse_key_shaped
 from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import OutputError, UsageError
 
@@ -122,8 +122,10 @@ def view(
     elif native:
         replay = TrajectoryReplay.from_trajectory(Path(source), agent, wording=Wording.CLI)
         for w in replay.warnings:
-            click.echo(f"pvisor: warning: {source}: {w}", err=True)
+            click.echo(f"pvisor: warning: {one_line(source)}: {one_line(w)}", err=True)
     else:
+        # neither a file nor (it may be) a run: a key pasted here is never echoed back
+        refuse_key_shaped("RUN|FILE", source, "a run id or a file")
         if "/" in source or source.startswith("~"):
             # a run id never holds a slash: this was meant as a file
             raise UsageError(f"RUN|FILE {source}: no such file")
@@ -145,7 +147,7 @@ def view(
         spec = PauseSpec(None, PauseKind.STEP, step=step, before=before, after_step=after_step)
 
     v = replay.view(spec)
-    name = "run " + v.run if v.run else source
+    name = "run " + v.run if v.run else one_line(source)  # a file's name may hold control characters
     if v.transition is None:
         click.echo(
             f"pvisor: warning: {name} has no transition (0 journal steps): the view holds the task alone",
@@ -163,7 +165,7 @@ def view(
             f.write(data)
     except OSError as exc:
         raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}") from None
-    click.echo(f"view of {name} {where(v.position)} written to {output}", err=True)
+    click.echo(f"view of {name} {where(v.position)} written to {one_line(output)}", err=True)
 
 
 def _is_export(path: str) -> bool:
