@@ -7,7 +7,9 @@ the agent's output, its private home, exports). Bodies are content-addressed and
 blob of the run goes only when no remaining row names it, as a body of an exchange, as a
 snapshot's manifest or a file a manifest lists, or as the ``base`` of another blob's prefix
 frame (which could not be restored without it). Runs derived from the removed one keep their
-rows; their ``parent_run`` then names a run that is gone (reported).
+rows; their ``parent_run`` then names a run that is gone (reported). A run removed with
+``force`` while a gateway still wrote it gets exchanges again without a run row: ``rm`` of
+that whole id removes them (and any other row naming it) as it removes a run.
 
 Both refuse while another process holds a live writer lease (the gateway or ``pvisor run``
 writing: it keeps lane state and could commit a body whose base was just removed) unless
@@ -200,6 +202,17 @@ def runs_to_remove(journal: str | os.PathLike, run_id: str, *, prefix: bool = Fa
     if exact:
         run_directory(journal, run_id)
         return exact
+    left = leftovers(journal, run_id)
+    if left:  # rows of a whole id whose run row is gone (module docstring)
+        return [
+            {
+                "id": run_id,
+                "agent": None,
+                "mode": None,
+                "created_ms": None,
+                "exchanges": left.get("exchanges", 0),
+            }
+        ]
     if starting:
         ids = [s["id"] for s in starting]
         named = ", ".join(ids[:NAMED_RUNS]) + (
@@ -212,28 +225,49 @@ def runs_to_remove(journal: str | os.PathLike, run_id: str, *, prefix: bool = Fa
     raise UsageError(f"no run {run_id!r} in journal {where}")
 
 
+#: the tables whose rows name a run by ``run_id``
+RUN_TABLES = ("attempts", "exchanges", "events", "snapshots")
+
+
+def leftovers(journal: str | os.PathLike, run_id: str) -> dict[str, int]:
+    """The rows that still name the run ``run_id`` (whole id) per table of :data:`RUN_TABLES`,
+    those with any: a run removed with ``--force`` while a gateway wrote it gets exchanges again,
+    with no run row, which ``pvisor journal rm`` of that id removes. Reads the journal only."""
+    with JournalReader(journal) as reader:
+        counts = {
+            t: reader.conn.execute(f"SELECT count(*) FROM {t} WHERE run_id = ?", (run_id,)).fetchone()[0]
+            for t in RUN_TABLES
+        }
+    return {t: n for t, n in counts.items() if n}
+
+
 def remove_run(journal: str | os.PathLike, run_id: str, *, force: bool = False) -> RemoveReport:
     """Remove the run ``run_id`` (or a unique prefix) from the journal and its run directory
-    (module docstring). Raises UsageError for an unknown or ambiguous run, UnavailableError
-    (exit 69) while a live writer holds the journal (without ``force``) or when it stays locked,
-    IntegrityError when a manifest it must read is damaged."""
+    (module docstring); an id with rows but no run row (:func:`leftovers`) has them removed.
+    Raises UsageError for an unknown or ambiguous run, UnavailableError (exit 69) while a live
+    writer holds the journal (without ``force``) or when it stays locked, IntegrityError when a
+    manifest it must read is damaged."""
     path = Path(journal)
     with JournalReader(path) as reader:
-        run = reader.run(run_id)  # UsageError names the run and the journal
-    run_dir = run_directory(path, run.id)  # IntegrityError for a crafted id, before anything changes
+        whole = reader.conn.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if whole is None and leftovers(path, run_id):
+            run = run_id  # rows of a run whose row is gone (module docstring), before any prefix
+        else:
+            run = reader.run(run_id).id  # UsageError names the run and the journal
+    run_dir = run_directory(path, run)  # IntegrityError for a crafted id, before anything changes
     conn = open_for_writing(path)
     try:
-        check_writers(conn, path, force, f"rm {run.id}")
+        check_writers(conn, path, force, f"rm {run}")
         with JournalReader(path) as reader:  # restores manifests (they are blobs too)
             conn.execute("BEGIN IMMEDIATE")
             try:
-                report = _remove(conn, reader.blob, run.id)
+                report = _remove(conn, reader.blob, run)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
     except sqlite3.OperationalError as exc:
-        raise UnavailableError(f"journal {path}: rm {run.id} could not finish: {exc}") from None
+        raise UnavailableError(f"journal {path}: rm {run} could not finish: {exc}") from None
     finally:
         conn.close()
     if run_dir.is_dir() or run_dir.is_symlink():
@@ -310,4 +344,4 @@ def vacuum(journal: str | os.PathLike, *, force: bool = False) -> tuple[int, int
     return before, journal_bytes(path)
 
 
-__all__ = ["RemoveReport", "live_writers", "remove_run", "vacuum"]
+__all__ = ["RemoveReport", "leftovers", "live_writers", "remove_run", "vacuum"]

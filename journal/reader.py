@@ -306,8 +306,9 @@ class JournalReader:
         self.conn.close()
 
     def _row_by_id(self, table: str, what: str, ident: str) -> sqlite3.Row:
-        """The row of ``table`` whose id is ``ident`` or starts with it; UsageError when none or
-        several match, or ``ident`` is empty."""
+        """The row of ``table`` whose id is ``ident``, else the one that starts with it (case
+        counts: :data:`PREFIX_MATCH`); UsageError when none or several match, or ``ident`` is
+        empty."""
         if not ident:
             raise UsageError(
                 f"an empty {what} id matches nothing: give a {what} id or a unique prefix of one"
@@ -315,7 +316,7 @@ class JournalReader:
         rows = self.conn.execute(f"SELECT * FROM {table} WHERE id = ?", (ident,)).fetchall()
         if not rows:
             rows = self.conn.execute(
-                f"SELECT * FROM {table} WHERE id LIKE ? ESCAPE '\\' LIMIT 3", (_like_prefix(ident),)
+                f"SELECT * FROM {table} WHERE {PREFIX_MATCH} LIMIT 3", prefix_args(ident)
             ).fetchall()
         if not rows:
             raise UsageError(f"no {what} {ident!r} in journal {self.path}")
@@ -668,6 +669,8 @@ class JournalReader:
             "SELECT b.sha256, b.base FROM blobs b LEFT JOIN blobs c ON c.sha256 = b.base WHERE b.base IS NOT NULL AND c.sha256 IS NULL"
         ):
             rep.problems.append(f"blob {sha}: base blob {base} is missing")
+        if self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'snapshots'").fetchone():
+            rep.problems.extend(self._snapshot_problems())
         for (ex_id,) in self.conn.execute(
             "SELECT e.id FROM exchanges e LEFT JOIN runs r ON r.id = e.run_id WHERE r.id IS NULL"
         ):
@@ -700,6 +703,33 @@ class JournalReader:
                 if msg not in rep.problems:
                     rep.problems.append(msg)
         return rep
+
+    def _snapshot_problems(self) -> list[str]:
+        """What :meth:`verify` finds wrong with the blobs the snapshots reference: a manifest
+        that is missing or does not restore or parse, a file it lists (docs/journal.md
+        "Workspace snapshots (format)": ``entries``, each file with its ``path`` and ``sha256``) whose
+        blob is missing, each named by run, snapshot and path. Blobs that exist are restored and
+        checked against their sha256 with all the others."""
+        problems = []
+        have = {r[0] for r in self.conn.execute("SELECT sha256 FROM blobs")}
+        for run_id, snap_id, manifest in self.conn.execute(
+            "SELECT run_id, id, manifest FROM snapshots WHERE manifest IS NOT NULL ORDER BY rowid"
+        ).fetchall():
+            where = f"run {run_id}: snapshot {snap_id}"
+            if manifest not in have:
+                problems.append(f"{where}: manifest blob {manifest} is missing")
+                continue
+            try:
+                doc = orjson.loads(self.blob(manifest))
+            except (IntegrityError, orjson.JSONDecodeError) as exc:
+                problems.append(f"{where}: manifest blob {manifest} does not restore or parse: {exc}")
+                continue
+            entries = doc.get("entries") if isinstance(doc, dict) else None
+            for e in entries if isinstance(entries, list) else ():
+                sha = e.get("sha256") if isinstance(e, dict) else None
+                if isinstance(sha, str) and sha not in have:
+                    problems.append(f"{where}: file {e.get('path')!r}: blob {sha} is missing")
+        return problems
 
     # ------------------------------------------------------------------ export
 
@@ -847,5 +877,13 @@ def body_json_field(data: bytes | None) -> dict[str, str] | None:
         return {"body_b64": base64.b64encode(data).decode()}
 
 
-def _like_prefix(s: str) -> str:
-    return s.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+#: the SQL condition "id starts with the prefix", case and every character counting (LIKE would
+#: ignore the case of ASCII letters: ``show SNAPRUN`` once chose the run ``snaprun``); its
+#: arguments are :func:`prefix_args`. ``id >= ?`` lets SQLite start at the prefix in the index.
+PREFIX_MATCH = "id >= ? AND substr(id, 1, ?) = ?"
+
+
+def prefix_args(prefix: str) -> tuple[str, int, str]:
+    """The arguments of :data:`PREFIX_MATCH` for ``prefix`` (SQLite's substr counts characters,
+    as Python's len does)."""
+    return (prefix, len(prefix), prefix)

@@ -11,6 +11,7 @@ import base64
 import hashlib
 import json
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from gateway_helpers import poll
 from journal_helpers import snapshot
 
 from pvisor.journal.model import Run
@@ -342,3 +344,122 @@ def test_sql_refuses_functions_that_change_state_or_hand_out_pointers(two_runs: 
         ), (query, proc.stderr)
         assert proc.stderr.count("\n") == 1 and proc.stdout == "", (query, proc.stderr)
     assert cli(two_runs, "journal", "sql", "SELECT hex(randomblob(4)), upper('x')").returncode == 0
+
+
+def test_sql_with_a_byte_that_is_not_utf8_gets_one_line_naming_it(two_runs: Path):
+    """A query from the shell with a byte that is not UTF-8 (``$'SELECT \\'\\xff\\''``, or one in
+    a comment) once ended in a UnicodeEncodeError traceback, exit 1."""
+    for query, byte in ((b"SELECT '\xff'", "\\xff"), (b"SELECT 1 -- caf\xe9", "\\xe9")):
+        proc = subprocess.run(
+            [*PVISOR, "--journal", str(two_runs), "journal", "sql", query],
+            capture_output=True,
+            env=ENV,
+            timeout=120,
+        )
+        err = proc.stderr.decode()
+        assert proc.returncode == 2, err
+        assert "Traceback" not in err and err.count("\n") == 1
+        assert f"byte {byte} at character" in err and "not UTF-8" in err
+
+
+def test_ctrl_c_stops_a_long_sql_query_with_exit_130(two_runs: Path):
+    """SIGINT once left an endless recursive query running (only SIGKILL stopped it): SQLite's
+    loop never returned to Python for the default handler to raise KeyboardInterrupt."""
+    query = "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c) SELECT count(*) FROM c"
+    proc = subprocess.Popen(
+        [*PVISOR, "--journal", str(two_runs), "journal", "sql", query],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=ENV,
+    )
+    try:
+
+        def querying() -> bool:
+            # the journal is open: the query runs (or is about to; a SIGINT before it also ends it)
+            fds = Path(f"/proc/{proc.pid}/fd")
+            try:
+                return any(os.readlink(fd).endswith("journal.sqlite") for fd in fds.iterdir())
+            except OSError:
+                return False
+
+        poll(querying, "journal sql opened the journal")
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)  # a generous deadline: it stops within ms
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.decode().strip() == "pvisor: aborted" and out == b""
+
+
+def test_verify_names_a_missing_file_blob_of_a_snapshot_manifest(two_runs: Path, tmp_path: Path):
+    """A blob that a snapshot's manifest lists (a file of the workspace) is a reference: verify
+    once said ok without it, and snapshot restore failed later with 'blob ... is missing'."""
+    gone = hashlib.sha256(b"a " * 90).hexdigest()  # only-a.txt of r-a's snapshot
+    with sqlite3.connect(two_runs) as c:
+        assert c.execute("DELETE FROM blobs WHERE sha256 = ?", (gone,)).rowcount == 1
+    c.close()
+    proc = cli(two_runs, "journal", "verify")
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"run r-a: snapshot s-a000000000000001: file 'only-a.txt': blob {gone} is missing" in (
+        proc.stdout + proc.stderr
+    )
+    restore = cli(two_runs, "snapshot", "restore", "r-a", "--after-step", "0", "--into", str(tmp_path / "r"))
+    assert restore.returncode == 3 and "is missing" in restore.stderr  # what verify now says first
+
+
+def test_ids_are_looked_up_with_their_case(tmp_path: Path):
+    """LIKE ignores the case of ASCII letters: ``show SNAPRUN`` once showed ``snaprun``, and
+    ``show case-`` listed ``Case-A`` among the runs it starts."""
+    path = tmp_path / "journal.sqlite"
+    with Journal.open(path) as j:
+        for rid in ("Case-A", "case-a", "case-ab"):
+            j.create_run(Run(id=rid, agent="codex"))
+        ex = j.record_exchange("case-ab", "POST", "/v1/chat/completions", [], protocol="openai-chat",
+                               status=200, request_body=b"{}", response_body=b"{}")  # fmt: skip
+        j.flush()
+    shown = cli(path, "journal", "show", "Case-A", "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["run"]["id"] == "Case-A", shown.stderr
+    # a whole id first, though case-ab starts with it
+    exact = cli(path, "journal", "show", "case-a", "--json")
+    assert exact.returncode == 0 and json.loads(exact.stdout)["run"]["id"] == "case-a", exact.stderr
+    prefix = cli(path, "journal", "show", "Case-", "--json")
+    assert prefix.returncode == 0 and json.loads(prefix.stdout)["run"]["id"] == "Case-A", prefix.stderr
+    for wrong in ("CASE-A", "CASE-"):
+        proc = cli(path, "journal", "show", wrong)
+        assert proc.returncode == 2 and f"no run {wrong!r}" in proc.stderr, proc.stderr
+    ambiguous = cli(path, "journal", "show", "case-")
+    assert ambiguous.returncode == 2 and "case-a, case-ab" in ambiguous.stderr
+    assert "Case-A" not in ambiguous.stderr
+    assert cli(path, "journal", "body", ex.upper(), "--response").returncode == 2
+    assert cli(path, "journal", "body", ex, "--response").stdout == "{}"
+
+
+def test_rm_of_a_run_a_gateway_wrote_on_after_a_forced_rm_removes_its_exchanges(stack):
+    """``rm --force`` while a gateway writes the run: the gateway journals the next exchange of
+    the run whose row is gone; verify then reported it for ever and rm said 'no run'. rm of that
+    whole id now removes those rows, and the journal verifies again."""
+    from gateway_helpers import http_request
+    from test_gateway_snapshots import Answer
+
+    gw = stack.gateway({}, responder=Answer())
+    assert http_request(gw.url, "POST", "/v1/messages", b'{"model":"m","messages":[]}')[0] == 200
+    stack.drain(gw)
+    forced = cli(gw.journal_path, "journal", "rm", gw.run, "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert http_request(gw.url, "POST", "/v1/messages", b'{"model":"m","messages":[1]}')[0] == 200
+    stack.drain(gw)
+    with sqlite3.connect(gw.journal_path) as c:  # a run its id starts: never taken for it
+        c.execute("INSERT INTO runs(id, created_ms) VALUES (?, 1)", (gw.run + "x",))
+    c.close()
+    stale = cli(gw.journal_path, "journal", "verify")
+    assert stale.returncode == 3 and "its run is missing" in stale.stdout + stale.stderr
+    dry = cli(gw.journal_path, "journal", "rm", gw.run, "--dry-run")
+    assert dry.returncode == 0 and f"would remove run {gw.run}: " in dry.stdout, dry.stderr
+    again = cli(gw.journal_path, "journal", "rm", gw.run, "--force", "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["exchanges"] == 1
+    assert cli(gw.journal_path, "journal", "verify").returncode == 0
+    with JournalReader(gw.journal_path) as r:
+        assert [run.id for run in r.runs()] == [gw.run + "x"]

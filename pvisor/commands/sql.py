@@ -69,6 +69,57 @@ def _first_word(query: str) -> str:
     return m.group(1).upper() if m else ""
 
 
+def _check_utf8(query: str) -> None:
+    """UsageError (exit 2) naming the first byte of ``query`` that is not UTF-8 (``\\xNN``, as the
+    shell gave it: Python keeps an undecodable argv byte as a lone surrogate, which SQLite cannot
+    take) and where it is."""
+    try:
+        query.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        code = ord(query[exc.start])
+        what = f"byte \\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"character U+{code:04X}"
+        raise UsageError(
+            f"the query is not UTF-8: {what} at character {exc.start + 1}; give the SQL text as UTF-8"
+        ) from None
+
+
+class _StopOnInterrupt:
+    """While entered (on the main thread), Ctrl-C (SIGINT) stops the running statement: SQLite
+    runs its C loop without returning to Python, where the default handler would raise
+    KeyboardInterrupt, so the handler only marks ``interrupted`` and a progress handler, which
+    SQLite calls every :data:`PROGRESS_OPS` virtual machine steps, ends the statement with
+    ``sqlite3.OperationalError: interrupted``. The earlier handler is back on exit."""
+
+    #: SQLite VM instructions between two calls of the progress handler (a few ms at most)
+    PROGRESS_OPS = 10_000
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.interrupted = False
+        self._previous: Any = None
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        self.interrupted = True
+
+    def __enter__(self) -> "_StopOnInterrupt":
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
+        self.conn.set_progress_handler(lambda: self.interrupted, self.PROGRESS_OPS)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        self.conn.set_progress_handler(None, 0)
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+        if self.interrupted and exc[0] is None:
+            raise KeyboardInterrupt  # Ctrl-C as the statement ended: stop before the output
+
+
 @click.command("sql", cls=Command)
 @click.argument("query")
 @click.option("--json", "as_json", is_flag=True, help="Print an array of objects, whole values.")
@@ -91,6 +142,7 @@ def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
         raise UsageError("give --json or --csv, not both")
     if not query.strip():
         raise UsageError('the query is empty: give one SQL statement, e.g. "SELECT * FROM run_summary"')
+    _check_utf8(query)
     path = ctx.obj["journal"]
     with JournalReader(path) as reader:
         fns = register(reader.conn, path)
@@ -101,15 +153,19 @@ def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
         reader.conn.set_authorizer(guard)
         cursor = reader.conn.cursor()
         cursor.row_factory = None
+        stop = _StopOnInterrupt(reader.conn)
         try:
-            cursor.execute(query)
-            columns = [d[0] for d in cursor.description or ()]
-            rows = cursor.fetchall()
+            with stop:
+                cursor.execute(query)
+                columns = [d[0] for d in cursor.description or ()]
+                rows = cursor.fetchall()
         except (sqlite3.Warning, sqlite3.ProgrammingError) as exc:
             if "one statement" not in str(exc):
                 raise UsageError(f"SQL error: {exc} (in: {query.strip()[:200]})") from None
             raise UsageError("journal sql runs one statement at a time; give the others one by one") from None
         except sqlite3.Error as exc:
+            if stop.interrupted:
+                raise KeyboardInterrupt from None  # pvisor: aborted, exit 130 (docs/cli.md)
             if fns.error is not None:
                 raise fns.error from None  # a damaged body: IntegrityError, exit 3
             if guard.refused is not None:
