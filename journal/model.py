@@ -993,15 +993,22 @@ def redact_echoed_secrets(
 
 def secret_forms(value: str) -> set[bytes]:
     """The forms an upstream may echo ``value`` (a credential) in: as sent, percent-encoded
-    (``quote`` and ``quote_plus``), base64 (standard and URL-safe, with and without padding) and
-    with JSON's escaped ``/``. Forms under 8 bytes are left out (too likely by chance)."""
+    (``quote`` and ``quote_plus``), hex (either case), base64 (standard and URL-safe, with and
+    without padding, and the middle of it wherever it falls in a longer base64 text: at each of
+    the three byte offsets, without the first and last group, which mix in other bytes) and with
+    JSON's escaped ``/``. Forms under 8 bytes are left out (too likely by chance)."""
     import base64
     from urllib.parse import quote, quote_plus
 
     raw = value.encode("utf-8", "surrogateescape")
     forms = {raw, quote(raw, safe="").encode(), quote_plus(raw).encode(), raw.replace(b"/", b"\\/")}
-    for b64 in (base64.b64encode(raw), base64.urlsafe_b64encode(raw)):
+    forms |= {raw.hex().encode(), raw.hex().upper().encode()}
+    for encode in (base64.b64encode, base64.urlsafe_b64encode):
+        b64 = encode(raw)
         forms |= {b64, b64.rstrip(b"=")}
+        for offset in (1, 2):  # raw preceded by 1 or 2 other bytes in the encoded text
+            forms.add(encode(bytes(offset) + raw)[4:-4])
+        forms.add(b64[:-4])  # raw at offset 0 followed by other bytes: its last group mixes them in
     return {f for f in forms if len(f) >= 8}
 
 
@@ -1055,6 +1062,28 @@ class RedactedMeta(Record):
         self.headers = headers
         self.secrets = secrets
         self.dropped = dropped
+
+
+_BASE64_RUN = LazyPattern(r"[A-Za-z0-9+/_-]{24,}={0,2}")
+
+
+def _base64_key(value: str) -> tuple[str, str] | None:
+    """The first run of 24 or more base64 characters in ``value`` whose decoding holds a
+    key-shaped token, and that token; None when there is none. Header values the allow-list
+    keeps are words and versions, so a run that long is rare and decoding it is cheap."""
+    import base64
+    import binascii
+
+    for run in _BASE64_RUN.findall(value):
+        text = run.rstrip("=")
+        try:
+            raw = base64.urlsafe_b64decode(text.replace("+", "-").replace("/", "_") + "=" * (-len(text) % 4))
+        except (binascii.Error, ValueError):
+            continue
+        found = _KEY_SHAPES.search(raw.decode("latin-1"))
+        if found is not None:
+            return run, found.group(0)
+    return None
 
 
 def redact_exchange_meta(
@@ -1114,6 +1143,10 @@ def redact_exchange_meta(
             if found is not None:  # a key where no name says so (user-agent, anthropic-beta, ...)
                 secrets[n] = fingerprint(found.group(0), key)
                 value = redact_shapes(value)
+            coded = _base64_key(value)
+            if coded is not None:  # a key hidden in base64 (a JSON blob in an x-stainless-* value)
+                secrets[n] = fingerprint(coded[1], key)
+                value = value.replace(coded[0], "REDACTED")
             for form, cred in needles:  # the request's credential, key-shaped or not, repeated
                 if form in value:
                     secrets[n] = fingerprint(cred, key)

@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
+import orjson
 from secret_scan import secret_windows
 
 from pvisor.journal.model import fingerprint, redact_exchange_meta, redact_url
@@ -465,3 +466,58 @@ def test_a_request_credential_repeated_anywhere_in_the_headers_is_not_stored(tmp
         for form in (w for v in ROUND3.values() for w in (*_forms(v), *_forms(v.upper()))):
             assert form not in data.lower() and form.lower() not in data.lower(), f"{form!r} in {where}"
         assert not [w for w in windows if w in data], where
+
+
+ROUND4 = {
+    "hex": "HexCred5Wq8Zt2Lm6Nb",  # not key-shaped: echoed hex-encoded in an error body
+    "b64": "sk-ant-api03-" + "B64Meta6Qw9Er2Ty5Ui8Op1As4Df7",  # sent only base64'd inside a header
+}
+SECRETS_SENT += list(ROUND4.values())
+
+
+def test_a_credential_echoed_hex_and_a_key_base64_inside_a_header_are_not_stored(tmp_path: Path):
+    """Issue 35, the second attack round: an error that echoes the request's credential
+    hex-encoded, or base64'd at any offset inside a longer text, was stored with it; a key-shaped
+    key sent only base64'd inside a JSON blob of an allow-listed header (``x-stainless-meta``)
+    was stored. Neither is in any file of the journal now."""
+    echo = ('{"hint":"%s","blob":"%s"}' % (
+        ROUND4["hex"].encode().hex(),
+        base64.b64encode(b'{"k":"' + ROUND4["hex"].encode() + b'"}').decode(),
+    )).encode()  # fmt: skip
+    meta = base64.b64encode(b'{"lang":"py","k":"' + ROUND4["b64"].encode() + b'"}').decode()
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        ids = [
+            j.record_exchange(
+                "r1",
+                "POST",
+                "/v1/messages",
+                [("x-api-key", ROUND4["hex"])],
+                status=401,
+                request_body=b"{}",
+                response_body=echo,
+            ),
+            j.record_exchange(
+                "r1",
+                "POST",
+                "/v1/messages",
+                [("x-api-key", "unrelated-key-1111"), ("x-stainless-meta", meta)],
+                status=200,
+                request_body=b"{}",
+                response_body=b"{}",
+            ),
+        ]
+    with JournalReader(path) as r:
+        exs = [r.exchange(i) for i in ids]
+        stored = r.response_body(exs[0], raw=True) or b""
+    assert stored.startswith(b'{"hint":"') and ROUND4["hex"].encode().hex().encode() not in stored
+    assert exs[1].request_headers["x-stainless-meta"] == "REDACTED"
+    files = {f.name: f.read_bytes() for f in path.parent.iterdir()}
+    for where, data in [*files.items(), ("the stored body", stored)]:
+        for value in ROUND4.values():
+            raw = value.encode()
+            assert raw.hex().encode() not in data.lower(), f"hex of {value} in {where}"
+            assert base64.b64encode(raw)[:12] not in data, where
+        assert b'{"k":"' + ROUND4["hex"].encode() not in data
+    # what is left of the base64 around the cut decodes to a byte or two of the key at most
+    assert orjson.loads(stored) == {"hint": "<redacted>", "blob": "eyJrIjoi<redacted>YiJ9"}
