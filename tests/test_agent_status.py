@@ -155,3 +155,23 @@ def test_the_last_word_counts(tmp_path: Path):
         "LimitsExceeded",
     )
     assert get_profile("claude-code").final_status(b"", None).source == "no result line on its stdout"
+
+
+@pytest.mark.slow
+def test_the_run_summary_names_its_paths_escaped(tmp_path: Path):
+    """`pvisor run`'s summary printed the workspace and the agent's output files raw: a workspace
+    named with ESC and BEL drove the terminal (issue 35's new-user round). The same run as the
+    test above (no key: Claude Code ends at once), its paths now escaped."""
+    ws, home = tmp_path / "w\x1b]0;pwned\x07s", tmp_path / "home"
+    ws.mkdir(), home.mkdir()
+    env = {k: v for k, v in user_env(home).items() if k not in CREDENTIAL_ENV}
+    proc = pvisor(
+        ["--journal", str(tmp_path / "j.sqlite"), "run", "--agent", "claude-code", "--agent-entrypoint",
+         str(entrypoint("claude-code")), "--model", "claude-sonnet-4-5", "--workspace", str(ws), "--timeout", "120",
+         "--", "write a.txt"],
+        env=env, cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout, proc.stdout
+    assert f"  workspace: {tmp_path}/w\\x1b]0;pwned\\x07s\n" in proc.stdout, proc.stdout
+    assert "  agent output: " in proc.stdout

@@ -133,6 +133,12 @@ def test_warnings_go_to_stderr_exit_0_and_strict_makes_them_exit_65(tmp_path):
     assert p.returncode == 0 and f"pvisor: warning: {damaged}: line 6: malformed_line" in p.stderr
     s = run("trajectory", "show", str(damaged), "--strict")
     assert s.returncode == 65 and "--strict" in s.stderr and "Traceback" not in s.stderr
+    # a file name with control characters is named escaped: it cannot drive the terminal
+    odd = tmp_path / "roll\x1b]0;pwned\x07out.jsonl"
+    odd.write_bytes(damaged.read_bytes())
+    w = run("trajectory", "show", str(odd))
+    assert w.returncode == 0 and "\x1b" not in w.stderr and "\x07" not in w.stderr, w.stderr
+    assert f"pvisor: warning: {tmp_path}/roll\\x1b]0;pwned\\x07out.jsonl: line 6: malformed_line" in w.stderr
 
 
 def test_unknown_major_version_is_exit_65_naming_the_line(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from pvisor.commands.base import Command, PathParam
+from pvisor.commands.base import Command, PathParam, one_line
 import orjson
 
 from pvisor.adapters.agents import agent_names
@@ -246,7 +246,7 @@ def _own_status(r) -> str:
 def _print_report(r) -> None:
     version = f" {r.agent_version}" if r.agent_version else ""
     click.echo(f"run {r.run}  agent {r.agent}{version}  attempt {r.attempt}")
-    click.echo(f"  workspace: {r.workspace}")
+    click.echo(one_line(f"  workspace: {r.workspace}"))  # paths are shown escaped, never raw
     status = (
         "timed out"
         if r.timed_out
@@ -282,8 +282,8 @@ def _print_report(r) -> None:
         f"  workspace snapshots: {r.snapshots}" + (f" (pvisor snapshot ls {r.run})" if r.snapshots else "")
     )
     click.echo(f"  session: {r.session_id or '-'}")
-    click.echo(f"  native trajectory: {r.native_path or '-'}")
+    click.echo(one_line(f"  native trajectory: {r.native_path or '-'}"))
     if r.stray_processes_killed:
         click.echo(f"  left-over processes ended: {r.stray_processes_killed}")
-    click.echo(f"  agent output: {r.stdout}  {r.stderr}")
+    click.echo(one_line(f"  agent output: {r.stdout}  {r.stderr}"))
     click.echo(f"next: pvisor journal steps {r.run}    pvisor journal show {r.run}")

@@ -24,7 +24,7 @@ import sys
 
 import click
 
-from pvisor.commands.base import Command, Group, PathParam
+from pvisor.commands.base import Command, Group, PathParam, one_line
 import orjson
 
 from pvisor.commands.params import Seconds, Size
@@ -94,9 +94,9 @@ def _read(file: str, agent: str | None, strict: bool, session: str | None, limit
         refuse_key_shaped("FILE", file, "a file")  # a key pasted here is never echoed back
     result, notes = read_native(plain_path(file), agent, session, **limits)
     for note in notes:
-        click.echo(f"pvisor: note: {note}", err=True)
-    for w in result.diagnostics.warnings:
-        click.echo(f"pvisor: warning: {file}: {w}", err=True)
+        click.echo(one_line(f"pvisor: note: {note}"), err=True)
+    for w in result.diagnostics.warnings:  # the file's name and what it held, never raw
+        click.echo(one_line(f"pvisor: warning: {file}: {w}"), err=True)
     if strict and result.diagnostics.warnings:
         raise BadInputError(f"{file}: {sum(result.diagnostics.counts.values())} warning(s) and --strict")
     return result, agent or notes[0].split(": ", 1)[1]
