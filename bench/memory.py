@@ -15,7 +15,11 @@ the second session's exchange is whole.
     python bench/memory.py endless [--seconds 60] [--cap SIZE]
     python bench/memory.py concurrent [--streams 8] [--mib 300] [--cap SIZE]
     python bench/memory.py reassembly [--streams 32] [--seconds 40]
-    (any: [--as-limit SIZE] [--json FILE])
+    (any: [--as-limit SIZE] [--json FILE]; finite, endless, concurrent: [--baseline EXE])
+
+``--baseline EXE`` measures another install's ``pvisor`` (the commit before a change) the same
+way in the same run, first, and prints both: ``{"baseline": ..., "pvisor": ...}``. A baseline
+that the ``--as-limit`` safety net or its own failure stops is reported with its error.
 
 ``--cap`` is passed as ``--max-response-body`` (default: the gateway's own default).
 ``reassembly`` (issue 35, item 15) keeps ``--streams`` clients sending small streamed chat
@@ -161,9 +165,11 @@ async def _small(session: ClientSession, url: str) -> dict:
         return {"status": resp.status, "body": await resp.read()}
 
 
-def start_gateway(tmp: Path, upstream: str, cap: int | None, as_limit: int) -> tuple[subprocess.Popen, str]:
+def start_gateway(
+    tmp: Path, upstream: str, cap: int | None, as_limit: int, pvisor: str = PVISOR
+) -> tuple[subprocess.Popen, str]:
     ready = tmp / "ready.json"
-    argv = [PVISOR, "--journal", str(tmp / "journal.sqlite"), "gateway", "--port", "0",
+    argv = [pvisor, "--journal", str(tmp / "journal.sqlite"), "gateway", "--port", "0",
             "--upstream", f"openai={upstream}", "--ready-file", str(ready), "--run", "r-big"]  # fmt: skip
     if cap is not None:
         argv += ["--max-response-body", str(cap)]
@@ -181,10 +187,16 @@ def start_gateway(tmp: Path, upstream: str, cap: int | None, as_limit: int) -> t
 
 
 async def _measure(
-    tmp: Path, streams: int, size: int | None, seconds: float | None, cap: int | None, as_limit: int
+    tmp: Path,
+    streams: int,
+    size: int | None,
+    seconds: float | None,
+    cap: int | None,
+    as_limit: int,
+    pvisor: str = PVISOR,
 ) -> dict:
     runner, upstream = await start_upstream()
-    proc, url = start_gateway(tmp, upstream, cap, as_limit)
+    proc, url = start_gateway(tmp, upstream, cap, as_limit, pvisor)
     writer = writer_pid(proc.pid)
     try:
         timeout = ClientTimeout(total=None, sock_read=60)
@@ -292,14 +304,15 @@ def measure(
     cap: int | None = None,
     as_limit: int = 8 << 30,
     tmp: Path | None = None,
+    pvisor: str = PVISOR,
 ) -> dict:
     """Run ``streams`` large responses (``size`` bytes each, None: endless, read for
     ``seconds``) through a gateway with ``--max-response-body cap`` (None: its default).
     Returns the peaks (MiB), the exit code, what each client got and the journal's path."""
     if tmp is not None:
-        return asyncio.run(_measure(tmp, streams, size, seconds, cap, as_limit))
+        return asyncio.run(_measure(tmp, streams, size, seconds, cap, as_limit, pvisor))
     with tempfile.TemporaryDirectory(prefix="pvisor-memory-") as d:
-        out = asyncio.run(_measure(Path(d), streams, size, seconds, cap, as_limit))
+        out = asyncio.run(_measure(Path(d), streams, size, seconds, cap, as_limit, pvisor))
         out["journaled"] = [
             {k: (len(v) if k == "body" else v) for k, v in e.items()} for e in journaled(out["journal"])
         ]
@@ -319,6 +332,9 @@ def main() -> None:
     ap.add_argument("--cap", default=None, help="--max-response-body (default: the gateway's)")
     ap.add_argument("--as-limit", default="8GiB", help="prlimit --as of the gateway (a safety net)")
     ap.add_argument("--json", default=None, help="also write the result here")
+    ap.add_argument(
+        "--baseline", default=None, help="another install's pvisor, measured first in the same run"
+    )
     a = ap.parse_args()
     cap = parse_size(a.cap) if a.cap else None
     limit = parse_size(a.as_limit)
@@ -331,14 +347,27 @@ def main() -> None:
             Path(a.json).write_text(json.dumps(out, indent=2))
         return
     if a.what == "finite":
-        out = measure(1, (a.mib or 200) * MIB, None, cap, limit)
+        shape = (1, (a.mib or 200) * MIB, None)
     elif a.what == "endless":
-        out = measure(1, None, a.seconds, cap, limit)
+        shape = (1, None, a.seconds)
     else:
-        out = measure(a.streams or 8, (a.mib or 300) * MIB, None, cap, limit)
-    for s in out["streams"]:
-        s["received_mib"] = round(s["received"] / MIB, 1)
-    text = json.dumps({k: v for k, v in out.items() if k not in ("journal",)}, indent=2, default=str)
+        shape = (a.streams or 8, (a.mib or 300) * MIB, None)
+
+    def one(pvisor: str) -> dict:
+        out = measure(*shape, cap, limit, pvisor=pvisor)
+        for s in out["streams"]:
+            s["received_mib"] = round(s["received"] / MIB, 1)
+        return {k: v for k, v in out.items() if k != "journal"}
+
+    if a.baseline:
+        try:
+            before = one(a.baseline)
+        except Exception as exc:  # the old gateway killed by the safety net, or failing its way
+            before = {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+        result = {"baseline": before, "pvisor": one(PVISOR)}
+    else:
+        result = one(PVISOR)
+    text = json.dumps(result, indent=2, default=str)
     print(text)
     if a.json:
         Path(a.json).write_text(text)
