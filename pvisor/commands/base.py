@@ -73,11 +73,13 @@ class Group(_OwnHelp, click.Group):
     group_class = type  # subgroups are of the class of the group that makes them
 
 
-def one_line(text: str) -> str:
-    """``text`` with control and format characters (newline, ESC, U+202E) escaped, so that a
-    message naming a file or value stays one line and prints as written: ``\\n``, ``\\x1b``,
-    ``\\u202e``; a byte that was not UTF-8 (held as a surrogate escape, U+DC80 to U+DCFF, as
-    :func:`os.fsdecode` gives it) as the byte it was, ``\\xff``."""
+def one_line(text: object) -> str:
+    """``text`` (a string, or what ``str`` makes of it: a path, a warning object) with control
+    and format characters (newline, ESC, U+202E) escaped, so that a message naming a file or
+    value stays one line and prints as written: ``\\n``, ``\\x1b``, ``\\u202e``; a byte that
+    was not UTF-8 (held as a surrogate escape, U+DC80 to U+DCFF, as :func:`os.fsdecode` gives
+    it) as the byte it was, ``\\xff``."""
+    text = text if isinstance(text, str) else str(text)
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else _escaped(c) for c in text)
