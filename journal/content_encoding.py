@@ -7,6 +7,7 @@ decompression bomb stops at ``limit`` bytes instead of exhausting memory.
 
 from __future__ import annotations
 
+import functools
 import zlib
 
 DEFAULT_LIMIT = 256 * 1024 * 1024  # bytes
@@ -123,6 +124,20 @@ def encode_body(data: bytes, encoding: str) -> bytes:
 #: input bytes given to a decoder per call by :func:`decode_prefix`: a corrupt or cut stream
 #: keeps what its pieces before the fault decoded
 _PIECE = 64 * 1024
+#: input bytes per call to a brotli decoder that cannot bound its output (brotli < 1.2)
+_BROTLI_SMALL_PIECE = 64
+
+
+@functools.cache
+def _brotli_bounds_output() -> bool:
+    """Whether this brotli's ``Decompressor.process`` takes ``output_buffer_limit`` (1.2 on)."""
+    import brotli
+
+    try:
+        brotli.Decompressor().process(b"", output_buffer_limit=1)
+    except TypeError:
+        return False
+    return True
 
 
 def decode_prefix(data: bytes, encoding: str, *, limit: int) -> tuple[bytes, bool]:
@@ -179,9 +194,18 @@ def _prefix_one(data: bytes, coding: str, limit: int) -> tuple[bytes, bool]:
         import brotli
 
         d = brotli.Decompressor()
+        bounded = _brotli_bounds_output()
+        # brotli 1.1 (which mitmproxy pins) cannot bound one call's output: small pieces of
+        # input then keep what one call may produce small, and the limit is checked after each
+        piece = _PIECE if bounded else _BROTLI_SMALL_PIECE
         try:
-            for i in range(0, len(data), _PIECE):
-                out += d.process(data[i : i + _PIECE], output_buffer_limit=limit + 1 - len(out))
+            for i in range(0, len(data), piece):
+                chunk = data[i : i + piece]
+                out += (
+                    d.process(chunk, output_buffer_limit=limit + 1 - len(out))
+                    if bounded
+                    else d.process(chunk)
+                )
                 if len(out) > limit:
                     return bytes(out[:limit]), False
         except brotli.error:
