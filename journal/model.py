@@ -1131,7 +1131,8 @@ def redact_exchange_meta(
         shaped = name if has_key_shape(name) else n if has_key_shape(n) else None
         if shaped is not None:
             found = _KEY_SHAPES.search(shaped) or _KEY_SHAPES.search(_url_unquote(shaped))
-            secrets[redact_shapes(shaped).lower()] = fingerprint(found.group(0), key)  # type: ignore[union-attr]
+            assert found is not None  # has_key_shape said so
+            secrets[redact_shapes(shaped).lower()] = fingerprint(found.group(0), key)
         elif is_secret_header(n):
             secrets[n] = fingerprint(credential(value), key)
         elif allow is None or _header_allowed(n, allow):

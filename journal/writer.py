@@ -1362,9 +1362,10 @@ class Journal(JournalProducer):
         """An error response ``body`` cleaned of the credentials of ``p``'s request, and the flags
         it adds. A body received with a ``Content-Encoding`` (the SDKs ask for gzip, br, zstd) is
         decoded first, streaming and at most ``limit`` bytes (the exchange's
-        ``--max-response-body``) or :data:`MAX_DECODED_ERROR`, and stored decoded: ``headers`` (the stored response headers,
-        changed in place) then record the coding as ``pvisor-decoded-content-encoding`` instead
-        of ``content-encoding``. The decoded start is kept when the rest is cut at ``limit`` or
+        ``--max-response-body``) or :data:`MAX_DECODED_ERROR`, and stored decoded: ``headers``
+        (the stored response headers, changed in place) then record the coding as
+        ``pvisor-decoded-content-encoding`` instead of ``content-encoding``. The decoded start
+        is kept when the rest is cut at ``limit`` or
         does not decode (a cut or corrupt stream): flag ``truncated``. A body none of which
         decodes (an unknown coding, a wrong label) is never kept as it came (a key in it would
         be hidden by the coding): the stored body is empty, flag ``undecodable_dropped``."""

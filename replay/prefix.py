@@ -230,8 +230,9 @@ def check_truncated(steps: Sequence[Step], first: int, after_step: int, where: s
         return
     raise ReplayBadInput(
         "response_truncated",
-        f"--after-step {after_step}: the reply of step {cut.n} of {where} is journaled only in part (its exchange "
-        "is flagged truncated: larger than the gateway's --max-response-body, or past its journal budget); "
+        f"--after-step {after_step}: the reply of step {cut.n} of {where} is journaled only in part "
+        "(its exchange is flagged truncated: larger than the gateway's --max-response-body, "
+        "or past its journal budget); "
         f"choose N < {cut.n}",
     )
 

@@ -168,7 +168,8 @@ def restore(
         _emit_json({**done.to_json(), "transition": pos.transition, "before": pos.before})
         return
     click.echo(
-        f"restored run {rs.run} {where(pos)} (snapshot {snap.id}, {snap.kind.value}) into {one_line(str(done.into))}: "
+        f"restored run {rs.run} {where(pos)} (snapshot {snap.id}, {snap.kind.value}) "
+        f"into {one_line(str(done.into))}: "
         f"{_n(done.files, 'file')}, {done.bytes} bytes, manifest {done.digest[:12]}"
     )
 
