@@ -3,13 +3,18 @@
 native file's, with the run in the root ``extra``. A live step of a continuation whose request
 went upstream rewritten shows what the live model got: the boundary user prompt as a user step
 before it, its flags, and ``extra.forwarded`` (the digests of the forwarded bytes and of the
-agent's own, which the journal keeps: ``pvisor journal body EXCHANGE --request``)."""
+agent's own, which the journal keeps: ``pvisor journal body EXCHANGE --request``).
+
+The format ``atif`` (:data:`FORMAT`) writes this for a journal run and
+:func:`pvisor.adapters.native.render.write_atif`'s document for a native file."""
 
 from __future__ import annotations
 
 from typing import BinaryIO
 
+from pvisor.adapters.exports.base import ExportFormat, JournalSource, NativeSource, Settings, Source, Written
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
+from pvisor.adapters.native import render
 from pvisor.adapters.native.render import atif_fields, write_document
 from pvisor.journal import progress
 from pvisor.journal.reader import JournalReader
@@ -43,3 +48,21 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
             out, atif_fields(traj, run.agent or "unknown", extra, f"run {run.id}", traj.meta.get("steps", ()))
         )
     return len(traj.steps)
+
+
+def write(source: JournalSource | NativeSource, out: BinaryIO, settings: Settings) -> Written:
+    """The ATIF of a journal run (:func:`write_atif`) or of a native file
+    (:func:`pvisor.adapters.native.render.write_atif`); counts the trajectory's steps."""
+    if isinstance(source, NativeSource):
+        render.write_atif(source.result, source.adapter, out)
+        return Written(len(source.result.trajectory.steps))
+    return Written(write_atif(source.reader, source.run_id, out))
+
+
+FORMAT = ExportFormat(
+    name="atif",
+    describe={Source.RUN: "ATIF v1.7 of RUN's steps", Source.NATIVE: "Harbor ATIF v1.7"},
+    write=write,
+    unit="steps",
+    extension="atif.json",
+)

@@ -29,6 +29,7 @@ from urllib.parse import parse_qsl
 
 import orjson
 
+from pvisor.adapters.exports.base import ExportFormat, JournalSource, Option, Settings, Source, Written
 from pvisor.journal import progress
 from pvisor.journal.reader import JournalReader
 
@@ -164,3 +165,20 @@ def write_har(
             task.advance()
     out.write(b"\n]}}\n")
     return n
+
+
+def write(source: JournalSource, out: BinaryIO, settings: Settings) -> Written:
+    """:func:`write_har` of ``source`` with the version of pvisor in ``settings``; counts the entries."""
+    return Written(
+        write_har(source.reader, source.run_id, out, bodies=settings.bodies, version=settings.version)
+    )
+
+
+FORMAT = ExportFormat(
+    name="har",
+    describe=dict.fromkeys((Source.RUN, Source.RUNS), "HAR 1.2"),
+    write=write,
+    unit="entries",
+    extension="har",
+    reads=frozenset({Option.NO_BODIES}),
+)

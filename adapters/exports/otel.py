@@ -32,6 +32,7 @@ import orjson
 
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
 from pvisor.adapters.protocols.base import token_counts
+from pvisor.adapters.exports.base import ExportFormat, JournalSource, Option, Settings, Source, Written
 from pvisor.journal import progress
 from pvisor.journal.errors import PvisorError
 from pvisor.journal.reader import JournalReader
@@ -219,3 +220,22 @@ def write_otel(
         out.write(orjson.dumps(doc) + b"\n")
         n += len(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
     return n
+
+
+def write(source: JournalSource, out: BinaryIO, settings: Settings) -> Written:
+    """:func:`write_otel` of ``source`` with the version of pvisor in ``settings``; counts the spans."""
+    return Written(
+        write_otel(
+            source.reader, source.run_id, out, with_content=settings.with_content, version=settings.version
+        )
+    )
+
+
+FORMAT = ExportFormat(
+    name="otel",
+    describe=dict.fromkeys((Source.RUN, Source.RUNS), "OTLP JSON traces (GenAI conventions)"),
+    write=write,
+    unit="spans",
+    extension="jsonl",
+    reads=frozenset({Option.WITH_CONTENT}),
+)

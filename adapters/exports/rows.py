@@ -28,6 +28,8 @@ has the same columns; ``prefix``, ``agent_prefix``, ``action``, ``observation`` 
 JSON text there (their shapes vary by protocol), and ``prompt`` is a list of ``{role, content, tool_call_id,
 tool_calls}`` with ``content`` the message's text and ``tool_calls`` JSON text, so that every
 row has one Arrow type.
+
+Two formats: ``rows`` (:data:`ROWS`, JSON Lines) and ``parquet`` (:data:`PARQUET`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,15 @@ from typing import Any, BinaryIO, Iterable, Iterator
 
 import orjson
 
+from pvisor.adapters.exports.base import (
+    ExportFormat,
+    Extra,
+    JournalSource,
+    Option,
+    Settings,
+    Source,
+    Written,
+)
 from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
 from pvisor.journal import progress
 from pvisor.journal.errors import UsageError
@@ -222,3 +233,33 @@ def write_parquet_rows(
         if batch or n == 0:
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
     return n
+
+
+def write_rows(source: JournalSource, out: BinaryIO, settings: Settings) -> Written:
+    """:func:`write_jsonl` of ``source``'s run; counts the rows."""
+    return Written(write_jsonl(source.reader, source.run_id, out, bodies=settings.bodies))
+
+
+def write_rows_parquet(source: JournalSource, out: BinaryIO, settings: Settings) -> Written:
+    """:func:`write_parquet` of ``source``'s run; counts the rows."""
+    return Written(write_parquet(source.reader, source.run_id, out, bodies=settings.bodies))
+
+
+ROWS = ExportFormat(
+    name="rows",
+    describe={Source.RUN: "one JSON row per step of RUN"},
+    write=write_rows,
+    unit="rows",
+    extension="jsonl",
+    reads=frozenset({Option.NO_BODIES}),
+)
+PARQUET = ExportFormat(
+    name="parquet",
+    describe={Source.RUN: "the same rows as Parquet (pyarrow)"},
+    write=write_rows_parquet,
+    unit="rows",
+    extension="parquet",
+    reads=frozenset({Option.NO_BODIES}),
+    binary=True,
+    extra=Extra(name="parquet", module="pyarrow"),
+)

@@ -6,12 +6,14 @@ import contextlib
 import datetime as _dt
 import os
 import sys
+from typing import Callable
 
 import click
 
-from pvisor.commands.base import Group, PathParam, one_line
+from pvisor.commands.base import Command, Group, PathParam, one_line
 import orjson
 
+from pvisor.commands.exports import DerivedHelpOption, derived_help, format_option, listed, offered, readers
 from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
 from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import EXCHANGE_ID, RUN_ID, RUN_ID_TO_REMOVE
@@ -297,21 +299,22 @@ def body(
     sys.stdout.buffer.flush()
 
 
-_FORMATS = ("jsonl", "atif", "otel", "har", "rows", "parquet")
+def _export_help() -> dict[str, str]:
+    return {"every_run": listed([f.name for f in offered("runs")])}
 
 
-@journal.command("export")
+def _readers_help(option: str, template: str) -> Callable[[], str]:
+    def made() -> str:
+        from pvisor.adapters.exports.base import Option
+
+        return template.format(", ".join(readers("run", Option(option))))
+
+    return made
+
+
+@journal.command("export", cls=derived_help(Command, _export_help))
 @click.argument("run_id", metavar="[RUN]", required=False, type=RUN_ID)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(_FORMATS),
-    default="jsonl",
-    show_default=True,
-    help="jsonl: runs, attempts, exchanges with bodies; atif: ATIF v1.7 of RUN's steps; otel: OTLP JSON "
-    "traces (GenAI conventions); har: HAR 1.2; rows: one JSON row per step of RUN; parquet: the same rows "
-    "as Parquet (pyarrow). docs/exports.md",
-)
+@format_option("run", ". docs/exports.md", default="jsonl", show_default=True)
 @click.option(
     "--output",
     "-o",
@@ -320,10 +323,16 @@ _FORMATS = ("jsonl", "atif", "otel", "har", "rows", "parquet")
     help="Write to a file instead of stdout ('-': stdout); missing directories are created (0700).",
 )
 @click.option(
-    "--no-bodies", is_flag=True, help="Leave the bodies out (jsonl, har, rows, parquet): metadata only."
+    "--no-bodies",
+    is_flag=True,
+    cls=DerivedHelpOption,
+    help_from=_readers_help("--no-bodies", "Leave the bodies out ({}): metadata only."),
 )
 @click.option(
-    "--with-content", is_flag=True, help="otel: add each exchange's request and reply as span events."
+    "--with-content",
+    is_flag=True,
+    cls=DerivedHelpOption,
+    help_from=_readers_help("--with-content", "{}: add each exchange's request and reply as span events."),
 )
 @click.option(
     "--json", "as_json", is_flag=True, help="With --output: print a JSON summary {path, format, count}."
@@ -339,7 +348,7 @@ def export(
     with_content: bool,
     as_json: bool,
 ) -> None:
-    """Export RUN (or every run, for jsonl, otel and har) in one of the formats of docs/exports.md.
+    """Export RUN (or every run, for {every_run}) in one of the formats of docs/exports.md.
 
     \b
     Examples:
@@ -349,44 +358,33 @@ def export(
       pvisor journal export --format jsonl --no-bodies > meta.jsonl
     """
     from pvisor._version import __version__
-    from pvisor.adapters.exports import ExportFormat
+    from pvisor.adapters.exports import get_format
+    from pvisor.adapters.exports.base import JournalSource, Option, Settings, Source
 
-    form = ExportFormat(fmt)
-    if form.per_run and run_id is None:
+    form = get_format(fmt)
+    if Source.RUNS not in form.accepts and run_id is None:
         raise UsageError(f"--format {fmt} exports one run: give RUN (pvisor journal ls lists them)")
-    if no_bodies and form in (ExportFormat.ATIF, ExportFormat.OTEL):
+    if no_bodies and Option.NO_BODIES not in form.reads:
         raise UsageError(
-            f"--no-bodies is for jsonl, har, rows and parquet; {fmt} holds no bodies"
-            + (" unless --with-content" if form is ExportFormat.OTEL else "")
+            f"--no-bodies is for {listed(readers('run', Option.NO_BODIES))}; {fmt} holds no bodies"
+            + (" unless --with-content" if Option.WITH_CONTENT in form.reads else "")
         )
-    if with_content and form is not ExportFormat.OTEL:
-        raise UsageError("--with-content is for --format otel")
+    if with_content and Option.WITH_CONTENT not in form.reads:
+        raise UsageError(
+            f"--with-content is for {listed([f'--format {n}' for n in readers('run', Option.WITH_CONTENT)])}"
+        )
     if output == "-":
         output = None
     if output:
         check_output_path(output, "--output", create_parents=True)
-    elif form is ExportFormat.PARQUET and is_terminal(sys.stdout):
-        raise UsageError("--format parquet writes binary data: give -o FILE.parquet, or redirect stdout")
+    elif form.binary and is_terminal(sys.stdout):
+        raise UsageError(
+            f"--format {fmt} writes binary data: give -o FILE.{form.extension}, or redirect stdout"
+        )
+    settings = Settings(bodies=not no_bodies, with_content=with_content, version=__version__)
 
-    def write(r: JournalReader, out) -> tuple[int, str]:
-        if form is ExportFormat.JSONL:
-            return r.export_jsonl(out, run_id, bodies=not no_bodies), "lines"
-        if form is ExportFormat.ATIF:
-            from pvisor.adapters.exports.atif import write_atif
-
-            return write_atif(r, run_id, out), "steps"
-        if form is ExportFormat.OTEL:
-            from pvisor.adapters.exports.otel import write_otel
-
-            return write_otel(r, run_id, out, with_content=with_content, version=__version__), "spans"
-        if form is ExportFormat.HAR:
-            from pvisor.adapters.exports.har import write_har
-
-            return write_har(r, run_id, out, bodies=not no_bodies, version=__version__), "entries"
-        from pvisor.adapters.exports import rows
-
-        writer = rows.write_parquet if form is ExportFormat.PARQUET else rows.write_jsonl
-        return writer(r, run_id, out, bodies=not no_bodies), "rows"
+    def write(r: JournalReader, out) -> int:
+        return form.write(JournalSource(r, run_id), out, settings).count
 
     with _reader(ctx) as r:
         if run_id is not None:
@@ -401,7 +399,7 @@ def export(
             try:
                 with replacing(output) as f:
                     opened = True
-                    n, unit = write(r, f)
+                    n = write(r, f)
             except OSError as exc:
                 if not opened:
                     raise UsageError(f"cannot write --output {output}: {exc.strerror or exc}") from None
@@ -411,13 +409,14 @@ def export(
         else:
             # no bar drawn into the output when stdout is the terminal too
             with progress.listening(None) if is_terminal(sys.stdout) else contextlib.nullcontext():
-                n, unit = write(r, sys.stdout.buffer)
+                n = write(r, sys.stdout.buffer)
             sys.stdout.buffer.flush()
     if output:
+        unit = form.unit
         if as_json:
             summary: dict = {"path": output, "format": fmt, "count": n, "unit": unit}
-            if form is ExportFormat.JSONL:
-                summary["lines"] = n  # as before the other formats
+            if unit == "lines":
+                summary["lines"] = n  # a count of lines was given as "lines" before the other formats came
             _emit_json(summary)
         else:
             singular = {"entries": "entry"}.get(unit, unit[:-1])

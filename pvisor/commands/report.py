@@ -12,6 +12,9 @@ from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import RUN_ID, Size
 from pvisor.commands.progress import progress_option
 
+#: the export format this command writes (pvisor.adapters.exports.report)
+REPORT = "report"
+
 
 @click.command("report", cls=Command)
 @click.argument("run_id", metavar="RUN", type=RUN_ID)
@@ -49,17 +52,20 @@ def report(
       pvisor report r-3f2a9c0d1e2b
       pvisor report r-3f2a9c0d1e2b -o run.html --open
     """
+    from pvisor.adapters.exports import get_format
+    from pvisor.adapters.exports.base import JournalSource, Settings
     from pvisor.journal.errors import OutputError
     from pvisor.journal.reader import JournalReader
-    from pvisor.report import write_report
 
+    form = get_format(REPORT)
     with JournalReader(Path(ctx.obj["journal"])) as reader:
         run = reader.run(run_id)  # an unknown run is a usage error before anything is written
-        path = Path(output) if output else Path(f"{run.id}.html")
+        path = Path(output) if output else Path(f"{run.id}.{form.extension}")
         check_output_path(str(path), "--output", create_parents=True)
         make_output_parent(str(path), "--output")
+        settings = Settings(body_limit=body_limit, with_parent=not no_parent)
         try:
-            written = write_report(reader, run.id, path, body_limit, with_parent=not no_parent)
+            written = form.write(JournalSource(reader, run.id), path, settings).paths
         except OSError as exc:
             raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
     for p in written:

@@ -27,6 +27,7 @@ import click
 from pvisor.commands.base import Command, Group, PathParam, one_line
 import orjson
 
+from pvisor.commands.exports import format_option
 from pvisor.commands.params import Seconds, Size
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.journal import progress
@@ -215,13 +216,7 @@ def _stream_table(steps) -> int:
 
 @trajectory.command("export")
 @click.argument("file", type=PathParam(readable=False))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["atif", "json"]),
-    required=True,
-    help="atif: Harbor ATIF v1.7; json: pvisor.native-trajectory/v1.",
-)
+@format_option("native", ".", required=True)
 @click.option("--agent", default=None, help="The adapter; default: detected from the file.")
 @click.option("--strict", is_flag=True, help="Exit 65 when reading gave any warning.")
 @click.option(
@@ -242,9 +237,13 @@ def export(
     input_timeout: float | None,
 ) -> None:
     """Write FILE's trajectory to stdout as ATIF v1.7 (exact argument strings in `extra`) or JSON."""
-    from pvisor.adapters.native.render import write_atif, write_json
+    from pvisor.adapters.exports import get_format
+    from pvisor.adapters.exports.base import NativeSource, Settings
 
+    form = get_format(fmt)
     result, name = _read(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
     )
-    _stream_json(write_atif if fmt == "atif" else write_json, result, name)
+    _stream_json(
+        lambda result, name, out: form.write(NativeSource(result, name), out, Settings()), result, name
+    )

@@ -16,6 +16,9 @@ a ``<script type="application/json">``); it loads nothing from the network. What
 
 The script renders the timeline in slices as the reader scrolls, so a run of thousands of steps
 opens at once (bench/report_bench.py measures it).
+
+The export format ``report`` (:data:`FORMAT`, :mod:`pvisor.adapters.exports`): files of one
+journal run, the page at the path given and the parent's beside it; ``pvisor report`` writes it.
 """
 
 from __future__ import annotations
@@ -28,6 +31,15 @@ from typing import Any
 
 import orjson
 
+from pvisor.adapters.exports.base import (
+    ExportFormat,
+    JournalSource,
+    Option,
+    Output,
+    Settings,
+    Source,
+    Written,
+)
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.journal import progress
 from pvisor.journal.errors import PvisorError
@@ -341,6 +353,26 @@ def _write(path: Path, text: str) -> None:
 
     with replacing(str(path)) as out:
         out.write(text.encode("utf-8"))
+
+
+def write(source: JournalSource, output: Path, settings: Settings) -> Written:
+    """:func:`write_report` of ``source``'s run to ``output`` (``settings.body_limit``, default
+    :data:`DEFAULT_BODY_LIMIT`; the parent's page unless ``settings.with_parent`` is False);
+    counts the pages, the files written in :attr:`Written.paths`."""
+    limit = DEFAULT_BODY_LIMIT if settings.body_limit is None else settings.body_limit
+    written = write_report(source.reader, source.run_id, output, limit, with_parent=settings.with_parent)
+    return Written(len(written), tuple(written))
+
+
+FORMAT = ExportFormat(
+    name="report",
+    describe={Source.RUN: "one self-contained HTML page of RUN (and its parent run's page beside it)"},
+    write=write,
+    unit="pages",
+    extension="html",
+    reads=frozenset({Option.BODY_LIMIT, Option.NO_PARENT}),
+    output=Output.FILES,
+)
 
 
 _PAGE = r"""<!doctype html>
