@@ -178,7 +178,7 @@ def _related(a: Path, b: Path) -> bool:
 
 
 def _check(opts: ReplayOnlyOptions) -> Any:
-    from pvisor.replay.prefix import descriptor
+    from pvisor.replay.source import descriptor
 
     d = descriptor(opts.agent)
     for opt, value in (
@@ -851,7 +851,7 @@ def _check_boundary_prompt(opts: ReplayOptions, rec: Any, d: Any) -> None:
     """A boundary prompt needs a request N+1: refused when N is the last step and A_N made no
     tool call or is the agent's finish action (the agent ends after A_N; only its native resume
     could send more)."""
-    from pvisor.replay.prefix import finish_at
+    from pvisor.replay.source import finish_at
 
     if opts.boundary_prompt is None:
         return

@@ -41,7 +41,8 @@ from .errors import (
     show_path,
 )
 from pvisor.adapters.jsonio import dumps
-from .prefix import Prefix, Source, descriptor, finish_at, is_made_up
+from .prefix import Prefix
+from .source import Source, descriptor, finish_at, is_made_up
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -262,7 +263,7 @@ def tool_call_records(
     """``tool_calls`` of the result: one record per tool call of steps 1..N, in order.
     ``wire(action)``: the call ids as the agent sends them (a native file may store its own
     form: Gemini CLI's ``<name>__<id>``), so that ``call_id`` names the id the prefix carries.
-    ``unsent``: O_N was never sent (A_N is the agent's finish action, :func:`~.prefix.finish_at`):
+    ``unsent``: O_N was never sent (A_N is the agent's finish action, :func:`~.source.finish_at`):
     the calls of A_N are flagged ``observation_not_sent`` and have no historical observation."""
     out: list[dict[str, Any]] = []
     for i in range(after_step):
