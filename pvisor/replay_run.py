@@ -43,21 +43,21 @@ from pvisor.replay.errors import (
     error_detail,
     show_path,
 )
-from pvisor.replay.prepare import (
+from pvisor.replay.prepare import check_utf8_option as _utf8
+from pvisor.replay.result import (
     PREFIX_FILE,
-    _utf8,
     REQUEST_FILE,
     RESULT_FILE,
-    _commit,
-    _write,
-    _write_temps,
     base_result,
     check_output,
+    commit_temps as _commit,
     create_output,
     dump_result,
     file_sha256,
     prefix_record,
     workspace_digest,
+    write_file as _write,
+    write_temps as _write_temps,
 )
 
 #: seconds the agent may go on after its synthetic final reply before it is stopped

@@ -63,7 +63,7 @@ from pvisor.journal.model import (
 
 from .prefix import request_meta
 from .source import finish_at, is_made_up
-from .prepare import content_sha256, match_results
+from .result import content_sha256, match_results
 from .recording import Recording, RecordedReply, aux_key
 
 #: flags playback journals with the exchanges it answers (``exchanges.flags``)

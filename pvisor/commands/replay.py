@@ -525,7 +525,7 @@ def _report(replay: Any, result_to: str | None) -> None:
     ``--result -`` the document on stdout, also the failed one of an error (stdout stays one JSON
     value) and the summary on stderr."""
     from pvisor.journal.errors import PvisorError
-    from pvisor.replay.prepare import dump_result
+    from pvisor.replay.result import dump_result
 
     try:
         outcome = replay()
