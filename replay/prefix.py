@@ -82,13 +82,6 @@ if TYPE_CHECKING:
 #: where a part of the prefix came from (``prefix.origin.*`` of the result)
 ORIGINS = ("journal", "trajectory", "profile", "default", "absent", "rendered")
 
-#: default request target per protocol: (method, path, query); Gemini's path takes the model
-_DEFAULT_TARGET: dict[str, tuple[str, str, str]] = {
-    "anthropic": ("POST", "/v1/messages", ""),
-    "openai-chat": ("POST", "/v1/chat/completions", ""),
-    "openai-responses": ("POST", "/v1/responses", ""),
-    "gemini": ("POST", "/v1beta/models/{model}:streamGenerateContent", "alt=sse"),
-}
 #: headers never written to prefix.request.json: they describe the wire body, not this one
 _BODY_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding"})
 
@@ -166,15 +159,6 @@ def request_meta(
 # --------------------------------------------------------------------------- journal
 
 
-#: body key holding the conversation entries, per protocol
-_ENTRIES_KEY = {
-    "anthropic": "messages",
-    "openai-chat": "messages",
-    "openai-responses": "input",
-    "gemini": "contents",
-}
-
-
 def append_action(protocol: str, body: bytes, action: Action) -> bytes:
     """Request ``body`` with ``action`` appended as the assistant turn, in the body's own
     shape: the entries the protocol module renders for the action's message are appended to
@@ -186,7 +170,7 @@ def append_action(protocol: str, body: bytes, action: Action) -> bytes:
     rendered = orjson.loads(
         mod.render_request(Conversation(protocol=protocol, messages=[action_message(action)]))
     )
-    key = _ENTRIES_KEY[protocol]
+    key = mod.ENTRIES_KEY
     entries = obj.get(key)
     if isinstance(entries, str):  # a Responses input given as one string
         entries = [{"role": "user", "content": [{"type": "input_text", "text": entries}]}]
@@ -507,10 +491,6 @@ def _leading_messages(profile: Conversation, pieces: list[str]) -> list[Message]
     return out
 
 
-def _results_role(protocol: str) -> str:
-    return "tool" if protocol in ("openai-chat", "openai-responses") else "user"
-
-
 def native_conversation(
     agent: str,
     protocol: str,
@@ -532,6 +512,7 @@ def native_conversation(
     steps up to its own. ``last_observation`` False: O_N is left out, the conversation ends at
     A_N (the agent's finish action, :func:`finish_at`: it never sent O_N)."""
     d = descriptor(agent)
+    mod = get_protocol(protocol)
     origin: dict[str, str] = {"messages": "trajectory"}
     pconv = profile.conversation if profile is not None else None
     conv = Conversation(protocol=protocol)
@@ -605,9 +586,8 @@ def native_conversation(
         conv.stream = d.streams
         origin["params"] = "default"
         # what the API requires that the file does not say (no profile of this protocol)
-        if protocol == "anthropic":
-            conv.params["max_tokens"] = DEFAULT_MAX_TOKENS
-        if conv.model is None and protocol != "gemini":  # Gemini names the model in the path
+        conv.params.update(mod.REQUIRED_PARAMS)
+        if conv.model is None and not mod.MODEL_IN_PATH:  # a model in the path: native_request
             conv.model = MODEL_NOT_RECORDED
             if notes is not None:
                 notes.append(
@@ -648,7 +628,7 @@ def native_conversation(
     def wire_result(r: ToolResult) -> ToolResult:
         return d.wire_result(protocol, r if native else _plain(r), names)
 
-    role = _results_role(protocol)
+    role = mod.RESULTS_ROLE
     names: dict[str, str] = {}
     if compaction is not None:
         # the agent sends the history it compacted to in place of the task and the steps before
@@ -696,8 +676,8 @@ def native_conversation(
             conv.messages.extend(wire_message(m) for m in obs.messages[compaction.messages_from :])
         elif step.n >= kept:
             conv.messages.extend(wire_message(m) for m in obs.messages)
-    if protocol == "anthropic":
-        conv.messages = _without_unsigned_reasoning(conv.messages, notes)
+    if mod.SIGNED_REASONING:
+        conv.messages = _without_unsigned_reasoning(mod.TITLE, conv.messages, notes)
     return conv, origin
 
 
@@ -710,10 +690,11 @@ def _plain_message(m: Message) -> Message:
 
 
 def _without_unsigned_reasoning(
-    messages: list[Message], notes: list[tuple[str, str]] | None
+    title: str, messages: list[Message], notes: list[tuple[str, str]] | None
 ) -> list[Message]:
-    """The messages without reasoning Anthropic cannot take (a thinking block needs a signature
-    of its own: reasoning of another protocol has none), said once in ``notes``."""
+    """The messages without reasoning a protocol of ``SIGNED_REASONING`` (``title``: its name in
+    sentences) cannot take (a thinking block needs a signature of its own: reasoning of another
+    protocol has none), said once in ``notes``."""
     out: list[Message] = []
     dropped = 0
     for m in messages:
@@ -729,7 +710,7 @@ def _without_unsigned_reasoning(
         notes.append(
             (
                 "reasoning_not_converted",
-                f"{dropped} reasoning block(s) of the native file have no Anthropic signature: left out",
+                f"{dropped} reasoning block(s) of the native file have no {title} signature: left out",
             )
         )
     return out
@@ -747,6 +728,7 @@ def _convert_tools(
     definition said true: the two APIs default differently). A tool
     that is not a function tool (a provider's built-in such as Anthropic ``web_search``) has no
     equivalent and is left out with a ``tool_not_converted`` warning."""
+    mod = get_protocol(protocol)
     out: list[ToolSpec] = []
     for t in tools:
         raw_type = t.raw.get("type") if isinstance(t.raw, dict) else None
@@ -760,30 +742,15 @@ def _convert_tools(
                 )
             continue
         params = copy.deepcopy(t.parameters)
-        if params is None and protocol in _SCHEMA_REQUIRED:
+        if params is None and mod.TOOL_SCHEMA_REQUIRED:
             params = {"type": "object", "properties": {}}  # Chat/Gemini: no parameters = none taken
-        raw = None
-        if protocol == "openai-responses":
-            # Chat Completions' strict defaults to false, Responses' to true: keep the meaning
-            fn = (
-                t.raw.get("function")
-                if isinstance(t.raw, dict) and isinstance(t.raw.get("function"), dict)
-                else {}
-            )
-            raw = {"type": "function", "name": t.name, "strict": bool(fn.get("strict", False))}
+        raw = mod.converted_tool_raw(t)
         out.append(ToolSpec(name=t.name, description=t.description, parameters=params, raw=raw))
     return out
 
 
-#: ``max_tokens`` of an Anthropic render without a profile (the API requires one): Claude Code's
-#: own for its default model (32000, seen in its requests)
-DEFAULT_MAX_TOKENS = 32000
 #: the model of a render whose source names none (APIs require a model)
 MODEL_NOT_RECORDED = "model-not-recorded"
-
-#: protocols whose function tools must carry a parameter schema (Anthropic ``input_schema``,
-#: Responses ``parameters``)
-_SCHEMA_REQUIRED = frozenset({"anthropic", "openai-responses"})
 
 
 def render_native(
@@ -819,19 +786,15 @@ def native_request(
 ) -> tuple[dict[str, Any], str]:
     """prefix.request.json for a native render: the profile's request target and headers when
     it is of ``protocol``, else the protocol's default target. Returns (meta, origin)."""
+    mod = get_protocol(protocol)
     if profile is not None and profile.conversation.protocol == protocol:
         meta = dict(profile.request)
-        if protocol == "gemini" and model:
-            head, sep, tail = meta["path"].rpartition("/models/")
-            verb = tail.partition(":")[2]
-            if sep and verb:
-                meta["path"] = f"{head}/models/{model}:{verb}"
+        if model:
+            meta["path"] = mod.path_for_model(meta["path"], model)
         return meta, "profile"
-    method, path, query = _DEFAULT_TARGET[protocol]
-    if protocol == "gemini":
+    method, path, query = mod.DEFAULT_TARGET if stream else mod.UNSTREAMED_TARGET
+    if mod.MODEL_IN_PATH:
         path = path.format(model=model or "MODEL")
-        if not stream:
-            path, query = path.replace(":streamGenerateContent", ":generateContent"), ""
     query = descriptor(agent).request_query or query
     return request_meta(method, path, query, {"content-type": "application/json"}), "default"
 

@@ -207,20 +207,9 @@ def prefix_record(
         out if isinstance(out, tuple) else (os.path.join(out, PREFIX_FILE), os.path.join(out, REQUEST_FILE))
     )
     desc = describe_prefix(protocol, body, request["path"], request["query"], after_step)
-    breakpoints = None
-    if protocol == "anthropic":
-        obj = orjson.loads(body)
-        breakpoints = sum(
-            1
-            for part in (
-                obj.get("system"),
-                obj.get("tools"),
-                *[m.get("content") for m in obj.get("messages") or [] if isinstance(m, dict)],
-            )
-            if isinstance(part, list)
-            for b in part
-            if isinstance(b, dict) and "cache_control" in b
-        )
+    from pvisor.adapters.protocols import get_protocol
+
+    breakpoints = get_protocol(protocol).cache_breakpoints(body)
     return {
         "protocol": protocol,
         "path": shown[0] if isinstance(shown[0], str) else show_path(shown[0]),
