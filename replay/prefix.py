@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import field, replace
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Sequence
 
 import orjson
@@ -43,7 +43,6 @@ from pvisor.journal.model import (
     Conversation,
     Message,
     Observation,
-    Reasoning,
     Step,
     TextPart,
     ToolCall,
@@ -52,6 +51,14 @@ from pvisor.journal.model import (
 )
 
 from pvisor.adapters.jsonio import dumps
+from pvisor.adapters.protocols.convert import (
+    convert_tools,
+    plain,
+    plain_action,
+    plain_message,
+    texts_only,
+    without_unsigned_reasoning,
+)
 from pvisor.journal.record import Record, record
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
@@ -567,12 +574,14 @@ def native_conversation(
         if (
             protocol != d.native_raw_protocol
         ):  # the file's own tool objects are no definition of this protocol
-            conv.tools = [_plain(t) for t in conv.tools]
+            conv.tools = [plain(t) for t in conv.tools]
     elif pconv is not None and pconv.tools:
         if same_protocol:
             conv.tools = copy.deepcopy(pconv.tools)
         else:
-            conv.tools = _convert_tools(pconv.protocol, protocol, pconv.tools, notes)
+            conv.tools, dropped = convert_tools(pconv.protocol, protocol, pconv.tools)
+            if notes is not None:
+                notes.extend((c.kind, f"profile {c.detail}") for c in dropped)
         origin["tools"] = "profile" if conv.tools else "absent"
     else:
         origin["tools"] = "absent"
@@ -601,32 +610,19 @@ def native_conversation(
     if pconv is not None:
         profile_first = next((m for m in pconv.messages if m.role == "user"), None)
         if profile_first is not None and not same_protocol:  # texts only, not another protocol's blocks
-            profile_first = Message(
-                profile_first.role,
-                [TextPart(p.text) if isinstance(p, TextPart) else p for p in profile_first.parts],
-            )
+            profile_first = texts_only(profile_first)
     # the native file's own objects (``raw``) go to the descriptor's wire forms only when they
     # are of this protocol: in another, only the canonical fields mean anything
     native = protocol == d.native_raw_protocol
 
     def wire_message(m: Message) -> Message:
-        return d.wire_message(protocol, m if native else _plain_message(m))
+        return d.wire_message(protocol, m if native else plain_message(m))
 
     def wire_action(a: Action) -> Message:
-        return d.wire_action(
-            protocol,
-            a
-            if native
-            else replace(
-                a,
-                raw=None,
-                reasoning=[_plain(r) for r in a.reasoning],
-                tool_calls=[_plain(c) for c in a.tool_calls],
-            ),
-        )
+        return d.wire_action(protocol, a if native else plain_action(a))
 
     def wire_result(r: ToolResult) -> ToolResult:
-        return d.wire_result(protocol, r if native else _plain(r), names)
+        return d.wire_result(protocol, r if native else plain(r), names)
 
     role = mod.RESULTS_ROLE
     names: dict[str, str] = {}
@@ -676,77 +672,15 @@ def native_conversation(
             conv.messages.extend(wire_message(m) for m in obs.messages[compaction.messages_from :])
         elif step.n >= kept:
             conv.messages.extend(wire_message(m) for m in obs.messages)
-    if mod.SIGNED_REASONING:
-        conv.messages = _without_unsigned_reasoning(mod.TITLE, conv.messages, notes)
-    return conv, origin
-
-
-def _plain(p: Any) -> Any:
-    return replace(p, raw=None) if getattr(p, "raw", None) is not None else p
-
-
-def _plain_message(m: Message) -> Message:
-    return Message(m.role, [_plain(p) for p in m.parts])
-
-
-def _without_unsigned_reasoning(
-    title: str, messages: list[Message], notes: list[tuple[str, str]] | None
-) -> list[Message]:
-    """The messages without reasoning a protocol of ``SIGNED_REASONING`` (``title``: its name in
-    sentences) cannot take (a thinking block needs a signature of its own: reasoning of another
-    protocol has none), said once in ``notes``."""
-    out: list[Message] = []
-    dropped = 0
-    for m in messages:
-        parts = [
-            p
-            for p in m.parts
-            if not (isinstance(p, Reasoning) and not p.signature and not p.encrypted and p.raw is None)
-        ]
-        dropped += len(m.parts) - len(parts)
-        if parts or not m.parts:
-            out.append(Message(m.role, parts, raw=m.raw) if len(parts) != len(m.parts) else m)
+    conv.messages, dropped = without_unsigned_reasoning(protocol, conv.messages)
     if dropped and notes is not None:
         notes.append(
             (
-                "reasoning_not_converted",
-                f"{dropped} reasoning block(s) of the native file have no {title} signature: left out",
+                dropped[0].kind,
+                f"{len(dropped)} reasoning block(s) of the native file have no {mod.TITLE} signature: left out",
             )
         )
-    return out
-
-
-def _convert_tools(
-    source_protocol: str, protocol: str, tools: list[ToolSpec], notes: list[tuple[str, str]] | None
-) -> list[ToolSpec]:
-    """A profile's tools, sent in ``source_protocol``, for a render in ``protocol``: the
-    canonical ToolSpec (name, description, JSON-Schema parameters) without the other protocol's
-    ``raw`` definition, so that the target's ``render_request`` writes its own shape (Gemini
-    ``functionDeclarations``, Responses flat function tools, Anthropic ``input_schema``). A
-    function without parameters gets the empty object schema where the target requires one
-    (Anthropic, Responses); for Responses ``strict`` is written (false unless the Chat
-    definition said true: the two APIs default differently). A tool
-    that is not a function tool (a provider's built-in such as Anthropic ``web_search``) has no
-    equivalent and is left out with a ``tool_not_converted`` warning."""
-    mod = get_protocol(protocol)
-    out: list[ToolSpec] = []
-    for t in tools:
-        raw_type = t.raw.get("type") if isinstance(t.raw, dict) else None
-        if t.parameters is None and raw_type not in (None, "function"):
-            if notes is not None:
-                notes.append(
-                    (
-                        "tool_not_converted",
-                        f"profile tool {t.name} ({raw_type}) of {source_protocol} has no {protocol} equivalent: left out",
-                    )
-                )
-            continue
-        params = copy.deepcopy(t.parameters)
-        if params is None and mod.TOOL_SCHEMA_REQUIRED:
-            params = {"type": "object", "properties": {}}  # Chat/Gemini: no parameters = none taken
-        raw = mod.converted_tool_raw(t)
-        out.append(ToolSpec(name=t.name, description=t.description, parameters=params, raw=raw))
-    return out
+    return conv, origin
 
 
 #: the model of a render whose source names none (APIs require a model)
