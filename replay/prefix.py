@@ -21,6 +21,12 @@ Two sources:
   ``render_request``. Parts the file does not store come from a profile (a journal capture
   of the same agent, :func:`load_profile`) or are reported absent: see :data:`ORIGINS`.
 
+The source is read and checked by :mod:`.source` (the boundary, damage and finish-action
+checks); what a protocol requires comes from its module's facts
+(:class:`~pvisor.adapters.protocols.base.WireProtocol`: default targets, entries key, results
+role, required params); a file or profile of another protocol passes through the transcoder's
+pieces (:mod:`pvisor.adapters.protocols.convert`).
+
 Errors: :class:`~pvisor.replay.errors.ReplayUsageError` (exit 2),
 :class:`~pvisor.replay.errors.ReplayBadInput` (exit 65), both with a result-protocol code.
 Nothing here writes a file, starts a process or opens a socket.
