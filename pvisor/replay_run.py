@@ -43,21 +43,21 @@ from pvisor.replay.errors import (
     error_detail,
     show_path,
 )
-from pvisor.replay.prepare import (
+from pvisor.replay.prepare import check_utf8_option as _utf8
+from pvisor.replay.result import (
     PREFIX_FILE,
-    _utf8,
     REQUEST_FILE,
     RESULT_FILE,
-    _commit,
-    _write,
-    _write_temps,
     base_result,
     check_output,
+    commit_temps as _commit,
     create_output,
     dump_result,
     file_sha256,
     prefix_record,
     workspace_digest,
+    write_file as _write,
+    write_temps as _write_temps,
 )
 
 #: seconds the agent may go on after its synthetic final reply before it is stopped
@@ -178,7 +178,7 @@ def _related(a: Path, b: Path) -> bool:
 
 
 def _check(opts: ReplayOnlyOptions) -> Any:
-    from pvisor.replay.prefix import descriptor
+    from pvisor.replay.source import descriptor
 
     d = descriptor(opts.agent)
     for opt, value in (
@@ -851,7 +851,7 @@ def _check_boundary_prompt(opts: ReplayOptions, rec: Any, d: Any) -> None:
     """A boundary prompt needs a request N+1: refused when N is the last step and A_N made no
     tool call or is the agent's finish action (the agent ends after A_N; only its native resume
     could send more)."""
-    from pvisor.replay.prefix import finish_at
+    from pvisor.replay.source import finish_at
 
     if opts.boundary_prompt is None:
         return

@@ -28,15 +28,13 @@ import orjson
 from pvisor.journal.errors import PvisorError
 
 from .errors import ReplayUsageError, show_path
-from .prepare import (
+from .prefix import Prefix
+from .prepare import PrepareOptions, check_inputs_not_outputs, check_options, compute
+from .result import (
     PREFIX_FILE,
     REQUEST_FILE,
-    PrepareOptions,
-    check_options,
     base_result,
-    check_inputs_not_outputs,
     check_output,
-    compute,
     create_output,
     fail,
     file_sha256,
@@ -45,7 +43,6 @@ from .prepare import (
     write_failed,
     write_outputs,
 )
-from .prefix import Prefix
 
 #: the keys a manifest line may have, and the types their values must be
 MANIFEST_KEYS: dict[str, tuple[type, ...]] = {
@@ -128,7 +125,7 @@ class SourceReads:
         return (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
 
     def sha256(self, path: Path) -> str:
-        """:func:`~.prepare.file_sha256` of ``path``, once per file."""
+        """:func:`~.result.file_sha256` of ``path``, once per file."""
         try:
             key = self._key(path)
         except OSError:

@@ -61,8 +61,9 @@ from pvisor.journal.model import (
     redact_exchange_meta,
 )
 
-from .prefix import finish_at, is_made_up, request_meta
-from .prepare import content_sha256, match_results
+from .prefix import request_meta
+from .source import finish_at, is_made_up
+from .result import content_sha256, match_results
 from .recording import Recording, RecordedReply, aux_key
 
 #: flags playback journals with the exchanges it answers (``exchanges.flags``)
@@ -666,12 +667,12 @@ def recorded_prefix(p: PlaybackResponder) -> tuple[bytes, dict[str, Any], str, b
         and p.n > 0
         and (p.finish is not None or not _calls(p.actions[p.n - 1]))
     ):
-        from .prefix import _append_action
+        from .prefix import append_action
 
         _, _, request, body = p.latest
         meta = _meta(request)
         meta["recorded_content_encoding"] = None  # rendered: not the bytes the agent sent
-        return _append_action(p.rec.protocol, body, p.actions[p.n - 1]), meta, request.exchange, True
+        return append_action(p.rec.protocol, body, p.actions[p.n - 1]), meta, request.exchange, True
     return None
 
 

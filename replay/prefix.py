@@ -21,6 +21,12 @@ Two sources:
   ``render_request``. Parts the file does not store come from a profile (a journal capture
   of the same agent, :func:`load_profile`) or are reported absent: see :data:`ORIGINS`.
 
+The source is read and checked by :mod:`.source` (the boundary, damage and finish-action
+checks); what a protocol requires comes from its module's facts
+(:class:`~pvisor.adapters.protocols.base.WireProtocol`: default targets, entries key, results
+role, required params); a file or profile of another protocol passes through the transcoder's
+pieces (:mod:`pvisor.adapters.protocols.convert`).
+
 Errors: :class:`~pvisor.replay.errors.ReplayUsageError` (exit 2),
 :class:`~pvisor.replay.errors.ReplayBadInput` (exit 65), both with a result-protocol code.
 Nothing here writes a file, starts a process or opens a socket.
@@ -30,21 +36,19 @@ from __future__ import annotations
 
 import copy
 import os
-from dataclasses import field, replace
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from dataclasses import field
+from typing import TYPE_CHECKING, Any, Sequence
 
 import orjson
 
 from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.errors import PvisorError
 from pvisor.journal.model import (
-    RESPONSE_TRUNCATED,
     Action,
     Compaction,
     Conversation,
     Message,
     Observation,
-    Reasoning,
     Step,
     TextPart,
     ToolCall,
@@ -52,9 +56,36 @@ from pvisor.journal.model import (
     ToolSpec,
 )
 
-from .errors import ReplayBadInput, ReplayUsageError, show_path
 from pvisor.adapters.jsonio import dumps
+from pvisor.adapters.protocols.convert import (
+    convert_tools,
+    plain,
+    plain_action,
+    plain_message,
+    texts_only,
+    without_unsigned_reasoning,
+)
 from pvisor.journal.record import Record, record
+
+from .errors import ReplayBadInput, ReplayUsageError, show_path
+from .source import (
+    Source,
+    attach_source,
+    answering,
+    check_boundary,
+    check_cut_off,
+    check_damage,
+    check_gaps,
+    check_truncated,
+    choose_protocol,
+    descriptor,
+    finish_at,
+    is_made_up,
+    pending_calls,
+    read_native_source,
+    step_notes,
+    unsent_note,
+)
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -64,48 +95,8 @@ if TYPE_CHECKING:
 #: where a part of the prefix came from (``prefix.origin.*`` of the result)
 ORIGINS = ("journal", "trajectory", "profile", "default", "absent", "rendered")
 
-#: default request target per protocol: (method, path, query); Gemini's path takes the model
-_DEFAULT_TARGET: dict[str, tuple[str, str, str]] = {
-    "anthropic": ("POST", "/v1/messages", ""),
-    "openai-chat": ("POST", "/v1/chat/completions", ""),
-    "openai-responses": ("POST", "/v1/responses", ""),
-    "gemini": ("POST", "/v1beta/models/{model}:streamGenerateContent", "alt=sse"),
-}
 #: headers never written to prefix.request.json: they describe the wire body, not this one
 _BODY_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding"})
-
-
-def descriptor(agent: str) -> Any:
-    """The agent's descriptor (:mod:`pvisor.adapters.agents`): every agent fact lives there.
-    Raises ReplayUsageError ``unknown_agent``."""
-    from pvisor.adapters.agents import DESCRIPTOR_MODULES, get_descriptor
-
-    if agent not in DESCRIPTOR_MODULES:
-        raise ReplayUsageError(
-            "unknown_agent",
-            f"unknown agent {show_path(agent)!r}; expected one of {', '.join(DESCRIPTOR_MODULES)}",
-        )
-    return get_descriptor(agent)
-
-
-def default_protocol(agent: str, model: str | None = None) -> str:
-    """The protocol an agent speaks by default (its descriptor's; for a litellm agent the one its
-    model's provider prefix names: ``anthropic/claude-...`` -> ``anthropic``)."""
-    return descriptor(agent).default_protocol(model)
-
-
-def choose_protocol(agent: str, wanted: str | None, model: str | None, provider: str | None = None) -> str:
-    """``wanted`` when the agent speaks it, else the default (of the ``provider`` the native
-    file names, when the descriptor knows it); ReplayUsageError ``protocol_not_spoken`` for a
-    protocol the agent does not speak."""
-    d = descriptor(agent)
-    if wanted is None:
-        return d.default_protocol(model, provider)
-    if not d.speaks(wanted):
-        raise ReplayUsageError(
-            "protocol_not_spoken", f"--protocol {wanted}: {agent} speaks {', '.join(d.protocols)}"
-        )
-    return wanted
 
 
 # --------------------------------------------------------------------------- results
@@ -158,144 +149,6 @@ class Prefix(Record):
         self.compaction = compaction
 
 
-@record
-class Source(Record):
-    """What was read: ``kind`` (``journal`` | ``native``), ``path``, ``run`` (journal run id or
-    None), ``agent_version`` (str or None), ``profile`` (format profile or launch profile name),
-    ``steps`` (Sequence[Step], possibly lazy), ``session`` (native session id or None),
-    ``notes`` (warnings ``(code, message)``)."""
-
-    kind: str
-    path: Path
-    run: str | None
-    agent_version: str | None
-    profile: str | None
-    steps: Sequence[Step]
-    session: str | None = None
-    notes: list[tuple[str, str]] = field(default_factory=list)
-
-    def __init__(
-        self,
-        kind: str,
-        path: Path,
-        run: str | None,
-        agent_version: str | None,
-        profile: str | None,
-        steps: Sequence[Step],
-        session: str | None = None,
-        notes: list[tuple[str, str]] | None = None,
-    ) -> None:
-        self.kind = kind
-        self.path = path
-        self.run = run
-        self.agent_version = agent_version
-        self.profile = profile
-        self.steps = steps
-        self.session = session
-        self.notes = [] if notes is None else notes
-
-
-#: step flags of steps 1..N that the result warns about (docs/steps.md)
-WARNED_FLAGS = (
-    "action_dropped_by_agent",
-    "action_changed_by_agent",
-    "missing_tool_results",
-    "interrupted",
-    "partially_delivered",
-    "response_truncated",
-    "no_reply",
-    "thinking_signature_empty",
-    "thinking_signature_missing",
-    "thinking_signature_incomplete",
-    "compaction",
-)
-
-
-def step_notes(
-    steps: Sequence[Step], after_step: int, flags: Sequence[str] = WARNED_FLAGS
-) -> list[tuple[str, str]]:
-    """A warning ``(flag, "step K: ...")`` per flag of ``flags`` that steps 1..N carry."""
-    return [
-        (f, f"step {s.n}: {f.replace('_', ' ')}") for s in steps[:after_step] for f in s.flags if f in flags
-    ]
-
-
-def check_truncated(steps: Sequence[Step], first: int, after_step: int, where: str) -> None:
-    """ReplayBadInput ``response_truncated`` when a step from ``first`` to ``after_step`` (1-based)
-    is flagged ``response_truncated``: the journal holds only the first bytes of its reply, so
-    it can neither be served (playback needs the replies of steps 1..N) nor rendered (prepare-only
-    needs A_N at N = the last step). Never guessed: the agent got more than the journal kept."""
-    cut = next((s for s in steps[first - 1 : after_step] if RESPONSE_TRUNCATED in s.flags), None)
-    if cut is None:
-        return
-    raise ReplayBadInput(
-        "response_truncated",
-        f"--after-step {after_step}: the reply of step {cut.n} of {where} is journaled only in part "
-        "(its exchange is flagged truncated: larger than the gateway's --max-response-body, "
-        "or past its journal budget); "
-        f"choose N < {cut.n}",
-    )
-
-
-def check_boundary(after_step: int, steps_total: int, where: str) -> None:
-    """ReplayBadInput ``no_steps`` when the source has no step, ``after_step_out_of_range``
-    when ``after_step`` > ``steps_total``; ReplayUsageError for a negative ``after_step``."""
-    if after_step < 0:
-        raise ReplayUsageError("usage", f"--after-step {after_step}: N counts steps from 0 (the task alone)")
-    if steps_total == 0:
-        raise ReplayBadInput("no_steps", f"{where} holds no main-loop step: nothing to prepare")
-    if after_step > steps_total:
-        raise ReplayBadInput(
-            "after_step_out_of_range",
-            f"--after-step {after_step}: {where} has {steps_total} step{'s' if steps_total != 1 else ''} (0 <= N <= {steps_total})",
-        )
-
-
-def finish_at(d: Any, steps: Sequence[Step], after_step: int) -> str | None:
-    """Why O_N was never sent, or None: A_N, the source's last step, is the agent's finish
-    action (its descriptor's :meth:`~pvisor.adapters.agents.descriptor.AgentDescriptor.finish_action`:
-    mini-swe-agent's submit command, SWE-agent's ``submit`` tool), which ended the run before
-    any request carried its observation. The prefix then ends at A_N, as after an A_N without a
-    tool call; a native file may still hold an O_N the agent wrote (mini-swe-agent's "action was
-    not executed"), which no prefix holds."""
-    if after_step <= 0 or after_step != len(steps):
-        return None
-    return d.finish_action(steps[after_step - 1].action)
-
-
-def unsent_note(after_step: int, why: str) -> tuple[str, str]:
-    """The warning ``observation_not_sent`` of a prefix that ends at A_N, the finish action."""
-    return (
-        "observation_not_sent",
-        f"step {after_step}: A_{after_step} is the agent's {why}, which ended its run: "
-        f"O_{after_step} was never sent to the model, and the prefix ends at A_{after_step}",
-    )
-
-
-def _answering(step: Step) -> list[ToolResult | None]:
-    """The result answering each tool call of ``step`` (by call id), or None."""
-    by_id = {r.call_id: r for r in step.observation.results if r.call_id is not None}
-    return [by_id.get(c.id) if c.id is not None else None for c in step.action.tool_calls]
-
-
-def pending_calls(step: Step) -> list[ToolCall]:
-    """The tool calls of ``step`` the agent runs (kind other than ``server``) that its
-    observation does not answer (by call id, else by position)."""
-    calls = [c for c in step.action.tool_calls if c.kind != "server"]
-    results = step.observation.results
-    ids = {r.call_id for r in results if r.call_id is not None}
-    out = []
-    for i, c in enumerate(calls):
-        if c.id is not None and c.id in ids:
-            continue
-        if i < len(results) and (
-            results[i].call_id is None or results[i].call_id not in {x.id for x in calls}
-        ):
-            continue
-        out.append(c)
-    return out
-
-
 def request_meta(
     method: str, path: str, query: str, headers: dict[str, str], encoding: str | None = None
 ) -> dict[str, Any]:
@@ -319,16 +172,7 @@ def request_meta(
 # --------------------------------------------------------------------------- journal
 
 
-#: body key holding the conversation entries, per protocol
-_ENTRIES_KEY = {
-    "anthropic": "messages",
-    "openai-chat": "messages",
-    "openai-responses": "input",
-    "gemini": "contents",
-}
-
-
-def _append_action(protocol: str, body: bytes, action: Action) -> bytes:
+def append_action(protocol: str, body: bytes, action: Action) -> bytes:
     """Request ``body`` with ``action`` appended as the assistant turn, in the body's own
     shape: the entries the protocol module renders for the action's message are appended to
     the body's entry list (every other byte of meaning kept; serialisation compact)."""
@@ -339,7 +183,7 @@ def _append_action(protocol: str, body: bytes, action: Action) -> bytes:
     rendered = orjson.loads(
         mod.render_request(Conversation(protocol=protocol, messages=[action_message(action)]))
     )
-    key = _ENTRIES_KEY[protocol]
+    key = mod.ENTRIES_KEY
     entries = obj.get(key)
     if isinstance(entries, str):  # a Responses input given as one string
         entries = [{"role": "user", "content": [{"type": "input_text", "text": entries}]}]
@@ -372,15 +216,8 @@ def journal_prefix(
         try:
             return _journal_prefix(reader, run, agent, after_step, protocol, seen)
         except PvisorError as exc:
-            _attach_source(exc, seen)
+            attach_source(exc, seen)
             raise
-
-
-def _attach_source(exc: Exception, seen: list[Source]) -> None:
-    """Give the error the Source read before it (``exc.source``): a failed result still says
-    how many steps the source has, its version, session and profile."""
-    if seen and getattr(exc, "source", None) is None:
-        exc.source = seen[0]  # type: ignore[attr-defined]
 
 
 def _journal_prefix(
@@ -464,7 +301,7 @@ def _journal_prefix(
     body = reader.request_body(ex) or b"{}"
     prefix = Prefix(
         protocol=req.protocol or "",
-        body=_append_action(req.protocol or "", body, step.action),
+        body=append_action(req.protocol or "", body, step.action),
         request=request_meta(ex.method, ex.path, ex.query, ex.request_headers, None),
         rendered=True,
         origin={
@@ -615,16 +452,6 @@ def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Pro
 # --------------------------------------------------------------------------- native
 
 
-def native_version(meta: dict[str, Any]) -> str | None:
-    """The agent version a native trajectory's ``meta`` records (``agent_version``,
-    ``cli_version``, ``mini_version``, ``version``), or None."""
-    for key in ("agent_version", "cli_version", "mini_version", "version"):
-        v = meta.get(key)
-        if isinstance(v, str) and v:
-            return v
-    return None
-
-
 def _task_message(
     protocol: str, task: str | None, context: list[str], profile_first: Message | None
 ) -> tuple[Message | None, str]:
@@ -677,10 +504,6 @@ def _leading_messages(profile: Conversation, pieces: list[str]) -> list[Message]
     return out
 
 
-def _results_role(protocol: str) -> str:
-    return "tool" if protocol in ("openai-chat", "openai-responses") else "user"
-
-
 def native_conversation(
     agent: str,
     protocol: str,
@@ -702,6 +525,7 @@ def native_conversation(
     steps up to its own. ``last_observation`` False: O_N is left out, the conversation ends at
     A_N (the agent's finish action, :func:`finish_at`: it never sent O_N)."""
     d = descriptor(agent)
+    mod = get_protocol(protocol)
     origin: dict[str, str] = {"messages": "trajectory"}
     pconv = profile.conversation if profile is not None else None
     conv = Conversation(protocol=protocol)
@@ -756,12 +580,14 @@ def native_conversation(
         if (
             protocol != d.native_raw_protocol
         ):  # the file's own tool objects are no definition of this protocol
-            conv.tools = [_plain(t) for t in conv.tools]
+            conv.tools = [plain(t) for t in conv.tools]
     elif pconv is not None and pconv.tools:
         if same_protocol:
             conv.tools = copy.deepcopy(pconv.tools)
         else:
-            conv.tools = _convert_tools(pconv.protocol, protocol, pconv.tools, notes)
+            conv.tools, dropped = convert_tools(pconv.protocol, protocol, pconv.tools)
+            if notes is not None:
+                notes.extend((c.kind, f"profile {c.detail}") for c in dropped)
         origin["tools"] = "profile" if conv.tools else "absent"
     else:
         origin["tools"] = "absent"
@@ -775,9 +601,8 @@ def native_conversation(
         conv.stream = d.streams
         origin["params"] = "default"
         # what the API requires that the file does not say (no profile of this protocol)
-        if protocol == "anthropic":
-            conv.params["max_tokens"] = DEFAULT_MAX_TOKENS
-        if conv.model is None and protocol != "gemini":  # Gemini names the model in the path
+        conv.params.update(mod.REQUIRED_PARAMS)
+        if conv.model is None and not mod.MODEL_IN_PATH:  # a model in the path: native_request
             conv.model = MODEL_NOT_RECORDED
             if notes is not None:
                 notes.append(
@@ -791,34 +616,21 @@ def native_conversation(
     if pconv is not None:
         profile_first = next((m for m in pconv.messages if m.role == "user"), None)
         if profile_first is not None and not same_protocol:  # texts only, not another protocol's blocks
-            profile_first = Message(
-                profile_first.role,
-                [TextPart(p.text) if isinstance(p, TextPart) else p for p in profile_first.parts],
-            )
+            profile_first = texts_only(profile_first)
     # the native file's own objects (``raw``) go to the descriptor's wire forms only when they
     # are of this protocol: in another, only the canonical fields mean anything
     native = protocol == d.native_raw_protocol
 
     def wire_message(m: Message) -> Message:
-        return d.wire_message(protocol, m if native else _plain_message(m))
+        return d.wire_message(protocol, m if native else plain_message(m))
 
     def wire_action(a: Action) -> Message:
-        return d.wire_action(
-            protocol,
-            a
-            if native
-            else replace(
-                a,
-                raw=None,
-                reasoning=[_plain(r) for r in a.reasoning],
-                tool_calls=[_plain(c) for c in a.tool_calls],
-            ),
-        )
+        return d.wire_action(protocol, a if native else plain_action(a))
 
     def wire_result(r: ToolResult) -> ToolResult:
-        return d.wire_result(protocol, r if native else _plain(r), names)
+        return d.wire_result(protocol, r if native else plain(r), names)
 
-    role = _results_role(protocol)
+    role = mod.RESULTS_ROLE
     names: dict[str, str] = {}
     if compaction is not None:
         # the agent sends the history it compacted to in place of the task and the steps before
@@ -866,94 +678,19 @@ def native_conversation(
             conv.messages.extend(wire_message(m) for m in obs.messages[compaction.messages_from :])
         elif step.n >= kept:
             conv.messages.extend(wire_message(m) for m in obs.messages)
-    if protocol == "anthropic":
-        conv.messages = _without_unsigned_reasoning(conv.messages, notes)
-    return conv, origin
-
-
-def _plain(p: Any) -> Any:
-    return replace(p, raw=None) if getattr(p, "raw", None) is not None else p
-
-
-def _plain_message(m: Message) -> Message:
-    return Message(m.role, [_plain(p) for p in m.parts])
-
-
-def _without_unsigned_reasoning(
-    messages: list[Message], notes: list[tuple[str, str]] | None
-) -> list[Message]:
-    """The messages without reasoning Anthropic cannot take (a thinking block needs a signature
-    of its own: reasoning of another protocol has none), said once in ``notes``."""
-    out: list[Message] = []
-    dropped = 0
-    for m in messages:
-        parts = [
-            p
-            for p in m.parts
-            if not (isinstance(p, Reasoning) and not p.signature and not p.encrypted and p.raw is None)
-        ]
-        dropped += len(m.parts) - len(parts)
-        if parts or not m.parts:
-            out.append(Message(m.role, parts, raw=m.raw) if len(parts) != len(m.parts) else m)
+    conv.messages, dropped = without_unsigned_reasoning(protocol, conv.messages)
     if dropped and notes is not None:
         notes.append(
             (
-                "reasoning_not_converted",
-                f"{dropped} reasoning block(s) of the native file have no Anthropic signature: left out",
+                dropped[0].kind,
+                f"{len(dropped)} reasoning block(s) of the native file have no {mod.TITLE} signature: left out",
             )
         )
-    return out
+    return conv, origin
 
 
-def _convert_tools(
-    source_protocol: str, protocol: str, tools: list[ToolSpec], notes: list[tuple[str, str]] | None
-) -> list[ToolSpec]:
-    """A profile's tools, sent in ``source_protocol``, for a render in ``protocol``: the
-    canonical ToolSpec (name, description, JSON-Schema parameters) without the other protocol's
-    ``raw`` definition, so that the target's ``render_request`` writes its own shape (Gemini
-    ``functionDeclarations``, Responses flat function tools, Anthropic ``input_schema``). A
-    function without parameters gets the empty object schema where the target requires one
-    (Anthropic, Responses); for Responses ``strict`` is written (false unless the Chat
-    definition said true: the two APIs default differently). A tool
-    that is not a function tool (a provider's built-in such as Anthropic ``web_search``) has no
-    equivalent and is left out with a ``tool_not_converted`` warning."""
-    out: list[ToolSpec] = []
-    for t in tools:
-        raw_type = t.raw.get("type") if isinstance(t.raw, dict) else None
-        if t.parameters is None and raw_type not in (None, "function"):
-            if notes is not None:
-                notes.append(
-                    (
-                        "tool_not_converted",
-                        f"profile tool {t.name} ({raw_type}) of {source_protocol} has no {protocol} equivalent: left out",
-                    )
-                )
-            continue
-        params = copy.deepcopy(t.parameters)
-        if params is None and protocol in _SCHEMA_REQUIRED:
-            params = {"type": "object", "properties": {}}  # Chat/Gemini: no parameters = none taken
-        raw = None
-        if protocol == "openai-responses":
-            # Chat Completions' strict defaults to false, Responses' to true: keep the meaning
-            fn = (
-                t.raw.get("function")
-                if isinstance(t.raw, dict) and isinstance(t.raw.get("function"), dict)
-                else {}
-            )
-            raw = {"type": "function", "name": t.name, "strict": bool(fn.get("strict", False))}
-        out.append(ToolSpec(name=t.name, description=t.description, parameters=params, raw=raw))
-    return out
-
-
-#: ``max_tokens`` of an Anthropic render without a profile (the API requires one): Claude Code's
-#: own for its default model (32000, seen in its requests)
-DEFAULT_MAX_TOKENS = 32000
 #: the model of a render whose source names none (APIs require a model)
 MODEL_NOT_RECORDED = "model-not-recorded"
-
-#: protocols whose function tools must carry a parameter schema (Anthropic ``input_schema``,
-#: Responses ``parameters``)
-_SCHEMA_REQUIRED = frozenset({"anthropic", "openai-responses"})
 
 
 def render_native(
@@ -989,50 +726,17 @@ def native_request(
 ) -> tuple[dict[str, Any], str]:
     """prefix.request.json for a native render: the profile's request target and headers when
     it is of ``protocol``, else the protocol's default target. Returns (meta, origin)."""
+    mod = get_protocol(protocol)
     if profile is not None and profile.conversation.protocol == protocol:
         meta = dict(profile.request)
-        if protocol == "gemini" and model:
-            head, sep, tail = meta["path"].rpartition("/models/")
-            verb = tail.partition(":")[2]
-            if sep and verb:
-                meta["path"] = f"{head}/models/{model}:{verb}"
+        if model:
+            meta["path"] = mod.path_for_model(meta["path"], model)
         return meta, "profile"
-    method, path, query = _DEFAULT_TARGET[protocol]
-    if protocol == "gemini":
+    method, path, query = mod.DEFAULT_TARGET if stream else mod.UNSTREAMED_TARGET
+    if mod.MODEL_IN_PATH:
         path = path.format(model=model or "MODEL")
-        if not stream:
-            path, query = path.replace(":streamGenerateContent", ":generateContent"), ""
     query = descriptor(agent).request_query or query
     return request_meta(method, path, query, {"content-type": "application/json"}), "default"
-
-
-class BuiltSteps(Sequence[Step]):
-    """The steps of one native source as one prefix uses them: each built once, when first
-    read (an adapter's ``LazySteps`` builds a step from the file at every read, and the
-    boundary checks, the render and the result each read steps 1..N). Holds the steps it
-    built, which the prefix holds anyway; a new one for each prefix, so a batch that prepares
-    many boundaries of one file keeps no steps between them."""
-
-    def __init__(self, steps: Sequence[Step]) -> None:
-        self._steps = steps
-        self._built: dict[int, Step] = {}
-
-    def __len__(self) -> int:
-        return len(self._steps)
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self._steps)))]
-        if i < 0:
-            i += len(self._steps)
-        step = self._built.get(i)
-        if step is None:
-            step = self._built[i] = self._steps[i]
-        return step
-
-    def __iter__(self) -> Iterator[Step]:
-        for i in range(len(self._steps)):
-            yield self[i]
 
 
 def native_prefix(
@@ -1050,113 +754,17 @@ def native_prefix(
     (a batch passes one that reads each file once). Raises UsageError (unknown adapter, missing file, bad
     ``--protocol``), ReplayBadInput (unreadable file ``bad_source``, ``no_steps``,
     ``after_step_out_of_range``, ``observation_not_recorded``, profile errors)."""
-    from pvisor.adapters.native import read_native
-    from pvisor.journal.errors import BadInputError
-
+    source, traj, warnings = read_native_source(path, agent, session, read)
+    steps = source.steps
     try:
-        result, _notes = (read or read_native)(path, agent, session)
-    except ReplayBadInput:
-        raise
-    except BadInputError as exc:
-        raise ReplayBadInput("bad_source", exc.message) from None
-    traj = result.trajectory
-    steps = traj.steps if isinstance(traj.steps, list) else BuiltSteps(traj.steps)
-    version = native_version(traj.meta)
-    source = Source(
-        kind="native",
-        path=path,
-        run=None,
-        agent_version=version,
-        profile=result.profile.name,
-        steps=steps,
-        session=next(
-            (traj.meta[k] for k in ("sessionId", "session", "id") if isinstance(traj.meta.get(k), str)), None
-        ),
-        notes=[(w.code, f"{show_path(path)}: {w}") for w in result.diagnostics.warnings],
-    )
-    try:
-        check_damage(result.diagnostics.warnings, path, allow_damaged)
-        check_cut_off(result.diagnostics.warnings, steps, after_step, path, allow_damaged)
-        return _native_prefix(path, agent, after_step, protocol, profile_spec, traj, version, source)
+        check_damage(warnings, path, allow_damaged)
+        check_cut_off(warnings, steps, after_step, path, allow_damaged)
+        return _native_prefix(
+            path, agent, after_step, protocol, profile_spec, traj, source.agent_version, source
+        )
     except PvisorError as exc:
-        _attach_source(exc, [source])
+        attach_source(exc, [source])
         raise
-
-
-#: native reader warnings that say the file lost or had repaired what the agent wrote: a line
-#: that is not JSON or not an object, NUL bytes, an object rejoined over raw newlines, a record
-#: lacking a field its type needs, a chain mended past a missing parent. (A truncated last line
-#: is not among them: the writer was cut off after the last complete record, which loses no
-#: step before the last; :func:`check_cut_off` refuses a boundary that includes the last.)
-DAMAGE_CODES = frozenset(
-    {
-        "malformed_line",
-        "not_an_object",
-        "nul_block",
-        "rejoined_lines",
-        "malformed_record",
-        "broken_chain",
-        "lost_action",
-    }
-)
-
-
-def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
-    """ReplayBadInput ``damaged_source`` naming the first damaged place and what was lost or
-    repaired, unless ``allow`` (``--allow-damaged``: the prefix is built, each repair stays a
-    warning of the result). A prefix across damage may not be what the agent sent: refused, never
-    guessed. ``warnings``: the native reader's (:class:`~pvisor.adapters.native.base.NativeWarning`)."""
-    damage = [w for w in warnings if w.code in DAMAGE_CODES]
-    if not damage or allow:
-        return
-    w = damage[0]
-    more = f" (and {len(damage) - 1} more repair(s))" if len(damage) > 1 else ""
-    raise ReplayBadInput(
-        "damaged_source",
-        f"{show_path(path)} {w.where}: {w.code}: {w.message}{more}; a prefix across it may not be what the agent sent: "
-        "--allow-damaged builds it and lists each repair",
-    )
-
-
-def check_cut_off(
-    warnings: Sequence[Any], steps: Sequence[Step], after_step: int, path: Path, allow: bool
-) -> None:
-    """ReplayBadInput ``damaged_source`` when steps 1..N reach the step the file's cut-off last
-    line may belong to (the reader flags it ``truncated_line``, the last step S: the line may
-    hold the rest of A_S or O_S, and the prefix would silently end at what was read of them),
-    unless ``allow`` (``--allow-damaged``). A boundary before S is whole: fine."""
-    from pvisor.adapters.native.base import CUT_OFF_FLAG
-
-    s = len(steps)
-    if allow or not s or after_step != s or CUT_OFF_FLAG not in steps[s - 1].flags:
-        return
-    cut = next((w for w in warnings if w.code == "truncated_line"), None)
-    where = cut.where if cut is not None else "its last line"
-    raise ReplayBadInput(
-        "damaged_source",
-        f"--after-step {after_step}: {show_path(path)} {where} is cut off (no newline, not JSON) and may "
-        f"belong to step {s}, "
-        f"whose action or observation would then be incomplete; choose N < {s}, or --allow-damaged",
-    )
-
-
-def check_gaps(steps: Sequence[Step], after_step: int, path: Path) -> None:
-    """ReplayBadInput ``action_lost`` when a step up to N is a gap (flag ``lost_action``: its
-    action's line was lost, the reader's ``lost_action`` warning names where): what the agent
-    sent there is unknown, so no prefix or playback crosses it."""
-    for step in steps[:after_step]:
-        if "lost_action" in step.flags:
-            raise ReplayBadInput(
-                "action_lost",
-                f"--after-step {after_step}: {show_path(path)} lost the action of step {step.n} (a result answers a call no line "
-                f"holds: the lost_action warning names the line); choose N < {step.n}",
-            )
-
-
-def is_made_up(result: ToolResult) -> bool:
-    """True for the empty result the native reader puts in for a call the file holds no result
-    for (``raw == {"interrupted": True}``, adapters/native/base.py ``order_results``)."""
-    return result.raw == {"interrupted": True}
 
 
 def _native_prefix(
@@ -1186,7 +794,7 @@ def _native_prefix(
         missing = pending_calls(step)
         missing += [
             c
-            for c, r in zip(step.action.tool_calls, _answering(step))
+            for c, r in zip(step.action.tool_calls, answering(step))
             if r is not None and is_made_up(r) and c not in missing
         ]
         if missing:

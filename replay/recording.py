@@ -31,13 +31,13 @@ from pvisor.journal.errors import BadInputError, PvisorError
 from pvisor.journal.model import TRUNCATED_FLAG, Conversation, Step
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
-from .prefix import (
+from .prefix import native_conversation
+from .source import (
     WARNED_FLAGS,
     check_boundary,
     check_truncated,
     descriptor,
     finish_at,
-    native_conversation,
     native_version,
     step_notes,
     unsent_note,
@@ -309,7 +309,7 @@ def native_recording(
     """The recording of a native trajectory file for ``--after-step`` (module docstring)."""
     from pvisor.adapters.native import read_native
 
-    from .prefix import _answering, choose_protocol, is_made_up, pending_calls
+    from .source import answering, choose_protocol, is_made_up, pending_calls
 
     d = descriptor(agent)
     try:
@@ -318,7 +318,7 @@ def native_recording(
         if isinstance(exc, BadInputError):
             raise ReplayBadInput("bad_source", exc.message + _other_agent(path, agent)) from None
         raise
-    from .prefix import check_cut_off, check_damage, check_gaps
+    from .source import check_cut_off, check_damage, check_gaps
 
     check_damage(result.diagnostics.warnings, path, allow_damaged)
     traj = result.trajectory
@@ -366,7 +366,7 @@ def native_recording(
     for step in steps[: after_step - 1 if finish is not None else after_step]:
         # the agent re-runs the calls anyway: a result the file lacks only leaves O without O'
         missing = pending_calls(step) + [
-            c for c, r in zip(step.action.tool_calls, _answering(step)) if r is not None and is_made_up(r)
+            c for c, r in zip(step.action.tool_calls, answering(step)) if r is not None and is_made_up(r)
         ]
         if missing:
             rec.notes.append(

@@ -24,7 +24,8 @@ from native_helpers import native_dir
 
 from pvisor.journal.errors import PvisorError
 from pvisor.replay.batch import Status, prepare_many
-from pvisor.replay.prepare import OUTPUT_FILES, PrepareOptions, prepare_only
+from pvisor.replay.prepare import PrepareOptions, prepare_only
+from pvisor.replay.result import OUTPUT_FILES
 
 PVISOR = [sys.executable, "-m", "pvisor"]
 ENV = {**os.environ, "PYTHONSAFEPATH": "1"}

@@ -302,7 +302,7 @@ def test_every_native_sample_prepares_at_every_boundary(tmp_path, agent, path):
         return
     # a damaged sample (a fixture with lost lines or a mended chain) is refused by default and
     # built with --allow-damaged, each repair a warning
-    from pvisor.replay.prefix import DAMAGE_CODES
+    from pvisor.replay.source import DAMAGE_CODES
 
     damaged = [w for w in read_native(path, agent)[0].diagnostics.warnings if w.code in DAMAGE_CODES]
     if damaged:

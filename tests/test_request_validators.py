@@ -16,7 +16,7 @@ from pvisor.adapters.native import read_native
 from pvisor.adapters.protocols import protocol_for_path
 from pvisor.adapters.protocols.validate import validate_request
 from pvisor.replay.errors import ReplayBadInput
-from pvisor.replay.prefix import descriptor
+from pvisor.replay.source import descriptor
 from pvisor.replay.prepare import PrepareOptions, prepare_only
 
 

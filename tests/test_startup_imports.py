@@ -172,7 +172,15 @@ def test_prepare_only_loads_one_agent_and_one_protocol(tmp_path: Path, agent: st
         sorted(mods)
     )
     assert ours(mods, "pvisor.adapters.agents") <= {"base", "descriptor", module}, sorted(mods)
-    assert ours(mods, "pvisor.adapters.protocols") <= {"base", "sse", "validate", protocol.replace("-", "_")}
+    # its protocol and the protocol-neutral modules (the transcoder, convert, renders across
+    # protocols and drops reasoning a signed protocol refuses); no other protocol
+    assert ours(mods, "pvisor.adapters.protocols") <= {
+        "base",
+        "sse",
+        "validate",
+        "convert",
+        protocol.replace("-", "_"),
+    }
     assert not mods & (NEVER | ZSTD | {"sqlite3", "pvisor.journal.reader", "pvisor.adapters.chains"}), sorted(
         mods & (NEVER | ZSTD | {"sqlite3"})
     )

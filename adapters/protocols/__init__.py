@@ -1,5 +1,8 @@
 """Wire-protocol modules, one per API: Anthropic Messages, OpenAI Chat Completions, OpenAI
-Responses, Gemini. See :mod:`pvisor.adapters.protocols.base` for what each module exposes.
+Responses, Gemini; the registry :data:`PROTOCOL_MODULES` names them. Each module satisfies
+:class:`~pvisor.adapters.protocols.base.WireProtocol` (its facts as constants, its functions);
+:func:`get_protocol` returns it typed so. A new protocol is one module plus one line here.
+:mod:`.convert` renders a conversation of one protocol in another (the transcoder).
 
 Modules are imported on first use, so that a command pays only for the protocols it touches.
 """
@@ -7,7 +10,10 @@ Modules are imported on first use, so that a command pays only for the protocols
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from pvisor.adapters.protocols.base import WireProtocol
 
 #: protocol name (as stored in the journal) -> module path
 PROTOCOL_MODULES: dict[str, str] = {
@@ -34,12 +40,13 @@ def upstream_of(protocol: str) -> str:
     raise KeyError(protocol)
 
 
-def get_protocol(name: str) -> ModuleType:
-    """The protocol module called ``name``. Raises KeyError for an unknown name."""
-    return importlib.import_module(PROTOCOL_MODULES[name])
+def get_protocol(name: str) -> WireProtocol:
+    """The protocol module called ``name`` (a :class:`~.base.WireProtocol`, structurally).
+    Raises KeyError for an unknown name."""
+    return cast("WireProtocol", importlib.import_module(PROTOCOL_MODULES[name]))
 
 
-def protocol_for_path(path: str) -> ModuleType | None:
+def protocol_for_path(path: str) -> WireProtocol | None:
     """The protocol module whose exact paths include ``path`` (no query string), or None."""
     for name in PROTOCOL_MODULES:
         mod = get_protocol(name)

@@ -21,6 +21,8 @@ from typing import Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
+    path_unchanged,
+    no_converted_tool_raw,
     OMIT,
     IdSource,
     ParseMemo,
@@ -59,6 +61,23 @@ NAME = "anthropic"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "anthropic"
 PATHS: tuple[str, ...] = ("/v1/messages", "/v1/messages/count_tokens")
+#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.base.WireProtocol` says what each
+#: means)
+TITLE = "Anthropic"
+DEFAULT_TARGET = ("POST", "/v1/messages", "")
+UNSTREAMED_TARGET = DEFAULT_TARGET
+MODEL_IN_PATH = False
+ENTRIES_KEY = "messages"
+RESULTS_ROLE = "user"
+TOOL_SCHEMA_REQUIRED = True  # ``input_schema`` is required
+#: ``max_tokens`` of a render without a profile (the API requires one): Claude Code's own for its
+#: default model (32000, seen in its requests)
+DEFAULT_MAX_TOKENS = 32000
+REQUIRED_PARAMS: dict[str, Any] = {"max_tokens": DEFAULT_MAX_TOKENS}
+#: a thinking block needs a signature of its own: reasoning of another protocol has none
+SIGNED_REASONING = True
+path_for_model = path_unchanged
+converted_tool_raw = no_converted_tool_raw
 
 # Block types whose input arrives as input_json_delta (the SDK's ``accumulate_event``).
 _TOOL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")
@@ -1049,3 +1068,21 @@ def offered_tools(conv: Conversation) -> list[ToolSpec]:
 def tool_kind(spec: ToolSpec) -> str:
     """How a call of the tool is written: always ``function`` in this protocol."""
     return "function"
+
+
+def cache_breakpoints(body: bytes) -> int:
+    """The number of ``cache_control`` blocks of a request body (a JSON object): in ``system``
+    and ``tools`` when they are lists, and in each message's ``content`` list (the API allows at
+    most 4)."""
+    obj = orjson.loads(body)
+    return sum(
+        1
+        for part in (
+            obj.get("system"),
+            obj.get("tools"),
+            *[m.get("content") for m in obj.get("messages") or [] if isinstance(m, dict)],
+        )
+        if isinstance(part, list)
+        for b in part
+        if isinstance(b, dict) and "cache_control" in b
+    )

@@ -53,6 +53,8 @@ from typing import Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
+    no_converted_tool_raw,
+    no_cache_breakpoints,
     as_list,
     check_insert,
     compact_json,
@@ -95,6 +97,21 @@ PATHS: tuple[str, ...] = tuple(
     for version in ("v1beta", "v1")
     for method in ("generateContent", "streamGenerateContent", "countTokens")
 )
+#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.base.WireProtocol` says what each
+#: means)
+TITLE = "Gemini"
+#: the model is a path segment (:data:`MODEL_IN_PATH`): ``{model}`` takes it
+DEFAULT_TARGET = ("POST", "/v1beta/models/{model}:streamGenerateContent", "alt=sse")
+UNSTREAMED_TARGET = ("POST", "/v1beta/models/{model}:generateContent", "")
+MODEL_IN_PATH = True
+ENTRIES_KEY = "contents"
+RESULTS_ROLE = "user"
+TOOL_SCHEMA_REQUIRED = False  # no ``parameters``: the function takes none
+REQUIRED_PARAMS: dict[str, Any] = {}
+SIGNED_REASONING = False
+converted_tool_raw = no_converted_tool_raw
+cache_breakpoints = no_cache_breakpoints
+
 _PATH_RE = re.compile(r"^/(v1beta|v1)/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$")
 
 #: The thoughtSignature Gemini CLI puts on a functionCall part whose reply had none (docs/agents.md).
@@ -1191,3 +1208,14 @@ def offered_tools(conv: Conversation) -> list[ToolSpec]:
 def tool_kind(spec: ToolSpec) -> str:
     """How a call of the tool is written: always ``function`` in this protocol."""
     return "function"
+
+
+def path_for_model(path: str, model: str) -> str:
+    """A recorded Gemini path (no query) asking for ``model``: the segment after the last
+    ``/models/`` up to ``:`` replaced (``/v1beta/models/M:streamGenerateContent``); ``path``
+    unchanged when ``model`` is empty or the path has no ``/models/NAME:VERB`` tail."""
+    if not model:
+        return path
+    head, sep, tail = path.rpartition("/models/")
+    verb = tail.partition(":")[2]
+    return f"{head}/models/{model}:{verb}" if sep and verb else path

@@ -29,6 +29,9 @@ from typing import Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
+    path_unchanged,
+    no_converted_tool_raw,
+    no_cache_breakpoints,
     OMIT,
     IdSource,
     ParseMemo,
@@ -66,6 +69,20 @@ NAME = "openai-chat"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "openai"
 PATHS: tuple[str, ...] = ("/v1/chat/completions",)
+#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.base.WireProtocol` says what each
+#: means)
+TITLE = "OpenAI Chat Completions"
+DEFAULT_TARGET = ("POST", "/v1/chat/completions", "")
+UNSTREAMED_TARGET = DEFAULT_TARGET
+MODEL_IN_PATH = False
+ENTRIES_KEY = "messages"
+RESULTS_ROLE = "tool"
+TOOL_SCHEMA_REQUIRED = False  # no ``parameters``: the function takes none
+REQUIRED_PARAMS: dict[str, Any] = {}
+SIGNED_REASONING = False
+path_for_model = path_unchanged
+converted_tool_raw = no_converted_tool_raw
+cache_breakpoints = no_cache_breakpoints
 
 _CANONICAL_KEYS = ("model", "messages", "tools", "stream")
 _SYSTEM_ROLES = ("system", "developer")

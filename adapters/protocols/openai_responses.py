@@ -61,6 +61,8 @@ from typing import Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
+    path_unchanged,
+    no_cache_breakpoints,
     as_list,
     check_insert,
     compact_json,
@@ -103,6 +105,19 @@ GEN_AI_PROVIDER = "openai"
 #: Exact request paths served (no query string). ``/v1/responses/compact`` and
 #: ``GET /v1/responses/{id}`` are different endpoints and are not handled here.
 PATHS: tuple[str, ...] = ("/v1/responses",)
+#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.base.WireProtocol` says what each
+#: means)
+TITLE = "OpenAI Responses"
+DEFAULT_TARGET = ("POST", "/v1/responses", "")
+UNSTREAMED_TARGET = DEFAULT_TARGET
+MODEL_IN_PATH = False
+ENTRIES_KEY = "input"
+RESULTS_ROLE = "tool"
+TOOL_SCHEMA_REQUIRED = True  # a function tool's ``parameters`` is required
+REQUIRED_PARAMS: dict[str, Any] = {}
+SIGNED_REASONING = False
+path_for_model = path_unchanged
+cache_breakpoints = no_cache_breakpoints
 
 #: ``created_at`` of replies rendered by :func:`action_to_response` (2026-01-01T00:00:00Z), fixed
 #: so that a rendered reply is byte-identical from run to run.
@@ -1547,3 +1562,16 @@ def tool_kind(spec: ToolSpec) -> str:
     """``custom`` for a custom (free-form input) tool, else ``function``: how a call of it is
     written (``custom_tool_call`` with ``input``, or ``function_call`` with ``arguments``)."""
     return "custom" if isinstance(spec.raw, dict) and spec.raw.get("type") == "custom" else "function"
+
+
+def converted_tool_raw(tool: ToolSpec) -> dict:
+    """The definition of a function tool of another protocol rendered here: ``{"type":
+    "function", "name", "strict"}``, ``strict`` false unless the Chat Completions definition
+    (``tool.raw["function"]["strict"]``) said true: Chat Completions' strict defaults to false,
+    Responses' to true, and the meaning is kept."""
+    fn = (
+        tool.raw.get("function")
+        if isinstance(tool.raw, dict) and isinstance(tool.raw.get("function"), dict)
+        else {}
+    )
+    return {"type": "function", "name": tool.name, "strict": bool(fn.get("strict", False))}

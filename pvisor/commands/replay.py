@@ -16,14 +16,12 @@ import click
 from pvisor.commands.base import Command, one_line
 
 from pvisor.commands.params import RUN_ID, intercept_config, intercept_options
+from pvisor.adapters.protocols import PROTOCOL_MODULES
 from pvisor.commands.progress import progress_option
 from pvisor.journal.errors import UsageError
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-_PROTOCOLS = ["anthropic", "openai-chat", "openai-responses", "gemini"]
-
 
 #: the longest --after-step accepted, in digits (leading zeros aside)
 MAX_STEP_DIGITS = 4000
@@ -220,7 +218,7 @@ def _as_path(value: str | None) -> Path | None:
 )
 @click.option(
     "--protocol",
-    type=click.Choice(_PROTOCOLS),
+    type=click.Choice(list(PROTOCOL_MODULES)),
     default=None,
     help="Wire protocol of a native render (agents that speak several); default per agent.",
 )
@@ -525,7 +523,7 @@ def _report(replay: Any, result_to: str | None) -> None:
     ``--result -`` the document on stdout, also the failed one of an error (stdout stays one JSON
     value) and the summary on stderr."""
     from pvisor.journal.errors import PvisorError
-    from pvisor.replay.prepare import dump_result
+    from pvisor.replay.result import dump_result
 
     try:
         outcome = replay()
