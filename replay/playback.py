@@ -2,7 +2,7 @@
 
 :class:`PlaybackResponder` plugs into the gateway's responder seam
 (:mod:`pvisor.gateway.responder`). For each request the agent sends, the online matcher
-(:class:`pvisor.adapters.chains.OnlineMatcher`) says what it is:
+(:class:`pvisor.adapters.matcher.OnlineMatcher`) says what it is:
 
 - **main-loop request k <= N**: answered with A_k, the recorded action. From a journal the
   recorded response bytes are served as they are when the agent asks for the same stream mode
@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 import orjson
 
-from pvisor.adapters.chains import Divergence, MatchKind, OnlineMatcher
+from pvisor.adapters.matcher import Divergence, MatchKind, OnlineMatcher
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource, compact_json

@@ -484,8 +484,9 @@ def _journal_prefix(
 def _journal_compaction(reader: Any, classification: Any, after_step: int) -> dict[str, Any] | None:
     """``prefix.compaction`` of a journal prefix: the last compaction of the main chain at or
     before N (a slot whose request carries a summary, docs/steps.md;
-    :meth:`~pvisor.adapters.chains.RecordedCompaction.record`), or None."""
-    from pvisor.adapters.chains import read_final_response, recorded_compactions
+    :meth:`~pvisor.adapters.matcher.RecordedCompaction.record`), or None."""
+    from pvisor.adapters.chains import read_final_response
+    from pvisor.adapters.matcher import recorded_compactions
 
     if classification.main is None or not any(
         slot.compaction is not None for slot in classification.main.slots
