@@ -52,14 +52,8 @@ from pvisor.gateway.responder import Answer, IncomingRequest, Refuse, Serve, Ser
 from pvisor.gateway.scripted_model import minimal_reply, render_reply
 from pvisor.gateway.scripted_responder import serve_reply
 from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import (
-    REQUEST_HEADER_ALLOW,
-    Action,
-    Conversation,
-    ToolCall,
-    ToolResult,
-    redact_exchange_meta,
-)
+from pvisor.journal.model import Action, Conversation, ToolCall, ToolResult
+from pvisor.journal.redact import REQUEST_HEADER_ALLOW, redact_exchange_meta
 
 from .prefix import finish_at, is_made_up, request_meta
 from .prepare import content_sha256, match_results

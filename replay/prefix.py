@@ -302,7 +302,7 @@ def request_meta(
     """The prefix.request.json object: method, path, query (secrets already ``REDACTED`` by the
     journal), headers without those that describe the wire body (:data:`_BODY_HEADERS`), and
     ``recorded_content_encoding`` (the encoding the agent sent the body with, undone here)."""
-    from pvisor.journal.model import is_secret_header
+    from pvisor.journal.redact import is_secret_header
 
     kept = {
         k: v for k, v in sorted(headers.items()) if k.lower() not in _BODY_HEADERS and not is_secret_header(k)

@@ -498,7 +498,7 @@ class AgentStatus(FrozenRecord):
 def status(outcome: AgentOutcome, detail: Any, source: str) -> AgentStatus:
     """An :class:`AgentStatus` with ``detail`` made one short line without keys (text as
     agents give it: a string, or a JSON value shown compactly)."""
-    from pvisor.journal.model import redact_text
+    from pvisor.journal.redact import redact_text
 
     if detail is None or detail == "":
         return AgentStatus(outcome, None, source)
