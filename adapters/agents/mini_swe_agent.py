@@ -84,7 +84,6 @@ def model_spec(model: str) -> str:
 class MiniSweAgent(AgentProfile, LitellmAgent):
     name = "mini-swe-agent"
     title = "mini-swe-agent"
-    executable = "mini"
     versions = VersionRange((2, 4, 0), (2, 5))
     protocol = "openai-chat"
     native_raw_protocol = "openai-chat"  # litellm's message dicts, in Chat Completions' shape
