@@ -48,9 +48,16 @@ from pvisor.adapters.matcher import Divergence, MatchKind, OnlineMatcher
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource, compact_json
-from pvisor.gateway.responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse
-from pvisor.gateway.scripted_model import minimal_reply, render_reply
-from pvisor.gateway.scripted_responder import serve_reply
+from pvisor.adapters.protocols.replies import minimal_reply, render_reply
+from pvisor.gateway.responder import (
+    Answer,
+    IncomingRequest,
+    Refuse,
+    Serve,
+    ServedBy,
+    decode_or_refuse,
+    serve_reply,
+)
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Action, Conversation, ToolCall, ToolResult
 from pvisor.journal.redact import REQUEST_HEADER_ALLOW, redact_exchange_meta

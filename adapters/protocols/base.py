@@ -12,6 +12,8 @@ plain module exposing:
 - ``counts_tokens(path) -> bool``: whether the path asks for a token count rather than a reply
   (Anthropic ``/v1/messages/count_tokens``, Gemini ``:countTokens``); such requests carry a
   conversation but are never main-loop requests.
+- ``TOKEN_COUNT_FIELD``: the field of a token-count response (``input_tokens``, ``totalTokens``),
+  None for a protocol without one (:func:`pvisor.adapters.protocols.replies.token_count_reply`).
 - ``parse_request(body, *, path="", query="") -> Conversation``: read a request body (bytes or
   a parsed dict) into the canonical :class:`~pvisor.journal.model.Conversation`.
   Raises :class:`~pvisor.journal.errors.BadInputError`, naming the protocol, for a body that is

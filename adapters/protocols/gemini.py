@@ -1191,3 +1191,11 @@ def offered_tools(conv: Conversation) -> list[ToolSpec]:
 def tool_kind(spec: ToolSpec) -> str:
     """How a call of the tool is written: always ``function`` in this protocol."""
     return "function"
+
+
+# --------------------------------------------------------------------------- replies
+# facts adapters/protocols/replies.py answers with
+
+#: the field of a token-count response's count (None: the protocol has none):
+#: Gemini's ``:countTokens`` answers ``{"totalTokens": N}``
+TOKEN_COUNT_FIELD: str | None = "totalTokens"

@@ -1547,3 +1547,11 @@ def tool_kind(spec: ToolSpec) -> str:
     """``custom`` for a custom (free-form input) tool, else ``function``: how a call of it is
     written (``custom_tool_call`` with ``input``, or ``function_call`` with ``arguments``)."""
     return "custom" if isinstance(spec.raw, dict) and spec.raw.get("type") == "custom" else "function"
+
+
+# --------------------------------------------------------------------------- replies
+# facts adapters/protocols/replies.py answers with
+
+#: the field of a token-count response's count (None: the protocol has none):
+#: no path of this protocol asks for a token count (:func:`counts_tokens`)
+TOKEN_COUNT_FIELD: str | None = None
