@@ -19,7 +19,7 @@ command on PATH for ``--help``): :func:`get_descriptor`, :func:`get_profile` and
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from pvisor.journal.errors import UsageError
 
@@ -28,20 +28,28 @@ if TYPE_CHECKING:  # importing base costs its dataclasses: only when a profile i
     from .descriptor import AgentDescriptor
 
 
-class Agent(NamedTuple):
+class Agent:
     """One row of :data:`AGENTS`.
 
     Fields: ``name`` (the ``--agent`` name), ``module`` (the module of this package defining
     ``DESCRIPTOR``, and of :mod:`pvisor.adapters.native` reading its native files),
     ``executable`` (the command ``pvisor run`` looks up on PATH; None: pvisor reads and replays
     the agent's files but does not start it, its module has no ``PROFILE``), ``native`` (a
-    native reader module exists).
+    native reader module exists). A plain class, not a dataclass or a NamedTuple: the table is
+    read on the short commands' paths (``run --help``), where building those costs more than
+    the table itself (tests/test_startup_imports.py).
     """
 
-    name: str
-    module: str
-    executable: str | None = None
-    native: bool = True
+    __slots__ = ("name", "module", "executable", "native")
+
+    def __init__(self, name: str, module: str, executable: str | None = None, native: bool = True):
+        self.name = name
+        self.module = module
+        self.executable = executable
+        self.native = native
+
+    def __repr__(self) -> str:
+        return f"Agent({self.name!r}, {self.module!r}, {self.executable!r}, native={self.native})"
 
 
 #: every agent pvisor knows, in documentation order: the one list every other is derived from
