@@ -11,7 +11,7 @@ mitmdump runs in a process of its own (mitmproxy replaces the event loop's task 
 pins h11 and h2 versions the official SDKs do not accept): the extra
 ``pvisor-replay[intercept]`` (mitmproxy 11), or any mitmdump 11 found through
 ``--mitmdump PATH``, ``$PVISOR_MITMDUMP`` or ``PATH``. It dies with pvisor
-(``PR_SET_PDEATHSIG``); its own output goes through :func:`~pvisor.journal.model.redact_text`
+(``PR_SET_PDEATHSIG``); its own output goes through :func:`~pvisor.journal.redact.redact_text`
 before it is shown or logged.
 
 The CA lives in the conf directory (``--confdir``; default ``$PVISOR_CA_DIR``, else
@@ -42,7 +42,7 @@ from yarl import URL
 
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.journal.errors import BadInputError, UnavailableError, UsageError
-from pvisor.journal.model import redact_text
+from pvisor.journal.redact import redact_text
 
 from .access import listen_url
 from .parent_death import die_with_parent

@@ -27,7 +27,8 @@ import orjson
 from aiohttp import web
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
-from pvisor.journal.model import TRUNCATED_FLAG, CaptureMode, redact_url
+from pvisor.journal.model import TRUNCATED_FLAG, CaptureMode
+from pvisor.journal.redact import redact_url
 from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driver
 from pvisor.journal.writer import Journal, new_run_id
 

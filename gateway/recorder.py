@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pvisor.journal.model import CaptureMode, redact_text, redact_url
+from pvisor.journal.model import CaptureMode
+from pvisor.journal.redact import redact_text, redact_url
 from pvisor.journal.writer import Journal, PendingExchange
 
 from .responder import ServedBy

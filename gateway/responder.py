@@ -15,6 +15,10 @@ another event loop in another process), so a responder is tested with plain valu
 (tests/test_responder_seam.py). The shape follows httpx's one-method transport
 (``handle_async_request``): one coroutine, :meth:`Responder.respond`.
 
+A reply made in a protocol below the gateway (:class:`~pvisor.adapters.protocols.replies.Reply`:
+status, headers, body chunks; the scripted model's and playback's) crosses the seam as a
+:class:`Serve` by :func:`serve_reply`.
+
 What answered is journaled as ``served_by`` (:class:`ServedBy`); flags an answer carries
 (``synthetic_end``, ...) go into the exchange's ``flags`` column (docs/journal.md).
 """
@@ -23,9 +27,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import AsyncIterable, Iterable, Protocol, Union
+from typing import TYPE_CHECKING, AsyncIterable, Iterable, Protocol, Union
 
 from pvisor.journal.content_encoding import DecodeError, decode_body
+
+if TYPE_CHECKING:
+    from pvisor.adapters.protocols.replies import Reply
 
 
 class ServedBy(str, enum.Enum):
@@ -182,3 +189,17 @@ def decode_or_refuse(request: IncomingRequest) -> bytes | Refuse:
             f"the request body cannot be decoded: {exc}",
             outcome="decode_error",
         )
+
+
+def serve_reply(reply: "Reply", served_by: ServedBy, flags: tuple[str, ...] = ()) -> Serve:
+    """A :class:`~pvisor.adapters.protocols.replies.Reply` as a :class:`Serve` answer: one body,
+    or its chunks as written; an event stream when its Content-Type says so."""
+    headers = list(reply.headers.items())
+    streamed = reply.headers.get("Content-Type", "").startswith("text/event-stream")
+    if len(reply.chunks) == 1:
+        return Serve(
+            reply.status, headers, body=reply.chunks[0], streamed=streamed, served_by=served_by, flags=flags
+        )
+    return Serve(
+        reply.status, headers, chunks=list(reply.chunks), streamed=streamed, served_by=served_by, flags=flags
+    )

@@ -1,8 +1,8 @@
 """The scripted model as a responder: the gateway answers from a script in process, no second
 server (``pvisor run --script``). The model keeps its own turn rule
 (:class:`~pvisor.gateway.scripted_model.ScriptedModel`, the oracle of the agent tests); this only
-carries its :class:`~pvisor.gateway.scripted_model.Reply` across the seam, ``served_by:
-scripted``."""
+carries its :class:`~pvisor.adapters.protocols.replies.Reply` across the seam
+(:func:`~pvisor.gateway.responder.serve_reply`), ``served_by: scripted``."""
 
 from __future__ import annotations
 
@@ -10,22 +10,10 @@ import asyncio
 
 from pvisor.journal.errors import BadInputError
 
-from .responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse
-from .scripted_model import Reply, ScriptedModel, error_payload
+from pvisor.adapters.protocols.replies import error_payload
 
-
-def serve_reply(reply: Reply, served_by: ServedBy, flags: tuple[str, ...] = ()) -> Serve:
-    """A scripted model's :class:`Reply` as a :class:`Serve` answer: one body, or its chunks as
-    written; an event stream when its Content-Type says so."""
-    headers = list(reply.headers.items())
-    streamed = reply.headers.get("Content-Type", "").startswith("text/event-stream")
-    if len(reply.chunks) == 1:
-        return Serve(
-            reply.status, headers, body=reply.chunks[0], streamed=streamed, served_by=served_by, flags=flags
-        )
-    return Serve(
-        reply.status, headers, chunks=list(reply.chunks), streamed=streamed, served_by=served_by, flags=flags
-    )
+from .responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse, serve_reply
+from .scripted_model import ScriptedModel
 
 
 class ScriptedResponder:

@@ -14,7 +14,9 @@ from pvisor.journal.errors import BadInputError
 
 from .access import listen_url
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
-from .scripted_model import ScriptedModel, error_payload
+from pvisor.adapters.protocols.replies import error_payload
+
+from .scripted_model import ScriptedModel
 
 # aiohttp's records go nowhere: a malformed request must not print a traceback
 _QUIET = logging.getLogger("pvisor.gateway.scripted_server.aiohttp")

@@ -161,7 +161,8 @@ def run_directory(journal_path: str | os.PathLike, run_id: str) -> Path:
     not a run id (:func:`journal.model.is_run_id`: one name of letters, digits, ``.``, ``_``,
     ``-``, so never ``..`` nor a ``/``): an id read from a damaged or crafted journal
     (``r/../../victim``) never names a directory outside ``runs/``."""
-    from .model import is_run_id, redact_shapes
+    from .model import is_run_id
+    from .redact import redact_shapes
 
     runs = runs_directory(journal_path)
     # a run id is one path component (no '/', never '.' or '..'): its directory is a child of runs/

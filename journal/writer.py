@@ -40,13 +40,9 @@ import orjson
 from . import blobs
 from .content_encoding import DECODED_ENCODING_HEADER, DEFAULT_LIMIT, DecodeError, decode_body, decode_prefix
 from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
-from .model import (
+from .model import TRUNCATED_FLAG, UNDECODABLE_FLAG, Attempt, Run, pack_timings
+from .redact import (
     REQUEST_HEADER_ALLOW,
-    TRUNCATED_FLAG,
-    UNDECODABLE_FLAG,
-    Attempt,
-    Run,
-    pack_timings,
     redact_echoed_secrets,
     redact_exchange_meta,
     redact_path,

@@ -413,7 +413,7 @@ def without_userinfo(url: str) -> str:
     """``url`` without its user info (``https://user:key@host`` -> ``https://host``) and with a
     key-shaped path segment ``REDACTED`` (a key pasted into the base path): how an upstream URL
     is shown in labels, results and errors."""
-    from pvisor.journal.model import redact_path
+    from pvisor.journal.redact import redact_path
 
     return redact_path(re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url))
 

@@ -904,7 +904,7 @@ def _fill_live(
     boundary request, rewrites, expansions, and why it ended."""
     from pvisor.adapters.protocols import get_protocol
     from pvisor.agent_run import without_userinfo
-    from pvisor.journal.model import redact_text
+    from pvisor.journal.redact import redact_text
     from pvisor.journal.reader import JournalReader
 
     mod = get_protocol(rec.protocol)

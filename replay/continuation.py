@@ -37,7 +37,8 @@ import orjson
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
 from pvisor.adapters.journal_trajectory import LiveContextFlag
 from pvisor.gateway.responder import Answer, Forward, IncomingRequest
-from pvisor.journal.model import Conversation, request_secrets
+from pvisor.journal.model import Conversation
+from pvisor.journal.redact import request_secrets
 
 from .playback import PathRewrites, PlaybackResponder
 from .recording import Recording

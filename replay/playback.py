@@ -2,7 +2,7 @@
 
 :class:`PlaybackResponder` plugs into the gateway's responder seam
 (:mod:`pvisor.gateway.responder`). For each request the agent sends, the online matcher
-(:class:`pvisor.adapters.chains.OnlineMatcher`) says what it is:
+(:class:`pvisor.adapters.matcher.OnlineMatcher`) says what it is:
 
 - **main-loop request k <= N**: answered with A_k, the recorded action. From a journal the
   recorded response bytes are served as they are when the agent asks for the same stream mode
@@ -44,22 +44,23 @@ from typing import Any, Callable
 
 import orjson
 
-from pvisor.adapters.chains import Divergence, MatchKind, OnlineMatcher
+from pvisor.adapters.matcher import Divergence, MatchKind, OnlineMatcher
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource, compact_json
-from pvisor.gateway.responder import Answer, IncomingRequest, Refuse, Serve, ServedBy, decode_or_refuse
-from pvisor.gateway.scripted_model import minimal_reply, render_reply
-from pvisor.gateway.scripted_responder import serve_reply
-from pvisor.journal.errors import BadInputError
-from pvisor.journal.model import (
-    REQUEST_HEADER_ALLOW,
-    Action,
-    Conversation,
-    ToolCall,
-    ToolResult,
-    redact_exchange_meta,
+from pvisor.adapters.protocols.replies import minimal_reply, render_reply
+from pvisor.gateway.responder import (
+    Answer,
+    IncomingRequest,
+    Refuse,
+    Serve,
+    ServedBy,
+    decode_or_refuse,
+    serve_reply,
 )
+from pvisor.journal.errors import BadInputError
+from pvisor.journal.model import Action, Conversation, ToolCall, ToolResult
+from pvisor.journal.redact import REQUEST_HEADER_ALLOW, redact_exchange_meta
 
 from .prefix import request_meta
 from .source import finish_at, is_made_up

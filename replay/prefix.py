@@ -155,7 +155,7 @@ def request_meta(
     """The prefix.request.json object: method, path, query (secrets already ``REDACTED`` by the
     journal), headers without those that describe the wire body (:data:`_BODY_HEADERS`), and
     ``recorded_content_encoding`` (the encoding the agent sent the body with, undone here)."""
-    from pvisor.journal.model import is_secret_header
+    from pvisor.journal.redact import is_secret_header
 
     kept = {
         k: v for k, v in sorted(headers.items()) if k.lower() not in _BODY_HEADERS and not is_secret_header(k)
@@ -321,8 +321,9 @@ def _journal_prefix(
 def _journal_compaction(reader: Any, classification: Any, after_step: int) -> dict[str, Any] | None:
     """``prefix.compaction`` of a journal prefix: the last compaction of the main chain at or
     before N (a slot whose request carries a summary, docs/steps.md;
-    :meth:`~pvisor.adapters.chains.RecordedCompaction.record`), or None."""
-    from pvisor.adapters.chains import read_final_response, recorded_compactions
+    :meth:`~pvisor.adapters.matcher.RecordedCompaction.record`), or None."""
+    from pvisor.adapters.chains import read_final_response
+    from pvisor.adapters.matcher import recorded_compactions
 
     if classification.main is None or not any(
         slot.compaction is not None for slot in classification.main.slots

@@ -97,7 +97,7 @@ class Recording:
         attempts: per step, the attempt its request belongs to.
         auxiliary: recorded auxiliary exchanges.
         compactions: the compactions of the main loop
-            (:class:`~pvisor.adapters.chains.RecordedCompaction`; journal sources only).
+            (:class:`~pvisor.adapters.matcher.RecordedCompaction`; journal sources only).
         workspace, home, run_dir: recorded paths (None when unknown).
         source_sha256: digest of the native file (journal sources: None here).
         profile, session: the format or launch profile; the native session id.
@@ -174,7 +174,8 @@ def _check_boundary(rec: Recording, after_step: int, where: str) -> None:
 
 def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, task: str | None) -> Recording:
     """The recording of journal run ``run_id`` for ``--after-step`` (module docstring)."""
-    from pvisor.adapters.chains import classify_run, read_final_response, recorded_compactions
+    from pvisor.adapters.chains import classify_run, read_final_response
+    from pvisor.adapters.matcher import recorded_compactions
     from pvisor.adapters.journal_trajectory import build_trajectory
     from pvisor.journal.errors import UsageError
     from pvisor.journal.reader import JournalReader

@@ -36,12 +36,12 @@ if TYPE_CHECKING:
 def descriptor(agent: str) -> Any:
     """The agent's descriptor (:mod:`pvisor.adapters.agents`): every agent fact lives there.
     Raises ReplayUsageError ``unknown_agent``."""
-    from pvisor.adapters.agents import DESCRIPTOR_MODULES, get_descriptor
+    from pvisor.adapters.agents import descriptor_names, get_descriptor
 
-    if agent not in DESCRIPTOR_MODULES:
+    if agent not in descriptor_names():
         raise ReplayUsageError(
             "unknown_agent",
-            f"unknown agent {show_path(agent)!r}; expected one of {', '.join(DESCRIPTOR_MODULES)}",
+            f"unknown agent {show_path(agent)!r}; expected one of {', '.join(descriptor_names())}",
         )
     return get_descriptor(agent)
 

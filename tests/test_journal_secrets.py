@@ -10,7 +10,7 @@ from urllib.parse import quote, quote_plus
 import orjson
 from secret_scan import secret_windows
 
-from pvisor.journal.model import fingerprint, redact_exchange_meta, redact_url
+from pvisor.journal.redact import fingerprint, redact_exchange_meta, redact_url
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
 

@@ -235,14 +235,15 @@ def test_a_record_missing_its_required_shape_is_left_out_with_a_warning_not_fata
 
 
 def test_registry_lists_seven_adapters_each_with_a_profile():
+    # in the agent table's one order (adapters/agents/__init__.py AGENTS)
     names = adapter_names()
     assert names == [
         "claude-code",
         "codex",
         "gemini-cli",
         "qwen-code",
-        "mini-swe-agent",
         "opencode",
+        "mini-swe-agent",
         "openhands",
         "swe-agent",
     ]

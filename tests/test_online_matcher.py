@@ -1,4 +1,4 @@
-"""The online matcher of playback (adapters/chains.py ``OnlineMatcher``): fed the requests real
+"""The online matcher of playback (adapters/matcher.py ``OnlineMatcher``): fed the requests real
 agents sent (tests/corpus/requests) one at a time against the recording of the same run, it
 tells main-loop request k, retries and auxiliary requests apart, and reports a divergence with
 the place and what differed, in the manner of VCR.py's miss errors."""
@@ -12,7 +12,8 @@ import pytest
 
 from corpus_runs import RUNS, record_corpus_runs
 from pvisor.adapters.agents import get_descriptor
-from pvisor.adapters.chains import MatchKind, OnlineMatcher, classify_run
+from pvisor.adapters.chains import classify_run
+from pvisor.adapters.matcher import MatchKind, OnlineMatcher
 from pvisor.adapters.journal_trajectory import build_trajectory
 from pvisor.journal.reader import JournalReader
 

@@ -25,7 +25,8 @@ from google import genai
 from google.genai import types
 
 from pvisor.adapters.protocols import get_protocol, protocol_for_path
-from pvisor.gateway.scripted_model import Reply, ScriptedModel, load_script, parse_script
+from pvisor.adapters.protocols.replies import Reply
+from pvisor.gateway.scripted_model import ScriptedModel, load_script, parse_script
 from pvisor.journal.errors import BadInputError
 
 PVISOR = Path(sys.executable).with_name("pvisor")

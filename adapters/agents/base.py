@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Mapping
 
 import orjson
 
+from . import agent as agent_row
 from .descriptor import AgentDescriptor
 from pvisor.journal.record import FrozenRecord, Record, record
 from pvisor.journal.lazyre import LazyPattern
@@ -288,7 +289,8 @@ class AgentProfile(AgentDescriptor):
     Class attributes:
         name: the adapter name used on the command line and in the journal (``claude-code``).
         title: the agent's name for people (``Claude Code``).
-        executable: the command looked up on PATH when no ``--agent-entrypoint`` is given.
+        executable: the command looked up on PATH when no ``--agent-entrypoint`` is given
+            (read from the agent's row of :data:`pvisor.adapters.agents.AGENTS`).
         versions: the versions this profile was verified with (``--allow-unsupported``
             launches others).
         protocol: the wire protocol the agent speaks (``anthropic``, ``openai-responses``,
@@ -324,7 +326,6 @@ class AgentProfile(AgentDescriptor):
 
     name: str = ""
     title: str = ""
-    executable: str = ""
     versions: VersionRange = VersionRange((0,), (0,))
     protocol: str = ""  # the protocol ``pvisor run`` points it at (its first of ``protocols``)
     upstream: str = ""
@@ -343,6 +344,12 @@ class AgentProfile(AgentDescriptor):
     intercept_notes: tuple[str, ...] = ()
     task_option: str = ""
     task_stdin: str | None = None
+
+    @property
+    def executable(self) -> str:
+        """The command looked up on PATH (its row of the agent table)."""
+        row = agent_row(self.name)
+        return row.executable if row is not None and row.executable is not None else ""
 
     # ------------------------------------------------------------------ version
 
@@ -498,7 +505,7 @@ class AgentStatus(FrozenRecord):
 def status(outcome: AgentOutcome, detail: Any, source: str) -> AgentStatus:
     """An :class:`AgentStatus` with ``detail`` made one short line without keys (text as
     agents give it: a string, or a JSON value shown compactly)."""
-    from pvisor.journal.model import redact_text
+    from pvisor.journal.redact import redact_text
 
     if detail is None or detail == "":
         return AgentStatus(outcome, None, source)

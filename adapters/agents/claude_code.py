@@ -53,7 +53,6 @@ class ClaudeCode(AgentProfile):
     name = "claude-code"
     title = "Claude Code"
     shell_tools = {"Bash": ("command",)}
-    executable = "claude"
     versions = VersionRange((2, 1, 0), (2, 2))
     protocol = "anthropic"
     protocols = ("anthropic",)

@@ -117,7 +117,6 @@ class Codex(AgentProfile):
     name = "codex"
     title = "Codex CLI"
     shell_tools = {"exec_command": ("cmd",), "shell": ("command",)}
-    executable = "codex"
     versions = VersionRange((0, 170, 0), (0, 180))
     protocol = "openai-responses"
     protocols = ("openai-responses",)

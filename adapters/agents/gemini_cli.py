@@ -83,7 +83,6 @@ class GeminiCli(AgentProfile):
     name = "gemini-cli"
     title = "Gemini CLI"
     shell_tools = {"run_shell_command": ("command",)}
-    executable = "gemini"
     versions = VersionRange((0, 61, 0), (0, 62))
     protocol = "gemini"
     protocols = ("gemini",)

@@ -28,6 +28,7 @@ import orjson
 from pvisor.journal.errors import UsageError
 from pvisor.journal.model import Action, Conversation, Message, ToolCall, ToolResult
 
+from . import agent_names, get_profile
 from .base import (
     AgentOutcome,
     AgentProfile,
@@ -84,7 +85,6 @@ def model_spec(model: str) -> str:
 class MiniSweAgent(AgentProfile, LitellmAgent):
     name = "mini-swe-agent"
     title = "mini-swe-agent"
-    executable = "mini"
     versions = VersionRange((2, 4, 0), (2, 5))
     protocol = "openai-chat"
     native_raw_protocol = "openai-chat"  # litellm's message dicts, in Chat Completions' shape
@@ -191,8 +191,10 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
 
     def plan(self, ctx: LaunchContext, task: str, session_id: str | None = None) -> LaunchPlan:
         if session_id is not None:
+            resumable = [n for n in agent_names() if get_profile(n).resumable]
             raise UsageError(
-                "mini-swe-agent has no native resume; --resume works with claude-code, codex, gemini-cli, opencode and qwen-code"
+                "mini-swe-agent has no native resume; --resume works with "
+                f"{', '.join(resumable[:-1])} and {resumable[-1]}"
             )
         env = self.base_env(ctx)
         env.update(QUIET_ENV)

@@ -92,7 +92,6 @@ def config(base_url: str, model: str) -> dict:
 class OpenCode(AgentProfile):
     name = "opencode"
     title = "OpenCode"
-    executable = "opencode"
     versions = VersionRange((1, 18, 0), (1, 19))
     protocol = "openai-chat"
     protocols = ("openai-chat", "anthropic", "openai-responses", "gemini")  # AI SDK providers

@@ -52,7 +52,6 @@ class QwenCode(AgentProfile):
     name = "qwen-code"
     title = "Qwen Code"
     shell_tools = {"run_shell_command": ("command",)}
-    executable = "qwen"
     versions = VersionRange((0, 24, 0), (0, 25))
     protocol = "openai-chat"
     protocols = ("openai-chat", "anthropic", "gemini")  # --auth-type openai|anthropic|gemini

@@ -17,22 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.errors import BadInputError, UsageError
 
+from pvisor.adapters.agents import AGENTS, native_names
+
 from .base import Diagnostics, NativeAdapter, NativeResult, flag_cut_off
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-#: adapter name -> module under this package defining ``ADAPTER``
-ADAPTER_MODULES: dict[str, str] = {
-    "claude-code": "claude_code",
-    "codex": "codex",
-    "gemini-cli": "gemini_cli",
-    "qwen-code": "qwen_code",
-    "mini-swe-agent": "mini_swe_agent",
-    "opencode": "opencode",
-    "openhands": "openhands",
-    "swe-agent": "swe_agent",
-}
 
 #: a signature is given at least this many bytes of the file's start (64 KiB) ...
 SNIFF_BYTES = 64 * 1024
@@ -43,15 +33,23 @@ SNIFF_MAX_BYTES = 4 * 1024 * 1024
 
 
 def adapter_names() -> list[str]:
-    """Names ``--agent`` accepts, in documentation order."""
-    return list(ADAPTER_MODULES)
+    """Names ``--agent`` accepts, in documentation order (the agent table's native readers,
+    :func:`pvisor.adapters.agents.native_names`)."""
+    return native_names()
+
+
+def adapter_module(name: str) -> str:
+    """The module under this package that reads agent ``name``'s native files (its row of
+    :data:`pvisor.adapters.agents.AGENTS`); UsageError listing the known names otherwise."""
+    row = next((a for a in AGENTS if a.name == name and a.native), None)
+    if row is None:
+        raise UsageError(f"unknown native adapter {name!r}; expected one of {', '.join(adapter_names())}")
+    return f"{__name__}.{row.module}"
 
 
 def get_adapter(name: str) -> NativeAdapter:
     """The adapter called ``name``; UsageError listing the known names otherwise."""
-    if name not in ADAPTER_MODULES:
-        raise UsageError(f"unknown native adapter {name!r}; expected one of {', '.join(adapter_names())}")
-    return importlib.import_module(f"{__name__}.{ADAPTER_MODULES[name]}").ADAPTER
+    return importlib.import_module(adapter_module(name)).ADAPTER
 
 
 def sniff_head(path: Path) -> bytes:
@@ -82,10 +80,10 @@ def detect(path: Path) -> list[str]:
     """Names of the adapters whose format's signature (:mod:`.signatures`) accepts ``path`` (a
     file, or a directory for the OpenCode storage tree), given :func:`sniff_head` of it. Loads
     no adapter module (the one chosen is loaded to read the file)."""
-    from .signatures import SIGNATURES
+    from .signatures import signature_of
 
     head = sniff_head(path)
-    return [n for n in ADAPTER_MODULES if SIGNATURES[n](path, head)]
+    return [n for n in adapter_names() if signature_of(n)(path, head)]
 
 
 def _check_path(path: Path) -> None:
@@ -207,7 +205,7 @@ def _read_native(
 
 
 __all__ = [
-    "ADAPTER_MODULES",
+    "adapter_module",
     "adapter_names",
     "check_source_file",
     "detect",

@@ -655,9 +655,9 @@ class NativeAdapter:
         """True when ``path`` looks like this adapter's format: its signature in
         :mod:`pvisor.adapters.native.signatures` (``head``: the file's start, ``b""`` for a
         directory; what :func:`pvisor.adapters.native.sniff_head` reads). Never raises."""
-        from .signatures import SIGNATURES
+        from .signatures import signature_of
 
-        return SIGNATURES[self.name](path, head)
+        return signature_of(self.name)(path, head)
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """Read ``path`` into a trajectory. Raises BadInputError (exit 65) for an unknown

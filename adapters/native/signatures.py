@@ -1,5 +1,9 @@
 """Each native format's signature: what in a file's start says which agent wrote it, one
-function per format, ``(path, head) -> bool``, in :data:`SIGNATURES` under the adapter's name.
+function per format, ``(path, head) -> bool``, named after its reader module (the ``module`` of
+the agent's row of :data:`pvisor.adapters.agents.AGENTS`); :func:`signature_of` finds it by the
+adapter's name. A format whose function is not here has it as ``SIGNATURE`` on its reader module
+(a new agent is its modules and one row of the table; moving its signature here keeps its reader
+unloaded by detection).
 
 ``head`` is the file's start as :func:`pvisor.adapters.native.sniff_head` reads it (``b""`` for
 a directory): at least its first 64 KiB, extended to its first 8 complete lines, at most 4 MiB,
@@ -12,13 +16,17 @@ Detection asks every signature here and imports only the adapter it names: the a
 loaded all eight (docs/benchmarks.md, "Replay prepare-only: fidelity and startup"). An
 adapter's ``sniff`` is its signature (:meth:`pvisor.adapters.native.base.NativeAdapter.sniff`).
 
-This module imports nothing of pvisor's but, for a SQLite file only, OpenCode's adapter.
+This module imports nothing of pvisor's but the agent table, for a SQLite file OpenCode's
+adapter, and a reader module that holds its own signature.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 from typing import TYPE_CHECKING, Callable
+
+from pvisor.adapters.agents import AGENTS
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -124,16 +132,21 @@ def swe_agent(path: Path | str, head: bytes) -> bool:
     )
 
 
-#: adapter name -> its format's signature (the names and order of ``ADAPTER_MODULES``)
-SIGNATURES: dict[str, Callable[[Path | str, bytes], bool]] = {
-    "claude-code": claude_code,
-    "codex": codex,
-    "gemini-cli": gemini_cli,
-    "qwen-code": qwen_code,
-    "mini-swe-agent": mini_swe_agent,
-    "opencode": opencode,
-    "openhands": openhands,
-    "swe-agent": swe_agent,
-}
+#: a format's signature: ``(path, head) -> bool``
+Signature = Callable[["Path | str", bytes], bool]
 
-__all__ = ["SIGNATURES", "SQLITE_MAGIC"]
+
+def signature_of(name: str) -> Signature:
+    """The signature of native adapter ``name``: the function of this module named after its
+    reader module, else that module's ``SIGNATURE``. KeyError for a name with no native reader
+    in the agent table."""
+    row = next((a for a in AGENTS if a.name == name and a.native), None)
+    if row is None:
+        raise KeyError(name)
+    found = globals().get(row.module)
+    if callable(found):
+        return found
+    return importlib.import_module(f"pvisor.adapters.native.{row.module}").SIGNATURE
+
+
+__all__ = ["SQLITE_MAGIC", "Signature", "signature_of"]

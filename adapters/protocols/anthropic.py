@@ -1086,3 +1086,11 @@ def cache_breakpoints(body: bytes) -> int:
         for b in part
         if isinstance(b, dict) and "cache_control" in b
     )
+
+
+# --------------------------------------------------------------------------- replies
+# facts adapters/protocols/replies.py answers with
+
+#: the field of a token-count response's count (None: the protocol has none):
+#: Anthropic's ``/v1/messages/count_tokens`` answers ``{"input_tokens": N}``
+TOKEN_COUNT_FIELD: str | None = "input_tokens"

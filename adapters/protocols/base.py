@@ -740,6 +740,9 @@ class WireProtocol(Protocol):
       with the value a render without a profile sends (Anthropic ``max_tokens``).
     - ``SIGNED_REASONING``: a reasoning block is accepted only with its own signature (or
       encrypted content) from this provider: reasoning of another protocol cannot be sent.
+    - ``TOKEN_COUNT_FIELD``: the field of a token-count response (``input_tokens``,
+      ``totalTokens``), None for a protocol without one
+      (:func:`pvisor.adapters.protocols.replies.token_count_reply`).
     """
 
     NAME: str
@@ -754,6 +757,7 @@ class WireProtocol(Protocol):
     TOOL_SCHEMA_REQUIRED: bool
     REQUIRED_PARAMS: Mapping[str, Any]
     SIGNED_REASONING: bool
+    TOKEN_COUNT_FIELD: str | None
 
     def matches(self, path: str) -> bool:
         """Whether a request path (no query string) is one of ``PATHS``."""

@@ -1219,3 +1219,11 @@ def path_for_model(path: str, model: str) -> str:
     head, sep, tail = path.rpartition("/models/")
     verb = tail.partition(":")[2]
     return f"{head}/models/{model}:{verb}" if sep and verb else path
+
+
+# --------------------------------------------------------------------------- replies
+# facts adapters/protocols/replies.py answers with
+
+#: the field of a token-count response's count (None: the protocol has none):
+#: Gemini's ``:countTokens`` answers ``{"totalTokens": N}``
+TOKEN_COUNT_FIELD: str | None = "totalTokens"

@@ -1036,3 +1036,11 @@ def offered_tools(conv: Conversation) -> list[ToolSpec]:
 def tool_kind(spec: ToolSpec) -> str:
     """How a call of the tool is written: always ``function`` in this protocol."""
     return "function"
+
+
+# --------------------------------------------------------------------------- replies
+# facts adapters/protocols/replies.py answers with
+
+#: the field of a token-count response's count (None: the protocol has none):
+#: no path of this protocol asks for a token count (:func:`counts_tokens`)
+TOKEN_COUNT_FIELD: str | None = None

@@ -1575,3 +1575,11 @@ def converted_tool_raw(tool: ToolSpec) -> dict:
         else {}
     )
     return {"type": "function", "name": tool.name, "strict": bool(fn.get("strict", False))}
+
+
+# --------------------------------------------------------------------------- replies
+# facts adapters/protocols/replies.py answers with
+
+#: the field of a token-count response's count (None: the protocol has none):
+#: no path of this protocol asks for a token count (:func:`counts_tokens`)
+TOKEN_COUNT_FIELD: str | None = None

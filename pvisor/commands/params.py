@@ -159,12 +159,12 @@ _ID_CHARACTERS = "letters, digits, '.', '_' and '-', at most 128, starting with 
 
 def refuse_key_shaped(named: str, text: str, what: str) -> None:
     """UsageError (exit 2) when ``text`` holds a key-shaped token
-    (:func:`~pvisor.journal.model.has_key_shape`), never showing it: ``RUN holds a key-shaped
+    (:func:`~pvisor.journal.redact.has_key_shape`), never showing it: ``RUN holds a key-shaped
     token (not shown): a key is never a run id``. ``named``: the argument or option; ``what``:
     what it should have been (``a run id``, ``a run id or a file``). Every command that looks up
     a value it was given checks this before it names the value in a message."""
     from pvisor.journal.errors import UsageError
-    from pvisor.journal.model import has_key_shape
+    from pvisor.journal.redact import has_key_shape
 
     if has_key_shape(text):
         raise UsageError(f"{named} holds a key-shaped token (not shown): a key is never {what}")

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from pvisor.adapters.agents import descriptor_names
 from pvisor.commands.base import Command, one_line
 
 from pvisor.commands.params import RUN_ID, intercept_config, intercept_options
@@ -69,7 +70,7 @@ def _as_path(value: str | None) -> Path | None:
     "--agent",
     default=None,
     metavar="NAME",
-    help="The agent: claude-code, codex, gemini-cli, qwen-code, opencode, mini-swe-agent, openhands, swe-agent.",
+    help=f"The agent: {', '.join(descriptor_names())}.",
 )
 @click.option(
     "--trajectory",

@@ -10,7 +10,7 @@ import click
 from pvisor.commands.base import Command, PathParam, one_line
 import orjson
 
-from pvisor.adapters.agents import agent_names
+from pvisor.adapters.agents import agent_names, executables
 from pvisor.adapters.agents.base import AgentOutcome
 from pvisor.commands.params import Seconds, intercept_config, intercept_options, max_response_body_option
 from pvisor.journal.errors import EXIT_TIMEOUT
@@ -30,7 +30,7 @@ def _warn(message: str) -> None:
     "entrypoint",
     metavar="PATH",
     default=None,
-    help="The agent's executable (default: its command on PATH: claude, codex, gemini, opencode, qwen, mini).",
+    help=f"The agent's executable (default: its command on PATH: {', '.join(executables())}).",
 )
 @click.option(
     "--upstream",

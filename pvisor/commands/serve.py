@@ -34,7 +34,7 @@ EXIT_INTERRUPTED = 130  # SIGINT, as a shell reports Ctrl-C
 def _without_userinfo(url: str) -> str:
     """``url`` with any ``user:password@`` replaced and a key-shaped part ``REDACTED`` (a key
     pasted into the base path), for error messages."""
-    from pvisor.journal.model import redact_path
+    from pvisor.journal.redact import redact_path
 
     return redact_path(re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url))
 
