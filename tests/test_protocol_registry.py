@@ -33,6 +33,7 @@ CONSTANT_TYPES = {
     "TOOL_SCHEMA_REQUIRED": bool,
     "REQUIRED_PARAMS": Mapping,
     "SIGNED_REASONING": bool,
+    "TOKEN_COUNT_FIELD": (str, type(None)),
 }
 
 
