@@ -34,13 +34,11 @@ documented codes (2 usage, 65 bad data, 69 unavailable, 124 timeout, 128 + N aft
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -60,7 +58,6 @@ from pvisor.adapters.agents.base import (
 )
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.gateway.parent_death import die_with_parent
-from pvisor.journal.helpers import helper_argv
 from pvisor.journal.child_runs import Claim, claim_child_run, release_child_run
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError, shown
 from pvisor.journal.outfile import open_private
@@ -69,19 +66,17 @@ from pvisor.journal.model import RUN_ID_PATTERN, Attempt, Run, RunMode
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import SnapshotKind
 from pvisor.journal.writer import new_run_id
+from pvisor.session.supervise import (
+    GroupGuard,
+    become_subreaper,
+    end_group,
+    end_strays,
+    exit_status,
+    stop_group,
+)
 
 #: the key given to an agent that talks to the scripted model (it checks nothing)
 SCRIPT_API_KEY = "pvisor-scripted-model-key"
-
-#: after SIGTERM, how long the agent's process group gets before SIGKILL (a second Ctrl-C,
-#: SIGTERM or SIGHUP cuts it short)
-KILL_GRACE_S = 5.0
-
-#: after SIGTERM, how long processes the agent left behind get before SIGKILL
-STRAY_GRACE_S = 2.0
-
-#: prctl option that makes a process the reaper of its orphaned descendants (Linux >= 3.4)
-PR_SET_CHILD_SUBREAPER = 36
 
 #: the signals that stop a run like Ctrl-C; the exit code is 128 + the signal's number
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -350,7 +345,7 @@ def _run_quick(argv: list[str], env: dict[str, str], cwd: str, timeout: float) -
         except subprocess.TimeoutExpired:
             pass
         finally:  # also on Ctrl-C: its own session does not get the terminal's SIGINT
-            _end_group(proc.pid, kill=True)
+            end_group(proc.pid, kill=True)
             if code is None:
                 proc.wait()
         out.seek(0)
@@ -576,197 +571,6 @@ def check_child_workspace(child: Run, digest: str | None, where: str, warn: Warn
         "state"
     )
     return False
-
-
-# --------------------------------------------------------------------------- process groups
-
-
-def _end_group(pgid: int, *, kill: bool = False) -> None:
-    """Signal the process group ``pgid`` (SIGTERM, or SIGKILL with ``kill``); a group that is
-    already gone is fine."""
-    try:
-        os.killpg(pgid, signal.SIGKILL if kill else signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def _stop_group(proc: asyncio.subprocess.Process, hurry: asyncio.Event | None = None) -> None:
-    """SIGTERM the agent's process group, SIGKILL it after :data:`KILL_GRACE_S` (at once when
-    ``hurry`` is set meanwhile: a second Ctrl-C)."""
-    _end_group(proc.pid)
-    waiter = asyncio.ensure_future(proc.wait())
-    hurried = asyncio.ensure_future(hurry.wait()) if hurry is not None else None
-    await asyncio.wait(
-        {waiter} | ({hurried} if hurried else set()),
-        timeout=KILL_GRACE_S,
-        return_when=asyncio.FIRST_COMPLETED,
-    )
-    if hurried is not None:
-        hurried.cancel()
-    if not waiter.done():
-        _end_group(proc.pid, kill=True)
-    await waiter
-    _end_group(proc.pid, kill=True)  # members that ignored SIGTERM
-
-
-#: the guard of an agent's process group (:class:`GroupGuard`): it reads its stdin until pvisor
-#: writes to it (released) or dies (end of file), and in the second case kills the group
-_GUARD = (
-    "import os, signal, sys\n"
-    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
-    "if not os.read(0, 1):\n"
-    "    try: os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
-    "    except OSError: pass\n"
-)
-
-
-def guard_main(argv: list[str]) -> None:
-    """The guard in a bundle (journal/helpers.py): :data:`_GUARD` with ``argv`` (the group id)."""
-    sys.argv = ["-c", *argv]
-    exec(compile(_GUARD, "<pvisor guard>", "exec"), {"__name__": "__main__"})
-
-
-class GroupGuard:
-    """A small process that kills the agent's process group if pvisor dies first (a ``kill -9``
-    leaves no time to stop anything): :func:`die_with_parent` ends the agent itself, the guard
-    also the tools it runs in its group. :meth:`release` once pvisor has ended the group itself.
-    Processes the agent moved into sessions of their own are beyond it."""
-
-    def __init__(self, pgid: int) -> None:
-        read, self._write = os.pipe()  # the write end is close-on-exec: only pvisor holds it
-        try:
-            self._proc: subprocess.Popen | None = subprocess.Popen(
-                helper_argv("guard", _GUARD, [str(pgid)], site=False), stdin=read, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-        except OSError:
-            self._proc = None
-        finally:
-            os.close(read)
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def release(self) -> None:
-        """Let the guard go without killing anything. Idempotent."""
-        if self._write < 0:
-            return
-        try:
-            os.write(self._write, b"x")
-        except OSError:
-            pass
-        os.close(self._write)
-        self._write = -1
-        if self._proc is not None:
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-
-
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``):
-    a process the agent started in its own session (``setsid``: Gemini CLI, OpenCode and
-    mini-swe-agent run tools so) is re-parented to pvisor rather than to pid 1 when its parent
-    exits, so that :func:`end_strays` can find and end it. False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _process_table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, state letter) of every process, from ``/proc/<pid>/stat`` (Linux;
-    empty elsewhere). The command name in parentheses may hold spaces and parentheses, so the
-    fields are read after its last ``)``."""
-    table: dict[int, tuple[int, str]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return table
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 2:
-            table[int(entry)] = (int(fields[1]), fields[0].decode("ascii", "replace"))
-    return table
-
-
-def descendants(root: int) -> dict[int, str]:
-    """Every descendant of process ``root`` (children, their children, ...): pid -> state
-    letter (``Z`` a zombie waiting to be reaped)."""
-    table = _process_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: dict[int, str] = {}
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found[pid] = table[pid][1]
-            todo.extend(children.get(pid, []))
-    return found
-
-
-def _reap_children(keep: Collection[int] = ()) -> None:
-    """Collect the exit status of this process's zombie children (orphans re-parented to it),
-    one pid at a time: a ``waitpid(-1)`` could take the status asyncio waits for; ``keep``:
-    children whose status someone else waits for (the journal's writer process)."""
-    me = os.getpid()
-    for pid, state in descendants(me).items():
-        if state == "Z" and pid not in keep:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass  # not ours (a zombie grandchild), or reaped meanwhile
-
-
-async def end_strays(
-    grace: float = STRAY_GRACE_S, hurry: asyncio.Event | None = None, keep: Collection[int] = ()
-) -> int:
-    """End what the agent left running once it exited or was killed: every live descendant of
-    this process (with :func:`become_subreaper`, also those that left the agent's session)
-    gets SIGTERM, then SIGKILL after ``grace`` seconds (at once when ``hurry`` is set), and is
-    reaped. Returns how many processes were ended. ``keep``: pvisor's own children that must
-    live on (the journal's writer process, :attr:`JournalProducer.processes`); call it only
-    while pvisor itself runs no other child process."""
-    me = os.getpid()
-    ended: set[int] = set()
-    deadline = time.monotonic() + grace
-    give_up = deadline + 5.0  # a process SIGKILL cannot end (uninterruptible sleep) must not hang pvisor
-    sig = signal.SIGTERM
-    while True:
-        _reap_children(keep)
-        live = [pid for pid, state in descendants(me).items() if state != "Z" and pid not in keep]
-        if not live or time.monotonic() >= give_up:
-            return len(ended)
-        if time.monotonic() >= deadline or (hurry is not None and hurry.is_set()):
-            sig = signal.SIGKILL
-        for pid in live:
-            if pid not in ended or sig == signal.SIGKILL:
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    continue
-                ended.add(pid)
-        await asyncio.sleep(0.05)
-
-
-def _exit_status(returncode: int | None) -> int | None:
-    """A process's exit status the way a shell reports it (killed by signal N: 128 + N)."""
-    if returncode is None:
-        return None
-    return 128 - returncode if returncode < 0 else returncode
 
 
 def _write_files(files: dict[Path, str]) -> None:
@@ -1267,7 +1071,7 @@ async def _attempt(
         agent=profile.name,
         agent_version=version,
         exit_code=0,
-        agent_exit_code=_exit_status(returncode),
+        agent_exit_code=exit_status(returncode),
         timed_out=timed_out,
         interrupted=interrupted,
         workspace=workspace,
@@ -1432,12 +1236,12 @@ async def _supervise(
         interrupted = stop.event.is_set()
         after_end = not interrupted and ender is not None and ender in done
         timed_out = not interrupted and not after_end
-        await _stop_group(proc, stop.hurry)
+        await stop_group(proc, stop.hurry)
     await waiter
     # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
     keep = (*keep, *((guard.pid,) if guard.pid is not None else ()))
     strays = await end_strays(hurry=stop.hurry, keep=keep)
-    _end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
+    end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
     return proc.returncode, timed_out, interrupted, strays, after_end
 
 
@@ -1476,11 +1280,11 @@ async def _native(
         try:
             await asyncio.wait_for(proc.wait(), EXPORT_TIMEOUT_S)
         except asyncio.TimeoutError:
-            await _stop_group(proc)
+            await stop_group(proc)
     await end_strays(keep=keep)
     if proc.returncode != 0 or export.output.stat().st_size == 0:
         warn(
-            f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {_exit_status(proc.returncode)}; see {err_path}): no native trajectory"
+            f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {exit_status(proc.returncode)}; see {err_path}): no native trajectory"
         )
         return None
     return export.output
