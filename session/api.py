@@ -2,10 +2,10 @@
 
 Import them from ``pvisor.session`` (``from pvisor.session import continue_run``; the old path
 ``pvisor.replay`` warns). They do what ``pvisor replay`` without a mode flag does (docs/replay.md
-"Continuation"; the result document is docs/result-protocol.md), and return a :class:`Result` for every replay that wrote a
-result document, whatever its status, so that a pipeline sampling many rollouts reads each
-outcome instead of catching exceptions. Errors before any result exists (a usage error, an
-output directory that is refused) raise :class:`~pvisor.journal.errors.PvisorError` from
+"Continuation"; the result document is docs/result-protocol.md), and return a :class:`Result` for
+every replay that wrote a result document, whatever its status, so that a pipeline sampling many
+rollouts reads each outcome instead of catching exceptions. Errors before any result exists (a usage
+error, an output directory that is refused) raise :class:`~pvisor.journal.errors.PvisorError` from
 :func:`continue_run`; :func:`continue_many` returns them as a :class:`Result` with
 ``document`` None.
 

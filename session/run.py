@@ -43,7 +43,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
 
 import orjson
 
@@ -67,6 +67,7 @@ from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import SnapshotKind
 from pvisor.journal.writer import new_run_id
 from pvisor.session.supervise import (
+    STOP_SIGNALS,
     GroupGuard,
     become_subreaper,
     end_group,
@@ -75,11 +76,11 @@ from pvisor.session.supervise import (
     stop_group,
 )
 
+if TYPE_CHECKING:  # the session's parts load when a run starts, after the checks
+    from pvisor.session.session import StopSignals
+
 #: the key given to an agent that talks to the scripted model (it checks nothing)
 SCRIPT_API_KEY = "pvisor-scripted-model-key"
-
-#: the signals that stop a run like Ctrl-C; the exit code is 128 + the signal's number
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 #: how long ``opencode export`` may take
 EXPORT_TIMEOUT_S = 60.0
@@ -780,21 +781,15 @@ async def _run(
     warn: Warn,
     child: Run | None = None,
 ) -> RunReport:
-    from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
+    from pvisor.gateway.proxy import GatewayConfig, os_error_reason
     from pvisor.gateway.scripted_model import ScriptedModel
     from pvisor.gateway.scripted_responder import ScriptedResponder
-    from pvisor.journal.writer_process import open_journal
+    from pvisor.session.session import Session, Snapshots, StopSignals
 
     attempt = resume.attempt if resume else 1
-    gw = None
-    journal = None
-    proxy = None
-    loop = asyncio.get_running_loop()
-    stop = _Stop()
-    for (
-        sig
-    ) in STOP_SIGNALS:  # from here on a signal stops the agent and the attempt still ends in the journal
-        loop.add_signal_handler(sig, stop, sig)
+    session = None
+    stop = StopSignals()
+    stop.install()  # from here on a signal stops the agent and the attempt still ends in the journal
     become_subreaper()
     try:
         responder = None
@@ -844,24 +839,24 @@ async def _run(
             config.max_response_body = req.max_response_body
         if req.intercept is not None:
             _intercept_gateway(req, profile, config)
-        if req.snapshots:
-            config.workspace = workspace
-            config.snapshot_driver = req.snapshot_driver
-            # the journal and the runs' own files (their private homes) never go into snapshots
-            config.snapshot_exclude = (req.journal_path, run_dir.parent)
-        gw = Gateway(config, None, responder)  # the journal comes once the port is bound
+        # the journal and the runs' own files (their private homes) never go into snapshots
+        snapshots = Snapshots(workspace, req.snapshot_driver, (req.journal_path, run_dir.parent))
+        # signals (installed above), address, journal, gateway, mitmdump; one stop order
+        session = Session(
+            req.journal_path,
+            config,
+            responder,
+            intercept=req.intercept,
+            snapshots=snapshots if req.snapshots else None,
+            signals=stop,
+            journal_wait=JOURNAL_WAIT_S,
+        )
         try:
-            url = await gw.start()
+            url = await session.start()  # the journal is opened once the port is bound
         except OSError as exc:
             raise UnavailableError(
                 f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 for a free one)"
             ) from None
-        journal = open_journal(req.journal_path, finalize=FINALIZER)
-        gw.journal = journal
-        if req.intercept is not None:
-            from pvisor.gateway.intercept import start_proxy
-
-            proxy = await start_proxy(req.intercept, gw)
         return await _attempt(
             req,
             profile,
@@ -877,22 +872,17 @@ async def _run(
             attempt,
             url,
             upstream_label,
-            gw,
-            journal,
+            session.gateway,
+            session.journal,
             stop,
             responder,
-            proxy,
+            session.proxy,
             child,
         )
     finally:
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
-        if gw is not None:
-            await gw.stop()
-        if proxy is not None:  # after the gateway: the exchanges in flight pass through it
-            await proxy.stop()
-        if journal is not None:  # also after a writer failure: a writer process is waited for
-            journal.close(timeout=JOURNAL_WAIT_S)
+        if session is not None:  # the gateway, mitmdump, the journal, the signal handlers
+            await session.stop()
+        stop.remove()  # a failure before the session was made
 
 
 def _intercept_gateway(req: RunRequest, profile: AgentProfile, config: Any) -> None:
@@ -943,7 +933,7 @@ async def _attempt(
     upstream_label: str,
     gw: Any,
     journal: Any,
-    stop: _Stop,
+    stop: StopSignals,
     responder: Any = None,
     proxy: Any = None,
     child: Run | None = None,
@@ -1126,29 +1116,6 @@ async def _attempt(
     return report
 
 
-class _Stop:
-    """The stop signals (SIGINT, SIGTERM, SIGHUP) received while the run's event loop runs:
-    the first sets ``event`` and is kept in ``signum``; any later one sets ``hurry`` (no more
-    grace for the agent's processes)."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.hurry = asyncio.Event()
-        self.signum: int | None = None
-
-    def __call__(self, signum: int) -> None:
-        if self.event.is_set():
-            self.hurry.set()
-        else:
-            self.signum = signum
-            self.event.set()
-
-    @property
-    def exit_code(self) -> int:
-        """128 + the signal's number (SIGHUP 129, SIGINT 130, SIGTERM 143)."""
-        return 128 + (self.signum or signal.SIGINT)
-
-
 async def _launch(
     plan: LaunchPlan,
     env: dict[str, str],
@@ -1159,7 +1126,7 @@ async def _launch(
     run_id: str,
     attempt: int,
     journal: Any,
-    stop: _Stop,
+    stop: StopSignals,
     ended: asyncio.Event | None = None,
     end_grace: float = 30.0,
     keep: Collection[int] = (),
@@ -1214,7 +1181,7 @@ async def _supervise(
     guard: GroupGuard,
     timeout: float,
     keep: Collection[int],
-    stop: _Stop,
+    stop: StopSignals,
     ended: asyncio.Event | None,
     end_grace: float,
 ) -> tuple[int | None, bool, bool, int, bool]:

@@ -31,6 +31,11 @@ from typing import Collection
 
 from pvisor.journal.helpers import helper_argv
 
+#: the signals that stop a run, its agent's process group and a server: SIGHUP too (its terminal
+#: closed), or it would die at once, with what it had not committed; the exit code is 128 + the
+#: signal's number (``pvisor gateway``: 0 after SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
 #: after SIGTERM, how long the agent's process group gets before SIGKILL (a second Ctrl-C,
 #: SIGTERM or SIGHUP cuts it short)
 KILL_GRACE_S = 5.0
@@ -89,16 +94,16 @@ def guard_main(argv: list[str]) -> None:
 
 class GroupGuard:
     """A small process that kills the agent's process group if pvisor dies first (a ``kill -9``
-    leaves no time to stop anything): :func:`~pvisor.gateway.parent_death.die_with_parent` ends the agent itself, the guard
-    also the tools it runs in its group. :meth:`release` once pvisor has ended the group itself.
-    Processes the agent moved into sessions of their own are beyond it."""
+    leaves no time to stop anything): :func:`~pvisor.gateway.parent_death.die_with_parent` ends the
+    agent itself, the guard also the tools it runs in its group. :meth:`release` once pvisor has
+    ended the group itself. Processes the agent moved into sessions of their own are beyond it."""
 
     def __init__(self, pgid: int) -> None:
         read, self._write = os.pipe()  # the write end is close-on-exec: only pvisor holds it
         try:
             self._proc: subprocess.Popen | None = subprocess.Popen(
-                helper_argv("guard", GUARD_SOURCE, [str(pgid)], site=False), stdin=read, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+                helper_argv("guard", GUARD_SOURCE, [str(pgid)], site=False), stdin=read,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         except OSError:
             self._proc = None
         finally:
