@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 from time import perf_counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 import aiohttp
 import orjson
@@ -160,7 +162,7 @@ class Gateway:
         self.responder: Responder = responder if responder is not None else self.forwarder
         self.url: str | None = None
         self._runner: web.ServerRunner | None = None
-        self._site: web.TCPSite | None = None
+        self._sites: list[web.BaseSite] = []
         self._inflight = InFlight()
         self.budget = ResponseBudget(config.max_response_body, config.response_budget)
         self._log = _new_logger()
@@ -194,11 +196,14 @@ class Gateway:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def start(self) -> str:
+    async def start(self, sockets: Sequence[socket.socket] = ()) -> str:
         """Bind and serve. Returns ``http://HOST:PORT``. On any failure (the log file cannot be
         opened, the port is taken) everything started so far is closed before the error
         propagates. No run row is written here: the journal creates it with the run's first
-        exchange, so a gateway that records nothing leaves no empty run."""
+        exchange, so a gateway that records nothing leaves no empty run. ``sockets``: sockets
+        bound already to ``config.host`` and ``config.port``, served instead of binding here
+        (:class:`pvisor.session.session.Session` binds before it opens the journal); they are
+        closed with the gateway, also when the start fails."""
         try:
             if self.config.log_file is not None:
                 self._log_file = LogFile(self._log, self.config.log_file)
@@ -217,11 +222,18 @@ class Gateway:
                 server, handle_signals=False, access_log=None, shutdown_timeout=1.0
             )
             await self._runner.setup()
-            site = web.TCPSite(self._runner, self.config.host, self.config.port)
-            await site.start()
-            self._site = site
+            sites = (
+                [web.SockSite(self._runner, sock) for sock in sockets]
+                if sockets
+                else [web.TCPSite(self._runner, self.config.host, self.config.port)]
+            )
+            for site in sites:
+                await site.start()
+                self._sites.append(site)
         except BaseException:
             await self._close()
+            for sock in sockets:
+                sock.close()
             raise
         sock = self._runner.addresses[0]
         self.url = listen_url(sock[0], sock[1])
@@ -249,9 +261,10 @@ class Gateway:
         :meth:`hurry`); cancel the rest, each recorded ``incomplete`` with what it had moved;
         close the connections, the upstream session and the log file. Returns how many were
         cancelled (0 when called again)."""
-        if self._site is not None:
-            site, self._site = self._site, None
-            await site.stop()
+        if self._sites:
+            sites, self._sites = self._sites, []
+            for site in sites:
+                await site.stop()
             close_idle_connections(self._runner)
         cancelled = await self._inflight.settle(self.config.shutdown_grace)
         if cancelled:

@@ -1,5 +1,5 @@
 """How pvisor starts the small Python processes of its own: the journal's writer
-(:mod:`.writer_process`) and the guard of an agent's process group (``pvisor.agent_run``).
+(:mod:`.writer_process`) and the guard of an agent's process group (``pvisor.session.supervise``).
 
 Installed with pip, a helper is this interpreter running a piece of code, isolated from the
 environment and the working directory (``sys.executable -I -c CODE ARGS``). In a build of
@@ -73,7 +73,7 @@ def _writer_refusal(args: list[str]) -> str | None:
 #: how many arguments pvisor gives it, why other arguments are refused)
 HELPERS: dict[str, tuple[str, int, Callable[[list[str]], str | None]]] = {
     "writer": ("pvisor.journal.writer_child:main", 6, _writer_refusal),
-    "guard": ("pvisor.agent_run:guard_main", 1, _guard_refusal),
+    "guard": ("pvisor.session.supervise:guard_main", 1, _guard_refusal),
 }
 
 

@@ -1,8 +1,12 @@
 """pvisor: capture coding-agent model exchanges into an Event Journal, and replay them step-exactly.
 
-The installed packages are ``pvisor.journal`` (canonical model and SQLite store),
-``pvisor.adapters`` (wire protocols, native formats, agent launch profiles),
-``pvisor.gateway`` (the capture proxy), ``pvisor.replay`` and this package (CLI).
+The installed packages, from the top floor down (each imports only the floors below it):
+this package (the CLI: ``cli``, ``entry``, ``commands``; and :mod:`pvisor.harness`),
+``pvisor.session`` (a session's composition, running agents, replay-only and continuation, the
+demo, the Python API ``continue_run`` / ``continue_many``), ``pvisor.replay`` (the prefix at a
+step, prepare-only, playback), ``pvisor.gateway`` (the capture proxy), ``pvisor.adapters``
+(wire protocols, native formats, agent launch profiles) and ``pvisor.journal`` (canonical model
+and SQLite store).
 Importing ``pvisor`` imports nothing else: the documents' Python names
 (:mod:`pvisor.harness`: ``PauseSpec``, ``TrajectoryReplay``, ...) are loaded on first use.
 """

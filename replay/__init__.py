@@ -18,14 +18,17 @@ Modules:
 - :mod:`.errors`: errors with result-protocol codes.
 
 The Python API of continuation, :func:`continue_run` and :func:`continue_many` (and their
-:class:`Result`), is defined in :mod:`pvisor.replay_api` (it runs agents, a layer above this
-package) and reached here by name, loaded on first use.
+:class:`Result`), lives in :mod:`pvisor.session` (it runs agents, a layer above this package):
+``from pvisor.session import continue_run``. Its old path here, ``from pvisor.replay import
+continue_run``, still works for one release with a DeprecationWarning naming the new one; the
+module is loaded by name (:func:`importlib.import_module`), so no import goes up a layer.
 
 Nothing is imported here, so that ``import pvisor.replay`` costs nothing.
 """
 
 from typing import Any
 
+#: the names that moved to :mod:`pvisor.session` (deprecated here)
 _API = ("continue_run", "continue_many", "Result")
 #: the names of this package's own API, by the module that defines them (loaded on first use)
 _OWN = {
@@ -40,9 +43,15 @@ _OWN = {
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        from pvisor import replay_api  # the public API's facade: the one upward import, by name
+        import importlib
+        import warnings
 
-        return getattr(replay_api, name)
+        warnings.warn(
+            f"pvisor.replay.{name} moved: import it from pvisor.session (from pvisor.session import {name})",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module("pvisor.session.api"), name)
     if name in _OWN:
         import importlib
 

@@ -22,7 +22,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 PVISOR = Path(sys.executable).with_name("pvisor")
 
-#: what pvisor run gives an agent that talks to the scripted model (pvisor.agent_run.SCRIPT_API_KEY)
+#: what pvisor run gives an agent that talks to the scripted model (pvisor.session.run.SCRIPT_API_KEY)
 SCRIPT_KEY = "pvisor-scripted-model-key"
 
 

@@ -130,7 +130,7 @@ CASES = {
 _API_RUN = """
 import json, sys
 from pathlib import Path
-from pvisor.agent_run import RunRequest, run_agent
+from pvisor.session.run import RunRequest, run_agent
 a = json.loads(sys.argv[1])
 req = RunRequest(agent=a["agent"], task="Run the commands.", journal_path=Path(a["journal"]),
                  entrypoint=a["entrypoint"],

@@ -183,7 +183,7 @@ def test_the_boundary_prompt_is_sent_once_after_o_prime_1_and_again_in_request_n
 
 
 def test_continue_many_gives_three_derived_runs_from_one_boundary(captured, stack, tmp_path):
-    from pvisor.replay import continue_many
+    from pvisor.session import continue_many
 
     cap = captured("claude-code")
     gw = live_side(stack, "claude-code", main_chain="any-tools")  # three sessions, one server

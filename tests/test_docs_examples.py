@@ -503,7 +503,7 @@ def test_replay_config_example_reads_and_python_api_example_binds(tmp_path: Path
     import ast
     import inspect
 
-    from pvisor import replay
+    from pvisor import session
     from pvisor.replay.config import load_config
 
     [toml] = _blocks(DOCS / "replay.md", "toml")
@@ -522,10 +522,10 @@ def test_replay_config_example_reads_and_python_api_example_binds(tmp_path: Path
     ]
     assert len(calls) == 2
     for call in calls:
-        fn = getattr(replay, call.func.id)
+        fn = getattr(session, call.func.id)
         inspect.signature(fn).bind(*[None] * len(call.args), **{k.arg: None for k in call.keywords})
     result_attrs = {"status", "derived_run", "live_steps", "ended_by", "prefix"}
-    assert result_attrs <= set(dir(replay.Result))
+    assert result_attrs <= set(dir(session.Result))
 
 
 def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):

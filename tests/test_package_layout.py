@@ -16,7 +16,7 @@ import pvisor
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.parametrize("bare", ["adapters", "journal", "gateway", "replay"])
+@pytest.mark.parametrize("bare", ["adapters", "journal", "gateway", "replay", "session"])
 def test_no_bare_top_level_module_is_importable(bare: str):
     # the repository root is not on sys.path (pytest runs with PYTHONSAFEPATH=1 from the
     # installed package), so only the pvisor.* names exist
@@ -30,7 +30,7 @@ def test_tests_run_against_the_installed_package_not_the_checkout():
 
 
 def test_layers_hold(tmp_path: Path):
-    """cli -> replay -> gateway -> adapters -> journal, checked by import-linter on the
+    """cli -> session -> replay -> gateway -> adapters -> journal, checked by import-linter on the
     installed package; and journal imports nothing of ours."""
     # run outside the checkout: import-linter puts the working directory on sys.path, where
     # the checkout's pvisor/ would shadow the installed package
@@ -88,7 +88,7 @@ def test_journal_imports_nothing_of_ours_and_adapters_only_journal():
     outside = {n for n in ours(_imports_of(adapters_dir)) if not n.startswith("pvisor.adapters")}
     assert all(n.startswith("pvisor.journal") for n in outside), outside
     # nothing imports the CLI
-    for sub in ("pvisor.journal", "pvisor.adapters", "pvisor.gateway", "pvisor.replay"):
+    for sub in ("pvisor.journal", "pvisor.adapters", "pvisor.gateway", "pvisor.replay", "pvisor.session"):
         d = Path(importlib.import_module(sub).__file__).parent
         assert not {n for n in _imports_of(d) if n.startswith(("pvisor.cli", "pvisor.commands"))}, sub
     assert root.name == "pvisor"

@@ -811,7 +811,7 @@ def test_a_huge_child_run_id_is_shown_shortened(box):
     """A child run id of 120 KB on the command line (the most one argument can hold), or of
     200 KB given to the Python API (a file pasted by mistake), is named in one short line."""
     from pvisor.journal.errors import UsageError
-    from pvisor.replay import continue_run
+    from pvisor.session import continue_run
 
     proc = box.run(*box.std("--child-run", "a" * 120_000, "--", "go"))
     _one_error_line(proc, 2, "--child-run aaaa", "(120000 characters): not a run id")

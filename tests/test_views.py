@@ -662,7 +662,7 @@ def test_a_replay_is_filed_under_the_handoffs_child_run_once(captured, tmp_path)
     from agent_helpers import PVISOR, entrypoint, gated_entrypoint, start_together
 
     from pvisor.journal.reader import JournalReader
-    from pvisor.replay import continue_run
+    from pvisor.session import continue_run
     from pvisor.replay.snapshots import run_snapshots
 
     cap = captured("codex")

@@ -7,7 +7,7 @@ a :class:`LaunchPlan`: the command line, the changes to the environment and the 
 write before the agent starts. It also reads what the agent leaves behind: the session id
 from the agent's own JSON stdout, and where its native trajectory was saved. Running the
 process, the gateway and the journal is the caller's job (``pvisor run``, in
-:mod:`pvisor.agent_run`); a profile never starts anything.
+:mod:`pvisor.session.run`); a profile never starts anything.
 
 Where things go (``pvisor run``):
 

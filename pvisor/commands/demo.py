@@ -17,7 +17,7 @@ def demo(ctx: click.Context) -> None:
     """Run the capture path offline: a scripted model server, the gateway in front of it, and
     a built-in agent loop that makes one real shell tool call. Records the run in the journal
     (--journal) and shows it."""
-    from pvisor.demo import main
+    from pvisor.session.demo import main
 
     from pvisor.journal.reader import JournalReader
 

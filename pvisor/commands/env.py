@@ -86,7 +86,7 @@ def env(
       pvisor env --agent claude-code --gateway http://127.0.0.1:8080 --intercept
     """
     from pvisor.adapters.agents import get_profile
-    from pvisor.agent_run import check_utf8, run_dir_of
+    from pvisor.session.run import check_utf8, run_dir_of
 
     for option, value in (
         ("--gateway", gateway_url),
@@ -140,7 +140,7 @@ def _intercept(
 
     from pvisor.adapters.agents import get_profile
     from pvisor.adapters.protocols import UPSTREAMS
-    from pvisor.agent_run import run_dir_of
+    from pvisor.session.run import run_dir_of
     from pvisor.gateway.intercept import CA_CERT, default_confdir, intercept_env, model_hosts
     from pvisor.journal.paths import absolute
 

@@ -59,7 +59,7 @@ def _path(opt: str, value: str | None) -> str | None:
 
 
 def _as_path(value: str | None) -> Path | None:
-    """``value`` as a Path, for the modes that start an agent (:mod:`pvisor.replay_run`)."""
+    """``value`` as a Path, for the modes that start an agent (:mod:`pvisor.session.replay`)."""
     from pathlib import Path
 
     return None if value is None else Path(value)
@@ -545,7 +545,7 @@ def _report(replay: Any, result_to: str | None) -> None:
 
 
 def _replay_agent(o: dict[str, Any], journal: str | None, live: bool) -> None:
-    from pvisor.replay_run import DEFAULT_TIMEOUT_S, ReplayOptions, continue_replay, replay_only
+    from pvisor.session.replay import DEFAULT_TIMEOUT_S, ReplayOptions, continue_replay, replay_only
 
     import gc
 

@@ -154,7 +154,7 @@ def run(
       pvisor run --agent claude-code --intercept --script turns.json -- "write hello.txt"
       pvisor run --agent codex --child-run child-1 -- "go on from the pause"
     """
-    from pvisor.agent_run import RunRequest, run_agent
+    from pvisor.session.run import RunRequest, run_agent
 
     request = RunRequest(
         agent=agent,

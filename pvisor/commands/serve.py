@@ -103,46 +103,12 @@ def _write_ready_file(path: str | None, info: dict) -> None:
         raise UsageError(f"cannot write --ready-file {path}: {exc.strerror}") from None
 
 
-#: the signals that stop a server: SIGHUP too (its terminal closed), or it would die at once,
-#: with what it had not committed
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-class _Signals:
-    """SIGINT, SIGTERM and SIGHUP while a server runs: the first one ends :meth:`wait`; each
-    later one calls ``on_repeat`` (stop waiting for exchanges in flight). Installed for the
-    whole life of the command, so that no signal interrupts the clean-up with a
-    KeyboardInterrupt."""
-
-    def __init__(self) -> None:
-        self.first: int | None = None
-        self.on_repeat: Callable[[], None] | None = None
-        self._got = asyncio.Event()
-        self._loop = asyncio.get_running_loop()
-        for sig in STOP_SIGNALS:
-            self._loop.add_signal_handler(sig, self._received, sig)
-
-    def _received(self, sig: int) -> None:
-        if self.first is None:
-            self.first = sig
-            self._got.set()
-        elif self.on_repeat is not None:
-            self.on_repeat()
-
-    async def wait(self) -> int:
-        await self._got.wait()
-        assert self.first is not None
-        return self.first
-
-    def exit_code(self) -> int:
-        """130 after SIGINT, 129 after SIGHUP (as a shell reports them), 0 after SIGTERM."""
-        if self.first == signal.SIGHUP:
-            return 128 + signal.SIGHUP
-        return EXIT_INTERRUPTED if self.first == signal.SIGINT else 0
-
-    def remove(self) -> None:
-        for sig in STOP_SIGNALS:
-            self._loop.remove_signal_handler(sig)
+def _exit_code(signals: Any) -> int:
+    """A server's exit code after the :class:`~pvisor.session.session.StopSignals` it got: 130
+    after SIGINT, 129 after SIGHUP (as a shell reports them), 0 after SIGTERM (a service stop)."""
+    if signals.signum == signal.SIGHUP:
+        return 128 + signal.SIGHUP
+    return EXIT_INTERRUPTED if signals.signum == signal.SIGINT else 0
 
 
 def _say(line: str) -> None:
@@ -152,7 +118,7 @@ def _say(line: str) -> None:
         pass
 
 
-def _stopping(signals: _Signals, server: Any, grace: float) -> None:
+def _stopping(signals: Any, server: Any, grace: float) -> None:
     """Say that the server stops (how long it waits, when something is in flight), and make a
     second signal stop it at once."""
     n = server.in_flight
@@ -384,10 +350,9 @@ def gateway(
       ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude -p "fix the test"
       pvisor gateway --mode intercept --port 8080
     """
-    from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
+    from pvisor.gateway.proxy import GatewayConfig, os_error_reason
     from pvisor.gateway.lifecycle import EventLoop, loop_factory, run_on, tune_gc_for_serving
     from pvisor.journal.snapshots import SnapshotKind
-    from pvisor.journal.writer_process import open_journal
 
     if mode == "intercept":
         from pvisor.gateway.access import is_loopback
@@ -444,28 +409,28 @@ def gateway(
     loop_factory(loop_choice)  # uvloop asked for and missing: a usage error before anything starts
 
     async def serve() -> int:
-        signals = _Signals()
-        journal = gw = proxy = None
+        from pvisor.session.session import Session, StopSignals
+
+        signals = StopSignals()
+        # signals, address, journal, gateway, mitmdump; stopped in one order (pvisor.session.session)
+        session = Session(journal_path, config, intercept=intercept, signals=signals)
         failed = False
         proxy_died = False
         try:
-            journal = open_journal(journal_path, finalize=FINALIZER)
-            gw = Gateway(config, journal)
             try:
-                url = await gw.start()
+                url = await session.start()
             except OSError as exc:
                 if exc.filename is not None:  # the log file, not the socket
                     raise UsageError(f"cannot write --log-file {log_file}: {exc.strerror}") from None
                 raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
+            gw, journal, proxy = session.gateway, session.journal, session.proxy
+            assert gw is not None and journal is not None
             extra: dict[str, Any] = {}
-            if intercept is not None:
-                from pvisor.gateway.intercept import start_proxy
-
-                proxy = await start_proxy(intercept, gw)
+            if proxy is not None:
                 extra = {"mode": "intercept", "gateway": url, "ca": str(proxy.ca_cert)}
                 url = proxy.url
             tune_gc_for_serving()
-            await gw.take_snapshot(SnapshotKind.START)  # before the ready file: no agent has started yet
+            await session.take_snapshot(SnapshotKind.START)  # before the ready file: no agent has started yet
             # the ready file first: whoever sees the listening line can read it at once
             base = f"{url}/t/{token}" if token else url  # the base URL agents are given
             _write_ready_file(
@@ -484,7 +449,8 @@ def gateway(
                 )
                 needs = f"; intercepting {hosts}; CA certificate {proxy.ca_cert}"
             click.echo(
-                f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop {loop_name}{needs}",
+                f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop "
+                f"{loop_name}{needs}",
                 err=True,
             )
             waits = [asyncio.ensure_future(signals.wait()), asyncio.ensure_future(gw.watch_journal())]
@@ -505,20 +471,16 @@ def gateway(
                 )
                 await proxy.stop()
             _stopping(signals, gw, shutdown_grace)
-            await gw.take_snapshot(SnapshotKind.END)
+            await session.take_snapshot(SnapshotKind.END)
             # mitmdump stays until the exchanges in flight have ended (they pass through it);
             # a new connection meanwhile gets its 502 for the gateway that no longer accepts
             cancelled = await gw.stop()
             if cancelled:
                 _say(f"stopped: cancelled {cancelled} exchange(s) still in flight (recorded incomplete)")
         finally:
-            if proxy is not None:
-                await proxy.stop()
-            if gw is not None:
-                await gw.stop()  # after a failed start or an error: close what is open
-            if journal is not None:  # also after a writer failure: a writer process is waited for
-                journal.close()  # commits, marks what is still in flight incomplete, checkpoints
-            signals.remove()
+            await session.stop()  # after a failed start or an error too: the gateway, mitmdump, the journal
+        journal = session.journal
+        assert journal is not None
         if journal.error is not None:
             if not failed:  # it stopped while the gateway was stopping
                 click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
@@ -528,7 +490,7 @@ def gateway(
             return EXIT_UNAVAILABLE
         if proxy_died:
             return EXIT_UNAVAILABLE
-        return signals.exit_code()
+        return _exit_code(signals)
 
     undo = _show_on_stderr(("pvisor.journal", "pvisor.gateway"))
     try:
@@ -683,7 +645,10 @@ def serve_model(
         check_output_path(ready_file, "--ready-file")
 
     async def serve() -> int:
-        signals = _Signals()
+        from pvisor.session.session import StopSignals
+
+        signals = StopSignals()
+        signals.install()
         server = ScriptedModelServer(model, host, port, shutdown_grace=shutdown_grace)
         try:
             try:
@@ -697,6 +662,6 @@ def serve_model(
         finally:
             await server.stop()
             signals.remove()
-        return signals.exit_code()
+        return _exit_code(signals)
 
     ctx.exit(asyncio.run(serve()))

@@ -20,10 +20,10 @@ import aiohttp
 import orjson
 
 from pvisor.adapters.protocols import anthropic
-from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig
+from pvisor.gateway.proxy import GatewayConfig
 from pvisor.gateway.scripted_model import ScriptedModel, parse_script
 from pvisor.gateway.scripted_server import ScriptedModelServer
-from pvisor.journal.writer_process import open_journal
+from pvisor.session.session import Session
 
 DEMO_SCRIPT = {
     "model": "demo-model",
@@ -125,19 +125,20 @@ async def run_demo(
     model = ScriptedModel(parse_script(DEMO_SCRIPT, "demo script"))
     server = ScriptedModelServer(model)
     upstream = await server.start()
-    journal = open_journal(journal_path, finalize=FINALIZER)
-    gateway = Gateway(GatewayConfig(port=0, upstreams={"anthropic": upstream}), journal)
+    # the address, the journal, the gateway (no signals: Ctrl-C ends the demo as any program)
+    session = Session(journal_path, GatewayConfig(port=0, upstreams={"anthropic": upstream}))
     try:
-        url = await gateway.start()
+        url = await session.start()
+        gateway, journal = session.gateway, session.journal
+        assert gateway is not None and journal is not None
         journal.update_run(gateway.run, agent="pvisor-demo", argv=["pvisor", "demo"])
         say(f"scripted model at {upstream}; gateway at {url}; run {gateway.run}")
         with tempfile.TemporaryDirectory(prefix="pvisor-demo-") as tmp:
             ws = workspace or Path(tmp)
             steps = await _agent_loop(url, ws, say)
     finally:
-        await gateway.stop()
-        await server.stop()
-        journal.close()
+        await session.stop()  # the gateway, then the journal
+        await server.stop()  # the upstream last: an exchange in flight still reaches it
     return DemoResult(run=gateway.run, gateway_url=url, steps=steps, workspace=ws)
 
 

@@ -10,7 +10,7 @@ In order (docs/replay.md):
    agent's native file); the task is its ``task`` label, the recorded command line read by the
    descriptor, the prompt of its first main-loop request read by the descriptor (a run captured
    by ``pvisor gateway``), the native file's task, or ``--task``.
-3. The agent is launched as ``pvisor run`` launches it (:func:`pvisor.agent_run.run_agent`:
+3. The agent is launched as ``pvisor run`` launches it (:func:`pvisor.session.run.run_agent`:
    its launch profile, a private home, its own session, supervision) with the recorded task and
    model, a dummy key and no upstream: the gateway answers through
    :class:`~pvisor.replay.playback.PlaybackResponder`. The derived run goes into the journal
@@ -87,7 +87,7 @@ class ReplayOptions:
     damaged native file back anyway (each repair listed); ``workspace_from``: a journal run
     whose start snapshot is restored into the (empty) ``workspace`` before the agent starts;
     ``child_run``: the pending child run of a handoff the derived run is filed under (it must
-    continue the replayed run after step N; :func:`pvisor.agent_run.child_target`), its
+    continue the replayed run after step N; :func:`pvisor.session.run.child_target`), its
     workspace compared at the boundary with the snapshot the handoff restored;
     ``child_option``: how errors name it (``--child-run``, ``child_run=``)."""
 
@@ -351,7 +351,7 @@ def continue_replay(opts: ReplayOptions, warn: Callable[[str], None]) -> ReplayO
 
 
 def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMode) -> ReplayOnlyOutcome:
-    from pvisor.agent_run import child_target, claim_child, release_child
+    from pvisor.session.run import child_target, claim_child, release_child
 
     t0 = time.perf_counter()
     d = _check(opts)
@@ -388,7 +388,7 @@ def _replay_claimed(
     t0: float,
 ) -> ReplayOnlyOutcome:
     """:func:`_replay_agent` once the child run (if any) is claimed (``claimed``: when)."""
-    from pvisor.agent_run import AgentUnavailable, RunRequest, run_agent, without_userinfo
+    from pvisor.session.run import AgentUnavailable, RunRequest, run_agent, without_userinfo
     from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
 
     live = mode is RunMode.CONTINUATION
@@ -597,7 +597,7 @@ def _replay_claimed(
 
 def _named(option: str, value: str) -> str:
     """``--child-run ID`` or ``child_run='ID'``: an option as its caller wrote it."""
-    from pvisor.agent_run import child_named
+    from pvisor.session.run import child_named
 
     return child_named(option, value)
 
@@ -614,7 +614,7 @@ def _check_child_boundary(
     """Compare the workspace after the replayed step N (the derived run's snapshot bound to N:
     request N+1's) with the snapshot the handoff restored for ``child``; one warning line and a
     result warning ``handoff_workspace_differs`` when they differ or cannot be compared."""
-    from pvisor.agent_run import check_child_workspace
+    from pvisor.session.run import check_child_workspace
     from pvisor.journal.reader import JournalReader
     from pvisor.replay.snapshots import run_snapshots
 
@@ -801,7 +801,7 @@ def _check_live(opts: ReplayOptions, d: Any) -> str:
     """The continuation's options checked; returns the live upstream's base URL (``--upstream``,
     else the agent's public API, whose key must be in the environment)."""
     from pvisor.adapters.protocols import UPSTREAMS
-    from pvisor.agent_run import without_userinfo
+    from pvisor.session.run import without_userinfo
     from pvisor.gateway.routing import check_upstream_url
 
     for opt, value in (
@@ -903,7 +903,7 @@ def _fill_live(
     forwarded request with what the upstream answered (read back from the journal), the
     boundary request, rewrites, expansions, and why it ended."""
     from pvisor.adapters.protocols import get_protocol
-    from pvisor.agent_run import without_userinfo
+    from pvisor.session.run import without_userinfo
     from pvisor.journal.redact import redact_text
     from pvisor.journal.reader import JournalReader
 

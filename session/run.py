@@ -34,18 +34,16 @@ documented codes (2 usage, 65 bad data, 69 unavailable, 124 timeout, 128 + N aft
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import os
 import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
 
 import orjson
 
@@ -60,7 +58,6 @@ from pvisor.adapters.agents.base import (
 )
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.gateway.parent_death import die_with_parent
-from pvisor.journal.helpers import helper_argv
 from pvisor.journal.child_runs import Claim, claim_child_run, release_child_run
 from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError, shown
 from pvisor.journal.outfile import open_private
@@ -69,22 +66,21 @@ from pvisor.journal.model import RUN_ID_PATTERN, Attempt, Run, RunMode
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import SnapshotKind
 from pvisor.journal.writer import new_run_id
+from pvisor.session.supervise import (
+    STOP_SIGNALS,
+    GroupGuard,
+    become_subreaper,
+    end_group,
+    end_strays,
+    exit_status,
+    stop_group,
+)
+
+if TYPE_CHECKING:  # the session's parts load when a run starts, after the checks
+    from pvisor.session.session import StopSignals
 
 #: the key given to an agent that talks to the scripted model (it checks nothing)
 SCRIPT_API_KEY = "pvisor-scripted-model-key"
-
-#: after SIGTERM, how long the agent's process group gets before SIGKILL (a second Ctrl-C,
-#: SIGTERM or SIGHUP cuts it short)
-KILL_GRACE_S = 5.0
-
-#: after SIGTERM, how long processes the agent left behind get before SIGKILL
-STRAY_GRACE_S = 2.0
-
-#: prctl option that makes a process the reaper of its orphaned descendants (Linux >= 3.4)
-PR_SET_CHILD_SUBREAPER = 36
-
-#: the signals that stop a run like Ctrl-C; the exit code is 128 + the signal's number
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 #: how long ``opencode export`` may take
 EXPORT_TIMEOUT_S = 60.0
@@ -350,7 +346,7 @@ def _run_quick(argv: list[str], env: dict[str, str], cwd: str, timeout: float) -
         except subprocess.TimeoutExpired:
             pass
         finally:  # also on Ctrl-C: its own session does not get the terminal's SIGINT
-            _end_group(proc.pid, kill=True)
+            end_group(proc.pid, kill=True)
             if code is None:
                 proc.wait()
         out.seek(0)
@@ -578,197 +574,6 @@ def check_child_workspace(child: Run, digest: str | None, where: str, warn: Warn
     return False
 
 
-# --------------------------------------------------------------------------- process groups
-
-
-def _end_group(pgid: int, *, kill: bool = False) -> None:
-    """Signal the process group ``pgid`` (SIGTERM, or SIGKILL with ``kill``); a group that is
-    already gone is fine."""
-    try:
-        os.killpg(pgid, signal.SIGKILL if kill else signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def _stop_group(proc: asyncio.subprocess.Process, hurry: asyncio.Event | None = None) -> None:
-    """SIGTERM the agent's process group, SIGKILL it after :data:`KILL_GRACE_S` (at once when
-    ``hurry`` is set meanwhile: a second Ctrl-C)."""
-    _end_group(proc.pid)
-    waiter = asyncio.ensure_future(proc.wait())
-    hurried = asyncio.ensure_future(hurry.wait()) if hurry is not None else None
-    await asyncio.wait(
-        {waiter} | ({hurried} if hurried else set()),
-        timeout=KILL_GRACE_S,
-        return_when=asyncio.FIRST_COMPLETED,
-    )
-    if hurried is not None:
-        hurried.cancel()
-    if not waiter.done():
-        _end_group(proc.pid, kill=True)
-    await waiter
-    _end_group(proc.pid, kill=True)  # members that ignored SIGTERM
-
-
-#: the guard of an agent's process group (:class:`GroupGuard`): it reads its stdin until pvisor
-#: writes to it (released) or dies (end of file), and in the second case kills the group
-_GUARD = (
-    "import os, signal, sys\n"
-    "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP): signal.signal(s, signal.SIG_IGN)\n"
-    "if not os.read(0, 1):\n"
-    "    try: os.killpg(int(sys.argv[1]), signal.SIGKILL)\n"
-    "    except OSError: pass\n"
-)
-
-
-def guard_main(argv: list[str]) -> None:
-    """The guard in a bundle (journal/helpers.py): :data:`_GUARD` with ``argv`` (the group id)."""
-    sys.argv = ["-c", *argv]
-    exec(compile(_GUARD, "<pvisor guard>", "exec"), {"__name__": "__main__"})
-
-
-class GroupGuard:
-    """A small process that kills the agent's process group if pvisor dies first (a ``kill -9``
-    leaves no time to stop anything): :func:`die_with_parent` ends the agent itself, the guard
-    also the tools it runs in its group. :meth:`release` once pvisor has ended the group itself.
-    Processes the agent moved into sessions of their own are beyond it."""
-
-    def __init__(self, pgid: int) -> None:
-        read, self._write = os.pipe()  # the write end is close-on-exec: only pvisor holds it
-        try:
-            self._proc: subprocess.Popen | None = subprocess.Popen(
-                helper_argv("guard", _GUARD, [str(pgid)], site=False), stdin=read, stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-        except OSError:
-            self._proc = None
-        finally:
-            os.close(read)
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None else None
-
-    def release(self) -> None:
-        """Let the guard go without killing anything. Idempotent."""
-        if self._write < 0:
-            return
-        try:
-            os.write(self._write, b"x")
-        except OSError:
-            pass
-        os.close(self._write)
-        self._write = -1
-        if self._proc is not None:
-            try:
-                self._proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-
-
-def become_subreaper() -> bool:
-    """Make this process the reaper of its orphaned descendants (Linux ``prctl(PR_SET_CHILD_SUBREAPER)``):
-    a process the agent started in its own session (``setsid``: Gemini CLI, OpenCode and
-    mini-swe-agent run tools so) is re-parented to pvisor rather than to pid 1 when its parent
-    exits, so that :func:`end_strays` can find and end it. False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _process_table() -> dict[int, tuple[int, str]]:
-    """pid -> (parent pid, state letter) of every process, from ``/proc/<pid>/stat`` (Linux;
-    empty elsewhere). The command name in parentheses may hold spaces and parentheses, so the
-    fields are read after its last ``)``."""
-    table: dict[int, tuple[int, str]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return table
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) >= 2:
-            table[int(entry)] = (int(fields[1]), fields[0].decode("ascii", "replace"))
-    return table
-
-
-def descendants(root: int) -> dict[int, str]:
-    """Every descendant of process ``root`` (children, their children, ...): pid -> state
-    letter (``Z`` a zombie waiting to be reaped)."""
-    table = _process_table()
-    children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in table.items():
-        children.setdefault(ppid, []).append(pid)
-    found: dict[int, str] = {}
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found[pid] = table[pid][1]
-            todo.extend(children.get(pid, []))
-    return found
-
-
-def _reap_children(keep: Collection[int] = ()) -> None:
-    """Collect the exit status of this process's zombie children (orphans re-parented to it),
-    one pid at a time: a ``waitpid(-1)`` could take the status asyncio waits for; ``keep``:
-    children whose status someone else waits for (the journal's writer process)."""
-    me = os.getpid()
-    for pid, state in descendants(me).items():
-        if state == "Z" and pid not in keep:
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass  # not ours (a zombie grandchild), or reaped meanwhile
-
-
-async def end_strays(
-    grace: float = STRAY_GRACE_S, hurry: asyncio.Event | None = None, keep: Collection[int] = ()
-) -> int:
-    """End what the agent left running once it exited or was killed: every live descendant of
-    this process (with :func:`become_subreaper`, also those that left the agent's session)
-    gets SIGTERM, then SIGKILL after ``grace`` seconds (at once when ``hurry`` is set), and is
-    reaped. Returns how many processes were ended. ``keep``: pvisor's own children that must
-    live on (the journal's writer process, :attr:`JournalProducer.processes`); call it only
-    while pvisor itself runs no other child process."""
-    me = os.getpid()
-    ended: set[int] = set()
-    deadline = time.monotonic() + grace
-    give_up = deadline + 5.0  # a process SIGKILL cannot end (uninterruptible sleep) must not hang pvisor
-    sig = signal.SIGTERM
-    while True:
-        _reap_children(keep)
-        live = [pid for pid, state in descendants(me).items() if state != "Z" and pid not in keep]
-        if not live or time.monotonic() >= give_up:
-            return len(ended)
-        if time.monotonic() >= deadline or (hurry is not None and hurry.is_set()):
-            sig = signal.SIGKILL
-        for pid in live:
-            if pid not in ended or sig == signal.SIGKILL:
-                try:
-                    os.kill(pid, sig)
-                except (ProcessLookupError, PermissionError):
-                    continue
-                ended.add(pid)
-        await asyncio.sleep(0.05)
-
-
-def _exit_status(returncode: int | None) -> int | None:
-    """A process's exit status the way a shell reports it (killed by signal N: 128 + N)."""
-    if returncode is None:
-        return None
-    return 128 - returncode if returncode < 0 else returncode
-
-
 def _write_files(files: dict[Path, str]) -> None:
     """Write the plan's files: mode 0600, missing parent directories 0700."""
     for path, text in files.items():
@@ -976,21 +781,15 @@ async def _run(
     warn: Warn,
     child: Run | None = None,
 ) -> RunReport:
-    from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig, os_error_reason
+    from pvisor.gateway.proxy import GatewayConfig, os_error_reason
     from pvisor.gateway.scripted_model import ScriptedModel
     from pvisor.gateway.scripted_responder import ScriptedResponder
-    from pvisor.journal.writer_process import open_journal
+    from pvisor.session.session import Session, Snapshots, StopSignals
 
     attempt = resume.attempt if resume else 1
-    gw = None
-    journal = None
-    proxy = None
-    loop = asyncio.get_running_loop()
-    stop = _Stop()
-    for (
-        sig
-    ) in STOP_SIGNALS:  # from here on a signal stops the agent and the attempt still ends in the journal
-        loop.add_signal_handler(sig, stop, sig)
+    session = None
+    stop = StopSignals()
+    stop.install()  # from here on a signal stops the agent and the attempt still ends in the journal
     become_subreaper()
     try:
         responder = None
@@ -1040,24 +839,24 @@ async def _run(
             config.max_response_body = req.max_response_body
         if req.intercept is not None:
             _intercept_gateway(req, profile, config)
-        if req.snapshots:
-            config.workspace = workspace
-            config.snapshot_driver = req.snapshot_driver
-            # the journal and the runs' own files (their private homes) never go into snapshots
-            config.snapshot_exclude = (req.journal_path, run_dir.parent)
-        gw = Gateway(config, None, responder)  # the journal comes once the port is bound
+        # the journal and the runs' own files (their private homes) never go into snapshots
+        snapshots = Snapshots(workspace, req.snapshot_driver, (req.journal_path, run_dir.parent))
+        # signals (installed above), address, journal, gateway, mitmdump; one stop order
+        session = Session(
+            req.journal_path,
+            config,
+            responder,
+            intercept=req.intercept,
+            snapshots=snapshots if req.snapshots else None,
+            signals=stop,
+            journal_wait=JOURNAL_WAIT_S,
+        )
         try:
-            url = await gw.start()
+            url = await session.start()  # the journal is opened once the port is bound
         except OSError as exc:
             raise UnavailableError(
                 f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 for a free one)"
             ) from None
-        journal = open_journal(req.journal_path, finalize=FINALIZER)
-        gw.journal = journal
-        if req.intercept is not None:
-            from pvisor.gateway.intercept import start_proxy
-
-            proxy = await start_proxy(req.intercept, gw)
         return await _attempt(
             req,
             profile,
@@ -1073,22 +872,17 @@ async def _run(
             attempt,
             url,
             upstream_label,
-            gw,
-            journal,
+            session.gateway,
+            session.journal,
             stop,
             responder,
-            proxy,
+            session.proxy,
             child,
         )
     finally:
-        for sig in STOP_SIGNALS:
-            loop.remove_signal_handler(sig)
-        if gw is not None:
-            await gw.stop()
-        if proxy is not None:  # after the gateway: the exchanges in flight pass through it
-            await proxy.stop()
-        if journal is not None:  # also after a writer failure: a writer process is waited for
-            journal.close(timeout=JOURNAL_WAIT_S)
+        if session is not None:  # the gateway, mitmdump, the journal, the signal handlers
+            await session.stop()
+        stop.remove()  # a failure before the session was made
 
 
 def _intercept_gateway(req: RunRequest, profile: AgentProfile, config: Any) -> None:
@@ -1139,7 +933,7 @@ async def _attempt(
     upstream_label: str,
     gw: Any,
     journal: Any,
-    stop: _Stop,
+    stop: StopSignals,
     responder: Any = None,
     proxy: Any = None,
     child: Run | None = None,
@@ -1267,7 +1061,7 @@ async def _attempt(
         agent=profile.name,
         agent_version=version,
         exit_code=0,
-        agent_exit_code=_exit_status(returncode),
+        agent_exit_code=exit_status(returncode),
         timed_out=timed_out,
         interrupted=interrupted,
         workspace=workspace,
@@ -1322,29 +1116,6 @@ async def _attempt(
     return report
 
 
-class _Stop:
-    """The stop signals (SIGINT, SIGTERM, SIGHUP) received while the run's event loop runs:
-    the first sets ``event`` and is kept in ``signum``; any later one sets ``hurry`` (no more
-    grace for the agent's processes)."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.hurry = asyncio.Event()
-        self.signum: int | None = None
-
-    def __call__(self, signum: int) -> None:
-        if self.event.is_set():
-            self.hurry.set()
-        else:
-            self.signum = signum
-            self.event.set()
-
-    @property
-    def exit_code(self) -> int:
-        """128 + the signal's number (SIGHUP 129, SIGINT 130, SIGTERM 143)."""
-        return 128 + (self.signum or signal.SIGINT)
-
-
 async def _launch(
     plan: LaunchPlan,
     env: dict[str, str],
@@ -1355,7 +1126,7 @@ async def _launch(
     run_id: str,
     attempt: int,
     journal: Any,
-    stop: _Stop,
+    stop: StopSignals,
     ended: asyncio.Event | None = None,
     end_grace: float = 30.0,
     keep: Collection[int] = (),
@@ -1410,7 +1181,7 @@ async def _supervise(
     guard: GroupGuard,
     timeout: float,
     keep: Collection[int],
-    stop: _Stop,
+    stop: StopSignals,
     ended: asyncio.Event | None,
     end_grace: float,
 ) -> tuple[int | None, bool, bool, int, bool]:
@@ -1432,12 +1203,12 @@ async def _supervise(
         interrupted = stop.event.is_set()
         after_end = not interrupted and ender is not None and ender in done
         timed_out = not interrupted and not after_end
-        await _stop_group(proc, stop.hurry)
+        await stop_group(proc, stop.hurry)
     await waiter
     # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
     keep = (*keep, *((guard.pid,) if guard.pid is not None else ()))
     strays = await end_strays(hurry=stop.hurry, keep=keep)
-    _end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
+    end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
     return proc.returncode, timed_out, interrupted, strays, after_end
 
 
@@ -1476,11 +1247,11 @@ async def _native(
         try:
             await asyncio.wait_for(proc.wait(), EXPORT_TIMEOUT_S)
         except asyncio.TimeoutError:
-            await _stop_group(proc)
+            await stop_group(proc)
     await end_strays(keep=keep)
     if proc.returncode != 0 or export.output.stat().st_size == 0:
         warn(
-            f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {_exit_status(proc.returncode)}; see {err_path}): no native trajectory"
+            f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {exit_status(proc.returncode)}; see {err_path}): no native trajectory"
         )
         return None
     return export.output

@@ -1,11 +1,11 @@
 """The Python API of continuation, for pipelines: :func:`continue_run` and :func:`continue_many`.
 
-Import them from ``pvisor.replay`` (``from pvisor.replay import continue_run``). They do what
-``pvisor replay`` without a mode flag does (docs/replay.md "Continuation"; the result document
-is docs/result-protocol.md), and return a :class:`Result` for every replay that wrote a
-result document, whatever its status, so that a pipeline sampling many rollouts reads each
-outcome instead of catching exceptions. Errors before any result exists (a usage error, an
-output directory that is refused) raise :class:`~pvisor.journal.errors.PvisorError` from
+Import them from ``pvisor.session`` (``from pvisor.session import continue_run``; the old path
+``pvisor.replay`` warns). They do what ``pvisor replay`` without a mode flag does (docs/replay.md
+"Continuation"; the result document is docs/result-protocol.md), and return a :class:`Result` for
+every replay that wrote a result document, whatever its status, so that a pipeline sampling many
+rollouts reads each outcome instead of catching exceptions. Errors before any result exists (a usage
+error, an output directory that is refused) raise :class:`~pvisor.journal.errors.PvisorError` from
 :func:`continue_run`; :func:`continue_many` returns them as a :class:`Result` with
 ``document`` None.
 
@@ -103,7 +103,7 @@ def _options(
 ) -> Any:
     from pvisor.journal.errors import UsageError
     from pvisor.journal.paths import default_journal_path
-    from pvisor.replay_run import ReplayOptions
+    from pvisor.session.replay import ReplayOptions
 
     journal_path = Path(journal) if journal is not None else default_journal_path()
     run = trajectory = None
@@ -203,7 +203,7 @@ def continue_run(
     bad options, an output directory that is refused. Call it from the main thread (the agent's
     stop signals are handled there)."""
     from pvisor.journal.errors import PvisorError
-    from pvisor.replay_run import continue_replay
+    from pvisor.session.replay import continue_replay
 
     opts = _options(
         source,

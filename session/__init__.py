@@ -1,0 +1,42 @@
+"""Sessions: the application layer between the CLI (``pvisor``) and :mod:`pvisor.replay`.
+
+A session is one life of the capture gateway with what surrounds it: the journal, the answer
+source (the upstream, the scripted model, replay's playback), intercept mode's mitmdump, the
+stop signals and the workspace snapshots; and, for the commands that start an agent, the
+agent's process group. Modules:
+
+- :mod:`.session`: :class:`~.session.Session`, the one composition of journal, gateway (built
+  with its journal), optional mitmdump, responder, signals and snapshots, with one start and one
+  stop order; ``pvisor gateway``, ``pvisor run`` and ``pvisor demo`` run in one.
+- :mod:`.supervise`: the agent's process group: subreaper, process table, descendants,
+  :class:`~.supervise.GroupGuard` (the bundle's ``guard`` helper), the group's stop, the
+  strays an agent leaves, exit statuses and reaping.
+- :mod:`.run`: ``pvisor run``, one attempt of a real agent CLI (:func:`~.run.run_agent`).
+- :mod:`.replay`: the modes of ``pvisor replay`` that start an agent: replay-only and
+  continuation.
+- :mod:`.api`: the Python API of continuation, :func:`continue_run` and :func:`continue_many`
+  (and their :class:`Result`): ``from pvisor.session import continue_run, continue_many``.
+- :mod:`.demo`: ``pvisor demo``, the capture path offline with a built-in agent loop.
+
+Nothing is imported here, so that ``import pvisor.session`` costs nothing: the API's names are
+loaded on first use.
+"""
+
+from typing import Any
+
+#: the Python API, by the module that defines it (loaded on first use)
+_API = {"continue_run": "api", "continue_many": "api", "Result": "api"}
+
+__all__ = sorted(_API)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        import importlib
+
+        return getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
+    raise AttributeError(f"module 'pvisor.session' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_API])

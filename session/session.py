@@ -1,0 +1,257 @@
+"""One session: the capture gateway with what surrounds it, composed in one place.
+
+``pvisor gateway``, ``pvisor run`` (and replay-only and continuation through it) and ``pvisor
+demo`` each run one :class:`Session`. Its parts, in the order they start (:data:`PARTS`):
+
+1. ``signals``: the stop signals (SIGINT, SIGTERM, SIGHUP) handled by the event loop
+   (:class:`StopSignals`), when the caller gives them; from here on no signal interrupts the
+   session with a KeyboardInterrupt, the clean-up included.
+2. ``listen``: the gateway's address bound (:func:`listening_sockets`). A port that is taken
+   fails here, before anything is opened: the journal stays as it was (docs/cli.md).
+3. ``journal``: the journal opened for writing (:func:`~pvisor.journal.writer_process.open_journal`).
+4. ``gateway``: the :class:`~pvisor.gateway.proxy.Gateway` built with its journal, its
+   responder (None: the upstream forwarder; replay's playback, the scripted model) and its
+   workspace snapshots (``config.workspace``), serving the bound address.
+5. ``mitmdump``: intercept mode's forward proxy in front of the gateway
+   (:func:`~pvisor.gateway.intercept.start_proxy`), when ``intercept`` is given.
+
+:meth:`Session.stop` ends them in one order, after success and after failure alike (a start
+that fails stops what it had started, then raises): the gateway first (it stops accepting,
+lets the exchanges in flight finish through mitmdump up to ``shutdown_grace`` s, records the
+rest ``incomplete``), then mitmdump (nothing passes through it any more), then the journal
+(it commits what the gateway handed it and waits for a writer process), and the signal handlers
+last. A caller may stop the gateway earlier itself (``pvisor run`` does, before it derives the
+steps): :meth:`~pvisor.gateway.proxy.Gateway.stop` is idempotent, as is every part's stop.
+
+Errors: :meth:`Session.start` raises the OSError of the address (the port is taken, the host
+unknown) or of the gateway's log file (its ``filename`` set), and what opening the journal or
+starting mitmdump raises (:class:`~pvisor.journal.errors.PvisorError`); the caller says them in
+its words.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig
+from pvisor.gateway.responder import Responder
+from pvisor.journal.writer import JournalProducer
+from pvisor.journal.writer_process import open_journal
+from pvisor.session.supervise import STOP_SIGNALS
+
+#: the parts of a session in the order they start; :meth:`Session.stop` ends them in reverse
+#: of this order, except that mitmdump ends after the gateway (the exchanges in flight pass
+#: through it), and the signals last
+PARTS = ("signals", "listen", "journal", "gateway", "mitmdump")
+
+
+class StopSignals:
+    """SIGINT, SIGTERM and SIGHUP while a session runs, on the running event loop. The first sets
+    :attr:`event` and is kept in :attr:`signum`; every later one sets :attr:`hurry` (no more
+    grace for what is in flight) and calls :attr:`on_repeat` when set. :meth:`install` and
+    :meth:`remove` are called by :class:`Session` (first and last)."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.hurry = asyncio.Event()
+        self.signum: int | None = None
+        self.on_repeat: Callable[[], None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __call__(self, signum: int) -> None:
+        if self.event.is_set():
+            self.hurry.set()
+            if self.on_repeat is not None:
+                self.on_repeat()
+        else:
+            self.signum = signum
+            self.event.set()
+
+    async def wait(self) -> int:
+        """Return the first signal's number once it came."""
+        await self.event.wait()
+        assert self.signum is not None
+        return self.signum
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the first signal's number (SIGHUP 129, SIGINT 130, SIGTERM 143)."""
+        return 128 + (self.signum or signal.SIGINT)
+
+    def install(self) -> None:
+        """Handle the signals on the running loop from now on (once: installed, it is kept)."""
+        if self._loop is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        for sig in STOP_SIGNALS:
+            self._loop.add_signal_handler(sig, self, sig)
+
+    def remove(self) -> None:
+        """Idempotent."""
+        if self._loop is not None:
+            loop, self._loop = self._loop, None
+            for sig in STOP_SIGNALS:
+                loop.remove_signal_handler(sig)
+
+
+def listening_sockets(host: str, port: int) -> list[socket.socket]:
+    """Bind ``host``:``port`` (0: a free port) as asyncio's ``create_server`` does: one socket
+    per address ``host`` resolves to (``""``: every interface), ``SO_REUSEADDR`` on POSIX, IPv6
+    sockets IPv6-only. Not listening yet: the gateway serves them. Raises the OSError of the
+    first address that cannot be bound (``socket.gaierror`` for a host that does not resolve),
+    with every socket bound so far closed."""
+    infos = socket.getaddrinfo(host or None, port, family=socket.AF_UNSPEC, type=socket.SOCK_STREAM,
+                               flags=socket.AI_PASSIVE)  # fmt: skip
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # an address family this machine cannot open (IPv6 off): as asyncio
+                continue
+            sockets.append(sock)
+            if os.name == "posix" and sys.platform != "cygwin":
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+        if not sockets:
+            raise OSError(f"no address to listen on for {host!r}")
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+@dataclass
+class Snapshots:
+    """The workspace snapshots of a session: ``workspace`` walked by the driver ``driver``
+    (:mod:`pvisor.journal.snapshots`), leaving out ``exclude`` (the journal, the runs' own files)
+    when they lie inside it. Taken with :meth:`Session.take_snapshot`."""
+
+    workspace: Path
+    driver: str = "filesystem"
+    exclude: tuple[Path, ...] = ()
+
+
+class Session:
+    """The gateway and what surrounds it (see the module docstring for the parts and their
+    order). ``journal_path``: the journal file; ``config``: the gateway's
+    (:class:`~pvisor.gateway.proxy.GatewayConfig`; ``host`` and ``port`` are where it listens);
+    ``responder``: its answer source (None: forward to ``config.upstreams``); ``intercept``: an
+    :class:`~pvisor.gateway.intercept.InterceptConfig` to run mitmdump in front (the config must
+    serve it already: :func:`~pvisor.gateway.intercept.serve_intercepted`); ``snapshots``:
+    :class:`Snapshots` of a workspace; ``signals``: :class:`StopSignals` to handle while the
+    session lives; ``journal_wait``: seconds the journal's close may wait for a lock held by
+    another process (None: its default).
+
+    After :meth:`start`: :attr:`gateway`, :attr:`journal`, :attr:`proxy` (None without
+    intercept) and :attr:`url` (the gateway's). Usable as ``async with``."""
+
+    def __init__(
+        self,
+        journal_path: str | os.PathLike[str],
+        config: GatewayConfig,
+        responder: Responder | None = None,
+        *,
+        intercept: Any = None,
+        snapshots: Snapshots | None = None,
+        signals: StopSignals | None = None,
+        journal_wait: float | None = None,
+    ) -> None:
+        self.journal_path = journal_path
+        self.config = config
+        self.responder = responder
+        self.intercept = intercept
+        self.signals = signals
+        self.journal_wait = journal_wait
+        if snapshots is not None:
+            config.workspace = snapshots.workspace
+            config.snapshot_driver = snapshots.driver
+            config.snapshot_exclude = snapshots.exclude
+        self.journal: JournalProducer | None = None
+        self.gateway: Gateway | None = None
+        self.proxy: Any = None
+        self.url: str | None = None
+        #: the parts started so far, in order (a subset of :data:`PARTS`)
+        self.started: list[str] = []
+
+    async def start(self) -> str:
+        """Start the parts in :data:`PARTS` order; return the gateway's URL. On a failure what
+        started is stopped (:meth:`stop`) before the error propagates."""
+        try:
+            if self.signals is not None:
+                self.signals.install()
+                self.started.append("signals")
+            sockets = listening_sockets(self.config.host, self.config.port)
+            self.started.append("listen")
+            try:
+                self.journal = open_journal(self.journal_path, finalize=FINALIZER)
+                self.started.append("journal")
+                self.gateway = Gateway(self.config, self.journal, self.responder)
+            except BaseException:
+                for sock in sockets:
+                    sock.close()
+                raise
+            self.url = await self.gateway.start(sockets)
+            self.started.append("gateway")
+            if self.intercept is not None:
+                from pvisor.gateway.intercept import start_proxy
+
+                self.proxy = await start_proxy(self.intercept, self.gateway)
+                self.started.append("mitmdump")
+        except BaseException:
+            await self.stop()
+            raise
+        return self.url
+
+    async def stop(self) -> int:
+        """Stop the gateway (letting the exchanges in flight finish, up to ``shutdown_grace``
+        s), mitmdump, the journal, the signal handlers, in this order; each also when one before
+        it failed. Returns how many exchanges were cancelled (0 when the gateway was stopped
+        before). Idempotent."""
+        cancelled = 0
+        try:
+            if self.gateway is not None:
+                cancelled = await self.gateway.stop()
+        finally:
+            try:
+                if self.proxy is not None:  # after the gateway: the exchanges in flight pass through it
+                    await self.proxy.stop()
+            finally:
+                try:
+                    if (
+                        self.journal is not None
+                    ):  # also after a writer failure: a writer process is waited for
+                        if self.journal_wait is None:
+                            self.journal.close()
+                        else:
+                            self.journal.close(timeout=self.journal_wait)
+                finally:
+                    if self.signals is not None:  # last: no signal interrupts the clean-up
+                        self.signals.remove()
+        return cancelled
+
+    async def take_snapshot(self, kind: Any, run: str | None = None, attempt: int | None = None) -> Any:
+        """A workspace snapshot now (:meth:`~pvisor.gateway.proxy.Gateway.take_snapshot`), None
+        without :class:`Snapshots`."""
+        assert self.gateway is not None, "Session.start() was not awaited"
+        return await self.gateway.take_snapshot(kind, run, attempt)
+
+    async def __aenter__(self) -> Session:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+__all__ = ["PARTS", "STOP_SIGNALS", "Session", "Snapshots", "StopSignals", "listening_sockets"]
