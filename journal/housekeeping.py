@@ -67,7 +67,8 @@ class RemoveReport:
 def live_writers(conn: sqlite3.Connection) -> list[tuple[int, int, str]]:
     """(writer id, pid, host) of every open lease whose process still runs: on this host its pid
     is alive with the same start time, elsewhere its heartbeat is recent."""
-    from .writer import DEAD_AFTER_MS, _pid_alive, _proc_start, now_ms
+    from .producer import now_ms
+    from .writer import DEAD_AFTER_MS, _pid_alive, _proc_start
 
     host = socket.gethostname()
     t = now_ms()
