@@ -64,7 +64,7 @@ def _is_busy(exc: sqlite3.OperationalError) -> bool:
     return "locked" in msg or "busy" in msg
 
 
-def _proc_start(pid: int) -> str | None:
+def proc_start(pid: int) -> str | None:
     """Start time of a process in clock ticks since boot (Linux ``/proc/PID/stat`` field 22), to
     tell a live writer from a recycled pid; None where /proc is unavailable."""
     try:
@@ -75,7 +75,7 @@ def _proc_start(pid: int) -> str | None:
     return stat.rsplit(b")", 1)[1].split()[19].decode()
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether ``pid`` is a running process. A zombie is not: a writer killed while its parent
     died too stays one for good where nothing reaps orphans (a container whose pid 1 does not)."""
     try:
@@ -323,7 +323,7 @@ class Journal(JournalProducer):
             t = now_ms()
             cur = conn.execute(
                 "INSERT INTO writers(pid, host, proc_start, started_ms, heartbeat_ms) VALUES (?, ?, ?, ?, ?)",
-                (os.getpid(), socket.gethostname(), _proc_start(os.getpid()), t, t),
+                (os.getpid(), socket.gethostname(), proc_start(os.getpid()), t, t),
             )
             self.rows.writer_id = cur.lastrowid
             self.rows.event(conn, "writer.started", data={"pid": os.getpid()})
@@ -347,7 +347,7 @@ class Journal(JournalProducer):
         ).fetchall()
         for wid, pid, whost, pstart, heartbeat in rows:
             if whost == host:
-                dead = not _pid_alive(pid) or (pstart is not None and _proc_start(pid) != pstart)
+                dead = not pid_alive(pid) or (pstart is not None and proc_start(pid) != pstart)
             else:
                 dead = t - heartbeat > DEAD_AFTER_MS
             if not dead:
