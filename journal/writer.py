@@ -429,7 +429,8 @@ class Journal(JournalProducer):
                     locked_since = None
                 if beat:
                     last_heartbeat = now
-                self.recorded += sum(1 for kind, _ in batch if kind is MessageKind.EXCHANGE)  # type: ignore[operator]
+                ended = sum(1 for kind, _ in batch if kind is MessageKind.EXCHANGE)
+                self.recorded += ended  # type: ignore[operator]
                 self._release_blob_room(batch)
                 if closing is None and self.reassembly.due(now):
                     # commits first: no catch-up while a full batch of messages waits
