@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import sys
 
-from pvisor.journal.writer import JournalProducer
+from pvisor.journal.producer import JournalProducer
 
 
-def _drop(self, pending, **kwargs) -> None:
-    self._inflight.pop(pending.id, None)  # as finish_exchange does; nothing is queued
+def _drop(self, end) -> None:
+    self._inflight.pop(end.pending.id, None)  # as end_exchange does; nothing is queued
 
 
-JournalProducer.finish_exchange = _drop  # type: ignore[method-assign]
+JournalProducer.end_exchange = _drop  # type: ignore[method-assign]
 
 if __name__ == "__main__":
     from pvisor.cli import main

@@ -21,6 +21,8 @@ from typing import AsyncIterator
 import aiohttp
 from yarl import URL
 
+from pvisor.journal.model import Outcome
+
 from .responder import Answer, Forward, IncomingRequest, Refuse, Serve, ServedBy, StreamBroken
 from .routing import INTERCEPT_HEADER, RUN_HEADER
 
@@ -106,12 +108,12 @@ class _UpstreamBody:
             self._resp.close()
             if isinstance(exc, asyncio.TimeoutError):
                 raise StreamBroken(
-                    "upstream_reset",
+                    Outcome.UPSTREAM_RESET,
                     f"upstream {self._upstream} sent nothing for {self._stall:g} s "
                     f"(received {self._received} bytes)",
                 ) from None
             raise StreamBroken(
-                "upstream_reset",
+                Outcome.UPSTREAM_RESET,
                 f"upstream {self._upstream} connection broke after {self._received} bytes: {reason(exc)}",
             ) from None
         except BaseException:
@@ -176,7 +178,7 @@ class UpstreamForwarder:
                 f"no upstream for {request.method} {request.path}: give --upstream NAME=URL, or use a /anthropic/, "
                 "/openai/ or /gemini/ prefix"
             )
-            return Refuse(404, "pvisor_no_route", msg, "upstream_unreachable")
+            return Refuse(404, "pvisor_no_route", msg, Outcome.UPSTREAM_UNREACHABLE)
         headers = forwardable(request.headers, REQUEST_DROP)
         body = request.body if fwd.body is None else fwd.body
         if fwd.body is not None:
@@ -190,10 +192,10 @@ class UpstreamForwarder:
                 request.method, url, headers=headers, data=send_body, allow_redirects=False
             )
         except aiohttp.ClientConnectorError as exc:
-            return _failed("upstream_unreachable", f"cannot connect to upstream {name}: {reason(exc)}")
+            return _failed(Outcome.UPSTREAM_UNREACHABLE, f"cannot connect to upstream {name}: {reason(exc)}")
         except aiohttp.ConnectionTimeoutError:  # before TimeoutError: a connect timeout is no stall
             return _failed(
-                "upstream_unreachable",
+                Outcome.UPSTREAM_UNREACHABLE,
                 f"cannot connect to upstream {name}: no connection within {SOCK_CONNECT_TIMEOUT_S:g} s",
             )
         except (
@@ -203,11 +205,12 @@ class UpstreamForwarder:
             aiohttp.ClientResponseError,
         ) as exc:
             return _failed(
-                "upstream_reset", f"upstream {name} closed the connection before answering: {reason(exc)}"
+                Outcome.UPSTREAM_RESET,
+                f"upstream {name} closed the connection before answering: {reason(exc)}",
             )
         except asyncio.TimeoutError:
             return _failed(
-                "upstream_reset", f"upstream {name} sent no response within {self.stall_timeout:g} s"
+                Outcome.UPSTREAM_RESET, f"upstream {name} sent no response within {self.stall_timeout:g} s"
             )
         raw = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in resp.raw_headers]
         streamed = resp.headers.get("Content-Type", "").startswith("text/event-stream")
@@ -225,8 +228,9 @@ class UpstreamForwarder:
         )
 
 
-def _failed(outcome: str, message: str) -> Refuse:
-    return Refuse(502, outcome, message, outcome, headers=[("x-pvisor-error", outcome)])
+def _failed(outcome: Outcome, message: str) -> Refuse:
+    """A 502 of the gateway's own: its error kind and ``x-pvisor-error`` are the outcome's value."""
+    return Refuse(502, outcome.value, message, outcome, headers=[("x-pvisor-error", outcome.value)])
 
 
 def os_error_reason(err: OSError) -> str:

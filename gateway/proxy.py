@@ -5,8 +5,9 @@ Hot path per request: resolve the route (string operations), read the request bo
 request as plain data to the responder (:mod:`pvisor.gateway.responder`; by default every
 request is forwarded upstream by :class:`~pvisor.gateway.forwarder.UpstreamForwarder`), and
 write each chunk of the answer to the agent as soon as it is there, keeping a reference to it
-for the journal (:meth:`Gateway._relay`, the one relay every answer goes through). When the
-exchange ends, one message goes to the journal writer thread through the
+for the journal (:meth:`Gateway._relay`, the one relay every answer goes through). The relay fills
+in the exchange's :class:`~pvisor.journal.exchange_end.ExchangeEnd` as it goes; when the
+exchange ends, that record goes to the journal writer unchanged, through the
 :class:`~pvisor.gateway.recorder.Recorder`, which redacts, decodes, compresses and reassembles
 off the event loop. Nothing here waits for the disk or parses a body.
 
@@ -29,10 +30,12 @@ import orjson
 from aiohttp import web
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
-from pvisor.journal.model import TRUNCATED_FLAG, CaptureMode
+from pvisor.journal.exchange_end import ExchangeEnd
+from pvisor.journal.model import TRUNCATED_FLAG, CaptureMode, Outcome, ServedBy
 from pvisor.journal.redact import redact_url
 from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driver
-from pvisor.journal.writer import Journal, new_run_id
+from pvisor.journal.producer import new_run_id
+from pvisor.journal.writer import Journal
 
 from .access import InterceptGate, TokenGate, listen_url
 from .connections import (
@@ -47,7 +50,7 @@ from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, fo
 from .log_file import LogFile
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs
 from .recorder import Current, Recorder, ResponseBudget, us_since
-from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serve, ServedBy, StreamBroken
+from .responder import Answer, Forward, IncomingRequest, Refuse, Responder, Serve, StreamBroken
 from .routing import INTERCEPT_HEADER, RUN_HEADER, Route, Router, origin_form
 from .snapshots import WorkspaceSnapshots
 
@@ -167,7 +170,7 @@ class Gateway:
         self.budget = ResponseBudget(config.max_response_body, config.response_budget)
         self._log = _new_logger()
         self.connections: ConnectionGuard | None = None  # made by start()
-        self.recorder = Recorder(journal, self._log, config.max_response_body)
+        self.recorder = Recorder(journal, self._log)
         self._log_file: LogFile | None = None
         self._routed_logs = False
         self.snapshots: WorkspaceSnapshots | None = None
@@ -327,9 +330,9 @@ class Gateway:
         except asyncio.CancelledError:
             # stop() cancelled it after the grace period: record what it had (the relay
             # loop records its own, with the bytes moved), then let the connection close
-            if cur.pending is not None and not cur.recorded:
-                self.recorder.finish(
-                    cur, None, "incomplete", "gateway stopped while the exchange was in flight", cur.body
+            if cur.end is not None:
+                self._finish(
+                    cur, None, Outcome.INCOMPLETE, "gateway stopped while the exchange was in flight"
                 )
             raise
         except Exception as exc:
@@ -367,17 +370,24 @@ class Gateway:
             headers = [kv for kv in request.headers.items() if kv[0].lower() != _INTERCEPT_LOWER]
             capture = CaptureMode.INTERCEPT
         attempt = self.config.attempt if route.run == self.run else 1
-        self.recorder.begin(cur, route, request.method, headers, attempt, capture)
+        pending = self.recorder.begin(route, request.method, headers, attempt, capture)
+        cur.route = route
+        # the exchange's end, filled in from here on (served_by: the gateway's own until an answer
+        # says who), handed to the journal unchanged when the exchange ends
+        end = cur.end = ExchangeEnd(
+            pending,
+            request_encoding=request.headers.get("Content-Encoding"),
+            served_by=ServedBy.REFUSED,
+            max_body=self.config.max_response_body,
+        )
         if self.snapshots is not None and request.method == "POST" and self.router.is_candidate(route):
             # the walk starts now and the request goes on at once; the answer's first byte waits for it
-            assert cur.pending is not None
-            cur.snapshot = self.snapshots.take(route.run, attempt, SnapshotKind.REQUEST, cur.pending.id)
-        cur.encoding = request.headers.get("Content-Encoding")
+            cur.snapshot = self.snapshots.take(route.run, attempt, SnapshotKind.REQUEST, pending.id)
         # the body first, also for the answers the gateway gives itself, so that it is recorded
         refused = await self._read_body(request, cur)
         if refused is not None:
             return refused
-        self.recorder.request_read(cur)
+        self.recorder.request_read(end)
         if route.kind == "bad_run":
             msg = (
                 f"the run id in {RUN_HEADER} or in the /run/<id>/ path prefix must be 1 to 128 letters, digits, '.', '_' or '-', "
@@ -399,9 +409,8 @@ class Gateway:
                     "make the agent use HTTP",
                 ),
             )
-        assert cur.pending is not None
         incoming = IncomingRequest(
-            exchange=cur.pending.id,
+            exchange=pending.id,
             run=route.run,
             attempt=attempt,
             method=request.method,
@@ -409,11 +418,11 @@ class Gateway:
             query=route.query,
             target=route.target,
             headers=tuple(headers),
-            body=cur.body or b"",
-            encoding=cur.encoding,
+            body=end.request_body or b"",
+            encoding=end.request_encoding,
             upstream=route.upstream,
             protocol=route.protocol,
-            t0=cur.pending.t0,
+            t0=pending.t0,
             base=route.base,
         )
         answer: Answer = await self.responder.respond(incoming)
@@ -423,29 +432,31 @@ class Gateway:
                     502,
                     "pvisor_offline",
                     "this gateway forwards nothing (replay-only): no upstream is used",
-                    "upstream_unreachable",
+                    Outcome.UPSTREAM_UNREACHABLE,
                     headers=[("x-pvisor-error", "offline")],
                 )
             else:
                 fwd = answer
                 if fwd.body is not None:
-                    cur.forwarded = fwd.body  # journaled beside the agent's bytes
+                    end.forwarded_body = fwd.body  # journaled beside the agent's bytes
                 answer = await self.forwarder.forward(incoming, fwd)
                 if isinstance(answer, Refuse) and fwd.flags:
                     answer.flags = (*answer.flags, *fwd.flags)
         if isinstance(answer, Refuse):
             return self._refuse(cur, answer)
-        cur.served_by = answer.served_by
-        cur.flags = tuple(answer.flags)
+        end.served_by = answer.served_by
+        end.flags = tuple(answer.flags)
         try:
-            return await self._relay(request, cur, answer, us_since(cur.pending))
+            return await self._relay(request, cur, answer, us_since(pending))
         except BaseException:
             await _aclose(answer.chunks)  # cut short (cancelled, or a bug): an upstream body cannot be reused
             raise
 
     async def _read_body(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse | None:
-        """Read the request body into ``cur.body``, bounded by --max-body. Returns the response
-        when the exchange ends here (413, or the agent went away)."""
+        """Read the request body into ``cur.end.request_body``, bounded by --max-body. Returns the
+        response when the exchange ends here (413, or the agent went away)."""
+        end = cur.end
+        assert end is not None
         max_body = self.config.max_body
         if request.content_length is not None and request.content_length > max_body:
             return self._oversize(cur, request.content_length)
@@ -462,19 +473,18 @@ class Gateway:
                 size += len(data)
                 parts.append(data)
                 if size > max_body:
-                    cur.body = b"".join(parts)
+                    end.request_body = b"".join(parts)
                     return self._oversize(cur, size)
         except _CLIENT_GONE as exc:
-            cur.body = b"".join(parts)
-            self.recorder.finish(
+            end.request_body = b"".join(parts)
+            self._finish(
                 cur,
                 None,
-                "aborted_by_client",
+                Outcome.ABORTED_BY_CLIENT,
                 f"client went away while sending the request: {type(exc).__name__}",
-                cur.body,
             )
             return _nobody_listens()
-        cur.body = b"".join(parts)
+        end.request_body = b"".join(parts)
         return None
 
     async def _relay(
@@ -484,8 +494,8 @@ class Gateway:
         record the exchange with what was moved: an async ``chunks`` source that raises
         :class:`StreamBroken` is passed on as far as it got and the connection cut; an agent
         that goes away stops the source (``aclose``)."""
-        route = cur.route
-        assert route is not None and cur.pending is not None
+        route, end = cur.route, cur.end
+        assert route is not None and end is not None
         resp = web.StreamResponse(status=answer.status, reason=answer.reason)
         for k, v in forwardable(answer.headers, _RESPONSE_DROP):
             resp.headers.add(k, v)
@@ -506,26 +516,22 @@ class Gateway:
         received = delivered = 0
         truncated = False
         first_us: int | None = None  # the first byte's µs since start (a chunk kept or not)
-        outcome = "upstream_error" if answer.status >= 400 else "ok"
+        outcome = Outcome.UPSTREAM_ERROR if answer.status >= 400 else Outcome.OK
         error: str | None = None
         up_headers = list(answer.headers)
 
-        def finish(outcome: str, error: str | None) -> None:
-            self.recorder.finish(
-                cur,
-                answer.status,
-                outcome,
-                error,
-                cur.body,
-                up_headers,
-                chunks,  # the writer takes the chunks as they are: the body is never joined here
-                streamed,
-                timings,
-                headers_us,
-                first_us,
-                received,
-                delivered,
-            )
+        def finish(outcome: Outcome, error: str | None) -> None:
+            # what was moved goes into the end only now: an exchange cut short before (a bug, a
+            # cancellation) is recorded without it, by the handler
+            end.response_headers = up_headers
+            end.response_body = chunks  # the writer takes the chunks as they are: never joined here
+            end.streamed = streamed
+            end.chunk_timings = timings
+            end.headers_us = headers_us
+            end.first_byte_us = first_us
+            end.bytes_received = received
+            end.bytes_delivered = delivered
+            self._finish(cur, answer.status, outcome, error)
 
         if cur.snapshot is not None and self.snapshots is not None:
             # no byte of the answer (so no tool call it asks for) before the workspace was read
@@ -536,12 +542,13 @@ class Gateway:
             await resp.prepare(request)
         except _CLIENT_GONE:
             await _aclose(source)
-            finish("aborted_by_client", "client went away before the response started")
+            finish(Outcome.ABORTED_BY_CLIENT, "client went away before the response started")
             return resp
         cur.started = True
-        self.recorder.response_started(cur, answer.status, up_headers, chunks, streamed)
+        pending = end.pending
+        self.recorder.response_started(end, answer.status, up_headers, chunks, streamed)
         if request.method != "HEAD" and source is not None:
-            t0 = cur.pending.t0
+            t0 = pending.t0
             sync = not hasattr(source, "__aiter__")
             it = iter(source) if sync else source.__aiter__()  # type: ignore[union-attr, arg-type]
             while True:
@@ -553,12 +560,12 @@ class Gateway:
                     break
                 except asyncio.CancelledError:
                     finish(
-                        "incomplete",
+                        Outcome.INCOMPLETE,
                         f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})",
                     )
                     raise
                 except StreamBroken as exc:
-                    outcome, error = exc.outcome, exc.message
+                    outcome, error = Outcome(exc.outcome), exc.message
                     break
                 n = len(chunk)
                 if first_us is None:
@@ -572,33 +579,33 @@ class Gateway:
                         timings += (int((perf_counter() - t0) * 1e6) if timings else first_us, kept)
                     if kept < n:
                         truncated = True
-                        cur.flags = (*cur.flags, TRUNCATED_FLAG)
+                        end.flags = (*end.flags, TRUNCATED_FLAG)
                 try:
                     await resp.write(chunk)
                 except asyncio.CancelledError:
                     finish(
-                        "incomplete",
+                        Outcome.INCOMPLETE,
                         f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})",
                     )
                     raise
                 except _CLIENT_GONE:
                     await _aclose(source)  # stop the upstream generating for nobody
                     outcome, error = (
-                        "aborted_by_client",
+                        Outcome.ABORTED_BY_CLIENT,
                         f"client went away after {delivered} of {received} bytes",
                     )
                     break
                 delivered += n
-                cur.pending.delivered = delivered  # for the journal while the exchange is in flight
+                pending.delivered = delivered  # for the journal while the exchange is in flight
         elif source is not None:
             await _aclose(source)
-        if outcome == "upstream_reset":
+        if outcome is Outcome.UPSTREAM_RESET:
             # pass on exactly what arrived, then cut the connection: the agent must see a broken stream
             finish(outcome, error)
             if request.transport is not None:
                 request.transport.abort()
             return resp
-        if outcome != "aborted_by_client":
+        if outcome is not Outcome.ABORTED_BY_CLIENT:
             try:
                 await resp.write_eof()
             except _CLIENT_GONE:
@@ -621,11 +628,11 @@ class Gateway:
             if cur.route
             else request.method
         )
-        exchange = cur.pending.id if cur.pending is not None else "-"
+        exchange = cur.end.pending.id if cur.end is not None else "-"
         log.error("%s (exchange %s, %s)", message, exchange, where)
         status = None if cur.started else 500
-        if cur.pending is not None and not cur.recorded:
-            self.recorder.finish(cur, status, "incomplete", message, cur.body)
+        if cur.end is not None:
+            self._finish(cur, status, Outcome.INCOMPLETE, message)
         if cur.started:
             if request.transport is not None:
                 request.transport.abort()
@@ -685,23 +692,34 @@ class Gateway:
             resp.headers[k] = v
         if refusal.close:
             resp.force_close()
-        cur.served_by = ServedBy.REFUSED
-        cur.flags = tuple(refusal.flags)
-        self.recorder.finish(
-            cur,
-            refusal.status,
-            refusal.outcome,
-            f"{refusal.kind}: {refusal.message}",
-            cur.body,
-            headers,
-            payload,
-            received=0,
-            delivered=len(payload),
-        )
+        end = cur.end
+        assert end is not None
+        end.served_by = ServedBy.REFUSED
+        end.flags = tuple(refusal.flags)
+        end.response_headers = headers
+        end.response_body = payload
+        end.bytes_received = 0
+        end.bytes_delivered = len(payload)
+        # Outcome(...): a responder outside pvisor may still name its outcome by its string
+        self._finish(cur, refusal.status, Outcome(refusal.outcome), f"{refusal.kind}: {refusal.message}")
         return resp
 
+    def _finish(self, cur: Current, status: int | None, outcome: Outcome, error: str | None) -> None:
+        """End the exchange of ``cur`` (once: nothing when it was recorded already): its status,
+        outcome, error and end time go into ``cur.end``, which the recorder hands to the journal."""
+        end = cur.end
+        assert end is not None
+        if cur.recorded:
+            return
+        end.status = status
+        end.outcome = outcome
+        end.error = error
+        end.ended_us = us_since(end.pending)
+        self.recorder.finish(cur)
+
     def _oversize(self, cur: Current, size: int) -> web.StreamResponse:
-        cur.body_size = size
+        assert cur.end is not None
+        cur.end.request_bytes = size
         msg = f"request body of {size} bytes or more exceeds the gateway limit of {self.config.max_body} bytes (--max-body)"
         return self._refuse(
             cur,
@@ -709,7 +727,7 @@ class Gateway:
                 413,
                 "pvisor_request_too_large",
                 msg,
-                "oversize",
+                Outcome.OVERSIZE,
                 headers=[("Connection", "close")],
                 close=True,
             ),

@@ -25,23 +25,14 @@ What answered is journaled as ``served_by`` (:class:`ServedBy`); flags an answer
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterable, Iterable, Protocol, Union
 
 from pvisor.journal.content_encoding import DecodeError, decode_body
+from pvisor.journal.model import Outcome, ServedBy
 
 if TYPE_CHECKING:
     from pvisor.adapters.protocols.replies import Reply
-
-
-class ServedBy(str, enum.Enum):
-    """Who produced the bytes the agent got (journal column ``exchanges.served_by``)."""
-
-    UPSTREAM = "upstream"  #: a model API (or any server) the gateway forwarded to
-    SCRIPTED = "scripted"  #: the scripted model, in process
-    PLAYBACK = "playback"  #: replay's playback: a recorded or rendered action
-    REFUSED = "refused"  #: the gateway itself: no route, oversize, upstream unreachable, ...
 
 
 @dataclass(slots=True)
@@ -143,13 +134,13 @@ class Refuse:
     """The gateway answers ``status`` itself, in the protocol's JSON error shape.
 
     Fields: ``kind`` the error type (``pvisor_no_route``); ``message`` one sentence for the
-    agent and the journal; ``outcome`` the journal outcome (``upstream_unreachable``,
-    ``oversize``, ...); ``headers`` extra response headers; ``close`` close the connection after."""
+    agent and the journal; ``outcome`` the journal :class:`Outcome` (``UPSTREAM_UNREACHABLE``,
+    ``OVERSIZE``, ...); ``headers`` extra response headers; ``close`` close the connection after."""
 
     status: int
     kind: str
     message: str
-    outcome: str = "upstream_unreachable"
+    outcome: Outcome = Outcome.UPSTREAM_UNREACHABLE
     headers: list[tuple[str, str]] = field(default_factory=list)
     close: bool = False
     flags: tuple[str, ...] = ()
@@ -160,10 +151,11 @@ Answer = Union[Forward, Serve, Refuse]
 
 class StreamBroken(Exception):
     """Raised by an async ``chunks`` source when its bytes stop before the end (an upstream
-    reset or stall): the relay passes on what arrived, journals ``outcome`` and ``message`` and
-    cuts the connection, so the agent sees a broken stream as it happened."""
+    reset or stall): the relay passes on what arrived, journals ``outcome`` (an
+    :class:`Outcome`: a code, as an error carries) and ``message`` and cuts the connection, so
+    the agent sees a broken stream as it happened."""
 
-    def __init__(self, outcome: str, message: str):
+    def __init__(self, outcome: Outcome, message: str):
         super().__init__(message)
         self.outcome = outcome
         self.message = message
@@ -187,7 +179,7 @@ def decode_or_refuse(request: IncomingRequest) -> bytes | Refuse:
             400,
             "pvisor_bad_content_encoding",
             f"the request body cannot be decoded: {exc}",
-            outcome="decode_error",
+            outcome=Outcome.DECODE_ERROR,
         )
 
 

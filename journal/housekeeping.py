@@ -67,7 +67,8 @@ class RemoveReport:
 def live_writers(conn: sqlite3.Connection) -> list[tuple[int, int, str]]:
     """(writer id, pid, host) of every open lease whose process still runs: on this host its pid
     is alive with the same start time, elsewhere its heartbeat is recent."""
-    from .writer import DEAD_AFTER_MS, _pid_alive, _proc_start, now_ms
+    from .producer import now_ms
+    from .writer import DEAD_AFTER_MS, pid_alive, proc_start
 
     host = socket.gethostname()
     t = now_ms()
@@ -76,7 +77,7 @@ def live_writers(conn: sqlite3.Connection) -> list[tuple[int, int, str]]:
         "SELECT id, pid, host, proc_start, heartbeat_ms FROM writers WHERE closed_ms IS NULL"
     ):
         if whost == host:
-            live = _pid_alive(pid) and (pstart is None or _proc_start(pid) == pstart)
+            live = pid_alive(pid) and (pstart is None or proc_start(pid) == pstart)
         else:
             live = t - heartbeat <= DEAD_AFTER_MS
         if live:

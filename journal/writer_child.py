@@ -20,6 +20,7 @@ import threading
 from typing import Any, Callable
 
 from .errors import PvisorError
+from .messages import MessageKind
 from .writer import Journal
 from .writer_wire import (
     WireError,
@@ -95,28 +96,62 @@ class _LazyFinalizer:
         return self._fn(*args)
 
 
-def _dispatch(journal: Journal, replies: _Replies, kind: str, payload: Any, bodies: list[bytes]) -> None:
-    if kind == "exchange":
-        # the child's own copy of an exchange it wrote in flight knows its row is on disk
-        pending = journal._inflight.pop(payload[0][0], None)
-        if pending is not None:
-            # the parts sent in flight are stored (or rolled back and then not needed): the
-            # finished exchange brings its whole body, and the parts need not be held beside it
-            pending.chunks = None
-        journal._put(("exchange", decode_exchange(payload, bodies, pending)))
-    elif kind == "inflight":
-        apply_inflight(journal._inflight, payload, bodies)
-    elif kind == "blobs":
-        journal.put_blobs(list(zip(payload, bodies)))
-    elif kind == "flush":
-        try:
-            journal.flush()
-            error = None
-        except PvisorError as exc:
-            error = str(exc)
-        replies.send(("flushed", payload, error))
-    else:
+def _exchange(journal: Journal, replies: _Replies, payload: Any, bodies: list[bytes]) -> None:
+    # the child's own copy of an exchange it wrote in flight knows its row is on disk
+    pending = journal._inflight.pop(payload[0][0], None)
+    if pending is not None:
+        # the parts sent in flight are stored (or rolled back and then not needed): the
+        # finished exchange brings its whole body, and the parts need not be held beside it
+        pending.chunks = None
+    journal._put((MessageKind.EXCHANGE, decode_exchange(payload, bodies, pending)))
+
+
+def _inflight(journal: Journal, replies: _Replies, payload: Any, bodies: list[bytes]) -> None:
+    apply_inflight(journal._inflight, payload, bodies)
+
+
+def _blobs(journal: Journal, replies: _Replies, payload: Any, bodies: list[bytes]) -> None:
+    journal.put_blobs(list(zip(payload, bodies)))
+
+
+def _flush(journal: Journal, replies: _Replies, payload: Any, bodies: list[bytes]) -> None:
+    try:
+        journal.flush()
+        error = None
+    except PvisorError as exc:
+        error = str(exc)
+    replies.send(("flushed", payload, error))
+
+
+def _as_it_is(kind: MessageKind) -> Callable[[Journal, _Replies, Any, list[bytes]], None]:
+    """The handler of a message the writer thread takes as it came (runs, attempts, snapshots)."""
+
+    def handle(journal: Journal, replies: _Replies, payload: Any, bodies: list[bytes]) -> None:
         journal._put((kind, payload))
+
+    return handle
+
+
+#: what the child does with each message kind it reads (``close`` ends its read loop: main)
+HANDLERS: dict[MessageKind, Callable[[Journal, _Replies, Any, list[bytes]], None]] = {
+    MessageKind.EXCHANGE: _exchange,
+    MessageKind.INFLIGHT: _inflight,
+    MessageKind.BLOBS: _blobs,
+    MessageKind.FLUSH: _flush,
+    **{
+        kind: _as_it_is(kind)
+        for kind in (
+            MessageKind.RUN,
+            MessageKind.RUN_UPDATE,
+            MessageKind.ATTEMPT,
+            MessageKind.ATTEMPT_END,
+            MessageKind.EXCHANGE_ROLES,
+            MessageKind.SNAPSHOT,
+            MessageKind.SNAPSHOT_HOLD,
+            MessageKind.SNAPSHOT_BIND,
+        )
+    },
+}
 
 
 def main(argv: list[str]) -> None:
@@ -173,14 +208,14 @@ def main(argv: list[str]) -> None:
             except WireError as exc:
                 # the parent died inside a frame, or sent what this writer cannot read: what came
                 # before it is committed, and the gateway (if it lives) stops as for any writer failure
-                replies.send(("error", f"journal message not understood: {exc}"))
+                replies.send(("error", f"journal message not understood: {exc}", journal.recorded))
                 break
             if message is None:
                 break
             kind, payload, bodies = message
-            if kind == "close":
+            if kind is MessageKind.CLOSE:
                 close_timeout = float(payload)
                 break
-            _dispatch(journal, replies, kind, payload, bodies)
+            HANDLERS[kind](journal, replies, payload, bodies)
     journal.close(close_timeout)
     replies.send(("closed", journal.error, journal.recorded))

@@ -59,15 +59,9 @@ from . import errors as _errors
 from .content_encoding import DEFAULT_LIMIT
 from .helpers import frozen, helper_argv
 from .errors import UnavailableError, UsageError
-from .writer import (
-    BUSY_TIMEOUT_MS,
-    COMMIT_INTERVAL_S,
-    SNAPSHOT_QUEUE_BYTES,
-    BLOB_WAIT_S,
-    Journal,
-    JournalProducer,
-    PendingExchange,
-)
+from .messages import URGENT, MessageKind
+from .producer import BLOB_WAIT_S, COMMIT_INTERVAL_S, SNAPSHOT_QUEUE_BYTES, JournalProducer, PendingExchange
+from .writer import BUSY_TIMEOUT_MS, Journal
 from .writer_wire import WireError, encode, read_reply
 
 log = logging.getLogger("pvisor.journal")
@@ -79,7 +73,6 @@ START_TIMEOUT_S = 60.0  # the child's start: interpreter, imports, migrations, t
 _IOV_MAX = 512  # buffers per writev (Linux allows 1024)
 SEND_INTERVAL_S = 0.02  # what producers queued is written to the pipe this often
 SEND_NOW_BYTES = 8 << 20  # or as soon as this much waits (a burst: a wake-up of the sender costs the loop)
-_URGENT = frozenset({"flush", "close"})
 _CPU_RANGE = re.compile(r"(\d{1,6})(?:-(\d{1,6}))?")
 _F_SETPIPE_SZ = 1031
 
@@ -321,8 +314,8 @@ class JournalProcess(JournalProducer):
             ):  # exchanges that never finished: the child writes them, then marks them incomplete
                 for p in list(self._inflight.values()):
                     if p.due(math.inf):
-                        self._append_locked(encode(("inflight", p)))
-                self._append_locked(encode(("close", timeout)))
+                        self._append_locked(encode((MessageKind.INFLIGHT, p)))
+                self._append_locked(encode((MessageKind.CLOSE, timeout)))
         self._stopping = True
         self._wake.set()
         self._sender.join(timeout + self._grace())
@@ -358,7 +351,7 @@ class JournalProcess(JournalProducer):
         token = next(self._tokens)
         waiter: list = [threading.Event(), None]
         self._flushes[token] = waiter
-        self._put(("flush", token))
+        self._put((MessageKind.FLUSH, token))
         if not waiter[0].wait(timeout):
             self._flushes.pop(token, None)
             raise UnavailableError(f"journal {self.path}: writer did not commit within {timeout:.0f} s")
@@ -372,11 +365,11 @@ class JournalProcess(JournalProducer):
 
     # ------------------------------------------------------------------ sending
 
-    def _put(self, message: tuple[str, Any]) -> None:
+    def _put(self, message: tuple[MessageKind, Any]) -> None:
         parts = encode(message)  # outside the lock: other producers need not wait for the pickle
         with self._lock:
             self._append_locked(parts)
-        if self._backlog_bytes >= SEND_NOW_BYTES or message[0] in _URGENT:
+        if self._backlog_bytes >= SEND_NOW_BYTES or message[0] in URGENT:
             self._wake.set()
 
     def _append_locked(self, parts: list) -> None:
@@ -454,7 +447,7 @@ class JournalProcess(JournalProducer):
         with self._lock:
             if self._error is not None or self._closed or pending.id not in self._inflight:
                 return
-            self._append_locked(encode(("inflight", pending)))
+            self._append_locked(encode((MessageKind.INFLIGHT, pending)))
             while self._backlog and self._error is None:
                 if self._writev_locked():
                     self._wake.set()  # the pipe is full: the sender writes the rest when it can
@@ -468,7 +461,7 @@ class JournalProcess(JournalProducer):
                 with self._lock:
                     # still in flight under the lock: its end, if it comes now, is queued after this
                     if p.id in self._inflight and p.due(now):
-                        self._append_locked(encode(("inflight", p)))
+                        self._append_locked(encode((MessageKind.INFLIGHT, p)))
 
     def _wait_blob_room(self, size: int) -> None:
         """Hold a snapshot taker while the pipe's backlog is over the snapshot budget (the

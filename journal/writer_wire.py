@@ -6,11 +6,13 @@ one installed pvisor agree on (it is never stored):
 - **messages**, parent to child: one frame per producer call. A frame is a header
   ``struct "<IH"`` (the length of the metadata in bytes, the number of bodies), then one
   ``"<Q"`` length per body, then the metadata (a pickle, protocol 5, of ``(kind, payload)``
-  made of tuples, strings, numbers and small bytes only), then the bodies themselves. Bodies
+  made of tuples, strings, numbers and small bytes only; ``kind`` is a
+  :class:`~pvisor.journal.messages.MessageKind`'s value), then the bodies themselves. Bodies
   travel as they are, written from the producer's own ``bytes`` by ``os.writev``: they are
-  never copied into the pickle. An exchange's metadata is a plain tuple
-  (:func:`encode_exchange`) because pickling the ``FinishedExchange`` dataclass costs five
-  times more on the event loop.
+  never copied into the pickle. Each kind has its encoder (:data:`ENCODERS`); an exchange's end
+  is a plain tuple of the :class:`~pvisor.journal.exchange_end.ExchangeEnd`'s fields
+  (:func:`encode_exchange`) because pickling the record costs five times more on the event
+  loop.
 - **replies**, child to parent: ``struct "<I"`` length, then a pickle of a tuple
   (``("ready", writer_id, fingerprint_key_hex, reaped)``, ``("failed", error_class, message)``,
   ``("flushed", token, error)``, ``("log", levelno, message)``, ``("error", message,
@@ -23,31 +25,18 @@ from __future__ import annotations
 import io
 import pickle
 import struct
-from typing import Any, BinaryIO, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
 
-from .model import Attempt, Run
+from .exchange_end import ExchangeEnd
+from .messages import MessageKind, UnknownMessage, message_kind, unknown_message
+from .model import Attempt, Outcome, Run, ServedBy
+from .producer import PendingExchange
 from .snapshots import SnapshotKind, SnapshotRecord
-from .writer import FinishedExchange, PendingExchange
 
 HEAD = struct.Struct("<IH")
 LENGTH = struct.Struct("<Q")
 REPLY_HEAD = struct.Struct("<I")
 
-#: message kinds whose payload is pickled as it is (rare messages: runs, attempts, snapshots)
-_PLAIN = frozenset(
-    {
-        "run",
-        "run_update",
-        "attempt",
-        "attempt_end",
-        "exchange_roles",
-        "snapshot",
-        "snapshot_hold",
-        "snapshot_bind",
-        "flush",
-        "close",
-    }
-)
 # what a plain payload may hold (checked when the child unpickles: nothing else is ever built)
 _SAFE_CLASSES = {
     ("pvisor.journal.model", "Run"): Run,
@@ -58,7 +47,8 @@ _SAFE_CLASSES = {
 
 
 class WireError(Exception):
-    """The pipe ended inside a frame, or a frame is not one this pvisor writes."""
+    """The pipe ended inside a frame, or a frame is not one this pvisor writes (an unknown
+    message kind among them)."""
 
 
 def _pending_tuple(p: PendingExchange) -> tuple:
@@ -141,129 +131,166 @@ def apply_inflight(inflight: dict[str, PendingExchange], payload: Sequence[Any],
 SENT_IN_FLIGHT = 2
 
 
-def encode_exchange(f: FinishedExchange) -> tuple[tuple, list[bytes]]:
-    """``(payload, bodies)`` of one finished exchange: the request, response and forwarded
-    bodies (those not None, in that order) go out of band; the payload says which are there.
-    A response body given as a list of chunks stays one: :func:`encode` writes its chunks as
-    one body, so the child reads it whole and the producer never joins it. An exchange sent in
-    flight before (the child holds its head, and its request body when it is the same) is named
-    by its id only."""
-    p = f.pending
-    has_request: int | bool = f.request_body is not None
-    if has_request and p.request_stored and f.request_body is p.request_body:
+#: Outcome and ServedBy members by value: the wire carries the values (strings pickle small and
+#: fast), the child gets the members back by one dict lookup
+_OUTCOMES = {o.value: o for o in Outcome}
+_SERVED_BY = {s.value: s for s in ServedBy}
+
+
+def encode_exchange(end: ExchangeEnd) -> tuple[tuple, list[bytes]]:
+    """``(payload, bodies)`` of one exchange's end: the request, response and forwarded
+    bodies (those not None, in that order) go out of band; the payload says which are there,
+    then holds the other fields in :class:`~pvisor.journal.exchange_end.ExchangeEnd`'s order
+    (enums as their values). A response body given as a list of chunks stays one:
+    :func:`encode` writes its chunks as one body, so the child reads it whole and the producer
+    never joins it. An exchange sent in flight before (the child holds its head, and its
+    request body when it is the same) is named by its id only."""
+    p = end.pending
+    has_request: int | bool = end.request_body is not None
+    if has_request and p.request_stored and end.request_body is p.request_body:
         has_request = SENT_IN_FLIGHT
     bodies = [
         b
         for b in (
-            None if has_request == SENT_IN_FLIGHT else f.request_body,
-            f.response_body,
-            f.forwarded_body,
+            None if has_request == SENT_IN_FLIGHT else end.request_body,
+            end.response_body,
+            end.forwarded_body,
         )
         if b is not None
     ]
+    served_by = end.served_by
     payload = (
         (p.id,) if p.persisted else _pending_tuple(p),
-        f.status,
-        f.response_headers,
         has_request,
-        f.response_body is not None,
-        f.forwarded_body is not None,
-        f.streamed,
-        f.chunk_timings,
-        f.outcome,
-        f.error,
-        f.headers_us,
-        f.first_byte_us,
-        f.ended_us,
-        f.bytes_received,
-        f.bytes_delivered,
-        f.request_encoding,
-        f.request_bytes,
-        f.served_by,
-        f.flags,
-        f.max_body,
+        end.response_body is not None,
+        end.forwarded_body is not None,
+        end.status,
+        end.outcome.value,
+        end.error,
+        end.request_encoding,
+        end.request_bytes,
+        end.response_headers,
+        end.streamed,
+        end.chunk_timings,
+        end.headers_us,
+        end.first_byte_us,
+        end.ended_us,
+        end.bytes_received,
+        end.bytes_delivered,
+        None if served_by is None else served_by.value,
+        end.flags,
+        end.max_body,
     )
     return payload, bodies
 
 
 def decode_exchange(
     payload: Sequence[Any], bodies: list[bytes], pending: PendingExchange | None
-) -> FinishedExchange:
+) -> ExchangeEnd:
     """The inverse of :func:`encode_exchange`; ``pending``: the child's own record of the
     exchange when it was sent in flight earlier (it knows whether the row is on disk, and holds
     the head and the request body the payload then leaves out).
 
-    Raises WireError for an exchange named by its id only that was never sent in flight."""
+    Raises WireError for an exchange named by its id only that was never sent in flight, or
+    an outcome or served_by this pvisor does not know."""
     (
         pt,
-        status,
-        response_headers,
         has_rq,
         has_rs,
         has_fw,
-        streamed,
-        timings,
+        status,
         outcome,
         error,
+        encoding,
+        request_bytes,
+        response_headers,
+        streamed,
+        timings,
         headers_us,
         first_byte_us,
         ended_us,
         received,
         delivered,
-        encoding,
-        request_bytes,
         served_by,
         flags,
         max_body,
     ) = payload
     if pending is None and len(pt) == 1:
         raise WireError(f"exchange {pt[0]} ended without having been sent in flight")
+    try:
+        outcome = _OUTCOMES[outcome]
+        served_by = None if served_by is None else _SERVED_BY[served_by]
+    except KeyError as exc:
+        raise WireError(
+            f"exchange {pt[0]}: {exc.args[0]!r} is no outcome or served_by of this pvisor"
+        ) from None
     it = iter(bodies)
     if has_rq == SENT_IN_FLIGHT:
         request_body = pending.request_body  # type: ignore[union-attr]
     else:
         request_body = next(it) if has_rq else None
-    return FinishedExchange(
-        pending=pending if pending is not None else pending_from(pt),
-        status=status,
-        response_headers=response_headers,
-        request_body=request_body,
-        response_body=next(it) if has_rs else None,
-        streamed=streamed,
-        chunk_timings=timings,
-        outcome=outcome,
-        error=error,
-        headers_us=headers_us,
-        first_byte_us=first_byte_us,
-        ended_us=ended_us,
-        bytes_received=received,
-        bytes_delivered=delivered,
-        request_encoding=encoding,
-        request_bytes=request_bytes,
-        served_by=served_by,
-        flags=tuple(flags),
-        forwarded_body=next(it) if has_fw else None,
-        max_body=max_body,
+    return ExchangeEnd(
+        pending if pending is not None else pending_from(pt),
+        status,
+        outcome,
+        error,
+        request_body,
+        encoding,
+        request_bytes,
+        response_headers,
+        next(it) if has_rs else None,
+        streamed,
+        timings,
+        headers_us,
+        first_byte_us,
+        ended_us,
+        received,
+        delivered,
+        served_by,
+        tuple(flags),
+        next(it) if has_fw else None,
+        max_body,
     )
 
 
-def encode(message: tuple[str, Any]) -> list[bytes | memoryview]:
+def _encode_blobs(payload: list[tuple[str, bytes]]) -> tuple[list[str], list[bytes]]:
+    return [sha for sha, _ in payload], [data for _, data in payload]
+
+
+def _encode_plain(payload: Any) -> tuple[Any, list[bytes]]:
+    # rare messages (runs, attempts, snapshots, flush, close): pickled as they are
+    return payload, []
+
+
+#: how each message kind goes on the wire: ``payload -> (metadata, bodies)``
+ENCODERS: dict[MessageKind, Callable[[Any], tuple[Any, list]]] = {
+    MessageKind.RUN: _encode_plain,
+    MessageKind.RUN_UPDATE: _encode_plain,
+    MessageKind.ATTEMPT: _encode_plain,
+    MessageKind.ATTEMPT_END: _encode_plain,
+    MessageKind.EXCHANGE_ROLES: _encode_plain,
+    MessageKind.INFLIGHT: encode_inflight,
+    MessageKind.EXCHANGE: encode_exchange,
+    MessageKind.BLOBS: _encode_blobs,
+    MessageKind.SNAPSHOT: _encode_plain,
+    MessageKind.SNAPSHOT_HOLD: _encode_plain,
+    MessageKind.SNAPSHOT_BIND: _encode_plain,
+    MessageKind.FLUSH: _encode_plain,
+    MessageKind.CLOSE: _encode_plain,
+}
+
+
+def encode(message: tuple[MessageKind, Any]) -> list[bytes | memoryview]:
     """The buffers of one frame, for ``os.writev``: header, lengths, metadata, bodies.
 
-    Raises ValueError for a message kind the writer does not know (a programming error)."""
+    Raises UnknownMessage (a ValueError) for a message kind the writer does not know (a
+    programming error)."""
     kind, payload = message
-    if kind == "exchange":
-        payload, bodies = encode_exchange(payload)
-    elif kind == "inflight":
-        payload, bodies = encode_inflight(payload)
-    elif kind == "blobs":
-        bodies = [data for _, data in payload]
-        payload = [sha for sha, _ in payload]
-    elif kind in _PLAIN:
-        bodies = []
-    else:  # pragma: no cover - programming error
-        raise ValueError(f"unknown journal message {kind!r}")
-    meta = pickle.dumps((kind, payload), protocol=5)
+    encoder = ENCODERS.get(kind)
+    if encoder is None:
+        raise unknown_message(kind)
+    payload, bodies = encoder(payload)
+    meta = pickle.dumps((getattr(kind, "value", kind), payload), protocol=5)
     parts: list[bytes | memoryview] = [HEAD.pack(len(meta), len(bodies))]
     if bodies:
         sizes = (len(b) if not isinstance(b, list) else sum(map(len, b)) for b in bodies)
@@ -292,11 +319,12 @@ def _read_exact(stream: BinaryIO, n: int) -> bytes:
     return data
 
 
-def read_message(stream: BinaryIO) -> tuple[str, Any, list[bytes]] | None:
+def read_message(stream: BinaryIO) -> tuple[MessageKind, Any, list[bytes]] | None:
     """The next frame of a buffered binary stream as ``(kind, payload, bodies)``; None at a
     clean end (the parent closed its end, or died, between two frames).
 
-    Raises WireError for a frame cut short or not made by :func:`encode`."""
+    Raises WireError for a frame cut short or not made by :func:`encode`, or of a message
+    kind this writer does not know."""
     head = stream.read(HEAD.size)
     if not head:
         return None
@@ -304,8 +332,13 @@ def read_message(stream: BinaryIO) -> tuple[str, Any, list[bytes]] | None:
         raise WireError("the pipe ended inside a frame header")
     meta_len, n = HEAD.unpack(head)
     lengths = struct.unpack(f"<{n}Q", _read_exact(stream, 8 * n)) if n else ()
-    kind, payload = _Unpickler(io.BytesIO(_read_exact(stream, meta_len))).load()
-    return kind, payload, [_read_exact(stream, size) for size in lengths]
+    value, payload = _Unpickler(io.BytesIO(_read_exact(stream, meta_len))).load()
+    bodies = [_read_exact(stream, size) for size in lengths]  # the frame is read whole either way
+    try:
+        kind = message_kind(value)
+    except UnknownMessage as exc:
+        raise WireError(str(exc)) from None
+    return kind, payload, bodies
 
 
 def encode_reply(reply: tuple) -> bytes:

@@ -65,7 +65,7 @@ from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone, make_directo
 from pvisor.journal.model import RUN_ID_PATTERN, Attempt, Run, RunMode
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import SnapshotKind
-from pvisor.journal.writer import new_run_id
+from pvisor.journal.producer import new_run_id
 from pvisor.session.supervise import (
     STOP_SIGNALS,
     GroupGuard,

@@ -24,7 +24,7 @@ from test_gateway_cli import ENV, PVISOR
 from test_journal_secrets import _forms
 
 from pvisor.journal.content_encoding import decode_body, decode_prefix
-from pvisor.journal.writer import MAX_DECODED_ERROR
+from pvisor.journal.rows import MAX_DECODED_ERROR
 
 try:
     from compression import zstd  # Python >= 3.14

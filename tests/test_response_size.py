@@ -302,7 +302,8 @@ def test_writer_reassembles_streams_under_constant_load(tmp_path):
     import time
 
     from pvisor.gateway.proxy import finalize_response
-    from pvisor.journal.writer import FINALIZE_BACKLOG, Journal
+    from pvisor.journal.reassembly import FINALIZE_BACKLOG
+    from pvisor.journal.writer import Journal
 
     event = (
         b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m",'
@@ -333,7 +334,7 @@ def test_writer_reassembles_streams_under_constant_load(tmp_path):
                 row = db.execute("SELECT response_final FROM exchanges WHERE id = ?", (first,)).fetchone()
             done = row is not None and row[0] is not None
         assert done, "no stream was reassembled while the load went on"
-        assert len(journal._to_finalize) <= 2 * FINALIZE_BACKLOG
+        assert len(journal.reassembly.queue) <= 2 * FINALIZE_BACKLOG
         assert held.id in journal._inflight  # the load was constant: an exchange in flight throughout
         journal.finish_exchange(held, status=200, request_body=b"{}", response_body=b"{}")
 
@@ -344,7 +345,8 @@ def test_writer_leaves_a_stream_over_the_reassembly_limit_to_readers(tmp_path):
     reader reassembles it when asked; a small one still gets its response_final."""
     from pvisor.gateway.proxy import finalize_response
     from pvisor.journal.reader import JournalReader
-    from pvisor.journal.writer import FINALIZE_MAX_BYTES, Journal
+    from pvisor.journal.reassembly import FINALIZE_MAX_BYTES
+    from pvisor.journal.writer import Journal
 
     def chat_stream(size: int) -> bytes:
         event = (
@@ -387,7 +389,8 @@ def test_writer_bounds_reassembly_by_the_decoded_size(tmp_path):
 
     from pvisor.gateway.proxy import finalize_response
     from pvisor.journal.reader import JournalReader
-    from pvisor.journal.writer import FINALIZE_MAX_BYTES, Journal
+    from pvisor.journal.reassembly import FINALIZE_MAX_BYTES
+    from pvisor.journal.writer import Journal
 
     event = (
         b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m","choices":'
@@ -485,11 +488,11 @@ def test_reassembly_backlog_is_bounded_and_said(tmp_path, monkeypatch, caplog):
 
     from pvisor.adapters.chains import read_final_response
     from pvisor.gateway.proxy import finalize_response
-    from pvisor.journal import writer as writer_module
+    from pvisor.journal import reassembly as reassembly_module
     from pvisor.journal.writer import Journal
 
-    monkeypatch.setattr(writer_module, "FINALIZE_QUEUE_MAX", 5)
-    monkeypatch.setattr(writer_module, "FINALIZE_EVERY_S", 1e9)
+    monkeypatch.setattr(reassembly_module, "FINALIZE_QUEUE_MAX", 5)
+    monkeypatch.setattr(reassembly_module, "FINALIZE_EVERY_S", 1e9)
     event = (
         b'data: {"id":"c1","object":"chat.completion.chunk","created":0,"model":"m",'
         b'"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}\n\ndata: [DONE]\n\n'

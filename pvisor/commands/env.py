@@ -96,7 +96,7 @@ def env(
     ):
         check_utf8(option, value)
     from pvisor.gateway.routing import check_upstream_url
-    from pvisor.journal.writer import new_run_id
+    from pvisor.journal.producer import new_run_id
 
     try:
         check_upstream_url(gateway_url)
