@@ -526,7 +526,8 @@ def _describe_break(req: Request, earlier: list[Request], chain_of: dict[str, in
     common = _common_prefix(best.messages, req.messages)
     if req.previous_response_id is not None and req.base is None:
         text = (
-            f"its previous_response_id {req.previous_response_id} names no response of this run: the server holds "
+            f"its previous_response_id {req.previous_response_id} names no response of this run: "
+            "the server holds "
             f"the conversation before it (nearest: {best.id} (chain {chain_of[best.id]}))"
         )
         return text, best.id, common
@@ -552,7 +553,10 @@ def _describe_break(req: Request, earlier: list[Request], chain_of: dict[str, in
         and len(best.messages) > 1
         and _common_prefix(best.messages[1:], req.messages[1:]) == len(best.messages) - 1
     ):
-        text = f"its first message differs from that of {where}, and the messages after it extend that request (a regenerated first message, as when a session is resumed)"
+        text = (
+            f"its first message differs from that of {where}, and the messages after it extend that request "
+            "(a regenerated first message, as when a session is resumed)"
+        )
         if diffs:
             text += f"; {_and(diffs)}"
     elif common == 0:
@@ -630,7 +634,8 @@ def classify_exchanges(
         elif extends:
 
             def fit(c: Chain) -> tuple:
-                # the most messages extended, then the same system prompt and tools, then the chain active last
+                # the most messages extended, then the same system prompt and tools, then the chain
+                # active last
                 a = c.slots[-1].latest
                 return (
                     len(a.messages),
@@ -877,7 +882,10 @@ def _left_out(
             for slot in chain.slots:
                 kept = slot.kept
                 for r in slot.retries:
-                    reason = f"the same request as {kept.id} ({r.describe_outcome()}); the step keeps {kept.id} ({kept.describe_outcome()})"
+                    reason = (
+                        f"the same request as {kept.id} ({r.describe_outcome()}); "
+                        f"the step keeps {kept.id} ({kept.describe_outcome()})"
+                    )
                     changed = [
                         k for k in ("system_changed", "tools_changed") if k in changes_between(r, kept)
                     ]
@@ -894,7 +902,10 @@ def _left_out(
             diffs.append("other tools")
         if diffs:
             main_note += f", with {' and '.join(diffs)}"
-        head = f"chain {chain.number}: {_n(len(chain.slots), 'request')}, {_n(len(chain.first.tool_names), 'tool')}"
+        head = (
+            f"chain {chain.number}: {_n(len(chain.slots), 'request')}, "
+            f"{_n(len(chain.first.tool_names), 'tool')}"
+        )
         tail = f"; {chain.breaks}" if chain.breaks else ""
         for r in chain.exchanges:
             found[r.id] = LeftOutExchange(

@@ -81,7 +81,8 @@ class Divergence:
 @dataclass(slots=True)
 class Difference:
     """A difference between a replayed request and the recording that is not a divergence:
-    ``request`` k, ``part`` (``system``, ``tools``, ``context``, ``compaction``), ``detail`` (one sentence)."""
+    ``request`` k, ``part`` (``system``, ``tools``, ``context``, ``compaction``), ``detail`` (one
+    sentence)."""
 
     request: int
     part: str
@@ -354,7 +355,10 @@ class OnlineMatcher:
                     conversation=conv,
                     stream=stream,
                     compaction=again,
-                    reason=f"the agent's summary request (it compacts its context, as recorded after step {again.after_step})",
+                    reason=(
+                        "the agent's summary request (it compacts its context, "
+                        f"as recorded after step {again.after_step})"
+                    ),
                 )
         if self._learn:
             if not (self._called <= names and names and self._check_task(conv, 1) is None):
@@ -362,7 +366,10 @@ class OnlineMatcher:
                     MatchKind.AUXILIARY,
                     conversation=conv,
                     stream=stream,
-                    reason="not the main loop: it does not offer the tools the recorded actions call, or lacks the task",
+                    reason=(
+                        "not the main loop: it does not offer the tools the recorded actions call, "
+                        "or lacks the task"
+                    ),
                 )
             self._learn = False
             self._tools = names
@@ -450,7 +457,8 @@ class OnlineMatcher:
                     None,
                     _short(expected[0] or "a reply"),
                     _short(got[0] or "a reply"),
-                    f"reply {n + 1} kept after the summary of the compaction after step {comp.after_step} was changed",
+                    f"reply {n + 1} kept after the summary of the compaction after step {comp.after_step} "
+                    "was changed",
                     self.nearest(k),
                 )
         return None

@@ -121,7 +121,8 @@ def curve(work: Path, steps: list[int]) -> list[str]:
         bounds = sorted({max(1, s * k // 10) for k in range(1, 11)})
         reads = SourceReads()
         t = time.perf_counter()
-        [first] = prepare_many([PrepareOptions("codex", 1, None, trajectory=path)], reads=reads)  # type: ignore[arg-type]
+        options = [PrepareOptions("codex", 1, None, trajectory=path)]  # type: ignore[arg-type]
+        [first] = prepare_many(options, reads=reads)
         read_ms = (time.perf_counter() - t) * 1000
         assert first.status.value == "ok", first.error
         reqs = [PrepareOptions("codex", n, None, trajectory=path) for n in bounds]  # type: ignore[arg-type]

@@ -120,7 +120,8 @@ def main() -> None:
             "last_decile_steps": statistics.median(added[-max(1, n // 10) :]),
         }
     print(
-        f"{n} live requests x {args.rounds} rounds, last request {figures['last_request_bytes'] / 1024:.0f} KiB"
+        f"{n} live requests x {args.rounds} rounds, "
+        f"last request {figures['last_request_bytes'] / 1024:.0f} KiB"
     )
     for name in names:
         f = figures[f"{name}_ms"]
@@ -128,7 +129,8 @@ def main() -> None:
     for name in names[1:]:
         a = figures[f"{name}_added_ms"]
         print(
-            f"  added by {name}: median {a['median']:.2f} ms (last tenth of the steps {a['last_decile_steps']:.2f} ms)"
+            f"  added by {name}: median {a['median']:.2f} ms "
+            f"(last tenth of the steps {a['last_decile_steps']:.2f} ms)"
         )
     if args.json:
         args.json.write_text(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode() + "\n")

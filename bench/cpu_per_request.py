@@ -84,7 +84,8 @@ def main() -> None:
     ap.add_argument(
         "--uvloop",
         action="store_true",
-        help="also measure the bare proxy and pvisor on uvloop's event loop (bare+uv; pvisor+uv: --event-loop uvloop)",
+        help="also measure the bare proxy and pvisor on uvloop's event loop "
+        "(bare+uv; pvisor+uv: --event-loop uvloop)",
     )
     ap.add_argument(
         "--pvisor",
@@ -96,7 +97,8 @@ def main() -> None:
     ap.add_argument(
         "--variants",
         action="store_true",
-        help="also measure pvisor with its journal writer as a thread and on CPU 1 (pvisor-thread, pvisor-w1)",
+        help="also measure pvisor with its journal writer as a thread and on CPU 1 "
+        "(pvisor-thread, pvisor-w1)",
     )
     args = ap.parse_args()
     py = sys.executable
@@ -173,8 +175,10 @@ def main() -> None:
                         if v >= 1 and tid > 0
                     )
                     print(
-                        f"{target:13s} {w:10s} {n / (r['duration_us'] / 1e6):7.0f} req/s  p50 {r['p50_us'] / 1000:7.2f} ms  "
-                        f"CPU {main_us + sum(per.values()):5.0f} µs/req (loop thread {main_us:.0f}; other threads {others or '-'}; "
+                        f"{target:13s} {w:10s} {n / (r['duration_us'] / 1e6):7.0f} req/s  "
+                        f"p50 {r['p50_us'] / 1000:7.2f} ms  "
+                        f"CPU {main_us + sum(per.values()):5.0f} µs/req (loop thread {main_us:.0f}; "
+                        f"other threads {others or '-'}; "
                         f"writer process {child_us:.0f})",
                         flush=True,
                     )

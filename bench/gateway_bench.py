@@ -272,7 +272,8 @@ def measure(url: str, body: str, concurrency: int, args: argparse.Namespace) -> 
 
 
 def summarise(raw: dict, targets: list[str]) -> dict:
-    """Per target and workload: median over rounds of added p50/p99 (target minus direct in the same round), min and max."""
+    """Per target and workload: median over rounds of added p50/p99 (target minus direct in the same
+    round), min and max."""
     out: dict = {}
     for t in targets:
         if t == "direct":
@@ -303,11 +304,13 @@ def markdown(summary: dict, raw: dict, targets: list[str]) -> str:
     )
     lines.append(
         f"Measured {meta['date']} on {meta['machine']} ({meta['cpus']} CPUs), Python {meta['python']}, "
-        f"{meta['rounds']} rounds; load: {load}; proxy pinned to CPU 0, upstream and load generator to CPU 1: {meta['pinned']}."
+        f"{meta['rounds']} rounds; load: {load}; proxy pinned to CPU 0, upstream and load generator "
+        f"to CPU 1: {meta['pinned']}."
     )
     lines.append("")
     lines.append(
-        "Added latency against direct, in ms: median over rounds of each round's p50 (p99), with [min, max] over rounds."
+        "Added latency against direct, in ms: median over rounds of each round's p50 (p99), "
+        "with [min, max] over rounds."
     )
     lines.append("")
     head = (
@@ -349,9 +352,12 @@ def markdown(summary: dict, raw: dict, targets: list[str]) -> str:
         lines.append("")
         lines.append(
             f"pvisor journal: {per:,.0f} bytes per exchange on disk (the file after the WAL checkpoint, over "
-            f"{statistics.median(i['exchanges'] for i in pv):,.0f} exchanges a round; the benchmark repeats one request and two "
-            f"response bodies, stored once each, so this is the exchange row, its event and indexes: {blob:,.1f} blob bytes per "
-            f"exchange). Gateway peak RSS {rss / 1024:.1f} MiB (VmHWM of the gateway plus its journal writer process, the largest over the rounds, each round all workloads)."
+            f"{statistics.median(i['exchanges'] for i in pv):,.0f} exchanges a round; "
+            "the benchmark repeats one request and two "
+            "response bodies, stored once each, so this is the exchange row, its event and indexes: "
+            f"{blob:,.1f} blob bytes per "
+            f"exchange). Gateway peak RSS {rss / 1024:.1f} MiB (VmHWM of the gateway plus its journal "
+            "writer process, the largest over the rounds, each round all workloads)."
         )
     return "\n".join(lines)
 
@@ -397,7 +403,8 @@ def measure_scenario(url: str, scenario: str, concurrency: int, seconds: float) 
     out = json.loads(proc.stdout)
     if out["errors"] or not out["requests"]:
         raise RuntimeError(
-            f"{out['errors']} failed requests ({out['requests']} timed) in {scenario}@{concurrency} against {url}"
+            f"{out['errors']} failed requests ({out['requests']} timed) in {scenario}@{concurrency} "
+            f"against {url}"
         )
     from scenarios import percentile
 
@@ -440,7 +447,8 @@ def agent_suite(args: argparse.Namespace, targets: list[str], upstream: str) -> 
                         point = measure_scenario(t.url, scenario, c, args.seconds)
                         result.setdefault(name, {})[f"{scenario}@{c}"] = point
                         print(
-                            f"round {r + 1} {name:9s} {scenario:9s} c={c:<3d} total p50 {point['total_p50']:.2f} ms "
+                            f"round {r + 1} {name:9s} {scenario:9s} c={c:<3d} "
+                            f"total p50 {point['total_p50']:.2f} ms "
                             f"ttfb p50 {point['ttfb_p50']:.2f} ms",
                             file=sys.stderr,
                         )
@@ -470,11 +478,14 @@ def agent_markdown(raw: dict, targets: list[str]) -> str:
         return statistics.median(r[t][key][field] - r["direct"][key][field] for r in rounds)
 
     lines = [
-        f"Measured {meta['date']} on {meta['machine']} ({meta['cpus']} CPUs), Python {meta['python']}, {meta['rounds']} rounds; "
-        f"bench/scenarios.py, {meta['seconds']:g} s per point after 0.5 s of warm-up; proxy pinned to CPU 0, upstream and "
+        f"Measured {meta['date']} on {meta['machine']} ({meta['cpus']} CPUs), Python {meta['python']}, "
+        f"{meta['rounds']} rounds; "
+        f"bench/scenarios.py, {meta['seconds']:g} s per point after 0.5 s of warm-up; "
+        "proxy pinned to CPU 0, upstream and "
         f"client to CPU 1: {meta['pinned']}.",
         "",
-        "Added latency against direct, in ms (median over rounds of each round's p50 and p99 of the whole response):",
+        "Added latency against direct, in ms (median over rounds of each round's p50 and p99 "
+        "of the whole response):",
         "",
     ]
     head = ["scenario", "conc.", "direct p50"] + [f"{t} p50 / p99" for t in peers]
@@ -511,7 +522,8 @@ def agent_markdown(raw: dict, targets: list[str]) -> str:
         lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
-        "Peak RSS of the proxy (MiB, the largest over rounds, a fresh proxy per scenario) and pvisor's journal:",
+        "Peak RSS of the proxy (MiB, the largest over rounds, a fresh proxy per scenario) "
+        "and pvisor's journal:",
         "",
     ]
     head = (
@@ -570,7 +582,8 @@ def main() -> None:
     ap.add_argument(
         "--workloads",
         default=default_workloads,
-        help="comma-separated BODY@CONCURRENCY points, e.g. json@1,stream@32 (for profiling; the docs table wants all)",
+        help="comma-separated BODY@CONCURRENCY points, e.g. json@1,stream@32 "
+        "(for profiling; the docs table wants all)",
     )
     ap.add_argument(
         "--from-results",
@@ -581,7 +594,8 @@ def main() -> None:
         "--suite",
         choices=["wrk", "agents"],
         default="wrk",
-        help="wrk: the JSON and stream workloads (default); agents: the coding-agent scenarios of bench/scenarios.py",
+        help="wrk: the JSON and stream workloads (default); "
+        "agents: the coding-agent scenarios of bench/scenarios.py",
     )
     args = ap.parse_args()
     if args.suite == "agents":
@@ -655,7 +669,8 @@ def main() -> None:
                     for body, c in WORKLOADS:
                         result[name][f"{body}@{c}"] = measure(t.url, body, c, args)
                         print(
-                            f"round {r + 1} {name:9s} {body:6s} c={c:<3d} p50 {result[name][f'{body}@{c}']['p50']:.2f} ms",
+                            f"round {r + 1} {name:9s} {body:6s} c={c:<3d} "
+                            f"p50 {result[name][f'{body}@{c}']['p50']:.2f} ms",
                             file=sys.stderr,
                         )
                 finally:

@@ -275,7 +275,8 @@ async def _reassembly(tmp: Path, clients: int, seconds: float, as_limit: int) ->
             proc.wait()
         await runner.cleanup()
     return {**peaks, "answered": answered, "streams_journaled": streams,
-            "not_reassembled_during_load": {"max": max(samples, default=0), "last": samples[-1] if samples else 0},
+            "not_reassembled_during_load": {"max": max(samples, default=0),
+                                            "last": samples[-1] if samples else 0},
             "not_reassembled_after": left, "stop_s": round(stop_s, 2), "exit_code": code}  # fmt: skip
 
 

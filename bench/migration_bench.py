@@ -34,7 +34,8 @@ def build(path: Path, rows: int) -> None:
     with Journal.open(path) as j:
         j.create_run(Run(id="r-big", agent="codex"))
         j.record_exchange(
-            "r-big", "POST", "/v1/responses", [("content-type", "application/json")], protocol="openai-responses",
+            "r-big", "POST", "/v1/responses", [("content-type", "application/json")],
+            protocol="openai-responses",
             status=200, request_body=b'{"input": []}' * 20, response_body=b'{"output": []}' * 20,
         )  # fmt: skip
         j.flush()

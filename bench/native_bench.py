@@ -489,8 +489,9 @@ for step in result.trajectory.steps:  # every step made, one at a time
 t2 = time.perf_counter()
 peak = hwm_kb()
 lazy = type(result.trajectory.steps).__name__ == "LazySteps"
-print(json.dumps({"seconds": t2 - t0, "read_seconds": t1 - t0, "build_seconds": t2 - t1, "steps": built, "lazy": lazy,
-                  "peak_kb": peak, "base_kb": base, "warnings": len(result.diagnostics.warnings)}))
+print(json.dumps({"seconds": t2 - t0, "read_seconds": t1 - t0, "build_seconds": t2 - t1, "steps": built,
+                  "lazy": lazy, "peak_kb": peak, "base_kb": base,
+                  "warnings": len(result.diagnostics.warnings)}))
 """
 
 
@@ -515,7 +516,8 @@ with open(os.devnull, "wb") as null:
     _, status, usage = os.wait4(p.pid, 0)
 dt = time.perf_counter() - t0
 code = os.waitstatus_to_exitcode(status)
-print(json.dumps({"seconds": dt, "peak_kb": usage.ru_maxrss, "code": code, "err": err.decode(errors="replace")[-500:]}))
+print(json.dumps({"seconds": dt, "peak_kb": usage.ru_maxrss, "code": code,
+                  "err": err.decode(errors="replace")[-500:]}))
 """
 
 
@@ -589,7 +591,8 @@ def main() -> None:
                 )
             )
             print(
-                f"{agent}: {mb:.1f} MB, {r0['steps']} steps, read {read:.2f} s, read+build {secs:.2f} s, {mb / secs:.1f} MB/s, "
+                f"{agent}: {mb:.1f} MB, {r0['steps']} steps, read {read:.2f} s, "
+                f"read+build {secs:.2f} s, {mb / secs:.1f} MB/s, "
                 f"peak RSS {r0['peak_kb'] / 1024:.0f} MB",
                 file=sys.stderr,
             )
@@ -599,17 +602,20 @@ def main() -> None:
                 cpeak = max(r["peak_kb"] for r in cruns) / 1024
                 cli_rows.append((LABEL.get(agent, agent), mb, csecs, mb / csecs, cpeak))
                 print(
-                    f"{agent}: pvisor trajectory export --format atif: {csecs:.2f} s, peak RSS {cpeak:.0f} MB",
+                    f"{agent}: pvisor trajectory export --format atif: {csecs:.2f} s, "
+                    f"peak RSS {cpeak:.0f} MB",
                     file=sys.stderr,
                 )
             path.unlink()
     print(
-        "| adapter | file MB | steps | lazy steps | read s | read + build s | MB/s | peak RSS MB | of which reading MB |"
+        "| adapter | file MB | steps | lazy steps | read s | read + build s | MB/s | peak RSS MB "
+        "| of which reading MB |"
     )
     print("|---|---:|---:|---|---:|---:|---:|---:|---:|")
     for agent, mb, steps, lazy, read, secs, rate, peak, delta in rows:
         print(
-            f"| {agent} | {mb:.1f} | {steps} | {lazy} | {read:.2f} | {secs:.2f} | {rate:.1f} | {peak:.0f} | {delta:.0f} |"
+            f"| {agent} | {mb:.1f} | {steps} | {lazy} | {read:.2f} | {secs:.2f} | {rate:.1f} | {peak:.0f} "
+            f"| {delta:.0f} |"
         )
     if cli_rows:
         print("\n`pvisor trajectory export FILE --format atif > /dev/null`:\n")

@@ -224,7 +224,8 @@ def main() -> None:
         "last_request_bytes": len(bodies[n - 1]),
     }
     print(
-        f"{n} served steps x {args.rounds} rounds, last request {figures['last_request_bytes'] / 1024:.0f} KiB"
+        f"{n} served steps x {args.rounds} rounds, "
+        f"last request {figures['last_request_bytes'] / 1024:.0f} KiB"
     )
     for name in names:
         f = figures[f"{name}_ms"]
@@ -232,7 +233,8 @@ def main() -> None:
     print(f"  playback over the floor: median {figures['playback_over_floor_ms']:.2f} ms per request")
     a = figures["added_ms_per_step"]
     print(
-        f"  added by playback per served step: median {a['median']:.2f} ms (first tenth of the steps {a['first_decile_steps']:.2f} ms, "
+        f"  added by playback per served step: median {a['median']:.2f} ms "
+        f"(first tenth of the steps {a['first_decile_steps']:.2f} ms, "
         f"last tenth {a['last_decile_steps']:.2f} ms)"
     )
     if args.json:

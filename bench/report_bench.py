@@ -59,8 +59,8 @@ def main() -> None:
             writes = []
             for _ in range(a.repeat):
                 t0 = time.perf_counter()
-                subprocess.run([pvisor, "--journal", str(journal), "report", run, "-o", str(page)], check=True,
-                               stdout=subprocess.DEVNULL)  # fmt: skip
+                subprocess.run([pvisor, "--journal", str(journal), "report", run, "-o", str(page)],
+                               check=True, stdout=subprocess.DEVNULL)  # fmt: skip
                 writes.append(time.perf_counter() - t0)
             opened = {}
             for variant in ("", "#all"):
@@ -80,7 +80,8 @@ def main() -> None:
                 opened[variant] = min(times)
             size = page.stat().st_size / 1e6
             print(
-                f"| {steps:,} | {min(writes):.2f} s | {size:.1f} MB | {opened['']:.2f} s | {opened['#all']:.2f} s |",
+                f"| {steps:,} | {min(writes):.2f} s | {size:.1f} MB | {opened['']:.2f} s "
+                f"| {opened['#all']:.2f} s |",
                 flush=True,
             )
     finally:

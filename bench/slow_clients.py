@@ -144,7 +144,8 @@ async def attack(pvisor: str, clients: int, seconds: float, nofile: int, extra: 
     )
     counts = Counts()
     try:
-        line = await asyncio.get_running_loop().run_in_executor(None, proc.stdout.readline)  # type: ignore[union-attr]
+        readline = proc.stdout.readline  # type: ignore[union-attr]
+        line = await asyncio.get_running_loop().run_in_executor(None, readline)
         url = line.decode().split()[-1]
         host, port = url.split("//", 1)[1].rsplit(":", 1)
         stop = asyncio.Event()

@@ -18,7 +18,8 @@ runs meanwhile. Reported: time to first byte at the client (median over requests
 what the snapshots gateway adds to the baseline's, the walk and the hold (journal columns
 ``walk_us`` and ``hold_us``).
 
-    python bench/snapshot_bench.py [--files 200 2000 20000] [--requests 20] [--rounds 3] [--think 50] [--json FILE]
+    python bench/snapshot_bench.py [--files 200 2000 20000] [--requests 20] [--rounds 3]
+        [--think 50] [--json FILE]
 """
 
 from __future__ import annotations
@@ -185,7 +186,8 @@ def main() -> None:
                     }
                     f = row[key]
                     print(
-                        f"{files:6d} files {size / 1e6:6.1f} MB  {scenario:11s} think {think * 1000:3.0f} ms: "
+                        f"{files:6d} files {size / 1e6:6.1f} MB  {scenario:11s} "
+                        f"think {think * 1000:3.0f} ms: "
                         f"ttfb {f['baseline_ttfb_ms']:7.2f} -> {f['snapshots_ttfb_ms']:7.2f} ms "
                         f"(+{f['added_ms']:.2f}), walk {f['walk_ms']:.2f} ms, hold {f['hold_ms']:.2f} ms; "
                         f"cold walk {f['cold_walk_ms']:.1f} ms"

@@ -11,10 +11,10 @@ Each round runs, in an order shuffled per round, ``python -c 'import click, orjs
 stack floor: the interpreter and the two libraries every pvisor command loads) and each
 command as a user types it (the ``pvisor`` script beside this interpreter): ``--version``,
 ``journal ls`` of a journal with one run, ``trajectory show`` of a small Codex rollout with and
-without ``--agent`` (detection asks every adapter), and ``replay --prepare-only`` of it; and the floor with the cyclic collector off, as pvisor's entry
-point imports (pvisor/entry.py), in a column of its own. Wall
-time from launch to exit and CPU time (user and system, of the process and its children);
-the table gives medians and each median over the floor's. With
+without ``--agent`` (detection asks every adapter), and ``replay --prepare-only`` of it; and
+the floor with the cyclic collector off, as pvisor's entry point imports (pvisor/entry.py), in a
+column of its own. Wall time from launch to exit and CPU time (user and system, of the process
+and its children); the table gives medians and each median over the floor's. With
 ``--baseline`` the same commands of another build (an earlier commit's ``pvisor`` script: in a
 venv of its own, or, fairer, a script on this interpreter that puts a ``pip install --target``
 of it first on ``sys.path``, so that both pay the same site-packages) run in the same rounds, for
@@ -114,7 +114,8 @@ def main() -> None:
             print("|---|---:|---:|---:|")
             for name, n in counts.items():
                 print(
-                    f"| {name} | {n / 1e6:.1f}M | {n / counts[floor_name]:.3f}x | {n / counts[GC_OFF_FLOOR]:.3f}x |"
+                    f"| {name} | {n / 1e6:.1f}M | {n / counts[floor_name]:.3f}x "
+                    f"| {n / counts[GC_OFF_FLOOR]:.3f}x |"
                 )
             return
         times: dict[str, list[float]] = {k: [] for k in commands}

@@ -112,7 +112,8 @@ def blobs_attack(limit_mb: int) -> None:
             "journal body": ["journal", "body", ex, "--request"],
             "journal export": ["journal", "export", "r-bomb", "-o", str(root / "e.jsonl")],
             "journal sql": ["journal", "sql", "SELECT length(pvisor_body(request_body)) FROM exchanges"],
-            "snapshot restore": ["snapshot", "restore", "r-snap", "--after-step", "0", "--into", str(root / "i")],
+            "snapshot restore": ["snapshot", "restore", "r-snap", "--after-step", "0",
+                                 "--into", str(root / "i")],
             "replay --workspace-from": ["replay", "--trajectory", str(native), "--agent", "claude-code",
                                         "--after-step", "1", "--replay-only", "--workspace", str(root / "ws"),
                                         "--workspace-from", "r-snap", "--output", str(root / "o")],
@@ -147,8 +148,8 @@ def depth_attack(depths: list[int], timeout: float) -> None:
             t = time.perf_counter()
             try:
                 proc = subprocess.run(
-                    [str(PVISOR), "--journal", str(path), "snapshot", "restore", "r-deep", "--after-step", "0",
-                     "--into", str(root / "into")],
+                    [str(PVISOR), "--journal", str(path), "snapshot", "restore", "r-deep",
+                     "--after-step", "0", "--into", str(root / "into")],
                     capture_output=True, timeout=timeout,
                 )  # fmt: skip
                 code: int | str = proc.returncode

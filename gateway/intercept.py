@@ -66,8 +66,8 @@ ADDON = Path(__file__).with_name("intercept_addon.py")
 #: what to add to a line of mitmdump's that names a cause the user can mend
 _HINTS = {
     "does not trust the proxy's certificate": (
-        " (the agent must trust pvisor's CA: `pvisor env --agent NAME --gateway PROXY --intercept` prints how; "
-        "docs/intercept.md)"
+        " (the agent must trust pvisor's CA: `pvisor env --agent NAME --gateway PROXY --intercept` "
+        "prints how; docs/intercept.md)"
     ),
 }
 

@@ -130,7 +130,8 @@ def load_script(path: str | Path) -> Script:
     path = Path(path)
     if path.suffix.lower() in (".yaml", ".yml"):
         raise BadInputError(
-            f"script {path}: YAML is not supported; write the script as JSON (.json) or TOML (.toml), docs/scripted-model.md"
+            f"script {path}: YAML is not supported; write the script as JSON (.json) or TOML (.toml), "
+            "docs/scripted-model.md"
         )
     try:
         raw = path.read_bytes()
@@ -160,7 +161,8 @@ def parse_script(data: Any, where: str = "script") -> Script:
     unknown = set(data) - _SCRIPT_KEYS
     if unknown:
         raise BadInputError(
-            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_SCRIPT_KEYS))}"
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+            f"expected {', '.join(sorted(_SCRIPT_KEYS))}"
         )
     turns_raw = data.get("turns")
     if not isinstance(turns_raw, list):
@@ -219,7 +221,8 @@ def _parse_compaction(c: Any, where: str) -> Compaction:
     unknown = set(c) - _COMPACTION_KEYS
     if unknown:
         raise BadInputError(
-            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_COMPACTION_KEYS))}"
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+            f"expected {', '.join(sorted(_COMPACTION_KEYS))}"
         )
     for key in ("when", "agent_messages"):
         v = c.get(key, [])
@@ -249,7 +252,8 @@ def _parse_turn(t: Any, where: str) -> Turn:
     unknown = set(t) - _TURN_KEYS
     if unknown:
         raise BadInputError(
-            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; expected {', '.join(sorted(_TURN_KEYS))}"
+            f"{where}: unknown field(s) {', '.join(sorted(unknown))}; "
+            f"expected {', '.join(sorted(_TURN_KEYS))}"
         )
     turn = Turn()
     if "text" in t:
@@ -329,7 +333,8 @@ def _shell_tool(conv: Conversation, tools: list[Any] | None = None) -> tuple[str
             return tool.name, (required or strings or ["command"])[0]
     names = ", ".join(t.name for t in tools) or "none"
     raise BadInputError(
-        f"the script asks for '@shell' but the request has no shell tool ({'|'.join(SHELL_TOOL_NAMES)}); its tools: {names}"
+        f"the script asks for '@shell' but the request has no shell tool ({'|'.join(SHELL_TOOL_NAMES)}); "
+        f"its tools: {names}"
     )
 
 

@@ -179,7 +179,8 @@ class WorkspaceSnapshots:
             error = exc.message
         except OSError as exc:
             error = f"workspace {self.root}: {exc.strerror or exc}"
-        except Exception as exc:  # noqa: BLE001 - a driver bug must not stop the gateway; the row says what failed
+        except Exception as exc:  # noqa: BLE001
+            # a driver bug must not stop the gateway; the row says what failed
             error = f"snapshot driver {self.driver.name} failed: {type(exc).__name__}: {exc}"[:300]
         send()
         if error is not None and error not in self._warned:

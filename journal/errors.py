@@ -39,7 +39,8 @@ class UsageError(PvisorError):
 
 
 class IntegrityError(PvisorError):
-    """The journal is damaged: a blob is missing, a digest does not match, SQLite reports corruption (exit 3)."""
+    """The journal is damaged: a blob is missing, a digest does not match, SQLite reports corruption
+    (exit 3)."""
 
     exit_code = EXIT_INTEGRITY
 
@@ -51,7 +52,8 @@ class BadInputError(PvisorError):
 
 
 class UnavailableError(PvisorError):
-    """A service pvisor needs is unavailable: upstream down, journal locked past the busy timeout (exit 69)."""
+    """A service pvisor needs is unavailable: upstream down, journal locked past the busy timeout
+    (exit 69)."""
 
     exit_code = EXIT_UNAVAILABLE
 

@@ -221,7 +221,8 @@ def _check_migrations(conn: sqlite3.Connection, path: str) -> None:
     newer = applied - set(KNOWN_MIGRATIONS)
     if newer:
         raise BadInputError(
-            f"journal {path} was written by a newer pvisor (schema {', '.join(sorted(newer))}); upgrade pvisor to read it"
+            f"journal {path} was written by a newer pvisor (schema {', '.join(sorted(newer))}); "
+            "upgrade pvisor to read it"
         )
 
 
@@ -278,7 +279,8 @@ class JournalReader:
             names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
             if "runs" not in names or "exchanges" not in names:
                 raise BadInputError(
-                    f"{self.path} is an SQLite database but not a pvisor journal (no runs and exchanges tables)"
+                    f"{self.path} is an SQLite database but not a pvisor journal "
+                    "(no runs and exchanges tables)"
                 )
             if "_sqlite_migrations" in names:
                 _check_migrations(self.conn, self.path)
@@ -393,7 +395,8 @@ class JournalReader:
         out = []
         for run in self.runs():
             rows = self.conn.execute(
-                "SELECT COALESCE(outcome, 'in_flight') AS o, count(*) AS n, SUM(request_bytes) AS rq, SUM(bytes_received) AS rs"
+                "SELECT COALESCE(outcome, 'in_flight') AS o, count(*) AS n, SUM(request_bytes) AS rq, "
+                "SUM(bytes_received) AS rs"
                 " FROM exchanges WHERE run_id = ? GROUP BY o",
                 (run.id,),
             ).fetchall()
@@ -597,7 +600,8 @@ class JournalReader:
 
         if snapshot.digest is None:
             raise IntegrityError(
-                f"journal {self.path}: snapshot {snapshot.id} has no manifest ({snapshot.error or 'the walk failed'})"
+                f"journal {self.path}: snapshot {snapshot.id} has no manifest "
+                f"({snapshot.error or 'the walk failed'})"
             )
         return Manifest.decode(self.blob(snapshot.digest), f"journal {self.path}: snapshot {snapshot.id}")
 
@@ -666,7 +670,8 @@ class JournalReader:
             ):
                 rep.problems.append(f"exchange {ex_id}: {col} blob {sha} is missing")
         for sha, base in self.conn.execute(
-            "SELECT b.sha256, b.base FROM blobs b LEFT JOIN blobs c ON c.sha256 = b.base WHERE b.base IS NOT NULL AND c.sha256 IS NULL"
+            "SELECT b.sha256, b.base FROM blobs b LEFT JOIN blobs c ON c.sha256 = b.base "
+            "WHERE b.base IS NOT NULL AND c.sha256 IS NULL"
         ):
             rep.problems.append(f"blob {sha}: base blob {base} is missing")
         if self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'snapshots'").fetchone():
@@ -818,7 +823,8 @@ class BlobRestorer:
             cursor = self.conn.cursor()
             cursor.row_factory = None
             row = cursor.execute(
-                "SELECT sha256, size, codec, base, CAST(data AS BLOB), typeof(data) FROM blobs WHERE sha256 = ?",
+                "SELECT sha256, size, codec, base, CAST(data AS BLOB), typeof(data) "
+                "FROM blobs WHERE sha256 = ?",
                 (cur,),
             ).fetchone()
             if row is None:

@@ -115,8 +115,8 @@ class Pattern:
         repl = _arg_bytes(replacement)
         if len(repl) > MAX_REPLACEMENT_BYTES:
             raise UsageError(
-                f"scrub: --replacement is {len(repl)} bytes; at most {MAX_REPLACEMENT_BYTES} (it may become part of a "
-                "file name, whose length is limited)"
+                f"scrub: --replacement is {len(repl)} bytes; at most {MAX_REPLACEMENT_BYTES} "
+                "(it may become part of a file name, whose length is limited)"
             )
         if not _SAFE_REPLACEMENT.fullmatch(repl) or not repl.strip(b"."):
             raise UsageError(
@@ -246,13 +246,14 @@ class ScrubReport:
     re-encoded only because their base changed; ``rows_rewritten``: rows that named an old
     sha256; ``cells_changed``: metadata cells that held the text; ``files_changed``: run
     directory files rewritten; ``names_changed``: files and directories renamed (the text was in
-    their name), by their new path, and symbolic links whose target held it; ``not_rewritten``: ``{path, why}`` of each file that holds
-    the text but was left (a hard link shared with a file elsewhere, no permission); ``dry_run``: nothing
-    was changed, the counts are what would be (``wal_truncated`` is None then);
-    ``live_writers``: the pids of the writers that held a live lease when ``force`` went past
-    them (their next bodies may be stored against blobs the scrub replaced); ``bytes_before`` / ``bytes_after``: the journal and its WAL;
-    ``wal_truncated``: False when a reader kept the WAL from being emptied; ``problems``: what
-    the verification found; ``remaining``: where the text's bytes are still found."""
+    their name), by their new path, and symbolic links whose target held it; ``not_rewritten``:
+    ``{path, why}`` of each file that holds the text but was left (a hard link shared with a file
+    elsewhere, no permission); ``dry_run``: nothing was changed, the counts are what would be
+    (``wal_truncated`` is None then); ``live_writers``: the pids of the writers that held a live
+    lease when ``force`` went past them (their next bodies may be stored against blobs the scrub
+    replaced); ``bytes_before`` / ``bytes_after``: the journal and its WAL; ``wal_truncated``:
+    False when a reader kept the WAL from being emptied; ``problems``: what the verification
+    found; ``remaining``: where the text's bytes are still found."""
 
     pattern: str
     run: str | None = None
@@ -384,7 +385,8 @@ class ScrubInterrupted(PvisorError):
 
 def _after_commit(path: Path, what: str) -> str:
     return (
-        f"journal {path}: scrub interrupted after its commit: the journal's bodies and rows are scrubbed, but {what}; "
+        f"journal {path}: scrub interrupted after its commit: the journal's bodies and rows are scrubbed, "
+        f"but {what}; "
         "run the same scrub again to finish (it is safe to repeat)"
     )
 
@@ -409,7 +411,8 @@ def _refuse_identifiers(conn: sqlite3.Connection, path: Path, pattern: Pattern, 
         row = conn.execute(f"SELECT {col} FROM {table} WHERE {where} LIMIT 1", {"run": run}).fetchone()
         if row is not None:
             raise UsageError(
-                f"journal {path}: scrub changed nothing: the text is in the id of {what} {pattern.hide(row[0])}, "
+                f"journal {path}: scrub changed nothing: the text is in the id of {what} "
+                f"{pattern.hide(row[0])}, "
                 "and ids are never rewritten: pvisor journal rm that run first, then scrub"
             )
 
@@ -843,7 +846,8 @@ def _rewrite_rows(
     if not mapping:
         return
     conn.execute(
-        "CREATE TEMP TABLE scrub_map(old TEXT PRIMARY KEY, new TEXT NOT NULL, old_size INTEGER, new_size INTEGER)"
+        "CREATE TEMP TABLE scrub_map(old TEXT PRIMARY KEY, new TEXT NOT NULL, old_size INTEGER, "
+        "new_size INTEGER)"
     )
     try:
         conn.executemany(
@@ -853,7 +857,8 @@ def _rewrite_rows(
         for size_col, body_col in _SIZE_COLUMNS:
             if _has_column(conn, "exchanges", size_col):
                 conn.execute(
-                    f"UPDATE exchanges SET {size_col} = (SELECT new_size FROM scrub_map WHERE old = {body_col})"
+                    f"UPDATE exchanges SET {size_col} = "
+                    f"(SELECT new_size FROM scrub_map WHERE old = {body_col})"
                     f" WHERE {size_col} = (SELECT old_size FROM scrub_map WHERE old = {body_col})"
                 )
         refs = [("exchanges", c) for c in _BODY_COLUMNS if _has_column(conn, "exchanges", c)]

@@ -104,7 +104,8 @@ class ClaudeCode(AgentProfile):
     def compaction_differences(self, protocol: str) -> str | None:
         # seen in the requests 2.1.332 sent after compacting under pvisor run
         return (
-            "Claude Code sends a date reminder before the summary and appends the files it read again and its tool listings "
+            "Claude Code sends a date reminder before the summary and appends the files it read again "
+            "and its tool listings "
             "to the kept tool result: those are attachment lines of its file, not in the prefix"
         )
 

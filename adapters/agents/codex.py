@@ -6,8 +6,9 @@
   ``env_key = "OPENAI_API_KEY"``, ``wire_api = "responses"``; against the scripted model no
   retries (``request_max_retries = 0``, ``stream_max_retries = 0``), against a real API Codex's
   own (a retried request is an auxiliary ``retry`` exchange). Private home: in
-  ``$CODEX_HOME/config.toml`` (``CODEX_HOME = <home>/.codex``) with ``approval_policy = "never"``, ``sandbox_mode = "danger-full-access"``
-  (Codex's own sandbox needs kernel features containers often lack) and the quiet switches:
+  ``$CODEX_HOME/config.toml`` (``CODEX_HOME = <home>/.codex``) with ``approval_policy = "never"``,
+  ``sandbox_mode = "danger-full-access"`` (Codex's own sandbox needs kernel features containers
+  often lack) and the quiet switches:
   ``check_for_update_on_startup = false``, ``[features] plugins = false`` (else it looks up
   outside hosts), ``[analytics] enabled = false``, ``[otel] exporter = "none"``. With
   ``--use-home``: the same provider as ``-c`` overrides, plus ``approval_policy="never"``; the
@@ -65,7 +66,8 @@ def provider_table(base_url: str, retries: bool = True) -> str:
     Without ``retries``, Codex sends each request once (the scripted model never fails)."""
     no_retries = ", request_max_retries=0, stream_max_retries=0" if not retries else ""
     return (
-        f'{{name={toml_string(PROVIDER)}, base_url={toml_string(base_url + "/v1")}, env_key="OPENAI_API_KEY", '
+        f"{{name={toml_string(PROVIDER)}, base_url={toml_string(base_url + '/v1')}, "
+        f'env_key="OPENAI_API_KEY", '
         f'wire_api="responses"{no_retries}}}'
     )
 

@@ -249,7 +249,8 @@ class GeminiCli(AgentProfile):
             env=env,
             argv=argv,
             notes=[
-                "Gemini CLI reads its key from GEMINI_API_KEY as usual; if GOOGLE_API_KEY is also set it uses that one"
+                "Gemini CLI reads its key from GEMINI_API_KEY as usual; if GOOGLE_API_KEY is also set "
+                "it uses that one"
                 " instead (unset GOOGLE_API_KEY to use GEMINI_API_KEY)."
             ],
         )

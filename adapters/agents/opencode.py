@@ -221,7 +221,8 @@ class OpenCode(AgentProfile):
             files={path: json_text(config(base_url, model or "gpt-5"))},
             argv=["opencode"],
             notes=[
-                "OPENCODE_CONFIG adds a provider 'pvisor' over your own config; the key comes from OPENAI_API_KEY."
+                "OPENCODE_CONFIG adds a provider 'pvisor' over your own config; "
+                "the key comes from OPENAI_API_KEY."
             ]
             + ([] if model else ["Model gpt-5: give pvisor env --model NAME for another."]),
         )

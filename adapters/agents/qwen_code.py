@@ -94,7 +94,8 @@ class QwenCode(AgentProfile):
     def compaction_differences(self, protocol: str) -> str | None:
         # seen in the requests 0.24.4 sent after compressing under pvisor run
         return (
-            "from the second request after the compression on, Qwen Code puts its start-up reminders (skills, environment, "
+            "from the second request after the compression on, Qwen Code puts its start-up reminders "
+            "(skills, environment, "
             "deferred tools) back in front of the summary; no record of its file holds them"
         )
 

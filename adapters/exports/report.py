@@ -375,40 +375,50 @@ FORMAT = ExportFormat(
 )
 
 
-_PAGE = r"""<!doctype html>
+# one text; the raw literals are cut only to keep the source lines within 110 characters
+_PAGE = (
+    r"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; img-src data:">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; style-src 'unsafe-inline'; """
+    r"""script-src 'unsafe-inline'; img-src data:">
 <title>%TITLE%</title>
 <style>
 :root { --fg:#1d2330; --muted:#6b7280; --line:#e5e7eb; --bg:#fff; --main:#eef4ff; --aux:#f6f6f6;
         --ok:#15803d; --bad:#b91c1c; --add:#e6ffec; --del:#ffebe9; --mark:#b45309; }
 * { box-sizing: border-box; }
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg); margin: 0; background: var(--bg); }
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg); margin: 0; """
+    r"""background: var(--bg); }
 header { padding: 16px 24px; border-bottom: 1px solid var(--line); }
 h1 { font-size: 18px; margin: 0 0 6px; }
 .meta { color: var(--muted); display: flex; flex-wrap: wrap; gap: 4px 18px; }
 .meta b { color: var(--fg); font-weight: 600; }
 main { padding: 8px 24px 48px; }
-.task { white-space: pre-wrap; background: #fafafa; border: 1px solid var(--line); padding: 8px 10px; margin: 10px 0; max-height: 12em; overflow: auto; }
+.task { white-space: pre-wrap; background: #fafafa; border: 1px solid var(--line); padding: 8px 10px; """
+    r"""margin: 10px 0; max-height: 12em; overflow: auto; }
 .row { border: 1px solid var(--line); border-radius: 6px; margin: 8px 0; padding: 8px 12px; }
 .row.main { background: var(--main); }
 .row.aux { background: var(--aux); color: var(--muted); font-size: 13px; padding: 4px 12px; }
 .row .head { display: flex; gap: 12px; flex-wrap: wrap; align-items: baseline; }
 .step-n { font-weight: 700; }
-.pill { font-size: 12px; border: 1px solid var(--line); border-radius: 10px; padding: 0 6px; background: #fff; color: var(--fg); }
+.pill { font-size: 12px; border: 1px solid var(--line); border-radius: 10px; padding: 0 6px; """
+    r"""background: #fff; color: var(--fg); }
 .pill.bad { color: var(--bad); border-color: var(--bad); }
 .pill.flag { color: var(--mark); border-color: var(--mark); }
 .text { white-space: pre-wrap; margin: 6px 0; }
 .call { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size: 12.5px; margin: 4px 0; }
 .call .name { font-weight: 700; }
-pre { white-space: pre-wrap; word-break: break-word; font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; background: #fff; border: 1px solid var(--line); padding: 6px 8px; margin: 4px 0; max-height: 30em; overflow: auto; }
+pre { white-space: pre-wrap; word-break: break-word; """
+    r"""font: 12px/1.4 ui-monospace, SFMono-Regular, Menlo, monospace; background: #fff; """
+    r"""border: 1px solid var(--line); padding: 6px 8px; margin: 4px 0; max-height: 30em; overflow: auto; }
 details > summary { cursor: pointer; color: var(--muted); }
-.boundary { border-top: 3px dashed var(--mark); margin: 18px 0; padding-top: 6px; color: var(--mark); font-weight: 700; }
+.boundary { border-top: 3px dashed var(--mark); margin: 18px 0; padding-top: 6px; """
+    r"""color: var(--mark); font-weight: 700; }
 .cmp { display: grid; grid-template-columns: 1fr 1fr; gap: 8px; }
 .cmp h4 { margin: 2px 0; font-size: 12px; color: var(--muted); }
 .equal { color: var(--ok); font-weight: 600; }
-.diff .d-add { background: var(--add); } .diff .d-del { background: var(--del); } .diff .d-at { color: var(--muted); }
+.diff .d-add { background: var(--add); } .diff .d-del { background: var(--del); } """
+    r""".diff .d-at { color: var(--muted); }
 .diff span { display: block; }
 #more { padding: 12px; color: var(--muted); text-align: center; }
 a { color: #1d4ed8; }
@@ -440,15 +450,18 @@ function header() {
   const r = doc.run, top = document.getElementById("top");
   top.append(el("h1", {text: `${r.agent || "run"} ${r.agent_version || ""} · ${r.id}`}));
   const m = el("div", {class: "meta"});
-  const add = (k, v) => { if (v != null && v !== "") m.append(el("span", {}, k + " ", el("b", {text: String(v)}))); };
+  const add = (k, v) => { if (v != null && v !== "") m.append(el("span", {}, k + " ", """
+    r"""el("b", {text: String(v)}))); };
   add("mode", r.mode); add("steps", r.steps); add("exchanges", doc.exchanges.length);
   add("protocol", r.protocol); add("model", r.model);
   add("capture", [...new Set(doc.exchanges.map(e => e.capture))].join(", "));
-  add("created", r.created_ms ? new Date(r.created_ms).toISOString().replace("T", " ").slice(0, 19) + " UTC" : null);
+  add("created", r.created_ms ? new Date(r.created_ms).toISOString().replace("T", " ").slice(0, 19) """
+    r"""+ " UTC" : null);
   for (const a of doc.attempts) add(`attempt ${a.n}: exit`, a.exit_code == null ? "-" : a.exit_code);
   if (r.parent_run) {
     const span = el("span", {id: "parent"}, "replayed from ");
-    span.append(doc.parent_href ? el("a", {href: doc.parent_href, id: "parent-link", text: r.parent_run}) : el("b", {text: r.parent_run}));
+    span.append(doc.parent_href ? el("a", {href: doc.parent_href, id: "parent-link", text: r.parent_run}) """
+    r""": el("b", {text: r.parent_run}));
     span.append(` after step ${r.boundary_step}`);
     m.append(span);
   }
@@ -458,7 +471,8 @@ function header() {
 function bodyBlock(ex, which) {
   const b = ex[which];
   const d = el("details", {class: "body " + which, "data-exchange": ex.id});
-  d.append(el("summary", {text: b ? `${which} (${b.size.toLocaleString()} bytes${b.cut ? ", cut" : ""})` : `${which}: none`}));
+  d.append(el("summary", {text: b ? `${which} (${b.size.toLocaleString()} bytes${b.cut ? ", cut" : ""})` """
+    r""": `${which}: none`}));
   if (b) d.addEventListener("toggle", () => {
     if (d.open && !d.querySelector("pre")) d.append(el("pre", {text: b.text}));
   });
@@ -470,16 +484,21 @@ function comparisonFor(n) {
   const box = el("details", {class: "compare", "data-step": String(n)});
   const same = c.calls.every(k => k.diff == null);
   const alike = c.calls.every(k => k.same_normalised);
-  box.append(el("summary", {text: same ? "O against O′: equal" : alike ? "O against O′: equal once normalised" : "O against O′: differs"}));
+  box.append(el("summary", {text: same ? "O against O′: equal" """
+    r""": alike ? "O against O′: equal once normalised" : "O against O′: differs"}));
   for (const k of c.calls) {
     if (k.diff == null) { box.append(el("div", {class: "equal", text: `${k.name}: O′ equals O`})); continue; }
-    if (k.same_normalised) box.append(el("div", {class: "equal", text: `${k.name}: O′ equals O once the agent's own decorations (timings, ids) are normalised; the bytes differ:`}));
+    if (k.same_normalised) box.append(el("div", {class: "equal", """
+    r"""text: `${k.name}: O′ equals O once the agent's own decorations (timings, ids) """
+    r"""are normalised; the bytes differ:`}));
     const grid = el("div", {class: "cmp"});
     grid.append(el("div", {}, el("h4", {text: `O (recorded) · ${k.name}`}), el("pre", {text: k.O})));
     grid.append(el("div", {}, el("h4", {text: "O′ (replayed)"}), el("pre", {text: k.O2})));
     box.append(grid);
     const diff = el("pre", {class: "diff"});
-    for (const [kind, line] of k.diff) diff.append(el("span", {class: kind === "+" ? "d-add" : kind === "-" ? "d-del" : kind === "@" ? "d-at" : "", text: (kind === "@" ? "" : kind) + line}));
+    for (const [kind, line] of k.diff) diff.append(el("span", """
+    r"""{class: kind === "+" ? "d-add" : kind === "-" ? "d-del" : kind === "@" ? "d-at" : "", """
+    r"""text: (kind === "@" ? "" : kind) + line}));
     box.append(diff);
   }
   return box;
@@ -490,7 +509,8 @@ function row(ex) {
   const head = el("div", {class: "head"});
   if (s) head.append(el("span", {class: "step-n", text: `step ${s.n}`}));
   head.append(el("span", {text: `#${ex.seq} ${ex.method} ${ex.path}`}));
-  head.append(el("span", {class: "pill" + (ex.outcome === "ok" ? "" : " bad"), text: `${ex.status ?? "-"} ${ex.outcome}`}));
+  head.append(el("span", {class: "pill" + (ex.outcome === "ok" ? "" : " bad"), """
+    r"""text: `${ex.status ?? "-"} ${ex.outcome}`}));
   if (ex.served_by) head.append(el("span", {class: "pill", title: "served by", text: ex.served_by}));
   head.append(el("span", {text: `at ${fmtMs(ex.at_ms)} · ${fmtMs(ex.ms)}`}));
   if (ex.attempt > 1) head.append(el("span", {class: "pill", text: `attempt ${ex.attempt}`}));
@@ -498,17 +518,21 @@ function row(ex) {
   if (s) {
     const u = usageText(s.usage); if (u) head.append(el("span", {class: "usage", text: u}));
     for (const f of s.flags) head.append(el("span", {class: "pill flag", text: f}));
-    if (s.retries.length) head.append(el("span", {class: "pill flag", text: `${s.retries.length} retr${s.retries.length > 1 ? "ies" : "y"}`}));
+    if (s.retries.length) head.append(el("span", {class: "pill flag", """
+    r"""text: `${s.retries.length} retr${s.retries.length > 1 ? "ies" : "y"}`}));
   } else if (ex.aux) {
-    head.append(el("span", {text: `auxiliary${ex.aux.kind ? " [" + ex.aux.kind + "]" : ""} ${ex.aux.reason || ""}`}));
+    head.append(el("span", {text: `auxiliary${ex.aux.kind ? " [" + ex.aux.kind + "]" : ""} """
+    r"""${ex.aux.reason || ""}`}));
   }
   r.append(head);
   if (s) {
     if (s.text) r.append(el("div", {class: "text action", text: s.text}));
-    for (const c of s.calls) r.append(el("div", {class: "call"}, el("span", {class: "name", text: c.name}), "(", el("span", {text: c.args}), ")"));
+    for (const c of s.calls) r.append(el("div", {class: "call"}, """
+    r"""el("span", {class: "name", text: c.name}), "(", el("span", {text: c.args}), ")"));
     if (s.results.length || s.messages.length) {
       const o = el("details", {class: "observation"});
-      o.append(el("summary", {text: `observation: ${s.results.length} result(s)` + (s.messages.length ? `, ${s.messages.length} message(s)` : "")}));
+      o.append(el("summary", {text: `observation: ${s.results.length} result(s)` """
+    r"""+ (s.messages.length ? `, ${s.messages.length} message(s)` : "")}));
       for (const res of s.results) o.append(el("pre", {class: res.error ? "error" : "", text: res.text}));
       for (const m of s.messages) o.append(el("pre", {text: m}));
       r.append(o);
@@ -529,11 +553,13 @@ function renderSlice() {
     frag.append(row(ex));
     const b = doc.run.boundary_step;
     if (b != null && ex.step && ex.step.n === b) {
-      frag.append(el("div", {class: "boundary", id: "boundary", text: `boundary: after step ${b}, request ${b + 1} ends at the replayed observation O′${b}`}));
+      frag.append(el("div", {class: "boundary", id: "boundary", """
+    r"""text: `boundary: after step ${b}, request ${b + 1} ends at the replayed observation O′${b}`}));
     }
   }
   timeline.append(frag);
-  more.textContent = next < doc.exchanges.length ? `${doc.exchanges.length - next} more exchange(s) below…` : `generated ${doc.generated} by pvisor`;
+  more.textContent = next < doc.exchanges.length """
+    r"""? `${doc.exchanges.length - next} more exchange(s) below…` : `generated ${doc.generated} by pvisor`;
 }
 header();
 renderSlice();
@@ -547,3 +573,4 @@ document.body.dataset.ready = "1";
 </script>
 </body></html>
 """
+)

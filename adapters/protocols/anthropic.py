@@ -4,7 +4,8 @@
 Implements the module contract of :mod:`pvisor.adapters.protocols.base`. Sources (see
 the upstream sources named here and docs/agents.md):
 
-- stream framing and event names: the Messages streaming reference (docs.anthropic.com, "Streaming Messages") and anthropic-sdk-python ``_streaming.py``;
+- stream framing and event names: the Messages streaming reference (docs.anthropic.com, "Streaming
+  Messages") and anthropic-sdk-python ``_streaming.py``;
 - reassembly rules: anthropic-sdk-python ``lib/streaming/_messages.py::accumulate_event``;
 - request shapes (``system``, ``tools``, ``tool_use``/``tool_result`` blocks): the Messages API reference;
 - what changes between two requests of one agent (``cache_control`` moving): docs/agents.md (per agent).
@@ -213,7 +214,8 @@ def _parse_message(m: Any, i: int) -> Message:
         parts = []
     else:
         raise BadInputError(
-            f"request body messages[{i}].content is a JSON {json_type(content)}, expected a string or a list of blocks"
+            f"request body messages[{i}].content is a JSON {json_type(content)}, "
+            "expected a string or a list of blocks"
         )
     return Message(role=role, parts=parts, raw=m)
 
@@ -481,7 +483,8 @@ class _Accumulator:
             "message_delta",
             "message_stop",
         ):
-            return  # unknown event types are to be ignored (the streaming reference says so); counted in events
+            # unknown event types are to be ignored (the streaming reference says so); counted in events
+            return
         snap = self.snapshot
         if snap is None:
             self._problem(n, kind, "before message_start; ignored")
@@ -554,7 +557,8 @@ class _Accumulator:
                     self._problem(
                         n,
                         kind,
-                        f"index {index}: tool input is not valid JSON ({len(buf)} chars); input left as started",
+                        f"index {index}: tool input is not valid JSON ({len(buf)} chars); "
+                        "input left as started",
                     )
             return
         if index not in self.open:

@@ -120,7 +120,8 @@ def loads_object(body: bytes | bytearray | memoryview | str | dict, what: str = 
                 bytes(body).decode("utf-8")
             except UnicodeDecodeError as bad:
                 raise BadInputError(
-                    f"{what} is not valid UTF-8 JSON: byte 0x{bad.object[bad.start]:02x} at offset {bad.start} is not UTF-8"
+                    f"{what} is not valid UTF-8 JSON: byte 0x{bad.object[bad.start]:02x} "
+                    f"at offset {bad.start} is not UTF-8"
                 ) from None
         raise BadInputError(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(obj, dict):
@@ -347,7 +348,8 @@ def request_parser(protocol: str) -> Callable[[Callable[..., Conversation]], Cal
                 raise BadInputError(f"{protocol} {exc.message}") from None
             except _READ_ERRORS as exc:
                 raise BadInputError(
-                    f"{protocol} request body has a value of an unexpected type or shape ({type(exc).__name__}: {exc})"
+                    f"{protocol} request body has a value of an unexpected type or shape "
+                    f"({type(exc).__name__}: {exc})"
                 ) from None
             if memo is not None:
                 memo.commit()
@@ -546,9 +548,10 @@ def normalise_messages(messages: list[Message], *, keep_call_ids: bool = True) -
 def normalise_conversation(conv: Conversation, *, keep_call_ids: bool = True) -> dict:
     """The chain rule's comparison form: ``{"system", "tools", "messages"}``.
 
-    Per docs/steps.md (the chain rule) and docs/agents.md: drop ``cache_control`` markers, signatures and client-made ids,
-    parse JSON-string arguments, unify null and empty content. ``keep_call_ids=False`` for
-    protocols whose call ids the client makes (Gemini CLI invents ``functionCall.id``).
+    Per docs/steps.md (the chain rule) and docs/agents.md: drop ``cache_control`` markers,
+    signatures and client-made ids, parse JSON-string arguments, unify null and empty content.
+    ``keep_call_ids=False`` for protocols whose call ids the client makes (Gemini CLI invents
+    ``functionCall.id``).
     """
     return {
         "system": conv.system or "",

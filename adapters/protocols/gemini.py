@@ -530,7 +530,8 @@ def render_request(conv: Conversation) -> bytes:
 
 
 def _loads_json(text: str) -> Any:
-    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half a UTF-16 pair is valid JSON, not valid UTF-8)."""
+    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half
+    a UTF-16 pair is valid JSON, not valid UTF-8)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -705,10 +706,10 @@ def reassemble(chunks: Iterable[bytes]) -> Reassembled:
     array of ``streamGenerateContent`` without ``alt=sse``; the Code Assist envelope
     ``{"response": {...}, "traceId": ...}`` (``.response`` is unwrapped, ``traceId`` dropped).
 
-    Merge rules (google-genai's streamed response handling): per candidate ``index`` (list position when absent),
-    parts are appended in order; the first part of a chunk is concatenated onto the previous
-    chunk's last part when both are plain text of the same kind (thought or not) and the previous
-    one carries no ``thoughtSignature`` (so a signature stays on the text part that carried it);
+    Merge rules (google-genai's streamed response handling): per candidate ``index`` (list position
+    when absent), parts are appended in order; the first part of a chunk is concatenated onto the
+    previous chunk's last part when both are plain text of the same kind (thought or not) and the
+    previous one carries no ``thoughtSignature`` (so a signature stays on the text part that carried it);
     ``functionCall`` parts arrive whole; other candidate fields (``finishReason``,
     ``safetyRatings``, ...) and top-level fields (``usageMetadata``, cumulative; ``modelVersion``,
     ``responseId``) are assigned, the last value winning. There is no terminal event: ``complete``
@@ -1177,9 +1178,10 @@ def with_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict | None
     """A Gemini request asking for ``model``: the model is a path segment
     (``/v1beta/models/{model}:generateContent`` or ``:streamGenerateContent``, also ``/v1`` and
     ``:countTokens``, see :data:`PATHS`), so the path changes, keeping its version, method and
-    any ``?query``; the body is returned as it is (a Gemini API body names no model). Returns ``(obj, new path, {"from": old, "to": model})``, or ``(obj, path,
-    None)`` when the path already names ``model``. Raises ValueError for a path that is not a
-    Gemini model path, or a model that is not a non-empty path segment (no ``/``, ``:``, ``?``)."""
+    any ``?query``; the body is returned as it is (a Gemini API body names no model). Returns
+    ``(obj, new path, {"from": old, "to": model})``, or ``(obj, path, None)`` when the path
+    already names ``model``. Raises ValueError for a path that is not a Gemini model path, or a
+    model that is not a non-empty path segment (no ``/``, ``:``, ``?``)."""
     bare, sep, query = path.partition("?")
     m = _PATH_RE.match(bare)
     if m is None:

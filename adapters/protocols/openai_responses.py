@@ -396,7 +396,8 @@ def developer_prompt(conv: Conversation) -> str | None:
 def server_held_prefix(conv: Conversation) -> str | None:
     """Why part of this request's prefix lives on the server, or None when the body holds all of
     it: ``previous_response_id`` (the server adds the earlier response's input and output) or an
-    ``item_reference`` input item (the server adds the stored response's input and output). A journal prefix of such a request is incomplete."""
+    ``item_reference`` input item (the server adds the stored response's input and output). A
+    journal prefix of such a request is incomplete."""
     if conv.params.get("previous_response_id"):
         return "previous_response_id"
     for m in conv.messages:
@@ -661,7 +662,8 @@ def render_request(conv: Conversation) -> bytes:
 
 
 def _loads_json(text: str) -> Any:
-    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half a UTF-16 pair is valid JSON, not valid UTF-8)."""
+    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half
+    a UTF-16 pair is valid JSON, not valid UTF-8)."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
@@ -687,7 +689,8 @@ def _place(lst: list, idx: Any, value: Any) -> None:
 
 
 class _Accumulator:
-    """State of one Responses stream being reassembled (rules: openai-python's ``accumulate_event`` for Responses)."""
+    """State of one Responses stream being reassembled (rules: openai-python's ``accumulate_event``
+    for Responses)."""
 
     def __init__(self) -> None:
         self.snapshot: dict | None = None
@@ -933,7 +936,8 @@ class _Accumulator:
             if isinstance(out, list) and streamed and out != streamed:
                 if len(out) != len(streamed):
                     self.problem(
-                        f"{self.terminal_type} lists {len(out)} output items, the stream delivered {len(streamed)}"
+                        f"{self.terminal_type} lists {len(out)} output items, "
+                        f"the stream delivered {len(streamed)}"
                     )
                 else:
                     for i, (a, b) in enumerate(zip(out, streamed)):

@@ -273,7 +273,8 @@ def self_test(pvisor: str, agents, seed: int) -> None:
                 ok = (not reasons) == want_valid
                 failures += not ok
                 print(
-                    f"{'ok  ' if ok else 'FAIL'} {item['agent']:15} {case:18} -> {'valid' if not reasons else 'invalid: ' + '; '.join(reasons)[:150]}"
+                    f"{'ok  ' if ok else 'FAIL'} {item['agent']:15} {case:18} -> "
+                    f"{'valid' if not reasons else 'invalid: ' + '; '.join(reasons)[:150]}"
                 )
         print(f"self-test: {failures} unexpected verdicts")
         if failures:
@@ -286,20 +287,23 @@ def render(rows: list[dict], floor_med: dict, floor_cpu_med: dict, runs: int, ar
     gc_off = floor_med["python -c 'import gc; gc.disable(); import click, orjson'"]
     seven = [r for r in rows if r["agent"] in SEVEN]
     lines = [
-        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.machine()} ({os.cpu_count()} CPUs), Python {platform.python_version()}, "
-        f"non-editable install; seed {args.seed}, {args.per_agent} trajectories x {args.reps} repetitions per adapter, "
-        f"{sum(r['n'] for r in seven)} attempts for the seven adapters ({runs} runs in the shuffled schedule with the floors"
-        + (" and SWE-agent" if len(rows) > len(seven) else "")
-        + ").",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on {platform.machine()} "
+        f"({os.cpu_count()} CPUs), Python {platform.python_version()}, "
+        f"non-editable install; seed {args.seed}, {args.per_agent} trajectories x {args.reps} "
+        "repetitions per adapter, "
+        f"{sum(r['n'] for r in seven)} attempts for the seven adapters ({runs} runs in the shuffled "
+        "schedule with the floors" + (" and SWE-agent" if len(rows) > len(seven) else "") + ").",
         "",
-        "| adapter | valid | median ms | p90 ms | max ms | median / stack floor | median CPU ms | CPU / floor CPU "
-        "| median / floor, collector off |",
+        "| adapter | valid | median ms | p90 ms | max ms | median / stack floor | median CPU ms "
+        "| CPU / floor CPU | median / floor, collector off |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         name = r["agent"] if r["agent"] in SEVEN else f"({r['agent']}, not one of the seven)"
         lines.append(
-            f"| {name} | {r['valid']}/{r['n']} | {r['median']:.1f} | {r['p90']:.1f} | {r['max']:.1f} | {r['median'] / click_floor:.2f}x | {r['cpu_median']:.1f} | {r['cpu_median'] / click_cpu:.2f}x | {r['median'] / gc_off:.2f}x |"
+            f"| {name} | {r['valid']}/{r['n']} | {r['median']:.1f} | {r['p90']:.1f} | {r['max']:.1f} "
+            f"| {r['median'] / click_floor:.2f}x | {r['cpu_median']:.1f} "
+            f"| {r['cpu_median'] / click_cpu:.2f}x | {r['median'] / gc_off:.2f}x |"
         )
     lines.append("")
     lines.append(
