@@ -13,6 +13,9 @@ Figures (lines are physical lines of ``.py`` files, tests and bench excluded):
 - ``functions_over_100``: functions and methods over 100 lines (``end_lineno - lineno + 1``);
 - ``private_imports_across``: ``from pvisor.X import _name`` where ``pvisor.X`` is another module
   (a module's own package ``__init__`` counts as another module);
+- ``private_attributes_across``: ``y._name`` where ``y`` is another pvisor module imported as a
+  name (``from pvisor.x import y``, ``from . import y``, ``import pvisor.x.y as y``, or
+  ``pvisor.x.y._name`` after ``import pvisor.x.y``), each use once per module and name;
 - ``imports_in_functions``: the share of ``import`` statements of pvisor's modules that sit inside a
   function body (a start-up trick: deferred imports);
 - ``module_getattr``: modules defining ``__getattr__`` (lazy attribute loading).
@@ -47,6 +50,56 @@ def module_name(pkg: str, base: Path, path: Path) -> str:
     return ".".join([pkg, *parts])
 
 
+def absolute_target(node: ast.ImportFrom, package: str) -> str:
+    """The module ``node`` imports from, a relative one (``from . import x``) made absolute."""
+    target = node.module or ""
+    if node.level:
+        base_parts = package.split(".")
+        base_parts = base_parts[: len(base_parts) - node.level + 1]
+        target = ".".join([*base_parts, *([node.module] if node.module else [])])
+    return target
+
+
+def dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for an attribute chain of names, else None."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return ".".join([node.id, *reversed(parts)])
+
+
+def private_attribute_uses(tree: ast.Module, name: str, package: str, modules: dict) -> list[str]:
+    """``name <- pvisor.x.y._z (attribute)`` for each ``y._z`` in ``tree`` where ``y`` is another
+    module of pvisor (one of ``modules``) bound to a name by an import; ``import pvisor.x.y``
+    binds ``pvisor.x.y`` itself."""
+    bound: dict[str, str] = {}  # the name in this module -> the pvisor module it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            target = absolute_target(node, package)
+            for alias in node.names:
+                full = f"{target}.{alias.name}"
+                if full in modules:
+                    bound[alias.asname or alias.name] = full
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in modules:
+                    bound[alias.asname or alias.name] = alias.name
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and node.attr.startswith("_")):
+            continue
+        if node.attr.startswith("__"):
+            continue
+        base = dotted(node.value)
+        target = bound.get(base or "")
+        if target is not None and target != name:
+            found.append(f"{name} <- {target}.{node.attr} (attribute)")
+    return found
+
+
 def figures() -> dict:
     roots = folders()
     files: dict[str, Path] = {}
@@ -62,6 +115,7 @@ def figures() -> dict:
     over_1000: list[tuple[str, int]] = []
     over_100: list[tuple[str, int]] = []
     private: list[str] = []
+    private_attributes: list[str] = []
     in_functions = 0
     imports = 0
     getattr_modules: list[str] = []
@@ -78,6 +132,7 @@ def figures() -> dict:
             over_1000.append((name, n))
         tree = ast.parse(source, str(path))
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        private_attributes += private_attribute_uses(tree, name, package, files)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 length = node.end_lineno - node.lineno + 1
@@ -89,11 +144,7 @@ def figures() -> dict:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 imports += 1
             if isinstance(node, ast.ImportFrom):
-                target = node.module or ""
-                if node.level:
-                    base_parts = package.split(".")
-                    base_parts = base_parts[: len(base_parts) - node.level + 1]
-                    target = ".".join([*base_parts, *([node.module] if node.module else [])])
+                target = absolute_target(node, package)
                 if not target.startswith("pvisor"):
                     continue
                 for alias in node.names:
@@ -108,6 +159,7 @@ def figures() -> dict:
         "modules_over_1000": sorted(over_1000, key=lambda x: -x[1]),
         "functions_over_100": sorted(over_100, key=lambda x: -x[1]),
         "private_imports_across": sorted(set(private)),
+        "private_attributes_across": sorted(set(private_attributes)),
         "imports_in_functions": round(in_functions / imports, 3) if imports else 0.0,
         "module_getattr": sorted(getattr_modules),
     }
@@ -133,6 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:<70} {n:>5}")
     print(f"private names imported across modules: {len(got['private_imports_across'])}")
     for line in got["private_imports_across"]:
+        print(f"  {line}")
+    print(f"private names used as attributes of another module: {len(got['private_attributes_across'])}")
+    for line in got["private_attributes_across"]:
         print(f"  {line}")
     print(f"imports inside functions: {got['imports_in_functions']:.1%}")
     print(f"modules with __getattr__: {', '.join(got['module_getattr'])}")

@@ -160,9 +160,11 @@ def _manifest_files(data: bytes) -> Iterable[str]:
     return [e["sha256"] for e in entries or () if isinstance(e, dict) and isinstance(e.get("sha256"), str)]
 
 
-def _named_by_rows(conn: sqlite3.Connection, reader_blob, where: str, args: tuple) -> set[str]:
-    """Blobs named by the exchange and snapshot rows matching ``where`` (``run_id = ?`` or its
-    negation), manifests' file blobs included."""
+def blobs_named_by_rows(conn: sqlite3.Connection, reader_blob, where: str, args: tuple) -> set[str]:
+    """The sha256 hex digests of the blobs named by the exchange and snapshot rows matching
+    ``where`` (``run_id = ?`` or its negation, with ``args``), manifests' file blobs included;
+    ``reader_blob(sha)`` gives a manifest's bytes (:meth:`JournalReader.blob`). Shared by rm and
+    scrub (:mod:`pvisor.journal.scrub`)."""
     named: set[str] = set()
     for table, columns in BLOB_COLUMNS.items():
         for row in conn.execute(f"SELECT {', '.join(columns)} FROM {table} WHERE {where}", args):
@@ -283,7 +285,7 @@ def remove_run(journal: str | os.PathLike, run_id: str, *, force: bool = False) 
 def _remove(conn: sqlite3.Connection, blob, run: str) -> RemoveReport:
     report = RemoveReport(run)
     # the run's blobs, with the bases they are restored from
-    theirs = _named_by_rows(conn, blob, "run_id = ?", (run,))
+    theirs = blobs_named_by_rows(conn, blob, "run_id = ?", (run,))
     base_of = dict(conn.execute("SELECT sha256, base FROM blobs WHERE base IS NOT NULL"))
     todo = list(theirs)
     while todo:
@@ -292,7 +294,7 @@ def _remove(conn: sqlite3.Connection, blob, run: str) -> RemoveReport:
             theirs.add(b)
             todo.append(b)
     # what must stay: named by another run, or the base (at any depth) of a blob that stays
-    keep = _named_by_rows(conn, blob, "run_id IS NOT ?", (run,)) & theirs
+    keep = blobs_named_by_rows(conn, blob, "run_id IS NOT ?", (run,)) & theirs
     staying = set(keep) | {s for s in base_of if s not in theirs}
     todo = list(staying)
     while todo:

@@ -686,9 +686,9 @@ def _codings(conn: sqlite3.Connection) -> dict[str, str]:
 
 def _run_blobs(conn: sqlite3.Connection, reader: JournalReader, run: str) -> set[str]:
     """The blobs the rows of ``run`` name: bodies, manifests and the files manifests list."""
-    from .housekeeping import _named_by_rows
+    from .housekeeping import blobs_named_by_rows
 
-    return _named_by_rows(conn, reader.blob, "run_id = ?", (run,))
+    return blobs_named_by_rows(conn, reader.blob, "run_id = ?", (run,))
 
 
 def _walk(

@@ -12,6 +12,10 @@ agent's process group. Modules:
   :class:`~.supervise.GroupGuard` (the bundle's ``guard`` helper), the group's stop, the
   strays an agent leaves, exit statuses and reaping.
 - :mod:`.run`: ``pvisor run``, one attempt of a real agent CLI (:func:`~.run.run_agent`).
+- :mod:`.launch`: the agent of a run started: its executable and version check, its files and
+  environment, its process launched and waited for, its native trajectory exported or found.
+- :mod:`.children`: a handoff's child run: checked, claimed once in the journal, given back.
+- :mod:`.steps`: what an attempt captured, read back: exchanges classified, steps counted.
 - :mod:`.replay`: the modes of ``pvisor replay`` that start an agent: replay-only and
   continuation.
 - :mod:`.api`: the Python API of continuation, :func:`continue_run` and :func:`continue_many`

@@ -87,7 +87,7 @@ class ReplayOptions:
     damaged native file back anyway (each repair listed); ``workspace_from``: a journal run
     whose start snapshot is restored into the (empty) ``workspace`` before the agent starts;
     ``child_run``: the pending child run of a handoff the derived run is filed under (it must
-    continue the replayed run after step N; :func:`pvisor.session.run.child_target`), its
+    continue the replayed run after step N; :func:`pvisor.session.children.child_target`), its
     workspace compared at the boundary with the snapshot the handoff restored;
     ``child_option``: how errors name it (``--child-run``, ``child_run=``)."""
 
@@ -351,7 +351,7 @@ def continue_replay(opts: ReplayOptions, warn: Callable[[str], None]) -> ReplayO
 
 
 def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMode) -> ReplayOnlyOutcome:
-    from pvisor.session.run import child_target, claim_child, release_child
+    from pvisor.session.children import child_target, claim_child, release_child
 
     t0 = time.perf_counter()
     d = _check(opts)
@@ -388,7 +388,8 @@ def _replay_claimed(
     t0: float,
 ) -> ReplayOnlyOutcome:
     """:func:`_replay_agent` once the child run (if any) is claimed (``claimed``: when)."""
-    from pvisor.session.run import AgentUnavailable, RunRequest, run_agent, without_userinfo
+    from pvisor.session.launch import AgentUnavailable
+    from pvisor.session.run import RunRequest, run_agent, without_userinfo
     from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
 
     live = mode is RunMode.CONTINUATION
@@ -597,7 +598,7 @@ def _replay_claimed(
 
 def _named(option: str, value: str) -> str:
     """``--child-run ID`` or ``child_run='ID'``: an option as its caller wrote it."""
-    from pvisor.session.run import child_named
+    from pvisor.session.children import child_named
 
     return child_named(option, value)
 
@@ -614,7 +615,7 @@ def _check_child_boundary(
     """Compare the workspace after the replayed step N (the derived run's snapshot bound to N:
     request N+1's) with the snapshot the handoff restored for ``child``; one warning line and a
     result warning ``handoff_workspace_differs`` when they differ or cannot be compared."""
-    from pvisor.session.run import check_child_workspace
+    from pvisor.session.children import check_child_workspace
     from pvisor.journal.reader import JournalReader
     from pvisor.replay.snapshots import run_snapshots
 

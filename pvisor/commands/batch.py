@@ -22,7 +22,7 @@ from typing import Any, BinaryIO, Iterator
 import click
 import orjson
 
-from pvisor.commands.cells import _safe
+from pvisor.commands.cells import terminal_safe
 from pvisor.journal import progress
 from pvisor.journal.errors import OutputError, PvisorError, UnavailableError, UsageError
 from pvisor.replay.batch import (
@@ -330,7 +330,7 @@ def _message(outcome: BatchOutcome) -> str:
 
 
 def _say(line: str) -> None:
-    click.echo(_safe(line), err=True)  # a path from the manifest may hold escape sequences
+    click.echo(terminal_safe(line), err=True)  # a path from the manifest may hold escape sequences
 
 
 def row(outcome: BatchOutcome) -> dict[str, Any]:

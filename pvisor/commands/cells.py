@@ -22,27 +22,27 @@ _CONTROLS.update(
 )
 
 
-def _safe(text: str) -> str:
+def terminal_safe(text: str) -> str:
     """``text`` with control characters escaped (``\x07``), for one line of a terminal."""
     return text.translate(_CONTROLS)
 
 
-def _n(count: int, noun: str, plural: str | None = None) -> str:
+def counted(count: int, noun: str, plural: str | None = None) -> str:
     """``1 result``, ``2 results``."""
     return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
-def _table(rows: list[list[str]], header: list[str]) -> None:
-    rows = [[_safe(str(c)) for c in r] for r in rows]
+def print_table(rows: list[list[str]], header: list[str]) -> None:
+    rows = [[terminal_safe(str(c)) for c in r] for r in rows]
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     for r in [header, *rows]:
         click.echo("  ".join(str(c).ljust(w) for c, w in zip(r, widths)).rstrip())
 
 
-def _clip(text: str, n: int) -> str:
+def clip(text: str, n: int) -> str:
     """One line of at most ``n`` characters (whitespace runs collapsed, control characters
     escaped, ``…`` when cut)."""
-    text = _safe(" ".join(text.split()))
+    text = terminal_safe(" ".join(text.split()))
     return text if len(text) <= n else text[: n - 1] + "…"
 
 
@@ -58,10 +58,10 @@ def _preview(value) -> str:
 def _short_call(call) -> str:
     args = call.arguments
     if isinstance(args, dict):
-        inner = ", ".join(f"{k}={_clip(_preview(v), 40)}" for k, v in args.items())
+        inner = ", ".join(f"{k}={clip(_preview(v), 40)}" for k, v in args.items())
     else:
-        inner = _clip(call.arguments_raw, 40)
-    return _clip(f"{call.name}({inner})", 10_000)
+        inner = clip(call.arguments_raw, 40)
+    return clip(f"{call.name}({inner})", 10_000)
 
 
 def _calls_cell(calls: list[str], width: int) -> str:
@@ -85,12 +85,12 @@ def _calls_cell(calls: list[str], width: int) -> str:
     return (shown if len(shown) <= limit else shown[: limit - 1] + "…") + suffix
 
 
-def _action_cell(step) -> str:
+def action_cell(step) -> str:
     a = step.action
     if a.tool_calls:
         return _calls_cell([_short_call(c) for c in a.tool_calls], 90)
     if a.text:
-        return _clip(f"text: {a.text!r}", 60)
+        return clip(f"text: {a.text!r}", 60)
     return "(no reply)" if "no_reply" in step.flags else "(empty reply)"
 
 
@@ -110,18 +110,18 @@ def _text_chars(content) -> int:
     return 0
 
 
-def _observation_cell(step) -> str:
+def observation_cell(step) -> str:
     o = step.observation
     bits = []
     if o.results:
         errors = sum(1 for r in o.results if r.is_error)
         chars = sum(_text_chars(r.content) for r in o.results)
         bits.append(
-            _n(len(o.results), "result")
-            + (f" ({_n(errors, 'error')})" if errors else "")
-            + f", {_n(chars, 'char')}"
+            counted(len(o.results), "result")
+            + (f" ({counted(errors, 'error')})" if errors else "")
+            + f", {counted(chars, 'char')}"
         )
     for m in o.messages:
         text = " ".join(p.text for p in m.parts if hasattr(p, "text") and isinstance(p.text, str))
-        bits.append(f"{m.role}: {_clip(repr(text), 40)}")
+        bits.append(f"{m.role}: {clip(repr(text), 40)}")
     return "; ".join(bits) or "-"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import os
 import sys
 from typing import Callable
@@ -14,29 +13,16 @@ from pvisor.commands.base import Command, Group, PathParam, one_line
 import orjson
 
 from pvisor.commands.exports import DerivedHelpOption, derived_help, format_option, listed, offered, readers
-from pvisor.commands.cells import _action_cell, _clip, _n, _observation_cell, _safe, _table
+from pvisor.commands.cells import action_cell, clip, counted, observation_cell, terminal_safe, print_table
 from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import EXCHANGE_ID, RUN_ID, RUN_ID_TO_REMOVE
 from pvisor.commands.progress import is_terminal, progress_option
+from pvisor.commands.reading import emit_json, open_reader, utc_time
 from pvisor.journal import progress
 from pvisor.journal.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
 from pvisor.journal.model import TRUNCATED_FLAG, unpack_timings
 from pvisor.journal.paths import absolute
 from pvisor.journal.reader import JournalReader, body_json_field
-
-
-def _reader(ctx: click.Context) -> JournalReader:
-    return JournalReader(ctx.obj["journal"])
-
-
-def _emit_json(obj) -> None:
-    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
-
-
-def _when(ms: float | None) -> str:
-    if not ms:
-        return "-"
-    return _dt.datetime.fromtimestamp(ms / 1000, tz=_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 @click.group("journal", cls=Group)
@@ -58,14 +44,14 @@ def ls(ctx: click.Context, as_json: bool) -> None:
     absolute(path, f"--journal {path}")  # a relative path in a deleted directory is not "no journal yet"
     if not os.path.exists(path):
         if as_json:
-            _emit_json([])
+            emit_json([])
         else:
             click.echo(f"no journal at {one_line(path)} yet: nothing captured", err=True)
         return
-    with _reader(ctx) as r:
+    with open_reader(ctx) as r:
         runs = r.run_summaries()
     if as_json:
-        _emit_json(runs)
+        emit_json(runs)
         return
     if not runs:
         click.echo("no runs", err=True)
@@ -78,13 +64,13 @@ def ls(ctx: click.Context, as_json: bool) -> None:
             s["status"],
             # the lineage of a derived or child run: its parent and the steps kept
             f"{s['parent_run']}@{s['boundary_step']}" if s["parent_run"] else "-",
-            _when(s["created_ms"]),
+            utc_time(s["created_ms"]),
             str(s["exchanges"]),
             ",".join(f"{k}={v}" for k, v in sorted(s["outcomes"].items())) or "-",
         ]
         for s in runs
     ]
-    _table(rows, ["RUN", "AGENT", "MODE", "STATUS", "FROM", "CREATED (UTC)", "EXCHANGES", "OUTCOMES"])
+    print_table(rows, ["RUN", "AGENT", "MODE", "STATUS", "FROM", "CREATED (UTC)", "EXCHANGES", "OUTCOMES"])
 
 
 def _exchange_dict(ex) -> dict:
@@ -138,13 +124,13 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
     if follow:
         _follow(ctx, run_id, as_json)
         return
-    with _reader(ctx) as r:
+    with open_reader(ctx) as r:
         run = r.run(run_id)
         attempts = r.attempts(run.id)
         exchanges = r.exchanges(run.id)
         r_status = r.run_status(run)
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "run": {**{name: getattr(run, name) for name in run.__slots__}, "status": r_status},
                 "attempts": [{name: getattr(a, name) for name in a.__slots__} for a in attempts],
@@ -153,8 +139,8 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
         )
         return
     click.echo(
-        _safe(
-            f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} created={_when(run.created_ms)}"
+        terminal_safe(
+            f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} created={utc_time(run.created_ms)}"
         )
     )
     if run.pause_transition is not None or run.mode == "handoff":
@@ -162,41 +148,43 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
 
         snap = f", workspace snapshot {run.workspace_snapshot[:12]}" if run.workspace_snapshot else ""
         click.echo(
-            _safe(
+            terminal_safe(
                 f"  handed off from {run.parent_run} "
                 f"{pause_of(run.boundary_step, run.pause_transition)}{snap}; "
                 f"{r_status}"
             )
         )
     elif run.parent_run:
-        click.echo(_safe(f"  derived from {run.parent_run} after step {run.boundary_step}"))
+        click.echo(terminal_safe(f"  derived from {run.parent_run} after step {run.boundary_step}"))
     if run.argv:
         import shlex
 
         click.echo(
-            _safe("  argv: " + shlex.join(run.argv))
+            terminal_safe("  argv: " + shlex.join(run.argv))
         )  # quoted: copy-pastable, a task with spaces stays one argument
     for k, v in sorted(run.labels.items()):
-        click.echo(_safe(f"  {k}: {v}"))
+        click.echo(terminal_safe(f"  {k}: {v}"))
     for a in attempts:
         click.echo(
-            f"  attempt {a.n}: started {_when(a.started_ms)} exit={a.exit_code if a.exit_code is not None else '-'}"
+            f"  attempt {a.n}: started {utc_time(a.started_ms)} exit={a.exit_code if a.exit_code is not None else '-'}"
         )
     if not exchanges:
         click.echo("  no exchanges")
         return
-    _table([_exchange_cells(e) for e in exchanges], list(_EXCHANGE_COLUMNS))
+    print_table([_exchange_cells(e) for e in exchanges], list(_EXCHANGE_COLUMNS))
     if all(e.role is None for e in exchanges):
         click.echo(f"  (roles not stored yet; `pvisor journal steps {run.id}` derives them)")
 
 
 def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
     """``show --follow``: one line per finished exchange, flushed as it comes."""
-    with _reader(ctx) as r:
+    with open_reader(ctx) as r:
         run = r.run(run_id)
         if not as_json:
             click.echo(
-                _safe(f"run {run.id}  agent={run.agent or '-'} mode={run.mode}  (following; Ctrl-C ends)")
+                terminal_safe(
+                    f"run {run.id}  agent={run.agent or '-'} mode={run.mode}  (following; Ctrl-C ends)"
+                )
             )
             click.echo("  ".join(_EXCHANGE_COLUMNS))
         try:
@@ -205,7 +193,7 @@ def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
                     sys.stdout.buffer.write(orjson.dumps(_exchange_dict(e)) + b"\n")
                     sys.stdout.buffer.flush()
                     continue
-                click.echo(_safe("  ".join(_exchange_cells(e))))
+                click.echo(terminal_safe("  ".join(_exchange_cells(e))))
                 sys.stdout.flush()
         except KeyboardInterrupt:
             return  # the way a follow is ended
@@ -262,7 +250,7 @@ def body(
         raise UsageError("say which body: --request, --response or --forwarded")
     part = "request" if want_request else "forwarded" if want_forwarded else "response"
     kept = None  # of a response journaled only in part: the bytes the journal holds
-    with _reader(ctx) as r:
+    with open_reader(ctx) as r:
         ex = r.exchange(exchange_id)
         if part == "request":
             sha = ex.request_body
@@ -291,7 +279,7 @@ def body(
             err=True,
         )
     if as_json:
-        _emit_json(
+        emit_json(
             {"exchange": ex.id, "part": part, "raw": raw, "sha256": sha, **(body_json_field(data) or {})}
         )
         return
@@ -386,7 +374,7 @@ def export(
     def write(r: JournalReader, out) -> int:
         return form.write(JournalSource(r, run_id), out, settings).count
 
-    with _reader(ctx) as r:
+    with open_reader(ctx) as r:
         if run_id is not None:
             run_id = r.run(run_id).id  # an unknown run is an error before any file is touched
         if output:
@@ -417,10 +405,10 @@ def export(
             summary: dict = {"path": output, "format": fmt, "count": n, "unit": unit}
             if unit == "lines":
                 summary["lines"] = n  # a count of lines was given as "lines" before the other formats came
-            _emit_json(summary)
+            emit_json(summary)
         else:
             singular = {"entries": "entry"}.get(unit, unit[:-1])
-            click.echo(f"wrote {_n(n, singular, unit)} to {one_line(output)}", err=True)
+            click.echo(f"wrote {counted(n, singular, unit)} to {one_line(output)}", err=True)
 
 
 @journal.command("verify")
@@ -429,10 +417,10 @@ def export(
 def verify(ctx: click.Context, as_json: bool) -> int:
     """Check integrity: SQLite pages, every referenced blob present, every blob restoring to
     its sha256. Exit 3 when anything is wrong."""
-    with _reader(ctx) as r:
+    with open_reader(ctx) as r:
         rep = r.verify()
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "ok": rep.ok,
                 "problems": rep.problems,
@@ -471,36 +459,36 @@ def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
     step's tool calls and observation, flags, and the auxiliary exchanges left out."""
     from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
 
-    with _reader(ctx) as r:
+    with open_reader(ctx) as r:
         traj = trajectory_from_journal(r, run_id, wire_ids=True)
     if as_json:
-        _emit_json(trajectory_to_json(traj))
+        emit_json(trajectory_to_json(traj))
         return
     meta = traj.meta
     chains = meta["chains"]
     click.echo(
-        _safe(
+        terminal_safe(
             f"run {meta['run']}  agent={meta['agent'] or '-'} protocol={meta['protocol'] or '-'} model={traj.model or '-'}"
         )
     )
     if not traj.steps:
-        click.echo(f"no main-loop exchange: 0 steps ({_n(len(traj.left_out), 'auxiliary exchange')})")
+        click.echo(f"no main-loop exchange: 0 steps ({counted(len(traj.left_out), 'auxiliary exchange')})")
     else:
-        click.echo(f"task: {_clip(traj.task or '-', 100)}")
-        click.echo(f"main chain {meta['main_chain']} of {len(chains)}: {_n(len(traj.steps), 'step')}")
+        click.echo(f"task: {clip(traj.task or '-', 100)}")
+        click.echo(f"main chain {meta['main_chain']} of {len(chains)}: {counted(len(traj.steps), 'step')}")
         rows = [
-            [str(s.n), d["exchange"], _action_cell(s), _observation_cell(s), ",".join(s.flags) or "-"]
+            [str(s.n), d["exchange"], action_cell(s), observation_cell(s), ",".join(s.flags) or "-"]
             for s, d in zip(traj.steps, meta["steps"])
         ]
-        _table(rows, ["STEP", "EXCHANGE", "ACTION (TOOL CALLS)", "OBSERVATION", "FLAGS"])
+        print_table(rows, ["STEP", "EXCHANGE", "ACTION (TOOL CALLS)", "OBSERVATION", "FLAGS"])
         # a live step of a continuation whose request went upstream rewritten: what the model got
         for s, d in zip(traj.steps, meta["steps"]):
             fwd = d.get("forwarded")
             if fwd is None:
                 continue
-            added = "".join(f"; it added {_clip(t, 60)!r}" for t in fwd["added_user_text"])
+            added = "".join(f"; it added {clip(t, 60)!r}" for t in fwd["added_user_text"])
             click.echo(
-                _safe(
+                terminal_safe(
                     f"step {s.n}: the live model got other bytes than the agent sent{added} "
                     f"(pvisor journal body {d['exchange']} --forwarded; the agent's: --request)"
                 )
@@ -508,7 +496,7 @@ def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
     aux = meta["auxiliary"]
     click.echo(f"auxiliary: {len(aux)}")
     for a in aux:
-        click.echo(_safe(f"  seq {a['seq']}  {a['exchange']}  [{a['kind']}] {a['reason']}"))
+        click.echo(terminal_safe(f"  seq {a['seq']}  {a['exchange']}  [{a['kind']}] {a['reason']}"))
 
 
 def _add_sql() -> None:
@@ -548,16 +536,16 @@ def rm(ctx: click.Context, run_id: str, prefix: bool, dry_run: bool, force: bool
     chosen = runs_to_remove(ctx.obj["journal"], run_id, prefix=prefix)
     if dry_run:
         if as_json:
-            _emit_json(chosen)
+            emit_json(chosen)
             return
         for s in chosen:
             click.echo(
-                _safe(
+                terminal_safe(
                     f"would remove run {s['id']}: agent {s['agent'] or '-'}, mode {s['mode']}, "
-                    f"created {_when(s['created_ms'])}, {_n(s['exchanges'], 'exchange')}"
+                    f"created {utc_time(s['created_ms'])}, {counted(s['exchanges'], 'exchange')}"
                 )
             )
-        click.echo(f"nothing removed (--dry-run): {_n(len(chosen), 'run')} would go", err=True)
+        click.echo(f"nothing removed (--dry-run): {counted(len(chosen), 'run')} would go", err=True)
         return
     going = {s["id"] for s in chosen}
     reports = []
@@ -567,20 +555,20 @@ def rm(ctx: click.Context, run_id: str, prefix: bool, dry_run: bool, force: bool
         if as_json:
             continue
         click.echo(
-            f"removed run {rep.run}: {_n(rep.attempts, 'attempt')}, {_n(rep.exchanges, 'exchange')}, "
-            f"{_n(rep.events, 'event')}, {_n(rep.snapshots, 'snapshot')}; {_n(rep.blobs_removed, 'blob')} "
+            f"removed run {rep.run}: {counted(rep.attempts, 'attempt')}, {counted(rep.exchanges, 'exchange')}, "
+            f"{counted(rep.events, 'event')}, {counted(rep.snapshots, 'snapshot')}; {counted(rep.blobs_removed, 'blob')} "
             f"({rep.bytes_freed} bytes stored) removed, {rep.blobs_kept} kept (other runs name them)"
         )
-        click.echo(_safe(f"run directory: {rep.run_dir or '- (none)'}"))
+        click.echo(terminal_safe(f"run directory: {rep.run_dir or '- (none)'}"))
         orphans = [c for c in rep.orphaned_children if c not in going]  # not those this rm removes too
         if orphans:
             click.echo(
-                f"pvisor: note: {_n(len(orphans), 'run')} derived from it stay "
+                f"pvisor: note: {counted(len(orphans), 'run')} derived from it stay "
                 f"({', '.join(orphans)}); their parent is gone",
                 err=True,
             )
     if as_json:
-        _emit_json(reports if prefix else reports[0])
+        emit_json(reports if prefix else reports[0])
 
 
 @journal.command("vacuum")
@@ -593,7 +581,7 @@ def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
 
     before, after = vacuum(ctx.obj["journal"], force=force)
     if as_json:
-        _emit_json({"before": before, "after": after})
+        emit_json({"before": before, "after": after})
     else:
         click.echo(f"journal {ctx.obj['journal']}: {before} bytes -> {after} bytes")
 
@@ -647,27 +635,27 @@ def scrub_cmd(
     pattern = Pattern(text, regex, DEFAULT_REPLACEMENT if replacement is None else replacement)
     rep = scrub(ctx.obj["journal"], pattern, run_id=run_id, force=force, dry_run=dry_run)
     if as_json:
-        _emit_json(rep.to_json())
+        emit_json(rep.to_json())
     else:
         verb, done = ("would scrub", "would change") if dry_run else ("scrubbed", "changed")
         click.echo(
             f"{verb} {pattern.describe}{f' in run {rep.run}' if rep.run else ''}: "
-            f"{_n(rep.matches, 'match', 'matches')} in bodies, {_n(rep.blobs_changed, 'blob')} {done}, "
-            f"{rep.blobs_reencoded} re-encoded against a changed base, {_n(rep.rows_rewritten, 'row')} "
-            f"renamed, {_n(rep.cells_changed, 'cell')} of metadata"
+            f"{counted(rep.matches, 'match', 'matches')} in bodies, {counted(rep.blobs_changed, 'blob')} {done}, "
+            f"{rep.blobs_reencoded} re-encoded against a changed base, {counted(rep.rows_rewritten, 'row')} "
+            f"renamed, {counted(rep.cells_changed, 'cell')} of metadata"
         )
         what = "hold it" if dry_run else "rewritten"
-        renamed = "" if dry_run else f", {_n(len(rep.names_changed), 'name')} changed"
+        renamed = "" if dry_run else f", {counted(len(rep.names_changed), 'name')} changed"
         click.echo(
-            _safe(
-                f"run directories: {len(rep.run_dirs)} searched, {_n(len(rep.files_changed), 'file')} "
+            terminal_safe(
+                f"run directories: {len(rep.run_dirs)} searched, {counted(len(rep.files_changed), 'file')} "
                 f"{what}{renamed}"
             )
         )
         if not dry_run:
             verdict = "does not verify" if rep.problems else "verified"
             click.echo(
-                _safe(
+                terminal_safe(
                     f"journal {ctx.obj['journal']}: {rep.bytes_before} bytes -> {rep.bytes_after} bytes, {verdict}"
                 )
             )
@@ -687,13 +675,15 @@ def scrub_cmd(
     if dry_run:
         return
     for problem in rep.problems:
-        click.echo(_safe(f"pvisor: error: the journal does not verify after scrub: {problem}"), err=True)
+        click.echo(
+            terminal_safe(f"pvisor: error: the journal does not verify after scrub: {problem}"), err=True
+        )
     journal = ctx.obj["journal"]  # already as a Path names it (cli: plain_path)
     wal = {journal, f"{journal}-wal"}
     for place in rep.remaining:
         if not rep.wal_truncated and place in wal:
             continue  # the WAL line below says why
-        click.echo(_safe(f"pvisor: error: scrub left the text in {place}"), err=True)
+        click.echo(terminal_safe(f"pvisor: error: scrub left the text in {place}"), err=True)
     if not rep.wal_truncated:
         click.echo(
             "pvisor: error: the text is replaced in the journal's rows, but another process reads the journal, so "
@@ -704,7 +694,7 @@ def scrub_cmd(
     left = {entry["path"] for entry in rep.not_rewritten}
     if left and not rep.problems:
         click.echo(
-            f"pvisor: error: the journal is scrubbed, but {_n(len(left), 'file')} of the run directories "
+            f"pvisor: error: the journal is scrubbed, but {counted(len(left), 'file')} of the run directories "
             f"{'was' if len(left) == 1 else 'were'} left as listed: fix what is said and run the same scrub again "
             "(it is safe to repeat)",
             err=True,

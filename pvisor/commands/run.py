@@ -176,9 +176,9 @@ def run(
         child_run=child_run,
         max_response_body=max_response_body,
     )
-    from pvisor.commands.serve import _show_on_stderr
+    from pvisor.commands.logs import show_on_stderr
 
-    undo = _show_on_stderr(
+    undo = show_on_stderr(
         ("pvisor.journal", "pvisor.gateway")
     )  # e.g. "journal ... is locked by another process"
     try:
@@ -189,6 +189,13 @@ def run(
         sys.stdout.buffer.write(orjson.dumps(report.to_json(), option=orjson.OPT_INDENT_2) + b"\n")
     else:
         _print_report(report)
+    _say_how_it_ended(ctx, report, agent, timeout)
+    ctx.exit(report.exit_code)
+
+
+def _say_how_it_ended(ctx: click.Context, report, agent: str, timeout: float) -> None:
+    """One line on stderr when the agent did not end well: killed after ``--timeout`` (then exit
+    124 here), stopped by a signal, failed by its own account, or exited with a code."""
     if report.timed_out:
         click.echo(
             f"pvisor: error: {agent} did not finish within {timeout:g} s: its process group was killed "
@@ -224,7 +231,6 @@ def run(
                 f"its stderr: {report.stderr})",
                 err=True,
             )
-    ctx.exit(report.exit_code)
 
 
 def _status_file(report) -> str:

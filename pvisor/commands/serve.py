@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import logging
 import os
 import re
 import signal
 import stat
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import click
 
 from pvisor.commands.base import Command, PathParam
 import orjson
 
+from pvisor.commands.logs import show_on_stderr
 from pvisor.commands.outputs import check_output_path
 from pvisor.commands.params import NEW_RUN_ID, Seconds, Size, max_response_body_option
 from pvisor.journal.errors import EXIT_UNAVAILABLE, UnavailableError, UsageError
@@ -134,33 +134,6 @@ def _stopping(signals: Any, server: Any, grace: float) -> None:
         server.hurry()
 
     signals.on_repeat = now
-
-
-class _StderrLines(logging.Handler):
-    """Log records as one ``pvisor: warning: ...`` (or ``error``) line on stderr each."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        from pvisor.gateway.lifecycle import one_line
-
-        level = "error" if record.levelno >= logging.ERROR else "warning"
-        try:
-            click.echo(f"pvisor: {level}: {one_line(record)}", err=True)
-        except Exception:  # stderr closed: nothing to tell
-            pass
-
-
-def _show_on_stderr(names: tuple[str, ...]) -> Callable[[], None]:
-    """Show the warnings and errors of the loggers ``names`` on stderr; returns the undo."""
-    handler = _StderrLines(logging.WARNING)
-    loggers = [logging.getLogger(n) for n in names]
-    for lg in loggers:
-        lg.addHandler(handler)
-
-    def undo() -> None:
-        for lg in loggers:
-            lg.removeHandler(handler)
-
-    return undo
 
 
 @click.command("gateway", cls=Command)
@@ -350,9 +323,77 @@ def gateway(
       ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude -p "fix the test"
       pvisor gateway --mode intercept --port 8080
     """
-    from pvisor.gateway.proxy import GatewayConfig, os_error_reason
-    from pvisor.gateway.lifecycle import EventLoop, loop_factory, run_on, tune_gc_for_serving
-    from pvisor.journal.snapshots import SnapshotKind
+    from pvisor.gateway.lifecycle import EventLoop, loop_factory, run_on
+
+    config, intercept = _gateway_config(
+        ctx,
+        host,
+        port,
+        upstreams,
+        run_id,
+        max_body,
+        max_response_body,
+        stall_timeout,
+        header_timeout,
+        max_connections,
+        shutdown_grace,
+        log_file,
+        workspace,
+        snapshot_driver,
+        allow_remote,
+        token,
+        token_file,
+        intercept_hosts,
+        redirects,
+        confdir,
+        mitmdump,
+        mode,
+    )
+    for option, path in (("--log-file", log_file), ("--ready-file", ready_file)):
+        if path:
+            check_output_path(path, option)
+    journal_path = ctx.obj["journal"]
+    loop_choice = EventLoop(event_loop)
+    loop_factory(loop_choice)  # uvloop asked for and missing: a usage error before anything starts
+    undo = show_on_stderr(("pvisor.journal", "pvisor.gateway"))
+    try:
+        code = run_on(
+            loop_choice, _serve_gateway(journal_path, config, intercept, ready_file, log_file, host, port)
+        )
+    finally:
+        undo()
+    ctx.exit(code)
+
+
+def _gateway_config(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    upstreams: tuple[str, ...],
+    run_id: str | None,
+    max_body: int,
+    max_response_body: int,
+    stall_timeout: float,
+    header_timeout: float,
+    max_connections: int,
+    shutdown_grace: float,
+    log_file: str | None,
+    workspace: str | None,
+    snapshot_driver: str,
+    allow_remote: bool,
+    token: str | None,
+    token_file: str | None,
+    intercept_hosts: tuple[str, ...],
+    redirects: tuple[str, ...],
+    confdir: str | None,
+    mitmdump: str | None,
+    mode: str,
+) -> tuple[Any, Any]:
+    """The options of ``pvisor gateway`` checked and made its
+    :class:`~pvisor.gateway.proxy.GatewayConfig` (its ``token`` the one requests must carry) and
+    intercept mode's :class:`~pvisor.gateway.intercept.InterceptConfig` (None: reverse proxy).
+    UsageError (exit 2) for options that do not go together or a bad value."""
+    from pvisor.gateway.proxy import GatewayConfig
 
     if mode == "intercept":
         from pvisor.gateway.access import is_loopback
@@ -401,103 +442,121 @@ def gateway(
         from pvisor.journal.snapshots import snapshot_driver as find_driver
 
         find_driver(snapshot_driver)  # an unknown driver is a usage error before anything starts
-    for option, path in (("--log-file", log_file), ("--ready-file", ready_file)):
-        if path:
-            check_output_path(path, option)
-    journal_path = ctx.obj["journal"]
-    loop_choice = EventLoop(event_loop)
-    loop_factory(loop_choice)  # uvloop asked for and missing: a usage error before anything starts
+    return config, intercept
 
-    async def serve() -> int:
-        from pvisor.session.session import Session, StopSignals
 
-        signals = StopSignals()
-        # signals, address, journal, gateway, mitmdump; stopped in one order (pvisor.session.session)
-        session = Session(journal_path, config, intercept=intercept, signals=signals)
-        failed = False
-        proxy_died = False
-        try:
-            try:
-                url = await session.start()
-            except OSError as exc:
-                if exc.filename is not None:  # the log file, not the socket
-                    raise UsageError(f"cannot write --log-file {log_file}: {exc.strerror}") from None
-                raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
-            gw, journal, proxy = session.gateway, session.journal, session.proxy
-            assert gw is not None and journal is not None
-            extra: dict[str, Any] = {}
-            if proxy is not None:
-                extra = {"mode": "intercept", "gateway": url, "ca": str(proxy.ca_cert)}
-                url = proxy.url
-            tune_gc_for_serving()
-            await session.take_snapshot(SnapshotKind.START)  # before the ready file: no agent has started yet
-            # the ready file first: whoever sees the listening line can read it at once
-            base = f"{url}/t/{token}" if token else url  # the base URL agents are given
-            _write_ready_file(
-                ready_file,
-                {"url": base, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path), **extra},
-            )
-            click.echo(f"listening {base}")
-            loop_name = type(asyncio.get_running_loop()).__module__.partition(".")[0]
-            needs = "; requests need the token in their path (the base URL above)" if token else ""
-            if proxy is not None:
-                redirected = {origin: url for origin, url in intercept.redirects.values()}
-                hosts = ", ".join(
-                    o.partition("://")[2]
-                    + (f" -> {_without_userinfo(redirected[o])}" if o in redirected else "")
-                    for o in sorted(intercept.intercepted().values())
-                )
-                needs = f"; intercepting {hosts}; CA certificate {proxy.ca_cert}"
-            click.echo(
-                f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop "
-                f"{loop_name}{needs}",
-                err=True,
-            )
-            waits = [asyncio.ensure_future(signals.wait()), asyncio.ensure_future(gw.watch_journal())]
-            if proxy is not None:
-                waits.append(asyncio.ensure_future(proxy.exited.wait()))
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for w in waits:
-                w.cancel()
-            failed = waits[1] in done
-            if failed:
-                click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
-            if proxy is not None and waits[2] in done:
-                proxy_died = True
-                click.echo(
-                    f"pvisor: error: mitmdump (pid {proxy.pid}) exited with code {proxy.returncode}: "
-                    f"{proxy.last_output()}; the gateway stops",
-                    err=True,
-                )
-                await proxy.stop()
-            _stopping(signals, gw, shutdown_grace)
-            await session.take_snapshot(SnapshotKind.END)
-            # mitmdump stays until the exchanges in flight have ended (they pass through it);
-            # a new connection meanwhile gets its 502 for the gateway that no longer accepts
-            cancelled = await gw.stop()
-            if cancelled:
-                _say(f"stopped: cancelled {cancelled} exchange(s) still in flight (recorded incomplete)")
-        finally:
-            await session.stop()  # after a failed start or an error too: the gateway, mitmdump, the journal
-        journal = session.journal
-        assert journal is not None
-        if journal.error is not None:
-            if not failed:  # it stopped while the gateway was stopping
-                click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
-            if journal.unrecorded:
-                click.echo(f"pvisor: warning: {journal.unrecorded} exchange(s) answered but not recorded"
-                           " (the journal writer had stopped before committing them)", err=True)  # fmt: skip
-            return EXIT_UNAVAILABLE
-        if proxy_died:
-            return EXIT_UNAVAILABLE
-        return _exit_code(signals)
+async def _serve_gateway(
+    journal_path: str,
+    config: Any,
+    intercept: Any,
+    ready_file: str | None,
+    log_file: str | None,
+    host: str,
+    port: int,
+) -> int:
+    """Serve ``config``'s gateway in one :class:`~pvisor.session.session.Session` until a stop
+    signal, the journal writer's end or mitmdump's; returns the exit code (module docstring)."""
+    from pvisor.gateway.lifecycle import tune_gc_for_serving
+    from pvisor.gateway.proxy import os_error_reason
+    from pvisor.journal.snapshots import SnapshotKind
+    from pvisor.session.session import Session, StopSignals
 
-    undo = _show_on_stderr(("pvisor.journal", "pvisor.gateway"))
+    signals = StopSignals()
+    # signals, address, journal, gateway, mitmdump; stopped in one order (pvisor.session.session)
+    session = Session(journal_path, config, intercept=intercept, signals=signals)
+    failed = False
+    proxy_died = False
     try:
-        code = run_on(loop_choice, serve())
+        try:
+            url = await session.start()
+        except OSError as exc:
+            if exc.filename is not None:  # the log file, not the socket
+                raise UsageError(f"cannot write --log-file {log_file}: {exc.strerror}") from None
+            raise UnavailableError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
+        gw, journal = session.gateway, session.journal
+        assert gw is not None and journal is not None
+        tune_gc_for_serving()
+        await session.take_snapshot(SnapshotKind.START)  # before the ready file: no agent has started yet
+        _announce(url, session, config.token, ready_file, journal_path, intercept)
+        failed, proxy_died = await _until_stopped(signals, session)
+        _stopping(signals, gw, config.shutdown_grace)
+        await session.take_snapshot(SnapshotKind.END)
+        # mitmdump stays until the exchanges in flight have ended (they pass through it);
+        # a new connection meanwhile gets its 502 for the gateway that no longer accepts
+        cancelled = await gw.stop()
+        if cancelled:
+            _say(f"stopped: cancelled {cancelled} exchange(s) still in flight (recorded incomplete)")
     finally:
-        undo()
-    ctx.exit(code)
+        await session.stop()  # after a failed start or an error too: the gateway, mitmdump, the journal
+    journal = session.journal
+    assert journal is not None
+    if journal.error is not None:
+        if not failed:  # it stopped while the gateway was stopping
+            click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
+        if journal.unrecorded:
+            click.echo(f"pvisor: warning: {journal.unrecorded} exchange(s) answered but not recorded"
+                       " (the journal writer had stopped before committing them)", err=True)  # fmt: skip
+        return EXIT_UNAVAILABLE
+    if proxy_died:
+        return EXIT_UNAVAILABLE
+    return _exit_code(signals)
+
+
+def _announce(
+    url: str, session: Any, token: str | None, ready_file: str | None, journal_path: str, intercept: Any
+) -> None:
+    """Write the ready file, then print ``listening BASE`` on stdout and the run, journal,
+    writer, event loop (and intercept mode's hosts and CA) on stderr."""
+    gw, journal, proxy = session.gateway, session.journal, session.proxy
+    extra: dict[str, Any] = {}
+    if proxy is not None:
+        extra = {"mode": "intercept", "gateway": url, "ca": str(proxy.ca_cert)}
+        url = proxy.url
+    # the ready file first: whoever sees the listening line can read it at once
+    base = f"{url}/t/{token}" if token else url  # the base URL agents are given
+    _write_ready_file(
+        ready_file,
+        {"url": base, "run": gw.run, "pid": os.getpid(), "journal": str(journal_path), **extra},
+    )
+    click.echo(f"listening {base}")
+    loop_name = type(asyncio.get_running_loop()).__module__.partition(".")[0]
+    needs = "; requests need the token in their path (the base URL above)" if token else ""
+    if proxy is not None:
+        redirected = {origin: url for origin, url in intercept.redirects.values()}
+        hosts = ", ".join(
+            o.partition("://")[2] + (f" -> {_without_userinfo(redirected[o])}" if o in redirected else "")
+            for o in sorted(intercept.intercepted().values())
+        )
+        needs = f"; intercepting {hosts}; CA certificate {proxy.ca_cert}"
+    click.echo(
+        f"run {gw.run}; journal {journal_path}; writer {journal.where}; event loop {loop_name}{needs}",
+        err=True,
+    )
+
+
+async def _until_stopped(signals: Any, session: Any) -> tuple[bool, bool]:
+    """Wait for a stop signal, the journal writer's end or mitmdump's exit (then stopped, and
+    said on stderr); returns (the writer stopped, mitmdump died)."""
+    gw, journal, proxy = session.gateway, session.journal, session.proxy
+    waits = [asyncio.ensure_future(signals.wait()), asyncio.ensure_future(gw.watch_journal())]
+    if proxy is not None:
+        waits.append(asyncio.ensure_future(proxy.exited.wait()))
+    done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    failed = waits[1] in done
+    if failed:
+        click.echo(f"pvisor: error: journal writer stopped: {journal.error}", err=True)
+    proxy_died = False
+    if proxy is not None and waits[2] in done:
+        proxy_died = True
+        click.echo(
+            f"pvisor: error: mitmdump (pid {proxy.pid}) exited with code {proxy.returncode}: "
+            f"{proxy.last_output()}; the gateway stops",
+            err=True,
+        )
+        await proxy.stop()
+    return failed, proxy_died
 
 
 def _intercept_config(

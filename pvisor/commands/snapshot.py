@@ -10,7 +10,8 @@ import click
 from pvisor.commands.base import Group, PathParam, one_line
 from pvisor.commands.params import RUN_ID, pause_options
 
-from pvisor.commands.journal import _emit_json, _n, _reader, _table, _when
+from pvisor.commands.cells import counted, print_table
+from pvisor.commands.reading import emit_json, open_reader, utc_time
 
 
 @click.group("snapshot", cls=Group)
@@ -30,10 +31,10 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
     from pvisor.replay.numbering import transitions
     from pvisor.replay.snapshots import run_snapshots
 
-    with _reader(ctx) as r:
+    with open_reader(ctx) as r:
         rs = run_snapshots(r, run_id)
     if as_json:
-        _emit_json(
+        emit_json(
             {
                 "run": rs.run,
                 "steps_total": rs.steps_total,
@@ -45,13 +46,13 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
     if not rs.snapshots:
         click.echo(f"run {rs.run}: no workspace snapshot ({transitions(rs.steps_total)})")
         return
-    click.echo(f"run {rs.run}: {_n(len(rs.snapshots), 'snapshot')}, {transitions(rs.steps_total)}")
+    click.echo(f"run {rs.run}: {counted(len(rs.snapshots), 'snapshot')}, {transitions(rs.steps_total)}")
     rows = []
     for s in rs.snapshots:
         rows.append(
             [
                 s.id,
-                _when(s.taken_ms),
+                utc_time(s.taken_ms),
                 s.kind.value,
                 "-" if s.after_step is None else str(s.after_step),
                 s.exchange or "-",
@@ -66,7 +67,7 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
                 else "; ".join(s.warnings[:2]) + (" ..." if len(s.warnings) > 2 else ""),
             ]
         )
-    _table(
+    print_table(
         rows,
         [
             "SNAPSHOT",
@@ -145,7 +146,7 @@ def restore(
             "give the pause: --step K (transition K, zero-based: after journal step K+1) or --after-step N "
             "(N journal steps kept; 0: the start state)"
         )
-    with _reader(ctx) as r:
+    with open_reader(ctx) as r:
         rs = run_snapshots(r, run_id)
         pos = resolve_step(
             rs.steps_total, step=step, before=before, after_step=after_step, run=f"run {rs.run}"
@@ -165,12 +166,12 @@ def restore(
             )
             ctx.exit(130)
     if as_json:
-        _emit_json({**done.to_json(), "transition": pos.transition, "before": pos.before})
+        emit_json({**done.to_json(), "transition": pos.transition, "before": pos.before})
         return
     click.echo(
         f"restored run {rs.run} {where(pos)} (snapshot {snap.id}, {snap.kind.value}) "
         f"into {one_line(str(done.into))}: "
-        f"{_n(done.files, 'file')}, {done.bytes} bytes, manifest {done.digest[:12]}"
+        f"{counted(done.files, 'file')}, {done.bytes} bytes, manifest {done.digest[:12]}"
     )
 
 

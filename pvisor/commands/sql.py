@@ -26,7 +26,7 @@ CELL_CHARS = 120
 
 
 def _table_cell(value: Any) -> str:
-    from pvisor.commands.cells import _clip
+    from pvisor.commands.cells import clip
 
     if value is None:
         return "NULL"
@@ -35,7 +35,7 @@ def _table_cell(value: Any) -> str:
             value = value.decode("utf-8")
         except UnicodeDecodeError:
             return f"<{len(value)} bytes>"
-    return _clip(str(value), CELL_CHARS)
+    return clip(str(value), CELL_CHARS)
 
 
 def _json_value(value: Any) -> Any:
@@ -192,7 +192,7 @@ def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
         for row in rows:
             out.writerow([_csv_value(v) for v in row])
     elif columns:
-        from pvisor.commands.cells import _n, _table
+        from pvisor.commands.cells import counted, print_table
 
-        _table([[_table_cell(v) for v in row] for row in rows], columns)
-        click.echo(_n(len(rows), "row"), err=True)
+        print_table([[_table_cell(v) for v in row] for row in rows], columns)
+        click.echo(counted(len(rows), "row"), err=True)

@@ -37,7 +37,7 @@ from pvisor.journal.errors import BadInputError
 #: the human table's rows kept to size its columns; past this many steps, rows stream at the
 #: columns' maximum widths
 TABLE_BUFFER_ROWS = 1000
-#: the widest ACTION cell (``pvisor.commands.cells._action_cell`` clips tool calls to 90)
+#: the widest ACTION cell (``pvisor.commands.cells.action_cell`` clips tool calls to 90)
 ACTION_WIDTH = 90
 #: OBSERVATION cells are clipped to this many characters
 OBSERVATION_WIDTH = 60
@@ -154,7 +154,7 @@ def show(
 ) -> None:
     """Show FILE's steps: actions, tool calls, observations, and what was left out."""
     from pvisor.adapters.native.render import write_json
-    from pvisor.commands.cells import _clip, _safe
+    from pvisor.commands.cells import clip, terminal_safe
 
     result, name = _read(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
@@ -163,8 +163,8 @@ def show(
         _stream_json(write_json, result, name)
         return
     t = result.trajectory
-    click.echo(_safe(f"{file}  adapter={name} profile={result.profile.name} model={t.model or '-'}"))
-    click.echo(f"task: {_clip(t.task or '-', 100)}")
+    click.echo(terminal_safe(f"{file}  adapter={name} profile={result.profile.name} model={t.model or '-'}"))
+    click.echo(f"task: {clip(t.task or '-', 100)}")
     click.echo(
         f"system prompt: {'stored' if t.system is not None else 'absent'}; tools: {'stored (%d)' % len(t.tools) if t.tools is not None else 'absent'}"
     )
@@ -174,14 +174,14 @@ def show(
 
 
 def _row(step) -> list[str]:
-    from pvisor.commands.cells import _action_cell, _clip, _observation_cell, _safe
+    from pvisor.commands.cells import action_cell, clip, observation_cell, terminal_safe
 
-    # cells are one line of at most their column's width (_clip escapes control characters)
+    # cells are one line of at most their column's width (clip escapes control characters)
     return [
-        _safe(str(step.n)),
-        _action_cell(step),
-        _clip(_observation_cell(step), OBSERVATION_WIDTH),
-        _safe(",".join(step.flags) or "-"),
+        terminal_safe(str(step.n)),
+        action_cell(step),
+        clip(observation_cell(step), OBSERVATION_WIDTH),
+        terminal_safe(",".join(step.flags) or "-"),
     ]
 
 

@@ -91,7 +91,6 @@ def view(
     """
     from pvisor.journal.paths import require_utf8
     from pvisor.replay.numbering import Wording, where
-    from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay
 
     # the view is JSON, which cannot carry a name that is not UTF-8
     for option, value in (("RUN|FILE", source), ("--journal", ctx.obj["journal"]), ("--output", output)):
@@ -111,6 +110,37 @@ def view(
         raise UsageError(f"give one pause at most: {' and '.join(chosen)} both choose the pause")
     if output is not None:
         check_output_path(output, "--output", create_parents=True)
+    replay = _read_source(ctx, source, agent)
+    replay.wording = Wording.CLI
+    v = replay.view(_pause_spec(step, after_step, fraction, before_commitment, before))
+    name = "run " + v.run if v.run else one_line(source)  # a file's name may hold control characters
+    if v.transition is None:
+        click.echo(
+            f"pvisor: warning: {name} has no transition (0 journal steps): the view holds the task alone",
+            err=True,
+        )
+    data = orjson.dumps(v.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
+    if output is None:
+        sys.stdout.buffer.write(data)
+        return
+    make_output_parent(output, "--output")
+    try:
+        from pvisor.journal.outfile import open_private
+
+        with open_private(output) as f:
+            f.write(data)
+    except OSError as exc:
+        raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}") from None
+    click.echo(f"view of {name} {where(v.position)} written to {one_line(output)}", err=True)
+
+
+def _read_source(ctx: click.Context, source: str, agent: str | None):
+    """The :class:`~pvisor.replay.views.TrajectoryReplay` of RUN|FILE: an existing path (or
+    ``-``) is a native trajectory file or a journal export, anything else a run of the journal.
+    UsageError (exit 2) for a missing file or run, naming both readings."""
+    from pvisor.replay.numbering import Wording
+    from pvisor.replay.views import TrajectoryReplay
+
     native = os.path.lexists(source) or source == "-"
     if native and source != "-":
         from pvisor.adapters.native import check_source_file
@@ -138,34 +168,21 @@ def view(
         except UsageError as exc:
             # say both readings: the user may have meant a file with a typo in its name
             raise UsageError(f"{exc.message}; and no file {source} here") from None
-    replay.wording = Wording.CLI
+    return replay
+
+
+def _pause_spec(
+    step: int | None, after_step: int | None, fraction: float | None, before_commitment: bool, before: bool
+):
+    """The :class:`~pvisor.replay.views.PauseSpec` the pause options choose (one at most, checked
+    before): before the first commitment, at a progress fraction, or at a step (None: the last)."""
+    from pvisor.replay.views import PauseKind, PauseSpec
+
     if before_commitment:
-        spec = PauseSpec(None, PauseKind.BEFORE_COMMITMENT, before=before)
-    elif fraction is not None:
-        spec = PauseSpec(None, PauseKind.PROGRESS, progress=fraction, before=before)
-    else:
-        spec = PauseSpec(None, PauseKind.STEP, step=step, before=before, after_step=after_step)
-
-    v = replay.view(spec)
-    name = "run " + v.run if v.run else one_line(source)  # a file's name may hold control characters
-    if v.transition is None:
-        click.echo(
-            f"pvisor: warning: {name} has no transition (0 journal steps): the view holds the task alone",
-            err=True,
-        )
-    data = orjson.dumps(v.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
-    if output is None:
-        sys.stdout.buffer.write(data)
-        return
-    make_output_parent(output, "--output")
-    try:
-        from pvisor.journal.outfile import open_private
-
-        with open_private(output) as f:
-            f.write(data)
-    except OSError as exc:
-        raise OutputError(f"cannot write --output {output}: {exc.strerror or exc}") from None
-    click.echo(f"view of {name} {where(v.position)} written to {one_line(output)}", err=True)
+        return PauseSpec(None, PauseKind.BEFORE_COMMITMENT, before=before)
+    if fraction is not None:
+        return PauseSpec(None, PauseKind.PROGRESS, progress=fraction, before=before)
+    return PauseSpec(None, PauseKind.STEP, step=step, before=before, after_step=after_step)
 
 
 def _is_export(path: str) -> bool:

@@ -1,0 +1,295 @@
+"""Starting the agent of a run: its executable (:func:`find_executable`) and version
+(:func:`check_version`, ``<exe> --version`` within 10 s), its launch plan's files and
+environment (:func:`write_files`, :func:`apply_env`), the agent's process itself
+(:func:`launch_agent`: stdin, stdout and stderr to files, its own session and process group,
+stopped on ``--timeout``, a stop signal or after its end; what it left behind ended), and its
+native trajectory exported or found afterwards (:func:`native_trajectory`). The process group
+is supervised with :mod:`pvisor.session.supervise`. What cannot be run raises
+:class:`AgentUnavailable` (exit 69)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
+
+from pvisor.adapters.agents.base import VERSION_TIMEOUT_S, AgentProfile, LaunchContext, LaunchPlan
+from pvisor.gateway.parent_death import die_with_parent
+from pvisor.journal.errors import UnavailableError
+from pvisor.journal.outfile import open_private
+from pvisor.journal.paths import absolute, make_directories
+from pvisor.session.supervise import GroupGuard, end_group, end_strays, exit_status, stop_group
+
+if TYPE_CHECKING:  # the session's parts load when a run starts, after the checks
+    from pvisor.session.session import StopSignals
+
+#: how long ``opencode export`` may take
+EXPORT_TIMEOUT_S = 60.0
+
+#: ``warn(line)``: one warning line for the user
+Warn = Callable[[str], None]
+
+
+class AgentUnavailable(UnavailableError):
+    """The agent cannot be run (exit 69): its executable is missing or not executable, its
+    version cannot be told or is outside its profile, or it cannot be started."""
+
+
+def apply_env(base: Mapping[str, str], changes: Mapping[str, str | None]) -> dict[str, str]:
+    """``base`` with ``changes`` applied (a None value removes the variable)."""
+    env = dict(base)
+    for k, v in changes.items():
+        if v is None:
+            env.pop(k, None)
+        else:
+            env[k] = v
+    return env
+
+
+def find_executable(profile: AgentProfile, entrypoint: str | None) -> str:
+    """The agent's executable: ``entrypoint`` when given (a path to an executable file, or a bare
+    command name looked up on PATH), else the profile's command found on PATH. Raises UnavailableError (exit 69) naming what is
+    missing."""
+    if entrypoint and os.sep not in entrypoint and not entrypoint.startswith("~"):
+        found = shutil.which(entrypoint)  # a bare name, as a shell would take it: looked up on PATH
+        if found is None:
+            raise AgentUnavailable(
+                f"--agent-entrypoint {entrypoint}: not on PATH (expected the {profile.title} executable; give a path or fix PATH)"
+            )
+        return found
+    if entrypoint:
+        path = absolute(os.path.expanduser(entrypoint), f"--agent-entrypoint {entrypoint}")
+        if not os.path.exists(path):
+            raise AgentUnavailable(
+                f"--agent-entrypoint {path} does not exist (expected the {profile.title} executable, '{profile.executable}')"
+            )
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise AgentUnavailable(f"--agent-entrypoint {path} is not an executable file")
+        return path
+    found = shutil.which(profile.executable)
+    if found is None:
+        raise AgentUnavailable(
+            f"{profile.title}: '{profile.executable}' is not on PATH; install it, or give --agent-entrypoint PATH"
+        )
+    return found
+
+
+def _run_quick(argv: list[str], env: dict[str, str], cwd: str, timeout: float) -> tuple[int | None, str]:
+    """Run ``argv`` (stdin /dev/null, output to a file, own process group) for at most
+    ``timeout`` s. Returns (exit code or None after a timeout, stdout and stderr as text)."""
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
+        code: int | None = None
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        finally:  # also on Ctrl-C: its own session does not get the terminal's SIGINT
+            end_group(proc.pid, kill=True)
+            if code is None:
+                proc.wait()
+        out.seek(0)
+        return code, out.read(64 * 1024).decode("utf-8", "replace")
+
+
+def check_version(
+    profile: AgentProfile, exe: str, *, use_home: bool, allow_unsupported: bool, warn: Warn
+) -> str | None:
+    """The agent's version, from ``<exe> --version`` (mini-swe-agent: ``--help``) run with a
+    throwaway home (unless ``use_home``) for at most 10 s. Raises UnavailableError (exit 69)
+    when it cannot be told or is outside the profile's range, unless ``allow_unsupported``
+    (then a warning, and None when unknown)."""
+    argv = profile.version_argv(exe)
+    shown = " ".join([os.path.basename(exe), *argv[1:]])
+    with tempfile.TemporaryDirectory(prefix="pvisor-version-") as tmp:
+        env = apply_env(os.environ, profile.version_env(None if use_home else Path(tmp)))
+        try:
+            code, output = _run_quick(argv, env, tmp, VERSION_TIMEOUT_S)
+        except OSError as exc:
+            raise AgentUnavailable(f"cannot run {exe}: {exc.strerror}") from None
+    version = profile.read_version(output)
+    hint = "; give --allow-unsupported to run it anyway"
+    if version is None:
+        if code is None:
+            problem = f"`{shown}` did not answer within {VERSION_TIMEOUT_S:g} s"
+        else:
+            first = next((line.strip() for line in output.splitlines() if line.strip()), "")
+            problem = f"`{shown}` exited with {code}" + (
+                f" and printed {first[:120]!r}" if first else " and printed nothing"
+            )
+        message = f"cannot tell the version of {profile.title} at {exe}: {problem}"
+        if not allow_unsupported:
+            raise AgentUnavailable(message + hint)
+        warn(message + "; going on (--allow-unsupported)")
+        return None
+    if version not in profile.versions:
+        message = (
+            f"{profile.title} {version} at {exe} is not a supported version (supported: {profile.versions})"
+        )
+        if not allow_unsupported:
+            raise AgentUnavailable(message + hint)
+        warn(message + "; going on (--allow-unsupported)")
+    return version
+
+
+def write_files(files: dict[Path, str]) -> None:
+    """Write the plan's files: mode 0600, missing parent directories 0700."""
+    for path, text in files.items():
+        make_directories(path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+async def launch_agent(
+    plan: LaunchPlan,
+    env: dict[str, str],
+    workspace: Path,
+    stdout_path: Path,
+    stderr_path: Path,
+    timeout: float,
+    run_id: str,
+    attempt: int,
+    journal: Any,
+    stop: StopSignals,
+    ended: asyncio.Event | None = None,
+    end_grace: float = 30.0,
+    keep: Collection[int] = (),
+) -> tuple[int | None, bool, bool, int, bool]:
+    """Run the agent; returns (returncode, timed out, interrupted, stray processes ended,
+    stopped after the end). On ``--timeout`` or a stop signal the agent's process group is
+    stopped; so it is ``end_grace`` seconds after ``ended`` is set (the responder told it to
+    end, and it goes on); then, as after a normal exit, every process it left behind
+    (:func:`~pvisor.session.supervise.end_strays`). A launch failure ends the attempt in the
+    journal and raises UnavailableError."""
+    if stop.event.is_set():  # a signal came while the gateway started: never start the agent
+        return None, False, True, 0, False
+    with open_private(stdout_path) as out, open_private(stderr_path) as err:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *plan.argv,
+                stdin=subprocess.DEVNULL if plan.stdin is None else subprocess.PIPE,
+                stdout=out,
+                stderr=err,
+                cwd=str(workspace),
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+            )
+        except (OSError, ValueError) as exc:  # ValueError: a NUL in an argument (checked before)
+            why = exc.strerror if isinstance(exc, OSError) else str(exc)
+            journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {why}"})
+            raise AgentUnavailable(f"cannot start {plan.argv[0]}: {why}") from None
+    guard = GroupGuard(proc.pid)  # the agent leads its own group (its own session)
+    feed = asyncio.ensure_future(_feed(proc, plan.stdin)) if plan.stdin is not None else None
+    try:
+        return await _supervise(proc, guard, timeout, keep, stop, ended, end_grace)
+    finally:
+        if feed is not None:
+            feed.cancel()
+        guard.release()
+
+
+async def _feed(proc: Any, data: bytes) -> None:
+    """Write ``data`` (the task, :attr:`LaunchPlan.stdin`) to the agent's stdin and close it;
+    an agent that exits without reading it all is no error of this."""
+    try:
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+        proc.stdin.close()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+
+
+async def _supervise(
+    proc: Any,
+    guard: GroupGuard,
+    timeout: float,
+    keep: Collection[int],
+    stop: StopSignals,
+    ended: asyncio.Event | None,
+    end_grace: float,
+) -> tuple[int | None, bool, bool, int, bool]:
+    """Wait for the agent of :func:`launch_agent` until it exits, times out, is stopped or outlives
+    its end; then end what it left behind."""
+    waiter = asyncio.ensure_future(proc.wait())
+    stopper = asyncio.ensure_future(stop.event.wait())
+    ender = asyncio.ensure_future(_after(ended, end_grace)) if ended is not None else None
+    done, _ = await asyncio.wait(
+        {waiter, stopper} | ({ender} if ender else set()),
+        timeout=timeout,
+        return_when=asyncio.FIRST_COMPLETED,
+    )
+    stopper.cancel()
+    if ender is not None:
+        ender.cancel()
+    timed_out = interrupted = after_end = False
+    if waiter not in done:
+        interrupted = stop.event.is_set()
+        after_end = not interrupted and ender is not None and ender in done
+        timed_out = not interrupted and not after_end
+        await stop_group(proc, stop.hurry)
+    await waiter
+    # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
+    keep = (*keep, *((guard.pid,) if guard.pid is not None else ()))
+    strays = await end_strays(hurry=stop.hurry, keep=keep)
+    end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
+    return proc.returncode, timed_out, interrupted, strays, after_end
+
+
+async def _after(event: asyncio.Event, grace: float) -> None:
+    """Return ``grace`` seconds after ``event`` is set."""
+    await event.wait()
+    await asyncio.sleep(grace)
+
+
+async def native_trajectory(
+    profile: AgentProfile,
+    ctx: LaunchContext,
+    plan: LaunchPlan,
+    session_id: str | None,
+    env: dict[str, str],
+    workspace: Path,
+    warn: Warn,
+    keep: Collection[int] = (),
+) -> Path | None:
+    """The native trajectory: exported (OpenCode) or found by session id / fixed path."""
+    export = profile.export_plan(ctx, session_id)
+    if export is None:
+        return profile.find_native(ctx, session_id, plan)
+    err_path = export.output.with_suffix(".stderr")
+    with open_private(export.output) as out, open_private(err_path) as err:
+        proc = await asyncio.create_subprocess_exec(
+            *export.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            cwd=str(workspace),
+            env=env,
+            start_new_session=True,
+            preexec_fn=die_with_parent(),
+        )
+        try:
+            await asyncio.wait_for(proc.wait(), EXPORT_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            await stop_group(proc)
+    await end_strays(keep=keep)
+    if proc.returncode != 0 or export.output.stat().st_size == 0:
+        warn(
+            f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {exit_status(proc.returncode)}; see {err_path}): no native trajectory"
+        )
+        return None
+    return export.output
