@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig
 from pvisor.gateway.responder import Responder
-from pvisor.journal.writer import JournalProducer
+from pvisor.journal.producer import JournalProducer
 from pvisor.journal.writer_process import open_journal
 from pvisor.session.supervise import STOP_SIGNALS
 
