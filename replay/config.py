@@ -63,6 +63,7 @@ Imports: the standard library (and ``tomli`` on Python 3.10) and pvisor's light 
 from __future__ import annotations
 
 import datetime
+import enum
 import math
 import os
 import re
@@ -76,10 +77,18 @@ from pvisor.adapters.agents import descriptor_names
 from pvisor.journal.errors import BadInputError, UsageError
 
 from .errors import show_path
-from .spec import MODES, TOML_OPTIONS, Kind, ReplayMode
+from .spec import MODES, TOML_OPTIONS, Kind
 
 # declared with the options in .spec; named here too, where the file's values are read
-from .spec import REASONING as REASONING, ReasoningPolicy as ReasoningPolicy  # noqa: E402
+from .spec import REASONING as REASONING, ReplayMode as ReplayMode  # noqa: E402
+
+
+class ReasoningPolicy(str, enum.Enum):
+    """What happens to recorded reasoning in the replayed history (``reasoning``; its values are
+    :data:`~.spec.REASONING`)."""
+
+    KEEP = "keep"
+    STRIP = "strip"
 
 
 #: the mode when neither the flags nor the file give one
@@ -382,7 +391,7 @@ def _short(text: str, limit: int = 40) -> str:
 
 
 #: how each kind of option (:class:`~.spec.Kind`) is checked: (value, context) -> the stored value
-_CHECKS: dict[Kind, Callable[[Any, _Ctx], Any]] = {
+_CHECKS: dict[str, Callable[[Any, _Ctx], Any]] = {
     Kind.AGENT: _agent,
     Kind.TEXT: _text,
     Kind.RUN: _text,
@@ -397,8 +406,8 @@ _CHECKS: dict[Kind, Callable[[Any, _Ctx], Any]] = {
 }
 
 
-def _check_of(kind: Kind, choices: tuple[str, ...]) -> Callable[[Any, _Ctx], Any]:
-    return _choice(choices) if kind is Kind.CHOICE else _CHECKS[kind]
+def _check_of(kind: str, choices: tuple[str, ...]) -> Callable[[Any, _Ctx], Any]:
+    return _choice(choices) if kind == Kind.CHOICE else _CHECKS[kind]
 
 
 #: top-level key -> its check (value, context) -> the stored value; in documentation order

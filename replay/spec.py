@@ -43,17 +43,11 @@ class ReplayMode(str, enum.Enum):
     CONTINUE = "continue"  #: replay through step N, then go on with the live model (the default)
 
 
-class ReasoningPolicy(str, enum.Enum):
-    """What happens to recorded reasoning in the replayed history (``reasoning``)."""
-
-    KEEP = "keep"
-    STRIP = "strip"
-
-
 #: the values of ``mode``
 MODES: tuple[str, ...] = tuple(m.value for m in ReplayMode)
-#: the values of ``reasoning``
-REASONING: tuple[str, ...] = tuple(r.value for r in ReasoningPolicy)
+#: the values of ``reasoning`` (:class:`pvisor.replay.config.ReasoningPolicy`): keep the served
+#: replies' reasoning, or strip it
+REASONING: tuple[str, ...] = ("keep", "strip")
 
 _ALL = frozenset(ReplayMode)
 _AGENT = frozenset((ReplayMode.REPLAY_ONLY, ReplayMode.CONTINUE))
@@ -61,8 +55,10 @@ _LIVE = frozenset((ReplayMode.CONTINUE,))
 _PREPARE = frozenset((ReplayMode.PREPARE_ONLY,))
 
 
-class Kind(str, enum.Enum):
-    """How a value is read: the click type of its flag and the check of its ``replay.toml`` key."""
+class Kind:
+    """How a value is read: the click type of its flag and the check of its ``replay.toml`` key.
+    (Names, not an enum: this module is loaded by every prepare-only, and an enum class costs a
+    few hundred microseconds to make.)"""
 
     AGENT = "agent"  #: an agent's name (descriptor_names())
     TEXT = "text"  #: a non-empty string
@@ -79,8 +75,8 @@ class Kind(str, enum.Enum):
     OBJECT = "object"  #: a Python value of the API only (a mapping, a list, a callable)
 
 
-class Refusal(str, enum.Enum):
-    """What a value given to a mode that does not take it does."""
+class Refusal:
+    """What a value given to a mode that does not take it does (names, as :class:`Kind`'s)."""
 
     REFUSED = "refused"  #: a usage error, from the command line or replay.toml alike
     FLAG = "flag"  #: a usage error from the command line; replay.toml's is ignored
@@ -110,7 +106,7 @@ class Option:
         self,
         name: str,
         flag: str | None,
-        kind: Kind,
+        kind: str,
         help: str | None = None,
         *,
         metavar: str | None = None,
@@ -120,7 +116,7 @@ class Option:
         rank: int = 0,
         api: str | None = None,
         choices: tuple[str, ...] = (),
-        refusal: Refusal = Refusal.IGNORED,
+        refusal: str = Refusal.IGNORED,
         starts: str = "starts nothing",
         shared: str | None = None,
     ) -> None:
@@ -214,7 +210,7 @@ OPTIONS: tuple[Option, ...] = (
            refusal=Refusal.WARNED),
     Option("reasoning", "--reasoning", Kind.CHOICE,
            "continuation: keep the served replies' reasoning (default; a refusal is reported) or strip it so "
-           "that the live API accepts the request.", default=ReasoningPolicy.KEEP.value, modes=_LIVE,
+           "that the live API accepts the request.", default=REASONING[0], modes=_LIVE,
            toml="reasoning", rank=13, api="reasoning", choices=REASONING, refusal=Refusal.WARNED),
     Option("live_model", "--live-model", Kind.TEXT,
            "continuation: ask the live upstream for this model instead of the recorded one.",
@@ -406,9 +402,9 @@ class ReplaySpec:
         mode = self.mode
         if mode is not None and not (v.get("prepare_only") and v.get("replay_only")):
             for o in OPTIONS:
-                if mode in o.modes or o.refusal is Refusal.IGNORED or o.flag is None:
+                if mode in o.modes or o.refusal == Refusal.IGNORED or o.flag is None:
                     continue
-                if o.refusal is Refusal.REFUSED:
+                if o.refusal == Refusal.REFUSED:
                     given = v.get(o.name) is not None
                 else:
                     given = o.name in self.given and v.get(o.name) not in (None, False)

@@ -73,7 +73,7 @@ def _as_path(value: str | None) -> Path | None:
 
 
 #: the click type of each kind of option (:class:`~pvisor.replay.spec.Kind`); None: click's text
-_CLICK_TYPES: dict[Kind, Any] = {
+_CLICK_TYPES: dict[str, Any] = {
     Kind.RUN: RUN_ID,
     Kind.STEP: _StepNumber(),
     Kind.SECONDS: float,
@@ -90,13 +90,13 @@ def spec_options(command: Any) -> Any:
         if o.shared is not None:
             continue  # --no-progress: progress_option, on the function itself
         kw: dict[str, Any] = {"help": o.help}
-        if o.kind is Kind.FLAG:
+        if o.kind == Kind.FLAG:
             kw["is_flag"] = True
             if o.toml is not None:
                 kw["default"] = None  # "not given": replay.toml's value applies (ReplayConfig.option)
         else:
             kw["default"] = None
-            if o.kind is Kind.CHOICE:
+            if o.kind == Kind.CHOICE:
                 kw["type"] = click.Choice(list(o.choices))
             elif _CLICK_TYPES.get(o.kind) is not None:
                 kw["type"] = _CLICK_TYPES[o.kind]
@@ -195,9 +195,7 @@ def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:
             raise UsageError(f"{BY_NAME[name].flag} comes from each line of --batch (the key {name!r})")
     for o in CLI_OPTIONS:
         # what prepare-only refuses (a batch is many prepare-only), and --config and --result
-        refused = (
-            ReplayMode.PREPARE_ONLY not in o.modes and o.refusal is not Refusal.IGNORED and o.shared is None
-        )
+        refused = ReplayMode.PREPARE_ONLY not in o.modes and o.refusal != Refusal.IGNORED and o.shared is None
         if (refused or o.name in ("config", "result")) and flags[o.name] is not None:
             raise UsageError("--batch takes --output or --rows, --journal, --force and --allow-damaged only")
     if (flags["output"] is None) == (flags["rows"] is None):
@@ -264,7 +262,7 @@ def _merged(flags: dict[str, Any]) -> ReplaySpec:
     if o["reasoning"] is not None and not isinstance(o["reasoning"], str):
         o["reasoning"] = o["reasoning"].value
     if o["prepare_only"] or o["replay_only"]:
-        warned = [opt for opt in TOML_OPTIONS if opt.refusal is Refusal.WARNED]
+        warned = [opt for opt in TOML_OPTIONS if opt.refusal == Refusal.WARNED]
         warned.sort(key=lambda opt: CLI_OPTIONS.index(opt))
         ignored = [opt.toml for opt in warned if flags[opt.name] is None and o[opt.name] is not None]
         if ignored:
