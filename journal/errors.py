@@ -31,6 +31,11 @@ class PvisorError(Exception):
     def message(self) -> str:
         return str(self.args[0]) if self.args else self.__class__.__name__
 
+    def lines(self) -> list[str]:
+        """The lines the CLI prints, each as ``pvisor: error: LINE``: the message; an error that
+        gathers several problems (``pvisor.replay.spec.ReplayProblems``) gives one per problem."""
+        return [self.message]
+
 
 class UsageError(PvisorError):
     """Wrong arguments: unknown run or exchange id, option combination that makes no sense (exit 2)."""

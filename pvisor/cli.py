@@ -371,7 +371,8 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except PvisorError as exc:
-        click.echo(f"pvisor: error: {one_line(exc.message)}", err=True)
+        for line in exc.lines():
+            click.echo(f"pvisor: error: {one_line(line)}", err=True)
         _exit(exc.exit_code)
     except (BrokenPipeError, PipeClosed):
         # output piped into a pager or head that closed early: quietly, as a tool killed by SIGPIPE

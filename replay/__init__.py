@@ -16,6 +16,10 @@ Modules:
   trajectory (rendered by the protocol module, with parts from a ``--profile-from`` capture).
 - :mod:`.workspace`: the workspace digest.
 - :mod:`.errors`: errors with result-protocol codes.
+- :mod:`.spec`: every replay option declared once (:data:`~.spec.OPTIONS`: name, kind, default,
+  help, modes, replay.toml key, Python keyword; the CLI, :mod:`.config` and the Python API read
+  it) and :class:`~.spec.ReplaySpec`, whose check finds every problem of an invocation at once.
+- :mod:`.config`: ``replay.toml``, read and checked.
 
 The Python API of continuation, :func:`continue_run` and :func:`continue_many` (and their
 :class:`Result`), lives in :mod:`pvisor.session` (it runs agents, a layer above this package):

@@ -74,31 +74,23 @@ from pathlib import Path
 from typing import Any
 
 from pvisor.adapters.agents import descriptor_names
-from pvisor.adapters.protocols import PROTOCOL_MODULES
 from pvisor.journal.errors import BadInputError, UsageError
 
 from .errors import show_path
+from .spec import MODES, TOML_OPTIONS, Kind
 
-
-class ReplayMode(str, enum.Enum):
-    """What ``pvisor replay`` does (``mode``)."""
-
-    PREPARE_ONLY = "prepare-only"  #: rebuild the prefix that ends at O_N, run nothing
-    REPLAY_ONLY = "replay-only"  #: re-run the agent through step N, serving the recorded actions
-    CONTINUE = "continue"  #: replay through step N, then go on with the live model (the default)
+# declared with the options in .spec; named here too, where the file's values are read
+from .spec import REASONING as REASONING, ReplayMode as ReplayMode  # noqa: E402
 
 
 class ReasoningPolicy(str, enum.Enum):
-    """What happens to recorded reasoning in the replayed history (``reasoning``)."""
+    """What happens to recorded reasoning in the replayed history (``reasoning``; its values are
+    :data:`~.spec.REASONING`)."""
 
     KEEP = "keep"
     STRIP = "strip"
 
 
-#: the values of ``mode``
-MODES: tuple[str, ...] = tuple(m.value for m in ReplayMode)
-#: the values of ``reasoning``
-REASONING: tuple[str, ...] = tuple(r.value for r in ReasoningPolicy)
 #: the mode when neither the flags nor the file give one
 DEFAULT_MODE = ReplayMode.CONTINUE.value
 
@@ -398,31 +390,30 @@ def _short(text: str, limit: int = 40) -> str:
     return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
+#: how each kind of option (:class:`~.spec.Kind`) is checked: (value, context) -> the stored value
+_CHECKS: dict[str, Callable[[Any, _Ctx], Any]] = {
+    Kind.AGENT: _agent,
+    Kind.TEXT: _text,
+    Kind.RUN: _text,
+    Kind.PATH: _path,
+    Kind.STEP: _integer(0),
+    Kind.COUNT: _integer(1),
+    Kind.SECONDS: _seconds,
+    Kind.URL: _url,
+    Kind.FLAG: _boolean,
+    Kind.PROFILE: _profile_spec,
+    Kind.MODE: _mode,
+}
+
+
+def _check_of(kind: str, choices: tuple[str, ...]) -> Callable[[Any, _Ctx], Any]:
+    return _choice(choices) if kind == Kind.CHOICE else _CHECKS[kind]
+
+
 #: top-level key -> its check (value, context) -> the stored value; in documentation order
+#: (the keys and kinds are declared once, in :data:`~.spec.OPTIONS`)
 _OPTIONS: dict[str, Callable[[Any, _Ctx], Any]] = {
-    "agent": _agent,
-    "run": _text,
-    "trajectory": _path,
-    "journal": _path,
-    "after_step": _integer(0),
-    "mode": _mode,
-    "output": _path,
-    "workspace": _path,
-    "workspace_from": _text,
-    "child_run": _text,
-    "upstream": _url,
-    "max_steps": _integer(1),
-    "boundary_user_prompt": _text,
-    "reasoning": _choice(REASONING),
-    "live_model": _text,
-    "timeout": _seconds,
-    "task": _text,
-    "session": _text,
-    "force": _boolean,
-    "allow_damaged": _boolean,
-    "allow_unsupported": _boolean,
-    "protocol": _choice(tuple(PROTOCOL_MODULES)),
-    "profile_from": _profile_spec,
+    o.toml: _check_of(o.kind, o.choices) for o in TOML_OPTIONS if o.toml is not None
 }
 
 #: the top-level option keys, in documentation order (``agents`` holds the agent tables)

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pvisor.journal.errors import PvisorError, UsageError
 from pvisor.journal.model import ToolCall
@@ -31,6 +31,8 @@ from pvisor.journal.model import ToolCall
 from .errors import (
     ReplayUsageError,
     ReplayWorkspaceChanged,
+    error_code,
+    error_detail,
     show_path,
 )
 from .prefix import Prefix
@@ -56,6 +58,7 @@ from .result import (
     write_outputs,
 )
 from .source import Source, descriptor, finish_at
+from .spec import collect, in_order, raise_problems
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -237,11 +240,25 @@ def _inside_path(child: str | os.PathLike, parent: str | os.PathLike) -> bool:
 
 
 def check_options(opts: PrepareOptions) -> None:
-    """UsageError (exit 2) for options that make no sense, before anything is read or written."""
-    descriptor(opts.agent)  # ReplayUsageError unknown_agent
+    """UsageError (exit 2) for options that make no sense, before anything is read or written:
+    the first of :func:`option_problems` (a batch reports one error per line)."""
+    problems, _ = option_problems(opts)
+    if problems:
+        raise problems[0]
+
+
+def option_problems(opts: PrepareOptions) -> tuple[list[PvisorError], bool]:
+    """Every problem of ``opts`` found before anything is read or written (UsageError, exit 2,
+    one each, in the order they were always checked), and whether the source can be read (its
+    options passed: :func:`prepare_only` then reads it to find the source's problems too)."""
+    problems: list[PvisorError] = []
+    source_ok = collect(problems, descriptor, opts.agent)  # ReplayUsageError unknown_agent
     if (opts.trajectory is None) == (opts.run is None):
-        raise UsageError(
-            "give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)"
+        source_ok = False
+        problems.append(
+            UsageError(
+                "give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)"
+            )
         )
     for opt, value in (
         ("--output", opts.output),
@@ -252,36 +269,61 @@ def check_options(opts: PrepareOptions) -> None:
         ("--profile-from", opts.profile_from),
         ("--session", opts.session),
     ):
-        check_utf8_option(opt, value)
+        if not collect(problems, check_utf8_option, opt, value) and opt not in ("--output", "--workspace"):
+            source_ok = False
     if opts.run is not None and opts.profile_from is not None:
-        raise UsageError(
-            "--profile-from fills a native render; a journal run (--run) holds its own system prompt and tools"
+        problems.append(
+            UsageError(
+                "--profile-from fills a native render; a journal run (--run) holds its own system prompt and "
+                "tools"
+            )
         )
     if opts.run is not None and opts.session is not None:
-        raise UsageError(
-            "--session picks a session of an OpenCode store (--trajectory); a journal run (--run) is one run"
+        problems.append(
+            UsageError(
+                "--session picks a session of an OpenCode store (--trajectory); a journal run (--run) is one "
+                "run"
+            )
         )
     if opts.run is not None and opts.journal is None:
-        raise UsageError("--run needs a journal: give the global --journal PATH")
+        source_ok = False
+        problems.append(UsageError("--run needs a journal: give the global --journal PATH"))
     if opts.after_step < 0:
-        raise ReplayUsageError(
-            "usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)"
+        source_ok = False
+        problems.append(
+            ReplayUsageError(
+                "usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)"
+            )
         )
+    workspace_ok = opts.workspace is not None
     if opts.workspace is not None:
         if not os.path.exists(opts.workspace):
-            raise UsageError(f"--workspace {show_path(opts.workspace)}: no such directory")
-        if not os.path.isdir(opts.workspace):
-            raise UsageError(f"--workspace {show_path(opts.workspace)}: not a directory")
+            workspace_ok = False
+            problems.append(UsageError(f"--workspace {show_path(opts.workspace)}: no such directory"))
+        elif not os.path.isdir(opts.workspace):
+            workspace_ok = False
+            problems.append(UsageError(f"--workspace {show_path(opts.workspace)}: not a directory"))
     if opts.trajectory is not None:
         from pvisor.adapters.native import check_source_file
 
-        check_source_file(opts.trajectory, f"--trajectory {show_path(opts.trajectory)}")
+        if not collect(
+            problems, check_source_file, opts.trajectory, f"--trajectory {show_path(opts.trajectory)}"
+        ):
+            source_ok = False
+    journal_ok = True
     if opts.journal is not None:
         if not os.path.exists(opts.journal):
-            raise UsageError(f"--journal {show_path(opts.journal)}: no such journal file")
-        if os.path.isdir(opts.journal):
-            raise UsageError(f"--journal {show_path(opts.journal)} is a directory, expected a journal file")
-    if opts.workspace is not None:
+            journal_ok = False
+            problems.append(UsageError(f"--journal {show_path(opts.journal)}: no such journal file"))
+        elif os.path.isdir(opts.journal):
+            journal_ok = False
+            problems.append(
+                UsageError(f"--journal {show_path(opts.journal)} is a directory, expected a journal file")
+            )
+    if opts.run is not None and not journal_ok:
+        source_ok = False
+    if workspace_ok and journal_ok:
+        assert opts.workspace is not None
         # opening an SQLite journal read-only still creates its -wal/-shm files beside it
         # (WAL mode): a journal inside the workspace would be a write into it
         journals = [("--journal", opts.journal)] if opts.journal is not None else []
@@ -291,17 +333,22 @@ def check_options(opts: PrepareOptions) -> None:
             journals.append(("--profile-from", parse_profile_spec(opts.profile_from)[0]))
         for opt, path in journals:
             if path is not None and _inside_path(path, opts.workspace):
-                raise UsageError(
-                    f"{opt} {show_path(path)} is inside --workspace {show_path(opts.workspace)}: opening the journal creates its -wal/-shm "
-                    "files beside it and prepare-only never writes the workspace; copy the journal out of the workspace"
+                source_ok = False  # reading it would write its -wal/-shm files into the workspace
+                problems.append(
+                    UsageError(
+                        f"{opt} {show_path(path)} is inside --workspace {show_path(opts.workspace)}: "
+                        "opening the journal creates its -wal/-shm files beside it and prepare-only never writes the "
+                        "workspace; copy the journal out of the workspace"
+                    )
                 )
+    return problems, source_ok
 
 
 def _base_result(opts: PrepareOptions) -> dict[str, Any]:
     return base_result("prepare-only", opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step)
 
 
-def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
+def prepare_only(opts: PrepareOptions, problems: Sequence[PvisorError] = ()) -> PrepareOutcome:
     """Prepare the prefix of ``opts`` and write the three output files (module docstring).
 
     Returns a :class:`PrepareOutcome`. Raises UsageError (exit 2) for arguments that make no
@@ -311,14 +358,30 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
     accepted, a failure first writes result.json with ``status: "failed"`` (no prefix files)
     and sets the error's ``result`` attribute to that document.
 
+    Every problem found before the source is read (``problems``: those the caller found in
+    the options already, :meth:`~pvisor.replay.spec.ReplaySpec.check`) is raised at once
+    (:func:`~pvisor.replay.spec.raise_problems`), with the source's own problem when the source
+    could be read: then, when the output directory was accepted, result.json lists them all in
+    ``errors``.
+
     Order: the options and the output directory are checked (a source or journal that is one
     of the output files is refused), everything is read and computed in memory, and only then
     are the three files written, under temporary names renamed into place: an earlier
     prefix or result in the directory is replaced last, never removed before the source is read."""
     t0 = time.perf_counter()
-    check_options(opts)
-    out = check_output(opts.output, opts.workspace, opts.force)
-    check_inputs_not_outputs(opts, out)
+    problems = list(problems)
+    found, source_ok = option_problems(opts)
+    problems += found
+    out: str | None = None
+    try:
+        out = check_output(opts.output, opts.workspace, opts.force)
+        check_inputs_not_outputs(opts, out)
+    except PvisorError as exc:
+        problems.append(exc)
+        out, source_ok = None, False  # a journal is read only when what it could write beside it is checked
+    if problems:
+        _refuse(opts, problems, out, source_ok, t0)
+    assert out is not None
     result = _base_result(opts)
     create_output(out, opts.output)
     try:
@@ -329,6 +392,47 @@ def prepare_only(opts: PrepareOptions) -> PrepareOutcome:
         write_failed(out, result)
         raise
     return PrepareOutcome(result, out, os.path.join(out, PREFIX_FILE), os.path.join(out, RESULT_FILE))
+
+
+def _refuse(
+    opts: PrepareOptions, problems: list[PvisorError], out: str | None, source_ok: bool, t0: float
+) -> None:
+    """Raise ``problems`` (:func:`~pvisor.replay.spec.raise_problems`) with the source's own
+    problem, when the source can be read (``source_ok``) and holds one; then, when the output
+    directory ``out`` was accepted (else None), a failed result.json in it lists them all in
+    ``errors``. A usage error alone writes nothing, as ever."""
+    if not source_ok:
+        raise_problems(problems)
+    result = _base_result(opts)
+    shown = ("", "") if out is None else (os.path.join(out, PREFIX_FILE), os.path.join(out, REQUEST_FILE))
+    try:
+        compute_source(opts, result, shown, t0)
+    except PvisorError as exc:
+        fail(result, exc, t0)
+        problems.append(exc)
+    else:
+        raise_problems(problems)
+    if out is None:
+        raise_problems(problems)
+    assert out is not None
+    result["errors"] = [{"code": error_code(p), "message": error_detail(p)} for p in in_order(problems)]
+    create_output(out, opts.output)
+    write_failed(out, result)
+    try:
+        raise_problems(problems)
+    except PvisorError as exc:
+        exc.result = result  # type: ignore[attr-defined]  # for `--result -`
+        raise
+
+
+def compute_source(
+    opts: PrepareOptions, result: dict[str, Any], shown: tuple[Path | str, Path | str], t0: float
+) -> Prefix:
+    """The source read and the prefix built, in memory (no workspace digest): what
+    :func:`compute` finds wrong with the source."""
+    prefix, source = _build(opts)
+    _fill(result, opts, prefix, source, shown)
+    return prefix
 
 
 def compute(

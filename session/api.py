@@ -35,8 +35,10 @@ class Result:
 
     Fields: ``document`` (the result document, ``result.json``; None when the replay failed
     before it could write one), ``output`` (the directory holding prefix.json,
-    prefix.request.json and result.json), ``error`` (the one-line error, or None), ``exit_code``
-    (what ``pvisor replay`` would have exited with: 0 for status ``ok``)."""
+    prefix.request.json and result.json), ``error`` (the error, one line per problem when several
+    were found at once, or None), ``exit_code`` (what ``pvisor replay`` would have exited with:
+    0 for status ``ok``; for several problems, the first's in the order usage, source,
+    environment)."""
 
     document: dict[str, Any] | None
     output: Path
@@ -76,35 +78,18 @@ class Result:
         return p if self.document is not None and self.document.get("prefix") else None
 
 
-def _options(
-    source: Source,
-    after_step: int,
-    workspace: os.PathLike[str] | str,
-    *,
-    agent: str | None,
-    output: os.PathLike[str] | str | None,
-    journal: os.PathLike[str] | str | None,
-    upstream: str | None,
-    max_steps: int | None,
-    boundary_user_prompt: str | None,
-    reasoning: str,
-    live_model: str | None,
-    model: str | None,
-    entrypoint: str | None,
-    task: str | None,
-    timeout: float,
-    environment: Mapping[str, str] | None,
-    arguments: Sequence[str] | None,
-    force: bool,
-    allow_unsupported: bool,
-    session: str | None,
-    allow_damaged: bool = False,
-    child_run: str | None = None,
-) -> Any:
+def _options(given: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The :class:`~pvisor.session.replay.ReplayOptions` of :func:`continue_run`'s keywords
+    ``given`` (:data:`~pvisor.replay.spec.API_NAMES`: each read through its option of
+    :data:`~pvisor.replay.spec.OPTIONS`), and the problems :meth:`ReplaySpec.check` finds."""
+    import dataclasses
+
     from pvisor.journal.errors import UsageError
     from pvisor.journal.paths import default_journal_path
+    from pvisor.replay.spec import OPTIONS, ReplayMode, ReplaySpec
     from pvisor.session.replay import ReplayOptions
 
+    source, journal, output = given["source"], given["journal"], given["output"]
     journal_path = Path(journal) if journal is not None else default_journal_path()
     run = trajectory = None
     if isinstance(source, str):
@@ -115,37 +100,26 @@ def _options(
         raise UsageError(
             f"source {source!r}: give a journal run id (str) or a native trajectory file (pathlib.Path)"
         )
+    agent = given["agent"]
     if agent is None:
         if run is None:
             raise UsageError("agent= is needed with a native trajectory (which agent wrote it?)")
         agent = _agent_of(journal_path, run)
     out = Path(output) if output is not None else Path(tempfile.mkdtemp(prefix="pvisor-continue-"))
-    return ReplayOptions(
+    values = {o.name: given[o.api] for o in OPTIONS if o.api in given and o.api != "source"}
+    values.update(
         agent=agent,
-        after_step=after_step,
         output=out,
-        workspace=Path(workspace),
+        workspace=Path(given["workspace"]),
         journal=journal_path,
         trajectory=trajectory,
         run=run,
-        entrypoint=entrypoint,
-        task=task,
-        session=session,
-        timeout=timeout,
-        force=force,
-        allow_unsupported=allow_unsupported,
-        allow_damaged=allow_damaged,
-        model=model,
-        agent_env=dict(environment or {}),
-        agent_args=list(arguments or []),
-        upstream=upstream,
-        max_steps=max_steps,
-        boundary_prompt=boundary_user_prompt,
-        reasoning=reasoning,
-        live_model=live_model,
-        child_run=child_run,
-        child_option="child_run=",
+        agent_env=dict(given["environment"] or {}),
+        agent_args=list(given["arguments"] or []),
     )
+    spec = ReplaySpec(values, given, ReplayMode.CONTINUE)
+    fields = [f.name for f in dataclasses.fields(ReplayOptions) if f.name in values]
+    return ReplayOptions(**spec.fields(fields), child_option="child_run="), spec.check()
 
 
 def _agent_of(journal: Path, run: str) -> str:
@@ -203,34 +177,14 @@ def continue_run(
     bad options, an output directory that is refused. Call it from the main thread (the agent's
     stop signals are handled there)."""
     from pvisor.journal.errors import PvisorError
+    from pvisor.replay.spec import API_NAMES
     from pvisor.session.replay import continue_replay
 
-    opts = _options(
-        source,
-        after_step,
-        workspace,
-        agent=agent,
-        output=output,
-        journal=journal,
-        upstream=upstream,
-        max_steps=max_steps,
-        boundary_user_prompt=boundary_user_prompt,
-        reasoning=reasoning,
-        live_model=live_model,
-        model=model,
-        entrypoint=entrypoint,
-        task=task,
-        timeout=timeout,
-        environment=environment,
-        arguments=arguments,
-        force=force,
-        allow_unsupported=allow_unsupported,
-        allow_damaged=allow_damaged,
-        session=session,
-        child_run=child_run,
-    )
+    # the keywords are the replay options' API names (pvisor.replay.spec.API_NAMES), warn aside
+    given = {name: value for name, value in locals().items() if name in API_NAMES and name != "warn"}
+    opts, problems = _options(given)
     try:
-        outcome = continue_replay(opts, warn or (lambda _m: None))
+        outcome = continue_replay(opts, warn or (lambda _m: None), problems)
     except PvisorError as exc:
         doc = getattr(exc, "result", None)
         if doc is None:

@@ -30,10 +30,10 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from pvisor.journal import progress
-from pvisor.journal.errors import PvisorError, UsageError
+from pvisor.journal.errors import BadInputError, PvisorError, UsageError
 from pvisor.journal.model import RunMode
 from pvisor.replay.errors import (
     ReplayBadInput,
@@ -44,6 +44,7 @@ from pvisor.replay.errors import (
     show_path,
 )
 from pvisor.replay.prepare import check_utf8_option as _utf8
+from pvisor.replay.spec import REASONING, ReplayProblems, collect, in_order, raise_problems
 from pvisor.replay.result import (
     PREFIX_FILE,
     REQUEST_FILE,
@@ -177,10 +178,18 @@ def _related(a: Path, b: Path) -> bool:
     return a == b or a in b.parents or b in a.parents
 
 
-def _check(opts: ReplayOnlyOptions) -> Any:
+def _check(opts: ReplayOnlyOptions, problems: list[PvisorError]) -> tuple[Any, bool]:
+    """Every problem of the options, each added to ``problems`` (usage errors, exit 2, in the
+    order they were always checked). Returns the agent's descriptor (None for an unknown agent)
+    and whether the source can be read (its options passed)."""
     from pvisor.replay.source import descriptor
 
-    d = descriptor(opts.agent)
+    d = None
+    try:
+        d = descriptor(opts.agent)
+    except PvisorError as exc:
+        problems.append(exc)
+    source_ok = d is not None
     for opt, value in (
         ("--output", opts.output),
         ("--trajectory", opts.trajectory),
@@ -191,79 +200,118 @@ def _check(opts: ReplayOnlyOptions) -> Any:
         ("--agent-entrypoint", opts.entrypoint),
         ("--session", opts.session),
     ):
-        _utf8(opt, value)
-    if not d.launchable:
-        raise ReplayUsageError(
-            "no_launch_profile",
-            f"--replay-only runs the agent, and pvisor cannot start {opts.agent} (no launch profile); "
-            "--prepare-only works from its trajectory",
+        if not collect(problems, _utf8, opt, value) and opt in ("--trajectory", "--run", "--journal"):
+            source_ok = False
+    if d is not None and not d.launchable:
+        source_ok = False  # the source read for this agent would only say again that it is the wrong one
+        problems.append(
+            ReplayUsageError(
+                "no_launch_profile",
+                f"--replay-only runs the agent, and pvisor cannot start {opts.agent} (no launch profile); "
+                "--prepare-only works from its trajectory",
+            )
         )
     if (opts.trajectory is None) == (opts.run is None):
-        raise UsageError(
-            "give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)"
+        source_ok = False
+        problems.append(
+            UsageError(
+                "give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)"
+            )
         )
     if opts.run is not None and not opts.run.strip():
-        raise UsageError(
-            "--run is empty: give a run id or a unique prefix of one (pvisor journal ls lists them)"
+        source_ok = False
+        problems.append(
+            UsageError(
+                "--run is empty: give a run id or a unique prefix of one (pvisor journal ls lists them)"
+            )
         )
     if opts.task is not None and not opts.task.strip():
-        raise UsageError("--task is blank: give the task the agent is to be given")
+        problems.append(UsageError("--task is blank: give the task the agent is to be given"))
     if opts.after_step < 0:
-        raise ReplayUsageError(
-            "usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)"
+        source_ok = False
+        problems.append(
+            ReplayUsageError(
+                "usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)"
+            )
         )
+    workspace_ok = False
     if opts.workspace is None:
-        raise ReplayUsageError(
-            "workspace_refused",
-            "replaying with the agent (--replay-only, continuation) needs --workspace DIR: "
-            "a new directory where it re-runs its tools "
-            "(never the recorded run's own: recorded commands can delete or push)",
-        )
-    if not opts.workspace.is_dir():
-        raise ReplayUsageError(
-            "workspace_refused", f"--workspace {show_path(opts.workspace)}: no such directory"
-        )
-    if (opts.run is not None or opts.workspace_from is not None) and not opts.journal.exists():
-        raise UsageError(f"--journal {show_path(opts.journal)}: no such journal file")
-    if opts.workspace_from is not None:
-        if not opts.workspace_from.strip():
-            raise UsageError(
-                "--workspace-from is empty: give the run whose start state to restore (pvisor snapshot ls RUN)"
-            )
-        from pvisor.journal.reader import JournalReader
-
-        with JournalReader(opts.journal) as reader:
-            reader.run(opts.workspace_from)  # an unknown run: a usage error before anything is written
-        try:
-            holds = any(opts.workspace.iterdir())
-        except OSError as exc:
-            raise ReplayUsageError(
+        problems.append(
+            ReplayUsageError(
                 "workspace_refused",
-                f"--workspace {show_path(opts.workspace)} cannot be read ({exc.strerror})",
-            ) from None
-        if holds:
-            raise ReplayUsageError(
-                "workspace_refused",
-                f"--workspace {show_path(opts.workspace)} is not empty: --workspace-from restores the recorded start "
-                "state into an empty directory",
+                "replaying with the agent (--replay-only, continuation) needs --workspace DIR: "
+                "a new directory where it re-runs its tools "
+                "(never the recorded run's own: recorded commands can delete or push)",
             )
+        )
+    elif not opts.workspace.is_dir():
+        problems.append(
+            ReplayUsageError(
+                "workspace_refused", f"--workspace {show_path(opts.workspace)}: no such directory"
+            )
+        )
+    else:
+        workspace_ok = True
+    journal_ok = opts.journal.exists()
+    if (opts.run is not None or opts.workspace_from is not None) and not journal_ok:
+        source_ok = source_ok and opts.run is None
+        problems.append(UsageError(f"--journal {show_path(opts.journal)}: no such journal file"))
+    if opts.workspace_from is not None and journal_ok:
+        collect(problems, _check_workspace_from, opts, workspace_ok)
     if opts.trajectory is not None:
         from pvisor.adapters.native import check_source_file
 
-        check_source_file(opts.trajectory, f"--trajectory {show_path(opts.trajectory)}")
+        if not collect(
+            problems, check_source_file, opts.trajectory, f"--trajectory {show_path(opts.trajectory)}"
+        ):
+            source_ok = False
     if opts.timeout <= 0:
-        raise UsageError(f"--timeout must be more than 0 seconds, not {opts.timeout:g}")
-    if opts.task is not None and not opts.task.strip():
-        raise UsageError("--task is empty")
+        problems.append(UsageError(f"--timeout must be more than 0 seconds, not {opts.timeout:g}"))
     if opts.model is not None and not opts.model.strip():
-        raise UsageError("--model is empty: give a model name, or leave the option out")
-    if _resolved(opts.workspace) in _resolved(opts.journal).parents:
+        problems.append(UsageError("--model is empty: give a model name, or leave the option out"))
+    if (
+        workspace_ok
+        and opts.workspace is not None
+        and _resolved(opts.workspace) in _resolved(opts.journal).parents
+    ):
+        source_ok = False  # reading it would write its -wal/-shm files into the workspace
+        problems.append(
+            ReplayUsageError(
+                "workspace_refused",
+                f"--journal {show_path(opts.journal)} lies inside --workspace {show_path(opts.workspace)}: "
+                "the agent could read or change it",
+            )
+        )
+    return d, source_ok
+
+
+def _check_workspace_from(opts: ReplayOnlyOptions, workspace_ok: bool) -> None:
+    """``--workspace-from RUN``: a run of the journal, restored into an empty ``--workspace``."""
+    assert opts.workspace_from is not None
+    if not opts.workspace_from.strip():
+        raise UsageError(
+            "--workspace-from is empty: give the run whose start state to restore (pvisor snapshot ls RUN)"
+        )
+    from pvisor.journal.reader import JournalReader
+
+    with JournalReader(opts.journal) as reader:
+        reader.run(opts.workspace_from)  # an unknown run: a usage error before anything is written
+    if not workspace_ok:
+        return
+    assert opts.workspace is not None
+    try:
+        holds = any(opts.workspace.iterdir())
+    except OSError as exc:
         raise ReplayUsageError(
             "workspace_refused",
-            f"--journal {show_path(opts.journal)} lies inside --workspace {show_path(opts.workspace)}: "
-            "the agent could read or change it",
+            f"--workspace {show_path(opts.workspace)} cannot be read ({exc.strerror})",
+        ) from None
+    if holds:
+        raise ReplayUsageError(
+            "workspace_refused",
+            f"--workspace {show_path(opts.workspace)} is not empty: --workspace-from restores the recorded "
+            "start state into an empty directory",
         )
-    return d
 
 
 def _restore_start(journal: Path, run: str, ws: Path) -> dict[str, Any]:
@@ -335,26 +383,51 @@ def _no_task(source: Path | None, rec: Any) -> str:
     )
 
 
-def replay_only(opts: ReplayOptions, warn: Callable[[str], None]) -> ReplayOnlyOutcome:
+def replay_only(
+    opts: ReplayOptions, warn: Callable[[str], None], problems: Sequence[PvisorError] = ()
+) -> ReplayOnlyOutcome:
     """Replay ``opts`` (module docstring). Returns the outcome of a replay whose status is
     ``ok``; otherwise writes ``result.json`` (when the output directory was accepted) and raises
     (ReplayFailed, ReplayBadInput, ReplayUsageError, UnavailableError, ...), the error carrying
     the document as ``result``."""
-    return _replay_agent(opts, warn, RunMode.REPLAY_ONLY)
+    return _replay_agent(opts, warn, RunMode.REPLAY_ONLY, problems)
 
 
-def continue_replay(opts: ReplayOptions, warn: Callable[[str], None]) -> ReplayOnlyOutcome:
+def continue_replay(
+    opts: ReplayOptions, warn: Callable[[str], None], problems: Sequence[PvisorError] = ()
+) -> ReplayOnlyOutcome:
     """Replay ``opts`` through step N, then continue with the live model (docs/replay.md
     "Continuation"). Returns and raises as :func:`replay_only`; the result document holds the
     continuation's fields as well (``continuation``, ``live_requests``, ...)."""
-    return _replay_agent(opts, warn, RunMode.CONTINUATION)
+    return _replay_agent(opts, warn, RunMode.CONTINUATION, problems)
 
 
-def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMode) -> ReplayOnlyOutcome:
+def _replay_agent(
+    opts: ReplayOptions, warn: Callable[[str], None], mode: RunMode, problems: Sequence[PvisorError]
+) -> ReplayOnlyOutcome:
     from pvisor.session.children import child_target, claim_child, release_child
 
     t0 = time.perf_counter()
-    d = _check(opts)
+    problems = list(problems)
+    d, source_ok = _check(opts, problems)
+    live = mode is RunMode.CONTINUATION
+    upstream = _check_live(opts, d, problems) if live else None
+    out: Path | None = None
+    try:
+        out = Path(
+            check_output(
+                opts.output,
+                opts.workspace,
+                opts.force,
+                "the output must not be where the agent works (it can read and change it)",
+            )
+        )
+    except PvisorError as exc:
+        problems.append(exc)
+        source_ok = False  # a journal is read only when what it could write beside it is checked
+    if problems:
+        _refuse(opts, mode, d, problems, out, source_ok, t0)
+    assert out is not None
     child = claimed = None
     if opts.child_run is not None:
         child = child_target(opts.journal, opts.child_run, opts.child_option)
@@ -371,37 +444,78 @@ def _replay_agent(opts: ReplayOptions, warn: Callable[[str], None], mode: RunMod
         # at once one goes on, the other is refused as a start made later is
         claimed = claim_child(opts.journal, child.id, opts.child_option)
     try:
-        return _replay_claimed(opts, warn, mode, d, child, claimed, t0)
+        return _replay_claimed(opts, warn, mode, d, child, claimed, t0, upstream, out)
     except BaseException:
         if child is not None:
             release_child(opts.journal, child.id)  # a no-op once the agent's attempt was recorded
         raise
 
 
-def _replay_claimed(
+def _agent_missing(opts: ReplayOptions, d: Any) -> PvisorError | None:
+    """The agent's executable looked up as the run will (exit 69 ``agent_unavailable`` when it is
+    missing), or None: for the problems reported together before anything runs."""
+    from pvisor.adapters.agents import get_profile
+    from pvisor.session.launch import find_executable
+
+    if d is None or not d.launchable:
+        return None
+    try:
+        find_executable(get_profile(opts.agent), opts.entrypoint)
+    except PvisorError as exc:
+        exc.code = "agent_unavailable"  # type: ignore[attr-defined]
+        return exc
+    return None
+
+
+def _refuse(
     opts: ReplayOptions,
-    warn: Callable[[str], None],
     mode: RunMode,
     d: Any,
-    child: Any,
-    claimed: int | None,
+    problems: list[PvisorError],
+    out: Path | None,
+    source_ok: bool,
     t0: float,
-) -> ReplayOnlyOutcome:
-    """:func:`_replay_agent` once the child run (if any) is claimed (``claimed``: when)."""
-    from pvisor.session.launch import AgentUnavailable
-    from pvisor.session.run import RunRequest, run_agent, without_userinfo
-    from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
+) -> None:
+    """Raise ``problems`` (:func:`~pvisor.replay.spec.raise_problems`) with the source's own
+    problem (when its options let it be read) and a missing agent; then, when the output
+    directory ``out`` was accepted (else None) and one of those was found, a failed result.json
+    in it lists them all in ``errors``. Usage errors alone write nothing, as ever."""
+    rec = None
+    found: list[PvisorError] = []
+    if source_ok:
+        try:
+            rec = _record(opts)
+        except PvisorError as exc:
+            found.append(exc)
+    missing = _agent_missing(opts, d)
+    if missing is not None:
+        found.append(missing)
+    problems += found
+    if not found or out is None or not source_ok:
+        raise_problems(problems)  # (a document names its source: none without one)
+    assert out is not None
+    result = _base(opts, mode)
+    if rec is not None:
+        _fill_recording(result, rec)
+    elif getattr(found[0], "recording", None) is not None:
+        _fill_recording(result, found[0].recording)  # type: ignore[attr-defined]
+    result["errors"] = [{"code": error_code(p), "message": error_detail(p)} for p in in_order(problems)]
+    result["timings_ms"]["total"] = round((time.perf_counter() - t0) * 1000, 3)
+    create_output(out, opts.output)
+    _remove_prefix_files(out)
+    try:
+        _write(out / RESULT_FILE, dump_result(result))
+    except PvisorError:
+        pass
+    try:
+        raise_problems(problems)
+    except PvisorError as exc:
+        exc.result = result  # type: ignore[attr-defined]
+        raise
 
-    live = mode is RunMode.CONTINUATION
-    upstream = _check_live(opts, d) if live else None
-    out = Path(
-        check_output(
-            opts.output,
-            opts.workspace,
-            opts.force,
-            "the output must not be where the agent works (it can read and change it)",
-        )
-    )
+
+def _base(opts: ReplayOptions, mode: RunMode) -> dict[str, Any]:
+    """The result document of a replay with the agent before anything is done (status failed)."""
     result = base_result(
         mode.value,
         opts.agent,
@@ -423,8 +537,31 @@ def _replay_claimed(
             "playback": None,
         }
     )
-    if live:
+    if mode is RunMode.CONTINUATION:
         result["continuation"] = None
+    return result
+
+
+def _replay_claimed(
+    opts: ReplayOptions,
+    warn: Callable[[str], None],
+    mode: RunMode,
+    d: Any,
+    child: Any,
+    claimed: int | None,
+    t0: float,
+    upstream: str | None,
+    out: Path,
+) -> ReplayOnlyOutcome:
+    """:func:`_replay_agent` once the options are checked (``upstream``: the live model's URL of
+    a continuation; ``out``: the accepted output directory) and the child run (if any) is
+    claimed (``claimed``: when)."""
+    from pvisor.session.launch import AgentUnavailable
+    from pvisor.session.run import RunRequest, run_agent, without_userinfo
+    from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
+
+    live = mode is RunMode.CONTINUATION
+    result = _base(opts, mode)
     timings = result["timings_ms"]
     create_output(out, opts.output)
     holder: dict[str, Any] = {}
@@ -584,13 +721,24 @@ def _replay_claimed(
         if getattr(exc, "recording", None) is not None and result["boundary"]["steps_total"] is None:
             _fill_recording(result, exc.recording)  # type: ignore[attr-defined]
         result["status"] = "failed"
-        result["errors"].append({"code": error_code(exc), "message": error_detail(exc)})
+        # a source that stops the replay before the agent starts: a missing agent is said too
+        missing = (
+            _agent_missing(opts, d)
+            if isinstance(exc, BadInputError) and not result["agent_started"]
+            else None
+        )
+        problems = [exc] if missing is None else [exc, missing]
+        result["errors"] += [{"code": error_code(p), "message": error_detail(p)} for p in problems]
         timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
         _remove_prefix_files(out)
         try:
             _write(out / RESULT_FILE, dump_result(result))
         except PvisorError:
             pass
+        if missing is not None:
+            exc = ReplayProblems(problems)
+            exc.result = result  # type: ignore[attr-defined]
+            raise exc from None
         exc.result = result  # type: ignore[attr-defined]
         raise
     return ReplayOnlyOutcome(result, out)
@@ -798,9 +946,10 @@ class ContinuationEnd(str, enum.Enum):
     NOT_REACHED = "not_reached"  #: the agent never sent request N+1
 
 
-def _check_live(opts: ReplayOptions, d: Any) -> str:
-    """The continuation's options checked; returns the live upstream's base URL (``--upstream``,
-    else the agent's public API, whose key must be in the environment)."""
+def _check_live(opts: ReplayOptions, d: Any, problems: list[PvisorError]) -> str | None:
+    """The continuation's options checked, each problem added to ``problems``; returns the live
+    upstream's base URL (``--upstream``, else the agent's public API, whose key must be in the
+    environment), None when it is refused."""
     from pvisor.adapters.protocols import UPSTREAMS
     from pvisor.session.run import without_userinfo
     from pvisor.gateway.routing import check_upstream_url
@@ -811,35 +960,48 @@ def _check_live(opts: ReplayOptions, d: Any) -> str:
         ("--live-model", opts.live_model),
         ("--model", opts.model),
     ):
-        _utf8(opt, value)
+        if not collect(problems, _utf8, opt, value) and opt == "--upstream":
+            return None
     if opts.max_steps is not None and opts.max_steps < 1:
-        raise ReplayUsageError(
-            "usage",
-            f"--max-steps {opts.max_steps}: a continuation runs at least one live step "
-            "(--replay-only runs none)",
+        problems.append(
+            ReplayUsageError(
+                "usage",
+                f"--max-steps {opts.max_steps}: a continuation runs at least one live step "
+                "(--replay-only runs none)",
+            )
         )
     if opts.boundary_prompt is not None and not opts.boundary_prompt.strip():
-        raise ReplayUsageError(
-            "usage", "--boundary-user-prompt is empty: give the text, or leave the option out"
+        problems.append(
+            ReplayUsageError(
+                "usage", "--boundary-user-prompt is empty: give the text, or leave the option out"
+            )
         )
     if opts.live_model is not None and not opts.live_model.strip():
-        raise ReplayUsageError("usage", "--live-model is empty: give a model name, or leave the option out")
-    if opts.reasoning not in ("keep", "strip"):
-        raise ReplayUsageError("usage", f"--reasoning {opts.reasoning!r}: expected keep or strip")
+        problems.append(
+            ReplayUsageError("usage", "--live-model is empty: give a model name, or leave the option out")
+        )
+    if opts.reasoning not in REASONING:
+        problems.append(ReplayUsageError("usage", f"--reasoning {opts.reasoning!r}: expected keep or strip"))
     if opts.upstream is not None:
         try:
             check_upstream_url(opts.upstream)
         except ValueError as exc:
-            raise ReplayUsageError("usage", f"--upstream {without_userinfo(opts.upstream)}: {exc}") from None
+            problems.append(ReplayUsageError("usage", f"--upstream {without_userinfo(opts.upstream)}: {exc}"))
+            return None
         return opts.upstream
+    if d is None:
+        return None
     url = UPSTREAMS[d.upstream][0]
     key = d.key_env
     if key and not _has_key(opts, key):
-        raise ReplayUsageError(
-            "missing_api_key",
-            f"a continuation forwards request N+1 to {url}, which needs {key} in the environment: set it, "
-            "or give --upstream URL (a local model server)",
+        problems.append(
+            ReplayUsageError(
+                "missing_api_key",
+                f"a continuation forwards request N+1 to {url}, which needs {key} in the environment: set "
+                "it, or give --upstream URL (a local model server)",
+            )
         )
+        return None
     return url
 
 

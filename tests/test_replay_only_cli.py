@@ -6,6 +6,7 @@ that no real CLI is needed to misbehave."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -39,13 +40,29 @@ def fake_agent(tmp: Path, behaviour: str, version: str = "2.1.332") -> Path:
     return script
 
 
+@functools.cache
+def _agents_on_path() -> str:
+    """A directory of stand-ins for the agents' commands (``claude``, ``codex``): the replays
+    here stop before an agent starts, and each test names its one problem; an agent missing
+    from PATH would be a second one, which the command reports along (docs/replay.md)."""
+    import tempfile
+
+    where = Path(tempfile.mkdtemp(prefix="pvisor-agents-"))
+    for name in ("claude", "codex"):
+        (where / name).write_text("#!/bin/sh\nexit 3\n")
+        (where / name).chmod(0o755)
+    return str(where)
+
+
 def _env() -> dict[str, str]:
     # no provider key: a continuation to the public API must find none (and this box must not use one)
-    return {
+    env = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith("PVISOR_") and not k.endswith(("_API_KEY", "_AUTH_TOKEN"))
     }
+    env["PATH"] = os.pathsep.join([_agents_on_path(), env.get("PATH", "")])
+    return env
 
 
 def run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
