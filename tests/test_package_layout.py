@@ -150,3 +150,18 @@ def test_every_import_of_a_pvisor_name_resolves():
                     except ModuleNotFoundError:
                         unresolved.append(f"{path}:{line}: {target}.{name}")
     assert unresolved == []
+
+
+def test_docs_layout_names_what_exists():
+    """docs/layout.md's floors are the import-linter layers' packages, and every file it names
+    exists (the document is the map a contributor adds an agent or a format by)."""
+    import re
+
+    text = (REPO / "docs" / "layout.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`((?:[a-z_]+/)+[a-z_]+\.py)`", text))
+    assert named, "docs/layout.md names no file"
+    missing = sorted(p for p in named if not (REPO / p).exists() and "NAME" not in p)
+    assert missing == []
+    floors = set(re.findall(r"^\| `(pvisor(?:\.[a-z]+)?)` \|", text, re.M))
+    packages = set(re.findall(r'^"(pvisor(?:\.[a-z]+)?)" = "', (REPO / "pyproject.toml").read_text(), re.M))
+    assert floors == packages
