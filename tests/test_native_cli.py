@@ -526,9 +526,9 @@ def test_stdin_and_a_pipe_read_like_the_file():
 
 
 def _bounded(args, tmp_path, **kw) -> subprocess.CompletedProcess:
-    """The installed script as its own process: ``pvisor trajectory ARGS`` with TMPDIR of its own, never allowed to write more than 64 MiB
-    to any file (RLIMIT_FSIZE: a pvisor that copies an endless stream dies of SIGXFSZ instead of
-    filling the disk, and the test fails)."""
+    """The installed script as its own process: ``pvisor trajectory ARGS`` with TMPDIR of its
+    own, never allowed to write more than 64 MiB to any file (RLIMIT_FSIZE: a pvisor that copies
+    an endless stream dies of SIGXFSZ instead of filling the disk, and the test fails)."""
     import resource
 
     assert PVISOR, "the pvisor console script is installed with the package"
