@@ -39,6 +39,27 @@ def pytest_addoption(parser):
         default=False,
         help="rewrite golden files under tests/golden from the current output instead of comparing",
     )
+    parser.addoption(
+        "--shuffle-seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the collected tests in a random order drawn from seed N (across files): a test that "
+        "leans on another's cwd, environment, signal handlers or module state fails in some order",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    seed = config.getoption("--shuffle-seed")
+    if seed is not None:
+        import random
+
+        random.Random(seed).shuffle(items)
+
+
+def pytest_report_header(config):
+    seed = config.getoption("--shuffle-seed")
+    return None if seed is None else f"test order shuffled with --shuffle-seed {seed}"
 
 
 @pytest.fixture(scope="session")

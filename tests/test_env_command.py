@@ -16,6 +16,7 @@ import jsonschema
 import pytest
 
 from agent_helpers import FILES, PVISOR, TASK, entrypoint, pvisor, script_for, user_env
+from cli_helpers import pvisor_main
 from pvisor.adapters.agents import get_descriptor
 from pvisor.journal.reader import JournalReader
 
@@ -24,12 +25,16 @@ SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "result-sche
 AGENTS = ["claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "mini-swe-agent"]
 
 
-def _env(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _env(tmp_path: Path, *args: str):
+    """``pvisor env ARGS`` in this process (tests/cli_helpers.py), output as text."""
     env = user_env(tmp_path)
     env.pop("NO_PROXY", None)  # the snippets add the user's own entries: none here
     env.pop("no_proxy", None)
-    return pvisor(
-        ["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", *args], env=env, cwd=tmp_path
+    return pvisor_main(
+        ["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", *args],
+        env=env,
+        cwd=tmp_path,
+        text=True,
     )
 
 
@@ -50,7 +55,7 @@ def test_snippets_carry_the_run_id_in_the_base_url(tmp_path, agent):
         and "export " not in fish.stdout
     )
     # the user's own NO_PROXY entries stay (either spelling), the loopback names are added
-    mine = pvisor(
+    mine = pvisor_main(
         ["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", "--agent", agent, "--gateway", GATEWAY,
          "--shell", "json"],
         env=user_env(tmp_path, NO_PROXY="corp.example,localhost", no_proxy="lower.example"), cwd=tmp_path,

@@ -4,39 +4,34 @@ scripted model (the session's shared captures), each document checked against wh
 to follow: ATIF and HAR against JSON Schemas written from their specs (tests/schemas/), OTLP
 JSON by parsing it into opentelemetry-proto's ExportTraceServiceRequest with the protobuf JSON
 mapping (unknown fields refused), Parquet by reading it back with pyarrow; and each against the
-journal it came from."""
+journal it came from. The commands run in this process (tests/cli_helpers.py): their exit codes
+as a process are test_cli.py's."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import jsonschema
 import orjson
 import pytest
 from agent_helpers import SCRIPT_KEY
+from cli_helpers import pvisor_main
 
 from pvisor.journal.reader import JournalReader
 
-PVISOR = [sys.executable, "-m", "pvisor"]
 ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
 SCHEMAS = Path(__file__).parent / "schemas"
 
 pytestmark = pytest.mark.slow  # the captures run real agents (once per test session)
 
 
-def export(journal: Path, *args: str, out: Path | None = None) -> subprocess.CompletedProcess:
+def export(journal: Path, *args: str, out: Path | None = None):
+    """``pvisor journal export`` in this process (tests/cli_helpers.py), output as bytes."""
     extra = ["-o", str(out)] if out is not None else []
-    return subprocess.run(
-        [*PVISOR, "--journal", str(journal), "journal", "export", *args, *extra],
-        capture_output=True,
-        env=ENV,
-        timeout=300,
-    )
+    return pvisor_main(["--journal", str(journal), "journal", "export", *args, *extra], env=ENV)
 
 
 def schema(name: str) -> dict:
@@ -263,10 +258,10 @@ def test_a_rows_prefix_digest_is_the_prepared_prefix_of_the_step_before(qwen, tm
     assert export(qwen.journal, qwen.run, "--format", "rows", out=out).returncode == 0
     rows = [json.loads(line) for line in out.read_bytes().splitlines()]
     prep = tmp_path / "prep"
-    proc = subprocess.run(
-        [*PVISOR, "replay", "--agent", "qwen-code", "--journal", str(qwen.journal), "--run", qwen.run,
+    proc = pvisor_main(
+        ["replay", "--agent", "qwen-code", "--journal", str(qwen.journal), "--run", qwen.run,
          "--after-step", "1", "--prepare-only", "--output", str(prep)],
-        capture_output=True, env=ENV, timeout=120,
+        env=ENV,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     prepared = hashlib.sha256((prep / "prefix.json").read_bytes()).hexdigest()

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 from agent_helpers import AGENTS
+from cli_helpers import pvisor_main
 from native_helpers import native_dir, opencode_db_from_dump
 
 from pvisor.journal.errors import BadInputError
@@ -116,12 +117,7 @@ def test_a_lost_actions_result_names_its_call_id_outside_source_call_id(tmp_path
     """Codex's schema-coverage fixture has an output whose id answers no call (a lost action):
     Harbor refuses a ``source_call_id`` that names no tool call of its step."""
     sample = native_dir() / "codex" / "agent-sessions_schema_coverage.jsonl"
-    proc = subprocess.run(
-        [sys.executable, "-m", "pvisor", "trajectory", "export", str(sample), "--format", "atif"],
-        capture_output=True,
-        timeout=120,
-        env={**os.environ, "PYTHONSAFEPATH": "1"},
-    )
+    proc = pvisor_main(["trajectory", "export", str(sample), "--format", "atif"])  # in this process
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     [lost] = [s for s in _agent_steps(doc) if "lost_action" in s["extra"].get("flags", [])]

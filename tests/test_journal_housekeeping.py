@@ -3,7 +3,10 @@ real writer, through the real command.
 
 Bodies are shared between runs (content-addressed) and stored as prefix frames against earlier
 bodies of their lane: removing a run must keep every blob another run names and every base such
-a blob is restored from, and the other run must read back byte for byte."""
+a blob is restored from, and the other run must read back byte for byte.
+
+The command runs in this process (tests/cli_helpers.py) where a test reads its output; as the
+``pvisor`` process where the exit code of the process itself is the point (bad input, Ctrl-C)."""
 
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_helpers import pvisor_main
 from gateway_helpers import poll
 from journal_helpers import snapshot
 
@@ -30,10 +34,13 @@ PVISOR = [sys.executable, "-m", "pvisor"]
 ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
 
 
-def cli(journal: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*PVISOR, "--journal", str(journal), *args], capture_output=True, text=True, env=ENV, timeout=120
-    )
+def cli(journal: Path, *args: str, process: bool = False):
+    """``pvisor --journal JOURNAL ARGS`` in this process; with ``process``, as its own process."""
+    if process:
+        return subprocess.run(
+            [*PVISOR, "--journal", str(journal), *args], capture_output=True, text=True, env=ENV, timeout=120
+        )
+    return pvisor_main(["--journal", str(journal), *args], env=ENV, text=True)
 
 
 def body(n: int) -> bytes:
@@ -182,21 +189,22 @@ def test_rm_takes_a_whole_id_or_a_prefix_with_prefix_and_dry_run_removes_nothing
 
 
 def test_rm_and_vacuum_bad_input_get_one_line(two_runs: Path, tmp_path: Path):
+    """The exit codes of the ``pvisor`` process itself."""
     for args, code, said in [
         (["journal", "rm", "r-nope"], 2, "no run 'r-nope'"),
         (["journal", "rm", "r-"], 2, "it is the start of r-a, r-b: rm takes a whole run id, or --prefix"),
         (["journal", "rm", ""], 2, "empty"),
     ]:
-        proc = cli(two_runs, *args)
+        proc = cli(two_runs, *args, process=True)
         assert proc.returncode == code and said in proc.stderr, (args, proc.stderr)
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     notes = tmp_path / "notes.txt"
     notes.write_text("not a journal\n")
     for args in (["journal", "rm", "r-a"], ["journal", "vacuum"]):
-        proc = cli(notes, *args)
+        proc = cli(notes, *args, process=True)
         assert proc.returncode == 65 and "not a pvisor journal" in proc.stderr, proc.stderr
         assert notes.read_text() == "not a journal\n"
-    missing = cli(tmp_path / "none.sqlite", "journal", "vacuum")
+    missing = cli(tmp_path / "none.sqlite", "journal", "vacuum", process=True)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     assert not (tmp_path / "none.sqlite").exists()
 
@@ -350,12 +358,7 @@ def test_sql_with_a_byte_that_is_not_utf8_gets_one_line_naming_it(two_runs: Path
     """A query from the shell with a byte that is not UTF-8 (``$'SELECT \\'\\xff\\''``, or one in
     a comment) once ended in a UnicodeEncodeError traceback, exit 1."""
     for query, byte in ((b"SELECT '\xff'", "\\xff"), (b"SELECT 1 -- caf\xe9", "\\xe9")):
-        proc = subprocess.run(
-            [*PVISOR, "--journal", str(two_runs), "journal", "sql", query],
-            capture_output=True,
-            env=ENV,
-            timeout=120,
-        )
+        proc = pvisor_main(["--journal", str(two_runs), "journal", "sql", query], env=ENV)
         err = proc.stderr.decode()
         assert proc.returncode == 2, err
         assert "Traceback" not in err and err.count("\n") == 1

@@ -5,7 +5,10 @@ A leaked key sits in every request after the tool output that showed it (each re
 conversation), and those bodies are zstd frames against the previous one: after the scrub no
 byte of the key may be in the journal file, its WAL or the run directories, every body must read
 back as it was with the key replaced, the bodies that never held it keep their sha256, and the
-journal verifies."""
+journal verifies.
+
+The command runs in this process (tests/cli_helpers.py) where a test reads its output; as the
+``pvisor`` process where the exit code of the process itself is the point (bad input, damage)."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_helpers import pvisor_main
 from journal_helpers import snapshot
 
 from pvisor.journal.model import Run
@@ -38,16 +42,21 @@ LEAK_AT = 5  # the tool output of request 5 shows the key; every later request r
 REQUESTS = 40  # past the keyframe at lane position 32
 
 
-def cli(journal: Path, *args: str | bytes, stdin: str | None = None) -> subprocess.CompletedProcess:
-    """The real command; an argument given as bytes reaches it as those bytes (not UTF-8 maybe)."""
-    return subprocess.run(
-        [*PVISOR, "--journal", str(journal), *args],
-        capture_output=True,
-        text=True,
-        errors="surrogateescape",
-        env=ENV,
-        timeout=300,
-        input=stdin,
+def cli(journal: Path, *args: str | bytes, stdin: str | None = None, process: bool = False):
+    """The real command, in this process (with ``process``: as its own process); an argument
+    given as bytes reaches it as those bytes (not UTF-8 maybe)."""
+    if process:
+        return subprocess.run(
+            [*PVISOR, "--journal", str(journal), *args],
+            capture_output=True,
+            text=True,
+            errors="surrogateescape",
+            env=ENV,
+            timeout=300,
+            input=stdin,
+        )
+    return pvisor_main(
+        ["--journal", str(journal), *args], env=ENV, input=stdin, text=True, errors="surrogateescape"
     )
 
 
@@ -308,6 +317,8 @@ def test_scrub_names_the_gateway_the_user_started_not_its_writer_process(leaked:
 
 
 def test_scrub_bad_input_gets_one_line_and_changes_nothing(leaked: Path, tmp_path: Path):
+    """The usage errors in this process; a file that is no journal and a damaged blob as the
+    ``pvisor`` process, whose exit codes they are."""
     digest = content(leaked)
     for args, code, said in [
         (["journal", "scrub"], 2, "give the text to remove, or --regex"),
@@ -332,14 +343,14 @@ def test_scrub_bad_input_gets_one_line_and_changes_nothing(leaked: Path, tmp_pat
         assert content(leaked) == digest, args
     notes = tmp_path / "notes.txt"
     notes.write_text(f"not a journal {SECRET}\n")
-    proc = cli(notes, "journal", "scrub", SECRET)
+    proc = cli(notes, "journal", "scrub", SECRET, process=True)
     assert proc.returncode == 65 and "not a pvisor journal" in proc.stderr, proc.stderr
     assert notes.read_text() == f"not a journal {SECRET}\n"
     # a damaged blob: scrub cannot read it, so it changes nothing and says so
     with sqlite3.connect(leaked) as c:
         c.execute("UPDATE blobs SET data = x'00112233' WHERE codec = 'zstd-prefix' AND rowid = (SELECT max(rowid) FROM blobs WHERE codec = 'zstd-prefix')")  # fmt: skip
     digest = content(leaked)
-    proc = cli(leaked, "journal", "scrub", SECRET)
+    proc = cli(leaked, "journal", "scrub", SECRET, process=True)
     assert (
         proc.returncode == 3 and "cannot be decoded" in proc.stderr and "scrub changed nothing" in proc.stderr
     )

@@ -1,5 +1,7 @@
-"""``pvisor adapters`` and ``pvisor trajectory show|export`` as users run them: a real
-subprocess of the installed console script, on corpus samples and small files written here.
+"""``pvisor adapters`` and ``pvisor trajectory show|export`` as users run them, on corpus samples
+and small files written here: ``pvisor.cli.main(argv)`` in this process where a test reads the
+output (tests/cli_helpers.py), a real subprocess of the installed console script where the input
+is a stream, a FIFO or a pipe, the process is limited or killed, or its output pipe closes.
 Also: the streamed documents equal the whole ones (render.write_* against render.to_*), a
 closed pipe is exit 141, the table's column widths, versions that are not X.Y, detection
 past a long first line."""
@@ -16,6 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from cli_helpers import pvisor_main
 from conftest import cannot_run_here
 from native_helpers import native_dir
 from pvisor.adapters.native import read_native
@@ -24,9 +27,9 @@ from pvisor.adapters.native.render import JSON_OPTIONS, to_atif, to_json, write_
 PVISOR = shutil.which("pvisor", path=os.path.dirname(sys.executable))
 
 
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    assert PVISOR, "the pvisor console script is installed with the package"
-    return subprocess.run([PVISOR, *args], capture_output=True, text=True, cwd=cwd, timeout=60)
+def run(*args: str, cwd: Path | None = None):
+    """``pvisor ARGS`` in this process, its output as text."""
+    return pvisor_main(list(args), cwd=cwd, text=True)
 
 
 CODEX = "codex/real-0.171.0_single-then-resume.jsonl"
@@ -523,11 +526,12 @@ def test_stdin_and_a_pipe_read_like_the_file():
 
 
 def _bounded(args, tmp_path, **kw) -> subprocess.CompletedProcess:
-    """``pvisor trajectory ARGS`` with TMPDIR of its own, never allowed to write more than 64 MiB
-    to any file (RLIMIT_FSIZE: a pvisor that copies an endless stream dies of SIGXFSZ instead of
-    filling the disk, and the test fails)."""
+    """The installed script as its own process: ``pvisor trajectory ARGS`` with TMPDIR of its
+    own, never allowed to write more than 64 MiB to any file (RLIMIT_FSIZE: a pvisor that copies
+    an endless stream dies of SIGXFSZ instead of filling the disk, and the test fails)."""
     import resource
 
+    assert PVISOR, "the pvisor console script is installed with the package"
     tmp = tmp_path / "tmpdir"
     tmp.mkdir(exist_ok=True)
 

@@ -3,7 +3,10 @@ every prefix a batch writes is what a single prepare-only writes with the same a
 three files byte for byte, the result document but for its timings and the paths that name the
 output), for every native trajectory of the corpus at several boundaries and every recorded
 journal run, in a shuffled order, so that a source shared between lines (read once) is shown
-to give each line its own prefix; a bad line fails alone, named by its line number."""
+to give each line its own prefix; a bad line fails alone, named by its line number.
+
+The command runs in this process (tests/cli_helpers.py) where a test reads what it wrote; as the
+``pvisor`` process for the exit codes of bad batches, the docs' console and Ctrl-C."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from cli_helpers import pvisor_main
 from conftest import corpus_dir
 from corpus_runs import RUNS, record_corpus_runs
 from native_helpers import native_dir
@@ -85,10 +89,9 @@ def test_a_batch_gives_what_single_prepares_give(tmp_path: Path, journal: Path):
     manifest = tmp_path / "manifest.jsonl"
     manifest.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
     out = tmp_path / "batch"
-    proc = subprocess.run(
-        [*PVISOR, "replay", "--prepare-only", "--batch", str(manifest), "--output", str(out)],
-        capture_output=True, text=True, env=ENV, timeout=600,
-    )  # fmt: skip
+    proc = pvisor_main(
+        ["replay", "--prepare-only", "--batch", str(manifest), "--output", str(out)], env=ENV, text=True
+    )
     singles = {}
     for line in lines:
         opts = PrepareOptions(
@@ -125,10 +128,9 @@ def test_rows_hold_each_prefix_and_its_result(tmp_path: Path):
     manifest = tmp_path / "m.jsonl"
     manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
     rows_file = tmp_path / "rows.jsonl"
-    proc = subprocess.run(
-        [*PVISOR, "replay", "--prepare-only", "--batch", str(manifest), "--rows", str(rows_file)],
-        capture_output=True, text=True, env=ENV, timeout=300,
-    )  # fmt: skip
+    proc = pvisor_main(
+        ["replay", "--prepare-only", "--batch", str(manifest), "--rows", str(rows_file)], env=ENV, text=True
+    )
     rows = [orjson.loads(line) for line in rows_file.read_bytes().splitlines()]
     assert [r["line"] for r in rows] == list(range(1, len(lines) + 1))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.jsonl", "rows.jsonl"]  # rows only
@@ -162,10 +164,9 @@ def test_parquet_rows_read_back_with_pyarrow(tmp_path: Path):
         "".join(json.dumps({"trajectory": str(f), "agent": agent, "after_step": n}) + "\n" for n in (0, 1, 2))
     )
     rows_file = tmp_path / "rows.parquet"
-    proc = subprocess.run(
-        [*PVISOR, "replay", "--prepare-only", "--batch", str(manifest), "--rows", str(rows_file)],
-        capture_output=True, text=True, env=ENV, timeout=300,
-    )  # fmt: skip
+    proc = pvisor_main(
+        ["replay", "--prepare-only", "--batch", str(manifest), "--rows", str(rows_file)], env=ENV, text=True
+    )
     assert proc.returncode == 0, proc.stderr
     table = pq.read_table(rows_file).to_pylist()
     assert [r["line"] for r in table] == [1, 2, 3] and {r["status"] for r in table} == {"ok"}
@@ -329,10 +330,11 @@ def test_a_batch_never_destroys_its_inputs_and_odd_requests_fail_alone(tmp_path:
         {"trajectory": str(f), "agent": agent, "after_step": 1, "name": "fine"},
     ]
     manifest.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    proc = subprocess.run(
-        [*PVISOR, "replay", "--prepare-only", "--batch", str(manifest), "--output", str(out), "--force"],
-        capture_output=True, text=True, env=ENV, timeout=120,
-    )  # fmt: skip
+    proc = pvisor_main(
+        ["replay", "--prepare-only", "--batch", str(manifest), "--output", str(out), "--force"],
+        env=ENV,
+        text=True,
+    )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert inside.read_bytes() == original  # not removed by the refused line
     errors = proc.stderr.splitlines()
@@ -351,8 +353,9 @@ def test_a_batch_never_destroys_its_inputs_and_odd_requests_fail_alone(tmp_path:
         (["--rows", str(link)], "is the manifest"),
         (["--output", str(tmp_path)], "holds the manifest"),
     ]:
-        p = subprocess.run([*PVISOR, "replay", "--prepare-only", "--batch", str(manifest), *args, "--force"],
-                           capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+        p = pvisor_main(
+            ["replay", "--prepare-only", "--batch", str(manifest), *args, "--force"], env=ENV, text=True
+        )
         assert p.returncode == 2 and said in p.stderr, (args, p.stderr)
     assert manifest.read_bytes() == link.read_bytes() and manifest.stat().st_size > 0
     victim = tmp_path / "victim.jsonl"
@@ -360,17 +363,18 @@ def test_a_batch_never_destroys_its_inputs_and_odd_requests_fail_alone(tmp_path:
     m2 = tmp_path / "m2.jsonl"
     m2.write_text(json.dumps({"trajectory": str(victim), "agent": agent, "after_step": 1}) + "\n"
                   + json.dumps({"trajectory": str(f), "agent": agent, "after_step": 2**64 - 1}) + "\n")  # fmt: skip
-    p = subprocess.run([*PVISOR, "replay", "--prepare-only", "--batch", str(m2), "--rows", str(victim)],
-                       capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    p = pvisor_main(
+        ["replay", "--prepare-only", "--batch", str(m2), "--rows", str(victim)], env=ENV, text=True
+    )
     assert p.returncode == 2 and "exists; give --force" in p.stderr
-    p = subprocess.run([*PVISOR, "replay", "--prepare-only", "--batch", str(m2), "--rows", str(victim), "--force"],
-                       capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    p = pvisor_main(
+        ["replay", "--prepare-only", "--batch", str(m2), "--rows", str(victim), "--force"], env=ENV, text=True
+    )
     assert p.returncode == 2 and "line 1: trajectory is the --rows file" in p.stderr, p.stderr
     assert "is a source of line 1: it is kept, and no rows were written" in p.stderr
     assert victim.read_bytes() == original
     # the Parquet rows of a step number past int64 (out of range for any source) still write
-    p = subprocess.run([*PVISOR, "replay", "--prepare-only", "--batch", str(m2), "--rows", str(rows)],
-                       capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+    p = pvisor_main(["replay", "--prepare-only", "--batch", str(m2), "--rows", str(rows)], env=ENV, text=True)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
     import pyarrow.parquet as pq
 

@@ -6,6 +6,9 @@ Journals: the requests real agents sent (tests/corpus/requests), recorded into a
 corpus_runs.py. Native files: tests/corpus/native. Expected values come from the journal read
 with the journal adapter (JournalReader + the chain rule, tested in test_steps.py) or from the
 files' raw JSON, never from the code under test.
+
+The command runs in this process (tests/cli_helpers.py) where a test reads its output, as the
+``pvisor`` process where its exit codes are the point (test_cli_summary_result_stdout_and_exit_codes).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import jsonschema
 import orjson
 import pytest
 
+from cli_helpers import pvisor_main
 from conftest import corpus_dir
 from corpus_runs import RUNS, record_corpus_runs, record_line, corpus_lines
 from native_helpers import native_dir
@@ -43,11 +47,15 @@ def validate(result: dict) -> None:
     jsonschema.validate(result, SCHEMA, cls=jsonschema.Draft202012Validator)
 
 
-def pvisor(*args: str, journal: Path | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def pvisor(*args: str, journal: Path | None = None, cwd: Path | None = None, process: bool = False):
+    """``pvisor [--journal JOURNAL] ARGS`` in this process (output as bytes); with ``process``,
+    the installed script as its own process."""
     pre = ["--journal", str(journal)] if journal is not None else []
-    return subprocess.run(
-        [PVISOR, *pre, *args], capture_output=True, timeout=120, cwd=cwd, stdin=subprocess.DEVNULL
-    )
+    if process:
+        return subprocess.run(
+            [PVISOR, *pre, *args], capture_output=True, timeout=120, cwd=cwd, stdin=subprocess.DEVNULL
+        )
+    return pvisor_main([*pre, *args], cwd=cwd)
 
 
 @pytest.fixture(scope="module")
@@ -629,6 +637,7 @@ def test_cli_summary_escapes_control_characters_of_the_output_path(tmp_path):
 
 
 def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
+    """The ``pvisor`` process itself: its output and its exit codes."""
     path, _ = corpus_journal
     native = native_dir() / "qwen-code" / "real-0.24.4_single.jsonl"
     out = tmp_path / "a"
@@ -643,6 +652,7 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
         "--prepare-only",
         "--output",
         str(out),
+        process=True,
     )
     assert p.returncode == 0, p.stderr
     lines = p.stdout.decode().splitlines()
@@ -654,7 +664,7 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
     # the task alone: one message, said in the singular
     p = pvisor(
         "replay", "--agent", "qwen-code", "--trajectory", str(native), "--after-step", "0", "--prepare-only",
-        "--output", str(tmp_path / "zero"),
+        "--output", str(tmp_path / "zero"), process=True,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert ", 1 message ending with the task, rendered" in p.stdout.decode()
@@ -673,6 +683,7 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
         "--result",
         "-",
         journal=path,
+        process=True,
     )
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout) == read_result(out)
@@ -706,7 +717,9 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
         ),
     ]
     for i, (args, code, text) in enumerate(cases):
-        p = pvisor("replay", *args, "--prepare-only", "--output", str(tmp_path / f"e{i}"), journal=path)
+        p = pvisor(
+            "replay", *args, "--prepare-only", "--output", str(tmp_path / f"e{i}"), journal=path, process=True
+        )
         err = p.stderr.decode()
         assert p.returncode == code, (args, err)
         assert text in err and "Traceback" not in err
@@ -727,6 +740,7 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
         "--result",
         "-",
         journal=path,
+        process=True,
     )
     assert p.returncode == 65
     doc = json.loads(p.stdout)
@@ -747,6 +761,7 @@ def test_cli_summary_result_stdout_and_exit_codes(corpus_journal, tmp_path):
         "--output",
         str(tmp_path / "x"),
         journal=path,
+        process=True,
     )
     # no mode flag is a continuation, which needs a workspace to run the agent in
     assert p.returncode == 2 and b"needs --workspace DIR" in p.stderr

@@ -4,8 +4,10 @@ workspaces, numbers and paths JSON cannot carry, deep nesting, a journal inside 
 another protocol than the profile's, a batch missing one result, a workspace written by someone
 else, FIFOs and devices as the source, and the small option checks.
 
-Every case runs the real CLI in a subprocess on real files in ``tmp_path`` (or the real
-functions on real files); nothing of pvisor is mocked. Each failed result.json is validated
+Every case runs the real CLI on real files in ``tmp_path`` (or the real functions on real
+files): ``pvisor.cli.main(argv)`` in this process (tests/cli_helpers.py), a subprocess of the
+installed script where it runs as another user, writes to /dev/full or takes bytes that are not
+UTF-8 on its command line; nothing of pvisor is mocked. Each failed result.json is validated
 against docs/result-schema.json.
 """
 
@@ -23,6 +25,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from cli_helpers import pvisor_main
 from conftest import cannot_run_here, corpus_dir
 from corpus_runs import RUNS, corpus_lines, record_corpus_runs, record_line
 from native_helpers import native_dir
@@ -44,8 +47,12 @@ def validate(result: dict) -> None:
     jsonschema.validate(result, SCHEMA, cls=jsonschema.Draft202012Validator)
 
 
-def pvisor(*args, journal=None, cwd=None, env=None, prefix=(), timeout=120) -> subprocess.CompletedProcess:
+def pvisor(*args, journal=None, cwd=None, env=None, prefix=(), timeout=120):
+    """``pvisor [--journal JOURNAL] ARGS`` in this process, output as bytes; with a ``prefix``
+    (a command that runs it as another user), the installed script in a subprocess."""
     pre = ["--journal", journal] if journal is not None else []
+    if not prefix:
+        return pvisor_main([*pre, *args], cwd=cwd, env=env)
     return subprocess.run(
         [*prefix, PVISOR, *pre, *args],
         capture_output=True,

@@ -22,6 +22,7 @@ from pathlib import Path
 import orjson
 import pytest
 from agent_helpers import capture_scripted, pvisor
+from cli_helpers import pvisor_main
 from conftest import REPO, cannot_run_here
 from test_gateway_cli import ENV, PVISOR
 
@@ -113,13 +114,11 @@ def claude_runs(tmp_path_factory):
     return journal, captured, derived
 
 
-def report(journal: Path, run: str, output: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [*PVISOR, "--journal", str(journal), "report", run, "-o", str(output), *extra],
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=120,
+def report(journal: Path, run: str, output: Path, *extra: str):
+    """``pvisor report`` in this process (tests/cli_helpers.py); test_bad_input_gets_one_line runs
+    the pvisor process for its exit codes."""
+    return pvisor_main(
+        ["--journal", str(journal), "report", run, "-o", str(output), *extra], env=ENV, text=True
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 from agent_helpers import PVISOR
+from cli_helpers import pvisor_main
 
 from pvisor.journal.errors import BadInputError, UsageError
 from pvisor.journal.snapshots import Entry, EntryKind, FilesystemDriver, Manifest, snapshot_driver
@@ -224,10 +225,10 @@ def _journal_with_snapshot(
     return "r-crafted"
 
 
-def _restore_cli(journal: Path, into: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
+def _restore_cli(journal: Path, into: Path, cwd: Path):
+    """``pvisor snapshot restore r-crafted --after-step 0`` in this process (tests/cli_helpers.py)."""
+    return pvisor_main(
         [
-            str(PVISOR),
             "--journal",
             str(journal),
             "snapshot",
@@ -238,10 +239,8 @@ def _restore_cli(journal: Path, into: Path, cwd: Path) -> subprocess.CompletedPr
             "--into",
             str(into),
         ],
-        capture_output=True,
-        text=True,
         cwd=cwd,
-        timeout=60,
+        text=True,
     )
 
 
@@ -295,14 +294,8 @@ def test_a_run_without_a_step_says_what_can_be_paused(tmp_path):
     journal = tmp_path / "j.sqlite"
     _journal_with_snapshot(journal, manifest, {sha: b"a\n"})
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(PVISOR), "--journal", str(journal), *args],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-            timeout=60,
-        )
+    def cli(*args: str):
+        return pvisor_main(["--journal", str(journal), *args], cwd=tmp_path, text=True)
 
     for pause in (["--step", "0"], ["--step", "0", "--before"]):
         proc = cli("snapshot", "restore", "r-crafted", *pause, "--into", str(tmp_path / "r"))

@@ -12,10 +12,6 @@ replies, bad bodies), the writer's ``set_exchange_roles``, and ``pvisor journal 
 from __future__ import annotations
 
 import copy
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import anthropic
@@ -24,6 +20,7 @@ import orjson
 import pytest
 from aiohttp import web
 
+from cli_helpers import pvisor_main
 from corpus_runs import RUNS, record_corpus_runs, record_line, corpus_lines
 from gateway_helpers import http_request
 from pvisor.adapters.chains import ChainHint, classify_run
@@ -39,12 +36,10 @@ from pvisor.journal.model import Action, Run, ToolCall
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
 
-PVISOR = shutil.which("pvisor", path=os.path.dirname(sys.executable))
 
-
-def pvisor(*args: str, journal: Path) -> subprocess.CompletedProcess:
-    assert PVISOR, "the pvisor console script is installed with the package"
-    return subprocess.run([PVISOR, "--journal", str(journal), *args], capture_output=True, timeout=60)
+def pvisor(*args: str, journal: Path):
+    """``pvisor --journal JOURNAL ARGS`` in this process (tests/cli_helpers.py), output as bytes."""
+    return pvisor_main(["--journal", str(journal), *args])
 
 
 def steps_of(path: Path, run: str, **kw):

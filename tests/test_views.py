@@ -14,6 +14,7 @@ from dataclasses import replace
 
 import pytest
 from agent_helpers import FILES, PVISOR, SCRIPT_KEY, pvisor, user_env
+from cli_helpers import pvisor_main
 from conftest import corpus_dir
 
 from pvisor.adapters.agents import get_descriptor
@@ -26,12 +27,14 @@ pytestmark = pytest.mark.slow
 NATIVE = corpus_dir() / "native"
 
 
-def view(cap, *args: str, source: str | None = None):
-    proc = pvisor(
-        ["--journal", str(cap.journal), "view", source or cap.run, *args],
-        env=user_env(cap.user_home),
-        cwd=cap.root,
-    )
+def view(cap, *args: str, source: str | None = None, process: bool = False):
+    """``pvisor view`` of the capture in this process (tests/cli_helpers.py), or with ``process``
+    as the installed script's own process: (outcome, document)."""
+    argv = ["--journal", str(cap.journal), "view", source or cap.run, *args]
+    if process:
+        proc = pvisor(argv, env=user_env(cap.user_home), cwd=cap.root)
+    else:
+        proc = pvisor_main(argv, env=user_env(cap.user_home), cwd=cap.root, text=True)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc, (json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout else None)
 
@@ -302,7 +305,7 @@ def test_a_fifo_is_refused_not_waited_on(captured, tmp_path):
     cap = captured("codex")
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    proc, _ = view(cap, source=str(fifo))  # pvisor() has a timeout: a hang fails the test
+    proc, _ = view(cap, source=str(fifo), process=True)  # pvisor() has a timeout: a hang fails the test
     assert proc.returncode == 2 and f"{fifo}: not a regular file" in proc.stderr
 
 
