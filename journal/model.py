@@ -24,7 +24,6 @@ from dataclasses import field
 from typing import Any, Iterable, Literal, Sequence, Union
 from .record import Record, record
 from .lazyre import LazyPattern
-from .redact import has_key_shape
 
 
 # --------------------------------------------------------------------------- literals
@@ -791,4 +790,9 @@ _RUN_ID = LazyPattern(RUN_ID_PATTERN)
 def is_run_id(value: object) -> bool:
     """Whether ``value`` is a str of :data:`RUN_ID_PATTERN` that holds no key-shaped token (a key
     is never a run id: it would be stored, exported and logged as one)."""
-    return isinstance(value, str) and _RUN_ID.fullmatch(value) is not None and not has_key_shape(value)
+    if not isinstance(value, str) or _RUN_ID.fullmatch(value) is None:
+        return False
+    # loaded here: the model is on every short command's path, the key shapes only on this one's
+    from .redact import has_key_shape
+
+    return not has_key_shape(value)
