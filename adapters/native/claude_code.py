@@ -63,10 +63,10 @@ Format rules (sources: docs/native.md; the corpus files
 
 Memory (issue 6, "Scale"): reading keeps the structure of each line only, compactly (a uuid ->
 index dict, parents, line numbers and kinds in arrays; ``message.id``, tool-call and
-tool-result ids and a packed :class:`~.base.LineRef` for user and assistant lines only), and
-``left_out`` is a :class:`~.base.LeftOutLines` (a line number and a shared (kind, reason) per
+tool-result ids and a packed :class:`~.jsonl.LineRef` for user and assistant lines only), and
+``left_out`` is a :class:`~.assembly.LeftOutLines` (a line number and a shared (kind, reason) per
 entry); ``traj.steps`` is a
-:class:`~.base.LazySteps` whose steps read their blocks and results from the file again when
+:class:`~.assembly.LazySteps` whose steps read their blocks and results from the file again when
 built. All warnings are given while reading.
 """
 
@@ -92,23 +92,11 @@ from pvisor.journal.model import (
 from pvisor.journal.record import Record, record
 from pvisor.adapters.protocols.base import signature_flags
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    JsonlSource,
-    LazySteps,
-    LeftOutLines,
-    NativeAdapter,
-    NativeResult,
-    SessionHeader,
-    as_dict,
-    as_str,
-    interned,
-    iter_json_records,
-    object_call,
-    pack_ref,
-    unpack_ref,
-)
+from .assembly import LazySteps, LeftOutLines, as_dict, as_str, interned, object_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics
+from .jsonl import JsonlSource, iter_json_records, pack_ref, unpack_ref
+from .uuid_chain import SessionHeader
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -56,9 +56,9 @@ claude-code-log synthetic rollout):
   leading system message in front of it.
 
 Memory (issue 6, "Scale"): the file is read twice. The first pass streams it and keeps per
-step only the :class:`~.base.LineRef` of its items, outputs, messages and usage record, plus
+step only the :class:`~.jsonl.LineRef` of its items, outputs, messages and usage record, plus
 what the warnings need (call ids and names); every warning, ``task``, ``model``,
-``left_out`` and ``meta`` are decided there. ``traj.steps`` is a :class:`~.base.LazySteps`
+``left_out`` and ``meta`` are decided there. ``traj.steps`` is a :class:`~.assembly.LazySteps`
 that reads a step's lines again when the step is used.
 """
 
@@ -79,22 +79,10 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    JsonlSource,
-    LazySteps,
-    LineRef,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_list,
-    as_str,
-    iter_json_records,
-    left_out,
-    string_call,
-    text_of,
-)
+from .assembly import LazySteps, as_dict, as_list, as_str, left_out, string_call, text_of
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics
+from .jsonl import JsonlSource, LineRef, iter_json_records
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -583,7 +571,7 @@ def _build(plan: _Plan, source: JsonlSource) -> Step:
 
 
 def _order(step: Step) -> None:
-    """:func:`~.base.order_results` pairing by id in order of appearance, as the first pass
+    """:func:`~.assembly.order_results` pairing by id in order of appearance, as the first pass
     pairs: with two calls of one id, the first of the step's results with that id (file order)
     answers the first call, the next the second (``order_results`` keeps one result per id);
     calls the provider runs (kind ``server``) take a result only after the others. A call

@@ -44,10 +44,10 @@ packages/core/src/services/chatRecordingService.ts and chatRecordingTypes.ts; co
   is chosen by shape.
 
 Memory (issue 6, "Scale"): a JSONL session is read twice. The first pass streams it and keeps
-per message id only where it was read, the :class:`~.base.LineRef` of its latest record and
+per message id only where it was read, the :class:`~.jsonl.LineRef` of its latest record and
 its shape (type; call ids without a stored result; functionResponse ids): the upserts,
 ``$rewindTo``, the repeated results, every warning, ``task``, ``model``, ``left_out`` and
-``meta`` are decided there. ``traj.steps`` is a :class:`~.base.LazySteps` whose steps read
+``meta`` are decided there. ``traj.steps`` is a :class:`~.assembly.LazySteps` whose steps read
 their message's latest record, the functionResponse copies that fill its results and the user
 messages after it again. The legacy single JSON is parsed whole (a single document may use
 4x its size) and its steps are built at once.
@@ -73,23 +73,10 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .base import (
-    BOM,
-    Diagnostics,
-    FormatProfile,
-    JsonlSource,
-    LazySteps,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_list,
-    as_str,
-    iter_json_records,
-    left_out,
-    object_call,
-    read_json_document,
-    require,
-)
+from .assembly import LazySteps, as_dict, as_list, as_str, left_out, object_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics, require
+from .jsonl import BOM, JsonlSource, iter_json_records, read_json_document
 
 if TYPE_CHECKING:
     from pathlib import Path

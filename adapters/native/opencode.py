@@ -73,20 +73,10 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .base import (
-    WARNING_CODES,
-    Diagnostics,
-    FormatProfile,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_str,
-    left_out,
-    loads_lenient,
-    object_call,
-    read_json_document,
-    require,
-)
+from .assembly import as_dict, as_str, left_out, object_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import WARNING_CODES, Diagnostics, require
+from .jsonl import loads_lenient, read_json_document
 from .documents import read_document
 from .signatures import SQLITE_MAGIC
 

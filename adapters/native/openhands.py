@@ -49,20 +49,9 @@ from typing import TYPE_CHECKING, Any
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, ToolSpec, Trajectory
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_list,
-    as_str,
-    compact_json,
-    left_out,
-    order_results,
-    require,
-    string_call,
-)
+from .assembly import as_dict, as_list, as_str, compact_json, left_out, order_results, string_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics, require
 from .documents import read_document
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
 - **Order is the parentUuid chain, never the timestamp or the file order.** A record whose
   ``parentUuid`` is not null but names no record of the file (its parent's line was lost or
   damaged) continues from the record before it in the file, with a ``broken_chain`` warning
-  naming the line and the missing uuid (:func:`~.base.mend_chain`); real forks (a parent that
+  naming the line and the missing uuid (:func:`~.uuid_chain.mend_chain`); real forks (a parent that
   exists) are untouched. The chain is walked back from its leaf: the deepest ``user``/``assistant``/``tool_result`` record that no such
   record follows (``system`` records between them are walked through); ties: the later line.
   A record whose ``uuid`` was seen before replaces the earlier one (a streamed update: thought
@@ -39,7 +39,7 @@ packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
 - System prompt and tool definitions are not stored. Version: ``version`` of the first record.
 
 Memory (issue 6, "Scale"): reading keeps the structure of each record only (uuid, parent, type,
-call and result ids, a :class:`~.base.LineRef`); ``traj.steps`` is a :class:`~.base.LazySteps`
+call and result ids, a :class:`~.jsonl.LineRef`); ``traj.steps`` is a :class:`~.assembly.LazySteps`
 whose steps read their records from the file again when built. All warnings are given while
 reading.
 """
@@ -62,30 +62,11 @@ from pvisor.journal.model import (
 )
 from pvisor.journal.record import Record, record
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    JsonlSource,
-    LazySteps,
-    LeftOutLines,
-    NativeAdapter,
-    NativeResult,
-    SessionHeader,
-    as_dict,
-    as_list,
-    as_str,
-    chain_depths,
-    chain_leaf,
-    interned,
-    iter_json_records,
-    left_out,
-    mend_chain,
-    object_call,
-    pack_ref,
-    take_uuid,
-    unpack_ref,
-    walk_chain,
-)
+from .assembly import LazySteps, LeftOutLines, as_dict, as_list, as_str, interned, left_out, object_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics
+from .jsonl import JsonlSource, iter_json_records, pack_ref, unpack_ref
+from .uuid_chain import SessionHeader, chain_depths, chain_leaf, mend_chain, take_uuid, walk_chain
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -100,7 +81,7 @@ _SHAPE = "no Qwen Code chat record (a record with uuid and message.parts) in the
 
 @record
 class _Rec(Record):
-    """One record: ``ref`` is its packed :class:`~.base.LineRef`; ``ids`` are the call ids of
+    """One record: ``ref`` is its packed :class:`~.jsonl.LineRef`; ``ids`` are the call ids of
     an assistant's ``functionCall`` parts (with names) or of a tool_result's
     ``functionResponse`` parts; ``on`` marks the main chain. Strings are interned: a 200 MB
     file has some 200k records."""
