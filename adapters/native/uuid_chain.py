@@ -6,7 +6,9 @@ never the file order (issue 6, "Order").
   and the refusal of a file without the format's shape;
 - :func:`take_uuid`, :func:`mend_chain`, :func:`chain_depths`, :func:`chain_leaf`,
   :func:`walk_chain`: a record's uuid, a damaged chain mended (``broken_chain`` warnings), the
-  depth of each record, the leaf chosen and the walk from the root to it.
+  depth of each record, the leaf chosen and the walk from the root to it;
+- :class:`CompactChain`: the same for a file of many chain lines, kept in arrays (indexes,
+  parents, line numbers, kinds) instead of one object a record.
 
 ``recs`` maps a uuid to an object with ``parent`` (the uuid it follows, None for a root) and
 ``line`` (its line number). Warnings go to a
@@ -17,6 +19,7 @@ BadInputError (exit 65).
 from __future__ import annotations
 
 import sys
+from array import array
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from pvisor.journal.errors import BadInputError
@@ -28,6 +31,9 @@ from .diagnostics import require
 if TYPE_CHECKING:
     from .base import FormatProfile
     from .diagnostics import Diagnostics
+
+#: :class:`CompactChain`: the parent index of a root, and of a line whose parent is not seen yet
+ROOT, UNRESOLVED = -1, -2
 
 
 def chain_depths(recs: dict[str, Any]) -> dict[str, int]:
@@ -223,3 +229,187 @@ def mend_chain(recs: dict[str, Any], diag: Diagnostics) -> None:
                 f"line {line}",
                 f"parent uuid {missing[own]} is not in the file; the chain starts there",
             )
+
+
+class CompactChain:
+    """The chain lines of one file, compactly (issue 6, "Scale": a 200 MB session with progress
+    lines has some 500k of them): line ``i`` (in order of first appearance) is ``ids[uuid]``;
+    ``parent[i]`` its parent's index (``ROOT``; ``UNRESOLVED`` while the parent has not been
+    seen: ``pending`` holds its uuid), ``line[i]`` its line number, ``kind[i]`` a kind (low three
+    bits) and flags. Only user lines with text (``text_ref``) and assistant lines (``msg_id``)
+    keep more. ``key`` is the form a uuid is kept under (Claude Code's: a canonical uuid as its
+    128-bit int); ``talk``: the kinds that make a conversation (:meth:`depths` counts them).
+    Used by Claude Code, whose sessions are the largest."""
+
+    def __init__(self, key: Callable[[str], int | str], talk: tuple[int, ...]) -> None:
+        self.key = key
+        self.talk = talk
+        self.ids: dict[int | str, int] = {}  # key(uuid) -> index
+        self.parent = array("i")
+        self.line = array("i")
+        self.kind = bytearray()
+        self.pending: dict[int, str] = {}
+        self.text_ref: dict[int, int] = {}
+        self.msg_id: dict[int, str] = {}
+
+    def add(self, uuid: str, parent: str | None, n: int, kind: int) -> tuple[int, bool]:
+        """Index of the line with ``uuid`` at line ``n`` and whether the uuid was seen before
+        (a repeated uuid replaces the earlier line, keeping its index)."""
+        uuid_key = self.key(uuid)
+        i = self.ids.get(uuid_key)
+        again = i is not None
+        if i is None:
+            i = self.ids[uuid_key] = len(self.line)
+            self.parent.append(ROOT)
+            self.line.append(n)
+            self.kind.append(kind)
+        else:
+            self.line[i], self.kind[i] = n, kind
+            self.pending.pop(i, None)
+            self.text_ref.pop(i, None)
+            self.msg_id.pop(i, None)
+        j = self.ids.get(self.key(parent)) if parent is not None else ROOT
+        if j is None:
+            self.parent[i] = UNRESOLVED
+            self.pending[i] = parent
+        else:
+            self.parent[i] = j
+        return i, again
+
+    def mend(self, diag: Diagnostics) -> None:
+        """Parents seen after their children resolved; a parent not in the file (its line lost
+        or damaged): the line continues from the chain line before it in the file, with a
+        ``broken_chain`` warning naming the line and the missing uuid (a root when there is none
+        before it or that one descends from it: a reversed file)."""
+        broken: list[int] = []
+        for i, uuid in self.pending.items():
+            j = self.ids.get(self.key(uuid))
+            if j is None:
+                broken.append(i)
+            else:
+                self.parent[i] = j
+        if not broken:
+            self.pending = {}
+            return
+        line, parent = self.line, self.parent
+        by_line = sorted(range(len(line)), key=line.__getitem__)
+        wanted = set(broken)
+        pos = {i: k for k, i in enumerate(by_line) if i in wanted}
+        mended: dict[int, int] = {}  # line index -> the line before it that it now follows
+        for i in broken:
+            prev = by_line[pos[i] - 1] if pos[i] > 0 else -1
+            parent[i] = prev
+            if prev >= 0:
+                mended[i] = prev
+        # a mended line whose new parent descends from it (a reversed file) closes a cycle:
+        # it becomes a root instead (one linear pass; only a cycle through a mended line is new)
+        state = bytearray(len(line))  # 0 not seen, 1 on the trail, 2 done
+        for start in list(mended):
+            trail: list[int] = []
+            cur = start
+            while cur >= 0 and state[cur] == 0:
+                state[cur] = 1
+                trail.append(cur)
+                cur = parent[cur]
+            if cur >= 0 and state[cur] == 1:
+                for u in trail[trail.index(cur) :]:
+                    if u in mended:
+                        parent[u] = ROOT
+                        del mended[u]
+                        break
+            for u in trail:
+                state[u] = 2
+        for i in sorted(broken, key=line.__getitem__):
+            missing = self.pending[i]
+            if i in mended:
+                diag.warn(
+                    "broken_chain",
+                    f"line {line[i]}",
+                    f"parent uuid {missing} is not in the file; continued from line {line[mended[i]]}, the chain line before it",
+                )
+            else:
+                diag.warn(
+                    "broken_chain",
+                    f"line {line[i]}",
+                    f"parent uuid {missing} is not in the file; the chain starts there",
+                )
+        self.pending = {}
+
+    def depths(self) -> tuple[array, array]:
+        """Per line, its depth (1 for a root, parent's + 1; a cycle counts from where it closes)
+        and how many user and assistant lines its chain holds, itself included: the
+        conversation's depth, which ``progress`` and ``system`` lines do not add to. One pass."""
+        parent, kind, talk_kinds = self.parent, self.kind, self.talk
+        depth = array("i", bytes(4 * len(parent)))
+        talk = array("i", bytes(4 * len(parent)))
+        for i in range(len(parent)):
+            if depth[i]:
+                continue
+            trail = array("i")  # one long chain is most of the file: 4 bytes a line, not an int object
+            cur = i
+            while cur >= 0 and depth[cur] == 0:
+                depth[cur] = -1  # on the trail
+                trail.append(cur)
+                cur = parent[cur]
+            known = cur >= 0 and depth[cur] > 0
+            d = depth[cur] if known else 0
+            t = talk[cur] if known else 0
+            for u in reversed(trail):
+                d += 1
+                depth[u] = d
+                if kind[u] & 7 in talk_kinds:
+                    t += 1
+                talk[u] = t
+        return depth, talk
+
+    def leaf(self, depth: array, hint: str | None, talk: array | None = None) -> int:
+        """The main chain's leaf, among the lines no line names as parent (any chain line: a
+        session often ends with ``progress``, ``system/turn_duration`` or hook lines after its
+        last reply): among those that descend from the ``leafUuid`` of the last
+        ``last-prompt``/``summary`` record (the session may go on past that record), else among
+        all, the one whose chain holds the most user and assistant lines (``talk``: a branch of
+        a subagent's ``progress`` lines, however deep, holds none), then the deepest, then the
+        later line of the file. -1 when there is no line."""
+        parent, line = self.parent, self.line
+        n = len(parent)
+        has_child = bytearray(n)
+        for j in parent:
+            if j >= 0:
+                has_child[j] = 1
+        below: bytearray | None = None  # 0 unknown, 1 descends from the hint, 2 not, 3 on the trail
+        h = self.ids.get(self.key(hint)) if hint is not None else None
+        if h is not None:
+            below = bytearray(n)
+            below[h] = 1
+        best, leaf = (-1, -1), -1
+        for i in range(n):
+            if has_child[i]:
+                continue
+            if below is not None:
+                trail = array("i")
+                cur = i
+                while cur >= 0 and below[cur] == 0:
+                    below[cur] = 3
+                    trail.append(cur)
+                    cur = parent[cur]
+                hit = 1 if cur >= 0 and below[cur] == 1 else 2
+                for u in trail:
+                    below[u] = hit
+                if hit != 1:
+                    continue
+            key = (talk[i] if talk is not None else 0, depth[i], line[i])
+            if key > best:
+                best, leaf = key, i
+        return leaf
+
+    def walk(self, leaf: int) -> array:
+        """The lines from the root to ``leaf``; a cycle ends the walk silently."""
+        out = array("i")
+        seen = bytearray(len(self.parent))
+        cur = leaf
+        while cur >= 0 and not seen[cur]:
+            seen[cur] = 1
+            out.append(cur)
+            cur = self.parent[cur]
+        out.reverse()
+        return out
