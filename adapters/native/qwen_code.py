@@ -191,68 +191,162 @@ def _history(contents: list) -> list[Message]:
     return out
 
 
+def _scan(path: Path, traj: Trajectory, meta: dict[str, Any], diag: Diagnostics) -> dict[str, _Rec]:
+    """The first pass: every record with a uuid kept by it as a :class:`_Rec` (line, type,
+    parent, packed ref, and the call or result ids of assistant and tool-result records);
+    records without a uuid, of a subagent or of a type unknown to the profile left out (the
+    unknown ones warned), a conversational record without a ``message`` marked malformed.
+    BadInputError (exit 65) when no record has the format's shape."""
+    header = SessionHeader(PROFILE, meta, ("sessionId", "cwd"), _SHAPE)
+    recs: dict[str, _Rec] = {}
+    intern = sys.intern
+    for n, obj, ref in iter_json_records(path, diag):
+        uuid = obj.get("uuid")
+        kind = as_str(obj.get("type"))
+        header.see(
+            obj,
+            n,
+            diag,
+            shaped=isinstance(uuid, str) and isinstance(as_dict(obj.get("message")).get("parts"), list),
+        )
+        if not isinstance(uuid, str):
+            diag.warn("unknown_record", f"line {n}", f"record type {obj.get('type')!r} without uuid left out")
+            left_out(traj, f"line {n}", str(obj.get("type")), "record without uuid")
+            continue
+        uuid = take_uuid(obj, n, recs, traj, diag, "record")
+        if uuid is None:
+            continue
+        if kind not in _KNOWN:
+            diag.warn("unknown_record", f"line {n}", f"record type {obj.get('type')!r} left out")
+        parent = as_str(obj.get("parentUuid"))
+        sub = as_str(obj.get("subtype"))
+        rec = recs[uuid] = _Rec(n, interned(kind), interned(parent), pack_ref(ref), interned(sub))
+        if kind not in _CONV:
+            continue
+        if not isinstance(obj.get("message"), dict):
+            diag.warn(
+                "malformed_record",
+                f"line {n}",
+                f"a {kind} record without a `message` object; left out",
+            )
+            rec.type = "malformed"
+            continue
+        parts = _parts(obj)
+        if kind == "assistant":
+            model = as_str(obj.get("model"))
+            rec.model = interned(model)
+            rec.ids = tuple(
+                (
+                    interned(as_str(p["functionCall"].get("id"))),
+                    intern(as_str(p["functionCall"].get("name")) or ""),
+                )
+                for p in parts
+                if isinstance(p, dict)
+                and not isinstance(p.get("text"), str)
+                and isinstance(p.get("functionCall"), dict)
+            )
+        elif kind == "tool_result":
+            rec.ids = tuple(interned(as_str(fr.get("id"))) for fr in _responses(parts))
+    header.finish(diag)
+    return recs
+
+
+def _plans(
+    chain: list[Any], traj: Trajectory, meta: dict[str, Any], source: JsonlSource, diag: Diagnostics
+) -> list[_Plan]:
+    """The main chain made into step plans, each record by its type: an assistant record an
+    action, tool results the results of the step before (a gap step for results of calls no
+    record holds: ``lost_action``), user records the task or observation messages, a
+    ``chat_compression`` record a compaction, the rest left out. Each record is dropped from
+    ``chain`` once planned (the plans take its place in memory)."""
+    plans: list[_Plan] = []
+    context: list[str] = meta["task_context"]
+    called = {cid for r in chain if r is not None and r.type == "assistant" for cid, _ in r.ids}
+    for i, r in enumerate(chain):
+        chain[i] = None
+        t = r.type
+        if t == "assistant":
+            plans.append(_Plan(len(plans) + 1, r))
+        elif t == "tool_result" and r.ids and not any(cid in called for cid in r.ids):
+            # results of calls no record holds: the assistant record was lost (a gap step)
+            gap = _Plan(len(plans) + 1, r, [r], lost=True)
+            plans.append(gap)
+            called.update(r.ids)
+            diag.warn(
+                "lost_action",
+                f"line {r.line}",
+                f"tool result(s) {', '.join(str(c) for c in r.ids)} answer a call no record "
+                f"holds: the action of step {gap.n} was lost; a gap step stands at its place",
+            )
+        elif t == "tool_result":
+            if not plans:
+                left_out(traj, f"line {r.line}", "tool_result", "a result before any action")
+                continue
+            plans[-1].results.append(r)
+        elif t == "user":
+            if not plans:
+                texts = _user_texts(_parts(source.load(unpack_ref(r.ref))))
+                if traj.task is not None:
+                    context.append(traj.task)
+                traj.task = texts[-1] if texts else ""
+                context.extend(texts[:-1])
+            elif plans[-1].messages is None:
+                plans[-1].messages = [r.ref]
+            else:
+                plans[-1].messages.append(r.ref)
+        elif t == "malformed":
+            left_out(traj, f"line {r.line}", "malformed", "malformed record (no `message` object)")
+        else:
+            _system(r, plans, traj, meta, source)
+    return plans
+
+
+def _system(r: _Rec, plans: list[_Plan], traj: Trajectory, meta: dict[str, Any], source: JsonlSource) -> None:
+    """A system or UI record on the chain, left out; a ``chat_compression`` after a step is a
+    compaction (its ``compressedHistory`` what the model sees from there on)."""
+    t, sub = r.type, r.subtype
+    if sub == "chat_compression" and plans:
+        plans[-1].compactions += 1
+        meta["compactions"].append({"step": plans[-1].n, "line": r.line})
+        payload = as_dict(source.load(unpack_ref(r.ref)).get("systemPayload"))
+        history = payload.get("compressedHistory")
+        if isinstance(history, list):
+            msgs = _history(history)
+            summary = (
+                "".join(p.text for p in msgs[0].parts if isinstance(p, TextPart))
+                if msgs and msgs[0].role == "user"
+                else None
+            )
+            traj.compactions.append(
+                Compaction(
+                    plans[-1].n,
+                    msgs,
+                    "chat_compression",
+                    f"line {r.line}",
+                    summary,
+                    len(plans[-1].messages or ()),
+                )
+            )
+    left_out(
+        traj,
+        f"line {r.line}",
+        sys.intern(f"{t}/{sub}" if sub else str(t)),
+        "UI-only or bookkeeping record",
+    )
+
+
 class QwenCodeAdapter(NativeAdapter):
     name = "qwen-code"
     description = "Qwen Code chat JSONL (~/.qwen/projects/<cwd-slug>/chats/<session>.jsonl)"
     profiles = (PROFILE,)
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
+        """The records read (:func:`_scan`), the chain mended and walked from its leaf (records off
+        it left out), the chain made into step plans (:func:`_plans`); steps built lazily."""
         traj = Trajectory()
         traj.left_out = LeftOutLines()  # a left-out telemetry record on most steps: kept compactly
         meta: dict[str, Any] = {"format": "qwen-code chat jsonl", "task_context": [], "compactions": []}
-        header = SessionHeader(PROFILE, meta, ("sessionId", "cwd"), _SHAPE)
-        recs: dict[str, _Rec] = {}
-        intern = sys.intern
-        for n, obj, ref in iter_json_records(path, diag):
-            uuid = obj.get("uuid")
-            kind = as_str(obj.get("type"))
-            header.see(
-                obj,
-                n,
-                diag,
-                shaped=isinstance(uuid, str) and isinstance(as_dict(obj.get("message")).get("parts"), list),
-            )
-            if not isinstance(uuid, str):
-                diag.warn(
-                    "unknown_record", f"line {n}", f"record type {obj.get('type')!r} without uuid left out"
-                )
-                left_out(traj, f"line {n}", str(obj.get("type")), "record without uuid")
-                continue
-            uuid = take_uuid(obj, n, recs, traj, diag, "record")
-            if uuid is None:
-                continue
-            if kind not in _KNOWN:
-                diag.warn("unknown_record", f"line {n}", f"record type {obj.get('type')!r} left out")
-            parent = as_str(obj.get("parentUuid"))
-            sub = as_str(obj.get("subtype"))
-            rec = recs[uuid] = _Rec(n, interned(kind), interned(parent), pack_ref(ref), interned(sub))
-            if kind in _CONV:
-                if not isinstance(obj.get("message"), dict):
-                    diag.warn(
-                        "malformed_record",
-                        f"line {n}",
-                        f"a {kind} record without a `message` object; left out",
-                    )
-                    rec.type = "malformed"
-                    continue
-                parts = _parts(obj)
-                if kind == "assistant":
-                    model = as_str(obj.get("model"))
-                    rec.model = interned(model)
-                    rec.ids = tuple(
-                        (
-                            interned(as_str(p["functionCall"].get("id"))),
-                            intern(as_str(p["functionCall"].get("name")) or ""),
-                        )
-                        for p in parts
-                        if isinstance(p, dict)
-                        and not isinstance(p.get("text"), str)
-                        and isinstance(p.get("functionCall"), dict)
-                    )
-                elif kind == "tool_result":
-                    rec.ids = tuple(interned(as_str(fr.get("id"))) for fr in _responses(parts))
-        header.finish(diag)
-
+        recs = _scan(path, traj, meta, diag)
         mend_chain(recs, diag)
         chain = walk_chain(recs, self._leaf(recs), diag)
         for r in chain:
@@ -264,73 +358,7 @@ class QwenCodeAdapter(NativeAdapter):
                 )
         del recs  # from here each record is dropped once planned: the plans take its place in memory
         source = JsonlSource(path)
-        plans: list[_Plan] = []
-        context: list[str] = meta["task_context"]
-        called = {cid for r in chain if r is not None and r.type == "assistant" for cid, _ in r.ids}
-        for i, r in enumerate(chain):
-            chain[i] = None
-            t = r.type
-            if t == "assistant":
-                plans.append(_Plan(len(plans) + 1, r))
-            elif t == "tool_result" and r.ids and not any(cid in called for cid in r.ids):
-                # results of calls no record holds: the assistant record was lost (a gap step)
-                gap = _Plan(len(plans) + 1, r, [r], lost=True)
-                plans.append(gap)
-                called.update(r.ids)
-                diag.warn(
-                    "lost_action",
-                    f"line {r.line}",
-                    f"tool result(s) {', '.join(str(c) for c in r.ids)} answer a call no record "
-                    f"holds: the action of step {gap.n} was lost; a gap step stands at its place",
-                )
-            elif t == "tool_result":
-                if not plans:
-                    left_out(traj, f"line {r.line}", "tool_result", "a result before any action")
-                    continue
-                plans[-1].results.append(r)
-            elif t == "user":
-                if not plans:
-                    texts = _user_texts(_parts(source.load(unpack_ref(r.ref))))
-                    if traj.task is not None:
-                        context.append(traj.task)
-                    traj.task = texts[-1] if texts else ""
-                    context.extend(texts[:-1])
-                elif plans[-1].messages is None:
-                    plans[-1].messages = [r.ref]
-                else:
-                    plans[-1].messages.append(r.ref)
-            elif t == "malformed":
-                left_out(traj, f"line {r.line}", "malformed", "malformed record (no `message` object)")
-            else:
-                sub = r.subtype
-                if sub == "chat_compression" and plans:
-                    plans[-1].compactions += 1
-                    meta["compactions"].append({"step": plans[-1].n, "line": r.line})
-                    payload = as_dict(source.load(unpack_ref(r.ref)).get("systemPayload"))
-                    history = payload.get("compressedHistory")
-                    if isinstance(history, list):
-                        msgs = _history(history)
-                        summary = (
-                            "".join(p.text for p in msgs[0].parts if isinstance(p, TextPart))
-                            if msgs and msgs[0].role == "user"
-                            else None
-                        )
-                        traj.compactions.append(
-                            Compaction(
-                                plans[-1].n,
-                                msgs,
-                                "chat_compression",
-                                f"line {r.line}",
-                                summary,
-                                len(plans[-1].messages or ()),
-                            )
-                        )
-                left_out(
-                    traj,
-                    f"line {r.line}",
-                    intern(f"{t}/{sub}" if sub else str(t)),
-                    "UI-only or bookkeeping record",
-                )
+        plans = _plans(chain, traj, meta, source, diag)
         first_call: dict[str | None, int] = {}
         for p in plans:
             if not p.lost:
