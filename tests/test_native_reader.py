@@ -1,5 +1,5 @@
-"""The shared native reader (pvisor.adapters.native.jsonl, .diagnostics, .base): damaged-input classes, each on a
-small input written here; format profiles; detection and the registry."""
+"""The shared native reader (pvisor.adapters.native.jsonl, .diagnostics, .base): damaged-input
+classes, each on a small input written here; format profiles; detection and the registry."""
 
 from __future__ import annotations
 
