@@ -374,7 +374,19 @@ class _Reading:
             elif kind == "system" and obj.get("subtype") == "compact_boundary":
                 self.boundary(n, obj, uuid, parent)
             else:
-                self.chain_ui(n, obj, kind, uuid, parent, diag)
+                # any other line with a uuid: in the chain, left out (``unknown_record`` unless
+                # one of the UI kinds that sit in the chain). Read here, without a call: with
+                # hooks, ``progress`` lines are most lines of a session
+                chain.add(uuid, parent, n, _UI)
+                if kind not in _CHAIN_UI:
+                    diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
+                data = obj.get("data")
+                sub = obj.get("subtype") or (data.get("type") if isinstance(data, dict) else None) or ""
+                lo.add(
+                    n,
+                    interned(f"{kind}/{sub}".rstrip("/")),
+                    _UI_CHAIN if kind in _CHAIN_UI else "record type unknown to the profile",
+                )
         header.finish(diag)
 
     def no_uuid(self, n: int, obj: dict, kind: str, diag: Diagnostics) -> None:
@@ -390,24 +402,18 @@ class _Reading:
 
     def malformed(
         self, n: int, kind: str, uuid: str, parent: str | None, message: Any, diag: Diagnostics
-    ) -> bool:
-        """True, with a ``malformed_record`` warning and the line left out (the chain goes
-        through it), for a user or assistant line without a ``message`` object or an assistant
-        line whose ``content`` is not a list."""
-        content = message.get("content") if isinstance(message, dict) else None
+    ) -> None:
+        """A user or assistant line without a ``message`` object or an assistant line whose
+        ``content`` is not a list: a ``malformed_record`` warning, the line left out (the chain
+        goes through it). The handlers call it on that shape only (a call a line costs)."""
         bad = (
             f"{'an' if kind == 'assistant' else 'a'} {kind} line without a `message` object"
             if not isinstance(message, dict)
             else "an assistant message whose `content` is not a list"
-            if kind == "assistant" and not isinstance(content, list)
-            else None
         )
-        if bad is None:
-            return False
         diag.warn("malformed_record", f"line {n}", f"{bad}; left out")
         self.chain.add(uuid, parent, n, _UI)
         self.lo.add(n, kind, "malformed record (" + bad + ")")
-        return True
 
     def assistant(
         self,
@@ -422,9 +428,10 @@ class _Reading:
         """An assistant line: one content block of the response ``message.id``, kept with that
         message (a repeated uuid replaces the earlier line in place); an API error written as a
         reply is left out."""
-        if self.malformed(n, "assistant", uuid, parent, message, diag):
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):  # no message object, or content not a list
+            self.malformed(n, "assistant", uuid, parent, message, diag)
             return
-        content = message.get("content")
         ref = pack_ref(line_ref)
         chain = self.chain
         if obj.get("isApiErrorMessage"):
@@ -479,7 +486,8 @@ class _Reading:
         """A user line: a prompt, injected text (``isMeta``), a compaction summary, and/or tool
         results, each result kept by its call id (a repeated line's results are the ones
         already kept)."""
-        if self.malformed(n, "user", uuid, parent, message, diag):
+        if not isinstance(message, dict):
+            self.malformed(n, "user", uuid, parent, message, diag)
             return
         content = message.get("content")
         ref = pack_ref(line_ref)
@@ -526,22 +534,6 @@ class _Reading:
             self.preserved[n] = [_key(u) for u in kept if isinstance(u, str)]
         self.lo.add(n, "compaction_boundary", "compaction boundary; the summary after it is kept, flagged")
 
-    def chain_ui(
-        self, n: int, obj: dict, kind: str, uuid: str, parent: str | None, diag: Diagnostics
-    ) -> None:
-        """Any other line with a uuid: in the chain, left out (``unknown_record`` unless it is
-        one of the UI kinds that sit in the chain)."""
-        self.chain.add(uuid, parent, n, _UI)
-        if kind not in _CHAIN_UI:
-            diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
-        data = obj.get("data")
-        sub = obj.get("subtype") or (data.get("type") if isinstance(data, dict) else None) or ""
-        self.lo.add(
-            n,
-            interned(f"{kind}/{sub}".rstrip("/")),
-            _UI_CHAIN if kind in _CHAIN_UI else "record type unknown to the profile",
-        )
-
 
 class _Walk:
     """The second pass: the main chain from its root to its leaf made into step plans (an
@@ -560,10 +552,11 @@ class _Walk:
         self.called = {cid for m in r.msgs.values() for ln in m.lines for cid, _ in ln.calls}
 
     def walk(self, path_ix: array) -> None:
-        chain = self.r.chain
+        chain, result_lines = self.r.chain, self.r.result_lines
         for i in path_ix:
             k = chain.kind[i]
-            self.gap(i)
+            if i in result_lines:  # a line with tool results: a gap step when they answer no call
+                self.gap(i)
             if k == _BOUNDARY:
                 self.boundary_line = chain.line[i]
             if k == _ASSISTANT:
@@ -626,7 +619,7 @@ class _Walk:
         """A gap step before chain line ``i`` when its tool results answer calls no line holds
         (``lost_action`` warned)."""
         r = self.r
-        orphans = [cid for cid in r.result_lines.get(i, ((), ()))[1] if cid not in self.called]
+        orphans = [cid for cid in r.result_lines[i][1] if cid not in self.called]
         if not orphans:
             return
         line = r.chain.line[i]

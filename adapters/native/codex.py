@@ -256,7 +256,6 @@ class _Reading:
             "session_meta": self.session_meta,
             "turn_context": self.turn_context,
             "token_usage_record": self.usage,
-            "event_msg": self.event,
             "compacted": self.compacted,
             "response_item": self.response_item,
         }
@@ -265,7 +264,11 @@ class _Reading:
             payload = obj.get("payload")
             if self.first is None:
                 self.first = (n, kind)
-            handler = handlers.get(kind) if isinstance(kind, str) else None
+            if kind == "event_msg":  # a token count is a usage record, any other event a UI record
+                is_usage = isinstance(payload, dict) and payload.get("type") == "token_count"
+                handler = self.usage if is_usage else self.other
+            else:
+                handler = handlers.get(kind) if isinstance(kind, str) else None
             (handler or self.other)(n, kind, payload, obj, ref, diag)
         if not self.rollout:
             what = "required record shape missing: no Codex rollout record (type session_meta/response_item) in the file"
@@ -313,13 +316,6 @@ class _Reading:
             if payload["model"] not in meta["models"]:
                 meta["models"].append(payload["model"])
         left_out(traj, f"line {n}", "turn_context", "turn settings, not model input")
-
-    def event(self, n: int, kind: Any, payload: Any, obj: dict, ref: LineRef, diag: Diagnostics) -> None:
-        """An ``event_msg``: a ``token_count`` is a usage record, any other a UI record."""
-        if isinstance(payload, dict) and payload.get("type") == "token_count":
-            self.usage(n, kind, payload, obj, ref, diag)
-        else:
-            self.other(n, kind, payload, obj, ref, diag)
 
     def usage(self, n: int, kind: Any, payload: Any, obj: dict, ref: LineRef, diag: Diagnostics) -> None:
         """A usage record: the usage of the action being read, which it ends."""
