@@ -395,7 +395,10 @@ class _Reading:
         # an input item ends the action
         self.in_action, self.said = False, []
         if t in _RESULT_ITEMS:
-            self.output_of_call(n, t, call_id, owner, ref, diag)
+            if owner is not None and self.plans:  # the usual output, without a call: as output_of_call
+                self.plans[owner.step].results.append(ref)
+            else:
+                self.output_of_call(n, t, call_id, owner, ref, diag)
         elif t == "message":
             self.input_message(payload, ref)
         else:
