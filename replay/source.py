@@ -312,7 +312,7 @@ def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
     """ReplayBadInput ``damaged_source`` naming the first damaged place and what was lost or
     repaired, unless ``allow`` (``--allow-damaged``: the prefix is built, each repair stays a
     warning of the result). A prefix across damage may not be what the agent sent: refused, never
-    guessed. ``warnings``: the native reader's (:class:`~pvisor.adapters.native.base.NativeWarning`)."""
+    guessed. ``warnings``: the native reader's (:class:`~pvisor.adapters.native.diagnostics.NativeWarning`)."""
     damage = [w for w in warnings if w.code in DAMAGE_CODES]
     if not damage or allow:
         return

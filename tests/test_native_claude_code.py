@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from pvisor.adapters.native import read_native
-from pvisor.adapters.native.base import LazySteps, LeftOutLines
+from pvisor.adapters.native.assembly import LazySteps, LeftOutLines
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import LeftOut
 from test_native_adapters import _jsonl

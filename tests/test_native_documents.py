@@ -12,7 +12,7 @@ import pytest
 
 from native_helpers import native_dir
 from pvisor.adapters.native import documents as m
-from pvisor.adapters.native.base import Diagnostics
+from pvisor.adapters.native.diagnostics import Diagnostics
 from pvisor.journal.errors import BadInputError
 
 

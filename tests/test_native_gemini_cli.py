@@ -12,7 +12,7 @@ import pytest
 
 from native_helpers import refused
 from pvisor.adapters.native import read_native
-from pvisor.adapters.native.base import LazySteps
+from pvisor.adapters.native.assembly import LazySteps
 from pvisor.adapters.native.gemini_cli import EXPECTED
 from test_native_codex import assert_mutated_samples_build
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from pvisor.adapters.native import read_native
-from pvisor.adapters.native.base import LazySteps
+from pvisor.adapters.native.assembly import LazySteps
 from pvisor.journal.errors import BadInputError
 
 OLD, NEW = "result-AAAA-of-the-tool", "result-BBBB-of-the-tool"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from pvisor.adapters.native import read_native
-from pvisor.adapters.native.base import LazySteps
+from pvisor.adapters.native.assembly import LazySteps
 from pvisor.journal.errors import BadInputError
 from test_native_adapters import _jsonl, _q
 

@@ -1,5 +1,5 @@
-"""The shared native reader (pvisor.adapters.native.base): damaged-input classes, each on a
-small input written here; format profiles; detection and the registry."""
+"""The shared native reader (pvisor.adapters.native.jsonl, .diagnostics, .base): damaged-input
+classes, each on a small input written here; format profiles; detection and the registry."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from pathlib import Path
 import pytest
 
 from pvisor.adapters.native import adapter_names, detect, get_adapter, read_native
-from pvisor.adapters.native.base import (
+from pvisor.adapters.native.base import FormatProfile
+from pvisor.adapters.native.diagnostics import Diagnostics, NativeWarning
+from pvisor.adapters.native.jsonl import (
     REJOIN_MAX_LINES,
-    Diagnostics,
-    FormatProfile,
-    NativeWarning,
     iter_json_records,
     loads_lenient,
     read_json_document,
@@ -128,9 +127,9 @@ def test_a_json_value_that_is_not_an_object_is_skipped(tmp_path):
 
 
 def test_lines_longer_than_a_read_chunk_are_whole(tmp_path, monkeypatch):
-    import pvisor.adapters.native.base as base
+    import pvisor.adapters.native.jsonl as jsonl
 
-    monkeypatch.setattr(base, "CHUNK_BYTES", 7)
+    monkeypatch.setattr(jsonl, "CHUNK_BYTES", 7)
     got, diag = _lines(tmp_path, b'{"text": "' + b"z" * 50 + b'"}\n{"a":2}\n')
     assert [n for n, _ in got] == [1, 2] and got[0][1]["text"] == "z" * 50 and diag.warnings == []
 
@@ -322,7 +321,7 @@ def test_a_byte_order_mark_at_the_start_is_not_part_of_the_first_line(tmp_path):
 
 
 def test_warnings_of_one_code_are_capped_and_the_rest_counted(tmp_path):
-    from pvisor.adapters.native.base import MAX_WARNINGS_PER_CODE
+    from pvisor.adapters.native.diagnostics import MAX_WARNINGS_PER_CODE
 
     got, diag = _lines(tmp_path, b'{"a":1}\n' + b"junk\n" * (MAX_WARNINGS_PER_CODE + 250) + b'{"b":2}\n')
     assert got == [(1, {"a": 1}), (MAX_WARNINGS_PER_CODE + 252, {"b": 2})]

@@ -1,6 +1,10 @@
 """Native trajectory adapters: the files agents write themselves, read into the canonical
-:class:`~pvisor.journal.model.Trajectory` (one module per format; shared reader in
-:mod:`.base`; formats and sources in docs/native.md).
+:class:`~pvisor.journal.model.Trajectory` (one module per format; formats and sources in
+docs/native.md). What the format modules share, one job a module: :mod:`.base` (the adapter
+interface, format profiles, the result), :mod:`.diagnostics` (warnings), :mod:`.jsonl` (the
+JSON-lines record reader and its limits), :mod:`.assembly` (steps, tool calls, results, left-out
+records), :mod:`.uuid_chain` (Claude Code's and Qwen Code's uuid chains); :mod:`.documents`
+(JSON documents), :mod:`.signatures` (detection), :mod:`.spool` (pipes), :mod:`.render` (show).
 
 :func:`read_native` is the entry point: with ``agent`` it uses that adapter, else it
 detects the format from the file (each format's signature, :mod:`.signatures`); no match or several matches
@@ -19,7 +23,8 @@ from pvisor.journal.errors import BadInputError, UsageError
 
 from pvisor.adapters.agents import AGENTS, native_names
 
-from .base import Diagnostics, NativeAdapter, NativeResult, flag_cut_off
+from .base import NativeAdapter, NativeResult, flag_cut_off
+from .diagnostics import Diagnostics
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -63,10 +63,10 @@ Format rules (sources: docs/native.md; the corpus files
 
 Memory (issue 6, "Scale"): reading keeps the structure of each line only, compactly (a uuid ->
 index dict, parents, line numbers and kinds in arrays; ``message.id``, tool-call and
-tool-result ids and a packed :class:`~.base.LineRef` for user and assistant lines only), and
-``left_out`` is a :class:`~.base.LeftOutLines` (a line number and a shared (kind, reason) per
+tool-result ids and a packed :class:`~.jsonl.LineRef` for user and assistant lines only), and
+``left_out`` is a :class:`~.assembly.LeftOutLines` (a line number and a shared (kind, reason) per
 entry); ``traj.steps`` is a
-:class:`~.base.LazySteps` whose steps read their blocks and results from the file again when
+:class:`~.assembly.LazySteps` whose steps read their blocks and results from the file again when
 built. All warnings are given while reading.
 """
 
@@ -92,23 +92,11 @@ from pvisor.journal.model import (
 from pvisor.journal.record import Record, record
 from pvisor.adapters.protocols.base import signature_flags
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    JsonlSource,
-    LazySteps,
-    LeftOutLines,
-    NativeAdapter,
-    NativeResult,
-    SessionHeader,
-    as_dict,
-    as_str,
-    interned,
-    iter_json_records,
-    object_call,
-    pack_ref,
-    unpack_ref,
-)
+from .assembly import LazySteps, LeftOutLines, as_dict, as_str, interned, object_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics
+from .jsonl import JsonlSource, LineRef, iter_json_records, pack_ref, unpack_ref
+from .uuid_chain import CompactChain, SessionHeader
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -157,7 +145,6 @@ _SHAPE = "no Claude Code session line (a user or assistant record with uuid, ses
 _UI, _USER, _ASSISTANT, _BOUNDARY = 0, 1, 2, 3
 _META, _SUMMARY = 8, 16
 _TALK = (_USER, _ASSISTANT)  # the kinds that make a conversation (its depth picks the leaf)
-_ROOT, _UNRESOLVED = -1, -2
 
 _UI_NO_UUID = "UI-only record (no uuid: not part of the conversation chain)"
 _UI_CHAIN = "UI-only record in the chain"
@@ -171,185 +158,6 @@ def _key(uuid: str) -> int | str:
     48-byte object instead of an 88-byte string: a 200 MB session has some 500k lines), any
     other id as the string (never equal to an int key)."""
     return int(uuid.replace("-", ""), 16) if len(uuid) == 36 and _UUID.fullmatch(uuid) else uuid
-
-
-class _Chain:
-    """The chain lines of one file, compactly (issue 6, "Scale": a 200 MB session with progress
-    lines has some 500k of them): line ``i`` (in order of first appearance) is ``ids[uuid]``;
-    ``parent[i]`` its parent's index (``_ROOT``; ``_UNRESOLVED`` while the parent has not been
-    seen: ``pending`` holds its uuid), ``line[i]`` its line number, ``kind[i]`` a kind and flags.
-    Only user lines with text (``text_ref``) and assistant lines (``msg_id``) keep more."""
-
-    def __init__(self) -> None:
-        self.ids: dict[int | str, int] = {}  # _key(uuid) -> index
-        self.parent = array("i")
-        self.line = array("i")
-        self.kind = bytearray()
-        self.pending: dict[int, str] = {}
-        self.text_ref: dict[int, int] = {}
-        self.msg_id: dict[int, str] = {}
-
-    def add(self, uuid: str, parent: str | None, n: int, kind: int) -> tuple[int, bool]:
-        """Index of the line with ``uuid`` at line ``n`` and whether the uuid was seen before
-        (a repeated uuid replaces the earlier line, keeping its index)."""
-        uuid_key = _key(uuid)
-        i = self.ids.get(uuid_key)
-        again = i is not None
-        if i is None:
-            i = self.ids[uuid_key] = len(self.line)
-            self.parent.append(_ROOT)
-            self.line.append(n)
-            self.kind.append(kind)
-        else:
-            self.line[i], self.kind[i] = n, kind
-            self.pending.pop(i, None)
-            self.text_ref.pop(i, None)
-            self.msg_id.pop(i, None)
-        j = self.ids.get(_key(parent)) if parent is not None else _ROOT
-        if j is None:
-            self.parent[i] = _UNRESOLVED
-            self.pending[i] = parent
-        else:
-            self.parent[i] = j
-        return i, again
-
-    def mend(self, diag: Diagnostics) -> None:
-        """Parents seen after their children resolved; a parent not in the file (its line lost
-        or damaged): the line continues from the chain line before it in the file, with a
-        ``broken_chain`` warning naming the line and the missing uuid (a root when there is none
-        before it or that one descends from it: a reversed file)."""
-        broken: list[int] = []
-        for i, uuid in self.pending.items():
-            j = self.ids.get(_key(uuid))
-            if j is None:
-                broken.append(i)
-            else:
-                self.parent[i] = j
-        if not broken:
-            self.pending = {}
-            return
-        line, parent = self.line, self.parent
-        by_line = sorted(range(len(line)), key=line.__getitem__)
-        wanted = set(broken)
-        pos = {i: k for k, i in enumerate(by_line) if i in wanted}
-        mended: dict[int, int] = {}  # line index -> the line before it that it now follows
-        for i in broken:
-            prev = by_line[pos[i] - 1] if pos[i] > 0 else -1
-            parent[i] = prev
-            if prev >= 0:
-                mended[i] = prev
-        # a mended line whose new parent descends from it (a reversed file) closes a cycle:
-        # it becomes a root instead (one linear pass; only a cycle through a mended line is new)
-        state = bytearray(len(line))  # 0 not seen, 1 on the trail, 2 done
-        for start in list(mended):
-            trail: list[int] = []
-            cur = start
-            while cur >= 0 and state[cur] == 0:
-                state[cur] = 1
-                trail.append(cur)
-                cur = parent[cur]
-            if cur >= 0 and state[cur] == 1:
-                for u in trail[trail.index(cur) :]:
-                    if u in mended:
-                        parent[u] = _ROOT
-                        del mended[u]
-                        break
-            for u in trail:
-                state[u] = 2
-        for i in sorted(broken, key=line.__getitem__):
-            missing = self.pending[i]
-            if i in mended:
-                diag.warn(
-                    "broken_chain",
-                    f"line {line[i]}",
-                    f"parent uuid {missing} is not in the file; continued from line {line[mended[i]]}, the chain line before it",
-                )
-            else:
-                diag.warn(
-                    "broken_chain",
-                    f"line {line[i]}",
-                    f"parent uuid {missing} is not in the file; the chain starts there",
-                )
-        self.pending = {}
-
-    def depths(self) -> tuple[array, array]:
-        """Per line, its depth (1 for a root, parent's + 1; a cycle counts from where it closes)
-        and how many user and assistant lines its chain holds, itself included: the
-        conversation's depth, which ``progress`` and ``system`` lines do not add to. One pass."""
-        parent, kind = self.parent, self.kind
-        depth = array("i", bytes(4 * len(parent)))
-        talk = array("i", bytes(4 * len(parent)))
-        for i in range(len(parent)):
-            if depth[i]:
-                continue
-            trail = array("i")  # one long chain is most of the file: 4 bytes a line, not an int object
-            cur = i
-            while cur >= 0 and depth[cur] == 0:
-                depth[cur] = -1  # on the trail
-                trail.append(cur)
-                cur = parent[cur]
-            known = cur >= 0 and depth[cur] > 0
-            d = depth[cur] if known else 0
-            t = talk[cur] if known else 0
-            for u in reversed(trail):
-                d += 1
-                depth[u] = d
-                if kind[u] & 7 in _TALK:
-                    t += 1
-                talk[u] = t
-        return depth, talk
-
-    def leaf(self, depth: array, hint: str | None, talk: array | None = None) -> int:
-        """The main chain's leaf, among the lines no line names as parent (any chain line: a
-        session often ends with ``progress``, ``system/turn_duration`` or hook lines after its
-        last reply): among those that descend from the ``leafUuid`` of the last
-        ``last-prompt``/``summary`` record (the session may go on past that record), else among
-        all, the one whose chain holds the most user and assistant lines (``talk``: a branch of
-        a subagent's ``progress`` lines, however deep, holds none), then the deepest, then the
-        later line of the file. -1 when there is no line."""
-        parent, line = self.parent, self.line
-        n = len(parent)
-        has_child = bytearray(n)
-        for j in parent:
-            if j >= 0:
-                has_child[j] = 1
-        below: bytearray | None = None  # 0 unknown, 1 descends from the hint, 2 not, 3 on the trail
-        h = self.ids.get(_key(hint)) if hint is not None else None
-        if h is not None:
-            below = bytearray(n)
-            below[h] = 1
-        best, leaf = (-1, -1), -1
-        for i in range(n):
-            if has_child[i]:
-                continue
-            if below is not None:
-                trail = array("i")
-                cur = i
-                while cur >= 0 and below[cur] == 0:
-                    below[cur] = 3
-                    trail.append(cur)
-                    cur = parent[cur]
-                hit = 1 if cur >= 0 and below[cur] == 1 else 2
-                for u in trail:
-                    below[u] = hit
-                if hit != 1:
-                    continue
-            key = (talk[i] if talk is not None else 0, depth[i], line[i])
-            if key > best:
-                best, leaf = key, i
-        return leaf
-
-    def walk(self, leaf: int) -> array:
-        """The lines from the root to ``leaf``; a cycle ends the walk silently."""
-        out = array("i")
-        seen = bytearray(len(self.parent))
-        cur = leaf
-        while cur >= 0 and not seen[cur]:
-            seen[cur] = 1
-            out.append(cur)
-            cur = self.parent[cur]
-        out.reverse()
-        return out
 
 
 @record
@@ -497,29 +305,41 @@ def _content(obj: dict) -> Any:
     return message.get("content") if isinstance(message, dict) else None
 
 
-class ClaudeCodeAdapter(NativeAdapter):
-    name = "claude-code"
-    description = "Claude Code session JSONL (~/.claude/projects/<cwd-slug>/<session>.jsonl)"
-    profiles = (PROFILE,)
+class _Reading:
+    """The first pass over a session file: each record handled by its kind (:meth:`scan`
+    dispatches), the chain lines kept compactly in ``chain``, the assistant lines by
+    ``message.id`` in ``msgs``, the lines holding tool results by call id in ``results``
+    (a packed ref; with more than one result for the id, a list of (ref, k): the k-th block with
+    the id in that line, in file order), and what was left out in ``lo``."""
 
-    def read(self, path: Path, diag: Diagnostics) -> NativeResult:
-        traj = Trajectory()
-        lo = traj.left_out = LeftOutLines()
-        chain = _Chain()
-        msgs: dict[str, _Msg] = {}
-        preserved: dict[int, list[int | str]] = {}  # compact_boundary line -> keys of the messages it kept
-        result_lines: dict[int, tuple[int, tuple[str, ...]]] = {}  # chain index -> (ref, its tool_result ids)
-        # tool_use_id -> packed ref of the line holding its result; with more than one result
-        # for the id: a list of (ref, k), k-th block with the id in that line, in file order
-        results: dict[str, Any] = {}
-        leaf_hint: str | None = None  # leafUuid of the last last-prompt / summary record
-        meta: dict[str, Any] = {
+    def __init__(self) -> None:
+        self.traj = Trajectory()
+        self.lo = self.traj.left_out = LeftOutLines()
+        self.chain = CompactChain(_key, _TALK)
+        self.msgs: dict[str, _Msg] = {}
+        self.preserved: dict[
+            int, list[int | str]
+        ] = {}  # compact_boundary line -> keys of the messages it kept
+        self.result_lines: dict[
+            int, tuple[int, tuple[str, ...]]
+        ] = {}  # chain index -> (ref, its tool_result ids)
+        self.results: dict[str, Any] = {}
+        self.leaf_hint: str | None = None  # leafUuid of the last last-prompt / summary record
+        self.meta: dict[str, Any] = {
             "format": "claude-code session jsonl",
             "task_context": [],
             "subagents": [],
             "compactions": [],
         }
-        header = SessionHeader(PROFILE, meta, ("sessionId", "cwd", "gitBranch"), _SHAPE)
+        self.header = SessionHeader(PROFILE, self.meta, ("sessionId", "cwd", "gitBranch"), _SHAPE)
+
+    def scan(self, path: Path, diag: Diagnostics) -> None:
+        """Read every record of ``path``: the header's fields and version, then the record by its
+        kind; BadInputError (exit 65) when no line has the format's shape."""
+        header, chain, lo = self.header, self.chain, self.lo
+        # the handlers of the conversational kinds, by ``type`` (a local: bound methods kept on
+        # self would make a cycle that holds the file's structure until a collection)
+        talk: dict[str, Callable[..., None]] = {"user": self.user, "assistant": self.assistant}
         for n, obj, line_ref in iter_json_records(path, diag):
             kind = as_str(obj.get("type")) or repr(obj.get("type"))
             uuid = obj.get("uuid")
@@ -536,13 +356,7 @@ class ClaudeCodeAdapter(NativeAdapter):
                 and "content" in message,
             )
             if not isinstance(uuid, str):
-                if isinstance(obj.get("leafUuid"), str):
-                    leaf_hint = obj["leafUuid"]
-                if kind in UI_TYPES:
-                    lo.add(n, interned(kind), _UI_NO_UUID)
-                else:
-                    diag.warn("unknown_record", f"line {n}", f"record type {kind!r} (no uuid) left out")
-                    lo.add(n, str(kind), "record type unknown to the profile (no uuid)")
+                self.no_uuid(n, obj, kind, diag)
                 continue
             if obj.get("isSidechain"):
                 lo.add(n, "sidechain", "subagent (sidechain) line, not the main loop")
@@ -554,246 +368,220 @@ class ClaudeCodeAdapter(NativeAdapter):
                     f"uuid {uuid} repeated (first at line {chain.line[chain.ids[_key(uuid)]]}); the later line is used",
                 )
             parent = as_str(obj.get("parentUuid"))
-            if kind in ("user", "assistant"):
-                content = message.get("content") if isinstance(message, dict) else None
-                bad = (
-                    f"{'an' if kind == 'assistant' else 'a'} {kind} line without a `message` object"
-                    if not isinstance(message, dict)
-                    else "an assistant message whose `content` is not a list"
-                    if kind == "assistant" and not isinstance(content, list)
-                    else None
+            handler = talk.get(kind)
+            if handler is not None:
+                handler(n, obj, uuid, parent, message, line_ref, diag)
+            elif kind == "system" and obj.get("subtype") == "compact_boundary":
+                self.boundary(n, obj, uuid, parent)
+            else:
+                # any other line with a uuid: in the chain, left out (``unknown_record`` unless
+                # one of the UI kinds that sit in the chain). Read here, without a call: with
+                # hooks, ``progress`` lines are most lines of a session
+                chain.add(uuid, parent, n, _UI)
+                if kind not in _CHAIN_UI:
+                    diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
+                data = obj.get("data")
+                sub = obj.get("subtype") or (data.get("type") if isinstance(data, dict) else None) or ""
+                lo.add(
+                    n,
+                    interned(f"{kind}/{sub}".rstrip("/")),
+                    _UI_CHAIN if kind in _CHAIN_UI else "record type unknown to the profile",
                 )
-                if bad is not None:
-                    diag.warn("malformed_record", f"line {n}", f"{bad}; left out")
-                    chain.add(uuid, parent, n, _UI)
-                    lo.add(n, kind, "malformed record (" + bad + ")")
-                    continue
-                ref = pack_ref(line_ref)
-                if kind == "assistant":
-                    if obj.get("isApiErrorMessage"):
-                        lo.add(
-                            n,
-                            "api_error",
-                            "an API error written as a reply by Claude Code, not a model reply",
-                        )
-                        chain.add(uuid, parent, n, _UI)
-                        continue
-                    i, _ = chain.add(uuid, parent, n, _ASSISTANT)
-                    mid = interned(as_str(message.get("id")) or f"line-{n}")
-                    chain.msg_id[i] = mid
-                    m = msgs.get(mid)
-                    if m is None:
-                        m = msgs[mid] = _Msg(n)
-                    calls = tuple(
-                        (interned(as_str(b.get("id"))), interned(as_str(b.get("name")) or ""))
-                        for b in content
-                        if isinstance(b, dict) and b.get("type") == "tool_use"
-                    )
-                    stop = message.get("stop_reason")
-                    new = _Line(
-                        i,
-                        ref,
-                        n,
-                        calls,
-                        message.get("usage") is not None,
-                        interned(stop) if isinstance(stop, str) else stop,
-                    )
-                    for k, old in enumerate(m.lines):
-                        if old.index == i:
-                            new.n = old.n
-                            m.lines[k] = new
-                            break
-                    else:
-                        m.lines.append(new)
-                    model = as_str(message.get("model"))
-                    if model:
-                        m.model = interned(model)
-                else:
-                    flags = (
-                        _USER
-                        | (_META if obj.get("isMeta") else 0)
-                        | (_SUMMARY if obj.get("isCompactSummary") else 0)
-                    )
-                    i, again = chain.add(uuid, parent, n, flags)
-                    if _user_text(content):
-                        chain.text_ref[i] = ref
-                    if isinstance(content, list):
-                        seen_here: dict[str, int] = {}
-                        ids_here = [
-                            b["tool_use_id"]
-                            for b in content
-                            if isinstance(b, dict)
-                            and b.get("type") == "tool_result"
-                            and isinstance(b.get("tool_use_id"), str)
-                        ]
-                        if ids_here:
-                            result_lines[i] = (ref, tuple(ids_here))
-                        for b in content:
-                            if (
-                                isinstance(b, dict)
-                                and b.get("type") == "tool_result"
-                                and isinstance(b.get("tool_use_id"), str)
-                            ):
-                                cid = b["tool_use_id"]
-                                k = seen_here[cid] = seen_here.get(cid, -1) + 1
-                                have = results.get(cid)
-                                if have is None:
-                                    results[interned(cid)] = ref if k == 0 else [(ref, k)]
-                                elif not again:  # a repeated line's results are the ones already kept
-                                    if not isinstance(have, list):
-                                        have = results[cid] = [(have, 0)]
-                                    have.append((ref, k))
-                continue
-            if kind == "system" and obj.get("subtype") == "compact_boundary":
-                logical = as_str(obj.get("logicalParentUuid"))
-                chain.add(uuid, parent or logical, n, _BOUNDARY)
-                kept = as_dict(as_dict(obj.get("compactMetadata")).get("preservedMessages")).get("uuids")
-                if isinstance(kept, list):
-                    preserved[n] = [_key(u) for u in kept if isinstance(u, str)]
-                lo.add(n, "compaction_boundary", "compaction boundary; the summary after it is kept, flagged")
-                continue
-            chain.add(uuid, parent, n, _UI)
-            if kind not in _CHAIN_UI:
-                diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
-            data = obj.get("data")
-            sub = obj.get("subtype") or (data.get("type") if isinstance(data, dict) else None) or ""
-            lo.add(
-                n,
-                interned(f"{kind}/{sub}".rstrip("/")),
-                _UI_CHAIN if kind in _CHAIN_UI else "record type unknown to the profile",
-            )
         header.finish(diag)
 
-        chain.mend(diag)
-        depth, talk = chain.depths()
-        leaf = chain.leaf(depth, leaf_hint, talk)
-        # why this leaf: said where a branch is left out (a rewind, an edited prompt)
-        chosen = (
-            f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and assistant lines"
-            if leaf >= 0
-            else ""
+    def no_uuid(self, n: int, obj: dict, kind: str, diag: Diagnostics) -> None:
+        """A record without a uuid: UI-only (left out), or of a type unknown to the profile
+        (``unknown_record``); a ``leafUuid`` on it is the leaf hint."""
+        if isinstance(obj.get("leafUuid"), str):
+            self.leaf_hint = obj["leafUuid"]
+        if kind in UI_TYPES:
+            self.lo.add(n, interned(kind), _UI_NO_UUID)
+        else:
+            diag.warn("unknown_record", f"line {n}", f"record type {kind!r} (no uuid) left out")
+            self.lo.add(n, str(kind), "record type unknown to the profile (no uuid)")
+
+    def malformed(
+        self, n: int, kind: str, uuid: str, parent: str | None, message: Any, diag: Diagnostics
+    ) -> None:
+        """A user or assistant line without a ``message`` object or an assistant line whose
+        ``content`` is not a list: a ``malformed_record`` warning, the line left out (the chain
+        goes through it). The handlers call it on that shape only (a call a line costs)."""
+        bad = (
+            f"{'an' if kind == 'assistant' else 'a'} {kind} line without a `message` object"
+            if not isinstance(message, dict)
+            else "an assistant message whose `content` is not a list"
         )
-        path_ix = chain.walk(leaf)
-        source = JsonlSource(path)
-        load = lambda ref: source.load(unpack_ref(ref))  # noqa: E731
-        plans: list[_Plan] = []
-        used_msgs: set[str] = set()
-        taken: dict[str, int] = {}  # call id -> results paired so far
-        first_call: dict[str, int] = {}  # call id -> line of its first call on the chain
-        pending_context: list[str] = []
-        boundary_line = None  # the compact_boundary line the walk passed last
+        diag.warn("malformed_record", f"line {n}", f"{bad}; left out")
+        self.chain.add(uuid, parent, n, _UI)
+        self.lo.add(n, kind, "malformed record (" + bad + ")")
+
+    def assistant(
+        self,
+        n: int,
+        obj: dict,
+        uuid: str,
+        parent: str | None,
+        message: Any,
+        line_ref: LineRef,
+        diag: Diagnostics,
+    ) -> None:
+        """An assistant line: one content block of the response ``message.id``, kept with that
+        message (a repeated uuid replaces the earlier line in place); an API error written as a
+        reply is left out."""
+        content = message.get("content") if isinstance(message, dict) else None
+        if not isinstance(content, list):  # no message object, or content not a list
+            self.malformed(n, "assistant", uuid, parent, message, diag)
+            return
+        ref = pack_ref(line_ref)
+        chain = self.chain
+        if obj.get("isApiErrorMessage"):
+            self.lo.add(
+                n,
+                "api_error",
+                "an API error written as a reply by Claude Code, not a model reply",
+            )
+            chain.add(uuid, parent, n, _UI)
+            return
+        i, _ = chain.add(uuid, parent, n, _ASSISTANT)
+        mid = interned(as_str(message.get("id")) or f"line-{n}")
+        chain.msg_id[i] = mid
+        m = self.msgs.get(mid)
+        if m is None:
+            m = self.msgs[mid] = _Msg(n)
+        calls = tuple(
+            (interned(as_str(b.get("id"))), interned(as_str(b.get("name")) or ""))
+            for b in content
+            if isinstance(b, dict) and b.get("type") == "tool_use"
+        )
+        stop = message.get("stop_reason")
+        new = _Line(
+            i,
+            ref,
+            n,
+            calls,
+            message.get("usage") is not None,
+            interned(stop) if isinstance(stop, str) else stop,
+        )
+        for k, old in enumerate(m.lines):
+            if old.index == i:
+                new.n = old.n
+                m.lines[k] = new
+                break
+        else:
+            m.lines.append(new)
+        model = as_str(message.get("model"))
+        if model:
+            m.model = interned(model)
+
+    def user(
+        self,
+        n: int,
+        obj: dict,
+        uuid: str,
+        parent: str | None,
+        message: Any,
+        line_ref: LineRef,
+        diag: Diagnostics,
+    ) -> None:
+        """A user line: a prompt, injected text (``isMeta``), a compaction summary, and/or tool
+        results, each result kept by its call id (a repeated line's results are the ones
+        already kept)."""
+        if not isinstance(message, dict):
+            self.malformed(n, "user", uuid, parent, message, diag)
+            return
+        content = message.get("content")
+        ref = pack_ref(line_ref)
+        flags = _USER | (_META if obj.get("isMeta") else 0) | (_SUMMARY if obj.get("isCompactSummary") else 0)
+        i, again = self.chain.add(uuid, parent, n, flags)
+        if _user_text(content):
+            self.chain.text_ref[i] = ref
+        if not isinstance(content, list):
+            return
+        results = self.results
+        seen_here: dict[str, int] = {}
+        ids_here = [
+            b["tool_use_id"]
+            for b in content
+            if isinstance(b, dict)
+            and b.get("type") == "tool_result"
+            and isinstance(b.get("tool_use_id"), str)
+        ]
+        if ids_here:
+            self.result_lines[i] = (ref, tuple(ids_here))
+        for b in content:
+            if (
+                isinstance(b, dict)
+                and b.get("type") == "tool_result"
+                and isinstance(b.get("tool_use_id"), str)
+            ):
+                cid = b["tool_use_id"]
+                k = seen_here[cid] = seen_here.get(cid, -1) + 1
+                have = results.get(cid)
+                if have is None:
+                    results[interned(cid)] = ref if k == 0 else [(ref, k)]
+                elif not again:  # a repeated line's results are the ones already kept
+                    if not isinstance(have, list):
+                        have = results[cid] = [(have, 0)]
+                    have.append((ref, k))
+
+    def boundary(self, n: int, obj: dict, uuid: str, parent: str | None) -> None:
+        """A ``system/compact_boundary`` line: in the chain through its ``logicalParentUuid``,
+        the messages it kept verbatim noted, left out itself."""
+        logical = as_str(obj.get("logicalParentUuid"))
+        self.chain.add(uuid, parent or logical, n, _BOUNDARY)
+        kept = as_dict(as_dict(obj.get("compactMetadata")).get("preservedMessages")).get("uuids")
+        if isinstance(kept, list):
+            self.preserved[n] = [_key(u) for u in kept if isinstance(u, str)]
+        self.lo.add(n, "compaction_boundary", "compaction boundary; the summary after it is kept, flagged")
+
+
+class _Walk:
+    """The second pass: the main chain from its root to its leaf made into step plans (an
+    action per ``message.id``, a gap step per lost action), the task, the observation messages
+    after each action and the compactions."""
+
+    def __init__(self, r: _Reading, depth: array, load: Callable[[int], dict], diag: Diagnostics) -> None:
+        self.r, self.depth, self.load, self.diag = r, depth, load, diag
+        self.plans: list[_Plan] = []
+        self.used_msgs: set[str] = set()
+        self.taken: dict[str, int] = {}  # call id -> results paired so far
+        self.first_call: dict[str, int] = {}  # call id -> line of its first call on the chain
+        self.pending_context: list[str] = []
+        self.boundary_line: int | None = None  # the compact_boundary line the walk passed last
         # results of calls no line holds: the line of that action was lost (a gap step)
-        called = {cid for m in msgs.values() for ln in m.lines for cid, _ in ln.calls}
+        self.called = {cid for m in r.msgs.values() for ln in m.lines for cid, _ in ln.calls}
+
+    def walk(self, path_ix: array) -> None:
+        chain, result_lines = self.r.chain, self.r.result_lines
         for i in path_ix:
             k = chain.kind[i]
-            orphans = [cid for cid in result_lines.get(i, ((), ()))[1] if cid not in called]
-            if orphans:
-                gap = _Gap(len(plans) + 1, chain.line[i], result_lines[i][0], tuple(orphans))
-                plans.append(gap)  # type: ignore[arg-type]
-                called.update(orphans)  # one gap per lost action
-                diag.warn(
-                    "lost_action",
-                    f"line {chain.line[i]}",
-                    f"tool result(s) {', '.join(orphans)} answer a call no line of the file "
-                    f"holds: the action of step {gap.n} was lost; a gap step stands at its place",
-                )
+            if i in result_lines:  # a line with tool results: a gap step when they answer no call
+                self.gap(i)
             if k == _BOUNDARY:
-                boundary_line = chain.line[i]
+                self.boundary_line = chain.line[i]
             if k == _ASSISTANT:
                 mid = chain.msg_id[i]
-                if mid in used_msgs:
+                if mid in self.used_msgs:
                     continue
-                used_msgs.add(mid)
-                plans.append(self._plan(len(plans) + 1, msgs[mid], depth, results, taken, first_call, diag))
+                self.used_msgs.add(mid)
+                self.plans.append(self.plan(len(self.plans) + 1, self.r.msgs[mid]))
             elif k & 7 == _USER and i in chain.text_ref:
-                ref = chain.text_ref[i]
-                if not plans:
-                    texts = _user_text(_content(load(ref)))
-                    if k & _META:
-                        pending_context.extend(texts)
-                    else:
-                        if traj.task is not None:
-                            pending_context.append(traj.task)
-                        traj.task = texts[-1]
-                        pending_context.extend(texts[:-1])
-                    continue
-                last = plans[-1]
-                if last.after is None:
-                    last.after = []
-                last.after.append((ref, bool(k & _SUMMARY)))
-                if k & _SUMMARY:
-                    meta["compactions"].append({"step": last.n, "line": chain.line[i]})
-                    # the summary is what the agent sends in place of the history before it:
-                    # the observation messages after it follow it
-                    summary = _observation_message(_content(load(ref)))
-                    text = "".join(p.text for p in summary.parts if isinstance(p, TextPart))
-                    where = f"line {boundary_line}" if boundary_line is not None else f"line {chain.line[i]}"
-                    c = Compaction(last.n, [summary], "compact_boundary", where, text, len(last.after))
-                    # the messages it kept verbatim after the summary (compactMetadata.preservedMessages)
-                    keep = (
-                        {chain.ids.get(u) for u in preserved.get(boundary_line, ())}
-                        if boundary_line is not None
-                        else set()
-                    )
-                    kept_steps = [
-                        p.n
-                        for p in plans
-                        if isinstance(p, _Plan) and any(ln.index in keep for ln in p.msg.lines)
-                    ]
-                    if kept_steps:
-                        c.steps_from = min(kept_steps)
-                    traj.compactions.append(c)
-        meta["task_context"] = pending_context
-        # assistant messages the chain never reached (a rewound branch)
-        for mid, m in msgs.items():
-            if mid not in used_msgs:
-                lo.add(
-                    m.first_line,
-                    "branch",
-                    f"assistant message {mid} is off the main chain (rewound or abandoned branch; {chosen})",
-                )
-        sub_dir = os.path.join(os.path.splitext(path)[0], "subagents")  # Path.with_suffix("")
-        if os.path.isdir(sub_dir):
-            from pathlib import Path
+                self.user(i, k, chain.text_ref[i])
+        self.r.meta["task_context"] = self.pending_context
 
-            for f in sorted(Path(sub_dir).glob("*.jsonl")):
-                agent_id = f.stem.removeprefix("agent-")
-                meta["subagents"].append({"path": str(f), "agent_id": agent_id})
-                lo.append(
-                    LeftOut(
-                        str(f),
-                        "subagent",
-                        f"subagent transcript {agent_id}, linked in meta.subagents, not mixed in",
-                    )
-                )
-        del chain, depth, path_ix
-        traj.steps = LazySteps(plans, lambda plan: self._step(plan, load))
-        traj.model = next(
-            (
-                p.msg.model
-                for p in plans
-                if isinstance(p, _Plan) and p.msg.model and p.msg.model != "<synthetic>"
-            ),
-            None,
-        )
-        traj.meta = meta
-        return NativeResult(traj, PROFILE, diag)
-
-    @staticmethod
-    def _plan(
-        n: int,
-        m: _Msg,
-        depth: array,
-        results: dict[str, Any],
-        taken: dict[str, int],
-        first_call: dict[str, int],
-        diag: Diagnostics,
-    ) -> _Plan:
+    def plan(self, n: int, m: _Msg) -> _Plan:
         """Step ``n``'s plan: the message's lines in chain order (depth in the parentUuid tree,
         file order breaking ties), usage and stop reason of the last line in that order that has
         them, and for each call its result: the k-th result with the call's id for the k-th call
         with it on the chain (``duplicate_call_id`` warned); ``interrupted`` warned, naming the
         call's line, for each call without one."""
+        depth, results, taken, first_call, diag = (
+            self.depth,
+            self.r.results,
+            self.taken,
+            self.first_call,
+            self.diag,
+        )
         lines = sorted(m.lines, key=lambda ln: (depth[ln.index], ln.n))
         usage_ref = stop_reason = None
         found: list[Any] = []
@@ -826,6 +614,143 @@ class ClaudeCodeAdapter(NativeAdapter):
                     )
                 found.append(res)
         return _Plan(n, m, [ln.ref for ln in lines], found, usage_ref, stop_reason)
+
+    def gap(self, i: int) -> None:
+        """A gap step before chain line ``i`` when its tool results answer calls no line holds
+        (``lost_action`` warned)."""
+        r = self.r
+        orphans = [cid for cid in r.result_lines[i][1] if cid not in self.called]
+        if not orphans:
+            return
+        line = r.chain.line[i]
+        gap = _Gap(len(self.plans) + 1, line, r.result_lines[i][0], tuple(orphans))
+        self.plans.append(gap)  # type: ignore[arg-type]
+        self.called.update(orphans)  # one gap per lost action
+        self.diag.warn(
+            "lost_action",
+            f"line {line}",
+            f"tool result(s) {', '.join(orphans)} answer a call no line of the file "
+            f"holds: the action of step {gap.n} was lost; a gap step stands at its place",
+        )
+
+    def user(self, i: int, k: int, ref: int) -> None:
+        """A user line with text on the chain: before the first action the task (the last
+        prompt) or its context; after it an observation message of the last step, a compaction
+        when it is the summary."""
+        traj, plans = self.r.traj, self.plans
+        if not plans:
+            texts = _user_text(_content(self.load(ref)))
+            if k & _META:
+                self.pending_context.extend(texts)
+            else:
+                if traj.task is not None:
+                    self.pending_context.append(traj.task)
+                traj.task = texts[-1]
+                self.pending_context.extend(texts[:-1])
+            return
+        last = plans[-1]
+        if last.after is None:
+            last.after = []
+        last.after.append((ref, bool(k & _SUMMARY)))
+        if k & _SUMMARY:
+            self.compaction(i, ref, last)
+
+    def compaction(self, i: int, ref: int, last: _Plan) -> None:
+        """The compaction summary at chain line ``i`` after step ``last``: what the agent sends
+        in place of the history before it (the observation messages after it follow it), and
+        the steps it kept verbatim (``compactMetadata.preservedMessages``)."""
+        r, boundary_line = self.r, self.boundary_line
+        line = r.chain.line[i]
+        r.meta["compactions"].append({"step": last.n, "line": line})
+        summary = _observation_message(_content(self.load(ref)))
+        text = "".join(p.text for p in summary.parts if isinstance(p, TextPart))
+        where = f"line {boundary_line}" if boundary_line is not None else f"line {line}"
+        c = Compaction(last.n, [summary], "compact_boundary", where, text, len(last.after))
+        keep = (
+            {r.chain.ids.get(u) for u in r.preserved.get(boundary_line, ())}
+            if boundary_line is not None
+            else set()
+        )
+        kept_steps = [
+            p.n for p in self.plans if isinstance(p, _Plan) and any(ln.index in keep for ln in p.msg.lines)
+        ]
+        if kept_steps:
+            c.steps_from = min(kept_steps)
+        r.traj.compactions.append(c)
+
+
+def _left_out_branches(r: _Reading, used_msgs: set[str], chosen: str) -> None:
+    """Assistant messages the chain never reached (a rewound branch), left out saying which
+    chain is the session."""
+    for mid, m in r.msgs.items():
+        if mid not in used_msgs:
+            r.lo.add(
+                m.first_line,
+                "branch",
+                f"assistant message {mid} is off the main chain (rewound or abandoned branch; {chosen})",
+            )
+
+
+def _list_subagents(path: Path, meta: dict[str, Any], lo: LeftOutLines) -> None:
+    """The subagent transcripts ``<session>/subagents/*.jsonl`` beside ``path``: listed in
+    ``meta["subagents"]`` and left out, never mixed in."""
+    sub_dir = os.path.join(os.path.splitext(path)[0], "subagents")  # Path.with_suffix("")
+    if os.path.isdir(sub_dir):
+        from pathlib import Path
+
+        for f in sorted(Path(sub_dir).glob("*.jsonl")):
+            agent_id = f.stem.removeprefix("agent-")
+            meta["subagents"].append({"path": str(f), "agent_id": agent_id})
+            lo.append(
+                LeftOut(
+                    str(f),
+                    "subagent",
+                    f"subagent transcript {agent_id}, linked in meta.subagents, not mixed in",
+                )
+            )
+
+
+class ClaudeCodeAdapter(NativeAdapter):
+    name = "claude-code"
+    description = "Claude Code session JSONL (~/.claude/projects/<cwd-slug>/<session>.jsonl)"
+    profiles = (PROFILE,)
+
+    def read(self, path: Path, diag: Diagnostics) -> NativeResult:
+        """The records read by kind (:class:`_Reading`), the chain mended and its leaf chosen, the
+        main chain walked into step plans (:class:`_Walk`), what is off it or beside the file left
+        out; steps built lazily from the plans."""
+        r = _Reading()
+        r.scan(path, diag)
+        chain, traj, meta = r.chain, r.traj, r.meta
+        chain.mend(diag)
+        depth, talk = chain.depths()
+        leaf = chain.leaf(depth, r.leaf_hint, talk)
+        # why this leaf: said where a branch is left out (a rewind, an edited prompt)
+        chosen = (
+            f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and assistant lines"
+            if leaf >= 0
+            else ""
+        )
+        path_ix = chain.walk(leaf)
+        source = JsonlSource(path)
+        load = lambda ref: source.load(unpack_ref(ref))  # noqa: E731
+        w = _Walk(r, depth, load, diag)
+        w.walk(path_ix)
+        plans = w.plans
+        _left_out_branches(r, w.used_msgs, chosen)
+        _list_subagents(path, meta, r.lo)
+        del chain, depth, path_ix, w
+        traj.steps = LazySteps(plans, lambda plan: self._step(plan, load))
+        traj.model = next(
+            (
+                p.msg.model
+                for p in plans
+                if isinstance(p, _Plan) and p.msg.model and p.msg.model != "<synthetic>"
+            ),
+            None,
+        )
+        traj.meta = meta
+        return NativeResult(traj, PROFILE, diag)
 
     @staticmethod
     def _step(plan: _Plan | _Gap, load: Callable[[int], dict]) -> Step:

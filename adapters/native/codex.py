@@ -56,16 +56,16 @@ claude-code-log synthetic rollout):
   leading system message in front of it.
 
 Memory (issue 6, "Scale"): the file is read twice. The first pass streams it and keeps per
-step only the :class:`~.base.LineRef` of its items, outputs, messages and usage record, plus
+step only the :class:`~.jsonl.LineRef` of its items, outputs, messages and usage record, plus
 what the warnings need (call ids and names); every warning, ``task``, ``model``,
-``left_out`` and ``meta`` are decided there. ``traj.steps`` is a :class:`~.base.LazySteps`
+``left_out`` and ``meta`` are decided there. ``traj.steps`` is a :class:`~.assembly.LazySteps`
 that reads a step's lines again when the step is used.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import (
@@ -79,22 +79,10 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    JsonlSource,
-    LazySteps,
-    LineRef,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_list,
-    as_str,
-    iter_json_records,
-    left_out,
-    string_call,
-    text_of,
-)
+from .assembly import LazySteps, as_dict, as_list, as_str, left_out, string_call, text_of
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics
+from .jsonl import JsonlSource, LineRef, iter_json_records
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -231,248 +219,327 @@ def _usage(obj: dict) -> Any:
     return None
 
 
+#: the fields of ``session_meta.payload`` kept in ``meta``, in this order
+_SESSION_FIELDS = ("id", "cwd", "originator", "cli_version", "source", "model_provider", "forked_from_id")
+
+
+class _Reading:
+    """One pass over a rollout: each record handled by its ``type`` (:meth:`scan` dispatches),
+    the steps' plans (``plans``) and calls (``calls``, per step in order, for the
+    ``interrupted`` warnings) kept as line refs, the task and its context, what was left out."""
+
+    def __init__(self, path: Path) -> None:
+        self.traj = Trajectory()
+        self.meta: dict[str, Any] = {"format": "codex rollout jsonl", "task_context": []}
+        self.plans: list[_Plan] = []
+        self.calls: list[list[_Call]] = []
+        self.in_action = False  # an action is being read (its response not ended)
+        self.context: list[str] = []
+        self.version_seen = False
+        self.first: tuple[int, Any] | None = (
+            None  # the first record's line and type, for the missing-shape error
+        )
+        self.rollout = False  # a session_meta or response_item line was seen
+        self.source = JsonlSource(path)
+        # call id -> its first call (the others of the id chained by ``same``): an output goes to
+        # the step of the first call of its id still without one; an exact repeat of a call is a duplicate
+        self.by_id: dict[str, _Call] = {}
+        self.strays: dict[str, LineRef] = {}  # call id of no call -> its first output's ref
+        # the reasoning and message items of the action being read (one model response), to see one written twice
+        self.said: list[dict] = []
+
+    def scan(self, path: Path, diag: Diagnostics) -> None:
+        """Read every record of ``path``; then BadInputError (exit 65) when none has the rollout's
+        shape, ``no_version`` when no ``session_meta`` gave one, and the ``interrupted`` warnings."""
+        # a local table: bound methods kept on self would make a reference cycle
+        handlers: dict[str, Callable[[int, Any, Any, dict, LineRef, Diagnostics], None]] = {
+            "session_meta": self.session_meta,
+            "turn_context": self.turn_context,
+            "token_usage_record": self.usage,
+            "compacted": self.compacted,
+            "response_item": self.response_item,
+        }
+        for n, obj, ref in iter_json_records(path, diag):
+            kind = obj.get("type")
+            payload = obj.get("payload")
+            if self.first is None:
+                self.first = (n, kind)
+            if kind == "event_msg":  # a token count is a usage record, any other event a UI record
+                is_usage = isinstance(payload, dict) and payload.get("type") == "token_count"
+                handler = self.usage if is_usage else self.other
+            else:
+                handler = handlers.get(kind) if isinstance(kind, str) else None
+            (handler or self.other)(n, kind, payload, obj, ref, diag)
+        if not self.rollout:
+            what = "required record shape missing: no Codex rollout record (type session_meta/response_item) in the file"
+            if self.first is None:
+                raise BadInputError(f"{diag.path}: {what} (no JSON object in it)")
+            raise BadInputError(
+                f"{diag.path}: line {self.first[0]}: {what}; the first record has type {self.first[1]!r}"
+            )
+        if not self.version_seen:
+            PROFILE.check(None, "file", diag)
+        for plan, step_calls in zip(self.plans, self.calls):
+            _warn_interrupted(plan.n, step_calls, plan.results, self.source, diag)
+        self.meta["task_context"] = self.context
+
+    def session_meta(
+        self, n: int, kind: Any, payload: Any, obj: dict, ref: LineRef, diag: Diagnostics
+    ) -> None:
+        """The session's fields, its system prompt and dynamic tools; the version checked once."""
+        traj, meta = self.traj, self.meta
+        if not isinstance(payload, dict):
+            _malformed(traj, diag, n, "session_meta without a payload object")
+            return
+        self.rollout = True
+        if not self.version_seen:
+            PROFILE.check(payload.get("cli_version"), f"line {n}", diag)
+            self.version_seen = True
+        meta.update({k: payload[k] for k in _SESSION_FIELDS if k in payload})
+        bi = as_dict(payload.get("base_instructions"))
+        if isinstance(bi, dict) and isinstance(bi.get("text"), str):
+            traj.system = bi["text"]
+        if payload.get("dynamic_tools"):
+            meta["dynamic_tools"] = payload["dynamic_tools"]
+
+    def turn_context(
+        self, n: int, kind: Any, payload: Any, obj: dict, ref: LineRef, diag: Diagnostics
+    ) -> None:
+        """The turn's settings: its model noted, the record left out."""
+        if not isinstance(payload, dict):
+            self.other(n, kind, payload, obj, ref, diag)
+            return
+        traj, meta = self.traj, self.meta
+        if isinstance(payload.get("model"), str):
+            traj.model = traj.model or payload["model"]
+            meta.setdefault("models", [])
+            if payload["model"] not in meta["models"]:
+                meta["models"].append(payload["model"])
+        left_out(traj, f"line {n}", "turn_context", "turn settings, not model input")
+
+    def usage(self, n: int, kind: Any, payload: Any, obj: dict, ref: LineRef, diag: Diagnostics) -> None:
+        """A usage record: the usage of the action being read, which it ends."""
+        if self.in_action and _usage(obj) is not None:
+            self.plans[-1].usage = ref
+        self.in_action, self.said = False, []
+        left_out(
+            self.traj,
+            f"line {n}",
+            str(kind if kind != "event_msg" else "event_msg/token_count"),
+            "usage record (ends a model response)",
+        )
+
+    def compacted(self, n: int, kind: Any, payload: Any, obj: dict, ref: LineRef, diag: Diagnostics) -> None:
+        """A ``compacted`` record: the step before flagged ``compaction``, its replacement history a
+        compaction; the reply to Codex's own summary request is no step."""
+        traj, plans, calls = self.traj, self.plans, self.calls
+        message = as_str(as_dict(payload).get("message"))
+        if plans and message and _is_summary_reply(plans[-1], calls[-1], message, self.source):
+            # the reply to Codex's own summary request: no step of the main loop
+            plans.pop()
+            calls.pop()
+            left_out(
+                traj,
+                f"line {n}",
+                "compaction_summary",
+                "the assistant message before this compacted record is the model's "
+                "summary (its text ends the record's message), not a main-loop step",
+            )
+        if plans and "compaction" not in plans[-1].flags:
+            plans[-1].flags += ("compaction",)
+        history = as_dict(payload).get("replacement_history")
+        if isinstance(history, list):
+            _compaction(traj, plans, history, as_str(as_dict(payload).get("message")), n, diag)
+            reason = "compacted history: its replacement_history is what the model sees from here on (trajectory compactions); the step before is flagged"
+        else:
+            if plans:
+                traj.compactions.append(
+                    Compaction(len(plans), [], "compacted", f"line {n}", message, rebuilt=False)
+                )
+            reason = "compacted history without replacement_history: what the model saw after it is not in the file; flagged on the step before"
+        left_out(traj, f"line {n}", "compaction", reason)
+        self.in_action, self.said = False, []
+
+    def other(self, n: int, kind: Any, payload: Any, obj: dict, ref: LineRef, diag: Diagnostics) -> None:
+        """Any other record: UI or telemetry, left out (``unknown_record`` unless an event or world
+        state)."""
+        sub = payload.get("type") if isinstance(payload, dict) else None
+        if kind not in ("event_msg", "world_state"):
+            diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
+        left_out(
+            self.traj,
+            f"line {n}",
+            sys.intern(f"{kind}/{sub}") if sub else str(kind),
+            "UI or telemetry record, not model-visible history",
+        )
+
+    def response_item(
+        self, n: int, kind: Any, payload: Any, obj: dict, ref: LineRef, diag: Diagnostics
+    ) -> None:
+        """A ``response_item``: a model output goes to the action being read; an input item (a
+        call's output, a message) ends it."""
+        if not (isinstance(payload, dict) and isinstance(payload.get("type"), str)):
+            _malformed(self.traj, diag, n, "response_item without a typed payload")
+            return
+        self.rollout = True
+        t = payload["type"]
+        call_id = as_str(payload.get("call_id"))
+        if t in _OUTPUT_ITEMS or (t == "message" and payload.get("role") == "assistant"):
+            self.output_item(n, t, call_id, payload, ref, diag)
+            return
+        owner: _Call | None = None  # for an output: the call it answers
+        if t in _RESULT_ITEMS and call_id is not None:
+            repeated, owner = self.owner(n, t, call_id, payload, ref, diag)
+            if repeated:
+                return
+        # an input item ends the action
+        self.in_action, self.said = False, []
+        if t in _RESULT_ITEMS:
+            if owner is not None and self.plans:  # the usual output, without a call: as output_of_call
+                self.plans[owner.step].results.append(ref)
+            else:
+                self.output_of_call(n, t, call_id, owner, ref, diag)
+        elif t == "message":
+            self.input_message(payload, ref)
+        else:
+            left_out(self.traj, f"line {n}", f"response_item/{t}", "item type not read into the trajectory")
+
+    def output_item(
+        self, n: int, t: str, call_id: str | None, payload: dict, ref: LineRef, diag: Diagnostics
+    ) -> None:
+        """A model output item (text, reasoning, a call) added to the action being read, which it
+        starts when none is; an exact repeat is left out, a call reusing an id warned."""
+        plans, calls, by_id = self.plans, self.calls, self.by_id
+        if t == "message" or t == "reasoning":
+            if self.in_action and payload in self.said:
+                _duplicate(self.traj, diag, n, t, "an earlier line of the same response")
+                return
+            self.said.append(payload)
+        elif call_id is not None and call_id in by_id:
+            if any(self.source.load(c.ref).get("payload") == payload for c in _chain(by_id[call_id])):
+                _duplicate(self.traj, diag, n, f"{t} {call_id}", "an earlier line")
+                return
+        if not self.in_action:
+            self.in_action = True
+            plans.append(_Plan(len(plans) + 1))
+            calls.append([])
+        plans[-1].items.append(ref)
+        if t == "message" or t == "reasoning":
+            return
+        head_id, _, head_kind = _call_head(payload)
+        call = _Call(head_id, head_kind == "server", n, ref, len(plans) - 1)
+        calls[-1].append(call)
+        if call_id is None:
+            return
+        prev = by_id.get(call_id)
+        if prev is None:
+            by_id[call_id] = call
+        else:
+            *_, last = _chain(prev)
+            last.same = call
+            diag.warn(
+                "duplicate_call_id",
+                f"line {n}",
+                f"{t} {call_id} shares its id with the call at line {prev.n} "
+                "(other content); outputs paired with the calls of the id in order of appearance",
+            )
+
+    def owner(
+        self, n: int, t: str, call_id: str, payload: dict, ref: LineRef, diag: Diagnostics
+    ) -> tuple[bool, _Call | None]:
+        """(an exact repeat of an earlier output: left out, the call a call's output answers):
+        the first call of the id without an output; with none, the last call of the id
+        (``duplicate_call_id`` warned); None for an id no call has."""
+        if call_id in self.by_id:
+            chain = list(_chain(self.by_id[call_id]))
+            # the first call of the id without an output; a call the provider runs
+            # (a tool search) only when no other call of the id waits for one
+            owner = next((c for c in chain if c.output is None and not c.server), None) or next(
+                (c for c in chain if c.output is None), None
+            )
+            if owner is None and any(
+                self.source.load(c.output).get("payload") == payload for c in chain if c.output is not None
+            ):
+                _duplicate(self.traj, diag, n, f"{t} {call_id}", "an earlier line")
+                return True, None
+            if owner is None:
+                diag.warn(
+                    "duplicate_call_id",
+                    f"line {n}",
+                    f"{t} {call_id}: every call of the id (last at line {chain[-1].n}) has its output; "
+                    "this one is kept after the last call's step results",
+                )
+                owner = chain[-1]
+            else:
+                owner.output = ref
+            return False, owner
+        if call_id in self.strays:
+            if self.source.load(self.strays[call_id]).get("payload") == payload:
+                _duplicate(self.traj, diag, n, f"{t} {call_id}", "an earlier line")
+                return True, None
+        return False, None
+
+    def output_of_call(
+        self, n: int, t: str, call_id: str | None, owner: _Call | None, ref: LineRef, diag: Diagnostics
+    ) -> None:
+        """A call's output, a result of the step whose action made the call; the output of a call
+        no line holds makes a gap step (``lost_action``)."""
+        plans = self.plans
+        if not plans:
+            left_out(self.traj, f"line {n}", t, "a call output before any action")
+            return
+        if owner is None and call_id is not None and call_id not in self.strays:
+            # the output of a call no line holds: the line of that action was lost. A gap
+            # step stands at its place, so that the later steps keep their numbers
+            self.strays[call_id] = ref
+            gap = _Plan(len(plans) + 1)
+            gap.flags = ("lost_action",)
+            plans.append(gap)
+            self.calls.append([])
+            diag.warn(
+                "lost_action",
+                f"line {n}",
+                f"{t} {call_id} answers a call no line of the file holds: "
+                f"the action of step {gap.n} was lost; a gap step stands at its place",
+            )
+            gap.results.append(ref)
+            return
+        # the step whose action made the call, not the step being read (a late output)
+        plans[owner.step if owner is not None else len(plans) - 1].results.append(ref)
+
+    def input_message(self, payload: dict, ref: LineRef) -> None:
+        """A message that is not the model's: before the first action the task (the last user
+        message) or its context; after it an observation message of the last step."""
+        plans = self.plans
+        if not plans:
+            role = as_str(payload.get("role")) or "user"
+            texts = [text_of([b]) for b in as_list(payload.get("content")) if isinstance(b, dict)]
+            if role == "user":
+                if self.traj.task is not None:
+                    self.context.append(self.traj.task)
+                self.traj.task = texts[-1] if texts else ""
+                self.context.extend(texts[:-1])
+            else:
+                self.context.extend(texts)
+            return
+        if plans[-1].messages:
+            plans[-1].messages.append(ref)  # type: ignore[union-attr]
+        else:
+            plans[-1].messages = [ref]
+
+
 class CodexAdapter(NativeAdapter):
     name = "codex"
     description = "Codex CLI rollout JSONL ($CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl)"
     profiles = (PROFILE,)
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
-        traj = Trajectory()
-        meta: dict[str, Any] = {"format": "codex rollout jsonl", "task_context": []}
-        plans: list[_Plan] = []
-        calls: list[list[_Call]] = []  # per step, its calls in order, for the interrupted warnings
-        in_action = False  # an action is being read (its response not ended)
-        context: list[str] = []
-        version_seen = False
-        first: tuple[int, Any] | None = None  # the first record's line and type, for the missing-shape error
-        rollout = False  # a session_meta or response_item line was seen
-        source = JsonlSource(path)
-        # call id -> its first call (the others of the id chained by ``same``): an output goes to
-        # the step of the first call of its id still without one; an exact repeat of a call is a duplicate
-        by_id: dict[str, _Call] = {}
-        strays: dict[str, LineRef] = {}  # call id of no call -> its first output's ref
-        # the reasoning and message items of the action being read (one model response), to see one written twice
-        said: list[dict] = []
-
-        for n, obj, ref in iter_json_records(path, diag):
-            kind = obj.get("type")
-            payload = obj.get("payload")
-            if first is None:
-                first = (n, kind)
-            if kind == "session_meta":
-                if not isinstance(payload, dict):
-                    _malformed(traj, diag, n, "session_meta without a payload object")
-                    continue
-                rollout = True
-                if not version_seen:
-                    PROFILE.check(payload.get("cli_version"), f"line {n}", diag)
-                    version_seen = True
-                meta.update(
-                    {
-                        k: payload[k]
-                        for k in (
-                            "id",
-                            "cwd",
-                            "originator",
-                            "cli_version",
-                            "source",
-                            "model_provider",
-                            "forked_from_id",
-                        )
-                        if k in payload
-                    }
-                )
-                bi = as_dict(payload.get("base_instructions"))
-                if isinstance(bi, dict) and isinstance(bi.get("text"), str):
-                    traj.system = bi["text"]
-                if payload.get("dynamic_tools"):
-                    meta["dynamic_tools"] = payload["dynamic_tools"]
-                continue
-            if kind == "turn_context" and isinstance(payload, dict):
-                if isinstance(payload.get("model"), str):
-                    traj.model = traj.model or payload["model"]
-                    meta.setdefault("models", [])
-                    if payload["model"] not in meta["models"]:
-                        meta["models"].append(payload["model"])
-                left_out(traj, f"line {n}", "turn_context", "turn settings, not model input")
-                continue
-            if kind == "token_usage_record" or (
-                kind == "event_msg" and isinstance(payload, dict) and payload.get("type") == "token_count"
-            ):
-                if in_action and _usage(obj) is not None:
-                    plans[-1].usage = ref
-                in_action, said = False, []
-                left_out(
-                    traj,
-                    f"line {n}",
-                    str(kind if kind != "event_msg" else "event_msg/token_count"),
-                    "usage record (ends a model response)",
-                )
-                continue
-            if kind == "compacted":
-                message = as_str(as_dict(payload).get("message"))
-                if plans and message and _is_summary_reply(plans[-1], calls[-1], message, source):
-                    # the reply to Codex's own summary request: no step of the main loop
-                    plans.pop()
-                    calls.pop()
-                    left_out(
-                        traj,
-                        f"line {n}",
-                        "compaction_summary",
-                        "the assistant message before this compacted record is the model's "
-                        "summary (its text ends the record's message), not a main-loop step",
-                    )
-                if plans and "compaction" not in plans[-1].flags:
-                    plans[-1].flags += ("compaction",)
-                history = as_dict(payload).get("replacement_history")
-                if isinstance(history, list):
-                    _compaction(traj, plans, history, as_str(as_dict(payload).get("message")), n, diag)
-                    reason = "compacted history: its replacement_history is what the model sees from here on (trajectory compactions); the step before is flagged"
-                else:
-                    if plans:
-                        traj.compactions.append(
-                            Compaction(len(plans), [], "compacted", f"line {n}", message, rebuilt=False)
-                        )
-                    reason = "compacted history without replacement_history: what the model saw after it is not in the file; flagged on the step before"
-                left_out(traj, f"line {n}", "compaction", reason)
-                in_action, said = False, []
-                continue
-            if kind != "response_item":
-                sub = payload.get("type") if isinstance(payload, dict) else None
-                if kind not in ("event_msg", "world_state"):
-                    diag.warn("unknown_record", f"line {n}", f"record type {kind!r} left out")
-                left_out(
-                    traj,
-                    f"line {n}",
-                    sys.intern(f"{kind}/{sub}") if sub else str(kind),
-                    "UI or telemetry record, not model-visible history",
-                )
-                continue
-            if not (isinstance(payload, dict) and isinstance(payload.get("type"), str)):
-                _malformed(traj, diag, n, "response_item without a typed payload")
-                continue
-            rollout = True
-            t = payload["type"]
-            is_output = t in _OUTPUT_ITEMS or (t == "message" and payload.get("role") == "assistant")
-            call_id = as_str(payload.get("call_id"))
-            if is_output:
-                if t == "message" or t == "reasoning":
-                    if in_action and payload in said:
-                        _duplicate(traj, diag, n, t, "an earlier line of the same response")
-                        continue
-                    said.append(payload)
-                elif call_id is not None and call_id in by_id:
-                    if any(source.load(c.ref).get("payload") == payload for c in _chain(by_id[call_id])):
-                        _duplicate(traj, diag, n, f"{t} {call_id}", "an earlier line")
-                        continue
-                if not in_action:
-                    in_action = True
-                    plans.append(_Plan(len(plans) + 1))
-                    calls.append([])
-                plans[-1].items.append(ref)
-                if t != "message" and t != "reasoning":
-                    head_id, _, head_kind = _call_head(payload)
-                    call = _Call(head_id, head_kind == "server", n, ref, len(plans) - 1)
-                    calls[-1].append(call)
-                    if call_id is not None:
-                        prev = by_id.get(call_id)
-                        if prev is None:
-                            by_id[call_id] = call
-                        else:
-                            *_, last = _chain(prev)
-                            last.same = call
-                            diag.warn(
-                                "duplicate_call_id",
-                                f"line {n}",
-                                f"{t} {call_id} shares its id with the call at line {prev.n} "
-                                "(other content); outputs paired with the calls of the id in order of appearance",
-                            )
-                continue
-            owner: _Call | None = None  # for an output: the call it answers
-            if t in _RESULT_ITEMS and call_id is not None:
-                if call_id in by_id:
-                    chain = list(_chain(by_id[call_id]))
-                    # the first call of the id without an output; a call the provider runs
-                    # (a tool search) only when no other call of the id waits for one
-                    owner = next((c for c in chain if c.output is None and not c.server), None) or next(
-                        (c for c in chain if c.output is None), None
-                    )
-                    if owner is None and any(
-                        source.load(c.output).get("payload") == payload for c in chain if c.output is not None
-                    ):
-                        _duplicate(traj, diag, n, f"{t} {call_id}", "an earlier line")
-                        continue
-                    if owner is None:
-                        diag.warn(
-                            "duplicate_call_id",
-                            f"line {n}",
-                            f"{t} {call_id}: every call of the id (last at line {chain[-1].n}) has its output; "
-                            "this one is kept after the last call's step results",
-                        )
-                        owner = chain[-1]
-                    else:
-                        owner.output = ref
-                elif call_id in strays:
-                    if source.load(strays[call_id]).get("payload") == payload:
-                        _duplicate(traj, diag, n, f"{t} {call_id}", "an earlier line")
-                        continue
-            # an input item ends the action
-            in_action, said = False, []
-            if t in _RESULT_ITEMS:
-                if not plans:
-                    left_out(traj, f"line {n}", t, "a call output before any action")
-                    continue
-                if owner is None and call_id is not None and call_id not in strays:
-                    # the output of a call no line holds: the line of that action was lost. A gap
-                    # step stands at its place, so that the later steps keep their numbers
-                    strays[call_id] = ref
-                    gap = _Plan(len(plans) + 1)
-                    gap.flags = ("lost_action",)
-                    plans.append(gap)
-                    calls.append([])
-                    diag.warn(
-                        "lost_action",
-                        f"line {n}",
-                        f"{t} {call_id} answers a call no line of the file holds: "
-                        f"the action of step {gap.n} was lost; a gap step stands at its place",
-                    )
-                    gap.results.append(ref)
-                    continue
-                # the step whose action made the call, not the step being read (a late output)
-                plans[owner.step if owner is not None else len(plans) - 1].results.append(ref)
-                continue
-            if t == "message":
-                if not plans:
-                    role = as_str(payload.get("role")) or "user"
-                    texts = [text_of([b]) for b in as_list(payload.get("content")) if isinstance(b, dict)]
-                    if role == "user":
-                        if traj.task is not None:
-                            context.append(traj.task)
-                        traj.task = texts[-1] if texts else ""
-                        context.extend(texts[:-1])
-                    else:
-                        context.extend(texts)
-                    continue
-                if plans[-1].messages:
-                    plans[-1].messages.append(ref)
-                else:
-                    plans[-1].messages = [ref]
-                continue
-            left_out(traj, f"line {n}", f"response_item/{t}", "item type not read into the trajectory")
-        if not rollout:
-            what = "required record shape missing: no Codex rollout record (type session_meta/response_item) in the file"
-            if first is None:
-                raise BadInputError(f"{diag.path}: {what} (no JSON object in it)")
-            raise BadInputError(
-                f"{diag.path}: line {first[0]}: {what}; the first record has type {first[1]!r}"
-            )
-        if not version_seen:
-            PROFILE.check(None, "file", diag)
-        for plan, step_calls in zip(plans, calls):
-            _warn_interrupted(plan.n, step_calls, plan.results, source, diag)
-        meta["task_context"] = context
-        traj.steps = LazySteps(plans, lambda plan: _build(plan, source))
-        traj.meta = meta
+        """The records read by type (:class:`_Reading`); steps built lazily from the plans."""
+        r = _Reading(path)
+        r.scan(path, diag)
+        traj, source = r.traj, r.source
+        traj.steps = LazySteps(r.plans, lambda plan: _build(plan, source))
+        traj.meta = r.meta
         return NativeResult(traj, PROFILE, diag)
 
 
@@ -583,7 +650,7 @@ def _build(plan: _Plan, source: JsonlSource) -> Step:
 
 
 def _order(step: Step) -> None:
-    """:func:`~.base.order_results` pairing by id in order of appearance, as the first pass
+    """:func:`~.assembly.order_results` pairing by id in order of appearance, as the first pass
     pairs: with two calls of one id, the first of the step's results with that id (file order)
     answers the first call, the next the second (``order_results`` keeps one result per id);
     calls the provider runs (kind ``server``) take a result only after the others. A call

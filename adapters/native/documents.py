@@ -23,7 +23,8 @@ import orjson
 
 from pvisor.journal.errors import BadInputError
 
-from .base import WARNING_CODES, Diagnostics, loads_lenient, read_json_document
+from .diagnostics import WARNING_CODES, Diagnostics
+from .jsonl import loads_lenient, read_json_document
 
 if TYPE_CHECKING:
     from pathlib import Path

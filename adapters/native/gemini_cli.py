@@ -44,10 +44,10 @@ packages/core/src/services/chatRecordingService.ts and chatRecordingTypes.ts; co
   is chosen by shape.
 
 Memory (issue 6, "Scale"): a JSONL session is read twice. The first pass streams it and keeps
-per message id only where it was read, the :class:`~.base.LineRef` of its latest record and
+per message id only where it was read, the :class:`~.jsonl.LineRef` of its latest record and
 its shape (type; call ids without a stored result; functionResponse ids): the upserts,
 ``$rewindTo``, the repeated results, every warning, ``task``, ``model``, ``left_out`` and
-``meta`` are decided there. ``traj.steps`` is a :class:`~.base.LazySteps` whose steps read
+``meta`` are decided there. ``traj.steps`` is a :class:`~.assembly.LazySteps` whose steps read
 their message's latest record, the functionResponse copies that fill its results and the user
 messages after it again. The legacy single JSON is parsed whole (a single document may use
 4x its size) and its steps are built at once.
@@ -73,23 +73,10 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .base import (
-    BOM,
-    Diagnostics,
-    FormatProfile,
-    JsonlSource,
-    LazySteps,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_list,
-    as_str,
-    iter_json_records,
-    left_out,
-    object_call,
-    read_json_document,
-    require,
-)
+from .assembly import LazySteps, as_dict, as_list, as_str, left_out, object_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics, require
+from .jsonl import BOM, JsonlSource, LineRef, iter_json_records, read_json_document
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -265,219 +252,268 @@ def _jsonl_inside(path: Path, probe: int = 1 << 20) -> bool:
         return isinstance(obj, dict) and bool(rest.strip() or fh.read(1))
 
 
+#: the fields of a legacy document kept in ``meta``, in this order
+_DOCUMENT_FIELDS = ("sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary")
+
+
+class _Reading:
+    """The first pass over a session: the messages by id in the loader's order (``messages``: a
+    repeated id keeps its place), the history rewrites (``rewrites``: the ``$set`` line and the
+    last message key before it), the metadata, what was left out. :meth:`scan` reads a JSONL
+    recording record by record, :meth:`document` a legacy JSON document."""
+
+    def __init__(self) -> None:
+        self.traj = Trajectory()
+        self.rewrites: list[tuple[int, str]] = []
+        self.snapshot_ids: set[str] = set()  # ids of the messages of earlier $set snapshots
+        self.meta: dict[str, Any] = {"task_context": []}
+        # id -> _Msg, insertion order kept (the loader's Map: a repeated id keeps its place)
+        self.messages: dict[str, _Msg] = {}
+        self.session = False  # a record of the session's shape was seen
+
+    def document(self, path: Path, diag: Diagnostics) -> None:
+        """A legacy single-document session, its message records kept as parsed (a single
+        document may be held whole: issue 6, "Scale"). BadInputError (exit 65) for a document that
+        is no Gemini CLI session."""
+        traj, meta, messages = self.traj, self.meta, self.messages
+        try:
+            doc = read_json_document(path, diag)
+        except BadInputError as exc:
+            raise BadInputError(f"{exc.message}; expected {EXPECTED}") from None
+        except RecursionError:
+            raise BadInputError(
+                f"{path}: not a JSON document (nested too deep to parse); expected {EXPECTED}"
+            ) from None
+        require(
+            isinstance(doc, dict) and isinstance(doc.get("messages"), list),
+            diag,
+            "document",
+            f"not a Gemini CLI session JSON: no `messages` list; expected {EXPECTED}",
+        )
+        meta["format"] = "gemini-cli legacy session json"
+        meta.update({k: doc[k] for k in _DOCUMENT_FIELDS if k in doc})
+        for i, m in enumerate(doc["messages"]):
+            if not isinstance(m, dict) or not isinstance(m.get("type"), str):
+                what = (
+                    f"a JSON {type(m).__name__}, not a message object"
+                    if not isinstance(m, dict)
+                    else "a message without a string `type`"
+                )
+                _malformed(traj, diag, f"message {i + 1}", what)
+                continue
+            messages[str(m.get("id", f"#{i}"))] = _Msg(f"message {i + 1}", m, *_shape(m))
+        # another agent's document with a `messages` list (mini-swe-agent's, an OpenCode
+        # export) holds no Gemini CLI message: refused, never an empty trajectory
+        require(
+            bool(messages) or (not doc["messages"] and "sessionId" in doc),
+            diag,
+            "document",
+            f"no Gemini CLI message (an object with a string `type`) in `messages`; expected {EXPECTED}",
+        )
+
+    def scan(self, path: Path, source: JsonlSource, diag: Diagnostics) -> None:
+        """A JSONL recording, each record handled by its shape: ``$rewindTo``, ``$set``, a message,
+        the session's metadata, else unknown. BadInputError (exit 65) naming the first line when
+        no record has a session's shape."""
+        self.meta["format"] = "gemini-cli session jsonl"
+        first: int | None = None  # the first record's line, for the missing-shape error
+        for n, obj, ref in iter_json_records(path, diag):
+            if first is None:
+                first = n
+            if "$rewindTo" in obj:
+                self.rewind(n, obj, diag)
+            elif "$set" in obj:
+                self.set(n, obj, diag)
+            elif "type" in obj or "id" in obj:
+                self.message(n, obj, ref, source, diag)
+            elif "sessionId" in obj and "projectHash" in obj:
+                self.session = True
+                _update_meta(self.meta, obj)
+            else:
+                diag.warn(
+                    "unknown_record",
+                    f"line {n}",
+                    "a record that is neither a message, $set, $rewindTo nor metadata",
+                )
+                left_out(self.traj, f"line {n}", "unknown", "record type unknown to the profile")
+        if not self.session:
+            what = "required record shape missing: no Gemini CLI session record (metadata with sessionId/projectHash, a message with id/type, $set or $rewindTo) in the file"
+            raise BadInputError(
+                f"{diag.path}: {what} (no JSON object in it)"
+                if first is None
+                else f"{diag.path}: line {first}: {what}"
+            )
+
+    def rewind(self, n: int, obj: dict, diag: Diagnostics) -> None:
+        """``$rewindTo``: that message and every later one dropped (left out)."""
+        if not isinstance(obj["$rewindTo"], (str, int)) or isinstance(obj["$rewindTo"], bool):
+            _malformed(self.traj, diag, f"line {n}", "$rewindTo without a message id")
+            return
+        self.session = True
+        messages = self.messages
+        target = str(obj["$rewindTo"])
+        if target in messages:
+            keys = list(messages)
+            for k in keys[keys.index(target) :]:
+                left_out(self.traj, messages.pop(k).where, "rewound", f"dropped by $rewindTo at line {n}")
+        else:
+            diag.warn(
+                "broken_chain",
+                f"line {n}",
+                f"$rewindTo names message {target}, which is not in the file",
+            )
+
+    def set(self, n: int, obj: dict, diag: Diagnostics) -> None:
+        """``$set``: a metadata update; its ``messages`` snapshot is the task context before the
+        first message, a history rewrite (chat compression) when it drops messages of the file
+        and brings new ones, and is left out."""
+        if not isinstance(obj["$set"], dict):
+            _malformed(self.traj, diag, f"line {n}", "$set without an object")
+            return
+        self.session = True
+        messages, meta = self.messages, self.meta
+        upd = obj["$set"]
+        snap = upd.get("messages")
+        if isinstance(snap, list):
+            ids = {str(m.get("id")) for m in snap if isinstance(m, dict)}
+            new = {
+                i
+                for i in ids
+                if i not in messages
+                and i not in self.snapshot_ids
+                and i.removesuffix("_response") not in messages
+            }
+            if messages and new and any(k not in ids for k in messages):
+                # messages of the file are gone from the snapshot and messages never seen
+                # came (a resume writes known ids, its initial context first): the history
+                # was rewritten, Gemini CLI's chat compression, which leaves no other trace
+                self.rewrites.append((n, next(reversed(messages))))
+            self.snapshot_ids |= ids
+            if not messages and not meta["task_context"]:
+                for m in snap:
+                    if isinstance(m, dict) and m.get("type") == "user":
+                        meta["task_context"].extend(_parts_text(m.get("content")))
+            left_out(
+                self.traj,
+                f"line {n}",
+                "$set/messages",
+                "history snapshot written at start or resume, not a message record",
+            )
+        _update_meta(meta, upd)
+
+    def message(self, n: int, obj: dict, ref: LineRef, source: JsonlSource, diag: Diagnostics) -> None:
+        """A message record: kept by its id; a repeated id replaces the earlier record in its
+        place, an exact repeat is left out."""
+        if not ("id" in obj and isinstance(obj.get("type"), str)):
+            _malformed(
+                self.traj,
+                diag,
+                f"line {n}",
+                "a message record without an `id`"
+                if "id" not in obj
+                else "a message record without a string `type`",
+            )
+            return
+        self.session = True
+        messages = self.messages
+        key = str(obj["id"])
+        old = messages.get(key)
+        if (
+            old is not None
+            and not old.src.joined
+            and old.src.length == ref.length
+            and source.load(old.src) == obj
+        ):
+            # an exact repeat, not an update: the copy changes nothing
+            diag.warn(
+                "duplicate_record",
+                f"line {n}",
+                f"message {key} repeats its record at {old.where} exactly; one copy kept",
+            )
+            left_out(self.traj, f"line {n}", "duplicate", f"an exact copy of message {key}")
+        elif old is not None:
+            messages[key] = _Msg(old.where + f" (replaced by line {n})", ref, *_shape(obj))
+        else:
+            messages[key] = _Msg(f"line {n}", ref, *_shape(obj))
+
+
+def _plans(
+    traj: Trajectory,
+    messages: dict[str, _Msg],
+    context: list[str],
+    get: Callable[[Any], dict],
+    diag: Diagnostics,
+) -> tuple[list[_Plan], dict[str, int]]:
+    """The messages in order made into step plans: a model message is an action, the
+    functionResponse copies and user messages after it its observation; before the first action
+    the last user message is the task, the others its ``context``. Returns the plans and, per
+    message key, the number of steps up to it."""
+    plans: list[_Plan] = []
+    step_after: dict[str, int] = {}  # message key -> the number of steps up to it
+    for key, msg in messages.items():
+        step_after[key] = len(plans) + (1 if msg.kind in ("gemini", "model") else 0)
+        if msg.kind in ("gemini", "model"):
+            plans.append(_Plan(len(plans) + 1, msg.src, msg.info[0], msg.info[1]))
+            for cid in msg.info[2]:
+                diag.warn(
+                    "duplicate_call_id",
+                    msg.where,
+                    f"calls of the message share the id {cid}; each keeps its stored result, "
+                    "functionResponse copies paired in order of appearance",
+                )
+            continue
+        if msg.kind != "user":
+            left_out(traj, msg.where, msg.kind, "UI-only message (info, error, warning)")
+            continue
+        if msg.info is not None:  # functionResponse parts only
+            if plans and plans[-1].fill(msg.info):
+                plans[-1].fills += (msg.src,)
+                continue
+            left_out(
+                traj,
+                msg.where,
+                "functionResponse_copy",
+                "repeats the results stored in the calls; one copy used",
+            )
+            continue
+        if not plans:
+            m = get(msg.src)
+            texts = _parts_text(m.get("content", m.get("parts")))
+            if traj.task is not None:
+                context.append(traj.task)
+            traj.task = texts[-1] if texts else ""
+            context.extend(texts[:-1])
+            continue
+        plans[-1].messages += (msg.src,)
+    return plans, step_after
+
+
 class GeminiCliAdapter(NativeAdapter):
     name = "gemini-cli"
     description = "Gemini CLI chat recording (~/.gemini/tmp/<project>/chats/session-*.jsonl, legacy .json)"
     profiles = (PROFILE,)
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
-        traj = Trajectory()
-        rewrites: list[
-            tuple[int, str]
-        ] = []  # ($set line, the last message key before it) of each history rewrite
-        snapshot_ids: set[str] = set()  # ids of the messages of earlier $set snapshots
+        """The records read (:class:`_Reading`: a JSONL recording, or a legacy document), the
+        messages made into step plans (:func:`_plans`), the history rewrites made compactions;
+        a recording's steps built lazily."""
+        r = _Reading()
+        traj = r.traj
         flagged: set[int] = set()
-        meta: dict[str, Any] = {"task_context": []}
-        # id -> _Msg, insertion order kept (the loader's Map: a repeated id keeps its place)
-        messages: dict[str, _Msg] = {}
         with open(path, "rb") as fh:
             head = fh.read(64).removeprefix(BOM).lstrip()[:1]
         if head == b"{" and os.path.splitext(path)[1] == ".json" and not _jsonl_inside(path):
-            # a single document may be held whole (issue 6, "Scale"): records kept as parsed
-            try:
-                doc = read_json_document(path, diag)
-            except BadInputError as exc:
-                raise BadInputError(f"{exc.message}; expected {EXPECTED}") from None
-            except RecursionError:
-                raise BadInputError(
-                    f"{path}: not a JSON document (nested too deep to parse); expected {EXPECTED}"
-                ) from None
-            require(
-                isinstance(doc, dict) and isinstance(doc.get("messages"), list),
-                diag,
-                "document",
-                f"not a Gemini CLI session JSON: no `messages` list; expected {EXPECTED}",
-            )
-            meta["format"] = "gemini-cli legacy session json"
-            meta.update(
-                {
-                    k: doc[k]
-                    for k in ("sessionId", "projectHash", "startTime", "lastUpdated", "kind", "summary")
-                    if k in doc
-                }
-            )
-            for i, m in enumerate(doc["messages"]):
-                if not isinstance(m, dict) or not isinstance(m.get("type"), str):
-                    what = (
-                        f"a JSON {type(m).__name__}, not a message object"
-                        if not isinstance(m, dict)
-                        else "a message without a string `type`"
-                    )
-                    _malformed(traj, diag, f"message {i + 1}", what)
-                    continue
-                messages[str(m.get("id", f"#{i}"))] = _Msg(f"message {i + 1}", m, *_shape(m))
-            # another agent's document with a `messages` list (mini-swe-agent's, an OpenCode
-            # export) holds no Gemini CLI message: refused, never an empty trajectory
-            require(
-                bool(messages) or (not doc["messages"] and "sessionId" in doc),
-                diag,
-                "document",
-                f"no Gemini CLI message (an object with a string `type`) in `messages`; expected {EXPECTED}",
-            )
+            r.document(path, diag)
             get: Callable[[Any], dict] = lambda m: m  # noqa: E731
             legacy = True
         else:
-            meta["format"] = "gemini-cli session jsonl"
             source = JsonlSource(path)
             get = lambda ref: _slim(source.load(ref))  # noqa: E731
             legacy = False
-            first: int | None = None  # the first record's line, for the missing-shape error
-            session = False  # a record of the session's shape was seen
-            for n, obj, ref in iter_json_records(path, diag):
-                if first is None:
-                    first = n
-                if "$rewindTo" in obj:
-                    if not isinstance(obj["$rewindTo"], (str, int)) or isinstance(obj["$rewindTo"], bool):
-                        _malformed(traj, diag, f"line {n}", "$rewindTo without a message id")
-                        continue
-                    session = True
-                    target = str(obj["$rewindTo"])
-                    if target in messages:
-                        keys = list(messages)
-                        for k in keys[keys.index(target) :]:
-                            left_out(
-                                traj, messages.pop(k).where, "rewound", f"dropped by $rewindTo at line {n}"
-                            )
-                    else:
-                        diag.warn(
-                            "broken_chain",
-                            f"line {n}",
-                            f"$rewindTo names message {target}, which is not in the file",
-                        )
-                    continue
-                if "$set" in obj:
-                    if not isinstance(obj["$set"], dict):
-                        _malformed(traj, diag, f"line {n}", "$set without an object")
-                        continue
-                    session = True
-                    upd = obj["$set"]
-                    snap = upd.get("messages")
-                    if isinstance(snap, list):
-                        ids = {str(m.get("id")) for m in snap if isinstance(m, dict)}
-                        new = {
-                            i
-                            for i in ids
-                            if i not in messages
-                            and i not in snapshot_ids
-                            and i.removesuffix("_response") not in messages
-                        }
-                        if messages and new and any(k not in ids for k in messages):
-                            # messages of the file are gone from the snapshot and messages never seen
-                            # came (a resume writes known ids, its initial context first): the history
-                            # was rewritten, Gemini CLI's chat compression, which leaves no other trace
-                            rewrites.append((n, next(reversed(messages))))
-                        snapshot_ids |= ids
-                        if not messages and not meta["task_context"]:
-                            for m in snap:
-                                if isinstance(m, dict) and m.get("type") == "user":
-                                    meta["task_context"].extend(_parts_text(m.get("content")))
-                        left_out(
-                            traj,
-                            f"line {n}",
-                            "$set/messages",
-                            "history snapshot written at start or resume, not a message record",
-                        )
-                    _update_meta(meta, upd)
-                    continue
-                if "type" in obj or "id" in obj:
-                    if not ("id" in obj and isinstance(obj.get("type"), str)):
-                        _malformed(
-                            traj,
-                            diag,
-                            f"line {n}",
-                            "a message record without an `id`"
-                            if "id" not in obj
-                            else "a message record without a string `type`",
-                        )
-                        continue
-                    session = True
-                    key = str(obj["id"])
-                    old = messages.get(key)
-                    if (
-                        old is not None
-                        and not old.src.joined
-                        and old.src.length == ref.length
-                        and source.load(old.src) == obj
-                    ):
-                        # an exact repeat, not an update: the copy changes nothing
-                        diag.warn(
-                            "duplicate_record",
-                            f"line {n}",
-                            f"message {key} repeats its record at {old.where} exactly; one copy kept",
-                        )
-                        left_out(traj, f"line {n}", "duplicate", f"an exact copy of message {key}")
-                    elif old is not None:
-                        messages[key] = _Msg(old.where + f" (replaced by line {n})", ref, *_shape(obj))
-                    else:
-                        messages[key] = _Msg(f"line {n}", ref, *_shape(obj))
-                    continue
-                if "sessionId" in obj and "projectHash" in obj:
-                    session = True
-                    _update_meta(meta, obj)
-                    continue
-                diag.warn(
-                    "unknown_record",
-                    f"line {n}",
-                    "a record that is neither a message, $set, $rewindTo nor metadata",
-                )
-                left_out(traj, f"line {n}", "unknown", "record type unknown to the profile")
-            if not session:
-                what = "required record shape missing: no Gemini CLI session record (metadata with sessionId/projectHash, a message with id/type, $set or $rewindTo) in the file"
-                raise BadInputError(
-                    f"{diag.path}: {what} (no JSON object in it)"
-                    if first is None
-                    else f"{diag.path}: line {first}: {what}"
-                )
-        meta = {k: v for k, v in meta.items() if not isinstance(v, (dict, list)) or k == "task_context"}
-        plans: list[_Plan] = []
-        step_after: dict[str, int] = {}  # message key -> the number of steps up to it
-        context = meta["task_context"]
-        for key, msg in messages.items():
-            step_after[key] = len(plans) + (1 if msg.kind in ("gemini", "model") else 0)
-            if msg.kind in ("gemini", "model"):
-                plans.append(_Plan(len(plans) + 1, msg.src, msg.info[0], msg.info[1]))
-                for cid in msg.info[2]:
-                    diag.warn(
-                        "duplicate_call_id",
-                        msg.where,
-                        f"calls of the message share the id {cid}; each keeps its stored result, "
-                        "functionResponse copies paired in order of appearance",
-                    )
-                continue
-            if msg.kind != "user":
-                left_out(traj, msg.where, msg.kind, "UI-only message (info, error, warning)")
-                continue
-            if msg.info is not None:  # functionResponse parts only
-                if plans and plans[-1].fill(msg.info):
-                    plans[-1].fills += (msg.src,)
-                    continue
-                left_out(
-                    traj,
-                    msg.where,
-                    "functionResponse_copy",
-                    "repeats the results stored in the calls; one copy used",
-                )
-                continue
-            if not plans:
-                m = get(msg.src)
-                texts = _parts_text(m.get("content", m.get("parts")))
-                if traj.task is not None:
-                    context.append(traj.task)
-                traj.task = texts[-1] if texts else ""
-                context.extend(texts[:-1])
-                continue
-            plans[-1].messages += (msg.src,)
-        for n, last in rewrites:
+            r.scan(path, source, diag)
+        meta = {k: v for k, v in r.meta.items() if not isinstance(v, (dict, list)) or k == "task_context"}
+        plans, step_after = _plans(traj, r.messages, meta["task_context"], get, diag)
+        for n, last in r.rewrites:
             k = step_after.get(last, 0)
             if k:
                 traj.compactions.append(Compaction(k, [], "$set/messages", f"line {n}", rebuilt=False))

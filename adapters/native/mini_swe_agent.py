@@ -52,19 +52,9 @@ from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_list,
-    as_str,
-    left_out,
-    require,
-    string_call,
-    text_of,
-)
+from .assembly import as_dict, as_list, as_str, left_out, string_call, text_of
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics, require
 from .documents import read_document
 
 if TYPE_CHECKING:
@@ -105,6 +95,149 @@ def _is_action(m: dict[str, Any]) -> bool:
     return m.get("role") == "assistant" or m.get("object") == "response"
 
 
+def _header(doc: Any, traj: Trajectory, meta: dict[str, Any], diag: Diagnostics) -> list:
+    """The document's messages, its format version checked and its ``info`` (versions, exit
+    status, instance, the task template, the model) noted; a bare list of messages is read with
+    the pinned profile. BadInputError (exit 65) for a document without ``messages`` or of
+    another format."""
+    if isinstance(doc, list):
+        PROFILE.check(None, "document", diag)
+        meta["trajectory_format"] = None
+        return doc
+    require(
+        isinstance(doc, dict) and isinstance(doc.get("messages"), list),
+        diag,
+        "document",
+        f"not a mini-swe-agent trajectory: no `messages` list; expected {EXPECTED}",
+    )
+    fmt = doc.get("trajectory_format")
+    version = None
+    if fmt is not None:
+        require(
+            isinstance(fmt, str) and fmt.startswith("mini-swe-agent-"),
+            diag,
+            "trajectory_format",
+            f"format {fmt!r} is not a mini-swe-agent trajectory format",
+        )
+        version = fmt[len("mini-swe-agent-") :]
+        if re.fullmatch(r"\d+", version):
+            version += ".0"
+    PROFILE.check(version, "trajectory_format", diag)
+    messages = doc["messages"]
+    info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
+    meta.update(
+        {
+            "trajectory_format": fmt,
+            "mini_version": info.get("mini_version"),
+            "exit_status": info.get("exit_status"),
+        }
+    )
+    if "instance_id" in doc:
+        meta["instance_id"] = doc["instance_id"]
+    agent_cfg = (
+        ((info.get("config") or {}).get("agent") or {}) if isinstance(info.get("config"), dict) else {}
+    )
+    if isinstance(agent_cfg, dict) and isinstance(agent_cfg.get("instance_template"), str):
+        meta["instance_template"] = agent_cfg["instance_template"]  # the task is rendered into it
+    cfg = ((info.get("config") or {}).get("model") or {}) if isinstance(info.get("config"), dict) else {}
+    if isinstance(cfg, dict) and isinstance(cfg.get("model_name"), str):
+        traj.model = cfg["model_name"]
+    return messages
+
+
+class _Messages:
+    """The messages read in order (:meth:`message` dispatches by role): an assistant message
+    (or a Responses object) a step, tool results its results, user messages the task or
+    observation messages (a format error's reply a step of its own), the exit record noted."""
+
+    def __init__(self, traj: Trajectory, meta: dict[str, Any], diag: Diagnostics) -> None:
+        self.traj, self.meta, self.diag = traj, meta, diag
+        self.steps: list[Step] = []
+        self.call_step: dict[str, Step] = {}
+        self.prev: dict[str, Any] | None = None  # the previous message read
+
+    def message(self, i: int, m: Any) -> None:
+        """``messages[i]``: BadInputError (exit 65) unless an object; then by role."""
+        traj, steps = self.traj, self.steps
+        where = f"messages[{i}]"
+        require(isinstance(m, dict), self.diag, where, "a message that is not a JSON object")
+        role = m.get("role")
+        if _is_action(m):
+            step = Step(n=len(steps) + 1, action=MiniSweAgentAdapter._action(m))
+            steps.append(step)
+            for c in step.action.tool_calls:
+                if c.id:
+                    self.call_step[c.id] = step
+        elif role == "tool" or m.get("type") == "function_call_output":
+            self.result(m, role, where)
+        elif role == "system" and not steps and traj.system is None:
+            traj.system = text_of(m.get("content"))
+        elif role == "user":
+            self.user(m)
+        elif role == "exit":
+            self.meta["exit"] = {k: v for k, v in _extra(m).items() if k in ("exit_status", "submission")}
+            left_out(traj, where, "exit", "the exit record (exit status and submission), not a model message")
+        elif role is None:
+            # before anything was recognised this is not a mini-swe-agent file; later an item
+            # of a shape this profile does not know (formats drift): left out with a warning
+            require(
+                steps or traj.task is not None or traj.system is not None,
+                self.diag,
+                where,
+                f"a message without a role (not a mini-swe-agent message); expected {EXPECTED}",
+            )
+            self.diag.warn("unknown_record", where, "a message without a role; left out")
+            left_out(traj, where, "unknown", "a message without a role")
+        else:
+            left_out(traj, where, str(role), "a message role the profile does not read")
+        self.prev = m
+
+    def result(self, m: dict, role: Any, where: str) -> None:
+        """A tool result (Chat ``tool`` message or Responses ``function_call_output``): a result
+        of the step that made its call, else of the last step."""
+        steps = self.steps
+        cid = as_str(m.get("tool_call_id") if role == "tool" else m.get("call_id"))
+        step = self.call_step.get(cid) if cid is not None else None
+        if step is None:
+            step = steps[-1] if steps else None
+        if step is None:
+            left_out(self.traj, where, "tool", "a tool result before any action")
+            return
+        content = m.get("content") if role == "tool" else m.get("output")
+        rc = _extra(m).get("returncode")
+        step.observation.results.append(
+            ToolResult(cid, content, is_error=None if rc is None else rc != 0, raw=m)
+        )
+
+    def user(self, m: dict) -> None:
+        """A user message: the task, its context, or an observation message; after a reply the
+        agent dropped (a format error) a step of its own stands for that reply."""
+        traj, steps, prev = self.traj, self.steps, self.prev
+        text = text_of(m.get("content"))
+        msg = Message("user", [TextPart(text)], raw=m)
+        ex = _extra(m)
+        if (
+            ex.get("interrupt_type") == "FormatError"
+            and (prev is None or not _is_action(prev))
+            and (steps or traj.task is not None)
+        ):
+            # the reply that caused it was never added to the messages
+            reply = ex.get("model_response")
+            step = Step(
+                n=len(steps) + 1,
+                action=Action(text=reply if isinstance(reply, str) else "", raw=None),
+                flags=["action_dropped_by_agent"] + ([] if isinstance(reply, str) else ["action_not_stored"]),
+            )
+            step.observation.messages.append(msg)
+            steps.append(step)
+        elif traj.task is None and not steps:
+            traj.task = text
+        elif steps:
+            steps[-1].observation.messages.append(msg)
+        else:
+            self.meta["task_context"].append(text)
+
+
 class MiniSweAgentAdapter(NativeAdapter):
     name = "mini-swe-agent"
     description = "mini-swe-agent trajectory JSON (-o FILE, <instance>.traj.json), tool-calling and text-based, v1 and v2"
@@ -116,129 +249,12 @@ class MiniSweAgentAdapter(NativeAdapter):
         doc = read_document(path, diag, EXPECTED, arrays=("messages",))
         traj = Trajectory()
         meta: dict[str, Any] = {"format": "mini-swe-agent trajectory json", "task_context": [], "flags": {}}
-        info: dict[str, Any] = {}
-        if isinstance(doc, list):
-            messages = doc
-            PROFILE.check(None, "document", diag)
-            meta["trajectory_format"] = None
-        else:
-            require(
-                isinstance(doc, dict) and isinstance(doc.get("messages"), list),
-                diag,
-                "document",
-                f"not a mini-swe-agent trajectory: no `messages` list; expected {EXPECTED}",
-            )
-            fmt = doc.get("trajectory_format")
-            version = None
-            if fmt is not None:
-                require(
-                    isinstance(fmt, str) and fmt.startswith("mini-swe-agent-"),
-                    diag,
-                    "trajectory_format",
-                    f"format {fmt!r} is not a mini-swe-agent trajectory format",
-                )
-                version = fmt[len("mini-swe-agent-") :]
-                if re.fullmatch(r"\d+", version):
-                    version += ".0"
-            PROFILE.check(version, "trajectory_format", diag)
-            messages = doc["messages"]
-            info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
-            meta.update(
-                {
-                    "trajectory_format": fmt,
-                    "mini_version": info.get("mini_version"),
-                    "exit_status": info.get("exit_status"),
-                }
-            )
-            if "instance_id" in doc:
-                meta["instance_id"] = doc["instance_id"]
-            agent_cfg = (
-                ((info.get("config") or {}).get("agent") or {})
-                if isinstance(info.get("config"), dict)
-                else {}
-            )
-            if isinstance(agent_cfg, dict) and isinstance(agent_cfg.get("instance_template"), str):
-                meta["instance_template"] = agent_cfg["instance_template"]  # the task is rendered into it
-            cfg = (
-                ((info.get("config") or {}).get("model") or {})
-                if isinstance(info.get("config"), dict)
-                else {}
-            )
-            if isinstance(cfg, dict) and isinstance(cfg.get("model_name"), str):
-                traj.model = cfg["model_name"]
+        messages = _header(doc, traj, meta, diag)
         require(messages, diag, "messages", f"no messages (an empty list); expected {EXPECTED}")
-        steps: list[Step] = []
-        call_step: dict[str, Step] = {}
-        prev: dict[str, Any] | None = None  # the previous message read
+        reading = _Messages(traj, meta, diag)
         for i, m in enumerate(messages):
-            where = f"messages[{i}]"
-            require(isinstance(m, dict), diag, where, "a message that is not a JSON object")
-            role = m.get("role")
-            if _is_action(m):
-                step = Step(n=len(steps) + 1, action=self._action(m))
-                steps.append(step)
-                for c in step.action.tool_calls:
-                    if c.id:
-                        call_step[c.id] = step
-            elif role == "tool" or m.get("type") == "function_call_output":
-                cid = as_str(m.get("tool_call_id") if role == "tool" else m.get("call_id"))
-                step = call_step.get(cid) if cid is not None else None
-                if step is None:
-                    step = steps[-1] if steps else None
-                if step is None:
-                    left_out(traj, where, "tool", "a tool result before any action")
-                else:
-                    content = m.get("content") if role == "tool" else m.get("output")
-                    rc = _extra(m).get("returncode")
-                    step.observation.results.append(
-                        ToolResult(cid, content, is_error=None if rc is None else rc != 0, raw=m)
-                    )
-            elif role == "system" and not steps and traj.system is None:
-                traj.system = text_of(m.get("content"))
-            elif role == "user":
-                text = text_of(m.get("content"))
-                msg = Message("user", [TextPart(text)], raw=m)
-                ex = _extra(m)
-                if (
-                    ex.get("interrupt_type") == "FormatError"
-                    and (prev is None or not _is_action(prev))
-                    and (steps or traj.task is not None)
-                ):
-                    # the reply that caused it was never added to the messages
-                    reply = ex.get("model_response")
-                    step = Step(
-                        n=len(steps) + 1,
-                        action=Action(text=reply if isinstance(reply, str) else "", raw=None),
-                        flags=["action_dropped_by_agent"]
-                        + ([] if isinstance(reply, str) else ["action_not_stored"]),
-                    )
-                    step.observation.messages.append(msg)
-                    steps.append(step)
-                elif traj.task is None and not steps:
-                    traj.task = text
-                elif steps:
-                    steps[-1].observation.messages.append(msg)
-                else:
-                    meta["task_context"].append(text)
-            elif role == "exit":
-                meta["exit"] = {k: v for k, v in _extra(m).items() if k in ("exit_status", "submission")}
-                left_out(
-                    traj, where, "exit", "the exit record (exit status and submission), not a model message"
-                )
-            elif role is None:
-                # before anything was recognised this is not a mini-swe-agent file; later an item
-                # of a shape this profile does not know (formats drift): left out with a warning
-                require(
-                    steps or traj.task is not None or traj.system is not None,
-                    diag,
-                    where,
-                    f"a message without a role (not a mini-swe-agent message); expected {EXPECTED}",
-                )
-                diag.warn("unknown_record", where, "a message without a role; left out")
-                left_out(traj, where, "unknown", "a message without a role")
-            else:
-                left_out(traj, where, str(role), "a message role the profile does not read")
-            prev = m
+            reading.message(i, m)
+        steps = reading.steps
         for s in steps:
             self._order_results(s, diag)
         if steps and self._submits(steps[-1]) and meta.get("exit_status") in (None, "Submitted"):

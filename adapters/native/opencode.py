@@ -73,20 +73,10 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .base import (
-    WARNING_CODES,
-    Diagnostics,
-    FormatProfile,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_str,
-    left_out,
-    loads_lenient,
-    object_call,
-    read_json_document,
-    require,
-)
+from .assembly import as_dict, as_str, left_out, object_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import WARNING_CODES, Diagnostics, require
+from .jsonl import loads_lenient, read_json_document
 from .documents import read_document
 from .signatures import SQLITE_MAGIC
 
@@ -160,6 +150,184 @@ def read_session(path: Path, session: str | None = None, diag: Diagnostics | Non
 COMPACTION_PROMPT = "What did we do so far?"
 
 
+def _brackets(parts: list, where: str, diag: Diagnostics) -> list[list[dict]]:
+    """An assistant message's parts grouped by model call: each ``step-start`` opens a group,
+    each ``step-finish`` closes one; parts outside one make a group of their own. BadInputError
+    (exit 65) for a part that is not an object."""
+    brackets: list[list[dict]] = []
+    cur: list[dict] | None = None
+    for j, p in enumerate(parts):
+        require(isinstance(p, dict), diag, f"{where} part {j}", "a part that is not a JSON object")
+        t = p.get("type")
+        if t == "step-start":
+            cur = []
+            brackets.append(cur)
+            continue
+        if cur is None:
+            cur = []
+            brackets.append(cur)
+        cur.append(p)
+        if t == "step-finish":
+            cur = None
+    return brackets
+
+
+class _Messages:
+    """The messages of the chosen session read in order (:meth:`message` dispatches by role):
+    each model call of an assistant message a step, user messages the task or observation
+    messages, a compaction's anchor and summary a :class:`Compaction`."""
+
+    def __init__(self, traj: Trajectory, meta: dict[str, Any], diag: Diagnostics) -> None:
+        self.traj, self.meta, self.diag = traj, meta, diag
+        self.steps: list[Step] = []
+        self.first_step_after: dict[str, int] = {}  # user message id -> the step after it
+        # user message id -> its index among the observation messages of its step
+        self.message_at: dict[str, int] = {}
+        self.kept_from: int | None = None
+        self.pending: tuple[str, int | None] | None = (
+            None  # a compaction anchor: (its message id, first kept step)
+        )
+
+    def message(self, i: int, m: Any) -> None:
+        """``messages[i]``: BadInputError (exit 65) unless it is ``{info, parts}``; then by role."""
+        require(
+            isinstance(m, dict) and isinstance(m.get("info"), dict) and isinstance(m.get("parts"), list),
+            self.diag,
+            f"messages[{i}]",
+            f"not an OpenCode message: not {{info, parts}}; expected {EXPECTED}",
+        )
+        info = m.get("info") or {}
+        parts = m.get("parts") or []
+        where = f"message {info.get('id')}"
+        role = info.get("role")
+        if role == "user" and any(isinstance(p, dict) and p.get("type") == "compaction" for p in parts):
+            self.anchor(info, parts, where)
+        elif role == "user":
+            self.user(m, info, parts)
+        elif role != "assistant":
+            left_out(self.traj, where, str(role), "message role unknown to the profile")
+        else:
+            self.assistant(info, parts, where)
+
+    def anchor(self, info: dict, parts: list, where: str) -> None:
+        """The anchor of a compaction: sent as COMPACTION_PROMPT, then the summary reply."""
+        part = next(p for p in parts if isinstance(p, dict) and p.get("type") == "compaction")
+        tail = as_str(part.get("tail_start_id"))
+        self.pending = (str(info.get("id")), self.first_step_after.get(tail) if tail else None)
+        self.kept_from = self.message_at.get(tail) if tail else None
+        left_out(
+            self.traj,
+            where,
+            "compaction",
+            "the compaction request's anchor (sent as its prompt before the summary)",
+        )
+
+    def user(self, m: dict, info: dict, parts: list) -> None:
+        """A user message: the task (its synthetic texts the task's context) before the first
+        step, else an observation message of the last step; parts that are not text left out."""
+        traj, steps, meta = self.traj, self.steps, self.meta
+        self.first_step_after[str(info.get("id"))] = len(steps) + 1
+        self.message_at[str(info.get("id"))] = len(steps[-1].observation.messages) if steps else 0
+        text = "".join(
+            as_str(p.get("text")) or ""
+            for p in parts
+            if isinstance(p, dict) and p.get("type") == "text" and not p.get("synthetic")
+        )
+        msg = Message(
+            "user",
+            [
+                TextPart(as_str(p.get("text")) or "", raw=p)
+                for p in parts
+                if isinstance(p, dict) and p.get("type") == "text"
+            ],
+            raw=m,
+        )
+        for p in parts:
+            if not isinstance(p, dict) or p.get("type") != "text":
+                left_out(
+                    traj,
+                    f"part {p.get('id') if isinstance(p, dict) else '?'}",
+                    str(p.get("type") if isinstance(p, dict) else "part"),
+                    "a user part that is not text (file, agent, subtask...)",
+                )
+        if not steps and traj.task is None:
+            traj.task = text
+            synthetic = [tp.text for tp in msg.parts if isinstance(tp.raw, dict) and tp.raw.get("synthetic")]
+            meta["task_context"].extend(synthetic)
+        elif steps:
+            steps[-1].observation.messages.append(msg)
+        else:
+            meta["task_context"].append(text)
+
+    def assistant(self, info: dict, parts: list, where: str) -> None:
+        """An assistant message: a step per model call with output (other parts left out); a
+        compaction summary after an anchor is the compaction's history, no step."""
+        traj, steps, meta, diag = self.traj, self.steps, self.meta, self.diag
+        model = as_str(info.get("modelID")) or as_str(as_dict(info.get("model")).get("modelID"))
+        traj.model = traj.model or model
+        provider = as_str(info.get("providerID")) or as_str(as_dict(info.get("model")).get("providerID"))
+        if provider is not None:
+            meta.setdefault("provider", provider)  # the first assistant message's: what the render speaks
+        brackets = _brackets(parts, where, diag)
+        if info.get("summary") is True:
+            meta.setdefault("compaction_summaries", []).append(info.get("id"))
+            if self.pending is not None and steps:
+                self.summary(brackets, where)
+                return
+        for group in brackets:
+            if not any(p.get("type") in ("text", "reasoning", "tool") for p in group):
+                for p in group:  # a bracket with no model output, or parts after step-finish (patch)
+                    if p.get("type") not in ("step-start", "step-finish"):
+                        left_out(
+                            traj,
+                            f"part {p.get('id')}",
+                            str(p.get("type")),
+                            "part outside a model call (patch, snapshot, file...)",
+                        )
+                continue
+            steps.append(OpenCodeAdapter._step(len(steps) + 1, group, model, info, diag, traj))
+            if info.get("summary") is True:
+                steps[-1].flags.append(
+                    "compaction"
+                )  # a compaction summary (the model was asked to summarise)
+        if isinstance(info.get("error"), dict) and steps:
+            steps[-1].flags.append("error")
+            meta.setdefault("errors", []).append({"step": steps[-1].n, "error": info["error"]})
+
+    def summary(self, brackets: list[list[dict]], where: str) -> None:
+        """The model's summary after a compaction's anchor: the compaction after the last step
+        (its history the prompt and the summary), the step flagged."""
+        steps, pending = self.steps, self.pending
+        assert pending is not None
+        summary = "".join(
+            as_str(p.get("text")) or "" for group in brackets for p in group if p.get("type") == "text"
+        )
+        history = [
+            Message("user", [TextPart(COMPACTION_PROMPT)]),
+            Message("assistant", [TextPart(summary)]),
+        ]
+        self.traj.compactions.append(
+            Compaction(
+                len(steps),
+                history,
+                "compaction",
+                f"message {pending[0]}",
+                summary,
+                len(steps[-1].observation.messages),
+                pending[1],
+                self.kept_from if pending[1] is not None else None,
+            )
+        )
+        steps[-1].flags.append("compaction")
+        left_out(
+            self.traj,
+            where,
+            "compaction_summary",
+            "the model's summary of the conversation (the compaction's history), not a main-loop step",
+        )
+        self.pending = None
+
+
 class OpenCodeAdapter(NativeAdapter):
     name = "opencode"
     reads_directories = True
@@ -171,40 +339,10 @@ class OpenCodeAdapter(NativeAdapter):
     def read(self, path: Path, diag: Diagnostics, session: str | None = None) -> NativeResult:
         """Read ``path``; ``session``: the id of the session to read (rules in the module
         docstring). Raises BadInputError (65) for a file that is none of the three stores, an
-        unknown major version, or a ``session`` the store does not hold."""
+        unknown major version, or a ``session`` the store does not hold. The session is chosen
+        in its store (:meth:`_open`), its messages read in order (:class:`_Messages`)."""
         traj = Trajectory()
-        if os.path.isdir(path):
-            from pathlib import Path  # a store (a tree, a database) is walked as Paths; an export is not
-
-            chosen, messages, others = self._from_tree(Path(path), diag, session)
-            fmt = "opencode storage tree"
-        elif _head(path) == SQLITE_MAGIC:
-            from pathlib import Path
-
-            chosen, messages, others = self._from_db(Path(path), diag, session)
-            fmt = "opencode.db (read-only)"
-        else:
-            doc = read_document(path, diag, EXPECTED, arrays=("messages",))
-            require(
-                isinstance(doc, dict)
-                and isinstance(doc.get("info"), dict)
-                and isinstance(doc.get("messages"), list),
-                diag,
-                "document",
-                f"not an OpenCode export: no `info` and `messages`; expected {EXPECTED}",
-            )
-            require(
-                isinstance(doc["info"].get("id"), str),
-                diag,
-                "info",
-                f"not an OpenCode export: the session `info` has no `id`; expected {EXPECTED}",
-            )
-            chosen, messages, others = doc["info"], doc["messages"], []
-            if session is not None and session != chosen["id"]:
-                raise BadInputError(
-                    f"{diag.path}: no OpenCode session {session!r} in this export; it holds session {chosen['id']}"
-                )
-            fmt = "opencode export json"
+        chosen, messages, others, fmt = self._open(path, diag, session)
         for sid in others:
             left_out(
                 traj,
@@ -224,154 +362,47 @@ class OpenCodeAdapter(NativeAdapter):
             if session is not None
             else ("the only session" if fmt == "opencode export json" else "latest root session"),
         }
-        steps: list[Step] = []
-        first_step_after: dict[str, int] = {}  # user message id -> the step after it
-        message_at: dict[
-            str, int
-        ] = {}  # user message id -> its index among the observation messages of its step
-        kept_from: int | None = None
-        pending: tuple[str, int | None] | None = (
-            None  # a compaction anchor: (its message id, first kept step)
-        )
+        reading = _Messages(traj, meta, diag)
         for i, m in enumerate(messages):
-            require(
-                isinstance(m, dict) and isinstance(m.get("info"), dict) and isinstance(m.get("parts"), list),
-                diag,
-                f"messages[{i}]",
-                f"not an OpenCode message: not {{info, parts}}; expected {EXPECTED}",
-            )
-            info = m.get("info") or {}
-            parts = m.get("parts") or []
-            where = f"message {info.get('id')}"
-            role = info.get("role")
-            if role == "user" and any(isinstance(p, dict) and p.get("type") == "compaction" for p in parts):
-                # the anchor of a compaction: sent as COMPACTION_PROMPT, then the summary reply
-                part = next(p for p in parts if isinstance(p, dict) and p.get("type") == "compaction")
-                tail = as_str(part.get("tail_start_id"))
-                pending = (str(info.get("id")), first_step_after.get(tail) if tail else None)
-                kept_from = message_at.get(tail) if tail else None
-                left_out(
-                    traj,
-                    where,
-                    "compaction",
-                    "the compaction request's anchor (sent as its prompt before the summary)",
-                )
-                continue
-            if role == "user":
-                first_step_after[str(info.get("id"))] = len(steps) + 1
-                message_at[str(info.get("id"))] = len(steps[-1].observation.messages) if steps else 0
-                text = "".join(
-                    as_str(p.get("text")) or ""
-                    for p in parts
-                    if isinstance(p, dict) and p.get("type") == "text" and not p.get("synthetic")
-                )
-                msg = Message(
-                    "user",
-                    [
-                        TextPart(as_str(p.get("text")) or "", raw=p)
-                        for p in parts
-                        if isinstance(p, dict) and p.get("type") == "text"
-                    ],
-                    raw=m,
-                )
-                for p in parts:
-                    if not isinstance(p, dict) or p.get("type") != "text":
-                        left_out(
-                            traj,
-                            f"part {p.get('id') if isinstance(p, dict) else '?'}",
-                            str(p.get("type") if isinstance(p, dict) else "part"),
-                            "a user part that is not text (file, agent, subtask...)",
-                        )
-                if not steps and traj.task is None:
-                    traj.task = text
-                    synthetic = [
-                        tp.text for tp in msg.parts if isinstance(tp.raw, dict) and tp.raw.get("synthetic")
-                    ]
-                    meta["task_context"].extend(synthetic)
-                elif steps:
-                    steps[-1].observation.messages.append(msg)
-                else:
-                    meta["task_context"].append(text)
-                continue
-            if role != "assistant":
-                left_out(traj, where, str(role), "message role unknown to the profile")
-                continue
-            model = as_str(info.get("modelID")) or as_str(as_dict(info.get("model")).get("modelID"))
-            traj.model = traj.model or model
-            provider = as_str(info.get("providerID")) or as_str(as_dict(info.get("model")).get("providerID"))
-            if provider is not None:
-                meta.setdefault("provider", provider)  # the first assistant message's: what the render speaks
-            brackets: list[list[dict]] = []
-            cur: list[dict] | None = None
-            for j, p in enumerate(parts):
-                require(isinstance(p, dict), diag, f"{where} part {j}", "a part that is not a JSON object")
-                t = p.get("type")
-                if t == "step-start":
-                    cur = []
-                    brackets.append(cur)
-                    continue
-                if cur is None:
-                    cur = []
-                    brackets.append(cur)
-                cur.append(p)
-                if t == "step-finish":
-                    cur = None
-            if info.get("summary") is True:
-                meta.setdefault("compaction_summaries", []).append(info.get("id"))
-                if pending is not None and steps:
-                    summary = "".join(
-                        as_str(p.get("text")) or ""
-                        for group in brackets
-                        for p in group
-                        if p.get("type") == "text"
-                    )
-                    history = [
-                        Message("user", [TextPart(COMPACTION_PROMPT)]),
-                        Message("assistant", [TextPart(summary)]),
-                    ]
-                    traj.compactions.append(
-                        Compaction(
-                            len(steps),
-                            history,
-                            "compaction",
-                            f"message {pending[0]}",
-                            summary,
-                            len(steps[-1].observation.messages),
-                            pending[1],
-                            kept_from if pending[1] is not None else None,
-                        )
-                    )
-                    steps[-1].flags.append("compaction")
-                    left_out(
-                        traj,
-                        where,
-                        "compaction_summary",
-                        "the model's summary of the conversation (the compaction's history), not a main-loop step",
-                    )
-                    pending = None
-                    continue
-            for group in brackets:
-                if not any(p.get("type") in ("text", "reasoning", "tool") for p in group):
-                    for p in group:  # a bracket with no model output, or parts after step-finish (patch)
-                        if p.get("type") not in ("step-start", "step-finish"):
-                            left_out(
-                                traj,
-                                f"part {p.get('id')}",
-                                str(p.get("type")),
-                                "part outside a model call (patch, snapshot, file...)",
-                            )
-                    continue
-                steps.append(self._step(len(steps) + 1, group, model, info, diag, traj))
-                if info.get("summary") is True:
-                    steps[-1].flags.append(
-                        "compaction"
-                    )  # a compaction summary (the model was asked to summarise)
-            if isinstance(info.get("error"), dict) and steps:
-                steps[-1].flags.append("error")
-                meta.setdefault("errors", []).append({"step": steps[-1].n, "error": info["error"]})
-        traj.steps = steps
+            reading.message(i, m)
+        traj.steps = reading.steps
         traj.meta = meta
         return NativeResult(traj, PROFILE, diag)
+
+    def _open(self, path: Path, diag: Diagnostics, session: str | None) -> tuple[dict, list, list[str], str]:
+        """(the chosen session's info, its messages, the ids of the store's other sessions, the
+        store's format name) of a storage tree, an ``opencode.db`` or an export."""
+        if os.path.isdir(path):
+            from pathlib import Path  # a store (a tree, a database) is walked as Paths; an export is not
+
+            chosen, messages, others = self._from_tree(Path(path), diag, session)
+            return chosen, messages, others, "opencode storage tree"
+        if _head(path) == SQLITE_MAGIC:
+            from pathlib import Path
+
+            chosen, messages, others = self._from_db(Path(path), diag, session)
+            return chosen, messages, others, "opencode.db (read-only)"
+        doc = read_document(path, diag, EXPECTED, arrays=("messages",))
+        require(
+            isinstance(doc, dict)
+            and isinstance(doc.get("info"), dict)
+            and isinstance(doc.get("messages"), list),
+            diag,
+            "document",
+            f"not an OpenCode export: no `info` and `messages`; expected {EXPECTED}",
+        )
+        require(
+            isinstance(doc["info"].get("id"), str),
+            diag,
+            "info",
+            f"not an OpenCode export: the session `info` has no `id`; expected {EXPECTED}",
+        )
+        chosen = doc["info"]
+        if session is not None and session != chosen["id"]:
+            raise BadInputError(
+                f"{diag.path}: no OpenCode session {session!r} in this export; it holds session {chosen['id']}"
+            )
+        return chosen, doc["messages"], [], "opencode export json"
 
     @staticmethod
     def _step(

@@ -49,20 +49,9 @@ from typing import TYPE_CHECKING, Any
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, ToolSpec, Trajectory
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_list,
-    as_str,
-    compact_json,
-    left_out,
-    order_results,
-    require,
-    string_call,
-)
+from .assembly import as_dict, as_list, as_str, compact_json, left_out, order_results, string_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics, require
 from .documents import read_document
 
 if TYPE_CHECKING:
@@ -87,6 +76,167 @@ _RECALL_REASON = (
 )
 
 
+class _Events:
+    """The events read in order (:meth:`event` dispatches by kind: the system event, a user
+    action, an agent action, an observation): agent actions made steps (one per model response,
+    its tool calls gathered), observations their results, user messages the task or observation
+    messages."""
+
+    def __init__(self, diag: Diagnostics) -> None:
+        self.diag = diag
+        self.traj = Trajectory()
+        self.meta: dict[str, Any] = {"format": "openhands event list json", "task_context": []}
+        self.steps: list[Step] = []
+        self.by_response: dict[str, Step] = {}
+        self.call_step: dict[str, Step] = {}
+        self.version_seen = False
+
+    def event(self, i: int, e: Any) -> None:
+        """Event ``i``: BadInputError (exit 65) unless an object; then by kind."""
+        where = f"event {e.get('id', i) if isinstance(e, dict) else i}"
+        require(isinstance(e, dict), self.diag, where, "an event that is not an object")
+        # a field of the wrong type reads as absent
+        action, obs, source = (
+            as_str(e.get("action")),
+            as_str(e.get("observation")),
+            as_str(e.get("source")),
+        )
+        tcm = as_dict(e.get("tool_call_metadata"))
+        args = as_dict(e.get("args"))
+        if action == "system":
+            self.system(args, where)
+        elif action is not None and source == "user":
+            self.user(e, action, args, where)
+        elif action is not None and source == "agent":
+            self.agent(e, action, args, tcm, where)
+        elif obs is not None:
+            self.observation(e, obs, tcm, where)
+        else:
+            left_out(self.traj, where, "event", "an event that is neither action nor observation")
+
+    def system(self, args: dict, where: str) -> None:
+        """The system event: the system prompt, the tools, the version (checked)."""
+        traj, meta = self.traj, self.meta
+        traj.system = as_str(args.get("content"))
+        tools = args.get("tools")
+        if isinstance(tools, list):
+            fns = [(t, as_dict(t.get("function"))) for t in tools if isinstance(t, dict)]
+            traj.tools = [
+                ToolSpec(
+                    name=as_str(f.get("name")) or "",
+                    description=as_str(f.get("description")),
+                    parameters=f.get("parameters"),
+                    raw=t,
+                )
+                for t, f in fns
+            ]
+        if args.get("openhands_version"):
+            PROFILE.check(args["openhands_version"], where, self.diag)
+            meta["agent_version"] = args["openhands_version"]
+            self.version_seen = True
+        meta["agent_class"] = args.get("agent_class")
+
+    def user(self, e: dict, action: str, args: dict, where: str) -> None:
+        """A user action: a message is the task or an observation message; others left out."""
+        traj, steps = self.traj, self.steps
+        if action != "message":
+            left_out(
+                traj,
+                where,
+                f"user/{action}",
+                "a recall request: never sent to the model"
+                if action == "recall"
+                else "a user-side action that is not a message; not read by this profile",
+            )
+            return
+        text = as_str(args.get("content")) or as_str(e.get("message")) or ""
+        if not steps and traj.task is None:
+            traj.task = text
+        elif steps:
+            steps[-1].observation.messages.append(Message("user", [TextPart(text)], raw=e))
+        else:
+            self.meta["task_context"].append(text)
+
+    def agent(self, e: dict, action: str, args: dict, tcm: dict, where: str) -> None:
+        """An agent action: a tool call of the step of its model response (made on its first
+        call); a message without a call is a step of its own, other actions left out."""
+        steps = self.steps
+        if not tcm:
+            if action == "message":
+                steps.append(
+                    Step(
+                        n=len(steps) + 1,
+                        action=Action(
+                            text=as_str(args.get("content")) or as_str(e.get("message")) or "", raw=e
+                        ),
+                    )
+                )
+            else:
+                left_out(
+                    self.traj,
+                    where,
+                    f"agent/{action}",
+                    "an agent action without a tool call (state change)",
+                )
+            return
+        resp = as_dict(tcm.get("model_response"))
+        rid = as_str(resp.get("id")) or f"event-{e.get('id')}"
+        choices = as_list(resp.get("choices"))
+        choice = as_dict(choices[0]) if choices else {}
+        msg = as_dict(choice.get("message"))
+        step = self.by_response.get(rid)
+        if step is None:
+            content = msg.get("content")
+            step = Step(
+                n=len(steps) + 1,
+                action=Action(
+                    text=content if isinstance(content, str) else "",
+                    model=as_str(resp.get("model")),
+                    usage=resp.get("usage"),
+                    stop_reason=as_str(choice.get("finish_reason")),
+                    raw=resp,
+                ),
+            )
+            steps.append(step)
+            self.by_response[rid] = step
+        cid = as_str(tcm.get("tool_call_id"))
+        raw_args = None
+        for tc in as_list(msg.get("tool_calls")):
+            if isinstance(tc, dict) and tc.get("id") == cid:
+                raw_args = as_dict(tc.get("function")).get("arguments")
+        if raw_args is None:
+            raw_args = compact_json(args)
+        call = string_call(cid, as_str(tcm.get("function_name")) or str(action), raw_args, raw=e)
+        step.action.tool_calls.append(call)
+        if cid:
+            self.call_step[cid] = step
+
+    def observation(self, e: dict, obs: str, tcm: dict, where: str) -> None:
+        """An observation: the result of the tool call it answers; one that answers none is
+        left out."""
+        cid = as_str(tcm.get("tool_call_id"))
+        step = self.call_step.get(cid) if cid else None
+        if step is None:
+            left_out(
+                self.traj,
+                where,
+                f"observation/{obs}",
+                _RECALL_REASON
+                if obs == "recall"
+                else "an observation that answers no tool call (state change, ...)",
+            )
+            return
+        step.observation.results.append(
+            ToolResult(
+                cid,
+                e.get("content"),
+                is_error=True if obs == "error" else None,
+                name=as_str(tcm.get("function_name")),
+                raw=e,
+            )
+        )
+
+
 class OpenHandsAdapter(NativeAdapter):
     name = "openhands"
     description = "OpenHands V0 trajectory: JSON list of events (save_trajectory_path)"
@@ -106,12 +256,8 @@ class OpenHandsAdapter(NativeAdapter):
             f"not an OpenHands trajectory: the document is not a JSON list of events; expected {EXPECTED}",
         )
         require(events, diag, "document", f"no events (an empty list); expected {EXPECTED}")
-        traj = Trajectory()
-        meta: dict[str, Any] = {"format": "openhands event list json", "task_context": []}
-        steps: list[Step] = []
-        by_response: dict[str, Step] = {}
-        call_step: dict[str, Step] = {}
-        version_seen = False
+        reading = _Events(diag)
+        traj, meta, steps = reading.traj, reading.meta, reading.steps
         events = self._ordered(events, diag)
         first = events[0]
         require(
@@ -121,131 +267,8 @@ class OpenHandsAdapter(NativeAdapter):
             f"not an OpenHands event: no `action` or `observation`; expected {EXPECTED}",
         )
         for i, e in enumerate(events):
-            where = f"event {e.get('id', i) if isinstance(e, dict) else i}"
-            require(isinstance(e, dict), diag, where, "an event that is not an object")
-            # a field of the wrong type reads as absent
-            action, obs, source = (
-                as_str(e.get("action")),
-                as_str(e.get("observation")),
-                as_str(e.get("source")),
-            )
-            tcm = as_dict(e.get("tool_call_metadata"))
-            args = as_dict(e.get("args"))
-            if action == "system":
-                traj.system = as_str(args.get("content"))
-                tools = args.get("tools")
-                if isinstance(tools, list):
-                    fns = [(t, as_dict(t.get("function"))) for t in tools if isinstance(t, dict)]
-                    traj.tools = [
-                        ToolSpec(
-                            name=as_str(f.get("name")) or "",
-                            description=as_str(f.get("description")),
-                            parameters=f.get("parameters"),
-                            raw=t,
-                        )
-                        for t, f in fns
-                    ]
-                if args.get("openhands_version"):
-                    PROFILE.check(args["openhands_version"], where, diag)
-                    meta["agent_version"] = args["openhands_version"]
-                    version_seen = True
-                meta["agent_class"] = args.get("agent_class")
-                continue
-            if action is not None and source == "user":
-                if action != "message":
-                    left_out(
-                        traj,
-                        where,
-                        f"user/{action}",
-                        "a recall request: never sent to the model"
-                        if action == "recall"
-                        else "a user-side action that is not a message; not read by this profile",
-                    )
-                    continue
-                text = as_str(args.get("content")) or as_str(e.get("message")) or ""
-                if not steps and traj.task is None:
-                    traj.task = text
-                elif steps:
-                    steps[-1].observation.messages.append(Message("user", [TextPart(text)], raw=e))
-                else:
-                    meta["task_context"].append(text)
-                continue
-            if action is not None and source == "agent":
-                if not tcm:
-                    if action == "message":
-                        steps.append(
-                            Step(
-                                n=len(steps) + 1,
-                                action=Action(
-                                    text=as_str(args.get("content")) or as_str(e.get("message")) or "", raw=e
-                                ),
-                            )
-                        )
-                    else:
-                        left_out(
-                            traj,
-                            where,
-                            f"agent/{action}",
-                            "an agent action without a tool call (state change)",
-                        )
-                    continue
-                resp = as_dict(tcm.get("model_response"))
-                rid = as_str(resp.get("id")) or f"event-{e.get('id')}"
-                choices = as_list(resp.get("choices"))
-                choice = as_dict(choices[0]) if choices else {}
-                msg = as_dict(choice.get("message"))
-                step = by_response.get(rid)
-                if step is None:
-                    content = msg.get("content")
-                    step = Step(
-                        n=len(steps) + 1,
-                        action=Action(
-                            text=content if isinstance(content, str) else "",
-                            model=as_str(resp.get("model")),
-                            usage=resp.get("usage"),
-                            stop_reason=as_str(choice.get("finish_reason")),
-                            raw=resp,
-                        ),
-                    )
-                    steps.append(step)
-                    by_response[rid] = step
-                cid = as_str(tcm.get("tool_call_id"))
-                raw_args = None
-                for tc in as_list(msg.get("tool_calls")):
-                    if isinstance(tc, dict) and tc.get("id") == cid:
-                        raw_args = as_dict(tc.get("function")).get("arguments")
-                if raw_args is None:
-                    raw_args = compact_json(args)
-                call = string_call(cid, as_str(tcm.get("function_name")) or str(action), raw_args, raw=e)
-                step.action.tool_calls.append(call)
-                if cid:
-                    call_step[cid] = step
-                continue
-            if obs is not None:
-                cid = as_str(tcm.get("tool_call_id"))
-                step = call_step.get(cid) if cid else None
-                if step is None:
-                    left_out(
-                        traj,
-                        where,
-                        f"observation/{obs}",
-                        _RECALL_REASON
-                        if obs == "recall"
-                        else "an observation that answers no tool call (state change, ...)",
-                    )
-                    continue
-                step.observation.results.append(
-                    ToolResult(
-                        cid,
-                        e.get("content"),
-                        is_error=True if obs == "error" else None,
-                        name=as_str(tcm.get("function_name")),
-                        raw=e,
-                    )
-                )
-                continue
-            left_out(traj, where, "event", "an event that is neither action nor observation")
-        if not version_seen:
+            reading.event(i, e)
+        if not reading.version_seen:
             meta["agent_version"] = None  # the replay-test files have no system event: read by shape
         for s in steps:
             order_results(s, diag, no_result=_NO_RESULT)

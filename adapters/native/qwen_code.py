@@ -14,7 +14,7 @@ packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
 - **Order is the parentUuid chain, never the timestamp or the file order.** A record whose
   ``parentUuid`` is not null but names no record of the file (its parent's line was lost or
   damaged) continues from the record before it in the file, with a ``broken_chain`` warning
-  naming the line and the missing uuid (:func:`~.base.mend_chain`); real forks (a parent that
+  naming the line and the missing uuid (:func:`~.uuid_chain.mend_chain`); real forks (a parent that
   exists) are untouched. The chain is walked back from its leaf: the deepest ``user``/``assistant``/``tool_result`` record that no such
   record follows (``system`` records between them are walked through); ties: the later line.
   A record whose ``uuid`` was seen before replaces the earlier one (a streamed update: thought
@@ -39,7 +39,7 @@ packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
 - System prompt and tool definitions are not stored. Version: ``version`` of the first record.
 
 Memory (issue 6, "Scale"): reading keeps the structure of each record only (uuid, parent, type,
-call and result ids, a :class:`~.base.LineRef`); ``traj.steps`` is a :class:`~.base.LazySteps`
+call and result ids, a :class:`~.jsonl.LineRef`); ``traj.steps`` is a :class:`~.assembly.LazySteps`
 whose steps read their records from the file again when built. All warnings are given while
 reading.
 """
@@ -62,30 +62,11 @@ from pvisor.journal.model import (
 )
 from pvisor.journal.record import Record, record
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    JsonlSource,
-    LazySteps,
-    LeftOutLines,
-    NativeAdapter,
-    NativeResult,
-    SessionHeader,
-    as_dict,
-    as_list,
-    as_str,
-    chain_depths,
-    chain_leaf,
-    interned,
-    iter_json_records,
-    left_out,
-    mend_chain,
-    object_call,
-    pack_ref,
-    take_uuid,
-    unpack_ref,
-    walk_chain,
-)
+from .assembly import LazySteps, LeftOutLines, as_dict, as_list, as_str, interned, left_out, object_call
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics
+from .jsonl import JsonlSource, iter_json_records, pack_ref, unpack_ref
+from .uuid_chain import SessionHeader, chain_depths, chain_leaf, mend_chain, take_uuid, walk_chain
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -100,7 +81,7 @@ _SHAPE = "no Qwen Code chat record (a record with uuid and message.parts) in the
 
 @record
 class _Rec(Record):
-    """One record: ``ref`` is its packed :class:`~.base.LineRef`; ``ids`` are the call ids of
+    """One record: ``ref`` is its packed :class:`~.jsonl.LineRef`; ``ids`` are the call ids of
     an assistant's ``functionCall`` parts (with names) or of a tool_result's
     ``functionResponse`` parts; ``on`` marks the main chain. Strings are interned: a 200 MB
     file has some 200k records."""
@@ -210,68 +191,162 @@ def _history(contents: list) -> list[Message]:
     return out
 
 
+def _scan(path: Path, traj: Trajectory, meta: dict[str, Any], diag: Diagnostics) -> dict[str, _Rec]:
+    """The first pass: every record with a uuid kept by it as a :class:`_Rec` (line, type,
+    parent, packed ref, and the call or result ids of assistant and tool-result records);
+    records without a uuid, of a subagent or of a type unknown to the profile left out (the
+    unknown ones warned), a conversational record without a ``message`` marked malformed.
+    BadInputError (exit 65) when no record has the format's shape."""
+    header = SessionHeader(PROFILE, meta, ("sessionId", "cwd"), _SHAPE)
+    recs: dict[str, _Rec] = {}
+    intern = sys.intern
+    for n, obj, ref in iter_json_records(path, diag):
+        uuid = obj.get("uuid")
+        kind = as_str(obj.get("type"))
+        header.see(
+            obj,
+            n,
+            diag,
+            shaped=isinstance(uuid, str) and isinstance(as_dict(obj.get("message")).get("parts"), list),
+        )
+        if not isinstance(uuid, str):
+            diag.warn("unknown_record", f"line {n}", f"record type {obj.get('type')!r} without uuid left out")
+            left_out(traj, f"line {n}", str(obj.get("type")), "record without uuid")
+            continue
+        uuid = take_uuid(obj, n, recs, traj, diag, "record")
+        if uuid is None:
+            continue
+        if kind not in _KNOWN:
+            diag.warn("unknown_record", f"line {n}", f"record type {obj.get('type')!r} left out")
+        parent = as_str(obj.get("parentUuid"))
+        sub = as_str(obj.get("subtype"))
+        rec = recs[uuid] = _Rec(n, interned(kind), interned(parent), pack_ref(ref), interned(sub))
+        if kind not in _CONV:
+            continue
+        if not isinstance(obj.get("message"), dict):
+            diag.warn(
+                "malformed_record",
+                f"line {n}",
+                f"a {kind} record without a `message` object; left out",
+            )
+            rec.type = "malformed"
+            continue
+        parts = _parts(obj)
+        if kind == "assistant":
+            model = as_str(obj.get("model"))
+            rec.model = interned(model)
+            rec.ids = tuple(
+                (
+                    interned(as_str(p["functionCall"].get("id"))),
+                    intern(as_str(p["functionCall"].get("name")) or ""),
+                )
+                for p in parts
+                if isinstance(p, dict)
+                and not isinstance(p.get("text"), str)
+                and isinstance(p.get("functionCall"), dict)
+            )
+        elif kind == "tool_result":
+            rec.ids = tuple(interned(as_str(fr.get("id"))) for fr in _responses(parts))
+    header.finish(diag)
+    return recs
+
+
+def _plans(
+    chain: list[Any], traj: Trajectory, meta: dict[str, Any], source: JsonlSource, diag: Diagnostics
+) -> list[_Plan]:
+    """The main chain made into step plans, each record by its type: an assistant record an
+    action, tool results the results of the step before (a gap step for results of calls no
+    record holds: ``lost_action``), user records the task or observation messages, a
+    ``chat_compression`` record a compaction, the rest left out. Each record is dropped from
+    ``chain`` once planned (the plans take its place in memory)."""
+    plans: list[_Plan] = []
+    context: list[str] = meta["task_context"]
+    called = {cid for r in chain if r is not None and r.type == "assistant" for cid, _ in r.ids}
+    for i, r in enumerate(chain):
+        chain[i] = None
+        t = r.type
+        if t == "assistant":
+            plans.append(_Plan(len(plans) + 1, r))
+        elif t == "tool_result" and r.ids and not any(cid in called for cid in r.ids):
+            # results of calls no record holds: the assistant record was lost (a gap step)
+            gap = _Plan(len(plans) + 1, r, [r], lost=True)
+            plans.append(gap)
+            called.update(r.ids)
+            diag.warn(
+                "lost_action",
+                f"line {r.line}",
+                f"tool result(s) {', '.join(str(c) for c in r.ids)} answer a call no record "
+                f"holds: the action of step {gap.n} was lost; a gap step stands at its place",
+            )
+        elif t == "tool_result":
+            if not plans:
+                left_out(traj, f"line {r.line}", "tool_result", "a result before any action")
+                continue
+            plans[-1].results.append(r)
+        elif t == "user":
+            if not plans:
+                texts = _user_texts(_parts(source.load(unpack_ref(r.ref))))
+                if traj.task is not None:
+                    context.append(traj.task)
+                traj.task = texts[-1] if texts else ""
+                context.extend(texts[:-1])
+            elif plans[-1].messages is None:
+                plans[-1].messages = [r.ref]
+            else:
+                plans[-1].messages.append(r.ref)
+        elif t == "malformed":
+            left_out(traj, f"line {r.line}", "malformed", "malformed record (no `message` object)")
+        else:
+            _system(r, plans, traj, meta, source)
+    return plans
+
+
+def _system(r: _Rec, plans: list[_Plan], traj: Trajectory, meta: dict[str, Any], source: JsonlSource) -> None:
+    """A system or UI record on the chain, left out; a ``chat_compression`` after a step is a
+    compaction (its ``compressedHistory`` what the model sees from there on)."""
+    t, sub = r.type, r.subtype
+    if sub == "chat_compression" and plans:
+        plans[-1].compactions += 1
+        meta["compactions"].append({"step": plans[-1].n, "line": r.line})
+        payload = as_dict(source.load(unpack_ref(r.ref)).get("systemPayload"))
+        history = payload.get("compressedHistory")
+        if isinstance(history, list):
+            msgs = _history(history)
+            summary = (
+                "".join(p.text for p in msgs[0].parts if isinstance(p, TextPart))
+                if msgs and msgs[0].role == "user"
+                else None
+            )
+            traj.compactions.append(
+                Compaction(
+                    plans[-1].n,
+                    msgs,
+                    "chat_compression",
+                    f"line {r.line}",
+                    summary,
+                    len(plans[-1].messages or ()),
+                )
+            )
+    left_out(
+        traj,
+        f"line {r.line}",
+        sys.intern(f"{t}/{sub}" if sub else str(t)),
+        "UI-only or bookkeeping record",
+    )
+
+
 class QwenCodeAdapter(NativeAdapter):
     name = "qwen-code"
     description = "Qwen Code chat JSONL (~/.qwen/projects/<cwd-slug>/chats/<session>.jsonl)"
     profiles = (PROFILE,)
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
+        """The records read (:func:`_scan`), the chain mended and walked from its leaf (records off
+        it left out), the chain made into step plans (:func:`_plans`); steps built lazily."""
         traj = Trajectory()
         traj.left_out = LeftOutLines()  # a left-out telemetry record on most steps: kept compactly
         meta: dict[str, Any] = {"format": "qwen-code chat jsonl", "task_context": [], "compactions": []}
-        header = SessionHeader(PROFILE, meta, ("sessionId", "cwd"), _SHAPE)
-        recs: dict[str, _Rec] = {}
-        intern = sys.intern
-        for n, obj, ref in iter_json_records(path, diag):
-            uuid = obj.get("uuid")
-            kind = as_str(obj.get("type"))
-            header.see(
-                obj,
-                n,
-                diag,
-                shaped=isinstance(uuid, str) and isinstance(as_dict(obj.get("message")).get("parts"), list),
-            )
-            if not isinstance(uuid, str):
-                diag.warn(
-                    "unknown_record", f"line {n}", f"record type {obj.get('type')!r} without uuid left out"
-                )
-                left_out(traj, f"line {n}", str(obj.get("type")), "record without uuid")
-                continue
-            uuid = take_uuid(obj, n, recs, traj, diag, "record")
-            if uuid is None:
-                continue
-            if kind not in _KNOWN:
-                diag.warn("unknown_record", f"line {n}", f"record type {obj.get('type')!r} left out")
-            parent = as_str(obj.get("parentUuid"))
-            sub = as_str(obj.get("subtype"))
-            rec = recs[uuid] = _Rec(n, interned(kind), interned(parent), pack_ref(ref), interned(sub))
-            if kind in _CONV:
-                if not isinstance(obj.get("message"), dict):
-                    diag.warn(
-                        "malformed_record",
-                        f"line {n}",
-                        f"a {kind} record without a `message` object; left out",
-                    )
-                    rec.type = "malformed"
-                    continue
-                parts = _parts(obj)
-                if kind == "assistant":
-                    model = as_str(obj.get("model"))
-                    rec.model = interned(model)
-                    rec.ids = tuple(
-                        (
-                            interned(as_str(p["functionCall"].get("id"))),
-                            intern(as_str(p["functionCall"].get("name")) or ""),
-                        )
-                        for p in parts
-                        if isinstance(p, dict)
-                        and not isinstance(p.get("text"), str)
-                        and isinstance(p.get("functionCall"), dict)
-                    )
-                elif kind == "tool_result":
-                    rec.ids = tuple(interned(as_str(fr.get("id"))) for fr in _responses(parts))
-        header.finish(diag)
-
+        recs = _scan(path, traj, meta, diag)
         mend_chain(recs, diag)
         chain = walk_chain(recs, self._leaf(recs), diag)
         for r in chain:
@@ -283,73 +358,7 @@ class QwenCodeAdapter(NativeAdapter):
                 )
         del recs  # from here each record is dropped once planned: the plans take its place in memory
         source = JsonlSource(path)
-        plans: list[_Plan] = []
-        context: list[str] = meta["task_context"]
-        called = {cid for r in chain if r is not None and r.type == "assistant" for cid, _ in r.ids}
-        for i, r in enumerate(chain):
-            chain[i] = None
-            t = r.type
-            if t == "assistant":
-                plans.append(_Plan(len(plans) + 1, r))
-            elif t == "tool_result" and r.ids and not any(cid in called for cid in r.ids):
-                # results of calls no record holds: the assistant record was lost (a gap step)
-                gap = _Plan(len(plans) + 1, r, [r], lost=True)
-                plans.append(gap)
-                called.update(r.ids)
-                diag.warn(
-                    "lost_action",
-                    f"line {r.line}",
-                    f"tool result(s) {', '.join(str(c) for c in r.ids)} answer a call no record "
-                    f"holds: the action of step {gap.n} was lost; a gap step stands at its place",
-                )
-            elif t == "tool_result":
-                if not plans:
-                    left_out(traj, f"line {r.line}", "tool_result", "a result before any action")
-                    continue
-                plans[-1].results.append(r)
-            elif t == "user":
-                if not plans:
-                    texts = _user_texts(_parts(source.load(unpack_ref(r.ref))))
-                    if traj.task is not None:
-                        context.append(traj.task)
-                    traj.task = texts[-1] if texts else ""
-                    context.extend(texts[:-1])
-                elif plans[-1].messages is None:
-                    plans[-1].messages = [r.ref]
-                else:
-                    plans[-1].messages.append(r.ref)
-            elif t == "malformed":
-                left_out(traj, f"line {r.line}", "malformed", "malformed record (no `message` object)")
-            else:
-                sub = r.subtype
-                if sub == "chat_compression" and plans:
-                    plans[-1].compactions += 1
-                    meta["compactions"].append({"step": plans[-1].n, "line": r.line})
-                    payload = as_dict(source.load(unpack_ref(r.ref)).get("systemPayload"))
-                    history = payload.get("compressedHistory")
-                    if isinstance(history, list):
-                        msgs = _history(history)
-                        summary = (
-                            "".join(p.text for p in msgs[0].parts if isinstance(p, TextPart))
-                            if msgs and msgs[0].role == "user"
-                            else None
-                        )
-                        traj.compactions.append(
-                            Compaction(
-                                plans[-1].n,
-                                msgs,
-                                "chat_compression",
-                                f"line {r.line}",
-                                summary,
-                                len(plans[-1].messages or ()),
-                            )
-                        )
-                left_out(
-                    traj,
-                    f"line {r.line}",
-                    intern(f"{t}/{sub}" if sub else str(t)),
-                    "UI-only or bookkeeping record",
-                )
+        plans = _plans(chain, traj, meta, source, diag)
         first_call: dict[str | None, int] = {}
         for p in plans:
             if not p.lost:

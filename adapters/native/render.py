@@ -39,7 +39,8 @@ from pvisor.journal import progress
 from pvisor.journal.errors import BadInputError
 from pvisor.journal.model import Message, Step, TextPart, ToolCall, ToolResult, Trajectory
 
-from .base import NativeResult, text_of
+from .assembly import text_of
+from .base import NativeResult
 
 NATIVE_SCHEMA = "pvisor.native-trajectory/v1"
 ATIF_VERSION = "ATIF-v1.7"

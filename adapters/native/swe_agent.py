@@ -36,19 +36,9 @@ from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
-from .base import (
-    Diagnostics,
-    FormatProfile,
-    NativeAdapter,
-    NativeResult,
-    as_dict,
-    as_list,
-    as_str,
-    left_out,
-    require,
-    string_call,
-    text_of,
-)
+from .assembly import as_dict, as_list, as_str, left_out, string_call, text_of
+from .base import FormatProfile, NativeAdapter, NativeResult
+from .diagnostics import Diagnostics, require
 from .documents import read_document
 
 if TYPE_CHECKING:
