@@ -14,7 +14,8 @@
   (content-addressed zstd), :mod:`.content_encoding`, :mod:`.snapshots` (workspace
   snapshots and their drivers), :mod:`.child_runs` (a handoff's child run).
 - Removal: :mod:`.housekeeping` (``journal rm``, ``vacuum``), :mod:`.scrub`.
-- Shared by every layer (they move to ``pvisor.core``): :mod:`.errors`, :mod:`.record`,
+- Shared by every floor above (not the store's own job; a ``core`` floor below the journal is
+  their next place): :mod:`.errors`, :mod:`.record`,
   :mod:`.lazyre`, :mod:`.progress`, :mod:`.helpers`, :mod:`.artifact`, :mod:`.digest`,
   :mod:`.outfile`.
 

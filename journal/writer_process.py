@@ -2,7 +2,7 @@
 interpreter's lock with redaction, hashing, compression and SQLite.
 
 :class:`JournalProcess` has the producer calls of :class:`~pvisor.journal.writer.Journal`
-(it is a :class:`~pvisor.journal.writer.JournalProducer`) and starts a child,
+(it is a :class:`~pvisor.journal.producer.JournalProducer`) and starts a child,
 :mod:`pvisor.journal.writer_child`, that runs the same writer thread on the same file. Each
 call becomes one frame (:mod:`pvisor.journal.writer_wire`): the caller pickles a small tuple
 and queues it with the bodies as they are, in memory, without a system call; a sender thread
