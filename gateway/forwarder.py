@@ -21,7 +21,7 @@ from typing import AsyncIterator
 import aiohttp
 from yarl import URL
 
-from pvisor.journal.model import Outcome
+from pvisor.journal.exchange_end import Outcome
 
 from .responder import Answer, Forward, IncomingRequest, Refuse, Serve, ServedBy, StreamBroken
 from .routing import INTERCEPT_HEADER, RUN_HEADER

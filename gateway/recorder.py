@@ -1,6 +1,6 @@
 """The recorder: the one place where the gateway's exchanges go into the journal.
 
-Every answer, whoever gave it (:class:`~pvisor.journal.model.ServedBy`), is recorded the
+Every answer, whoever gave it (:class:`~pvisor.journal.exchange_end.ServedBy`), is recorded the
 same way: :meth:`Recorder.begin` when the request's head arrives (no I/O), :meth:`Recorder.request_read`
 and :meth:`Recorder.response_started` as the exchange goes on (no I/O either: what an exchange
 in flight has is stored every commit window), then exactly one :meth:`Recorder.finish` with

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, AsyncIterable, Iterable, Protocol, Union
 
 from pvisor.journal.content_encoding import DecodeError, decode_body
-from pvisor.journal.model import Outcome, ServedBy
+from pvisor.journal.exchange_end import Outcome, ServedBy
 
 if TYPE_CHECKING:
     from pvisor.adapters.protocols.replies import Reply

@@ -20,7 +20,7 @@ Fields (docs/journal.md, "exchanges", gives the columns they become):
     The HTTP status the agent got (the upstream's, or the gateway's own), None when no
     response began.
 ``outcome``
-    How it ended, an :class:`~pvisor.journal.model.Outcome`. The writer turns ``OK`` into
+    How it ended, an :class:`Outcome`. The writer turns ``OK`` into
     ``DECODE_ERROR`` when the request body does not decode (the row's outcome).
 ``error``
     One line on what went wrong, or None; secrets are redacted from it in the writer.
@@ -48,7 +48,7 @@ Fields (docs/journal.md, "exchanges", gives the columns they become):
     Response bytes read from the upstream (or the responder) and written to the agent; None
     for the size of ``response_body``.
 ``served_by``
-    Who produced the answer, a :class:`~pvisor.journal.model.ServedBy` (None: not known).
+    Who produced the answer, a :class:`ServedBy` (None: not known).
 ``flags``
     The exchange's flags: the answer's (``synthetic_end``, ...), ``truncated`` when the
     response was kept only in part (``--max-response-body``, the response budget); the writer
@@ -60,19 +60,51 @@ Fields (docs/journal.md, "exchanges", gives the columns they become):
     The response bytes the journal keeps of one exchange (``--max-response-body``), which also
     bounds an error body decoded; None: the writer's own bound.
 
-This module imports nothing of pvisor's but :mod:`.record` and :mod:`.model`.
+This module imports nothing of pvisor's but :mod:`.record` and :mod:`.model`. It defines the
+enums of an exchange's end, :class:`Outcome` and :class:`ServedBy`.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from .model import TRUNCATED_FLAG, Outcome, ServedBy
+from .model import TRUNCATED_FLAG
 from .record import Record, record
 
 if TYPE_CHECKING:
     from .producer import PendingExchange
+
+
+# the enums of an exchange's end live here, not in the model: the model is on every short
+# command's path, these only on the gateway's and the writer's
+class Outcome(str, enum.Enum):
+    """How an exchange ended (``exchanges.outcome``; docs/gateway.md, "Failure handling").
+    Readers show a row still in flight (outcome NULL) as ``in_flight``, which is no value of
+    this enum: nothing ever writes it."""
+
+    OK = "ok"  #: the exchange completed; the upstream status may still be an error (see UPSTREAM_ERROR)
+    UPSTREAM_ERROR = "upstream_error"  #: the upstream answered with HTTP status >= 400, passed on unchanged
+    UPSTREAM_RESET = "upstream_reset"  #: the upstream connection broke before or during the response
+    UPSTREAM_UNREACHABLE = "upstream_unreachable"  #: no connection to the upstream could be made
+    ABORTED_BY_CLIENT = "aborted_by_client"  #: the agent went away before the response ended
+    OVERSIZE = "oversize"  #: the request body exceeded the gateway's --max-body
+    DECODE_ERROR = "decode_error"  #: the request's Content-Encoding could not be undone; raw bytes kept
+    INCOMPLETE = "incomplete"  #: the gateway or the writer stopped while the exchange was in flight
+
+
+#: the values of :class:`Outcome`, in its order
+OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
+
+
+class ServedBy(str, enum.Enum):
+    """Who produced the bytes the agent got (``exchanges.served_by``)."""
+
+    UPSTREAM = "upstream"  #: a model API (or any server) the gateway forwarded to
+    SCRIPTED = "scripted"  #: the scripted model, in process
+    PLAYBACK = "playback"  #: replay's playback: a recorded or rendered action
+    REFUSED = "refused"  #: the gateway itself: no route, oversize, upstream unreachable, ...
 
 
 @record

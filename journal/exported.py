@@ -29,7 +29,8 @@ from typing import Any
 import orjson
 
 from .errors import BadInputError, shown
-from .model import OUTCOMES, RUN_ID_PATTERN, CaptureMode, RunMode, pack_timings
+from .exchange_end import OUTCOMES
+from .model import RUN_ID_PATTERN, CaptureMode, RunMode, pack_timings
 
 #: the columns of each table an export line carries (the reader's names where they differ)
 _RUN = (

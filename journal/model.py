@@ -29,24 +29,6 @@ from .lazyre import LazyPattern
 # --------------------------------------------------------------------------- literals
 
 
-class Outcome(str, enum.Enum):
-    """How an exchange ended (``exchanges.outcome``; docs/gateway.md, "Failure handling").
-    Readers show a row still in flight (outcome NULL) as ``in_flight``, which is no value of
-    this enum: nothing ever writes it."""
-
-    OK = "ok"  #: the exchange completed; the upstream status may still be an error (see UPSTREAM_ERROR)
-    UPSTREAM_ERROR = "upstream_error"  #: the upstream answered with HTTP status >= 400, passed on unchanged
-    UPSTREAM_RESET = "upstream_reset"  #: the upstream connection broke before or during the response
-    UPSTREAM_UNREACHABLE = "upstream_unreachable"  #: no connection to the upstream could be made
-    ABORTED_BY_CLIENT = "aborted_by_client"  #: the agent went away before the response ended
-    OVERSIZE = "oversize"  #: the request body exceeded the gateway's --max-body
-    DECODE_ERROR = "decode_error"  #: the request's Content-Encoding could not be undone; raw bytes kept
-    INCOMPLETE = "incomplete"  #: the gateway or the writer stopped while the exchange was in flight
-
-
-#: the values of :class:`Outcome`, in its order
-OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
-
 ExchangeRole = Literal["main", "auxiliary"]
 
 #: what a run id may be: letters, digits, ``.``, ``_`` and ``-``, at most 128, starting with a
@@ -76,15 +58,6 @@ class CaptureMode(str, enum.Enum):
 
     REVERSE = "reverse"  #: the agent sent it to the gateway's URL (a base-URL override)
     INTERCEPT = "intercept"  #: sent to the model API's host, through intercept mode's forward proxy
-
-
-class ServedBy(str, enum.Enum):
-    """Who produced the bytes the agent got (``exchanges.served_by``)."""
-
-    UPSTREAM = "upstream"  #: a model API (or any server) the gateway forwarded to
-    SCRIPTED = "scripted"  #: the scripted model, in process
-    PLAYBACK = "playback"  #: replay's playback: a recorded or rendered action
-    REFUSED = "refused"  #: the gateway itself: no route, oversize, upstream unreachable, ...
 
 
 #: the exchange flag of a response journaled only in part (``exchanges.flags``; docs/gateway.md,
@@ -220,7 +193,7 @@ class Exchange(Record):
         response_final: sha256 hex of the reassembled final response (streams), or None.
         streamed: whether the response was an event stream.
         chunk_timings: packed ``<QI`` pairs (microseconds since ``started_ms``, chunk length in bytes).
-        outcome: one of :data:`OUTCOMES`.
+        outcome: one of :data:`~pvisor.journal.exchange_end.OUTCOMES`.
         error: a short description of a failure (never contains a secret), or None.
         started_ms: Unix epoch ms when the request arrived.
         headers_us, first_byte_us, ended_us: microseconds after ``started_ms`` when the upstream

@@ -31,7 +31,8 @@ from typing import Any, Iterable, Sequence
 
 from .exchange_end import ExchangeEnd
 from .messages import MessageKind
-from .model import Attempt, Outcome, Run, ServedBy
+from .exchange_end import Outcome, ServedBy
+from .model import Attempt, Run
 from .snapshots import SnapshotRecord
 
 #: an exchange in flight this long (s) is written as in flight (``outcome`` NULL); also the

@@ -30,7 +30,8 @@ from . import blobs
 from .content_encoding import DECODED_ENCODING_HEADER, DecodeError, decode_body, decode_prefix
 from .exchange_end import ExchangeEnd
 from .messages import MessageKind
-from .model import TRUNCATED_FLAG, UNDECODABLE_FLAG, Attempt, Outcome, Run, pack_timings
+from .exchange_end import Outcome
+from .model import TRUNCATED_FLAG, UNDECODABLE_FLAG, Attempt, Run, pack_timings
 from .producer import PendingExchange, now_ms
 from .reassembly import Reassembly
 from .redact import (

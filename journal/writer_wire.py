@@ -29,7 +29,8 @@ from typing import Any, BinaryIO, Callable, Sequence
 
 from .exchange_end import ExchangeEnd
 from .messages import MessageKind, UnknownMessage, message_kind, unknown_message
-from .model import Attempt, Outcome, Run, ServedBy
+from .exchange_end import Outcome, ServedBy
+from .model import Attempt, Run
 from .producer import PendingExchange
 from .snapshots import SnapshotKind, SnapshotRecord
 

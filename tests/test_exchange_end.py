@@ -23,7 +23,8 @@ from pvisor.gateway.proxy import DEFAULT_MAX_RESPONSE_BODY
 from pvisor.journal.errors import UnavailableError
 from pvisor.journal.exchange_end import ExchangeEnd
 from pvisor.journal.messages import MessageKind, UnknownMessage
-from pvisor.journal.model import TRUNCATED_FLAG, Outcome, ServedBy
+from pvisor.journal.exchange_end import Outcome, ServedBy
+from pvisor.journal.model import TRUNCATED_FLAG
 from pvisor.journal.producer import PendingExchange
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer_process import WriterMode, open_journal
