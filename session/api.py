@@ -202,7 +202,6 @@ def continue_run(
     ``failed`` or ``diverged``). Raises PvisorError (with ``exit_code``) when none could be:
     bad options, an output directory that is refused. Call it from the main thread (the agent's
     stop signals are handled there)."""
-    from pvisor.journal.errors import PvisorError
     from pvisor.session.replay import continue_replay
 
     opts = _options(
@@ -229,13 +228,9 @@ def continue_run(
         session=session,
         child_run=child_run,
     )
-    try:
-        outcome = continue_replay(opts, warn or (lambda _m: None))
-    except PvisorError as exc:
-        doc = getattr(exc, "result", None)
-        if doc is None:
-            raise
-        return Result(doc, opts.output, exc.message, exc.exit_code)
+    outcome = continue_replay(opts, warn or (lambda _m: None))
+    if outcome.error is not None:
+        return Result(outcome.result, opts.output, outcome.error.message, outcome.error.exit_code)
     return Result(outcome.result, outcome.output)
 
 

@@ -357,7 +357,7 @@ def replay(ctx: click.Context, **flags: Any) -> None:
     for opt, name in (("--intercept", "intercept"), ("--confdir", "confdir"), ("--mitmdump", "mitmdump")):
         if flags[name]:
             raise UsageError(f"{opt} is for --replay-only and continuation; --prepare-only starts nothing")
-    from pvisor.replay.prepare import PrepareOptions, prepare_only
+    from pvisor.replay.prepare import PrepareOptions, prepare
 
     opts = PrepareOptions(
         agent=o["agent"],
@@ -373,8 +373,8 @@ def replay(ctx: click.Context, **flags: Any) -> None:
         session=o["session"],
         allow_damaged=bool(o["allow_damaged"]),
     )
-    # (a workspace_changed is raised by prepare_only: exit 1 through the error path)
-    _report(lambda: prepare_only(opts), o["result_to"])
+    # (a workspace_changed is the outcome's error: exit 1 through the error path)
+    _report(lambda: prepare(opts), o["result_to"])
 
 
 #: the options a batch takes from each manifest line, never from the command line
@@ -518,22 +518,19 @@ _LIVE = ("upstream", "max_steps", "boundary_prompt", "reasoning", "live_model")
 
 
 def _report(replay: Any, result_to: str | None) -> None:
-    """Run ``replay()`` (an outcome with ``result`` and ``summary()``) and tell how it went:
-    warnings and the summary line (control characters of the paths it names escaped, as every
-    message escapes them: ``--output 'o\x1b[2J'`` must not clear the terminal); with
-    ``--result -`` the document on stdout, also the failed one of an error (stdout stays one JSON
-    value) and the summary on stderr."""
-    from pvisor.journal.errors import PvisorError
+    """Run ``replay()`` (an outcome with ``result``, ``error`` and ``summary()``) and tell how
+    it went: warnings and the summary line (control characters of the paths it names escaped,
+    as every message escapes them: ``--output 'o\x1b[2J'`` must not clear the terminal); with
+    ``--result -`` the document on stdout, also the failed one beside an error (stdout stays
+    one JSON value) and the summary on stderr; the error is then raised."""
     from pvisor.replay.result import dump_result
 
-    try:
-        outcome = replay()
-    except PvisorError as exc:
-        failed = getattr(exc, "result", None)
-        if result_to == "-" and failed is not None:
-            sys.stdout.buffer.write(dump_result(failed))
+    outcome = replay()
+    if outcome.error is not None:
+        if result_to == "-":
+            sys.stdout.buffer.write(dump_result(outcome.result))
             sys.stdout.buffer.flush()
-        raise
+        raise outcome.error
     for w in outcome.result["warnings"]:
         _note(f"pvisor: warning: {one_line(w['message'])}")
     if result_to == "-":
