@@ -10,8 +10,9 @@ The output directory holds three files (docs/replay.md):
   (:data:`RESULT_SCHEMA`; docs/result-protocol.md, JSON Schema docs/result-schema.json): a
   :class:`ResultDocument`, a typed record of records (:class:`SourceRecord`,
   :class:`BoundaryRecord`, :class:`PrefixRecord`, :class:`ToolCallRecord`,
-  :class:`WorkspaceRecord`, :class:`Lineage`, :class:`Timings`, :class:`ResultMessage`; the
-  values of ``mode``, ``status``, ``source.kind`` and ``prefix.ends_with`` are enums),
+  :class:`WorkspaceRecord`, :class:`Lineage`, :class:`Timings`, :class:`ResultMessage`,
+  :class:`AgentRunRecord`, :class:`PlaybackSummary`; the values of ``mode``, ``status``,
+  ``source.kind``, ``prefix.ends_with`` and ``agent_run.ended_by`` are enums),
   made by :meth:`ResultDocument.start` (``status: failed``, nothing done yet) and filled by each
   mode (:func:`prefix_record`, :func:`tool_call_records`, :meth:`ResultDocument.fill_source`,
   :meth:`ResultDocument.fail`); :meth:`ResultDocument.to_json` gives the dict, field by field
@@ -521,6 +522,108 @@ class Timings(ResultPart, Record):
         self.total = total
 
 
+class AgentRunEnd(str, enum.Enum):
+    """``agent_run.ended_by``: how the replayed agent's run ended."""
+
+    SYNTHETIC_END = "synthetic_end"  #: after pvisor's synthetic final reply, by itself
+    AGENT = "agent"  #: by itself, with no synthetic reply served
+    STOPPED_AFTER_END = "stopped_after_end"  #: stopped ``end_grace`` seconds after the synthetic reply
+    TIMEOUT = "timeout"  #: stopped at ``--timeout``
+    INTERRUPTED = "interrupted"  #: stopped by a signal (Ctrl-C)
+
+
+@record
+class AgentRunRecord(ResultPart, Record):
+    """``agent_run`` of a replay-only or continuation: the agent's run.
+
+    Fields:
+        run: the derived run's id in the journal.
+        installed_version, recorded_version: the agent's version now and in the source (None
+            when unknown).
+        exit_code: the agent's exit status (None when it was not reaped).
+        ended_by: :class:`AgentRunEnd`.
+        native_trajectory: the native file the replayed agent wrote, or None.
+        native_holds_synthetic_end: whether that file ends with pvisor's synthetic final reply.
+        stdout, stderr: the files the agent's output went to.
+        run_dir: the derived run's directory.
+        steps: the steps derived from the run, None when they could not be.
+        agent_status: the agent's own account of how it ended (``outcome``, ``detail``,
+            ``source``; docs/agents.md), or None.
+    """
+
+    run: str
+    installed_version: str | None
+    recorded_version: str | None
+    exit_code: int | None
+    ended_by: AgentRunEnd
+    native_trajectory: str | None
+    native_holds_synthetic_end: bool
+    stdout: str
+    stderr: str
+    run_dir: str
+    steps: int | None
+    agent_status: dict[str, Any] | None = None
+
+    def __init__(
+        self,
+        run: str,
+        installed_version: str | None,
+        recorded_version: str | None,
+        exit_code: int | None,
+        ended_by: AgentRunEnd,
+        native_trajectory: str | None,
+        native_holds_synthetic_end: bool,
+        stdout: str,
+        stderr: str,
+        run_dir: str,
+        steps: int | None,
+        agent_status: dict[str, Any] | None = None,
+    ) -> None:
+        self.run = run
+        self.installed_version = installed_version
+        self.recorded_version = recorded_version
+        self.exit_code = exit_code
+        self.ended_by = ended_by
+        self.native_trajectory = native_trajectory
+        self.native_holds_synthetic_end = native_holds_synthetic_end
+        self.stdout = stdout
+        self.stderr = stderr
+        self.run_dir = run_dir
+        self.steps = steps
+        self.agent_status = agent_status
+
+
+@record
+class PlaybackSummary(ResultPart, Record):
+    """``playback`` of a replay-only or continuation: what playback served.
+
+    Fields:
+        served: one ``{request, exchange, source, recorded_exchange, retry}`` per main-loop
+            request answered from the source (:func:`pvisor.replay.playback.playback_record`).
+        requests: the main-loop requests the agent sent.
+        task_origin: where the agent's task came from (``label``, ``argv``, ``trajectory``,
+            ``request``, ``option``; :class:`~pvisor.replay.recording.TaskOrigin`), or None.
+        boundary_request_seen: whether the agent sent request N+1.
+    """
+
+    served: list[dict[str, Any]]
+    requests: int
+    task_origin: str | None
+    boundary_request_seen: bool
+
+    def __init__(
+        self,
+        served: list[dict[str, Any]],
+        requests: int,
+        task_origin: str | None,
+        boundary_request_seen: bool,
+    ) -> None:
+        self.served = served
+        self.requests = requests
+        self.task_origin = task_origin
+        self.boundary_request_seen = boundary_request_seen
+
+
 @record
 class ResultDocument(ResultPart, Record):
     """The result document, ``result.json`` (schema ``sandbox-playback.result/v3``,
@@ -554,10 +657,10 @@ class ResultDocument(ResultPart, Record):
         path_rewrites, auxiliary, context_differences, tool_differences, divergence,
             synthetic_end: replay-only and continuation: what playback did
             (:func:`pvisor.replay.playback.playback_record`); :data:`ABSENT` in prepare-only.
-        agent_run: replay-only and continuation: the agent's run (run, versions, exit code,
-            ``ended_by``, native file, logs, steps, its own status), None until it ended.
-        playback: replay-only and continuation: ``served``, ``requests``, ``task_origin``,
-            ``boundary_request_seen``, None until the agent ended.
+        agent_run: replay-only and continuation: :class:`AgentRunRecord`, None until the agent
+            ended.
+        playback: replay-only and continuation: :class:`PlaybackSummary`, None until the agent
+            ended.
         continuation: a continuation's live part (docs/replay.md "What a continuation adds to
             result.json"), None until it ended; ABSENT in the other modes.
     """
@@ -589,8 +692,8 @@ class ResultDocument(ResultPart, Record):
     tool_differences: list[dict[str, Any]] | Absent = ABSENT
     divergence: dict[str, Any] | None | Absent = ABSENT
     synthetic_end: list[dict[str, Any]] | Absent = ABSENT
-    agent_run: dict[str, Any] | None | Absent = ABSENT
-    playback: dict[str, Any] | None | Absent = ABSENT
+    agent_run: AgentRunRecord | None | Absent = ABSENT
+    playback: PlaybackSummary | None | Absent = ABSENT
     continuation: dict[str, Any] | None | Absent = ABSENT
 
     def __init__(
@@ -622,8 +725,8 @@ class ResultDocument(ResultPart, Record):
         tool_differences: list[dict[str, Any]] | Absent = ABSENT,
         divergence: dict[str, Any] | None | Absent = ABSENT,
         synthetic_end: list[dict[str, Any]] | Absent = ABSENT,
-        agent_run: dict[str, Any] | None | Absent = ABSENT,
-        playback: dict[str, Any] | None | Absent = ABSENT,
+        agent_run: AgentRunRecord | None | Absent = ABSENT,
+        playback: PlaybackSummary | None | Absent = ABSENT,
         continuation: dict[str, Any] | None | Absent = ABSENT,
     ) -> None:
         self.schema = schema

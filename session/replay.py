@@ -47,7 +47,10 @@ from pvisor.replay.result import (
     PREFIX_FILE,
     REQUEST_FILE,
     RESULT_FILE,
+    AgentRunEnd,
+    AgentRunRecord,
     Lineage,
+    PlaybackSummary,
     ResultDocument,
     ResultMessage,
     ResultMode,
@@ -637,16 +640,16 @@ def _remove_prefix_files(out: Path) -> None:
             pass
 
 
-def _ended_by(p: Any, report: Any) -> str:
+def _ended_by(p: Any, report: Any) -> AgentRunEnd:
     if report.interrupted:
-        return "interrupted"
+        return AgentRunEnd.INTERRUPTED
     if report.timed_out:
-        return "timeout"
+        return AgentRunEnd.TIMEOUT
     if report.stopped_after_end:
-        return "stopped_after_end"
+        return AgentRunEnd.STOPPED_AFTER_END
     if p.synthetic:
-        return "synthetic_end"
-    return "agent"
+        return AgentRunEnd.SYNTHETIC_END
+    return AgentRunEnd.AGENT
 
 
 def _fill_after(
@@ -679,12 +682,9 @@ def _fill_after(
     result.tool_differences = record["tool_differences"]
     result.divergence = record["divergence"]
     result.synthetic_end = record["synthetic_end"]
-    result.playback = {
-        "served": record["served"],
-        "requests": record["requests"],
-        "task_origin": rec.task_origin,
-        "boundary_request_seen": p.boundary is not None,
-    }
+    result.playback = PlaybackSummary(
+        record["served"], record["requests"], rec.task_origin, p.boundary is not None
+    )
     result.tool_calls = p.tool_calls()
     result.replayed_tool_calls = sum(
         1 for c in result.tool_calls if c.replayed_observation_sha256 is not None
@@ -699,20 +699,20 @@ def _fill_after(
         restored["manifest"] if restored else None,
     )
     native = str(report.native_path) if report.native_path else None
-    result.agent_run = {
-        "run": report.run,
-        "installed_version": report.agent_version,
-        "recorded_version": rec.agent_version,
-        "exit_code": report.agent_exit_code,
-        "ended_by": _ended_by(p, report),
-        "native_trajectory": native,
-        "native_holds_synthetic_end": bool(native and p.synthetic),
-        "stdout": str(report.stdout),
-        "stderr": str(report.stderr),
-        "run_dir": str(report.run_dir),
-        "steps": report.steps,
-        "agent_status": report.agent_status.to_json() if report.agent_status else None,
-    }
+    result.agent_run = AgentRunRecord(
+        report.run,
+        report.agent_version,
+        rec.agent_version,
+        report.agent_exit_code,
+        _ended_by(p, report),
+        native,
+        bool(native and p.synthetic),
+        str(report.stdout),
+        str(report.stderr),
+        str(report.run_dir),
+        report.steps,
+        report.agent_status.to_json() if report.agent_status else None,
+    )
     if rec.agent_version and report.agent_version and rec.agent_version != report.agent_version:
         result.warn(
             "agent_version_differs",
