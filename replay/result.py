@@ -10,9 +10,10 @@ The output directory holds three files (docs/replay.md):
   (:data:`RESULT_SCHEMA`; docs/result-protocol.md, JSON Schema docs/result-schema.json): a
   :class:`ResultDocument`, a typed record of records (:class:`SourceRecord`,
   :class:`BoundaryRecord`, :class:`PrefixRecord`, :class:`ToolCallRecord`,
-  :class:`WorkspaceRecord`, :class:`Lineage`, :class:`Timings`, :class:`ResultMessage`,
-  :class:`AgentRunRecord`, :class:`PlaybackSummary`; the values of ``mode``, ``status``,
-  ``source.kind``, ``prefix.ends_with`` and ``agent_run.ended_by`` are enums),
+  :class:`WorkspaceRecord`, :class:`Lineage`, :class:`Timings`, :class:`ResultMessage`; those
+  only replay-only and continuation write, ``agent_run`` and ``playback``, in
+  :mod:`pvisor.replay.agent_result`; ``mode`` is a :class:`~pvisor.journal.model.RunMode`,
+  ``status`` a :class:`ResultStatus`),
   made by :meth:`ResultDocument.start` (``status: failed``, nothing done yet) and filled by each
   mode (:func:`prefix_record`, :func:`tool_call_records`, :meth:`ResultDocument.fill_source`,
   :meth:`ResultDocument.fail`); :meth:`ResultDocument.to_json` gives the dict, field by field
@@ -48,7 +49,7 @@ import orjson
 from pvisor.adapters.jsonio import dumps
 from pvisor.journal.digest import file_sha256 as _file_digest, sha256_hex as _sha256_hex
 from pvisor.journal.errors import PvisorError
-from pvisor.journal.model import Step, ToolCall, ToolResult
+from pvisor.journal.model import RunMode, Step, ToolCall, ToolResult
 from pvisor.journal.record import Record, record
 
 from .errors import ReplayBadInput, ReplayOutputError, ReplayUsageError, error_code, error_detail, show_path
@@ -57,6 +58,7 @@ from .source import is_made_up
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from .agent_result import AgentRunRecord, PlaybackSummary
     from .prefix import Prefix
     from .workspace import WorkspaceDigest
 
@@ -118,12 +120,10 @@ def workspace_digest(root: Path) -> "WorkspaceDigest":
 # --------------------------------------------------------------------------- the document
 
 
-class ResultMode(str, enum.Enum):
-    """``mode``: which replay wrote the document."""
-
-    PREPARE_ONLY = "prepare-only"  #: the prefix alone, no agent started
-    REPLAY_ONLY = "replay-only"  #: the agent re-ran steps 1..N, the recorded actions served
-    CONTINUATION = "continuation"  #: replay-only, then the live model after step N
+#: ``mode``: which replay wrote the document, a :class:`~pvisor.journal.model.RunMode` (the
+#: journal's modes of runs: ``PREPARE_ONLY``, ``REPLAY_ONLY``, ``CONTINUATION``; already loaded
+#: on prepare-only's path, where a new enum class costs about 0.2 ms of start-up)
+ResultMode = RunMode
 
 
 class ResultStatus(str, enum.Enum):
@@ -134,20 +134,13 @@ class ResultStatus(str, enum.Enum):
     FAILED = "failed"
 
 
-class SourceKind(str, enum.Enum):
-    """``source.kind``: where steps 1..N were read."""
-
-    JOURNAL = "journal"  #: a journal run
-    NATIVE = "native"  #: the agent's native file (or an OpenCode store)
-
-
-class PrefixEnd(str, enum.Enum):
-    """``prefix.ends_with``: the last message of the prefix."""
-
-    TASK = "task"  #: N = 0: the task alone
-    OBSERVATION = "observation"  #: O_N, the results of A_N's tool calls
-    ACTION = "action"  #: A_N (the agent's finish action: O_N was never sent)
-    NOTHING = "nothing"  #: no message at all
+#: ``source.kind``: a journal run, or the agent's native file (an OpenCode store too). The
+#: values of ``source.kind`` and ``prefix.ends_with`` are the schema's enums; they stay strings
+#: here: each enum class is about 0.2 ms of prepare-only's start-up (docs/benchmarks.md)
+SOURCE_KINDS = ("journal", "native")
+#: ``prefix.ends_with``: ``task`` (N = 0), ``observation`` (O_N), ``action`` (A_N, the agent's
+#: finish action), ``nothing``
+PREFIX_ENDS = ("task", "observation", "action", "nothing")
 
 
 class Absent:
@@ -215,7 +208,7 @@ class SourceRecord(ResultPart, Record):
     """``source``: what steps 1..N were read from.
 
     Fields:
-        kind: :class:`SourceKind`.
+        kind: one of :data:`SOURCE_KINDS`.
         path: the native file, or the journal, as given (:func:`~.errors.show_path`).
         sha256: SHA-256 of the file's bytes (a directory's: the workspace digest of it); None
             for a journal and before the file was read.
@@ -224,7 +217,7 @@ class SourceRecord(ResultPart, Record):
         session: the native file's session id, or None.
     """
 
-    kind: SourceKind
+    kind: str
     path: str
     sha256: str | None = None
     run: str | None = None
@@ -232,7 +225,7 @@ class SourceRecord(ResultPart, Record):
 
     def __init__(
         self,
-        kind: SourceKind,
+        kind: str,
         path: str,
         sha256: str | None = None,
         run: str | None = None,
@@ -276,7 +269,7 @@ class PrefixRecord(ResultPart, Record):
         path, request_path: where prefix.json and prefix.request.json were written (a batch's
             rows: ``FILE#LINE/prefix`` and ``FILE#LINE/request``).
         sha256, bytes: SHA-256 and length of the body's bytes.
-        message_count, ends_with (:class:`PrefixEnd`), system_present, tools_present, model,
+        message_count, ends_with (one of :data:`PREFIX_ENDS`), system_present, tools_present, model,
             stream: the body read back with its protocol (:func:`describe_prefix`).
         rendered: False when the body is a recorded request byte for byte.
         exchange: the journal exchange whose body it is (or that was rendered on), or None.
@@ -294,7 +287,7 @@ class PrefixRecord(ResultPart, Record):
     sha256: str
     bytes: int
     message_count: int
-    ends_with: PrefixEnd
+    ends_with: str
     system_present: bool
     tools_present: bool
     model: str | None
@@ -313,7 +306,7 @@ class PrefixRecord(ResultPart, Record):
         sha256: str,
         bytes: int,
         message_count: int,
-        ends_with: PrefixEnd,
+        ends_with: str,
         system_present: bool,
         tools_present: bool,
         model: str | None,
@@ -522,108 +515,6 @@ class Timings(ResultPart, Record):
         self.total = total
 
 
-class AgentRunEnd(str, enum.Enum):
-    """``agent_run.ended_by``: how the replayed agent's run ended."""
-
-    SYNTHETIC_END = "synthetic_end"  #: after pvisor's synthetic final reply, by itself
-    AGENT = "agent"  #: by itself, with no synthetic reply served
-    STOPPED_AFTER_END = "stopped_after_end"  #: stopped ``end_grace`` seconds after the synthetic reply
-    TIMEOUT = "timeout"  #: stopped at ``--timeout``
-    INTERRUPTED = "interrupted"  #: stopped by a signal (Ctrl-C)
-
-
-@record
-class AgentRunRecord(ResultPart, Record):
-    """``agent_run`` of a replay-only or continuation: the agent's run.
-
-    Fields:
-        run: the derived run's id in the journal.
-        installed_version, recorded_version: the agent's version now and in the source (None
-            when unknown).
-        exit_code: the agent's exit status (None when it was not reaped).
-        ended_by: :class:`AgentRunEnd`.
-        native_trajectory: the native file the replayed agent wrote, or None.
-        native_holds_synthetic_end: whether that file ends with pvisor's synthetic final reply.
-        stdout, stderr: the files the agent's output went to.
-        run_dir: the derived run's directory.
-        steps: the steps derived from the run, None when they could not be.
-        agent_status: the agent's own account of how it ended (``outcome``, ``detail``,
-            ``source``; docs/agents.md), or None.
-    """
-
-    run: str
-    installed_version: str | None
-    recorded_version: str | None
-    exit_code: int | None
-    ended_by: AgentRunEnd
-    native_trajectory: str | None
-    native_holds_synthetic_end: bool
-    stdout: str
-    stderr: str
-    run_dir: str
-    steps: int | None
-    agent_status: dict[str, Any] | None = None
-
-    def __init__(
-        self,
-        run: str,
-        installed_version: str | None,
-        recorded_version: str | None,
-        exit_code: int | None,
-        ended_by: AgentRunEnd,
-        native_trajectory: str | None,
-        native_holds_synthetic_end: bool,
-        stdout: str,
-        stderr: str,
-        run_dir: str,
-        steps: int | None,
-        agent_status: dict[str, Any] | None = None,
-    ) -> None:
-        self.run = run
-        self.installed_version = installed_version
-        self.recorded_version = recorded_version
-        self.exit_code = exit_code
-        self.ended_by = ended_by
-        self.native_trajectory = native_trajectory
-        self.native_holds_synthetic_end = native_holds_synthetic_end
-        self.stdout = stdout
-        self.stderr = stderr
-        self.run_dir = run_dir
-        self.steps = steps
-        self.agent_status = agent_status
-
-
-@record
-class PlaybackSummary(ResultPart, Record):
-    """``playback`` of a replay-only or continuation: what playback served.
-
-    Fields:
-        served: one ``{request, exchange, source, recorded_exchange, retry}`` per main-loop
-            request answered from the source (:func:`pvisor.replay.playback.playback_record`).
-        requests: the main-loop requests the agent sent.
-        task_origin: where the agent's task came from (``label``, ``argv``, ``trajectory``,
-            ``request``, ``option``; :class:`~pvisor.replay.recording.TaskOrigin`), or None.
-        boundary_request_seen: whether the agent sent request N+1.
-    """
-
-    served: list[dict[str, Any]]
-    requests: int
-    task_origin: str | None
-    boundary_request_seen: bool
-
-    def __init__(
-        self,
-        served: list[dict[str, Any]],
-        requests: int,
-        task_origin: str | None,
-        boundary_request_seen: bool,
-    ) -> None:
-        self.served = served
-        self.requests = requests
-        self.task_origin = task_origin
-        self.boundary_request_seen = boundary_request_seen
-
-
 @record
 class ResultDocument(ResultPart, Record):
     """The result document, ``result.json`` (schema ``sandbox-playback.result/v3``,
@@ -657,10 +548,10 @@ class ResultDocument(ResultPart, Record):
         path_rewrites, auxiliary, context_differences, tool_differences, divergence,
             synthetic_end: replay-only and continuation: what playback did
             (:func:`pvisor.replay.playback.playback_record`); :data:`ABSENT` in prepare-only.
-        agent_run: replay-only and continuation: :class:`AgentRunRecord`, None until the agent
-            ended.
-        playback: replay-only and continuation: :class:`PlaybackSummary`, None until the agent
-            ended.
+        agent_run: replay-only and continuation:
+            :class:`~pvisor.replay.agent_result.AgentRunRecord`, None until the agent ended.
+        playback: replay-only and continuation:
+            :class:`~pvisor.replay.agent_result.PlaybackSummary`, None until the agent ended.
         continuation: a continuation's live part (docs/replay.md "What a continuation adds to
             result.json"), None until it ended; ABSENT in the other modes.
     """
@@ -785,7 +676,7 @@ class ResultDocument(ResultPart, Record):
             None,
             None,
             SourceRecord(
-                SourceKind.NATIVE if trajectory is not None else SourceKind.JOURNAL,
+                "native" if trajectory is not None else "journal",
                 show_path(trajectory if trajectory is not None else journal),
                 run=run,
             ),
@@ -917,15 +808,15 @@ def describe_prefix(protocol: str, body: bytes, path: str, query: str, after_ste
     conv = get_protocol(protocol).parse_request(body, path=path, query=query)
     last = conv.messages[-1] if conv.messages else None
     if last is None:
-        ends = PrefixEnd.NOTHING
+        ends = "nothing"
     elif last.role == "assistant":
-        ends = PrefixEnd.ACTION
+        ends = "action"
     elif any(isinstance(p, ToolResult) for p in last.parts):
-        ends = PrefixEnd.OBSERVATION
+        ends = "observation"
     elif after_step == 0:
-        ends = PrefixEnd.TASK
+        ends = "task"
     else:
-        ends = PrefixEnd.OBSERVATION
+        ends = "observation"
     return {
         "message_count": len(conv.messages),
         "ends_with": ends,

@@ -43,17 +43,14 @@ from pvisor.replay.errors import (
     show_path,
 )
 from pvisor.replay.prepare import check_utf8_option as _utf8
+from pvisor.replay.agent_result import AgentRunEnd, AgentRunRecord, PlaybackSummary
 from pvisor.replay.result import (
     PREFIX_FILE,
     REQUEST_FILE,
     RESULT_FILE,
-    AgentRunEnd,
-    AgentRunRecord,
     Lineage,
-    PlaybackSummary,
     ResultDocument,
     ResultMessage,
-    ResultMode,
     ResultStatus,
     WorkspaceRecord,
     check_output,
@@ -416,7 +413,7 @@ def _replay_claimed(
         )
     )
     result = ResultDocument.start(
-        ResultMode(mode.value),
+        mode,
         opts.agent,
         opts.trajectory,
         opts.journal if opts.run is not None else None,

@@ -58,12 +58,14 @@ def _object_node(node: dict) -> dict | None:
 
 def _record_of(hint: str) -> type | None:
     """The record class a field's annotation names (``list[ToolCallRecord]``, ``X | None``)."""
-    import pvisor.replay.result as result_module
+    import pvisor.replay.agent_result
+    import pvisor.replay.result
 
     for name in re.findall(r"[A-Za-z_]+", hint):
-        cls = getattr(result_module, name, None)
-        if isinstance(cls, type) and issubclass(cls, ResultPart) and dataclasses.is_dataclass(cls):
-            return cls
+        for module in (pvisor.replay.result, pvisor.replay.agent_result):
+            cls = getattr(module, name, None)
+            if isinstance(cls, type) and issubclass(cls, ResultPart) and dataclasses.is_dataclass(cls):
+                return cls
     return None
 
 
