@@ -33,10 +33,11 @@ from .prepare import PrepareOptions, check_inputs_not_outputs, check_options, co
 from .result import (
     PREFIX_FILE,
     REQUEST_FILE,
-    base_result,
+    ResultDocument,
+    ResultMode,
     check_output,
     create_output,
-    fail,
+    elapsed_ms,
     file_sha256,
     remove_made,
     to_be_made,
@@ -292,7 +293,7 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
     t0 = time.perf_counter()
     opts: PrepareOptions | None = None
     out: Path | None = None
-    result: dict[str, Any] | None = None
+    result: ResultDocument | None = None
     made: list[str] = []  # the output directories this request made, until its files are written
     try:
         if isinstance(request, PvisorError):
@@ -307,8 +308,8 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
                 f"request {index}: a {type(request).__name__}, expected PrepareOptions or a manifest line's dict",
             )
         _check_types(opts, index)
-        result = base_result(
-            "prepare-only", opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step
+        result = ResultDocument.start(
+            ResultMode.PREPARE_ONLY, opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step
         )
         check_options(opts)
         if opts.output is not None:
@@ -325,11 +326,12 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
             shown = (f"{label}/prefix", f"{label}/request")
         prefix = compute(opts, result, shown, t0, reads)
         if out is not None:
-            write_outputs(out, prefix, result, t0)
+            document = write_outputs(out, prefix, result, t0)
             made = []
         else:
-            result["timings_ms"]["total"] = round((time.perf_counter() - t0) * 1000.0, 3)
-        return BatchOutcome(index, _name(opts), Status.OK, result, prefix, None, out)
+            result.timings_ms.total = elapsed_ms(t0, time.perf_counter())
+            document = result.to_json()
+        return BatchOutcome(index, _name(opts), Status.OK, document, prefix, None, out)
     except (PvisorError, OSError, ValueError) as exc:
         if not isinstance(exc, PvisorError):
             # a path the system refuses (a name too long, a NUL byte): this request's failure
@@ -337,10 +339,9 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
             exc = ReplayUsageError("usage", f"request {index}: {what}")
         if result is None:  # no request, so no result document
             return BatchOutcome(index, None, Status.FAILED, None, None, exc, None)
-        fail(result, exc, t0)
-        if out is not None:
-            write_failed(out, result)
-        return BatchOutcome(index, _name(opts), Status.FAILED, result, None, exc, out)
+        result.fail(exc, t0)
+        document = write_failed(out, result) if out is not None else result.to_json()
+        return BatchOutcome(index, _name(opts), Status.FAILED, document, None, exc, out)
     except BaseException:
         # interrupted (Ctrl-C): the request in progress leaves no directory of its own, empty or
         # half written; the finished requests' outputs stay

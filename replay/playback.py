@@ -64,7 +64,7 @@ from pvisor.journal.redact import REQUEST_HEADER_ALLOW, redact_exchange_meta
 
 from .prefix import request_meta
 from .source import finish_at, is_made_up
-from .result import content_sha256, match_results
+from .result import ToolCallRecord, content_sha256, match_results
 from .recording import Recording, RecordedReply, aux_key
 
 #: flags playback journals with the exchanges it answers (``exchanges.flags``)
@@ -577,7 +577,7 @@ class PlaybackResponder:
         _strings(content, parts)
         return self.rewrites.placeholders(self.descriptor.normalise_output("\n".join(parts)))
 
-    def tool_calls(self) -> list[dict[str, Any]]:
+    def tool_calls(self) -> list[ToolCallRecord]:
         """``tool_calls`` of the result: per tool call of steps 1..N, its historical and
         replayed observation digests, ``equal`` (the same content) and ``equal_normalised``
         (the same once the descriptor's decorations are normalised and the recorded and new
@@ -617,23 +617,21 @@ class PlaybackResponder:
                 hs = content_sha256(h.content) if h is not None else None
                 rs = content_sha256(r.content) if r is not None else None
                 out.append(
-                    {
-                        "step": step.n,
-                        "call_id": cid,
-                        "name": c.name,
-                        "kind": c.kind,
-                        "arguments_sha256": hashlib.sha256(
-                            c.arguments_raw.encode("utf-8", "surrogatepass")
-                        ).hexdigest(),
-                        "historical_observation_sha256": hs,
-                        "replayed_observation_sha256": rs,
-                        "equal": (hs == rs) if hs is not None and rs is not None else None,
-                        "equal_normalised": (self._normalised(h.content) == self._normalised(r.content))
+                    ToolCallRecord(
+                        step.n,
+                        cid,
+                        c.name,
+                        c.kind,
+                        hashlib.sha256(c.arguments_raw.encode("utf-8", "surrogatepass")).hexdigest(),
+                        hs,
+                        rs,
+                        (hs == rs) if hs is not None and rs is not None else None,
+                        (self._normalised(h.content) == self._normalised(r.content))
                         if h is not None and r is not None
                         else None,
-                        "replayed_call_id": r.call_id if r is not None else None,
-                        "observation_not_sent": not_sent,
-                    }
+                        r.call_id if r is not None else None,
+                        not_sent,
+                    )
                 )
         return out
 

@@ -13,7 +13,8 @@ digests the workspace before and after, and writes three files into the output d
 Guarantees (docs/replay.md): no process is started, no socket opened, nothing in the
 workspace written; the output directory is refused inside the workspace and, unless
 ``force``, when it is not empty. A failure after the output directory was accepted still
-writes ``result.json`` (``status: "failed"``, ``errors``) and no prefix files, then raises.
+writes ``result.json`` (``status: "failed"``, ``errors``) and no prefix files: :func:`prepare`
+returns it with the error beside it, :func:`prepare_only` raises the error.
 
 Imports: the standard library, orjson and pvisor's own modules, lazily: a native source
 never imports asyncio, aiohttp, sqlite_utils or jsonschema (tests/test_replay_side_effects.py).
@@ -31,8 +32,6 @@ from pvisor.journal.model import ToolCall
 from .errors import (
     ReplayUsageError,
     ReplayWorkspaceChanged,
-    error_code,
-    error_detail,
     show_path,
 )
 from .prefix import Prefix
@@ -41,14 +40,16 @@ from .result import (
     PREFIX_FILE,
     REQUEST_FILE,
     RESULT_FILE,
-    base_result,
+    ResultDocument,
+    ResultMode,
+    ResultStatus,
+    WorkspaceRecord,
     check_output,
     create_output,
     elapsed_ms,
-    fail,
     file_sha256,
-    fill_source,
     is_inside,
+    notes_messages,
     prefix_record,
     resolve_path,
     same_file,
@@ -58,7 +59,7 @@ from .result import (
     write_outputs,
 )
 from .source import Source, descriptor, finish_at
-from .spec import collect, in_order, raise_problems
+from .spec import collect, in_order, problems_error, raise_problems
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -132,11 +133,14 @@ class PrepareOptions:
 
 
 class PrepareOutcome:
-    """What :func:`prepare_only` did: the ``result`` document (dict) and the paths written
-    (``output``, ``prefix_path``, ``result_path``: :class:`~pathlib.Path` objects, made when
-    asked for; the command itself never imports pathlib, docs/benchmarks.md)."""
+    """What :func:`prepare_only` did: the ``result`` document (dict: ``record.to_json()``), its
+    ``record`` (:class:`~.result.ResultDocument`), the ``error`` that stopped it (a
+    :class:`~pvisor.journal.errors.PvisorError` with its code and exit code; None when it is
+    ok) and the paths written (``output``, ``prefix_path``, ``result_path``:
+    :class:`~pathlib.Path` objects, made when asked for; the command itself never imports
+    pathlib, docs/benchmarks.md)."""
 
-    __slots__ = ("result", "_paths")
+    __slots__ = ("result", "record", "error", "_paths")
 
     def __init__(
         self,
@@ -144,8 +148,12 @@ class PrepareOutcome:
         output: str | os.PathLike,
         prefix_path: str | os.PathLike,
         result_path: str | os.PathLike,
+        record: ResultDocument | None = None,
+        error: PvisorError | None = None,
     ) -> None:
         self.result = result
+        self.record = record
+        self.error = error
         self._paths = (os.fspath(output), os.fspath(prefix_path), os.fspath(result_path))
 
     @property
@@ -344,8 +352,10 @@ def option_problems(opts: PrepareOptions) -> tuple[list[PvisorError], bool]:
     return problems, source_ok
 
 
-def _base_result(opts: PrepareOptions) -> dict[str, Any]:
-    return base_result("prepare-only", opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step)
+def _base_result(opts: PrepareOptions) -> ResultDocument:
+    return ResultDocument.start(
+        ResultMode.PREPARE_ONLY, opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step
+    )
 
 
 def prepare_only(opts: PrepareOptions, problems: Sequence[PvisorError] = ()) -> PrepareOutcome:
@@ -355,8 +365,8 @@ def prepare_only(opts: PrepareOptions, problems: Sequence[PvisorError] = ()) -> 
     sense (before anything is written), ReplayBadInput (exit 65) for a source that cannot give
     the prefix, ReplayWorkspaceChanged (exit 1), IntegrityError (exit 3) for a damaged journal,
     ReplayOutputError (exit 74) when a file cannot be written; after the output directory was
-    accepted, a failure first writes result.json with ``status: "failed"`` (no prefix files)
-    and sets the error's ``result`` attribute to that document.
+    accepted, a failure first writes result.json with ``status: "failed"`` (no prefix files):
+    :func:`prepare` returns that document with the error.
 
     Every problem found before the source is read (``problems``: those the caller found in
     the options already, :meth:`~pvisor.replay.spec.ReplaySpec.check`) is raised at once
@@ -368,6 +378,18 @@ def prepare_only(opts: PrepareOptions, problems: Sequence[PvisorError] = ()) -> 
     of the output files is refused), everything is read and computed in memory, and only then
     are the three files written, under temporary names renamed into place: an earlier
     prefix or result in the directory is replaced last, never removed before the source is read."""
+    outcome = prepare(opts, problems)
+    if outcome.error is not None:
+        raise outcome.error
+    return outcome
+
+
+def prepare(opts: PrepareOptions, problems: Sequence[PvisorError] = ()) -> PrepareOutcome:
+    """:func:`prepare_only`, returning the failed document with its ``error`` instead of
+    raising once the output directory was accepted (what ``--result -`` prints): also the
+    document that lists every problem found before the source was read with the source's own
+    (the error then the one problem, or :class:`~pvisor.replay.spec.ReplayProblems`). Raises
+    what is refused before: the options, the output directory."""
     t0 = time.perf_counter()
     problems = list(problems)
     found, source_ok = option_problems(opts)
@@ -380,27 +402,28 @@ def prepare_only(opts: PrepareOptions, problems: Sequence[PvisorError] = ()) -> 
         problems.append(exc)
         out, source_ok = None, False  # a journal is read only when what it could write beside it is checked
     if problems:
-        _refuse(opts, problems, out, source_ok, t0)
+        return _refuse(opts, problems, out, source_ok, t0)
     assert out is not None
     result = _base_result(opts)
     create_output(out, opts.output)
+    paths = (out, os.path.join(out, PREFIX_FILE), os.path.join(out, RESULT_FILE))
     try:
-        prefix = compute(opts, result, (os.path.join(out, PREFIX_FILE), os.path.join(out, REQUEST_FILE)), t0)
-        write_outputs(out, prefix, result, t0)
+        prefix = compute(opts, result, (paths[1], os.path.join(out, REQUEST_FILE)), t0)
+        document = write_outputs(out, prefix, result, t0)
     except PvisorError as exc:
-        fail(result, exc, t0)
-        write_failed(out, result)
-        raise
-    return PrepareOutcome(result, out, os.path.join(out, PREFIX_FILE), os.path.join(out, RESULT_FILE))
+        result.fail(exc, t0)
+        return PrepareOutcome(write_failed(out, result), *paths, result, exc)
+    return PrepareOutcome(document, *paths, result)
 
 
 def _refuse(
     opts: PrepareOptions, problems: list[PvisorError], out: str | None, source_ok: bool, t0: float
-) -> None:
-    """Raise ``problems`` (:func:`~pvisor.replay.spec.raise_problems`) with the source's own
-    problem, when the source can be read (``source_ok``) and holds one; then, when the output
-    directory ``out`` was accepted (else None), a failed result.json in it lists them all in
-    ``errors``. A usage error alone writes nothing, as ever."""
+) -> PrepareOutcome:
+    """``problems`` with the source's own problem, when the source can be read (``source_ok``)
+    and holds one: raised (:func:`~pvisor.replay.spec.raise_problems`) unless the output
+    directory ``out`` was accepted (else None) and the source had a problem; then a failed
+    result.json in it lists them all in ``errors``, returned as the outcome with the error. A
+    usage error alone writes nothing, as ever."""
     if not source_ok:
         raise_problems(problems)
     result = _base_result(opts)
@@ -408,25 +431,24 @@ def _refuse(
     try:
         compute_source(opts, result, shown, t0)
     except PvisorError as exc:
-        fail(result, exc, t0)
+        result.fail(exc, t0)
         problems.append(exc)
     else:
         raise_problems(problems)
+    error = problems_error(problems)
+    assert error is not None
     if out is None:
-        raise_problems(problems)
-    assert out is not None
-    result["errors"] = [{"code": error_code(p), "message": error_detail(p)} for p in in_order(problems)]
+        raise error
+    result.errors = []
+    for problem in in_order(problems):
+        result.add_error(problem)
     create_output(out, opts.output)
-    write_failed(out, result)
-    try:
-        raise_problems(problems)
-    except PvisorError as exc:
-        exc.result = result  # type: ignore[attr-defined]  # for `--result -`
-        raise
+    paths = (out, os.path.join(out, PREFIX_FILE), os.path.join(out, RESULT_FILE))
+    return PrepareOutcome(write_failed(out, result), *paths, result, error)
 
 
 def compute_source(
-    opts: PrepareOptions, result: dict[str, Any], shown: tuple[Path | str, Path | str], t0: float
+    opts: PrepareOptions, result: ResultDocument, shown: tuple[Path | str, Path | str], t0: float
 ) -> Prefix:
     """The source read and the prefix built, in memory (no workspace digest): what
     :func:`compute` finds wrong with the source."""
@@ -437,7 +459,7 @@ def compute_source(
 
 def compute(
     opts: PrepareOptions,
-    result: dict[str, Any],
+    result: ResultDocument,
     shown: tuple[Path | str, Path | str],
     t0: float,
     reads: "SourceReads | None" = None,
@@ -446,40 +468,41 @@ def compute(
     the source digested and read, the prefix built, ``result`` filled (``status: ok``).
     ``shown``: what the result names as the prefix and request files; ``reads``: parsed sources
     and digests shared between the prepares of a batch (:mod:`.batch`), or None. Raises what
-    :func:`prepare_only` raises (the result is not marked failed: :func:`fail` does that)."""
-    timings = result["timings_ms"]
+    :func:`prepare_only` raises (the result is not marked failed:
+    :meth:`~.result.ResultDocument.fail` does that)."""
+    timings = result.timings_ms
     ws_before = None
     if opts.workspace is not None:
         t = time.perf_counter()
         ws_before = workspace_digest(opts.workspace)
-        timings["workspace_before"] = elapsed_ms(t, time.perf_counter())
+        timings.workspace_before = elapsed_ms(t, time.perf_counter())
     t = time.perf_counter()
     source_path = opts.trajectory if opts.trajectory is not None else opts.journal
     assert source_path is not None
-    result["source"]["sha256"] = reads.sha256(source_path) if reads is not None else file_sha256(source_path)
-    timings["source_digest"] = elapsed_ms(t, time.perf_counter())
+    result.source.sha256 = reads.sha256(source_path) if reads is not None else file_sha256(source_path)
+    timings.source_digest = elapsed_ms(t, time.perf_counter())
     t = time.perf_counter()
     prefix, source = _build(opts, reads)
-    timings["prefix"] = elapsed_ms(t, time.perf_counter())
+    timings.prefix = elapsed_ms(t, time.perf_counter())
     _fill(result, opts, prefix, source, shown)
     if opts.workspace is not None:
         t = time.perf_counter()
         ws_after = workspace_digest(opts.workspace)
-        timings["workspace_after"] = elapsed_ms(t, time.perf_counter())
+        timings.workspace_after = elapsed_ms(t, time.perf_counter())
         assert ws_before is not None
-        result["workspace"] = {
-            "path": show_path(resolve_path(opts.workspace)),
-            "sha256_before": ws_before.sha256,
-            "sha256_after": ws_after.sha256,
-            "unchanged": ws_before.sha256 == ws_after.sha256,
-            "entries": ws_after.entries,
-        }
-        if not result["workspace"]["unchanged"]:
+        result.workspace = WorkspaceRecord(
+            show_path(resolve_path(opts.workspace)),
+            ws_before.sha256,
+            ws_after.sha256,
+            ws_before.sha256 == ws_after.sha256,
+            ws_after.entries,
+        )
+        if not result.workspace.unchanged:
             raise ReplayWorkspaceChanged(
                 f"the workspace digest changed while preparing ({ws_before.sha256[:12]} -> {ws_after.sha256[:12]}); "
                 "prepare-only only reads it, so another process wrote it meanwhile: prepare again when it is idle"
             )
-    result["status"] = "ok"
+    result.status = ResultStatus.OK
     return prefix
 
 
@@ -507,14 +530,14 @@ def _build(opts: PrepareOptions, reads: "SourceReads | None" = None) -> tuple[Pr
 
 
 def _fill(
-    result: dict[str, Any],
+    result: ResultDocument,
     opts: PrepareOptions,
     prefix: Prefix,
     source: Source,
     shown: tuple[Path | str, Path | str],
 ) -> None:
-    fill_source(result, source)
-    result["prefix"] = prefix_record(
+    result.fill_source(source)
+    result.prefix = prefix_record(
         prefix.protocol,
         prefix.body,
         prefix.request,
@@ -527,8 +550,8 @@ def _fill(
     )
     wire = _wire_ids(opts.agent, prefix.protocol) if source.kind == "native" else None
     unsent = finish_at(descriptor(opts.agent), source.steps, opts.after_step) is not None
-    result["tool_calls"] = tool_call_records(source.steps, opts.after_step, wire, unsent)
-    result["warnings"] = [{"code": c, "message": m} for c, m in [*source.notes, *prefix.notes]]
+    result.tool_calls = tool_call_records(source.steps, opts.after_step, wire, unsent)
+    result.warnings = notes_messages([*source.notes, *prefix.notes])
 
 
 def _wire_ids(agent: str, protocol: str) -> Callable[[Any], list[str | None]]:

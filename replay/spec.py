@@ -15,10 +15,11 @@ builds them from it), the keys ``replay.toml`` accepts (:mod:`.config`), and
 The check. :meth:`ReplaySpec.check` returns every problem of the options as given (one mode,
 the required options, options given to a mode that does not take them, ...), one error each,
 with the wording each has always had; the modes add the problems of the files, the source and
-the environment (:func:`~pvisor.replay.prepare.prepare_only`,
-:func:`~pvisor.session.replay.replay_only`) and raise them all at once as
-:class:`ReplayProblems`, whose exit code is the first's in the order usage (2), source (65),
-environment (69) (:func:`in_order`).
+the environment (:func:`~pvisor.replay.prepare.prepare`,
+:func:`~pvisor.session.replay.replay_only`) and report them all at once as
+:class:`ReplayProblems` (:func:`problems_error`: raised, or the outcome's error beside the
+failed result.json that lists them), whose exit code is the first's in the order usage (2),
+source (65), environment (69) (:func:`in_order`).
 
 Imports: the standard library and pvisor's light modules only (prepare-only loads this module
 on every run: no dataclass, whose methods are made with ``exec``).
@@ -302,8 +303,9 @@ def in_order(problems: Iterable[PvisorError]) -> list[PvisorError]:
 class ReplayProblems(PvisorError):
     """Several problems of one invocation (usage, source, environment), found before anything
     ran. ``problems``: the errors in :func:`in_order` order; ``exit_code``: the first's;
-    ``message``: one line per problem, each as its error would print it alone; ``result``: the
-    failed result document listing them all in ``errors``, when one was written."""
+    ``message``: one line per problem, each as its error would print it alone. A failed result
+    document listing them all in ``errors``, when one was written, is the outcome's beside it,
+    never an attribute of the error."""
 
     def __init__(self, problems: list[PvisorError]):
         self.problems = in_order(problems)
@@ -314,9 +316,9 @@ class ReplayProblems(PvisorError):
         return [p.message for p in self.problems]
 
 
-def raise_problems(problems: list[PvisorError]) -> None:
-    """Nothing for no problem; the one error itself for one (its class, code and wording as
-    ever); :class:`ReplayProblems` for several."""
+def problems_error(problems: list[PvisorError]) -> PvisorError | None:
+    """The error of ``problems``: None for no problem; the one error itself for one (its class,
+    code and wording as ever); :class:`ReplayProblems` for several."""
     seen: set[tuple[type, str]] = set()
     unique = []
     for p in problems:  # a check made twice (the command's and the mode's) says it once
@@ -324,9 +326,15 @@ def raise_problems(problems: list[PvisorError]) -> None:
             seen.add((type(p), p.message))
             unique.append(p)
     if len(unique) == 1:
-        raise unique[0]
-    if unique:
-        raise ReplayProblems(unique)
+        return unique[0]
+    return ReplayProblems(unique) if unique else None
+
+
+def raise_problems(problems: list[PvisorError]) -> None:
+    """Raise :func:`problems_error` of ``problems``; nothing for no problem."""
+    error = problems_error(problems)
+    if error is not None:
+        raise error
 
 
 def collect(problems: list[PvisorError], check: Callable[..., Any], *args: Any) -> bool:

@@ -176,20 +176,15 @@ def continue_run(
     ``failed`` or ``diverged``). Raises PvisorError (with ``exit_code``) when none could be:
     bad options, an output directory that is refused. Call it from the main thread (the agent's
     stop signals are handled there)."""
-    from pvisor.journal.errors import PvisorError
     from pvisor.replay.spec import API_NAMES
     from pvisor.session.replay import continue_replay
 
     # the keywords are the replay options' API names (pvisor.replay.spec.API_NAMES), warn aside
     given = {name: value for name, value in locals().items() if name in API_NAMES and name != "warn"}
     opts, problems = _options(given)
-    try:
-        outcome = continue_replay(opts, warn or (lambda _m: None), problems)
-    except PvisorError as exc:
-        doc = getattr(exc, "result", None)
-        if doc is None:
-            raise
-        return Result(doc, opts.output, exc.message, exc.exit_code)
+    outcome = continue_replay(opts, warn or (lambda _m: None), problems)
+    if outcome.error is not None:
+        return Result(outcome.result, opts.output, outcome.error.message, outcome.error.exit_code)
     return Result(outcome.result, outcome.output)
 
 

@@ -17,10 +17,11 @@ In order (docs/replay.md):
    with mode ``replay-only``, its parent run and the boundary step.
 4. Request N+1 is kept as the prefix and answered with the synthetic final reply; the agent then
    ends (or is stopped ``end_grace`` seconds later). ``prefix.json``, ``prefix.request.json``
-   and ``result.json`` (docs/result-protocol.md) are written; a replay that does not succeed
-   writes its ``result.json`` with status ``failed`` or ``diverged`` and raises
-   :class:`~pvisor.replay.errors.ReplayFailed` (or the error that stopped it) with the documented
-   exit code.
+   and ``result.json`` (docs/result-protocol.md, a
+   :class:`~pvisor.replay.result.ResultDocument`) are written; a replay that does not succeed
+   writes its ``result.json`` with status ``failed`` or ``diverged`` and returns it with the
+   error beside it (:class:`~pvisor.replay.errors.ReplayFailed`, or the error that stopped it,
+   with the documented exit code); the error never carries the document.
 """
 
 from __future__ import annotations
@@ -39,22 +40,27 @@ from pvisor.replay.errors import (
     ReplayBadInput,
     ReplayFailed,
     ReplayUsageError,
-    error_code,
-    error_detail,
     show_path,
 )
 from pvisor.replay.prepare import check_utf8_option as _utf8
-from pvisor.replay.spec import REASONING, ReplayProblems, collect, in_order, raise_problems
+from pvisor.replay.agent_result import AgentRunEnd, AgentRunRecord, PlaybackSummary
+from pvisor.replay.spec import REASONING, collect, in_order, problems_error
 from pvisor.replay.result import (
     PREFIX_FILE,
     REQUEST_FILE,
     RESULT_FILE,
-    base_result,
+    Lineage,
+    ResultDocument,
+    ResultMessage,
+    ResultStatus,
+    WorkspaceRecord,
     check_output,
     commit_temps as _commit,
     create_output,
     dump_result,
+    elapsed_ms,
     file_sha256,
+    notes_messages,
     prefix_record,
     workspace_digest,
     write_file as _write,
@@ -127,10 +133,16 @@ ReplayOnlyOptions = ReplayOptions
 
 @dataclass
 class ReplayOnlyOutcome:
-    """What a replay-only did: the ``result`` document and the output directory."""
+    """What a replay-only or continuation did: the ``result`` document (the dict written,
+    ``record.to_json()``), the output directory, the ``record``
+    (:class:`~pvisor.replay.result.ResultDocument`) and the ``error`` that ended it (a
+    :class:`~pvisor.journal.errors.PvisorError` with its code and exit code; None when the
+    status is ``ok``)."""
 
     result: dict[str, Any]
     output: Path
+    record: ResultDocument | None = None
+    error: PvisorError | None = None
 
     def summary(self) -> str:
         from pvisor.replay.recording import TaskOrigin
@@ -342,13 +354,9 @@ def _record(opts: ReplayOnlyOptions) -> Any:
     )
 
 
-def _fill_recording(result: dict[str, Any], rec: Any) -> None:
-    result["profile"] = rec.profile
-    result["agent_version"] = rec.agent_version
-    result["source"]["run"] = rec.run
-    result["source"]["session"] = rec.session
-    result["boundary"]["steps_total"] = len(rec.steps)
-    result["warnings"] += [{"code": c, "message": m} for c, m in rec.notes]
+def _fill_recording(result: ResultDocument, rec: Any) -> None:
+    result.fill_source(rec)
+    result.warnings += notes_messages(rec.notes)
 
 
 def _origin_phrase(origin: str | None) -> str:
@@ -386,10 +394,12 @@ def _no_task(source: Path | None, rec: Any) -> str:
 def replay_only(
     opts: ReplayOptions, warn: Callable[[str], None], problems: Sequence[PvisorError] = ()
 ) -> ReplayOnlyOutcome:
-    """Replay ``opts`` (module docstring). Returns the outcome of a replay whose status is
-    ``ok``; otherwise writes ``result.json`` (when the output directory was accepted) and raises
-    (ReplayFailed, ReplayBadInput, ReplayUsageError, UnavailableError, ...), the error carrying
-    the document as ``result``."""
+    """Replay ``opts`` (module docstring). Returns the outcome once the output directory was
+    accepted and ``result.json`` written: ``error`` None when its status is ``ok``, else the
+    error that ended it (ReplayFailed, ReplayBadInput, ReplayUsageError, UnavailableError, ...;
+    :class:`~pvisor.replay.spec.ReplayProblems` for several problems found before anything ran,
+    ``problems`` among them: those the caller found in the options already). Raises what is
+    refused before (the options, the output directory, the child run)."""
     return _replay_agent(opts, warn, RunMode.REPLAY_ONLY, problems)
 
 
@@ -426,7 +436,7 @@ def _replay_agent(
         problems.append(exc)
         source_ok = False  # a journal is read only when what it could write beside it is checked
     if problems:
-        _refuse(opts, mode, d, problems, out, source_ok, t0)
+        return _refuse(opts, mode, d, problems, out, source_ok, t0)
     assert out is not None
     child = claimed = None
     if opts.child_run is not None:
@@ -444,11 +454,14 @@ def _replay_agent(
         # at once one goes on, the other is refused as a start made later is
         claimed = claim_child(opts.journal, child.id, opts.child_option)
     try:
-        return _replay_claimed(opts, warn, mode, d, child, claimed, t0, upstream, out)
+        outcome = _replay_claimed(opts, warn, mode, d, child, claimed, t0, upstream, out)
     except BaseException:
         if child is not None:
             release_child(opts.journal, child.id)  # a no-op once the agent's attempt was recorded
         raise
+    if outcome.error is not None and child is not None:
+        release_child(opts.journal, child.id)
+    return outcome
 
 
 def _agent_missing(opts: ReplayOptions, d: Any) -> PvisorError | None:
@@ -475,11 +488,13 @@ def _refuse(
     out: Path | None,
     source_ok: bool,
     t0: float,
-) -> None:
-    """Raise ``problems`` (:func:`~pvisor.replay.spec.raise_problems`) with the source's own
-    problem (when its options let it be read) and a missing agent; then, when the output
-    directory ``out`` was accepted (else None) and one of those was found, a failed result.json
-    in it lists them all in ``errors``. Usage errors alone write nothing, as ever."""
+) -> ReplayOnlyOutcome:
+    """``problems`` with the source's own problem (when its options let it be read) and a
+    missing agent: raised (:func:`~pvisor.replay.spec.raise_problems`) unless the output
+    directory ``out`` was accepted (else None) and one of those was found; then a failed
+    result.json in it lists them all in ``errors``, returned as the outcome with the error (the
+    one problem, or :class:`~pvisor.replay.spec.ReplayProblems`). Usage errors alone write
+    nothing, as ever."""
     rec = None
     found: list[PvisorError] = []
     if source_ok:
@@ -491,55 +506,38 @@ def _refuse(
     if missing is not None:
         found.append(missing)
     problems += found
+    error = problems_error(problems)
+    assert error is not None
     if not found or out is None or not source_ok:
-        raise_problems(problems)  # (a document names its source: none without one)
-    assert out is not None
-    result = _base(opts, mode)
+        raise error  # (a document names its source: none without one)
+    result = _start(opts, mode)
     if rec is not None:
         _fill_recording(result, rec)
     elif getattr(found[0], "recording", None) is not None:
         _fill_recording(result, found[0].recording)  # type: ignore[attr-defined]
-    result["errors"] = [{"code": error_code(p), "message": error_detail(p)} for p in in_order(problems)]
-    result["timings_ms"]["total"] = round((time.perf_counter() - t0) * 1000, 3)
+    for problem in in_order(problems):
+        result.add_error(problem)
+    result.timings_ms.total = elapsed_ms(t0, time.perf_counter())
     create_output(out, opts.output)
     _remove_prefix_files(out)
+    document = result.to_json()
     try:
-        _write(out / RESULT_FILE, dump_result(result))
+        _write(out / RESULT_FILE, dump_result(document))
     except PvisorError:
         pass
-    try:
-        raise_problems(problems)
-    except PvisorError as exc:
-        exc.result = result  # type: ignore[attr-defined]
-        raise
+    return ReplayOnlyOutcome(document, out, result, error)
 
 
-def _base(opts: ReplayOptions, mode: RunMode) -> dict[str, Any]:
+def _start(opts: ReplayOptions, mode: RunMode) -> ResultDocument:
     """The result document of a replay with the agent before anything is done (status failed)."""
-    result = base_result(
-        mode.value,
+    return ResultDocument.start(
+        mode,
         opts.agent,
         opts.trajectory,
         opts.journal if opts.run is not None else None,
         opts.run,
         opts.after_step,
     )
-    result.update(
-        {
-            "agent_started": False,
-            "path_rewrites": [],
-            "auxiliary": [],
-            "context_differences": [],
-            "tool_differences": [],
-            "divergence": None,
-            "synthetic_end": [],
-            "agent_run": None,
-            "playback": None,
-        }
-    )
-    if mode is RunMode.CONTINUATION:
-        result["continuation"] = None
-    return result
 
 
 def _replay_claimed(
@@ -561,8 +559,8 @@ def _replay_claimed(
     from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
 
     live = mode is RunMode.CONTINUATION
-    result = _base(opts, mode)
-    timings = result["timings_ms"]
+    result = _start(opts, mode)
+    timings = result.timings_ms
     create_output(out, opts.output)
     holder: dict[str, Any] = {}
     assert opts.workspace is not None
@@ -570,7 +568,7 @@ def _replay_claimed(
     try:
         source_path = opts.trajectory if opts.trajectory is not None else opts.journal
         if opts.trajectory is not None:
-            result["source"]["sha256"] = file_sha256(opts.trajectory)
+            result.source.sha256 = file_sha256(opts.trajectory)
         rec = _record(opts)
         _fill_recording(result, rec)
         if child is not None and child.parent_run and rec.run and child.parent_run != rec.run:
@@ -600,10 +598,10 @@ def _replay_claimed(
             t = time.perf_counter()
             restored = _restore_start(opts.journal, opts.workspace_from, ws)
             holder["restored"] = restored
-            timings["workspace_restore"] = round((time.perf_counter() - t) * 1000, 3)
+            timings.workspace_restore = elapsed_ms(t, time.perf_counter())
         t = time.perf_counter()
         ws_before = workspace_digest(ws)
-        timings["workspace_before"] = round((time.perf_counter() - t) * 1000, 3)
+        timings.workspace_before = elapsed_ms(t, time.perf_counter())
 
         def make(setup: Any) -> Any:
             pairs = [(rec.workspace, str(setup.workspace), "workspace")]
@@ -632,7 +630,7 @@ def _replay_claimed(
 
         labels = {"source_kind": rec.kind, "source": show_path(rec.path)}
         if rec.kind == "native":
-            labels["source_sha256"] = result["source"]["sha256"] or ""
+            labels["source_sha256"] = result.source.sha256 or ""
         t = time.perf_counter()
         # the bar counts main-loop requests served, up to the boundary N + 1
         with progress.task(f"replaying {opts.agent} to step {opts.after_step}", opts.after_step + 1) as task:
@@ -672,15 +670,16 @@ def _replay_claimed(
             except AgentUnavailable as exc:
                 exc.code = "agent_unavailable"  # type: ignore[attr-defined]
                 raise
-        timings["agent"] = round((time.perf_counter() - t) * 1000, 3)
-        result["agent_started"] = True
+        timings.agent = elapsed_ms(t, time.perf_counter())
+        result.agent_started = True
         p = holder["responder"]
         _fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, holder.get("restored"))
         if child is not None:
             # the derived run is the handoff's child: its lineage is the journal's, whose snapshot
             # is the one the handoff restored (what --workspace-from restored stays in
             # workspace.restored_from)
-            result["lineage"]["workspace_snapshot"] = child.workspace_snapshot
+            assert result.lineage is not None
+            result.lineage.workspace_snapshot = child.workspace_snapshot
             _check_child_boundary(result, opts, child, warn)
         if live:
             _fill_live(result, opts, rec, p, report, upstream)
@@ -697,51 +696,50 @@ def _replay_claimed(
             # the recorded compaction the replayed agent compacted again at (journal sources)
             comp = next((c for c in reversed(rec.compactions) if c.after_step <= opts.after_step), None)
             compaction = comp.record() if comp is not None else None
-            result["prefix"] = prefix_record(
+            result.prefix = prefix_record(
                 rec.protocol, body, meta, out, opts.after_step, rendered, exchange, origin, compaction
             )
             files = [(out / PREFIX_FILE, body), (out / REQUEST_FILE, dumps(meta, indent=True) + b"\n")]
         failure = _failure(result, p, report, opts)
-        result["status"] = "diverged" if p.divergence is not None else "failed" if failure else "ok"
-        timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
+        result.status = (
+            ResultStatus.DIVERGED
+            if p.divergence is not None
+            else ResultStatus.FAILED
+            if failure
+            else ResultStatus.OK
+        )
+        timings.total = elapsed_ms(t0, time.perf_counter())
         if failure is not None:
-            result["errors"].append({"code": failure.code, "message": failure.detail})
+            result.errors.append(ResultMessage(failure.code, failure.detail))
         if not files:
             _remove_prefix_files(out)  # no prefix files of an earlier replay beside this result
         # a diverged replay still shows how far it got; result.json last
+        document = result.to_json()
         tmps = _write_temps(files)
-        _write_temps([(out / RESULT_FILE, dump_result(result))], tmps)
+        _write_temps([(out / RESULT_FILE, dump_result(document))], tmps)
         _commit(tmps)
-        if failure is not None:
-            failure.result = result  # type: ignore[attr-defined]
-            raise failure
+        return ReplayOnlyOutcome(document, out, result, failure)
     except PvisorError as exc:
-        if getattr(exc, "result", None) is not None:
-            raise
-        if getattr(exc, "recording", None) is not None and result["boundary"]["steps_total"] is None:
+        if getattr(exc, "recording", None) is not None and result.boundary.steps_total is None:
             _fill_recording(result, exc.recording)  # type: ignore[attr-defined]
-        result["status"] = "failed"
+        result.status = ResultStatus.FAILED
         # a source that stops the replay before the agent starts: a missing agent is said too
         missing = (
-            _agent_missing(opts, d)
-            if isinstance(exc, BadInputError) and not result["agent_started"]
-            else None
+            _agent_missing(opts, d) if isinstance(exc, BadInputError) and not result.agent_started else None
         )
         problems = [exc] if missing is None else [exc, missing]
-        result["errors"] += [{"code": error_code(p), "message": error_detail(p)} for p in problems]
-        timings["total"] = round((time.perf_counter() - t0) * 1000, 3)
+        for problem in problems:
+            result.add_error(problem)
+        timings.total = elapsed_ms(t0, time.perf_counter())
         _remove_prefix_files(out)
+        document = result.to_json()
         try:
-            _write(out / RESULT_FILE, dump_result(result))
+            _write(out / RESULT_FILE, dump_result(document))
         except PvisorError:
             pass
-        if missing is not None:
-            exc = ReplayProblems(problems)
-            exc.result = result  # type: ignore[attr-defined]
-            raise exc from None
-        exc.result = result  # type: ignore[attr-defined]
-        raise
-    return ReplayOnlyOutcome(result, out)
+        error = problems_error(problems)
+        assert error is not None
+        return ReplayOnlyOutcome(document, out, result, error)
 
 
 def _named(option: str, value: str) -> str:
@@ -758,7 +756,7 @@ def _pause_of(child: Any) -> str:
 
 
 def _check_child_boundary(
-    result: dict[str, Any], opts: ReplayOptions, child: Any, warn: Callable[[str], None]
+    result: ResultDocument, opts: ReplayOptions, child: Any, warn: Callable[[str], None]
 ) -> None:
     """Compare the workspace after the replayed step N (the derived run's snapshot bound to N:
     request N+1's) with the snapshot the handoff restored for ``child``; one warning line and a
@@ -776,7 +774,7 @@ def _check_child_boundary(
     where = f"the replay's workspace {_pause_of(child)}"
     if not check_child_workspace(child, digest, where, said.append):
         warn(said[0])
-        result["warnings"].append({"code": "handoff_workspace_differs", "message": said[0]})
+        result.warn("handoff_workspace_differs", said[0])
 
 
 def _remove_prefix_files(out: Path) -> None:
@@ -787,20 +785,20 @@ def _remove_prefix_files(out: Path) -> None:
             pass
 
 
-def _ended_by(p: Any, report: Any) -> str:
+def _ended_by(p: Any, report: Any) -> AgentRunEnd:
     if report.interrupted:
-        return "interrupted"
+        return AgentRunEnd.INTERRUPTED
     if report.timed_out:
-        return "timeout"
+        return AgentRunEnd.TIMEOUT
     if report.stopped_after_end:
-        return "stopped_after_end"
+        return AgentRunEnd.STOPPED_AFTER_END
     if p.synthetic:
-        return "synthetic_end"
-    return "agent"
+        return AgentRunEnd.SYNTHETIC_END
+    return AgentRunEnd.AGENT
 
 
 def _fill_after(
-    result: dict[str, Any],
+    result: ResultDocument,
     opts: ReplayOnlyOptions,
     rec: Any,
     p: Any,
@@ -814,90 +812,76 @@ def _fill_after(
     from pvisor.replay.playback import playback_record
 
     ws_after = workspace_digest(ws)
-    result["workspace"] = {
-        "path": show_path(ws),
-        "sha256_before": ws_before.sha256,
-        "sha256_after": ws_after.sha256,
-        "unchanged": ws_before.sha256 == ws_after.sha256,
-        "entries": ws_after.entries,
-        "restored_from": restored,
-    }
-    record = playback_record(p)
-    for key in (
-        "path_rewrites",
-        "auxiliary",
-        "context_differences",
-        "tool_differences",
-        "divergence",
-        "synthetic_end",
-    ):
-        result[key] = record[key]
-    result["playback"] = {
-        "served": record["served"],
-        "requests": record["requests"],
-        "task_origin": rec.task_origin,
-        "boundary_request_seen": p.boundary is not None,
-    }
-    result["tool_calls"] = p.tool_calls()
-    result["replayed_tool_calls"] = sum(
-        1 for c in result["tool_calls"] if c["replayed_observation_sha256"] is not None
+    result.workspace = WorkspaceRecord(
+        show_path(ws),
+        ws_before.sha256,
+        ws_after.sha256,
+        ws_before.sha256 == ws_after.sha256,
+        ws_after.entries,
+        restored,
     )
-    result["live_requests"] = 0
-    result["derived_run"] = report.run
-    result["lineage"] = {
-        "parent_run": rec.run,
-        "boundary_step": opts.after_step,
-        "mode": result["mode"],
-        "source": show_path(rec.path),
-        "workspace_snapshot": restored["manifest"] if restored else None,
-    }
+    record = playback_record(p)
+    result.path_rewrites = record["path_rewrites"]
+    result.auxiliary = record["auxiliary"]
+    result.context_differences = record["context_differences"]
+    result.tool_differences = record["tool_differences"]
+    result.divergence = record["divergence"]
+    result.synthetic_end = record["synthetic_end"]
+    result.playback = PlaybackSummary(
+        record["served"], record["requests"], rec.task_origin, p.boundary is not None
+    )
+    result.tool_calls = p.tool_calls()
+    result.replayed_tool_calls = sum(
+        1 for c in result.tool_calls if c.replayed_observation_sha256 is not None
+    )
+    result.live_requests = 0
+    result.derived_run = report.run
+    result.lineage = Lineage(
+        rec.run,
+        opts.after_step,
+        result.mode,
+        show_path(rec.path),
+        restored["manifest"] if restored else None,
+    )
     native = str(report.native_path) if report.native_path else None
-    result["agent_run"] = {
-        "run": report.run,
-        "installed_version": report.agent_version,
-        "recorded_version": rec.agent_version,
-        "exit_code": report.agent_exit_code,
-        "ended_by": _ended_by(p, report),
-        "native_trajectory": native,
-        "native_holds_synthetic_end": bool(native and p.synthetic),
-        "stdout": str(report.stdout),
-        "stderr": str(report.stderr),
-        "run_dir": str(report.run_dir),
-        "steps": report.steps,
-        "agent_status": report.agent_status.to_json() if report.agent_status else None,
-    }
+    result.agent_run = AgentRunRecord(
+        report.run,
+        report.agent_version,
+        rec.agent_version,
+        report.agent_exit_code,
+        _ended_by(p, report),
+        native,
+        bool(native and p.synthetic),
+        str(report.stdout),
+        str(report.stderr),
+        str(report.run_dir),
+        report.steps,
+        report.agent_status.to_json() if report.agent_status else None,
+    )
     if rec.agent_version and report.agent_version and rec.agent_version != report.agent_version:
-        result["warnings"].append(
-            {
-                "code": "agent_version_differs",
-                "message": f"the recording was made with {opts.agent} {rec.agent_version}, the installed one is {report.agent_version}",
-            }
+        result.warn(
+            "agent_version_differs",
+            f"the recording was made with {opts.agent} {rec.agent_version}, "
+            f"the installed one is {report.agent_version}",
         )
     if native and p.synthetic:
-        result["warnings"].append(
-            {
-                "code": "synthetic_end_in_native",
-                "message": f"the agent's native trajectory {native} ends with pvisor's synthetic final reply (request "
-                f"{p.synthetic[0].request}), not a model's",
-            }
+        result.warn(
+            "synthetic_end_in_native",
+            f"the agent's native trajectory {native} ends with pvisor's synthetic final reply (request "
+            f"{p.synthetic[0].request}), not a model's",
         )
     position: dict[int, int] = {}  # the call's place in its step's batch, from 1
-    for c in result["tool_calls"]:
-        position[c["step"]] = position.get(c["step"], 0) + 1
-        if c["equal_normalised"] is False:
+    for c in result.tool_calls:
+        position[c.step] = position.get(c.step, 0) + 1
+        if c.equal_normalised is False:
             # Gemini's function calls carry no id: such a call is named by its place in the batch
-            which = c["call_id"] or f"call {position[c['step']]} of the step"
-            result["warnings"].append(
-                {
-                    "code": "observation_differs",
-                    "message": f"step {c['step']} {c['name']} ({which}): O' differs from O",
-                }
-            )
+            which = c.call_id or f"call {position[c.step]} of the step"
+            result.warn("observation_differs", f"step {c.step} {c.name} ({which}): O' differs from O")
     if report.steps_error:
-        result["warnings"].append({"code": "steps_not_derived", "message": report.steps_error})
+        result.warn("steps_not_derived", report.steps_error)
 
 
-def _failure(result: dict[str, Any], p: Any, report: Any, opts: ReplayOnlyOptions) -> ReplayFailed | None:
+def _failure(result: ResultDocument, p: Any, report: Any, opts: ReplayOnlyOptions) -> ReplayFailed | None:
     """The error of a replay that did not succeed, or None."""
     if p.divergence is not None:
         return ReplayFailed("diverged", f"the replay diverged at {p.divergence.sentence()}")
@@ -908,13 +892,13 @@ def _failure(result: dict[str, Any], p: Any, report: Any, opts: ReplayOnlyOption
             f"interrupted by {report.interrupt_signal or 'a signal'} {where} request {opts.after_step + 1}",
             exit_code=report.exit_code,
         )
-    live = result.get("continuation")
+    live = result.continuation or None  # ABSENT outside a continuation
     if live is not None and p.boundary is not None:
         return _live_failure(live, opts)
     if p.boundary is not None:
         return None
     last = p.latest[0] if p.latest is not None else 0
-    if result["prefix"] is not None:  # A_N made no tool call or finished: the agent ended after it
+    if result.prefix is not None:  # A_N made no tool call or finished: the agent ended after it
         return None
     if report.timed_out:
         return ReplayFailed(
@@ -1060,7 +1044,7 @@ def _error_message(body: bytes | None) -> str | None:
 
 
 def _fill_live(
-    result: dict[str, Any], opts: ReplayOptions, rec: Any, p: Any, report: Any, upstream: str | None
+    result: ResultDocument, opts: ReplayOptions, rec: Any, p: Any, report: Any, upstream: str | None
 ) -> None:
     """The continuation's fields of the result (docs/result-protocol.md "Continuation"): every
     forwarded request with what the upstream answered (read back from the journal), the
@@ -1124,9 +1108,9 @@ def _fill_live(
     else:
         ended = ContinuationEnd.AGENT
     prompt = opts.boundary_prompt
-    result["live_requests"] = len(requests)
-    result["boundary_user_prompt_injected"] = bool(p.prompt_injected)
-    result["continuation"] = {
+    result.live_requests = len(requests)
+    result.boundary_user_prompt_injected = bool(p.prompt_injected)
+    result.continuation = {
         "upstream": without_userinfo(upstream or ""),
         "recorded_model": rec.model,
         "live_model": opts.live_model,
@@ -1182,21 +1166,16 @@ def _fill_live(
         "step_budget_end": p.budget_end,
     }
     if p.prompt_misses:
-        result["warnings"].append(
-            {
-                "code": "boundary_prompt_not_placed",
-                "message": f"{len(p.prompt_misses)} later request(s) no longer reach the boundary (the agent rewrote its "
-                "history, a compaction?): the boundary user prompt was not placed in them",
-            }
+        result.warn(
+            "boundary_prompt_not_placed",
+            f"{len(p.prompt_misses)} later request(s) no longer reach the boundary (the agent rewrote its "
+            "history, a compaction?): the boundary user prompt was not placed in them",
         )
     if opts.boundary_prompt is None and boundary is None and ended is ContinuationEnd.AGENT:
         what = f"is the agent's {p.finish}" if p.finish is not None else "made no tool call"
-        result["warnings"].append(
-            {
-                "code": "no_live_request",
-                "message": f"A_{opts.after_step} {what} and the agent ended after it: "
-                "nothing went to the live model",
-            }
+        result.warn(
+            "no_live_request",
+            f"A_{opts.after_step} {what} and the agent ended after it: nothing went to the live model",
         )
 
 

@@ -153,8 +153,8 @@ def test_the_prefix_code_reads_a_fifth_protocols_facts_from_its_module(fifth_pro
     appended = orjson.loads(append_action("fifth", body, Action(text="done")))
     assert appended["messages"][-1] == {"role": "assistant", "content": "done"}
     record = prefix_record("fifth", body, meta, "/out", 1, True, None, {})
-    assert record["cache_breakpoints"] == 3
-    assert record["protocol"] == "fifth"
+    assert record.cache_breakpoints == 3
+    assert record.protocol == "fifth"
 
 
 def test_the_cache_breakpoints_are_the_protocols_own():

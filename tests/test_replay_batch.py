@@ -28,7 +28,7 @@ from native_helpers import native_dir
 
 from pvisor.journal.errors import PvisorError
 from pvisor.replay.batch import Status, prepare_many
-from pvisor.replay.prepare import PrepareOptions, prepare_only
+from pvisor.replay.prepare import PrepareOptions, prepare
 from pvisor.replay.result import OUTPUT_FILES
 
 PVISOR = [sys.executable, "-m", "pvisor"]
@@ -49,9 +49,11 @@ def native_sources() -> list[tuple[str, Path]]:
 def single(opts: PrepareOptions) -> tuple[str, dict[str, bytes] | str]:
     """What one prepare-only gives: ("ok", its files) or ("failed", error code and message)."""
     try:
-        prepare_only(opts)
-    except PvisorError as exc:
-        err = exc.result["errors"][0] if getattr(exc, "result", None) else {"code": "-", "message": str(exc)}
+        outcome = prepare(opts)
+    except PvisorError as exc:  # refused before a result document
+        return "failed", f"-: {exc}"
+    if outcome.error is not None:  # the failed document is returned beside the error
+        err = outcome.result["errors"][0]
         return "failed", f"{err['code']}: {err['message']}"
     return "ok", {name: (opts.output / name).read_bytes() for name in OUTPUT_FILES}
 

@@ -147,7 +147,7 @@ def replay(ctx: click.Context, **flags: Any) -> None:
     if spec.mode is not ReplayMode.PREPARE_ONLY:
         _replay_agent(spec, journal, problems)
         return
-    from pvisor.replay.prepare import PrepareOptions, prepare_only
+    from pvisor.replay.prepare import PrepareOptions, prepare
 
     found = len(problems)
     paths = {name: _collected(problems, _path, BY_NAME[name].flag, spec[name]) for name in _PATHS}
@@ -158,8 +158,8 @@ def replay(ctx: click.Context, **flags: Any) -> None:
         **paths,
         journal=journal if journal and spec["run"] is not None else None,
     )
-    # (a workspace_changed is raised by prepare_only: exit 1 through the error path)
-    _report(lambda: prepare_only(opts, problems), spec["result"])
+    # (a workspace_changed is the outcome's error: exit 1 through the error path)
+    _report(lambda: prepare(opts, problems), spec["result"])
 
 
 #: the options that name a file or directory (the records take them checked: :func:`_path`)
@@ -286,22 +286,19 @@ def _mode(o: dict[str, Any]) -> ReplayMode | None:
 
 
 def _report(replay: Any, result_to: str | None) -> None:
-    """Run ``replay()`` (an outcome with ``result`` and ``summary()``) and tell how it went:
-    warnings and the summary line (control characters of the paths it names escaped, as every
-    message escapes them: ``--output 'o\x1b[2J'`` must not clear the terminal); with
-    ``--result -`` the document on stdout, also the failed one of an error (stdout stays one JSON
-    value) and the summary on stderr."""
-    from pvisor.journal.errors import PvisorError
+    """Run ``replay()`` (an outcome with ``result``, ``error`` and ``summary()``) and tell how
+    it went: warnings and the summary line (control characters of the paths it names escaped,
+    as every message escapes them: ``--output 'o\x1b[2J'`` must not clear the terminal); with
+    ``--result -`` the document on stdout, also the failed one beside an error (stdout stays
+    one JSON value) and the summary on stderr; the error is then raised."""
     from pvisor.replay.result import dump_result
 
-    try:
-        outcome = replay()
-    except PvisorError as exc:
-        failed = getattr(exc, "result", None)
-        if result_to == "-" and failed is not None:
-            sys.stdout.buffer.write(dump_result(failed))
+    outcome = replay()
+    if outcome.error is not None:
+        if result_to == "-":
+            sys.stdout.buffer.write(dump_result(outcome.result))
             sys.stdout.buffer.flush()
-        raise
+        raise outcome.error
     for w in outcome.result["warnings"]:
         _note(f"pvisor: warning: {one_line(w['message'])}")
     if result_to == "-":
