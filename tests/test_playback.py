@@ -67,7 +67,7 @@ def test_recorded_bytes_are_served_when_the_stream_mode_matches_and_request_n_pl
     assert [e.served_by for e in exs] == ["playback", "playback"] and exs[1].flags == ("synthetic_end",)
     # the observations of request 2 answer the calls of A_1 (the same run: equal)
     calls = p.tool_calls()
-    assert len(calls) == 2 and all(c["equal"] and c["equal_normalised"] for c in calls)
+    assert len(calls) == 2 and all(c.equal and c.equal_normalised for c in calls)
 
 
 def test_another_stream_mode_gets_the_action_rendered(stack, corpus_journal):
