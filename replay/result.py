@@ -47,7 +47,8 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import orjson
 
 from pvisor.adapters.jsonio import dumps
-from pvisor.journal.digest import file_sha256 as _file_digest, sha256_hex as _sha256_hex
+from pvisor.journal import digest
+from pvisor.journal.digest import sha256_hex
 from pvisor.journal.errors import PvisorError
 from pvisor.journal.model import RunMode, Step, ToolCall, ToolResult
 from pvisor.journal.record import Record, record
@@ -74,11 +75,6 @@ OUTPUT_FILES = (PREFIX_FILE, REQUEST_FILE, RESULT_FILE)
 # --------------------------------------------------------------------------- digests
 
 
-def sha256_hex(data: bytes) -> str:
-    """SHA-256 of ``data`` as 64 lower-case hex digits."""
-    return _sha256_hex(data)
-
-
 def content_sha256(content: Any) -> str:
     """The digest of a tool result's content: SHA-256 of its UTF-8 bytes when it is a string,
     else of its JSON (orjson, keys sorted, compact)."""
@@ -95,7 +91,7 @@ def file_sha256(path: str | os.PathLike) -> str:
             from .workspace import digest_workspace  # here: only a directory source needs it
 
             return digest_workspace(path).sha256
-        return _file_digest(path)
+        return digest.file_sha256(path)
     except OSError as exc:
         raise ReplayBadInput(
             "bad_source", f"cannot read {show_path(exc.filename or path)}: {exc.strerror or exc}"

@@ -42,7 +42,7 @@ from pvisor.replay.errors import (
     ReplayUsageError,
     show_path,
 )
-from pvisor.replay.prepare import check_utf8_option as _utf8
+from pvisor.replay.prepare import check_utf8_option
 from pvisor.replay.agent_result import AgentRunEnd, AgentRunRecord, PlaybackSummary
 from pvisor.replay.spec import REASONING, collect, in_order, problems_error
 from pvisor.replay.result import (
@@ -55,7 +55,7 @@ from pvisor.replay.result import (
     ResultStatus,
     WorkspaceRecord,
     check_output,
-    commit_temps as _commit,
+    commit_temps,
     create_output,
     dump_result,
     elapsed_ms,
@@ -63,8 +63,8 @@ from pvisor.replay.result import (
     notes_messages,
     prefix_record,
     workspace_digest,
-    write_file as _write,
-    write_temps as _write_temps,
+    write_file,
+    write_temps,
 )
 
 #: seconds the agent may go on after its synthetic final reply before it is stopped
@@ -212,7 +212,11 @@ def _check(opts: ReplayOnlyOptions, problems: list[PvisorError]) -> tuple[Any, b
         ("--agent-entrypoint", opts.entrypoint),
         ("--session", opts.session),
     ):
-        if not collect(problems, _utf8, opt, value) and opt in ("--trajectory", "--run", "--journal"):
+        if not collect(problems, check_utf8_option, opt, value) and opt in (
+            "--trajectory",
+            "--run",
+            "--journal",
+        ):
             source_ok = False
     if d is not None and not d.launchable:
         source_ok = False  # the source read for this agent would only say again that it is the wrong one
@@ -522,7 +526,7 @@ def _refuse(
     _remove_prefix_files(out)
     document = result.to_json()
     try:
-        _write(out / RESULT_FILE, dump_result(document))
+        write_file(out / RESULT_FILE, dump_result(document))
     except PvisorError:
         pass
     return ReplayOnlyOutcome(document, out, result, error)
@@ -715,9 +719,9 @@ def _replay_claimed(
             _remove_prefix_files(out)  # no prefix files of an earlier replay beside this result
         # a diverged replay still shows how far it got; result.json last
         document = result.to_json()
-        tmps = _write_temps(files)
-        _write_temps([(out / RESULT_FILE, dump_result(document))], tmps)
-        _commit(tmps)
+        tmps = write_temps(files)
+        write_temps([(out / RESULT_FILE, dump_result(document))], tmps)
+        commit_temps(tmps)
         return ReplayOnlyOutcome(document, out, result, failure)
     except PvisorError as exc:
         if getattr(exc, "recording", None) is not None and result.boundary.steps_total is None:
@@ -734,7 +738,7 @@ def _replay_claimed(
         _remove_prefix_files(out)
         document = result.to_json()
         try:
-            _write(out / RESULT_FILE, dump_result(document))
+            write_file(out / RESULT_FILE, dump_result(document))
         except PvisorError:
             pass
         error = problems_error(problems)
@@ -944,7 +948,7 @@ def _check_live(opts: ReplayOptions, d: Any, problems: list[PvisorError]) -> str
         ("--live-model", opts.live_model),
         ("--model", opts.model),
     ):
-        if not collect(problems, _utf8, opt, value) and opt == "--upstream":
+        if not collect(problems, check_utf8_option, opt, value) and opt == "--upstream":
             return None
     if opts.max_steps is not None and opts.max_steps < 1:
         problems.append(
