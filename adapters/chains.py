@@ -61,9 +61,9 @@ import orjson
 from pvisor.adapters.agents.descriptor import ChainHint, action_message  # noqa: F401  (re-exported)
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo
-from pvisor.journal import progress
+from pvisor.core import progress
 from pvisor.journal.content_encoding import DecodeError, decode_body
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Action, Conversation, Exchange, Message, TextPart, ToolResult
 from pvisor.journal.reader import JournalReader
 

@@ -91,8 +91,8 @@ from pvisor.adapters.chains import (
 )
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import json_type, signature_flags
-from pvisor.journal import progress
-from pvisor.journal.errors import BadInputError
+from pvisor.core import progress
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     RESPONSE_TRUNCATED,
     TRUNCATED_FLAG,

@@ -26,7 +26,7 @@ from pvisor.adapters.agents.descriptor import action_message
 from pvisor.adapters.chains import Classification, message_texts, said, summary_lines, summary_share
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Action, Conversation, Exchange, Message, TextPart
 
 

@@ -41,7 +41,7 @@ from typing import Any
 from yarl import URL
 
 from pvisor.adapters.protocols import UPSTREAMS
-from pvisor.journal.errors import BadInputError, UnavailableError, UsageError
+from pvisor.core.errors import BadInputError, UnavailableError, UsageError
 from pvisor.journal.redact import redact_text
 
 from .access import listen_url

@@ -44,7 +44,7 @@ def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] |
         import uvloop
     except ImportError:
         if choice is EventLoop.UVLOOP:
-            from pvisor.journal.errors import UsageError
+            from pvisor.core.errors import UsageError
 
             raise UsageError(
                 "--event-loop uvloop: uvloop is not installed "

@@ -33,7 +33,7 @@ import orjson
 from pvisor.adapters.protocols import protocol_for_path
 from pvisor.adapters.protocols.base import IdSource, compact_json, loads_object
 from pvisor.adapters.protocols.replies import Reply, local_reply, split_events, token_count_reply
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.paths import absolute
 from pvisor.journal.model import Action, Conversation, Reasoning, TextPart, ToolCall
 

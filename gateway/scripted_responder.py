@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 from pvisor.adapters.protocols.replies import error_payload
 

@@ -10,7 +10,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 from .access import listen_url
 from .lifecycle import InFlight, close_idle_connections, route_aiohttp_logs, unroute_aiohttp_logs

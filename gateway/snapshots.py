@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pvisor.journal.errors import PvisorError
+from pvisor.core.errors import PvisorError
 from pvisor.journal.snapshots import (
     EntryKind,
     FilesystemDriver,

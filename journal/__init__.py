@@ -14,10 +14,8 @@
   (content-addressed zstd), :mod:`.content_encoding`, :mod:`.snapshots` (workspace
   snapshots and their drivers), :mod:`.child_runs` (a handoff's child run).
 - Removal: :mod:`.housekeeping` (``journal rm``, ``vacuum``), :mod:`.scrub`.
-- Shared by every floor above (not the store's own job; a ``core`` floor below the journal is
-  their next place): :mod:`.errors`, :mod:`.record`,
-  :mod:`.lazyre`, :mod:`.progress`, :mod:`.helpers`, :mod:`.artifact`, :mod:`.digest`,
-  :mod:`.outfile`.
+- What every floor shares (errors, records, lazy regexes, progress, helper processes, build
+  identity, digests, output files) lives below the store, in :mod:`pvisor.core`.
 
-Imports nothing of pvisor's above it.
+Imports nothing of pvisor's above it; below it only :mod:`pvisor.core`.
 """

@@ -36,7 +36,7 @@ from pathlib import Path
 
 import orjson
 
-from .errors import UnavailableError
+from pvisor.core.errors import UnavailableError
 from .housekeeping import open_for_writing
 
 # RESTORING_LABEL: the label of a child run whose workspace restore_handoff is still restoring,

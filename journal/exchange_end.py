@@ -71,7 +71,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from .model import TRUNCATED_FLAG
-from .record import Record, record
+from pvisor.core.record import Record, record
 
 if TYPE_CHECKING:
     from .producer import PendingExchange

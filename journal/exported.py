@@ -28,7 +28,7 @@ from typing import Any
 
 import orjson
 
-from .errors import BadInputError, shown
+from pvisor.core.errors import BadInputError, shown
 from .exchange_end import OUTCOMES
 from .model import RUN_ID_PATTERN, CaptureMode, RunMode, pack_timings
 

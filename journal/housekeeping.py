@@ -29,8 +29,8 @@ from typing import Iterable
 
 import orjson
 
-from .errors import UnavailableError
-from .helpers import HELPER_FLAG
+from pvisor.core.errors import UnavailableError
+from pvisor.core.helpers import HELPER_FLAG
 from .paths import run_directory
 from .reader import BUSY_TIMEOUT_S, JournalReader
 
@@ -189,7 +189,7 @@ def runs_to_remove(journal: str | os.PathLike, run_id: str, *, prefix: bool = Fa
     give the whole id or ``--prefix``; IntegrityError (exit 3) when a chosen run's id is not a run
     id (:func:`journal.paths.run_directory`: a damaged journal), before any run is removed. Reads
     the journal only."""
-    from .errors import UsageError
+    from pvisor.core.errors import UsageError
 
     with JournalReader(journal) as reader:
         summaries = reader.run_summaries()

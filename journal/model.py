@@ -22,8 +22,8 @@ from __future__ import annotations
 import enum
 from dataclasses import field
 from typing import Any, Iterable, Literal, Sequence, Union
-from .record import Record, record
-from .lazyre import LazyPattern
+from pvisor.core.record import Record, record
+from pvisor.core.lazyre import LazyPattern
 
 
 # --------------------------------------------------------------------------- literals

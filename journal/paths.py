@@ -49,7 +49,7 @@ def require_utf8(option: str, value: str | os.PathLike | None) -> None:
     ``--output o\\xff: not valid UTF-8 (file names and ids must be UTF-8)``."""
     shown = not_utf8(value)
     if shown is not None:
-        from .errors import UsageError
+        from pvisor.core.errors import UsageError
 
         raise UsageError(f"{option} {shown}: not valid UTF-8 (file names and ids must be UTF-8)")
 
@@ -142,7 +142,7 @@ def absolute(path: str | os.PathLike, what: str) -> str:
     try:
         return os.path.abspath(path)
     except FileNotFoundError:
-        from .errors import UsageError
+        from pvisor.core.errors import UsageError
 
         raise UsageError(f"{what}: a relative path, but {CWD_GONE_HINT}") from None
 
@@ -167,7 +167,7 @@ def run_directory(journal_path: str | os.PathLike, run_id: str) -> Path:
     runs = runs_directory(journal_path)
     # a run id is one path component (no '/', never '.' or '..'): its directory is a child of runs/
     if not is_run_id(run_id) or (runs / run_id).parent != runs:
-        from .errors import IntegrityError
+        from pvisor.core.errors import IntegrityError
 
         shown = redact_shapes(run_id) if isinstance(run_id, str) else run_id
         raise IntegrityError(

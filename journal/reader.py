@@ -19,11 +19,11 @@ from typing import IO, TYPE_CHECKING, Any, Iterator
 
 import orjson
 
-from . import progress
-from .errors import BadInputError, IntegrityError, PvisorError, UnavailableError, UsageError
+from pvisor.core import progress
+from pvisor.core.errors import BadInputError, IntegrityError, PvisorError, UnavailableError, UsageError
 from .model import RESTORING, RESTORING_LABEL, Attempt, Exchange, Run, RunMode, unpack_timings
 from .paths import absolute
-from .record import Record, record
+from pvisor.core.record import Record, record
 
 if TYPE_CHECKING:
     from .snapshots import Manifest, SnapshotRecord

@@ -20,8 +20,8 @@ import functools
 import re
 from typing import Iterable
 
-from .lazyre import LazyPattern
-from .record import Record, record
+from pvisor.core.lazyre import LazyPattern
+from pvisor.core.record import Record, record
 
 
 def _url_quote(text: str, safe: str = "/") -> str:

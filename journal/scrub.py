@@ -50,9 +50,11 @@ from typing import Any, Callable, Iterator
 
 import orjson
 
-from . import blobs, progress
+from pvisor.core import progress
+
+from . import blobs
 from .content_encoding import DecodeError, decode_body, encode_body
-from .errors import IntegrityError, PvisorError, UnavailableError, UsageError
+from pvisor.core.errors import IntegrityError, PvisorError, UnavailableError, UsageError
 from .housekeeping import check_writers, open_for_writing, journal_bytes, live_writers, started_by
 from .paths import run_directory, runs_directory
 from .reader import JournalReader

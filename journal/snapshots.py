@@ -41,7 +41,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from .errors import BadInputError, OutputError, UsageError, shown
+from pvisor.core.errors import BadInputError, OutputError, UsageError, shown
 from .paths import make_directories
 
 #: entry point group of snapshot drivers (``name = "module:Class"``)

@@ -36,7 +36,7 @@ import sqlite3
 from typing import Any
 
 from .content_encoding import DecodeError, decode_body
-from .errors import PvisorError
+from pvisor.core.errors import PvisorError
 from .reader import BlobRestorer
 from .schema import VIEWS_M009
 

@@ -35,7 +35,7 @@ from typing import Any, Callable
 import logging
 
 from .content_encoding import DEFAULT_LIMIT
-from .errors import BadInputError, IntegrityError, UnavailableError, UsageError
+from pvisor.core.errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .messages import URGENT, MessageKind, unknown_message
 from .paths import absolute, create_private_file
 from .producer import (

@@ -19,7 +19,7 @@ import sys
 import threading
 from typing import Any, Callable
 
-from .errors import PvisorError
+from pvisor.core.errors import PvisorError
 from .messages import MessageKind
 from .writer import Journal
 from .writer_wire import (

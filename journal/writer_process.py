@@ -55,10 +55,10 @@ from typing import Any, Callable
 
 import orjson
 
-from . import errors as _errors
+from pvisor.core import errors as _errors
 from .content_encoding import DEFAULT_LIMIT
-from .helpers import frozen, helper_argv
-from .errors import UnavailableError, UsageError
+from pvisor.core.helpers import frozen, helper_argv
+from pvisor.core.errors import UnavailableError, UsageError
 from .messages import URGENT, MessageKind
 from .producer import BLOB_WAIT_S, COMMIT_INTERVAL_S, SNAPSHOT_QUEUE_BYTES, JournalProducer, PendingExchange
 from .writer import BUSY_TIMEOUT_MS, Journal
@@ -225,7 +225,7 @@ class JournalProcess(JournalProducer):
             " from pvisor.journal.writer_child import main; main(sys.argv[2:])"
         )
         args = [str(r), str(rw), str(path), finalize or "", str(max_decoded), str(busy_timeout_ms)]
-        if frozen():  # a bundle: its executable runs the writer (journal/helpers.py); no sys.path to pass
+        if frozen():  # a bundle: its executable runs the writer (core/helpers.py); no sys.path to pass
             argv = helper_argv("writer", code, args)
         else:
             argv = helper_argv("writer", code, [orjson.dumps([p for p in sys.path if p]).decode(), *args])

@@ -2,7 +2,7 @@
 
 Subcommands are loaded lazily (click's "lazily loading subcommands" pattern), so a command
 imports only what it uses. Errors a user can cause end as ``pvisor: error: ...`` on stderr with
-the exit code of :mod:`pvisor.journal.errors`, never a traceback.
+the exit code of :mod:`pvisor.core.errors`, never a traceback.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class LazyGroup(Group):
         self.lazy = lazy or {}
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        # --version --json / --verify (in any order): the build's identity (journal/artifact.py);
+        # --version --json / --verify (in any order): the build's identity (core/artifact.py);
         # plain --version stays click's
         lead = []  # the options before the command (a command's own arguments are its own)
         for arg in args:
@@ -106,7 +106,7 @@ class LazyGroup(Group):
         if "--version" in lead and set(lead) & VERSION_FLAGS:
             others = [a for a in args if a != "--version" and a not in VERSION_FLAGS]
             if others:
-                from pvisor.journal.errors import UsageError
+                from pvisor.core.errors import UsageError
 
                 raise UsageError(
                     f"--version takes only --json and --verify beside it, not {' '.join(others)}"
@@ -157,8 +157,8 @@ def _version(json_out: bool, verify: bool) -> None:
     (IntegrityError) with one line per difference; outside a bundle exit 2."""
     import orjson
 
-    from pvisor.journal import artifact
-    from pvisor.journal.errors import IntegrityError, UsageError
+    from pvisor.core import artifact
+    from pvisor.core.errors import IntegrityError, UsageError
 
     problems: list[str] = []
     if verify:
@@ -230,7 +230,7 @@ def _default_journal() -> str:
 @click.pass_context
 def cli(ctx: click.Context, journal_path: str | None) -> None:
     """pvisor: capture coding-agent model exchanges into an Event Journal, and replay runs step-exactly."""
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
 
     ctx.ensure_object(dict)
     if journal_path == "":
@@ -298,7 +298,7 @@ def _database_error_code(exc: Exception) -> int | None:
     sqlite3 = sys.modules.get("sqlite3")
     if sqlite3 is None or not isinstance(exc, sqlite3.DatabaseError):
         return None
-    from pvisor.journal.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE
+    from pvisor.core.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE
 
     if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
         return EXIT_UNAVAILABLE
@@ -329,11 +329,11 @@ def _reserve_std_fds() -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Entry point of the ``pvisor`` script. Maps PvisorError to its exit code; exit 74 at
     once when stdout is closed."""
-    from pvisor.journal.errors import PvisorError
+    from pvisor.core.errors import PvisorError
 
     _state["entry"], _state["fast_exit"] = argv is None, False
     if sys.stdout is None or not _reserve_std_fds():
-        from pvisor.journal.errors import EXIT_IOERR
+        from pvisor.core.errors import EXIT_IOERR
 
         sys.stdout = open(os.devnull, "w")
         if sys.stderr is not None:
@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
         _exit(exc.exit_code)
     except (BrokenPipeError, PipeClosed):
         # output piped into a pager or head that closed early: quietly, as a tool killed by SIGPIPE
-        from pvisor.journal.errors import EXIT_BROKEN_PIPE
+        from pvisor.core.errors import EXIT_BROKEN_PIPE
 
         _silence_stdout()
         sys.exit(EXIT_BROKEN_PIPE)
@@ -393,7 +393,7 @@ def main(argv: list[str] | None = None) -> None:
     except OSError as exc:
         if exc.errno not in _OUTPUT_ERRNOS:
             raise
-        from pvisor.journal.errors import EXIT_IOERR
+        from pvisor.core.errors import EXIT_IOERR
 
         what = exc.filename if exc.filename is not None else "output"
         _silence_stdout()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-from pvisor.journal.record import Record, record
+from pvisor.core.record import Record, record
 
 from .result import ResultPart
 

@@ -25,7 +25,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import orjson
 
-from pvisor.journal.errors import PvisorError
+from pvisor.core.errors import PvisorError
 
 from .errors import ReplayUsageError, show_path
 from .prefix import Prefix
@@ -81,7 +81,7 @@ class BatchOutcome:
     ``result`` (the result document, ``sandbox-playback.result/v3``; None for a manifest line
     that is no request: ``error`` says why), ``prefix`` (the
     :class:`~.prefix.Prefix`: ``body`` bytes and ``request`` dict; None when it failed),
-    ``error`` (the :class:`~pvisor.journal.errors.PvisorError`, None when it is ok) and
+    ``error`` (the :class:`~pvisor.core.errors.PvisorError`, None when it is ok) and
     ``output`` (the directory its files were written to, or None)."""
 
     __slots__ = ("index", "name", "status", "result", "prefix", "error", "output")

@@ -46,9 +46,9 @@ up on PATH exactly as ``--agent-entrypoint NAME`` is.
 
 Errors: one line each, naming the file, the key and what was expected; never a traceback.
 
-- :class:`~pvisor.journal.errors.UsageError` (exit 2): the path given names no readable file
+- :class:`~pvisor.core.errors.UsageError` (exit 2): the path given names no readable file
   (missing, a directory, no permission).
-- :class:`~pvisor.journal.errors.BadInputError` (exit 65): the file's content: not UTF-8, not
+- :class:`~pvisor.core.errors.BadInputError` (exit 65): the file's content: not UTF-8, not
   TOML (the parser's message, with line and column, is kept), an unknown key (the known ones are
   listed), a wrong type (the expected one is named), a value out of range or not one of its
   choices, an empty text.
@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 from pvisor.adapters.agents import descriptor_names
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.core.errors import BadInputError, UsageError
 
 from .errors import show_path
 from .spec import MODES, TOML_OPTIONS, Kind

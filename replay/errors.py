@@ -1,9 +1,9 @@
-"""Replay errors: the CLI's error classes (:mod:`pvisor.journal.errors`) with a stable ``code``
+"""Replay errors: the CLI's error classes (:mod:`pvisor.core.errors`) with a stable ``code``
 that the result document's ``errors[].code`` carries (docs/result-protocol.md lists them)."""
 
 from __future__ import annotations
 
-from pvisor.journal.errors import (
+from pvisor.core.errors import (
     BadInputError,
     IntegrityError,
     OutputError,

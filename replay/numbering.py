@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from pvisor.journal.errors import UsageError
+from pvisor.core.errors import UsageError
 
 #: a flag given without a value (``--before``, ``before=True``)
 FLAG = object()

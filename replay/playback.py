@@ -58,7 +58,7 @@ from pvisor.gateway.responder import (
     decode_or_refuse,
     serve_reply,
 )
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Action, Conversation, ToolCall, ToolResult
 from pvisor.journal.redact import REQUEST_HEADER_ALLOW, redact_exchange_meta
 

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 import orjson
 
 from pvisor.adapters.protocols import get_protocol
-from pvisor.journal.errors import PvisorError
+from pvisor.core.errors import PvisorError
 from pvisor.journal.model import (
     Action,
     Compaction,
@@ -65,7 +65,7 @@ from pvisor.adapters.protocols.convert import (
     texts_only,
     without_unsigned_reasoning,
 )
-from pvisor.journal.record import Record, record
+from pvisor.core.record import Record, record
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from .source import (
@@ -201,7 +201,7 @@ def journal_prefix(
     Raises ReplayUsageError (``agent_mismatch``, ``protocol_not_spoken``, unknown run),
     ReplayBadInput (``no_steps``, ``after_step_out_of_range``, ``observation_not_recorded``,
     ``no_reply``), IntegrityError for a damaged journal."""
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.journal.reader import JournalReader
 
     if not os.path.exists(journal):
@@ -399,7 +399,7 @@ def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Pro
     ReplayBadInput ``profile_unusable`` (no main-loop request) and ``profile_version_mismatch``
     (the capture's major version differs from the native file's)."""
     from pvisor.adapters.chains import classify_run
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.journal.reader import JournalReader
 
     path, run_id = parse_profile_spec(spec)
@@ -885,7 +885,7 @@ def compaction_record(c: Compaction | None) -> dict[str, Any] | None:
     summary_sha256}`` of the compaction the prefix starts from, or None."""
     if c is None:
         return None
-    from pvisor.journal.digest import sha256_hex
+    from pvisor.core.digest import sha256_hex
 
     summary = sha256_hex(c.summary.encode("utf-8", "surrogatepass")) if c.summary is not None else None
     return {

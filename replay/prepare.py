@@ -26,7 +26,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from pvisor.journal.errors import PvisorError, UsageError
+from pvisor.core.errors import PvisorError, UsageError
 from pvisor.journal.model import ToolCall
 
 from .errors import (
@@ -135,7 +135,7 @@ class PrepareOptions:
 class PrepareOutcome:
     """What :func:`prepare_only` did: the ``result`` document (dict: ``record.to_json()``), its
     ``record`` (:class:`~.result.ResultDocument`), the ``error`` that stopped it (a
-    :class:`~pvisor.journal.errors.PvisorError` with its code and exit code; None when it is
+    :class:`~pvisor.core.errors.PvisorError` with its code and exit code; None when it is
     ok) and the paths written (``output``, ``prefix_path``, ``result_path``:
     :class:`~pathlib.Path` objects, made when asked for; the command itself never imports
     pathlib, docs/benchmarks.md)."""

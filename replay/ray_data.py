@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 
-from pvisor.journal.errors import PvisorError
+from pvisor.core.errors import PvisorError
 
 from .batch import TEXT_COLUMNS, SourceReads, prepare_many, request_from, text_row
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pvisor.journal.errors import BadInputError, PvisorError
+from pvisor.core.errors import BadInputError, PvisorError
 from pvisor.journal.model import TRUNCATED_FLAG, Conversation, Step
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
@@ -177,7 +177,7 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
     from pvisor.adapters.chains import classify_run, read_final_response
     from pvisor.adapters.matcher import recorded_compactions
     from pvisor.adapters.journal_trajectory import build_trajectory
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.journal.reader import JournalReader
 
     d = descriptor(agent)

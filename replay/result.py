@@ -47,11 +47,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import orjson
 
 from pvisor.adapters.jsonio import dumps
-from pvisor.journal import digest
-from pvisor.journal.digest import sha256_hex
-from pvisor.journal.errors import PvisorError
+from pvisor.core import digest
+from pvisor.core.digest import sha256_hex
+from pvisor.core.errors import PvisorError
 from pvisor.journal.model import RunMode, Step, ToolCall, ToolResult
-from pvisor.journal.record import Record, record
+from pvisor.core.record import Record, record
 
 from .errors import ReplayBadInput, ReplayOutputError, ReplayUsageError, error_code, error_detail, show_path
 from .source import is_made_up
@@ -521,7 +521,7 @@ class ResultDocument(ResultPart, Record):
 
     Fields (in the document's order):
         schema: :data:`RESULT_SCHEMA`.
-        pvisor: the build that wrote it (:func:`pvisor.journal.artifact.result_record`).
+        pvisor: the build that wrote it (:func:`pvisor.core.artifact.result_record`).
         mode: :class:`ResultMode`.
         status: :class:`ResultStatus`.
         agent: the adapter (``--agent``).
@@ -661,7 +661,7 @@ class ResultDocument(ResultPart, Record):
         native file (``trajectory``) or ``journal``'s ``run``; a replay's playback fields empty,
         a continuation's ``continuation`` None."""
         from pvisor._version import DISTRIBUTION, __version__, source_commit
-        from pvisor.journal.artifact import result_record
+        from pvisor.core.artifact import result_record
 
         doc = cls(
             RESULT_SCHEMA,
@@ -1067,7 +1067,7 @@ def write_temps(
         tmp = os.path.join(where, f".{name}.tmp-{os.getpid()}")
         tmps.append((tmp, path))
         try:
-            from pvisor.journal.outfile import open_private
+            from pvisor.core.outfile import open_private
 
             with open_private(tmp) as fh:
                 fh.write(data)

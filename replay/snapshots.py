@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.core.errors import BadInputError, UsageError
 from pvisor.journal.model import Trajectory
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import Manifest, SnapshotKind, SnapshotRecord, snapshot_driver

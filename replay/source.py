@@ -25,7 +25,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from pvisor.journal.model import RESPONSE_TRUNCATED, Step, ToolCall, ToolResult
-from pvisor.journal.record import Record, record
+from pvisor.core.record import Record, record
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 
@@ -151,7 +151,7 @@ def read_native_source(
     (source, canonical trajectory, the reader's warnings). Raises UsageError (unknown adapter,
     missing file), ReplayBadInput ``bad_source`` for a file the adapter cannot read."""
     from pvisor.adapters.native import read_native
-    from pvisor.journal.errors import BadInputError
+    from pvisor.core.errors import BadInputError
 
     try:
         result, _notes = (read or read_native)(path, agent, session)

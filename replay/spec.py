@@ -33,7 +33,7 @@ from typing import Any
 
 from pvisor.adapters.agents import descriptor_names
 from pvisor.adapters.protocols import PROTOCOL_MODULES
-from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
+from pvisor.core.errors import BadInputError, PvisorError, UnavailableError, UsageError
 
 
 class ReplayMode(str, enum.Enum):

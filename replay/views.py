@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pvisor.journal.errors import BadInputError, UsageError, shown
-from pvisor.journal.progress import task as progress_task
+from pvisor.core.errors import BadInputError, UsageError, shown
+from pvisor.core.progress import task as progress_task
 from pvisor.journal.model import (
     Message,
     OtherPart,
@@ -417,7 +417,7 @@ class TrajectoryReplay:
 
     def view(self, spec: PauseSpec) -> View:
         """Materialize ``spec`` (raises as :meth:`resolve`); the steps are rendered as a
-        progress task (:mod:`pvisor.journal.progress`)."""
+        progress task (:mod:`pvisor.core.progress`)."""
         pos, commitment = self.resolve(spec)
         through = pos.kept
         t = self.trajectory

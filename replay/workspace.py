@@ -23,7 +23,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, NamedTuple
 
-from pvisor.journal.digest import sha256, sha256_hex
+from pvisor.core.digest import sha256, sha256_hex
 
 if TYPE_CHECKING:
     from pathlib import Path

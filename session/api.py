@@ -5,7 +5,7 @@ Import them from ``pvisor.session`` (``from pvisor.session import continue_run``
 "Continuation"; the result document is docs/result-protocol.md), and return a :class:`Result` for
 every replay that wrote a result document, whatever its status, so that a pipeline sampling many
 rollouts reads each outcome instead of catching exceptions. Errors before any result exists (a usage
-error, an output directory that is refused) raise :class:`~pvisor.journal.errors.PvisorError` from
+error, an output directory that is refused) raise :class:`~pvisor.core.errors.PvisorError` from
 :func:`continue_run`; :func:`continue_many` returns them as a :class:`Result` with
 ``document`` None.
 
@@ -84,7 +84,7 @@ def _options(given: dict[str, Any]) -> tuple[Any, list[Any]]:
     :data:`~pvisor.replay.spec.OPTIONS`), and the problems :meth:`ReplaySpec.check` finds."""
     import dataclasses
 
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.journal.paths import default_journal_path
     from pvisor.replay.spec import OPTIONS, ReplayMode, ReplaySpec
     from pvisor.session.replay import ReplayOptions
@@ -124,7 +124,7 @@ def _options(given: dict[str, Any]) -> tuple[Any, list[Any]]:
 
 def _agent_of(journal: Path, run: str) -> str:
     """The agent a journal run was captured with."""
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.journal.reader import JournalReader
 
     if not journal.exists():
@@ -190,7 +190,7 @@ def continue_run(
 
 def _one(kwargs: dict[str, Any]) -> Result:
     """One continuation in a worker process: never raises (a pickled error may not unpickle)."""
-    from pvisor.journal.errors import PvisorError
+    from pvisor.core.errors import PvisorError
 
     try:
         return continue_run(**kwargs)
@@ -221,7 +221,7 @@ def continue_many(
     start is a :class:`Result` with ``document`` None and its ``error``. The workers are
     started with ``spawn``, which imports the calling script again: call this under
     ``if __name__ == "__main__":``."""
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
 
     if k < 1:
         raise UsageError(f"k={k}: continue_many runs at least one rollout")

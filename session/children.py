@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from pvisor.journal.child_runs import Claim, claim_child_run, release_child_run
-from pvisor.journal.errors import PvisorError, UsageError, shown
+from pvisor.core.errors import PvisorError, UsageError, shown
 from pvisor.journal.model import RUN_ID_PATTERN, Run, RunMode
 from pvisor.journal.reader import JournalReader
 
@@ -25,7 +25,7 @@ Warn = Callable[[str], None]
 
 def child_named(option: str, child: str) -> str:
     """``--child-run ID`` or ``child_run='ID'``: the option as its caller wrote it, a long id
-    shortened (:func:`~pvisor.journal.errors.shown`)."""
+    shortened (:func:`~pvisor.core.errors.shown`)."""
     return f"{option}{shown(repr(child))}" if option.endswith("=") else f"{option} {shown(child)}"
 
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
 
 from pvisor.adapters.agents.base import VERSION_TIMEOUT_S, AgentProfile, LaunchContext, LaunchPlan
 from pvisor.gateway.parent_death import die_with_parent
-from pvisor.journal.errors import UnavailableError
-from pvisor.journal.outfile import open_private
+from pvisor.core.errors import UnavailableError
+from pvisor.core.outfile import open_private
 from pvisor.journal.paths import absolute, make_directories
 from pvisor.session.supervise import GroupGuard, end_group, end_strays, exit_status, stop_group
 

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from pvisor.journal import progress
-from pvisor.journal.errors import BadInputError, PvisorError, UsageError
+from pvisor.core import progress
+from pvisor.core.errors import BadInputError, PvisorError, UsageError
 from pvisor.journal.model import RunMode
 from pvisor.replay.errors import (
     ReplayBadInput,
@@ -136,7 +136,7 @@ class ReplayOnlyOutcome:
     """What a replay-only or continuation did: the ``result`` document (the dict written,
     ``record.to_json()``), the output directory, the ``record``
     (:class:`~pvisor.replay.result.ResultDocument`) and the ``error`` that ended it (a
-    :class:`~pvisor.journal.errors.PvisorError` with its code and exit code; None when the
+    :class:`~pvisor.core.errors.PvisorError` with its code and exit code; None when the
     status is ``ok``)."""
 
     result: dict[str, Any]
@@ -334,7 +334,7 @@ def _restore_start(journal: Path, run: str, ws: Path) -> dict[str, Any]:
     """Restore the start snapshot (the workspace after step 0) of journal run ``run`` into the
     empty ``ws``: the ``workspace.restored_from`` object of the result. ReplayBadInput
     ``no_snapshot`` when the run has none (or its walk failed)."""
-    from pvisor.journal.errors import BadInputError
+    from pvisor.core.errors import BadInputError
     from pvisor.journal.reader import JournalReader
     from pvisor.replay.snapshots import restore_snapshot, run_snapshots
 

@@ -52,7 +52,7 @@ from pvisor.adapters.agents.base import (
     LaunchPlan,
 )
 from pvisor.adapters.protocols import UPSTREAMS
-from pvisor.journal.errors import BadInputError, PvisorError, UnavailableError, UsageError
+from pvisor.core.errors import BadInputError, PvisorError, UnavailableError, UsageError
 from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone, make_directories, not_utf8
 from pvisor.journal.model import Attempt, Run
 from pvisor.journal.reader import JournalReader

@@ -25,7 +25,7 @@ steps): :meth:`~pvisor.gateway.proxy.Gateway.stop` is idempotent, as is every pa
 
 Errors: :meth:`Session.start` raises the OSError of the address (the port is taken, the host
 unknown) or of the gateway's log file (its ``filename`` set), and what opening the journal or
-starting mitmdump raises (:class:`~pvisor.journal.errors.PvisorError`); the caller says them in
+starting mitmdump raises (:class:`~pvisor.core.errors.PvisorError`); the caller says them in
 its words.
 """
 

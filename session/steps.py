@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from pvisor.adapters.agents.base import AgentProfile
-from pvisor.journal.errors import PvisorError
+from pvisor.core.errors import PvisorError
 from pvisor.journal.reader import JournalReader
 
 if TYPE_CHECKING:  # the report is filled in here; run.py makes it and calls this

@@ -9,7 +9,7 @@ started end with the run, also when pvisor itself is killed.
 - :func:`end_group` (SIGTERM or SIGKILL to a process group) and :func:`stop_group` (SIGTERM,
   SIGKILL after :data:`KILL_GRACE_S` s or at once when hurried).
 - :class:`GroupGuard`: a small process that kills the agent's group if pvisor dies first; in a
-  bundle it is the ``guard`` helper of :mod:`pvisor.journal.helpers`, :func:`guard_main`.
+  bundle it is the ``guard`` helper of :mod:`pvisor.core.helpers`, :func:`guard_main`.
 - :func:`end_strays`: every live descendant the agent left, SIGTERM then SIGKILL after
   :data:`STRAY_GRACE_S` s, reaped (:func:`reap_children`); :func:`exit_status` a return code as a
   shell reports it (128 + N after signal N).
@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Collection
 
-from pvisor.journal.helpers import helper_argv
+from pvisor.core.helpers import helper_argv
 
 #: the signals that stop a run, its agent's process group and a server: SIGHUP too (its terminal
 #: closed), or it would die at once, with what it had not committed; the exit code is 128 + the
@@ -87,7 +87,7 @@ GUARD_SOURCE = (
 
 
 def guard_main(argv: list[str]) -> None:
-    """The guard in a bundle (journal/helpers.py): :data:`GUARD_SOURCE` with ``argv`` (the group id)."""
+    """The guard in a bundle (core/helpers.py): :data:`GUARD_SOURCE` with ``argv`` (the group id)."""
     sys.argv = ["-c", *argv]
     exec(compile(GUARD_SOURCE, "<pvisor guard>", "exec"), {"__name__": "__main__"})
 

@@ -14,7 +14,7 @@ Protocol (stdin -> the result pipe given as argv[1]): a frame is ``<I`` length +
   but the input itself (and SQLite's own ``-wal``/``-shm`` files beside a journal).
 - ``reassemble``: ``args`` is a protocol name; the input is a recorded stream, reassembled.
 - ``parse``: ``args`` is ``[protocol, path]``; the input is a request body (JSON), parsed.
-For ``reassemble`` and ``parse`` only a :class:`pvisor.journal.errors.PvisorError` may escape.
+For ``reassemble`` and ``parse`` only a :class:`pvisor.core.errors.PvisorError` may escape.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def run_cli(args: list[str], data: bytes) -> dict:
 
 def run_library(target: str, args: list[str], data: bytes) -> dict:
     from pvisor.adapters.protocols import get_protocol
-    from pvisor.journal.errors import PvisorError
+    from pvisor.core.errors import PvisorError
 
     try:
         if target == "reassemble":

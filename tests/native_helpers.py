@@ -14,7 +14,7 @@ import pytest
 from conftest import corpus_dir
 from pvisor.adapters.native import read_native
 from pvisor.adapters.native.base import NativeResult
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 
 def native_dir() -> Path:

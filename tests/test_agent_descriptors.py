@@ -15,7 +15,7 @@ from pvisor.adapters.agents.base import LaunchContext
 from pvisor.adapters.agents.descriptor import FINAL_TEXT
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource
-from pvisor.journal.errors import UsageError
+from pvisor.core.errors import UsageError
 from pvisor.journal.model import Action, Conversation, Message, OtherPart, TextPart, ToolCall, ToolSpec
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 
 from pvisor.adapters.agents import agent_names, get_profile
 from pvisor.adapters.agents.base import LaunchContext, VersionRange
-from pvisor.journal.errors import UsageError
+from pvisor.core.errors import UsageError
 
 VERIFIED = {
     "claude-code": "2.1.332",

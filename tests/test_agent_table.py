@@ -24,7 +24,7 @@ from pvisor.adapters.agents import (
 )
 from pvisor.adapters.native import adapter_module, adapter_names, get_adapter
 from pvisor.adapters.native.signatures import signature_of
-from pvisor.journal.errors import UsageError
+from pvisor.core.errors import UsageError
 
 
 def _option(command: click.Command, name: str) -> click.Parameter:

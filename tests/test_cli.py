@@ -527,7 +527,7 @@ def test_an_export_that_fails_leaves_the_file_that_was_there(journal: Path, tmp_
 def test_an_export_into_a_fifo_a_link_or_a_device_writes_into_it(journal: Path, tmp_path: Path):
     """A new user's `journal export -o /dev/null`, run as root, made /dev/null a regular file: the
     export was renamed over it. A FIFO, a device and a symbolic link's target are written in place
-    (journal/outfile.py); the node and the link stay what they were."""
+    (core/outfile.py); the node and the link stay what they were."""
     import stat
     import threading
 

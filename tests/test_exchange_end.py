@@ -20,7 +20,7 @@ import pytest
 
 from pvisor.gateway.finalize import FINALIZER
 from pvisor.gateway.proxy import DEFAULT_MAX_RESPONSE_BODY
-from pvisor.journal.errors import UnavailableError
+from pvisor.core.errors import UnavailableError
 from pvisor.journal.exchange_end import ExchangeEnd
 from pvisor.journal.messages import MessageKind, UnknownMessage
 from pvisor.journal.exchange_end import Outcome, ServedBy

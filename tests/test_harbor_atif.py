@@ -16,7 +16,7 @@ from agent_helpers import AGENTS
 from cli_helpers import pvisor_main
 from native_helpers import native_dir, opencode_db_from_dump
 
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.reader import JournalReader
 
 pytestmark = pytest.mark.slow  # the captures run real agents (once per test session)

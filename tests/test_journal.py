@@ -25,7 +25,7 @@ import pytest
 from conftest import cannot_run_here
 from journal_helpers import anthropic_session_bodies
 from pvisor.journal import blobs
-from pvisor.journal.errors import BadInputError, IntegrityError, UsageError
+from pvisor.core.errors import BadInputError, IntegrityError, UsageError
 from pvisor.journal.model import Attempt, Run, pack_timings, unpack_timings
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.schema import schema_version

@@ -14,7 +14,7 @@ import pytest
 
 from pvisor.adapters.native import read_native
 from pvisor.adapters.native.assembly import LazySteps, LeftOutLines
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import LeftOut
 from test_native_adapters import _jsonl
 

@@ -202,7 +202,7 @@ def _read_corpus() -> list[tuple[Path, object]]:
 
 def _readable(path: Path):
     """(result, adapter) of a corpus file, or None for a sample refused by design."""
-    from pvisor.journal.errors import BadInputError
+    from pvisor.core.errors import BadInputError
 
     try:
         result, notes = read_native(path)
@@ -217,7 +217,7 @@ def _readable(path: Path):
 def test_streamed_documents_are_the_documents_byte_for_byte(path, got):
     import io
 
-    from pvisor.journal.errors import BadInputError
+    from pvisor.core.errors import BadInputError
 
     result, agent = got
     for whole, stream in ((to_json, write_json), (to_atif, write_atif)):

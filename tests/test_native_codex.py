@@ -13,7 +13,7 @@ import pytest
 from native_helpers import native_dir, refused
 from pvisor.adapters.native import read_native
 from pvisor.adapters.native.assembly import LazySteps
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from test_native_robustness import _mutate  # the mutations of the read-only robustness test
 
 HEAD = [

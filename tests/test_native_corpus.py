@@ -8,7 +8,7 @@ import pytest
 
 from native_helpers import native_dir, opencode_db_from_dump
 from pvisor.adapters.native import read_native
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 #: sample -> (adapter detected, tool calls per step, warning codes), or a refusal: ("refused", text in the error)
 EXPECTED: dict[str, tuple] = {

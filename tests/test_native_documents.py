@@ -13,7 +13,7 @@ import pytest
 from native_helpers import native_dir
 from pvisor.adapters.native import documents as m
 from pvisor.adapters.native.diagnostics import Diagnostics
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 
 def _whole_and_split(path: Path, arrays: tuple[str, ...], monkeypatch, chunk: int):

@@ -15,7 +15,7 @@ import pytest
 
 from pvisor.adapters.native import read_native
 from pvisor.adapters.native.assembly import LazySteps
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 OLD, NEW = "result-AAAA-of-the-tool", "result-BBBB-of-the-tool"
 

@@ -25,7 +25,7 @@ from native_helpers import (
     refused,
 )
 from pvisor.adapters.native import read_native
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 
 def _samples() -> list[str]:

@@ -28,7 +28,7 @@ from native_helpers import (
 )
 from pvisor.adapters.native import read_native
 from pvisor.adapters.native.opencode import read_session
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 OC = native_dir() / "opencode"
 DUMP = OC / "real-1.18.33_opencode-db-dump.json"

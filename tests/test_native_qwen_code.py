@@ -10,7 +10,7 @@ import pytest
 
 from pvisor.adapters.native import read_native
 from pvisor.adapters.native.assembly import LazySteps
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from test_native_adapters import _jsonl, _q
 
 

@@ -17,7 +17,7 @@ from pvisor.adapters.native.jsonl import (
     loads_lenient,
     read_json_document,
 )
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.core.errors import BadInputError, UsageError
 
 
 def _lines(tmp_path: Path, data: bytes) -> tuple[list[tuple[int, dict]], Diagnostics]:

@@ -12,7 +12,7 @@ import pytest
 
 from native_helpers import native_dir
 from pvisor.adapters.native import read_native
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 WRONG = [None, 1, "x", [], {}, [1], {"a": 1}, True]
 

@@ -24,8 +24,8 @@ from conftest import corpus_dir
 from test_gateway_cli import ENV, PVISOR
 from test_report import long_run
 
-from pvisor.journal import progress
-from pvisor.journal.progress import Unit
+from pvisor.core import progress
+from pvisor.core.progress import Unit
 
 CODEX = corpus_dir() / "native" / "codex" / "agent-sessions_schema_coverage.jsonl"
 #: what click's bar ends with once a task is done (``label [####] 100% ...``)

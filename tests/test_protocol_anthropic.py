@@ -20,7 +20,7 @@ from pvisor.adapters.protocols import anthropic as A
 from pvisor.adapters.protocols import get_protocol, protocol_for_path
 from pvisor.adapters.protocols.base import IdSource, normalise_messages
 from pvisor.adapters.protocols.sse import decode_all
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
     Conversation,

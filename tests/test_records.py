@@ -1,5 +1,5 @@
-"""Every :class:`pvisor.journal.record.Record` of the package behaves as the dataclass it replaces
-(journal/record.py): its hand-written ``__init__`` takes the fields in their order with their
+"""Every :class:`pvisor.core.record.Record` of the package behaves as the dataclass it replaces
+(core/record.py): its hand-written ``__init__`` takes the fields in their order with their
 defaults (a fresh default for a factory field), and equality, ``repr``, hashing, frozenness,
 copy, pickle and ``dataclasses.replace`` give what ``@dataclass`` would generate, checked
 against a reference dataclass made from the same fields."""
@@ -16,7 +16,7 @@ import pkgutil
 import pytest
 
 import pvisor
-from pvisor.journal.record import FrozenRecord, Record, record
+from pvisor.core.record import FrozenRecord, Record, record
 
 #: modules that need an optional extra or a real process around them to import
 SKIP = {"pvisor.gateway.intercept_addon"}  # runs inside mitmdump, with its mitmproxy
@@ -162,7 +162,7 @@ def _make(body: tuple[str, str], future: bool, by_record: bool) -> type:
     deco = "record" if by_record else "dataclass(slots=True, init=False, repr=False, eq=False)"
     src = ("from __future__ import annotations\n" if future else "") + (
         "from dataclasses import dataclass, field\n"
-        "from pvisor.journal.record import FrozenRecord, Record, record\n"
+        "from pvisor.core.record import FrozenRecord, Record, record\n"
         f"@{deco}\nclass Made({base}):\n    {text}\n"
     )
     ns: dict = {"__name__": __name__}  # dataclass looks string annotations up in the module

@@ -26,7 +26,7 @@ from conftest import corpus_dir
 from corpus_runs import RUNS, record_corpus_runs
 from native_helpers import native_dir
 
-from pvisor.journal.errors import PvisorError
+from pvisor.core.errors import PvisorError
 from pvisor.replay.batch import Status, prepare_many
 from pvisor.replay.prepare import PrepareOptions, prepare
 from pvisor.replay.result import OUTPUT_FILES

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.core.errors import BadInputError, UsageError
 from pvisor.replay.config import (
     AGENT_KEYS,
     MODES,

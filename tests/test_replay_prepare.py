@@ -30,7 +30,7 @@ from corpus_runs import RUNS, record_corpus_runs, record_line, corpus_lines
 from native_helpers import native_dir
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.protocols import get_protocol
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.core.errors import BadInputError, UsageError
 from pvisor.journal.model import Attempt, Run, ToolResult
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal

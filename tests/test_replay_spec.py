@@ -23,7 +23,7 @@ import pytest
 
 from native_helpers import native_dir
 from replay_helpers import recorded_claude_run
-from pvisor.journal.errors import BadInputError, UnavailableError, UsageError
+from pvisor.core.errors import BadInputError, UnavailableError, UsageError
 
 REPO = Path(__file__).resolve().parents[1]
 PVISOR = Path(sys.executable).with_name("pvisor")

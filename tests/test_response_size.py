@@ -249,7 +249,7 @@ def test_truncated_reply_flags_its_step_and_prepare_only_refuses_it(tmp_path):
 def test_playback_refuses_a_boundary_across_a_truncated_reply(tmp_path):
     """Playback serves the recorded replies of steps 1..N: one journaled in part cannot be
     served, so replay (and a continuation) refuses every N from its step on."""
-    from pvisor.journal.errors import BadInputError
+    from pvisor.core.errors import BadInputError
     from pvisor.replay.recording import journal_recording
 
     journal = tmp_path / "j.sqlite"

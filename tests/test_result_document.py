@@ -24,7 +24,7 @@ from agent_helpers import entrypoint, user_env
 from native_helpers import native_dir
 from replay_helpers import recorded_claude_run
 
-from pvisor.journal.errors import PvisorError
+from pvisor.core.errors import PvisorError
 from pvisor.replay.prepare import PrepareOptions, prepare, prepare_only
 from pvisor.replay.result import (
     ABSENT,
@@ -229,7 +229,7 @@ def test_every_problem_of_a_prepare_only_in_the_returned_record(tmp_path):
     past the source's): ``prepare()`` returns the record listing them all, in the order usage
     then source, beside one error that says each on a line of its own (exit 2, the first's) and
     carries no document; ``--result -`` prints the same document."""
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.replay.spec import ReplayProblems
 
     out, cli = tmp_path / "out", tmp_path / "cli"

@@ -810,7 +810,7 @@ def test_a_child_run_start_that_fails_before_the_agent_gives_it_back(box):
 def test_a_huge_child_run_id_is_shown_shortened(box):
     """A child run id of 120 KB on the command line (the most one argument can hold), or of
     200 KB given to the Python API (a file pasted by mistake), is named in one short line."""
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.session import continue_run
 
     proc = box.run(*box.std("--child-run", "a" * 120_000, "--", "go"))

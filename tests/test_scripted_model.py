@@ -27,7 +27,7 @@ from google.genai import types
 from pvisor.adapters.protocols import get_protocol, protocol_for_path
 from pvisor.adapters.protocols.replies import Reply
 from pvisor.gateway.scripted_model import ScriptedModel, load_script, parse_script
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 PVISOR = Path(sys.executable).with_name("pvisor")
 PROTOCOLS = ("anthropic", "openai-chat", "openai-responses", "gemini")

@@ -18,7 +18,7 @@ import pytest
 from agent_helpers import PVISOR
 from cli_helpers import pvisor_main
 
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.core.errors import BadInputError, UsageError
 from pvisor.journal.snapshots import Entry, EntryKind, FilesystemDriver, Manifest, snapshot_driver
 
 
@@ -672,7 +672,7 @@ def _a_txt_journal(tmp_path: Path, driver: str = "filesystem") -> Path:
 HANDOFF = (
     "import json, os, sys\n"
     "from pvisor.harness import PauseSpec, TrajectoryReplay\n"
-    "from pvisor.journal.errors import UsageError\n"
+    "from pvisor.core.errors import UsageError\n"
     "replay = TrajectoryReplay.from_journal(sys.argv[1], 'r-crafted')\n"
     "[view] = replay.materialize_pauses([PauseSpec(id='start', kind='step', after_step=0)])\n"
     "env = sys.argv[2]\n"

@@ -99,8 +99,8 @@ def test_version_loads_the_cli_alone(tmp_path: Path):
         "pvisor.cli",
         "pvisor.commands",
         "pvisor.commands.base",
-        "pvisor.journal",
-        "pvisor.journal.errors",
+        "pvisor.core",
+        "pvisor.core.errors",
     }, sorted(mods)
     assert not mods & (NEVER | ZSTD | {"sqlite3", "dataclasses"})
 

@@ -18,7 +18,7 @@ from cli_helpers import pvisor_main
 from conftest import corpus_dir
 
 from pvisor.adapters.agents import get_descriptor
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.core.errors import BadInputError, UsageError
 from pvisor.journal.model import ToolCall
 from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay, materialize_pauses, restore_handoff
 

@@ -24,7 +24,7 @@ import pytest
 from gateway_helpers import poll
 
 from pvisor.gateway.proxy import finalize_response
-from pvisor.journal.errors import BadInputError, UnavailableError, UsageError
+from pvisor.core.errors import BadInputError, UnavailableError, UsageError
 from pvisor.journal.model import Attempt, Run
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal

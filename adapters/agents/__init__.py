@@ -21,7 +21,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from pvisor.journal.errors import UsageError
+from pvisor.core.errors import UsageError
 
 if TYPE_CHECKING:  # importing base costs its dataclasses: only when a profile is asked for
     from .base import AgentProfile

@@ -35,8 +35,8 @@ import orjson
 
 from . import agent as agent_row
 from .descriptor import AgentDescriptor
-from pvisor.journal.record import FrozenRecord, Record, record
-from pvisor.journal.lazyre import LazyPattern
+from pvisor.core.record import FrozenRecord, Record, record
+from pvisor.core.lazyre import LazyPattern
 
 if TYPE_CHECKING:
     from pathlib import Path

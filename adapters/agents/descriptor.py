@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 from pvisor.journal.model import Action, Conversation, Message, TextPart, ToolCall, ToolResult
-from pvisor.journal.lazyre import LazyPattern
+from pvisor.core.lazyre import LazyPattern
 
 #: the text of the synthetic final reply (no tool call) that ends an agent at request N+1
 FINAL_TEXT = "pvisor: the replay ends here."
@@ -532,7 +532,7 @@ class LitellmAgent(AgentDescriptor):
 
 
 def rx(pattern: str, flags: int = 0) -> LazyPattern:
-    """A pattern of a descriptor, compiled when a replay first uses it (journal/lazyre.py)."""
+    """A pattern of a descriptor, compiled when a replay first uses it (core/lazyre.py)."""
     return LazyPattern(pattern, flags)
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from pvisor.journal.errors import UsageError
+from pvisor.core.errors import UsageError
 from pvisor.journal.model import Action, Conversation, Message, ToolCall, ToolResult
 
 from . import agent_names, get_profile

@@ -16,7 +16,7 @@ from pvisor.adapters.exports.base import ExportFormat, JournalSource, NativeSour
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.native import render
 from pvisor.adapters.native.render import atif_fields, write_document
-from pvisor.journal import progress
+from pvisor.core import progress
 from pvisor.journal.reader import JournalReader
 
 

@@ -18,7 +18,7 @@ module constant and names it in the registry table (:data:`pvisor.adapters.expor
   ``source`` a :class:`JournalSource` or a :class:`NativeSource` of a kind it accepts,
   ``target`` a binary stream (:attr:`Output.STREAM`) or a :class:`pathlib.Path`
   (:attr:`Output.FILES`), ``settings`` the :class:`Settings` of the command line. It raises
-  what :mod:`pvisor.journal.errors` defines (an unknown run: UsageError; data the format cannot
+  what :mod:`pvisor.core.errors` defines (an unknown run: UsageError; data the format cannot
   hold: BadInputError) and OSError as the file system gives it; it never writes to the journal.
 
 The model is datasette's ``register_output_renderer`` (a renderer declares its extension, what it

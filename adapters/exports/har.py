@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl
 import orjson
 
 from pvisor.adapters.exports.base import ExportFormat, JournalSource, Option, Settings, Source, Written
-from pvisor.journal import progress
+from pvisor.core import progress
 from pvisor.journal.reader import JournalReader
 
 BASE_URL = "http://pvisor.invalid"

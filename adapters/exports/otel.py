@@ -33,8 +33,8 @@ import orjson
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
 from pvisor.adapters.protocols.base import token_counts
 from pvisor.adapters.exports.base import ExportFormat, JournalSource, Option, Settings, Source, Written
-from pvisor.journal import progress
-from pvisor.journal.errors import PvisorError
+from pvisor.core import progress
+from pvisor.core.errors import PvisorError
 from pvisor.journal.reader import JournalReader
 
 SPAN_KIND_INTERNAL = 1

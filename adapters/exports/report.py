@@ -41,8 +41,8 @@ from pvisor.adapters.exports.base import (
     Written,
 )
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
-from pvisor.journal import progress
-from pvisor.journal.errors import PvisorError
+from pvisor.core import progress
+from pvisor.core.errors import PvisorError
 from pvisor.journal.reader import JournalReader
 
 #: bytes of a body a page shows by default: its head and its tail (``--body-limit``)
@@ -348,8 +348,8 @@ def write_report(
 
 def _write(path: Path, text: str) -> None:
     """``text`` into ``path``: a file beside it renamed over it when whole, a device or a FIFO in
-    place (journal/outfile.py)."""
-    from pvisor.journal.outfile import replacing
+    place (core/outfile.py)."""
+    from pvisor.core.outfile import replacing
 
     with replacing(str(path)) as out:
         out.write(text.encode("utf-8"))

@@ -49,8 +49,8 @@ from pvisor.adapters.exports.base import (
     Written,
 )
 from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
-from pvisor.journal import progress
-from pvisor.journal.errors import UsageError
+from pvisor.core import progress
+from pvisor.core.errors import UsageError
 from pvisor.journal.reader import JournalReader
 
 #: rows gathered per Parquet row group

@@ -19,7 +19,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any
 
-from pvisor.journal.errors import BadInputError, UsageError
+from pvisor.core.errors import BadInputError, UsageError
 
 from pvisor.adapters.agents import AGENTS, native_names
 
@@ -158,7 +158,7 @@ def read_native(
 
 def _reading(original: Path, path: Path) -> Any:
     """The progress task of reading ``path`` (bytes; the lines' reader reports to it)."""
-    from pvisor.journal import progress
+    from pvisor.core import progress
 
     try:
         total = 0 if os.path.isdir(path) else os.stat(path).st_size

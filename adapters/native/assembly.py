@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, overload
 import orjson
 
 from pvisor.adapters.jsonio import dumps
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import LeftOut, Step, ToolCall, ToolResult, Trajectory
 
 if TYPE_CHECKING:

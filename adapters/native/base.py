@@ -7,7 +7,7 @@ holds what every adapter module implements and returns:
 - :class:`NativeAdapter`: the interface of a module's ``ADAPTER``;
 - :class:`FormatProfile`: the pinned version of a native format (``claude-code@2.1``) and where
   its version is read; :meth:`FormatProfile.check` warns ``unverified_profile`` for a newer
-  minor and raises :class:`~pvisor.journal.errors.BadInputError` (exit 65) naming the line for
+  minor and raises :class:`~pvisor.core.errors.BadInputError` (exit 65) naming the line for
   an unknown major;
 - :class:`NativeResult`: the trajectory, its profile and the warnings, and
   :func:`flag_cut_off`, which :func:`~pvisor.adapters.native.read_native` applies to every
@@ -25,10 +25,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pvisor.journal.errors import BadInputError
-from pvisor.journal.lazyre import LazyPattern
+from pvisor.core.errors import BadInputError
+from pvisor.core.lazyre import LazyPattern
 from pvisor.journal.model import Trajectory
-from pvisor.journal.record import FrozenRecord, Record, record
+from pvisor.core.record import FrozenRecord, Record, record
 
 from .assembly import LazySteps
 from .diagnostics import Diagnostics

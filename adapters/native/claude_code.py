@@ -89,7 +89,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
-from pvisor.journal.record import Record, record
+from pvisor.core.record import Record, record
 from pvisor.adapters.protocols.base import signature_flags
 
 from .assembly import LazySteps, LeftOutLines, as_dict, as_str, interned, object_call

@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-from pvisor.journal.errors import BadInputError
-from pvisor.journal.record import FrozenRecord, Record, record
+from pvisor.core.errors import BadInputError
+from pvisor.core.record import FrozenRecord, Record, record
 
 _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 

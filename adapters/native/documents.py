@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 
 from .diagnostics import WARNING_CODES, Diagnostics
 from .jsonl import loads_lenient, read_json_document

@@ -61,7 +61,7 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import orjson
 
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
     Compaction,

@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import orjson
 
-from pvisor.journal import progress
-from pvisor.journal.errors import BadInputError
-from pvisor.journal.lazyre import LazyPattern
-from pvisor.journal.record import FrozenRecord, Record, record
+from pvisor.core import progress
+from pvisor.core.errors import BadInputError
+from pvisor.core.lazyre import LazyPattern
+from pvisor.core.record import FrozenRecord, Record, record
 
 from .diagnostics import WARNING_CODES, Diagnostics, NativeWarning
 

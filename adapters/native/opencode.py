@@ -61,7 +61,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
     Compaction,

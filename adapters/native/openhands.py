@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, ToolSpec, Trajectory
 
 from .assembly import as_dict, as_list, as_str, compact_json, left_out, order_results, string_call

@@ -60,7 +60,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
-from pvisor.journal.record import Record, record
+from pvisor.core.record import Record, record
 
 from .assembly import LazySteps, LeftOutLines, as_dict, as_list, as_str, interned, left_out, object_call
 from .base import FormatProfile, NativeAdapter, NativeResult

@@ -35,8 +35,8 @@ from typing import Any, BinaryIO
 import orjson
 
 from pvisor.adapters.jsonio import dumps
-from pvisor.journal import progress
-from pvisor.journal.errors import BadInputError
+from pvisor.core import progress
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Message, Step, TextPart, ToolCall, ToolResult, Trajectory
 
 from .assembly import text_of

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import stat
 
-from pvisor.journal.errors import BadInputError, OutputError, UsageError
+from pvisor.core.errors import BadInputError, OutputError, UsageError
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:

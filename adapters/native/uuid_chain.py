@@ -22,7 +22,7 @@ import sys
 from array import array
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Trajectory
 
 from .assembly import left_out

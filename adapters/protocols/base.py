@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 import orjson
 
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
     Conversation,
@@ -41,8 +41,8 @@ from pvisor.journal.model import (
     ToolResult,
     ToolSpec,
 )
-from pvisor.journal.record import Record, record
-from pvisor.journal.lazyre import LazyPattern
+from pvisor.core.record import Record, record
+from pvisor.core.lazyre import LazyPattern
 
 
 @record
@@ -775,7 +775,7 @@ class WireProtocol(Protocol):
 
     def parse_request(self, body: Any, *, path: str = "", query: str = "", memo: Any = None) -> Conversation:
         """A request body (bytes or a parsed dict) as the canonical :class:`Conversation`.
-        Raises :class:`~pvisor.journal.errors.BadInputError`, naming the protocol, for a body
+        Raises :class:`~pvisor.core.errors.BadInputError`, naming the protocol, for a body
         that is not a JSON object or whose shape it cannot read; never any other exception
         (every module wraps it with :func:`request_parser`)."""
 

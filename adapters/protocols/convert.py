@@ -31,7 +31,7 @@ from typing import Any
 
 from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.model import Action, Conversation, Message, Reasoning, TextPart, ToolResult, ToolSpec
-from pvisor.journal.record import Record, record
+from pvisor.core.record import Record, record
 
 #: a profile or conversation tool that is not a function tool (a provider's built-in such as
 #: Anthropic ``web_search``): the target has no equivalent

@@ -52,7 +52,7 @@ from pvisor.adapters.protocols.base import (
     with_body_model,
 )
 from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
-from pvisor.journal.errors import BadInputError
+from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
     Conversation,

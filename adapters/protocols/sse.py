@@ -19,8 +19,8 @@ whole; invalid UTF-8 is replaced with U+FFFD.
 from __future__ import annotations
 
 from dataclasses import field
-from pvisor.journal.record import Record, record
-from pvisor.journal.lazyre import LazyPattern
+from pvisor.core.record import Record, record
+from pvisor.core.lazyre import LazyPattern
 
 _EOL = LazyPattern(rb"\r\n|\r|\n")
 

@@ -24,7 +24,7 @@ Public API: :func:`validate_request` ``(protocol, body) -> list[Problem]`` (empt
 from __future__ import annotations
 
 from typing import Any, Callable
-from pvisor.journal.record import FrozenRecord, record
+from pvisor.core.record import FrozenRecord, record
 
 _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 

@@ -23,8 +23,8 @@ import click
 import orjson
 
 from pvisor.commands.cells import terminal_safe
-from pvisor.journal import progress
-from pvisor.journal.errors import OutputError, PvisorError, UnavailableError, UsageError
+from pvisor.core import progress
+from pvisor.core.errors import OutputError, PvisorError, UnavailableError, UsageError
 from pvisor.replay.batch import (
     ROW_HEAD,
     BatchOutcome,
@@ -361,7 +361,7 @@ def row(outcome: BatchOutcome) -> dict[str, Any]:
 
 def _open(path: Path, shown: Path) -> BinaryIO:
     try:
-        from pvisor.journal.outfile import open_private
+        from pvisor.core.outfile import open_private
 
         return open_private(path)
     except OSError as exc:

@@ -15,7 +15,7 @@ import orjson
 
 from pvisor.adapters.agents import agent_names
 from pvisor.commands.params import NEW_RUN_ID
-from pvisor.journal.errors import UsageError
+from pvisor.core.errors import UsageError
 
 _MARK = "PVISOR_EOF"
 

@@ -18,8 +18,8 @@ from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import EXCHANGE_ID, RUN_ID, RUN_ID_TO_REMOVE
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.commands.reading import emit_json, open_reader, utc_time
-from pvisor.journal import progress
-from pvisor.journal.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
+from pvisor.core import progress
+from pvisor.core.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
 from pvisor.journal.model import TRUNCATED_FLAG, unpack_timings
 from pvisor.journal.paths import absolute
 from pvisor.journal.reader import JournalReader, body_json_field
@@ -379,8 +379,8 @@ def export(
             run_id = r.run(run_id).id  # an unknown run is an error before any file is touched
         if output:
             # a file is written beside it and renamed when whole (a failed export leaves what was
-            # there); a device or a FIFO is written in place (journal/outfile.py)
-            from pvisor.journal.outfile import replacing
+            # there); a device or a FIFO is written in place (core/outfile.py)
+            from pvisor.core.outfile import replacing
 
             make_output_parent(output, "--output")
             opened = False

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from pvisor.journal.errors import OutputError, UsageError
+from pvisor.core.errors import OutputError, UsageError
 from pvisor.journal.paths import absolute, make_directories
 
 

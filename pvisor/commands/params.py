@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from pvisor.commands.base import PathParam
-from pvisor.journal.lazyre import LazyPattern
+from pvisor.core.lazyre import LazyPattern
 
 _SIZE = LazyPattern(r"^\s*(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?\s*$", re.I)
 _UNITS = {
@@ -128,7 +128,7 @@ class JournalId(click.ParamType):
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
         from pvisor.commands.base import one_line
-        from pvisor.journal.errors import UsageError, shown
+        from pvisor.core.errors import UsageError, shown
         from pvisor.journal.model import is_run_id
         from pvisor.journal.paths import require_utf8
 
@@ -163,7 +163,7 @@ def refuse_key_shaped(named: str, text: str, what: str) -> None:
     token (not shown): a key is never a run id``. ``named``: the argument or option; ``what``:
     what it should have been (``a run id``, ``a run id or a file``). Every command that looks up
     a value it was given checks this before it names the value in a message."""
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.journal.redact import has_key_shape
 
     if has_key_shape(text):
@@ -220,7 +220,7 @@ def intercept_config(intercept: bool, confdir: str | None, mitmdump: str | None)
     ``--confdir`` or ``--mitmdump`` without it."""
     from pathlib import Path
 
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.journal.paths import absolute
 
     if not intercept:

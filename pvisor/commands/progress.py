@@ -1,4 +1,4 @@
-"""The progress bar of long commands: ``--no-progress`` and a :class:`pvisor.journal.progress.Sink`
+"""The progress bar of long commands: ``--no-progress`` and a :class:`pvisor.core.progress.Sink`
 drawing :func:`click.progressbar` on stderr.
 
 A bar is drawn only when stderr is a terminal (nothing goes into a log or a pipe) and
@@ -15,8 +15,8 @@ from typing import Any, Callable
 
 import click
 
-from pvisor.journal import progress
-from pvisor.journal.progress import Unit
+from pvisor.core import progress
+from pvisor.core.progress import Unit
 
 #: the environment variable that turns bars off everywhere (any value but "", "0")
 NO_PROGRESS_ENV = "PVISOR_NO_PROGRESS"

@@ -16,7 +16,7 @@ import click
 from pvisor.commands.base import Command, one_line
 from pvisor.commands.params import RUN_ID, intercept_config, intercept_options
 from pvisor.commands.progress import progress_option
-from pvisor.journal.errors import UsageError
+from pvisor.core.errors import UsageError
 from pvisor.replay.spec import (
     BY_NAME,
     CLI_OPTIONS,
@@ -168,7 +168,7 @@ _PATHS = ("output", "trajectory", "workspace")
 
 def _collected(problems: list[Any], check: Any, *args: Any) -> Any:
     """``check(*args)``, or None with its usage error added to ``problems``."""
-    from pvisor.journal.errors import PvisorError
+    from pvisor.core.errors import PvisorError
 
     try:
         return check(*args)

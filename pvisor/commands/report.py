@@ -54,7 +54,7 @@ def report(
     """
     from pvisor.adapters.exports import get_format
     from pvisor.adapters.exports.base import JournalSource, Settings
-    from pvisor.journal.errors import OutputError
+    from pvisor.core.errors import OutputError
     from pvisor.journal.reader import JournalReader
 
     form = get_format(REPORT)

@@ -13,7 +13,7 @@ import orjson
 from pvisor.adapters.agents import agent_names, executables
 from pvisor.adapters.agents.base import AgentOutcome
 from pvisor.commands.params import Seconds, intercept_config, intercept_options, max_response_body_option
-from pvisor.journal.errors import EXIT_TIMEOUT
+from pvisor.core.errors import EXIT_TIMEOUT
 from pvisor.commands.params import RUN_ID
 
 

@@ -25,7 +25,7 @@ import orjson
 from pvisor.commands.logs import show_on_stderr
 from pvisor.commands.outputs import check_output_path
 from pvisor.commands.params import NEW_RUN_ID, Seconds, Size, max_response_body_option
-from pvisor.journal.errors import EXIT_UNAVAILABLE, UnavailableError, UsageError
+from pvisor.core.errors import EXIT_UNAVAILABLE, UnavailableError, UsageError
 from pvisor.journal.paths import absolute
 
 EXIT_INTERRUPTED = 130  # SIGINT, as a shell reports Ctrl-C

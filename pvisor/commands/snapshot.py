@@ -134,7 +134,7 @@ def restore(
       pvisor snapshot restore r-3f2a9c0d1e2b --step 2 --before --into ws-before-2
       pvisor snapshot restore r-3f2a9c0d1e2b --after-step 0 --into ws-start
     """
-    from pvisor.journal.errors import UsageError
+    from pvisor.core.errors import UsageError
     from pvisor.replay.numbering import resolve_step, where
     from pvisor.replay.snapshots import restore_snapshot, run_snapshots
 

@@ -19,7 +19,7 @@ import click
 from pvisor.commands.base import Command
 import orjson
 
-from pvisor.journal.errors import UsageError
+from pvisor.core.errors import UsageError
 
 #: the widest table cell; --json and --csv keep whole values
 CELL_CHARS = 120

@@ -30,8 +30,8 @@ import orjson
 from pvisor.commands.exports import format_option
 from pvisor.commands.params import Seconds, Size
 from pvisor.commands.progress import is_terminal, progress_option
-from pvisor.journal import progress
-from pvisor.journal.errors import BadInputError
+from pvisor.core import progress
+from pvisor.core.errors import BadInputError
 
 
 #: the human table's rows kept to size its columns; past this many steps, rows stream at the

@@ -15,7 +15,7 @@ import orjson
 from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import pause_options, refuse_key_shaped
 from pvisor.commands.progress import progress_option
-from pvisor.journal.errors import OutputError, UsageError
+from pvisor.core.errors import OutputError, UsageError
 
 
 @click.command("view", cls=Command)
@@ -125,7 +125,7 @@ def view(
         return
     make_output_parent(output, "--output")
     try:
-        from pvisor.journal.outfile import open_private
+        from pvisor.core.outfile import open_private
 
         with open_private(output) as f:
             f.write(data)

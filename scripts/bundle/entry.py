@@ -2,4 +2,4 @@
 command of ``pvisor/__main__.py``, imported from the installed package (this file lives outside
 the package so that the build analyses the installed code, not the checkout)."""
 
-import pvisor.__main__  # noqa: F401  (runs the command, or a helper process: journal/helpers.py)
+import pvisor.__main__  # noqa: F401  (runs the command, or a helper process: core/helpers.py)
