@@ -16,7 +16,7 @@ import pytest
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol, protocol_for_path
 from pvisor.adapters.protocols.base import WIRE_PROTOCOL_MEMBERS, WireProtocol
 from pvisor.journal.model import Action, Reasoning, Step, Observation, ToolCall, ToolResult
-from pvisor.replay.prefix import append_action, native_conversation, native_request
+from pvisor.replay.prefix import append_action, native_conversation, native_request, render_native
 from pvisor.replay.result import prefix_record
 
 #: the type of each constant of the contract
@@ -33,6 +33,7 @@ CONSTANT_TYPES = {
     "TOOL_SCHEMA_REQUIRED": bool,
     "REQUIRED_PARAMS": Mapping,
     "SIGNED_REASONING": bool,
+    "CACHE_MARKERS": bool,
     "TOKEN_COUNT_FIELD": (str, type(None)),
 }
 
@@ -167,6 +168,33 @@ def test_the_cache_breakpoints_are_the_protocols_own():
     assert get_protocol("anthropic").cache_breakpoints(body) == 2
     for name in ("openai-chat", "openai-responses", "gemini"):
         assert get_protocol(name).cache_breakpoints(body) is None
+
+
+def test_the_cache_markers_are_the_protocols_own(fifth_protocol):
+    """An agent's render gets the markers of its protocol's module (issue 36): the descriptors
+    name no protocol, so a fifth protocol with cache markers gets them placed for every agent,
+    and the agent's own shape of a protocol (litellm's Anthropic blocks) still comes first."""
+
+    def place(body: dict) -> int:
+        body["messages"][-1]["marked"] = True
+        return 1
+
+    fifth_protocol.CACHE_MARKERS = True
+    fifth_protocol.place_cache_markers = place
+    conv, _ = native_conversation("mini-swe-agent", "fifth", "task", [], None, None, None, [_step()], 1, None)
+    for agent in ("codex", "mini-swe-agent", "gemini-cli"):
+        body, n = render_native(agent, conv)
+        assert n == 1 and orjson.loads(body)["messages"][-1]["marked"] is True, agent
+    conv.protocol = "openai-chat"
+    assert render_native("codex", conv)[1] is None
+    anthropic = get_protocol("anthropic").parse_request(
+        {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "hi"}]}
+    )
+    body, n = render_native("mini-swe-agent", anthropic)
+    assert n == 1
+    assert orjson.loads(body)["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}
+    ]
 
 
 def test_protocol_for_path_returns_the_registered_module():

@@ -81,9 +81,6 @@ class RequestTask(NamedTuple):
 #: litellm's ``provider/`` model prefix -> the protocol it speaks
 _LITELLM_PROVIDERS = {"anthropic": "anthropic", "openai": "openai-chat", "gemini": "gemini"}
 
-#: Anthropic allows at most this many ``cache_control`` breakpoints per request
-MAX_CACHE_BREAKPOINTS = 4
-
 
 class AgentDescriptor:
     """The facts of one agent (class attributes; methods with the agent's own behaviour).
@@ -196,18 +193,30 @@ class AgentDescriptor:
         them all (its native file holds the whole history sent)."""
         return 0
 
+    #: what the agent itself does to a rendered body of a protocol (protocol name -> a function
+    #: changing the parsed body in place) before the protocol's own prompt-cache markers are
+    #: placed: litellm's Anthropic shape, Gemini CLI's signatures
+    body_shapes: dict[str, Any] = {}
+
     def has_markers(self, protocol: str) -> bool:
-        """Whether :meth:`place_markers` changes a rendered ``protocol`` body."""
-        return protocol == "anthropic"
+        """Whether :meth:`place_markers` changes a rendered ``protocol`` body: the agent shapes
+        it (:attr:`body_shapes`) or the protocol has cache markers (its ``CACHE_MARKERS``)."""
+        # the protocol module is loaded already when a body of it is rendered
+        from pvisor.adapters.protocols import get_protocol
+
+        return protocol in self.body_shapes or get_protocol(protocol).CACHE_MARKERS
 
     def place_markers(self, protocol: str, body: dict[str, Any]) -> int | None:
-        """Put the agent's own markers into a rendered request ``body`` (in place): returns the
-        number of Anthropic cache breakpoints for an Anthropic body, else None. By default an
-        Anthropic body gets its markers the way Claude Code and litellm place them (the two
-        Anthropic clients recorded): :func:`place_anthropic_cache_control`."""
-        if protocol == "anthropic":
-            return place_anthropic_cache_control(body)
-        return None
+        """Put the agent's own markers into a rendered request ``body`` (in place): the agent's
+        shape of the protocol (:attr:`body_shapes`), then the protocol's prompt-cache markers
+        the way its recorded clients place them (its ``place_cache_markers``). Returns the
+        number of cache breakpoints of a protocol with cache markers, else None."""
+        from pvisor.adapters.protocols import get_protocol
+
+        shape = self.body_shapes.get(protocol)
+        if shape is not None:
+            shape(body)
+        return get_protocol(protocol).place_cache_markers(body)
 
     # ------------------------------------------------------------------ playback
 
@@ -440,47 +449,6 @@ def attached_value(argv: list[str], option: str) -> str | None:
     return found
 
 
-def _scrub_cache_control(messages: Any) -> int:
-    n = 0
-    for m in messages if isinstance(messages, list) else []:
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, list):
-            for b in content:
-                if isinstance(b, dict) and "cache_control" in b:
-                    del b["cache_control"]
-                    n += 1
-    return n
-
-
-def _count_cache_control(value: Any) -> int:
-    if isinstance(value, list):
-        return sum(1 for b in value if isinstance(b, dict) and "cache_control" in b)
-    return 0
-
-
-def place_anthropic_cache_control(body: dict[str, Any]) -> int:
-    """Place ``cache_control`` the way Claude Code 2.1 and litellm do (the recorded Claude Code
-    requests): markers on system blocks and tools stay as given (the profile's), every marker in
-    the messages is removed, and one ``{"type": "ephemeral"}`` goes on the last block of the
-    final user message, while the request holds fewer than :data:`MAX_CACHE_BREAKPOINTS` (4)
-    markers. A string content becomes one text block for it. Returns the number of markers."""
-    messages = body.get("messages") or []
-    _scrub_cache_control(messages)
-    fixed = _count_cache_control(body.get("system")) + _count_cache_control(body.get("tools"))
-    if fixed >= MAX_CACHE_BREAKPOINTS:
-        return fixed
-    for m in reversed(messages):
-        if isinstance(m, dict) and m.get("role") == "user":
-            content = m.get("content")
-            if isinstance(content, str):
-                m["content"] = content = [{"type": "text", "text": content}]
-            if isinstance(content, list) and content and isinstance(content[-1], dict):
-                content[-1]["cache_control"] = {"type": "ephemeral"}
-                return fixed + 1
-            break
-    return fixed
-
-
 def litellm_anthropic_shape(body: dict[str, Any]) -> None:
     """How litellm sends a conversation in Anthropic Messages (a real mini-swe-agent 2.4.6
     capture): a user message's string content as one text block, a ``tool_result``'s string
@@ -524,11 +492,7 @@ class LitellmAgent(AgentDescriptor):
     litellm = True
     streams = False
 
-    def place_markers(self, protocol: str, body: dict[str, Any]) -> int | None:
-        if protocol != "anthropic":
-            return None
-        litellm_anthropic_shape(body)
-        return place_anthropic_cache_control(body)
+    body_shapes = {"anthropic": litellm_anthropic_shape}
 
 
 def rx(pattern: str, flags: int = 0) -> LazyPattern:

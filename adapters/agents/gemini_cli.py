@@ -156,14 +156,7 @@ class GeminiCli(AgentProfile):
         # raw dropped: the file's toolCall record is not a Gemini part
         return ToolResult(wire_call_id(result.call_id, name), content, result.is_error, rname, None)
 
-    def has_markers(self, protocol: str) -> bool:
-        return protocol in ("gemini", "anthropic")
-
-    def place_markers(self, protocol: str, body: dict[str, Any]) -> int | None:
-        if protocol == "gemini":
-            place_signatures(body)
-            return None
-        return super().place_markers(protocol, body)
+    body_shapes = {"gemini": place_signatures}
 
     def task_from_argv(self, argv: list[str]) -> str | None:
         return attached_value(argv, "--prompt")

@@ -77,6 +77,7 @@ DEFAULT_MAX_TOKENS = 32000
 REQUIRED_PARAMS: dict[str, Any] = {"max_tokens": DEFAULT_MAX_TOKENS}
 #: a thinking block needs a signature of its own: reasoning of another protocol has none
 SIGNED_REASONING = True
+CACHE_MARKERS = True
 path_for_model = path_unchanged
 converted_tool_raw = no_converted_tool_raw
 
@@ -1090,6 +1091,52 @@ def cache_breakpoints(body: bytes) -> int:
         for b in part
         if isinstance(b, dict) and "cache_control" in b
     )
+
+
+#: Anthropic allows at most this many ``cache_control`` breakpoints per request
+MAX_CACHE_BREAKPOINTS = 4
+
+
+def _scrub_cache_control(messages: Any) -> int:
+    n = 0
+    for m in messages if isinstance(messages, list) else []:
+        content = m.get("content") if isinstance(m, dict) else None
+        if isinstance(content, list):
+            for b in content:
+                if isinstance(b, dict) and "cache_control" in b:
+                    del b["cache_control"]
+                    n += 1
+    return n
+
+
+def _count_cache_control(value: Any) -> int:
+    if isinstance(value, list):
+        return sum(1 for b in value if isinstance(b, dict) and "cache_control" in b)
+    return 0
+
+
+def place_cache_markers(body: dict[str, Any]) -> int:
+    """Place ``cache_control`` the way Claude Code 2.1 and litellm do (the two Anthropic clients
+    recorded, the Claude Code requests): markers on system blocks and tools stay as given (the
+    profile's), every marker in the messages is removed, and one ``{"type": "ephemeral"}`` goes
+    on the last block of the final user message, while the request holds fewer than
+    :data:`MAX_CACHE_BREAKPOINTS` (4) markers. A string content becomes one text block for it.
+    Returns the number of markers."""
+    messages = body.get("messages") or []
+    _scrub_cache_control(messages)
+    fixed = _count_cache_control(body.get("system")) + _count_cache_control(body.get("tools"))
+    if fixed >= MAX_CACHE_BREAKPOINTS:
+        return fixed
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            if isinstance(content, str):
+                m["content"] = content = [{"type": "text", "text": content}]
+            if isinstance(content, list) and content and isinstance(content[-1], dict):
+                content[-1]["cache_control"] = {"type": "ephemeral"}
+                return fixed + 1
+            break
+    return fixed
 
 
 # --------------------------------------------------------------------------- replies

@@ -715,6 +715,11 @@ def no_cache_breakpoints(body: bytes) -> int | None:
     return None
 
 
+def no_cache_markers(body: dict[str, Any]) -> int | None:
+    """``place_cache_markers`` of the protocols without cache markers: the body unchanged, None."""
+    return None
+
+
 # --------------------------------------------------------------------------- the contract
 
 
@@ -743,6 +748,8 @@ class WireProtocol(Protocol):
       with the value a render without a profile sends (Anthropic ``max_tokens``).
     - ``SIGNED_REASONING``: a reasoning block is accepted only with its own signature (or
       encrypted content) from this provider: reasoning of another protocol cannot be sent.
+    - ``CACHE_MARKERS``: its clients put prompt-cache markers into a request body (Anthropic
+      ``cache_control``), placed by ``place_cache_markers``.
     - ``TOKEN_COUNT_FIELD``: the field of a token-count response (``input_tokens``,
       ``totalTokens``), None for a protocol without one
       (:func:`pvisor.adapters.protocols.replies.token_count_reply`).
@@ -760,6 +767,7 @@ class WireProtocol(Protocol):
     TOOL_SCHEMA_REQUIRED: bool
     REQUIRED_PARAMS: Mapping[str, Any]
     SIGNED_REASONING: bool
+    CACHE_MARKERS: bool
     TOKEN_COUNT_FIELD: str | None
 
     def matches(self, path: str) -> bool:
@@ -852,6 +860,11 @@ class WireProtocol(Protocol):
     def cache_breakpoints(self, body: bytes) -> int | None:
         """The number of prompt-cache breakpoints in a request body (a JSON object; Anthropic
         ``cache_control`` blocks), or None for a protocol without them (the body unread)."""
+
+    def place_cache_markers(self, body: dict[str, Any]) -> int | None:
+        """Put prompt-cache markers into a parsed request body (in place) the way the protocol's
+        recorded clients do; the number the body then holds, or None for a protocol without
+        them (the body unchanged)."""
 
 
 #: the members of :class:`WireProtocol`, constants and functions (what a module must have)

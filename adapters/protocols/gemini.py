@@ -55,6 +55,7 @@ import orjson
 from pvisor.adapters.protocols.base import (
     no_converted_tool_raw,
     no_cache_breakpoints,
+    no_cache_markers,
     as_list,
     check_insert,
     compact_json,
@@ -111,6 +112,8 @@ REQUIRED_PARAMS: dict[str, Any] = {}
 SIGNED_REASONING = False
 converted_tool_raw = no_converted_tool_raw
 cache_breakpoints = no_cache_breakpoints
+CACHE_MARKERS = False
+place_cache_markers = no_cache_markers
 
 _PATH_RE = re.compile(r"^/(v1beta|v1)/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$")
 

@@ -32,6 +32,7 @@ from pvisor.adapters.protocols.base import (
     path_unchanged,
     no_converted_tool_raw,
     no_cache_breakpoints,
+    no_cache_markers,
     OMIT,
     IdSource,
     ParseMemo,
@@ -83,6 +84,8 @@ SIGNED_REASONING = False
 path_for_model = path_unchanged
 converted_tool_raw = no_converted_tool_raw
 cache_breakpoints = no_cache_breakpoints
+CACHE_MARKERS = False
+place_cache_markers = no_cache_markers
 
 _CANONICAL_KEYS = ("model", "messages", "tools", "stream")
 _SYSTEM_ROLES = ("system", "developer")

@@ -63,6 +63,7 @@ import orjson
 from pvisor.adapters.protocols.base import (
     path_unchanged,
     no_cache_breakpoints,
+    no_cache_markers,
     as_list,
     check_insert,
     compact_json,
@@ -118,6 +119,8 @@ REQUIRED_PARAMS: dict[str, Any] = {}
 SIGNED_REASONING = False
 path_for_model = path_unchanged
 cache_breakpoints = no_cache_breakpoints
+CACHE_MARKERS = False
+place_cache_markers = no_cache_markers
 
 #: ``created_at`` of replies rendered by :func:`action_to_response` (2026-01-01T00:00:00Z), fixed
 #: so that a rendered reply is byte-identical from run to run.
