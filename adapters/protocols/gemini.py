@@ -44,13 +44,11 @@ snake_case ``raw``.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import re
 from dataclasses import fields as dc_fields
 from typing import Any, Iterable
 
-import orjson
 
 from pvisor.adapters.protocols.base import (
     no_converted_tool_raw,
@@ -75,7 +73,7 @@ from pvisor.adapters.protocols.base import (
     request_parser,
     strip_volatile,
 )
-from pvisor.adapters.protocols.sse import SSEDecoder, encode_event
+from pvisor.adapters.protocols.sse import BareJson, encode_event, events, loads_json, short
 from pvisor.journal.model import (
     Action,
     Conversation,
@@ -532,66 +530,6 @@ def render_request(conv: Conversation) -> bytes:
 # --------------------------------------------------------------------------- reassembly
 
 
-def _loads_json(text: str) -> Any:
-    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half
-    a UTF-16 pair is valid JSON, not valid UTF-8)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
-def _short(value: Any, n: int = 60) -> str:
-    s = value if isinstance(value, str) else repr(value)
-    return s if len(s) <= n else s[:n] + "…"
-
-
-class _BareJson:
-    """Whole JSON objects from text outside SSE ``data:`` lines: python-genai brace-counts such
-    lines (``_api_client.py``) to read error objects, possibly spread over several lines. The
-    ``[``, ``,`` and ``]`` between objects are skipped, so the JSON-array framing of
-    ``streamGenerateContent`` without ``alt=sse`` (``[{…},\\n{…}]``) is read the same way."""
-
-    __slots__ = ("buf", "depth", "in_str", "esc")
-
-    def __init__(self) -> None:
-        self.buf: list[str] = []
-        self.depth = 0
-        self.in_str = False
-        self.esc = False
-
-    def feed(self, text: str) -> tuple[list[str], str]:
-        """Objects completed by ``text``, and any stray non-JSON text found between objects."""
-        done: list[str] = []
-        junk: list[str] = []
-        for ch in text:
-            if self.depth == 0:
-                if ch == "{":
-                    self.depth = 1
-                    self.buf = ["{"]
-                elif ch not in " \t\r\n[],":
-                    junk.append(ch)
-                continue
-            self.buf.append(ch)
-            if self.in_str:
-                if self.esc:
-                    self.esc = False
-                elif ch == "\\":
-                    self.esc = True
-                elif ch == '"':
-                    self.in_str = False
-            elif ch == '"':
-                self.in_str = True
-            elif ch in "{[":
-                self.depth += 1
-            elif ch in "}]":
-                self.depth -= 1
-                if self.depth == 0:
-                    done.append("".join(self.buf))
-                    self.buf = []
-        return done, "".join(junk)
-
-
 def _mergeable(prev: Any, part: Any) -> bool:
     """Whether a streamed text part continues the previous one: both plain text of the same kind
     (thought or not), and the previous part not yet closed by a ``thoughtSignature``."""
@@ -621,9 +559,9 @@ class _Merger:
     def payload(self, text: str, where: str) -> None:
         self.events += 1
         try:
-            obj = _loads_json(text)
+            obj = loads_json(text)
         except ValueError:
-            self.problems.append(f"{where} {self.events}: not JSON: {_short(text)!r}")
+            self.problems.append(f"{where} {self.events}: not JSON: {short(text)!r}")
             return
         if isinstance(obj, list):  # one data line holding an array of responses
             for o in obj:
@@ -639,7 +577,7 @@ class _Merger:
             if self.error is None:
                 self.error = obj
             else:
-                self.problems.append(f"another error object: {_short(obj.get('error'))}")
+                self.problems.append(f"another error object: {short(obj.get('error'))}")
             return
         if isinstance(obj.get("response"), dict) and "candidates" not in obj and "usageMetadata" not in obj:
             obj = obj["response"]  # Code Assist envelope {"response": {...}, "traceId": ...}
@@ -719,23 +657,16 @@ def reassemble(chunks: Iterable[bytes]) -> Reassembled:
     means a candidate had a ``finishReason`` (or the prompt was blocked). Never raises on bad
     data: unparsable payloads and stray text become ``problems``."""
     merger = _Merger()
-    bare = _BareJson()
-    dec = SSEDecoder()
-
-    def handle(events: list) -> None:
-        for ev in events:
-            for line in ev.stray:
-                objs, junk = bare.feed(line + "\n")
-                if junk.strip():
-                    merger.problems.append(f"non-JSON text outside data lines ignored: {_short(line)!r}")
-                for text in objs:
-                    merger.payload(text, "bare JSON")
-            if ev.has_data:
-                merger.payload(ev.data, "event")
-
-    for chunk in chunks:
-        handle(dec.feed(bytes(chunk)))
-    handle(dec.flush())
+    bare = BareJson()
+    for ev in events(chunks):
+        for line in ev.stray:
+            objs, junk = bare.feed(line + "\n")
+            if junk.strip():
+                merger.problems.append(f"non-JSON text outside data lines ignored: {short(line)!r}")
+            for text in objs:
+                merger.payload(text, "bare JSON")
+        if ev.has_data:
+            merger.payload(ev.data, "event")
     if bare.depth:
         merger.problems.append(
             f"unterminated JSON at the end of the stream ({len(''.join(bare.buf))} characters)"

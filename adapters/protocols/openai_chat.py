@@ -52,7 +52,7 @@ from pvisor.adapters.protocols.base import (
     split_text,
     with_body_model,
 )
-from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
+from pvisor.adapters.protocols.sse import SSEEvent, encode_event, events
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -723,14 +723,8 @@ def reassemble(chunks: Iterable[bytes] | bytes) -> Reassembled:
     sets ``complete``; a data object with an ``error`` key becomes ``Reassembled.error``.
     Never raises on bad data: unparsable events are reported in ``problems``.
     """
-    if isinstance(chunks, (bytes, bytearray, memoryview)):
-        chunks = [bytes(chunks)]
-    dec = SSEDecoder()
     acc = _Accumulator()
-    for chunk in chunks:
-        for ev in dec.feed(chunk):
-            acc.event(ev)
-    for ev in dec.flush():
+    for ev in events(chunks):
         acc.event(ev)
     return acc.result()
 

@@ -53,12 +53,10 @@ part overlaying its canonical fields onto a copy of its own ``raw`` item to keep
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import fields as dc_fields
 from typing import Any, Iterable
 
-import orjson
 
 from pvisor.adapters.protocols.base import (
     path_unchanged,
@@ -84,7 +82,7 @@ from pvisor.adapters.protocols.base import (
     strip_volatile,
     with_body_model,
 )
-from pvisor.adapters.protocols.sse import SSEDecoder, SSEEvent, encode_event
+from pvisor.adapters.protocols.sse import SSEEvent, encode_event, events, loads_json, place, short
 from pvisor.core.errors import BadInputError
 from pvisor.core.lazyre import LazyPattern
 from pvisor.journal.model import (
@@ -146,6 +144,28 @@ _TERMINAL = {
     "response.completed": "completed",
     "response.incomplete": "incomplete",
     "response.failed": "failed",
+}
+#: the events of a whole part (event type without ``.added``/``.done`` -> the item's list of
+#: parts, the index field)
+_PART_EVENTS = {
+    "response.content_part": ("content", "content_index"),
+    "response.reasoning_summary_part": ("summary", "summary_index"),
+}
+#: the events of a string field, streamed as ``.delta`` events and assigned by ``.done`` (event
+#: type without the suffix -> the item's list of parts holding it, the index field, the part a
+#: delta creates, the field; a list of None: the field is the item's own)
+_TEXT_EVENTS: dict[str, tuple] = {
+    "response.output_text": ("content", "content_index", {"type": "output_text", "text": ""}, "text"),
+    "response.refusal": ("content", "content_index", {"type": "refusal", "refusal": ""}, "refusal"),
+    "response.function_call_arguments": (None, None, None, "arguments"),
+    "response.custom_tool_call_input": (None, None, None, "input"),
+    "response.reasoning_summary_text": (
+        "summary",
+        "summary_index",
+        {"type": "summary_text", "text": ""},
+        "text",
+    ),
+    "response.reasoning_text": ("content", "content_index", {"type": "reasoning_text", "text": ""}, "text"),
 }
 
 
@@ -664,33 +684,6 @@ def render_request(conv: Conversation) -> bytes:
 # --------------------------------------------------------------------------- reassembly
 
 
-def _loads_json(text: str) -> Any:
-    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half
-    a UTF-16 pair is valid JSON, not valid UTF-8)."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
-def _short(value: Any, n: int = 60) -> str:
-    s = value if isinstance(value, str) else repr(value)
-    return s if len(s) <= n else s[:n] + "…"
-
-
-def _place(lst: list, idx: Any, value: Any) -> None:
-    """Put ``value`` at ``idx`` (append when idx is not an int), leaving None in skipped slots."""
-    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
-        lst.append(value)
-        return
-    while len(lst) < idx:
-        lst.append(None)
-    if idx < len(lst):
-        lst[idx] = value
-    else:
-        lst.append(value)
-
-
 class _Accumulator:
     """State of one Responses stream being reassembled (rules: openai-python's ``accumulate_event``
     for Responses)."""
@@ -728,14 +721,14 @@ class _Accumulator:
         if isinstance(idx, int) and 0 <= idx < len(lst) and isinstance(lst[idx], dict):
             return lst[idx]
         part = dict(default)
-        _place(lst, idx, part)
+        place(lst, idx, part)
         return part
 
     def append(self, container: dict | None, key: str, delta: Any) -> None:
         if container is None:
             return
         if not isinstance(delta, str):
-            self.problem(f"delta for {key!r} is not a string: {_short(delta)}")
+            self.problem(f"delta for {key!r} is not a string: {short(delta)}")
             return
         prev = container.get(key)
         container[key] = (prev if isinstance(prev, str) else "") + delta
@@ -747,7 +740,7 @@ class _Accumulator:
         prev = container.get(key)
         if isinstance(prev, str) and prev and prev != value:
             self.problem(
-                f"{what}: concatenated deltas {_short(prev)!r} differ from the done value {_short(value)!r}"
+                f"{what}: concatenated deltas {short(prev)!r} differ from the done value {short(value)!r}"
             )
         container[key] = value
 
@@ -755,7 +748,7 @@ class _Accumulator:
 
     def on_sse(self, ev: SSEEvent) -> None:
         for line in ev.stray:
-            self.problem(f"non-SSE line ignored: {_short(line)!r}")
+            self.problem(f"non-SSE line ignored: {short(line)!r}")
         if not ev.has_data:
             if ev.event is not None:
                 self.problem(f"event {ev.event!r} without data ignored")
@@ -763,9 +756,9 @@ class _Accumulator:
         self.events += 1
         n = self.events
         try:
-            obj = _loads_json(ev.data)
+            obj = loads_json(ev.data)
         except ValueError:
-            self.problem(f"event {n}: data is not JSON: {_short(ev.data)!r}")
+            self.problem(f"event {n}: data is not JSON: {short(ev.data)!r}")
             return
         if not isinstance(obj, dict):
             self.problem(f"event {n}: data is a JSON {json_type(obj)}, expected an object")
@@ -803,23 +796,16 @@ class _Accumulator:
             self.problem(f"event {n} ({etype}) could not be applied: {type(exc).__name__}: {exc}")
 
     def apply(self, etype: str, obj: dict) -> None:
+        """Apply one event (the rules at :func:`reassemble`), in steps: the response's life
+        (created, error, terminal, snapshots), whole output items, whole parts, string fields."""
         if etype == "response.created":
-            if self.started:
-                self.problem("response.created is not the first event")
-            resp = obj.get("response")
-            if isinstance(resp, dict):
-                self.snapshot = resp
-                if not self.items and isinstance(resp.get("output"), list):
-                    self.items = list(resp["output"])
-            else:
-                self.problem("response.created without a response object")
-            self.started = True
+            self.created(obj)
             return
         if etype == "error":
             if self.error is None:
                 self.error = obj
             else:
-                self.problem(f"another error event: {_short(obj.get('message'))!r}")
+                self.problem(f"another error event: {short(obj.get('message'))!r}")
             return
         if self.snapshot is None and not self.warned_no_created:
             self.warned_no_created = True
@@ -835,97 +821,73 @@ class _Accumulator:
             if isinstance(obj.get("response"), dict):
                 self.snapshot = obj["response"]
             return
-        if etype == "response.output_item.added":
-            idx = obj.get("output_index")
-            if isinstance(idx, int) and idx < len(self.items) and self.items[idx] is not None:
-                self.problem(f"output_item.added for output_index {idx}, already taken")
-            _place(self.items, idx, obj.get("item"))
-            return
-        if etype == "response.output_item.done":
-            idx = obj.get("output_index")
-            if not (isinstance(idx, int) and 0 <= idx < len(self.items) and self.items[idx] is not None):
-                self.problem(f"output_item.done for output_index {idx!r} without output_item.added")
-            _place(self.items, idx, obj.get("item"))
-            return
-        if etype in ("response.content_part.added", "response.content_part.done"):
-            item = self.item(obj, etype)
-            if item is not None:
-                content = item.get("content")
-                if not isinstance(content, list):
-                    content = item["content"] = []
-                _place(content, obj.get("content_index"), obj.get("part"))
-            return
-        if etype in (
-            "response.output_text.delta",
-            "response.output_text.done",
-            "response.refusal.delta",
-            "response.refusal.done",
-            "response.output_text.annotation.added",
-        ):
-            item = self.item(obj, etype)
-            if item is None:
-                return
-            key = "refusal" if ".refusal." in etype else "text"
-            part = self.sub(
-                item,
-                "content",
-                obj.get("content_index"),
-                {"type": "refusal" if key == "refusal" else "output_text", key: ""},
-            )
-            if etype.endswith(".delta"):
-                self.append(part, key, obj.get("delta"))
-            elif etype.endswith(".done"):
-                self.settle(part, key, obj.get(key), etype)
-            else:
-                anns = part.get("annotations")
-                if not isinstance(anns, list):
-                    anns = part["annotations"] = []
-                _place(anns, obj.get("annotation_index"), obj.get("annotation"))
-            return
-        if etype in ("response.function_call_arguments.delta", "response.function_call_arguments.done"):
-            item = self.item(obj, etype)
-            if etype.endswith(".delta"):
-                self.append(item, "arguments", obj.get("delta"))
-            else:
-                self.settle(item, "arguments", obj.get("arguments"), etype)
-            return
-        if etype in ("response.custom_tool_call_input.delta", "response.custom_tool_call_input.done"):
-            item = self.item(obj, etype)
-            if etype.endswith(".delta"):
-                self.append(item, "input", obj.get("delta"))
-            else:
-                self.settle(item, "input", obj.get("input"), etype)
-            return
-        if etype in ("response.reasoning_summary_part.added", "response.reasoning_summary_part.done"):
-            item = self.item(obj, etype)
-            if item is not None:
-                summary = item.get("summary")
-                if not isinstance(summary, list):
-                    summary = item["summary"] = []
-                _place(summary, obj.get("summary_index"), obj.get("part"))
-            return
-        if etype in ("response.reasoning_summary_text.delta", "response.reasoning_summary_text.done"):
-            item = self.item(obj, etype)
-            if item is None:
-                return
-            part = self.sub(item, "summary", obj.get("summary_index"), {"type": "summary_text", "text": ""})
-            if etype.endswith(".delta"):
-                self.append(part, "text", obj.get("delta"))
-            else:
-                self.settle(part, "text", obj.get("text"), etype)
-            return
-        if etype in ("response.reasoning_text.delta", "response.reasoning_text.done"):
-            item = self.item(obj, etype)
-            if item is None:
-                return
-            part = self.sub(item, "content", obj.get("content_index"), {"type": "reasoning_text", "text": ""})
-            if etype.endswith(".delta"):
-                self.append(part, "text", obj.get("delta"))
-            else:
-                self.settle(part, "text", obj.get("text"), etype)
-            return
+        stem, _, step = etype.rpartition(".")
+        if stem == "response.output_item":
+            self.output_item(etype, step, obj)
+        elif stem in _PART_EVENTS and step in ("added", "done"):
+            self.whole_part(etype, _PART_EVENTS[stem], obj)
+        elif stem in _TEXT_EVENTS and step in ("delta", "done"):
+            self.text(etype, _TEXT_EVENTS[stem], step, obj)
+        elif etype == "response.output_text.annotation.added":
+            self.annotation(etype, obj)
         # other events (web_search_call.*, mcp_call.*, ...) carry no content of their own: the
         # item's final form arrives with output_item.done
+
+    def created(self, obj: dict) -> None:
+        if self.started:
+            self.problem("response.created is not the first event")
+        resp = obj.get("response")
+        if isinstance(resp, dict):
+            self.snapshot = resp
+            if not self.items and isinstance(resp.get("output"), list):
+                self.items = list(resp["output"])
+        else:
+            self.problem("response.created without a response object")
+        self.started = True
+
+    def output_item(self, etype: str, step: str, obj: dict) -> None:
+        idx = obj.get("output_index")
+        if step == "added":
+            if isinstance(idx, int) and idx < len(self.items) and self.items[idx] is not None:
+                self.problem(f"output_item.added for output_index {idx}, already taken")
+        elif step == "done":
+            if not (isinstance(idx, int) and 0 <= idx < len(self.items) and self.items[idx] is not None):
+                self.problem(f"output_item.done for output_index {idx!r} without output_item.added")
+        else:
+            return
+        place(self.items, idx, obj.get("item"))
+
+    def whole_part(self, etype: str, where: tuple[str, str], obj: dict) -> None:
+        """``content_part.*`` and ``reasoning_summary_part.*``: the part at its index."""
+        item = self.item(obj, etype)
+        if item is not None:
+            key, index_key = where
+            lst = item.get(key)
+            if not isinstance(lst, list):
+                lst = item[key] = []
+            place(lst, obj.get(index_key), obj.get("part"))
+
+    def text(self, etype: str, where: tuple, step: str, obj: dict) -> None:
+        """A ``.delta`` appended to a string field, a ``.done`` assigning it (:meth:`settle`)."""
+        item = self.item(obj, etype)
+        if item is None:
+            return
+        key, index_key, empty, field = where
+        part = item if key is None else self.sub(item, key, obj.get(index_key), empty)
+        if step == "delta":
+            self.append(part, field, obj.get("delta"))
+        else:
+            self.settle(part, field, obj.get(field), etype)
+
+    def annotation(self, etype: str, obj: dict) -> None:
+        item = self.item(obj, etype)
+        if item is None:
+            return
+        part = self.sub(item, "content", obj.get("content_index"), {"type": "output_text", "text": ""})
+        anns = part.get("annotations")
+        if not isinstance(anns, list):
+            anns = part["annotations"] = []
+        place(anns, obj.get("annotation_index"), obj.get("annotation"))
 
     def result(self) -> Reassembled:
         holes = [i for i, it in enumerate(self.items) if it is None]
@@ -977,11 +939,7 @@ def reassemble(chunks: Iterable[bytes]) -> Reassembled:
     ignored) and reordering are reported in ``problems``; the ``obfuscation`` padding of delta
     events is ignored. Never raises on bad data: unparsable events become problems."""
     acc = _Accumulator()
-    dec = SSEDecoder()
-    for chunk in chunks:
-        for ev in dec.feed(bytes(chunk)):
-            acc.on_sse(ev)
-    for ev in dec.flush():
+    for ev in events(chunks):
         acc.on_sse(ev)
     return acc.result()
 
@@ -1008,134 +966,88 @@ def _in_progress(item: dict, **replace: Any) -> dict:
     return added
 
 
+def _emit_text(w: _EventWriter, stem: str, key: str, value: str, at: dict, **tails: dict) -> None:
+    """A string field as ``stem.delta`` (the whole value, none when empty) and ``stem.done``
+    (``key``: the value); ``at``: the fields locating it, ``tails``: fields after them
+    (``delta``/``done``: output_text's ``logprobs``)."""
+    if value:
+        w.emit(f"{stem}.delta", **at, delta=value, **tails.get("delta", {}))
+    w.emit(f"{stem}.done", **at, **{key: value}, **tails.get("done", {}))
+
+
+def _render_message(w: _EventWriter, o: int, iid: str, item: dict) -> None:
+    """A ``message`` item's content parts: text and refusal parts as an empty part, their text
+    and the whole part; other parts whole."""
+    w.emit("response.output_item.added", output_index=o, item=_in_progress(item, content=[]))
+    for c, part in enumerate(item["content"]):
+        at = {"item_id": iid, "output_index": o, "content_index": c}
+        ptype = part.get("type") if isinstance(part, dict) else None
+        key = "text" if ptype == "output_text" else "refusal" if ptype == "refusal" else None
+        if key is None or not isinstance(part.get(key), str):
+            w.emit("response.content_part.added", **at, part=part)
+            w.emit("response.content_part.done", **at, part=part)
+            continue
+        empty = dict(part)
+        empty[key] = ""
+        if "annotations" in empty:
+            empty["annotations"] = []
+        w.emit("response.content_part.added", **at, part=empty)
+        if key == "text":
+            logprobs = part.get("logprobs") if isinstance(part.get("logprobs"), list) else []
+            tails = {"delta": {"logprobs": []}, "done": {"logprobs": logprobs}}
+            _emit_text(w, "response.output_text", "text", part[key], at, **tails)
+        else:
+            _emit_text(w, "response.refusal", "refusal", part[key], at)
+        w.emit("response.content_part.done", **at, part=part)
+
+
+def _render_reasoning(w: _EventWriter, o: int, iid: str, item: dict) -> None:
+    """A ``reasoning`` item: its summary parts (empty, text, whole) and its ``reasoning_text``
+    content."""
+    summary = item.get("summary") if isinstance(item.get("summary"), list) else []
+    content = item.get("content") if isinstance(item.get("content"), list) else None
+    added = _in_progress(item, summary=[])
+    if content is not None:
+        added["content"] = []
+    w.emit("response.output_item.added", output_index=o, item=added)
+    for s, part in enumerate(summary):
+        at = {"item_id": iid, "output_index": o, "summary_index": s}
+        if not (isinstance(part, dict) and isinstance(part.get("text"), str)):
+            w.emit("response.reasoning_summary_part.added", **at, part=part)
+            continue
+        w.emit("response.reasoning_summary_part.added", **at, part={**part, "text": ""})
+        _emit_text(w, "response.reasoning_summary_text", "text", part["text"], at)
+        w.emit("response.reasoning_summary_part.done", **at, part=part)
+    for c, part in enumerate(content or ()):
+        if (
+            isinstance(part, dict)
+            and part.get("type") == "reasoning_text"
+            and isinstance(part.get("text"), str)
+        ):
+            at = {"item_id": iid, "output_index": o, "content_index": c}
+            _emit_text(w, "response.reasoning_text", "text", part["text"], at)
+
+
 def _render_item(w: _EventWriter, o: int, item: Any) -> None:
+    """One output item as ``output_item.added``, the events of its streamed fields and
+    ``output_item.done``."""
     if not isinstance(item, dict):
         w.emit("response.output_item.added", output_index=o, item=item)
         w.emit("response.output_item.done", output_index=o, item=item)
         return
     t = item.get("type")
     iid = item.get("id") if isinstance(item.get("id"), str) else ""
+    at = {"item_id": iid, "output_index": o}
     if t == "message" and isinstance(item.get("content"), list):
-        w.emit("response.output_item.added", output_index=o, item=_in_progress(item, content=[]))
-        for c, part in enumerate(item["content"]):
-            ptype = part.get("type") if isinstance(part, dict) else None
-            key = "text" if ptype == "output_text" else "refusal" if ptype == "refusal" else None
-            if key is None or not isinstance(part.get(key), str):
-                w.emit("response.content_part.added", item_id=iid, output_index=o, content_index=c, part=part)
-                w.emit("response.content_part.done", item_id=iid, output_index=o, content_index=c, part=part)
-                continue
-            empty = dict(part)
-            empty[key] = ""
-            if "annotations" in empty:
-                empty["annotations"] = []
-            w.emit("response.content_part.added", item_id=iid, output_index=o, content_index=c, part=empty)
-            value = part[key]
-            if key == "text":
-                if value:
-                    w.emit(
-                        "response.output_text.delta",
-                        item_id=iid,
-                        output_index=o,
-                        content_index=c,
-                        delta=value,
-                        logprobs=[],
-                    )
-                w.emit(
-                    "response.output_text.done",
-                    item_id=iid,
-                    output_index=o,
-                    content_index=c,
-                    text=value,
-                    logprobs=part.get("logprobs") if isinstance(part.get("logprobs"), list) else [],
-                )
-            else:
-                if value:
-                    w.emit(
-                        "response.refusal.delta", item_id=iid, output_index=o, content_index=c, delta=value
-                    )
-                w.emit("response.refusal.done", item_id=iid, output_index=o, content_index=c, refusal=value)
-            w.emit("response.content_part.done", item_id=iid, output_index=o, content_index=c, part=part)
+        _render_message(w, o, iid, item)
     elif t == "function_call" and isinstance(item.get("arguments"), str):
         w.emit("response.output_item.added", output_index=o, item=_in_progress(item, arguments=""))
-        if item["arguments"]:
-            w.emit(
-                "response.function_call_arguments.delta", item_id=iid, output_index=o, delta=item["arguments"]
-            )
-        w.emit(
-            "response.function_call_arguments.done", item_id=iid, output_index=o, arguments=item["arguments"]
-        )
+        _emit_text(w, "response.function_call_arguments", "arguments", item["arguments"], at)
     elif t == "custom_tool_call" and isinstance(item.get("input"), str):
         w.emit("response.output_item.added", output_index=o, item=_in_progress(item, input=""))
-        if item["input"]:
-            w.emit("response.custom_tool_call_input.delta", item_id=iid, output_index=o, delta=item["input"])
-        w.emit("response.custom_tool_call_input.done", item_id=iid, output_index=o, input=item["input"])
+        _emit_text(w, "response.custom_tool_call_input", "input", item["input"], at)
     elif t == "reasoning":
-        summary = item.get("summary") if isinstance(item.get("summary"), list) else []
-        content = item.get("content") if isinstance(item.get("content"), list) else None
-        added = _in_progress(item, summary=[])
-        if content is not None:
-            added["content"] = []
-        w.emit("response.output_item.added", output_index=o, item=added)
-        for s, part in enumerate(summary):
-            if not (isinstance(part, dict) and isinstance(part.get("text"), str)):
-                w.emit(
-                    "response.reasoning_summary_part.added",
-                    item_id=iid,
-                    output_index=o,
-                    summary_index=s,
-                    part=part,
-                )
-                continue
-            w.emit(
-                "response.reasoning_summary_part.added",
-                item_id=iid,
-                output_index=o,
-                summary_index=s,
-                part={**part, "text": ""},
-            )
-            if part["text"]:
-                w.emit(
-                    "response.reasoning_summary_text.delta",
-                    item_id=iid,
-                    output_index=o,
-                    summary_index=s,
-                    delta=part["text"],
-                )
-            w.emit(
-                "response.reasoning_summary_text.done",
-                item_id=iid,
-                output_index=o,
-                summary_index=s,
-                text=part["text"],
-            )
-            w.emit(
-                "response.reasoning_summary_part.done",
-                item_id=iid,
-                output_index=o,
-                summary_index=s,
-                part=part,
-            )
-        for c, part in enumerate(content or ()):
-            if (
-                isinstance(part, dict)
-                and part.get("type") == "reasoning_text"
-                and isinstance(part.get("text"), str)
-            ):
-                if part["text"]:
-                    w.emit(
-                        "response.reasoning_text.delta",
-                        item_id=iid,
-                        output_index=o,
-                        content_index=c,
-                        delta=part["text"],
-                    )
-                w.emit(
-                    "response.reasoning_text.done",
-                    item_id=iid,
-                    output_index=o,
-                    content_index=c,
-                    text=part["text"],
-                )
+        _render_reasoning(w, o, iid, item)
     else:
         w.emit("response.output_item.added", output_index=o, item=item)
     w.emit("response.output_item.done", output_index=o, item=item)

@@ -1,4 +1,6 @@
-"""Incremental Server-Sent Events decoding and encoding, on bytes.
+"""Incremental Server-Sent Events decoding and encoding, on bytes, and the protocol-neutral
+pieces every protocol's stream reassembly reads events with (:func:`events`, :func:`loads_json`,
+:func:`short`, :func:`place`, :class:`BareJson`).
 
 Rules (WHATWG HTML "Server-sent events", as the official SDKs apply them, e.g.
 anthropic-sdk-python ``_streaming.py`` ``SSEDecoder``):
@@ -18,7 +20,12 @@ whole; invalid UTF-8 is replaced with U+FFFD.
 
 from __future__ import annotations
 
+import json
 from dataclasses import field
+from typing import Any, Iterable, Iterator
+
+import orjson
+
 from pvisor.core.record import Record, record
 from pvisor.core.lazyre import LazyPattern
 
@@ -132,6 +139,94 @@ def decode_all(chunks) -> list[SSEEvent]:
         out.extend(dec.feed(chunk))
     out.extend(dec.flush())
     return out
+
+
+def events(chunks: Iterable[bytes] | bytes) -> Iterator[SSEEvent]:
+    """Every event of a byte stream (one bytes object, or byte chunks split anywhere) as it
+    completes, the event pending at the end included (:meth:`SSEDecoder.flush`)."""
+    if isinstance(chunks, (bytes, bytearray, memoryview)):
+        chunks = [bytes(chunks)]
+    dec = SSEDecoder()
+    for chunk in chunks:
+        yield from dec.feed(bytes(chunk))
+    yield from dec.flush()
+
+
+def loads_json(text: str) -> Any:
+    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half
+    a UTF-16 pair is valid JSON, not valid UTF-8). Raises ValueError for text that is not JSON."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+def short(value: Any, n: int = 60) -> str:
+    """``value`` (a string, else its repr) cut to ``n`` characters and an ellipsis, for a
+    problem's sentence."""
+    s = value if isinstance(value, str) else repr(value)
+    return s if len(s) <= n else s[:n] + "…"
+
+
+def place(lst: list, idx: Any, value: Any) -> None:
+    """Put ``value`` at ``idx`` of a list being reassembled (appended when idx is not an int
+    >= 0), leaving None in skipped slots."""
+    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+        lst.append(value)
+        return
+    while len(lst) < idx:
+        lst.append(None)
+    if idx < len(lst):
+        lst[idx] = value
+    else:
+        lst.append(value)
+
+
+class BareJson:
+    """Whole JSON objects from text outside SSE ``data:`` lines: python-genai brace-counts such
+    lines (``_api_client.py``) to read error objects, possibly spread over several lines. The
+    ``[``, ``,`` and ``]`` between objects are skipped, so a stream framed as a JSON array
+    (``[{…},\n{…}]``, Gemini's ``streamGenerateContent`` without ``alt=sse``) is read the same
+    way."""
+
+    __slots__ = ("buf", "depth", "in_str", "esc")
+
+    def __init__(self) -> None:
+        self.buf: list[str] = []
+        self.depth = 0
+        self.in_str = False
+        self.esc = False
+
+    def feed(self, text: str) -> tuple[list[str], str]:
+        """Objects completed by ``text``, and any stray non-JSON text found between objects."""
+        done: list[str] = []
+        junk: list[str] = []
+        for ch in text:
+            if self.depth == 0:
+                if ch == "{":
+                    self.depth = 1
+                    self.buf = ["{"]
+                elif ch not in " \t\r\n[],":
+                    junk.append(ch)
+                continue
+            self.buf.append(ch)
+            if self.in_str:
+                if self.esc:
+                    self.esc = False
+                elif ch == "\\":
+                    self.esc = True
+                elif ch == '"':
+                    self.in_str = False
+            elif ch == '"':
+                self.in_str = True
+            elif ch in "{[":
+                self.depth += 1
+            elif ch in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    done.append("".join(self.buf))
+                    self.buf = []
+        return done, "".join(junk)
 
 
 def encode_event(data: bytes, event: str | None = None, *, eol: bytes = b"\n") -> bytes:
