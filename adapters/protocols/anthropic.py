@@ -43,6 +43,8 @@ from pvisor.adapters.protocols.base import (
     request_parser,
     split_text,
     with_body_model,
+    function_tools_only,
+    tools_as_parsed,
 )
 from pvisor.adapters.protocols.sse import SSEEvent, encode_event, events
 from pvisor.core.errors import BadInputError
@@ -1044,11 +1046,8 @@ def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, 
     return out, path, rewrites
 
 
-def with_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict | None]:
-    """A parsed Messages request body asking for ``model`` (its ``model`` field set; the path
-    is unchanged): ``(body, path, {"from": old, "to": model})``, or ``(obj, path, None)`` when
-    it already does. Raises ValueError for a model that is not a non-empty string."""
-    return with_body_model(obj, path, model)
+# the model is the body's ``model`` field; the path is unchanged
+with_model = with_body_model
 
 
 def reasoning_refusal(status: int, body: bytes) -> str | None:
@@ -1059,14 +1058,10 @@ def reasoning_refusal(status: int, body: bytes) -> str | None:
     return refusal_message(status, body, _REFUSALS)
 
 
-def offered_tools(conv: Conversation) -> list[ToolSpec]:
-    """The tools the request offers the model: its tool definitions as parsed."""
-    return list(conv.tools)
+offered_tools = tools_as_parsed
 
 
-def tool_kind(spec: ToolSpec) -> str:
-    """How a call of the tool is written: always ``function`` in this protocol."""
-    return "function"
+tool_kind = function_tools_only
 
 
 def cache_breakpoints(body: bytes) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import field
+from dataclasses import field, fields as dc_fields
 from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
 
 import orjson
@@ -718,6 +718,59 @@ def no_cache_breakpoints(body: bytes) -> int | None:
 def no_cache_markers(body: dict[str, Any]) -> int | None:
     """``place_cache_markers`` of the protocols without cache markers: the body unchanged, None."""
     return None
+
+
+def no_token_counts(path: str) -> bool:
+    """``counts_tokens`` of the protocols whose every path asks for a reply: False."""
+    return False
+
+
+def stream_in_body(path: str, query: Any, body: Any) -> bool:
+    """``wants_stream`` of the protocols that ask for a stream in the body: True when the body
+    (bytes or a parsed dict) has ``"stream": true``; a body that is not a JSON object asks for
+    no stream."""
+    try:
+        obj = loads_object(body)
+    except BadInputError:
+        return False
+    return obj.get("stream") is True
+
+
+def nothing_to_strip(obj: dict, served: set[str], path: str) -> tuple[dict, str, list[dict]]:
+    """``strip_reasoning`` of the protocols without signed reasoning: ``(obj, path, [])``."""
+    return obj, path, []
+
+
+def no_reasoning_keys(final: dict) -> set[str]:
+    """``reasoning_keys`` of the protocols without signed reasoning: always empty."""
+    return set()
+
+
+def tools_as_parsed(conv: Conversation) -> list[ToolSpec]:
+    """``offered_tools`` of the protocols whose tool definitions are all in ``tools``: the
+    request's tool definitions as parsed."""
+    return list(conv.tools)
+
+
+def function_tools_only(spec: ToolSpec) -> str:
+    """``tool_kind`` of the protocols whose every tool is a function: ``function``."""
+    return "function"
+
+
+def same_parts(a: list, b: list) -> bool:
+    """Parts equal in every canonical field (``raw`` ignored, except for OtherPart whose raw is
+    its content): whether a message's ``raw`` still says what its parts say."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if type(x) is not type(y):
+            return False
+        for f in dc_fields(x):
+            if f.name == "raw" and not isinstance(x, OtherPart):
+                continue
+            if getattr(x, f.name) != getattr(y, f.name):
+                return False
+    return True
 
 
 # --------------------------------------------------------------------------- the contract

@@ -46,7 +46,6 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import fields as dc_fields
 from typing import Any, Iterable
 
 
@@ -54,6 +53,7 @@ from pvisor.adapters.protocols.base import (
     no_converted_tool_raw,
     no_cache_breakpoints,
     no_cache_markers,
+    same_parts,
     as_list,
     check_insert,
     compact_json,
@@ -351,22 +351,6 @@ def normalise(conv: Conversation) -> dict:
 # --------------------------------------------------------------------------- render request
 
 
-def _same_parts(a: list, b: list) -> bool:
-    """Parts equal in every canonical field (``raw`` ignored, except for OtherPart whose raw is
-    its content)."""
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if type(x) is not type(y):
-            return False
-        for f in dc_fields(x):
-            if f.name == "raw" and not isinstance(x, OtherPart):
-                continue
-            if getattr(x, f.name) != getattr(y, f.name):
-                return False
-    return True
-
-
 def _args_object(tc: ToolCall) -> dict:
     """``functionCall.args`` must be an object: the parsed arguments, else ``{"input": raw}``."""
     args = tc.arguments if tc.arguments is not None else parse_arguments(tc.arguments_raw)
@@ -442,7 +426,7 @@ def _render_content(msg: Message, names: dict) -> Any:
     raw = msg.raw if isinstance(msg.raw, dict) else None
     if msg.raw is not None:
         again = _message(msg.raw)
-        if again.role == msg.role and _same_parts(again.parts, msg.parts):
+        if again.role == msg.role and same_parts(again.parts, msg.parts):
             return msg.raw
     role = "model" if msg.role == "assistant" else "user"
     c: dict[str, Any] = {"parts": [_render_part(p, names) for p in msg.parts]}

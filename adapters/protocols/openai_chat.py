@@ -51,6 +51,12 @@ from pvisor.adapters.protocols.base import (
     request_parser,
     split_text,
     with_body_model,
+    function_tools_only,
+    no_reasoning_keys,
+    no_token_counts,
+    nothing_to_strip,
+    stream_in_body,
+    tools_as_parsed,
 )
 from pvisor.adapters.protocols.sse import SSEEvent, encode_event, events
 from pvisor.core.errors import BadInputError
@@ -125,19 +131,10 @@ def matches(path: str) -> bool:
     return path in PATHS
 
 
-def counts_tokens(path: str) -> bool:
-    """Always False: every path of ``PATHS`` asks for a reply."""
-    return False
+counts_tokens = no_token_counts
 
 
-def wants_stream(path: str, query: str, body: Any) -> bool:
-    """True when the body (bytes or parsed dict) has ``"stream": true``; a body that does not
-    parse asks for no stream."""
-    try:
-        obj = loads_object(body)
-    except BadInputError:
-        return False
-    return obj.get("stream") is True
+wants_stream = stream_in_body
 
 
 # --------------------------------------------------------------------------- requests
@@ -998,23 +995,17 @@ def insert_user_text(obj: dict, at: int, text: str) -> dict:
     return {**obj, "messages": messages}
 
 
-def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, list[dict]]:
-    """Nothing to strip: Chat Completions carries no signed reasoning (``reasoning_content`` is
-    plain text, which servers take from anyone). Returns ``(obj, path, [])``; accepted so that
-    every protocol module can be called alike."""
-    return obj, path, []
+# nothing to strip: Chat Completions carries no signed reasoning (``reasoning_content`` is plain
+# text, which servers take from anyone)
+strip_reasoning = nothing_to_strip
 
 
-def reasoning_keys(final: dict) -> set[str]:
-    """Always empty: a ``chat.completion`` carries no signed or encrypted reasoning."""
-    return set()
+# a ``chat.completion`` carries no signed or encrypted reasoning
+reasoning_keys = no_reasoning_keys
 
 
-def with_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict | None]:
-    """A parsed Chat Completions request body asking for ``model`` (its ``model`` field set;
-    the path is unchanged): ``(body, path, {"from": old, "to": model})``, or ``(obj, path,
-    None)`` when it already does. Raises ValueError for a model that is not a non-empty string."""
-    return with_body_model(obj, path, model)
+# the model is the body's ``model`` field; the path is unchanged
+with_model = with_body_model
 
 
 def reasoning_refusal(status: int, body: bytes) -> str | None:
@@ -1025,14 +1016,10 @@ def reasoning_refusal(status: int, body: bytes) -> str | None:
     return refusal_message(status, body, _REFUSALS)
 
 
-def offered_tools(conv: Conversation) -> list[ToolSpec]:
-    """The tools the request offers the model: its tool definitions as parsed."""
-    return list(conv.tools)
+offered_tools = tools_as_parsed
 
 
-def tool_kind(spec: ToolSpec) -> str:
-    """How a call of the tool is written: always ``function`` in this protocol."""
-    return "function"
+tool_kind = function_tools_only
 
 
 # --------------------------------------------------------------------------- replies

@@ -54,7 +54,6 @@ part overlaying its canonical fields onto a copy of its own ``raw`` item to keep
 from __future__ import annotations
 
 import re
-from dataclasses import fields as dc_fields
 from typing import Any, Iterable
 
 
@@ -81,9 +80,11 @@ from pvisor.adapters.protocols.base import (
     request_parser,
     strip_volatile,
     with_body_model,
+    no_token_counts,
+    same_parts,
+    stream_in_body,
 )
 from pvisor.adapters.protocols.sse import SSEEvent, encode_event, events, loads_json, place, short
-from pvisor.core.errors import BadInputError
 from pvisor.core.lazyre import LazyPattern
 from pvisor.journal.model import (
     Action,
@@ -177,20 +178,11 @@ def matches(path: str) -> bool:
     return path in PATHS
 
 
-def counts_tokens(path: str) -> bool:
-    """Always False: every path of ``PATHS`` asks for a reply."""
-    return False
+counts_tokens = no_token_counts
 
 
-def wants_stream(path: str, query: Any, body: Any) -> bool:
-    """True when the request body has ``"stream": true`` (OpenAI Responses API reference).
-
-    ``body`` is bytes or a parsed dict; a body that is not a JSON object asks for no stream."""
-    try:
-        obj = loads_object(body)
-    except BadInputError:
-        return False
-    return obj.get("stream") is True
+# a stream when the body has ``"stream": true`` (OpenAI Responses API reference)
+wants_stream = stream_in_body
 
 
 # --------------------------------------------------------------------------- request items -> parts
@@ -460,22 +452,6 @@ def _normalise_other_tools(conv: Conversation, out: dict) -> None:
 # --------------------------------------------------------------------------- render request
 
 
-def _same_parts(a: list, b: list) -> bool:
-    """Parts equal in every canonical field (``raw`` ignored, except for OtherPart whose raw is
-    its content)."""
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if type(x) is not type(y):
-            return False
-        for f in dc_fields(x):
-            if f.name == "raw" and not isinstance(x, OtherPart):
-                continue
-            if getattr(x, f.name) != getattr(y, f.name):
-                return False
-    return True
-
-
 def _raw_items_if_current(msg: Message) -> list | None:
     """The message's raw items when they still parse to exactly this message, else None."""
     raw = msg.raw
@@ -486,7 +462,7 @@ def _raw_items_if_current(msg: Message) -> list | None:
     else:
         return None
     again = _items_to_messages(items)
-    if len(again) == 1 and again[0].role == msg.role and _same_parts(again[0].parts, msg.parts):
+    if len(again) == 1 and again[0].role == msg.role and same_parts(again[0].parts, msg.parts):
         return list(items)
     return None
 
@@ -662,7 +638,7 @@ def render_request(conv: Conversation) -> bytes:
         len(msgs) == 1
         and isinstance(msgs[0].raw, str)
         and msgs[0].role == "user"
-        and _same_parts(msgs[0].parts, [TextPart(msgs[0].raw)])
+        and same_parts(msgs[0].parts, [TextPart(msgs[0].raw)])
     ):
         out["input"] = msgs[0].raw
     elif msgs:
@@ -1399,11 +1375,8 @@ def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, 
     return {**obj, "input": [item for i, item in enumerate(items) if i not in drop]}, path, rewrites
 
 
-def with_model(obj: dict, path: str, model: str) -> tuple[dict, str, dict | None]:
-    """A parsed Responses request body asking for ``model`` (its ``model`` field set; the path
-    is unchanged): ``(body, path, {"from": old, "to": model})``, or ``(obj, path, None)`` when
-    it already does. Raises ValueError for a model that is not a non-empty string."""
-    return with_body_model(obj, path, model)
+# the model is the body's ``model`` field; the path is unchanged
+with_model = with_body_model
 
 
 def reasoning_refusal(status: int, body: bytes) -> str | None:
