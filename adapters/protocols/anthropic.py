@@ -22,6 +22,8 @@ from typing import Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
+    final_object,
+    wrong_json,
     path_unchanged,
     no_converted_tool_raw,
     OMIT,
@@ -82,6 +84,10 @@ SIGNED_REASONING = True
 CACHE_MARKERS = True
 path_for_model = path_unchanged
 converted_tool_raw = no_converted_tool_raw
+# the model is the body's ``model`` field; the path is unchanged
+with_model = with_body_model
+offered_tools = tools_as_parsed
+tool_kind = function_tools_only
 
 # Block types whose input arrives as input_json_delta (the SDK's ``accumulate_event``).
 _TOOL_BLOCKS = ("tool_use", "server_tool_use", "mcp_tool_use")
@@ -164,16 +170,12 @@ def _system_text(system: Any) -> str | None:
         return "\n\n".join(
             b.get("text", "") for b in system if isinstance(b, dict) and b.get("type") == "text"
         )
-    raise BadInputError(
-        f"request body field 'system' is a JSON {json_type(system)}, expected a string or a list of blocks"
-    )
+    raise wrong_json("field 'system'", system, "a string or a list of blocks")
 
 
 def _parse_block(block: Any, where: str) -> Any:
     if not isinstance(block, dict):
-        raise BadInputError(
-            f"request body {where} is a JSON {json_type(block)}, expected a content block object"
-        )
+        raise wrong_json(where, block, "a content block object")
     kind = block.get("type")
     if kind == "text":
         return TextPart(text=block.get("text") or "", raw=block)
@@ -204,7 +206,7 @@ def _parse_block(block: Any, where: str) -> Any:
 
 def _parse_message(m: Any, i: int) -> Message:
     if not isinstance(m, dict):
-        raise BadInputError(f"request body messages[{i}] is a JSON {json_type(m)}, expected an object")
+        raise wrong_json(f"messages[{i}]", m, "an object")
     role = m.get("role")
     if not isinstance(role, str):
         raise BadInputError(f"request body messages[{i}] has no string 'role'")
@@ -216,16 +218,13 @@ def _parse_message(m: Any, i: int) -> Message:
     elif content is None:
         parts = []
     else:
-        raise BadInputError(
-            f"request body messages[{i}].content is a JSON {json_type(content)}, "
-            "expected a string or a list of blocks"
-        )
+        raise wrong_json(f"messages[{i}].content", content, "a string or a list of blocks")
     return Message(role=role, parts=parts, raw=m)
 
 
 def _parse_tool(t: Any, i: int) -> ToolSpec:
     if not isinstance(t, dict):
-        raise BadInputError(f"request body tools[{i}] is a JSON {json_type(t)}, expected an object")
+        raise wrong_json(f"tools[{i}]", t, "an object")
     return ToolSpec(
         name=t.get("name") or "", description=t.get("description"), parameters=t.get("input_schema"), raw=t
     )
@@ -263,12 +262,12 @@ def parse_request(
     obj = loads_object(body)
     messages = obj.get("messages", [])
     if not isinstance(messages, list):
-        raise BadInputError(f"request body field 'messages' is a JSON {json_type(messages)}, expected a list")
+        raise wrong_json("field 'messages'", messages, "a list")
     tools = obj.get("tools", [])
     if tools is None:
         tools = []
     if not isinstance(tools, list):
-        raise BadInputError(f"request body field 'tools' is a JSON {json_type(tools)}, expected a list")
+        raise wrong_json("field 'tools'", tools, "a list")
     model = obj.get("model")
     system = obj.get("system")
     return Conversation(
@@ -648,8 +647,7 @@ def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
     ``message_delta`` (stop reason, stop sequence, usage), ``message_stop``. Text is cut into
     pieces of ``piece`` characters. Reassembling the output gives ``final`` back (equal dicts).
     """
-    if not isinstance(final, dict):
-        raise BadInputError(f"Anthropic final response is a JSON {json_type(final)}, expected an object")
+    final_object(final, "Anthropic")
     out: list[bytes] = []
     start = dict(final)
     start["content"] = []
@@ -730,8 +728,7 @@ def response_to_action(final: dict) -> Action:
     (the protocol carries an object; model.py's documented choice, and what a request echoes
     back parses equal); ``usage``, ``stop_reason``, ``model``; ``raw`` = ``final``.
     """
-    if not isinstance(final, dict):
-        raise BadInputError(f"Anthropic final response is a JSON {json_type(final)}, expected an object")
+    final_object(final, "Anthropic")
     text: list[str] = []
     reasoning: list[Reasoning] = []
     calls: list[ToolCall] = []
@@ -1046,22 +1043,12 @@ def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, 
     return out, path, rewrites
 
 
-# the model is the body's ``model`` field; the path is unchanged
-with_model = with_body_model
-
-
 def reasoning_refusal(status: int, body: bytes) -> str | None:
     """When an error response (status 400..499, Anthropic's JSON shape, see :func:`error_body`)
     says that reasoning the request carried was refused (a bad signature, modified or missing
     thinking blocks; the phrases matched are listed with their sources at ``_REFUSALS``), the
     API's message (at most 500 characters); else None."""
     return refusal_message(status, body, _REFUSALS)
-
-
-offered_tools = tools_as_parsed
-
-
-tool_kind = function_tools_only
 
 
 def cache_breakpoints(body: bytes) -> int:

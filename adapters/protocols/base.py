@@ -413,6 +413,20 @@ def _check_message(i: int, m: Message) -> None:
             raise TypeError(f"not a canonical part: {p!r}")
 
 
+def wrong_json(where: str, value: Any, expected: str) -> BadInputError:
+    """The error of a request body part of the wrong JSON type: ``request body WHERE is a JSON
+    TYPE, expected EXPECTED`` (``where``: ``field 'tools'``, ``messages[3].content``)."""
+    return BadInputError(f"request body {where} is a JSON {json_type(value)}, expected {expected}")
+
+
+def final_object(final: Any, title: str) -> dict:
+    """``final`` when it is a final response object (a dict); else raises BadInputError
+    ``TITLE final response is a JSON TYPE, expected an object``."""
+    if not isinstance(final, dict):
+        raise BadInputError(f"{title} final response is a JSON {json_type(final)}, expected an object")
+    return final
+
+
 def compact_json(obj: Any) -> str:
     """Compact JSON text of a parsed value: the ``arguments_raw`` of protocols that carry objects."""
     return orjson.dumps(obj).decode()

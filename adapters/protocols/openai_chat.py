@@ -29,6 +29,8 @@ from typing import Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
+    final_object,
+    wrong_json,
     path_unchanged,
     no_converted_tool_raw,
     no_cache_breakpoints,
@@ -92,6 +94,20 @@ converted_tool_raw = no_converted_tool_raw
 cache_breakpoints = no_cache_breakpoints
 CACHE_MARKERS = False
 place_cache_markers = no_cache_markers
+counts_tokens = no_token_counts
+# the chain rule's comparison form with call ids kept (``call_`` ids are made by the server);
+# re-serialised arguments compare parsed, ``content`` null, ``""`` and absent equal (docs/agents.md)
+normalise = normalise_conversation
+# nothing to strip: Chat Completions carries no signed reasoning (``reasoning_content`` is plain
+# text, which servers take from anyone)
+strip_reasoning = nothing_to_strip
+# the model is the body's ``model`` field; the path is unchanged
+with_model = with_body_model
+offered_tools = tools_as_parsed
+wants_stream = stream_in_body
+# a ``chat.completion`` carries no signed or encrypted reasoning
+reasoning_keys = no_reasoning_keys
+tool_kind = function_tools_only
 
 _CANONICAL_KEYS = ("model", "messages", "tools", "stream")
 _SYSTEM_ROLES = ("system", "developer")
@@ -113,15 +129,6 @@ _STOP_FROM_OTHER = {
     "SAFETY": "content_filter",
 }
 
-_ERROR_KINDS = {
-    400: "invalid_request_error",
-    401: "invalid_request_error",
-    403: "invalid_request_error",
-    404: "invalid_request_error",
-    413: "invalid_request_error",
-    429: "rate_limit_exceeded",
-}
-
 
 # --------------------------------------------------------------------------- routing
 
@@ -129,12 +136,6 @@ _ERROR_KINDS = {
 def matches(path: str) -> bool:
     """True for ``/v1/chat/completions`` (path without query string)."""
     return path in PATHS
-
-
-counts_tokens = no_token_counts
-
-
-wants_stream = stream_in_body
 
 
 # --------------------------------------------------------------------------- requests
@@ -167,23 +168,19 @@ def _content_parts(content: Any, where: str) -> list[Any]:
         parts: list[Any] = []
         for j, p in enumerate(content):
             if not isinstance(p, dict):
-                raise BadInputError(
-                    f"request body {where}[{j}] is a JSON {json_type(p)}, expected a content part object"
-                )
+                raise wrong_json(f"{where}[{j}]", p, "a content part object")
             kind = p.get("type")
             if kind == "text":
                 parts.append(TextPart(text=p.get("text") or "", raw=p))
             else:
                 parts.append(OtherPart(kind=str(kind) if kind is not None else "unknown", raw=p))
         return parts
-    raise BadInputError(
-        f"request body {where} is a JSON {json_type(content)}, expected a string, a list or null"
-    )
+    raise wrong_json(where, content, "a string, a list or null")
 
 
 def _parse_tool_call(tc: Any, where: str) -> ToolCall:
     if not isinstance(tc, dict):
-        raise BadInputError(f"request body {where} is a JSON {json_type(tc)}, expected a tool call object")
+        raise wrong_json(where, tc, "a tool call object")
     if tc.get("type") == "custom" and isinstance(tc.get("custom"), dict):
         c = tc["custom"]
         raw_input = c.get("input") if isinstance(c.get("input"), str) else ""
@@ -213,9 +210,17 @@ def _parse_tool_call(tc: Any, where: str) -> ToolCall:
     )
 
 
+def _legacy_call(fc: dict) -> ToolCall:
+    """The legacy single ``function_call`` of a message: a ToolCall without id."""
+    args = fc.get("arguments") if isinstance(fc.get("arguments"), str) else ""
+    return ToolCall(
+        id=None, name=fc.get("name") or "", arguments_raw=args, arguments=parse_arguments(args), raw=fc
+    )
+
+
 def _parse_message(m: Any, i: int) -> Message:
     if not isinstance(m, dict):
-        raise BadInputError(f"request body messages[{i}] is a JSON {json_type(m)}, expected an object")
+        raise wrong_json(f"messages[{i}]", m, "an object")
     role = m.get("role")
     if not isinstance(role, str):
         raise BadInputError(f"request body messages[{i}] has no string 'role'")
@@ -238,27 +243,16 @@ def _parse_message(m: Any, i: int) -> Message:
     if isinstance(calls, list):
         parts += [_parse_tool_call(tc, f"messages[{i}].tool_calls[{j}]") for j, tc in enumerate(calls)]
     elif calls is not None:
-        raise BadInputError(
-            f"request body messages[{i}].tool_calls is a JSON {json_type(calls)}, expected a list"
-        )
+        raise wrong_json(f"messages[{i}].tool_calls", calls, "a list")
     fc = m.get("function_call")
-    if isinstance(fc, dict):  # legacy single call: no id
-        args = fc.get("arguments") if isinstance(fc.get("arguments"), str) else ""
-        parts.append(
-            ToolCall(
-                id=None,
-                name=fc.get("name") or "",
-                arguments_raw=args,
-                arguments=parse_arguments(args),
-                raw=fc,
-            )
-        )
+    if isinstance(fc, dict):
+        parts.append(_legacy_call(fc))
     return Message(role=role, parts=parts, raw=m)
 
 
 def _parse_tool(t: Any, i: int) -> ToolSpec:
     if not isinstance(t, dict):
-        raise BadInputError(f"request body tools[{i}] is a JSON {json_type(t)}, expected an object")
+        raise wrong_json(f"tools[{i}]", t, "an object")
     inner = t.get("function") if isinstance(t.get("function"), dict) else t.get("custom")
     if not isinstance(inner, dict):
         inner = t
@@ -303,10 +297,10 @@ def parse_request(
     obj = loads_object(body)
     messages = obj.get("messages", [])
     if not isinstance(messages, list):
-        raise BadInputError(f"request body field 'messages' is a JSON {json_type(messages)}, expected a list")
+        raise wrong_json("field 'messages'", messages, "a list")
     tools = obj.get("tools") or []
     if not isinstance(tools, list):
-        raise BadInputError(f"request body field 'tools' is a JSON {json_type(tools)}, expected a list")
+        raise wrong_json("field 'tools'", tools, "a list")
     lead = 0
     while (
         lead < len(messages)
@@ -326,13 +320,6 @@ def parse_request(
         stream=obj.get("stream") is True,
         params={k: v for k, v in obj.items() if k not in _CANONICAL_KEYS},
     )
-
-
-def normalise(conv: Conversation) -> dict:
-    """The chain rule's comparison form: :func:`base.normalise_conversation` with call ids kept
-    (``call_`` ids are made by the server). Re-serialised arguments compare parsed, and
-    ``content`` null, ``""`` and absent compare equal (docs/agents.md)."""
-    return normalise_conversation(conv, keep_call_ids=True)
 
 
 def _render_system(conv: Conversation) -> list[dict]:
@@ -742,10 +729,7 @@ def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
     (``stream_options.include_usage``), and ``data: [DONE]``. Reassembling the output gives
     ``final`` back (equal dicts).
     """
-    if not isinstance(final, dict):
-        raise BadInputError(
-            f"Chat Completions final response is a JSON {json_type(final)}, expected an object"
-        )
+    final_object(final, "Chat Completions")
     env = {k: v for k, v in final.items() if k not in ("choices", "usage")}
     env["object"] = "chat.completion.chunk"
     out: list[bytes] = []
@@ -801,10 +785,7 @@ def response_to_action(final: dict) -> Action:
     when not JSON), custom tool calls with kind ``custom``, a legacy ``function_call`` with
     id None; ``usage``; ``stop_reason`` = ``finish_reason``; ``model``; ``raw`` = ``final``.
     """
-    if not isinstance(final, dict):
-        raise BadInputError(
-            f"Chat Completions final response is a JSON {json_type(final)}, expected an object"
-        )
+    final_object(final, "Chat Completions")
     choices = final.get("choices") or []
     choice = next((c for c in choices if isinstance(c, dict) and c.get("index", 0) == 0), None)
     if choice is None and choices and isinstance(choices[0], dict):
@@ -823,16 +804,7 @@ def response_to_action(final: dict) -> Action:
     calls = [_parse_tool_call(tc, "tool_calls") for tc in msg.get("tool_calls") or [] if isinstance(tc, dict)]
     fc = msg.get("function_call")
     if isinstance(fc, dict):
-        args = fc.get("arguments") if isinstance(fc.get("arguments"), str) else ""
-        calls.append(
-            ToolCall(
-                id=None,
-                name=fc.get("name") or "",
-                arguments_raw=args,
-                arguments=parse_arguments(args),
-                raw=fc,
-            )
-        )
+        calls.append(_legacy_call(fc))
     usage = final.get("usage")
     return Action(
         text=text,
@@ -951,7 +923,13 @@ def error_body(status: int, message: str, kind: str | None = None) -> bytes:
     ``kind`` defaults from the status: 4xx invalid_request_error, 429 rate_limit_exceeded,
     5xx server_error."""
     if kind is None:
-        kind = _ERROR_KINDS.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        kind = (
+            "rate_limit_exceeded"
+            if status == 429
+            else "server_error"
+            if status >= 500
+            else "invalid_request_error"
+        )
     return dumps({"error": {"message": message, "type": kind, "param": None, "code": None}})
 
 
@@ -995,31 +973,12 @@ def insert_user_text(obj: dict, at: int, text: str) -> dict:
     return {**obj, "messages": messages}
 
 
-# nothing to strip: Chat Completions carries no signed reasoning (``reasoning_content`` is plain
-# text, which servers take from anyone)
-strip_reasoning = nothing_to_strip
-
-
-# a ``chat.completion`` carries no signed or encrypted reasoning
-reasoning_keys = no_reasoning_keys
-
-
-# the model is the body's ``model`` field; the path is unchanged
-with_model = with_body_model
-
-
 def reasoning_refusal(status: int, body: bytes) -> str | None:
     """When an error response (status 400..499, OpenAI's JSON shape, see :func:`error_body`; a
     Google-shaped one from Gemini's OpenAI-compatible endpoint too) says that the reasoning of
     the request was refused (phrases and sources at ``_REFUSALS``), the server's message (at most
     500 characters); else None."""
     return refusal_message(status, body, _REFUSALS)
-
-
-offered_tools = tools_as_parsed
-
-
-tool_kind = function_tools_only
 
 
 # --------------------------------------------------------------------------- replies

@@ -120,6 +120,11 @@ path_for_model = path_unchanged
 cache_breakpoints = no_cache_breakpoints
 CACHE_MARKERS = False
 place_cache_markers = no_cache_markers
+counts_tokens = no_token_counts
+# the model is the body's ``model`` field; the path is unchanged
+with_model = with_body_model
+# a stream when the body has ``"stream": true`` (OpenAI Responses API reference)
+wants_stream = stream_in_body
 
 #: ``created_at`` of replies rendered by :func:`action_to_response` (2026-01-01T00:00:00Z), fixed
 #: so that a rendered reply is byte-identical from run to run.
@@ -176,13 +181,6 @@ _TEXT_EVENTS: dict[str, tuple] = {
 def matches(path: str) -> bool:
     """True for ``/v1/responses`` (the path without query string)."""
     return path in PATHS
-
-
-counts_tokens = no_token_counts
-
-
-# a stream when the body has ``"stream": true`` (OpenAI Responses API reference)
-wants_stream = stream_in_body
 
 
 # --------------------------------------------------------------------------- request items -> parts
@@ -1373,10 +1371,6 @@ def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, 
         return obj, path, []
     rewrites = [{"entry": i, "kind": "reasoning_item_dropped", "detail": drop[i]} for i in sorted(drop)]
     return {**obj, "input": [item for i, item in enumerate(items) if i not in drop]}, path, rewrites
-
-
-# the model is the body's ``model`` field; the path is unchanged
-with_model = with_body_model
 
 
 def reasoning_refusal(status: int, body: bytes) -> str | None:
