@@ -17,7 +17,7 @@ journal keeps the agent's exact bytes), only for prefixes built from canonical c
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import orjson
 
@@ -48,7 +48,6 @@ from pvisor.adapters.protocols.base import (
     function_tools_only,
     tools_as_parsed,
 )
-from pvisor.adapters.protocols.sse import SSEEvent, encode_event, events
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -61,6 +60,9 @@ from pvisor.journal.model import (
     ToolResult,
     ToolSpec,
 )
+
+if TYPE_CHECKING:
+    from pvisor.adapters.protocols.sse import SSEEvent
 
 NAME = "anthropic"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
@@ -626,6 +628,9 @@ def reassemble(chunks: Iterable[bytes] | bytes) -> Reassembled:
     ``content_block_stop`` keeps its unparsed text in ``tool_input_raw`` and is named in
     ``problems``. Never raises on bad data: unparsable events are reported in ``problems``.
     """
+    # the stream code is off the request-only path (replay --prepare-only): sse loads here
+    from pvisor.adapters.protocols.sse import events
+
     acc = _Accumulator()
     for ev in events(chunks):
         acc.event(ev)
@@ -633,6 +638,8 @@ def reassemble(chunks: Iterable[bytes] | bytes) -> Reassembled:
 
 
 def _event(kind: str, data: dict) -> bytes:
+    from pvisor.adapters.protocols.sse import encode_event  # off the request-only path
+
     return encode_event(dumps(data), kind)
 
 

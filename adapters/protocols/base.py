@@ -23,6 +23,7 @@ not read and checked again.
 from __future__ import annotations
 
 import functools
+import json
 import re
 from dataclasses import field, fields as dc_fields
 from typing import Any, Callable, Iterable, Mapping, Protocol, runtime_checkable
@@ -86,6 +87,36 @@ class Reassembled(Record):
         self.error = error
         self.problems = [] if problems is None else problems
         self.tool_input_raw = {} if tool_input_raw is None else tool_input_raw
+
+
+def loads_json(text: str) -> Any:
+    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half
+    a UTF-16 pair is valid JSON, not valid UTF-8). Raises ValueError for text that is not JSON."""
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+
+
+def short(value: Any, n: int = 60) -> str:
+    """``value`` (a string, else its repr) cut to ``n`` characters and an ellipsis, for a
+    problem's sentence."""
+    s = value if isinstance(value, str) else repr(value)
+    return s if len(s) <= n else s[:n] + "…"
+
+
+def place(lst: list, idx: Any, value: Any) -> None:
+    """Put ``value`` at ``idx`` of a list being reassembled (appended when idx is not an int
+    >= 0), leaving None in skipped slots."""
+    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
+        lst.append(value)
+        return
+    while len(lst) < idx:
+        lst.append(None)
+    if idx < len(lst):
+        lst[idx] = value
+    else:
+        lst.append(value)
 
 
 class IdSource:

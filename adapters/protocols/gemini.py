@@ -50,6 +50,8 @@ from typing import Any, Iterable
 
 
 from pvisor.adapters.protocols.base import (
+    loads_json,
+    short,
     no_converted_tool_raw,
     no_cache_breakpoints,
     no_cache_markers,
@@ -73,7 +75,6 @@ from pvisor.adapters.protocols.base import (
     request_parser,
     strip_volatile,
 )
-from pvisor.adapters.protocols.sse import BareJson, encode_event, events, loads_json, short
 from pvisor.journal.model import (
     Action,
     Conversation,
@@ -640,6 +641,9 @@ def reassemble(chunks: Iterable[bytes]) -> Reassembled:
     ``responseId``) are assigned, the last value winning. There is no terminal event: ``complete``
     means a candidate had a ``finishReason`` (or the prompt was blocked). Never raises on bad
     data: unparsable payloads and stray text become ``problems``."""
+    # the stream code is off the request-only path (replay --prepare-only): sse loads here
+    from pvisor.adapters.protocols.sse import BareJson, events
+
     merger = _Merger()
     bare = BareJson()
     for ev in events(chunks):
@@ -727,6 +731,8 @@ def render_stream(final: dict, *, eol: bytes = b"\r\n") -> bytes:
     """A final GenerateContentResponse as an ``alt=sse`` stream: ``data: <chunk>`` events
     (:func:`stream_chunks`) ended by a blank line (``eol`` twice; CRLF by default, the framing
     the corpus uses). :func:`reassemble` of the result gives ``final`` back."""
+    from pvisor.adapters.protocols.sse import encode_event  # off the request-only path
+
     return b"".join(encode_event(dumps(c), eol=eol) for c in stream_chunks(final))
 
 

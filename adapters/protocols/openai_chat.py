@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import copy
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 import orjson
 
@@ -60,7 +60,6 @@ from pvisor.adapters.protocols.base import (
     stream_in_body,
     tools_as_parsed,
 )
-from pvisor.adapters.protocols.sse import SSEEvent, encode_event, events
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -73,6 +72,9 @@ from pvisor.journal.model import (
     ToolResult,
     ToolSpec,
 )
+
+if TYPE_CHECKING:
+    from pvisor.adapters.protocols.sse import SSEEvent
 
 NAME = "openai-chat"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
@@ -707,6 +709,9 @@ def reassemble(chunks: Iterable[bytes] | bytes) -> Reassembled:
     sets ``complete``; a data object with an ``error`` key becomes ``Reassembled.error``.
     Never raises on bad data: unparsable events are reported in ``problems``.
     """
+    # the stream code is off the request-only path (replay --prepare-only): sse loads here
+    from pvisor.adapters.protocols.sse import events
+
     acc = _Accumulator()
     for ev in events(chunks):
         acc.event(ev)
@@ -714,6 +719,8 @@ def reassemble(chunks: Iterable[bytes] | bytes) -> Reassembled:
 
 
 def _chunk(envelope: dict, choice: dict) -> bytes:
+    from pvisor.adapters.protocols.sse import encode_event  # off the request-only path
+
     return encode_event(dumps({**envelope, "choices": [choice]}))
 
 
@@ -730,6 +737,8 @@ def render_stream(final: dict, *, piece: int = _PIECE) -> bytes:
     ``final`` back (equal dicts).
     """
     final_object(final, "Chat Completions")
+    from pvisor.adapters.protocols.sse import encode_event  # off the request-only path
+
     env = {k: v for k, v in final.items() if k not in ("choices", "usage")}
     env["object"] = "chat.completion.chunk"
     out: list[bytes] = []

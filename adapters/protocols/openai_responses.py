@@ -54,10 +54,13 @@ part overlaying its canonical fields onto a copy of its own ``raw`` item to keep
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
 
 from pvisor.adapters.protocols.base import (
+    loads_json,
+    place,
+    short,
     path_unchanged,
     no_cache_breakpoints,
     no_cache_markers,
@@ -84,7 +87,6 @@ from pvisor.adapters.protocols.base import (
     same_parts,
     stream_in_body,
 )
-from pvisor.adapters.protocols.sse import SSEEvent, encode_event, events, loads_json, place, short
 from pvisor.core.lazyre import LazyPattern
 from pvisor.journal.model import (
     Action,
@@ -98,6 +100,9 @@ from pvisor.journal.model import (
     ToolResult,
     ToolSpec,
 )
+
+if TYPE_CHECKING:
+    from pvisor.adapters.protocols.sse import SSEEvent
 
 NAME = "openai-responses"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
@@ -912,6 +917,9 @@ def reassemble(chunks: Iterable[bytes]) -> Reassembled:
     event becomes ``Reassembled.error``. ``sequence_number`` gaps, repeats (the repeat is
     ignored) and reordering are reported in ``problems``; the ``obfuscation`` padding of delta
     events is ignored. Never raises on bad data: unparsable events become problems."""
+    # the stream code is off the request-only path (replay --prepare-only): sse loads here
+    from pvisor.adapters.protocols.sse import events
+
     acc = _Accumulator()
     for ev in events(chunks):
         acc.on_sse(ev)
@@ -922,14 +930,19 @@ def reassemble(chunks: Iterable[bytes]) -> Reassembled:
 
 
 class _EventWriter:
+    """Events with consecutive ``sequence_number``\\ s from 0, framed as SSE."""
+
     def __init__(self) -> None:
+        from pvisor.adapters.protocols.sse import encode_event  # off the request-only path
+
+        self.encode = encode_event
         self.seq = 0
         self.out = bytearray()
 
     def emit(self, etype: str, **fields: Any) -> None:
         ev = {"type": etype, **fields, "sequence_number": self.seq}
         self.seq += 1
-        self.out += encode_event(dumps(ev), etype)
+        self.out += self.encode(dumps(ev), etype)
 
 
 def _in_progress(item: dict, **replace: Any) -> dict:

@@ -1,6 +1,7 @@
 """Incremental Server-Sent Events decoding and encoding, on bytes, and the protocol-neutral
-pieces every protocol's stream reassembly reads events with (:func:`events`, :func:`loads_json`,
-:func:`short`, :func:`place`, :class:`BareJson`).
+pieces every protocol's stream reassembly reads events with (:func:`events`, :class:`BareJson`).
+The protocol modules import it where they read or write a stream, so that a command that only
+renders requests (``replay --prepare-only``) never loads it.
 
 Rules (WHATWG HTML "Server-sent events", as the official SDKs apply them, e.g.
 anthropic-sdk-python ``_streaming.py`` ``SSEDecoder``):
@@ -20,20 +21,15 @@ whole; invalid UTF-8 is replaced with U+FFFD.
 
 from __future__ import annotations
 
-import json
-from dataclasses import field
-from typing import Any, Iterable, Iterator
+import re
+from dataclasses import dataclass, field
+from typing import Iterable, Iterator
 
-import orjson
-
-from pvisor.core.record import Record, record
-from pvisor.core.lazyre import LazyPattern
-
-_EOL = LazyPattern(rb"\r\n|\r|\n")
+_EOL = re.compile(rb"\r\n|\r|\n")
 
 
-@record
-class SSEEvent(Record):
+@dataclass(slots=True)
+class SSEEvent:
     """One decoded event: ``event`` name (None when absent), joined ``data``, ``id``, and any
     ``stray`` lines (non-SSE lines seen while this event was open, in order)."""
 
@@ -42,20 +38,6 @@ class SSEEvent(Record):
     id: str | None = None
     has_data: bool = False
     stray: list[str] = field(default_factory=list)
-
-    def __init__(
-        self,
-        event: str | None = None,
-        data: str = "",
-        id: str | None = None,
-        has_data: bool = False,
-        stray: list[str] | None = None,
-    ) -> None:
-        self.event = event
-        self.data = data
-        self.id = id
-        self.has_data = has_data
-        self.stray = [] if stray is None else stray
 
 
 class SSEDecoder:
@@ -150,36 +132,6 @@ def events(chunks: Iterable[bytes] | bytes) -> Iterator[SSEEvent]:
     for chunk in chunks:
         yield from dec.feed(bytes(chunk))
     yield from dec.flush()
-
-
-def loads_json(text: str) -> Any:
-    """orjson, falling back to json for lone-surrogate escapes orjson rejects (a JSON escape of half
-    a UTF-16 pair is valid JSON, not valid UTF-8). Raises ValueError for text that is not JSON."""
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return json.loads(text)
-
-
-def short(value: Any, n: int = 60) -> str:
-    """``value`` (a string, else its repr) cut to ``n`` characters and an ellipsis, for a
-    problem's sentence."""
-    s = value if isinstance(value, str) else repr(value)
-    return s if len(s) <= n else s[:n] + "…"
-
-
-def place(lst: list, idx: Any, value: Any) -> None:
-    """Put ``value`` at ``idx`` of a list being reassembled (appended when idx is not an int
-    >= 0), leaving None in skipped slots."""
-    if not isinstance(idx, int) or isinstance(idx, bool) or idx < 0:
-        lst.append(value)
-        return
-    while len(lst) < idx:
-        lst.append(None)
-    if idx < len(lst):
-        lst[idx] = value
-    else:
-        lst.append(value)
 
 
 class BareJson:
