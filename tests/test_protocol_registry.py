@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol, protocol_for_path
-from pvisor.adapters.protocols.base import WIRE_PROTOCOL_MEMBERS, WireProtocol
+from pvisor.adapters.protocols.base import WIRE_PROTOCOL_MEMBERS, IdSource, WireProtocol
 from pvisor.journal.model import Action, Reasoning, Step, Observation, ToolCall, ToolResult
 from pvisor.replay.prefix import append_action, native_conversation, native_request, render_native
 from pvisor.replay.result import prefix_record
@@ -195,6 +195,20 @@ def test_the_cache_markers_are_the_protocols_own(fifth_protocol):
     assert orjson.loads(body)["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}]}
     ]
+
+
+@pytest.mark.parametrize("name", sorted(PROTOCOL_MODULES))
+def test_every_protocol_reads_a_stream_however_it_arrives(name):
+    """The stream reading every protocol shares (adapters/protocols/sse.py ``events``): a stream
+    reassembles to the same result in one chunk, in chunks of five bytes, or as one bytes object."""
+    mod = get_protocol(name)
+    call = ToolCall("call_1", "f", '{"a":1}', {"a": 1})
+    final = mod.action_to_response(Action(text="hello there", tool_calls=[call]), model="m", ids=IdSource())
+    data = mod.render_stream(final)
+    whole = mod.reassemble([data])
+    assert whole.final == final and whole.complete and whole.problems == []
+    assert mod.reassemble([data[i : i + 5] for i in range(0, len(data), 5)]) == whole
+    assert mod.reassemble(data) == whole
 
 
 def test_protocol_for_path_returns_the_registered_module():
