@@ -153,7 +153,10 @@ def test_volatile_context_of_real_requests_is_masked(corpus):
     changed = firsts[0].replace("November 29, 2026", "December 1, 2026").replace("/ws", "/other-ws")
     assert d.mask_volatile(changed) == d.mask_volatile(firsts[0])
     codex = get_descriptor("codex")
-    env = "<environment_context>\n  <cwd>/a</cwd>\n  <current_date>2026-11-29</current_date>\n</environment_context>"
+    env = (
+        "<environment_context>\n  <cwd>/a</cwd>\n"
+        "  <current_date>2026-11-29</current_date>\n</environment_context>"
+    )
     assert codex.mask_volatile(env) == codex.mask_volatile(env.replace("/a", "/b").replace("29", "30"))
 
 

@@ -94,7 +94,10 @@ def test_version_range_and_reading():
     assert "0.171.0" in r and "codex-cli 0.179.9" in r and "0.180.0" not in r and "0.17.0" not in r
     assert get_profile("claude-code").read_version("2.1.332 (Claude Code)\n") == "2.1.332"
     assert get_profile("codex").read_version("WARNING: ...\ncodex-cli 0.171.0\n") == "0.171.0"
-    banner = "This is mini-swe-agent version 2.4.6.\nCheck the v2 migration guide at https://x/v2\nLoading global config from '/x/.env'\n"
+    banner = (
+        "This is mini-swe-agent version 2.4.6.\nCheck the v2 migration guide at https://x/v2\n"
+        "Loading global config from '/x/.env'\n"
+    )
     assert get_profile("mini-swe-agent").read_version(banner) == "2.4.6"
     assert get_profile("mini-swe-agent").version_argv("/x/mini") == ["/x/mini", "--help"]
 

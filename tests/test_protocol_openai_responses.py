@@ -347,7 +347,8 @@ def test_garbage_gives_problems_not_exceptions(corpus):
     junk = (
         b"data: {not json\n\n"
         b"data: [1,2,3]\n\n"
-        b'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","output_index":7,"delta":"x"}\n\n'
+        b"event: response.output_text.delta\n"
+        b'data: {"type":"response.output_text.delta","output_index":7,"delta":"x"}\n\n'
         b'data: {"type":"response.function_call_arguments.delta","output_index":0,"delta":5}\n\n'
         b'data: {"type":"response.content_part.added","output_index":0,"content_index":"x","part":1}\n\n'
         b"this is not sse\n\n"
@@ -804,7 +805,7 @@ def test_odd_items_do_not_raise():
     assert R.response_to_action({"output": 5}).tool_calls == []
 
 
-# --------------------------------------------------------------------------- tools sent as input items (issue 14 item 5)
+# ---------------------------------------------------------------- tools sent as input items (issue 14 item 5)
 
 #: the shape Codex 0.171 sends with its default model (no model configured): no ``tools`` field,
 #: every tool in one ``additional_tools`` input item, grouped in namespaces
