@@ -76,7 +76,8 @@ def _run(
         report = json.loads(proc.stdout)
     except json.JSONDecodeError:
         pytest.fail(
-            f"pvisor run --agent {agent} printed no JSON report (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+            f"pvisor run --agent {agent} printed no JSON report (exit {proc.returncode}):\n"
+            f"{proc.stdout}\n{proc.stderr}"
         )
     return proc, report
 

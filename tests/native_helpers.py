@@ -32,7 +32,8 @@ def opencode_db_from_dump(dump: Path, out: Path) -> Path:
                 cols = list(row)
                 vals = [json.dumps(v) if isinstance(v, (dict, list)) else v for v in row.values()]
                 db.execute(
-                    f"insert into `{name}` ({', '.join('`%s`' % c for c in cols)}) values ({', '.join('?' for _ in cols)})",
+                    f"insert into `{name}` ({', '.join('`%s`' % c for c in cols)}) "
+                    f"values ({', '.join('?' for _ in cols)})",
                     vals,
                 )
         db.commit()
@@ -61,11 +62,13 @@ def refused(path: Path, agent: str | None = None) -> str:
 
 #: the columns of opencode.db's ``session``, ``message`` and ``part`` tables the adapter reads
 #: (the real tables have more: see the corpus dump)
-_OPENCODE_TABLES = """
-    create table session (id text primary key, parent_id text, version text, directory text, title text, time_updated integer);
-    create table message (id text primary key, session_id text, data text);
-    create table part (id text primary key, message_id text, session_id text, data text);
-"""
+_OPENCODE_TABLES = (
+    "\n"
+    "    create table session (id text primary key, parent_id text, version text, directory text, "
+    "title text, time_updated integer);\n"
+    "    create table message (id text primary key, session_id text, data text);\n"
+    "    create table part (id text primary key, message_id text, session_id text, data text);\n"
+)
 
 
 def opencode_db(out: Path, sessions: list[tuple], messages: list[tuple], parts: list[tuple]) -> Path:

@@ -22,7 +22,9 @@ from pvisor.journal.reader import JournalReader
 ERROR_SCRIPT = {
     "turns": [
         {
-            "error": {"status": 400, "body": {"error": {"message": "bad request from script", "type": "invalid_request_error"}}},
+            "error": {"status": 400,
+                      "body": {"error": {"message": "bad request from script",
+                                         "type": "invalid_request_error"}}},
             "repeat": 40,
         },
         {"text": "never"},
@@ -74,7 +76,8 @@ def test_mini_swe_agent_failing_while_exiting_0_is_no_success(tmp_path: Path):
     assert report["native_trajectory"] in proc.stderr
     human = pvisor(
         ["--journal", str(journal), "run", "--agent", "mini-swe-agent", "--agent-entrypoint",
-         str(entrypoint("mini-swe-agent")), "--script", str(script), "--workspace", str(ws), "--", "write a.txt"],
+         str(entrypoint("mini-swe-agent")), "--script", str(script), "--workspace", str(ws),
+         "--", "write a.txt"],
         env=user_env(home), cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert human.returncode == 1
@@ -91,8 +94,8 @@ def test_claude_code_without_a_key_names_its_reason_not_an_empty_stderr(tmp_path
     env = {k: v for k, v in user_env(home).items() if k not in CREDENTIAL_ENV}
     proc = pvisor(
         ["--journal", str(tmp_path / "j.sqlite"), "run", "--agent", "claude-code", "--agent-entrypoint",
-         str(entrypoint("claude-code")), "--model", "claude-sonnet-4-5", "--workspace", str(ws), "--timeout", "120",
-         "--json", "--", "write a.txt"],
+         str(entrypoint("claude-code")), "--model", "claude-sonnet-4-5", "--workspace", str(ws),
+         "--timeout", "120", "--json", "--", "write a.txt"],
         env=env, cwd=tmp_path, timeout=300,
     )  # fmt: skip
     report = json.loads(proc.stdout)
@@ -167,8 +170,8 @@ def test_the_run_summary_names_its_paths_escaped(tmp_path: Path):
     env = {k: v for k, v in user_env(home).items() if k not in CREDENTIAL_ENV}
     proc = pvisor(
         ["--journal", str(tmp_path / "j.sqlite"), "run", "--agent", "claude-code", "--agent-entrypoint",
-         str(entrypoint("claude-code")), "--model", "claude-sonnet-4-5", "--workspace", str(ws), "--timeout", "120",
-         "--", "write a.txt"],
+         str(entrypoint("claude-code")), "--model", "claude-sonnet-4-5", "--workspace", str(ws),
+         "--timeout", "120", "--", "write a.txt"],
         env=env, cwd=tmp_path, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr

@@ -128,7 +128,8 @@ def test_path_options_refuse_what_click_path_refuses(tmp_path: Path):
     (tmp_path / "d").mkdir()
     (tmp_path / "f").write_text("x")
     cases = [
-        (["journal", "export", "--output", "d", "r-x"], "Invalid value for '--output' / '-o': File 'd' is a directory"),
+        (["journal", "export", "--output", "d", "r-x"],
+         "Invalid value for '--output' / '-o': File 'd' is a directory"),
         (["serve-model", "--script", "d"], "Invalid value for '--script': File 'd' is a directory"),
         (["run", "--agent", "codex", "--workspace", "f", "--script", "x", "--", "true"],
          "Invalid value for '--workspace': Directory 'f' is a file"),
@@ -402,7 +403,8 @@ def test_damage_found_while_reading_names_the_journal_and_the_exchange(journal: 
     assert proc.returncode == 3
     assert (
         proc.stderr.decode()
-        == f"pvisor: error: journal {journal}: exchange {ex_id}: request body: blob {sha} holds text, not bytes\n"
+        == f"pvisor: error: journal {journal}: exchange {ex_id}: request body: blob {sha} "
+        "holds text, not bytes\n"
     )
     # a page of the exchanges table overwritten: SQLite finds it malformed on the query
     with open(journal, "r+b") as f:
@@ -601,7 +603,7 @@ def test_every_output_option_makes_the_directories_that_do_not_exist_yet(journal
         assert base.stat().st_mode & 0o777 == 0o700 and any(base.iterdir()), name
 
 
-# --------------------------------------------------------------------------- a new user's defects (issue 35 follow-up)
+# ------------------------------------------------------------------ a new user's defects (issue 35 follow-up)
 
 _KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789ABCDEF"
 
@@ -774,8 +776,8 @@ def test_a_truncated_response_is_marked_in_show_and_body(tmp_path: Path):
         assert (
             proc.stderr
             == (
-                f"pvisor: note: the response of exchange {cut} was journaled only in part: the first 10 bytes "
-                "of 40 received (--max-response-body)\n"
+                f"pvisor: note: the response of exchange {cut} was journaled only in part: "
+                "the first 10 bytes of 40 received (--max-response-body)\n"
             ).encode()
         )
     proc = run("journal", "body", whole, "--response", journal=journal)

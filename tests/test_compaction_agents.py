@@ -242,7 +242,9 @@ def test_claude_code_native_render_after_a_real_compaction_starts_at_its_summary
     assert [m["role"] for m in body["messages"]] == [m["role"] for m in sent["messages"]]
     assert _texts(body["messages"][0]["content"]) in _texts(sent["messages"][0]["content"])
     assert "We listed the files and echoed two." in _texts(body["messages"][0]["content"])
-    strip = lambda blocks: [{k: v for k, v in b.items() if k != "cache_control"} for b in blocks]  # noqa: E731
+    strip = lambda blocks: [  # noqa: E731
+        {k: v for k, v in b.items() if k != "cache_control"} for b in blocks
+    ]
     assert strip(body["messages"][1]["content"]) == strip(sent["messages"][1]["content"])
 
     def ids(m):

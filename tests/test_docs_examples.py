@@ -273,9 +273,9 @@ def test_replay_only_example_runs_the_real_claude_code(tmp_path: Path):
         tmp_path / "ws3" / "hello.txt"
     ).read_text() == "hello\n"
     assert re.search(
-        r"replayed claude-code to step 2 of 3 as run r-[0-9a-f]+: 2 tool call\(s\) re-run, 1 of 2 observation\(s\) equal "
-        r"once normalised; prefix \S*out/prefix.json \(\d+ bytes, ending with the observation\); the agent ended by "
-        r"synthetic_end",
+        r"replayed claude-code to step 2 of 3 as run r-[0-9a-f]+: 2 tool call\(s\) re-run, "
+        r"1 of 2 observation\(s\) equal once normalised; prefix \S*out/prefix.json "
+        r"\(\d+ bytes, ending with the observation\); the agent ended by synthetic_end",
         proc.stdout,
     ), proc.stdout
     for out in ("out", "out-native"):
@@ -480,8 +480,9 @@ def test_continuation_example_runs_the_real_claude_code(tmp_path: Path):
         tmp_path / "ws4" / "live.txt"
     ).read_text() == "live\n"
     assert re.search(
-        r"continued claude-code after step 1 of 3 as run r-[0-9a-f]+: 1 tool call\(s\) re-run, 1 of 1 observation\(s\) "
-        r"equal once normalised; prefix \S*out-live/prefix.json \(\d+ bytes, ending with the observation\); request N\+1 "
+        r"continued claude-code after step 1 of 3 as run r-[0-9a-f]+: 1 tool call\(s\) re-run, "
+        r"1 of 1 observation\(s\) equal once normalised; prefix \S*out-live/prefix.json "
+        r"\(\d+ bytes, ending with the observation\); request N\+1 "
         r"forwarded with boundary_prompt; 2 live step\(s\) from http://127.0.0.1:\d+; ended by agent",
         proc.stdout,
     ), proc.stdout

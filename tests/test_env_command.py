@@ -56,8 +56,8 @@ def test_snippets_carry_the_run_id_in_the_base_url(tmp_path, agent):
     )
     # the user's own NO_PROXY entries stay (either spelling), the loopback names are added
     mine = pvisor_main(
-        ["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", "--agent", agent, "--gateway", GATEWAY,
-         "--shell", "json"],
+        ["--journal", str(tmp_path / "data" / "journal.sqlite"), "env", "--agent", agent,
+         "--gateway", GATEWAY, "--shell", "json"],
         env=user_env(tmp_path, NO_PROXY="corp.example,localhost", no_proxy="lower.example"), cwd=tmp_path,
     )  # fmt: skip
     assert json.loads(mine.stdout)["env"]["NO_PROXY"] == "corp.example,localhost,lower.example,127.0.0.1,::1"
@@ -135,10 +135,14 @@ class EnvCapture:
 # which a shell function of the same name turns into a headless run of the pinned binary, with
 # what the user's own config would say (here the home is empty and the machine offline).
 WRAPPERS = {
-    "claude-code": 'claude() { "$REAL" "$@" -p "$TASK" --output-format stream-json --verbose --allowedTools Bash --model claude-sonnet-4-5; }',
+    "claude-code": (
+        'claude() { "$REAL" "$@" -p "$TASK" --output-format stream-json --verbose --allowedTools Bash '
+        "--model claude-sonnet-4-5; }"
+    ),
     "codex": (
-        'codex() { "$REAL" "$@" -c approval_policy=\'"never"\' -c sandbox_mode=\'"danger-full-access"\' -c features.plugins=false '
-        '-c check_for_update_on_startup=false exec --skip-git-repo-check --json "$TASK"; }'
+        'codex() { "$REAL" "$@" -c approval_policy=\'"never"\' -c sandbox_mode=\'"danger-full-access"\' '
+        "-c features.plugins=false -c check_for_update_on_startup=false exec --skip-git-repo-check "
+        '--json "$TASK"; }'
     ),
     "gemini-cli": 'gemini() { "$REAL" "$@" -p "$TASK" --output-format stream-json --yolo; }',
     "opencode": 'opencode() { "$REAL" "$@" run "$TASK"; }',

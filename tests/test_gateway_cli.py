@@ -553,7 +553,8 @@ def test_grace_period_ends_then_the_stalled_exchange_is_cancelled_and_recorded(
         assert resp.read(len(part)) == part  # in flight, and the upstream holds the rest
         gw.p.send_signal(signal.SIGINT)
         gw.err.wait_for(
-            r"^stopping: waiting for 1 exchange\(s\) in flight \(up to 0\.5 s; a second signal cancels them now\)"
+            r"^stopping: waiting for 1 exchange\(s\) in flight "
+            r"\(up to 0\.5 s; a second signal cancels them now\)"
         )
         # the end of the grace period is said too (a new user saw the gateway go quiet)
         gw.err.wait_for(r"^stopped: cancelled 1 exchange\(s\) still in flight \(recorded incomplete\)$")
@@ -694,7 +695,8 @@ def test_journal_lock_warnings_are_shown_and_nothing_is_lost(stack, procs, tmp_p
         other.execute("BEGIN IMMEDIATE")  # the write lock, held until ROLLBACK
         assert http_request(url, "POST", "/v1/messages", b'{"during":"lock"}')[0] == 200
         gw.err.wait_for(
-            r"^pvisor: warning: journal \S+ is locked by another process; \d+ message\(s\) wait in memory, retrying$",
+            r"^pvisor: warning: journal \S+ is locked by another process; "
+            r"\d+ message\(s\) wait in memory, retrying$",
             deadline=DEADLINE + 10,
         )
     finally:
@@ -954,7 +956,8 @@ def busy_port():
         (
             ["--upstream", "bogus=http://127.0.0.1:1"],
             2,
-            r"^pvisor: error: Invalid value for '?--upstream'?: 'bogus=http://127\.0\.0\.1:1'.*anthropic, openai, gemini",
+            r"^pvisor: error: Invalid value for '?--upstream'?: 'bogus=http://127\.0\.0\.1:1'"
+            r".*anthropic, openai, gemini",
         ),
         (["--upstream", "bogus=x"], 2, r"^pvisor: error: Invalid value for '?--upstream'?: 'bogus=x'"),
         (
@@ -973,7 +976,8 @@ def busy_port():
         (
             ["--host", "0.0.0.0", "--allow-remote", "--token", "not a token, too"],
             2,
-            r"^pvisor: error: --token \(or \$PVISOR_GATEWAY_TOKEN\): a token is 16 to 256 letters, digits, '_' or '-'$",
+            r"^pvisor: error: --token \(or \$PVISOR_GATEWAY_TOKEN\): "
+            r"a token is 16 to 256 letters, digits, '_' or '-'$",
         ),
         (["--max-body", "0"], 2, r"Invalid value for '--max-body': '0' is too small \(at least 1 B\)"),
         (["--port", "70000"], 2, r"Invalid value for '--port'"),
@@ -1036,7 +1040,8 @@ def busy_port():
         (
             ["--host", ""],
             2,
-            r"^pvisor: error: --host: an empty address; give 127\.0\.0\.1, or an address with --allow-remote$",
+            r"^pvisor: error: --host: an empty address; "
+            r"give 127\.0\.0\.1, or an address with --allow-remote$",
         ),
         (
             ["--allow-remote", "--host", "0.0.0.0", "--token", "short"],
@@ -1046,12 +1051,14 @@ def busy_port():
         (
             ["--log-file", "/nonexistent-pvisor-dir/g.log"],
             2,
-            r"^pvisor: error: cannot write --log-file /nonexistent-pvisor-dir/g\.log: directory /nonexistent-pvisor-dir does not exist$",
+            r"^pvisor: error: cannot write --log-file /nonexistent-pvisor-dir/g\.log: "
+            r"directory /nonexistent-pvisor-dir does not exist$",
         ),
         (
             ["--ready-file", "/nonexistent-pvisor-dir/r.json"],
             2,
-            r"^pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r\.json: directory /nonexistent-pvisor-dir does not exist$",
+            r"^pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r\.json: "
+            r"directory /nonexistent-pvisor-dir does not exist$",
         ),
         (["--log-file", "{tmp}"], 2, r"--log-file"),
     ],

@@ -228,7 +228,10 @@ def test_reset_before_response_headers_gives_502(stack, good, how):
 HEAD_CHUNKED = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nX-Up: 1\r\n\r\n"
 )
-PART = b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1"}}\n\nevent: ping\ndata: {"type":"ping"}\n\n'
+PART = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"msg_1"}}\n\n'
+    b'event: ping\ndata: {"type":"ping"}\n\n'
+)
 
 
 @pytest.mark.parametrize("framing", ["chunked", "content-length"])
@@ -419,7 +422,8 @@ def test_body_over_max_body_is_413_with_content_length(stack, good):
     with socket.create_connection(hostport(gw.url), timeout=DEADLINE) as s:
         # only the head is sent: the gateway refuses on the declared length without reading a body
         s.sendall(
-            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 5000\r\n\r\n"
+            b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 5000\r\n\r\n"
         )
         raw = read_response(s)
         # then the body: the gateway reads it away and closes the connection (Connection: close)

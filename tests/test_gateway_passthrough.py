@@ -315,7 +315,8 @@ def test_gateway_adds_no_headers_of_its_own(stack):
     seen.clear()
     raw = raw_roundtrip(
         gw.url,
-        b'POST /v1/responses HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{"a":\r\n3\r\n1}\n\r\n0\r\n\r\n',
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        b'5\r\n{"a":\r\n3\r\n1}\n\r\n0\r\n\r\n',
     )
     assert parse_response(raw)[0] == 200
     assert sorted(k.lower() for k, _ in seen[0]) == ["content-length", "host"], seen[0]
@@ -531,14 +532,18 @@ def test_unknown_path_without_single_upstream_is_a_recorded_404(stack, three_ups
 
 def test_answers_the_gateway_gives_itself_record_the_request_body(stack, three_upstreams):
     gw, ups = three_upstreams
-    chunked = b'POST /v2/unknown HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\n{"a":\r\n2\r\n1}\r\n0\r\n\r\n'
+    chunked = (
+        b"POST /v2/unknown HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        b'5\r\n{"a":\r\n2\r\n1}\r\n0\r\n\r\n'
+    )
     assert parse_response(raw_roundtrip(gw.url, chunked))[0] == 404
     assert (
         http_request(gw.url, "POST", "/v1/messages", b'{"run":"bad"}', {"X-Pvisor-Run": "not a run id"})[0]
         == 400
     )
     ws = (
-        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\nContent-Length: 8\r\n"
+        b"POST /v1/responses HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n"
+        b"Connection: Upgrade, close\r\nContent-Length: 8\r\n"
         b'Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n{"ws":1}'
     )
     assert parse_response(raw_roundtrip(gw.url, ws))[0] == 426

@@ -533,19 +533,21 @@ def test_env_intercept_gives_the_proxy_and_the_ca_each_runtime_reads():
     "args,code,expected",
     [
         (["gateway", "--mode", "intercept", "--redirect", "api.anthropic.com"], 2, "give HOST=URL"),
-        (["gateway", "--mode", "intercept", "--redirect", "api.anthropic.com=ftp://x"], 2, "http:// or https://"),
+        (["gateway", "--mode", "intercept", "--redirect", "api.anthropic.com=ftp://x"], 2,
+         "http:// or https://"),
         (["gateway", "--mode", "intercept", "--intercept-host", "bad host!"], 2, "give a host name"),
         (["gateway", "--mode", "intercept", "--upstream", "anthropic=http://127.0.0.1:1"], 2, "--redirect"),
         (["gateway", "--redirect", "api.anthropic.com=http://127.0.0.1:1"], 2, "go with --mode intercept"),
         (["gateway", "--mode", "intercept", "--host", "0.0.0.0"], 2, "listens on this machine only"),
-        (["gateway", "--mode", "intercept", "--host", "0.0.0.0", "--allow-remote"], 2, "listens on this machine only"),
+        (["gateway", "--mode", "intercept", "--host", "0.0.0.0", "--allow-remote"], 2,
+         "listens on this machine only"),
         (["env", "--agent", "codex", "--gateway", "http://127.0.0.1:8080", "--intercept", "--run", "r1"], 2,
          "--run does not go with --intercept"),
         (["replay", "--agent", "claude-code", "--run", "r", "--after-step", "1", "--output", "o",
           "--prepare-only", "--intercept"], 2, "--intercept is for --replay-only"),
     ],
-    ids=["redirect-no-url", "redirect-bad-url", "bad-host", "upstream", "redirect-reverse", "remote", "remote-allowed",
-         "env-run", "prepare"],
+    ids=["redirect-no-url", "redirect-bad-url", "bad-host", "upstream", "redirect-reverse", "remote",
+         "remote-allowed", "env-run", "prepare"],
 )  # fmt: skip
 def test_bad_intercept_options_get_one_line_and_exit_2(tmp_path, args, code, expected):
     p = subprocess.run(
@@ -599,8 +601,8 @@ def test_a_damaged_ca_key_is_one_line_and_exit_65(tmp_path):
     env = {**ENV, "PVISOR_MITMDUMP": mitmdump(), "PVISOR_CA_DIR": str(ca)}
     for args in (["gateway", "--mode", "intercept", "--port", "0"], ["ca", "path"]):
         p = subprocess.run(
-            [*PVISOR, "--journal", str(tmp_path / "j.sqlite"), *args], env=env, capture_output=True, text=True,
-            timeout=60,
+            [*PVISOR, "--journal", str(tmp_path / "j.sqlite"), *args], env=env, capture_output=True,
+            text=True, timeout=60,
         )  # fmt: skip
         assert p.returncode == 65, p.stderr
         assert "no PEM key and certificate in it" in p.stderr and len(p.stderr.strip().splitlines()) == 1
@@ -794,7 +796,8 @@ def test_claude_code_replays_and_continues_through_intercept_mode(tmp_path, loop
     --intercept``: the tool re-run, the agent ended at request N+1 by playback), and continued
     (``--intercept --upstream``: the public host redirected to a live model server, which gets
     request N+1)."""
-    script = {"turns": [{"text": "Writing.", "tool_calls": [{"tool": "@shell", "command": "echo hi > hello.txt"}]},
+    script = {"turns": [{"text": "Writing.",
+                         "tool_calls": [{"tool": "@shell", "command": "echo hi > hello.txt"}]},
                         {"text": "Done."}]}  # fmt: skip
     report, journal = run_through_proxy("claude-code", tmp_path, script, "write hello.txt")
     assert (tmp_path / "ws" / "hello.txt").read_text() == "hi\n"
@@ -805,8 +808,8 @@ def test_claude_code_replays_and_continues_through_intercept_mode(tmp_path, loop
         ws = tmp_path / name
         ws.mkdir()
         rep = pvisor(
-            ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe, "--run",
-             report["run"], "--after-step", "1", "--intercept", "--workspace", str(ws),
+            ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe,
+             "--run", report["run"], "--after-step", "1", "--intercept", "--workspace", str(ws),
              "--output", str(tmp_path / f"out-{name}"), *extra],
             env=env, cwd=tmp_path, timeout=300,
         )  # fmt: skip
@@ -893,8 +896,8 @@ def test_the_intercept_benchmark_runs_its_four_paths(tmp_path):
     bench = Path(__file__).resolve().parents[1] / "bench" / "intercept_latency.py"
     out = tmp_path / "intercept.json"
     p = subprocess.run(
-        [sys.executable, str(bench), "--mitmdump", mitmdump(), "--rounds", "1", "--requests", "3", "--warmup", "1",
-         "--output", str(out)],
+        [sys.executable, str(bench), "--mitmdump", mitmdump(), "--rounds", "1", "--requests", "3",
+         "--warmup", "1", "--output", str(out)],
         env=ENV, capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert p.returncode == 0, p.stderr

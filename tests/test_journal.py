@@ -166,19 +166,29 @@ KILL_CHILD = textwrap.dedent(
     from pvisor.journal.model import Run
     j = Journal.open(sys.argv[1])
     j.create_run(Run(id="r-kill", agent="test"))
-    hanging = [j.begin_exchange("r-kill", "POST", "/v1/messages", [("x-api-key", "sk-kill")]) for _ in range(3)]
+    hanging = [
+        j.begin_exchange("r-kill", "POST", "/v1/messages", [("x-api-key", "sk-kill")]) for _ in range(3)
+    ]
     for i in range(5):
-        j.record_exchange("r-kill", "POST", "/v1/messages", [], status=200, request_body=b'{"n": %d}' % i, response_body=b"ok")
+        j.record_exchange(
+            "r-kill", "POST", "/v1/messages", [], status=200,
+            request_body=b'{"n": %d}' % i, response_body=b"ok",
+        )
     j.flush()
     # the hanging exchanges are older than one commit tick: wait until they are on disk as in flight
     import sqlite3
-    while sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM exchanges WHERE outcome IS NULL").fetchone()[0] < 3:
+    while sqlite3.connect(sys.argv[1]).execute(
+        "SELECT count(*) FROM exchanges WHERE outcome IS NULL"
+    ).fetchone()[0] < 3:
         time.sleep(0.01)
     print("ready", flush=True)
     i = 0
     while True:  # keep writing until killed
         i += 1
-        j.record_exchange("r-kill", "POST", "/v1/messages", [], status=200, request_body=b'{"loop": %d}' % i, response_body=b"x" * 1000)
+        j.record_exchange(
+            "r-kill", "POST", "/v1/messages", [], status=200,
+            request_body=b'{"loop": %d}' % i, response_body=b"x" * 1000,
+        )
         time.sleep(0.001)
     """
 )
@@ -547,7 +557,8 @@ def test_a_journal_from_a_newer_pvisor_is_refused(jpath: Path):
         pass
     conn = sqlite3.connect(jpath)
     conn.execute(
-        "INSERT INTO _sqlite_migrations(migration_set, name, applied_at) VALUES ('pvisor.journal', 'm999_future', 'x')"
+        "INSERT INTO _sqlite_migrations(migration_set, name, applied_at) "
+        "VALUES ('pvisor.journal', 'm999_future', 'x')"
     )
     conn.commit()
     conn.close()
@@ -652,7 +663,8 @@ def test_a_locked_rollback_journal_is_unavailable_never_read_without_its_lock(jp
     assert not Path(str(jpath) + "-wal").exists()
     conn.execute("BEGIN EXCLUSIVE")
     conn.execute(
-        "INSERT INTO runs(id, agent, argv, created_ms, mode, labels) VALUES ('r-uncommitted', NULL, '[]', 0, 'capture', '{}')"
+        "INSERT INTO runs(id, agent, argv, created_ms, mode, labels) "
+        "VALUES ('r-uncommitted', NULL, '[]', 0, 'capture', '{}')"
     )
     try:
         proc = subprocess.run(
@@ -708,7 +720,8 @@ def test_readers_refuse_a_journal_from_a_newer_pvisor(jpath: Path):
         j.create_run(Run(id="r-old"))
     conn = sqlite3.connect(jpath)
     conn.execute(
-        "INSERT INTO _sqlite_migrations(migration_set, name, applied_at) VALUES ('pvisor.journal', 'm999_future', 'x')"
+        "INSERT INTO _sqlite_migrations(migration_set, name, applied_at) "
+        "VALUES ('pvisor.journal', 'm999_future', 'x')"
     )
     conn.commit()
     conn.close()

@@ -106,7 +106,8 @@ def leaked(tmp_path: Path) -> Path:
         compacted = request(REQUESTS).replace(SECRET.encode(), b"") + b" "
         # an incompressible reply is stored as it is: its old bytes are what free pages would keep
         j.record_exchange("r-leak", "POST", LANE, [], protocol="openai-chat", status=200,
-                          request_body=compacted, response_body=os.urandom(3000) + SECRET.encode())  # fmt: skip
+                          request_body=compacted,
+                          response_body=os.urandom(3000) + SECRET.encode())  # fmt: skip
         snapshot(
             j,
             "r-leak",
@@ -115,10 +116,12 @@ def leaked(tmp_path: Path) -> Path:
         )
         j.create_run(Run(id="r-other", agent="qwen-code"))
         for body in (request(8), request(LEAK_AT + 2, secret="other-" + SECRET)):
-            j.record_exchange("r-other", "POST", LANE, [], protocol="openai-chat", status=200, request_body=body,
-                              response_body=b'{"choices": []}')  # fmt: skip
-        j.record_exchange("r-other", "POST", "/v1/other", [], protocol="openai-chat", status=200,
-                          request_body=json.dumps({"note": f"password {UMLAUT}" + " y" * 40}).encode())  # fmt: skip
+            j.record_exchange("r-other", "POST", LANE, [], protocol="openai-chat", status=200,
+                              request_body=body, response_body=b'{"choices": []}')  # fmt: skip
+        j.record_exchange(
+            "r-other", "POST", "/v1/other", [], protocol="openai-chat", status=200,
+            request_body=json.dumps({"note": f"password {UMLAUT}" + " y" * 40}).encode(),
+        )  # fmt: skip
         j.flush()
     run_dir = data / "runs" / "r-leak"
     (run_dir / "home").mkdir(parents=True)
@@ -348,7 +351,8 @@ def test_scrub_bad_input_gets_one_line_and_changes_nothing(leaked: Path, tmp_pat
     assert notes.read_text() == f"not a journal {SECRET}\n"
     # a damaged blob: scrub cannot read it, so it changes nothing and says so
     with sqlite3.connect(leaked) as c:
-        c.execute("UPDATE blobs SET data = x'00112233' WHERE codec = 'zstd-prefix' AND rowid = (SELECT max(rowid) FROM blobs WHERE codec = 'zstd-prefix')")  # fmt: skip
+        c.execute("UPDATE blobs SET data = x'00112233' WHERE codec = 'zstd-prefix' "
+                  "AND rowid = (SELECT max(rowid) FROM blobs WHERE codec = 'zstd-prefix')")  # fmt: skip
     digest = content(leaked)
     proc = cli(leaked, "journal", "scrub", SECRET, process=True)
     assert (
@@ -495,7 +499,8 @@ def test_a_key_split_between_stream_events_is_scrubbed(leaked: Path):
     body = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n"
     with Journal.open(leaked) as j:
         ex = j.record_exchange("r-other", "POST", LANE, [], protocol="openai-chat", status=200,
-                               request_body=b'{"stream": true}', response_body=body, streamed=True)  # fmt: skip
+                               request_body=b'{"stream": true}', response_body=body,
+                               streamed=True)  # fmt: skip
     assert SECRET.encode() not in body  # never whole in the raw bytes
     proc = cli(leaked, "journal", "scrub", SECRET, "--json")
     assert proc.returncode == 0, proc.stderr
@@ -550,8 +555,8 @@ def test_scrub_of_a_real_qwen_code_capture_leaves_no_byte_and_prepare_only_still
     shutil.copytree(cap.journal.parent, data, symlinks=True)
     journal = data / "journal.sqlite"
     prep = tmp_path / "prep-before"
-    args = ["replay", "--agent", "qwen-code", "--journal", str(journal), "--run", cap.run, "--after-step", "2",
-            "--prepare-only"]  # fmt: skip
+    args = ["replay", "--agent", "qwen-code", "--journal", str(journal), "--run", cap.run,
+            "--after-step", "2", "--prepare-only"]  # fmt: skip
     assert cli(journal, *args, "--output", str(prep)).returncode == 0
     assert "gamma" in (prep / "prefix.json").read_text()
     assert everywhere(data, "gamma"), "the run directory holds the agent's own session"

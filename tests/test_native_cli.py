@@ -154,7 +154,8 @@ def test_unknown_major_version_is_exit_65_naming_the_line(tmp_path):
     assert (
         p.returncode == 65
         and p.stderr.strip()
-        == f"pvisor: error: {f}: line 1: codex format version 1.0.0 has major 1; this adapter reads codex@0.171 only"
+        == f"pvisor: error: {f}: line 1: codex format version 1.0.0 has major 1; "
+        "this adapter reads codex@0.171 only"
     )
 
 
@@ -432,8 +433,8 @@ def test_a_version_that_is_not_x_y_is_read_by_shape_with_a_warning(tmp_path):
     p = run("trajectory", "show", str(f), "--json")
     assert p.returncode == 0, p.stderr
     assert (
-        f"pvisor: warning: {f}: line 1: unreadable_version: format version 'banana' does not read as X.Y; read by shape as codex@0.171"
-        in p.stderr
+        f"pvisor: warning: {f}: line 1: unreadable_version: format version 'banana' does not read as X.Y; "
+        "read by shape as codex@0.171" in p.stderr
     )
     doc = json.loads(p.stdout)
     assert [len(s["action"]["tool_calls"]) for s in doc["steps"]] == [1, 0, 1, 0]
@@ -553,7 +554,8 @@ def test_a_device_is_refused_without_reading_it(tmp_path):
     p = _bounded(["show", "/dev/zero"], tmp_path)
     assert (p.returncode, p.stderr) == (
         2,
-        "pvisor: error: /dev/zero: is a character device, not a trajectory file; give a file, or pipe one through -\n",
+        "pvisor: error: /dev/zero: is a character device, not a trajectory file; "
+        "give a file, or pipe one through -\n",
     )
     p = _bounded(["show", "-"], tmp_path, stdin=open("/dev/zero", "rb"))
     assert p.returncode == 2 and p.stderr.startswith(
@@ -571,8 +573,8 @@ def test_an_endless_stream_stops_at_the_input_limit_and_leaves_nothing_behind(tm
         yes.wait()
     assert (p.returncode, p.stderr) == (
         65,
-        "pvisor: error: -: the stream gave more than 2 MiB (--max-input); raise --max-input, or give the trajectory"
-        " as a file\n",
+        "pvisor: error: -: the stream gave more than 2 MiB (--max-input); "
+        "raise --max-input, or give the trajectory as a file\n",
     )
     assert list((tmp_path / "tmpdir").iterdir()) == []  # the partial copy is gone
     # the default bound is 1 GiB: below it a trajectory on stdin reads as before
@@ -587,7 +589,8 @@ def test_a_fifo_nobody_writes_and_a_stalled_pipe_end_after_the_input_timeout(tmp
     p = _bounded(["show", str(fifo), "--input-timeout", "0.5"], tmp_path)
     assert (p.returncode, p.stderr) == (
         2,
-        f"pvisor: error: {fifo}: no data for 0.5 s (is a process writing to it?); --input-timeout S waits longer\n",
+        f"pvisor: error: {fifo}: no data for 0.5 s (is a process writing to it?); "
+        "--input-timeout S waits longer\n",
     )
     stalled = subprocess.Popen(["sleep", "60"], stdout=subprocess.PIPE)
     try:
@@ -620,8 +623,8 @@ def test_a_full_temporary_directory_names_the_input(tmp_path, small_fs):
     )
     assert (p.returncode, p.stderr) == (
         74,
-        f"pvisor: error: -: cannot copy the stream to a temporary file in {full}: No space left on device (set TMPDIR"
-        " to a directory with room, or give the trajectory as a file)\n",
+        f"pvisor: error: -: cannot copy the stream to a temporary file in {full}: No space left on device "
+        "(set TMPDIR to a directory with room, or give the trajectory as a file)\n",
     )
     assert list(full.iterdir()) == []
 

@@ -90,7 +90,8 @@ def test_a_claude_code_session_given_as_codex_is_refused_naming_the_file_and_lin
         ],
     )
     assert refused(p, "codex") == (
-        f"{p}: line 1: required record shape missing: no Codex rollout record (type session_meta/response_item) "
+        f"{p}: line 1: required record shape missing: "
+        "no Codex rollout record (type session_meta/response_item) "
         "in the file; the first record has type 'user'"
     )
 
@@ -101,7 +102,8 @@ def test_an_empty_file_given_as_codex_is_refused_naming_the_file(tmp_path, conte
     p.write_bytes(content)
     assert (
         refused(p, "codex")
-        == f"{p}: required record shape missing: no Codex rollout record (type session_meta/response_item) in the file (no JSON object in it)"
+        == f"{p}: required record shape missing: no Codex rollout record (type session_meta/response_item) "
+        "in the file (no JSON object in it)"
     )
 
 
@@ -277,7 +279,8 @@ def test_a_file_of_damaged_records_only_is_refused(tmp_path):
         [{"timestamp": "t", "type": "response_item", "paylod": {"type": "message"}}] * 2,
     )
     assert refused(p, "codex") == (
-        f"{p}: line 1: required record shape missing: no Codex rollout record (type session_meta/response_item) "
+        f"{p}: line 1: required record shape missing: "
+        "no Codex rollout record (type session_meta/response_item) "
         "in the file; the first record has type 'response_item'"
     )
 

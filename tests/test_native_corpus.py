@@ -10,7 +10,8 @@ from native_helpers import native_dir, opencode_db_from_dump
 from pvisor.adapters.native import read_native
 from pvisor.core.errors import BadInputError
 
-#: sample -> (adapter detected, tool calls per step, warning codes), or a refusal: ("refused", text in the error)
+#: sample -> (adapter detected, tool calls per step, warning codes), or a refusal:
+#: ("refused", text in the error)
 EXPECTED: dict[str, tuple] = {
     "claude-code/agent-sessions_schema_coverage.jsonl": (
         "claude-code",
@@ -21,14 +22,17 @@ EXPECTED: dict[str, tuple] = {
     "claude-code/spotter_short.jsonl": ("claude-code", [2], []),
     "claude-code/spotter_subagent.jsonl": ("claude-code", [4, 2, 1, 1, 1, 1, 1, 1, 1, 2, 1, 0], []),
     "claude-code/spotter_tool_heavy.jsonl": ("claude-code", [1, 1, 2, 2], []),
-    # line 21 answers call-1 of step 1 after later actions' lines: it belongs to step 1, no call is left unanswered
-    # three calls share the "[trimmed for fixture]" id; an output whose trimmed id answers no call is a gap step (lost_action)
+    # line 21 answers call-1 of step 1 after later actions' lines: it belongs to step 1, no call is
+    # left unanswered
+    # three calls share the "[trimmed for fixture]" id; an output whose trimmed id answers no call is
+    # a gap step (lost_action)
     "codex/agent-sessions_schema_coverage.jsonl": (
         "codex",
         [2, 1, 1, 0, 0, 1, 1, 1, 1],
         ["duplicate_call_id", "lost_action", "unknown_record"],
     ),
-    "codex/claude-code-log_synthetic_rollout-2026-01-02T03-04-05-11111111-1111-4111-8111-111111111111.jsonl": (
+    "codex/claude-code-log_synthetic_rollout-2026-01-02T03-04-05-"
+    "11111111-1111-4111-8111-111111111111.jsonl": (
         "codex",
         [1, 1, 1, 0],
         ["unknown_record"],
@@ -64,8 +68,9 @@ EXPECTED: dict[str, tuple] = {
         [1],
         ["duplicate_record", "interrupted"],
     ),
-    # a fixture whose version and uuids were all trimmed to "[trimmed for fixture]": read by shape; every record
-    # replaces the one before (one uuid) and the last is a system record: no step, the duplicates warned
+    # a fixture whose version and uuids were all trimmed to "[trimmed for fixture]": read by shape;
+    # every record replaces the one before (one uuid) and the last is a system record: no step, the
+    # duplicates warned
     "qwen-code/agent-sessions_system_telemetry.jsonl": (
         "qwen-code",
         [],

@@ -52,9 +52,11 @@ def test_a_document_read_in_pieces_equals_one_parse(monkeypatch, chunk):
 @pytest.mark.parametrize(
     "text",
     [
-        '{"info": {"messages": [1]}, "messages": [{"role": "a"}, {"role": "b"}]}',  # the key nested first: parsed whole
+        # the key nested first: parsed whole
+        '{"info": {"messages": [1]}, "messages": [{"role": "a"}, {"role": "b"}]}',
         '{"messages": [{"role": "a"}], "messages": [{"role": "b"}]}',  # the key twice: the later one
-        '{"messages": [{"role": "a", "c": "}, {\\"role\\": 1"}, {"role": "b"}, {"role": "c", "d": [{"role": 2}, {"role": 3}]}], "x": [1]}',
+        '{"messages": [{"role": "a", "c": "}, {\\"role\\": 1"}, {"role": "b"}, '
+        '{"role": "c", "d": [{"role": 2}, {"role": 3}]}], "x": [1]}',
         '[{"role": "a"}, {"role": "b\\ud800"}, {"role": "c"}]',  # lone surrogate: flagged once
         '{"messages": [{"role": "a"}, {"role": "b"}]}\n{"messages": []}',  # JSON Lines: refused as before
         '{"messages": [{"role": "a"}, {"role": "b"]}',  # broken: refused as before

@@ -103,7 +103,8 @@ def test_another_agents_document_given_as_gemini_cli_is_refused(tmp_path, agent,
     else:
         p = corpus_dir() / "native" / agent / name
     assert refused(p, "gemini-cli") == (
-        f"{p}: document: no Gemini CLI message (an object with a string `type`) in `messages`; expected {EXPECTED}"
+        f"{p}: document: no Gemini CLI message (an object with a string `type`) in `messages`; "
+        f"expected {EXPECTED}"
     )
 
 

@@ -200,16 +200,19 @@ def test_db_with_a_live_wal_is_read_with_its_uncheckpointed_rows(tmp_path):
         writer.execute("pragma wal_autocheckpoint=0")
         sid = "ses_zzzz_newest"
         writer.execute(
-            "insert into session (id, project_id, slug, directory, title, version, time_created, time_updated) "
+            "insert into session "
+            "(id, project_id, slug, directory, title, version, time_created, time_updated) "
             "values (?, 'global', 's', '/w', 't', '1.18.33', 1, 9999999999999)",
             (sid,),
         )
         writer.execute(
-            "insert into message (id, session_id, time_created, time_updated, data) values ('msg_z1', ?, 1, 1, ?)",
+            "insert into message (id, session_id, time_created, time_updated, data) "
+            "values ('msg_z1', ?, 1, 1, ?)",
             (sid, json.dumps({"role": "user"})),
         )
         writer.execute(
-            "insert into part (id, message_id, session_id, time_created, time_updated, data) values ('prt_z1', 'msg_z1', ?, 1, 1, ?)",
+            "insert into part (id, message_id, session_id, time_created, time_updated, data) "
+            "values ('prt_z1', 'msg_z1', ?, 1, 1, ?)",
             (sid, json.dumps({"type": "text", "text": "from the wal"})),
         )
         writer.commit()
@@ -507,7 +510,8 @@ def test_an_unknown_session_id_is_refused_listing_the_ids_most_recent_first(tmp_
     assert exc.value.exit_code == 65
     assert (
         exc.value.message
-        == f"{db}: no OpenCode session 'ses_nope' in this store; it holds, most recent first: {', '.join(r['id'] for r in rows)}"
+        == f"{db}: no OpenCode session 'ses_nope' in this store; it holds, most recent first: "
+        f"{', '.join(r['id'] for r in rows)}"
     )
 
 

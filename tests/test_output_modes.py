@@ -58,7 +58,8 @@ def journal(tmp_path_factory) -> Path:
 def test_directories_made_above_a_new_journal_are_0700(tmp_path):
     path = tmp_path / "data" / "pvisor" / "deep" / "journal.sqlite"
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys\nfrom pvisor.journal.writer import Journal\nJournal.open(sys.argv[1]).close()",
+        [sys.executable, "-c",
+         "import sys\nfrom pvisor.journal.writer import Journal\nJournal.open(sys.argv[1]).close()",
          str(path)],
         capture_output=True, text=True, preexec_fn=_umask_000, timeout=60,
     )  # fmt: skip

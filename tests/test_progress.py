@@ -224,8 +224,9 @@ def test_a_replay_draws_the_requests_served_up_to_the_boundary(tmp_path: Path):
     cap = capture_scripted("claude-code", tmp_path, script, "Write three files")
     journal, captured, exe, env = cap.journal, cap.run, cap.exe, cap.env
     rep = run_on_tty(
-        ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe, "--run", captured,
-         "--after-step", "2", "--replay-only", "--workspace", str(ws2), "--output", str(tmp_path / "out")],
+        ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe,
+         "--run", captured, "--after-step", "2", "--replay-only", "--workspace", str(ws2),
+         "--output", str(tmp_path / "out")],
         env={**env, "PYTHONSAFEPATH": "1"}, cwd=tmp_path,
     )  # fmt: skip
     assert rep.returncode == 0, rep.terminal

@@ -137,7 +137,8 @@ BODIES = {
     ),
     "factories and field options": (
         "Record",
-        '"""Doc."""\n    a: list = field(default_factory=list)\n    b: dict = field(default_factory=dict, repr=False)\n'
+        '"""Doc."""\n    a: list = field(default_factory=list)\n'
+        "    b: dict = field(default_factory=dict, repr=False)\n"
         "    c: int = field(default=3, compare=False, metadata={'k': 1})\n"
         "    d: int = field(default=4, kw_only=True)\n    e: int = field(default=5, init=False)\n"
         "    def __init__(self, a=None, b=None, c=3, *, d=4):\n"
@@ -145,7 +146,8 @@ BODIES = {
     ),
     "frozen": (
         "FrozenRecord",
-        '"""Doc."""\n    a: tuple = ()\n    def __init__(self, a=()):\n        object.__setattr__(self, "a", a)',
+        '"""Doc."""\n    a: tuple = ()\n    def __init__(self, a=()):\n'
+        '        object.__setattr__(self, "a", a)',
     ),
     "no docstring": ("Record", "a: int = 1\n    def __init__(self, a: int = 1) -> None:\n        self.a = a"),
     "own match args and a method": (

@@ -250,7 +250,10 @@ def test_bad_lines_fail_alone_and_bad_batches_get_one_line(tmp_path: Path):
 
 def test_prepare_many_in_memory_shares_a_file_and_leaves_each_prefix_its_own(tmp_path: Path):
     agent, f = next((a, f) for a, f in native_sources() if a == "claude-code" and "tool_heavy" in f.name)
-    requests = [PrepareOptions(agent, n, None, trajectory=f) for n in (3, 1, 2, 1, 0, 3)]  # type: ignore[arg-type]
+    requests = [
+        PrepareOptions(agent, n, None, trajectory=f)  # type: ignore[arg-type]
+        for n in (3, 1, 2, 1, 0, 3)
+    ]
     outcomes = list(prepare_many(requests))
     assert [o.index for o in outcomes] == [1, 2, 3, 4, 5, 6]
     assert all(o.status is Status.OK and o.output is None for o in outcomes)
@@ -364,7 +367,8 @@ def test_a_batch_never_destroys_its_inputs_and_odd_requests_fail_alone(tmp_path:
     victim.write_bytes(original)
     m2 = tmp_path / "m2.jsonl"
     m2.write_text(json.dumps({"trajectory": str(victim), "agent": agent, "after_step": 1}) + "\n"
-                  + json.dumps({"trajectory": str(f), "agent": agent, "after_step": 2**64 - 1}) + "\n")  # fmt: skip
+                  + json.dumps({"trajectory": str(f), "agent": agent, "after_step": 2**64 - 1})
+                  + "\n")  # fmt: skip
     p = pvisor_main(
         ["replay", "--prepare-only", "--batch", str(m2), "--rows", str(victim)], env=ENV, text=True
     )

@@ -431,7 +431,7 @@ def test_journal_inside_the_workspace_is_refused_and_nothing_is_created(tmp_path
     assert sorted(p.name for p in ws.iterdir()) == ["code.py", "j.sqlite"]
 
 
-# =========================================================================== 4: --protocol other than the profile's
+# ================================================================== 4: --protocol other than the profile's
 
 
 QWEN = native_dir() / "qwen-code" / "real-0.24.4_single.jsonl"
@@ -999,7 +999,8 @@ def test_a_cut_off_last_line_may_belong_to_the_last_step_which_no_boundary_inclu
             proc,
             65,
             f"damaged_source: --after-step 2: {src} line 13 is cut off (no newline, not JSON) and may belong "
-            "to step 2, whose action or observation would then be incomplete; choose N < 2, or --allow-damaged",
+            "to step 2, whose action or observation would then be incomplete; "
+            "choose N < 2, or --allow-damaged",
         )
         res = json.loads((out / "result.json").read_text())
         validate(res)

@@ -98,15 +98,17 @@ def claude_runs(tmp_path_factory):
     ws2.mkdir()
     script = {
         "turns": [
-            {"text": "Writing it.", "tool_calls": [{"tool": "@shell", "command": "echo hello > hello.txt && cat hello.txt"}]},
+            {"text": "Writing it.",
+             "tool_calls": [{"tool": "@shell", "command": "echo hello > hello.txt && cat hello.txt"}]},
             {"text": "hello.txt is written."},
         ]
     }  # fmt: skip
     cap = capture_scripted("claude-code", root, script, "Write hello.txt")
     journal, captured, exe, env = cap.journal, cap.run, cap.exe, cap.env
     rep = pvisor(
-        ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe, "--run", captured,
-         "--after-step", "1", "--replay-only", "--workspace", str(ws2), "--output", str(root / "out")],
+        ["--journal", str(journal), "replay", "--agent", "claude-code", "--agent-entrypoint", exe,
+         "--run", captured, "--after-step", "1", "--replay-only", "--workspace", str(ws2),
+         "--output", str(root / "out")],
         env=env, cwd=root, timeout=300,
     )  # fmt: skip
     assert rep.returncode == 0, rep.stderr
@@ -189,12 +191,15 @@ def long_run(path: Path, steps: int) -> str:
                 "type": "function",
                 "function": {"name": "bash", "arguments": f'{{"command":"echo {i}"}}'},
             }
-            reply = {"id": "c", "object": "chat.completion", "model": "m", "usage": {"prompt_tokens": 10 + i, "completion_tokens": 3},
-                     "choices": [{"index": 0, "message": {"role": "assistant", "content": None, "tool_calls": [call]},
+            reply = {"id": "c", "object": "chat.completion", "model": "m",
+                     "usage": {"prompt_tokens": 10 + i, "completion_tokens": 3},
+                     "choices": [{"index": 0,
+                                  "message": {"role": "assistant", "content": None, "tool_calls": [call]},
                                   "finish_reason": "tool_calls"}]}  # fmt: skip
             j.record_exchange(
-                run, "POST", "/v1/chat/completions", [("authorization", f"Bearer {KEY}")], protocol="openai-chat",
-                status=200, request_body=orjson.dumps({"model": "m", "messages": messages, "tools": [tool]}),
+                run, "POST", "/v1/chat/completions", [("authorization", f"Bearer {KEY}")],
+                protocol="openai-chat", status=200,
+                request_body=orjson.dumps({"model": "m", "messages": messages, "tools": [tool]}),
                 response_body=orjson.dumps(reply),
             )  # fmt: skip
             messages = [*messages, {"role": "assistant", **reply["choices"][0]["message"]},

@@ -462,7 +462,8 @@ def test_pvisor_run_takes_max_response_body(tmp_path):
     (tmp_path / "s.json").write_text(json.dumps(script))
     journal = tmp_path / "j.sqlite"
     base = ["--journal", str(journal), "run", "--agent", "codex", "--agent-entrypoint",
-            str(entrypoint("codex")), "--script", str(tmp_path / "s.json"), "--workspace", str(ws)]  # fmt: skip
+            str(entrypoint("codex")), "--script", str(tmp_path / "s.json"),
+            "--workspace", str(ws)]  # fmt: skip
     env = user_env(home)
     too_big = pvisor([*base, "--max-response-body", "1GB", "--", "go"], env=env, cwd=tmp_path, timeout=60)
     assert too_big.returncode == 2 and "--max-response-body" in too_big.stderr

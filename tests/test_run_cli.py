@@ -38,14 +38,17 @@ case "$FAKE_MODE" in
   setsid-exit) setsid sleep 300 & echo $! > "$FAKE_OUT" ;;
   setsid-hang) setsid sleep 300 & echo $! > "$FAKE_OUT"; trap '' TERM; while :; do sleep 1; done ;;
   # three streamed requests through the gateway, then another process takes the journal's lock
-  lock) for i in 1 2 3; do
-          curl -s -X POST "$ANTHROPIC_BASE_URL/v1/messages" -H 'content-type: application/json' -H "x-api-key: $ANTHROPIC_API_KEY" \
-            -d '{"model":"claude-sonnet-4-5","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}' > /dev/null
+  lock) body='{"model":"claude-sonnet-4-5","max_tokens":100,"stream":true,'
+        body+='"messages":[{"role":"user","content":"hi"}]}'
+        for i in 1 2 3; do
+          curl -s -X POST "$ANTHROPIC_BASE_URL/v1/messages" -H 'content-type: application/json' \
+            -H "x-api-key: $ANTHROPIC_API_KEY" -d "$body" > /dev/null
         done
         # exit only once the lock is held: the run's last writes then meet it, however slow
         # the test process is to take it
         touch "$FAKE_OUT.go"; for _ in $(seq 600); do [ -e "$FAKE_OUT.held" ] && break; sleep 0.05; done ;;
-  trap-hang) echo $$ > "$FAKE_OUT"; trap 'echo got-term >> "$FAKE_OUT.sig"' TERM; while :; do sleep 0.1; done ;;
+  trap-hang) echo $$ > "$FAKE_OUT"; trap 'echo got-term >> "$FAKE_OUT.sig"' TERM
+             while :; do sleep 0.1; done ;;
 esac
 exit 0
 """

@@ -781,7 +781,8 @@ def test_serve_model_beyond_this_machine_needs_allow_remote(tmp_path):
 
     def serve(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([str(PVISOR), "serve-model", "--script", str(script), *args],
-                              capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)  # fmt: skip
+                              capture_output=True, text=True, timeout=60,
+                              stdin=subprocess.DEVNULL)  # fmt: skip
 
     held = socket.socket()  # every try below binds its port: none can listen beyond loopback, even unfixed
     try:
@@ -999,7 +1000,7 @@ def test_non_utf8_body_is_named_as_such(stack):
     assert st == 400 and "not valid UTF-8 JSON" in message and "surrogates" not in message, message
 
 
-# --------------------------------------------------------------------------- wrong types anywhere (property test)
+# ---------------------------------------------------------------------- wrong types anywhere (property test)
 
 VALUES = [5, -1, 2.5, True, None, [], [1, "x"], {}, {"x": 1}, "text", [[]], {"type": 5}]
 
@@ -1193,8 +1194,8 @@ def test_serve_model_second_signal_cancels_a_reply_in_flight(tmp_path, sig, code
         s.connect((u.hostname, u.port))
         try:
             s.sendall(
-                b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
-                % (path.encode(), len(body), body)
+                b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (path.encode(), len(body), body)
             )
             got = b""
             while b"content_block_delta" not in got:  # the stream has started: the reply is in flight
@@ -1255,8 +1256,8 @@ def test_serve_model_unwritable_ready_file_is_a_usage_error(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr
     assert (
-        proc.stderr
-        == "pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r.json: directory /nonexistent-pvisor-dir does not exist\n"
+        proc.stderr == "pvisor: error: cannot write --ready-file /nonexistent-pvisor-dir/r.json: "
+        "directory /nonexistent-pvisor-dir does not exist\n"
     )
     assert proc.stdout == ""
     (tmp_path / "afile").write_text("")
@@ -1459,8 +1460,9 @@ def test_a_summary_request_holding_the_history_as_text_counts_its_serialised_rep
         }
     )
     first = (
-        'Summarise the conversation:\n<conversation>\n[User]: "Do it."\n\n[Assistant]: turn 0\n[Assistant tool call]: bash({})\n'
-        "[Tool result]: 0\n\n[Assistant]: turn 1\n[Assistant tool call]: bash({})\n[Tool result]: 1\n</conversation>"
+        'Summarise the conversation:\n<conversation>\n[User]: "Do it."\n\n'
+        "[Assistant]: turn 0\n[Assistant tool call]: bash({})\n[Tool result]: 0\n\n"
+        "[Assistant]: turn 1\n[Assistant tool call]: bash({})\n[Tool result]: 1\n</conversation>"
     )
     text, _ = said(
         "openai-chat",
@@ -1481,7 +1483,8 @@ def test_a_summary_request_holding_the_history_as_text_counts_its_serialised_rep
     )
     assert text.endswith("[pvisor scripted summary of 2 turns]")
     second = (
-        "Summarise the conversation:\n<conversation>\n[User]: Continue.\n\n[Assistant]: turn 2\n[Tool result]: 2\n</conversation>\n"
+        "Summarise the conversation:\n<conversation>\n[User]: Continue.\n\n"
+        "[Assistant]: turn 2\n[Tool result]: 2\n</conversation>\n"
         f"<prior-summary>\n{text}\n</prior-summary>"
     )
     text2, _ = said(

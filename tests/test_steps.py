@@ -786,7 +786,10 @@ def test_retry_that_never_succeeds_interrupted_reply_and_missing_results(tmp_pat
         t = ChatSession(j, "r-cut")
         t.send(calls=[("bash", '{"command":"ls"}')])
         t.results("a.txt")
-        half = b'data: {"id":"c","object":"chat.completion.chunk","model":"gpt-test","choices":[{"index":0,"delta":{"role":"assistant","content":"Half a tho"}}]}\n\n'
+        half = (
+            b'data: {"id":"c","object":"chat.completion.chunk","model":"gpt-test",'
+            b'"choices":[{"index":0,"delta":{"role":"assistant","content":"Half a tho"}}]}\n\n'
+        )
         t.send(response=half, streamed=True, outcome="aborted_by_client", echo=False)
         # two calls, one result; then a reply the agent rewrote before sending it back
         u = ChatSession(j, "r-missing")
@@ -878,7 +881,8 @@ def test_exchanges_outside_every_chain_and_a_run_without_steps(tmp_path):
     assert left[ids["shape"]][0] == "unparsable" and "Anthropic" in left[ids["shape"]][1]
     assert left[ids["big"]] == (
         "no_request_body",
-        "POST /v1/responses was refused as oversize (status 413): its body of 1000000000 bytes or more was not stored whole",
+        "POST /v1/responses was refused as oversize (status 413): "
+        "its body of 1000000000 bytes or more was not stored whole",
     )
     assert left[ids["count"]] == (
         "token_count",
@@ -1294,7 +1298,8 @@ def test_oversize_head_and_gateway_502_through_the_gateway(stack):
     kinds = {lo.where: (lo.kind, lo.reason) for lo in traj.left_out}
     assert kinds[over.id] == (
         "no_request_body",
-        f"POST /v1/chat/completions was refused as oversize (status 413): its body of {over.request_bytes} bytes or more was not stored whole",
+        "POST /v1/chat/completions was refused as oversize (status 413): "
+        f"its body of {over.request_bytes} bytes or more was not stored whole",
     )
     assert kinds[head.id] == (
         "non_protocol",

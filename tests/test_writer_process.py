@@ -387,7 +387,8 @@ def test_the_writer_may_run_on_a_cpu_the_gateway_may_not(tmp_path: Path):
     assert os.cpu_count() >= 2, "this test needs two CPUs"
     code = (
         "import os, sys; from pvisor.journal.writer_process import open_journal;"
-        "j = open_journal(sys.argv[1]); print(sorted(os.sched_getaffinity(0)), sorted(os.sched_getaffinity(j.pid)));"
+        "j = open_journal(sys.argv[1]); "
+        "print(sorted(os.sched_getaffinity(0)), sorted(os.sched_getaffinity(j.pid)));"
         "j.close()"
     )
     env = {**os.environ, "PVISOR_WRITER_CPUS": "1", "PYTHONSAFEPATH": "1"}
