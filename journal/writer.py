@@ -34,6 +34,8 @@ from typing import Any, Callable
 
 import logging
 
+from sqlite_utils import Database
+
 from .content_encoding import DEFAULT_LIMIT
 from pvisor.core.errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .messages import URGENT, MessageKind, unknown_message
@@ -48,6 +50,7 @@ from .producer import (
 )
 from .reassembly import FINALIZE_CATCHUP_S, FINALIZE_SLICE_S, Finalizer, Reassembly
 from .rows import Rows
+from .schema import MIGRATION_SET, apply_migrations, known_migration_names
 
 GATHER_S = 0.05  # a batch is committed at most this long after its first message arrived
 LOCK_WARN_INTERVAL_S = 30.0
@@ -146,6 +149,22 @@ class Journal(JournalProducer):
     def fingerprint_key(self) -> bytes:
         """The journal's key of secret fingerprints (``meta.fingerprint_key``), once open."""
         return self.rows.fingerprint_key
+
+    @property
+    def inflight(self) -> dict[str, PendingExchange]:
+        """The exchanges begun and not finished, by id: the writer thread writes each as a row
+        with ``outcome`` NULL after a commit tick (the writer child keeps its copies of the
+        gateway's here, :func:`~pvisor.journal.writer_wire.apply_inflight`)."""
+        return self._inflight
+
+    def put_message(self, message: tuple[MessageKind, Any]) -> None:
+        """Hand one message (:mod:`pvisor.journal.messages`) to the writer thread as it is: the
+        writer child's way for the messages the gateway's producer made."""
+        self._put(message)
+
+    def wait_stopped(self) -> None:
+        """Block until the writer thread ends: at :meth:`close`, or when it failed (:attr:`error`)."""
+        self._thread.join()
 
     @property
     def unreassembled(self) -> int:
@@ -284,10 +303,6 @@ class Journal(JournalProducer):
             raise IntegrityError(f"journal {self.path} is damaged: {exc}") from None
 
     def _setup_schema(self, conn: sqlite3.Connection) -> None:
-        from sqlite_utils import Database
-
-        from .schema import MIGRATION_SET, apply_migrations, known_migration_names
-
         db = Database(conn)
         conn.execute("BEGIN IMMEDIATE")
         try:
