@@ -174,7 +174,8 @@ class Reassembly:
         if self.finalize is None:
             return
         rows = conn.execute(
-            "SELECT id, protocol, response_body, response_headers FROM exchanges WHERE streamed = 1 AND response_final IS NULL"
+            "SELECT id, protocol, response_body, response_headers FROM exchanges"
+            " WHERE streamed = 1 AND response_final IS NULL"
             " AND response_body IS NOT NULL AND protocol IS NOT NULL AND outcome IS NOT NULL"
             f" AND bytes_received <= {FINALIZE_MAX_BYTES}"
             f" AND flags NOT LIKE '%\"{TRUNCATED_FLAG}\"%' ORDER BY rowid DESC LIMIT 10000"
