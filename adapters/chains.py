@@ -617,33 +617,13 @@ def classify_exchanges(
         own = conv.messages
         if req.previous_response_id is not None:
             responses.follow(req, seen, reader)
-        repeats: list[Chain] = []
-        extends: list[Chain] = []
-        for chain in chains:
-            if not chain.slots:  # emptied: its one request was a summary
-                continue
-            rel = _relation(chain.slots[-1].latest, req)
-            if rel == "repeats":
-                repeats.append(chain)
-            elif rel == "extends":
-                extends.append(chain)
+        repeats, extends = _related(chains, req)
         if repeats:
             chain = max(repeats, key=lambda c: last_active[c.number])
             tail_from = len(chain.slots[-2].latest.messages) if len(chain.slots) > 1 else 0
             chain.slots[-1].requests.append(req)
         elif extends:
-
-            def fit(c: Chain) -> tuple:
-                # the most messages extended, then the same system prompt and tools, then the chain
-                # active last
-                a = c.slots[-1].latest
-                return (
-                    len(a.messages),
-                    (a.system_key == req.system_key) + (a.tools_key == req.tools_key),
-                    last_active[c.number],
-                )
-
-            chain = max(extends, key=fit)
+            chain = _best_extended(extends, req, last_active)
             tail_from = len(chain.slots[-1].latest.messages)
             chain.slots.append(Slot([req]))
         elif (
@@ -678,6 +658,37 @@ def classify_exchanges(
     left_out = _left_out(requests, chains, main, compacted)
     run_id = run if run is not None else (requests[0].exchange.run if requests else "")
     return Classification(run=run_id, requests=requests, chains=chains, main=main, left_out=left_out)
+
+
+def _related(chains: list[Chain], req: Request) -> tuple[list[Chain], list[Chain]]:
+    """The chains whose latest request ``req`` repeats, and those it extends."""
+    repeats: list[Chain] = []
+    extends: list[Chain] = []
+    for chain in chains:
+        if not chain.slots:  # emptied: its one request was a summary
+            continue
+        rel = _relation(chain.slots[-1].latest, req)
+        if rel == "repeats":
+            repeats.append(chain)
+        elif rel == "extends":
+            extends.append(chain)
+    return repeats, extends
+
+
+def _best_extended(extends: list[Chain], req: Request, last_active: dict[int, int]) -> Chain:
+    """Of the chains ``req`` extends, the one it continues."""
+
+    def fit(c: Chain) -> tuple:
+        # the most messages extended, then the same system prompt and tools, then the chain
+        # active last
+        a = c.slots[-1].latest
+        return (
+            len(a.messages),
+            (a.system_key == req.system_key) + (a.tools_key == req.tools_key),
+            last_active[c.number],
+        )
+
+    return max(extends, key=fit)
 
 
 #: how far back a request after a compaction looks for the summary exchange it carries

@@ -15,16 +15,11 @@ import hmac
 import ipaddress
 import re
 import secrets
+from urllib.parse import unquote
 
 #: what a token may hold (it goes into a URL path as it is), and its least length
 TOKEN_PATTERN = re.compile(r"[A-Za-z0-9_-]{16,256}")
 _PREFIX = "/t/"
-
-
-def _unquote(text: str) -> str:
-    from urllib.parse import unquote
-
-    return unquote(text)
 
 
 def is_loopback(host: str) -> bool:
@@ -99,7 +94,7 @@ class TokenGate:
         if not tail.startswith("/"):
             tail = "/" + tail
         token = self._token.decode()
-        if token in tail or token in _unquote(tail):
+        if token in tail or token in unquote(tail):
             return None  # the token anywhere else (a query, a segment of its own): refused, not passed on
         return tail
 

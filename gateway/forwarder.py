@@ -175,8 +175,8 @@ class UpstreamForwarder:
             name = f"{u.host}:{u.port}" if u.explicit_port else (u.host or "?")
         elif name is None or name not in self.upstreams:
             msg = (
-                f"no upstream for {request.method} {request.path}: give --upstream NAME=URL, or use a /anthropic/, "
-                "/openai/ or /gemini/ prefix"
+                f"no upstream for {request.method} {request.path}: give --upstream NAME=URL, "
+                "or use a /anthropic/, /openai/ or /gemini/ prefix"
             )
             return Refuse(404, "pvisor_no_route", msg, Outcome.UPSTREAM_UNREACHABLE)
         headers = forwardable(request.headers, REQUEST_DROP)

@@ -44,7 +44,7 @@ from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.core.errors import BadInputError, UnavailableError, UsageError
 from pvisor.journal.redact import redact_text
 
-from .access import listen_url
+from .access import listen_url, new_token
 from .parent_death import die_with_parent
 from .routing import check_upstream_url
 
@@ -307,7 +307,7 @@ def system_ca_file() -> Path | None:
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     try:
-        import certifi
+        import certifi  # not a dependency of pvisor: used when another package installed it
 
         return Path(certifi.where())
     except ImportError:
@@ -340,8 +340,6 @@ def serve_intercepted(config: Any, intercept: InterceptConfig) -> None:
     """Make the gateway of ``config`` (a :class:`~pvisor.gateway.proxy.GatewayConfig`) the one
     behind intercept mode's mitmdump: a new token for the addon, the origins it may name, and
     nothing answered without them."""
-    from .access import new_token
-
     config.intercept_token = new_token()
     config.intercept_origins = intercept.origins()
     config.intercept_only = True

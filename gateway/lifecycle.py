@@ -18,6 +18,8 @@ from typing import Any, Callable, Coroutine, Iterator
 
 from aiohttp import web
 
+from pvisor.core.errors import UsageError
+
 #: aiohttp's loggers: ``aiohttp.server`` logs a traceback for a malformed request
 #: (``Content-Length: abc``) and for a handler that raises
 AIOHTTP_LOGGERS = ("aiohttp.server", "aiohttp.access", "aiohttp.web")
@@ -41,11 +43,9 @@ def loop_factory(choice: EventLoop) -> Callable[[], asyncio.AbstractEventLoop] |
     if choice is EventLoop.ASYNCIO:
         return None
     try:
-        import uvloop
+        import uvloop  # the optional uvloop extra
     except ImportError:
         if choice is EventLoop.UVLOOP:
-            from pvisor.core.errors import UsageError
-
             raise UsageError(
                 "--event-loop uvloop: uvloop is not installed "
                 "(pip install '.[uvloop]' in a clone of pvisor; docs/install.md)"
@@ -62,7 +62,7 @@ def run_on(choice: EventLoop, main: Coroutine[Any, Any, Any]) -> Any:
     if hasattr(asyncio, "Runner"):  # Python 3.11+
         with asyncio.Runner(loop_factory=factory) as runner:
             return runner.run(main)
-    import uvloop  # Python 3.10: through the policy, the one way asyncio.run takes another loop
+    import uvloop  # the optional extra (loop_factory found it); Python 3.10 takes it through the policy
 
     asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
     try:

@@ -23,7 +23,7 @@ import socket
 from time import perf_counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import aiohttp
 import orjson
@@ -344,71 +344,28 @@ class Gateway:
     async def _handle(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse:
         if self.recorder.journal is not None and self.recorder.journal.error is not None:
             return self._journal_down()
-        raw_path = origin_form(request.raw_path)  # no user info, no fragment: never forwarded or kept
-        if self._gate is not None:
-            stripped = self._gate.strip(raw_path)
-            if stripped is None:
-                return self._unauthorized(request)
-            raw_path = stripped
-        origin = None
-        if self._intercept is not None and INTERCEPT_HEADER in request.headers:
-            origin = self._intercept.origin(request.headers[INTERCEPT_HEADER])
-            if origin is None:
-                return self._unauthorized(request, intercepted=True)
-        elif self.config.intercept_only:
-            return self._unauthorized(request, intercepted=True)
+        admitted = self._admit(request)
+        if isinstance(admitted, web.StreamResponse):
+            return admitted
+        raw_path, origin = admitted
         route = self.router.resolve(raw_path, request.headers.get(RUN_HEADER), origin)
         if route.kind == "health":
             return web.json_response(
                 {"ok": True, "run": self.run, "inflight": len(self._inflight) - 1},
                 dumps=lambda o: orjson.dumps(o).decode(),
             )
-        if origin is None:
-            headers = list(request.headers.items())
-            capture = CaptureMode.REVERSE
-        else:  # the addon's header is the gateway's business, not the agent's: never recorded
-            headers = [kv for kv in request.headers.items() if kv[0].lower() != _INTERCEPT_LOWER]
-            capture = CaptureMode.INTERCEPT
-        attempt = self.config.attempt if route.run == self.run else 1
-        pending = self.recorder.begin(route, request.method, headers, attempt, capture)
-        cur.route = route
-        # the exchange's end, filled in from here on (served_by: the gateway's own until an answer
-        # says who), handed to the journal unchanged when the exchange ends
-        end = cur.end = ExchangeEnd(
-            pending,
-            request_encoding=request.headers.get("Content-Encoding"),
-            served_by=ServedBy.REFUSED,
-            max_body=self.config.max_response_body,
-        )
-        if self.snapshots is not None and request.method == "POST" and self.router.is_candidate(route):
-            # the walk starts now and the request goes on at once; the answer's first byte waits for it
-            cur.snapshot = self.snapshots.take(route.run, attempt, SnapshotKind.REQUEST, pending.id)
+        headers, attempt = self._begin(request, cur, route, origin)
+        end = cur.end
+        assert end is not None
         # the body first, also for the answers the gateway gives itself, so that it is recorded
         refused = await self._read_body(request, cur)
         if refused is not None:
             return refused
         self.recorder.request_read(end)
-        if route.kind == "bad_run":
-            msg = (
-                f"the run id in {RUN_HEADER} or in the /run/<id>/ path prefix must be 1 to 128 letters, digits, '.', '_' or '-', "
-                "starting with a letter or digit"
-            )
-            return self._refuse(cur, Refuse(400, "pvisor_bad_run_id", msg))
-        if route.kind == "bad_path":
-            msg = "the path must have no '.' or '..' segment: it could climb out of the upstream's base path"
-            return self._refuse(cur, Refuse(400, "pvisor_bad_path", msg))
-        if request.headers.get("Upgrade", "").lower() == "websocket":
-            # never tunnelled unrecorded: the agent must fall back to HTTP (docs/intercept.md)
-            where = f" to {origin}" if origin else ""
-            return self._refuse(
-                cur,
-                Refuse(
-                    426,
-                    "pvisor_websocket_unsupported",
-                    f"the pvisor gateway does not record WebSocket: the upgrade{where} is refused; "
-                    "make the agent use HTTP",
-                ),
-            )
+        refusal = _refusal(request, route, origin)
+        if refusal is not None:
+            return self._refuse(cur, refusal)
+        pending = end.pending
         incoming = IncomingRequest(
             exchange=pending.id,
             run=route.run,
@@ -425,23 +382,7 @@ class Gateway:
             t0=pending.t0,
             base=route.base,
         )
-        answer: Answer = await self.responder.respond(incoming)
-        if isinstance(answer, Forward):
-            if self.config.offline:
-                answer = Refuse(
-                    502,
-                    "pvisor_offline",
-                    "this gateway forwards nothing (replay-only): no upstream is used",
-                    Outcome.UPSTREAM_UNREACHABLE,
-                    headers=[("x-pvisor-error", "offline")],
-                )
-            else:
-                fwd = answer
-                if fwd.body is not None:
-                    end.forwarded_body = fwd.body  # journaled beside the agent's bytes
-                answer = await self.forwarder.forward(incoming, fwd)
-                if isinstance(answer, Refuse) and fwd.flags:
-                    answer.flags = (*answer.flags, *fwd.flags)
+        answer = await self._answer(incoming, end)
         if isinstance(answer, Refuse):
             return self._refuse(cur, answer)
         end.served_by = answer.served_by
@@ -451,6 +392,74 @@ class Gateway:
         except BaseException:
             await _aclose(answer.chunks)  # cut short (cancelled, or a bug): an upstream body cannot be reused
             raise
+
+    def _admit(self, request: web.BaseRequest) -> tuple[str, str | None] | web.StreamResponse:
+        """The request's path without this gateway's token and the intercepted origin it names
+        (None in reverse mode), or the 401 for a request without the token."""
+        raw_path = origin_form(request.raw_path)  # no user info, no fragment: never forwarded or kept
+        if self._gate is not None:
+            stripped = self._gate.strip(raw_path)
+            if stripped is None:
+                return self._unauthorized(request)
+            raw_path = stripped
+        origin = None
+        if self._intercept is not None and INTERCEPT_HEADER in request.headers:
+            origin = self._intercept.origin(request.headers[INTERCEPT_HEADER])
+            if origin is None:
+                return self._unauthorized(request, intercepted=True)
+        elif self.config.intercept_only:
+            return self._unauthorized(request, intercepted=True)
+        return raw_path, origin
+
+    def _begin(
+        self, request: web.BaseRequest, cur: Current, route: Route, origin: str | None
+    ) -> tuple[list[tuple[str, str]], int]:
+        """Begin the exchange of ``cur`` in the journal, its :class:`ExchangeEnd` filled in from
+        here on, and the workspace snapshot of a candidate request started. Returns the request
+        headers recorded and the attempt."""
+        if origin is None:
+            headers = list(request.headers.items())
+            capture = CaptureMode.REVERSE
+        else:  # the addon's header is the gateway's business, not the agent's: never recorded
+            headers = [kv for kv in request.headers.items() if kv[0].lower() != _INTERCEPT_LOWER]
+            capture = CaptureMode.INTERCEPT
+        attempt = self.config.attempt if route.run == self.run else 1
+        pending = self.recorder.begin(route, request.method, headers, attempt, capture)
+        cur.route = route
+        # the exchange's end, filled in from here on (served_by: the gateway's own until an answer
+        # says who), handed to the journal unchanged when the exchange ends
+        cur.end = ExchangeEnd(
+            pending,
+            request_encoding=request.headers.get("Content-Encoding"),
+            served_by=ServedBy.REFUSED,
+            max_body=self.config.max_response_body,
+        )
+        if self.snapshots is not None and request.method == "POST" and self.router.is_candidate(route):
+            # the walk starts now and the request goes on at once; the answer's first byte waits for it
+            cur.snapshot = self.snapshots.take(route.run, attempt, SnapshotKind.REQUEST, pending.id)
+        return headers, attempt
+
+    async def _answer(self, incoming: IncomingRequest, end: ExchangeEnd) -> Answer:
+        """The responder's answer to ``incoming``, a :class:`Forward` carried out by the
+        forwarder (or refused when the gateway forwards nothing)."""
+        answer: Answer = await self.responder.respond(incoming)
+        if not isinstance(answer, Forward):
+            return answer
+        if self.config.offline:
+            return Refuse(
+                502,
+                "pvisor_offline",
+                "this gateway forwards nothing (replay-only): no upstream is used",
+                Outcome.UPSTREAM_UNREACHABLE,
+                headers=[("x-pvisor-error", "offline")],
+            )
+        fwd = answer
+        if fwd.body is not None:
+            end.forwarded_body = fwd.body  # journaled beside the agent's bytes
+        answer = await self.forwarder.forward(incoming, fwd)
+        if isinstance(answer, Refuse) and fwd.flags:
+            answer.flags = (*answer.flags, *fwd.flags)
+        return answer
 
     async def _read_body(self, request: web.BaseRequest, cur: Current) -> web.StreamResponse | None:
         """Read the request body into ``cur.end.request_body``, bounded by --max-body. Returns the
@@ -496,43 +505,14 @@ class Gateway:
         that goes away stops the source (``aclose``)."""
         route, end = cur.route, cur.end
         assert route is not None and end is not None
-        resp = web.StreamResponse(status=answer.status, reason=answer.reason)
-        for k, v in forwardable(answer.headers, _RESPONSE_DROP):
-            resp.headers.add(k, v)
-        if answer.body is not None and "Content-Length" not in resp.headers:
-            resp.content_length = len(answer.body)
         # Gemini :streamGenerateContent answers a JSON array without alt=sse: a stream by its path
         streamed = answer.streamed or (
             answer.served_by is ServedBy.UPSTREAM and self.router.path_streams(route)
         )
-        if not streamed:
-            # a whole body: its head goes out with its first bytes, in one write (a packet, and
-            # a wake-up of the agent, less per exchange; aiohttp's own Response does the same).
-            # A stream's head goes at once: the agent may wait for it before the first event.
-            resp._send_headers_immediately = False
+        resp = _response_head(answer, streamed)
         source = answer.chunks if answer.body is None else ([answer.body] if answer.body else [])
-        chunks: list[bytes] = []
-        timings: list[int] = []  # flat (µs since start, length) pairs: packed by the journal writer
-        received = delivered = 0
-        truncated = False
-        first_us: int | None = None  # the first byte's µs since start (a chunk kept or not)
-        outcome = Outcome.UPSTREAM_ERROR if answer.status >= 400 else Outcome.OK
-        error: str | None = None
-        up_headers = list(answer.headers)
-
-        def finish(outcome: Outcome, error: str | None) -> None:
-            # what was moved goes into the end only now: an exchange cut short before (a bug, a
-            # cancellation) is recorded without it, by the handler
-            end.response_headers = up_headers
-            end.response_body = chunks  # the writer takes the chunks as they are: never joined here
-            end.streamed = streamed
-            end.chunk_timings = timings
-            end.headers_us = headers_us
-            end.first_byte_us = first_us
-            end.bytes_received = received
-            end.bytes_delivered = delivered
-            self._finish(cur, answer.status, outcome, error)
-
+        moved = _Moved(streamed, headers_us, list(answer.headers))
+        moved.outcome = Outcome.UPSTREAM_ERROR if answer.status >= 400 else Outcome.OK
         if cur.snapshot is not None and self.snapshots is not None:
             # no byte of the answer (so no tool call it asks for) before the workspace was read
             held = perf_counter()
@@ -542,70 +522,23 @@ class Gateway:
             await resp.prepare(request)
         except _CLIENT_GONE:
             await _aclose(source)
-            finish(Outcome.ABORTED_BY_CLIENT, "client went away before the response started")
+            self._end_relay(
+                cur, answer, moved, Outcome.ABORTED_BY_CLIENT, "client went away before the response started"
+            )
             return resp
         cur.started = True
-        pending = end.pending
-        self.recorder.response_started(end, answer.status, up_headers, chunks, streamed)
+        self.recorder.response_started(end, answer.status, moved.up_headers, moved.chunks, streamed)
         if request.method != "HEAD" and source is not None:
-            t0 = pending.t0
-            sync = not hasattr(source, "__aiter__")
-            it = iter(source) if sync else source.__aiter__()  # type: ignore[union-attr, arg-type]
-            while True:
-                try:
-                    chunk = next(it, None) if sync else await it.__anext__()  # type: ignore[union-attr, arg-type]
-                    if chunk is None:
-                        break
-                except StopAsyncIteration:
-                    break
-                except asyncio.CancelledError:
-                    finish(
-                        Outcome.INCOMPLETE,
-                        f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})",
-                    )
-                    raise
-                except StreamBroken as exc:
-                    outcome, error = Outcome(exc.outcome), exc.message
-                    break
-                n = len(chunk)
-                if first_us is None:
-                    first_us = int((perf_counter() - t0) * 1e6)
-                received += n
-                if not truncated:
-                    # the journal keeps what fits --max-response-body and the budget; the agent gets all
-                    kept = self.budget.take(cur, n)
-                    if kept:
-                        chunks.append(chunk if kept == n else chunk[:kept])
-                        timings += (int((perf_counter() - t0) * 1e6) if timings else first_us, kept)
-                    if kept < n:
-                        truncated = True
-                        end.flags = (*end.flags, TRUNCATED_FLAG)
-                try:
-                    await resp.write(chunk)
-                except asyncio.CancelledError:
-                    finish(
-                        Outcome.INCOMPLETE,
-                        f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})",
-                    )
-                    raise
-                except _CLIENT_GONE:
-                    await _aclose(source)  # stop the upstream generating for nobody
-                    outcome, error = (
-                        Outcome.ABORTED_BY_CLIENT,
-                        f"client went away after {delivered} of {received} bytes",
-                    )
-                    break
-                delivered += n
-                pending.delivered = delivered  # for the journal while the exchange is in flight
+            await self._copy(resp, cur, answer, source, moved)
         elif source is not None:
             await _aclose(source)
-        if outcome is Outcome.UPSTREAM_RESET:
+        if moved.outcome is Outcome.UPSTREAM_RESET:
             # pass on exactly what arrived, then cut the connection: the agent must see a broken stream
-            finish(outcome, error)
+            self._end_relay(cur, answer, moved, moved.outcome, moved.error)
             if request.transport is not None:
                 request.transport.abort()
             return resp
-        if outcome is not Outcome.ABORTED_BY_CLIENT:
+        if moved.outcome is not Outcome.ABORTED_BY_CLIENT:
             try:
                 await resp.write_eof()
             except _CLIENT_GONE:
@@ -613,8 +546,85 @@ class Gateway:
                 # that stops reading at its last event (data: [DONE]) and closes got the whole
                 # answer, the chunked terminator aside; the outcome stays what it was
                 pass
-        finish(outcome, error)
+        self._end_relay(cur, answer, moved, moved.outcome, moved.error)
         return resp
+
+    async def _copy(
+        self, resp: web.StreamResponse, cur: Current, answer: Serve, source: Any, moved: _Moved
+    ) -> None:
+        """The relay's loop: each chunk of ``source`` written to the agent and kept for the
+        journal (within --max-response-body and the budget) with its timing; ``moved`` gets the
+        counts, and the outcome when the stream broke or the agent went away. The counts live
+        in locals while it runs: this is the gateway's hot path."""
+        end = cur.end
+        assert end is not None
+        pending = end.pending
+        t0 = pending.t0
+        chunks, timings = moved.chunks, moved.timings
+        received = delivered = 0
+        truncated = False
+        first_us: int | None = None  # the first byte's µs since start (a chunk kept or not)
+        sync = not hasattr(source, "__aiter__")
+        it = iter(source) if sync else source.__aiter__()
+        while True:
+            try:
+                chunk = next(it, None) if sync else await it.__anext__()
+                if chunk is None:
+                    break
+            except StopAsyncIteration:
+                break
+            except asyncio.CancelledError:
+                moved.counted(received, delivered, first_us)
+                self._end_relay(cur, answer, moved, Outcome.INCOMPLETE, _stopped(received, delivered))
+                raise
+            except StreamBroken as exc:
+                moved.outcome, moved.error = Outcome(exc.outcome), exc.message
+                break
+            n = len(chunk)
+            if first_us is None:
+                first_us = int((perf_counter() - t0) * 1e6)
+            received += n
+            if not truncated:
+                # the journal keeps what fits --max-response-body and the budget; the agent gets all
+                kept = self.budget.take(cur, n)
+                if kept:
+                    chunks.append(chunk if kept == n else chunk[:kept])
+                    timings += (int((perf_counter() - t0) * 1e6) if timings else first_us, kept)
+                if kept < n:
+                    truncated = True
+                    end.flags = (*end.flags, TRUNCATED_FLAG)
+            try:
+                await resp.write(chunk)
+            except asyncio.CancelledError:
+                moved.counted(received, delivered, first_us)
+                self._end_relay(cur, answer, moved, Outcome.INCOMPLETE, _stopped(received, delivered))
+                raise
+            except _CLIENT_GONE:
+                await _aclose(source)  # stop the upstream generating for nobody
+                moved.outcome = Outcome.ABORTED_BY_CLIENT
+                moved.error = f"client went away after {delivered} of {received} bytes"
+                break
+            delivered += n
+            pending.delivered = delivered  # for the journal while the exchange is in flight
+        moved.counted(received, delivered, first_us)
+
+    def _end_relay(
+        self, cur: Current, answer: Serve, moved: _Moved, outcome: Outcome, error: str | None
+    ) -> None:
+        """End a relayed exchange with what was moved. What was moved goes into the end only
+        now: an exchange cut short before (a bug, a cancellation) is recorded without it, by
+        the handler."""
+        end = cur.end
+        assert end is not None
+        end.response_headers = moved.up_headers
+        end.response_body = moved.chunks  # the writer takes the chunks as they are: never joined here
+        end.streamed = moved.streamed
+        end.chunk_timings = moved.timings
+        end.headers_us = moved.headers_us
+        end.first_byte_us = moved.first_us
+        end.bytes_received = moved.received
+        end.bytes_delivered = moved.delivered
+        self._finish(cur, answer.status, outcome, error)
 
     def _internal_error(self, request: web.BaseRequest, cur: Current, exc: Exception) -> web.StreamResponse:
         """A bug or an unforeseen condition: record the exchange (``incomplete``, error
@@ -623,11 +633,11 @@ class Gateway:
         the response has started (then the connection is cut)."""
         kind = type(exc).__name__
         message = f"pvisor internal error: {kind}"
-        where = (
-            f"{request.method} {redact_url(cur.route.path + ('?' + cur.route.query if cur.route.query else ''))}"
-            if cur.route
-            else request.method
-        )
+        if cur.route:
+            query = "?" + cur.route.query if cur.route.query else ""
+            where = f"{request.method} {redact_url(cur.route.path + query)}"
+        else:
+            where = request.method
         exchange = cur.end.pending.id if cur.end is not None else "-"
         log.error("%s (exchange %s, %s)", message, exchange, where)
         status = None if cur.started else 500
@@ -656,8 +666,10 @@ class Gateway:
     def _journal_down(self) -> web.StreamResponse:
         """503 once the journal writer has stopped (a full disk): a capture gateway must not
         answer what it cannot record. Not journaled (it cannot be); the gateway is stopping."""
-        body = orjson.dumps({"type": "error", "error": {"type": "pvisor_journal_unavailable",
-                             "message": "the pvisor journal cannot record (its writer stopped); the gateway is stopping"}})  # fmt: skip
+        message = "the pvisor journal cannot record (its writer stopped); the gateway is stopping"
+        body = orjson.dumps(
+            {"type": "error", "error": {"type": "pvisor_journal_unavailable", "message": message}}
+        )
         resp = web.Response(status=503, body=body, content_type="application/json")
         resp.force_close()
         return resp
@@ -720,7 +732,10 @@ class Gateway:
     def _oversize(self, cur: Current, size: int) -> web.StreamResponse:
         assert cur.end is not None
         cur.end.request_bytes = size
-        msg = f"request body of {size} bytes or more exceeds the gateway limit of {self.config.max_body} bytes (--max-body)"
+        msg = (
+            f"request body of {size} bytes or more exceeds the gateway limit of {self.config.max_body} bytes "
+            "(--max-body)"
+        )
         return self._refuse(
             cur,
             Refuse(
@@ -751,6 +766,74 @@ def _nobody_listens() -> web.StreamResponse:
     resp = web.Response(status=499)
     resp.force_close()
     return resp
+
+
+@dataclass(slots=True)
+class _Moved:
+    """What the relay moved of one answer: the upstream's headers, the chunks kept for the
+    journal and their timings (flat (µs since start, length) pairs, packed by the journal
+    writer), bytes received and delivered, the first byte's µs since start, and how the relay
+    ended (``outcome``, ``error``)."""
+
+    streamed: bool
+    headers_us: int
+    up_headers: list[tuple[str, str]]
+    chunks: list[bytes] = field(default_factory=list)
+    timings: list[int] = field(default_factory=list)
+    received: int = 0
+    delivered: int = 0
+    first_us: int | None = None
+    outcome: Outcome = Outcome.OK
+    error: str | None = None
+
+    def counted(self, received: int, delivered: int, first_us: int | None) -> None:
+        self.received, self.delivered, self.first_us = received, delivered, first_us
+
+
+def _stopped(received: int, delivered: int) -> str:
+    """The error of an exchange the gateway's stop cancelled while it relayed."""
+    return (
+        f"gateway stopped while the exchange was in flight (received {received} bytes, delivered {delivered})"
+    )
+
+
+def _response_head(answer: Serve, streamed: bool) -> web.StreamResponse:
+    """The response to the agent, status and headers of ``answer``, not yet sent."""
+    resp = web.StreamResponse(status=answer.status, reason=answer.reason)
+    for k, v in forwardable(answer.headers, _RESPONSE_DROP):
+        resp.headers.add(k, v)
+    if answer.body is not None and "Content-Length" not in resp.headers:
+        resp.content_length = len(answer.body)
+    if not streamed:
+        # a whole body: its head goes out with its first bytes, in one write (a packet, and
+        # a wake-up of the agent, less per exchange; aiohttp's own Response does the same).
+        # A stream's head goes at once: the agent may wait for it before the first event.
+        resp._send_headers_immediately = False
+    return resp
+
+
+def _refusal(request: web.BaseRequest, route: Route, origin: str | None) -> Refuse | None:
+    """The gateway's own refusal of a request it read: a bad run id, a path that could climb
+    out of the upstream's base path, a WebSocket upgrade; None for one it answers."""
+    if route.kind == "bad_run":
+        msg = (
+            f"the run id in {RUN_HEADER} or in the /run/<id>/ path prefix must be 1 to 128 letters, "
+            "digits, '.', '_' or '-', starting with a letter or digit"
+        )
+        return Refuse(400, "pvisor_bad_run_id", msg)
+    if route.kind == "bad_path":
+        msg = "the path must have no '.' or '..' segment: it could climb out of the upstream's base path"
+        return Refuse(400, "pvisor_bad_path", msg)
+    if request.headers.get("Upgrade", "").lower() == "websocket":
+        # never tunnelled unrecorded: the agent must fall back to HTTP (docs/intercept.md)
+        where = f" to {origin}" if origin else ""
+        return Refuse(
+            426,
+            "pvisor_websocket_unsupported",
+            f"the pvisor gateway does not record WebSocket: the upgrade{where} is refused; "
+            "make the agent use HTTP",
+        )
+    return None
 
 
 _LOGGER_IDS = itertools.count(1)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Callable
+from urllib.parse import unquote
 
 from yarl import URL
 
@@ -104,8 +105,6 @@ def climbs(raw_target: str) -> bool:
     segment is ``.`` or ``..`` (RFC 3986 §5.2.4 dot segments) or the path holds a NUL (``..%00``,
     which a C server cuts at). A segment of ``%252e%252e`` stays ``%2e%2e`` after the one decoding
     and is no dot segment."""
-    from urllib.parse import unquote
-
     path = unquote(raw_target.partition("?")[0])
     if "\0" in path:
         return True

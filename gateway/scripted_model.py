@@ -30,6 +30,11 @@ from typing import Any
 
 import orjson
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 from pvisor.adapters.protocols import protocol_for_path
 from pvisor.adapters.protocols.base import IdSource, compact_json, loads_object
 from pvisor.adapters.protocols.replies import Reply, local_reply, split_events, token_count_reply
@@ -140,10 +145,6 @@ def load_script(path: str | Path) -> Script:
         raise BadInputError(f"cannot read script {path}: {exc.strerror}") from None
     try:
         if path.suffix.lower() == ".toml":
-            if sys.version_info >= (3, 11):
-                import tomllib
-            else:  # pragma: no cover
-                import tomli as tomllib
             data = tomllib.loads(raw.decode("utf-8"))
         else:
             data = orjson.loads(raw)

@@ -13,7 +13,9 @@
 - Storage: :mod:`.schema` (versioned migrations), :mod:`.paths`, :mod:`.blobs`
   (content-addressed zstd), :mod:`.content_encoding`, :mod:`.snapshots` (workspace
   snapshots and their drivers), :mod:`.child_runs` (a handoff's child run).
-- Removal: :mod:`.housekeeping` (``journal rm``, ``vacuum``), :mod:`.scrub`.
+- Removal: :mod:`.housekeeping` (``journal rm``, ``vacuum``), :mod:`.scrub` (``journal scrub``:
+  the order of its steps) with :mod:`.scrub_pattern`, :mod:`.scrub_blobs`, :mod:`.scrub_rows`,
+  :mod:`.scrub_files`, :mod:`.scrub_json` and :mod:`.scrub_report`.
 - What every floor shares (errors, records, lazy regexes, progress, helper processes, build
   identity, digests, output files) lives below the store, in :mod:`pvisor.core`.
 

@@ -8,7 +8,17 @@ decompression bomb stops at ``limit`` bytes instead of exhausting memory.
 from __future__ import annotations
 
 import functools
+import gzip
 import zlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import brotli
+
+try:
+    from compression import zstd  # Python >= 3.14
+except ImportError:
+    from backports import zstd
 
 DEFAULT_LIMIT = 256 * 1024 * 1024  # bytes
 #: the stored response header that takes the place of ``content-encoding`` when the journal
@@ -20,12 +30,53 @@ class DecodeError(Exception):
     """The body could not be decoded, or decoded past the limit. The message names the coding."""
 
 
-def _zstd():
-    try:
-        from compression import zstd  # Python >= 3.14
-    except ImportError:
-        from backports import zstd
-    return zstd
+@dataclass(frozen=True, slots=True)
+class _StreamCodec:
+    """A coding whose decoder is a zlib-like object (``decompress(data, max_length=)``, ``eof``,
+    ``unused_data``): gzip, deflate and zstd. ``new(data)`` gives the decoder of the member or
+    frame ``data`` starts with; ``error`` is what it raises on corrupt input; ``more(rest)``
+    says whether the bytes after a finished member are a further member of the body (for
+    :func:`decode_prefix`); ``frames``: :func:`decode_body` decodes every frame, not only the
+    first member."""
+
+    new: Callable[[bytes], Any]
+    error: type[Exception]
+    more: Callable[[bytes], bool]
+    frames: bool = False
+
+
+def _zlib_wbits(coding: str, data: bytes) -> int:
+    if coding == "deflate" and data[:1] and (data[0] & 0x0F) != 8:
+        return -zlib.MAX_WBITS  # raw deflate, sent by some clients despite RFC 9110
+    return 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
+
+
+def _zlib_codec(coding: str) -> _StreamCodec:
+    return _StreamCodec(
+        new=lambda data: zlib.decompressobj(_zlib_wbits(coding, data)),
+        error=zlib.error,
+        # a further gzip member is decoded; anything else is not the body
+        more=lambda rest: coding != "deflate" and rest[:2] == b"\x1f\x8b",
+    )
+
+
+_STREAM_CODECS = {
+    "gzip": _zlib_codec("gzip"),
+    "x-gzip": _zlib_codec("x-gzip"),
+    "deflate": _zlib_codec("deflate"),
+    # several concatenated frames are legal (RFC 8878 §3.1)
+    "zstd": _StreamCodec(
+        new=lambda _data: zstd.ZstdDecompressor(), error=zstd.ZstdError, more=bool, frames=True
+    ),
+}
+#: each coding's encoder (:func:`encode_body`)
+_ENCODERS: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": lambda data: gzip.compress(data, mtime=0),
+    "x-gzip": lambda data: gzip.compress(data, mtime=0),
+    "deflate": zlib.compress,
+    "br": brotli.compress,
+    "zstd": zstd.compress,
+}
 
 
 def decode_body(data: bytes, encoding: str, *, limit: int = DEFAULT_LIMIT) -> bytes:
@@ -44,27 +95,10 @@ def decode_body(data: bytes, encoding: str, *, limit: int = DEFAULT_LIMIT) -> by
 def _decode_one(data: bytes, coding: str, limit: int) -> bytes:
     if coding in ("identity", ""):
         return data
-    if coding in ("gzip", "x-gzip", "deflate"):
-        if coding == "deflate" and data[:1] and (data[0] & 0x0F) != 8:
-            wbits = -zlib.MAX_WBITS  # raw deflate, sent by some clients despite RFC 9110
-        else:
-            wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
-        d = zlib.decompressobj(wbits)
-        try:
-            out = d.decompress(data, limit + 1)
-            if len(out) > limit:
-                raise DecodeError(f"{coding} body decodes to more than {limit} bytes")
-            if d.unconsumed_tail:
-                raise DecodeError(f"{coding} body decodes to more than {limit} bytes")
-            out += d.flush()
-        except zlib.error as exc:
-            raise DecodeError(f"{coding} body is corrupt: {exc}") from None
-        if not d.eof:
-            raise DecodeError(f"{coding} body is truncated")
-        return out
+    codec = _STREAM_CODECS.get(coding)
+    if codec is not None:
+        return _decode_stream(data, coding, codec, limit)
     if coding == "br":
-        import brotli
-
         d = brotli.Decompressor()
         try:
             out = d.process(data, output_buffer_limit=limit + 1)
@@ -77,22 +111,26 @@ def _decode_one(data: bytes, coding: str, limit: int) -> bytes:
         if not d.is_finished():
             raise DecodeError("br body is truncated")
         return out
-    if coding == "zstd":
-        zstd = _zstd()
-        d = zstd.ZstdDecompressor()
-        try:
-            out = d.decompress(data, max_length=limit + 1)
-        except zstd.ZstdError as exc:
-            raise DecodeError(f"zstd body is corrupt: {exc}") from None
-        if len(out) > limit:
-            raise DecodeError(f"zstd body decodes to more than {limit} bytes")
-        if not d.eof:
-            raise DecodeError("zstd body is truncated")
-        if d.unused_data:
-            # several concatenated frames are legal (RFC 8878 §3.1)
-            return out + _decode_one(d.unused_data, "zstd", limit - len(out))
-        return out
     raise DecodeError(f"unknown content coding {coding!r}")
+
+
+def _decode_stream(data: bytes, coding: str, codec: _StreamCodec, limit: int) -> bytes:
+    """Decode the first member of a gzip or deflate body, or every frame of a zstd one."""
+    d = codec.new(data)
+    try:
+        out = d.decompress(data, max_length=limit + 1)
+        # zlib keeps input it did not decode for the lack of output room as unconsumed_tail
+        if len(out) > limit or getattr(d, "unconsumed_tail", b""):
+            raise DecodeError(f"{coding} body decodes to more than {limit} bytes")
+        if hasattr(d, "flush"):  # zlib's decoder; zstd's gives all it has in decompress
+            out += d.flush()
+    except codec.error as exc:
+        raise DecodeError(f"{coding} body is corrupt: {exc}") from None
+    if not d.eof:
+        raise DecodeError(f"{coding} body is truncated")
+    if codec.frames and d.unused_data:
+        return out + _decode_stream(d.unused_data, coding, codec, limit - len(out))
+    return out
 
 
 def encode_body(data: bytes, encoding: str) -> bytes:
@@ -104,20 +142,10 @@ def encode_body(data: bytes, encoding: str) -> bytes:
     for coding in [c.strip().lower() for c in encoding.split(",") if c.strip()]:
         if coding in ("identity", ""):
             continue
-        if coding in ("gzip", "x-gzip"):
-            import gzip
-
-            data = gzip.compress(data, mtime=0)
-        elif coding == "deflate":
-            data = zlib.compress(data)
-        elif coding == "br":
-            import brotli
-
-            data = brotli.compress(data)
-        elif coding == "zstd":
-            data = _zstd().compress(data)
-        else:
+        encoder = _ENCODERS.get(coding)
+        if encoder is None:
             raise DecodeError(f"unknown content coding {coding!r}")
+        data = encoder(data)
     return data
 
 
@@ -131,8 +159,6 @@ _BROTLI_SMALL_PIECE = 64
 @functools.cache
 def _brotli_bounds_output() -> bool:
     """Whether this brotli's ``Decompressor.process`` takes ``output_buffer_limit`` (1.2 on)."""
-    import brotli
-
     try:
         brotli.Decompressor().process(b"", output_buffer_limit=1)
     except TypeError:
@@ -162,78 +188,59 @@ def decode_prefix(data: bytes, encoding: str, *, limit: int) -> tuple[bytes, boo
 
 
 def _prefix_one(data: bytes, coding: str, limit: int) -> tuple[bytes, bool]:
+    codec = _STREAM_CODECS.get(coding)
+    if codec is not None:
+        return _prefix_stream(data, coding, codec, limit)
+    if coding == "br":
+        return _prefix_brotli(data, limit)
+    raise DecodeError(f"unknown content coding {coding!r}")
+
+
+def _prefix_stream(data: bytes, coding: str, codec: _StreamCodec, limit: int) -> tuple[bytes, bool]:
+    """:func:`_prefix_one` of gzip, deflate and zstd: member after member (frame after frame),
+    each fed in pieces of ``_PIECE`` bytes."""
     out = bytearray()
     failed = False
     rest = data
-    if coding in ("gzip", "x-gzip", "deflate"):
-        while True:
-            if coding == "deflate" and rest[:1] and (rest[0] & 0x0F) != 8:
-                wbits = -zlib.MAX_WBITS
-            else:
-                wbits = 16 + zlib.MAX_WBITS if coding != "deflate" else zlib.MAX_WBITS
-            d = zlib.decompressobj(wbits)
-            after = b""
-            try:
-                for i in range(0, len(rest), _PIECE):
-                    out += d.decompress(rest[i : i + _PIECE], limit + 1 - len(out))
-                    if len(out) > limit:
-                        return bytes(out[:limit]), False
-                    if d.eof:
-                        after = rest[i + _PIECE :]
-                        break
-            except zlib.error:
-                failed = True
-                break
-            if not d.eof:
-                return _nothing_or(out, coding, failed=False)
-            rest = d.unused_data + after
-            if not (coding != "deflate" and rest[:2] == b"\x1f\x8b"):
-                break  # a further gzip member is decoded; anything else is not the body
-        return _nothing_or(out, coding, failed=failed, whole=not failed and not rest)
-    if coding == "br":
-        import brotli
-
-        d = brotli.Decompressor()
-        bounded = _brotli_bounds_output()
-        # brotli 1.1 (which mitmproxy pins) cannot bound one call's output: small pieces of
-        # input then keep what one call may produce small, and the limit is checked after each
-        piece = _PIECE if bounded else _BROTLI_SMALL_PIECE
+    while True:
+        d = codec.new(rest)
+        after = b""
         try:
-            for i in range(0, len(data), piece):
-                chunk = data[i : i + piece]
-                out += (
-                    d.process(chunk, output_buffer_limit=limit + 1 - len(out))
-                    if bounded
-                    else d.process(chunk)
-                )
+            for i in range(0, len(rest), _PIECE):
+                out += d.decompress(rest[i : i + _PIECE], max_length=limit + 1 - len(out))
                 if len(out) > limit:
                     return bytes(out[:limit]), False
-        except brotli.error:
+                if d.eof:
+                    after = rest[i + _PIECE :]
+                    break
+        except codec.error:
             failed = True
-        return _nothing_or(out, coding, failed=failed, whole=not failed and d.is_finished())
-    if coding == "zstd":
-        zstd = _zstd()
-        while True:
-            d = zstd.ZstdDecompressor()
-            after = b""
-            try:
-                for i in range(0, len(rest), _PIECE):
-                    out += d.decompress(rest[i : i + _PIECE], max_length=limit + 1 - len(out))
-                    if len(out) > limit:
-                        return bytes(out[:limit]), False
-                    if d.eof:
-                        after = rest[i + _PIECE :]
-                        break
-            except zstd.ZstdError:
-                failed = True
-                break
-            if not d.eof:
-                return _nothing_or(out, coding, failed=False)
-            rest = d.unused_data + after
-            if not rest:
-                break
-        return _nothing_or(out, coding, failed=failed, whole=not failed)
-    raise DecodeError(f"unknown content coding {coding!r}")
+            break
+        if not d.eof:
+            return _nothing_or(out, coding, failed=False)
+        rest = d.unused_data + after
+        if not codec.more(rest):
+            break
+    return _nothing_or(out, coding, failed=failed, whole=not failed and not rest)
+
+
+def _prefix_brotli(data: bytes, limit: int) -> tuple[bytes, bool]:
+    out = bytearray()
+    failed = False
+    d = brotli.Decompressor()
+    bounded = _brotli_bounds_output()
+    # brotli 1.1 (which mitmproxy pins) cannot bound one call's output: small pieces of
+    # input then keep what one call may produce small, and the limit is checked after each
+    piece = _PIECE if bounded else _BROTLI_SMALL_PIECE
+    try:
+        for i in range(0, len(data), piece):
+            chunk = data[i : i + piece]
+            out += d.process(chunk, output_buffer_limit=limit + 1 - len(out)) if bounded else d.process(chunk)
+            if len(out) > limit:
+                return bytes(out[:limit]), False
+    except brotli.error:
+        failed = True
+    return _nothing_or(out, "br", failed=failed, whole=not failed and d.is_finished())
 
 
 def _nothing_or(out: bytearray, coding: str, *, failed: bool, whole: bool = False) -> tuple[bytes, bool]:

@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from sqlite_utils import Database
 
 from pvisor.core.errors import BadInputError, shown
 from .exchange_end import OUTCOMES
 from .model import RUN_ID_PATTERN, CaptureMode, RunMode, pack_timings
+from .schema import apply_migrations
 
 #: the columns of each table an export line carries (the reader's names where they differ)
 _RUN = (
@@ -297,10 +299,6 @@ def _row(line: dict[str, Any], columns: tuple[str, ...], renames: dict[str, str]
 
 def _load(path: Path, into: Path) -> str:
     """Write the export at ``path`` into a new journal file ``into``; return its one run's id."""
-    from sqlite_utils import Database
-
-    from .schema import apply_migrations
-
     db = Database(str(into))
     apply_migrations(db)
     db.close()

@@ -28,11 +28,15 @@ from pathlib import Path
 from typing import Iterable
 
 import orjson
+from sqlite_utils import Database
 
-from pvisor.core.errors import UnavailableError
+from pvisor.core.errors import UnavailableError, UsageError
 from pvisor.core.helpers import HELPER_FLAG
 from .paths import run_directory
+from .producer import now_ms
 from .reader import BUSY_TIMEOUT_S, JournalReader
+from .schema import apply_migrations
+from .writer import DEAD_AFTER_MS, pid_alive, proc_start
 
 #: the blob-valued columns of each table that has any
 BLOB_COLUMNS = {
@@ -67,9 +71,6 @@ class RemoveReport:
 def live_writers(conn: sqlite3.Connection) -> list[tuple[int, int, str]]:
     """(writer id, pid, host) of every open lease whose process still runs: on this host its pid
     is alive with the same start time, elsewhere its heartbeat is recent."""
-    from .producer import now_ms
-    from .writer import DEAD_AFTER_MS, pid_alive, proc_start
-
     host = socket.gethostname()
     t = now_ms()
     alive = []
@@ -92,10 +93,6 @@ def open_for_writing(path: Path) -> sqlite3.Connection:
         pass
     conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
     try:
-        from sqlite_utils import Database
-
-        from .schema import apply_migrations
-
         apply_migrations(Database(conn))
     except sqlite3.OperationalError as exc:
         conn.close()
@@ -189,8 +186,6 @@ def runs_to_remove(journal: str | os.PathLike, run_id: str, *, prefix: bool = Fa
     give the whole id or ``--prefix``; IntegrityError (exit 3) when a chosen run's id is not a run
     id (:func:`journal.paths.run_directory`: a damaged journal), before any run is removed. Reads
     the journal only."""
-    from pvisor.core.errors import UsageError
-
     with JournalReader(journal) as reader:
         summaries = reader.run_summaries()
     where = os.fspath(journal)

@@ -18,6 +18,7 @@ connection; it handles a journal locked by another process (a slice gives up, a 
 from __future__ import annotations
 
 import collections
+import importlib
 import logging
 import sqlite3
 import time
@@ -50,6 +51,16 @@ FINALIZE_MAX_BYTES = 4 << 20
 #: called in the writer thread while the producer is idle, at flush and at close (the gateway
 #: passes the protocol modules' reassembly).
 Finalizer = Callable[[str | None, bool, bytes], bytes | None]
+
+
+def resolve_finalizer(name: str | None) -> Finalizer | None:
+    """The function ``module:attribute`` names (a journal finalizer), imported now; None for
+    no name. Raises ImportError or AttributeError for a name that names nothing."""
+    if not name:
+        return None
+    module, _, attr = name.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
 
 #: ``put_blob(conn, data) -> sha256 hex``: the writer's own store of a blob
 PutBlob = Callable[[sqlite3.Connection, bytes], str]
@@ -163,7 +174,8 @@ class Reassembly:
         if self.finalize is None:
             return
         rows = conn.execute(
-            "SELECT id, protocol, response_body, response_headers FROM exchanges WHERE streamed = 1 AND response_final IS NULL"
+            "SELECT id, protocol, response_body, response_headers FROM exchanges"
+            " WHERE streamed = 1 AND response_final IS NULL"
             " AND response_body IS NOT NULL AND protocol IS NOT NULL AND outcome IS NOT NULL"
             f" AND bytes_received <= {FINALIZE_MAX_BYTES}"
             f" AND flags NOT LIKE '%\"{TRUNCATED_FLAG}\"%' ORDER BY rowid DESC LIMIT 10000"

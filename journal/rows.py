@@ -142,7 +142,8 @@ class Rows:
     def flush_events(self, conn: sqlite3.Connection) -> None:
         if self.events:
             conn.executemany(
-                "INSERT INTO events(ts_ms, kind, run_id, exchange_id, writer_id, data) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO events(ts_ms, kind, run_id, exchange_id, writer_id, data)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 self.events,
             )
             self.events.clear()
@@ -234,7 +235,8 @@ class Rows:
     def _write_attempt(self, conn: sqlite3.Connection, a: Attempt) -> None:
         self._ensure_run(conn, a.run)
         conn.execute(
-            "INSERT OR REPLACE INTO attempts(run_id, n, started_ms, ended_ms, exit_code, labels) VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO attempts(run_id, n, started_ms, ended_ms, exit_code, labels)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
             (a.run, a.n, a.started_ms, a.ended_ms, a.exit_code, orjson.dumps(a.labels).decode()),
         )
         self.event(conn, "attempt.started", run=a.run, data={"attempt": a.n})
@@ -246,7 +248,8 @@ class Rows:
         if old is None:
             self._ensure_run(conn, run_id)
             conn.execute(
-                "INSERT INTO attempts(run_id, n, started_ms, ended_ms, exit_code, labels) VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO attempts(run_id, n, started_ms, ended_ms, exit_code, labels)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
                 (run_id, n, ended, ended, code, orjson.dumps(merged).decode()),
             )
         else:
@@ -301,7 +304,8 @@ class Rows:
             self._last_of_run[p.run] = (last[0] + 1, p.started_ms, p.id)
             return last[0] + 1
         later = conn.execute(
-            "SELECT count(*) FROM exchanges WHERE run_id = ? AND (started_ms > ? OR (started_ms = ? AND id > ?))",
+            "SELECT count(*) FROM exchanges"
+            " WHERE run_id = ? AND (started_ms > ? OR (started_ms = ? AND id > ?))",
             (p.run, p.started_ms, p.started_ms, p.id),
         ).fetchone()[0]
         seq = last[0] - later + 1
@@ -317,8 +321,9 @@ class Rows:
             self._ensure_run(conn, p.run)
             query, headers, fps, dropped = self._meta_columns(p)
             conn.execute(
-                "INSERT OR IGNORE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
-                " secret_fingerprints, dropped_headers, started_ms, writer_id, capture, outcome)"
+                "INSERT OR IGNORE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query,"
+                " request_headers, secret_fingerprints, dropped_headers, started_ms, writer_id, capture,"
+                " outcome)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,NULL)",
                 (
                     p.id,
@@ -344,7 +349,8 @@ class Rows:
                 conn, p, p.request_body, p.request_encoding
             )
             conn.execute(
-                "UPDATE exchanges SET request_body = ?, request_bytes = ?, request_encoding = ?, lane_pos = ? WHERE id = ?",
+                "UPDATE exchanges SET request_body = ?, request_bytes = ?, request_encoding = ?, lane_pos = ?"
+                " WHERE id = ?",
                 (
                     p.request_sha,
                     len(p.request_body),
@@ -435,8 +441,10 @@ class Rows:
             "SELECT DISTINCT p.exchange_id FROM response_parts p JOIN exchanges e ON e.id = p.exchange_id"
             " WHERE e.writer_id = ? AND e.outcome IS NULL", (writer_id,))]  # fmt: skip
         for ex_id in ids:
-            data = b"".join(r[0] for r in conn.execute(
-                "SELECT data FROM response_parts WHERE exchange_id = ? ORDER BY offset", (ex_id,)))  # fmt: skip
+            parts = conn.execute(
+                "SELECT data FROM response_parts WHERE exchange_id = ? ORDER BY offset", (ex_id,)
+            )
+            data = b"".join(r[0] for r in parts)
             conn.execute(
                 "UPDATE exchanges SET response_body = ?, bytes_received = ? WHERE id = ?",
                 (self.put_blob(conn, data), len(data), ex_id),
@@ -497,8 +505,8 @@ class Rows:
             # each manifest repeats the last one but for what changed: stored as a delta
             manifest, _ = self._put_lane_blob(conn, (r.run, "SNAPSHOT", "manifest"), r.manifest, r.digest)
         conn.execute(
-            "INSERT OR REPLACE INTO snapshots(id, run_id, attempt, kind, exchange_id, driver, manifest, taken_ms, walk_us,"
-            " entries, files, bytes, read_bytes, warnings, error, after_step, writer_id)"
+            "INSERT OR REPLACE INTO snapshots(id, run_id, attempt, kind, exchange_id, driver, manifest,"
+            " taken_ms, walk_us, entries, files, bytes, read_bytes, warnings, error, after_step, writer_id)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 r.id,
@@ -534,61 +542,26 @@ class Rows:
         the joined bytes (held once)."""
         p = end.pending
         self._ensure_run(conn, p.run)
-        outcome, error, flags = end.outcome, end.error, end.flags
-        request_sha = None
-        lane_pos = None
-        if end.request_body is not None:
-            if p.request_stored and (
-                end.request_body is p.request_body or end.request_body == p.request_body
-            ):
-                # stored while in flight: the same bytes are not stored (nor their lane moved) twice
-                request_sha, lane_pos, decode_error = p.request_sha, p.lane_pos, p.request_error
-            else:
-                request_sha, lane_pos, decode_error = self._request_blob(
-                    conn, p, end.request_body, end.request_encoding
-                )
-            if decode_error is not None:
-                if outcome is Outcome.OK:
-                    outcome = Outcome.DECODE_ERROR
-                error = error or f"request body: {decode_error}"
+        request_sha, lane_pos, outcome, error = self._store_request(conn, end)
         forwarded_sha = self.put_blob(conn, end.forwarded_body) if end.forwarded_body is not None else None
-        response_sha = None
         received = end.response_size() if end.bytes_received is None else end.bytes_received
         delivered = end.response_size() if end.bytes_delivered is None else end.bytes_delivered
         resp_headers = redact_exchange_meta(
             "", end.response_headers, self.fingerprint_key, allow=None, credentials=self._credentials(p)
         )
-        if end.response_body is not None:
-            if isinstance(end.response_body, list):
-                end.response_body = b"".join(end.response_body)
-                p.chunks = None  # the chunks go now: the body is never held twice for long
-            body = end.response_body
-            if end.status is not None and end.status >= 400 and body:
-                # an error may echo the key the request carried ("invalid key sk-..."): never kept
-                limit = self.max_decoded if end.max_body is None else min(end.max_body, self.max_decoded)
-                body, added = self._redacted_error(body, resp_headers.headers, p, limit)
-                if TRUNCATED_FLAG in flags:
-                    body = cut_secret_prefix(body, request_secrets(p.query, p.headers, p.path))
-                flags = (*flags, *(a for a in added if a not in flags))
-            response_sha = self.put_blob(conn, body)
-            if body and self.reassembly.wants(p.protocol, end.streamed, flags, len(end.response_body)):
-                # reassembly holds the GIL for milliseconds: done when the gateway is idle
-                self.reassembly.offer(
-                    p.id,
-                    p.protocol,
-                    response_sha,
-                    resp_headers.headers.get("content-encoding"),  # type: ignore[arg-type]
-                )
+        response_sha, flags = self._store_response(conn, end, resp_headers.headers)
         query, headers, fps, dropped = self._meta_columns(p)
         if error:  # an error text may quote the URL or an upstream's echo of the key
             error = redact_text(error, request_secrets(p.query, p.headers, p.path))
         fps_all = orjson.loads(fps)
         fps_all.update({"response:" + k: v for k, v in resp_headers.secrets.items()})
         conn.execute(
-            "INSERT OR REPLACE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query, request_headers,"
-            " secret_fingerprints, dropped_headers, request_encoding, request_body, request_bytes, status, response_headers,"
-            " response_body, response_final, streamed, chunk_timings, outcome, error, started_ms, headers_us, first_byte_us,"
-            " ended_us, bytes_received, bytes_delivered, writer_id, lane_pos, served_by, flags, forwarded_body, capture)"
+            "INSERT OR REPLACE INTO exchanges(id, run_id, attempt, seq, protocol, method, path, query,"
+            " request_headers, secret_fingerprints, dropped_headers, request_encoding, request_body,"
+            " request_bytes, status, response_headers, response_body, response_final, streamed,"
+            " chunk_timings, outcome, error, started_ms, headers_us, first_byte_us, ended_us,"
+            " bytes_received, bytes_delivered, writer_id, lane_pos, served_by, flags, forwarded_body,"
+            " capture)"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             (
                 p.id,
@@ -637,6 +610,61 @@ class Rows:
             exchange=p.id,
             data={"outcome": outcome.value, "status": end.status},
         )
+
+    def _store_request(
+        self, conn: sqlite3.Connection, end: ExchangeEnd
+    ) -> tuple[str | None, int | None, Outcome, str | None]:
+        """The request body of ``end`` stored (once: one stored while in flight is not stored
+        again): its blob's sha256, its place in the lane, and the exchange's outcome and error
+        (``decode_error`` for a body that does not decode from its ``Content-Encoding``)."""
+        p = end.pending
+        outcome, error = end.outcome, end.error
+        if end.request_body is None:
+            return None, None, outcome, error
+        if p.request_stored and (end.request_body is p.request_body or end.request_body == p.request_body):
+            # stored while in flight: the same bytes are not stored (nor their lane moved) twice
+            request_sha, lane_pos, decode_error = p.request_sha, p.lane_pos, p.request_error
+        else:
+            request_sha, lane_pos, decode_error = self._request_blob(
+                conn, p, end.request_body, end.request_encoding
+            )
+        if decode_error is not None:
+            if outcome is Outcome.OK:
+                outcome = Outcome.DECODE_ERROR
+            error = error or f"request body: {decode_error}"
+        return request_sha, lane_pos, outcome, error
+
+    def _store_response(
+        self, conn: sqlite3.Connection, end: ExchangeEnd, headers: dict[str, str]
+    ) -> tuple[str | None, tuple[str, ...]]:
+        """The response body of ``end`` stored (its chunks joined into ``end.response_body``;
+        an error response cleaned of the request's key, ``headers`` being the redacted response
+        headers) and offered for reassembly: its blob's sha256 and the exchange's flags."""
+        p = end.pending
+        flags = end.flags
+        if end.response_body is None:
+            return None, flags
+        if isinstance(end.response_body, list):
+            end.response_body = b"".join(end.response_body)
+            p.chunks = None  # the chunks go now: the body is never held twice for long
+        body = end.response_body
+        if end.status is not None and end.status >= 400 and body:
+            # an error may echo the key the request carried ("invalid key sk-..."): never kept
+            limit = self.max_decoded if end.max_body is None else min(end.max_body, self.max_decoded)
+            body, added = self._redacted_error(body, headers, p, limit)
+            if TRUNCATED_FLAG in flags:
+                body = cut_secret_prefix(body, request_secrets(p.query, p.headers, p.path))
+            flags = (*flags, *(a for a in added if a not in flags))
+        response_sha = self.put_blob(conn, body)
+        if body and self.reassembly.wants(p.protocol, end.streamed, flags, len(end.response_body)):
+            # reassembly holds the GIL for milliseconds: done when the gateway is idle
+            self.reassembly.offer(
+                p.id,
+                p.protocol,
+                response_sha,
+                headers.get("content-encoding"),  # type: ignore[arg-type]
+            )
+        return response_sha, flags
 
 
 __all__ = ["Lane", "MAX_DECODED_ERROR", "Rows", "cut_secret_prefix"]

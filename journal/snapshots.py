@@ -27,6 +27,7 @@ Files that change while the walk reads them (a tool still running) are read as t
 
 from __future__ import annotations
 
+import bisect
 import enum
 import errno
 import fcntl
@@ -36,10 +37,12 @@ import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
+import pathspec
 
 from pvisor.core.errors import BadInputError, OutputError, UsageError, shown
 from .paths import make_directories
@@ -254,8 +257,6 @@ def _ignore_spec(root: Path) -> Any:
     ignore = root / IGNORE_FILE
     if not ignore.is_file():
         return None
-    import pathspec
-
     return pathspec.GitIgnoreSpec.from_lines(
         ignore.read_text(encoding="utf-8", errors="replace").splitlines()
     )
@@ -687,8 +688,6 @@ def _below_links(manifest: Manifest) -> dict[str, str]:
     one of the snapshot's symlinks. In sorted order the paths below ``L`` are one run (those
     from ``L/`` to ``L0``), found by bisection: a cost of entries x log(entries), not of
     entries x depth x path length, as looking up every parent of every entry was."""
-    import bisect
-
     paths = sorted({e.path for e in manifest.entries})
     links = sorted(e.path for e in manifest.entries if e.kind is EntryKind.SYMLINK)
     out: dict[str, str] = {}
@@ -801,8 +800,6 @@ def snapshot_driver(name: str = "filesystem") -> SnapshotDriver:
     entry point of :data:`ENTRY_POINT_GROUP`. Raises UsageError naming the known drivers."""
     if name == FilesystemDriver.name:
         return FilesystemDriver()
-    from importlib.metadata import entry_points
-
     found = {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
     if name not in found:
         raise UsageError(

@@ -34,6 +34,8 @@ from typing import Any, Callable
 
 import logging
 
+from sqlite_utils import Database
+
 from .content_encoding import DEFAULT_LIMIT
 from pvisor.core.errors import BadInputError, IntegrityError, UnavailableError, UsageError
 from .messages import URGENT, MessageKind, unknown_message
@@ -48,6 +50,7 @@ from .producer import (
 )
 from .reassembly import FINALIZE_CATCHUP_S, FINALIZE_SLICE_S, Finalizer, Reassembly
 from .rows import Rows
+from .schema import MIGRATION_SET, apply_migrations, known_migration_names
 
 GATHER_S = 0.05  # a batch is committed at most this long after its first message arrived
 LOCK_WARN_INTERVAL_S = 30.0
@@ -146,6 +149,22 @@ class Journal(JournalProducer):
     def fingerprint_key(self) -> bytes:
         """The journal's key of secret fingerprints (``meta.fingerprint_key``), once open."""
         return self.rows.fingerprint_key
+
+    @property
+    def inflight(self) -> dict[str, PendingExchange]:
+        """The exchanges begun and not finished, by id: the writer thread writes each as a row
+        with ``outcome`` NULL after a commit tick (the writer child keeps its copies of the
+        gateway's here, :func:`~pvisor.journal.writer_wire.apply_inflight`)."""
+        return self._inflight
+
+    def put_message(self, message: tuple[MessageKind, Any]) -> None:
+        """Hand one message (:mod:`pvisor.journal.messages`) to the writer thread as it is: the
+        writer child's way for the messages the gateway's producer made."""
+        self._put(message)
+
+    def wait_stopped(self) -> None:
+        """Block until the writer thread ends: at :meth:`close`, or when it failed (:attr:`error`)."""
+        self._thread.join()
 
     @property
     def unreassembled(self) -> int:
@@ -247,8 +266,8 @@ class Journal(JournalProducer):
             if tables and "runs" not in tables:
                 conn.close()
                 raise BadInputError(
-                    f"{self.path} is an SQLite database but not a pvisor journal (it has tables {', '.join(sorted(tables)[:5])}); "
-                    "give --journal a new file"
+                    f"{self.path} is an SQLite database but not a pvisor journal "
+                    f"(it has tables {', '.join(sorted(tables)[:5])}); give --journal a new file"
                 )
             mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
         except sqlite3.DatabaseError as exc:
@@ -277,17 +296,14 @@ class Journal(JournalProducer):
                 ) from None
             if _is_busy(exc):
                 raise UnavailableError(
-                    f"journal {self.path} is locked by another process (waited {self.busy_timeout_ms / 1000:g} s)"
+                    f"journal {self.path} is locked by another process "
+                    f"(waited {self.busy_timeout_ms / 1000:g} s)"
                 ) from None
             raise
         except sqlite3.DatabaseError as exc:
             raise IntegrityError(f"journal {self.path} is damaged: {exc}") from None
 
     def _setup_schema(self, conn: sqlite3.Connection) -> None:
-        from sqlite_utils import Database
-
-        from .schema import MIGRATION_SET, apply_migrations, known_migration_names
-
         db = Database(conn)
         conn.execute("BEGIN IMMEDIATE")
         try:
@@ -303,7 +319,8 @@ class Journal(JournalProducer):
                 newer = applied - known
                 if newer:
                     raise BadInputError(
-                        f"journal {self.path} was written by a newer pvisor (schema {', '.join(sorted(newer))}); upgrade pvisor"
+                        f"journal {self.path} was written by a newer pvisor "
+                        f"(schema {', '.join(sorted(newer))}); upgrade pvisor"
                     )
             apply_migrations(db)
             row = conn.execute("SELECT value FROM meta WHERE key = 'fingerprint_key'").fetchone()
@@ -354,7 +371,8 @@ class Journal(JournalProducer):
                 continue
             self.rows.assemble_parts(conn, wid)
             n = conn.execute(
-                "UPDATE exchanges SET outcome = 'incomplete', error = ? WHERE writer_id = ? AND outcome IS NULL",
+                "UPDATE exchanges SET outcome = 'incomplete', error = ?"
+                " WHERE writer_id = ? AND outcome IS NULL",
                 (f"writer {wid} (pid {pid}) ended while the exchange was in flight", wid),
             ).rowcount
             conn.execute("UPDATE writers SET closed_ms = ?, closed_how = 'dead' WHERE id = ?", (t, wid))
@@ -379,22 +397,7 @@ class Journal(JournalProducer):
         locked_since: float | None = None
         try:
             while True:
-                if not batch:
-                    try:
-                        batch.append(self._queue.get(timeout=COMMIT_INTERVAL_S))
-                    except queue.Empty:
-                        pass
-                # let messages gather for a little while, asleep (a blocked get would wake this
-                # thread, and take the GIL, for every message): one transaction for many exchanges
-                # costs far less writer time than one each. flush() and close() wake it at once.
-                if batch and batch[-1][0] not in URGENT:
-                    self._urgent.wait(GATHER_S)
-                self._urgent.clear()
-                while batch and len(batch) < BATCH_MAX:
-                    try:
-                        batch.append(self._queue.get_nowait())
-                    except queue.Empty:
-                        break
+                self._gather(batch)
                 now = time.monotonic()
                 beat = now - last_heartbeat >= HEARTBEAT_INTERVAL_S
                 now_pc = time.perf_counter()
@@ -429,18 +432,7 @@ class Journal(JournalProducer):
                     locked_since = None
                 if beat:
                     last_heartbeat = now
-                ended = sum(1 for kind, _ in batch if kind is MessageKind.EXCHANGE)
-                self.recorded += ended  # type: ignore[operator]
-                self._release_blob_room(batch)
-                if closing is None and self.reassembly.due(now):
-                    # commits first: no catch-up while a full batch of messages waits
-                    behind = self.reassembly.behind and self._queue.qsize() < BATCH_MAX
-                    self._reassemble_slice(conn, FINALIZE_CATCHUP_S if behind else FINALIZE_SLICE_S, behind)
-                if closing is not None or any(kind is MessageKind.FLUSH for kind, _ in batch):
-                    self._reassemble_all(conn, closing is not None)
-                for kind, payload in batch:
-                    if kind is MessageKind.FLUSH:
-                        payload.set()
+                self._committed(conn, batch, closing is not None, now)
                 batch = []
                 if closing is not None:
                     try:
@@ -451,25 +443,69 @@ class Journal(JournalProducer):
                     closing.set()
                     return
         except BaseException as exc:
-            self._error = exc
-            # no count here: what is lost is also in a writer process's pipe and in its gateway's
-            # queue; the producer counts it exactly (unrecorded) once it has closed the journal
-            log.error("journal %s: writer stopped: %s; from now on nothing is recorded", self.path, exc)
-            # release anyone waiting; later calls raise UnavailableError
-            for kind, payload in batch:
-                if kind in URGENT:
-                    payload.set()
-            while True:
-                try:
-                    kind, payload = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if kind in URGENT:
-                    payload.set()
+            self._stopped(conn, batch, exc)
+
+    def _gather(self, batch: list[tuple[MessageKind, Any]]) -> None:
+        """Add the next messages to ``batch``: one waited for (at most COMMIT_INTERVAL_S) when
+        it is empty, then those that arrive within GATHER_S, up to BATCH_MAX."""
+        if not batch:
             try:
-                conn.close()
-            except Exception:
+                batch.append(self._queue.get(timeout=COMMIT_INTERVAL_S))
+            except queue.Empty:
                 pass
+        # let messages gather for a little while, asleep (a blocked get would wake this
+        # thread, and take the GIL, for every message): one transaction for many exchanges
+        # costs far less writer time than one each. flush() and close() wake it at once.
+        if batch and batch[-1][0] not in URGENT:
+            self._urgent.wait(GATHER_S)
+        self._urgent.clear()
+        while batch and len(batch) < BATCH_MAX:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+
+    def _committed(
+        self, conn: sqlite3.Connection, batch: list[tuple[MessageKind, Any]], closing: bool, now: float
+    ) -> None:
+        """After ``batch`` was committed: count its exchanges, free its snapshot blobs' room,
+        reassemble (a slice when due, all of it at a flush or at close) and wake the flushes."""
+        ended = sum(1 for kind, _ in batch if kind is MessageKind.EXCHANGE)
+        self.recorded += ended  # type: ignore[operator]
+        self._release_blob_room(batch)
+        if not closing and self.reassembly.due(now):
+            # commits first: no catch-up while a full batch of messages waits
+            behind = self.reassembly.behind and self._queue.qsize() < BATCH_MAX
+            self._reassemble_slice(conn, FINALIZE_CATCHUP_S if behind else FINALIZE_SLICE_S, behind)
+        if closing or any(kind is MessageKind.FLUSH for kind, _ in batch):
+            self._reassemble_all(conn, closing)
+        for kind, payload in batch:
+            if kind is MessageKind.FLUSH:
+                payload.set()
+
+    def _stopped(
+        self, conn: sqlite3.Connection, batch: list[tuple[MessageKind, Any]], exc: BaseException
+    ) -> None:
+        """The writer thread failed with ``exc``: say so once, and release everyone waiting for
+        a flush or a close (later calls raise UnavailableError)."""
+        self._error = exc
+        # no count here: what is lost is also in a writer process's pipe and in its gateway's
+        # queue; the producer counts it exactly (unrecorded) once it has closed the journal
+        log.error("journal %s: writer stopped: %s; from now on nothing is recorded", self.path, exc)
+        for kind, payload in batch:
+            if kind in URGENT:
+                payload.set()
+        while True:
+            try:
+                kind, payload = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if kind in URGENT:
+                payload.set()
+        try:
+            conn.close()
+        except Exception:
+            pass
 
     def _release_blob_room(self, batch: list[tuple[MessageKind, Any]]) -> None:
         freed = sum(len(data) for kind, payload in batch if kind is MessageKind.BLOBS for _, data in payload)
@@ -548,7 +584,8 @@ class Journal(JournalProducer):
                 now = time.monotonic()
                 if warned is None or now - warned >= LOCK_WARN_INTERVAL_S:
                     log.warning(
-                        "journal %s is locked by another process; %d response(s) wait to be reassembled, retrying",
+                        "journal %s is locked by another process; %d response(s) wait to be reassembled, "
+                        "retrying",
                         self.path,
                         len(self.reassembly.queue),
                     )
@@ -568,7 +605,8 @@ class Journal(JournalProducer):
                 self.rows.write_inflight(conn, p)
         self.rows.assemble_parts(conn, self.writer_id)
         conn.execute(
-            "UPDATE exchanges SET outcome = 'incomplete', error = 'gateway stopped while the exchange was in flight'"
+            "UPDATE exchanges SET outcome = 'incomplete',"
+            " error = 'gateway stopped while the exchange was in flight'"
             " WHERE writer_id = ? AND outcome IS NULL",
             (self.writer_id,),
         )

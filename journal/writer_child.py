@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 from pvisor.core.errors import PvisorError
 from .messages import MessageKind
+from .reassembly import resolve_finalizer
 from .writer import Journal
 from .writer_wire import (
     WireError,
@@ -76,10 +77,8 @@ class _LazyFinalizer:
         self._loaded = threading.Event()
 
     def load(self) -> None:
-        from .writer_process import resolve
-
         try:
-            self._fn = resolve(self._name)
+            self._fn = resolve_finalizer(self._name)
         except Exception:  # noqa: BLE001 - reported when it is first called
             pass
         finally:
@@ -90,24 +89,22 @@ class _LazyFinalizer:
 
     def __call__(self, *args: Any) -> Any:
         if self._fn is None:
-            from .writer_process import resolve
-
-            self._fn = resolve(self._name)
+            self._fn = resolve_finalizer(self._name)
         return self._fn(*args)
 
 
 def _exchange(journal: Journal, replies: _Replies, payload: Any, bodies: list[bytes]) -> None:
     # the child's own copy of an exchange it wrote in flight knows its row is on disk
-    pending = journal._inflight.pop(payload[0][0], None)
+    pending = journal.inflight.pop(payload[0][0], None)
     if pending is not None:
         # the parts sent in flight are stored (or rolled back and then not needed): the
         # finished exchange brings its whole body, and the parts need not be held beside it
         pending.chunks = None
-    journal._put((MessageKind.EXCHANGE, decode_exchange(payload, bodies, pending)))
+    journal.put_message((MessageKind.EXCHANGE, decode_exchange(payload, bodies, pending)))
 
 
 def _inflight(journal: Journal, replies: _Replies, payload: Any, bodies: list[bytes]) -> None:
-    apply_inflight(journal._inflight, payload, bodies)
+    apply_inflight(journal.inflight, payload, bodies)
 
 
 def _blobs(journal: Journal, replies: _Replies, payload: Any, bodies: list[bytes]) -> None:
@@ -127,7 +124,7 @@ def _as_it_is(kind: MessageKind) -> Callable[[Journal, _Replies, Any, list[bytes
     """The handler of a message the writer thread takes as it came (runs, attempts, snapshots)."""
 
     def handle(journal: Journal, replies: _Replies, payload: Any, bodies: list[bytes]) -> None:
-        journal._put((kind, payload))
+        journal.put_message((kind, payload))
 
     return handle
 
@@ -195,7 +192,7 @@ def main(argv: list[str]) -> None:
     )
 
     def watch() -> None:  # the writer thread ends at close, or when it failed: tell the gateway at once
-        journal._thread.join()
+        journal.wait_stopped()
         if journal.error is not None:
             replies.send(("error", journal.error, journal.recorded))
 

@@ -38,7 +38,6 @@ from __future__ import annotations
 import collections
 import enum
 import fcntl
-import importlib
 import itertools
 import logging
 import math
@@ -51,7 +50,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import orjson
 
@@ -60,6 +59,7 @@ from .content_encoding import DEFAULT_LIMIT
 from pvisor.core.helpers import frozen, helper_argv
 from pvisor.core.errors import UnavailableError, UsageError
 from .messages import URGENT, MessageKind
+from .reassembly import resolve_finalizer
 from .producer import BLOB_WAIT_S, COMMIT_INTERVAL_S, SNAPSHOT_QUEUE_BYTES, JournalProducer, PendingExchange
 from .writer import BUSY_TIMEOUT_MS, Journal
 from .writer_wire import WireError, encode, read_reply
@@ -125,14 +125,6 @@ def writer_cpus(environ: dict[str, str] | None = None) -> set[int] | None:
     return cpus
 
 
-def resolve(name: str | None) -> Callable | None:
-    """The function ``module:attribute`` names (a journal finalizer), imported now."""
-    if not name:
-        return None
-    module, _, attr = name.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def open_journal(
     path: str | os.PathLike,
     *,
@@ -150,7 +142,7 @@ def open_journal(
     mode = mode or writer_mode()
     cpus = writer_cpus()  # checked in either mode: a bad value is never silently ignored
     if mode is WriterMode.THREAD:
-        return Journal.open(path, finalize=resolve(finalize), **kwargs)
+        return Journal.open(path, finalize=resolve_finalizer(finalize), **kwargs)
     return JournalProcess.open(path, finalize=finalize, cpus=cpus, **kwargs)
 
 

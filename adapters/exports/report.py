@@ -40,9 +40,11 @@ from pvisor.adapters.exports.base import (
     Source,
     Written,
 )
+from pvisor.adapters.agents import descriptor_names, get_descriptor
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
+from pvisor.core.outfile import replacing
 from pvisor.journal.reader import JournalReader
 
 #: bytes of a body a page shows by default: its head and its tail (``--body-limit``)
@@ -301,8 +303,6 @@ def _comparison(
 def _normaliser(agent: str | None) -> Any:
     """The agent's tool-output normalisation (its descriptor's decorations), or the identity
     for an agent pvisor has no descriptor of."""
-    from pvisor.adapters.agents import descriptor_names, get_descriptor
-
     if agent in descriptor_names():
         return get_descriptor(agent).normalise_output
     return lambda text: text
@@ -349,8 +349,6 @@ def write_report(
 def _write(path: Path, text: str) -> None:
     """``text`` into ``path``: a file beside it renamed over it when whole, a device or a FIFO in
     place (core/outfile.py)."""
-    from pvisor.core.outfile import replacing
-
     with replacing(str(path)) as out:
         out.write(text.encode("utf-8"))
 

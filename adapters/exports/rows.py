@@ -158,7 +158,7 @@ def _parquet_row(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def parquet_schema() -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # the optional parquet extra
 
     message = pa.struct(
         [
@@ -218,7 +218,7 @@ def write_parquet_rows(
     """Write ``rows`` (dicts of ``schema``'s columns) to ``out`` as Parquet, in row groups of
     ``batch_size``; a file of no rows still has the schema. Returns how many. Needs pyarrow
     (the caller names the extra when it is missing)."""
-    import pyarrow as pa
+    import pyarrow as pa  # the optional parquet extra
     import pyarrow.parquet as pq
 
     n = 0
