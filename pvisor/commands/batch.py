@@ -25,6 +25,7 @@ import orjson
 from pvisor.commands.cells import terminal_safe
 from pvisor.core import progress
 from pvisor.core.errors import OutputError, PvisorError, UnavailableError, UsageError
+from pvisor.journal.paths import make_directories, require_utf8
 from pvisor.replay.batch import (
     ROW_HEAD,
     BatchOutcome,
@@ -64,8 +65,70 @@ def run_batch(
     be written. The rows go to a temporary file renamed over ``rows`` when all are written:
     an interrupted or failed batch leaves the earlier file as it was. Ctrl-C: exit 130 with a
     line that says how far the batch got."""
-    from pvisor.journal.paths import make_directories, require_utf8
+    _check_paths(manifest, output, rows, force)
+    total = _count_lines(manifest)
+    labels: dict[int, str] = {}  # line -> its name, for the rows
+    readers_of_rows: list[int] = []  # lines whose source is the rows file: it is not replaced then
 
+    requests = _requests(manifest, journal, output, rows, force, allow_damaged, labels, readers_of_rows)
+    t0 = time.perf_counter()
+    failed = done = 0
+    label = show_path(rows) if rows is not None else None
+    outcomes: Iterator[BatchOutcome] = iter(())
+    if ray_address is None:
+        outcomes = prepare_many(requests, reads=SourceReads(), row_label=label)
+
+    def counted() -> Iterator[BatchOutcome]:
+        nonlocal failed, done
+        unwritten = 0  # lines in a row whose files could not be written
+        for outcome in outcomes:
+            done += 1
+            unwritten = (
+                unwritten + 1 if outcome.error is not None and isinstance(outcome.error, OutputError) else 0
+            )
+            if unwritten == MAX_UNWRITTEN:  # a full disk fails every line alike: one line says so
+                raise OutputError(
+                    f"--output {show_path(output)}: {MAX_UNWRITTEN} lines in a row could not be written "
+                    f"(line {outcome.index}: {_message(outcome)}); stopped after {done} of {total} lines"
+                )
+            if outcome.name is None and outcome.index in labels:
+                outcome.name = labels[outcome.index]
+            if outcome.status is Status.FAILED:
+                failed += 1
+                _say(f"pvisor: error: {show_path(manifest)} line {outcome.index}: {_message(outcome)}")
+            task.reach(done)
+            yield outcome
+
+    try:
+        with progress.task(f"preparing {show_path(manifest)}", total, progress.Unit.REQUESTS) as task:
+            if ray_address is not None:
+                outcomes = _on_ray(ray_address, requests, label)  # type: ignore[assignment]
+            if rows is None:
+                for _ in counted():
+                    pass
+            else:
+                _write_rows(rows, counted(), readers_of_rows)
+    except KeyboardInterrupt:
+        where = (
+            f"{show_path(rows)} is left as it was"
+            if rows is not None
+            else f"their files are in {show_path(output)}"
+        )
+        raise BatchInterrupted(
+            f"interrupted after {done} of {total} lines of {show_path(manifest)} ({failed} failed): {where}"
+        ) from None
+    seconds = time.perf_counter() - t0
+    where = show_path(rows) if rows is not None else show_path(output)
+    per = f", {seconds / done * 1000:.2f} ms each" if done else ""
+    _say(
+        f"prepared {done - failed} of {done} prefixes from {show_path(manifest)} into {where}"
+        f"{f' ({failed} failed)' if failed else ''} in {seconds:.2f} s{per}"
+    )
+    return failed
+
+
+def _check_paths(manifest: Path, output: Path | None, rows: Path | None, force: bool) -> None:
+    """The UsageErrors of :func:`run_batch`'s paths, before anything is written."""
     for opt, path in (("--batch", manifest), ("--output", output), ("--rows", rows)):
         require_utf8(opt, path)
     if not manifest.is_file():
@@ -98,102 +161,55 @@ def run_batch(
             raise UsageError(f"--rows {show_path(rows)} exists; give --force to replace it")
         if not rows.parent.is_dir():
             raise UsageError(f"--rows {show_path(rows)}: no such directory {show_path(rows.parent)}")
-    total = _count_lines(manifest)
+
+
+def _requests(
+    manifest: Path,
+    journal: Path | None,
+    output: Path | None,
+    rows: Path | None,
+    force: bool,
+    allow_damaged: bool,
+    labels: dict[int, str],
+    readers_of_rows: list[int],
+) -> Iterator[tuple[int, Any]]:
+    """The manifest's lines as (line, :class:`~pvisor.replay.prepare.PrepareOptions`) or
+    (line, the line's error), in order; fills ``labels`` (line -> its name) and
+    ``readers_of_rows`` (lines whose source is the ``rows`` file) as it goes."""
     names: dict[str, int] = {}  # output directory -> the line that has it
-    labels: dict[int, str] = {}  # line -> its name, for the rows
-    readers_of_rows: list[int] = []  # lines whose source is the rows file: it is not replaced then
-
-    def requests() -> Iterator[tuple[int, Any]]:
-        for n, obj in read_manifest(manifest):
-            if isinstance(obj, PvisorError):
-                yield n, obj
+    for n, obj in read_manifest(manifest):
+        if isinstance(obj, PvisorError):
+            yield n, obj
+            continue
+        try:
+            opts = request_from(obj, n, manifest=manifest, journal=journal, output=output)
+        except PvisorError as exc:
+            yield n, exc
+            continue
+        if isinstance(obj.get("name"), str):
+            labels[n] = obj["name"]
+        if output is not None:  # two lines into one directory: the second would replace the first
+            first = names.setdefault(opts.output.name, n)
+            if first != n:
+                yield n, _bad_line(manifest, n, f"name {opts.output.name!r} is line {first}'s already")
                 continue
-            try:
-                opts = request_from(obj, n, manifest=manifest, journal=journal, output=output)
-            except PvisorError as exc:
-                yield n, exc
-                continue
-            if isinstance(obj.get("name"), str):
-                labels[n] = obj["name"]
-            if output is not None:  # two lines into one directory: the second would replace the first
-                first = names.setdefault(opts.output.name, n)
-                if first != n:
-                    yield n, _bad_line(manifest, n, f"name {opts.output.name!r} is line {first}'s already")
-                    continue
-            if rows is not None:  # the rows file replaces what it names when the batch ends
-                for key in ("trajectory", "journal"):
-                    source = getattr(opts, key)
-                    if source is not None and rows.exists() and same_file(source, rows):
-                        readers_of_rows.append(n)
-                        yield (
-                            n,
-                            _bad_line(
-                                manifest, n, f"{key} is the --rows file, which the batch would replace"
-                            ),
-                        )
-                        break
-                else:
-                    source = None
-                if source is not None:
-                    continue
-            opts.force = force
-            opts.allow_damaged = opts.allow_damaged or allow_damaged
-            yield n, opts
-
-    t0 = time.perf_counter()
-    failed = done = 0
-    label = show_path(rows) if rows is not None else None
-    outcomes: Iterator[BatchOutcome] = iter(())
-    if ray_address is None:
-        outcomes = prepare_many(requests(), reads=SourceReads(), row_label=label)
-
-    def counted() -> Iterator[BatchOutcome]:
-        nonlocal failed, done
-        unwritten = 0  # lines in a row whose files could not be written
-        for outcome in outcomes:
-            done += 1
-            unwritten = (
-                unwritten + 1 if outcome.error is not None and isinstance(outcome.error, OutputError) else 0
-            )
-            if unwritten == MAX_UNWRITTEN:  # a full disk fails every line alike: one line says so
-                raise OutputError(
-                    f"--output {show_path(output)}: {MAX_UNWRITTEN} lines in a row could not be written "
-                    f"(line {outcome.index}: {_message(outcome)}); stopped after {done} of {total} lines"
-                )
-            if outcome.name is None and outcome.index in labels:
-                outcome.name = labels[outcome.index]
-            if outcome.status is Status.FAILED:
-                failed += 1
-                _say(f"pvisor: error: {show_path(manifest)} line {outcome.index}: {_message(outcome)}")
-            task.reach(done)
-            yield outcome
-
-    try:
-        with progress.task(f"preparing {show_path(manifest)}", total, progress.Unit.REQUESTS) as task:
-            if ray_address is not None:
-                outcomes = _on_ray(ray_address, requests(), label)  # type: ignore[assignment]
-            if rows is None:
-                for _ in counted():
-                    pass
+        if rows is not None:  # the rows file replaces what it names when the batch ends
+            for key in ("trajectory", "journal"):
+                source = getattr(opts, key)
+                if source is not None and rows.exists() and same_file(source, rows):
+                    readers_of_rows.append(n)
+                    yield (
+                        n,
+                        _bad_line(manifest, n, f"{key} is the --rows file, which the batch would replace"),
+                    )
+                    break
             else:
-                _write_rows(rows, counted(), readers_of_rows)
-    except KeyboardInterrupt:
-        where = (
-            f"{show_path(rows)} is left as it was"
-            if rows is not None
-            else f"their files are in {show_path(output)}"
-        )
-        raise BatchInterrupted(
-            f"interrupted after {done} of {total} lines of {show_path(manifest)} ({failed} failed): {where}"
-        ) from None
-    seconds = time.perf_counter() - t0
-    where = show_path(rows) if rows is not None else show_path(output)
-    per = f", {seconds / done * 1000:.2f} ms each" if done else ""
-    _say(
-        f"prepared {done - failed} of {done} prefixes from {show_path(manifest)} into {where}"
-        f"{f' ({failed} failed)' if failed else ''} in {seconds:.2f} s{per}"
-    )
-    return failed
+                source = None
+            if source is not None:
+                continue
+        opts.force = force
+        opts.allow_damaged = opts.allow_damaged or allow_damaged
+        yield n, opts
 
 
 class BatchInterrupted(PvisorError):
