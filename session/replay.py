@@ -147,7 +147,10 @@ class ReplayOnlyOutcome:
                 else "no request N+1"
             )
             went = f"{live['live_steps']} live step(s) from {live['upstream']}"
-            return f"continued {head.format('after')}: {rerun}; {where}; {sent}; {went}; ended by {live['ended_by']}"
+            ended_live = live["ended_by"]
+            return (
+                f"continued {head.format('after')}: {rerun}; {where}; {sent}; {went}; ended by {ended_live}"
+            )
         return f"replayed {head.format('to')}: {rerun}; {where}; the agent ended by {ended}"
 
 

@@ -14,6 +14,7 @@ prepared, in what time.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -22,8 +23,10 @@ from typing import Any, BinaryIO, Iterator
 import click
 import orjson
 
+from pvisor.adapters.exports.rows import write_parquet_rows
 from pvisor.commands.cells import terminal_safe
 from pvisor.core import progress
+from pvisor.core.outfile import open_private
 from pvisor.core.errors import OutputError, PvisorError, UnavailableError, UsageError
 from pvisor.journal.paths import make_directories, require_utf8
 from pvisor.replay.batch import (
@@ -38,6 +41,7 @@ from pvisor.replay.batch import (
     text_row,
 )
 from pvisor.replay.errors import ReplayUsageError, error_code, error_detail, show_path
+from pvisor.replay.ray_data import prepare_dataset
 from pvisor.replay.result import same_file
 
 #: rows per Parquet row group
@@ -234,7 +238,8 @@ def _write_rows(rows: Path, outcomes: Iterator[BatchOutcome], readers: list[int]
             _write_jsonl(tmp, outcomes, rows)
         if readers:
             raise UsageError(
-                f"--rows {show_path(rows)} is a source of line {readers[0]}: it is kept, and no rows were written"
+                f"--rows {show_path(rows)} is a source of line {readers[0]}: it is kept, and no rows "
+                "were written"
             )
         try:
             os.replace(tmp, rows)
@@ -269,13 +274,11 @@ def _on_ray(address: str, requests: Iterator[tuple[int, Any]], label: str | None
     the lines that are no request fail here, the others go to :func:`prepare_dataset` with
     absolute paths (which the workers must see)."""
     try:
-        import ray
+        import ray  # an optional extra (pvisor-replay[ray]), not installed by default
     except ImportError:
         raise UsageError(
             "--ray needs Ray: pip install '.[ray]' in a clone of pvisor (docs/install.md)"
         ) from None
-    from pvisor.replay.ray_data import prepare_dataset
-
     local: list[Any] = []
     items: list[dict[str, Any]] = []
     for n, opts in requests:
@@ -297,9 +300,7 @@ def _on_ray(address: str, requests: Iterator[tuple[int, Any]], label: str | None
                 "allow_damaged": opts.allow_damaged,
             }
         )
-    import logging
-
-    import ray.data
+    import ray.data  # the optional extra, found above
 
     # Ray Data's progress bars and INFO lines would fill stderr, where the lines of failed requests go
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -377,8 +378,6 @@ def row(outcome: BatchOutcome) -> dict[str, Any]:
 
 def _open(path: Path, shown: Path) -> BinaryIO:
     try:
-        from pvisor.core.outfile import open_private
-
         return open_private(path)
     except OSError as exc:
         raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
@@ -394,7 +393,7 @@ def _write_jsonl(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) -> N
 
 
 def parquet_schema() -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # an optional extra (pvisor-replay[parquet]), not installed by default
 
     return pa.schema(
         [
@@ -430,14 +429,12 @@ def _parquet_row(outcome: BatchOutcome) -> dict[str, Any]:
 
 def _write_parquet(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) -> None:
     try:
-        import pyarrow  # noqa: F401  (write_parquet_rows uses it)
+        import pyarrow  # noqa: F401  (an optional extra that write_parquet_rows uses)
     except ImportError:
         raise UsageError(
             f"--rows {show_path(shown)}: Parquet needs pyarrow: pip install '.[parquet]' in a clone of "
             "pvisor (or a .jsonl file for JSON Lines)"
         ) from None
-    from pvisor.adapters.exports.rows import write_parquet_rows
-
     try:
         with _open(path, shown) as out:
             write_parquet_rows(out, parquet_schema(), (_parquet_row(o) for o in outcomes), PARQUET_BATCH)
