@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import orjson
-
+from pvisor.adapters.native import read_native
 from pvisor.core.errors import PvisorError
 
-from .errors import ReplayUsageError, show_path
+from .errors import ReplayUsageError, error_code, error_detail, show_path
 from .prefix import Prefix
 from .prepare import PrepareOptions, check_inputs_not_outputs, check_options, compute
 from .result import (
@@ -138,8 +138,6 @@ class SourceReads:
 
     def native(self, path: Path, agent: str, session: str | None) -> Any:
         """``read_native(path, agent, session)``, once per file, agent and session."""
-        from pvisor.adapters.native import read_native
-
         try:
             key = (*self._key(path), agent, session)
         except OSError:
@@ -305,7 +303,8 @@ def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) ->
         else:
             raise ReplayUsageError(
                 "usage",
-                f"request {index}: a {type(request).__name__}, expected PrepareOptions or a manifest line's dict",
+                f"request {index}: a {type(request).__name__}, expected PrepareOptions or a manifest line's "
+                "dict",
             )
         _check_types(opts, index)
         result = ResultDocument.start(
@@ -412,8 +411,6 @@ def text_row(outcome: BatchOutcome) -> dict[str, Any]:
     request and result as JSON text and the error as its code and message: what a column store
     holds. JSON is UTF-8 (RFC 8259) and every protocol encoder writes it so; body bytes that are
     not (none seen) become U+FFFD here, where the JSON Lines rows keep them as they are."""
-    from .errors import error_code, error_detail
-
     r, p, exc = outcome.result, outcome.prefix, outcome.error
     return {
         **row_head(outcome),

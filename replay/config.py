@@ -63,6 +63,7 @@ Imports: the standard library (and ``tomli`` on Python 3.10) and pvisor's light 
 from __future__ import annotations
 
 import datetime
+import difflib
 import enum
 import math
 import os
@@ -72,6 +73,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 from pvisor.adapters.agents import descriptor_names
 from pvisor.core.errors import BadInputError, UsageError
@@ -80,7 +87,8 @@ from .errors import show_path
 from .spec import MODES, TOML_OPTIONS, Kind
 
 # declared with the options in .spec; named here too, where the file's values are read
-from .spec import REASONING as REASONING, ReplayMode as ReplayMode  # noqa: E402
+from .spec import REASONING as REASONING  # noqa: E402
+from .spec import ReplayMode as ReplayMode
 
 
 class ReasoningPolicy(str, enum.Enum):
@@ -202,10 +210,6 @@ def _read(path: str | Path, where: str) -> bytes:
 
 
 def _parse(raw: bytes, where: str) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
     try:
         text = raw.decode("utf-8-sig")  # a UTF-8 byte-order mark (some Windows editors write one) is dropped
     except UnicodeDecodeError as exc:
@@ -259,8 +263,6 @@ def _toml_type(value: Any) -> str:
 
 
 def _unknown(keys: list[str], known: tuple[str, ...]) -> str:
-    import difflib
-
     named = ", ".join(repr(k) for k in keys)
     hint = ""
     if len(keys) == 1 and keys[0] in AGENT_KEYS and keys[0] not in known:
@@ -341,8 +343,6 @@ def _boolean(value: Any, ctx: _Ctx) -> bool:
 
 
 def _url(value: Any, ctx: _Ctx) -> str:
-    from urllib.parse import urlsplit
-
     text = _string(value, ctx)
     try:
         parts = urlsplit(text)

@@ -43,12 +43,12 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import orjson
-
-from pvisor.adapters.matcher import Divergence, MatchKind, OnlineMatcher
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
+from pvisor.adapters.matcher import Divergence, MatchKind, OnlineMatcher
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource, compact_json
 from pvisor.adapters.protocols.replies import minimal_reply, render_reply
+from pvisor.core.errors import BadInputError
 from pvisor.gateway.responder import (
     Answer,
     IncomingRequest,
@@ -58,14 +58,13 @@ from pvisor.gateway.responder import (
     decode_or_refuse,
     serve_reply,
 )
-from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Action, Conversation, ToolCall, ToolResult
 from pvisor.journal.redact import REQUEST_HEADER_ALLOW, redact_exchange_meta
 
-from .prefix import request_meta
-from .source import finish_at, is_made_up
+from .prefix import append_action, request_meta
+from .recording import RecordedReply, Recording, aux_key
 from .result import ToolCallRecord, content_sha256, match_results
-from .recording import Recording, RecordedReply, aux_key
+from .source import finish_at, is_made_up
 
 #: flags playback journals with the exchanges it answers (``exchanges.flags``)
 FLAG_DIVERGED = "diverged"
@@ -666,8 +665,6 @@ def recorded_prefix(p: PlaybackResponder) -> tuple[bytes, dict[str, Any], str, b
         and p.n > 0
         and (p.finish is not None or not _calls(p.actions[p.n - 1]))
     ):
-        from .prefix import append_action
-
         _, _, request, body = p.latest
         meta = _meta(request)
         meta["recorded_content_encoding"] = None  # rendered: not the bytes the agent sent

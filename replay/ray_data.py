@@ -89,7 +89,7 @@ def prepare_dataset(
     Ray Data is: nothing runs until the result is consumed (``write_parquet``, ``iter_rows``,
     ``take_all``). ``row_label``: what each result names as its prefix's place
     (``LABEL#LINE/prefix``)."""
-    import ray.data
+    import ray.data  # an optional extra (pvisor-replay[ray]), not installed by default
 
     settings = {
         "base": str(base) if base is not None else None,

@@ -27,18 +27,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pvisor.core.errors import BadInputError, PvisorError
+from pvisor.adapters.chains import classify_run, read_final_response
+from pvisor.adapters.journal_trajectory import build_trajectory
+from pvisor.adapters.matcher import recorded_compactions
+from pvisor.adapters.native import detect, read_native
+from pvisor.core.errors import BadInputError, PvisorError, UsageError
 from pvisor.journal.model import TRUNCATED_FLAG, Conversation, Step
+from pvisor.journal.reader import JournalReader
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from .prefix import native_conversation
 from .source import (
     WARNED_FLAGS,
+    answering,
     check_boundary,
+    check_cut_off,
+    check_damage,
+    check_gaps,
     check_truncated,
+    choose_protocol,
     descriptor,
     finish_at,
+    is_made_up,
     native_version,
+    pending_calls,
     step_notes,
     unsent_note,
 )
@@ -167,19 +179,14 @@ def _check_boundary(rec: Recording, after_step: int, where: str) -> None:
     if late:
         raise ReplayBadInput(
             "attempt_not_replayable",
-            f"--after-step {after_step}: step {late[0]} of {where} came from attempt {rec.attempts[late[0] - 1]} (a native resume "
-            f"with a later prompt); playback replays attempt 1 only: choose N < {late[0]}",
+            f"--after-step {after_step}: step {late[0]} of {where} came from attempt "
+            f"{rec.attempts[late[0] - 1]} (a native resume with a later prompt); playback replays attempt 1 "
+            f"only: choose N < {late[0]}",
         )
 
 
 def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, task: str | None) -> Recording:
     """The recording of journal run ``run_id`` for ``--after-step`` (module docstring)."""
-    from pvisor.adapters.chains import classify_run, read_final_response
-    from pvisor.adapters.matcher import recorded_compactions
-    from pvisor.adapters.journal_trajectory import build_trajectory
-    from pvisor.core.errors import UsageError
-    from pvisor.journal.reader import JournalReader
-
     d = descriptor(agent)
     if not journal.exists():
         raise UsageError(f"--journal {show_path(journal)}: no such journal file")
@@ -308,10 +315,6 @@ def native_recording(
     allow_damaged: bool = False,
 ) -> Recording:
     """The recording of a native trajectory file for ``--after-step`` (module docstring)."""
-    from pvisor.adapters.native import read_native
-
-    from .source import answering, choose_protocol, is_made_up, pending_calls
-
     d = descriptor(agent)
     try:
         result, _notes = read_native(path, agent, session)
@@ -319,8 +322,6 @@ def native_recording(
         if isinstance(exc, BadInputError):
             raise ReplayBadInput("bad_source", exc.message + _other_agent(path, agent)) from None
         raise
-    from .source import check_cut_off, check_damage, check_gaps
-
     check_damage(result.diagnostics.warnings, path, allow_damaged)
     traj = result.trajectory
     steps = list(traj.steps)
@@ -331,9 +332,9 @@ def native_recording(
     if first is not None:
         raise ReplayBadInput(
             "compaction_not_replayable",
-            f"--after-step {after_step}: {where} {first.where}: the agent compacted its history after step {first.after_step}, and "
-            f"the native file holds no summary request to answer the replayed agent's with: choose N < {first.after_step}, "
-            "or replay the journal run (--run)",
+            f"--after-step {after_step}: {where} {first.where}: the agent compacted its history after step "
+            f"{first.after_step}, and the native file holds no summary request to answer the replayed "
+            f"agent's with: choose N < {first.after_step}, or replay the journal run (--run)",
         )
     protocol = choose_protocol(agent, None, traj.model)
     meta = traj.meta
@@ -399,8 +400,6 @@ def native_recording(
 
 def _other_agent(path: Path, agent: str) -> str:
     """``; it reads as a codex file: give --agent codex`` when another adapter recognises it."""
-    from pvisor.adapters.native import detect
-
     try:
         found = [a for a in detect(path) if a != agent]
     except (OSError, PvisorError):

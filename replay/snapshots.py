@@ -26,6 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pvisor.adapters.agents import descriptor_names, get_descriptor
+from pvisor.adapters.chains import classify_run
+from pvisor.adapters.journal_trajectory import build_trajectory
 from pvisor.core.errors import BadInputError, UsageError
 from pvisor.journal.model import Trajectory
 from pvisor.journal.reader import JournalReader
@@ -61,10 +64,6 @@ def bind_steps(snapshots: list[SnapshotRecord], trajectory: Trajectory) -> dict[
 
 def journal_trajectory(reader: JournalReader, run_id: str) -> Trajectory:
     """The run's trajectory, its main chain found with its agent's hint when the agent is known."""
-    from pvisor.adapters.agents import descriptor_names, get_descriptor
-    from pvisor.adapters.chains import classify_run
-    from pvisor.adapters.journal_trajectory import build_trajectory
-
     run = reader.run(run_id)
     hint = get_descriptor(run.agent).chain_hint if run.agent in descriptor_names() else None
     return build_trajectory(reader, classify_run(reader, run.id, prefer=hint))

@@ -29,26 +29,36 @@ from __future__ import annotations
 
 import enum
 import os
+import stat as stat_
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pvisor.adapters.agents import descriptor_names, get_descriptor
+from pvisor.adapters.native import read_native
 from pvisor.core.errors import BadInputError, UsageError, shown
 from pvisor.core.progress import task as progress_task
+from pvisor.journal.child_runs import drop_child_run, finish_child_run, reserve_child_run
+from pvisor.journal.exported import is_export, loaded_export
 from pvisor.journal.model import (
     Message,
     OtherPart,
     Reasoning,
+    Run,
+    RunMode,
     Step,
     TextPart,
     ToolCall,
     ToolResult,
     Trajectory,
+    is_run_id,
 )
+from pvisor.journal.reader import JournalReader, holds_run
 
 from .numbering import Position, Wording, describe, progress_transition, resolve_step
 from .numbering import steps as journal_steps
+from .snapshots import journal_trajectory, restore_snapshot, run_snapshots
 
 VIEW_SCHEMA = "pvisor.view/v2"
 
@@ -215,10 +225,6 @@ class TrajectoryReplay:
         """Run ``run`` (id or unique prefix) of the journal ``journal`` (its path, or an open
         ``Journal`` or ``JournalReader``). Raises UsageError for an unknown run,
         IntegrityError for a damaged journal."""
-        from pvisor.journal.reader import JournalReader
-
-        from .snapshots import journal_trajectory, run_snapshots
-
         if callable(getattr(journal, "flush", None)):
             journal.flush()  # an open writer: what it queued is committed before it is read
         path = Path(getattr(journal, "path", journal))
@@ -238,8 +244,6 @@ class TrajectoryReplay:
         """The native trajectory file at ``path``, read with the adapter ``agent`` (None: the
         one detected). Raises UsageError or BadInputError as ``pvisor trajectory show`` does
         (naming ``agent=`` rather than ``--agent`` unless ``wording`` is the CLI's)."""
-        from pvisor.adapters.native import read_native
-
         try:
             result, notes = read_native(Path(path), agent)
         except (UsageError, BadInputError) as exc:
@@ -281,8 +285,6 @@ class TrajectoryReplay:
 
         Raises UsageError (exit 2) for a path that does not exist, BadInputError (exit 65) with
         one line naming ``path`` for anything else it cannot read."""
-        import stat as stat_
-
         where = os.fspath(path)
         try:
             mode = os.stat(where).st_mode
@@ -297,18 +299,12 @@ class TrajectoryReplay:
                 head = f.read(16)
             if head == b"SQLite format 3\x00":
                 return cls.from_journal(where, _only_run(where))
-            from pvisor.journal.exported import is_export, loaded_export
-
             if is_export(where):
                 with loaded_export(where) as (loaded, run):
                     replay = cls.from_journal(loaded, run)
                 replay.source = {"kind": "export", "path": where, "run": run, "agent": replay.agent}
                 replay.journal = replay.snapshots = None
                 if journal is not None:
-                    from pvisor.journal.reader import JournalReader
-
-                    from .snapshots import run_snapshots
-
                     with JournalReader(journal) as reader:
                         if not reader.run_exists(run):  # the export's own run, never a prefix match
                             raise UsageError(
@@ -509,12 +505,6 @@ def restore_handoff(
     taken (a run of that id, or one of which it is a prefix or which is a prefix of it: a prefix
     lookup would name both), an environment that is not a directory path (None, empty, not str or
     ``os.PathLike``, a NUL, a name too long) or not empty without ``force=True``."""
-    from pvisor.journal.child_runs import drop_child_run, finish_child_run, reserve_child_run
-    from pvisor.journal.model import Run, RunMode
-    from pvisor.journal.reader import JournalReader
-
-    from .snapshots import restore_snapshot
-
     at = _at(view.pause)
     if view.snapshot is None or view.journal is None:
         raise BadInputError(f"{at}restore_handoff: {_no_workspace(view)}")
@@ -583,8 +573,6 @@ NAME_MAX = 255
 def _child_id(child: Any) -> str:
     """``child_episode_id`` when it is a run id (UsageError naming it otherwise, a long one
     shortened)."""
-    from pvisor.journal.model import is_run_id
-
     if not is_run_id(child):
         raise UsageError(
             f"restore_handoff: child_episode_id={shown(repr(child))}: a run id of letters, digits, '.', '_' "
@@ -660,8 +648,6 @@ def _run_directory_journal(directory: Path) -> tuple[Path, str] | None:
     journals are looked into, without leaving anything beside them
     (:func:`~pvisor.journal.reader.holds_run`). BadInputError when it looks like one and no
     journal beside it holds the run."""
-    from pvisor.journal.reader import holds_run
-
     given = Path(os.path.abspath(directory))
     found = next(
         (d for d in (given, Path(os.path.realpath(directory))) if d.parent.name == "runs" and d.name),
@@ -686,8 +672,6 @@ def _run_directory_journal(directory: Path) -> tuple[Path, str] | None:
 def _only_run(journal: str) -> str:
     """The id of the one run of the journal file ``journal``; BadInputError when it holds
     several or none."""
-    from pvisor.journal.reader import JournalReader
-
     with JournalReader(journal) as reader:
         runs = [r.id for r in reader.runs()]
     if len(runs) != 1:
@@ -702,8 +686,6 @@ def _only_run(journal: str) -> str:
 
 
 def _descriptor(agent: str | None) -> Any:
-    from pvisor.adapters.agents import descriptor_names, get_descriptor
-
     return get_descriptor(agent) if agent in descriptor_names() else None
 
 

@@ -26,9 +26,11 @@ Nothing is imported here, so that ``import pvisor.session`` costs nothing: the A
 loaded on first use.
 """
 
+import importlib
 from typing import Any
 
-#: the Python API, by the module that defines it (loaded on first use)
+#: the Python API, by the module that defines it (loaded on first use: the guard helper process
+#: imports pvisor.session.supervise, which must not load the API with it)
 _API = {"continue_run": "api", "continue_many": "api", "Result": "api"}
 
 __all__ = sorted(_API)
@@ -36,8 +38,6 @@ __all__ = sorted(_API)
 
 def __getattr__(name: str) -> Any:
     if name in _API:
-        import importlib
-
         return getattr(importlib.import_module(f"{__name__}.{_API[name]}"), name)
     raise AttributeError(f"module 'pvisor.session' has no attribute {name!r}")
 

@@ -16,6 +16,8 @@ which two agents in one process would mistake for each other's.
 
 from __future__ import annotations
 
+import dataclasses
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -24,6 +26,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
+
+from pvisor.core.errors import PvisorError, UsageError
+from pvisor.journal.paths import default_journal_path
+from pvisor.journal.reader import JournalReader
+from pvisor.replay.spec import API_NAMES, OPTIONS, ReplayMode, ReplaySpec
+from pvisor.session.replay import ReplayOptions, continue_replay
 
 #: a source: a journal run id (str) or a native trajectory file (a path object)
 Source = Union[str, "os.PathLike[str]"]
@@ -82,13 +90,6 @@ def _options(given: dict[str, Any]) -> tuple[Any, list[Any]]:
     """The :class:`~pvisor.session.replay.ReplayOptions` of :func:`continue_run`'s keywords
     ``given`` (:data:`~pvisor.replay.spec.API_NAMES`: each read through its option of
     :data:`~pvisor.replay.spec.OPTIONS`), and the problems :meth:`ReplaySpec.check` finds."""
-    import dataclasses
-
-    from pvisor.core.errors import UsageError
-    from pvisor.journal.paths import default_journal_path
-    from pvisor.replay.spec import OPTIONS, ReplayMode, ReplaySpec
-    from pvisor.session.replay import ReplayOptions
-
     source, journal, output = given["source"], given["journal"], given["output"]
     journal_path = Path(journal) if journal is not None else default_journal_path()
     run = trajectory = None
@@ -124,9 +125,6 @@ def _options(given: dict[str, Any]) -> tuple[Any, list[Any]]:
 
 def _agent_of(journal: Path, run: str) -> str:
     """The agent a journal run was captured with."""
-    from pvisor.core.errors import UsageError
-    from pvisor.journal.reader import JournalReader
-
     if not journal.exists():
         raise UsageError(f"journal {journal}: no such journal file")
     with JournalReader(journal) as r:
@@ -176,9 +174,6 @@ def continue_run(
     ``failed`` or ``diverged``). Raises PvisorError (with ``exit_code``) when none could be:
     bad options, an output directory that is refused. Call it from the main thread (the agent's
     stop signals are handled there)."""
-    from pvisor.replay.spec import API_NAMES
-    from pvisor.session.replay import continue_replay
-
     # the keywords are the replay options' API names (pvisor.replay.spec.API_NAMES), warn aside
     given = {name: value for name, value in locals().items() if name in API_NAMES and name != "warn"}
     opts, problems = _options(given)
@@ -190,8 +185,6 @@ def continue_run(
 
 def _one(kwargs: dict[str, Any]) -> Result:
     """One continuation in a worker process: never raises (a pickled error may not unpickle)."""
-    from pvisor.core.errors import PvisorError
-
     try:
         return continue_run(**kwargs)
     except PvisorError as exc:
@@ -221,8 +214,6 @@ def continue_many(
     start is a :class:`Result` with ``document`` None and its ``error``. The workers are
     started with ``spawn``, which imports the calling script again: call this under
     ``if __name__ == "__main__":``."""
-    from pvisor.core.errors import UsageError
-
     if k < 1:
         raise UsageError(f"k={k}: continue_many runs at least one rollout")
     if concurrency < 1:
@@ -249,8 +240,6 @@ def continue_many(
 
 
 def _run_all(jobs: list[dict[str, Any]], concurrency: int) -> Iterator[Result]:
-    import multiprocessing
-
     # spawn: a fresh interpreter per worker (no inherited event loop, signal handlers or
     # threads); one rollout per worker process, so no agent's leftovers meet the next one
     extra: dict[str, Any] = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}

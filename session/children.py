@@ -9,15 +9,17 @@ wrote it (:func:`child_named`)."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
 from pathlib import Path
 from typing import Any, Callable
 
-from pvisor.journal.child_runs import Claim, claim_child_run, release_child_run
 from pvisor.core.errors import PvisorError, UsageError, shown
+from pvisor.journal.child_runs import Claim, claim_child_run, release_child_run
 from pvisor.journal.model import RUN_ID_PATTERN, Run, RunMode
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.snapshots import FilesystemDriver
 
 #: ``warn(line)``: one warning line for the user
 Warn = Callable[[str], None]
@@ -111,10 +113,6 @@ def workspace_manifest_digest(workspace: Path, start: Any = None) -> str | None:
     read."""
     if start is not None and getattr(start, "digest", None):
         return start.digest
-    import hashlib
-
-    from pvisor.journal.snapshots import FilesystemDriver
-
     try:
         return FilesystemDriver().checkpoint(workspace, lambda b: hashlib.sha256(b).hexdigest()).digest()
     except (OSError, UsageError):

@@ -23,7 +23,7 @@ from pvisor.adapters.protocols import anthropic
 from pvisor.gateway.proxy import GatewayConfig
 from pvisor.gateway.scripted_model import ScriptedModel, parse_script
 from pvisor.gateway.scripted_server import ScriptedModelServer
-from pvisor.session.session import Session
+from pvisor.session.session import Session, SessionConfig
 
 DEMO_SCRIPT = {
     "model": "demo-model",
@@ -126,7 +126,7 @@ async def run_demo(
     server = ScriptedModelServer(model)
     upstream = await server.start()
     # the address, the journal, the gateway (no signals: Ctrl-C ends the demo as any program)
-    session = Session(journal_path, GatewayConfig(port=0, upstreams={"anthropic": upstream}))
+    session = Session(SessionConfig(journal_path, GatewayConfig(port=0, upstreams={"anthropic": upstream})))
     try:
         url = await session.start()
         gateway, journal = session.gateway, session.journal

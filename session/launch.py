@@ -15,17 +15,16 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Collection, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 from pvisor.adapters.agents.base import VERSION_TIMEOUT_S, AgentProfile, LaunchContext, LaunchPlan
 from pvisor.gateway.parent_death import die_with_parent
 from pvisor.core.errors import UnavailableError
 from pvisor.core.outfile import open_private
 from pvisor.journal.paths import absolute, make_directories
+from pvisor.session.session import StopSignals
 from pvisor.session.supervise import GroupGuard, end_group, end_strays, exit_status, stop_group
 
-if TYPE_CHECKING:  # the session's parts load when a run starts, after the checks
-    from pvisor.session.session import StopSignals
 
 #: how long ``opencode export`` may take
 EXPORT_TIMEOUT_S = 60.0
@@ -52,20 +51,22 @@ def apply_env(base: Mapping[str, str], changes: Mapping[str, str | None]) -> dic
 
 def find_executable(profile: AgentProfile, entrypoint: str | None) -> str:
     """The agent's executable: ``entrypoint`` when given (a path to an executable file, or a bare
-    command name looked up on PATH), else the profile's command found on PATH. Raises UnavailableError (exit 69) naming what is
-    missing."""
+    command name looked up on PATH), else the profile's command found on PATH. Raises
+    UnavailableError (exit 69) naming what is missing."""
     if entrypoint and os.sep not in entrypoint and not entrypoint.startswith("~"):
         found = shutil.which(entrypoint)  # a bare name, as a shell would take it: looked up on PATH
         if found is None:
             raise AgentUnavailable(
-                f"--agent-entrypoint {entrypoint}: not on PATH (expected the {profile.title} executable; give a path or fix PATH)"
+                f"--agent-entrypoint {entrypoint}: not on PATH (expected the {profile.title} executable; "
+                "give a path or fix PATH)"
             )
         return found
     if entrypoint:
         path = absolute(os.path.expanduser(entrypoint), f"--agent-entrypoint {entrypoint}")
         if not os.path.exists(path):
             raise AgentUnavailable(
-                f"--agent-entrypoint {path} does not exist (expected the {profile.title} executable, '{profile.executable}')"
+                f"--agent-entrypoint {path} does not exist (expected the {profile.title} executable, "
+                f"'{profile.executable}')"
             )
         if os.path.isdir(path) or not os.access(path, os.X_OK):
             raise AgentUnavailable(f"--agent-entrypoint {path} is not an executable file")
@@ -73,7 +74,8 @@ def find_executable(profile: AgentProfile, entrypoint: str | None) -> str:
     found = shutil.which(profile.executable)
     if found is None:
         raise AgentUnavailable(
-            f"{profile.title}: '{profile.executable}' is not on PATH; install it, or give --agent-entrypoint PATH"
+            f"{profile.title}: '{profile.executable}' is not on PATH; install it, or give "
+            "--agent-entrypoint PATH"
         )
     return found
 
@@ -289,7 +291,8 @@ async def native_trajectory(
     await end_strays(keep=keep)
     if proc.returncode != 0 or export.output.stat().st_size == 0:
         warn(
-            f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit {exit_status(proc.returncode)}; see {err_path}): no native trajectory"
+            f"`{' '.join([os.path.basename(export.argv[0]), *export.argv[1:]])}` failed (exit "
+            f"{exit_status(proc.returncode)}; see {err_path}): no native trajectory"
         )
         return None
     return export.output

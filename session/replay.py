@@ -22,38 +22,33 @@ In order (docs/replay.md):
    writes its ``result.json`` with status ``failed`` or ``diverged`` and returns it with the
    error beside it (:class:`~pvisor.replay.errors.ReplayFailed`, or the error that stopped it,
    with the documented exit code); the error never carries the document.
+
+This module runs those steps; its parts are :mod:`.replay_options` (the arguments),
+:mod:`.replay_checks` (the options checked before anything runs), :mod:`.replay_result` (the
+result filled in once the agent ran) and :mod:`.continuation_result` (a continuation's part of it).
 """
 
 from __future__ import annotations
 
-import enum
-import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from pvisor.core import progress
 from pvisor.core.errors import BadInputError, PvisorError, UsageError
 from pvisor.journal.model import RunMode
-from pvisor.replay.errors import (
-    ReplayBadInput,
-    ReplayFailed,
-    ReplayUsageError,
-    show_path,
-)
-from pvisor.replay.prepare import check_utf8_option
-from pvisor.replay.agent_result import AgentRunEnd, AgentRunRecord, PlaybackSummary
-from pvisor.replay.spec import REASONING, collect, in_order, problems_error
+from pvisor.journal.reader import JournalReader
+from pvisor.replay.continuation import ContinuationResponder, LivePolicy, ReasoningPolicy
+from pvisor.replay.errors import ReplayBadInput, ReplayUsageError, show_path
+from pvisor.replay.numbering import Wording, pause_of
+from pvisor.replay.playback import PathRewrites, PlaybackResponder
+from pvisor.replay.recording import TaskOrigin, journal_recording, native_recording
 from pvisor.replay.result import (
-    PREFIX_FILE,
-    REQUEST_FILE,
     RESULT_FILE,
-    Lineage,
     ResultDocument,
     ResultMessage,
     ResultStatus,
-    WorkspaceRecord,
     check_output,
     commit_temps,
     create_output,
@@ -61,74 +56,50 @@ from pvisor.replay.result import (
     elapsed_ms,
     file_sha256,
     notes_messages,
-    prefix_record,
     workspace_digest,
     write_file,
     write_temps,
 )
-
-#: seconds the agent may go on after its synthetic final reply before it is stopped
-END_GRACE_S = 30.0
-#: default --timeout of a replay, seconds
-DEFAULT_TIMEOUT_S = 900.0
-
-
-@dataclass
-class ReplayOptions:
-    """The arguments of one replay-only (``pvisor replay --replay-only``; docs/replay.md).
-
-    Fields: ``agent``; ``after_step`` N; ``output`` directory; ``workspace`` (required: where
-    the agent re-runs its tools); exactly one of ``trajectory`` (native file) and ``run``
-    (journal run, read from ``journal``); ``journal`` (also where the derived run goes);
-    ``entrypoint`` (the agent's executable; default its command on PATH); ``task`` (when the
-    source holds none, or to replay with another); ``session`` (OpenCode stores);
-    ``timeout`` seconds for the whole agent run; ``force``; ``allow_unsupported`` (an installed
-    agent version outside its profile's range); ``end_grace`` seconds after the synthetic end;
-    ``model`` the agent is launched with (default: the recorded one); ``agent_env`` and
-    ``agent_args`` (a config's ``environment`` and ``arguments``).
-
-    A continuation (:func:`continue_replay`) also reads: ``upstream`` (the live model's base URL;
-    None: the agent's public API, which needs the user's key in the environment),
-    ``max_steps`` (None: no budget; else >= 1), ``boundary_prompt``, ``reasoning`` (``keep`` or
-    ``strip``), ``live_model`` (None: the model the agent asks for); ``allow_damaged``: play a
-    damaged native file back anyway (each repair listed); ``workspace_from``: a journal run
-    whose start snapshot is restored into the (empty) ``workspace`` before the agent starts;
-    ``child_run``: the pending child run of a handoff the derived run is filed under (it must
-    continue the replayed run after step N; :func:`pvisor.session.children.child_target`), its
-    workspace compared at the boundary with the snapshot the handoff restored;
-    ``child_option``: how errors name it (``--child-run``, ``child_run=``)."""
-
-    agent: str
-    after_step: int
-    output: Path
-    workspace: Path | None
-    journal: Path
-    trajectory: Path | None = None
-    run: str | None = None
-    entrypoint: str | None = None
-    task: str | None = None
-    session: str | None = None
-    timeout: float = DEFAULT_TIMEOUT_S
-    force: bool = False
-    allow_unsupported: bool = False
-    end_grace: float = END_GRACE_S
-    model: str | None = None
-    agent_env: dict[str, str] = field(default_factory=dict)
-    agent_args: list[str] = field(default_factory=list)
-    upstream: str | None = None
-    max_steps: int | None = None
-    boundary_prompt: str | None = None
-    reasoning: str = "keep"
-    live_model: str | None = None
-    allow_damaged: bool = False
-    workspace_from: str | None = None
-    intercept: Any = None
-    child_run: str | None = None
-    child_option: str = "--child-run"
+from pvisor.replay.snapshots import restore_snapshot, run_snapshots
+from pvisor.replay.spec import in_order, problems_error
+from pvisor.session.children import (
+    check_child_workspace,
+    child_named,
+    child_target,
+    claim_child,
+    release_child,
+)
+from pvisor.session.continuation_result import fill_live
+from pvisor.session.launch import AgentUnavailable
+from pvisor.session.replay_checks import (
+    agent_missing,
+    check_boundary_prompt,
+    check_live,
+    check_options,
+    check_own_workspace,
+    has_key,
+    resolved,
+)
+from pvisor.session.replay_options import (
+    DEFAULT_TIMEOUT_S,
+    END_GRACE_S,
+    ReplayOnlyOptions,
+    ReplayOptions,
+)
+from pvisor.session.replay_result import failure, fill_after, fill_prefix, remove_prefix_files
+from pvisor.session.run import RunReport, RunRequest, run_agent, without_userinfo
 
 
-#: the name of the options before continuation came
-ReplayOnlyOptions = ReplayOptions
+#: the names this module gave before its split (the options moved to :mod:`.replay_options`)
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "END_GRACE_S",
+    "ReplayOnlyOptions",
+    "ReplayOnlyOutcome",
+    "ReplayOptions",
+    "continue_replay",
+    "replay_only",
+]
 
 
 @dataclass
@@ -145,8 +116,6 @@ class ReplayOnlyOutcome:
     error: PvisorError | None = None
 
     def summary(self) -> str:
-        from pvisor.replay.recording import TaskOrigin
-
         r = self.result
         # the calls of a finish action have no observation (never sent): not counted
         calls = [c for c in r["tool_calls"] if not c["observation_not_sent"]]
@@ -178,178 +147,14 @@ class ReplayOnlyOutcome:
                 else "no request N+1"
             )
             went = f"{live['live_steps']} live step(s) from {live['upstream']}"
-            return f"continued {head.format('after')}: {rerun}; {where}; {sent}; {went}; ended by {live['ended_by']}"
+            ended_live = live["ended_by"]
+            return (
+                f"continued {head.format('after')}: {rerun}; {where}; {sent}; {went}; ended by {ended_live}"
+            )
         return f"replayed {head.format('to')}: {rerun}; {where}; the agent ended by {ended}"
 
 
-def _resolved(path: Path) -> Path:
-    return Path(os.path.realpath(path))
-
-
-def _related(a: Path, b: Path) -> bool:
-    return a == b or a in b.parents or b in a.parents
-
-
-def _check(opts: ReplayOnlyOptions, problems: list[PvisorError]) -> tuple[Any, bool]:
-    """Every problem of the options, each added to ``problems`` (usage errors, exit 2, in the
-    order they were always checked). Returns the agent's descriptor (None for an unknown agent)
-    and whether the source can be read (its options passed)."""
-    from pvisor.replay.source import descriptor
-
-    d = None
-    try:
-        d = descriptor(opts.agent)
-    except PvisorError as exc:
-        problems.append(exc)
-    source_ok = d is not None
-    for opt, value in (
-        ("--output", opts.output),
-        ("--trajectory", opts.trajectory),
-        ("--run", opts.run),
-        ("--journal", opts.journal),
-        ("--workspace", opts.workspace),
-        ("--task", opts.task),
-        ("--agent-entrypoint", opts.entrypoint),
-        ("--session", opts.session),
-    ):
-        if not collect(problems, check_utf8_option, opt, value) and opt in (
-            "--trajectory",
-            "--run",
-            "--journal",
-        ):
-            source_ok = False
-    if d is not None and not d.launchable:
-        source_ok = False  # the source read for this agent would only say again that it is the wrong one
-        problems.append(
-            ReplayUsageError(
-                "no_launch_profile",
-                f"--replay-only runs the agent, and pvisor cannot start {opts.agent} (no launch profile); "
-                "--prepare-only works from its trajectory",
-            )
-        )
-    if (opts.trajectory is None) == (opts.run is None):
-        source_ok = False
-        problems.append(
-            UsageError(
-                "give exactly one source: --trajectory PATH (a native file) or --run ID (a journal run)"
-            )
-        )
-    if opts.run is not None and not opts.run.strip():
-        source_ok = False
-        problems.append(
-            UsageError(
-                "--run is empty: give a run id or a unique prefix of one (pvisor journal ls lists them)"
-            )
-        )
-    if opts.task is not None and not opts.task.strip():
-        problems.append(UsageError("--task is blank: give the task the agent is to be given"))
-    if opts.after_step < 0:
-        source_ok = False
-        problems.append(
-            ReplayUsageError(
-                "usage", f"--after-step {opts.after_step}: N counts steps from 0 (the task alone)"
-            )
-        )
-    workspace_ok = False
-    if opts.workspace is None:
-        problems.append(
-            ReplayUsageError(
-                "workspace_refused",
-                "replaying with the agent (--replay-only, continuation) needs --workspace DIR: "
-                "a new directory where it re-runs its tools "
-                "(never the recorded run's own: recorded commands can delete or push)",
-            )
-        )
-    elif not opts.workspace.is_dir():
-        problems.append(
-            ReplayUsageError(
-                "workspace_refused", f"--workspace {show_path(opts.workspace)}: no such directory"
-            )
-        )
-    else:
-        workspace_ok = True
-    journal_ok = opts.journal.exists()
-    if (opts.run is not None or opts.workspace_from is not None) and not journal_ok:
-        source_ok = source_ok and opts.run is None
-        problems.append(UsageError(f"--journal {show_path(opts.journal)}: no such journal file"))
-    if opts.workspace_from is not None and journal_ok:
-        collect(problems, _check_workspace_from, opts, workspace_ok)
-    if opts.trajectory is not None:
-        from pvisor.adapters.native import check_source_file
-
-        if not collect(
-            problems, check_source_file, opts.trajectory, f"--trajectory {show_path(opts.trajectory)}"
-        ):
-            source_ok = False
-    if opts.timeout <= 0:
-        problems.append(UsageError(f"--timeout must be more than 0 seconds, not {opts.timeout:g}"))
-    if opts.model is not None and not opts.model.strip():
-        problems.append(UsageError("--model is empty: give a model name, or leave the option out"))
-    if (
-        workspace_ok
-        and opts.workspace is not None
-        and _resolved(opts.workspace) in _resolved(opts.journal).parents
-    ):
-        source_ok = False  # reading it would write its -wal/-shm files into the workspace
-        problems.append(
-            ReplayUsageError(
-                "workspace_refused",
-                f"--journal {show_path(opts.journal)} lies inside --workspace {show_path(opts.workspace)}: "
-                "the agent could read or change it",
-            )
-        )
-    return d, source_ok
-
-
-def _check_workspace_from(opts: ReplayOnlyOptions, workspace_ok: bool) -> None:
-    """``--workspace-from RUN``: a run of the journal, restored into an empty ``--workspace``."""
-    assert opts.workspace_from is not None
-    if not opts.workspace_from.strip():
-        raise UsageError(
-            "--workspace-from is empty: give the run whose start state to restore (pvisor snapshot ls RUN)"
-        )
-    from pvisor.journal.reader import JournalReader
-
-    with JournalReader(opts.journal) as reader:
-        reader.run(opts.workspace_from)  # an unknown run: a usage error before anything is written
-    if not workspace_ok:
-        return
-    assert opts.workspace is not None
-    try:
-        holds = any(opts.workspace.iterdir())
-    except OSError as exc:
-        raise ReplayUsageError(
-            "workspace_refused",
-            f"--workspace {show_path(opts.workspace)} cannot be read ({exc.strerror})",
-        ) from None
-    if holds:
-        raise ReplayUsageError(
-            "workspace_refused",
-            f"--workspace {show_path(opts.workspace)} is not empty: --workspace-from restores the recorded "
-            "start state into an empty directory",
-        )
-
-
-def _restore_start(journal: Path, run: str, ws: Path) -> dict[str, Any]:
-    """Restore the start snapshot (the workspace after step 0) of journal run ``run`` into the
-    empty ``ws``: the ``workspace.restored_from`` object of the result. ReplayBadInput
-    ``no_snapshot`` when the run has none (or its walk failed)."""
-    from pvisor.core.errors import BadInputError
-    from pvisor.journal.reader import JournalReader
-    from pvisor.replay.snapshots import restore_snapshot, run_snapshots
-
-    with JournalReader(journal) as reader:
-        snaps = run_snapshots(reader, run)
-        try:
-            snap = snaps.pick(0)
-        except BadInputError as exc:
-            raise ReplayBadInput("no_snapshot", f"--workspace-from {run}: {exc.message}") from None
-        return restore_snapshot(reader, snap, ws).to_json()
-
-
 def _record(opts: ReplayOnlyOptions) -> Any:
-    from pvisor.replay.recording import journal_recording, native_recording
-
     if opts.run is not None:
         return journal_recording(opts.journal, opts.run, opts.agent, opts.after_step, opts.task)
     assert opts.trajectory is not None
@@ -366,8 +171,6 @@ def _fill_recording(result: ResultDocument, rec: Any) -> None:
 def _origin_phrase(origin: str | None) -> str:
     """The task's origin (:class:`~pvisor.replay.recording.TaskOrigin`'s value) as the
     ``task_unusable`` message names it."""
-    from pvisor.replay.recording import TaskOrigin
-
     return {
         TaskOrigin.LABEL.value: "the run's task label",
         TaskOrigin.ARGV.value: "from the recorded command line",
@@ -419,13 +222,11 @@ def continue_replay(
 def _replay_agent(
     opts: ReplayOptions, warn: Callable[[str], None], mode: RunMode, problems: Sequence[PvisorError]
 ) -> ReplayOnlyOutcome:
-    from pvisor.session.children import child_target, claim_child, release_child
-
     t0 = time.perf_counter()
     problems = list(problems)
-    d, source_ok = _check(opts, problems)
+    d, source_ok = check_options(opts, problems)
     live = mode is RunMode.CONTINUATION
-    upstream = _check_live(opts, d, problems) if live else None
+    upstream = check_live(opts, d, problems) if live else None
     out: Path | None = None
     try:
         out = Path(
@@ -446,12 +247,10 @@ def _replay_agent(
     if opts.child_run is not None:
         child = child_target(opts.journal, opts.child_run, opts.child_option)
         if child.boundary_step is not None and child.boundary_step != opts.after_step:
-            from pvisor.replay.numbering import Wording
-
             # the caller's own words: child_run= from Python, --child-run from the command line
             w = Wording.PYTHON if opts.child_option.endswith("=") else Wording.CLI
             raise UsageError(
-                f"{_named(opts.child_option, child.id)}: the handoff's child run continues "
+                f"{child_named(opts.child_option, child.id)}: the handoff's child run continues "
                 f"{_pause_of(child)}; this replay is {w.option('after_step', opts.after_step)}"
             )
         # in the journal, before the output or the workspace is touched: of two replays started
@@ -466,22 +265,6 @@ def _replay_agent(
     if outcome.error is not None and child is not None:
         release_child(opts.journal, child.id)
     return outcome
-
-
-def _agent_missing(opts: ReplayOptions, d: Any) -> PvisorError | None:
-    """The agent's executable looked up as the run will (exit 69 ``agent_unavailable`` when it is
-    missing), or None: for the problems reported together before anything runs."""
-    from pvisor.adapters.agents import get_profile
-    from pvisor.session.launch import find_executable
-
-    if d is None or not d.launchable:
-        return None
-    try:
-        find_executable(get_profile(opts.agent), opts.entrypoint)
-    except PvisorError as exc:
-        exc.code = "agent_unavailable"  # type: ignore[attr-defined]
-        return exc
-    return None
 
 
 def _refuse(
@@ -506,7 +289,7 @@ def _refuse(
             rec = _record(opts)
         except PvisorError as exc:
             found.append(exc)
-    missing = _agent_missing(opts, d)
+    missing = agent_missing(opts, d)
     if missing is not None:
         found.append(missing)
     problems += found
@@ -523,7 +306,7 @@ def _refuse(
         result.add_error(problem)
     result.timings_ms.total = elapsed_ms(t0, time.perf_counter())
     create_output(out, opts.output)
-    _remove_prefix_files(out)
+    remove_prefix_files(out)
     document = result.to_json()
     try:
         write_file(out / RESULT_FILE, dump_result(document))
@@ -557,127 +340,29 @@ def _replay_claimed(
 ) -> ReplayOnlyOutcome:
     """:func:`_replay_agent` once the options are checked (``upstream``: the live model's URL of
     a continuation; ``out``: the accepted output directory) and the child run (if any) is
-    claimed (``claimed``: when)."""
-    from pvisor.session.launch import AgentUnavailable
-    from pvisor.session.run import RunRequest, run_agent, without_userinfo
-    from pvisor.replay.playback import PathRewrites, PlaybackResponder, recorded_prefix
-
+    claimed (``claimed``: when): the source read, the workspace restored and digested, the
+    agent run with playback, the result filled in and written."""
     live = mode is RunMode.CONTINUATION
     result = _start(opts, mode)
     timings = result.timings_ms
     create_output(out, opts.output)
-    holder: dict[str, Any] = {}
     assert opts.workspace is not None
-    ws = _resolved(opts.workspace)
+    ws = resolved(opts.workspace)
     try:
-        source_path = opts.trajectory if opts.trajectory is not None else opts.journal
-        if opts.trajectory is not None:
-            result.source.sha256 = file_sha256(opts.trajectory)
-        rec = _record(opts)
-        _fill_recording(result, rec)
-        if child is not None and child.parent_run and rec.run and child.parent_run != rec.run:
-            raise ReplayUsageError(
-                "usage",
-                f"{_named(opts.child_option, child.id)}: the handoff's child run continues run "
-                f"{child.parent_run}; this replay is of run {rec.run}",
-            )
-        if rec.task is None:
-            raise ReplayBadInput("no_task", _no_task(source_path, rec))
-        unfit = d.task_unfit(rec.task)
-        if unfit is not None:
-            raise ReplayBadInput(
-                "task_unusable",
-                f"{show_path(source_path)}: the task ({_origin_phrase(rec.task_origin)}) {unfit}; no agent "
-                "can be started with it (--prepare-only starts none)",
-            )
-        if live:
-            _check_boundary_prompt(opts, rec, d)
-        if rec.workspace and _related(_resolved(Path(rec.workspace)), ws):
-            raise ReplayUsageError(
-                "workspace_refused",
-                f"--workspace {show_path(ws)} is, holds or lies in the recorded run's own workspace "
-                f"{rec.workspace}: recorded commands can delete or push; give a new directory",
-            )
+        rec = _read_source(opts, d, child, result, live, ws)
+        restored = None
         if opts.workspace_from is not None:
             t = time.perf_counter()
             restored = _restore_start(opts.journal, opts.workspace_from, ws)
-            holder["restored"] = restored
             timings.workspace_restore = elapsed_ms(t, time.perf_counter())
         t = time.perf_counter()
         ws_before = workspace_digest(ws)
         timings.workspace_before = elapsed_ms(t, time.perf_counter())
-
-        def make(setup: Any) -> Any:
-            pairs = [(rec.workspace, str(setup.workspace), "workspace")]
-            if rec.home and setup.home is not None:
-                pairs.append((rec.home, str(setup.home), "home"))
-            if rec.run_dir:
-                pairs.append((rec.run_dir, str(setup.run_dir), "run_dir"))
-                # the run id alone: agents also name their home relative to the workspace (../runs/<id>/home)
-                pairs.append((Path(rec.run_dir).name, setup.run, "run_id"))
-            rewrites = PathRewrites([p for p in pairs if p[0]])
-            if live:
-                from pvisor.replay.continuation import ContinuationResponder, LivePolicy, ReasoningPolicy
-
-                policy = LivePolicy(
-                    max_steps=opts.max_steps,
-                    boundary_prompt=opts.boundary_prompt,
-                    reasoning=ReasoningPolicy(opts.reasoning),
-                    live_model=opts.live_model,
-                )
-                responder: Any = ContinuationResponder(rec, opts.after_step, d, rewrites, policy)
-            else:
-                responder = PlaybackResponder(rec, opts.after_step, d, rewrites)
-            responder.on_request = task.reach
-            holder["responder"] = responder
-            return responder
-
-        labels = {"source_kind": rec.kind, "source": show_path(rec.path)}
-        if rec.kind == "native":
-            labels["source_sha256"] = result.source.sha256 or ""
         t = time.perf_counter()
-        # the bar counts main-loop requests served, up to the boundary N + 1
-        with progress.task(f"replaying {opts.agent} to step {opts.after_step}", opts.after_step + 1) as task:
-            try:
-                report = run_agent(
-                    RunRequest(
-                        agent=opts.agent,
-                        task=rec.task,
-                        journal_path=opts.journal,
-                        entrypoint=opts.entrypoint,
-                        workspace=ws,
-                        timeout=opts.timeout,
-                        allow_unsupported=opts.allow_unsupported,
-                        model=opts.model or rec.model,
-                        responder=make,
-                        mode=mode.value,
-                        parent_run=rec.run,
-                        boundary_step=opts.after_step,
-                        labels=labels,
-                        upstream_label=f"playback:{rec.kind}"
-                        + (f", then {without_userinfo(upstream)}" if upstream else ""),
-                        end_grace=opts.end_grace,
-                        upstream=upstream,
-                        agent_env=dict(opts.agent_env),
-                        agent_args=list(opts.agent_args),
-                        intercept=opts.intercept,
-                        child_run=opts.child_run,
-                        child_option=opts.child_option,
-                        child_claimed=claimed,
-                        # a local upstream and no key of the user's: the agent still wants one to start
-                        dummy_key=bool(
-                            live and opts.upstream and d.key_env and not _has_key(opts, d.key_env)
-                        ),
-                    ),
-                    warn,
-                )
-            except AgentUnavailable as exc:
-                exc.code = "agent_unavailable"  # type: ignore[attr-defined]
-                raise
+        p, report = _run_with_playback(opts, warn, mode, d, rec, result, ws, claimed, upstream)
         timings.agent = elapsed_ms(t, time.perf_counter())
         result.agent_started = True
-        p = holder["responder"]
-        _fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, holder.get("restored"))
+        fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, restored)
         if child is not None:
             # the derived run is the handoff's child: its lineage is the journal's, whose snapshot
             # is the one the handoff restored (what --workspace-from restored stays in
@@ -686,76 +371,200 @@ def _replay_claimed(
             result.lineage.workspace_snapshot = child.workspace_snapshot
             _check_child_boundary(result, opts, child, warn)
         if live:
-            _fill_live(result, opts, rec, p, report, upstream)
-        prefix = recorded_prefix(p)
-        files: list[tuple[Path, bytes]] = []
-        if prefix is not None:
-            body, meta, exchange, rendered = prefix
-            from pvisor.adapters.jsonio import dumps
-
-            origin = {
-                k: ("rendered" if rendered and k == "messages" else "replay")
-                for k in ("messages", "task_context", "system", "tools", "params", "request")
-            }
-            # the recorded compaction the replayed agent compacted again at (journal sources)
-            comp = next((c for c in reversed(rec.compactions) if c.after_step <= opts.after_step), None)
-            compaction = comp.record() if comp is not None else None
-            result.prefix = prefix_record(
-                rec.protocol, body, meta, out, opts.after_step, rendered, exchange, origin, compaction
-            )
-            files = [(out / PREFIX_FILE, body), (out / REQUEST_FILE, dumps(meta, indent=True) + b"\n")]
-        failure = _failure(result, p, report, opts)
-        result.status = (
-            ResultStatus.DIVERGED
-            if p.divergence is not None
-            else ResultStatus.FAILED
-            if failure
-            else ResultStatus.OK
-        )
-        timings.total = elapsed_ms(t0, time.perf_counter())
-        if failure is not None:
-            result.errors.append(ResultMessage(failure.code, failure.detail))
-        if not files:
-            _remove_prefix_files(out)  # no prefix files of an earlier replay beside this result
-        # a diverged replay still shows how far it got; result.json last
-        document = result.to_json()
-        tmps = write_temps(files)
-        write_temps([(out / RESULT_FILE, dump_result(document))], tmps)
-        commit_temps(tmps)
-        return ReplayOnlyOutcome(document, out, result, failure)
+            fill_live(result, opts, rec, p, report, upstream)
+        files = fill_prefix(result, opts, rec, p, out)
+        return _write_outcome(result, opts, p, report, files, out, t0)
     except PvisorError as exc:
-        if getattr(exc, "recording", None) is not None and result.boundary.steps_total is None:
-            _fill_recording(result, exc.recording)  # type: ignore[attr-defined]
-        result.status = ResultStatus.FAILED
-        # a source that stops the replay before the agent starts: a missing agent is said too
-        missing = (
-            _agent_missing(opts, d) if isinstance(exc, BadInputError) and not result.agent_started else None
+        return _write_failed(result, opts, d, exc, out, t0)
+
+
+def _read_source(
+    opts: ReplayOptions, d: Any, child: Any, result: ResultDocument, live: bool, ws: Path
+) -> Any:
+    """The source read into its recording (filled into ``result``) and checked against what the
+    run needs: the child run's parent, a task the agent can be started with, a boundary prompt a
+    request N+1 can carry (``live``), a workspace ``ws`` that is not the recorded run's own."""
+    source_path = opts.trajectory if opts.trajectory is not None else opts.journal
+    if opts.trajectory is not None:
+        result.source.sha256 = file_sha256(opts.trajectory)
+    rec = _record(opts)
+    _fill_recording(result, rec)
+    if child is not None and child.parent_run and rec.run and child.parent_run != rec.run:
+        raise ReplayUsageError(
+            "usage",
+            f"{child_named(opts.child_option, child.id)}: the handoff's child run continues run "
+            f"{child.parent_run}; this replay is of run {rec.run}",
         )
-        problems = [exc] if missing is None else [exc, missing]
-        for problem in problems:
-            result.add_error(problem)
-        timings.total = elapsed_ms(t0, time.perf_counter())
-        _remove_prefix_files(out)
-        document = result.to_json()
+    if rec.task is None:
+        raise ReplayBadInput("no_task", _no_task(source_path, rec))
+    unfit = d.task_unfit(rec.task)
+    if unfit is not None:
+        raise ReplayBadInput(
+            "task_unusable",
+            f"{show_path(source_path)}: the task ({_origin_phrase(rec.task_origin)}) {unfit}; no agent "
+            "can be started with it (--prepare-only starts none)",
+        )
+    if live:
+        check_boundary_prompt(opts, rec, d)
+    check_own_workspace(rec, ws)
+    return rec
+
+
+def _run_with_playback(
+    opts: ReplayOptions,
+    warn: Callable[[str], None],
+    mode: RunMode,
+    d: Any,
+    rec: Any,
+    result: ResultDocument,
+    ws: Path,
+    claimed: int | None,
+    upstream: str | None,
+) -> tuple[Any, RunReport]:
+    """The agent run in ``ws`` as ``pvisor run`` runs it, answered by playback (and, in a
+    continuation, the live ``upstream`` after step N), a progress bar counting the main-loop
+    requests served up to the boundary N + 1. Returns the responder and the run's report."""
+    live = mode is RunMode.CONTINUATION
+    holder: dict[str, Any] = {}
+    labels = {"source_kind": rec.kind, "source": show_path(rec.path)}
+    if rec.kind == "native":
+        labels["source_sha256"] = result.source.sha256 or ""
+    with progress.task(f"replaying {opts.agent} to step {opts.after_step}", opts.after_step + 1) as task:
+
+        def make(setup: Any) -> Any:
+            responder = _responder(opts, rec, d, live, setup)
+            responder.on_request = task.reach
+            holder["responder"] = responder
+            return responder
+
+        request = RunRequest(
+            agent=opts.agent,
+            task=rec.task,
+            journal_path=opts.journal,
+            entrypoint=opts.entrypoint,
+            workspace=ws,
+            timeout=opts.timeout,
+            allow_unsupported=opts.allow_unsupported,
+            model=opts.model or rec.model,
+            responder=make,
+            mode=mode.value,
+            parent_run=rec.run,
+            boundary_step=opts.after_step,
+            labels=labels,
+            upstream_label=f"playback:{rec.kind}"
+            + (f", then {without_userinfo(upstream)}" if upstream else ""),
+            end_grace=opts.end_grace,
+            upstream=upstream,
+            agent_env=dict(opts.agent_env),
+            agent_args=list(opts.agent_args),
+            intercept=opts.intercept,
+            child_run=opts.child_run,
+            child_option=opts.child_option,
+            child_claimed=claimed,
+            # a local upstream and no key of the user's: the agent still wants one to start
+            dummy_key=bool(live and opts.upstream and d.key_env and not has_key(opts, d.key_env)),
+        )
         try:
-            write_file(out / RESULT_FILE, dump_result(document))
-        except PvisorError:
-            pass
-        error = problems_error(problems)
-        assert error is not None
-        return ReplayOnlyOutcome(document, out, result, error)
+            report = run_agent(request, warn)
+        except AgentUnavailable as exc:
+            exc.code = "agent_unavailable"  # type: ignore[attr-defined]
+            raise
+    return holder["responder"], report
 
 
-def _named(option: str, value: str) -> str:
-    """``--child-run ID`` or ``child_run='ID'``: an option as its caller wrote it."""
-    from pvisor.session.children import child_named
+def _responder(opts: ReplayOptions, rec: Any, d: Any, live: bool, setup: Any) -> Any:
+    """The gateway's responder for the run ``setup`` (:class:`~pvisor.session.run.RunSetup`):
+    playback of ``rec`` through step N with the recorded paths rewritten to the run's, then the
+    synthetic end (replay-only) or the live model (a continuation)."""
+    pairs = [(rec.workspace, str(setup.workspace), "workspace")]
+    if rec.home and setup.home is not None:
+        pairs.append((rec.home, str(setup.home), "home"))
+    if rec.run_dir:
+        pairs.append((rec.run_dir, str(setup.run_dir), "run_dir"))
+        # the run id alone: agents also name their home relative to the workspace (../runs/<id>/home)
+        pairs.append((Path(rec.run_dir).name, setup.run, "run_id"))
+    rewrites = PathRewrites([p for p in pairs if p[0]])
+    if not live:
+        return PlaybackResponder(rec, opts.after_step, d, rewrites)
+    policy = LivePolicy(
+        max_steps=opts.max_steps,
+        boundary_prompt=opts.boundary_prompt,
+        reasoning=ReasoningPolicy(opts.reasoning),
+        live_model=opts.live_model,
+    )
+    return ContinuationResponder(rec, opts.after_step, d, rewrites, policy)
 
-    return child_named(option, value)
+
+def _write_outcome(
+    result: ResultDocument,
+    opts: ReplayOptions,
+    p: Any,
+    report: RunReport,
+    files: list[tuple[Path, bytes]],
+    out: Path,
+    t0: float,
+) -> ReplayOnlyOutcome:
+    """The status and error of the replay the agent ran, ``result.json`` written after the
+    prefix ``files`` (a diverged replay still shows how far it got)."""
+    error = failure(result, p, report, opts)
+    result.status = (
+        ResultStatus.DIVERGED
+        if p.divergence is not None
+        else ResultStatus.FAILED
+        if error
+        else ResultStatus.OK
+    )
+    result.timings_ms.total = elapsed_ms(t0, time.perf_counter())
+    if error is not None:
+        result.errors.append(ResultMessage(error.code, error.detail))
+    if not files:
+        remove_prefix_files(out)  # no prefix files of an earlier replay beside this result
+    # a diverged replay still shows how far it got; result.json last
+    document = result.to_json()
+    tmps = write_temps(files)
+    write_temps([(out / RESULT_FILE, dump_result(document))], tmps)
+    commit_temps(tmps)
+    return ReplayOnlyOutcome(document, out, result, error)
+
+
+def _write_failed(
+    result: ResultDocument, opts: ReplayOptions, d: Any, exc: PvisorError, out: Path, t0: float
+) -> ReplayOnlyOutcome:
+    """The failed ``result.json`` of a replay ``exc`` stopped, returned with its error."""
+    if getattr(exc, "recording", None) is not None and result.boundary.steps_total is None:
+        _fill_recording(result, exc.recording)  # type: ignore[attr-defined]
+    result.status = ResultStatus.FAILED
+    # a source that stops the replay before the agent starts: a missing agent is said too
+    missing = agent_missing(opts, d) if isinstance(exc, BadInputError) and not result.agent_started else None
+    problems = [exc] if missing is None else [exc, missing]
+    for problem in problems:
+        result.add_error(problem)
+    result.timings_ms.total = elapsed_ms(t0, time.perf_counter())
+    remove_prefix_files(out)
+    document = result.to_json()
+    try:
+        write_file(out / RESULT_FILE, dump_result(document))
+    except PvisorError:
+        pass
+    error = problems_error(problems)
+    assert error is not None
+    return ReplayOnlyOutcome(document, out, result, error)
+
+
+def _restore_start(journal: Path, run: str, ws: Path) -> dict[str, Any]:
+    """Restore the start snapshot (the workspace after step 0) of journal run ``run`` into the
+    empty ``ws``: the ``workspace.restored_from`` object of the result. ReplayBadInput
+    ``no_snapshot`` when the run has none (or its walk failed)."""
+    with JournalReader(journal) as reader:
+        snaps = run_snapshots(reader, run)
+        try:
+            snap = snaps.pick(0)
+        except BadInputError as exc:
+            raise ReplayBadInput("no_snapshot", f"--workspace-from {run}: {exc.message}") from None
+        return restore_snapshot(reader, snap, ws).to_json()
 
 
 def _pause_of(child: Any) -> str:
-    from pvisor.replay.numbering import pause_of
-
     return pause_of(child.boundary_step, child.pause_transition)
 
 
@@ -765,10 +574,6 @@ def _check_child_boundary(
     """Compare the workspace after the replayed step N (the derived run's snapshot bound to N:
     request N+1's) with the snapshot the handoff restored for ``child``; one warning line and a
     result warning ``handoff_workspace_differs`` when they differ or cannot be compared."""
-    from pvisor.session.children import check_child_workspace
-    from pvisor.journal.reader import JournalReader
-    from pvisor.replay.snapshots import run_snapshots
-
     try:
         with JournalReader(opts.journal) as reader:
             digest = run_snapshots(reader, child.id).pick(opts.after_step).digest
@@ -779,447 +584,3 @@ def _check_child_boundary(
     if not check_child_workspace(child, digest, where, said.append):
         warn(said[0])
         result.warn("handoff_workspace_differs", said[0])
-
-
-def _remove_prefix_files(out: Path) -> None:
-    for name in (PREFIX_FILE, REQUEST_FILE):
-        try:
-            (out / name).unlink()
-        except OSError:
-            pass
-
-
-def _ended_by(p: Any, report: Any) -> AgentRunEnd:
-    if report.interrupted:
-        return AgentRunEnd.INTERRUPTED
-    if report.timed_out:
-        return AgentRunEnd.TIMEOUT
-    if report.stopped_after_end:
-        return AgentRunEnd.STOPPED_AFTER_END
-    if p.synthetic:
-        return AgentRunEnd.SYNTHETIC_END
-    return AgentRunEnd.AGENT
-
-
-def _fill_after(
-    result: ResultDocument,
-    opts: ReplayOnlyOptions,
-    rec: Any,
-    p: Any,
-    report: Any,
-    ws: Path,
-    ws_before: Any,
-    out: Path,
-    warn: Callable[[str], None],
-    restored: dict[str, Any] | None = None,
-) -> None:
-    from pvisor.replay.playback import playback_record
-
-    ws_after = workspace_digest(ws)
-    result.workspace = WorkspaceRecord(
-        show_path(ws),
-        ws_before.sha256,
-        ws_after.sha256,
-        ws_before.sha256 == ws_after.sha256,
-        ws_after.entries,
-        restored,
-    )
-    record = playback_record(p)
-    result.path_rewrites = record["path_rewrites"]
-    result.auxiliary = record["auxiliary"]
-    result.context_differences = record["context_differences"]
-    result.tool_differences = record["tool_differences"]
-    result.divergence = record["divergence"]
-    result.synthetic_end = record["synthetic_end"]
-    result.playback = PlaybackSummary(
-        record["served"], record["requests"], rec.task_origin, p.boundary is not None
-    )
-    result.tool_calls = p.tool_calls()
-    result.replayed_tool_calls = sum(
-        1 for c in result.tool_calls if c.replayed_observation_sha256 is not None
-    )
-    result.live_requests = 0
-    result.derived_run = report.run
-    result.lineage = Lineage(
-        rec.run,
-        opts.after_step,
-        result.mode,
-        show_path(rec.path),
-        restored["manifest"] if restored else None,
-    )
-    native = str(report.native_path) if report.native_path else None
-    result.agent_run = AgentRunRecord(
-        report.run,
-        report.agent_version,
-        rec.agent_version,
-        report.agent_exit_code,
-        _ended_by(p, report),
-        native,
-        bool(native and p.synthetic),
-        str(report.stdout),
-        str(report.stderr),
-        str(report.run_dir),
-        report.steps,
-        report.agent_status.to_json() if report.agent_status else None,
-    )
-    if rec.agent_version and report.agent_version and rec.agent_version != report.agent_version:
-        result.warn(
-            "agent_version_differs",
-            f"the recording was made with {opts.agent} {rec.agent_version}, "
-            f"the installed one is {report.agent_version}",
-        )
-    if native and p.synthetic:
-        result.warn(
-            "synthetic_end_in_native",
-            f"the agent's native trajectory {native} ends with pvisor's synthetic final reply (request "
-            f"{p.synthetic[0].request}), not a model's",
-        )
-    position: dict[int, int] = {}  # the call's place in its step's batch, from 1
-    for c in result.tool_calls:
-        position[c.step] = position.get(c.step, 0) + 1
-        if c.equal_normalised is False:
-            # Gemini's function calls carry no id: such a call is named by its place in the batch
-            which = c.call_id or f"call {position[c.step]} of the step"
-            result.warn("observation_differs", f"step {c.step} {c.name} ({which}): O' differs from O")
-    if report.steps_error:
-        result.warn("steps_not_derived", report.steps_error)
-
-
-def _failure(result: ResultDocument, p: Any, report: Any, opts: ReplayOnlyOptions) -> ReplayFailed | None:
-    """The error of a replay that did not succeed, or None."""
-    if p.divergence is not None:
-        return ReplayFailed("diverged", f"the replay diverged at {p.divergence.sentence()}")
-    if report.interrupted:
-        where = "after" if p.boundary is not None else "before"
-        return ReplayFailed(
-            "interrupted",
-            f"interrupted by {report.interrupt_signal or 'a signal'} {where} request {opts.after_step + 1}",
-            exit_code=report.exit_code,
-        )
-    live = result.continuation or None  # ABSENT outside a continuation
-    if live is not None and p.boundary is not None:
-        return _live_failure(live, opts)
-    if p.boundary is not None:
-        return None
-    last = p.latest[0] if p.latest is not None else 0
-    if result.prefix is not None:  # A_N made no tool call or finished: the agent ended after it
-        return None
-    if report.timed_out:
-        return ReplayFailed(
-            "agent_timeout",
-            f"the agent did not reach request {opts.after_step + 1} within --timeout {opts.timeout:g} s "
-            f"(its furthest main-loop request was {last})",
-            exit_code=124,
-        )
-    return ReplayFailed(
-        "agent_ended_early",
-        f"the agent exited (code {report.agent_exit_code}) after main-loop request {last}, before request "
-        f"{opts.after_step + 1}; see {report.stderr}",
-    )
-
-
-# --------------------------------------------------------------------------- continuation
-
-
-class ContinuationEnd(str, enum.Enum):
-    """Why a continuation's live part ended (``continuation.ended_by``)."""
-
-    AGENT = "agent"  #: the agent ended by itself after a live reply
-    STEP_BUDGET = "step_budget"  #: --max-steps live steps ran; the synthetic final reply ended it
-    UPSTREAM_ERROR = "upstream_error"  #: the last live request failed (refused, unreachable)
-    REASONING_REJECTED = "reasoning_rejected"  #: the upstream refused the served reasoning
-    TIMEOUT = "timeout"
-    INTERRUPTED = "interrupted"
-    DIVERGED = "diverged"  #: playback diverged before N+1: nothing went live
-    NOT_REACHED = "not_reached"  #: the agent never sent request N+1
-
-
-def _check_live(opts: ReplayOptions, d: Any, problems: list[PvisorError]) -> str | None:
-    """The continuation's options checked, each problem added to ``problems``; returns the live
-    upstream's base URL (``--upstream``, else the agent's public API, whose key must be in the
-    environment), None when it is refused."""
-    from pvisor.adapters.protocols import UPSTREAMS
-    from pvisor.session.run import without_userinfo
-    from pvisor.gateway.routing import check_upstream_url
-
-    for opt, value in (
-        ("--upstream", opts.upstream),
-        ("--boundary-user-prompt", opts.boundary_prompt),
-        ("--live-model", opts.live_model),
-        ("--model", opts.model),
-    ):
-        if not collect(problems, check_utf8_option, opt, value) and opt == "--upstream":
-            return None
-    if opts.max_steps is not None and opts.max_steps < 1:
-        problems.append(
-            ReplayUsageError(
-                "usage",
-                f"--max-steps {opts.max_steps}: a continuation runs at least one live step "
-                "(--replay-only runs none)",
-            )
-        )
-    if opts.boundary_prompt is not None and not opts.boundary_prompt.strip():
-        problems.append(
-            ReplayUsageError(
-                "usage", "--boundary-user-prompt is empty: give the text, or leave the option out"
-            )
-        )
-    if opts.live_model is not None and not opts.live_model.strip():
-        problems.append(
-            ReplayUsageError("usage", "--live-model is empty: give a model name, or leave the option out")
-        )
-    if opts.reasoning not in REASONING:
-        problems.append(ReplayUsageError("usage", f"--reasoning {opts.reasoning!r}: expected keep or strip"))
-    if opts.upstream is not None:
-        try:
-            check_upstream_url(opts.upstream)
-        except ValueError as exc:
-            problems.append(ReplayUsageError("usage", f"--upstream {without_userinfo(opts.upstream)}: {exc}"))
-            return None
-        return opts.upstream
-    if d is None:
-        return None
-    url = UPSTREAMS[d.upstream][0]
-    key = d.key_env
-    if key and not _has_key(opts, key):
-        problems.append(
-            ReplayUsageError(
-                "missing_api_key",
-                f"a continuation forwards request N+1 to {url}, which needs {key} in the environment: set "
-                "it, or give --upstream URL (a local model server)",
-            )
-        )
-        return None
-    return url
-
-
-def _has_key(opts: ReplayOptions, key: str) -> bool:
-    """Whether the agent will find its API key ``key`` (a config's environment, or pvisor's)."""
-    return bool(opts.agent_env.get(key) or os.environ.get(key))
-
-
-def _check_boundary_prompt(opts: ReplayOptions, rec: Any, d: Any) -> None:
-    """A boundary prompt needs a request N+1: refused when N is the last step and A_N made no
-    tool call or is the agent's finish action (the agent ends after A_N; only its native resume
-    could send more)."""
-    from pvisor.replay.source import finish_at
-
-    if opts.boundary_prompt is None:
-        return
-    n = opts.after_step
-    if n != len(rec.steps) or n == 0:
-        return
-    finish = finish_at(d, rec.steps, n)
-    if finish is not None:
-        why = f"A_{n} is the agent's {finish}, which ends its run"
-    elif not [c for c in rec.steps[n - 1].action.tool_calls if c.kind != "server"]:
-        why = f"A_{n} made no tool call"
-    else:
-        return
-    resume = (
-        " (only its native resume could: pvisor run --resume)"
-        if d.resumable
-        else f"; a prompt can follow an earlier step (N < {n})"
-    )
-    raise ReplayUsageError(
-        "boundary_prompt_impossible",
-        f"--boundary-user-prompt after step {n}: it is the last step and {why}, so the agent "
-        f"sends no request N+1 to carry the prompt{resume}",
-    )
-
-
-def _error_message(body: bytes | None) -> str | None:
-    """``error.message`` of a provider's JSON error body (all four protocols; an ``error`` that
-    is a string as it is), the start of a body that is not JSON, or None."""
-    import orjson
-
-    from pvisor.adapters.protocols.base import error_object
-
-    if not body:
-        return None
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return body[:300].decode("utf-8", "replace")
-    err = error_object(obj)
-    if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return err["message"]
-    return err if isinstance(err, str) else None
-
-
-def _fill_live(
-    result: ResultDocument, opts: ReplayOptions, rec: Any, p: Any, report: Any, upstream: str | None
-) -> None:
-    """The continuation's fields of the result (docs/result-protocol.md "Continuation"): every
-    forwarded request with what the upstream answered (read back from the journal), the
-    boundary request, rewrites, expansions, and why it ended."""
-    from pvisor.adapters.protocols import get_protocol
-    from pvisor.session.run import without_userinfo
-    from pvisor.journal.redact import redact_text
-    from pvisor.journal.reader import JournalReader
-
-    mod = get_protocol(rec.protocol)
-    answered: dict[str, Any] = {}
-    bodies: dict[str, bytes | None] = {}
-    with JournalReader(opts.journal) as r:
-        for ex in r.exchanges(report.run):
-            answered[ex.id] = ex
-        for lr in p.live:
-            ex = answered.get(lr.exchange)
-            if ex is not None and (ex.status is None or ex.status >= 400):
-                bodies[lr.exchange] = r.response_body(ex)
-    requests = []
-    for lr in p.live:
-        row = lr.to_json()
-        ex = answered.get(lr.exchange)
-        row["status"] = ex.status if ex is not None else None
-        row["outcome"] = ex.outcome if ex is not None else "not_recorded"
-        row["error"] = None
-        if ex is not None and (ex.status is None or ex.status >= 400):
-            message = _error_message(bodies.get(lr.exchange)) or ex.error or ex.outcome
-            row["error"] = redact_text(message, p.secrets)[:500]
-            refusal = mod.reasoning_refusal(ex.status or 0, bodies.get(lr.exchange) or b"")
-            row["reasoning_rejected"] = refusal is not None
-        requests.append(row)
-    main = [r for r in requests if r["request"] is not None]
-    ok_steps = sorted(
-        {
-            r["request"]
-            for r in main
-            if r["outcome"] == "ok" and r["status"] is not None and 200 <= r["status"] < 300
-        }
-    )
-    boundary = next((r for r in main if r["request"] == opts.after_step + 1), None)
-    last = main[-1] if main else None
-    # a request cut short by pvisor stopping the agent (timeout, signal) is not the upstream's failure
-    cut = last is not None and last["outcome"] in _CUT_OUTCOMES and (report.timed_out or report.interrupted)
-    failed_last = last is not None and last["error"] is not None and not cut
-    rejected = next((r for r in main if r.get("reasoning_rejected")), None)
-    if p.divergence is not None:
-        ended = ContinuationEnd.DIVERGED
-    elif report.interrupted:
-        ended = ContinuationEnd.INTERRUPTED
-    elif p.budget_end is not None:
-        ended = ContinuationEnd.STEP_BUDGET
-    elif failed_last and last.get("reasoning_rejected"):
-        ended = ContinuationEnd.REASONING_REJECTED
-    elif failed_last:
-        ended = ContinuationEnd.UPSTREAM_ERROR
-    elif report.timed_out:
-        ended = ContinuationEnd.TIMEOUT
-    elif p.boundary is None and not _no_request_after(p):
-        ended = ContinuationEnd.NOT_REACHED
-    else:
-        ended = ContinuationEnd.AGENT
-    prompt = opts.boundary_prompt
-    result.live_requests = len(requests)
-    result.boundary_user_prompt_injected = bool(p.prompt_injected)
-    result.continuation = {
-        "upstream": without_userinfo(upstream or ""),
-        "recorded_model": rec.model,
-        "live_model": opts.live_model,
-        "max_steps": opts.max_steps,
-        "reasoning": opts.reasoning,
-        "live_steps": len(ok_steps),
-        "ended_by": ended.value,
-        "boundary_request": {
-            "exchange": boundary["exchange"],
-            "sent_sha256": boundary["sent_sha256"],
-            "forwarded_sha256": boundary["forwarded_sha256"],
-            "byte_identical": boundary["byte_identical"],
-            "why": boundary["changes"],
-            "status": boundary["status"],
-        }
-        if boundary is not None
-        else None,
-        "boundary_user_prompt": {
-            "text": prompt,
-            "at_entry": p.boundary_at,
-            "requests": [r["exchange"] for r in requests if r["prompt_at"] is not None],
-            "not_placed": p.prompt_misses,
-        }
-        if prompt is not None
-        else None,
-        "requests": requests,
-        "reasoning_rewrites": [
-            {"exchange": r["exchange"], **w}
-            for r in requests
-            for w in r["rewrites"]
-            if w["of"] == "reasoning"
-        ],
-        "model_rewrites": [
-            {"exchange": r["exchange"], **w} for r in requests for w in r["rewrites"] if w["of"] == "model"
-        ],
-        "expansions": list(p.expansions),
-        "reasoning_rejected": {
-            "exchange": rejected["exchange"],
-            "request": rejected["request"],
-            "message": rejected["error"],
-        }
-        if rejected is not None
-        else None,
-        "upstream_error": {
-            "exchange": last["exchange"],
-            "request": last["request"],
-            "status": last["status"],
-            "outcome": last["outcome"],
-            "message": last["error"],
-        }
-        if failed_last
-        else None,
-        "step_budget_end": p.budget_end,
-    }
-    if p.prompt_misses:
-        result.warn(
-            "boundary_prompt_not_placed",
-            f"{len(p.prompt_misses)} later request(s) no longer reach the boundary (the agent rewrote its "
-            "history, a compaction?): the boundary user prompt was not placed in them",
-        )
-    if opts.boundary_prompt is None and boundary is None and ended is ContinuationEnd.AGENT:
-        what = f"is the agent's {p.finish}" if p.finish is not None else "made no tool call"
-        result.warn(
-            "no_live_request",
-            f"A_{opts.after_step} {what} and the agent ended after it: nothing went to the live model",
-        )
-
-
-def _live_failure(live: dict[str, Any], opts: ReplayOptions) -> ReplayFailed | None:
-    """The error of a continuation that went live but did not end well, or None."""
-    ended = live["ended_by"]
-    if ended == ContinuationEnd.REASONING_REJECTED.value:
-        rej = live["reasoning_rejected"] or live["upstream_error"]
-        return ReplayFailed(
-            "reasoning_rejected",
-            f"the live upstream {live['upstream']} refused the served reasoning at request {rej['request']}: "
-            f"{rej['message']}"
-            + (
-                " (--reasoning strip rewrites it so that the live API accepts it)"
-                if opts.reasoning == "keep"
-                else " (even with --reasoning strip: the upstream also refuses what strip leaves)"
-            ),
-        )
-    if ended == ContinuationEnd.UPSTREAM_ERROR.value:
-        err = live["upstream_error"]
-        unreachable = err["status"] is None or err["outcome"] in ("upstream_unreachable", "upstream_reset")
-        what = "could not be reached" if unreachable else f"answered {err['status']}"
-        return ReplayFailed(
-            "upstream_unreachable" if unreachable else "upstream_error",
-            f"the live upstream {live['upstream']} {what} at request {err['request']}: {err['message']}",
-            exit_code=69 if unreachable else 1,
-        )
-    if ended == ContinuationEnd.TIMEOUT.value:
-        return ReplayFailed(
-            "agent_timeout",
-            f"the continuation was still running after --timeout {opts.timeout:g} s (the agent was stopped; "
-            f"{live['live_steps']} live step(s) are in the derived run)",
-            exit_code=124,
-        )
-    return None
-
-
-#: outcomes of an exchange pvisor itself cut short (the gateway stopped, the agent went away)
-_CUT_OUTCOMES = frozenset({"incomplete", "aborted_by_client", "in_flight"})
-
-
-def _no_request_after(p: Any) -> bool:
-    return p.latest is not None and p.latest[0] == p.n

@@ -39,10 +39,9 @@ import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import orjson
-
 from pvisor.adapters.agents import get_profile
 from pvisor.adapters.agents.base import (
     AgentOutcome,
@@ -53,11 +52,25 @@ from pvisor.adapters.agents.base import (
 )
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.core.errors import BadInputError, PvisorError, UnavailableError, UsageError
-from pvisor.journal.paths import CWD_GONE_HINT, absolute, cwd_gone, make_directories, not_utf8
+from pvisor.gateway.intercept import default_confdir, host_entry, intercept_env
+from pvisor.gateway.proxy import GatewayConfig, os_error_reason
+from pvisor.gateway.responder import Responder
+from pvisor.gateway.routing import check_upstream_url
+from pvisor.gateway.scripted_model import ScriptedModel, load_script
+from pvisor.gateway.scripted_responder import ScriptedResponder
 from pvisor.journal.model import Attempt, Run
-from pvisor.journal.reader import JournalReader
-from pvisor.journal.snapshots import SnapshotKind
+from pvisor.journal.paths import (
+    CWD_GONE_HINT,
+    absolute,
+    cwd_gone,
+    make_directories,
+    not_utf8,
+    run_directory,
+)
 from pvisor.journal.producer import new_run_id
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.redact import redact_path
+from pvisor.journal.snapshots import SnapshotKind, snapshot_driver
 from pvisor.session.children import (
     check_child_workspace,
     child_target,
@@ -73,11 +86,10 @@ from pvisor.session.launch import (
     native_trajectory,
     write_files,
 )
+from pvisor.session.session import Session, SessionConfig, StopSignals
 from pvisor.session.steps import derive_steps, snapshot_warnings
 from pvisor.session.supervise import STOP_SIGNALS, become_subreaper, exit_status
-
-if TYPE_CHECKING:  # the session's parts load when a run starts, after the checks
-    from pvisor.session.session import StopSignals
+from yarl import URL
 
 #: the key given to an agent that talks to the scripted model (it checks nothing)
 SCRIPT_API_KEY = "pvisor-scripted-model-key"
@@ -287,8 +299,6 @@ def data_dir_of(journal_path: Path) -> Path:
 
 def run_dir_of(journal_path: Path, run_id: str) -> Path:
     """``<data dir>/runs/<run id>``."""
-    from pvisor.journal.paths import run_directory
-
     return run_directory(journal_path, run_id)
 
 
@@ -296,8 +306,6 @@ def without_userinfo(url: str) -> str:
     """``url`` without its user info (``https://user:key@host`` -> ``https://host``) and with a
     key-shaped path segment ``REDACTED`` (a key pasted into the base path): how an upstream URL
     is shown in labels, results and errors."""
-    from pvisor.journal.redact import redact_path
-
     return redact_path(re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/@]*@", r"\1", url))
 
 
@@ -316,7 +324,8 @@ def _resume_target(req: RunRequest, profile: AgentProfile) -> _Resume:
     assert req.resume is not None
     if not profile.resumable:
         raise UsageError(
-            f"{profile.title} has no native resume; --resume works with the agents that have one (docs/agents.md)"
+            f"{profile.title} has no native resume; --resume works with the agents that have one "
+            "(docs/agents.md)"
         )
     path = Path(req.journal_path)
     if not path.exists():
@@ -326,7 +335,8 @@ def _resume_target(req: RunRequest, profile: AgentProfile) -> _Resume:
         attempts = r.attempts(run.id)
     if run.agent != profile.name:
         raise UsageError(
-            f"run {run.id} was captured with {run.agent or 'an unknown agent'}, not {profile.name}; give --agent {run.agent}"
+            f"run {run.id} was captured with {run.agent or 'an unknown agent'}, not {profile.name}; give "
+            f"--agent {run.agent}"
             if run.agent
             else f"run {run.id} was not started by pvisor run (no agent recorded); cannot resume it"
         )
@@ -423,20 +433,16 @@ def _check_request(req: RunRequest, warn: Warn) -> AgentProfile:
     profile = get_profile(req.agent)
     if req.intercept is not None and not profile.intercept_verified:
         warn(
-            f"intercept mode is not verified with {profile.title} (docs/agents.md): the run goes on; check that "
-            "its exchanges reached the journal"
+            f"intercept mode is not verified with {profile.title} (docs/agents.md): the run goes on; check "
+            "that its exchanges reached the journal"
         )
     if req.snapshots:
-        from pvisor.journal.snapshots import snapshot_driver
-
         snapshot_driver(req.snapshot_driver)  # an unknown driver is a usage error before anything starts
     if req.upstream and req.script:
         raise UsageError("give --upstream URL or --script FILE, not both")
     if req.responder is not None and (req.script or req.resume):
         raise UsageError("a run under a responder takes no --script or --resume")
     if req.upstream:
-        from pvisor.gateway.routing import check_upstream_url
-
         try:
             check_upstream_url(req.upstream)
         except ValueError as exc:
@@ -486,8 +492,6 @@ def _load_script(req: RunRequest) -> Any:
     told at once. UsageError (exit 2) for a missing file, BadInputError (65) for a bad one."""
     if not req.script:
         return None
-    from pvisor.gateway.scripted_model import load_script
-
     if not os.path.exists(req.script):
         raise UsageError(
             f"--script {req.script}: no such file (expected a JSON or TOML script, docs/scripted-model.md)"
@@ -539,7 +543,8 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     use_home = resume.use_home if resume else req.use_home
     if resume and req.use_home != resume.use_home:
         warn(
-            f"run {resume.run.id} was captured {'with' if resume.use_home else 'without'} --use-home; its resume does the same"
+            f"run {resume.run.id} was captured {'with' if resume.use_home else 'without'} --use-home; its "
+            "resume does the same"
         )
     workspace = _workspace_of(req, resume, child)
     model = _model_of(req, profile, resume)
@@ -552,7 +557,8 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     try:
         run_dir.relative_to(workspace)
         warn(
-            f"the run directory {run_dir} is inside the workspace {workspace}: the agent can see it (use --journal elsewhere)"
+            f"the run directory {run_dir} is inside the workspace {workspace}: the agent can see it (use "
+            "--journal elsewhere)"
         )
     except ValueError:
         pass
@@ -570,92 +576,66 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         raise
 
 
-def _gateway_config(start: _Start) -> tuple[Any, Any, str]:
-    """The run's gateway: its :class:`~pvisor.gateway.proxy.GatewayConfig`, the responder that
-    answers in it (replay's playback, the scripted model; None: the upstream answers) and what
-    the run's ``upstream`` label names."""
-    from pvisor.gateway.proxy import GatewayConfig
-    from pvisor.gateway.scripted_model import ScriptedModel
-    from pvisor.gateway.scripted_responder import ScriptedResponder
-
-    req, profile, run_id, attempt = start.req, start.profile, start.run_id, start.attempt
-    responder = None
+def session_config(start: _Start) -> tuple[SessionConfig, Responder | None, str]:
+    """The run's session, built once: its :class:`~pvisor.session.session.SessionConfig` (the
+    gateway on 127.0.0.1 ``--port``, the run's id and attempt, the workspace snapshots, intercept
+    mode), the responder that answers in the gateway (replay's playback, the scripted model;
+    None: the upstream answers) and what the run's ``upstream`` label names."""
+    req, profile = start.req, start.profile
+    gateway = GatewayConfig(
+        host="127.0.0.1", port=req.port, run=start.run_id, attempt=start.attempt, shutdown_grace=5.0
+    )
+    responder: Responder | None = None
     if req.responder is not None:
         # replay's playback answers in the gateway; nothing is forwarded, no key is needed
-        responder = req.responder(RunSetup(run_id, start.run_dir, start.home, start.workspace))
+        responder = req.responder(RunSetup(start.run_id, start.run_dir, start.home, start.workspace))
         if req.upstream:  # a continuation: what the responder forwards goes to the live upstream
-            config = GatewayConfig(
-                host="127.0.0.1",
-                port=req.port,
-                upstreams={profile.upstream: req.upstream},
-                run=run_id,
-                attempt=attempt,
-                shutdown_grace=5.0,
-            )
+            gateway.upstreams = {profile.upstream: req.upstream}
         else:
-            config = GatewayConfig(
-                host="127.0.0.1",
-                port=req.port,
-                run=run_id,
-                attempt=attempt,
-                shutdown_grace=5.0,
-                offline=True,
-            )
+            gateway.offline = True
         upstream_label = req.upstream_label or "responder"
     elif start.script is not None:
         # the scripted model answers in the gateway itself (served_by: scripted); nothing is forwarded
         responder = ScriptedResponder(ScriptedModel(start.script))
-        config = GatewayConfig(
-            host="127.0.0.1", port=req.port, run=run_id, attempt=attempt, shutdown_grace=5.0, offline=True
-        )
+        gateway.offline = True
         upstream_label = "script:" + absolute(req.script or "", f"--script {req.script}")
     else:
         upstream_url = req.upstream or UPSTREAMS[profile.upstream][0]
         upstream_label = without_userinfo(upstream_url)
-        # one explicit upstream: paths no protocol owns (Claude's HEAD /api/hello, GET /v1/models) go to it too
-        config = GatewayConfig(
-            host="127.0.0.1",
-            port=req.port,
-            upstreams={profile.upstream: upstream_url},
-            run=run_id,
-            attempt=attempt,
-            shutdown_grace=5.0,
-        )
+        # one explicit upstream: paths no protocol owns (Claude's HEAD /api/hello, GET /v1/models)
+        # go to it too
+        gateway.upstreams = {profile.upstream: upstream_url}
     if req.max_response_body is not None:
-        config.max_response_body = req.max_response_body
-    if req.intercept is not None:
-        _intercept_gateway(req, profile, config)
+        gateway.max_response_body = req.max_response_body
+    if req.snapshots:
+        # the journal and the runs' own files (their private homes) never go into snapshots
+        gateway.workspace = start.workspace
+        gateway.snapshot_driver = req.snapshot_driver
+        gateway.snapshot_exclude = (req.journal_path, start.run_dir.parent)
+    if req.intercept is not None and req.upstream:
+        # an --upstream becomes the redirect of the agent's public model host (its requests go there)
+        key, origin = host_entry(URL(UPSTREAMS[profile.upstream][0]))
+        req.intercept.redirects[key] = (origin, req.upstream.rstrip("/"))
+    config = SessionConfig(req.journal_path, gateway, req.intercept, JOURNAL_WAIT_S)
     return config, responder, upstream_label
 
 
 async def _run(start: _Start) -> RunReport:
-    from pvisor.gateway.proxy import os_error_reason
-    from pvisor.session.session import Session, Snapshots, StopSignals
-
     req = start.req
     session = None
     stop = StopSignals()
     stop.install()  # from here on a signal stops the agent and the attempt still ends in the journal
     become_subreaper()
     try:
-        config, responder, upstream_label = _gateway_config(start)
-        # the journal and the runs' own files (their private homes) never go into snapshots
-        snapshots = Snapshots(start.workspace, req.snapshot_driver, (req.journal_path, start.run_dir.parent))
+        config, responder, upstream_label = session_config(start)
         # signals (installed above), address, journal, gateway, mitmdump; one stop order
-        session = Session(
-            req.journal_path,
-            config,
-            responder,
-            intercept=req.intercept,
-            snapshots=snapshots if req.snapshots else None,
-            signals=stop,
-            journal_wait=JOURNAL_WAIT_S,
-        )
+        session = Session(config, responder, signals=stop)
         try:
             url = await session.start()  # the journal is opened once the port is bound
         except OSError as exc:
             raise UnavailableError(
-                f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 for a free one)"
+                f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 "
+                "for a free one)"
             ) from None
         return await _attempt(start, session, url, upstream_label, stop, responder)
     finally:
@@ -664,26 +644,12 @@ async def _run(start: _Start) -> RunReport:
         stop.remove()  # a failure before the session was made
 
 
-def _intercept_gateway(req: RunRequest, profile: AgentProfile, config: Any) -> None:
-    """Make ``config`` serve intercept mode's mitmdump: an ``--upstream`` becomes the redirect
-    of the agent's public model host (its requests go there instead)."""
-    from pvisor.gateway.intercept import host_entry, serve_intercepted
-    from yarl import URL
-
-    if req.upstream:
-        key, origin = host_entry(URL(UPSTREAMS[profile.upstream][0]))
-        req.intercept.redirects[key] = (origin, req.upstream.rstrip("/"))
-    serve_intercepted(config, req.intercept)
-
-
 def _through_proxy(
     env: dict[str, str], profile: AgentProfile, intercept: Any, proxy: Any, warn: Warn
 ) -> None:
     """The agent's environment for intercept mode: ``HTTPS_PROXY``, the CA variables its runtime
     reads (:attr:`~pvisor.adapters.agents.base.AgentProfile.ca_env`), ``NO_PROXY`` without the
     intercepted hosts, and no base-URL variable the agent needs none of."""
-    from pvisor.gateway.intercept import default_confdir, intercept_env
-
     confdir = intercept.confdir or default_confdir()
     changes, dropped = intercept_env(proxy.url, confdir, profile.ca_env, intercept.intercepted(), env)
     env.update(changes)
@@ -691,7 +657,8 @@ def _through_proxy(
         env.pop(name, None)
     if dropped:
         warn(
-            f"NO_PROXY: left out {', '.join(dropped)} for the agent: it would send its model requests around the proxy"
+            f"NO_PROXY: left out {', '.join(dropped)} for the agent: it would send its model requests "
+            "around the proxy"
         )
 
 
@@ -853,7 +820,8 @@ async def _attempt(
     snapshot_warnings(report, first, last, warn)
     if report.agent_exit_code == 0 and report.steps == 0 and not report.attempt_steps:
         warn(
-            f"{profile.title} exited with code 0 but no step was captured: it sent no request to the model (did it read the "
+            f"{profile.title} exited with code 0 but no step was captured: it sent no request to the model "
+            "(did it read the "
             f"task as an option, or fail before starting? see {stdout_path} and {stderr_path})"
         )
     _record_end(report, journal)
@@ -903,7 +871,8 @@ def _report(
         report.exit_code = EXIT_AGENT_FAILED
     if strays:
         start.warn(
-            f"the agent left {strays} process(es) running after it {'was stopped' if timed_out or interrupted else 'exited'}; "
+            f"the agent left {strays} process(es) running after it "
+            f"{'was stopped' if timed_out or interrupted else 'exited'}; "
             "pvisor ended them"
         )
     return report

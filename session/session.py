@@ -1,7 +1,8 @@
 """One session: the capture gateway with what surrounds it, composed in one place.
 
 ``pvisor gateway``, ``pvisor run`` (and replay-only and continuation through it) and ``pvisor
-demo`` each run one :class:`Session`. Its parts, in the order they start (:data:`PARTS`):
+demo`` each build one :class:`SessionConfig` from their options and run one :class:`Session`
+with it. Its parts, in the order they start (:data:`PARTS`):
 
 1. ``signals``: the stop signals (SIGINT, SIGTERM, SIGHUP) handled by the event loop
    (:class:`StopSignals`), when the caller gives them; from here on no signal interrupts the
@@ -11,9 +12,9 @@ demo`` each run one :class:`Session`. Its parts, in the order they start (:data:
 3. ``journal``: the journal opened for writing (:func:`~pvisor.journal.writer_process.open_journal`).
 4. ``gateway``: the :class:`~pvisor.gateway.proxy.Gateway` built with its journal, its
    responder (None: the upstream forwarder; replay's playback, the scripted model) and its
-   workspace snapshots (``config.workspace``), serving the bound address.
+   workspace snapshots (``config.gateway.workspace``), serving the bound address.
 5. ``mitmdump``: intercept mode's forward proxy in front of the gateway
-   (:func:`~pvisor.gateway.intercept.start_proxy`), when ``intercept`` is given.
+   (:func:`~pvisor.gateway.intercept.start_proxy`), when ``config.intercept`` is given.
 
 :meth:`Session.stop` ends them in one order, after success and after failure alike (a start
 that fails stops what it had started, then raises): the gateway first (it stops accepting,
@@ -37,9 +38,9 @@ import signal
 import socket
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
+from pvisor.gateway.intercept import InterceptConfig, serve_intercepted, start_proxy
 from pvisor.gateway.proxy import FINALIZER, Gateway, GatewayConfig
 from pvisor.gateway.responder import Responder
 from pvisor.journal.producer import JournalProducer
@@ -132,51 +133,49 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
 
 
 @dataclass
-class Snapshots:
-    """The workspace snapshots of a session: ``workspace`` walked by the driver ``driver``
-    (:mod:`pvisor.journal.snapshots`), leaving out ``exclude`` (the journal, the runs' own files)
-    when they lie inside it. Taken with :meth:`Session.take_snapshot`."""
+class SessionConfig:
+    """Everything a :class:`Session` is built from, made once from a command's options and read
+    by the session and by the command that runs it (``pvisor gateway``:
+    :func:`pvisor.commands.serve.session_config`; ``pvisor run``, replay-only and continuation:
+    :func:`pvisor.session.run.session_config`; the demo).
 
-    workspace: Path
-    driver: str = "filesystem"
-    exclude: tuple[Path, ...] = ()
+    Fields: ``journal`` the journal file; ``gateway`` the gateway's settings
+    (:class:`~pvisor.gateway.proxy.GatewayConfig`: where it listens, its upstreams and limits,
+    the token, the workspace it snapshots); ``intercept`` an
+    :class:`~pvisor.gateway.intercept.InterceptConfig` to run mitmdump in front of the gateway
+    (None: a reverse proxy only), whose gateway settings are made to serve it when the record
+    is built (:func:`~pvisor.gateway.intercept.serve_intercepted`); ``journal_wait`` seconds the
+    journal's close may wait for a lock held by another process (None: its default)."""
+
+    journal: str | os.PathLike[str]
+    gateway: GatewayConfig
+    intercept: InterceptConfig | None = None
+    journal_wait: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.intercept is not None:
+            serve_intercepted(self.gateway, self.intercept)
 
 
 class Session:
     """The gateway and what surrounds it (see the module docstring for the parts and their
-    order). ``journal_path``: the journal file; ``config``: the gateway's
-    (:class:`~pvisor.gateway.proxy.GatewayConfig`; ``host`` and ``port`` are where it listens);
-    ``responder``: its answer source (None: forward to ``config.upstreams``); ``intercept``: an
-    :class:`~pvisor.gateway.intercept.InterceptConfig` to run mitmdump in front (the config must
-    serve it already: :func:`~pvisor.gateway.intercept.serve_intercepted`); ``snapshots``:
-    :class:`Snapshots` of a workspace; ``signals``: :class:`StopSignals` to handle while the
-    session lives; ``journal_wait``: seconds the journal's close may wait for a lock held by
-    another process (None: its default).
+    order). ``config``: the :class:`SessionConfig` (``config.gateway.host`` and ``port`` are
+    where it listens); ``responder``: its answer source (None: forward to the gateway's
+    upstreams); ``signals``: :class:`StopSignals` to handle while the session lives.
 
     After :meth:`start`: :attr:`gateway`, :attr:`journal`, :attr:`proxy` (None without
     intercept) and :attr:`url` (the gateway's). Usable as ``async with``."""
 
     def __init__(
         self,
-        journal_path: str | os.PathLike[str],
-        config: GatewayConfig,
+        config: SessionConfig,
         responder: Responder | None = None,
         *,
-        intercept: Any = None,
-        snapshots: Snapshots | None = None,
         signals: StopSignals | None = None,
-        journal_wait: float | None = None,
     ) -> None:
-        self.journal_path = journal_path
         self.config = config
         self.responder = responder
-        self.intercept = intercept
         self.signals = signals
-        self.journal_wait = journal_wait
-        if snapshots is not None:
-            config.workspace = snapshots.workspace
-            config.snapshot_driver = snapshots.driver
-            config.snapshot_exclude = snapshots.exclude
         self.journal: JournalProducer | None = None
         self.gateway: Gateway | None = None
         self.proxy: Any = None
@@ -191,22 +190,20 @@ class Session:
             if self.signals is not None:
                 self.signals.install()
                 self.started.append("signals")
-            sockets = listening_sockets(self.config.host, self.config.port)
+            sockets = listening_sockets(self.config.gateway.host, self.config.gateway.port)
             self.started.append("listen")
             try:
-                self.journal = open_journal(self.journal_path, finalize=FINALIZER)
+                self.journal = open_journal(self.config.journal, finalize=FINALIZER)
                 self.started.append("journal")
-                self.gateway = Gateway(self.config, self.journal, self.responder)
+                self.gateway = Gateway(self.config.gateway, self.journal, self.responder)
             except BaseException:
                 for sock in sockets:
                     sock.close()
                 raise
             self.url = await self.gateway.start(sockets)
             self.started.append("gateway")
-            if self.intercept is not None:
-                from pvisor.gateway.intercept import start_proxy
-
-                self.proxy = await start_proxy(self.intercept, self.gateway)
+            if self.config.intercept is not None:
+                self.proxy = await start_proxy(self.config.intercept, self.gateway)
                 self.started.append("mitmdump")
         except BaseException:
             await self.stop()
@@ -228,13 +225,12 @@ class Session:
                     await self.proxy.stop()
             finally:
                 try:
-                    if (
-                        self.journal is not None
-                    ):  # also after a writer failure: a writer process is waited for
-                        if self.journal_wait is None:
+                    # also after a writer failure: a writer process is waited for
+                    if self.journal is not None:
+                        if self.config.journal_wait is None:
                             self.journal.close()
                         else:
-                            self.journal.close(timeout=self.journal_wait)
+                            self.journal.close(timeout=self.config.journal_wait)
                 finally:
                     if self.signals is not None:  # last: no signal interrupts the clean-up
                         self.signals.remove()
@@ -242,7 +238,7 @@ class Session:
 
     async def take_snapshot(self, kind: Any, run: str | None = None, attempt: int | None = None) -> Any:
         """A workspace snapshot now (:meth:`~pvisor.gateway.proxy.Gateway.take_snapshot`), None
-        without :class:`Snapshots`."""
+        when ``config.gateway.workspace`` is None."""
         assert self.gateway is not None, "Session.start() was not awaited"
         return await self.gateway.take_snapshot(kind, run, attempt)
 
@@ -254,4 +250,4 @@ class Session:
         await self.stop()
 
 
-__all__ = ["PARTS", "STOP_SIGNALS", "Session", "Snapshots", "StopSignals", "listening_sockets"]
+__all__ = ["PARTS", "STOP_SIGNALS", "Session", "SessionConfig", "StopSignals", "listening_sockets"]

@@ -10,10 +10,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable
 
 from pvisor.adapters.agents.base import AgentProfile
+from pvisor.adapters.chains import classify_run
+from pvisor.adapters.journal_trajectory import build_trajectory
 from pvisor.core.errors import PvisorError
 from pvisor.journal.reader import JournalReader
+from pvisor.replay.snapshots import bind_steps
 
-if TYPE_CHECKING:  # the report is filled in here; run.py makes it and calls this
+if TYPE_CHECKING:  # a cycle otherwise: run.py imports this module to fill its report
     from pvisor.session.run import RunReport
 
 #: ``warn(line)``: one warning line for the user
@@ -68,9 +71,6 @@ def snapshot_warnings(report: RunReport, start: Any, end: Any, warn: Warn) -> No
 def derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: Warn) -> None:
     """Classify the run's exchanges with the chain rule, store their roles and count the steps
     (the whole run: every attempt). A failure here is a warning: the capture itself is done."""
-    from pvisor.adapters.chains import classify_run
-    from pvisor.adapters.journal_trajectory import build_trajectory
-
     try:
         with JournalReader(journal.path) as reader:
             classification = classify_run(reader, report.run, prefer=profile.chain_hint)
@@ -86,8 +86,6 @@ def derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: W
         journal.set_exchange_roles(report.run, roles)
         snapshots = reader_snapshots
         if snapshots:
-            from pvisor.replay.snapshots import bind_steps
-
             journal.bind_snapshots(report.run, bind_steps(snapshots, trajectory))
         report.snapshots = len(snapshots)
         report.steps = len(trajectory.steps)

@@ -20,12 +20,15 @@ import aiohttp
 import orjson
 import pytest
 
+from pvisor.commands.serve import gateway, session_config
+from pvisor.gateway.intercept import InterceptConfig
 from pvisor.gateway.proxy import GatewayConfig
 from pvisor.gateway.scripted_model import ScriptedModel, parse_script
 from pvisor.gateway.scripted_server import ScriptedModelServer
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.snapshots import SnapshotKind
 from pvisor.journal.writer import Journal
-from pvisor.session.session import PARTS, Session, StopSignals
+from pvisor.session.session import PARTS, Session, SessionConfig, StopSignals
 
 HEADERS = {"content-type": "application/json", "anthropic-version": "2023-06-01", "x-api-key": "k-test"}
 BODY = orjson.dumps(
@@ -53,7 +56,7 @@ def _digest(path: Path) -> str:
 async def test_an_exchange_through_a_session_is_in_the_journal_once_it_stopped(tmp_path: Path):
     server, upstream = await _scripted([{"text": "hi there"}])
     journal_path = tmp_path / "journal.sqlite"
-    session = Session(journal_path, GatewayConfig(port=0, upstreams={"anthropic": upstream}))
+    session = Session(SessionConfig(journal_path, GatewayConfig(port=0, upstreams={"anthropic": upstream})))
     try:
         url = await session.start()
         assert session.started == ["listen", "journal", "gateway"]  # no signals, no mitmdump
@@ -71,6 +74,56 @@ async def test_an_exchange_through_a_session_is_in_the_journal_once_it_stopped(t
     assert await session.stop() == 0  # idempotent: every part stopped once
 
 
+async def test_the_gateway_options_make_one_record_the_session_reads(tmp_path: Path):
+    """`pvisor gateway`'s options made into one SessionConfig (commands/serve.py session_config,
+    as the command builds it) and a Session started with it on 127.0.0.1 port 0: the session
+    listens where the record says, serves its upstream, files the exchange and the workspace
+    snapshot under the record's run, and its gateway reads the record's settings."""
+    server, upstream = await _scripted([{"text": "from the record"}])
+    journal_path = tmp_path / "journal.sqlite"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "a.txt").write_text("a\n")
+    args = ["--host", "127.0.0.1", "--port", "0", "--upstream", f"anthropic={upstream}", "--run", "r-config",
+            "--shutdown-grace", "7", "--max-body", "1MiB", "--workspace", str(ws)]  # fmt: skip
+    config = session_config(gateway.make_context("gateway", args, obj={"journal": str(journal_path)}))
+    assert config.journal == str(journal_path) and config.intercept is None and config.journal_wait is None
+    g = config.gateway
+    assert (g.host, g.port, g.run, g.shutdown_grace, g.max_body) == ("127.0.0.1", 0, "r-config", 7.0, 1 << 20)
+    assert g.upstreams == {"anthropic": upstream} and g.workspace == ws and g.token is None
+    assert g.snapshot_exclude == (journal_path,)
+    session = Session(config)
+    try:
+        url = await session.start()
+        assert session.gateway.config is g and session.gateway.run == "r-config"
+        assert url.startswith("http://127.0.0.1:") and not url.endswith(":0")
+        status, reply = await _ask(url)
+        assert status == 200 and reply["content"][0]["text"] == "from the record"
+        snap = await session.take_snapshot(SnapshotKind.END)
+        assert snap is not None and (snap.run, snap.files) == ("r-config", 1)
+    finally:
+        await session.stop()
+        await server.stop()
+    with JournalReader(journal_path) as r:
+        [ex] = r.exchanges("r-config")
+        assert (ex.status, ex.outcome) == (200, "ok")
+        # the workspace of the record: snapshotted at the model request, and at the END asked for
+        snaps = r.snapshots("r-config")
+        assert [s.kind for s in snaps] == [SnapshotKind.REQUEST, SnapshotKind.END] and snaps[1].id == snap.id
+
+
+def test_a_record_with_intercept_makes_its_gateway_serve_mitmdump_only(tmp_path: Path):
+    """Intercept mode in the record: the gateway it holds takes only mitmdump's requests (a token
+    for the addon, the origins it may name), set when the record is built, for every command."""
+    intercept = InterceptConfig(
+        redirects={"api.anthropic.com:443": ("https://api.anthropic.com", "http://x")}
+    )
+    config = SessionConfig(tmp_path / "journal.sqlite", GatewayConfig(port=0), intercept)
+    g = config.gateway
+    assert g.intercept_only and g.intercept_token and config.intercept is intercept
+    assert g.intercept_origins["https://api.anthropic.com"] == "http://x"
+
+
 async def test_stop_lets_the_exchange_in_flight_finish_before_the_journal_closes(tmp_path: Path):
     """stop() while the model is still answering: the gateway stops accepting and waits for the
     exchange (it drains first), then the journal closes with it recorded whole; a journal closed
@@ -78,7 +131,9 @@ async def test_stop_lets_the_exchange_in_flight_finish_before_the_journal_closes
     server, upstream = await _scripted([{"text": "slow but sure", "delay_ms": 800}])
     journal_path = tmp_path / "journal.sqlite"
     session = Session(
-        journal_path, GatewayConfig(port=0, upstreams={"anthropic": upstream}, shutdown_grace=30)
+        SessionConfig(
+            journal_path, GatewayConfig(port=0, upstreams={"anthropic": upstream}, shutdown_grace=30)
+        )
     )
     try:
         url = await session.start()
@@ -111,7 +166,9 @@ async def test_a_taken_port_fails_the_start_before_the_journal_is_opened(tmp_pat
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        session = Session(journal_path, GatewayConfig(port=taken.getsockname()[1], upstreams={}))
+        session = Session(
+            SessionConfig(journal_path, GatewayConfig(port=taken.getsockname()[1], upstreams={}))
+        )
         with pytest.raises(OSError) as exc:
             await session.start()
     assert exc.value.errno == errno.EADDRINUSE
@@ -129,7 +186,7 @@ async def test_a_failure_after_the_journal_opened_closes_it_and_the_address(tmp_
     journal_path = tmp_path / "journal.sqlite"
     (tmp_path / "log").mkdir()
     config = GatewayConfig(port=0, upstreams={}, log_file=tmp_path / "log")
-    session = Session(journal_path, config)
+    session = Session(SessionConfig(journal_path, config))
     with pytest.raises(OSError) as exc:
         await session.start()
     assert exc.value.filename is not None
@@ -143,8 +200,10 @@ async def test_a_failure_after_the_journal_opened_closes_it_and_the_address(tmp_
 async def test_stop_signals_are_handled_while_the_session_lives_and_removed_last(tmp_path: Path):
     server, upstream = await _scripted([{"text": "hi"}])
     signals = StopSignals()
-    session = Session(tmp_path / "journal.sqlite", GatewayConfig(port=0, upstreams={"anthropic": upstream}),
-                      signals=signals)  # fmt: skip
+    config = SessionConfig(
+        tmp_path / "journal.sqlite", GatewayConfig(port=0, upstreams={"anthropic": upstream})
+    )
+    session = Session(config, signals=signals)
     repeats = []
     signals.on_repeat = lambda: repeats.append(signals.hurry.is_set())
     try:

@@ -14,6 +14,7 @@ prepared, in what time.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from pathlib import Path
@@ -22,9 +23,12 @@ from typing import Any, BinaryIO, Iterator
 import click
 import orjson
 
+from pvisor.adapters.exports.rows import write_parquet_rows
 from pvisor.commands.cells import terminal_safe
 from pvisor.core import progress
+from pvisor.core.outfile import open_private
 from pvisor.core.errors import OutputError, PvisorError, UnavailableError, UsageError
+from pvisor.journal.paths import make_directories, require_utf8
 from pvisor.replay.batch import (
     ROW_HEAD,
     BatchOutcome,
@@ -37,6 +41,7 @@ from pvisor.replay.batch import (
     text_row,
 )
 from pvisor.replay.errors import ReplayUsageError, error_code, error_detail, show_path
+from pvisor.replay.ray_data import prepare_dataset
 from pvisor.replay.result import same_file
 
 #: rows per Parquet row group
@@ -64,8 +69,70 @@ def run_batch(
     be written. The rows go to a temporary file renamed over ``rows`` when all are written:
     an interrupted or failed batch leaves the earlier file as it was. Ctrl-C: exit 130 with a
     line that says how far the batch got."""
-    from pvisor.journal.paths import make_directories, require_utf8
+    _check_paths(manifest, output, rows, force)
+    total = _count_lines(manifest)
+    labels: dict[int, str] = {}  # line -> its name, for the rows
+    readers_of_rows: list[int] = []  # lines whose source is the rows file: it is not replaced then
 
+    requests = _requests(manifest, journal, output, rows, force, allow_damaged, labels, readers_of_rows)
+    t0 = time.perf_counter()
+    failed = done = 0
+    label = show_path(rows) if rows is not None else None
+    outcomes: Iterator[BatchOutcome] = iter(())
+    if ray_address is None:
+        outcomes = prepare_many(requests, reads=SourceReads(), row_label=label)
+
+    def counted() -> Iterator[BatchOutcome]:
+        nonlocal failed, done
+        unwritten = 0  # lines in a row whose files could not be written
+        for outcome in outcomes:
+            done += 1
+            unwritten = (
+                unwritten + 1 if outcome.error is not None and isinstance(outcome.error, OutputError) else 0
+            )
+            if unwritten == MAX_UNWRITTEN:  # a full disk fails every line alike: one line says so
+                raise OutputError(
+                    f"--output {show_path(output)}: {MAX_UNWRITTEN} lines in a row could not be written "
+                    f"(line {outcome.index}: {_message(outcome)}); stopped after {done} of {total} lines"
+                )
+            if outcome.name is None and outcome.index in labels:
+                outcome.name = labels[outcome.index]
+            if outcome.status is Status.FAILED:
+                failed += 1
+                _say(f"pvisor: error: {show_path(manifest)} line {outcome.index}: {_message(outcome)}")
+            task.reach(done)
+            yield outcome
+
+    try:
+        with progress.task(f"preparing {show_path(manifest)}", total, progress.Unit.REQUESTS) as task:
+            if ray_address is not None:
+                outcomes = _on_ray(ray_address, requests, label)  # type: ignore[assignment]
+            if rows is None:
+                for _ in counted():
+                    pass
+            else:
+                _write_rows(rows, counted(), readers_of_rows)
+    except KeyboardInterrupt:
+        where = (
+            f"{show_path(rows)} is left as it was"
+            if rows is not None
+            else f"their files are in {show_path(output)}"
+        )
+        raise BatchInterrupted(
+            f"interrupted after {done} of {total} lines of {show_path(manifest)} ({failed} failed): {where}"
+        ) from None
+    seconds = time.perf_counter() - t0
+    where = show_path(rows) if rows is not None else show_path(output)
+    per = f", {seconds / done * 1000:.2f} ms each" if done else ""
+    _say(
+        f"prepared {done - failed} of {done} prefixes from {show_path(manifest)} into {where}"
+        f"{f' ({failed} failed)' if failed else ''} in {seconds:.2f} s{per}"
+    )
+    return failed
+
+
+def _check_paths(manifest: Path, output: Path | None, rows: Path | None, force: bool) -> None:
+    """The UsageErrors of :func:`run_batch`'s paths, before anything is written."""
     for opt, path in (("--batch", manifest), ("--output", output), ("--rows", rows)):
         require_utf8(opt, path)
     if not manifest.is_file():
@@ -98,102 +165,55 @@ def run_batch(
             raise UsageError(f"--rows {show_path(rows)} exists; give --force to replace it")
         if not rows.parent.is_dir():
             raise UsageError(f"--rows {show_path(rows)}: no such directory {show_path(rows.parent)}")
-    total = _count_lines(manifest)
+
+
+def _requests(
+    manifest: Path,
+    journal: Path | None,
+    output: Path | None,
+    rows: Path | None,
+    force: bool,
+    allow_damaged: bool,
+    labels: dict[int, str],
+    readers_of_rows: list[int],
+) -> Iterator[tuple[int, Any]]:
+    """The manifest's lines as (line, :class:`~pvisor.replay.prepare.PrepareOptions`) or
+    (line, the line's error), in order; fills ``labels`` (line -> its name) and
+    ``readers_of_rows`` (lines whose source is the ``rows`` file) as it goes."""
     names: dict[str, int] = {}  # output directory -> the line that has it
-    labels: dict[int, str] = {}  # line -> its name, for the rows
-    readers_of_rows: list[int] = []  # lines whose source is the rows file: it is not replaced then
-
-    def requests() -> Iterator[tuple[int, Any]]:
-        for n, obj in read_manifest(manifest):
-            if isinstance(obj, PvisorError):
-                yield n, obj
+    for n, obj in read_manifest(manifest):
+        if isinstance(obj, PvisorError):
+            yield n, obj
+            continue
+        try:
+            opts = request_from(obj, n, manifest=manifest, journal=journal, output=output)
+        except PvisorError as exc:
+            yield n, exc
+            continue
+        if isinstance(obj.get("name"), str):
+            labels[n] = obj["name"]
+        if output is not None:  # two lines into one directory: the second would replace the first
+            first = names.setdefault(opts.output.name, n)
+            if first != n:
+                yield n, _bad_line(manifest, n, f"name {opts.output.name!r} is line {first}'s already")
                 continue
-            try:
-                opts = request_from(obj, n, manifest=manifest, journal=journal, output=output)
-            except PvisorError as exc:
-                yield n, exc
-                continue
-            if isinstance(obj.get("name"), str):
-                labels[n] = obj["name"]
-            if output is not None:  # two lines into one directory: the second would replace the first
-                first = names.setdefault(opts.output.name, n)
-                if first != n:
-                    yield n, _bad_line(manifest, n, f"name {opts.output.name!r} is line {first}'s already")
-                    continue
-            if rows is not None:  # the rows file replaces what it names when the batch ends
-                for key in ("trajectory", "journal"):
-                    source = getattr(opts, key)
-                    if source is not None and rows.exists() and same_file(source, rows):
-                        readers_of_rows.append(n)
-                        yield (
-                            n,
-                            _bad_line(
-                                manifest, n, f"{key} is the --rows file, which the batch would replace"
-                            ),
-                        )
-                        break
-                else:
-                    source = None
-                if source is not None:
-                    continue
-            opts.force = force
-            opts.allow_damaged = opts.allow_damaged or allow_damaged
-            yield n, opts
-
-    t0 = time.perf_counter()
-    failed = done = 0
-    label = show_path(rows) if rows is not None else None
-    outcomes: Iterator[BatchOutcome] = iter(())
-    if ray_address is None:
-        outcomes = prepare_many(requests(), reads=SourceReads(), row_label=label)
-
-    def counted() -> Iterator[BatchOutcome]:
-        nonlocal failed, done
-        unwritten = 0  # lines in a row whose files could not be written
-        for outcome in outcomes:
-            done += 1
-            unwritten = (
-                unwritten + 1 if outcome.error is not None and isinstance(outcome.error, OutputError) else 0
-            )
-            if unwritten == MAX_UNWRITTEN:  # a full disk fails every line alike: one line says so
-                raise OutputError(
-                    f"--output {show_path(output)}: {MAX_UNWRITTEN} lines in a row could not be written "
-                    f"(line {outcome.index}: {_message(outcome)}); stopped after {done} of {total} lines"
-                )
-            if outcome.name is None and outcome.index in labels:
-                outcome.name = labels[outcome.index]
-            if outcome.status is Status.FAILED:
-                failed += 1
-                _say(f"pvisor: error: {show_path(manifest)} line {outcome.index}: {_message(outcome)}")
-            task.reach(done)
-            yield outcome
-
-    try:
-        with progress.task(f"preparing {show_path(manifest)}", total, progress.Unit.REQUESTS) as task:
-            if ray_address is not None:
-                outcomes = _on_ray(ray_address, requests(), label)  # type: ignore[assignment]
-            if rows is None:
-                for _ in counted():
-                    pass
+        if rows is not None:  # the rows file replaces what it names when the batch ends
+            for key in ("trajectory", "journal"):
+                source = getattr(opts, key)
+                if source is not None and rows.exists() and same_file(source, rows):
+                    readers_of_rows.append(n)
+                    yield (
+                        n,
+                        _bad_line(manifest, n, f"{key} is the --rows file, which the batch would replace"),
+                    )
+                    break
             else:
-                _write_rows(rows, counted(), readers_of_rows)
-    except KeyboardInterrupt:
-        where = (
-            f"{show_path(rows)} is left as it was"
-            if rows is not None
-            else f"their files are in {show_path(output)}"
-        )
-        raise BatchInterrupted(
-            f"interrupted after {done} of {total} lines of {show_path(manifest)} ({failed} failed): {where}"
-        ) from None
-    seconds = time.perf_counter() - t0
-    where = show_path(rows) if rows is not None else show_path(output)
-    per = f", {seconds / done * 1000:.2f} ms each" if done else ""
-    _say(
-        f"prepared {done - failed} of {done} prefixes from {show_path(manifest)} into {where}"
-        f"{f' ({failed} failed)' if failed else ''} in {seconds:.2f} s{per}"
-    )
-    return failed
+                source = None
+            if source is not None:
+                continue
+        opts.force = force
+        opts.allow_damaged = opts.allow_damaged or allow_damaged
+        yield n, opts
 
 
 class BatchInterrupted(PvisorError):
@@ -218,7 +238,8 @@ def _write_rows(rows: Path, outcomes: Iterator[BatchOutcome], readers: list[int]
             _write_jsonl(tmp, outcomes, rows)
         if readers:
             raise UsageError(
-                f"--rows {show_path(rows)} is a source of line {readers[0]}: it is kept, and no rows were written"
+                f"--rows {show_path(rows)} is a source of line {readers[0]}: it is kept, and no rows "
+                "were written"
             )
         try:
             os.replace(tmp, rows)
@@ -253,13 +274,11 @@ def _on_ray(address: str, requests: Iterator[tuple[int, Any]], label: str | None
     the lines that are no request fail here, the others go to :func:`prepare_dataset` with
     absolute paths (which the workers must see)."""
     try:
-        import ray
+        import ray  # an optional extra (pvisor-replay[ray]), not installed by default
     except ImportError:
         raise UsageError(
             "--ray needs Ray: pip install '.[ray]' in a clone of pvisor (docs/install.md)"
         ) from None
-    from pvisor.replay.ray_data import prepare_dataset
-
     local: list[Any] = []
     items: list[dict[str, Any]] = []
     for n, opts in requests:
@@ -281,9 +300,7 @@ def _on_ray(address: str, requests: Iterator[tuple[int, Any]], label: str | None
                 "allow_damaged": opts.allow_damaged,
             }
         )
-    import logging
-
-    import ray.data
+    import ray.data  # the optional extra, found above
 
     # Ray Data's progress bars and INFO lines would fill stderr, where the lines of failed requests go
     ray.data.DataContext.get_current().enable_progress_bars = False
@@ -361,8 +378,6 @@ def row(outcome: BatchOutcome) -> dict[str, Any]:
 
 def _open(path: Path, shown: Path) -> BinaryIO:
     try:
-        from pvisor.core.outfile import open_private
-
         return open_private(path)
     except OSError as exc:
         raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
@@ -378,7 +393,7 @@ def _write_jsonl(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) -> N
 
 
 def parquet_schema() -> Any:
-    import pyarrow as pa
+    import pyarrow as pa  # an optional extra (pvisor-replay[parquet]), not installed by default
 
     return pa.schema(
         [
@@ -414,14 +429,12 @@ def _parquet_row(outcome: BatchOutcome) -> dict[str, Any]:
 
 def _write_parquet(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) -> None:
     try:
-        import pyarrow  # noqa: F401  (write_parquet_rows uses it)
+        import pyarrow  # noqa: F401  (an optional extra that write_parquet_rows uses)
     except ImportError:
         raise UsageError(
             f"--rows {show_path(shown)}: Parquet needs pyarrow: pip install '.[parquet]' in a clone of "
             "pvisor (or a .jsonl file for JSON Lines)"
         ) from None
-    from pvisor.adapters.exports.rows import write_parquet_rows
-
     try:
         with _open(path, shown) as out:
             write_parquet_rows(out, parquet_schema(), (_parquet_row(o) for o in outcomes), PARQUET_BATCH)

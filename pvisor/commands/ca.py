@@ -7,6 +7,8 @@ from pathlib import Path
 import click
 
 from pvisor.commands.base import Group, PathParam
+from pvisor.gateway.intercept import CA_BUNDLE, ensure_ca
+from pvisor.journal.paths import absolute
 
 
 @click.group("ca", cls=Group)
@@ -36,9 +38,6 @@ def ca_path(confdir: str | None, bundle: bool, mitmdump: str | None) -> None:
       NODE_EXTRA_CA_CERTS=$(pvisor ca path) claude -p "fix the test"
       SSL_CERT_FILE=$(pvisor ca path --bundle) python agent.py
     """
-    from pvisor.gateway.intercept import CA_BUNDLE, ensure_ca
-    from pvisor.journal.paths import absolute
-
     where = Path(absolute(confdir, f"--confdir {confdir}")) if confdir else None
     cert = ensure_ca(where, mitmdump)
     click.echo(str(cert.with_name(CA_BUNDLE) if bundle else cert))

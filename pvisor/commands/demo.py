@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from pathlib import Path
 
 import click
 
 from pvisor.commands.base import Command
-
 from pvisor.commands.journal import show
+from pvisor.journal.reader import JournalReader
+from pvisor.session.demo import main
 
 
 @click.command("demo", cls=Command)
@@ -17,10 +21,6 @@ def demo(ctx: click.Context) -> None:
     """Run the capture path offline: a scripted model server, the gateway in front of it, and
     a built-in agent loop that makes one real shell tool call. Records the run in the journal
     (--journal) and shows it."""
-    from pvisor.session.demo import main
-
-    from pvisor.journal.reader import JournalReader
-
     journal = Path(ctx.obj["journal"])
     result = main(journal, say=lambda line: click.echo(line))
     click.echo("")
@@ -37,10 +37,6 @@ def demo(ctx: click.Context) -> None:
 def invoked_as() -> str:
     """How to type this command again: ``pvisor`` when that is what PATH finds, else the path
     it was started by (``.venv/bin/pvisor`` from ``scripts/demo``, which puts nothing on PATH)."""
-    import os
-    import shutil
-    import sys
-
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "pvisor"
     if os.path.basename(argv0) != "pvisor" or os.sep not in argv0:
         on_path = shutil.which("pvisor")

@@ -9,13 +9,18 @@ import sys
 from pathlib import Path
 
 import click
-
-from pvisor.commands.base import Command, PathParam
 import orjson
 
-from pvisor.adapters.agents import agent_names
+from pvisor.adapters.agents import agent_names, get_profile
+from pvisor.adapters.protocols import UPSTREAMS
+from pvisor.commands.base import Command, PathParam
 from pvisor.commands.params import NEW_RUN_ID
 from pvisor.core.errors import UsageError
+from pvisor.gateway.intercept import CA_CERT, default_confdir, intercept_env, model_hosts, no_proxy_for
+from pvisor.gateway.routing import check_upstream_url
+from pvisor.journal.paths import absolute
+from pvisor.journal.producer import new_run_id
+from pvisor.session.run import check_utf8, run_dir_of
 
 _MARK = "PVISOR_EOF"
 
@@ -85,9 +90,6 @@ def env(
       pvisor env --agent codex --gateway http://127.0.0.1:8787 --shell fish
       pvisor env --agent claude-code --gateway http://127.0.0.1:8080 --intercept
     """
-    from pvisor.adapters.agents import get_profile
-    from pvisor.session.run import check_utf8, run_dir_of
-
     for option, value in (
         ("--gateway", gateway_url),
         ("--run", run_id),
@@ -95,9 +97,6 @@ def env(
         ("--journal", ctx.obj["journal"]),
     ):
         check_utf8(option, value)
-    from pvisor.gateway.routing import check_upstream_url
-    from pvisor.journal.producer import new_run_id
-
     try:
         check_upstream_url(gateway_url)
     except ValueError as exc:
@@ -125,8 +124,6 @@ def env(
     snippet = profile.snippet(base_url, run_dir_of(Path(ctx.obj["journal"]), run_id), model)
     header = f"pvisor env: {profile.title} through the gateway at {base}, run {run_id}"
     if "NO_PROXY" in snippet.env:  # the gateway's loopback names added to the user's own entries
-        from pvisor.gateway.intercept import no_proxy_for
-
         snippet.env["NO_PROXY"] = no_proxy_for({}, os.environ.get("NO_PROXY"), os.environ.get("no_proxy"))[0]
     _emit(profile, snippet, header, run_id, base_url, shell)
 
@@ -136,14 +133,6 @@ def _intercept(
 ) -> None:
     """The snippet of ``pvisor env --intercept``: the agent's own public host as its base URL
     (or none), HTTPS_PROXY, NO_PROXY and the CA variables of its runtime."""
-    import os
-
-    from pvisor.adapters.agents import get_profile
-    from pvisor.adapters.protocols import UPSTREAMS
-    from pvisor.session.run import run_dir_of
-    from pvisor.gateway.intercept import CA_CERT, default_confdir, intercept_env, model_hosts
-    from pvisor.journal.paths import absolute
-
     if run_id is not None:
         raise UsageError(
             "--run does not go with --intercept: intercepted exchanges go to the intercept gateway's run "
@@ -162,7 +151,8 @@ def _intercept(
     snippet.notes = [*snippet.notes, *profile.intercept_notes]
     if dropped:
         snippet.notes.append(
-            f"NO_PROXY leaves out {', '.join(dropped)} of yours: it would send the model requests around the proxy"
+            f"NO_PROXY leaves out {', '.join(dropped)} of yours: it would send the model requests around "
+            "the proxy"
         )
     if not (ca_dir / CA_CERT).is_file():
         snippet.notes.append(
@@ -170,7 +160,8 @@ def _intercept(
         )
     if not profile.intercept_verified:
         snippet.notes.append(
-            f"intercept mode is not verified with {profile.title} (docs/agents.md): check the journal after a first request"
+            f"intercept mode is not verified with {profile.title} (docs/agents.md): check the journal after "
+            "a first request"
         )
     header = f"pvisor env: {profile.title} through the intercept proxy at {proxy} (CA in {ca_dir})"
     _emit(profile, snippet, header, None, public, shell)
@@ -207,7 +198,8 @@ def _emit(profile, snippet, header: str, run_id: str | None, base_url: str, shel
             lines.append(_MARK)
         else:
             lines.append(
-                f"mkdir -p {_fish_quote(str(path.parent))}; and printf '%s\\n' {_fish_quote(text.rstrip(chr(10)))} > {_fish_quote(str(path))}"
+                f"mkdir -p {_fish_quote(str(path.parent))}; and printf '%s\\n' "
+                f"{_fish_quote(text.rstrip(chr(10)))} > {_fish_quote(str(path))}"
             )
     quote = shlex.quote if shell == "bash" else _fish_quote
     lines.append(" ".join(quote(a) for a in snippet.argv))

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import webbrowser
 from pathlib import Path
 
 import click
 
+from pvisor.adapters.exports import get_format
+from pvisor.adapters.exports.base import JournalSource, Settings
 from pvisor.commands.base import Command, PathParam, one_line
-
 from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import RUN_ID, Size
 from pvisor.commands.progress import progress_option
+from pvisor.core.errors import OutputError
+from pvisor.journal.reader import JournalReader
 
 #: the export format this command writes (pvisor.adapters.exports.report)
 REPORT = "report"
@@ -52,11 +56,6 @@ def report(
       pvisor report r-3f2a9c0d1e2b
       pvisor report r-3f2a9c0d1e2b -o run.html --open
     """
-    from pvisor.adapters.exports import get_format
-    from pvisor.adapters.exports.base import JournalSource, Settings
-    from pvisor.core.errors import OutputError
-    from pvisor.journal.reader import JournalReader
-
     form = get_format(REPORT)
     with JournalReader(Path(ctx.obj["journal"])) as reader:
         run = reader.run(run_id)  # an unknown run is a usage error before anything is written
@@ -71,7 +70,5 @@ def report(
     for p in written:
         click.echo(one_line(str(p)))
     if open_it:
-        import webbrowser
-
         if not webbrowser.open(written[0].resolve().as_uri()):
             click.echo(f"pvisor: warning: no browser to open {one_line(str(written[0]))}", err=True)

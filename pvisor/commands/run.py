@@ -6,15 +6,21 @@ import sys
 from pathlib import Path
 
 import click
-
-from pvisor.commands.base import Command, PathParam, one_line
 import orjson
 
 from pvisor.adapters.agents import agent_names, executables
 from pvisor.adapters.agents.base import AgentOutcome
-from pvisor.commands.params import Seconds, intercept_config, intercept_options, max_response_body_option
+from pvisor.commands.base import Command, PathParam, one_line
+from pvisor.commands.logs import show_on_stderr
+from pvisor.commands.params import (
+    RUN_ID,
+    Seconds,
+    intercept_config,
+    intercept_options,
+    max_response_body_option,
+)
 from pvisor.core.errors import EXIT_TIMEOUT
-from pvisor.commands.params import RUN_ID
+from pvisor.session.run import RunRequest, run_agent
 
 
 def _warn(message: str) -> None:
@@ -154,8 +160,6 @@ def run(
       pvisor run --agent claude-code --intercept --script turns.json -- "write hello.txt"
       pvisor run --agent codex --child-run child-1 -- "go on from the pause"
     """
-    from pvisor.session.run import RunRequest, run_agent
-
     request = RunRequest(
         agent=agent,
         task=" ".join(task),
@@ -176,8 +180,6 @@ def run(
         child_run=child_run,
         max_response_body=max_response_body,
     )
-    from pvisor.commands.logs import show_on_stderr
-
     undo = show_on_stderr(
         ("pvisor.journal", "pvisor.gateway")
     )  # e.g. "journal ... is locked by another process"
@@ -205,7 +207,8 @@ def _say_how_it_ended(ctx: click.Context, report, agent: str, timeout: float) ->
         ctx.exit(EXIT_TIMEOUT)
     if report.interrupted:
         click.echo(
-            f"pvisor: interrupted by {report.interrupt_signal or 'a signal'}: {agent} was stopped, the attempt recorded "
+            f"pvisor: interrupted by {report.interrupt_signal or 'a signal'}: {agent} was stopped, the "
+            "attempt recorded "
             f"(run {report.run}, attempt {report.attempt}; exit {report.exit_code})",
             err=True,
         )
@@ -274,13 +277,14 @@ def _print_report(r) -> None:
         )
         if r.attempt > 1 or any(not c["main"] for c in r.attempt_steps):
             this = "; ".join(
-                f"chain {c['chain']}{' (main)' if c['main'] else ''}, {c['steps']} step{'' if c['steps'] == 1 else 's'}"
+                f"chain {c['chain']}{' (main)' if c['main'] else ''}, {c['steps']} "
+                f"step{'' if c['steps'] == 1 else 's'}"
                 for c in r.attempt_steps
             )
             click.echo(f"  this attempt: {this or 'no step'}")
         click.echo(
-            f"  exchanges: {r.exchanges} (main-loop {r.main_exchanges}, auxiliary {r.auxiliary_exchanges}) in {r.chains} chain(s)"
-            + (f"; main chain {r.main_chain}" if r.main_chain is not None else "")
+            f"  exchanges: {r.exchanges} (main-loop {r.main_exchanges}, auxiliary {r.auxiliary_exchanges}) "
+            f"in {r.chains} chain(s)" + (f"; main chain {r.main_chain}" if r.main_chain is not None else "")
         )
     else:
         click.echo(f"  steps captured: unknown ({r.steps_error})")

@@ -18,15 +18,26 @@ from pathlib import Path
 from typing import Any
 
 import click
-
-from pvisor.commands.base import Command, PathParam
 import orjson
 
+from pvisor.adapters.protocols import UPSTREAMS
+from pvisor.commands.base import Command, PathParam
 from pvisor.commands.logs import show_on_stderr
 from pvisor.commands.outputs import check_output_path
 from pvisor.commands.params import NEW_RUN_ID, Seconds, Size, max_response_body_option
 from pvisor.core.errors import EXIT_UNAVAILABLE, UnavailableError, UsageError
+from pvisor.gateway.access import check_token, is_loopback, new_token
+from pvisor.gateway.intercept import InterceptConfig, parse_host, parse_redirect
+from pvisor.gateway.lifecycle import EventLoop, loop_factory, run_on, tune_gc_for_serving
+from pvisor.gateway.proxy import GatewayConfig, os_error_reason
+from pvisor.gateway.routing import check_upstream_url
+from pvisor.gateway.scripted_model import ScriptedModel, load_script
+from pvisor.gateway.scripted_server import ScriptedModelServer
 from pvisor.journal.paths import absolute
+from pvisor.journal.redact import redact_path
+from pvisor.journal.snapshots import SnapshotKind
+from pvisor.journal.snapshots import snapshot_driver as find_driver
+from pvisor.session.session import Session, SessionConfig, StopSignals
 
 EXIT_INTERRUPTED = 130  # SIGINT, as a shell reports Ctrl-C
 
@@ -34,15 +45,10 @@ EXIT_INTERRUPTED = 130  # SIGINT, as a shell reports Ctrl-C
 def _without_userinfo(url: str) -> str:
     """``url`` with any ``user:password@`` replaced and a key-shaped part ``REDACTED`` (a key
     pasted into the base path), for error messages."""
-    from pvisor.journal.redact import redact_path
-
     return redact_path(re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url))
 
 
 def parse_upstreams(values: tuple[str, ...]) -> dict[str, str]:
-    from pvisor.adapters.protocols import UPSTREAMS
-    from pvisor.gateway.routing import check_upstream_url
-
     out: dict[str, str] = {}
     for v in values:
         name, eq, url = v.partition("=")
@@ -124,7 +130,8 @@ def _stopping(signals: Any, server: Any, grace: float) -> None:
     n = server.in_flight
     if n:
         _say(
-            f"stopping: waiting for {n} exchange(s) in flight (up to {grace:g} s; a second signal cancels them now)"
+            f"stopping: waiting for {n} exchange(s) in flight (up to {grace:g} s; a second signal cancels "
+            "them now)"
         )
     else:
         _say("stopping")
@@ -201,7 +208,8 @@ def _stopping(signals: Any, server: Any, grace: float) -> None:
     "--ready-file",
     type=PathParam(dir_okay=False, readable=False),
     default=None,
-    help='Once listening, write {"url", "run", "pid", "journal"} here as JSON (before the listening line is printed).',
+    help='Once listening, write {"url", "run", "pid", "journal"} here as JSON '
+    "(before the listening line is printed).",
 )
 @click.option(
     "--workspace",
@@ -280,32 +288,7 @@ def _stopping(signals: Any, server: Any, grace: float) -> None:
     help="Intercept mode: the mitmdump to run (default $PVISOR_MITMDUMP, else the one on PATH).",
 )
 @click.pass_context
-def gateway(
-    ctx: click.Context,
-    host: str,
-    port: int,
-    upstreams: tuple[str, ...],
-    run_id: str | None,
-    max_body: int,
-    max_response_body: int,
-    stall_timeout: float,
-    header_timeout: float,
-    max_connections: int,
-    shutdown_grace: float,
-    log_file: str | None,
-    ready_file: str | None,
-    workspace: str | None,
-    snapshot_driver: str,
-    allow_remote: bool,
-    token: str | None,
-    token_file: str | None,
-    event_loop: str,
-    mode: str,
-    intercept_hosts: tuple[str, ...],
-    redirects: tuple[str, ...],
-    confdir: str | None,
-    mitmdump: str | None,
-) -> None:
+def gateway(ctx: click.Context, **options: Any) -> None:
     """Run the capture gateway: point an agent's base URL at it and every model exchange is
     recorded in the journal. Prints `listening http://HOST:PORT` when ready.
 
@@ -323,147 +306,86 @@ def gateway(
       ANTHROPIC_BASE_URL=http://127.0.0.1:8787 claude -p "fix the test"
       pvisor gateway --mode intercept --port 8080
     """
-    from pvisor.gateway.lifecycle import EventLoop, loop_factory, run_on
-
-    config, intercept = _gateway_config(
-        ctx,
-        host,
-        port,
-        upstreams,
-        run_id,
-        max_body,
-        max_response_body,
-        stall_timeout,
-        header_timeout,
-        max_connections,
-        shutdown_grace,
-        log_file,
-        workspace,
-        snapshot_driver,
-        allow_remote,
-        token,
-        token_file,
-        intercept_hosts,
-        redirects,
-        confdir,
-        mitmdump,
-        mode,
-    )
+    # the options (one parameter each, declared by the decorators above) are read by name from
+    # ctx.params: session_config() makes the session's record of them once
+    config = session_config(ctx)
+    log_file, ready_file = options["log_file"], options["ready_file"]
     for option, path in (("--log-file", log_file), ("--ready-file", ready_file)):
         if path:
             check_output_path(path, option)
-    journal_path = ctx.obj["journal"]
-    loop_choice = EventLoop(event_loop)
+    loop_choice = EventLoop(options["event_loop"])
     loop_factory(loop_choice)  # uvloop asked for and missing: a usage error before anything starts
     undo = show_on_stderr(("pvisor.journal", "pvisor.gateway"))
     try:
-        code = run_on(
-            loop_choice, _serve_gateway(journal_path, config, intercept, ready_file, log_file, host, port)
-        )
+        serving = _serve_gateway(config, ready_file, log_file, options["host"], options["port"])
+        code = run_on(loop_choice, serving)
     finally:
         undo()
     ctx.exit(code)
 
 
-def _gateway_config(
-    ctx: click.Context,
-    host: str,
-    port: int,
-    upstreams: tuple[str, ...],
-    run_id: str | None,
-    max_body: int,
-    max_response_body: int,
-    stall_timeout: float,
-    header_timeout: float,
-    max_connections: int,
-    shutdown_grace: float,
-    log_file: str | None,
-    workspace: str | None,
-    snapshot_driver: str,
-    allow_remote: bool,
-    token: str | None,
-    token_file: str | None,
-    intercept_hosts: tuple[str, ...],
-    redirects: tuple[str, ...],
-    confdir: str | None,
-    mitmdump: str | None,
-    mode: str,
-) -> tuple[Any, Any]:
-    """The options of ``pvisor gateway`` checked and made its
-    :class:`~pvisor.gateway.proxy.GatewayConfig` (its ``token`` the one requests must carry) and
-    intercept mode's :class:`~pvisor.gateway.intercept.InterceptConfig` (None: reverse proxy).
-    UsageError (exit 2) for options that do not go together or a bad value."""
-    from pvisor.gateway.proxy import GatewayConfig
-
-    if mode == "intercept":
-        from pvisor.gateway.access import is_loopback
-
-        if allow_remote or not is_loopback(host):
-            raise UsageError(
-                f"--mode intercept listens on this machine only: give a loopback --host (127.0.0.1), "
-                f"not {host}, and no --allow-remote"
-            )
-    if token_file is not None:
+def session_config(ctx: click.Context) -> SessionConfig:
+    """The options of ``pvisor gateway`` (``ctx.params``, by their names in :func:`gateway`)
+    checked and made its :class:`~pvisor.session.session.SessionConfig`, once: the gateway's
+    settings (its ``token`` the one requests must carry) and intercept mode's
+    :class:`~pvisor.gateway.intercept.InterceptConfig` (None: reverse proxy). UsageError (exit 2)
+    for options that do not go together or a bad value."""
+    o = ctx.params
+    host, port, workspace = o["host"], o["port"], o["workspace"]
+    if o["mode"] == "intercept" and (o["allow_remote"] or not is_loopback(host)):
+        raise UsageError(
+            f"--mode intercept listens on this machine only: give a loopback --host (127.0.0.1), "
+            f"not {host}, and no --allow-remote"
+        )
+    token = o["token"]
+    if o["token_file"] is not None:
         source = ctx.get_parameter_source("token")
         if source is click.core.ParameterSource.COMMANDLINE:
             raise UsageError("give the token with --token or with --token-file, not both")
         if source is click.core.ParameterSource.ENVIRONMENT:
             # neither silently wins over the other: the one meant may not be the one used
             raise UsageError("give the token with $PVISOR_GATEWAY_TOKEN or with --token-file, not both")
-        token = _read_token_file(token_file)
-    token = _access_token(host, allow_remote, token)
+        token = _read_token_file(o["token_file"])
+    token = _access_token(host, o["allow_remote"], token)
     intercept = None
-    if mode == "intercept":
-        intercept = _intercept_config(host, port, upstreams, intercept_hosts, redirects, confdir, mitmdump)
-    elif intercept_hosts or redirects or confdir or mitmdump:
+    if o["mode"] == "intercept":
+        intercept = _intercept_config(
+            host, port, o["upstreams"], o["intercept_hosts"], o["redirects"], o["confdir"], o["mitmdump"]
+        )
+    elif o["intercept_hosts"] or o["redirects"] or o["confdir"] or o["mitmdump"]:
         raise UsageError("--intercept-host, --redirect, --confdir and --mitmdump go with --mode intercept")
-    config = GatewayConfig(
+    gateway = GatewayConfig(
         host="127.0.0.1" if intercept else host,
         port=0 if intercept else port,
-        upstreams=parse_upstreams(upstreams),
-        run=run_id,
-        max_body=max_body,
-        max_response_body=max_response_body,
-        stall_timeout=stall_timeout,
-        header_timeout=header_timeout,
-        max_connections=max_connections,
-        log_file=Path(log_file) if log_file else None,
-        shutdown_grace=shutdown_grace,
+        upstreams=parse_upstreams(o["upstreams"]),
+        run=o["run_id"],
+        max_body=o["max_body"],
+        max_response_body=o["max_response_body"],
+        stall_timeout=o["stall_timeout"],
+        header_timeout=o["header_timeout"],
+        max_connections=o["max_connections"],
+        log_file=Path(o["log_file"]) if o["log_file"] else None,
+        shutdown_grace=o["shutdown_grace"],
         workspace=Path(absolute(workspace, f"--workspace {workspace}")) if workspace else None,
         snapshot_exclude=(Path(ctx.obj["journal"]),),
-        snapshot_driver=snapshot_driver,
+        snapshot_driver=o["snapshot_driver"],
         token=token,
     )
-    if intercept is not None:
-        from pvisor.gateway.intercept import serve_intercepted
-
-        serve_intercepted(config, intercept)
+    config = SessionConfig(ctx.obj["journal"], gateway, intercept)
     if workspace:
-        from pvisor.journal.snapshots import snapshot_driver as find_driver
-
-        find_driver(snapshot_driver)  # an unknown driver is a usage error before anything starts
-    return config, intercept
+        find_driver(o["snapshot_driver"])  # an unknown driver is a usage error before anything starts
+    return config
 
 
 async def _serve_gateway(
-    journal_path: str,
-    config: Any,
-    intercept: Any,
-    ready_file: str | None,
-    log_file: str | None,
-    host: str,
-    port: int,
+    config: SessionConfig, ready_file: str | None, log_file: str | None, host: str, port: int
 ) -> int:
-    """Serve ``config``'s gateway in one :class:`~pvisor.session.session.Session` until a stop
-    signal, the journal writer's end or mitmdump's; returns the exit code (module docstring)."""
-    from pvisor.gateway.lifecycle import tune_gc_for_serving
-    from pvisor.gateway.proxy import os_error_reason
-    from pvisor.journal.snapshots import SnapshotKind
-    from pvisor.session.session import Session, StopSignals
-
+    """Serve the gateway of ``config`` in one :class:`~pvisor.session.session.Session` until a
+    stop signal, the journal writer's end or mitmdump's; returns the exit code (module
+    docstring). ``host`` and ``port``: the options, as errors name them."""
     signals = StopSignals()
     # signals, address, journal, gateway, mitmdump; stopped in one order (pvisor.session.session)
-    session = Session(journal_path, config, intercept=intercept, signals=signals)
+    session = Session(config, signals=signals)
     failed = False
     proxy_died = False
     try:
@@ -477,9 +399,9 @@ async def _serve_gateway(
         assert gw is not None and journal is not None
         tune_gc_for_serving()
         await session.take_snapshot(SnapshotKind.START)  # before the ready file: no agent has started yet
-        _announce(url, session, config.token, ready_file, journal_path, intercept)
+        _announce(url, session, ready_file)
         failed, proxy_died = await _until_stopped(signals, session)
-        _stopping(signals, gw, config.shutdown_grace)
+        _stopping(signals, gw, config.gateway.shutdown_grace)
         await session.take_snapshot(SnapshotKind.END)
         # mitmdump stays until the exchanges in flight have ended (they pass through it);
         # a new connection meanwhile gets its 502 for the gateway that no longer accepts
@@ -502,12 +424,13 @@ async def _serve_gateway(
     return _exit_code(signals)
 
 
-def _announce(
-    url: str, session: Any, token: str | None, ready_file: str | None, journal_path: str, intercept: Any
-) -> None:
+def _announce(url: str, session: Session, ready_file: str | None) -> None:
     """Write the ready file, then print ``listening BASE`` on stdout and the run, journal,
     writer, event loop (and intercept mode's hosts and CA) on stderr."""
     gw, journal, proxy = session.gateway, session.journal, session.proxy
+    assert gw is not None and journal is not None
+    token, intercept = session.config.gateway.token, session.config.intercept
+    journal_path = session.config.journal
     extra: dict[str, Any] = {}
     if proxy is not None:
         extra = {"mode": "intercept", "gateway": url, "ca": str(proxy.ca_cert)}
@@ -570,8 +493,6 @@ def _intercept_config(
 ) -> Any:
     """The :class:`~pvisor.gateway.intercept.InterceptConfig` of ``pvisor gateway --mode
     intercept``; UsageError for options that do not go with it."""
-    from pvisor.gateway.intercept import InterceptConfig, parse_host, parse_redirect
-
     if upstreams:
         raise UsageError(
             "--upstream does not go with --mode intercept: the agent's own host is the upstream "
@@ -594,8 +515,6 @@ def _intercept_config(
 def _read_token_file(path: str) -> str:
     """The token in the first line of the file ``path`` (without its line end); UsageError
     naming the file, never its content, when it cannot be read or holds no token."""
-    from pvisor.gateway.access import check_token
-
     try:
         with open(path, "rb") as f:
             first = f.read(4096).split(b"\n", 1)[0].rstrip(b"\r")
@@ -612,8 +531,6 @@ def _read_token_file(path: str) -> str:
 def _access_token(host: str, allow_remote: bool, token: str | None) -> str | None:
     """The token requests must carry, or None (a loopback gateway without --token). UsageError
     for a host beyond this machine without --allow-remote, or a token that cannot be one."""
-    from pvisor.gateway.access import check_token, new_token
-
     check_listen_host(
         host,
         allow_remote,
@@ -633,8 +550,6 @@ def check_listen_host(host: str, allow_remote: bool, risk: str) -> None:
     :func:`~pvisor.gateway.access.is_loopback`) without ``--allow-remote``; ``risk`` ends the
     sentence ``whoever reaches it could ...`` and says what follows ``add --allow-remote``. The
     rule of every pvisor server (``gateway``, ``serve-model``)."""
-    from pvisor.gateway.access import is_loopback
-
     if not host.strip():
         raise UsageError("--host: an empty address; give 127.0.0.1, or an address with --allow-remote")
     if not is_loopback(host) and not allow_remote:
@@ -690,10 +605,6 @@ def serve_model(
     Example:
       pvisor serve-model --script turns.json --port 0
     """
-    from pvisor.gateway.proxy import os_error_reason
-    from pvisor.gateway.scripted_model import ScriptedModel, load_script
-    from pvisor.gateway.scripted_server import ScriptedModelServer
-
     # as the gateway: no address beyond this machine unless asked for (a script may hold a task's
     # code, and every request is served, with no token)
     check_listen_host(
@@ -704,8 +615,6 @@ def serve_model(
         check_output_path(ready_file, "--ready-file")
 
     async def serve() -> int:
-        from pvisor.session.session import StopSignals
-
         signals = StopSignals()
         signals.install()
         server = ScriptedModelServer(model, host, port, shutdown_grace=shutdown_grace)

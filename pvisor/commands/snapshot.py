@@ -8,10 +8,12 @@ from pathlib import Path
 import click
 
 from pvisor.commands.base import Group, PathParam, one_line
-from pvisor.commands.params import RUN_ID, pause_options
-
 from pvisor.commands.cells import counted, print_table
+from pvisor.commands.params import RUN_ID, pause_options
 from pvisor.commands.reading import emit_json, open_reader, utc_time
+from pvisor.core.errors import UsageError
+from pvisor.replay.numbering import resolve_step, transitions, where
+from pvisor.replay.snapshots import restore_snapshot, run_snapshots
 
 
 @click.group("snapshot", cls=Group)
@@ -28,9 +30,6 @@ def ls(ctx: click.Context, run_id: str, as_json: bool) -> None:
     tools it has seen (AFTER: after step N, which is before transition N; '-' for an auxiliary
     request), the request it was taken for, its size, what its walk read and how long the answer
     waited for it."""
-    from pvisor.replay.numbering import transitions
-    from pvisor.replay.snapshots import run_snapshots
-
     with open_reader(ctx) as r:
         rs = run_snapshots(r, run_id)
     if as_json:
@@ -134,10 +133,6 @@ def restore(
       pvisor snapshot restore r-3f2a9c0d1e2b --step 2 --before --into ws-before-2
       pvisor snapshot restore r-3f2a9c0d1e2b --after-step 0 --into ws-start
     """
-    from pvisor.core.errors import UsageError
-    from pvisor.replay.numbering import resolve_step, where
-    from pvisor.replay.snapshots import restore_snapshot, run_snapshots
-
     if not into:
         # Path("") is the working directory: an empty value must not restore into it
         raise UsageError("--into is empty: give the directory to restore into")

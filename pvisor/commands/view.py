@@ -8,14 +8,19 @@ import sys
 from pathlib import Path
 
 import click
-
-from pvisor.commands.base import Command, PathParam, one_line
 import orjson
 
+from pvisor.adapters.native import check_source_file
+from pvisor.commands.base import Command, PathParam, one_line
 from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import pause_options, refuse_key_shaped
 from pvisor.commands.progress import progress_option
 from pvisor.core.errors import OutputError, UsageError
+from pvisor.core.outfile import open_private
+from pvisor.journal.exported import is_export
+from pvisor.journal.paths import require_utf8
+from pvisor.replay.numbering import Wording, where
+from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay
 
 
 @click.command("view", cls=Command)
@@ -89,9 +94,6 @@ def view(
       pvisor view r-3f2a9c0d1e2b --progress 0.5 --output half.json
       pvisor view ~/.codex/sessions/2026/12/01/rollout-....jsonl --before-commitment
     """
-    from pvisor.journal.paths import require_utf8
-    from pvisor.replay.numbering import Wording, where
-
     # the view is JSON, which cannot carry a name that is not UTF-8
     for option, value in (("RUN|FILE", source), ("--journal", ctx.obj["journal"]), ("--output", output)):
         require_utf8(option, value)
@@ -125,8 +127,6 @@ def view(
         return
     make_output_parent(output, "--output")
     try:
-        from pvisor.core.outfile import open_private
-
         with open_private(output) as f:
             f.write(data)
     except OSError as exc:
@@ -138,13 +138,8 @@ def _read_source(ctx: click.Context, source: str, agent: str | None):
     """The :class:`~pvisor.replay.views.TrajectoryReplay` of RUN|FILE: an existing path (or
     ``-``) is a native trajectory file or a journal export, anything else a run of the journal.
     UsageError (exit 2) for a missing file or run, naming both readings."""
-    from pvisor.replay.numbering import Wording
-    from pvisor.replay.views import TrajectoryReplay
-
     native = os.path.lexists(source) or source == "-"
     if native and source != "-":
-        from pvisor.adapters.native import check_source_file
-
         check_source_file(Path(source), source)  # a FIFO or a device could block or never end
     if native and source != "-" and _is_export(source):
         # a journal export of one run, as TrajectoryReplay.from_event_log reads it: no workspace
@@ -176,8 +171,6 @@ def _pause_spec(
 ):
     """The :class:`~pvisor.replay.views.PauseSpec` the pause options choose (one at most, checked
     before): before the first commitment, at a progress fraction, or at a step (None: the last)."""
-    from pvisor.replay.views import PauseKind, PauseSpec
-
     if before_commitment:
         return PauseSpec(None, PauseKind.BEFORE_COMMITMENT, before=before)
     if fraction is not None:
@@ -187,6 +180,4 @@ def _pause_spec(
 
 def _is_export(path: str) -> bool:
     """Whether ``path`` is a journal export (``pvisor journal export RUN --format jsonl``)."""
-    from pvisor.journal.exported import is_export
-
     return os.path.isfile(path) and is_export(path)

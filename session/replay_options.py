@@ -1,0 +1,72 @@
+"""The arguments of one replay with the agent (replay-only and continuation): :class:`ReplayOptions`
+with its defaults, filled by ``pvisor replay`` (:mod:`pvisor.commands.replay`), a replay.toml and
+the Python API (:func:`pvisor.session.continue_run`), read by :mod:`pvisor.session.replay`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+#: seconds the agent may go on after its synthetic final reply before it is stopped
+END_GRACE_S = 30.0
+#: default --timeout of a replay, seconds
+DEFAULT_TIMEOUT_S = 900.0
+
+
+@dataclass
+class ReplayOptions:
+    """The arguments of one replay-only (``pvisor replay --replay-only``; docs/replay.md).
+
+    Fields: ``agent``; ``after_step`` N; ``output`` directory; ``workspace`` (required: where
+    the agent re-runs its tools); exactly one of ``trajectory`` (native file) and ``run``
+    (journal run, read from ``journal``); ``journal`` (also where the derived run goes);
+    ``entrypoint`` (the agent's executable; default its command on PATH); ``task`` (when the
+    source holds none, or to replay with another); ``session`` (OpenCode stores);
+    ``timeout`` seconds for the whole agent run; ``force``; ``allow_unsupported`` (an installed
+    agent version outside its profile's range); ``end_grace`` seconds after the synthetic end;
+    ``model`` the agent is launched with (default: the recorded one); ``agent_env`` and
+    ``agent_args`` (a config's ``environment`` and ``arguments``).
+
+    A continuation (:func:`continue_replay`) also reads: ``upstream`` (the live model's base URL;
+    None: the agent's public API, which needs the user's key in the environment),
+    ``max_steps`` (None: no budget; else >= 1), ``boundary_prompt``, ``reasoning`` (``keep`` or
+    ``strip``), ``live_model`` (None: the model the agent asks for); ``allow_damaged``: play a
+    damaged native file back anyway (each repair listed); ``workspace_from``: a journal run
+    whose start snapshot is restored into the (empty) ``workspace`` before the agent starts;
+    ``child_run``: the pending child run of a handoff the derived run is filed under (it must
+    continue the replayed run after step N; :func:`pvisor.session.children.child_target`), its
+    workspace compared at the boundary with the snapshot the handoff restored;
+    ``child_option``: how errors name it (``--child-run``, ``child_run=``)."""
+
+    agent: str
+    after_step: int
+    output: Path
+    workspace: Path | None
+    journal: Path
+    trajectory: Path | None = None
+    run: str | None = None
+    entrypoint: str | None = None
+    task: str | None = None
+    session: str | None = None
+    timeout: float = DEFAULT_TIMEOUT_S
+    force: bool = False
+    allow_unsupported: bool = False
+    end_grace: float = END_GRACE_S
+    model: str | None = None
+    agent_env: dict[str, str] = field(default_factory=dict)
+    agent_args: list[str] = field(default_factory=list)
+    upstream: str | None = None
+    max_steps: int | None = None
+    boundary_prompt: str | None = None
+    reasoning: str = "keep"
+    live_model: str | None = None
+    allow_damaged: bool = False
+    workspace_from: str | None = None
+    intercept: Any = None
+    child_run: str | None = None
+    child_option: str = "--child-run"
+
+
+#: the name of the options before continuation came
+ReplayOnlyOptions = ReplayOptions
