@@ -65,7 +65,7 @@ from pvisor.adapters.protocols.convert import (
     texts_only,
     without_unsigned_reasoning,
 )
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from .source import (
@@ -102,8 +102,7 @@ _BODY_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encod
 # --------------------------------------------------------------------------- results
 
 
-@record
-class Prefix(Record):
+class Prefix(Record, record=True):
     """A prepared prefix.
 
     Fields:
@@ -340,8 +339,7 @@ def _journal_compaction(reader: Any, classification: Any, after_step: int) -> di
 # --------------------------------------------------------------------------- profiles
 
 
-@record
-class Profile(Record):
+class Profile(Record, record=True):
     """What a capture of the same agent gives a native render: the first main-loop request's
     ``conversation`` (system prompt, tools, params, model, stream, first user message), its
     ``request`` meta, ``run`` id, ``agent_version`` and ``journal`` path."""

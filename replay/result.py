@@ -51,7 +51,7 @@ from pvisor.core import digest
 from pvisor.core.digest import sha256_hex
 from pvisor.core.errors import PvisorError
 from pvisor.journal.model import RunMode, Step, ToolCall, ToolResult
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
 from .errors import ReplayBadInput, ReplayOutputError, ReplayUsageError, error_code, error_detail, show_path
 from .source import is_made_up
@@ -182,8 +182,7 @@ class ResultPart:
         }
 
 
-@record
-class ResultMessage(ResultPart, Record):
+class ResultMessage(ResultPart, Record, record=True):
     """One of ``warnings`` or ``errors``.
 
     Fields:
@@ -199,8 +198,7 @@ class ResultMessage(ResultPart, Record):
         self.message = message
 
 
-@record
-class SourceRecord(ResultPart, Record):
+class SourceRecord(ResultPart, Record, record=True):
     """``source``: what steps 1..N were read from.
 
     Fields:
@@ -234,8 +232,7 @@ class SourceRecord(ResultPart, Record):
         self.session = session
 
 
-@record
-class BoundaryRecord(ResultPart, Record):
+class BoundaryRecord(ResultPart, Record, record=True):
     """``boundary``: where the replay stops.
 
     Fields:
@@ -256,8 +253,7 @@ class BoundaryRecord(ResultPart, Record):
         self.next_action_excluded = next_action_excluded
 
 
-@record
-class PrefixRecord(ResultPart, Record):
+class PrefixRecord(ResultPart, Record, record=True):
     """``prefix``: the request body for inference N+1 (built by :func:`prefix_record`).
 
     Fields:
@@ -331,8 +327,7 @@ class PrefixRecord(ResultPart, Record):
         self.compaction = compaction
 
 
-@record
-class ToolCallRecord(ResultPart, Record):
+class ToolCallRecord(ResultPart, Record, record=True):
     """One of ``tool_calls``: a tool call of steps 1..N, in order.
 
     Fields:
@@ -391,8 +386,7 @@ class ToolCallRecord(ResultPart, Record):
         self.observation_not_sent = observation_not_sent
 
 
-@record
-class WorkspaceRecord(ResultPart, Record):
+class WorkspaceRecord(ResultPart, Record, record=True):
     """``workspace``: the workspace digested before and after (docs/result-protocol.md
     "Workspace digest").
 
@@ -431,8 +425,7 @@ class WorkspaceRecord(ResultPart, Record):
         self.restored_from = restored_from
 
 
-@record
-class Lineage(ResultPart, Record):
+class Lineage(ResultPart, Record, record=True):
     """``lineage`` of the derived run of a replay-only or continuation.
 
     Fields:
@@ -465,8 +458,7 @@ class Lineage(ResultPart, Record):
         self.workspace_snapshot = workspace_snapshot
 
 
-@record
-class Timings(ResultPart, Record):
+class Timings(ResultPart, Record, record=True):
     """``timings_ms``: milliseconds (:func:`elapsed_ms`), each written once reached (a field
     not reached is :data:`ABSENT`), in the order the modes reach them.
 
@@ -511,8 +503,7 @@ class Timings(ResultPart, Record):
         self.total = total
 
 
-@record
-class ResultDocument(ResultPart, Record):
+class ResultDocument(ResultPart, Record, record=True):
     """The result document, ``result.json`` (schema ``sandbox-playback.result/v3``,
     docs/result-protocol.md; JSON Schema docs/result-schema.json): :meth:`start` makes one with
     nothing done yet (``status: failed``), each mode fills it, :meth:`to_json` gives the dict

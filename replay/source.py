@@ -25,7 +25,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from pvisor.journal.model import RESPONSE_TRUNCATED, Step, ToolCall, ToolResult
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 
@@ -66,8 +66,7 @@ def choose_protocol(agent: str, wanted: str | None, model: str | None, provider:
     return wanted
 
 
-@record
-class Source(Record):
+class Source(Record, record=True):
     """What was read: ``kind`` (``journal`` | ``native``), ``path``, ``run`` (journal run id or
     None), ``agent_version`` (str or None), ``profile`` (format profile or launch profile name),
     ``steps`` (Sequence[Step], possibly lazy), ``session`` (native session id or None),

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from pvisor.core.errors import BadInputError
 from pvisor.core.lazyre import LazyPattern
 from pvisor.journal.model import Trajectory
-from pvisor.core.record import FrozenRecord, Record, record
+from pvisor.core.record import FrozenRecord, Record
 
 from .assembly import LazySteps
 from .diagnostics import Diagnostics
@@ -41,8 +41,7 @@ _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 _VERSION = LazyPattern(r"^\s*v?(\d+)\.(\d+)")
 
 
-@record
-class FormatProfile(FrozenRecord):
+class FormatProfile(FrozenRecord, record=True):
     """A pinned native format version.
 
     Fields:
@@ -123,8 +122,7 @@ class FormatProfile(FrozenRecord):
 # --------------------------------------------------------------------------- adapters
 
 
-@record
-class NativeResult(Record):
+class NativeResult(Record, record=True):
     """What an adapter returns: the trajectory, the profile it was read with, and the warnings."""
 
     trajectory: Trajectory

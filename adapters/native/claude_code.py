@@ -89,7 +89,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 from pvisor.adapters.protocols.base import signature_flags
 
 from .assembly import LazySteps, LeftOutLines, as_dict, as_str, interned, object_call
@@ -160,8 +160,7 @@ def _key(uuid: str) -> int | str:
     return int(uuid.replace("-", ""), 16) if len(uuid) == 36 and _UUID.fullmatch(uuid) else uuid
 
 
-@record
-class _Line(Record):
+class _Line(Record, record=True):
     """One assistant line of a message: chain index, packed line ref, line number, its
     ``tool_use`` blocks' (id, name), whether it has ``usage``, its ``stop_reason``."""
 
@@ -189,8 +188,7 @@ class _Line(Record):
         self.stop_reason = stop_reason
 
 
-@record
-class _Msg(Record):
+class _Msg(Record, record=True):
     """Every assistant line of one ``message.id``; a repeated uuid replaces the earlier line and
     keeps its position. A list, not a dict: a message has a few lines and a file many messages."""
 
@@ -204,8 +202,7 @@ class _Msg(Record):
         self.model = model
 
 
-@record
-class _Gap(Record):
+class _Gap(Record, record=True):
     """Step ``n`` whose action's line was lost: the results of line ``line`` (packed ``ref``)
     answer calls ``ids`` that no line of the file holds."""
 
@@ -230,8 +227,7 @@ class _Gap(Record):
         self.after = after
 
 
-@record
-class _Plan(Record):
+class _Plan(Record, record=True):
     """What step ``n`` is made of: its message, its lines in chain order, the result found for
     each of its ``tool_use`` calls (a packed ref, ``(ref, k)`` for the k-th block with that id
     in the line, or None: interrupted), usage line and stop reason (the last in chain order),

@@ -17,7 +17,7 @@ from dataclasses import field
 from typing import Any
 
 from pvisor.core.errors import BadInputError
-from pvisor.core.record import FrozenRecord, Record, record
+from pvisor.core.record import FrozenRecord, Record
 
 _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 
@@ -46,8 +46,7 @@ WARNING_CODES: dict[str, str] = {
 }
 
 
-@record
-class NativeWarning(FrozenRecord):
+class NativeWarning(FrozenRecord, record=True):
     """One warning: ``code`` (a key of :data:`WARNING_CODES`), ``where`` (``"line 12"``,
     ``"lines 4-6"``, ``"message m1"``) and a one-line ``message``."""
 
@@ -64,8 +63,7 @@ class NativeWarning(FrozenRecord):
         return f"{self.where}: {self.code}: {self.message}"
 
 
-@record
-class Diagnostics(Record):
+class Diagnostics(Record, record=True):
     """Warnings collected while reading one file (``path`` names it in messages).
 
     At most :data:`MAX_WARNINGS_PER_CODE` warnings of one code are kept; past that one

@@ -60,7 +60,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
 from .assembly import LazySteps, LeftOutLines, as_dict, as_list, as_str, interned, left_out, object_call
 from .base import FormatProfile, NativeAdapter, NativeResult
@@ -79,8 +79,7 @@ _KNOWN = frozenset(_CONV + ("system",))
 _SHAPE = "no Qwen Code chat record (a record with uuid and message.parts) in the file"
 
 
-@record
-class _Rec(Record):
+class _Rec(Record, record=True):
     """One record: ``ref`` is its packed :class:`~.jsonl.LineRef`; ``ids`` are the call ids of
     an assistant's ``functionCall`` parts (with names) or of a tool_result's
     ``functionResponse`` parts; ``on`` marks the main chain. Strings are interned: a 200 MB
@@ -116,8 +115,7 @@ class _Rec(Record):
         self.on = on
 
 
-@record
-class _Plan(Record):
+class _Plan(Record, record=True):
     """Step ``n``: its assistant record, the tool_result and user records after it, and how
     many ``chat_compression`` records followed it."""
 
