@@ -735,7 +735,15 @@ def native_request(
     if mod.MODEL_IN_PATH:
         path = path.format(model=model or "MODEL")
     query = descriptor(agent).request_query or query
-    return request_meta(method, path, query, {"content-type": "application/json"}), "default"
+    # pvisor's own header, nothing to redact (request_meta would load journal/redact.py for it)
+    meta = {
+        "method": method,
+        "path": path,
+        "query": query,
+        "headers": {"content-type": "application/json"},
+        "recorded_content_encoding": None,
+    }
+    return meta, "default"
 
 
 def native_prefix(
