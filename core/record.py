@@ -172,18 +172,23 @@ def _record_namespace(qualname: str, bases: tuple[type, ...], body: Any, notes: 
     found: dict[str, Field] = {}
     # done for some 50 classes on every prepare-only: per field only what a field needs
     for name, kind in notes.items():
-        shown = kind if isinstance(kind, str) else repr(kind)
-        if "ClassVar" in shown or "InitVar" in shown or "KW_ONLY" in shown:
+        shown = kind if kind.__class__ is str else repr(kind)
+        if ("Var" in shown or "KW_ONLY" in shown) and (
+            "ClassVar" in shown or "InitVar" in shown or "KW_ONLY" in shown
+        ):
             raise TypeError(f"record {qualname}.{name}: {shown} is not covered; use @dataclass")
         default = take(name, MISSING)
-        if isinstance(default, Field):
+        if default is MISSING:
+            f = Field(MISSING, *_PLAIN_FIELD)
+        elif isinstance(default, Field):
             f = default
             if f.kw_only is MISSING:
                 f.kw_only = False
             default = f.default
+        elif isinstance(default, MemberDescriptorType):
+            f = Field(MISSING, *_PLAIN_FIELD)  # a slot of a base, not a default
+            default = MISSING
         else:
-            if isinstance(default, MemberDescriptorType):
-                default = MISSING  # a slot of a base, not a default
             f = Field(default, *_PLAIN_FIELD)
         f.name = name
         f.type = kind
