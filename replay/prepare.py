@@ -35,8 +35,15 @@ from .errors import (
     show_path,
 )
 from .prefix import Prefix
-from .result import (
+from .output import (
     OUTPUT_FILES,
+    check_output,
+    create_output,
+    is_inside,
+    resolve_path,
+    same_file,
+)
+from .result import (
     PREFIX_FILE,
     REQUEST_FILE,
     RESULT_FILE,
@@ -44,15 +51,10 @@ from .result import (
     ResultMode,
     ResultStatus,
     WorkspaceRecord,
-    check_output,
-    create_output,
     elapsed_ms,
     file_sha256,
-    is_inside,
     notes_messages,
     prefix_record,
-    resolve_path,
-    same_file,
     tool_call_records,
     workspace_digest,
     write_failed,

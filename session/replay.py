@@ -45,6 +45,13 @@ from pvisor.replay.errors import (
 from pvisor.replay.prepare import check_utf8_option
 from pvisor.replay.agent_result import AgentRunEnd, AgentRunRecord, PlaybackSummary
 from pvisor.replay.spec import REASONING, collect, in_order, problems_error
+from pvisor.replay.output import (
+    check_output,
+    commit_temps,
+    create_output,
+    write_file,
+    write_temps,
+)
 from pvisor.replay.result import (
     PREFIX_FILE,
     REQUEST_FILE,
@@ -54,17 +61,12 @@ from pvisor.replay.result import (
     ResultMessage,
     ResultStatus,
     WorkspaceRecord,
-    check_output,
-    commit_temps,
-    create_output,
     dump_result,
     elapsed_ms,
     file_sha256,
     notes_messages,
     prefix_record,
     workspace_digest,
-    write_file,
-    write_temps,
 )
 
 #: seconds the agent may go on after its synthetic final reply before it is stopped

@@ -37,7 +37,7 @@ from pvisor.replay.batch import (
     text_row,
 )
 from pvisor.replay.errors import ReplayUsageError, error_code, error_detail, show_path
-from pvisor.replay.result import same_file
+from pvisor.replay.output import same_file
 
 #: rows per Parquet row group
 PARQUET_BATCH = 512
