@@ -16,7 +16,8 @@ Modules:
 - :mod:`.source`: a source read and checked (a journal run or a native file: its steps, the
   boundary and damage checks every mode makes).
 - :mod:`.prefix`: the prefix from a journal run (recorded bytes of request N+1) or from a native
-  trajectory (rendered by the protocol module, with parts from a ``--profile-from`` capture).
+  trajectory (rendered by the protocol module, with parts from a ``--profile-from`` capture,
+  which :mod:`.profile` reads).
 - :mod:`.workspace`: the workspace digest.
 - :mod:`.errors`: errors with result-protocol codes.
 - :mod:`.spec`: every replay option declared once (:data:`~.spec.OPTIONS`: name, kind, default,

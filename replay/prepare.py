@@ -222,7 +222,7 @@ def check_inputs_not_outputs(opts: "PrepareOptions", out: str | os.PathLike) -> 
     if opts.journal is not None:
         inputs.append(("--journal", opts.journal))
     if opts.profile_from is not None:
-        from .prefix import parse_profile_spec
+        from .profile import parse_profile_spec
 
         inputs.append(("--profile-from", parse_profile_spec(opts.profile_from)[0]))
     for opt, path in inputs:
@@ -338,7 +338,7 @@ def option_problems(opts: PrepareOptions) -> tuple[list[PvisorError], bool]:
         # (WAL mode): a journal inside the workspace would be a write into it
         journals = [("--journal", opts.journal)] if opts.journal is not None else []
         if opts.profile_from is not None:
-            from .prefix import parse_profile_spec
+            from .profile import parse_profile_spec
 
             journals.append(("--profile-from", parse_profile_spec(opts.profile_from)[0]))
         for opt, path in journals:
