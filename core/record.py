@@ -169,8 +169,10 @@ def _record_namespace(qualname: str, bases: tuple[type, ...], body: Any, notes: 
             raise TypeError(f"record {qualname}: a dataclass base ({base.__qualname__}); use @dataclass")
     made = dict(body)
     take = made.pop
-    found: dict[str, Field] = {}
-    # done for some 50 classes on every prepare-only: per field only what a field needs
+    spec: list[tuple[str, Any, Any]] = []
+    match_args: list[str] = []
+    # done for some 50 classes on every prepare-only: per field only the checks, the Field
+    # objects are made on first use (:class:`_Fields`)
     for name, kind in notes.items():
         shown = kind if kind.__class__ is str else repr(kind)
         if ("Var" in shown or "KW_ONLY" in shown) and (
@@ -179,25 +181,26 @@ def _record_namespace(qualname: str, bases: tuple[type, ...], body: Any, notes: 
             raise TypeError(f"record {qualname}.{name}: {shown} is not covered; use @dataclass")
         default = take(name, MISSING)
         if default is MISSING:
-            f = Field(MISSING, *_PLAIN_FIELD)
+            match_args.append(name)
         elif isinstance(default, Field):
-            f = default
-            if f.kw_only is MISSING:
-                f.kw_only = False
-            default = f.default
-        elif isinstance(default, MemberDescriptorType):
-            f = Field(MISSING, *_PLAIN_FIELD)  # a slot of a base, not a default
-            default = MISSING
+            if default.kw_only is MISSING:
+                default.kw_only = False
+            if default.init and not default.kw_only:
+                match_args.append(name)
+            if default.default is not MISSING and default.default.__class__.__hash__ is None:
+                raise ValueError(
+                    f"mutable default {type(default.default)} for field {name} is not allowed: "
+                    "use default_factory"
+                )
         else:
-            f = Field(default, *_PLAIN_FIELD)
-        f.name = name
-        f.type = kind
-        f._field_type = _FIELD_KIND  # type: ignore[attr-defined]
-        if default is not MISSING and default.__class__.__hash__ is None:
-            raise ValueError(
-                f"mutable default {type(default)} for field {name} is not allowed: use default_factory"
-            )
-        found[name] = f
+            if isinstance(default, MemberDescriptorType):
+                default = MISSING  # a slot of a base, not a default
+            elif default.__class__.__hash__ is None:
+                raise ValueError(
+                    f"mutable default {type(default)} for field {name} is not allowed: use default_factory"
+                )
+            match_args.append(name)
+        spec.append((name, kind, default))
     for name, value in made.items():
         if isinstance(value, Field):
             raise TypeError(f"{name!r} is a field but has no type annotation")
@@ -208,12 +211,44 @@ def _record_namespace(qualname: str, bases: tuple[type, ...], body: Any, notes: 
         if base is not object:
             slots = base.__dict__.get("__slots__", ())
             inherited.update((slots,) if isinstance(slots, str) else slots)
-    made["__slots__"] = tuple(n for n in found if n not in inherited)
+    made["__slots__"] = tuple(name for name, _, _ in spec if name not in inherited)
     made["__dataclass_params__"] = _PARAMS
-    made["__dataclass_fields__"] = found
+    made["__dataclass_fields__"] = _Fields(spec)
     if "__match_args__" not in made:
-        made["__match_args__"] = tuple(n for n, f in found.items() if f.init and not f.kw_only)
+        made["__match_args__"] = tuple(match_args)
     return made
+
+
+class _Fields:
+    """A record's ``__dataclass_fields__`` until it is first read (``dataclasses.fields``,
+    orjson, a comparison): then the ``{name: Field}`` dict is made and takes its place in the
+    class, so that later reads are a plain attribute's. ``spec``: ``(name, annotation,
+    default)`` per field, the default :data:`MISSING`, a value or a ``field(...)``. The fields
+    are checked when the class is made (:func:`_record_namespace`): only the 300 or so Field
+    objects of the records on ``replay --prepare-only``'s path wait (0.005 M instructions
+    each), and that command reads none."""
+
+    __slots__ = ("spec", "owner")
+
+    def __init__(self, spec: list[tuple[str, Any, Any]]) -> None:
+        self.spec = spec
+        self.owner: type | None = None
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.owner = owner
+
+    def __get__(self, obj: Any, cls: type | None = None) -> dict[str, Field]:
+        found: dict[str, Field] = {}
+        for name, kind, default in self.spec:
+            f = default if isinstance(default, Field) else Field(default, *_PLAIN_FIELD)
+            f.name = name
+            f.type = kind
+            f._field_type = _FIELD_KIND  # type: ignore[attr-defined]
+            found[name] = f
+        owner = self.owner if self.owner is not None else cls
+        if owner is not None and owner.__dict__.get("__dataclass_fields__") is self:
+            type.__setattr__(owner, "__dataclass_fields__", found)
+        return found
 
 
 def _finish(new: type) -> None:

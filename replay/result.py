@@ -173,9 +173,11 @@ class ResultPart:
     __slots__ = ()
 
     def to_json(self) -> dict[str, Any]:
+        # the slots are the fields, in order (this class and Record hold none): the Field
+        # objects, which prepare-only never needs, stay unmade (core/record.py)
         return {
             name: json_value(value)
-            for name in self.__dataclass_fields__  # type: ignore[attr-defined]
+            for name in self.__slots__  # type: ignore[attr-defined]
             if (value := getattr(self, name)) is not ABSENT
         }
 
