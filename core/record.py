@@ -88,9 +88,9 @@ class RecordType(type):
         if notes is None and any(k.startswith("__annotate") for k in namespace):
             # Python 3.14's deferred annotations (no future import): made, then remade
             return globals()["record"](super().__new__(mcls, name, bases, namespace, **kw))
-        made = _record_namespace(namespace.get("__qualname__", name), bases, namespace, notes or {})
+        made = _record_namespace(namespace.get("__qualname__", name), bases, namespace, notes or {}, True)
         new = super().__new__(mcls, name, bases, made, **kw)
-        _finish(new)
+        _finish(new, made)
         return new
 
 
@@ -158,16 +158,25 @@ _DOC = (None,) if "doc" in Field.__slots__ else ()
 _PLAIN_FIELD = (MISSING, True, True, None, True, None, False, *_DOC)
 
 
-def _record_namespace(qualname: str, bases: tuple[type, ...], body: Any, notes: Any) -> dict[str, Any]:
+def _record_namespace(
+    qualname: str, bases: tuple[type, ...], body: Any, notes: Any, own: bool = False
+) -> dict[str, Any]:
     """The namespace of the slotted class :func:`record` makes of a class ``qualname`` with
-    ``bases``, whose own namespace is ``body`` (its annotations ``notes``): the fields taken out of
-    it as :class:`Field` objects, ``__slots__``, ``__dataclass_fields__``,
-    ``__dataclass_params__`` and ``__match_args__``. The errors are :func:`record`'s."""
-    ancestors = [c for b in bases for c in b.__mro__]
-    for base in ancestors:
-        if "__dataclass_fields__" in base.__dict__:
-            raise TypeError(f"record {qualname}: a dataclass base ({base.__qualname__}); use @dataclass")
-    made = dict(body)
+    ``bases``, whose own namespace is ``body`` (its annotations ``notes``; ``own``: a dict this
+    call may change, a class statement's): the fields taken out of it, ``__slots__``,
+    ``__dataclass_fields__`` (a :class:`_Fields`), ``__dataclass_params__`` and
+    ``__match_args__``. The errors are :func:`record`'s."""
+    inherited: set[str] = set()
+    for b in bases:
+        for base in b.__mro__:
+            if base is object:
+                continue
+            namespace = base.__dict__
+            if "__dataclass_fields__" in namespace:
+                raise TypeError(f"record {qualname}: a dataclass base ({base.__qualname__}); use @dataclass")
+            slots = namespace.get("__slots__", ())
+            inherited.update((slots,) if isinstance(slots, str) else slots)
+    made = body if own else dict(body)
     take = made.pop
     spec: list[tuple[str, Any, Any]] = []
     match_args: list[str] = []
@@ -206,11 +215,6 @@ def _record_namespace(qualname: str, bases: tuple[type, ...], body: Any, notes: 
             raise TypeError(f"{name!r} is a field but has no type annotation")
     take("__dict__", None)
     take("__weakref__", None)
-    inherited: set[str] = set()
-    for base in ancestors:
-        if base is not object:
-            slots = base.__dict__.get("__slots__", ())
-            inherited.update((slots,) if isinstance(slots, str) else slots)
     made["__slots__"] = tuple(name for name, _, _ in spec if name not in inherited)
     made["__dataclass_params__"] = _PARAMS
     made["__dataclass_fields__"] = _Fields(spec)
@@ -234,9 +238,6 @@ class _Fields:
         self.spec = spec
         self.owner: type | None = None
 
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.owner = owner
-
     def __get__(self, obj: Any, cls: type | None = None) -> dict[str, Field]:
         found: dict[str, Field] = {}
         for name, kind, default in self.spec:
@@ -251,9 +252,11 @@ class _Fields:
         return found
 
 
-def _finish(new: type) -> None:
-    """What :func:`record` does to the class made: the docstring ``@dataclass`` would write when
-    it has none, the abstract methods of an abstract base class updated."""
+def _finish(new: type, made: dict[str, Any]) -> None:
+    """What :func:`record` does to the class made of ``made`` (:func:`_record_namespace`): its
+    fields' owner set, the docstring ``@dataclass`` would write when it has none, the abstract
+    methods of an abstract base class updated."""
+    made["__dataclass_fields__"].owner = new
     if not new.__doc__:
         import inspect  # as @dataclass words it; no class of pvisor's goes without a docstring
 
@@ -279,7 +282,7 @@ def record(cls: T) -> T:
     made = _record_namespace(cls.__qualname__, cls.__bases__, body, notes)
     new = type(cls)(cls.__name__, cls.__bases__, made)
     new.__qualname__ = cls.__qualname__
-    _finish(new)
+    _finish(new, made)
     return new  # type: ignore[return-value]
 
 
