@@ -599,7 +599,8 @@ class Observation(Record, record=True):
 
 
 class Step(Record, record=True):
-    """Step ``n`` (1-based) = action A_n with observation O_n; ``flags`` such as ``action_dropped_by_agent``."""
+    """Step ``n`` (1-based) = action A_n with observation O_n; ``flags`` such as
+    ``action_dropped_by_agent``."""
 
     n: int
     action: Action
@@ -642,8 +643,8 @@ class Compaction(Record, record=True):
     steps ``steps_from``..``after_step`` are sent after ``history`` in full (actions and
     results), not replaced.
 
-    Fields: ``after_step`` (>= 0; 0: before the first action); ``history`` (messages in the order sent; ``raw`` in the
-    agent's wire shape where the source stores it); ``kind`` (the record it was read from, such
+    Fields: ``after_step`` (>= 0; 0: before the first action); ``history`` (messages in the order
+    sent; ``raw`` in the agent's wire shape where the source stores it); ``kind`` (the record it was read from, such
     as ``compact_boundary``, ``compacted``, ``chat_compression``, ``compaction``); ``where``
     (``line 12``, a part id); ``summary`` (the summary text, when the record holds it);
     ``messages_from``; ``steps_from`` (None: ``after_step + 1``, nothing kept);

@@ -255,7 +255,8 @@ def _journal_prefix(
         if not d.speaks(recorded):
             raise ReplayUsageError(
                 "protocol_not_spoken",
-                f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak ({', '.join(d.protocols)})",
+                f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak "
+                f"({', '.join(d.protocols)})",
             )
         source.notes.append(
             ("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given")
@@ -288,7 +289,8 @@ def _journal_prefix(
     if "no_reply" in step.flags:
         raise ReplayBadInput(
             "no_reply",
-            f"--after-step {after_step}: request {after_step} got no usable reply, so A_{after_step} cannot be rendered",
+            f"--after-step {after_step}: request {after_step} got no usable reply, so A_{after_step} "
+            "cannot be rendered",
         )
     finish = finish_at(d, traj.steps, after_step)
     if finish is not None:
@@ -296,7 +298,9 @@ def _journal_prefix(
     elif any(c.kind != "server" for c in step.action.tool_calls):
         raise ReplayBadInput(
             "observation_not_recorded",
-            f"--after-step {after_step}: A_{after_step} made {len(step.action.tool_calls)} tool call(s) and run {run.id} has no request {after_step + 1} holding their results; choose N < {after_step}, or N = {after_step} from the agent's native file",
+            f"--after-step {after_step}: A_{after_step} made {len(step.action.tool_calls)} tool call(s) "
+            f"and run {run.id} has no request {after_step + 1} holding their results; choose N < "
+            f"{after_step}, or N = {after_step} from the agent's native file",
         )
     req = main[after_step - 1]
     ex = req.exchange
@@ -793,7 +797,8 @@ def _native_prefix(
             choose = f"choose N < {step.n}" if step.n > 1 else "only N = 0 is possible"
             raise ReplayBadInput(
                 "observation_not_recorded",
-                f"--after-step {after_step}: {show_path(path)} holds no result for {len(missing)} tool call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}",
+                f"--after-step {after_step}: {show_path(path)} holds no result for {len(missing)} tool "
+                f"call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}",
             )
     provider = traj.meta.get("provider")
     proto = choose_protocol(agent, protocol, traj.model, provider if isinstance(provider, str) else None)
@@ -807,8 +812,10 @@ def _native_prefix(
     if compaction is not None and not compaction.rebuilt:
         raise ReplayBadInput(
             "compaction_not_rebuilt",
-            f"--after-step {after_step}: {show_path(path)} {compaction.where}: the agent replaced its history after step {compaction.after_step} "
-            f"({compaction.kind}) and the file does not hold what it sent instead; choose N < {compaction.after_step}, or a journal run",
+            f"--after-step {after_step}: {show_path(path)} {compaction.where}: the agent replaced its "
+            f"history after step {compaction.after_step} "
+            f"({compaction.kind}) and the file does not hold what it sent instead; choose N < "
+            f"{compaction.after_step}, or a journal run",
         )
     conv, origin = native_conversation(
         agent,

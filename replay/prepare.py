@@ -177,7 +177,10 @@ class PrepareOutcome:
         return Path(self._paths[2])
 
     def __repr__(self) -> str:
-        return f"PrepareOutcome(output={self.output!r}, prefix_path={self.prefix_path!r}, result_path={self.result_path!r})"
+        return (
+            f"PrepareOutcome(output={self.output!r}, prefix_path={self.prefix_path!r}, "
+            f"result_path={self.result_path!r})"
+        )
 
     def summary(self) -> str:
         """One line for people: what was prepared, from what, where."""
@@ -232,7 +235,8 @@ def check_inputs_not_outputs(opts: "PrepareOptions", out: str | os.PathLike) -> 
             if resolved == target or same_file(path, target):
                 raise ReplayUsageError(
                     "output_refused",
-                    f"{opt} {show_path(path)} is {show_path(target)}, a file prepare-only writes: choose another --output",
+                    f"{opt} {show_path(path)} is {show_path(target)}, a file prepare-only writes: choose "
+                    "another --output",
                 )
 
 
@@ -347,7 +351,8 @@ def option_problems(opts: PrepareOptions) -> tuple[list[PvisorError], bool]:
                 problems.append(
                     UsageError(
                         f"{opt} {show_path(path)} is inside --workspace {show_path(opts.workspace)}: "
-                        "opening the journal creates its -wal/-shm files beside it and prepare-only never writes the "
+                        "opening the journal creates its -wal/-shm files beside it and prepare-only "
+                        "never writes the "
                         "workspace; copy the journal out of the workspace"
                     )
                 )
@@ -501,8 +506,10 @@ def compute(
         )
         if not result.workspace.unchanged:
             raise ReplayWorkspaceChanged(
-                f"the workspace digest changed while preparing ({ws_before.sha256[:12]} -> {ws_after.sha256[:12]}); "
-                "prepare-only only reads it, so another process wrote it meanwhile: prepare again when it is idle"
+                f"the workspace digest changed while preparing ({ws_before.sha256[:12]} -> "
+                f"{ws_after.sha256[:12]}); "
+                "prepare-only only reads it, so another process wrote it meanwhile: prepare again when "
+                "it is idle"
             )
     result.status = ResultStatus.OK
     return prefix

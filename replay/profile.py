@@ -100,7 +100,8 @@ def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Pro
             if runs[0].agent is not None and runs[0].agent != agent:
                 raise ReplayUsageError(
                     "agent_mismatch",
-                    f"--profile-from {spec}: run {runs[0].id} was recorded with agent {runs[0].agent}, not {agent}",
+                    f"--profile-from {spec}: run {runs[0].id} was recorded with agent {runs[0].agent}, "
+                    f"not {agent}",
                 )
         else:
             runs = sorted(
@@ -118,13 +119,15 @@ def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Pro
             if have is not None and want is not None and have != want:
                 raise ReplayBadInput(
                     "profile_version_mismatch",
-                    f"--profile-from {spec}: run {run.id} is {agent} {run.agent_version}, the native file was written by {native_version} (major {have} != {want})",
+                    f"--profile-from {spec}: run {run.id} is {agent} {run.agent_version}, the native "
+                    f"file was written by {native_version} (major {have} != {want})",
                 )
             if have is None or want is None:
                 notes.append(
                     (
                         "profile_version_unknown",
-                        f"profile run {run.id} version {run.agent_version or 'unknown'}, native file version {native_version or 'unknown'}: major not compared",
+                        f"profile run {run.id} version {run.agent_version or 'unknown'}, native file "
+                        f"version {native_version or 'unknown'}: major not compared",
                     )
                 )
             ex = main[0].exchange

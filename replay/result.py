@@ -107,7 +107,8 @@ def workspace_digest(root: Path) -> "WorkspaceDigest":
         where = show_path(exc.filename) if exc.filename else show_path(root)
         raise ReplayBadInput(
             "workspace_unreadable",
-            f"--workspace {show_path(root)}: cannot read {where}: {exc.strerror or exc}; the workspace digest cannot be computed",
+            f"--workspace {show_path(root)}: cannot read {where}: {exc.strerror or exc}; the workspace "
+            "digest cannot be computed",
         ) from None
 
 

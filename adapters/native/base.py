@@ -108,14 +108,16 @@ class FormatProfile(FrozenRecord, record=True):
         major, minor = m.group(1), m.group(2)
         if len(major) > 9 or int(major) != self.major:
             raise BadInputError(
-                f"{diag.path}: {where}: {self.adapter} format version {clip(str(version))} has major {clip(str(int(major)) if len(major) <= 9 else major)}; "
+                f"{diag.path}: {where}: {self.adapter} format version {clip(str(version))} has major "
+                f"{clip(str(int(major)) if len(major) <= 9 else major)}; "
                 f"this adapter reads {self.name} only"
             )
         if len(minor) > 9 or int(minor) > self.minor:
             diag.warn(
                 "unverified_profile",
                 where,
-                f"{self.adapter} {clip(str(version))} is newer than the verified profile {self.name}; read with it",
+                f"{self.adapter} {clip(str(version))} is newer than the verified profile {self.name}; "
+                "read with it",
             )
 
 

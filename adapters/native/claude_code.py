@@ -139,7 +139,10 @@ UI_TYPES = frozenset(
     }
 )
 
-_SHAPE = "no Claude Code session line (a user or assistant record with uuid, sessionId and message.content) in the file"
+_SHAPE = (
+    "no Claude Code session line (a user or assistant record with uuid, sessionId and message.content) in "
+    "the file"
+)
 
 # kinds of chain lines (low bits) and flags of user lines
 _UI, _USER, _ASSISTANT, _BOUNDARY = 0, 1, 2, 3
@@ -361,7 +364,8 @@ class _Reading:
                 diag.warn(
                     "duplicate_record",
                     f"line {n}",
-                    f"uuid {uuid} repeated (first at line {chain.line[chain.ids[_key(uuid)]]}); the later line is used",
+                    f"uuid {uuid} repeated (first at line {chain.line[chain.ids[_key(uuid)]]}); the "
+                    "later line is used",
                 )
             parent = as_str(obj.get("parentUuid"))
             handler = talk.get(kind)
@@ -594,7 +598,8 @@ class _Walk:
                     diag.warn(
                         "duplicate_call_id",
                         f"line {ln.n}",
-                        f"tool call id {cid} ({name}) used before (line {first_call[key]}); results paired in order of appearance",
+                        f"tool call id {cid} ({name}) used before (line {first_call[key]}); results "
+                        "paired in order of appearance",
                     )
                 else:
                     first_call[key] = ln.n
@@ -723,7 +728,8 @@ class ClaudeCodeAdapter(NativeAdapter):
         leaf = chain.leaf(depth, r.leaf_hint, talk)
         # why this leaf: said where a branch is left out (a rewind, an edited prompt)
         chosen = (
-            f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and assistant lines"
+            f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and "
+            "assistant lines"
             if leaf >= 0
             else ""
         )

@@ -338,7 +338,8 @@ class JsonlSource:
             obj = None
         if not isinstance(obj, dict):
             raise BadInputError(
-                f"{self.path}: the file changed while it was read (bytes {ref.offset}-{ref.offset + ref.length} no longer hold a JSON object)"
+                f"{self.path}: the file changed while it was read (bytes "
+                f"{ref.offset}-{ref.offset + ref.length} no longer hold a JSON object)"
             )
         return obj
 

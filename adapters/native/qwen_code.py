@@ -15,8 +15,9 @@ packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
   ``parentUuid`` is not null but names no record of the file (its parent's line was lost or
   damaged) continues from the record before it in the file, with a ``broken_chain`` warning
   naming the line and the missing uuid (:func:`~.uuid_chain.mend_chain`); real forks (a parent that
-  exists) are untouched. The chain is walked back from its leaf: the deepest ``user``/``assistant``/``tool_result`` record that no such
-  record follows (``system`` records between them are walked through); ties: the later line.
+  exists) are untouched. The chain is walked back from its leaf: the deepest
+  ``user``/``assistant``/``tool_result`` record that no such record follows (``system`` records
+  between them are walked through); ties: the later line.
   A record whose ``uuid`` was seen before replaces the earlier one (a streamed update: thought
   part first, then the final parts).
 - An ``assistant`` record is an action: ``text`` parts (``thought: true`` ones are
@@ -400,7 +401,8 @@ class QwenCodeAdapter(NativeAdapter):
                 diag.warn(
                     "duplicate_call_id",
                     f"line {plan.action.line}",
-                    f"tool call id {cid} ({name}) used before (step {first_call[cid]}); results paired in order of appearance",
+                    f"tool call id {cid} ({name}) used before (step {first_call[cid]}); results paired "
+                    "in order of appearance",
                 )
             else:
                 first_call[cid] = plan.n
