@@ -32,13 +32,20 @@ looks up several attributes per field): :func:`record` gives the same class, fie
 parameters for these classes' one case without that work (0.01 ms a class), and
 ``tests/test_records.py`` compares what it makes with what ``@dataclass`` makes.
 
+A decorator gets the class made: :func:`record`, as ``@dataclass(slots=True)``, makes it a
+second time with its slots, 0.1 M instructions a class (valgrind; ``replay --prepare-only``
+loads some 50). ``class TextPart(Record, record=True):`` makes the same class in one go
+(:class:`RecordType`, the class of every record, reads the fields before the class is made):
+the modules on the short commands' paths write their records so; ``@record`` stays for the
+others.
+
 This module imports nothing of pvisor's and nothing outside the standard library.
 """
 
 from __future__ import annotations
 
 import abc
-from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, field, fields
+from dataclasses import MISSING, Field, FrozenInstanceError, dataclass, fields
 from operator import attrgetter
 from types import MemberDescriptorType
 from typing import Any, Callable, TypeVar
@@ -63,7 +70,31 @@ def _getter(cls: type) -> Callable[[Any], Any]:
     return get
 
 
-class Record:
+class RecordType(type):
+    """The class of :class:`Record` and of every class derived from it. A class statement that
+    says ``record=True`` (``class TextPart(Record, record=True):``) is made as :func:`record`
+    would remake it, in one go: the class is made once, not made and then made again with its
+    slots (0.1 M instructions a class, some 40 classes on every ``replay --prepare-only``:
+    bench/startup_bench.py). Any other class (one that ``@record`` or ``@dataclass`` makes
+    into a record afterwards) is made as ``type`` makes it. A record cannot also derive from a
+    class of another metaclass (an ``abc.ABC``, a ``typing.Protocol``)."""
+
+    def __new__(
+        mcls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], record: bool = False, **kw: Any
+    ) -> RecordType:
+        if not record:
+            return super().__new__(mcls, name, bases, namespace, **kw)
+        notes = namespace.get("__annotations__")
+        if notes is None and any(k.startswith("__annotate") for k in namespace):
+            # Python 3.14's deferred annotations (no future import): made, then remade
+            return globals()["record"](super().__new__(mcls, name, bases, namespace, **kw))
+        made = _record_namespace(namespace.get("__qualname__", name), bases, namespace, notes or {}, True)
+        new = super().__new__(mcls, name, bases, made, **kw)
+        _finish(new, made)
+        return new
+
+
+class Record(metaclass=RecordType):
     """``__repr__`` and ``__eq__`` of a dataclass defined with ``init=False, repr=False,
     eq=False`` (module docstring). Unhashable, as a generated eq makes a dataclass."""
 
@@ -119,6 +150,121 @@ _PARAMS = _Model.__dataclass_params__  # type: ignore[attr-defined]
 _FIELD_KIND = _Model.__dataclass_fields__["x"]._field_type  # type: ignore[attr-defined]
 
 
+#: the arguments a field with a plain default takes after its default, as ``field(default=...)``
+#: gives them (``default_factory``, ``init``, ``repr``, ``hash``, ``compare``, ``metadata``,
+#: ``kw_only``; and ``doc`` from Python 3.14): :class:`Field` is made directly, ``field()``
+#: would cost a call more per field
+_DOC = (None,) if "doc" in Field.__slots__ else ()
+_PLAIN_FIELD = (MISSING, True, True, None, True, None, False, *_DOC)
+
+
+def _record_namespace(
+    qualname: str, bases: tuple[type, ...], body: Any, notes: Any, own: bool = False
+) -> dict[str, Any]:
+    """The namespace of the slotted class :func:`record` makes of a class ``qualname`` with
+    ``bases``, whose own namespace is ``body`` (its annotations ``notes``; ``own``: a dict this
+    call may change, a class statement's): the fields taken out of it, ``__slots__``,
+    ``__dataclass_fields__`` (a :class:`_Fields`), ``__dataclass_params__`` and
+    ``__match_args__``. The errors are :func:`record`'s."""
+    inherited: set[str] = set()
+    for b in bases:
+        for base in b.__mro__:
+            if base is object:
+                continue
+            namespace = base.__dict__
+            if "__dataclass_fields__" in namespace:
+                raise TypeError(f"record {qualname}: a dataclass base ({base.__qualname__}); use @dataclass")
+            slots = namespace.get("__slots__", ())
+            inherited.update((slots,) if isinstance(slots, str) else slots)
+    made = body if own else dict(body)
+    take = made.pop
+    spec: list[tuple[str, Any, Any]] = []
+    match_args: list[str] = []
+    # done for some 50 classes on every prepare-only: per field only the checks, the Field
+    # objects are made on first use (:class:`_Fields`)
+    for name, kind in notes.items():
+        shown = kind if kind.__class__ is str else repr(kind)
+        if ("Var" in shown or "KW_ONLY" in shown) and (
+            "ClassVar" in shown or "InitVar" in shown or "KW_ONLY" in shown
+        ):
+            raise TypeError(f"record {qualname}.{name}: {shown} is not covered; use @dataclass")
+        default = take(name, MISSING)
+        if default is MISSING:
+            match_args.append(name)
+        elif isinstance(default, Field):
+            if default.kw_only is MISSING:
+                default.kw_only = False
+            if default.init and not default.kw_only:
+                match_args.append(name)
+            if default.default is not MISSING and default.default.__class__.__hash__ is None:
+                raise ValueError(
+                    f"mutable default {type(default.default)} for field {name} is not allowed: "
+                    "use default_factory"
+                )
+        else:
+            if isinstance(default, MemberDescriptorType):
+                default = MISSING  # a slot of a base, not a default
+            elif default.__class__.__hash__ is None:
+                raise ValueError(
+                    f"mutable default {type(default)} for field {name} is not allowed: use default_factory"
+                )
+            match_args.append(name)
+        spec.append((name, kind, default))
+    for name, value in made.items():
+        if isinstance(value, Field):
+            raise TypeError(f"{name!r} is a field but has no type annotation")
+    take("__dict__", None)
+    take("__weakref__", None)
+    made["__slots__"] = tuple(name for name, _, _ in spec if name not in inherited)
+    made["__dataclass_params__"] = _PARAMS
+    made["__dataclass_fields__"] = _Fields(spec)
+    if "__match_args__" not in made:
+        made["__match_args__"] = tuple(match_args)
+    return made
+
+
+class _Fields:
+    """A record's ``__dataclass_fields__`` until it is first read (``dataclasses.fields``,
+    orjson, a comparison): then the ``{name: Field}`` dict is made and takes its place in the
+    class, so that later reads are a plain attribute's. ``spec``: ``(name, annotation,
+    default)`` per field, the default :data:`MISSING`, a value or a ``field(...)``. The fields
+    are checked when the class is made (:func:`_record_namespace`): only the 300 or so Field
+    objects of the records on ``replay --prepare-only``'s path wait (0.005 M instructions
+    each), and that command reads none."""
+
+    __slots__ = ("spec", "owner")
+
+    def __init__(self, spec: list[tuple[str, Any, Any]]) -> None:
+        self.spec = spec
+        self.owner: type | None = None
+
+    def __get__(self, obj: Any, cls: type | None = None) -> dict[str, Field]:
+        found: dict[str, Field] = {}
+        for name, kind, default in self.spec:
+            f = default if isinstance(default, Field) else Field(default, *_PLAIN_FIELD)
+            f.name = name
+            f.type = kind
+            f._field_type = _FIELD_KIND  # type: ignore[attr-defined]
+            found[name] = f
+        owner = self.owner if self.owner is not None else cls
+        if owner is not None and owner.__dict__.get("__dataclass_fields__") is self:
+            type.__setattr__(owner, "__dataclass_fields__", found)
+        return found
+
+
+def _finish(new: type, made: dict[str, Any]) -> None:
+    """What :func:`record` does to the class made of ``made`` (:func:`_record_namespace`): its
+    fields' owner set, the docstring ``@dataclass`` would write when it has none, the abstract
+    methods of an abstract base class updated."""
+    made["__dataclass_fields__"].owner = new
+    if not new.__doc__:
+        import inspect  # as @dataclass words it; no class of pvisor's goes without a docstring
+
+        new.__doc__ = new.__name__ + str(inspect.signature(new)).replace(" -> None", "")
+    if isinstance(new, abc.ABCMeta):  # only an abstract base class has abstract methods to update
+        abc.update_abstractmethods(new)
+
+
 def record(cls: T) -> T:
     """``cls`` as ``@dataclass(slots=True, init=False, repr=False, eq=False)`` would return it (a
     new, slotted class with the same ``__dataclass_fields__``, ``__dataclass_params__`` and
@@ -130,60 +276,14 @@ def record(cls: T) -> T:
     annotation) and ValueError for a mutable default, as ``@dataclass`` does; use
     ``@dataclass`` there."""
     body = cls.__dict__
-    for base in cls.__mro__[1:]:
-        if "__dataclass_fields__" in base.__dict__:
-            raise TypeError(
-                f"record {cls.__qualname__}: a dataclass base ({base.__qualname__}); use @dataclass"
-            )
-    found: dict[str, Field] = {}
     notes = body.get("__annotations__")
     if notes is None:  # none, or Python 3.14's deferred ones (a module without the future import)
         notes = cls.__annotations__ if "__annotate__" in body else {}
-    for name, kind in notes.items():
-        shown = kind if isinstance(kind, str) else repr(kind)
-        if "ClassVar" in shown or "InitVar" in shown or "KW_ONLY" in shown:
-            raise TypeError(f"record {cls.__qualname__}.{name}: {shown} is not covered; use @dataclass")
-        default = body.get(name, MISSING)
-        if isinstance(default, Field):
-            f = default
-        else:
-            if isinstance(default, MemberDescriptorType):
-                default = MISSING  # a slot of a base, not a default
-            f = field(default=default)
-        f.name = name
-        f.type = kind
-        f._field_type = _FIELD_KIND  # type: ignore[attr-defined]
-        if f.kw_only is MISSING:
-            f.kw_only = False
-        if f.default is not MISSING and f.default.__class__.__hash__ is None:
-            raise ValueError(
-                f"mutable default {type(f.default)} for field {name} is not allowed: use default_factory"
-            )
-        found[name] = f
-    for name, value in body.items():
-        if isinstance(value, Field) and name not in found:
-            raise TypeError(f"{name!r} is a field but has no type annotation")
-    inherited = set()
-    for base in cls.__mro__[1:-1]:
-        slots = base.__dict__.get("__slots__", ())
-        inherited.update((slots,) if isinstance(slots, str) else slots)
-    made = dict(body)
-    for name in found:
-        made.pop(name, None)
-    made.pop("__dict__", None)
-    made.pop("__weakref__", None)
-    made["__slots__"] = tuple(n for n in found if n not in inherited)
-    made["__dataclass_params__"] = _PARAMS
-    made["__dataclass_fields__"] = found
-    made.setdefault("__match_args__", tuple(n for n, f in found.items() if f.init and not f.kw_only))
+    made = _record_namespace(cls.__qualname__, cls.__bases__, body, notes)
     new = type(cls)(cls.__name__, cls.__bases__, made)
     new.__qualname__ = cls.__qualname__
-    if not new.__doc__:
-        import inspect  # as @dataclass words it; no class of pvisor's goes without a docstring
-
-        new.__doc__ = new.__name__ + str(inspect.signature(new)).replace(" -> None", "")
-    abc.update_abstractmethods(new)
+    _finish(new, made)
     return new  # type: ignore[return-value]
 
 
-__all__ = ["FrozenRecord", "Record", "record"]
+__all__ = ["FrozenRecord", "Record", "RecordType", "record"]

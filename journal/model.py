@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 from dataclasses import field
 from typing import Any, Iterable, Literal, Sequence, Union
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 from pvisor.core.lazyre import LazyPattern
 
 
@@ -77,8 +77,7 @@ MessageRole = Literal["system", "developer", "user", "assistant", "tool"]
 # --------------------------------------------------------------------------- runs and exchanges
 
 
-@record
-class Run(Record):
+class Run(Record, record=True):
     """One agent execution: captured, imported, or derived by replay.
 
     Fields:
@@ -137,8 +136,7 @@ class Run(Record):
         self.workspace_snapshot = workspace_snapshot
 
 
-@record
-class Attempt(Record):
+class Attempt(Record, record=True):
     """One try of a run (attempt 1 is the first; a native resume is attempt 2, ...).
 
     Fields: run id; ``n`` (1-based); ``started_ms``/``ended_ms`` Unix epoch ms (ended None while
@@ -169,8 +167,7 @@ class Attempt(Record):
         self.labels = {} if labels is None else labels
 
 
-@record
-class Exchange(Record):
+class Exchange(Record, record=True):
     """One recorded HTTP request/response between an agent and a model API.
 
     Fields:
@@ -346,8 +343,7 @@ def unpack_timings(packed: bytes | None) -> list[tuple[int, int]]:
 # --------------------------------------------------------------------------- conversations
 
 
-@record
-class TextPart(Record):
+class TextPart(Record, record=True):
     """Plain text in a message. ``raw`` is the provider block (e.g. with ``cache_control``)."""
 
     text: str
@@ -358,8 +354,7 @@ class TextPart(Record):
         self.raw = raw
 
 
-@record
-class Reasoning(Record):
+class Reasoning(Record, record=True):
     """Model reasoning: visible ``text`` (thinking, summary), an opaque ``signature``
     (Anthropic ``signature``, Gemini ``thoughtSignature``) and ``encrypted`` content
     (Responses ``encrypted_content``, Anthropic ``redacted_thinking.data``). Echoed verbatim on replay."""
@@ -382,8 +377,7 @@ class Reasoning(Record):
         self.raw = raw
 
 
-@record
-class ToolCall(Record):
+class ToolCall(Record, record=True):
     """A tool call made by the model.
 
     Fields:
@@ -422,8 +416,7 @@ class ToolCall(Record):
         self.raw = raw
 
 
-@record
-class ToolResult(Record):
+class ToolResult(Record, record=True):
     """The result of a tool call, as the agent sent it back.
 
     Fields:
@@ -455,8 +448,7 @@ class ToolResult(Record):
         self.raw = raw
 
 
-@record
-class OtherPart(Record):
+class OtherPart(Record, record=True):
     """A part the canonical model does not interpret (images, documents, unknown types); kept as ``raw``."""
 
     kind: str
@@ -470,8 +462,7 @@ class OtherPart(Record):
 Part = Union[TextPart, Reasoning, ToolCall, ToolResult, OtherPart]
 
 
-@record
-class Message(Record):
+class Message(Record, record=True):
     """One conversation message: ``role`` and its ``parts`` in order; ``raw`` the provider object."""
 
     role: str
@@ -484,8 +475,7 @@ class Message(Record):
         self.raw = raw
 
 
-@record
-class ToolSpec(Record):
+class ToolSpec(Record, record=True):
     """A tool definition as sent: ``name``, ``description``, JSON-Schema ``parameters``, ``raw``."""
 
     name: str
@@ -506,8 +496,7 @@ class ToolSpec(Record):
         self.raw = raw
 
 
-@record
-class Conversation(Record):
+class Conversation(Record, record=True):
     """A model request read protocol-neutrally.
 
     Fields:
@@ -555,8 +544,7 @@ class Conversation(Record):
 # --------------------------------------------------------------------------- trajectories
 
 
-@record
-class Action(Record):
+class Action(Record, record=True):
     """A_i: one model reply of the main loop.
 
     Fields: ``text`` (visible text, blocks joined); ``reasoning``; ``tool_calls`` in order (one
@@ -591,8 +579,7 @@ class Action(Record):
         self.raw = raw
 
 
-@record
-class Observation(Record):
+class Observation(Record, record=True):
     """O_i: what the next main-loop request appends after A_i.
 
     ``results`` are tool results in call order; ``messages`` holds any other appended input
@@ -611,9 +598,9 @@ class Observation(Record):
         self.messages = [] if messages is None else messages
 
 
-@record
-class Step(Record):
-    """Step ``n`` (1-based) = action A_n with observation O_n; ``flags`` such as ``action_dropped_by_agent``."""
+class Step(Record, record=True):
+    """Step ``n`` (1-based) = action A_n with observation O_n; ``flags`` such as
+    ``action_dropped_by_agent``."""
 
     n: int
     action: Action
@@ -633,8 +620,7 @@ class Step(Record):
         self.flags = [] if flags is None else flags
 
 
-@record
-class LeftOut(Record):
+class LeftOut(Record, record=True):
     """A record not taken into the trajectory: ``where`` (line number or id), ``kind``, ``reason``."""
 
     where: str
@@ -647,8 +633,7 @@ class LeftOut(Record):
         self.reason = reason
 
 
-@record
-class Compaction(Record):
+class Compaction(Record, record=True):
     """The agent replaced its history by a summary (compaction, compression) after step
     ``after_step``: from request ``after_step + 1`` on it sends ``history`` in place of the task,
     its context and steps 1..after_step (results of step ``after_step`` included), then the
@@ -658,8 +643,8 @@ class Compaction(Record):
     steps ``steps_from``..``after_step`` are sent after ``history`` in full (actions and
     results), not replaced.
 
-    Fields: ``after_step`` (>= 0; 0: before the first action); ``history`` (messages in the order sent; ``raw`` in the
-    agent's wire shape where the source stores it); ``kind`` (the record it was read from, such
+    Fields: ``after_step`` (>= 0; 0: before the first action); ``history`` (messages in the order
+    sent; ``raw`` in the agent's wire shape where the source stores it); ``kind`` (the record it was read from, such
     as ``compact_boundary``, ``compacted``, ``chat_compression``, ``compaction``); ``where``
     (``line 12``, a part id); ``summary`` (the summary text, when the record holds it);
     ``messages_from``; ``steps_from`` (None: ``after_step + 1``, nothing kept);
@@ -707,8 +692,7 @@ class Compaction(Record):
         return self.steps_from if self.steps_from is not None else self.after_step + 1
 
 
-@record
-class Trajectory(Record):
+class Trajectory(Record, record=True):
     """A run read as steps.
 
     Fields: ``task`` (the first user input); ``steps``; ``system`` prompt text and ``tools`` as

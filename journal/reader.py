@@ -23,7 +23,7 @@ from pvisor.core import progress
 from pvisor.core.errors import BadInputError, IntegrityError, PvisorError, UnavailableError, UsageError
 from .model import RESTORING, RESTORING_LABEL, Attempt, Exchange, Run, RunMode, unpack_timings
 from .paths import absolute
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
 if TYPE_CHECKING:
     from .snapshots import Manifest, SnapshotRecord
@@ -226,8 +226,7 @@ def _check_migrations(conn: sqlite3.Connection, path: str) -> None:
         )
 
 
-@record
-class VerifyReport(Record):
+class VerifyReport(Record, record=True):
     """Result of :meth:`JournalReader.verify`: ``problems`` (each a sentence naming the table,
     row or blob), counts of what was checked, ``ok`` when no problem was found."""
 

@@ -21,7 +21,7 @@ import re
 from typing import Iterable
 
 from pvisor.core.lazyre import LazyPattern
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
 
 def _url_quote(text: str, safe: str = "/") -> str:
@@ -277,8 +277,7 @@ def _header_allowed(name: str, allow: frozenset[str]) -> bool:
     return any(p.endswith("-") and name.startswith(p) for p in allow)
 
 
-@record
-class RedactedMeta(Record):
+class RedactedMeta(Record, record=True):
     """Result of :func:`redact_exchange_meta`.
 
     Fields: ``query`` (raw query string with secret values replaced by ``REDACTED``), ``headers``

@@ -176,7 +176,8 @@ def _version(json_out: bool, verify: bool) -> None:
         sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
     elif not problems:  # --verify alone
         click.echo(
-            f"pvisor {__version__}: every file of {os.path.dirname(artifact.manifest_path())} matches its manifest"
+            f"pvisor {__version__}: every file of {os.path.dirname(artifact.manifest_path())} matches "
+            "its manifest"
         )
     if verify and problems:
         for line in problems:

@@ -7,15 +7,17 @@ Modules:
   prefix.request.json and result.json (schema ``sandbox-playback.result/v3``,
   docs/result-protocol.md); executes nothing, starts nothing, opens no socket.
 - :mod:`.result`: the result document, a typed record (:class:`~.result.ResultDocument`, whose
-  ``to_json()`` is result.json), and the output files of every mode (result.json, prefix.json,
-  prefix.request.json; the output directory's checks); :mod:`.agent_result`: the document's
-  parts that only replay-only and continuation write (``agent_run``, ``playback``).
+  ``to_json()`` is result.json), and the output files of every mode written whole (result.json,
+  prefix.json, prefix.request.json); :mod:`.output`: the output directory (its checks, its
+  creation, files renamed into place); :mod:`.agent_result`: the document's parts that only
+  replay-only and continuation write (``agent_run``, ``playback``).
 - :mod:`.batch`: many prepare-only in one process (``--batch``), :func:`~.batch.prepare_many`;
   :mod:`.ray_data`: the same on a Ray Dataset (the extra ``pvisor-replay[ray]``).
 - :mod:`.source`: a source read and checked (a journal run or a native file: its steps, the
   boundary and damage checks every mode makes).
 - :mod:`.prefix`: the prefix from a journal run (recorded bytes of request N+1) or from a native
-  trajectory (rendered by the protocol module, with parts from a ``--profile-from`` capture).
+  trajectory (rendered by the protocol module, with parts from a ``--profile-from`` capture,
+  which :mod:`.profile` reads).
 - :mod:`.workspace`: the workspace digest.
 - :mod:`.errors`: errors with result-protocol codes.
 - :mod:`.spec`: every replay option declared once (:data:`~.spec.OPTIONS`: name, kind, default,

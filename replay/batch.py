@@ -30,17 +30,19 @@ from pvisor.core.errors import PvisorError
 from .errors import ReplayUsageError, error_code, error_detail, show_path
 from .prefix import Prefix
 from .prepare import PrepareOptions, check_inputs_not_outputs, check_options, compute
+from .output import (
+    check_output,
+    create_output,
+    remove_made,
+    to_be_made,
+)
 from .result import (
     PREFIX_FILE,
     REQUEST_FILE,
     ResultDocument,
     ResultMode,
-    check_output,
-    create_output,
     elapsed_ms,
     file_sha256,
-    remove_made,
-    to_be_made,
     write_failed,
     write_outputs,
 )

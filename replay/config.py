@@ -372,7 +372,7 @@ def _path(value: Any, ctx: _Ctx) -> str:
 
 def _profile_spec(value: Any, ctx: _Ctx) -> str:
     """``JOURNAL[:RUN]`` with JOURNAL resolved. As ``--profile-from`` reads it
-    (:func:`pvisor.replay.prefix.parse_profile_spec`): a path that exists as given wins over a
+    (:func:`pvisor.replay.profile.parse_profile_spec`): a path that exists as given wins over a
     split at its last colon (a journal file may have a colon in its name); else what follows the
     last colon is the run."""
     text = _string(value, ctx)

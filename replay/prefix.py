@@ -19,7 +19,8 @@ Two sources:
 - **native** (:func:`native_prefix`): the canonical trajectory of the agent's own file
   (:func:`pvisor.adapters.native.read_native`) rendered with the protocol module's
   ``render_request``. Parts the file does not store come from a profile (a journal capture
-  of the same agent, :func:`load_profile`) or are reported absent: see :data:`ORIGINS`.
+  of the same agent, :func:`pvisor.replay.profile.load_profile`) or are reported absent: see
+  :data:`ORIGINS`.
 
 The source is read and checked by :mod:`.source` (the boundary, damage and finish-action
 checks); what a protocol requires comes from its module's facts
@@ -37,7 +38,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import orjson
 
@@ -65,7 +66,7 @@ from pvisor.adapters.protocols.convert import (
     texts_only,
     without_unsigned_reasoning,
 )
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from .source import (
@@ -90,6 +91,8 @@ from .source import (
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from .profile import Profile
+
 # --------------------------------------------------------------------------- agents and protocols
 
 #: where a part of the prefix came from (``prefix.origin.*`` of the result)
@@ -102,8 +105,7 @@ _BODY_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encod
 # --------------------------------------------------------------------------- results
 
 
-@record
-class Prefix(Record):
+class Prefix(Record, record=True):
     """A prepared prefix.
 
     Fields:
@@ -253,7 +255,8 @@ def _journal_prefix(
         if not d.speaks(recorded):
             raise ReplayUsageError(
                 "protocol_not_spoken",
-                f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak ({', '.join(d.protocols)})",
+                f"run {run.id} records no agent and was sent in {recorded}, which {agent} does not speak "
+                f"({', '.join(d.protocols)})",
             )
         source.notes.append(
             ("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given")
@@ -286,7 +289,8 @@ def _journal_prefix(
     if "no_reply" in step.flags:
         raise ReplayBadInput(
             "no_reply",
-            f"--after-step {after_step}: request {after_step} got no usable reply, so A_{after_step} cannot be rendered",
+            f"--after-step {after_step}: request {after_step} got no usable reply, so A_{after_step} "
+            "cannot be rendered",
         )
     finish = finish_at(d, traj.steps, after_step)
     if finish is not None:
@@ -294,7 +298,9 @@ def _journal_prefix(
     elif any(c.kind != "server" for c in step.action.tool_calls):
         raise ReplayBadInput(
             "observation_not_recorded",
-            f"--after-step {after_step}: A_{after_step} made {len(step.action.tool_calls)} tool call(s) and run {run.id} has no request {after_step + 1} holding their results; choose N < {after_step}, or N = {after_step} from the agent's native file",
+            f"--after-step {after_step}: A_{after_step} made {len(step.action.tool_calls)} tool call(s) "
+            f"and run {run.id} has no request {after_step + 1} holding their results; choose N < "
+            f"{after_step}, or N = {after_step} from the agent's native file",
         )
     req = main[after_step - 1]
     ex = req.exchange
@@ -335,119 +341,6 @@ def _journal_compaction(reader: Any, classification: Any, after_step: int) -> di
         if c.after_step <= after_step
     ]
     return found[-1].record() if found else None
-
-
-# --------------------------------------------------------------------------- profiles
-
-
-@record
-class Profile(Record):
-    """What a capture of the same agent gives a native render: the first main-loop request's
-    ``conversation`` (system prompt, tools, params, model, stream, first user message), its
-    ``request`` meta, ``run`` id, ``agent_version`` and ``journal`` path."""
-
-    journal: Path
-    run: str
-    agent_version: str | None
-    conversation: Conversation
-    request: dict[str, Any]
-    exchange: str
-    key_order: list[str] = field(default_factory=list)
-
-    def __init__(
-        self,
-        journal: Path,
-        run: str,
-        agent_version: str | None,
-        conversation: Conversation,
-        request: dict[str, Any],
-        exchange: str,
-        key_order: list[str] | None = None,
-    ) -> None:
-        self.journal = journal
-        self.run = run
-        self.agent_version = agent_version
-        self.conversation = conversation
-        self.request = request
-        self.exchange = exchange
-        self.key_order = [] if key_order is None else key_order
-
-
-def parse_profile_spec(spec: str) -> tuple[Path, str | None]:
-    """``JOURNAL[:RUN]`` -> (journal path, run or None). A path that exists as given wins over
-    a split at its last colon."""
-    from pathlib import Path  # only a --profile-from needs it
-
-    if Path(spec).exists() or ":" not in spec:
-        return Path(spec), None
-    path, _, run = spec.rpartition(":")
-    return Path(path), run or None
-
-
-def _major(version: str | None) -> int | None:
-    from pvisor.adapters.agents.base import parse_version
-
-    parsed = parse_version(version) if version else None
-    return parsed[0] if parsed else None
-
-
-def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Profile, list[tuple[str, str]]]:
-    """The profile ``--profile-from JOURNAL[:RUN]`` names: RUN, else the newest run of
-    ``agent`` in the journal that has a main-loop request. Returns (profile, notes).
-
-    Raises UsageError for a missing journal or run, ReplayUsageError ``agent_mismatch``,
-    ReplayBadInput ``profile_unusable`` (no main-loop request) and ``profile_version_mismatch``
-    (the capture's major version differs from the native file's)."""
-    from pvisor.adapters.chains import classify_run
-    from pvisor.core.errors import UsageError
-    from pvisor.journal.reader import JournalReader
-
-    path, run_id = parse_profile_spec(spec)
-    if not path.is_file():
-        raise UsageError(f"--profile-from {spec}: no journal file {path}")
-    notes: list[tuple[str, str]] = []
-    hint = descriptor(agent).chain_hint
-    with JournalReader(path) as reader:
-        if run_id is not None:
-            runs = [reader.run(run_id)]
-            if runs[0].agent is not None and runs[0].agent != agent:
-                raise ReplayUsageError(
-                    "agent_mismatch",
-                    f"--profile-from {spec}: run {runs[0].id} was recorded with agent {runs[0].agent}, not {agent}",
-                )
-        else:
-            runs = sorted(
-                (r for r in reader.runs() if r.agent == agent), key=lambda r: r.created_ms, reverse=True
-            )
-            if not runs:
-                raise ReplayBadInput(
-                    "profile_unusable", f"--profile-from {spec}: the journal holds no run of agent {agent}"
-                )
-        for run in runs:
-            main = classify_run(reader, run.id, prefer=hint).main_requests
-            if not main:
-                continue
-            have, want = _major(run.agent_version), _major(native_version)
-            if have is not None and want is not None and have != want:
-                raise ReplayBadInput(
-                    "profile_version_mismatch",
-                    f"--profile-from {spec}: run {run.id} is {agent} {run.agent_version}, the native file was written by {native_version} (major {have} != {want})",
-                )
-            if have is None or want is None:
-                notes.append(
-                    (
-                        "profile_version_unknown",
-                        f"profile run {run.id} version {run.agent_version or 'unknown'}, native file version {native_version or 'unknown'}: major not compared",
-                    )
-                )
-            ex = main[0].exchange
-            body = reader.request_body(ex) or b"{}"
-            order = list(orjson.loads(body)) if body.startswith(b"{") else []
-            meta = request_meta(ex.method, ex.path, ex.query, ex.request_headers, None)
-            return Profile(path, run.id, run.agent_version, main[0].conversation(), meta, ex.id, order), notes
-        raise ReplayBadInput(
-            "profile_unusable", f"--profile-from {spec}: no run of {agent} there has a main-loop request"
-        )
 
 
 # --------------------------------------------------------------------------- native
@@ -524,12 +417,62 @@ def native_conversation(
     ``(code, message)`` are appended to ``notes``. ``compaction``: the one in effect at
     ``after_step`` (:meth:`Trajectory.compaction_at`), whose history replaces the task and the
     steps up to its own. ``last_observation`` False: O_N is left out, the conversation ends at
-    A_N (the agent's finish action, :func:`finish_at`: it never sent O_N)."""
+    A_N (the agent's finish action, :func:`finish_at`: it never sent O_N).
+
+    In steps: the leading messages and the system prompt (:func:`_native_lead`), the tools
+    (:func:`_native_tools`), the request parameters (:func:`_native_params`), the opening
+    messages (:func:`_native_opening`), steps 1..N (:func:`_native_steps`), and the reasoning a
+    signed protocol would refuse left out."""
     d = descriptor(agent)
     mod = get_protocol(protocol)
     origin: dict[str, str] = {"messages": "trajectory"}
     pconv = profile.conversation if profile is not None else None
     conv = Conversation(protocol=protocol)
+    lead = _native_lead(conv, origin, protocol, pconv, system, traj_context, traj_task, notes)
+    _native_tools(conv, origin, protocol, d, pconv, tools, notes)
+    _native_params(conv, origin, protocol, d, mod, pconv, model, notes)
+    # the native file's own objects (``raw``) go to the descriptor's wire forms only when they
+    # are of this protocol: in another, only the canonical fields mean anything
+    native = protocol == d.native_raw_protocol
+    names: dict[str, str] = {}  # call id -> tool name, of the calls so far
+
+    def wire_message(m: Message) -> Message:
+        return d.wire_message(protocol, m if native else plain_message(m))
+
+    def wire_action(a: Action) -> Message:
+        return d.wire_action(protocol, a if native else plain_action(a))
+
+    def wire_result(r: ToolResult) -> ToolResult:
+        return d.wire_result(protocol, r if native else plain(r), names)
+
+    wire = (wire_message, wire_action, wire_result)
+    _native_opening(conv, origin, protocol, d, lead, pconv, traj_task, traj_context, compaction, wire, names)
+    _native_steps(conv, mod.RESULTS_ROLE, steps, after_step, compaction, last_observation, wire, names)
+    conv.messages, dropped = without_unsigned_reasoning(protocol, conv.messages)
+    if dropped and notes is not None:
+        notes.append(
+            (
+                dropped[0].kind,
+                f"{len(dropped)} reasoning block(s) of the native file have no {mod.TITLE} signature: "
+                "left out",
+            )
+        )
+    return conv, origin
+
+
+def _native_lead(
+    conv: Conversation,
+    origin: dict[str, str],
+    protocol: str,
+    pconv: Conversation | None,
+    system: str | None,
+    traj_context: list[str],
+    traj_task: str | None,
+    notes: list[tuple[str, str]] | None,
+) -> list[Message] | None:
+    """:func:`native_conversation`'s first step: the profile's leading messages when it speaks
+    ``protocol`` (returned, None otherwise) and the system prompt (``conv.system`` or the first
+    leading message), with ``origin["system"]``."""
     same_protocol = pconv is not None and pconv.protocol == protocol
     lead = None
     system_in_messages = False
@@ -562,7 +505,8 @@ def native_conversation(
                 notes.append(
                     (
                         "system_from_profile",
-                        "the native file's system prompt differs from the one the agent sent in the profile run; the profile's is used",
+                        "the native file's system prompt differs from the one the agent sent in the "
+                        "profile run; the profile's is used",
                     )
                 )
     elif system is not None:
@@ -576,6 +520,20 @@ def native_conversation(
         conv.system, conv.system_raw, origin["system"] = pconv.system, raw, "profile"
     else:
         origin["system"] = "absent"
+    return lead
+
+
+def _native_tools(
+    conv: Conversation,
+    origin: dict[str, str],
+    protocol: str,
+    d: Any,
+    pconv: Conversation | None,
+    tools: list[ToolSpec] | None,
+    notes: list[tuple[str, str]] | None,
+) -> None:
+    """:func:`native_conversation`'s tools: the file's (plain when they are of another protocol),
+    else the profile's (converted to ``protocol``, what is dropped noted), with ``origin["tools"]``."""
     if tools is not None:
         conv.tools, origin["tools"] = list(tools), "trajectory"
         if (
@@ -583,7 +541,7 @@ def native_conversation(
         ):  # the file's own tool objects are no definition of this protocol
             conv.tools = [plain(t) for t in conv.tools]
     elif pconv is not None and pconv.tools:
-        if same_protocol:
+        if pconv.protocol == protocol:
             conv.tools = copy.deepcopy(pconv.tools)
         else:
             conv.tools, dropped = convert_tools(pconv.protocol, protocol, pconv.tools)
@@ -592,57 +550,74 @@ def native_conversation(
         origin["tools"] = "profile" if conv.tools else "absent"
     else:
         origin["tools"] = "absent"
+
+
+def _native_params(
+    conv: Conversation,
+    origin: dict[str, str],
+    protocol: str,
+    d: Any,
+    mod: Any,
+    pconv: Conversation | None,
+    model: str | None,
+    notes: list[tuple[str, str]] | None,
+) -> None:
+    """:func:`native_conversation`'s request parameters, stream flag and model: the profile's
+    when it speaks ``protocol``, else the agent's defaults and what the API requires, with
+    ``origin["params"]``."""
     if pconv is not None and pconv.protocol == protocol:
         conv.params, conv.stream, conv.model = copy.deepcopy(pconv.params), pconv.stream, pconv.model
         origin["params"] = "profile"
         if model is not None and d.wire_model(model) != pconv.model:
             conv.model = d.wire_model(model)
-    else:
-        conv.model = d.wire_model(model)
-        conv.stream = d.streams
-        origin["params"] = "default"
-        # what the API requires that the file does not say (no profile of this protocol)
-        conv.params.update(mod.REQUIRED_PARAMS)
-        if conv.model is None and not mod.MODEL_IN_PATH:  # a model in the path: native_request
-            conv.model = MODEL_NOT_RECORDED
-            if notes is not None:
-                notes.append(
-                    (
-                        "model_not_recorded",
-                        f"the native file names no model: the prefix asks for {MODEL_NOT_RECORDED!r}; "
-                        "give --profile-from, or set the model before sending it",
-                    )
+        return
+    conv.model = d.wire_model(model)
+    conv.stream = d.streams
+    origin["params"] = "default"
+    # what the API requires that the file does not say (no profile of this protocol)
+    conv.params.update(mod.REQUIRED_PARAMS)
+    if conv.model is None and not mod.MODEL_IN_PATH:  # a model in the path: native_request
+        conv.model = MODEL_NOT_RECORDED
+        if notes is not None:
+            notes.append(
+                (
+                    "model_not_recorded",
+                    f"the native file names no model: the prefix asks for {MODEL_NOT_RECORDED!r}; "
+                    "give --profile-from, or set the model before sending it",
                 )
-    profile_first = None
-    if pconv is not None:
-        profile_first = next((m for m in pconv.messages if m.role == "user"), None)
-        if profile_first is not None and not same_protocol:  # texts only, not another protocol's blocks
-            profile_first = texts_only(profile_first)
-    # the native file's own objects (``raw``) go to the descriptor's wire forms only when they
-    # are of this protocol: in another, only the canonical fields mean anything
-    native = protocol == d.native_raw_protocol
+            )
 
-    def wire_message(m: Message) -> Message:
-        return d.wire_message(protocol, m if native else plain_message(m))
 
-    def wire_action(a: Action) -> Message:
-        return d.wire_action(protocol, a if native else plain_action(a))
-
-    def wire_result(r: ToolResult) -> ToolResult:
-        return d.wire_result(protocol, r if native else plain(r), names)
-
-    role = mod.RESULTS_ROLE
-    names: dict[str, str] = {}
+def _native_opening(
+    conv: Conversation,
+    origin: dict[str, str],
+    protocol: str,
+    d: Any,
+    lead: list[Message] | None,
+    pconv: Conversation | None,
+    traj_task: str | None,
+    traj_context: list[str],
+    compaction: Compaction | None,
+    wire: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]],
+    names: dict[str, str],
+) -> None:
+    """:func:`native_conversation`'s opening messages, with ``origin["task_context"]``: the
+    history a compaction replaced them with, else the leading messages, else the task message.
+    ``wire``: the conversation's (message, action, result) wire forms; ``names`` gets the calls
+    of the compacted history."""
+    wire_message, _, wire_result = wire
     if compaction is not None:
         # the agent sends the history it compacted to in place of the task and the steps before
         # it (docs/native.md, "Compaction"); the leading messages it keeps are the descriptor's
         keep = d.compaction_keeps_lead(protocol)
         if keep and lead is not None:
             conv.messages.extend(lead[:keep])
+        role = get_protocol(protocol).RESULTS_ROLE
         for m in compaction.history:
             names.update((p.id, p.name) for p in m.parts if isinstance(p, ToolCall) and p.id is not None)
             if m.parts and all(isinstance(p, ToolResult) for p in m.parts):
-                # results of no protocol (a history read from another shape): as the agent sends its results
+                # results of no protocol (a history read from another shape): as the agent sends
+                # its results
                 m = Message(role, [wire_result(p) for p in m.parts])  # type: ignore[arg-type]
             conv.messages.append(wire_message(m))
         origin["task_context"] = "trajectory"
@@ -650,9 +625,30 @@ def native_conversation(
         conv.messages.extend(lead)
         origin["task_context"] = "trajectory" if traj_context else "absent"
     else:
+        profile_first = None
+        if pconv is not None:
+            profile_first = next((m for m in pconv.messages if m.role == "user"), None)
+            if profile_first is not None and pconv.protocol != protocol:
+                profile_first = texts_only(profile_first)  # texts only, not another protocol's blocks
         first, origin["task_context"] = _task_message(protocol, traj_task, traj_context, profile_first)
         if first is not None:
             conv.messages.append(first)
+
+
+def _native_steps(
+    conv: Conversation,
+    role: str,
+    steps: Sequence[Step],
+    after_step: int,
+    compaction: Compaction | None,
+    last_observation: bool,
+    wire: tuple[Callable[..., Any], Callable[..., Any], Callable[..., Any]],
+    names: dict[str, str],
+) -> None:
+    """:func:`native_conversation`'s steps 1..N: each action and its results (``role``: the
+    protocol's role of results) and the messages of its observation, from the first step a
+    compaction kept; O_N left out unless ``last_observation``. ``names`` gets each call."""
+    wire_message, wire_action, wire_result = wire
     kept = compaction.first_kept if compaction is not None else 1
     for i in range(after_step):
         step = steps[i]
@@ -679,15 +675,6 @@ def native_conversation(
             conv.messages.extend(wire_message(m) for m in obs.messages[compaction.messages_from :])
         elif step.n >= kept:
             conv.messages.extend(wire_message(m) for m in obs.messages)
-    conv.messages, dropped = without_unsigned_reasoning(protocol, conv.messages)
-    if dropped and notes is not None:
-        notes.append(
-            (
-                dropped[0].kind,
-                f"{len(dropped)} reasoning block(s) of the native file have no {mod.TITLE} signature: left out",
-            )
-        )
-    return conv, origin
 
 
 #: the model of a render whose source names none (APIs require a model)
@@ -737,7 +724,15 @@ def native_request(
     if mod.MODEL_IN_PATH:
         path = path.format(model=model or "MODEL")
     query = descriptor(agent).request_query or query
-    return request_meta(method, path, query, {"content-type": "application/json"}), "default"
+    # pvisor's own header, nothing to redact (request_meta would load journal/redact.py for it)
+    meta = {
+        "method": method,
+        "path": path,
+        "query": query,
+        "headers": {"content-type": "application/json"},
+        "recorded_content_encoding": None,
+    }
+    return meta, "default"
 
 
 def native_prefix(
@@ -802,20 +797,25 @@ def _native_prefix(
             choose = f"choose N < {step.n}" if step.n > 1 else "only N = 0 is possible"
             raise ReplayBadInput(
                 "observation_not_recorded",
-                f"--after-step {after_step}: {show_path(path)} holds no result for {len(missing)} tool call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}",
+                f"--after-step {after_step}: {show_path(path)} holds no result for {len(missing)} tool "
+                f"call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}",
             )
     provider = traj.meta.get("provider")
     proto = choose_protocol(agent, protocol, traj.model, provider if isinstance(provider, str) else None)
     profile = None
     if profile_spec is not None:
+        from .profile import load_profile  # here: only a --profile-from reads a capture
+
         profile, notes = load_profile(profile_spec, agent, version)
         source.notes.extend(notes)
     compaction = traj.compaction_at(after_step)
     if compaction is not None and not compaction.rebuilt:
         raise ReplayBadInput(
             "compaction_not_rebuilt",
-            f"--after-step {after_step}: {show_path(path)} {compaction.where}: the agent replaced its history after step {compaction.after_step} "
-            f"({compaction.kind}) and the file does not hold what it sent instead; choose N < {compaction.after_step}, or a journal run",
+            f"--after-step {after_step}: {show_path(path)} {compaction.where}: the agent replaced its "
+            f"history after step {compaction.after_step} "
+            f"({compaction.kind}) and the file does not hold what it sent instead; choose N < "
+            f"{compaction.after_step}, or a journal run",
         )
     conv, origin = native_conversation(
         agent,

@@ -35,8 +35,15 @@ from .errors import (
     show_path,
 )
 from .prefix import Prefix
-from .result import (
+from .output import (
     OUTPUT_FILES,
+    check_output,
+    create_output,
+    is_inside,
+    resolve_path,
+    same_file,
+)
+from .result import (
     PREFIX_FILE,
     REQUEST_FILE,
     RESULT_FILE,
@@ -44,15 +51,10 @@ from .result import (
     ResultMode,
     ResultStatus,
     WorkspaceRecord,
-    check_output,
-    create_output,
     elapsed_ms,
     file_sha256,
-    is_inside,
     notes_messages,
     prefix_record,
-    resolve_path,
-    same_file,
     tool_call_records,
     workspace_digest,
     write_failed,
@@ -175,7 +177,10 @@ class PrepareOutcome:
         return Path(self._paths[2])
 
     def __repr__(self) -> str:
-        return f"PrepareOutcome(output={self.output!r}, prefix_path={self.prefix_path!r}, result_path={self.result_path!r})"
+        return (
+            f"PrepareOutcome(output={self.output!r}, prefix_path={self.prefix_path!r}, "
+            f"result_path={self.result_path!r})"
+        )
 
     def summary(self) -> str:
         """One line for people: what was prepared, from what, where."""
@@ -220,7 +225,7 @@ def check_inputs_not_outputs(opts: "PrepareOptions", out: str | os.PathLike) -> 
     if opts.journal is not None:
         inputs.append(("--journal", opts.journal))
     if opts.profile_from is not None:
-        from .prefix import parse_profile_spec
+        from .profile import parse_profile_spec
 
         inputs.append(("--profile-from", parse_profile_spec(opts.profile_from)[0]))
     for opt, path in inputs:
@@ -230,7 +235,8 @@ def check_inputs_not_outputs(opts: "PrepareOptions", out: str | os.PathLike) -> 
             if resolved == target or same_file(path, target):
                 raise ReplayUsageError(
                     "output_refused",
-                    f"{opt} {show_path(path)} is {show_path(target)}, a file prepare-only writes: choose another --output",
+                    f"{opt} {show_path(path)} is {show_path(target)}, a file prepare-only writes: choose "
+                    "another --output",
                 )
 
 
@@ -336,7 +342,7 @@ def option_problems(opts: PrepareOptions) -> tuple[list[PvisorError], bool]:
         # (WAL mode): a journal inside the workspace would be a write into it
         journals = [("--journal", opts.journal)] if opts.journal is not None else []
         if opts.profile_from is not None:
-            from .prefix import parse_profile_spec
+            from .profile import parse_profile_spec
 
             journals.append(("--profile-from", parse_profile_spec(opts.profile_from)[0]))
         for opt, path in journals:
@@ -345,7 +351,8 @@ def option_problems(opts: PrepareOptions) -> tuple[list[PvisorError], bool]:
                 problems.append(
                     UsageError(
                         f"{opt} {show_path(path)} is inside --workspace {show_path(opts.workspace)}: "
-                        "opening the journal creates its -wal/-shm files beside it and prepare-only never writes the "
+                        "opening the journal creates its -wal/-shm files beside it and prepare-only "
+                        "never writes the "
                         "workspace; copy the journal out of the workspace"
                     )
                 )
@@ -499,8 +506,10 @@ def compute(
         )
         if not result.workspace.unchanged:
             raise ReplayWorkspaceChanged(
-                f"the workspace digest changed while preparing ({ws_before.sha256[:12]} -> {ws_after.sha256[:12]}); "
-                "prepare-only only reads it, so another process wrote it meanwhile: prepare again when it is idle"
+                f"the workspace digest changed while preparing ({ws_before.sha256[:12]} -> "
+                f"{ws_after.sha256[:12]}); "
+                "prepare-only only reads it, so another process wrote it meanwhile: prepare again when "
+                "it is idle"
             )
     result.status = ResultStatus.OK
     return prefix

@@ -21,39 +21,42 @@ The output directory holds three files (docs/replay.md):
   written as :func:`dump_result` gives it. An error never carries the document: the modes
   return it beside the error (``PrepareOutcome.error``, ``ReplayOnlyOutcome.error``).
 
-The output directory: :func:`check_output` refuses one inside the workspace, not a directory, or
-not empty without ``force`` (unless a failed replay left it, :func:`failed_before`);
-:func:`create_output` makes it (mode 0700), :func:`remove_made` takes away what an interrupted
-prepare made. Files are written under temporary names and renamed into place
-(:func:`write_temps`, :func:`commit_temps`, :func:`write_file`): an earlier file is replaced,
-never written through.
+The output directory (its checks, its creation, files written under temporary names and renamed
+into place) is :mod:`.output`'s; :func:`write_outputs` and :func:`write_failed` write the files
+of an ok and a failed replay with it.
 
 Digests: SHA-256 as 64 lower-case hex digits (:func:`sha256_hex`, :func:`content_sha256`,
 :func:`file_sha256`, :func:`workspace_digest`). Times: milliseconds (:func:`elapsed_ms`).
 
-Errors: :class:`~pvisor.replay.errors.ReplayUsageError` ``output_refused``/``bad_path`` (exit 2),
-:class:`~pvisor.replay.errors.ReplayBadInput` (exit 65) for an unreadable source or workspace,
+Errors: :class:`~pvisor.replay.errors.ReplayBadInput` (exit 65) for an unreadable source or workspace,
 :class:`~pvisor.replay.errors.ReplayOutputError` (exit 74) for a file that cannot be written.
 """
 
 from __future__ import annotations
 
 import enum
-import errno
 import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-import orjson
 
 from pvisor.adapters.jsonio import dumps
 from pvisor.core import digest
 from pvisor.core.digest import sha256_hex
 from pvisor.core.errors import PvisorError
 from pvisor.journal.model import RunMode, Step, ToolCall, ToolResult
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
-from .errors import ReplayBadInput, ReplayOutputError, ReplayUsageError, error_code, error_detail, show_path
+from .errors import ReplayBadInput, ReplayOutputError, error_code, error_detail, show_path
+from .output import (
+    PREFIX_FILE,
+    REQUEST_FILE,
+    RESULT_FILE,
+    commit_temps,
+    drop_temps,
+    write_file,
+    write_temps,
+)
 from .source import is_made_up
 
 if TYPE_CHECKING:
@@ -65,11 +68,6 @@ if TYPE_CHECKING:
 
 #: the result document's schema name
 RESULT_SCHEMA = "sandbox-playback.result/v3"
-#: file names written into the output directory
-PREFIX_FILE = "prefix.json"
-REQUEST_FILE = "prefix.request.json"
-RESULT_FILE = "result.json"
-OUTPUT_FILES = (PREFIX_FILE, REQUEST_FILE, RESULT_FILE)
 
 
 # --------------------------------------------------------------------------- digests
@@ -109,7 +107,8 @@ def workspace_digest(root: Path) -> "WorkspaceDigest":
         where = show_path(exc.filename) if exc.filename else show_path(root)
         raise ReplayBadInput(
             "workspace_unreadable",
-            f"--workspace {show_path(root)}: cannot read {where}: {exc.strerror or exc}; the workspace digest cannot be computed",
+            f"--workspace {show_path(root)}: cannot read {where}: {exc.strerror or exc}; the workspace "
+            "digest cannot be computed",
         ) from None
 
 
@@ -175,15 +174,16 @@ class ResultPart:
     __slots__ = ()
 
     def to_json(self) -> dict[str, Any]:
+        # the slots are the fields, in order (this class and Record hold none): the Field
+        # objects, which prepare-only never needs, stay unmade (core/record.py)
         return {
             name: json_value(value)
-            for name in self.__dataclass_fields__  # type: ignore[attr-defined]
+            for name in self.__slots__  # type: ignore[attr-defined]
             if (value := getattr(self, name)) is not ABSENT
         }
 
 
-@record
-class ResultMessage(ResultPart, Record):
+class ResultMessage(ResultPart, Record, record=True):
     """One of ``warnings`` or ``errors``.
 
     Fields:
@@ -199,8 +199,7 @@ class ResultMessage(ResultPart, Record):
         self.message = message
 
 
-@record
-class SourceRecord(ResultPart, Record):
+class SourceRecord(ResultPart, Record, record=True):
     """``source``: what steps 1..N were read from.
 
     Fields:
@@ -234,8 +233,7 @@ class SourceRecord(ResultPart, Record):
         self.session = session
 
 
-@record
-class BoundaryRecord(ResultPart, Record):
+class BoundaryRecord(ResultPart, Record, record=True):
     """``boundary``: where the replay stops.
 
     Fields:
@@ -256,8 +254,7 @@ class BoundaryRecord(ResultPart, Record):
         self.next_action_excluded = next_action_excluded
 
 
-@record
-class PrefixRecord(ResultPart, Record):
+class PrefixRecord(ResultPart, Record, record=True):
     """``prefix``: the request body for inference N+1 (built by :func:`prefix_record`).
 
     Fields:
@@ -331,8 +328,7 @@ class PrefixRecord(ResultPart, Record):
         self.compaction = compaction
 
 
-@record
-class ToolCallRecord(ResultPart, Record):
+class ToolCallRecord(ResultPart, Record, record=True):
     """One of ``tool_calls``: a tool call of steps 1..N, in order.
 
     Fields:
@@ -391,8 +387,7 @@ class ToolCallRecord(ResultPart, Record):
         self.observation_not_sent = observation_not_sent
 
 
-@record
-class WorkspaceRecord(ResultPart, Record):
+class WorkspaceRecord(ResultPart, Record, record=True):
     """``workspace``: the workspace digested before and after (docs/result-protocol.md
     "Workspace digest").
 
@@ -431,8 +426,7 @@ class WorkspaceRecord(ResultPart, Record):
         self.restored_from = restored_from
 
 
-@record
-class Lineage(ResultPart, Record):
+class Lineage(ResultPart, Record, record=True):
     """``lineage`` of the derived run of a replay-only or continuation.
 
     Fields:
@@ -465,8 +459,7 @@ class Lineage(ResultPart, Record):
         self.workspace_snapshot = workspace_snapshot
 
 
-@record
-class Timings(ResultPart, Record):
+class Timings(ResultPart, Record, record=True):
     """``timings_ms``: milliseconds (:func:`elapsed_ms`), each written once reached (a field
     not reached is :data:`ABSENT`), in the order the modes reach them.
 
@@ -511,8 +504,7 @@ class Timings(ResultPart, Record):
         self.total = total
 
 
-@record
-class ResultDocument(ResultPart, Record):
+class ResultDocument(ResultPart, Record, record=True):
     """The result document, ``result.json`` (schema ``sandbox-playback.result/v3``,
     docs/result-protocol.md; JSON Schema docs/result-schema.json): :meth:`start` makes one with
     nothing done yet (``status: failed``), each mode fills it, :meth:`to_json` gives the dict
@@ -914,176 +906,6 @@ def write_failed(out: str | os.PathLike, result: ResultDocument) -> dict[str, An
     return document
 
 
-# --------------------------------------------------------------------------- the output directory
-
-
 def elapsed_ms(t0: float, t1: float) -> float:
+    """Milliseconds from ``t0`` to ``t1`` (``time.perf_counter()`` values), to the microsecond."""
     return round((t1 - t0) * 1000.0, 3)
-
-
-def is_inside(child: str, parent: str) -> bool:
-    """Whether the resolved path ``child`` is ``parent`` or under it."""
-    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
-
-
-def resolve_path(path: str | os.PathLike) -> str:
-    """``Path(path).resolve()`` as a string: ``os.path.realpath``, and a symlink loop (which
-    realpath leaves as it is, and ``resolve`` finds by a ``stat``) is ReplayUsageError
-    ``bad_path`` naming the path, as is a path the system refuses."""
-    try:
-        real = os.path.realpath(path)
-    except (OSError, ValueError) as exc:
-        raise ReplayUsageError("bad_path", f"{show_path(path)}: cannot be resolved ({_why(exc)})") from None
-    try:
-        os.stat(real)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise ReplayUsageError(
-                "bad_path", f"{show_path(path)}: cannot be resolved (a symlink loop)"
-            ) from None
-    except ValueError as exc:
-        raise ReplayUsageError("bad_path", f"{show_path(path)}: cannot be resolved ({_why(exc)})") from None
-    return real
-
-
-def _why(exc: Exception) -> str:
-    return (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or "a symlink loop"
-
-
-def check_output(
-    output: str | os.PathLike,
-    workspace: str | os.PathLike | None,
-    force: bool,
-    why: str = "prepare-only never writes the workspace",
-) -> str:
-    """The resolved output directory (a str), or ReplayUsageError ``output_refused`` when it is
-    (or is inside) the workspace, is not a directory or lies below a file, or is not empty
-    without ``force``."""
-    out = resolve_path(output)
-    if workspace is not None and is_inside(out, resolve_path(workspace)):
-        raise ReplayUsageError(
-            "output_refused", f"--output {output} is inside --workspace {workspace}: {why}"
-        )
-    if not os.path.exists(out):
-        # the directories that do not exist yet are made (create_output): one of its parents
-        # that is a file is a usage error here, not a failed write later
-        there = os.path.dirname(out)
-        while there and not os.path.lexists(there) and os.path.dirname(there) != there:
-            there = os.path.dirname(there)
-        if os.path.lexists(there) and not os.path.isdir(there):
-            raise ReplayUsageError(
-                "output_refused", f"--output {output}: {show_path(there)} is not a directory"
-            )
-    elif not os.path.isdir(out):
-        raise ReplayUsageError("output_refused", f"--output {output} exists and is not a directory")
-    elif not force and os.listdir(out) and not failed_before(out):
-        raise ReplayUsageError(
-            "output_refused", f"--output {output} is not empty; give --force to write into it"
-        )
-    return out
-
-
-def failed_before(out: str | os.PathLike) -> bool:
-    """Whether ``out`` holds only what a replay that did not succeed left (its files, a
-    ``result.json`` whose status is not ``ok``): a failed replay never blocks its retry."""
-    try:
-        names = set(os.listdir(out))
-        if RESULT_FILE not in names or not names <= set(OUTPUT_FILES):
-            return False
-        with open(os.path.join(out, RESULT_FILE), "rb") as fh:
-            status = orjson.loads(fh.read()).get("status")
-    except (OSError, orjson.JSONDecodeError, AttributeError):
-        return False
-    return isinstance(status, str) and status != "ok"
-
-
-def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
-    """Whether ``a`` and ``b`` are one file (a hard link, a symlink); False when either cannot
-    be looked at (missing, a path the system refuses)."""
-    try:
-        return os.path.samefile(a, b)
-    except (OSError, ValueError):
-        return False
-
-
-def create_output(out: str | os.PathLike, given: str | os.PathLike) -> None:
-    """Create the output directory ``out`` and its missing parents (mode 0700,
-    :func:`~pvisor.journal.paths.make_directories`); ReplayOutputError (exit 74) naming
-    ``given``, the ``--output`` as the user gave it, when it cannot be."""
-    from pvisor.journal.paths import make_directories
-
-    try:
-        make_directories(out)
-    except OSError as exc:
-        raise ReplayOutputError(f"cannot create --output {show_path(given)}: {exc.strerror or exc}") from None
-
-
-def to_be_made(out: str | os.PathLike) -> list[str]:
-    """The directories of ``out`` (itself and its parents) that do not exist yet, outermost
-    first: what :func:`create_output` is about to make, and what :func:`remove_made` takes away
-    when the prepare is interrupted, even in the middle of making them."""
-    missing: list[str] = []
-    here = os.path.abspath(out)
-    while not os.path.isdir(here) and os.path.dirname(here) != here:
-        missing.append(here)
-        here = os.path.dirname(here)
-    return missing[::-1]
-
-
-def remove_made(made: list[str]) -> None:
-    """Remove the directories of :func:`to_be_made` (``made``) that exist, with what they hold:
-    a prepare interrupted (Ctrl-C) before its files were written leaves no empty or partial
-    output directory. A directory that was there before is not in ``made`` and stays."""
-    if made:
-        import shutil
-
-        shutil.rmtree(made[0], ignore_errors=True)
-
-
-# --------------------------------------------------------------------------- writing files
-
-
-def write_file(path: str, data: bytes) -> None:
-    commit_temps(write_temps([(path, data)]))
-
-
-def drop_temps(tmps: list[tuple[str, str]]) -> None:
-    for tmp, _ in tmps:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-
-
-def write_temps(
-    files: list[tuple[str, bytes]], tmps: list[tuple[str, str]] | None = None
-) -> list[tuple[str, str]]:
-    """Write each ``(path, data)`` under a temporary name beside ``path``; returns (and
-    appends to ``tmps``) the ``(temporary, path)`` pairs. On an error every temporary file of
-    ``tmps`` is removed and ReplayOutputError is raised."""
-    tmps = [] if tmps is None else tmps
-    for path, data in files:
-        where, name = os.path.split(path)
-        tmp = os.path.join(where, f".{name}.tmp-{os.getpid()}")
-        tmps.append((tmp, path))
-        try:
-            from pvisor.core.outfile import open_private
-
-            with open_private(tmp) as fh:
-                fh.write(data)
-        except OSError as exc:
-            drop_temps(tmps)
-            raise ReplayOutputError(f"cannot write {show_path(path)}: {exc.strerror or exc}") from None
-    return tmps
-
-
-def commit_temps(tmps: list[tuple[str, str]]) -> None:
-    """Rename every temporary file into place (os.replace: an earlier file, or a symbolic link
-    in its place, is replaced, never written through); on an error the temporary files left
-    are removed and ReplayOutputError is raised."""
-    for i, (tmp, path) in enumerate(tmps):
-        try:
-            os.replace(tmp, path)
-        except OSError as exc:
-            drop_temps(tmps[i:])
-            raise ReplayOutputError(f"cannot write {show_path(path)}: {exc.strerror or exc}") from None

@@ -25,7 +25,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from pvisor.journal.model import RESPONSE_TRUNCATED, Step, ToolCall, ToolResult
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 
@@ -66,8 +66,7 @@ def choose_protocol(agent: str, wanted: str | None, model: str | None, provider:
     return wanted
 
 
-@record
-class Source(Record):
+class Source(Record, record=True):
     """What was read: ``kind`` (``journal`` | ``native``), ``path``, ``run`` (journal run id or
     None), ``agent_version`` (str or None), ``profile`` (format profile or launch profile name),
     ``steps`` (Sequence[Step], possibly lazy), ``session`` (native session id or None),
@@ -218,7 +217,8 @@ def check_boundary(after_step: int, steps_total: int, where: str) -> None:
     if after_step > steps_total:
         raise ReplayBadInput(
             "after_step_out_of_range",
-            f"--after-step {after_step}: {where} has {steps_total} step{'s' if steps_total != 1 else ''} (0 <= N <= {steps_total})",
+            f"--after-step {after_step}: {where} has {steps_total} step{'s' if steps_total != 1 else ''} "
+            f"(0 <= N <= {steps_total})",
         )
 
 
@@ -312,7 +312,8 @@ def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
     """ReplayBadInput ``damaged_source`` naming the first damaged place and what was lost or
     repaired, unless ``allow`` (``--allow-damaged``: the prefix is built, each repair stays a
     warning of the result). A prefix across damage may not be what the agent sent: refused, never
-    guessed. ``warnings``: the native reader's (:class:`~pvisor.adapters.native.diagnostics.NativeWarning`)."""
+    guessed. ``warnings``: the native reader's
+    (:class:`~pvisor.adapters.native.diagnostics.NativeWarning`)."""
     damage = [w for w in warnings if w.code in DAMAGE_CODES]
     if not damage or allow:
         return
@@ -320,7 +321,8 @@ def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
     more = f" (and {len(damage) - 1} more repair(s))" if len(damage) > 1 else ""
     raise ReplayBadInput(
         "damaged_source",
-        f"{show_path(path)} {w.where}: {w.code}: {w.message}{more}; a prefix across it may not be what the agent sent: "
+        f"{show_path(path)} {w.where}: {w.code}: {w.message}{more}; a prefix across it may not be what "
+        "the agent sent: "
         "--allow-damaged builds it and lists each repair",
     )
 
@@ -355,6 +357,7 @@ def check_gaps(steps: Sequence[Step], after_step: int, path: Path) -> None:
         if "lost_action" in step.flags:
             raise ReplayBadInput(
                 "action_lost",
-                f"--after-step {after_step}: {show_path(path)} lost the action of step {step.n} (a result answers a call no line "
+                f"--after-step {after_step}: {show_path(path)} lost the action of step {step.n} (a "
+                "result answers a call no line "
                 f"holds: the lost_action warning names the line); choose N < {step.n}",
             )

@@ -273,12 +273,23 @@ OPTIONS: tuple[Option, ...] = (
 BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
 #: the options of the command line, in the order of its help
 CLI_OPTIONS: tuple[Option, ...] = tuple(o for o in OPTIONS if o.flag is not None)
-#: the options of replay.toml's top level, in the file's documented order
-TOML_OPTIONS: tuple[Option, ...] = tuple(
-    sorted((o for o in OPTIONS if o.toml is not None), key=lambda o: o.rank)
-)
-#: the keywords of :func:`pvisor.session.continue_run` (``source`` is ``trajectory`` or ``run``)
-API_NAMES: tuple[str, ...] = tuple(dict.fromkeys(o.api for o in OPTIONS if o.api is not None))
+#: ``TOML_OPTIONS``: the options of replay.toml's top level, in the file's documented order;
+#: ``API_NAMES``: the keywords of :func:`pvisor.session.continue_run` (``source`` is
+#: ``trajectory`` or ``run``). Made when first read (:func:`__getattr__`): a prepare-only
+#: without --config reads neither
+TOML_OPTIONS: tuple[Option, ...]
+API_NAMES: tuple[str, ...]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "TOML_OPTIONS":
+        value: Any = tuple(sorted((o for o in OPTIONS if o.toml is not None), key=lambda o: o.rank))
+    elif name == "API_NAMES":
+        value = tuple(dict.fromkeys(o.api for o in OPTIONS if o.api is not None))
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 # --------------------------------------------------------------------------- problems

@@ -44,21 +44,23 @@ from pvisor.replay.errors import ReplayBadInput, ReplayUsageError, show_path
 from pvisor.replay.numbering import Wording, pause_of
 from pvisor.replay.playback import PathRewrites, PlaybackResponder
 from pvisor.replay.recording import TaskOrigin, journal_recording, native_recording
-from pvisor.replay.result import (
+from pvisor.replay.output import (
     RESULT_FILE,
-    ResultDocument,
-    ResultMessage,
-    ResultStatus,
     check_output,
     commit_temps,
     create_output,
+    write_file,
+    write_temps,
+)
+from pvisor.replay.result import (
+    ResultDocument,
+    ResultMessage,
+    ResultStatus,
     dump_result,
     elapsed_ms,
     file_sha256,
     notes_messages,
     workspace_digest,
-    write_file,
-    write_temps,
 )
 from pvisor.replay.snapshots import restore_snapshot, run_snapshots
 from pvisor.replay.spec import in_order, problems_error

@@ -12,9 +12,8 @@ from pvisor.adapters.jsonio import dumps
 from pvisor.replay.agent_result import AgentRunEnd, AgentRunRecord, PlaybackSummary
 from pvisor.replay.errors import ReplayFailed, show_path
 from pvisor.replay.playback import playback_record, recorded_prefix
+from pvisor.replay.output import PREFIX_FILE, REQUEST_FILE
 from pvisor.replay.result import (
-    PREFIX_FILE,
-    REQUEST_FILE,
     Lineage,
     ResultDocument,
     WorkspaceRecord,

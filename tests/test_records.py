@@ -159,13 +159,22 @@ BODIES = {
 }
 
 
-def _make(body: tuple[str, str], future: bool, by_record: bool) -> type:
+def _make(body: tuple[str, str], future: bool, by_record: bool | str) -> type:
+    """``Made`` of ``body`` by ``@record`` (True), ``@dataclass`` (False) or, ``"keyword"``, the
+    class statement's ``record=True`` (core/record.py's RecordType)."""
     base, text = body
-    deco = "record" if by_record else "dataclass(slots=True, init=False, repr=False, eq=False)"
+    deco = (
+        "@record\n"
+        if by_record is True
+        else ""
+        if by_record
+        else "@dataclass(slots=True, init=False, repr=False, eq=False)\n"
+    )
+    keyword = ", record=True" if by_record == "keyword" else ""
     src = ("from __future__ import annotations\n" if future else "") + (
         "from dataclasses import dataclass, field\n"
         "from pvisor.core.record import FrozenRecord, Record, record\n"
-        f"@{deco}\nclass Made({base}):\n    {text}\n"
+        f"{deco}class Made({base}{keyword}):\n    {text}\n"
     )
     ns: dict = {"__name__": __name__}  # dataclass looks string annotations up in the module
     exec(compile(src, "<made>", "exec"), ns)
@@ -186,12 +195,13 @@ def _shape(cls: type) -> dict:
     }
 
 
+@pytest.mark.parametrize("how", [True, "keyword"], ids=["@record", "record=True"])
 @pytest.mark.parametrize("future", [True, False], ids=["string annotations", "evaluated annotations"])
 @pytest.mark.parametrize("name", list(BODIES))
-def test_record_makes_what_dataclass_makes(name: str, future: bool):
+def test_record_makes_what_dataclass_makes(name: str, future: bool, how: bool | str):
     import orjson
 
-    mine, theirs = _make(BODIES[name], future, True), _make(BODIES[name], future, False)
+    mine, theirs = _make(BODIES[name], future, how), _make(BODIES[name], future, False)
     assert _shape(mine) == _shape(theirs)
     required = {f.name: "x" for f in dataclasses.fields(mine) if f.init and p_required(f)}
     a, b = mine(**required), theirs(**required)
@@ -211,9 +221,10 @@ def test_record_makes_what_dataclass_makes(name: str, future: bool):
 def test_record_refuses_what_dataclass_refuses(text: str, error: type):
     with pytest.raises(error) as theirs:
         _make(("Record", text), True, False)
-    with pytest.raises(error) as mine:
-        _make(("Record", text), True, True)
-    assert str(mine.value) == str(theirs.value)
+    for how in (True, "keyword"):
+        with pytest.raises(error) as mine:
+            _make(("Record", text), True, how)
+        assert str(mine.value) == str(theirs.value)
 
 
 @pytest.mark.parametrize("annotation", ["ClassVar[int]", "InitVar[int]", "KW_ONLY"])

@@ -29,7 +29,7 @@ from native_helpers import native_dir
 from pvisor.core.errors import PvisorError
 from pvisor.replay.batch import Status, prepare_many
 from pvisor.replay.prepare import PrepareOptions, prepare
-from pvisor.replay.result import OUTPUT_FILES
+from pvisor.replay.output import OUTPUT_FILES
 
 PVISOR = [sys.executable, "-m", "pvisor"]
 ENV = {**os.environ, "PYTHONSAFEPATH": "1"}

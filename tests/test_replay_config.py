@@ -20,7 +20,7 @@ from pvisor.replay.config import (
     ReplayMode,
     load_config,
 )
-from pvisor.replay.prefix import parse_profile_spec
+from pvisor.replay.profile import parse_profile_spec
 
 SECRET = "sk-secret-123"
 

@@ -34,7 +34,8 @@ from pvisor.gateway.proxy import finalize_response
 from pvisor.journal.model import Attempt, Run
 from pvisor.journal.writer import Journal
 from pvisor.adapters.jsonio import dumps
-from pvisor.replay.prefix import load_profile, native_conversation, render_native
+from pvisor.replay.prefix import native_conversation, render_native
+from pvisor.replay.profile import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = json.loads((REPO / "docs" / "result-schema.json").read_text())

@@ -178,7 +178,8 @@ def _read_native(
             # of the adapters only OpenCode reads a directory (its storage/ tree)
             what = "directory" if os.path.isdir(path) else "file"
             raise BadInputError(
-                f"{original}: no native adapter recognises this {what}; give --agent (one of {', '.join(adapter_names())})"
+                f"{original}: no native adapter recognises this {what}; give --agent (one of "
+                f"{', '.join(adapter_names())})"
             )
         if len(found) > 1:
             raise BadInputError(

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from pvisor.core.errors import BadInputError
 from pvisor.core.lazyre import LazyPattern
 from pvisor.journal.model import Trajectory
-from pvisor.core.record import FrozenRecord, Record, record
+from pvisor.core.record import FrozenRecord, Record
 
 from .assembly import LazySteps
 from .diagnostics import Diagnostics
@@ -41,8 +41,7 @@ _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 _VERSION = LazyPattern(r"^\s*v?(\d+)\.(\d+)")
 
 
-@record
-class FormatProfile(FrozenRecord):
+class FormatProfile(FrozenRecord, record=True):
     """A pinned native format version.
 
     Fields:
@@ -109,22 +108,23 @@ class FormatProfile(FrozenRecord):
         major, minor = m.group(1), m.group(2)
         if len(major) > 9 or int(major) != self.major:
             raise BadInputError(
-                f"{diag.path}: {where}: {self.adapter} format version {clip(str(version))} has major {clip(str(int(major)) if len(major) <= 9 else major)}; "
+                f"{diag.path}: {where}: {self.adapter} format version {clip(str(version))} has major "
+                f"{clip(str(int(major)) if len(major) <= 9 else major)}; "
                 f"this adapter reads {self.name} only"
             )
         if len(minor) > 9 or int(minor) > self.minor:
             diag.warn(
                 "unverified_profile",
                 where,
-                f"{self.adapter} {clip(str(version))} is newer than the verified profile {self.name}; read with it",
+                f"{self.adapter} {clip(str(version))} is newer than the verified profile {self.name}; "
+                "read with it",
             )
 
 
 # --------------------------------------------------------------------------- adapters
 
 
-@record
-class NativeResult(Record):
+class NativeResult(Record, record=True):
     """What an adapter returns: the trajectory, the profile it was read with, and the warnings."""
 
     trajectory: Trajectory

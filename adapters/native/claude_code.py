@@ -89,7 +89,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 from pvisor.adapters.protocols.base import signature_flags
 
 from .assembly import LazySteps, LeftOutLines, as_dict, as_str, interned, object_call
@@ -139,7 +139,10 @@ UI_TYPES = frozenset(
     }
 )
 
-_SHAPE = "no Claude Code session line (a user or assistant record with uuid, sessionId and message.content) in the file"
+_SHAPE = (
+    "no Claude Code session line (a user or assistant record with uuid, sessionId and message.content) in "
+    "the file"
+)
 
 # kinds of chain lines (low bits) and flags of user lines
 _UI, _USER, _ASSISTANT, _BOUNDARY = 0, 1, 2, 3
@@ -160,8 +163,7 @@ def _key(uuid: str) -> int | str:
     return int(uuid.replace("-", ""), 16) if len(uuid) == 36 and _UUID.fullmatch(uuid) else uuid
 
 
-@record
-class _Line(Record):
+class _Line(Record, record=True):
     """One assistant line of a message: chain index, packed line ref, line number, its
     ``tool_use`` blocks' (id, name), whether it has ``usage``, its ``stop_reason``."""
 
@@ -189,8 +191,7 @@ class _Line(Record):
         self.stop_reason = stop_reason
 
 
-@record
-class _Msg(Record):
+class _Msg(Record, record=True):
     """Every assistant line of one ``message.id``; a repeated uuid replaces the earlier line and
     keeps its position. A list, not a dict: a message has a few lines and a file many messages."""
 
@@ -204,8 +205,7 @@ class _Msg(Record):
         self.model = model
 
 
-@record
-class _Gap(Record):
+class _Gap(Record, record=True):
     """Step ``n`` whose action's line was lost: the results of line ``line`` (packed ``ref``)
     answer calls ``ids`` that no line of the file holds."""
 
@@ -230,8 +230,7 @@ class _Gap(Record):
         self.after = after
 
 
-@record
-class _Plan(Record):
+class _Plan(Record, record=True):
     """What step ``n`` is made of: its message, its lines in chain order, the result found for
     each of its ``tool_use`` calls (a packed ref, ``(ref, k)`` for the k-th block with that id
     in the line, or None: interrupted), usage line and stop reason (the last in chain order),
@@ -365,7 +364,8 @@ class _Reading:
                 diag.warn(
                     "duplicate_record",
                     f"line {n}",
-                    f"uuid {uuid} repeated (first at line {chain.line[chain.ids[_key(uuid)]]}); the later line is used",
+                    f"uuid {uuid} repeated (first at line {chain.line[chain.ids[_key(uuid)]]}); the "
+                    "later line is used",
                 )
             parent = as_str(obj.get("parentUuid"))
             handler = talk.get(kind)
@@ -598,7 +598,8 @@ class _Walk:
                     diag.warn(
                         "duplicate_call_id",
                         f"line {ln.n}",
-                        f"tool call id {cid} ({name}) used before (line {first_call[key]}); results paired in order of appearance",
+                        f"tool call id {cid} ({name}) used before (line {first_call[key]}); results "
+                        "paired in order of appearance",
                     )
                 else:
                     first_call[key] = ln.n
@@ -727,7 +728,8 @@ class ClaudeCodeAdapter(NativeAdapter):
         leaf = chain.leaf(depth, r.leaf_hint, talk)
         # why this leaf: said where a branch is left out (a rewind, an edited prompt)
         chosen = (
-            f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and assistant lines"
+            f"the session is the chain ending at line {chain.line[leaf]}, {talk[leaf]} user and "
+            "assistant lines"
             if leaf >= 0
             else ""
         )

@@ -33,8 +33,9 @@ claude-code-log synthetic rollout):
   repeated call reads as a second call, ``interrupted``). A repeated ``call_id`` with other
   content is a distinct call (fixtures with trimmed ids): ``duplicate_call_id``, and outputs
   are paired with the calls of that id in order of appearance (an output answers the first
-  call of its id still without one, a call the provider runs last; an output for an id whose calls are all answered goes to
-  the latest call's step, after its results, with ``duplicate_call_id``).
+  call of its id still without one, a call the provider runs last; an output for an id whose
+  calls are all answered goes to the latest call's step, after its results, with
+  ``duplicate_call_id``).
 - A damaged record (a ``session_meta`` without a payload object, a ``response_item`` without
   a typed payload: a flipped byte in a key) is skipped with ``malformed_record``; the file is
   refused only when no well-formed rollout record is left.
@@ -245,7 +246,8 @@ class _Reading:
         # the step of the first call of its id still without one; an exact repeat of a call is a duplicate
         self.by_id: dict[str, _Call] = {}
         self.strays: dict[str, LineRef] = {}  # call id of no call -> its first output's ref
-        # the reasoning and message items of the action being read (one model response), to see one written twice
+        # the reasoning and message items of the action being read (one model response), to see
+        # one written twice
         self.said: list[dict] = []
 
     def scan(self, path: Path, diag: Diagnostics) -> None:
@@ -271,7 +273,10 @@ class _Reading:
                 handler = handlers.get(kind) if isinstance(kind, str) else None
             (handler or self.other)(n, kind, payload, obj, ref, diag)
         if not self.rollout:
-            what = "required record shape missing: no Codex rollout record (type session_meta/response_item) in the file"
+            what = (
+                "required record shape missing: no Codex rollout record (type session_meta/response_item) in "
+                "the file"
+            )
             if self.first is None:
                 raise BadInputError(f"{diag.path}: {what} (no JSON object in it)")
             raise BadInputError(
@@ -350,13 +355,19 @@ class _Reading:
         history = as_dict(payload).get("replacement_history")
         if isinstance(history, list):
             _compaction(traj, plans, history, as_str(as_dict(payload).get("message")), n, diag)
-            reason = "compacted history: its replacement_history is what the model sees from here on (trajectory compactions); the step before is flagged"
+            reason = (
+                "compacted history: its replacement_history is what the model sees from here on (trajectory "
+                "compactions); the step before is flagged"
+            )
         else:
             if plans:
                 traj.compactions.append(
                     Compaction(len(plans), [], "compacted", f"line {n}", message, rebuilt=False)
                 )
-            reason = "compacted history without replacement_history: what the model saw after it is not in the file; flagged on the step before"
+            reason = (
+                "compacted history without replacement_history: what the model saw after it is not in the "
+                "file; flagged on the step before"
+            )
         left_out(traj, f"line {n}", "compaction", reason)
         self.in_action, self.said = False, []
 

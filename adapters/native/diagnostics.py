@@ -17,7 +17,7 @@ from dataclasses import field
 from typing import Any
 
 from pvisor.core.errors import BadInputError
-from pvisor.core.record import FrozenRecord, Record, record
+from pvisor.core.record import FrozenRecord, Record
 
 _set = object.__setattr__  # how a FrozenRecord sets its fields in __init__
 
@@ -26,7 +26,9 @@ MAX_WARNINGS_PER_CODE = 100
 
 #: warning codes and what they mean (docs/native.md lists them too)
 WARNING_CODES: dict[str, str] = {
-    "truncated_line": "the last line ends without a newline and does not parse (the writer was cut off); skipped",
+    "truncated_line": (
+        "the last line ends without a newline and does not parse (the writer was cut off); skipped"
+    ),
     "nul_block": "a block of NUL bytes (a crash or a preallocated file); skipped",
     "malformed_line": "a line that is not JSON; skipped",
     "not_an_object": "a line that is JSON but not an object; skipped",
@@ -35,19 +37,26 @@ WARNING_CODES: dict[str, str] = {
     "lone_surrogate": "lone UTF-16 surrogate escapes, read as U+FFFD",
     "unverified_profile": "the file's format version is newer than the verified profile (same major)",
     "no_version": "the file does not say its format version; read with the pinned profile",
-    "unreadable_version": 'the file\'s format version does not read as X.Y ("banana"); read by shape with the pinned profile',
+    "unreadable_version": (
+        'the file\'s format version does not read as X.Y ("banana"); read by shape with the pinned profile'
+    ),
     "interrupted": "a tool call whose result never came; the step ends with an interrupted observation",
     "duplicate_record": "a record repeated (same id); the later one is used",
     "unknown_record": "a record type the profile does not know; left out",
-    "broken_chain": "a record whose parent is missing (a lost or damaged line): it continues from the chain record before it in the file, or, with none, the chain restarts there",
+    "broken_chain": (
+        "a record whose parent is missing (a lost or damaged line): it continues from the chain record "
+        "before it in the file, or, with none, the chain restarts there"
+    ),
     "malformed_record": "a record that is JSON but lacks a field its type requires; skipped",
     "duplicate_call_id": "two tool calls share an id; results paired in order of appearance",
-    "lost_action": "a tool result answers a call no line holds (the action's line was lost): a gap step stands at its place",
+    "lost_action": (
+        "a tool result answers a call no line holds (the action's line was lost): a gap step stands at its "
+        "place"
+    ),
 }
 
 
-@record
-class NativeWarning(FrozenRecord):
+class NativeWarning(FrozenRecord, record=True):
     """One warning: ``code`` (a key of :data:`WARNING_CODES`), ``where`` (``"line 12"``,
     ``"lines 4-6"``, ``"message m1"``) and a one-line ``message``."""
 
@@ -64,8 +73,7 @@ class NativeWarning(FrozenRecord):
         return f"{self.where}: {self.code}: {self.message}"
 
 
-@record
-class Diagnostics(Record):
+class Diagnostics(Record, record=True):
     """Warnings collected while reading one file (``path`` names it in messages).
 
     At most :data:`MAX_WARNINGS_PER_CODE` warnings of one code are kept; past that one
@@ -102,7 +110,8 @@ class Diagnostics(Record):
         note = NativeWarning(
             w.code,
             "file",
-            f"{more} more {w.code} warning{'s' if more > 1 else ''} not listed (the first {MAX_WARNINGS_PER_CODE} are)",
+            f"{more} more {w.code} warning{'s' if more > 1 else ''} not listed (the first "
+            f"{MAX_WARNINGS_PER_CODE} are)",
         )
         at = self._more_at.get(w.code)
         if at is None:

@@ -82,7 +82,10 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 #: the legacy single-JSON shape, named when a ``.json`` file is refused
-EXPECTED = "a Gemini CLI session JSON: an object {sessionId, projectHash, startTime, messages: [{id, type, content}, ...]}"
+EXPECTED = (
+    "a Gemini CLI session JSON: an object {sessionId, projectHash, startTime, messages: [{id, type, "
+    "content}, ...]}"
+)
 
 PROFILE = FormatProfile(
     "gemini-cli",
@@ -337,7 +340,10 @@ class _Reading:
                 )
                 left_out(self.traj, f"line {n}", "unknown", "record type unknown to the profile")
         if not self.session:
-            what = "required record shape missing: no Gemini CLI session record (metadata with sessionId/projectHash, a message with id/type, $set or $rewindTo) in the file"
+            what = (
+                "required record shape missing: no Gemini CLI session record (metadata with "
+                "sessionId/projectHash, a message with id/type, $set or $rewindTo) in the file"
+            )
             raise BadInputError(
                 f"{diag.path}: {what} (no JSON object in it)"
                 if first is None
@@ -530,7 +536,9 @@ class GeminiCliAdapter(NativeAdapter):
         traj.meta = meta
         return NativeResult(traj, PROFILE, diag)
 
-    def _build(self, plan: _Plan, get: Callable[[Any], dict], compacted: set[int] = frozenset()) -> Step:  # type: ignore[assignment]
+    def _build(  # type: ignore[assignment]
+        self, plan: _Plan, get: Callable[[Any], dict], compacted: set[int] = frozenset()
+    ) -> Step:
         """Step ``plan.n`` from its message record (and the functionResponse copies and user
         messages that follow it), read again through ``get``; flagged ``compaction`` when its
         number is in ``compacted``."""

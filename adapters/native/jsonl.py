@@ -39,7 +39,7 @@ import orjson
 from pvisor.core import progress
 from pvisor.core.errors import BadInputError
 from pvisor.core.lazyre import LazyPattern
-from pvisor.core.record import FrozenRecord, Record, record
+from pvisor.core.record import FrozenRecord, Record
 
 from .diagnostics import WARNING_CODES, Diagnostics, NativeWarning
 
@@ -111,8 +111,7 @@ _SURROGATE_ESCAPE = LazyPattern(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 # --------------------------------------------------------------------------- JSONL
 
 
-@record
-class _Pending(Record):
+class _Pending(Record, record=True):
     first: int
     parts: list[bytes]
     size: int
@@ -173,8 +172,7 @@ def _raw_lines(path: Path) -> Iterator[tuple[int, int, bytes, bool]]:
         yield n + 1, line_start, b"".join(pending), False
 
 
-@record
-class LineRef(FrozenRecord):
+class LineRef(FrozenRecord, record=True):
     """Where one object of a JSONL file is: ``offset`` and ``length`` in bytes of the text
     that was parsed (a line without its ``\\r\\n``, the part after a NUL block, or, when
     ``joined``, the span of lines an object split by raw newlines was rejoined from).
@@ -340,7 +338,8 @@ class JsonlSource:
             obj = None
         if not isinstance(obj, dict):
             raise BadInputError(
-                f"{self.path}: the file changed while it was read (bytes {ref.offset}-{ref.offset + ref.length} no longer hold a JSON object)"
+                f"{self.path}: the file changed while it was read (bytes "
+                f"{ref.offset}-{ref.offset + ref.length} no longer hold a JSON object)"
             )
         return obj
 

@@ -69,7 +69,10 @@ PROFILE = FormatProfile(
 )
 
 #: the shape this adapter reads, named when it refuses a file
-EXPECTED = "a mini-swe-agent trajectory: a JSON object {info, messages: [{role, content}, ...], trajectory_format} (or a bare JSON array of messages)"
+EXPECTED = (
+    "a mini-swe-agent trajectory: a JSON object {info, messages: [{role, content}, ...], trajectory_format} "
+    "(or a bare JSON array of messages)"
+)
 
 #: the commands that end a run (v2 and v1 spellings; docs/advanced/v2_migration.md)
 SUBMIT_MARKERS = ("COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT", "MINI_SWE_AGENT_FINAL_OUTPUT")
@@ -78,10 +81,14 @@ _BLOCK = re.compile(r"```(?:mswea_bash_command|bash)\s*\n(.*?)\n```", re.S)
 
 #: step flags this adapter sets, for ``meta["flags"]``
 FLAGS = {
-    "action_dropped_by_agent": "the reply did not parse (format error); the agent did not store it in its history",
+    "action_dropped_by_agent": (
+        "the reply did not parse (format error); the agent did not store it in its history"
+    ),
     "action_not_stored": "the dropped reply's content is not in the file (tool-calling models)",
     "submitted": "the step ran the final submit command",
-    "observation_not_sent": "the submit step's observation is in the file but the run ended: the model never saw it",
+    "observation_not_sent": (
+        "the submit step's observation is in the file but the run ended: the model never saw it"
+    ),
     "interrupted": "a tool call without a result in the file",
 }
 
@@ -240,7 +247,10 @@ class _Messages:
 
 class MiniSweAgentAdapter(NativeAdapter):
     name = "mini-swe-agent"
-    description = "mini-swe-agent trajectory JSON (-o FILE, <instance>.traj.json), tool-calling and text-based, v1 and v2"
+    description = (
+        "mini-swe-agent trajectory JSON (-o FILE, <instance>.traj.json), tool-calling and text-based, v1 and "
+        "v2"
+    )
     profiles = (PROFILE,)
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:

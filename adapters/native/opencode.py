@@ -400,7 +400,8 @@ class OpenCodeAdapter(NativeAdapter):
         chosen = doc["info"]
         if session is not None and session != chosen["id"]:
             raise BadInputError(
-                f"{diag.path}: no OpenCode session {session!r} in this export; it holds session {chosen['id']}"
+                f"{diag.path}: no OpenCode session {session!r} in this export; it holds session "
+                f"{chosen['id']}"
             )
         return chosen, doc["messages"], [], "opencode export json"
 
@@ -453,7 +454,8 @@ class OpenCodeAdapter(NativeAdapter):
                     traj,
                     f"part {p.get('id')}",
                     str(t),
-                    "part not read into the trajectory (file, patch, snapshot, compaction, synthetic text...)",
+                    "part not read into the trajectory (file, patch, snapshot, compaction, synthetic "
+                    "text...)",
                 )
         action.text = "".join(texts)
         return step
@@ -477,7 +479,8 @@ class OpenCodeAdapter(NativeAdapter):
                 ids = [str(s.get("id")) for s in recent]
                 more = f" (and {len(ids) - MAX_LISTED} more)" if len(ids) > MAX_LISTED else ""
                 raise BadInputError(
-                    f"{diag.path}: no OpenCode session {wanted!r} in this store; it holds, most recent first: "
+                    f"{diag.path}: no OpenCode session {wanted!r} in this store; it holds, most recent "
+                    "first: "
                     f"{', '.join(ids[:MAX_LISTED])}{more}"
                 )
         else:
@@ -534,7 +537,8 @@ class OpenCodeAdapter(NativeAdapter):
             session, others = self._pick(sessions, diag, wanted)
             parts_by_msg: dict[str, list[dict]] = {}
             for r in db.execute(
-                "select id, message_id, cast(data as blob) as data from part where session_id = ? order by id",
+                "select id, message_id, cast(data as blob) as data from part where session_id = ? order "
+                "by id",
                 (session["id"],),
             ):
                 data = self._json(r["data"], diag, f"part {r['id']}")

@@ -68,10 +68,14 @@ PROFILE = FormatProfile(
 #: calls that end the run and never get an observation
 _NO_RESULT = frozenset({"finish"})
 #: the shape this adapter reads, named when it refuses a file
-EXPECTED = "an OpenHands V0 event list: a JSON array of {id, source, action | observation, args | content, ...} events"
+EXPECTED = (
+    "an OpenHands V0 event list: a JSON array of {id, source, action | observation, args | content, ...} "
+    "events"
+)
 #: why a recall observation is left out (module docstring)
 _RECALL_REASON = (
-    "workspace context / microagent knowledge: OpenHands sends the model a user message rendered from its prompt "
+    "workspace context / microagent knowledge: OpenHands sends the model a user message rendered from "
+    "its prompt "
     "templates and this event's extras; that text is not stored in the file (`content` is a UI note)"
 )
 
@@ -246,7 +250,8 @@ class OpenHandsAdapter(NativeAdapter):
         events = read_document(path, diag, EXPECTED)
         if isinstance(events, dict) and str(events.get("schema_version", "")).startswith("ATIF"):
             raise BadInputError(
-                f"{diag.path}: document: a Harbor ATIF trajectory ({events['schema_version']}), not an OpenHands event list; "
+                f"{diag.path}: document: a Harbor ATIF trajectory ({events['schema_version']}), not an "
+                "OpenHands event list; "
                 "ATIF is pvisor's export format, not a native file"
             )
         require(

@@ -15,8 +15,9 @@ packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
   ``parentUuid`` is not null but names no record of the file (its parent's line was lost or
   damaged) continues from the record before it in the file, with a ``broken_chain`` warning
   naming the line and the missing uuid (:func:`~.uuid_chain.mend_chain`); real forks (a parent that
-  exists) are untouched. The chain is walked back from its leaf: the deepest ``user``/``assistant``/``tool_result`` record that no such
-  record follows (``system`` records between them are walked through); ties: the later line.
+  exists) are untouched. The chain is walked back from its leaf: the deepest
+  ``user``/``assistant``/``tool_result`` record that no such record follows (``system`` records
+  between them are walked through); ties: the later line.
   A record whose ``uuid`` was seen before replaces the earlier one (a streamed update: thought
   part first, then the final parts).
 - An ``assistant`` record is an action: ``text`` parts (``thought: true`` ones are
@@ -60,7 +61,7 @@ from pvisor.journal.model import (
     ToolResult,
     Trajectory,
 )
-from pvisor.core.record import Record, record
+from pvisor.core.record import Record
 
 from .assembly import LazySteps, LeftOutLines, as_dict, as_list, as_str, interned, left_out, object_call
 from .base import FormatProfile, NativeAdapter, NativeResult
@@ -79,8 +80,7 @@ _KNOWN = frozenset(_CONV + ("system",))
 _SHAPE = "no Qwen Code chat record (a record with uuid and message.parts) in the file"
 
 
-@record
-class _Rec(Record):
+class _Rec(Record, record=True):
     """One record: ``ref`` is its packed :class:`~.jsonl.LineRef`; ``ids`` are the call ids of
     an assistant's ``functionCall`` parts (with names) or of a tool_result's
     ``functionResponse`` parts; ``on`` marks the main chain. Strings are interned: a 200 MB
@@ -116,8 +116,7 @@ class _Rec(Record):
         self.on = on
 
 
-@record
-class _Plan(Record):
+class _Plan(Record, record=True):
     """Step ``n``: its assistant record, the tool_result and user records after it, and how
     many ``chat_compression`` records followed it."""
 
@@ -402,7 +401,8 @@ class QwenCodeAdapter(NativeAdapter):
                 diag.warn(
                     "duplicate_call_id",
                     f"line {plan.action.line}",
-                    f"tool call id {cid} ({name}) used before (step {first_call[cid]}); results paired in order of appearance",
+                    f"tool call id {cid} ({name}) used before (step {first_call[cid]}); results paired "
+                    "in order of appearance",
                 )
             else:
                 first_call[cid] = plan.n

@@ -221,7 +221,8 @@ def mend_chain(recs: dict[str, Any], diag: Diagnostics) -> None:
             diag.warn(
                 "broken_chain",
                 f"line {line}",
-                f"parent uuid {missing[own]} is not in the file; continued from line {recs[mended[own]].line}, the chain record before it",
+                f"parent uuid {missing[own]} is not in the file; continued from line "
+                f"{recs[mended[own]].line}, the chain record before it",
             )
         else:
             diag.warn(
@@ -325,7 +326,8 @@ class CompactChain:
                 diag.warn(
                     "broken_chain",
                     f"line {line[i]}",
-                    f"parent uuid {missing} is not in the file; continued from line {line[mended[i]]}, the chain line before it",
+                    f"parent uuid {missing} is not in the file; continued from line {line[mended[i]]}, "
+                    "the chain line before it",
                 )
             else:
                 diag.warn(

@@ -42,7 +42,7 @@ from pvisor.replay.batch import (
 )
 from pvisor.replay.errors import ReplayUsageError, error_code, error_detail, show_path
 from pvisor.replay.ray_data import prepare_dataset
-from pvisor.replay.result import same_file
+from pvisor.replay.output import same_file
 
 #: rows per Parquet row group
 PARQUET_BATCH = 512

@@ -140,7 +140,8 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
         return
     click.echo(
         terminal_safe(
-            f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} created={utc_time(run.created_ms)}"
+            f"run {run.id}  agent={run.agent or '-'} version={run.agent_version or '-'} mode={run.mode} "
+            f"created={utc_time(run.created_ms)}"
         )
     )
     if run.pause_transition is not None or run.mode == "handoff":
@@ -166,7 +167,8 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
         click.echo(terminal_safe(f"  {k}: {v}"))
     for a in attempts:
         click.echo(
-            f"  attempt {a.n}: started {utc_time(a.started_ms)} exit={a.exit_code if a.exit_code is not None else '-'}"
+            f"  attempt {a.n}: started {utc_time(a.started_ms)} "
+            f"exit={a.exit_code if a.exit_code is not None else '-'}"
         )
     if not exchanges:
         click.echo("  no exchanges")
@@ -219,7 +221,8 @@ def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
     "--forwarded",
     "want_forwarded",
     is_flag=True,
-    help="The bytes forwarded upstream when they differ from the request body (a continuation's boundary prompt or rewrites).",
+    help="The bytes forwarded upstream when they differ from the request body (a continuation's boundary "
+    "prompt or rewrites).",
 )
 @click.option(
     "--raw",
@@ -260,7 +263,8 @@ def body(
             data = r.forwarded_body(ex)
             if data is None:
                 raise UsageError(
-                    f"exchange {ex.id} has no forwarded body: it went upstream as the agent sent it, or not at all"
+                    f"exchange {ex.id} has no forwarded body: it went upstream as the agent sent it, or "
+                    "not at all"
                 )
         else:
             sha = ex.response_body if raw or not ex.response_final else ex.response_final
@@ -468,7 +472,8 @@ def steps(ctx: click.Context, run_id: str, as_json: bool) -> None:
     chains = meta["chains"]
     click.echo(
         terminal_safe(
-            f"run {meta['run']}  agent={meta['agent'] or '-'} protocol={meta['protocol'] or '-'} model={traj.model or '-'}"
+            f"run {meta['run']}  agent={meta['agent'] or '-'} protocol={meta['protocol'] or '-'} "
+            f"model={traj.model or '-'}"
         )
     )
     if not traj.steps:
@@ -555,8 +560,10 @@ def rm(ctx: click.Context, run_id: str, prefix: bool, dry_run: bool, force: bool
         if as_json:
             continue
         click.echo(
-            f"removed run {rep.run}: {counted(rep.attempts, 'attempt')}, {counted(rep.exchanges, 'exchange')}, "
-            f"{counted(rep.events, 'event')}, {counted(rep.snapshots, 'snapshot')}; {counted(rep.blobs_removed, 'blob')} "
+            f"removed run {rep.run}: {counted(rep.attempts, 'attempt')}, "
+            f"{counted(rep.exchanges, 'exchange')}, "
+            f"{counted(rep.events, 'event')}, {counted(rep.snapshots, 'snapshot')}; "
+            f"{counted(rep.blobs_removed, 'blob')} "
             f"({rep.bytes_freed} bytes stored) removed, {rep.blobs_kept} kept (other runs name them)"
         )
         click.echo(terminal_safe(f"run directory: {rep.run_dir or '- (none)'}"))
@@ -640,7 +647,8 @@ def scrub_cmd(
         verb, done = ("would scrub", "would change") if dry_run else ("scrubbed", "changed")
         click.echo(
             f"{verb} {pattern.describe}{f' in run {rep.run}' if rep.run else ''}: "
-            f"{counted(rep.matches, 'match', 'matches')} in bodies, {counted(rep.blobs_changed, 'blob')} {done}, "
+            f"{counted(rep.matches, 'match', 'matches')} in bodies, {counted(rep.blobs_changed, 'blob')} "
+            f"{done}, "
             f"{rep.blobs_reencoded} re-encoded against a changed base, {counted(rep.rows_rewritten, 'row')} "
             f"renamed, {counted(rep.cells_changed, 'cell')} of metadata"
         )
@@ -656,13 +664,16 @@ def scrub_cmd(
             verdict = "does not verify" if rep.problems else "verified"
             click.echo(
                 terminal_safe(
-                    f"journal {ctx.obj['journal']}: {rep.bytes_before} bytes -> {rep.bytes_after} bytes, {verdict}"
+                    f"journal {ctx.obj['journal']}: {rep.bytes_before} bytes -> {rep.bytes_after} bytes, "
+                    f"{verdict}"
                 )
             )
     if rep.live_writers:
         click.echo(
-            f"pvisor: warning: forced past live writer(s) (pid {', '.join(map(str, rep.live_writers))}): a body they "
-            "store next may be a frame against a blob scrub replaced; stop them, then run pvisor journal verify",
+            f"pvisor: warning: forced past live writer(s) (pid {', '.join(map(str, rep.live_writers))}): "
+            "a body they "
+            "store next may be a frame against a blob scrub replaced; stop them, then run pvisor journal "
+            "verify",
             err=True,
         )
     nothing = not (rep.matches or rep.cells_changed or rep.files_changed or rep.names_changed)
@@ -686,16 +697,20 @@ def scrub_cmd(
         click.echo(terminal_safe(f"pvisor: error: scrub left the text in {place}"), err=True)
     if not rep.wal_truncated:
         click.echo(
-            "pvisor: error: the text is replaced in the journal's rows, but another process reads the journal, so "
-            "the checkpoint could not finish: the old pages may remain in the journal file until it does; run "
+            "pvisor: error: the text is replaced in the journal's rows, but another process reads the "
+            "journal, so "
+            "the checkpoint could not finish: the old pages may remain in the journal file until it "
+            "does; run "
             "pvisor journal vacuum when that process has closed",
             err=True,
         )
     left = {entry["path"] for entry in rep.not_rewritten}
     if left and not rep.problems:
         click.echo(
-            f"pvisor: error: the journal is scrubbed, but {counted(len(left), 'file')} of the run directories "
-            f"{'was' if len(left) == 1 else 'were'} left as listed: fix what is said and run the same scrub again "
+            f"pvisor: error: the journal is scrubbed, but {counted(len(left), 'file')} of the run "
+            "directories "
+            f"{'was' if len(left) == 1 else 'were'} left as listed: fix what is said and run the same "
+            "scrub again "
             "(it is safe to repeat)",
             err=True,
         )

@@ -20,7 +20,6 @@ from pvisor.core.errors import UsageError
 from pvisor.replay.spec import (
     BY_NAME,
     CLI_OPTIONS,
-    TOML_OPTIONS,
     Kind,
     Refusal,
     ReplayMode,
@@ -241,6 +240,7 @@ def _merged(flags: dict[str, Any]) -> ReplaySpec:
     if path == "":
         raise UsageError('--config "": an empty path')
     from pvisor.replay.config import load_config
+    from pvisor.replay.spec import TOML_OPTIONS  # made when first read: only a --config reads it
 
     cfg = load_config(path)
     for opt in TOML_OPTIONS:

@@ -114,7 +114,8 @@ def stream_limits(f):
     )(f)
     return click.option(
         "--max-input", type=Size(1), default=None, metavar="SIZE",
-        help="When FILE is - or a pipe: the most it may give (default 1GiB); a larger trajectory is read as a file.",
+        help="When FILE is - or a pipe: the most it may give (default 1GiB); a larger trajectory is "
+             "read as a file.",
     )(f)  # fmt: skip
 
 
@@ -139,7 +140,8 @@ def trajectory() -> None:
     "--session",
     default=None,
     metavar="ID",
-    help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.",
+    help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode "
+    "session list` names it); default: the latest root session.",
 )
 @stream_limits
 @progress_option
@@ -166,7 +168,8 @@ def show(
     click.echo(terminal_safe(f"{file}  adapter={name} profile={result.profile.name} model={t.model or '-'}"))
     click.echo(f"task: {clip(t.task or '-', 100)}")
     click.echo(
-        f"system prompt: {'stored' if t.system is not None else 'absent'}; tools: {'stored (%d)' % len(t.tools) if t.tools is not None else 'absent'}"
+        f"system prompt: {'stored' if t.system is not None else 'absent'}; tools: "
+        f"{'stored (%d)' % len(t.tools) if t.tools is not None else 'absent'}"
     )
     if not _stream_table(t.steps):
         click.echo("0 steps")
@@ -223,7 +226,8 @@ def _stream_table(steps) -> int:
     "--session",
     default=None,
     metavar="ID",
-    help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode session list` names it); default: the latest root session.",
+    help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode "
+    "session list` names it); default: the latest root session.",
 )
 @stream_limits
 @progress_option
