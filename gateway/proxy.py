@@ -30,8 +30,8 @@ import orjson
 from aiohttp import web
 
 from pvisor.adapters.protocols import UPSTREAMS, get_protocol
-from pvisor.journal.exchange_end import ExchangeEnd, Outcome, ServedBy
-from pvisor.journal.model import TRUNCATED_FLAG, CaptureMode
+from pvisor.journal.exchange_end import CaptureMode, ExchangeEnd, Outcome, ServedBy
+from pvisor.journal.model import TRUNCATED_FLAG
 from pvisor.journal.redact import redact_url
 from pvisor.journal.snapshots import SnapshotKind, SnapshotRecord, snapshot_driver
 from pvisor.journal.producer import new_run_id

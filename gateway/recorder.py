@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from pvisor.journal.exchange_end import ExchangeEnd
-from pvisor.journal.model import CaptureMode
+from pvisor.journal.exchange_end import CaptureMode
 from pvisor.journal.producer import JournalProducer, PendingExchange
 from pvisor.journal.redact import redact_text, redact_url
 

@@ -98,6 +98,13 @@ class Outcome(str, enum.Enum):
 OUTCOMES: tuple[str, ...] = tuple(o.value for o in Outcome)
 
 
+class CaptureMode(str, enum.Enum):
+    """How the gateway received an exchange (``exchanges.capture``; docs/gateway.md)."""
+
+    REVERSE = "reverse"  #: the agent sent it to the gateway's URL (a base-URL override)
+    INTERCEPT = "intercept"  #: sent to the model API's host, through intercept mode's forward proxy
+
+
 class ServedBy(str, enum.Enum):
     """Who produced the bytes the agent got (``exchanges.served_by``)."""
 

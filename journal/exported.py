@@ -31,7 +31,8 @@ from sqlite_utils import Database
 
 from pvisor.core.errors import BadInputError, shown
 from .exchange_end import OUTCOMES
-from .model import RUN_ID_PATTERN, CaptureMode, RunMode, pack_timings
+from .exchange_end import CaptureMode
+from .model import RUN_ID_PATTERN, RunMode, pack_timings
 from .schema import apply_migrations
 
 #: the columns of each table an export line carries (the reader's names where they differ)

@@ -53,13 +53,6 @@ class RunMode(str, enum.Enum):
     HANDOFF = "handoff"  #: a handoff's child run: created pending at a pause, then started once
 
 
-class CaptureMode(str, enum.Enum):
-    """How the gateway received an exchange (``exchanges.capture``; docs/gateway.md)."""
-
-    REVERSE = "reverse"  #: the agent sent it to the gateway's URL (a base-URL override)
-    INTERCEPT = "intercept"  #: sent to the model API's host, through intercept mode's forward proxy
-
-
 #: the exchange flag of a response journaled only in part (``exchanges.flags``; docs/gateway.md,
 #: "Response size"): past ``--max-response-body`` or the gateway's journal budget the agent
 #: still got every byte, the journal keeps the first ones; ``bytes_received`` counts them all
@@ -206,7 +199,7 @@ class Exchange(Record, record=True):
             None (since schema 4).
         capture: how the gateway received it: ``reverse`` (at the gateway's own URL) or
             ``intercept`` (at the model API's host, through intercept mode's forward proxy;
-            since schema 7) (:class:`CaptureMode`).
+            since schema 7) (:class:`~pvisor.journal.exchange_end.CaptureMode`).
     """
 
     id: str
@@ -644,8 +637,9 @@ class Compaction(Record, record=True):
     results), not replaced.
 
     Fields: ``after_step`` (>= 0; 0: before the first action); ``history`` (messages in the order
-    sent; ``raw`` in the agent's wire shape where the source stores it); ``kind`` (the record it was read from, such
-    as ``compact_boundary``, ``compacted``, ``chat_compression``, ``compaction``); ``where``
+    sent; ``raw`` in the agent's wire shape where the source stores it); ``kind`` (the record it
+    was read from, such as ``compact_boundary``, ``compacted``, ``chat_compression``,
+    ``compaction``); ``where``
     (``line 12``, a part id); ``summary`` (the summary text, when the record holds it);
     ``messages_from``; ``steps_from`` (None: ``after_step + 1``, nothing kept);
     ``kept_messages_from``: with ``steps_from``, the index of the first observation message of

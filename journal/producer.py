@@ -239,7 +239,7 @@ class JournalProducer:
         Args: run id; HTTP method; path without query; raw request headers (secrets included:
         they are redacted in the writer thread before anything is stored); raw query string;
         attempt number; protocol module name if known; how the gateway received it (a
-        :class:`~pvisor.journal.model.CaptureMode` value).
+        :class:`~pvisor.journal.exchange_end.CaptureMode` value).
         """
         p = PendingExchange(
             id=new_exchange_id(),
