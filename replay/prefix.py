@@ -24,7 +24,7 @@ Two sources:
 
 The source is read and checked by :mod:`.source` (the boundary, damage and finish-action
 checks); what a protocol requires comes from its module's facts
-(:class:`~pvisor.adapters.protocols.base.WireProtocol`: default targets, entries key, results
+(:class:`~pvisor.adapters.protocols.contract.WireProtocol`: default targets, entries key, results
 role, required params); a file or profile of another protocol passes through the transcoder's
 pieces (:mod:`pvisor.adapters.protocols.convert`).
 

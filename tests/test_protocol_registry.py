@@ -1,5 +1,5 @@
 """The wire-protocol registry through its seam (issue 36): every module named in
-``PROTOCOL_MODULES`` satisfies :class:`~pvisor.adapters.protocols.base.WireProtocol`, and the
+``PROTOCOL_MODULES`` satisfies :class:`~pvisor.adapters.protocols.contract.WireProtocol`, and the
 replay code reads each protocol's facts from its module: a fifth protocol registered here (a
 module of its own, one line in the registry) is rendered, targeted and described by the prefix
 code with no other file changed."""
@@ -14,7 +14,8 @@ import orjson
 import pytest
 
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol, protocol_for_path
-from pvisor.adapters.protocols.base import WIRE_PROTOCOL_MEMBERS, IdSource, WireProtocol
+from pvisor.adapters.protocols.base import IdSource
+from pvisor.adapters.protocols.contract import WIRE_PROTOCOL_MEMBERS, WireProtocol
 from pvisor.journal.model import Action, Reasoning, Step, Observation, ToolCall, ToolResult
 from pvisor.replay.prefix import append_action, native_conversation, native_request, render_native
 from pvisor.replay.result import prefix_record

@@ -1,6 +1,6 @@
 """Wire-protocol modules, one per API: Anthropic Messages, OpenAI Chat Completions, OpenAI
 Responses, Gemini; the registry :data:`PROTOCOL_MODULES` names them. Each module satisfies
-:class:`~pvisor.adapters.protocols.base.WireProtocol` (its facts as constants, its functions);
+:class:`~pvisor.adapters.protocols.contract.WireProtocol` (its facts as constants, its functions);
 :func:`get_protocol` returns it typed so. A new protocol is one module plus one line here.
 :mod:`.convert` renders a conversation of one protocol in another (the transcoder).
 
@@ -13,7 +13,7 @@ import importlib
 from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
-    from pvisor.adapters.protocols.base import WireProtocol
+    from pvisor.adapters.protocols.contract import WireProtocol
 
 #: protocol name (as stored in the journal) -> module path
 PROTOCOL_MODULES: dict[str, str] = {
@@ -41,7 +41,7 @@ def upstream_of(protocol: str) -> str:
 
 
 def get_protocol(name: str) -> WireProtocol:
-    """The protocol module called ``name`` (a :class:`~.base.WireProtocol`, structurally).
+    """The protocol module called ``name`` (a :class:`~.contract.WireProtocol`, structurally).
     Raises KeyError for an unknown name."""
     return cast("WireProtocol", importlib.import_module(PROTOCOL_MODULES[name]))
 

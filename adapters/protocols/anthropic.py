@@ -68,7 +68,7 @@ NAME = "anthropic"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "anthropic"
 PATHS: tuple[str, ...] = ("/v1/messages", "/v1/messages/count_tokens")
-#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.base.WireProtocol` says what each
+#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.contract.WireProtocol` says what each
 #: means)
 TITLE = "Anthropic"
 DEFAULT_TARGET = ("POST", "/v1/messages", "")

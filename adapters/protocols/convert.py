@@ -7,7 +7,7 @@ name, description and JSON-Schema parameters, messages of text, reasoning, tool 
 results); the other protocol's own objects (``raw``: blocks, items, contents as sent) mean
 nothing in the target and are left out (:func:`plain`), so that the target's ``render_request``
 lays each part out in its own shape. The target's facts decide the rest
-(:class:`~pvisor.adapters.protocols.base.WireProtocol`): ``RESULTS_ROLE`` (the role tool
+(:class:`~pvisor.adapters.protocols.contract.WireProtocol`): ``RESULTS_ROLE`` (the role tool
 results are sent with), ``TOOL_SCHEMA_REQUIRED``, ``converted_tool_raw`` (Responses
 ``strict``), ``REQUIRED_PARAMS``, ``SIGNED_REASONING`` (reasoning without a signature of the
 target's own is refused by its API, so left out).

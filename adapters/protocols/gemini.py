@@ -97,7 +97,7 @@ PATHS: tuple[str, ...] = tuple(
     for version in ("v1beta", "v1")
     for method in ("generateContent", "streamGenerateContent", "countTokens")
 )
-#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.base.WireProtocol` says what each
+#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.contract.WireProtocol` says what each
 #: means)
 TITLE = "Gemini"
 #: the model is a path segment (:data:`MODEL_IN_PATH`): ``{model}`` takes it

@@ -80,7 +80,7 @@ NAME = "openai-chat"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "openai"
 PATHS: tuple[str, ...] = ("/v1/chat/completions",)
-#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.base.WireProtocol` says what each
+#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.contract.WireProtocol` says what each
 #: means)
 TITLE = "OpenAI Chat Completions"
 DEFAULT_TARGET = ("POST", "/v1/chat/completions", "")

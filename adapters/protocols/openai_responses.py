@@ -110,7 +110,7 @@ GEN_AI_PROVIDER = "openai"
 #: Exact request paths served (no query string). ``/v1/responses/compact`` and
 #: ``GET /v1/responses/{id}`` are different endpoints and are not handled here.
 PATHS: tuple[str, ...] = ("/v1/responses",)
-#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.base.WireProtocol` says what each
+#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.contract.WireProtocol` says what each
 #: means)
 TITLE = "OpenAI Responses"
 DEFAULT_TARGET = ("POST", "/v1/responses", "")
