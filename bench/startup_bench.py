@@ -152,13 +152,16 @@ def main() -> None:
 
 def instructions(argv: list[str], cwd: Path) -> int:
     """Instructions ``argv`` executes (valgrind's callgrind, which counts every instruction of
-    the process: the same figure on every run, give or take 0.2 %, where wall time on a shared
-    machine moves by several percent)."""
-    # --trace-children: a bundle's bootloader executes itself again; every process counts
+    the process: the same figure on every run, where wall time on a shared machine moves by
+    several percent)."""
+    # --trace-children: a bundle's bootloader executes itself again; every process counts.
+    # A fixed hash seed: with a random one, set and dict probes (an enum class's creation among
+    # them) vary from run to run by up to half a million instructions a command
     proc = subprocess.run(
         ["valgrind", "--tool=callgrind", "--trace-children=yes", "--callgrind-out-file=/dev/null", *argv],
         capture_output=True,
         cwd=cwd,
+        env={**os.environ, "PYTHONHASHSEED": "0"},
     )
     found = re.findall(rb"Collected : (\d+)", proc.stderr)
     if proc.returncode != 0 or not found:
