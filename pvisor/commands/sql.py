@@ -134,7 +134,7 @@ def sql(ctx: click.Context, query: str, as_json: bool, as_csv: bool) -> None:
       pvisor journal sql "SELECT id, agent, exchanges FROM run_summary"
       pvisor journal sql "SELECT seq, json_extract(request, '$.model') FROM exchange_bodies WHERE run_id = 'r-3f2a'"
       pvisor journal sql --csv "SELECT id, status, length(response) FROM exchange_bodies"
-    """
+    """  # noqa: E501 (an example click prints as written)
     from pvisor.journal.reader import JournalReader
     from pvisor.journal.sql import ReadOnly, register
 
