@@ -12,7 +12,7 @@ import pytest
 
 from pvisor.adapters.agents import agent_names, descriptor_names, get_descriptor, get_profile
 from pvisor.adapters.agents.base import LaunchContext
-from pvisor.adapters.agents.descriptor import FINAL_TEXT
+from pvisor.adapters.agents.descriptor import FINAL_TEXT, RequestTask
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource
 from pvisor.core.errors import UsageError
@@ -184,7 +184,7 @@ def test_the_task_comes_back_from_the_first_request_a_real_agent_sent(corpus, ag
             break
     mod = get_protocol(get_descriptor(agent).default_protocol(row["body"].get("model")))
     conv = mod.parse_request(json.dumps(row["body"]).encode(), path=row["path"])
-    assert get_descriptor(agent).task_from_request(conv) == (CORPUS_TASKS[agent], None)
+    assert get_descriptor(agent).task_from_request(conv) == RequestTask(CORPUS_TASKS[agent], None)
 
 
 @pytest.mark.parametrize(
@@ -276,7 +276,7 @@ def _first_request(agent: str, parts: list, before: list[Message] = ()) -> Conve
 def test_the_prompt_is_told_from_the_agents_own_context_wherever_it_sits(agent, parts, before):
     """The task a first request gives is the user's prompt, whatever the agent put after it (the
     last text was taken: a reminder, the end of a referenced file's content)."""
-    assert get_descriptor(agent).task_from_request(_first_request(agent, parts, before)) == (
+    assert get_descriptor(agent).task_from_request(_first_request(agent, parts, before)) == RequestTask(
         "Write a.txt.",
         None,
     )

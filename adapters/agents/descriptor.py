@@ -23,10 +23,11 @@ Light on purpose (standard library, orjson, the canonical model): prepare-only i
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from pvisor.journal.model import Action, Conversation, Message, TextPart, ToolCall, ToolResult
 from pvisor.core.lazyre import LazyPattern
+from pvisor.core.record import FrozenRecord
 
 #: the text of the synthetic final reply (no tool call) that ends an agent at request N+1
 FINAL_TEXT = "pvisor: the replay ends here."
@@ -68,14 +69,20 @@ class ChainHint:
         return f"ChainHint(tools={sorted(self.tools)!r}, system_prefix={self.system_prefix!r})"
 
 
-class RequestTask(NamedTuple):
+class RequestTask(FrozenRecord, record=True):
     """The task read from a first main-loop request (:meth:`AgentDescriptor.task_from_request`):
     ``task``, the prompt as the agent was given it, or None with ``why``, a phrase saying why it
     cannot be told for sure (``its prompt is blank``; ``its user message holds a part that is
-    no text (image) beside the prompt, ...``), None when the request holds no prompt at all."""
+    no text (image) beside the prompt, ...``), None when the request holds no prompt at all.
+    (A record, not a NamedTuple, whose string annotations are each compiled as a forward
+    reference when the class is made: every prepare-only loads this module.)"""
 
     task: str | None
     why: str | None = None
+
+    def __init__(self, task: str | None, why: str | None = None) -> None:
+        object.__setattr__(self, "task", task)
+        object.__setattr__(self, "why", why)
 
 
 #: litellm's ``provider/`` model prefix -> the protocol it speaks
