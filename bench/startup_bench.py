@@ -15,10 +15,11 @@ without ``--agent`` (detection asks every adapter), and ``replay --prepare-only`
 the floor with the cyclic collector off, as pvisor's entry point imports (pvisor/entry.py), in a
 column of its own. Wall time from launch to exit and CPU time (user and system, of the process
 and its children); the table gives medians and each median over the floor's. With
-``--baseline`` the same commands of another build (an earlier commit's ``pvisor`` script: in a
-venv of its own, or, fairer, a script on this interpreter that puts a ``pip install --target``
-of it first on ``sys.path``, so that both pay the same site-packages) run in the same rounds, for
-a before-and-after in one run; with ``--bundle`` those of a
+``--baseline`` the same commands of another build (an earlier commit's ``pvisor`` script, fairest
+from a copy of this venv with ``pip install --no-deps`` of that checkout: the same site-packages
+and a script of pip's shape, where a hand-written script that puts a ``pip install --target``
+first on ``sys.path`` pays a path entry per import and skips the ``re`` pip's script imports)
+run in the same rounds, for a before-and-after in one run; with ``--bundle`` those of a
 self-contained build (docs/install.md), against this venv's. Run it on an idle machine: the
 ratios hold under load better than the times, not perfectly.
 """
