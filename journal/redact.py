@@ -10,33 +10,21 @@ fingerprints), :func:`redact_echoed_secrets` (an error body), :func:`redact_text
 :func:`redact_path` and :func:`redact_url` (what a log or an error quotes). Secret values never
 appear in what these return, in any encoding. docs/journal.md ("Secrets") states the rules.
 
-This module imports nothing of pvisor's but the journal's record base and lazy patterns, and
-nothing outside the standard library at import time.
+This module imports nothing of pvisor's but the record base, and nothing outside the standard
+library. No short command loads it (the model imports it when a run id is checked), so it is
+plain Python: its imports at the top, its patterns compiled at import.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import re
 from typing import Iterable
+from urllib.parse import quote, quote_plus, unquote
 
-from pvisor.core.lazyre import LazyPattern
 from pvisor.core.record import Record
-
-
-def _url_quote(text: str, safe: str = "/") -> str:
-    """``urllib.parse.quote``, imported on first use: ``urllib.parse`` brings ``ipaddress`` with
-    it, 2 ms of every command's start (docs/benchmarks.md), and only redaction needs it."""
-    from urllib.parse import quote as _quote
-
-    return _quote(text, safe=safe)
-
-
-def _url_unquote(text: str) -> str:
-    """``urllib.parse.unquote``, imported on first use (as :func:`_url_quote`)."""
-    from urllib.parse import unquote as _unquote
-
-    return _unquote(text)
 
 
 #: Request headers kept in the journal verbatim (lower-case names). Anything not allowed and not
@@ -134,15 +122,15 @@ _KEY_SHAPES_SOURCE = (
     r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_\-]{20,}|hf_[A-Za-z0-9]{30,}"
     r"|(?:AKIA|ASIA)[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9\-]{10,})"
 )
-_KEY_SHAPES = LazyPattern(_KEY_SHAPES_SOURCE)
+_KEY_SHAPES = re.compile(_KEY_SHAPES_SOURCE)
 #: the same shapes over bytes: an error body is cleaned as it was received
-_KEY_SHAPES_BYTES = LazyPattern(_KEY_SHAPES_SOURCE.encode())
+_KEY_SHAPES_BYTES = re.compile(_KEY_SHAPES_SOURCE.encode())
 
 
 def has_key_shape(text: str) -> bool:
     """Whether ``text``, or ``text`` percent-decoded, holds a key-shaped token."""
     return _KEY_SHAPES.search(text) is not None or (
-        "%" in text and _KEY_SHAPES.search(_url_unquote(text)) is not None
+        "%" in text and _KEY_SHAPES.search(unquote(text)) is not None
     )
 
 
@@ -150,8 +138,8 @@ def redact_shapes(text: str) -> str:
     """``text`` with every key-shaped token replaced by ``REDACTED``; one hidden by percent
     encoding is found in the decoded text, which is then returned decoded."""
     text = _KEY_SHAPES.sub("REDACTED", text)
-    if "%" in text and _KEY_SHAPES.search(_url_unquote(text)):
-        text = _KEY_SHAPES.sub("REDACTED", _url_unquote(text))
+    if "%" in text and _KEY_SHAPES.search(unquote(text)):
+        text = _KEY_SHAPES.sub("REDACTED", unquote(text))
     return text
 
 
@@ -175,18 +163,18 @@ def request_secrets(query: str, headers: Iterable[tuple[str, str]], path: str = 
     """The credentials a request carries: secret header values (without a ``Bearer``/``Basic``
     scheme) and secret query values (decoded), as the agent sent them; never stored, used to
     redact what quotes them."""
-    values: set[str] = set(_KEY_SHAPES.findall(_url_unquote(path)))
+    values: set[str] = set(_KEY_SHAPES.findall(unquote(path)))
     for name, value in headers:
         if is_secret_header(name):
             values.add(credential(value))
-        values.update(_KEY_SHAPES.findall(_url_unquote(value) if "%" in value else value))
-        values.update(_KEY_SHAPES.findall(_url_unquote(name) if "%" in name else name))
+        values.update(_KEY_SHAPES.findall(unquote(value) if "%" in value else value))
+        values.update(_KEY_SHAPES.findall(unquote(name) if "%" in name else name))
         values.update(_KEY_SHAPES.findall(name.lower()))  # a header name is stored lower-cased
     for segment in _QUERY_SEPARATOR.split(query) if query else ():
         name, value = _query_pair(segment)
         if value is not None and is_secret_query_param(name):
             values.add(value)
-        values.update(_KEY_SHAPES.findall(_url_unquote(segment)))
+        values.update(_KEY_SHAPES.findall(unquote(segment)))
     return values
 
 
@@ -199,7 +187,7 @@ def credential(value: str) -> str:
 
 #: query parameters are separated by ``&``, and by ``;`` (HTML 4's other separator, which some
 #: servers still split on): a key after either is a parameter of its own
-_QUERY_SEPARATOR = LazyPattern(r"[&;]")
+_QUERY_SEPARATOR = re.compile(r"[&;]")
 
 
 def _query_pair(segment: str) -> tuple[str, str | None]:
@@ -207,10 +195,10 @@ def _query_pair(segment: str) -> tuple[str, str | None]:
     whose ``=`` is itself percent-encoded (``key%3DAIza...``) splits at the encoded one."""
     raw_name, eq, raw_value = segment.partition("=")
     if not eq:
-        decoded = _url_unquote(segment.replace("+", " "))
+        decoded = unquote(segment.replace("+", " "))
         name, eq, value = decoded.partition("=")
         return (name, value) if eq else (decoded, None)
-    return _url_unquote(raw_name.replace("+", " ")), _url_unquote(raw_value.replace("+", " "))
+    return unquote(raw_name.replace("+", " ")), unquote(raw_value.replace("+", " "))
 
 
 def redact_echoed_secrets(
@@ -237,9 +225,6 @@ def secret_forms(value: str) -> set[bytes]:
     without padding, and the middle of it wherever it falls in a longer base64 text: at each of
     the three byte offsets, without the first and last group, which mix in other bytes) and with
     JSON's escaped ``/``. Forms under 8 bytes are left out (too likely by chance)."""
-    import base64
-    from urllib.parse import quote, quote_plus
-
     raw = value.encode("utf-8", "surrogateescape")
     forms = {raw, quote(raw, safe="").encode(), quote_plus(raw).encode(), raw.replace(b"/", b"\\/")}
     forms |= {raw.hex().encode(), raw.hex().upper().encode()}
@@ -303,16 +288,13 @@ class RedactedMeta(Record, record=True):
         self.dropped = dropped
 
 
-_BASE64_RUN = LazyPattern(r"[A-Za-z0-9+/_-]{24,}={0,2}")
+_BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
 
 
 def _base64_key(value: str) -> tuple[str, str] | None:
     """The first run of 24 or more base64 characters in ``value`` whose decoding holds a
     key-shaped token, and that token; None when there is none. Header values the allow-list
     keeps are words and versions, so a run that long is rare and decoding it is cheap."""
-    import base64
-    import binascii
-
     for run in _BASE64_RUN.findall(value):
         text = run.rstrip("=")
         try:
@@ -369,17 +351,13 @@ def redact_exchange_meta(
         # lower-cased, so a key that is key-shaped only lower-cased counts too)
         shaped = name if has_key_shape(name) else n if has_key_shape(n) else None
         if shaped is not None:
-            found = _KEY_SHAPES.search(shaped) or _KEY_SHAPES.search(_url_unquote(shaped))
+            found = _KEY_SHAPES.search(shaped) or _KEY_SHAPES.search(unquote(shaped))
             assert found is not None  # has_key_shape said so
             secrets[redact_shapes(shaped).lower()] = fingerprint(found.group(0), key)
         elif is_secret_header(n):
             secrets[n] = fingerprint(credential(value), key)
         elif allow is None or _header_allowed(n, allow):
-            found = (
-                _KEY_SHAPES.search(value)
-                or ("%" in value and _KEY_SHAPES.search(_url_unquote(value)))
-                or None
-            )
+            found = _KEY_SHAPES.search(value) or ("%" in value and _KEY_SHAPES.search(unquote(value))) or None
             if found is not None:  # a key where no name says so (user-agent, anthropic-beta, ...)
                 secrets[n] = fingerprint(found.group(0), key)
                 value = redact_shapes(value)
@@ -410,12 +388,12 @@ def redact_exchange_meta(
                 eq = segment.lower().find("%3d") + 2
             out.append(segment[: eq + 1] + "REDACTED")
             continue
-        found = _KEY_SHAPES.search(_url_unquote(segment))
+        found = _KEY_SHAPES.search(unquote(segment))
         if found is not None:  # the key may be the name itself (?sk-ant-..., ?AIza...=1)
             secrets["?" + _KEY_SHAPES.sub("REDACTED", name)] = fingerprint(found.group(0), key)
             segment = _KEY_SHAPES.sub("REDACTED", segment)
-            if _KEY_SHAPES.search(_url_unquote(segment)):  # the key itself percent-encoded
-                segment = _url_quote(_KEY_SHAPES.sub("REDACTED", _url_unquote(segment)), safe="=")
+            if _KEY_SHAPES.search(unquote(segment)):  # the key itself percent-encoded
+                segment = quote(_KEY_SHAPES.sub("REDACTED", unquote(segment)), safe="=")
         out.append(segment)
     return RedactedMeta("".join(out), kept, secrets, dropped)
 

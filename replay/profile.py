@@ -17,8 +17,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from pvisor.adapters.agents.base import parse_version
+from pvisor.adapters.chains import classify_run
+from pvisor.core.errors import UsageError
 from pvisor.core.record import Record
 from pvisor.journal.model import Conversation
+from pvisor.journal.reader import JournalReader
 
 from .errors import ReplayBadInput, ReplayUsageError
 from .prefix import request_meta
@@ -72,8 +76,6 @@ def parse_profile_spec(spec: str) -> tuple[Path, str | None]:
 
 
 def _major(version: str | None) -> int | None:
-    from pvisor.adapters.agents.base import parse_version
-
     parsed = parse_version(version) if version else None
     return parsed[0] if parsed else None
 
@@ -85,10 +87,6 @@ def load_profile(spec: str, agent: str, native_version: str | None) -> tuple[Pro
     Raises UsageError for a missing journal or run, ReplayUsageError ``agent_mismatch``,
     ReplayBadInput ``profile_unusable`` (no main-loop request) and ``profile_version_mismatch``
     (the capture's major version differs from the native file's)."""
-    from pvisor.adapters.chains import classify_run
-    from pvisor.core.errors import UsageError
-    from pvisor.journal.reader import JournalReader
-
     path, run_id = parse_profile_spec(spec)
     if not path.is_file():
         raise UsageError(f"--profile-from {spec}: no journal file {path}")

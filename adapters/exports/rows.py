@@ -219,7 +219,7 @@ def write_parquet_rows(
     ``batch_size``; a file of no rows still has the schema. Returns how many. Needs pyarrow
     (the caller names the extra when it is missing)."""
     import pyarrow as pa  # the optional parquet extra
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # the optional parquet extra
 
     n = 0
     batch: list[dict[str, Any]] = []

@@ -10,14 +10,14 @@ from typing import Callable
 
 import click
 
+from pvisor.gateway.lifecycle import one_line
+
 
 class StderrLines(logging.Handler):
     """Log records as one ``pvisor: warning: ...`` (or ``error``) line on stderr each (control
     characters escaped: :func:`pvisor.gateway.lifecycle.one_line`)."""
 
     def emit(self, record: logging.LogRecord) -> None:
-        from pvisor.gateway.lifecycle import one_line
-
         level = "error" if record.levelno >= logging.ERROR else "warning"
         try:
             click.echo(f"pvisor: {level}: {one_line(record)}", err=True)
