@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import click
 
@@ -23,6 +23,9 @@ from pvisor.core.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, Us
 from pvisor.journal.model import TRUNCATED_FLAG, unpack_timings
 from pvisor.journal.paths import absolute
 from pvisor.journal.reader import JournalReader, body_json_field
+
+if TYPE_CHECKING:
+    from pvisor.journal.scrub import Pattern, ScrubReport
 
 
 @click.group("journal", cls=Group)
@@ -641,6 +644,37 @@ def scrub_cmd(
         regex = _stdin_value("--regex")
     pattern = Pattern(text, regex, DEFAULT_REPLACEMENT if replacement is None else replacement)
     rep = scrub(ctx.obj["journal"], pattern, run_id=run_id, force=force, dry_run=dry_run)
+    _scrub_summary(ctx, rep, pattern, dry_run, as_json)
+    if rep.live_writers:
+        click.echo(
+            f"pvisor: warning: forced past live writer(s) (pid {', '.join(map(str, rep.live_writers))}): "
+            "a body they "
+            "store next may be a frame against a blob scrub replaced; stop them, then run pvisor journal "
+            "verify",
+            err=True,
+        )
+    nothing = not (rep.matches or rep.cells_changed or rep.files_changed or rep.names_changed)
+    if nothing and not rep.remaining and not rep.not_rewritten:
+        click.echo(
+            "pvisor: note: nothing held the text (not the bodies, the rows or the run directories): "
+            "check its spelling, or try --regex",
+            err=True,
+        )
+    if dry_run:
+        return
+    _scrub_errors(ctx, rep)
+    if rep.problems:
+        ctx.exit(EXIT_INTEGRITY)
+    if not rep.wal_truncated:
+        ctx.exit(EXIT_UNAVAILABLE)
+    if rep.remaining:
+        ctx.exit(EXIT_INTEGRITY)
+
+
+def _scrub_summary(
+    ctx: click.Context, rep: ScrubReport, pattern: Pattern, dry_run: bool, as_json: bool
+) -> None:
+    """What ``journal scrub`` changed (or would), as JSON or three lines on stdout."""
     if as_json:
         emit_json(rep.to_json())
     else:
@@ -668,23 +702,10 @@ def scrub_cmd(
                     f"{verdict}"
                 )
             )
-    if rep.live_writers:
-        click.echo(
-            f"pvisor: warning: forced past live writer(s) (pid {', '.join(map(str, rep.live_writers))}): "
-            "a body they "
-            "store next may be a frame against a blob scrub replaced; stop them, then run pvisor journal "
-            "verify",
-            err=True,
-        )
-    nothing = not (rep.matches or rep.cells_changed or rep.files_changed or rep.names_changed)
-    if nothing and not rep.remaining and not rep.not_rewritten:
-        click.echo(
-            "pvisor: note: nothing held the text (not the bodies, the rows or the run directories): "
-            "check its spelling, or try --regex",
-            err=True,
-        )
-    if dry_run:
-        return
+
+
+def _scrub_errors(ctx: click.Context, rep: ScrubReport) -> None:
+    """One ``pvisor: error:`` line on stderr per thing a scrub could not finish."""
     for problem in rep.problems:
         click.echo(
             terminal_safe(f"pvisor: error: the journal does not verify after scrub: {problem}"), err=True
@@ -714,12 +735,6 @@ def scrub_cmd(
             "(it is safe to repeat)",
             err=True,
         )
-    if rep.problems:
-        ctx.exit(EXIT_INTEGRITY)
-    if not rep.wal_truncated:
-        ctx.exit(EXIT_UNAVAILABLE)
-    if rep.remaining:
-        ctx.exit(EXIT_INTEGRITY)
 
 
 def _stdin_value(what: str) -> bytes:
