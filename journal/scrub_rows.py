@@ -7,6 +7,7 @@ searched (:func:`text_cells`, :func:`identifier_cells`), and where a blob is use
 from __future__ import annotations
 
 import sqlite3
+from typing import Callable
 
 from pvisor.core.errors import UsageError
 
@@ -166,25 +167,28 @@ def scrub_cells(
 
 def text_cells(conn: sqlite3.Connection, run: str | None) -> list[tuple[str, str, str | None]]:
     """(table, column, condition picking the run's rows) of every column scrub searches."""
-    present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-    out = []
-    for table, where_run in TEXT_TABLES.items():
-        if table not in present or (run is not None and where_run is None):
-            continue
-        for r in conn.execute(f"PRAGMA table_info({table})"):
-            if r[1] not in _IDENTIFIER_COLUMNS and r[2].upper() in ("TEXT", "BLOB", ""):
-                out.append((table, r[1], where_run))
-    return out
+    return _cells(
+        conn, run, lambda name, kind: name not in _IDENTIFIER_COLUMNS and kind.upper() in ("TEXT", "BLOB", "")
+    )
 
 
 def identifier_cells(conn: sqlite3.Connection, run: str | None) -> list[tuple[str, str, str | None]]:
     """(table, column, condition) of the identifier columns of the tables scrub searches."""
+    return _cells(conn, run, lambda name, kind: name in ("id", "run_id", "exchange_id", "parent_run"))
+
+
+def _cells(
+    conn: sqlite3.Connection, run: str | None, keep: Callable[[str, str], bool]
+) -> list[tuple[str, str, str | None]]:
+    """(table, column, condition picking the run's rows) of the columns of :data:`TEXT_TABLES`
+    (those of the tables this journal has; with ``run``, of the tables that name a run) whose
+    name and declared type ``keep`` accepts, in the tables' and the columns' order."""
     present = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     out = []
     for table, where_run in TEXT_TABLES.items():
         if table not in present or (run is not None and where_run is None):
             continue
         for r in conn.execute(f"PRAGMA table_info({table})"):
-            if r[1] in ("id", "run_id", "exchange_id", "parent_run"):
+            if keep(r[1], r[2]):
                 out.append((table, r[1], where_run))
     return out

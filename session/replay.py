@@ -304,17 +304,8 @@ def _refuse(
         _fill_recording(result, rec)
     elif getattr(found[0], "recording", None) is not None:
         _fill_recording(result, found[0].recording)  # type: ignore[attr-defined]
-    for problem in in_order(problems):
-        result.add_error(problem)
-    result.timings_ms.total = elapsed_ms(t0, time.perf_counter())
     create_output(out, opts.output)
-    remove_prefix_files(out)
-    document = result.to_json()
-    try:
-        write_file(out / RESULT_FILE, dump_result(document))
-    except PvisorError:
-        pass
-    return ReplayOnlyOutcome(document, out, result, error)
+    return _failed_outcome(result, in_order(problems), out, t0, error)
 
 
 def _start(opts: ReplayOptions, mode: RunMode) -> ResultDocument:
@@ -539,6 +530,17 @@ def _write_failed(
     # a source that stops the replay before the agent starts: a missing agent is said too
     missing = agent_missing(opts, d) if isinstance(exc, BadInputError) and not result.agent_started else None
     problems = [exc] if missing is None else [exc, missing]
+    error = problems_error(problems)
+    assert error is not None
+    return _failed_outcome(result, problems, out, t0, error)
+
+
+def _failed_outcome(
+    result: ResultDocument, problems: Sequence[PvisorError], out: Path, t0: float, error: PvisorError
+) -> ReplayOnlyOutcome:
+    """``result`` with ``problems`` as its errors, written as the failed ``result.json`` in
+    ``out`` (no prefix files left beside it; a result that cannot be written is the error's
+    loss, not another), returned with ``error``."""
     for problem in problems:
         result.add_error(problem)
     result.timings_ms.total = elapsed_ms(t0, time.perf_counter())
@@ -548,8 +550,6 @@ def _write_failed(
         write_file(out / RESULT_FILE, dump_result(document))
     except PvisorError:
         pass
-    error = problems_error(problems)
-    assert error is not None
     return ReplayOnlyOutcome(document, out, result, error)
 
 
