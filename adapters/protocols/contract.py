@@ -5,7 +5,7 @@ have (docs/layout.md, "Extension points"; tests/test_protocol_registry.py checks
 
 A module of its own, not a part of :mod:`.base`: nothing at run time reads the contract (a
 protocol module is found by name in ``PROTOCOL_MODULES``), and a runtime-checkable
-``typing.Protocol`` with some forty members costs about a million instructions to make, which
+``typing.Protocol`` with some forty members costs 0.4 million instructions to make, which
 every ``replay --prepare-only`` would pay for :mod:`.base` (bench/startup_bench.py).
 """
 
