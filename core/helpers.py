@@ -77,7 +77,7 @@ HELPERS: dict[str, tuple[str, int, Callable[[list[str]], str | None]]] = {
 }
 
 
-def _refusal(name: str, args: list[str]) -> str | None:
+def helper_refusal(name: str, args: list[str]) -> str | None:
     """Why ``args`` are not what pvisor gives helper ``name`` (as many as it gives), or None."""
     return HELPERS[name][2](args)
 

@@ -54,7 +54,7 @@ from typing import Any
 
 import orjson
 
-from pvisor.core import errors as _errors
+from pvisor.core import errors
 from .content_encoding import DEFAULT_LIMIT
 from pvisor.core.helpers import frozen, helper_argv
 from pvisor.core.errors import UnavailableError, UsageError
@@ -262,8 +262,8 @@ class JournalProcess(JournalProducer):
         if journal._failed is not None:
             cls_name, message = journal._failed
             journal._abort()
-            error = getattr(_errors, cls_name, None)
-            if not (isinstance(error, type) and issubclass(error, _errors.PvisorError)):
+            error = getattr(errors, cls_name, None)
+            if not (isinstance(error, type) and issubclass(error, errors.PvisorError)):
                 error = UnavailableError
             raise error(message)
         if journal._error is not None:

@@ -286,9 +286,12 @@ def test_bad_input_to_the_build_is_one_line(sandbox: Path):
             2,
             "pvisor: error: --pvisor-helper guard: expected",
         )
-    from pvisor.core.helpers import _refusal
+    from pvisor.core.helpers import helper_refusal
 
-    assert _refusal("guard", ["1"]) is not None and _refusal("guard", [str(os.getpgrp())]) is not None
+    assert (
+        helper_refusal("guard", ["1"]) is not None
+        and helper_refusal("guard", [str(os.getpgrp())]) is not None
+    )
     one_line(
         run(sandbox, "--version", "--json", "extra"),
         2,
