@@ -23,6 +23,7 @@ from agent_helpers import entrypoint, pvisor, user_env
 from gateway_helpers import http_request
 from google import genai
 from google.genai import types
+from test_intercept import mitmdump
 
 from pvisor.adapters.protocols import PROTOCOL_MODULES, UPSTREAMS, get_protocol
 from pvisor.gateway.credentials import KeySwap, UpstreamCredentials, credential_places
@@ -249,25 +250,60 @@ def test_the_credentials_never_show_the_key():
 
 
 class RecordingModelServer(ScriptedModelServer):
-    """The scripted model server, recording the ``x-api-key`` of every request it answers."""
+    """The scripted model server, recording the credential headers (``x-api-key``,
+    ``authorization``) of every request it answers."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.keys: list[str | None] = []
+        self.keys: list[dict[str, str]] = []
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
-        self.keys.append(request.headers.get("x-api-key"))
+        self.keys.append(
+            {k.lower(): v for k, v in request.headers.items() if k.lower() in ("x-api-key", "authorization")}
+        )
         return await super()._handle(request)
 
 
+def run_with_dummy_key(agent: str, url: str, tmp_path: Path, env: dict[str, str], *extra: str):
+    ws = tmp_path / "ws"
+    ws.mkdir(exist_ok=True)
+    return pvisor(
+        [
+            "--journal",
+            str(tmp_path / "data" / "journal.sqlite"),
+            "run",
+            "--agent",
+            agent,
+            "--agent-entrypoint",
+            str(entrypoint(agent)),
+            "--upstream",
+            url,
+            "--dummy-key",
+            *extra,
+            "--workspace",
+            str(ws),
+            "--json",
+            "--",
+            "Show me your environment.",
+        ],
+        env=env,
+        cwd=tmp_path,
+    )
+
+
 @pytest.mark.slow
-def test_claude_code_under_a_dummy_key_never_holds_the_real_one(loop_thread, tmp_path):
-    """``pvisor run --dummy-key --upstream URL`` with the user's key in ANTHROPIC_API_KEY: the
-    upstream gets the real key with every request, the agent's tools see only the dummy (its
-    ``env`` and its /proc environ, recorded as the observation), and nothing pvisor wrote (the
-    journal, the run directory: the agent's stdout and its native session) holds the real key.
+@pytest.mark.parametrize(
+    "agent, key_env, header",
+    [("claude-code", "ANTHROPIC_API_KEY", "x-api-key"), ("codex", "OPENAI_API_KEY", "authorization")],
+)
+def test_an_agent_under_a_dummy_key_never_holds_the_real_one(loop_thread, tmp_path, agent, key_env, header):
+    """``pvisor run --dummy-key --upstream URL`` with the user's key in the agent's key variable:
+    the upstream gets the real key with every request (in the agent's own header), the agent's
+    tools see only the dummy (its ``env`` and its /proc environ, recorded as the observation),
+    another credential variable is gone, and nothing pvisor wrote (the journal, the run
+    directory: the agent's stdout and its native session) holds the real key in any form.
     Fails before the swap: ``--dummy-key`` was unknown, and without it the agent held the key."""
-    real = "real-user-key-for-claude-5Vb8Nq2Wx7Kd"
+    real = f"real-user-key-for-{agent}-5Vb8Nq2Wx7Kd"
     script = {
         "turns": [
             {
@@ -281,46 +317,41 @@ def test_claude_code_under_a_dummy_key_never_holds_the_real_one(loop_thread, tmp
     url = loop_thread.run(server.start())
     try:
         home = tmp_path / "home"
-        ws = tmp_path / "ws"
         home.mkdir()
-        ws.mkdir()
-        data = tmp_path / "data"
-        journal = data / "journal.sqlite"
-        env = user_env(home, ANTHROPIC_API_KEY=real, OTHER_SERVICE_API_KEY="another-secret-Zt4Lq")
-        proc = pvisor(
-            [
-                "--journal",
-                str(journal),
-                "run",
-                "--agent",
-                "claude-code",
-                "--agent-entrypoint",
-                str(entrypoint("claude-code")),
-                "--upstream",
-                url,
-                "--dummy-key",
-                "--workspace",
-                str(ws),
-                "--json",
-                "--",
-                "Show me your environment.",
-            ],
-            env=env,
-            cwd=tmp_path,
-        )
+        env = user_env(home, **{key_env: real, "OTHER_SERVICE_API_KEY": "another-secret-Zt4Lq"})
+        # Codex asks for the scripted model's name: its default model's tools have no shell tool
+        model = ["--model", "gpt-5-codex"] if agent == "codex" else []
+        proc = run_with_dummy_key(agent, url, tmp_path, env, *model)
     finally:
         loop_thread.run(server.stop())
     assert proc.returncode == 0, proc.stderr
     report = orjson.loads(proc.stdout)
     assert report["steps"] == 2
-    assert server.keys and set(server.keys) == {real}
+    expected = f"Bearer {real}" if header == "authorization" else real
+    assert server.keys and all(keys.get(header) == expected for keys in server.keys), server.keys
+    journal = tmp_path / "data" / "journal.sqlite"
     with JournalReader(journal) as r:
         bodies = b"".join(r.request_body(ex) or b"" for ex in r.exchanges(report["run"]))
     observed = bodies.decode()
-    assert "ANTHROPIC_API_KEY=pvisor-dummy-key-" in observed  # the tool ran and saw the dummy
+    assert f"{key_env}=pvisor-dummy-key-" in observed  # the tool ran and saw the dummy
     assert "OTHER_SERVICE_API_KEY" not in observed
-    for path in data.rglob("*"):
-        if path.is_file():
-            assert_nowhere(path.read_bytes(), real, str(path))
-            assert b"another-secret-Zt4Lq" not in path.read_bytes(), path
+    files = [path for path in (tmp_path / "data").rglob("*") if path.is_file()]
+    assert journal in files and any(path.name.endswith(".stdout") for path in files)
+    for path in files:
+        assert_nowhere(path.read_bytes(), real, str(path))
+        assert b"another-secret-Zt4Lq" not in path.read_bytes(), path
     assert_nowhere((proc.stdout + proc.stderr).encode(), real, "pvisor's output")
+
+
+def test_a_dummy_key_in_intercept_mode_is_refused_before_anything_runs(tmp_path):
+    """Intercept mode forwards to the host the agent addressed, where no key is swapped: exit 2,
+    one line, no journal made, and the key not in the message."""
+    real = "real-user-key-for-intercept-8Jd3"
+    home = tmp_path / "home"
+    home.mkdir()
+    env = user_env(home, ANTHROPIC_API_KEY=real, PVISOR_MITMDUMP=mitmdump())
+    proc = run_with_dummy_key("claude-code", "http://127.0.0.1:9", tmp_path, env, "--intercept")
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "a dummy key is given through the reverse proxy only" in lines[0]
+    assert real not in proc.stderr and not (tmp_path / "data" / "journal.sqlite").exists()
