@@ -78,7 +78,14 @@ def test_a_process_past_its_memory_limit_is_killed_and_the_report_says_so():
         d = cg.dirs["memory"]
         assert d.name == "pvisor-t-memory" and d.is_dir()
         # the run's cgroup is below pvisor's own: the limits pvisor runs under still hold
-        assert str(d.parent).startswith("/sys/fs/cgroup")
+        own = {
+            line.split(":", 2)[1]: line.split(":", 2)[2]
+            for line in Path("/proc/self/cgroup").read_text().split()
+        }
+        if cg.version is CgroupVersion.V1:
+            assert d.parent == Path("/sys/fs/cgroup/memory") / own["memory"].lstrip("/")
+        else:
+            assert str(d.parent).endswith(own[""].rstrip("/")) and d.parent.is_dir()
         child = subprocess.Popen(
             [sys.executable, "-c", "b = []\nwhile True: b.append(b'x' * (8 << 20))"], preexec_fn=cg.enter
         )
