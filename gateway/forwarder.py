@@ -23,6 +23,7 @@ from yarl import URL
 
 from pvisor.journal.exchange_end import Outcome
 
+from .credentials import UpstreamCredentials
 from .responder import Answer, Forward, IncomingRequest, Refuse, Serve, ServedBy, StreamBroken
 from .routing import INTERCEPT_HEADER, RUN_HEADER
 
@@ -137,11 +138,17 @@ class UpstreamForwarder:
 
     ``await start()`` opens the client session, ``await close()`` closes it. :meth:`respond`
     forwards any request unchanged (it is a responder); :meth:`forward` carries out a
-    :class:`Forward` answer of another responder."""
+    :class:`Forward` answer of another responder. With ``credentials``
+    (:class:`~pvisor.gateway.credentials.UpstreamCredentials`) the agent's dummy key is replaced
+    by the real one in what goes to a named upstream, and the real key removed from what comes
+    back (:mod:`.credentials`)."""
 
-    def __init__(self, upstreams: dict[str, str], stall_timeout: float):
+    def __init__(
+        self, upstreams: dict[str, str], stall_timeout: float, credentials: UpstreamCredentials | None = None
+    ):
         self.upstreams = upstreams
         self.stall_timeout = stall_timeout
+        self.credentials = credentials
         self._session: aiohttp.ClientSession | None = None
 
     async def start(self) -> None:
@@ -184,7 +191,11 @@ class UpstreamForwarder:
         if fwd.body is not None:
             # a body of the responder's own is sent as it is: not in the agent's Content-Encoding
             headers = [(k, v) for k, v in headers if k.lower() != "content-encoding"]
-        url = URL((base or self.upstreams[name]) + (fwd.target or request.target), encoded=True)
+        target = fwd.target or request.target
+        real: str | None = None
+        if self.credentials is not None and base is None:
+            headers, target, real = self.credentials.swap(name, headers, target)
+        url = URL((base or self.upstreams[name]) + target, encoded=True)
         send_body = body if (body or request.method not in ("GET", "HEAD", "OPTIONS")) else None
         assert self._session is not None, "UpstreamForwarder.start() was not awaited"
         try:
@@ -217,6 +228,13 @@ class UpstreamForwarder:
         chunks: AsyncIterator[bytes] = _UpstreamBody(
             resp, name, self.stall_timeout, head=request.method == "HEAD"
         )
+        if real is not None:
+            # the key swapped in never goes back to the agent. An error is where an upstream
+            # echoes a key; a reply (2xx) is left as it streams: holding bytes back would delay it
+            assert self.credentials is not None
+            raw = self.credentials.scrub_headers(raw, real)
+            if resp.status >= 400:
+                chunks = self.credentials.scrub_body(chunks, real)
         return Serve(
             resp.status,
             raw,

@@ -45,6 +45,7 @@ from .connections import (
     GuardedServer,
     connection_bound,
 )
+from .credentials import UpstreamCredentials
 from .finalize import FINALIZER, finalize_response
 from .forwarder import HOP_BY_HOP, SOCK_CONNECT_TIMEOUT_S, UpstreamForwarder, forwardable, os_error_reason
 from .log_file import LogFile
@@ -108,7 +109,10 @@ class GatewayConfig:
     the gateway takes nothing else (a request without the addon's header gets 401, unrecorded:
     the gateway behind mitmdump is no reverse proxy for whoever finds its port);
     ``header_timeout`` seconds a connection may take to send a whole request head (0: no limit)
-    and ``max_connections`` the bound on open connections (:mod:`.connections`).
+    and ``max_connections`` the bound on open connections (:mod:`.connections`);
+    ``credentials`` the keys the gateway adds when it forwards in place of the agent's dummy
+    (:class:`~pvisor.gateway.credentials.UpstreamCredentials`; None: requests are forwarded with
+    the agent's own credentials, as it sent them).
     """
 
     host: str = "127.0.0.1"
@@ -132,6 +136,7 @@ class GatewayConfig:
     intercept_only: bool = False
     header_timeout: float = DEFAULT_HEADER_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    credentials: UpstreamCredentials | None = None
 
 
 class Gateway:
@@ -159,7 +164,7 @@ class Gateway:
             if config.intercept_token is not None
             else None
         )
-        self.forwarder = UpstreamForwarder(self.router.upstreams, config.stall_timeout)
+        self.forwarder = UpstreamForwarder(self.router.upstreams, config.stall_timeout, config.credentials)
         if responder is None and config.offline:
             raise ValueError("an offline gateway forwards nothing: give it a responder")
         self.responder: Responder = responder if responder is not None else self.forwarder

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import secrets
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,9 +50,11 @@ from pvisor.adapters.agents.base import (
     AgentStatus,
     LaunchContext,
     LaunchPlan,
+    offline_credentials,
 )
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.core.errors import BadInputError, PvisorError, UnavailableError, UsageError
+from pvisor.gateway.credentials import KeySwap, UpstreamCredentials
 from pvisor.gateway.intercept import default_confdir, host_entry, intercept_env
 from pvisor.gateway.proxy import GatewayConfig, os_error_reason
 from pvisor.gateway.responder import Responder
@@ -128,8 +131,12 @@ class RunRequest:
     ``--upstream``. ``agent_env``: variables added to the agent's environment (the launch
     profile's own settings win); ``agent_args``: more launch arguments
     (:meth:`~pvisor.adapters.agents.base.AgentProfile.with_arguments`); ``dummy_key``: give the
-    agent a dummy key even with an upstream (a local model server that checks none, when the
-    user has no key in the environment). ``snapshots``: snapshot the workspace at the start,
+    agent a dummy key even with an upstream or the public API (``--dummy-key``): the user's key
+    of the profile's ``key_env`` (from ``agent_env``, else pvisor's environment) goes to the
+    gateway, which puts it in place of the dummy when it forwards (:func:`key_swap`), and every
+    other credential variable is removed from the agent's environment, as in an offline run; with
+    no such key (a local model server that checks none) the dummy is forwarded as it is.
+    ``snapshots``: snapshot the workspace at the start,
     at every candidate main-loop request and at the end (``--no-snapshots`` turns it off), with
     the driver ``snapshot_driver``. ``intercept``: run the agent through intercept mode (an
     :class:`~pvisor.gateway.intercept.InterceptConfig`: ``HTTPS_PROXY`` and pvisor's CA instead
@@ -519,6 +526,9 @@ class _Start:
     use_home: bool
     child: Run | None
     warn: Warn
+    #: the dummy key the agent gets in place of the user's (``dummy_key`` with a key to swap;
+    #: set by :func:`session_config`), or None
+    agent_key: str | None = None
 
     @property
     def attempt(self) -> int:
@@ -605,6 +615,8 @@ def session_config(start: _Start) -> tuple[SessionConfig, Responder | None, str]
         # one explicit upstream: paths no protocol owns (Claude's HEAD /api/hello, GET /v1/models)
         # go to it too
         gateway.upstreams = {profile.upstream: upstream_url}
+    if req.dummy_key and not gateway.offline:
+        gateway.credentials, start.agent_key = key_swap(req, profile)
     if req.max_response_body is not None:
         gateway.max_response_body = req.max_response_body
     if req.snapshots:
@@ -618,6 +630,29 @@ def session_config(start: _Start) -> tuple[SessionConfig, Responder | None, str]
         req.intercept.redirects[key] = (origin, req.upstream.rstrip("/"))
     config = SessionConfig(req.journal_path, gateway, req.intercept, JOURNAL_WAIT_S)
     return config, responder, upstream_label
+
+
+def key_swap(req: RunRequest, profile: AgentProfile) -> tuple[UpstreamCredentials | None, str | None]:
+    """The key swap of a ``dummy_key`` run that forwards: the gateway's
+    :class:`~pvisor.gateway.credentials.UpstreamCredentials` holding the user's key of the
+    profile's ``key_env`` (``agent_env`` first, then pvisor's environment) for the profile's
+    upstream, and the dummy the agent gets instead (``pvisor-dummy-key-`` and 32 random hex
+    digits, new for every run: a local process that never read the agent's environment cannot
+    use the key through the gateway). (None, None) when there is no key to swap. UsageError
+    (exit 2) in intercept mode, whose forwards are never swapped."""
+    real = {**os.environ, **req.agent_env}.get(profile.key_env) if profile.key_env else None
+    if not real:
+        return None, None
+    if req.intercept is not None:
+        raise UsageError(
+            "a dummy key is given through the reverse proxy only: in intercept mode the agent would send "
+            f"it to the model host unswapped (drop --intercept, or let the agent keep {profile.key_env})"
+        )
+    dummy = "pvisor-dummy-key-" + secrets.token_hex(16)
+    try:
+        return UpstreamCredentials([KeySwap(profile.upstream, dummy, real)]), dummy
+    except ValueError as exc:  # a key too short or with white space: named, never shown
+        raise UsageError(f"{profile.key_env}: {exc}") from None
 
 
 async def _run(start: _Start) -> RunReport:
@@ -683,15 +718,23 @@ def _prepare_launch(
         workspace=workspace,
         attempt=start.attempt,
         model=start.model,
-        api_key=SCRIPT_API_KEY
-        if req.script or req.dummy_key or (responder is not None and not req.upstream)
-        else None,
+        api_key=start.agent_key
+        or (
+            SCRIPT_API_KEY
+            if req.script or req.dummy_key or (responder is not None and not req.upstream)
+            else None
+        ),
     )
     plan = profile.plan(ctx, req.task, session_id=start.resume.session_id if start.resume else None)
     if req.agent_args:
         plan.argv = profile.with_arguments(plan.argv, req.agent_args)
     write_files(plan.files)
     env = apply_env({**os.environ, **req.agent_env}, plan.env)
+    if ctx.api_key is not None:
+        # a dummy key and no real credential: also none a config's environment (agent_env) added
+        for name in offline_credentials(env):
+            if plan.env.get(name) is None:
+                env.pop(name, None)
     if proxy is not None:
         _through_proxy(env, profile, req.intercept, proxy, start.warn)
     env["PWD"] = str(

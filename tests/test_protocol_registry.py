@@ -36,6 +36,8 @@ CONSTANT_TYPES = {
     "SIGNED_REASONING": bool,
     "CACHE_MARKERS": bool,
     "TOKEN_COUNT_FIELD": (str, type(None)),
+    "CREDENTIAL_HEADERS": tuple,
+    "CREDENTIAL_QUERY": tuple,
 }
 
 

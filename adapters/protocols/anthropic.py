@@ -84,6 +84,12 @@ REQUIRED_PARAMS: dict[str, Any] = {"max_tokens": DEFAULT_MAX_TOKENS}
 #: a thinking block needs a signature of its own: reasoning of another protocol has none
 SIGNED_REASONING = True
 CACHE_MARKERS = True
+#: where a request carries its credential (lower-case header names; query parameter names): an
+#: API key in ``x-api-key``, an auth token (``ANTHROPIC_AUTH_TOKEN``, OAuth) as
+#: ``authorization: Bearer`` (the Messages API reference, "Authentication"; anthropic-sdk-python
+#: ``_client.py`` ``auth_headers``)
+CREDENTIAL_HEADERS: tuple[str, ...] = ("x-api-key", "authorization")
+CREDENTIAL_QUERY: tuple[str, ...] = ()
 path_for_model = path_unchanged
 converted_tool_raw = no_converted_tool_raw
 # the model is the body's ``model`` field; the path is unchanged

@@ -48,6 +48,10 @@ class WireProtocol(Protocol):
     - ``TOKEN_COUNT_FIELD``: the field of a token-count response (``input_tokens``,
       ``totalTokens``), None for a protocol without one
       (:func:`pvisor.adapters.protocols.replies.token_count_reply`).
+    - ``CREDENTIAL_HEADERS``: the lower-case names of the headers a request carries its key in
+      (``x-api-key``, ``authorization`` with a ``Bearer`` scheme, ``x-goog-api-key``);
+      ``CREDENTIAL_QUERY`` the query parameters (Gemini ``key``): where the gateway puts the
+      real key in place of the agent's dummy (:mod:`pvisor.gateway.credentials`).
     """
 
     NAME: str
@@ -64,6 +68,8 @@ class WireProtocol(Protocol):
     SIGNED_REASONING: bool
     CACHE_MARKERS: bool
     TOKEN_COUNT_FIELD: str | None
+    CREDENTIAL_HEADERS: tuple[str, ...]
+    CREDENTIAL_QUERY: tuple[str, ...]
 
     def matches(self, path: str) -> bool:
         """Whether a request path (no query string) is one of ``PATHS``."""

@@ -112,6 +112,11 @@ SIGNED_REASONING = False
 converted_tool_raw = no_converted_tool_raw
 cache_breakpoints = no_cache_breakpoints
 CACHE_MARKERS = False
+#: where a request carries its credential: the ``x-goog-api-key`` header (python-genai
+#: ``_api_client.py``, Gemini CLI) or the ``?key=`` query parameter (the REST reference's
+#: examples)
+CREDENTIAL_HEADERS: tuple[str, ...] = ("x-goog-api-key",)
+CREDENTIAL_QUERY: tuple[str, ...] = ("key",)
 place_cache_markers = no_cache_markers
 
 _PATH_RE = re.compile(r"^/(v1beta|v1)/models/([^/:]+):(generateContent|streamGenerateContent|countTokens)$")

@@ -124,6 +124,10 @@ SIGNED_REASONING = False
 path_for_model = path_unchanged
 cache_breakpoints = no_cache_breakpoints
 CACHE_MARKERS = False
+#: where a request carries its credential: ``authorization: Bearer <key>`` (the OpenAI API
+#: reference, "Authentication"; Codex sends its key so); no query parameter
+CREDENTIAL_HEADERS: tuple[str, ...] = ("authorization",)
+CREDENTIAL_QUERY: tuple[str, ...] = ()
 place_cache_markers = no_cache_markers
 counts_tokens = no_token_counts
 # the model is the body's ``model`` field; the path is unchanged

@@ -114,6 +114,13 @@ def _warn(message: str) -> None:
     help="Run as the pending child run ID of a handoff (TrajectoryReplay.restore_handoff created it): "
     "filed under ID with its lineage, once; default workspace: where the handoff restored the pause.",
 )
+@click.option(
+    "--dummy-key",
+    "dummy_key",
+    is_flag=True,
+    help="Give the agent a dummy key; the gateway adds your real one (its key variable) when it "
+    'forwards, so nothing the agent runs can read it (docs/replay.md, "Keys in a continuation").',
+)
 @max_response_body_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
 @click.argument("task", nargs=-1, required=False)
@@ -135,6 +142,7 @@ def run(
     no_snapshots: bool,
     snapshot_driver: str,
     child_run: str | None,
+    dummy_key: bool,
     max_response_body: int,
     as_json: bool,
     task: tuple[str, ...],
@@ -178,6 +186,7 @@ def run(
         snapshot_driver=snapshot_driver,
         intercept=intercept_config(intercept, confdir, mitmdump),
         child_run=child_run,
+        dummy_key=dummy_key,
         max_response_body=max_response_body,
     )
     undo = show_on_stderr(
