@@ -9,12 +9,24 @@ The end-to-end checks through ``pvisor replay`` with a real agent are at the end
 from __future__ import annotations
 
 import json
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
 
+import jsonschema
 import orjson
+import pytest
 
+from agent_helpers import PVISOR, capture_scripted, entrypoint, pvisor, user_env
 from pvisor.adapters.agents import get_descriptor
 from pvisor.journal.model import Action, ToolCall
-from pvisor.replay.plan import Places, PlanReason, make_plan, stays_below
+from pvisor.journal.reader import JournalReader
+from pvisor.replay.plan import HEADING, Places, PlanReason, make_plan, stays_below
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "result-schema.json").read_text())
 
 WS = "/work/new-ws"
 OLD = "/rec/ws"
@@ -195,3 +207,230 @@ def test_a_key_in_a_named_path_is_redacted_and_a_long_text_cut():
 def test_stays_below():
     assert stays_below("") and stays_below("/a") and stays_below("/a/../b") and stays_below("/.")
     assert not stays_below("/..") and not stays_below("/../x") and not stays_below("/a/../../x")
+
+
+def test_the_documented_heading_is_the_one_printed():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "replay.md").read_text()
+    [line] = [x for x in doc.splitlines() if x.startswith("pvisor: warning: the plan")]
+    assert line == f"pvisor: warning: {HEADING.format(count=2)}"
+
+
+# =========================================================================== through pvisor replay
+# Claude Code, offline against the scripted model: a capture whose calls write outside its
+# workspace (into a directory outside /tmp, which the plan ignores), replayed with --replay-only.
+
+
+def _wrapper(real: Path, where: Path, stderr: Path) -> Path:
+    """An entry point that runs ``real``; when it starts the agent (not ``--version``), it first
+    copies what pvisor wrote on stderr so far (``stderr``) to ``where/stderr-at-start``."""
+    path = where / "claude-wrapped"
+    path.write_text(
+        f'#!/bin/bash\nif [ "$1" != "--version" ] && [ ! -e "{where}/stderr-at-start" ]; then\n'
+        f'  cp "{stderr}" "{where}/stderr-at-start"\nfi\nexec "{real}" "$@"\n'
+    )
+    path.chmod(0o755)
+    return path
+
+
+class Hostile:
+    """A captured Claude Code run (scripted model) whose steps name places outside its workspace:
+    step 1 writes ``OUT/canary.txt`` by absolute path with Bash and ``WS/../escaped-write.txt``
+    with Write (the rewrite would make it ``NEW_WS/../...``), step 2 ``cd .. && echo > escaped.txt``;
+    step 3 ends. ``out`` lies outside /tmp; what the capture wrote there is removed."""
+
+    def __init__(self, root: Path, out: Path):
+        self.root, self.out = root, out
+        ws = (root / "ws").resolve()
+        self.escaped = [out / "canary.txt", ws.parent / "escaped-write.txt", ws.parent / "escaped.txt"]
+        script = {
+            "model": "claude-sonnet-4-5",
+            "seed": 3,
+            "turns": [
+                {
+                    "text": "Two writes.",
+                    "tool_calls": [
+                        {"tool": "@shell", "command": f"echo one > {out}/canary.txt"},
+                        {
+                            "tool": "Write",
+                            "arguments": {"file_path": f"{ws}/../escaped-write.txt", "content": "w"},
+                        },
+                    ],
+                },
+                {
+                    "text": "Up.",
+                    "tool_calls": [{"tool": "@shell", "command": "cd .. && echo two > escaped.txt"}],
+                },
+                {"text": "Done."},
+            ],
+        }
+        self.cap = capture_scripted("claude-code", root, script, "Write the files.")
+        for p in self.escaped:
+            p.unlink(missing_ok=True)
+
+    def replay(self, name: str, *extra: str) -> tuple[int, str, dict, Path]:
+        """``pvisor replay --replay-only`` after step 2 in a new workspace: (exit code, stderr,
+        result, the directory of the wrapper's copy of stderr)."""
+        box = self.root / name
+        box.mkdir()
+        ws, out, stderr = box / "ws", box / "out", box / "stderr"
+        ws.mkdir()
+        exe = _wrapper(Path(self.cap.exe), box, stderr)
+        with stderr.open("w") as err:
+            proc = subprocess.run(
+                [str(PVISOR), "--journal", str(self.cap.journal), "replay", "--agent", "claude-code",
+                 "--run", self.cap.run, "--after-step", "2", "--replay-only", "--workspace", str(ws),
+                 "--output", str(out), "--agent-entrypoint", str(exe), "--timeout", "240", *extra],
+                env=self.cap.env, cwd=box, stdout=subprocess.PIPE, stderr=err, text=True, timeout=400,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        text = stderr.read_text()
+        assert "Traceback" not in text, text
+        result = json.loads((out / "result.json").read_text())
+        jsonschema.validate(result, SCHEMA)
+        return proc.returncode, text, result, box
+
+    def runs(self) -> list[str]:
+        with JournalReader(self.cap.journal) as r:
+            return [run.id for run in r.runs()]
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    out = Path(tempfile.mkdtemp(prefix="pvisor-plan-outside-", dir="/var/tmp"))
+    try:
+        yield Hostile(tmp_path_factory.mktemp("hostile"), out)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+
+
+EXPECTED = [
+    ("Bash", "command", "{out}/canary.txt", "absolute_path"),
+    ("Write", "file_path", "{ws}/../escaped-write.txt", "rewrite_leaves_workspace"),
+    ("Bash", "command", "..", "parent_directory"),
+    ("Bash", "command", "escaped.txt", "parent_directory"),
+]
+
+
+def _expected(h: Hostile) -> list[tuple]:
+    ws = str((h.root / "ws").resolve())
+    return [(t, a, x.format(out=h.out, ws=ws), r) for t, a, x, r in EXPECTED]
+
+
+@pytest.mark.slow
+def test_the_plan_is_printed_before_the_agent_starts_and_is_in_the_result(hostile):
+    rc, stderr, result, box = hostile.replay("warned")
+    assert rc == 0, stderr
+    items = result["plan"]["items"]
+    assert [(i["tool"], i["argument"], i["text"], i["reason"]) for i in items] == _expected(hostile)
+    assert [i["step"] for i in items] == [1, 1, 2, 2] and all(i["call_id"] for i in items)
+    lines = [f"pvisor: warning: {HEADING.format(count=4)}"] + [
+        f"pvisor: warning: step {i['step']}, call {i['call_id']} ({i['tool']} {i['argument']}): "
+        f"{i['text']}: {i['reason']}"
+        for i in items
+    ]
+    # on stderr before the agent started: the wrapper copied stderr as it started the agent
+    assert (box / "stderr-at-start").read_text().splitlines()[: len(lines)] == lines
+    assert stderr.splitlines()[: len(lines)] == lines
+    # a warning: the calls ran (the Write was served as recorded, not rewritten into NEW_WS/..)
+    assert result["status"] == "ok" and result["agent_started"] is True
+    assert not any(r["argument"] == "file_path" for r in result["path_rewrites"])
+    assert (hostile.out / "canary.txt").read_text() == "one\n"
+    for p in hostile.escaped:
+        p.unlink(missing_ok=True)
+
+
+@pytest.mark.slow
+def test_refuse_outside_exits_2_before_anything_runs(hostile):
+    before = hostile.runs()
+    rc, stderr, result, box = hostile.replay("refused", "--refuse-outside")
+    assert rc == 2
+    [error] = [x for x in stderr.splitlines() if x.startswith("pvisor: error:")]
+    first = result["plan"]["items"][0]
+    assert (
+        "--refuse-outside: the plan lists 4 place(s)" in error
+        and f"step 1, call {first['call_id']} (Bash command): {hostile.out}/canary.txt: absolute_path"
+        in error
+    )
+    assert result["status"] == "failed" and [e["code"] for e in result["errors"]] == ["outside_workspace"]
+    assert result["agent_started"] is False and result["derived_run"] is None
+    assert len(result["plan"]["items"]) == 4
+    # the agent never started, no run was made, nothing was written
+    assert not (box / "stderr-at-start").exists() and hostile.runs() == before
+    assert not any(p.exists() for p in hostile.escaped) and list((box / "ws").iterdir()) == []
+
+
+# --------------------------------------------------------------------------- an interrupted batch
+
+
+@pytest.fixture(scope="module")
+def interrupted(tmp_path_factory):
+    """A Claude Code run stopped (SIGTERM) while the tool of its only step ran: the journal holds
+    A_1's call and no request 2 with its result."""
+    root = tmp_path_factory.mktemp("interrupted")
+    home, ws = root / "home", root / "ws"
+    home.mkdir()
+    ws.mkdir()
+    hold = "touch started && while [ ! -e go ]; do sleep 0.05; done && echo released"
+    script = {
+        "model": "claude-sonnet-4-5",
+        "turns": [{"text": "Wait.", "tool_calls": [{"tool": "@shell", "command": hold}]}, {"text": "Done."}],
+    }  # noqa: E501
+    (root / "s.json").write_text(json.dumps(script))
+    journal, exe, env = root / "j.sqlite", str(entrypoint("claude-code")), user_env(home)
+    proc = subprocess.Popen(
+        [str(PVISOR), "--journal", str(journal), "run", "--agent", "claude-code", "--agent-entrypoint", exe,
+         "--script", str(root / "s.json"), "--workspace", str(ws), "--json", "--", "Wait for it."],
+        env=env, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not (ws / "started").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    with JournalReader(journal) as r:
+        [run] = r.runs()
+    return root, journal, run.id, exe, env
+
+
+def _replay_interrupted(
+    interrupted, name: str, *extra: str
+) -> tuple[subprocess.CompletedProcess, dict, Path]:
+    root, journal, run, exe, env = interrupted
+    ws, out = root / f"ws-{name}", root / f"out-{name}"
+    ws.mkdir()
+    (ws / "go").touch()  # the held command ends at once where it is re-run
+    proc = pvisor(
+        ["--journal", str(journal), "replay", "--agent", "claude-code", "--run", run, "--after-step", "1",
+         *extra, "--workspace", str(ws), "--output", str(out), "--agent-entrypoint", exe, "--timeout", "240"],
+        env=env, cwd=root, timeout=400,
+    )  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    return proc, result, ws
+
+
+@pytest.mark.slow
+def test_an_unrecorded_boundary_is_refused_as_prepare_only_refuses_it_unless_allowed(interrupted):
+    root, journal, run, exe, env = interrupted
+    prepared = pvisor(
+        ["--journal", str(journal), "replay", "--agent", "claude-code", "--run", run, "--after-step", "1",
+         "--prepare-only", "--output", str(root / "out-prepare")],
+        env=env, cwd=root, timeout=120,
+    )  # fmt: skip
+    assert prepared.returncode == 65 and prepared.stderr.count("\n") == 1, prepared.stderr
+    assert prepared.stderr.startswith("pvisor: error: observation_not_recorded")
+    refused, result, ws = _replay_interrupted(interrupted, "refused", "--replay-only")
+    assert refused.returncode == 65 and refused.stderr == prepared.stderr  # the same line
+    assert [e["code"] for e in result["errors"]] == ["observation_not_recorded"]
+    assert result["agent_started"] is False and not (ws / "started").exists()
+    [call] = result["unrecorded"]
+    assert call["step"] == 1 and call["tool"] == "Bash" and call["call_id"]
+    # with --allow-unrecorded the agent re-runs the call; the result names it
+    allowed, result, ws = _replay_interrupted(interrupted, "allowed", "--replay-only", "--allow-unrecorded")
+    assert allowed.returncode == 0, allowed.stderr
+    assert result["status"] == "ok" and result["unrecorded"] == [call] and (ws / "started").exists()
+    assert result["tool_calls"][0]["historical_observation_sha256"] is None
