@@ -150,7 +150,7 @@ class PlanItem:
     def line(self) -> str:
         """``step K, call ID (TOOL ARG): TEXT: REASON``, one line."""
         return (
-            f"step {self.step}, call {self.call_id if self.call_id is not None else '-'} "
+            f"step {self.step}, call {_shown(self.call_id) if self.call_id is not None else '-'} "
             f"({_shown(self.tool)} {_shown(self.argument)}): {self.text}: {self.reason.value}"
         )
 

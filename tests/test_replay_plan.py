@@ -184,6 +184,12 @@ def test_lines_heading_json_and_an_empty_plan():
     lines = plan.lines()
     assert len(lines) == 2 and "a warning, never a guarantee" in lines[0] and "/dev/null" in lines[0]
     assert lines[1] == "step 1, call call_1 (Bash command): /srv/\\x1b[2Jx: absolute_path"
+    odd = make_plan(
+        get_descriptor("claude-code"),
+        [Action(tool_calls=[ToolCall("id\x1b[2J", "Bash", "{}", {"command": "ls /srv"})])],
+        PLACES,
+    )
+    assert odd.lines()[1] == "step 1, call id\\x1b[2J (Bash command): /srv: absolute_path"
     doc = plan.to_json()
     assert doc["steps"] == 1 and doc["items"][0]["reason"] == PlanReason.ABSOLUTE_PATH.value
     assert "/tmp/*" in doc["ignored"] and "/etc/*" in doc["ignored_reads"]
@@ -202,6 +208,26 @@ def test_a_key_in_a_named_path_is_redacted_and_a_long_text_cut():
     shown = [i.text for i in plan.items]
     assert key not in "".join(shown) and "/srv/<redacted>" in shown
     assert [len(t) for t in shown if t.startswith("/srv/y")] == [160] and shown[0].endswith("…")
+
+
+def test_the_two_options_are_for_a_replay_with_the_agent():
+    from pvisor.replay.spec import BY_NAME, OPTIONS, ReplayMode, ReplaySpec
+
+    names = [o.name for o in OPTIONS]
+    assert names[names.index("allow_damaged") + 1 : names.index("allow_damaged") + 3] == [
+        "refuse_outside",
+        "allow_unrecorded",
+    ]
+    for name, flag, starts in (
+        ("refuse_outside", "--refuse-outside", "runs nothing"),
+        ("allow_unrecorded", "--allow-unrecorded", "re-runs no call"),
+    ):
+        o = BY_NAME[name]
+        assert (o.flag, o.toml, o.api, o.default) == (flag, name, name, False)
+        values = {"agent": "codex", "after_step": 1, "output": "o", "prepare_only": True, name: True}
+        [problem] = ReplaySpec(values, {name}, ReplayMode.PREPARE_ONLY).check()
+        assert problem.exit_code == 2
+        assert problem.message == f"{flag} is for --replay-only and continuation; --prepare-only {starts}"
 
 
 def test_stays_below():
