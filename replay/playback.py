@@ -18,7 +18,10 @@
 
 Absolute paths: the recorded workspace and home in the arguments the descriptor names
 (:attr:`~pvisor.adapters.agents.descriptor.AgentDescriptor.path_arguments`) are rewritten to
-the new ones before serving (each rewrite listed); the matcher compares modulo the rewrite.
+the new ones before serving (each rewrite listed); the matcher compares modulo the rewrite. A
+rewrite never makes a path that leaves the new place once normalised (``OLD_WS/../x`` would
+become ``NEW_WS/../x``): such an argument is served as recorded, and the plan made before the
+agent starts lists it (:mod:`pvisor.replay.plan`, reason ``rewrite_leaves_workspace``).
 
 What comes after N is three methods, :meth:`~PlaybackResponder.at_boundary`,
 :meth:`~PlaybackResponder.beyond` and :meth:`~PlaybackResponder.auxiliary_request`: replay-only
@@ -61,6 +64,7 @@ from pvisor.gateway.responder import (
 from pvisor.journal.model import Action, Conversation, ToolCall, ToolResult
 from pvisor.journal.redact import REQUEST_HEADER_ALLOW, redact_exchange_meta
 
+from .plan import stays_below
 from .prefix import append_action, request_meta
 from .recording import RecordedReply, Recording, aux_key
 from .result import ToolCallRecord, content_sha256, match_results
@@ -117,10 +121,14 @@ class PathRewrites:
         )
 
     def value(self, text: str) -> str | None:
-        """The rewritten path when ``text`` is a recorded path or lies below one, else None."""
+        """The rewritten path when ``text`` is a recorded path or lies below one and the new
+        path stays below the new one once normalised (:func:`~pvisor.replay.plan.stays_below`),
+        else None (a ``..`` that climbs out of the recorded workspace is not carried into the
+        new one)."""
         for old, new, _ in self.pairs:
             if text == old or text.startswith(old + "/"):
-                return new + text[len(old) :]
+                rest = text[len(old) :]
+                return new + rest if stays_below(rest) else None
         return None
 
     def text(self, text: str) -> str:

@@ -72,7 +72,6 @@ from .errors import ReplayBadInput, ReplayUsageError, show_path
 from .source import (
     Source,
     attach_source,
-    answering,
     check_boundary,
     check_cut_off,
     check_damage,
@@ -81,10 +80,10 @@ from .source import (
     choose_protocol,
     descriptor,
     finish_at,
-    is_made_up,
-    pending_calls,
     read_native_source,
     step_notes,
+    unrecorded_calls,
+    unrecorded_error,
     unsent_note,
 )
 
@@ -295,13 +294,9 @@ def _journal_prefix(
     finish = finish_at(d, traj.steps, after_step)
     if finish is not None:
         source.notes.append(unsent_note(after_step, finish))
-    elif any(c.kind != "server" for c in step.action.tool_calls):
-        raise ReplayBadInput(
-            "observation_not_recorded",
-            f"--after-step {after_step}: A_{after_step} made {len(step.action.tool_calls)} tool call(s) "
-            f"and run {run.id} has no request {after_step + 1} holding their results; choose N < "
-            f"{after_step}, or N = {after_step} from the agent's native file",
-        )
+    unrecorded = unrecorded_calls(d, traj.steps, after_step, native=False)
+    if unrecorded:
+        raise unrecorded_error(unrecorded, after_step, f"run {run.id}", native=False)
     req = main[after_step - 1]
     ex = req.exchange
     body = reader.request_body(ex) or b"{}"
@@ -786,20 +781,9 @@ def _native_prefix(
     # every call of A_1..A_N must have its recorded result: the prefix holds the results the
     # agent sent, and a result the file does not hold would be made up (the reader's empty
     # placeholder). Same rule at N = steps and below, but for the finish action's: never sent.
-    for step in steps[: after_step - 1 if finish is not None else after_step]:
-        missing = pending_calls(step)
-        missing += [
-            c
-            for c, r in zip(step.action.tool_calls, answering(step))
-            if r is not None and is_made_up(r) and c not in missing
-        ]
-        if missing:
-            choose = f"choose N < {step.n}" if step.n > 1 else "only N = 0 is possible"
-            raise ReplayBadInput(
-                "observation_not_recorded",
-                f"--after-step {after_step}: {show_path(path)} holds no result for {len(missing)} tool "
-                f"call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}",
-            )
+    unrecorded = unrecorded_calls(descriptor(agent), steps, after_step, native=True)
+    if unrecorded:
+        raise unrecorded_error(unrecorded, after_step, show_path(path), native=True)
     provider = traj.meta.get("provider")
     proto = choose_protocol(agent, protocol, traj.model, provider if isinstance(provider, str) else None)
     profile = None

@@ -39,7 +39,6 @@ from .errors import ReplayBadInput, ReplayUsageError, show_path
 from .prefix import native_conversation
 from .source import (
     WARNED_FLAGS,
-    answering,
     check_boundary,
     check_cut_off,
     check_damage,
@@ -48,10 +47,10 @@ from .source import (
     choose_protocol,
     descriptor,
     finish_at,
-    is_made_up,
     native_version,
-    pending_calls,
     step_notes,
+    unrecorded_calls,
+    unrecorded_error,
     unsent_note,
 )
 
@@ -144,6 +143,18 @@ class Recording:
     #: the user's prompt in recorded request 1 (the descriptor's ``prompt_parts``), which the
     #: live request 1 must repeat when the agent is given the recorded task (journal sources)
     first_prompt: list[Any] | None = None
+    #: the calls of steps 1..N without a recorded result, by step
+    #: (:func:`~.source.unrecorded_calls`): the agent would re-run them unseen before
+    unrecorded: list[Any] = field(default_factory=list)
+
+    def unrecorded_error(self, after_step: int) -> ReplayBadInput | None:
+        """``observation_not_recorded`` of :attr:`unrecorded` (the line prepare-only gives for
+        the same boundary, :func:`~.source.unrecorded_error`), or None."""
+        if not self.unrecorded:
+            return None
+        native = self.kind == "native"
+        where = show_path(self.path) if native else f"run {self.run}"
+        return unrecorded_error(self.unrecorded, after_step, where, native)
 
     def nearest(self, k: int) -> str | None:
         """What names recorded main-loop request ``k`` (1-based) in a divergence."""
@@ -264,6 +275,7 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
             )
     # a replay re-runs the calls: a result the recording lacks is no reason to warn here
     rec.notes.extend(step_notes(steps, after_step, [f for f in WARNED_FLAGS if f != "missing_tool_results"]))
+    rec.unrecorded = unrecorded_calls(d, steps, after_step, native=False)
     _note_finish(rec, d, after_step)
     return rec
 
@@ -364,20 +376,16 @@ def native_recording(
         notes=[(w.code, f"{show_path(path)}: {w}") for w in result.diagnostics.warnings],
     )
     _check_steps(rec, after_step, where)
-    finish = finish_at(d, steps, after_step)
-    for step in steps[: after_step - 1 if finish is not None else after_step]:
-        # the agent re-runs the calls anyway: a result the file lacks only leaves O without O'
-        missing = pending_calls(step) + [
-            c for c, r in zip(step.action.tool_calls, answering(step)) if r is not None and is_made_up(r)
-        ]
-        if missing:
-            rec.notes.append(
-                (
-                    "observation_not_recorded",
-                    f"step {step.n}: {where} holds no result for {', '.join(c.name for c in missing)}; "
-                    "its O' has nothing to be compared with",
-                )
+    rec.unrecorded = unrecorded_calls(d, steps, after_step, native=True)
+    for step, missing in rec.unrecorded:
+        # re-run only with --allow-unrecorded: a result the file lacks leaves O without O'
+        rec.notes.append(
+            (
+                "observation_not_recorded",
+                f"step {step.n}: {where} holds no result for {', '.join(c.name for c in missing)}; "
+                "its O' has nothing to be compared with",
             )
+        )
     rec.task, rec.task_origin, rec.expected_task = _task(
         None, None, d.task_from_trajectory(traj.task, meta), task
     )

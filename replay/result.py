@@ -542,6 +542,11 @@ class ResultDocument(ResultPart, Record, record=True):
             :class:`~pvisor.replay.agent_result.PlaybackSummary`, None until the agent ended.
         continuation: a continuation's live part (docs/replay.md "What a continuation adds to
             result.json"), None until it ended; ABSENT in the other modes.
+        plan: replay-only and continuation: what the served calls name outside the new
+            workspace, made before the agent starts (:meth:`pvisor.replay.plan.Plan.to_json`:
+            ``{steps, items, ignored, ignored_reads}``), None until the source was read.
+        unrecorded: replay-only and continuation: ``{step, call_id, tool}`` per call of steps
+            1..N without a recorded result (re-run with ``--allow-unrecorded``, else refused).
     """
 
     schema: str
@@ -574,6 +579,8 @@ class ResultDocument(ResultPart, Record, record=True):
     agent_run: AgentRunRecord | None | Absent = ABSENT
     playback: PlaybackSummary | None | Absent = ABSENT
     continuation: dict[str, Any] | None | Absent = ABSENT
+    plan: dict[str, Any] | None | Absent = ABSENT
+    unrecorded: list[dict[str, Any]] | Absent = ABSENT
 
     def __init__(
         self,
@@ -607,6 +614,8 @@ class ResultDocument(ResultPart, Record, record=True):
         agent_run: AgentRunRecord | None | Absent = ABSENT,
         playback: PlaybackSummary | None | Absent = ABSENT,
         continuation: dict[str, Any] | None | Absent = ABSENT,
+        plan: dict[str, Any] | None | Absent = ABSENT,
+        unrecorded: list[dict[str, Any]] | Absent = ABSENT,
     ) -> None:
         self.schema = schema
         self.pvisor = pvisor
@@ -638,6 +647,8 @@ class ResultDocument(ResultPart, Record, record=True):
         self.agent_run = agent_run
         self.playback = playback
         self.continuation = continuation
+        self.plan = plan
+        self.unrecorded = unrecorded
 
     @classmethod
     def start(
@@ -688,6 +699,7 @@ class ResultDocument(ResultPart, Record, record=True):
             doc.divergence = doc.agent_run = doc.playback = None
             if mode is ResultMode.CONTINUATION:
                 doc.continuation = None
+            doc.plan, doc.unrecorded = None, []
         return doc
 
     def fill_source(self, source: Any) -> None:

@@ -9,7 +9,8 @@ replay before any prefix is built, and the checks every mode makes of it.
   :func:`check_cut_off` (``--allow-damaged``).
 - What steps 1..N say: :func:`step_notes` (warnings of flagged steps), :func:`finish_at` (A_N is
   the agent's finish action, O_N never sent), :func:`pending_calls`, :func:`answering` and
-  :func:`is_made_up` (tool calls without a recorded result).
+  :func:`is_made_up` (tool calls without a recorded result), :func:`unrecorded_calls` and
+  :func:`unrecorded_error` (a boundary whose calls have no recorded result).
 
 Used by prepare-only (:mod:`.prefix`, :mod:`.prepare`), the recordings of replay-only and
 continuation (:mod:`.recording`, :mod:`.playback`) and batches (:mod:`.batch`).
@@ -288,6 +289,60 @@ def is_made_up(result: ToolResult) -> bool:
     """True for the empty result the native reader puts in for a call the file holds no result
     for (``raw == {"interrupted": True}``, adapters/native/base.py ``order_results``)."""
     return result.raw == {"interrupted": True}
+
+
+def unrecorded_calls(
+    d: Any, steps: Sequence[Step], after_step: int, native: bool
+) -> list[tuple[Step, list[ToolCall]]]:
+    """The tool calls of steps 1..N whose results the source does not hold (an interrupted
+    batch: the run was stopped while its tools ran), by step. A native file: every call of
+    A_1..A_N that its observation does not answer (:func:`pending_calls`) or answers with the
+    reader's placeholder (:func:`is_made_up`), but the calls of A_N when it is the agent's
+    finish action (:func:`finish_at`: never sent). A journal: the calls of A_N when N is the last
+    step (no request N+1 holds their results) and A_N is not the finish action; a request
+    N+1 holds O_N as the agent sent it. Calls the provider runs (kind ``server``) never count.
+    Prepare-only refuses such a boundary, and replay-only and continuation refuse it unless
+    ``--allow-unrecorded`` (:func:`unrecorded_error`)."""
+    finish = finish_at(d, steps, after_step)
+    if not native:
+        if after_step == 0 or after_step != len(steps) or finish is not None:
+            return []
+        step = steps[after_step - 1]
+        calls = [c for c in step.action.tool_calls if c.kind != "server"]
+        return [(step, calls)] if calls else []
+    found = []
+    for step in steps[: after_step - 1 if finish is not None else after_step]:
+        missing = pending_calls(step)
+        missing += [
+            c
+            for c, r in zip(step.action.tool_calls, answering(step))
+            if r is not None and is_made_up(r) and c not in missing
+        ]
+        if missing:
+            found.append((step, missing))
+    return found
+
+
+def unrecorded_error(
+    found: Sequence[tuple[Step, list[ToolCall]]], after_step: int, where: str, native: bool
+) -> ReplayBadInput:
+    """ReplayBadInput ``observation_not_recorded`` (exit 65) for the first step of ``found``
+    (:func:`unrecorded_calls`), ``where``: the native file (:func:`~.errors.show_path`) or
+    ``run ID``. The same line in every mode."""
+    step, missing = found[0]
+    if not native:
+        return ReplayBadInput(
+            "observation_not_recorded",
+            f"--after-step {after_step}: A_{after_step} made {len(step.action.tool_calls)} tool call(s) "
+            f"and {where} has no request {after_step + 1} holding their results; choose N < "
+            f"{after_step}, or N = {after_step} from the agent's native file",
+        )
+    choose = f"choose N < {step.n}" if step.n > 1 else "only N = 0 is possible"
+    return ReplayBadInput(
+        "observation_not_recorded",
+        f"--after-step {after_step}: {where} holds no result for {len(missing)} tool "
+        f"call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}",
+    )
 
 
 #: native reader warnings that say the file lost or had repaired what the agent wrote: a line

@@ -241,6 +241,15 @@ OPTIONS: tuple[Option, ...] = (
            "Build the prefix from a damaged native file (lost or unreadable lines, a repaired chain) and "
            "list each repair; refused by default.", default=False, toml="allow_damaged", rank=19,
            api="allow_damaged"),
+    Option("refuse_outside", "--refuse-outside", Kind.FLAG,
+           "replay-only, continuation: exit 2 before the agent starts when the plan lists a recorded call "
+           "naming a place outside the new workspace.", default=False, modes=_AGENT, toml="refuse_outside",
+           rank=23, api="refuse_outside", refusal=Refusal.FLAG, starts="runs nothing"),
+    Option("allow_unrecorded", "--allow-unrecorded", Kind.FLAG,
+           "replay-only, continuation: re-run the calls of steps 1..N that have no recorded result (an "
+           "interrupted batch) instead of refusing them (observation_not_recorded).", default=False,
+           modes=_AGENT, toml="allow_unrecorded", rank=24, api="allow_unrecorded", refusal=Refusal.FLAG,
+           starts="re-runs no call"),
     Option("result", "--result", Kind.TEXT,
            "'-': print result.json to stdout (the summary line goes to stderr).", metavar="-"),
     Option("batch", "--batch", Kind.PATH,

@@ -158,6 +158,8 @@ def continue_run(
     allow_damaged: bool = False,
     session: str | None = None,
     child_run: str | None = None,
+    refuse_outside: bool = False,
+    allow_unrecorded: bool = False,
     warn: Callable[[str], None] | None = None,
 ) -> Result:
     """Continue ``source`` after step ``after_step`` in ``workspace`` with the live model at
@@ -167,8 +169,9 @@ def continue_run(
     ``environment`` and ``arguments`` are added to the agent's environment and command line;
     ``allow_damaged`` plays a native file the reader had to repair back anyway; ``child_run``
     files the derived run under the pending child run of a handoff
-    (``TrajectoryReplay.restore_handoff``; as ``--child-run``); ``warn`` gets each warning
-    line (default: ignored; they are in the document too).
+    (``TrajectoryReplay.restore_handoff``; as ``--child-run``); ``refuse_outside`` and
+    ``allow_unrecorded`` are ``--refuse-outside`` and ``--allow-unrecorded``; ``warn`` gets each
+    warning line (default: ignored; they are in the document too), the plan's lines among them.
 
     Returns a :class:`Result` whenever a result document was written (also for status
     ``failed`` or ``diverged``). Raises PvisorError (with ``exit_code``) when none could be:

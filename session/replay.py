@@ -63,7 +63,7 @@ from pvisor.replay.result import (
     workspace_digest,
 )
 from pvisor.replay.snapshots import restore_snapshot, run_snapshots
-from pvisor.replay.spec import in_order, problems_error
+from pvisor.replay.spec import ReplayProblems, in_order, problems_error
 from pvisor.session.children import (
     check_child_workspace,
     child_named,
@@ -75,6 +75,7 @@ from pvisor.session.continuation_result import fill_live
 from pvisor.session.launch import AgentUnavailable
 from pvisor.session.replay_checks import (
     agent_missing,
+    check_before_acting,
     check_boundary_prompt,
     check_live,
     check_options,
@@ -291,6 +292,10 @@ def _refuse(
             rec = _record(opts)
         except PvisorError as exc:
             found.append(exc)
+        else:
+            unrecorded = None if opts.allow_unrecorded else rec.unrecorded_error(opts.after_step)
+            if unrecorded is not None:
+                found.append(unrecorded)
     missing = agent_missing(opts, d)
     if missing is not None:
         found.append(missing)
@@ -343,6 +348,8 @@ def _replay_claimed(
     ws = resolved(opts.workspace)
     try:
         rec = _read_source(opts, d, child, result, live, ws)
+        # before anything runs or is written into the workspace
+        check_before_acting(opts, rec, d, ws, result, warn)
         restored = None
         if opts.workspace_from is not None:
             t = time.perf_counter()
@@ -529,7 +536,10 @@ def _write_failed(
     result.status = ResultStatus.FAILED
     # a source that stops the replay before the agent starts: a missing agent is said too
     missing = agent_missing(opts, d) if isinstance(exc, BadInputError) and not result.agent_started else None
-    problems = [exc] if missing is None else [exc, missing]
+    # several problems found before the agent acts (check_before_acting): each is an error
+    problems = list(exc.problems) if isinstance(exc, ReplayProblems) else [exc]
+    if missing is not None:
+        problems.append(missing)
     error = problems_error(problems)
     assert error is not None
     return _failed_outcome(result, problems, out, t0, error)

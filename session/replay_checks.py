@@ -1,14 +1,15 @@
 """The options of a replay with the agent (replay-only and continuation) checked before anything
 runs: every problem added to the caller's list (usage errors, exit 2; a missing agent, exit 69),
 so that one invocation says them all at once (docs/replay.md). Also the checks made once the
-source is read: a boundary prompt that no request N+1 could carry, and a workspace that is the
-recorded run's own."""
+source is read: a boundary prompt that no request N+1 could carry, a workspace that is the
+recorded run's own, and before the agent acts (:func:`check_before_acting`) the calls without
+a recorded result and the plan of what the served calls name outside the workspace."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pvisor.adapters.agents import get_profile
 from pvisor.adapters.native import check_source_file
@@ -17,9 +18,10 @@ from pvisor.core.errors import PvisorError, UsageError
 from pvisor.gateway.routing import check_upstream_url
 from pvisor.journal.reader import JournalReader
 from pvisor.replay.errors import ReplayUsageError, show_path
+from pvisor.replay.plan import plan_for
 from pvisor.replay.prepare import check_utf8_option
 from pvisor.replay.source import descriptor, finish_at
-from pvisor.replay.spec import REASONING, collect
+from pvisor.replay.spec import REASONING, collect, raise_problems
 from pvisor.session.launch import find_executable
 from pvisor.session.replay_options import ReplayOptions
 from pvisor.session.run import without_userinfo
@@ -306,3 +308,36 @@ def check_own_workspace(rec: Any, ws: Path) -> None:
             f"--workspace {show_path(ws)} is, holds or lies in the recorded run's own workspace "
             f"{rec.workspace}: recorded commands can delete or push; give a new directory",
         )
+
+
+def check_before_acting(
+    opts: ReplayOptions, rec: Any, d: Any, ws: Path, result: Any, warn: Callable[[str], None]
+) -> None:
+    """What the replay would do that the user must hear of before the agent starts, filled into
+    ``result`` (:class:`~pvisor.replay.result.ResultDocument`): ``unrecorded``, the calls of
+    steps 1..N without a recorded result, refused as prepare-only refuses them
+    (``observation_not_recorded``, exit 65) unless ``--allow-unrecorded``; and ``plan``, what the
+    served calls name outside the new workspace ``ws`` (:func:`~pvisor.replay.plan.plan_for`),
+    its lines given to ``warn`` (a heading, one line per item; none for an empty plan), refused
+    (exit 2 ``outside_workspace``, one line naming the first item and how many there are) with
+    ``--refuse-outside``. Raises the problems found (both at once when both are)."""
+    problems: list[PvisorError] = []
+    result.unrecorded = [
+        {"step": step.n, "call_id": c.id, "tool": c.name} for step, calls in rec.unrecorded for c in calls
+    ]
+    unrecorded = rec.unrecorded_error(opts.after_step)
+    if unrecorded is not None and not opts.allow_unrecorded:
+        problems.append(unrecorded)
+    plan = plan_for(rec, opts.after_step, d, str(ws))
+    result.plan = plan.to_json()
+    for line in plan.lines():
+        warn(line)
+    if plan.items and opts.refuse_outside:
+        problems.append(
+            ReplayUsageError(
+                "outside_workspace",
+                f"--refuse-outside: the plan lists {len(plan.items)} place(s) the recorded calls name "
+                f"outside the new workspace, the first: {plan.items[0].line()}",
+            )
+        )
+    raise_problems(problems)

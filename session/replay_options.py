@@ -37,7 +37,10 @@ class ReplayOptions:
     ``child_run``: the pending child run of a handoff the derived run is filed under (it must
     continue the replayed run after step N; :func:`pvisor.session.children.child_target`), its
     workspace compared at the boundary with the snapshot the handoff restored;
-    ``child_option``: how errors name it (``--child-run``, ``child_run=``)."""
+    ``child_option``: how errors name it (``--child-run``, ``child_run=``); ``refuse_outside``:
+    refuse (exit 2) before the agent starts when the plan lists a place outside the workspace
+    (:mod:`pvisor.replay.plan`); ``allow_unrecorded``: re-run the calls of steps 1..N that have
+    no recorded result instead of refusing them (``observation_not_recorded``)."""
 
     agent: str
     after_step: int
@@ -66,6 +69,8 @@ class ReplayOptions:
     intercept: Any = None
     child_run: str | None = None
     child_option: str = "--child-run"
+    refuse_outside: bool = False
+    allow_unrecorded: bool = False
 
 
 #: the name of the options before continuation came

@@ -22,17 +22,19 @@ def recorded_claude_run(
     run: str = "r-rec",
     version: str = "2.1.300",
     prompt: Any = None,
+    file_path: str | None = None,
 ) -> str:
     """A two-step Claude Code run recorded in ``journal`` (labels ``workspace`` and ``task``):
     A_1 writes ``<workspace>/src/a.py`` by its absolute path (the Write tool), A_2 is text. Both
     replies are streamed; request 2 carries A_1 and its result ``ok``. With ``prompt`` (the
-    first user message's content) the run is one ``pvisor gateway`` captured: no task label."""
+    first user message's content) the run is one ``pvisor gateway`` captured: no task label.
+    ``file_path``: the path A_1 writes instead."""
     mod = get_protocol("anthropic")
     call = {
         "type": "tool_use",
         "id": "toolu_1",
         "name": "Write",
-        "input": {"file_path": f"{workspace}/src/a.py", "content": "x"},
+        "input": {"file_path": file_path or f"{workspace}/src/a.py", "content": "x"},
     }
     first = {
         "id": "msg_1",

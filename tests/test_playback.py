@@ -185,3 +185,22 @@ def test_the_task_must_be_in_the_first_request(stack, tmp_path):
         and p.status is PlaybackStatus.DIVERGED
         and p.divergence.reason == "the task is not in the request"
     )
+
+
+def test_a_rewrite_that_would_leave_the_new_workspace_is_not_made(tmp_path):
+    """A recorded path below the recorded workspace that climbs out of it (``OLD_WS/../x``):
+    the rewrite would make it ``NEW_WS/../x``, outside the new workspace; it is served as
+    recorded instead (the plan lists it, reason ``rewrite_leaves_workspace``)."""
+    rewrites = PathRewrites([("/old/ws", "/new/ws", "workspace"), ("/old/run/home", "/new/run/home", "home")])
+    assert rewrites.value("/old/ws/src/../a.py") == "/new/ws/src/../a.py"
+    assert rewrites.value("/old/ws/../x") is None
+    assert rewrites.value("/old/ws/a/../../x") is None
+    assert rewrites.value("/old/ws/..") is None
+    assert rewrites.value("/old/run/home/../../etc") is None
+    assert rewrites.value("/old/ws") == "/new/ws"
+    journal = tmp_path / "j.sqlite"
+    run = recorded_claude_run(journal, "/old/ws", file_path="/old/ws/../x")
+    rec = journal_recording(journal, run, "claude-code", 1, None)
+    p = PlaybackResponder(rec, 1, get_descriptor("claude-code"), rewrites)
+    [call] = p.actions[0].tool_calls
+    assert call.arguments["file_path"] == "/old/ws/../x" and p.rewritten == []

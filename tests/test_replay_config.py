@@ -45,6 +45,8 @@ task = "Fix the failing test"
 session = "ses_1"
 force = true
 allow_damaged = true
+refuse_outside = true
+allow_unrecorded = false
 allow_unsupported = false
 protocol = "anthropic"
 profile_from = "other.db:r-1"
@@ -110,6 +112,8 @@ def test_full_file_reads_back_every_key_with_its_type(tmp_path: Path, elsewhere:
         "session": "ses_1",
         "force": True,
         "allow_damaged": True,
+        "refuse_outside": True,
+        "allow_unrecorded": False,
         "allow_unsupported": False,
         "protocol": "anthropic",
         "profile_from": f"{cfg_dir / 'other.db'}:r-1",

@@ -89,6 +89,7 @@ class ClaudeCode(AgentProfile):
         "Glob": ("path",),
         "Grep": ("path",),
     }
+    read_tools = frozenset({"Read", "Glob", "Grep"})
     # these send requests to Bedrock or Vertex around the gateway, or move the config dir;
     # an auth token would be sent instead of the key we give the scripted model
     removed_env = (

@@ -159,6 +159,7 @@ class Codex(AgentProfile):
         (rx(r"Wall time: [0-9.]+ seconds"), "Wall time: <t> seconds"),
     )
     path_arguments = {"exec_command": ("workdir",), "view_image": ("path",)}
+    read_tools = frozenset({"view_image"})
 
     def wire_action(self, protocol: str, action: Action) -> Message:
         """The rollout's items of the reply (``action.raw``) without the file-only key, so item

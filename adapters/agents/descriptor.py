@@ -108,7 +108,10 @@ class AgentDescriptor:
         output_decorations: (pattern, replacement) pairs that make tool output of two runs
             comparable (``Wall time: 0.0012 seconds``).
         path_arguments: tool name -> names of its arguments that hold an absolute path
-            (rewritten from the recorded workspace and home to the new ones in playback).
+            (rewritten from the recorded workspace and home to the new ones in playback); for
+            one of its :attr:`shell_tools`, the command's working directory.
+        read_tools: the tools of :attr:`path_arguments` that only read the paths they are given
+            (the plan before a replay does not list their reads of system paths: replay/plan.py).
         finish_commands: shell commands that end its loop (mini-swe-agent's submit).
         finish_tools: tools whose call ends its loop (SWE-agent ``submit``, OpenHands ``finish``).
         text_command: in text mode, the fenced block its actions give a shell command in
@@ -137,6 +140,7 @@ class AgentDescriptor:
     volatile_patterns: tuple[LazyPattern, ...] = ()
     output_decorations: tuple[tuple[LazyPattern, str], ...] = ()
     path_arguments: dict[str, tuple[str, ...]] = {}
+    read_tools: frozenset[str] = frozenset()
     finish_commands: tuple[str, ...] = ()
     finish_tools: tuple[str, ...] = ()
     text_command: LazyPattern | None = None

@@ -122,6 +122,7 @@ class GeminiCli(AgentProfile):
         "glob": ("dir_path",),
         "grep_search": ("dir_path",),
     }
+    read_tools = frozenset({"read_file", "list_directory", "glob", "grep_search"})
 
     def wire_action(self, protocol: str, action: Action) -> Message:
         """Call ids without the ``<name>__`` prefix its file gives them."""

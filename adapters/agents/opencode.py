@@ -128,6 +128,7 @@ class OpenCode(AgentProfile):
         "grep": ("path",),
         "bash": ("workdir",),
     }
+    read_tools = frozenset({"read", "glob", "grep"})
 
     def wire_message(self, protocol: str, msg: Message) -> Message:
         """A user message of text parts goes out in Chat Completions as OpenCode sends it: one

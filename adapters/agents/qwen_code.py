@@ -90,6 +90,7 @@ class QwenCode(AgentProfile):
         "grep_search": ("path",),
         "run_shell_command": ("directory",),
     }
+    read_tools = frozenset({"read_file", "glob", "grep_search"})
 
     def compaction_differences(self, protocol: str) -> str | None:
         # seen in the requests 0.24.4 sent after compressing under pvisor run
