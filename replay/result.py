@@ -542,6 +542,9 @@ class ResultDocument(ResultPart, Record, record=True):
             :class:`~pvisor.replay.agent_result.PlaybackSummary`, None until the agent ended.
         continuation: a continuation's live part (docs/replay.md "What a continuation adds to
             result.json"), None until it ended; ABSENT in the other modes.
+        sandbox: replay-only and continuation: what the agent's sandbox allowed (docs/replay.md
+            "The sandbox": mode, network, writable, hidden, read_only_bound_back, failed_calls,
+            tmp_writes), None until the agent ran; ABSENT in prepare-only.
     """
 
     schema: str
@@ -574,6 +577,7 @@ class ResultDocument(ResultPart, Record, record=True):
     agent_run: AgentRunRecord | None | Absent = ABSENT
     playback: PlaybackSummary | None | Absent = ABSENT
     continuation: dict[str, Any] | None | Absent = ABSENT
+    sandbox: dict[str, Any] | None | Absent = ABSENT
 
     def __init__(
         self,
@@ -607,6 +611,7 @@ class ResultDocument(ResultPart, Record, record=True):
         agent_run: AgentRunRecord | None | Absent = ABSENT,
         playback: PlaybackSummary | None | Absent = ABSENT,
         continuation: dict[str, Any] | None | Absent = ABSENT,
+        sandbox: dict[str, Any] | None | Absent = ABSENT,
     ) -> None:
         self.schema = schema
         self.pvisor = pvisor
@@ -638,6 +643,7 @@ class ResultDocument(ResultPart, Record, record=True):
         self.agent_run = agent_run
         self.playback = playback
         self.continuation = continuation
+        self.sandbox = sandbox
 
     @classmethod
     def start(
@@ -685,7 +691,7 @@ class ResultDocument(ResultPart, Record, record=True):
         if mode is not ResultMode.PREPARE_ONLY:
             doc.path_rewrites, doc.auxiliary, doc.synthetic_end = [], [], []
             doc.context_differences, doc.tool_differences = [], []
-            doc.divergence = doc.agent_run = doc.playback = None
+            doc.divergence = doc.agent_run = doc.playback = doc.sandbox = None
             if mode is ResultMode.CONTINUATION:
                 doc.continuation = None
         return doc

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from pvisor.adapters.native.assembly import text_of
 from pvisor.core import progress
 from pvisor.core.errors import BadInputError, PvisorError, UsageError
 from pvisor.journal.model import RunMode
@@ -90,6 +91,7 @@ from pvisor.session.replay_options import (
 )
 from pvisor.session.replay_result import failure, fill_after, fill_prefix, remove_prefix_files
 from pvisor.session.run import RunReport, RunRequest, run_agent, without_userinfo
+from pvisor.session.sandbox import SandboxMode, SandboxNetwork, default_mode, failed_calls
 
 
 #: the names this module gave before its split (the options moved to :mod:`.replay_options`)
@@ -356,6 +358,9 @@ def _replay_claimed(
         timings.agent = elapsed_ms(t, time.perf_counter())
         result.agent_started = True
         fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, restored)
+        result.sandbox = dict(
+            report.sandbox, failed_calls=failed_calls(report.sandbox, p.replayed_observations(), text_of)
+        )
         if child is not None:
             # the derived run is the handoff's child: its lineage is the journal's, whose snapshot
             # is the one the handoff restored (what --workspace-from restored stays in
@@ -456,6 +461,11 @@ def _run_with_playback(
             child_claimed=claimed,
             # a local upstream and no key of the user's: the agent still wants one to start
             dummy_key=bool(live and opts.upstream and d.key_env and not has_key(opts, d.key_env)),
+            sandbox=SandboxMode(opts.sandbox) if opts.sandbox else default_mode(SandboxMode.AUTO),
+            sandbox_network=SandboxNetwork(opts.sandbox_network or SandboxNetwork.GATEWAY),
+            sandbox_allow=[Path(p) for p in opts.sandbox_allow or ()],
+            # what the recorded run used: hidden from the agent (the recorded calls name it)
+            sandbox_hide=[Path(p) for p in (rec.workspace, rec.home, rec.run_dir) if p],
         )
         try:
             report = run_agent(request, warn)

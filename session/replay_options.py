@@ -37,7 +37,9 @@ class ReplayOptions:
     ``child_run``: the pending child run of a handoff the derived run is filed under (it must
     continue the replayed run after step N; :func:`pvisor.session.children.child_target`), its
     workspace compared at the boundary with the snapshot the handoff restored;
-    ``child_option``: how errors name it (``--child-run``, ``child_run=``)."""
+    ``child_option``: how errors name it (``--child-run``, ``child_run=``); ``sandbox``
+    (:class:`~pvisor.session.sandbox.SandboxMode` or its value; None: ``PVISOR_SANDBOX``, else
+    ``auto``), ``sandbox_network`` and ``sandbox_allow`` (docs/replay.md "The sandbox")."""
 
     agent: str
     after_step: int
@@ -66,6 +68,9 @@ class ReplayOptions:
     intercept: Any = None
     child_run: str | None = None
     child_option: str = "--child-run"
+    sandbox: Any = None
+    sandbox_network: Any = "gateway"
+    sandbox_allow: list[Path] | None = None
 
 
 #: the name of the options before continuation came
