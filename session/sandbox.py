@@ -405,7 +405,7 @@ def failed_calls(
         for r in results:
             text = text_of(r.content)
             reason = evidence = None
-            for line in text.splitlines():
+            for line in re.split(r"\r?\n|\\n", text):  # a JSON-encoded output keeps its \n escaped
                 for pattern, why in FAILURE_SIGNS:
                     if re.search(pattern, line):
                         reason, evidence = why, line
