@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
@@ -31,9 +32,11 @@ from pvisor.session.supervise import (
     STOP_SIGNALS,
     STRAY_GRACE_S,
     GroupGuard,
+    descendants,
     end_group,
     end_strays,
     exit_status,
+    reap_children,
     stop_group,
 )
 
@@ -44,6 +47,9 @@ EXPORT_TIMEOUT_S = 60.0
 #: how much longer than the relay's own stop pvisor waits before it kills a sandbox: the relay
 #: gives the agent :data:`KILL_GRACE_S` and what it left :data:`STRAY_GRACE_S`, then writes its status
 SANDBOX_GRACE_S = KILL_GRACE_S + STRAY_GRACE_S + 2.0
+
+#: how long bwrap's processes may take to go once it exited, before they count as strays
+SETTLE_S = 1.0
 
 #: ``warn(line)``: one warning line for the user
 Warn = Callable[[str], None]
@@ -235,9 +241,8 @@ async def launch_agent(
     try:
         if sandbox is not None:
             await _sandbox_started(proc, ready_r, stderr_path, sandbox, journal, run_id, attempt)
-        ran = await _supervise(
-            proc, guard, timeout, keep, stop, ended, end_grace, SANDBOX_GRACE_S if sandbox else KILL_GRACE_S
-        )
+        grace = SANDBOX_GRACE_S if sandbox else KILL_GRACE_S
+        ran = await _supervise(proc, guard, timeout, keep, stop, ended, end_grace, grace, sandbox is not None)
     finally:
         if feed is not None:
             feed.cancel()
@@ -332,9 +337,11 @@ async def _supervise(
     ended: asyncio.Event | None,
     end_grace: float,
     kill_grace: float = KILL_GRACE_S,
+    settle: bool = False,
 ) -> tuple[int | None, bool, bool, int, bool]:
     """Wait for the agent of :func:`launch_agent` until it exits, times out, is stopped or outlives
-    its end (its group then stopped, SIGKILL after ``kill_grace`` s); then end what it left behind."""
+    its end (its group then stopped, SIGKILL after ``kill_grace`` s); then end what it left behind
+    (``settle``: a sandbox, whose bwrap processes get :data:`SETTLE_S` to go first)."""
     waiter = asyncio.ensure_future(proc.wait())
     stopper = asyncio.ensure_future(stop.event.wait())
     ender = asyncio.ensure_future(_after(ended, end_grace)) if ended is not None else None
@@ -355,9 +362,22 @@ async def _supervise(
     await waiter
     # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
     keep = (*keep, *((guard.pid,) if guard.pid is not None else ()))
+    if settle:
+        # a sandbox: bwrap's own init may still be exiting, re-parented to pvisor; it is no stray
+        await _settled(keep, SETTLE_S)
     strays = await end_strays(hurry=stop.hurry, keep=keep)
     end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
     return proc.returncode, timed_out, interrupted, strays, after_end
+
+
+async def _settled(keep: Collection[int], limit: float) -> None:
+    """Wait up to ``limit`` s until this process has no live descendant but ``keep``."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        reap_children(keep)
+        if not [p for p, st in descendants(os.getpid()).items() if st != "Z" and p not in keep]:
+            return
+        await asyncio.sleep(0.02)
 
 
 async def _after(event: asyncio.Event, grace: float) -> None:

@@ -675,14 +675,12 @@ def _plan_sandbox(start: _Start) -> Sandbox | None:
     """The agent's :class:`~pvisor.session.sandbox.Sandbox` when it runs in bwrap: the
     workspace, the run directory and ``--sandbox-allow`` writable; the user's home, the data
     directory and the request's ``sandbox_hide`` hidden; the agent's executable and
-    interpreter, pvisor's own and intercept mode's CA bound back where hidden."""
+    interpreter and pvisor's own bound back where hidden (intercept mode's CA once made:
+    :func:`_relay_proxy`)."""
     req = start.req
     if start.sandbox is not SandboxMode.BWRAP:
         return None
     path_env = {**os.environ, **req.agent_env}.get("PATH")
-    confdir = None
-    if req.intercept is not None:
-        confdir = str(req.intercept.confdir or default_confdir())
     return plan_sandbox(
         network=req.sandbox_network,
         workspace=start.workspace,
@@ -692,7 +690,6 @@ def _plan_sandbox(start: _Start) -> Sandbox | None:
         hide=req.sandbox_hide,
         executables=[start.exe],
         path_env=path_env,
-        extra_read=[confdir] if confdir else [],
     )
 
 
@@ -706,6 +703,8 @@ async def _relay_proxy(start: _Start, session: Any) -> UnixRelay | None:
     box.relayed.append((gw.config.host, gw.port, os.path.join(box.socket_dir, "gateway.sock")))
     if session.proxy is None:
         return None
+    if session.proxy.ca_cert is not None:
+        box.bind_back(session.proxy.ca_cert)  # the agent trusts pvisor's CA by its path
     path = os.path.join(box.socket_dir, "proxy.sock")
     relay = UnixRelay(path, "127.0.0.1", URL(session.proxy.url).port or 0)
     await relay.start()

@@ -230,6 +230,15 @@ class Sandbox:
     config_path: str = ""
     status: dict[str, Any] | None = None
 
+    def bind_back(self, path: str | os.PathLike[str]) -> None:
+        """Bind ``path`` back read-only where a hidden directory (or /tmp) covers it (intercept
+        mode's CA, made once mitmdump started)."""
+        p = real(path)
+        if any(inside(p, w) for w in self.writable) or p in self.bound_back:
+            return
+        if any(inside(p, h) for h in ["/tmp", *self.hidden]) and os.path.exists(p):
+            self.bound_back.append(p)
+
     def mounts(self) -> list[str]:
         """bwrap's mount options, in order (module docstring)."""
         order = {"--tmpfs": 0, "--ro-bind": 1, "--bind": 2}
