@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from pvisor.core.errors import UnavailableError, UsageError
-from pvisor.core.helpers import helper_argv
+from pvisor.core.helpers import frozen, helper_argv
 
 #: the environment variable that sets ``--sandbox``'s default (``auto``, ``bwrap`` or ``none``)
 ENV_SANDBOX = "PVISOR_SANDBOX"
@@ -266,8 +266,10 @@ class Sandbox:
         a bundle's helper (:func:`~pvisor.core.helpers.helper_argv`)."""
         from pvisor.session import relay
 
-        with open(relay.__file__, encoding="utf-8") as f:
-            code = f.read()
+        code = ""
+        if not frozen():  # a bundle runs its helper by name: no source file to give it
+            with open(relay.__file__, encoding="utf-8") as f:
+                code = f.read()
         return helper_argv("relay", code, [self.config_path], site=False)
 
     def write_config(self, agent_argv: list[str], ready_fd: int, grace: float, stray_grace: float) -> None:
