@@ -264,14 +264,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("sandbox", "--sandbox", Kind.CHOICE,
            "replay-only, continuation: run the agent in a bubblewrap sandbox (bwrap), not (none), or bwrap "
            "when it works here (auto, the default; PVISOR_SANDBOX sets it).", modes=_AGENT,
-           choices=SANDBOX_MODES, refusal=Refusal.FLAG),
+           choices=SANDBOX_MODES, refusal=Refusal.FLAG, api="sandbox"),
     Option("sandbox_network", "--sandbox-network", Kind.CHOICE,
            "replay-only, continuation: in the sandbox reach only the gateway (gateway, the default) or the "
            "host's network (host).", default=SANDBOX_NETWORKS[0], modes=_AGENT, choices=SANDBOX_NETWORKS,
-           refusal=Refusal.FLAG),
+           refusal=Refusal.FLAG, api="sandbox_network"),
     Option("sandbox_allow", "--sandbox-allow", Kind.PATHS,
            "replay-only, continuation: in the sandbox let the agent write PATH too (repeatable).",
-           metavar="PATH", modes=_AGENT, refusal=Refusal.FLAG),
+           metavar="PATH", modes=_AGENT, refusal=Refusal.FLAG, api="sandbox_allow"),
     Option("no_progress", "--no-progress", Kind.FLAG, default=False, shared="progress"),
     # the Python API's own: replay.toml has them in an [agents.NAME] table
     Option("agent_env", None, Kind.OBJECT, "Variables added to the agent's environment.", default=None,

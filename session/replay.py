@@ -461,8 +461,9 @@ def _run_with_playback(
             child_claimed=claimed,
             # a local upstream and no key of the user's: the agent still wants one to start
             dummy_key=bool(live and opts.upstream and d.key_env and not has_key(opts, d.key_env)),
-            sandbox=SandboxMode(opts.sandbox) if opts.sandbox else default_mode(SandboxMode.AUTO),
-            sandbox_network=SandboxNetwork(opts.sandbox_network or SandboxNetwork.GATEWAY),
+            sandbox=_enum(SandboxMode, opts.sandbox, "sandbox") or default_mode(SandboxMode.AUTO),
+            sandbox_network=_enum(SandboxNetwork, opts.sandbox_network, "sandbox_network")
+            or SandboxNetwork.GATEWAY,
             sandbox_allow=[Path(p) for p in opts.sandbox_allow or ()],
             # what the recorded run used: hidden from the agent (the recorded calls name it)
             sandbox_hide=[Path(p) for p in (rec.workspace, rec.home, rec.run_dir) if p],
@@ -473,6 +474,18 @@ def _run_with_playback(
             exc.code = "agent_unavailable"  # type: ignore[attr-defined]
             raise
     return holder["responder"], report
+
+
+def _enum(kind: Any, value: Any, name: str) -> Any:
+    """``value`` as a member of the enum ``kind`` (None for None); ReplayUsageError for another
+    (a Python caller's: the command line checks its choices)."""
+    if value is None or value == "":
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise ReplayUsageError("usage", f"{name}={value!r}: expected one of {choices}") from None
 
 
 def _responder(opts: ReplayOptions, rec: Any, d: Any, live: bool, setup: Any) -> Any:
