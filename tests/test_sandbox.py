@@ -120,6 +120,7 @@ class Hostile:
 
     def __init__(self, lab: Lab, port: int, system_canary: Path):
         self.lab = lab
+        self.listener: socket.socket | None = None
         self.port = port
         self.system = system_canary
         rec_parent = lab.recorded.parent
@@ -179,6 +180,7 @@ def hostile(tmp_path_factory):
             system = Path("/var/tmp") / f"pvisor-canary-{uuid.uuid4().hex}"
             systems.append(system)
             h = Hostile(lab, listener.getsockname()[1], system)
+            h.listener = listener
             lab.capture(h.commands, "--sandbox", "bwrap")
             # (its own workspace is where the capture writes: intruder.txt is its own file there)
             assert h.written(lab.recorded) == [str(lab.recorded / "intruder.txt")]
@@ -227,6 +229,17 @@ def test_the_hostile_calls_change_nothing_outside_and_read_nothing(hostile, agen
     prefix = (out / "prefix.json").read_text()
     assert SSH_CANARY in prefix and OTHER_RUN_CANARY in prefix and "SQLite format 3" in prefix
     assert result["sandbox"]["mode"] == "none" and result["sandbox"]["failed_calls"] == []
+
+
+def test_the_host_network_reaches_this_machine_and_the_files_stay_contained(hostile):
+    """``--sandbox-network host``: no network namespace (the connection arrives), the same
+    filesystem rules (nothing written outside, nothing of the user's read)."""
+    h = hostile("codex")[0]
+    proc, result, ws, out = h.lab.replay("host-net", 2, "--sandbox-network", "host")
+    assert proc.returncode == 0, proc.stderr
+    assert result["sandbox"]["mode"] == "bwrap" and result["sandbox"]["network"] == "host"
+    assert h.written(ws) == [] and _accepted(h.listener) == 1
+    assert SSH_CANARY not in (out / "prefix.json").read_text()
 
 
 # --------------------------------------------------------------------------- the six agents
