@@ -18,7 +18,8 @@ SIGKILL after ``grace`` s or at once on a second signal); once the agent exited,
 other process left in the PID namespace (SIGTERM, SIGKILL after ``stray_grace`` s), lists
 /tmp, and writes the status file: ``{"returncode": R, "strays": N, "tmp": [...], "stopped":
 bool}`` (R as Python's ``returncode``: -N after signal N). Its own exit code is the agent's as
-a shell reports it.
+a shell reports it. Outside a PID namespace of its own under bwrap (a relay started by hand) it
+ends no process but the agent's group.
 """
 
 import json
@@ -80,6 +81,18 @@ def _listen(host, port):
     sock.bind((host, port))
     sock.listen(128)
     return sock
+
+
+def own_pid_namespace():
+    """Whether this relay runs as pvisor starts it: in a PID namespace of its own, the child of
+    that namespace's init, bwrap. Only then is every other process in /proc the agent's: outside
+    one, ending "every other process" would end every process of the machine."""
+    try:
+        with open("/proc/1/cmdline", "rb") as f:
+            init = f.read().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return os.getppid() == 1 and b"bwrap" in os.path.basename(init)
 
 
 def _others():
@@ -173,7 +186,10 @@ class _Relay:
             self.on_signals(self.signals(timeout), pid)
 
     def end_strays(self):
-        """End every other process of the namespace; how many there were."""
+        """End every other process of the namespace; how many there were (0 outside a PID
+        namespace of its own, where it ends nothing: :func:`own_pid_namespace`)."""
+        if not own_pid_namespace():
+            return 0
         ended = set()
         deadline = time.monotonic() + self.cfg["stray_grace"]
         give_up = deadline + 5.0

@@ -15,6 +15,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -470,3 +471,21 @@ def test_the_modes_and_networks_are_the_options_choices():
          "--prepare-only", "--output", "o", "--sandbox", "bwrap"], capture_output=True, text=True,
     )  # fmt: skip
     assert proc.returncode == 2 and "--sandbox is for --replay-only and continuation" in proc.stderr
+
+
+def test_the_relay_ends_other_processes_only_in_a_pid_namespace_of_its_own():
+    """The relay ends "every other process" only where they are the agent's: as bwrap's child
+    in a PID namespace of its own; run by hand on the machine it ends none."""
+    from pvisor.session import relay
+
+    assert relay.own_pid_namespace() is False
+    code = (
+        f"import sys; sys.path.insert(0, {os.path.dirname(relay.__file__)!r}); "
+        "import relay; print(relay.own_pid_namespace())"
+    )
+    inside = subprocess.run(
+        ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--unshare-pid",
+         "--die-with-parent", sys.executable, "-I", "-S", "-c", code],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert inside.stdout.strip() == "True", inside.stderr
