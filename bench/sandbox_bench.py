@@ -51,6 +51,7 @@ def _pvisor(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Compl
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # as the gateway (aiohttp) sets TCP_NODELAY
 
     def do_POST(self) -> None:  # noqa: N802 - http.server's name
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -69,6 +70,7 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 
 class _UnixHandler(_Handler):
+    disable_nagle_algorithm = False  # no TCP on a Unix socket
     def address_string(self) -> str:
         return "unix"
 
