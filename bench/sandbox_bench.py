@@ -71,6 +71,7 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
 class _UnixHandler(_Handler):
     disable_nagle_algorithm = False  # no TCP on a Unix socket
+
     def address_string(self) -> str:
         return "unix"
 
