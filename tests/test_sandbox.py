@@ -182,7 +182,11 @@ def hostile(tmp_path_factory):
             systems.append(system)
             h = Hostile(lab, listener.getsockname()[1], system)
             h.listener = listener
-            lab.capture(h.commands, "--sandbox", "bwrap")
+            report = lab.capture(h.commands, "--sandbox", "bwrap")
+            # pvisor run records the sandbox it ran the capture in
+            assert report["sandbox"]["mode"] == "bwrap" and report["sandbox"]["network"] == "gateway"
+            with JournalReader(lab.journal) as r:
+                assert r.run(report["run"]).labels["sandbox"] == "bwrap, network gateway"
             # (its own workspace is where the capture writes: intruder.txt is its own file there)
             assert h.written(lab.recorded) == [str(lab.recorded / "intruder.txt")]
             assert _accepted(listener) == 0
@@ -241,6 +245,20 @@ def test_the_host_network_reaches_this_machine_and_the_files_stay_contained(host
     assert result["sandbox"]["mode"] == "bwrap" and result["sandbox"]["network"] == "host"
     assert h.written(ws) == [] and _accepted(h.listener) == 1
     assert SSH_CANARY not in (out / "prefix.json").read_text()
+
+
+def test_intercept_mode_in_the_sandbox(tmp_path):
+    """``pvisor run --intercept --sandbox bwrap``: mitmdump's port relayed like the gateway's,
+    pvisor's CA (in the hidden home) bound back read-only, the run captured as without."""
+    mitmdump = os.environ.get("PVISOR_MITMDUMP", "")
+    if not os.access(mitmdump, os.X_OK):
+        pytest.fail("$PVISOR_MITMDUMP names no mitmdump (./scripts/test sets it)", pytrace=False)
+    lab = Lab(tmp_path, "claude-code")
+    report = lab.capture(["echo alpha > a.txt && cat a.txt"], "--sandbox", "bwrap", "--intercept",
+                         "--mitmdump", mitmdump)  # fmt: skip
+    assert report["steps"] == 2 and report["intercept_proxy"] and (lab.recorded / "a.txt").exists()
+    [ca] = report["sandbox"]["read_only_bound_back"]
+    assert ca.startswith(str(lab.home)) and ca.endswith(".pem")
 
 
 # --------------------------------------------------------------------------- the six agents
