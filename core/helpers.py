@@ -1,5 +1,6 @@
 """How pvisor starts the small Python processes of its own: the journal's writer
-(:mod:`.writer_process`) and the guard of an agent's process group (``pvisor.session.supervise``).
+(:mod:`.writer_process`), the guard of an agent's process group (``pvisor.session.supervise``)
+and the relay inside an agent's sandbox (``pvisor.session.relay``).
 
 Installed with pip, a helper is this interpreter running a piece of code, isolated from the
 environment and the working directory (``sys.executable -I -c CODE ARGS``). In a build of
@@ -69,11 +70,21 @@ def _writer_refusal(args: list[str]) -> str | None:
     return None
 
 
+def _relay_refusal(args: list[str]) -> str | None:
+    """The relay runs only with its configuration file, which pvisor writes (0600, JSON)."""
+    import os
+
+    if not (args[0].endswith(".json") and os.path.isfile(args[0])):
+        return "expected the relay's configuration file (a .json file pvisor writes)"
+    return None
+
+
 #: helper name -> ("module:function" the frozen entry point calls with the helper's arguments,
 #: how many arguments pvisor gives it, why other arguments are refused)
 HELPERS: dict[str, tuple[str, int, Callable[[list[str]], str | None]]] = {
     "writer": ("pvisor.journal.writer_child:main", 6, _writer_refusal),
     "guard": ("pvisor.session.supervise:guard_main", 1, _guard_refusal),
+    "relay": ("pvisor.session.relay:main", 1, _relay_refusal),
 }
 
 

@@ -542,6 +542,9 @@ class ResultDocument(ResultPart, Record, record=True):
             :class:`~pvisor.replay.agent_result.PlaybackSummary`, None until the agent ended.
         continuation: a continuation's live part (docs/replay.md "What a continuation adds to
             result.json"), None until it ended; ABSENT in the other modes.
+        sandbox: replay-only and continuation: what the agent's sandbox allowed (docs/replay.md
+            "The sandbox": mode, network, writable, hidden, read_only_bound_back, failed_calls,
+            tmp_writes), None until the agent ran; ABSENT in prepare-only.
         plan: replay-only and continuation: what the served calls name outside the new
             workspace, made before the agent starts (:meth:`pvisor.replay.plan.Plan.to_json`:
             ``{steps, items, ignored, ignored_reads}``), None until the source was read.
@@ -579,6 +582,7 @@ class ResultDocument(ResultPart, Record, record=True):
     agent_run: AgentRunRecord | None | Absent = ABSENT
     playback: PlaybackSummary | None | Absent = ABSENT
     continuation: dict[str, Any] | None | Absent = ABSENT
+    sandbox: dict[str, Any] | None | Absent = ABSENT
     plan: dict[str, Any] | None | Absent = ABSENT
     unrecorded: list[dict[str, Any]] | Absent = ABSENT
 
@@ -614,6 +618,7 @@ class ResultDocument(ResultPart, Record, record=True):
         agent_run: AgentRunRecord | None | Absent = ABSENT,
         playback: PlaybackSummary | None | Absent = ABSENT,
         continuation: dict[str, Any] | None | Absent = ABSENT,
+        sandbox: dict[str, Any] | None | Absent = ABSENT,
         plan: dict[str, Any] | None | Absent = ABSENT,
         unrecorded: list[dict[str, Any]] | Absent = ABSENT,
     ) -> None:
@@ -647,6 +652,7 @@ class ResultDocument(ResultPart, Record, record=True):
         self.agent_run = agent_run
         self.playback = playback
         self.continuation = continuation
+        self.sandbox = sandbox
         self.plan = plan
         self.unrecorded = unrecorded
 
@@ -696,7 +702,7 @@ class ResultDocument(ResultPart, Record, record=True):
         if mode is not ResultMode.PREPARE_ONLY:
             doc.path_rewrites, doc.auxiliary, doc.synthetic_end = [], [], []
             doc.context_differences, doc.tool_differences = [], []
-            doc.divergence = doc.agent_run = doc.playback = None
+            doc.divergence = doc.agent_run = doc.playback = doc.sandbox = None
             if mode is ResultMode.CONTINUATION:
                 doc.continuation = None
             doc.plan, doc.unrecorded = None, []

@@ -46,6 +46,10 @@ class ReplayMode(str, enum.Enum):
 
 #: the values of ``mode``
 MODES: tuple[str, ...] = tuple(m.value for m in ReplayMode)
+#: the values of ``sandbox`` and ``sandbox_network`` (:class:`pvisor.session.sandbox.SandboxMode`
+#: and ``SandboxNetwork``, a layer above)
+SANDBOX_MODES: tuple[str, ...] = ("auto", "bwrap", "none")
+SANDBOX_NETWORKS: tuple[str, ...] = ("gateway", "host")
 #: the values of ``reasoning`` (:class:`pvisor.replay.config.ReasoningPolicy`): keep the served
 #: replies' reasoning, or strip it
 REASONING: tuple[str, ...] = ("keep", "strip")
@@ -74,6 +78,7 @@ class Kind:
     PROFILE = "profile"  #: ``JOURNAL[:RUN]``
     MODE = "mode"  #: one of :data:`MODES`
     OBJECT = "object"  #: a Python value of the API only (a mapping, a list, a callable)
+    PATHS = "paths"  #: paths, the flag repeated (None when none is given)
 
 
 class Refusal:
@@ -265,6 +270,17 @@ OPTIONS: tuple[Option, ...] = (
            shared="intercept"),
     Option("confdir", "--confdir", Kind.PATH, modes=_AGENT, refusal=Refusal.FLAG, shared="intercept"),
     Option("mitmdump", "--mitmdump", Kind.PATH, modes=_AGENT, refusal=Refusal.FLAG, shared="intercept"),
+    Option("sandbox", "--sandbox", Kind.CHOICE,
+           "replay-only, continuation: run the agent in a bubblewrap sandbox (bwrap), not (none), or bwrap "
+           "when it works here (auto, the default; PVISOR_SANDBOX sets it).", modes=_AGENT,
+           choices=SANDBOX_MODES, refusal=Refusal.FLAG, api="sandbox"),
+    Option("sandbox_network", "--sandbox-network", Kind.CHOICE,
+           "replay-only, continuation: in the sandbox reach only the gateway (gateway, the default) or the "
+           "host's network (host).", default=SANDBOX_NETWORKS[0], modes=_AGENT, choices=SANDBOX_NETWORKS,
+           refusal=Refusal.FLAG, api="sandbox_network"),
+    Option("sandbox_allow", "--sandbox-allow", Kind.PATHS,
+           "replay-only, continuation: in the sandbox let the agent write PATH too (repeatable).",
+           metavar="PATH", modes=_AGENT, refusal=Refusal.FLAG, api="sandbox_allow"),
     Option("no_progress", "--no-progress", Kind.FLAG, default=False, shared="progress"),
     # the Python API's own: replay.toml has them in an [agents.NAME] table
     Option("agent_env", None, Kind.OBJECT, "Variables added to the agent's environment.", default=None,

@@ -160,6 +160,9 @@ def continue_run(
     child_run: str | None = None,
     refuse_outside: bool = False,
     allow_unrecorded: bool = False,
+    sandbox: str | None = None,
+    sandbox_network: str = "gateway",
+    sandbox_allow: Sequence[os.PathLike[str] | str] | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Result:
     """Continue ``source`` after step ``after_step`` in ``workspace`` with the live model at
@@ -170,8 +173,10 @@ def continue_run(
     ``allow_damaged`` plays a native file the reader had to repair back anyway; ``child_run``
     files the derived run under the pending child run of a handoff
     (``TrajectoryReplay.restore_handoff``; as ``--child-run``); ``refuse_outside`` and
-    ``allow_unrecorded`` are ``--refuse-outside`` and ``--allow-unrecorded``; ``warn`` gets each
-    warning line (default: ignored; they are in the document too), the plan's lines among them.
+    ``allow_unrecorded`` are ``--refuse-outside`` and ``--allow-unrecorded``; ``sandbox`` (``auto``,
+    ``bwrap``, ``none``; None: ``PVISOR_SANDBOX``, else ``auto``), ``sandbox_network`` and
+    ``sandbox_allow`` as ``--sandbox``, ``--sandbox-network`` and ``--sandbox-allow``; ``warn``
+    gets each warning line (default: ignored; they are in the document too), the plan's lines among them.
 
     Returns a :class:`Result` whenever a result document was written (also for status
     ``failed`` or ``diverged``). Raises PvisorError (with ``exit_code``) when none could be:

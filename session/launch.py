@@ -10,10 +10,13 @@ is supervised with :mod:`pvisor.session.supervise`. What cannot be run raises
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any, Callable, Collection, Mapping
 
@@ -22,12 +25,31 @@ from pvisor.gateway.parent_death import die_with_parent
 from pvisor.core.errors import UnavailableError
 from pvisor.core.outfile import open_private
 from pvisor.journal.paths import absolute, make_directories
+from pvisor.session.sandbox import Sandbox
 from pvisor.session.session import StopSignals
-from pvisor.session.supervise import GroupGuard, end_group, end_strays, exit_status, stop_group
+from pvisor.session.supervise import (
+    KILL_GRACE_S,
+    STOP_SIGNALS,
+    STRAY_GRACE_S,
+    GroupGuard,
+    descendants,
+    end_group,
+    end_strays,
+    exit_status,
+    reap_children,
+    stop_group,
+)
 
 
 #: how long ``opencode export`` may take
 EXPORT_TIMEOUT_S = 60.0
+
+#: how much longer than the relay's own stop pvisor waits before it kills a sandbox: the relay
+#: gives the agent :data:`KILL_GRACE_S` and what it left :data:`STRAY_GRACE_S`, then writes its status
+SANDBOX_GRACE_S = KILL_GRACE_S + STRAY_GRACE_S + 2.0
+
+#: how long bwrap's processes may take to go once it exited, before they count as strays
+SETTLE_S = 1.0
 
 #: ``warn(line)``: one warning line for the user
 Warn = Callable[[str], None]
@@ -170,39 +192,129 @@ async def launch_agent(
     ended: asyncio.Event | None = None,
     end_grace: float = 30.0,
     keep: Collection[int] = (),
+    sandbox: Sandbox | None = None,
 ) -> tuple[int | None, bool, bool, int, bool]:
     """Run the agent; returns (returncode, timed out, interrupted, stray processes ended,
     stopped after the end). On ``--timeout`` or a stop signal the agent's process group is
     stopped; so it is ``end_grace`` seconds after ``ended`` is set (the responder told it to
     end, and it goes on); then, as after a normal exit, every process it left behind
     (:func:`~pvisor.session.supervise.end_strays`). A launch failure ends the attempt in the
-    journal and raises UnavailableError."""
+    journal and raises UnavailableError.
+
+    With a ``sandbox`` (:class:`~pvisor.session.sandbox.Sandbox`) the agent runs under the
+    relay in bwrap: bwrap starts with the stop signals ignored (they survive exec), so that
+    pvisor's SIGTERM to its process group reaches the relay alone, which stops the agent with
+    the same grace and writes its status (the agent's return code, the processes it ended);
+    pvisor kills the group after :data:`SANDBOX_GRACE_S`. A sandbox that does not start (bwrap's
+    mounts, the relay) raises UnavailableError with bwrap's or the relay's line: the agent never ran."""
     if stop.event.is_set():  # a signal came while the gateway started: never start the agent
         return None, False, True, 0, False
+    argv, pass_fds, preexec = plan.argv, (), die_with_parent()
+    ready_r = ready_w = -1
+    if sandbox is not None:
+        ready_r, ready_w = os.pipe()
+        sandbox.write_config(plan.argv, ready_w, KILL_GRACE_S, STRAY_GRACE_S)
+        argv = sandbox.argv(sandbox.relay_argv(), str(workspace))
+        pass_fds, preexec = (ready_w,), _ignoring_stops(preexec)
     with open_private(stdout_path) as out, open_private(stderr_path) as err:
         try:
             proc = await asyncio.create_subprocess_exec(
-                *plan.argv,
+                *argv,
                 stdin=subprocess.DEVNULL if plan.stdin is None else subprocess.PIPE,
                 stdout=out,
                 stderr=err,
                 cwd=str(workspace),
                 env=env,
                 start_new_session=True,
-                preexec_fn=die_with_parent(),
+                preexec_fn=preexec,
+                pass_fds=pass_fds,
             )
         except (OSError, ValueError) as exc:  # ValueError: a NUL in an argument (checked before)
             why = exc.strerror if isinstance(exc, OSError) else str(exc)
             journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {why}"})
-            raise AgentUnavailable(f"cannot start {plan.argv[0]}: {why}") from None
-    guard = GroupGuard(proc.pid)  # the agent leads its own group (its own session)
+            raise AgentUnavailable(f"cannot start {argv[0]}: {why}") from None
+        finally:
+            if ready_w >= 0:
+                os.close(ready_w)
+    guard = GroupGuard(proc.pid)  # the agent (or bwrap) leads its own group (its own session)
     feed = asyncio.ensure_future(_feed(proc, plan.stdin)) if plan.stdin is not None else None
     try:
-        return await _supervise(proc, guard, timeout, keep, stop, ended, end_grace)
+        if sandbox is not None:
+            await _sandbox_started(proc, ready_r, stderr_path, sandbox, journal, run_id, attempt)
+        grace = SANDBOX_GRACE_S if sandbox else KILL_GRACE_S
+        ran = await _supervise(proc, guard, timeout, keep, stop, ended, end_grace, grace, sandbox is not None)
     finally:
         if feed is not None:
             feed.cancel()
         guard.release()
+    if sandbox is None:
+        return ran
+    status = sandbox.read_status()
+    returncode, timed_out, interrupted, strays, after_end = ran
+    if status is not None and isinstance(status.get("returncode"), int):
+        returncode = status["returncode"]  # the agent's, not bwrap's
+        strays += int(status.get("strays") or 0)
+    return returncode, timed_out, interrupted, strays, after_end
+
+
+def _ignoring_stops(then: Callable[[], None] | None) -> Callable[[], None]:
+    """A ``preexec_fn``: the stop signals ignored (an ignored signal stays ignored across exec:
+    bwrap does not die of pvisor's SIGTERM, the relay inside handles it), then ``then``."""
+
+    def preexec() -> None:
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        if then is not None:
+            then()
+
+    return preexec
+
+
+async def _sandbox_started(
+    proc: Any, ready_r: int, stderr_path: Path, sandbox: Sandbox, journal: Any, run_id: str, attempt: int
+) -> None:
+    """Wait for the relay's first line (it started the agent) or for bwrap's end; a sandbox that
+    ended without starting the agent ends the attempt and raises AgentUnavailable (exit 69)
+    with bwrap's or the relay's own line."""
+    loop = asyncio.get_running_loop()
+    try:
+        line = await loop.run_in_executor(None, _read_line, ready_r)
+    finally:
+        os.close(ready_r)
+    try:
+        said = json.loads(line) if line.strip() else {}
+    except ValueError:
+        said = {}
+    if isinstance(said, dict) and isinstance(said.get("pid"), int):
+        return
+    await proc.wait()
+    why = said.get("error") if isinstance(said, dict) else None
+    if not why:
+        why = _last_line(stderr_path) or f"bwrap exited with {exit_status(proc.returncode)}"
+    journal.end_attempt(run_id, attempt, None, {"error": f"the sandbox did not start: {why}"})
+    raise AgentUnavailable(f"the sandbox did not start the agent: {why} (--sandbox none runs it without one)")
+
+
+def _read_line(fd: int) -> str:
+    """The first line from ``fd``, or what came before its end (bwrap holds the pipe too while
+    it runs: the relay's line, not the end, says it started)."""
+    chunks = []
+    while True:
+        data = os.read(fd, 4096)
+        chunks.append(data)
+        if not data or b"\n" in data:
+            return b"".join(chunks).decode("utf-8", "replace")
+
+
+def _last_line(path: Path) -> str:
+    """The last non-empty line of ``path`` (bwrap's message), at most 300 characters."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.path.getsize(path) - 4096))
+            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:300] if lines else ""
 
 
 async def _feed(proc: Any, data: bytes) -> None:
@@ -224,9 +336,12 @@ async def _supervise(
     stop: StopSignals,
     ended: asyncio.Event | None,
     end_grace: float,
+    kill_grace: float = KILL_GRACE_S,
+    settle: bool = False,
 ) -> tuple[int | None, bool, bool, int, bool]:
     """Wait for the agent of :func:`launch_agent` until it exits, times out, is stopped or outlives
-    its end; then end what it left behind."""
+    its end (its group then stopped, SIGKILL after ``kill_grace`` s); then end what it left behind
+    (``settle``: a sandbox, whose bwrap processes get :data:`SETTLE_S` to go first)."""
     waiter = asyncio.ensure_future(proc.wait())
     stopper = asyncio.ensure_future(stop.event.wait())
     ender = asyncio.ensure_future(_after(ended, end_grace)) if ended is not None else None
@@ -243,13 +358,26 @@ async def _supervise(
         interrupted = stop.event.is_set()
         after_end = not interrupted and ender is not None and ender in done
         timed_out = not interrupted and not after_end
-        await stop_group(proc, stop.hurry)
+        await stop_group(proc, stop.hurry, kill_grace)
     await waiter
     # what the agent left running: in its group (shell jobs, helpers) or in sessions of their own
     keep = (*keep, *((guard.pid,) if guard.pid is not None else ()))
+    if settle:
+        # a sandbox: bwrap's own init may still be exiting, re-parented to pvisor; it is no stray
+        await _settled(keep, SETTLE_S)
     strays = await end_strays(hurry=stop.hurry, keep=keep)
     end_group(proc.pid, kill=True)  # where /proc cannot be walked (not Linux): at least its group
     return proc.returncode, timed_out, interrupted, strays, after_end
+
+
+async def _settled(keep: Collection[int], limit: float) -> None:
+    """Wait up to ``limit`` s until this process has no live descendant but ``keep``."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        reap_children(keep)
+        if not [p for p, st in descendants(os.getpid()).items() if st != "Z" and p not in keep]:
+            return
+        await asyncio.sleep(0.02)
 
 
 async def _after(event: asyncio.Event, grace: float) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from pvisor.adapters.native.assembly import text_of
 from pvisor.core import progress
 from pvisor.core.errors import BadInputError, PvisorError, UsageError
 from pvisor.journal.model import RunMode
@@ -91,6 +92,7 @@ from pvisor.session.replay_options import (
 )
 from pvisor.session.replay_result import failure, fill_after, fill_prefix, remove_prefix_files
 from pvisor.session.run import RunReport, RunRequest, run_agent, without_userinfo
+from pvisor.session.sandbox import SandboxMode, SandboxNetwork, default_mode, failed_calls
 
 
 #: the names this module gave before its split (the options moved to :mod:`.replay_options`)
@@ -363,6 +365,9 @@ def _replay_claimed(
         timings.agent = elapsed_ms(t, time.perf_counter())
         result.agent_started = True
         fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, restored)
+        result.sandbox = dict(
+            report.sandbox, failed_calls=failed_calls(report.sandbox, p.replayed_observations(), text_of)
+        )
         if child is not None:
             # the derived run is the handoff's child: its lineage is the journal's, whose snapshot
             # is the one the handoff restored (what --workspace-from restored stays in
@@ -463,6 +468,12 @@ def _run_with_playback(
             child_claimed=claimed,
             # a local upstream and no key of the user's: the agent still wants one to start
             dummy_key=bool(live and opts.upstream and d.key_env and not has_key(opts, d.key_env)),
+            sandbox=_enum(SandboxMode, opts.sandbox, "sandbox") or default_mode(SandboxMode.AUTO),
+            sandbox_network=_enum(SandboxNetwork, opts.sandbox_network, "sandbox_network")
+            or SandboxNetwork.GATEWAY,
+            sandbox_allow=[Path(p) for p in opts.sandbox_allow or ()],
+            # what the recorded run used: hidden from the agent (the recorded calls name it)
+            sandbox_hide=[Path(p) for p in (rec.workspace, rec.home, rec.run_dir) if p],
         )
         try:
             report = run_agent(request, warn)
@@ -470,6 +481,18 @@ def _run_with_playback(
             exc.code = "agent_unavailable"  # type: ignore[attr-defined]
             raise
     return holder["responder"], report
+
+
+def _enum(kind: Any, value: Any, name: str) -> Any:
+    """``value`` as a member of the enum ``kind`` (None for None); ReplayUsageError for another
+    (a Python caller's: the command line checks its choices)."""
+    if value is None or value == "":
+        return None
+    try:
+        return kind(value)
+    except ValueError:
+        choices = ", ".join(m.value for m in kind)
+        raise ReplayUsageError("usage", f"{name}={value!r}: expected one of {choices}") from None
 
 
 def _responder(opts: ReplayOptions, rec: Any, d: Any, live: bool, setup: Any) -> Any:

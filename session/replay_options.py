@@ -40,7 +40,9 @@ class ReplayOptions:
     ``child_option``: how errors name it (``--child-run``, ``child_run=``); ``refuse_outside``:
     refuse (exit 2) before the agent starts when the plan lists a place outside the workspace
     (:mod:`pvisor.replay.plan`); ``allow_unrecorded``: re-run the calls of steps 1..N that have
-    no recorded result instead of refusing them (``observation_not_recorded``)."""
+    no recorded result instead of refusing them (``observation_not_recorded``); ``sandbox``
+    (:class:`~pvisor.session.sandbox.SandboxMode` or its value; None: ``PVISOR_SANDBOX``, else
+    ``auto``), ``sandbox_network`` and ``sandbox_allow`` (docs/replay.md "The sandbox")."""
 
     agent: str
     after_step: int
@@ -71,6 +73,9 @@ class ReplayOptions:
     child_option: str = "--child-run"
     refuse_outside: bool = False
     allow_unrecorded: bool = False
+    sandbox: Any = None
+    sandbox_network: Any = "gateway"
+    sandbox_allow: list[Path] | None = None
 
 
 #: the name of the options before continuation came

@@ -89,6 +89,15 @@ from pvisor.session.launch import (
     native_trajectory,
     write_files,
 )
+from pvisor.session.sandbox import (
+    Sandbox,
+    SandboxMode,
+    SandboxNetwork,
+    UnixRelay,
+    no_sandbox,
+    plan_sandbox,
+    resolve_mode,
+)
 from pvisor.session.session import Session, SessionConfig, StopSignals
 from pvisor.session.steps import derive_steps, snapshot_warnings
 from pvisor.session.supervise import STOP_SIGNALS, become_subreaper, exit_status
@@ -150,6 +159,10 @@ class RunRequest:
     process claimed it already (a replay, before restoring its workspace; Unix epoch ms: the
     attempt's start), and given back when the start fails before the agent ran.
     ``max_response_body``: the gateway's ``--max-response-body`` (None: its default).
+    ``sandbox``: where the agent runs (:class:`~pvisor.session.sandbox.SandboxMode`: ``none``
+    for ``pvisor run`` unless asked; ``auto`` resolves to bwrap or none), ``sandbox_network``
+    its network rule, ``sandbox_allow`` more writable paths, ``sandbox_hide`` more hidden ones
+    (a replay's recorded workspace).
     """
 
     agent: str
@@ -182,6 +195,10 @@ class RunRequest:
     child_option: str = "--child-run"
     child_claimed: int | None = None
     max_response_body: int | None = None
+    sandbox: SandboxMode = SandboxMode.NONE
+    sandbox_network: SandboxNetwork = SandboxNetwork.GATEWAY
+    sandbox_allow: list[Path] = field(default_factory=list)
+    sandbox_hide: list[Path] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -246,6 +263,8 @@ class RunReport:
     intercept_proxy: str | None = None
     #: the agent's own account of how it ended (:meth:`AgentProfile.final_status`)
     agent_status: AgentStatus | None = None
+    #: what the sandbox allowed (:meth:`~pvisor.session.sandbox.Sandbox.to_json`), or ``{"mode": "none"}``
+    sandbox: dict[str, Any] = field(default_factory=no_sandbox)
 
     @property
     def failed_by_own_account(self) -> bool:
@@ -293,6 +312,7 @@ class RunReport:
             "gateway": self.gateway,
             "intercept_proxy": self.intercept_proxy,
             "argv": self.argv,
+            "sandbox": self.sandbox,
         }
 
 
@@ -506,6 +526,28 @@ def _load_script(req: RunRequest) -> Any:
     return load_script(req.script)  # BadInputError (65) names the file and field
 
 
+def _sandbox_of(req: RunRequest, use_home: bool, warn: Warn) -> SandboxMode:
+    """The sandbox the agent runs in, resolved (:func:`~pvisor.session.sandbox.resolve_mode`):
+    UsageError (exit 2) for ``--use-home`` in a sandbox without ``--sandbox-allow`` and for a
+    ``--sandbox-allow`` that is no existing path; SandboxUnavailable (69) for ``--sandbox bwrap``
+    where bwrap cannot run."""
+    for path in req.sandbox_allow:
+        check_utf8("--sandbox-allow", path)
+        if not os.path.exists(path):
+            raise UsageError(
+                f"--sandbox-allow {path}: no such file or directory (expected a path the agent may write)"
+            )
+    if req.sandbox is SandboxMode.NONE:
+        return SandboxMode.NONE
+    mode = resolve_mode(req.sandbox, warn)
+    if mode is SandboxMode.BWRAP and use_home and not req.sandbox_allow:
+        raise UsageError(
+            "--use-home in a sandbox: your home is hidden from the agent there; give --sandbox-allow PATH "
+            "for what it may use (e.g. --sandbox-allow ~/.claude), or --sandbox none"
+        )
+    return mode
+
+
 @dataclass
 class _Start:
     """What the checks of :func:`_run_agent` settled, before anything of the run is made: the
@@ -529,6 +571,10 @@ class _Start:
     #: the dummy key the agent gets in place of the user's (``dummy_key`` with a key to swap;
     #: set by :func:`session_config`), or None
     agent_key: str | None = None
+    #: the resolved ``--sandbox`` (bwrap or none)
+    sandbox: SandboxMode = SandboxMode.NONE
+    #: the agent's sandbox once planned (:func:`_plan_sandbox`), None without one
+    box: Sandbox | None = None
 
     @property
     def attempt(self) -> int:
@@ -559,6 +605,7 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
     workspace = _workspace_of(req, resume, child)
     model = _model_of(req, profile, resume)
     script = _load_script(req)
+    sandbox = _sandbox_of(req, use_home, warn)
     version = check_version(
         profile, exe, use_home=use_home, allow_unsupported=req.allow_unsupported, warn=warn
     )
@@ -576,8 +623,9 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         # in the journal, before anything of the run is made: of two starts at once one goes on
         req.child_claimed = claim_child(req.journal_path, child.id, req.child_option)
     start = _Start(
-        req, profile, exe, version, resume, run_id, run_dir, workspace, model, script, use_home, child, warn
-    )
+        req, profile, exe, version, resume, run_id, run_dir, workspace, model, script, use_home, child, warn,
+        sandbox,
+    )  # fmt: skip
     try:
         return asyncio.run(_run(start))
     except BaseException:
@@ -628,7 +676,10 @@ def session_config(start: _Start) -> tuple[SessionConfig, Responder | None, str]
         # an --upstream becomes the redirect of the agent's public model host (its requests go there)
         key, origin = host_entry(URL(UPSTREAMS[profile.upstream][0]))
         req.intercept.redirects[key] = (origin, req.upstream.rstrip("/"))
-    config = SessionConfig(req.journal_path, gateway, req.intercept, JOURNAL_WAIT_S)
+    unix = None
+    if start.box is not None and start.box.network is SandboxNetwork.GATEWAY:
+        unix = os.path.join(start.box.socket_dir, "gateway.sock")  # where the relay inside forwards
+    config = SessionConfig(req.journal_path, gateway, req.intercept, JOURNAL_WAIT_S, unix)
     return config, responder, upstream_label
 
 
@@ -653,15 +704,56 @@ def key_swap(req: RunRequest, profile: AgentProfile) -> tuple[UpstreamCredential
         return UpstreamCredentials([KeySwap(profile.upstream, dummy, real)]), dummy
     except ValueError as exc:  # a key too short or with white space: named, never shown
         raise UsageError(f"{profile.key_env}: {exc}") from None
+def _plan_sandbox(start: _Start) -> Sandbox | None:
+    """The agent's :class:`~pvisor.session.sandbox.Sandbox` when it runs in bwrap: the
+    workspace, the run directory and ``--sandbox-allow`` writable; the user's home, the data
+    directory and the request's ``sandbox_hide`` hidden; the agent's executable and
+    interpreter and pvisor's own bound back where hidden (intercept mode's CA once made:
+    :func:`_relay_proxy`)."""
+    req = start.req
+    if start.sandbox is not SandboxMode.BWRAP:
+        return None
+    path_env = {**os.environ, **req.agent_env}.get("PATH")
+    return plan_sandbox(
+        network=req.sandbox_network,
+        workspace=start.workspace,
+        run_dir=start.run_dir,
+        data_dir=data_dir_of(req.journal_path),
+        allow=req.sandbox_allow,
+        hide=req.sandbox_hide,
+        executables=[start.exe],
+        path_env=path_env,
+    )
+
+
+async def _relay_proxy(start: _Start, session: Any) -> UnixRelay | None:
+    """Intercept mode in a sandbox with the gateway's network: a forwarder from a Unix socket
+    to mitmdump's port, and the relay inside told to listen on that port too."""
+    box = start.box
+    if box is None or box.network is not SandboxNetwork.GATEWAY:
+        return None
+    gw = session.gateway
+    box.relayed.append((gw.config.host, gw.port, os.path.join(box.socket_dir, "gateway.sock")))
+    if session.proxy is None:
+        return None
+    if session.proxy.ca_cert is not None:
+        box.bind_back(session.proxy.ca_cert)  # the agent trusts pvisor's CA by its path
+    path = os.path.join(box.socket_dir, "proxy.sock")
+    relay = UnixRelay(path, "127.0.0.1", URL(session.proxy.url).port or 0)
+    await relay.start()
+    box.relayed.append((start.req.intercept.host, URL(session.proxy.url).port or 0, path))
+    return relay
 
 
 async def _run(start: _Start) -> RunReport:
     req = start.req
     session = None
+    relay = None
     stop = StopSignals()
     stop.install()  # from here on a signal stops the agent and the attempt still ends in the journal
     become_subreaper()
     try:
+        start.box = _plan_sandbox(start)
         config, responder, upstream_label = session_config(start)
         # signals (installed above), address, journal, gateway, mitmdump; one stop order
         session = Session(config, responder, signals=stop)
@@ -672,10 +764,15 @@ async def _run(start: _Start) -> RunReport:
                 f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 "
                 "for a free one)"
             ) from None
+        relay = await _relay_proxy(start, session)
         return await _attempt(start, session, url, upstream_label, stop, responder)
     finally:
+        if relay is not None:
+            await relay.stop()
         if session is not None:  # the gateway, mitmdump, the journal, the signal handlers
             await session.stop()
+        if start.box is not None:
+            start.box.close()
         stop.remove()  # a failure before the session was made
 
 
@@ -768,6 +865,8 @@ def _record_start(
         labels["model"] = start.model
     if proxy is not None:
         labels["capture"] = "intercept"
+    if start.box is not None:
+        labels["sandbox"] = f"bwrap, network {start.box.network.value}"
     if start.child is not None:
         # the handoff's pending child run: filed under its id, its mode and lineage kept
         labels["started_as"] = req.mode
@@ -816,6 +915,10 @@ async def _attempt(
     gw, journal, proxy = session.gateway, session.journal, session.proxy
     ctx, plan, env = _prepare_launch(start, url, responder, proxy)
     stdout_path, stderr_path = _record_start(start, journal, plan, upstream_label, proxy)
+    box = start.box
+    if box is not None:
+        box.status_path = str(start.run_dir / f"attempt-{start.attempt}.sandbox.json")
+        box.config_path = str(start.run_dir / f"attempt-{start.attempt}.relay.json")
 
     first = await gw.take_snapshot(SnapshotKind.START)  # the workspace as the agent finds it
     if start.child is not None and req.responder is None:
@@ -841,6 +944,7 @@ async def _attempt(
         ended,
         req.end_grace,
         keep,
+        box,
     )
     _, timed_out, interrupted, _, after_end = ran
     stopped = timed_out or interrupted or after_end
@@ -909,6 +1013,8 @@ def _report(
         stopped_after_end=after_end,
         agent_status=own,
     )
+    if start.box is not None:
+        report.sandbox = start.box.to_json()
     report.exit_code = stop.exit_code if interrupted else 124 if timed_out else (report.agent_exit_code or 0)
     if report.failed_by_own_account:
         report.exit_code = EXIT_AGENT_FAILED

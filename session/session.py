@@ -132,6 +132,18 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
     return sockets
 
 
+def unix_listener(path: str) -> socket.socket:
+    """A Unix socket bound at ``path`` (not listening yet: the gateway serves it). Raises the
+    OSError of the bind."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(path)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 @dataclass
 class SessionConfig:
     """Everything a :class:`Session` is built from, made once from a command's options and read
@@ -145,12 +157,15 @@ class SessionConfig:
     :class:`~pvisor.gateway.intercept.InterceptConfig` to run mitmdump in front of the gateway
     (None: a reverse proxy only), whose gateway settings are made to serve it when the record
     is built (:func:`~pvisor.gateway.intercept.serve_intercepted`); ``journal_wait`` seconds the
-    journal's close may wait for a lock held by another process (None: its default)."""
+    journal's close may wait for a lock held by another process (None: its default);
+    ``unix_socket``: a path where the gateway also listens, a Unix socket (a sandboxed agent's
+    relay forwards to it: :mod:`pvisor.session.sandbox`), None for none."""
 
     journal: str | os.PathLike[str]
     gateway: GatewayConfig
     intercept: InterceptConfig | None = None
     journal_wait: float | None = None
+    unix_socket: str | None = None
 
     def __post_init__(self) -> None:
         if self.intercept is not None:
@@ -191,6 +206,13 @@ class Session:
                 self.signals.install()
                 self.started.append("signals")
             sockets = listening_sockets(self.config.gateway.host, self.config.gateway.port)
+            if self.config.unix_socket is not None:
+                try:  # after the TCP ones: the gateway's URL is the first socket's
+                    sockets.append(unix_listener(self.config.unix_socket))
+                except BaseException:
+                    for sock in sockets:
+                        sock.close()
+                    raise
             self.started.append("listen")
             try:
                 self.journal = open_journal(self.config.journal, finalize=FINALIZER)

@@ -56,15 +56,17 @@ def end_group(pgid: int, *, kill: bool = False) -> None:
         pass
 
 
-async def stop_group(proc: asyncio.subprocess.Process, hurry: asyncio.Event | None = None) -> None:
-    """SIGTERM the agent's process group, SIGKILL it after :data:`KILL_GRACE_S` (at once when
-    ``hurry`` is set meanwhile: a second Ctrl-C)."""
+async def stop_group(
+    proc: asyncio.subprocess.Process, hurry: asyncio.Event | None = None, grace: float = KILL_GRACE_S
+) -> None:
+    """SIGTERM the agent's process group, SIGKILL it after ``grace`` s (:data:`KILL_GRACE_S`; at
+    once when ``hurry`` is set meanwhile: a second Ctrl-C)."""
     end_group(proc.pid)
     waiter = asyncio.ensure_future(proc.wait())
     hurried = asyncio.ensure_future(hurry.wait()) if hurry is not None else None
     await asyncio.wait(
         {waiter} | ({hurried} if hurried else set()),
-        timeout=KILL_GRACE_S,
+        timeout=grace,
         return_when=asyncio.FIRST_COMPLETED,
     )
     if hurried is not None:

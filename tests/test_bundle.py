@@ -189,6 +189,10 @@ def test_capture_and_replay_a_real_agent_in_the_sandbox(sandbox: Path):
     assert result["pvisor"]["kind"] == "bundle"
     assert result["pvisor"]["executable_sha256"] == sha256(sandbox / "pvisor" / "pvisor")
     assert (sandbox / "ws2" / "a.txt").read_text() == "alpha\n"
+    # the replay ran in bwrap under the bundle's relay helper, the bundle bound back read-only
+    # (it lies in /tmp, which the sandbox replaces)
+    assert result["sandbox"]["mode"] == "bwrap"
+    assert os.path.realpath(sandbox / "pvisor") in result["sandbox"]["read_only_bound_back"]
     # the journal the bundle wrote (through its writer process) reads back with the installed package
     from pvisor.journal.reader import JournalReader
 
@@ -286,6 +290,12 @@ def test_bad_input_to_the_build_is_one_line(sandbox: Path):
             2,
             "pvisor: error: --pvisor-helper guard: expected",
         )
+    # the relay runs only with the configuration file pvisor writes
+    one_line(
+        run(sandbox, "--pvisor-helper", "relay", "nope.json"),
+        2,
+        "pvisor: error: --pvisor-helper relay: expected the relay's configuration file",
+    )
     from pvisor.core.helpers import helper_refusal
 
     assert (

@@ -121,13 +121,15 @@ def test_a_field_a_mode_does_not_write_is_left_out_and_none_is_null(tmp_path):
     doc = ResultDocument.start(ResultMode.PREPARE_ONLY, "codex", CODEX, None, None, 1)
     shown = doc.to_json()
     assert "continuation" not in shown and "playback" not in shown and shown["timings_ms"] == {}
+    assert "sandbox" not in shown
     assert shown["status"] == "failed" and shown["source"]["kind"] == "native" and shown["prefix"] is None
     assert doc.playback is ABSENT
     live = ResultDocument.start(ResultMode.CONTINUATION, "codex", None, tmp_path / "j", "r-1", 1).to_json()
     assert live["continuation"] is None and live["playback"] is None and live["path_rewrites"] == []
-    assert list(live)[-11:] == [
+    assert live["sandbox"] is None
+    assert list(live)[-12:] == [
         "path_rewrites", "auxiliary", "context_differences", "tool_differences", "divergence",
-        "synthetic_end", "agent_run", "playback", "continuation", "plan", "unrecorded",
+        "synthetic_end", "agent_run", "playback", "continuation", "sandbox", "plan", "unrecorded",
     ]  # fmt: skip
     assert live["plan"] is None and live["unrecorded"] == [] and "plan" not in shown
 
@@ -360,7 +362,7 @@ def test_a_continuation_with_codex_through_the_record(captured, stack, tmp_path,
     assert outcome.error is None and outcome.record.mode is ResultMode.CONTINUATION
     assert document["status"] == "ok" and document["continuation"]["live_steps"] >= 1
     assert document["live_requests"] == len(document["continuation"]["requests"]) >= 1
-    assert list(document)[-3:] == ["continuation", "plan", "unrecorded"]
+    assert list(document)[-4:] == ["continuation", "sandbox", "plan", "unrecorded"]
     url = stack.scripted(script)  # a fresh script for the command's run
     rc, written, ws, out = _codex_cli(cap, tmp_path, "cli", 1, "--upstream", url, "--max-steps", "1")
     assert rc == 0

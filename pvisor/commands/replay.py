@@ -89,7 +89,9 @@ def spec_options(command: Any) -> Any:
         if o.shared is not None:
             continue  # --no-progress: progress_option, on the function itself
         kw: dict[str, Any] = {"help": o.help}
-        if o.kind == Kind.FLAG:
+        if o.kind == Kind.PATHS:  # repeatable; None when not given, as any other option
+            kw.update(multiple=True, metavar=o.metavar, callback=lambda _c, _p, v: list(v) or None)
+        elif o.kind == Kind.FLAG:
             kw["is_flag"] = True
             if o.toml is not None:
                 kw["default"] = None  # "not given": replay.toml's value applies (ReplayConfig.option)

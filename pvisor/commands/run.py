@@ -21,6 +21,7 @@ from pvisor.commands.params import (
 )
 from pvisor.core.errors import EXIT_TIMEOUT
 from pvisor.session.run import RunRequest, run_agent
+from pvisor.session.sandbox import SandboxMode, SandboxNetwork, default_mode
 
 
 def _warn(message: str) -> None:
@@ -121,6 +122,30 @@ def _warn(message: str) -> None:
     help="Give the agent a dummy key; the gateway adds your real one (its key variable) when it "
     'forwards, so nothing the agent runs can read it (docs/replay.md, "Keys in a continuation").',
 )
+@click.option(
+    "--sandbox",
+    "sandbox",
+    type=click.Choice(["auto", "bwrap", "none"]),
+    default=None,
+    help="Run the agent in a bubblewrap sandbox (bwrap), or not (none, the default: a live capture stays "
+    "transparent; PVISOR_SANDBOX sets it); auto: bwrap when it works here.",
+)
+@click.option(
+    "--sandbox-network",
+    "sandbox_network",
+    type=click.Choice(["gateway", "host"]),
+    default="gateway",
+    show_default=True,
+    help="In the sandbox: reach only the gateway (gateway), or the host's network (host).",
+)
+@click.option(
+    "--sandbox-allow",
+    "sandbox_allow",
+    multiple=True,
+    type=PathParam(),
+    metavar="PATH",
+    help="In the sandbox: let the agent write PATH too (repeatable).",
+)
 @max_response_body_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
 @click.argument("task", nargs=-1, required=False)
@@ -143,6 +168,9 @@ def run(
     snapshot_driver: str,
     child_run: str | None,
     dummy_key: bool,
+    sandbox: str | None,
+    sandbox_network: str,
+    sandbox_allow: tuple[str, ...],
     max_response_body: int,
     as_json: bool,
     task: tuple[str, ...],
@@ -188,6 +216,9 @@ def run(
         child_run=child_run,
         dummy_key=dummy_key,
         max_response_body=max_response_body,
+        sandbox=SandboxMode(sandbox) if sandbox else default_mode(SandboxMode.NONE),
+        sandbox_network=SandboxNetwork(sandbox_network),
+        sandbox_allow=[Path(p) for p in sandbox_allow],
     )
     undo = show_on_stderr(
         ("pvisor.journal", "pvisor.gateway")
@@ -273,6 +304,8 @@ def _print_report(r) -> None:
         else f"exit code {r.agent_exit_code}{_own_status(r)}"
     )
     click.echo(f"  agent: {status}")
+    if r.sandbox.get("mode") != "none":
+        click.echo(f"  sandbox: {r.sandbox['mode']} (network {r.sandbox['network']})")
     if r.steps is not None:
         calls = ", ".join(map(str, r.tool_calls_per_step))
         click.echo(

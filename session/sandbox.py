@@ -1,0 +1,505 @@
+"""The sandbox of a run's agent: bubblewrap (``bwrap``) around the agent, with the relay of
+:mod:`pvisor.session.relay` inside as its supervisor (docs/replay.md "The sandbox").
+
+- :class:`SandboxMode` (``--sandbox auto|bwrap|none``; :data:`ENV_SANDBOX` sets the default)
+  and :class:`SandboxNetwork` (``--sandbox-network gateway|host``).
+- :func:`bwrap_problem`: whether a working bwrap is here (on PATH, or :data:`ENV_BWRAP`, and a
+  trial ``bwrap --ro-bind / / --unshare-net --unshare-pid --die-with-parent true`` exits 0),
+  tried once per process; :func:`resolve_mode` turns ``auto`` into ``bwrap`` or ``none`` (one
+  warning) and refuses ``bwrap`` where it cannot run (exit 69).
+- :class:`Sandbox`: what one agent's sandbox binds (writable, hidden, bound back read-only), its
+  network rule and the relay's sockets; :meth:`Sandbox.argv` the bwrap command line, and after
+  the run :attr:`Sandbox.status` (the relay's status file) and :meth:`Sandbox.to_json`.
+- :class:`UnixRelay`: a forwarder outside the sandbox from a Unix socket to a TCP port on
+  127.0.0.1 (intercept mode's mitmdump), the other end of the relay's listener inside.
+
+Mount order (bwrap applies its options in order, a later mount over an earlier one): ``/``
+read-only, ``/dev``, ``/proc``, then every other mount by the depth of its path (a deeper path
+mounts over its parent's mount), at one depth the hidden ones (an empty tmpfs) first, then
+those bound back read-only, then the writable ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from pvisor.core.errors import UnavailableError, UsageError
+from pvisor.core.helpers import frozen, helper_argv
+
+#: the environment variable that sets ``--sandbox``'s default (``auto``, ``bwrap`` or ``none``)
+ENV_SANDBOX = "PVISOR_SANDBOX"
+#: the environment variable naming the bwrap executable (default: ``bwrap`` on PATH)
+ENV_BWRAP = "PVISOR_BWRAP"
+#: how long the trial bwrap may take, seconds
+TRIAL_TIMEOUT_S = 10.0
+#: how many entries of the private /tmp the result lists at most
+TMP_LISTED = 100
+
+
+class SandboxMode(str, enum.Enum):
+    """``--sandbox``: where the agent runs."""
+
+    AUTO = "auto"  #: bwrap when it is installed and works here, else none (one warning)
+    BWRAP = "bwrap"  #: in a bubblewrap sandbox; refused (exit 69) where bwrap cannot run
+    NONE = "none"  #: as the user's own process, without a sandbox
+
+
+class SandboxNetwork(str, enum.Enum):
+    """``--sandbox-network``: what the sandboxed agent can reach."""
+
+    GATEWAY = "gateway"  #: a network namespace with only loopback, where the relay reaches the gateway
+    HOST = "host"  #: the host's network (no network namespace); the relay only supervises
+
+
+class SandboxUnavailable(UnavailableError):
+    """``--sandbox bwrap`` where bwrap cannot run, or a sandbox that cannot start (exit 69)."""
+
+
+def default_mode(fallback: SandboxMode) -> SandboxMode:
+    """``--sandbox``'s default: :data:`ENV_SANDBOX` when set, else ``fallback``. UsageError
+    (exit 2) for a value that is not a mode."""
+    value = os.environ.get(ENV_SANDBOX, "")
+    if not value:
+        return fallback
+    try:
+        return SandboxMode(value)
+    except ValueError:
+        raise UsageError(
+            f"{ENV_SANDBOX}={value!r}: expected one of {', '.join(m.value for m in SandboxMode)}"
+        ) from None
+
+
+_TRIED: dict[str, str | None] = {}
+
+
+def bwrap_path() -> str | None:
+    """The bwrap executable: :data:`ENV_BWRAP`, else ``bwrap`` on PATH (None: not found)."""
+    given = os.environ.get(ENV_BWRAP)
+    if given:
+        return given if os.path.isfile(given) and os.access(given, os.X_OK) else None
+    return shutil.which("bwrap")
+
+
+def bwrap_problem() -> str | None:
+    """Why bwrap cannot sandbox an agent here (None: it can): not installed, or its trial
+    (new user, network and PID namespaces) fails, with its first line of output. Tried once per
+    process and bwrap path."""
+    path = bwrap_path()
+    key = path or ""
+    if key in _TRIED:
+        return _TRIED[key]
+    if path is None:
+        where = os.environ.get(ENV_BWRAP)
+        problem = (
+            f"{ENV_BWRAP}={where}: no such executable"
+            if where
+            else "bubblewrap (bwrap) is not installed (the Debian package bubblewrap)"
+        )
+    else:
+        argv = [path, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent", "true"]
+        try:
+            done = subprocess.run(
+                argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=TRIAL_TIMEOUT_S
+            )
+            first = next(
+                (ln.strip() for ln in done.stderr.decode("utf-8", "replace").splitlines() if ln.strip()), ""
+            )
+            problem = (
+                None
+                if done.returncode == 0
+                else f"{path} cannot make its namespaces here (exit {done.returncode}"
+                + (f": {first[:200]}" if first else "")
+                + "; user namespaces may be refused, as inside many containers)"
+            )
+        except subprocess.TimeoutExpired:
+            problem = f"{path} did not answer within {TRIAL_TIMEOUT_S:g} s"
+        except OSError as exc:
+            problem = f"cannot run {path}: {exc.strerror}"
+    _TRIED[key] = problem
+    return problem
+
+
+def resolve_mode(mode: SandboxMode, warn: Callable[[str], None]) -> SandboxMode:
+    """``bwrap`` or ``none``: ``auto`` is bwrap when :func:`bwrap_problem` finds none, else none
+    with one warning naming ``--sandbox none`` and :data:`ENV_SANDBOX`; ``bwrap`` where it cannot
+    run raises :class:`SandboxUnavailable` (exit 69)."""
+    if mode is SandboxMode.NONE:
+        return mode
+    problem = bwrap_problem()
+    if problem is None:
+        return SandboxMode.BWRAP
+    if mode is SandboxMode.BWRAP:
+        raise SandboxUnavailable(f"--sandbox bwrap: {problem}; give --sandbox none to run without one")
+    warn(
+        f"no sandbox: {problem}; the agent runs without one (give --sandbox none, or set "
+        f"{ENV_SANDBOX}=none, to say so and silence this)"
+    )
+    return SandboxMode.NONE
+
+
+# --------------------------------------------------------------------------- what is bound
+
+
+def real(path: str | os.PathLike[str]) -> str:
+    """``path`` absolute with every symlink resolved (what bwrap mounts)."""
+    return os.path.realpath(os.path.abspath(os.fspath(path)))
+
+
+def inside(path: str, root: str) -> bool:
+    """Whether ``path`` is ``root`` or below it (both real paths)."""
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def install_root(path: str, hidden: str) -> str:
+    """What to bind back for ``path`` (a real path inside the hidden directory ``hidden``) so
+    that it runs: the directory above its outermost ``node_modules`` (an npm prefix), else the
+    nearest virtual environment around it (``pyvenv.cfg``), else the prefix of a ``bin``
+    directory, else its directory; never ``hidden`` itself or above it."""
+    parts = Path(path).parts
+    candidates: list[str] = []
+    if "node_modules" in parts:
+        candidates.append(str(Path(*parts[: parts.index("node_modules")])))
+    d = os.path.dirname(path) if os.path.isfile(path) else path
+    probe = d
+    while inside(probe, hidden) and probe != hidden:
+        if os.path.exists(os.path.join(probe, "pyvenv.cfg")):
+            candidates.append(probe)
+            break
+        probe = os.path.dirname(probe)
+    if os.path.basename(d) == "bin":
+        candidates.append(os.path.dirname(d))
+    candidates.append(d)
+    for c in candidates:
+        if inside(c, hidden) and c != hidden:
+            return c
+    return path
+
+
+def shebang_interpreter(exe: str, path_env: str | None) -> str | None:
+    """The interpreter a script's ``#!`` line names (``#!/usr/bin/env node``: ``node`` looked
+    up on ``path_env``), real; None for no script or none found."""
+    try:
+        with open(exe, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    if not words:
+        return None
+    name = words[0]
+    if os.path.basename(name) == "env":
+        rest = [w for w in words[1:] if not w.startswith("-")]
+        if not rest:
+            return None
+        found = shutil.which(rest[0], path=path_env)
+        return real(found) if found else None
+    return real(name) if os.path.exists(name) else None
+
+
+@dataclass
+class Sandbox:
+    """One agent's sandbox (a bwrap mode). Fields: ``bwrap`` the executable, ``network``;
+    ``writable`` (the workspace, the run directory, ``--sandbox-allow``), ``hidden`` (the
+    user's home, the pvisor data directory, the recorded workspace; ``/tmp`` is a private tmpfs
+    as well), ``bound_back`` (read-only, inside a hidden directory: what the agent and pvisor's
+    relay need to run), real paths; ``relayed``: (host, port, Unix socket) the relay listens on
+    inside and forwards to; ``socket_dir``: the private directory of those sockets (bound in);
+    ``status_path``: the relay's status file; ``config_path``: its configuration. After the run:
+    ``status`` (the relay's status file read, None when it wrote none)."""
+
+    bwrap: str
+    network: SandboxNetwork
+    writable: list[str]
+    hidden: list[str]
+    bound_back: list[str]
+    socket_dir: str
+    relayed: list[tuple[str, int, str]] = field(default_factory=list)
+    status_path: str = ""
+    config_path: str = ""
+    status: dict[str, Any] | None = None
+
+    def bind_back(self, path: str | os.PathLike[str]) -> None:
+        """Bind ``path`` back read-only where a hidden directory (or /tmp) covers it (intercept
+        mode's CA, made once mitmdump started)."""
+        p = real(path)
+        if any(inside(p, w) for w in self.writable) or p in self.bound_back:
+            return
+        if any(inside(p, h) for h in ["/tmp", *self.hidden]) and os.path.exists(p):
+            self.bound_back.append(p)
+
+    def mounts(self) -> list[str]:
+        """bwrap's mount options, in order (module docstring)."""
+        order = {"--tmpfs": 0, "--ro-bind": 1, "--bind": 2}
+        items: list[tuple[str, str]] = [("--tmpfs", "/tmp")]
+        items += [("--tmpfs", p) for p in self.hidden]
+        items += [("--ro-bind", p) for p in self.bound_back]
+        items += [("--bind", p) for p in [*self.writable, self.socket_dir]]
+        items.sort(key=lambda it: (len(Path(it[1]).parts), order[it[0]]))
+        argv = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for kind, p in dict.fromkeys(items):
+            argv += [kind, p] if kind == "--tmpfs" else [kind, p, p]
+        return argv
+
+    def argv(self, relay: list[str], workspace: str) -> list[str]:
+        """The command line that starts ``relay`` (the relay's own command line) in the sandbox,
+        its working directory ``workspace``."""
+        net = ["--unshare-net"] if self.network is SandboxNetwork.GATEWAY else []
+        return [
+            self.bwrap, *self.mounts(), *net, "--unshare-pid", "--die-with-parent",
+            "--chdir", workspace, "--", *relay,
+        ]  # fmt: skip
+
+    def relay_argv(self) -> list[str]:
+        """The relay's command line: pvisor's interpreter (``-I -S``) with the relay's code, or
+        a bundle's helper (:func:`~pvisor.core.helpers.helper_argv`)."""
+        from pvisor.session import relay
+
+        code = ""
+        if not frozen():  # a bundle runs its helper by name: no source file to give it
+            with open(relay.__file__, encoding="utf-8") as f:
+                code = f.read()
+        return helper_argv("relay", code, [self.config_path], site=False)
+
+    def write_config(self, agent_argv: list[str], ready_fd: int, grace: float, stray_grace: float) -> None:
+        """The relay's configuration file (JSON, mode 0600): the agent's command line, the
+        status file, the ports to relay, the descriptor to say it started on, the graces."""
+        doc = {
+            "argv": agent_argv,
+            "status": self.status_path,
+            "listen": [list(r) for r in self.relayed],
+            "ready_fd": ready_fd,
+            "grace": grace,
+            "stray_grace": stray_grace,
+            "skip_tmp": [self.socket_dir, *self.hidden, *self.bound_back, *self.writable],
+            "tmp_listed": TMP_LISTED,
+        }
+        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(doc, f)
+
+    def read_status(self) -> dict[str, Any] | None:
+        """The relay's status file (``returncode``, ``strays``, ``tmp``), None when it wrote
+        none (it was killed, or never started)."""
+        try:
+            with open(self.status_path, encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            return None
+        self.status = doc if isinstance(doc, dict) else None
+        return self.status
+
+    def to_json(self) -> dict[str, Any]:
+        """What the sandbox allowed, for a run's report and a replay's result."""
+        return {
+            "mode": SandboxMode.BWRAP.value,
+            "network": self.network.value,
+            "writable": list(self.writable),
+            "hidden": ["/tmp", *self.hidden],
+            "read_only_bound_back": list(self.bound_back),
+            "failed_calls": [],
+            "tmp_writes": list((self.status or {}).get("tmp") or []),
+        }
+
+    def close(self) -> None:
+        """Remove the sockets' private directory. Idempotent."""
+        shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+def plan_sandbox(
+    *,
+    network: SandboxNetwork,
+    workspace: Path,
+    run_dir: Path,
+    data_dir: Path,
+    allow: Iterable[Path] = (),
+    hide: Iterable[Path | str] = (),
+    executables: Iterable[str] = (),
+    path_env: str | None = None,
+    extra_read: Iterable[str] = (),
+) -> Sandbox:
+    """The :class:`Sandbox` of one agent: ``workspace``, ``run_dir`` and ``allow`` writable;
+    the user's home (``$HOME``), ``data_dir`` and ``hide`` (the recorded workspace) hidden
+    (those that exist); bound back read-only where they lie in a hidden directory (``/tmp``
+    included): the ``executables`` (real path) and the interpreter each one's ``#!`` line names
+    (looked up on ``path_env``), pvisor's own interpreter and its prefixes, ``extra_read`` (a
+    CA file). Its socket directory is made (0700, under /tmp: a Unix socket's path is at most
+    108 bytes). Raises SandboxUnavailable when bwrap is gone meanwhile."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise SandboxUnavailable("--sandbox: bwrap is gone")
+    writable = list(dict.fromkeys(real(p) for p in [workspace, run_dir, *allow]))
+    home = os.environ.get("HOME")
+    wanted = [*(p for p in [home] if p), data_dir, *hide]
+    hidden: list[str] = []
+    for p in wanted:
+        r = real(p)
+        if os.path.isdir(r) and r != "/" and r not in hidden:
+            hidden.append(r)
+    # a hidden directory inside another (a recorded home in its run directory) is hidden with it
+    hidden = [
+        p for p in hidden
+        if not any(h != p and inside(p, h) and not any(inside(p, w) and inside(w, h) for w in writable)
+                   for h in hidden)
+    ]  # fmt: skip
+    # what must stay readable: the agent's executables and interpreters, pvisor's interpreter
+    needed: list[str] = []
+    for exe in executables:
+        r = real(exe)
+        needed.append(r)
+        interp = shebang_interpreter(r, path_env)
+        if interp:
+            needed.append(interp)
+    needed += [real(sys.executable), real(sys.prefix), real(sys.base_prefix), *(real(p) for p in extra_read)]
+    covered = ["/tmp", *hidden]
+    bound_back: list[str] = []
+    for p in needed:
+        if any(inside(p, w) for w in writable):
+            continue
+        for h in covered:
+            if inside(p, h):
+                root = install_root(p, h)
+                if root not in bound_back and os.path.exists(root):
+                    bound_back.append(root)
+                break
+    socket_dir = tempfile.mkdtemp(prefix="pvisor-", dir="/tmp")
+    return Sandbox(bwrap, network, writable, hidden, bound_back, socket_dir)
+
+
+def no_sandbox() -> dict[str, Any]:
+    """The sandbox record of an agent run without one."""
+    return {
+        "mode": SandboxMode.NONE.value,
+        "network": None,
+        "writable": [],
+        "hidden": [],
+        "read_only_bound_back": [],
+        "failed_calls": [],
+        "tmp_writes": [],
+    }
+
+
+#: what an observation says when the sandbox stopped a call: (pattern, reason); best effort
+FAILURE_SIGNS: tuple[tuple[str, str], ...] = (
+    (r"[Rr]ead-only file system", "read_only"),
+    (r"Permission denied", "permission_denied"),
+    (r"Network is unreachable|Connection refused|Could not resolve host|Temporary failure in name "
+     r"resolution|Name or service not known|ECONNREFUSED|ENETUNREACH", "network"),
+)  # fmt: skip
+
+
+def failed_calls(
+    record: dict[str, Any], observations: list[list[Any]], text_of: Callable[[Any], str]
+) -> list[dict]:
+    """The calls whose observation says the sandbox stopped them: per step (from 1) and result
+    (``call_id``, ``content`` read with ``text_of``), the first line matching
+    :data:`FAILURE_SIGNS`, or "No such file or directory" naming a hidden path (``hidden``).
+    Empty without a sandbox."""
+    import re
+
+    if record.get("mode") != SandboxMode.BWRAP.value:
+        return []
+    hidden = [h for h in record.get("hidden", []) if h != "/tmp"]
+    found: list[dict] = []
+    for step, results in enumerate(observations, 1):
+        for r in results:
+            text = text_of(r.content)
+            reason = evidence = None
+            for line in re.split(r"\r?\n|\\n", text):  # a JSON-encoded output keeps its \n escaped
+                for pattern, why in FAILURE_SIGNS:
+                    if re.search(pattern, line):
+                        reason, evidence = why, line
+                        break
+                if reason is None and "No such file or directory" in line and any(h in line for h in hidden):
+                    reason, evidence = "hidden", line
+                if reason is not None:
+                    break
+            if reason is not None:
+                found.append(
+                    {"step": step, "call_id": r.call_id, "reason": reason, "evidence": evidence.strip()[:200]}
+                )
+    return found
+
+
+# --------------------------------------------------------------------------- a relay outside
+
+
+class UnixRelay:
+    """A forwarder outside the sandbox: connections to the Unix socket ``path`` go to
+    ``host``:``port`` (intercept mode's mitmdump), byte for byte. ``await start()``, ``await
+    stop()``."""
+
+    def __init__(self, path: str, host: str, port: int) -> None:
+        self.path, self.host, self.port = path, host, port
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_unix_server(self._serve, self.path)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_r, up_w = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            writer.close()
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        try:
+            await asyncio.gather(_pump(reader, up_w), _pump(up_r, writer))
+        finally:
+            writer.close()
+            up_w.close()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            for task in list(self._tasks):  # before wait_closed, which waits for the connections
+                task.cancel()
+            await self._server.wait_closed()
+            self._server = None
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    try:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+    except (OSError, asyncio.IncompleteReadError):
+        writer.close()
+
+
+__all__ = [
+    "ENV_BWRAP",
+    "ENV_SANDBOX",
+    "Sandbox",
+    "SandboxMode",
+    "SandboxNetwork",
+    "SandboxUnavailable",
+    "UnixRelay",
+    "bwrap_problem",
+    "default_mode",
+    "failed_calls",
+    "no_sandbox",
+    "plan_sandbox",
+    "resolve_mode",
+]
