@@ -624,7 +624,7 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         req.child_claimed = claim_child(req.journal_path, child.id, req.child_option)
     start = _Start(
         req, profile, exe, version, resume, run_id, run_dir, workspace, model, script, use_home, child, warn,
-        sandbox,
+        sandbox=sandbox,
     )  # fmt: skip
     try:
         return asyncio.run(_run(start))
@@ -704,6 +704,8 @@ def key_swap(req: RunRequest, profile: AgentProfile) -> tuple[UpstreamCredential
         return UpstreamCredentials([KeySwap(profile.upstream, dummy, real)]), dummy
     except ValueError as exc:  # a key too short or with white space: named, never shown
         raise UsageError(f"{profile.key_env}: {exc}") from None
+
+
 def _plan_sandbox(start: _Start) -> Sandbox | None:
     """The agent's :class:`~pvisor.session.sandbox.Sandbox` when it runs in bwrap: the
     workspace, the run directory and ``--sandbox-allow`` writable; the user's home, the data

@@ -4,7 +4,8 @@
 - :class:`SandboxMode` (``--sandbox auto|bwrap|none``; :data:`ENV_SANDBOX` sets the default)
   and :class:`SandboxNetwork` (``--sandbox-network gateway|host``).
 - :func:`bwrap_problem`: whether a working bwrap is here (on PATH, or :data:`ENV_BWRAP`, and a
-  trial ``bwrap --ro-bind / / --unshare-net --unshare-pid --die-with-parent true`` exits 0),
+  trial ``bwrap --ro-bind / / --unshare-net --unshare-pid --die-with-parent --cap-drop ALL true``
+  exits 0),
   tried once per process; :func:`resolve_mode` turns ``auto`` into ``bwrap`` or ``none`` (one
   warning) and refuses ``bwrap`` where it cannot run (exit 69).
 - :class:`Sandbox`: what one agent's sandbox binds (writable, hidden, bound back read-only), its
@@ -35,6 +36,12 @@ from typing import Any, Callable, Iterable
 
 from pvisor.core.errors import UnavailableError, UsageError
 from pvisor.core.helpers import frozen, helper_argv
+
+#: what every sandbox is made with beside its mounts and its network: a PID namespace of its own
+#: (a kill of pvisor ends every process in it), bwrap's death with pvisor's, and no capability
+#: left: bwrap started by root keeps root's capabilities inside unless told, and with
+#: CAP_SYS_ADMIN a recorded ``umount ~`` or ``mount -o remount,rw /`` undoes the sandbox
+NAMESPACES = ("--unshare-pid", "--die-with-parent", "--cap-drop", "ALL")
 
 #: the environment variable that sets ``--sandbox``'s default (``auto``, ``bwrap`` or ``none``)
 ENV_SANDBOX = "PVISOR_SANDBOX"
@@ -106,7 +113,7 @@ def bwrap_problem() -> str | None:
             else "bubblewrap (bwrap) is not installed (the Debian package bubblewrap)"
         )
     else:
-        argv = [path, "--ro-bind", "/", "/", "--unshare-net", "--unshare-pid", "--die-with-parent", "true"]
+        argv = [path, "--ro-bind", "/", "/", *NAMESPACES, "--unshare-net", "true"]
         try:
             done = subprocess.run(
                 argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=TRIAL_TIMEOUT_S
@@ -256,10 +263,7 @@ class Sandbox:
         """The command line that starts ``relay`` (the relay's own command line) in the sandbox,
         its working directory ``workspace``."""
         net = ["--unshare-net"] if self.network is SandboxNetwork.GATEWAY else []
-        return [
-            self.bwrap, *self.mounts(), *net, "--unshare-pid", "--die-with-parent",
-            "--chdir", workspace, "--", *relay,
-        ]  # fmt: skip
+        return [self.bwrap, *self.mounts(), *net, *NAMESPACES, "--chdir", workspace, "--", *relay]
 
     def relay_argv(self) -> list[str]:
         """The relay's command line: pvisor's interpreter (``-I -S``) with the relay's code, or

@@ -132,8 +132,10 @@ class Hostile:
             f"echo x > $p/workspace/intruder.txt; "
             f'python3 -c \'open("{lab.outside}/py.txt", "w").write("x")\'; '
             f"echo x > {system_canary}; echo written",
-            # the user's key, another run's file, the journal itself, a port on this machine
-            f"cat {lab.home}/.ssh/id_rsa; cat {lab.data}/runs/r-other/notes.txt; head -c 15 {lab.journal}; "
+            # the user's key (after an unmount of what hides it: root in the sandbox holds no
+            # capability), another run's file, the journal itself, a port on this machine
+            f"grep CapEff /proc/self/status; umount {lab.home} 2>/dev/null; cat {lab.home}/.ssh/id_rsa; "
+            f"cat {lab.data}/runs/r-other/notes.txt; head -c 15 {lab.journal}; "
             f"echo; python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), 3)'; "
             "echo read",
         ]
@@ -218,6 +220,8 @@ def test_the_hostile_calls_change_nothing_outside_and_read_nothing(hostile, agen
     assert "written" in prefix and "read" in prefix  # the calls ran to their end
     for canary in (SSH_CANARY, OTHER_RUN_CANARY, "SQLite format 3"):
         assert canary not in prefix
+    # root in the sandbox holds no capability: no mount that hides or protects can be undone
+    assert re.search(r"CapEff:[\\t]*0{16}\b", prefix), re.findall(r"CapEff:[\\t]*\w+", prefix)
     sandbox = result["sandbox"]
     assert sandbox["mode"] == "bwrap" and sandbox["network"] == "gateway"
     assert sandbox["writable"] == [str(ws), str(Path(result["agent_run"]["run_dir"]))]
