@@ -128,29 +128,53 @@ def test_bad_limit_values_are_one_line_and_exit_2(capture, tmp_path):
     assert not (tmp_path / "data").exists()
 
 
-def test_without_a_writable_cgroup_a_limit_is_exit_69_and_nothing_is_recorded(tmp_path):
-    """pvisor run in a bubblewrap sandbox of the test's (user namespace: /sys/fs/cgroup not
-    writable): one line naming the option, exit 69, no journal. Fails before: the option was
-    unknown (exit 2)."""
+def boxed(tmp_path: Path, bound: Path, *args: str) -> subprocess.CompletedProcess:
+    """pvisor ``args`` in a bubblewrap sandbox of the test's (a user namespace: /sys/fs/cgroup
+    is not writable there), ``bound`` writable."""
     bwrap = shutil.which("bwrap")
     if bwrap is None or bwrap_problem() is not None:
         pytest.fail(f"this test needs bubblewrap: {bwrap_problem()}", pytrace=False)
+    return subprocess.run(
+        [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+         "--bind", str(bound), str(bound), "--unshare-user", "--unshare-pid", "--die-with-parent",
+         str(PVISOR), *args],
+        env=user_env(tmp_path / "home"), cwd=bound, timeout=120, capture_output=True, text=True,
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def test_without_a_writable_cgroup_a_limit_is_exit_69_and_nothing_is_recorded(capture, tmp_path):
+    """pvisor run, and a replay, where no cgroup can be written: one line naming the option,
+    exit 69, no journal made (the replay: result.json ``limits_unavailable``, no derived run).
+    Fails before: the option was unknown (exit 2)."""
     home, ws = tmp_path / "home", tmp_path / "ws"
     home.mkdir()
     ws.mkdir()
     script = tmp_path / "script.json"
     script.write_text(json.dumps({"turns": [{"text": "Done."}]}))
     journal = tmp_path / "data" / "journal.sqlite"
-    proc = subprocess.run(
-        [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-         "--bind", str(tmp_path), str(tmp_path), "--unshare-user", "--unshare-pid", "--die-with-parent",
-         str(PVISOR), "--journal", str(journal), "run", "--agent", AGENT, "--agent-entrypoint",
-         str(entrypoint(AGENT)), "--script", str(script), "--workspace", str(ws), "--sandbox-memory", "1G",
-         "--", "Check."],
-        env=user_env(home), cwd=tmp_path, timeout=120, capture_output=True, text=True,
-        stdin=subprocess.DEVNULL,
+    proc = boxed(
+        tmp_path, tmp_path, "--journal", str(journal), "run", "--agent", AGENT, "--agent-entrypoint",
+        str(entrypoint(AGENT)), "--script", str(script), "--workspace", str(ws), "--sandbox-memory", "1G",
+        "--", "Check.",
     )  # fmt: skip
     assert proc.returncode == 69, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "--sandbox-memory needs a writable cgroup" in lines[0], proc.stderr
     assert not journal.exists()
+
+    root, recorded_journal, run = capture
+    ws, out = root / "ws-no-cgroup", root / "out-no-cgroup"
+    ws.mkdir()
+    proc = boxed(
+        tmp_path, root, "--journal", str(recorded_journal), "replay", "--agent", AGENT, "--run", run,
+        "--after-step", "1", "--replay-only", "--workspace", str(ws), "--output", str(out),
+        "--agent-entrypoint", str(entrypoint(AGENT)), "--sandbox", "none", "--sandbox-cpus", "1",
+    )  # fmt: skip
+    assert proc.returncode == 69, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--sandbox-cpus needs a writable cgroup" in lines[0], proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    assert [e["code"] for e in result["errors"]] == ["limits_unavailable"]
+    assert result["derived_run"] is None and not result["agent_started"]
