@@ -23,6 +23,13 @@ per agent with how that agent is launched::
     allow_unsupported = false                # --allow-unsupported
     protocol = "anthropic"                   # --protocol
     profile_from = "other.db:RUN"            # --profile-from JOURNAL[:RUN]
+    refuse_outside = false                   # --refuse-outside
+    allow_unrecorded = false                 # --allow-unrecorded
+    sandbox = "auto"                         # --sandbox auto|bwrap|none
+    sandbox_network = "gateway"              # --sandbox-network gateway|host
+    sandbox_allow = ["cache", "~/.npm"]      # --sandbox-allow PATH, repeated (an array of paths)
+    sandbox_memory = "2G"                    # --sandbox-memory (a size string, or bytes)
+    sandbox_cpus = 1.5                       # --sandbox-cpus (a number >= 0.01)
 
     [agents.claude-code]                     # applies when the replay's agent is claude-code
     entrypoint = "/opt/claude/bin/claude"    # --agent-entrypoint
@@ -35,14 +42,14 @@ alone: types, ranges, choices. Whether options go together (``--run`` with ``--t
 ``--protocol`` outside prepare-only) is the command's check, made once flags and file are merged.
 A missing ``mode`` is not filled in here: the command's default (``continue``) applies.
 
-Paths. A relative path (``trajectory``, ``journal``, ``output``, ``workspace``, the journal part
-of ``profile_from``, ``entrypoint``) is resolved against the directory of the config file, not
-the working directory: the file is often kept beside the data it names, and the same file run
-from another directory must mean the same files. ``~`` and ``~user`` are expanded; absolute
-paths are kept as they are. The directory is the one the file was named in (symbolic links are
-not followed: a ``replay.toml`` linked into a task directory names that directory's files). An
-``entrypoint`` that is a bare name (no ``/``, no ``~``) is kept as given, so that it is looked
-up on PATH exactly as ``--agent-entrypoint NAME`` is.
+Paths. A relative path (``trajectory``, ``journal``, ``output``, ``workspace``, each of
+``sandbox_allow``, the journal part of ``profile_from``, ``entrypoint``) is resolved against
+the directory of the config file, not the working directory: the file is often kept beside the
+data it names, and the same file run from another directory must mean the same files. ``~`` and
+``~user`` are expanded; absolute paths are kept as they are. The directory is the one the file
+was named in (symbolic links are not followed: a ``replay.toml`` linked into a task directory
+names that directory's files). An ``entrypoint`` that is a bare name (no ``/``, no ``~``) is
+kept as given, so that it is looked up on PATH exactly as ``--agent-entrypoint NAME`` is.
 
 Errors: one line each, naming the file, the key and what was expected; never a traceback.
 
@@ -82,6 +89,7 @@ else:  # pragma: no cover
 
 from pvisor.adapters.agents import descriptor_names
 from pvisor.core.errors import BadInputError, UsageError
+from pvisor.core.resources import cpu_share, size_bytes
 
 from .errors import show_path
 from .spec import MODES, TOML_OPTIONS, Kind
@@ -140,7 +148,8 @@ class ReplayConfig:
         options: option name (a top-level key such as ``after_step``) -> value, only for the keys
             the file sets. Values: ``str`` (paths resolved and absolute, ``mode`` and
             ``reasoning`` as their ``.value`` strings), ``int`` (``after_step``, ``max_steps``),
-            ``float`` (``timeout``), ``bool`` (``force``, ``allow_unsupported``).
+            ``float`` (``timeout``, ``sandbox_cpus``), ``bool`` (``force``, ``allow_unsupported``),
+            ``list[str]`` (``sandbox_allow``, resolved), ``int`` bytes (``sandbox_memory``).
         agents: agent name -> its settings, for the agent tables the file has.
     """
 
@@ -370,6 +379,34 @@ def _path(value: Any, ctx: _Ctx) -> str:
     return _resolve(_string(value, ctx), ctx)
 
 
+def _paths(value: Any, ctx: _Ctx) -> list[str]:
+    """An array of paths (``sandbox_allow``), each resolved as :func:`_path` resolves one."""
+    if not isinstance(value, list):
+        raise ctx.fail(f"expected an array of paths, got {_toml_type(value)}")
+    return [_path(item, _Ctx(ctx.where, f"{ctx.key}[{i}]", ctx.base)) for i, item in enumerate(value)]
+
+
+def _size(value: Any, ctx: _Ctx) -> int:
+    """A size (``sandbox_memory``): a string such as ``"2G"``, or an integer of bytes."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        expected = 'expected a size such as "512M" or "2G", or a number of bytes'
+        raise ctx.fail(f"{expected}, got {_toml_type(value)}")
+    try:
+        return size_bytes(str(value))
+    except ValueError as exc:
+        raise ctx.fail(f"{_short(str(value))}: {exc}") from None
+
+
+def _cpus(value: Any, ctx: _Ctx) -> float:
+    """A number of CPUs (``sandbox_cpus``), integer or float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ctx.fail(f"expected a number of CPUs such as 0.5 or 2, got {_toml_type(value)}")
+    try:
+        return cpu_share(str(value))
+    except ValueError as exc:
+        raise ctx.fail(f"{value}: {exc}") from None
+
+
 def _profile_spec(value: Any, ctx: _Ctx) -> str:
     """``JOURNAL[:RUN]`` with JOURNAL resolved. As ``--profile-from`` reads it
     (:func:`pvisor.replay.profile.parse_profile_spec`): a path that exists as given wins over a
@@ -403,6 +440,9 @@ _CHECKS: dict[str, Callable[[Any, _Ctx], Any]] = {
     Kind.FLAG: _boolean,
     Kind.PROFILE: _profile_spec,
     Kind.MODE: _mode,
+    Kind.PATHS: _paths,
+    Kind.SIZE: _size,
+    Kind.CPUS: _cpus,
 }
 
 

@@ -78,7 +78,9 @@ class Kind:
     PROFILE = "profile"  #: ``JOURNAL[:RUN]``
     MODE = "mode"  #: one of :data:`MODES`
     OBJECT = "object"  #: a Python value of the API only (a mapping, a list, a callable)
-    PATHS = "paths"  #: paths, the flag repeated (None when none is given)
+    PATHS = "paths"  #: paths, the flag repeated (None when none is given); replay.toml: an array
+    SIZE = "size"  #: a size in bytes, ``512M``, ``2G`` (replay.toml: such a string or an integer)
+    CPUS = "cpus"  #: a number of CPUs >= 0.01 (replay.toml: a number)
 
 
 class Refusal:
@@ -273,14 +275,24 @@ OPTIONS: tuple[Option, ...] = (
     Option("sandbox", "--sandbox", Kind.CHOICE,
            "replay-only, continuation: run the agent in a bubblewrap sandbox (bwrap), not (none), or bwrap "
            "when it works here (auto, the default; PVISOR_SANDBOX sets it).", modes=_AGENT,
-           choices=SANDBOX_MODES, refusal=Refusal.FLAG, api="sandbox"),
+           choices=SANDBOX_MODES, toml="sandbox", rank=25, refusal=Refusal.FLAG, api="sandbox"),
     Option("sandbox_network", "--sandbox-network", Kind.CHOICE,
            "replay-only, continuation: in the sandbox reach only the gateway (gateway, the default) or the "
            "host's network (host).", default=SANDBOX_NETWORKS[0], modes=_AGENT, choices=SANDBOX_NETWORKS,
-           refusal=Refusal.FLAG, api="sandbox_network"),
+           toml="sandbox_network", rank=26, refusal=Refusal.FLAG, api="sandbox_network"),
     Option("sandbox_allow", "--sandbox-allow", Kind.PATHS,
            "replay-only, continuation: in the sandbox let the agent write PATH too (repeatable).",
-           metavar="PATH", modes=_AGENT, refusal=Refusal.FLAG, api="sandbox_allow"),
+           metavar="PATH", modes=_AGENT, toml="sandbox_allow", rank=27, refusal=Refusal.FLAG,
+           api="sandbox_allow"),
+    Option("sandbox_memory", "--sandbox-memory", Kind.SIZE,
+           "replay-only, continuation: at most SIZE of memory (512M, 2G) for the agent and all it starts, "
+           "through a cgroup of the run's (exit 69 where none can be made); past it the kernel kills.",
+           metavar="SIZE", modes=_AGENT, toml="sandbox_memory", rank=28, refusal=Refusal.FLAG,
+           api="sandbox_memory", starts="starts nothing"),
+    Option("sandbox_cpus", "--sandbox-cpus", Kind.CPUS,
+           "replay-only, continuation: at most N CPUs' time (0.5, 2) for the agent and all it starts, "
+           "through the run's cgroup.", metavar="N", modes=_AGENT, toml="sandbox_cpus", rank=29,
+           refusal=Refusal.FLAG, api="sandbox_cpus", starts="starts nothing"),
     Option("no_progress", "--no-progress", Kind.FLAG, default=False, shared="progress"),
     # the Python API's own: replay.toml has them in an [agents.NAME] table
     Option("agent_env", None, Kind.OBJECT, "Variables added to the agent's environment.", default=None,

@@ -163,6 +163,8 @@ def continue_run(
     sandbox: str | None = None,
     sandbox_network: str = "gateway",
     sandbox_allow: Sequence[os.PathLike[str] | str] | None = None,
+    sandbox_memory: str | int | None = None,
+    sandbox_cpus: str | float | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> Result:
     """Continue ``source`` after step ``after_step`` in ``workspace`` with the live model at
@@ -175,7 +177,9 @@ def continue_run(
     (``TrajectoryReplay.restore_handoff``; as ``--child-run``); ``refuse_outside`` and
     ``allow_unrecorded`` are ``--refuse-outside`` and ``--allow-unrecorded``; ``sandbox`` (``auto``,
     ``bwrap``, ``none``; None: ``PVISOR_SANDBOX``, else ``auto``), ``sandbox_network`` and
-    ``sandbox_allow`` as ``--sandbox``, ``--sandbox-network`` and ``--sandbox-allow``; ``warn``
+    ``sandbox_allow`` as ``--sandbox``, ``--sandbox-network`` and ``--sandbox-allow``;
+    ``sandbox_memory`` (``"2G"``, or bytes) and ``sandbox_cpus`` (``1.5``) as ``--sandbox-memory``
+    and ``--sandbox-cpus``; ``warn``
     gets each warning line (default: ignored; they are in the document too), the plan's lines among them.
 
     Returns a :class:`Result` whenever a result document was written (also for status

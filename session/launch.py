@@ -193,6 +193,7 @@ async def launch_agent(
     end_grace: float = 30.0,
     keep: Collection[int] = (),
     sandbox: Sandbox | None = None,
+    enter: Callable[[], None] | None = None,
 ) -> tuple[int | None, bool, bool, int, bool]:
     """Run the agent; returns (returncode, timed out, interrupted, stray processes ended,
     stopped after the end). On ``--timeout`` or a stop signal the agent's process group is
@@ -206,10 +207,14 @@ async def launch_agent(
     pvisor's SIGTERM to its process group reaches the relay alone, which stops the agent with
     the same grace and writes its status (the agent's return code, the processes it ended);
     pvisor kills the group after :data:`SANDBOX_GRACE_S`. A sandbox that does not start (bwrap's
-    mounts, the relay) raises UnavailableError with bwrap's or the relay's line: the agent never ran."""
+    mounts, the relay) raises UnavailableError with bwrap's or the relay's line: the agent never ran.
+
+    ``enter``: run in the started process between fork and exec, after the rest of its
+    ``preexec_fn`` (the run's cgroup: :meth:`~pvisor.session.limits.RunCgroup.enter`), so that
+    the agent, or bwrap and everything in the sandbox, is born inside."""
     if stop.event.is_set():  # a signal came while the gateway started: never start the agent
         return None, False, True, 0, False
-    argv, pass_fds, preexec = plan.argv, (), die_with_parent()
+    argv, pass_fds, preexec = plan.argv, (), _then(die_with_parent(), enter)
     ready_r = ready_w = -1
     if sandbox is not None:
         ready_r, ready_w = os.pipe()
@@ -255,6 +260,18 @@ async def launch_agent(
         returncode = status["returncode"]  # the agent's, not bwrap's
         strays += int(status.get("strays") or 0)
     return returncode, timed_out, interrupted, strays, after_end
+
+
+def _then(first: Callable[[], None] | None, then: Callable[[], None] | None) -> Callable[[], None] | None:
+    """A ``preexec_fn`` running ``first``, then ``then`` (either may be None)."""
+    if first is None or then is None:
+        return first or then
+
+    def preexec() -> None:
+        first()
+        then()
+
+    return preexec
 
 
 def _ignoring_stops(then: Callable[[], None] | None) -> Callable[[], None]:

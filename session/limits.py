@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import signal
 import time
 from dataclasses import dataclass, field
@@ -50,19 +49,24 @@ from typing import Any
 
 from pvisor.core.errors import UnavailableError, UsageError
 
+# the values are read in core (replay.toml reads them too); named here, where they are used
+from pvisor.core.resources import MIN_CPUS as MIN_CPUS
+from pvisor.core.resources import MIN_MEMORY as MIN_MEMORY
+from pvisor.core.resources import cpu_share, size_bytes
+
 #: where the kernel's cgroup hierarchies are mounted
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 #: the CFS period pvisor sets (the kernel's default, 100 ms), in µs; a quota is a share of it
 CPU_PERIOD_US = 100_000
-#: the smallest quota the kernel takes (1 ms per period): at least 0.01 CPU
-MIN_CPUS = 0.01
-#: the smallest memory limit accepted: below it no agent starts, and the error would be obscure
-MIN_MEMORY = 4 * 1024 * 1024
 #: how long :meth:`RunCgroup.close` keeps killing what is left in the cgroup (new forks included)
 KILL_DEADLINE_S = 5.0
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+
+class LimitsUnavailable(UnavailableError):
+    """No cgroup for the run's limits can be made here (exit 69; a replay's result code
+    ``limits_unavailable``)."""
+
+    code = "limits_unavailable"
 
 
 class CgroupVersion(Enum):
@@ -74,33 +78,22 @@ class CgroupVersion(Enum):
 
 def parse_size(text: str, option: str = "--sandbox-memory") -> int:
     """Bytes of a size written ``2G``, ``512M``, ``1.5g``, ``64MiB``, ``300k`` or ``1048576``
-    (powers of 1024; a bare number is bytes). UsageError (exit 2) naming ``option`` for anything
-    else, or for less than :data:`MIN_MEMORY`."""
-    m = _SIZE.match(text)
-    if m is None:
-        raise UsageError(
-            f"{option} {text!r}: expected a size such as 512M, 2G or a number of bytes (K, M, G, T: powers "
-            "of 1024)"
-        )
-    size = int(float(m.group(1)) * _UNITS[m.group(2).lower()])
-    if size < MIN_MEMORY:
-        raise UsageError(f"{option} {text!r}: at least 4M is needed for an agent to start")
-    return size
+    (:func:`pvisor.core.resources.size_bytes`). UsageError (exit 2) naming ``option`` for
+    anything else, or for less than :data:`MIN_MEMORY`."""
+    try:
+        return size_bytes(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} {text!r}: {exc}") from None
 
 
 def parse_cpus(text: str, option: str = "--sandbox-cpus") -> float:
-    """The CPUs of ``--sandbox-cpus N`` (``0.5``, ``2``): the share of one CPU's time per period
-    the agent's processes may use together. UsageError (exit 2) naming ``option`` for anything
-    but a number of at least :data:`MIN_CPUS`."""
+    """The CPUs of ``--sandbox-cpus N`` (``0.5``, ``2``; :func:`pvisor.core.resources.cpu_share`):
+    the share of one CPU's time per period the agent's processes may use together. UsageError
+    (exit 2) naming ``option`` for anything but a number of at least :data:`MIN_CPUS`."""
     try:
-        cpus = float(text)
-    except ValueError:
-        cpus = float("nan")
-    if not (cpus >= MIN_CPUS) or cpus == float("inf"):
-        raise UsageError(
-            f"{option} {text!r}: expected a number of CPUs of at least {MIN_CPUS:g}, such as 0.5 or 2"
-        )
-    return cpus
+        return cpu_share(text)
+    except ValueError as exc:
+        raise UsageError(f"{option} {text!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -309,12 +302,12 @@ class RunCgroup:
         cls, run_id: str, limits: ResourceLimits, root: Path = CGROUP_ROOT, proc_cgroup: str | None = None
     ) -> "RunCgroup":
         """Make ``pvisor-<run_id>`` where :func:`detect` says, with ``limits`` set. Raises
-        UnavailableError (exit 69), one line naming the option and why, when no cgroup can be
+        :class:`LimitsUnavailable` (exit 69), one line naming the option and why, when no cgroup can be
         made or a limit cannot be set (what was made is removed)."""
         support = detect(limits, root, proc_cgroup)
         if support.version is None:
             option = " and ".join(limits.option_of(c) for c in limits.controllers) or "a limit"
-            raise UnavailableError(
+            raise LimitsUnavailable(
                 f"{option} needs a writable cgroup: {support.reason} (docs/replay.md, "
                 '"Limits: memory and CPU")'
             )
@@ -335,7 +328,7 @@ class RunCgroup:
             cg.close()
             why = os.strerror(exc.errno) if exc.errno else type(exc).__name__
             where = exc.filename or (made[-1] if made else next(iter(support.parents.values())))
-            raise UnavailableError(f"cannot set up the run's cgroup {where}: {why}") from None
+            raise LimitsUnavailable(f"cannot set up the run's cgroup {where}: {why}") from None
         return cg
 
     def _set_limits(self) -> None:

@@ -82,6 +82,7 @@ from pvisor.session.replay_checks import (
     check_options,
     check_own_workspace,
     has_key,
+    limits_of,
     resolved,
 )
 from pvisor.session.replay_options import (
@@ -92,7 +93,7 @@ from pvisor.session.replay_options import (
 )
 from pvisor.session.replay_result import failure, fill_after, fill_prefix, remove_prefix_files
 from pvisor.session.run import RunReport, RunRequest, run_agent, without_userinfo
-from pvisor.session.sandbox import SandboxMode, SandboxNetwork, default_mode, failed_calls
+from pvisor.session.sandbox import SandboxMode, SandboxNetwork, default_mode, failed_calls, resolve_mode
 
 
 #: the names this module gave before its split (the options moved to :mod:`.replay_options`)
@@ -442,6 +443,11 @@ def _run_with_playback(
             holder["responder"] = responder
             return responder
 
+        # resolved here (auto: bwrap or none, its one warning): a sandboxed continuation gets a dummy key
+        sandbox = resolve_mode(
+            _enum(SandboxMode, opts.sandbox, "sandbox") or default_mode(SandboxMode.AUTO), warn
+        )
+        limits = limits_of(opts)
         request = RunRequest(
             agent=opts.agent,
             task=rec.task,
@@ -466,14 +472,15 @@ def _run_with_playback(
             child_run=opts.child_run,
             child_option=opts.child_option,
             child_claimed=claimed,
-            # a local upstream and no key of the user's: the agent still wants one to start
-            dummy_key=bool(live and opts.upstream and d.key_env and not has_key(opts, d.key_env)),
-            sandbox=_enum(SandboxMode, opts.sandbox, "sandbox") or default_mode(SandboxMode.AUTO),
+            dummy_key=_dummy_key(opts, d, live, sandbox, warn),
+            sandbox=sandbox,
             sandbox_network=_enum(SandboxNetwork, opts.sandbox_network, "sandbox_network")
             or SandboxNetwork.GATEWAY,
             sandbox_allow=[Path(p) for p in opts.sandbox_allow or ()],
             # what the recorded run used: hidden from the agent (the recorded calls name it)
             sandbox_hide=[Path(p) for p in (rec.workspace, rec.home, rec.run_dir) if p],
+            sandbox_memory=limits.memory if limits is not None else None,
+            sandbox_cpus=limits.cpus if limits is not None else None,
         )
         try:
             report = run_agent(request, warn)
@@ -481,6 +488,26 @@ def _run_with_playback(
             exc.code = "agent_unavailable"  # type: ignore[attr-defined]
             raise
     return holder["responder"], report
+
+
+def _dummy_key(
+    opts: ReplayOptions, d: Any, live: bool, sandbox: SandboxMode, warn: Callable[[str], None]
+) -> bool:
+    """Whether the agent of a continuation gets a dummy key (the gateway swaps the user's key in
+    when it forwards: :func:`~pvisor.session.run.key_swap`): in a sandbox, so that no recorded or
+    live call can read the user's key; and with a local upstream and no key of the user's, since
+    the agent still wants one to start. Not in intercept mode, whose forwards are never swapped
+    (a sandboxed agent then keeps the key: one warning)."""
+    if not live or not d.key_env:
+        return False
+    if sandbox is SandboxMode.BWRAP:
+        if opts.intercept is None:
+            return True
+        warn(
+            f"intercept mode: the sandboxed agent holds your {d.key_env} (a dummy key is swapped through "
+            "the reverse proxy only; drop --intercept to keep the key out of the sandbox)"
+        )
+    return bool(opts.upstream and not has_key(opts, d.key_env))
 
 
 def _enum(kind: Any, value: Any, name: str) -> Any:

@@ -23,6 +23,7 @@ from pvisor.replay.prepare import check_utf8_option
 from pvisor.replay.source import descriptor, finish_at
 from pvisor.replay.spec import REASONING, collect, raise_problems
 from pvisor.session.launch import find_executable
+from pvisor.session.limits import ResourceLimits, parse_cpus, parse_size
 from pvisor.session.replay_options import ReplayOptions
 from pvisor.session.run import without_userinfo
 
@@ -63,6 +64,7 @@ def check_options(opts: ReplayOptions, problems: list[PvisorError]) -> tuple[Any
         problems.append(UsageError(f"--timeout must be more than 0 seconds, not {opts.timeout:g}"))
     if opts.model is not None and not opts.model.strip():
         problems.append(UsageError("--model is empty: give a model name, or leave the option out"))
+    collect(problems, limits_of, opts)
     if (
         workspace_ok
         and opts.workspace is not None
@@ -77,6 +79,19 @@ def check_options(opts: ReplayOptions, problems: list[PvisorError]) -> tuple[Any
             )
         )
     return d, source_ok
+
+
+def limits_of(opts: ReplayOptions) -> ResourceLimits | None:
+    """The limits of the run's cgroup (``sandbox_memory``: a size text or bytes;
+    ``sandbox_cpus``: a number or its text), None when neither is given. UsageError (exit 2)
+    naming ``--sandbox-memory`` or ``--sandbox-cpus`` for a bad value."""
+    memory, cpus = opts.sandbox_memory, opts.sandbox_cpus
+    if memory is None and cpus is None:
+        return None
+    return ResourceLimits(
+        memory=None if memory is None else parse_size(str(memory)),
+        cpus=None if cpus is None else parse_cpus(str(cpus)),
+    )
 
 
 def _check_texts(opts: ReplayOptions, problems: list[PvisorError]) -> bool:

@@ -42,7 +42,10 @@ class ReplayOptions:
     (:mod:`pvisor.replay.plan`); ``allow_unrecorded``: re-run the calls of steps 1..N that have
     no recorded result instead of refusing them (``observation_not_recorded``); ``sandbox``
     (:class:`~pvisor.session.sandbox.SandboxMode` or its value; None: ``PVISOR_SANDBOX``, else
-    ``auto``), ``sandbox_network`` and ``sandbox_allow`` (docs/replay.md "The sandbox")."""
+    ``auto``), ``sandbox_network`` and ``sandbox_allow`` (docs/replay.md "The sandbox");
+    ``sandbox_memory`` (a size: ``"2G"`` or bytes) and ``sandbox_cpus`` (a number, or its text):
+    the limits of the run's cgroup, None for none (docs/replay.md "Limits: memory and CPU";
+    read by :func:`~pvisor.session.replay_checks.limits_of`)."""
 
     agent: str
     after_step: int
@@ -76,6 +79,8 @@ class ReplayOptions:
     sandbox: Any = None
     sandbox_network: Any = "gateway"
     sandbox_allow: list[Path] | None = None
+    sandbox_memory: Any = None
+    sandbox_cpus: Any = None
 
 
 #: the name of the options before continuation came

@@ -34,6 +34,7 @@ documented codes (2 usage, 65 bad data, 69 unavailable, 124 timeout, 128 + N aft
 from __future__ import annotations
 
 import asyncio
+import enum
 import os
 import re
 import secrets
@@ -89,6 +90,7 @@ from pvisor.session.launch import (
     native_trajectory,
     write_files,
 )
+from pvisor.session.limits import ResourceLimits, RunCgroup
 from pvisor.session.sandbox import (
     Sandbox,
     SandboxMode,
@@ -162,7 +164,10 @@ class RunRequest:
     ``sandbox``: where the agent runs (:class:`~pvisor.session.sandbox.SandboxMode`: ``none``
     for ``pvisor run`` unless asked; ``auto`` resolves to bwrap or none), ``sandbox_network``
     its network rule, ``sandbox_allow`` more writable paths, ``sandbox_hide`` more hidden ones
-    (a replay's recorded workspace).
+    (a replay's recorded workspace). ``sandbox_memory`` (bytes) and ``sandbox_cpus`` (CPUs):
+    the limits of a cgroup the agent (or its sandbox) is started in, with or without a sandbox
+    (:mod:`pvisor.session.limits`; None: no limit; UnavailableError, exit 69, before anything
+    is recorded where no cgroup can be made).
     """
 
     agent: str
@@ -199,6 +204,24 @@ class RunRequest:
     sandbox_network: SandboxNetwork = SandboxNetwork.GATEWAY
     sandbox_allow: list[Path] = field(default_factory=list)
     sandbox_hide: list[Path] = field(default_factory=list)
+    sandbox_memory: int | None = None
+    sandbox_cpus: float | None = None
+
+    @property
+    def limits(self) -> ResourceLimits | None:
+        """The cgroup's limits, None without ``sandbox_memory`` and ``sandbox_cpus``."""
+        if self.sandbox_memory is None and self.sandbox_cpus is None:
+            return None
+        return ResourceLimits(memory=self.sandbox_memory, cpus=self.sandbox_cpus)
+
+
+class AgentKey(str, enum.Enum):
+    """The key the agent was given (the ``key`` of the result's and the report's ``sandbox``
+    record; docs/replay.md "Keys in a continuation")."""
+
+    AGENT = "agent"  #: its own: the user's key in its environment (or its own login), readable by its tools
+    DUMMY = "dummy"  #: a dummy, and no key put in its place (nothing forwarded, or no user key to add)
+    SWAPPED = "swapped"  #: a dummy; the gateway puts the user's key in its place when it forwards
 
 
 @dataclass(frozen=True)
@@ -575,6 +598,10 @@ class _Start:
     sandbox: SandboxMode = SandboxMode.NONE
     #: the agent's sandbox once planned (:func:`_plan_sandbox`), None without one
     box: Sandbox | None = None
+    #: the run's cgroup (``sandbox_memory``, ``sandbox_cpus``), None without limits
+    cgroup: RunCgroup | None = None
+    #: the key the agent was given (set by :func:`_prepare_launch`)
+    key: AgentKey = AgentKey.AGENT
 
     @property
     def attempt(self) -> int:
@@ -627,11 +654,18 @@ def _run_agent(req: RunRequest, warn: Warn) -> RunReport:
         sandbox=sandbox,
     )  # fmt: skip
     try:
+        limits = req.limits
+        if limits is not None:
+            # before the gateway, the journal and the agent: no cgroup, nothing run (exit 69)
+            start.cgroup = RunCgroup.create(run_id, limits)
         return asyncio.run(_run(start))
     except BaseException:
         if child is not None:
             release_child(req.journal_path, child.id)
         raise
+    finally:
+        if start.cgroup is not None:
+            start.cgroup.close()  # (closed after the agent's end already: a no-op then)
 
 
 def session_config(start: _Start) -> tuple[SessionConfig, Responder | None, str]:
@@ -824,6 +858,9 @@ def _prepare_launch(
             else None
         ),
     )
+    start.key = (
+        AgentKey.SWAPPED if start.agent_key else AgentKey.DUMMY if ctx.api_key is not None else AgentKey.AGENT
+    )
     plan = profile.plan(ctx, req.task, session_id=start.resume.session_id if start.resume else None)
     if req.agent_args:
         plan.argv = profile.with_arguments(plan.argv, req.agent_args)
@@ -947,7 +984,11 @@ async def _attempt(
         req.end_grace,
         keep,
         box,
+        start.cgroup.enter if start.cgroup is not None else None,
     )
+    if start.cgroup is not None:
+        # what is left in it killed (for up to seconds: off the event loop), its report read
+        await asyncio.get_running_loop().run_in_executor(None, start.cgroup.close)
     _, timed_out, interrupted, _, after_end = ran
     stopped = timed_out or interrupted or after_end
     if stopped:
@@ -1017,6 +1058,8 @@ def _report(
     )
     if start.box is not None:
         report.sandbox = start.box.to_json()
+    cgroup = start.cgroup.report if start.cgroup is not None else None
+    report.sandbox.update(key=start.key.value, limits=cgroup.to_json() if cgroup is not None else None)
     report.exit_code = stop.exit_code if interrupted else 124 if timed_out else (report.agent_exit_code or 0)
     if report.failed_by_own_account:
         report.exit_code = EXIT_AGENT_FAILED

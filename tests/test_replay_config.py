@@ -50,6 +50,11 @@ allow_unrecorded = false
 allow_unsupported = false
 protocol = "anthropic"
 profile_from = "other.db:r-1"
+sandbox = "bwrap"
+sandbox_network = "host"
+sandbox_allow = ["cache", "/opt/tools"]
+sandbox_memory = "1.5G"
+sandbox_cpus = 2
 
 [agents.claude-code]
 entrypoint = "bin/claude"
@@ -117,11 +122,17 @@ def test_full_file_reads_back_every_key_with_its_type(tmp_path: Path, elsewhere:
         "allow_unsupported": False,
         "protocol": "anthropic",
         "profile_from": f"{cfg_dir / 'other.db'}:r-1",
+        "sandbox": "bwrap",
+        "sandbox_network": "host",
+        "sandbox_allow": [str(cfg_dir / "cache"), "/opt/tools"],  # relative to the file's directory
+        "sandbox_memory": 1536 * 1024 * 1024,  # bytes
+        "sandbox_cpus": 2.0,
     }
     assert set(config.options) == set(OPTION_KEYS)  # the fixture really sets every key
     assert type(config.options["after_step"]) is int and type(config.options["max_steps"]) is int
     assert type(config.options["timeout"]) is float
     assert type(config.options["force"]) is bool
+    assert type(config.options["sandbox_memory"]) is int and type(config.options["sandbox_cpus"]) is float
 
     assert config.agents == {
         "claude-code": AgentSettings(
@@ -324,6 +335,17 @@ BAD_TOP_LEVEL = [
     ('upstream = "ftp://host"', "upstream", ["expected an http:// or https:// URL"]),
     ('upstream = "https://host:99999"', "upstream", ["expected an http:// or https:// URL"]),
     ("agents = 3", "agents", ["expected a table of [agents.NAME] tables, got integer"]),
+    ('sandbox = "docker"', "sandbox", ["unknown value 'docker'", "expected one of auto, bwrap, none"]),
+    ('sandbox_network = "all"', "sandbox_network", ["unknown value 'all'", "expected one of gateway, host"]),
+    ('sandbox_allow = "cache"', "sandbox_allow", ["expected an array of paths, got string"]),
+    ("sandbox_allow = [1]", "sandbox_allow[0]", ["expected a string, got integer"]),
+    ('sandbox_allow = ["a", ""]', "sandbox_allow[1]", ["expected a non-empty string"]),
+    ('sandbox_memory = "lots"', "sandbox_memory", ["'lots'", "expected a size such as 512M"]),
+    ("sandbox_memory = 1024", "sandbox_memory", ["'1024'", "at least 4M"]),
+    ("sandbox_memory = 2.5", "sandbox_memory", ["expected a size", "got float"]),
+    ("sandbox_cpus = 0", "sandbox_cpus", ["expected a number of CPUs of at least 0.01"]),
+    ('sandbox_cpus = "2"', "sandbox_cpus", ["expected a number of CPUs", "got string"]),
+    ("sandbox_cpus = true", "sandbox_cpus", ["expected a number of CPUs", "got boolean"]),
 ]
 
 

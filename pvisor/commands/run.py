@@ -20,6 +20,7 @@ from pvisor.commands.params import (
     max_response_body_option,
 )
 from pvisor.core.errors import EXIT_TIMEOUT
+from pvisor.session.limits import parse_cpus, parse_size
 from pvisor.session.run import RunRequest, run_agent
 from pvisor.session.sandbox import SandboxMode, SandboxNetwork, default_mode
 
@@ -146,6 +147,21 @@ def _warn(message: str) -> None:
     metavar="PATH",
     help="In the sandbox: let the agent write PATH too (repeatable).",
 )
+@click.option(
+    "--sandbox-memory",
+    "sandbox_memory",
+    metavar="SIZE",
+    default=None,
+    help="At most SIZE of memory (512M, 2G) for the agent and all it starts, through a cgroup of the "
+    "run's, with or without a sandbox (exit 69 where none can be made); past it the kernel kills.",
+)
+@click.option(
+    "--sandbox-cpus",
+    "sandbox_cpus",
+    metavar="N",
+    default=None,
+    help="At most N CPUs' time (0.5, 2) for the agent and all it starts, through the run's cgroup.",
+)
 @max_response_body_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON for machines.")
 @click.argument("task", nargs=-1, required=False)
@@ -171,6 +187,8 @@ def run(
     sandbox: str | None,
     sandbox_network: str,
     sandbox_allow: tuple[str, ...],
+    sandbox_memory: str | None,
+    sandbox_cpus: str | None,
     max_response_body: int,
     as_json: bool,
     task: tuple[str, ...],
@@ -219,6 +237,9 @@ def run(
         sandbox=SandboxMode(sandbox) if sandbox else default_mode(SandboxMode.NONE),
         sandbox_network=SandboxNetwork(sandbox_network),
         sandbox_allow=[Path(p) for p in sandbox_allow],
+        # a bad value: exit 2 naming the option, before anything runs
+        sandbox_memory=parse_size(sandbox_memory) if sandbox_memory is not None else None,
+        sandbox_cpus=parse_cpus(sandbox_cpus) if sandbox_cpus is not None else None,
     )
     undo = show_on_stderr(
         ("pvisor.journal", "pvisor.gateway")
@@ -292,6 +313,19 @@ def _own_status(r) -> str:
     return f"; by its own account: {own.outcome.value}" + (f" ({own.detail})" if own.detail else "")
 
 
+def _limits_line(limits: dict) -> str:
+    """The report's line on the run's cgroup: its limits and what they did."""
+    said = []
+    if limits["memory_limit"] is not None:
+        hit = "; limit hit" if limits["memory_limit_hit"] else ""
+        kills = f", {limits['oom_kills']} process(es) killed by the kernel" if limits["oom_kills"] else ""
+        peak = f", peak {limits['memory_peak']} bytes" if limits["memory_peak"] is not None else ""
+        said.append(f"memory {limits['memory_limit']} bytes{peak}{hit}{kills}")
+    if limits["cpus"] is not None:
+        said.append(f"{limits['cpus']:g} CPUs, throttled {limits['cpu_throttled']} time(s)")
+    return f"{'; '.join(said)} (cgroup {limits['version']})"
+
+
 def _print_report(r) -> None:
     version = f" {r.agent_version}" if r.agent_version else ""
     click.echo(f"run {r.run}  agent {r.agent}{version}  attempt {r.attempt}")
@@ -306,6 +340,9 @@ def _print_report(r) -> None:
     click.echo(f"  agent: {status}")
     if r.sandbox.get("mode") != "none":
         click.echo(f"  sandbox: {r.sandbox['mode']} (network {r.sandbox['network']})")
+    limits = r.sandbox.get("limits")
+    if limits is not None:
+        click.echo(f"  limits: {_limits_line(limits)}")
     if r.steps is not None:
         calls = ", ".join(map(str, r.tool_calls_per_step))
         click.echo(
