@@ -83,6 +83,10 @@ ERROR_CODES: dict[str, str] = {
     "agent_unavailable": (
         "the agent's executable is missing, cannot run, or reports a version outside its profile (exit 69)"
     ),
+    "sandbox_unavailable": (
+        "--sandbox bwrap where bubblewrap is missing or cannot make its namespaces, or a sandbox that did "
+        "not start the agent (exit 69)"
+    ),
     "diverged": (
         "the agent's request did not carry what playback served (the task, an action, a tool it calls): see "
         "divergence (exit 1)"

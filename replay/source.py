@@ -323,6 +323,11 @@ def unrecorded_calls(
     return found
 
 
+#: the end of the ``observation_not_recorded`` line, true in every mode: prepare-only has no
+#: result to put there, the modes that run the agent can let it run the calls again
+RERUN_HINT = "; replay-only and continuation re-run them with --allow-unrecorded"
+
+
 def unrecorded_error(
     found: Sequence[tuple[Step, list[ToolCall]]], after_step: int, where: str, native: bool
 ) -> ReplayBadInput:
@@ -335,13 +340,13 @@ def unrecorded_error(
             "observation_not_recorded",
             f"--after-step {after_step}: A_{after_step} made {len(step.action.tool_calls)} tool call(s) "
             f"and {where} has no request {after_step + 1} holding their results; choose N < "
-            f"{after_step}, or N = {after_step} from the agent's native file",
+            f"{after_step}, or N = {after_step} from the agent's native file{RERUN_HINT}",
         )
     choose = f"choose N < {step.n}" if step.n > 1 else "only N = 0 is possible"
     return ReplayBadInput(
         "observation_not_recorded",
         f"--after-step {after_step}: {where} holds no result for {len(missing)} tool "
-        f"call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}",
+        f"call(s) of A_{step.n} ({', '.join(c.name for c in missing)}); {choose}{RERUN_HINT}",
     )
 
 

@@ -25,7 +25,7 @@ from pvisor.gateway.parent_death import die_with_parent
 from pvisor.core.errors import UnavailableError
 from pvisor.core.outfile import open_private
 from pvisor.journal.paths import absolute, make_directories
-from pvisor.session.sandbox import Sandbox
+from pvisor.session.sandbox import Sandbox, SandboxUnavailable
 from pvisor.session.session import StopSignals
 from pvisor.session.supervise import (
     KILL_GRACE_S,
@@ -291,7 +291,7 @@ async def _sandbox_started(
     proc: Any, ready_r: int, stderr_path: Path, sandbox: Sandbox, journal: Any, run_id: str, attempt: int
 ) -> None:
     """Wait for the relay's first line (it started the agent) or for bwrap's end; a sandbox that
-    ended without starting the agent ends the attempt and raises AgentUnavailable (exit 69)
+    ended without starting the agent ends the attempt and raises SandboxUnavailable (exit 69)
     with bwrap's or the relay's own line."""
     loop = asyncio.get_running_loop()
     try:
@@ -309,7 +309,9 @@ async def _sandbox_started(
     if not why:
         why = _last_line(stderr_path) or f"bwrap exited with {exit_status(proc.returncode)}"
     journal.end_attempt(run_id, attempt, None, {"error": f"the sandbox did not start: {why}"})
-    raise AgentUnavailable(f"the sandbox did not start the agent: {why} (--sandbox none runs it without one)")
+    raise SandboxUnavailable(
+        f"the sandbox did not start the agent: {why} (--sandbox none runs it without one)"
+    )
 
 
 def _read_line(fd: int) -> str:

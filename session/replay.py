@@ -93,7 +93,14 @@ from pvisor.session.replay_options import (
 )
 from pvisor.session.replay_result import failure, fill_after, fill_prefix, remove_prefix_files
 from pvisor.session.run import RunReport, RunRequest, run_agent, without_userinfo
-from pvisor.session.sandbox import SandboxMode, SandboxNetwork, default_mode, failed_calls, resolve_mode
+from pvisor.session.sandbox import (
+    SandboxMode,
+    SandboxNetwork,
+    default_mode,
+    failed_calls,
+    resolve_mode,
+    sandbox_summary,
+)
 
 
 #: the names this module gave before its split (the options moved to :mod:`.replay_options`)
@@ -158,6 +165,12 @@ class ReplayOnlyOutcome:
                 f"continued {head.format('after')}: {rerun}; {where}; {sent}; {went}; ended by {ended_live}"
             )
         return f"replayed {head.format('to')}: {rerun}; {where}; the agent ended by {ended}"
+
+    def sandbox_line(self) -> str | None:
+        """The line printed after the summary (and before an error): where the agent ran and how
+        many calls its sandbox stopped (:func:`~pvisor.session.sandbox.sandbox_summary`); None
+        when the agent did not run."""
+        return sandbox_summary(self.result.get("sandbox"))
 
 
 def _record(opts: ReplayOnlyOptions) -> Any:

@@ -96,9 +96,12 @@ from pvisor.session.sandbox import (
     SandboxMode,
     SandboxNetwork,
     UnixRelay,
+    check_allow,
     no_sandbox,
     plan_sandbox,
     resolve_mode,
+    sandbox_record,
+    unused_options,
 )
 from pvisor.session.session import Session, SessionConfig, StopSignals
 from pvisor.session.steps import derive_steps, snapshot_warnings
@@ -145,7 +148,8 @@ class RunRequest:
     agent a dummy key even with an upstream or the public API (``--dummy-key``): the user's key
     of the profile's ``key_env`` (from ``agent_env``, else pvisor's environment) goes to the
     gateway, which puts it in place of the dummy when it forwards (:func:`key_swap`), and every
-    other credential variable is removed from the agent's environment, as in an offline run; with
+    other model-provider credential variable is removed from the agent's environment, as in an
+    offline run (:func:`~pvisor.adapters.agents.base.offline_credentials`); with
     no such key (a local model server that checks none) the dummy is forwarded as it is.
     ``snapshots``: snapshot the workspace at the start,
     at every candidate main-loop request and at the end (``--no-snapshots`` turns it off), with
@@ -552,17 +556,22 @@ def _load_script(req: RunRequest) -> Any:
 def _sandbox_of(req: RunRequest, use_home: bool, warn: Warn) -> SandboxMode:
     """The sandbox the agent runs in, resolved (:func:`~pvisor.session.sandbox.resolve_mode`):
     UsageError (exit 2) for ``--use-home`` in a sandbox without ``--sandbox-allow`` and for a
-    ``--sandbox-allow`` that is no existing path; SandboxUnavailable (69) for ``--sandbox bwrap``
-    where bwrap cannot run."""
+    ``--sandbox-allow`` that is no existing path, ``/`` or holds what the sandbox hides
+    (:func:`~pvisor.session.sandbox.check_allow`); SandboxUnavailable (69) for ``--sandbox bwrap``
+    where bwrap cannot run. Without a sandbox, one warning for the sandbox options given."""
     for path in req.sandbox_allow:
         check_utf8("--sandbox-allow", path)
         if not os.path.exists(path):
             raise UsageError(
                 f"--sandbox-allow {path}: no such file or directory (expected a path the agent may write)"
             )
-    if req.sandbox is SandboxMode.NONE:
-        return SandboxMode.NONE
+    check_allow(req.sandbox_allow, data_dir_of(req.journal_path), req.sandbox_hide)
     mode = resolve_mode(req.sandbox, warn)
+    if mode is SandboxMode.NONE:
+        unused = unused_options(req.sandbox_network, req.sandbox_allow)
+        if unused is not None:
+            warn(unused)
+        return mode
     if mode is SandboxMode.BWRAP and use_home and not req.sandbox_allow:
         raise UsageError(
             "--use-home in a sandbox: your home is hidden from the agent there; give --sandbox-allow PATH "
@@ -1056,8 +1065,7 @@ def _report(
         stopped_after_end=after_end,
         agent_status=own,
     )
-    if start.box is not None:
-        report.sandbox = start.box.to_json()
+    report.sandbox = sandbox_record(start.box, start.req.sandbox)
     cgroup = start.cgroup.report if start.cgroup is not None else None
     report.sandbox.update(key=start.key.value, limits=cgroup.to_json() if cgroup is not None else None)
     report.exit_code = stop.exit_code if interrupted else 124 if timed_out else (report.agent_exit_code or 0)

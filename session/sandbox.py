@@ -69,7 +69,10 @@ class SandboxNetwork(str, enum.Enum):
 
 
 class SandboxUnavailable(UnavailableError):
-    """``--sandbox bwrap`` where bwrap cannot run, or a sandbox that cannot start (exit 69)."""
+    """``--sandbox bwrap`` where bwrap cannot run, or a sandbox that cannot start (exit 69);
+    a replay's ``errors[].code`` ``sandbox_unavailable``."""
+
+    code = "sandbox_unavailable"
 
 
 def default_mode(fallback: SandboxMode) -> SandboxMode:
@@ -90,10 +93,11 @@ _TRIED: dict[str, str | None] = {}
 
 
 def bwrap_path() -> str | None:
-    """The bwrap executable: :data:`ENV_BWRAP`, else ``bwrap`` on PATH (None: not found)."""
+    """The bwrap executable: :data:`ENV_BWRAP` (a path, or a name looked up on PATH), else
+    ``bwrap`` on PATH (None: not found, or not an executable file)."""
     given = os.environ.get(ENV_BWRAP)
     if given:
-        return given if os.path.isfile(given) and os.access(given, os.X_OK) else None
+        return shutil.which(given)  # a path is checked as it is, a name looked up on PATH
     return shutil.which("bwrap")
 
 
@@ -108,7 +112,10 @@ def bwrap_problem() -> str | None:
     if path is None:
         where = os.environ.get(ENV_BWRAP)
         problem = (
-            f"{ENV_BWRAP}={where}: no such executable"
+            # a directory or a file without execute permission is there, but cannot be run
+            f"{ENV_BWRAP}={where}: not an executable file (expected the bwrap executable)"
+            if where and os.sep in where and os.path.exists(where)
+            else f"{ENV_BWRAP}={where}: no such executable"
             if where
             else "bubblewrap (bwrap) is not installed (the Debian package bubblewrap)"
         )
@@ -314,6 +321,7 @@ class Sandbox:
             "read_only_bound_back": list(self.bound_back),
             "failed_calls": [],
             "tmp_writes": list((self.status or {}).get("tmp") or []),
+            "fallback": None,
         }
 
     def close(self) -> None:
@@ -381,8 +389,9 @@ def plan_sandbox(
     return Sandbox(bwrap, network, writable, hidden, bound_back, socket_dir)
 
 
-def no_sandbox() -> dict[str, Any]:
-    """The sandbox record of an agent run without one."""
+def no_sandbox(fallback: str | None = None) -> dict[str, Any]:
+    """The sandbox record of an agent run without one; ``fallback``: why ``--sandbox auto`` ran
+    none (:func:`bwrap_problem`), None when none was asked for."""
     return {
         "mode": SandboxMode.NONE.value,
         "network": None,
@@ -391,49 +400,115 @@ def no_sandbox() -> dict[str, Any]:
         "read_only_bound_back": [],
         "failed_calls": [],
         "tmp_writes": [],
+        "fallback": fallback,
     }
+
+
+def sandbox_record(box: Sandbox | None, asked: SandboxMode) -> dict[str, Any]:
+    """The sandbox record of a run: what ``box`` allowed, or :func:`no_sandbox` (with why, when
+    ``asked`` was ``auto`` and resolved to none: bwrap's problem here, already found)."""
+    if box is not None:
+        return box.to_json()
+    return no_sandbox(bwrap_problem() if asked is SandboxMode.AUTO else None)
+
+
+def check_allow(allow: Iterable[Path], data_dir: Path, hide: Iterable[Path | str] = ()) -> None:
+    """Refuse (UsageError, exit 2) a ``--sandbox-allow`` path that is ``/`` or holds what the
+    sandbox hides: the user's home (``$HOME``), the pvisor data directory ``data_dir`` (the
+    journal and every run) or ``hide`` (what the recorded run used): bound writable, it would
+    make them visible and writable again. A path inside one of them (``~/.claude``) is allowed:
+    it alone becomes visible and writable."""
+    home = os.environ.get("HOME")
+    hidden = [(p, "your home") for p in [home] if p]
+    hidden.append((data_dir, "the pvisor data directory (the journal and its runs)"))
+    hidden += [(p, "what the recorded run used") for p in hide]
+    for path in allow:
+        r = real(path)
+        if r == "/":
+            raise UsageError(
+                f"--sandbox-allow {path}: the whole file system would be writable and nothing hidden; "
+                "allow only what the agent needs (e.g. --sandbox-allow ~/.claude), or give --sandbox none"
+            )
+        for h, what in hidden:
+            rh = real(h)
+            if rh != "/" and inside(rh, r):
+                raise UsageError(
+                    f"--sandbox-allow {path}: it holds {rh}, {what}, which the sandbox hides (an allowed "
+                    "path is visible and writable to the agent); allow a path inside it (e.g. "
+                    "--sandbox-allow ~/.claude), or give --sandbox none"
+                )
+
+
+def unused_options(network: SandboxNetwork, allow: Iterable[Path]) -> str | None:
+    """The warning for sandbox options given to an agent that runs without a sandbox
+    (``--sandbox-network host``, ``--sandbox-allow``), None when none was given."""
+    given = (["--sandbox-network host"] if network is SandboxNetwork.HOST else []) + (
+        ["--sandbox-allow"] if list(allow) else []
+    )
+    if not given:
+        return None
+    verb = "has" if len(given) == 1 else "have"
+    return (
+        f"{' and '.join(given)} {verb} no effect without a sandbox: the agent runs as your own process, "
+        "with your files and your network"
+    )
 
 
 #: what an observation says when the sandbox stopped a call: (pattern, reason); best effort
 FAILURE_SIGNS: tuple[tuple[str, str], ...] = (
-    (r"[Rr]ead-only file system", "read_only"),
-    (r"Permission denied", "permission_denied"),
-    (r"Network is unreachable|Connection refused|Could not resolve host|Temporary failure in name "
-     r"resolution|Name or service not known|ECONNREFUSED|ENETUNREACH", "network"),
+    (r"[Rr]ead-only file system|EROFS", "read_only"),
+    (r"[Pp]ermission denied|EACCES|EPERM", "permission_denied"),
+    (r"Network is unreachable|Connection refused|Couldn't connect to server|Failed to connect|"
+     r"Could not resolve host|Temporary failure in name resolution|Name or service not known|"
+     r"ECONNREFUSED|ENETUNREACH|EAI_AGAIN|ENOTFOUND", "network"),
 )  # fmt: skip
+#: what an observation says of a path the sandbox hides (an empty directory in its place)
+NOT_FOUND = r"[Nn]o such file or directory|ENOENT"
 
 
 def failed_calls(
-    record: dict[str, Any], observations: list[list[Any]], text_of: Callable[[Any], str]
+    record: dict[str, Any], observations: list[list[Any]], text_of: Callable[[Any], str], first: int = 1
 ) -> list[dict]:
-    """The calls whose observation says the sandbox stopped them: per step (from 1) and result
-    (``call_id``, ``content`` read with ``text_of``), the first line matching
-    :data:`FAILURE_SIGNS`, or "No such file or directory" naming a hidden path (``hidden``).
-    Empty without a sandbox."""
+    """The calls whose observation says the sandbox stopped them: per step (numbered from
+    ``first``) and result (``call_id``, ``content`` read with ``text_of``), one entry
+    ``{step, call_id, reason, evidence, reasons: [{reason, evidence}]}``: ``reasons`` each reason
+    found, in the order of the lines, with the first line that shows it (a line matching
+    :data:`FAILURE_SIGNS`, or :data:`NOT_FOUND` naming a hidden path: ``hidden``); ``reason``
+    and ``evidence`` the first of them. Empty without a sandbox."""
     import re
 
     if record.get("mode") != SandboxMode.BWRAP.value:
         return []
     hidden = [h for h in record.get("hidden", []) if h != "/tmp"]
     found: list[dict] = []
-    for step, results in enumerate(observations, 1):
+    for step, results in enumerate(observations, first):
         for r in results:
             text = text_of(r.content)
-            reason = evidence = None
+            reasons: dict[str, str] = {}
             for line in re.split(r"\r?\n|\\n", text):  # a JSON-encoded output keeps its \n escaped
                 for pattern, why in FAILURE_SIGNS:
-                    if re.search(pattern, line):
-                        reason, evidence = why, line
-                        break
-                if reason is None and "No such file or directory" in line and any(h in line for h in hidden):
-                    reason, evidence = "hidden", line
-                if reason is not None:
-                    break
-            if reason is not None:
-                found.append(
-                    {"step": step, "call_id": r.call_id, "reason": reason, "evidence": evidence.strip()[:200]}
-                )
+                    if why not in reasons and re.search(pattern, line):
+                        reasons[why] = line.strip()[:200]
+                if "hidden" not in reasons and re.search(NOT_FOUND, line) and any(h in line for h in hidden):
+                    reasons["hidden"] = line.strip()[:200]
+            if reasons:
+                listed = [{"reason": why, "evidence": line} for why, line in reasons.items()]
+                found.append({"step": step, "call_id": r.call_id, **listed[0], "reasons": listed})
     return found
+
+
+def sandbox_summary(record: dict[str, Any] | None, where: str = "result.json") -> str | None:
+    """The line a replay prints of its sandbox record (None: the agent did not run): its mode and
+    network and how many calls it stopped (``where`` names the document holding them), or that
+    the calls ran without one (and why, when ``--sandbox auto`` fell back)."""
+    if not record:
+        return None
+    if record.get("mode") != SandboxMode.BWRAP.value:
+        why = f"; {record['fallback']}" if record.get("fallback") else ""
+        return f"sandbox: none (no sandbox: the calls ran as you{why})"
+    n = len(record.get("failed_calls") or [])
+    stopped = f"{n} call(s) stopped by it ({where} sandbox.failed_calls)" if n else "no call stopped by it"
+    return f"sandbox: bwrap (network {record.get('network')}); {stopped}"
 
 
 # --------------------------------------------------------------------------- a relay outside
@@ -501,9 +576,13 @@ __all__ = [
     "SandboxUnavailable",
     "UnixRelay",
     "bwrap_problem",
+    "check_allow",
     "default_mode",
     "failed_calls",
     "no_sandbox",
     "plan_sandbox",
     "resolve_mode",
+    "sandbox_record",
+    "sandbox_summary",
+    "unused_options",
 ]

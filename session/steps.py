@@ -12,9 +12,11 @@ from typing import TYPE_CHECKING, Any, Callable
 from pvisor.adapters.agents.base import AgentProfile
 from pvisor.adapters.chains import classify_run
 from pvisor.adapters.journal_trajectory import build_trajectory
+from pvisor.adapters.native.assembly import text_of
 from pvisor.core.errors import PvisorError
 from pvisor.journal.reader import JournalReader
 from pvisor.replay.snapshots import bind_steps
+from pvisor.session.sandbox import failed_calls
 
 if TYPE_CHECKING:  # a cycle otherwise: run.py imports this module to fill its report
     from pvisor.session.run import RunReport
@@ -68,9 +70,21 @@ def snapshot_warnings(report: RunReport, start: Any, end: Any, warn: Warn) -> No
         warn(f"workspace snapshot: {shown - 5} more (pvisor snapshot ls {report.run})")
 
 
+def stopped_calls(report: RunReport, steps: list[Any]) -> list[dict[str, Any]]:
+    """``sandbox.failed_calls`` of the attempt: the calls of its own steps (the last ones of the
+    main chain, as many as :func:`attempt_steps` counts there) whose observation says the
+    sandbox stopped them (:func:`~pvisor.session.sandbox.failed_calls`); empty without one."""
+    mine = next((c["steps"] for c in report.attempt_steps if c["main"]), 0)
+    own = steps[len(steps) - mine :] if mine else []
+    if not own:
+        return []
+    return failed_calls(report.sandbox, [s.observation.results for s in own], text_of, first=own[0].n)
+
+
 def derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: Warn) -> None:
     """Classify the run's exchanges with the chain rule, store their roles and count the steps
-    (the whole run: every attempt). A failure here is a warning: the capture itself is done."""
+    (the whole run: every attempt), and list the attempt's calls its sandbox stopped
+    (:func:`stopped_calls`). A failure here is a warning: the capture itself is done."""
     try:
         with JournalReader(journal.path) as reader:
             classification = classify_run(reader, report.run, prefer=profile.chain_hint)
@@ -103,5 +117,6 @@ def derive_steps(report: RunReport, journal: Any, profile: AgentProfile, warn: W
             }
         )
         report.attempt_steps = attempt_steps(classification, report.attempt)
+        report.sandbox = dict(report.sandbox, failed_calls=stopped_calls(report, trajectory.steps))
         return
     warn(f"run {report.run}: the steps could not be derived: {report.steps_error}")

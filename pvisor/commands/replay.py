@@ -292,14 +292,20 @@ def _report(replay: Any, result_to: str | None) -> None:
     it went: warnings and the summary line (control characters of the paths it names escaped,
     as every message escapes them: ``--output 'o\x1b[2J'`` must not clear the terminal); with
     ``--result -`` the document on stdout, also the failed one beside an error (stdout stays
-    one JSON value) and the summary on stderr; the error is then raised."""
+    one JSON value) and the summary on stderr; after the summary (or before the error) the line
+    of the agent's sandbox, when an agent ran; the error is then raised."""
     from pvisor.replay.result import dump_result
 
     outcome = replay()
+    # where the agent ran and what its sandbox stopped (None: it did not run; prepare-only's
+    # outcome runs none): a stopped call shows only as an observation that differs otherwise
+    boxed = outcome.sandbox_line() if hasattr(outcome, "sandbox_line") else None
     if outcome.error is not None:
         if result_to == "-":
             sys.stdout.buffer.write(dump_result(outcome.result))
             sys.stdout.buffer.flush()
+        if boxed:
+            _note(one_line(boxed))
         raise outcome.error
     for w in outcome.result["warnings"]:
         _note(f"pvisor: warning: {one_line(w['message'])}")
@@ -307,8 +313,12 @@ def _report(replay: Any, result_to: str | None) -> None:
         sys.stdout.buffer.write(dump_result(outcome.result))
         sys.stdout.buffer.flush()
         _note(one_line(outcome.summary()))
+        if boxed:
+            _note(one_line(boxed))
     else:
         click.echo(one_line(outcome.summary()))
+        if boxed:
+            click.echo(one_line(boxed))
 
 
 def _replay_agent(spec: ReplaySpec, journal: str | None, problems: list[Any]) -> None:
