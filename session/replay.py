@@ -457,9 +457,8 @@ def _run_with_playback(
             return responder
 
         # resolved here (auto: bwrap or none, its one warning): a sandboxed continuation gets a dummy key
-        sandbox = resolve_mode(
-            _enum(SandboxMode, opts.sandbox, "sandbox") or default_mode(SandboxMode.AUTO), warn
-        )
+        asked = _enum(SandboxMode, opts.sandbox, "sandbox") or default_mode(SandboxMode.AUTO)
+        sandbox = resolve_mode(asked, warn)
         limits = limits_of(opts)
         request = RunRequest(
             agent=opts.agent,
@@ -487,6 +486,7 @@ def _run_with_playback(
             child_claimed=claimed,
             dummy_key=_dummy_key(opts, d, live, sandbox, warn),
             sandbox=sandbox,
+            sandbox_asked=asked,
             sandbox_network=_enum(SandboxNetwork, opts.sandbox_network, "sandbox_network")
             or SandboxNetwork.GATEWAY,
             sandbox_allow=[Path(p) for p in opts.sandbox_allow or ()],

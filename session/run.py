@@ -205,6 +205,9 @@ class RunRequest:
     child_claimed: int | None = None
     max_response_body: int | None = None
     sandbox: SandboxMode = SandboxMode.NONE
+    #: what was asked for when a caller resolved ``sandbox`` itself (replay: ``auto``), for the
+    #: record's ``fallback``; None: ``sandbox`` as asked
+    sandbox_asked: SandboxMode | None = None
     sandbox_network: SandboxNetwork = SandboxNetwork.GATEWAY
     sandbox_allow: list[Path] = field(default_factory=list)
     sandbox_hide: list[Path] = field(default_factory=list)
@@ -1065,7 +1068,7 @@ def _report(
         stopped_after_end=after_end,
         agent_status=own,
     )
-    report.sandbox = sandbox_record(start.box, start.req.sandbox)
+    report.sandbox = sandbox_record(start.box, start.req.sandbox_asked or start.req.sandbox)
     cgroup = start.cgroup.report if start.cgroup is not None else None
     report.sandbox.update(key=start.key.value, limits=cgroup.to_json() if cgroup is not None else None)
     report.exit_code = stop.exit_code if interrupted else 124 if timed_out else (report.agent_exit_code or 0)
