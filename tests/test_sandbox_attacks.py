@@ -202,3 +202,47 @@ def test_sandbox_allow_of_the_root_is_refused(tmp_path):
         assert proc.returncode == 2 and len(errors) == 1 and "--sandbox-allow /" in errors[0], proc.stderr
     finally:
         canary.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- 6. files of a later attempt
+
+
+def test_a_resume_writes_no_file_through_a_link_the_sandboxed_attempt_planted(tmp_path):
+    """The run directory outlives the sandbox: attempt 1 (in bwrap) plants ``attempt-2.stdout``
+    and ``attempt-2.relay.json`` as symbolic links to a file outside; ``pvisor run --resume``
+    opens them (``open_private``, ``write_config``: O_CREAT|O_TRUNC without O_NOFOLLOW) as the
+    user, outside any sandbox, and truncates and overwrites what they point at."""
+    victim = Path("/var/tmp") / f"pvisor-victim-{uuid.uuid4().hex}"
+    victim2 = victim.with_name(victim.name + "-2")
+    plant = (
+        f"{RELAY_CONFIG}; d=$(dirname $c); ln -s {victim} $d/attempt-2.stdout; "
+        f"ln -s {victim2} $d/attempt-2.relay.json"
+    )
+    lab = Lab(tmp_path, "codex")
+    try:
+        (lab.recorded / ".arm").write_text("")  # armed in the capture itself: it is attempt 1
+        report = lab.capture([_armed(plant)], "--sandbox", "bwrap")
+        run_dir = Path(report["run_dir"])
+        assert (run_dir / "attempt-2.stdout").is_symlink()  # planted from inside the sandbox
+        victim.write_text("precious\n")
+        victim2.write_text("precious\n")
+        script = lab.root / "script2.json"
+        script.write_text(
+            json.dumps({"model": "mock-model", "seed": 1, "turns": [{"text": "Nothing more."}]})
+        )
+        from agent_helpers import entrypoint, pvisor
+
+        proc = pvisor(
+            ["--journal", str(lab.journal), "run", "--agent", "codex", "--agent-entrypoint",
+             str(entrypoint("codex")), "--script", str(script), "--resume", lab.run, "--sandbox", "bwrap",
+             "--timeout", "120", "--", "Anything else?"],
+            env=user_env(lab.home), cwd=lab.root, timeout=240,
+        )  # fmt: skip
+        assert "Traceback" not in proc.stderr, proc.stderr
+        assert victim.read_text() == "precious\n" and victim2.read_text() == "precious\n", (
+            victim.read_text()[:200],
+            victim2.read_text()[:200],
+        )
+    finally:
+        victim.unlink(missing_ok=True)
+        victim2.unlink(missing_ok=True)
