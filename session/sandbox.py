@@ -417,7 +417,9 @@ def check_allow(allow: Iterable[Path], data_dir: Path, hide: Iterable[Path | str
     sandbox hides: the user's home (``$HOME``), the pvisor data directory ``data_dir`` (the
     journal and every run) or ``hide`` (what the recorded run used): bound writable, it would
     make them visible and writable again. A path inside one of them (``~/.claude``) is allowed:
-    it alone becomes visible and writable."""
+    it alone becomes visible and writable. ``/tmp`` and a path holding it are refused (the
+    machine's own /tmp, with other runs' gateway sockets, in place of the private one), and so
+    is a path holding or inside ``/proc`` or ``/dev`` (the machine's processes and devices)."""
     home = os.environ.get("HOME")
     hidden = [(p, "your home") for p in [home] if p]
     hidden.append((data_dir, "the pvisor data directory (the journal and its runs)"))
@@ -428,6 +430,21 @@ def check_allow(allow: Iterable[Path], data_dir: Path, hide: Iterable[Path | str
             raise UsageError(
                 f"--sandbox-allow {path}: the whole file system would be writable and nothing hidden; "
                 "allow only what the agent needs (e.g. --sandbox-allow ~/.claude), or give --sandbox none"
+            )
+        for system, what in (
+            ("/proc", "the machine's processes"),
+            ("/dev", "the machine's devices"),
+        ):
+            if inside(system, r) or inside(r, system):
+                raise UsageError(
+                    f"--sandbox-allow {path}: {system} would be the machine's own ({what}), not the "
+                    "sandbox's; allow only what the agent needs, or give --sandbox none"
+                )
+        if inside("/tmp", r):
+            raise UsageError(
+                f"--sandbox-allow {path}: it holds /tmp, which would be the machine's own (with other runs' "
+                "gateway sockets) instead of the sandbox's private one; allow a directory inside it, or "
+                "give --sandbox none"
             )
         for h, what in hidden:
             rh = real(h)
