@@ -299,9 +299,9 @@ async def _status_pipe(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTrans
     """A stream reading the relay's status pipe ``fd`` (its lines buffered as they come, so the
     relay never blocks on it), and its transport (closing it closes ``fd``)."""
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader(limit=STATUS_LIMIT, loop=loop)
+    reader = asyncio.StreamReader(limit=STATUS_LIMIT)
     transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader, loop=loop), os.fdopen(fd, "rb", buffering=0)
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
     )
     return reader, transport
 
