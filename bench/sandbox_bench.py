@@ -108,13 +108,18 @@ def hop(requests: int, json_out: str | None) -> None:
     times_file = str(root / "times.json")
     client = [sys.executable, __file__, "--client", str(tcp.server_address[1]), str(relayed), str(requests),
               times_file]  # fmt: skip
-    config = root / "relay.json"
-    config.write_text(json.dumps({"argv": client, "status": str(root / "status.json"),
-                                  "listen": [["127.0.0.1", relayed, unix_path]], "ready_fd": -1, "grace": 5.0,
-                                  "stray_grace": 2.0, "skip_tmp": [], "tmp_listed": 0}))  # fmt: skip
+    config = tempfile.TemporaryFile()  # the relay reads its configuration from a descriptor
+    doc = {"argv": client, "listen": [["127.0.0.1", relayed, unix_path]], "ready_fd": -1, "grace": 5.0,
+           "stray_grace": 2.0, "skip_tmp": [], "tmp_listed": 0}  # fmt: skip
+    config.write(json.dumps(doc).encode())
+    config.flush()
+    config.seek(0)
+    fd = config.fileno()
     from pvisor.session import relay
 
-    subprocess.run([sys.executable, "-I", "-S", relay.__file__, str(config)], check=True, timeout=600)
+    argv = [sys.executable, "-I", "-S", relay.__file__, str(fd)]
+    subprocess.run(argv, check=True, timeout=600, pass_fds=(fd,))
+    config.close()
     times = json.loads(Path(times_file).read_text())
     med = {k: statistics.median(v) for k, v in times.items()}
     report = {"requests": requests, "body_bytes": 65536, "median_ms": med,

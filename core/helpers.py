@@ -71,11 +71,17 @@ def _writer_refusal(args: list[str]) -> str | None:
 
 
 def _relay_refusal(args: list[str]) -> str | None:
-    """The relay runs only with its configuration file, which pvisor writes (0600, JSON)."""
+    """The relay runs only with the descriptor of its configuration, an unlinked file pvisor
+    writes (JSON)."""
     import os
+    import stat
 
-    if not (args[0].endswith(".json") and os.path.isfile(args[0])):
-        return "expected the relay's configuration file (a .json file pvisor writes)"
+    try:
+        ok = args[0].isdigit() and stat.S_ISREG(os.fstat(int(args[0])).st_mode)
+    except OSError:
+        ok = False
+    if not ok:
+        return "expected the descriptor of the relay's configuration (a file pvisor writes)"
     return None
 
 

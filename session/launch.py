@@ -18,14 +18,14 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, BinaryIO, Callable, Collection, Mapping
 
 from pvisor.adapters.agents.base import VERSION_TIMEOUT_S, AgentProfile, LaunchContext, LaunchPlan
 from pvisor.gateway.parent_death import die_with_parent
-from pvisor.core.errors import UnavailableError
-from pvisor.core.outfile import open_private
+from pvisor.core.errors import OutputError, UnavailableError
+from pvisor.core.outfile import create_private, open_private, read_back
 from pvisor.journal.paths import absolute, make_directories
-from pvisor.session.sandbox import Sandbox, SandboxUnavailable
+from pvisor.session.sandbox import STATUS_LIMIT, Sandbox, SandboxUnavailable, inside, parse_status
 from pvisor.session.session import StopSignals
 from pvisor.session.supervise import (
     KILL_GRACE_S,
@@ -45,11 +45,19 @@ from pvisor.session.supervise import (
 EXPORT_TIMEOUT_S = 60.0
 
 #: how much longer than the relay's own stop pvisor waits before it kills a sandbox: the relay
-#: gives the agent :data:`KILL_GRACE_S` and what it left :data:`STRAY_GRACE_S`, then writes its status
+#: gives the agent :data:`KILL_GRACE_S` and what it left :data:`STRAY_GRACE_S`, then says its status
 SANDBOX_GRACE_S = KILL_GRACE_S + STRAY_GRACE_S + 2.0
 
 #: how long bwrap's processes may take to go once it exited, before they count as strays
 SETTLE_S = 1.0
+
+#: how long pvisor waits for the relay's status line once bwrap exited (it is written before)
+STATUS_WAIT_S = 5.0
+
+#: how much of the agent's stdout pvisor reads back (its session id, its final status), bytes
+OUTPUT_LIMIT = 256 << 20
+#: the largest native trajectory pvisor reads, bytes
+NATIVE_LIMIT = 1 << 30
 
 #: ``warn(line)``: one warning line for the user
 Warn = Callable[[str], None]
@@ -169,21 +177,33 @@ def check_version(
     return version
 
 
-def write_files(files: dict[Path, str]) -> None:
-    """Write the plan's files: mode 0600, missing parent directories 0700."""
+def write_files(files: dict[Path, str], beneath: Path | None = None) -> None:
+    """Write the plan's files: mode 0600, missing parent directories 0700. A file in ``beneath``
+    (the run directory, which holds the agent's private home: the agent may write there, and a
+    resumed run finds what it left) is made new through no link
+    (:func:`~pvisor.core.outfile.create_private`). Raises OutputError (exit 74) naming the file
+    when something the agent left is in the way."""
     for path, text in files.items():
-        make_directories(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        try:
+            if beneath is not None and path.is_relative_to(beneath):
+                out = create_private(path, beneath)
+            else:
+                make_directories(path.parent)
+                out = create_private(path)
+            with out:
+                out.write(text.encode("utf-8"))
+        except OSError as exc:
+            raise OutputError(
+                f"cannot write {path}: {exc.strerror or exc} (was it left in the run directory by the agent? "
+                "remove it)"
+            ) from None
 
 
 async def launch_agent(
     plan: LaunchPlan,
     env: dict[str, str],
     workspace: Path,
-    stdout_path: Path,
-    stderr_path: Path,
+    outputs: tuple[BinaryIO, BinaryIO],
     timeout: float,
     run_id: str,
     attempt: int,
@@ -195,17 +215,19 @@ async def launch_agent(
     sandbox: Sandbox | None = None,
     enter: Callable[[], None] | None = None,
 ) -> tuple[int | None, bool, bool, int, bool]:
-    """Run the agent; returns (returncode, timed out, interrupted, stray processes ended,
-    stopped after the end). On ``--timeout`` or a stop signal the agent's process group is
-    stopped; so it is ``end_grace`` seconds after ``ended`` is set (the responder told it to
-    end, and it goes on); then, as after a normal exit, every process it left behind
+    """Run the agent, its stdout and stderr going to ``outputs`` (open files,
+    :func:`open_outputs`; the caller's to close); returns (returncode, timed out, interrupted,
+    stray processes ended, stopped after the end). On ``--timeout`` or a stop signal the
+    agent's process group is stopped; so it is ``end_grace`` seconds after ``ended`` is set
+    (the responder told it to end, and it goes on); then, as after a normal exit, every process it left behind
     (:func:`~pvisor.session.supervise.end_strays`). A launch failure ends the attempt in the
     journal and raises UnavailableError.
 
     With a ``sandbox`` (:class:`~pvisor.session.sandbox.Sandbox`) the agent runs under the
     relay in bwrap: bwrap starts with the stop signals ignored (they survive exec), so that
     pvisor's SIGTERM to its process group reaches the relay alone, which stops the agent with
-    the same grace and writes its status (the agent's return code, the processes it ended);
+    the same grace and says its status on a pipe only it holds (the agent's return code, the
+    processes it ended; without it the return code is bwrap's, :attr:`Sandbox.status` None);
     pvisor kills the group after :data:`SANDBOX_GRACE_S`. A sandbox that does not start (bwrap's
     mounts, the relay) raises UnavailableError with bwrap's or the relay's line: the agent never ran.
 
@@ -215,51 +237,143 @@ async def launch_agent(
     if stop.event.is_set():  # a signal came while the gateway started: never start the agent
         return None, False, True, 0, False
     argv, pass_fds, preexec = plan.argv, (), _then(die_with_parent(), enter)
-    ready_r = ready_w = -1
+    ready_r = ready_w = config_fd = -1
+    out, err = outputs
     if sandbox is not None:
+        # the status pipe: its write end only the relay holds (bwrap's init closes it, the agent
+        # does not inherit it); the configuration an unlinked file (docs/replay.md "The sandbox")
         ready_r, ready_w = os.pipe()
-        sandbox.write_config(plan.argv, ready_w, KILL_GRACE_S, STRAY_GRACE_S)
-        argv = sandbox.argv(sandbox.relay_argv(), str(workspace))
-        pass_fds, preexec = (ready_w,), _ignoring_stops(preexec)
-    with open_private(stdout_path) as out, open_private(stderr_path) as err:
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=subprocess.DEVNULL if plan.stdin is None else subprocess.PIPE,
-                stdout=out,
-                stderr=err,
-                cwd=str(workspace),
-                env=env,
-                start_new_session=True,
-                preexec_fn=preexec,
-                pass_fds=pass_fds,
-            )
-        except (OSError, ValueError) as exc:  # ValueError: a NUL in an argument (checked before)
-            why = exc.strerror if isinstance(exc, OSError) else str(exc)
-            journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {why}"})
-            raise AgentUnavailable(f"cannot start {argv[0]}: {why}") from None
-        finally:
-            if ready_w >= 0:
-                os.close(ready_w)
+        config_fd = sandbox.config_file(plan.argv, ready_w, KILL_GRACE_S, STRAY_GRACE_S)
+        argv = sandbox.argv(sandbox.relay_argv(config_fd), str(workspace))
+        pass_fds, preexec = (ready_w, config_fd), _ignoring_stops(preexec)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=subprocess.DEVNULL if plan.stdin is None else subprocess.PIPE,
+            stdout=out,
+            stderr=err,
+            cwd=str(workspace),
+            env=env,
+            start_new_session=True,
+            preexec_fn=preexec,
+            pass_fds=pass_fds,
+        )
+    except (OSError, ValueError) as exc:  # ValueError: a NUL in an argument (checked before)
+        why = exc.strerror if isinstance(exc, OSError) else str(exc)
+        journal.end_attempt(run_id, attempt, None, {"error": f"cannot start the agent: {why}"})
+        if ready_r >= 0:
+            os.close(ready_r)
+        raise AgentUnavailable(f"cannot start {argv[0]}: {why}") from None
+    finally:
+        for fd in (ready_w, config_fd):
+            if fd >= 0:
+                os.close(fd)
     guard = GroupGuard(proc.pid)  # the agent (or bwrap) leads its own group (its own session)
     feed = asyncio.ensure_future(_feed(proc, plan.stdin)) if plan.stdin is not None else None
+    said: tuple[asyncio.StreamReader, asyncio.BaseTransport] | None = None
     try:
         if sandbox is not None:
-            await _sandbox_started(proc, ready_r, stderr_path, sandbox, journal, run_id, attempt)
+            said = await _status_pipe(ready_r)
+            await _sandbox_started(proc, said[0], err, sandbox, journal, run_id, attempt)
         grace = SANDBOX_GRACE_S if sandbox else KILL_GRACE_S
         ran = await _supervise(proc, guard, timeout, keep, stop, ended, end_grace, grace, sandbox is not None)
+        if sandbox is not None and said is not None:
+            sandbox.status = await _relay_status(said[0])
     finally:
         if feed is not None:
             feed.cancel()
         guard.release()
+        if said is not None:
+            said[1].close()
     if sandbox is None:
         return ran
-    status = sandbox.read_status()
+    status = sandbox.status
     returncode, timed_out, interrupted, strays, after_end = ran
-    if status is not None and isinstance(status.get("returncode"), int):
+    if status is not None:  # type-checked (parse_status): the relay's, no file the agent wrote
         returncode = status["returncode"]  # the agent's, not bwrap's
-        strays += int(status.get("strays") or 0)
+        strays += status["strays"]
     return returncode, timed_out, interrupted, strays, after_end
+
+
+async def _status_pipe(fd: int) -> tuple[asyncio.StreamReader, asyncio.BaseTransport]:
+    """A stream reading the relay's status pipe ``fd`` (its lines buffered as they come, so the
+    relay never blocks on it), and its transport (closing it closes ``fd``)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=STATUS_LIMIT)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", buffering=0)
+    )
+    return reader, transport
+
+
+async def _relay_status(reader: asyncio.StreamReader) -> dict[str, Any] | None:
+    """The relay's status line, read once bwrap exited (:func:`~pvisor.session.sandbox.parse_status`);
+    None when the relay said none (killed, or died) or something else."""
+    try:
+        line = await asyncio.wait_for(reader.readline(), STATUS_WAIT_S)
+    except (asyncio.TimeoutError, ValueError, OSError):  # ValueError: a line over STATUS_LIMIT
+        return None
+    return parse_status(line) if line.strip() else None
+
+
+def open_outputs(paths: tuple[Path, Path]) -> tuple[BinaryIO, BinaryIO]:
+    """The agent's stdout and stderr files (``attempt-N.stdout``, ``.stderr`` of the run
+    directory) made new, through no link (:func:`~pvisor.core.outfile.create_private`: what an
+    earlier attempt's agent left there is replaced, never followed). Raises OutputError (exit
+    74) naming the file (a directory in the way)."""
+    opened: list[BinaryIO] = []
+    try:
+        for path in paths:
+            opened.append(create_private(path))
+    except OSError as exc:
+        for f in opened:
+            f.close()
+        raise OutputError(
+            f"cannot write {exc.filename or path}: {exc.strerror or exc} (left in the run directory by the "
+            "agent? remove it)"
+        ) from None
+    return opened[0], opened[1]
+
+
+def read_output(out: BinaryIO, path: Path, warn: Warn) -> bytes:
+    """What the agent wrote to its stdout, read back from pvisor's own descriptor ``out`` (never
+    by its ``path``, where the agent may have left a FIFO or a link), at most
+    :data:`OUTPUT_LIMIT` bytes (a warning naming ``path`` when more)."""
+    try:
+        data, more = read_back(out, OUTPUT_LIMIT)
+    except OSError as exc:
+        warn(f"{path}: {exc.strerror or exc}: the agent's output is not read")
+        return b""
+    if more:
+        warn(f"{path}: more than {OUTPUT_LIMIT >> 20} MiB; only its first {OUTPUT_LIMIT >> 20} MiB are read")
+    return data
+
+
+def vetted_native(native: Path | None, roots: Collection[str], warn: Warn) -> Path | None:
+    """``native`` (the native trajectory found after the run) when pvisor may read it: a regular
+    file (not a symbolic link, a FIFO, a device), at most :data:`NATIVE_LIMIT` bytes, and with a
+    sandbox inside one of its writable ``roots`` (real paths: no link in its path leads out);
+    else None with a warning naming it. After a sandboxed agent nothing of it runs any more:
+    what is checked here stays so."""
+    if native is None:
+        return None
+    import stat
+
+    try:
+        st = os.lstat(native)
+    except OSError:
+        return None
+    problem = None
+    if not stat.S_ISREG(st.st_mode):
+        problem = "not a regular file (a symbolic link, a FIFO or a device left in its place?)"
+    elif roots and not any(inside(os.path.realpath(native), r) for r in roots):
+        problem = "it lies outside what the sandbox let the agent write (through a symbolic link?)"
+    elif st.st_size > NATIVE_LIMIT:
+        problem = f"more than {NATIVE_LIMIT >> 20} MiB"
+    if problem is None:
+        return native
+    warn(f"native trajectory {native}: {problem}; not read")
+    return None
 
 
 def _then(first: Callable[[], None] | None, then: Callable[[], None] | None) -> Callable[[], None] | None:
@@ -288,51 +402,45 @@ def _ignoring_stops(then: Callable[[], None] | None) -> Callable[[], None]:
 
 
 async def _sandbox_started(
-    proc: Any, ready_r: int, stderr_path: Path, sandbox: Sandbox, journal: Any, run_id: str, attempt: int
+    proc: Any,
+    reader: asyncio.StreamReader,
+    stderr: BinaryIO,
+    sandbox: Sandbox,
+    journal: Any,
+    run_id: str,
+    attempt: int,
 ) -> None:
     """Wait for the relay's first line (it started the agent) or for bwrap's end; a sandbox that
     ended without starting the agent ends the attempt and raises SandboxUnavailable (exit 69)
     with bwrap's or the relay's own line."""
-    loop = asyncio.get_running_loop()
     try:
-        line = await loop.run_in_executor(None, _read_line, ready_r)
-    finally:
-        os.close(ready_r)
+        line = await reader.readline()  # the relay's line, not the end, says it started
+    except (ValueError, OSError):
+        line = b""
     try:
         said = json.loads(line) if line.strip() else {}
     except ValueError:
         said = {}
-    if isinstance(said, dict) and isinstance(said.get("pid"), int):
+    if isinstance(said, dict) and type(said.get("pid")) is int:
         return
     await proc.wait()
     why = said.get("error") if isinstance(said, dict) else None
-    if not why:
-        why = _last_line(stderr_path) or f"bwrap exited with {exit_status(proc.returncode)}"
-    journal.end_attempt(run_id, attempt, None, {"error": f"the sandbox did not start: {why}"})
+    if not isinstance(why, str) or not why:
+        why = _last_line(stderr) or f"bwrap exited with {exit_status(proc.returncode)}"
+    journal.end_attempt(run_id, attempt, None, {"error": f"the sandbox did not start: {why[:300]}"})
     raise SandboxUnavailable(
-        f"the sandbox did not start the agent: {why} (--sandbox none runs it without one)"
+        f"the sandbox did not start the agent: {why[:300]} (--sandbox none runs it without one)"
     )
 
 
-def _read_line(fd: int) -> str:
-    """The first line from ``fd``, or what came before its end (bwrap holds the pipe too while
-    it runs: the relay's line, not the end, says it started)."""
-    chunks = []
-    while True:
-        data = os.read(fd, 4096)
-        chunks.append(data)
-        if not data or b"\n" in data:
-            return b"".join(chunks).decode("utf-8", "replace")
-
-
-def _last_line(path: Path) -> str:
-    """The last non-empty line of ``path`` (bwrap's message), at most 300 characters."""
+def _last_line(stderr: BinaryIO) -> str:
+    """The last non-empty line written to ``stderr`` (bwrap's message; read back from pvisor's
+    own descriptor, :func:`~pvisor.core.outfile.read_back`), at most 300 characters."""
     try:
-        with open(path, "rb") as f:
-            f.seek(max(0, os.path.getsize(path) - 4096))
-            lines = [ln.strip() for ln in f.read().decode("utf-8", "replace").splitlines() if ln.strip()]
+        head, _ = read_back(stderr, 64 * 1024)
     except OSError:
         return ""
+    lines = [ln.strip() for ln in head[-4096:].decode("utf-8", "replace").splitlines() if ln.strip()]
     return lines[-1][:300] if lines else ""
 
 

@@ -1,25 +1,31 @@
 """The relay: the process pvisor starts inside an agent's sandbox (:mod:`pvisor.session.sandbox`),
 the agent's supervisor there. Standard library only, run as ``python -I -S -c <this file>
-CONFIG`` (in a bundle: the ``relay`` helper of :mod:`pvisor.core.helpers`), so that it starts in
+CONFIG_FD`` (in a bundle: the ``relay`` helper of :mod:`pvisor.core.helpers`), so that it starts in
 milliseconds.
 
-CONFIG is a JSON file (written by :meth:`~pvisor.session.sandbox.Sandbox.write_config`):
-``argv`` the agent's command line; ``status`` the status file to write; ``listen`` a list of
-``[host, port, unix_socket]``: a TCP listener inside on ``host``:``port`` whose connections go
-to ``unix_socket`` (the gateway, mitmdump, outside); ``ready_fd`` a pipe to say on that it
-started (one JSON line: ``{"pid": N}``, or ``{"error": "..."}``); ``grace`` seconds the agent's
-process group gets after SIGTERM, ``stray_grace`` those left after it; ``skip_tmp`` paths in
-/tmp not to list; ``tmp_listed`` how many /tmp entries to list at most.
+CONFIG_FD is a descriptor the relay inherits, of an unlinked file holding its configuration
+as JSON (written by :meth:`~pvisor.session.sandbox.Sandbox.config_file`): nothing of it lies in
+a directory the agent can write, so no recorded call can read or rewrite it. ``argv`` the
+agent's command line; ``listen`` a list of ``[host, port, unix_socket]``: a TCP listener inside
+on ``host``:``port`` whose connections go to ``unix_socket`` (the gateway, mitmdump, outside);
+``ready_fd`` the status pipe: the relay says on it that it started (one JSON line: ``{"pid":
+N}``, or ``{"error": "..."}``), and at its end how the agent ended (a second line, below);
+``grace`` seconds the agent's process group gets after SIGTERM, ``stray_grace`` those left
+after it; ``skip_tmp`` paths in /tmp not to list; ``tmp_listed`` how many /tmp entries to list
+at most.
 
-What it does: binds its listeners, starts the agent (its own session and process group, the
-stop signals at their default, stdin, stdout, stderr and the working directory its own), and
-waits. On SIGTERM, SIGINT or SIGHUP it stops the agent's process group as pvisor does (SIGTERM,
-SIGKILL after ``grace`` s or at once on a second signal); once the agent exited, it ends every
-other process left in the PID namespace (SIGTERM, SIGKILL after ``stray_grace`` s), lists
-/tmp, and writes the status file: ``{"returncode": R, "strays": N, "tmp": [...], "stopped":
-bool}`` (R as Python's ``returncode``: -N after signal N). Its own exit code is the agent's as
-a shell reports it. Outside a PID namespace of its own under bwrap (a relay started by hand) it
-ends no process but the agent's group.
+What it does: makes itself undumpable (``PR_SET_DUMPABLE`` 0: a process of the agent, the same
+user without a capability, can then neither open ``/proc/RELAY/fd/N`` to write the status pipe
+nor ptrace the relay; it can still signal it), binds its listeners, starts the agent (its own
+session and process group, the stop signals at their default, stdin, stdout, stderr and the
+working directory its own, the status pipe closed in it), and waits. On SIGTERM, SIGINT or
+SIGHUP it stops the agent's process group as pvisor does (SIGTERM, SIGKILL after ``grace`` s or
+at once on a second signal); once the agent exited, it ends every other process left in the PID
+namespace (SIGTERM, SIGKILL after ``stray_grace`` s), lists /tmp, and writes its status line
+on the status pipe: ``{"returncode": R, "strays": N, "tmp": [...], "stopped": bool}`` (R as
+Python's ``returncode``: -N after signal N). Its own exit code is the agent's as a shell
+reports it. Outside a PID namespace of its own under bwrap (a relay started by hand) it ends no
+process but the agent's group.
 """
 
 import json
@@ -217,22 +223,36 @@ def _killpg(pgid, sig):
         pass
 
 
-def _say(fd, doc):
+def _say(fd, doc, close=True):
     if fd < 0:
         return
     try:
-        os.write(fd, (json.dumps(doc) + "\n").encode())
-        os.close(fd)
+        data = (json.dumps(doc) + "\n").encode()
+        while data:
+            data = data[os.write(fd, data) :]
+        if close:
+            os.close(fd)
     except OSError:
         pass
 
 
+def _undumpable():
+    """``prctl(PR_SET_DUMPABLE, 0)`` (best effort: ctypes may be missing)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
+    except (ImportError, OSError, AttributeError):
+        pass
+
+
 def main(argv):
-    with open(argv[0], encoding="utf-8") as f:
-        cfg = json.load(f)
+    _undumpable()
+    with os.fdopen(int(argv[0]), "rb") as f:  # closed here: the agent does not inherit it
+        cfg = json.loads(f.read().decode("utf-8"))
     ready = int(cfg.get("ready_fd", -1))
     if ready >= 0:
-        os.set_inheritable(ready, False)
+        os.set_inheritable(ready, False)  # close-on-exec: the agent does not inherit it
     relay = _Relay(cfg)
     try:
         for host, port, path in cfg["listen"]:
@@ -247,7 +267,7 @@ def main(argv):
     except OSError as exc:
         _say(ready, {"error": f"cannot start {args[0]} in the sandbox: {exc.strerror}"})
         sys.exit(70)
-    _say(ready, {"pid": pid})
+    _say(ready, {"pid": pid}, close=False)
     returncode = relay.wait_agent(pid)
     strays = relay.end_strays()
     status = {
@@ -256,10 +276,7 @@ def main(argv):
         "tmp": _tmp_entries(set(cfg.get("skip_tmp") or ()), int(cfg.get("tmp_listed", 100))),
         "stopped": relay.stopping,
     }
-    tmp = cfg["status"] + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(status, f)
-    os.replace(tmp, cfg["status"])
+    _say(ready, status)
     sys.stdout.flush()
     os._exit(128 - returncode if returncode < 0 else returncode)
 

@@ -54,7 +54,7 @@ from pvisor.adapters.agents.base import (
     offline_credentials,
 )
 from pvisor.adapters.protocols import UPSTREAMS
-from pvisor.core.errors import BadInputError, PvisorError, UnavailableError, UsageError
+from pvisor.core.errors import BadInputError, OutputError, PvisorError, UnavailableError, UsageError
 from pvisor.gateway.credentials import KeySwap, UpstreamCredentials
 from pvisor.gateway.intercept import default_confdir, host_entry, intercept_env
 from pvisor.gateway.proxy import GatewayConfig, os_error_reason
@@ -88,6 +88,9 @@ from pvisor.session.launch import (
     find_executable,
     launch_agent,
     native_trajectory,
+    open_outputs,
+    read_output,
+    vetted_native,
     write_files,
 )
 from pvisor.session.limits import ResourceLimits, RunCgroup
@@ -852,6 +855,12 @@ def _prepare_launch(
     make_directories(run_dir)  # runs/ too, 0700 whatever the umask
     os.chmod(run_dir, 0o700)
     home = start.home
+    for mine in [p for p in (home, run_dir / "tmp") if p is not None and p.is_symlink()]:
+        # an earlier attempt's agent (in a sandbox) can leave one: pvisor writes and reads there
+        raise OutputError(
+            f"{mine} is a symbolic link, not the run's own directory (left by the agent of an earlier "
+            "attempt?); remove it"
+        )
     if home is not None:
         home.mkdir(exist_ok=True, mode=0o700)
     ctx = LaunchContext(
@@ -876,7 +885,7 @@ def _prepare_launch(
     plan = profile.plan(ctx, req.task, session_id=start.resume.session_id if start.resume else None)
     if req.agent_args:
         plan.argv = profile.with_arguments(plan.argv, req.agent_args)
-    write_files(plan.files)
+    write_files(plan.files, run_dir)
     env = apply_env({**os.environ, **req.agent_env}, plan.env)
     if ctx.api_key is not None:
         # a dummy key and no real credential: also none a config's environment (agent_env) added
@@ -967,9 +976,6 @@ async def _attempt(
     ctx, plan, env = _prepare_launch(start, url, responder, proxy)
     stdout_path, stderr_path = _record_start(start, journal, plan, upstream_label, proxy)
     box = start.box
-    if box is not None:
-        box.status_path = str(start.run_dir / f"attempt-{start.attempt}.sandbox.json")
-        box.config_path = str(start.run_dir / f"attempt-{start.attempt}.relay.json")
 
     first = await gw.take_snapshot(SnapshotKind.START)  # the workspace as the agent finds it
     if start.child is not None and req.responder is None:
@@ -981,23 +987,33 @@ async def _attempt(
     ended = getattr(responder, "ended", None)
     # pvisor's own helpers are no strays of the agent: the journal's writer, intercept's mitmdump
     keep = (*journal.processes, *((proxy.pid,) if proxy is not None and proxy.pid else ()))
-    ran = await launch_agent(
-        plan,
-        env,
-        workspace,
-        stdout_path,
-        stderr_path,
-        req.timeout,
-        start.run_id,
-        start.attempt,
-        journal,
-        stop,
-        ended,
-        req.end_grace,
-        keep,
-        box,
-        start.cgroup.enter if start.cgroup is not None else None,
-    )
+    try:
+        outputs = open_outputs((stdout_path, stderr_path))
+    except OutputError as exc:  # what an earlier attempt's agent left in the run directory
+        journal.end_attempt(start.run_id, start.attempt, None, {"error": str(exc)})
+        raise
+    try:
+        ran = await launch_agent(
+            plan,
+            env,
+            workspace,
+            outputs,
+            req.timeout,
+            start.run_id,
+            start.attempt,
+            journal,
+            stop,
+            ended,
+            req.end_grace,
+            keep,
+            box,
+            start.cgroup.enter if start.cgroup is not None else None,
+        )
+        # read back from pvisor's own descriptor: the path may now hold a FIFO or a link
+        stdout = read_output(outputs[0], stdout_path, warn)
+    finally:
+        for f in outputs:
+            f.close()
     if start.cgroup is not None:
         # what is left in it killed (for up to seconds: off the event loop), its report read
         await asyncio.get_running_loop().run_in_executor(None, start.cgroup.close)
@@ -1010,9 +1026,14 @@ async def _attempt(
     await gw.drain(1.0 if stopped else 10.0)
     last = await gw.take_snapshot(SnapshotKind.END)  # the last step's tools have run
 
-    stdout = stdout_path.read_bytes() if stdout_path.exists() else b""
+    if box is not None and box.status is None and ran[0] is not None:  # the agent was started
+        warn(
+            "the sandbox's relay said no status (killed, or it died: a process in the sandbox can signal "
+            "it); the agent's exit code is bwrap's and no stray process inside is counted"
+        )
     session_id = profile.session_id(stdout) if profile.json_stdout else None
     native = await native_trajectory(profile, ctx, plan, session_id, env, workspace, warn, keep)
+    native = vetted_native(native, box.writable if box is not None else (), warn)
     own = profile.final_status(stdout, native)
     report = _report(start, url, proxy, plan, stop, ran, (stdout_path, stderr_path), session_id, native, own)
 

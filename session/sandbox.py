@@ -10,7 +10,9 @@
   warning) and refuses ``bwrap`` where it cannot run (exit 69).
 - :class:`Sandbox`: what one agent's sandbox binds (writable, hidden, bound back read-only), its
   network rule and the relay's sockets; :meth:`Sandbox.argv` the bwrap command line, and after
-  the run :attr:`Sandbox.status` (the relay's status file) and :meth:`Sandbox.to_json`.
+  the run :attr:`Sandbox.status` (the relay's status line, :func:`parse_status`) and
+  :meth:`Sandbox.to_json`. The relay's configuration and status never pass through a file the
+  agent can write: an unlinked file and a pipe only the relay holds (docs/replay.md "The sandbox").
 - :class:`UnixRelay`: a forwarder outside the sandbox from a Unix socket to a TCP port on
   127.0.0.1 (intercept mode's mitmdump), the other end of the relay's listener inside.
 
@@ -229,9 +231,9 @@ class Sandbox:
     user's home, the pvisor data directory, the recorded workspace; ``/tmp`` is a private tmpfs
     as well), ``bound_back`` (read-only, inside a hidden directory: what the agent and pvisor's
     relay need to run), real paths; ``relayed``: (host, port, Unix socket) the relay listens on
-    inside and forwards to; ``socket_dir``: the private directory of those sockets (bound in);
-    ``status_path``: the relay's status file; ``config_path``: its configuration. After the run:
-    ``status`` (the relay's status file read, None when it wrote none)."""
+    inside and forwards to; ``socket_dir``: the private directory of those sockets (bound in).
+    After the run: ``status`` (the relay's status line, :func:`parse_status`; None when it said
+    none: it was killed, or never started)."""
 
     bwrap: str
     network: SandboxNetwork
@@ -240,8 +242,6 @@ class Sandbox:
     bound_back: list[str]
     socket_dir: str
     relayed: list[tuple[str, int, str]] = field(default_factory=list)
-    status_path: str = ""
-    config_path: str = ""
     status: dict[str, Any] | None = None
 
     def bind_back(self, path: str | os.PathLike[str]) -> None:
@@ -272,23 +272,25 @@ class Sandbox:
         net = ["--unshare-net"] if self.network is SandboxNetwork.GATEWAY else []
         return [self.bwrap, *self.mounts(), *net, *NAMESPACES, "--chdir", workspace, "--", *relay]
 
-    def relay_argv(self) -> list[str]:
+    def relay_argv(self, config_fd: int) -> list[str]:
         """The relay's command line: pvisor's interpreter (``-I -S``) with the relay's code, or
-        a bundle's helper (:func:`~pvisor.core.helpers.helper_argv`)."""
+        a bundle's helper (:func:`~pvisor.core.helpers.helper_argv`); ``config_fd`` the
+        descriptor of :meth:`config_file`."""
         from pvisor.session import relay
 
         code = ""
         if not frozen():  # a bundle runs its helper by name: no source file to give it
             with open(relay.__file__, encoding="utf-8") as f:
                 code = f.read()
-        return helper_argv("relay", code, [self.config_path], site=False)
+        return helper_argv("relay", code, [str(config_fd)], site=False)
 
-    def write_config(self, agent_argv: list[str], ready_fd: int, grace: float, stray_grace: float) -> None:
-        """The relay's configuration file (JSON, mode 0600): the agent's command line, the
-        status file, the ports to relay, the descriptor to say it started on, the graces."""
+    def config_file(self, agent_argv: list[str], ready_fd: int, grace: float, stray_grace: float) -> int:
+        """The relay's configuration (JSON: the agent's command line, the ports to relay, the
+        status pipe ``ready_fd``, the graces) in an unlinked file, read from its start: the
+        descriptor (inheritable: the caller passes it to the relay, and closes it). Never a
+        path: nothing the agent can reach from the sandbox holds it."""
         doc = {
             "argv": agent_argv,
-            "status": self.status_path,
             "listen": [list(r) for r in self.relayed],
             "ready_fd": ready_fd,
             "grace": grace,
@@ -296,20 +298,13 @@ class Sandbox:
             "skip_tmp": [self.socket_dir, *self.hidden, *self.bound_back, *self.writable],
             "tmp_listed": TMP_LISTED,
         }
-        fd = os.open(self.config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(doc, f)
-
-    def read_status(self) -> dict[str, Any] | None:
-        """The relay's status file (``returncode``, ``strays``, ``tmp``), None when it wrote
-        none (it was killed, or never started)."""
-        try:
-            with open(self.status_path, encoding="utf-8") as f:
-                doc = json.load(f)
-        except (OSError, ValueError):
-            return None
-        self.status = doc if isinstance(doc, dict) else None
-        return self.status
+        with tempfile.TemporaryFile() as f:  # unlinked at once: no path names it
+            f.write(json.dumps(doc).encode("utf-8"))
+            f.flush()
+            fd = os.dup(f.fileno())
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.set_inheritable(fd, True)
+        return fd
 
     def to_json(self) -> dict[str, Any]:
         """What the sandbox allowed, for a run's report and a replay's result."""
@@ -327,6 +322,28 @@ class Sandbox:
     def close(self) -> None:
         """Remove the sockets' private directory. Idempotent."""
         shutil.rmtree(self.socket_dir, ignore_errors=True)
+
+
+#: the relay's status line at most (bytes): more is no status of the relay's
+STATUS_LIMIT = 1 << 20
+
+
+def parse_status(line: bytes | str) -> dict[str, Any] | None:
+    """The relay's status line (:mod:`pvisor.session.relay`): ``{"returncode": int, "strays":
+    int >= 0, "tmp": [str, ...], "stopped": bool}``, each field type-checked; None for anything
+    else (no line: the relay was killed or died; a line of another shape), never an exception."""
+    try:
+        doc = json.loads(line)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    rc, strays, tmp, stopped = (doc.get(k) for k in ("returncode", "strays", "tmp", "stopped"))
+    if type(rc) is not int or type(strays) is not int or strays < 0 or type(stopped) is not bool:
+        return None
+    if not isinstance(tmp, list) or not all(isinstance(t, str) for t in tmp):
+        return None
+    return {"returncode": rc, "strays": strays, "tmp": tmp[:TMP_LISTED], "stopped": stopped}
 
 
 def plan_sandbox(
@@ -417,7 +434,9 @@ def check_allow(allow: Iterable[Path], data_dir: Path, hide: Iterable[Path | str
     sandbox hides: the user's home (``$HOME``), the pvisor data directory ``data_dir`` (the
     journal and every run) or ``hide`` (what the recorded run used): bound writable, it would
     make them visible and writable again. A path inside one of them (``~/.claude``) is allowed:
-    it alone becomes visible and writable."""
+    it alone becomes visible and writable. ``/tmp`` and a path holding it are refused (the
+    machine's own /tmp, with other runs' gateway sockets, in place of the private one), and so
+    is a path holding or inside ``/proc`` or ``/dev`` (the machine's processes and devices)."""
     home = os.environ.get("HOME")
     hidden = [(p, "your home") for p in [home] if p]
     hidden.append((data_dir, "the pvisor data directory (the journal and its runs)"))
@@ -428,6 +447,21 @@ def check_allow(allow: Iterable[Path], data_dir: Path, hide: Iterable[Path | str
             raise UsageError(
                 f"--sandbox-allow {path}: the whole file system would be writable and nothing hidden; "
                 "allow only what the agent needs (e.g. --sandbox-allow ~/.claude), or give --sandbox none"
+            )
+        for system, what in (
+            ("/proc", "the machine's processes"),
+            ("/dev", "the machine's devices"),
+        ):
+            if inside(system, r) or inside(r, system):
+                raise UsageError(
+                    f"--sandbox-allow {path}: {system} would be the machine's own ({what}), not the "
+                    "sandbox's; allow only what the agent needs, or give --sandbox none"
+                )
+        if inside("/tmp", r):
+            raise UsageError(
+                f"--sandbox-allow {path}: it holds /tmp, which would be the machine's own (with other runs' "
+                "gateway sockets) instead of the sandbox's private one; allow a directory inside it, or "
+                "give --sandbox none"
             )
         for h, what in hidden:
             rh = real(h)
@@ -580,6 +614,7 @@ __all__ = [
     "default_mode",
     "failed_calls",
     "no_sandbox",
+    "parse_status",
     "plan_sandbox",
     "resolve_mode",
     "sandbox_record",

@@ -290,11 +290,11 @@ def test_bad_input_to_the_build_is_one_line(sandbox: Path):
             2,
             "pvisor: error: --pvisor-helper guard: expected",
         )
-    # the relay runs only with the configuration file pvisor writes
+    # the relay runs only with the descriptor of the configuration pvisor writes
     one_line(
         run(sandbox, "--pvisor-helper", "relay", "nope.json"),
         2,
-        "pvisor: error: --pvisor-helper relay: expected the relay's configuration file",
+        "pvisor: error: --pvisor-helper relay: expected the descriptor of the relay's configuration",
     )
     from pvisor.core.helpers import helper_refusal
 

@@ -511,3 +511,68 @@ def test_the_relay_ends_other_processes_only_in_a_pid_namespace_of_its_own():
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert inside.stdout.strip() == "True", inside.stderr
+
+
+# --------------------------------------------------------------------------- the relay's status
+
+#: a status line the agent would like pvisor to believe
+FORGED = '{"returncode": 7, "strays": 4, "tmp": [], "stopped": false}'
+
+
+def _armed_replay(tmp_path: Path, command: str, name: str) -> tuple[Lab, subprocess.CompletedProcess, dict]:
+    """Codex recorded running ``command`` unarmed, replayed armed (``.arm`` in the workspace)
+    with the default sandbox: the lab, pvisor's process, result.json."""
+    lab = Lab(tmp_path, "codex")
+    lab.capture([f"if [ -f .arm ]; then {command}; fi; echo done-{name}"], "--sandbox", "bwrap")
+    args, ws, out = lab.replay_args(name, 1)
+    (ws / ".arm").write_text("")
+    proc = pvisor(args, env=user_env(lab.home), cwd=lab.root, timeout=300)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    return lab, proc, result
+
+
+def test_the_agent_can_neither_inherit_nor_open_the_relays_status_pipe(tmp_path):
+    """The relay's status pipe: the agent does not inherit it (a write to every descriptor of the
+    recorded call's shell), nor open it through ``/proc/RELAY/fd`` (the relay is undumpable: the
+    same user without a capability is refused): the agent's status is its own."""
+    write_all = f"for f in /proc/$$/fd/* /proc/2/fd/*; do echo '{FORGED}' > $f; done 2>/dev/null; true"
+    _, proc, result = _armed_replay(tmp_path, write_all, "pipe")
+    assert proc.returncode == 0, proc.stderr
+    run = result["agent_run"]
+    assert result["sandbox"]["mode"] == "bwrap" and run["exit_code"] == 0, run
+    assert "said no status" not in proc.stderr, proc.stderr
+
+
+def test_a_relay_killed_from_inside_leaves_no_traceback_and_an_ended_attempt(tmp_path):
+    """A recorded call can still SIGKILL the relay (the same user; docs/replay.md "What it does
+    not stop"): the sandbox ends with it, pvisor says the relay gave no status, records bwrap's
+    exit code, and ends the attempt in the journal."""
+    lab, proc, result = _armed_replay(tmp_path, "kill -9 2", "killed")
+    said = [ln for ln in proc.stderr.splitlines() if "the sandbox's relay said no status" in ln]
+    assert len(said) == 1, proc.stderr
+    run = result["agent_run"]
+    assert run is not None and run["exit_code"] not in (None, 0), run
+    with JournalReader(lab.journal) as r:
+        attempts = r.attempts(run["run"])
+    assert [a.ended_ms is not None for a in attempts] == [True], attempts
+    assert attempts[0].exit_code == run["exit_code"]
+
+
+def test_a_status_line_of_another_shape_is_no_status():
+    """What the status pipe carries is type-checked field by field: anything else is no status."""
+    from pvisor.session.sandbox import parse_status
+
+    good = {"returncode": -15, "strays": 2, "tmp": ["/tmp/x"], "stopped": True}
+    assert parse_status(json.dumps(good)) == good
+    for bad in [
+        "", "not json", "[]", "null", '{"returncode": 0}',
+        '{"returncode": 0, "strays": "x", "tmp": [], "stopped": false}',
+        '{"returncode": true, "strays": 0, "tmp": [], "stopped": false}',
+        '{"returncode": 0, "strays": -1, "tmp": [], "stopped": false}',
+        '{"returncode": 0, "strays": 0, "tmp": [1], "stopped": false}',
+        '{"returncode": 0, "strays": 0, "tmp": [], "stopped": 0}',
+        '{"returncode": 1.5, "strays": 0, "tmp": [], "stopped": false}',
+    ]:  # fmt: skip
+        assert parse_status(bad) is None, bad

@@ -137,6 +137,10 @@ def test_bad_sandbox_input_of_a_replay_is_one_line(lab):
         ("allow-recorded", lab.recorded.parent, f"it holds {lab.recorded}, what the recorded run used"),
         ("allow-home", lab.home, f"it holds {lab.home}, your home"),
         ("allow-data", lab.data, f"it holds {lab.data}, the pvisor data directory"),
+        # the machine's /tmp (other runs' gateway sockets), processes and devices
+        ("allow-tmp", Path("/tmp"), "it holds /tmp, which would be the machine's own"),
+        ("allow-proc", Path("/proc"), "/proc would be the machine's own (the machine's processes)"),
+        ("allow-dev", Path("/dev/shm"), "/dev would be the machine's own (the machine's devices)"),
     ]:
         _replay_refused(lab, name, 2, f"--sandbox-allow {path}: {what}", "--sandbox-allow", str(path))
     # a directory as PVISOR_BWRAP; a sandbox that does not start: their own code, not journal_unavailable

@@ -225,11 +225,15 @@ class GeminiCli(AgentProfile):
         if not root.is_dir():
             return None
         for path in sorted(
-            root.rglob(f"session-*-{session_id[:8]}.jsonl"), key=lambda p: p.stat().st_mtime, reverse=True
+            root.rglob(f"session-*-{session_id[:8]}.jsonl"), key=lambda p: p.lstat().st_mtime, reverse=True
         ):
+            from pvisor.core.outfile import read_regular
+
             try:
-                with open(path, "rb") as f:
-                    first = orjson.loads(f.readline() or b"{}")
+                # a regular file only, through no link, and a bounded read: a FIFO or a link to
+                # /dev/zero planted here by a sandboxed agent would hang pvisor or fill its memory
+                head, _ = read_regular(path, 1 << 20)
+                first = orjson.loads(head.split(b"\n", 1)[0] or b"{}")
             except (OSError, orjson.JSONDecodeError):
                 continue
             if isinstance(first, dict) and first.get("sessionId") == session_id:
