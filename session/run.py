@@ -1012,7 +1012,7 @@ async def _attempt(
 
     stdout = stdout_path.read_bytes() if stdout_path.exists() else b""
     session_id = profile.session_id(stdout) if profile.json_stdout else None
-    native = await native_trajectory(profile, ctx, plan, session_id, env, workspace, warn, keep)
+    native = await native_trajectory(profile, ctx, plan, session_id, env, workspace, warn, keep, box)
     own = profile.final_status(stdout, native)
     report = _report(start, url, proxy, plan, stop, ran, (stdout_path, stderr_path), session_id, native, own)
 
