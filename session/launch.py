@@ -10,6 +10,7 @@ is supervised with :mod:`pvisor.session.supervise`. What cannot be run raises
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -20,12 +21,18 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Collection, Mapping
 
-from pvisor.adapters.agents.base import VERSION_TIMEOUT_S, AgentProfile, LaunchContext, LaunchPlan
+from pvisor.adapters.agents.base import (
+    VERSION_TIMEOUT_S,
+    AgentProfile,
+    ExportPlan,
+    LaunchContext,
+    LaunchPlan,
+)
 from pvisor.gateway.parent_death import die_with_parent
 from pvisor.core.errors import OutputError, UnavailableError
-from pvisor.core.outfile import create_private, open_private, read_back
+from pvisor.core.outfile import create_private, read_back
 from pvisor.journal.paths import absolute, make_directories
-from pvisor.session.sandbox import STATUS_LIMIT, Sandbox, SandboxUnavailable, inside, parse_status
+from pvisor.session.sandbox import STATUS_LIMIT, Sandbox, SandboxUnavailable, inside, parse_status, real
 from pvisor.session.session import StopSignals
 from pvisor.session.supervise import (
     KILL_GRACE_S,
@@ -522,27 +529,72 @@ async def native_trajectory(
     workspace: Path,
     warn: Warn,
     keep: Collection[int] = (),
+    sandbox: Sandbox | None = None,
 ) -> Path | None:
-    """The native trajectory: exported (OpenCode) or found by session id / fixed path."""
-    export = profile.export_plan(ctx, session_id)
-    if export is None:
-        return profile.find_native(ctx, session_id, plan)
-    err_path = export.output.with_suffix(".stderr")
-    with open_private(export.output) as out, open_private(err_path) as err:
-        proc = await asyncio.create_subprocess_exec(
-            *export.argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            cwd=str(workspace),
-            env=env,
-            start_new_session=True,
-            preexec_fn=die_with_parent(),
+    """The native trajectory: exported (OpenCode: :meth:`AgentProfile.export_plan`) or found by
+    session id / fixed path. The export is a program the agent's files can steer (OpenCode loads
+    plugins), so it gets the least it needs: a fresh working directory (made here, removed
+    after; no repository is looked for above it), its plan's fresh files and environment, and,
+    when the agent ran in ``sandbox``, the same sandbox (its mounts and network rule, that
+    directory writable too) with the relay as its supervisor. ``workspace`` is not its working
+    directory."""
+    scratch = Path(tempfile.mkdtemp(prefix="pvisor-export-"))
+    try:
+        export = profile.export_plan(ctx, session_id, scratch)
+        if export is None:
+            return profile.find_native(ctx, session_id, plan)
+        return await _export(export, env, scratch, warn, keep, sandbox)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+async def _export(
+    export: ExportPlan,
+    env: dict[str, str],
+    scratch: Path,
+    warn: Warn,
+    keep: Collection[int],
+    sandbox: Sandbox | None,
+) -> Path | None:
+    """Run ``export`` in ``scratch`` (in a copy of ``sandbox`` when given) for at most
+    :data:`EXPORT_TIMEOUT_S`; its output file, or None with a warning when it failed."""
+    write_files(export.files)
+    # PWD: OpenCode takes its directory from it; no repository above scratch is taken for its own
+    changes = {**export.env, "PWD": str(scratch), "GIT_CEILING_DIRECTORIES": str(scratch.parent)}
+    run_env = apply_env(env, changes)
+    argv, pass_fds, config_fd = export.argv, (), -1
+    if sandbox is not None:
+        box = dataclasses.replace(
+            sandbox,
+            writable=[*sandbox.writable, real(scratch)],
+            relayed=[],  # it needs no network: the relay only supervises
+            status=None,
         )
+        # no status pipe: the export's own exit code and output are what pvisor reads
+        config_fd = box.config_file(argv, -1, KILL_GRACE_S, STRAY_GRACE_S)
+        argv, pass_fds = box.argv(box.relay_argv(config_fd), str(scratch)), (config_fd,)
+    err_path = export.output.with_suffix(".stderr")
+    # pvisor's own files in the run directory: never through a link the agent planted there
+    with create_private(export.output) as out, create_private(err_path) as err:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                cwd=str(scratch),
+                env=run_env,
+                start_new_session=True,
+                preexec_fn=die_with_parent(),
+                pass_fds=pass_fds,
+            )
+        finally:
+            if config_fd >= 0:
+                os.close(config_fd)
         try:
             await asyncio.wait_for(proc.wait(), EXPORT_TIMEOUT_S)
         except asyncio.TimeoutError:
-            await stop_group(proc)
+            await stop_group(proc)  # bwrap's end ends its PID namespace, the export in it
     await end_strays(keep=keep)
     if proc.returncode != 0 or export.output.stat().st_size == 0:
         warn(

@@ -1032,7 +1032,7 @@ async def _attempt(
             "it); the agent's exit code is bwrap's and no stray process inside is counted"
         )
     session_id = profile.session_id(stdout) if profile.json_stdout else None
-    native = await native_trajectory(profile, ctx, plan, session_id, env, workspace, warn, keep)
+    native = await native_trajectory(profile, ctx, plan, session_id, env, workspace, warn, keep, box)
     native = vetted_native(native, box.writable if box is not None else (), warn)
     own = profile.final_status(stdout, native)
     report = _report(start, url, proxy, plan, stop, ran, (stdout_path, stderr_path), session_id, native, own)

@@ -19,7 +19,8 @@
 Mount order (bwrap applies its options in order, a later mount over an earlier one): ``/``
 read-only, ``/dev``, ``/proc``, then every other mount by the depth of its path (a deeper path
 mounts over its parent's mount), at one depth the hidden ones (an empty tmpfs) first, then
-those bound back read-only, then the writable ones.
+those bound back read-only, then the writable ones; last, the hidden places of Unix sockets
+(:func:`socket_places`) remounted read-only.
 """
 
 from __future__ import annotations
@@ -224,6 +225,39 @@ def shebang_interpreter(exe: str, path_env: str | None) -> str | None:
     return real(name) if os.path.exists(name) else None
 
 
+#: where Unix sockets live by convention (the Filesystem Hierarchy Standard's ``/run``, and
+#: ``/var/run`` that is often a link to it: docker, dbus, systemd; ``/var/tmp``): a network
+#: namespace does not cover a socket file, whose connect() needs no write to its mount
+SOCKET_PLACES = ("/run", "/var/run", "/var/tmp")
+
+
+def socket_places(env: dict[str, str] | os._Environ[str]) -> list[str]:
+    """The directories that hold this machine's Unix sockets, real and existing, to hide from
+    an agent whose network is the gateway: :data:`SOCKET_PLACES`, ``$XDG_RUNTIME_DIR``, the
+    directory of ``$SSH_AUTH_SOCK`` and of each ``unix:path=`` of
+    ``$DBUS_SESSION_BUS_ADDRESS`` (an abstract socket is the network namespace's); never ``/``
+    nor what lies in ``/tmp`` (a private one already)."""
+    wanted: list[str] = list(SOCKET_PLACES)
+    if env.get("XDG_RUNTIME_DIR"):
+        wanted.append(env["XDG_RUNTIME_DIR"])
+    if env.get("SSH_AUTH_SOCK"):
+        wanted.append(os.path.dirname(env["SSH_AUTH_SOCK"]))
+    for address in (env.get("DBUS_SESSION_BUS_ADDRESS") or "").split(";"):
+        kind, _, params = address.partition(":")
+        for param in params.split(",") if kind == "unix" else ():
+            key, _, value = param.partition("=")
+            if key == "path" and value:
+                wanted.append(os.path.dirname(value))
+    found: list[str] = []
+    for p in wanted:
+        if not os.path.isabs(p):
+            continue
+        r = real(p)
+        if os.path.isdir(r) and r != "/" and not inside(r, "/tmp") and r not in found:
+            found.append(r)
+    return found
+
+
 @dataclass
 class Sandbox:
     """One agent's sandbox (a bwrap mode). Fields: ``bwrap`` the executable, ``network``;
@@ -243,6 +277,9 @@ class Sandbox:
     socket_dir: str
     relayed: list[tuple[str, int, str]] = field(default_factory=list)
     status: dict[str, Any] | None = None
+    #: those of ``hidden`` that stay read-only as well (the places of Unix sockets: what was
+    #: read-only stays so, only emptied)
+    sealed: list[str] = field(default_factory=list)
 
     def bind_back(self, path: str | os.PathLike[str]) -> None:
         """Bind ``path`` back read-only where a hidden directory (or /tmp) covers it (intercept
@@ -264,6 +301,9 @@ class Sandbox:
         argv = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for kind, p in dict.fromkeys(items):
             argv += [kind, p] if kind == "--tmpfs" else [kind, p, p]
+        for p in self.sealed:  # last: the mounts inside were made first (their directories)
+            if p in self.hidden and p not in self.bound_back:  # never what is bound there
+                argv += ["--remount-ro", p]
         return argv
 
     def argv(self, relay: list[str], workspace: str) -> list[str]:
@@ -360,7 +400,8 @@ def plan_sandbox(
 ) -> Sandbox:
     """The :class:`Sandbox` of one agent: ``workspace``, ``run_dir`` and ``allow`` writable;
     the user's home (``$HOME``), ``data_dir`` and ``hide`` (the recorded workspace) hidden
-    (those that exist); bound back read-only where they lie in a hidden directory (``/tmp``
+    (those that exist), and with the gateway's network the places of this machine's Unix
+    sockets (:func:`socket_places`); bound back read-only where they lie in a hidden directory (``/tmp``
     included): the ``executables`` (real path) and the interpreter each one's ``#!`` line names
     (looked up on ``path_env``), pvisor's own interpreter and its prefixes, ``extra_read`` (a
     CA file). Its socket directory is made (0700, under /tmp: a Unix socket's path is at most
@@ -371,6 +412,10 @@ def plan_sandbox(
     writable = list(dict.fromkeys(real(p) for p in [workspace, run_dir, *allow]))
     home = os.environ.get("HOME")
     wanted = [*(p for p in [home] if p), data_dir, *hide]
+    sealed = socket_places(os.environ) if network is SandboxNetwork.GATEWAY else []
+    # one the agent may write anyway (a workspace that holds /var/tmp) is left as it is
+    sealed = [p for p in sealed if not any(inside(p, w) for w in writable)]
+    wanted += sealed  # the host's network (host) keeps its sockets: its resolver's under /run
     hidden: list[str] = []
     for p in wanted:
         r = real(p)
@@ -403,7 +448,7 @@ def plan_sandbox(
                     bound_back.append(root)
                 break
     socket_dir = tempfile.mkdtemp(prefix="pvisor-", dir="/tmp")
-    return Sandbox(bwrap, network, writable, hidden, bound_back, socket_dir)
+    return Sandbox(bwrap, network, writable, hidden, bound_back, socket_dir, sealed=sealed)
 
 
 def no_sandbox(fallback: str | None = None) -> dict[str, Any]:
@@ -618,6 +663,7 @@ __all__ = [
     "plan_sandbox",
     "resolve_mode",
     "sandbox_record",
+    "socket_places",
     "sandbox_summary",
     "unused_options",
 ]

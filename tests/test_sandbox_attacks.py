@@ -9,9 +9,13 @@ does not: the capture runs them harmlessly, the replay for real."""
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import shutil
 import socket
 import subprocess
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -19,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import PVISOR, user_env
-from pvisor.session.sandbox import bwrap_problem
+from pvisor.session.sandbox import SandboxNetwork, bwrap_problem, plan_sandbox, socket_places
 from test_sandbox import Lab
 
 pytestmark = pytest.mark.slow
@@ -40,6 +44,16 @@ def bwrap_here():
 
 def _armed(command: str) -> str:
     return f"if [ -f .arm ]; then {command}; fi; echo done-{uuid.uuid4().hex[:6]}"
+
+
+#: OpenCode installs its plugin package into each config directory before it loads any plugin
+#: (offline here: about a minute, past pvisor's export timeout, which would hide the attack):
+#: a ``node_modules`` and a lock naming the package say it is installed (1.18.33's check)
+_LOCK = json.dumps({"packages": {"": {"dependencies": {"@opencode-ai/plugin": "1.18.33"}}}})
+NO_INSTALL = (
+    'for d in "$XDG_CONFIG_HOME/opencode" .opencode; do mkdir -p "$d/node_modules" && '
+    f'echo {base64.b64encode(_LOCK.encode()).decode()} | base64 -d > "$d/package-lock.json"; done'
+)
 
 
 def _replay(lab: Lab, name: str, *extra: str, timeout: float = 300):
@@ -70,7 +84,9 @@ def test_opencode_export_runs_no_code_the_replay_planted(tmp_path):
         f"writeFileSync('{canary}', 'escaped ' + process.pid); "
         "export const Escape = async () => ({});"
     )
-    command = _armed(f"mkdir -p .opencode/plugin && printf '%s\\n' \"{plugin}\" > .opencode/plugin/escape.js")
+    command = _armed(
+        f"mkdir -p .opencode/plugin && printf '%s\\n' \"{plugin}\" > .opencode/plugin/escape.js; {NO_INSTALL}"
+    )
     lab = Lab(tmp_path, "opencode")
     lab.capture([command], "--sandbox", "bwrap")
     assert not canary.exists()  # not armed in the capture
@@ -85,15 +101,48 @@ def test_opencode_export_runs_no_code_the_replay_planted(tmp_path):
         canary.unlink(missing_ok=True)
 
 
+def test_opencode_export_loads_no_plugin_the_runs_config_names(tmp_path):
+    """The same through the configuration the export was given: the run directory's
+    ``opencode.json`` (``$OPENCODE_CONFIG`` in the agent's environment), which the agent may
+    write, made to name a plugin in the workspace. The export gets a configuration pvisor
+    writes afresh and no external plugin, and still exports the session."""
+    canary = Path("/var/tmp") / f"pvisor-opencode-config-{uuid.uuid4().hex}"
+    plugin = f"import {{ writeFileSync }} from 'fs'; writeFileSync('{canary}', 'escaped ' + process.pid); "
+    plugin += "export const Escape = async () => ({});\n"
+    edit = (
+        "import json, os; p = os.environ['OPENCODE_CONFIG']; d = json.load(open(p)); "
+        "d['plugin'] = ['file://' + os.path.abspath('escape.js')]; json.dump(d, open(p, 'w'))"
+    )
+    b64 = base64.b64encode
+    command = _armed(
+        f"echo {b64(plugin.encode()).decode()} | base64 -d > escape.js && "
+        f"echo {b64(edit.encode()).decode()} | base64 -d | python3; {NO_INSTALL}"
+    )
+    lab = Lab(tmp_path, "opencode")
+    lab.capture([command], "--sandbox", "bwrap")
+    try:
+        proc, result, ws, out = _replay(lab, "config-plugin")
+        assert proc.returncode == 0, proc.stderr
+        assert result["sandbox"]["mode"] == "bwrap"
+        config = json.loads((Path(result["agent_run"]["run_dir"]) / "opencode.json").read_text())
+        assert config["plugin"] == [f"file://{ws / 'escape.js'}"]  # the call ran, in the sandbox
+        assert not canary.exists(), f"code planted in the sandbox ran outside it: {canary.read_text()}"
+        native = result["agent_run"]["native_trajectory"]
+        assert native is not None and json.loads(Path(native).read_text())["info"]["id"], proc.stderr
+    finally:
+        canary.unlink(missing_ok=True)
+
+
 # --------------------------------------------------------------------------- 2. Unix sockets
 
 
-def test_a_unix_socket_of_this_machine_is_not_reachable(tmp_path):
+@pytest.mark.parametrize("place", ["/var/tmp", "/run"])
+def test_a_unix_socket_of_this_machine_is_not_reachable(tmp_path, place):
     """``--unshare-net`` isolates TCP and abstract sockets, but a Unix socket on the filesystem
     is reachable through the read-only ``/`` (connect() needs no write to the mount): a docker,
     containerd, systemd or database socket outside /tmp and $HOME is within a recorded call's
-    reach."""
-    where = Path("/var/tmp") / f"pvisor-sock-{uuid.uuid4().hex[:12]}"
+    reach. The sandbox hides where sockets live by convention (docs/replay.md "The sandbox")."""
+    where = Path(place) / f"pvisor-sock-{uuid.uuid4().hex[:12]}"
     where.mkdir()
     path = where / "s.sock"
     lab = Lab(tmp_path, "codex")
@@ -118,6 +167,53 @@ def test_a_unix_socket_of_this_machine_is_not_reachable(tmp_path):
         listener.close()
         path.unlink(missing_ok=True)
         where.rmdir()
+
+
+def test_the_socket_places_are_read_from_the_environment():
+    """Beside /run, /var/run (resolved) and /var/tmp: ``$XDG_RUNTIME_DIR``, the directory of
+    ``$SSH_AUTH_SOCK`` and of a dbus ``unix:path=``, real and existing; never /tmp's (a private
+    one already), a relative or missing path, an abstract dbus address."""
+    root = Path(tempfile.mkdtemp(prefix="pvisor-places-", dir="/var/tmp"))
+    try:
+        for d in ("rt", "ssh", "bus"):
+            (root / d).mkdir()
+        (root / "link").symlink_to(root / "rt")
+        env = {
+            "XDG_RUNTIME_DIR": str(root / "link"),
+            "SSH_AUTH_SOCK": str(root / "ssh" / "agent.1"),
+            "DBUS_SESSION_BUS_ADDRESS": f"unix:abstract=/x,guid=1;unix:path={root}/bus/sock,guid=2",
+        }
+        places = socket_places(env)
+        expected = [p for p in ("/run", "/var/tmp") if os.path.isdir(p)]
+        expected += [str(root / "rt"), str(root / "ssh"), str(root / "bus")]
+        assert places == expected
+        missing = {"XDG_RUNTIME_DIR": str(root / "gone"), "SSH_AUTH_SOCK": "/tmp/ssh-x/agent.1"}
+        assert (
+            socket_places({**missing, "DBUS_SESSION_BUS_ADDRESS": "unix:path=relative/sock"}) == expected[:-3]
+        )
+    finally:
+        shutil.rmtree(root)
+
+
+def test_only_the_gateways_network_hides_the_socket_places(tmp_path):
+    """With ``--sandbox-network host`` the agent reaches this machine's network anyway, and its
+    resolver's files live under /run on many systems: the places stay visible."""
+    ws, run_dir, data = tmp_path / "ws", tmp_path / "data" / "runs" / "r", tmp_path / "data"
+    run_dir.mkdir(parents=True)
+    ws.mkdir()
+    for network, sealed in ((SandboxNetwork.GATEWAY, True), (SandboxNetwork.HOST, False)):
+        box = plan_sandbox(network=network, workspace=ws, run_dir=run_dir, data_dir=data)
+        try:
+            argv = box.mounts()
+            remounted = [argv[i + 1] for i, a in enumerate(argv) if a == "--remount-ro"]
+            hidden = box.to_json()["hidden"]
+            if sealed:  # emptied (a tmpfs), then read-only again after every mount inside
+                assert {"/run", "/var/tmp"} <= set(hidden) and remounted == ["/run", "/var/tmp"], argv
+                assert argv.index("--remount-ro") > max(i for i, a in enumerate(argv) if a == "--bind")
+            else:
+                assert "/run" not in hidden and "/var/tmp" not in hidden and remounted == [], argv
+        finally:
+            box.close()
 
 
 # --------------------------------------------------------------------------- 3. forged status

@@ -271,15 +271,29 @@ class EnvSnippet(Record):
 @record
 class ExportPlan(FrozenRecord):
     """A command that writes the native trajectory after the run (OpenCode's ``opencode export
-    ID``): run ``argv`` with the attempt's environment in the workspace; its stdout is saved to
-    ``output``."""
+    ID``), given the least it needs: run ``argv`` in ``scratch`` (a fresh, empty directory pvisor
+    made for it, never the workspace, whose files the agent wrote) with the attempt's environment
+    and ``env``'s changes (name -> value, None removes it), after ``files`` (path -> text, fresh
+    files in ``scratch``: a configuration written by pvisor, not the run's the agent could
+    change) are written; its stdout is saved to ``output``. Run in the agent's sandbox when it
+    had one (docs/replay.md "The sandbox")."""
 
     argv: list[str]
     output: Path
+    env: dict[str, str | None]
+    files: dict[Path, str]
 
-    def __init__(self, argv: list[str], output: Path) -> None:
+    def __init__(
+        self,
+        argv: list[str],
+        output: Path,
+        env: dict[str, str | None] | None = None,
+        files: dict[Path, str] | None = None,
+    ) -> None:
         _set(self, "argv", argv)
         _set(self, "output", output)
+        _set(self, "env", {} if env is None else env)
+        _set(self, "files", {} if files is None else files)
 
 
 class AgentProfile(AgentDescriptor):
@@ -447,9 +461,10 @@ class AgentProfile(AgentDescriptor):
         fixed path); None when there is none."""
         return plan.native_path if plan.native_path is not None and plan.native_path.exists() else None
 
-    def export_plan(self, ctx: LaunchContext, session_id: str | None) -> ExportPlan | None:
+    def export_plan(self, ctx: LaunchContext, session_id: str | None, scratch: Path) -> ExportPlan | None:
         """A command that exports the native trajectory after the run, or None (the agent
-        writes its own file)."""
+        writes its own file); ``scratch``: the fresh, empty directory it runs in
+        (:class:`ExportPlan`)."""
         return None
 
     # ------------------------------------------------------------------ pvisor env

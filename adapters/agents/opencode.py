@@ -15,8 +15,9 @@
   ``opencode run --session SESSION --format json -- TASK`` (extends the main chain).
 - Auxiliary exchanges: a title request (no tools, another system prompt) on a session's first
   prompt, racing the main loop: one per first prompt.
-- Native trajectory: none on disk in a readable form; ``opencode export SESSION`` (run with the
-  same environment, so the same data directories) prints the session as JSON, saved as
+- Native trajectory: none on disk in a readable form; ``opencode export SESSION`` (its data
+  directory the run's; no plugin, a fresh config, a fresh working directory, in the agent's
+  sandbox when it had one: :meth:`OpenCode.export_plan`) prints the session as JSON, saved as
   ``<run dir>/opencode-session-<id>.json``.
 """
 
@@ -38,6 +39,7 @@ from .base import (
     VersionRange,
     first_value,
     json_text,
+    private_home_env,
 )
 from .descriptor import ISO_DATE, ChainHint, RequestTask, after_separator, rx
 from typing import TYPE_CHECKING
@@ -52,6 +54,17 @@ QUIET_ENV = {
     "OPENCODE_DISABLE_AUTOUPDATE": "1",
     "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
     "OPENCODE_DISABLE_SHARE": "1",
+}
+
+#: what ``opencode export`` runs with beside :data:`QUIET_ENV`: no external plugin (those of its
+#: configuration and of ``.opencode/plugin/`` directories: ``--pure``), no configuration of the
+#: project (``opencode.json`` and ``.opencode/`` found up from its directory), none of the
+#: built-in plugins (provider logins); read from the 1.18.33 binary's flags
+EXPORT_ENV = {
+    "OPENCODE_PURE": "1",
+    "OPENCODE_DISABLE_PROJECT_CONFIG": "1",
+    "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+    **QUIET_ENV,
 }
 
 
@@ -207,12 +220,36 @@ class OpenCode(AgentProfile):
     def session_id(self, stdout: bytes) -> str | None:
         return first_value(stdout, "sessionID")
 
-    def export_plan(self, ctx: LaunchContext, session_id: str | None) -> ExportPlan | None:
+    def export_plan(self, ctx: LaunchContext, session_id: str | None, scratch: Path) -> ExportPlan | None:
+        """``opencode export SESSION``, given the least it needs: it finds the session by its
+        id in the data directory (``$XDG_DATA_HOME/opencode/opencode.db``), from any working
+        directory (verified with 1.18.33). OpenCode loads plugins at start, from its
+        configuration (``plugin``), from ``.opencode/plugin/`` of its working directory and of
+        the config directories, and with them runs what the agent's calls could have written:
+        so no external plugin (:data:`EXPORT_ENV`: ``OPENCODE_PURE``, what ``--pure`` sets), no
+        project configuration, a fresh configuration in ``scratch`` (the run's, pvisor's own)
+        instead of the run directory's, and with a private home only its data directory kept:
+        ``HOME`` and the other XDG directories in ``scratch``."""
         if not session_id:
             return None
+        path = scratch / "opencode.json"
+        env: dict[str, str | None] = {
+            "OPENCODE_CONFIG": str(path),
+            "OPENCODE_CONFIG_DIR": None,
+            "OPENCODE_CONFIG_CONTENT": None,
+            **EXPORT_ENV,
+        }
+        fresh = private_home_env(scratch)
+        if ctx.home is not None:
+            fresh["XDG_DATA_HOME"] = private_home_env(ctx.home)["XDG_DATA_HOME"]
+        else:  # the user's own home (--use-home): it and its data directory as the agent had them
+            del fresh["HOME"], fresh["XDG_DATA_HOME"]
+        env.update(fresh)
         return ExportPlan(
             argv=[ctx.executable, "export", session_id],
             output=ctx.run_dir / f"opencode-session-{session_id}.json",
+            env=env,
+            files={path: json_text(config(ctx.base_url, ctx.model or self.script_model))},
         )
 
     def snippet(self, base_url: str, run_dir: Path, model: str | None) -> EnvSnippet:
