@@ -157,3 +157,17 @@ def record_corpus_runs(corpus: Path, path: Path, names: list[str] | None = None)
                 journal.end_attempt(name, n, 0)
         journal.flush()
     return out
+
+
+def record_cut_codex_run(path: Path, corpus: Path, run: str = "codex-cut") -> str:
+    """A journal at ``path`` holding one Codex run cut short after A_1's tool call (the first
+    request of the corpus's Codex capture alone, ``corpus``: its directory): no request holds
+    O_1, so its boundary has a tool call without a recorded result. Returns the run's id."""
+    line = corpus_lines(corpus, "codex")[0]
+    with Journal.open(path, finalize=finalize_response) as journal:
+        journal.create_run(Run(id=run, agent="codex"))
+        journal.start_attempt(Attempt(run=run, n=1))
+        record_line(journal, run, 1, line, 0)
+        journal.end_attempt(run, 1, 0)
+        journal.flush()
+    return run

@@ -26,7 +26,7 @@ import pytest
 
 from cli_helpers import pvisor_main
 from conftest import corpus_dir
-from corpus_runs import RUNS, record_corpus_runs, record_line, corpus_lines
+from corpus_runs import RUNS, corpus_lines, record_corpus_runs, record_cut_codex_run, record_line
 from native_helpers import native_dir
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.protocols import get_protocol
@@ -205,13 +205,7 @@ def test_journal_n_equal_steps_after_a_tool_call_is_observation_not_recorded(tmp
     """A run cut short after A_1's tool call (codex's first request alone): no request holds
     O_1, and a shell call is no finish action."""
     path = tmp_path / "cut.sqlite"
-    line = corpus_lines(corpus_dir(), "codex")[0]
-    with Journal.open(path, finalize=finalize_response) as journal:
-        journal.create_run(Run(id="codex-cut", agent="codex"))
-        journal.start_attempt(Attempt(run="codex-cut", n=1))
-        record_line(journal, "codex-cut", 1, line, 0)
-        journal.end_attempt("codex-cut", 1, 0)
-        journal.flush()
+    record_cut_codex_run(path, corpus_dir())
     out = tmp_path / "o"
     with pytest.raises(BadInputError) as exc:
         prepare_only(PrepareOptions(agent="codex", after_step=1, output=out, run="codex-cut", journal=path))

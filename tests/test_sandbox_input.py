@@ -18,10 +18,7 @@ import pytest
 
 from agent_helpers import pvisor, user_env
 from conftest import corpus_dir
-from corpus_runs import corpus_lines, record_line
-from pvisor.gateway.proxy import finalize_response
-from pvisor.journal.model import Attempt, Run
-from pvisor.journal.writer import Journal
+from corpus_runs import record_cut_codex_run
 from pvisor.session.sandbox import bwrap_problem
 from test_sandbox import SCHEMA, Lab, _fake_bwrap, _one_line, _run_codex
 
@@ -173,13 +170,7 @@ def test_the_observation_not_recorded_line_names_allow_unrecorded(tmp_path):
     """The one line prepare-only, replay-only and continuation give says how the modes that run
     the agent re-run such calls."""
     path = tmp_path / "cut.sqlite"
-    line = corpus_lines(corpus_dir(), "codex")[0]
-    with Journal.open(path, finalize=finalize_response) as journal:
-        journal.create_run(Run(id="codex-cut", agent="codex"))
-        journal.start_attempt(Attempt(run="codex-cut", n=1))
-        record_line(journal, "codex-cut", 1, line, 0)
-        journal.end_attempt("codex-cut", 1, 0)
-        journal.flush()
+    record_cut_codex_run(path, corpus_dir())
     proc = pvisor(
         ["--journal", str(path), "replay", "--agent", "codex", "--run", "codex-cut", "--after-step", "1",
          "--prepare-only", "--output", str(tmp_path / "out")],
