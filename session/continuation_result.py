@@ -59,7 +59,7 @@ def fill_live(
     forwarded request with what the upstream answered (read back from the journal), the
     boundary request, rewrites, expansions, and why it ended. ``p``: the
     :class:`~pvisor.replay.continuation.ContinuationResponder`; ``report``: the derived run's
-    :class:`~pvisor.session.run.RunReport`."""
+    :class:`~pvisor.session.run_report.RunReport`."""
     requests = _live_requests(opts, rec, p, report)
     main = [r for r in requests if r["request"] is not None]
     boundary = next((r for r in main if r["request"] == opts.after_step + 1), None)

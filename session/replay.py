@@ -92,7 +92,8 @@ from pvisor.session.replay_options import (
     ReplayOptions,
 )
 from pvisor.session.replay_result import failure, fill_after, fill_prefix, remove_prefix_files
-from pvisor.session.run import RunReport, RunRequest, run_agent, without_userinfo
+from pvisor.session.run import RunRequest, run_agent, without_userinfo
+from pvisor.session.run_report import RunReport
 from pvisor.session.sandbox import (
     SandboxMode,
     SandboxNetwork,
@@ -507,7 +508,7 @@ def _dummy_key(
     opts: ReplayOptions, d: Any, live: bool, sandbox: SandboxMode, warn: Callable[[str], None]
 ) -> bool:
     """Whether the agent of a continuation gets a dummy key (the gateway swaps the user's key in
-    when it forwards: :func:`~pvisor.session.run.key_swap`): in a sandbox, so that no recorded or
+    when it forwards: :func:`~pvisor.session.containment.key_swap`): in a sandbox, so that no recorded or
     live call can read the user's key; and with a local upstream and no key of the user's, since
     the agent still wants one to start. Not in intercept mode, whose forwards are never swapped
     (a sandboxed agent then keeps the key: one warning)."""

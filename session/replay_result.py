@@ -26,7 +26,7 @@ from pvisor.session.replay_options import ReplayOptions
 
 def agent_ended_by(p: Any, report: Any) -> AgentRunEnd:
     """How the agent's run ended (``agent_run.ended_by``): ``p`` the playback responder,
-    ``report`` the derived run's :class:`~pvisor.session.run.RunReport`."""
+    ``report`` the derived run's :class:`~pvisor.session.run_report.RunReport`."""
     if report.interrupted:
         return AgentRunEnd.INTERRUPTED
     if report.timed_out:

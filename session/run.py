@@ -34,10 +34,8 @@ documented codes (2 usage, 65 bad data, 69 unavailable, 124 timeout, 128 + N aft
 from __future__ import annotations
 
 import asyncio
-import enum
 import os
 import re
-import secrets
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +44,6 @@ from typing import Any, Callable
 import orjson
 from pvisor.adapters.agents import get_profile
 from pvisor.adapters.agents.base import (
-    AgentOutcome,
     AgentProfile,
     AgentStatus,
     LaunchContext,
@@ -55,7 +52,6 @@ from pvisor.adapters.agents.base import (
 )
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.core.errors import BadInputError, OutputError, PvisorError, UnavailableError, UsageError
-from pvisor.gateway.credentials import KeySwap, UpstreamCredentials
 from pvisor.gateway.intercept import default_confdir, host_entry, intercept_env
 from pvisor.gateway.proxy import GatewayConfig, os_error_reason
 from pvisor.gateway.responder import Responder
@@ -94,17 +90,13 @@ from pvisor.session.launch import (
     write_files,
 )
 from pvisor.session.limits import ResourceLimits, RunCgroup
+from pvisor.session.run_report import EXIT_AGENT_FAILED, RunReport
+from pvisor.session.containment import AgentKey, agent_sandbox, key_swap, relay_proxy, sandbox_mode
 from pvisor.session.sandbox import (
     Sandbox,
     SandboxMode,
     SandboxNetwork,
-    UnixRelay,
-    check_allow,
-    no_sandbox,
-    plan_sandbox,
-    resolve_mode,
     sandbox_record,
-    unused_options,
 )
 from pvisor.session.session import Session, SessionConfig, StopSignals
 from pvisor.session.steps import derive_steps, snapshot_warnings
@@ -121,10 +113,6 @@ JOURNAL_WAIT_S = 600.0
 
 #: exit code after Ctrl-C (SIGINT); SIGHUP gives 129 and SIGTERM 143 (128 + signal number)
 EXIT_INTERRUPTED = 130
-
-#: what ``pvisor run`` exits with when the agent exited 0 but its own final status says it
-#: failed (mini-swe-agent's ``RepeatedFormatError``): a failure is never reported as a success
-EXIT_AGENT_FAILED = 1
 
 Warn = Callable[[str], None]
 
@@ -225,15 +213,6 @@ class RunRequest:
         return ResourceLimits(memory=self.sandbox_memory, cpus=self.sandbox_cpus)
 
 
-class AgentKey(str, enum.Enum):
-    """The key the agent was given (the ``key`` of the result's and the report's ``sandbox``
-    record; docs/replay.md "Keys in a continuation")."""
-
-    AGENT = "agent"  #: its own: the user's key in its environment (or its own login), readable by its tools
-    DUMMY = "dummy"  #: a dummy, and no key put in its place (nothing forwarded, or no user key to add)
-    SWAPPED = "swapped"  #: a dummy; the gateway puts the user's key in its place when it forwards
-
-
 @dataclass(frozen=True)
 class RunSetup:
     """What a responder factory learns before the agent starts: the new ``run`` id, its
@@ -248,108 +227,6 @@ class RunSetup:
 #: ``factory(setup) -> responder``: the answer source of a run under a responder (playback);
 #: the responder may have an ``ended`` asyncio.Event, set once the agent was told to end
 ResponderFactory = Callable[[RunSetup], Any]
-
-
-@dataclass
-class RunReport:
-    """What one ``pvisor run`` did. ``exit_code`` is what the command exits with: the agent's
-    own code, 124 after ``--timeout``, 128 + the signal's number after a stop signal (130 Ctrl-C,
-    129 SIGHUP, 143 SIGTERM; ``interrupt_signal`` names it). ``stray_processes_killed``: how
-    many processes the agent left running (in its group or escaped into their own session)
-    pvisor ended after it. ``steps`` and the counts after it are None when the steps could not
-    be derived (``steps_error`` says why). ``attempt_steps``: the main-loop chains this attempt
-    sent requests in, ``{"chain": N, "steps": K, "main": bool}`` each, K its requests of this
-    attempt (after a Gemini CLI or Qwen Code resume, a new chain that ``steps`` does not
-    count, the main chain being the first attempt's)."""
-
-    run: str
-    attempt: int
-    agent: str
-    agent_version: str | None
-    exit_code: int
-    agent_exit_code: int | None
-    timed_out: bool
-    interrupted: bool
-    workspace: Path
-    run_dir: Path
-    stdout: Path
-    stderr: Path
-    gateway: str
-    argv: list[str]
-    session_id: str | None = None
-    native_path: Path | None = None
-    steps: int | None = None
-    tool_calls_per_step: list[int] = field(default_factory=list)
-    exchanges: int | None = None
-    main_exchanges: int | None = None
-    auxiliary_exchanges: int | None = None
-    chains: int | None = None
-    main_chain: int | None = None
-    attempt_chains: list[int] = field(default_factory=list)
-    attempt_steps: list[dict[str, Any]] = field(default_factory=list)
-    steps_error: str | None = None
-    stray_processes_killed: int = 0
-    interrupt_signal: str | None = None
-    stopped_after_end: bool = False
-    snapshots: int = 0
-    snapshot_warnings: list[str] = field(default_factory=list)
-    intercept_proxy: str | None = None
-    #: the agent's own account of how it ended (:meth:`AgentProfile.final_status`)
-    agent_status: AgentStatus | None = None
-    #: what the sandbox allowed (:meth:`~pvisor.session.sandbox.Sandbox.to_json`), or ``{"mode": "none"}``
-    sandbox: dict[str, Any] = field(default_factory=no_sandbox)
-
-    @property
-    def failed_by_own_account(self) -> bool:
-        """The agent exited 0 but says it failed: the run exits :data:`EXIT_AGENT_FAILED`."""
-        return (
-            self.agent_exit_code == 0
-            and not (self.timed_out or self.interrupted)
-            and self.agent_status is not None
-            and self.agent_status.outcome is AgentOutcome.FAILED
-        )
-
-    def to_json(self) -> dict[str, Any]:
-        """The ``--json`` document (docs/cli.md)."""
-        return {
-            "run": self.run,
-            "attempt": self.attempt,
-            "agent": self.agent,
-            "agent_version": self.agent_version,
-            "exit_code": self.exit_code,
-            "agent_exit_code": self.agent_exit_code,
-            "agent_status": self.agent_status.to_json() if self.agent_status else None,
-            "timed_out": self.timed_out,
-            "interrupted": self.interrupted,
-            "interrupt_signal": self.interrupt_signal,
-            "stray_processes_killed": self.stray_processes_killed,
-            "stopped_after_end": self.stopped_after_end,
-            "steps": self.steps,
-            "tool_calls_per_step": self.tool_calls_per_step,
-            "exchanges": self.exchanges,
-            "main_exchanges": self.main_exchanges,
-            "auxiliary_exchanges": self.auxiliary_exchanges,
-            "chains": self.chains,
-            "main_chain": self.main_chain,
-            "attempt_chains": self.attempt_chains,
-            "attempt_steps": self.attempt_steps,
-            "steps_error": self.steps_error,
-            "snapshots": self.snapshots,
-            "snapshot_warnings": self.snapshot_warnings,
-            "session_id": self.session_id,
-            "native_trajectory": str(self.native_path) if self.native_path else None,
-            "workspace": str(self.workspace),
-            "run_dir": str(self.run_dir),
-            "stdout": str(self.stdout),
-            "stderr": str(self.stderr),
-            "gateway": self.gateway,
-            "intercept_proxy": self.intercept_proxy,
-            "argv": self.argv,
-            "sandbox": self.sandbox,
-        }
-
-
-# --------------------------------------------------------------------------- checks
 
 
 def data_dir_of(journal_path: Path) -> Path:
@@ -560,30 +437,11 @@ def _load_script(req: RunRequest) -> Any:
 
 
 def _sandbox_of(req: RunRequest, use_home: bool, warn: Warn) -> SandboxMode:
-    """The sandbox the agent runs in, resolved (:func:`~pvisor.session.sandbox.resolve_mode`):
-    UsageError (exit 2) for ``--use-home`` in a sandbox without ``--sandbox-allow`` and for a
-    ``--sandbox-allow`` that is no existing path, ``/`` or holds what the sandbox hides
-    (:func:`~pvisor.session.sandbox.check_allow`); SandboxUnavailable (69) for ``--sandbox bwrap``
-    where bwrap cannot run. Without a sandbox, one warning for the sandbox options given."""
+    """The sandbox the agent runs in (:func:`~pvisor.session.containment.sandbox_mode`), its
+    ``--sandbox-allow`` paths checked for valid UTF-8 first (exit 2)."""
     for path in req.sandbox_allow:
         check_utf8("--sandbox-allow", path)
-        if not os.path.exists(path):
-            raise UsageError(
-                f"--sandbox-allow {path}: no such file or directory (expected a path the agent may write)"
-            )
-    check_allow(req.sandbox_allow, data_dir_of(req.journal_path), req.sandbox_hide)
-    mode = resolve_mode(req.sandbox, warn)
-    if mode is SandboxMode.NONE:
-        unused = unused_options(req.sandbox_network, req.sandbox_allow)
-        if unused is not None:
-            warn(unused)
-        return mode
-    if mode is SandboxMode.BWRAP and use_home and not req.sandbox_allow:
-        raise UsageError(
-            "--use-home in a sandbox: your home is hidden from the agent there; give --sandbox-allow PATH "
-            "for what it may use (e.g. --sandbox-allow ~/.claude), or --sandbox none"
-        )
-    return mode
+    return sandbox_mode(req, data_dir_of(req.journal_path), use_home, warn)
 
 
 @dataclass
@@ -611,7 +469,8 @@ class _Start:
     agent_key: str | None = None
     #: the resolved ``--sandbox`` (bwrap or none)
     sandbox: SandboxMode = SandboxMode.NONE
-    #: the agent's sandbox once planned (:func:`_plan_sandbox`), None without one
+    #: the agent's sandbox once planned (:func:`~pvisor.session.containment.agent_sandbox`), None
+    #: without one
     box: Sandbox | None = None
     #: the run's cgroup (``sandbox_memory``, ``sandbox_cpus``), None without limits
     cgroup: RunCgroup | None = None
@@ -732,70 +591,6 @@ def session_config(start: _Start) -> tuple[SessionConfig, Responder | None, str]
     return config, responder, upstream_label
 
 
-def key_swap(req: RunRequest, profile: AgentProfile) -> tuple[UpstreamCredentials | None, str | None]:
-    """The key swap of a ``dummy_key`` run that forwards: the gateway's
-    :class:`~pvisor.gateway.credentials.UpstreamCredentials` holding the user's key of the
-    profile's ``key_env`` (``agent_env`` first, then pvisor's environment) for the profile's
-    upstream, and the dummy the agent gets instead (``pvisor-dummy-key-`` and 32 random hex
-    digits, new for every run: a local process that never read the agent's environment cannot
-    use the key through the gateway). (None, None) when there is no key to swap. UsageError
-    (exit 2) in intercept mode, whose forwards are never swapped."""
-    real = {**os.environ, **req.agent_env}.get(profile.key_env) if profile.key_env else None
-    if not real:
-        return None, None
-    if req.intercept is not None:
-        raise UsageError(
-            "a dummy key is given through the reverse proxy only: in intercept mode the agent would send "
-            f"it to the model host unswapped (drop --intercept, or let the agent keep {profile.key_env})"
-        )
-    dummy = "pvisor-dummy-key-" + secrets.token_hex(16)
-    try:
-        return UpstreamCredentials([KeySwap(profile.upstream, dummy, real)]), dummy
-    except ValueError as exc:  # a key too short or with white space: named, never shown
-        raise UsageError(f"{profile.key_env}: {exc}") from None
-
-
-def _plan_sandbox(start: _Start) -> Sandbox | None:
-    """The agent's :class:`~pvisor.session.sandbox.Sandbox` when it runs in bwrap: the
-    workspace, the run directory and ``--sandbox-allow`` writable; the user's home, the data
-    directory and the request's ``sandbox_hide`` hidden; the agent's executable and
-    interpreter and pvisor's own bound back where hidden (intercept mode's CA once made:
-    :func:`_relay_proxy`)."""
-    req = start.req
-    if start.sandbox is not SandboxMode.BWRAP:
-        return None
-    path_env = {**os.environ, **req.agent_env}.get("PATH")
-    return plan_sandbox(
-        network=req.sandbox_network,
-        workspace=start.workspace,
-        run_dir=start.run_dir,
-        data_dir=data_dir_of(req.journal_path),
-        allow=req.sandbox_allow,
-        hide=req.sandbox_hide,
-        executables=[start.exe],
-        path_env=path_env,
-    )
-
-
-async def _relay_proxy(start: _Start, session: Any) -> UnixRelay | None:
-    """Intercept mode in a sandbox with the gateway's network: a forwarder from a Unix socket
-    to mitmdump's port, and the relay inside told to listen on that port too."""
-    box = start.box
-    if box is None or box.network is not SandboxNetwork.GATEWAY:
-        return None
-    gw = session.gateway
-    box.relayed.append((gw.config.host, gw.port, os.path.join(box.socket_dir, "gateway.sock")))
-    if session.proxy is None:
-        return None
-    if session.proxy.ca_cert is not None:
-        box.bind_back(session.proxy.ca_cert)  # the agent trusts pvisor's CA by its path
-    path = os.path.join(box.socket_dir, "proxy.sock")
-    relay = UnixRelay(path, "127.0.0.1", URL(session.proxy.url).port or 0)
-    await relay.start()
-    box.relayed.append((start.req.intercept.host, URL(session.proxy.url).port or 0, path))
-    return relay
-
-
 async def _run(start: _Start) -> RunReport:
     req = start.req
     session = None
@@ -804,7 +599,10 @@ async def _run(start: _Start) -> RunReport:
     stop.install()  # from here on a signal stops the agent and the attempt still ends in the journal
     become_subreaper()
     try:
-        start.box = _plan_sandbox(start)
+        data_dir = data_dir_of(start.req.journal_path)
+        start.box = agent_sandbox(
+            start.req, start.sandbox, start.workspace, start.run_dir, data_dir, start.exe
+        )
         config, responder, upstream_label = session_config(start)
         # signals (installed above), address, journal, gateway, mitmdump; one stop order
         session = Session(config, responder, signals=stop)
@@ -815,7 +613,7 @@ async def _run(start: _Start) -> RunReport:
                 f"cannot listen on 127.0.0.1:{req.port}: {os_error_reason(exc)} (give another --port, or 0 "
                 "for a free one)"
             ) from None
-        relay = await _relay_proxy(start, session)
+        relay = await relay_proxy(start.box, session, start.req.intercept)
         return await _attempt(start, session, url, upstream_label, stop, responder)
     finally:
         if relay is not None:

@@ -2,7 +2,7 @@
 exchanges classified by the chain rule (:mod:`pvisor.adapters.chains`) into main-loop and
 auxiliary ones, their roles stored, the workspace snapshots bound to steps and the steps
 counted (:mod:`pvisor.adapters.journal_trajectory`), written into the attempt's
-:class:`~pvisor.session.run.RunReport`; and what the start and end snapshots could not hold,
+:class:`~pvisor.session.run_report.RunReport`; and what the start and end snapshots could not hold,
 said once. A failure to derive the steps is a warning (``steps_error``), never a lost run."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pvisor.replay.snapshots import bind_steps
 from pvisor.session.sandbox import failed_calls
 
 if TYPE_CHECKING:  # a cycle otherwise: run.py imports this module to fill its report
-    from pvisor.session.run import RunReport
+    from pvisor.session.run_report import RunReport
 
 #: ``warn(line)``: one warning line for the user
 Warn = Callable[[str], None]
