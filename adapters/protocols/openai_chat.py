@@ -95,10 +95,8 @@ path_for_model = path_unchanged
 converted_tool_raw = no_converted_tool_raw
 cache_breakpoints = no_cache_breakpoints
 CACHE_MARKERS = False
-#: where a request carries its credential: ``authorization: Bearer <key>`` (the OpenAI API
-#: reference, "Authentication"; openai-python ``_client.py`` ``auth_headers``); no query parameter
-CREDENTIAL_HEADERS: tuple[str, ...] = ("authorization",)
-CREDENTIAL_QUERY: tuple[str, ...] = ()
+#: a request's credential: ``authorization: Bearer <key>`` (OpenAI API reference, "Authentication")
+CREDENTIAL_HEADERS, CREDENTIAL_QUERY = ("authorization",), ()
 place_cache_markers = no_cache_markers
 counts_tokens = no_token_counts
 # the chain rule's comparison form with call ids kept (``call_`` ids are made by the server);
