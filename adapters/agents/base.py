@@ -280,8 +280,8 @@ class ExportPlan(FrozenRecord):
 
     argv: list[str]
     output: Path
-    env: dict[str, str | None]
-    files: dict[Path, str]
+    env: dict[str, str | None] = field(default_factory=dict)
+    files: dict[Path, str] = field(default_factory=dict)
 
     def __init__(
         self,
