@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import jsonschema
 import pytest
-from agent_helpers import PVISOR, SUBMIT, entrypoint, pvisor, user_env
+from agent_helpers import PVISOR, SUBMIT, agents_dir, entrypoint, pvisor, user_env
 from conftest import cannot_run_here
 
 from pvisor.session.limits import ResourceLimits, detect
@@ -134,8 +135,12 @@ def boxed(tmp_path: Path, bound: Path, *args: str) -> subprocess.CompletedProces
     bwrap = shutil.which("bwrap")
     if bwrap is None or bwrap_problem() is not None:
         pytest.fail(f"this test needs bubblewrap: {bwrap_problem()}", pytrace=False)
+    # pvisor's venv, the agents and the checkout bound back where they lie under /tmp (a checkout
+    # there, as a CI's may be)
+    back = [str(p) for p in (Path(sys.prefix), agents_dir(), REPO) if Path("/tmp") in p.resolve().parents]
     return subprocess.run(
         [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+         *[a for p in back for a in ("--ro-bind", p, p)],
          "--bind", str(bound), str(bound), "--unshare-user", "--unshare-pid", "--die-with-parent",
          str(PVISOR), *args],
         env=user_env(tmp_path / "home"), cwd=bound, timeout=120, capture_output=True, text=True,

@@ -676,13 +676,14 @@ def test_a_replay_is_filed_under_the_handoffs_child_run_once(captured, tmp_path)
     gate = tmp_path / "gate"
     gated = gated_entrypoint(entrypoint("codex"), gate, tmp_path / "codex-gated")
 
+    # without a sandbox: the gated entry point's gate files, in tmp_path, are outside the workspace
     def replay_args(n: int, name: str, exe=entrypoint("codex")) -> list[str]:
         ws = tmp_path / f"ws-{name}"
         ws.mkdir()
         return [str(PVISOR), "replay", "--journal", str(journal), "--agent", "codex", "--run", cap.run,
                 "--after-step", str(n), "--replay-only", "--workspace", str(ws), "--workspace-from", cap.run,
                 "--output", str(tmp_path / f"out-{name}"), "--agent-entrypoint", str(exe), "--child-run",
-                "child-r", "--timeout", "240"]  # fmt: skip
+                "child-r", "--timeout", "240", "--sandbox", "none"]  # fmt: skip
 
     env = user_env(cap.user_home)
     other = pvisor(replay_args(2, "other")[1:], env=env, cwd=tmp_path, timeout=400)
