@@ -25,6 +25,7 @@ CONSTANT_TYPES = {
     "NAME": str,
     "TITLE": str,
     "GEN_AI_PROVIDER": str,
+    "CALL_ID_PREFIX": str,
     "PATHS": tuple,
     "DEFAULT_TARGET": tuple,
     "UNSTREAMED_TARGET": tuple,

@@ -187,7 +187,7 @@ def test_prepare_only_loads_one_agent_and_one_protocol(tmp_path: Path, agent: st
         "signatures",
         module,
     }, sorted(mods)
-    assert ours(mods, "pvisor.adapters.agents") <= {"base", "descriptor", module}, sorted(mods)
+    assert ours(mods, "pvisor.adapters.agents") <= {"base", "descriptor", "effects", module}, sorted(mods)
     # its protocol and the protocol-neutral modules (the transcoder, convert, renders across
     # protocols and drops reasoning a signed protocol refuses); no other protocol
     assert ours(mods, "pvisor.adapters.protocols") <= {

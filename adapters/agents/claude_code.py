@@ -32,6 +32,7 @@ from .base import (
     first_value,
     user_home,
 )
+from . import effects as fx
 from .descriptor import ISO_DATE, SYSTEM_REMINDERS, ChainHint, after_separator, rx
 from typing import TYPE_CHECKING
 
@@ -90,6 +91,16 @@ class ClaudeCode(AgentProfile):
         "Grep": ("path",),
     }
     read_tools = frozenset({"Read", "Glob", "Grep"})
+    tool_effects = {
+        "Bash": fx.shell("command", description="description"),
+        "Read": fx.read("file_path", "offset", "limit", offset_base=1),
+        "Write": fx.write("file_path", "content"),
+        "Edit": fx.edit("file_path", "old_string", "new_string", "replace_all"),
+        **fx.kinds(fx.Effect.LIST, "Glob", "Grep", "LS"),
+        **fx.kinds(fx.Effect.PLAN, "TodoWrite", "ExitPlanMode"),
+        **fx.kinds(fx.Effect.SUBAGENT, "Task", "Agent"),
+        **fx.kinds(fx.Effect.WEB, "WebFetch", "WebSearch"),
+    }
     # these send requests to Bedrock or Vertex around the gateway, or move the config dir;
     # an auth token would be sent instead of the key we give the scripted model
     removed_env = (

@@ -43,6 +43,7 @@ from .base import (
     toml_string,
     user_home,
 )
+from . import effects as fx
 from .descriptor import ISO_DATE, ChainHint, action_message, after_separator, rx
 
 if TYPE_CHECKING:
@@ -160,6 +161,14 @@ class Codex(AgentProfile):
     )
     path_arguments = {"exec_command": ("workdir",), "view_image": ("path",)}
     read_tools = frozenset({"view_image"})
+    tool_effects = {
+        "exec_command": fx.shell("cmd", workdir="workdir"),
+        "shell": fx.shell("command", workdir="workdir"),
+        "apply_patch": fx.ToolEffect(fx.Effect.PATCH, patch=""),
+        **fx.kinds(fx.Effect.PLAN, "update_plan", "create_goal", "update_goal", "get_goal"),
+        **fx.kinds(fx.Effect.SUBAGENT, "multi_agent_v1", "spawn_agent"),
+        **fx.kinds(fx.Effect.WEB, "web_search"),
+    }
 
     def wire_action(self, protocol: str, action: Action) -> Message:
         """The rollout's items of the reply (``action.raw``) without the file-only key, so item

@@ -29,6 +29,8 @@ from pvisor.journal.model import Action, Conversation, Message, TextPart, ToolCa
 from pvisor.core.lazyre import LazyPattern
 from pvisor.core.record import FrozenRecord
 
+from .effects import Effect, ToolEffect
+
 #: the text of the synthetic final reply (no tool call) that ends an agent at request N+1
 FINAL_TEXT = "pvisor: the replay ends here."
 
@@ -126,6 +128,8 @@ class AgentDescriptor:
             (Gemini CLI's and Qwen Code's content of the files a prompt names with ``@``).
         prompt_markers: texts that only the agent's own context holds (``<system-reminder>``):
             a prompt holding one cannot be told from that context.
+        tool_effects: its tools by what they do (:mod:`.effects`): how a handoff reads its
+            calls as a source and writes calls for it as the target.
     """
 
     name: str = ""
@@ -145,6 +149,9 @@ class AgentDescriptor:
     finish_tools: tuple[str, ...] = ()
     text_command: LazyPattern | None = None
     shell_tools: dict[str, tuple[str, ...]] = {"bash": ("command",)}
+    #: tool name -> what a call of it does and which argument holds what (a handoff's facts,
+    #: :mod:`.effects`); a shell tool of :attr:`shell_tools` missing here counts as a shell
+    tool_effects: dict[str, ToolEffect] = {}
     prompt_wrappers: tuple[LazyPattern, ...] = ()
     prompt_blocks: tuple[tuple[str, str], ...] = ()
     prompt_markers: tuple[str, ...] = ()
@@ -400,6 +407,17 @@ class AgentDescriptor:
         if self.text_command is None or not action.text:
             return []
         return [m.group(1) for m in self.text_command.finditer(action.text)]
+
+    def effect_of(self, name: str) -> ToolEffect:
+        """What a call of tool ``name`` does (:attr:`tool_effects`; a tool of
+        :attr:`shell_tools` missing there is a shell whose first argument holds the command);
+        :attr:`Effect.OTHER` for a tool the agent's facts do not name."""
+        found = self.tool_effects.get(name)
+        if found is not None:
+            return found
+        if name in self.shell_tools:
+            return ToolEffect(Effect.SHELL, command=self.shell_tools[name][0])
+        return ToolEffect(Effect.OTHER)
 
     def action_commitment(self, action: Action) -> tuple[str | None, str, str] | None:
         """(call id, tool name or ``text``, why) of the first part of ``action`` that commits

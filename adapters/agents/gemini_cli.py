@@ -41,6 +41,7 @@ from .base import (
     json_text,
     user_home,
 )
+from . import effects as fx
 from .descriptor import ISO_DATE, REFERENCED_FILES, ChainHint, action_message, attached_value, rx
 
 if TYPE_CHECKING:
@@ -123,6 +124,16 @@ class GeminiCli(AgentProfile):
         "grep_search": ("dir_path",),
     }
     read_tools = frozenset({"read_file", "list_directory", "glob", "grep_search"})
+    tool_effects = {
+        "run_shell_command": fx.shell("command", workdir="dir_path", description="description"),
+        "read_file": fx.ToolEffect(fx.Effect.READ, path="file_path", start="start_line", end="end_line"),
+        "write_file": fx.write("file_path", "content"),
+        "replace": fx.edit("file_path", "old_string", "new_string", "allow_multiple"),
+        **fx.kinds(fx.Effect.LIST, "list_directory", "glob", "grep_search", "search_file_content"),
+        **fx.kinds(fx.Effect.PLAN, "write_todos", "enter_plan_mode", "update_topic"),
+        **fx.kinds(fx.Effect.SUBAGENT, "invoke_agent"),
+        **fx.kinds(fx.Effect.WEB, "web_fetch", "google_web_search"),
+    }
 
     def wire_action(self, protocol: str, action: Action) -> Message:
         """Call ids without the ``<name>__`` prefix its file gives them."""

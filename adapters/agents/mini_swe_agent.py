@@ -39,6 +39,7 @@ from .base import (
     VersionRange,
     status,
 )
+from . import effects as fx
 from .descriptor import (
     FINAL_TEXT,
     ChainHint,
@@ -90,6 +91,7 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
     native_raw_protocol = "openai-chat"  # litellm's message dicts, in Chat Completions' shape
     upstream = "openai"
     finish_commands = (SUBMIT,)
+    tool_effects = {"bash": fx.shell("command")}
     # text mode: one fenced block per action (mswea_bash_command since 2.0, bash before)
     text_command = re.compile(r"```(?:mswea_bash_command|bash)[ \t]*\n(.*?)\n?```", re.S)
     script_model = "mock-model"

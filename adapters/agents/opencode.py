@@ -41,6 +41,7 @@ from .base import (
     json_text,
     private_home_env,
 )
+from . import effects as fx
 from .descriptor import ISO_DATE, ChainHint, RequestTask, after_separator, rx
 from typing import TYPE_CHECKING
 
@@ -142,6 +143,17 @@ class OpenCode(AgentProfile):
         "bash": ("workdir",),
     }
     read_tools = frozenset({"read", "glob", "grep"})
+    tool_effects = {
+        "bash": fx.shell("command", workdir="workdir", description="description"),
+        "read": fx.read("filePath", "offset", "limit", offset_base=1),
+        "write": fx.write("filePath", "content"),
+        "edit": fx.edit("filePath", "oldString", "newString", "replaceAll"),
+        "apply_patch": fx.ToolEffect(fx.Effect.PATCH, patch="patchText"),
+        **fx.kinds(fx.Effect.LIST, "glob", "grep", "list"),
+        **fx.kinds(fx.Effect.PLAN, "todowrite", "todoread"),
+        **fx.kinds(fx.Effect.SUBAGENT, "task"),
+        **fx.kinds(fx.Effect.WEB, "webfetch", "websearch"),
+    }
 
     def wire_message(self, protocol: str, msg: Message) -> Message:
         """A user message of text parts goes out in Chat Completions as OpenCode sends it: one

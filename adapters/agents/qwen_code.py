@@ -35,6 +35,7 @@ from .base import (
     json_text,
     user_home,
 )
+from . import effects as fx
 from .descriptor import ISO_DATE, REFERENCED_FILES, SYSTEM_REMINDERS, ChainHint, attached_value, rx
 from typing import TYPE_CHECKING
 
@@ -91,6 +92,16 @@ class QwenCode(AgentProfile):
         "run_shell_command": ("directory",),
     }
     read_tools = frozenset({"read_file", "glob", "grep_search"})
+    tool_effects = {
+        "run_shell_command": fx.shell("command", workdir="directory", description="description"),
+        "read_file": fx.read("file_path", "offset", "limit"),
+        "write_file": fx.write("file_path", "content"),
+        "edit": fx.edit("file_path", "old_string", "new_string", "replace_all"),
+        **fx.kinds(fx.Effect.LIST, "glob", "grep_search", "list_directory"),
+        **fx.kinds(fx.Effect.PLAN, "todo_write", "update_goal", "get_goal"),
+        **fx.kinds(fx.Effect.SUBAGENT, "agent", "task"),
+        **fx.kinds(fx.Effect.WEB, "web_fetch", "web_search"),
+    }
 
     def compaction_differences(self, protocol: str) -> str | None:
         # seen in the requests 0.24.4 sent after compressing under pvisor run

@@ -29,6 +29,7 @@ class WireProtocol(Protocol):
     - ``NAME``: the protocol name stored in the journal (``anthropic``, ``openai-chat``,
       ``openai-responses``, ``gemini``); ``TITLE``: its name in sentences (``Anthropic``).
     - ``GEN_AI_PROVIDER``: ``gen_ai.provider.name`` of the OpenTelemetry GenAI conventions.
+    - ``CALL_ID_PREFIX``: the prefix of the tool call ids its replies carry (``toolu_``).
     - ``PATHS``: the exact paths it serves, as documented patterns.
     - ``DEFAULT_TARGET``: ``(method, path, query)`` of a streamed request when nothing recorded
       says it (a native render without a profile); ``UNSTREAMED_TARGET`` the same for a request
@@ -57,6 +58,7 @@ class WireProtocol(Protocol):
     NAME: str
     TITLE: str
     GEN_AI_PROVIDER: str
+    CALL_ID_PREFIX: str
     PATHS: tuple[str, ...]
     DEFAULT_TARGET: tuple[str, str, str]
     UNSTREAMED_TARGET: tuple[str, str, str]

@@ -91,6 +91,8 @@ from pvisor.journal.model import (
 NAME = "gemini"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "gcp.gemini"
+#: the prefix of a tool call id this protocol's replies carry (a handoff names its calls with it)
+CALL_ID_PREFIX = ""
 #: Exact request paths served, ``{model}`` being one path segment (``gemini-2.5-pro``).
 PATHS: tuple[str, ...] = tuple(
     f"/{version}/models/{{model}}:{method}"

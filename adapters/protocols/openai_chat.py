@@ -79,9 +79,9 @@ if TYPE_CHECKING:
 NAME = "openai-chat"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "openai"
+CALL_ID_PREFIX = "call_"  # (contract.py)
 PATHS: tuple[str, ...] = ("/v1/chat/completions",)
-#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.contract.WireProtocol` says what each
-#: means)
+#: the wire-protocol facts (:class:`~pvisor.adapters.protocols.contract.WireProtocol` says what each means)
 TITLE = "OpenAI Chat Completions"
 DEFAULT_TARGET = ("POST", "/v1/chat/completions", "")
 UNSTREAMED_TARGET = DEFAULT_TARGET

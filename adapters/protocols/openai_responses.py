@@ -107,6 +107,8 @@ if TYPE_CHECKING:
 NAME = "openai-responses"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "openai"
+#: the prefix of a tool call id this protocol's replies carry (a handoff names its calls with it)
+CALL_ID_PREFIX = "call_"
 #: Exact request paths served (no query string). ``/v1/responses/compact`` and
 #: ``GET /v1/responses/{id}`` are different endpoints and are not handled here.
 PATHS: tuple[str, ...] = ("/v1/responses",)

@@ -1,0 +1,686 @@
+"""A handoff's translation: agent A's actions A_1..A_N as actions of agent B, by their effect.
+
+:func:`translate` takes the source's steps (a :class:`~pvisor.replay.recording.Recording`'s),
+the source's descriptor and a :class:`Target`: B's descriptor, its protocol and the tools B
+declared in its own request 1 (playback reads them there; never assumed). Per source call, by
+its effect (:mod:`pvisor.adapters.agents.effects`, read through A's ``tool_effects``):
+
+- **shell** -> B's shell call with the same command (a working directory other than the
+  workspace becomes ``cd DIR && ``); ``translated``;
+- **write**, **edit**, **patch** -> a B shell call that makes the same change (a here-document,
+  a ``python3`` replacement script, the patch's files); ``reproduced``;
+- **read** -> B's read tool when B declares one and the read has no line range, else a shell
+  read (``cat``, ``sed -n``); ``translated``;
+- **anything else** (list, plan, subagent, web, server tools, unknown tools) is not re-run: its
+  recorded result is written as text in B's own message, ``rendered_as_text``. An action left
+  without a call of B's gets a carrier, B's shell call ``true``, since a reply without a tool call
+  ends five of the six agents (and is a format error to mini-swe-agent);
+- a step without a call is ``not_reenactable`` and left out (B's steps are then fewer);
+- reasoning is dropped and counted (provider-bound items apart).
+
+B's calls get ids of B's protocol (``CALL_ID_PREFIX`` of its module); each translated step's
+observation holds the source's recorded results in the order of B's calls, so that O and O″
+are compared per call. Every call's arguments are checked against the parameter schema B
+declared for the tool (:func:`argument_problems`); a refusal is :class:`TranslationRefused`.
+
+Pure: no file, process or socket.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import posixpath
+import re
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from pvisor.adapters.agents.effects import Effect, Role, ToolEffect
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import compact_json
+from pvisor.core.errors import BadInputError
+from pvisor.journal.model import Action, Observation, Step, TextPart, ToolCall, ToolResult, ToolSpec
+
+
+class CallFate(str, enum.Enum):
+    """What became of one source call in a handoff (the report's ``fate``)."""
+
+    TRANSLATED = "translated"  #: B's call of the same kind (shell to shell, read to read)
+    REPRODUCED = "reproduced"  #: a B shell call that makes the same change to the workspace
+    RENDERED_AS_TEXT = "rendered_as_text"  #: not re-run: its recorded result written in B's message
+    NOT_REENACTABLE = "not_reenactable"  #: left out: nothing of B's can carry it
+    DROPPED = "dropped"  #: left out on purpose (said why)
+
+
+class TranslationRefused(BadInputError):
+    """A translated call that B's declared tool schema refuses, or a target without a shell
+    tool: exit 65 (the source cannot be handed to this agent as it stands)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """The agent a run is handed to: its ``descriptor``, ``protocol``, the ``tools`` it declared
+    in its request 1 (parsed), its ``workspace`` (absolute) and the source's recorded workspace
+    (``recorded_workspace``, to tell which paths lie inside it; None when unknown)."""
+
+    descriptor: Any
+    protocol: str
+    tools: Sequence[ToolSpec]
+    workspace: str
+    recorded_workspace: str | None = None
+
+
+@dataclass
+class CallAccount:
+    """One source call and what became of it: ``step`` (source step), ``call_id``, ``tool``,
+    ``effect``, ``fate``, the B ``target_step`` and ``target_tool`` that carry it (None when
+    left out), ``target_index`` (its position among that step's calls), ``reason``."""
+
+    step: int
+    call_id: str | None
+    tool: str
+    effect: str
+    fate: CallFate
+    target_step: int | None = None
+    target_tool: str | None = None
+    target_index: int | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "step": self.step,
+            "call_id": self.call_id,
+            "tool": self.tool,
+            "effect": self.effect,
+            "fate": self.fate.value,
+            "target_step": self.target_step,
+            "target_tool": self.target_tool,
+            "target_index": self.target_index,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class Translation:
+    """The source's steps as B's: ``steps`` (B's steps 1..M, each with the source's recorded
+    results in the order of its calls), ``calls`` (one :class:`CallAccount` per source call),
+    ``skipped`` (source steps left out, with why), ``step_map`` (source step -> B's steps),
+    ``carriers`` (B steps whose only call is the carrier ``true``), ``reasoning_dropped``
+    (``provider_bound``, ``plain``), ``shell_tool`` and ``read_tool`` used (None: none),
+    ``observation_notes`` (source steps whose observation holds more than tool results)."""
+
+    steps: list[Step] = field(default_factory=list)
+    calls: list[CallAccount] = field(default_factory=list)
+    skipped: list[dict[str, Any]] = field(default_factory=list)
+    step_map: dict[int, list[int]] = field(default_factory=dict)
+    carriers: list[int] = field(default_factory=list)
+    reasoning_dropped: dict[str, int] = field(default_factory=lambda: {"provider_bound": 0, "plain": 0})
+    shell_tool: str | None = None
+    read_tool: str | None = None
+    observation_notes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def target_steps(self) -> int:
+        return len(self.steps)
+
+
+# --------------------------------------------------------------------------- schema
+
+
+_JSON_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+    "null": (type(None),),
+}
+
+
+def _type_ok(value: Any, types: Any) -> bool:
+    names = types if isinstance(types, list) else [types]
+    for name in names:
+        py = _JSON_TYPES.get(name)
+        if py is None:
+            return True  # a type this check does not know: not refused here
+        if isinstance(value, bool) and name in ("integer", "number"):
+            continue
+        if isinstance(value, py):
+            return True
+    return False
+
+
+def argument_problems(schema: Any, args: Any) -> list[str]:
+    """What a tool's parameter ``schema`` (JSON Schema, as the agent declared it) refuses in
+    ``args``: a missing required property, a property of the wrong type or outside its enum, a
+    property the schema forbids (``additionalProperties: false``). [] when it accepts them, or
+    when the schema says nothing checkable. Top level only (the calls a handoff writes are flat)."""
+    if not isinstance(schema, dict):
+        return []
+    if not isinstance(args, dict):
+        return [f"expected an object of arguments, got {type(args).__name__}"]
+    out: list[str] = []
+    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    for name in schema.get("required") or ():
+        if name not in args:
+            out.append(f"required argument {name!r} is missing")
+    for name, value in args.items():
+        spec = props.get(name)
+        if spec is None:
+            if schema.get("additionalProperties") is False:
+                out.append(f"argument {name!r} is not one the tool declares")
+            continue
+        if not isinstance(spec, dict):
+            continue
+        types = spec.get("type")
+        if types is not None and not _type_ok(value, types):
+            out.append(f"argument {name!r} should be {types}, got {type(value).__name__}")
+        if isinstance(spec.get("enum"), list) and value not in spec["enum"]:
+            out.append(f"argument {name!r} is not one of {spec['enum']}")
+    return out
+
+
+# --------------------------------------------------------------------------- shell text
+
+#: the delimiter of the here-documents a reproduced write uses (another when the content holds it)
+_EOF = "PVISOR_EOF"
+
+
+def _delimiter(text: str) -> str:
+    lines = set(text.split("\n"))
+    n = 0
+    while (d := _EOF if n == 0 else f"{_EOF}_{n}") in lines:
+        n += 1
+    return d
+
+
+def _q(path: str) -> str:
+    return shlex.quote(path)
+
+
+def write_command(path: str, content: str) -> str:
+    """A shell command that writes ``content`` as the whole file ``path`` (its directory made):
+    a here-document when the content ends with a newline, else ``printf``."""
+    parent = posixpath.dirname(path)
+    mk = f"mkdir -p {_q(parent)} && " if parent not in ("", ".", "/") else ""
+    if content == "":
+        return f"{mk}: > {_q(path)}"
+    if content.endswith("\n"):
+        d = _delimiter(content)
+        return f"{mk}cat > {_q(path)} <<'{d}'\n{content}{d}"
+    return f"{mk}printf '%s' {shlex.quote(content)} > {_q(path)}"
+
+
+def _python(script: str) -> str:
+    d = _delimiter(script)
+    return f"python3 - <<'{d}'\n{script}\n{d}"
+
+
+def edit_command(path: str, old: str, new: str, every: bool) -> str:
+    """A shell command that replaces ``old`` by ``new`` in ``path`` (the first occurrence, or
+    every one), failing with a message when ``old`` is not there, as an edit tool does."""
+    count = "" if every else ", 1"
+    return _python(
+        "import sys\n"
+        f"p, old, new = {path!r}, {old!r}, {new!r}\n"
+        "s = open(p, encoding='utf-8', newline='').read()\n"
+        "if old not in s:\n"
+        "    sys.exit(f'{p}: the text to replace is not in the file')\n"
+        f"open(p, 'w', encoding='utf-8', newline='').write(s.replace(old, new{count}))"
+    )
+
+
+_PATCH_FILE = re.compile(r"^\*\*\* (Add|Delete|Update) File: (.+)$")
+
+
+def patch_operations(patch: str) -> list[tuple[str, str, Any]] | None:
+    """The files of a Codex ``apply_patch`` patch (``*** Begin Patch`` .. ``*** End Patch``):
+    (``add``, path, content), (``delete``, path, None), (``update``, path, (move_to, hunks))
+    with hunks as (old text, new text) pairs; None when the text is not such a patch."""
+    lines = patch.replace("\r\n", "\n").split("\n")
+    if not lines or lines[0].strip() != "*** Begin Patch":
+        return None
+    ops: list[tuple[str, str, Any]] = []
+    i = 1
+    while i < len(lines):
+        line = lines[i]
+        if line.strip() == "*** End Patch":
+            return ops
+        m = _PATCH_FILE.match(line)
+        if m is None:
+            if line.strip() == "":
+                i += 1
+                continue
+            return None
+        kind, path = m.group(1).lower(), m.group(2).strip()
+        i += 1
+        if kind == "delete":
+            ops.append(("delete", path, None))
+            continue
+        body: list[str] = []
+        move: str | None = None
+        while (
+            i < len(lines)
+            and not lines[i].startswith("*** ")
+            or (i < len(lines) and lines[i].startswith("*** Move to: "))
+        ):
+            if lines[i].startswith("*** Move to: "):
+                move = lines[i][len("*** Move to: ") :].strip()
+            else:
+                body.append(lines[i])
+            i += 1
+        if kind == "add":
+            ops.append(("add", path, "".join(ln[1:] + "\n" for ln in body if ln.startswith("+"))))
+            continue
+        hunks: list[tuple[str, str]] = []
+        old: list[str] = []
+        new: list[str] = []
+        for ln in body + ["@@"]:
+            if ln.startswith("@@") or ln == "*** End of File":
+                if old or new:
+                    hunks.append(("\n".join(old), "\n".join(new)))
+                old, new = [], []
+            elif ln.startswith("-"):
+                old.append(ln[1:])
+            elif ln.startswith("+"):
+                new.append(ln[1:])
+            else:
+                ctx = ln[1:] if ln.startswith(" ") else ln
+                old.append(ctx)
+                new.append(ctx)
+        ops.append(("update", path, (move, hunks)))
+    return None
+
+
+def patch_command(ops: list[tuple[str, str, Any]]) -> str:
+    """A shell command that makes the changes of :func:`patch_operations`' ``ops``."""
+    parts: list[str] = []
+    for kind, path, arg in ops:
+        if kind == "add":
+            parts.append(write_command(path, arg))
+        elif kind == "delete":
+            parts.append(f"rm -f {_q(path)}")
+        else:
+            move, hunks = arg
+            parts.append(
+                _python(
+                    "import os, sys\n"
+                    f"p, move, hunks = {path!r}, {move!r}, {hunks!r}\n"
+                    "s = open(p, encoding='utf-8', newline='').read()\n"
+                    "for old, new in hunks:\n"
+                    "    if old not in s:\n"
+                    "        sys.exit(f'{p}: a hunk of the patch does not apply')\n"
+                    "    s = s.replace(old, new, 1)\n"
+                    "open(move or p, 'w', encoding='utf-8', newline='').write(s)\n"
+                    "if move and move != p:\n"
+                    "    os.remove(p)"
+                )
+            )
+    return " && ".join(parts) if parts else "true"
+
+
+# --------------------------------------------------------------------------- translation
+
+
+def _args(call: ToolCall) -> dict[str, Any]:
+    if isinstance(call.arguments, dict):
+        return call.arguments
+    try:
+        value = json.loads(call.arguments_raw)
+    except (TypeError, ValueError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _text_of(content: Any) -> str:
+    """A recorded result's content as text (parts joined), for a rendered note."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(_text_of(c) for c in content)
+    if isinstance(content, dict):
+        for key in ("text", "output", "content"):
+            if key in content:
+                return _text_of(content[key])
+        return json.dumps(content, ensure_ascii=False, sort_keys=True)
+    if isinstance(content, TextPart):
+        return content.text
+    return str(content)
+
+
+class _Translator:
+    def __init__(self, source: Any, target: Target) -> None:
+        self.source = source
+        self.t = target
+        self.mod = get_protocol(target.protocol)
+        self.specs = {s.name: s for s in self._offered()}
+        self.shell = self._pick(Effect.SHELL)
+        self.reader = self._pick(Effect.READ)
+        self.text_mode = self.shell is None and target.descriptor.text_command is not None and not self.specs
+        if self.shell is None and not self.text_mode:
+            offered = ", ".join(sorted(self.specs)) or "none"
+            raise TranslationRefused(
+                f"{target.descriptor.name} declared no shell tool in its request 1 (tools: {offered}): "
+                "a handoff re-runs the history through B's shell"
+            )
+        self.out = Translation(shell_tool=self.shell, read_tool=self.reader)
+        self.prefix = self.mod.CALL_ID_PREFIX
+
+    def _offered(self) -> list[ToolSpec]:
+        return list(self.t.tools)
+
+    def _pick(self, effect: Effect) -> str | None:
+        """B's declared tool of ``effect`` that its facts describe (first in the facts' order)."""
+        d = self.t.descriptor
+        names = [n for n, fx in d.tool_effects.items() if fx.effect is effect]
+        if effect is Effect.SHELL:
+            names += [n for n in d.shell_tools if n not in names]
+        for name in names:
+            if name in self.specs and self.mod.tool_kind(self.specs[name]) == "function":
+                return name
+        return None
+
+    # -- paths
+
+    def _rel(self, path: str) -> str:
+        """A recorded path as B's shell names it: relative when inside the recorded workspace
+        (B's shell starts in B's workspace), else as recorded."""
+        ws = (self.t.recorded_workspace or "").rstrip("/")
+        if ws and (path == ws or path.startswith(ws + "/")):
+            rest = path[len(ws) :].lstrip("/")
+            return rest or "."
+        return path
+
+    def _abs(self, path: str) -> str:
+        """A recorded path in B's workspace, absolute (B's read tools want absolute paths)."""
+        rel = self._rel(path)
+        if rel.startswith("/"):
+            return rel
+        return posixpath.normpath(posixpath.join(self.t.workspace, rel))
+
+    # -- B's calls
+
+    def _shell_call(self, command: str, description: str | None) -> tuple[str, dict[str, Any]]:
+        assert self.shell is not None
+        fx = self.t.descriptor.effect_of(self.shell)
+        args: dict[str, Any] = {fx.arg(Role.COMMAND) or "command": command}
+        spec = self.specs.get(self.shell)
+        props = (spec.parameters or {}).get("properties", {}) if spec is not None else {}
+        desc_arg = fx.arg(Role.DESCRIPTION)
+        if desc_arg and desc_arg in props:
+            args[desc_arg] = description or _describe(command)
+        return self.shell, self._filled(self.shell, args, description or _describe(command))
+
+    def _filled(self, tool: str, args: dict[str, Any], text: str) -> dict[str, Any]:
+        """``args`` with a required string argument B declares and the translation has no value
+        for given ``text`` (a description of the call)."""
+        spec = self.specs.get(tool)
+        schema = spec.parameters if spec is not None else None
+        if isinstance(schema, dict):
+            props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+            for name in schema.get("required") or ():
+                p = props.get(name)
+                if name not in args and isinstance(p, dict) and _type_ok("", p.get("type", "string")):
+                    args[name] = text
+        return args
+
+    def _call(self, step: int, index: int, tool: str, args: dict[str, Any]) -> ToolCall:
+        spec = self.specs.get(tool)
+        problems = argument_problems(spec.parameters if spec is not None else None, args)
+        if problems:
+            raise TranslationRefused(
+                f"step {step}: {self.t.descriptor.name}'s {tool} refuses the translated call: "
+                + "; ".join(problems)
+            )
+        cid = f"{self.prefix}pvh{step:04d}{index:02d}"
+        return ToolCall(id=cid, name=tool, arguments_raw=compact_json(args), arguments=args)
+
+    # -- one source call
+
+    def _command_of(self, fx: ToolEffect, args: dict[str, Any]) -> str | None:
+        cmd = args.get(fx.arg(Role.COMMAND) or "command")
+        if isinstance(cmd, list) and all(isinstance(c, str) for c in cmd):
+            # Codex's ``shell`` tool: an argv, usually ["bash", "-lc", SCRIPT]
+            cmd = cmd[2] if len(cmd) == 3 and cmd[1] in ("-lc", "-c") else shlex.join(cmd)
+        if not isinstance(cmd, str):
+            return None
+        wd = args.get(fx.arg(Role.WORKDIR) or "") if fx.arg(Role.WORKDIR) else None
+        if isinstance(wd, str) and wd:
+            rel = self._rel(wd)
+            if rel not in (".", ""):
+                cmd = f"cd {_q(rel)} && {cmd}"
+        return cmd
+
+    def _read(self, fx: ToolEffect, args: dict[str, Any]) -> tuple[str, dict[str, Any], str] | None:
+        """(tool, args, how) of a source read: B's read tool for a whole file, else a shell read."""
+        path = args.get(fx.arg(Role.PATH) or "")
+        if not isinstance(path, str) or not path:
+            return None
+        first, last = _range(fx, args)
+        if first is None and last is None and self.reader is not None:
+            rfx = self.t.descriptor.effect_of(self.reader)
+            return (
+                self.reader,
+                self._filled(self.reader, {rfx.arg(Role.PATH) or "path": self._abs(path)}, path),
+                "",
+            )
+        rel = self._rel(path)
+        if first is None and last is None:
+            cmd = f"cat {_q(rel)}"
+        else:
+            cmd = f"sed -n '{first or 1},{last if last is not None else '$'}p' {_q(rel)}"
+        tool, a = self._shell_call(cmd, f"Read {rel}")
+        return tool, a, "shell read"
+
+    def _change(self, fx: ToolEffect, args: dict[str, Any]) -> str | None:
+        """The shell command that makes a write's, an edit's or a patch's change, or None."""
+        if fx.effect is Effect.PATCH:
+            key = fx.arg(Role.PATCH)
+            text = args.get(key) if key else args.get("input", args.get("patch"))
+            if not isinstance(text, str):
+                return None
+            ops = patch_operations(text)
+            if ops is None:
+                return None
+            return patch_command(
+                [(k, self._rel(p), _rel_move(self, a) if k == "update" else a) for k, p, a in ops]
+            )
+        path = args.get(fx.arg(Role.PATH) or "")
+        if not isinstance(path, str) or not path:
+            return None
+        if fx.effect is Effect.WRITE:
+            content = args.get(fx.arg(Role.CONTENT) or "")
+            return write_command(self._rel(path), content) if isinstance(content, str) else None
+        old, new = args.get(fx.arg(Role.OLD) or ""), args.get(fx.arg(Role.NEW) or "")
+        if not isinstance(old, str) or not isinstance(new, str):
+            return None
+        every = bool(args.get(fx.arg(Role.ALL) or "")) if fx.arg(Role.ALL) else False
+        return edit_command(self._rel(path), old, new, every)
+
+    # -- steps
+
+    def run(self, steps: Sequence[Step]) -> Translation:
+        for step in steps:
+            self._step(step)
+        return self.out
+
+    def _step(self, step: Step) -> None:
+        a = step.action
+        for r in a.reasoning:
+            key = "provider_bound" if (r.signature or r.encrypted) else "plain"
+            self.out.reasoning_dropped[key] += 1
+        results = list(step.observation.results)
+        if any(
+            m.role != "tool" and any(not isinstance(p, ToolResult) for p in m.parts)
+            for m in step.observation.messages
+        ):
+            self.out.observation_notes.append(
+                {
+                    "step": step.n,
+                    "reason": "the observation holds more than tool results (a prompt or a format error)",
+                }
+            )
+        calls = list(a.tool_calls)
+        if not calls and self.source.text_command is not None:
+            calls = [
+                ToolCall(
+                    id=None, name="bash", arguments_raw=compact_json({"command": c}), arguments={"command": c}
+                )
+                for c in self.source.text_commands(a)
+            ]
+        if not calls:
+            self.out.skipped.append(
+                {"step": step.n, "reason": "the step has no tool call (a reply without a call ends B)"}
+            )
+            return
+        by_id = {r.call_id: r for r in results if r.call_id is not None}
+        planned: list[tuple[ToolCall, str, dict[str, Any], CallFate, str | None, ToolResult | None]] = []
+        notes: list[str] = []
+        for i, call in enumerate(calls):
+            hist = by_id.get(call.id) if call.id is not None else None
+            if hist is None and i < len(results) and results[i].call_id in (None, call.id):
+                hist = results[i]
+            self._one(step, call, hist, planned, notes)
+        self._emit(step, a.text, planned, notes)
+
+    def _one(
+        self, step: Step, call: ToolCall, hist: ToolResult | None, planned: list, notes: list[str]
+    ) -> None:
+        fx = self.source.effect_of(call.name) if call.kind != "server" else ToolEffect(Effect.WEB)
+        args = _args(call)
+        if fx.effect is Effect.SHELL:
+            cmd = self._command_of(fx, args)
+            if cmd is not None:
+                desc = args.get(fx.arg(Role.DESCRIPTION) or "") if fx.arg(Role.DESCRIPTION) else None
+                tool, targs = self._shell_call(cmd, desc if isinstance(desc, str) and desc else None)
+                planned.append((call, tool, targs, CallFate.TRANSLATED, None, hist))
+                return
+        elif fx.effect is Effect.READ:
+            got = self._read(fx, args)
+            if got is not None:
+                tool, targs, how = got
+                planned.append((call, tool, targs, CallFate.TRANSLATED, how or None, hist))
+                return
+        elif fx.effect in (Effect.WRITE, Effect.EDIT, Effect.PATCH):
+            cmd = self._change(fx, args)
+            if cmd is not None:
+                tool, targs = self._shell_call(cmd, f"{fx.effect.value.capitalize()} as {call.name} did")
+                planned.append(
+                    (call, tool, targs, CallFate.REPRODUCED, f"{fx.effect.value} made by shell", hist)
+                )
+                return
+        # not re-run: the recorded call and result as text in B's own message
+        notes.append(_note(call, hist))
+        why = (
+            f"a {fx.effect.value} call is not re-run"
+            if fx.effect not in (Effect.SHELL, Effect.READ, Effect.WRITE, Effect.EDIT, Effect.PATCH)
+            else f"its arguments do not say what the {fx.effect.value} did"
+        )
+        planned.append((call, "", {}, CallFate.RENDERED_AS_TEXT, why, hist))
+
+    def _emit(self, step: Step, text: str, planned: list, notes: list[str]) -> None:
+        """B's step(s) of one source step: one with every call when B takes several calls at once
+        (text mode: one per command), the rendered notes in its text."""
+        runnable = [p for p in planned if p[3] is not CallFate.RENDERED_AS_TEXT]
+        body = "\n\n".join(x for x in [text.strip(), *notes] if x)
+        groups = [runnable] if not self.text_mode else [[p] for p in runnable] or [[]]
+        if not runnable:
+            groups = [[]]
+        made: list[int] = []
+        for g, group in enumerate(groups):
+            n = len(self.out.steps) + 1
+            calls: list[ToolCall] = []
+            results: list[ToolResult] = []
+            for i, (src, tool, targs, fate, why, hist) in enumerate(group):
+                tc = self._call(n, i, tool, targs)
+                calls.append(tc)
+                content = hist.content if hist is not None else None
+                results.append(
+                    ToolResult(call_id=tc.id, content=content, is_error=hist.is_error if hist else None)
+                )
+                self.out.calls.append(
+                    CallAccount(
+                        step.n,
+                        src.id,
+                        src.name,
+                        self.source.effect_of(src.name).effect.value,
+                        fate,
+                        n,
+                        tool,
+                        i,
+                        why,
+                    )
+                )
+            if not calls:
+                tool, targs = self._shell_call("true", "Carry the notes above")
+                tc = self._call(n, 0, tool, targs)
+                calls.append(tc)
+                results.append(ToolResult(call_id=tc.id, content=""))
+                self.out.carriers.append(n)
+            said = body if g == 0 else ""
+            if self.text_mode:
+                cmd = _args(calls[0]).get("command", "true")
+                said = (said + "\n\n" if said else "") + f"```mswea_bash_command\n{cmd}\n```"
+                calls = []
+            action = Action(text=said, tool_calls=calls)
+            self.out.steps.append(Step(n=n, action=action, observation=Observation(results=results)))
+            made.append(n)
+        first = made[0]
+        for src, _tool, _targs, fate, why, _hist in planned:
+            if fate is CallFate.RENDERED_AS_TEXT:
+                self.out.calls.append(
+                    CallAccount(
+                        step.n,
+                        src.id,
+                        src.name,
+                        self.source.effect_of(src.name).effect.value,
+                        fate,
+                        first,
+                        None,
+                        None,
+                        why,
+                    )
+                )
+        self.out.step_map[step.n] = made
+
+
+def _rel_move(tr: _Translator, arg: Any) -> Any:
+    move, hunks = arg
+    return (tr._rel(move) if move else None, hunks)
+
+
+def _range(fx: ToolEffect, args: dict[str, Any]) -> tuple[int | None, int | None]:
+    """A read's first and last line, 1-based and included (None: not given)."""
+    start, end = args.get(fx.arg(Role.START) or ""), args.get(fx.arg(Role.END) or "")
+    if isinstance(start, int) or isinstance(end, int):
+        return (start if isinstance(start, int) else None, end if isinstance(end, int) else None)
+    off, lim = args.get(fx.arg(Role.OFFSET) or ""), args.get(fx.arg(Role.LIMIT) or "")
+    first = off + (1 - fx.offset_base) if isinstance(off, int) and not isinstance(off, bool) else None
+    if isinstance(lim, int) and not isinstance(lim, bool):
+        return (first or 1, (first or 1) + lim - 1)
+    return (first, None)
+
+
+def _describe(command: str) -> str:
+    line = command.strip().split("\n", 1)[0]
+    return f"Run {line}" if len(line) <= 80 else f"Run {line[:77]}..."
+
+
+def _note(call: ToolCall, hist: ToolResult | None) -> str:
+    """A call that is not re-run, as B's own words: what it was called with and what it gave."""
+    args = call.arguments_raw if call.arguments_raw else "{}"
+    said = f"Earlier I called {call.name} with {args}"
+    if hist is None:
+        return said + "; it gave no recorded result."
+    return said + f"; it returned:\n{_text_of(hist.content)}"
+
+
+def translate(steps: Sequence[Step], source: Any, target: Target) -> Translation:
+    """The source's ``steps`` (A_1..A_N with their observations) as B's (module docstring).
+    ``source``: A's descriptor. Raises :class:`TranslationRefused` when B declared no shell tool
+    or B's schema refuses a translated call."""
+    return _Translator(source, target).run(steps)
