@@ -53,6 +53,10 @@ LAZY_COMMANDS: dict[str, tuple[str, str]] = {
         "pvisor.commands.replay:replay",
         "Rebuild the request that ends at step N's observation; re-run the agent to step N (--replay-only).",
     ),
+    "handoff": (
+        "pvisor.commands.handoff:handoff",
+        "Hand a run over to the next agent at a pause: its history re-run as that agent's own actions.",
+    ),
 }
 
 EXAMPLES = """

@@ -68,12 +68,16 @@ class Change(str, enum.Enum):
 @dataclass(frozen=True)
 class LivePolicy:
     """What a continuation does after N: ``max_steps`` (None: no budget; else at least 1),
-    ``boundary_prompt`` (None: none), ``reasoning``, ``live_model`` (None: as the agent asks)."""
+    ``boundary_prompt`` (None: none), ``reasoning``, ``live_model`` (None: as the agent asks),
+    ``reasoning_off``."""
 
     max_steps: int | None = None
     boundary_prompt: str | None = None
     reasoning: ReasoningPolicy = ReasoningPolicy.KEEP
     live_model: str | None = None
+    #: turn the model's reasoning off in live main-loop requests (the protocol module's
+    #: ``reasoning_off``): a handoff serves no reasoning, which a request with thinking on needs
+    reasoning_off: bool = False
 
 
 @dataclass(slots=True)
@@ -189,6 +193,7 @@ class ContinuationResponder(PlaybackResponder):
             (k is not None and self.policy.boundary_prompt is not None)
             or (self.policy.reasoning is ReasoningPolicy.STRIP and bool(self.served_reasoning))
             or (k is not None and self.policy.live_model is not None)
+            or (k is not None and self.policy.reasoning_off)
         )
         if wants:
             try:
@@ -256,6 +261,13 @@ class ContinuationResponder(PlaybackResponder):
                 self.prompt_misses.append({"exchange": request.exchange, "request": k, "entries": count})
         if self.policy.reasoning is ReasoningPolicy.STRIP and self.served_reasoning:
             obj, _, found = self.mod.strip_reasoning(obj, self.served_reasoning, request.path)
+            if found:
+                changes.append(Change.REASONING.value)
+                rewrites += [{"of": "reasoning", **r} for r in found]
+                edited = True
+        off = getattr(self.mod, "reasoning_off", None) if self.policy.reasoning_off else None
+        if k is not None and off is not None:
+            obj, found = off(obj, "the handed-over history holds no signed thinking of this model")
             if found:
                 changes.append(Change.REASONING.value)
                 rewrites += [{"of": "reasoning", **r} for r in found]

@@ -25,6 +25,14 @@ ERROR_CODES: dict[str, str] = {
         "a line of --batch MANIFEST is not a JSON object of known keys with values of the right types (the "
         "other lines are prepared; the batch exits 1)"
     ),
+    "handoff_refused": (
+        "a handoff's translated call is one the next agent's declared tool schema refuses, or the next "
+        "agent declared no shell tool (exit 65)"
+    ),
+    "workspace_diverged": (
+        "--strict-workspace: the workspace after a handoff's re-enactment differs from the pause's snapshot "
+        "(exit 1, status diverged)"
+    ),
     "no_steps": "the source holds no main-loop step (exit 65)",
     "after_step_out_of_range": "--after-step is greater than the number of steps (exit 65)",
     "observation_not_recorded": "N equals the steps and A_N made tool calls (not the agent's finish action) "

@@ -253,27 +253,7 @@ class PlaybackResponder:
         self.descriptor = descriptor
         self.rewrites = rewrites
         self.mod = get_protocol(rec.protocol)
-        self.rewritten: list[Rewrite] = []
-        #: why O_N is never sent (A_N, the recording's last step, is the agent's finish action:
-        #: the agent ends after it, as after an A_N without a tool call), or None
-        self.finish = finish_at(descriptor, rec.steps, after_step)
-        self.actions: list[Action] = [
-            self._rewrite(i + 1, descriptor.reply_action(rec.protocol, s.action))
-            for i, s in enumerate(rec.steps[:after_step])
-        ]
-        self.matcher = OnlineMatcher(
-            rec.protocol,
-            self.actions,
-            task=rec.expected_task,
-            prompt=rec.first_prompt,
-            recorded=rec.requests,
-            descriptor=descriptor,
-            rewrite=rewrites.text,
-            nearest=rec.nearest,
-            mask=rewrites.mask_private,
-            dropped=[s.n for s in rec.steps[:after_step] if "action_dropped_by_agent" in s.flags],
-            compactions=rec.compactions,
-        )
+        self.load(rec, after_step)
         self.ended = asyncio.Event()
         self.served: list[Served] = []
         self.auxiliary: list[AuxAnswer] = []
@@ -294,11 +274,39 @@ class PlaybackResponder:
         self.expansions: list[dict[str, Any]] = []
         #: exchange id -> the expanded body (sent instead of the agent's when forwarded)
         self.expanded_bodies: dict[str, bytes] = {}
-        self._aux_pool: dict[tuple, list] = {}
         #: told k for each main-loop request k (the command line's progress: requests up to N + 1)
         self.on_request: Callable[[int], None] | None = None
         #: O'_k: the tool results request k+1 sent after its last reply, as first sent
         self._observed: dict[int, list[ToolResult]] = {}
+
+    def load(self, rec: Recording, after_step: int) -> None:
+        """Serve ``rec`` up to ``after_step`` from now on (the constructor's, and a handoff's once
+        it has translated the source into the tools the agent declared in its request 1): the
+        actions as served, the finish action, the online matcher."""
+        self.rec = rec
+        self.n = after_step
+        self.rewritten: list[Rewrite] = []
+        #: why O_N is never sent (A_N, the recording's last step, is the agent's finish action:
+        #: the agent ends after it, as after an A_N without a tool call), or None
+        self.finish = finish_at(self.descriptor, rec.steps, after_step)
+        self.actions: list[Action] = [
+            self._rewrite(i + 1, self.descriptor.reply_action(rec.protocol, s.action))
+            for i, s in enumerate(rec.steps[:after_step])
+        ]
+        self.matcher = OnlineMatcher(
+            rec.protocol,
+            self.actions,
+            task=rec.expected_task,
+            prompt=rec.first_prompt,
+            recorded=rec.requests,
+            descriptor=self.descriptor,
+            rewrite=self.rewrites.text,
+            nearest=rec.nearest,
+            mask=self.rewrites.mask_private,
+            dropped=[s.n for s in rec.steps[:after_step] if "action_dropped_by_agent" in s.flags],
+            compactions=rec.compactions,
+        )
+        self._aux_pool: dict[tuple, list] = {}
         for a in rec.auxiliary:
             self._aux_pool.setdefault(a.key, []).append(a)
 
@@ -498,6 +506,13 @@ class PlaybackResponder:
         )
         return serve_reply(reply, ServedBy.PLAYBACK, flags)
 
+    def end_agent(
+        self, request: IncomingRequest, conv: Conversation, k: int, stream: bool, reason: str
+    ) -> Serve:
+        """The descriptor's synthetic final reply to ``request`` (main-loop request ``k``), which
+        ends the agent, listed with ``reason`` (a handoff whose translation was refused)."""
+        return self._end(request, conv, k, stream, reason, (FLAG_SYNTHETIC_END,))
+
     def _end(
         self,
         request: IncomingRequest,
@@ -579,10 +594,20 @@ class PlaybackResponder:
                 current.extend(p for p in msg.parts if isinstance(p, ToolResult))
         return out[: self.n]
 
-    def _normalised(self, content: Any) -> str:
+    def normalised(self, content: Any, source: Any = None) -> str:
+        """An observation's text, its decorations normalised (by ``source``'s descriptor first,
+        when given: a handoff's recorded O is the source agent's) and its paths placeholders."""
         parts: list[str] = []
         _strings(content, parts)
-        return self.rewrites.placeholders(self.descriptor.normalise_output("\n".join(parts)))
+        text = "\n".join(parts)
+        if source is not None:
+            text = source.normalise_output(text)
+        return self.rewrites.placeholders(self.descriptor.normalise_output(text))
+
+    def normalised_recorded(self, content: Any) -> str:
+        """A recorded observation's content normalised for comparison with the replay's (a
+        handoff normalises it with the source agent's descriptor)."""
+        return self.normalised(content)
 
     def tool_calls(self) -> list[ToolCallRecord]:
         """``tool_calls`` of the result: per tool call of steps 1..N, its historical and
@@ -633,7 +658,7 @@ class PlaybackResponder:
                         hs,
                         rs,
                         (hs == rs) if hs is not None and rs is not None else None,
-                        (self._normalised(h.content) == self._normalised(r.content))
+                        (self.normalised_recorded(h.content) == self.normalised(r.content))
                         if h is not None and r is not None
                         else None,
                         r.call_id if r is not None else None,

@@ -550,6 +550,9 @@ class ResultDocument(ResultPart, Record, record=True):
             ``{steps, items, ignored, ignored_reads}``), None until the source was read.
         unrecorded: replay-only and continuation: ``{step, call_id, tool}`` per call of steps
             1..N without a recorded result (re-run with ``--allow-unrecorded``, else refused).
+        handoff: a handoff's report (docs/handoff.md "The handoff report"): what became of
+            each source call, the workspace against the pause's snapshot, the lineage; None
+            until the agent ran.
     """
 
     schema: str
@@ -585,6 +588,7 @@ class ResultDocument(ResultPart, Record, record=True):
     sandbox: dict[str, Any] | None | Absent = ABSENT
     plan: dict[str, Any] | None | Absent = ABSENT
     unrecorded: list[dict[str, Any]] | Absent = ABSENT
+    handoff: dict[str, Any] | None | Absent = ABSENT
 
     def __init__(
         self,
@@ -621,6 +625,7 @@ class ResultDocument(ResultPart, Record, record=True):
         sandbox: dict[str, Any] | None | Absent = ABSENT,
         plan: dict[str, Any] | None | Absent = ABSENT,
         unrecorded: list[dict[str, Any]] | Absent = ABSENT,
+        handoff: dict[str, Any] | None | Absent = ABSENT,
     ) -> None:
         self.schema = schema
         self.pvisor = pvisor
@@ -655,6 +660,7 @@ class ResultDocument(ResultPart, Record, record=True):
         self.sandbox = sandbox
         self.plan = plan
         self.unrecorded = unrecorded
+        self.handoff = handoff
 
     @classmethod
     def start(
@@ -706,6 +712,8 @@ class ResultDocument(ResultPart, Record, record=True):
             if mode is ResultMode.CONTINUATION:
                 doc.continuation = None
             doc.plan, doc.unrecorded = None, []
+            if mode is ResultMode.HANDOFF:
+                doc.handoff = None
         return doc
 
     def fill_source(self, source: Any) -> None:

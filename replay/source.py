@@ -299,8 +299,9 @@ def unrecorded_calls(
     A_1..A_N that its observation does not answer (:func:`pending_calls`) or answers with the
     reader's placeholder (:func:`is_made_up`), but the calls of A_N when it is the agent's
     finish action (:func:`finish_at`: never sent). A journal: the calls of A_N when N is the last
-    step (no request N+1 holds their results) and A_N is not the finish action; a request
-    N+1 holds O_N as the agent sent it. Calls the provider runs (kind ``server``) never count.
+    step, A_N is not the finish action and no request N+1 holds their results (a replay's
+    request N+1, answered by playback's synthetic final reply, holds them: it is no step); a
+    request N+1 holds O_N as the agent sent it. Calls the provider runs (kind ``server``) never count.
     Prepare-only refuses such a boundary, and replay-only and continuation refuse it unless
     ``--allow-unrecorded`` (:func:`unrecorded_error`)."""
     finish = finish_at(d, steps, after_step)
@@ -308,7 +309,9 @@ def unrecorded_calls(
         if after_step == 0 or after_step != len(steps) or finish is not None:
             return []
         step = steps[after_step - 1]
-        calls = [c for c in step.action.tool_calls if c.kind != "server"]
+        # a replay's run: its request N+1 got playback's synthetic final reply, so it is no step,
+        # and it still holds O_N (adapters/journal_trajectory.py)
+        calls = pending_calls(step)
         return [(step, calls)] if calls else []
     found = []
     for step in steps[: after_step - 1 if finish is not None else after_step]:

@@ -62,7 +62,7 @@ def fill_live(
     :class:`~pvisor.session.run_report.RunReport`."""
     requests = _live_requests(opts, rec, p, report)
     main = [r for r in requests if r["request"] is not None]
-    boundary = next((r for r in main if r["request"] == opts.after_step + 1), None)
+    boundary = next((r for r in main if r["request"] == p.n + 1), None)
     last = main[-1] if main else None
     # a request cut short by pvisor stopping the agent (timeout, signal) is not the upstream's failure
     cut = last is not None and last["outcome"] in CUT_OUTCOMES and (report.timed_out or report.interrupted)
@@ -100,7 +100,7 @@ def fill_live(
 def _live_requests(opts: ReplayOptions, rec: Any, p: Any, report: Any) -> list[dict[str, Any]]:
     """The rows of ``continuation.requests``: each live request with the status, outcome and
     error (redacted, at most 500 characters) the journal holds for its exchange."""
-    mod = get_protocol(rec.protocol)
+    mod = get_protocol(p.rec.protocol)  # the agent's (a handoff's target speaks its own)
     answered: dict[str, Any] = {}
     bodies: dict[str, bytes | None] = {}
     with JournalReader(opts.journal) as r:

@@ -64,6 +64,7 @@ from pvisor.replay.result import (
     workspace_digest,
 )
 from pvisor.replay.snapshots import restore_snapshot, run_snapshots
+from pvisor.replay.source import descriptor
 from pvisor.replay.spec import ReplayProblems, in_order, problems_error
 from pvisor.session.children import (
     check_child_workspace,
@@ -73,6 +74,13 @@ from pvisor.session.children import (
     release_child,
 )
 from pvisor.session.continuation_result import fill_live
+from pvisor.session.handoff_result import (
+    fill_handoff,
+    handoff_failure,
+    handoff_lineage,
+    handoff_responder,
+    start_snapshot_of,
+)
 from pvisor.session.launch import AgentUnavailable
 from pvisor.session.replay_checks import (
     agent_missing,
@@ -112,6 +120,7 @@ __all__ = [
     "ReplayOnlyOutcome",
     "ReplayOptions",
     "continue_replay",
+    "hand_over",
     "replay_only",
 ]
 
@@ -144,6 +153,25 @@ class ReplayOnlyOutcome:
         live = r.get("continuation")
         b = r["boundary"]
         head = f"{r['agent']} {{}} step {b['after_step']} of {b['steps_total']} as run {r['derived_run']}"
+        h = r.get("handoff")
+        if h:
+            # a handoff: who took over, and what became of the source's calls
+            fates: dict[str, int] = {}
+            for c in h["calls"]:
+                fates[c["fate"]] = fates.get(c["fate"], 0) + 1
+            said = ", ".join(f"{n} {f}" for f, n in fates.items()) or "no call"
+            ws = h["workspace"]
+            state = (
+                "the workspace equals the pause's snapshot"
+                if ws["equal"]
+                else f"the workspace differs from the pause's snapshot in {ws['differences_total']} path(s)"
+                if ws["compared"]
+                else "the workspace not compared"
+            )
+            head = (
+                f"{h['from_agent']} handed over to {{}} after step {b['after_step']} of {b['steps_total']} "
+                f"as run {r['derived_run']} ({h['target_steps']} step(s) of its own: {said}; {state})"
+            )
         rerun = (
             f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) "
             "equal once normalised"
@@ -162,9 +190,10 @@ class ReplayOnlyOutcome:
             )
             went = f"{live['live_steps']} live step(s) from {live['upstream']}"
             ended_live = live["ended_by"]
-            return (
-                f"continued {head.format('after')}: {rerun}; {where}; {sent}; {went}; ended by {ended_live}"
-            )
+            verb = head.format(r["agent"]) if h else f"continued {head.format('after')}"
+            return f"{verb}: {rerun}; {where}; {sent}; {went}; ended by {ended_live}"
+        if h:
+            return f"{head.format(r['agent'])}: {rerun}; {where}; the agent ended by {ended}"
         return f"replayed {head.format('to')}: {rerun}; {where}; the agent ended by {ended}"
 
     def sandbox_line(self) -> str | None:
@@ -174,13 +203,27 @@ class ReplayOnlyOutcome:
         return sandbox_summary(self.result.get("sandbox"))
 
 
-def _record(opts: ReplayOnlyOptions) -> Any:
+def _record(opts: ReplayOptions) -> Any:
+    agent = opts.source_agent or opts.agent  # a handoff reads the source as its own agent's
     if opts.run is not None:
-        return journal_recording(opts.journal, opts.run, opts.agent, opts.after_step, opts.task)
+        return journal_recording(opts.journal, opts.run, agent, opts.after_step, opts.task)
     assert opts.trajectory is not None
     return native_recording(
-        opts.trajectory, opts.agent, opts.after_step, opts.task, opts.session, opts.allow_damaged
+        opts.trajectory, agent, opts.after_step, opts.task, opts.session, opts.allow_damaged
     )
+
+
+def is_live(mode: RunMode, opts: ReplayOptions) -> bool:
+    """Whether the replay goes on with the live model after its boundary: a continuation, and a
+    handoff without ``replay_only``."""
+    return mode is RunMode.CONTINUATION or (mode is RunMode.HANDOFF and not opts.replay_only)
+
+
+def _source_descriptor(opts: ReplayOptions, d: Any) -> Any:
+    """The descriptor that reads the source's calls: the source agent's in a handoff, else ``d``."""
+    if opts.source_agent is None or opts.source_agent == opts.agent:
+        return d
+    return descriptor(opts.source_agent)
 
 
 def _fill_recording(result: ResultDocument, rec: Any) -> None:
@@ -239,13 +282,23 @@ def continue_replay(
     return _replay_agent(opts, warn, RunMode.CONTINUATION, problems)
 
 
+def hand_over(
+    opts: ReplayOptions, warn: Callable[[str], None], problems: Sequence[PvisorError] = ()
+) -> ReplayOnlyOutcome:
+    """Hand the source over to ``opts.agent`` (a handoff: :mod:`pvisor.session.handoff`; its
+    source read as ``opts.source_agent``'s). Returns and raises as :func:`replay_only`; the
+    result (mode ``handoff``) holds the handoff report, and ``continuation`` unless
+    ``opts.replay_only``."""
+    return _replay_agent(opts, warn, RunMode.HANDOFF, problems)
+
+
 def _replay_agent(
     opts: ReplayOptions, warn: Callable[[str], None], mode: RunMode, problems: Sequence[PvisorError]
 ) -> ReplayOnlyOutcome:
     t0 = time.perf_counter()
     problems = list(problems)
     d, source_ok = check_options(opts, problems)
-    live = mode is RunMode.CONTINUATION
+    live = is_live(mode, opts)
     upstream = check_live(opts, d, problems) if live else None
     out: Path | None = None
     try:
@@ -357,20 +410,26 @@ def _replay_claimed(
     a continuation; ``out``: the accepted output directory) and the child run (if any) is
     claimed (``claimed``: when): the source read, the workspace restored and digested, the
     agent run with playback, the result filled in and written."""
-    live = mode is RunMode.CONTINUATION
+    live = is_live(mode, opts)
     result = _start(opts, mode)
+    if live and mode is RunMode.HANDOFF:
+        result.continuation = None
     timings = result.timings_ms
     create_output(out, opts.output)
     assert opts.workspace is not None
     ws = resolved(opts.workspace)
     try:
-        rec = _read_source(opts, d, child, result, live, ws)
+        sd = _source_descriptor(opts, d)
+        rec = _read_source(opts, d, sd, child, result, live, ws)
         # before anything runs or is written into the workspace
-        check_before_acting(opts, rec, d, ws, result, warn)
+        check_before_acting(opts, rec, sd, ws, result, warn)
         restored = None
-        if opts.workspace_from is not None:
+        start_from = opts.workspace_from
+        if start_from is None and mode is RunMode.HANDOFF:
+            start_from = start_snapshot_of(opts, rec, ws, warn)
+        if start_from is not None:
             t = time.perf_counter()
-            restored = _restore_start(opts.journal, opts.workspace_from, ws)
+            restored = _restore_start(opts.journal, start_from, ws)
             timings.workspace_restore = elapsed_ms(t, time.perf_counter())
         t = time.perf_counter()
         ws_before = workspace_digest(ws)
@@ -392,6 +451,8 @@ def _replay_claimed(
             _check_child_boundary(result, opts, child, warn)
         if live:
             fill_live(result, opts, rec, p, report, upstream)
+        if mode is RunMode.HANDOFF:
+            fill_handoff(result, opts, rec, p, report, warn)
         files = fill_prefix(result, opts, rec, p, out)
         return _write_outcome(result, opts, p, report, files, out, t0)
     except PvisorError as exc:
@@ -399,7 +460,7 @@ def _replay_claimed(
 
 
 def _read_source(
-    opts: ReplayOptions, d: Any, child: Any, result: ResultDocument, live: bool, ws: Path
+    opts: ReplayOptions, d: Any, sd: Any, child: Any, result: ResultDocument, live: bool, ws: Path
 ) -> Any:
     """The source read into its recording (filled into ``result``) and checked against what the
     run needs: the child run's parent, a task the agent can be started with, a boundary prompt a
@@ -425,7 +486,7 @@ def _read_source(
             "can be started with it (--prepare-only starts none)",
         )
     if live:
-        check_boundary_prompt(opts, rec, d)
+        check_boundary_prompt(opts, rec, sd)
     check_own_workspace(rec, ws)
     return rec
 
@@ -444,12 +505,16 @@ def _run_with_playback(
     """The agent run in ``ws`` as ``pvisor run`` runs it, answered by playback (and, in a
     continuation, the live ``upstream`` after step N), a progress bar counting the main-loop
     requests served up to the boundary N + 1. Returns the responder and the run's report."""
-    live = mode is RunMode.CONTINUATION
+    live = is_live(mode, opts)
     holder: dict[str, Any] = {}
     labels = {"source_kind": rec.kind, "source": show_path(rec.path)}
     if rec.kind == "native":
         labels["source_sha256"] = result.source.sha256 or ""
-    with progress.task(f"replaying {opts.agent} to step {opts.after_step}", opts.after_step + 1) as task:
+    lineage = handoff_lineage(opts, rec) if mode is RunMode.HANDOFF else {}
+    labels.update(lineage.get("labels", {}))
+    handing = mode is RunMode.HANDOFF
+    what = f"handing {rec.agent} over to {opts.agent} at" if handing else f"replaying {opts.agent} to"
+    with progress.task(f"{what} step {opts.after_step}", opts.after_step + 1) as task:
 
         def make(setup: Any) -> Any:
             responder = _responder(opts, rec, d, live, setup)
@@ -469,11 +534,13 @@ def _run_with_playback(
             workspace=ws,
             timeout=opts.timeout,
             allow_unsupported=opts.allow_unsupported,
-            model=opts.model or rec.model,
+            model=opts.model or (rec.model if rec.agent == opts.agent else None),
             responder=make,
             mode=mode.value,
             parent_run=rec.run,
             boundary_step=opts.after_step,
+            pause_transition=lineage.get("pause_transition"),
+            workspace_snapshot=lineage.get("workspace_snapshot"),
             labels=labels,
             upstream_label=f"playback:{rec.kind}"
             + (f", then {without_userinfo(upstream)}" if upstream else ""),
@@ -548,14 +615,16 @@ def _responder(opts: ReplayOptions, rec: Any, d: Any, live: bool, setup: Any) ->
         # the run id alone: agents also name their home relative to the workspace (../runs/<id>/home)
         pairs.append((Path(rec.run_dir).name, setup.run, "run_id"))
     rewrites = PathRewrites([p for p in pairs if p[0]])
-    if not live:
-        return PlaybackResponder(rec, opts.after_step, d, rewrites)
     policy = LivePolicy(
         max_steps=opts.max_steps,
         boundary_prompt=opts.boundary_prompt,
         reasoning=ReasoningPolicy(opts.reasoning),
         live_model=opts.live_model,
     )
+    if opts.source_agent is not None and opts.source_agent != opts.agent:
+        return handoff_responder(opts, rec, d, rewrites, str(setup.workspace), policy if live else None)
+    if not live:
+        return PlaybackResponder(rec, opts.after_step, d, rewrites)
     return ContinuationResponder(rec, opts.after_step, d, rewrites, policy)
 
 
@@ -570,10 +639,10 @@ def _write_outcome(
 ) -> ReplayOnlyOutcome:
     """The status and error of the replay the agent ran, ``result.json`` written after the
     prefix ``files`` (a diverged replay still shows how far it got)."""
-    error = failure(result, p, report, opts)
+    error = failure(result, p, report, opts) or handoff_failure(result, opts)
     result.status = (
         ResultStatus.DIVERGED
-        if p.divergence is not None
+        if p.divergence is not None or getattr(error, "code", None) == "workspace_diverged"
         else ResultStatus.FAILED
         if error
         else ResultStatus.OK

@@ -45,7 +45,14 @@ class ReplayOptions:
     ``auto``), ``sandbox_network`` and ``sandbox_allow`` (docs/replay.md "The sandbox");
     ``sandbox_memory`` (a size: ``"2G"`` or bytes) and ``sandbox_cpus`` (a number, or its text):
     the limits of the run's cgroup, None for none (docs/replay.md "Limits: memory and CPU";
-    read by :func:`~pvisor.session.replay_checks.limits_of`)."""
+    read by :func:`~pvisor.session.replay_checks.limits_of`).
+
+    A handoff (:mod:`pvisor.session.handoff`, docs/handoff.md) also reads: ``source_agent``
+    (the agent that recorded the source; ``agent`` is the one handed to, None: the same);
+    ``replay_only`` (end the agent at its boundary request instead of continuing live);
+    ``strict_workspace`` (a workspace that differs from the pause's snapshot makes the handoff
+    ``diverged``); ``restore_start`` (restore the source run's start snapshot into an empty
+    ``workspace``, when it has one)."""
 
     agent: str
     after_step: int
@@ -81,6 +88,10 @@ class ReplayOptions:
     sandbox_allow: list[Path] | None = None
     sandbox_memory: Any = None
     sandbox_cpus: Any = None
+    source_agent: str | None = None
+    replay_only: bool = False
+    strict_workspace: bool = False
+    restore_start: bool = True
 
 
 #: the name of the options before continuation came

@@ -109,7 +109,13 @@ def _warn_after(
 ) -> None:
     """The result's warnings of the agent's run: another agent version, a native file that ends
     with the synthetic reply, observations that differ, steps not derived."""
-    if rec.agent_version and report.agent_version and rec.agent_version != report.agent_version:
+    # (a handoff's agent is another than the recording's: its version says nothing of it)
+    if (
+        rec.agent == opts.agent
+        and rec.agent_version
+        and report.agent_version
+        and rec.agent_version != report.agent_version
+    ):
         result.warn(
             "agent_version_differs",
             f"the recording was made with {opts.agent} {rec.agent_version}, "
@@ -147,10 +153,11 @@ def fill_prefix(
         for k in ("messages", "task_context", "system", "tools", "params", "request")
     }
     # the recorded compaction the replayed agent compacted again at (journal sources)
-    comp = next((c for c in reversed(rec.compactions) if c.after_step <= opts.after_step), None)
+    # (p.rec: what playback served, a handoff's translation; p.n its steps)
+    comp = next((c for c in reversed(p.rec.compactions) if c.after_step <= p.n), None)
     compaction = comp.record() if comp is not None else None
     result.prefix = prefix_record(
-        rec.protocol, body, meta, out, opts.after_step, rendered, exchange, origin, compaction
+        p.rec.protocol, body, meta, out, p.n, rendered, exchange, origin, compaction
     )
     return [(out / PREFIX_FILE, body), (out / REQUEST_FILE, dumps(meta, indent=True) + b"\n")]
 
@@ -172,7 +179,7 @@ def failure(result: ResultDocument, p: Any, report: Any, opts: ReplayOptions) ->
         where = "after" if p.boundary is not None else "before"
         return ReplayFailed(
             "interrupted",
-            f"interrupted by {report.interrupt_signal or 'a signal'} {where} request {opts.after_step + 1}",
+            f"interrupted by {report.interrupt_signal or 'a signal'} {where} request {p.n + 1}",
             exit_code=report.exit_code,
         )
     live = result.continuation or None  # ABSENT outside a continuation
@@ -186,12 +193,12 @@ def failure(result: ResultDocument, p: Any, report: Any, opts: ReplayOptions) ->
     if report.timed_out:
         return ReplayFailed(
             "agent_timeout",
-            f"the agent did not reach request {opts.after_step + 1} within --timeout {opts.timeout:g} s "
+            f"the agent did not reach request {p.n + 1} within --timeout {opts.timeout:g} s "
             f"(its furthest main-loop request was {last})",
             exit_code=124,
         )
     return ReplayFailed(
         "agent_ended_early",
         f"the agent exited (code {report.agent_exit_code}) after main-loop request {last}, before request "
-        f"{opts.after_step + 1}; see {report.stderr}",
+        f"{p.n + 1}; see {report.stderr}",
     )

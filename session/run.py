@@ -182,6 +182,8 @@ class RunRequest:
     mode: str = "capture"
     parent_run: str | None = None
     boundary_step: int | None = None
+    pause_transition: int | None = None
+    workspace_snapshot: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
     upstream_label: str | None = None
     end_grace: float = 30.0
@@ -742,6 +744,8 @@ def _record_start(
                 labels=labels,
                 parent_run=req.parent_run,
                 boundary_step=req.boundary_step,
+                pause_transition=req.pause_transition,
+                workspace_snapshot=req.workspace_snapshot,
             )
         )
     stdout_path = run_dir / f"attempt-{start.attempt}.stdout"

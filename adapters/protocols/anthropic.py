@@ -1039,23 +1039,39 @@ def strip_reasoning(obj: dict, served: set[str], path: str) -> tuple[dict, str, 
     if not any(r["kind"] == "thinking_dropped" for r in rewrites):
         return obj, path, rewrites
     out = {**obj, "messages": messages}
-    thinking = obj.get("thinking")
-    if dropped_last and isinstance(thinking, dict) and thinking.get("type") in _THINKING_ON:
-        del out["thinking"]
-        detail = (
-            f"thinking ({thinking.get('type')}) turned off: the last assistant message lost its signed "
-            "thinking, which a request with thinking on must send back"
-        )
-        if "context_management" in out:
-            cm, removed = _without_thinking_edits(out["context_management"])
-            if cm is OMIT:
-                del out["context_management"]
-            else:
-                out["context_management"] = cm
-            if removed:
-                detail += f"; {removed} clear_thinking edit(s) of context_management removed with it"
-        rewrites.append({"entry": None, "kind": "thinking_off", "detail": detail})
+    if dropped_last:
+        out, off = reasoning_off(out, "the last assistant message lost its signed thinking")
+        rewrites += off
     return out, path, rewrites
+
+
+def reasoning_off(obj: dict, why: str) -> tuple[dict, list[dict]]:
+    """A Messages request body with thinking turned off when it is on (``{"type": "enabled" |
+    "adaptive"}``): with thinking on, the final assistant message of a tool turn must start with
+    a signed thinking block ("Expected `thinking` or `redacted_thinking`, but found `tool_use`"),
+    which a conversation of replies the live model did not produce (a handoff's, or one whose
+    blocks were dropped) does not have. The ``thinking`` parameter is removed, and with it any
+    ``clear_thinking_*`` edit of ``context_management``. Returns ``(body, rewrites)``: ``obj``
+    itself and [] when thinking is off, else a copy and one ``thinking_off`` rewrite whose detail
+    says ``why``."""
+    thinking = obj.get("thinking")
+    if not (isinstance(thinking, dict) and thinking.get("type") in _THINKING_ON):
+        return obj, []
+    out = dict(obj)
+    del out["thinking"]
+    detail = (
+        f"thinking ({thinking.get('type')}) turned off: {why}, which a request with thinking on "
+        "must send back"
+    )
+    if "context_management" in out:
+        cm, removed = _without_thinking_edits(out["context_management"])
+        if cm is OMIT:
+            del out["context_management"]
+        else:
+            out["context_management"] = cm
+        if removed:
+            detail += f"; {removed} clear_thinking edit(s) of context_management removed with it"
+    return out, [{"entry": None, "kind": "thinking_off", "detail": detail}]
 
 
 def reasoning_refusal(status: int, body: bytes) -> str | None:

@@ -83,7 +83,17 @@ _CLICK_TYPES: dict[str, Any] = {
 def spec_options(command: Any) -> Any:
     """The options of ``pvisor replay``, made from :data:`pvisor.replay.spec.CLI_OPTIONS` in
     their order; those of shared decorators (``intercept``: :func:`intercept_options`) by them."""
-    for o in reversed(CLI_OPTIONS):
+    return declared_options(CLI_OPTIONS)(command)
+
+
+def declared_options(options: Any) -> Any:
+    """A decorator adding the click options of ``options`` (:class:`~pvisor.replay.spec.Option`
+    records, in their order): ``pvisor replay``'s, or a subset of them (``pvisor handoff``)."""
+    return lambda command: _declare(list(options), command)
+
+
+def _declare(options: list[Any], command: Any) -> Any:
+    for o in reversed(options):
         if o.shared == "intercept" and o.name == "intercept":
             command = intercept_options(command)
         if o.shared is not None:
@@ -160,7 +170,7 @@ def replay(ctx: click.Context, **flags: Any) -> None:
         journal=journal if journal and spec["run"] is not None else None,
     )
     # (a workspace_changed is the outcome's error: exit 1 through the error path)
-    _report(lambda: prepare(opts, problems), spec["result"])
+    report_outcome(lambda: prepare(opts, problems), spec["result"])
 
 
 #: the options that name a file or directory (the records take them checked: :func:`_path`)
@@ -287,7 +297,7 @@ def _mode(o: dict[str, Any]) -> ReplayMode | None:
     return ReplayMode.REPLAY_ONLY if o["replay_only"] else ReplayMode.CONTINUE
 
 
-def _report(replay: Any, result_to: str | None) -> None:
+def report_outcome(replay: Any, result_to: str | None) -> None:
     """Run ``replay()`` (an outcome with ``result``, ``error`` and ``summary()``) and tell how
     it went: warnings and the summary line (control characters of the paths it names escaped,
     as every message escapes them: ``--output 'o\x1b[2J'`` must not clear the terminal); with
@@ -350,7 +360,7 @@ def _replay_agent(spec: ReplaySpec, journal: str | None, problems: list[Any]) ->
         intercept=intercept,
     )
     run = continue_replay if spec.mode is ReplayMode.CONTINUE else replay_only
-    _report(lambda: run(opts, lambda m: _note(f"pvisor: warning: {m}"), problems), spec["result"])
+    report_outcome(lambda: run(opts, lambda m: _note(f"pvisor: warning: {m}"), problems), spec["result"])
 
 
 def _note(line: str) -> None:

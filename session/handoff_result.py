@@ -1,0 +1,316 @@
+"""A handoff's parts of a replay with the agent (docs/handoff.md): its responder, the start
+state, the lineage, and the handoff report filled into the result once B ran.
+
+- :func:`handoff_responder`: the playback that serves B the source's actions translated into the
+  tools B declares (:mod:`pvisor.replay.handoff_playback`).
+- :func:`start_snapshot_of`: the journal run whose ``start`` snapshot is restored into B's empty
+  workspace (the source's own), or None with one warning when there is none to restore.
+- :func:`handoff_lineage`: the child run's lineage (labels ``handoff_from_agent`` and
+  ``handoff_to_agent``, the pause's transition, the pause's snapshot digest).
+- :func:`fill_handoff`: ``result.handoff``: per source call what became of it and O against O″,
+  the steps left out, the reasoning dropped, the workspace against the pause's snapshot, B's
+  boundary request checked by B's strict validator, the lineage.
+- :func:`handoff_failure`: the error of a handoff whose translation was refused
+  (``handoff_refused``, exit 65) or whose workspace differs under ``strict_workspace``
+  (``workspace_diverged``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+from pvisor.adapters.agents import get_profile
+from pvisor.adapters.protocols.validate import validate_request
+from pvisor.core.errors import PvisorError
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.snapshots import Manifest
+from pvisor.replay.continuation import LivePolicy
+from pvisor.replay.errors import ReplayBadInput, ReplayFailed
+from pvisor.replay.handoff_playback import HandoffContinuation, HandoffReplay
+from pvisor.replay.playback import PathRewrites
+from pvisor.replay.snapshots import run_snapshots
+from pvisor.replay.source import descriptor
+from pvisor.replay.translate import CallFate
+from pvisor.session.replay_options import ReplayOptions
+
+#: labels of a handoff's child run: the agents it went from and to
+FROM_LABEL = "handoff_from_agent"
+TO_LABEL = "handoff_to_agent"
+#: at most this many differing paths are listed in the report (the count is always whole)
+MAX_LISTED = 200
+
+
+def handoff_responder(
+    opts: ReplayOptions, rec: Any, d: Any, rewrites: PathRewrites, workspace: str, policy: LivePolicy | None
+) -> Any:
+    """B's playback: replay-only (``policy`` None) or continued with the live model."""
+    protocol = get_profile(opts.agent).protocol
+    source_d = descriptor(rec.agent)
+    if policy is None:
+        return HandoffReplay(rec, source_d, opts.after_step, d, protocol, rewrites, workspace)
+    return HandoffContinuation(rec, source_d, opts.after_step, d, protocol, rewrites, workspace, policy)
+
+
+def _is_empty(ws: Path) -> bool:
+    try:
+        return not any(ws.iterdir())
+    except OSError:
+        return False
+
+
+def start_snapshot_of(opts: ReplayOptions, rec: Any, ws: Path, warn: Callable[[str], None]) -> str | None:
+    """The journal run whose start snapshot is restored into ``ws`` before B starts: the source
+    run's, when it has one and ``ws`` is empty; else None (a native file, a run recorded without
+    a workspace, a workspace that holds something: B starts in it as given, with one warning)."""
+    if not opts.restore_start:
+        return None
+    if rec.kind != "journal" or not rec.run:
+        warn(
+            f"handoff: the source {rec.path} keeps no workspace snapshot; {opts.agent} starts in "
+            f"{ws} as it is (give it the source's start state)"
+        )
+        return None
+    if not _is_empty(ws):
+        warn(
+            f"handoff: --workspace {ws} is not empty: {opts.agent} starts in it as it is, not in run "
+            f"{rec.run}'s start snapshot (--no-restore says so and silences this)"
+        )
+        return None
+    try:
+        with JournalReader(opts.journal) as reader:
+            run_snapshots(reader, rec.run).pick(0)
+    except PvisorError as exc:
+        warn(f"handoff: {exc.message}; {opts.agent} starts in the empty {ws}")
+        return None
+    return rec.run
+
+
+def _pause_snapshot(opts: ReplayOptions, rec: Any) -> tuple[Any, str | None]:
+    """(the source's snapshot at the pause, or None; why there is none)."""
+    if rec.kind != "journal" or not rec.run:
+        return None, "the source is a native file, which keeps no workspace snapshot"
+    try:
+        with JournalReader(opts.journal) as reader:
+            snap = run_snapshots(reader, rec.run).pick(opts.after_step)
+            return (snap, reader.manifest(snap)), None
+    except PvisorError as exc:
+        return None, exc.message
+
+
+def handoff_lineage(opts: ReplayOptions, rec: Any) -> dict[str, Any]:
+    """The child run's lineage: ``labels`` (from and to agent), ``pause_transition`` (the
+    transition the pause follows: N - 1; None at N = 0) and ``workspace_snapshot`` (the digest
+    of the source's snapshot at the pause, None without one)."""
+    found, _ = _pause_snapshot(opts, rec)
+    return {
+        "labels": {FROM_LABEL: rec.agent, TO_LABEL: opts.agent},
+        "pause_transition": opts.after_step - 1 if opts.after_step > 0 else None,
+        "workspace_snapshot": found[0].digest if found else None,
+    }
+
+
+def _differences(pause: Manifest, now: Manifest) -> list[dict[str, str]]:
+    """Paths whose entry differs between two manifests: ``added`` (only in B's), ``removed``
+    (only in the pause's), ``changed`` (kind, mode, content or target)."""
+    a = {e.path: e for e in pause.entries}
+    b = {e.path: e for e in now.entries}
+    out: list[dict[str, str]] = []
+    for path in sorted(set(a) | set(b)):
+        x, y = a.get(path), b.get(path)
+        if x is None:
+            out.append({"path": path, "change": "added"})
+        elif y is None:
+            out.append({"path": path, "change": "removed"})
+        elif (x.kind, x.sha256, x.target, x.mode) != (y.kind, y.sha256, y.target, y.mode):
+            out.append({"path": path, "change": "changed"})
+    return out
+
+
+def _workspace(opts: ReplayOptions, rec: Any, p: Any, report: Any) -> dict[str, Any]:
+    """The workspace after re-enactment (B's snapshot when request M+1 came) against the
+    source's snapshot at the pause."""
+    found, why = _pause_snapshot(opts, rec)
+    record: dict[str, Any] = {
+        "compared": False,
+        "pause_snapshot": found[0].digest if found else None,
+        "reenacted_snapshot": None,
+        "equal": None,
+        "differences": [],
+        "differences_total": 0,
+        "why_not_compared": why,
+        "strict": opts.strict_workspace,
+    }
+    if found is None:
+        return record
+    try:
+        with JournalReader(opts.journal) as reader:
+            snap = run_snapshots(reader, report.run).pick(p.n)
+            mine = reader.manifest(snap)
+    except PvisorError as exc:
+        record["why_not_compared"] = f"the re-enacted workspace has no snapshot at step {p.n}: {exc.message}"
+        return record
+    diffs = _differences(found[1], mine)
+    record.update(
+        compared=True,
+        reenacted_snapshot=snap.digest,
+        equal=not diffs,
+        differences=diffs[:MAX_LISTED],
+        differences_total=len(diffs),
+        why_not_compared=None,
+    )
+    return record
+
+
+def _calls(p: Any, result: Any) -> list[dict[str, Any]]:
+    """Per source call: its account (translated, reproduced, ...) with O against O″ of the B call
+    that carries it (from the result's ``tool_calls``, B's)."""
+    by_step: dict[int, list[Any]] = {}
+    for c in result.tool_calls:
+        by_step.setdefault(c.step, []).append(c)
+    out = []
+    for acc in p.translation.calls:
+        row = acc.to_json()
+        b = None
+        if acc.target_step is not None and acc.target_index is not None:
+            calls = by_step.get(acc.target_step, [])
+            b = calls[acc.target_index] if acc.target_index < len(calls) else None
+        row["target_call_id"] = b.call_id if b is not None else None
+        row["observation"] = (
+            {
+                "recorded_sha256": b.historical_observation_sha256,
+                "reenacted_sha256": b.replayed_observation_sha256,
+                "equal": b.equal,
+                "equal_normalised": b.equal_normalised if b.equal_normalised is not None else None,
+            }
+            if b is not None and acc.fate is not CallFate.RENDERED_AS_TEXT
+            else None
+        )
+        out.append(row)
+    return out
+
+
+def _same_agent_calls(rec: Any, opts: ReplayOptions, result: Any) -> list[dict[str, Any]]:
+    """Per call of a handoff to the same agent: served as recorded (no translation)."""
+    out = []
+    for c in result.tool_calls:
+        out.append(
+            {
+                "step": c.step,
+                "call_id": c.call_id,
+                "tool": c.name,
+                "effect": descriptor(rec.agent).effect_of(c.name).effect.value,
+                "fate": CallFate.TRANSLATED.value,
+                "target_step": c.step,
+                "target_tool": c.name,
+                "target_index": None,
+                "reason": "the same agent: served as recorded",
+                "target_call_id": c.replayed_call_id if isinstance(c.replayed_call_id, str) else c.call_id,
+                "observation": {
+                    "recorded_sha256": c.historical_observation_sha256,
+                    "reenacted_sha256": c.replayed_observation_sha256,
+                    "equal": c.equal,
+                    "equal_normalised": c.equal_normalised if c.equal_normalised is not None else None,
+                },
+            }
+        )
+    return out
+
+
+def _boundary_request(p: Any) -> dict[str, Any] | None:
+    """B's request M+1: its sha256 and what B's strict validator says of it."""
+    if p.boundary is None:
+        return None
+    body = p.boundary.body
+    try:
+        problems = [str(x) for x in validate_request(p.rec.protocol, orjson.loads(body))]
+    except (orjson.JSONDecodeError, KeyError) as exc:
+        problems = [f"not a request body of {p.rec.protocol}: {exc}"]
+    return {
+        "exchange": p.boundary.exchange,
+        "sha256": hashlib.sha256(body).hexdigest(),
+        "bytes": len(body),
+        "protocol": p.rec.protocol,
+        "valid": not problems,
+        "problems": problems,
+    }
+
+
+def fill_handoff(
+    result: Any, opts: ReplayOptions, rec: Any, p: Any, report: Any, warn: Callable[[str], None]
+) -> None:
+    """``result.handoff`` (docs/handoff.md "The handoff report") once B ran; a workspace that
+    differs from the pause's snapshot is warned (``handoff_workspace_differs``)."""
+    same = rec.agent == opts.agent
+    tr = None if same else getattr(p, "translation", None)
+    refused = None if same else getattr(p, "refused", None)
+    workspace = _workspace(opts, rec, p, report)
+    if workspace["compared"] and not workspace["equal"]:
+        listed = ", ".join(f"{d['path']} ({d['change']})" for d in workspace["differences"][:5])
+        more = workspace["differences_total"] - min(5, workspace["differences_total"])
+        said = (
+            f"handoff: {opts.agent}'s workspace after re-enactment differs from the pause's snapshot in "
+            f"{workspace['differences_total']} path(s): {listed}" + (f" and {more} more" if more else "")
+        )
+        warn(said)
+        result.warn("handoff_workspace_differs", said)
+    request_one = getattr(p, "request_one", None)
+    result.handoff = {
+        "from_agent": rec.agent,
+        "to_agent": opts.agent,
+        "translated": not same,
+        "pause": {
+            "after_step": opts.after_step,
+            "transition": opts.after_step - 1 if opts.after_step > 0 else None,
+        },
+        "target_steps": p.n if (same or tr is not None) else None,
+        "target_tools": sorted(t.name for t in p.mod.offered_tools(request_one)) if request_one else None,
+        "shell_tool": tr.shell_tool if tr is not None else None,
+        "read_tool": tr.read_tool if tr is not None else None,
+        "step_map": [
+            {"source_step": s, "target_steps": t} for s, t in sorted((tr.step_map if tr else {}).items())
+        ],
+        "calls": _calls(p, result)
+        if tr is not None
+        else _same_agent_calls(rec, opts, result)
+        if same
+        else [],
+        "not_reenactable": list(tr.skipped) if tr is not None else [],
+        "observation_notes": list(tr.observation_notes) if tr is not None else [],
+        "carriers": list(tr.carriers) if tr is not None else [],
+        "reasoning_dropped": dict(tr.reasoning_dropped)
+        if tr is not None
+        else {"provider_bound": 0, "plain": 0},
+        "refused": refused.message if refused is not None else None,
+        "workspace": workspace,
+        "boundary_request": _boundary_request(p),
+        "lineage": {
+            "parent_run": rec.run,
+            "child_run": report.run,
+            "pause_after_step": opts.after_step,
+            "pause_transition": opts.after_step - 1 if opts.after_step > 0 else None,
+            "workspace_snapshot": workspace["pause_snapshot"],
+            "from_agent": rec.agent,
+            "to_agent": opts.agent,
+        },
+    }
+
+
+def handoff_failure(result: Any, opts: ReplayOptions) -> PvisorError | None:
+    """The error of a handoff that ran: its translation refused (exit 65), or its workspace
+    different from the pause's snapshot with ``strict_workspace``; None otherwise."""
+    h = result.handoff
+    if not isinstance(h, dict):
+        return None
+    if h.get("refused"):
+        return ReplayBadInput("handoff_refused", f"handoff to {opts.agent}: {h['refused']}")
+    ws = h.get("workspace") or {}
+    if opts.strict_workspace and ws.get("compared") and not ws.get("equal"):
+        return ReplayFailed(
+            "workspace_diverged",
+            f"--strict-workspace: {opts.agent}'s workspace after re-enactment differs from the pause's "
+            f"snapshot in {ws['differences_total']} path(s), the first {ws['differences'][0]['path']}",
+        )
+    return None
