@@ -276,6 +276,9 @@ class PlaybackResponder:
         self.expanded_bodies: dict[str, bytes] = {}
         #: told k for each main-loop request k (the command line's progress: requests up to N + 1)
         self.on_request: Callable[[int], None] | None = None
+        #: called once when request N+1 came, before it is answered or forwarded (a handoff's
+        #: ``--reset-to-pause``: the pause's snapshot restored into the workspace), or None
+        self.on_boundary: Callable[[], None] | None = None
         #: O'_k: the tool results request k+1 sent after its last reply, as first sent
         self._observed: dict[int, list[ToolResult]] = {}
 
@@ -452,6 +455,8 @@ class PlaybackResponder:
             return self._serve(request, body, conv, k, m.stream, retry=m.kind is MatchKind.RETRY)
         if k == self.n + 1 and self.boundary is None:
             self.boundary = Boundary(body, _meta(request), request.exchange, conv)
+            if self.on_boundary is not None:
+                self.on_boundary()
             return self.at_boundary(request, body, conv, k, m.stream)
         return self.beyond(request, body, conv, k, m.stream)
 

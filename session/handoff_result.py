@@ -18,6 +18,8 @@ state, the lineage, and the handoff report filled into the result once B ran.
 from __future__ import annotations
 
 import hashlib
+import os
+import shutil
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,7 +33,7 @@ from pvisor.replay.continuation import LivePolicy
 from pvisor.replay.errors import ReplayBadInput, ReplayFailed
 from pvisor.replay.handoff_playback import HandoffContinuation, HandoffReplay
 from pvisor.replay.playback import PathRewrites
-from pvisor.replay.snapshots import run_snapshots
+from pvisor.replay.snapshots import restore_snapshot, run_snapshots
 from pvisor.replay.source import descriptor
 from pvisor.replay.translate import CallFate
 from pvisor.session.replay_options import ReplayOptions
@@ -100,6 +102,56 @@ def _pause_snapshot(opts: ReplayOptions, rec: Any) -> tuple[Any, str | None]:
         return None, exc.message
 
 
+def check_reset(opts: ReplayOptions, rec: Any) -> None:
+    """ReplayBadInput ``no_snapshot`` (exit 65) before anything runs when ``reset_to_pause`` is
+    asked and the source has no snapshot at the pause to reset to."""
+    if not opts.reset_to_pause:
+        return
+    found, why = _pause_snapshot(opts, rec)
+    if found is None:
+        raise ReplayBadInput("no_snapshot", f"--reset-to-pause: {why}: there is no pause state to restore")
+
+
+class PauseReset:
+    """``--reset-to-pause``: at B's boundary request, the workspace ``ws`` made the source's
+    snapshot at the pause: every entry the snapshot does not hold removed (never followed
+    through a symlink), then the snapshot restored over it. :meth:`record` says what it did."""
+
+    def __init__(self, opts: ReplayOptions, rec: Any, ws: Path) -> None:
+        self.opts, self.rec, self.ws = opts, rec, ws
+        self.done = False
+        self.removed: list[str] = []
+        self.error: str | None = None
+
+    def __call__(self) -> None:
+        try:
+            found, why = _pause_snapshot(self.opts, self.rec)
+            if found is None:
+                raise PvisorError(why or "no snapshot at the pause")
+            snap, manifest = found
+            keep = {e.path: e.kind.value for e in manifest.entries}
+            for top, dirs, files in os.walk(self.ws, topdown=False, followlinks=False):
+                for name in files + dirs:
+                    full = os.path.join(top, name)
+                    rel = os.path.relpath(full, self.ws)
+                    is_dir = os.path.isdir(full) and not os.path.islink(full)
+                    want = keep.get(rel)
+                    if want is None or (want == "dir") != is_dir:
+                        if is_dir:
+                            shutil.rmtree(full)
+                        else:
+                            os.unlink(full)
+                        self.removed.append(rel)
+            with JournalReader(self.opts.journal) as reader:
+                restore_snapshot(reader, snap, self.ws, force=True, target_option="--workspace")
+            self.done = True
+        except (PvisorError, OSError) as exc:
+            self.error = getattr(exc, "message", None) or str(exc)
+
+    def record(self) -> dict[str, Any]:
+        return {"done": self.done, "removed": sorted(self.removed), "error": self.error}
+
+
 def handoff_lineage(opts: ReplayOptions, rec: Any) -> dict[str, Any]:
     """The child run's lineage: ``labels`` (from and to agent), ``pause_transition`` (the
     transition the pause follows: N - 1; None at N = 0) and ``workspace_snapshot`` (the digest
@@ -142,6 +194,7 @@ def _workspace(opts: ReplayOptions, rec: Any, p: Any, report: Any) -> dict[str, 
         "differences_total": 0,
         "why_not_compared": why,
         "strict": opts.strict_workspace,
+        "reset_to_pause": None,
     }
     if found is None:
         return record
@@ -239,7 +292,13 @@ def _boundary_request(p: Any) -> dict[str, Any] | None:
 
 
 def fill_handoff(
-    result: Any, opts: ReplayOptions, rec: Any, p: Any, report: Any, warn: Callable[[str], None]
+    result: Any,
+    opts: ReplayOptions,
+    rec: Any,
+    p: Any,
+    report: Any,
+    warn: Callable[[str], None],
+    reset: PauseReset | None = None,
 ) -> None:
     """``result.handoff`` (docs/handoff.md "The handoff report") once B ran; a workspace that
     differs from the pause's snapshot is warned (``handoff_workspace_differs``)."""
@@ -247,6 +306,12 @@ def fill_handoff(
     tr = None if same else getattr(p, "translation", None)
     refused = None if same else getattr(p, "refused", None)
     workspace = _workspace(opts, rec, p, report)
+    if reset is not None:
+        # what the reset overwrote: the differences compared (B's workspace when request M+1 came)
+        workspace["reset_to_pause"] = reset.record()
+        if reset.error is not None:
+            warn(f"handoff: --reset-to-pause failed: {reset.error}")
+            result.warn("reset_to_pause_failed", f"--reset-to-pause failed: {reset.error}")
     if workspace["compared"] and not workspace["equal"]:
         listed = ", ".join(f"{d['path']} ({d['change']})" for d in workspace["differences"][:5])
         more = workspace["differences_total"] - min(5, workspace["differences_total"])

@@ -75,6 +75,8 @@ from pvisor.session.children import (
 )
 from pvisor.session.continuation_result import fill_live
 from pvisor.session.handoff_result import (
+    PauseReset,
+    check_reset,
     fill_handoff,
     handoff_failure,
     handoff_lineage,
@@ -421,6 +423,8 @@ def _replay_claimed(
     try:
         sd = _source_descriptor(opts, d)
         rec = _read_source(opts, d, sd, child, result, live, ws)
+        if mode is RunMode.HANDOFF:
+            check_reset(opts, rec)
         # before anything runs or is written into the workspace
         check_before_acting(opts, rec, sd, ws, result, warn)
         restored = None
@@ -452,7 +456,7 @@ def _replay_claimed(
         if live:
             fill_live(result, opts, rec, p, report, upstream)
         if mode is RunMode.HANDOFF:
-            fill_handoff(result, opts, rec, p, report, warn)
+            fill_handoff(result, opts, rec, p, report, warn, getattr(p, "reset", None))
         files = fill_prefix(result, opts, rec, p, out)
         return _write_outcome(result, opts, p, report, files, out, t0)
     except PvisorError as exc:
@@ -519,6 +523,8 @@ def _run_with_playback(
         def make(setup: Any) -> Any:
             responder = _responder(opts, rec, d, live, setup)
             responder.on_request = task.reach
+            if handing and opts.reset_to_pause:
+                responder.reset = responder.on_boundary = PauseReset(opts, rec, setup.workspace)
             holder["responder"] = responder
             return responder
 

@@ -52,7 +52,8 @@ class ReplayOptions:
     ``replay_only`` (end the agent at its boundary request instead of continuing live);
     ``strict_workspace`` (a workspace that differs from the pause's snapshot makes the handoff
     ``diverged``); ``restore_start`` (restore the source run's start snapshot into an empty
-    ``workspace``, when it has one)."""
+    ``workspace``, when it has one); ``reset_to_pause`` (restore the pause's snapshot into the
+    workspace when B's boundary request comes, before it is answered or forwarded)."""
 
     agent: str
     after_step: int
@@ -92,6 +93,7 @@ class ReplayOptions:
     replay_only: bool = False
     strict_workspace: bool = False
     restore_start: bool = True
+    reset_to_pause: bool = False
 
 
 #: the name of the options before continuation came
