@@ -69,11 +69,19 @@ class HandoffPlayback:
     refused: TranslationRefused | None
     request_one: Conversation | None
 
-    def setup_handoff(self, source: Recording, source_descriptor: Any, source_n: int, workspace: str) -> None:
+    def setup_handoff(
+        self,
+        source: Recording,
+        source_descriptor: Any,
+        source_n: int,
+        workspace: str,
+        changes: dict[int, list[tuple[str, bytes | None]]] | None = None,
+    ) -> None:
         self.source = source
         self.source_descriptor = source_descriptor
         self.source_n = source_n
         self.workspace = workspace
+        self.changes = changes or {}
         self.translation = None
         self.refused = None
         self.request_one = None
@@ -97,9 +105,9 @@ class HandoffPlayback:
 
     def _translate(self, conv: Conversation) -> None:
         d = self.descriptor  # type: ignore[attr-defined]
-        target = Target(
-            d, self.rec.protocol, self.mod.offered_tools(conv), self.workspace, self.source.workspace
-        )  # type: ignore[attr-defined]
+        tools = self.mod.offered_tools(conv)  # type: ignore[attr-defined]
+        protocol = self.rec.protocol  # type: ignore[attr-defined]
+        target = Target(d, protocol, tools, self.workspace, self.source.workspace, self.changes)
         self.request_one = conv
         try:
             tr = translate(self.source.steps[: self.source_n], self.source_descriptor, target)
@@ -185,11 +193,12 @@ class HandoffReplay(HandoffPlayback, PlaybackResponder):
         protocol: str,
         rewrites: PathRewrites,
         workspace: str,
+        changes: dict[int, list[tuple[str, bytes | None]]] | None = None,
     ) -> None:
         PlaybackResponder.__init__(
             self, pending_recording(source, protocol, descriptor.name), 0, descriptor, rewrites
         )
-        self.setup_handoff(source, source_descriptor, source_n, workspace)
+        self.setup_handoff(source, source_descriptor, source_n, workspace, changes)
 
 
 class HandoffContinuation(HandoffPlayback, ContinuationResponder):
@@ -206,6 +215,7 @@ class HandoffContinuation(HandoffPlayback, ContinuationResponder):
         rewrites: PathRewrites,
         workspace: str,
         policy: LivePolicy,
+        changes: dict[int, list[tuple[str, bytes | None]]] | None = None,
     ) -> None:
         ContinuationResponder.__init__(
             self,
@@ -215,4 +225,4 @@ class HandoffContinuation(HandoffPlayback, ContinuationResponder):
             rewrites,
             replace(policy, reasoning_off=True),
         )
-        self.setup_handoff(source, source_descriptor, source_n, workspace)
+        self.setup_handoff(source, source_descriptor, source_n, workspace, changes)

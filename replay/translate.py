@@ -28,6 +28,7 @@ Pure: no file, process or socket.
 
 from __future__ import annotations
 
+import base64
 import enum
 import json
 import posixpath
@@ -69,6 +70,10 @@ class Target:
     tools: Sequence[ToolSpec]
     workspace: str
     recorded_workspace: str | None = None
+    #: source step -> the files that step changed, from the source's snapshots around it
+    #: (path relative to the workspace, the new bytes or None when removed); only for the steps
+    #: whose calls cannot say what they changed (:data:`UNSAID`); absent: unknown
+    changes: dict[int, list[tuple[str, bytes | None]]] | None = None
 
 
 @dataclass
@@ -119,6 +124,9 @@ class Translation:
     shell_tool: str | None = None
     read_tool: str | None = None
     observation_notes: list[dict[str, Any]] = field(default_factory=list)
+    #: B calls that make a step's workspace changes from the source's snapshots: ``source_step``,
+    #: ``target_step``, ``paths``
+    from_snapshots: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def target_steps(self) -> int:
@@ -319,6 +327,32 @@ def patch_command(ops: list[tuple[str, str, Any]]) -> str:
                 )
             )
     return " && ".join(parts) if parts else "true"
+
+
+def files_command(changes: list[tuple[str, bytes | None]]) -> str:
+    """A shell command that makes ``changes`` (path, new bytes or None for removed): text as a
+    here-document, other bytes through ``base64 -d``."""
+    parts: list[str] = []
+    for path, data in changes:
+        if data is None:
+            parts.append(f"rm -rf -- {_q(path)}")
+            continue
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and "\x00" not in text:
+            parts.append(write_command(path, text))
+            continue
+        parent = posixpath.dirname(path)
+        mk = f"mkdir -p {_q(parent)} && " if parent not in ("", ".", "/") else ""
+        parts.append(f"{mk}printf '%s' {base64.b64encode(data).decode()} | base64 -d > {_q(path)}")
+    return " && ".join(parts) if parts else "true"
+
+
+#: effects whose calls may change the workspace in ways their arguments do not say, when they are
+#: not re-run (a subagent's edits, an MCP tool's, a write whose arguments a handoff cannot read)
+UNSAID = frozenset({Effect.SUBAGENT, Effect.OTHER, Effect.WRITE, Effect.EDIT, Effect.PATCH})
 
 
 # --------------------------------------------------------------------------- translation
@@ -545,7 +579,26 @@ class _Translator:
             if hist is None and i < len(results) and results[i].call_id in (None, call.id):
                 hist = results[i]
             self._one(step, call, hist, planned, notes)
-        self._emit(step, a.text, planned, notes)
+        extra = self._from_snapshots(step, planned)
+        self._emit(step, a.text, planned, notes, extra)
+
+    def _from_snapshots(self, step: Step, planned: list) -> tuple[str, dict[str, Any], list[str]] | None:
+        """B's shell call making the step's workspace changes from the source's snapshots, when a
+        call of the step that may change the workspace is not re-run (its arguments do not say
+        what it changed) and the snapshots say: (tool, arguments, paths); else None."""
+        unsaid = [
+            p
+            for p in planned
+            if p[3] is CallFate.RENDERED_AS_TEXT and self.source.effect_of(p[0].name).effect in UNSAID
+        ]
+        changes = (self.t.changes or {}).get(step.n)
+        if not unsaid or not changes:
+            return None
+        for i, p in enumerate(planned):
+            if p in unsaid:
+                planned[i] = (*p[:4], f"{p[4]}; its workspace changes made by shell from the snapshots", p[5])
+        tool, args = self._shell_call(files_command(changes), f"Make step {step.n}'s changes to the files")
+        return tool, args, [c[0] for c in changes]
 
     def _one(
         self, step: Step, call: ToolCall, hist: ToolResult | None, planned: list, notes: list[str]
@@ -576,13 +629,15 @@ class _Translator:
         # not re-run: the recorded call and result as text in B's own message
         notes.append(_note(call, hist))
         why = (
-            f"a {fx.effect.value} call is not re-run"
+            f"a call of kind {fx.effect.value} is not re-run"
             if fx.effect not in (Effect.SHELL, Effect.READ, Effect.WRITE, Effect.EDIT, Effect.PATCH)
             else f"its arguments do not say what the {fx.effect.value} did"
         )
         planned.append((call, "", {}, CallFate.RENDERED_AS_TEXT, why, hist))
 
-    def _emit(self, step: Step, text: str, planned: list, notes: list[str]) -> None:
+    def _emit(
+        self, step: Step, text: str, planned: list, notes: list[str], extra: tuple[str, dict, list] | None
+    ) -> None:
         """B's step(s) of one source step: one with every call when B takes several calls at once
         (text mode: one per command), the rendered notes in its text."""
         runnable = [p for p in planned if p[3] is not CallFate.RENDERED_AS_TEXT]
@@ -615,6 +670,12 @@ class _Translator:
                         why,
                     )
                 )
+            if extra is not None and g == len(groups) - 1:
+                tool, targs, paths = extra
+                tc = self._call(n, len(calls), tool, targs)
+                calls.append(tc)
+                results.append(ToolResult(call_id=tc.id, content=""))
+                self.out.from_snapshots.append({"source_step": step.n, "target_step": n, "paths": paths})
             if not calls:
                 tool, targs = self._shell_call("true", "Carry the notes above")
                 tc = self._call(n, 0, tool, targs)

@@ -35,7 +35,7 @@ from pvisor.replay.handoff_playback import HandoffContinuation, HandoffReplay
 from pvisor.replay.playback import PathRewrites
 from pvisor.replay.snapshots import restore_snapshot, run_snapshots
 from pvisor.replay.source import descriptor
-from pvisor.replay.translate import CallFate
+from pvisor.replay.translate import UNSAID, CallFate
 from pvisor.session.replay_options import ReplayOptions
 
 #: labels of a handoff's child run: the agents it went from and to
@@ -51,9 +51,49 @@ def handoff_responder(
     """B's playback: replay-only (``policy`` None) or continued with the live model."""
     protocol = get_profile(opts.agent).protocol
     source_d = descriptor(rec.agent)
+    changes = snapshot_changes(opts, rec, source_d)
     if policy is None:
-        return HandoffReplay(rec, source_d, opts.after_step, d, protocol, rewrites, workspace)
-    return HandoffContinuation(rec, source_d, opts.after_step, d, protocol, rewrites, workspace, policy)
+        return HandoffReplay(rec, source_d, opts.after_step, d, protocol, rewrites, workspace, changes)
+    return HandoffContinuation(
+        rec, source_d, opts.after_step, d, protocol, rewrites, workspace, policy, changes
+    )
+
+
+def snapshot_changes(
+    opts: ReplayOptions, rec: Any, source_d: Any
+) -> dict[int, list[tuple[str, bytes | None]]]:
+    """Per source step whose calls may change the workspace in ways their arguments do not say
+    (:data:`~pvisor.replay.translate.UNSAID`: a subagent, an MCP tool), the files it changed
+    from the source run's snapshots before and after it (path, new bytes or None when removed);
+    {} for a native source or a run without snapshots there."""
+    wanted = [
+        s.n
+        for s in rec.steps[: opts.after_step]
+        if any(c.kind == "server" or source_d.effect_of(c.name).effect in UNSAID for c in s.action.tool_calls)
+    ]
+    if not wanted or rec.kind != "journal" or not rec.run:
+        return {}
+    out: dict[int, list[tuple[str, bytes | None]]] = {}
+    try:
+        with JournalReader(opts.journal) as reader:
+            snaps = run_snapshots(reader, rec.run)
+            for n in wanted:
+                try:
+                    before, after = reader.manifest(snaps.pick(n - 1)), reader.manifest(snaps.pick(n))
+                except PvisorError:
+                    continue  # no snapshot around this step: its calls stay text only
+                files = {e.path: e for e in after.entries}
+                changed: list[tuple[str, bytes | None]] = []
+                for d in _differences(before, after):
+                    e = files.get(d["path"])
+                    if d["change"] == "removed":
+                        changed.append((d["path"], None))
+                    elif e is not None and e.kind.value == "file" and e.sha256:
+                        changed.append((d["path"], reader.blob(e.sha256)))
+                out[n] = changed
+    except PvisorError:
+        return out
+    return out
 
 
 def _is_empty(ws: Path) -> bool:
@@ -345,6 +385,7 @@ def fill_handoff(
         "not_reenactable": list(tr.skipped) if tr is not None else [],
         "observation_notes": list(tr.observation_notes) if tr is not None else [],
         "carriers": list(tr.carriers) if tr is not None else [],
+        "from_snapshots": list(tr.from_snapshots) if tr is not None else [],
         "reasoning_dropped": dict(tr.reasoning_dropped)
         if tr is not None
         else {"provider_bound": 0, "plain": 0},
