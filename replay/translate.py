@@ -212,7 +212,7 @@ def write_command(path: str, content: str) -> str:
     """A shell command that writes ``content`` as the whole file ``path`` (its directory made):
     a here-document when the content ends with a newline, else ``printf``."""
     parent = posixpath.dirname(path)
-    mk = f"mkdir -p {_q(parent)} && " if parent not in ("", ".", "/") else ""
+    mk = f"mkdir -p -- {_q(parent)} && " if parent not in ("", ".", "/") else ""
     if content == "":
         return f"{mk}: > {_q(path)}"
     if content.endswith("\n"):
@@ -309,7 +309,7 @@ def patch_command(ops: list[tuple[str, str, Any]]) -> str:
         if kind == "add":
             parts.append(write_command(path, arg))
         elif kind == "delete":
-            parts.append(f"rm -f {_q(path)}")
+            parts.append(f"rm -f -- {_q(path)}")
         else:
             move, hunks = arg
             parts.append(
@@ -345,7 +345,7 @@ def files_command(changes: list[tuple[str, bytes | None]]) -> str:
             parts.append(write_command(path, text))
             continue
         parent = posixpath.dirname(path)
-        mk = f"mkdir -p {_q(parent)} && " if parent not in ("", ".", "/") else ""
+        mk = f"mkdir -p -- {_q(parent)} && " if parent not in ("", ".", "/") else ""
         parts.append(f"{mk}printf '%s' {base64.b64encode(data).decode()} | base64 -d > {_q(path)}")
     return " && ".join(parts) if parts else "true"
 
@@ -391,7 +391,7 @@ class _Translator:
         self.source = source
         self.t = target
         self.mod = get_protocol(target.protocol)
-        self.specs = {s.name: s for s in self._offered()}
+        self.specs = {s.name: s for s in target.tools}
         self.shell = self._pick(Effect.SHELL)
         self.reader = self._pick(Effect.READ)
         self.text_mode = self.shell is None and target.descriptor.text_command is not None and not self.specs
@@ -403,9 +403,6 @@ class _Translator:
             )
         self.out = Translation(shell_tool=self.shell, read_tool=self.reader)
         self.prefix = self.mod.CALL_ID_PREFIX
-
-    def _offered(self) -> list[ToolSpec]:
-        return list(self.t.tools)
 
     def _pick(self, effect: Effect) -> str | None:
         """B's declared tool of ``effect`` that its facts describe (first in the facts' order)."""
@@ -462,13 +459,13 @@ class _Translator:
                     args[name] = text
         return args
 
-    def _call(self, step: int, index: int, tool: str, args: dict[str, Any]) -> ToolCall:
+    def _call(self, step: int, index: int, tool: str, args: dict[str, Any], source_step: int) -> ToolCall:
         spec = self.specs.get(tool)
         problems = argument_problems(spec.parameters if spec is not None else None, args)
         if problems:
             raise TranslationRefused(
-                f"step {step}: {self.t.descriptor.name}'s {tool} refuses the translated call: "
-                + "; ".join(problems)
+                f"step {source_step} (its step {step} of its own): {self.t.descriptor.name}'s {tool} refuses "
+                "the translated call: " + "; ".join(problems)
             )
         cid = f"{self.prefix}pvh{step:04d}{index:02d}"
         return ToolCall(id=cid, name=tool, arguments_raw=compact_json(args), arguments=args)
@@ -651,7 +648,7 @@ class _Translator:
             calls: list[ToolCall] = []
             results: list[ToolResult] = []
             for i, (src, tool, targs, fate, why, hist) in enumerate(group):
-                tc = self._call(n, i, tool, targs)
+                tc = self._call(n, i, tool, targs, step.n)
                 calls.append(tc)
                 content = hist.content if hist is not None else None
                 results.append(
@@ -672,13 +669,13 @@ class _Translator:
                 )
             if extra is not None and g == len(groups) - 1:
                 tool, targs, paths = extra
-                tc = self._call(n, len(calls), tool, targs)
+                tc = self._call(n, len(calls), tool, targs, step.n)
                 calls.append(tc)
                 results.append(ToolResult(call_id=tc.id, content=""))
                 self.out.from_snapshots.append({"source_step": step.n, "target_step": n, "paths": paths})
             if not calls:
                 tool, targs = self._shell_call("true", "Carry the notes above")
-                tc = self._call(n, 0, tool, targs)
+                tc = self._call(n, 0, tool, targs, step.n)
                 calls.append(tc)
                 results.append(ToolResult(call_id=tc.id, content=""))
                 self.out.carriers.append(n)

@@ -452,7 +452,7 @@ def _replay_claimed(
             # workspace.restored_from)
             assert result.lineage is not None
             result.lineage.workspace_snapshot = child.workspace_snapshot
-            _check_child_boundary(result, opts, child, warn)
+            _check_child_boundary(result, opts, child, p.n, warn)
         if live:
             fill_live(result, opts, rec, p, report, upstream)
         if mode is RunMode.HANDOFF:
@@ -720,14 +720,16 @@ def _pause_of(child: Any) -> str:
 
 
 def _check_child_boundary(
-    result: ResultDocument, opts: ReplayOptions, child: Any, warn: Callable[[str], None]
+    result: ResultDocument, opts: ReplayOptions, child: Any, served: int, warn: Callable[[str], None]
 ) -> None:
-    """Compare the workspace after the replayed step N (the derived run's snapshot bound to N:
-    request N+1's) with the snapshot the handoff restored for ``child``; one warning line and a
-    result warning ``handoff_workspace_differs`` when they differ or cannot be compared."""
+    """Compare the workspace after the replayed step N (the derived run's snapshot after its
+    ``served`` steps: request N+1's) with the snapshot the handoff restored for ``child``; one
+    warning line and a result warning ``handoff_workspace_differs`` when they differ or cannot
+    be compared."""
     try:
         with JournalReader(opts.journal) as reader:
-            digest = run_snapshots(reader, child.id).pick(opts.after_step).digest
+            # the derived run's steps: a handoff's (``served``, B's own) may be more or fewer
+            digest = run_snapshots(reader, child.id).pick(served).digest
     except PvisorError:
         digest = None
     said: list[str] = []
