@@ -110,10 +110,10 @@ class CallAccount:
 class Translation:
     """The source's steps as B's: ``steps`` (B's steps 1..M, each with the source's recorded
     results in the order of its calls), ``calls`` (one :class:`CallAccount` per source call),
-    ``skipped`` (source steps left out, with why), ``step_map`` (source step -> B's steps),
+    ``skipped`` (what of a source step is left out, ``what``: ``action`` or ``observation``,
+    with why: the handoff report's ``not_reenactable``), ``step_map`` (source step -> B's steps),
     ``carriers`` (B steps whose only call is the carrier ``true``), ``reasoning_dropped``
-    (``provider_bound``, ``plain``), ``shell_tool`` and ``read_tool`` used (None: none),
-    ``observation_notes`` (source steps whose observation holds more than tool results)."""
+    (``provider_bound``, ``plain``), ``shell_tool`` and ``read_tool`` used (None: none)."""
 
     steps: list[Step] = field(default_factory=list)
     calls: list[CallAccount] = field(default_factory=list)
@@ -123,7 +123,6 @@ class Translation:
     reasoning_dropped: dict[str, int] = field(default_factory=lambda: {"provider_bound": 0, "plain": 0})
     shell_tool: str | None = None
     read_tool: str | None = None
-    observation_notes: list[dict[str, Any]] = field(default_factory=list)
     #: B calls that make a step's workspace changes from the source's snapshots: ``source_step``,
     #: ``target_step``, ``paths``
     from_snapshots: list[dict[str, Any]] = field(default_factory=list)
@@ -545,14 +544,14 @@ class _Translator:
             key = "provider_bound" if (r.signature or r.encrypted) else "plain"
             self.out.reasoning_dropped[key] += 1
         results = list(step.observation.results)
-        if any(
-            m.role != "tool" and any(not isinstance(p, ToolResult) for p in m.parts)
-            for m in step.observation.messages
-        ):
-            self.out.observation_notes.append(
+        if step.observation.messages:
+            # B re-runs the calls and sends its own observation: a later prompt or a format error
+            # the source's observation held is not sent again
+            self.out.skipped.append(
                 {
                     "step": step.n,
-                    "reason": "the observation holds more than tool results (a prompt or a format error)",
+                    "what": "observation",
+                    "reason": "the observation holds more than tool results (a later prompt, a format error)",
                 }
             )
         calls = list(a.tool_calls)
@@ -565,7 +564,11 @@ class _Translator:
             ]
         if not calls:
             self.out.skipped.append(
-                {"step": step.n, "reason": "the step has no tool call (a reply without a call ends B)"}
+                {
+                    "step": step.n,
+                    "what": "action",
+                    "reason": "the step has no tool call (a reply without one ends B)",
+                }
             )
             return
         by_id = {r.call_id: r for r in results if r.call_id is not None}

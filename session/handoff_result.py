@@ -383,7 +383,6 @@ def fill_handoff(
         if same
         else [],
         "not_reenactable": list(tr.skipped) if tr is not None else [],
-        "observation_notes": list(tr.observation_notes) if tr is not None else [],
         "carriers": list(tr.carriers) if tr is not None else [],
         "from_snapshots": list(tr.from_snapshots) if tr is not None else [],
         "reasoning_dropped": dict(tr.reasoning_dropped)
