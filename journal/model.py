@@ -40,6 +40,20 @@ RUN_ID_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 #: restoring (journal/child_runs.py sets it; the reader lists such a run ``restoring``)
 RESTORING_LABEL = "handoff_restore"
 RESTORING = "in_progress"
+#: the labels of a handoff's child run naming the agent it was handed from and the agent it went to
+#: (session/handoff_result.py files the child run under them)
+HANDOFF_FROM_LABEL = "handoff_from_agent"
+HANDOFF_TO_LABEL = "handoff_to_agent"
+#: the keys of :func:`run_lineage`, in its order
+LINEAGE_KEYS = (
+    "mode",
+    "parent_run",
+    "boundary_step",
+    "pause_transition",
+    "workspace_snapshot",
+    HANDOFF_FROM_LABEL,
+    HANDOFF_TO_LABEL,
+)
 
 
 class RunMode(str, enum.Enum):
@@ -127,6 +141,28 @@ class Run(Record, record=True):
         self.labels = {} if labels is None else labels
         self.pause_transition = pause_transition
         self.workspace_snapshot = workspace_snapshot
+
+
+def run_lineage(run: Run) -> dict[str, Any] | None:
+    """The lineage of a derived run or a handoff's child run, as the exports and the report
+    carry it (docs/exports.md): ``mode``, ``parent_run`` (None when it derives from a native
+    file: its labels ``source_kind`` and ``source`` name that), ``boundary_step`` (steps kept),
+    ``pause_transition`` (a handoff's: zero-based, None otherwise), ``workspace_snapshot`` (the
+    manifest digest of the pause's snapshot, or None), ``handoff_from_agent`` and
+    ``handoff_to_agent`` (a handoff's labels, else None). None for a run that derives from
+    nothing (a capture, an import)."""
+    mode = getattr(run.mode, "value", run.mode)
+    if run.parent_run is None and run.boundary_step is None and mode != RunMode.HANDOFF.value:
+        return None
+    return {
+        "mode": mode,
+        "parent_run": run.parent_run,
+        "boundary_step": run.boundary_step,
+        "pause_transition": run.pause_transition,
+        "workspace_snapshot": run.workspace_snapshot,
+        HANDOFF_FROM_LABEL: run.labels.get(HANDOFF_FROM_LABEL),
+        HANDOFF_TO_LABEL: run.labels.get(HANDOFF_TO_LABEL),
+    }
 
 
 class Attempt(Record, record=True):

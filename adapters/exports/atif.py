@@ -1,6 +1,7 @@
 """A journal run as Harbor ATIF v1.7 (docs/exports.md "atif"): the run's steps by the chain rule
 (pvisor journal steps), written as :func:`pvisor.adapters.native.render.atif_fields` writes a
-native file's, with the run in the root ``extra``. A live step of a continuation whose request
+native file's, with the run and its lineage (a handoff's child: the pause's transition and snapshot, the from
+and to agents) in the root ``extra``. A live step of a continuation whose request
 went upstream rewritten shows what the live model got: the boundary user prompt as a user step
 before it, its flags, and ``extra.forwarded`` (the digests of the forwarded bytes and of the
 agent's own, which the journal keeps: ``pvisor journal body EXCHANGE --request``).
@@ -17,6 +18,7 @@ from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.native import render
 from pvisor.adapters.native.render import atif_fields, write_document
 from pvisor.core import progress
+from pvisor.journal.model import LINEAGE_KEYS, run_lineage
 from pvisor.journal.reader import JournalReader
 
 
@@ -39,6 +41,9 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
             "mode": getattr(run.mode, "value", run.mode),
             "parent_run": run.parent_run,
             "boundary_step": run.boundary_step,
+            # a handoff's child: the pause's transition and snapshot, the agents (else null)
+            **dict.fromkeys(LINEAGE_KEYS[3:]),
+            **(run_lineage(run) or {}),
             "protocol": traj.meta.get("protocol"),
             "left_out": len(traj.left_out),
         }

@@ -1,8 +1,9 @@
 """A journal's exchanges as an HTTP Archive (HAR 1.2, W3C Web Performance WG's "HTTP Archive
 (HAR) format", 2012; docs/exports.md "har").
 
-``log``: ``version`` "1.2", ``creator`` pvisor, one ``page`` per run (its id, its creation time),
-``entries`` in arrival order. An entry:
+``log``: ``version`` "1.2", ``creator`` pvisor, one ``page`` per run (its id, its creation time,
+and in ``_pvisor`` its agent and, for a derived run or a handoff's child, its lineage:
+:func:`pvisor.journal.model.run_lineage`), ``entries`` in arrival order. An entry:
 
 - ``pageref`` (the run), ``startedDateTime`` (ISO 8601 UTC), ``time`` (ms, the exchange's whole
   duration), ``timings`` (``send`` 0, ``wait`` until the first response byte, ``receive`` the
@@ -31,6 +32,7 @@ import orjson
 
 from pvisor.adapters.exports.base import ExportFormat, JournalSource, Option, Settings, Source, Written
 from pvisor.core import progress
+from pvisor.journal.model import run_lineage
 from pvisor.journal.reader import JournalReader
 
 BASE_URL = "http://pvisor.invalid"
@@ -151,6 +153,7 @@ def write_har(
             "id": r.id,
             "title": f"{r.agent or 'run'} {r.id}",
             "pageTimings": {},
+            "_pvisor": {"agent": r.agent, **(run_lineage(r) or {})},
         }
         for r in runs
     ]

@@ -10,7 +10,9 @@ Per run, one trace (``traceId``: the first 16 bytes of sha256 of the run id):
 
 - a root span ``invoke_agent {agent}`` (``kind`` INTERNAL), from the first exchange's start to the
   last one's end, with ``gen_ai.operation.name`` ``invoke_agent``, ``gen_ai.agent.name``,
-  ``gen_ai.conversation.id`` (the agent's session id, else the run id) and ``pvisor.run.*``;
+  ``gen_ai.conversation.id`` (the agent's session id, else the run id) and ``pvisor.run.*`` (id,
+  mode, agent_version, and the lineage: parent, boundary_step, and for a handoff's child
+  pause_transition, workspace_snapshot, handoff_from_agent, handoff_to_agent);
 - per exchange a child span ``{operation} {model}`` (``kind`` CLIENT): ``gen_ai.operation.name``
   (``chat`` for a main-loop or auxiliary request of a protocol, ``count_tokens`` for a token
   count, else ``http``), ``gen_ai.provider.name`` (the protocol module's), ``gen_ai.request.model``,
@@ -35,6 +37,7 @@ from pvisor.adapters.protocols.base import token_counts
 from pvisor.adapters.exports.base import ExportFormat, JournalSource, Option, Settings, Source, Written
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
+from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL
 from pvisor.journal.reader import JournalReader
 
 SPAN_KIND_INTERNAL = 1
@@ -185,6 +188,10 @@ def run_request(
                 ("pvisor.run.agent_version", run.agent_version),
                 ("pvisor.run.parent", run.parent_run),
                 ("pvisor.run.boundary_step", run.boundary_step),
+                # a handoff's child run: the pause's transition and snapshot, the two agents
+                ("pvisor.run.pause_transition", run.pause_transition),
+                ("pvisor.run.workspace_snapshot", run.workspace_snapshot),
+                *((f"pvisor.run.{k}", run.labels.get(k)) for k in (HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL)),
             ]
         ),
         "status": {"code": STATUS_OK},

@@ -4,7 +4,11 @@ The page holds everything it shows: its CSS, its script and the run's data (a JS
 a ``<script type="application/json">``); it loads nothing from the network. What it shows:
 
 - the run (agent, mode, task, labels, attempts) and, for a derived run, its parent (a link to
-  the parent's page, written beside it) and its boundary step;
+  the parent's page, written beside it) and its boundary step; for a handoff's child, its
+  lineage (:func:`pvisor.journal.model.run_lineage`: the parent or the native file, the pause
+  with both numbers, the pause's snapshot, the from and to agents);
+- the runs derived or handed off from it (its child runs: id, mode, agent, pause), each linked
+  to its page when that page was written beside;
 - the timeline of every exchange in arrival order: each main-loop one as its step (the action's
   text, its tool calls, the observation that came back, flags, retries, timings, token usage
   where the protocol reports it), the auxiliary ones greyed with the chain rule's reason;
@@ -45,6 +49,7 @@ from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
 from pvisor.core.outfile import replacing
+from pvisor.journal.model import run_lineage
 from pvisor.journal.reader import JournalReader
 
 #: bytes of a body a page shows by default: its head and its tail (``--body-limit``)
@@ -147,9 +152,12 @@ def run_document(
     body_limit: int = DEFAULT_BODY_LIMIT,
     parsed: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The page's data for ``run_id``: ``{"run", "attempts", "steps", "exchanges", "parent",
-    "comparison", "generated"}`` (shapes in docs/report.md). ``parsed``: runs already read, by
-    run id (filled in). Raises UsageError for an unknown run, as the reader does."""
+    """The page's data for ``run_id``: ``{"run", "attempts", "exchanges", "children",
+    "comparison", "generated"}`` (what they show: docs/report.md); ``run.lineage`` is
+    :func:`pvisor.journal.model.run_lineage`'s (None for a run that derives from nothing),
+    ``children`` the runs whose ``parent_run`` is it, in creation order, each ``{id, mode,
+    agent, boundary_step, pause_transition}``. ``parsed``: runs already read, by run id (filled
+    in). Raises UsageError for an unknown run, as the reader does."""
     parsed = {} if parsed is None else parsed
     run = reader.run(run_id)
     read = _read(reader, run.id, parsed, body_limit)
@@ -173,6 +181,8 @@ def run_document(
             "created_ms": run.created_ms,
             "parent_run": run.parent_run,
             "boundary_step": run.boundary_step,
+            "pause_transition": run.pause_transition,
+            "lineage": run_lineage(run),
             "labels": run.labels,
             "task": traj.task,
             "model": traj.model,
@@ -184,6 +194,18 @@ def run_document(
             for a in reader.attempts(run.id)
         ],
         "exchanges": rows,
+        # the runs derived from it or handed off from it (one read of the runs table)
+        "children": [
+            {
+                "id": c.id,
+                "mode": getattr(c.mode, "value", c.mode),
+                "agent": c.agent,
+                "boundary_step": c.boundary_step,
+                "pause_transition": c.pause_transition,
+            }
+            for c in reader.runs()
+            if c.parent_run == run.id
+        ],
         "comparison": [],
         "generated": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
     }
@@ -308,9 +330,16 @@ def _normaliser(agent: str | None) -> Any:
     return lambda text: text
 
 
-def render(doc: dict[str, Any], parent_href: str | None = None) -> str:
-    """The HTML page of a :func:`run_document` (``parent_href``: the parent's page, relative)."""
-    data = orjson.dumps({**doc, "parent_href": parent_href}).replace(b"</", b"<\\/").decode()
+def render(
+    doc: dict[str, Any], parent_href: str | None = None, child_hrefs: dict[str, str] | None = None
+) -> str:
+    """The HTML page of a :func:`run_document` (``parent_href``: the parent's page, relative;
+    ``child_hrefs``: the pages of child runs written beside it, by run id)."""
+    data = (
+        orjson.dumps({**doc, "parent_href": parent_href, "child_hrefs": child_hrefs or {}})
+        .replace(b"</", b"<\\/")
+        .decode()
+    )
     run = doc["run"]
     title = html.escape(f"pvisor · {run['id']} · {run['agent'] or 'run'}")
     return _PAGE.replace("%TITLE%", title).replace("%DATA%", data)
@@ -339,7 +368,8 @@ def write_report(
         if parent_doc is not None:
             target = output.with_name(f"{parent_doc['run']['id']}.html")
             if target != output:
-                _write(target, render(parent_doc))
+                # the parent's list of its children links back to the page written here
+                _write(target, render(parent_doc, child_hrefs={doc["run"]["id"]: output.name}))
                 written.append(target)
                 href = target.name
     _write(output, render(doc, href))
@@ -456,15 +486,47 @@ function header() {
   add("created", r.created_ms ? new Date(r.created_ms).toISOString().replace("T", " ").slice(0, 19) """
     r"""+ " UTC" : null);
   for (const a of doc.attempts) add(`attempt ${a.n}: exit`, a.exit_code == null ? "-" : a.exit_code);
-  if (r.parent_run) {
+  const L = r.lineage;
+  if (L && L.mode === "handoff") {
+    // a handoff's child: the parent (or the native file), the pause, its snapshot, the two agents
+    const span = el("span", {id: "parent"}, "handed off from ");
+    if (L.workspace_snapshot) span.title = `workspace snapshot ${L.workspace_snapshot}`;
+    span.append(parentRef(r));
+    const k = L.pause_transition;
+    span.append(` at the pause after step ${L.boundary_step}` + (k == null ? "" """
+    r""": ` (${k === L.boundary_step ? "before " : ""}transition ${k})`));
+    if (L.workspace_snapshot) span.append(`, workspace snapshot ${L.workspace_snapshot.slice(0, 12)}`);
+    if (L.handoff_from_agent || L.handoff_to_agent) """
+    r"""span.append(`, ${L.handoff_from_agent || "?"} → ${L.handoff_to_agent || "?"}`);
+    m.append(span);
+  } else if (r.parent_run) {
     const span = el("span", {id: "parent"}, "replayed from ");
-    span.append(doc.parent_href ? el("a", {href: doc.parent_href, id: "parent-link", text: r.parent_run}) """
-    r""": el("b", {text: r.parent_run}));
+    span.append(parentRef(r));
     span.append(` after step ${r.boundary_step}`);
     m.append(span);
   }
   top.append(m);
+  if (doc.children.length) {
+    // the runs replayed or handed off from this one; a link where their page was written beside
+    const list = el("ul", {id: "children"});
+    for (const c of doc.children) {
+      const href = doc.child_hrefs[c.id];
+      const item = el("li", {}, href ? el("a", {href, "data-run": c.id, text: c.id}) : el("b", {text: c.id}));
+      const k = c.pause_transition;
+      item.append(` ${c.mode} · ${c.agent || "-"} · after step ${c.boundary_step}` + (k == null ? "" """
+    r""": ` (${k === c.boundary_step ? "before " : ""}transition ${k})`));
+      list.append(item);
+    }
+    top.append(el("div", {class: "meta"}, `child runs (${doc.children.length}):`), list);
+  }
   if (r.task) top.append(el("div", {class: "task", id: "task", text: r.task}));
+}
+function parentRef(r) {
+  if (r.parent_run) return doc.parent_href """
+    r"""? el("a", {href: doc.parent_href, id: "parent-link", text: r.parent_run}) """
+    r""": el("b", {text: r.parent_run});
+  const kind = r.labels.source_kind, src = r.labels.source;
+  return el("b", {text: src ? `the ${kind || "source"} file ${src}` : "-"});
 }
 function bodyBlock(ex, which) {
   const b = ex[which];
@@ -551,8 +613,12 @@ function renderSlice() {
     frag.append(row(ex));
     const b = doc.run.boundary_step;
     if (b != null && ex.step && ex.step.n === b) {
-      frag.append(el("div", {class: "boundary", id: "boundary", """
-    r"""text: `boundary: after step ${b}, request ${b + 1} ends at the replayed observation O′${b}`}));
+      // a handoff's child re-ran the parent's actions translated into its own tools: O″, not O′
+      const text = doc.run.mode === "handoff" """
+    r"""? `boundary: the pause after step ${b}, request ${b + 1} ends at the re-enacted """
+    r"""observation O″${b}` """
+    r""": `boundary: after step ${b}, request ${b + 1} ends at the replayed observation O′${b}`;
+      frag.append(el("div", {class: "boundary", id: "boundary", text}));
     }
   }
   timeline.append(frag);

@@ -4,6 +4,10 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
 
 - ``run``, ``step`` (k), ``agent``, ``protocol``, ``model`` (of the reply), ``exchange`` (the id
   of main-loop request k);
+- ``lineage``: the run's (:func:`pvisor.journal.model.run_lineage`: mode, parent_run,
+  boundary_step, pause_transition, workspace_snapshot, handoff_from_agent, handoff_to_agent),
+  None for a run that derives from nothing; a step k up to ``boundary_step`` was served by
+  playback (a handoff's: the parent's action translated into this agent's tools), not the model's;
 - ``prefix``: the whole context the model answered with action k (a JSON object in the recorded
   protocol; with ``bodies=False``, None): request k's body as the agent sent it, or, for a live
   step that a continuation forwarded rewritten (flags ``boundary_prompt``,
@@ -51,6 +55,7 @@ from pvisor.adapters.exports.base import (
 from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
 from pvisor.core import progress
 from pvisor.core.errors import UsageError
+from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, run_lineage
 from pvisor.journal.reader import JournalReader
 
 #: rows gathered per Parquet row group
@@ -72,6 +77,7 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
     """The rows of run ``run_id`` (module docstring), one step at a time. UsageError for an
     unknown run; IntegrityError for a damaged body."""
     run = reader.run(run_id)
+    lineage = run_lineage(run)
     traj = trajectory_from_journal(reader, run.id, wire_ids=True)
     doc = trajectory_to_json(traj)
     by_id = {e.id: e for e in reader.exchanges(run.id)}
@@ -101,6 +107,7 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
                 "protocol": doc["protocol"],
                 "model": step["action"]["model"] or traj.model,
                 "exchange": ex.id,
+                "lineage": lineage,
                 "prefix": prefix,
                 "agent_prefix": agent_prefix,
                 "prompt": prompt,
@@ -176,6 +183,20 @@ def parquet_schema() -> Any:
             ("protocol", pa.string()),
             ("model", pa.string()),
             ("exchange", pa.string()),
+            (
+                "lineage",
+                pa.struct(
+                    [
+                        ("mode", pa.string()),
+                        ("parent_run", pa.string()),
+                        ("boundary_step", pa.int64()),
+                        ("pause_transition", pa.int64()),
+                        ("workspace_snapshot", pa.string()),
+                        (HANDOFF_FROM_LABEL, pa.string()),
+                        (HANDOFF_TO_LABEL, pa.string()),
+                    ]
+                ),
+            ),
             ("prefix", pa.string()),
             ("agent_prefix", pa.string()),
             ("prompt", pa.list_(message)),

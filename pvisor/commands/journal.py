@@ -20,7 +20,15 @@ from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.commands.reading import emit_json, open_reader, utc_time
 from pvisor.core import progress
 from pvisor.core.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
-from pvisor.journal.model import TRUNCATED_FLAG, unpack_timings
+from pvisor.journal.model import (
+    HANDOFF_FROM_LABEL,
+    HANDOFF_TO_LABEL,
+    TRUNCATED_FLAG,
+    Run,
+    RunMode,
+    run_lineage,
+    unpack_timings,
+)
 from pvisor.journal.paths import absolute
 from pvisor.journal.reader import JournalReader, body_json_field
 
@@ -132,6 +140,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
         attempts = r.attempts(run.id)
         exchanges = r.exchanges(run.id)
         r_status = r.run_status(run)
+        children = [c for c in r.runs() if c.parent_run == run.id] if not as_json else []
     if as_json:
         emit_json(
             {
@@ -147,19 +156,7 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
             f"created={utc_time(run.created_ms)}"
         )
     )
-    if run.pause_transition is not None or run.mode == "handoff":
-        from pvisor.replay.numbering import pause_of
-
-        snap = f", workspace snapshot {run.workspace_snapshot[:12]}" if run.workspace_snapshot else ""
-        click.echo(
-            terminal_safe(
-                f"  handed off from {run.parent_run} "
-                f"{pause_of(run.boundary_step, run.pause_transition)}{snap}; "
-                f"{r_status}"
-            )
-        )
-    elif run.parent_run:
-        click.echo(terminal_safe(f"  derived from {run.parent_run} after step {run.boundary_step}"))
+    _lineage(run, r_status)
     if run.argv:
         import shlex
 
@@ -173,12 +170,45 @@ def show(ctx: click.Context, run_id: str, as_json: bool, follow: bool) -> None:
             f"  attempt {a.n}: started {utc_time(a.started_ms)} "
             f"exit={a.exit_code if a.exit_code is not None else '-'}"
         )
+    for c in children:
+        click.echo(terminal_safe(f"  child run {c.id}: {c.mode}, {c.agent or '-'}, {_pause(c)}"))
     if not exchanges:
         click.echo("  no exchanges")
         return
     print_table([_exchange_cells(e) for e in exchanges], list(_EXCHANGE_COLUMNS))
     if all(e.role is None for e in exchanges):
         click.echo(f"  (roles not stored yet; `pvisor journal steps {run.id}` derives them)")
+
+
+def _pause(run: Run) -> str:
+    """The pause a derived or child run continues from: ``after step 2 (transition 1)``."""
+    from pvisor.replay.numbering import pause_of
+
+    return pause_of(run.boundary_step, run.pause_transition)
+
+
+def _lineage(run: Run, status: str) -> None:
+    """``show``'s lines of where ``run`` comes from: the run (or the native file) it was handed off
+    or replayed from, the pause, the pause's snapshot, and a handoff's agents."""
+    lineage = run_lineage(run)
+    if lineage is None:
+        return
+    kind = run.labels.get("source_kind")
+    parent = run.parent_run or (
+        f"the {kind} file {run.labels['source']}" if kind and run.labels.get("source") else "-"
+    )
+    if lineage["mode"] == RunMode.HANDOFF.value or run.pause_transition is not None:
+        snap = f", workspace snapshot {run.workspace_snapshot[:12]}" if run.workspace_snapshot else ""
+        click.echo(terminal_safe(f"  handed off from {parent} {_pause(run)}{snap}; {status}"))
+        if lineage[HANDOFF_FROM_LABEL] or lineage[HANDOFF_TO_LABEL]:
+            click.echo(
+                terminal_safe(
+                    f"  handed from agent {lineage[HANDOFF_FROM_LABEL] or '-'} "
+                    f"to agent {lineage[HANDOFF_TO_LABEL] or '-'}"
+                )
+            )
+    else:
+        click.echo(terminal_safe(f"  derived from {parent} after step {run.boundary_step}"))
 
 
 def _follow(ctx: click.Context, run_id: str, as_json: bool) -> None:
