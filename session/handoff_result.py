@@ -27,6 +27,7 @@ import orjson
 from pvisor.adapters.agents import get_profile
 from pvisor.adapters.protocols.validate import validate_request
 from pvisor.core.errors import PvisorError
+from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.snapshots import Manifest
 from pvisor.replay.continuation import LivePolicy
@@ -38,9 +39,8 @@ from pvisor.replay.source import descriptor
 from pvisor.replay.translate import UNSAID, CallFate
 from pvisor.session.replay_options import ReplayOptions
 
-#: labels of a handoff's child run: the agents it went from and to
-FROM_LABEL = "handoff_from_agent"
-TO_LABEL = "handoff_to_agent"
+#: labels of a handoff's child run: the agents it went from and to (named in the journal's model)
+FROM_LABEL, TO_LABEL = HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL
 #: at most this many differing paths are listed in the report (the count is always whole)
 MAX_LISTED = 200
 
