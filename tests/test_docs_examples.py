@@ -1,8 +1,8 @@
 """Examples in the docs are run: shell examples of docs/cli.md, SQL of docs/journal.md, the
 `pvisor env`, `pvisor trajectory` and `pvisor replay` examples of the README, its offline
 `pvisor run --script` example of each of the six agents with the real agent (its live ones need
-a key: they are parsed by the real command), and the offline example of docs/agents.md with the
-real Claude Code."""
+a key: they are parsed by the real command), the offline example of docs/agents.md with the
+real Claude Code, and docs/handoff.md's with the real Claude Code, Codex and Gemini CLI."""
 
 from __future__ import annotations
 
@@ -285,7 +285,7 @@ def test_replay_only_example_runs_the_real_claude_code(tmp_path: Path):
         line[2:]
         for block in _blocks(DOCS.parent / "README.md", "console")
         for line in block.splitlines()
-        if line.startswith("$ ") and "--replay-only" in line
+        if line.startswith("$ ") and "--replay-only" in line and "pvisor replay " in line
     ]
     assert readme == [commands[2]]
 
@@ -553,3 +553,81 @@ def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):
         "prefix.request.json",
         "result.json",
     ]
+
+
+def test_handoff_example_runs_the_real_claude_code_codex_and_gemini_cli(tmp_path: Path):
+    """docs/handoff.md "Try it offline", as written, with the pinned Claude Code, Codex and Gemini
+    CLI first on PATH: Claude Code's run handed to Codex after transition 4 prints the line the
+    doc quotes, Codex's workspace ends as the pause's snapshot, every call is accounted for as
+    the doc says, the child is filed under its parent; then the doc's Python hands the same run
+    to Gemini CLI and prints what the doc says. The README's handoff line is one of the doc's."""
+    import json
+
+    from agent_helpers import entrypoint
+
+    doc = DOCS / "handoff.md"
+    [script] = _blocks(doc, "json")
+    (tmp_path / "steps.json").write_text(script)
+    bins = [str(entrypoint(a).parent) for a in ("claude-code", "codex", "gemini-cli")]
+    env = {k: v for k, v in os.environ.items() if not k.endswith(("_API_KEY", "_AUTH_TOKEN"))}
+    env.update(
+        PATH=os.pathsep.join([*bins, os.path.dirname(sys.executable), os.environ["PATH"]]),
+        PVISOR_JOURNAL=str(tmp_path / "data" / "j.sqlite"),
+        HOME=str(tmp_path / "home"),
+    )
+    commands = _console_commands(doc)
+    assert len(commands) == 4
+    proc = subprocess.run(
+        ["bash", "-ec", "\n".join(commands)],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=400,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    [shown] = _blocks(doc, "text")
+    pattern = re.escape(shown.strip()).replace(re.escape("r-..."), "r-[0-9a-f]+")
+    pattern = pattern.replace(re.escape("prefix out/"), r"prefix \S*out/").replace(re.escape("..."), r"\d+")
+    assert re.search(pattern, proc.stdout), proc.stdout
+    files = {p.name: p.read_text() for p in (tmp_path / "ws-codex").iterdir()}
+    assert files == {"hello.txt": "hello\n", "notes.txt": "one\nthree\n", "seed.txt": "seed\n"}
+    doc_result = json.loads((tmp_path / "out" / "result.json").read_text())
+    h = doc_result["handoff"]
+    assert (doc_result["mode"], doc_result["status"], h["pause"]) == (
+        "handoff",
+        "ok",
+        {"after_step": 5, "transition": 4},
+    )
+    assert [(c["step"], c["tool"], c["fate"], c["target_tool"]) for c in h["calls"]] == [
+        (1, "Bash", "translated", "exec_command"),
+        (2, "Write", "reproduced", "exec_command"),
+        (3, "Edit", "reproduced", "exec_command"),
+        (4, "Read", "translated", "exec_command"),
+        (4, "Read", "translated", "exec_command"),
+        (5, "TodoWrite", "rendered_as_text", None),
+    ]
+    assert h["carriers"] == [5] and h["read_tool"] is None and h["workspace"]["equal"] is True
+    assert h["boundary_request"]["valid"] is True
+    run = json.loads((tmp_path / "run.json").read_text())["run"]
+    child = doc_result["derived_run"]
+    assert re.search(rf"^{child} +codex +handoff +ended +{run}@5 ", proc.stdout, flags=re.M), proc.stdout
+    # the doc's Python: the same run handed to Gemini CLI, whose reads become its read_file
+    [code] = _blocks(doc, "python")
+    api = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=400
+    )
+    assert api.returncode == 0, api.stdout + api.stderr
+    assert api.stdout.splitlines() == [
+        "ok run_shell_command read_file",
+        "1 Bash translated run_shell_command",
+        "2 Write reproduced run_shell_command",
+        "3 Edit reproduced run_shell_command",
+        "4 Read translated read_file",
+        "4 Read translated read_file",
+        "5 TodoWrite rendered_as_text None",
+    ]
+    # the README shows the same handoff
+    readme = [c for c in _console_commands(README) if "pvisor handoff " in c]
+    assert readme == [commands[2]]
