@@ -627,7 +627,7 @@ class _Translator:
                 )
                 return
         # not re-run: the recorded call and result as text in B's own message
-        notes.append(_note(call, hist))
+        notes.append(_note(call, hist, self.source))
         why = (
             f"a call of kind {fx.effect.value} is not re-run"
             if fx.effect not in (Effect.SHELL, Effect.READ, Effect.WRITE, Effect.EDIT, Effect.PATCH)
@@ -731,13 +731,18 @@ def _describe(command: str) -> str:
     return f"Run {line}" if len(line) <= 80 else f"Run {line[:77]}..."
 
 
-def _note(call: ToolCall, hist: ToolResult | None) -> str:
-    """A call that is not re-run, as B's own words: what it was called with and what it gave."""
+def _note(call: ToolCall, hist: ToolResult | None, source: Any) -> str:
+    """A call that is not re-run, as B's own words: what it was called with and what it gave
+    (without what the source agent wraps around results of its own: Claude Code's
+    ``<system-reminder>`` blocks, its descriptor's ``prompt_wrappers``)."""
     args = call.arguments_raw if call.arguments_raw else "{}"
     said = f"Earlier I called {call.name} with {args}"
     if hist is None:
         return said + "; it gave no recorded result."
-    return said + f"; it returned:\n{_text_of(hist.content)}"
+    text = _text_of(hist.content)
+    for wrapper in source.prompt_wrappers:
+        text = wrapper.sub("\n", text)
+    return said + f"; it returned:\n{text.strip()}"
 
 
 def translate(steps: Sequence[Step], source: Any, target: Target) -> Translation:
