@@ -152,8 +152,14 @@ class HandoffPlayback:
         return await super().respond(request)  # type: ignore[misc]
 
     def normalised_recorded(self, content: Any) -> str:
-        """O normalised by the source agent's descriptor (its own decorations), O″ by B's."""
-        return self.normalised(content, self.source_descriptor)  # type: ignore[attr-defined]
+        """O normalised by the source agent's descriptor (its own decorations, then what its
+        shell wraps around a command's output), so that it compares with O″ of another agent."""
+        text = self.normalised(content, self.source_descriptor)  # type: ignore[attr-defined]
+        return self.source_descriptor.shell_output(text).strip()
+
+    def normalised_replayed(self, content: Any) -> str:
+        """O″ normalised by B's descriptor, without what B's shell wraps around the output."""
+        return self.descriptor.shell_output(self.normalised(content)).strip()  # type: ignore[attr-defined]
 
     def _conversation(self, request: IncomingRequest, body: bytes) -> Conversation | None:
         """``body`` parsed as a model request of the protocol B speaks, or None (another path, a

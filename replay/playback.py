@@ -609,6 +609,10 @@ class PlaybackResponder:
             text = source.normalise_output(text)
         return self.rewrites.placeholders(self.descriptor.normalise_output(text))
 
+    def normalised_replayed(self, content: Any) -> str:
+        """A replayed observation's content normalised for comparison with the recording's."""
+        return self.normalised(content)
+
     def normalised_recorded(self, content: Any) -> str:
         """A recorded observation's content normalised for comparison with the replay's (a
         handoff normalises it with the source agent's descriptor)."""
@@ -663,7 +667,7 @@ class PlaybackResponder:
                         hs,
                         rs,
                         (hs == rs) if hs is not None and rs is not None else None,
-                        (self.normalised_recorded(h.content) == self.normalised(r.content))
+                        (self.normalised_recorded(h.content) == self.normalised_replayed(r.content))
                         if h is not None and r is not None
                         else None,
                         r.call_id if r is not None else None,

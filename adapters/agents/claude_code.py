@@ -81,6 +81,7 @@ class ClaudeCode(AgentProfile):
     prompt_markers = ("<system-reminder>",)
     # the last tool result of a request carries a reminder the native file does not hold
     output_decorations = ((rx(r"\s*<system-reminder>[\s\S]*?</system-reminder>\s*"), ""),)
+    empty_outputs = ("(Bash completed with no output)",)
     path_arguments = {
         "Read": ("file_path",),
         "Write": ("file_path",),

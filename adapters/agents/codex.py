@@ -159,6 +159,10 @@ class Codex(AgentProfile):
         (rx(r"Chunk ID: [0-9A-Za-z]+"), "Chunk ID: <id>"),
         (rx(r"Wall time: [0-9.]+ seconds"), "Wall time: <t> seconds"),
     )
+    shell_output_pattern = rx(
+        r"Chunk ID: [^\n]*\nWall time: [^\n]*\n(?:Process (?:exited with code|running with session ID) "
+        r"[^\n]*\n)?(?:Original token count: [^\n]*\n)?Output:\n?(?P<out>[\s\S]*)"
+    )
     path_arguments = {"exec_command": ("workdir",), "view_image": ("path",)}
     read_tools = frozenset({"view_image"})
     tool_effects = {

@@ -152,6 +152,12 @@ class AgentDescriptor:
     #: tool name -> what a call of it does and which argument holds what (a handoff's facts,
     #: :mod:`.effects`); a shell tool of :attr:`shell_tools` missing here counts as a shell
     tool_effects: dict[str, ToolEffect] = {}
+    #: what its shell tool answers around a command's output (group ``out``: the output), once its
+    #: decorations are normalised; None: the output as it is. A handoff compares O and O″ of two
+    #: agents through it (:meth:`shell_output`)
+    shell_output_pattern: LazyPattern | None = None
+    #: what its shell tool answers for a command without output (``(empty)``)
+    empty_outputs: tuple[str, ...] = ()
     prompt_wrappers: tuple[LazyPattern, ...] = ()
     prompt_blocks: tuple[tuple[str, str], ...] = ()
     prompt_markers: tuple[str, ...] = ()
@@ -407,6 +413,21 @@ class AgentDescriptor:
         if self.text_command is None or not action.text:
             return []
         return [m.group(1) for m in self.text_command.finditer(action.text)]
+
+    def shell_output(self, text: str) -> str:
+        """A shell call's observation without what this agent wraps around the command's output
+        (:attr:`shell_output_pattern`, :attr:`empty_outputs`), for comparing observations of
+        two agents (the answer's surrounding white space trimmed); ``text`` as it is when it is
+        no such answer."""
+        core = text.strip()
+        if core in self.empty_outputs:
+            return ""
+        if self.shell_output_pattern is not None:
+            m = self.shell_output_pattern.fullmatch(core)
+            if m is not None:
+                out = m.group("out")
+                return "" if out.strip() in self.empty_outputs else out
+        return text
 
     def effect_of(self, name: str) -> ToolEffect:
         """What a call of tool ``name`` does (:attr:`tool_effects`; a tool of

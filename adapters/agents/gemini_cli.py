@@ -114,6 +114,11 @@ class GeminiCli(AgentProfile):
         (rx(r"Process Group PGID: \d+"), "Process Group PGID: <pgid>"),
         (rx(r"Background PIDs: [^\n]*"), "Background PIDs: <pids>"),
     )
+    shell_output_pattern = rx(
+        r"(?:<untrusted_context>\s*)?Output: (?P<out>[\s\S]*?)\n(?:Process Group PGID: [^\n]*)"
+        r"(?:\n[\s\S]*?)?(?:\s*</untrusted_context>)?"
+    )
+    empty_outputs = ("(empty)",)
     path_arguments = {
         "read_file": ("file_path",),
         "write_file": ("file_path",),

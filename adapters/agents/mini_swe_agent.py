@@ -109,6 +109,16 @@ class MiniSweAgent(AgentProfile, LitellmAgent):
     ca_env = {"SSL_CERT_FILE": "bundle", "REQUESTS_CA_BUNDLE": "bundle"}
     intercept_verified = True  # tests/test_intercept.py runs it through the proxy
 
+    def shell_output(self, text: str) -> str:
+        """Its observation is a JSON object (``{"returncode": 0, "output": "..."}``, its 2.x
+        observation template): the ``output``."""
+        try:
+            obj = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return text
+        out = obj.get("output") if isinstance(obj, dict) else None
+        return out if isinstance(out, str) else text
+
     def wire_action(self, protocol: str, action: Action) -> Message:
         """Chat Completions: the file's message dict without ``extra`` and the null keys
         litellm leaves out."""

@@ -134,6 +134,7 @@ class OpenCode(AgentProfile):
     intercept_verified = True  # tests/test_intercept.py runs it through the proxy
     volatile_context = ("the <env> block of the system prompt (working directory, git repo, platform, date)",)
     volatile_patterns = (rx(r"<env>[\s\S]*?</env>"), rx(r"Today's date: [^\n]*"), ISO_DATE)
+    empty_outputs = ("(no output)",)
     path_arguments = {
         "read": ("filePath",),
         "write": ("filePath",),

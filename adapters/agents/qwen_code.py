@@ -82,6 +82,10 @@ class QwenCode(AgentProfile):
     prompt_blocks = (REFERENCED_FILES,)
     prompt_markers = ("<system-reminder>", "<qwen:user-prompt-submit-context>")
     output_decorations = ((rx(r"Process Group PGID: \d+"), "Process Group PGID: <pgid>"),)
+    shell_output_pattern = rx(
+        r"Command: [\s\S]*?\nDirectory: [^\n]*\nOutput: (?P<out>[\s\S]*?)\nError: [\s\S]*"
+    )
+    empty_outputs = ("(empty)",)
     path_arguments = {
         "read_file": ("file_path",),
         "write_file": ("file_path",),
