@@ -162,6 +162,8 @@ class ReplayOnlyOutcome:
             for c in h["calls"]:
                 fates[c["fate"]] = fates.get(c["fate"], 0) + 1
             said = ", ".join(f"{n} {f}" for f, n in fates.items()) or "no call"
+            if not h["translated"]:  # the same agent: a continuation from the pause
+                said = f"{len(h['calls'])} call(s) served as recorded"
             ws = h["workspace"]
             state = (
                 "the workspace equals the pause's snapshot"
