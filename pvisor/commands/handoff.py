@@ -101,7 +101,7 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
       pvisor handoff --run RUN --after-step 3 --to-agent codex --workspace ws2 \\
         --output out --upstream http://127.0.0.1:8000 --max-steps 5
     """
-    from pvisor.session.handoff import handoff_options, resolve_pause, run_handoff
+    from pvisor.session.handover import handoff_options, pause_or_source_error, run_handoff
     from pvisor.journal.paths import default_journal_path
     from pvisor.replay.numbering import Wording
     from pvisor.replay.views import PauseKind, PauseSpec
@@ -142,7 +142,18 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         spec = PauseSpec(
             None, PauseKind.STEP, step=flags["step"], after_step=flags["after_step"], before=flags["before"]
         )
-    position = resolve_pause(journal, flags["run"], trajectory, agent, spec, Wording.CLI)
+    # a source that cannot be read at all: the replay's read refuses it (a failed result.json)
+    after_step = pause_or_source_error(
+        journal,
+        flags["run"],
+        trajectory,
+        agent,
+        spec,
+        Wording.CLI,
+        task=flags["task"],
+        session=flags["session"],
+        allow_damaged=bool(flags["allow_damaged"]),
+    )
     if agent is None:
         from pvisor.replay.views import TrajectoryReplay
 
@@ -155,7 +166,7 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         run=flags["run"],
         trajectory=trajectory,
         agent=agent,
-        after_step=position.kept,
+        after_step=after_step,
         workspace=Path(flags["workspace"]),
         output=Path(flags["output"]),
         replay_only=bool(flags["replay_only"]),
