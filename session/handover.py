@@ -199,6 +199,9 @@ def handoff(
     2 for usage, 65 for a source that cannot be used, 69 for an agent that is not installed)
     when none could be: bad options, an output that is refused, a pause out of range, a
     branch's child run started already."""
+    for name, value in (("to_agent", to_agent), ("agent", agent)):
+        if isinstance(value, str):
+            _refuse_key_shaped(name, value, "an agent name")
     child_run = None
     if isinstance(source, HandoffBranch):
         journal_path, run, trajectory, child_run = _of_branch(source, pause, journal, workspace)
@@ -206,9 +209,8 @@ def handoff(
     else:
         journal_path = Path(journal) if journal is not None else default_journal_path()
         run = trajectory = None
-        if isinstance(source, (str, os.PathLike)) and has_key_shape(os.fspath(source)):
-            # a key pasted for a run id or a path: named, never echoed (its errors would show it)
-            raise UsageError("source holds a key-shaped token (not shown): a key is never a run id or a file")
+        if isinstance(source, (str, os.PathLike)):
+            _refuse_key_shaped("source", os.fspath(source), "a run id or a file")
         if isinstance(source, str):
             run = source
         elif isinstance(source, os.PathLike):
@@ -273,6 +275,14 @@ def handoff(
     if outcome.error is not None:
         return Result(outcome.result, opts.output, outcome.error.message, outcome.error.exit_code)
     return Result(outcome.result, outcome.output)
+
+
+def _refuse_key_shaped(name: str, text: str, what: str) -> None:
+    """UsageError (exit 2) naming the parameter ``name`` when ``text`` holds a key-shaped token,
+    never showing it (as the command line's ``refuse_key_shaped``): a key pasted for a run id, a
+    path or an agent would be echoed by the error that names the value."""
+    if has_key_shape(text):
+        raise UsageError(f"{name} holds a key-shaped token (not shown): a key is never {what}")
 
 
 def _of_branch(

@@ -157,6 +157,36 @@ def test_a_key_shaped_run_id_is_never_echoed(source, tmp_path):
     with pytest.raises(UsageError) as exc:
         handoff(Path(KEY), 1, agent="claude-code", to_agent="mini-swe-agent", workspace=ws, output=out)
     assert KEY[:20] not in exc.value.message
+    for name in ("to_agent", "agent"):
+        with pytest.raises(UsageError) as exc:
+            handoff(source.run, 1, **{"to_agent": "mini-swe-agent", name: KEY}, workspace=ws, output=out)
+        assert exc.value.message.startswith(f"{name} holds a key-shaped token (not shown)"), exc.value.message
+
+
+@pytest.mark.parametrize(
+    "where, named",
+    [
+        ("--to-agent", "--to-agent holds a key-shaped token (not shown): a key is never an agent name"),
+        ("--agent", "--agent holds a key-shaped token (not shown): a key is never an agent name"),
+        ("--trajectory", "--trajectory holds a key-shaped token (not shown): a key is never a file"),
+        ("--output", "--output holds a key-shaped token (not shown): a key is never a directory"),
+    ],
+)
+def test_a_key_given_for_an_agent_a_file_or_a_directory_is_never_echoed(source, tmp_path, where, named):
+    """Before, --to-agent and --agent (also into result.json) and --trajectory were named with
+    the key in full."""
+    ws, out = _box(tmp_path)
+    given = {"--to-agent": "mini-swe-agent", "--output": str(out), where: KEY}
+    src = (
+        ["--trajectory", KEY, "--agent", "claude-code"] if where == "--trajectory" else ["--run", source.run]
+    )
+    if where == "--agent":
+        src += ["--agent", KEY]
+    proc = _cli(source, tmp_path, *src, "--after-step", "1", "--to-agent", given["--to-agent"], "--workspace",
+                str(ws), "--output", given["--output"], "--agent-entrypoint", source.mini)  # fmt: skip
+    _one_line(proc, 2, named)
+    assert KEY[:20] not in proc.stderr + proc.stdout and not out.exists()
+    assert not (tmp_path / KEY).exists()
 
 
 def test_a_missing_journal_is_named_and_not_created(source, tmp_path):
@@ -287,9 +317,17 @@ for name, extra in (
         handoff(branch, **extra, **kw)
     except UsageError as exc:
         said[name] = exc.message
+# a start that fails before the agent runs gives the child run back: it starts later
+gone = dict(kw, entrypoint=str(root / "nope"))
+bad = handoff(branch, workspace=root / "ws-b", output=root / "out-bad", **gone)
 b = handoff(branch, workspace=root / "ws-b", output=root / "out-b", **kw)
+try:
+    handoff(branch, workspace=root / "ws-b", output=root / "out-again", **kw)
+except UsageError as exc:
+    said["again"] = exc.message
 print(json.dumps(dict(
     run=[r.status, r.derived_run, r.error, r.document["mode"]],
+    bad=[bad.status, bad.exit_code, bad.derived_run],
     branch=[b.status, b.derived_run, b.error, b.document["handoff"]["lineage"]],
     said=said,
     files=sorted(p.name for p in (root / "ws-b").iterdir()),
@@ -318,7 +356,11 @@ def test_the_api_hands_over_a_run_and_a_handoff_branch_files_it_under_its_child_
     assert lineage["parent_run"] == source.run and lineage["pause_after_step"] == 2
     assert (lineage["from_agent"], lineage["to_agent"]) == ("claude-code", "mini-swe-agent")
     assert got["files"] == ["one.txt", "three.txt", "two.txt"]  # re-run from the start state
+    assert got["bad"] == ["failed", 69, None]
     said = got["said"]
+    assert said["again"].startswith(
+        f"child_run='{child}': the handoff's child run {child} was started already"
+    )
     assert "is, holds or lies in the HandoffBranch's restored directory" in said["same"]
     assert "is, holds or lies in the HandoffBranch's restored directory" in said["inside"]
     assert "pause=1 keeps 1 step(s); the HandoffBranch's child run" in said["pause"]

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from pvisor.commands.base import Command
-from pvisor.commands.params import pause_options
+from pvisor.commands.params import pause_options, refuse_key_shaped
 from pvisor.commands.progress import progress_option
 from pvisor.commands.replay import declared_options, report_outcome
 from pvisor.core.errors import UsageError
@@ -108,6 +108,17 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
 
     if flags["result"] is not None and flags["result"] != "-":
         raise UsageError(f"--result {flags['result']}: only '-' (stdout) is supported")
+    # every value a message may name, before one does: a key pasted there is never shown
+    for name, flag, what in (
+        ("to_agent", "--to-agent", "an agent name"),
+        ("agent", "--agent", "an agent name"),
+        ("trajectory", "--trajectory", "a file"),
+        ("workspace", "--workspace", "a directory"),
+        ("output", "--output", "a directory"),
+        ("entrypoint", "--agent-entrypoint", "an executable"),
+    ):
+        if flags[name] is not None:
+            refuse_key_shaped(flag, flags[name], what)
     chosen = [
         name
         for name, given in (
