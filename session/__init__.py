@@ -20,6 +20,10 @@ agent's process group. Modules:
   continuation.
 - :mod:`.api`: the Python API of continuation, :func:`continue_run` and :func:`continue_many`
   (and their :class:`Result`): ``from pvisor.session import continue_run, continue_many``.
+- :mod:`.handover`: ``pvisor handoff`` and its Python API, :func:`handoff` (``from pvisor.session
+  import handoff``): the next agent takes over a run at a pause, or from a ``HandoffBranch``.
+  (Not named ``handoff``: a submodule of that name would shadow the function on this package
+  once imported.)
 - :mod:`.demo`: ``pvisor demo``, the capture path offline with a built-in agent loop.
 
 Nothing is imported here, so that ``import pvisor.session`` costs nothing: the API's names are
@@ -31,7 +35,7 @@ from typing import Any
 
 #: the Python API, by the module that defines it (loaded on first use: the guard helper process
 #: imports pvisor.session.supervise, which must not load the API with it)
-_API = {"continue_run": "api", "continue_many": "api", "Result": "api"}
+_API = {"continue_run": "api", "continue_many": "api", "Result": "api", "handoff": "handover"}
 
 __all__ = sorted(_API)
 

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from pvisor.commands.base import Command
-from pvisor.commands.params import pause_options
+from pvisor.commands.params import pause_options, refuse_key_shaped
 from pvisor.commands.progress import progress_option
 from pvisor.commands.replay import declared_options, report_outcome
 from pvisor.core.errors import UsageError
@@ -101,13 +101,24 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
       pvisor handoff --run RUN --after-step 3 --to-agent codex --workspace ws2 \\
         --output out --upstream http://127.0.0.1:8000 --max-steps 5
     """
-    from pvisor.session.handoff import handoff_options, resolve_pause, run_handoff
+    from pvisor.session.handover import handoff_options, pause_or_source_error, run_handoff
     from pvisor.journal.paths import default_journal_path
     from pvisor.replay.numbering import Wording
     from pvisor.replay.views import PauseKind, PauseSpec
 
     if flags["result"] is not None and flags["result"] != "-":
         raise UsageError(f"--result {flags['result']}: only '-' (stdout) is supported")
+    # every value a message may name, before one does: a key pasted there is never shown
+    for name, flag, what in (
+        ("to_agent", "--to-agent", "an agent name"),
+        ("agent", "--agent", "an agent name"),
+        ("trajectory", "--trajectory", "a file"),
+        ("workspace", "--workspace", "a directory"),
+        ("output", "--output", "a directory"),
+        ("entrypoint", "--agent-entrypoint", "an executable"),
+    ):
+        if flags[name] is not None:
+            refuse_key_shaped(flag, flags[name], what)
     chosen = [
         name
         for name, given in (
@@ -142,7 +153,18 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         spec = PauseSpec(
             None, PauseKind.STEP, step=flags["step"], after_step=flags["after_step"], before=flags["before"]
         )
-    position = resolve_pause(journal, flags["run"], trajectory, agent, spec, Wording.CLI)
+    # a source that cannot be read at all: the replay's read refuses it (a failed result.json)
+    after_step = pause_or_source_error(
+        journal,
+        flags["run"],
+        trajectory,
+        agent,
+        spec,
+        Wording.CLI,
+        task=flags["task"],
+        session=flags["session"],
+        allow_damaged=bool(flags["allow_damaged"]),
+    )
     if agent is None:
         from pvisor.replay.views import TrajectoryReplay
 
@@ -155,7 +177,7 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         run=flags["run"],
         trajectory=trajectory,
         agent=agent,
-        after_step=position.kept,
+        after_step=after_step,
         workspace=Path(flags["workspace"]),
         output=Path(flags["output"]),
         replay_only=bool(flags["replay_only"]),
