@@ -172,6 +172,7 @@ def handoff(
     allow_damaged: bool = False,
     strict_workspace: bool = False,
     restore: bool = True,
+    reset_to_pause: bool = False,
     sandbox: str | None = None,
     sandbox_network: str = "gateway",
     warn: Callable[[str], None] | None = None,
@@ -193,7 +194,8 @@ def handoff(
 
     ``output``: result.json and the prefix files (default: a new temporary directory);
     ``replay_only``: end B at its boundary request instead of going on with the live model at
-    ``upstream`` (None: B's public API, its key from the environment). The other keywords are
+    ``upstream`` (None: B's public API, its key from the environment); ``strict_workspace`` and
+    ``reset_to_pause`` as ``--strict-workspace`` and ``--reset-to-pause``. The other keywords are
     ``pvisor replay``'s. Returns a :class:`~pvisor.session.api.Result` whenever a result was
     written, whatever its status (``derived_run``: B's run). Raises PvisorError (``exit_code``:
     2 for usage, 65 for a source that cannot be used, 69 for an agent that is not installed)
@@ -266,6 +268,7 @@ def handoff(
         allow_damaged=allow_damaged,
         strict_workspace=strict_workspace,
         restore_start=restore,
+        reset_to_pause=reset_to_pause,
         sandbox=sandbox,
         sandbox_network=sandbox_network,
         child_run=child_run,

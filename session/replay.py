@@ -289,7 +289,7 @@ def continue_replay(
 def hand_over(
     opts: ReplayOptions, warn: Callable[[str], None], problems: Sequence[PvisorError] = ()
 ) -> ReplayOnlyOutcome:
-    """Hand the source over to ``opts.agent`` (a handoff: :mod:`pvisor.session.handoff`; its
+    """Hand the source over to ``opts.agent`` (a handoff: :mod:`pvisor.session.handover`; its
     source read as ``opts.source_agent``'s). Returns and raises as :func:`replay_only`; the
     result (mode ``handoff``) holds the handoff report, and ``continuation`` unless
     ``opts.replay_only``."""
@@ -454,7 +454,8 @@ def _replay_claimed(
             # workspace.restored_from)
             assert result.lineage is not None
             result.lineage.workspace_snapshot = child.workspace_snapshot
-            _check_child_boundary(result, opts, child, p.n, warn)
+            if mode is not RunMode.HANDOFF:  # a handoff compares with the pause's snapshot itself
+                _check_child_boundary(result, opts, child, p.n, warn)
         if live:
             fill_live(result, opts, rec, p, report, upstream)
         if mode is RunMode.HANDOFF:

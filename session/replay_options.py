@@ -47,7 +47,7 @@ class ReplayOptions:
     the limits of the run's cgroup, None for none (docs/replay.md "Limits: memory and CPU";
     read by :func:`~pvisor.session.replay_checks.limits_of`).
 
-    A handoff (:mod:`pvisor.session.handoff`, docs/handoff.md) also reads: ``source_agent``
+    A handoff (:mod:`pvisor.session.handover`, docs/handoff.md) also reads: ``source_agent``
     (the agent that recorded the source; ``agent`` is the one handed to, None: the same);
     ``replay_only`` (end the agent at its boundary request instead of continuing live);
     ``strict_workspace`` (a workspace that differs from the pause's snapshot makes the handoff

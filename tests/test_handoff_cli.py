@@ -414,3 +414,34 @@ def test_the_command_hands_over_and_journal_ls_shows_the_lineage(source, tmp_pat
     )
     assert "handoff_from_agent" in show.stdout and "handoff_to_agent" in show.stdout, show.stdout
     assert os.path.exists(out / "prefix.json")
+
+
+@pytest.mark.slow
+def test_a_branch_whose_handoff_re_runs_fewer_steps_compares_its_own_boundary(source, tmp_path):
+    """The pause after step 3 (the last: "Done.", no call): B re-runs M = 2 steps for N = 3.
+    The child run's workspace is compared at B's boundary (request M+1), where it equals the
+    pause's snapshot; before, session/replay.py's _check_child_boundary looked at B's step N,
+    which B never had, and warned handoff_workspace_differs ("unreadable")."""
+    code = f"""
+import json
+from pathlib import Path
+from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay
+from pvisor.session import handoff
+
+root, journal = Path({str(tmp_path)!r}), Path({str(source.journal)!r})
+[view] = TrajectoryReplay.from_journal(journal, {source.run!r}).materialize_pauses(
+    [PauseSpec("last", PauseKind.STEP, step=2)]
+)
+branch = TrajectoryReplay.restore_handoff(view, root / "ws-branch", "child-last")
+(root / "ws").mkdir()
+r = handoff(branch, to_agent="mini-swe-agent", workspace=root / "ws", output=root / "out", replay_only=True,
+            entrypoint={source.mini!r}, timeout=240)
+h, warned = r.document["handoff"], [w["code"] for w in r.document["warnings"]]
+print(json.dumps([r.status, h["target_steps"], h["workspace"]["equal"], warned]))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], env=source.env, cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    status, steps, equal, warned = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (status, steps, equal) == ("ok", 2, True)
+    assert "handoff_workspace_differs" not in warned, warned

@@ -7,14 +7,12 @@ diverged), and ``reset_to_pause`` making the workspace the pause's snapshot at B
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import jsonschema
 import pytest
 
 from agent_helpers import capture_scripted, entrypoint, pvisor
-from pvisor.session.handoff import handoff_options, run_handoff
 
 pytestmark = pytest.mark.slow
 
@@ -125,30 +123,18 @@ def test_a_workspace_that_differs_is_listed_and_strict_makes_it_diverged(source)
 
 def test_reset_to_pause_makes_the_workspace_the_pause_snapshot(source):
     cap, root = source
-    ws, out = root / "ws-reset", root / "out-reset"
-    ws.mkdir()
-    (ws / "stray.txt").write_text("x\n")
-    opts = handoff_options(
-        to_agent="codex",
-        journal=cap.journal,
-        run=cap.run,
-        trajectory=None,
-        agent="claude-code",
-        after_step=4,
-        workspace=ws,
-        output=out,
-        replay_only=True,
-        reset_to_pause=True,
-        entrypoint=str(entrypoint("codex")),
-    )
-    saved = dict(os.environ)
-    os.environ.update(cap.env)
-    try:
-        outcome = run_handoff(opts, lambda _m: None)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    assert outcome.error is None, outcome.error
-    reset = outcome.result["handoff"]["workspace"]["reset_to_pause"]
-    assert reset == {"done": True, "removed": ["stray.txt"], "error": None}
+
+    def stray(ws: Path) -> None:
+        (ws / "stray.txt").write_text("x\n")
+        (ws / "sub").mkdir()
+        (ws / "sub" / "deep.txt").write_text("y\n")
+
+    proc, result, ws = _handoff(cap, root, "reset", "--reset-to-pause", prepare=stray)
+    assert proc.returncode == 0, proc.stderr
+    h = result["handoff"]
+    # the comparison says what the re-enactment left; the reset then removed it
+    assert {d["path"] for d in h["workspace"]["differences"]} == {"stray.txt", "sub", "sub/deep.txt"}
+    removed = ["stray.txt", "sub", "sub/deep.txt"]
+    assert h["workspace"]["reset_to_pause"] == {"done": True, "removed": removed, "error": None}
     assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "n.ipynb"]
+    assert "print(2)" in (ws / "n.ipynb").read_text()

@@ -79,6 +79,13 @@ SHARED = (
     help="A workspace that differs from the pause's snapshot after re-enactment makes the handoff diverged.",
 )
 @click.option(
+    "--reset-to-pause",
+    "reset_to_pause",
+    is_flag=True,
+    help="Make the workspace the pause's snapshot before request N+1 is answered or forwarded (the entries "
+    "it does not hold removed); the report lists what it removed.",
+)
+@click.option(
     "--no-restore",
     "no_restore",
     is_flag=True,
@@ -183,6 +190,7 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         replay_only=bool(flags["replay_only"]),
         strict_workspace=flags["strict_workspace"],
         restore_start=not flags["no_restore"],
+        reset_to_pause=flags["reset_to_pause"],
         entrypoint=flags["entrypoint"],
         task=flags["task"],
         timeout=flags["timeout"] if flags["timeout"] is not None else 900.0,
