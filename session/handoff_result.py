@@ -270,7 +270,11 @@ def _calls(p: Any, result: Any) -> list[dict[str, Any]]:
         if acc.target_step is not None and acc.target_index is not None:
             calls = by_step.get(acc.target_step, [])
             b = calls[acc.target_index] if acc.target_index < len(calls) else None
-        row["target_call_id"] = b.call_id if b is not None else None
+        # the id B's call carried in B's own requests (an agent that makes its own ids, Gemini
+        # CLI, answers the served id with its own: ``replayed_call_id``)
+        row["target_call_id"] = (
+            None if b is None else b.replayed_call_id if isinstance(b.replayed_call_id, str) else b.call_id
+        )
         row["observation"] = (
             {
                 "recorded_sha256": b.historical_observation_sha256,
