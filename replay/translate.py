@@ -428,12 +428,15 @@ class _Translator:
                     args[name] = text
         return args
 
-    def _call(self, step: int, index: int, tool: str, args: dict[str, Any]) -> ToolCall:
+    def _call(self, source: int, step: int, index: int, tool: str, args: dict[str, Any]) -> ToolCall:
+        """B's call ``index`` of its step ``step``, made for source step ``source`` (the step
+        the user knows: the refusal names it, and B's step when the numbers differ)."""
         spec = self.specs.get(tool)
         problems = argument_problems(spec.parameters if spec is not None else None, args)
         if problems:
+            mine = f" (its step {step})" if step != source else ""
             raise TranslationRefused(
-                f"step {step}: {self.t.descriptor.name}'s {tool} refuses the translated call: "
+                f"step {source}: {self.t.descriptor.name}'s {tool} refuses the translated call{mine}: "
                 + "; ".join(problems)
             )
         cid = f"{self.prefix}pvh{step:04d}{index:02d}"
@@ -596,7 +599,7 @@ class _Translator:
             calls: list[ToolCall] = []
             results: list[ToolResult] = []
             for i, (src, tool, targs, fate, why, hist) in enumerate(group):
-                tc = self._call(n, i, tool, targs)
+                tc = self._call(step.n, n, i, tool, targs)
                 calls.append(tc)
                 content = hist.content if hist is not None else None
                 results.append(
@@ -617,7 +620,7 @@ class _Translator:
                 )
             if not calls:
                 tool, targs = self._shell_call("true", "Carry the notes above")
-                tc = self._call(n, 0, tool, targs)
+                tc = self._call(step.n, n, 0, tool, targs)
                 calls.append(tc)
                 results.append(ToolResult(call_id=tc.id, content=""))
                 self.out.carriers.append(n)

@@ -486,3 +486,32 @@ def test_a_target_that_declared_no_shell_tool_is_refused_in_one_line(requests, t
     msg = str(exc.value)
     assert "\n" not in msg and exc.value.exit_code == 65
     assert msg.startswith("gemini-cli declared no shell tool in its request 1") and "read_file" in msg
+
+
+@pytest.mark.parametrize("b", ["claude-code", "opencode"])
+def test_a_call_the_target_schema_refuses_is_refused_naming_the_source_step_and_tool(requests, tmp_path, b):
+    # B's shell tool as declared, but with a required integer argument a translation cannot
+    # make up: the translated call of source step 2 (B's step 1: step 1 has no call) is refused
+    shell = TOOLS[b].shell
+    tools = []
+    for t in requests[b].tools:
+        if t.name == shell:
+            params = orjson.loads(orjson.dumps(t.parameters))
+            params["properties"]["priority"] = {"type": "integer"}
+            params["required"] = [*params.get("required", []), "priority"]
+            t = ToolSpec(t.name, t.description, params, t.raw)
+        tools.append(t)
+    a = "qwen-code"
+    steps, _ = source_run(a, requests[a].protocol)
+    steps = [
+        Step(1, Action(text="Let me look around first.")),
+        *(Step(s.n + 1, s.action, s.observation) for s in steps),
+    ]
+    with pytest.raises(TranslationRefused) as exc:
+        translate(steps, get_descriptor(a), target(requests, b, tmp_path, tools=tools))
+    msg = str(exc.value)
+    assert "\n" not in msg and exc.value.exit_code == 65
+    assert (
+        msg.startswith(f"step 2: {b}'s {shell} refuses the translated call (its step 1): ")
+        and "'priority'" in msg
+    )
