@@ -8,7 +8,8 @@ its effect (:mod:`pvisor.adapters.agents.effects`, read through A's ``tool_effec
 - **shell** -> B's shell call with the same command (a working directory other than the
   workspace becomes ``cd DIR && ``); ``translated``;
 - **write**, **edit**, **patch** -> a B shell call that makes the same change (a here-document,
-  a ``python3`` replacement script, the patch's files); ``reproduced``;
+  a ``python3`` replacement script, the patch's files); ``reproduced``. One whose recorded
+  result is an error changed nothing: it is ``rendered_as_text``, not reproduced;
 - **read** -> B's read tool when B declares one and the read has no line range, else a shell
   read (``cat``, ``sed -n``); ``translated``;
 - **anything else** (list, plan, subagent, web, server tools, unknown tools) is not re-run: its
@@ -569,7 +570,9 @@ class _Translator:
                 planned.append((call, tool, targs, CallFate.TRANSLATED, how or None, hist))
                 return
         elif fx.effect in (Effect.WRITE, Effect.EDIT, Effect.PATCH):
-            cmd = self._change(fx, args)
+            # a change that failed in the source (its result an error: Claude Code's Write of a
+            # file not read first) changed nothing there: reproducing it would
+            cmd = self._change(fx, args) if not (hist is not None and hist.is_error) else None
             if cmd is not None:
                 tool, targs = self._shell_call(cmd, f"{fx.effect.value.capitalize()} as {call.name} did")
                 planned.append(
@@ -578,11 +581,12 @@ class _Translator:
                 return
         # not re-run: the recorded call and result as text in B's own message
         notes.append(_note(call, hist))
-        why = (
-            f"a {fx.effect.value} call is not re-run"
-            if fx.effect not in (Effect.SHELL, Effect.READ, Effect.WRITE, Effect.EDIT, Effect.PATCH)
-            else f"its arguments do not say what the {fx.effect.value} did"
-        )
+        if fx.effect not in (Effect.SHELL, Effect.READ, Effect.WRITE, Effect.EDIT, Effect.PATCH):
+            why = f"a {fx.effect.value} call is not re-run"
+        elif fx.effect in (Effect.WRITE, Effect.EDIT, Effect.PATCH) and hist is not None and hist.is_error:
+            why = f"the {fx.effect.value} failed in the source (its result is an error): nothing to reproduce"
+        else:
+            why = f"its arguments do not say what the {fx.effect.value} did"
         planned.append((call, "", {}, CallFate.RENDERED_AS_TEXT, why, hist))
 
     def _emit(self, step: Step, text: str, planned: list, notes: list[str]) -> None:

@@ -515,3 +515,32 @@ def test_a_call_the_target_schema_refuses_is_refused_naming_the_source_step_and_
         msg.startswith(f"step 2: {b}'s {shell} refuses the translated call (its step 1): ")
         and "'priority'" in msg
     )
+
+
+@pytest.mark.parametrize("b", ["codex", "gemini-cli"])
+def test_a_write_that_failed_in_the_source_is_not_reproduced(requests, tmp_path, b):
+    # Claude Code refuses a Write to a file it has not read (is_error): A's workspace kept the
+    # file, so B must not write it; B reads A's attempt and its error as its own earlier words
+    (tmp_path / "keep.txt").write_text("the original\n")
+    error = "<tool_use_error>File has not been read yet. Read it first before writing to it.</tool_use_error>"
+    write = ToolCall("toolu_w", "Write", "", {"file_path": f"{RECORDED}/keep.txt", "content": "clobbered\n"})
+    steps = [
+        Step(
+            1,
+            Action(text="Overwrite it.", tool_calls=[write]),
+            Observation([ToolResult("toolu_w", error, True)]),
+        )
+    ]
+    tr = translate(steps, get_descriptor("claude-code"), target(requests, b, tmp_path))
+    (acc,) = tr.calls
+    assert (acc.fate, acc.target_tool) == (CallFate.RENDERED_AS_TEXT, None)
+    assert "failed" in acc.reason and error in tr.steps[0].action.text
+    assert tr.carriers == [1]
+    run_shell_calls(tr, b, tmp_path)
+    assert (tmp_path / "keep.txt").read_text() == "the original\n"
+    assert (
+        validate_request(
+            requests[b].protocol, request_after(requests[b].protocol, requests[b].body, tr.steps)
+        )
+        == []
+    )
