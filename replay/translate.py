@@ -319,7 +319,11 @@ def patch_command(ops: list[tuple[str, str, Any]]) -> str:
                     "    os.remove(p)"
                 )
             )
-    return " && ".join(parts) if parts else "true"
+    if len(parts) == 1:
+        return parts[0]
+    # each part in a group of its own: a here-document's delimiter must end its line alone,
+    # so ``&&`` cannot follow it on that line
+    return " && ".join(f"{{ {p}\n}}" for p in parts) if parts else "true"
 
 
 # --------------------------------------------------------------------------- translation
@@ -480,11 +484,16 @@ class _Translator:
         tool, a = self._shell_call(cmd, f"Read {rel}")
         return tool, a, "shell read"
 
-    def _change(self, fx: ToolEffect, args: dict[str, Any]) -> str | None:
-        """The shell command that makes a write's, an edit's or a patch's change, or None."""
+    def _change(self, fx: ToolEffect, args: dict[str, Any], raw: str) -> str | None:
+        """The shell command that makes a write's, an edit's or a patch's change, or None.
+        ``raw``: the call's arguments as carried (a free-form tool's whole input)."""
         if fx.effect is Effect.PATCH:
             key = fx.arg(Role.PATCH)
-            text = args.get(key) if key else args.get("input", args.get("patch"))
+            if key:
+                text = args.get(key)
+            else:  # free-form (Codex's custom apply_patch): the input is the patch; a function
+                # form of the tool holds it in ``input``
+                text = args.get("input", args.get("patch")) if args else raw
             if not isinstance(text, str):
                 return None
             ops = patch_operations(text)
@@ -572,7 +581,11 @@ class _Translator:
         elif fx.effect in (Effect.WRITE, Effect.EDIT, Effect.PATCH):
             # a change that failed in the source (its result an error: Claude Code's Write of a
             # file not read first) changed nothing there: reproducing it would
-            cmd = self._change(fx, args) if not (hist is not None and hist.is_error) else None
+            cmd = (
+                self._change(fx, args, call.arguments_raw)
+                if not (hist is not None and hist.is_error)
+                else None
+            )
             if cmd is not None:
                 tool, targs = self._shell_call(cmd, f"{fx.effect.value.capitalize()} as {call.name} did")
                 planned.append(

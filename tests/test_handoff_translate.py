@@ -544,3 +544,51 @@ def test_a_write_that_failed_in_the_source_is_not_reproduced(requests, tmp_path,
         )
         == []
     )
+
+
+#: a Codex-style patch: a file added in a new directory, one updated (a hunk with context and a
+#: ``@@`` header) and moved, one deleted
+PATCH = """*** Begin Patch
+*** Add File: pkg/new file.py
++print("n\u00e9w")
++x = 'q'
+*** Update File: app.py
+*** Move to: pkg/app.py
+@@ def main():
+     a = 1
+-    b = 2
++    b = "\u00fc"
+     c = 3
+*** Delete File: old.txt
+*** End Patch"""
+PATCHED = {
+    "pkg/new file.py": "print(\"n\u00e9w\")\nx = 'q'\n",
+    "pkg/app.py": 'def main():\n    a = 1\n    b = "\u00fc"\n    c = 3\n',
+}
+
+
+@pytest.mark.parametrize(
+    ("a", "call"),
+    [
+        # Codex's apply_patch is a free-form (custom) tool: the patch is the call's whole input
+        ("codex", ToolCall("call_p", "apply_patch", PATCH, None, "custom")),
+        ("opencode", ToolCall("call_p", "apply_patch", "", {"patchText": PATCH})),
+    ],
+    ids=["codex", "opencode"],
+)
+def test_a_patch_is_reproduced_by_shell(requests, tmp_path, a, call):
+    # neither capture offers apply_patch (Codex and OpenCode declare it for some models only):
+    # the call is as their descriptors and the tools they send for those models describe it
+    (tmp_path / "app.py").write_text("def main():\n    a = 1\n    b = 2\n    c = 3\n")
+    (tmp_path / "old.txt").write_text("gone\n")
+    steps = [Step(1, Action(tool_calls=[call]), Observation([ToolResult("call_p", "Done!")]))]
+    for b in LAUNCHABLE:
+        ws = tmp_path / b
+        ws.mkdir()
+        for name in ("app.py", "old.txt"):
+            (ws / name).write_bytes((tmp_path / name).read_bytes())
+        tr = translate(steps, get_descriptor(a), target(requests, b, ws))
+        (acc,) = tr.calls
+        assert (acc.fate, acc.target_tool, acc.effect) == (CallFate.REPRODUCED, TOOLS[b].shell, "patch"), acc
+        run_shell_calls(tr, b, ws)
+        assert files_of(ws) == PATCHED, b
