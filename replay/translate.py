@@ -239,7 +239,8 @@ _PATCH_FILE = re.compile(r"^\*\*\* (Add|Delete|Update) File: (.+)$")
 def patch_operations(patch: str) -> list[tuple[str, str, Any]] | None:
     """The files of a Codex ``apply_patch`` patch (``*** Begin Patch`` .. ``*** End Patch``):
     (``add``, path, content), (``delete``, path, None), (``update``, path, (move_to, hunks))
-    with hunks as (old text, new text) pairs; None when the text is not such a patch."""
+    with hunks as (old text, new text) pairs of whole lines, each line ending in a newline;
+    None when the text is not such a patch."""
     lines = patch.replace("\r\n", "\n").split("\n")
     if not lines or lines[0].strip() != "*** Begin Patch":
         return None
@@ -281,7 +282,7 @@ def patch_operations(patch: str) -> list[tuple[str, str, Any]] | None:
         for ln in body + ["@@"]:
             if ln.startswith("@@") or ln == "*** End of File":
                 if old or new:
-                    hunks.append(("\n".join(old), "\n".join(new)))
+                    hunks.append(("".join(x + "\n" for x in old), "".join(x + "\n" for x in new)))
                 old, new = [], []
             elif ln.startswith("-"):
                 old.append(ln[1:])
@@ -296,7 +297,9 @@ def patch_operations(patch: str) -> list[tuple[str, str, Any]] | None:
 
 
 def patch_command(ops: list[tuple[str, str, Any]]) -> str:
-    """A shell command that makes the changes of :func:`patch_operations`' ``ops``."""
+    """A shell command that makes the changes of :func:`patch_operations`' ``ops``: a hunk's
+    old lines are found as whole lines (from a line's start, the first such place), as
+    ``apply_patch`` matches them; a file without a final newline keeps it missing."""
     parts: list[str] = []
     for kind, path, arg in ops:
         if kind == "add":
@@ -307,13 +310,17 @@ def patch_command(ops: list[tuple[str, str, Any]]) -> str:
             move, hunks = arg
             parts.append(
                 _python(
-                    "import os, sys\n"
+                    "import os, re, sys\n"
                     f"p, move, hunks = {path!r}, {move!r}, {hunks!r}\n"
                     "s = open(p, encoding='utf-8', newline='').read()\n"
+                    "end = s == '' or s.endswith('\\n')\n"
+                    "s = s if end else s + '\\n'\n"
                     "for old, new in hunks:\n"
-                    "    if old not in s:\n"
+                    "    m = re.search('(?m)^' + re.escape(old), s)\n"
+                    "    if m is None:\n"
                     "        sys.exit(f'{p}: a hunk of the patch does not apply')\n"
-                    "    s = s.replace(old, new, 1)\n"
+                    "    s = s[: m.start()] + new + s[m.end() :]\n"
+                    "s = s if end or not s.endswith('\\n') else s[:-1]\n"
                     "open(move or p, 'w', encoding='utf-8', newline='').write(s)\n"
                     "if move and move != p:\n"
                     "    os.remove(p)"

@@ -560,10 +560,18 @@ PATCH = """*** Begin Patch
 +    b = "\u00fc"
      c = 3
 *** Delete File: old.txt
+*** Update File: lines.txt
+@@
+-b = 2
++b = 3
+@@
+-drop me
 *** End Patch"""
 PATCHED = {
     "pkg/new file.py": "print(\"n\u00e9w\")\nx = 'q'\n",
     "pkg/app.py": 'def main():\n    a = 1\n    b = "\u00fc"\n    c = 3\n',
+    # a hunk's lines are whole lines (b = 20 is not b = 2), and a removed line goes with its newline
+    "lines.txt": "b = 20\nb = 3\nlast line",
 }
 
 
@@ -581,11 +589,12 @@ def test_a_patch_is_reproduced_by_shell(requests, tmp_path, a, call):
     # the call is as their descriptors and the tools they send for those models describe it
     (tmp_path / "app.py").write_text("def main():\n    a = 1\n    b = 2\n    c = 3\n")
     (tmp_path / "old.txt").write_text("gone\n")
+    (tmp_path / "lines.txt").write_text("b = 20\nb = 2\ndrop me\nlast line")
     steps = [Step(1, Action(tool_calls=[call]), Observation([ToolResult("call_p", "Done!")]))]
     for b in LAUNCHABLE:
         ws = tmp_path / b
         ws.mkdir()
-        for name in ("app.py", "old.txt"):
+        for name in ("app.py", "old.txt", "lines.txt"):
             (ws / name).write_bytes((tmp_path / name).read_bytes())
         tr = translate(steps, get_descriptor(a), target(requests, b, ws))
         (acc,) = tr.calls
