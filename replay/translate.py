@@ -364,6 +364,10 @@ def _text_of(content: Any) -> str:
     return str(content)
 
 
+#: the ``target_tool`` of a call a text-mode target gives in a fenced block of its text
+TEXT_MODE_TOOL = "text"
+
+
 class _Translator:
     def __init__(self, source: Any, target: Target) -> None:
         self.source = source
@@ -417,7 +421,8 @@ class _Translator:
     # -- B's calls
 
     def _shell_call(self, command: str, description: str | None) -> tuple[str, dict[str, Any]]:
-        assert self.shell is not None
+        if self.shell is None:  # text mode: the command goes in a fenced block of B's text (_emit)
+            return TEXT_MODE_TOOL, {"command": command}
         fx = self.t.descriptor.effect_of(self.shell)
         args: dict[str, Any] = {fx.arg(Role.COMMAND) or "command": command}
         spec = self.specs.get(self.shell)
@@ -534,7 +539,25 @@ class _Translator:
             key = "provider_bound" if (r.signature or r.encrypted) else "plain"
             self.out.reasoning_dropped[key] += 1
         results = list(step.observation.results)
-        if any(
+        calls = list(a.tool_calls)
+        text = a.text
+        from_text = False
+        if not calls and self.source.text_command is not None:
+            calls = [
+                ToolCall(
+                    id=None, name="bash", arguments_raw=compact_json({"command": c}), arguments={"command": c}
+                )
+                for c in self.source.text_commands(a)
+            ]
+            if calls:
+                from_text = True
+                # the commands become B's calls: left in the text, a text-mode B would read two blocks
+                text = self.source.text_command.sub("", a.text).strip()
+        if from_text and len(calls) == 1 and not results and step.observation.messages:
+            # text mode: the agent sends the command's output back as a user message, its result
+            said = [_text_of(p) for m in step.observation.messages for p in m.parts]
+            results = [ToolResult(call_id=None, content="\n".join(said))]
+        elif any(
             m.role != "tool" and any(not isinstance(p, ToolResult) for p in m.parts)
             for m in step.observation.messages
         ):
@@ -544,14 +567,6 @@ class _Translator:
                     "reason": "the observation holds more than tool results (a prompt or a format error)",
                 }
             )
-        calls = list(a.tool_calls)
-        if not calls and self.source.text_command is not None:
-            calls = [
-                ToolCall(
-                    id=None, name="bash", arguments_raw=compact_json({"command": c}), arguments={"command": c}
-                )
-                for c in self.source.text_commands(a)
-            ]
         if not calls:
             self.out.skipped.append(
                 {"step": step.n, "reason": "the step has no tool call (a reply without a call ends B)"}
@@ -565,7 +580,7 @@ class _Translator:
             if hist is None and i < len(results) and results[i].call_id in (None, call.id):
                 hist = results[i]
             self._one(step, call, hist, planned, notes)
-        self._emit(step, a.text, planned, notes)
+        self._emit(step, text, planned, notes)
 
     def _one(
         self, step: Step, call: ToolCall, hist: ToolResult | None, planned: list, notes: list[str]

@@ -36,8 +36,15 @@ from pvisor.adapters.agents import get_descriptor
 from pvisor.adapters.agents.effects import Role
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.validate import validate_request
-from pvisor.journal.model import Action, Observation, Step, ToolCall, ToolResult, ToolSpec
-from pvisor.replay.translate import CallFate, Target, Translation, TranslationRefused, translate
+from pvisor.journal.model import Action, Message, Observation, Step, TextPart, ToolCall, ToolResult, ToolSpec
+from pvisor.replay.translate import (
+    TEXT_MODE_TOOL,
+    CallFate,
+    Target,
+    Translation,
+    TranslationRefused,
+    translate,
+)
 
 #: the workspace the source run was recorded in (A's absolute paths lie under it)
 RECORDED = "/recorded/ws"
@@ -601,3 +608,36 @@ def test_a_patch_is_reproduced_by_shell(requests, tmp_path, a, call):
         assert (acc.fate, acc.target_tool, acc.effect) == (CallFate.REPRODUCED, TOOLS[b].shell, "patch"), acc
         run_shell_calls(tr, b, ws)
         assert files_of(ws) == PATCHED, b
+
+
+def test_a_source_in_text_mode_hands_its_command_output_as_the_result(requests, tmp_path):
+    # mini-swe-agent in text mode (older profiles, its native files) gives its command in a
+    # fenced block and gets the output back as a user message: that message is the result of
+    # the command B re-runs, and the block is not left in B's text (a text-mode B would find
+    # two blocks there, a format error)
+    output = "<returncode>0</returncode>\n<output>\nhi\n</output>"
+    action = Action(text="THOUGHT: say hi\n\n```mswea_bash_command\necho hi\n```")
+    obs = Observation(messages=[Message("user", [TextPart(output)])])
+    for b in LAUNCHABLE:
+        tr = translate(
+            [Step(1, action, obs)], get_descriptor("mini-swe-agent"), target(requests, b, tmp_path)
+        )
+        (acc,) = tr.calls
+        assert (acc.fate, acc.target_tool) == (CallFate.TRANSLATED, TOOLS[b].shell)
+        (step,) = tr.steps
+        assert [r.content for r in step.observation.results] == [output] and tr.observation_notes == []
+        assert step.action.text == "THOUGHT: say hi"
+        assert orjson.loads(step.action.tool_calls[0].arguments_raw)[TOOLS[b].command] == "echo hi"
+        body = request_after(requests[b].protocol, requests[b].body, tr.steps)
+        assert validate_request(requests[b].protocol, body) == [], b
+    # a text-mode B (mini-swe-agent's request without tools): its text holds one block, the
+    # command's (the translation used to stop on an assertion there)
+    tools: list[ToolSpec] = []
+    tr = translate(
+        [Step(1, action, obs)],
+        get_descriptor("mini-swe-agent"),
+        target(requests, "mini-swe-agent", tmp_path, tools=tools),
+    )
+    (step,) = tr.steps
+    assert step.action.text == "THOUGHT: say hi\n\n```mswea_bash_command\necho hi\n```"
+    assert step.action.tool_calls == [] and [c.target_tool for c in tr.calls] == [TEXT_MODE_TOOL]
