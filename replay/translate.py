@@ -523,6 +523,10 @@ class _Translator:
         old, new = args.get(fx.arg(Role.OLD) or ""), args.get(fx.arg(Role.NEW) or "")
         if not isinstance(old, str) or not isinstance(new, str):
             return None
+        if (
+            old == ""
+        ):  # an edit with no old text creates the file (Claude Code, OpenCode, Gemini CLI, Qwen Code)
+            return write_command(self._rel(path), new)
         every = bool(args.get(fx.arg(Role.ALL) or "")) if fx.arg(Role.ALL) else False
         return edit_command(self._rel(path), old, new, every)
 

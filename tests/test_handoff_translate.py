@@ -442,6 +442,10 @@ def test_a_reproduced_write_or_edit_leaves_the_file_the_tool_left(requests, tmp_
             args[all_arg] = every
         want = before.replace(old, new) if every else before.replace(old, new, 1)
         cases.append((f"e{i}", command(ToolCall("e1", ename, "", args)), "f.txt", want))
+    # an edit with no old text creates the file with the new text (each of the four agents'
+    # edit tools does so for a file that does not exist)
+    args = {epath: f"{RECORDED}/made/by edit.txt", eold: "", enew: "cr\u00e9\u00e9\n", **extra}
+    cases.append(("", command(ToolCall("e1", ename, "", args)), "made/by edit.txt", "cr\u00e9\u00e9\n"))
     # an edit whose text is not in the file fails, as the edit tool does, and changes nothing
     (tmp_path / "missing").mkdir()
     (tmp_path / "missing" / "f.txt").write_text("nothing to see\n")
