@@ -14,6 +14,11 @@ committed). Then, per pair:
    tool's parameter schema with the ``jsonschema`` library (not translate's own check);
 3. every source call is accounted for once, with the fate its effect gives it;
 4. B's shell calls, run for real with bash in a fresh workspace, leave the files A's calls left.
+
+Then translate's shell text run for real on harder cases (writes without a final newline or
+holding the here-document delimiter, CRLF, quotes, non-ASCII, replace-all edits, patches of
+Codex and OpenCode, ranged reads), a source in text mode, and the refusals (a target without a
+shell tool, a call B's schema refuses, a change that failed in the source).
 """
 
 from __future__ import annotations
@@ -153,14 +158,14 @@ def source_run(agent: str, protocol: str) -> tuple[list[Step], list[SourceCall]]
     calls: list[SourceCall] = []
     prefix = get_protocol(protocol).CALL_ID_PREFIX
 
-    def _call(agent: str, step: int, index: int, name: str, args: dict[str, Any]) -> ToolCall:
+    def _call(step: int, index: int, name: str, args: dict[str, Any]) -> ToolCall:
         return ToolCall(f"{prefix}src{step}{index}", name, orjson.dumps(args).decode(), args)
 
     def shell(step: int, index: int, command: str, kind: str, result: str, cwd: str | None = None) -> None:
         args: dict[str, Any] = {t.command: command, **(t.shell_extra if kind == "shell" else {})}
         if cwd is not None:
             args[t.workdir or ""] = cwd
-        calls.append(SourceCall(step, _call(agent, step, index, t.shell, args), kind, True, result))
+        calls.append(SourceCall(step, _call(step, index, t.shell, args), kind, True, result))
 
     # 1: a shell call in a directory of the workspace (its working-directory argument where A has one)
     if t.workdir is not None:
@@ -171,14 +176,14 @@ def source_run(agent: str, protocol: str) -> tuple[list[Step], list[SourceCall]]
     if t.write is not None:
         name, path, content = t.write
         args = {path: f"{RECORDED}/src/app.py", content: APP}
-        calls.append(SourceCall(2, _call(agent, 2, 0, name, args), "write", False, "Wrote src/app.py"))
+        calls.append(SourceCall(2, _call(2, 0, name, args), "write", False, "Wrote src/app.py"))
     else:
         shell(2, 0, f"mkdir -p src && cat > src/app.py <<'APP_END'\n{APP}APP_END", "write", "")
     # 3: edit
     if t.edit is not None:
         name, path, old, new, extra = t.edit
         args = {path: f"{RECORDED}/src/app.py", old: EDIT_OLD, new: EDIT_NEW, **extra}
-        calls.append(SourceCall(3, _call(agent, 3, 0, name, args), "edit", False, "Edited src/app.py"))
+        calls.append(SourceCall(3, _call(3, 0, name, args), "edit", False, "Edited src/app.py"))
     else:
         script = (
             "import pathlib; p = pathlib.Path('src/app.py'); "
@@ -189,14 +194,14 @@ def source_run(agent: str, protocol: str) -> tuple[list[Step], list[SourceCall]]
     for i, rel in enumerate(("src/app.py", "logs/run.log")):
         if t.read is not None:
             name, path = t.read
-            call = _call(agent, 4, i, name, {path: f"{RECORDED}/{rel}"})
+            call = _call(4, i, name, {path: f"{RECORDED}/{rel}"})
             calls.append(SourceCall(4, call, "read", False, FINAL[rel]))
         else:
             shell(4, i, f"cat {rel}", "read", FINAL[rel])
     # 5: a plan call, not re-run: its recorded result is written in B's message
     if t.plan is not None:
         name, args = t.plan
-        calls.append(SourceCall(5, _call(agent, 5, 0, name, args), "plan", False, f"PLAN-RESULT of {agent}"))
+        calls.append(SourceCall(5, _call(5, 0, name, args), "plan", False, f"PLAN-RESULT of {agent}"))
     steps = []
     for n in sorted({c.step for c in calls}):
         mine = [c for c in calls if c.step == n]
