@@ -8,7 +8,8 @@ its effect (:mod:`pvisor.adapters.agents.effects`, read through A's ``tool_effec
 - **shell** -> B's shell call with the same command (a working directory other than the
   workspace becomes ``cd DIR && ``); ``translated``;
 - **write**, **edit**, **patch** -> a B shell call that makes the same change (a here-document,
-  a ``python3`` replacement script, the patch's files); ``reproduced``;
+  a ``python3`` replacement script, the patch's files); ``reproduced``. One whose recorded
+  result is an error changed nothing: it is ``rendered_as_text``, not reproduced;
 - **read** -> B's read tool when B declares one and the read has no line range, else a shell
   read (``cat``, ``sed -n``); ``translated``;
 - **anything else** (list, plan, subagent, web, server tools, unknown tools) is not re-run: its
@@ -245,7 +246,8 @@ _PATCH_FILE = re.compile(r"^\*\*\* (Add|Delete|Update) File: (.+)$")
 def patch_operations(patch: str) -> list[tuple[str, str, Any]] | None:
     """The files of a Codex ``apply_patch`` patch (``*** Begin Patch`` .. ``*** End Patch``):
     (``add``, path, content), (``delete``, path, None), (``update``, path, (move_to, hunks))
-    with hunks as (old text, new text) pairs; None when the text is not such a patch."""
+    with hunks as (old text, new text) pairs of whole lines, each line ending in a newline;
+    None when the text is not such a patch."""
     lines = patch.replace("\r\n", "\n").split("\n")
     if not lines or lines[0].strip() != "*** Begin Patch":
         return None
@@ -287,7 +289,7 @@ def patch_operations(patch: str) -> list[tuple[str, str, Any]] | None:
         for ln in body + ["@@"]:
             if ln.startswith("@@") or ln == "*** End of File":
                 if old or new:
-                    hunks.append(("\n".join(old), "\n".join(new)))
+                    hunks.append(("".join(x + "\n" for x in old), "".join(x + "\n" for x in new)))
                 old, new = [], []
             elif ln.startswith("-"):
                 old.append(ln[1:])
@@ -302,7 +304,9 @@ def patch_operations(patch: str) -> list[tuple[str, str, Any]] | None:
 
 
 def patch_command(ops: list[tuple[str, str, Any]]) -> str:
-    """A shell command that makes the changes of :func:`patch_operations`' ``ops``."""
+    """A shell command that makes the changes of :func:`patch_operations`' ``ops``: a hunk's
+    old lines are found as whole lines (from a line's start, the first such place), as
+    ``apply_patch`` matches them; a file without a final newline keeps it missing."""
     parts: list[str] = []
     for kind, path, arg in ops:
         if kind == "add":
@@ -313,19 +317,27 @@ def patch_command(ops: list[tuple[str, str, Any]]) -> str:
             move, hunks = arg
             parts.append(
                 _python(
-                    "import os, sys\n"
+                    "import os, re, sys\n"
                     f"p, move, hunks = {path!r}, {move!r}, {hunks!r}\n"
                     "s = open(p, encoding='utf-8', newline='').read()\n"
+                    "end = s == '' or s.endswith('\\n')\n"
+                    "s = s if end else s + '\\n'\n"
                     "for old, new in hunks:\n"
-                    "    if old not in s:\n"
+                    "    m = re.search('(?m)^' + re.escape(old), s)\n"
+                    "    if m is None:\n"
                     "        sys.exit(f'{p}: a hunk of the patch does not apply')\n"
-                    "    s = s.replace(old, new, 1)\n"
+                    "    s = s[: m.start()] + new + s[m.end() :]\n"
+                    "s = s if end or not s.endswith('\\n') else s[:-1]\n"
                     "open(move or p, 'w', encoding='utf-8', newline='').write(s)\n"
                     "if move and move != p:\n"
                     "    os.remove(p)"
                 )
             )
-    return " && ".join(parts) if parts else "true"
+    if len(parts) == 1:
+        return parts[0]
+    # each part in a group of its own: a here-document's delimiter must end its line alone,
+    # so ``&&`` cannot follow it on that line
+    return " && ".join(f"{{ {p}\n}}" for p in parts) if parts else "true"
 
 
 def files_command(changes: list[tuple[str, bytes | None]]) -> str:
@@ -385,6 +397,10 @@ def _text_of(content: Any) -> str:
     return str(content)
 
 
+#: the ``target_tool`` of a call a text-mode target gives in a fenced block of its text
+TEXT_MODE_TOOL = "text"
+
+
 class _Translator:
     def __init__(self, source: Any, target: Target) -> None:
         self.source = source
@@ -435,7 +451,8 @@ class _Translator:
     # -- B's calls
 
     def _shell_call(self, command: str, description: str | None) -> tuple[str, dict[str, Any]]:
-        assert self.shell is not None
+        if self.shell is None:  # text mode: the command goes in a fenced block of B's text (_emit)
+            return TEXT_MODE_TOOL, {"command": command}
         fx = self.t.descriptor.effect_of(self.shell)
         args: dict[str, Any] = {fx.arg(Role.COMMAND) or "command": command}
         spec = self.specs.get(self.shell)
@@ -458,13 +475,16 @@ class _Translator:
                     args[name] = text
         return args
 
-    def _call(self, step: int, index: int, tool: str, args: dict[str, Any], source_step: int) -> ToolCall:
+    def _call(self, source: int, step: int, index: int, tool: str, args: dict[str, Any]) -> ToolCall:
+        """B's call ``index`` of its step ``step``, made for source step ``source`` (the step
+        the user knows: the refusal names it, and B's step when the numbers differ)."""
         spec = self.specs.get(tool)
         problems = argument_problems(spec.parameters if spec is not None else None, args)
         if problems:
+            mine = f" (its step {step})" if step != source else ""
             raise TranslationRefused(
-                f"step {source_step} (its step {step} of its own): {self.t.descriptor.name}'s {tool} refuses "
-                "the translated call: " + "; ".join(problems)
+                f"step {source}: {self.t.descriptor.name}'s {tool} refuses the translated call{mine}: "
+                + "; ".join(problems)
             )
         cid = f"{self.prefix}pvh{step:04d}{index:02d}"
         return ToolCall(id=cid, name=tool, arguments_raw=compact_json(args), arguments=args)
@@ -506,11 +526,16 @@ class _Translator:
         tool, a = self._shell_call(cmd, f"Read {rel}")
         return tool, a, "shell read"
 
-    def _change(self, fx: ToolEffect, args: dict[str, Any]) -> str | None:
-        """The shell command that makes a write's, an edit's or a patch's change, or None."""
+    def _change(self, fx: ToolEffect, args: dict[str, Any], raw: str) -> str | None:
+        """The shell command that makes a write's, an edit's or a patch's change, or None.
+        ``raw``: the call's arguments as carried (a free-form tool's whole input)."""
         if fx.effect is Effect.PATCH:
             key = fx.arg(Role.PATCH)
-            text = args.get(key) if key else args.get("input", args.get("patch"))
+            if key:
+                text = args.get(key)
+            else:  # free-form (Codex's custom apply_patch): the input is the patch; a function
+                # form of the tool holds it in ``input``
+                text = args.get("input", args.get("patch")) if args else raw
             if not isinstance(text, str):
                 return None
             ops = patch_operations(text)
@@ -528,6 +553,10 @@ class _Translator:
         old, new = args.get(fx.arg(Role.OLD) or ""), args.get(fx.arg(Role.NEW) or "")
         if not isinstance(old, str) or not isinstance(new, str):
             return None
+        if (
+            old == ""
+        ):  # an edit with no old text creates the file (Claude Code, OpenCode, Gemini CLI, Qwen Code)
+            return write_command(self._rel(path), new)
         every = bool(args.get(fx.arg(Role.ALL) or "")) if fx.arg(Role.ALL) else False
         return edit_command(self._rel(path), old, new, every)
 
@@ -544,7 +573,25 @@ class _Translator:
             key = "provider_bound" if (r.signature or r.encrypted) else "plain"
             self.out.reasoning_dropped[key] += 1
         results = list(step.observation.results)
-        if step.observation.messages:
+        calls = list(a.tool_calls)
+        text = a.text
+        from_text = False
+        if not calls and self.source.text_command is not None:
+            calls = [
+                ToolCall(
+                    id=None, name="bash", arguments_raw=compact_json({"command": c}), arguments={"command": c}
+                )
+                for c in self.source.text_commands(a)
+            ]
+            if calls:
+                from_text = True
+                # the commands become B's calls: left in the text, a text-mode B would read two blocks
+                text = self.source.text_command.sub("", a.text).strip()
+        if from_text and len(calls) == 1 and not results and step.observation.messages:
+            # text mode: the agent sends the command's output back as a user message, its result
+            said = [_text_of(p) for m in step.observation.messages for p in m.parts]
+            results = [ToolResult(call_id=None, content="\n".join(said))]
+        elif step.observation.messages:
             # B re-runs the calls and sends its own observation: a later prompt or a format error
             # the source's observation held is not sent again
             self.out.skipped.append(
@@ -554,14 +601,6 @@ class _Translator:
                     "reason": "the observation holds more than tool results (a later prompt, a format error)",
                 }
             )
-        calls = list(a.tool_calls)
-        if not calls and self.source.text_command is not None:
-            calls = [
-                ToolCall(
-                    id=None, name="bash", arguments_raw=compact_json({"command": c}), arguments={"command": c}
-                )
-                for c in self.source.text_commands(a)
-            ]
         if not calls:
             self.out.skipped.append(
                 {
@@ -580,7 +619,7 @@ class _Translator:
                 hist = results[i]
             self._one(step, call, hist, planned, notes)
         extra = self._from_snapshots(step, planned)
-        self._emit(step, a.text, planned, notes, extra)
+        self._emit(step, text, planned, notes, extra)
 
     def _from_snapshots(self, step: Step, planned: list) -> tuple[str, dict[str, Any], list[str]] | None:
         """B's shell call making the step's workspace changes from the source's snapshots, when a
@@ -619,7 +658,13 @@ class _Translator:
                 planned.append((call, tool, targs, CallFate.TRANSLATED, how or None, hist))
                 return
         elif fx.effect in (Effect.WRITE, Effect.EDIT, Effect.PATCH):
-            cmd = self._change(fx, args)
+            # a change that failed in the source (its result an error: Claude Code's Write of a
+            # file not read first) changed nothing there: reproducing it would
+            cmd = (
+                self._change(fx, args, call.arguments_raw)
+                if not (hist is not None and hist.is_error)
+                else None
+            )
             if cmd is not None:
                 tool, targs = self._shell_call(cmd, f"{fx.effect.value.capitalize()} as {call.name} did")
                 planned.append(
@@ -628,11 +673,12 @@ class _Translator:
                 return
         # not re-run: the recorded call and result as text in B's own message
         notes.append(_note(call, hist, self.source))
-        why = (
-            f"a call of kind {fx.effect.value} is not re-run"
-            if fx.effect not in (Effect.SHELL, Effect.READ, Effect.WRITE, Effect.EDIT, Effect.PATCH)
-            else f"its arguments do not say what the {fx.effect.value} did"
-        )
+        if fx.effect not in (Effect.SHELL, Effect.READ, Effect.WRITE, Effect.EDIT, Effect.PATCH):
+            why = f"a call of kind {fx.effect.value} is not re-run"
+        elif fx.effect in (Effect.WRITE, Effect.EDIT, Effect.PATCH) and hist is not None and hist.is_error:
+            why = f"the {fx.effect.value} failed in the source (its result is an error): nothing to reproduce"
+        else:
+            why = f"its arguments do not say what the {fx.effect.value} did"
         planned.append((call, "", {}, CallFate.RENDERED_AS_TEXT, why, hist))
 
     def _emit(
@@ -651,7 +697,7 @@ class _Translator:
             calls: list[ToolCall] = []
             results: list[ToolResult] = []
             for i, (src, tool, targs, fate, why, hist) in enumerate(group):
-                tc = self._call(n, i, tool, targs, step.n)
+                tc = self._call(step.n, n, i, tool, targs)
                 calls.append(tc)
                 content = hist.content if hist is not None else None
                 results.append(
@@ -672,13 +718,13 @@ class _Translator:
                 )
             if extra is not None and g == len(groups) - 1:
                 tool, targs, paths = extra
-                tc = self._call(n, len(calls), tool, targs, step.n)
+                tc = self._call(step.n, n, len(calls), tool, targs)
                 calls.append(tc)
                 results.append(ToolResult(call_id=tc.id, content=""))
                 self.out.from_snapshots.append({"source_step": step.n, "target_step": n, "paths": paths})
             if not calls:
                 tool, targs = self._shell_call("true", "Carry the notes above")
-                tc = self._call(n, 0, tool, targs, step.n)
+                tc = self._call(step.n, n, 0, tool, targs)
                 calls.append(tc)
                 results.append(ToolResult(call_id=tc.id, content=""))
                 self.out.carriers.append(n)

@@ -1,0 +1,652 @@
+"""Issue 38: a handoff's translation (:mod:`pvisor.replay.translate`) for every ordered pair of
+the six launchable agents, in process.
+
+A source run of agent A (a shell call, a file write, an edit, a parallel batch of two reads, a
+plan call where A declares one) is built as journal steps with A's own tool and argument names,
+checked against the tools A declared in its real request 1. It is translated for agent B with
+the tools B declared in ITS real request 1: both requests are read at test time from the
+session's captures of the real CLIs (tests/agent_captures.py; Claude Code's traffic is never
+committed). Then, per pair:
+
+1. B's request N+1 (request 1, the translated actions and the recorded observations appended)
+   passes B's strict validator;
+2. every translated call names a tool B declared, and its arguments validate against that
+   tool's parameter schema with the ``jsonschema`` library (not translate's own check);
+3. every source call is accounted for once, with the fate its effect gives it;
+4. B's shell calls, run for real with bash in a fresh workspace, leave the files A's calls left.
+
+Then translate's shell text run for real on harder cases (writes without a final newline or
+holding the here-document delimiter, CRLF, quotes, non-ASCII, replace-all edits, patches of
+Codex and OpenCode, ranged reads), a source in text mode, and the refusals (a target without a
+shell tool, a call B's schema refuses, a change that failed in the source).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import orjson
+import pytest
+
+from handoff_helpers import LAUNCHABLE, FirstRequest, first_request, request_after
+from pvisor.adapters.agents import get_descriptor
+from pvisor.adapters.agents.effects import Role
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.validate import validate_request
+from pvisor.journal.model import Action, Message, Observation, Step, TextPart, ToolCall, ToolResult, ToolSpec
+from pvisor.replay.translate import (
+    TEXT_MODE_TOOL,
+    CallFate,
+    Target,
+    Translation,
+    TranslationRefused,
+    translate,
+)
+
+#: the workspace the source run was recorded in (A's absolute paths lie under it)
+RECORDED = "/recorded/ws"
+
+#: what the source run's write puts in src/app.py: quotes, non-ASCII, shell specials, the
+#: here-document delimiter translate uses (and its first fallback) as whole lines
+APP = (
+    "# app \u00fc \u2014 \"double\" 'single' $HOME `tick` \\back %s %%\n"
+    "PVISOR_EOF\n"
+    "PVISOR_EOF_1\n"
+    'greeting = "old"\n'
+    "tail = 'kept'\n"
+)
+EDIT_OLD = 'greeting = "old"'
+EDIT_NEW = "greeting = \"new \u2018\u00fc\u2019\" + 'x'"
+#: the files the source run leaves (its start state has an empty logs/ directory)
+FINAL = {"logs/run.log": "started\n", "src/app.py": APP.replace(EDIT_OLD, EDIT_NEW, 1)}
+
+
+@dataclass(frozen=True)
+class Tools:
+    """An agent's tools as this test writes its source calls: the shell tool and its command
+    (and working-directory) argument, and the write, edit, read and plan tools it has (None:
+    done through the shell). Names are checked against the agent's captured request 1."""
+
+    shell: str
+    command: str
+    workdir: str | None = None
+    shell_extra: dict[str, Any] = field(default_factory=dict)
+    write: tuple[str, str, str] | None = None  # tool, path argument, content argument
+    edit: tuple[str, str, str, str, dict[str, Any]] | None = None  # tool, path, old, new, extra
+    read: tuple[str, str] | None = None  # tool, path argument
+    plan: tuple[str, dict[str, Any]] | None = None  # a call not re-run: tool, arguments
+
+
+TOOLS: dict[str, Tools] = {
+    "claude-code": Tools(
+        "Bash",
+        "command",
+        shell_extra={"description": "Start the log"},
+        write=("Write", "file_path", "content"),
+        edit=("Edit", "file_path", "old_string", "new_string", {}),
+        read=("Read", "file_path"),
+        # Claude Code 2.1 defers TodoWrite (ToolSearch): its request 1 offers a subagent instead
+        plan=("Agent", {"description": "Plan the work", "prompt": "List the steps of the task."}),
+    ),
+    "codex": Tools(
+        "exec_command", "cmd", workdir="workdir", plan=("create_goal", {"objective": "Write the app"})
+    ),
+    "gemini-cli": Tools(
+        "run_shell_command",
+        "command",
+        workdir="dir_path",
+        shell_extra={"description": "Start the log"},
+        write=("write_file", "file_path", "content"),
+        edit=("replace", "file_path", "old_string", "new_string", {"instruction": "Greet anew."}),
+        read=("read_file", "file_path"),
+        plan=("write_todos", {"todos": [{"description": "Write the app", "status": "in_progress"}]}),
+    ),
+    "opencode": Tools(
+        "bash",
+        "command",
+        workdir="workdir",
+        write=("write", "filePath", "content"),
+        edit=("edit", "filePath", "oldString", "newString", {}),
+        read=("read", "filePath"),
+        plan=(
+            "todowrite",
+            {"todos": [{"content": "Write the app", "status": "pending", "priority": "high"}]},
+        ),
+    ),
+    "qwen-code": Tools(
+        "run_shell_command",
+        "command",
+        workdir="directory",
+        shell_extra={"is_background": False},
+        write=("write_file", "file_path", "content"),
+        edit=("edit", "file_path", "old_string", "new_string", {}),
+        read=("read_file", "file_path"),
+        plan=("update_goal", {"status": "complete", "reason": "The app is written."}),
+    ),
+    "mini-swe-agent": Tools("bash", "command"),
+}
+
+
+# --------------------------------------------------------------------------- the source run
+
+
+@dataclass
+class SourceCall:
+    """One call of the source run and what the test expects of it: ``kind`` (shell, write,
+    edit, read, plan), whether A made it with its shell (``by_shell``), its recorded result."""
+
+    step: int
+    call: ToolCall
+    kind: str
+    by_shell: bool
+    result: str
+
+
+def source_run(agent: str, protocol: str) -> tuple[list[Step], list[SourceCall]]:
+    """A's run (call ids of A's ``protocol``): 1 shell (in logs/), 2 write src/app.py, 3 edit
+    it, 4 read it and logs/run.log in one batch, 5 a plan call (where A has one). A without a
+    write, edit or read tool makes it with a shell command, as Codex and mini-swe-agent do."""
+    t = TOOLS[agent]
+    calls: list[SourceCall] = []
+    prefix = get_protocol(protocol).CALL_ID_PREFIX
+
+    def _call(step: int, index: int, name: str, args: dict[str, Any]) -> ToolCall:
+        return ToolCall(f"{prefix}src{step}{index}", name, orjson.dumps(args).decode(), args)
+
+    def shell(step: int, index: int, command: str, kind: str, result: str, cwd: str | None = None) -> None:
+        args: dict[str, Any] = {t.command: command, **(t.shell_extra if kind == "shell" else {})}
+        if cwd is not None:
+            args[t.workdir or ""] = cwd
+        calls.append(SourceCall(step, _call(step, index, t.shell, args), kind, True, result))
+
+    # 1: a shell call in a directory of the workspace (its working-directory argument where A has one)
+    if t.workdir is not None:
+        shell(1, 0, "echo started > run.log && pwd", "shell", f"{RECORDED}/logs", cwd=f"{RECORDED}/logs")
+    else:
+        shell(1, 0, "cd logs && echo started > run.log && pwd", "shell", f"{RECORDED}/logs")
+    # 2: write
+    if t.write is not None:
+        name, path, content = t.write
+        args = {path: f"{RECORDED}/src/app.py", content: APP}
+        calls.append(SourceCall(2, _call(2, 0, name, args), "write", False, "Wrote src/app.py"))
+    else:
+        shell(2, 0, f"mkdir -p src && cat > src/app.py <<'APP_END'\n{APP}APP_END", "write", "")
+    # 3: edit
+    if t.edit is not None:
+        name, path, old, new, extra = t.edit
+        args = {path: f"{RECORDED}/src/app.py", old: EDIT_OLD, new: EDIT_NEW, **extra}
+        calls.append(SourceCall(3, _call(3, 0, name, args), "edit", False, "Edited src/app.py"))
+    else:
+        script = (
+            "import pathlib; p = pathlib.Path('src/app.py'); "
+            f"p.write_text(p.read_text().replace({EDIT_OLD!r}, {EDIT_NEW!r}, 1))"
+        )
+        shell(3, 0, f"python3 - <<'PY'\n{script}\nPY", "edit", "")
+    # 4: two reads in one batch
+    for i, rel in enumerate(("src/app.py", "logs/run.log")):
+        if t.read is not None:
+            name, path = t.read
+            call = _call(4, i, name, {path: f"{RECORDED}/{rel}"})
+            calls.append(SourceCall(4, call, "read", False, FINAL[rel]))
+        else:
+            shell(4, i, f"cat {rel}", "read", FINAL[rel])
+    # 5: a plan call, not re-run: its recorded result is written in B's message
+    if t.plan is not None:
+        name, args = t.plan
+        calls.append(SourceCall(5, _call(5, 0, name, args), "plan", False, f"PLAN-RESULT of {agent}"))
+    steps = []
+    for n in sorted({c.step for c in calls}):
+        mine = [c for c in calls if c.step == n]
+        action = Action(text=f"Step {n} of {agent}.", tool_calls=[c.call for c in mine])
+        results = [ToolResult(c.call.id, c.result) for c in mine]
+        steps.append(Step(n, action, Observation(results=results)))
+    return steps, calls
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def schema_problems(spec: ToolSpec, args: Any) -> list[str]:
+    """What the ``jsonschema`` library finds wrong in ``args`` for the tool's declared schema."""
+    schema = spec.parameters if isinstance(spec.parameters, dict) else {}
+    return [
+        f"{'/'.join(map(str, e.path)) or '.'}: {e.message}"
+        for e in _validator(orjson.dumps(schema)).iter_errors(args)
+    ]
+
+
+@functools.lru_cache(maxsize=None)
+def _validator(schema_json: bytes) -> Any:
+    """A validator of the schema's own draft (2020-12 when it names none), the schema checked."""
+    schema = orjson.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+@pytest.fixture(scope="module")
+def requests(captured) -> dict[str, FirstRequest]:
+    """Each agent's request 1, read from the session's capture of the real CLI."""
+    out = {}
+    for agent in LAUNCHABLE:
+        cap = captured(agent)
+        assert cap.proc.returncode == 0, f"{agent}: {cap.proc.stderr}"
+        out[agent] = first_request(cap)
+    return out
+
+
+def target(requests: dict[str, FirstRequest], agent: str, workspace: Path, **tools: Any) -> Target:
+    req = requests[agent]
+    return Target(
+        get_descriptor(agent),
+        req.protocol,
+        tools.get("tools", req.tools),
+        str(workspace),
+        RECORDED,
+    )
+
+
+#: the environment B's shell commands run in here: this interpreter's ``python3`` first on PATH
+#: (a reproduced edit runs ``python3``; a version manager's shim in front would cost 0.1 s a call)
+SHELL_ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def run_each(cwd: Path, commands: list[tuple[str, str]]) -> tuple[list[int], str]:
+    """Each ``(directory, command)`` in a subshell of one bash started in ``cwd`` (``cd`` to the
+    directory first when it is not ""), one after another: (each one's exit status, stderr).
+    One process for all keeps the test fast; each subshell starts afresh in ``cwd``."""
+    script = "\n".join(
+        f"(\n{'cd ' + shlex.quote(d) + ' || exit 99' if d else ':'}\n{cmd}\n) >/dev/null\necho $?"
+        for d, cmd in commands
+    )
+    proc = subprocess.run(
+        ["bash", "-c", script], cwd=cwd, capture_output=True, text=True, timeout=120, env=SHELL_ENV
+    )
+    return [int(line) for line in proc.stdout.split()], proc.stderr
+
+
+def run_shell_calls(translation: Translation, b: str, workspace: Path) -> None:
+    """B's shell calls in order, each in a fresh subshell in ``workspace`` (B's shell starts
+    there): the re-enactment of the history, minus the model. Reads by B's read tool name a
+    file there."""
+    shell = TOOLS[b].shell
+    commands = []
+    for step in translation.steps:
+        for call in step.action.tool_calls:
+            args = orjson.loads(call.arguments_raw)
+            if call.name == shell:
+                commands.append(("", args[TOOLS[b].command]))
+            else:
+                path = Path(args[TOOLS[b].read[1]])
+                assert path.is_relative_to(workspace), (step.n, path)
+    status, stderr = run_each(workspace, commands)
+    assert status == [0] * len(commands), (status, stderr)
+    for step in translation.steps:
+        for call in step.action.tool_calls:
+            if call.name != shell:
+                assert Path(orjson.loads(call.arguments_raw)[TOOLS[b].read[1]]).is_file(), step.n
+
+
+def files_of(workspace: Path) -> dict[str, str]:
+    return {
+        p.relative_to(workspace).as_posix(): p.read_bytes().decode("utf-8")
+        for p in sorted(workspace.rglob("*"))
+        if p.is_file()
+    }
+
+
+# --------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("agent", LAUNCHABLE)
+def test_the_source_calls_are_ones_the_agent_declares(requests, agent):
+    # the source runs are honest: A's tools and argument names as A's real request 1 offers them
+    steps, calls = source_run(agent, requests[agent].protocol)
+    assert {c.kind for c in calls} >= {"shell", "write", "edit", "read"}
+    for c in calls:
+        spec = requests[agent].tool(c.call.name)
+        assert spec is not None, (
+            f"{agent} declares no {c.call.name}: {[t.name for t in requests[agent].tools]}"
+        )
+        assert schema_problems(spec, c.call.arguments) == [], (agent, c.call.name)
+    assert [len(s.action.tool_calls) for s in steps if s.n == 4] == [2]  # the reads are one batch
+
+
+PAIRS = [(a, b) for a in LAUNCHABLE for b in LAUNCHABLE]
+
+
+@pytest.mark.parametrize(("a", "b"), PAIRS, ids=[f"{a}-to-{b}" for a, b in PAIRS])
+def test_a_run_of_a_translates_into_b(requests, tmp_path, a, b):
+    steps, calls = source_run(a, requests[a].protocol)
+    workspace = tmp_path / "ws"
+    (workspace / "logs").mkdir(parents=True)
+    req = requests[b]
+    declared = {t.name: t for t in req.tools}
+    shell, read = TOOLS[b].shell, TOOLS[b].read[0] if TOOLS[b].read else None
+    assert shell in declared and (read is None or read in declared), sorted(declared)
+
+    tr = translate(steps, get_descriptor(a), target(requests, b, workspace))
+
+    # 1. B's request N+1 ends at the translated history and passes B's strict validator
+    body = request_after(req.protocol, req.body, tr.steps)
+    assert validate_request(req.protocol, body) == []
+    conv = get_protocol(req.protocol).parse_request(orjson.dumps(body), path=req.path)
+    sent = [c.id for m in conv.messages for c in m.parts if isinstance(c, ToolCall)]
+    assert sent == [c.id for s in tr.steps for c in s.action.tool_calls]
+
+    # 2. every translated call is a tool B declared, with arguments its schema accepts
+    ids = []
+    for step in tr.steps:
+        assert step.action.tool_calls, f"B's step {step.n} carries no call: a reply without one ends B"
+        for call in step.action.tool_calls:
+            assert call.name in declared, (step.n, call.name)
+            assert call.arguments == orjson.loads(call.arguments_raw)
+            assert schema_problems(declared[call.name], call.arguments) == [], (step.n, call.name)
+            assert call.id.startswith(get_protocol(req.protocol).CALL_ID_PREFIX)
+            ids.append(call.id)
+        assert [r.call_id for r in step.observation.results] == [c.id for c in step.action.tool_calls]
+    assert len(ids) == len(set(ids))
+
+    # 3. every source call accounted for once, by its effect
+    accounts = {c.call_id: c for c in tr.calls}
+    assert len(tr.calls) == len(calls) and set(accounts) == {c.call.id for c in calls}
+    assert tr.skipped == [] and tr.shell_tool == shell and tr.read_tool == read
+    for c in calls:
+        acc = accounts[c.call.id]
+        assert (acc.step, acc.tool) == (c.step, c.call.name)
+        if c.kind == "plan":
+            assert acc.fate is CallFate.RENDERED_AS_TEXT and acc.target_tool is None
+            assert c.result in tr.steps[acc.target_step - 1].action.text  # attributed as B's own words
+            continue
+        if c.kind in ("write", "edit") and not c.by_shell:
+            want = (CallFate.REPRODUCED, shell)
+        elif c.kind == "read" and not c.by_shell and read is not None:
+            want = (CallFate.TRANSLATED, read)
+        else:
+            want = (CallFate.TRANSLATED, shell)
+        assert (acc.fate, acc.target_tool) == want, (c.kind, acc)
+        carried = tr.steps[acc.target_step - 1]
+        assert carried.action.tool_calls[acc.target_index].name == acc.target_tool
+        assert carried.observation.results[acc.target_index].content == c.result  # O paired with its call
+    reads = [accounts[c.call.id] for c in calls if c.kind == "read"]
+    assert [(r.target_step, r.target_index) for r in reads] == [
+        (reads[0].target_step, 0),
+        (reads[0].target_step, 1),
+    ]
+
+    # 4. B's shell calls, run for real, leave what A's calls left
+    run_shell_calls(tr, b, workspace)
+    assert files_of(workspace) == FINAL
+
+
+# --------------------------------------------------------------------------- shell text
+
+#: whole-file contents a reproduced write must leave byte for byte
+WRITES = [
+    "no newline at the end \u00fc",
+    "ends with the delimiter\nPVISOR_EOF",
+    "PVISOR_EOF\nPVISOR_EOF_1\nPVISOR_EOF_2\n",
+    "",
+    "\n",
+    "crlf\r\nlines\r\n",
+    "-n starts like an option\n",
+    "100% %s \\n 'single' \"double\" $(echo no) `echo no` \\\n",
+    "\u2603 snow \u4e2d\u6587 \U0001f600 no newline",
+]
+#: (file before, old, new, every occurrence): what a reproduced edit must leave
+EDITS = [
+    ("a x b x c x\n", "x", "\u00fc", True),
+    ("a x b x c x", "x", "'y'", False),
+    ('one "q" \\ two\nthree\n', '"q" \\ two\nth', "", False),
+    ("PVISOR_EOF\nkeep\n", "PVISOR_EOF\n", "PVISOR_EOF_1\nPVISOR_EOF\n", False),
+]
+WRITERS = [a for a in LAUNCHABLE if TOOLS[a].write is not None]
+
+
+def _shell_of(tr: Translation, b: str) -> list[str]:
+    return [orjson.loads(c.arguments_raw)[TOOLS[b].command] for s in tr.steps for c in s.action.tool_calls]
+
+
+@pytest.mark.parametrize("a", WRITERS)
+def test_a_reproduced_write_or_edit_leaves_the_file_the_tool_left(requests, tmp_path, a):
+    # translate's shell text, run for real: a here-document or printf for a write, a python3
+    # replacement for an edit (the content of each case ends up byte for byte)
+    b = "mini-swe-agent"  # its only tool is bash: every write and edit goes through it
+    t = TOOLS[a]
+    wname, wpath, wcontent = t.write
+    ename, epath, eold, enew, extra = t.edit
+    all_arg = get_descriptor(a).effect_of(ename).arg(Role.ALL)
+    rel = "dir with space/it's \u00fc.txt"
+
+    def command(call: ToolCall) -> str:
+        tr = translate([Step(1, Action(tool_calls=[call]))], get_descriptor(a), target(requests, b, tmp_path))
+        assert [c.fate for c in tr.calls] == [CallFate.REPRODUCED]
+        (cmd,) = _shell_of(tr, b)
+        return cmd
+
+    cases: list[tuple[str, str, str, str]] = []  # directory, command, file, content it must hold
+    for i, content in enumerate(WRITES):
+        (tmp_path / f"w{i}").mkdir()
+        call = ToolCall("w1", wname, "", {wpath: f"{RECORDED}/{rel}", wcontent: content})
+        cases.append((f"w{i}", command(call), rel, content))
+    for i, (before, old, new, every) in enumerate(EDITS):
+        if every and all_arg is None:
+            continue
+        (tmp_path / f"e{i}").mkdir()
+        (tmp_path / f"e{i}" / "f.txt").write_bytes(before.encode())
+        args = {epath: f"{RECORDED}/f.txt", eold: old, enew: new, **extra}
+        if all_arg is not None:
+            args[all_arg] = every
+        want = before.replace(old, new) if every else before.replace(old, new, 1)
+        cases.append((f"e{i}", command(ToolCall("e1", ename, "", args)), "f.txt", want))
+    # an edit with no old text creates the file with the new text (each of the four agents'
+    # edit tools does so for a file that does not exist)
+    args = {epath: f"{RECORDED}/made/by edit.txt", eold: "", enew: "cr\u00e9\u00e9\n", **extra}
+    cases.append(("", command(ToolCall("e1", ename, "", args)), "made/by edit.txt", "cr\u00e9\u00e9\n"))
+    # an edit whose text is not in the file fails, as the edit tool does, and changes nothing
+    (tmp_path / "missing").mkdir()
+    (tmp_path / "missing" / "f.txt").write_text("nothing to see\n")
+    args = {epath: f"{RECORDED}/f.txt", eold: "absent", enew: "x", **extra}
+    cases.append(("missing", command(ToolCall("e1", ename, "", args)), "f.txt", "nothing to see\n"))
+
+    status, stderr = run_each(tmp_path, [(d, cmd) for d, cmd, _, _ in cases])
+    assert status[:-1] == [0] * (len(cases) - 1) and status[-1] != 0, (status, stderr)
+    assert stderr.strip().endswith("f.txt: the text to replace is not in the file"), stderr
+    for d, cmd, name, want in cases:
+        assert (tmp_path / d / name).read_bytes() == want.encode(), (a, d, cmd)
+
+
+READERS = [a for a in LAUNCHABLE if TOOLS[a].read is not None]
+
+
+@pytest.mark.parametrize("a", READERS)
+def test_a_read_of_a_line_range_becomes_a_shell_read_of_the_same_lines(requests, tmp_path, a):
+    # B's read tools count lines each their own way: a range goes through B's shell, lines
+    # 2..4 of A's numbering (Qwen Code's offset is 0-based, Claude Code's and OpenCode's 1-based)
+    name, path = TOOLS[a].read
+    fx = get_descriptor(a).effect_of(name)
+    if fx.arg(Role.START) is not None:
+        args = {fx.arg(Role.START): 2, fx.arg(Role.END): 4}
+    else:
+        args = {fx.arg(Role.OFFSET): 2 - (1 - fx.offset_base), fx.arg(Role.LIMIT): 3}
+    (tmp_path / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 8)))
+    for b in LAUNCHABLE:
+        call = ToolCall("r1", name, "", {path: f"{RECORDED}/f.txt", **args})
+        tr = translate([Step(1, Action(tool_calls=[call]))], get_descriptor(a), target(requests, b, tmp_path))
+        (acc,) = tr.calls
+        assert (acc.fate, acc.target_tool) == (CallFate.TRANSLATED, TOOLS[b].shell)
+        (cmd,) = _shell_of(tr, b)
+        proc = subprocess.run(
+            ["bash", "-c", cmd], cwd=tmp_path, capture_output=True, timeout=60, text=True, env=SHELL_ENV
+        )
+        assert proc.stdout == "line 2\nline 3\nline 4\n", (a, b, cmd)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_a_target_that_declared_no_shell_tool_is_refused_in_one_line(requests, tmp_path):
+    steps, _ = source_run("claude-code", requests["claude-code"].protocol)
+    tools = [t for t in requests["gemini-cli"].tools if t.name != "run_shell_command"]
+    assert any(t.name == "read_file" for t in tools)  # a read tool alone cannot carry the history
+    with pytest.raises(TranslationRefused) as exc:
+        translate(steps, get_descriptor("claude-code"), target(requests, "gemini-cli", tmp_path, tools=tools))
+    msg = str(exc.value)
+    assert "\n" not in msg and exc.value.exit_code == 65
+    assert msg.startswith("gemini-cli declared no shell tool in its request 1") and "read_file" in msg
+
+
+@pytest.mark.parametrize("b", ["claude-code", "opencode"])
+def test_a_call_the_target_schema_refuses_is_refused_naming_the_source_step_and_tool(requests, tmp_path, b):
+    # B's shell tool as declared, but with a required integer argument a translation cannot
+    # make up: the translated call of source step 2 (B's step 1: step 1 has no call) is refused
+    shell = TOOLS[b].shell
+    tools = []
+    for t in requests[b].tools:
+        if t.name == shell:
+            params = orjson.loads(orjson.dumps(t.parameters))
+            params["properties"]["priority"] = {"type": "integer"}
+            params["required"] = [*params.get("required", []), "priority"]
+            t = ToolSpec(t.name, t.description, params, t.raw)
+        tools.append(t)
+    a = "qwen-code"
+    steps, _ = source_run(a, requests[a].protocol)
+    steps = [
+        Step(1, Action(text="Let me look around first.")),
+        *(Step(s.n + 1, s.action, s.observation) for s in steps),
+    ]
+    with pytest.raises(TranslationRefused) as exc:
+        translate(steps, get_descriptor(a), target(requests, b, tmp_path, tools=tools))
+    msg = str(exc.value)
+    assert "\n" not in msg and exc.value.exit_code == 65
+    assert (
+        msg.startswith(f"step 2: {b}'s {shell} refuses the translated call (its step 1): ")
+        and "'priority'" in msg
+    )
+
+
+@pytest.mark.parametrize("b", ["codex", "gemini-cli"])
+def test_a_write_that_failed_in_the_source_is_not_reproduced(requests, tmp_path, b):
+    # Claude Code refuses a Write to a file it has not read (is_error): A's workspace kept the
+    # file, so B must not write it; B reads A's attempt and its error as its own earlier words
+    (tmp_path / "keep.txt").write_text("the original\n")
+    error = "<tool_use_error>File has not been read yet. Read it first before writing to it.</tool_use_error>"
+    write = ToolCall("toolu_w", "Write", "", {"file_path": f"{RECORDED}/keep.txt", "content": "clobbered\n"})
+    steps = [
+        Step(
+            1,
+            Action(text="Overwrite it.", tool_calls=[write]),
+            Observation([ToolResult("toolu_w", error, True)]),
+        )
+    ]
+    tr = translate(steps, get_descriptor("claude-code"), target(requests, b, tmp_path))
+    (acc,) = tr.calls
+    assert (acc.fate, acc.target_tool) == (CallFate.RENDERED_AS_TEXT, None)
+    assert "failed" in acc.reason and error in tr.steps[0].action.text
+    assert tr.carriers == [1]
+    run_shell_calls(tr, b, tmp_path)
+    assert (tmp_path / "keep.txt").read_text() == "the original\n"
+    assert (
+        validate_request(
+            requests[b].protocol, request_after(requests[b].protocol, requests[b].body, tr.steps)
+        )
+        == []
+    )
+
+
+#: a Codex-style patch: a file added in a new directory, one updated (a hunk with context and a
+#: ``@@`` header) and moved, one deleted
+PATCH = """*** Begin Patch
+*** Add File: pkg/new file.py
++print("n\u00e9w")
++x = 'q'
+*** Update File: app.py
+*** Move to: pkg/app.py
+@@ def main():
+     a = 1
+-    b = 2
++    b = "\u00fc"
+     c = 3
+*** Delete File: old.txt
+*** Update File: lines.txt
+@@
+-b = 2
++b = 3
+@@
+-drop me
+*** End Patch"""
+PATCHED = {
+    "pkg/new file.py": "print(\"n\u00e9w\")\nx = 'q'\n",
+    "pkg/app.py": 'def main():\n    a = 1\n    b = "\u00fc"\n    c = 3\n',
+    # a hunk's lines are whole lines (b = 20 is not b = 2), and a removed line goes with its newline
+    "lines.txt": "b = 20\nb = 3\nlast line",
+}
+
+
+@pytest.mark.parametrize(
+    ("a", "call"),
+    [
+        # Codex's apply_patch is a free-form (custom) tool: the patch is the call's whole input
+        ("codex", ToolCall("call_p", "apply_patch", PATCH, None, "custom")),
+        ("opencode", ToolCall("call_p", "apply_patch", "", {"patchText": PATCH})),
+    ],
+    ids=["codex", "opencode"],
+)
+def test_a_patch_is_reproduced_by_shell(requests, tmp_path, a, call):
+    # neither capture offers apply_patch (Codex and OpenCode declare it for some models only):
+    # the call is as their descriptors and the tools they send for those models describe it
+    (tmp_path / "app.py").write_text("def main():\n    a = 1\n    b = 2\n    c = 3\n")
+    (tmp_path / "old.txt").write_text("gone\n")
+    (tmp_path / "lines.txt").write_text("b = 20\nb = 2\ndrop me\nlast line")
+    steps = [Step(1, Action(tool_calls=[call]), Observation([ToolResult("call_p", "Done!")]))]
+    for b in LAUNCHABLE:
+        ws = tmp_path / b
+        ws.mkdir()
+        for name in ("app.py", "old.txt", "lines.txt"):
+            (ws / name).write_bytes((tmp_path / name).read_bytes())
+        tr = translate(steps, get_descriptor(a), target(requests, b, ws))
+        (acc,) = tr.calls
+        assert (acc.fate, acc.target_tool, acc.effect) == (CallFate.REPRODUCED, TOOLS[b].shell, "patch"), acc
+        run_shell_calls(tr, b, ws)
+        assert files_of(ws) == PATCHED, b
+
+
+def test_a_source_in_text_mode_hands_its_command_output_as_the_result(requests, tmp_path):
+    # mini-swe-agent in text mode (older profiles, its native files) gives its command in a
+    # fenced block and gets the output back as a user message: that message is the result of
+    # the command B re-runs, and the block is not left in B's text (a text-mode B would find
+    # two blocks there, a format error)
+    output = "<returncode>0</returncode>\n<output>\nhi\n</output>"
+    action = Action(text="THOUGHT: say hi\n\n```mswea_bash_command\necho hi\n```")
+    obs = Observation(messages=[Message("user", [TextPart(output)])])
+    for b in LAUNCHABLE:
+        tr = translate(
+            [Step(1, action, obs)], get_descriptor("mini-swe-agent"), target(requests, b, tmp_path)
+        )
+        (acc,) = tr.calls
+        assert (acc.fate, acc.target_tool) == (CallFate.TRANSLATED, TOOLS[b].shell)
+        (step,) = tr.steps
+        assert [r.content for r in step.observation.results] == [output] and tr.skipped == []
+        assert step.action.text == "THOUGHT: say hi"
+        assert orjson.loads(step.action.tool_calls[0].arguments_raw)[TOOLS[b].command] == "echo hi"
+        body = request_after(requests[b].protocol, requests[b].body, tr.steps)
+        assert validate_request(requests[b].protocol, body) == [], b
+    # a text-mode B (mini-swe-agent's request without tools): its text holds one block, the
+    # command's (the translation used to stop on an assertion there)
+    tools: list[ToolSpec] = []
+    tr = translate(
+        [Step(1, action, obs)],
+        get_descriptor("mini-swe-agent"),
+        target(requests, "mini-swe-agent", tmp_path, tools=tools),
+    )
+    (step,) = tr.steps
+    assert step.action.text == "THOUGHT: say hi\n\n```mswea_bash_command\necho hi\n```"
+    assert step.action.tool_calls == [] and [c.target_tool for c in tr.calls] == [TEXT_MODE_TOOL]
