@@ -170,7 +170,15 @@ class Codex(AgentProfile):
         "shell": fx.shell("command", workdir="workdir"),
         "apply_patch": fx.ToolEffect(fx.Effect.PATCH, patch=""),
         **fx.kinds(fx.Effect.PLAN, "update_plan", "create_goal", "update_goal", "get_goal"),
-        **fx.kinds(fx.Effect.SUBAGENT, "multi_agent_v1", "spawn_agent"),
+        **fx.kinds(
+            fx.Effect.SUBAGENT,
+            "multi_agent_v1",
+            "spawn_agent",
+            "send_input",
+            "wait_agent",
+            "resume_agent",
+            "close_agent",
+        ),
         **fx.kinds(fx.Effect.WEB, "web_search"),
     }
 
