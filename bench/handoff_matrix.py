@@ -1,5 +1,5 @@
 """All 30 ordered pairs of handoffs between the six agents, with the real CLIs, offline against
-the scripted model (docs/handoff.md, "All pairs with the real CLIs"); not part of the test suite.
+the scripted model (docs/handoff.md, "All 30 pairs with the real CLIs"); not part of the test suite.
 
 Per source agent, one ``pvisor run --script`` is captured in a fresh workspace: a shell call, a
 file write, a parallel batch of two reads, an edit and a plan call, each with the agent's own

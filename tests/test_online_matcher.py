@@ -278,3 +278,28 @@ def test_an_action_the_agent_dropped_from_its_history_still_counts_as_a_step(tmp
         ).kind
         == MatchKind.RETRY
     )
+
+
+def test_an_echo_that_fills_in_an_argument_at_its_default_is_the_served_action(recorded):
+    """Claude Code 2.1 echoes an Edit the model sent without ``replace_all`` with
+    ``"replace_all": false``: the agent filled in a default, the action is unchanged (a replay of
+    a run holding an Edit diverged at the next request before). Another value is still a
+    change."""
+    path, lines = recorded
+    second = next(
+        r
+        for r in lines["opencode-parallel"]
+        if r.exchange == _matcher(path, "opencode-parallel", "opencode")[1][1]
+    )
+    for added, diverges in ((False, False), (None, False), ("", False), (True, True), ("x", True)):
+        m, ids, _ = _matcher(path, "opencode-parallel", "opencode")
+        line = copy.deepcopy(second.line)
+        messages = line["body"]["messages"]
+        i = next(i for i, msg in enumerate(messages) if msg["role"] == "assistant")
+        call = messages[i]["tool_calls"][1]["function"]
+        args = orjson.loads(call["arguments"])
+        call["arguments"] = orjson.dumps({**args, "replace_all": added}).decode()
+        got = _feed(m, line)
+        assert (got.kind == MatchKind.DIVERGED) == diverges, (added, got)
+        if not diverges:
+            assert (got.kind, got.request) == (MatchKind.MAIN, 2)
