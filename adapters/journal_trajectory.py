@@ -89,6 +89,7 @@ from pvisor.adapters.chains import (
     read_final_response,
     said,
 )
+from pvisor.adapters.echoes import same_said
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import json_type, signature_flags
 from pvisor.core import progress
@@ -231,7 +232,7 @@ def _observation(
     if _has_content(action):
         if not echo:
             flags.append("action_dropped_by_agent")
-        elif said(mod, echo) != said(mod, [action_message(action)]):
+        elif not same_said(said(mod, [action_message(action)]), said(mod, echo)):
             flags.append("action_changed_by_agent")
     obs = Observation()
     wire: list[str | None] = [c.id for c in action.tool_calls]

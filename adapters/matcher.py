@@ -23,7 +23,14 @@ from typing import Any, Callable, Iterable
 import orjson
 
 from pvisor.adapters.agents.descriptor import action_message
-from pvisor.adapters.chains import Classification, message_texts, said, summary_lines, summary_share
+from pvisor.adapters.chains import (
+    Classification,
+    message_texts,
+    said,
+    summary_lines,
+    summary_share,
+)
+from pvisor.adapters.echoes import same_said
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo
 from pvisor.core.errors import BadInputError
@@ -209,29 +216,6 @@ def recorded_compactions(
             )
         )
     return out
-
-
-#: argument values an agent may fill in for an argument the model left out (its default)
-_DEFAULTS: tuple[Any, ...] = (False, None, "", [], {})
-
-
-def filled_defaults(expected: Any, got: Any) -> bool:
-    """Whether the normalised tool call ``got`` (an agent's echo of a served call) is
-    ``expected`` with arguments added at an empty or false value: the agent filled in the
-    defaults of arguments the reply left out (Claude Code 2.1 echoes an ``Edit`` with
-    ``"replace_all": false``), which is no change of the action."""
-    if not (isinstance(expected, dict) and isinstance(got, dict)):
-        return False
-    ea, ga = expected.get("arguments"), got.get("arguments")
-    if not (isinstance(ea, dict) and isinstance(ga, dict)):
-        return False
-    if {k: v for k, v in expected.items() if k != "arguments"} != {
-        k: v for k, v in got.items() if k != "arguments"
-    }:
-        return False
-    return all(k in ga and ga[k] == v for k, v in ea.items()) and all(
-        ga[k] in _DEFAULTS for k in ga.keys() - ea.keys()
-    )
 
 
 class OnlineMatcher:
@@ -526,11 +510,7 @@ class OnlineMatcher:
                     self.nearest(i),
                 )
             got = self._said_group(msgs)
-            if got == expected or (
-                got[0] == expected[0]
-                and len(got[1]) == len(expected[1])
-                and all(e == g or filled_defaults(e, g) for e, g in zip(expected[1], got[1]))
-            ):
+            if same_said(expected, got):
                 continue
             if got[0] != expected[0]:
                 return Divergence(

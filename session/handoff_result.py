@@ -354,16 +354,16 @@ def fill_handoff(
         # what the reset overwrote: the differences compared (B's workspace when request M+1 came)
         workspace["reset_to_pause"] = reset.record()
         if reset.error is not None:
-            warn(f"handoff: --reset-to-pause failed: {reset.error}")
             result.warn("reset_to_pause_failed", f"--reset-to-pause failed: {reset.error}")
-    if workspace["compared"] and not workspace["equal"]:
+    # (said once, as a warning of the result: the command prints them after the run; an agent
+    # that never reached its boundary left nothing to compare)
+    if workspace["compared"] and not workspace["equal"] and p.boundary is not None:
         listed = ", ".join(f"{d['path']} ({d['change']})" for d in workspace["differences"][:5])
         more = workspace["differences_total"] - min(5, workspace["differences_total"])
         said = (
             f"handoff: {opts.agent}'s workspace after re-enactment differs from the pause's snapshot in "
             f"{workspace['differences_total']} path(s): {listed}" + (f" and {more} more" if more else "")
         )
-        warn(said)
         result.warn("handoff_workspace_differs", said)
     request_one = getattr(p, "request_one", None)
     result.handoff = {

@@ -200,7 +200,9 @@ def handoff(
     written, whatever its status (``derived_run``: B's run). Raises PvisorError (``exit_code``:
     2 for usage, 65 for a source that cannot be used, 69 for an agent that is not installed)
     when none could be: bad options, an output that is refused, a pause out of range, a
-    branch's child run started already."""
+    branch's child run started already. ``warn``: given each warning line, those said before
+    the agent starts as they come, then the result's warnings.
+    """
     for name, value in (("to_agent", to_agent), ("agent", agent)):
         if isinstance(value, str):
             _refuse_key_shaped(name, value, "an agent name")
@@ -274,7 +276,11 @@ def handoff(
         child_run=child_run,
         child_option="child_run=",
     )
-    outcome = run_handoff(opts, warn or (lambda _m: None))
+    said = warn or (lambda _m: None)
+    outcome = run_handoff(opts, said)
+    # the result's warnings too (the command prints them once the run ended)
+    for w in outcome.result.get("warnings") or ():
+        said(w["message"])
     if outcome.error is not None:
         return Result(outcome.result, opts.output, outcome.error.message, outcome.error.exit_code)
     return Result(outcome.result, outcome.output)

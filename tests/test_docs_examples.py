@@ -589,11 +589,13 @@ def test_handoff_example_runs_the_real_claude_code_codex_and_gemini_cli(tmp_path
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [shown] = _blocks(doc, "text")
     pattern = re.escape(shown.strip()).replace(re.escape("r-..."), "r-[0-9a-f]+")
-    pattern = pattern.replace(re.escape("prefix out/"), r"prefix \S*out/").replace(re.escape("..."), r"\d+")
+    pattern = pattern.replace(re.escape("prefix out-handoff/"), r"prefix \S*out-handoff/").replace(
+        re.escape("..."), r"\d+"
+    )
     assert re.search(pattern, proc.stdout), proc.stdout
-    files = {p.name: p.read_text() for p in (tmp_path / "ws-codex").iterdir()}
+    files = {p.name: p.read_text() for p in (tmp_path / "ws-handoff").iterdir()}
     assert files == {"hello.txt": "hello\n", "notes.txt": "one\nthree\n", "seed.txt": "seed\n"}
-    doc_result = json.loads((tmp_path / "out" / "result.json").read_text())
+    doc_result = json.loads((tmp_path / "out-handoff" / "result.json").read_text())
     h = doc_result["handoff"]
     assert (doc_result["mode"], doc_result["status"], h["pause"]) == (
         "handoff",

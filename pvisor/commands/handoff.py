@@ -47,6 +47,17 @@ SHARED = (
 )
 
 
+#: the help of the shared options that ``pvisor replay`` words for its own modes
+HELPS = {
+    "workspace": "(required) The new directory the next agent re-runs the history in; the source run's "
+    "start snapshot is restored into it when it is empty.",
+    "output": "(required) The directory of result.json, prefix.json and prefix.request.json.",
+    "replay_only": "End the next agent at its request after the pause (recorded as the prefix) instead of "
+    "sending it to the live model.",
+    "agent": "The source's agent (default: the journal run's; required with --trajectory).",
+}
+
+
 @click.command("handoff", cls=Command)
 @click.option(
     "--to-agent",
@@ -91,7 +102,7 @@ SHARED = (
     is_flag=True,
     help="Start the next agent in --workspace as it is (no start snapshot restored, no warning).",
 )
-@declared_options([BY_NAME[name] for name in SHARED])
+@declared_options([BY_NAME[name] for name in SHARED], HELPS)
 @click.pass_context
 @progress_option
 def handoff(ctx: click.Context, **flags: Any) -> None:

@@ -86,19 +86,20 @@ def spec_options(command: Any) -> Any:
     return declared_options(CLI_OPTIONS)(command)
 
 
-def declared_options(options: Any) -> Any:
+def declared_options(options: Any, helps: dict[str, str] | None = None) -> Any:
     """A decorator adding the click options of ``options`` (:class:`~pvisor.replay.spec.Option`
-    records, in their order): ``pvisor replay``'s, or a subset of them (``pvisor handoff``)."""
-    return lambda command: _declare(list(options), command)
+    records, in their order): ``pvisor replay``'s, or a subset of them (``pvisor handoff``),
+    ``helps`` giving another help text by option name."""
+    return lambda command: _declare(list(options), command, helps or {})
 
 
-def _declare(options: list[Any], command: Any) -> Any:
+def _declare(options: list[Any], command: Any, helps: dict[str, str]) -> Any:
     for o in reversed(options):
         if o.shared == "intercept" and o.name == "intercept":
             command = intercept_options(command)
         if o.shared is not None:
             continue  # --no-progress: progress_option, on the function itself
-        kw: dict[str, Any] = {"help": o.help}
+        kw: dict[str, Any] = {"help": helps.get(o.name, o.help)}
         if o.kind == Kind.PATHS:  # repeatable; None when not given, as any other option
             kw.update(multiple=True, metavar=o.metavar, callback=lambda _c, _p, v: list(v) or None)
         elif o.kind == Kind.FLAG:
