@@ -209,7 +209,8 @@ def _q(path: str) -> str:
 
 def _operand(path: str) -> str:
     """``path`` as a file operand of a command: ``./`` before a path starting with ``-``, which
-    would be an option (``-n``) or stdin (``-``, even after ``--``)."""
+    would be an option (``-n``; ``cd -P`` goes home) or stdin (``-``, even after ``--``; ``cd -``
+    goes to ``$OLDPWD``)."""
     return _q("./" + path if path.startswith("-") else path)
 
 
@@ -513,7 +514,10 @@ class _Translator:
                 f"step {source_step} (its step {step} of its own): {self.t.descriptor.name}'s {tool} refuses "
                 "the translated call: " + "; ".join(problems)
             )
-        cid = f"{self.prefix}pvh{step:04d}{index:02d}"
+        # the step, then the call's place in two digits; a place of 100 or more after an ``x``:
+        # appended bare it would make step 1000's call 100 the id of step 10001's call 0
+        place = f"{index:02d}" if index < 100 else f"x{index}"
+        cid = f"{self.prefix}pvh{step:04d}{place}"
         return ToolCall(id=cid, name=tool, arguments_raw=compact_json(args), arguments=args)
 
     # -- one source call
@@ -529,7 +533,7 @@ class _Translator:
         if isinstance(wd, str) and wd:
             rel = self._rel(wd)
             if rel not in (".", ""):
-                cmd = f"cd {_q(rel)} && {cmd}"
+                cmd = f"cd {_operand(rel)} && {cmd}"
         return cmd
 
     def _read(self, fx: ToolEffect, args: dict[str, Any]) -> tuple[str, dict[str, Any], str] | None:

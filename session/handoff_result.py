@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -170,17 +170,20 @@ class PauseReset:
                 raise PvisorError(why or "no snapshot at the pause")
             snap, manifest = found
             keep = {e.path: e.kind.value for e in manifest.entries}
-            for top, dirs, files in os.walk(self.ws, topdown=False, followlinks=False):
+            # by descriptor, never by path: what B's calls left running still runs, and a
+            # directory it swaps for a symlink to a place outside must not be walked or
+            # removed through (os.fwalk opens each level O_NOFOLLOW and checks it is the
+            # directory it listed); deepest first, so a directory is empty when it goes
+            for top, dirs, files, top_fd in os.fwalk(self.ws, topdown=False, follow_symlinks=False):
                 for name in files + dirs:
-                    full = os.path.join(top, name)
-                    rel = os.path.relpath(full, self.ws)
-                    is_dir = os.path.isdir(full) and not os.path.islink(full)
+                    rel = os.path.relpath(os.path.join(top, name), self.ws)
+                    is_dir = stat.S_ISDIR(os.stat(name, dir_fd=top_fd, follow_symlinks=False).st_mode)
                     want = keep.get(rel)
                     if want is None or (want == "dir") != is_dir:
                         if is_dir:
-                            shutil.rmtree(full)
+                            os.rmdir(name, dir_fd=top_fd)
                         else:
-                            os.unlink(full)
+                            os.unlink(name, dir_fd=top_fd)
                         self.removed.append(rel)
             with JournalReader(self.opts.journal) as reader:
                 restore_snapshot(reader, snap, self.ws, force=True, target_option="--workspace")

@@ -76,6 +76,7 @@ class Box:
         self.ws = self.root / "deep" / "ws"
         self.ws.mkdir(parents=True)
         (self.root / "victim.txt").write_text("untouched\n")
+        (self.root / "home").mkdir()
 
     def outside(self) -> dict[str, str]:
         return {
@@ -86,7 +87,9 @@ class Box:
 
     def run(self, command: str) -> subprocess.CompletedProcess:
         """``command`` as an agent runs it: ``bash -c COMMAND`` in the workspace."""
-        env = {"PATH": os.environ["PATH"], "HOME": str(self.ws)}
+        home = self.root / "home"  # the agent's home: outside its workspace
+        home.mkdir(exist_ok=True)
+        env = {"PATH": os.environ["PATH"], "HOME": str(home), "OLDPWD": str(home)}
         return subprocess.run(["bash", "-c", command], cwd=self.ws, capture_output=True, timeout=60,
                               stdin=subprocess.DEVNULL, env=env)  # fmt: skip
 
@@ -344,6 +347,21 @@ def test_the_changes_from_snapshots_make_each_file_and_run_no_content(tmp_path):
     assert (box.ws / "b.txt").read_text() == SMUGGLED and (box.ws / "c.bin").read_bytes() == b"\x00\xff"
 
 
+@pytest.mark.parametrize("workdir", ["-P", "-", "-L"])
+def test_a_shell_calls_working_directory_starting_with_a_dash_is_that_directory(tmp_path, workdir):
+    """Hole, fixed: a recorded working directory became ``cd DIR && COMMAND``; ``-P`` or ``-L``
+    (an option: cd without a directory goes home) or ``-`` (``$OLDPWD``) ran the command in
+    the agent's home, outside the workspace, and the plan judged ``-P`` a relative path inside."""
+    box = Box(tmp_path)
+    (box.ws / workdir).mkdir()
+    before = box.outside()
+    steps = _steps([("exec_command", {"cmd": "echo made > f.txt", "workdir": f"{RECORDED}/{workdir}"}, "")])
+    [cmd] = _commands(steps, box.ws, source="codex")
+    box.run(cmd)
+    assert box.outside() == before, f"{cmd!r} wrote outside the workspace"
+    assert (box.ws / workdir / "f.txt").read_text() == "made\n"
+
+
 # --------------------------------------------------------------------------- 4. reads
 
 
@@ -458,3 +476,102 @@ def test_a_text_mode_target_runs_exactly_the_translated_command(tmp_path, where)
         assert (box.ws / "README.md").read_text() == readme
     if where == "shell command":
         assert (box.ws / "notes.md").read_text() == readme
+
+
+# --------------------------------------------------------------------------- 6. --reset-to-pause
+
+
+_RENAME_EXCHANGE = 2
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap ``a`` and ``b`` atomically (Linux renameat2 RENAME_EXCHANGE): False when refused."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd = -100
+    return libc.renameat2(at_fdcwd, bytes(a), at_fdcwd, bytes(b), _RENAME_EXCHANGE) == 0
+
+
+@pytest.fixture(scope="module")
+def paused_run(tmp_path_factory):
+    """A real capture (Claude Code, offline) whose snapshot after step 1 holds ``keep.txt``."""
+    from agent_helpers import capture_scripted
+
+    root = tmp_path_factory.mktemp("reset-src")
+    write = {"text": "A file.", "tool_calls": [{"tool": "@shell", "command": "echo hi > keep.txt"}]}
+    script = {"turns": [write, {"text": "Done."}]}
+    return capture_scripted("claude-code", root, script, "Write keep.txt")
+
+
+@pytest.mark.slow
+def test_the_reset_to_pause_removes_nothing_outside_while_a_background_call_swaps_a_symlink(
+    tmp_path, paused_run
+):
+    """--reset-to-pause runs in pvisor's own process, outside the sandbox, at B's boundary
+    request, while what B's calls left running in the background (``nohup ... &``) still runs.
+    Such a process swaps a directory of the workspace with a symlink to a directory outside,
+    back and forth (here a thread of the test, with the same system call): the reset's walk
+    (``os.walk`` by path) listed the directory through the link and unlinked
+    ``ws/d/NAME`` through it, outside the workspace and the sandbox."""
+    import threading
+    from types import SimpleNamespace
+
+    from pvisor.session.handoff_result import PauseReset
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victims = [outside / f"v{i:03d}" for i in range(200)]
+    for v in victims:
+        v.write_text("mine")
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    opts = SimpleNamespace(journal=paused_run.journal, after_step=1)
+    rec = SimpleNamespace(kind="journal", run=paused_run.run)
+    stop = threading.Event()
+
+    def swapper() -> None:
+        d, link = ws / "d", ws / "l"
+        while not stop.is_set():
+            try:
+                if not d.exists() and not d.is_symlink():
+                    d.mkdir()
+                if not link.is_symlink() and not link.exists():
+                    link.symlink_to(outside)
+            except OSError:
+                continue
+            _exchange(d, link)
+
+    thread = threading.Thread(target=swapper, daemon=True)
+    thread.start()
+    try:
+        for _ in range(60):
+            reset = PauseReset(opts, rec, ws)
+            reset()
+            if not all(v.exists() for v in victims):
+                break
+    finally:
+        stop.set()
+        thread.join(10)
+    gone = [v.name for v in victims if not v.exists()]
+    assert not gone, f"--reset-to-pause removed {len(gone)} file(s) outside the workspace: {gone[:5]}"
+    assert (ws / "keep.txt").read_text() == "hi\n"
+
+
+# --------------------------------------------------------------------------- 7. many calls
+
+
+def test_b_call_ids_stay_unique_over_ten_thousand_steps_and_a_batch_of_a_hundred(tmp_path):
+    """Hole, fixed: B's call ids were ``pvh`` + the step in four digits + the place in two, so
+    step 1000's call 100 and step 10001's call 0 were both ``call_pvh1000100``: a hostile
+    source of 10,001 steps with one batch of 101 calls gave B two calls of one id (its API
+    refuses the request; pairing results by id takes the wrong one)."""
+    steps = []
+    for n in range(1, 10_002):
+        batch = [("Bash", {"command": "true"}, "")] * (101 if n == 1000 else 1)
+        [step] = _steps(batch)
+        steps.append(Step(n, step.action, step.observation))
+    tr = translate(steps, get_descriptor("claude-code"), _codex(tmp_path))
+    ids = [c.id for s in tr.steps for c in s.action.tool_calls]
+    assert len(ids) == 10_101 and len(set(ids)) == len(ids), sorted({i for i in ids if ids.count(i) > 1})[:3]
+    assert len(tr.calls) == 10_101
