@@ -575,3 +575,64 @@ def test_b_call_ids_stay_unique_over_ten_thousand_steps_and_a_batch_of_a_hundred
     ids = [c.id for s in tr.steps for c in s.action.tool_calls]
     assert len(ids) == 10_101 and len(set(ids)) == len(ids), sorted({i for i in ids if ids.count(i) > 1})[:3]
     assert len(tr.calls) == 10_101
+
+
+# --------------------------------------------------------------------------- 8. with the real CLIs
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+def test_a_write_through_a_symlink_an_earlier_step_made_is_contained_by_the_sandbox(tmp_path, sandbox):
+    """A real Claude Code run (offline): step 1 makes ``link`` a symlink to a directory beside
+    the workspace in a way the plan cannot read (``$(dirname "$PWD")``), step 2 Writes
+    ``ws/link/pwned.txt``. Handed to the real Codex, the Write becomes B's ``cat >
+    link/pwned.txt``, a path inside the workspace that the plan does not list. With the default
+    sandbox nothing lands beside the new workspace; with ``--sandbox none`` it does (what the
+    sandbox is for: the plan is a warning, never a guarantee, docs/replay.md)."""
+    from agent_helpers import capture_scripted, entrypoint, pvisor
+
+    root = tmp_path / "src"
+    (root / "outside").mkdir(parents=True)
+    (root / "ws").mkdir()
+    link = 'ln -s "$(dirname "$PWD")/outside" link'
+    script = {
+        "turns": [
+            {"text": "A link.", "tool_calls": [{"tool": "@shell", "command": link}]},
+            {
+                "text": "Write.",
+                "tool_calls": [
+                    {
+                        "tool": "Write",
+                        "arguments": {
+                            "file_path": str(root / "ws" / "link" / "pwned.txt"),
+                            "content": "escaped\n",
+                        },
+                    }  # fmt: skip
+                ],
+            },
+            {"text": "Done."},
+        ]
+    }
+    cap = capture_scripted("claude-code", root, script, "Write through the link")
+    box = tmp_path / "box"
+    (box / "outside").mkdir(parents=True)
+    ws, out = box / "ws", box / "out"
+    ws.mkdir()
+    proc = pvisor(
+        ["--journal", str(cap.journal), "handoff", "--run", cap.run, "--after-step", "2",
+         "--to-agent", "codex", "--agent-entrypoint", str(entrypoint("codex")), "--workspace", str(ws),
+         "--output", str(out), "--replay-only", "--sandbox", sandbox, "--no-restore"],
+        env=cap.env, cwd=tmp_path, timeout=400,
+    )  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    fates = [(c["tool"], c["fate"]) for c in result["handoff"]["calls"]]
+    assert fates == [("Bash", "translated"), ("Write", "reproduced")], fates
+    assert result["plan"]["items"] == []  # the plan cannot see either step leave
+    assert (ws / "link").is_symlink()
+    landed = sorted(p.name for p in (box / "outside").iterdir())
+    if sandbox == "auto":
+        assert result["sandbox"]["mode"] == "bwrap"
+        assert landed == [], "a translated write landed outside the workspace under the sandbox"
+    else:
+        assert landed == ["pwned.txt"]  # unsandboxed, it lands there, unwarned
