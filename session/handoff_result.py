@@ -29,6 +29,7 @@ from pvisor.adapters.protocols.validate import validate_request
 from pvisor.core.errors import PvisorError
 from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.redact import redact_text
 from pvisor.journal.snapshots import Manifest
 from pvisor.replay.continuation import LivePolicy
 from pvisor.replay.errors import ReplayBadInput, ReplayFailed
@@ -192,7 +193,11 @@ class PauseReset:
             self.error = getattr(exc, "message", None) or str(exc)
 
     def record(self) -> dict[str, Any]:
-        return {"done": self.done, "removed": sorted(self.removed), "error": self.error}
+        return {
+            "done": self.done,
+            "removed": sorted(redact_text(p) for p in self.removed),
+            "error": redact_text(self.error) if self.error is not None else None,
+        }
 
 
 def handoff_lineage(opts: ReplayOptions, rec: Any) -> dict[str, Any]:
@@ -248,7 +253,9 @@ def _workspace(opts: ReplayOptions, rec: Any, p: Any, report: Any) -> dict[str, 
     except PvisorError as exc:
         record["why_not_compared"] = f"the re-enacted workspace has no snapshot at step {p.n}: {exc.message}"
         return record
-    diffs = _differences(found[1], mine)
+    # the names a report and a log show: key-shaped tokens masked (a recorded call names the
+    # files; journal/redact.py: what reaches a report or a log never carries a key shape)
+    diffs = [dict(d, path=redact_text(d["path"])) for d in _differences(found[1], mine)]
     record.update(
         compared=True,
         reenacted_snapshot=snap.digest,
@@ -387,7 +394,9 @@ def fill_handoff(
         else [],
         "not_reenactable": list(tr.skipped) if tr is not None else [],
         "carriers": list(tr.carriers) if tr is not None else [],
-        "from_snapshots": list(tr.from_snapshots) if tr is not None else [],
+        "from_snapshots": [dict(f, paths=[redact_text(x) for x in f["paths"]]) for f in tr.from_snapshots]
+        if tr is not None
+        else [],
         "reasoning_dropped": dict(tr.reasoning_dropped)
         if tr is not None
         else {"provider_bound": 0, "plain": 0},

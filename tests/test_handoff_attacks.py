@@ -636,3 +636,34 @@ def test_a_write_through_a_symlink_an_earlier_step_made_is_contained_by_the_sand
         assert landed == [], "a translated write landed outside the workspace under the sandbox"
     else:
         assert landed == ["pwned.txt"]  # unsandboxed, it lands there, unwarned
+
+
+@pytest.mark.slow
+def test_a_key_shaped_file_name_is_not_echoed_by_the_workspace_comparison(tmp_path):
+    """A real Claude Code run whose shell call writes a file named by a key-shaped token that
+    changes on every run: B's workspace then differs from the pause's snapshot, and the
+    warning (stderr, ``warnings``) and the report listed the names in full, where the plan and
+    every other message of a report or a log mask key shapes (journal/redact.py)."""
+    from agent_helpers import capture_scripted, entrypoint, pvisor
+
+    root = tmp_path / "src"
+    (root / "ws").mkdir(parents=True)
+    make = 'echo x > "sk-ant-api03-$(date +%s%N)QQQQQQQQQQQQ"'
+    script = {
+        "turns": [{"text": "A file.", "tool_calls": [{"tool": "@shell", "command": make}]}, {"text": "Done."}]
+    }
+    cap = capture_scripted("claude-code", root, script, "Write a file")
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    proc = pvisor(
+        ["--journal", str(cap.journal), "handoff", "--run", cap.run, "--after-step", "1",
+         "--to-agent", "codex", "--agent-entrypoint", str(entrypoint("codex")), "--workspace", str(ws),
+         "--output", str(out), "--replay-only"],
+        env=cap.env, cwd=tmp_path, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = (out / "result.json").read_text()
+    assert not json.loads(result)["handoff"]["workspace"]["equal"]  # the names differ
+    assert "handoff_workspace_differs" in result
+    assert "sk-ant-api03-" not in proc.stderr, proc.stderr
+    assert "sk-ant-api03-" not in result
