@@ -667,3 +667,36 @@ def test_a_key_shaped_file_name_is_not_echoed_by_the_workspace_comparison(tmp_pa
     assert "handoff_workspace_differs" in result
     assert "sk-ant-api03-" not in proc.stderr, proc.stderr
     assert "sk-ant-api03-" not in result
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="Gemini CLI 0.61 blocks every shell command holding $(, a backtick, <( or >( "
+    "('Command injection detected'), even inside the quoted here-document of a translated "
+    "write: a README with `code` or a shell script written by A is not written by Gemini CLI "
+    "(the workspace differs, status ok). Fix: a descriptor fact (Gemini CLI's shell refuses "
+    "substitution syntax) and, for such a B, translate.py writes that data through base64 "
+    "(`printf '%s' B64 | base64 -d > PATH`; the edit/patch script piped to `python3 -`), the "
+    "content still said in B's text so that the model knows what it wrote",
+)
+def test_a_write_of_markdown_with_backticks_is_made_by_gemini_cli(tmp_path):
+    from agent_helpers import capture_scripted, entrypoint, pvisor
+
+    root = tmp_path / "src"
+    (root / "ws").mkdir(parents=True)
+    readme = "# Tool\n\nRun `make` or `./run.sh $(pwd)`.\n"
+    write = {"tool": "Write", "arguments": {"file_path": str(root / "ws" / "README.md"), "content": readme}}
+    script = {"turns": [{"text": "A README.", "tool_calls": [write]}, {"text": "Done."}]}
+    cap = capture_scripted("claude-code", root, script, "Write the README")
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    proc = pvisor(
+        ["--journal", str(cap.journal), "handoff", "--run", cap.run, "--after-step", "1",
+         "--to-agent", "gemini-cli", "--agent-entrypoint", str(entrypoint("gemini-cli")), "--workspace",
+         str(ws), "--output", str(out), "--replay-only"],
+        env=cap.env, cwd=tmp_path, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert (ws / "README.md").exists(), "Gemini CLI refused the translated write"
+    assert (ws / "README.md").read_text() == readme
