@@ -223,7 +223,7 @@ def write_command(path: str, content: str) -> str:
     if content == "":
         return f"{mk}: > {_q(path)}"
     if "\x00" in content:
-        data = content.encode("utf-8", "surrogateescape")
+        data = content.encode("utf-8", "surrogatepass")  # a lone surrogate of the JSON, as it came
         return f"{mk}printf '%s' {base64.b64encode(data).decode()} | base64 -d > {_q(path)}"
     if content.endswith("\n"):
         d = _delimiter(content)
@@ -518,6 +518,7 @@ class _Translator:
         # appended bare it would make step 1000's call 100 the id of step 10001's call 0
         place = f"{index:02d}" if index < 100 else f"x{index}"
         cid = f"{self.prefix}pvh{step:04d}{place}"
+        args = _utf8(args)
         return ToolCall(id=cid, name=tool, arguments_raw=compact_json(args), arguments=args)
 
     # -- one source call
@@ -740,7 +741,7 @@ class _Translator:
                 cmd = _fenced(_args(calls[0]).get("command", "true"))
                 said = (_unfenced(said) + "\n\n" if said else "") + f"```mswea_bash_command\n{cmd}\n```"
                 calls = []
-            action = Action(text=said, tool_calls=calls)
+            action = Action(text=_utf8(said), tool_calls=calls)
             self.out.steps.append(Step(n=n, action=action, observation=Observation(results=results)))
             made.append(n)
         first = made[0]
@@ -767,6 +768,23 @@ def _rel_move(tr: _Translator, arg: Any) -> Any:
     return (tr._rel(move) if move else None, hunks)
 
 
+def _utf8(value: Any) -> Any:
+    """``value`` (a string, or the strings of a list or dict) as UTF-8 can carry it: a lone
+    surrogate, which a recorded JSON escape may hold (``\\ud800``) and no request body can,
+    becomes U+FFFD, as the agents' runtimes write it to a file or a request."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return value
+    if isinstance(value, list):
+        return [_utf8(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _utf8(v) for k, v in value.items()}
+    return value
+
+
 def _unfenced(text: str) -> str:
     """Text of a text-mode step (the source's words, the rendered notes) with no fence left: a
     text-mode agent runs the first fenced block of its reply, and a recorded text holding
@@ -779,7 +797,8 @@ def _fenced(command: str) -> str:
     written by a here-document) would end the block early, so it is run from base64."""
     if "```" not in command:
         return command
-    return f"eval \"$(printf '%s' {base64.b64encode(command.encode()).decode()} | base64 -d)\""
+    data = base64.b64encode(command.encode("utf-8", "surrogatepass")).decode()
+    return f"eval \"$(printf '%s' {data} | base64 -d)\""
 
 
 def _range(fx: ToolEffect, args: dict[str, Any]) -> tuple[int | None, int | None]:

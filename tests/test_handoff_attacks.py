@@ -179,6 +179,18 @@ def test_a_write_holding_a_nul_byte_is_made_with_the_recorded_bytes(tmp_path):
     assert (box.ws / "bin.dat").read_bytes() == content.encode()
 
 
+@pytest.mark.parametrize("target", ["codex", "mini-swe-agent"])
+def test_a_lone_surrogate_with_a_nul_or_a_fence_does_not_crash_the_translator(tmp_path, target):
+    """A recorded JSON string may hold a lone surrogate (``\\ud800``): the content a write sends
+    through base64 (a NUL in it) or the command a text-mode step runs from base64 (a fence in
+    it) is encoded without a UnicodeEncodeError."""
+    ws = tmp_path / "ws"
+    to = _codex(ws) if target == "codex" else _mini(ws)
+    for content in ("a\x00\ud800\n", "```\n\ud800\n"):
+        tr = translate(_write(f"{RECORDED}/f.txt", content), get_descriptor("claude-code"), to)
+        assert [c.fate for c in tr.calls] == [CallFate.REPRODUCED]
+
+
 def test_a_path_with_a_nul_byte_is_not_made_into_a_command(tmp_path):
     """Hole, fixed: a NUL in a recorded path gave a B command with a NUL (no file can have that
     name): the call is now rendered as text, its effect unsaid."""
