@@ -45,8 +45,11 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Sequence
 
+from pvisor.adapters.agents.effects import Effect, Role
 from pvisor.journal.model import Action, ToolCall
 from pvisor.journal.redact import redact_text
+
+from .translate import patch_operations
 
 
 class PlanReason(str, enum.Enum):
@@ -539,6 +542,7 @@ def _call_items(d: Any, judge: _Judge, call: ToolCall) -> Iterator[tuple[str, st
     tool's is its working directory, where the relative paths of its command start), then the
     words of its command."""
     args = call.arguments
+    yield from _patch_items(d, judge, call, args if isinstance(args, dict) else {})
     if not isinstance(args, dict):
         return
     shell_args = d.shell_tools.get(call.name, ())
@@ -568,6 +572,24 @@ def _call_items(d: Any, judge: _Judge, call: ToolCall) -> Iterator[tuple[str, st
             shell.argv(value)
         for text, reason in found:
             yield name, text, reason
+
+
+def _patch_items(d: Any, judge: _Judge, call: ToolCall, args: dict) -> Iterator[tuple[str, str, PlanReason]]:
+    """What a patch call (the descriptor's ``patch`` effect: Codex's and OpenCode's
+    ``apply_patch``) names outside: every file it adds, deletes, updates or moves to, read from
+    the patch text (its argument, or a free-form call's whole input)."""
+    fx = d.effect_of(call.name)
+    if fx.effect is not Effect.PATCH:
+        return
+    key = fx.arg(Role.PATCH)
+    text = args.get(key) if key else (args.get("input") if args else call.arguments_raw)
+    ops = patch_operations(text) if isinstance(text, str) else None
+    for _kind, path, arg in ops or ():
+        paths = [path] + ([arg[0]] if isinstance(arg, tuple) and arg[0] else [])
+        for p in paths:
+            reason = judge.token(p, judge.ws, True)
+            if reason is not None:
+                yield "patch", p, reason
 
 
 def _directory(ws: str, path: str | None) -> str | None:

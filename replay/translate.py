@@ -208,13 +208,24 @@ def _q(path: str) -> str:
     return shlex.quote(path)
 
 
+def _operand(path: str) -> str:
+    """``path`` as a file operand of a command: ``./`` before a path starting with ``-``, which
+    would be an option (``-n``; ``cd -P`` goes home) or stdin (``-``, even after ``--``; ``cd -``
+    goes to ``$OLDPWD``)."""
+    return _q("./" + path if path.startswith("-") else path)
+
+
 def write_command(path: str, content: str) -> str:
     """A shell command that writes ``content`` as the whole file ``path`` (its directory made):
-    a here-document when the content ends with a newline, else ``printf``."""
+    a here-document when the content ends with a newline, else ``printf``; through ``base64 -d``
+    when it holds a NUL byte (a command is an ``execve`` argument, which ends at a NUL)."""
     parent = posixpath.dirname(path)
     mk = f"mkdir -p -- {_q(parent)} && " if parent not in ("", ".", "/") else ""
     if content == "":
         return f"{mk}: > {_q(path)}"
+    if "\x00" in content:
+        data = content.encode("utf-8", "surrogatepass")  # a lone surrogate of the JSON, as it came
+        return f"{mk}printf '%s' {base64.b64encode(data).decode()} | base64 -d > {_q(path)}"
     if content.endswith("\n"):
         d = _delimiter(content)
         return f"{mk}cat > {_q(path)} <<'{d}'\n{content}{d}"
@@ -226,6 +237,29 @@ def _python(script: str) -> str:
     return f"python3 - <<'{d}'\n{script}\n{d}"
 
 
+#: the scripts' read of the file ``p`` into ``s``: a file missing or not UTF-8 text is one line
+#: naming it (as an edit tool says), never a traceback in B's observation
+_READ_TEXT = (
+    "try:\n"
+    "    s = open(p, encoding='utf-8', newline='').read()\n"
+    "except (OSError, UnicodeError) as exc:\n"
+    "    sys.exit(f'{p}: cannot be read as UTF-8 text: {exc}')\n"
+)
+
+
+def _write_text(target: str, text: str) -> str:
+    """The scripts' write of the expression ``text`` into the file ``target`` (expressions):
+    encoded before the file is opened, so that text UTF-8 cannot hold (a lone surrogate of the
+    recorded JSON) is one line and leaves the file as it was."""
+    return (
+        "try:\n"
+        f"    b = ({text}).encode('utf-8')\n"
+        "except UnicodeError as exc:\n"
+        "    sys.exit(f'{p}: the new text is not UTF-8: {exc}')\n"
+        f"open({target}, 'wb').write(b)"
+    )
+
+
 def edit_command(path: str, old: str, new: str, every: bool) -> str:
     """A shell command that replaces ``old`` by ``new`` in ``path`` (the first occurrence, or
     every one), failing with a message when ``old`` is not there, as an edit tool does."""
@@ -233,10 +267,10 @@ def edit_command(path: str, old: str, new: str, every: bool) -> str:
     return _python(
         "import sys\n"
         f"p, old, new = {path!r}, {old!r}, {new!r}\n"
-        "s = open(p, encoding='utf-8', newline='').read()\n"
+        f"{_READ_TEXT}"
         "if old not in s:\n"
         "    sys.exit(f'{p}: the text to replace is not in the file')\n"
-        f"open(p, 'w', encoding='utf-8', newline='').write(s.replace(old, new{count}))"
+        + _write_text("p", f"s.replace(old, new{count})")
     )
 
 
@@ -319,7 +353,7 @@ def patch_command(ops: list[tuple[str, str, Any]]) -> str:
                 _python(
                     "import os, re, sys\n"
                     f"p, move, hunks = {path!r}, {move!r}, {hunks!r}\n"
-                    "s = open(p, encoding='utf-8', newline='').read()\n"
+                    f"{_READ_TEXT}"
                     "end = s == '' or s.endswith('\\n')\n"
                     "s = s if end else s + '\\n'\n"
                     "for old, new in hunks:\n"
@@ -328,16 +362,24 @@ def patch_command(ops: list[tuple[str, str, Any]]) -> str:
                     "        sys.exit(f'{p}: a hunk of the patch does not apply')\n"
                     "    s = s[: m.start()] + new + s[m.end() :]\n"
                     "s = s if end or not s.endswith('\\n') else s[:-1]\n"
-                    "open(move or p, 'w', encoding='utf-8', newline='').write(s)\n"
-                    "if move and move != p:\n"
+                    + _write_text("move or p", "s")
+                    + "\nif move and move != p:\n"
                     "    os.remove(p)"
                 )
             )
+    return _joined(parts)
+
+
+def _joined(parts: list[str]) -> str:
+    """``parts`` run one after the other while each succeeds. A part of several lines ends with
+    a here-document's delimiter line, which must stay alone on its line (``D && next`` is no
+    delimiter: the here-document would run on, and a later part's content holding ``D`` would
+    end it and run as commands), so such a part is a group: ``{ PART\n} && ...``."""
+    if not parts:
+        return "true"
     if len(parts) == 1:
         return parts[0]
-    # each part in a group of its own: a here-document's delimiter must end its line alone,
-    # so ``&&`` cannot follow it on that line
-    return " && ".join(f"{{ {p}\n}}" for p in parts) if parts else "true"
+    return " && ".join(f"{{ {p}\n}}" if "\n" in p else p for p in parts)
 
 
 def files_command(changes: list[tuple[str, bytes | None]]) -> str:
@@ -358,7 +400,7 @@ def files_command(changes: list[tuple[str, bytes | None]]) -> str:
         parent = posixpath.dirname(path)
         mk = f"mkdir -p -- {_q(parent)} && " if parent not in ("", ".", "/") else ""
         parts.append(f"{mk}printf '%s' {base64.b64encode(data).decode()} | base64 -d > {_q(path)}")
-    return " && ".join(parts) if parts else "true"
+    return _joined(parts)
 
 
 #: effects whose calls may change the workspace in ways their arguments do not say, when they are
@@ -450,6 +492,18 @@ class _Translator:
 
     # -- B's calls
 
+    def _made(self, command: str) -> str:
+        """A command of a handoff's own (a reproduced change) as B's shell runs it: through
+        ``base64 -d | bash`` when B's shell refuses what the command's data holds
+        (:attr:`~pvisor.adapters.agents.descriptor.AgentDescriptor.shell_refuses`: Gemini CLI
+        refuses ``$(`` and backticks even in a quoted here-document). Never for a source's own
+        shell command, which B's shell judges as it is."""
+        refuses = self.t.descriptor.shell_refuses
+        if refuses is None or not refuses.search(command):
+            return command
+        data = base64.b64encode(command.encode("utf-8", "surrogatepass")).decode()
+        return f"printf '%s' {data} | base64 -d | bash"
+
     def _shell_call(self, command: str, description: str | None) -> tuple[str, dict[str, Any]]:
         if self.shell is None:  # text mode: the command goes in a fenced block of B's text (_emit)
             return TEXT_MODE_TOOL, {"command": command}
@@ -486,7 +540,11 @@ class _Translator:
                 f"step {source}: {self.t.descriptor.name}'s {tool} refuses the translated call{mine}: "
                 + "; ".join(problems)
             )
-        cid = f"{self.prefix}pvh{step:04d}{index:02d}"
+        # the step, then the call's place in two digits; a place of 100 or more after an ``x``:
+        # appended bare it would make step 1000's call 100 the id of step 10001's call 0
+        place = f"{index:02d}" if index < 100 else f"x{index}"
+        cid = f"{self.prefix}pvh{step:04d}{place}"
+        args = _utf8(args)
         return ToolCall(id=cid, name=tool, arguments_raw=compact_json(args), arguments=args)
 
     # -- one source call
@@ -502,13 +560,13 @@ class _Translator:
         if isinstance(wd, str) and wd:
             rel = self._rel(wd)
             if rel not in (".", ""):
-                cmd = f"cd {_q(rel)} && {cmd}"
+                cmd = f"cd {_operand(rel)} && {cmd}"
         return cmd
 
     def _read(self, fx: ToolEffect, args: dict[str, Any]) -> tuple[str, dict[str, Any], str] | None:
         """(tool, args, how) of a source read: B's read tool for a whole file, else a shell read."""
         path = args.get(fx.arg(Role.PATH) or "")
-        if not isinstance(path, str) or not path:
+        if not isinstance(path, str) or not path or "\x00" in path:
             return None
         first, last = _range(fx, args)
         if first is None and last is None and self.reader is not None:
@@ -520,9 +578,9 @@ class _Translator:
             )
         rel = self._rel(path)
         if first is None and last is None:
-            cmd = f"cat {_q(rel)}"
+            cmd = f"cat {_operand(rel)}"
         else:
-            cmd = f"sed -n '{first or 1},{last if last is not None else '$'}p' {_q(rel)}"
+            cmd = f"sed -n '{first or 1},{last if last is not None else '$'}p' {_operand(rel)}"
         tool, a = self._shell_call(cmd, f"Read {rel}")
         return tool, a, "shell read"
 
@@ -539,14 +597,14 @@ class _Translator:
             if not isinstance(text, str):
                 return None
             ops = patch_operations(text)
-            if ops is None:
+            if ops is None or "\x00" in text:
                 return None
             return patch_command(
                 [(k, self._rel(p), _rel_move(self, a) if k == "update" else a) for k, p, a in ops]
             )
         path = args.get(fx.arg(Role.PATH) or "")
-        if not isinstance(path, str) or not path:
-            return None
+        if not isinstance(path, str) or not path or "\x00" in path:
+            return None  # a NUL: no file has that name (and no command can hold it)
         if fx.effect is Effect.WRITE:
             content = args.get(fx.arg(Role.CONTENT) or "")
             return write_command(self._rel(path), content) if isinstance(content, str) else None
@@ -636,7 +694,8 @@ class _Translator:
         for i, p in enumerate(planned):
             if p in unsaid:
                 planned[i] = (*p[:4], f"{p[4]}; its workspace changes made by shell from the snapshots", p[5])
-        tool, args = self._shell_call(files_command(changes), f"Make step {step.n}'s changes to the files")
+        command = self._made(files_command(changes))
+        tool, args = self._shell_call(command, f"Make step {step.n}'s changes to the files")
         return tool, args, [c[0] for c in changes]
 
     def _one(
@@ -666,7 +725,10 @@ class _Translator:
                 else None
             )
             if cmd is not None:
-                tool, targs = self._shell_call(cmd, f"{fx.effect.value.capitalize()} as {call.name} did")
+                made = self._made(cmd)
+                if made != cmd:  # what the encoded command does, said in B's own words
+                    notes.append(f"The {fx.effect.value} below runs this, encoded for my shell:\n{cmd}")
+                tool, targs = self._shell_call(made, f"{fx.effect.value.capitalize()} as {call.name} did")
                 planned.append(
                     (call, tool, targs, CallFate.REPRODUCED, f"{fx.effect.value} made by shell", hist)
                 )
@@ -730,10 +792,10 @@ class _Translator:
                 self.out.carriers.append(n)
             said = body if g == 0 else ""
             if self.text_mode:
-                cmd = _args(calls[0]).get("command", "true")
-                said = (said + "\n\n" if said else "") + f"```mswea_bash_command\n{cmd}\n```"
+                cmd = _fenced(_args(calls[0]).get("command", "true"))
+                said = (_unfenced(said) + "\n\n" if said else "") + f"```mswea_bash_command\n{cmd}\n```"
                 calls = []
-            action = Action(text=said, tool_calls=calls)
+            action = Action(text=_utf8(said), tool_calls=calls)
             self.out.steps.append(Step(n=n, action=action, observation=Observation(results=results)))
             made.append(n)
         first = made[0]
@@ -760,11 +822,45 @@ def _rel_move(tr: _Translator, arg: Any) -> Any:
     return (tr._rel(move) if move else None, hunks)
 
 
+def _utf8(value: Any) -> Any:
+    """``value`` (a string, or the strings of a list or dict) as UTF-8 can carry it: a lone
+    surrogate, which a recorded JSON escape may hold (``\\ud800``) and no request body can,
+    becomes U+FFFD, as the agents' runtimes write it to a file or a request."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        return value
+    if isinstance(value, list):
+        return [_utf8(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _utf8(v) for k, v in value.items()}
+    return value
+
+
+def _unfenced(text: str) -> str:
+    """Text of a text-mode step (the source's words, the rendered notes) with no fence left: a
+    text-mode agent runs the first fenced block of its reply, and a recorded text holding
+    ```` ```mswea_bash_command ```` would be run in place of the translated command."""
+    return text.replace("```", "`\u200b``")
+
+
+def _fenced(command: str) -> str:
+    """``command`` as a text-mode block may carry it: a command holding a fence (a markdown file
+    written by a here-document) would end the block early, so it is run from base64."""
+    if "```" not in command:
+        return command
+    data = base64.b64encode(command.encode("utf-8", "surrogatepass")).decode()
+    return f"eval \"$(printf '%s' {data} | base64 -d)\""
+
+
 def _range(fx: ToolEffect, args: dict[str, Any]) -> tuple[int | None, int | None]:
     """A read's first and last line, 1-based and included (None: not given)."""
     start, end = args.get(fx.arg(Role.START) or ""), args.get(fx.arg(Role.END) or "")
-    if isinstance(start, int) or isinstance(end, int):
-        return (start if isinstance(start, int) else None, end if isinstance(end, int) else None)
+    start, end = (v if isinstance(v, int) and not isinstance(v, bool) else None for v in (start, end))
+    if start is not None or end is not None:
+        return (start, end)
     off, lim = args.get(fx.arg(Role.OFFSET) or ""), args.get(fx.arg(Role.LIMIT) or "")
     first = off + (1 - fx.offset_base) if isinstance(off, int) and not isinstance(off, bool) else None
     if isinstance(lim, int) and not isinstance(lim, bool):

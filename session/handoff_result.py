@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
+import stat
 from pathlib import Path
 from typing import Any, Callable
 
@@ -29,6 +29,7 @@ from pvisor.adapters.protocols.validate import validate_request
 from pvisor.core.errors import PvisorError
 from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.redact import redact_text
 from pvisor.journal.snapshots import Manifest
 from pvisor.replay.continuation import LivePolicy
 from pvisor.replay.errors import ReplayBadInput, ReplayFailed
@@ -170,17 +171,20 @@ class PauseReset:
                 raise PvisorError(why or "no snapshot at the pause")
             snap, manifest = found
             keep = {e.path: e.kind.value for e in manifest.entries}
-            for top, dirs, files in os.walk(self.ws, topdown=False, followlinks=False):
+            # by descriptor, never by path: what B's calls left running still runs, and a
+            # directory it swaps for a symlink to a place outside must not be walked or
+            # removed through (os.fwalk opens each level O_NOFOLLOW and checks it is the
+            # directory it listed); deepest first, so a directory is empty when it goes
+            for top, dirs, files, top_fd in os.fwalk(self.ws, topdown=False, follow_symlinks=False):
                 for name in files + dirs:
-                    full = os.path.join(top, name)
-                    rel = os.path.relpath(full, self.ws)
-                    is_dir = os.path.isdir(full) and not os.path.islink(full)
+                    rel = os.path.relpath(os.path.join(top, name), self.ws)
+                    is_dir = stat.S_ISDIR(os.stat(name, dir_fd=top_fd, follow_symlinks=False).st_mode)
                     want = keep.get(rel)
                     if want is None or (want == "dir") != is_dir:
                         if is_dir:
-                            shutil.rmtree(full)
+                            os.rmdir(name, dir_fd=top_fd)
                         else:
-                            os.unlink(full)
+                            os.unlink(name, dir_fd=top_fd)
                         self.removed.append(rel)
             with JournalReader(self.opts.journal) as reader:
                 restore_snapshot(reader, snap, self.ws, force=True, target_option="--workspace")
@@ -189,7 +193,11 @@ class PauseReset:
             self.error = getattr(exc, "message", None) or str(exc)
 
     def record(self) -> dict[str, Any]:
-        return {"done": self.done, "removed": sorted(self.removed), "error": self.error}
+        return {
+            "done": self.done,
+            "removed": sorted(redact_text(p) for p in self.removed),
+            "error": redact_text(self.error) if self.error is not None else None,
+        }
 
 
 def handoff_lineage(opts: ReplayOptions, rec: Any) -> dict[str, Any]:
@@ -245,7 +253,9 @@ def _workspace(opts: ReplayOptions, rec: Any, p: Any, report: Any) -> dict[str, 
     except PvisorError as exc:
         record["why_not_compared"] = f"the re-enacted workspace has no snapshot at step {p.n}: {exc.message}"
         return record
-    diffs = _differences(found[1], mine)
+    # the names a report and a log show: key-shaped tokens masked (a recorded call names the
+    # files; journal/redact.py: what reaches a report or a log never carries a key shape)
+    diffs = [dict(d, path=redact_text(d["path"])) for d in _differences(found[1], mine)]
     record.update(
         compared=True,
         reenacted_snapshot=snap.digest,
@@ -388,7 +398,9 @@ def fill_handoff(
         else [],
         "not_reenactable": list(tr.skipped) if tr is not None else [],
         "carriers": list(tr.carriers) if tr is not None else [],
-        "from_snapshots": list(tr.from_snapshots) if tr is not None else [],
+        "from_snapshots": [dict(f, paths=[redact_text(x) for x in f["paths"]]) for f in tr.from_snapshots]
+        if tr is not None
+        else [],
         "reasoning_dropped": dict(tr.reasoning_dropped)
         if tr is not None
         else {"provider_bound": 0, "plain": 0},

@@ -158,6 +158,9 @@ class AgentDescriptor:
     shell_output_pattern: LazyPattern | None = None
     #: what its shell tool answers for a command without output (``(empty)``)
     empty_outputs: tuple[str, ...] = ()
+    #: what its shell tool refuses to run anywhere in a command, even inside quotes (Gemini CLI's
+    #: "command substitution" check), or None; a handoff's own commands holding it are encoded
+    shell_refuses: LazyPattern | None = None
     prompt_wrappers: tuple[LazyPattern, ...] = ()
     prompt_blocks: tuple[tuple[str, str], ...] = ()
     prompt_markers: tuple[str, ...] = ()

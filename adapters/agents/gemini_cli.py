@@ -119,6 +119,9 @@ class GeminiCli(AgentProfile):
         r"(?:\n[\s\S]*?)?(?:\s*</untrusted_context>)?"
     )
     empty_outputs = ("(empty)",)
+    # 0.61.0 refuses a command holding $(, a backtick, <( or >( ("Command injection detected"),
+    # quoted or not (seen under pvisor handoff: a translated write of a README with `code`)
+    shell_refuses = rx(r"\$\(|`|<\(|>\(")
     path_arguments = {
         "read_file": ("file_path",),
         "write_file": ("file_path",),
