@@ -114,6 +114,12 @@ class HandoffPlayback:
         except TranslationRefused as exc:
             self.refused = exc
             return
+        except Exception as exc:  # noqa: BLE001 - a bug must end the agent, not the gateway's answer
+            self.refused = TranslationRefused(
+                f"the translation of the source failed ({type(exc).__name__}: {exc}); this is a bug of "
+                "pvisor's handoff: please report it with the source"
+            )
+            return
         self.translation = tr
         m = len(tr.steps)
         rec = replace(

@@ -206,6 +206,61 @@ def handoff(
     for name, value in (("to_agent", to_agent), ("agent", agent)):
         if isinstance(value, str):
             _refuse_key_shaped(name, value, "an agent name")
+    journal_path, run, trajectory, child_run, agent, after_step = _source_and_pause(
+        source, pause, journal, workspace, agent, task, allow_damaged
+    )
+    out = Path(output) if output is not None else Path(tempfile.mkdtemp(prefix="pvisor-handoff-"))
+    opts = handoff_options(
+        to_agent=to_agent,
+        journal=journal_path,
+        run=run,
+        trajectory=trajectory,
+        agent=agent,
+        after_step=after_step,
+        workspace=Path(workspace),
+        output=out,
+        replay_only=replay_only,
+        upstream=upstream,
+        max_steps=max_steps,
+        boundary_prompt=boundary_prompt,
+        live_model=live_model,
+        model=model,
+        entrypoint=entrypoint,
+        task=task,
+        timeout=timeout,
+        force=force,
+        allow_unsupported=allow_unsupported,
+        allow_damaged=allow_damaged,
+        strict_workspace=strict_workspace,
+        restore_start=restore,
+        reset_to_pause=reset_to_pause,
+        sandbox=sandbox,
+        sandbox_network=sandbox_network,
+        child_run=child_run,
+        child_option="child_run=",
+    )
+    said = warn or (lambda _m: None)
+    outcome = run_handoff(opts, said)
+    # the result's warnings too (the command prints them once the run ended)
+    for w in outcome.result.get("warnings") or ():
+        said(w["message"])
+    if outcome.error is not None:
+        return Result(outcome.result, opts.output, outcome.error.message, outcome.error.exit_code)
+    return Result(outcome.result, outcome.output)
+
+
+def _source_and_pause(
+    source: Any,
+    pause: Any,
+    journal: os.PathLike[str] | str | None,
+    workspace: os.PathLike[str] | str,
+    agent: str | None,
+    task: str | None,
+    allow_damaged: bool,
+) -> tuple[Path, str | None, Path | None, str | None, str, int]:
+    """:func:`handoff`'s source read: (journal, run, trajectory, the branch's child run or None,
+    the source's agent, the steps kept at the pause). UsageError (exit 2) naming the parameter
+    for a source or pause that is not one; what the source's read raises."""
     child_run = None
     if isinstance(source, HandoffBranch):
         journal_path, run, trajectory, child_run = _of_branch(source, pause, journal, workspace)
@@ -246,44 +301,8 @@ def handoff(
         agent = TrajectoryReplay.from_journal(journal_path, run).agent
         if not agent:
             raise UsageError(f"run {run} names no agent: give agent=")
-    out = Path(output) if output is not None else Path(tempfile.mkdtemp(prefix="pvisor-handoff-"))
-    opts = handoff_options(
-        to_agent=to_agent,
-        journal=journal_path,
-        run=run,
-        trajectory=trajectory,
-        agent=agent,
-        after_step=after_step,
-        workspace=Path(workspace),
-        output=out,
-        replay_only=replay_only,
-        upstream=upstream,
-        max_steps=max_steps,
-        boundary_prompt=boundary_prompt,
-        live_model=live_model,
-        model=model,
-        entrypoint=entrypoint,
-        task=task,
-        timeout=timeout,
-        force=force,
-        allow_unsupported=allow_unsupported,
-        allow_damaged=allow_damaged,
-        strict_workspace=strict_workspace,
-        restore_start=restore,
-        reset_to_pause=reset_to_pause,
-        sandbox=sandbox,
-        sandbox_network=sandbox_network,
-        child_run=child_run,
-        child_option="child_run=",
-    )
-    said = warn or (lambda _m: None)
-    outcome = run_handoff(opts, said)
-    # the result's warnings too (the command prints them once the run ended)
-    for w in outcome.result.get("warnings") or ():
-        said(w["message"])
-    if outcome.error is not None:
-        return Result(outcome.result, opts.output, outcome.error.message, outcome.error.exit_code)
-    return Result(outcome.result, outcome.output)
+    assert agent is not None
+    return journal_path, run, trajectory, child_run, agent, after_step
 
 
 def _refuse_key_shaped(name: str, text: str, what: str) -> None:

@@ -122,37 +122,10 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
     from pvisor.session.handover import handoff_options, pause_or_source_error, run_handoff
     from pvisor.journal.paths import default_journal_path
     from pvisor.replay.numbering import Wording
-    from pvisor.replay.views import PauseKind, PauseSpec
 
     if flags["result"] is not None and flags["result"] != "-":
         raise UsageError(f"--result {flags['result']}: only '-' (stdout) is supported")
-    # every value a message may name, before one does: a key pasted there is never shown
-    for name, flag, what in (
-        ("to_agent", "--to-agent", "an agent name"),
-        ("agent", "--agent", "an agent name"),
-        ("trajectory", "--trajectory", "a file"),
-        ("workspace", "--workspace", "a directory"),
-        ("output", "--output", "a directory"),
-        ("entrypoint", "--agent-entrypoint", "an executable"),
-    ):
-        if flags[name] is not None:
-            refuse_key_shaped(flag, flags[name], what)
-    chosen = [
-        name
-        for name, given in (
-            ("--step", flags["step"] is not None),
-            ("--after-step", flags["after_step"] is not None),
-            ("--progress", flags["fraction"] is not None),
-            ("--before-commitment", flags["before_commitment"]),
-        )
-        if given
-    ]
-    if len(chosen) != 1:
-        raise UsageError(
-            "give the pause: one of --step K [--before], --after-step N, --progress F, --before-commitment"
-            if not chosen
-            else f"give one pause: {' and '.join(chosen)} both choose it"
-        )
+    _check_flags(flags)
     if (flags["run"] is None) == (flags["trajectory"] is None):
         raise UsageError("give the source: --run ID (a journal run) or --trajectory FILE --agent NAME")
     for name in ("output", "workspace"):
@@ -163,14 +136,7 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
     agent = flags["agent"]
     if agent is None and trajectory is not None:
         raise UsageError("--trajectory needs --agent NAME (which agent wrote it?)")
-    if flags["before_commitment"]:
-        spec = PauseSpec(None, PauseKind.BEFORE_COMMITMENT, before=flags["before"])
-    elif flags["fraction"] is not None:
-        spec = PauseSpec(None, PauseKind.PROGRESS, progress=flags["fraction"], before=flags["before"])
-    else:
-        spec = PauseSpec(
-            None, PauseKind.STEP, step=flags["step"], after_step=flags["after_step"], before=flags["before"]
-        )
+    spec = _pause_spec(flags)
     # a source that cannot be read at all: the replay's read refuses it (a failed result.json)
     after_step = pause_or_source_error(
         journal,
@@ -223,6 +189,51 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         sandbox_cpus=flags["sandbox_cpus"],
     )
     report_outcome(lambda: run_handoff(opts, _warn), flags["result"])
+
+
+def _check_flags(flags: dict[str, Any]) -> None:
+    """UsageError (exit 2) for a key-shaped value (never shown) and for no pause or two."""
+    # every value a message may name, before one does: a key pasted there is never shown
+    for name, flag, what in (
+        ("to_agent", "--to-agent", "an agent name"),
+        ("agent", "--agent", "an agent name"),
+        ("trajectory", "--trajectory", "a file"),
+        ("workspace", "--workspace", "a directory"),
+        ("output", "--output", "a directory"),
+        ("entrypoint", "--agent-entrypoint", "an executable"),
+    ):
+        if flags[name] is not None:
+            refuse_key_shaped(flag, flags[name], what)
+    chosen = [
+        name
+        for name, given in (
+            ("--step", flags["step"] is not None),
+            ("--after-step", flags["after_step"] is not None),
+            ("--progress", flags["fraction"] is not None),
+            ("--before-commitment", flags["before_commitment"]),
+        )
+        if given
+    ]
+    if len(chosen) != 1:
+        raise UsageError(
+            "give the pause: one of --step K [--before], --after-step N, --progress F, --before-commitment"
+            if not chosen
+            else f"give one pause: {' and '.join(chosen)} both choose it"
+        )
+
+
+def _pause_spec(flags: dict[str, Any]) -> Any:
+    """The :class:`~pvisor.replay.views.PauseSpec` the pause options name."""
+    from pvisor.replay.views import PauseKind, PauseSpec
+
+    if flags["before_commitment"]:
+        return PauseSpec(None, PauseKind.BEFORE_COMMITMENT, before=flags["before"])
+    elif flags["fraction"] is not None:
+        return PauseSpec(None, PauseKind.PROGRESS, progress=flags["fraction"], before=flags["before"])
+    else:
+        return PauseSpec(
+            None, PauseKind.STEP, step=flags["step"], after_step=flags["after_step"], before=flags["before"]
+        )
 
 
 def _warn(message: str) -> None:
