@@ -743,6 +743,21 @@ class _Translator:
             why = f"its arguments do not say what the {fx.effect.value} did"
         planned.append((call, "", {}, CallFate.RENDERED_AS_TEXT, why, hist))
 
+    def _account(
+        self,
+        step: Step,
+        src: ToolCall,
+        fate: CallFate,
+        why: str | None,
+        target_step: int,
+        tool: str | None = None,
+        index: int | None = None,
+    ) -> CallAccount:
+        """The account of source call ``src`` of ``step``: carried by B's ``tool`` (None: as
+        text) as call ``index`` of B's step ``target_step``."""
+        effect = self.source.effect_of(src.name).effect.value
+        return CallAccount(step.n, src.id, src.name, effect, fate, target_step, tool, index, why)
+
     def _emit(
         self, step: Step, text: str, planned: list, notes: list[str], extra: tuple[str, dict, list] | None
     ) -> None:
@@ -765,19 +780,7 @@ class _Translator:
                 results.append(
                     ToolResult(call_id=tc.id, content=content, is_error=hist.is_error if hist else None)
                 )
-                self.out.calls.append(
-                    CallAccount(
-                        step.n,
-                        src.id,
-                        src.name,
-                        self.source.effect_of(src.name).effect.value,
-                        fate,
-                        n,
-                        tool,
-                        i,
-                        why,
-                    )
-                )
+                self.out.calls.append(self._account(step, src, fate, why, n, tool, i))
             if extra is not None and g == len(groups) - 1:
                 tool, targs, paths = extra
                 tc = self._call(step.n, n, len(calls), tool, targs)
@@ -801,19 +804,7 @@ class _Translator:
         first = made[0]
         for src, _tool, _targs, fate, why, _hist in planned:
             if fate is CallFate.RENDERED_AS_TEXT:
-                self.out.calls.append(
-                    CallAccount(
-                        step.n,
-                        src.id,
-                        src.name,
-                        self.source.effect_of(src.name).effect.value,
-                        fate,
-                        first,
-                        None,
-                        None,
-                        why,
-                    )
-                )
+                self.out.calls.append(self._account(step, src, fate, why, first))
         self.out.step_map[step.n] = made
 
 

@@ -92,15 +92,7 @@ def _options(given: dict[str, Any]) -> tuple[Any, list[Any]]:
     :data:`~pvisor.replay.spec.OPTIONS`), and the problems :meth:`ReplaySpec.check` finds."""
     source, journal, output = given["source"], given["journal"], given["output"]
     journal_path = Path(journal) if journal is not None else default_journal_path()
-    run = trajectory = None
-    if isinstance(source, str):
-        run = source
-    elif isinstance(source, os.PathLike):
-        trajectory = Path(source)
-    else:
-        raise UsageError(
-            f"source {source!r}: give a journal run id (str) or a native trajectory file (pathlib.Path)"
-        )
+    run, trajectory = source_of(source, "a journal run id (str) or a native trajectory file (pathlib.Path)")
     agent = given["agent"]
     if agent is None:
         if run is None:
@@ -121,6 +113,16 @@ def _options(given: dict[str, Any]) -> tuple[Any, list[Any]]:
     spec = ReplaySpec(values, given, ReplayMode.CONTINUE)
     fields = [f.name for f in dataclasses.fields(ReplayOptions) if f.name in values]
     return ReplayOptions(**spec.fields(fields), child_option="child_run="), spec.check()
+
+
+def source_of(source: Any, expected: str) -> tuple[str | None, Path | None]:
+    """(run, trajectory) of a Python caller's ``source``: a journal run id (a ``str``) or a native
+    file (a path object). UsageError (exit 2) saying ``expected`` for anything else."""
+    if isinstance(source, str):
+        return source, None
+    if isinstance(source, os.PathLike):
+        return None, Path(source)
+    raise UsageError(f"source {source!r}: give {expected}")
 
 
 def _agent_of(journal: Path, run: str) -> str:

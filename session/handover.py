@@ -38,7 +38,7 @@ from pvisor.journal.redact import has_key_shape
 from pvisor.replay.numbering import Position, Wording
 from pvisor.replay.recording import journal_recording, native_recording
 from pvisor.replay.views import HandoffBranch, PauseKind, PauseSpec, TrajectoryReplay
-from pvisor.session.api import Result, Source
+from pvisor.session.api import Result, Source, source_of
 from pvisor.session.replay import ReplayOnlyOutcome, hand_over
 from pvisor.session.replay_checks import related, resolved
 from pvisor.session.replay_options import DEFAULT_TIMEOUT_S, ReplayOptions
@@ -267,18 +267,13 @@ def _source_and_pause(
         pause = source.through_step
     else:
         journal_path = Path(journal) if journal is not None else default_journal_path()
-        run = trajectory = None
         if isinstance(source, (str, os.PathLike)):
             _refuse_key_shaped("source", os.fspath(source), "a run id or a file")
-        if isinstance(source, str):
-            run = source
-        elif isinstance(source, os.PathLike):
-            trajectory = Path(source)
-        else:
-            raise UsageError(
-                f"source {source!r}: give a journal run id (str), a native trajectory file (pathlib.Path) "
-                "or a HandoffBranch (TrajectoryReplay.restore_handoff)"
-            )
+        run, trajectory = source_of(
+            source,
+            "a journal run id (str), a native trajectory file (pathlib.Path) or a HandoffBranch "
+            "(TrajectoryReplay.restore_handoff)",
+        )
         if pause is None:
             raise UsageError(
                 "pause= is needed: a PauseSpec (kind step, progress or before_commitment) or the steps kept "
