@@ -138,3 +138,38 @@ def test_reset_to_pause_makes_the_workspace_the_pause_snapshot(source):
     assert h["workspace"]["reset_to_pause"] == {"done": True, "removed": removed, "error": None}
     assert sorted(p.name for p in ws.iterdir()) == ["a.txt", "n.ipynb"]
     assert "print(2)" in (ws / "n.ipynb").read_text()
+
+
+def test_a_native_file_is_handed_over_as_a_journal_run_is(source):
+    """The source as Claude Code's own session file (``--trajectory``): the same calls and fates
+    as from the journal, the files made in the new workspace; nothing is compared (a native
+    file keeps no snapshot: ``why_not_compared`` says so) and the child names no parent run."""
+    from pvisor.journal.reader import JournalReader
+
+    cap, root = source
+    with JournalReader(cap.journal) as reader:
+        native = reader.run(cap.run).labels["native_path"]
+    ws, out = root / "ws-native", root / "out-native"
+    ws.mkdir()
+    proc = pvisor(
+        ["--journal", str(cap.journal), "handoff", "--trajectory", native, "--agent", "claude-code",
+         "--after-step", "4", "--to-agent", "codex", "--agent-entrypoint", str(entrypoint("codex")),
+         "--workspace", str(ws), "--output", str(out), "--replay-only"],
+        env=cap.env, cwd=root, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "keeps no workspace snapshot" in proc.stderr  # said before the agent started
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    h = result["handoff"]
+    fates = {c["tool"]: c["fate"] for c in h["calls"]}
+    assert fates == {
+        "Bash": "translated",
+        "Write": "reproduced",
+        "Read": "translated",
+        "NotebookEdit": "rendered_as_text",
+    }
+    assert (ws / "a.txt").read_text() == "alpha\n" and "print(1)" in (ws / "n.ipynb").read_text()
+    assert h["workspace"]["compared"] is False and "native file" in h["workspace"]["why_not_compared"]
+    assert h["lineage"]["parent_run"] is None and h["from_snapshots"] == []
+    assert h["boundary_request"]["valid"]
