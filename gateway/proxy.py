@@ -386,6 +386,7 @@ class Gateway:
             protocol=route.protocol,
             t0=pending.t0,
             base=route.base,
+            workspace_read=cur.snapshot.done if cur.snapshot is not None else None,
         )
         answer = await self._answer(incoming, end)
         if isinstance(answer, Refuse):

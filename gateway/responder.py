@@ -26,7 +26,7 @@ What answered is journaled as ``served_by`` (:class:`ServedBy`); flags an answer
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, AsyncIterable, Iterable, Protocol, Union
+from typing import TYPE_CHECKING, Any, AsyncIterable, Iterable, Protocol, Union
 
 from pvisor.journal.content_encoding import DecodeError, decode_body
 from pvisor.journal.exchange_end import Outcome, ServedBy
@@ -56,6 +56,9 @@ class IncomingRequest:
         t0: ``time.perf_counter()`` when the request arrived (for timings).
         base: the base URL a forward goes to instead of the upstream's: intercept mode's
             origin the agent addressed (or its ``--redirect`` address), else None.
+        workspace_read: done once the gateway's workspace snapshot for this request was taken
+            (an ``asyncio.Future``), or None when it takes none: a responder that changes the
+            workspace (a handoff's ``--reset-to-pause``) awaits it first.
     """
 
     exchange: str
@@ -72,6 +75,7 @@ class IncomingRequest:
     protocol: str | None = None
     t0: float = 0.0
     base: str | None = None
+    workspace_read: Any = None
 
     def header(self, name: str) -> str | None:
         """The first value of header ``name`` (case-insensitive), or None."""

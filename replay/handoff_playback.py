@@ -17,6 +17,7 @@ Pure like its bases: no file, process or socket.
 from __future__ import annotations
 
 from dataclasses import replace
+from collections.abc import Mapping
 from typing import Any
 
 from pvisor.adapters.agents.effects import Effect
@@ -75,7 +76,7 @@ class HandoffPlayback:
         source_descriptor: Any,
         source_n: int,
         workspace: str,
-        changes: dict[int, list[tuple[str, bytes | None]]] | None = None,
+        changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
     ) -> None:
         self.source = source
         self.source_descriptor = source_descriptor
@@ -205,7 +206,7 @@ class HandoffReplay(HandoffPlayback, PlaybackResponder):
         protocol: str,
         rewrites: PathRewrites,
         workspace: str,
-        changes: dict[int, list[tuple[str, bytes | None]]] | None = None,
+        changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
     ) -> None:
         PlaybackResponder.__init__(
             self, pending_recording(source, protocol, descriptor.name), 0, descriptor, rewrites
@@ -227,7 +228,7 @@ class HandoffContinuation(HandoffPlayback, ContinuationResponder):
         rewrites: PathRewrites,
         workspace: str,
         policy: LivePolicy,
-        changes: dict[int, list[tuple[str, bytes | None]]] | None = None,
+        changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
     ) -> None:
         ContinuationResponder.__init__(
             self,

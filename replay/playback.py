@@ -31,7 +31,9 @@ keys of each reply, and for Responses the conversation behind each served respon
 a request naming one by ``previous_response_id`` is expanded into the whole conversation before
 it is matched.
 
-Pure: no file, process or socket; :meth:`PlaybackResponder.respond` never waits. Its findings
+Pure: no file, process or socket; :meth:`PlaybackResponder.respond` never waits, but at request
+N+1 with an :attr:`~PlaybackResponder.on_boundary` hook (a handoff's ``--reset-to-pause``), which
+runs once the gateway's snapshot of that request was taken. Its findings
 are read with :meth:`PlaybackResponder.tool_calls` and the attributes, and laid out as the
 result document by :func:`replay_only_result`.
 """
@@ -456,6 +458,9 @@ class PlaybackResponder:
         if k == self.n + 1 and self.boundary is None:
             self.boundary = Boundary(body, _meta(request), request.exchange, conv)
             if self.on_boundary is not None:
+                if request.workspace_read is not None:
+                    # the snapshot of request N+1 reads what the replay left, before it is changed
+                    await asyncio.shield(request.workspace_read)
                 self.on_boundary()
             return self.at_boundary(request, body, conv, k, m.stream)
         return self.beyond(request, body, conv, k, m.stream)

@@ -35,6 +35,7 @@ import json
 import posixpath
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -74,7 +75,7 @@ class Target:
     #: source step -> the files that step changed, from the source's snapshots around it
     #: (path relative to the workspace, the new bytes or None when removed); only for the steps
     #: whose calls cannot say what they changed (:data:`UNSAID`); absent: unknown
-    changes: dict[int, list[tuple[str, bytes | None]]] | None = None
+    changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None
 
 
 @dataclass

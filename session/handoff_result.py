@@ -21,6 +21,7 @@ import hashlib
 import os
 import stat
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable
 
 import orjson
@@ -62,11 +63,12 @@ def handoff_responder(
 
 def snapshot_changes(
     opts: ReplayOptions, rec: Any, source_d: Any
-) -> dict[int, list[tuple[str, bytes | None]]]:
+) -> Mapping[int, list[tuple[str, bytes | None]]]:
     """Per source step whose calls may change the workspace in ways their arguments do not say
     (:data:`~pvisor.replay.translate.UNSAID`: a subagent, an MCP tool), the files it changed
-    from the source run's snapshots before and after it (path, new bytes or None when removed);
-    {} for a native source or a run without snapshots there."""
+    from the source run's snapshots before and after it (path, new bytes or None when removed),
+    read when the translation asks for a step (only for a call it does not re-run: the bytes of
+    every written file are not held); empty for a native source or a run without snapshots."""
     wanted = [
         s.n
         for s in rec.steps[: opts.after_step]
@@ -74,15 +76,38 @@ def snapshot_changes(
     ]
     if not wanted or rec.kind != "journal" or not rec.run:
         return {}
-    out: dict[int, list[tuple[str, bytes | None]]] = {}
-    try:
-        with JournalReader(opts.journal) as reader:
-            snaps = run_snapshots(reader, rec.run)
-            for n in wanted:
-                try:
-                    before, after = reader.manifest(snaps.pick(n - 1)), reader.manifest(snaps.pick(n))
-                except PvisorError:
-                    continue  # no snapshot around this step: its calls stay text only
+    return StepChanges(opts.journal, rec.run, wanted)
+
+
+class StepChanges(Mapping):
+    """The files each of the ``steps`` of journal ``run`` changed, from its snapshots around the
+    step, read on first access (a step without snapshots around it is missing)."""
+
+    def __init__(self, journal: Path, run: str, steps: list[int]) -> None:
+        self.journal, self.run, self.steps = journal, run, steps
+        self._read: dict[int, list[tuple[str, bytes | None]] | None] = {}
+
+    def __iter__(self) -> Any:
+        return iter(self.steps)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def __getitem__(self, n: int) -> list[tuple[str, bytes | None]]:
+        if n not in self.steps:
+            raise KeyError(n)
+        if n not in self._read:
+            self._read[n] = self._changes(n)
+        found = self._read[n]
+        if found is None:
+            raise KeyError(n)
+        return found
+
+    def _changes(self, n: int) -> list[tuple[str, bytes | None]] | None:
+        try:
+            with JournalReader(self.journal) as reader:
+                snaps = run_snapshots(reader, self.run)
+                before, after = reader.manifest(snaps.pick(n - 1)), reader.manifest(snaps.pick(n))
                 files = {e.path: e for e in after.entries}
                 changed: list[tuple[str, bytes | None]] = []
                 for d in _differences(before, after):
@@ -91,10 +116,9 @@ def snapshot_changes(
                         changed.append((d["path"], None))
                     elif e is not None and e.kind.value == "file" and e.sha256:
                         changed.append((d["path"], reader.blob(e.sha256)))
-                out[n] = changed
-    except PvisorError:
-        return out
-    return out
+                return changed
+        except PvisorError:
+            return None  # no snapshot around this step: its calls stay text only
 
 
 def _is_empty(ws: Path) -> bool:
