@@ -216,21 +216,40 @@ def _operand(path: str) -> str:
     return _q("./" + path if path.startswith("-") else path)
 
 
-def write_command(path: str, content: str) -> str:
-    """A shell command that writes ``content`` as the whole file ``path`` (its directory made):
-    a here-document when the content ends with a newline, else ``printf``; through ``base64 -d``
-    when it holds a NUL byte (a command is an ``execve`` argument, which ends at a NUL)."""
+def write_command(path: str, content: str, append: bool = False) -> str:
+    """A shell command that writes ``content`` as the whole file ``path`` (its directory made),
+    or appends it (``append``): a here-document when the content ends with a newline, else
+    ``printf``; through ``base64 -d`` when it holds a NUL byte (a command is an ``execve``
+    argument, which ends at a NUL)."""
     parent = posixpath.dirname(path)
-    mk = f"mkdir -p -- {_q(parent)} && " if parent not in ("", ".", "/") else ""
+    mk = f"mkdir -p -- {_q(parent)} && " if parent not in ("", ".", "/") and not append else ""
+    to = ">>" if append else ">"
     if content == "":
-        return f"{mk}: > {_q(path)}"
+        return f"{mk}: {to} {_q(path)}"
     if "\x00" in content:
         data = content.encode("utf-8", "surrogatepass")  # a lone surrogate of the JSON, as it came
-        return f"{mk}printf '%s' {base64.b64encode(data).decode()} | base64 -d > {_q(path)}"
+        return f"{mk}printf '%s' {base64.b64encode(data).decode()} | base64 -d {to} {_q(path)}"
     if content.endswith("\n"):
         d = _delimiter(content)
-        return f"{mk}cat > {_q(path)} <<'{d}'\n{content}{d}"
-    return f"{mk}printf '%s' {shlex.quote(content)} > {_q(path)}"
+        return f"{mk}cat {to} {_q(path)} <<'{d}'\n{content}{d}"
+    return f"{mk}printf '%s' {shlex.quote(content)} {to} {_q(path)}"
+
+
+#: the most characters of content one write command carries: a command is one ``execve``
+#: argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN), and quoting or base64 makes it longer
+WRITE_PART = 16 * 1024
+
+
+def write_parts(content: str) -> list[str]:
+    """``content`` in parts of at most :data:`WRITE_PART` characters, cut after a newline where
+    a part has one (each part then goes as a here-document); one part when it is short."""
+    parts: list[str] = []
+    rest = content
+    while len(rest) > WRITE_PART:
+        cut = rest.rfind("\n", 0, WRITE_PART) + 1 or WRITE_PART
+        parts.append(rest[:cut])
+        rest = rest[cut:]
+    return [*parts, rest]
 
 
 def _python(script: str) -> str:
@@ -726,13 +745,20 @@ class _Translator:
                 else None
             )
             if cmd is not None:
+                more = self._more_parts(fx, args)
+                if more:  # a long write: its first part here, the others in the steps after it
+                    cmd = more.pop(0)
                 made = self._made(cmd)
                 if made != cmd:  # what the encoded command does, said in B's own words
                     notes.append(f"The {fx.effect.value} below runs this, encoded for my shell:\n{cmd}")
                 tool, targs = self._shell_call(made, f"{fx.effect.value.capitalize()} as {call.name} did")
-                planned.append(
-                    (call, tool, targs, CallFate.REPRODUCED, f"{fx.effect.value} made by shell", hist)
+                why = f"{fx.effect.value} made by shell" + (
+                    f" in {len(more) + 1} parts, one a step" if more else ""
                 )
+                planned.append((call, tool, targs, CallFate.REPRODUCED, why, hist))
+                for part in more:
+                    tool, targs = self._shell_call(self._made(part), f"Go on with the write of {call.name}")
+                    planned.append((None, tool, targs, CallFate.REPRODUCED, None, None))
                 return
         # not re-run: the recorded call and result as text in B's own message
         notes.append(_note(call, hist, self.source))
@@ -743,6 +769,18 @@ class _Translator:
         else:
             why = f"its arguments do not say what the {fx.effect.value} did"
         planned.append((call, "", {}, CallFate.RENDERED_AS_TEXT, why, hist))
+
+    def _more_parts(self, fx: ToolEffect, args: dict[str, Any]) -> list[str]:
+        """The commands of a write too long for one command (:data:`WRITE_PART`): the first
+        writes, the others append; [] for a write of one part, an edit or a patch."""
+        if fx.effect is not Effect.WRITE:
+            return []
+        path, content = args.get(fx.arg(Role.PATH) or ""), args.get(fx.arg(Role.CONTENT) or "")
+        if not isinstance(path, str) or not isinstance(content, str) or len(content) <= WRITE_PART:
+            return []
+        rel = self._rel(path)
+        parts = write_parts(content)
+        return [write_command(rel, parts[0])] + [write_command(rel, p, append=True) for p in parts[1:]]
 
     def _account(
         self,
@@ -764,11 +802,14 @@ class _Translator:
     ) -> None:
         """B's step(s) of one source step: one with every call when B takes several calls at once
         (text mode: one per command), the rendered notes in its text."""
-        runnable = [p for p in planned if p[3] is not CallFate.RENDERED_AS_TEXT]
+        runnable = [p for p in planned if p[3] is not CallFate.RENDERED_AS_TEXT and p[0] is not None]
+        # the parts of a long write after its first, each a step of its own: in order, after it
+        later = [p for p in planned if p[0] is None]
         body = "\n\n".join(x for x in [text.strip(), *notes] if x)
         groups = [runnable] if not self.text_mode else [[p] for p in runnable] or [[]]
         if not runnable:
             groups = [[]]
+        groups += [[p] for p in later]
         made: list[int] = []
         for g, group in enumerate(groups):
             n = len(self.out.steps) + 1
@@ -781,7 +822,8 @@ class _Translator:
                 results.append(
                     ToolResult(call_id=tc.id, content=content, is_error=hist.is_error if hist else None)
                 )
-                self.out.calls.append(self._account(step, src, fate, why, n, tool, i))
+                if src is not None:
+                    self.out.calls.append(self._account(step, src, fate, why, n, tool, i))
             if extra is not None and g == len(groups) - 1:
                 tool, targs, paths = extra
                 tc = self._call(step.n, n, len(calls), tool, targs)

@@ -120,9 +120,9 @@ def test_a_hostile_write_content_is_written_as_recorded_and_nothing_else(tmp_pat
     are data of a quoted here-document or of one shell word."""
     box = Box(tmp_path)
     before = box.outside()
-    [cmd] = _commands(_write(f"{RECORDED}/out.txt", content), box.ws)
-    proc = box.run(cmd)
-    assert proc.returncode == 0, proc.stderr
+    for cmd in _commands(_write(f"{RECORDED}/out.txt", content), box.ws):  # (a long one in parts)
+        proc = box.run(cmd)
+        assert proc.returncode == 0, proc.stderr
     assert (box.ws / "out.txt").read_bytes() == content.encode()
     assert sorted(p.name for p in box.ws.iterdir()) == ["out.txt"]
     assert box.outside() == before
@@ -200,22 +200,28 @@ def test_a_path_with_a_nul_byte_is_not_made_into_a_command(tmp_path):
     assert [c.fate for c in tr.calls] == [CallFate.RENDERED_AS_TEXT]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a write is one B shell command holding the whole content; Linux refuses a single "
-    "argument over 128 KiB (MAX_ARG_STRLEN), so B's `bash -c` fails with E2BIG. Fix: split a "
-    "content over ~100 KiB into several B shell calls (`cat >>` chunks, each its own step) or "
-    "make it from the snapshots (files_command) in chunks",
-)
-def test_a_write_of_200_kib_is_made_by_bs_shell(tmp_path):
+@pytest.mark.parametrize("line", ["0123456789abcdef" * 8 + "\n", "'" * 40_000])
+def test_a_write_of_200_kib_is_made_by_bs_shell(tmp_path, line):
+    """Hole, fixed: a write was one B shell command holding the whole content, and Linux refuses
+    one argument over 128 KiB (MAX_ARG_STRLEN): B's ``bash -c`` failed with E2BIG (a
+    package-lock.json). A long write now goes in parts, one B step each, the first writing and
+    the others appending, in order; also a content of quotes without a newline (quoting makes
+    its command longer than its content)."""
     box = Box(tmp_path)
-    content = ("0123456789abcdef" * 8 + "\n") * 1600  # 206 KiB, as a package-lock.json is
-    [cmd] = _commands(_write(f"{RECORDED}/package-lock.json", content), box.ws)
-    try:
-        proc = box.run(cmd)
-    except OSError as exc:  # E2BIG: the agent's spawn fails the same way
-        pytest.fail(f"B's shell cannot run the translated write: {exc}")
-    assert proc.returncode == 0 and (box.ws / "package-lock.json").read_text() == content
+    content = line * (206 * 1024 // len(line) + 1)  # over 200 KiB, as a package-lock.json is
+    steps = _write(f"{RECORDED}/package-lock.json", content)
+    tr = translate(steps, get_descriptor("claude-code"), _codex(box.ws))
+    commands = [c.arguments["cmd"] for s in tr.steps for c in s.action.tool_calls]
+    assert len(commands) > 1 and len(tr.steps) == len(commands)  # one part a step: in order
+    assert [c.fate for c in tr.calls] == [CallFate.REPRODUCED]  # one source call, accounted once
+    for cmd in commands:
+        assert len(cmd.encode()) < 128 * 1024
+        try:
+            proc = box.run(cmd)
+        except OSError as exc:  # E2BIG: the agent's spawn fails the same way
+            pytest.fail(f"B's shell cannot run the translated write: {exc}")
+        assert proc.returncode == 0, proc.stderr
+    assert (box.ws / "package-lock.json").read_text() == content
 
 
 # --------------------------------------------------------------------------- 2. an edit's script
