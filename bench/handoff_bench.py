@@ -58,19 +58,11 @@ from pvisor.journal.reader import JournalReader
 from pvisor.replay.translate import Target, translate
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from agent_installs import AGENTS, ENTRYPOINTS  # noqa: E402
+
 PVISOR = str(Path(sys.executable).with_name("pvisor"))
 
-#: the six agents pvisor launches (rows and columns of the translation table, in this order)
-AGENTS = ("claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "mini-swe-agent")
-#: each agent's executable under the agents dir (as tests/agent_helpers.py has them)
-ENTRYPOINTS = {
-    "claude-code": "claude-code/node_modules/.bin/claude",
-    "codex": "codex/node_modules/.bin/codex",
-    "gemini-cli": "gemini-cli/node_modules/.bin/gemini",
-    "opencode": "opencode/node_modules/.bin/opencode",
-    "qwen-code": "qwen-code/node_modules/.bin/qwen",
-    "mini-swe-agent": "mini-swe-agent/venv/bin/mini",
-}
 #: the corpus's file of requests per agent (tests/corpus/requests; Claude Code's is captured here)
 CORPUS_FILES = {
     "codex": "codex-0.171.0.jsonl",

@@ -38,16 +38,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-AGENTS = ["claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "mini-swe-agent"]
-#: where scripts/install-agents puts each agent's executable, under the agents directory
-ENTRYPOINTS = {
-    "claude-code": "claude-code/node_modules/.bin/claude",
-    "codex": "codex/node_modules/.bin/codex",
-    "gemini-cli": "gemini-cli/node_modules/.bin/gemini",
-    "opencode": "opencode/node_modules/.bin/opencode",
-    "qwen-code": "qwen-code/node_modules/.bin/qwen",
-    "mini-swe-agent": "mini-swe-agent/venv/bin/mini",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from agent_installs import AGENTS, ENTRYPOINTS  # noqa: E402
+
 TASK = "Write a note, read it back, edit it and plan the rest."
 SHELL = "echo alpha > a.txt && cat a.txt"
 NOTE = "one\ntwo\n"
