@@ -47,13 +47,56 @@ FROM_LABEL, TO_LABEL = HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL
 MAX_LISTED = 200
 
 
+class SourceSnapshots:
+    """The source's workspace snapshots, read once for the whole handoff: binding a run's
+    snapshots to its steps reads its whole trajectory (:func:`~pvisor.replay.snapshots.
+    run_snapshots`), and the start state, the pause's lineage, ``--reset-to-pause``, the step
+    changes and the comparison each need them. ``journal``; ``rec``: the source's recording (a
+    native file, or a run recorded without a workspace, has none: :meth:`at` says why)."""
+
+    def __init__(self, journal: Path, rec: Any, after_step: int) -> None:
+        self.journal, self.rec, self.after_step = journal, rec, after_step
+        self._snaps: Any = None
+        self._manifests: dict[str, Manifest] = {}
+
+    def at(self, n: int) -> Any:
+        """The snapshot after ``n`` source steps. PvisorError saying why there is none."""
+        if self.rec.kind != "journal" or not self.rec.run:
+            raise PvisorError("the source is a native file, which keeps no workspace snapshot")
+        if self._snaps is None:
+            with JournalReader(self.journal) as reader:
+                self._snaps = run_snapshots(reader, self.rec.run)
+        return self._snaps.pick(n)
+
+    def manifest(self, snap: Any) -> Manifest:
+        found = self._manifests.get(snap.id)
+        if found is None:
+            with JournalReader(self.journal) as reader:
+                found = self._manifests[snap.id] = reader.manifest(snap)
+        return found
+
+    def pause(self) -> tuple[Any, str | None]:
+        """((the snapshot at the pause, its manifest), None), or (None, why there is none)."""
+        try:
+            snap = self.at(self.after_step)
+            return (snap, self.manifest(snap)), None
+        except PvisorError as exc:
+            return None, exc.message
+
+
 def handoff_responder(
-    opts: ReplayOptions, rec: Any, d: Any, rewrites: PathRewrites, workspace: str, policy: LivePolicy | None
+    opts: ReplayOptions,
+    rec: Any,
+    d: Any,
+    rewrites: PathRewrites,
+    workspace: str,
+    policy: LivePolicy | None,
+    snaps: SourceSnapshots,
 ) -> Any:
     """B's playback: replay-only (``policy`` None) or continued with the live model."""
     protocol = get_profile(opts.agent).protocol
     source_d = descriptor(rec.agent)
-    changes = snapshot_changes(opts, rec, source_d)
+    changes = snapshot_changes(opts, rec, source_d, snaps)
     if policy is None:
         return HandoffReplay(rec, source_d, opts.after_step, d, protocol, rewrites, workspace, changes)
     return HandoffContinuation(
@@ -62,7 +105,7 @@ def handoff_responder(
 
 
 def snapshot_changes(
-    opts: ReplayOptions, rec: Any, source_d: Any
+    opts: ReplayOptions, rec: Any, source_d: Any, snaps: SourceSnapshots
 ) -> Mapping[int, list[tuple[str, bytes | None]]]:
     """Per source step whose calls may change the workspace in ways their arguments do not say
     (:data:`~pvisor.replay.translate.UNSAID`: a subagent, an MCP tool), the files it changed
@@ -76,15 +119,15 @@ def snapshot_changes(
     ]
     if not wanted or rec.kind != "journal" or not rec.run:
         return {}
-    return StepChanges(opts.journal, rec.run, wanted)
+    return StepChanges(snaps, wanted)
 
 
 class StepChanges(Mapping):
-    """The files each of the ``steps`` of journal ``run`` changed, from its snapshots around the
-    step, read on first access (a step without snapshots around it is missing)."""
+    """The files each of the ``steps`` of the source changed, from its snapshots around the step
+    (``snaps``), read on first access (a step without snapshots around it is missing)."""
 
-    def __init__(self, journal: Path, run: str, steps: list[int]) -> None:
-        self.journal, self.run, self.steps = journal, run, steps
+    def __init__(self, snaps: SourceSnapshots, steps: list[int]) -> None:
+        self.snaps, self.steps = snaps, steps
         self._read: dict[int, list[tuple[str, bytes | None]] | None] = {}
 
     def __iter__(self) -> Any:
@@ -105,9 +148,9 @@ class StepChanges(Mapping):
 
     def _changes(self, n: int) -> list[tuple[str, bytes | None]] | None:
         try:
-            with JournalReader(self.journal) as reader:
-                snaps = run_snapshots(reader, self.run)
-                before, after = reader.manifest(snaps.pick(n - 1)), reader.manifest(snaps.pick(n))
+            before = self.snaps.manifest(self.snaps.at(n - 1))
+            after = self.snaps.manifest(self.snaps.at(n))
+            with JournalReader(self.snaps.journal) as reader:
                 files = {e.path: e for e in after.entries}
                 changed: list[tuple[str, bytes | None]] = []
                 for d in _differences(before, after):
@@ -128,7 +171,9 @@ def _is_empty(ws: Path) -> bool:
         return False
 
 
-def start_snapshot_of(opts: ReplayOptions, rec: Any, ws: Path, warn: Callable[[str], None]) -> str | None:
+def start_snapshot_of(
+    opts: ReplayOptions, rec: Any, ws: Path, warn: Callable[[str], None], snaps: SourceSnapshots
+) -> str | None:
     """The journal run whose start snapshot is restored into ``ws`` before B starts: the source
     run's, when it has one and ``ws`` is empty; else None (a native file, a run recorded without
     a workspace, a workspace that holds something: B starts in it as given, with one warning)."""
@@ -147,32 +192,19 @@ def start_snapshot_of(opts: ReplayOptions, rec: Any, ws: Path, warn: Callable[[s
         )
         return None
     try:
-        with JournalReader(opts.journal) as reader:
-            run_snapshots(reader, rec.run).pick(0)
+        snaps.at(0)
     except PvisorError as exc:
         warn(f"handoff: {exc.message}; {opts.agent} starts in the empty {ws}")
         return None
     return rec.run
 
 
-def _pause_snapshot(opts: ReplayOptions, rec: Any) -> tuple[Any, str | None]:
-    """(the source's snapshot at the pause, or None; why there is none)."""
-    if rec.kind != "journal" or not rec.run:
-        return None, "the source is a native file, which keeps no workspace snapshot"
-    try:
-        with JournalReader(opts.journal) as reader:
-            snap = run_snapshots(reader, rec.run).pick(opts.after_step)
-            return (snap, reader.manifest(snap)), None
-    except PvisorError as exc:
-        return None, exc.message
-
-
-def check_reset(opts: ReplayOptions, rec: Any) -> None:
+def check_reset(opts: ReplayOptions, snaps: SourceSnapshots) -> None:
     """ReplayBadInput ``no_snapshot`` (exit 65) before anything runs when ``reset_to_pause`` is
     asked and the source has no snapshot at the pause to reset to."""
     if not opts.reset_to_pause:
         return
-    found, why = _pause_snapshot(opts, rec)
+    found, why = snaps.pause()
     if found is None:
         raise ReplayBadInput("no_snapshot", f"--reset-to-pause: {why}: there is no pause state to restore")
 
@@ -182,15 +214,15 @@ class PauseReset:
     snapshot at the pause: every entry the snapshot does not hold removed (never followed
     through a symlink), then the snapshot restored over it. :meth:`record` says what it did."""
 
-    def __init__(self, opts: ReplayOptions, rec: Any, ws: Path) -> None:
-        self.opts, self.rec, self.ws = opts, rec, ws
+    def __init__(self, opts: ReplayOptions, snaps: SourceSnapshots, ws: Path) -> None:
+        self.opts, self.snaps, self.ws = opts, snaps, ws
         self.done = False
         self.removed: list[str] = []
         self.error: str | None = None
 
     def __call__(self) -> None:
         try:
-            found, why = _pause_snapshot(self.opts, self.rec)
+            found, why = self.snaps.pause()
             if found is None:
                 raise PvisorError(why or "no snapshot at the pause")
             snap, manifest = found
@@ -224,11 +256,11 @@ class PauseReset:
         }
 
 
-def handoff_lineage(opts: ReplayOptions, rec: Any) -> dict[str, Any]:
+def handoff_lineage(opts: ReplayOptions, rec: Any, snaps: SourceSnapshots) -> dict[str, Any]:
     """The child run's lineage: ``labels`` (from and to agent), ``pause_transition`` (the
     transition the pause follows: N - 1; None at N = 0) and ``workspace_snapshot`` (the digest
     of the source's snapshot at the pause, None without one)."""
-    found, _ = _pause_snapshot(opts, rec)
+    found, _ = snaps.pause()
     return {
         "labels": {FROM_LABEL: rec.agent, TO_LABEL: opts.agent},
         "pause_transition": opts.after_step - 1 if opts.after_step > 0 else None,
@@ -253,10 +285,10 @@ def _differences(pause: Manifest, now: Manifest) -> list[dict[str, str]]:
     return out
 
 
-def _workspace(opts: ReplayOptions, rec: Any, p: Any, report: Any) -> dict[str, Any]:
+def _workspace(opts: ReplayOptions, snaps: SourceSnapshots, p: Any, report: Any) -> dict[str, Any]:
     """The workspace after re-enactment (B's snapshot when request M+1 came) against the
     source's snapshot at the pause."""
-    found, why = _pause_snapshot(opts, rec)
+    found, why = snaps.pause()
     record: dict[str, Any] = {
         "compared": False,
         "pause_snapshot": found[0].digest if found else None,
@@ -375,15 +407,15 @@ def fill_handoff(
     rec: Any,
     p: Any,
     report: Any,
-    warn: Callable[[str], None],
+    snaps: SourceSnapshots,
     reset: PauseReset | None = None,
 ) -> None:
     """``result.handoff`` (docs/handoff.md "The handoff report") once B ran; a workspace that
-    differs from the pause's snapshot is warned (``handoff_workspace_differs``)."""
+    differs from the pause's snapshot is a warning of the result (``handoff_workspace_differs``)."""
     same = rec.agent == opts.agent
     tr = None if same else getattr(p, "translation", None)
     refused = None if same else getattr(p, "refused", None)
-    workspace = _workspace(opts, rec, p, report)
+    workspace = _workspace(opts, snaps, p, report)
     if reset is not None:
         # what the reset overwrote: the differences compared (B's workspace when request M+1 came)
         workspace["reset_to_pause"] = reset.record()

@@ -76,6 +76,7 @@ from pvisor.session.children import (
 from pvisor.session.continuation_result import fill_live
 from pvisor.session.handoff_result import (
     PauseReset,
+    SourceSnapshots,
     check_reset,
     fill_handoff,
     handoff_failure,
@@ -425,14 +426,16 @@ def _replay_claimed(
     try:
         sd = _source_descriptor(opts, d)
         rec = _read_source(opts, d, sd, child, result, live, ws)
-        if mode is RunMode.HANDOFF:
-            check_reset(opts, rec)
+        # a handoff's source snapshots, read once (start state, lineage, reset, comparison)
+        snaps = SourceSnapshots(opts.journal, rec, opts.after_step) if mode is RunMode.HANDOFF else None
+        if snaps is not None:
+            check_reset(opts, snaps)
         # before anything runs or is written into the workspace
         check_before_acting(opts, rec, sd, ws, result, warn)
         restored = None
         start_from = opts.workspace_from
-        if start_from is None and mode is RunMode.HANDOFF:
-            start_from = start_snapshot_of(opts, rec, ws, warn)
+        if start_from is None and snaps is not None:
+            start_from = start_snapshot_of(opts, rec, ws, warn, snaps)
         if start_from is not None:
             t = time.perf_counter()
             restored = _restore_start(opts.journal, start_from, ws)
@@ -441,7 +444,7 @@ def _replay_claimed(
         ws_before = workspace_digest(ws)
         timings.workspace_before = elapsed_ms(t, time.perf_counter())
         t = time.perf_counter()
-        p, report = _run_with_playback(opts, warn, mode, d, rec, result, ws, claimed, upstream)
+        p, report = _run_with_playback(opts, warn, mode, d, rec, result, ws, claimed, upstream, snaps)
         timings.agent = elapsed_ms(t, time.perf_counter())
         result.agent_started = True
         fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, restored)
@@ -458,8 +461,8 @@ def _replay_claimed(
                 _check_child_boundary(result, opts, child, p.n, warn)
         if live:
             fill_live(result, opts, rec, p, report, upstream)
-        if mode is RunMode.HANDOFF:
-            fill_handoff(result, opts, rec, p, report, warn, getattr(p, "reset", None))
+        if snaps is not None:
+            fill_handoff(result, opts, rec, p, report, snaps, getattr(p, "reset", None))
         files = fill_prefix(result, opts, rec, p, out)
         return _write_outcome(result, opts, p, report, files, out, t0)
     except PvisorError as exc:
@@ -508,26 +511,28 @@ def _run_with_playback(
     ws: Path,
     claimed: int | None,
     upstream: str | None,
+    snaps: SourceSnapshots | None = None,
 ) -> tuple[Any, RunReport]:
     """The agent run in ``ws`` as ``pvisor run`` runs it, answered by playback (and, in a
     continuation, the live ``upstream`` after step N), a progress bar counting the main-loop
-    requests served up to the boundary N + 1. Returns the responder and the run's report."""
+    requests served up to the boundary N + 1. ``snaps``: a handoff's source snapshots (None
+    otherwise). Returns the responder and the run's report."""
     live = is_live(mode, opts)
     holder: dict[str, Any] = {}
     labels = {"source_kind": rec.kind, "source": show_path(rec.path)}
     if rec.kind == "native":
         labels["source_sha256"] = result.source.sha256 or ""
-    lineage = handoff_lineage(opts, rec) if mode is RunMode.HANDOFF else {}
+    lineage = handoff_lineage(opts, rec, snaps) if snaps is not None else {}
     labels.update(lineage.get("labels", {}))
     handing = mode is RunMode.HANDOFF
     what = f"handing {rec.agent} over to {opts.agent} at" if handing else f"replaying {opts.agent} to"
     with progress.task(f"{what} step {opts.after_step}", opts.after_step + 1) as task:
 
         def make(setup: Any) -> Any:
-            responder = _responder(opts, rec, d, live, setup)
+            responder = _responder(opts, rec, d, live, setup, snaps)
             responder.on_request = task.reach
             if handing and opts.reset_to_pause:
-                responder.reset = responder.on_boundary = PauseReset(opts, rec, setup.workspace)
+                responder.reset = responder.on_boundary = PauseReset(opts, snaps, setup.workspace)
             holder["responder"] = responder
             return responder
 
@@ -612,7 +617,9 @@ def _enum(kind: Any, value: Any, name: str) -> Any:
         raise ReplayUsageError("usage", f"{name}={value!r}: expected one of {choices}") from None
 
 
-def _responder(opts: ReplayOptions, rec: Any, d: Any, live: bool, setup: Any) -> Any:
+def _responder(
+    opts: ReplayOptions, rec: Any, d: Any, live: bool, setup: Any, snaps: SourceSnapshots | None
+) -> Any:
     """The gateway's responder for the run ``setup`` (:class:`~pvisor.session.run.RunSetup`):
     playback of ``rec`` through step N with the recorded paths rewritten to the run's, then the
     synthetic end (replay-only) or the live model (a continuation)."""
@@ -631,7 +638,10 @@ def _responder(opts: ReplayOptions, rec: Any, d: Any, live: bool, setup: Any) ->
         live_model=opts.live_model,
     )
     if opts.source_agent is not None and opts.source_agent != opts.agent:
-        return handoff_responder(opts, rec, d, rewrites, str(setup.workspace), policy if live else None)
+        assert snaps is not None
+        return handoff_responder(
+            opts, rec, d, rewrites, str(setup.workspace), policy if live else None, snaps
+        )
     if not live:
         return PlaybackResponder(rec, opts.after_step, d, rewrites)
     return ContinuationResponder(rec, opts.after_step, d, rewrites, policy)

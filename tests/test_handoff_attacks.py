@@ -529,7 +529,7 @@ def test_the_reset_to_pause_removes_nothing_outside_while_a_background_call_swap
     import threading
     from types import SimpleNamespace
 
-    from pvisor.session.handoff_result import PauseReset
+    from pvisor.session.handoff_result import PauseReset, SourceSnapshots
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -558,7 +558,7 @@ def test_the_reset_to_pause_removes_nothing_outside_while_a_background_call_swap
     thread.start()
     try:
         for _ in range(60):
-            reset = PauseReset(opts, rec, ws)
+            reset = PauseReset(opts, SourceSnapshots(paused_run.journal, rec, 1), ws)
             reset()
             if not all(v.exists() for v in victims):
                 break
