@@ -97,7 +97,7 @@ def _options(given: dict[str, Any]) -> tuple[Any, list[Any]]:
     if agent is None:
         if run is None:
             raise UsageError("agent= is needed with a native trajectory (which agent wrote it?)")
-        agent = _agent_of(journal_path, run)
+        agent = agent_of(journal_path, run)
     out = Path(output) if output is not None else Path(tempfile.mkdtemp(prefix="pvisor-continue-"))
     values = {o.name: given[o.api] for o in OPTIONS if o.api in given and o.api != "source"}
     values.update(
@@ -125,14 +125,16 @@ def source_of(source: Any, expected: str) -> tuple[str | None, Path | None]:
     raise UsageError(f"source {source!r}: give {expected}")
 
 
-def _agent_of(journal: Path, run: str) -> str:
-    """The agent a journal run was captured with."""
+def agent_of(journal: Path, run: str, option: str = "agent=") -> str:
+    """The agent a journal run was captured with (its row: nothing else is read). UsageError
+    (exit 2) for a missing journal, an unknown run, or a run that names none (``option``: how to
+    give one, ``agent=`` or ``--agent NAME``)."""
     if not journal.exists():
         raise UsageError(f"journal {journal}: no such journal file")
     with JournalReader(journal) as r:
         found = r.run(run)
     if not found.agent:
-        raise UsageError(f"run {found.id} names no agent: give agent=")
+        raise UsageError(f"run {found.id} names no agent: give {option}")
     return found.agent
 
 

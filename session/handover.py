@@ -38,7 +38,7 @@ from pvisor.journal.redact import has_key_shape
 from pvisor.replay.numbering import Position, Wording
 from pvisor.replay.recording import journal_recording, native_recording
 from pvisor.replay.views import HandoffBranch, PauseKind, PauseSpec, TrajectoryReplay
-from pvisor.session.api import Result, Source, source_of
+from pvisor.session.api import Result, Source, agent_of, source_of
 from pvisor.session.replay import ReplayOnlyOutcome, hand_over
 from pvisor.session.replay_checks import related, resolved
 from pvisor.session.replay_options import DEFAULT_TIMEOUT_S, ReplayOptions
@@ -293,10 +293,7 @@ def _source_and_pause(
     )
     if agent is None:
         assert run is not None
-        agent = TrajectoryReplay.from_journal(journal_path, run).agent
-        if not agent:
-            raise UsageError(f"run {run} names no agent: give agent=")
-    assert agent is not None
+        agent = agent_of(journal_path, run)
     return journal_path, run, trajectory, child_run, agent, after_step
 
 

@@ -150,11 +150,9 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         allow_damaged=bool(flags["allow_damaged"]),
     )
     if agent is None:
-        from pvisor.replay.views import TrajectoryReplay
+        from pvisor.session.api import agent_of
 
-        agent = TrajectoryReplay.from_journal(journal, flags["run"]).agent
-        if not agent:
-            raise UsageError(f"run {flags['run']} names no agent: give --agent NAME")
+        agent = agent_of(journal, flags["run"], "--agent NAME")
     opts = handoff_options(
         to_agent=flags["to_agent"],
         journal=journal,
