@@ -250,8 +250,6 @@ class PlaybackResponder:
     """
 
     def __init__(self, rec: Recording, after_step: int, descriptor: Any, rewrites: PathRewrites):
-        self.rec = rec
-        self.n = after_step
         self.descriptor = descriptor
         self.rewrites = rewrites
         self.mod = get_protocol(rec.protocol)
