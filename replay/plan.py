@@ -49,7 +49,7 @@ from pvisor.adapters.agents.effects import Effect, Role
 from pvisor.journal.model import Action, ToolCall
 from pvisor.journal.redact import redact_text
 
-from .translate import patch_operations
+from .shell_text import patch_operations
 
 
 class PlanReason(str, enum.Enum):
