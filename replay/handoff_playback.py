@@ -28,6 +28,8 @@ from pvisor.journal.model import Conversation, TextPart
 from .continuation import ContinuationResponder, LivePolicy
 from .playback import PathRewrites, PlaybackResponder
 from .recording import Recording
+from .source_images import account_images
+from .source_reasoning import SourceReasoning, keep_problem, signed_throughout
 from .translate import Target, Translation, TranslationRefused, translate
 
 #: the ``kind`` of the recording a handoff serves (the translation; never read from a file)
@@ -66,6 +68,7 @@ class HandoffPlayback:
     source_descriptor: Any
     source_n: int
     workspace: str
+    source_reasoning: SourceReasoning
     translation: Translation | None
     refused: TranslationRefused | None
     request_one: Conversation | None
@@ -77,8 +80,10 @@ class HandoffPlayback:
         source_n: int,
         workspace: str,
         changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
+        source_reasoning: SourceReasoning = SourceReasoning.DROP,
     ) -> None:
         self.source = source
+        self.source_reasoning = source_reasoning
         self.source_descriptor = source_descriptor
         self.source_n = source_n
         self.workspace = workspace
@@ -108,10 +113,19 @@ class HandoffPlayback:
         d = self.descriptor  # type: ignore[attr-defined]
         tools = self.mod.offered_tools(conv)  # type: ignore[attr-defined]
         protocol = self.rec.protocol  # type: ignore[attr-defined]
-        target = Target(d, protocol, tools, self.workspace, self.source.workspace, self.changes)
+        target = Target(
+            d, protocol, tools, self.workspace, self.source.workspace, self.changes, self.source_reasoning
+        )
         self.request_one = conv
+        steps = self.source.steps[: self.source_n]
         try:
-            tr = translate(self.source.steps[: self.source_n], self.source_descriptor, target)
+            if self.source_reasoning is SourceReasoning.KEEP:
+                # B's protocol and model are known only now (an agent may pick them by its model)
+                why = keep_problem(steps, self.source.protocol, self.source.model, protocol, conv.model)
+                if why is not None:
+                    raise TranslationRefused(why)
+            tr = translate(steps, self.source_descriptor, target)
+            tr.images = account_images(steps, tr.calls, d, protocol)
         except TranslationRefused as exc:
             self.refused = exc
             return
@@ -207,16 +221,18 @@ class HandoffReplay(HandoffPlayback, PlaybackResponder):
         rewrites: PathRewrites,
         workspace: str,
         changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
+        source_reasoning: SourceReasoning = SourceReasoning.DROP,
     ) -> None:
         PlaybackResponder.__init__(
             self, pending_recording(source, protocol, descriptor.name), 0, descriptor, rewrites
         )
-        self.setup_handoff(source, source_descriptor, source_n, workspace, changes)
+        self.setup_handoff(source, source_descriptor, source_n, workspace, changes, source_reasoning)
 
 
 class HandoffContinuation(HandoffPlayback, ContinuationResponder):
     """A handoff continued with the live model from B's request M+1 (thinking turned off where B's
-    protocol would need the signed thinking of replies no live model produced)."""
+    protocol would need the signed thinking of replies no live model produced; left on when
+    ``--source-reasoning keep`` kept signed thinking on every served reply)."""
 
     def __init__(
         self,
@@ -229,6 +245,7 @@ class HandoffContinuation(HandoffPlayback, ContinuationResponder):
         workspace: str,
         policy: LivePolicy,
         changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
+        source_reasoning: SourceReasoning = SourceReasoning.DROP,
     ) -> None:
         ContinuationResponder.__init__(
             self,
@@ -238,4 +255,11 @@ class HandoffContinuation(HandoffPlayback, ContinuationResponder):
             rewrites,
             replace(policy, reasoning_off=True),
         )
-        self.setup_handoff(source, source_descriptor, source_n, workspace, changes)
+        self.setup_handoff(source, source_descriptor, source_n, workspace, changes, source_reasoning)
+
+    def _translate(self, conv: Conversation) -> None:
+        super()._translate(conv)
+        tr = self.translation
+        if tr is not None and self.source_reasoning is SourceReasoning.KEEP and signed_throughout(tr.steps):
+            # every served reply starts with A's signed thinking, kept: thinking can stay on
+            self.policy = replace(self.policy, reasoning_off=False)

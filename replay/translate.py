@@ -17,7 +17,7 @@ its effect (:mod:`pvisor.adapters.agents.effects`, read through A's ``tool_effec
   without a call of B's gets a carrier, B's shell call ``true``, since a reply without a tool call
   ends five of the six agents (and is a format error to mini-swe-agent);
 - a step without a call is ``not_reenactable`` and left out (B's steps are then fewer);
-- reasoning is dropped and counted (provider-bound items apart).
+- reasoning is dropped, written as a note or kept, and counted (:mod:`.source_reasoning`).
 
 B's calls get ids of B's protocol (``CALL_ID_PREFIX`` of its module); each translated step's
 observation holds the source's recorded results in the order of B's calls, so that O and O″
@@ -44,6 +44,8 @@ from pvisor.adapters.protocols.base import compact_json
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Action, Observation, Step, TextPart, ToolCall, ToolResult, ToolSpec
 
+from .source_images import image_read, placeholder
+from .source_reasoning import ReasoningAccount, SourceReasoning, reasoning_of, with_note
 from .shell_text import (
     WRITE_PART,
     edit_command,
@@ -86,6 +88,8 @@ class Target:
     #: (path relative to the workspace, the new bytes or None when removed); only for the steps
     #: whose calls cannot say what they changed (:data:`UNSAID`); absent: unknown
     changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None
+    #: what becomes of A's reasoning (:mod:`.source_reasoning`)
+    source_reasoning: SourceReasoning = SourceReasoning.DROP
 
 
 @dataclass
@@ -124,15 +128,19 @@ class Translation:
     results in the order of its calls), ``calls`` (one :class:`CallAccount` per source call),
     ``skipped`` (what of a source step is left out, ``what``: ``action`` or ``observation``,
     with why: the handoff report's ``not_reenactable``), ``step_map`` (source step -> B's steps),
-    ``carriers`` (B steps whose only call is the carrier ``true``), ``reasoning_dropped``
-    (``provider_bound``, ``plain``), ``shell_tool`` and ``read_tool`` used (None: none)."""
+    ``carriers`` (B steps whose only call is the carrier ``true``), ``reasoning`` (what became of
+    A's reasoning: :class:`~pvisor.replay.source_reasoning.ReasoningAccount`; its ``dropped`` is
+    ``reasoning_dropped``), ``images`` (the report's ``handoff.images`` before B ran:
+    :func:`~pvisor.replay.source_images.account_images`), ``shell_tool`` and ``read_tool`` used
+    (None: none)."""
 
     steps: list[Step] = field(default_factory=list)
     calls: list[CallAccount] = field(default_factory=list)
     skipped: list[dict[str, Any]] = field(default_factory=list)
     step_map: dict[int, list[int]] = field(default_factory=dict)
     carriers: list[int] = field(default_factory=list)
-    reasoning_dropped: dict[str, int] = field(default_factory=lambda: {"provider_bound": 0, "plain": 0})
+    reasoning: ReasoningAccount = field(default_factory=ReasoningAccount)
+    images: dict[str, Any] = field(default_factory=dict)
     shell_tool: str | None = None
     read_tool: str | None = None
     #: B calls that make a step's workspace changes from the source's snapshots: ``source_step``,
@@ -142,6 +150,11 @@ class Translation:
     @property
     def target_steps(self) -> int:
         return len(self.steps)
+
+    @property
+    def reasoning_dropped(self) -> dict[str, int]:
+        """The reasoning items left out: ``provider_bound`` (signed, encrypted), ``plain``."""
+        return self.reasoning.dropped
 
 
 # --------------------------------------------------------------------------- schema
@@ -230,6 +243,8 @@ def _text_of(content: Any) -> str:
     if isinstance(content, list):
         return "\n".join(_text_of(c) for c in content)
     if isinstance(content, dict):
+        if (image := placeholder(content)) is not None:  # never an image's bytes as text
+            return image
         for key in ("text", "output", "content"):
             if key in content:
                 return _text_of(content[key])
@@ -258,13 +273,18 @@ class _Translator:
                 f"{target.descriptor.name} declared no shell tool in its request 1 (tools: {offered}): "
                 "a handoff re-runs the history through B's shell"
             )
-        self.out = Translation(shell_tool=self.shell, read_tool=self.reader)
+        self.out = Translation(
+            shell_tool=self.shell, read_tool=self.reader, reasoning=ReasoningAccount(target.source_reasoning)
+        )
+        self.kept: list = []  # the reasoning the source step being translated keeps (_emit)
         self.prefix = self.mod.CALL_ID_PREFIX
 
     def _pick(self, effect: Effect) -> str | None:
         """B's declared tool of ``effect`` that its facts describe (first in the facts' order)."""
         d = self.t.descriptor
-        names = [n for n, fx in d.tool_effects.items() if fx.effect is effect]
+        names = [
+            n for n, fx in d.tool_effects.items() if fx.effect is effect and n not in d.image_only_readers
+        ]
         if effect is Effect.SHELL:
             names += [n for n in d.shell_tools if n not in names]
         for name in names:
@@ -368,6 +388,9 @@ class _Translator:
         path = args.get(fx.arg(Role.PATH) or "")
         if not isinstance(path, str) or not path or "\x00" in path:
             return None
+        routed = image_read(self.t.descriptor, self.specs, self._rel(path), self._abs(path), self._shell_call)
+        if routed is not None:  # an image file: B's reader of images (replay/source_images.py)
+            return routed
         first, last = _range(fx, args)
         if first is None and last is None and self.reader is not None:
             rfx = self.t.descriptor.effect_of(self.reader)
@@ -427,9 +450,6 @@ class _Translator:
 
     def _step(self, step: Step) -> None:
         a = step.action
-        for r in a.reasoning:
-            key = "provider_bound" if (r.signature or r.encrypted) else "plain"
-            self.out.reasoning_dropped[key] += 1
         results = list(step.observation.results)
         calls = list(a.tool_calls)
         text = a.text
@@ -459,6 +479,7 @@ class _Translator:
                     "reason": "the observation holds more than tool results (a later prompt, a format error)",
                 }
             )
+        self.kept, note = reasoning_of(a, self.out.reasoning, served=bool(calls))
         if not calls:
             self.out.skipped.append(
                 {
@@ -477,7 +498,7 @@ class _Translator:
                 hist = results[i]
             self._one(step, call, hist, planned, notes)
         extra = self._from_snapshots(step, planned)
-        self._emit(step, text, planned, notes, extra)
+        self._emit(step, with_note(note, text), planned, notes, extra)
 
     def _from_snapshots(self, step: Step, planned: list) -> tuple[str, dict[str, Any], list[str]] | None:
         """B's shell call making the step's workspace changes from the source's snapshots, when a
@@ -621,7 +642,7 @@ class _Translator:
                 cmd = _fenced(_args(calls[0]).get("command", "true"))
                 said = (_unfenced(said) + "\n\n" if said else "") + f"```mswea_bash_command\n{cmd}\n```"
                 calls = []
-            action = Action(text=_utf8(said), tool_calls=calls)
+            action = Action(text=_utf8(said), tool_calls=calls, reasoning=self.kept if g == 0 else [])
             self.out.steps.append(Step(n=n, action=action, observation=Observation(results=results)))
             made.append(n)
         first = made[0]

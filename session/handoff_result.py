@@ -37,6 +37,8 @@ from pvisor.replay.errors import ReplayBadInput, ReplayFailed
 from pvisor.replay.handoff_playback import HandoffContinuation, HandoffReplay
 from pvisor.replay.playback import PathRewrites
 from pvisor.replay.snapshots import restore_snapshot, run_snapshots
+from pvisor.replay.source_images import verify_kept
+from pvisor.replay.source_reasoning import ReasoningAccount, SourceReasoning, keep_problem
 from pvisor.replay.source import descriptor
 from pvisor.replay.translate import UNSAID, CallFate
 from pvisor.session.replay_options import ReplayOptions
@@ -97,11 +99,31 @@ def handoff_responder(
     protocol = get_profile(opts.agent).protocol
     source_d = descriptor(rec.agent)
     changes = snapshot_changes(opts, rec, source_d, snaps)
+    mode = SourceReasoning(opts.source_reasoning)
     if policy is None:
-        return HandoffReplay(rec, source_d, opts.after_step, d, protocol, rewrites, workspace, changes)
+        return HandoffReplay(rec, source_d, opts.after_step, d, protocol, rewrites, workspace, changes, mode)
     return HandoffContinuation(
-        rec, source_d, opts.after_step, d, protocol, rewrites, workspace, policy, changes
+        rec, source_d, opts.after_step, d, protocol, rewrites, workspace, policy, changes, mode
     )
+
+
+def check_source_reasoning(opts: ReplayOptions, rec: Any) -> None:
+    """ReplayBadInput ``handoff_refused`` (exit 65) before anything runs when ``--source-reasoning
+    keep`` cannot be honoured and that is known already: the next agent speaks one protocol only,
+    another than the source's, or is asked for a model (``model``) of another family. (An
+    agent that picks its protocol by its model is checked at its request 1: the same refusal.)"""
+    if SourceReasoning(opts.source_reasoning) is not SourceReasoning.KEEP or rec.agent == opts.agent:
+        return
+    d = descriptor(opts.agent)
+    protocols = d.protocols
+    if len(protocols) != 1 and not (opts.model and d.litellm):
+        return
+    protocol = protocols[0] if len(protocols) == 1 else d.default_protocol(opts.model)
+    why = keep_problem(
+        rec.steps[: opts.after_step], rec.protocol, rec.model, protocol, opts.model or rec.model
+    )
+    if why is not None:
+        raise ReplayBadInput("handoff_refused", f"handoff to {opts.agent}: {why}")
 
 
 def snapshot_changes(
@@ -460,6 +482,8 @@ def fill_handoff(
         "reasoning_dropped": dict(tr.reasoning_dropped)
         if tr is not None
         else {"provider_bound": 0, "plain": 0},
+        "reasoning": _reasoning(opts, rec, tr, same),
+        "images": verify_kept(tr.images if tr is not None else {}, p.boundary.body if p.boundary else None),
         "refused": refused.message if refused is not None else None,
         "workspace": workspace,
         "boundary_request": _boundary_request(p),
@@ -473,6 +497,17 @@ def fill_handoff(
             "to_agent": opts.agent,
         },
     }
+
+
+def _reasoning(opts: ReplayOptions, rec: Any, tr: Any, same: bool) -> dict[str, Any]:
+    """``handoff.reasoning``: the translation's account; to the same agent every item of steps
+    1..N is served as recorded (kept), whatever the mode."""
+    if tr is not None:
+        return tr.reasoning.to_json()
+    account = ReasoningAccount(SourceReasoning(opts.source_reasoning))
+    if same:
+        account.kept = sum(len(s.action.reasoning) for s in rec.steps[: opts.after_step])
+    return account.to_json()
 
 
 def handoff_failure(result: Any, opts: ReplayOptions) -> PvisorError | None:

@@ -37,6 +37,7 @@ from pvisor.journal.paths import default_journal_path
 from pvisor.journal.redact import has_key_shape
 from pvisor.replay.numbering import Position, Wording
 from pvisor.replay.recording import journal_recording, native_recording
+from pvisor.replay.source_reasoning import SourceReasoning
 from pvisor.replay.views import HandoffBranch, PauseKind, PauseSpec, TrajectoryReplay
 from pvisor.session.api import Result, Source, agent_of, source_of
 from pvisor.session.replay import ReplayOnlyOutcome, hand_over
@@ -119,16 +120,25 @@ def handoff_options(
     after_step: int,
     workspace: Path | None,
     output: Path,
+    source_reasoning: Any = SourceReasoning.DROP,
+    reasoning_option: str = "--source-reasoning",
     **options: Any,
 ) -> ReplayOptions:
     """The replay options of a handoff to ``to_agent`` of the source (``run`` of ``journal``, or
     ``agent``'s native ``trajectory``) after ``after_step`` steps. UsageError (exit 2) for an
-    unknown ``to_agent``."""
+    unknown ``to_agent`` and a ``source_reasoning`` that is no
+    :class:`~pvisor.replay.source_reasoning.SourceReasoning` (named as ``reasoning_option``)."""
     if to_agent not in agent_names():
         raise UsageError(
             f"--to-agent {to_agent!r}: the next agent is one pvisor starts: {', '.join(agent_names())}"
         )
+    try:
+        mode = SourceReasoning(source_reasoning)
+    except ValueError:
+        choices = ", ".join(m.value for m in SourceReasoning)
+        raise UsageError(f"{reasoning_option} {source_reasoning!r}: expected one of {choices}") from None
     return ReplayOptions(
+        source_reasoning=mode,
         agent=to_agent,
         source_agent=agent,
         after_step=after_step,
@@ -173,6 +183,7 @@ def handoff(
     strict_workspace: bool = False,
     restore: bool = True,
     reset_to_pause: bool = False,
+    source_reasoning: SourceReasoning | str = SourceReasoning.DROP,
     sandbox: str | None = None,
     sandbox_network: str = "gateway",
     warn: Callable[[str], None] | None = None,
@@ -193,15 +204,15 @@ def handoff(
     re-running the history on it would apply A_1..A_N a second time.
 
     ``output``: result.json and the prefix files (default: a new temporary directory);
-    ``replay_only``: end B at its boundary request instead of going on with the live model at
-    ``upstream`` (None: B's public API, its key from the environment); ``strict_workspace`` and
-    ``reset_to_pause`` as ``--strict-workspace`` and ``--reset-to-pause``. The other keywords are
-    ``pvisor replay``'s. Returns a :class:`~pvisor.session.api.Result` whenever a result was
-    written, whatever its status (``derived_run``: B's run). Raises PvisorError (``exit_code``:
-    2 for usage, 65 for a source that cannot be used, 69 for an agent that is not installed)
-    when none could be: bad options, an output that is refused, a pause out of range, a
-    branch's child run started already. ``warn``: given each warning line, those said before
-    the agent starts as they come, then the result's warnings.
+    ``replay_only``: end B at its boundary request, not going on with the live model at
+    ``upstream`` (None: B's public API, its key from the environment); ``strict_workspace``,
+    ``reset_to_pause``, ``source_reasoning`` (a ``SourceReasoning`` or its value) as
+    ``--strict-workspace``, ``--reset-to-pause``, ``--source-reasoning``; the others as ``pvisor
+    replay``'s. Returns a :class:`~pvisor.session.api.Result` whenever a result was written,
+    whatever its status (``derived_run``: B's run). Raises PvisorError (``exit_code``: 2 usage,
+    65 a source that cannot be used, 69 an agent not installed) when none could be: bad options,
+    a refused output, a pause out of range, a branch's child run started already. ``warn``:
+    given each warning line, those said before the agent starts as they come, then the result's.
     """
     for name, value in (("to_agent", to_agent), ("agent", agent)):
         if isinstance(value, str):
@@ -234,6 +245,7 @@ def handoff(
         strict_workspace=strict_workspace,
         restore_start=restore,
         reset_to_pause=reset_to_pause,
+        **_reasoning(source_reasoning),
         sandbox=sandbox,
         sandbox_network=sandbox_network,
         child_run=child_run,
@@ -295,6 +307,11 @@ def _source_and_pause(
         assert run is not None
         agent = agent_of(journal_path, run)
     return journal_path, run, trajectory, child_run, agent, after_step
+
+
+def _reasoning(mode: Any) -> dict[str, Any]:
+    """:func:`handoff`'s ``source_reasoning`` for :func:`handoff_options`, named in its words."""
+    return {"source_reasoning": mode, "reasoning_option": "source_reasoning="}
 
 
 def _refuse_key_shaped(name: str, text: str, what: str) -> None:

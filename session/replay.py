@@ -78,6 +78,7 @@ from pvisor.session.handoff_result import (
     PauseReset,
     SourceSnapshots,
     check_reset,
+    check_source_reasoning,
     fill_handoff,
     handoff_failure,
     handoff_lineage,
@@ -430,6 +431,7 @@ def _replay_claimed(
         snaps = SourceSnapshots(opts.journal, rec, opts.after_step) if mode is RunMode.HANDOFF else None
         if snaps is not None:
             check_reset(opts, snaps)
+            check_source_reasoning(opts, rec)
         # before anything runs or is written into the workspace
         check_before_acting(opts, rec, sd, ws, result, warn)
         restored = None

@@ -53,7 +53,9 @@ class ReplayOptions:
     ``strict_workspace`` (a workspace that differs from the pause's snapshot makes the handoff
     ``diverged``); ``restore_start`` (restore the source run's start snapshot into an empty
     ``workspace``, when it has one); ``reset_to_pause`` (restore the pause's snapshot into the
-    workspace when B's boundary request comes, before it is answered or forwarded)."""
+    workspace when B's boundary request comes, before it is answered or forwarded);
+    ``source_reasoning`` (:class:`~pvisor.replay.source_reasoning.SourceReasoning` or its value:
+    what becomes of the source's reasoning in the history served to B)."""
 
     agent: str
     after_step: int
@@ -94,6 +96,7 @@ class ReplayOptions:
     strict_workspace: bool = False
     restore_start: bool = True
     reset_to_pause: bool = False
+    source_reasoning: Any = "drop"
 
 
 #: the name of the options before continuation came

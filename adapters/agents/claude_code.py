@@ -92,6 +92,7 @@ class ClaudeCode(AgentProfile):
         "Grep": ("path",),
     }
     read_tools = frozenset({"Read", "Glob", "Grep"})
+    image_readers = {"Read": "file_path"}
     tool_effects = {
         "Bash": fx.shell("command", description="description"),
         "Read": fx.read("file_path", "offset", "limit", offset_base=1),

@@ -165,7 +165,10 @@ class Codex(AgentProfile):
     )
     path_arguments = {"exec_command": ("workdir",), "view_image": ("path",)}
     read_tools = frozenset({"view_image"})
+    image_readers = {"view_image": "path"}
+    image_only_readers = frozenset({"view_image"})
     tool_effects = {
+        "view_image": fx.read("path"),
         "exec_command": fx.shell("cmd", workdir="workdir"),
         "shell": fx.shell("command", workdir="workdir"),
         "apply_patch": fx.ToolEffect(fx.Effect.PATCH, patch=""),

@@ -152,6 +152,11 @@ class AgentDescriptor:
     #: tool name -> what a call of it does and which argument holds what (a handoff's facts,
     #: :mod:`.effects`); a shell tool of :attr:`shell_tools` missing here counts as a shell
     tool_effects: dict[str, ToolEffect] = {}
+    #: its tools that read an image file into the observation (the image part B's protocol then
+    #: carries), tool -> the argument naming the file: where a handoff sends a read of an image
+    image_readers: dict[str, str] = {}
+    #: of those, the ones that read nothing but images (Codex's ``view_image``): never a text read
+    image_only_readers: frozenset[str] = frozenset()
     #: what its shell tool answers around a command's output (group ``out``: the output), once its
     #: decorations are normalised; None: the output as it is. A handoff compares O and O″ of two
     #: agents through it (:meth:`shell_output`)

@@ -132,6 +132,7 @@ class GeminiCli(AgentProfile):
         "grep_search": ("dir_path",),
     }
     read_tools = frozenset({"read_file", "list_directory", "glob", "grep_search"})
+    image_readers = {"read_file": "file_path"}
     tool_effects = {
         "run_shell_command": fx.shell("command", workdir="dir_path", description="description"),
         "read_file": fx.ToolEffect(fx.Effect.READ, path="file_path", start="start_line", end="end_line"),

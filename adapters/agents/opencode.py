@@ -144,6 +144,7 @@ class OpenCode(AgentProfile):
         "bash": ("workdir",),
     }
     read_tools = frozenset({"read", "glob", "grep"})
+    image_readers = {"read": "filePath"}
     tool_effects = {
         "bash": fx.shell("command", workdir="workdir", description="description"),
         "read": fx.read("filePath", "offset", "limit", offset_base=1),

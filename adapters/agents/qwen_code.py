@@ -96,6 +96,7 @@ class QwenCode(AgentProfile):
         "run_shell_command": ("directory",),
     }
     read_tools = frozenset({"read_file", "glob", "grep_search"})
+    image_readers = {"read_file": "file_path"}
     tool_effects = {
         "run_shell_command": fx.shell("command", workdir="directory", description="description"),
         "read_file": fx.read("file_path", "offset", "limit"),

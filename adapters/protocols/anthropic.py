@@ -78,6 +78,11 @@ UNSTREAMED_TARGET = DEFAULT_TARGET
 MODEL_IN_PATH = False
 ENTRIES_KEY = "messages"
 RESULTS_ROLE = "user"
+#: a tool_result's content takes ``image`` blocks (a handoff keeps an image B's re-run reads)
+TOOL_RESULT_IMAGES = True
+#: reasoning travels in blocks of its own (``thinking``, ``redacted_thinking``): a handoff with
+#: ``--source-reasoning keep`` can serve them unchanged beside another agent's calls
+STANDALONE_REASONING = True
 TOOL_SCHEMA_REQUIRED = True  # ``input_schema`` is required
 #: ``max_tokens`` of a render without a profile (the API requires one): Claude Code's own for its
 #: default model (32000, seen in its requests)

@@ -108,6 +108,9 @@ UNSTREAMED_TARGET = ("POST", "/v1beta/models/{model}:generateContent", "")
 MODEL_IN_PATH = True
 ENTRIES_KEY = "contents"
 RESULTS_ROLE = "user"
+#: a tool turn takes ``inlineData`` parts (a handoff keeps an image B's re-run reads); thought
+#: signatures sit on the model's own parts (no ``STANDALONE_REASONING``)
+TOOL_RESULT_IMAGES = True
 TOOL_SCHEMA_REQUIRED = False  # no ``parameters``: the function takes none
 REQUIRED_PARAMS: dict[str, Any] = {}
 SIGNED_REASONING = False

@@ -120,6 +120,10 @@ UNSTREAMED_TARGET = DEFAULT_TARGET
 MODEL_IN_PATH = False
 ENTRIES_KEY = "input"
 RESULTS_ROLE = "tool"
+#: a function_call_output takes ``input_image`` content (a handoff keeps an image B's re-run reads)
+TOOL_RESULT_IMAGES = True
+#: reasoning travels in items of its own (``encrypted_content``): ``--source-reasoning keep``
+STANDALONE_REASONING = True
 TOOL_SCHEMA_REQUIRED = True  # a function tool's ``parameters`` is required
 REQUIRED_PARAMS: dict[str, Any] = {}
 SIGNED_REASONING = False

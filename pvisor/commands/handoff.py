@@ -102,6 +102,17 @@ HELPS = {
     is_flag=True,
     help="Start the next agent in --workspace as it is (no start snapshot restored, no warning).",
 )
+@click.option(
+    "--source-reasoning",
+    "source_reasoning",
+    type=click.Choice(["drop", "text", "keep"]),
+    default="drop",
+    show_default=True,
+    help="What becomes of the source's reasoning in the history served to the next agent: drop it "
+    "(counted), text (its visible text as a labelled note in the next agent's message; never a signature "
+    "or encrypted content), keep (served unchanged: only to the same protocol and model family, else the "
+    "handoff is refused, exit 65).",
+)
 @declared_options([BY_NAME[name] for name in SHARED], HELPS)
 @click.pass_context
 @progress_option
@@ -166,6 +177,7 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         strict_workspace=flags["strict_workspace"],
         restore_start=not flags["no_restore"],
         reset_to_pause=flags["reset_to_pause"],
+        source_reasoning=flags["source_reasoning"],
         entrypoint=flags["entrypoint"],
         task=flags["task"],
         timeout=flags["timeout"] if flags["timeout"] is not None else 900.0,
