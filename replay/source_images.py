@@ -163,11 +163,18 @@ def account_images(
     dropped: list[dict[str, Any]] = []
     for step in steps:
         listed = [c.id for c in step.action.tool_calls]
-        for i, res in enumerate(step.observation.results):
-            imgs = images_in(res.content)
+        said = [(res.call_id, i, images_in(res.content)) for i, res in enumerate(step.observation.results)]
+        messages = []
+        for m in step.observation.messages:
+            beside = _beside_results(m)
+            if beside is None:
+                messages.append(m)
+            else:
+                said += beside
+        for call_id, i, imgs in said:
             if not imgs:
                 continue
-            cid = res.call_id if res.call_id is not None else (listed[i] if i < len(listed) else None)
+            cid = call_id if call_id is not None else (listed[i] if 0 <= i < len(listed) else None)
             acc = by_call.get((step.n, cid))
             why = _why_dropped(acc, descriptor)
             for img in imgs:
@@ -186,7 +193,7 @@ def account_images(
                     )
                 else:
                     dropped.append({**row, "why": why})
-        for img in images_in(list(step.observation.messages)):
+        for img in images_in(messages):
             dropped.append(
                 {
                     "step": step.n,
@@ -196,6 +203,27 @@ def account_images(
                 }
             )
     return {"kept": kept, "dropped": dropped}
+
+
+def _beside_results(message: Message) -> list[tuple[str | None, int, list[Image]]] | None:
+    """The images a message of the observation holds beside tool results, each with the result it
+    follows (call id, its place among the message's results): Gemini CLI sends a read image as
+    ``inlineData`` after its ``functionResponse`` in the same content, which the journal's model
+    keeps as a message of its own. None for a message that holds no tool result."""
+    raw = message.raw.get("parts") if isinstance(message.raw, dict) else None
+    if not isinstance(raw, list):
+        return None
+    out: list[tuple[str | None, int, list[Image]]] = []
+    place, last = -1, None
+    for part in raw:
+        fr = part.get("functionResponse", part.get("function_response")) if isinstance(part, dict) else None
+        if isinstance(fr, dict):
+            place, last = place + 1, fr.get("id") if isinstance(fr.get("id"), str) else None
+            continue
+        img = image_of(part)
+        if img is not None and place >= 0:
+            out.append((last, place, [img]))
+    return out if place >= 0 else None
 
 
 def _why_dropped(acc: Any, descriptor: Any) -> str | None:

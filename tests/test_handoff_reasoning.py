@@ -21,6 +21,7 @@ from handoff_helpers import first_request, request_after
 from pvisor.adapters.agents import get_descriptor
 from pvisor.adapters.agents.descriptor import action_message
 from pvisor.adapters.protocols import get_protocol
+from pvisor.core.errors import UsageError
 from pvisor.journal.model import (
     Action,
     Conversation,
@@ -42,6 +43,7 @@ from pvisor.replay.source_reasoning import (
     signed_throughout,
 )
 from pvisor.replay.translate import CallFate, Target, translate
+from pvisor.session.handover import handoff_options
 
 RECORDED = "/recorded/ws"
 SIGNATURE = "SIG-Ek0xQ2RzZWNyZXQtc2lnbmF0dXJl"
@@ -61,7 +63,7 @@ PNG_SHA = hashlib.sha256(PNG).hexdigest()
 def tools(captured):
     """Each target's request 1 as its real CLI sent it: (protocol, body, tools)."""
     out = {}
-    for agent in ("codex", "gemini-cli", "opencode", "qwen-code", "mini-swe-agent"):
+    for agent in ("claude-code", "codex", "gemini-cli", "opencode", "qwen-code", "mini-swe-agent"):
         cap = captured(agent)
         assert cap.proc.returncode == 0, f"{agent}: {cap.proc.stderr}"
         out[agent] = first_request(cap)
@@ -301,3 +303,45 @@ def test_codex_reads_images_with_view_image_and_text_with_its_shell(tools):
     assert (
         account_images(src, tr.calls, get_descriptor("gemini-cli"), "gemini")["kept"][0]["sha256"] == PNG_SHA
     )
+
+
+def test_an_image_gemini_cli_sent_beside_its_result_is_its_reads(tools):
+    # Gemini CLI sends a read image as inlineData after the functionResponse, in one content
+    fr = {"functionResponse": {"id": "read_file_1", "name": "read_file", "response": {"output": "Binary"}}}
+    inline = {"inlineData": {"mimeType": "image/png", "data": PNG_B64}}
+    user = Message("user", [OtherPart("inlineData", raw=inline)], raw={"role": "user", "parts": [fr, inline]})
+    call = ToolCall(
+        "read_file_1", "read_file", '{"file_path":"/recorded/ws/p.png"}', {"file_path": f"{RECORDED}/p.png"}
+    )
+    src = [
+        Step(
+            1,
+            Action("", tool_calls=[call]),
+            Observation([ToolResult("read_file_1", {"output": "Binary"})], [user]),
+        )
+    ]
+    tr = translate(src, get_descriptor("gemini-cli"), target(tools, "claude-code", SourceReasoning.DROP))
+    assert tr.steps[0].action.tool_calls[0].name == "Read"
+    images = account_images(src, tr.calls, get_descriptor("claude-code"), "anthropic")
+    assert [(r["call_id"], r["target_tool"], r["sha256"]) for r in images["kept"]] == [
+        ("read_file_1", "Read", PNG_SHA)
+    ]
+    assert images["dropped"] == []
+
+
+def test_an_unknown_source_reasoning_is_a_usage_error_in_the_callers_words(tmp_path):
+    with pytest.raises(UsageError) as err:
+        handoff_options(
+            to_agent="codex",
+            journal=tmp_path / "j.sqlite",
+            run="r-1",
+            trajectory=None,
+            agent="claude-code",
+            after_step=1,
+            workspace=tmp_path,
+            output=tmp_path / "out",
+            source_reasoning="summary",
+            reasoning_option="source_reasoning=",
+        )
+    assert err.value.exit_code == 2
+    assert err.value.message == "source_reasoning= 'summary': expected one of drop, text, keep"
