@@ -68,7 +68,15 @@ def test_the_python_api_takes_the_spec_api_names_and_the_records_its_fields():
     # the typed records are made from the spec: every field an option (or the record's own)
     assert set(PrepareOptions.__slots__) <= set(BY_NAME)
     # and a handoff's own (pvisor handoff's options, not pvisor replay's)
-    own = {"end_grace", "child_option", "source_agent", "strict_workspace", "restore_start", "reset_to_pause"}
+    own = {
+        "end_grace",
+        "child_option",
+        "source_agent",
+        "strict_workspace",
+        "restore_start",
+        "reset_to_pause",
+        "source_reasoning",
+    }
     assert {f.name for f in dataclasses.fields(ReplayOptions)} - own <= set(BY_NAME)
 
 
