@@ -14,6 +14,8 @@ import base64
 import hashlib
 import json
 
+from pathlib import Path
+
 import orjson
 import pytest
 
@@ -33,7 +35,12 @@ from pvisor.journal.model import (
     TextPart,
     ToolCall,
     ToolResult,
+    ToolSpec,
 )
+from pvisor.replay.continuation import LivePolicy
+from pvisor.replay.handoff_playback import HandoffContinuation
+from pvisor.replay.playback import PathRewrites
+from pvisor.replay.recording import Recording
 from pvisor.replay.source_images import account_images, verify_kept
 from pvisor.replay.source_reasoning import (
     NOTE_LABEL,
@@ -345,3 +352,56 @@ def test_an_unknown_source_reasoning_is_a_usage_error_in_the_callers_words(tmp_p
         )
     assert err.value.exit_code == 2
     assert err.value.message == "source_reasoning= 'summary': expected one of drop, text, keep"
+
+
+def signed_steps() -> list[Step]:
+    """Claude Code's steps, each reply starting with signed thinking."""
+    return [
+        Step(
+            n,
+            Action(
+                f"Step {n}.",
+                [Reasoning(SIGNED["thinking"], SIGNATURE, raw=SIGNED)],
+                [_call(n, "Bash", {"command": f"echo {n} >> log.txt"})],
+            ),
+            Observation([ToolResult(f"toolu_src{n}", "")]),
+        )
+        for n in (1, 2)
+    ]
+
+
+def continuation(tools, mode: SourceReasoning, model: str) -> HandoffContinuation:
+    """OpenCode on Anthropic taking over Claude Code's :func:`signed_steps`, at its request 1."""
+    source = Recording(
+        "journal", Path("j.sqlite"), "claude-code", "2.1", "anthropic", "claude-sonnet-4-5-20250929", "r-1",
+        "Log it.", None, signed_steps(), [], [], [], [], workspace=RECORDED,
+    )  # fmt: skip
+    d = get_descriptor("opencode")
+    p = HandoffContinuation(
+        source,
+        get_descriptor("claude-code"),
+        2,
+        d,
+        "anthropic",
+        PathRewrites([]),
+        "/new/ws",
+        LivePolicy(),
+        None,
+        mode,
+    )
+    specs = [ToolSpec(t.name, t.description, t.parameters) for t in tools["opencode"].tools]
+    p._translate(
+        Conversation("anthropic", model, tools=specs, messages=[Message("user", [TextPart("Log it.")])])
+    )
+    return p
+
+
+def test_keep_leaves_thinking_on_when_every_served_reply_is_signed_and_refuses_another_family(tools):
+    kept = continuation(tools, SourceReasoning.KEEP, "claude-sonnet-4-5")
+    assert kept.refused is None and kept.translation is not None
+    assert kept.translation.reasoning.kept == 2 and not kept.policy.reasoning_off
+    text = continuation(tools, SourceReasoning.TEXT, "claude-sonnet-4-5")
+    assert text.translation is not None and text.policy.reasoning_off
+    other = continuation(tools, SourceReasoning.KEEP, "claude-opus-4-1")
+    assert other.translation is None and other.refused is not None
+    assert "claude-opus-4-1" in other.refused.message and "model family" in other.refused.message
