@@ -44,8 +44,6 @@ from pvisor.adapters.protocols.base import compact_json
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Action, Observation, Step, TextPart, ToolCall, ToolResult, ToolSpec
 
-from .source_images import image_read, placeholder
-from .source_reasoning import ReasoningAccount, SourceReasoning, reasoning_of, with_note
 from .shell_text import (
     WRITE_PART,
     edit_command,
@@ -56,6 +54,8 @@ from .shell_text import (
     write_command,
     write_parts,
 )
+from .source_images import image_read, placeholder
+from .source_reasoning import ReasoningAccount, SourceReasoning, reasoning_of, with_note
 
 
 class CallFate(str, enum.Enum):
