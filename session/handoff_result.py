@@ -37,7 +37,7 @@ from pvisor.replay.errors import ReplayBadInput, ReplayFailed
 from pvisor.replay.handoff_playback import HandoffContinuation, HandoffReplay
 from pvisor.replay.playback import PathRewrites
 from pvisor.replay.snapshots import restore_snapshot, run_snapshots
-from pvisor.replay.source_images import verify_kept
+from pvisor.replay.source_images import images_in, verify_kept
 from pvisor.replay.source_reasoning import ReasoningAccount, SourceReasoning, keep_problem
 from pvisor.replay.source import descriptor
 from pvisor.replay.translate import UNSAID, CallFate
@@ -483,7 +483,10 @@ def fill_handoff(
         if tr is not None
         else {"provider_bound": 0, "plain": 0},
         "reasoning": _reasoning(opts, rec, tr, same),
-        "images": verify_kept(tr.images if tr is not None else {}, p.boundary.body if p.boundary else None),
+        "images": verify_kept(
+            tr.images if tr is not None else _same_agent_images(rec, opts) if same else {},
+            p.boundary.body if p.boundary else None,
+        ),
         "refused": refused.message if refused is not None else None,
         "workspace": workspace,
         "boundary_request": _boundary_request(p),
@@ -508,6 +511,20 @@ def _reasoning(opts: ReplayOptions, rec: Any, tr: Any, same: bool) -> dict[str, 
     if same:
         account.kept = sum(len(s.action.reasoning) for s in rec.steps[: opts.after_step])
     return account.to_json()
+
+
+def _same_agent_images(rec: Any, opts: ReplayOptions) -> dict[str, Any]:
+    """``handoff.images`` before the check, to the same agent: every image of the tool results of
+    steps 1..N, re-run by the same call (served as recorded); its observation messages are
+    served as playback serves them."""
+    kept = []
+    for s in rec.steps[: opts.after_step]:
+        names = {c.id: c.name for c in s.action.tool_calls}
+        for r in s.observation.results:
+            for img in images_in(r.content):
+                row = {"step": s.n, "call_id": r.call_id, **img.to_json()}
+                kept.append({**row, "target_step": s.n, "target_tool": names.get(r.call_id), "unless": None})
+    return {"kept": kept, "dropped": []}
 
 
 def handoff_failure(result: Any, opts: ReplayOptions) -> PvisorError | None:

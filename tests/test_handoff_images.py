@@ -9,7 +9,8 @@ here, then runs a shell call; it is handed over after step 2, replay-only.
 - to Codex: its ``view_image`` re-runs the read and its request holds the image (``input_image``);
 - to mini-swe-agent (Chat, no reader of images): the image is named dropped, with why;
 - with ``--source-reasoning keep`` to Gemini CLI (another protocol): refused before anything
-  runs, exit 65 ``handoff_refused``, the reason named.
+  runs, exit 65 ``handoff_refused``, the reason named;
+- to Claude Code itself (served as recorded): the image and the thinking are kept.
 """
 
 from __future__ import annotations
@@ -153,3 +154,16 @@ def test_keep_to_another_protocol_is_refused_before_anything_runs(source):
     assert error["code"] == "handoff_refused"
     assert "anthropic" in error["message"] and "gemini" in error["message"], error
     assert "handoff_refused" in proc.stderr or "anthropic" in proc.stderr
+
+
+def test_to_claude_code_itself_the_image_and_the_thinking_are_kept(source):
+    _, _, data = source
+    proc, result, _ = hand(source, "claude-code", "same")
+    h = ok(proc, result)
+    the_image(h, data, "Read")
+    assert h["reasoning"] == {
+        "mode": "drop",
+        "kept": 1,
+        "rendered": 0,
+        "dropped": {"provider_bound": 0, "plain": 0},
+    }
