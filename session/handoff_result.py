@@ -7,9 +7,12 @@ state, the lineage, and the handoff report filled into the result once B ran.
   workspace (the source's own), or None with one warning when there is none to restore.
 - :func:`handoff_lineage`: the child run's lineage (labels ``handoff_from_agent`` and
   ``handoff_to_agent``, the pause's transition, the pause's snapshot digest).
+- :func:`check_source_reasoning`: ``--source-reasoning keep`` refused before anything runs
+  when B's protocol or model is known already and cannot be served A's reasoning unchanged.
 - :func:`fill_handoff`: ``result.handoff``: per source call what became of it and O against O″,
-  the steps left out, the reasoning dropped, the workspace against the pause's snapshot, B's
-  boundary request checked by B's strict validator, the lineage.
+  the steps left out, the reasoning kept, rendered and dropped, the images kept and dropped
+  (checked in B's request M+1), the workspace against the pause's snapshot, B's boundary
+  request checked by B's strict validator, the lineage.
 - :func:`handoff_failure`: the error of a handoff whose translation was refused
   (``handoff_refused``, exit 65) or whose workspace differs under ``strict_workspace``
   (``workspace_diverged``).
