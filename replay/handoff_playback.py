@@ -114,7 +114,13 @@ class HandoffPlayback:
         tools = self.mod.offered_tools(conv)  # type: ignore[attr-defined]
         protocol = self.rec.protocol  # type: ignore[attr-defined]
         target = Target(
-            d, protocol, tools, self.workspace, self.source.workspace, self.changes, self.source_reasoning
+            d,
+            protocol,
+            tools,
+            self.workspace,
+            self.source.workspace,
+            self.changes,
+            source_reasoning=self.source_reasoning,
         )
         self.request_one = conv
         steps = self.source.steps[: self.source_n]

@@ -114,7 +114,9 @@ def reasoning_steps() -> list[Step]:
 
 def target(tools, agent: str, mode: SourceReasoning, protocol: str | None = None) -> Target:
     req = tools[agent]
-    return Target(get_descriptor(agent), protocol or req.protocol, req.tools, "/new/ws", RECORDED, None, mode)
+    return Target(
+        get_descriptor(agent), protocol or req.protocol, req.tools, "/new/ws", RECORDED, source_reasoning=mode
+    )
 
 
 def served_bytes(tools, agent: str, steps: list[Step]) -> bytes:
