@@ -11,11 +11,13 @@ synthetic end of replay-only, or the live model of a continuation, with thinking
 where the protocol needs it). A translation B's schema refuses ends B at once with the
 synthetic final reply; :attr:`HandoffPlayback.refused` holds why.
 
-Pure like its bases: no file, process or socket.
+Pure like its bases but for one look at B's workspace when B's request 1 comes: whether the
+files the history writes exist there yet (no process or socket).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from collections.abc import Mapping
 from typing import Any
@@ -108,7 +110,10 @@ class HandoffPlayback:
         d = self.descriptor  # type: ignore[attr-defined]
         tools = self.mod.offered_tools(conv)  # type: ignore[attr-defined]
         protocol = self.rec.protocol  # type: ignore[attr-defined]
-        target = Target(d, protocol, tools, self.workspace, self.source.workspace, self.changes)
+        # whether a file is in B's workspace as B starts (a write of a new file needs no read
+        # first, docs/handoff.md): B ran none of the history yet, so the workspace is its start
+        exists = os.path.lexists
+        target = Target(d, protocol, tools, self.workspace, self.source.workspace, self.changes, exists)
         self.request_one = conv
         try:
             tr = translate(self.source.steps[: self.source_n], self.source_descriptor, target)

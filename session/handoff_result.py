@@ -457,6 +457,9 @@ def fill_handoff(
         "from_snapshots": [dict(f, paths=[redact_text(x) for x in f["paths"]]) for f in tr.from_snapshots]
         if tr is not None
         else [],
+        "inserted_reads": [dict(r, path=redact_text(r["path"])) for r in tr.inserted_reads]
+        if tr is not None
+        else [],
         "reasoning_dropped": dict(tr.reasoning_dropped)
         if tr is not None
         else {"provider_bound": 0, "plain": 0},
