@@ -559,7 +559,8 @@ class _Translator:
                     tool, targs = self._shell_call(self._made(part), f"Go on with the write of {call.name}")
                     planned.append((None, tool, targs, CallFate.REPRODUCED, None, None))
                 return
-        elif fx.effect is Effect.PLAN:
+        elif fx.effect is Effect.PLAN and not (hist is not None and hist.is_error):
+            # (a plan call that failed in the source set no plan there: not re-run, as a change)
             route = self.routes.plan(fx, call.name, args)
             spec = self.specs.get(route.tool) if route is not None else None
             if route is not None and not argument_problems(spec.parameters if spec else None, route.args):
@@ -567,7 +568,9 @@ class _Translator:
                 return
         # not re-run: the recorded call and result as text in B's own message
         notes.append(_note(call, hist, self.source))
-        if fx.effect is Effect.PLAN:
+        if fx.effect is Effect.PLAN and hist is not None and hist.is_error:
+            why = "the plan call failed in the source (its result is an error): not re-run"
+        elif fx.effect is Effect.PLAN:
             why = self.routes.plan_reason(fx, call.name)
         elif fx.effect is Effect.SUBAGENT:
             why = SUBAGENT_REASON

@@ -861,3 +861,31 @@ def test_a_change_of_a_file_b_has_not_read_is_served_a_read_first_where_b_wants_
     assert validate_request(requests[b].protocol, body) == []
     run_shell_calls(tr, b, tmp_path)
     assert files_of(tmp_path) == {"old.txt": "six\n", "new.txt": "new\n", "new2.txt": "2\n"}
+
+
+def test_a_todo_list_goes_to_b_s_todo_tool_unless_it_failed_or_b_has_only_goals(requests, tmp_path):
+    # Gemini CLI's todo list into OpenCode's todowrite (statuses mapped into OpenCode's, its
+    # required priority filled), not into Codex, whose plan tools are goals; one that failed in
+    # the source is not re-run anywhere
+    todos = {"todos": [{"description": "Ship it", "status": "blocked"}]}
+    call = ToolCall("w1", "write_todos", "", todos)
+
+    def one(b: str, error: bool) -> tuple[Any, Translation]:
+        obs = Observation([ToolResult("w1", "no" if error else "ok", error or None)])
+        tr = translate(
+            [Step(1, Action(tool_calls=[call]), obs)],
+            get_descriptor("gemini-cli"),
+            target(requests, b, tmp_path),
+        )
+        return tr.calls[0], tr
+
+    acc, tr = one("opencode", False)
+    assert (acc.fate, acc.target_tool, acc.reason) == (CallFate.TRANSLATED, "todowrite", "native todo list")
+    (got,) = tr.steps[0].action.tool_calls
+    assert orjson.loads(got.arguments_raw) == {
+        "todos": [{"content": "Ship it (blocked)", "status": "pending", "priority": "medium"}]
+    }
+    acc, _ = one("codex", False)
+    assert acc.fate is CallFate.RENDERED_AS_TEXT and acc.reason.startswith("a todo list is not a goal")
+    acc, _ = one("opencode", True)
+    assert acc.fate is CallFate.RENDERED_AS_TEXT and "failed in the source" in acc.reason
