@@ -272,6 +272,8 @@ class _Translator:
         self.files = SessionFiles(target.exists)
         #: reads B must be served before the source step being translated: (call, path)
         self.reads_first: list[tuple[ToolCall, str]] = []
+        #: why the last write or edit could not go to B's own tool for want of a read, or None
+        self.unread: str | None = None
 
     def _pick(self, effect: Effect) -> str | None:
         """B's declared tool of ``effect`` that its facts describe (first in the facts' order)."""
@@ -554,6 +556,8 @@ class _Translator:
                 why = f"{fx.effect.value} made by shell" + (
                     f" in {len(more) + 1} parts, one a step" if more else ""
                 )
+                if self.unread:  # B's own tool could not: it wants a read first that cannot come
+                    why += f" ({self.unread})"
                 planned.append((call, tool, targs, CallFate.REPRODUCED, why, hist))
                 for part in more:
                     tool, targs = self._shell_call(self._made(part), f"Go on with the write of {call.name}")
@@ -601,6 +605,7 @@ class _Translator:
         first where B wants one (:meth:`_read_first`); None: B's shell makes it (part 1's way),
         also when B must read first and cannot (no read tool, or a call earlier in the same step
         may change the file after the read)."""
+        self.unread = None
         path = args.get(fx.arg(Role.PATH) or "")
         if not isinstance(path, str) or not path or "\x00" in path:
             return None
@@ -622,6 +627,12 @@ class _Translator:
         how = route.how
         if self.t.descriptor.reads_before_change and self.files.needs_read(where):
             if self.routes.reader is None or not self.files.can_read_first(where):
+                b = self.t.descriptor.name
+                self.unread = (
+                    f"{b} changes only a file it read, and declared no read tool"
+                    if self.routes.reader is None
+                    else f"{b} changes only a file it read, and a call before it in the step may change it"
+                )
                 return None
             if all(p != where for _c, p in self.reads_first):
                 self.reads_first.append((call, where))

@@ -847,6 +847,7 @@ def test_a_change_of_a_file_b_has_not_read_is_served_a_read_first_where_b_wants_
         assert orjson.loads(read.arguments_raw) == {TOOLS[b].read[1]: str(tmp_path / "old.txt")}
         # a shell call earlier in the same step could change the file after a read: B's shell edits
         assert fates["t61"] == (CallFate.REPRODUCED, TOOLS[b].shell)
+        assert "may change it" in next(c.reason for c in tr.calls if c.call_id == "t61")
         assert "read the file first" in next(c.reason for c in tr.calls if c.call_id == "t10")
     else:
         assert tr.inserted_reads == [] and len(tr.steps) == len(plan)
