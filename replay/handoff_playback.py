@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pvisor.adapters.agents.effects import Effect
@@ -79,8 +79,10 @@ class HandoffPlayback:
         source_n: int,
         workspace: str,
         changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
+        existed: Callable[[int, str], bool | None] | None = None,
     ) -> None:
         self.source = source
+        self.existed = existed
         self.source_descriptor = source_descriptor
         self.source_n = source_n
         self.workspace = workspace
@@ -113,7 +115,9 @@ class HandoffPlayback:
         # whether a file is in B's workspace as B starts (a write of a new file needs no read
         # first, docs/handoff.md): B ran none of the history yet, so the workspace is its start
         exists = os.path.lexists
-        target = Target(d, protocol, tools, self.workspace, self.source.workspace, self.changes, exists)
+        target = Target(
+            d, protocol, tools, self.workspace, self.source.workspace, self.changes, exists, self.existed
+        )
         self.request_one = conv
         try:
             tr = translate(self.source.steps[: self.source_n], self.source_descriptor, target)
@@ -212,11 +216,12 @@ class HandoffReplay(HandoffPlayback, PlaybackResponder):
         rewrites: PathRewrites,
         workspace: str,
         changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
+        existed: Callable[[int, str], bool | None] | None = None,
     ) -> None:
         PlaybackResponder.__init__(
             self, pending_recording(source, protocol, descriptor.name), 0, descriptor, rewrites
         )
-        self.setup_handoff(source, source_descriptor, source_n, workspace, changes)
+        self.setup_handoff(source, source_descriptor, source_n, workspace, changes, existed)
 
 
 class HandoffContinuation(HandoffPlayback, ContinuationResponder):
@@ -234,6 +239,7 @@ class HandoffContinuation(HandoffPlayback, ContinuationResponder):
         workspace: str,
         policy: LivePolicy,
         changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
+        existed: Callable[[int, str], bool | None] | None = None,
     ) -> None:
         ContinuationResponder.__init__(
             self,
@@ -243,4 +249,4 @@ class HandoffContinuation(HandoffPlayback, ContinuationResponder):
             rewrites,
             replace(policy, reasoning_off=True),
         )
-        self.setup_handoff(source, source_descriptor, source_n, workspace, changes)
+        self.setup_handoff(source, source_descriptor, source_n, workspace, changes, existed)

@@ -298,17 +298,23 @@ class SessionFiles:
         self.step_opaque = False
         self.step_changed = set()
 
-    def absent(self, path: str) -> bool:
-        """Whether ``path`` surely does not exist in B's workspace at this point."""
+    def absent(self, path: str, before: bool | None = None) -> bool:
+        """Whether ``path`` surely does not exist in B's workspace at this point: what the
+        translation made of it, else ``before`` (whether it existed in the source's workspace
+        before the source step, from its snapshots; None: unknown), else whether B's workspace
+        held it at the start and no call of unknown effect ran since."""
         if path in self.present:
             return not self.present[path]
+        if before is not None:
+            return not before
         if self.opaque or self.exists is None:
             return False
         return not self.exists(path)
 
-    def needs_read(self, path: str) -> bool:
-        """Whether B must read ``path`` before its own tool changes it."""
-        return path not in self.fresh and not self.absent(path)
+    def needs_read(self, path: str, before: bool | None = None) -> bool:
+        """Whether B must read ``path`` before its own tool changes it (``before``: as for
+        :meth:`absent`)."""
+        return path not in self.fresh and not self.absent(path, before)
 
     def can_read_first(self, path: str) -> bool:
         """Whether a read served before the step keeps ``path`` fresh up to the change: no

@@ -90,6 +90,10 @@ class Target:
     #: whether an absolute path exists in B's workspace when B starts (before its request 1's
     #: answer), to know that a write makes a new file, which needs no read first; None: unknown
     exists: Callable[[str], bool] | None = None
+    #: whether a path (relative to the workspace) existed in the source's workspace before a
+    #: source step (its snapshots): (step, path) -> True, False, or None when unknown; absent:
+    #: unknown. B re-enacts the steps before, so a file the source's write made is new in B too
+    existed: Callable[[int, str], bool | None] | None = None
 
 
 @dataclass
@@ -625,7 +629,11 @@ class _Translator:
         if route is None:
             return None
         how = route.how
-        if self.t.descriptor.reads_before_change and self.files.needs_read(where):
+        rel = self._rel(path)
+        before = (
+            self.t.existed(step.n, rel) if self.t.existed is not None and not rel.startswith("/") else None
+        )
+        if self.t.descriptor.reads_before_change and self.files.needs_read(where, before):
             if self.routes.reader is None or not self.files.can_read_first(where):
                 b = self.t.descriptor.name
                 self.unread = (

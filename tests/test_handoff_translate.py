@@ -23,6 +23,7 @@ shell tool, a call B's schema refuses, a change that failed in the source).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shlex
@@ -862,6 +863,18 @@ def test_a_change_of_a_file_b_has_not_read_is_served_a_read_first_where_b_wants_
     assert validate_request(requests[b].protocol, body) == []
     run_shell_calls(tr, b, tmp_path)
     assert files_of(tmp_path) == {"old.txt": "six\n", "new.txt": "new\n", "new2.txt": "2\n"}
+    # with the source's snapshots saying new2.txt was not there before step 9 (B re-enacted the
+    # steps before it), its write needs no read even after a shell call
+    (tmp_path / "new2.txt").unlink()
+    (tmp_path / "old.txt").write_text("one\n")
+    (tmp_path / "new.txt").unlink()
+    known = target(requests, b, tmp_path, exists=os.path.lexists)
+    known = dataclasses.replace(
+        known, existed=lambda step, rel: rel == "old.txt" or (rel == "new.txt" and step > 2)
+    )
+    tr = translate(steps, get_descriptor("claude-code"), known)
+    want = [(1, "old.txt"), (5, "old.txt")] if b in READ_FIRST else []
+    assert [(r["source_step"], r["path"]) for r in tr.inserted_reads] == want
 
 
 def test_a_todo_list_goes_to_b_s_todo_tool_unless_it_failed_or_b_has_only_goals(requests, tmp_path):
