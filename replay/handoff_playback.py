@@ -11,13 +11,15 @@ synthetic end of replay-only, or the live model of a continuation, with thinking
 where the protocol needs it). A translation B's schema refuses ends B at once with the
 synthetic final reply; :attr:`HandoffPlayback.refused` holds why.
 
-Pure like its bases: no file, process or socket.
+Pure like its bases but for one look at B's workspace when B's request 1 comes: whether the
+files the history writes exist there yet (no process or socket).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import replace
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pvisor.adapters.agents.effects import Effect
@@ -81,9 +83,11 @@ class HandoffPlayback:
         workspace: str,
         changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
         source_reasoning: SourceReasoning = SourceReasoning.DROP,
+        existed: Callable[[int, str], bool | None] | None = None,
     ) -> None:
         self.source = source
         self.source_reasoning = source_reasoning
+        self.existed = existed
         self.source_descriptor = source_descriptor
         self.source_n = source_n
         self.workspace = workspace
@@ -113,6 +117,9 @@ class HandoffPlayback:
         d = self.descriptor  # type: ignore[attr-defined]
         tools = self.mod.offered_tools(conv)  # type: ignore[attr-defined]
         protocol = self.rec.protocol  # type: ignore[attr-defined]
+        # whether a file is in B's workspace as B starts (a write of a new file needs no read
+        # first, docs/handoff.md): B ran none of the history yet, so the workspace is its start
+        exists = os.path.lexists
         target = Target(
             d,
             protocol,
@@ -120,6 +127,8 @@ class HandoffPlayback:
             self.workspace,
             self.source.workspace,
             self.changes,
+            exists,
+            self.existed,
             source_reasoning=self.source_reasoning,
         )
         self.request_one = conv
@@ -228,11 +237,12 @@ class HandoffReplay(HandoffPlayback, PlaybackResponder):
         workspace: str,
         changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
         source_reasoning: SourceReasoning = SourceReasoning.DROP,
+        existed: Callable[[int, str], bool | None] | None = None,
     ) -> None:
         PlaybackResponder.__init__(
             self, pending_recording(source, protocol, descriptor.name), 0, descriptor, rewrites
         )
-        self.setup_handoff(source, source_descriptor, source_n, workspace, changes, source_reasoning)
+        self.setup_handoff(source, source_descriptor, source_n, workspace, changes, source_reasoning, existed)
 
 
 class HandoffContinuation(HandoffPlayback, ContinuationResponder):
@@ -252,6 +262,7 @@ class HandoffContinuation(HandoffPlayback, ContinuationResponder):
         policy: LivePolicy,
         changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None,
         source_reasoning: SourceReasoning = SourceReasoning.DROP,
+        existed: Callable[[int, str], bool | None] | None = None,
     ) -> None:
         ContinuationResponder.__init__(
             self,
@@ -261,7 +272,7 @@ class HandoffContinuation(HandoffPlayback, ContinuationResponder):
             rewrites,
             replace(policy, reasoning_off=True),
         )
-        self.setup_handoff(source, source_descriptor, source_n, workspace, changes, source_reasoning)
+        self.setup_handoff(source, source_descriptor, source_n, workspace, changes, source_reasoning, existed)
 
     def _translate(self, conv: Conversation) -> None:
         super()._translate(conv)

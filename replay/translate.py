@@ -34,7 +34,7 @@ import enum
 import json
 import posixpath
 import shlex
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -44,6 +44,7 @@ from pvisor.adapters.protocols.base import compact_json
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Action, Observation, Step, TextPart, ToolCall, ToolResult, ToolSpec
 
+from .routes import SUBAGENT_REASON, Routes, SessionFiles
 from .shell_text import (
     WRITE_PART,
     edit_command,
@@ -88,6 +89,13 @@ class Target:
     #: (path relative to the workspace, the new bytes or None when removed); only for the steps
     #: whose calls cannot say what they changed (:data:`UNSAID`); absent: unknown
     changes: Mapping[int, list[tuple[str, bytes | None]]] | None = None
+    #: whether an absolute path exists in B's workspace when B starts (before its request 1's
+    #: answer), to know that a write makes a new file, which needs no read first; None: unknown
+    exists: Callable[[str], bool] | None = None
+    #: whether a path (relative to the workspace) existed in the source's workspace before a
+    #: source step (its snapshots): (step, path) -> True, False, or None when unknown; absent:
+    #: unknown. B re-enacts the steps before, so a file the source's write made is new in B too
+    existed: Callable[[int, str], bool | None] | None = None
     #: what becomes of A's reasoning (:mod:`.source_reasoning`)
     source_reasoning: SourceReasoning = SourceReasoning.DROP
 
@@ -146,6 +154,10 @@ class Translation:
     #: B calls that make a step's workspace changes from the source's snapshots: ``source_step``,
     #: ``target_step``, ``paths``
     from_snapshots: list[dict[str, Any]] = field(default_factory=list)
+    #: reads served before B's own edit or write tool changes a file B must read first
+    #: (``reads_before_change``): ``source_step``, ``call_id`` (the source call that needed
+    #: it), ``target_step``, ``target_index``, ``target_tool``, ``path`` (as the workspace names it)
+    inserted_reads: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def target_steps(self) -> int:
@@ -278,6 +290,12 @@ class _Translator:
         )
         self.kept: list = []  # the reasoning the source step being translated keeps (_emit)
         self.prefix = self.mod.CALL_ID_PREFIX
+        self.routes = Routes(target.descriptor, self.specs, self.mod.tool_kind)
+        self.files = SessionFiles(target.exists)
+        #: reads B must be served before the source step being translated: (call, path)
+        self.reads_first: list[tuple[ToolCall, str]] = []
+        #: why the last write or edit could not go to B's own tool for want of a read, or None
+        self.unread: str | None = None
 
     def _pick(self, effect: Effect) -> str | None:
         """B's declared tool of ``effect`` that its facts describe (first in the facts' order)."""
@@ -384,7 +402,8 @@ class _Translator:
         return cmd
 
     def _read(self, fx: ToolEffect, args: dict[str, Any]) -> tuple[str, dict[str, Any], str] | None:
-        """(tool, args, how) of a source read: B's read tool for a whole file, else a shell read."""
+        """(tool, args, how) of a source read: B's read tool (a line range in its own terms,
+        :meth:`~pvisor.replay.routes.Routes.read`), else a shell read."""
         path = args.get(fx.arg(Role.PATH) or "")
         if not isinstance(path, str) or not path or "\x00" in path:
             return None
@@ -392,13 +411,10 @@ class _Translator:
         if routed is not None:  # an image file: B's reader of images (replay/source_images.py)
             return routed
         first, last = _range(fx, args)
-        if first is None and last is None and self.reader is not None:
-            rfx = self.t.descriptor.effect_of(self.reader)
-            return (
-                self.reader,
-                self._filled(self.reader, {rfx.arg(Role.PATH) or "path": self._abs(path)}, path),
-                "",
-            )
+        route = self.routes.read(self._abs(path), first, last)
+        if route is not None:
+            self.files.read(self._abs(path), route.whole)
+            return route.tool, self._filled(route.tool, route.args, path), route.how
         rel = self._rel(path)
         if first is None and last is None:
             cmd = f"cat {operand(rel)}"
@@ -498,7 +514,10 @@ class _Translator:
                 hist = results[i]
             self._one(step, call, hist, planned, notes)
         extra = self._from_snapshots(step, planned)
+        first = self._read_first(step)
         self._emit(step, with_note(note, text), planned, notes, extra)
+        if first is not None:
+            self.out.step_map[step.n].insert(0, first)
 
     def _from_snapshots(self, step: Step, planned: list) -> tuple[str, dict[str, Any], list[str]] | None:
         """B's shell call making the step's workspace changes from the source's snapshots, when a
@@ -516,6 +535,8 @@ class _Translator:
             if p in unsaid:
                 planned[i] = (*p[:4], f"{p[4]}; its workspace changes made by shell from the snapshots", p[5])
         command = self._made(files_command(changes))
+        for rel, data in changes:  # made after the step's calls: known to B only as shell output
+            self.files.shell_change(self._abs(rel), data is not None)
         tool, args = self._shell_call(command, f"Make step {step.n}'s changes to the files")
         return tool, args, [c[0] for c in changes]
 
@@ -527,6 +548,7 @@ class _Translator:
         if fx.effect is Effect.SHELL:
             cmd = self._command_of(fx, args)
             if cmd is not None:
+                self.files.shell()  # a command may change any file: B reads again before its edit
                 desc = args.get(fx.arg(Role.DESCRIPTION) or "") if fx.arg(Role.DESCRIPTION) else None
                 tool, targs = self._shell_call(cmd, desc if isinstance(desc, str) and desc else None)
                 planned.append((call, tool, targs, CallFate.TRANSLATED, None, hist))
@@ -540,12 +562,15 @@ class _Translator:
         elif fx.effect in (Effect.WRITE, Effect.EDIT, Effect.PATCH):
             # a change that failed in the source (its result an error: Claude Code's Write of a
             # file not read first) changed nothing there: reproducing it would
-            cmd = (
-                self._change(fx, args, call.arguments_raw)
-                if not (hist is not None and hist.is_error)
-                else None
-            )
+            failed = hist is not None and hist.is_error
+            native = self._native_change(step, call, fx, args) if not failed else None
+            if native is not None:
+                tool, targs, how = native
+                planned.append((call, tool, targs, CallFate.TRANSLATED, how, hist))
+                return
+            cmd = self._change(fx, args, call.arguments_raw) if not failed else None
             if cmd is not None:
+                self._changed_by_shell(fx, args)
                 more = self._more_parts(fx, args)
                 if more:  # a long write: its first part here, the others in the steps after it
                     cmd = more.pop(0)
@@ -556,14 +581,29 @@ class _Translator:
                 why = f"{fx.effect.value} made by shell" + (
                     f" in {len(more) + 1} parts, one a step" if more else ""
                 )
+                if self.unread:  # B's own tool could not: it wants a read first that cannot come
+                    why += f" ({self.unread})"
                 planned.append((call, tool, targs, CallFate.REPRODUCED, why, hist))
                 for part in more:
                     tool, targs = self._shell_call(self._made(part), f"Go on with the write of {call.name}")
                     planned.append((None, tool, targs, CallFate.REPRODUCED, None, None))
                 return
+        elif fx.effect is Effect.PLAN and not (hist is not None and hist.is_error):
+            # (a plan call that failed in the source set no plan there: not re-run, as a change)
+            route = self.routes.plan(fx, call.name, args)
+            spec = self.specs.get(route.tool) if route is not None else None
+            if route is not None and not argument_problems(spec.parameters if spec else None, route.args):
+                planned.append((call, route.tool, route.args, CallFate.TRANSLATED, route.how, hist))
+                return
         # not re-run: the recorded call and result as text in B's own message
         notes.append(_note(call, hist, self.source))
-        if fx.effect not in (Effect.SHELL, Effect.READ, Effect.WRITE, Effect.EDIT, Effect.PATCH):
+        if fx.effect is Effect.PLAN and hist is not None and hist.is_error:
+            why = "the plan call failed in the source (its result is an error): not re-run"
+        elif fx.effect is Effect.PLAN:
+            why = self.routes.plan_reason(fx, call.name)
+        elif fx.effect is Effect.SUBAGENT:
+            why = SUBAGENT_REASON
+        elif fx.effect not in (Effect.SHELL, Effect.READ, Effect.WRITE, Effect.EDIT, Effect.PATCH):
             why = f"a call of kind {fx.effect.value} is not re-run"
         elif fx.effect in (Effect.WRITE, Effect.EDIT, Effect.PATCH) and hist is not None and hist.is_error:
             why = f"the {fx.effect.value} failed in the source (its result is an error): nothing to reproduce"
@@ -582,6 +622,104 @@ class _Translator:
         rel = self._rel(path)
         parts = write_parts(content)
         return [write_command(rel, parts[0])] + [write_command(rel, p, append=True) for p in parts[1:]]
+
+    def _native_change(
+        self, step: Step, call: ToolCall, fx: ToolEffect, args: dict[str, Any]
+    ) -> tuple[str, dict[str, Any], str] | None:
+        """(tool, args, how) of a write or an edit by B's own tool, a read of the file served
+        first where B wants one (:meth:`_read_first`); None: B's shell makes it (part 1's way),
+        also when B must read first and cannot (no read tool, or a call earlier in the same step
+        may change the file after the read)."""
+        self.unread = None
+        path = args.get(fx.arg(Role.PATH) or "")
+        if not isinstance(path, str) or not path or "\x00" in path:
+            return None
+        where = self._abs(path)
+        if fx.effect is Effect.WRITE:
+            content = args.get(fx.arg(Role.CONTENT) or "")
+            route = self.routes.write(where, content) if isinstance(content, str) else None
+        elif fx.effect is Effect.EDIT:
+            old, new = args.get(fx.arg(Role.OLD) or ""), args.get(fx.arg(Role.NEW) or "")
+            every = bool(args.get(fx.arg(Role.ALL) or "")) if fx.arg(Role.ALL) else False
+            said = args.get(fx.arg(Role.INSTRUCTION) or "") if fx.arg(Role.INSTRUCTION) else None
+            words = said if isinstance(said, str) and said.strip() else step.action.text.strip()
+            ok = isinstance(old, str) and isinstance(new, str)
+            route = self.routes.edit(where, self._rel(path), old, new, every, words or None) if ok else None
+        else:
+            return None
+        if route is None:
+            return None
+        how = route.how
+        rel = self._rel(path)
+        before = (
+            self.t.existed(step.n, rel) if self.t.existed is not None and not rel.startswith("/") else None
+        )
+        if self.t.descriptor.reads_before_change and self.files.needs_read(where, before):
+            if self.routes.reader is None or not self.files.can_read_first(where):
+                b = self.t.descriptor.name
+                self.unread = (
+                    f"{b} changes only a file it read, and declared no read tool"
+                    if self.routes.reader is None
+                    else f"{b} changes only a file it read, and a call before it in the step may change it"
+                )
+                return None
+            if all(p != where for _c, p in self.reads_first):
+                self.reads_first.append((call, where))
+            how += f"; {self.t.descriptor.name} read the file first (inserted_reads)"
+        self.files.native_change(where)
+        return route.tool, self._filled(route.tool, route.args, f"{fx.effect.value.capitalize()} {path}"), how
+
+    def _changed_by_shell(self, fx: ToolEffect, args: dict[str, Any]) -> None:
+        """Bookkeeping of a change reproduced by B's shell: the file it wrote or edited is no
+        longer as B last read it (a patch may touch several: any file)."""
+        path = args.get(fx.arg(Role.PATH) or "")
+        if fx.effect is Effect.PATCH or not isinstance(path, str):
+            self.files.shell()
+        else:
+            self.files.shell_change(self._abs(path))
+
+    def _read_first(self, step: Step) -> int | None:
+        """B's step serving the reads its edit and write tools want before ``step``'s changes
+        (whole files, B's read tool), listed in ``inserted_reads``; its number, or None when
+        none is needed. Resets the step's bookkeeping."""
+        wanted, self.reads_first = self.reads_first, []
+        self.files.next_step()
+        if not wanted or self.routes.reader is None:
+            return None
+        n = len(self.out.steps) + 1
+        calls: list[ToolCall] = []
+        rels: list[str] = []
+        for i, (src, where) in enumerate(wanted):
+            route = self.routes.read(where, None, None)
+            assert route is not None  # a reader reads a whole file
+            tc = self._call(step.n, n, i, route.tool, self._filled(route.tool, route.args, where))
+            calls.append(tc)
+            rel = (
+                posixpath.relpath(where, self.t.workspace)
+                if where.startswith(self.t.workspace + "/")
+                else where
+            )
+            rels.append(rel)
+            self.out.inserted_reads.append(
+                {
+                    "source_step": step.n,
+                    "call_id": src.id,
+                    "target_step": n,
+                    "target_index": i,
+                    "target_tool": route.tool,
+                    "path": rel,
+                }
+            )
+        said = f"Before I change {' and '.join(rels)}, I read {'it' if len(rels) == 1 else 'them'} first."
+        results = [ToolResult(call_id=tc.id, content="") for tc in calls]
+        self.out.steps.append(
+            Step(
+                n=n,
+                action=Action(text=_utf8(said), tool_calls=calls),
+                observation=Observation(results=results),
+            )
+        )
+        return n
 
     def _account(
         self,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import posixpath
 import stat
 from pathlib import Path
 from collections.abc import Mapping
@@ -63,6 +64,7 @@ class SourceSnapshots:
         self.journal, self.rec, self.after_step = journal, rec, after_step
         self._snaps: Any = None
         self._manifests: dict[str, Manifest] = {}
+        self._paths: dict[int, set[str]] = {}
 
     def at(self, n: int) -> Any:
         """The snapshot after ``n`` source steps. PvisorError saying why there is none."""
@@ -79,6 +81,17 @@ class SourceSnapshots:
             with JournalReader(self.journal) as reader:
                 found = self._manifests[snap.id] = reader.manifest(snap)
         return found
+
+    def existed(self, step: int, path: str) -> bool | None:
+        """Whether ``path`` (relative to the workspace) was in the source's workspace before
+        source step ``step`` (its snapshot after ``step`` - 1); None when there is none."""
+        try:
+            entries = self._paths.get(step - 1)
+            if entries is None:
+                entries = self._paths[step - 1] = {e.path for e in self.manifest(self.at(step - 1)).entries}
+        except PvisorError:
+            return None
+        return posixpath.normpath(path) in entries
 
     def pause(self) -> tuple[Any, str | None]:
         """((the snapshot at the pause, its manifest), None), or (None, why there is none)."""
@@ -103,10 +116,13 @@ def handoff_responder(
     source_d = descriptor(rec.agent)
     changes = snapshot_changes(opts, rec, source_d, snaps)
     mode = SourceReasoning(opts.source_reasoning)
+    existed = snaps.existed if rec.kind == "journal" and rec.run else None
     if policy is None:
-        return HandoffReplay(rec, source_d, opts.after_step, d, protocol, rewrites, workspace, changes, mode)
+        return HandoffReplay(
+            rec, source_d, opts.after_step, d, protocol, rewrites, workspace, changes, mode, existed
+        )
     return HandoffContinuation(
-        rec, source_d, opts.after_step, d, protocol, rewrites, workspace, policy, changes, mode
+        rec, source_d, opts.after_step, d, protocol, rewrites, workspace, policy, changes, mode, existed
     )
 
 
@@ -480,6 +496,9 @@ def fill_handoff(
         "not_reenactable": list(tr.skipped) if tr is not None else [],
         "carriers": list(tr.carriers) if tr is not None else [],
         "from_snapshots": [dict(f, paths=[redact_text(x) for x in f["paths"]]) for f in tr.from_snapshots]
+        if tr is not None
+        else [],
+        "inserted_reads": [dict(r, path=redact_text(r["path"])) for r in tr.inserted_reads]
         if tr is not None
         else [],
         "reasoning_dropped": dict(tr.reasoning_dropped)

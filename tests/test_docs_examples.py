@@ -624,8 +624,8 @@ def test_handoff_example_runs_the_real_claude_code_codex_and_gemini_cli(tmp_path
     assert api.stdout.splitlines() == [
         "ok run_shell_command read_file",
         "1 Bash translated run_shell_command",
-        "2 Write reproduced run_shell_command",
-        "3 Edit reproduced run_shell_command",
+        "2 Write translated write_file",
+        "3 Edit translated replace",
         "4 Read translated read_file",
         "4 Read translated read_file",
         "5 TodoWrite rendered_as_text None",

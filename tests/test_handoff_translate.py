@@ -23,6 +23,7 @@ shell tool, a call B's schema refuses, a change that failed in the source).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shlex
@@ -38,7 +39,7 @@ import pytest
 
 from handoff_helpers import LAUNCHABLE, FirstRequest, first_request, request_after
 from pvisor.adapters.agents import get_descriptor
-from pvisor.adapters.agents.effects import Role
+from pvisor.adapters.agents.effects import Effect, Role
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.validate import validate_request
 from pvisor.journal.model import Action, Message, Observation, Step, TextPart, ToolCall, ToolResult, ToolSpec
@@ -67,6 +68,37 @@ EDIT_OLD = 'greeting = "old"'
 EDIT_NEW = "greeting = \"new \u2018\u00fc\u2019\" + 'x'"
 #: the files the source run leaves (its start state has an empty logs/ directory)
 FINAL = {"logs/run.log": "started\n", "src/app.py": APP.replace(EDIT_OLD, EDIT_NEW, 1)}
+#: the lines of src/app.py the source run's ranged read (step 6) gives: lines 2..3
+RANGED = "".join(FINAL["src/app.py"].splitlines(keepends=True)[1:3])
+
+#: each agent's own tools a handoff routes to, as its captured request 1 declares them (part 2):
+#: None where it has none (then B's shell makes the change, or the call stays text)
+NATIVE: dict[str, dict[str, str | None]] = {
+    "claude-code": {"write": "Write", "edit": "Edit", "read": "Read", "todo": None},  # TodoWrite deferred
+    "codex": {"write": None, "edit": None, "read": None, "todo": None},  # goals only; no apply_patch
+    "gemini-cli": {"write": "write_file", "edit": "replace", "read": "read_file", "todo": "write_todos"},
+    "opencode": {"write": "write", "edit": "edit", "read": "read", "todo": "todowrite"},
+    # todo_write is deferred and its request 1 does not name it: not routed
+    "qwen-code": {"write": "write_file", "edit": "edit", "read": "read_file", "todo": None},
+    "mini-swe-agent": {"write": None, "edit": None, "read": None, "todo": None},
+}
+
+
+def range_args(b: str, first: int, last: int) -> dict[str, int]:
+    """Lines ``first``..``last`` (1-based, included) in B's read tool's own terms: Claude Code's
+    and OpenCode's offset counts from 1, Qwen Code's from 0; Gemini CLI names both ends."""
+    n = last - first + 1
+    return {
+        "claude-code": {"offset": first, "limit": n},
+        "gemini-cli": {"start_line": first, "end_line": last},
+        "opencode": {"offset": first, "limit": n},
+        "qwen-code": {"offset": first - 1, "limit": n},
+    }[b]
+
+
+RANGE_ARGS = {b: range_args(b, 2, 3) for b in ("claude-code", "gemini-cli", "opencode", "qwen-code")}
+#: the agents whose edit and write tools refuse a file not read first (checked with the CLIs)
+READ_FIRST = ("claude-code", "qwen-code")
 
 
 @dataclass(frozen=True)
@@ -82,7 +114,8 @@ class Tools:
     write: tuple[str, str, str] | None = None  # tool, path argument, content argument
     edit: tuple[str, str, str, str, dict[str, Any]] | None = None  # tool, path, old, new, extra
     read: tuple[str, str] | None = None  # tool, path argument
-    plan: tuple[str, dict[str, Any]] | None = None  # a call not re-run: tool, arguments
+    plan: tuple[str, dict[str, Any]] | None = None  # a plan (or subagent) call: tool, arguments
+    ranged: dict[str, Any] | None = None  # the read tool's arguments for lines 2..3
 
 
 TOOLS: dict[str, Tools] = {
@@ -95,6 +128,7 @@ TOOLS: dict[str, Tools] = {
         read=("Read", "file_path"),
         # Claude Code 2.1 defers TodoWrite (ToolSearch): its request 1 offers a subagent instead
         plan=("Agent", {"description": "Plan the work", "prompt": "List the steps of the task."}),
+        ranged={"offset": 2, "limit": 2},
     ),
     "codex": Tools(
         "exec_command", "cmd", workdir="workdir", plan=("create_goal", {"objective": "Write the app"})
@@ -107,7 +141,16 @@ TOOLS: dict[str, Tools] = {
         write=("write_file", "file_path", "content"),
         edit=("replace", "file_path", "old_string", "new_string", {"instruction": "Greet anew."}),
         read=("read_file", "file_path"),
-        plan=("write_todos", {"todos": [{"description": "Write the app", "status": "in_progress"}]}),
+        plan=(
+            "write_todos",
+            {
+                "todos": [
+                    {"description": "Write the app", "status": "in_progress"},
+                    {"description": "Ship it", "status": "blocked"},
+                ]
+            },
+        ),
+        ranged={"start_line": 2, "end_line": 3},
     ),
     "opencode": Tools(
         "bash",
@@ -118,8 +161,9 @@ TOOLS: dict[str, Tools] = {
         read=("read", "filePath"),
         plan=(
             "todowrite",
-            {"todos": [{"content": "Write the app", "status": "pending", "priority": "high"}]},
+            {"todos": [{"content": "Write the app", "status": "cancelled", "priority": "high"}]},
         ),
+        ranged={"offset": 2, "limit": 2},
     ),
     "qwen-code": Tools(
         "run_shell_command",
@@ -130,6 +174,7 @@ TOOLS: dict[str, Tools] = {
         edit=("edit", "file_path", "old_string", "new_string", {}),
         read=("read_file", "file_path"),
         plan=("update_goal", {"status": "complete", "reason": "The app is written."}),
+        ranged={"offset": 1, "limit": 2},
     ),
     "mini-swe-agent": Tools("bash", "command"),
 }
@@ -198,10 +243,17 @@ def source_run(agent: str, protocol: str) -> tuple[list[Step], list[SourceCall]]
             calls.append(SourceCall(4, call, "read", False, FINAL[rel]))
         else:
             shell(4, i, f"cat {rel}", "read", FINAL[rel])
-    # 5: a plan call, not re-run: its recorded result is written in B's message
+    # 5: a plan call: B's own plan tool of its kind where B declares one, else text in B's message
     if t.plan is not None:
         name, args = t.plan
         calls.append(SourceCall(5, _call(5, 0, name, args), "plan", False, f"PLAN-RESULT of {agent}"))
+    # 6: a read of lines 2..3
+    if t.read is not None and t.ranged is not None:
+        name, path = t.read
+        call = _call(6, 0, name, {path: f"{RECORDED}/src/app.py", **t.ranged})
+        calls.append(SourceCall(6, call, "ranged", False, RANGED))
+    else:
+        shell(6, 0, "sed -n '2,3p' src/app.py", "ranged", RANGED)
     steps = []
     for n in sorted({c.step for c in calls}):
         mine = [c for c in calls if c.step == n]
@@ -251,6 +303,7 @@ def target(requests: dict[str, FirstRequest], agent: str, workspace: Path, **too
         tools.get("tools", req.tools),
         str(workspace),
         RECORDED,
+        exists=tools.get("exists"),
     )
 
 
@@ -274,25 +327,50 @@ def run_each(cwd: Path, commands: list[tuple[str, str]]) -> tuple[list[int], str
 
 
 def run_shell_calls(translation: Translation, b: str, workspace: Path) -> None:
-    """B's shell calls in order, each in a fresh subshell in ``workspace`` (B's shell starts
-    there): the re-enactment of the history, minus the model. Reads by B's read tool name a
-    file there."""
-    shell = TOOLS[b].shell
-    commands = []
+    """B's calls in order: its shell calls each in a fresh subshell in ``workspace`` (B's shell
+    starts there), its own write and edit tools' calls made as the tools make them (the whole
+    content; the old text, once unless told every time, which must be there), reads and plans
+    changing nothing: the re-enactment of the history, minus the model. Every path B's own tools
+    name is absolute and in the workspace; a read names a file there, or one an earlier call of
+    B's own tool makes (a read served before a write of a file that may exist)."""
+    shell, d = TOOLS[b].shell, get_descriptor(b)
+    commands: list[tuple[str, str]] = []
+
+    def flush() -> None:
+        status, stderr = run_each(workspace, commands)
+        assert status == [0] * len(commands), (status, stderr)
+        commands.clear()
+
+    later_written = {
+        orjson.loads(c.arguments_raw)[d.effect_of(c.name).arg(Role.PATH)]
+        for s in translation.steps
+        for c in s.action.tool_calls
+        if d.effect_of(c.name).effect is Effect.WRITE
+    }
     for step in translation.steps:
         for call in step.action.tool_calls:
             args = orjson.loads(call.arguments_raw)
+            fx = d.effect_of(call.name)
             if call.name == shell:
                 commands.append(("", args[TOOLS[b].command]))
+                continue
+            flush()
+            if fx.effect is Effect.PLAN:
+                continue
+            path = Path(args[fx.arg(Role.PATH)])
+            assert path.is_absolute() and path.is_relative_to(workspace), (step.n, path)
+            if fx.effect is Effect.READ:
+                assert path.is_file() or str(path) in later_written, (step.n, path)
+            elif fx.effect is Effect.WRITE:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(args[fx.arg(Role.CONTENT)].encode())
             else:
-                path = Path(args[TOOLS[b].read[1]])
-                assert path.is_relative_to(workspace), (step.n, path)
-    status, stderr = run_each(workspace, commands)
-    assert status == [0] * len(commands), (status, stderr)
-    for step in translation.steps:
-        for call in step.action.tool_calls:
-            if call.name != shell:
-                assert Path(orjson.loads(call.arguments_raw)[TOOLS[b].read[1]]).is_file(), step.n
+                assert fx.effect is Effect.EDIT, (step.n, call.name)
+                text, old, new = path.read_bytes().decode(), args[fx.arg(Role.OLD)], args[fx.arg(Role.NEW)]
+                every = bool(args.get(fx.arg(Role.ALL) or "", False))
+                assert old in text and (every or text.count(old) == 1), (step.n, old)
+                path.write_bytes((text.replace(old, new) if every else text.replace(old, new, 1)).encode())
+    flush()
 
 
 def files_of(workspace: Path) -> dict[str, str]:
@@ -333,7 +411,7 @@ def test_a_run_of_a_translates_into_b(requests, tmp_path, a, b):
     shell, read = TOOLS[b].shell, TOOLS[b].read[0] if TOOLS[b].read else None
     assert shell in declared and (read is None or read in declared), sorted(declared)
 
-    tr = translate(steps, get_descriptor(a), target(requests, b, workspace))
+    tr = translate(steps, get_descriptor(a), target(requests, b, workspace, exists=os.path.lexists))
 
     # 1. B's request N+1 ends at the translated history and passes B's strict validator
     body = request_after(req.protocol, req.body, tr.steps)
@@ -359,32 +437,71 @@ def test_a_run_of_a_translates_into_b(requests, tmp_path, a, b):
     accounts = {c.call_id: c for c in tr.calls}
     assert len(tr.calls) == len(calls) and set(accounts) == {c.call.id for c in calls}
     assert tr.skipped == [] and tr.shell_tool == shell and tr.read_tool == read
+    mine = NATIVE[b]
     for c in calls:
         acc = accounts[c.call.id]
         assert (acc.step, acc.tool) == (c.step, c.call.name)
         if c.kind == "plan":
-            assert acc.fate is CallFate.RENDERED_AS_TEXT and acc.target_tool is None
-            assert c.result in tr.steps[acc.target_step - 1].action.text  # attributed as B's own words
-            continue
-        if c.kind in ("write", "edit") and not c.by_shell:
-            want = (CallFate.REPRODUCED, shell)
-        elif c.kind == "read" and not c.by_shell and read is not None:
-            want = (CallFate.TRANSLATED, read)
+            want_plan = plan_route(a, b)
+            if want_plan is None:
+                assert acc.fate is CallFate.RENDERED_AS_TEXT and acc.target_tool is None
+                assert c.result in tr.steps[acc.target_step - 1].action.text  # attributed as B's own words
+                if a == "claude-code":  # its plan-like call is a subagent: not re-enacted
+                    assert "subagent's own steps" in acc.reason
+                continue
+            assert (acc.fate, acc.target_tool) == (CallFate.TRANSLATED, want_plan) and acc.reason.startswith(
+                "native"
+            )
+        elif c.kind in ("write", "edit") and not c.by_shell:
+            # B's own tool of the same kind where it declares one, else a shell call making it
+            ok = mine[c.kind] is not None
+            want = (CallFate.TRANSLATED, mine[c.kind]) if ok else (CallFate.REPRODUCED, shell)
+            assert (acc.fate, acc.target_tool) == want, (c.kind, acc)
+        elif c.kind in ("read", "ranged") and not c.by_shell and read is not None:
+            assert (acc.fate, acc.target_tool) == (CallFate.TRANSLATED, read) and acc.reason.startswith(
+                "native"
+            )
         else:
-            want = (CallFate.TRANSLATED, shell)
-        assert (acc.fate, acc.target_tool) == want, (c.kind, acc)
+            assert (acc.fate, acc.target_tool) == (CallFate.TRANSLATED, shell), (c.kind, acc)
         carried = tr.steps[acc.target_step - 1]
         assert carried.action.tool_calls[acc.target_index].name == acc.target_tool
         assert carried.observation.results[acc.target_index].content == c.result  # O paired with its call
+        if c.kind == "ranged" and not c.by_shell and read is not None:
+            args = orjson.loads(carried.action.tool_calls[acc.target_index].arguments_raw)
+            assert {k: v for k, v in args.items() if k in RANGE_ARGS[b]} == RANGE_ARGS[b], args
     reads = [accounts[c.call.id] for c in calls if c.kind == "read"]
     assert [(r.target_step, r.target_index) for r in reads] == [
         (reads[0].target_step, 0),
         (reads[0].target_step, 1),
     ]
+    # a read served first where B's write or edit tool wants one: step 1's shell may have made
+    # src/app.py, so B reads it before its Write (the edit after B's own write needs none)
+    natively = b in READ_FIRST and any(c.kind == "write" and not c.by_shell for c in calls)
+    assert [(r["source_step"], r["path"]) for r in tr.inserted_reads] == (
+        [(2, "src/app.py")] if natively else []
+    )
+    for r in tr.inserted_reads:
+        assert (
+            r["target_step"] + 1 == accounts[[c for c in calls if c.kind == "write"][0].call.id].target_step
+        )
+        assert tr.step_map[2] == [r["target_step"], r["target_step"] + 1]
 
-    # 4. B's shell calls, run for real, leave what A's calls left
+    # 4. B's calls, run for real (its own tools' as they make them), leave what A's calls left
     run_shell_calls(tr, b, workspace)
     assert files_of(workspace) == FINAL
+
+
+def plan_route(a: str, b: str) -> str | None:
+    """The tool of B that A's plan call goes to: a todo list to B's todo tool, a goal to B's
+    goal tool of the same name; None: rendered as text."""
+    name = TOOLS[a].plan[0] if TOOLS[a].plan else None
+    if a == b:  # the same tool (Claude Code's is a subagent: never re-enacted)
+        return None if a == "claude-code" else name
+    if name in ("write_todos", "todowrite"):
+        return NATIVE[b]["todo"]
+    if name == "update_goal" and b == "codex":  # Codex declares an update_goal too
+        return "update_goal"
+    return None
 
 
 # --------------------------------------------------------------------------- shell text
@@ -468,9 +585,10 @@ READERS = [a for a in LAUNCHABLE if TOOLS[a].read is not None]
 
 
 @pytest.mark.parametrize("a", READERS)
-def test_a_read_of_a_line_range_becomes_a_shell_read_of_the_same_lines(requests, tmp_path, a):
-    # B's read tools count lines each their own way: a range goes through B's shell, lines
-    # 2..4 of A's numbering (Qwen Code's offset is 0-based, Claude Code's and OpenCode's 1-based)
+def test_a_line_range_becomes_b_s_ranged_read_or_a_shell_read_of_the_lines(requests, tmp_path, a):
+    # B's read tools count lines each their own way: lines 2..4 of A's numbering (Qwen Code's
+    # offset is 0-based, Claude Code's and OpenCode's 1-based, Gemini CLI's start and end lines)
+    # become B's read tool's range where B declares one, else a shell read of the same lines
     name, path = TOOLS[a].read
     fx = get_descriptor(a).effect_of(name)
     if fx.arg(Role.START) is not None:
@@ -482,6 +600,14 @@ def test_a_read_of_a_line_range_becomes_a_shell_read_of_the_same_lines(requests,
         call = ToolCall("r1", name, "", {path: f"{RECORDED}/f.txt", **args})
         tr = translate([Step(1, Action(tool_calls=[call]))], get_descriptor(a), target(requests, b, tmp_path))
         (acc,) = tr.calls
+        if NATIVE[b]["read"] is not None:
+            assert (acc.fate, acc.target_tool) == (CallFate.TRANSLATED, NATIVE[b]["read"])
+            (got,) = tr.steps[0].action.tool_calls
+            assert orjson.loads(got.arguments_raw) == {
+                TOOLS[b].read[1]: str(tmp_path / "f.txt"),
+                **range_args(b, 2, 4),
+            }
+            continue
         assert (acc.fate, acc.target_tool) == (CallFate.TRANSLATED, TOOLS[b].shell)
         (cmd,) = _shell_of(tr, b)
         proc = subprocess.run(
@@ -491,6 +617,26 @@ def test_a_read_of_a_line_range_becomes_a_shell_read_of_the_same_lines(requests,
 
 
 # --------------------------------------------------------------------------- bad input
+
+
+def test_a_read_from_a_line_to_the_end_is_b_s_read_where_its_tool_can_say_so(requests, tmp_path):
+    # Claude Code's Read from line 2 without a limit: Qwen Code's read_file takes an offset only
+    # with a limit, so its shell reads the lines; the others' read tools say it themselves
+    (tmp_path / "f.txt").write_text("one\ntwo\nthree\n")
+    call = ToolCall("r1", "Read", "", {"file_path": f"{RECORDED}/f.txt", "offset": 2})
+    want = {"claude-code": {"offset": 2}, "gemini-cli": {"start_line": 2}, "opencode": {"offset": 2}}
+    for b in ("claude-code", "gemini-cli", "opencode", "qwen-code"):
+        tr = translate(
+            [Step(1, Action(tool_calls=[call]))], get_descriptor("claude-code"), target(requests, b, tmp_path)
+        )
+        (got,) = tr.steps[0].action.tool_calls
+        if b in want:
+            assert (got.name, orjson.loads(got.arguments_raw)) == (
+                NATIVE[b]["read"],
+                {TOOLS[b].read[1]: str(tmp_path / "f.txt"), **want[b]},
+            )
+        else:
+            assert (got.name, _shell_of(tr, b)) == (TOOLS[b].shell, ["sed -n '2,$p' f.txt"])
 
 
 def test_a_target_that_declared_no_shell_tool_is_refused_in_one_line(requests, tmp_path):
@@ -650,3 +796,110 @@ def test_a_source_in_text_mode_hands_its_command_output_as_the_result(requests, 
     (step,) = tr.steps
     assert step.action.text == "THOUGHT: say hi\n\n```mswea_bash_command\necho hi\n```"
     assert step.action.tool_calls == [] and [c.target_tool for c in tr.calls] == [TEXT_MODE_TOOL]
+
+
+@pytest.mark.parametrize("b", ["claude-code", "qwen-code", "opencode", "gemini-cli"])
+def test_a_change_of_a_file_b_has_not_read_is_served_a_read_first_where_b_wants_one(requests, tmp_path, b):
+    # Claude Code and Qwen Code refuse to edit or overwrite an existing file their session has not
+    # read whole, or one changed since (checked with the pinned CLIs; OpenCode 1.18.33 and Gemini
+    # CLI do not): a read of B's own is served as a step of its own before the change, when the
+    # file exists or may (a shell ran), and not again after B's own edit or a whole read
+    (tmp_path / "old.txt").write_text("one\n")
+    old = f"{RECORDED}/old.txt"
+
+    def edit(a: str, z: str) -> tuple[str, dict[str, Any]]:
+        return ("Edit", {"file_path": old, "old_string": a, "new_string": z})
+
+    plan: list[list[tuple[str, dict[str, Any]]]] = [
+        [edit("one", "two")],  # 1: never read: read first
+        [("Write", {"file_path": f"{RECORDED}/new.txt", "content": "new\n"})],  # 2: not there: no read
+        [edit("two", "three")],  # 3: B's own edit left it: no read
+        [("Bash", {"command": "touch old.txt", "description": "Touch it"})],  # 4: may change any file
+        [edit("three", "four")],  # 5: read again
+        [("Bash", {"command": "true", "description": "Nothing"}), edit("four", "five")],  # 6: by shell
+        [("Read", {"file_path": old})],  # 7: a whole read
+        [edit("five", "six")],  # 8: no read
+        [("Write", {"file_path": f"{RECORDED}/new2.txt", "content": "2\n"})],  # 9: a shell may have made it
+    ]
+    steps = [
+        Step(
+            n,
+            Action(
+                text=f"Step {n}.",
+                tool_calls=[ToolCall(f"t{n}{i}", name, "", args) for i, (name, args) in enumerate(calls)],
+            ),
+            Observation([ToolResult(f"t{n}{i}", "ok") for i in range(len(calls))]),
+        )
+        for n, calls in enumerate(plan, 1)
+    ]
+    tr = translate(
+        steps, get_descriptor("claude-code"), target(requests, b, tmp_path, exists=os.path.lexists)
+    )
+    fates = {c.call_id: (c.fate, c.target_tool) for c in tr.calls}
+    native = (CallFate.TRANSLATED, NATIVE[b]["edit"])
+    if b in READ_FIRST:
+        assert [(r["source_step"], r["path"], r["target_tool"]) for r in tr.inserted_reads] == [
+            (1, "old.txt", NATIVE[b]["read"]),
+            (5, "old.txt", NATIVE[b]["read"]),
+            (9, "new2.txt", NATIVE[b]["read"]),
+        ]
+        assert (tr.step_map[1], tr.step_map[5], tr.step_map[9]) == ([1, 2], [6, 7], [11, 12])
+        read = tr.steps[0].action.tool_calls[0]
+        assert orjson.loads(read.arguments_raw) == {TOOLS[b].read[1]: str(tmp_path / "old.txt")}
+        # a shell call earlier in the same step could change the file after a read: B's shell edits
+        assert fates["t61"] == (CallFate.REPRODUCED, TOOLS[b].shell)
+        assert "may change it" in next(c.reason for c in tr.calls if c.call_id == "t61")
+        assert "read the file first" in next(c.reason for c in tr.calls if c.call_id == "t10")
+    else:
+        assert tr.inserted_reads == [] and len(tr.steps) == len(plan)
+        assert fates["t61"] == native
+    assert [fates[k] for k in ("t10", "t30", "t50", "t80")] == [native] * 4
+    assert fates["t20"] == fates["t90"] == (CallFate.TRANSLATED, NATIVE[b]["write"])
+    declared = {t.name: t for t in requests[b].tools}
+    for step in tr.steps:
+        for call in step.action.tool_calls:
+            assert schema_problems(declared[call.name], call.arguments) == [], (step.n, call.name)
+    body = request_after(requests[b].protocol, requests[b].body, tr.steps)
+    assert validate_request(requests[b].protocol, body) == []
+    run_shell_calls(tr, b, tmp_path)
+    assert files_of(tmp_path) == {"old.txt": "six\n", "new.txt": "new\n", "new2.txt": "2\n"}
+    # with the source's snapshots saying new2.txt was not there before step 9 (B re-enacted the
+    # steps before it), its write needs no read even after a shell call
+    (tmp_path / "new2.txt").unlink()
+    (tmp_path / "old.txt").write_text("one\n")
+    (tmp_path / "new.txt").unlink()
+    known = target(requests, b, tmp_path, exists=os.path.lexists)
+    known = dataclasses.replace(
+        known, existed=lambda step, rel: rel == "old.txt" or (rel == "new.txt" and step > 2)
+    )
+    tr = translate(steps, get_descriptor("claude-code"), known)
+    want = [(1, "old.txt"), (5, "old.txt")] if b in READ_FIRST else []
+    assert [(r["source_step"], r["path"]) for r in tr.inserted_reads] == want
+
+
+def test_a_todo_list_goes_to_b_s_todo_tool_unless_it_failed_or_b_has_only_goals(requests, tmp_path):
+    # Gemini CLI's todo list into OpenCode's todowrite (statuses mapped into OpenCode's, its
+    # required priority filled), not into Codex, whose plan tools are goals; one that failed in
+    # the source is not re-run anywhere
+    todos = {"todos": [{"description": "Ship it", "status": "blocked"}]}
+    call = ToolCall("w1", "write_todos", "", todos)
+
+    def one(b: str, error: bool) -> tuple[Any, Translation]:
+        obs = Observation([ToolResult("w1", "no" if error else "ok", error or None)])
+        tr = translate(
+            [Step(1, Action(tool_calls=[call]), obs)],
+            get_descriptor("gemini-cli"),
+            target(requests, b, tmp_path),
+        )
+        return tr.calls[0], tr
+
+    acc, tr = one("opencode", False)
+    assert (acc.fate, acc.target_tool, acc.reason) == (CallFate.TRANSLATED, "todowrite", "native todo list")
+    (got,) = tr.steps[0].action.tool_calls
+    assert orjson.loads(got.arguments_raw) == {
+        "todos": [{"content": "Ship it (blocked)", "status": "pending", "priority": "medium"}]
+    }
+    acc, _ = one("codex", False)
+    assert acc.fate is CallFate.RENDERED_AS_TEXT and acc.reason.startswith("a todo list is not a goal")
+    acc, _ = one("opencode", True)
+    assert acc.fate is CallFate.RENDERED_AS_TEXT and "failed in the source" in acc.reason

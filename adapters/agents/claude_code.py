@@ -93,13 +93,18 @@ class ClaudeCode(AgentProfile):
     }
     read_tools = frozenset({"Read", "Glob", "Grep"})
     image_readers = {"Read": "file_path"}
+    #: Edit and Write refuse an existing file not read whole in the session ("File has not been
+    #: read yet"), or one whose content changed since (checked with the pinned 2.1 CLI)
+    reads_before_change = True
     tool_effects = {
         "Bash": fx.shell("command", description="description"),
         "Read": fx.read("file_path", "offset", "limit", offset_base=1),
         "Write": fx.write("file_path", "content"),
         "Edit": fx.edit("file_path", "old_string", "new_string", "replace_all"),
         **fx.kinds(fx.Effect.LIST, "Glob", "Grep", "LS"),
-        **fx.kinds(fx.Effect.PLAN, "TodoWrite", "ExitPlanMode"),
+        # TodoWrite: Claude Code 2.1 defers it (ToolSearch), so its request 1 rarely offers it
+        "TodoWrite": fx.todos("todos", fx.TodoShape("content", "status", active="activeForm")),
+        **fx.kinds(fx.Effect.PLAN, "ExitPlanMode"),
         **fx.kinds(fx.Effect.SUBAGENT, "Task", "Agent"),
         **fx.kinds(fx.Effect.WEB, "WebFetch", "WebSearch"),
     }

@@ -172,7 +172,9 @@ class Codex(AgentProfile):
         "exec_command": fx.shell("cmd", workdir="workdir"),
         "shell": fx.shell("command", workdir="workdir"),
         "apply_patch": fx.ToolEffect(fx.Effect.PATCH, patch=""),
-        **fx.kinds(fx.Effect.PLAN, "update_plan", "create_goal", "update_goal", "get_goal"),
+        # update_plan: the pinned 0.171.0 does not declare it through pvisor's provider (goals only)
+        "update_plan": fx.todos("plan", fx.TodoShape("step", "status")),
+        **fx.goals("create_goal", "update_goal", "get_goal"),
         **fx.kinds(
             fx.Effect.SUBAGENT,
             "multi_agent_v1",

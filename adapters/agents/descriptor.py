@@ -166,6 +166,10 @@ class AgentDescriptor:
     #: what its shell tool refuses to run anywhere in a command, even inside quotes (Gemini CLI's
     #: "command substitution" check), or None; a handoff's own commands holding it are encoded
     shell_refuses: LazyPattern | None = None
+    #: its edit and write tools refuse to change an existing file the session has not read
+    #: whole with its read tool, or one changed since that read (a handoff serves a read first:
+    #: docs/handoff.md); False: they change any file
+    reads_before_change: bool = False
     prompt_wrappers: tuple[LazyPattern, ...] = ()
     prompt_blocks: tuple[tuple[str, str], ...] = ()
     prompt_markers: tuple[str, ...] = ()

@@ -24,12 +24,12 @@ class Effect(str, enum.Enum):
 
     SHELL = "shell"  #: runs a shell command: re-run as the target's shell call
     READ = "read"  #: reads one file: the target's read tool, else a shell read
-    WRITE = "write"  #: writes a whole file: reproduced by a shell call
-    EDIT = "edit"  #: replaces a string in a file: reproduced by a shell call
+    WRITE = "write"  #: writes a whole file: the target's write tool, else a shell call
+    EDIT = "edit"  #: replaces a string in a file: the target's edit tool, else a shell call
     PATCH = "patch"  #: applies a patch (Codex ``apply_patch``): reproduced by a shell call
-    LIST = "list"  #: lists, globs or searches files: rendered as text (part 2 maps it)
-    PLAN = "plan"  #: a plan, todo list or goal: rendered as text
-    SUBAGENT = "subagent"  #: starts a subagent: rendered as text
+    LIST = "list"  #: lists, globs or searches files: rendered as text
+    PLAN = "plan"  #: a plan, todo list or goal: the target's tool of its :class:`PlanKind`, else text
+    SUBAGENT = "subagent"  #: starts a subagent: rendered as text with its recorded result
     WEB = "web"  #: fetches or searches the web: rendered as text
     OTHER = "other"  #: anything else (MCP, notebooks, questions): rendered as text
 
@@ -50,19 +50,86 @@ class Role(str, enum.Enum):
     END = "end"  #: a read's last line, 1-based and included (Gemini CLI ``end_line``)
     PATCH = "patch"  #: the patch text (a free-form input when the argument is ``""``)
     DESCRIPTION = "description"  #: a short text for people (Claude Code ``Bash.description``)
+    INSTRUCTION = "instruction"  #: what an edit is for, in words (Gemini CLI ``replace.instruction``)
+    TODOS = "todos"  #: a todo list's items (an array of objects: :class:`TodoShape`)
+
+
+class PlanKind(str, enum.Enum):
+    """What a plan tool holds: a todo list (the whole list each call) or a goal. A todo list
+    goes to the target's todo tool only; a goal call only to the target's goal tool of the same
+    name (goals of two agents are not one thing: Codex's ``update_goal`` takes ``paused``, Qwen
+    Code's a ``reason``)."""
+
+    TODO = "todo"  #: the whole todo list, each item a task and its status
+    GOAL = "goal"  #: creates, updates or reads the session's goal
+
+
+#: the statuses a todo item may have, as a handoff carries them between agents (every agent's
+#: status words are among these)
+TODO_STATUSES = ("pending", "in_progress", "completed", "cancelled", "blocked")
+
+
+class TodoShape:
+    """A todo tool's item: ``text`` (the key holding the task), ``status`` (the key holding its
+    status), ``statuses`` (the statuses the tool takes, of :data:`TODO_STATUSES`), ``active``
+    (a key holding the task as it is being done, Claude Code ``activeForm``; filled from the
+    source's, else the task), ``fill`` (keys the tool requires that other agents do not have,
+    and the value given when the source item has none: OpenCode ``priority``). Immutable."""
+
+    __slots__ = ("text", "status", "statuses", "active", "fill")
+
+    def __init__(
+        self,
+        text: str,
+        status: str,
+        statuses: tuple[str, ...] = ("pending", "in_progress", "completed"),
+        active: str | None = None,
+        fill: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        for k, v in (("text", text), ("status", status), ("statuses", statuses), ("active", active)):
+            object.__setattr__(self, k, v)
+        object.__setattr__(self, "fill", fill)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"TodoShape is immutable: cannot set {name}")
+
+    def _key(self) -> tuple:
+        return (self.text, self.status, self.statuses, self.active, self.fill)
+
+    def __eq__(self, other: object) -> bool:
+        return self._key() == other._key() if isinstance(other, TodoShape) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"TodoShape({self.text!r}, {self.status!r})"
 
 
 class ToolEffect:
     """One tool's effect and argument roles: ``effect`` (:class:`Effect`), ``args`` (role ->
-    argument name), ``offset_base`` (0 or 1: the first line's number for :attr:`Role.OFFSET`).
-    Immutable and hashable; compared by value."""
+    argument name), ``offset_base`` (0 or 1: the first line's number for :attr:`Role.OFFSET`),
+    ``needs_limit`` (a read whose :attr:`Role.OFFSET` is taken only with a :attr:`Role.LIMIT`:
+    Qwen Code), ``plan`` (a plan tool's :class:`PlanKind`, else None), ``todo`` (a todo tool's
+    :class:`TodoShape`, else None). Immutable and hashable; compared by value."""
 
-    __slots__ = ("effect", "args", "offset_base")
+    __slots__ = ("effect", "args", "offset_base", "needs_limit", "plan", "todo")
 
-    def __init__(self, effect: Effect, offset_base: int = 0, **args: str) -> None:
+    def __init__(
+        self,
+        effect: Effect,
+        offset_base: int = 0,
+        needs_limit: bool = False,
+        plan: PlanKind | None = None,
+        todo: TodoShape | None = None,
+        **args: str,
+    ) -> None:
         object.__setattr__(self, "effect", effect)
         object.__setattr__(self, "args", {Role(k): v for k, v in args.items()})
         object.__setattr__(self, "offset_base", offset_base)
+        object.__setattr__(self, "needs_limit", needs_limit)
+        object.__setattr__(self, "plan", plan)
+        object.__setattr__(self, "todo", todo)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"ToolEffect is immutable: cannot set {name}")
@@ -74,10 +141,14 @@ class ToolEffect:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ToolEffect):
             return NotImplemented
-        return (self.effect, self.args, self.offset_base) == (other.effect, other.args, other.offset_base)
+        return self._key() == other._key()
+
+    def _key(self) -> tuple:
+        extra = (self.offset_base, self.needs_limit, self.plan, self.todo)
+        return (self.effect, tuple(sorted(self.args.items())), *extra)
 
     def __hash__(self) -> int:
-        return hash((self.effect, tuple(sorted(self.args.items())), self.offset_base))
+        return hash(self._key())
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k.value}={v!r}" for k, v in self.args.items())
@@ -90,10 +161,16 @@ def shell(command: str = "command", workdir: str | None = None, description: str
     return ToolEffect(Effect.SHELL, command=command, **extra)
 
 
-def read(path: str, offset: str | None = None, limit: str | None = None, offset_base: int = 0) -> ToolEffect:
+def read(
+    path: str,
+    offset: str | None = None,
+    limit: str | None = None,
+    offset_base: int = 0,
+    needs_limit: bool = False,
+) -> ToolEffect:
     """A tool that reads the file its ``path`` argument names (a line range by offset/limit)."""
     extra = {k: v for k, v in (("offset", offset), ("limit", limit)) if v}
-    return ToolEffect(Effect.READ, offset_base=offset_base, path=path, **extra)
+    return ToolEffect(Effect.READ, offset_base=offset_base, needs_limit=needs_limit, path=path, **extra)
 
 
 def write(path: str, content: str) -> ToolEffect:
@@ -101,9 +178,23 @@ def write(path: str, content: str) -> ToolEffect:
     return ToolEffect(Effect.WRITE, path=path, content=content)
 
 
-def edit(path: str, old: str, new: str, all_: str | None = None) -> ToolEffect:
-    """A tool that replaces ``old`` by ``new`` in ``path`` (every occurrence when ``all_``)."""
-    return ToolEffect(Effect.EDIT, path=path, old=old, new=new, **({"all": all_} if all_ else {}))
+def edit(
+    path: str, old: str, new: str, all_: str | None = None, instruction: str | None = None
+) -> ToolEffect:
+    """A tool that replaces ``old`` by ``new`` in ``path`` (every occurrence when ``all_``;
+    ``instruction``: an argument saying what the edit is for, Gemini CLI's required one)."""
+    extra = {k: v for k, v in (("all", all_), ("instruction", instruction)) if v}
+    return ToolEffect(Effect.EDIT, path=path, old=old, new=new, **extra)
+
+
+def todos(arg: str, shape: TodoShape) -> ToolEffect:
+    """A todo tool: its ``arg`` holds the whole list, items of ``shape``."""
+    return ToolEffect(Effect.PLAN, plan=PlanKind.TODO, todo=shape, todos=arg)
+
+
+def goals(*names: str) -> dict[str, ToolEffect]:
+    """``names`` -> goal tools (:attr:`PlanKind.GOAL`)."""
+    return {n: ToolEffect(Effect.PLAN, plan=PlanKind.GOAL) for n in names}
 
 
 def kinds(effect: Effect, *names: str) -> dict[str, ToolEffect]:

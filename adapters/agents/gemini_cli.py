@@ -137,9 +137,10 @@ class GeminiCli(AgentProfile):
         "run_shell_command": fx.shell("command", workdir="dir_path", description="description"),
         "read_file": fx.ToolEffect(fx.Effect.READ, path="file_path", start="start_line", end="end_line"),
         "write_file": fx.write("file_path", "content"),
-        "replace": fx.edit("file_path", "old_string", "new_string", "allow_multiple"),
+        "replace": fx.edit("file_path", "old_string", "new_string", "allow_multiple", "instruction"),
         **fx.kinds(fx.Effect.LIST, "list_directory", "glob", "grep_search", "search_file_content"),
-        **fx.kinds(fx.Effect.PLAN, "write_todos", "enter_plan_mode", "update_topic"),
+        "write_todos": fx.todos("todos", fx.TodoShape("description", "status", statuses=fx.TODO_STATUSES)),
+        **fx.kinds(fx.Effect.PLAN, "enter_plan_mode", "update_topic"),
         **fx.kinds(fx.Effect.SUBAGENT, "invoke_agent"),
         **fx.kinds(fx.Effect.WEB, "web_fetch", "google_web_search"),
     }

@@ -145,6 +145,8 @@ class OpenCode(AgentProfile):
     }
     read_tools = frozenset({"read", "glob", "grep"})
     image_readers = {"read": "filePath"}
+    #: (no ``reads_before_change``: 1.18.33 edits and overwrites a file it has not read, checked
+    #: with the pinned CLI, though its edit tool's description says otherwise)
     tool_effects = {
         "bash": fx.shell("command", workdir="workdir", description="description"),
         "read": fx.read("filePath", "offset", "limit", offset_base=1),
@@ -152,7 +154,16 @@ class OpenCode(AgentProfile):
         "edit": fx.edit("filePath", "oldString", "newString", "replaceAll"),
         "apply_patch": fx.ToolEffect(fx.Effect.PATCH, patch="patchText"),
         **fx.kinds(fx.Effect.LIST, "glob", "grep", "list"),
-        **fx.kinds(fx.Effect.PLAN, "todowrite", "todoread"),
+        "todowrite": fx.todos(
+            "todos",
+            fx.TodoShape(
+                "content",
+                "status",
+                statuses=("pending", "in_progress", "completed", "cancelled"),
+                fill=(("priority", "medium"),),
+            ),
+        ),
+        **fx.kinds(fx.Effect.PLAN, "todoread"),
         **fx.kinds(fx.Effect.SUBAGENT, "task"),
         **fx.kinds(fx.Effect.WEB, "webfetch", "websearch"),
     }

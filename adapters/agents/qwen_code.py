@@ -97,13 +97,21 @@ class QwenCode(AgentProfile):
     }
     read_tools = frozenset({"read_file", "glob", "grep_search"})
     image_readers = {"read_file": "file_path"}
+    #: edit and write_file (and an in-place ``sed`` through its shell) refuse an existing file
+    #: not read in the session, or one whose mtime or size changed since (checked with 0.24.4)
+    reads_before_change = True
     tool_effects = {
         "run_shell_command": fx.shell("command", workdir="directory", description="description"),
-        "read_file": fx.read("file_path", "offset", "limit"),
+        # offset counts from 0 and is taken only with a limit (its schema says so)
+        "read_file": fx.read("file_path", "offset", "limit", needs_limit=True),
         "write_file": fx.write("file_path", "content"),
         "edit": fx.edit("file_path", "old_string", "new_string", "replace_all"),
         **fx.kinds(fx.Effect.LIST, "glob", "grep_search", "list_directory"),
-        **fx.kinds(fx.Effect.PLAN, "todo_write", "update_goal", "get_goal"),
+        # todo_write is a deferred tool of 0.24.4, reached through tool_search/tool_call; its
+        # request 1 neither declares it nor names it (no deferred-tools reminder), so a handoff
+        # routes no todo list to it: a plan kind without a shape
+        **fx.kinds(fx.Effect.PLAN, "todo_write"),
+        **fx.goals("update_goal", "get_goal"),
         **fx.kinds(fx.Effect.SUBAGENT, "agent", "task"),
         **fx.kinds(fx.Effect.WEB, "web_fetch", "web_search"),
     }
