@@ -56,7 +56,7 @@ def _bash(cid: str, keystrokes: str) -> ToolCall:
 
 def terminus() -> Trajectory:
     task = [
-        ContentPart(type="text", text="Write hello.txt, then notes/a.md and notes/b.md."),
+        ContentPart(type="text", text="Write hello.txt, then notes/a.md and b.txt."),
         ContentPart(
             type="audio", source=AudioSource(media_type="audio/wav", path="audio/task.wav", duration_sec=2.0)
         ),
@@ -94,15 +94,16 @@ def terminus() -> Trajectory:
             source="agent",
             model_name="openai/gpt-test",
             message="Now the notes, two commands at once.",
+            # independent commands: terminus-2 typed them in order, but a handoff serves one step's
+            # calls as one batch, which OpenCode runs at once (docs/handoff.md, "Sources from
+            # elsewhere: ATIF")
             tool_calls=[
                 _bash("call_1_1", "mkdir -p notes && echo a > notes/a.md\n"),
-                _bash("call_1_2", "echo b > notes/b.md\n"),
+                _bash("call_1_2", "echo b > b.txt\n"),
             ],
             observation=Observation(
                 results=[
-                    ObservationResult(
-                        content="$ mkdir -p notes && echo a > notes/a.md\n$ echo b > notes/b.md\n$ "
-                    )
+                    ObservationResult(content="$ mkdir -p notes && echo a > notes/a.md\n$ echo b > b.txt\n$ ")
                 ]
             ),
             llm_call_count=1,
@@ -118,9 +119,7 @@ def terminus() -> Trajectory:
             source="agent",
             message="Checking the files (dispatched, no inference).",
             tool_calls=[_bash("call_2_1", "ls notes\n")],
-            observation=Observation(
-                results=[ObservationResult(source_call_id="call_2_1", content="a.md  b.md\n")]
-            ),
+            observation=Observation(results=[ObservationResult(source_call_id="call_2_1", content="a.md\n")]),
             llm_call_count=0,
         ),
         Step(

@@ -43,7 +43,7 @@ SCRIPT = {
     ]
 }
 EXPORTED_FILES = {"one.txt": "1\n", "d/two.txt": "2\n", "three.txt": "3\n"}
-TERMINUS_FILES = {"hello.txt": "hello\n", "notes/a.md": "a\n", "notes/b.md": "b\n"}
+TERMINUS_FILES = {"hello.txt": "hello\n", "notes/a.md": "a\n", "b.txt": "b\n"}
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +135,7 @@ def test_a_v18_file_of_an_unknown_agent_lists_what_it_lost_and_assumed(harbor_wr
     path = harbor_written / "harbor-terminus-2-v1.8.json"
     code, doc, err = _show(path)
     assert code == 0 and doc["agent"] == "atif" and doc["profile"] == "atif@1.8", err
-    assert doc["task"] == "Write hello.txt, then notes/a.md and notes/b.md."
+    assert doc["task"] == "Write hello.txt, then notes/a.md and b.txt."
     assert doc["system"] == "You are an AI assistant solving tasks in a Linux terminal."
     steps = doc["steps"]
     # the copied-context step is no step; the dispatch without inference and the shared output flagged
