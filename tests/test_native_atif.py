@@ -304,10 +304,12 @@ def test_another_agents_adapter_names_atif_when_given_one(harbor_written):
 # --------------------------------------------------------------------------- handoffs
 
 
-def _handoff(path: Path, agent: str, to: str, after: int, root: Path, env: dict) -> dict:
+def _handoff(path: Path, agent: str | None, to: str, after: int, root: Path, env: dict) -> dict:
+    """``pvisor handoff --trajectory PATH [--agent AGENT] ... --replay-only`` (None: no --agent)."""
     ws, out = root / f"ws-{to}", root / f"out-{to}"
     ws.mkdir()
-    argv = ["--journal", str(root / "h.sqlite"), "handoff", "--trajectory", str(path), "--agent", agent,
+    argv = ["--journal", str(root / "h.sqlite"), "handoff", "--trajectory", str(path),
+            *(["--agent", agent] if agent else []),
             "--after-step", str(after), "--to-agent", to, "--workspace", str(ws), "--output", str(out),
             "--replay-only", "--agent-entrypoint", str(entrypoint(to))]  # fmt: skip
     proc = pvisor(argv, env=env, cwd=root)
@@ -319,8 +321,9 @@ def _handoff(path: Path, agent: str, to: str, after: int, root: Path, env: dict)
 @pytest.mark.parametrize("to", ["mini-swe-agent", "opencode"])
 def test_pvisors_export_is_handed_to_a_real_agent(exported, tmp_path, to):
     path, cap = exported
-    got = _handoff(path, "claude-code", to, 2, tmp_path, cap.env)
+    got = _handoff(path, "claude-code" if to == "opencode" else None, to, 2, tmp_path, cap.env)
     assert got["result"]["status"] == "ok" and got["result"]["mode"] == "handoff"
+    assert got["result"]["handoff"]["from_agent"] == "claude-code"  # without --agent: the file's
     assert {k: v for k, v in got["files"].items() if k in EXPORTED_FILES} == EXPORTED_FILES
 
 
@@ -329,10 +332,12 @@ def test_harbors_v18_file_of_an_unknown_agent_is_handed_to_a_real_agent(
     harbor_written, exported, tmp_path, to
 ):
     """terminus-2's ``bash_command`` calls are re-run as the target's shell (the generic descriptor's
-    assumption, in the result's warnings); ``mark_task_complete`` is rendered as text."""
+    assumption, in the result's warnings); ``mark_task_complete`` is rendered as text. Without
+    ``--agent`` the file's agent is the one it names (here ``atif``: one pvisor does not know)."""
     _, cap = exported
-    got = _handoff(harbor_written / "harbor-terminus-2-v1.8.json", "atif", to, 4, tmp_path, cap.env)
+    agent = None if to == "mini-swe-agent" else "atif"
+    got = _handoff(harbor_written / "harbor-terminus-2-v1.8.json", agent, to, 4, tmp_path, cap.env)
     result = got["result"]
-    assert result["status"] == "ok" and result["agent"] == to
+    assert result["status"] == "ok" and result["agent"] == to and result["handoff"]["from_agent"] == "atif"
     assert {k: v for k, v in got["files"].items() if k in TERMINUS_FILES} == TERMINUS_FILES
     assert any(w["code"] == "atif_assumed" and "bash_command" in w["message"] for w in result["warnings"])
