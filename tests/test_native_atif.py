@@ -122,7 +122,11 @@ def test_harbors_converter_output_reads_as_the_native_file_it_came_from(harbor_w
         [(r.call_id, r.content) for r in s.observation.results] for s in n.steps
     ]
     assert got.diagnostics.warnings == [] and t.meta["agent_name"] == "mini-swe-agent"
-    # --agent names the agent the file says, or atif (the generic descriptor); another is refused
+    # view and --agent: the agent the file says, or atif (the generic descriptor); another is refused
+    view = pvisor_main(["view", str(path), "--step", "0"], text=True)
+    assert view.returncode == 0 and json.loads(view.stdout)["source"]["agent"] == "mini-swe-agent", (
+        view.stderr
+    )
     assert read_native(path, "mini-swe-agent")[0].agent == "mini-swe-agent"
     code, _, err = _show(path, "--agent", "codex")
     assert code == 65 and err.strip().splitlines()[-1].endswith(
@@ -208,6 +212,37 @@ def test_pvisors_export_reads_back_as_the_runs_agent_with_the_exact_arguments(ex
         [r.content for r in s.observation.results] for s in traj.steps
     ]
     assert len(doc["tools"]) == len(traj.tools) and doc["warnings"] == []
+
+
+def test_subagents_continuations_and_unknown_fields_are_listed_never_fatal(tmp_path):
+    steps = [
+        {"step_id": 1, "source": "user", "message": "go", "color": "blue"},
+        {"step_id": 2, "source": "agent", "message": "delegating", "llm_call_count": 3, "mood": {"x": 1},
+         "tool_calls": [{"tool_call_id": "t1", "function_name": "Task", "arguments": {"prompt": "p"}}],
+         "observation": {"results": [{"source_call_id": "t1", "content": "sub says hi",
+                                      "subagent_trajectory_ref": [{"trajectory_id": "sub-1"}]}]},
+         "metrics": {"prompt_tokens": 5, "logprobs": [-0.1]}},
+        {"step_id": 3, "source": "system", "message": "late system note"},
+        {"step_id": 4, "source": "user", "message": "and then?"},
+    ]  # fmt: skip
+    doc = {**_atif(steps, "ATIF-v1.9"), "continued_trajectory_ref": "part2.json", "whatever": [1, 2],
+           "subagent_trajectories": [{"trajectory_id": "sub-1", "steps": [{}, {}]}]}  # fmt: skip
+    path = tmp_path / "sub.json"
+    path.write_text(json.dumps(doc))
+    code, got, err = _show(path)
+    assert code == 0, err
+    [step] = got["steps"]
+    assert step["flags"] == ["aggregated_inferences"] and step["action"]["usage"] == {"prompt_tokens": 5}
+    assert step["observation"]["results"][0]["content"] == "sub says hi"
+    assert [m["text"] for m in step["observation"]["messages"]] == ["and then?"]
+    assert [(x["where"], x["kind"]) for x in got["left_out"]] == [
+        ("continued_trajectory_ref", "continuation"),
+        ("subagent_trajectories[0]", "subagent"),
+        ("steps[1] (step_id 2).metrics", "metrics"),
+        ("steps[1] (step_id 2).observation.results[0].subagent_trajectory_ref[0]", "subagent"),
+        ("steps[2] (step_id 3)", "system"),
+    ]
+    assert [w["code"] for w in got["warnings"]] == ["unverified_profile", "atif_assumed"]
 
 
 # --------------------------------------------------------------------------- bad input

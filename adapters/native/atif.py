@@ -253,9 +253,11 @@ class _Reading:
             if isinstance(f, str) and f not in step.flags:
                 step.flags.append(f)
         count = s.get("llm_call_count")
-        if count == 0:
+        if not isinstance(count, int) or isinstance(count, bool):
+            pass  # not tracked (null), or not a count: one inference, as before 1.7
+        elif count == 0:
             step.flags.append("deterministic_dispatch")
-        elif isinstance(count, int) and count > 1:
+        elif count > 1:
             step.flags.append("aggregated_inferences")
         ids = self.calls(step, s.get("tool_calls"), where)
         self.results(step, s.get("observation"), ids, where)
