@@ -164,6 +164,9 @@ def test_a_v18_file_of_an_unknown_agent_lists_what_it_lost_and_assumed(harbor_wr
         ("atif_assumed", "tool bash_command"),
         ("atif_assumed", "tool mark_task_complete"),
     ]
+    # exported again, it keeps the name it gives its agent (not pvisor's generic atif)
+    again = pvisor_main(["trajectory", "export", str(path), "--format", "atif"], text=True)
+    assert again.returncode == 0 and json.loads(again.stdout)["agent"]["name"] == "terminus-2"
     # the corpus copy has no images/ beside it: the image is named lost, never silently dropped
     _, copy, _ = _show(native_dir() / "atif" / "harbor-terminus-2-v1.8.json")
     lost = [x for x in copy["left_out"] if x["kind"] == "image"]
