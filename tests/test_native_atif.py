@@ -174,6 +174,32 @@ def test_a_v18_file_of_an_unknown_agent_lists_what_it_lost_and_assumed(harbor_wr
     assert copy["steps"][0]["observation"]["results"][0]["content"] == "$ echo hello > hello.txt\n$ "
 
 
+def test_prepare_only_of_harbors_file_is_the_native_files_request_but_what_atif_drops(
+    harbor_written, tmp_path
+):
+    """Prepared in mini-swe-agent's own protocol, the request from Harbor's ATIF equals the one
+    from the native file it came from, but for what ATIF does not keep: the exact argument string
+    (ATIF holds an object: rendered as compact JSON) and litellm's ``content: null`` beside calls."""
+    bodies = []
+    for source in (harbor_written / "harbor-mini-swe-agent.json", MINI_NATIVE):
+        out = tmp_path / source.name
+        argv = ["replay", "--prepare-only", "--agent", "mini-swe-agent", "--trajectory", str(source)]
+        proc = pvisor_main([*argv, "--after-step", "1", "--output", str(out)], text=True)
+        assert proc.returncode == 0, proc.stderr
+        bodies.append(json.loads((out / "prefix.json").read_text()))
+
+    def without_spelling(body: dict) -> dict:
+        for m in body["messages"]:
+            if m.get("content") is None:
+                m.pop("content", None)
+            for c in m.get("tool_calls") or []:
+                c["function"]["arguments"] = json.loads(c["function"]["arguments"])
+        return body
+
+    atif, native = bodies
+    assert atif != native and without_spelling(atif) == without_spelling(native)
+
+
 def test_prepare_only_renders_an_unknown_agents_file_and_says_what_it_assumed(harbor_written, tmp_path):
     path = harbor_written / "harbor-terminus-2-v1.8.json"
     out = tmp_path / "out"
