@@ -8,7 +8,10 @@ records), :mod:`.uuid_chain` (Claude Code's and Qwen Code's uuid chains); :mod:`
 
 :func:`read_native` is the entry point: with ``agent`` it uses that adapter, else it
 detects the format from the file (each format's signature, :mod:`.signatures`); no match or several matches
-is an error naming the candidates (exit 65 / exit 2).
+is an error naming the candidates (exit 65 / exit 2). An interchange format (a row of the agent
+table with ``format``: ATIF, :mod:`.atif`) is no agent's: a file in it is read by its reader
+whatever ``agent`` names, and must then be that agent's run (``NativeResult.agent``); detection
+tries its signature first.
 """
 
 from __future__ import annotations
