@@ -251,7 +251,7 @@ class TrajectoryReplay:
                 raise
             exc.args = (exc.message.replace("give --agent", "give agent=NAME"),)
             raise
-        name = agent or notes[0].split(": ", 1)[1]
+        name = agent or result.agent or notes[0].split(": ", 1)[1]
         source = {
             "kind": "native",
             "path": str(path),

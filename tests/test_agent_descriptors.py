@@ -33,6 +33,7 @@ def test_every_agent_has_a_descriptor_and_the_six_a_launch_profile():
         "mini-swe-agent",
         "openhands",
         "swe-agent",
+        "atif",  # a format row: any agent's run in ATIF (generic: an agent pvisor does not know)
     ]
     for name in descriptor_names():
         d = get_descriptor(name)

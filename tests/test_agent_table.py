@@ -174,7 +174,7 @@ def test_a_fake_agent_added_to_the_table_is_in_the_help_texts(fake_agent):
     assert "its command on PATH: claude, codex, gemini, qwen, opencode, mini, fakeagent)" in run_help
     assert "|fake-agent]" in " ".join(fake_agent("env", "--help").split())
     replay_help = " ".join(fake_agent("replay", "--help").split())
-    known = "claude-code, codex, gemini-cli, qwen-code, opencode, mini-swe-agent, openhands, swe-agent"
+    known = "claude-code, codex, gemini-cli, qwen-code, opencode, mini-swe-agent, openhands, swe-agent, atif"
     assert f"The agent: {known}, fake-agent." in replay_help
     listed = json.loads(fake_agent("adapters", "--json"))
     assert listed[-1]["adapter"] == "fake-agent" and listed[-1]["description"] == "Fake Agent trajectory JSON"

@@ -540,7 +540,7 @@ def test_readme_native_and_replay_examples_run_from_a_checkout(tmp_path: Path):
         if (line.startswith("$ pvisor trajectory") or line.startswith("$ pvisor replay"))
         and "--replay-only" not in line
     ]
-    assert len(commands) == 3
+    assert len(commands) == 4
     corpus = tmp_path / "tests" / "corpus"
     shutil.copytree(DOCS.parent / "tests" / "corpus" / "native", corpus / "native")
     env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}

@@ -13,6 +13,11 @@ from pvisor.core.errors import BadInputError
 #: sample -> (adapter detected, tool calls per step, warning codes), or a refusal:
 #: ("refused", text in the error)
 EXPECTED: dict[str, tuple] = {
+    # written by Harbor 0.26.0 (tests/harbor_atif_write.py): its converter's ATIF-v1.7 of the
+    # mini-swe-agent sample real-2.4.6_single, and an ATIF-v1.8 terminus-2 file (an agent pvisor does
+    # not know: the generic descriptor's assumptions are warned; the copied-context step is no step)
+    "atif/harbor-mini-swe-agent.json": ("atif", [1, 1], []),
+    "atif/harbor-terminus-2-v1.8.json": ("atif", [1, 2, 1, 1], ["atif_assumed"]),
     "claude-code/agent-sessions_schema_coverage.jsonl": (
         "claude-code",
         [1],

@@ -252,6 +252,12 @@ def test_a_call_whose_observation_never_came_is_interrupted(tmp_path):
 
 
 def test_atif_document_is_refused_as_not_openhands(tmp_path):
+    """The OpenHands adapter itself refuses an ATIF document naming it; ``read_native`` with
+    ``--agent openhands`` reads it with the ATIF reader (a format read whatever agent wrote it,
+    tests/test_native_atif.py), which refuses this one for its empty ``steps``."""
+    from pvisor.adapters.native import get_adapter
+    from pvisor.adapters.native.diagnostics import Diagnostics
+
     p = tmp_path / "atif.json"
     p.write_text(
         json.dumps(
@@ -259,8 +265,12 @@ def test_atif_document_is_refused_as_not_openhands(tmp_path):
         )
     )
     with pytest.raises(BadInputError) as exc:
-        read_native(p, "openhands")
+        get_adapter("openhands").read(p, Diagnostics(str(p)))
     assert "Harbor ATIF" in exc.value.message and str(p) in exc.value.message and exc.value.exit_code == 65
+    assert "--agent atif" in exc.value.message
+    with pytest.raises(BadInputError) as exc:
+        read_native(p, "openhands")
+    assert exc.value.message == f"{p}: steps: no steps (a non-empty list is required)"
 
 
 def test_wrong_format_given_with_agent_is_refused():

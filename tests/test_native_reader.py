@@ -245,6 +245,7 @@ def test_registry_lists_seven_adapters_each_with_a_profile():
         "mini-swe-agent",
         "openhands",
         "swe-agent",
+        "atif",  # a format row: any agent's run in ATIF
     ]
     for n in names:
         a = get_adapter(n)

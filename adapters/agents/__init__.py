@@ -35,21 +35,28 @@ class Agent:
     ``DESCRIPTOR``, and of :mod:`pvisor.adapters.native` reading its native files),
     ``executable`` (the command ``pvisor run`` looks up on PATH; None: pvisor reads and replays
     the agent's files but does not start it, its module has no ``PROFILE``), ``native`` (a
-    native reader module exists). A plain class, not a dataclass or a NamedTuple: the table is
-    read on the short commands' paths (``run --help``), where building those costs more than
-    the table itself (tests/test_startup_imports.py).
+    native reader module exists), ``format`` (the row is an interchange format that any agent's
+    run may be written in, not an agent: ATIF. Its reader reads a file of that format whatever
+    ``--agent`` names, detection tries its signature first, and its descriptor is the generic one
+    used when the file's agent is none pvisor knows: docs/native.md). A plain class, not a dataclass
+    or a NamedTuple: the table is read on the short commands' paths (``run --help``), where
+    building those costs more than the table itself (tests/test_startup_imports.py).
     """
 
-    __slots__ = ("name", "module", "executable", "native")
+    __slots__ = ("name", "module", "executable", "native", "format")
 
-    def __init__(self, name: str, module: str, executable: str | None = None, native: bool = True):
+    def __init__(
+        self, name: str, module: str, executable: str | None = None, native: bool = True, format: bool = False
+    ):
         self.name = name
         self.module = module
         self.executable = executable
         self.native = native
+        self.format = format
 
     def __repr__(self) -> str:
-        return f"Agent({self.name!r}, {self.module!r}, {self.executable!r}, native={self.native})"
+        fmt = ", format=True" if self.format else ""
+        return f"Agent({self.name!r}, {self.module!r}, {self.executable!r}, native={self.native}{fmt})"
 
 
 #: every agent pvisor knows, in documentation order: the one list every other is derived from
@@ -62,6 +69,7 @@ AGENTS: list[Agent] = [
     Agent("mini-swe-agent", "mini_swe_agent", "mini"),
     Agent("openhands", "openhands"),
     Agent("swe-agent", "swe_agent"),
+    Agent("atif", "atif", format=True),
 ]
 
 
@@ -89,6 +97,11 @@ def descriptor_names() -> list[str]:
 def native_names() -> list[str]:
     """Every agent whose native files pvisor reads, in documentation order."""
     return [a.name for a in AGENTS if a.native]
+
+
+def format_names() -> list[str]:
+    """The interchange formats among the rows (``format``): read whatever agent wrote them."""
+    return [a.name for a in AGENTS if a.format]
 
 
 def get_descriptor(name: str) -> "AgentDescriptor":
@@ -120,6 +133,7 @@ __all__ = [
     "agent_names",
     "descriptor_names",
     "executables",
+    "format_names",
     "get_descriptor",
     "get_profile",
     "native_names",

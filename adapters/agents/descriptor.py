@@ -173,6 +173,9 @@ class AgentDescriptor:
     prompt_wrappers: tuple[LazyPattern, ...] = ()
     prompt_blocks: tuple[tuple[str, str], ...] = ()
     prompt_markers: tuple[str, ...] = ()
+    #: the names an ATIF trajectory's ``agent.name`` gives this agent besides its own (Harbor's
+    #: ``AgentName`` spells Qwen Code ``qwen-coder``): such a file is this agent's run
+    atif_names: tuple[str, ...] = ()
 
     # ------------------------------------------------------------------ protocols
 

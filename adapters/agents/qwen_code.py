@@ -53,6 +53,7 @@ class QwenCode(AgentProfile):
     name = "qwen-code"
     title = "Qwen Code"
     shell_tools = {"run_shell_command": ("command",)}
+    atif_names = ("qwen-coder",)  # Harbor's AgentName; its converter writes qwen-code
     versions = VersionRange((0, 24, 0), (0, 25))
     protocol = "openai-chat"
     protocols = ("openai-chat", "anthropic", "gemini")  # --auth-type openai|anthropic|gemini

@@ -8,7 +8,10 @@ records), :mod:`.uuid_chain` (Claude Code's and Qwen Code's uuid chains); :mod:`
 
 :func:`read_native` is the entry point: with ``agent`` it uses that adapter, else it
 detects the format from the file (each format's signature, :mod:`.signatures`); no match or several matches
-is an error naming the candidates (exit 65 / exit 2).
+is an error naming the candidates (exit 65 / exit 2). An interchange format (a row of the agent
+table with ``format``: ATIF, :mod:`.atif`) is no agent's: a file in it is read by its reader
+whatever ``agent`` names, and must then be that agent's run (``NativeResult.agent``); detection
+tries its signature first.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from pvisor.core.errors import BadInputError, UsageError
 
-from pvisor.adapters.agents import AGENTS, native_names
+from pvisor.adapters.agents import AGENTS, format_names, native_names
 
 from .base import NativeAdapter, NativeResult, flag_cut_off
 from .diagnostics import Diagnostics
@@ -84,11 +87,28 @@ def sniff_head(path: Path) -> bytes:
 def detect(path: Path) -> list[str]:
     """Names of the adapters whose format's signature (:mod:`.signatures`) accepts ``path`` (a
     file, or a directory for the OpenCode storage tree), given :func:`sniff_head` of it. Loads
-    no adapter module (the one chosen is loaded to read the file)."""
+    no adapter module (the one chosen is loaded to read the file). An interchange format's
+    signature (a row with ``format``: ATIF) is tried first and, when it accepts, is the only
+    name: its signature is strict (a version key), and a file of it may quote another agent's
+    markers in its ``extra`` fields."""
     from .signatures import signature_of
 
     head = sniff_head(path)
+    formats = [n for n in format_names() if signature_of(n)(path, head)]
+    if formats:
+        return formats
     return [n for n in adapter_names() if signature_of(n)(path, head)]
+
+
+def _format_of(path: Path) -> str | None:
+    """The interchange format ``path`` is written in (a row with ``format``), or None."""
+    from .signatures import signature_of
+
+    names = format_names()
+    if not names:
+        return None
+    head = sniff_head(path)
+    return next((n for n in names if signature_of(n)(path, head)), None)
 
 
 def _check_path(path: Path) -> None:
@@ -187,6 +207,15 @@ def _read_native(
             )
         agent = found[0]
         notes.append(f"detected format: {agent}")
+        wanted = None
+    else:
+        # a file in an interchange format is read by the format's reader whatever agent wrote it
+        # (--agent names the agent, which the file must say); --agent FORMAT reads it as such
+        wanted = agent
+        fmt = None if agent in format_names() else _format_of(path)
+        if fmt is not None:
+            notes.append(f"format: {fmt} (read as {agent}'s run)")
+            agent = fmt
     adapter = get_adapter(agent)
     if os.path.isdir(path) and not adapter.reads_directories:
         raise BadInputError(f"{original}: is a directory; the {agent} adapter reads a file, not a directory")
@@ -204,10 +233,28 @@ def _read_native(
             else:
                 result = adapter.read(path, diag)
         flag_cut_off(result)  # the step a cut-off last line may belong to
+        _check_agent(original, result, agent, wanted)
         return result, notes
     finally:
         if collecting:
             gc.enable()
+
+
+def _check_agent(original: Path, result: NativeResult, adapter: str, wanted: str | None) -> None:
+    """Set ``result.agent`` (an agent's own adapter: its name) and, when ``--agent`` named an
+    agent and the file is in an interchange format, check that the file is that agent's run:
+    BadInputError (exit 65) naming the agent it says and the ``--agent`` to give otherwise."""
+    if result.agent is None:
+        result.agent = adapter
+    if wanted is None or wanted == adapter or wanted == result.agent:
+        return
+    said = result.trajectory.meta.get("agent_name", result.agent)
+    known = (
+        f"--agent {result.agent} (or --agent {adapter})" if result.agent != adapter else f"--agent {adapter}"
+    )
+    raise BadInputError(
+        f"{original}: an {adapter} trajectory of agent {said!r}, not of {wanted}; give {known}"
+    )
 
 
 __all__ = [

@@ -125,16 +125,27 @@ class FormatProfile(FrozenRecord, record=True):
 
 
 class NativeResult(Record, record=True):
-    """What an adapter returns: the trajectory, the profile it was read with, and the warnings."""
+    """What an adapter returns: the trajectory, the profile it was read with, the warnings, and
+    ``agent``: the agent whose run it is (a descriptor's name). An agent's own adapter leaves it
+    None and :func:`~pvisor.adapters.native.read_native` sets its own name; a format's reader
+    (ATIF) names the agent the file says, or the format's generic descriptor."""
 
     trajectory: Trajectory
     profile: FormatProfile
     diagnostics: Diagnostics
+    agent: str | None = None
 
-    def __init__(self, trajectory: Trajectory, profile: FormatProfile, diagnostics: Diagnostics) -> None:
+    def __init__(
+        self,
+        trajectory: Trajectory,
+        profile: FormatProfile,
+        diagnostics: Diagnostics,
+        agent: str | None = None,
+    ) -> None:
         self.trajectory = trajectory
         self.profile = profile
         self.diagnostics = diagnostics
+        self.agent = agent
 
 
 #: the flag of the step a cut-off last line may belong to (:func:`flag_cut_off`)

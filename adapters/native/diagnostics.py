@@ -49,6 +49,10 @@ WARNING_CODES: dict[str, str] = {
     ),
     "malformed_record": "a record that is JSON but lacks a field its type requires; skipped",
     "duplicate_call_id": "two tool calls share an id; results paired in order of appearance",
+    "atif_assumed": (
+        "an ATIF file of an agent pvisor does not know: what the generic descriptor assumes of a tool "
+        "(a shell, or rendered as text in a handoff)"
+    ),
     "lost_action": (
         "a tool result answers a call no line holds (the action's line was lost): a gap step stands at its "
         "place"

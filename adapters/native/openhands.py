@@ -39,7 +39,8 @@ openhands/events/serialization/event.py and openhands/events/tool.py; corpus fil
   has neither ``action`` nor ``observation`` (another agent's message list).
 - The Harbor RFC sample ``harbor_rfc_openhands_trajectory.json`` is this format (a list of V0
   events from OpenHands 0.58.0, the input of Harbor's converter), not ATIF; an ATIF document
-  (``{schema_version: "ATIF-v1.x", ...}``) is refused naming it.
+  (``{schema_version: "ATIF-v1.x", ...}``) is read by the ATIF reader (:mod:`.atif`); given
+  to this adapter it is refused naming it.
 """
 
 from __future__ import annotations
@@ -250,9 +251,9 @@ class OpenHandsAdapter(NativeAdapter):
         events = read_document(path, diag, EXPECTED)
         if isinstance(events, dict) and str(events.get("schema_version", "")).startswith("ATIF"):
             raise BadInputError(
-                f"{diag.path}: document: a Harbor ATIF trajectory ({events['schema_version']}), not an "
-                "OpenHands event list; "
-                "ATIF is pvisor's export format, not a native file"
+                f"{diag.path}: document: a Harbor ATIF trajectory "
+                f"({str(events['schema_version'])[:40]}), not "
+                "an OpenHands event list; read it without --agent (detected), or with --agent atif"
             )
         require(
             isinstance(events, list),

@@ -335,7 +335,8 @@ def atif_fields(
     meta = t.meta or {}
     count = [0]
     agent_info: dict[str, Any] = {
-        "name": agent,
+        # an ATIF source keeps the name it gives its agent (terminus-2, not pvisor's generic atif)
+        "name": str(meta.get("agent_name") or agent),
         "version": str(meta.get("agent_version") or meta.get("cli_version") or "unknown"),
         "model_name": t.model,
     }

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from typing import TYPE_CHECKING, Callable
 
 from pvisor.adapters.agents import AGENTS
@@ -130,6 +131,17 @@ def swe_agent(path: Path | str, head: bytes) -> bool:
         and b'"role"' in head
         and any(m in head for m in markers)
     )
+
+
+#: ATIF's version key, as Harbor's models and pvisor's exporter write it (any major 1 minor)
+_ATIF_VERSION = re.compile(rb'"schema_version"\s*:\s*"ATIF-v1\.')
+
+
+def atif(path: Path | str, head: bytes) -> bool:
+    """An ATIF trajectory (Harbor's Agent Trajectory Interchange Format, any agent's run): a JSON
+    object whose ``schema_version`` reads ``ATIF-v1.`` in the file's start. By content, never by
+    extension; a format row of the agent table (its signature is tried before the agents')."""
+    return os.path.isfile(path) and head.lstrip().startswith(b"{") and _ATIF_VERSION.search(head) is not None
 
 
 #: a format's signature: ``(path, head) -> bool``

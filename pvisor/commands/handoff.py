@@ -54,7 +54,8 @@ HELPS = {
     "output": "(required) The directory of result.json, prefix.json and prefix.request.json.",
     "replay_only": "End the next agent at its request after the pause (recorded as the prefix) instead of "
     "sending it to the live model.",
-    "agent": "The source's agent (default: the journal run's; required with --trajectory).",
+    "agent": "The source's agent (default: the journal run's, or the agent an ATIF --trajectory names; else "
+    "required with --trajectory).",
 }
 
 
@@ -146,6 +147,8 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
     trajectory = Path(flags["trajectory"]) if flags["trajectory"] else None
     agent = flags["agent"]
     if agent is None and trajectory is not None:
+        agent = _agent_the_file_says(trajectory)
+    if agent is None and trajectory is not None:
         raise UsageError("--trajectory needs --agent NAME (which agent wrote it?)")
     spec = _pause_spec(flags)
     # a source that cannot be read at all: the replay's read refuses it (a failed result.json)
@@ -199,6 +202,24 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         sandbox_cpus=flags["sandbox_cpus"],
     )
     report_outcome(lambda: run_handoff(opts, _warn), flags["result"])
+
+
+def _agent_the_file_says(path: Path) -> str | None:
+    """The agent a trajectory in an interchange format (ATIF) names, as its reader maps it
+    (docs/native.md, "ATIF as a source": ``atif`` for one pvisor does not know); None for an
+    agent's own file (which does not say which agent wrote it for sure) or a file that cannot be
+    read (the replay's read then says why)."""
+    from pvisor.adapters.agents import format_names
+    from pvisor.adapters.native import detect, read_native
+    from pvisor.core.errors import PvisorError
+
+    try:
+        found = detect(path)
+        if len(found) != 1 or found[0] not in format_names():
+            return None
+        return read_native(path, found[0])[0].agent
+    except PvisorError:
+        return None
 
 
 def _check_flags(flags: dict[str, Any]) -> None:

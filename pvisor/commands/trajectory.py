@@ -100,7 +100,7 @@ def _read(file: str, agent: str | None, strict: bool, session: str | None, limit
         click.echo(one_line(f"pvisor: warning: {file}: {w}"), err=True)
     if strict and result.diagnostics.warnings:
         raise BadInputError(f"{file}: {sum(result.diagnostics.counts.values())} warning(s) and --strict")
-    return result, agent or notes[0].split(": ", 1)[1]
+    return result, agent or result.agent or notes[0].split(": ", 1)[1]
 
 
 def stream_limits(f):
