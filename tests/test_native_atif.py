@@ -12,6 +12,7 @@ is mocked."""
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
@@ -405,3 +406,42 @@ def test_harbors_v18_file_of_an_unknown_agent_is_handed_to_a_real_agent(
     assert result["status"] == "ok" and result["agent"] == to and result["handoff"]["from_agent"] == "atif"
     assert {k: v for k, v in got["files"].items() if k in TERMINUS_FILES} == TERMINUS_FILES
     assert any(w["code"] == "atif_assumed" and "bash_command" in w["message"] for w in result["warnings"])
+
+
+# --------------------------------------------------------------------------- hostile image paths
+
+
+def _with_image(path: str) -> dict:
+    part = {"type": "image", "source": {"media_type": "image/png", "path": path}}
+    content = [{"type": "text", "text": "o"}, part]
+    steps = [
+        {"step_id": 1, "source": "user", "message": "go"},
+        {"step_id": 2, "source": "agent", "message": "x",
+         "tool_calls": [{"tool_call_id": "c1", "function_name": "bash", "arguments": {"command": "ls"}}],
+         "observation": {"results": [{"source_call_id": "c1", "content": content}]}},
+    ]  # fmt: skip
+    return _atif(steps, "ATIF-v1.8")
+
+
+def test_an_image_path_outside_the_files_directory_is_never_read(tmp_path):
+    """A hostile file's image part names a secret by an absolute path, a ``..`` out of
+    ``images/``, a symbolic link out of it, or a device that never ends (``/dev/zero``): each
+    is left out naming the path, and no byte of the file outside is read into the trajectory."""
+    secret = tmp_path / "secret.png"
+    secret.write_bytes(b"\x89PNG\r\n\x1a\nTOP-SECRET-BYTES")
+    d = tmp_path / "run"
+    (d / "images").mkdir(parents=True)
+    (d / "images" / "link.png").symlink_to(secret)
+    (d / "images" / "ok.png").write_bytes(b"\x89PNG\r\n\x1a\nfine")
+    hostile = [str(secret), "images/../../secret.png", "images/link.png", "/dev/zero", "images", "a\x00.png"]
+    for i, name in enumerate([*hostile, "images/ok.png"]):
+        path = d / f"t{i}.json"
+        path.write_text(json.dumps(_with_image(name)))
+        result, _ = read_native(path)
+        content = result.trajectory.steps[0].observation.results[0].content
+        lost = [x for x in result.trajectory.left_out if x.kind == "image"]
+        if name == "images/ok.png":
+            assert content[1]["source"]["data"] == base64.b64encode(b"\x89PNG\r\n\x1a\nfine").decode()
+            continue
+        assert content == "o", name  # the text alone: no image block
+        assert len(lost) == 1 and ("not read" in lost[0].reason or "NUL" in lost[0].reason), (name, lost)

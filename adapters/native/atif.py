@@ -35,8 +35,10 @@ a source"):
   ``subagent_trajectory_ref`` of results (their rendered content is kept),
   ``subagent_trajectories``, ``continued_trajectory_ref`` and token ids / logprobs are left out
   and listed. Image parts (``source.path``, relative to the file's directory: Harbor writes
-  ``images/``) are read as Anthropic-shaped base64 image blocks when the file is there and at
-  most :data:`MAX_IMAGE_BYTES`, else left out naming the path.
+  ``images/``) are read as Anthropic-shaped base64 image blocks when the file is there, a
+  regular file below the file's directory (symbolic links resolved; an absolute path or one
+  that climbs out is never read) and at most :data:`MAX_IMAGE_BYTES`, else left out naming the
+  path.
 - Refused (BadInputError, exit 65, one line naming the file and the JSON path): a document that
   is not a JSON object with ``schema_version`` ``ATIF-v1.x``, ``agent.name`` and a non-empty
   ``steps`` list; a step that is not an object or has no valid ``source``; a call without a
@@ -48,6 +50,7 @@ from __future__ import annotations
 
 import base64
 import os
+import stat
 from typing import TYPE_CHECKING, Any
 
 from pvisor.journal.model import (
@@ -169,19 +172,36 @@ class _Reading:
         if not path or not media:
             left_out(self.traj, where, "image", "an image part without source.path and media_type")
             return None
+        if "\x00" in path:
+            left_out(self.traj, where, "image", f"image {path!r}: a path holding a NUL byte names no file")
+            return None
         if "://" in path:
             left_out(self.traj, where, "image", f"an image at a URL ({path}): not fetched")
             return None
-        full = path if os.path.isabs(path) else os.path.join(self.base, path)
+        # a hostile file may name any file (``/home/u/.ssh/id_rsa``, ``images/../../x``, a symlink
+        # out of images/): only a regular file below the file's own directory is read, at most
+        # MAX_IMAGE_BYTES of it (a device such as /dev/zero never ends)
+        base = os.path.realpath(self.base)
+        full = os.path.realpath(os.path.join(base, path))
+        if os.path.isabs(path) or os.path.commonpath([base, full]) != base:
+            left_out(self.traj, where, "image", f"image {path} is outside the file's directory: not read")
+            return None
         try:
-            size = os.path.getsize(full)
-            if size > MAX_IMAGE_BYTES:
-                left_out(self.traj, where, "image", f"image {path} is {size} bytes, over {MAX_IMAGE_BYTES}")
+            info = os.stat(full)
+            if not stat.S_ISREG(info.st_mode):
+                left_out(self.traj, where, "image", f"image {path} is not a regular file: not read")
+                return None
+            if info.st_size > MAX_IMAGE_BYTES:
+                said = f"image {path} is {info.st_size} bytes, over {MAX_IMAGE_BYTES}"
+                left_out(self.traj, where, "image", said)
                 return None
             with open(full, "rb") as fh:
-                data = fh.read()
+                data = fh.read(MAX_IMAGE_BYTES + 1)
         except OSError as exc:
             left_out(self.traj, where, "image", f"image {path} not readable beside the file: {exc.strerror}")
+            return None
+        if len(data) > MAX_IMAGE_BYTES:  # grew since its size was asked
+            left_out(self.traj, where, "image", f"image {path} is over {MAX_IMAGE_BYTES} bytes")
             return None
         encoded = base64.b64encode(data).decode()
         return {"type": "image", "source": {"type": "base64", "media_type": media, "data": encoded}}
