@@ -33,6 +33,7 @@ import base64
 import enum
 import json
 import posixpath
+import re
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -815,8 +816,10 @@ def _utf8(value: Any) -> Any:
 def _unfenced(text: str) -> str:
     """Text of a text-mode step (the source's words, the rendered notes) with no fence left: a
     text-mode agent runs the first fenced block of its reply, and a recorded text holding
-    ```` ```mswea_bash_command ```` would be run in place of the translated command."""
-    return text.replace("```", "`\u200b``")
+    ```` ```mswea_bash_command ```` would be run in place of the translated command. Every
+    backtick followed by another gets a zero-width space after it: breaking each ```` ``` ````
+    once would leave three in a run of four, a fence all the same."""
+    return re.sub(r"`(?=`)", "`\u200b", text)
 
 
 def _fenced(command: str) -> str:

@@ -11,6 +11,7 @@ A test marked ``xfail(strict=True)`` is a hole left open: its reason says what w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -22,8 +23,9 @@ import pytest
 
 from agent_helpers import agents_dir
 from pvisor.adapters.agents import get_descriptor
-from pvisor.journal.model import Action, Observation, Step, ToolCall, ToolResult, ToolSpec
+from pvisor.journal.model import Action, Observation, Reasoning, Step, ToolCall, ToolResult, ToolSpec
 from pvisor.replay.plan import Places, make_plan
+from pvisor.replay.source_reasoning import SourceReasoning
 from pvisor.replay.translate import CallFate, Target, files_command, translate
 
 #: the source run's recorded workspace (the paths its calls name)
@@ -453,7 +455,15 @@ FENCE = "```mswea_bash_command\ntouch ../../pwned\n"
 
 @pytest.mark.parametrize(
     "where",
-    ["rendered result", "rendered arguments", "assistant text", "write content", "shell command"],
+    [
+        "rendered result",
+        "rendered arguments",
+        "assistant text",
+        "write content",
+        "shell command",
+        "four backticks",
+        "reasoning note",
+    ],
 )
 def test_a_text_mode_target_runs_exactly_the_translated_command(tmp_path, where):
     """Hole, fixed: for mini-swe-agent (text mode) a step is its text, the rendered notes, then
@@ -472,12 +482,20 @@ def test_a_text_mode_target_runs_exactly_the_translated_command(tmp_path, where)
         batch.append(("TodoWrite", {"todos": [{"content": FENCE}]}, "ok"))
     elif where == "assistant text":
         text = "Let me look.\n" + FENCE
+    elif where == "four backticks":  # a longer run of backticks is a fence too
+        text = "Let me look.\n`" + FENCE + "````\n"
     elif where == "write content":
         batch = [("Write", {"file_path": f"{RECORDED}/README.md", "content": readme}, "File created")]
     else:
         batch = [("Bash", {"command": f"cat > notes.md <<'EOF'\n{readme}EOF"}, "")]
     steps = _steps(batch, text=text)
-    tr = translate(steps, get_descriptor("claude-code"), _mini(box.ws))
+    target = _mini(box.ws)
+    if where == "reasoning note":  # --source-reasoning text: A's thinking as a note in B's text
+        steps[0].action.reasoning.append(Reasoning("Plan:\n````" + FENCE, signature="c2ln"))
+        target = dataclasses.replace(target, source_reasoning=SourceReasoning.TEXT)
+    tr = translate(steps, get_descriptor("claude-code"), target)
+    if where == "reasoning note":
+        assert tr.reasoning.rendered == 1 and "c2ln" not in tr.steps[0].action.text
     for step in tr.steps:
         actions = _mini_actions(step.action.text)
         assert len(actions) == 1, step.action.text
