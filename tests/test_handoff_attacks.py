@@ -305,6 +305,19 @@ def test_the_plan_lists_a_patch_file_outside_the_workspace(tmp_path, patch):
     assert plan.items, "the plan lists nothing of a patch that writes outside the workspace"
 
 
+@pytest.mark.parametrize(
+    "tool, command", [("shell", ["bash", "-lc", "rm -rf x"]), ("exec_command", "rm -rf x")]
+)
+def test_the_plan_lists_a_codex_shell_working_directory_outside(tmp_path, tool, command):
+    """Hole, fixed: Codex's argv ``shell`` tool was missing from its descriptor's path arguments,
+    so its ``workdir`` outside the workspace was never listed (nor the command's relative paths
+    judged from it), while a handoff runs ``cd /home/victim && rm -rf x``."""
+    key = "command" if tool == "shell" else "cmd"
+    step = _steps([(tool, {key: command, "workdir": "/home/victim"}, "")])[0]
+    plan = make_plan(get_descriptor("codex"), [step.action], Places(str(tmp_path / "ws"), RECORDED))
+    assert ("workdir", "/home/victim") in [(i.argument, i.text) for i in plan.items], plan.items
+
+
 def test_a_codex_free_form_apply_patch_is_reproduced(tmp_path):
     """Hole, fixed: Codex's ``apply_patch`` is a custom tool whose input IS the patch (its
     descriptor's ``patch=""``), parsed to no arguments; the translator read ``input`` of the

@@ -163,7 +163,7 @@ class Codex(AgentProfile):
         r"Chunk ID: [^\n]*\nWall time: [^\n]*\n(?:Process (?:exited with code|running with session ID) "
         r"[^\n]*\n)?(?:Original token count: [^\n]*\n)?Output:\n?(?P<out>[\s\S]*)"
     )
-    path_arguments = {"exec_command": ("workdir",), "view_image": ("path",)}
+    path_arguments = {"exec_command": ("workdir",), "shell": ("workdir",), "view_image": ("path",)}
     read_tools = frozenset({"view_image"})
     image_readers = {"view_image": "path"}
     image_only_readers = frozenset({"view_image"})
