@@ -287,6 +287,11 @@ _AGENT = {"step_id": 2, "source": "agent", "message": "x",
           "observation": {"results": [{"source_call_id": "c9", "content": "?"}]}}  # fmt: skip
 
 
+#: two calls of one id in a step (a result cannot say which it answers)
+_TWICE = {**_AGENT, "tool_calls": _AGENT["tool_calls"] * 2,
+          "observation": {"results": [{"source_call_id": "c1", "content": "?"}] * 2}}  # fmt: skip
+
+
 @pytest.mark.parametrize(
     "data, said",
     [
@@ -316,8 +321,21 @@ _AGENT = {"step_id": 2, "source": "agent", "message": "x",
             b'{"schema_version": "ATIF-v1.7", "agent": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
             "not a JSON document",
         ),
+        (
+            json.dumps(_atif([{"step_id": 1, "source": "user", "message": "hi"}, _TWICE])).encode(),
+            "steps[1] (step_id 2).tool_calls[1]: tool_call_id 'c1' names another call of this step",
+        ),
     ],
-    ids=["truncated", "major-2", "missing-call-id", "bad-source", "no-steps", "utf-16", "nested-deep"],
+    ids=[
+        "truncated",
+        "major-2",
+        "missing-call-id",
+        "bad-source",
+        "no-steps",
+        "utf-16",
+        "nested-deep",
+        "twice",
+    ],
 )
 def test_bad_input_is_one_line_and_exit_65(tmp_path, data, said):
     path = tmp_path / "bad.json"

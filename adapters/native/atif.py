@@ -42,8 +42,9 @@ a source"):
 - Refused (BadInputError, exit 65, one line naming the file and the JSON path): a document that
   is not a JSON object with ``schema_version`` ``ATIF-v1.x``, ``agent.name`` and a non-empty
   ``steps`` list; a step that is not an object or has no valid ``source``; a call without a
-  string ``tool_call_id`` and ``function_name``; a result whose ``source_call_id`` names no call
-  of its step. Unknown fields are ignored (listed when they carry content pvisor drops).
+  string ``tool_call_id`` and ``function_name``, or whose ``tool_call_id`` another call of its
+  step has; a result whose ``source_call_id`` names no call of its step. Unknown fields are
+  ignored (listed when they carry content pvisor drops).
 """
 
 from __future__ import annotations
@@ -306,6 +307,11 @@ class _Reading:
             cid, name = c.get("tool_call_id"), c.get("function_name")
             require(isinstance(cid, str), self.diag, at, "a tool call without a string tool_call_id")
             require(isinstance(name, str), self.diag, at, "a tool call without a string function_name")
+            # two calls of one id in a step: a result cannot say which it answers (both read as
+            # unanswered), and a provider refuses a request repeating a call id
+            require(
+                cid not in ids, self.diag, at, f"tool_call_id {cid[:80]!r} names another call of this step"
+            )
             ex = as_dict(c.get("extra"))
             raw = ex.get("arguments_raw")
             args = raw if isinstance(raw, str) else compact_json(c.get("arguments", {}))
