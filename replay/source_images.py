@@ -32,6 +32,8 @@ import orjson
 from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.model import Message, OtherPart, Step, ToolResult
 
+from .shell_text import operand
+
 #: file name suffixes read as images (the formats the agents' read tools send as image parts)
 IMAGE_SUFFIXES = {
     ".png": "image/png",
@@ -144,8 +146,8 @@ def image_read(
     for tool, arg in descriptor.image_readers.items():
         if tool in declared:
             return tool, {arg: absolute}, "an image: read by the next agent's own reader of images"
-    quoted = "'" + rel.replace("'", "'\\''") + "'"
-    tool, args = shell_call(f"wc -c {quoted}", f"Size of the image {rel}")
+    # operand: a path starting with ``-`` (``--files0-from=x.png``) is a file, not an option of wc
+    tool, args = shell_call(f"wc -c {operand(rel)}", f"Size of the image {rel}")
     return tool, args, "an image the next agent has no tool to read: its size by shell"
 
 

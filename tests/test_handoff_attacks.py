@@ -318,6 +318,18 @@ def test_the_plan_lists_a_codex_shell_working_directory_outside(tmp_path, tool, 
     assert ("workdir", "/home/victim") in [(i.argument, i.text) for i in plan.items], plan.items
 
 
+def test_a_read_of_an_image_named_like_an_option_gives_that_files_size(tmp_path):
+    """Hole, fixed: an image B has no reader for is sized by ``wc -c 'PATH'``; a path starting
+    with ``-`` (``--files0-from=names.png``) was an option of wc, which then read the file
+    names in ``names.png`` and put the sizes of those files in B's observation."""
+    box = Box(tmp_path)
+    (box.ws / "names.png").write_bytes(b"../../victim.txt\x00")
+    (box.ws / "--files0-from=names.png").write_bytes(b"12345")
+    [cmd] = _commands(_steps([("Read", {"file_path": f"{RECORDED}/--files0-from=names.png"}, "")]), box.ws)
+    proc = box.run(cmd)
+    assert proc.returncode == 0 and proc.stdout.decode().split()[0] == "5", (cmd, proc)
+
+
 def test_a_codex_free_form_apply_patch_is_reproduced(tmp_path):
     """Hole, fixed: Codex's ``apply_patch`` is a custom tool whose input IS the patch (its
     descriptor's ``patch=""``), parsed to no arguments; the translator read ``input`` of the
