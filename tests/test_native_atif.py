@@ -463,3 +463,16 @@ def test_an_image_path_outside_the_files_directory_is_never_read(tmp_path):
             continue
         assert content == "o", name  # the text alone: no image block
         assert len(lost) == 1 and ("not read" in lost[0].reason or "NUL" in lost[0].reason), (name, lost)
+
+
+def test_a_file_whose_bytes_are_no_image_of_its_media_type_is_left_out(tmp_path):
+    """A text named ``images/text.png`` (``image/png``) is not sent as an image (a provider
+    refuses the request that holds it): left out, naming the path; a real PNG is read."""
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "text.png").write_bytes(b"not an image at all\n")
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_with_image("images/text.png")))
+    result, _ = read_native(path)
+    assert result.trajectory.steps[0].observation.results[0].content == "o"
+    [lost] = [x for x in result.trajectory.left_out if x.kind == "image"]
+    assert lost.reason == "image images/text.png: its bytes are not those of image/png"

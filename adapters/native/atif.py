@@ -37,8 +37,8 @@ a source"):
   and listed. Image parts (``source.path``, relative to the file's directory: Harbor writes
   ``images/``) are read as Anthropic-shaped base64 image blocks when the file is there, a
   regular file below the file's directory (symbolic links resolved; an absolute path or one
-  that climbs out is never read) and at most :data:`MAX_IMAGE_BYTES`, else left out naming the
-  path.
+  that climbs out is never read), at most :data:`MAX_IMAGE_BYTES`, and its bytes those of its
+  ``media_type`` (:data:`IMAGE_MAGIC`), else left out naming the path.
 - Refused (BadInputError, exit 65, one line naming the file and the JSON path): a document that
   is not a JSON object with ``schema_version`` ``ATIF-v1.x``, ``agent.name`` and a non-empty
   ``steps`` list; a step that is not an object or has no valid ``source``; a call without a
@@ -92,6 +92,14 @@ EXPECTED = (
 GENERIC = "atif"
 #: an image part is read into the trajectory up to this size (bytes); a larger one is left out
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
+#: how the bytes of an image of each media type the providers take begin (a file of another
+#: content under such a type, a text named ``.png``, is no image: a provider refuses the request)
+IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
 
 #: step flags this adapter sets, for ``meta["flags"]``
 FLAGS = {
@@ -203,6 +211,12 @@ class _Reading:
             return None
         if len(data) > MAX_IMAGE_BYTES:  # grew since its size was asked
             left_out(self.traj, where, "image", f"image {path} is over {MAX_IMAGE_BYTES} bytes")
+            return None
+        magic = IMAGE_MAGIC.get(media.lower())
+        if magic is not None and not (
+            data.startswith(magic) and (media != "image/webp" or data[8:12] == b"WEBP")
+        ):
+            left_out(self.traj, where, "image", f"image {path}: its bytes are not those of {media}")
             return None
         encoded = base64.b64encode(data).decode()
         return {"type": "image", "source": {"type": "base64", "media_type": media, "data": encoded}}
