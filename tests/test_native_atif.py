@@ -476,3 +476,25 @@ def test_a_file_whose_bytes_are_no_image_of_its_media_type_is_left_out(tmp_path)
     assert result.trajectory.steps[0].observation.results[0].content == "o"
     [lost] = [x for x in result.trajectory.left_out if x.kind == "image"]
     assert lost.reason == "image images/text.png: its bytes are not those of image/png"
+
+
+def test_the_images_of_one_file_are_read_up_to_a_total(tmp_path, monkeypatch):
+    """A small file naming one image many times would hold a copy of its base64 per part (a
+    thousand parts of a 20 MiB image: 27 GB): past MAX_IMAGES_BYTES in all, the others are
+    left out, named (the limit made small here: the real one is 256 MiB)."""
+    from pvisor.adapters.native import atif
+
+    png = b"\x89PNG\r\n\x1a\n" + b"x" * 92
+    (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "a.png").write_bytes(png)
+    monkeypatch.setattr(atif, "MAX_IMAGES_BYTES", 250)
+    doc = _with_image("images/a.png")
+    parts = doc["steps"][1]["observation"]["results"][0]["content"]
+    parts += [parts[1]] * 4  # five parts naming the image: two fit in 250 bytes
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    result, _ = read_native(path)
+    content = result.trajectory.steps[0].observation.results[0].content
+    assert [p["type"] for p in content] == ["text", "image", "image"]
+    lost = [x.reason for x in result.trajectory.left_out if x.kind == "image"]
+    assert lost == ["image images/a.png: the file's images would pass 250 bytes in all"] * 3

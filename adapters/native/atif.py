@@ -37,7 +37,8 @@ a source"):
   and listed. Image parts (``source.path``, relative to the file's directory: Harbor writes
   ``images/``) are read as Anthropic-shaped base64 image blocks when the file is there, a
   regular file below the file's directory (symbolic links resolved; an absolute path or one
-  that climbs out is never read), at most :data:`MAX_IMAGE_BYTES`, and its bytes those of its
+  that climbs out is never read), at most :data:`MAX_IMAGE_BYTES` (and the file's images
+  :data:`MAX_IMAGES_BYTES` in all), and its bytes those of its
   ``media_type`` (:data:`IMAGE_MAGIC`), else left out naming the path.
 - Refused (BadInputError, exit 65, one line naming the file and the JSON path): a document that
   is not a JSON object with ``schema_version`` ``ATIF-v1.x``, ``agent.name`` and a non-empty
@@ -92,6 +93,9 @@ EXPECTED = (
 GENERIC = "atif"
 #: an image part is read into the trajectory up to this size (bytes); a larger one is left out
 MAX_IMAGE_BYTES = 20 * 1024 * 1024
+#: the images of one file are read up to this many bytes in all; the others are left out (a
+#: small file naming one 20 MiB image a thousand times would otherwise hold 27 GB of base64)
+MAX_IMAGES_BYTES = 256 * 1024 * 1024
 #: how the bytes of an image of each media type the providers take begin (a file of another
 #: content under such a type, a text named ``.png``, is no image: a provider refuses the request)
 IMAGE_MAGIC: dict[str, tuple[bytes, ...]] = {
@@ -136,6 +140,8 @@ class _Reading:
         self.base = os.path.dirname(os.path.abspath(path))
         self.diag, self.traj, self.meta = diag, traj, meta
         self.steps: list[Step] = []
+        #: bytes of the images read so far (:data:`MAX_IMAGES_BYTES`)
+        self.image_bytes = 0
 
     # ------------------------------------------------------------------ contents
 
@@ -204,6 +210,10 @@ class _Reading:
                 said = f"image {path} is {info.st_size} bytes, over {MAX_IMAGE_BYTES}"
                 left_out(self.traj, where, "image", said)
                 return None
+            if self.image_bytes + info.st_size > MAX_IMAGES_BYTES:
+                said = f"image {path}: the file's images would pass {MAX_IMAGES_BYTES} bytes in all"
+                left_out(self.traj, where, "image", said)
+                return None
             with open(full, "rb") as fh:
                 data = fh.read(MAX_IMAGE_BYTES + 1)
         except OSError as exc:
@@ -218,6 +228,7 @@ class _Reading:
         ):
             left_out(self.traj, where, "image", f"image {path}: its bytes are not those of {media}")
             return None
+        self.image_bytes += len(data)
         encoded = base64.b64encode(data).decode()
         return {"type": "image", "source": {"type": "base64", "media_type": media, "data": encoded}}
 
