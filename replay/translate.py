@@ -455,7 +455,7 @@ class _Translator:
             old == ""
         ):  # an edit with no old text creates the file (Claude Code, OpenCode, Gemini CLI, Qwen Code)
             return write_command(self._rel(path), new)
-        every = bool(args.get(fx.arg(Role.ALL) or "")) if fx.arg(Role.ALL) else False
+        every = _replace_all(fx, args)
         return edit_command(self._rel(path), old, new, every)
 
     # -- steps
@@ -641,7 +641,7 @@ class _Translator:
             route = self.routes.write(where, content) if isinstance(content, str) else None
         elif fx.effect is Effect.EDIT:
             old, new = args.get(fx.arg(Role.OLD) or ""), args.get(fx.arg(Role.NEW) or "")
-            every = bool(args.get(fx.arg(Role.ALL) or "")) if fx.arg(Role.ALL) else False
+            every = _replace_all(fx, args)
             said = args.get(fx.arg(Role.INSTRUCTION) or "") if fx.arg(Role.INSTRUCTION) else None
             words = said if isinstance(said, str) and said.strip() else step.action.text.strip()
             ok = isinstance(old, str) and isinstance(new, str)
@@ -829,6 +829,13 @@ def _fenced(command: str) -> str:
         return command
     data = base64.b64encode(command.encode("utf-8", "surrogatepass")).decode()
     return f"eval \"$(printf '%s' {data} | base64 -d)\""
+
+
+def _replace_all(fx: ToolEffect, args: dict[str, Any]) -> bool:
+    """Whether an edit replaces every occurrence: its replace-all argument is JSON ``true``
+    (``"false"``, ``1`` or a list are no boolean: the edit tools' schemas take none, and
+    ``bool("false")`` would replace them all)."""
+    return fx.arg(Role.ALL) is not None and args.get(fx.arg(Role.ALL) or "") is True
 
 
 def _range(fx: ToolEffect, args: dict[str, Any]) -> tuple[int | None, int | None]:

@@ -43,6 +43,12 @@ EXEC = ToolSpec(
 )
 
 
+#: OpenCode's shell tool (a target with an edit tool of its own)
+EXEC_BASH = ToolSpec(
+    "bash", "Runs a command", {"type": "object", "properties": {"command": {"type": "string"}}}
+)
+
+
 def _steps(*batches: list[tuple[str, Any, Any]], text: str = "") -> list[Step]:
     """Source steps, one per batch of (tool, arguments, recorded result)."""
     out = []
@@ -256,6 +262,28 @@ def test_a_hostile_edit_replaces_its_text_and_runs_nothing_else(tmp_path, old, n
         assert (box.ws / "f.txt").read_text() == original.replace(old, new, 1)
     assert box.outside() == before
     assert sorted(p.name for p in box.ws.iterdir()) == ["f.txt"]
+
+
+@pytest.mark.parametrize("every", ["false", "true", 1, [], None, True])
+def test_only_a_json_true_replaces_every_occurrence(tmp_path, every):
+    """Hole, fixed: replace_all was read with ``bool()``, so the string ``"false"`` (or ``1``,
+    any non-empty value) replaced every occurrence; only JSON ``true`` does, in B's shell
+    reproduction and in B's own edit tool."""
+    box = Box(tmp_path)
+    (box.ws / "f.txt").write_text("a a a\n")
+    args = {"file_path": f"{RECORDED}/f.txt", "old_string": "a", "new_string": "b", "replace_all": every}
+    [cmd] = _commands(_steps([("Edit", args, "ok")]), box.ws)
+    assert box.run(cmd).returncode == 0
+    assert (box.ws / "f.txt").read_text() == ("b b b\n" if every is True else "b a a\n")
+    names = ("filePath", "oldString", "newString", "replaceAll")
+    spec = ToolSpec("edit", "", {"type": "object", "properties": {k: {} for k in names}})
+    target = Target(get_descriptor("opencode"), "openai-chat", [EXEC_BASH, spec], str(box.ws), RECORDED)
+    [call] = (
+        translate(_steps([("Edit", args, "ok")]), get_descriptor("claude-code"), target)
+        .steps[0]
+        .action.tool_calls
+    )
+    assert call.name == "edit" and ("replaceAll" in call.arguments) is (every is True), call.arguments
 
 
 # --------------------------------------------------------------------------- 3. a patch that leaves
