@@ -269,7 +269,7 @@ def test_an_image_read_into_an_agent_without_a_reader_of_images_is_its_size_and_
     tr = translate(
         steps, get_descriptor("claude-code"), target(tools, "mini-swe-agent", SourceReasoning.DROP)
     )
-    assert tr.steps[0].action.tool_calls[0].arguments == {"command": "wc -c 'shot.png'"}
+    assert tr.steps[0].action.tool_calls[0].arguments == {"command": "wc -c shot.png"}
     images = verify_kept(
         account_images(steps, tr.calls, get_descriptor("mini-swe-agent"), "openai-chat"), None
     )
