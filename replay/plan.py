@@ -520,8 +520,10 @@ def make_plan(descriptor: Any, actions: Sequence[Action], places: Places) -> Pla
     plan = Plan(steps=len(actions))
     for n, action in enumerate(actions, start=1):
         for call in action.tool_calls:
-            if call.kind == "server":
-                continue
+            # a server call (``kind`` server) is judged too: a protocol without server calls
+            # (Chat Completions) serves it as a function call the agent runs, and a native file
+            # (an ATIF ``extra.kind``) may mark any call so; a provider's own tool (web search)
+            # names no path argument or shell command of the descriptor: no item
             for argument, text, reason in _call_items(descriptor, judge, call):
                 _add(plan, PlanItem(n, call.id, call.name, argument, _item_text(text), reason))
         for command in descriptor.text_commands(action):

@@ -23,6 +23,8 @@ import pytest
 
 from agent_helpers import agents_dir
 from pvisor.adapters.agents import get_descriptor
+from pvisor.adapters.native import read_native
+from pvisor.adapters.protocols import get_protocol
 from pvisor.journal.model import Action, Observation, Reasoning, Step, ToolCall, ToolResult, ToolSpec
 from pvisor.replay.plan import Places, make_plan
 from pvisor.replay.source_reasoning import SourceReasoning
@@ -356,6 +358,28 @@ def test_a_read_of_an_image_named_like_an_option_gives_that_files_size(tmp_path)
     [cmd] = _commands(_steps([("Read", {"file_path": f"{RECORDED}/--files0-from=names.png"}, "")]), box.ws)
     proc = box.run(cmd)
     assert proc.returncode == 0 and proc.stdout.decode().split()[0] == "5", (cmd, proc)
+
+
+def test_the_plan_lists_a_call_a_native_file_marks_as_a_server_call(tmp_path):
+    """Hole, fixed: the plan skipped calls of kind ``server``; an ATIF file (its call's
+    ``extra.kind``) may mark any call so, and Chat Completions serves it as a function call
+    that Qwen Code runs: ``rm -rf /home/victim/x`` was never listed (nor refused by
+    ``--refuse-outside``)."""
+    call = {"tool_call_id": "c1", "function_name": "run_shell_command", "extra": {"kind": "server"},
+            "arguments": {"command": "rm -rf /home/victim/x"}}  # fmt: skip
+    agent = {"step_id": 2, "source": "agent", "message": "x", "tool_calls": [call],
+             "observation": {"results": [{"source_call_id": "c1", "content": "done"}]}}  # fmt: skip
+    doc = {"schema_version": "ATIF-v1.7", "agent": {"name": "qwen-code", "version": "0.24.4"},
+           "steps": [{"step_id": 1, "source": "user", "message": "go"}, agent]}  # fmt: skip
+    path = tmp_path / "run.atif.json"
+    path.write_text(json.dumps(doc))
+    result, _ = read_native(path)
+    d = get_descriptor(result.agent)
+    actions = [d.reply_action("openai-chat", s.action) for s in result.trajectory.steps]
+    served = get_protocol("openai-chat").action_to_response(actions[0])["choices"][0]["message"]
+    assert served["tool_calls"][0]["function"]["name"] == "run_shell_command"  # the agent runs it
+    plan = make_plan(d, actions, Places(str(tmp_path / "ws")))
+    assert [(i.argument, i.text) for i in plan.items] == [("command", "/home/victim/x")], plan.items
 
 
 def test_a_codex_free_form_apply_patch_is_reproduced(tmp_path):
