@@ -266,7 +266,7 @@ def test_a_hostile_edit_replaces_its_text_and_runs_nothing_else(tmp_path, old, n
     assert sorted(p.name for p in box.ws.iterdir()) == ["f.txt"]
 
 
-@pytest.mark.parametrize("every", ["false", "true", 1, [], None, True])
+@pytest.mark.parametrize("every", ["false", 1, True])
 def test_only_a_json_true_replaces_every_occurrence(tmp_path, every):
     """Hole, fixed: replace_all was read with ``bool()``, so the string ``"false"`` (or ``1``,
     any non-empty value) replaced every occurrence; only JSON ``true`` does, in B's shell
