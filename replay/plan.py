@@ -28,7 +28,9 @@ them and the paths of commands that change files (``rm``, ``mv``, ``touch``, ``m
 A warning, never a guarantee: shell is read token by token (``shlex``; a command it cannot
 split is split on blanks), so a path the command builds (``p=/x; echo > $p/y``), a program's
 own file access (``python3 -c 'open("/x", "w")'``), a symbolic link inside the workspace,
-a free-form tool input (Codex's ``apply_patch``) and a heredoc's body are not seen. The sandbox
+a free-form tool input (Codex's ``apply_patch``) and a heredoc's body are not seen; arguments
+that are no JSON object are read by their string literals, each as a command (an agent may
+repair and run them). The sandbox
 is what contains a replay; the plan says what the served calls name.
 
 Pure: no file is read or written, no process started; paths are compared as text, normalised
@@ -546,6 +548,7 @@ def _call_items(d: Any, judge: _Judge, call: ToolCall) -> Iterator[tuple[str, st
     args = call.arguments
     yield from _patch_items(d, judge, call, args if isinstance(args, dict) else {})
     if not isinstance(args, dict):
+        yield from _unparsed_items(d, judge, call)
         return
     shell_args = d.shell_tools.get(call.name, ())
     read_only = call.name in d.read_tools or bool(shell_args)
@@ -574,6 +577,24 @@ def _call_items(d: Any, judge: _Judge, call: ToolCall) -> Iterator[tuple[str, st
             shell.argv(value)
         for text, reason in found:
             yield name, text, reason
+
+
+#: a string literal of arguments that are not JSON (double or single quotes)
+_LITERAL = re.compile(r""""((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)'""")
+
+
+def _unparsed_items(d: Any, judge: _Judge, call: ToolCall) -> Iterator[tuple[str, str, PlanReason]]:
+    """What the arguments of a shell or path tool's call name outside when they are no JSON
+    object (a trailing comma, single quotes): an agent may repair and run them (Qwen Code's
+    ``jsonrepair``), so each string literal of the text is read as a command, best effort
+    (argument ``arguments``)."""
+    if call.name not in d.shell_tools and call.name not in d.path_arguments:
+        return
+    for m in _LITERAL.finditer(call.arguments_raw or ""):
+        found: list[tuple[str, PlanReason]] = []
+        _Shell(judge, found, judge.ws).script(m.group(1) if m.group(1) is not None else m.group(2))
+        for text, reason in found:
+            yield "arguments", text, reason
 
 
 def _patch_items(d: Any, judge: _Judge, call: ToolCall, args: dict) -> Iterator[tuple[str, str, PlanReason]]:

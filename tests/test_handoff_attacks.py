@@ -382,6 +382,17 @@ def test_the_plan_lists_a_call_a_native_file_marks_as_a_server_call(tmp_path):
     assert [(i.argument, i.text) for i in plan.items] == [("command", "/home/victim/x")], plan.items
 
 
+@pytest.mark.parametrize(
+    "raw", ['{"command":"rm -rf /home/victim/x",}', "{'command': 'rm -rf /home/victim/x'}"]
+)
+def test_the_plan_reads_arguments_that_are_not_json(tmp_path, raw):
+    """Hole, fixed: arguments that do not parse (a trailing comma, single quotes) gave the plan
+    nothing to read, while Qwen Code repairs them (``jsonrepair``) and runs the command."""
+    call = ToolCall("c1", "run_shell_command", raw, None)
+    plan = make_plan(get_descriptor("qwen-code"), [Action(tool_calls=[call])], Places(str(tmp_path / "ws")))
+    assert [(i.argument, i.text) for i in plan.items] == [("arguments", "/home/victim/x")], plan.items
+
+
 def test_a_codex_free_form_apply_patch_is_reproduced(tmp_path):
     """Hole, fixed: Codex's ``apply_patch`` is a custom tool whose input IS the patch (its
     descriptor's ``patch=""``), parsed to no arguments; the translator read ``input`` of the
