@@ -81,6 +81,7 @@ from pvisor.session.handoff_result import (
     check_source_reasoning,
     fill_handoff,
     handoff_failure,
+    handoff_refusal,
     handoff_lineage,
     handoff_responder,
     start_snapshot_of,
@@ -431,7 +432,7 @@ def _replay_claimed(
         snaps = SourceSnapshots(opts.journal, rec, opts.after_step) if mode is RunMode.HANDOFF else None
         if snaps is not None:
             check_reset(opts, snaps)
-            check_source_reasoning(opts, rec)
+            check_source_reasoning(opts, rec, snaps, result)
         # before anything runs or is written into the workspace
         check_before_acting(opts, rec, sd, ws, result, warn)
         restored = None
@@ -660,7 +661,8 @@ def _write_outcome(
 ) -> ReplayOnlyOutcome:
     """The status and error of the replay the agent ran, ``result.json`` written after the
     prefix ``files`` (a diverged replay still shows how far it got)."""
-    error = failure(result, p, report, opts) or handoff_failure(result, opts)
+    # a refusal at B's request 1 ended B: that, not B's early end, is the error
+    error = handoff_refusal(result, opts) or failure(result, p, report, opts) or handoff_failure(result, opts)
     result.status = (
         ResultStatus.DIVERGED
         if p.divergence is not None or getattr(error, "code", None) == "workspace_diverged"

@@ -1,0 +1,88 @@
+"""The run of docs/handoff.md's example (a real Claude Code against the scripted model: a shell
+call, a write, an edit, two reads at once, a TodoWrite Claude Code does not offer, the end), each
+turn with plain reasoning, handed over by ``pvisor handoff`` to the real CLIs offline,
+``--replay-only``: what a new user met with it (issue 39's fixes). Nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+from agent_helpers import capture_scripted, entrypoint
+from cli_helpers import pvisor_main
+
+REPO = Path(__file__).resolve().parents[1]
+#: docs/handoff.md "Try it offline": its steps.json (the first json block), read from the page
+_PAGE = (REPO / "docs" / "handoff.md").read_text()
+TURNS = json.loads(_PAGE.split("```json\n", 1)[1].split("```", 1)[0])["turns"]
+SCHEMA = json.loads((REPO / "docs" / "result-schema.json").read_text())
+SCRIPT = {"turns": [dict(t, reasoning=f"I think: {t['text']}") for t in TURNS]}
+
+
+class Source:
+    def __init__(self, root: Path):
+        (root / "ws").mkdir()
+        (root / "ws" / "seed.txt").write_text("seed\n")
+        cap = capture_scripted("claude-code", root, SCRIPT, "Write the greeting and the notes")
+        self.root, self.journal, self.run, self.env = root, cap.journal, cap.run, cap.env
+        [native] = (root / "runs" / self.run / "home" / ".claude" / "projects").glob("*/*.jsonl")
+        self.native = native
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Source:
+    return Source(tmp_path_factory.mktemp("handoff-docs-run"))
+
+
+def _cli(source: Source, tmp_path: Path, *args: str, to: str, src: tuple[str, ...] = ()):
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    proc = pvisor_main(
+        ["--journal", str(source.journal), "handoff", *(src or ("--run", source.run)), "--to-agent", to,
+         "--agent-entrypoint", str(entrypoint(to)), "--workspace", str(ws), "--output", str(out),
+         "--replay-only", *args],
+        env=source.env, cwd=tmp_path, text=True,
+    )  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr
+    result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else None
+    return proc, result
+
+
+def _error_line(proc) -> str:
+    [line] = [x for x in proc.stderr.splitlines() if x.startswith("pvisor: error: ")]
+    return line
+
+
+@pytest.mark.parametrize("to", ["opencode", "qwen-code"])
+def test_keep_refused_at_the_next_agents_request_one_is_handoff_refused_exit_65(source, tmp_path, to):
+    """OpenCode and Qwen Code pick their protocol at run time: the refusal comes at their request
+    1 and ends them at once; that is the error (not their early end), its reason in the line."""
+    proc, result = _cli(source, tmp_path, "--after-step", "4", "--source-reasoning", "keep", to=to)
+    line = _error_line(proc)
+    assert proc.returncode == 65, proc.stderr
+    said = f"pvisor: error: handoff_refused: handoff to {to}: --source-reasoning keep: "
+    assert line.startswith(said), line
+    assert "made over anthropic and the next agent speaks openai-chat" in line
+    assert result["status"] == "failed"
+    assert [e["code"] for e in result["errors"]] == ["handoff_refused"]
+    assert result["handoff"]["refused"] in line
+
+
+def test_keep_refused_before_anything_runs_says_why_in_the_report(source, tmp_path):
+    """Gemini CLI speaks one protocol: refused before it starts, and ``handoff.refused`` says why
+    as after a refusal at request 1 (the report's shape: docs/result-schema.json)."""
+    proc, result = _cli(source, tmp_path, "--after-step", "4", "--source-reasoning", "keep", to="gemini-cli")
+    assert proc.returncode == 65, proc.stderr
+    assert [e["code"] for e in result["errors"]] == ["handoff_refused"]
+    h = result["handoff"]
+    assert h is not None and "next agent speaks gemini" in h["refused"]
+    assert (h["from_agent"], h["to_agent"], h["pause"]["after_step"], h["calls"]) == (
+        "claude-code",
+        "gemini-cli",
+        4,
+        [],
+    )
+    assert h["workspace"]["compared"] is False and h["lineage"]["parent_run"] == source.run
+    jsonschema.validate(result, SCHEMA)
