@@ -200,5 +200,15 @@ def failure(result: ResultDocument, p: Any, report: Any, opts: ReplayOptions) ->
     return ReplayFailed(
         "agent_ended_early",
         f"the agent exited (code {report.agent_exit_code}) after main-loop request {last}, before request "
-        f"{p.n + 1}; see {report.stderr}",
+        f"{p.n + 1}{_no_main_loop(p, last)}; see {report.stderr}",
     )
+
+
+def _no_main_loop(p: Any, last: int) -> str:
+    """Why no request of the agent's was taken for the main loop (``last`` 0), from the reason
+    playback gave its auxiliary requests (the last one not the main loop), as ``: ...``; empty
+    otherwise: the line says what went wrong, not only that the agent ended."""
+    if last:
+        return ""
+    whys = [a.reason for a in getattr(p, "auxiliary", ()) if a.reason.startswith("not the main loop")]
+    return f": no request was taken for the main loop ({whys[-1]})" if whys else ""

@@ -86,3 +86,47 @@ def test_keep_refused_before_anything_runs_says_why_in_the_report(source, tmp_pa
     )
     assert h["workspace"]["compared"] is False and h["lineage"]["parent_run"] == source.run
     jsonschema.validate(result, SCHEMA)
+
+
+def _replay(source: Source, tmp_path: Path, *args: str):
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    proc = pvisor_main(
+        ["--journal", str(source.journal), "replay", "--agent", "claude-code", "--agent-entrypoint",
+         str(entrypoint("claude-code")), "--workspace", str(ws), "--output", str(out), "--replay-only",
+         *args],
+        env=source.env, cwd=tmp_path, text=True,
+    )  # fmt: skip
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc, json.loads((out / "result.json").read_text())
+
+
+@pytest.mark.parametrize("how", ["handoff", "native handoff", "replay"])
+def test_a_tool_the_recorded_run_did_not_offer_either_is_no_divergence(source, tmp_path, how):
+    """The script's TodoWrite (step 5) was never offered by Claude Code under ``pvisor run``: the
+    recorded call was answered with Claude Code's error, and so is the served one; B = A re-runs
+    the five steps (the journal run, its native file, and a plain replay of the run)."""
+    if how == "replay":
+        proc, result = _replay(source, tmp_path, "--run", source.run, "--after-step", "5")
+    else:
+        native = ("--trajectory", str(source.native), "--agent", "claude-code")
+        src = native if how == "native handoff" else ()
+        proc, result = _cli(source, tmp_path, "--step", "4", to="claude-code", src=src)
+    assert proc.returncode == 0, proc.stderr
+    assert result["status"] == "ok" and result["errors"] == []
+    assert result["boundary"]["after_step"] == 5
+
+
+def test_a_request_that_never_offers_a_called_tool_is_named_when_the_agent_ends(source, tmp_path):
+    """A native file whose shell call names a tool Claude Code never offers (answered without an
+    error): no request is the main loop, and the error line says why, not only that it ended."""
+    bad = tmp_path / "renamed.jsonl"
+    bad.write_text(source.native.read_text().replace('"name":"Bash"', '"name":"Bashful"'))
+    src = ("--trajectory", str(bad), "--agent", "claude-code")
+    proc, result = _cli(source, tmp_path, "--step", "4", to="claude-code", src=src)
+    assert proc.returncode == 1, proc.stderr
+    line = _error_line(proc)
+    said = "after main-loop request 0, before request 6: no request was taken for the main loop (not the "
+    assert said in line
+    assert "it does not offer the tools the recorded actions call (Bashful))" in line
+    assert [e["code"] for e in result["errors"]] == ["agent_ended_early"]
