@@ -138,6 +138,7 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
     if flags["result"] is not None and flags["result"] != "-":
         raise UsageError(f"--result {flags['result']}: only '-' (stdout) is supported")
     _check_flags(flags)
+    _check_mode(flags)
     if (flags["run"] is None) == (flags["trajectory"] is None):
         raise UsageError("give the source: --run ID (a journal run) or --trajectory FILE --agent NAME")
     for name in ("output", "workspace"):
@@ -251,6 +252,18 @@ def _check_flags(flags: dict[str, Any]) -> None:
             if not chosen
             else f"give one pause: {' and '.join(chosen)} both choose it"
         )
+
+
+def _check_mode(flags: dict[str, Any]) -> None:
+    """UsageError (exit 2; one line each) for a continuation's option with ``--replay-only``
+    (``--upstream``, ``--max-steps``, ``--boundary-user-prompt``, ``--live-model``): refused as
+    ``pvisor replay`` refuses them (:meth:`~pvisor.replay.spec.ReplaySpec.refused_in_mode`)."""
+    from pvisor.replay.spec import ReplayMode, ReplaySpec, raise_problems
+
+    values = {name: flags[name] for name in SHARED}
+    given = [name for name, v in values.items() if v is not None and v is not False]
+    mode = ReplayMode.REPLAY_ONLY if flags["replay_only"] else ReplayMode.CONTINUE
+    raise_problems(list(ReplaySpec(values, given, mode).refused_in_mode()))
 
 
 def _pause_spec(flags: dict[str, Any]) -> Any:
