@@ -558,6 +558,24 @@ def _same_agent_images(rec: Any, opts: ReplayOptions) -> dict[str, Any]:
     return {"kept": kept, "dropped": []}
 
 
+def compared_calls(calls: list[dict[str, Any]], handoff: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``calls`` (the result's ``tool_calls``: B's, in order per step) without those of a
+    handoff that carry no source call's observation: the carriers (``true``, the only call of
+    its step) and the reads served first (``inserted_reads``: their B step and place). These
+    have no recorded result to compare (docs/handoff.md "The report")."""
+    if not handoff:
+        return list(calls)
+    skip = {(n, 0) for n in handoff.get("carriers") or ()}
+    skip |= {(r["target_step"], r["target_index"]) for r in handoff.get("inserted_reads") or ()}
+    out: list[dict[str, Any]] = []
+    place: dict[int, int] = {}
+    for c in calls:
+        i = place[c["step"]] = place.get(c["step"], -1) + 1
+        if (c["step"], i) not in skip:
+            out.append(c)
+    return out
+
+
 def handoff_refusal(result: Any, opts: ReplayOptions) -> PvisorError | None:
     """``handoff_refused`` (exit 65, the reason named) when B's translation was refused at its
     request 1, else None. It comes before the agent's own end: B ended by the refusal (at once,

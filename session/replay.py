@@ -79,6 +79,7 @@ from pvisor.session.handoff_result import (
     SourceSnapshots,
     check_reset,
     check_source_reasoning,
+    compared_calls,
     fill_handoff,
     handoff_failure,
     handoff_refusal,
@@ -145,8 +146,10 @@ class ReplayOnlyOutcome:
 
     def summary(self) -> str:
         r = self.result
-        # the calls of a finish action have no observation (never sent): not counted
-        calls = [c for c in r["tool_calls"] if not c["observation_not_sent"]]
+        # the calls of a finish action have no observation (never sent): not counted; nor a
+        # handoff's carriers and reads served first (no recorded result)
+        sent = [c for c in r["tool_calls"] if not c["observation_not_sent"]]
+        calls = compared_calls(sent, r.get("handoff"))
         same = sum(1 for c in calls if c["equal_normalised"])
         ended = r["agent_run"]["ended_by"]
         prefix = r["prefix"]

@@ -130,3 +130,16 @@ def test_a_request_that_never_offers_a_called_tool_is_named_when_the_agent_ends(
     assert said in line
     assert "it does not offer the tools the recorded actions call (Bashful))" in line
     assert [e["code"] for e in result["errors"]] == ["agent_ended_early"]
+
+
+def test_the_summary_counts_no_carrier_as_a_compared_observation(source, tmp_path):
+    """Into Codex the TodoWrite is text, carried by ``true``, which has no recorded result: the
+    summary compares the five observations of the source's calls (the matrix's ``O=O″ 1/5``)."""
+    proc, result = _cli(source, tmp_path, "--step", "4", to="codex")
+    assert proc.returncode == 0, proc.stderr
+    h = result["handoff"]
+    assert h["carriers"] == [5] and len(result["tool_calls"]) == 6
+    observed = [c["observation"] for c in h["calls"] if c["observation"]]
+    same = sum(1 for o in observed if o["equal_normalised"])
+    assert (same, len(observed)) == (1, 5)
+    assert "6 tool call(s) re-run, 1 of 5 observation(s) equal once normalised;" in proc.stdout, proc.stdout
