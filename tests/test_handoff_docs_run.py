@@ -143,3 +143,21 @@ def test_the_summary_counts_no_carrier_as_a_compared_observation(source, tmp_pat
     same = sum(1 for o in observed if o["equal_normalised"])
     assert (same, len(observed)) == (1, 5)
     assert "6 tool call(s) re-run, 1 of 5 observation(s) equal once normalised;" in proc.stdout, proc.stdout
+
+
+def test_progress_is_rounded_half_up_as_the_docs_say(source, tmp_path):
+    """``--progress 0.5`` of the run's 6 transitions: round(0.5 x 5) halves up, transition 3 (Python's
+    ``round`` would give 2), journal steps 1..4 kept; docs/handoff.md's table says the same rule."""
+    proc, result = _cli(source, tmp_path, "--progress", "0.5", to="claude-code")
+    assert proc.returncode == 0, proc.stderr
+    assert result["handoff"]["pause"] == {"after_step": 4, "transition": 3}
+    [row] = [line for line in _PAGE.splitlines() if line.startswith("| `--progress F` |")]
+    assert "halves up" in row and "0.5 of 6 transitions is transition 3" in row
+
+
+def test_the_help_says_writes_and_edits_go_to_the_next_agents_own_tools():
+    proc = pvisor_main(["handoff", "--help"], text=True)
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode == 0 and "a write or an edit becomes a shell call" not in said
+    assert "a write, an edit, a read or a plan goes to its own tool of that kind where it declares" in said
+    assert "transition round(F x (T-1)) of T, halves up" in said

@@ -79,7 +79,7 @@ HELPS = {
     type=float,
     default=None,
     metavar="F",
-    help="Pause at a fraction 0..1 of the run.",
+    help="Pause at a fraction 0..1 of the run: transition round(F x (T-1)) of T, halves up.",
 )
 @click.option(
     "--before-commitment", "before_commitment", is_flag=True, help="Pause before the first commit or finish."
@@ -120,11 +120,12 @@ HELPS = {
 def handoff(ctx: click.Context, **flags: Any) -> None:
     """Hand a run (--run ID, or --trajectory FILE with --agent) over to --to-agent at a pause:
     the next agent starts on the recorded task at the source's start state, re-runs the
-    history translated into its own tools (a shell call stays a shell call; a write or an edit
-    becomes a shell call that makes it; what cannot be re-run is written as its own earlier
-    note), and its request N+1 goes to the live model (--replay-only: recorded, then ended).
-    The result (DIR/result.json, mode handoff) accounts for every call; the derived run is
-    filed in the journal under its parent.
+    history translated into its own tools (a shell call stays a shell call; a write, an edit, a
+    read or a plan goes to its own tool of that kind where it declares one, else a shell call
+    makes it; what cannot be re-run is written as its own earlier note), and its request N+1
+    goes to the live model (--replay-only: recorded, then ended). The result (DIR/result.json,
+    mode handoff) accounts for every call; the derived run is filed in the journal under its
+    parent.
 
     \b
     Example (Claude Code's run handed to Codex after step 3, offline against a local model):
