@@ -132,7 +132,12 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
       pvisor handoff --run RUN --after-step 3 --to-agent codex --workspace ws2 \\
         --output out --upstream http://127.0.0.1:8000 --max-steps 5
     """
-    from pvisor.session.handover import handoff_options, pause_or_source_error, run_handoff
+    from pvisor.session.handover import (
+        agent_the_file_says,
+        handoff_options,
+        pause_or_source_error,
+        run_handoff,
+    )
     from pvisor.journal.paths import default_journal_path
     from pvisor.replay.numbering import Wording
 
@@ -149,7 +154,7 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
     trajectory = Path(flags["trajectory"]) if flags["trajectory"] else None
     agent = flags["agent"]
     if agent is None and trajectory is not None:
-        agent = _agent_the_file_says(trajectory)
+        agent = agent_the_file_says(trajectory)
     if agent is None and trajectory is not None:
         raise UsageError("--trajectory needs --agent NAME (which agent wrote it?)")
     spec = _pause_spec(flags)
@@ -204,24 +209,6 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
         sandbox_cpus=flags["sandbox_cpus"],
     )
     report_outcome(lambda: run_handoff(opts, _warn), flags["result"])
-
-
-def _agent_the_file_says(path: Path) -> str | None:
-    """The agent a trajectory in an interchange format (ATIF) names, as its reader maps it
-    (docs/native.md, "ATIF as a source": ``atif`` for one pvisor does not know); None for an
-    agent's own file (which does not say which agent wrote it for sure) or a file that cannot be
-    read (the replay's read then says why)."""
-    from pvisor.adapters.agents import format_names
-    from pvisor.adapters.native import detect, read_native
-    from pvisor.core.errors import PvisorError
-
-    try:
-        found = detect(path)
-        if len(found) != 1 or found[0] not in format_names():
-            return None
-        return read_native(path, found[0])[0].agent
-    except PvisorError:
-        return None
 
 
 def _check_flags(flags: dict[str, Any]) -> None:
