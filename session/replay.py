@@ -105,7 +105,13 @@ from pvisor.session.replay_options import (
     ReplayOnlyOptions,
     ReplayOptions,
 )
-from pvisor.session.replay_result import failure, fill_after, fill_prefix, remove_prefix_files
+from pvisor.session.replay_result import (
+    failure,
+    fill_after,
+    fill_prefix,
+    fill_restored,
+    remove_prefix_files,
+)
 from pvisor.session.run import RunRequest, run_agent, without_userinfo
 from pvisor.session.run_report import RunReport
 from pvisor.session.sandbox import (
@@ -428,6 +434,7 @@ def _replay_claimed(
     create_output(out, opts.output)
     assert opts.workspace is not None
     ws = resolved(opts.workspace)
+    restored = None
     try:
         sd = _source_descriptor(opts, d)
         rec = _read_source(opts, d, sd, child, result, live, ws)
@@ -438,7 +445,6 @@ def _replay_claimed(
             check_source_reasoning(opts, rec, snaps, result)
         # before anything runs or is written into the workspace
         check_before_acting(opts, rec, sd, ws, result, warn)
-        restored = None
         start_from = opts.workspace_from
         if start_from is None and snaps is not None:
             start_from = start_snapshot_of(opts, rec, ws, warn, snaps)
@@ -472,6 +478,11 @@ def _replay_claimed(
         files = fill_prefix(result, opts, rec, p, out)
         return _write_outcome(result, opts, p, report, files, out, t0)
     except PvisorError as exc:
+        if restored is not None and result.workspace is None:
+            # the agent did not start (or ended in error) after the start snapshot was restored:
+            # the result says what the workspace now holds, so that the next attempt's "not
+            # empty" is explained
+            fill_restored(result, ws, restored)
         return _write_failed(result, opts, d, exc, out, t0)
 
 

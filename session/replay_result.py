@@ -171,6 +171,14 @@ def remove_prefix_files(out: Path) -> None:
             pass
 
 
+def fill_restored(result: ResultDocument, ws: Path, restored: dict[str, Any]) -> None:
+    """``result.workspace`` of a replay that failed after the start snapshot ``restored`` (the
+    ``restored_from`` object) was restored into ``ws``, before the agent ran: the workspace as it
+    now is (before = after: nothing ran in it)."""
+    now = workspace_digest(ws)
+    result.workspace = WorkspaceRecord(show_path(ws), now.sha256, now.sha256, True, now.entries, restored)
+
+
 def failure(result: ResultDocument, p: Any, report: Any, opts: ReplayOptions) -> ReplayFailed | None:
     """The error of a replay that did not succeed, or None."""
     if p.divergence is not None:

@@ -161,3 +161,28 @@ def test_the_help_says_writes_and_edits_go_to_the_next_agents_own_tools():
     assert proc.returncode == 0 and "a write or an edit becomes a shell call" not in said
     assert "a write, an edit, a read or a plan goes to its own tool of that kind where it declares" in said
     assert "transition round(F x (T-1)) of T, halves up" in said
+
+
+def test_a_start_that_fails_after_the_restore_records_it(source, tmp_path):
+    """The start snapshot is restored into the empty workspace before the agent is started; an
+    executable of another version (exit 69) ends the handoff there: the result says what the
+    workspace holds now (``workspace.restored_from``), not null."""
+    fake = tmp_path / "codex"
+    fake.write_text("#!/bin/sh\necho 'codex-cli 0.1.0'\n")
+    fake.chmod(0o755)
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    proc = pvisor_main(
+        ["--journal", str(source.journal), "handoff", "--run", source.run, "--step", "4", "--to-agent",
+         "codex", "--agent-entrypoint", str(fake), "--workspace", str(ws), "--output", str(out),
+         "--replay-only"],
+        env=source.env, cwd=tmp_path, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 69, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert [e["code"] for e in result["errors"]] == ["agent_unavailable"]
+    assert [p.name for p in ws.iterdir()] == ["seed.txt"]
+    w = result["workspace"]
+    assert w is not None and w["restored_from"]["run"] == source.run and w["restored_from"]["kind"] == "start"
+    assert w["unchanged"] is True and w["entries"] == 1
+    jsonschema.validate(result, SCHEMA)
