@@ -218,6 +218,20 @@ def recorded_compactions(
     return out
 
 
+def refused_tools(steps: Iterable[Any]) -> set[str]:
+    """The tools of ``steps`` (recorded steps: ``action.tool_calls``, ``observation.results``)
+    whose every call was answered with an error result (``is_error``): the recorded agent may
+    not have offered them (Claude Code answers "No such tool available"), so a request that
+    does not offer them may still be the main loop."""
+    called: dict[str, bool] = {}
+    for s in steps:
+        errors = {r.call_id: r.is_error for r in s.observation.results}
+        for c in s.action.tool_calls:
+            if c.kind != "server":
+                called[c.name] = called.get(c.name, True) and errors.get(c.id) is True
+    return {name for name, refused in called.items() if refused}
+
+
 class OnlineMatcher:
     """Tells, one incoming request at a time, which main-loop request of a recording it is.
 
@@ -270,6 +284,7 @@ class OnlineMatcher:
         mask: Callable[[str], str] | None = None,
         dropped: Iterable[int] = (),
         compactions: Iterable[RecordedCompaction] = (),
+        refused_tools: Iterable[str] = (),
     ):
         self.protocol = protocol
         self.compactions = list(compactions)
@@ -293,7 +308,11 @@ class OnlineMatcher:
         # a recording without tool definitions (a native file that stores none) learns them from
         # the first request that offers every tool the served actions call and carries the task
         self._learn = not self._tools
-        self._called = {c.name for a in served for c in a.tool_calls if c.kind != "server"}
+        # the tools a request must offer to be learned as the main loop: those called, but for
+        # ``refused_tools`` (every recorded call of them answered an error: the recorded agent
+        # may not have offered them either, as Claude Code under `pvisor run` has no TodoWrite)
+        called = {c.name for a in served for c in a.tool_calls if c.kind != "server"}
+        self._called = called - set(refused_tools)
         self._said = {k: said(self.mod, [action_message(a)]) for k, a in self.served.items()}
         # each request repeats the conversation: a memo reads only the messages not seen before,
         # and what a run of those messages says is kept by their identity
@@ -368,15 +387,10 @@ class OnlineMatcher:
                     ),
                 )
         if self._learn:
-            if not (self._called <= names and names and self._check_task(conv, 1) is None):
+            why = self._not_learned(conv, names)
+            if why is not None:
                 return OnlineMatch(
-                    MatchKind.AUXILIARY,
-                    conversation=conv,
-                    stream=stream,
-                    reason=(
-                        "not the main loop: it does not offer the tools the recorded actions call, "
-                        "or lacks the task"
-                    ),
+                    MatchKind.AUXILIARY, conversation=conv, stream=stream, reason=f"not the main loop: {why}"
                 )
             self._learn = False
             self._tools = names
@@ -600,11 +614,33 @@ class OnlineMatcher:
             self.nearest(k),
         )
 
+    def _not_learned(self, conv: Conversation, names: set[str]) -> str | None:
+        """Why ``conv`` (offering ``names``) is not the main loop's request 1 of a recording
+        without tool definitions, or None: it offers every tool the actions call (but those
+        refused in the recording) and carries the task."""
+        unoffered = sorted(self._called - names)
+        if unoffered:
+            return f"it does not offer the tools the recorded actions call ({', '.join(unoffered)})"
+        if not names:
+            return "it offers no tools"
+        if self._check_task(conv, 1) is not None:
+            return "it lacks the task"
+        return None
+
     def _check_tools(self, names: set[str], k: int) -> Divergence | None:
+        """A divergence when served action A_k calls a tool the request (offering ``names``) no
+        longer offers: one the recorded request k offered (or, where that one declares none,
+        recorded request 1, or the request learned as the main loop). A tool not offered then
+        either is no divergence: the agent answers it now as it did then."""
         action = self.served.get(k)
         if action is None or not names and not self._tools:
             return None
-        missing = [c.name for c in action.tool_calls if c.kind != "server" and c.name not in names]
+        then = self._tools
+        if 0 < k <= len(self.recorded):
+            then = {t.name for t in self.mod.offered_tools(self.recorded[k - 1])} or self._tools
+        missing = [
+            c.name for c in action.tool_calls if c.kind != "server" and c.name not in names and c.name in then
+        ]
         if missing:
             return Divergence(
                 k,

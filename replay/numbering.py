@@ -192,7 +192,7 @@ def progress_transition(
     ):
         raise UsageError(
             f"{at}{w.option('progress', f)}: a fraction from 0 to 1 (transition round(F x (T-1)) of T "
-            "transitions)"
+            "transitions, halves up)"
         )
     if total == 0:
         raise UsageError(

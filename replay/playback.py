@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 import orjson
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
-from pvisor.adapters.matcher import Divergence, MatchKind, OnlineMatcher
+from pvisor.adapters.matcher import Divergence, MatchKind, OnlineMatcher, refused_tools
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource, compact_json
 from pvisor.adapters.protocols.replies import minimal_reply, render_reply
@@ -308,6 +308,7 @@ class PlaybackResponder:
             mask=self.rewrites.mask_private,
             dropped=[s.n for s in rec.steps[:after_step] if "action_dropped_by_agent" in s.flags],
             compactions=rec.compactions,
+            refused_tools=refused_tools(rec.steps[:after_step]),
         )
         self._aux_pool: dict[tuple, list] = {}
         for a in rec.auxiliary:

@@ -455,17 +455,27 @@ class ReplaySpec:
             )
         if v.get("journal") == "":
             problems.append(UsageError("--journal is empty: give the journal file's path"))
-        mode = self.mode
-        if mode is not None and not (v.get("prepare_only") and v.get("replay_only")):
-            for o in OPTIONS:
-                if mode in o.modes or o.refusal == Refusal.IGNORED or o.flag is None:
-                    continue
-                if o.refusal == Refusal.REFUSED:
-                    given = v.get(o.name) is not None
-                else:
-                    given = o.name in self.given and v.get(o.name) not in (None, False)
-                if given:
-                    problems.append(UsageError(o.refused(mode)))
+        if not (v.get("prepare_only") and v.get("replay_only")):
+            problems += self.refused_in_mode()
+        return problems
+
+    def refused_in_mode(self) -> list[UsageError]:
+        """A usage error (exit 2) for each option given that :attr:`mode` does not take (a live
+        option with ``--replay-only``: "--max-steps is for a continuation ..."), in the order of
+        :data:`OPTIONS`; ``pvisor replay`` and ``pvisor handoff`` alike. None without a mode."""
+        v, mode = self.values, self.mode
+        problems: list[UsageError] = []
+        if mode is None:
+            return problems
+        for o in OPTIONS:
+            if mode in o.modes or o.refusal == Refusal.IGNORED or o.flag is None or o.name not in v:
+                continue
+            if o.refusal == Refusal.REFUSED:
+                given = v.get(o.name) is not None
+            else:
+                given = o.name in self.given and v.get(o.name) not in (None, False)
+            if given:
+                problems.append(UsageError(o.refused(mode)))
         return problems
 
     def fields(self, names: Iterable[str]) -> dict[str, Any]:

@@ -8,7 +8,7 @@ transition K is journal step K+1. Its kind (:class:`PauseKind`) says how it was 
   1..K+1) and the workspace after transition K; with ``before`` it holds 0..K-1 and the
   workspace taken before A(K+1) ran (``step=0, before=True``: the task alone). Or
   ``after_step`` N: N steps kept. Neither: the last transition;
-- ``progress``: a fraction F in [0, 1] of the run, mapped to transition round(F x (T-1)) of T
+- ``progress``: a fraction F in [0, 1] of the run, mapped to transition round(F x (T-1)), halves up, of T
   transitions (a point between transitions, not a measure of how much of the task is done);
 - ``before_commitment``: the pause before the transition whose action commits the agent (a
   finish tool, a finish command, ``git commit``: the agent descriptor's :meth:`commitment`),

@@ -8,11 +8,14 @@ state, the lineage, and the handoff report filled into the result once B ran.
 - :func:`handoff_lineage`: the child run's lineage (labels ``handoff_from_agent`` and
   ``handoff_to_agent``, the pause's transition, the pause's snapshot digest).
 - :func:`check_source_reasoning`: ``--source-reasoning keep`` refused before anything runs
-  when B's protocol or model is known already and cannot be served A's reasoning unchanged.
+  when B's protocol or model is known already and cannot be served A's reasoning unchanged
+  (``result.handoff`` then :func:`refused_report`).
 - :func:`fill_handoff`: ``result.handoff``: per source call what became of it and O against O″,
   the steps left out, the reasoning kept, rendered and dropped, the images kept and dropped
   (checked in B's request M+1), the workspace against the pause's snapshot, B's boundary
   request checked by B's strict validator, the lineage.
+- :func:`handoff_refusal`: B's translation refused at its request 1 (``handoff_refused``, exit
+  65), the error before B's own end.
 - :func:`handoff_failure`: the error of a handoff whose translation was refused
   (``handoff_refused``, exit 65) or whose workspace differs under ``strict_workspace``
   (``workspace_diverged``).
@@ -126,23 +129,29 @@ def handoff_responder(
     )
 
 
-def check_source_reasoning(opts: ReplayOptions, rec: Any) -> None:
+def check_source_reasoning(opts: ReplayOptions, rec: Any, snaps: SourceSnapshots, result: Any) -> None:
     """ReplayBadInput ``handoff_refused`` (exit 65) before anything runs when ``--source-reasoning
     keep`` cannot be honoured and that is known already: the next agent speaks one protocol only,
     another than the source's, or is asked for a model (``model``) of another family. (An
-    agent that picks its protocol by its model is checked at its request 1: the same refusal.)"""
+    agent that picks its protocol by its model is checked at its request 1: the same refusal.)
+    ``result.handoff`` then says why (:func:`refused_report`), as after a refusal at request 1."""
+    why = _keep_refused_early(opts, rec)
+    if why is not None:
+        result.handoff = refused_report(opts, rec, snaps, why)
+        raise ReplayBadInput("handoff_refused", f"handoff to {opts.agent}: {why}")
+
+
+def _keep_refused_early(opts: ReplayOptions, rec: Any) -> str | None:
+    """Why :func:`check_source_reasoning` refuses (None: it does not, or not yet)."""
     if SourceReasoning(opts.source_reasoning) is not SourceReasoning.KEEP or rec.agent == opts.agent:
-        return
+        return None
     d = descriptor(opts.agent)
     protocols = d.protocols
     if len(protocols) != 1 and not (opts.model and d.litellm):
-        return
+        return None
     protocol = protocols[0] if len(protocols) == 1 else d.default_protocol(opts.model)
-    why = keep_problem(
-        rec.steps[: opts.after_step], rec.protocol, rec.model, protocol, opts.model or rec.model
-    )
-    if why is not None:
-        raise ReplayBadInput("handoff_refused", f"handoff to {opts.agent}: {why}")
+    steps = rec.steps[: opts.after_step]
+    return keep_problem(steps, rec.protocol, rec.model, protocol, opts.model or rec.model)
 
 
 def snapshot_changes(
@@ -549,14 +558,93 @@ def _same_agent_images(rec: Any, opts: ReplayOptions) -> dict[str, Any]:
     return {"kept": kept, "dropped": []}
 
 
+def compared_calls(calls: list[dict[str, Any]], handoff: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """``calls`` (the result's ``tool_calls``: B's, in order per step) without those of a
+    handoff that carry no source call's observation: the carriers (``true``, the only call of
+    its step) and the reads served first (``inserted_reads``: their B step and place). These
+    have no recorded result to compare (docs/handoff.md "The report")."""
+    if not handoff:
+        return list(calls)
+    skip = {(n, 0) for n in handoff.get("carriers") or ()}
+    skip |= {(r["target_step"], r["target_index"]) for r in handoff.get("inserted_reads") or ()}
+    out: list[dict[str, Any]] = []
+    place: dict[int, int] = {}
+    for c in calls:
+        i = place[c["step"]] = place.get(c["step"], -1) + 1
+        if (c["step"], i) not in skip:
+            out.append(c)
+    return out
+
+
+def handoff_refusal(result: Any, opts: ReplayOptions) -> PvisorError | None:
+    """``handoff_refused`` (exit 65, the reason named) when B's translation was refused at its
+    request 1, else None. It comes before the agent's own end: B ended by the refusal (at once,
+    after request 0), which is no ``agent_ended_early`` of its own (docs/handoff.md)."""
+    h = result.handoff
+    if isinstance(h, dict) and h.get("refused"):
+        return ReplayBadInput("handoff_refused", f"handoff to {opts.agent}: {h['refused']}")
+    return None
+
+
+def refused_report(opts: ReplayOptions, rec: Any, snaps: SourceSnapshots, why: str) -> dict[str, Any]:
+    """``result.handoff`` of a handoff refused before anything ran (``why``: the refusal, without
+    the "handoff to B:" its error line adds): who, which pause, nothing translated or re-run."""
+    found, _ = snaps.pause()
+    transition = opts.after_step - 1 if opts.after_step > 0 else None
+    pause = {"after_step": opts.after_step, "transition": transition}
+    account = ReasoningAccount(SourceReasoning(opts.source_reasoning))
+    return {
+        "from_agent": rec.agent,
+        "to_agent": opts.agent,
+        "translated": rec.agent != opts.agent,
+        "pause": pause,
+        "target_steps": None,
+        "target_tools": None,
+        "shell_tool": None,
+        "read_tool": None,
+        "step_map": [],
+        "calls": [],
+        "not_reenactable": [],
+        "carriers": [],
+        "from_snapshots": [],
+        "inserted_reads": [],
+        "reasoning_dropped": {"provider_bound": 0, "plain": 0},
+        "reasoning": account.to_json(),
+        "images": verify_kept({}, None),
+        "refused": why,
+        "workspace": {
+            "compared": False,
+            "pause_snapshot": found[0].digest if found else None,
+            "reenacted_snapshot": None,
+            "equal": None,
+            "differences": [],
+            "differences_total": 0,
+            "why_not_compared": "the handoff was refused before the next agent ran",
+            "strict": opts.strict_workspace,
+            "reset_to_pause": None,
+        },
+        "boundary_request": None,
+        "lineage": {
+            "parent_run": rec.run,
+            "child_run": None,
+            "pause_after_step": opts.after_step,
+            "pause_transition": transition,
+            "workspace_snapshot": found[0].digest if found else None,
+            "from_agent": rec.agent,
+            "to_agent": opts.agent,
+        },
+    }
+
+
 def handoff_failure(result: Any, opts: ReplayOptions) -> PvisorError | None:
-    """The error of a handoff that ran: its translation refused (exit 65), or its workspace
-    different from the pause's snapshot with ``strict_workspace``; None otherwise."""
+    """The error of a handoff that ran: its translation refused (exit 65: :func:`handoff_refusal`),
+    or its workspace different from the pause's snapshot with ``strict_workspace``; None otherwise."""
     h = result.handoff
     if not isinstance(h, dict):
         return None
-    if h.get("refused"):
-        return ReplayBadInput("handoff_refused", f"handoff to {opts.agent}: {h['refused']}")
+    refused = handoff_refusal(result, opts)
+    if refused is not None:
+        return refused
     ws = h.get("workspace") or {}
     if opts.strict_workspace and ws.get("compared") and not ws.get("equal"):
         return ReplayFailed(

@@ -110,6 +110,23 @@ def pause_or_source_error(
         raise
 
 
+def agent_the_file_says(path: Path) -> str | None:
+    """The agent a trajectory in an interchange format (ATIF) names, as its reader maps it
+    (docs/native.md, "ATIF as a source": ``atif`` for one pvisor does not know); None for an
+    agent's own file (which does not say which agent wrote it for sure) or a file that cannot be
+    read (the replay's read then says why)."""
+    from pvisor.adapters.agents import format_names
+    from pvisor.adapters.native import detect, read_native
+
+    try:
+        found = detect(path)
+        if len(found) != 1 or found[0] not in format_names():
+            return None
+        return read_native(path, found[0])[0].agent
+    except PvisorError:
+        return None
+
+
 def handoff_options(
     *,
     to_agent: str,
@@ -190,13 +207,13 @@ def handoff(
 ) -> Result:
     """Hand ``source`` over to ``to_agent`` at ``pause``, as ``pvisor handoff`` does.
 
-    ``source``: a journal run id (str), a native file as a path object (with ``agent``), or a
-    :class:`~pvisor.replay.views.HandoffBranch` (what ``TrajectoryReplay.restore_handoff``
-    returned): then the source is the branch's parent run in the branch's journal, the pause is
-    the branch's (``through_step`` steps kept; ``pause`` None, or one that resolves to it), and
-    the derived run is filed under the branch's pending child run (its id, mode ``handoff``
-    and lineage kept; it starts once). ``pause``: a :class:`~pvisor.replay.views.PauseSpec`, or
-    the steps kept as an int.
+    ``source``: a journal run id (str), a native file as a path object (with ``agent``; an ATIF
+    file's by default), or a :class:`~pvisor.replay.views.HandoffBranch` (what
+    ``TrajectoryReplay.restore_handoff`` returned): then the source is the branch's parent run in
+    the branch's journal, the pause is the branch's (``through_step`` steps kept; ``pause`` None,
+    or one that resolves to it), and the derived run is filed under the branch's pending child
+    run (its id, mode ``handoff`` and lineage kept; it starts once). ``pause``: a
+    :class:`~pvisor.replay.views.PauseSpec`, or the steps kept as an int.
 
     ``workspace``: where B re-runs the history, from the source run's start state (its start
     snapshot is restored into it when it is empty, unless ``restore`` is False). For a branch it
@@ -292,6 +309,9 @@ def _source_and_pause(
                 "(an int)"
             )
     if agent is None and trajectory is not None:
+        # an interchange file (ATIF) names its agent, as the command line takes it
+        agent = agent_the_file_says(trajectory)
+    if agent is None and trajectory is not None:
         raise UsageError("agent= is needed with a native trajectory (which agent wrote it?)")
     after_step = pause_or_source_error(
         journal_path,
@@ -359,6 +379,7 @@ def _of_branch(
 
 
 __all__ = [
+    "agent_the_file_says",
     "handoff",
     "handoff_options",
     "pause_or_source_error",

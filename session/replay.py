@@ -79,8 +79,10 @@ from pvisor.session.handoff_result import (
     SourceSnapshots,
     check_reset,
     check_source_reasoning,
+    compared_calls,
     fill_handoff,
     handoff_failure,
+    handoff_refusal,
     handoff_lineage,
     handoff_responder,
     start_snapshot_of,
@@ -103,7 +105,13 @@ from pvisor.session.replay_options import (
     ReplayOnlyOptions,
     ReplayOptions,
 )
-from pvisor.session.replay_result import failure, fill_after, fill_prefix, remove_prefix_files
+from pvisor.session.replay_result import (
+    failure,
+    fill_after,
+    fill_prefix,
+    fill_restored,
+    remove_prefix_files,
+)
 from pvisor.session.run import RunRequest, run_agent, without_userinfo
 from pvisor.session.run_report import RunReport
 from pvisor.session.sandbox import (
@@ -144,8 +152,10 @@ class ReplayOnlyOutcome:
 
     def summary(self) -> str:
         r = self.result
-        # the calls of a finish action have no observation (never sent): not counted
-        calls = [c for c in r["tool_calls"] if not c["observation_not_sent"]]
+        # the calls of a finish action have no observation (never sent): not counted; nor a
+        # handoff's carriers and reads served first (no recorded result)
+        sent = [c for c in r["tool_calls"] if not c["observation_not_sent"]]
+        calls = compared_calls(sent, r.get("handoff"))
         same = sum(1 for c in calls if c["equal_normalised"])
         ended = r["agent_run"]["ended_by"]
         prefix = r["prefix"]
@@ -424,6 +434,7 @@ def _replay_claimed(
     create_output(out, opts.output)
     assert opts.workspace is not None
     ws = resolved(opts.workspace)
+    restored = None
     try:
         sd = _source_descriptor(opts, d)
         rec = _read_source(opts, d, sd, child, result, live, ws)
@@ -431,10 +442,9 @@ def _replay_claimed(
         snaps = SourceSnapshots(opts.journal, rec, opts.after_step) if mode is RunMode.HANDOFF else None
         if snaps is not None:
             check_reset(opts, snaps)
-            check_source_reasoning(opts, rec)
+            check_source_reasoning(opts, rec, snaps, result)
         # before anything runs or is written into the workspace
         check_before_acting(opts, rec, sd, ws, result, warn)
-        restored = None
         start_from = opts.workspace_from
         if start_from is None and snaps is not None:
             start_from = start_snapshot_of(opts, rec, ws, warn, snaps)
@@ -468,6 +478,11 @@ def _replay_claimed(
         files = fill_prefix(result, opts, rec, p, out)
         return _write_outcome(result, opts, p, report, files, out, t0)
     except PvisorError as exc:
+        if restored is not None and result.workspace is None:
+            # the agent did not start (or ended in error) after the start snapshot was restored:
+            # the result says what the workspace now holds, so that the next attempt's "not
+            # empty" is explained
+            fill_restored(result, ws, restored)
         return _write_failed(result, opts, d, exc, out, t0)
 
 
@@ -660,7 +675,8 @@ def _write_outcome(
 ) -> ReplayOnlyOutcome:
     """The status and error of the replay the agent ran, ``result.json`` written after the
     prefix ``files`` (a diverged replay still shows how far it got)."""
-    error = failure(result, p, report, opts) or handoff_failure(result, opts)
+    # a refusal at B's request 1 ended B: that, not B's early end, is the error
+    error = handoff_refusal(result, opts) or failure(result, p, report, opts) or handoff_failure(result, opts)
     result.status = (
         ResultStatus.DIVERGED
         if p.divergence is not None or getattr(error, "code", None) == "workspace_diverged"

@@ -171,6 +171,14 @@ def remove_prefix_files(out: Path) -> None:
             pass
 
 
+def fill_restored(result: ResultDocument, ws: Path, restored: dict[str, Any]) -> None:
+    """``result.workspace`` of a replay that failed after the start snapshot ``restored`` (the
+    ``restored_from`` object) was restored into ``ws``, before the agent ran: the workspace as it
+    now is (before = after: nothing ran in it)."""
+    now = workspace_digest(ws)
+    result.workspace = WorkspaceRecord(show_path(ws), now.sha256, now.sha256, True, now.entries, restored)
+
+
 def failure(result: ResultDocument, p: Any, report: Any, opts: ReplayOptions) -> ReplayFailed | None:
     """The error of a replay that did not succeed, or None."""
     if p.divergence is not None:
@@ -200,5 +208,15 @@ def failure(result: ResultDocument, p: Any, report: Any, opts: ReplayOptions) ->
     return ReplayFailed(
         "agent_ended_early",
         f"the agent exited (code {report.agent_exit_code}) after main-loop request {last}, before request "
-        f"{p.n + 1}; see {report.stderr}",
+        f"{p.n + 1}{_no_main_loop(p, last)}; see {report.stderr}",
     )
+
+
+def _no_main_loop(p: Any, last: int) -> str:
+    """Why no request of the agent's was taken for the main loop (``last`` 0), from the reason
+    playback gave its auxiliary requests (the last one not the main loop), as ``: ...``; empty
+    otherwise: the line says what went wrong, not only that the agent ended."""
+    if last:
+        return ""
+    whys = [a.reason for a in getattr(p, "auxiliary", ()) if a.reason.startswith("not the main loop")]
+    return f": no request was taken for the main loop ({whys[-1]})" if whys else ""

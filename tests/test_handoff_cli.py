@@ -26,6 +26,15 @@ from pvisor.replay.views import PauseKind, PauseSpec
 #: a key-shaped string given as a run id: never echoed
 KEY = "sk-ant-api03-" + "Q" * 48
 
+#: a continuation's options, each with a value, and what --replay-only says of them (as pvisor replay)
+LIVE_OPTIONS = (
+    ("--max-steps", "3"),
+    ("--boundary-user-prompt", "hi"),
+    ("--live-model", "x"),
+    ("--upstream", "http://127.0.0.1:9"),
+)
+LIVE_ONLY = "is for a continuation (no mode flag); --replay-only sends nothing to a live model"
+
 SCRIPT = {
     "turns": [
         {
@@ -102,6 +111,8 @@ def _one_line(proc, code: int, said: str) -> str:
             ["--after-step", "1", "--to-agent", "nope"],
             "--to-agent 'nope': the next agent is one pvisor starts",
         ),
+        # a continuation's options with --replay-only: refused as pvisor replay refuses them
+        *((["--after-step", "1", flag, value], f"{flag} {LIVE_ONLY}") for flag, value in LIVE_OPTIONS),
     ],
 )
 def test_a_pause_or_target_that_is_wrong_is_one_usage_line_and_writes_nothing(source, tmp_path, args, said):

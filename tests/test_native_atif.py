@@ -16,6 +16,7 @@ import base64
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -408,6 +409,25 @@ def test_pvisors_export_is_handed_to_a_real_agent(exported, tmp_path, to):
     assert got["result"]["status"] == "ok" and got["result"]["mode"] == "handoff"
     assert got["result"]["handoff"]["from_agent"] == "claude-code"  # without --agent: the file's
     assert {k: v for k, v in got["files"].items() if k in EXPORTED_FILES} == EXPORTED_FILES
+
+
+def test_the_python_api_hands_an_atif_file_over_without_agent(exported, tmp_path):
+    """``pvisor.session.handoff(Path(atif), ...)`` without ``agent=``: the file's agent, as the
+    command line defaults ``--agent`` (claude-code here, named by the export)."""
+    path, cap = exported
+    (tmp_path / "ws").mkdir()
+    code = (
+        "import json, sys\nfrom pathlib import Path\nfrom pvisor.session import handoff\n"
+        f"r = handoff(Path({str(path)!r}), 2, to_agent='mini-swe-agent', workspace={str(tmp_path / 'ws')!r}, "
+        f"output={str(tmp_path / 'out')!r}, journal={str(tmp_path / 'h.sqlite')!r}, replay_only=True, "
+        f"entrypoint={str(entrypoint('mini-swe-agent'))!r})\n"
+        "print(json.dumps([r.status, r.document['handoff']['from_agent']]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=cap.env, cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == ["ok", "claude-code"]
 
 
 @pytest.mark.parametrize("to", ["mini-swe-agent", "opencode"])

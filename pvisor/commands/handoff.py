@@ -79,7 +79,7 @@ HELPS = {
     type=float,
     default=None,
     metavar="F",
-    help="Pause at a fraction 0..1 of the run.",
+    help="Pause at a fraction 0..1 of the run: transition round(F x (T-1)) of T, halves up.",
 )
 @click.option(
     "--before-commitment", "before_commitment", is_flag=True, help="Pause before the first commit or finish."
@@ -120,24 +120,31 @@ HELPS = {
 def handoff(ctx: click.Context, **flags: Any) -> None:
     """Hand a run (--run ID, or --trajectory FILE with --agent) over to --to-agent at a pause:
     the next agent starts on the recorded task at the source's start state, re-runs the
-    history translated into its own tools (a shell call stays a shell call; a write or an edit
-    becomes a shell call that makes it; what cannot be re-run is written as its own earlier
-    note), and its request N+1 goes to the live model (--replay-only: recorded, then ended).
-    The result (DIR/result.json, mode handoff) accounts for every call; the derived run is
-    filed in the journal under its parent.
+    history translated into its own tools (a shell call stays a shell call; a write, an edit, a
+    read or a plan goes to its own tool of that kind where it declares one, else a shell call
+    makes it; what cannot be re-run is written as its own earlier note), and its request N+1
+    goes to the live model (--replay-only: recorded, then ended). The result (DIR/result.json,
+    mode handoff) accounts for every call; the derived run is filed in the journal under its
+    parent.
 
     \b
     Example (Claude Code's run handed to Codex after step 3, offline against a local model):
       pvisor handoff --run RUN --after-step 3 --to-agent codex --workspace ws2 \\
         --output out --upstream http://127.0.0.1:8000 --max-steps 5
     """
-    from pvisor.session.handover import handoff_options, pause_or_source_error, run_handoff
+    from pvisor.session.handover import (
+        agent_the_file_says,
+        handoff_options,
+        pause_or_source_error,
+        run_handoff,
+    )
     from pvisor.journal.paths import default_journal_path
     from pvisor.replay.numbering import Wording
 
     if flags["result"] is not None and flags["result"] != "-":
         raise UsageError(f"--result {flags['result']}: only '-' (stdout) is supported")
     _check_flags(flags)
+    _check_mode(flags)
     if (flags["run"] is None) == (flags["trajectory"] is None):
         raise UsageError("give the source: --run ID (a journal run) or --trajectory FILE --agent NAME")
     for name in ("output", "workspace"):
@@ -147,7 +154,7 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
     trajectory = Path(flags["trajectory"]) if flags["trajectory"] else None
     agent = flags["agent"]
     if agent is None and trajectory is not None:
-        agent = _agent_the_file_says(trajectory)
+        agent = agent_the_file_says(trajectory)
     if agent is None and trajectory is not None:
         raise UsageError("--trajectory needs --agent NAME (which agent wrote it?)")
     spec = _pause_spec(flags)
@@ -204,24 +211,6 @@ def handoff(ctx: click.Context, **flags: Any) -> None:
     report_outcome(lambda: run_handoff(opts, _warn), flags["result"])
 
 
-def _agent_the_file_says(path: Path) -> str | None:
-    """The agent a trajectory in an interchange format (ATIF) names, as its reader maps it
-    (docs/native.md, "ATIF as a source": ``atif`` for one pvisor does not know); None for an
-    agent's own file (which does not say which agent wrote it for sure) or a file that cannot be
-    read (the replay's read then says why)."""
-    from pvisor.adapters.agents import format_names
-    from pvisor.adapters.native import detect, read_native
-    from pvisor.core.errors import PvisorError
-
-    try:
-        found = detect(path)
-        if len(found) != 1 or found[0] not in format_names():
-            return None
-        return read_native(path, found[0])[0].agent
-    except PvisorError:
-        return None
-
-
 def _check_flags(flags: dict[str, Any]) -> None:
     """UsageError (exit 2) for a key-shaped value (never shown) and for no pause or two."""
     # every value a message may name, before one does: a key pasted there is never shown
@@ -251,6 +240,18 @@ def _check_flags(flags: dict[str, Any]) -> None:
             if not chosen
             else f"give one pause: {' and '.join(chosen)} both choose it"
         )
+
+
+def _check_mode(flags: dict[str, Any]) -> None:
+    """UsageError (exit 2; one line each) for a continuation's option with ``--replay-only``
+    (``--upstream``, ``--max-steps``, ``--boundary-user-prompt``, ``--live-model``): refused as
+    ``pvisor replay`` refuses them (:meth:`~pvisor.replay.spec.ReplaySpec.refused_in_mode`)."""
+    from pvisor.replay.spec import ReplayMode, ReplaySpec, raise_problems
+
+    values = {name: flags[name] for name in SHARED}
+    given = [name for name, v in values.items() if v is not None and v is not False]
+    mode = ReplayMode.REPLAY_ONLY if flags["replay_only"] else ReplayMode.CONTINUE
+    raise_problems(list(ReplaySpec(values, given, mode).refused_in_mode()))
 
 
 def _pause_spec(flags: dict[str, Any]) -> Any:
