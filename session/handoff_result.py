@@ -335,13 +335,12 @@ def _differences(pause: Manifest, now: Manifest) -> list[dict[str, str]]:
     return out
 
 
-def _workspace(opts: ReplayOptions, snaps: SourceSnapshots, p: Any, report: Any) -> dict[str, Any]:
-    """The workspace after re-enactment (B's snapshot when request M+1 came) against the
-    source's snapshot at the pause."""
-    found, why = snaps.pause()
-    record: dict[str, Any] = {
+def uncompared(opts: ReplayOptions, pause_snapshot: str | None, why: str | None) -> dict[str, Any]:
+    """``result.handoff.workspace`` before (or without) a comparison: the pause's snapshot
+    digest (None: none) and ``why`` it is not compared (None once it is)."""
+    return {
         "compared": False,
-        "pause_snapshot": found[0].digest if found else None,
+        "pause_snapshot": pause_snapshot,
         "reenacted_snapshot": None,
         "equal": None,
         "differences": [],
@@ -350,6 +349,13 @@ def _workspace(opts: ReplayOptions, snaps: SourceSnapshots, p: Any, report: Any)
         "strict": opts.strict_workspace,
         "reset_to_pause": None,
     }
+
+
+def _workspace(opts: ReplayOptions, snaps: SourceSnapshots, p: Any, report: Any) -> dict[str, Any]:
+    """The workspace after re-enactment (B's snapshot when request M+1 came) against the
+    source's snapshot at the pause."""
+    found, why = snaps.pause()
+    record = uncompared(opts, found[0].digest if found else None, why)
     if found is None:
         return record
     try:
@@ -612,17 +618,9 @@ def refused_report(opts: ReplayOptions, rec: Any, snaps: SourceSnapshots, why: s
         "reasoning": account.to_json(),
         "images": verify_kept({}, None),
         "refused": why,
-        "workspace": {
-            "compared": False,
-            "pause_snapshot": found[0].digest if found else None,
-            "reenacted_snapshot": None,
-            "equal": None,
-            "differences": [],
-            "differences_total": 0,
-            "why_not_compared": "the handoff was refused before the next agent ran",
-            "strict": opts.strict_workspace,
-            "reset_to_pause": None,
-        },
+        "workspace": uncompared(
+            opts, found[0].digest if found else None, "the handoff was refused before the next agent ran"
+        ),
         "boundary_request": None,
         "lineage": {
             "parent_run": rec.run,
