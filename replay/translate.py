@@ -549,10 +549,11 @@ class _Translator:
         if fx.effect is Effect.SHELL:
             cmd = self._command_of(fx, args)
             if cmd is not None:
+                how = self._shell_read_first(step, call, cmd)
                 self.files.shell()  # a command may change any file: B reads again before its edit
                 desc = args.get(fx.arg(Role.DESCRIPTION) or "") if fx.arg(Role.DESCRIPTION) else None
                 tool, targs = self._shell_call(cmd, desc if isinstance(desc, str) and desc else None)
-                planned.append((call, tool, targs, CallFate.TRANSLATED, None, hist))
+                planned.append((call, tool, targs, CallFate.TRANSLATED, how, hist))
                 return
         elif fx.effect is Effect.READ:
             got = self._read(fx, args)
@@ -669,6 +670,28 @@ class _Translator:
             how += f"; {self.t.descriptor.name} read the file first (inserted_reads)"
         self.files.native_change(where)
         return route.tool, self._filled(route.tool, route.args, f"{fx.effect.value.capitalize()} {path}"), how
+
+    def _shell_read_first(self, step: Step, call: ToolCall, cmd: str) -> str | None:
+        """Queue a read (:meth:`_read_first`) of each file B's shell would refuse to change with
+        the source's own ``cmd`` for want of one (:meth:`~pvisor.adapters.agents.descriptor.
+        AgentDescriptor.shell_reads_first`: Qwen Code's in-place ``sed``), when it lies in B's
+        workspace, may exist and is not fresh in B's session; the call's how, or None."""
+        queued = []
+        for path in self.t.descriptor.shell_reads_first(cmd):
+            where = posixpath.normpath(posixpath.join(self.t.workspace, path))
+            if not where.startswith(self.t.workspace.rstrip("/") + "/") or self.routes.reader is None:
+                continue  # outside the workspace: the handoff does not restore it
+            rel = posixpath.relpath(where, self.t.workspace)
+            before = self.t.existed(step.n, rel) if self.t.existed is not None else None
+            if not self.files.needs_read(where, before) or not self.files.can_read_first(where):
+                continue  # fresh, surely absent, or a call before it in the step may change it
+            if all(p != where for _c, p in self.reads_first):
+                self.reads_first.append((call, where))
+            queued.append(rel)
+        if not queued:
+            return None
+        b = self.t.descriptor.name
+        return f"{b}'s shell changes in place only a file it read: read first (inserted_reads)"
 
     def _changed_by_shell(self, fx: ToolEffect, args: dict[str, Any]) -> None:
         """Bookkeeping of a change reproduced by B's shell: the file it wrote or edited is no

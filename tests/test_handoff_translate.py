@@ -903,3 +903,66 @@ def test_a_todo_list_goes_to_b_s_todo_tool_unless_it_failed_or_b_has_only_goals(
     assert acc.fate is CallFate.RENDERED_AS_TEXT and acc.reason.startswith("a todo list is not a goal")
     acc, _ = one("opencode", True)
     assert acc.fate is CallFate.RENDERED_AS_TEXT and "failed in the source" in acc.reason
+
+
+@pytest.mark.parametrize("b", ["qwen-code", "opencode", "gemini-cli"])
+def test_a_source_s_in_place_sed_of_a_file_b_has_not_read_is_served_a_read_first_where_b_wants_one(
+    requests, tmp_path, b
+):
+    # Qwen Code 0.24.4's shell runs an in-place `sed -i 's/P/R/' FILE` as its edit tool, refused
+    # for a file the session has not read ("has not been read in this session"); OpenCode and
+    # Gemini CLI run it as it is. Not for a file read whole and unchanged since, nor for a
+    # command that does not parse
+    (tmp_path / "notes.txt").write_text("a\n")
+    (tmp_path / "other.txt").write_text("a\n")
+    plan: list[list[tuple[str, dict[str, Any]]]] = [
+        [("Bash", {"command": "sed -i 's/a/b/' notes.txt", "description": "Edit"})],  # 1: read first
+        [("Read", {"file_path": f"{RECORDED}/other.txt"})],  # 2: a whole read
+        [("Bash", {"command": "sed -i 's/a/c/' other.txt", "description": "Edit"})],  # 3: fresh: none
+        [("Bash", {"command": "sed -i 's/a/b notes.txt", "description": "Unclosed"})],  # 4: no parse
+    ]
+    steps = [
+        Step(
+            n,
+            Action(
+                text=f"Step {n}.",
+                tool_calls=[ToolCall(f"t{n}{i}", name, "", args) for i, (name, args) in enumerate(calls)],
+            ),
+            Observation([ToolResult(f"t{n}{i}", "ok") for i in range(len(calls))]),
+        )
+        for n, calls in enumerate(plan, 1)
+    ]
+    tr = translate(
+        steps, get_descriptor("claude-code"), target(requests, b, tmp_path, exists=os.path.lexists)
+    )
+    if b == "qwen-code":
+        assert [(r["source_step"], r["call_id"], r["path"], r["target_tool"]) for r in tr.inserted_reads] == [
+            (1, "t10", "notes.txt", NATIVE[b]["read"])
+        ]
+        assert tr.step_map[1] == [1, 2] and len(tr.steps) == len(plan) + 1
+        read = tr.steps[0].action.tool_calls[0]
+        assert orjson.loads(read.arguments_raw) == {TOOLS[b].read[1]: str(tmp_path / "notes.txt")}
+        assert "read first" in next(c.reason or "" for c in tr.calls if c.call_id == "t10")
+    else:
+        assert tr.inserted_reads == [] and len(tr.steps) == len(plan)
+    body = request_after(requests[b].protocol, requests[b].body, tr.steps)
+    assert validate_request(requests[b].protocol, body) == []
+
+
+@pytest.mark.parametrize(
+    ("command", "file"),
+    [
+        ("sed -i 's/a/b/' notes.txt", "notes.txt"),
+        ("sed -i '' -e 's/a/b/g' /ws/n.txt", "/ws/n.txt"),
+        ("bash -lc \"sed -Ei 's/a+/b/' n.txt\"", "n.txt"),
+        ("sed -i.bak 's/a/b/' n.txt", None),  # a backup suffix: run unchecked
+        ("sed -i 's/a/b/' n.txt && cat n.txt", None),  # not words only
+        ("perl -pi -e 's/a/b/' n.txt", None),  # only sed is checked
+        ("sed -i '1d' n.txt", None),  # not a substitution
+        ("sed -i 's/a/b/' n.txt m.txt", None),  # two files
+        ("sed -i 's/a/b n.txt", None),  # does not parse
+    ],
+)
+def test_qwen_code_checks_a_prior_read_only_for_an_in_place_sed_substitution_of_one_file(command, file):
+    assert get_descriptor("qwen-code").shell_reads_first(command) == ((file,) if file else ())
+    assert get_descriptor("opencode").shell_reads_first(command) == ()

@@ -429,6 +429,13 @@ class AgentDescriptor:
             return []
         return [m.group(1) for m in self.text_command.finditer(action.text)]
 
+    def shell_reads_first(self, command: str) -> tuple[str, ...]:
+        """The files (as ``command`` names them: relative to the shell's directory, or absolute)
+        this agent's shell tool refuses to change in place with ``command`` unless its session
+        read them first, as its edit tool does (Qwen Code's in-place ``sed``); () for an agent
+        whose shell runs any command (the default), and for a command it does not check."""
+        return ()
+
     def shell_output(self, text: str) -> str:
         """A shell call's observation without what this agent wraps around the command's output
         (:attr:`shell_output_pattern`, :attr:`empty_outputs`), for comparing observations of

@@ -19,6 +19,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 import os
+import posixpath
+import re
+import shlex
 
 from pvisor.journal.model import Message, TextPart, ToolResult
 
@@ -47,6 +50,86 @@ SETTINGS = {
     "telemetry": {"enabled": False},
     "general": {"enableAutoUpdate": False, "disableAutoUpdate": True},
 }
+
+
+#: a leading ``NAME=value``: 0.24.4 then runs the command without its in-place ``sed`` check
+_ENV_FIRST = re.compile(r"\s*[A-Za-z_][A-Za-z0-9_]*=")
+#: a ``sed`` flag word it takes for in-place and extended-regex flags (``-i``, ``-Ei``, ``-ri``)
+_SED_FLAGS = re.compile(r"-[Er]*i?")
+#: the shells whose ``-c SCRIPT`` wrapper it strips before the check
+_WRAPPERS = frozenset({"sh", "bash", "zsh"})
+#: an ``s/PATTERN/REPLACEMENT/FLAGS`` expression it simulates (flags ``g`` and one count)
+_SUBSTITUTION = re.compile(r"s/(?:\\.|[^/\\])+/(?:\\.|[^/\\])*/g*(?:[1-9][0-9]*)?g*")
+#: a shell variable or command substitution in the expression: not simulated, not checked
+_VARIABLE = re.compile(r"`|\$(?:[A-Za-z_][A-Za-z0-9_]*|\{|\(|\d|[#?@$!*])")
+
+
+def sed_in_place_file(command: str, wrapped: bool = False) -> str | None:
+    """The file a ``run_shell_command`` of Qwen Code 0.24.4 edits as its own edit tool would, so
+    refused unless the session read it (``has not been read in this session``), as the command
+    names it; None when the check does not apply or ``command`` does not parse (:mod:`shlex`).
+
+    Its rule (``parseSedEditCommand`` and ``getSedEditInfo`` of its bundle): after one
+    ``sh|bash|zsh [-flags] -c SCRIPT`` wrapper, and with no leading ``NAME=value``, the command
+    is ``sed`` and words only (no ``;``, ``&&``, ``|``, redirection), with an in-place flag
+    (``-i``, ``-i ''``, ``--in-place``, ``-Ei``/``-ri``), at most ``-E``/``-r``, one expression
+    (``-e E``, ``--expression=E`` or the first operand) ``s/P/R/F`` (``F``: ``g``, a count)
+    without ``$NAME``, ``$(``, backquotes or a line break, and one file operand not starting
+    with ``~`` and without ``$``. Only ``sed``: ``perl -i`` and other in-place editors, several
+    files or a script file are run unchecked. (It also drops commands whose pattern JavaScript
+    cannot compile alike: those are counted here, a read more than needed.)"""
+    if _ENV_FIRST.match(command):
+        return None
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split, lexer.commenters = True, ""
+    try:
+        words = list(lexer)
+    except ValueError:  # an unclosed quote
+        return None
+    if any(w and set(w) <= set("();<>|&") for w in words) or not words:
+        return None
+    if not wrapped and posixpath.basename(words[0]) in _WRAPPERS and len(words) >= 3:
+        if all(w.startswith("-") for w in words[1:-1]) and words[-2].endswith("c"):
+            return sed_in_place_file(words[-1], wrapped=True)
+        return None
+    if words[0] != "sed":
+        return None
+    in_place, expression, operands, i = False, None, [], 1
+    while i < len(words):
+        w = words[i]
+        if len(w) > 2 and _SED_FLAGS.fullmatch(w):
+            in_place = in_place or w.endswith("i")
+        elif w in ("-i", "--in-place", "--in-place="):
+            in_place = True
+            if w == "-i" and i + 1 < len(words) and words[i + 1] == "":
+                i += 1
+        elif w.startswith(("-i", "--in-place=")):  # a backup suffix: not simulated
+            return None
+        elif w in ("-e", "--expression"):
+            if expression is not None or i + 1 >= len(words):
+                return None
+            expression, i = words[i + 1], i + 1
+        elif w.startswith("--expression="):
+            if expression is not None:
+                return None
+            expression = w.split("=", 1)[1]
+        elif w in ("-E", "-r", "--regexp-extended"):
+            pass
+        elif w.startswith("-"):
+            return None
+        elif expression is None:
+            expression = w
+        else:
+            operands.append(w)
+        i += 1
+    if not in_place or expression is None or len(operands) != 1:
+        return None
+    path = operands[0]
+    if not path or path.startswith("~") or "$" in path or "\n" in expression or "\r" in expression:
+        return None
+    if _VARIABLE.search(expression) or not _SUBSTITUTION.fullmatch(expression):
+        return None
+    return path
 
 
 class QwenCode(AgentProfile):
@@ -116,6 +199,11 @@ class QwenCode(AgentProfile):
         **fx.kinds(fx.Effect.SUBAGENT, "agent", "task"),
         **fx.kinds(fx.Effect.WEB, "web_fetch", "web_search"),
     }
+
+    def shell_reads_first(self, command: str) -> tuple[str, ...]:
+        # 0.24.4 runs an in-place sed as its edit tool, after the same prior-read check
+        path = sed_in_place_file(command)
+        return (path,) if path is not None else ()
 
     def compaction_differences(self, protocol: str) -> str | None:
         # seen in the requests 0.24.4 sent after compressing under pvisor run
