@@ -678,7 +678,7 @@ class _Translator:
         workspace, may exist and is not fresh in B's session; the call's how, or None."""
         queued = []
         for path in self.t.descriptor.shell_reads_first(cmd):
-            where = posixpath.normpath(posixpath.join(self.t.workspace, path))
+            where = self._abs(path)  # a path in the recorded workspace is B's (playback rewrites it)
             if not where.startswith(self.t.workspace.rstrip("/") + "/") or self.routes.reader is None:
                 continue  # outside the workspace: the handoff does not restore it
             rel = posixpath.relpath(where, self.t.workspace)

@@ -915,11 +915,14 @@ def test_a_source_s_in_place_sed_of_a_file_b_has_not_read_is_served_a_read_first
     # command that does not parse
     (tmp_path / "notes.txt").write_text("a\n")
     (tmp_path / "other.txt").write_text("a\n")
+    (tmp_path / "third.txt").write_text("a\n")
     plan: list[list[tuple[str, dict[str, Any]]]] = [
         [("Bash", {"command": "sed -i 's/a/b/' notes.txt", "description": "Edit"})],  # 1: read first
         [("Read", {"file_path": f"{RECORDED}/other.txt"})],  # 2: a whole read
         [("Bash", {"command": "sed -i 's/a/c/' other.txt", "description": "Edit"})],  # 3: fresh: none
         [("Bash", {"command": "sed -i 's/a/b notes.txt", "description": "Unclosed"})],  # 4: no parse
+        # 5: a file named in the recorded workspace, which playback makes B's: read first
+        [("Bash", {"command": f"sed -i 's/a/d/' {RECORDED}/third.txt", "description": "Edit"})],
     ]
     steps = [
         Step(
@@ -937,9 +940,10 @@ def test_a_source_s_in_place_sed_of_a_file_b_has_not_read_is_served_a_read_first
     )
     if b == "qwen-code":
         assert [(r["source_step"], r["call_id"], r["path"], r["target_tool"]) for r in tr.inserted_reads] == [
-            (1, "t10", "notes.txt", NATIVE[b]["read"])
+            (1, "t10", "notes.txt", NATIVE[b]["read"]),
+            (5, "t50", "third.txt", NATIVE[b]["read"]),
         ]
-        assert tr.step_map[1] == [1, 2] and len(tr.steps) == len(plan) + 1
+        assert tr.step_map[1] == [1, 2] and len(tr.steps) == len(plan) + 2
         read = tr.steps[0].action.tool_calls[0]
         assert orjson.loads(read.arguments_raw) == {TOOLS[b].read[1]: str(tmp_path / "notes.txt")}
         assert "read first" in next(c.reason or "" for c in tr.calls if c.call_id == "t10")
