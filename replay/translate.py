@@ -277,8 +277,9 @@ class _Translator:
         self.t = target
         self.mod = get_protocol(target.protocol)
         self.specs = {s.name: s for s in target.tools}
-        self.shell = self._pick(Effect.SHELL)
-        self.reader = self._pick(Effect.READ)
+        self.routes = Routes(target.descriptor, self.specs, self.mod.tool_kind)
+        self.shell = self._shell_tool()
+        self.reader = self.routes.reader  # B's read tool for text (never a reader of images only)
         self.text_mode = self.shell is None and target.descriptor.text_command is not None and not self.specs
         if self.shell is None and not self.text_mode:
             offered = ", ".join(sorted(self.specs)) or "none"
@@ -291,21 +292,18 @@ class _Translator:
         )
         self.kept: list = []  # the reasoning the source step being translated keeps (_emit)
         self.prefix = self.mod.CALL_ID_PREFIX
-        self.routes = Routes(target.descriptor, self.specs, self.mod.tool_kind)
         self.files = SessionFiles(target.exists)
         #: reads B must be served before the source step being translated: (call, path)
         self.reads_first: list[tuple[ToolCall, str]] = []
         #: why the last write or edit could not go to B's own tool for want of a read, or None
         self.unread: str | None = None
 
-    def _pick(self, effect: Effect) -> str | None:
-        """B's declared tool of ``effect`` that its facts describe (first in the facts' order)."""
+    def _shell_tool(self) -> str | None:
+        """B's declared shell tool that its facts describe (first in the facts' order, then its
+        ``shell_tools``)."""
         d = self.t.descriptor
-        names = [
-            n for n, fx in d.tool_effects.items() if fx.effect is effect and n not in d.image_only_readers
-        ]
-        if effect is Effect.SHELL:
-            names += [n for n in d.shell_tools if n not in names]
+        names = [n for n, fx in d.tool_effects.items() if fx.effect is Effect.SHELL]
+        names += [n for n in d.shell_tools if n not in names]
         for name in names:
             if name in self.specs and self.mod.tool_kind(self.specs[name]) == "function":
                 return name
@@ -653,9 +651,7 @@ class _Translator:
             return None
         how = route.how
         rel = self._rel(path)
-        before = (
-            self.t.existed(step.n, rel) if self.t.existed is not None and not rel.startswith("/") else None
-        )
+        before = self._existed(step, rel) if not rel.startswith("/") else None
         if self.t.descriptor.reads_before_change and self.files.needs_read(where, before):
             if self.routes.reader is None or not self.files.can_read_first(where):
                 b = self.t.descriptor.name
@@ -665,8 +661,7 @@ class _Translator:
                     else f"{b} changes only a file it read, and a call before it in the step may change it"
                 )
                 return None
-            if all(p != where for _c, p in self.reads_first):
-                self.reads_first.append((call, where))
+            self._queue_read(call, where)
             how += f"; {self.t.descriptor.name} read the file first (inserted_reads)"
         self.files.native_change(where)
         return route.tool, self._filled(route.tool, route.args, f"{fx.effect.value.capitalize()} {path}"), how
@@ -679,19 +674,33 @@ class _Translator:
         queued = []
         for path in self.t.descriptor.shell_reads_first(cmd):
             where = self._abs(path)  # a path in the recorded workspace is B's (playback rewrites it)
-            if not where.startswith(self.t.workspace.rstrip("/") + "/") or self.routes.reader is None:
+            rel = self._inside(where)
+            if rel is None or self.routes.reader is None:
                 continue  # outside the workspace: the handoff does not restore it
-            rel = posixpath.relpath(where, self.t.workspace)
-            before = self.t.existed(step.n, rel) if self.t.existed is not None else None
+            before = self._existed(step, rel)
             if not self.files.needs_read(where, before) or not self.files.can_read_first(where):
                 continue  # fresh, surely absent, or a call before it in the step may change it
-            if all(p != where for _c, p in self.reads_first):
-                self.reads_first.append((call, where))
+            self._queue_read(call, where)
             queued.append(rel)
         if not queued:
             return None
         b = self.t.descriptor.name
         return f"{b}'s shell changes in place only a file it read: read first (inserted_reads)"
+
+    def _inside(self, where: str) -> str | None:
+        """``where`` (absolute) relative to B's workspace, or None when it lies outside."""
+        ws = self.t.workspace.rstrip("/")
+        return posixpath.relpath(where, ws) if where.startswith(ws + "/") else None
+
+    def _existed(self, step: Step, rel: str) -> bool | None:
+        """Whether ``rel`` existed in the source's workspace before ``step`` (its snapshots;
+        None: unknown)."""
+        return self.t.existed(step.n, rel) if self.t.existed is not None else None
+
+    def _queue_read(self, call: ToolCall, where: str) -> None:
+        """A read of ``where`` for B before the step (:meth:`_read_first`), once a path."""
+        if all(p != where for _c, p in self.reads_first):
+            self.reads_first.append((call, where))
 
     def _changed_by_shell(self, fx: ToolEffect, args: dict[str, Any]) -> None:
         """Bookkeeping of a change reproduced by B's shell: the file it wrote or edited is no
@@ -718,11 +727,7 @@ class _Translator:
             assert route is not None  # a reader reads a whole file
             tc = self._call(step.n, n, i, route.tool, self._filled(route.tool, route.args, where))
             calls.append(tc)
-            rel = (
-                posixpath.relpath(where, self.t.workspace)
-                if where.startswith(self.t.workspace + "/")
-                else where
-            )
+            rel = self._inside(where) or where
             rels.append(rel)
             self.out.inserted_reads.append(
                 {
