@@ -488,55 +488,41 @@ def fill_handoff(
         )
         result.warn("handoff_workspace_differs", said)
     request_one = getattr(p, "request_one", None)
-    result.handoff = {
-        "from_agent": rec.agent,
-        "to_agent": opts.agent,
-        "translated": not same,
-        "pause": {
-            "after_step": opts.after_step,
-            "transition": opts.after_step - 1 if opts.after_step > 0 else None,
-        },
-        "target_steps": p.n if (same or tr is not None) else None,
-        "target_tools": sorted(t.name for t in p.mod.offered_tools(request_one)) if request_one else None,
-        "shell_tool": tr.shell_tool if tr is not None else None,
-        "read_tool": tr.read_tool if tr is not None else None,
-        "step_map": [
-            {"source_step": s, "target_steps": t} for s, t in sorted((tr.step_map if tr else {}).items())
-        ],
-        "calls": _calls(p, result)
-        if tr is not None
-        else _same_agent_calls(rec, opts, result)
-        if same
-        else [],
-        "not_reenactable": list(tr.skipped) if tr is not None else [],
-        "carriers": list(tr.carriers) if tr is not None else [],
-        "from_snapshots": [dict(f, paths=[redact_text(x) for x in f["paths"]]) for f in tr.from_snapshots]
-        if tr is not None
-        else [],
-        "inserted_reads": [dict(r, path=redact_text(r["path"])) for r in tr.inserted_reads]
-        if tr is not None
-        else [],
-        "reasoning_dropped": dict(tr.reasoning_dropped)
-        if tr is not None
-        else {"provider_bound": 0, "plain": 0},
-        "reasoning": _reasoning(opts, rec, tr, same),
-        "images": verify_kept(
-            tr.images if tr is not None else _same_agent_images(rec, opts) if same else {},
-            p.boundary.body if p.boundary else None,
-        ),
-        "refused": refused.message if refused is not None else None,
-        "workspace": workspace,
-        "boundary_request": _boundary_request(p),
-        "lineage": {
-            "parent_run": rec.run,
-            "child_run": report.run,
-            "pause_after_step": opts.after_step,
-            "pause_transition": opts.after_step - 1 if opts.after_step > 0 else None,
-            "workspace_snapshot": workspace["pause_snapshot"],
-            "from_agent": rec.agent,
-            "to_agent": opts.agent,
-        },
-    }
+    result.handoff = _report(opts, rec, workspace, report.run)
+    result.handoff.update(
+        {
+            "target_steps": p.n if (same or tr is not None) else None,
+            "target_tools": sorted(t.name for t in p.mod.offered_tools(request_one)) if request_one else None,
+            "shell_tool": tr.shell_tool if tr is not None else None,
+            "read_tool": tr.read_tool if tr is not None else None,
+            "step_map": [
+                {"source_step": s, "target_steps": t} for s, t in sorted((tr.step_map if tr else {}).items())
+            ],
+            "calls": _calls(p, result)
+            if tr is not None
+            else _same_agent_calls(rec, opts, result)
+            if same
+            else [],
+            "not_reenactable": list(tr.skipped) if tr is not None else [],
+            "carriers": list(tr.carriers) if tr is not None else [],
+            "from_snapshots": [dict(f, paths=[redact_text(x) for x in f["paths"]]) for f in tr.from_snapshots]
+            if tr is not None
+            else [],
+            "inserted_reads": [dict(r, path=redact_text(r["path"])) for r in tr.inserted_reads]
+            if tr is not None
+            else [],
+            "reasoning_dropped": dict(tr.reasoning_dropped)
+            if tr is not None
+            else {"provider_bound": 0, "plain": 0},
+            "reasoning": _reasoning(opts, rec, tr, same),
+            "images": verify_kept(
+                tr.images if tr is not None else _same_agent_images(rec, opts) if same else {},
+                p.boundary.body if p.boundary else None,
+            ),
+            "refused": refused.message if refused is not None else None,
+            "boundary_request": _boundary_request(p),
+        }
+    )
 
 
 def _reasoning(opts: ReplayOptions, rec: Any, tr: Any, same: bool) -> dict[str, Any]:
@@ -596,14 +582,22 @@ def refused_report(opts: ReplayOptions, rec: Any, snaps: SourceSnapshots, why: s
     """``result.handoff`` of a handoff refused before anything ran (``why``: the refusal, without
     the "handoff to B:" its error line adds): who, which pause, nothing translated or re-run."""
     found, _ = snaps.pause()
+    digest = found[0].digest if found else None
+    workspace = uncompared(opts, digest, "the handoff was refused before the next agent ran")
+    return {**_report(opts, rec, workspace, None), "refused": why}
+
+
+def _report(
+    opts: ReplayOptions, rec: Any, workspace: dict[str, Any], child_run: str | None
+) -> dict[str, Any]:
+    """``result.handoff`` with nothing translated, re-run or checked (every field in its
+    documented order): who, which pause, ``workspace``, the lineage to ``child_run``."""
     transition = opts.after_step - 1 if opts.after_step > 0 else None
-    pause = {"after_step": opts.after_step, "transition": transition}
-    account = ReasoningAccount(SourceReasoning(opts.source_reasoning))
     return {
         "from_agent": rec.agent,
         "to_agent": opts.agent,
         "translated": rec.agent != opts.agent,
-        "pause": pause,
+        "pause": {"after_step": opts.after_step, "transition": transition},
         "target_steps": None,
         "target_tools": None,
         "shell_tool": None,
@@ -615,19 +609,17 @@ def refused_report(opts: ReplayOptions, rec: Any, snaps: SourceSnapshots, why: s
         "from_snapshots": [],
         "inserted_reads": [],
         "reasoning_dropped": {"provider_bound": 0, "plain": 0},
-        "reasoning": account.to_json(),
+        "reasoning": ReasoningAccount(SourceReasoning(opts.source_reasoning)).to_json(),
         "images": verify_kept({}, None),
-        "refused": why,
-        "workspace": uncompared(
-            opts, found[0].digest if found else None, "the handoff was refused before the next agent ran"
-        ),
+        "refused": None,
+        "workspace": workspace,
         "boundary_request": None,
         "lineage": {
             "parent_run": rec.run,
-            "child_run": None,
+            "child_run": child_run,
             "pause_after_step": opts.after_step,
             "pause_transition": transition,
-            "workspace_snapshot": found[0].digest if found else None,
+            "workspace_snapshot": workspace["pause_snapshot"],
             "from_agent": rec.agent,
             "to_agent": opts.agent,
         },
