@@ -301,6 +301,14 @@ class Classification:
             out.setdefault(r.id, (None, "auxiliary"))
         return out
 
+    def keep(self, slot: Slot, request: Request) -> None:
+        """Make ``request`` (the one whose reply the next request carries) the exchange ``slot`` of
+        the main chain keeps, so that :meth:`roles` and the ``retry`` entries of ``left_out`` name it."""
+        assert self.main is not None and request in slot.requests
+        slot.chosen = request
+        others = [lo for lo in self.left_out if all(lo.exchange != r.id for r in slot.requests)]
+        self.left_out = sorted([*others, *retries_left_out(slot, self.main.number)], key=lambda lo: lo.seq)
+
     @property
     def main_requests(self) -> list[Request]:
         """The kept request of each slot of the main chain: main-loop request i is index i-1."""
@@ -868,6 +876,24 @@ def _main_chain(chains: list[Chain], prefer: Prefer | None) -> Chain | None:
     return max(chains, key=rank)
 
 
+def retries_left_out(slot: Slot, chain: int) -> list[LeftOutExchange]:
+    """The ``retry`` entries of main-chain ``slot`` (chain number ``chain``): each exchange but the
+    kept one, the reason naming the kept one, both outcomes, and why when :attr:`Slot.chosen`."""
+    kept = slot.kept
+    why = ", whose reply the next request carries" if slot.chosen is not None else ""
+    out = []
+    for r in slot.retries:
+        reason = (
+            f"the same request as {kept.id} ({r.describe_outcome()}); "
+            f"the step keeps {kept.id} ({kept.describe_outcome()}){why}"
+        )
+        changed = [k for k in ("system_changed", "tools_changed") if k in changes_between(r, kept)]
+        if changed:
+            reason += f"; {' and '.join(changed)} between them"
+        out.append(LeftOutExchange(r.id, r.exchange.seq, "retry", reason, chain))
+    return out
+
+
 def _left_out(
     requests: list[Request],
     chains: list[Chain],
@@ -891,18 +917,7 @@ def _left_out(
     for chain in chains:
         if chain is main:
             for slot in chain.slots:
-                kept = slot.kept
-                for r in slot.retries:
-                    reason = (
-                        f"the same request as {kept.id} ({r.describe_outcome()}); "
-                        f"the step keeps {kept.id} ({kept.describe_outcome()})"
-                    )
-                    changed = [
-                        k for k in ("system_changed", "tools_changed") if k in changes_between(r, kept)
-                    ]
-                    if changed:
-                        reason += f"; {' and '.join(changed)} between them"
-                    found[r.id] = LeftOutExchange(r.id, r.exchange.seq, "retry", reason, chain.number)
+                found.update((lo.exchange, lo) for lo in retries_left_out(slot, chain.number))
             continue
         assert main is not None  # a run with chains has a main chain
         main_note = f"the main chain is chain {main.number} ({_n(len(main.slots), 'request')})"

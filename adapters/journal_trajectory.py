@@ -44,8 +44,9 @@ Step flags (``Step.flags``), each also explained in ``Trajectory.meta["steps"]``
 ``tool_results_not_sent``     A_N made tool calls but no later main-loop request sent results
 ``missing_tool_results``      request i+1 answers only some of A_i's tool calls (calls the
                               provider runs itself, kind ``server``, expect no result)
-``retried``                   request i was sent more than once; the step keeps the last exchange
-                              that succeeded (the others are auxiliary ``retry`` exchanges)
+``retried``                   request i was sent more than once; the step keeps the exchange whose
+                              reply request i+1 carries, else the last that succeeded (the others
+                              are auxiliary ``retry`` exchanges, whose reasons name the kept one)
 ``system_changed``            request i's system prompt differs from request i-1's
 ``tools_changed``             request i's tools differ from request i-1's
 ``thinking_signature_empty``  a thinking block of A_i has an empty signature (a scripted model's):
@@ -78,7 +79,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from pvisor.adapters.chains import (
-    Chain,
     Classification,
     Prefer,
     Request,
@@ -293,11 +293,14 @@ def _compacted_observation(
     return obs, (["missing_tool_results"] if want else [])
 
 
-def _carried(reader: JournalReader, slot: Slot, kept: Request, nxt: Request) -> tuple[Request, _Reply | None]:
+def _carried(
+    reader: JournalReader, c: Classification, slot: Slot, kept: Request, nxt: Request
+) -> tuple[Request, _Reply | None]:
     """The exchange of ``slot`` whose reply the next main-loop request ``nxt`` carries, and that
     reply when it had to be read: the kept one unless another exchange of the slot that
     succeeded answered what ``nxt`` echoes (a request answered X then, retried, Y, the agent
-    going on with X). The slot then keeps that exchange (its role becomes main)."""
+    going on with X). The slot then keeps that exchange (``c.keep``: its role becomes main, and
+    the auxiliary ``retry`` entries name it)."""
     others = [r for r in slot.requests if r is not kept and r.succeeded]
     if not others or kept.protocol is None:
         return kept, None
@@ -312,7 +315,7 @@ def _carried(reader: JournalReader, slot: Slot, kept: Request, nxt: Request) -> 
     for r in reversed(others):
         other = _read_reply(reader, r)
         if said(mod, [action_message(other.action)]) == carried:
-            slot.chosen = r
+            c.keep(slot, r)
             return r, other
     return kept, reply
 
@@ -358,7 +361,6 @@ def build_trajectory(
     run = reader.run(c.run) if c.run else None
     main = c.main_requests
     traj = Trajectory()
-    traj.left_out = [LeftOut(lo.exchange, lo.kind, lo.reason) for lo in c.left_out]
     meta: dict[str, Any] = {
         "run": c.run,
         "agent": run.agent if run is not None else None,
@@ -367,14 +369,24 @@ def build_trajectory(
         "task_context": [],
         "chains": [ch.summary() for ch in c.chains],
         "steps": [],
-        "auxiliary": [
-            {"exchange": lo.exchange, "seq": lo.seq, "kind": lo.kind, "reason": lo.reason, "chain": lo.chain}
-            for lo in c.left_out
-        ],
     }
     traj.meta = meta
-    if not main:
-        return traj
+    if main:
+        _build_steps(reader, traj, c, wire_ids)
+    # after the steps: a step may keep another exchange of its slot than the classification did
+    traj.left_out = [LeftOut(lo.exchange, lo.kind, lo.reason) for lo in c.left_out]
+    meta["auxiliary"] = [
+        {"exchange": lo.exchange, "seq": lo.seq, "kind": lo.kind, "reason": lo.reason, "chain": lo.chain}
+        for lo in c.left_out
+    ]
+    return traj
+
+
+def _build_steps(reader: JournalReader, traj: Trajectory, c: Classification, wire_ids: bool) -> None:
+    """The steps of ``traj`` from the main chain of ``c`` (which has at least one request;
+    ``wire_ids``: :func:`build_trajectory`)."""
+    meta = traj.meta
+    main = c.main_requests
     # request 1 is parsed again for its system prompt, tools and task; the observations come
     # from the messages each request appended, kept by the classification
     first = main[0].conversation()
@@ -392,15 +404,14 @@ def build_trajectory(
     meta["synthetic_end"] = [q.id for q in main[steps:]]
     with progress.task(f"steps of run {c.run or '-'}", steps) as task:
         for i, (slot, req) in enumerate(zip(c.main.slots[:steps], main[:steps])):
-            _build_step(reader, traj, c.main, main, i, slot, req, wire_ids)
+            _build_step(reader, traj, c, main, i, slot, req, wire_ids)
             task.advance()
-    return traj
 
 
 def _build_step(
     reader: JournalReader,
     traj: Trajectory,
-    chain: Chain,
+    classified: Classification,
     main: list[Request],
     i: int,
     slot: Slot,
@@ -408,11 +419,14 @@ def _build_step(
     wire_ids: bool = False,
 ) -> None:
     """Step ``i + 1`` of ``traj`` (and its ``meta["steps"]`` entry) from main-loop request
-    ``req`` of ``chain`` and the request after it (``wire_ids``: :func:`build_trajectory`)."""
+    ``req`` of the main chain of ``classified`` and the request after it (``wire_ids``:
+    :func:`build_trajectory`)."""
     meta = traj.meta
+    chain = classified.main
+    assert chain is not None
     reply = None
     if i + 1 < len(main):
-        req, reply = _carried(reader, slot, req, main[i + 1])
+        req, reply = _carried(reader, classified, slot, req, main[i + 1])
     if reply is None:
         reply = _read_reply(reader, req)
     flags = list(reply.flags)

@@ -1685,3 +1685,54 @@ def test_another_conversation_quoting_the_last_reply_is_no_compaction(tmp_path):
         c = classify_run(r, "r-memory")
         assert [sl.kept.id for sl in c.main.slots] == steps
         assert [(lo.exchange, lo.kind) for lo in c.left_out] == [(other, "chain")]
+
+
+def test_journal_steps_names_the_kept_and_the_discarded_retry_through_gateway(stack):
+    """Request 1 sent twice through the gateway with the official SDK, the upstream answering
+    X then Y, the agent continuing with X: the step keeps X's exchange and Y's is the discarded
+    retry, in the text output, the --json and the auxiliary ``retry`` reason (issue 40 item 4a)."""
+    actions = [
+        Action(text="", tool_calls=[ToolCall(None, "bash", '{"command": "echo X"}')]),
+        Action(text="", tool_calls=[ToolCall(None, "bash", '{"command": "echo Y"}')]),
+        Action(text="Done."),
+    ]
+    up = scripted_replies(stack, actions)
+    gw = stack.gateway(upstreams={"openai": up.url})
+    client = openai.OpenAI(base_url=gw.url + "/v1", api_key="sk-test", max_retries=0, timeout=30)
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "bash", "description": "Run a shell command.", "parameters": SHELL},
+        }
+    ]
+    messages: list[dict] = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": TASK}]
+    first = client.chat.completions.create(model="gpt-test", messages=messages, tools=tools).choices[0]
+    again = client.chat.completions.create(model="gpt-test", messages=messages, tools=tools).choices[0]
+    assert again.message.tool_calls[0].function.arguments == '{"command": "echo Y"}'
+    messages.append(first.message.model_dump(exclude_none=True))  # the agent goes on with X
+    messages.append({"role": "tool", "tool_call_id": first.message.tool_calls[0].id, "content": "X\n"})
+    client.chat.completions.create(model="gpt-test", messages=messages, tools=tools)
+    x, y, last = (e.id for e in stack.exchanges(gw))
+    proc = pvisor("journal", "steps", gw.run, journal=gw.journal_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.decode().splitlines()
+    step1 = next(ln for ln in lines if ln.startswith("1 "))
+    assert x in step1 and "echo X" in step1 and "retried" in step1
+    assert lines[-2:] == [
+        "auxiliary: 1",
+        f"  seq 2  {y}  [retry] the same request as {x} (status 200); the step keeps {x} (status 200), "
+        "whose reply the next request carries",
+    ]
+    proc = pvisor("journal", "steps", gw.run, "--json", journal=gw.journal_path)
+    doc = orjson.loads(proc.stdout)
+    assert [(s["exchange"], s["retries"]) for s in doc["steps"]] == [(x, [y]), (last, [])]
+    assert [(a["exchange"], a["kind"]) for a in doc["auxiliary"]] == [(y, "retry")]
+    assert f"the step keeps {x}" in doc["auxiliary"][0]["reason"]
+    from pvisor.adapters.journal_trajectory import build_trajectory
+
+    with stack.reader(gw) as r:
+        c = classify_run(r, gw.run)
+        build_trajectory(r, c)
+    # the roles `pvisor run` stores and the classification's own list say the same
+    assert (c.roles()[x][1], c.roles()[y][1]) == ("main", "auxiliary")
+    assert [(lo.exchange, lo.kind) for lo in c.left_out] == [(y, "retry")]
