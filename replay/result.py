@@ -553,6 +553,9 @@ class ResultDocument(ResultPart, Record, record=True):
         handoff: a handoff's report (docs/handoff.md "The handoff report"): what became of
             each source call, the workspace against the pause's snapshot, the lineage; None
             until the agent ran.
+        observations: replay-only, continuation and handoff: ``{compared, equal_normalised,
+            not_compared}``, counts of the calls of ``tool_calls`` whose O' is compared with O
+            (:func:`pvisor.session.replay_result.observation_counts`); None until the agent ran.
     """
 
     schema: str
@@ -589,6 +592,7 @@ class ResultDocument(ResultPart, Record, record=True):
     plan: dict[str, Any] | None | Absent = ABSENT
     unrecorded: list[dict[str, Any]] | Absent = ABSENT
     handoff: dict[str, Any] | None | Absent = ABSENT
+    observations: dict[str, int] | None | Absent = ABSENT
 
     def __init__(
         self,
@@ -626,6 +630,7 @@ class ResultDocument(ResultPart, Record, record=True):
         plan: dict[str, Any] | None | Absent = ABSENT,
         unrecorded: list[dict[str, Any]] | Absent = ABSENT,
         handoff: dict[str, Any] | None | Absent = ABSENT,
+        observations: dict[str, int] | None | Absent = ABSENT,
     ) -> None:
         self.schema = schema
         self.pvisor = pvisor
@@ -661,6 +666,7 @@ class ResultDocument(ResultPart, Record, record=True):
         self.plan = plan
         self.unrecorded = unrecorded
         self.handoff = handoff
+        self.observations = observations
 
     @classmethod
     def start(
@@ -711,7 +717,7 @@ class ResultDocument(ResultPart, Record, record=True):
             doc.divergence = doc.agent_run = doc.playback = doc.sandbox = None
             if mode is ResultMode.CONTINUATION:
                 doc.continuation = None
-            doc.plan, doc.unrecorded = None, []
+            doc.plan, doc.unrecorded, doc.observations = None, [], None
             if mode is ResultMode.HANDOFF:
                 doc.handoff = None
         return doc

@@ -79,7 +79,6 @@ from pvisor.session.handoff_result import (
     SourceSnapshots,
     check_reset,
     check_source_reasoning,
-    compared_calls,
     fill_handoff,
     handoff_failure,
     handoff_refusal,
@@ -108,6 +107,7 @@ from pvisor.session.replay_options import (
 from pvisor.session.replay_result import (
     failure,
     fill_after,
+    observation_counts,
     fill_prefix,
     fill_restored,
     remove_prefix_files,
@@ -152,11 +152,9 @@ class ReplayOnlyOutcome:
 
     def summary(self) -> str:
         r = self.result
-        # the calls of a finish action have no observation (never sent): not counted; nor a
-        # handoff's carriers and reads served first (no recorded result)
-        sent = [c for c in r["tool_calls"] if not c["observation_not_sent"]]
-        calls = compared_calls(sent, r.get("handoff"))
-        same = sum(1 for c in calls if c["equal_normalised"])
+        # (observation_counts: a finish action's calls, a handoff's carriers and reads served
+        # first are not counted; a call without a recorded or replayed result is counted apart)
+        seen = r["observations"]
         ended = r["agent_run"]["ended_by"]
         prefix = r["prefix"]
         where = (
@@ -189,9 +187,11 @@ class ReplayOnlyOutcome:
                 f"as run {r['derived_run']} ({h['target_steps']} step(s) of its own: {said}; {state})"
             )
         rerun = (
-            f"{r['replayed_tool_calls']} tool call(s) re-run, {same} of {len(calls)} observation(s) "
-            "equal once normalised"
+            f"{r['replayed_tool_calls']} tool call(s) re-run, {seen['equal_normalised']} of "
+            f"{seen['compared']} observation(s) equal once normalised"
         )
+        if seen["not_compared"]:
+            rerun += f", {seen['not_compared']} not compared (no recorded or no replayed result)"
         if r["playback"]["task_origin"] == TaskOrigin.REQUEST.value:
             # the run kept no task (a `pvisor gateway` capture): say where the agent's came from
             rerun += "; the task read from its first request"
@@ -475,6 +475,7 @@ def _replay_claimed(
             fill_live(result, opts, rec, p, report, upstream)
         if snaps is not None:
             fill_handoff(result, opts, rec, p, report, snaps, getattr(p, "reset", None))
+        result.observations = observation_counts(result)
         files = fill_prefix(result, opts, rec, p, out)
         return _write_outcome(result, opts, p, report, files, out, t0)
     except PvisorError as exc:

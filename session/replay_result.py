@@ -21,6 +21,7 @@ from pvisor.replay.result import (
     workspace_digest,
 )
 from pvisor.session.continuation_result import live_failure
+from pvisor.session.handoff_result import compared_calls
 from pvisor.session.replay_options import ReplayOptions
 
 
@@ -136,6 +137,28 @@ def _warn_after(
             result.warn("observation_differs", f"step {c.step} {c.name} ({which}): O' differs from O")
     if report.steps_error:
         result.warn("steps_not_derived", report.steps_error)
+
+
+def observation_counts(result: ResultDocument) -> dict[str, int]:
+    """``observations`` of a replay that ran the agent, over the calls of ``result.tool_calls``
+    whose observation the agent sends (not ``observation_not_sent``) and that stand for a source
+    call (not a handoff's carriers and reads served first: :func:`compared_calls`): ``compared``,
+    those with both a recorded and a replayed result (``equal_normalised`` true or false);
+    ``equal_normalised``, those of them equal once normalised; ``not_compared``, the others (no
+    recorded result: the last step of a run cut short, a call re-run with ``--allow-unrecorded``;
+    or none replayed: the agent sent none), never counted as unequal."""
+    sent = [
+        {"step": c.step, "equal_normalised": c.equal_normalised}
+        for c in result.tool_calls
+        if not c.observation_not_sent
+    ]
+    calls = compared_calls(sent, result.handoff if isinstance(result.handoff, dict) else None)
+    compared = [c for c in calls if c["equal_normalised"] is not None]
+    return {
+        "compared": len(compared),
+        "equal_normalised": sum(1 for c in compared if c["equal_normalised"]),
+        "not_compared": len(calls) - len(compared),
+    }
 
 
 def fill_prefix(

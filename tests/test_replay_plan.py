@@ -461,3 +461,10 @@ def test_an_unrecorded_boundary_is_refused_as_prepare_only_refuses_it_unless_all
     assert allowed.returncode == 0, allowed.stderr
     assert result["status"] == "ok" and result["unrecorded"] == [call] and (ws / "started").exists()
     assert result["tool_calls"][0]["historical_observation_sha256"] is None
+    # no recorded O to compare O' with: counted apart, never as unequal (issue 40 item 4b)
+    assert result["tool_calls"][0]["equal_normalised"] is None
+    assert result["observations"] == {"compared": 0, "equal_normalised": 0, "not_compared": 1}
+    assert (
+        "1 tool call(s) re-run, 0 of 0 observation(s) equal once normalised, 1 not compared "
+        "(no recorded or no replayed result);" in allowed.stdout
+    ), allowed.stdout
