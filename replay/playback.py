@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import hashlib
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Callable
@@ -69,7 +68,7 @@ from pvisor.journal.redact import REQUEST_HEADER_ALLOW, redact_exchange_meta
 from .plan import stays_below
 from .prefix import append_action, request_meta
 from .recording import RecordedReply, Recording, aux_key
-from .result import ToolCallRecord, content_sha256, match_results
+from .result import ToolCallRecord, arguments_record, content_sha256, match_results
 from .source import finish_at, is_made_up
 
 #: flags playback journals with the exchanges it answers (``exchanges.flags``)
@@ -667,7 +666,7 @@ class PlaybackResponder:
                         cid,
                         c.name,
                         c.kind,
-                        hashlib.sha256(c.arguments_raw.encode("utf-8", "surrogatepass")).hexdigest(),
+                        *arguments_record(c.arguments_raw),
                         hs,
                         rs,
                         (hs == rs) if hs is not None and rs is not None else None,

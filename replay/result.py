@@ -45,6 +45,7 @@ from pvisor.core import digest
 from pvisor.core.digest import sha256_hex
 from pvisor.core.errors import PvisorError
 from pvisor.journal.model import RunMode, Step, ToolCall, ToolResult
+from pvisor.journal.redact import redact_text
 from pvisor.core.record import Record
 
 from .errors import ReplayBadInput, ReplayOutputError, error_code, error_detail, show_path
@@ -328,6 +329,25 @@ class PrefixRecord(ResultPart, Record, record=True):
         self.compaction = compaction
 
 
+#: the most characters of a call's argument string ``tool_calls[].arguments`` shows: a command
+#: is whole (where its absolute paths are), a file a call writes is cut (its digest stays whole)
+ARGUMENTS_SHOWN = 2000
+
+
+def arguments_record(raw: str) -> tuple[str, str, bool]:
+    """``arguments_sha256``, ``arguments`` and ``arguments_truncated`` of a call's exact argument
+    string ``raw``: the digest of its UTF-8 bytes; the string with key-shaped tokens redacted
+    (:func:`~pvisor.journal.redact.redact_text`, as every text a result quotes) and a lone
+    surrogate (no JSON text holds one) as U+FFFD, cut to its first :data:`ARGUMENTS_SHOWN`
+    characters when longer; whether it was cut."""
+    shown = redact_text(raw.encode("utf-8", "surrogatepass").decode("utf-8", "replace"))
+    return (
+        sha256_hex(raw.encode("utf-8", "surrogatepass")),
+        shown[:ARGUMENTS_SHOWN],
+        len(shown) > ARGUMENTS_SHOWN,
+    )
+
+
 class ToolCallRecord(ResultPart, Record, record=True):
     """One of ``tool_calls``: a tool call of steps 1..N, in order.
 
@@ -337,6 +357,9 @@ class ToolCallRecord(ResultPart, Record, record=True):
         name: the tool's name.
         kind: ``function``, ``custom`` or ``server``.
         arguments_sha256: SHA-256 of the exact argument string (UTF-8).
+        arguments: that string as shown (:func:`arguments_record`): key-shaped tokens redacted,
+            at most :data:`ARGUMENTS_SHOWN` characters.
+        arguments_truncated: whether ``arguments`` was cut to :data:`ARGUMENTS_SHOWN`.
         historical_observation_sha256: digest of the recorded result's content
             (:func:`content_sha256`), None when no result answers the call or O_N was never sent.
         replayed_observation_sha256: the same of the replayed result; None in prepare-only.
@@ -353,6 +376,8 @@ class ToolCallRecord(ResultPart, Record, record=True):
     name: str
     kind: str
     arguments_sha256: str
+    arguments: str
+    arguments_truncated: bool
     historical_observation_sha256: str | None = None
     replayed_observation_sha256: str | None = None
     equal: bool | None = None
@@ -367,6 +392,8 @@ class ToolCallRecord(ResultPart, Record, record=True):
         name: str,
         kind: str,
         arguments_sha256: str,
+        arguments: str,
+        arguments_truncated: bool,
         historical_observation_sha256: str | None = None,
         replayed_observation_sha256: str | None = None,
         equal: bool | None = None,
@@ -379,6 +406,8 @@ class ToolCallRecord(ResultPart, Record, record=True):
         self.name = name
         self.kind = kind
         self.arguments_sha256 = arguments_sha256
+        self.arguments = arguments
+        self.arguments_truncated = arguments_truncated
         self.historical_observation_sha256 = historical_observation_sha256
         self.replayed_observation_sha256 = replayed_observation_sha256
         self.equal = equal
@@ -811,7 +840,7 @@ def tool_call_records(
                     cid,
                     c.name,
                     c.kind,
-                    sha256_hex(c.arguments_raw.encode("utf-8", "surrogatepass")),
+                    *arguments_record(c.arguments_raw),
                     content_sha256(r.content) if r is not None and not is_made_up(r) else None,
                     observation_not_sent=not_sent,
                 )

@@ -461,6 +461,8 @@ def test_an_unrecorded_boundary_is_refused_as_prepare_only_refuses_it_unless_all
     assert allowed.returncode == 0, allowed.stderr
     assert result["status"] == "ok" and result["unrecorded"] == [call] and (ws / "started").exists()
     assert result["tool_calls"][0]["historical_observation_sha256"] is None
+    # the call's arguments, as served (issue 40 item 4c)
+    assert json.loads(result["tool_calls"][0]["arguments"])["command"].startswith("touch started && while")
     # no recorded O to compare O' with: counted apart, never as unequal (issue 40 item 4b)
     assert result["tool_calls"][0]["equal_normalised"] is None
     assert result["observations"] == {"compared": 0, "equal_normalised": 0, "not_compared": 1}

@@ -143,6 +143,59 @@ def test_journal_tool_calls_hash_the_recorded_arguments_and_results(corpus_journ
         assert rec["replayed_observation_sha256"] is None and rec["equal"] is None
 
 
+def test_tool_calls_carry_their_arguments_redacted_and_capped(tmp_path):
+    """Each call of ``tool_calls`` holds its argument string as the model made it (what
+    docs/replay.md tells users to check for absolute paths), key-shaped tokens redacted as in
+    every text a result quotes, and at most 2,000 characters (``arguments_truncated``); the
+    digest stays the exact string's (issue 40 item 4c)."""
+    import hashlib
+
+    key = "sk-ant-" + "k3y" * 12
+    long_command = "printf '%s' " + "x" * 3000 + " > /tmp/long.txt"
+    args = [
+        json.dumps({"command": "cat /etc/hosts"}),
+        json.dumps({"command": f"curl -H 'x-api-key: {key}' https://api.example/v1"}),
+        json.dumps({"command": long_command}),
+    ]
+    calls = [
+        {"id": f"call_{i}", "type": "function", "function": {"name": "bash", "arguments": a}}
+        for i, a in enumerate(args)
+    ]
+    messages = [
+        {"role": "system", "content": "You are an agent."},
+        {"role": "user", "content": "Look around."},
+    ]
+    tools = [{"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}]
+    replies = [
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "assistant", "content": "Done."},
+    ]
+    path = tmp_path / "j.sqlite"
+    with Journal.open(path) as j:
+        j.create_run(Run(id="r-args", agent="mini-swe-agent"))
+        for n, reply in enumerate(replies):
+            final = {"id": f"c-{n}", "object": "chat.completion", "model": "m",
+                     "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]}  # fmt: skip
+            j.record_exchange(
+                "r-args", "POST", "/v1/chat/completions", [("content-type", "application/json")],
+                protocol="openai-chat", status=200,
+                request_body=orjson.dumps({"model": "m", "messages": messages, "tools": tools}),
+                response_body=orjson.dumps(final),
+            )  # fmt: skip
+            messages = [*messages, reply]
+            answered = reply.get("tool_calls", [])
+            messages += [{"role": "tool", "tool_call_id": c["id"], "content": "ok"} for c in answered]
+    out = tmp_path / "o"
+    prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=1, output=out, run="r-args", journal=path))
+    res = read_result(out)
+    validate(res)
+    got = res["tool_calls"]
+    assert [c["arguments_sha256"] for c in got] == [hashlib.sha256(a.encode()).hexdigest() for a in args]
+    assert (got[0]["arguments"], got[0]["arguments_truncated"]) == (args[0], False)
+    assert got[1]["arguments"] == args[1].replace(key, "<redacted>") and key not in json.dumps(res)
+    assert (got[2]["arguments"], got[2]["arguments_truncated"]) == (args[2][:2000], True)
+
+
 @pytest.mark.parametrize("run", ["codex-single", "gemini-parallel", "opencode-single", "qwen-parallel"])
 def test_journal_n_equal_steps_renders_request_n_plus_a_n(corpus_journal, tmp_path, run):
     path, _ = corpus_journal
