@@ -44,6 +44,14 @@ class ReplayMode(str, enum.Enum):
     CONTINUE = "continue"  #: replay through step N, then go on with the live model (the default)
 
 
+class OptionWarning(str, enum.Enum):
+    """Codes of the result's warnings the options themselves call for (docs/result-protocol.md)."""
+
+    #: replay.toml's continuation options under --prepare-only or --replay-only: dropped (the
+    #: message names their keys; printed on stderr when the options are read)
+    OPTIONS_IGNORED = "options_ignored"
+
+
 #: the values of ``mode``
 MODES: tuple[str, ...] = tuple(m.value for m in ReplayMode)
 #: the values of ``sandbox`` and ``sandbox_network`` (:class:`pvisor.session.sandbox.SandboxMode`

@@ -400,8 +400,9 @@ def _refuse(
 
 
 def _start(opts: ReplayOptions, mode: RunMode) -> ResultDocument:
-    """The result document of a replay with the agent before anything is done (status failed)."""
-    return ResultDocument.start(
+    """The result document of a replay with the agent before anything is done (status failed),
+    with the options' own warnings (``opts.option_notes``)."""
+    result = ResultDocument.start(
         mode,
         opts.agent,
         opts.trajectory,
@@ -409,6 +410,8 @@ def _start(opts: ReplayOptions, mode: RunMode) -> ResultDocument:
         opts.run,
         opts.after_step,
     )
+    result.warnings += notes_messages(opts.option_notes)
+    return result
 
 
 def _replay_claimed(

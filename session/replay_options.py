@@ -55,7 +55,12 @@ class ReplayOptions:
     ``workspace``, when it has one); ``reset_to_pause`` (restore the pause's snapshot into the
     workspace when B's boundary request comes, before it is answered or forwarded);
     ``source_reasoning`` (:class:`~pvisor.replay.source_reasoning.SourceReasoning` or its value:
-    what becomes of the source's reasoning in the history served to B)."""
+    what becomes of the source's reasoning in the history served to B).
+
+    ``option_notes``: ``(code, message)`` warnings the caller found in the options before the
+    replay (``pvisor replay --config``: the replay.toml keys the mode ignores,
+    :attr:`~pvisor.replay.spec.OptionWarning.OPTIONS_IGNORED`), first in result.json's
+    ``warnings``; the caller has printed them."""
 
     agent: str
     after_step: int
@@ -97,6 +102,7 @@ class ReplayOptions:
     restore_start: bool = True
     reset_to_pause: bool = False
     source_reasoning: Any = "drop"
+    option_notes: list[tuple[str, str]] = field(default_factory=list)
 
 
 #: the name of the options before continuation came

@@ -229,6 +229,20 @@ def test_an_agent_that_exits_before_request_n_plus_1_and_a_retry_in_the_same_out
     assert proc.returncode == 2 and "is not empty" in proc.stderr
 
 
+def test_a_config_files_continuation_options_are_in_a_failed_results_warnings(setup):
+    """replay.toml's continuation options under --replay-only are warned in result.json too
+    (``options_ignored``), also when the replay then fails (issue 40 item 5)."""
+    s = setup
+    cfg = s.tmp / "replay.toml"
+    cfg.write_text('live_model = "other-model"\nboundary_user_prompt = "Go on."\n')
+    proc = s.replay("--agent-entrypoint", str(fake_agent(s.tmp, "exit")), "--config", str(cfg))
+    assert proc.returncode == 1, proc.stderr
+    said = f"{cfg}: boundary_user_prompt, live_model are for a continuation; --replay-only ignores them"
+    assert f"pvisor: warning: {said}" in proc.stderr.splitlines()
+    result = _failed(s.tmp / "out", "agent_ended_early")
+    assert {"code": "options_ignored", "message": said} in result["warnings"]
+
+
 def test_an_agent_that_hangs_is_stopped_at_the_timeout(setup):
     s = setup
     proc = s.replay("--agent-entrypoint", str(fake_agent(s.tmp, "hang")), "--timeout", "2")

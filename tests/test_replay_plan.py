@@ -470,3 +470,21 @@ def test_an_unrecorded_boundary_is_refused_as_prepare_only_refuses_it_unless_all
         "1 tool call(s) re-run, 0 of 0 observation(s) equal once normalised, 1 not compared "
         "(no recorded or no replayed result);" in allowed.stdout
     ), allowed.stdout
+
+
+@pytest.mark.slow
+def test_a_config_files_continuation_options_under_replay_only_are_warned_in_the_result(interrupted):
+    """replay.toml's continuation options under --replay-only: dropped with one warning line on
+    stderr, and the same warning in result.json, code ``options_ignored`` (issue 40 item 5)."""
+    root = interrupted[0]
+    cfg = root / "replay.toml"
+    cfg.write_text('upstream = "http://127.0.0.1:9"\nmax_steps = 3\nreasoning = "strip"\n')
+    proc, result, _ = _replay_interrupted(
+        interrupted, "config", "--replay-only", "--allow-unrecorded", "--config", str(cfg)
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = f"{cfg}: upstream, max_steps, reasoning are for a continuation; --replay-only ignores them"
+    assert proc.stderr.count(said) == 1, proc.stderr  # once, though the result holds it too
+    assert [w for w in result["warnings"] if w["code"] == "options_ignored"] == [
+        {"code": "options_ignored", "message": said}
+    ]

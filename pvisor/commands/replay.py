@@ -21,6 +21,7 @@ from pvisor.replay.spec import (
     BY_NAME,
     CLI_OPTIONS,
     Kind,
+    OptionWarning,
     Refusal,
     ReplayMode,
     ReplaySpec,
@@ -280,9 +281,10 @@ def _merged(flags: dict[str, Any]) -> ReplaySpec:
         ignored = [opt.toml for opt in warned if flags[opt.name] is None and o[opt.name] is not None]
         if ignored:
             mode = "--prepare-only" if o["prepare_only"] else "--replay-only"
-            _note(
-                f"pvisor: warning: {path}: {', '.join(ignored)} are for a continuation; {mode} ignores them"
-            )
+            said = f"{path}: {', '.join(ignored)} are for a continuation; {mode} ignores them"
+            _note(f"pvisor: warning: {said}")
+            # and in a replay's result.json (report_outcome does not print it again)
+            o["option_notes"] = [(OptionWarning.OPTIONS_IGNORED.value, said)]
             for opt in warned:
                 if flags[opt.name] is None:
                     o[opt.name] = None
@@ -319,7 +321,8 @@ def report_outcome(replay: Any, result_to: str | None) -> None:
             _note(one_line(boxed))
         raise outcome.error
     for w in outcome.result["warnings"]:
-        _note(f"pvisor: warning: {one_line(w['message'])}")
+        if w["code"] != OptionWarning.OPTIONS_IGNORED.value:  # printed when the options were read
+            _note(f"pvisor: warning: {one_line(w['message'])}")
     if result_to == "-":
         sys.stdout.buffer.write(dump_result(outcome.result))
         sys.stdout.buffer.flush()
@@ -359,6 +362,7 @@ def _replay_agent(spec: ReplaySpec, journal: str | None, problems: list[Any]) ->
         **paths,
         journal=_as_path(journal),
         intercept=intercept,
+        option_notes=list(spec["option_notes"] or ()),
     )
     run = continue_replay if spec.mode is ReplayMode.CONTINUE else replay_only
     report_outcome(lambda: run(opts, lambda m: _note(f"pvisor: warning: {m}"), problems), spec["result"])
