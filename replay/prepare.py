@@ -78,7 +78,9 @@ class PrepareOptions:
     or None); ``protocol`` (wire protocol for a native render, or None for the agent's
     default); ``profile_from`` (``JOURNAL[:RUN]``, native sources only); ``force`` (accept a
     non-empty output directory); ``session`` (one session of an OpenCode store); ``allow_damaged``
-    (build the prefix of a damaged native file, each repair a warning; refused by default)."""
+    (build the prefix of a damaged native file, each repair a warning; refused by default);
+    ``option_notes`` (``(code, message)`` warnings the caller found in the options, first in
+    result.json's ``warnings``: ``pvisor replay --config``'s replay.toml keys the mode ignores)."""
 
     # a plain class with slots, not a dataclass: each dataclass costs about a millisecond of
     # startup (its methods are generated with exec), which the CLI pays on every run
@@ -95,6 +97,7 @@ class PrepareOptions:
         "force",
         "session",
         "allow_damaged",
+        "option_notes",
     )
 
     def __init__(
@@ -111,6 +114,7 @@ class PrepareOptions:
         force: bool = False,
         session: str | None = None,
         allow_damaged: bool = False,
+        option_notes: Sequence[tuple[str, str]] = (),
     ) -> None:
         self.agent = agent
         self.after_step = after_step
@@ -124,6 +128,7 @@ class PrepareOptions:
         self.force = force
         self.session = session
         self.allow_damaged = allow_damaged
+        self.option_notes = tuple(option_notes)
 
     def __repr__(self) -> str:
         return "PrepareOptions(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
@@ -360,9 +365,20 @@ def option_problems(opts: PrepareOptions) -> tuple[list[PvisorError], bool]:
 
 
 def _base_result(opts: PrepareOptions) -> ResultDocument:
-    return ResultDocument.start(
+    result = ResultDocument.start(
         ResultMode.PREPARE_ONLY, opts.agent, opts.trajectory, opts.journal, opts.run, opts.after_step
     )
+    result.warnings = notes_messages(opts.option_notes)
+    return result
+
+
+def _fail(result: ResultDocument, opts: PrepareOptions, exc: PvisorError, t0: float) -> None:
+    """``result.fail(exc, t0)``, the options' own warnings kept first (a failure puts the
+    source's notes in place of the warnings)."""
+    result.fail(exc, t0)
+    own = [(c, m) for c, m in opts.option_notes]
+    rest = [w for w in result.warnings if (w.code, w.message) not in own]
+    result.warnings = [*notes_messages(own), *rest]
 
 
 def prepare_only(opts: PrepareOptions, problems: Sequence[PvisorError] = ()) -> PrepareOutcome:
@@ -418,7 +434,7 @@ def prepare(opts: PrepareOptions, problems: Sequence[PvisorError] = ()) -> Prepa
         prefix = compute(opts, result, (paths[1], os.path.join(out, REQUEST_FILE)), t0)
         document = write_outputs(out, prefix, result, t0)
     except PvisorError as exc:
-        result.fail(exc, t0)
+        _fail(result, opts, exc, t0)
         return PrepareOutcome(write_failed(out, result), *paths, result, exc)
     return PrepareOutcome(document, *paths, result)
 
@@ -438,7 +454,7 @@ def _refuse(
     try:
         compute_source(opts, result, shown, t0)
     except PvisorError as exc:
-        result.fail(exc, t0)
+        _fail(result, opts, exc, t0)
         problems.append(exc)
     else:
         raise_problems(problems)
@@ -560,7 +576,7 @@ def _fill(
     wire = _wire_ids(opts.agent, prefix.protocol) if source.kind == "native" else None
     unsent = finish_at(descriptor(opts.agent), source.steps, opts.after_step) is not None
     result.tool_calls = tool_call_records(source.steps, opts.after_step, wire, unsent)
-    result.warnings = notes_messages([*source.notes, *prefix.notes])
+    result.warnings = notes_messages([*opts.option_notes, *source.notes, *prefix.notes])
 
 
 def _wire_ids(agent: str, protocol: str) -> Callable[[Any], list[str | None]]:

@@ -851,8 +851,18 @@ def test_a_config_files_continuation_options_are_ignored_with_a_warning_in_prepa
     )
     p = pvisor("replay", "--config", str(cfg), "--output", str(tmp_path / "out"), journal=path)
     assert p.returncode == 0, p.stderr
-    assert b"upstream, max_steps are for a continuation; --prepare-only ignores them" in p.stderr
-    assert json.loads((tmp_path / "out" / "result.json").read_text())["mode"] == "prepare-only"
+    said = f"{cfg}: upstream, max_steps are for a continuation; --prepare-only ignores them"
+    assert p.stderr.decode().count(said) == 1, p.stderr  # once, though the result holds it too
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["mode"] == "prepare-only"
+    # in result.json too (issue 40 item 5), first, and also in a failed one
+    assert result["warnings"][0] == {"code": "options_ignored", "message": said}
+    cfg.write_text(cfg.read_text().replace("after_step = 1", "after_step = 99"))
+    p = pvisor("replay", "--config", str(cfg), "--output", str(tmp_path / "out-failed"), journal=path)
+    assert p.returncode == 65, p.stderr
+    result = json.loads((tmp_path / "out-failed" / "result.json").read_text())
+    assert result["status"] == "failed"
+    assert result["warnings"][0] == {"code": "options_ignored", "message": said}
 
 
 def test_step_flags_of_a_native_source_reach_the_results_warnings(tmp_path):

@@ -166,10 +166,14 @@ def replay(ctx: click.Context, **flags: Any) -> None:
     paths = {name: _collected(problems, _path, BY_NAME[name].flag, spec[name]) for name in _PATHS}
     if len(problems) > found:
         raise_problems(problems)  # an empty path: the checks of the records would misread its None
+    # (option_notes is no option: the options' own warnings, found by _merged)
     opts = PrepareOptions(
-        **spec.fields(n for n in PrepareOptions.__slots__ if n not in paths and n != "journal"),
+        **spec.fields(
+            n for n in PrepareOptions.__slots__ if n in BY_NAME and n not in paths and n != "journal"
+        ),
         **paths,
         journal=journal if journal and spec["run"] is not None else None,
+        option_notes=spec["option_notes"] or (),
     )
     # (a workspace_changed is the outcome's error: exit 1 through the error path)
     report_outcome(lambda: prepare(opts, problems), spec["result"])
@@ -283,7 +287,7 @@ def _merged(flags: dict[str, Any]) -> ReplaySpec:
             mode = "--prepare-only" if o["prepare_only"] else "--replay-only"
             said = f"{path}: {', '.join(ignored)} are for a continuation; {mode} ignores them"
             _note(f"pvisor: warning: {said}")
-            # and in a replay's result.json (report_outcome does not print it again)
+            # and in result.json, first of its warnings (report_outcome does not print it again)
             o["option_notes"] = [(OptionWarning.OPTIONS_IGNORED.value, said)]
             for opt in warned:
                 if flags[opt.name] is None:
