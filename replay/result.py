@@ -553,6 +553,9 @@ class ResultDocument(ResultPart, Record, record=True):
         handoff: a handoff's report (docs/handoff.md "The handoff report"): what became of
             each source call, the workspace against the pause's snapshot, the lineage; None
             until the agent ran.
+        start_state: replay-only and continuation: the recorded start state the agent started
+            from (:meth:`pvisor.session.start_state.StartState.to_json`), None until the source
+            was read (and in a handoff); ABSENT in prepare-only.
     """
 
     schema: str
@@ -589,6 +592,7 @@ class ResultDocument(ResultPart, Record, record=True):
     plan: dict[str, Any] | None | Absent = ABSENT
     unrecorded: list[dict[str, Any]] | Absent = ABSENT
     handoff: dict[str, Any] | None | Absent = ABSENT
+    start_state: dict[str, Any] | None | Absent = ABSENT
 
     def __init__(
         self,
@@ -626,6 +630,7 @@ class ResultDocument(ResultPart, Record, record=True):
         plan: dict[str, Any] | None | Absent = ABSENT,
         unrecorded: list[dict[str, Any]] | Absent = ABSENT,
         handoff: dict[str, Any] | None | Absent = ABSENT,
+        start_state: dict[str, Any] | None | Absent = ABSENT,
     ) -> None:
         self.schema = schema
         self.pvisor = pvisor
@@ -661,6 +666,7 @@ class ResultDocument(ResultPart, Record, record=True):
         self.plan = plan
         self.unrecorded = unrecorded
         self.handoff = handoff
+        self.start_state = start_state
 
     @classmethod
     def start(
@@ -711,7 +717,7 @@ class ResultDocument(ResultPart, Record, record=True):
             doc.divergence = doc.agent_run = doc.playback = doc.sandbox = None
             if mode is ResultMode.CONTINUATION:
                 doc.continuation = None
-            doc.plan, doc.unrecorded = None, []
+            doc.plan, doc.unrecorded, doc.start_state = None, [], None
             if mode is ResultMode.HANDOFF:
                 doc.handoff = None
         return doc
