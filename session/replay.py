@@ -450,8 +450,8 @@ def _replay_claimed(
         state = None
         if snaps is None:
             # the recorded start state: the start snapshot and the start environment
-            state = start_snapshot(opts, rec, ws, warn, result)
-            start_environment(opts, rec, ws, state, warn, result)
+            state = start_snapshot(opts, rec, ws, result)
+            start_environment(opts, rec, ws, state, result)
             result.start_state = state.to_json()
             start_from = state.snapshot_run
         elif start_from is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pvisor.core.errors import BadInputError, PvisorError
 from pvisor.journal.reader import JournalReader
@@ -81,12 +81,10 @@ def _is_empty(ws: Path) -> bool:
         return False
 
 
-def start_snapshot(
-    opts: ReplayOptions, rec: Any, ws: Path, warn: Callable[[str], None], result: Any
-) -> StartState:
+def start_snapshot(opts: ReplayOptions, rec: Any, ws: Path, result: Any) -> StartState:
     """What the agent starts in: ``--workspace-from``'s run, else the replayed journal run's start
     snapshot when it has one and ``ws`` is empty; a non-empty ``ws`` is kept as given with one
-    warning (``workspace_not_restored``, also in ``result``) unless ``--no-restore``."""
+    warning in ``result`` (``workspace_not_restored``) unless ``--no-restore``."""
     if opts.workspace_from is not None:
         return StartState(WorkspaceOutcome.RESTORED, opts.workspace_from)
     if rec.kind != "journal" or not rec.run:
@@ -103,19 +101,16 @@ def start_snapshot(
             f"--workspace {show_path(ws)} is not empty: the agent starts in it as it is, not in run "
             f"{rec.run}'s recorded start state (its start snapshot); --no-restore says so and silences this"
         )
-        warn(line)
-        result.warn("workspace_not_restored", line)
+        result.warn("workspace_not_restored", line)  # (the command prints the result's warnings)
         return StartState(WorkspaceOutcome.KEPT)
     return StartState(WorkspaceOutcome.RESTORED, rec.run)
 
 
-def start_environment(
-    opts: ReplayOptions, rec: Any, ws: Path, state: StartState, warn: Callable[[str], None], result: Any
-) -> None:
+def start_environment(opts: ReplayOptions, rec: Any, ws: Path, state: StartState, result: Any) -> None:
     """Fill ``state`` with the variables the agent is given from the recorded start environment
     (``--env-from recorded``: the journal run's, its recorded workspace named in a value rewritten
     to ``ws``), or why none: ``--env-from none``, a native file, a run that keeps none (a
-    ``pvisor gateway`` capture: one warning, ``no_recorded_environment``, also in ``result``)."""
+    ``pvisor gateway`` capture: the warning ``no_recorded_environment`` in ``result``)."""
     doc = None
     if rec.kind == "journal" and rec.run:
         with JournalReader(opts.journal) as reader:
@@ -133,8 +128,7 @@ def start_environment(
             f"run {rec.run} has no recorded start environment: pvisor did not start its agent (a pvisor "
             "gateway capture) or recorded none (before schema 11)"
         )
-        warn(f"{state.environment_why}; the agent gets this environment as it is")
-        result.warn("no_recorded_environment", state.environment_why)
+        result.warn("no_recorded_environment", f"{state.environment_why}; the agent gets this environment")
         return
     rewrites = PathRewrites([(rec.workspace, str(ws), "workspace")] if rec.workspace else [])
     state.variables = replay_variables(doc, rewrites.text)
