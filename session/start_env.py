@@ -55,6 +55,10 @@ MACHINE_PREFIXES = (
     "GNOME_", "WT_", "TMUX_",
 )  # fmt: skip
 
+#: variables that route the agent's requests (a replay's own gateway or proxy does): never set
+#: again by a replay, as replay.toml's ``environment`` refuses them (and names ending ``_BASE_URL``)
+ROUTING_NAMES = frozenset({"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"})
+
 #: name parts that mark a secret beyond the credential headers' fragments (``DB_PASS``, ``SSH_KEY``)
 _SECRET_PARTS = frozenset({"KEY", "KEYS", "PASS", "PWD", "PASSPHRASE", "COOKIE", "PRIVATE", "SESSION"})
 #: a URL with user info holding a password (``postgres://u:p@host``)
@@ -142,11 +146,20 @@ def replay_variables(doc: dict[str, Any] | None, rewrite: Any) -> dict[str, str]
     """The variables a replay sets from the recorded document ``doc`` (None: none), each value
     with the recorded paths rewritten to the replay's (``rewrite(text) -> text``: the recorded
     workspace, home and run directory named in a value become the new ones). A variable that
-    reads as a secret now (the rules may have grown since it was recorded) is never set."""
+    reads as a secret now (the rules may have grown since it was recorded), a machine's one and
+    one that routes requests (:data:`ROUTING_NAMES`, ``*_BASE_URL``) are never set."""
     if not doc or not isinstance(doc.get("variables"), dict):
         return {}
     return {
         str(k): rewrite(v)
         for k, v in doc["variables"].items()
-        if isinstance(v, str) and not _machine(str(k)) and not secret_variable(str(k), v)
+        if isinstance(v, str)
+        and not _machine(str(k))
+        and not _routing(str(k))
+        and not secret_variable(str(k), v)
     }
+
+
+def _routing(name: str) -> bool:
+    upper = name.upper()
+    return upper in ROUTING_NAMES or upper.endswith("_BASE_URL")
