@@ -69,3 +69,20 @@ def test_a_replay_sets_the_recorded_variables_with_the_new_workspace_and_never_a
     got = replay_variables(doc, lambda text: text.replace("/old/ws", "/new/ws"))
     assert got == {"VAR": "v", "PROJECT_DIR": "/new/ws/src"}
     assert replay_variables(None, str) == {}
+
+
+def test_no_restore_with_workspace_from_and_a_bad_env_from_are_usage_errors(tmp_path: Path):
+    from cli_helpers import pvisor_main
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    common = ["replay", "--agent", "mini-swe-agent", "--run", "r-1", "--after-step", "0", "--replay-only",
+              "--workspace", str(ws), "--output", str(tmp_path / "out")]  # fmt: skip
+    journal = ["--journal", str(tmp_path / "j.sqlite")]
+    both = pvisor_main(
+        [*journal, *common, "--no-restore", "--workspace-from", "r-1"], cwd=tmp_path, text=True
+    )
+    assert both.returncode == 2 and "--no-restore starts in --workspace as it is" in both.stderr, both.stderr
+    bad = pvisor_main([*common, "--env-from", "all"], cwd=tmp_path, text=True)
+    assert bad.returncode == 2 and "'all' is not one of 'recorded', 'none'" in bad.stderr, bad.stderr
+    assert "Traceback" not in both.stderr + bad.stderr
