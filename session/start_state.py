@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pvisor.core.errors import BadInputError, PvisorError
+from pvisor.core.errors import PvisorError
 from pvisor.journal.reader import JournalReader
 from pvisor.replay.errors import ReplayUsageError, show_path
 from pvisor.replay.playback import PathRewrites
@@ -94,7 +94,7 @@ def start_snapshot(opts: ReplayOptions, rec: Any, ws: Path, result: Any) -> Star
     try:
         with JournalReader(opts.journal) as reader:
             run_snapshots(reader, rec.run).pick(0)
-    except (BadInputError, PvisorError):
+    except PvisorError:  # none taken, or its walk failed (no_snapshot's cases)
         return StartState(WorkspaceOutcome.NO_SNAPSHOT)
     if not _is_empty(ws):
         line = (
