@@ -45,6 +45,7 @@ KNOWN_MIGRATIONS = (
     "m008_foreign_keys",
     "m009_readable_views",
     "m010_handoff_lineage",
+    "m011_start_environment",
 )
 #: SQLite result codes (Python 3.11+ ``sqlite_errorname``) and message fragments (3.10) of an
 #: open that failed only because the -shm file cannot be created or written
@@ -353,6 +354,18 @@ class JournalReader:
     def run(self, run_id: str) -> Run:
         """The run ``run_id`` (or a unique prefix of it). Raises UsageError when none or several match."""
         return self._run(self._row_by_id("runs", "run", run_id))
+
+    def run_environment(self, run_id: str) -> dict[str, Any] | None:
+        """The start environment ``pvisor run`` recorded for run ``run_id`` (the exact id): the
+        ``runs.environment`` document (docs/journal.md "The start environment"), or None for a
+        run that has none (a ``pvisor gateway`` capture, a run made before schema 11, a journal
+        older than m011 read without migrating it). IntegrityError when it is not JSON."""
+        if "environment" not in {r[1] for r in self.conn.execute("PRAGMA table_info(runs)")}:
+            return None
+        row = self.conn.execute("SELECT id, environment FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None or row["environment"] is None:
+            return None
+        return _json(row, "environment", "runs")
 
     def attempts(self, run_id: str) -> list[Attempt]:
         return [

@@ -181,7 +181,9 @@ class Rows:
     def _update_run(self, conn: sqlite3.Connection, payload: tuple[str, dict[str, Any]]) -> None:
         run_id, fields = payload
         self._ensure_run(conn, run_id)
-        allowed = {"agent", "agent_version", "argv", "parent_run", "boundary_step", "mode", "labels"}
+        allowed = {
+            "agent", "agent_version", "argv", "parent_run", "boundary_step", "mode", "labels", "environment"
+        }  # fmt: skip
         sets, args = [], []
         for k, v in fields.items():
             if k not in allowed:
@@ -190,7 +192,7 @@ class Rows:
                 old = conn.execute("SELECT labels FROM runs WHERE id = ?", (run_id,)).fetchone()[0]
                 v = {**orjson.loads(old), **v}
             sets.append(f"{k} = ?")
-            args.append(orjson.dumps(v).decode() if k in ("argv", "labels") else v)
+            args.append(orjson.dumps(v).decode() if k in ("argv", "labels", "environment") else v)
         if sets:
             conn.execute(f"UPDATE runs SET {', '.join(sets)} WHERE id = ?", (*args, run_id))
             self.event(conn, "run.updated", run=run_id, data=sorted(fields))

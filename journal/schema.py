@@ -273,6 +273,15 @@ def m010_handoff_lineage(db: Database) -> None:
     db.execute("ALTER TABLE runs ADD COLUMN workspace_snapshot TEXT")
 
 
+@MIGRATIONS(name="m011_start_environment")
+def m011_start_environment(db: Database) -> None:
+    """Runs keep the environment their agent was started in (``environment``: a JSON document
+    ``pvisor.start-environment/v1``, the working directory and the variables recorded by
+    ``pvisor run``; docs/journal.md "The start environment"). NULL for a run pvisor did not
+    start (``pvisor gateway``) and for runs made before this migration."""
+    db.execute("ALTER TABLE runs ADD COLUMN environment TEXT")
+
+
 #: tables of a pvisor journal; a database with other tables and none of these is not one
 JOURNAL_TABLES = ("meta", "writers", "events", "runs", "attempts", "blobs", "exchanges")
 

@@ -30,6 +30,8 @@ per agent with how that agent is launched::
     sandbox_allow = ["cache", "~/.npm"]      # --sandbox-allow PATH, repeated (an array of paths)
     sandbox_memory = "2G"                    # --sandbox-memory (a size string, or bytes)
     sandbox_cpus = 1.5                       # --sandbox-cpus (a number >= 0.01)
+    no_restore = false                       # --no-restore
+    env_from = "recorded"                    # --env-from recorded|none
 
     [agents.claude-code]                     # applies when the replay's agent is claude-code
     entrypoint = "/opt/claude/bin/claude"    # --agent-entrypoint

@@ -585,6 +585,9 @@ class ResultDocument(ResultPart, Record, record=True):
         observations: replay-only, continuation and handoff: ``{compared, equal_normalised,
             not_compared}``, counts of the calls of ``tool_calls`` whose O' is compared with O
             (:func:`pvisor.session.replay_result.observation_counts`); None until the agent ran.
+        start_state: replay-only and continuation: the recorded start state the agent started
+            from (:meth:`pvisor.session.start_state.StartState.to_json`), None until the source
+            was read (and in a handoff); ABSENT in prepare-only.
     """
 
     schema: str
@@ -622,6 +625,7 @@ class ResultDocument(ResultPart, Record, record=True):
     unrecorded: list[dict[str, Any]] | Absent = ABSENT
     handoff: dict[str, Any] | None | Absent = ABSENT
     observations: dict[str, int] | None | Absent = ABSENT
+    start_state: dict[str, Any] | None | Absent = ABSENT
 
     def __init__(
         self,
@@ -660,6 +664,7 @@ class ResultDocument(ResultPart, Record, record=True):
         unrecorded: list[dict[str, Any]] | Absent = ABSENT,
         handoff: dict[str, Any] | None | Absent = ABSENT,
         observations: dict[str, int] | None | Absent = ABSENT,
+        start_state: dict[str, Any] | None | Absent = ABSENT,
     ) -> None:
         self.schema = schema
         self.pvisor = pvisor
@@ -696,6 +701,7 @@ class ResultDocument(ResultPart, Record, record=True):
         self.unrecorded = unrecorded
         self.handoff = handoff
         self.observations = observations
+        self.start_state = start_state
 
     @classmethod
     def start(
@@ -746,7 +752,7 @@ class ResultDocument(ResultPart, Record, record=True):
             doc.divergence = doc.agent_run = doc.playback = doc.sandbox = None
             if mode is ResultMode.CONTINUATION:
                 doc.continuation = None
-            doc.plan, doc.unrecorded, doc.observations = None, [], None
+            doc.plan, doc.unrecorded, doc.observations, doc.start_state = None, [], None, None
             if mode is ResultMode.HANDOFF:
                 doc.handoff = None
         return doc

@@ -58,6 +58,9 @@ MODES: tuple[str, ...] = tuple(m.value for m in ReplayMode)
 #: and ``SandboxNetwork``, a layer above)
 SANDBOX_MODES: tuple[str, ...] = ("auto", "bwrap", "none")
 SANDBOX_NETWORKS: tuple[str, ...] = ("gateway", "host")
+#: the values of ``env_from`` (:class:`pvisor.session.start_env.EnvFrom`, a layer above): the
+#: recorded start environment set for the agent, or none
+ENV_FROM: tuple[str, ...] = ("recorded", "none")
 #: the values of ``reasoning`` (:class:`pvisor.replay.config.ReasoningPolicy`): keep the served
 #: replies' reasoning, or strip it
 REASONING: tuple[str, ...] = ("keep", "strip")
@@ -196,6 +199,15 @@ OPTIONS: tuple[Option, ...] = (
            "empty --workspace first.",
            metavar="RUN", modes=_AGENT, toml="workspace_from", rank=8, refusal=Refusal.REFUSED,
            starts="never writes the workspace"),
+    Option("no_restore", "--no-restore", Kind.FLAG,
+           "replay-only, continuation: start in --workspace as it is; by default the recorded run's start "
+           "snapshot is restored into an empty --workspace (a non-empty one is kept, with a warning).",
+           default=False, modes=_AGENT, toml="no_restore", rank=30, api="no_restore", refusal=Refusal.FLAG,
+           starts="never writes the workspace"),
+    Option("env_from", "--env-from", Kind.CHOICE,
+           "replay-only, continuation: set the environment variables the recorded run's agent was started "
+           "with (recorded, the default) or none.", default=ENV_FROM[0], modes=_AGENT, choices=ENV_FROM,
+           toml="env_from", rank=31, api="env_from", refusal=Refusal.FLAG),
     Option("child_run", "--child-run", Kind.TEXT,
            "replay-only, continuation: file the derived run under ID, the pending child run of a handoff "
            "(TrajectoryReplay.restore_handoff) that continues --run after step N; once.",

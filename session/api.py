@@ -169,6 +169,8 @@ def continue_run(
     sandbox_allow: Sequence[os.PathLike[str] | str] | None = None,
     sandbox_memory: str | int | None = None,
     sandbox_cpus: str | float | None = None,
+    no_restore: bool = False,
+    env_from: str = "recorded",
     warn: Callable[[str], None] | None = None,
 ) -> Result:
     """Continue ``source`` after step ``after_step`` in ``workspace`` with the live model at
@@ -183,7 +185,8 @@ def continue_run(
     ``bwrap``, ``none``; None: ``PVISOR_SANDBOX``, else ``auto``), ``sandbox_network`` and
     ``sandbox_allow`` as ``--sandbox``, ``--sandbox-network`` and ``--sandbox-allow``;
     ``sandbox_memory`` (``"2G"``, or bytes) and ``sandbox_cpus`` (``1.5``) as ``--sandbox-memory``
-    and ``--sandbox-cpus``; ``warn``
+    and ``--sandbox-cpus``; ``no_restore`` and ``env_from`` (``recorded``, ``none``) as
+    ``--no-restore`` and ``--env-from``; ``warn``
     gets each warning line (default: ignored; they are in the document too), the plan's lines among them.
 
     Returns a :class:`Result` whenever a result document was written (also for status

@@ -114,6 +114,7 @@ from pvisor.session.replay_result import (
 )
 from pvisor.session.run import RunRequest, run_agent, without_userinfo
 from pvisor.session.run_report import RunReport
+from pvisor.session.start_state import likely_cause, start_environment, start_snapshot
 from pvisor.session.sandbox import (
     SandboxMode,
     SandboxNetwork,
@@ -449,7 +450,14 @@ def _replay_claimed(
         # before anything runs or is written into the workspace
         check_before_acting(opts, rec, sd, ws, result, warn)
         start_from = opts.workspace_from
-        if start_from is None and snaps is not None:
+        state = None
+        if snaps is None:
+            # the recorded start state: the start snapshot and the start environment
+            state = start_snapshot(opts, rec, ws, result)
+            start_environment(opts, rec, ws, state, result)
+            result.start_state = state.to_json()
+            start_from = state.snapshot_run
+        elif start_from is None:
             start_from = start_snapshot_of(opts, rec, ws, warn, snaps)
         if start_from is not None:
             t = time.perf_counter()
@@ -459,10 +467,14 @@ def _replay_claimed(
         ws_before = workspace_digest(ws)
         timings.workspace_before = elapsed_ms(t, time.perf_counter())
         t = time.perf_counter()
-        p, report = _run_with_playback(opts, warn, mode, d, rec, result, ws, claimed, upstream, snaps)
+        given = state.variables if state is not None else {}
+        p, report = _run_with_playback(opts, warn, mode, d, rec, result, ws, claimed, upstream, snaps, given)
         timings.agent = elapsed_ms(t, time.perf_counter())
         result.agent_started = True
         fill_after(result, opts, rec, p, report, ws, ws_before, out, warn, restored)
+        if state is not None:
+            likely_cause(state, result, rec)
+            result.start_state = state.to_json()
         result.sandbox = dict(
             report.sandbox, failed_calls=failed_calls(report.sandbox, p.replayed_observations(), text_of)
         )
@@ -533,11 +545,13 @@ def _run_with_playback(
     claimed: int | None,
     upstream: str | None,
     snaps: SourceSnapshots | None = None,
+    variables: dict[str, str] | None = None,
 ) -> tuple[Any, RunReport]:
     """The agent run in ``ws`` as ``pvisor run`` runs it, answered by playback (and, in a
     continuation, the live ``upstream`` after step N), a progress bar counting the main-loop
     requests served up to the boundary N + 1. ``snaps``: a handoff's source snapshots (None
-    otherwise). Returns the responder and the run's report."""
+    otherwise); ``variables``: the recorded start environment's, set for the agent below the
+    config's ``environment``. Returns the responder and the run's report."""
     live = is_live(mode, opts)
     holder: dict[str, Any] = {}
     labels = {"source_kind": rec.kind, "source": show_path(rec.path)}
@@ -581,7 +595,7 @@ def _run_with_playback(
             + (f", then {without_userinfo(upstream)}" if upstream else ""),
             end_grace=opts.end_grace,
             upstream=upstream,
-            agent_env=dict(opts.agent_env),
+            agent_env={**(variables or {}), **opts.agent_env},
             agent_args=list(opts.agent_args),
             intercept=opts.intercept,
             child_run=opts.child_run,

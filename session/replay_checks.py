@@ -26,6 +26,7 @@ from pvisor.session.launch import find_executable
 from pvisor.session.limits import ResourceLimits, parse_cpus, parse_size
 from pvisor.session.replay_options import ReplayOptions
 from pvisor.session.run import without_userinfo
+from pvisor.session.start_state import env_from
 
 
 def resolved(path: Path) -> Path:
@@ -65,6 +66,14 @@ def check_options(opts: ReplayOptions, problems: list[PvisorError]) -> tuple[Any
     if opts.model is not None and not opts.model.strip():
         problems.append(UsageError("--model is empty: give a model name, or leave the option out"))
     collect(problems, limits_of, opts)
+    collect(problems, env_from, opts)
+    if opts.no_restore and opts.workspace_from is not None:
+        problems.append(
+            UsageError(
+                "--no-restore starts in --workspace as it is, --workspace-from restores a run into it: "
+                "give one"
+            )
+        )
     if (
         workspace_ok
         and opts.workspace is not None

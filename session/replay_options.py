@@ -45,7 +45,11 @@ class ReplayOptions:
     ``auto``), ``sandbox_network`` and ``sandbox_allow`` (docs/replay.md "The sandbox");
     ``sandbox_memory`` (a size: ``"2G"`` or bytes) and ``sandbox_cpus`` (a number, or its text):
     the limits of the run's cgroup, None for none (docs/replay.md "Limits: memory and CPU";
-    read by :func:`~pvisor.session.replay_checks.limits_of`).
+    read by :func:`~pvisor.session.replay_checks.limits_of`); ``no_restore``: start in
+    ``workspace`` as it is (by default a journal run's start snapshot is restored into an empty
+    one; docs/replay.md "The recorded start state"); ``env_from``
+    (:class:`~pvisor.session.start_env.EnvFrom` or its value): the recorded start environment
+    set for the agent (``recorded``) or not (``none``).
 
     A handoff (:mod:`pvisor.session.handover`, docs/handoff.md) also reads: ``source_agent``
     (the agent that recorded the source; ``agent`` is the one handed to, None: the same);
@@ -96,6 +100,8 @@ class ReplayOptions:
     sandbox_allow: list[Path] | None = None
     sandbox_memory: Any = None
     sandbox_cpus: Any = None
+    no_restore: bool = False
+    env_from: Any = "recorded"
     source_agent: str | None = None
     replay_only: bool = False
     strict_workspace: bool = False

@@ -99,6 +99,7 @@ from pvisor.session.sandbox import (
     sandbox_record,
 )
 from pvisor.session.session import Session, SessionConfig, StopSignals
+from pvisor.session.start_env import recorded_environment
 from pvisor.session.steps import derive_steps, snapshot_warnings
 from pvisor.session.supervise import STOP_SIGNALS, become_subreaper, exit_status
 from yarl import URL
@@ -777,6 +778,10 @@ async def _attempt(
     gw, journal, proxy = session.gateway, session.journal, session.proxy
     ctx, plan, env = _prepare_launch(start, url, responder, proxy)
     stdout_path, stderr_path = _record_start(start, journal, plan, upstream_label, proxy)
+    if start.resume is None:
+        # what a replay sets again: the user's variables the agent got, never a secret (start_env.py)
+        base = {**os.environ, **req.agent_env}
+        journal.update_run(start.run_id, environment=recorded_environment(base, env, workspace))
     box = start.box
 
     first = await gw.take_snapshot(SnapshotKind.START)  # the workspace as the agent finds it

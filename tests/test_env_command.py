@@ -302,6 +302,11 @@ def test_a_session_captured_through_the_gateway_replays_without_task(env_capture
     assert derived.labels["task"] == TASK
     assert get_descriptor(agent).task_from_argv(list(derived.argv)) == TASK
     assert result["divergence"] is None and (ws / "a.txt").read_text() == FILES["a.txt"]
+    # pvisor did not start the agent: the run keeps no start environment, and the result says so
+    state = result["start_state"]
+    assert state["environment"] == "not_recorded" and "pvisor gateway" in state["environment_why"]
+    (said,) = [w["message"] for w in result["warnings"] if w["code"] == "no_recorded_environment"]
+    assert said.startswith(f"run {cap.run} has no recorded start environment") and said in proc.stderr
 
 
 def copy_capture(cap: EnvCapture, journal: Path, edit) -> str:

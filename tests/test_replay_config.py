@@ -55,6 +55,8 @@ sandbox_network = "host"
 sandbox_allow = ["cache", "/opt/tools"]
 sandbox_memory = "1.5G"
 sandbox_cpus = 2
+no_restore = true
+env_from = "none"
 
 [agents.claude-code]
 entrypoint = "bin/claude"
@@ -127,6 +129,8 @@ def test_full_file_reads_back_every_key_with_its_type(tmp_path: Path, elsewhere:
         "sandbox_allow": [str(cfg_dir / "cache"), "/opt/tools"],  # relative to the file's directory
         "sandbox_memory": 1536 * 1024 * 1024,  # bytes
         "sandbox_cpus": 2.0,
+        "no_restore": True,
+        "env_from": "none",
     }
     assert set(config.options) == set(OPTION_KEYS)  # the fixture really sets every key
     assert type(config.options["after_step"]) is int and type(config.options["max_steps"]) is int

@@ -127,13 +127,14 @@ def test_a_field_a_mode_does_not_write_is_left_out_and_none_is_null(tmp_path):
     live = ResultDocument.start(ResultMode.CONTINUATION, "codex", None, tmp_path / "j", "r-1", 1).to_json()
     assert live["continuation"] is None and live["playback"] is None and live["path_rewrites"] == []
     assert live["sandbox"] is None
-    assert list(live)[-13:] == [
+    assert list(live)[-14:] == [
         "path_rewrites", "auxiliary", "context_differences", "tool_differences", "divergence",
         "synthetic_end", "agent_run", "playback", "continuation", "sandbox", "plan", "unrecorded",
-        "observations",
+        "observations", "start_state",
     ]  # fmt: skip
     assert live["plan"] is None and live["unrecorded"] == [] and "plan" not in shown
     assert live["observations"] is None and "observations" not in shown
+    assert live["start_state"] is None and "start_state" not in shown
 
 
 # --------------------------------------------------------------------------- the modes, through the record
@@ -364,7 +365,7 @@ def test_a_continuation_with_codex_through_the_record(captured, stack, tmp_path,
     assert outcome.error is None and outcome.record.mode is ResultMode.CONTINUATION
     assert document["status"] == "ok" and document["continuation"]["live_steps"] >= 1
     assert document["live_requests"] == len(document["continuation"]["requests"]) >= 1
-    assert list(document)[-5:] == ["continuation", "sandbox", "plan", "unrecorded", "observations"]
+    assert list(document)[-6:] == ["continuation", "sandbox", "plan", "unrecorded", "observations", "start_state"]
     url = stack.scripted(script)  # a fresh script for the command's run
     rc, written, ws, out = _codex_cli(cap, tmp_path, "cli", 1, "--upstream", url, "--max-steps", "1")
     assert rc == 0

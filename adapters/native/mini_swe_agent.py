@@ -39,6 +39,9 @@ SWE-bench runs ``v1_*`` and the Harbor RFC file (v1), and the upstream bare-list
   such an observation is present, ``observation_not_sent`` (kept, not dropped).
 - ``exit`` messages (v2: ``extra.exit_status``, ``submission``) are left out; the exit status
   goes to ``meta``.
+- ``info.config.environment.cwd``, the directory its commands ran in (``/testbed`` in a
+  SWE-bench container; empty: mini's own working directory), goes to ``meta["cwd"]`` when it
+  names one: a replay of the file maps it to the new workspace (the recorded workspace).
 - Refused (BadInputError, exit 65, naming the file and the shape expected, :data:`EXPECTED`):
   a file that is not one JSON document (empty, JSON Lines, nested too deep to parse), a
   document without a ``messages`` list, an empty one, and a first message without a role: a
@@ -149,6 +152,13 @@ def _header(doc: Any, traj: Trajectory, meta: dict[str, Any], diag: Diagnostics)
     cfg = ((info.get("config") or {}).get("model") or {}) if isinstance(info.get("config"), dict) else {}
     if isinstance(cfg, dict) and isinstance(cfg.get("model_name"), str):
         traj.model = cfg["model_name"]
+    env_cfg = (
+        ((info.get("config") or {}).get("environment") or {}) if isinstance(info.get("config"), dict) else {}
+    )
+    if isinstance(env_cfg, dict) and isinstance(env_cfg.get("cwd"), str) and env_cfg["cwd"]:
+        # where its commands ran (empty: its own working directory, which the file does not name);
+        # a replay maps it to the new workspace, so that a recorded `pwd` is no false difference
+        meta["cwd"] = env_cfg["cwd"]
     return messages
 
 

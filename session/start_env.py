@@ -1,0 +1,165 @@
+"""The start environment of a run: what ``pvisor run`` records of the environment its agent was
+started in, and what a replay sets again from it (docs/journal.md "The start environment",
+docs/replay.md "The recorded start state").
+
+Recorded (:func:`recorded_environment`, the document ``pvisor.start-environment/v1`` stored in
+``runs.environment``): the working directory (``cwd``: the workspace, where the agent was
+started) and the variables of the agent's environment that came from the user's environment (or
+a replay's ``[agents.NAME] environment``) unchanged: a replay can set them again. Left out:
+
+- the variables pvisor set or changed for the agent (its launch profile's, the base URL,
+  ``PWD``, ``TMPDIR``, intercept mode's proxy): the replay's own launch sets them again, for
+  its own run;
+- the machine's and the login session's (:data:`MACHINE_NAMES`, :data:`MACHINE_PREFIXES`:
+  ``PATH``, ``HOME``, ``USER``, the terminal's, ``SSH_*``, ``XDG_*``, ``PVISOR_*``...): another
+  machine, terminal or session has its own, and a recorded ``PATH`` could hide the replaying
+  machine's programs from the agent;
+- every variable that may hold a secret, by the journal's rules: a model-provider credential
+  (:func:`~pvisor.adapters.agents.base.offline_credentials`), a name that says it holds one
+  (the names of credential headers: token, secret, password, auth, api key..., and names with a
+  ``KEY`` or ``PASS`` part), a value holding a key-shaped token or a URL with a password
+  (:func:`~pvisor.journal.redact.has_key_shape`); such names are listed in ``left_out`` (the
+  value never is), and so are values that are not UTF-8 text or longer than
+  :data:`MAX_VALUE_BYTES`.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pvisor.adapters.agents.base import offline_credentials
+from pvisor.journal.redact import has_key_shape, is_secret_header
+
+#: the document's schema
+SCHEMA = "pvisor.start-environment/v1"
+#: a value longer than this (UTF-8 bytes) is left out (``too_long``)
+MAX_VALUE_BYTES = 8192
+
+#: variables of the machine and of the login session: never recorded (module docstring)
+MACHINE_NAMES = frozenset(
+    {
+        "_", "PWD", "OLDPWD", "SHLVL", "PATH", "HOME", "USER", "LOGNAME", "SHELL", "HOSTNAME", "MAIL",
+        "TMPDIR", "TMP", "TEMP", "TERM", "COLORTERM", "COLUMNS", "LINES", "DISPLAY", "WAYLAND_DISPLAY",
+        "XAUTHORITY", "WINDOWID", "TMUX", "TMUX_PANE", "STY", "LS_COLORS", "PS1", "PS2", "PS4",
+        "PROMPT_COMMAND", "INVOCATION_ID", "JOURNAL_STREAM", "MANAGERPID", "SYSTEMD_EXEC_PID",
+        "DESKTOP_SESSION", "SESSION_MANAGER", "MOTD_SHOWN", "GPG_AGENT_INFO", "OLDPWD",
+    }
+)  # fmt: skip
+#: prefixes of such variables (the terminal's, the session's, ssh's, pvisor's own settings)
+MACHINE_PREFIXES = (
+    "TERM_", "SSH_", "XDG_", "DBUS_", "HIST", "PVISOR_", "VSCODE_", "ITERM_", "KITTY_", "KONSOLE_",
+    "GNOME_", "WT_", "TMUX_",
+)  # fmt: skip
+
+#: variables that route the agent's requests (a replay's own gateway or proxy does): never set
+#: again by a replay, as replay.toml's ``environment`` refuses them (and names ending ``_BASE_URL``)
+ROUTING_NAMES = frozenset({"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"})
+
+#: name parts that mark a secret beyond the credential headers' fragments (``DB_PASS``, ``SSH_KEY``)
+_SECRET_PARTS = frozenset({"KEY", "KEYS", "PASS", "PWD", "PASSPHRASE", "COOKIE", "PRIVATE", "SESSION"})
+#: a URL with user info holding a password (``postgres://u:p@host``)
+_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]*@")
+
+
+class EnvFrom(str, enum.Enum):
+    """``--env-from``: what a replay sets of the recorded start environment."""
+
+    RECORDED = "recorded"  #: the recorded variables, set for the agent
+    NONE = "none"  #: none: the agent gets pvisor's environment as it is
+
+
+class EnvOutcome(str, enum.Enum):
+    """``start_state.environment`` of a replay's result: what became of the start environment."""
+
+    SET = "set"  #: the recorded variables were set for the agent
+    NOT_SET = "not_set"  #: ``--env-from none``
+    NOT_RECORDED = "not_recorded"  #: the source keeps none (a gateway capture, a native file)
+
+
+class WorkspaceOutcome(str, enum.Enum):
+    """``start_state.workspace`` of a replay's result: what the agent started in."""
+
+    RESTORED = "restored"  #: a start snapshot restored into the empty workspace
+    KEPT = "kept"  #: the workspace held something: kept as given (one warning)
+    NO_RESTORE = "no_restore"  #: ``--no-restore``: the workspace as given
+    NO_SNAPSHOT = "no_snapshot"  #: the source has no start snapshot (a native file, a run without one)
+
+
+def secret_variable(name: str, value: str) -> bool:
+    """Whether variable ``name`` may hold a secret: its name (a credential header's fragments,
+    a ``KEY``, ``PASS``... part, a key-shaped name) or its value (a key-shaped token, a URL with
+    a password)."""
+    upper = name.upper()
+    if is_secret_header(name) or has_key_shape(name):
+        return True
+    parts = set(re.split(r"[^A-Z0-9]+", upper))
+    if parts & _SECRET_PARTS or upper.endswith("KEY"):
+        return True
+    return has_key_shape(value) or _URL_PASSWORD.search(value) is not None
+
+
+def _machine(name: str) -> bool:
+    return name in MACHINE_NAMES or name.startswith(MACHINE_PREFIXES)
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a byte os.environ decoded as a lone surrogate
+        return False
+    return True
+
+
+def recorded_environment(base: Mapping[str, str], env: Mapping[str, str], cwd: Path) -> dict[str, Any]:
+    """The start environment document of an agent started in ``cwd`` with ``env``, where
+    ``base`` is the environment pvisor began from (its own and a replay's added variables):
+    ``{schema, cwd, variables: {name: value}, left_out: {name: why}}``, ``why`` one of
+    ``secret``, ``credential``, ``not_utf8``, ``too_long`` (module docstring)."""
+    credentials = set(offline_credentials(env))
+    variables: dict[str, str] = {}
+    left_out: dict[str, str] = {}
+    for name in sorted(env):
+        value = env[name]
+        if base.get(name) != value or _machine(name):
+            continue  # pvisor's own for this run, or the machine's
+        if not (_utf8(name) and _utf8(value)):
+            why = "not_utf8"
+        elif name in credentials:
+            why = "credential"
+        elif secret_variable(name, value):
+            why = "secret"
+        elif len(value.encode("utf-8")) > MAX_VALUE_BYTES:
+            why = "too_long"
+        else:
+            variables[name] = value
+            continue
+        if _utf8(name) and not has_key_shape(name):
+            left_out[name] = why
+    return {"schema": SCHEMA, "cwd": str(cwd), "variables": variables, "left_out": left_out}
+
+
+def replay_variables(doc: dict[str, Any] | None, rewrite: Any) -> dict[str, str]:
+    """The variables a replay sets from the recorded document ``doc`` (None: none), each value
+    with the recorded paths rewritten to the replay's (``rewrite(text) -> text``: the recorded
+    workspace, home and run directory named in a value become the new ones). A variable that
+    reads as a secret now (the rules may have grown since it was recorded), a machine's one and
+    one that routes requests (:data:`ROUTING_NAMES`, ``*_BASE_URL``) are never set."""
+    if not doc or not isinstance(doc.get("variables"), dict):
+        return {}
+    return {
+        str(k): rewrite(v)
+        for k, v in doc["variables"].items()
+        if isinstance(v, str)
+        and not _machine(str(k))
+        and not _routing(str(k))
+        and not secret_variable(str(k), v)
+    }
+
+
+def _routing(name: str) -> bool:
+    upper = name.upper()
+    return upper in ROUTING_NAMES or upper.endswith("_BASE_URL")
