@@ -33,6 +33,10 @@ WARNING_CODES: dict[str, str] = {
     "malformed_line": "a line that is not JSON; skipped",
     "not_an_object": "a line that is JSON but not an object; skipped",
     "rejoined_lines": "an object split by raw newlines, read by joining the lines",
+    "glued_record": (
+        "a complete record glued onto a truncated one on the same line (a writer cut off mid-line, the next "
+        "write appended): the complete one is read, the truncated one skipped"
+    ),
     "invalid_utf8": "invalid UTF-8 bytes, read as U+FFFD",
     "lone_surrogate": "lone UTF-16 surrogate escapes, read as U+FFFD",
     "unverified_profile": "the file's format version is newer than the verified profile (same major)",
