@@ -355,7 +355,8 @@ def unrecorded_error(
 
 #: native reader warnings that say the file lost or had repaired what the agent wrote: a line
 #: that is not JSON or not an object, NUL bytes, an object rejoined over raw newlines, a truncated
-#: record a complete one was glued onto, a record lacking a field its type needs, a chain mended
+#: record a complete one was glued onto, a Codex output read from its UI event (the text the model
+#: was sent may differ), a record lacking a field its type needs, a chain mended
 #: past a missing parent. (A truncated last line is not among them: the writer was cut off after
 #: the last complete record, which loses no step before the last; :func:`check_cut_off` refuses
 #: a boundary that includes the last.)
@@ -366,6 +367,7 @@ DAMAGE_CODES = frozenset(
         "nul_block",
         "rejoined_lines",
         "glued_record",
+        "output_from_event",
         "malformed_record",
         "broken_chain",
         "lost_action",

@@ -45,6 +45,14 @@ WARNING_CODES: dict[str, str] = {
         'the file\'s format version does not read as X.Y ("banana"); read by shape with the pinned profile'
     ),
     "interrupted": "a tool call whose result never came; the step ends with an interrupted observation",
+    "output_from_event": (
+        "a Codex call with no function_call_output line whose end event (exec_command_end, item_completed) "
+        "carries its output: the event's output is its result, not an interrupted observation"
+    ),
+    "output_differs": (
+        "a Codex call whose end event's output is not within its function_call_output's: the "
+        "function_call_output (what the model was sent) is used; both digests named"
+    ),
     "duplicate_record": "a record repeated (same id); the later one is used",
     "unknown_record": "a record type the profile does not know; left out",
     "broken_chain": (
