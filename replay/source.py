@@ -375,12 +375,25 @@ DAMAGE_CODES = frozenset(
 )
 
 
-def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
+#: what a refused prefix (``check_damage``) and a refused view (``for_view``) say after the place
+_ACROSS = {
+    False: (
+        "a prefix across it may not be what the agent sent: --allow-damaged builds it and lists each repair"
+    ),
+    True: (
+        "a view across it may not be what the agent saw: --allow-damaged writes it with each repair "
+        "in its `repairs`"
+    ),
+}
+
+
+def check_damage(warnings: Sequence[Any], path: Path, allow: bool, *, for_view: bool = False) -> None:
     """ReplayBadInput ``damaged_source`` naming the first damaged place and what was lost or
     repaired, unless ``allow`` (``--allow-damaged``: the prefix is built, each repair stays a
     warning of the result). A prefix across damage may not be what the agent sent: refused, never
     guessed. ``warnings``: the native reader's
-    (:class:`~pvisor.adapters.native.diagnostics.NativeWarning`)."""
+    (:class:`~pvisor.adapters.native.diagnostics.NativeWarning`). ``for_view``: the refusal of
+    ``pvisor view``, in its words (a view marks each repair in its ``repairs``)."""
     damage = [w for w in warnings if w.code in DAMAGE_CODES]
     if not damage or allow:
         return
@@ -388,9 +401,7 @@ def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
     more = f" (and {len(damage) - 1} more repair(s))" if len(damage) > 1 else ""
     raise ReplayBadInput(
         "damaged_source",
-        f"{show_path(path)} {w.where}: {w.code}: {w.message}{more}; a prefix across it may not be what "
-        "the agent sent: "
-        "--allow-damaged builds it and lists each repair",
+        f"{show_path(path)} {w.where}: {w.code}: {w.message}{more}; {_ACROSS[for_view]}",
     )
 
 

@@ -59,6 +59,7 @@ from pvisor.journal.reader import JournalReader, holds_run
 from .numbering import Position, Wording, describe, progress_transition, resolve_step
 from .numbering import steps as journal_steps
 from .snapshots import journal_trajectory, restore_snapshot, run_snapshots
+from .source import DAMAGE_CODES
 
 VIEW_SCHEMA = "pvisor.view/v2"
 
@@ -448,6 +449,13 @@ class TrajectoryReplay:
             ],
             "omitted": hidden,
             "workspace": workspace,
+            # the places where the reader mended the native file (a gap bridged, a line lost):
+            # what the view holds there may not be what the agent saw
+            "repairs": [
+                {"code": w.code, "where": w.where, "message": w.message}
+                for w in self.warnings
+                if getattr(w, "code", None) in DAMAGE_CODES
+            ],
         }
         return View(spec, pos.transition, through, doc, self.source, self.journal, self.run, snapshot, pos)
 
