@@ -246,10 +246,14 @@ def finish_at(d: Any, steps: Sequence[Step], after_step: int) -> str | None:
     mini-swe-agent's submit command, SWE-agent's ``submit`` tool), which ended the run before
     any request carried its observation. The prefix then ends at A_N, as after an A_N without a
     tool call; a native file may still hold an O_N the agent wrote (mini-swe-agent's "action was
-    not executed"), which no prefix holds."""
+    not executed"), which no prefix holds. A step the native reader flagged ``submitted`` (it ran
+    the agent's submit command, as the agent itself recognises it: mini-swe-agent submits on the
+    first line of a command's output, so ``cd repo && echo COMPLETE_...`` too) is a finish
+    command even when the descriptor's narrower match misses it."""
     if after_step <= 0 or after_step != len(steps):
         return None
-    return d.finish_action(steps[after_step - 1].action)
+    step = steps[after_step - 1]
+    return d.finish_action(step.action) or ("finish command" if "submitted" in step.flags else None)
 
 
 def unsent_note(after_step: int, why: str) -> tuple[str, str]:
