@@ -751,8 +751,9 @@ def _message(m: Message, hidden: dict[str, int]) -> dict[str, Any]:
 
 
 #: step flags that say the source may hold a step incompletely, shown in a view (``damage``):
-#: the native file's cut-off last line may belong to it, or its action's line was lost
-DAMAGE_FLAGS = ("truncated_line", "lost_action")
+#: the native file's cut-off last line may belong to it, its action's line was lost, or a line
+#: before one of its lines was lost and the chain bridged there (Claude Code)
+DAMAGE_FLAGS = ("truncated_line", "lost_action", "broken_chain")
 
 
 def _step_json(step: Step, hidden: dict[str, int]) -> dict[str, Any]:

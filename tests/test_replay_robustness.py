@@ -1002,8 +1002,19 @@ def test_a_view_of_a_file_with_a_broken_chain_is_refused_as_a_prefix_is_and_mark
     assert (gap["code"], gap["where"]) == ("broken_chain", "line 5") and "continued from line 4" in gap[
         "message"
     ]
+    assert [s["damage"] for s in doc["steps"]] == [["broken_chain"]]
     whole = pvisor("view", str(CC / "spotter_short.jsonl"))
     assert whole.returncode == 0 and json.loads(whole.stdout)["repairs"] == []
+    # a lost line inside a later step's reply: the mark stands on that step, not the first
+    lines = (CC / "spotter_tool_heavy.jsonl").read_text().splitlines(keepends=True)
+    assert '"type":"assistant"' in lines[26] and '"thinking"' in lines[27]  # step 3's text, thinking
+    src = tmp_path / "lost27.jsonl"
+    src.write_text("".join(lines[:26] + lines[27:]))
+    ok = pvisor("view", str(src), "--allow-damaged")
+    assert ok.returncode == 0, ok.stderr
+    doc = json.loads(ok.stdout)
+    assert [s["damage"] for s in doc["steps"]] == [[], [], ["broken_chain"], []]
+    assert [(r["code"], r["where"]) for r in doc["repairs"]] == [("broken_chain", "line 27")]
 
 
 def test_a_cut_off_last_line_may_belong_to_the_last_step_which_no_boundary_includes(tmp_path):

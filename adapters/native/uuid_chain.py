@@ -252,6 +252,9 @@ class CompactChain:
         self.pending: dict[int, str] = {}
         self.text_ref: dict[int, int] = {}
         self.msg_id: dict[int, str] = {}
+        #: indexes of the lines whose parent is not in the file (set by :meth:`mend`): a gap
+        #: before each, bridged or a new root
+        self.bridged: frozenset[int] = frozenset()
 
     def add(self, uuid: str, parent: str | None, n: int, kind: int) -> tuple[int, bool]:
         """Index of the line with ``uuid`` at line ``n`` and whether the uuid was seen before
@@ -292,6 +295,7 @@ class CompactChain:
         if not broken:
             self.pending = {}
             return
+        self.bridged = frozenset(broken)
         line, parent = self.line, self.parent
         by_line = sorted(range(len(line)), key=line.__getitem__)
         wanted = set(broken)
