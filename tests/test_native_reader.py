@@ -375,3 +375,10 @@ def test_a_glued_record_is_read_again_from_its_place_in_the_line(tmp_path):
     assert [(n, o) for n, o, _ in got] == [(1, {"a": 1}), (2, {"a": 3, "c": {"d": 4}}), (3, {"a": 5})]
     assert JsonlSource(p).load(got[1][2]) == {"a": 3, "c": {"d": 4}}
     assert diag.codes() == ["glued_record"]
+
+
+def test_a_cut_off_last_line_ending_in_a_nested_object_is_truncated_not_glued(tmp_path):
+    # cut right after a nested object's brace: its rest parses, but no record was appended
+    got, diag = _lines(tmp_path, b'{"a":1}\n{"a": 2, "b": {"c": 3}')
+    assert [o for _, o in got] == [{"a": 1}]
+    assert [(w.code, w.where) for w in diag.warnings] == [("truncated_line", "line 2")]

@@ -236,7 +236,9 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
                 continue
             yield n, obj, LineRef(offset, len(line))
         elif pending is None:
-            glued = _glued_record(line)
+            # a glued line ends with the newline its complete record's writer wrote; a last line
+            # cut off without one may end inside the cut record, right after a nested object
+            glued = _glued_record(line) if ended else None
             if glued is not None:
                 cut, obj = glued
                 diag.warn(
@@ -268,7 +270,8 @@ def _glued_record(line: bytes) -> tuple[int, dict[str, Any]] | None:
     whose rest parses is the outermost object: a nested object's rest ends in an unmatched
     ``}``); at most :data:`GLUE_MAX_TRIES` of them are tried, so a long junk line costs little.
     A ``{"`` inside a JSON string is escaped (``{\\"``), so no string's text is mistaken for
-    a record. None when no such object ends the line."""
+    a record. None when no such object ends the line. Only a line ended by a newline is tried
+    (the caller's rule): a cut-off last line may end right after a nested object of its own."""
     if not line.rstrip().endswith(b"}"):
         return None
     at = line.find(b'{"', 1)
