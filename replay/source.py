@@ -246,10 +246,14 @@ def finish_at(d: Any, steps: Sequence[Step], after_step: int) -> str | None:
     mini-swe-agent's submit command, SWE-agent's ``submit`` tool), which ended the run before
     any request carried its observation. The prefix then ends at A_N, as after an A_N without a
     tool call; a native file may still hold an O_N the agent wrote (mini-swe-agent's "action was
-    not executed"), which no prefix holds."""
+    not executed"), which no prefix holds. A step the native reader flagged ``submitted`` (it ran
+    the agent's submit command, as the agent itself recognises it: mini-swe-agent submits on the
+    first line of a command's output, so ``cd repo && echo COMPLETE_...`` too) is a finish
+    command even when the descriptor's narrower match misses it."""
     if after_step <= 0 or after_step != len(steps):
         return None
-    return d.finish_action(steps[after_step - 1].action)
+    step = steps[after_step - 1]
+    return d.finish_action(step.action) or ("finish command" if "submitted" in step.flags else None)
 
 
 def unsent_note(after_step: int, why: str) -> tuple[str, str]:
@@ -354,16 +358,20 @@ def unrecorded_error(
 
 
 #: native reader warnings that say the file lost or had repaired what the agent wrote: a line
-#: that is not JSON or not an object, NUL bytes, an object rejoined over raw newlines, a record
-#: lacking a field its type needs, a chain mended past a missing parent. (A truncated last line
-#: is not among them: the writer was cut off after the last complete record, which loses no
-#: step before the last; :func:`check_cut_off` refuses a boundary that includes the last.)
+#: that is not JSON or not an object, NUL bytes, an object rejoined over raw newlines, a truncated
+#: record a complete one was glued onto, a Codex output read from its UI event (the text the model
+#: was sent may differ), a record lacking a field its type needs, a chain mended
+#: past a missing parent. (A truncated last line is not among them: the writer was cut off after
+#: the last complete record, which loses no step before the last; :func:`check_cut_off` refuses
+#: a boundary that includes the last.)
 DAMAGE_CODES = frozenset(
     {
         "malformed_line",
         "not_an_object",
         "nul_block",
         "rejoined_lines",
+        "glued_record",
+        "output_from_event",
         "malformed_record",
         "broken_chain",
         "lost_action",
@@ -371,12 +379,25 @@ DAMAGE_CODES = frozenset(
 )
 
 
-def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
+#: what a refused prefix (``check_damage``) and a refused view (``for_view``) say after the place
+_ACROSS = {
+    False: (
+        "a prefix across it may not be what the agent sent: --allow-damaged builds it and lists each repair"
+    ),
+    True: (
+        "a view across it may not be what the agent saw: --allow-damaged writes it with each repair "
+        "in its `repairs`"
+    ),
+}
+
+
+def check_damage(warnings: Sequence[Any], path: Path, allow: bool, *, for_view: bool = False) -> None:
     """ReplayBadInput ``damaged_source`` naming the first damaged place and what was lost or
     repaired, unless ``allow`` (``--allow-damaged``: the prefix is built, each repair stays a
     warning of the result). A prefix across damage may not be what the agent sent: refused, never
     guessed. ``warnings``: the native reader's
-    (:class:`~pvisor.adapters.native.diagnostics.NativeWarning`)."""
+    (:class:`~pvisor.adapters.native.diagnostics.NativeWarning`). ``for_view``: the refusal of
+    ``pvisor view``, in its words (a view marks each repair in its ``repairs``)."""
     damage = [w for w in warnings if w.code in DAMAGE_CODES]
     if not damage or allow:
         return
@@ -384,9 +405,7 @@ def check_damage(warnings: Sequence[Any], path: Path, allow: bool) -> None:
     more = f" (and {len(damage) - 1} more repair(s))" if len(damage) > 1 else ""
     raise ReplayBadInput(
         "damaged_source",
-        f"{show_path(path)} {w.where}: {w.code}: {w.message}{more}; a prefix across it may not be what "
-        "the agent sent: "
-        "--allow-damaged builds it and lists each repair",
+        f"{show_path(path)} {w.where}: {w.code}: {w.message}{more}; {_ACROSS[for_view]}",
     )
 
 

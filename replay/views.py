@@ -59,6 +59,7 @@ from pvisor.journal.reader import JournalReader, holds_run
 from .numbering import Position, Wording, describe, progress_transition, resolve_step
 from .numbering import steps as journal_steps
 from .snapshots import journal_trajectory, restore_snapshot, run_snapshots
+from .source import DAMAGE_CODES
 
 VIEW_SCHEMA = "pvisor.view/v2"
 
@@ -448,6 +449,13 @@ class TrajectoryReplay:
             ],
             "omitted": hidden,
             "workspace": workspace,
+            # the places where the reader mended the native file (a gap bridged, a line lost):
+            # what the view holds there may not be what the agent saw
+            "repairs": [
+                {"code": w.code, "where": w.where, "message": w.message}
+                for w in self.warnings
+                if getattr(w, "code", None) in DAMAGE_CODES
+            ],
         }
         return View(spec, pos.transition, through, doc, self.source, self.journal, self.run, snapshot, pos)
 
@@ -743,8 +751,9 @@ def _message(m: Message, hidden: dict[str, int]) -> dict[str, Any]:
 
 
 #: step flags that say the source may hold a step incompletely, shown in a view (``damage``):
-#: the native file's cut-off last line may belong to it, or its action's line was lost
-DAMAGE_FLAGS = ("truncated_line", "lost_action")
+#: the native file's cut-off last line may belong to it, its action's line was lost, or a line
+#: before one of its lines was lost and the chain bridged there (Claude Code)
+DAMAGE_FLAGS = ("truncated_line", "lost_action", "broken_chain")
 
 
 def _step_json(step: Step, hidden: dict[str, int]) -> dict[str, Any]:

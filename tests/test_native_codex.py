@@ -413,3 +413,62 @@ def assert_mutated_samples_build(agent: str, tmp_path: Path) -> None:
 
 def test_mutated_rollouts_build_every_step(tmp_path):
     assert_mutated_samples_build("codex", tmp_path)
+
+
+#: a real Codex 0.171.0 session (tests/corpus/native/codex, PROVENANCE.md): step 1's
+#: exec_command call, its item_completed event (line 12) and its function_call_output (line 13)
+REAL = "real-0.171.0_single-then-resume.jsonl"
+CALL_ID = "call_27da53b96e05470b"
+
+
+def _real_lines() -> list[dict]:
+    return [json.loads(x) for x in (native_dir() / "codex" / REAL).read_text().splitlines() if x.strip()]
+
+
+def _as_exec_command_end(line: dict) -> dict:
+    """Line 12's item_completed event rewritten as the exec_command_end event older builds write
+    (the 0.146.0 schema-coverage fixture's shape, line 56), with the recorded values."""
+    item = line["payload"]["item"]
+    keep = ("command", "cwd", "parsed_cmd", "aggregated_output", "exit_code", "duration", "status")
+    payload = {"type": "exec_command_end", "call_id": item["id"], **{k: item[k] for k in keep}}
+    return {**line, "payload": payload}
+
+
+@pytest.mark.parametrize("event", ["item_completed", "exec_command_end"])
+def test_a_call_whose_output_is_only_in_its_end_event_completed_with_that_output(event, tmp_path):
+    lines = _real_lines()
+    assert lines[12]["payload"]["call_id"] == CALL_ID  # line 13: the function_call_output, lost
+    del lines[12]
+    if event == "exec_command_end":
+        lines[11] = _as_exec_command_end(lines[11])
+    p = tmp_path / REAL
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    result, _ = read_native(p, "codex")
+    step = result.trajectory.steps[0]
+    assert "interrupted" not in step.flags
+    [r] = step.observation.results
+    assert (r.call_id, r.content) == (CALL_ID, "out.txt\n")
+    [w] = [w for w in result.diagnostics.warnings if w.code == "output_from_event"]
+    assert w.where == "line 12" and CALL_ID in w.message and "sha256 " in w.message
+    assert "interrupted" not in result.diagnostics.codes()
+    assert "line 12" not in [x.where for x in result.trajectory.left_out]  # read, not left out
+
+
+def test_an_end_event_whose_output_disagrees_with_the_output_item_is_warned_with_both_digests(tmp_path):
+    import hashlib
+
+    lines = _real_lines()
+    lines[11]["payload"]["item"]["aggregated_output"] = "other.txt\n"
+    p = tmp_path / REAL
+    p.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    result, _ = read_native(p, "codex")
+    [r] = result.trajectory.steps[0].observation.results
+    assert r.content == lines[12]["payload"]["output"]  # the model-visible one is kept
+    [w] = [w for w in result.diagnostics.warnings if w.code == "output_differs"]
+    digests = [hashlib.sha256(t.encode()).hexdigest() for t in ("other.txt\n", r.content)]
+    assert w.where == "line 12" and all(d in w.message for d in digests)
+
+
+def test_an_end_event_within_its_output_item_is_silent():
+    result, _ = read_native(native_dir() / "codex" / REAL, "codex")
+    assert not {"output_differs", "output_from_event"} & set(result.diagnostics.codes())

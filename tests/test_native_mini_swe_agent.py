@@ -435,3 +435,19 @@ def test_an_unknown_message_shape_after_the_start_is_left_out_with_a_warning(tmp
     assert [s.action.text for s in result.trajectory.steps] == ["hi"]
     assert [(w.code, w.where) for w in result.diagnostics.warnings] == [("unknown_record", "messages[3]")]
     assert [(lo.where, lo.kind) for lo in result.trajectory.left_out] == [("messages[3]", "unknown")]
+
+
+def test_a_submit_step_whose_result_the_file_lacks_is_interrupted_not_observation_not_sent(tmp_path):
+    """The real 2.4.6 run (tests/corpus/native/mini-swe-agent) with its last tool message, the
+    submit call's padded result, lost: the file holds no observation of step 2, so it is not
+    flagged ``observation_not_sent`` ("the observation is in the file but the model never saw
+    it") beside ``interrupted``, as it was; the observation it holds is flagged as before."""
+    doc = json.loads((native_dir() / "mini-swe-agent" / "real-2.4.6_single.traj.json").read_text())
+    assert doc["messages"][5]["role"] == "tool" and doc["messages"][6]["role"] == "exit"
+    del doc["messages"][5]
+    p = tmp_path / "lost.traj.json"
+    p.write_text(json.dumps(doc))
+    result, _ = read_native(p, "mini-swe-agent")
+    last = list(result.trajectory.steps)[-1]
+    assert last.flags == ["interrupted", "submitted"]
+    assert "observation_not_sent" not in result.trajectory.meta["flags"]

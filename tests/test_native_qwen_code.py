@@ -5,9 +5,11 @@ bench/native_bench.py, figures in docs/benchmarks.md.)"""
 
 from __future__ import annotations
 
+import json
 
 import pytest
 
+from native_helpers import native_dir
 from pvisor.adapters.native import read_native
 from pvisor.adapters.native.assembly import LazySteps
 from pvisor.core.errors import BadInputError
@@ -247,3 +249,18 @@ def test_a_lost_record_in_a_reversed_file_makes_no_cycle(tmp_path):
     assert [s.action.text for s in result.trajectory.steps] == ["", ""]
     (w,) = [w for w in result.diagnostics.warnings if w.code == "broken_chain"]
     assert w.code == "broken_chain" and "s2" in w.message and "the chain starts there" in w.message
+
+
+def test_the_step_that_takes_a_record_whose_parent_is_lost_is_flagged_broken_chain(tmp_path):
+    """The real 0.24.4 run (tests/corpus/native/qwen-code, PROVENANCE.md) with line 7 lost: the
+    assistant record after it (step 2's action, now line 7) names a parent the file no longer
+    holds, and the reader bridges it to line 6. The warning named the line, but no step said
+    where the gap is; a view's ``damage`` shows the step's flag."""
+    lines = (native_dir() / "qwen-code" / "real-0.24.4_single.jsonl").read_text().splitlines(keepends=True)
+    assert json.loads(lines[7])["type"] == "assistant"
+    p = tmp_path / "lost7.jsonl"
+    p.write_text("".join(lines[:6] + lines[7:]))
+    result, _ = read_native(p, "qwen-code")
+    assert [s.flags for s in result.trajectory.steps] == [[], ["broken_chain"], []]
+    [w] = [w for w in result.diagnostics.warnings if w.code == "broken_chain"]
+    assert w.where == "line 7"

@@ -7,12 +7,14 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import corpus_dir
 
 from pvisor.adapters.native import adapter_names, detect, get_adapter, read_native
 from pvisor.adapters.native.base import FormatProfile
 from pvisor.adapters.native.diagnostics import Diagnostics, NativeWarning
 from pvisor.adapters.native.jsonl import (
     REJOIN_MAX_LINES,
+    JsonlSource,
     iter_json_records,
     loads_lenient,
     read_json_document,
@@ -334,3 +336,49 @@ def test_warnings_of_one_code_are_capped_and_the_rest_counted(tmp_path):
         f"250 more malformed_line warnings not listed (the first {MAX_WARNINGS_PER_CODE} are)",
     )
     assert [w.where for w in diag.warnings[:2]] == ["line 2", "line 3"]
+
+
+#: a real session of each JSONL format (tests/corpus/native, PROVENANCE.md beside each) and the
+#: line whose record is cut off mid-line with the next line's record glued onto it
+GLUED = {
+    "claude-code": ("claude-code/spotter_short.jsonl", 4),
+    "codex": ("codex/real-0.171.0_single-then-resume.jsonl", 6),
+    "gemini-cli": ("gemini-cli/real-0.61.0_single-then-resume.jsonl", 3),
+    "qwen-code": ("qwen-code/real-0.24.4_single.jsonl", 3),
+}
+
+
+@pytest.mark.parametrize("agent", list(GLUED))
+def test_a_complete_record_glued_onto_a_truncated_line_is_read_and_the_cut_named(agent, tmp_path):
+    # a writer cut off mid-line, and the next write appended its record with no newline between
+    name, cut = GLUED[agent]
+    lines = (corpus_dir() / "native" / name).read_bytes().split(b"\n")
+    glued = lines[: cut - 1] + [lines[cut - 1][: len(lines[cut - 1]) // 2] + lines[cut]] + lines[cut + 1 :]
+    p = tmp_path / Path(name).name
+    p.write_bytes(b"\n".join(glued))
+    diag = Diagnostics(str(p))
+    got = [obj for _n, obj, _ref in iter_json_records(p, diag)]
+    whole = [json.loads(line) for line in lines if line.strip()]
+    assert got == whole[: cut - 1] + whole[cut:]  # only the truncated record is missing
+    [w] = diag.warnings
+    assert (w.code, w.where) == ("glued_record", f"line {cut}") and "truncated record" in w.message
+    result, _notes = read_native(p, agent)
+    assert ("glued_record", f"line {cut}") in [(w.code, w.where) for w in result.diagnostics.warnings]
+    assert "malformed_line" not in result.diagnostics.codes()
+
+
+def test_a_glued_record_is_read_again_from_its_place_in_the_line(tmp_path):
+    p = tmp_path / "f.jsonl"
+    p.write_bytes(b'{"a":1}\n{"a": 2, "b": "cut of{"a": 3, "c": {"d": 4}}\n{"a":5}\n')
+    diag = Diagnostics(str(p))
+    got = list(iter_json_records(p, diag))
+    assert [(n, o) for n, o, _ in got] == [(1, {"a": 1}), (2, {"a": 3, "c": {"d": 4}}), (3, {"a": 5})]
+    assert JsonlSource(p).load(got[1][2]) == {"a": 3, "c": {"d": 4}}
+    assert diag.codes() == ["glued_record"]
+
+
+def test_a_cut_off_last_line_ending_in_a_nested_object_is_truncated_not_glued(tmp_path):
+    # cut right after a nested object's brace: its rest parses, but no record was appended
+    got, diag = _lines(tmp_path, b'{"a":1}\n{"a": 2, "b": {"c": 3}')
+    assert [o for _, o in got] == [{"a": 1}]
+    assert [(w.code, w.where) for w in diag.warnings] == [("truncated_line", "line 2")]

@@ -911,3 +911,26 @@ def test_a_source_warning_names_the_file(tmp_path):
     assert [w["message"] for w in result["warnings"] if w["code"] == "truncated_line"] == [
         line.removeprefix("pvisor: warning: ") for line in warned if "truncated_line" in line
     ]
+
+
+def test_a_submit_the_reader_flags_is_observation_not_sent_in_the_result_warnings(tmp_path):
+    """mini-swe-agent submits when a command's first output line is its marker, so ``cd /tmp &&
+    echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`` ends the run too (the real 2.4.6 run,
+    tests/corpus/native/mini-swe-agent, with its submit command so written). The reader flags
+    the step ``submitted`` and ``observation_not_sent``, but the result at N = 2 had neither
+    the warning nor the calls' flag, and its prefix held the padded result the model never saw.
+    Now result.json's ``warnings`` say ``observation_not_sent`` and the prefix ends at A_2."""
+    doc = json.loads((native_dir() / "mini-swe-agent" / "real-2.4.6_single.traj.json").read_text())
+    submit = doc["messages"][4]
+    cmd = "cd /tmp && echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+    submit["tool_calls"][0]["function"]["arguments"] = json.dumps({"command": cmd})
+    submit["extra"]["actions"][0]["command"] = cmd
+    src = tmp_path / "cd.traj.json"
+    src.write_text(json.dumps(doc))
+    out = tmp_path / "o"
+    prepare_only(PrepareOptions(agent="mini-swe-agent", after_step=2, output=out, trajectory=src))
+    res = read_result(out)
+    validate(res)
+    assert "observation_not_sent" in [w["code"] for w in res["warnings"]]
+    assert [c["observation_not_sent"] for c in res["tool_calls"]] == [False, True]
+    assert res["prefix"]["ends_with"] == "action"

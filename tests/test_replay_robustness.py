@@ -970,6 +970,53 @@ def test_a_damaged_native_file_is_refused_by_playback_before_any_agent_starts(tm
     )
 
 
+def test_a_view_of_a_file_with_a_broken_chain_is_refused_as_a_prefix_is_and_marks_the_gap(tmp_path):
+    """spotter_short.jsonl with its line 5 lost: the next record (now line 5) names as parentUuid
+    a record the file no longer holds, and the reader bridges it to line 4. prepare-only refuses
+    it (damaged_source, exit 65); `pvisor view` did not: it wrote the bridged view, exit 0, with
+    nothing in it saying where. Now it refuses the same way, and with --allow-damaged the view's
+    `repairs` names the gap."""
+    lines = (CC / "spotter_short.jsonl").read_text().splitlines(keepends=True)
+    src = tmp_path / "broken.jsonl"
+    src.write_text("".join(lines[:4] + lines[5:]))
+    refused_prefix = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "p"),
+    )
+    one_line_error(refused_prefix, 65, "damaged_source")
+    refused = pvisor("view", str(src))
+    one_line_error(refused, 65, "damaged_source: ")
+    error = [x for x in refused.stderr.decode().splitlines() if x.startswith("pvisor: error:")][0]
+    assert "broken.jsonl line 5: broken_chain:" in error and "--allow-damaged" in error
+    assert refused.stdout == b""
+    ok = pvisor("view", str(src), "--allow-damaged")
+    assert ok.returncode == 0, ok.stderr
+    doc = json.loads(ok.stdout)
+    [gap] = doc["repairs"]
+    assert (gap["code"], gap["where"]) == ("broken_chain", "line 5") and "continued from line 4" in gap[
+        "message"
+    ]
+    assert [s["damage"] for s in doc["steps"]] == [["broken_chain"]]
+    whole = pvisor("view", str(CC / "spotter_short.jsonl"))
+    assert whole.returncode == 0 and json.loads(whole.stdout)["repairs"] == []
+    # a lost line inside a later step's reply: the mark stands on that step, not the first
+    lines = (CC / "spotter_tool_heavy.jsonl").read_text().splitlines(keepends=True)
+    assert '"type":"assistant"' in lines[26] and '"thinking"' in lines[27]  # step 3's text, thinking
+    src = tmp_path / "lost27.jsonl"
+    src.write_text("".join(lines[:26] + lines[27:]))
+    ok = pvisor("view", str(src), "--allow-damaged")
+    assert ok.returncode == 0, ok.stderr
+    doc = json.loads(ok.stdout)
+    assert [s["damage"] for s in doc["steps"]] == [[], [], ["broken_chain"], []]
+    assert [(r["code"], r["where"]) for r in doc["repairs"]] == [("broken_chain", "line 27")]
+
+
 def test_a_cut_off_last_line_may_belong_to_the_last_step_which_no_boundary_includes(tmp_path):
     """Claude Code writes one reply over several lines: step 2's text on line 12, its Bash call
     on line 13. Cut in the middle of line 13, step 2 read as a text-only answer. The step is

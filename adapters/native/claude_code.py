@@ -16,7 +16,8 @@ Format rules (sources: docs/native.md; the corpus files
   ``parentUuid`` is not null but names no line of the file (its parent's line was lost or
   damaged) continues from the chain line before it in the file, with a ``broken_chain``
   warning naming the line and the missing uuid (a root when there is none, or when that line
-  descends from it); real forks (a parent that exists: rewinds, result forks) are untouched.
+  descends from it), and the step holding the line is flagged ``broken_chain``; real forks (a
+  parent that exists: rewinds, result forks) are untouched.
   The main chain is walked back from its leaf: among the lines no line names as parent (any
   chain record: a session often ends with ``progress`` or ``system`` lines), the deepest one
   descending from the ``leafUuid`` of the last ``last-prompt``/``summary`` record, else the
@@ -234,7 +235,8 @@ class _Plan(Record, record=True):
     """What step ``n`` is made of: its message, its lines in chain order, the result found for
     each of its ``tool_use`` calls (a packed ref, ``(ref, k)`` for the k-th block with that id
     in the line, or None: interrupted), usage line and stop reason (the last in chain order),
-    and the user lines appended after it (observation messages: (ref, is compact summary))."""
+    and the user lines appended after it (observation messages: (ref, is compact summary));
+    ``bridged``: a line of it follows a lost line (its parent is not in the file)."""
 
     n: int
     msg: _Msg
@@ -243,6 +245,7 @@ class _Plan(Record, record=True):
     usage_ref: int | None
     stop_reason: Any
     after: list[tuple[int, bool]] | None = None
+    bridged: bool = False
 
     def __init__(
         self,
@@ -253,6 +256,7 @@ class _Plan(Record, record=True):
         usage_ref: int | None,
         stop_reason: Any,
         after: list[tuple[int, bool]] | None = None,
+        bridged: bool = False,
     ) -> None:
         self.n = n
         self.msg = msg
@@ -261,6 +265,7 @@ class _Plan(Record, record=True):
         self.usage_ref = usage_ref
         self.stop_reason = stop_reason
         self.after = after
+        self.bridged = bridged
 
     @property
     def interrupted(self) -> bool:
@@ -567,6 +572,10 @@ class _Walk:
                 self.plans.append(self.plan(len(self.plans) + 1, self.r.msgs[mid]))
             elif k & 7 == _USER and i in chain.text_ref:
                 self.user(i, k, chain.text_ref[i])
+            if i in chain.bridged and self.plans and isinstance(self.plans[-1], _Plan):
+                # a line lost before this one (its parent is not in the file): the step that
+                # holds it, an assistant line's own or the one a user line is observation of
+                self.plans[-1].bridged = True
         self.r.meta["task_context"] = self.pending_context
 
     def plan(self, n: int, m: _Msg) -> _Plan:
@@ -799,6 +808,8 @@ class ClaudeCodeAdapter(NativeAdapter):
                 action.tool_calls.append(call)
         action.text = "".join(texts)
         step = Step(n=plan.n, action=action, flags=signature_flags(action.reasoning))
+        if plan.bridged:
+            step.flags.append("broken_chain")
         if plan.interrupted:
             step.flags.append("interrupted")
         found = iter(plan.results)

@@ -25,7 +25,10 @@ claude-code-log synthetic rollout):
   made the call with that ``call_id`` (an output written after a later action's items still
   answers its own call), else to the last step; they are put in call order; ``output`` kept
   exactly (a string, or a list/object in newer builds). Codex stores no error flag:
-  ``is_error`` is None.
+  ``is_error`` is None. A call with no output item whose end event (``exec_command_end``,
+  ``item_completed`` of a ``CommandExecution``) carries its output takes that output
+  (``output_from_event``), not an ``interrupted`` result; with both, an event's output not
+  within the item's is ``output_differs`` (both digests), the item's kept.
 - Duplicates: an item equal to an earlier one (a call with the same ``call_id`` and the same
   content; an output equal to an earlier output of that ``call_id`` when every call of the id
   has its output; a reasoning or assistant message item of the same model response) is a line
@@ -65,6 +68,8 @@ that reads a step's lines again when the step is used.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -249,6 +254,9 @@ class _Reading:
         # the reasoning and message items of the action being read (one model response), to see
         # one written twice
         self.said: list[dict] = []
+        # call id -> (line, ref) of the event_msg records that end a command of that id, in file
+        # order: the output of a call whose function_call_output line is missing
+        self.events: dict[str, list[tuple[int, LineRef]]] = {}
 
     def scan(self, path: Path, diag: Diagnostics) -> None:
         """Read every record of ``path``; then BadInputError (exit 65) when none has the rollout's
@@ -269,6 +277,9 @@ class _Reading:
             if kind == "event_msg":  # a token count is a usage record, any other event a UI record
                 is_usage = isinstance(payload, dict) and payload.get("type") == "token_count"
                 handler = self.usage if is_usage else self.other
+                event_id = _event_call_id(payload)
+                if event_id is not None:
+                    self.events.setdefault(event_id, []).append((n, ref))
             else:
                 handler = handlers.get(kind) if isinstance(kind, str) else None
             (handler or self.other)(n, kind, payload, obj, ref, diag)
@@ -284,8 +295,12 @@ class _Reading:
             )
         if not self.version_seen:
             PROFILE.check(None, "file", diag)
+        used: set[str] = set()  # "line N" of the events that stand for a missing output
         for plan, step_calls in zip(self.plans, self.calls):
+            used.update(_outputs_from_events(plan, step_calls, self.events, self.source, diag))
             _warn_interrupted(plan.n, step_calls, plan.results, self.source, diag)
+        if used:  # an event read as a call's output is no longer left out
+            self.traj.left_out = [x for x in self.traj.left_out if x.where not in used]
         self.meta["task_context"] = self.context
 
     def session_meta(
@@ -617,6 +632,101 @@ def _malformed(traj: Trajectory, diag: Diagnostics, n: int, what: str) -> None:
     left_out(traj, f"line {n}", "malformed", what)
 
 
+#: the ``event_msg`` payload types that end a command and carry its output (the UI's copy)
+_COMMAND_EVENTS = ("exec_command_end", "item_completed")
+
+
+def _event_call_id(payload: Any) -> str | None:
+    """The call id of an ``event_msg`` payload that ends a command and carries its output
+    (``exec_command_end`` with ``call_id``; ``item_completed`` of an item of type
+    ``CommandExecution``, whose ``id`` is the call id), else None."""
+    if not isinstance(payload, dict) or payload.get("type") not in _COMMAND_EVENTS:
+        return None
+    if payload["type"] == "item_completed":
+        item = as_dict(payload.get("item"))
+        if item.get("type") != "CommandExecution" or _event_output(payload) is None:
+            return None
+        return as_str(item.get("id"))
+    return as_str(payload.get("call_id")) if _event_output(payload) is not None else None
+
+
+def _event_output(payload: dict) -> str | None:
+    """The output text a command's end event carries: ``formatted_output`` (the text formatted
+    for the model, in the builds that write it), else ``aggregated_output`` (stdout and stderr
+    as they came), else ``stdout`` then ``stderr``; None when it carries none."""
+    body = as_dict(payload.get("item")) if payload.get("type") == "item_completed" else payload
+    for key in ("formatted_output", "aggregated_output"):
+        if isinstance(body.get(key), str):
+            return body[key]
+    out, err = as_str(body.get("stdout")), as_str(body.get("stderr"))
+    if out is None and err is None:
+        return None
+    return (out or "") + (err or "")
+
+
+def _output_text(output: Any) -> str:
+    """A ``function_call_output``'s output as text to compare: the string, else compact JSON."""
+    return (
+        output if isinstance(output, str) else json.dumps(output, ensure_ascii=False, separators=(",", ":"))
+    )
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _outputs_from_events(
+    plan: _Plan,
+    step_calls: list[_Call],
+    events: dict[str, list[tuple[int, LineRef]]],
+    source: JsonlSource,
+    diag: Diagnostics,
+) -> list[str]:
+    """The end events of step ``plan.n``'s commands against their outputs. A call whose
+    ``function_call_output`` line is missing but whose end event (``exec_command_end``,
+    ``item_completed``) carries its output completed: the event's output is its result
+    (``output_from_event``: the UI's copy, which may lack the header the model was sent), not an
+    ``interrupted`` observation. A call with both whose outputs disagree (the event's output is
+    not within the item's) keeps the item's, the model-visible one, with ``output_differs``
+    naming the event's line and both SHA-256 digests. Returns where (``"line N"``) the events
+    read as outputs are."""
+    used: list[str] = []
+    if not events:
+        return used
+    paired = {id(c.output) for c in step_calls if c.output is not None}
+    left = [r for r in plan.results if id(r) not in paired]
+    left_ids = [as_str(source.load(r)["payload"].get("call_id")) for r in left] if left else []
+    for c in step_calls:
+        if c.server or c.id is None or not events.get(c.id):
+            continue
+        line, ref = events[c.id].pop(0)
+        event_text = _event_output(source.load(ref)["payload"]) or ""
+        if c.output is None and c.id not in left_ids:
+            c.output = ref
+            plan.results.append(ref)
+            used.append(f"line {line}")
+            diag.warn(
+                "output_from_event",
+                f"line {line}",
+                f"tool call {c.id} of step {plan.n} has no function_call_output line; its output is taken "
+                f"from this event_msg (the UI's copy, sha256 {_sha256(event_text)}), not flagged interrupted",
+            )
+            continue
+        if c.output is None:
+            continue
+        item = source.load(c.output)["payload"]
+        item_text = _output_text(item.get("output"))
+        if event_text not in item_text:
+            diag.warn(
+                "output_differs",
+                f"line {line}",
+                f"tool call {c.id} of step {plan.n}: this event_msg's output (sha256 {_sha256(event_text)}) "
+                f"is not in its function_call_output's (sha256 {_sha256(item_text)}); the "
+                "function_call_output, which the model was sent, is used",
+            )
+    return used
+
+
 def _warn_interrupted(
     n: int, step_calls: list[_Call], results: list[LineRef], source: JsonlSource, diag: Diagnostics
 ) -> None:
@@ -648,9 +758,14 @@ def _build(plan: _Plan, source: JsonlSource) -> Step:
         action.usage = _usage(source.load(plan.usage))
     for ref in plan.results:
         payload = source.load(ref)["payload"]
-        step.observation.results.append(
-            ToolResult(as_str(payload.get("call_id")), payload.get("output"), is_error=None, raw=payload)
-        )
+        event_id = _event_call_id(payload)
+        if event_id is not None:  # a command's end event stands for its missing output item
+            result = ToolResult(event_id, _event_output(payload), is_error=None, raw=payload)
+        else:
+            result = ToolResult(
+                as_str(payload.get("call_id")), payload.get("output"), is_error=None, raw=payload
+            )
+        step.observation.results.append(result)
     for ref in plan.messages:
         payload = source.load(ref)["payload"]
         role = as_str(payload.get("role")) or "user"

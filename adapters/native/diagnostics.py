@@ -33,6 +33,10 @@ WARNING_CODES: dict[str, str] = {
     "malformed_line": "a line that is not JSON; skipped",
     "not_an_object": "a line that is JSON but not an object; skipped",
     "rejoined_lines": "an object split by raw newlines, read by joining the lines",
+    "glued_record": (
+        "a complete record glued onto a truncated one on the same line (a writer cut off mid-line, the next "
+        "write appended): the complete one is read, the truncated one skipped"
+    ),
     "invalid_utf8": "invalid UTF-8 bytes, read as U+FFFD",
     "lone_surrogate": "lone UTF-16 surrogate escapes, read as U+FFFD",
     "unverified_profile": "the file's format version is newer than the verified profile (same major)",
@@ -41,6 +45,14 @@ WARNING_CODES: dict[str, str] = {
         'the file\'s format version does not read as X.Y ("banana"); read by shape with the pinned profile'
     ),
     "interrupted": "a tool call whose result never came; the step ends with an interrupted observation",
+    "output_from_event": (
+        "a Codex call with no function_call_output line whose end event (exec_command_end, item_completed) "
+        "carries its output: the event's output is its result, not an interrupted observation"
+    ),
+    "output_differs": (
+        "a Codex call whose end event's output is not within its function_call_output's: the "
+        "function_call_output (what the model was sent) is used; both digests named"
+    ),
     "duplicate_record": "a record repeated (same id); the later one is used",
     "unknown_record": "a record type the profile does not know; left out",
     "broken_chain": (

@@ -18,7 +18,10 @@ limits, objects read again by reference, and a single JSON document.
   * an object split by raw newlines (a writer that did not escape a newline inside a string)
     is rejoined from the following lines, at most :data:`REJOIN_MAX_LINES` lines and
     :data:`REJOIN_MAX_BYTES` bytes, the raw newlines kept as newlines (``rejoined_lines``);
-    a following line that is a JSON object on its own ends the attempt.
+    a following line that is a JSON object on its own ends the attempt;
+  * a line that is a truncated record with a complete one glued after it (a writer cut off
+    mid-line, the next write appended with no newline between) yields the complete one, with a
+    warning that a truncated record preceded it (``glued_record``).
 - :class:`LineRef`, :func:`pack_ref`, :func:`unpack_ref` and :class:`JsonlSource`: where an
   object is in the file, and the object read again from there when a step is built.
 - :func:`read_json_document`: a single-document JSON file (mini-swe-agent, OpenHands, ...),
@@ -57,6 +60,9 @@ CHUNK_BYTES = 1 << 20
 REJOIN_MAX_LINES = 1000
 #: ... and at most this many bytes (1 MiB)
 REJOIN_MAX_BYTES = 1 << 20
+#: a line that is not JSON is tried at most this many times for a complete record glued after
+#: a truncated one (:func:`_glued_record`)
+GLUE_MAX_TRIES = 256
 
 
 # --------------------------------------------------------------------------- UTF-8 fallback
@@ -230,6 +236,20 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
                 continue
             yield n, obj, LineRef(offset, len(line))
         elif pending is None:
+            # a glued line ends with the newline its complete record's writer wrote; a last line
+            # cut off without one may end inside the cut record, right after a nested object
+            glued = _glued_record(line) if ended else None
+            if glued is not None:
+                cut, obj = glued
+                diag.warn(
+                    "glued_record",
+                    f"line {n}",
+                    f"a truncated record ({cut} bytes, not JSON) is followed on the same line by a "
+                    "complete one (a writer cut off mid-line, the next write appended); the complete "
+                    "one is read, the truncated one skipped",
+                )
+                yield n, obj, LineRef(offset + cut, len(line) - cut)
+                continue
             pending = _start_rejoin(n, offset, line, ended, diag)
         else:
             pending, joined = _rejoin(pending, n, offset, line, ended, diag)
@@ -241,6 +261,31 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
             diag.warn("malformed_line", f"line {pending.first}", "not JSON; skipped")
         else:
             diag.warn("malformed_line", _where(pending.first, last), "not JSON, not even joined; skipped")
+
+
+def _glued_record(line: bytes) -> tuple[int, dict[str, Any]] | None:
+    """(byte offset in ``line``, object) of a complete JSON object that ends ``line`` after a
+    truncated one: a writer cut off mid-line, and the next write appended its record with no
+    newline between. Candidates are the ``{"`` after the line's start, left to right (the first
+    whose rest parses is the outermost object: a nested object's rest ends in an unmatched
+    ``}``); at most :data:`GLUE_MAX_TRIES` of them are tried, so a long junk line costs little.
+    A ``{"`` inside a JSON string is escaped (``{\\"``), so no string's text is mistaken for
+    a record. None when no such object ends the line. Only a line ended by a newline is tried
+    (the caller's rule): a cut-off last line may end right after a nested object of its own."""
+    if not line.rstrip().endswith(b"}"):
+        return None
+    at = line.find(b'{"', 1)
+    tries = 0
+    while at > 0 and tries < GLUE_MAX_TRIES:
+        tries += 1
+        try:
+            obj, _ = loads_lenient(line[at:])
+        except ValueError:
+            obj = None
+        if isinstance(obj, dict):
+            return at, obj
+        at = line.find(b'{"', at + 1)
+    return None
 
 
 def _give_up(p: _Pending, last: int) -> NativeWarning:

@@ -36,7 +36,8 @@ SWE-bench runs ``v1_*`` and the Harbor RFC file (v1), and the upstream bare-list
   ``MINI_SWE_AGENT_FINAL_OUTPUT``) ends the run: what follows it in the file (v2: the padded
   result ``returncode -1``, "action was not executed"; v1: a ``user`` message holding the
   submission) was never sent to the model. The last step is flagged ``submitted`` and, when
-  such an observation is present, ``observation_not_sent`` (kept, not dropped).
+  the file holds such an observation, ``observation_not_sent`` (kept, not dropped); a submit
+  step whose result the file lacks is ``interrupted`` alone.
 - ``exit`` messages (v2: ``extra.exit_status``, ``submission``) are left out; the exit status
   goes to ``meta``.
 - ``info.config.environment.cwd``, the directory its commands ran in (``/testbed`` in a
@@ -280,7 +281,10 @@ class MiniSweAgentAdapter(NativeAdapter):
         if steps and self._submits(steps[-1]) and meta.get("exit_status") in (None, "Submitted"):
             last = steps[-1]
             last.flags.append("submitted")
-            if last.observation.results or last.observation.messages:
+            # an observation the file holds, not the reader's placeholder for a result the file
+            # lacks (an ``interrupted`` step): that one was never in the file to be not sent
+            held = [r for r in last.observation.results if r.raw != {"interrupted": True}]
+            if held or last.observation.messages:
                 last.flags.append("observation_not_sent")
         traj.steps = steps
         traj.model = traj.model or next((s.action.model for s in steps if s.action.model), None)

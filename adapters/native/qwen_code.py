@@ -14,7 +14,8 @@ packages/core/src/services/chatRecordingService.ts ``ChatRecord``; corpus files
 - **Order is the parentUuid chain, never the timestamp or the file order.** A record whose
   ``parentUuid`` is not null but names no record of the file (its parent's line was lost or
   damaged) continues from the record before it in the file, with a ``broken_chain`` warning
-  naming the line and the missing uuid (:func:`~.uuid_chain.mend_chain`); real forks (a parent that
+  naming the line and the missing uuid (:func:`~.uuid_chain.mend_chain`), and the step that
+  takes the record flagged ``broken_chain``; real forks (a parent that
   exists) are untouched. The chain is walked back from its leaf: the deepest
   ``user``/``assistant``/``tool_result`` record that no such record follows (``system`` records
   between them are walked through); ties: the later line.
@@ -126,6 +127,7 @@ class _Plan(Record, record=True):
     messages: list[int] | None = None
     compactions: int = 0
     lost: bool = False  #: a gap: ``action`` is the tool_result record whose calls no record holds
+    bridged: bool = False  #: a record of the step follows a lost record (its parent not in the file)
 
     def __init__(
         self,
@@ -135,6 +137,7 @@ class _Plan(Record, record=True):
         messages: list[int] | None = None,
         compactions: int = 0,
         lost: bool = False,
+        bridged: bool = False,
     ) -> None:
         self.n = n
         self.action = action
@@ -142,6 +145,7 @@ class _Plan(Record, record=True):
         self.messages = messages
         self.compactions = compactions
         self.lost = lost
+        self.bridged = bridged
 
 
 def _parts(obj: dict) -> list:
@@ -251,13 +255,19 @@ def _scan(path: Path, traj: Trajectory, meta: dict[str, Any], diag: Diagnostics)
 
 
 def _plans(
-    chain: list[Any], traj: Trajectory, meta: dict[str, Any], source: JsonlSource, diag: Diagnostics
+    chain: list[Any],
+    traj: Trajectory,
+    meta: dict[str, Any],
+    source: JsonlSource,
+    diag: Diagnostics,
+    bridged: set[int],
 ) -> list[_Plan]:
     """The main chain made into step plans, each record by its type: an assistant record an
     action, tool results the results of the step before (a gap step for results of calls no
     record holds: ``lost_action``), user records the task or observation messages, a
     ``chat_compression`` record a compaction, the rest left out. Each record is dropped from
-    ``chain`` once planned (the plans take its place in memory)."""
+    ``chain`` once planned (the plans take its place in memory). ``bridged``: the lines of the
+    records whose parent is lost; the step that takes one is marked ``bridged``."""
     plans: list[_Plan] = []
     context: list[str] = meta["task_context"]
     called = {cid for r in chain if r is not None and r.type == "assistant" for cid, _ in r.ids}
@@ -297,6 +307,10 @@ def _plans(
             left_out(traj, f"line {r.line}", "malformed", "malformed record (no `message` object)")
         else:
             _system(r, plans, traj, meta, source)
+        if r.line in bridged and plans:
+            # a record lost before this one: the step that took it (an assistant record's own,
+            # or the one a result or message is observation of); before any step, none
+            plans[-1].bridged = True
     return plans
 
 
@@ -346,7 +360,7 @@ class QwenCodeAdapter(NativeAdapter):
         traj.left_out = LeftOutLines()  # a left-out telemetry record on most steps: kept compactly
         meta: dict[str, Any] = {"format": "qwen-code chat jsonl", "task_context": [], "compactions": []}
         recs = _scan(path, traj, meta, diag)
-        mend_chain(recs, diag)
+        bridged = mend_chain(recs, diag)
         chain = walk_chain(recs, self._leaf(recs), diag)
         for r in chain:
             r.on = True
@@ -357,7 +371,7 @@ class QwenCodeAdapter(NativeAdapter):
                 )
         del recs  # from here each record is dropped once planned: the plans take its place in memory
         source = JsonlSource(path)
-        plans = _plans(chain, traj, meta, source, diag)
+        plans = _plans(chain, traj, meta, source, diag, bridged)
         first_call: dict[str | None, int] = {}
         for p in plans:
             if not p.lost:
@@ -456,6 +470,8 @@ class QwenCodeAdapter(NativeAdapter):
                 )
         action.text = "".join(texts)
         step = Step(n=plan.n, action=action, flags=["compaction"] * plan.compactions)
+        if plan.bridged:
+            step.flags.append("broken_chain")
         found: list[ToolResult] = []
         for rec in plan.results:
             r = source.load(unpack_ref(rec.ref))

@@ -178,16 +178,17 @@ def take_uuid(
     return uuid
 
 
-def mend_chain(recs: dict[str, Any], diag: Diagnostics) -> None:
+def mend_chain(recs: dict[str, Any], diag: Diagnostics) -> set[int]:
     """Mend a chain read from a damaged file: a record whose ``parent`` is not None and not in
     ``recs`` (its parent's line was lost or damaged) continues from the chain record before it
     in the file (what a lost line between them most likely was),
     with a ``broken_chain`` warning naming the line and the missing uuid; with no record before
     it, or when that record descends from it (a reversed file), it becomes a root. Real forks
-    (a parent that exists) are untouched, so depth and leaf choice see one chain."""
+    (a parent that exists) are untouched, so depth and leaf choice see one chain. Returns the
+    line numbers of the records whose parent was missing (a gap before each)."""
     broken = [u for u, r in recs.items() if r.parent is not None and r.parent not in recs]
     if not broken:
-        return
+        return set()
     by_line = sorted(recs, key=lambda u: recs[u].line)
     pos = {u: i for i, u in enumerate(by_line)}
     missing = {u: recs[u].parent for u in broken}
@@ -230,6 +231,7 @@ def mend_chain(recs: dict[str, Any], diag: Diagnostics) -> None:
                 f"line {line}",
                 f"parent uuid {missing[own]} is not in the file; the chain starts there",
             )
+    return {recs[u].line for u in broken}
 
 
 class CompactChain:
@@ -252,6 +254,9 @@ class CompactChain:
         self.pending: dict[int, str] = {}
         self.text_ref: dict[int, int] = {}
         self.msg_id: dict[int, str] = {}
+        #: indexes of the lines whose parent is not in the file (set by :meth:`mend`): a gap
+        #: before each, bridged or a new root
+        self.bridged: frozenset[int] = frozenset()
 
     def add(self, uuid: str, parent: str | None, n: int, kind: int) -> tuple[int, bool]:
         """Index of the line with ``uuid`` at line ``n`` and whether the uuid was seen before
@@ -292,6 +297,7 @@ class CompactChain:
         if not broken:
             self.pending = {}
             return
+        self.bridged = frozenset(broken)
         line, parent = self.line, self.parent
         by_line = sorted(range(len(line)), key=line.__getitem__)
         wanted = set(broken)

@@ -20,6 +20,7 @@ from pvisor.core.outfile import open_private
 from pvisor.journal.exported import is_export
 from pvisor.journal.paths import require_utf8
 from pvisor.replay.numbering import Wording, where
+from pvisor.replay.source import check_damage
 from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay
 
 
@@ -56,6 +57,13 @@ from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay
     "--agent", default=None, metavar="NAME", help="FILE's adapter (default: detected from the file)."
 )
 @click.option(
+    "--allow-damaged",
+    "allow_damaged",
+    is_flag=True,
+    help="Write the view of a native FILE the reader had to repair (a chain bridged past a lost line, a "
+    "line lost); each repair is in the view's `repairs`. Refused by default (exit 65), as a prefix is.",
+)
+@click.option(
     "--output",
     "output",
     type=PathParam(dir_okay=False, readable=False),
@@ -73,6 +81,7 @@ def view(
     before_commitment: bool,
     before: bool,
     agent: str | None,
+    allow_damaged: bool,
     output: str | None,
 ) -> None:
     """Write the observer view of a pause of RUN (a journal run id or unique prefix) or FILE
@@ -80,7 +89,9 @@ def view(
     as one; a RUN|FILE with a slash that does not exist is a missing file): the task, system
     prompt, tool names and every step through the pause, actions and observations, without
     gateway internals, signatures, encrypted reasoning or credentials; for a journal run
-    recorded with a workspace, the snapshot a handoff restores.
+    recorded with a workspace, the snapshot a handoff restores. A native FILE the reader had to
+    repair (a chain bridged past a lost line, a line lost) is refused, exit 65, unless
+    --allow-damaged: then the view lists each repair in its `repairs`.
 
     Pauses are numbered as transitions, from 0: transition K is journal step K+1 (A(K+1) with
     O(K+1)). Without --step, --after-step, --progress or --before-commitment: the last
@@ -113,6 +124,9 @@ def view(
     if output is not None:
         check_output_path(output, "--output", create_parents=True)
     replay = _read_source(ctx, source, agent)
+    if replay.source.get("kind") == "native":
+        # as a prefix is: a view across a repair may not be what the agent saw
+        check_damage(replay.warnings, Path(source), allow_damaged, for_view=True)
     replay.wording = Wording.CLI
     v = replay.view(_pause_spec(step, after_step, fraction, before_commitment, before))
     name = "run " + v.run if v.run else one_line(source)  # a file's name may hold control characters
