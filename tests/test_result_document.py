@@ -365,7 +365,9 @@ def test_a_continuation_with_codex_through_the_record(captured, stack, tmp_path,
     assert outcome.error is None and outcome.record.mode is ResultMode.CONTINUATION
     assert document["status"] == "ok" and document["continuation"]["live_steps"] >= 1
     assert document["live_requests"] == len(document["continuation"]["requests"]) >= 1
-    assert list(document)[-6:] == ["continuation", "sandbox", "plan", "unrecorded", "observations", "start_state"]
+    assert list(document)[-6:] == [
+        "continuation", "sandbox", "plan", "unrecorded", "observations", "start_state",
+    ]  # fmt: skip
     url = stack.scripted(script)  # a fresh script for the command's run
     rc, written, ws, out = _codex_cli(cap, tmp_path, "cli", 1, "--upstream", url, "--max-steps", "1")
     assert rc == 0
