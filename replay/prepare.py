@@ -78,7 +78,9 @@ class PrepareOptions:
     or None); ``protocol`` (wire protocol for a native render, or None for the agent's
     default); ``profile_from`` (``JOURNAL[:RUN]``, native sources only); ``force`` (accept a
     non-empty output directory); ``session`` (one session of an OpenCode store); ``allow_damaged``
-    (build the prefix of a damaged native file, each repair a warning; refused by default)."""
+    (build the prefix of a damaged native file, each repair a warning; refused by default);
+    ``episode`` (the source's episode whose steps are read: a subagent's id, docs/steps.md; None:
+    the main loop)."""
 
     # a plain class with slots, not a dataclass: each dataclass costs about a millisecond of
     # startup (its methods are generated with exec), which the CLI pays on every run
@@ -95,6 +97,7 @@ class PrepareOptions:
         "force",
         "session",
         "allow_damaged",
+        "episode",
     )
 
     def __init__(
@@ -111,6 +114,7 @@ class PrepareOptions:
         force: bool = False,
         session: str | None = None,
         allow_damaged: bool = False,
+        episode: str | None = None,
     ) -> None:
         self.agent = agent
         self.after_step = after_step
@@ -124,6 +128,7 @@ class PrepareOptions:
         self.force = force
         self.session = session
         self.allow_damaged = allow_damaged
+        self.episode = episode
 
     def __repr__(self) -> str:
         return "PrepareOptions(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
@@ -282,6 +287,7 @@ def option_problems(opts: PrepareOptions) -> tuple[list[PvisorError], bool]:
         ("--workspace", opts.workspace),
         ("--profile-from", opts.profile_from),
         ("--session", opts.session),
+        ("--episode", opts.episode),
     ):
         if not collect(problems, check_utf8_option, opt, value) and opt not in ("--output", "--workspace"):
             source_ok = False
@@ -521,7 +527,7 @@ def _build(opts: PrepareOptions, reads: "SourceReads | None" = None) -> tuple[Pr
     if opts.run is not None:
         assert opts.journal is not None
         source, prefix, _meta = P.journal_prefix(
-            opts.journal, opts.run, opts.agent, opts.after_step, opts.protocol
+            opts.journal, opts.run, opts.agent, opts.after_step, opts.protocol, opts.episode
         )
         return prefix, source
     assert opts.trajectory is not None
@@ -534,6 +540,7 @@ def _build(opts: PrepareOptions, reads: "SourceReads | None" = None) -> tuple[Pr
         opts.session,
         opts.allow_damaged,
         reads.native if reads is not None else None,
+        opts.episode,
     )
     return prefix, source
 

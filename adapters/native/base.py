@@ -183,6 +183,8 @@ class NativeAdapter:
     reads_directories: bool = False
     #: True when one file holds several sessions and ``read`` takes ``session=ID`` (OpenCode)
     selects_sessions: bool = False
+    #: True when ``read`` takes ``sidechain=AGENT_ID``: the inline subagent of a main file (Claude Code)
+    reads_sidechains: bool = False
 
     def sniff(self, path: Path, head: bytes) -> bool:
         """True when ``path`` looks like this adapter's format: its signature in
