@@ -92,6 +92,11 @@ def test_subagent_file_beside_a_session_is_an_episode_listed_with_its_parent_cal
     ]
     sub = _run(["trajectory", "show", str(main), "--episode", "agent-abc123"], tmp_path)
     assert '1     Bash(command="ls"' in sub.stdout and f"task: {PROMPT}" in sub.stdout
+    view = _run(["view", str(main), "--episode", "agent-abc123", "--after-step", "1"], tmp_path)
+    assert view.returncode == 0, view.stderr
+    doc = json.loads(view.stdout)
+    assert doc["source"]["episode"]["parent"] == {"step": 1, "call_id": "toolu_task1", "tool": "Task"}
+    assert (doc["task"], doc["steps_total"], doc["through_step"]) == (PROMPT, 2, 1)
     # the subagent's own transcript read alone: its sidechain lines are its loop (0 steps before)
     alone = _run(["trajectory", "show", str(tmp_path / SID / "subagents" / "agent-abc123.jsonl")], tmp_path)
     assert "2     text: 'a.txt b.txt'" in alone.stdout
@@ -176,6 +181,11 @@ def test_a_real_task_subagent_is_prepared_at_its_own_step_from_journal_and_file(
         body = json.loads((out / "prefix.json").read_text())
         # the subagent's own request: its own system prompt, its prompt as the task
         assert prompt in json.dumps(body["messages"][0]) and "Done." not in json.dumps(body["messages"])
+    view = pvisor(["--journal", str(cap.journal), "view", cap.run, "--episode", sub, "--after-step", "1"],
+                  env=cap.env, cwd=tmp_path)  # fmt: skip
+    assert view.returncode == 0, view.stderr
+    doc = json.loads(view.stdout)
+    assert (doc["task"], doc["steps_total"], doc["source"]["episode"]["id"]) == (prompt, 1, sub)
     # the same run read twice gives the same id
     again = pvisor([*base, "--output", str(tmp_path / "y"), "--after-step", "1", "--episode", "nope"],
                    env=cap.env, cwd=tmp_path)  # fmt: skip
