@@ -2,16 +2,18 @@
 own with its own steps (docs/steps.md, "Episodes").
 
 - **Ids** (the same run read twice gives the same ids): ``main`` for the main loop (the default);
-  a subagent of a journal run: the id of the parent's tool call that spawned it; a Claude Code
+  a subagent of a journal run: the id of the parent's tool call that spawned it (as the agent
+  sent it back with its result; ``TOOL@STEP`` for a call without one); a Claude Code
   session's subagent: ``agent-<agentId>``, the name of its transcript beside the session
   (``<session>/subagents/agent-<agentId>.jsonl``) or the ``agentId`` of its inline sidechain
-  lines (``sidechain`` when they carry none).
+  lines (``sidechain`` when they carry none); a Gemini CLI session's: the subagent's session id
+  (its recording ``chats/<session>/<id>.jsonl`` beside the session file).
 - **Journal run**: a subagent is a chain other than the main one (:mod:`pvisor.adapters.chains`)
-  whose request 1's task (its last user text) holds the prompt of a main-loop call of a tool
+  whose request 1's user texts hold the prompt of a main-loop call of a tool
   whose effect is ``subagent`` (the agent's descriptor). Other chains (title requests, a
   resumed session's new chain) are no episodes.
-- **Native file**: the subagents the adapter lists beside the main loop (Claude Code's
-  ``meta["subagents"]`` files and ``meta["sidechains"]`` inline lines), each read with the same
+- **Native file**: the subagents the adapter lists beside the main loop (``meta["subagents"]``
+  files: Claude Code, Gemini CLI; Claude Code's ``meta["sidechains"]`` inline lines), each read with the same
   adapter (a subagent's transcript reads its sidechain lines as the loop).
 - **Parent**: the main-loop step, call id and tool of the call that spawned it, found the same
   way for both sources: a ``subagent`` call whose string argument (the prompt) is the episode's
@@ -140,9 +142,12 @@ def choose(episodes: Sequence[Episode], wanted: str, where: str) -> Episode:
 
 
 def _first_task(chain: Chain) -> str | None:
+    """The user texts of the chain's request 1, context first and the task last (Gemini CLI puts
+    the parent's prompt inside a template with more text after it)."""
     from pvisor.adapters.journal_trajectory import request_task
 
-    return request_task(chain.first.conversation())[0]
+    task, context = request_task(chain.first.conversation())
+    return None if task is None else "\n".join([*context, task])
 
 
 def journal_episodes(classification: Classification, main_steps: Sequence[Step], agent: str) -> list[Episode]:
@@ -156,9 +161,9 @@ def journal_episodes(classification: Classification, main_steps: Sequence[Step],
         Episode("", len(ch.slots), _first_task(ch), chain=ch.number) for ch in c.chains if ch is not c.main
     ]
     link(others, main_steps, agent)
-    linked = [ep for ep in others if ep.parent_call_id is not None]
+    linked = [ep for ep in others if ep.parent_step is not None]
     for ep in linked:
-        ep.id = ep.parent_call_id or ""
+        ep.id = ep.parent_call_id or f"{ep.parent_tool}@{ep.parent_step}"
     return [main, *linked]
 
 

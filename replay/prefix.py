@@ -338,7 +338,10 @@ def journal_episode(
     traj = build_trajectory(reader, classification)
     if episode is None:
         return classification, traj, None
-    chosen = choose(journal_episodes(classification, traj.steps, agent), episode, f"run {classification.run}")
+    # the parent calls by the ids the agent sent them back under (Gemini CLI makes its own for a
+    # reply that gave none): the ids its native file holds too
+    wired = build_trajectory(reader, classification, wire_ids=True).steps
+    chosen = choose(journal_episodes(classification, wired, agent), episode, f"run {classification.run}")
     if chosen.id == MAIN:
         return classification, traj, chosen
     classification = journal_classification(classification, chosen)

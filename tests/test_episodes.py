@@ -202,3 +202,47 @@ def test_a_real_task_subagent_is_prepared_at_its_own_step_from_journal_and_file(
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "result.json").read_text())["source"]["episode"]["parent"]["call_id"] == sub
+
+
+def test_a_real_gemini_cli_subagent_is_prepared_at_its_own_step_from_journal_and_file(tmp_path: Path) -> None:
+    # Gemini CLI 0.61 runs invoke_agent's subagent under another system prompt (the scripted
+    # model's aux_reply answers it) and records it in chats/<session>/<subagent session>.jsonl
+    prompt = "Investigate the workspace and report which files it holds, by name."
+    call = {"tool": "invoke_agent", "arguments": {"agent_name": "codebase_investigator", "prompt": prompt}}
+    script = {"turns": [{"text": "Delegating.", "tool_calls": [call]}, {"text": "Done."}]}
+    cap = capture_scripted("gemini-cli", tmp_path, script, "Investigate with a subagent")
+    base = [
+        "--journal",
+        str(cap.journal),
+        "replay",
+        "--agent",
+        "gemini-cli",
+        "--prepare-only",
+        "--after-step",
+        "1",
+    ]
+    listed = pvisor([*base, "--run", cap.run, "--output", str(tmp_path / "x"), "--episode", "nope"],
+                    env=cap.env, cwd=tmp_path)  # fmt: skip
+    ids = listed.stderr.rsplit("(episodes: ", 1)[1].split(")")[0].split(", ")
+    assert ids[0] == "main" and len(ids) == 2, listed.stderr
+    out = tmp_path / "j1"
+    done = pvisor(
+        [*base, "--run", cap.run, "--output", str(out), "--episode", ids[1]], env=cap.env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    episode = json.loads((out / "result.json").read_text())["source"]["episode"]
+    assert episode["parent"] == {"step": 1, "call_id": ids[1], "tool": "invoke_agent"}
+    # the subagent's own request: the prompt inside Gemini CLI's investigator template
+    assert prompt in json.dumps(json.loads((out / "prefix.json").read_text())["contents"][0])
+    native = next((tmp_path / "runs").glob("*/home/.gemini/tmp/*/chats/session-*.jsonl"))
+    (sub_file,) = native.parent.glob("*/*.jsonl")
+    doc = json.loads(pvisor(["trajectory", "show", str(native), "--json"], env=cap.env, cwd=tmp_path).stdout)
+    (sub,) = doc["meta"]["episodes"][1:]
+    assert (
+        sub["id"] == sub_file.stem and sub["parent"]["step"] == 1 and sub["parent"]["tool"] == "invoke_agent"
+    )
+    out = tmp_path / "n1"
+    done = pvisor([*base, "--trajectory", str(native), "--output", str(out), "--episode", sub["id"]],
+                  env=cap.env, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "result.json").read_text())["source"]["episode"]["id"] == sub_file.stem
