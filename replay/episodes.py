@@ -7,7 +7,9 @@ own with its own steps (docs/steps.md, "Episodes").
   session's subagent: ``agent-<agentId>``, the name of its transcript beside the session
   (``<session>/subagents/agent-<agentId>.jsonl``) or the ``agentId`` of its inline sidechain
   lines (``sidechain`` when they carry none); a Gemini CLI session's: the subagent's session id
-  (its recording ``chats/<session>/<id>.jsonl`` beside the session file).
+  (its recording ``chats/<session>/<id>.jsonl`` beside the session file); a Codex session's: the
+  subagent's session id (a rollout in the same directory whose ``session_meta`` names this
+  session as its parent thread).
 - **Journal run**: a subagent is a chain other than the main one (:mod:`pvisor.adapters.chains`)
   whose request 1's user texts hold the prompt of a main-loop call of a tool
   whose effect is ``subagent`` (the agent's descriptor). Other chains (title requests, a
@@ -178,19 +180,22 @@ def journal_classification(classification: Classification, episode: Episode) -> 
 
 def native_episodes(path: Path, agent: str, traj: Any, read: Any = None) -> list[Episode]:
     """The episodes of the native file ``path`` read as ``traj`` by ``agent``'s adapter: ``main``
-    and each subagent the adapter lists (``meta["subagents"]`` files beside it, read here for
-    their steps and task; ``meta["sidechains"]`` inline lines), linked to their parent calls.
+    and each subagent the adapter lists (its ``subagent_files``: ``meta["subagents"]`` files
+    beside it, or Codex's rollouts naming it as their parent, read here for their steps and
+    task; ``meta["sidechains"]`` inline lines), linked to their parent calls. Ids: the file's
+    name without ``.jsonl`` (a Codex rollout's: the subagent's session id).
     ``read``: ``read_native``'s signature. Raises what reading a subagent's file raises."""
-    from pvisor.adapters.native import read_native
+    from pvisor.adapters.native import get_adapter, read_native
 
     meta = traj.meta or {}
     main = Episode(MAIN, len(traj.steps), traj.task, path=str(path))
     subs: list[Episode] = []
-    for sub in meta.get("subagents") or []:
+    for sub in get_adapter(agent).subagent_files(path, meta):
         result, _ = (read or read_native)(sub["path"], agent, None)
         t = result.trajectory
         stem = os.path.splitext(os.path.basename(sub["path"]))[0]
-        subs.append(Episode(stem, len(t.steps), t.task, path=sub["path"]))
+        name = sub["agent_id"] if stem.startswith("rollout-") else stem
+        subs.append(Episode(name, len(t.steps), t.task, path=sub["path"]))
     for side in meta.get("sidechains") or []:
         agent_id = side["agent_id"]
         result, _ = read_native(path, agent, sidechain=agent_id)

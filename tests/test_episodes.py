@@ -246,3 +246,54 @@ def test_a_real_gemini_cli_subagent_is_prepared_at_its_own_step_from_journal_and
                   env=cap.env, cwd=tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert json.loads((out / "result.json").read_text())["source"]["episode"]["id"] == sub_file.stem
+
+
+def _rollout(path: Path, sid: str, source, items: list[dict]) -> None:
+    head = {"id": sid, "timestamp": "2026-11-29T06:32:48.500Z", "cwd": "/w", "originator": "codex_exec",
+            "cli_version": "0.171.0", "source": source, "model_provider": "mock",
+            "base_instructions": {"text": "You are Codex."}}  # fmt: skip
+    lines = [{"timestamp": "2026-11-29T06:32:48.500Z", "type": "session_meta", "payload": head}]
+    lines += [{"timestamp": "2026-11-29T06:32:49.000Z", "type": "response_item", "payload": p} for p in items]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def _codex_turn(task: str, call_id: str, name: str, args: dict, output: str, answer: str) -> list[dict]:
+    return [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": task}]},
+        {"type": "function_call", "name": name, "arguments": json.dumps(args), "call_id": call_id},
+        {"type": "function_call_output", "call_id": call_id, "output": output},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]},
+    ]
+
+
+def test_a_codex_subagent_rollout_naming_its_parent_thread_is_an_episode(tmp_path: Path) -> None:
+    # the pinned Codex does not run spawn_agent against pvisor's provider ("unsupported call"), so
+    # the rollouts are written as Codex writes a thread_spawn subagent: its own rollout in the same
+    # day directory, whose session_meta.source names the parent thread
+    parent, child = "01a22601-9872-7a13-a89d-cd953ff98ca9", "01a22601-aaaa-7a13-a89d-cd953ff98ca9"
+    main = tmp_path / f"rollout-2026-11-29T06-32-48-{parent}.jsonl"
+    spawned = json.dumps({"agent_id": child, "nickname": "Curie"})
+    _rollout(main, parent, "exec", _codex_turn("Do it with a subagent", "call_spawn", "spawn_agent",
+                                               {"message": PROMPT}, spawned, "Done."))  # fmt: skip
+    source = {"subagent": {"thread_spawn": {"parent_thread_id": parent, "depth": 1}}}
+    turn = _codex_turn(PROMPT, "call_ls", "exec_command", {"cmd": "ls"}, "a.txt\nb.txt", "a.txt b.txt")
+    _rollout(tmp_path / f"rollout-2026-11-29T06-33-00-{child}.jsonl", child, source, turn)
+    doc = json.loads(_run(["trajectory", "show", str(main), "--json"], tmp_path).stdout)
+    assert doc["meta"]["episodes"][1] == {
+        "id": child,
+        "steps": 2,
+        "parent": {"step": 1, "call_id": "call_spawn", "tool": "spawn_agent"},
+    }
+    out = tmp_path / "out"
+    done = _run(
+        ["replay", "--agent", "codex", "--trajectory", str(main), "--prepare-only", "--output", str(out),
+         "--after-step", "1", "--episode", child], tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    body = json.loads((out / "prefix.json").read_text())
+    assert body["input"][0]["content"][0]["text"] == PROMPT
+    assert body["input"][-1] == {
+        "type": "function_call_output",
+        "call_id": "call_ls",
+        "output": "a.txt\nb.txt",
+    }

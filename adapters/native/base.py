@@ -198,3 +198,11 @@ class NativeAdapter:
         """Read ``path`` into a trajectory. Raises BadInputError (exit 65) for an unknown
         major version or a missing required shape, naming the file and line."""
         raise NotImplementedError
+
+    def subagent_files(self, path: Path, meta: dict[str, Any]) -> list[dict[str, Any]]:
+        """The subagent sessions of the session ``path`` read with ``meta``, each
+        ``{"path", "agent_id"}``: by default what the reader listed in ``meta["subagents"]``
+        (files it finds beside the session while reading). An adapter whose subagents only name
+        their parent overrides it (Codex); only episode listings call it."""
+        found = meta.get("subagents")
+        return list(found) if isinstance(found, list) else []

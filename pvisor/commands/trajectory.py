@@ -193,11 +193,15 @@ def show(
 
 def _episodes(file: str, result, name: str) -> list:
     """The episodes of the file read (:mod:`pvisor.replay.episodes`): the main loop and each
-    subagent its adapter lists; only ``main`` for a file read from a stream."""
+    subagent its adapter lists; only ``main`` for a stream, a directory or a format's file."""
+    from pvisor.adapters.native import adapter_names, get_adapter
     from pvisor.replay.episodes import MAIN, Episode, native_episodes
 
     t = result.trajectory
-    if file == "-" or not (t.meta.get("subagents") or t.meta.get("sidechains")):
+    # a stream, a directory (an OpenCode store) or a format read for another agent: one episode
+    if not os.path.isfile(file) or name not in adapter_names():
+        return [Episode(MAIN, len(t.steps), t.task)]
+    if not (t.meta.get("sidechains") or get_adapter(name).subagent_files(plain(file), t.meta)):
         return [Episode(MAIN, len(t.steps), t.task)]
     return native_episodes(plain(file), name, t)
 
