@@ -92,6 +92,11 @@ def test_subagent_file_beside_a_session_is_an_episode_listed_with_its_parent_cal
     ]
     sub = _run(["trajectory", "show", str(main), "--episode", "agent-abc123"], tmp_path)
     assert '1     Bash(command="ls"' in sub.stdout and f"task: {PROMPT}" in sub.stdout
+    atif = _run(
+        ["trajectory", "export", str(main), "--format", "atif", "--episode", "agent-abc123"], tmp_path
+    )
+    assert atif.returncode == 0, atif.stderr
+    assert PROMPT in json.dumps(json.loads(atif.stdout)["steps"][0])
     view = _run(["view", str(main), "--episode", "agent-abc123", "--after-step", "1"], tmp_path)
     assert view.returncode == 0, view.stderr
     doc = json.loads(view.stdout)

@@ -285,6 +285,12 @@ def _stream_table(steps) -> int:
     help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode "
     "session list` names it); default: the latest root session.",
 )
+@click.option(
+    "--episode",
+    default=None,
+    metavar="ID",
+    help="Export this episode: a subagent's id as `pvisor trajectory show` lists it (default: main).",
+)
 @stream_limits
 @progress_option
 def export(
@@ -293,6 +299,7 @@ def export(
     agent: str | None,
     strict: bool,
     session: str | None,
+    episode: str | None,
     max_input: int | None,
     input_timeout: float | None,
 ) -> None:
@@ -304,6 +311,8 @@ def export(
     result, name = _read(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
     )
+    if episode is not None:
+        result = _episode_result(file, result, name, _episodes(file, result, name), episode)
     _stream_json(
         lambda result, name, out: form.write(NativeSource(result, name), out, Settings()), result, name
     )
