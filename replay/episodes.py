@@ -28,6 +28,7 @@ past the last step): the one line names the episodes the source has.
 from __future__ import annotations
 
 import os
+import pathlib
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -191,7 +192,7 @@ def native_episodes(path: Path, agent: str, traj: Any, read: Any = None) -> list
     main = Episode(MAIN, len(traj.steps), traj.task, path=str(path))
     subs: list[Episode] = []
     for sub in get_adapter(agent).subagent_files(path, meta):
-        result, _ = (read or read_native)(sub["path"], agent, None)
+        result, _ = (read or read_native)(pathlib.Path(sub["path"]), agent, None)
         t = result.trajectory
         stem = os.path.splitext(os.path.basename(sub["path"]))[0]
         name = sub["agent_id"] if stem.startswith("rollout-") else stem
@@ -208,8 +209,6 @@ def native_episodes(path: Path, agent: str, traj: Any, read: Any = None) -> list
 
 def read_native_episode(path: Path, agent: str, episode: Episode, read: Any = None) -> Any:
     """``read_native``'s (result, notes) for a subagent episode of :func:`native_episodes`."""
-    import pathlib
-
     from pvisor.adapters.native import read_native
 
     if episode.sidechain is not None:

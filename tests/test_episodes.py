@@ -124,6 +124,22 @@ def test_prepare_only_at_a_native_subagents_own_step_names_its_parent_call(tmp_p
     body = json.loads((out / "prefix.json").read_text())
     assert body["messages"][0]["content"] == PROMPT
     assert body["messages"][-1]["content"][0]["content"] == "a.txt\nb.txt"
+    # a batch line takes it too, and a batch refuses it on the command line
+    line = {
+        "trajectory": str(main),
+        "agent": "claude-code",
+        "after_step": 1,
+        "episode": "agent-abc123",
+        "name": "b",
+    }
+    (tmp_path / "m.jsonl").write_text(json.dumps(line) + "\n")
+    manifest = ["--batch", str(tmp_path / "m.jsonl"), "--output", str(tmp_path / "bo")]
+    batch = _run(["replay", "--prepare-only", *manifest], tmp_path)
+    assert batch.returncode == 0, batch.stderr
+    got = json.loads((tmp_path / "bo" / "b" / "result.json").read_text())["source"]["episode"]
+    assert got == result["source"]["episode"]
+    refused = _run(["replay", "--prepare-only", *manifest, "--episode", "agent-abc123"], tmp_path)
+    assert refused.returncode == 2 and "--episode comes from each line of --batch" in refused.stderr
     # the main loop stays the default, without an episode field
     main_out = tmp_path / "main"
     done = _run([*args[:-1], str(main_out), "--after-step", "1"], tmp_path)
