@@ -57,7 +57,11 @@ Format rules (sources: docs/native.md; the corpus files
   ``meta["task_context"]``.
 - ``isSidechain: true`` lines (older versions inline subagents) and API error replies
   (``isApiErrorMessage``) are left out; subagent files ``<session>/subagents/*.jsonl`` are
-  listed in ``meta["subagents"]`` and in ``left_out`` (kind ``subagent``), never mixed in.
+  listed in ``meta["subagents"]`` and in ``left_out`` (kind ``subagent``), never mixed in; the
+  inline subagents in ``meta["sidechains"]``. Each is an episode of its own
+  (:mod:`pvisor.replay.episodes`): a subagent's transcript given as the file (every user and
+  assistant line a sidechain's) reads its sidechain lines as the loop, and ``sidechain=ID``
+  reads the inline lines of that ``agentId`` (the main lines then left out, kind ``main_line``).
 - System prompt and tool definitions are not stored: ``system`` and ``tools`` are None.
 - Version: ``version`` of the first line with a uuid (the CLI version, e.g. ``2.1.38``).
 
@@ -763,8 +767,8 @@ class ClaudeCodeAdapter(NativeAdapter):
         main chain walked into step plans (:class:`_Walk`), what is off it or beside the file left
         out; steps built lazily from the plans. The loop read is the main one, or a subagent's:
         a file without a user or assistant line off the sidechains is a subagent's transcript
-        (``<session>/subagents/agent-<id>.jsonl``), read again with its sidechain lines as the
-        loop; ``sidechain`` reads the inline subagent of a main file whose lines carry that
+        (``<session>/subagents/agent-<id>.jsonl``, :func:`_is_subagent_transcript`), read with
+        its sidechain lines as the loop; ``sidechain`` reads the inline subagent of a main file whose lines carry that
         ``agentId`` (``*``: every sidechain line). ``meta["sidechain"]``: whether the loop read
         is a subagent's; ``meta["sidechains"]``: the inline subagents left out,
         ``[{"agent_id", "lines"}]`` (agent_id ``*`` for lines without one)."""
