@@ -769,9 +769,9 @@ class ClaudeCodeAdapter(NativeAdapter):
         a file without a user or assistant line off the sidechains is a subagent's transcript
         (``<session>/subagents/agent-<id>.jsonl``, :func:`_is_subagent_transcript`), read with
         its sidechain lines as the loop; ``sidechain`` reads the inline subagent of a main file
-        whose lines carry that ``agentId`` (``*``: every sidechain line). ``meta["sidechain"]``: whether the loop read
-        is a subagent's; ``meta["sidechains"]``: the inline subagents left out,
-        ``[{"agent_id", "lines"}]`` (agent_id ``*`` for lines without one)."""
+        whose lines carry that ``agentId`` (``*``: every sidechain line). ``meta["sidechain"]``:
+        whether the loop read is a subagent's; ``meta["sidechains"]``: the inline subagents left
+        out, ``[{"agent_id", "lines"}]`` (agent_id ``*`` for lines without one)."""
         if sidechain is None and _is_subagent_transcript(path):
             sidechain = "*"
         r = _Reading(sidechain)
