@@ -320,7 +320,7 @@ def _carried(
     return kept, reply
 
 
-def _task(conv: Conversation) -> tuple[str | None, list[str]]:
+def request_task(conv: Conversation) -> tuple[str | None, list[str]]:
     """(task, context): the last non-empty text part of the last user message of the first
     main-loop request (agents put their own context blocks before the user's prompt), and the
     other text parts of that request's user messages, in order."""
@@ -393,7 +393,7 @@ def _build_steps(reader: JournalReader, traj: Trajectory, c: Classification, wir
     traj.system = first.system
     traj.tools = list(first.tools)
     traj.model = first.model
-    traj.task, meta["task_context"] = _task(first)
+    traj.task, meta["task_context"] = request_task(first)
     meta["protocol"] = first.protocol
     assert c.main is not None
     # playback's synthetic final reply (request N+1 of a replay) is never a step: its request

@@ -9,8 +9,9 @@ three files, the same result document but for its timings: tests/test_replay_bat
 
 The manifest is JSON Lines, one object per prefix (docs/result-protocol.md, the same section):
 ``{"trajectory": PATH | "run": ID, "agent": NAME, "after_step": N}`` and optional
-``journal``, ``protocol``, ``profile_from``, ``session``, ``allow_damaged``, ``workspace`` and
-``name`` (the output directory's name); relative paths are taken from the manifest's directory.
+``journal``, ``protocol``, ``profile_from``, ``session``, ``episode``, ``allow_damaged``,
+``workspace`` and ``name`` (the output directory's name); relative paths are taken from the
+manifest's directory.
 A line that is not such an object fails alone: its outcome is ``failed`` with the code
 ``bad_manifest_line`` and the line number, and the lines after it are prepared.
 """
@@ -57,6 +58,7 @@ MANIFEST_KEYS: dict[str, tuple[type, ...]] = {
     "protocol": (str,),
     "profile_from": (str,),
     "session": (str,),
+    "episode": (str,),
     "allow_damaged": (bool,),
     "workspace": (str,),
     "name": (str,),
@@ -260,6 +262,7 @@ def request_from(
         profile_from=obj.get("profile_from"),
         session=obj.get("session"),
         allow_damaged=bool(obj.get("allow_damaged")),
+        episode=obj.get("episode"),
     )
 
 
@@ -359,6 +362,7 @@ def _check_types(opts: PrepareOptions, index: int) -> None:
         ("protocol", opts.protocol, (str, type(None))),
         ("profile_from", opts.profile_from, (str, type(None))),
         ("session", opts.session, (str, type(None))),
+        ("episode", opts.episode, (str, type(None))),
     ]
     checks += [
         (k, getattr(opts, k), (Path, type(None))) for k in ("output", "trajectory", "journal", "workspace")

@@ -35,6 +35,7 @@ ERROR_CODES: dict[str, str] = {
     ),
     "no_steps": "the source holds no main-loop step (exit 65)",
     "after_step_out_of_range": "--after-step is greater than the number of steps (exit 65)",
+    "unknown_episode": "--episode names no episode of the source; the message lists the known ids (exit 65)",
     "observation_not_recorded": "N equals the steps and A_N made tool calls (not the agent's finish action) "
     "whose results the source does not hold (exit 65)",
     "no_reply": "N equals the steps and request N got no usable reply to render A_N from (exit 65)",

@@ -68,6 +68,7 @@ from pvisor.adapters.protocols.convert import (
 )
 from pvisor.core.record import Record
 
+from .episodes import MAIN, Episode, choose, journal_classification, journal_episodes
 from .errors import ReplayBadInput, ReplayUsageError, show_path
 from .source import (
     Source,
@@ -195,9 +196,10 @@ def append_action(protocol: str, body: bytes, action: Action) -> bytes:
 
 
 def journal_prefix(
-    journal: Path, run_id: str, agent: str, after_step: int, protocol: str | None
+    journal: Path, run_id: str, agent: str, after_step: int, protocol: str | None, episode: str | None = None
 ) -> tuple[Source, Prefix, dict[str, Any]]:
     """The prefix for ``--run``: (source, prefix, trajectory meta). See the module docstring.
+    ``episode``: the run's episode whose steps are read (:mod:`.episodes`; None: the main one).
 
     Raises ReplayUsageError (``agent_mismatch``, ``protocol_not_spoken``, unknown run),
     ReplayBadInput (``no_steps``, ``after_step_out_of_range``, ``observation_not_recorded``,
@@ -215,23 +217,25 @@ def journal_prefix(
             )
         seen: list[Source] = []
         try:
-            return _journal_prefix(reader, run, agent, after_step, protocol, seen)
+            return _journal_prefix(reader, run, agent, after_step, protocol, seen, episode)
         except PvisorError as exc:
             attach_source(exc, seen)
             raise
 
 
 def _journal_prefix(
-    reader: Any, run: Any, agent: str, after_step: int, protocol: str | None, seen: list[Source]
+    reader: Any,
+    run: Any,
+    agent: str,
+    after_step: int,
+    protocol: str | None,
+    seen: list[Source],
+    episode: str | None = None,
 ) -> tuple[Source, Prefix, dict[str, Any]]:
-    from pvisor.adapters.chains import classify_run
-    from pvisor.adapters.journal_trajectory import build_trajectory
-
     journal = reader.path
     d = descriptor(agent)
     launch = d if d.launchable else None
-    classification = classify_run(reader, run.id, prefer=d.chain_hint)
-    traj = build_trajectory(reader, classification)
+    classification, traj, chosen = journal_episode(reader, run.id, agent, episode)
     main = classification.main_requests
     source = Source(
         kind="journal",
@@ -240,9 +244,11 @@ def _journal_prefix(
         agent_version=run.agent_version,
         profile=f"{agent} launch profile {launch.versions}" if launch is not None else None,
         steps=traj.steps,
+        episode=chosen,
     )
     seen.append(source)
-    check_boundary(after_step, len(traj.steps), f"run {run.id}")
+    where = f"run {run.id}" if chosen is None or chosen.id == MAIN else f"run {run.id} episode {chosen.id}"
+    check_boundary(after_step, len(traj.steps), where)
     recorded = main[0].protocol
     if protocol is not None and protocol != recorded:
         raise ReplayUsageError(
@@ -317,6 +323,29 @@ def _journal_prefix(
         compaction=compaction,
     )
     return source, prefix, traj.meta
+
+
+def journal_episode(
+    reader: Any, run_id: str, agent: str, episode: str | None
+) -> tuple[Any, Any, Episode | None]:
+    """(classification, trajectory, episode) of the run's episode ``episode`` (None: the main
+    one, no episode read): the classification's main chain is that episode's chain.
+    ReplayBadInput ``unknown_episode`` for an id the run does not have."""
+    from pvisor.adapters.chains import classify_run
+    from pvisor.adapters.journal_trajectory import build_trajectory
+
+    classification = classify_run(reader, run_id, prefer=descriptor(agent).chain_hint)
+    traj = build_trajectory(reader, classification)
+    if episode is None:
+        return classification, traj, None
+    # the parent calls by the ids the agent sent them back under (Gemini CLI makes its own for a
+    # reply that gave none): the ids its native file holds too
+    wired = build_trajectory(reader, classification, wire_ids=True).steps
+    chosen = choose(journal_episodes(classification, wired, agent), episode, f"run {classification.run}")
+    if chosen.id == MAIN:
+        return classification, traj, chosen
+    classification = journal_classification(classification, chosen)
+    return classification, build_trajectory(reader, classification), chosen
 
 
 def _journal_compaction(reader: Any, classification: Any, after_step: int) -> dict[str, Any] | None:
@@ -739,13 +768,14 @@ def native_prefix(
     session: str | None = None,
     allow_damaged: bool = False,
     read: Any = None,
+    episode: str | None = None,
 ) -> tuple[Source, Prefix]:
     """The prefix for ``--trajectory``: the native file read with the ``agent`` adapter and
     rendered (module docstring). ``read``: what reads the file, ``read_native``'s signature
     (a batch passes one that reads each file once). Raises UsageError (unknown adapter, missing file, bad
     ``--protocol``), ReplayBadInput (unreadable file ``bad_source``, ``no_steps``,
     ``after_step_out_of_range``, ``observation_not_recorded``, profile errors)."""
-    source, traj, warnings = read_native_source(path, agent, session, read)
+    source, traj, warnings = read_native_source(path, agent, session, read, episode)
     steps = source.steps
     try:
         check_damage(warnings, path, allow_damaged)

@@ -80,7 +80,9 @@ class PrepareOptions:
     non-empty output directory); ``session`` (one session of an OpenCode store); ``allow_damaged``
     (build the prefix of a damaged native file, each repair a warning; refused by default);
     ``option_notes`` (``(code, message)`` warnings the caller found in the options, first in
-    result.json's ``warnings``: ``pvisor replay --config``'s replay.toml keys the mode ignores)."""
+    result.json's ``warnings``: ``pvisor replay --config``'s replay.toml keys the mode ignores);
+    ``episode`` (the source's episode whose steps are read: a subagent's id, docs/steps.md; None:
+    the main loop)."""
 
     # a plain class with slots, not a dataclass: each dataclass costs about a millisecond of
     # startup (its methods are generated with exec), which the CLI pays on every run
@@ -98,6 +100,7 @@ class PrepareOptions:
         "session",
         "allow_damaged",
         "option_notes",
+        "episode",
     )
 
     def __init__(
@@ -115,6 +118,7 @@ class PrepareOptions:
         session: str | None = None,
         allow_damaged: bool = False,
         option_notes: Sequence[tuple[str, str]] = (),
+        episode: str | None = None,
     ) -> None:
         self.agent = agent
         self.after_step = after_step
@@ -129,6 +133,7 @@ class PrepareOptions:
         self.session = session
         self.allow_damaged = allow_damaged
         self.option_notes = tuple(option_notes)
+        self.episode = episode
 
     def __repr__(self) -> str:
         return "PrepareOptions(" + ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__) + ")"
@@ -287,6 +292,7 @@ def option_problems(opts: PrepareOptions) -> tuple[list[PvisorError], bool]:
         ("--workspace", opts.workspace),
         ("--profile-from", opts.profile_from),
         ("--session", opts.session),
+        ("--episode", opts.episode),
     ):
         if not collect(problems, check_utf8_option, opt, value) and opt not in ("--output", "--workspace"):
             source_ok = False
@@ -537,7 +543,7 @@ def _build(opts: PrepareOptions, reads: "SourceReads | None" = None) -> tuple[Pr
     if opts.run is not None:
         assert opts.journal is not None
         source, prefix, _meta = P.journal_prefix(
-            opts.journal, opts.run, opts.agent, opts.after_step, opts.protocol
+            opts.journal, opts.run, opts.agent, opts.after_step, opts.protocol, opts.episode
         )
         return prefix, source
     assert opts.trajectory is not None
@@ -550,6 +556,7 @@ def _build(opts: PrepareOptions, reads: "SourceReads | None" = None) -> tuple[Pr
         opts.session,
         opts.allow_damaged,
         reads.native if reads is not None else None,
+        opts.episode,
     )
     return prefix, source
 

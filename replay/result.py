@@ -211,6 +211,9 @@ class SourceRecord(ResultPart, Record, record=True):
         run: the journal run (its full id once read; the prefix given before), or the native
             file's run id when it has one, or None.
         session: the native file's session id, or None.
+        episode: the subagent episode read (``--episode``, docs/steps.md): ``{"id", "steps",
+            "parent"}``, ``parent`` the call that spawned it (``{"step", "call_id", "tool"}``:
+            the main loop's step, the call's id and tool) or None; absent for the main loop.
     """
 
     kind: str
@@ -218,6 +221,7 @@ class SourceRecord(ResultPart, Record, record=True):
     sha256: str | None = None
     run: str | None = None
     session: str | None = None
+    episode: Any = ABSENT
 
     def __init__(
         self,
@@ -232,6 +236,7 @@ class SourceRecord(ResultPart, Record, record=True):
         self.sha256 = sha256
         self.run = run
         self.session = session
+        self.episode = ABSENT
 
 
 class BoundaryRecord(ResultPart, Record, record=True):
@@ -768,6 +773,9 @@ class ResultDocument(ResultPart, Record, record=True):
         self.agent_version = source.agent_version
         self.source.run = source.run
         self.source.session = source.session
+        episode = getattr(source, "episode", None)
+        if episode is not None and episode.id != "main":
+            self.source.episode = episode.summary()
         self.boundary.steps_total = len(source.steps)
 
     def warn(self, code: str, message: str) -> None:

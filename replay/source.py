@@ -71,7 +71,8 @@ class Source(Record, record=True):
     """What was read: ``kind`` (``journal`` | ``native``), ``path``, ``run`` (journal run id or
     None), ``agent_version`` (str or None), ``profile`` (format profile or launch profile name),
     ``steps`` (Sequence[Step], possibly lazy), ``session`` (native session id or None),
-    ``notes`` (warnings ``(code, message)``)."""
+    ``notes`` (warnings ``(code, message)``), ``episode`` (the
+    :class:`~.episodes.Episode` read when ``--episode`` was given, else None: the main loop)."""
 
     kind: str
     path: Path
@@ -81,6 +82,7 @@ class Source(Record, record=True):
     steps: Sequence[Step]
     session: str | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)
+    episode: Any = None
 
     def __init__(
         self,
@@ -92,6 +94,7 @@ class Source(Record, record=True):
         steps: Sequence[Step],
         session: str | None = None,
         notes: list[tuple[str, str]] | None = None,
+        episode: Any = None,
     ) -> None:
         self.kind = kind
         self.path = path
@@ -101,6 +104,7 @@ class Source(Record, record=True):
         self.steps = steps
         self.session = session
         self.notes = [] if notes is None else notes
+        self.episode = episode
 
 
 def native_version(meta: dict[str, Any]) -> str | None:
@@ -143,18 +147,28 @@ class BuiltSteps(Sequence[Step]):
 
 
 def read_native_source(
-    path: Path, agent: str, session: str | None = None, read: Any = None
+    path: Path, agent: str, session: str | None = None, read: Any = None, episode: str | None = None
 ) -> tuple[Source, Any, Sequence[Any]]:
     """Read the native file ``path`` with the ``agent`` adapter into a :class:`Source` (steps
     built once, :class:`BuiltSteps`; the reader's warnings as notes). ``read``: what reads the
-    file, ``read_native``'s signature (a batch passes one that reads each file once). Returns
-    (source, canonical trajectory, the reader's warnings). Raises UsageError (unknown adapter,
-    missing file), ReplayBadInput ``bad_source`` for a file the adapter cannot read."""
+    file, ``read_native``'s signature (a batch passes one that reads each file once).
+    ``episode``: the file's episode read (:mod:`.episodes`: a subagent's steps; None: the main
+    loop). Returns (source, canonical trajectory, the reader's warnings). Raises UsageError
+    (unknown adapter, missing file), ReplayBadInput ``bad_source`` for a file the adapter cannot
+    read, ``unknown_episode``."""
     from pvisor.adapters.native import read_native
     from pvisor.core.errors import BadInputError
 
+    chosen = None
     try:
         result, _notes = (read or read_native)(path, agent, session)
+        if episode is not None:
+            from .episodes import MAIN, choose, native_episodes, read_native_episode
+
+            found = native_episodes(path, agent, result.trajectory, read)
+            chosen = choose(found, episode, show_path(path))
+            if chosen.id != MAIN:
+                result, _notes = read_native_episode(path, agent, chosen, read)
     except ReplayBadInput:
         raise
     except BadInputError as exc:
@@ -172,6 +186,7 @@ def read_native_source(
             (traj.meta[k] for k in ("sessionId", "session", "id") if isinstance(traj.meta.get(k), str)), None
         ),
         notes=[(w.code, f"{show_path(path)}: {w}") for w in result.diagnostics.warnings],
+        episode=chosen,
     )
     return source, traj, result.diagnostics.warnings
 

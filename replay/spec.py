@@ -103,6 +103,10 @@ class Refusal:
     IGNORED = "ignored"  #: never an error (the other modes have no use for it)
 
 
+#: an option's ``starts`` unless it says its own
+STARTS_NOTHING = "starts nothing"
+
+
 class Option:
     """One replay option, declared once.
 
@@ -113,7 +117,8 @@ class Option:
     ``toml`` (its key in replay.toml, or None) and ``rank`` (the key's place in the file's
     documented order, which error messages list), ``api`` (the keyword of ``continue_run``, or
     None), ``choices`` (of a :attr:`Kind.CHOICE`), ``refusal`` (:class:`Refusal`), ``starts``
-    (how a refusal ends: what prepare-only does not do), ``shared`` (the flag comes from a
+    (how a refusal ends: what prepare-only does not do; for a prepare-only option, what the
+    agent's modes do that refuses it), ``shared`` (the flag comes from a
     decorator other commands use too: ``intercept`` or ``progress``, :mod:`pvisor.commands`)."""
 
     __slots__ = (
@@ -136,7 +141,7 @@ class Option:
         api: str | None = None,
         choices: tuple[str, ...] = (),
         refusal: str = Refusal.IGNORED,
-        starts: str = "starts nothing",
+        starts: str = STARTS_NOTHING,
         shared: str | None = None,
     ) -> None:
         self.name = name
@@ -162,6 +167,8 @@ class Option:
         shown = "--prepare-only" if mode is ReplayMode.PREPARE_ONLY else "--replay-only"
         if self.modes == _LIVE:
             return f"{self.flag} is for a continuation (no mode flag); {shown} sends nothing to a live model"
+        if self.modes == _PREPARE and self.starts != STARTS_NOTHING:  # a reason of its own
+            return f"{self.flag} is for --prepare-only; {shown} {self.starts}"
         if self.modes == _PREPARE:
             return (
                 f"{self.flag} is for --prepare-only (a native render); replaying with the agent serves it in "
@@ -261,6 +268,10 @@ OPTIONS: tuple[Option, ...] = (
            refusal=Refusal.REFUSED),
     Option("session", "--session", Kind.TEXT, "One session of an OpenCode store holding several.",
            metavar="ID", toml="session", rank=17, api="session"),
+    Option("episode", "--episode", Kind.TEXT,
+           "prepare-only: the episode whose steps are read, a subagent's id as `pvisor trajectory show` "
+           "or the result lists it (default: main, the main loop).", metavar="ID", modes=_PREPARE,
+           refusal=Refusal.REFUSED, starts="starts the agent, which starts its subagents itself"),
     Option("force", "--force", Kind.FLAG,
            "Write into a non-empty --output (its earlier prefix and result files are replaced).",
            default=False, toml="force", rank=18, api="force"),

@@ -56,6 +56,7 @@ from pvisor.journal.model import (
 )
 from pvisor.journal.reader import JournalReader, holds_run
 
+from .episodes import MAIN
 from .numbering import Position, Wording, describe, progress_transition, resolve_step
 from .numbering import steps as journal_steps
 from .snapshots import journal_trajectory, restore_snapshot, run_snapshots
@@ -222,10 +223,12 @@ class TrajectoryReplay:
     wording: Wording = Wording.PYTHON
 
     @classmethod
-    def from_journal(cls, journal: Any, run: str) -> TrajectoryReplay:
+    def from_journal(cls, journal: Any, run: str, episode: str | None = None) -> TrajectoryReplay:
         """Run ``run`` (id or unique prefix) of the journal ``journal`` (its path, or an open
-        ``Journal`` or ``JournalReader``). Raises UsageError for an unknown run,
-        IntegrityError for a damaged journal."""
+        ``Journal`` or ``JournalReader``); ``episode``: one of its episodes (:mod:`.episodes`:
+        a subagent's id; its views hold no workspace, the snapshots being the main loop's).
+        Raises UsageError for an unknown run, or an episode of a run that records no agent,
+        ReplayBadInput ``unknown_episode``, IntegrityError for a damaged journal."""
         if callable(getattr(journal, "flush", None)):
             journal.flush()  # an open writer: what it queued is committed before it is read
         path = Path(getattr(journal, "path", journal))
@@ -233,18 +236,38 @@ class TrajectoryReplay:
             raise UsageError(f"journal {path}: no such file")
         with JournalReader(path) as reader:
             rec = reader.run(run)
-            traj = journal_trajectory(reader, rec.id)
-            snaps = run_snapshots(reader, rec.id, traj)
+            if episode is not None and episode != MAIN:
+                if rec.agent not in descriptor_names():
+                    raise UsageError(
+                        f"episode {episode}: run {rec.id} records no agent to find its subagents by"
+                    )
+                from .prefix import journal_episode
+
+                _c, traj, chosen = journal_episode(reader, rec.id, rec.agent, episode)
+                snaps = None
+            else:
+                traj = journal_trajectory(reader, rec.id)
+                snaps = run_snapshots(reader, rec.id, traj)
+                chosen = None
         source = {"kind": "journal", "path": str(path), "run": rec.id, "agent": rec.agent}
+        if chosen is not None and chosen.id != MAIN:
+            source["episode"] = chosen.summary()
         return cls(traj, rec.agent, source, journal=path, run=rec.id, snapshots=snaps)
 
     @classmethod
     def from_trajectory(
-        cls, path: str | os.PathLike[str], agent: str | None = None, *, wording: Wording = Wording.PYTHON
+        cls,
+        path: str | os.PathLike[str],
+        agent: str | None = None,
+        *,
+        wording: Wording = Wording.PYTHON,
+        episode: str | None = None,
     ) -> TrajectoryReplay:
         """The native trajectory file at ``path``, read with the adapter ``agent`` (None: the
-        one detected). Raises UsageError or BadInputError as ``pvisor trajectory show`` does
-        (naming ``agent=`` rather than ``--agent`` unless ``wording`` is the CLI's)."""
+        one detected); ``episode``: one of its episodes (:mod:`.episodes`: a subagent's id).
+        Raises UsageError or BadInputError as ``pvisor trajectory show`` does (naming ``agent=``
+        rather than ``--agent`` unless ``wording`` is the CLI's), ReplayBadInput
+        ``unknown_episode``."""
         try:
             result, notes = read_native(Path(path), agent)
         except (UsageError, BadInputError) as exc:
@@ -253,6 +276,13 @@ class TrajectoryReplay:
             exc.args = (exc.message.replace("give --agent", "give agent=NAME"),)
             raise
         name = agent or result.agent or notes[0].split(": ", 1)[1]
+        chosen = None
+        if episode is not None and episode != MAIN:
+            from .episodes import choose, native_episodes, read_native_episode
+
+            chosen = choose(native_episodes(Path(path), name, result.trajectory), episode, os.fspath(path))
+            if chosen.id != MAIN:
+                result, _notes = read_native_episode(Path(path), name, chosen)
         source = {
             "kind": "native",
             "path": str(path),
@@ -260,6 +290,8 @@ class TrajectoryReplay:
             "agent": name,
             "profile": result.profile.name,
         }
+        if chosen is not None and chosen.id != MAIN:
+            source["episode"] = chosen.summary()
         return cls(
             result.trajectory, name, source, warnings=list(result.diagnostics.warnings), wording=wording
         )

@@ -149,6 +149,7 @@ def read_native(
     *,
     max_input: int | None = None,
     input_timeout: float | None = None,
+    sidechain: str | None = None,
 ) -> tuple[NativeResult, list[str]]:
     """Read ``path`` with the adapter ``agent`` (or the one detected). Returns (result, notes)
     where notes say how the adapter was chosen (for stderr). ``session`` picks one session of
@@ -160,17 +161,18 @@ def read_native(
     UsageError when ``path`` cannot be opened (missing, a symlink loop, no permission: the system's reason) or
     ``session`` is given for an adapter that reads one session per file, BadInputError (65)
     when no adapter recognises it or several do, naming the candidates, or the session is not
-    in the store."""
+    in the store. ``sidechain``: read the inline subagent of that ``agentId`` instead of the
+    main loop (adapters with ``reads_sidechains``: Claude Code; UsageError for another)."""
     if str(path) != "-":
         _check_path(path)
     from . import spool
 
     if not spool.needs_spool(path):
-        return _read_native(path, path, agent, session)
+        return _read_native(path, path, agent, session, sidechain)
     limits = {"max_input": max_input, "timeout": input_timeout}
     copy = spool.spool(path, **{k: v for k, v in limits.items() if v is not None})
     try:
-        return _read_native(path, copy, agent, session)
+        return _read_native(path, copy, agent, session, sidechain)
     except BadInputError as exc:
         # the temporary copy is an implementation detail: errors name what the user gave
         raise BadInputError(exc.message.replace(str(copy), str(path)), exit_code=exc.exit_code) from None
@@ -189,7 +191,7 @@ def _reading(original: Path, path: Path) -> Any:
 
 
 def _read_native(
-    original: Path, path: Path, agent: str | None, session: str | None
+    original: Path, path: Path, agent: str | None, session: str | None, sidechain: str | None = None
 ) -> tuple[NativeResult, list[str]]:
     notes: list[str] = []
     if agent is None:
@@ -230,6 +232,10 @@ def _read_native(
         with _reading(original, path):
             if session is not None:
                 result = adapter.read(path, diag, session=session)
+            elif sidechain is not None:
+                if not adapter.reads_sidechains:
+                    raise UsageError(f"{original}: the {agent} adapter reads no inline subagent")
+                result = adapter.read(path, diag, sidechain=sidechain)
             else:
                 result = adapter.read(path, diag)
         flag_cut_off(result)  # the step a cut-off last line may belong to

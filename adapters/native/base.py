@@ -183,6 +183,8 @@ class NativeAdapter:
     reads_directories: bool = False
     #: True when one file holds several sessions and ``read`` takes ``session=ID`` (OpenCode)
     selects_sessions: bool = False
+    #: True when ``read`` takes ``sidechain=AGENT_ID``: the inline subagent of a main file (Claude Code)
+    reads_sidechains: bool = False
 
     def sniff(self, path: Path, head: bytes) -> bool:
         """True when ``path`` looks like this adapter's format: its signature in
@@ -196,3 +198,11 @@ class NativeAdapter:
         """Read ``path`` into a trajectory. Raises BadInputError (exit 65) for an unknown
         major version or a missing required shape, naming the file and line."""
         raise NotImplementedError
+
+    def subagent_files(self, path: Path, meta: dict[str, Any]) -> list[dict[str, Any]]:
+        """The subagent sessions of the session ``path`` read with ``meta``, each
+        ``{"path", "agent_id"}``: by default what the reader listed in ``meta["subagents"]``
+        (files it finds beside the session while reading). An adapter whose subagents only name
+        their parent overrides it (Codex); only episode listings call it."""
+        found = meta.get("subagents")
+        return list(found) if isinstance(found, list) else []

@@ -58,7 +58,11 @@ Format rules (sources: docs/native.md; the corpus files
   ``meta["task_context"]``.
 - ``isSidechain: true`` lines (older versions inline subagents) and API error replies
   (``isApiErrorMessage``) are left out; subagent files ``<session>/subagents/*.jsonl`` are
-  listed in ``meta["subagents"]`` and in ``left_out`` (kind ``subagent``), never mixed in.
+  listed in ``meta["subagents"]`` and in ``left_out`` (kind ``subagent``), never mixed in; the
+  inline subagents in ``meta["sidechains"]``. Each is an episode of its own
+  (:mod:`pvisor.replay.episodes`): a subagent's transcript given as the file (every user and
+  assistant line a sidechain's) reads its sidechain lines as the loop, and ``sidechain=ID``
+  reads the inline lines of that ``agentId`` (the main lines then left out, kind ``main_line``).
 - System prompt and tool definitions are not stored: ``system`` and ``tools`` are None.
 - Version: ``version`` of the first line with a uuid (the CLI version, e.g. ``2.1.38``).
 
@@ -316,7 +320,14 @@ class _Reading:
     (a packed ref; with more than one result for the id, a list of (ref, k): the k-th block with
     the id in that line, in file order), and what was left out in ``lo``."""
 
-    def __init__(self) -> None:
+    def __init__(self, sidechain: str | None = None) -> None:
+        #: which lines are the loop: False the main lines (sidechain lines left out), True the
+        #: sidechain lines of ``sidechain``
+        self.side = sidechain is not None
+        #: the subagent read (``agentId`` of its sidechain lines; ``*``: every sidechain line)
+        self.sidechain = sidechain
+        #: inline subagents of a main file: agentId (or "*" when the lines carry none) -> lines
+        self.sidechains: dict[str, int] = {}
         self.traj = Trajectory()
         self.lo = self.traj.left_out = LeftOutLines()
         self.chain = CompactChain(_key, _TALK)
@@ -362,8 +373,14 @@ class _Reading:
             if not isinstance(uuid, str):
                 self.no_uuid(n, obj, kind, diag)
                 continue
-            if obj.get("isSidechain"):
-                lo.add(n, "sidechain", "subagent (sidechain) line, not the main loop")
+            side = bool(obj.get("isSidechain"))
+            if side != self.side or (side and not self.in_sidechain(obj)):
+                if side:
+                    agent = as_str(obj.get("agentId")) or "*"
+                    self.sidechains[agent] = self.sidechains.get(agent, 0) + 1
+                    lo.add(n, "sidechain", "subagent (sidechain) line, not the main loop")
+                else:
+                    lo.add(n, "main_line", "a line of the main loop, not of this subagent")
                 continue
             if _key(uuid) in chain.ids:
                 diag.warn(
@@ -393,6 +410,11 @@ class _Reading:
                     _UI_CHAIN if kind in _CHAIN_UI else "record type unknown to the profile",
                 )
         header.finish(diag)
+
+    def in_sidechain(self, obj: dict) -> bool:
+        """Whether the sidechain line ``obj`` is of the subagent read: the lines of the
+        ``agentId`` asked for, every one for ``*``."""
+        return self.sidechain == "*" or obj.get("agentId") == self.sidechain
 
     def no_uuid(self, n: int, obj: dict, kind: str, diag: Diagnostics) -> None:
         """A record without a uuid: UI-only (left out), or of a type unknown to the profile
@@ -701,6 +723,28 @@ def _left_out_branches(r: _Reading, used_msgs: set[str], chosen: str) -> None:
             )
 
 
+def _is_subagent_transcript(path: Path) -> bool:
+    """Whether ``path`` is a subagent's own transcript: it has user or assistant lines, every one
+    a sidechain's. Reads up to the first main line (a session's first lines), so a whole file
+    only when it is one (short); lines that are not JSON are skipped here (the scan says so)."""
+    import orjson
+
+    seen = False
+    with open(path, "rb") as f:
+        for raw in f:
+            if b'"user"' not in raw and b'"assistant"' not in raw:
+                continue
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(obj, dict) and obj.get("type") in ("user", "assistant"):
+                if not obj.get("isSidechain"):
+                    return False
+                seen = True
+    return seen
+
+
 def _list_subagents(path: Path, meta: dict[str, Any], lo: LeftOutLines) -> None:
     """The subagent transcripts ``<session>/subagents/*.jsonl`` beside ``path``: listed in
     ``meta["subagents"]`` and left out, never mixed in."""
@@ -725,11 +769,21 @@ class ClaudeCodeAdapter(NativeAdapter):
     description = "Claude Code session JSONL (~/.claude/projects/<cwd-slug>/<session>.jsonl)"
     profiles = (PROFILE,)
 
-    def read(self, path: Path, diag: Diagnostics) -> NativeResult:
+    reads_sidechains = True
+
+    def read(self, path: Path, diag: Diagnostics, sidechain: str | None = None) -> NativeResult:
         """The records read by kind (:class:`_Reading`), the chain mended and its leaf chosen, the
         main chain walked into step plans (:class:`_Walk`), what is off it or beside the file left
-        out; steps built lazily from the plans."""
-        r = _Reading()
+        out; steps built lazily from the plans. The loop read is the main one, or a subagent's:
+        a file without a user or assistant line off the sidechains is a subagent's transcript
+        (``<session>/subagents/agent-<id>.jsonl``, :func:`_is_subagent_transcript`), read with
+        its sidechain lines as the loop; ``sidechain`` reads the inline subagent of a main file
+        whose lines carry that ``agentId`` (``*``: every sidechain line). ``meta["sidechain"]``:
+        whether the loop read is a subagent's; ``meta["sidechains"]``: the inline subagents left
+        out, ``[{"agent_id", "lines"}]`` (agent_id ``*`` for lines without one)."""
+        if sidechain is None and _is_subagent_transcript(path):
+            sidechain = "*"
+        r = _Reading(sidechain)
         r.scan(path, diag)
         chain, traj, meta = r.chain, r.traj, r.meta
         chain.mend(diag)
@@ -749,7 +803,10 @@ class ClaudeCodeAdapter(NativeAdapter):
         w.walk(path_ix)
         plans = w.plans
         _left_out_branches(r, w.used_msgs, chosen)
-        _list_subagents(path, meta, r.lo)
+        meta["sidechain"] = r.side
+        meta["sidechains"] = [] if r.side else [{"agent_id": a, "lines": k} for a, k in r.sidechains.items()]
+        if not r.side:
+            _list_subagents(path, meta, r.lo)
         del chain, depth, path_ix, w
         traj.steps = LazySteps(plans, lambda plan: self._step(plan, load))
         traj.model = next(

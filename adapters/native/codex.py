@@ -70,8 +70,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable
+
+import orjson
 
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
@@ -554,6 +557,28 @@ class _Reading:
             plans[-1].messages = [ref]
 
 
+#: the longest first line read for a rollout's ``session_meta`` (its base instructions run to
+#: tens of kilobytes); a longer one is not looked at
+_META_LINE_MAX = 1 << 20
+
+
+def _spawned_by(path: str) -> tuple[str, str] | None:
+    """(session id, parent thread id) of a subagent's rollout, from its first line's
+    ``session_meta``; None for another file, a root session or a line that is not JSON."""
+    try:
+        with open(path, "rb") as f:
+            first = orjson.loads(f.readline(_META_LINE_MAX))
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    payload = as_dict(first.get("payload")) if isinstance(first, dict) else {}
+    if not isinstance(first, dict) or first.get("type") != "session_meta":
+        return None
+    spawn = as_dict(as_dict(as_dict(payload.get("source")).get("subagent")).get("thread_spawn"))
+    parent = as_str(spawn.get("parent_thread_id")) or as_str(payload.get("parent_thread_id"))
+    sid = as_str(payload.get("id"))
+    return (sid, parent) if sid and parent else None
+
+
 class CodexAdapter(NativeAdapter):
     name = "codex"
     description = "Codex CLI rollout JSONL ($CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl)"
@@ -567,6 +592,28 @@ class CodexAdapter(NativeAdapter):
         traj.steps = LazySteps(r.plans, lambda plan: _build(plan, source))
         traj.meta = r.meta
         return NativeResult(traj, PROFILE, diag)
+
+    def subagent_files(self, path: Path, meta: dict[str, Any]) -> list[dict[str, Any]]:
+        """The rollouts ``rollout-*.jsonl`` beside ``path`` (same directory) whose
+        ``session_meta`` says they are a subagent this session spawned:
+        ``payload.source.subagent.thread_spawn.parent_thread_id`` (or
+        ``payload.parent_thread_id``) is its ``id``. ``agent_id``: the subagent's session id.
+        Only the first line of each is read (at most 1 MiB); one that cannot be read is
+        skipped."""
+        session = meta.get("id")
+        if not isinstance(session, str):
+            return []
+        found = []
+        folder = os.path.dirname(os.path.abspath(path))
+        for name in sorted(os.listdir(folder)):
+            other = os.path.join(folder, name)
+            rollout = name.startswith("rollout-") and name.endswith(".jsonl")
+            if not rollout or os.path.samefile(other, path):
+                continue
+            child = _spawned_by(other)
+            if child is not None and child[1] == session:
+                found.append({"path": other, "agent_id": child[0]})
+        return found
 
 
 def _is_summary_reply(plan: _Plan, step_calls: list, message: str, source: JsonlSource) -> bool:

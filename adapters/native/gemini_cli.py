@@ -494,6 +494,26 @@ def _plans(
     return plans, step_after
 
 
+def _list_subagents(path: Path, meta: dict[str, Any], traj: Trajectory) -> None:
+    """The subagent sessions of a main session: ``chats/<sessionId>/<subagent sessionId>.jsonl``
+    beside the file (Gemini CLI writes a subagent's recording there, ``kind: subagent``), listed
+    in ``meta["subagents"]`` (``[{"path", "agent_id"}]``, the key only when there is one) and in
+    ``left_out`` (kind ``subagent``), never mixed in: each is an episode of its own."""
+    session = meta.get("sessionId")
+    if not isinstance(session, str) or meta.get("kind") == "subagent" or os.sep in session:
+        return
+    sub_dir = os.path.join(os.path.dirname(os.path.abspath(path)), session)
+    if not os.path.isdir(sub_dir):
+        return
+    found = sorted(f for f in os.listdir(sub_dir) if f.endswith(".jsonl"))
+    if found:
+        meta["subagents"] = []
+    for name in found:
+        agent_id = name.removesuffix(".jsonl")
+        meta["subagents"].append({"path": os.path.join(sub_dir, name), "agent_id": agent_id})
+        left_out(traj, os.path.join(sub_dir, name), "subagent", f"subagent session {agent_id}, not mixed in")
+
+
 class GeminiCliAdapter(NativeAdapter):
     name = "gemini-cli"
     description = "Gemini CLI chat recording (~/.gemini/tmp/<project>/chats/session-*.jsonl, legacy .json)"
@@ -534,6 +554,7 @@ class GeminiCliAdapter(NativeAdapter):
         traj.steps = list(steps) if legacy else steps
         traj.model = next((p.model for p in plans if p.model), None)
         traj.meta = meta
+        _list_subagents(path, meta, traj)
         return NativeResult(traj, PROFILE, diag)
 
     def _build(  # type: ignore[assignment]

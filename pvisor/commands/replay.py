@@ -196,7 +196,9 @@ def _collected(problems: list[Any], check: Any, *args: Any) -> Any:
 
 #: the options a batch takes from each manifest line (under their replay.toml key), never from the
 #: command line
-_PER_LINE = ("agent", "trajectory", "run", "after_step", "workspace", "protocol", "profile_from", "session")
+_PER_LINE = (
+    "agent", "trajectory", "run", "after_step", "workspace", "protocol", "profile_from", "session", "episode",
+)  # fmt: skip
 
 
 def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:

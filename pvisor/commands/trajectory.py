@@ -143,6 +143,12 @@ def trajectory() -> None:
     help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode "
     "session list` names it); default: the latest root session.",
 )
+@click.option(
+    "--episode",
+    default=None,
+    metavar="ID",
+    help="Show this episode's steps: a subagent's id as the episodes line lists it (default: main).",
+)
 @stream_limits
 @progress_option
 def show(
@@ -151,16 +157,23 @@ def show(
     as_json: bool,
     strict: bool,
     session: str | None,
+    episode: str | None,
     max_input: int | None,
     input_timeout: float | None,
 ) -> None:
-    """Show FILE's steps: actions, tool calls, observations, and what was left out."""
+    """Show FILE's steps: actions, tool calls, observations, the episodes (the main loop and
+    each subagent, with the call that spawned it), and what was left out."""
     from pvisor.adapters.native.render import write_json
     from pvisor.commands.cells import clip, terminal_safe
 
     result, name = _read(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
     )
+    episodes = _episodes(file, result, name)
+    if episode is not None:
+        result = _episode_result(file, result, name, episodes, episode)
+    if len(episodes) > 1:  # a file without subagents reads as it always did
+        result.trajectory.meta["episodes"] = [ep.summary() for ep in episodes]
     if as_json:
         _stream_json(write_json, result, name)
         return
@@ -171,9 +184,52 @@ def show(
         f"system prompt: {'stored' if t.system is not None else 'absent'}; tools: "
         f"{'stored (%d)' % len(t.tools) if t.tools is not None else 'absent'}"
     )
+    if len(episodes) > 1:
+        click.echo(terminal_safe(f"episodes: {'; '.join(_episode_cell(ep) for ep in episodes)}"))
     if not _stream_table(t.steps):
         click.echo("0 steps")
     click.echo(f"left out: {len(t.left_out)} record(s)")
+
+
+def _episodes(file: str, result, name: str) -> list:
+    """The episodes of the file read (:mod:`pvisor.replay.episodes`): the main loop and each
+    subagent its adapter lists; only ``main`` for a stream, a directory or a format's file."""
+    from pvisor.adapters.native import adapter_names, get_adapter
+    from pvisor.replay.episodes import MAIN, Episode, native_episodes
+
+    t = result.trajectory
+    # a stream, a directory (an OpenCode store) or a format read for another agent: one episode
+    if not os.path.isfile(file) or name not in adapter_names():
+        return [Episode(MAIN, len(t.steps), t.task)]
+    if not (t.meta.get("sidechains") or get_adapter(name).subagent_files(plain(file), t.meta)):
+        return [Episode(MAIN, len(t.steps), t.task)]
+    return native_episodes(plain(file), name, t)
+
+
+def _episode_result(file: str, result, name: str, episodes: list, wanted: str):
+    """The read result of the episode ``wanted``; exit 65 ``unknown_episode`` naming the known ones."""
+    from pvisor.replay.episodes import MAIN, choose, read_native_episode
+
+    chosen = choose(episodes, wanted, file)
+    if chosen.id == MAIN:
+        return result
+    sub, _notes = read_native_episode(plain(file), name, chosen)
+    for w in sub.diagnostics.warnings:
+        click.echo(one_line(f"pvisor: warning: {chosen.path}: {w}"), err=True)
+    return sub
+
+
+def _episode_cell(ep) -> str:
+    """``ID (N steps[, spawned by step K call ID TOOL])``."""
+    parent = ep.parent()
+    by = f", spawned by step {parent['step']} call {parent['call_id']} {parent['tool']}" if parent else ""
+    return f"{ep.id} ({ep.steps} step{'' if ep.steps == 1 else 's'}{by})"
+
+
+def plain(file: str):
+    from pvisor.journal.paths import plain_path
+
+    return plain_path(file)
 
 
 def _row(step) -> list[str]:
@@ -229,6 +285,12 @@ def _stream_table(steps) -> int:
     help="In an OpenCode store (opencode.db, storage/) of several sessions, read this one (as `opencode "
     "session list` names it); default: the latest root session.",
 )
+@click.option(
+    "--episode",
+    default=None,
+    metavar="ID",
+    help="Export this episode: a subagent's id as `pvisor trajectory show` lists it (default: main).",
+)
 @stream_limits
 @progress_option
 def export(
@@ -237,6 +299,7 @@ def export(
     agent: str | None,
     strict: bool,
     session: str | None,
+    episode: str | None,
     max_input: int | None,
     input_timeout: float | None,
 ) -> None:
@@ -248,6 +311,8 @@ def export(
     result, name = _read(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
     )
+    if episode is not None:
+        result = _episode_result(file, result, name, _episodes(file, result, name), episode)
     _stream_json(
         lambda result, name, out: form.write(NativeSource(result, name), out, Settings()), result, name
     )

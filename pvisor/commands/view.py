@@ -64,6 +64,13 @@ from pvisor.replay.views import PauseKind, PauseSpec, TrajectoryReplay
     "line lost); each repair is in the view's `repairs`. Refused by default (exit 65), as a prefix is.",
 )
 @click.option(
+    "--episode",
+    default=None,
+    metavar="ID",
+    help="View this episode: a subagent's id as `pvisor trajectory show` lists it (default: main); its "
+    "steps are numbered from 1.",
+)
+@click.option(
     "--output",
     "output",
     type=PathParam(dir_okay=False, readable=False),
@@ -82,6 +89,7 @@ def view(
     before: bool,
     agent: str | None,
     allow_damaged: bool,
+    episode: str | None,
     output: str | None,
 ) -> None:
     """Write the observer view of a pause of RUN (a journal run id or unique prefix) or FILE
@@ -123,7 +131,7 @@ def view(
         raise UsageError(f"give one pause at most: {' and '.join(chosen)} both choose the pause")
     if output is not None:
         check_output_path(output, "--output", create_parents=True)
-    replay = _read_source(ctx, source, agent)
+    replay = _read_source(ctx, source, agent, episode)
     if replay.source.get("kind") == "native":
         # as a prefix is: a view across a repair may not be what the agent saw
         check_damage(replay.warnings, Path(source), allow_damaged, for_view=True)
@@ -148,7 +156,7 @@ def view(
     click.echo(f"view of {name} {where(v.position)} written to {one_line(output)}", err=True)
 
 
-def _read_source(ctx: click.Context, source: str, agent: str | None):
+def _read_source(ctx: click.Context, source: str, agent: str | None, episode: str | None = None):
     """The :class:`~pvisor.replay.views.TrajectoryReplay` of RUN|FILE: an existing path (or
     ``-``) is a native trajectory file or a journal export, anything else a run of the journal.
     UsageError (exit 2) for a missing file or run, naming both readings."""
@@ -156,10 +164,12 @@ def _read_source(ctx: click.Context, source: str, agent: str | None):
     if native and source != "-":
         check_source_file(Path(source), source)  # a FIFO or a device could block or never end
     if native and source != "-" and _is_export(source):
+        if episode is not None:
+            raise UsageError(f"--episode: {source} is a journal export; view the run in its journal instead")
         # a journal export of one run, as TrajectoryReplay.from_event_log reads it: no workspace
         replay = TrajectoryReplay.from_event_log(source)
     elif native:
-        replay = TrajectoryReplay.from_trajectory(Path(source), agent, wording=Wording.CLI)
+        replay = TrajectoryReplay.from_trajectory(Path(source), agent, wording=Wording.CLI, episode=episode)
         for w in replay.warnings:
             click.echo(f"pvisor: warning: {one_line(source)}: {one_line(w)}", err=True)
     else:
@@ -173,7 +183,7 @@ def _read_source(ctx: click.Context, source: str, agent: str | None):
                 f"--agent is for a native FILE; {source} is no file, so it is read as a journal run"
             )
         try:
-            replay = TrajectoryReplay.from_journal(Path(ctx.obj["journal"]), source)
+            replay = TrajectoryReplay.from_journal(Path(ctx.obj["journal"]), source, episode)
         except UsageError as exc:
             # say both readings: the user may have meant a file with a typo in its name
             raise UsageError(f"{exc.message}; and no file {source} here") from None

@@ -1,0 +1,320 @@
+"""Subagents as episodes of their own (docs/steps.md, "Episodes"): a Claude Code session's
+subagent transcript beside it (``<session>/subagents/agent-<id>.jsonl``), its inline sidechain
+lines, and the subagent chain of a journal run are each listed with the call that spawned them
+and prepared at their own steps (``--episode ID``); an unknown id is one line naming the known
+ones, exit 65 (as an ``--after-step`` past the last step).
+
+The native files are written the way Claude Code 2.1 writes them (every line of a subagent's
+transcript ``isSidechain: true`` with its ``agentId``, its first user line the Task call's
+prompt); the journal run is a real capture made here: Claude Code's Task tool against the
+scripted model (the subagent's own request, under another system prompt, gets the script's
+``aux_reply``: a one-step episode), never committed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from agent_helpers import capture_scripted, pvisor, user_env
+
+SID = "11111111-2222-3333-4444-555555555555"
+PROMPT = "List the files in the workspace and report their names."
+
+
+def _line(**kw) -> str:
+    base = {"userType": "external", "cwd": "/w", "sessionId": SID, "version": "2.1.197", "gitBranch": ""}
+    return json.dumps({**base, **kw})
+
+
+def _assistant(uuid, parent, mid, content, side=False, agent=None):
+    extra = {"agentId": agent} if agent else {}
+    return _line(
+        type="assistant", uuid=uuid, parentUuid=parent, isSidechain=side, requestId=f"req_{mid}", **extra,
+        message={"id": mid, "type": "message", "role": "assistant", "model": "claude-x", "content": content,
+                 "stop_reason": "tool_use", "usage": {"input_tokens": 1, "output_tokens": 1}},
+    )  # fmt: skip
+
+
+def _user(uuid, parent, content, side=False, agent=None, **more):
+    extra = {"agentId": agent} if agent else {}
+    return _line(
+        type="user", uuid=uuid, parentUuid=parent, isSidechain=side, **extra, **more,
+        message={"role": "user", "content": content},
+    )  # fmt: skip
+
+
+def _main_lines() -> list[str]:
+    task = {"description": "list files", "prompt": PROMPT, "subagent_type": "general-purpose"}
+    return [
+        _user("u1", None, "Do the thing"),
+        _assistant("a1", "u1", "msg_1",
+                   [{"type": "tool_use", "id": "toolu_task1", "name": "Task", "input": task}]),
+        _user("u2", "a1", [{"type": "tool_result", "tool_use_id": "toolu_task1", "content": "a.txt b.txt"}],
+              toolUseResult={"agentId": "abc123"}),
+        _assistant("a2", "u2", "msg_2", [{"type": "text", "text": "Done."}]),
+    ]  # fmt: skip
+
+
+def _sub_lines(agent: str = "abc123") -> list[str]:
+    bash = {"command": "ls", "description": "l"}
+    call = {"type": "tool_use", "id": "toolu_ls", "name": "Bash", "input": bash}
+    return [
+        _user("s1", None, PROMPT, side=True, agent=agent),
+        _assistant("s2", "s1", "msg_3", [call], side=True, agent=agent),
+        _user("s3", "s2", [{"type": "tool_result", "tool_use_id": "toolu_ls", "content": "a.txt\nb.txt"}],
+              side=True, agent=agent),
+        _assistant("s4", "s3", "msg_4", [{"type": "text", "text": "a.txt b.txt"}], side=True, agent=agent),
+    ]  # fmt: skip
+
+
+def _session_with_file(root: Path) -> Path:
+    main = root / f"{SID}.jsonl"
+    main.write_text("\n".join(_main_lines()) + "\n")
+    (root / SID / "subagents").mkdir(parents=True)
+    (root / SID / "subagents" / "agent-abc123.jsonl").write_text("\n".join(_sub_lines()) + "\n")
+    return main
+
+
+def _run(args, root: Path):
+    return pvisor(args, env=user_env(root / "home"), cwd=root)
+
+
+def test_subagent_file_beside_a_session_is_an_episode_listed_with_its_parent_call(tmp_path: Path) -> None:
+    main = _session_with_file(tmp_path)
+    shown = _run(["trajectory", "show", str(main)], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    listed = "episodes: main (2 steps); agent-abc123 (2 steps, spawned by step 1 call toolu_task1 Task)"
+    assert listed in shown.stdout
+    doc = json.loads(_run(["trajectory", "show", str(main), "--json"], tmp_path).stdout)
+    assert doc["meta"]["episodes"] == [
+        {"id": "main", "steps": 2, "parent": None},
+        {"id": "agent-abc123", "steps": 2, "parent": {"step": 1, "call_id": "toolu_task1", "tool": "Task"}},
+    ]
+    sub = _run(["trajectory", "show", str(main), "--episode", "agent-abc123"], tmp_path)
+    assert '1     Bash(command="ls"' in sub.stdout and f"task: {PROMPT}" in sub.stdout
+    atif = _run(
+        ["trajectory", "export", str(main), "--format", "atif", "--episode", "agent-abc123"], tmp_path
+    )
+    assert atif.returncode == 0, atif.stderr
+    assert PROMPT in json.dumps(json.loads(atif.stdout)["steps"][0])
+    view = _run(["view", str(main), "--episode", "agent-abc123", "--after-step", "1"], tmp_path)
+    assert view.returncode == 0, view.stderr
+    doc = json.loads(view.stdout)
+    assert doc["source"]["episode"]["parent"] == {"step": 1, "call_id": "toolu_task1", "tool": "Task"}
+    assert (doc["task"], doc["steps_total"], doc["through_step"]) == (PROMPT, 2, 1)
+    # the subagent's own transcript read alone: its sidechain lines are its loop (0 steps before)
+    alone = _run(["trajectory", "show", str(tmp_path / SID / "subagents" / "agent-abc123.jsonl")], tmp_path)
+    assert "2     text: 'a.txt b.txt'" in alone.stdout
+
+
+def test_prepare_only_at_a_native_subagents_own_step_names_its_parent_call(tmp_path: Path) -> None:
+    main = _session_with_file(tmp_path)
+    out = tmp_path / "out"
+    args = ["replay", "--agent", "claude-code", "--trajectory", str(main), "--prepare-only", "--output",
+            str(out)]  # fmt: skip
+    done = _run([*args, "--after-step", "1", "--episode", "agent-abc123"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "result.json").read_text())
+    assert result["source"]["episode"] == {
+        "id": "agent-abc123",
+        "steps": 2,
+        "parent": {"step": 1, "call_id": "toolu_task1", "tool": "Task"},
+    }
+    assert result["boundary"]["steps_total"] == 2
+    body = json.loads((out / "prefix.json").read_text())
+    assert body["messages"][0]["content"] == PROMPT
+    assert body["messages"][-1]["content"][0]["content"] == "a.txt\nb.txt"
+    # a batch line takes it too, and a batch refuses it on the command line
+    line = {
+        "trajectory": str(main),
+        "agent": "claude-code",
+        "after_step": 1,
+        "episode": "agent-abc123",
+        "name": "b",
+    }
+    (tmp_path / "m.jsonl").write_text(json.dumps(line) + "\n")
+    manifest = ["--batch", str(tmp_path / "m.jsonl"), "--output", str(tmp_path / "bo")]
+    batch = _run(["replay", "--prepare-only", *manifest], tmp_path)
+    assert batch.returncode == 0, batch.stderr
+    got = json.loads((tmp_path / "bo" / "b" / "result.json").read_text())["source"]["episode"]
+    assert got == result["source"]["episode"]
+    refused = _run(["replay", "--prepare-only", *manifest, "--episode", "agent-abc123"], tmp_path)
+    assert refused.returncode == 2 and "--episode comes from each line of --batch" in refused.stderr
+    # the main loop stays the default, without an episode field
+    main_out = tmp_path / "main"
+    done = _run([*args[:-1], str(main_out), "--after-step", "1"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "episode" not in json.loads((main_out / "result.json").read_text())["source"]
+    bad = _run([*args[:-1], str(tmp_path / "bad"), "--after-step", "1", "--episode", "agent-nope"], tmp_path)
+    assert bad.returncode == 65
+    errors = [line for line in bad.stderr.splitlines() if "error" in line]
+    assert errors == [
+        f"pvisor: error: unknown_episode: --episode agent-nope: {main} has no such episode "
+        "(episodes: main, agent-abc123)"
+    ]
+
+
+def test_inline_sidechain_lines_are_an_episode_of_their_own(tmp_path: Path) -> None:
+    # older Claude Code versions write the subagent's lines into the session file itself
+    main = tmp_path / f"{SID}.jsonl"
+    lines = _main_lines()
+    main.write_text("\n".join([*lines[:2], *_sub_lines("def456"), *lines[2:]]) + "\n")
+    doc = json.loads(_run(["trajectory", "show", str(main), "--json"], tmp_path).stdout)
+    assert [e["id"] for e in doc["meta"]["episodes"]] == ["main", "agent-def456"]
+    assert doc["meta"]["episodes"][1]["parent"] == {"step": 1, "call_id": "toolu_task1", "tool": "Task"}
+    assert len(doc["steps"]) == 2  # the main loop keeps its own steps only
+    out = tmp_path / "out"
+    done = _run(
+        ["replay", "--agent", "claude-code", "--trajectory", str(main), "--prepare-only", "--output",
+         str(out), "--after-step", "1", "--episode", "agent-def456"], tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "prefix.json").read_text())["messages"][0]["content"] == PROMPT
+
+
+def test_a_real_task_subagent_is_prepared_at_its_own_step_from_journal_and_file(tmp_path: Path) -> None:
+    prompt = "Count the files in the workspace and answer with the number only."
+    script = {
+        "turns": [
+            {"text": "Delegating.", "tool_calls": [{"tool": "Task", "arguments": {
+                "description": "count files", "prompt": prompt, "subagent_type": "general-purpose"}}]},
+            {"text": "Done."},
+        ]
+    }  # fmt: skip
+    cap = capture_scripted("claude-code", tmp_path, script, "Count the files with a subagent")
+    base = ["--journal", str(cap.journal), "replay", "--agent", "claude-code", "--run", cap.run,
+            "--prepare-only"]  # fmt: skip
+    listed = pvisor([*base, "--output", str(tmp_path / "x"), "--after-step", "1", "--episode", "nope"],
+                    env=cap.env, cwd=tmp_path)  # fmt: skip
+    assert listed.returncode == 65
+    ids = listed.stderr.rsplit("(episodes: ", 1)[1].split(")")[0].split(", ")
+    assert ids[0] == "main" and len(ids) == 2, listed.stderr
+    sub = ids[1]
+    for n in (0, 1):
+        out = tmp_path / f"j{n}"
+        done = pvisor([*base, "--output", str(out), "--after-step", str(n), "--episode", sub], env=cap.env,
+                      cwd=tmp_path)  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        result = json.loads((out / "result.json").read_text())
+        episode = result["source"]["episode"]
+        assert episode["id"] == sub and episode["steps"] == 1
+        assert episode["parent"] == {"step": 1, "call_id": sub, "tool": "Task"}
+        body = json.loads((out / "prefix.json").read_text())
+        # the subagent's own request: its own system prompt, its prompt as the task
+        assert prompt in json.dumps(body["messages"][0]) and "Done." not in json.dumps(body["messages"])
+    view = pvisor(["--journal", str(cap.journal), "view", cap.run, "--episode", sub, "--after-step", "1"],
+                  env=cap.env, cwd=tmp_path)  # fmt: skip
+    assert view.returncode == 0, view.stderr
+    doc = json.loads(view.stdout)
+    assert (doc["task"], doc["steps_total"], doc["source"]["episode"]["id"]) == (prompt, 1, sub)
+    # the same run read twice gives the same id
+    again = pvisor([*base, "--output", str(tmp_path / "y"), "--after-step", "1", "--episode", "nope"],
+                   env=cap.env, cwd=tmp_path)  # fmt: skip
+    assert again.stderr == listed.stderr.replace(str(tmp_path / "x"), str(tmp_path / "y"))
+    # the subagent's transcript Claude Code wrote beside its session: the same episode, natively
+    native = next((tmp_path / "runs").glob("*/home/.claude/projects/*/*.jsonl"))
+    doc = json.loads(pvisor(["trajectory", "show", str(native), "--json"], env=cap.env, cwd=tmp_path).stdout)
+    (listed_native,) = doc["meta"]["episodes"][1:]
+    assert listed_native["id"].startswith("agent-") and listed_native["parent"]["call_id"] == sub
+    out = tmp_path / "n1"
+    done = pvisor(
+        ["replay", "--agent", "claude-code", "--trajectory", str(native), "--prepare-only", "--output",
+         str(out), "--after-step", "1", "--episode", listed_native["id"]], env=cap.env, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "result.json").read_text())["source"]["episode"]["parent"]["call_id"] == sub
+
+
+def test_a_real_gemini_cli_subagent_is_prepared_at_its_own_step_from_journal_and_file(tmp_path: Path) -> None:
+    # Gemini CLI 0.61 runs invoke_agent's subagent under another system prompt (the scripted
+    # model's aux_reply answers it) and records it in chats/<session>/<subagent session>.jsonl
+    prompt = "Investigate the workspace and report which files it holds, by name."
+    call = {"tool": "invoke_agent", "arguments": {"agent_name": "codebase_investigator", "prompt": prompt}}
+    script = {"turns": [{"text": "Delegating.", "tool_calls": [call]}, {"text": "Done."}]}
+    cap = capture_scripted("gemini-cli", tmp_path, script, "Investigate with a subagent")
+    base = [
+        "--journal",
+        str(cap.journal),
+        "replay",
+        "--agent",
+        "gemini-cli",
+        "--prepare-only",
+        "--after-step",
+        "1",
+    ]
+    listed = pvisor([*base, "--run", cap.run, "--output", str(tmp_path / "x"), "--episode", "nope"],
+                    env=cap.env, cwd=tmp_path)  # fmt: skip
+    ids = listed.stderr.rsplit("(episodes: ", 1)[1].split(")")[0].split(", ")
+    assert ids[0] == "main" and len(ids) == 2, listed.stderr
+    out = tmp_path / "j1"
+    done = pvisor(
+        [*base, "--run", cap.run, "--output", str(out), "--episode", ids[1]], env=cap.env, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    episode = json.loads((out / "result.json").read_text())["source"]["episode"]
+    assert episode["parent"] == {"step": 1, "call_id": ids[1], "tool": "invoke_agent"}
+    # the subagent's own request: the prompt inside Gemini CLI's investigator template
+    assert prompt in json.dumps(json.loads((out / "prefix.json").read_text())["contents"][0])
+    native = next((tmp_path / "runs").glob("*/home/.gemini/tmp/*/chats/session-*.jsonl"))
+    (sub_file,) = native.parent.glob("*/*.jsonl")
+    doc = json.loads(pvisor(["trajectory", "show", str(native), "--json"], env=cap.env, cwd=tmp_path).stdout)
+    (sub,) = doc["meta"]["episodes"][1:]
+    assert (
+        sub["id"] == sub_file.stem and sub["parent"]["step"] == 1 and sub["parent"]["tool"] == "invoke_agent"
+    )
+    out = tmp_path / "n1"
+    done = pvisor([*base, "--trajectory", str(native), "--output", str(out), "--episode", sub["id"]],
+                  env=cap.env, cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "result.json").read_text())["source"]["episode"]["id"] == sub_file.stem
+
+
+def _rollout(path: Path, sid: str, source, items: list[dict]) -> None:
+    head = {"id": sid, "timestamp": "2026-11-29T06:32:48.500Z", "cwd": "/w", "originator": "codex_exec",
+            "cli_version": "0.171.0", "source": source, "model_provider": "mock",
+            "base_instructions": {"text": "You are Codex."}}  # fmt: skip
+    lines = [{"timestamp": "2026-11-29T06:32:48.500Z", "type": "session_meta", "payload": head}]
+    lines += [{"timestamp": "2026-11-29T06:32:49.000Z", "type": "response_item", "payload": p} for p in items]
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+
+
+def _codex_turn(task: str, call_id: str, name: str, args: dict, output: str, answer: str) -> list[dict]:
+    return [
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": task}]},
+        {"type": "function_call", "name": name, "arguments": json.dumps(args), "call_id": call_id},
+        {"type": "function_call_output", "call_id": call_id, "output": output},
+        {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": answer}]},
+    ]
+
+
+def test_a_codex_subagent_rollout_naming_its_parent_thread_is_an_episode(tmp_path: Path) -> None:
+    # the pinned Codex does not run spawn_agent against pvisor's provider ("unsupported call"), so
+    # the rollouts are written as Codex writes a thread_spawn subagent: its own rollout in the same
+    # day directory, whose session_meta.source names the parent thread
+    parent, child = "01a22601-9872-7a13-a89d-cd953ff98ca9", "01a22601-aaaa-7a13-a89d-cd953ff98ca9"
+    main = tmp_path / f"rollout-2026-11-29T06-32-48-{parent}.jsonl"
+    spawned = json.dumps({"agent_id": child, "nickname": "Curie"})
+    _rollout(main, parent, "exec", _codex_turn("Do it with a subagent", "call_spawn", "spawn_agent",
+                                               {"message": PROMPT}, spawned, "Done."))  # fmt: skip
+    source = {"subagent": {"thread_spawn": {"parent_thread_id": parent, "depth": 1}}}
+    turn = _codex_turn(PROMPT, "call_ls", "exec_command", {"cmd": "ls"}, "a.txt\nb.txt", "a.txt b.txt")
+    _rollout(tmp_path / f"rollout-2026-11-29T06-33-00-{child}.jsonl", child, source, turn)
+    doc = json.loads(_run(["trajectory", "show", str(main), "--json"], tmp_path).stdout)
+    assert doc["meta"]["episodes"][1] == {
+        "id": child,
+        "steps": 2,
+        "parent": {"step": 1, "call_id": "call_spawn", "tool": "spawn_agent"},
+    }
+    out = tmp_path / "out"
+    done = _run(
+        ["replay", "--agent", "codex", "--trajectory", str(main), "--prepare-only", "--output", str(out),
+         "--after-step", "1", "--episode", child], tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    body = json.loads((out / "prefix.json").read_text())
+    assert body["input"][0]["content"][0]["text"] == PROMPT
+    assert body["input"][-1] == {
+        "type": "function_call_output",
+        "call_id": "call_ls",
+        "output": "a.txt\nb.txt",
+    }
