@@ -13,7 +13,9 @@ script format is documented in docs/scripted-model.md. In short::
 A turn is chosen by the state of the conversation, never by arrival order: turn *k* answers a
 main-chain request that already holds *k* assistant messages, so auxiliary requests racing the
 main loop (OpenCode's title request, Qwen Code's background request) cannot shift it. A request
-whose system prompt or tools differ from the main chain's gets ``aux_reply``. Ids come from a
+whose system prompt or tools differ from the main chain's gets ``aux_reply``, or, when it offers
+tools and the script has ``subagent_turns``, the subagent turn its conversation state picks (a
+subagent's own loop: the same rule as the main turns, ``aux_reply`` past the last). Ids come from a
 counter seeded by (seed, turn) and timestamps are fixed, so the same request gets the same bytes.
 """
 
@@ -105,6 +107,9 @@ class Script:
     main_chain: str = "tools"
     chunk_events: int = 1  # events per written chunk when streaming
     compaction: Compaction | None = None
+    #: the turns of a subagent's loop: requests off the main chain that offer tools, chosen by
+    #: conversation state as the main turns are (empty: every such request gets ``aux_reply``)
+    subagent_turns: list[Turn] = field(default_factory=list)
 
 
 _TURN_KEYS = {"text", "reasoning", "tool_calls", "error", "delay_ms", "repeat", "usage"}
@@ -117,6 +122,7 @@ _SCRIPT_KEYS = {
     "main_chain",
     "chunk_events",
     "compaction",
+    "subagent_turns",
 }
 _COMPACTION_KEYS = {"when", "summary", "usage", "agent_messages", "serialized_assistant"}
 _USAGE_KEYS = ("input_tokens", "output_tokens")
@@ -190,6 +196,12 @@ def parse_script(data: Any, where: str = "script") -> Script:
         raise BadInputError(f"{where}: 'chunk_events' must be at least 1")
     if "compaction" in data:
         script.compaction = _parse_compaction(data["compaction"], f"{where}: compaction")
+    subs = data.get("subagent_turns", [])
+    if not isinstance(subs, list):
+        raise BadInputError(f"{where}: 'subagent_turns' must be a list of turns")
+    script.subagent_turns = [_parse_turn(t, f"{where}: subagent_turns[{i}]") for i, t in enumerate(subs)]
+    if any(t.error is not None or t.repeat != 1 for t in script.subagent_turns):
+        raise BadInputError(f"{where}: 'subagent_turns' take no 'error' and no 'repeat'")
     return script
 
 
@@ -507,7 +519,7 @@ class ScriptedModel:
             )
             == "aux"
         ):
-            turn, k, kind = Turn(text=self.script.aux_reply), 10_000_000, "aux"
+            turn, k, kind = self._off_main(conv, mod)
         else:
             k = conversation_state(conv, acks)
             scripted = self.error_for(k) or self.turn_at(k)
@@ -537,6 +549,17 @@ class ScriptedModel:
                 kind,
             )
         return Reply(200, {"Content-Type": "application/json"}, [orjson.dumps(final)], delay, kind)
+
+    def _off_main(self, conv: Conversation, mod: Any) -> tuple[Turn, int, str]:
+        """(turn, id seed offset, kind) of a request off the main chain: the subagent turn of its
+        conversation state when it offers tools and the script has ``subagent_turns`` (kind
+        ``subagent``; ``aux_reply`` past the last one), else ``aux_reply`` (kind ``aux``)."""
+        subs = self.script.subagent_turns
+        if subs and mod.offered_tools(conv):
+            k = count_assistant_turns(conv)
+            turn = subs[k] if k < len(subs) else Turn(text=self.script.aux_reply)
+            return turn, 30_000_000 + k, "subagent"
+        return Turn(text=self.script.aux_reply), 10_000_000, "aux"
 
     def _local(self, method: str, path: str) -> Reply:
         return local_reply(method, path, self.script.model)

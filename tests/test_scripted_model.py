@@ -682,7 +682,7 @@ def test_documented_example_script_behaves_as_documented():
     import re
 
     doc = Path(__file__).resolve().parents[1] / "docs" / "scripted-model.md"
-    [example] = re.findall(r"```json\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)
+    example = re.findall(r"```json\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)[0]
     m = ScriptedModel(parse_script(orjson.loads(example), "docs/scripted-model.md"))
     got = []
     # state 2 is asked twice: the 529, then the client's retry gets the reply
@@ -1429,6 +1429,28 @@ def test_bad_usage_and_compaction_name_the_field(content, words):
         parse_script(content, "s.json")
     for w in words:
         assert w in exc.value.message, exc.value.message
+
+
+def test_documented_subagent_turns_answer_a_subagents_own_loop_by_its_state():
+    import re
+
+    doc = Path(__file__).resolve().parents[1] / "docs" / "scripted-model.md"
+    example = re.findall(r"```json\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)[1]
+    m = ScriptedModel(parse_script(orjson.loads(example), "docs/scripted-model.md"))
+    assert said("anthropic", ask(m, "anthropic", 0, tools=("bash", "Task")))[1][0][0] == "Task"
+    # the subagent: another system prompt and tools; its own state picks its turn
+    sub = {"system": "You are a subagent.", "tools": ("bash",)}
+    assert said("anthropic", ask(m, "anthropic", 0, **sub)) == (
+        "",
+        [("bash", {"command": "echo sub-step-1 > sub.txt; cat sub.txt"})],
+    )
+    assert said("anthropic", ask(m, "anthropic", 1, **sub)) == ("Wrote sub.txt.", [])
+    assert said("anthropic", ask(m, "anthropic", 2, **sub)) == ("OK", [])
+    # a request off the main chain without tools keeps aux_reply; the main loop its own turns
+    assert said("anthropic", ask(m, "anthropic", 0, system="Write a title.", tools=())) == ("OK", [])
+    assert said("anthropic", ask(m, "anthropic", 1, tools=("bash", "Task"))) == ("Done.", [])
+    with pytest.raises(BadInputError, match="'subagent_turns' take no 'error'"):
+        parse_script({"turns": [], "subagent_turns": [{"error": {"status": 500}}]})
 
 
 def test_documented_compaction_example_behaves_as_documented(tmp_path):
