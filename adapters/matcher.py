@@ -343,6 +343,13 @@ class OnlineMatcher:
         self.served[k] = action
         self._said[k] = said(self.mod, [action_message(action)])
 
+    def same_system(self, conv: Conversation | None) -> bool:
+        """Whether ``conv`` (a request as the agent sent it) has the recording's system prompt,
+        modulo volatile context: whose chain a request that diverged from two belongs to."""
+        if conv is None or self._system is None:
+            return False
+        return self._masked(conv.system, recorded=False) == self._system
+
     def answered_up_to(self, k: int) -> None:
         self.answered = max(self.answered, k)
 

@@ -48,7 +48,7 @@ from typing import Any, Callable
 
 import orjson
 from pvisor.adapters.journal_trajectory import SYNTHETIC_END as FLAG_SYNTHETIC_END
-from pvisor.adapters.matcher import Divergence, MatchKind, OnlineMatcher, refused_tools
+from pvisor.adapters.matcher import Divergence, MatchKind, OnlineMatch, OnlineMatcher, refused_tools
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import IdSource, compact_json
 from pvisor.adapters.protocols.replies import minimal_reply, render_reply
@@ -183,13 +183,16 @@ def _calls(action: Action) -> list[ToolCall]:
 @dataclass(slots=True)
 class Served:
     """One answer to a main-loop request: ``request`` k, the gateway's ``exchange`` id,
-    ``source`` (:class:`ServedFrom`), ``recorded_exchange`` (journal sources), ``retry``."""
+    ``source`` (:class:`ServedFrom`), ``recorded_exchange`` (journal sources), ``retry``;
+    ``episode``: the episode whose request k it answered, in a replay of a subagent episode
+    (``main`` or the subagent's id; None otherwise)."""
 
     request: int
     exchange: str
     source: ServedFrom
     recorded_exchange: str | None
     retry: bool = False
+    episode: str | None = None
 
 
 @dataclass(slots=True)
@@ -255,6 +258,9 @@ class PlaybackResponder:
         self.load(rec, after_step)
         self.ended = asyncio.Event()
         self.served: list[Served] = []
+        #: the episode whose chain this responder serves, named in :attr:`served` (a replay of a
+        #: subagent episode: :mod:`.episode_playback`), or None
+        self.episode_id: str | None = None
         self.auxiliary: list[AuxAnswer] = []
         self.differences: list[Any] = []
         self.divergence: Divergence | None = None
@@ -401,11 +407,22 @@ class PlaybackResponder:
 
     async def respond(self, request: IncomingRequest) -> Answer:
         self.requests += 1
+        got = self.matched(request)
+        if isinstance(got, Refuse):
+            return got
+        return await self.answer(request, *got)
+
+    def matched(self, request: IncomingRequest) -> "Refuse | tuple[bytes, OnlineMatch]":
+        """(decoded body, the online matcher's answer) of ``request``, or the 400 refusal of a
+        body that does not decode."""
         body = decode_or_refuse(request)
         if isinstance(body, Refuse):
             return body
         body = self._expanded(request, body)
-        m = self.matcher.match(request.method, request.path, request.query, body)
+        return body, self.matcher.match(request.method, request.path, request.query, body)
+
+    async def answer(self, request: IncomingRequest, body: bytes, m: OnlineMatch) -> Answer:
+        """The answer to ``request`` that the matcher found to be ``m`` (module docstring)."""
         if m.kind is MatchKind.AUXILIARY and m.compaction is not None:
             step = m.compaction.after_step
             if m.conversation is not None and step not in self._observed:
@@ -495,7 +512,9 @@ class PlaybackResponder:
             and not self._rewritten_step(k)
             and 200 <= recorded.status < 300
         ):
-            self.served.append(Served(k, request.exchange, ServedFrom.RECORDED, recorded.exchange, retry))
+            self.served.append(
+                Served(k, request.exchange, ServedFrom.RECORDED, recorded.exchange, retry, self.episode_id)
+            )
             self._note_served(body, self._final_of(recorded.body, recorded.streamed))
             return Serve(
                 recorded.status,
@@ -510,7 +529,14 @@ class PlaybackResponder:
         reply = render_reply(self.mod, self.actions[k - 1], model=model, stream=stream, seed=k, final=final)
         self._note_served(body, final)
         self.served.append(
-            Served(k, request.exchange, ServedFrom.RENDERED, recorded.exchange if recorded else None, retry)
+            Served(
+                k,
+                request.exchange,
+                ServedFrom.RENDERED,
+                recorded.exchange if recorded else None,
+                retry,
+                self.episode_id,
+            )
         )
         return serve_reply(reply, ServedBy.PLAYBACK, flags)
 
@@ -729,6 +755,7 @@ def playback_record(p: PlaybackResponder) -> dict[str, Any]:
                 "source": s.source.value,
                 "recorded_exchange": s.recorded_exchange,
                 "retry": s.retry,
+                **({"episode": s.episode} if s.episode is not None else {}),
             }
             for s in p.served
         ],

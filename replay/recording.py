@@ -9,14 +9,18 @@ the agent's native trajectory file.
   (:class:`RecordedAux`). The task is the run's ``task`` label (``pvisor run`` records it), else
   the descriptor's reading of the recorded command line, else its reading of the first
   main-loop request's prompt (a run captured by ``pvisor gateway``: no label, no command line),
-  else ``--task``; the workspace, home and run directory are its labels.
+  else ``--task``; the workspace, home and run directory are its labels. A subagent episode
+  (``episode``, docs/steps.md "Episodes") is read from its own chain: its steps, requests and
+  replies, its own request 1's task as the task its requests must carry; the agent is still
+  given the run's task, and :attr:`Recording.parent` is the main loop's recording up to the
+  parent step whose call spawned it (playback serves both: :mod:`.episode_playback`).
 - **native** (:func:`native_recording`): the native adapter's trajectory; the first request is
   rendered from it (system prompt and tools only when the file stores them); the workspace is
   the file's ``cwd`` (or ``directory``); actions are served rendered.
 
 Errors: ReplayUsageError (exit 2: ``agent_mismatch``, unknown run), ReplayBadInput (exit 65:
 ``no_steps``, ``after_step_out_of_range``, ``attempt_not_replayable``, ``no_task``,
-``bad_source``).
+``bad_source``, ``unknown_episode``).
 """
 
 from __future__ import annotations
@@ -27,8 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pvisor.adapters.chains import classify_run, read_final_response
-from pvisor.adapters.journal_trajectory import build_trajectory
+from pvisor.adapters.chains import read_final_response
 from pvisor.adapters.matcher import recorded_compactions
 from pvisor.adapters.native import detect, read_native
 from pvisor.core.errors import BadInputError, PvisorError, UsageError
@@ -36,7 +39,8 @@ from pvisor.journal.model import TRUNCATED_FLAG, Conversation, Step
 from pvisor.journal.reader import JournalReader
 
 from .errors import ReplayBadInput, ReplayUsageError, show_path
-from .prefix import native_conversation
+from .episodes import MAIN
+from .prefix import journal_episode, native_conversation
 from .source import (
     WARNED_FLAGS,
     check_boundary,
@@ -146,6 +150,10 @@ class Recording:
     #: the calls of steps 1..N without a recorded result, by step
     #: (:func:`~.source.unrecorded_calls`): the agent would re-run them unseen before
     unrecorded: list[Any] = field(default_factory=list)
+    #: the subagent episode read (:class:`~.episodes.Episode`; None: the main loop)
+    episode: Any = None
+    #: a subagent episode's parent: the main loop's recording up to the step whose call spawned it
+    parent: "Recording | None" = None
 
     def unrecorded_error(self, after_step: int) -> ReplayBadInput | None:
         """``observation_not_recorded`` of :attr:`unrecorded` (the line prepare-only gives for
@@ -196,8 +204,12 @@ def _check_boundary(rec: Recording, after_step: int, where: str) -> None:
         )
 
 
-def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, task: str | None) -> Recording:
-    """The recording of journal run ``run_id`` for ``--after-step`` (module docstring)."""
+def journal_recording(
+    journal: Path, run_id: str, agent: str, after_step: int, task: str | None, episode: str | None = None
+) -> Recording:
+    """The recording of journal run ``run_id`` for ``--after-step`` (module docstring); of its
+    episode ``episode`` (a subagent's id; None or ``main``: the main loop), with the main loop's
+    recording up to the parent step as its :attr:`~Recording.parent`."""
     d = descriptor(agent)
     if not journal.exists():
         raise UsageError(f"--journal {show_path(journal)}: no such journal file")
@@ -207,10 +219,10 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
             raise ReplayUsageError(
                 "agent_mismatch", f"run {run.id} was recorded with agent {run.agent}, not --agent {agent}"
             )
-        c = classify_run(reader, run.id, prefer=d.chain_hint)
-        traj = build_trajectory(reader, c)
+        c, traj, chosen = journal_episode(reader, run.id, agent, episode)
+        sub = chosen is not None and chosen.id != MAIN
         main = c.main_requests
-        where = f"run {run.id}"
+        where = f"run {run.id} episode {chosen.id}" if sub else f"run {run.id}"
         compactions = recorded_compactions(c, lambda ex: read_final_response(reader, ex)[0])
         steps = list(traj.steps)
         attempts = [q.exchange.attempt for q in main[: len(steps)]]
@@ -235,16 +247,22 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
             profile=f"{agent} launch profile {d.versions}" if d.launchable else None,
         )
         rec.compactions = [x for x in compactions if x.after_step < after_step]
+        if sub:
+            rec.episode = chosen
         _check_steps(rec, after_step, where)
         for q in main[: after_step + 1]:
             rec.requests.append(q.conversation())
         label = run.labels.get("task")
         argv = d.task_from_argv(list(run.argv)) if run.argv else None
         # a run captured by `pvisor gateway` keeps neither: the agent's first request holds it
-        first = d.task_from_request(rec.requests[0]) if not (label or argv) and rec.requests else None
+        first = d.task_from_request(rec.requests[0]) if not (label or argv or sub) and rec.requests else None
         rec.task, rec.task_origin, rec.expected_task = _task(
             label, argv, None, task, first.task if first is not None else None
         )
+        if sub:
+            # the agent starts with the run's task; the subagent's requests carry its own prompt
+            own = d.task_from_request(rec.requests[0]) if rec.requests else None
+            rec.expected_task = own.task if own is not None else None
         rec.no_task_why = first.why if first is not None else None
         if rec.requests and rec.task_origin != TaskOrigin.OPTION.value:
             rec.first_prompt = d.prompt_parts(rec.requests[0])
@@ -277,6 +295,12 @@ def journal_recording(journal: Path, run_id: str, agent: str, after_step: int, t
     rec.notes.extend(step_notes(steps, after_step, [f for f in WARNED_FLAGS if f != "missing_tool_results"]))
     rec.unrecorded = unrecorded_calls(d, steps, after_step, native=False)
     _note_finish(rec, d, after_step)
+    if rec.episode is not None:
+        assert rec.episode.parent_step is not None  # a journal episode is one a call spawned
+        parent = journal_recording(journal, run_id, agent, rec.episode.parent_step, task)
+        rec.parent = parent
+        if rec.task is None:
+            rec.task, rec.task_origin = parent.task, parent.task_origin
     return rec
 
 

@@ -69,6 +69,7 @@ _ALL = frozenset(ReplayMode)
 _AGENT = frozenset((ReplayMode.REPLAY_ONLY, ReplayMode.CONTINUE))
 _LIVE = frozenset((ReplayMode.CONTINUE,))
 _PREPARE = frozenset((ReplayMode.PREPARE_ONLY,))
+_EPISODE = frozenset((ReplayMode.PREPARE_ONLY, ReplayMode.REPLAY_ONLY))
 
 
 class Kind:
@@ -165,6 +166,8 @@ class Option:
     def refused(self, mode: ReplayMode) -> str:
         """The usage error's line for this option given to ``mode``, which does not take it."""
         shown = "--prepare-only" if mode is ReplayMode.PREPARE_ONLY else "--replay-only"
+        if self.modes == _EPISODE:
+            return f"{self.flag} is for --prepare-only and --replay-only; a continuation {self.starts}"
         if self.modes == _LIVE:
             return f"{self.flag} is for a continuation (no mode flag); {shown} sends nothing to a live model"
         if self.modes == _PREPARE and self.starts != STARTS_NOTHING:  # a reason of its own
@@ -269,9 +272,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("session", "--session", Kind.TEXT, "One session of an OpenCode store holding several.",
            metavar="ID", toml="session", rank=17, api="session"),
     Option("episode", "--episode", Kind.TEXT,
-           "prepare-only: the episode whose steps are read, a subagent's id as `pvisor trajectory show` "
-           "or the result lists it (default: main, the main loop).", metavar="ID", modes=_PREPARE,
-           refusal=Refusal.REFUSED, starts="starts the agent, which starts its subagents itself"),
+           "prepare-only, replay-only: the episode whose steps are read, a subagent's id as `pvisor "
+           "trajectory show` or the result lists it (default: main, the main loop).", metavar="ID",
+           modes=_EPISODE, refusal=Refusal.REFUSED,
+           starts="would hand a subagent to the live model, which only its parent agent can go on with"),
     Option("force", "--force", Kind.FLAG,
            "Write into a non-empty --output (its earlier prefix and result files are replaced).",
            default=False, toml="force", rank=18, api="force"),

@@ -43,6 +43,8 @@ from pvisor.journal.reader import JournalReader
 from pvisor.replay.continuation import ContinuationResponder, LivePolicy, ReasoningPolicy
 from pvisor.replay.errors import ReplayBadInput, ReplayUsageError, show_path
 from pvisor.replay.numbering import Wording, pause_of
+from pvisor.replay.episode_playback import EpisodePlayback
+from pvisor.replay.episodes import MAIN
 from pvisor.replay.playback import PathRewrites, PlaybackResponder
 from pvisor.replay.recording import TaskOrigin, journal_recording, native_recording
 from pvisor.replay.output import (
@@ -223,8 +225,14 @@ class ReplayOnlyOutcome:
 def _record(opts: ReplayOptions) -> Any:
     agent = opts.source_agent or opts.agent  # a handoff reads the source as its own agent's
     if opts.run is not None:
-        return journal_recording(opts.journal, opts.run, agent, opts.after_step, opts.task)
+        return journal_recording(opts.journal, opts.run, agent, opts.after_step, opts.task, opts.episode)
     assert opts.trajectory is not None
+    if opts.episode not in (None, MAIN):
+        raise ReplayUsageError(
+            "usage",
+            f"--episode {opts.episode} with --trajectory: a native file's subagent is replayed with the "
+            "agent from its journal run only (--run RUN); --prepare-only reads it from the file",
+        )
     return native_recording(
         opts.trajectory, agent, opts.after_step, opts.task, opts.session, opts.allow_damaged
     )
@@ -678,6 +686,8 @@ def _responder(
             opts, rec, d, rewrites, str(setup.workspace), policy if live else None, snaps
         )
     if not live:
+        if rec.parent is not None:  # a subagent episode: the main loop served up to its parent step
+            return EpisodePlayback(rec, opts.after_step, d, rewrites)
         return PlaybackResponder(rec, opts.after_step, d, rewrites)
     return ContinuationResponder(rec, opts.after_step, d, rewrites, policy)
 

@@ -23,6 +23,8 @@ class ReplayOptions:
     (journal run, read from ``journal``); ``journal`` (also where the derived run goes);
     ``entrypoint`` (the agent's executable; default its command on PATH); ``task`` (when the
     source holds none, or to replay with another); ``session`` (OpenCode stores);
+    ``episode`` (a journal run's subagent episode to replay at its own step N, docs/steps.md
+    "Episodes"; None: the main loop);
     ``timeout`` seconds for the whole agent run; ``force``; ``allow_unsupported`` (an installed
     agent version outside its profile's range); ``end_grace`` seconds after the synthetic end;
     ``model`` the agent is launched with (default: the recorded one); ``agent_env`` and
@@ -103,6 +105,7 @@ class ReplayOptions:
     no_restore: bool = False
     env_from: Any = "recorded"
     source_agent: str | None = None
+    episode: str | None = None
     replay_only: bool = False
     strict_workspace: bool = False
     restore_start: bool = True

@@ -15,7 +15,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import jsonschema
 from agent_helpers import capture_scripted, pvisor, user_env
+
+SCHEMA = json.loads((Path(__file__).resolve().parents[1] / "docs" / "result-schema.json").read_text())
 
 SID = "11111111-2222-3333-4444-555555555555"
 PROMPT = "List the files in the workspace and report their names."
@@ -318,3 +321,80 @@ def test_a_codex_subagent_rollout_naming_its_parent_thread_is_an_episode(tmp_pat
         "call_id": "call_ls",
         "output": "a.txt\nb.txt",
     }
+
+
+def test_a_real_subagent_is_replayed_at_its_own_step_with_the_agent(tmp_path: Path) -> None:
+    # the subagent runs a shell call at its step 1 (the scripted model's subagent_turns); the
+    # replay serves the main loop's step 1 (the Agent call), the agent starts its subagent, the
+    # subagent gets its recorded step 1 and its request 2 is the boundary
+    prompt = "Write sub.txt with the shell and show it, then report."
+    command = "echo sub-step-1 > sub.txt; cat sub.txt"
+    script = {
+        "turns": [
+            {"text": "Delegating.", "tool_calls": [{"tool": "Agent", "arguments": {
+                "description": "write sub.txt", "prompt": prompt, "subagent_type": "general-purpose"}}]},
+            {"text": "Done."},
+        ],
+        "subagent_turns": [{"tool_calls": [{"tool": "@shell", "command": command}]}, {"text": "Wrote it."}],
+    }  # fmt: skip
+    cap = capture_scripted("claude-code", tmp_path, script, "Write sub.txt with a subagent")
+    assert (tmp_path / "ws" / "sub.txt").read_text() == "sub-step-1\n"
+    base = ["--journal", str(cap.journal), "replay", "--agent", "claude-code", "--run", cap.run]
+    steps = json.loads(
+        pvisor(["--journal", str(cap.journal), "journal", "steps", cap.run, "--json"], env=cap.env,
+               cwd=tmp_path).stdout
+    )  # fmt: skip
+    (spawn,) = steps["steps"][0]["action"]["tool_calls"]
+    sub = spawn["id"]  # a journal subagent's id: its parent call's
+    (sub_chain,) = [c for c in steps["chains"] if c["role"] != "main"]
+    ws, out = tmp_path / "ws2", tmp_path / "r1"
+    ws.mkdir()
+    agent = ["--agent-entrypoint", cap.exe, "--workspace", str(ws), "--replay-only"]
+    done = pvisor([*base, *agent, "--after-step", "1", "--episode", sub, "--output", str(out)], env=cap.env,
+                  cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    assert result["status"] == "ok" and result["divergence"] is None
+    assert result["source"]["episode"] == {
+        "id": sub,
+        "steps": 2,
+        "parent": {"step": 1, "call_id": sub, "tool": "Agent"},
+    }
+    assert (result["boundary"]["after_step"], result["boundary"]["steps_total"]) == (1, 2)
+    # the subagent's action served unchanged, its observation O'_1 equal to O_1
+    (call,) = result["tool_calls"]
+    assert (call["step"], call["name"], json.loads(call["arguments"])) == (1, "Bash", {"command": command})
+    assert call["equal"] is True and call["historical_observation_sha256"] is not None
+    assert (ws / "sub.txt").read_text() == "sub-step-1\n"
+    # both chains' recorded replies served: the main loop's step 1, then the subagent's
+    served = [
+        (s["episode"], s["request"], s["source"], s["recorded_exchange"])
+        for s in result["playback"]["served"]
+    ]
+    assert served == [
+        ("main", 1, "recorded", steps["steps"][0]["exchange"]),
+        (sub, 1, "recorded", sub_chain["exchanges"][0]),
+    ]
+    # the boundary is the subagent's request 2, ending at its new observation; every main-loop
+    # request after the parent step gets the synthetic end
+    assert [e["reason"] for e in result["synthetic_end"]].count("boundary") == 1
+    body = json.loads((out / "prefix.json").read_text())
+    assert prompt in json.dumps(body["messages"][0]) and "Delegating." not in json.dumps(body["messages"])
+    last = body["messages"][-1]["content"][0]
+    assert last["type"] == "tool_result" and last["content"].startswith("sub-step-1\n")
+    # bad input: N past the subagent's steps, a continuation, a native file
+    late = pvisor([*base, *agent, "--after-step", "3", "--episode", sub, "--output", str(tmp_path / "r3")],
+                  env=cap.env, cwd=tmp_path)  # fmt: skip
+    assert late.returncode == 65
+    assert [line for line in late.stderr.splitlines() if "error" in line] == [
+        f"pvisor: error: after_step_out_of_range: --after-step 3: run {cap.run} episode {sub} has 2 steps "
+        "(0 <= N <= 2)"
+    ]
+    live = [a for a in agent if a != "--replay-only"]
+    cont = pvisor([*base, *live, "--after-step", "1", "--episode", sub, "--output", str(tmp_path / "c"),
+                   "--upstream", "http://127.0.0.1:9"], env=cap.env, cwd=tmp_path)  # fmt: skip
+    assert (
+        cont.returncode == 2
+        and "--episode is for --prepare-only and --replay-only; a continuation" in cont.stderr
+    )
