@@ -214,6 +214,9 @@ class SourceRecord(ResultPart, Record, record=True):
         episode: the subagent episode read (``--episode``, docs/steps.md): ``{"id", "steps",
             "parent"}``, ``parent`` the call that spawned it (``{"step", "call_id", "tool"}``:
             the main loop's step, the call's id and tool) or None; absent for the main loop.
+            A native subagent read from a file of its own (a transcript, session or rollout
+            beside ``path``) also has ``file`` (that file, as ``path`` shows the given one)
+            and ``sha256`` (of its bytes): ``path`` and ``sha256`` above stay the given file's.
     """
 
     kind: str
@@ -776,6 +779,11 @@ class ResultDocument(ResultPart, Record, record=True):
         episode = getattr(source, "episode", None)
         if episode is not None and episode.id != "main":
             self.source.episode = episode.summary()
+            own = getattr(episode, "path", None)
+            if own is not None and getattr(episode, "sidechain", None) is None:
+                # the steps came from the subagent's own file: name it and its digest
+                self.source.episode["file"] = show_path(own)
+                self.source.episode["sha256"] = file_sha256(own)
         self.boundary.steps_total = len(source.steps)
 
     def warn(self, code: str, message: str) -> None:

@@ -12,6 +12,7 @@ scripted model (the subagent's own request, under another system prompt, gets th
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -118,11 +119,20 @@ def test_prepare_only_at_a_native_subagents_own_step_names_its_parent_call(tmp_p
     done = _run([*args, "--after-step", "1", "--episode", "agent-abc123"], tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads((out / "result.json").read_text())
+    jsonschema.validate(result, SCHEMA)
+    sub_file = tmp_path / SID / "subagents" / "agent-abc123.jsonl"
     assert result["source"]["episode"] == {
         "id": "agent-abc123",
         "steps": 2,
         "parent": {"step": 1, "call_id": "toolu_task1", "tool": "Task"},
+        # the file the steps were read from, beside the given one (source.path, source.sha256)
+        "file": str(sub_file),
+        "sha256": hashlib.sha256(sub_file.read_bytes()).hexdigest(),
     }
+    assert (result["source"]["path"], result["source"]["sha256"]) == (
+        str(main),
+        hashlib.sha256(main.read_bytes()).hexdigest(),
+    )
     assert result["boundary"]["steps_total"] == 2
     body = json.loads((out / "prefix.json").read_text())
     assert body["messages"][0]["content"] == PROMPT
