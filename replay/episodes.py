@@ -20,6 +20,8 @@ own with its own steps (docs/steps.md, "Episodes").
 - **Parent**: the main-loop step, call id and tool of the call that spawned it, found the same
   way for both sources: a ``subagent`` call whose string argument (the prompt) is the episode's
   task or is in it; each call spawns one episode, in step order; None when no call matches.
+  The call id is the one the agent sent the call back under, from both sources (a native file
+  that stores its own form, Gemini CLI's ``<name>__<id>``, gives the agent's).
 
 Errors: :class:`~.errors.ReplayBadInput` ``unknown_episode`` (exit 65, as an ``--after-step``
 past the last step): the one line names the episodes the source has.
@@ -204,7 +206,33 @@ def native_episodes(path: Path, agent: str, traj: Any, read: Any = None) -> list
         name = "sidechain" if agent_id == "*" else f"agent-{agent_id}"
         subs.append(Episode(name, len(t.steps), t.task, path=str(path), sidechain=agent_id))
     link(subs, traj.steps, agent)
+    wire = _wire_ids(traj.steps, agent)
+    for ep in subs:
+        # the parent call's id as the agent sent it (Gemini CLI's file stores ``<name>__<id>``):
+        # the id a journal run of the same session names it by
+        ep.parent_call_id = wire.get((ep.parent_step, ep.parent_call_id), ep.parent_call_id)
     return [main, *subs]
+
+
+def _wire_ids(steps: Sequence[Step], agent: str) -> dict[tuple[int, str | None], str | None]:
+    """(step, call id as the native file stores it) -> the id the agent sends it back under
+    (the descriptor's ``wire_action`` in its first protocol), for the steps whose calls it
+    gives one for one."""
+    from pvisor.adapters.agents import get_descriptor
+    from pvisor.journal.model import ToolCall
+
+    d = get_descriptor(agent)
+    out: dict[tuple[int, str | None], str | None] = {}
+    for step in steps:
+        calls = [c for c in step.action.tool_calls if c.kind != "server"]
+        wired = [
+            p.id
+            for p in d.wire_action(d.protocols[0], step.action).parts
+            if isinstance(p, ToolCall) and p.kind != "server"
+        ]
+        if len(wired) == len(calls):
+            out.update({(step.n, c.id): w for c, w in zip(calls, wired)})
+    return out
 
 
 def read_native_episode(path: Path, agent: str, episode: Episode, read: Any = None) -> Any:
