@@ -9,11 +9,13 @@ subagent and to every later main-loop request).
 :class:`EpisodePlayback` is the subagent's :class:`~.playback.PlaybackResponder` (its findings:
 the boundary, ``tool_calls``, the observations compared, are the subagent's) holding the main
 loop's as :attr:`EpisodePlayback.parent`. Which chain a request belongs to: the main loop's
-when the main loop's matcher finds it one of its requests (or the subagent was not spawned
-yet, the parent step not served); else the subagent's when its matcher does, or when it
-diverged from the subagent's chain and is no main-loop request (or carries the subagent's
-system prompt); anything else is answered as the main loop answers it (auxiliary requests from
-the recording, a divergence of the main loop). Both chains' served replies are listed in
+until the parent step was served; then the subagent's when its matcher finds it one of its
+requests and the main loop's does not (when both do, as for a subagent's request 1 that
+repeats the run's task: the subagent's when it carries the subagent's system prompt or the main
+loop sees a retry); the main loop's when only its matcher does; a request both find diverged
+is the subagent's when the main loop finds it auxiliary or it carries the subagent's system
+prompt; anything else is answered as the main loop answers it (auxiliary requests from the
+recording, a divergence of the main loop). Both chains' served replies are listed in
 ``served``, each with its ``episode``.
 
 Pure, as :mod:`.playback`: no file, process or socket.
@@ -70,15 +72,24 @@ class EpisodePlayback(PlaybackResponder):
         if isinstance(got, Refuse):
             return got
         body, pm = got
-        if pm.kind in _OWN or self.parent.matcher.answered < self.spawned_at:
+        if self.parent.matcher.answered < self.spawned_at:
             return await self._parent(request, body, pm)
         sm = self.matcher.match(request.method, request.path, request.query, body)
-        if sm.kind in _OWN or (
-            sm.kind is MatchKind.DIVERGED
-            and (pm.kind is MatchKind.AUXILIARY or self.matcher.same_system(sm.conversation))
-        ):
+        if self._subagents(pm, sm):
             return await self.answer(request, body, sm)
         return await self._parent(request, body, pm)
+
+    def _subagents(self, pm: OnlineMatch, sm: OnlineMatch) -> bool:
+        """Whether a request the main loop's matcher found ``pm`` and the subagent's ``sm`` is
+        the subagent's (module docstring). Both chains claim it when the subagent's request 1
+        repeats the run's task (a parent that passes it on): the subagent's when it carries the
+        subagent's system prompt, or when the main loop sees only a request it answered before."""
+        same = self.matcher.same_system(sm.conversation)
+        if sm.kind in _OWN:
+            return pm.kind not in _OWN or same or pm.kind is MatchKind.RETRY
+        if pm.kind in _OWN:
+            return False
+        return sm.kind is MatchKind.DIVERGED and (pm.kind is MatchKind.AUXILIARY or same)
 
     async def _parent(self, request: IncomingRequest, body: bytes, m: OnlineMatch) -> Answer:
         """The main loop's answer; its divergence is the replay's (the status says diverged)."""

@@ -411,3 +411,78 @@ def test_a_real_subagent_is_replayed_at_its_own_step_with_the_agent(tmp_path: Pa
         cont.returncode == 2
         and "--episode is for --prepare-only and --replay-only; a continuation" in cont.stderr
     )
+
+
+def _reply(mid: str, content: list) -> dict:
+    stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
+    return {"id": mid, "type": "message", "role": "assistant", "model": "claude-x", "content": content,
+            "stop_reason": stop, "usage": {"input_tokens": 1, "output_tokens": 1}}  # fmt: skip
+
+
+def _subagent_run(journal: Path, task: str, prompt: str) -> list[dict]:
+    """A Claude Code run written into ``journal`` (run ``r-sub``): the main loop's step 1 a Task
+    call with ``prompt``, its subagent (another system prompt, the same tools) a Bash call then
+    text, the main loop's step 2 text. Returns the request bodies in the order sent."""
+    from pvisor.journal.model import Run
+    from pvisor.journal.writer import Journal
+
+    tools = [{"name": n, "description": n, "input_schema": {"type": "object"}} for n in ("Bash", "Task")]
+    args = {"description": "sub", "prompt": prompt, "subagent_type": "general-purpose"}
+    spawn = {"type": "tool_use", "id": "toolu_spawn", "name": "Task", "input": args}
+    bash = {"type": "tool_use", "id": "toolu_sh", "name": "Bash", "input": {"command": "echo hi"}}
+
+    def result(call_id: str, text: str) -> dict:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": text}]}
+
+    main1 = [{"role": "user", "content": task}]
+    sub1 = [{"role": "user", "content": prompt}]
+    sub2 = [*sub1, {"role": "assistant", "content": [bash]}, result("toolu_sh", "hi\n")]
+    main2 = [*main1, {"role": "assistant", "content": [spawn]}, result("toolu_spawn", "hi")]
+    sent = [
+        ("main", main1, _reply("msg_1", [spawn])),
+        ("sub", sub1, _reply("msg_2", [bash])),
+        ("sub", sub2, _reply("msg_3", [{"type": "text", "text": "hi"}])),
+        ("main", main2, _reply("msg_4", [{"type": "text", "text": "Done."}])),
+    ]  # fmt: skip
+    bodies = []
+    with Journal.open(journal) as j:
+        j.create_run(Run(id="r-sub", agent="claude-code", agent_version="2.1.300", labels={"task": task}))
+        for who, msgs, reply in sent:
+            system = "You are the main agent." if who == "main" else "You are a subagent."
+            body = {"model": "claude-x", "system": system, "tools": tools, "messages": msgs}
+            bodies.append(body)
+            j.record_exchange("r-sub", "POST", "/v1/messages", [("content-type", "application/json")],
+                              protocol="anthropic", status=200, request_body=json.dumps(body).encode(),
+                              response_body=json.dumps(reply).encode(),
+                              response_headers=[("content-type", "application/json")])  # fmt: skip
+    return bodies
+
+
+def test_a_subagents_request_that_repeats_the_task_is_the_subagents_own(stack, tmp_path: Path) -> None:
+    # the subagent's prompt is the run's task and its tools are the main loop's: the main loop's
+    # matcher takes its request 1 for a retry of its own request 1; playback gives it the
+    # subagent's recorded step 1 (its own system prompt), and its request 2 is the boundary
+    from gateway_helpers import http_request
+    from pvisor.adapters.agents import get_descriptor
+    from pvisor.replay.episode_playback import EpisodePlayback
+    from pvisor.replay.playback import PathRewrites, PlaybackStatus, playback_record
+    from pvisor.replay.recording import journal_recording
+
+    task = "Say hi from a subagent."
+    journal = tmp_path / "j.sqlite"
+    bodies = _subagent_run(journal, task, task)  # the parent passes the task on as it is
+    rec = journal_recording(journal, "r-sub", "claude-code", 1, None, episode="toolu_spawn")
+    assert (rec.episode.parent_step, len(rec.steps), rec.task) == (1, 2, task)
+    p = EpisodePlayback(rec, 1, get_descriptor("claude-code"), PathRewrites([]))
+    gw = stack.gateway({}, responder=p, offline=True, name="pb-episode")
+    answers = []
+    for body in bodies[:3]:
+        status, _, data = http_request(gw.url, "POST", "/v1/messages", json.dumps(body).encode(),
+                                       headers={"Content-Type": "application/json"})  # fmt: skip
+        assert status == 200, data
+        answers.append(json.loads(data)["content"])
+    assert answers[0][0]["name"] == "Task" and answers[1][0]["input"] == {"command": "echo hi"}
+    assert p.status is PlaybackStatus.OK and p.boundary is not None
+    assert json.loads(p.boundary.body)["messages"][-1]["content"][0]["content"] == "hi\n"
+    served = [(s["episode"], s["request"]) for s in playback_record(p)["served"]]
+    assert served == [("main", 1), ("toolu_spawn", 1)]
