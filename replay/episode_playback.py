@@ -16,7 +16,8 @@ loop sees a retry); the main loop's when only its matcher does; a request both f
 is the subagent's when the main loop finds it auxiliary or it carries the subagent's system
 prompt; anything else is answered as the main loop answers it (auxiliary requests from the
 recording, a divergence of the main loop). Both chains' served replies are listed in
-``served``, each with its ``episode``.
+``served``, each with its ``episode``; so are the paths rewritten in both chains' actions
+(``path_rewrites``).
 
 Pure, as :mod:`.playback`: no file, process or socket.
 """
@@ -30,7 +31,7 @@ from pvisor.gateway.responder import Answer, IncomingRequest, Refuse
 from pvisor.journal.model import Conversation
 
 from .episodes import MAIN
-from .playback import PathRewrites, PlaybackResponder
+from .playback import PathRewrites, PlaybackResponder, Rewrite
 from .recording import Recording
 
 _OWN = (MatchKind.MAIN, MatchKind.RETRY)
@@ -65,6 +66,10 @@ class EpisodePlayback(PlaybackResponder):
         parent.synthetic = self.synthetic
         parent.differences = self.differences
         self.parent = parent
+
+    def rewrites_made(self) -> list[tuple[str | None, Rewrite]]:
+        """The main loop's rewrites (steps 1..S), then the subagent's, each with its episode."""
+        return [*self.parent.rewrites_made(), *super().rewrites_made()]
 
     async def respond(self, request: IncomingRequest) -> Answer:
         self.requests += 1

@@ -402,6 +402,11 @@ class PlaybackResponder:
                     return pool.pop(i).reply
         return None
 
+    def rewrites_made(self) -> list[tuple[str | None, Rewrite]]:
+        """(episode, rewrite) of every path rewritten in the served actions, ``episode`` its
+        :attr:`episode_id` (a subagent episode's replay lists its parent's too)."""
+        return [(self.episode_id, r) for r in self.rewritten]
+
     def _rewritten_step(self, k: int) -> bool:
         return any(r.step == k for r in self.rewritten)
 
@@ -767,8 +772,9 @@ def playback_record(p: PlaybackResponder) -> dict[str, Any]:
                 "argument": r.argument,
                 "recorded": r.recorded,
                 "replayed": r.replayed,
+                **({"episode": episode} if episode is not None else {}),
             }
-            for r in p.rewritten
+            for episode, r in p.rewrites_made()
         ],
         "auxiliary": [
             {

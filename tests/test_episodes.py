@@ -422,11 +422,14 @@ def _reply(mid: str, content: list) -> dict:
 def _subagent_run(journal: Path, task: str, prompt: str) -> list[dict]:
     """A Claude Code run written into ``journal`` (run ``r-sub``): the main loop's step 1 a Task
     call with ``prompt``, its subagent (another system prompt, the same tools) a Bash call then
-    text, the main loop's step 2 text. Returns the request bodies in the order sent."""
+    text, the main loop's step 2 text; the main loop's step 1 also reads a recorded absolute
+    path. Returns the request bodies in the order sent."""
     from pvisor.journal.model import Run
     from pvisor.journal.writer import Journal
 
-    tools = [{"name": n, "description": n, "input_schema": {"type": "object"}} for n in ("Bash", "Task")]
+    tools = [
+        {"name": n, "description": n, "input_schema": {"type": "object"}} for n in ("Bash", "Task", "Read")
+    ]
     args = {"description": "sub", "prompt": prompt, "subagent_type": "general-purpose"}
     spawn = {"type": "tool_use", "id": "toolu_spawn", "name": "Task", "input": args}
     bash = {"type": "tool_use", "id": "toolu_sh", "name": "Bash", "input": {"command": "echo hi"}}
@@ -437,9 +440,15 @@ def _subagent_run(journal: Path, task: str, prompt: str) -> list[dict]:
     main1 = [{"role": "user", "content": task}]
     sub1 = [{"role": "user", "content": prompt}]
     sub2 = [*sub1, {"role": "assistant", "content": [bash]}, result("toolu_sh", "hi\n")]
-    main2 = [*main1, {"role": "assistant", "content": [spawn]}, result("toolu_spawn", "hi")]
+    # beside the Task call, a Read of a recorded absolute path (rewritten when served)
+    read = {"type": "tool_use", "id": "toolu_rd", "name": "Read", "input": {"file_path": "/old/ws/notes.txt"}}
+    both = {
+        "role": "user",
+        "content": [*result("toolu_spawn", "hi")["content"], *result("toolu_rd", "n")["content"]],
+    }
+    main2 = [*main1, {"role": "assistant", "content": [spawn, read]}, both]
     sent = [
-        ("main", main1, _reply("msg_1", [spawn])),
+        ("main", main1, _reply("msg_1", [spawn, read])),
         ("sub", sub1, _reply("msg_2", [bash])),
         ("sub", sub2, _reply("msg_3", [{"type": "text", "text": "hi"}])),
         ("main", main2, _reply("msg_4", [{"type": "text", "text": "Done."}])),
@@ -473,7 +482,9 @@ def test_a_subagents_request_that_repeats_the_task_is_the_subagents_own(stack, t
     bodies = _subagent_run(journal, task, task)  # the parent passes the task on as it is
     rec = journal_recording(journal, "r-sub", "claude-code", 1, None, episode="toolu_spawn")
     assert (rec.episode.parent_step, len(rec.steps), rec.task) == (1, 2, task)
-    p = EpisodePlayback(rec, 1, get_descriptor("claude-code"), PathRewrites([]))
+    p = EpisodePlayback(
+        rec, 1, get_descriptor("claude-code"), PathRewrites([("/old/ws", "/new/ws", "workspace")])
+    )
     gw = stack.gateway({}, responder=p, offline=True, name="pb-episode")
     answers = []
     for body in bodies[:3]:
@@ -486,3 +497,8 @@ def test_a_subagents_request_that_repeats_the_task_is_the_subagents_own(stack, t
     assert json.loads(p.boundary.body)["messages"][-1]["content"][0]["content"] == "hi\n"
     served = [(s["episode"], s["request"]) for s in playback_record(p)["served"]]
     assert served == [("main", 1), ("toolu_spawn", 1)]
+    assert answers[0][1]["input"] == {"file_path": "/new/ws/notes.txt"}
+    assert playback_record(p)["path_rewrites"] == [
+        {"step": 1, "call_id": "toolu_rd", "tool": "Read", "argument": "file_path",
+         "recorded": "/old/ws/notes.txt", "replayed": "/new/ws/notes.txt", "episode": "main"}
+    ]  # fmt: skip
