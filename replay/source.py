@@ -440,7 +440,7 @@ def check_cut_off(
     where = cut.where if cut is not None else "its last line"
     raise ReplayBadInput(
         "damaged_source",
-        f"--after-step {after_step}: {show_path(path)} {where} is cut off (no newline, not JSON) and may "
+        f"--after-step {after_step}: {show_path(path)} {where} is cut off (not a whole record) and may "
         f"belong to step {s}, "
         f"whose action or observation would then be incomplete; choose N < {s}, or --allow-damaged",
     )

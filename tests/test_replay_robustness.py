@@ -1046,7 +1046,7 @@ def test_a_cut_off_last_line_may_belong_to_the_last_step_which_no_boundary_inclu
         one_line_error(
             proc,
             65,
-            f"damaged_source: --after-step 2: {src} line 13 is cut off (no newline, not JSON) and may belong "
+            f"damaged_source: --after-step 2: {src} line 13 is cut off (not a whole record) and may belong "
             "to step 2, whose action or observation would then be incomplete; "
             "choose N < 2, or --allow-damaged",
         )
