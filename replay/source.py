@@ -394,14 +394,16 @@ DAMAGE_CODES = frozenset(
 )
 
 
-#: what a refused prefix (``check_damage``) and a refused view (``for_view``) say after the place
+#: what a refused prefix (``check_damage``) and a refused view (``for_view``) say after the place:
+#: the refusal is of the whole file, whatever the step or N (a lost line is not tied to a step)
 _ACROSS = {
     False: (
-        "a prefix across it may not be what the agent sent: --allow-damaged builds it and lists each repair"
+        "a file the reader had to repair is refused at any N (a prefix from it may not be what the "
+        "agent sent): --allow-damaged builds it and lists each repair"
     ),
     True: (
-        "a view across it may not be what the agent saw: --allow-damaged writes it with each repair "
-        "in its `repairs`"
+        "a file the reader had to repair is refused at any step (a view of it may not be what the "
+        "agent saw): --allow-damaged writes it with each repair in its `repairs`"
     ),
 }
 
@@ -440,7 +442,7 @@ def check_cut_off(
     where = cut.where if cut is not None else "its last line"
     raise ReplayBadInput(
         "damaged_source",
-        f"--after-step {after_step}: {show_path(path)} {where} is cut off (no newline, not JSON) and may "
+        f"--after-step {after_step}: {show_path(path)} {where} is cut off (not a whole record) and may "
         f"belong to step {s}, "
         f"whose action or observation would then be incomplete; choose N < {s}, or --allow-damaged",
     )

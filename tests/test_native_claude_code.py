@@ -567,3 +567,20 @@ def test_two_conversation_branches_the_longer_is_the_session_and_the_choice_is_s
     [lo] = [lo for lo in res.trajectory.left_out if lo.kind == "branch"]
     assert lo.where == f"line {len(records) + 2}" and "msg_rewound" in lo.reason
     assert "the session is the chain ending at line" in lo.reason
+
+
+def test_a_lost_line_inside_a_reply_over_several_lines_flags_the_step_of_that_reply(tmp_path):
+    # spotter_short.jsonl: step 1's reply (message msg_01MKH1...) is written over lines 5-8 and
+    # 10; without line 7 (one of its parts) line 8 names a parent the file no longer holds and is
+    # bridged to line 6. Line 8 is a later line of the same reply, so its step is step 1
+    lines = (REAL.parent / "spotter_short.jsonl").read_text().splitlines(keepends=True)
+    mid = json.loads(lines[6])["message"]["id"]
+    assert [json.loads(ln).get("message", {}).get("id") for ln in lines[4:8]] == [mid] * 4
+    p = tmp_path / "lost7.jsonl"
+    p.write_text("".join(lines[:6] + lines[7:]))
+    result, _ = read_native(p, "claude-code")
+    assert [(w.code, w.where) for w in result.diagnostics.warnings if w.code == "broken_chain"] == [
+        ("broken_chain", "line 7")  # the bridged line (line 8 before) as the damaged file numbers it
+    ]
+    [step] = result.trajectory.steps
+    assert "broken_chain" in step.flags

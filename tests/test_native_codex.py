@@ -472,3 +472,30 @@ def test_an_end_event_whose_output_disagrees_with_the_output_item_is_warned_with
 def test_an_end_event_within_its_output_item_is_silent():
     result, _ = read_native(native_dir() / "codex" / REAL, "codex")
     assert not {"output_differs", "output_from_event"} & set(result.diagnostics.codes())
+
+
+@pytest.mark.parametrize("damage", ["deleted", "cut_and_glued"])
+def test_a_lost_call_of_step_1_is_a_gap_step_1_and_the_later_steps_keep_their_numbers(tmp_path, damage):
+    # the real 0.171.0 session: line 10 is step 1's function_call, line 11 the record after it
+    name = "real-0.171.0_single-then-resume.jsonl"
+    lines = (native_dir() / "codex" / name).read_bytes().split(b"\n")
+    assert b'"type":"function_call"' in lines[9]
+    whole, _ = read_native(native_dir() / "codex" / name, "codex")
+    if damage == "deleted":
+        lines[9:10] = []
+    else:  # cut mid-line, the next write appended with no newline between
+        lines[9:11] = [lines[9][: len(lines[9]) // 2] + lines[10]]
+    p = tmp_path / name
+    p.write_bytes(b"\n".join(lines))
+    result, _ = read_native(p, "codex")
+    steps, before = result.trajectory.steps, whole.trajectory.steps
+    assert len(steps) == len(before) == 4
+    gap = steps[0]
+    assert (gap.n, gap.flags, gap.action.tool_calls) == (1, ["lost_action"], [])
+    assert [r.call_id for r in gap.observation.results] == [r.call_id for r in before[0].observation.results]
+    assert [(s.n, s.action.text, s.action.tool_calls) for s in steps[1:]] == [
+        (s.n, s.action.text, s.action.tool_calls) for s in before[1:]
+    ]
+    [w] = [w for w in result.diagnostics.warnings if w.code == "lost_action"]
+    assert "step 1 was lost" in w.message
+    assert "a call output before any action" not in str(result.trajectory.left_out)

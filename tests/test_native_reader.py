@@ -382,3 +382,69 @@ def test_a_cut_off_last_line_ending_in_a_nested_object_is_truncated_not_glued(tm
     got, diag = _lines(tmp_path, b'{"a":1}\n{"a": 2, "b": {"c": 3}')
     assert [o for _, o in got] == [{"a": 1}]
     assert [(w.code, w.where) for w in diag.warnings] == [("truncated_line", "line 2")]
+
+
+def test_a_line_of_nested_openings_is_searched_for_a_glued_record_within_a_byte_budget(tmp_path, monkeypatch):
+    # 800 openings of a list of 5,000 ints, closed only at the end: every `{"` is a candidate
+    # whose parse reads to the end of the line (one parse per candidate took 45 s)
+    import orjson
+
+    from pvisor.adapters.native import jsonl
+
+    junk = (b'{"k":[' + b"1," * 5000) * 800 + b"1]}"
+    lines = (corpus_dir() / "native" / "claude-code" / "spotter_short.jsonl").read_bytes().split(b"\n")
+    p = tmp_path / "spotter_short.jsonl"
+    p.write_bytes(b"\n".join(lines[:3] + [junk] + lines[3:]))
+    bound = len(junk) + jsonl.glue_budget(len(junk))  # the line's own parse, then the candidates'
+    assert jsonl.glue_budget(len(junk)) <= jsonl.GLUE_MAX_BYTES
+    read = [0]  # bytes of the long line handed to orjson
+    loads = orjson.loads
+
+    def counting(data):
+        if len(data) > 1 << 20:
+            read[0] += len(data)
+            assert read[0] <= bound, f"{read[0]} bytes parsed, over the budget {bound}"
+        return loads(data)
+
+    monkeypatch.setattr(orjson, "loads", counting)
+    diag = Diagnostics(str(p))
+    got = [obj for _n, obj, _ref in iter_json_records(p, diag)]
+    monkeypatch.undo()
+    assert got == [json.loads(line) for line in lines if line.strip()]
+    assert [(w.code, w.where) for w in diag.warnings] == [("malformed_line", "line 4")]
+    search = jsonl.glued_record(junk)
+    assert search.found is None and search.parsed <= jsonl.glue_budget(len(junk)) and search.tries <= 2
+
+
+def _cut_end(name: str, n: int, tmp_path: Path) -> tuple[Path, list[bytes]]:
+    """The real file ``name`` with line ``n``'s last character (its closing brace) removed, the
+    newline kept."""
+    lines = (corpus_dir() / "native" / name).read_bytes().split(b"\n")
+    assert lines[n - 1].endswith(b"}}")  # its last nested object ends the cut line
+    p = tmp_path / Path(name).name
+    p.write_bytes(b"\n".join(lines[: n - 1] + [lines[n - 1][:-1]] + lines[n:]))
+    return p, lines
+
+
+def test_a_record_missing_only_its_closing_brace_is_cut_off_not_glued(tmp_path):
+    name = "codex/real-0.171.0_single-then-resume.jsonl"
+    p, lines = _cut_end(name, 10, tmp_path)  # step 1's function_call, its payload object last
+    diag = Diagnostics(str(p))
+    got = [obj for _n, obj, _ref in iter_json_records(p, diag)]
+    assert got == [json.loads(line) for i, line in enumerate(lines) if line.strip() and i != 9]
+    [w] = diag.warnings
+    assert (w.code, w.where) == ("malformed_line", "line 10") and "cut off before its end" in w.message
+    result, _notes = read_native(p, "codex")
+    assert not {"glued_record", "unknown_record"} & set(result.diagnostics.codes())
+
+
+def test_a_last_record_missing_only_its_closing_brace_is_a_truncated_line(tmp_path):
+    name = "codex/real-0.171.0_single-then-resume.jsonl"
+    p, lines = _cut_end(name, 34, tmp_path)  # task_complete, newline kept after it
+    assert lines[34:] == [b""]
+    result, _notes = read_native(p, "codex")
+    assert [(w.code, w.where) for w in result.diagnostics.warnings if w.code != "no_version"][:1] == [
+        ("truncated_line", "line 34")
+    ]
+    assert "glued_record" not in result.diagnostics.codes()
+    assert "truncated_line" in result.trajectory.steps[-1].flags

@@ -1017,6 +1017,32 @@ def test_a_view_of_a_file_with_a_broken_chain_is_refused_as_a_prefix_is_and_mark
     assert [(r["code"], r["where"]) for r in doc["repairs"]] == [("broken_chain", "line 27")]
 
 
+def test_a_refusal_of_a_repaired_file_says_it_covers_the_whole_file_not_a_view_across_it(tmp_path):
+    """spotter_tool_heavy.jsonl without line 27: the repair is on step 3. A view at transition 0
+    (step 1) and a prefix at N = 1 stop before it, yet are refused: the whole file is. The
+    message said "a view across it" / "a prefix across it", which a pause before the repair is
+    not; it now says a file the reader had to repair is refused (same code and exit status)."""
+    lines = (CC / "spotter_tool_heavy.jsonl").read_text().splitlines(keepends=True)
+    src = tmp_path / "lost27.jsonl"
+    src.write_text("".join(lines[:26] + lines[27:]))
+    view = pvisor("view", str(src), "--step", "0")
+    pause = prepare(
+        "--agent",
+        "claude-code",
+        "--trajectory",
+        str(src),
+        "--after-step",
+        "1",
+        "--output",
+        str(tmp_path / "p"),
+    )
+    for proc, what in ((view, "at any step"), (pause, "at any N")):
+        one_line_error(proc, 65, "damaged_source: ")
+        error = [x for x in proc.stderr.decode().splitlines() if x.startswith("pvisor: error:")][0]
+        assert "line 27: broken_chain:" in error and "across it" not in error
+        assert f"a file the reader had to repair is refused {what}" in error and "--allow-damaged" in error
+
+
 def test_a_cut_off_last_line_may_belong_to_the_last_step_which_no_boundary_includes(tmp_path):
     """Claude Code writes one reply over several lines: step 2's text on line 12, its Bash call
     on line 13. Cut in the middle of line 13, step 2 read as a text-only answer. The step is
@@ -1046,7 +1072,7 @@ def test_a_cut_off_last_line_may_belong_to_the_last_step_which_no_boundary_inclu
         one_line_error(
             proc,
             65,
-            f"damaged_source: --after-step 2: {src} line 13 is cut off (no newline, not JSON) and may belong "
+            f"damaged_source: --after-step 2: {src} line 13 is cut off (not a whole record) and may belong "
             "to step 2, whose action or observation would then be incomplete; "
             "choose N < 2, or --allow-damaged",
         )

@@ -16,7 +16,8 @@ Format rules (sources: docs/native.md; the corpus files
   ``parentUuid`` is not null but names no line of the file (its parent's line was lost or
   damaged) continues from the chain line before it in the file, with a ``broken_chain``
   warning naming the line and the missing uuid (a root when there is none, or when that line
-  descends from it), and the step holding the line is flagged ``broken_chain``; real forks (a
+  descends from it), and the step holding the line (a later line of a reply over several lines
+  too) is flagged ``broken_chain``; real forks (a
   parent that exists: rewinds, result forks) are untouched.
   The main chain is walked back from its leaf: among the lines no line names as parent (any
   chain record: a session often ends with ``progress`` or ``system`` lines), the deepest one
@@ -571,6 +572,7 @@ class _Walk:
         self.r, self.depth, self.load, self.diag = r, depth, load, diag
         self.plans: list[_Plan] = []
         self.used_msgs: set[str] = set()
+        self.plan_of: dict[str, _Plan] = {}  # message id -> the plan of its step
         self.taken: dict[str, int] = {}  # call id -> results paired so far
         self.first_call: dict[str, int] = {}  # call id -> line of its first call on the chain
         self.pending_context: list[str] = []
@@ -589,9 +591,12 @@ class _Walk:
             if k == _ASSISTANT:
                 mid = chain.msg_id[i]
                 if mid in self.used_msgs:
+                    if i in chain.bridged:  # a later line of a reply over several lines: its step
+                        self.plan_of[mid].bridged = True
                     continue
                 self.used_msgs.add(mid)
-                self.plans.append(self.plan(len(self.plans) + 1, self.r.msgs[mid]))
+                self.plan_of[mid] = self.plan(len(self.plans) + 1, self.r.msgs[mid])
+                self.plans.append(self.plan_of[mid])
             elif k & 7 == _USER and i in chain.text_ref:
                 self.user(i, k, chain.text_ref[i])
             if i in chain.bridged and self.plans and isinstance(self.plans[-1], _Plan):

@@ -46,7 +46,8 @@ claude-code-log synthetic rollout):
   action the last user message is the task, everything else ``meta["task_context"]``.
 - An output whose ``call_id`` no call of the file has (the line of that call was lost) is a
   gap step at its place: flag ``lost_action``, no action, the output its observation, a
-  ``lost_action`` warning naming the line; the later steps keep their numbers.
+  ``lost_action`` warning naming the line; the later steps keep their numbers (also when it
+  is step 1's call: the output then comes before any action the file holds).
 - ``compacted`` (with ``replacement_history``) replaces the history the model sees: the items
   of ``replacement_history`` become a :class:`~pvisor.journal.model.Compaction` after the step
   before it (every later request starts with them, the developer item and context included;
@@ -514,12 +515,10 @@ class _Reading:
         """A call's output, a result of the step whose action made the call; the output of a call
         no line holds makes a gap step (``lost_action``)."""
         plans = self.plans
-        if not plans:
-            left_out(self.traj, f"line {n}", t, "a call output before any action")
-            return
         if owner is None and call_id is not None and call_id not in self.strays:
             # the output of a call no line holds: the line of that action was lost. A gap
-            # step stands at its place, so that the later steps keep their numbers
+            # step stands at its place, so that the later steps keep their numbers (step 1's
+            # too: the output then comes before any action the file holds)
             self.strays[call_id] = ref
             gap = _Plan(len(plans) + 1)
             gap.flags = ("lost_action",)
@@ -532,6 +531,9 @@ class _Reading:
                 f"the action of step {gap.n} was lost; a gap step stands at its place",
             )
             gap.results.append(ref)
+            return
+        if not plans:
+            left_out(self.traj, f"line {n}", t, "a call output before any action")
             return
         # the step whose action made the call, not the step being read (a late output)
         plans[owner.step if owner is not None else len(plans) - 1].results.append(ref)

@@ -27,7 +27,8 @@ MAX_WARNINGS_PER_CODE = 100
 #: warning codes and what they mean (docs/native.md lists them too)
 WARNING_CODES: dict[str, str] = {
     "truncated_line": (
-        "the last line ends without a newline and does not parse (the writer was cut off); skipped"
+        "the last line ends without a newline and does not parse, or is a record missing its closing "
+        "brackets (the writer was cut off); skipped"
     ),
     "nul_block": "a block of NUL bytes (a crash or a preallocated file); skipped",
     "malformed_line": "a line that is not JSON; skipped",

@@ -21,7 +21,11 @@ limits, objects read again by reference, and a single JSON document.
     a following line that is a JSON object on its own ends the attempt;
   * a line that is a truncated record with a complete one glued after it (a writer cut off
     mid-line, the next write appended with no newline between) yields the complete one, with a
-    warning that a truncated record preceded it (``glued_record``).
+    warning that a truncated record preceded it (``glued_record``); the search is bounded
+    (:data:`GLUE_BUDGET_FACTOR`, :data:`GLUE_MAX_BYTES`), a line over it reported as not JSON;
+  * a line that is a record missing only its end (closed with a few brackets it parses) is a
+    record cut off, not a glued one: ``truncated_line`` when it is the last line, else
+    ``malformed_line``.
 - :class:`LineRef`, :func:`pack_ref`, :func:`unpack_ref` and :class:`JsonlSource`: where an
   object is in the file, and the object read again from there when a step is built.
 - :func:`read_json_document`: a single-document JSON file (mini-swe-agent, OpenHands, ...),
@@ -61,8 +65,19 @@ REJOIN_MAX_LINES = 1000
 #: ... and at most this many bytes (1 MiB)
 REJOIN_MAX_BYTES = 1 << 20
 #: a line that is not JSON is tried at most this many times for a complete record glued after
-#: a truncated one (:func:`_glued_record`)
+#: a truncated one (:func:`glued_record`) ...
 GLUE_MAX_TRIES = 256
+#: ... and its candidate parses read at most this many times the line's length in all ...
+GLUE_BUDGET_FACTOR = 4
+#: ... and never more than this many bytes (8 MiB): a candidate whose rest of the line is longer
+#: than what is left of the budget is not parsed, so a long line of nested openings (each ``{"``
+#: a candidate whose parse reads to the end) costs a few parses, not one per candidate
+GLUE_MAX_BYTES = 8 << 20
+#: a line that is not JSON but parses closed with at most this many brackets is a record cut off
+#: before its end (:func:`closes_as_record`), never searched for a glued one
+CLOSE_MAX_BRACKETS = 8
+#: ... when it holds at most this many brackets outside strings (each is walked once)
+CLOSE_SCAN_MAX = 1 << 20
 
 
 # --------------------------------------------------------------------------- UTF-8 fallback
@@ -203,6 +218,7 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
     line. The ref lets :meth:`JsonlSource.load` read the object again later. A line that parses
     is read here; a NUL block and an object split by raw newlines go to the steps below."""
     pending: _Pending | None = None  # an object split by raw newlines, being rejoined
+    unclosed: int | None = None  # the line of a record cut off before its end, newline kept
     for n, offset, line, ended in _raw_lines(path):
         if line.endswith(b"\r"):
             line = line[:-1]
@@ -228,6 +244,9 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
                 pending = None
             else:
                 ok = False  # a fragment that happens to be JSON ("123", "]"): keep joining
+        if ok and unclosed is not None:
+            diag.add(_cut_record(unclosed, last=False))
+            unclosed = None
         if ok:
             for f in flags:
                 diag.warn(f, f"line {n}", WARNING_CODES[f])
@@ -236,9 +255,17 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
                 continue
             yield n, obj, LineRef(offset, len(line))
         elif pending is None:
+            if unclosed is not None:  # a line follows the record cut off before its end
+                diag.add(_cut_record(unclosed, last=False))
+                unclosed = None
+            # a record missing only its end (a "}" or a few brackets) is cut off, not glued: its
+            # last nested object would otherwise be read as a record
+            if ended and closes_as_record(line):
+                unclosed = n  # the last line's cut (truncated_line) unless another line follows
+                continue
             # a glued line ends with the newline its complete record's writer wrote; a last line
             # cut off without one may end inside the cut record, right after a nested object
-            glued = _glued_record(line) if ended else None
+            glued = glued_record(line).found if ended else None
             if glued is not None:
                 cut, obj = glued
                 diag.warn(
@@ -255,6 +282,8 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
             pending, joined = _rejoin(pending, n, offset, line, ended, diag)
             if joined is not None:
                 yield joined
+    if unclosed is not None:
+        diag.add(_cut_record(unclosed, last=True))
     if pending is not None:
         last = pending.first + len(pending.parts) - 1
         if len(pending.parts) == 1:
@@ -263,29 +292,109 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
             diag.warn("malformed_line", _where(pending.first, last), "not JSON, not even joined; skipped")
 
 
-def _glued_record(line: bytes) -> tuple[int, dict[str, Any]] | None:
-    """(byte offset in ``line``, object) of a complete JSON object that ends ``line`` after a
-    truncated one: a writer cut off mid-line, and the next write appended its record with no
-    newline between. Candidates are the ``{"`` after the line's start, left to right (the first
-    whose rest parses is the outermost object: a nested object's rest ends in an unmatched
-    ``}``); at most :data:`GLUE_MAX_TRIES` of them are tried, so a long junk line costs little.
-    A ``{"`` inside a JSON string is escaped (``{\\"``), so no string's text is mistaken for
-    a record. None when no such object ends the line. Only a line ended by a newline is tried
-    (the caller's rule): a cut-off last line may end right after a nested object of its own."""
+class GlueSearch(FrozenRecord, record=True):
+    """What :func:`glued_record` found and what it cost: ``found`` (byte offset in the line,
+    object) or None, ``tries`` (candidate parses), ``parsed`` (bytes those parses read: a
+    parse that failed read up to where it stopped)."""
+
+    found: tuple[int, dict[str, Any]] | None
+    tries: int
+    parsed: int
+
+    def __init__(self, found: tuple[int, dict[str, Any]] | None, tries: int, parsed: int) -> None:
+        _set(self, "found", found)
+        _set(self, "tries", tries)
+        _set(self, "parsed", parsed)
+
+
+def glue_budget(length: int) -> int:
+    """The bytes :func:`glued_record`'s candidate parses may read on a line of ``length`` bytes:
+    :data:`GLUE_BUDGET_FACTOR` times the length, at most :data:`GLUE_MAX_BYTES`."""
+    return min(GLUE_BUDGET_FACTOR * length, GLUE_MAX_BYTES)
+
+
+def glued_record(line: bytes) -> GlueSearch:
+    """The complete JSON object that ends ``line`` after a truncated one (a writer cut off
+    mid-line, and the next write appended its record with no newline between), as a
+    :class:`GlueSearch` (``found``: byte offset in ``line`` and object, None when no such object
+    ends the line or the budget ran out first). Candidates are the ``{"`` after the line's
+    start, left to right (the first whose rest parses is the outermost object: a nested object's
+    rest ends in an unmatched ``}``). A ``{"`` inside a JSON string is escaped (``{\\"``), so
+    no string's text is mistaken for a record. The work is bounded: at most
+    :data:`GLUE_MAX_TRIES` candidates, and the bytes their parses read stay within
+    :func:`glue_budget` (a candidate whose rest is longer than what is left of it is passed over;
+    a parse that fails reads up to where it stops), so a line of nested openings whose every
+    candidate parses to the end is given up after a few parses (the caller then reports it as
+    not JSON). Only a line ended by a newline is tried (the caller's rule): a cut-off last line
+    may end right after a nested object of its own."""
     if not line.rstrip().endswith(b"}"):
-        return None
+        return GlueSearch(None, 0, 0)
+    budget = glue_budget(len(line))
     at = line.find(b'{"', 1)
-    tries = 0
+    tries = parsed = 0
     while at > 0 and tries < GLUE_MAX_TRIES:
+        rest = len(line) - at
+        if parsed + rest > budget:  # later candidates have shorter rests
+            at = line.find(b'{"', len(line) - (budget - parsed))
+            if at <= 0:
+                break
+            continue
         tries += 1
         try:
             obj, _ = loads_lenient(line[at:])
-        except ValueError:
+            parsed += rest
+        except ValueError as exc:
             obj = None
+            # where the parse stopped (JSONDecodeError.pos); a parse too deep read it all
+            parsed += min(rest, getattr(exc, "pos", rest) + 1)
         if isinstance(obj, dict):
-            return at, obj
+            return GlueSearch((at, obj), tries, parsed)
         at = line.find(b'{"', at + 1)
-    return None
+    return GlueSearch(None, tries, parsed)
+
+
+_STRING = LazyPattern(rb'"[^"\\]*(?:\\.[^"\\]*)*"', flags=0)
+_NOT_BRACKET = bytes(b for b in range(256) if b not in b'[]{}"')
+_CLOSER = {ord("{"): b"}", ord("["): b"]"}
+
+
+def closes_as_record(line: bytes) -> bool:
+    """True when ``line``, not JSON, is a JSON object cut off before its end: closed with the at
+    most :data:`CLOSE_MAX_BRACKETS` brackets it leaves open (outside strings), it parses as an
+    object. Such a line is a record cut off (a writer stopped before its last ``}``), never a
+    truncated record with another glued after it, though its last nested object ends the line.
+    A line ending inside a string is not closed by brackets: False."""
+    if not line.lstrip().startswith(b"{"):
+        return False
+    brackets = _STRING.sub(b"", line).translate(None, _NOT_BRACKET)
+    if b'"' in brackets or len(brackets) > CLOSE_SCAN_MAX:  # a string left open; too many to walk
+        return False
+    stack: list[int] = []
+    for b in brackets:
+        if b in _CLOSER:
+            stack.append(b)
+        elif not stack or _CLOSER[stack.pop()] != bytes((b,)):
+            return False
+        if len(stack) > 1024:  # deeper than any parser goes: not a record missing its end
+            return False
+    if not stack or len(stack) > CLOSE_MAX_BRACKETS:
+        return False
+    try:
+        obj, _ = loads_lenient(line + b"".join(_CLOSER[b] for b in reversed(stack)))
+    except ValueError:
+        return False
+    return isinstance(obj, dict)
+
+
+def _cut_record(n: int, last: bool) -> NativeWarning:
+    """The warning of line ``n``, a record cut off before its end with its newline kept:
+    ``truncated_line`` when it is the file's last line (the step it may belong to is flagged,
+    as for a last line cut without its newline), else ``malformed_line`` (damage in the middle
+    of the file)."""
+    what = "a record cut off before its end (it parses with its closing brackets added)"
+    if last:
+        return NativeWarning("truncated_line", f"line {n}", f"the last line is {what}; skipped")
+    return NativeWarning("malformed_line", f"line {n}", f"not JSON: {what}; skipped")
 
 
 def _give_up(p: _Pending, last: int) -> NativeWarning:
