@@ -22,7 +22,7 @@ classified (a ``pvisor gateway`` run) or snapshots recorded after the binding ar
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,8 @@ def run_snapshots(reader: JournalReader, run_id: str, trajectory: Trajectory | N
 class Restored:
     """A restored snapshot: ``snapshot`` (its record), ``manifest`` digest, ``into`` (the
     target: a directory, or what another driver restored into), ``entries``, ``files``,
-    ``bytes`` written."""
+    ``bytes`` written, ``withheld`` (the files the snapshot withheld as secret and the restore
+    did not write: ``{path, size, why}`` each, docs/snapshots.md "Secrets")."""
 
     snapshot: SnapshotRecord
     digest: str
@@ -144,6 +145,7 @@ class Restored:
     entries: int
     files: int
     bytes: int
+    withheld: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         s = self.snapshot
@@ -157,6 +159,7 @@ class Restored:
             "entries": self.entries,
             "files": self.files,
             "bytes": self.bytes,
+            "withheld": self.withheld,
         }
 
 
@@ -185,7 +188,13 @@ def restore_snapshot(
     driver.restore(manifest, reader.blob, into, force=force)
     files = [e for e in manifest.entries if e.kind.value == "file"]
     return Restored(
-        snap, snap.digest or "", into, len(manifest.entries), len(files), sum(e.size for e in files)
+        snap,
+        snap.digest or "",
+        into,
+        len(manifest.entries),
+        len(files),
+        sum(e.size for e in files),
+        [w.to_json() for w in manifest.withheld],
     )
 
 
