@@ -264,6 +264,26 @@ def _decode_withheld(items: Any, where: str) -> list[Withheld]:
     return out
 
 
+def withhold_secret_names(manifest: Manifest) -> Manifest:
+    """``manifest`` as a restore writes it: a file whose name marks a secret file
+    (:func:`~pvisor.journal.redact.secret_file_name`) that a manifest written before snapshots
+    withheld them (or a crafted one) still holds is moved to ``withheld`` (``secret_name``), so
+    that no restore brings it back. The manifest itself when it holds none."""
+    named = [
+        e
+        for e in manifest.entries
+        if e.kind is EntryKind.FILE and secret_file_name(e.path.rpartition("/")[2])
+    ]
+    if not named:
+        return manifest
+    withheld = manifest.withheld + [Withheld(e.path, e.size, SecretFileWhy.SECRET_NAME) for e in named]
+    return Manifest(
+        entries=[e for e in manifest.entries if e not in named],
+        warnings=list(manifest.warnings),
+        withheld=sorted(withheld, key=lambda w: w.path),
+    )
+
+
 def check_path(path: str, where: str) -> str:
     """``path`` when it is a safe relative path: BadInputError naming ``where`` for an empty or
     absolute path, a ``..``, ``.`` or empty component, a NUL byte or a backslash (a name no

@@ -32,7 +32,14 @@ from pvisor.adapters.journal_trajectory import build_trajectory
 from pvisor.core.errors import BadInputError, UsageError
 from pvisor.journal.model import Trajectory
 from pvisor.journal.reader import JournalReader
-from pvisor.journal.snapshots import Manifest, SnapshotKind, SnapshotRecord, snapshot_driver
+from pvisor.journal.snapshots import (
+    FilesystemDriver,
+    Manifest,
+    SnapshotKind,
+    SnapshotRecord,
+    snapshot_driver,
+    withhold_secret_names,
+)
 
 #: the journal event that says a run's snapshots were bound
 BOUND_EVENT = "snapshot.bound"
@@ -180,6 +187,9 @@ def restore_snapshot(
     the target and the flag (the command's ``--into`` and ``--force``, or a Python caller's
     ``environment`` and ``force=True``)."""
     manifest: Manifest = reader.manifest(snap)
+    if snap.driver == FilesystemDriver.name:
+        # an older journal's (or a crafted) snapshot that holds a secret file: never written back
+        manifest = withhold_secret_names(manifest)
     driver = snapshot_driver(snap.driver)
     if hasattr(driver, "target_option"):
         driver.target_option, driver.force_option = target_option, force_option  # type: ignore[attr-defined]

@@ -1147,3 +1147,26 @@ def test_restore_through_the_cli_reports_the_withheld_files(tmp_path):
          str(tmp_path / "into2")], cwd=tmp_path, text=True,
     )  # fmt: skip
     assert text.returncode == 0 and "withheld as secret, not restored: .env, .env.local" in text.stderr
+
+
+def test_an_older_snapshot_holding_a_secret_file_restores_without_it(tmp_path):
+    """A manifest written before snapshots withheld secret files (the same schema) restores as
+    it did, except the file named as a secret one: left out and reported."""
+    blobs = {hashlib.sha256(b).hexdigest(): b for b in (f"K={KEY}\n".encode(), b"print(1)\n")}
+    env_sha, app_sha = list(blobs)
+    entries = [
+        {"path": ".env", "kind": "file", "mode": 0o600, "size": len(blobs[env_sha]), "sha256": env_sha},
+        {"path": "app.py", "kind": "file", "mode": 0o644, "size": 9, "sha256": app_sha},
+    ]
+    manifest = orjson.dumps({"schema": "pvisor.snapshot-manifest/v1", "entries": entries, "warnings": []})
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, manifest, blobs)
+    proc = pvisor_main(
+        ["--journal", str(journal), "snapshot", "restore", "r-crafted", "--after-step", "0", "--into",
+         str(tmp_path / "into"), "--json"], cwd=tmp_path, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["withheld"] == [
+        {"path": ".env", "size": len(blobs[env_sha]), "why": "secret_name"}
+    ]
+    assert sorted(os.listdir(tmp_path / "into")) == ["app.py"]
