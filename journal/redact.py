@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import enum
 import functools
 import re
 from typing import Iterable
@@ -411,3 +412,103 @@ def redact_url(url: str) -> str:
         fragment = redact_exchange_meta(fragment, (), b"").query
     query = "?" + redact_exchange_meta(query, (), b"").query if q else ""
     return redact_path(base) + query + hashmark + fragment
+
+
+class SecretFileWhy(str, enum.Enum):
+    """Why a snapshot withholds a workspace file (:func:`secret_file`; docs/snapshots.md "Secrets")."""
+
+    #: its name marks a file that holds secrets (:data:`SECRET_FILE_NAMES`, :data:`SECRET_FILE_GLOBS`)
+    SECRET_NAME = "secret_name"
+    #: a package manager's settings file (``.npmrc``, ``.pypirc``...) that holds a token or password
+    TOKEN_IN_CONFIG = "token_in_config"
+    #: its bytes hold a key-shaped token (:func:`has_key_shape`'s shapes)
+    KEY_SHAPED = "key_shaped"
+
+
+#: file names (exact, of the file itself) that mark a file holding secrets: dotenv files, netrc
+#: and pgpass passwords, git's stored credentials, htpasswd hashes
+SECRET_FILE_NAMES = frozenset({".env", ".netrc", "_netrc", ".pgpass", ".git-credentials", ".htpasswd"})
+#: name patterns (``fnmatch``, of the file's name) that mark one: other dotenv files, private
+#: keys and key stores, ssh private keys (their ``.pub`` public halves are kept), cloud
+#: credential files
+SECRET_FILE_GLOBS = (
+    ".env.*", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore",
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "credentials*.json", "client_secret*.json",
+)  # fmt: skip
+#: dotenv files made to be shared (placeholders): kept unless their bytes hold a key-shaped token
+SECRET_FILE_TEMPLATES = frozenset({".env.example", ".env.sample", ".env.template", ".env.dist"})
+#: settings files that are secret only when they hold a token or password (:data:`_CONFIG_TOKEN`)
+TOKEN_CONFIG_NAMES = frozenset({".npmrc", ".pypirc", ".yarnrc", ".yarnrc.yml", ".gemrc"})
+_CONFIG_TOKEN = re.compile(
+    rb"(?im)^\s*[^#;\n]*(?:_authtoken|_auth|_password|password|token|npmauthtoken)\s*[=:]\s*\S"
+)
+
+
+def secret_file_name(name: str) -> bool:
+    """Whether a file named ``name`` (its last path component) is withheld from a snapshot by its
+    name alone (:data:`SECRET_FILE_NAMES`, :data:`SECRET_FILE_GLOBS`; not a ``.pub`` key nor a
+    dotenv template of :data:`SECRET_FILE_TEMPLATES`)."""
+    import fnmatch  # here: only a snapshot's walk asks
+
+    if name in SECRET_FILE_NAMES:
+        return True
+    if name in SECRET_FILE_TEMPLATES or name.endswith(".pub"):
+        return False
+    return any(fnmatch.fnmatchcase(name, g) for g in SECRET_FILE_GLOBS)
+
+
+#: the literal starts of the key shapes: a file is searched with the shapes only where one occurs
+_KEY_STARTS = (
+    b"sk-", b"AIza", b"ya29.", b"ghp_", b"gho_", b"ghu_", b"ghs_", b"ghr_", b"github_pat_", b"glpat-", b"hf_",
+    b"AKIA", b"ASIA", b"xox",
+)  # fmt: skip
+
+
+def _bytes_key_shaped(data: bytes) -> bool:
+    """Whether ``data`` holds a key-shaped token: the shapes tried only where one of their
+    literal starts occurs (found at memory speed; the regex over a whole file ran at ~50 MB/s,
+    and a walk reads every new file of the workspace)."""
+    for start in _KEY_STARTS:
+        i = data.find(start)
+        while i >= 0:
+            if _KEY_SHAPES_BYTES.match(data, i) is not None:
+                return True
+            i = data.find(start, i + 1)
+    return False
+
+
+def secret_file(name: str, data: bytes) -> SecretFileWhy | None:
+    """Why a workspace file named ``name`` (its last component) holding ``data`` must not be
+    stored in a snapshot, or None: its name (:func:`secret_file_name`), a settings file of
+    :data:`TOKEN_CONFIG_NAMES` with a token or password line, or a key-shaped token anywhere in
+    its bytes (text or not: a key in a SQLite file is the same key; percent-encoded too)."""
+    if secret_file_name(name):
+        return SecretFileWhy.SECRET_NAME
+    if name in TOKEN_CONFIG_NAMES and _CONFIG_TOKEN.search(data):
+        return SecretFileWhy.TOKEN_IN_CONFIG
+    if _bytes_key_shaped(data):
+        return SecretFileWhy.KEY_SHAPED
+    # a key percent-encoded (a URL saved in a file): looked for in files up to 1 MiB
+    if len(data) <= 1 << 20 and b"%" in data and _KEY_SHAPES.search(unquote(data.decode("latin-1"))):
+        return SecretFileWhy.KEY_SHAPED
+    return None
+
+
+#: a URL with user info (``scheme://user@host``, ``scheme://user:password@host``): a Sentry DSN's
+#: public key, a password, a token as user name
+_URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]+@")
+#: a JSON Web Token: base64url header and payload (JSON objects: ``eyJ``), a signature
+_JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
+
+
+def secret_value(text: str) -> bool:
+    """Whether ``text`` (a variable's value, say) may be a secret whatever it is named: a
+    key-shaped token (:func:`has_key_shape`), a URL with user info (a password or not: the
+    user part of a Sentry DSN is its key), a JSON Web Token, or base64 whose decoding holds a
+    key-shaped token."""
+    return (
+        has_key_shape(text)
+        or _URL_USERINFO.search(text) is not None
+        or _JWT.search(text) is not None
+        or _base64_key(text) is not None
+    )

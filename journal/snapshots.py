@@ -45,6 +45,7 @@ import orjson
 import pathspec
 
 from pvisor.core.errors import BadInputError, OutputError, UsageError, shown
+from .redact import SecretFileWhy, secret_file, secret_file_name
 from .paths import make_directories
 
 #: entry point group of snapshot drivers (``name = "module:Class"``)
@@ -127,24 +128,46 @@ class Entry:
         return out
 
 
+@dataclass(frozen=True, slots=True)
+class Withheld:
+    """A workspace file a snapshot left out because it holds (or may hold) a secret
+    (docs/snapshots.md "Secrets"): ``path``, ``size`` (bytes) and ``why``
+    (:class:`~pvisor.journal.redact.SecretFileWhy`). No content and no digest of it: a digest
+    would confirm a guessed key."""
+
+    path: str
+    size: int
+    why: SecretFileWhy
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "why": self.why.value}
+
+
 @dataclass(slots=True)
 class Manifest:
     """A snapshot: ``entries`` in path order and the ``warnings`` of the walk (one sentence each,
-    naming the path: a file over the size limit, past the total limit, unreadable)."""
+    naming the path: a file over the size limit, past the total limit, unreadable) and the files
+    ``withheld`` as secret (:class:`Withheld`, path order; in the JSON only when there are some,
+    so that a manifest without them is the one an older pvisor wrote, and an older pvisor that
+    reads one with them restores the entries and ignores the key)."""
 
     entries: list[Entry] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    withheld: list[Withheld] = field(default_factory=list)
     read_bytes: int = 0  # bytes the walk read from the disk (not part of the manifest)
     # each entry's canonical JSON, as a walk made it (it reuses those of unchanged files); not
     # part of the manifest: encode() is the same bytes with or without it
     encoded_entries: list[bytes] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "schema": MANIFEST_SCHEMA,
             "entries": [e.to_json() for e in self.entries],
             "warnings": list(self.warnings),
         }
+        if self.withheld:
+            out["withheld"] = [w.to_json() for w in self.withheld]
+        return out
 
     def encode(self) -> bytes:
         """The canonical bytes (keys sorted, compact): what :meth:`digest` hashes."""
@@ -160,6 +183,10 @@ class Manifest:
                 orjson.dumps(MANIFEST_SCHEMA),
                 b',"warnings":',
                 orjson.dumps(list(self.warnings)),
+                b',"withheld":'
+                + orjson.dumps([w.to_json() for w in self.withheld], option=orjson.OPT_SORT_KEYS)
+                if self.withheld
+                else b"",
                 b"}",
             )
         )
@@ -217,7 +244,44 @@ class Manifest:
                     e.get("target"),
                 )
             )
+        out.withheld = _decode_withheld(doc.get("withheld"), where)
         return out
+
+
+def _decode_withheld(items: Any, where: str) -> list[Withheld]:
+    """The ``withheld`` list of a manifest (absent in one written before pvisor withheld secret
+    files: none); BadInputError naming the item for a malformed one."""
+    out = []
+    for i, w in enumerate(items if isinstance(items, list) else []):
+        at = f"{where}: withheld[{i}]"
+        if not (isinstance(w, dict) and isinstance(w.get("path"), str) and isinstance(w.get("size"), int)):
+            raise BadInputError(f"{at}: expected an object with a path and a size")
+        try:
+            why = SecretFileWhy(w.get("why"))
+        except ValueError:
+            why = SecretFileWhy.SECRET_NAME  # a reason a later pvisor added: withheld all the same
+        out.append(Withheld(check_path(w["path"], at), w["size"], why))
+    return out
+
+
+def withhold_secret_names(manifest: Manifest) -> Manifest:
+    """``manifest`` as a restore writes it: a file whose name marks a secret file
+    (:func:`~pvisor.journal.redact.secret_file_name`) that a manifest written before snapshots
+    withheld them (or a crafted one) still holds is moved to ``withheld`` (``secret_name``), so
+    that no restore brings it back. The manifest itself when it holds none."""
+    named = [
+        e
+        for e in manifest.entries
+        if e.kind is EntryKind.FILE and secret_file_name(e.path.rpartition("/")[2])
+    ]
+    if not named:
+        return manifest
+    withheld = manifest.withheld + [Withheld(e.path, e.size, SecretFileWhy.SECRET_NAME) for e in named]
+    return Manifest(
+        entries=[e for e in manifest.entries if e not in named],
+        warnings=list(manifest.warnings),
+        withheld=sorted(withheld, key=lambda w: w.path),
+    )
 
 
 def check_path(path: str, where: str) -> str:
@@ -328,6 +392,7 @@ class FilesystemDriver:
         walk.rows.sort(key=lambda r: r[0])
         walk.out.entries = [r[1] for r in walk.rows]
         walk.out.encoded_entries = [r[2] for r in walk.rows]
+        walk.out.withheld.sort(key=lambda w: w.path)
         return walk.out
 
     def _walk(self, walk: _Walk) -> None:
@@ -391,6 +456,9 @@ class FilesystemDriver:
                 walk.stack.clear()
                 return
             walk.count += 1
+            if stat.S_ISREG(st_mode) and secret_file_name(d.name):
+                out.withheld.append(Withheld(rel, st.st_size, SecretFileWhy.SECRET_NAME))  # never read
+                continue
             if stat.S_ISREG(st_mode):
                 size = st.st_size
                 if size > self.max_file_bytes:
@@ -417,6 +485,10 @@ class FilesystemDriver:
                     continue
                 size = len(data)
                 out.read_bytes += size
+                why = secret_file(d.name, data)
+                if why is not None:  # never stored; not remembered, so read again by the next walk
+                    out.withheld.append(Withheld(rel, size, why))
+                    continue
                 entry = Entry(rel, EntryKind.FILE, stat.S_IMODE(st_mode), size, walk.put(data))
                 encoded = _entry_json(entry)
                 if (

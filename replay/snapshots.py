@@ -22,7 +22,7 @@ classified (a ``pvisor gateway`` run) or snapshots recorded after the binding ar
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,14 @@ from pvisor.adapters.journal_trajectory import build_trajectory
 from pvisor.core.errors import BadInputError, UsageError
 from pvisor.journal.model import Trajectory
 from pvisor.journal.reader import JournalReader
-from pvisor.journal.snapshots import Manifest, SnapshotKind, SnapshotRecord, snapshot_driver
+from pvisor.journal.snapshots import (
+    FilesystemDriver,
+    Manifest,
+    SnapshotKind,
+    SnapshotRecord,
+    snapshot_driver,
+    withhold_secret_names,
+)
 
 #: the journal event that says a run's snapshots were bound
 BOUND_EVENT = "snapshot.bound"
@@ -136,7 +143,8 @@ def run_snapshots(reader: JournalReader, run_id: str, trajectory: Trajectory | N
 class Restored:
     """A restored snapshot: ``snapshot`` (its record), ``manifest`` digest, ``into`` (the
     target: a directory, or what another driver restored into), ``entries``, ``files``,
-    ``bytes`` written."""
+    ``bytes`` written, ``withheld`` (the files the snapshot withheld as secret and the restore
+    did not write: ``{path, size, why}`` each, docs/snapshots.md "Secrets")."""
 
     snapshot: SnapshotRecord
     digest: str
@@ -144,6 +152,7 @@ class Restored:
     entries: int
     files: int
     bytes: int
+    withheld: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         s = self.snapshot
@@ -157,6 +166,7 @@ class Restored:
             "entries": self.entries,
             "files": self.files,
             "bytes": self.bytes,
+            "withheld": self.withheld,
         }
 
 
@@ -177,6 +187,9 @@ def restore_snapshot(
     the target and the flag (the command's ``--into`` and ``--force``, or a Python caller's
     ``environment`` and ``force=True``)."""
     manifest: Manifest = reader.manifest(snap)
+    if snap.driver == FilesystemDriver.name:
+        # an older journal's (or a crafted) snapshot that holds a secret file: never written back
+        manifest = withhold_secret_names(manifest)
     driver = snapshot_driver(snap.driver)
     if hasattr(driver, "target_option"):
         driver.target_option, driver.force_option = target_option, force_option  # type: ignore[attr-defined]
@@ -185,7 +198,13 @@ def restore_snapshot(
     driver.restore(manifest, reader.blob, into, force=force)
     files = [e for e in manifest.entries if e.kind.value == "file"]
     return Restored(
-        snap, snap.digest or "", into, len(manifest.entries), len(files), sum(e.size for e in files)
+        snap,
+        snap.digest or "",
+        into,
+        len(manifest.entries),
+        len(files),
+        sum(e.size for e in files),
+        [w.to_json() for w in manifest.withheld],
     )
 
 

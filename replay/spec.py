@@ -100,7 +100,9 @@ class Refusal:
 
     REFUSED = "refused"  #: a usage error, from the command line or replay.toml alike
     FLAG = "flag"  #: a usage error from the command line; replay.toml's is ignored
-    WARNED = "warned"  #: a usage error from the command line; replay.toml's a warning, then dropped
+    #: a usage error from the command line; replay.toml's a warning (``options_ignored``) in a
+    #: mode that does not take it, then dropped
+    WARNED = "warned"
     IGNORED = "ignored"  #: never an error (the other modes have no use for it)
 
 
@@ -212,12 +214,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("no_restore", "--no-restore", Kind.FLAG,
            "replay-only, continuation: start in --workspace as it is; by default the recorded run's start "
            "snapshot is restored into an empty --workspace (a non-empty one is kept, with a warning).",
-           default=False, modes=_AGENT, toml="no_restore", rank=30, api="no_restore", refusal=Refusal.FLAG,
+           default=False, modes=_AGENT, toml="no_restore", rank=30, api="no_restore", refusal=Refusal.WARNED,
            starts="never writes the workspace"),
     Option("env_from", "--env-from", Kind.CHOICE,
            "replay-only, continuation: set the environment variables the recorded run's agent was started "
            "with (recorded, the default) or none.", default=ENV_FROM[0], modes=_AGENT, choices=ENV_FROM,
-           toml="env_from", rank=31, api="env_from", refusal=Refusal.FLAG),
+           toml="env_from", rank=31, api="env_from", refusal=Refusal.WARNED),
     Option("child_run", "--child-run", Kind.TEXT,
            "replay-only, continuation: file the derived run under ID, the pending child run of a handoff "
            "(TrajectoryReplay.restore_handoff) that continues --run after step N; once.",

@@ -116,7 +116,7 @@ from pvisor.session.replay_result import (
 )
 from pvisor.session.run import RunRequest, run_agent, without_userinfo
 from pvisor.session.run_report import RunReport
-from pvisor.session.start_state import likely_cause, start_environment, start_snapshot
+from pvisor.session.start_state import likely_cause, start_environment, start_snapshot, withheld_files
 from pvisor.session.sandbox import (
     SandboxMode,
     SandboxNetwork,
@@ -471,6 +471,8 @@ def _replay_claimed(
             t = time.perf_counter()
             restored = _restore_start(opts.journal, start_from, ws)
             timings.workspace_restore = elapsed_ms(t, time.perf_counter())
+            if state is not None:
+                withheld_files(state, restored, result)
         t = time.perf_counter()
         ws_before = workspace_digest(ws)
         timings.workspace_before = elapsed_ms(t, time.perf_counter())

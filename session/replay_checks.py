@@ -168,10 +168,10 @@ def _check_workspace(opts: ReplayOptions, problems: list[PvisorError]) -> bool:
         )
         return False
     if not opts.workspace.is_dir():
+        # a file (or a link to one) is there: "no such directory" would send the user looking
+        what = "not a directory" if os.path.lexists(opts.workspace) else "no such directory"
         problems.append(
-            ReplayUsageError(
-                "workspace_refused", f"--workspace {show_path(opts.workspace)}: no such directory"
-            )
+            ReplayUsageError("workspace_refused", f"--workspace {show_path(opts.workspace)}: {what}")
         )
         return False
     return True

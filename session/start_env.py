@@ -14,13 +14,22 @@ a replay's ``[agents.NAME] environment``) unchanged: a replay can set them again
   ``PATH``, ``HOME``, ``USER``, the terminal's, ``SSH_*``, ``XDG_*``, ``PVISOR_*``...): another
   machine, terminal or session has its own, and a recorded ``PATH`` could hide the replaying
   machine's programs from the agent;
+- the variables that make programs load code, or that point tools at a machine's files,
+  repository or cluster (:data:`UNSAFE_NAMES`, :data:`UNSAFE_PREFIXES`: ``LD_*``, ``PYTHON*``,
+  ``NODE_OPTIONS``, ``BASH_ENV``, ``GIT_*``, ``KUBECONFIG``, ``DOCKER_*``...): set from a
+  recording, which may be hostile, they run its code or aim the agent's tools elsewhere; listed
+  in ``left_out`` as ``unsafe``;
 - every variable that may hold a secret, by the journal's rules: a model-provider credential
   (:func:`~pvisor.adapters.agents.base.offline_credentials`), a name that says it holds one
   (the names of credential headers: token, secret, password, auth, api key..., and names with a
-  ``KEY`` or ``PASS`` part), a value holding a key-shaped token or a URL with a password
-  (:func:`~pvisor.journal.redact.has_key_shape`); such names are listed in ``left_out`` (the
-  value never is), and so are values that are not UTF-8 text or longer than
-  :data:`MAX_VALUE_BYTES`.
+  ``KEY``, ``PASS``, ``PAT``, ``DSN``, ``JWT`` part), a value that may be one
+  (:func:`~pvisor.journal.redact.secret_value`: a key-shaped token, a URL with user info, a JSON
+  Web Token, base64 of a key-shaped token); such names are listed in ``left_out`` (the value
+  never is), and so are values that are not UTF-8 text (the name escaped) or longer than
+  :data:`MAX_VALUE_BYTES`, and the credentials pvisor removed from the agent's environment
+  (``removed``).
+
+A replay never sets a variable that routes requests (:func:`routing`): its own gateway does.
 """
 
 from __future__ import annotations
@@ -32,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from pvisor.adapters.agents.base import offline_credentials
-from pvisor.journal.redact import has_key_shape, is_secret_header
+from pvisor.journal.redact import has_key_shape, is_secret_header, secret_value
 
 #: the document's schema
 SCHEMA = "pvisor.start-environment/v1"
@@ -56,13 +65,50 @@ MACHINE_PREFIXES = (
 )  # fmt: skip
 
 #: variables that route the agent's requests (a replay's own gateway or proxy does): never set
-#: again by a replay, as replay.toml's ``environment`` refuses them (and names ending ``_BASE_URL``)
+#: again by a replay, as replay.toml's ``environment`` refuses them, nor any name ending in one
+#: of :data:`ROUTING_SUFFIXES` (:func:`routing`)
 ROUTING_NAMES = frozenset({"HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"})
+#: name endings of variables that name where requests go (``OPENAI_BASE_URL``,
+#: ``OPENAI_API_BASE``, ``AZURE_OPENAI_ENDPOINT``, ``OLLAMA_HOST``, ``FOO_PROXY``), whatever the value
+ROUTING_SUFFIXES = (
+    "_BASE_URL", "_API_BASE", "_BASE", "_API_URL", "_ENDPOINT", "_ENDPOINT_URL", "_HOST", "_PROXY",
+)  # fmt: skip
 
-#: name parts that mark a secret beyond the credential headers' fragments (``DB_PASS``, ``SSH_KEY``)
-_SECRET_PARTS = frozenset({"KEY", "KEYS", "PASS", "PWD", "PASSPHRASE", "COOKIE", "PRIVATE", "SESSION"})
-#: a URL with user info holding a password (``postgres://u:p@host``)
-_URL_PASSWORD = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/@\s:]*:[^/@\s]*@")
+#: variables never recorded nor set again, by the reason (module docstring; docs/journal.md)
+UNSAFE_NAMES = {
+    # the shell reads and runs these files or commands when it starts or prompts
+    **dict.fromkeys(("BASH_ENV", "ENV", "PROMPT_COMMAND", "ZDOTDIR", "SHELLOPTS", "BASHOPTS", "IFS",
+                     "INPUTRC", "CDPATH", "GLOBIGNORE"), "shell start-up"),
+    # programs that tools run on the user's behalf
+    **dict.fromkeys(("EDITOR", "VISUAL", "PAGER", "BROWSER", "SSH_ASKPASS", "SUDO_ASKPASS"), "program run"),
+    # interpreters load code from these (modules, start-up files, options)
+    **dict.fromkeys(("NODE_OPTIONS", "NODE_PATH", "PERL5LIB", "PERL5OPT", "PERLLIB", "RUBYLIB", "RUBYOPT",
+                     "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "CLASSPATH", "LUA_PATH",
+                     "LUA_CPATH", "GEM_HOME", "GEM_PATH", "RUSTC_WRAPPER", "GCONV_PATH", "LOCPATH",
+                     "OPENSSL_CONF", "VIRTUAL_ENV"), "interpreter"),
+    # the trust store: a recording's would let another certificate through
+    **dict.fromkeys(("SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+                     "NODE_EXTRA_CA_CERTS"), "trust store"),
+    # the cluster or daemon tools talk to
+    **dict.fromkeys(("KUBECONFIG", "CONTAINER_HOST"), "cluster"),
+}  # fmt: skip
+#: prefixes of such variables: the dynamic loader's (``LD_PRELOAD``, ``DYLD_INSERT_LIBRARIES``),
+#: Python's (``PYTHONPATH``, ``PYTHONSTARTUP``), npm's settings (its script shell), Python
+#: environments' (``CONDA_*``, ``PYENV_*``), git's (the repository, work tree, ssh command,
+#: configuration), bash's exported functions, docker's and Kubernetes' daemons
+UNSAFE_PREFIXES = (
+    ("LD_", "loader"), ("DYLD_", "loader"), ("PYTHON", "interpreter"), ("NPM_CONFIG_", "interpreter"),
+    ("CONDA_", "interpreter"), ("PYENV_", "interpreter"), ("GIT_", "repository"),
+    ("BASH_FUNC_", "shell start-up"),
+    ("DOCKER_", "cluster"), ("KUBE", "cluster"), ("PODMAN_", "cluster"),
+)  # fmt: skip
+
+#: name parts that mark a secret beyond the credential headers' fragments (``DB_PASS``, ``SSH_KEY``,
+#: ``GH_PAT``, ``SENTRY_DSN``)
+_SECRET_PARTS = frozenset(
+    {"KEY", "KEYS", "PASS", "PWD", "PASSPHRASE", "COOKIE", "PRIVATE", "SESSION", "PAT", "DSN", "JWT",
+     "BEARER"}
+)  # fmt: skip
 
 
 class EnvFrom(str, enum.Enum):
@@ -78,6 +124,17 @@ class EnvOutcome(str, enum.Enum):
     SET = "set"  #: the recorded variables were set for the agent
     NOT_SET = "not_set"  #: ``--env-from none``
     NOT_RECORDED = "not_recorded"  #: the source keeps none (a gateway capture, a native file)
+
+
+class StartWarning(str, enum.Enum):
+    """Codes of the result's warnings about the start state (docs/result-protocol.md)."""
+
+    #: the non-empty --workspace was kept as given, not restored
+    WORKSPACE_NOT_RESTORED = "workspace_not_restored"
+    #: the journal run keeps no start environment (a gateway capture)
+    NO_RECORDED_ENVIRONMENT = "no_recorded_environment"
+    #: the restored start snapshot withheld secret files (``.env``, keys...): the user supplies them
+    SECRET_FILES_WITHHELD = "secret_files_withheld"
 
 
 class WorkspaceOutcome(str, enum.Enum):
@@ -99,11 +156,32 @@ def secret_variable(name: str, value: str) -> bool:
     parts = set(re.split(r"[^A-Z0-9]+", upper))
     if parts & _SECRET_PARTS or upper.endswith("KEY"):
         return True
-    return has_key_shape(value) or _URL_PASSWORD.search(value) is not None
+    return secret_value(value)
+
+
+def unsafe(name: str) -> str | None:
+    """Why variable ``name`` is never recorded nor set (:data:`UNSAFE_NAMES`,
+    :data:`UNSAFE_PREFIXES`; any case), or None."""
+    upper = name.upper()
+    if upper in UNSAFE_NAMES:
+        return UNSAFE_NAMES[upper]
+    return next((why for prefix, why in UNSAFE_PREFIXES if upper.startswith(prefix)), None)
+
+
+def routing(name: str) -> bool:
+    """Whether variable ``name`` names where requests go (:data:`ROUTING_NAMES`,
+    :data:`ROUTING_SUFFIXES`; any case): a replay never sets it."""
+    upper = name.upper()
+    return upper in ROUTING_NAMES or upper.endswith(ROUTING_SUFFIXES)
 
 
 def _machine(name: str) -> bool:
     return name in MACHINE_NAMES or name.startswith(MACHINE_PREFIXES)
+
+
+def _escaped(name: str) -> str:
+    """A name that is not UTF-8 as ``left_out`` shows it: its bytes, those not ASCII as ``\\xNN``."""
+    return name.encode("utf-8", "surrogateescape").decode("ascii", "backslashreplace")
 
 
 def _utf8(text: str) -> bool:
@@ -118,15 +196,28 @@ def recorded_environment(base: Mapping[str, str], env: Mapping[str, str], cwd: P
     """The start environment document of an agent started in ``cwd`` with ``env``, where
     ``base`` is the environment pvisor began from (its own and a replay's added variables):
     ``{schema, cwd, variables: {name: value}, left_out: {name: why}}``, ``why`` one of
-    ``secret``, ``credential``, ``not_utf8``, ``too_long`` (module docstring)."""
-    credentials = set(offline_credentials(env))
+    ``secret``, ``credential``, ``unsafe``, ``removed``, ``not_utf8`` (the name escaped when it
+    is the part that is not UTF-8), ``too_long`` (module docstring)."""
+    credentials = set(offline_credentials(env)) | set(offline_credentials(base))
     variables: dict[str, str] = {}
     left_out: dict[str, str] = {}
+    for name in sorted(base):
+        # a credential (or what may be one) pvisor removed or replaced for the agent
+        if env.get(name) != base[name] and not _machine(name) and not has_key_shape(name) and _utf8(name):
+            if name in credentials or secret_variable(name, base[name] if _utf8(base[name]) else ""):
+                left_out[name] = "removed"
     for name in sorted(env):
         value = env[name]
         if base.get(name) != value or _machine(name):
             continue  # pvisor's own for this run, or the machine's
-        if not (_utf8(name) and _utf8(value)):
+        if not _utf8(name):
+            shown = _escaped(name)
+            if not has_key_shape(shown):
+                left_out[shown] = "not_utf8"
+            continue
+        if unsafe(name) is not None:
+            why = "unsafe"
+        elif not _utf8(value):
             why = "not_utf8"
         elif name in credentials:
             why = "credential"
@@ -137,7 +228,7 @@ def recorded_environment(base: Mapping[str, str], env: Mapping[str, str], cwd: P
         else:
             variables[name] = value
             continue
-        if _utf8(name) and not has_key_shape(name):
+        if not has_key_shape(name):
             left_out[name] = why
     return {"schema": SCHEMA, "cwd": str(cwd), "variables": variables, "left_out": left_out}
 
@@ -146,8 +237,8 @@ def replay_variables(doc: dict[str, Any] | None, rewrite: Any) -> dict[str, str]
     """The variables a replay sets from the recorded document ``doc`` (None: none), each value
     with the recorded paths rewritten to the replay's (``rewrite(text) -> text``: the recorded
     workspace, home and run directory named in a value become the new ones). A variable that
-    reads as a secret now (the rules may have grown since it was recorded), a machine's one and
-    one that routes requests (:data:`ROUTING_NAMES`, ``*_BASE_URL``) are never set."""
+    reads as a secret now (the rules may have grown since it was recorded), a machine's one, an
+    unsafe one (:func:`unsafe`) and one that routes requests (:func:`routing`) are never set."""
     if not doc or not isinstance(doc.get("variables"), dict):
         return {}
     return {
@@ -155,11 +246,7 @@ def replay_variables(doc: dict[str, Any] | None, rewrite: Any) -> dict[str, str]
         for k, v in doc["variables"].items()
         if isinstance(v, str)
         and not _machine(str(k))
-        and not _routing(str(k))
+        and unsafe(str(k)) is None
+        and not routing(str(k))
         and not secret_variable(str(k), v)
     }
-
-
-def _routing(name: str) -> bool:
-    upper = name.upper()
-    return upper in ROUTING_NAMES or upper.endswith("_BASE_URL")

@@ -16,7 +16,7 @@ from pvisor.replay.errors import ReplayUsageError, show_path
 from pvisor.replay.playback import PathRewrites
 from pvisor.replay.snapshots import run_snapshots
 from pvisor.session.replay_options import ReplayOptions
-from pvisor.session.start_env import EnvFrom, EnvOutcome, WorkspaceOutcome, replay_variables
+from pvisor.session.start_env import EnvFrom, EnvOutcome, StartWarning, WorkspaceOutcome, replay_variables
 
 
 @dataclass
@@ -26,7 +26,8 @@ class StartState:
     (:class:`EnvOutcome`), ``environment_why`` (why none was set; None when set), ``variables``
     (the names set, values left to the journal), ``cwd`` (``{recorded, replay}``: the recorded
     working directory, None when unknown, and the replay's), ``likely_cause`` (a sentence, or
-    None)."""
+    None), ``withheld`` (the files the restored start snapshot withheld as secret: ``{path,
+    size, why}`` each, docs/snapshots.md "Secrets")."""
 
     workspace: WorkspaceOutcome
     snapshot_run: str | None = None
@@ -35,6 +36,7 @@ class StartState:
     variables: dict[str, str] = field(default_factory=dict)
     cwd: dict[str, str | None] = field(default_factory=dict)
     likely_cause: str | None = None
+    withheld: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class StartState:
             "variables": sorted(self.variables),
             "cwd": self.cwd,
             "likely_cause": self.likely_cause,
+            "withheld": self.withheld,
         }
 
     def not_reproduced(self, journal: bool) -> list[str]:
@@ -59,8 +62,11 @@ class StartState:
         why = [said[self.workspace]] if self.workspace in said else []
         if self.environment is EnvOutcome.NOT_SET:
             why.append("--env-from none: the recorded environment variables were not set")
-        elif self.environment is EnvOutcome.NOT_RECORDED and journal:
-            why.append("the run keeps no start environment")
+        elif self.environment is EnvOutcome.NOT_RECORDED:
+            keeps = "the run" if journal else "a native file"
+            why.append(f"{keeps} keeps no start environment")
+        if self.withheld:
+            why.append(f"secret files were withheld from the start snapshot ({_paths(self.withheld)})")
         return why
 
 
@@ -101,7 +107,7 @@ def start_snapshot(opts: ReplayOptions, rec: Any, ws: Path, result: Any) -> Star
             f"--workspace {show_path(ws)} is not empty: the agent starts in it as it is, not in run "
             f"{rec.run}'s recorded start state (its start snapshot); --no-restore says so and silences this"
         )
-        result.warn("workspace_not_restored", line)  # (the command prints the result's warnings)
+        result.warn(StartWarning.WORKSPACE_NOT_RESTORED, line)  # (the command prints the result's warnings)
         return StartState(WorkspaceOutcome.KEPT)
     return StartState(WorkspaceOutcome.RESTORED, rec.run)
 
@@ -128,7 +134,9 @@ def start_environment(opts: ReplayOptions, rec: Any, ws: Path, state: StartState
             f"run {rec.run} has no recorded start environment: pvisor did not start its agent (a pvisor "
             "gateway capture) or recorded none (before schema 11)"
         )
-        result.warn("no_recorded_environment", f"{state.environment_why}; the agent gets this environment")
+        result.warn(
+            StartWarning.NO_RECORDED_ENVIRONMENT, f"{state.environment_why}; the agent gets this environment"
+        )
         return
     rewrites = PathRewrites([(rec.workspace, str(ws), "workspace")] if rec.workspace else [])
     state.variables = replay_variables(doc, rewrites.text)
@@ -152,3 +160,20 @@ def likely_cause(state: StartState, result: Any, rec: Any) -> None:
         if w.code == "observation_differs" and w.message.startswith(f"step {first.step} {first.name} "):
             w.message += f"; likely cause: the recorded start state was not reproduced ({'; '.join(why)})"
             break
+
+
+def _paths(withheld: list[dict[str, Any]]) -> str:
+    return ", ".join(str(w["path"]) for w in withheld)
+
+
+def withheld_files(state: StartState, restored: dict[str, Any] | None, result: Any) -> None:
+    """The files the restored start snapshot (``restored``: the restore's JSON, None when nothing
+    was restored) withheld as secret: named in ``state.withheld`` and in one warning
+    ``secret_files_withheld`` that tells the user to supply them."""
+    state.withheld = list((restored or {}).get("withheld") or [])
+    if state.withheld:
+        result.warn(
+            StartWarning.SECRET_FILES_WITHHELD,
+            f"the start snapshot withheld {len(state.withheld)} secret file(s), not restored: "
+            f"{_paths(state.withheld)}; put them into the workspace yourself if the agent needs them",
+        )

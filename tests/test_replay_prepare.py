@@ -865,6 +865,32 @@ def test_a_config_files_continuation_options_are_ignored_with_a_warning_in_prepa
     assert result["warnings"][0] == {"code": "options_ignored", "message": said}
 
 
+def test_a_config_files_start_state_options_are_ignored_with_a_warning_in_prepare_only(
+    corpus_journal, tmp_path
+):
+    """no_restore and env_from are replay-only's and a continuation's: replay.toml's under
+    --prepare-only are warned about as the continuation's keys are (on the command line they are
+    usage errors); at their defaults (replay.toml's template) they change nothing and are not."""
+    path, _ = corpus_journal
+    cfg = tmp_path / "replay.toml"
+    head = 'agent = "codex"\nrun = "codex-single"\nafter_step = 1\nmode = "prepare-only"\n'
+    cfg.write_text(head + 'no_restore = true\nenv_from = "none"\nmax_steps = 3\n')
+    p = pvisor("replay", "--config", str(cfg), "--output", str(tmp_path / "out"), journal=path)
+    assert p.returncode == 0, p.stderr
+    said = (
+        f"{cfg}: max_steps are for a continuation; no_restore, env_from are for replay-only and a "
+        "continuation; --prepare-only ignores them"
+    )
+    assert p.stderr.decode().count(said) == 1, p.stderr
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    assert result["warnings"][0] == {"code": "options_ignored", "message": said}
+    cfg.write_text(head + 'no_restore = false\nenv_from = "recorded"\n')
+    p = pvisor("replay", "--config", str(cfg), "--output", str(tmp_path / "out-default"), journal=path)
+    assert p.returncode == 0 and b"ignores them" not in p.stderr, p.stderr
+    result = json.loads((tmp_path / "out-default" / "result.json").read_text())
+    assert not [w for w in result["warnings"] if w["code"] == "options_ignored"]
+
+
 def test_step_flags_of_a_native_source_reach_the_results_warnings(tmp_path):
     """A native file's step flags are warned about as a journal run's are (here Codex steps
     after a compaction): the prefix of such a step is not what the agent sent, and says so."""

@@ -1057,3 +1057,116 @@ def test_ctrl_c_during_a_restore_names_the_partial_target(tmp_path):
         "(restore again with --force, or remove it)\n"
     )
     assert 0 < len(list(into.iterdir())) < 20  # it is partial indeed
+
+
+# --------------------------------------------------------------------------- secret files
+
+#: a key as a user's .env holds it
+KEY = "sk-ant-api03-snapshotsecret0123456789abcdef"
+
+
+def _secret_workspace(root: Path) -> Path:
+    """A workspace holding secret files beside ordinary ones: ``{path: why}`` of the secret ones
+    is :data:`SECRET_WHY`."""
+    (root / "deploy").mkdir(parents=True)
+    (root / ".env").write_text(f"ANTHROPIC_API_KEY={KEY}\n")
+    (root / ".env.local").write_text("DEBUG=1\n")
+    (root / ".env.example").write_text("ANTHROPIC_API_KEY=\n")  # a template: kept
+    (root / "deploy" / "server.pem").write_text("-----BEGIN PRIVATE KEY-----\nMIIB\n")
+    (root / "deploy" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (root / "deploy" / "id_ed25519.pub").write_text("ssh-ed25519 AAAA me@host\n")  # public: kept
+    (root / ".npmrc").write_text("//registry.npmjs.org/:_authToken=npm_plainwords0123\n")
+    (root / ".pypirc").write_text("[distutils]\nindex-servers = pypi\n")  # no token: kept
+    (root / "notes.txt").write_text(f"remember {KEY}\n")
+    (root / "app.py").write_text("print('hi')\n")
+    return root
+
+
+SECRET_WHY = {
+    ".env": "secret_name",
+    ".env.local": "secret_name",
+    ".npmrc": "token_in_config",
+    "deploy/id_ed25519": "secret_name",
+    "deploy/server.pem": "secret_name",
+    "notes.txt": "key_shaped",
+}
+
+
+def test_secret_files_are_withheld_named_in_the_manifest_and_never_stored(tmp_path):
+    ws = _secret_workspace(tmp_path / "ws")
+    blobs = Blobs()
+    m = FilesystemDriver().checkpoint(ws, blobs.put)
+    assert {w.path: w.why.value for w in m.withheld} == SECRET_WHY
+    sizes = {w.path: w.size for w in m.withheld}
+    assert sizes[".env"] == (ws / ".env").stat().st_size
+    kept = {e.path for e in m.entries if e.kind is EntryKind.FILE}
+    assert kept == {".env.example", ".pypirc", "app.py", "deploy/id_ed25519.pub"}
+    stored = b"".join(blobs.data.values()) + m.encode()
+    assert KEY.encode() not in stored and b"npm_plainwords0123" not in stored and b"MIIB" not in stored
+    # no digest of a withheld file's content: nothing confirms a guess
+    for rel in SECRET_WHY:
+        assert hashlib.sha256((ws / rel).read_bytes()).hexdigest().encode() not in m.encode()
+    # the manifest round-trips, and a restore writes none of them
+    again = Manifest.decode(m.encode())
+    assert again.withheld == m.withheld and again.digest() == m.digest()
+    out = tmp_path / "out"
+    FilesystemDriver().restore(again, blobs.get, out)
+    assert not any((out / rel).exists() for rel in SECRET_WHY)
+    assert (out / "app.py").read_text() == "print('hi')\n"
+
+
+def test_a_manifest_without_secret_files_is_the_one_older_versions_wrote(tmp_path):
+    """A tree without secret files encodes as before (no ``withheld`` key: its digest is the
+    old one), and a journal's older manifest restores."""
+    ws = _workspace(tmp_path / "ws")
+    m = FilesystemDriver().checkpoint(ws, Blobs().put)
+    assert b"withheld" not in m.encode()
+    assert sorted(orjson.loads(m.encode())) == ["entries", "schema", "warnings"]
+    old = orjson.dumps({"schema": "pvisor.snapshot-manifest/v1", "entries": [], "warnings": []})
+    assert Manifest.decode(old).withheld == []
+
+
+def test_restore_through_the_cli_reports_the_withheld_files(tmp_path):
+    ws = _secret_workspace(tmp_path / "ws")
+    blobs = Blobs()
+    m = FilesystemDriver().checkpoint(ws, blobs.put)
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, m.encode(), blobs.data)
+    proc = pvisor_main(
+        ["--journal", str(journal), "snapshot", "restore", "r-crafted", "--after-step", "0", "--into",
+         str(tmp_path / "into"), "--json"], cwd=tmp_path, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    done = json.loads(proc.stdout)
+    assert {w["path"]: w["why"] for w in done["withheld"]} == SECRET_WHY
+    assert not (tmp_path / "into" / ".env").exists() and KEY not in proc.stdout + proc.stderr
+    stored = b"".join(p.read_bytes() for p in tmp_path.glob("j.sqlite*"))
+    assert KEY.encode() not in stored
+    text = pvisor_main(
+        ["--journal", str(journal), "snapshot", "restore", "r-crafted", "--after-step", "0", "--into",
+         str(tmp_path / "into2")], cwd=tmp_path, text=True,
+    )  # fmt: skip
+    assert text.returncode == 0 and "withheld as secret, not restored: .env, .env.local" in text.stderr
+
+
+def test_an_older_snapshot_holding_a_secret_file_restores_without_it(tmp_path):
+    """A manifest written before snapshots withheld secret files (the same schema) restores as
+    it did, except the file named as a secret one: left out and reported."""
+    blobs = {hashlib.sha256(b).hexdigest(): b for b in (f"K={KEY}\n".encode(), b"print(1)\n")}
+    env_sha, app_sha = list(blobs)
+    entries = [
+        {"path": ".env", "kind": "file", "mode": 0o600, "size": len(blobs[env_sha]), "sha256": env_sha},
+        {"path": "app.py", "kind": "file", "mode": 0o644, "size": 9, "sha256": app_sha},
+    ]
+    manifest = orjson.dumps({"schema": "pvisor.snapshot-manifest/v1", "entries": entries, "warnings": []})
+    journal = tmp_path / "j.sqlite"
+    _journal_with_snapshot(journal, manifest, blobs)
+    proc = pvisor_main(
+        ["--journal", str(journal), "snapshot", "restore", "r-crafted", "--after-step", "0", "--into",
+         str(tmp_path / "into"), "--json"], cwd=tmp_path, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["withheld"] == [
+        {"path": ".env", "size": len(blobs[env_sha]), "why": "secret_name"}
+    ]
+    assert sorted(os.listdir(tmp_path / "into")) == ["app.py"]

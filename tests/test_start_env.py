@@ -86,3 +86,100 @@ def test_no_restore_with_workspace_from_and_a_bad_env_from_are_usage_errors(tmp_
     bad = pvisor_main([*common, "--env-from", "all"], cwd=tmp_path, text=True)
     assert bad.returncode == 2 and "'all' is not one of 'recorded', 'none'" in bad.stderr, bad.stderr
     assert "Traceback" not in both.stderr + bad.stderr
+
+
+#: variables that load code or aim tools at a machine's files, repository or cluster
+UNSAFE = {
+    "LD_PRELOAD": "/tmp/evil.so",
+    "LD_LIBRARY_PATH": "/opt/lib",
+    "DYLD_INSERT_LIBRARIES": "/tmp/evil.dylib",
+    "PYTHONPATH": "/tmp/evil",
+    "PYTHONHOME": "/opt/py",
+    "PYTHONSTARTUP": "/tmp/evil.py",
+    "NODE_OPTIONS": "--require /tmp/evil.js",
+    "NODE_PATH": "/tmp/node",
+    "VIRTUAL_ENV": "/old/venv",
+    "CONDA_PREFIX": "/opt/conda",
+    "GIT_DIR": "/elsewhere/.git",
+    "GIT_WORK_TREE": "/elsewhere",
+    "GIT_SSH_COMMAND": "sh -c evil",
+    "BASH_ENV": "/tmp/evil.sh",
+    "ENV": "/tmp/evil.sh",
+    "BASH_FUNC_ls%%": "() { evil; }",
+    "DOCKER_HOST": "tcp://10.0.0.1:2375",
+    "KUBECONFIG": "/home/me/.kube/prod",
+    "npm_config_script_shell": "/tmp/evil",
+}
+
+
+def test_code_loading_and_machine_bound_variables_are_never_recorded_nor_set():
+    base = {**UNSAFE, "VAR": "v"}
+    doc = recorded_environment(base, dict(base), Path("/old/ws"))
+    assert doc["variables"] == {"VAR": "v"}
+    assert doc["left_out"] == dict.fromkeys(UNSAFE, "unsafe")
+    # a hostile recording that holds them anyway: none is set
+    assert replay_variables({"variables": {**UNSAFE, "VAR": "v"}}, str) == {"VAR": "v"}
+
+
+def test_variables_that_route_requests_are_never_set_whatever_their_ending():
+    routes = {
+        "OPENAI_API_BASE": "http://elsewhere:8000/v1",
+        "OPENAI_BASE": "http://elsewhere",
+        "AZURE_OPENAI_ENDPOINT": "https://x.openai.azure.com",
+        "OLLAMA_HOST": "10.0.0.2:11434",
+        "ANTHROPIC_API_URL": "http://elsewhere",
+        "https_proxy": "http://proxy:3128",
+    }
+    assert replay_variables({"variables": {**routes, "VAR": "v"}}, str) == {"VAR": "v"}
+
+
+def test_secrets_that_are_no_key_shape_are_left_out_by_name():
+    import base64
+
+    jwt = "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJtZSIsImlhdCI6MX0.c2lnbmF0dXJlLWJ5dGVz"
+    coded = base64.b64encode(b"sk-ant-api03-coded0123456789abcdef").decode()
+    secrets = {
+        "GH_PAT": "plainpat123",
+        "SENTRY_DSN": "https://0123abcd@o123.ingest.sentry.io/42",
+        "UPLOAD_TARGET": "https://deploy-user@files.example.org/up",
+        "ID_FOR_CI": jwt,
+        "BLOB": coded,
+    }
+    base = {**secrets, "VAR": "v"}
+    doc = recorded_environment(base, dict(base), Path("/old/ws"))
+    assert doc["variables"] == {"VAR": "v"} and doc["left_out"] == dict.fromkeys(secrets, "secret")
+    assert replay_variables({"variables": base}, str) == {"VAR": "v"}
+
+
+def test_left_out_lists_the_credentials_pvisor_removed_and_names_that_are_not_utf8():
+    base = {
+        "ANTHROPIC_API_KEY": "sk-ant-api03-removed0123456789",
+        "AWS_PROFILE": "prod",
+        "AWS_REGION": "eu-west-1",
+        "VAR": "v",
+        "B\udce9D": "x",
+    }
+    # the scripted run's agent gets a dummy key and no AWS settings
+    env = {"ANTHROPIC_API_KEY": "dummy", "VAR": "v", "B\udce9D": "x"}
+    doc = recorded_environment(base, env, Path("/old/ws"))
+    assert doc["variables"] == {"VAR": "v"}
+    assert doc["left_out"] == {
+        "ANTHROPIC_API_KEY": "removed",
+        "AWS_PROFILE": "removed",
+        "AWS_REGION": "removed",
+        "B\\xe9D": "not_utf8",
+    }
+
+
+def test_a_workspace_that_is_a_file_is_said_to_be_no_directory(tmp_path: Path):
+    from cli_helpers import pvisor_main
+
+    afile = tmp_path / "afile"
+    afile.write_text("x\n")
+    proc = pvisor_main(
+        ["--journal", str(tmp_path / "j.sqlite"), "replay", "--agent", "mini-swe-agent", "--run", "r-1",
+         "--after-step", "0", "--replay-only", "--workspace", str(afile), "--output", str(tmp_path / "out")],
+        cwd=tmp_path, text=True,
+    )  # fmt: skip
+    assert proc.returncode == 2 and f"--workspace {afile}: not a directory" in proc.stderr, proc.stderr
+    assert "no such directory" not in proc.stderr and "Traceback" not in proc.stderr

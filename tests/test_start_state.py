@@ -43,6 +43,17 @@ SECRETS_SENT = [
     "pw-startstate-0xfeed",
     "plain-words-hunter2-deploy",
 ]
+#: variables that load code or aim tools elsewhere: never recorded (harmless to this capture)
+UNSAFE_VARS = {"LD_LIBRARY_PATH": "/nonexistent/lib", "NODE_OPTIONS": "--require /nonexistent.js",
+               "GIT_DIR": "/nonexistent/.git", "KUBECONFIG": "/nonexistent/kube"}  # fmt: skip
+#: credentials a scripted run removes from the agent's environment: listed as removed
+REMOVED_VARS = {"ANTHROPIC_API_KEY": "sk-ant-api03-removedbypvisor0123456789", "AWS_REGION": "eu-west-1"}
+#: secret files of the workspace: withheld from the start snapshot, never in the journal
+ENV_KEY = "sk-ant-api03-dotenvstartstate0123456789abc"
+SECRET_FILES = {
+    "deploy/.env": f"ANTHROPIC_API_KEY={ENV_KEY}\n",
+    "deploy/server.pem": "-----BEGIN PRIVATE KEY-----\n",
+}
 FIRST = "echo VAR=$VAR; cat setup.txt"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
 
@@ -67,6 +78,9 @@ def capture(tmp_path_factory) -> dict[str, Any]:
     home.mkdir()
     ws.mkdir()
     (ws / "setup.txt").write_text(SETUP)
+    (ws / "deploy").mkdir()
+    for rel, text in SECRET_FILES.items():
+        (ws / rel).write_text(text)
     (root / "s.json").write_text(json.dumps(script()))
     # mini's own config names where its commands run (a SWE-bench container's /testbed): its file
     # records it in info.config.environment.cwd
@@ -77,7 +91,7 @@ def capture(tmp_path_factory) -> dict[str, Any]:
     proc = pvisor(
         ["--journal", str(journal), "run", "--agent", AGENT, "--agent-entrypoint", str(wrapper), "--script",
          str(root / "s.json"), "--workspace", str(ws), "--json", "--", TASK],
-        env=user_env(home, VAR=VALUE, **SECRET_VARS), cwd=root, timeout=300,
+        env=user_env(home, VAR=VALUE, **SECRET_VARS, **UNSAFE_VARS, **REMOVED_VARS), cwd=root, timeout=300,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -121,6 +135,10 @@ def test_the_start_environment_is_recorded_and_no_secret_is(capture):
     assert VALUE.encode() in stored
     for value in SECRET_VARS.values():
         assert value.encode() not in stored and value not in json.dumps(doc)
+    assert {k: doc["left_out"].get(k) for k in UNSAFE_VARS} == dict.fromkeys(UNSAFE_VARS, "unsafe")
+    assert {k: doc["left_out"].get(k) for k in REMOVED_VARS} == dict.fromkeys(REMOVED_VARS, "removed")
+    # the workspace's secret files: withheld from the start snapshot, in no encoding in the journal
+    assert ENV_KEY.encode() not in stored and b"BEGIN PRIVATE KEY" not in stored
 
 
 def test_a_replay_into_an_empty_directory_starts_from_the_recorded_start_state(capture):
@@ -133,6 +151,11 @@ def test_a_replay_into_an_empty_directory_starts_from_the_recorded_start_state(c
     assert [c["equal_normalised"] for c in result["tool_calls"]] == [True, True]
     assert not codes(result, "observation_differs") and "observation_differs" not in proc.stderr
     assert (ws / "setup.txt").read_text() == SETUP
+    # the secret files were withheld: named, and left to the user
+    assert [w["path"] for w in state["withheld"]] == sorted(SECRET_FILES)
+    (said,) = codes(result, "secret_files_withheld")
+    assert "deploy/.env" in said and "yourself" in said and ENV_KEY not in json.dumps(result)
+    assert not (ws / "deploy" / ".env").exists() and not (ws / "deploy" / "server.pem").exists()
 
 
 def test_without_the_start_state_the_first_observation_differs_and_says_why(capture):
@@ -174,3 +197,15 @@ def test_mini_swe_agent_s_recorded_cwd_maps_pwd_in_a_replay_of_its_file(capture)
     assert state["cwd"] == {"recorded": str(capture["ws"]), "replay": str(ws)}
     assert result["tool_calls"][0]["equal_normalised"] is False  # no setup.txt, no VAR
     assert "the source keeps no start snapshot" in state["likely_cause"]
+
+
+def test_a_native_file_replayed_from_the_run_s_workspace_names_the_missing_environment(capture):
+    """``--trajectory`` (a native file, which keeps no start environment) with ``--workspace-from``
+    the run: setup.txt is there, VAR is not; the likely cause says the environment is missing."""
+    _, result, ws = replay(capture, "native-from", "--trajectory", capture["native"], "--workspace-from",
+                           capture["run"])  # fmt: skip
+    state = result["start_state"]
+    assert state["workspace"] == "restored" and state["environment"] == "not_recorded"
+    assert (ws / "setup.txt").read_text() == SETUP
+    assert result["tool_calls"][0]["equal_normalised"] is False  # VAR= only
+    assert "a native file keeps no start environment" in state["likely_cause"]

@@ -282,19 +282,44 @@ def _merged(flags: dict[str, Any]) -> ReplaySpec:
     if o["reasoning"] is not None and not isinstance(o["reasoning"], str):
         o["reasoning"] = o["reasoning"].value
     if o["prepare_only"] or o["replay_only"]:
-        warned = [opt for opt in TOML_OPTIONS if opt.refusal == Refusal.WARNED]
-        warned.sort(key=lambda opt: CLI_OPTIONS.index(opt))
-        ignored = [opt.toml for opt in warned if flags[opt.name] is None and o[opt.name] is not None]
-        if ignored:
-            mode = "--prepare-only" if o["prepare_only"] else "--replay-only"
-            said = f"{path}: {', '.join(ignored)} are for a continuation; {mode} ignores them"
-            _note(f"pvisor: warning: {said}")
-            # and in result.json, first of its warnings (report_outcome does not print it again)
-            o["option_notes"] = [(OptionWarning.OPTIONS_IGNORED.value, said)]
-            for opt in warned:
-                if flags[opt.name] is None:
-                    o[opt.name] = None
+        _warn_ignored(o, flags, path)
     return ReplaySpec(o, given, _mode(o))
+
+
+def _warn_ignored(o: dict[str, Any], flags: dict[str, Any], path: Any) -> None:
+    """replay.toml's keys the mode of ``o`` (prepare-only or replay-only) has no use for
+    (:attr:`Refusal.WARNED` options whose modes leave it out; not given on the command line,
+    where they are usage errors): dropped from ``o``, with one warning line on stderr and the
+    same in ``o["option_notes"]`` (result.json's first warning, ``options_ignored``). The
+    continuation's own keys are said as before; those replay-only takes too (``no_restore``,
+    ``env_from``) are said apart."""
+    from pvisor.replay.spec import TOML_OPTIONS  # made when first read: only a --config reads it
+
+    mode = ReplayMode.PREPARE_ONLY if o["prepare_only"] else ReplayMode.REPLAY_ONLY
+    warned = [opt for opt in TOML_OPTIONS if opt.refusal == Refusal.WARNED and mode not in opt.modes]
+    warned.sort(key=lambda opt: CLI_OPTIONS.index(opt))
+    # (a key at its default changes nothing: replay.toml's template lists no_restore = false)
+    ignored = [
+        opt
+        for opt in warned
+        if flags[opt.name] is None
+        and o[opt.name] is not None
+        and (ReplayMode.REPLAY_ONLY not in opt.modes or o[opt.name] != opt.default)
+    ]
+    if not ignored:
+        return
+    live = [opt.toml for opt in ignored if ReplayMode.REPLAY_ONLY not in opt.modes]
+    agent = [opt.toml for opt in ignored if ReplayMode.REPLAY_ONLY in opt.modes]
+    parts = [f"{', '.join(live)} are for a continuation"] if live else []
+    if agent:
+        parts.append(f"{', '.join(agent)} are for replay-only and a continuation")
+    said = f"{path}: {'; '.join(parts)}; --{mode.value} ignores them"
+    _note(f"pvisor: warning: {said}")
+    # and in result.json, first of its warnings (report_outcome does not print it again)
+    o["option_notes"] = [(OptionWarning.OPTIONS_IGNORED.value, said)]
+    for opt in warned:
+        if flags[opt.name] is None:
+            o[opt.name] = None
 
 
 def _mode(o: dict[str, Any]) -> ReplayMode | None:

@@ -168,6 +168,13 @@ def restore(
         f"into {one_line(str(done.into))}: "
         f"{counted(done.files, 'file')}, {done.bytes} bytes, manifest {done.digest[:12]}"
     )
+    if done.withheld:
+        names = ", ".join(one_line(w["path"]) for w in done.withheld)
+        click.echo(
+            f"withheld as secret, not restored: {names} "
+            "(the snapshot never stored them: supply them yourself)",
+            err=True,
+        )
 
 
 def _record_json(s) -> dict:
