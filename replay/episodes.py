@@ -6,7 +6,8 @@ own with its own steps (docs/steps.md, "Episodes").
   sent it back with its result; ``TOOL@STEP`` for a call without one); a Claude Code
   session's subagent: ``agent-<agentId>``, the name of its transcript beside the session
   (``<session>/subagents/agent-<agentId>.jsonl``) or the ``agentId`` of its inline sidechain
-  lines (``sidechain`` when they carry none); a Gemini CLI session's: the subagent's session id
+  lines (``sidechain-K`` when they carry none: the K-th chain of such lines in file order, each
+  from its own root); a Gemini CLI session's: the subagent's session id
   (its recording ``chats/<session>/<id>.jsonl`` beside the session file); a Codex session's: the
   subagent's session id (a rollout in the same directory whose ``session_meta`` names this
   session as its parent thread).
@@ -34,9 +35,10 @@ import pathlib
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
+from pvisor.core.errors import shown
 from pvisor.core.record import Record
 
-from .errors import ReplayBadInput, show_path
+from .errors import ReplayBadInput, ReplayUsageError, show_path
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -56,7 +58,7 @@ class Episode(Record, record=True):
     ``parent_step`` (1-based main-loop step whose call spawned it), ``parent_call_id``,
     ``parent_tool`` (None for the main episode or an unlinked subagent); ``chain`` (journal: the
     chain number); ``path`` (native: the file it is read from); ``sidechain`` (native: the
-    ``agentId`` of its inline lines, ``*`` for lines without one)."""
+    ``agentId`` of its inline lines, ``#K`` for the K-th chain of lines without one)."""
 
     id: str
     steps: int
@@ -67,6 +69,7 @@ class Episode(Record, record=True):
     chain: int | None = None
     path: str | None = None
     sidechain: str | None = None
+    error: str | None = None
 
     def __init__(
         self,
@@ -86,6 +89,8 @@ class Episode(Record, record=True):
         self.chain = chain
         self.path = path
         self.sidechain = sidechain
+        #: why its file could not be read (it is left out of the listing; choosing it raises this)
+        self.error = None
 
     def parent(self) -> dict[str, Any] | None:
         """``{"step", "call_id", "tool"}`` of the call that spawned it, or None."""
@@ -137,13 +142,35 @@ def link(episodes: Sequence[Episode], main_steps: Sequence[Step], agent: str) ->
 def choose(episodes: Sequence[Episode], wanted: str, where: str) -> Episode:
     """The episode ``wanted`` of a source (``where`` names it); ReplayBadInput ``unknown_episode``
     naming the known ids otherwise."""
+    if not wanted:
+        raise ReplayUsageError("usage", "--episode: give an episode id (main, or a subagent's id)")
     for ep in episodes:
         if ep.id == wanted:
+            if ep.error is not None:
+                raise ReplayBadInput("bad_source", ep.error)
             return ep
-    known = ", ".join(ep.id for ep in episodes)
+    known = ", ".join(ep.id for ep in listed(episodes))
     raise ReplayBadInput(
-        "unknown_episode", f"--episode {show_path(wanted)}: {where} has no such episode (episodes: {known})"
+        "unknown_episode",
+        f"--episode {shown(show_path(wanted))}: {where} has no such episode (episodes: {known})",
     )
+
+
+def listed(episodes: Sequence[Episode]) -> list[Episode]:
+    """The episodes a source lists: those whose file could be read."""
+    return [ep for ep in episodes if ep.error is None]
+
+
+def skipped_files(episodes: Sequence[Episode]) -> list[Any]:
+    """A ``subagent_skipped`` NativeWarning per episode whose file could not be read (where: the
+    episode; message: why, naming its file)."""
+    from pvisor.adapters.native.diagnostics import NativeWarning
+
+    return [
+        NativeWarning("subagent_skipped", f"episode {ep.id}", f"not read: {ep.error}")
+        for ep in episodes
+        if ep.error is not None
+    ]
 
 
 def _first_task(chain: Chain) -> str | None:
@@ -187,23 +214,33 @@ def native_episodes(path: Path, agent: str, traj: Any, read: Any = None) -> list
     beside it, or Codex's rollouts naming it as their parent, read here for their steps and
     task; ``meta["sidechains"]`` inline lines), linked to their parent calls. Ids: the file's
     name without ``.jsonl`` (a Codex rollout's: the subagent's session id).
-    ``read``: ``read_native``'s signature. Raises what reading a subagent's file raises."""
+    ``read``: ``read_native``'s signature. A subagent file that cannot be read (BadInputError) is
+    an episode with its ``error`` (:func:`listed` leaves it out, :func:`skipped_files` warns of it,
+    :func:`choose` raises it)."""
     from pvisor.adapters.native import get_adapter, read_native
+    from pvisor.core.errors import BadInputError
 
     meta = traj.meta or {}
     main = Episode(MAIN, len(traj.steps), traj.task, path=str(path))
     subs: list[Episode] = []
     for sub in get_adapter(agent).subagent_files(path, meta):
-        result, _ = (read or read_native)(pathlib.Path(sub["path"]), agent, None)
-        t = result.trajectory
         stem = os.path.splitext(os.path.basename(sub["path"]))[0]
         name = sub["agent_id"] if stem.startswith("rollout-") else stem
+        try:
+            result, _ = (read or read_native)(pathlib.Path(sub["path"]), agent, None)
+        except BadInputError as exc:  # one unreadable subagent file leaves the others readable
+            bad = Episode(name, 0, path=sub["path"])
+            bad.error = exc.message
+            subs.append(bad)
+            continue
+        t = result.trajectory
         subs.append(Episode(name, len(t.steps), t.task, path=sub["path"]))
     for side in meta.get("sidechains") or []:
         agent_id = side["agent_id"]
         result, _ = read_native(path, agent, sidechain=agent_id)
         t = result.trajectory
-        name = "sidechain" if agent_id == "*" else f"agent-{agent_id}"
+        # lines without an agentId: one episode per chain, numbered in file order
+        name = f"sidechain-{agent_id[1:]}" if agent_id.startswith("#") else f"agent-{agent_id}"
         subs.append(Episode(name, len(t.steps), t.task, path=str(path), sidechain=agent_id))
     link(subs, traj.steps, agent)
     wire = _wire_ids(traj.steps, agent)

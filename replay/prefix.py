@@ -75,6 +75,7 @@ from .source import (
     attach_source,
     check_boundary,
     check_cut_off,
+    episode_file,
     check_damage,
     check_gaps,
     check_truncated,
@@ -778,8 +779,9 @@ def native_prefix(
     source, traj, warnings = read_native_source(path, agent, session, read, episode)
     steps = source.steps
     try:
-        check_damage(warnings, path, allow_damaged)
-        check_cut_off(warnings, steps, after_step, path, allow_damaged)
+        read_from = episode_file(path, source.episode)  # the lines damaged are in that file
+        check_damage(warnings, read_from, allow_damaged)
+        check_cut_off(warnings, steps, after_step, read_from, allow_damaged)
         return _native_prefix(
             path, agent, after_step, protocol, profile_spec, traj, source.agent_version, source
         )
@@ -799,12 +801,14 @@ def _native_prefix(
     source: Source,
 ) -> tuple[Source, Prefix]:
     steps = source.steps  # the steps native_prefix built once for this prefix
-    check_boundary(after_step, len(steps), show_path(path))
+    ep = source.episode
+    named = f" episode {ep.id}" if ep is not None and ep.id != MAIN else ""
+    check_boundary(after_step, len(steps), show_path(path) + named)
     # the flags of steps 1..N, as for a journal source (those the reader already warned about
     # under the same code are not said twice)
     said = {code for code, _ in source.notes}
     source.notes.extend(n for n in step_notes(steps, after_step) if n[0] not in said)
-    check_gaps(steps, after_step, path)
+    check_gaps(steps, after_step, episode_file(path, ep))
     finish = finish_at(descriptor(agent), steps, after_step)
     if finish is not None:
         source.notes.append(unsent_note(after_step, finish))

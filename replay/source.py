@@ -160,13 +160,15 @@ def read_native_source(
     from pvisor.core.errors import BadInputError
 
     chosen = None
+    skipped: list[Any] = []
     try:
         result, _notes = (read or read_native)(path, agent, session)
         if episode is not None:
-            from .episodes import MAIN, choose, native_episodes, read_native_episode
+            from .episodes import MAIN, choose, native_episodes, read_native_episode, skipped_files
 
             found = native_episodes(path, agent, result.trajectory, read)
             chosen = choose(found, episode, show_path(path))
+            skipped = skipped_files(found)
             if chosen.id != MAIN:
                 result, _notes = read_native_episode(path, agent, chosen, read)
     except ReplayBadInput:
@@ -174,6 +176,8 @@ def read_native_source(
     except BadInputError as exc:
         raise ReplayBadInput("bad_source", exc.message) from None
     traj = result.trajectory
+    # the file the steps were read from: a subagent's own, or the given one
+    read_from = episode_file(path, chosen)
     steps = traj.steps if isinstance(traj.steps, list) else BuiltSteps(traj.steps)
     source = Source(
         kind="native",
@@ -185,10 +189,20 @@ def read_native_source(
         session=next(
             (traj.meta[k] for k in ("sessionId", "session", "id") if isinstance(traj.meta.get(k), str)), None
         ),
-        notes=[(w.code, f"{show_path(path)}: {w}") for w in result.diagnostics.warnings],
+        notes=[
+            *[(w.code, f"{show_path(path)}: {w}") for w in skipped],
+            *[(w.code, f"{show_path(read_from)}: {w}") for w in result.diagnostics.warnings],
+        ],
         episode=chosen,
     )
     return source, traj, result.diagnostics.warnings
+
+
+def episode_file(path: Path, episode: Any) -> Path:
+    """The file an episode's steps are read from: a subagent's own file, else ``path``."""
+    import pathlib
+
+    return pathlib.Path(episode.path) if episode is not None and episode.path else path
 
 
 def attach_source(exc: Exception, seen: list[Source]) -> None:

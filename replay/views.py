@@ -221,6 +221,8 @@ class TrajectoryReplay:
     snapshots: Any = None  # replay.snapshots.RunSnapshots of a journal run
     warnings: list[str] = field(default_factory=list)
     wording: Wording = Wording.PYTHON
+    #: the file a native episode's steps were read from when not the given one (a subagent's)
+    read_from: str | None = None
 
     @classmethod
     def from_journal(cls, journal: Any, run: str, episode: str | None = None) -> TrajectoryReplay:
@@ -277,10 +279,13 @@ class TrajectoryReplay:
             raise
         name = agent or result.agent or notes[0].split(": ", 1)[1]
         chosen = None
+        skipped: list[Any] = []
         if episode is not None and episode != MAIN:
-            from .episodes import choose, native_episodes, read_native_episode
+            from .episodes import choose, native_episodes, read_native_episode, skipped_files
 
-            chosen = choose(native_episodes(Path(path), name, result.trajectory), episode, os.fspath(path))
+            found = native_episodes(Path(path), name, result.trajectory)
+            chosen = choose(found, episode, os.fspath(path))
+            skipped = skipped_files(found)
             if chosen.id != MAIN:
                 result, _notes = read_native_episode(Path(path), name, chosen)
         source = {
@@ -293,7 +298,12 @@ class TrajectoryReplay:
         if chosen is not None and chosen.id != MAIN:
             source["episode"] = chosen.summary()
         return cls(
-            result.trajectory, name, source, warnings=list(result.diagnostics.warnings), wording=wording
+            result.trajectory,
+            name,
+            source,
+            warnings=[*skipped, *result.diagnostics.warnings],
+            wording=wording,
+            read_from=chosen.path if chosen is not None and chosen.path != str(path) else None,
         )
 
     @classmethod
@@ -374,7 +384,9 @@ class TrajectoryReplay:
     @property
     def label(self) -> str:
         """How errors name the source: ``run r-...`` or the file."""
-        return f"run {self.run}" if self.run else f"trajectory {self.source.get('path')}"
+        where = f"run {self.run}" if self.run else f"trajectory {self.source.get('path')}"
+        episode = self.source.get("episode")
+        return f"{where} episode {episode['id']}" if episode else where
 
     def resolve(self, spec: PauseSpec) -> tuple[Position, dict[str, Any] | None]:
         """(the pause's :class:`~.numbering.Position`, the commitment found or None) for

@@ -502,3 +502,126 @@ def test_a_subagents_request_that_repeats_the_task_is_the_subagents_own(stack, t
         {"step": 1, "call_id": "toolu_rd", "tool": "Read", "argument": "file_path",
          "recorded": "/old/ws/notes.txt", "replayed": "/new/ws/notes.txt", "episode": "main"}
     ]  # fmt: skip
+
+
+def _prepare(main: Path, root: Path, out: str, episode: str, after: int = 1, *more: str):
+    args = ["replay", "--agent", "claude-code", "--trajectory", str(main), "--prepare-only", "--output",
+            str(root / out), "--after-step", str(after), "--episode", episode, *more]  # fmt: skip
+    return _run(args, root)
+
+
+def test_an_unreadable_subagent_file_is_skipped_with_a_warning_naming_it(tmp_path: Path) -> None:
+    main = _session_with_file(tmp_path)
+    empty = tmp_path / SID / "subagents" / "agent-empty.jsonl"
+    empty.write_text("")
+    shown = _run(["trajectory", "show", str(main)], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "episodes: main (2 steps); agent-abc123 (2 steps" in shown.stdout
+    assert "agent-empty" not in shown.stdout
+    [warned] = [line for line in shown.stderr.splitlines() if "subagent_skipped" in line]
+    assert f"episode agent-empty: subagent_skipped: not read: {empty}: no Claude Code session line" in warned
+    sibling = _prepare(main, tmp_path, "ok", "agent-abc123")
+    assert sibling.returncode == 0, sibling.stderr
+    assert "subagent_skipped" in sibling.stderr
+    own = _prepare(main, tmp_path, "bad", "agent-empty")
+    assert own.returncode == 65 and f"bad_source: {empty}: no Claude Code session line" in own.stderr
+    view = _run(["view", str(main), "--episode", "agent-abc123", "--after-step", "1"], tmp_path)
+    assert view.returncode == 0, view.stderr
+    strict = _run(["trajectory", "show", str(main), "--strict"], tmp_path)
+    assert strict.returncode == 65 and "1 subagent file(s) not read and --strict" in strict.stderr
+
+
+def test_a_damaged_subagent_file_is_named_and_refused_as_the_main_one_is(tmp_path: Path) -> None:
+    main = _session_with_file(tmp_path)
+    sub = tmp_path / SID / "subagents" / "agent-cut.jsonl"
+    lines = _sub_lines("cut")
+    # its tool result's line cut off mid-record, the next line written after it
+    sub.write_text("\n".join([*lines[:2], lines[2][:60], lines[3]]) + "\n")
+    done = _prepare(main, tmp_path, "o", "agent-cut")
+    assert done.returncode == 65
+    assert f"damaged_source: {sub} line 3: malformed_line" in done.stderr
+    assert f"{main} line" not in done.stderr
+    view = _run(["view", str(main), "--episode", "agent-cut"], tmp_path)
+    assert view.returncode == 65 and f"damaged_source: {sub} line 3" in view.stderr
+    assert f"warning: {sub}: line 3: malformed_line" in view.stderr
+    strict = _run(["trajectory", "show", str(main), "--episode", "agent-cut", "--strict"], tmp_path)
+    assert strict.returncode == 65 and "warning(s) and --strict" in strict.stderr
+    # a cut-off last line: the boundary at its step is refused naming the subagent's file
+    sub.write_text("\n".join(lines) + "\n" + lines[1][:40])
+    cut = _prepare(main, tmp_path, "o2", "agent-cut", 2)
+    assert cut.returncode == 65 and f"damaged_source: --after-step 2: {sub} line 5 is cut off" in cut.stderr
+    strict = _run(["trajectory", "show", str(main), "--episode", "agent-cut", "--strict"], tmp_path)
+    assert strict.returncode == 65 and "truncated_line" in strict.stderr
+
+
+def test_only_regular_files_in_the_sessions_own_subagents_directory_are_read(tmp_path: Path) -> None:
+    import os
+
+    main = _session_with_file(tmp_path)
+    subs = tmp_path / SID / "subagents"
+    os.mkfifo(subs / "agent-fifo.jsonl")  # opened, it would block the read
+    (subs / "agent-passwd.jsonl").symlink_to("/etc/passwd")
+    shown = _run(["trajectory", "show", str(main)], tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "agent-fifo" not in shown.stdout and "agent-passwd" not in shown.stdout
+    warned = [line for line in shown.stderr.splitlines() if "subagent_skipped" in line]
+    assert len(warned) == 2
+    assert f"{subs / 'agent-fifo.jsonl'}: subagent_skipped: not a regular file" in warned[0]
+    assert f"{subs / 'agent-passwd.jsonl'}: subagent_skipped: not a regular file" in warned[1]
+    done = _prepare(main, tmp_path, "o", "agent-abc123")
+    assert done.returncode == 0, done.stderr
+    # a linked subagents directory is not the session's own
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    (subs / "agent-fifo.jsonl").unlink()
+    (subs / "agent-passwd.jsonl").unlink()
+    subs.rename(other / "subagents")
+    subs.symlink_to(other / "subagents")
+    linked = _run(["trajectory", "show", str(main)], tmp_path)
+    assert linked.returncode == 0, linked.stderr
+    assert "episodes:" not in linked.stdout
+    assert f"{subs}: subagent_skipped: a link" in linked.stderr
+
+
+def test_inline_sidechains_without_an_agent_id_are_one_episode_per_chain(tmp_path: Path) -> None:
+    main = tmp_path / f"{SID}.jsonl"
+    second = "Count the lines of a.txt and report the number."
+    task2 = {"description": "count", "prompt": second, "subagent_type": "general-purpose"}
+    call2 = {"type": "tool_use", "id": "toolu_task2", "name": "Task", "input": task2}
+    lines = _main_lines()
+    wc = {"type": "tool_use", "id": "toolu_wc", "name": "Bash", "input": {"command": "wc -l a.txt"}}
+    other = [  # the second subagent's chain, from its own root (parentUuid null), no agentId
+        _user("t1", None, second, side=True),
+        _assistant("t2", "t1", "msg_t2", [wc], side=True),
+        _user("t3", "t2", [{"type": "tool_result", "tool_use_id": "toolu_wc", "content": "1"}], side=True),
+        _assistant("t4", "t3", "msg_t4", [{"type": "text", "text": "1"}], side=True),
+    ]
+    main.write_text(
+        "\n".join([
+            *lines[:2], *_sub_lines(""), lines[2],
+            _assistant("a3", "u2", "msg_5", [call2]), *other,
+            _user("u3", "a3", [{"type": "tool_result", "tool_use_id": "toolu_task2", "content": "1"}]),
+            _assistant("a4", "u3", "msg_6", [{"type": "text", "text": "Done."}]),
+        ]) + "\n"
+    )  # fmt: skip
+    doc = json.loads(_run(["trajectory", "show", str(main), "--json"], tmp_path).stdout)
+    assert doc["meta"]["episodes"][1:] == [
+        {"id": "sidechain-1", "steps": 2, "parent": {"step": 1, "call_id": "toolu_task1", "tool": "Task"}},
+        {"id": "sidechain-2", "steps": 2, "parent": {"step": 2, "call_id": "toolu_task2", "tool": "Task"}},
+    ]
+    done = _prepare(main, tmp_path, "o", "sidechain-2")
+    assert done.returncode == 0, done.stderr
+    assert json.loads((tmp_path / "o" / "prefix.json").read_text())["messages"][0]["content"] == second
+
+
+def test_episode_messages_name_the_episode_and_shorten_the_id(tmp_path: Path) -> None:
+    main = _session_with_file(tmp_path)
+    past = _prepare(main, tmp_path, "o", "agent-abc123", 5)
+    assert past.returncode == 65
+    assert f"{main} episode agent-abc123 has 2 steps" in past.stderr
+    view = _run(["view", str(main), "--episode", "agent-abc123", "--after-step", "5"], tmp_path)
+    assert view.returncode != 0 and "episode agent-abc123 has 2 journal steps" in view.stderr
+    long = _prepare(main, tmp_path, "o2", "x" * 10000)
+    assert long.returncode == 65 and "(10000 characters)" in long.stderr and "x" * 200 not in long.stderr
+    empty = _prepare(main, tmp_path, "o3", "")
+    assert empty.returncode == 2 and "--episode: give an episode id" in empty.stderr

@@ -327,8 +327,13 @@ class _Reading:
         self.side = sidechain is not None
         #: the subagent read (``agentId`` of its sidechain lines; ``*``: every sidechain line)
         self.sidechain = sidechain
-        #: inline subagents of a main file: agentId (or "*" when the lines carry none) -> lines
+        #: inline subagents of a main file: agentId (or ``#K`` for the K-th chain, in file order,
+        #: of lines that carry none) -> lines
         self.sidechains: dict[str, int] = {}
+        #: sidechain lines without an agentId: uuid -> K, their chain root's number (a line
+        #: whose parent is not one of them starts chain K+1: each subagent's starts at null)
+        self.roots: dict[str, int] = {}
+        self.root_count = 0
         self.traj = Trajectory()
         self.lo = self.traj.left_out = LeftOutLines()
         self.chain = CompactChain(_key, _TALK)
@@ -375,9 +380,9 @@ class _Reading:
                 self.no_uuid(n, obj, kind, diag)
                 continue
             side = bool(obj.get("isSidechain"))
-            if side != self.side or (side and not self.in_sidechain(obj)):
-                if side:
-                    agent = as_str(obj.get("agentId")) or "*"
+            agent = self.side_key(obj, uuid) if side else None
+            if side != self.side or (side and self.sidechain != "*" and agent != self.sidechain):
+                if agent is not None:
                     self.sidechains[agent] = self.sidechains.get(agent, 0) + 1
                     lo.add(n, "sidechain", "subagent (sidechain) line, not the main loop")
                 else:
@@ -412,10 +417,19 @@ class _Reading:
                 )
         header.finish(diag)
 
-    def in_sidechain(self, obj: dict) -> bool:
-        """Whether the sidechain line ``obj`` is of the subagent read: the lines of the
-        ``agentId`` asked for, every one for ``*``."""
-        return self.sidechain == "*" or obj.get("agentId") == self.sidechain
+    def side_key(self, obj: dict, uuid: str) -> str:
+        """The inline subagent the sidechain line ``obj`` is of: its ``agentId``, or ``#K`` for a
+        line without one, K its chain's number in file order (two subagents inlined without
+        ids are two chains, each from its own root)."""
+        agent = as_str(obj.get("agentId"))
+        if agent:
+            return agent
+        k = self.roots.get(as_str(obj.get("parentUuid")) or "")
+        if k is None:
+            self.root_count += 1
+            k = self.root_count
+        self.roots[uuid] = k
+        return f"#{k}"
 
     def no_uuid(self, n: int, obj: dict, kind: str, diag: Diagnostics) -> None:
         """A record without a uuid: UI-only (left out), or of a type unknown to the profile
@@ -750,23 +764,46 @@ def _is_subagent_transcript(path: Path) -> bool:
     return seen
 
 
-def _list_subagents(path: Path, meta: dict[str, Any], lo: LeftOutLines) -> None:
+def _list_subagents(path: Path, meta: dict[str, Any], lo: LeftOutLines, diag: Diagnostics) -> None:
     """The subagent transcripts ``<session>/subagents/*.jsonl`` beside ``path``: listed in
-    ``meta["subagents"]`` and left out, never mixed in."""
-    sub_dir = os.path.join(os.path.splitext(path)[0], "subagents")  # Path.with_suffix("")
-    if os.path.isdir(sub_dir):
-        from pathlib import Path
+    ``meta["subagents"]`` and left out, never mixed in. Only regular files directly in the
+    session's own ``subagents`` directory (neither linked) are listed, by ``lstat``, never opened
+    here: a FIFO would block, a link could name any file. Each other entry is a
+    ``subagent_skipped`` warning naming it."""
+    import stat
 
-        for f in sorted(Path(sub_dir).glob("*.jsonl")):
-            agent_id = f.stem.removeprefix("agent-")
-            meta["subagents"].append({"path": str(f), "agent_id": agent_id})
-            lo.append(
-                LeftOut(
-                    str(f),
-                    "subagent",
-                    f"subagent transcript {agent_id}, linked in meta.subagents, not mixed in",
-                )
+    sub_dir = os.path.join(os.path.splitext(path)[0], "subagents")  # Path.with_suffix("")
+    try:
+        mode = os.lstat(sub_dir).st_mode
+    except OSError:
+        return
+    if not stat.S_ISDIR(mode):
+        if stat.S_ISLNK(mode):
+            diag.warn("subagent_skipped", sub_dir, "a link, not the session's own directory; not read")
+        return
+    try:
+        names = sorted(os.listdir(sub_dir))
+    except OSError as exc:
+        diag.warn("subagent_skipped", sub_dir, f"cannot list it: {exc.strerror or exc}")
+        return
+    for name in names:
+        if not name.endswith(".jsonl"):
+            continue
+        f = os.path.join(sub_dir, name)
+        try:
+            regular = stat.S_ISREG(os.lstat(f).st_mode)
+        except OSError:
+            continue
+        if not regular:
+            diag.warn(
+                "subagent_skipped", f, "not a regular file (a link, FIFO, device or directory); not read"
             )
+            continue
+        agent_id = name[: -len(".jsonl")].removeprefix("agent-")
+        meta["subagents"].append({"path": f, "agent_id": agent_id})
+        lo.append(
+            LeftOut(f, "subagent", f"subagent transcript {agent_id}, linked in meta.subagents, not mixed in")
+        )
 
 
 class ClaudeCodeAdapter(NativeAdapter):
@@ -783,9 +820,10 @@ class ClaudeCodeAdapter(NativeAdapter):
         a file without a user or assistant line off the sidechains is a subagent's transcript
         (``<session>/subagents/agent-<id>.jsonl``, :func:`_is_subagent_transcript`), read with
         its sidechain lines as the loop; ``sidechain`` reads the inline subagent of a main file
-        whose lines carry that ``agentId`` (``*``: every sidechain line). ``meta["sidechain"]``:
+        whose lines carry that ``agentId`` (``#K``: the K-th chain of lines without one; ``*``: every
+        sidechain line). ``meta["sidechain"]``:
         whether the loop read is a subagent's; ``meta["sidechains"]``: the inline subagents left
-        out, ``[{"agent_id", "lines"}]`` (agent_id ``*`` for lines without one)."""
+        out, ``[{"agent_id", "lines"}]`` (agent_id ``#K`` for the K-th chain of lines without one)."""
         if sidechain is None and _is_subagent_transcript(path):
             sidechain = "*"
         r = _Reading(sidechain)
@@ -811,7 +849,7 @@ class ClaudeCodeAdapter(NativeAdapter):
         meta["sidechain"] = r.side
         meta["sidechains"] = [] if r.side else [{"agent_id": a, "lines": k} for a, k in r.sidechains.items()]
         if not r.side:
-            _list_subagents(path, meta, r.lo)
+            _list_subagents(path, meta, r.lo, diag)
         del chain, depth, path_ix, w
         traj.steps = LazySteps(plans, lambda plan: self._step(plan, load))
         traj.model = next(

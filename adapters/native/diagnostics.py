@@ -66,6 +66,10 @@ WARNING_CODES: dict[str, str] = {
         "an ATIF file of an agent pvisor does not know: what the generic descriptor assumes of a tool "
         "(a shell, or rendered as text in a handoff)"
     ),
+    "subagent_skipped": (
+        "an entry beside the session that is not a readable subagent file (not a regular file, a "
+        "link, a directory linked in, or a file the reader refuses): skipped, the other episodes are read"
+    ),
     "lost_action": (
         "a tool result answers a call no line holds (the action's line was lost): a gap step stands at its "
         "place"

@@ -165,13 +165,15 @@ def show(
     each subagent, with the call that spawned it), and what was left out."""
     from pvisor.adapters.native.render import write_json
     from pvisor.commands.cells import clip, terminal_safe
+    from pvisor.replay.episodes import listed
 
     result, name = _read(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
     )
-    episodes = _episodes(file, result, name)
+    episodes = _episodes(file, result, name, strict)
     if episode is not None:
-        result = _episode_result(file, result, name, episodes, episode)
+        result = _episode_result(file, result, name, episodes, episode, strict)
+    episodes = listed(episodes)
     if len(episodes) > 1:  # a file without subagents reads as it always did
         result.trajectory.meta["episodes"] = [ep.summary() for ep in episodes]
     if as_json:
@@ -191,11 +193,12 @@ def show(
     click.echo(f"left out: {len(t.left_out)} record(s)")
 
 
-def _episodes(file: str, result, name: str) -> list:
+def _episodes(file: str, result, name: str, strict: bool = False) -> list:
     """The episodes of the file read (:mod:`pvisor.replay.episodes`): the main loop and each
-    subagent its adapter lists; only ``main`` for a stream, a directory or a format's file."""
+    subagent its adapter lists; only ``main`` for a stream, a directory or a format's file. A
+    subagent file that cannot be read is a warning naming it (exit 65 under ``strict``)."""
     from pvisor.adapters.native import adapter_names, get_adapter
-    from pvisor.replay.episodes import MAIN, Episode, native_episodes
+    from pvisor.replay.episodes import MAIN, Episode, native_episodes, skipped_files
 
     t = result.trajectory
     # a stream, a directory (an OpenCode store) or a format read for another agent: one episode
@@ -203,11 +206,19 @@ def _episodes(file: str, result, name: str) -> list:
         return [Episode(MAIN, len(t.steps), t.task)]
     if not (t.meta.get("sidechains") or get_adapter(name).subagent_files(plain(file), t.meta)):
         return [Episode(MAIN, len(t.steps), t.task)]
-    return native_episodes(plain(file), name, t)
+    found = native_episodes(plain(file), name, t)
+    skipped = skipped_files(found)
+    for w in skipped:
+        click.echo(one_line(f"pvisor: warning: {file}: {w}"), err=True)
+    if strict and skipped:
+        raise BadInputError(f"{one_line(file)}: {len(skipped)} subagent file(s) not read and --strict")
+    return found
 
 
-def _episode_result(file: str, result, name: str, episodes: list, wanted: str):
-    """The read result of the episode ``wanted``; exit 65 ``unknown_episode`` naming the known ones."""
+def _episode_result(file: str, result, name: str, episodes: list, wanted: str, strict: bool = False):
+    """The read result of the episode ``wanted``; exit 65 ``unknown_episode`` naming the known ones
+    (``bad_source`` for one whose file could not be read); under ``strict`` exit 65 when reading
+    its own file gave a warning."""
     from pvisor.replay.episodes import MAIN, choose, read_native_episode
 
     chosen = choose(episodes, wanted, file)
@@ -216,6 +227,9 @@ def _episode_result(file: str, result, name: str, episodes: list, wanted: str):
     sub, _notes = read_native_episode(plain(file), name, chosen)
     for w in sub.diagnostics.warnings:
         click.echo(one_line(f"pvisor: warning: {chosen.path}: {w}"), err=True)
+    if strict and sub.diagnostics.warnings:
+        count = sum(sub.diagnostics.counts.values())
+        raise BadInputError(one_line(f"{chosen.path}: {count} warning(s) and --strict"))
     return sub
 
 
@@ -312,7 +326,7 @@ def export(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
     )
     if episode is not None:
-        result = _episode_result(file, result, name, _episodes(file, result, name), episode)
+        result = _episode_result(file, result, name, _episodes(file, result, name, strict), episode, strict)
     _stream_json(
         lambda result, name, out: form.write(NativeSource(result, name), out, Settings()), result, name
     )

@@ -15,7 +15,7 @@ from pvisor.commands.base import Command, PathParam, one_line
 from pvisor.commands.outputs import check_output_path, make_output_parent
 from pvisor.commands.params import pause_options, refuse_key_shaped
 from pvisor.commands.progress import progress_option
-from pvisor.core.errors import OutputError, UsageError
+from pvisor.core.errors import OutputError, UsageError, shown
 from pvisor.core.outfile import open_private
 from pvisor.journal.exported import is_export
 from pvisor.journal.paths import require_utf8
@@ -134,7 +134,7 @@ def view(
     replay = _read_source(ctx, source, agent, episode)
     if replay.source.get("kind") == "native":
         # as a prefix is: a view across a repair may not be what the agent saw
-        check_damage(replay.warnings, Path(source), allow_damaged, for_view=True)
+        check_damage(replay.warnings, Path(replay.read_from or source), allow_damaged, for_view=True)
     replay.wording = Wording.CLI
     v = replay.view(_pause_spec(step, after_step, fraction, before_commitment, before))
     name = "run " + v.run if v.run else one_line(source)  # a file's name may hold control characters
@@ -164,14 +164,25 @@ def _read_source(ctx: click.Context, source: str, agent: str | None, episode: st
     if native and source != "-":
         check_source_file(Path(source), source)  # a FIFO or a device could block or never end
     if native and source != "-" and _is_export(source):
+        if episode is not None and episode != "main":  # the main loop is what an export is read as
+            raise UsageError(
+                f"--episode {shown(one_line(episode))}: {one_line(source)} is a journal export, whose "
+                "subagents are not read (only its main loop, --episode main); view the run in its "
+                "journal instead"
+            )
         if episode is not None:
-            raise UsageError(f"--episode: {source} is a journal export; view the run in its journal instead")
+            click.echo(
+                f"pvisor: note: {one_line(source)} is a journal export: its main loop is read, "
+                "its subagents are not",
+                err=True,
+            )
         # a journal export of one run, as TrajectoryReplay.from_event_log reads it: no workspace
         replay = TrajectoryReplay.from_event_log(source)
     elif native:
         replay = TrajectoryReplay.from_trajectory(Path(source), agent, wording=Wording.CLI, episode=episode)
-        for w in replay.warnings:
-            click.echo(f"pvisor: warning: {one_line(source)}: {one_line(w)}", err=True)
+        for w in replay.warnings:  # a subagent's own warnings name its file
+            named = source if getattr(w, "code", None) == "subagent_skipped" else replay.read_from or source
+            click.echo(f"pvisor: warning: {one_line(named)}: {one_line(w)}", err=True)
     else:
         # neither a file nor (it may be) a run: a key pasted here is never echoed back
         refuse_key_shaped("RUN|FILE", source, "a run id or a file")
