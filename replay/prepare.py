@@ -198,6 +198,8 @@ class PrepareOutcome:
         p, b = r["prefix"], r["boundary"]
         src = r["source"]
         what = f"run {src['run']}" if src["kind"] == "journal" else src["path"]
+        if src.get("episode"):  # a subagent's own steps
+            what += f" episode {src['episode']['id']}"
         flag = ", rendered" if p["rendered"] else ", recorded bytes"
         ws = ""
         if r["workspace"] is not None:

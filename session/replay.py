@@ -167,7 +167,9 @@ class ReplayOnlyOutcome:
         )
         live = r.get("continuation")
         b = r["boundary"]
-        head = f"{r['agent']} {{}} step {b['after_step']} of {b['steps_total']} as run {r['derived_run']}"
+        episode = (r.get("source") or {}).get("episode")
+        of = f" of episode {episode['id']}" if episode else ""  # a subagent's own steps
+        head = f"{r['agent']} {{}} step {b['after_step']} of {b['steps_total']}{of} as run {r['derived_run']}"
         h = r.get("handoff")
         if h:
             # a handoff: who took over, and what became of the source's calls

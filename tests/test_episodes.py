@@ -369,6 +369,8 @@ def test_a_real_subagent_is_replayed_at_its_own_step_with_the_agent(tmp_path: Pa
     result = json.loads((out / "result.json").read_text())
     jsonschema.validate(result, SCHEMA)
     assert result["status"] == "ok" and result["divergence"] is None
+    # the summary line names the episode replayed
+    assert f"to step 1 of 2 of episode {sub} as run" in done.stdout + done.stderr
     assert result["source"]["episode"] == {
         "id": sub,
         "steps": 2,
@@ -625,3 +627,19 @@ def test_episode_messages_name_the_episode_and_shorten_the_id(tmp_path: Path) ->
     assert long.returncode == 65 and "(10000 characters)" in long.stderr and "x" * 200 not in long.stderr
     empty = _prepare(main, tmp_path, "o3", "")
     assert empty.returncode == 2 and "--episode: give an episode id" in empty.stderr
+
+
+def test_summaries_and_exports_name_the_subagent_episode(tmp_path: Path) -> None:
+    main = _session_with_file(tmp_path)
+    done = _prepare(main, tmp_path, "o", "agent-abc123")
+    assert done.returncode == 0, done.stderr
+    assert f"from {main} episode agent-abc123, after step 1 of 2" in done.stdout
+    out = tmp_path / "v.json"
+    view = _run(["view", str(main), "--episode", "agent-abc123", "--output", str(out)], tmp_path)
+    assert view.returncode == 0 and f"view of {main} episode agent-abc123 " in view.stderr
+    parent = {"step": 1, "call_id": "toolu_task1", "tool": "Task"}
+    export = ["trajectory", "export", str(main), "--episode", "agent-abc123", "--format"]
+    doc = json.loads(_run([*export, "json"], tmp_path).stdout)
+    assert doc["meta"]["episode"] == {"id": "agent-abc123", "steps": 2, "parent": parent}
+    atif = json.loads(_run([*export, "atif"], tmp_path).stdout)
+    assert atif["trajectory_id"] == "agent-abc123" and atif["extra"]["episode"]["parent"] == parent

@@ -923,3 +923,13 @@ def test_pause_specs_refuse_booleans_and_parameters_of_another_kind():
     with pytest.raises(UsageError, match=r"^id=5: a pause's name is a str"):
         PauseSpec(id=5, kind="step")
     assert PauseSpec("p", "progress", 0.5).progress == 0.5  # the documents' positional form
+
+
+def test_a_journal_export_is_viewed_with_episode_main_and_says_its_subagents_are_not_read(tmp_path):
+    export = write_lines(tmp_path / "e.jsonl", export_lines(small_journal(tmp_path / "a" / "journal.sqlite")))
+    env = user_env(tmp_path / "home")
+    main = pvisor(["view", str(export), "--episode", "main"], env=env, cwd=tmp_path)
+    assert main.returncode == 0, main.stderr
+    assert "is a journal export: its main loop is read, its subagents are not" in main.stderr
+    sub = pvisor(["view", str(export), "--episode", "toolu_x"], env=env, cwd=tmp_path)
+    assert sub.returncode == 2 and "subagents are not read (only its main loop, --episode main)" in sub.stderr

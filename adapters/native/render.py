@@ -2,7 +2,8 @@
 (schema :data:`NATIVE_SCHEMA`) and Harbor's Agent Trajectory Interchange Format v1.7.
 
 ATIF rules (source: harbor ``rfcs/0001-trajectory-format.md`` v1.7, summarised in
-docs/native.md): root ``schema_version`` ``"ATIF-v1.7"``, ``session_id``,
+docs/native.md): root ``schema_version`` ``"ATIF-v1.7"``, ``session_id``, ``trajectory_id``
+(a subagent episode's id, with ``extra.episode``, when the document is a subagent's),
 ``agent{name, version, model_name, tool_definitions?}``, ``steps[]``, ``final_metrics``,
 ``extra``. A step has ``step_id`` (from 1), ``source`` (``system``/``user``/``agent``),
 ``message``; agent steps add ``model_name``, ``reasoning_content``, ``tool_calls[{tool_call_id,
@@ -306,6 +307,7 @@ def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
             "source": result.diagnostics.path,
             "left_out": len(t.left_out),
             "warnings": [str(w) for w in result.diagnostics.warnings],
+            **({"episode": t.meta["episode"]} if (t.meta or {}).get("episode") else {}),
         },
         result.diagnostics.path,
     )
@@ -352,6 +354,9 @@ def atif_fields(
         ]
     yield "schema_version", ATIF_VERSION
     yield "session_id", str(meta.get("sessionId") or meta.get("session") or meta.get("id") or "")
+    episode = meta.get("episode")
+    if isinstance(episode, dict):  # a subagent's own steps: the document is that episode's
+        yield "trajectory_id", str(episode.get("id"))
     yield "agent", agent_info
     yield "steps", Items(_atif_steps(t, count, details))
     yield "final_metrics", Later(lambda: {"total_steps": count[0]})

@@ -227,6 +227,8 @@ def _episode_result(file: str, result, name: str, episodes: list, wanted: str, s
     sub, _notes = read_native_episode(plain(file), name, chosen)
     for w in sub.diagnostics.warnings:
         click.echo(one_line(f"pvisor: warning: {chosen.path}: {w}"), err=True)
+    # the document says whose steps it holds: the episode, with the call that spawned it
+    sub.trajectory.meta["episode"] = chosen.summary()
     if strict and sub.diagnostics.warnings:
         count = sum(sub.diagnostics.counts.values())
         raise BadInputError(one_line(f"{chosen.path}: {count} warning(s) and --strict"))

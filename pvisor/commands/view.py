@@ -138,6 +138,8 @@ def view(
     replay.wording = Wording.CLI
     v = replay.view(_pause_spec(step, after_step, fraction, before_commitment, before))
     name = "run " + v.run if v.run else one_line(source)  # a file's name may hold control characters
+    if replay.source.get("episode"):  # a subagent's own steps
+        name += f" episode {replay.source['episode']['id']}"
     if v.transition is None:
         click.echo(
             f"pvisor: warning: {name} has no transition (0 journal steps): the view holds the task alone",
