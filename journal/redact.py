@@ -23,9 +23,30 @@ import enum
 import functools
 import re
 from typing import Iterable
-from urllib.parse import quote, quote_plus, unquote
 
 from pvisor.core.record import Record
+
+
+# urllib.parse (and the ipaddress module it loads: 2 ms of a start) only for text holding a "%":
+# the short commands' results quote text through redact_text
+
+
+def _unquote(text: str) -> str:
+    from urllib.parse import unquote
+
+    return unquote(text)
+
+
+def _quote(text: str | bytes, safe: str = "/") -> str:
+    from urllib.parse import quote
+
+    return quote(text, safe=safe)
+
+
+def _quote_plus(text: str | bytes) -> str:
+    from urllib.parse import quote_plus
+
+    return quote_plus(text)
 
 
 #: Request headers kept in the journal verbatim (lower-case names). Anything not allowed and not
@@ -131,7 +152,7 @@ _KEY_SHAPES_BYTES = re.compile(_KEY_SHAPES_SOURCE.encode())
 def has_key_shape(text: str) -> bool:
     """Whether ``text``, or ``text`` percent-decoded, holds a key-shaped token."""
     return _KEY_SHAPES.search(text) is not None or (
-        "%" in text and _KEY_SHAPES.search(unquote(text)) is not None
+        "%" in text and _KEY_SHAPES.search(_unquote(text)) is not None
     )
 
 
@@ -139,8 +160,8 @@ def redact_shapes(text: str) -> str:
     """``text`` with every key-shaped token replaced by ``REDACTED``; one hidden by percent
     encoding is found in the decoded text, which is then returned decoded."""
     text = _KEY_SHAPES.sub("REDACTED", text)
-    if "%" in text and _KEY_SHAPES.search(unquote(text)):
-        text = _KEY_SHAPES.sub("REDACTED", unquote(text))
+    if "%" in text and _KEY_SHAPES.search(_unquote(text)):
+        text = _KEY_SHAPES.sub("REDACTED", _unquote(text))
     return text
 
 
@@ -164,18 +185,18 @@ def request_secrets(query: str, headers: Iterable[tuple[str, str]], path: str = 
     """The credentials a request carries: secret header values (without a ``Bearer``/``Basic``
     scheme) and secret query values (decoded), as the agent sent them; never stored, used to
     redact what quotes them."""
-    values: set[str] = set(_KEY_SHAPES.findall(unquote(path)))
+    values: set[str] = set(_KEY_SHAPES.findall(_unquote(path)))
     for name, value in headers:
         if is_secret_header(name):
             values.add(credential(value))
-        values.update(_KEY_SHAPES.findall(unquote(value) if "%" in value else value))
-        values.update(_KEY_SHAPES.findall(unquote(name) if "%" in name else name))
+        values.update(_KEY_SHAPES.findall(_unquote(value) if "%" in value else value))
+        values.update(_KEY_SHAPES.findall(_unquote(name) if "%" in name else name))
         values.update(_KEY_SHAPES.findall(name.lower()))  # a header name is stored lower-cased
     for segment in _QUERY_SEPARATOR.split(query) if query else ():
         name, value = _query_pair(segment)
         if value is not None and is_secret_query_param(name):
             values.add(value)
-        values.update(_KEY_SHAPES.findall(unquote(segment)))
+        values.update(_KEY_SHAPES.findall(_unquote(segment)))
     return values
 
 
@@ -196,10 +217,10 @@ def _query_pair(segment: str) -> tuple[str, str | None]:
     whose ``=`` is itself percent-encoded (``key%3DAIza...``) splits at the encoded one."""
     raw_name, eq, raw_value = segment.partition("=")
     if not eq:
-        decoded = unquote(segment.replace("+", " "))
+        decoded = _unquote(segment.replace("+", " "))
         name, eq, value = decoded.partition("=")
         return (name, value) if eq else (decoded, None)
-    return unquote(raw_name.replace("+", " ")), unquote(raw_value.replace("+", " "))
+    return _unquote(raw_name.replace("+", " ")), _unquote(raw_value.replace("+", " "))
 
 
 def redact_echoed_secrets(
@@ -227,7 +248,7 @@ def secret_forms(value: str) -> set[bytes]:
     the three byte offsets, without the first and last group, which mix in other bytes) and with
     JSON's escaped ``/``. Forms under 8 bytes are left out (too likely by chance)."""
     raw = value.encode("utf-8", "surrogateescape")
-    forms = {raw, quote(raw, safe="").encode(), quote_plus(raw).encode(), raw.replace(b"/", b"\\/")}
+    forms = {raw, _quote(raw, safe="").encode(), _quote_plus(raw).encode(), raw.replace(b"/", b"\\/")}
     forms |= {raw.hex().encode(), raw.hex().upper().encode()}
     for encode in (base64.b64encode, base64.urlsafe_b64encode):
         b64 = encode(raw)
@@ -352,13 +373,14 @@ def redact_exchange_meta(
         # lower-cased, so a key that is key-shaped only lower-cased counts too)
         shaped = name if has_key_shape(name) else n if has_key_shape(n) else None
         if shaped is not None:
-            found = _KEY_SHAPES.search(shaped) or _KEY_SHAPES.search(unquote(shaped))
+            found = _KEY_SHAPES.search(shaped) or _KEY_SHAPES.search(_unquote(shaped))
             assert found is not None  # has_key_shape said so
             secrets[redact_shapes(shaped).lower()] = fingerprint(found.group(0), key)
         elif is_secret_header(n):
             secrets[n] = fingerprint(credential(value), key)
         elif allow is None or _header_allowed(n, allow):
-            found = _KEY_SHAPES.search(value) or ("%" in value and _KEY_SHAPES.search(unquote(value))) or None
+            encoded = "%" in value and _KEY_SHAPES.search(_unquote(value))
+            found = _KEY_SHAPES.search(value) or encoded or None
             if found is not None:  # a key where no name says so (user-agent, anthropic-beta, ...)
                 secrets[n] = fingerprint(found.group(0), key)
                 value = redact_shapes(value)
@@ -389,12 +411,12 @@ def redact_exchange_meta(
                 eq = segment.lower().find("%3d") + 2
             out.append(segment[: eq + 1] + "REDACTED")
             continue
-        found = _KEY_SHAPES.search(unquote(segment))
+        found = _KEY_SHAPES.search(_unquote(segment))
         if found is not None:  # the key may be the name itself (?sk-ant-..., ?AIza...=1)
             secrets["?" + _KEY_SHAPES.sub("REDACTED", name)] = fingerprint(found.group(0), key)
             segment = _KEY_SHAPES.sub("REDACTED", segment)
-            if _KEY_SHAPES.search(unquote(segment)):  # the key itself percent-encoded
-                segment = quote(_KEY_SHAPES.sub("REDACTED", unquote(segment)), safe="=")
+            if _KEY_SHAPES.search(_unquote(segment)):  # the key itself percent-encoded
+                segment = _quote(_KEY_SHAPES.sub("REDACTED", _unquote(segment)), safe="=")
         out.append(segment)
     return RedactedMeta("".join(out), kept, secrets, dropped)
 
@@ -489,7 +511,7 @@ def secret_file(name: str, data: bytes) -> SecretFileWhy | None:
     if _bytes_key_shaped(data):
         return SecretFileWhy.KEY_SHAPED
     # a key percent-encoded (a URL saved in a file): looked for in files up to 1 MiB
-    if len(data) <= 1 << 20 and b"%" in data and _KEY_SHAPES.search(unquote(data.decode("latin-1"))):
+    if len(data) <= 1 << 20 and b"%" in data and _KEY_SHAPES.search(_unquote(data.decode("latin-1"))):
         return SecretFileWhy.KEY_SHAPED
     return None
 

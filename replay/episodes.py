@@ -31,7 +31,6 @@ past the last step): the one line names the episodes the source has.
 from __future__ import annotations
 
 import os
-import pathlib
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Sequence
 
@@ -227,7 +226,7 @@ def native_episodes(path: Path, agent: str, traj: Any, read: Any = None) -> list
         stem = os.path.splitext(os.path.basename(sub["path"]))[0]
         name = sub["agent_id"] if stem.startswith("rollout-") else stem
         try:
-            result, _ = (read or read_native)(pathlib.Path(sub["path"]), agent, None)
+            result, _ = (read or read_native)(sub["path"], agent, None)
         except BadInputError as exc:  # one unreadable subagent file leaves the others readable
             bad = Episode(name, 0, path=sub["path"])
             bad.error = exc.message
@@ -279,4 +278,4 @@ def read_native_episode(path: Path, agent: str, episode: Episode, read: Any = No
     if episode.sidechain is not None:
         return read_native(path, agent, sidechain=episode.sidechain)
     assert episode.path is not None
-    return (read or read_native)(pathlib.Path(episode.path), agent, None)
+    return (read or read_native)(episode.path, agent, None)

@@ -200,9 +200,11 @@ def read_native_source(
 
 def episode_file(path: Path, episode: Any) -> Path:
     """The file an episode's steps are read from: a subagent's own file, else ``path``."""
-    import pathlib
+    if episode is None or not episode.path:
+        return path
+    import pathlib  # a subagent's file only: a main loop's prefix does not load pathlib
 
-    return pathlib.Path(episode.path) if episode is not None and episode.path else path
+    return pathlib.Path(episode.path)
 
 
 def attach_source(exc: Exception, seen: list[Source]) -> None:

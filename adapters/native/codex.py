@@ -69,7 +69,6 @@ that reads a step's lines again when the step is used.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -721,6 +720,8 @@ def _output_text(output: Any) -> str:
 
 
 def _sha256(text: str) -> str:
+    import hashlib  # only for a damaged file: a short command's start does not load it
+
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
