@@ -502,3 +502,39 @@ def test_a_subagents_request_that_repeats_the_task_is_the_subagents_own(stack, t
         {"step": 1, "call_id": "toolu_rd", "tool": "Read", "argument": "file_path",
          "recorded": "/old/ws/notes.txt", "replayed": "/new/ws/notes.txt", "episode": "main"}
     ]  # fmt: skip
+
+
+def test_a_gemini_cli_subagent_longer_than_its_parent_is_an_episode_not_the_main_loop(tmp_path: Path) -> None:
+    # the subagent's chain (3 requests) is longer than the main loop's (2): the longest chain is
+    # the subagent's, which is no main loop (its task is a subagent call's prompt)
+    prompt = "Run the two shell commands you are given, then report what they printed."
+    call = {"tool": "invoke_agent", "arguments": {"agent_name": "generalist", "prompt": prompt}}
+    script = {
+        "turns": [{"text": "Delegating.", "tool_calls": [call]}, {"text": "Done."}],
+        "subagent_turns": [
+            {"tool_calls": [{"tool": "@shell", "command": "echo one"}]},
+            {"tool_calls": [{"tool": "@shell", "command": "echo two"}]},
+            {"text": "Both ran."},
+        ],
+    }
+    cap = capture_scripted("gemini-cli", tmp_path, script, "Run two commands with a subagent")
+    steps = json.loads(
+        pvisor(["--journal", str(cap.journal), "journal", "steps", cap.run, "--json"], env=cap.env,
+               cwd=tmp_path).stdout
+    )  # fmt: skip
+    assert steps["task"] == "Run two commands with a subagent"
+    assert [c["name"] for c in steps["steps"][0]["action"]["tool_calls"]] == ["invoke_agent"]
+    base = ["--journal", str(cap.journal), "replay", "--agent", "gemini-cli", "--run", cap.run,
+            "--prepare-only"]  # fmt: skip
+    listed = pvisor([*base, "--output", str(tmp_path / "x"), "--after-step", "1", "--episode", "nope"],
+                    env=cap.env, cwd=tmp_path)  # fmt: skip
+    ids = listed.stderr.rsplit("(episodes: ", 1)[1].split(")")[0].split(", ")
+    assert ids[0] == "main" and len(ids) == 2, listed.stderr
+    out = tmp_path / "s3"
+    done = pvisor([*base, "--output", str(out), "--after-step", "3", "--episode", ids[1]], env=cap.env,
+                  cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    episode = json.loads((out / "result.json").read_text())["source"]["episode"]
+    # its three turns, then the request Gemini CLI sends a subagent that ended without
+    # complete_task: longer than the main loop's two
+    assert (episode["steps"], episode["parent"]["tool"], len(steps["steps"])) == (4, "invoke_agent", 2)
