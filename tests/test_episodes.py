@@ -538,3 +538,37 @@ def test_a_gemini_cli_subagent_longer_than_its_parent_is_an_episode_not_the_main
     # its three turns, then the request Gemini CLI sends a subagent that ended without
     # complete_task: longer than the main loop's two
     assert (episode["steps"], episode["parent"]["tool"], len(steps["steps"])) == (4, "invoke_agent", 2)
+
+
+def test_either_of_two_parallel_subagents_is_replayed_at_its_own_step(tmp_path: Path) -> None:
+    # two Agent calls in one reply: both subagents run at once, so the sibling's requests reach
+    # the replay of either one; they are answered from the recording, never taken as its own
+    prompts = ["Write one.txt with the shell, then report.", "Write two.txt with the shell, then report."]
+    calls = [{"tool": "Agent", "arguments": {"description": f"write {n}", "prompt": p,
+              "subagent_type": "general-purpose"}} for n, p in zip(("one", "two"), prompts)]  # fmt: skip
+    script = {
+        "turns": [{"text": "Delegating.", "tool_calls": calls}, {"text": "Done."}],
+        "subagent_turns": [
+            {"tool_calls": [{"tool": "@shell", "command": "echo sub > sub.txt"}]},
+            {"text": "ok"},
+        ],
+    }
+    cap = capture_scripted("claude-code", tmp_path, script, "Write two files with two subagents")
+    steps = json.loads(
+        pvisor(["--journal", str(cap.journal), "journal", "steps", cap.run, "--json"], env=cap.env,
+               cwd=tmp_path).stdout
+    )  # fmt: skip
+    ids = [c["id"] for c in steps["steps"][0]["action"]["tool_calls"]]
+    assert len(ids) == 2
+    for k, sub in enumerate(ids):
+        ws, out = tmp_path / f"ws{k}", tmp_path / f"r{k}"
+        ws.mkdir()
+        done = pvisor(
+            ["--journal", str(cap.journal), "replay", "--agent", "claude-code", "--run", cap.run,
+             "--agent-entrypoint", cap.exe, "--workspace", str(ws), "--replay-only", "--after-step", "1",
+             "--episode", sub, "--output", str(out)], env=cap.env, cwd=tmp_path,
+        )  # fmt: skip
+        result = json.loads((out / "result.json").read_text())
+        assert (result["status"], result["divergence"]) == ("ok", None), (sub, done.stderr)
+        body = json.loads((out / "prefix.json").read_text())
+        assert prompts[k] in json.dumps(body["messages"][0]) and prompts[1 - k] not in json.dumps(body)
