@@ -572,3 +572,45 @@ def test_either_of_two_parallel_subagents_is_replayed_at_its_own_step(tmp_path: 
         assert (result["status"], result["divergence"]) == ("ok", None), (sub, done.stderr)
         body = json.loads((out / "prefix.json").read_text())
         assert prompts[k] in json.dumps(body["messages"][0]) and prompts[1 - k] not in json.dumps(body)
+
+
+def test_a_task_call_echoed_as_agent_is_no_change_of_the_action(tmp_path: Path) -> None:
+    # Claude Code 2.1.332 runs a Task call (its legacy name; older versions' runs and scripts use
+    # it) and sends it back as Agent: the descriptor's echo alias, no action_changed_by_agent,
+    # and a replay-only past it does not diverge at request 2
+    prompt = "Count the files in the workspace and answer with the number only."
+    script = {
+        "turns": [
+            {"text": "Delegating.", "tool_calls": [{"tool": "Task", "arguments": {
+                "description": "count files", "prompt": prompt, "subagent_type": "general-purpose"}}]},
+            {"text": "Done."},
+        ]
+    }  # fmt: skip
+    cap = capture_scripted("claude-code", tmp_path, script, "Count the files with a subagent")
+    steps = json.loads(
+        pvisor(["--journal", str(cap.journal), "journal", "steps", cap.run, "--json"], env=cap.env,
+               cwd=tmp_path).stdout
+    )  # fmt: skip
+    assert [c["name"] for c in steps["steps"][0]["action"]["tool_calls"]] == ["Task"]
+    assert "action_changed_by_agent" not in steps["steps"][0]["flags"]
+    ws, out = tmp_path / "ws2", tmp_path / "r1"
+    ws.mkdir()
+    pvisor(
+        ["--journal", str(cap.journal), "replay", "--agent", "claude-code", "--run", cap.run,
+         "--agent-entrypoint", cap.exe, "--workspace", str(ws), "--replay-only", "--after-step", "1",
+         "--output", str(out)], env=cap.env, cwd=tmp_path,
+    )  # fmt: skip
+    result = json.loads((out / "result.json").read_text())
+    assert (result["status"], result["divergence"]) == ("ok", None)
+
+
+def test_a_changed_tool_call_is_shown_where_it_first_differs() -> None:
+    from pvisor.adapters.matcher import first_difference
+
+    long = "x" * 200
+    call = {"type": "tool_call", "name": "Task", "arguments": {"prompt": long}, "id": "a"}
+    assert first_difference(call, {**call, "name": "Other"}) == ("name: Task", "name: Other")
+    assert first_difference(call, {**call, "arguments": {"prompt": long + "!"}}) == (
+        "arguments.prompt: ..." + "x" * 20,
+        "arguments.prompt: ..." + "x" * 20 + "!",
+    )

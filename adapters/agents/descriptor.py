@@ -186,6 +186,10 @@ class AgentDescriptor:
     prompt_wrappers: tuple[LazyPattern, ...] = ()
     prompt_blocks: tuple[tuple[str, str], ...] = ()
     prompt_markers: tuple[str, ...] = ()
+    #: tool name in a reply -> the name the agent echoes the call under in its next request (a
+    #: legacy name it still accepts: Claude Code runs a ``Task`` call and sends it back as
+    #: ``Agent``): a call echoed under its alias is the same action (:mod:`pvisor.adapters.echoes`)
+    echo_aliases: dict[str, str] = {}
     #: the names an ATIF trajectory's ``agent.name`` gives this agent besides its own (Harbor's
     #: ``AgentName`` spells Qwen Code ``qwen-coder``): such a file is this agent's run
     atif_names: tuple[str, ...] = ()
