@@ -614,3 +614,30 @@ def test_a_changed_tool_call_is_shown_where_it_first_differs() -> None:
         "arguments.prompt: ..." + "x" * 20,
         "arguments.prompt: ..." + "x" * 20 + "!",
     )
+
+
+def test_parallel_subagents_with_the_same_prompt_are_said_to_be_indistinct(tmp_path: Path) -> None:
+    # two Agent calls with one prompt: the subagents send the same requests, which the chain
+    # rule reads as retries; the result says their episodes cannot be told apart
+    prompt = "Write same.txt with the shell, then report."
+    calls = [{"tool": "Agent", "arguments": {"description": f"write {n}", "prompt": prompt,
+              "subagent_type": "general-purpose"}} for n in ("a", "b")]  # fmt: skip
+    script = {
+        "turns": [{"text": "Delegating.", "tool_calls": calls}, {"text": "Done."}],
+        "subagent_turns": [
+            {"tool_calls": [{"tool": "@shell", "command": "echo s > same.txt"}]},
+            {"text": "ok"},
+        ],
+    }
+    cap = capture_scripted("claude-code", tmp_path, script, "Write one file with two subagents")
+    base = ["--journal", str(cap.journal), "replay", "--agent", "claude-code", "--run", cap.run,
+            "--prepare-only", "--after-step", "1"]  # fmt: skip
+    listed = pvisor([*base, "--output", str(tmp_path / "x"), "--episode", "nope"], env=cap.env, cwd=tmp_path)
+    ids = listed.stderr.rsplit("(episodes: ", 1)[1].split(")")[0].split(", ")[1:]
+    assert ids, listed.stderr
+    for k, sub in enumerate(ids):
+        out = tmp_path / f"p{k}"
+        done = pvisor([*base, "--output", str(out), "--episode", sub], env=cap.env, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        codes = [w["code"] for w in json.loads((out / "result.json").read_text())["warnings"]]
+        assert "subagents_indistinct" in codes, codes
