@@ -29,8 +29,9 @@ Rule (docs/steps.md, "The chain rule, as implemented"), with no agent-specific b
 3. A chain's length is its number of distinct requests (**slots**); the exchanges of one slot
    sent the same request, and the slot keeps the last one that succeeded (status 2xx and a
    response body), else its last one.
-4. The **main chain** is the longest; ties go to the chain whose first request the profile's
-   hint prefers (``prefer``), then to more tools, then to the earlier start.
+4. The **main chain** is the longest that is no subagent's (:mod:`pvisor.adapters.spawned`);
+   ties go to the chain whose first request the profile's hint prefers (``prefer``), then to
+   more tools, then to the earlier start.
 5. Roles: the kept exchange of each slot of the main chain is ``main``; every other exchange is
    ``auxiliary``: the retries of a main-chain slot, every request of another chain (reported,
    with its chain number, never merged), and the non-candidates of rule 1 (chain None).
@@ -59,8 +60,10 @@ from typing import Any, Callable, Iterable, Sequence
 import orjson
 
 from pvisor.adapters.agents.descriptor import ChainHint, action_message  # noqa: F401  (re-exported)
+from pvisor.adapters.agents import descriptor_names, get_descriptor
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo
+from pvisor.adapters.spawned import main_chain
 from pvisor.core import progress
 from pvisor.journal.content_encoding import DecodeError, decode_body
 from pvisor.core.errors import BadInputError
@@ -660,7 +663,7 @@ def classify_exchanges(
         seen.append(req)
 
     chains = [c for c in chains if c.slots]  # a chain whose one request was a summary
-    main = _main_chain(chains, prefer)
+    main = main_chain(chains, prefer)
     if main is not None:
         main.role = "main"
     left_out = _left_out(requests, chains, main, compacted)
@@ -859,23 +862,6 @@ class _ResponseIds:
             return
 
 
-def _main_chain(chains: list[Chain], prefer: Prefer | None) -> Chain | None:
-    if not chains:
-        return None
-    longest = max(len(c.slots) for c in chains)
-
-    def rank(c: Chain) -> tuple:
-        hinted = False
-        if prefer is not None and len(c.slots) == longest:
-            try:
-                hinted = bool(prefer(c.first.conversation()))
-            except Exception:  # a hint is advice; a failing one prefers nothing
-                hinted = False
-        return (len(c.slots), hinted, len(c.first.tool_names), -c.first.exchange.seq)
-
-    return max(chains, key=rank)
-
-
 def retries_left_out(slot: Slot, chain: int) -> list[LeftOutExchange]:
     """The ``retry`` entries of main-chain ``slot`` (chain number ``chain``): each exchange but the
     kept one, the reason naming the kept one, both outcomes, and why when :attr:`Slot.chosen`."""
@@ -950,10 +936,13 @@ def classify_run(
     """Apply the chain rule to the run ``run_id`` (or a unique prefix) of a journal.
 
     ``on_request_body`` is handed each request body as it is read (a caller that needs the
-    bodies too, as the report does, reads them once). Raises UsageError (from the reader) when
+    bodies too, as the report does, reads them once). ``prefer`` None: the hint of the run's
+    agent's descriptor, if pvisor knows that agent. Raises UsageError (from the reader) when
     no run or several match; IntegrityError when a stored body is damaged.
     """
     run = reader.run(run_id)
+    if prefer is None and run.agent in descriptor_names():
+        prefer = get_descriptor(run.agent).chain_hint
     exchanges = reader.exchanges(run.id)
     # reading a long run allocates millions of parsed JSON values and no reference cycle: the
     # cyclic collector would only rescan them, a quarter of the time (docs/benchmarks.md)

@@ -89,7 +89,7 @@ from pvisor.adapters.chains import (
     read_final_response,
     said,
 )
-from pvisor.adapters.echoes import same_said
+from pvisor.adapters.echoes import echo_aliases, same_said
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import json_type, signature_flags
 from pvisor.core import progress
@@ -220,11 +220,12 @@ def _has_content(action: Action) -> bool:
 
 
 def _observation(
-    protocol: str, appended: list[Message], action: Action
+    protocol: str, appended: list[Message], action: Action, aliases: dict[str, str] | None = None
 ) -> tuple[Observation, list[str], dict[str, Any], list[str | None]]:
     """O_i from the messages request i+1 appends to request i (``appended``), with the flags
     and details of how it carries A_i, and the ids the agent sent A_i's calls back under (one
-    per call: the reply's own where the agent echoed none)."""
+    per call: the reply's own where the agent echoed none); ``aliases``: the agent's
+    ``echo_aliases`` (a call echoed under its alias is no change)."""
     mod = get_protocol(protocol)
     echo = _echo(appended)
     flags: list[str] = []
@@ -232,7 +233,7 @@ def _observation(
     if _has_content(action):
         if not echo:
             flags.append("action_dropped_by_agent")
-        elif not same_said(said(mod, [action_message(action)]), said(mod, echo)):
+        elif not same_said(said(mod, [action_message(action)]), said(mod, echo), aliases):
             flags.append("action_changed_by_agent")
     obs = Observation()
     wire: list[str | None] = [c.id for c in action.tool_calls]
@@ -465,7 +466,7 @@ def _build_step(
         nxt = main[i + 1]
         assert nxt.protocol is not None
         obs, more, extra, wire = _observation(
-            nxt.protocol, nxt.messages_from(len(req.messages)), reply.action
+            nxt.protocol, nxt.messages_from(len(req.messages)), reply.action, echo_aliases(meta.get("agent"))
         )
         flags.extend(more)
         detail.update(extra)

@@ -30,7 +30,7 @@ from pvisor.adapters.chains import (
     summary_lines,
     summary_share,
 )
-from pvisor.adapters.echoes import same_said
+from pvisor.adapters.echoes import renamed, same_said
 from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import ParseMemo
 from pvisor.core.errors import BadInputError
@@ -115,6 +115,33 @@ class OnlineMatch:
     stream: bool = False
     #: for the agent's summary request met again: the recorded compaction it belongs to
     compaction: "RecordedCompaction | None" = None
+
+
+def first_difference(expected: Any, got: Any, where: str = "", n: int = 120) -> tuple[str, str]:
+    """Where two normalised values (a served call and its echo) first differ, each side shown as
+    ``path: value`` in at most ``n`` characters (``name: "Task"`` against ``name: "Agent"``,
+    ``arguments.prompt: ...``; a string from a few characters before its first differing one):
+    cutting both at the same place would hide a difference past the cut."""
+    if isinstance(expected, dict) and isinstance(got, dict):
+        for key in sorted(set(expected) | set(got), key=lambda x: (x != "name", str(x))):
+            if expected.get(key, _ABSENT) != got.get(key, _ABSENT):
+                path = f"{where}.{key}" if where else str(key)
+                return first_difference(expected.get(key, _ABSENT), got.get(key, _ABSENT), path, n)
+    head = f"{where}: " if where else ""
+    if isinstance(expected, str) and isinstance(got, str):
+        at = next((i for i, (x, y) in enumerate(zip(expected, got)) if x != y), min(len(expected), len(got)))
+        start = max(0, at - 20)
+        lead = "..." if start else ""
+        return _short(head + lead + expected[start:], n), _short(head + lead + got[start:], n)
+
+    def shown(v: Any) -> str:
+        return "(absent)" if v is _ABSENT else _short(v, n)
+
+    return _short(head + shown(expected), n), _short(head + shown(got), n)
+
+
+#: a key one side of :func:`first_difference` lacks
+_ABSENT = object()
 
 
 def _short(value: Any, n: int = 120) -> str:
@@ -531,8 +558,10 @@ class OnlineMatcher:
                     self.nearest(i),
                 )
             got = self._said_group(msgs)
-            if same_said(expected, got):
+            aliases = getattr(self.descriptor, "echo_aliases", None) or {}
+            if same_said(expected, got, aliases):
                 continue
+            expected = renamed(expected, aliases)
             if got[0] != expected[0]:
                 return Divergence(
                     k,
@@ -545,12 +574,13 @@ class OnlineMatcher:
                 )
             for j, (e, g) in enumerate(zip(expected[1], got[1])):
                 if e != g:
+                    shown_e, shown_g = first_difference(e, g)
                     return Divergence(
                         k,
                         at,
                         j,
-                        _short(e),
-                        _short(g),
+                        shown_e,
+                        shown_g,
                         f"tool call {j + 1} of served action A_{i} was changed",
                         self.nearest(k),
                     )

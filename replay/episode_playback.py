@@ -15,7 +15,9 @@ repeats the run's task: the subagent's when it carries the subagent's system pro
 loop sees a retry); the main loop's when only its matcher does; a request both find diverged
 is the subagent's when the main loop finds it auxiliary or it carries the subagent's system
 prompt; anything else is answered as the main loop answers it (auxiliary requests from the
-recording, a divergence of the main loop). Both chains' served replies are listed in
+recording, a divergence of the main loop). A request of a sibling subagent (its user texts
+hold the prompt of another subagent call of the main loop) is answered as the main loop
+answers it too, never matched against this episode. Both chains' served replies are listed in
 ``served``, each with its ``episode``; so are the paths rewritten in both chains' actions
 (``path_rewrites``).
 
@@ -26,9 +28,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pvisor.adapters.agents.effects import Effect
 from pvisor.adapters.matcher import MatchKind, OnlineMatch
+from pvisor.adapters.spawned import MIN_PROMPT, strings
 from pvisor.gateway.responder import Answer, IncomingRequest, Refuse
-from pvisor.journal.model import Conversation
+from pvisor.journal.model import Conversation, TextPart
 
 from .episodes import MAIN
 from .playback import PathRewrites, PlaybackResponder, Rewrite
@@ -66,6 +70,7 @@ class EpisodePlayback(PlaybackResponder):
         parent.synthetic = self.synthetic
         parent.differences = self.differences
         self.parent = parent
+        self.sibling_prompts = _sibling_prompts(rec, descriptor)
 
     def rewrites_made(self) -> list[tuple[str | None, Rewrite]]:
         """The main loop's rewrites (steps 1..S), then the subagent's, each with its episode."""
@@ -80,6 +85,8 @@ class EpisodePlayback(PlaybackResponder):
         if self.parent.matcher.answered < self.spawned_at:
             return await self._parent(request, body, pm)
         sm = self.matcher.match(request.method, request.path, request.query, body)
+        if sm.kind not in _OWN and self._siblings(sm.conversation):
+            return await self._parent(request, body, pm)
         if self._subagents(pm, sm):
             return await self.answer(request, body, sm)
         return await self._parent(request, body, pm)
@@ -96,9 +103,42 @@ class EpisodePlayback(PlaybackResponder):
             return False
         return sm.kind is MatchKind.DIVERGED and (pm.kind is MatchKind.AUXILIARY or same)
 
+    def _siblings(self, conv: Conversation | None) -> bool:
+        """Whether ``conv`` is a request of another subagent of the run: its user texts hold the
+        prompt of another subagent call of the main loop (parallel subagents: the sibling's
+        request 1, or a later one, which holds it too)."""
+        if conv is None or not self.sibling_prompts:
+            return False
+        texts = [
+            p.text for m in conv.messages if m.role == "user" for p in m.parts if isinstance(p, TextPart)
+        ]
+        return any(p in t for t in texts for p in self.sibling_prompts)
+
     async def _parent(self, request: IncomingRequest, body: bytes, m: OnlineMatch) -> Answer:
         """The main loop's answer; its divergence is the replay's (the status says diverged)."""
         out = await self.parent.answer(request, body, m)
         if self.divergence is None and self.parent.divergence is not None:
             self.divergence, self.diverged_exchange = self.parent.divergence, self.parent.diverged_exchange
         return out
+
+
+def _sibling_prompts(rec: Recording, descriptor: Any) -> frozenset[str]:
+    """The prompts (string arguments of at least MIN_PROMPT characters) of the main loop's
+    subagent calls other than the episode's parent call, less the strings that call has too
+    (a shared ``subagent_type``): what only another subagent's requests hold. The parent call
+    is the one of its id at its step, else (ids the agent made up again) the first there whose
+    prompt is in the episode's task."""
+    assert rec.parent is not None and rec.episode is not None
+    ep = rec.episode
+    calls = [
+        (step.n, call.id, {s.strip() for s in strings(call.arguments) if len(s.strip()) >= MIN_PROMPT})
+        for step in rec.parent.steps
+        for call in step.action.tool_calls
+        if descriptor.effect_of(call.name).effect is Effect.SUBAGENT
+    ]
+    at = [k for k, (n, _, _) in enumerate(calls) if n == ep.parent_step]
+    mine = [k for k in at if calls[k][1] == ep.parent_call_id] or [
+        k for k in at if any(p in (ep.task or "") for p in calls[k][2])
+    ][:1]
+    own = {p for k in mine for p in calls[k][2]}
+    return frozenset(p for k, c in enumerate(calls) if k not in mine for p in c[2]) - own

@@ -57,7 +57,8 @@ class Episode(Record, record=True):
     ``parent_step`` (1-based main-loop step whose call spawned it), ``parent_call_id``,
     ``parent_tool`` (None for the main episode or an unlinked subagent); ``chain`` (journal: the
     chain number); ``path`` (native: the file it is read from); ``sidechain`` (native: the
-    ``agentId`` of its inline lines, ``#K`` for the K-th chain of lines without one)."""
+    ``agentId`` of its inline lines, ``#K`` for the K-th chain of lines without one); ``note``: a warning
+    ``(code, message)`` for a replay of it (journal: :func:`indistinct_note`), or None."""
 
     id: str
     steps: int
@@ -69,6 +70,7 @@ class Episode(Record, record=True):
     path: str | None = None
     sidechain: str | None = None
     error: str | None = None
+    note: tuple[str, str] | None = None
 
     def __init__(
         self,
@@ -90,6 +92,7 @@ class Episode(Record, record=True):
         self.sidechain = sidechain
         #: why its file could not be read (it is left out of the listing; choosing it raises this)
         self.error = None
+        self.note = None
 
     def parent(self) -> dict[str, Any] | None:
         """``{"step", "call_id", "tool"}`` of the call that spawned it, or None."""
@@ -195,7 +198,40 @@ def journal_episodes(classification: Classification, main_steps: Sequence[Step],
     linked = [ep for ep in others if ep.parent_step is not None]
     for ep in linked:
         ep.id = ep.parent_call_id or f"{ep.parent_tool}@{ep.parent_step}"
+    for ep in linked:
+        ep.note = indistinct_note(ep, main_steps, agent)
     return [main, *linked]
+
+
+def indistinct_note(ep: Episode, main_steps: Sequence[Step], agent: str) -> tuple[str, str] | None:
+    """``subagents_indistinct`` when another subagent call of the main loop has the prompt that
+    linked ``ep`` to its parent call: such subagents send the same request 1, which the chain
+    rule reads as a retry, so a journal run cannot tell their chains apart (docs/steps.md,
+    "Episodes"); None otherwise."""
+    from pvisor.adapters.agents import get_descriptor
+    from pvisor.adapters.agents.effects import Effect
+
+    d = get_descriptor(agent)
+    task = (ep.task or "").strip()
+    prompts = [
+        {s.strip() for s in _strings(call.arguments) if len(s.strip()) >= MIN_PROMPT and s.strip() in task}
+        for step in main_steps
+        for call in step.action.tool_calls
+        if d.effect_of(call.name).effect is Effect.SUBAGENT
+    ]
+    # the prompt is the longest string of the parent's that the task holds (a shared
+    # subagent_type is in it too, by chance, at most)
+    mine = max((p for ps in prompts for p in ps), key=len, default=None)
+    same = sum(1 for ps in prompts if mine in ps) if mine else 0
+    if same < 2:
+        return None
+    return (
+        "subagents_indistinct",
+        f"episode {ep.id}: {same} subagent calls of the main loop have the same prompt; their "
+        "subagents send the same requests, which the chain rule reads as retries, so this "
+        "episode's steps may hold another subagent's exchanges and miss some of its own "
+        "(docs/steps.md, Episodes)",
+    )
 
 
 def journal_classification(classification: Classification, episode: Episode) -> Classification:

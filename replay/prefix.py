@@ -267,7 +267,7 @@ def _journal_prefix(
         source.notes.append(
             ("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given")
         )
-    source.notes.extend(step_notes(traj.steps, after_step))
+    source.notes.extend(_step_notes(traj, after_step, chosen))
     compaction = _journal_compaction(reader, classification, after_step)
     if after_step < len(main):
         req = main[after_step]
@@ -324,6 +324,11 @@ def _journal_prefix(
         compaction=compaction,
     )
     return source, prefix, traj.meta
+
+
+def _step_notes(traj: Any, after_step: int, chosen: Episode | None) -> list[tuple[str, str]]:
+    """The warnings of steps 1..N, then the episode's own (``subagents_indistinct``)."""
+    return [*step_notes(traj.steps, after_step), *([chosen.note] if chosen and chosen.note else [])]
 
 
 def journal_episode(

@@ -249,6 +249,8 @@ def journal_recording(
         rec.compactions = [x for x in compactions if x.after_step < after_step]
         if sub:
             rec.episode = chosen
+            if chosen.note is not None:
+                rec.notes.append(chosen.note)
         _check_steps(rec, after_step, where)
         for q in main[: after_step + 1]:
             rec.requests.append(q.conversation())

@@ -643,3 +643,142 @@ def test_summaries_and_exports_name_the_subagent_episode(tmp_path: Path) -> None
     assert doc["meta"]["episode"] == {"id": "agent-abc123", "steps": 2, "parent": parent}
     atif = json.loads(_run([*export, "atif"], tmp_path).stdout)
     assert atif["trajectory_id"] == "agent-abc123" and atif["extra"]["episode"]["parent"] == parent
+
+
+def test_a_gemini_cli_subagent_longer_than_its_parent_is_an_episode_not_the_main_loop(tmp_path: Path) -> None:
+    # the subagent's chain (3 requests) is longer than the main loop's (2): the longest chain is
+    # the subagent's, which is no main loop (its task is a subagent call's prompt)
+    prompt = "Run the two shell commands you are given, then report what they printed."
+    call = {"tool": "invoke_agent", "arguments": {"agent_name": "generalist", "prompt": prompt}}
+    script = {
+        "turns": [{"text": "Delegating.", "tool_calls": [call]}, {"text": "Done."}],
+        "subagent_turns": [
+            {"tool_calls": [{"tool": "@shell", "command": "echo one"}]},
+            {"tool_calls": [{"tool": "@shell", "command": "echo two"}]},
+            {"text": "Both ran."},
+        ],
+    }
+    cap = capture_scripted("gemini-cli", tmp_path, script, "Run two commands with a subagent")
+    steps = json.loads(
+        pvisor(["--journal", str(cap.journal), "journal", "steps", cap.run, "--json"], env=cap.env,
+               cwd=tmp_path).stdout
+    )  # fmt: skip
+    assert steps["task"] == "Run two commands with a subagent"
+    assert [c["name"] for c in steps["steps"][0]["action"]["tool_calls"]] == ["invoke_agent"]
+    base = ["--journal", str(cap.journal), "replay", "--agent", "gemini-cli", "--run", cap.run,
+            "--prepare-only"]  # fmt: skip
+    listed = pvisor([*base, "--output", str(tmp_path / "x"), "--after-step", "1", "--episode", "nope"],
+                    env=cap.env, cwd=tmp_path)  # fmt: skip
+    ids = listed.stderr.rsplit("(episodes: ", 1)[1].split(")")[0].split(", ")
+    assert ids[0] == "main" and len(ids) == 2, listed.stderr
+    out = tmp_path / "s3"
+    done = pvisor([*base, "--output", str(out), "--after-step", "3", "--episode", ids[1]], env=cap.env,
+                  cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    episode = json.loads((out / "result.json").read_text())["source"]["episode"]
+    # its three turns, then the request Gemini CLI sends a subagent that ended without
+    # complete_task: longer than the main loop's two
+    assert (episode["steps"], episode["parent"]["tool"], len(steps["steps"])) == (4, "invoke_agent", 2)
+
+
+def test_either_of_two_parallel_subagents_is_replayed_at_its_own_step(tmp_path: Path) -> None:
+    # two Agent calls in one reply: both subagents run at once, so the sibling's requests reach
+    # the replay of either one; they are answered from the recording, never taken as its own
+    prompts = ["Write one.txt with the shell, then report.", "Write two.txt with the shell, then report."]
+    calls = [{"tool": "Agent", "arguments": {"description": f"write {n}", "prompt": p,
+              "subagent_type": "general-purpose"}} for n, p in zip(("one", "two"), prompts)]  # fmt: skip
+    script = {
+        "turns": [{"text": "Delegating.", "tool_calls": calls}, {"text": "Done."}],
+        "subagent_turns": [
+            {"tool_calls": [{"tool": "@shell", "command": "echo sub > sub.txt"}]},
+            {"text": "ok"},
+        ],
+    }
+    cap = capture_scripted("claude-code", tmp_path, script, "Write two files with two subagents")
+    steps = json.loads(
+        pvisor(["--journal", str(cap.journal), "journal", "steps", cap.run, "--json"], env=cap.env,
+               cwd=tmp_path).stdout
+    )  # fmt: skip
+    ids = [c["id"] for c in steps["steps"][0]["action"]["tool_calls"]]
+    assert len(ids) == 2
+    for k, sub in enumerate(ids):
+        ws, out = tmp_path / f"ws{k}", tmp_path / f"r{k}"
+        ws.mkdir()
+        done = pvisor(
+            ["--journal", str(cap.journal), "replay", "--agent", "claude-code", "--run", cap.run,
+             "--agent-entrypoint", cap.exe, "--workspace", str(ws), "--replay-only", "--after-step", "1",
+             "--episode", sub, "--output", str(out)], env=cap.env, cwd=tmp_path,
+        )  # fmt: skip
+        result = json.loads((out / "result.json").read_text())
+        assert (result["status"], result["divergence"]) == ("ok", None), (sub, done.stderr)
+        body = json.loads((out / "prefix.json").read_text())
+        assert prompts[k] in json.dumps(body["messages"][0]) and prompts[1 - k] not in json.dumps(body)
+
+
+def test_a_task_call_echoed_as_agent_is_no_change_of_the_action(tmp_path: Path) -> None:
+    # Claude Code 2.1.332 runs a Task call (its legacy name; older versions' runs and scripts use
+    # it) and sends it back as Agent: the descriptor's echo alias, no action_changed_by_agent,
+    # and a replay-only past it does not diverge at request 2
+    prompt = "Count the files in the workspace and answer with the number only."
+    script = {
+        "turns": [
+            {"text": "Delegating.", "tool_calls": [{"tool": "Task", "arguments": {
+                "description": "count files", "prompt": prompt, "subagent_type": "general-purpose"}}]},
+            {"text": "Done."},
+        ]
+    }  # fmt: skip
+    cap = capture_scripted("claude-code", tmp_path, script, "Count the files with a subagent")
+    steps = json.loads(
+        pvisor(["--journal", str(cap.journal), "journal", "steps", cap.run, "--json"], env=cap.env,
+               cwd=tmp_path).stdout
+    )  # fmt: skip
+    assert [c["name"] for c in steps["steps"][0]["action"]["tool_calls"]] == ["Task"]
+    assert "action_changed_by_agent" not in steps["steps"][0]["flags"]
+    ws, out = tmp_path / "ws2", tmp_path / "r1"
+    ws.mkdir()
+    pvisor(
+        ["--journal", str(cap.journal), "replay", "--agent", "claude-code", "--run", cap.run,
+         "--agent-entrypoint", cap.exe, "--workspace", str(ws), "--replay-only", "--after-step", "1",
+         "--output", str(out)], env=cap.env, cwd=tmp_path,
+    )  # fmt: skip
+    result = json.loads((out / "result.json").read_text())
+    assert (result["status"], result["divergence"]) == ("ok", None)
+
+
+def test_a_changed_tool_call_is_shown_where_it_first_differs() -> None:
+    from pvisor.adapters.matcher import first_difference
+
+    long = "x" * 200
+    call = {"type": "tool_call", "name": "Task", "arguments": {"prompt": long}, "id": "a"}
+    assert first_difference(call, {**call, "name": "Other"}) == ("name: Task", "name: Other")
+    assert first_difference(call, {**call, "arguments": {"prompt": long + "!"}}) == (
+        "arguments.prompt: ..." + "x" * 20,
+        "arguments.prompt: ..." + "x" * 20 + "!",
+    )
+
+
+def test_parallel_subagents_with_the_same_prompt_are_said_to_be_indistinct(tmp_path: Path) -> None:
+    # two Agent calls with one prompt: the subagents send the same requests, which the chain
+    # rule reads as retries; the result says their episodes cannot be told apart
+    prompt = "Write same.txt with the shell, then report."
+    calls = [{"tool": "Agent", "arguments": {"description": f"write {n}", "prompt": prompt,
+              "subagent_type": "general-purpose"}} for n in ("a", "b")]  # fmt: skip
+    script = {
+        "turns": [{"text": "Delegating.", "tool_calls": calls}, {"text": "Done."}],
+        "subagent_turns": [
+            {"tool_calls": [{"tool": "@shell", "command": "echo s > same.txt"}]},
+            {"text": "ok"},
+        ],
+    }
+    cap = capture_scripted("claude-code", tmp_path, script, "Write one file with two subagents")
+    base = ["--journal", str(cap.journal), "replay", "--agent", "claude-code", "--run", cap.run,
+            "--prepare-only", "--after-step", "1"]  # fmt: skip
+    listed = pvisor([*base, "--output", str(tmp_path / "x"), "--episode", "nope"], env=cap.env, cwd=tmp_path)
+    ids = listed.stderr.rsplit("(episodes: ", 1)[1].split(")")[0].split(", ")[1:]
+    assert ids, listed.stderr
+    for k, sub in enumerate(ids):
+        out = tmp_path / f"p{k}"
+        done = pvisor([*base, "--output", str(out), "--episode", sub], env=cap.env, cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+        codes = [w["code"] for w in json.loads((out / "result.json").read_text())["warnings"]]
+        assert "subagents_indistinct" in codes, codes

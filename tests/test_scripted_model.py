@@ -1437,7 +1437,7 @@ def test_documented_subagent_turns_answer_a_subagents_own_loop_by_its_state():
     doc = Path(__file__).resolve().parents[1] / "docs" / "scripted-model.md"
     example = re.findall(r"```json\n(.*?)```", doc.read_text(encoding="utf-8"), flags=re.S)[1]
     m = ScriptedModel(parse_script(orjson.loads(example), "docs/scripted-model.md"))
-    assert said("anthropic", ask(m, "anthropic", 0, tools=("bash", "Task")))[1][0][0] == "Task"
+    assert said("anthropic", ask(m, "anthropic", 0, tools=("bash", "Agent")))[1][0][0] == "Agent"
     # the subagent: another system prompt and tools; its own state picks its turn
     sub = {"system": "You are a subagent.", "tools": ("bash",)}
     assert said("anthropic", ask(m, "anthropic", 0, **sub)) == (
@@ -1448,7 +1448,7 @@ def test_documented_subagent_turns_answer_a_subagents_own_loop_by_its_state():
     assert said("anthropic", ask(m, "anthropic", 2, **sub)) == ("OK", [])
     # a request off the main chain without tools keeps aux_reply; the main loop its own turns
     assert said("anthropic", ask(m, "anthropic", 0, system="Write a title.", tools=())) == ("OK", [])
-    assert said("anthropic", ask(m, "anthropic", 1, tools=("bash", "Task"))) == ("Done.", [])
+    assert said("anthropic", ask(m, "anthropic", 1, tools=("bash", "Agent"))) == ("Done.", [])
     with pytest.raises(BadInputError, match="'subagent_turns' take no 'error'"):
         parse_script({"turns": [], "subagent_turns": [{"error": {"status": 500}}]})
 

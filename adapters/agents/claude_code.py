@@ -108,6 +108,9 @@ class ClaudeCode(AgentProfile):
         **fx.kinds(fx.Effect.SUBAGENT, "Task", "Agent"),
         **fx.kinds(fx.Effect.WEB, "WebFetch", "WebSearch"),
     }
+    # 2.1.332 runs a call of the legacy name Task and sends it back as Agent (the runs of older
+    # versions, and scripts, call Task): no change of the action
+    echo_aliases = {"Task": "Agent"}
     # these send requests to Bedrock or Vertex around the gateway, or move the config dir;
     # an auth token would be sent instead of the key we give the scripted model
     removed_env = (

@@ -38,13 +38,22 @@ FINAL_TEXT = "pvisor: the replay ends here."
 class ChainHint:
     """A tie-break hint of the chain rule, usable as ``prefer``: a chain is preferred when its
     first request has every tool named in ``tools`` and (if given) a system prompt starting with
-    ``system_prefix``. (A plain class: descriptors are imported on the fast prepare-only path.)"""
+    ``system_prefix``. ``subagent_tools``: the agent's tools that start a subagent (a chain
+    whose first request holds such a call's prompt is never the main one: chains.py). An
+    :class:`AgentDescriptor` fills them in from its :attr:`~AgentDescriptor.tool_effects`.
+    (A plain class: descriptors are imported on the fast prepare-only path.)"""
 
-    __slots__ = ("system_prefix", "tools")
+    __slots__ = ("subagent_tools", "system_prefix", "tools")
 
-    def __init__(self, tools: frozenset[str] = frozenset(), system_prefix: str | None = None) -> None:
+    def __init__(
+        self,
+        tools: frozenset[str] = frozenset(),
+        system_prefix: str | None = None,
+        subagent_tools: frozenset[str] = frozenset(),
+    ) -> None:
         self.tools = frozenset(tools)
         self.system_prefix = system_prefix
+        self.subagent_tools = frozenset(subagent_tools)
 
     def __call__(self, conv: Conversation) -> bool:
         from pvisor.adapters.protocols import get_protocol
@@ -59,16 +68,20 @@ class ChainHint:
         return self.system_prefix is None or (conv.system or "").startswith(self.system_prefix)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, ChainHint) and (self.tools, self.system_prefix) == (
+        return isinstance(other, ChainHint) and (self.tools, self.system_prefix, self.subagent_tools) == (
             other.tools,
             other.system_prefix,
+            other.subagent_tools,
         )
 
     def __hash__(self) -> int:
-        return hash((self.tools, self.system_prefix))
+        return hash((self.tools, self.system_prefix, self.subagent_tools))
 
     def __repr__(self) -> str:
-        return f"ChainHint(tools={sorted(self.tools)!r}, system_prefix={self.system_prefix!r})"
+        return (
+            f"ChainHint(tools={sorted(self.tools)!r}, system_prefix={self.system_prefix!r}, "
+            f"subagent_tools={sorted(self.subagent_tools)!r})"
+        )
 
 
 class RequestTask(FrozenRecord, record=True):
@@ -173,9 +186,22 @@ class AgentDescriptor:
     prompt_wrappers: tuple[LazyPattern, ...] = ()
     prompt_blocks: tuple[tuple[str, str], ...] = ()
     prompt_markers: tuple[str, ...] = ()
+    #: tool name in a reply -> the name the agent echoes the call under in its next request (a
+    #: legacy name it still accepts: Claude Code runs a ``Task`` call and sends it back as
+    #: ``Agent``): a call echoed under its alias is the same action (:mod:`pvisor.adapters.echoes`)
+    echo_aliases: dict[str, str] = {}
     #: the names an ATIF trajectory's ``agent.name`` gives this agent besides its own (Harbor's
     #: ``AgentName`` spells Qwen Code ``qwen-coder``): such a file is this agent's run
     atif_names: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        # the chain rule's hint names the agent's subagent tools (its tool_effects): a subagent's
+        # chain is never taken as the main loop, however long it is
+        super().__init_subclass__(**kw)
+        hint = cls.__dict__.get("chain_hint")
+        spawn = frozenset(n for n, e in cls.tool_effects.items() if e.effect is Effect.SUBAGENT)
+        if hint is not None and spawn and not hint.subagent_tools:
+            cls.chain_hint = ChainHint(hint.tools, hint.system_prefix, spawn)
 
     # ------------------------------------------------------------------ protocols
 
