@@ -121,7 +121,7 @@ def start_environment(opts: ReplayOptions, rec: Any, ws: Path, state: StartState
     if rec.kind == "journal" and rec.run:
         with JournalReader(opts.journal) as reader:
             doc = reader.run_environment(rec.run)
-    recorded_cwd = doc.get("cwd") if doc else rec.workspace
+    recorded_cwd = doc.get("cwd") if isinstance(doc, dict) else rec.workspace  # (a crafted one: any JSON)
     state.cwd = {"recorded": recorded_cwd, "replay": str(ws)}
     if env_from(opts) is EnvFrom.NONE:
         state.environment, state.environment_why = EnvOutcome.NOT_SET, "--env-from none"

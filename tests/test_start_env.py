@@ -183,3 +183,16 @@ def test_a_workspace_that_is_a_file_is_said_to_be_no_directory(tmp_path: Path):
     )  # fmt: skip
     assert proc.returncode == 2 and f"--workspace {afile}: not a directory" in proc.stderr, proc.stderr
     assert "no such directory" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_hostile_recording_s_variables_that_cannot_be_set_or_are_too_long_are_not_set():
+    # a crafted runs.environment: names the OS refuses (empty, with '=' or NUL), a value with NUL, a
+    # value past MAX_VALUE_BYTES (a 200 kB value once took the secret search ~50 s, and execve
+    # refuses one past 128 kB)
+    hostile = {"": "e", "A=B": "x", "N\x00": "y", "V": "a\x00b", "BIG": "x" * 200_000, "OK": "1"}
+    assert replay_variables({"variables": hostile}, str) == {"OK": "1"}
+
+
+def test_a_recorded_environment_that_is_no_object_sets_nothing():
+    for doc in (["VAR"], "VAR=1", 42, {"variables": ["VAR"]}):
+        assert replay_variables(doc, str) == {}
