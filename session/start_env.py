@@ -240,6 +240,23 @@ def recorded_environment(base: Mapping[str, str], env: Mapping[str, str], cwd: P
     return {"schema": SCHEMA, "cwd": str(cwd), "variables": variables, "left_out": left_out}
 
 
+#: a recorded ``cwd`` longer than this (characters; Linux's PATH_MAX) is no path a run recorded
+MAX_CWD_CHARS = 4096
+
+
+def recorded_cwd(doc: Any, fallback: str | None) -> str | None:
+    """The working directory the start environment document ``doc`` names (a path text, as
+    ``start_state.cwd.recorded`` shows it), None when a crafted ``doc`` holds no path there (no
+    object, not a string, NUL, longer than :data:`MAX_CWD_CHARS`); ``fallback`` when ``doc`` is
+    None (no document recorded)."""
+    if doc is None:
+        return fallback
+    cwd = doc.get("cwd") if isinstance(doc, dict) else None
+    if not isinstance(cwd, str) or "\x00" in cwd or len(cwd) > MAX_CWD_CHARS:
+        return None
+    return cwd
+
+
 def replay_variables(doc: dict[str, Any] | None, rewrite: Any) -> dict[str, str]:
     """The variables a replay sets from the recorded document ``doc`` (None: none), each value
     with the recorded paths rewritten to the replay's (``rewrite(text) -> text``: the recorded

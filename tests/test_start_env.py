@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pvisor.session.start_env import SCHEMA, recorded_environment, replay_variables
+from pvisor.session.start_env import SCHEMA, recorded_cwd, recorded_environment, replay_variables
 
 #: the user's environment as pvisor got it
 USER = {
@@ -196,3 +196,12 @@ def test_a_hostile_recording_s_variables_that_cannot_be_set_or_are_too_long_are_
 def test_a_recorded_environment_that_is_no_object_sets_nothing():
     for doc in (["VAR"], "VAR=1", 42, {"variables": ["VAR"]}):
         assert replay_variables(doc, str) == {}
+
+
+def test_a_crafted_recorded_cwd_that_is_no_path_is_reported_as_none():
+    # result.json's start_state.cwd.recorded is a string or null (docs/result-schema.json)
+    assert recorded_cwd({"cwd": "/old/ws"}, "/x") == "/old/ws"
+    for bad in ({"a": 1}, ["/w"], 7, "/w\x00x", "/" + "w" * 10_000):
+        assert recorded_cwd({"cwd": bad}, "/x") is None
+    assert recorded_cwd(["not an object"], "/x") is None
+    assert recorded_cwd(None, "/x") == "/x"
