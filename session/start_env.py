@@ -24,8 +24,9 @@ a replay's ``[agents.NAME] environment``) unchanged: a replay can set them again
   (the names of credential headers: token, secret, password, auth, api key..., and names with a
   ``KEY``, ``PASS``, ``PAT``, ``DSN``, ``JWT`` part), a value that may be one
   (:func:`~pvisor.journal.redact.secret_value`: a key-shaped token, a URL with user info, a JSON
-  Web Token, base64 of a key-shaped token); such names are listed in ``left_out`` (the value
-  never is), and so are values that are not UTF-8 text (the name escaped) or longer than
+  Web Token, base64 of a key-shaped token, each also percent-decoded or in hex); such names
+  are listed in ``left_out`` (the value never is), and so are values that are not UTF-8 text
+  (the name escaped) or longer than
   :data:`MAX_VALUE_BYTES`, and the credentials pvisor removed from the agent's environment
   (``removed``).
 

@@ -205,3 +205,16 @@ def test_a_crafted_recorded_cwd_that_is_no_path_is_reported_as_none():
         assert recorded_cwd({"cwd": bad}, "/x") is None
     assert recorded_cwd(["not an object"], "/x") is None
     assert recorded_cwd(None, "/x") == "/x"
+
+
+def test_a_secret_percent_encoded_or_in_hex_is_left_out():
+    key = "sk-ant-api03-startstate0123456789abcdef"
+    encoded = {
+        "REDIRECT": "https%3A%2F%2Fadmin%3Apw-encoded-0xfeed%40db.internal%2Fapp",
+        "QUERY": "next=%73k-ant-api03-startstate0123456789abcdef",
+        "BLOB": key.encode().hex(),
+    }
+    base = {**encoded, "COMMIT": "0123456789abcdef0123456789abcdef01234567", "VAR": "a%20b"}
+    doc = recorded_environment(base, dict(base), Path("/old/ws"))
+    assert doc["variables"] == {"COMMIT": base["COMMIT"], "VAR": "a%20b"}
+    assert doc["left_out"] == dict.fromkeys(encoded, "secret")
