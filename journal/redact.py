@@ -523,11 +523,25 @@ _URL_USERINFO = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s]+@")
 _JWT = re.compile(r"(?<![A-Za-z0-9_-])eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")
 
 
+#: a percent-escape (``%2F``) and a run of hex digits long enough to spell a key (20 bytes)
+_PERCENT = re.compile(r"%([0-9A-Fa-f]{2})")
+_HEX_RUN = re.compile(r"(?<![0-9A-Fa-f])(?:[0-9A-Fa-f]{2}){20,}(?![0-9A-Fa-f])")
+
+
 def secret_value(text: str) -> bool:
     """Whether ``text`` (a variable's value, say) may be a secret whatever it is named: a
     key-shaped token (:func:`has_key_shape`), a URL with user info (a password or not: the
     user part of a Sentry DSN is its key), a JSON Web Token, or base64 whose decoding holds a
-    key-shaped token."""
+    key-shaped token; each also percent-decoded (``https%3A%2F%2Fu%3Apw%40h``) and in a run of
+    hex digits (a key's bytes in hex: a commit id decodes to no key and stays)."""
+    if _plain_secret(text):
+        return True
+    if "%" in text and _plain_secret(_PERCENT.sub(lambda m: chr(int(m[1], 16)), text)):
+        return True
+    return any(_plain_secret(bytes.fromhex(m[0]).decode("latin-1")) for m in _HEX_RUN.finditer(text))
+
+
+def _plain_secret(text: str) -> bool:
     return (
         has_key_shape(text)
         or _URL_USERINFO.search(text) is not None

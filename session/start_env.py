@@ -24,8 +24,9 @@ a replay's ``[agents.NAME] environment``) unchanged: a replay can set them again
   (the names of credential headers: token, secret, password, auth, api key..., and names with a
   ``KEY``, ``PASS``, ``PAT``, ``DSN``, ``JWT`` part), a value that may be one
   (:func:`~pvisor.journal.redact.secret_value`: a key-shaped token, a URL with user info, a JSON
-  Web Token, base64 of a key-shaped token); such names are listed in ``left_out`` (the value
-  never is), and so are values that are not UTF-8 text (the name escaped) or longer than
+  Web Token, base64 of a key-shaped token, each also percent-decoded or in hex); such names
+  are listed in ``left_out`` (the value never is), and so are values that are not UTF-8 text
+  (the name escaped) or longer than
   :data:`MAX_VALUE_BYTES`, and the credentials pvisor removed from the agent's environment
   (``removed``).
 
@@ -175,6 +176,13 @@ def routing(name: str) -> bool:
     return upper in ROUTING_NAMES or upper.endswith(ROUTING_SUFFIXES)
 
 
+def _settable(name: str, value: str) -> bool:
+    """Whether the OS can set ``name`` to ``value`` and it is short enough to record; checked
+    before the secret search, whose cost grows faster than the value's length."""
+    ok_name = bool(name) and "=" not in name and "\x00" not in name
+    return ok_name and "\x00" not in value and len(value.encode("utf-8", "surrogatepass")) <= MAX_VALUE_BYTES
+
+
 def _machine(name: str) -> bool:
     return name in MACHINE_NAMES or name.startswith(MACHINE_PREFIXES)
 
@@ -221,10 +229,10 @@ def recorded_environment(base: Mapping[str, str], env: Mapping[str, str], cwd: P
             why = "not_utf8"
         elif name in credentials:
             why = "credential"
+        elif len(value.encode("utf-8")) > MAX_VALUE_BYTES:  # before the secret search (its cost)
+            why = "too_long"
         elif secret_variable(name, value):
             why = "secret"
-        elif len(value.encode("utf-8")) > MAX_VALUE_BYTES:
-            why = "too_long"
         else:
             variables[name] = value
             continue
@@ -233,18 +241,39 @@ def recorded_environment(base: Mapping[str, str], env: Mapping[str, str], cwd: P
     return {"schema": SCHEMA, "cwd": str(cwd), "variables": variables, "left_out": left_out}
 
 
+#: a recorded ``cwd`` longer than this (characters; Linux's PATH_MAX) is no path a run recorded
+MAX_CWD_CHARS = 4096
+
+
+def recorded_cwd(doc: Any, fallback: str | None) -> str | None:
+    """The working directory the start environment document ``doc`` names (a path text, as
+    ``start_state.cwd.recorded`` shows it), None when a crafted ``doc`` holds no path there (no
+    object, not a string, NUL, longer than :data:`MAX_CWD_CHARS`); ``fallback`` when ``doc`` is
+    None (no document recorded)."""
+    if doc is None:
+        return fallback
+    cwd = doc.get("cwd") if isinstance(doc, dict) else None
+    if not isinstance(cwd, str) or "\x00" in cwd or len(cwd) > MAX_CWD_CHARS:
+        return None
+    return cwd
+
+
 def replay_variables(doc: dict[str, Any] | None, rewrite: Any) -> dict[str, str]:
     """The variables a replay sets from the recorded document ``doc`` (None: none), each value
     with the recorded paths rewritten to the replay's (``rewrite(text) -> text``: the recorded
     workspace, home and run directory named in a value become the new ones). A variable that
     reads as a secret now (the rules may have grown since it was recorded), a machine's one, an
-    unsafe one (:func:`unsafe`) and one that routes requests (:func:`routing`) are never set."""
-    if not doc or not isinstance(doc.get("variables"), dict):
+    unsafe one (:func:`unsafe`) and one that routes requests (:func:`routing`) are never set; nor,
+    from a crafted document, one the OS cannot set (a name empty or holding ``=`` or NUL, a value
+    holding NUL), a value longer than :data:`MAX_VALUE_BYTES` (as recording leaves out), or
+    anything of a document that is no object."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("variables"), dict):
         return {}
     return {
         str(k): rewrite(v)
         for k, v in doc["variables"].items()
         if isinstance(v, str)
+        and _settable(str(k), v)
         and not _machine(str(k))
         and unsafe(str(k)) is None
         and not routing(str(k))

@@ -16,7 +16,14 @@ from pvisor.replay.errors import ReplayUsageError, show_path
 from pvisor.replay.playback import PathRewrites
 from pvisor.replay.snapshots import run_snapshots
 from pvisor.session.replay_options import ReplayOptions
-from pvisor.session.start_env import EnvFrom, EnvOutcome, StartWarning, WorkspaceOutcome, replay_variables
+from pvisor.session.start_env import (
+    EnvFrom,
+    EnvOutcome,
+    StartWarning,
+    WorkspaceOutcome,
+    recorded_cwd,
+    replay_variables,
+)
 
 
 @dataclass
@@ -121,8 +128,7 @@ def start_environment(opts: ReplayOptions, rec: Any, ws: Path, state: StartState
     if rec.kind == "journal" and rec.run:
         with JournalReader(opts.journal) as reader:
             doc = reader.run_environment(rec.run)
-    recorded_cwd = doc.get("cwd") if doc else rec.workspace
-    state.cwd = {"recorded": recorded_cwd, "replay": str(ws)}
+    state.cwd = {"recorded": recorded_cwd(doc, rec.workspace), "replay": str(ws)}
     if env_from(opts) is EnvFrom.NONE:
         state.environment, state.environment_why = EnvOutcome.NOT_SET, "--env-from none"
         return

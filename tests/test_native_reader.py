@@ -377,6 +377,19 @@ def test_a_glued_record_is_read_again_from_its_place_in_the_line(tmp_path):
     assert diag.codes() == ["glued_record"]
 
 
+def test_complete_records_glued_on_one_line_are_each_read_none_lost(tmp_path):
+    # a writer that left out the newline between complete records: each is a record (the glue
+    # search read only the last and called the others one truncated record)
+    p = tmp_path / "f.jsonl"
+    p.write_bytes(b'{"n":1}{"n":2}\n{"n":3}\n {"n":4}{"n":5}{"n":6}\n{"n":7, "cut{"n":8}\n')
+    diag = Diagnostics(str(p))
+    got = list(iter_json_records(p, diag))
+    assert [(n, o["n"]) for n, o, _ in got] == [(1, 1), (1, 2), (2, 3), (3, 4), (3, 5), (3, 6), (4, 8)]
+    assert [JsonlSource(p).load(ref)["n"] for _, _, ref in got] == [1, 2, 3, 4, 5, 6, 8]
+    assert diag.codes() == ["glued_record"] * 3
+    assert "truncated" not in diag.warnings[0].message and "truncated" in diag.warnings[2].message
+
+
 def test_a_cut_off_last_line_ending_in_a_nested_object_is_truncated_not_glued(tmp_path):
     # cut right after a nested object's brace: its rest parses, but no record was appended
     got, diag = _lines(tmp_path, b'{"a":1}\n{"a": 2, "b": {"c": 3}')

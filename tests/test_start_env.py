@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pvisor.session.start_env import SCHEMA, recorded_environment, replay_variables
+from pvisor.session.start_env import SCHEMA, recorded_cwd, recorded_environment, replay_variables
 
 #: the user's environment as pvisor got it
 USER = {
@@ -183,3 +183,38 @@ def test_a_workspace_that_is_a_file_is_said_to_be_no_directory(tmp_path: Path):
     )  # fmt: skip
     assert proc.returncode == 2 and f"--workspace {afile}: not a directory" in proc.stderr, proc.stderr
     assert "no such directory" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_hostile_recording_s_variables_that_cannot_be_set_or_are_too_long_are_not_set():
+    # a crafted runs.environment: names the OS refuses (empty, with '=' or NUL), a value with NUL, a
+    # value past MAX_VALUE_BYTES (a 200 kB value once took the secret search ~50 s, and execve
+    # refuses one past 128 kB)
+    hostile = {"": "e", "A=B": "x", "N\x00": "y", "V": "a\x00b", "BIG": "x" * 200_000, "OK": "1"}
+    assert replay_variables({"variables": hostile}, str) == {"OK": "1"}
+
+
+def test_a_recorded_environment_that_is_no_object_sets_nothing():
+    for doc in (["VAR"], "VAR=1", 42, {"variables": ["VAR"]}):
+        assert replay_variables(doc, str) == {}
+
+
+def test_a_crafted_recorded_cwd_that_is_no_path_is_reported_as_none():
+    # result.json's start_state.cwd.recorded is a string or null (docs/result-schema.json)
+    assert recorded_cwd({"cwd": "/old/ws"}, "/x") == "/old/ws"
+    for bad in ({"a": 1}, ["/w"], 7, "/w\x00x", "/" + "w" * 10_000):
+        assert recorded_cwd({"cwd": bad}, "/x") is None
+    assert recorded_cwd(["not an object"], "/x") is None
+    assert recorded_cwd(None, "/x") == "/x"
+
+
+def test_a_secret_percent_encoded_or_in_hex_is_left_out():
+    key = "sk-ant-api03-startstate0123456789abcdef"
+    encoded = {
+        "REDIRECT": "https%3A%2F%2Fadmin%3Apw-encoded-0xfeed%40db.internal%2Fapp",
+        "QUERY": "next=%73k-ant-api03-startstate0123456789abcdef",
+        "BLOB": key.encode().hex(),
+    }
+    base = {**encoded, "COMMIT": "0123456789abcdef0123456789abcdef01234567", "VAR": "a%20b"}
+    doc = recorded_environment(base, dict(base), Path("/old/ws"))
+    assert doc["variables"] == {"COMMIT": base["COMMIT"], "VAR": "a%20b"}
+    assert doc["left_out"] == dict.fromkeys(encoded, "secret")

@@ -21,7 +21,8 @@ limits, objects read again by reference, and a single JSON document.
     a following line that is a JSON object on its own ends the attempt;
   * a line that is a truncated record with a complete one glued after it (a writer cut off
     mid-line, the next write appended with no newline between) yields the complete one, with a
-    warning that a truncated record preceded it (``glued_record``); the search is bounded
+    warning that a truncated record preceded it (``glued_record``), and the complete records
+    before it when there are (written with no newline between: :func:`complete_heads`); the search is bounded
     (:data:`GLUE_BUDGET_FACTOR`, :data:`GLUE_MAX_BYTES`), a line over it reported as not JSON;
   * a line that is a record missing only its end (closed with a few brackets it parses) is a
     record cut off, not a glued one: ``truncated_line`` when it is the last line, else
@@ -268,13 +269,18 @@ def iter_json_records(path: Path, diag: Diagnostics) -> Iterator[tuple[int, dict
             glued = glued_record(line).found if ended else None
             if glued is not None:
                 cut, obj = glued
-                diag.warn(
-                    "glued_record",
-                    f"line {n}",
-                    f"a truncated record ({cut} bytes, not JSON) is followed on the same line by a "
-                    "complete one (a writer cut off mid-line, the next write appended); the complete "
-                    "one is read, the truncated one skipped",
-                )
+                heads, rest = complete_heads(line[:cut])
+                if rest:
+                    what = (
+                        f"a truncated record ({rest} bytes, not JSON) is followed on the same line by a "
+                        "complete one (a writer cut off mid-line, the next write appended); the complete "
+                        "one is read, the truncated one skipped"
+                    )
+                else:
+                    what = f"{len(heads) + 1} complete records on one line (no newline between): each is read"
+                diag.warn("glued_record", f"line {n}", what)
+                for start, end, head in heads:
+                    yield n, head, LineRef(offset + start, end - start)
                 yield n, obj, LineRef(offset + cut, len(line) - cut)
                 continue
             pending = _start_rejoin(n, offset, line, ended, diag)
@@ -351,6 +357,32 @@ def glued_record(line: bytes) -> GlueSearch:
             return GlueSearch((at, obj), tries, parsed)
         at = line.find(b'{"', at + 1)
     return GlueSearch(None, tries, parsed)
+
+
+def complete_heads(head: bytes) -> tuple[list[tuple[int, int, dict[str, Any]]], int]:
+    """The complete objects at the start of ``head`` (what precedes a glued record on its line),
+    one after another as a writer that left out the newlines wrote them: ([(start byte, end
+    byte, object)], the bytes left after them: a truncated record's, 0 when none). One parse
+    pass over ``head``; the first bytes that do not start a complete object end it."""
+    text = head.decode("utf-8", "surrogateescape")
+    decoder = json.JSONDecoder()
+    out: list[tuple[int, int, dict[str, Any]]] = []
+    pos = byte = 0
+    while pos < len(text):
+        if text[pos] in " \t\r":
+            pos, byte = pos + 1, byte + 1
+            continue
+        if text[pos] != "{":
+            break
+        try:
+            end = decoder.raw_decode(text, pos)[1]
+            end_byte = byte + len(text[pos:end].encode("utf-8", "surrogateescape"))
+            obj, _ = loads_lenient(head[byte:end_byte])  # as JsonlSource.load reads it again
+        except ValueError:
+            break
+        out.append((byte, end_byte, obj))
+        pos, byte = end, end_byte
+    return out, len(head) - byte
 
 
 _STRING = LazyPattern(rb'"[^"\\]*(?:\\.[^"\\]*)*"', flags=0)
