@@ -47,9 +47,6 @@ if TYPE_CHECKING:
 
 #: the main loop's episode id (the default of ``--episode``)
 MAIN = "main"
-#: the shortest prompt argument a subagent is linked by (shorter strings, a ``description`` or
-#: an agent type, would match by chance)
-MIN_PROMPT = 8
 
 
 class Episode(Record, record=True):
@@ -105,21 +102,12 @@ class Episode(Record, record=True):
         return {"id": self.id, "steps": self.steps, "parent": self.parent()}
 
 
-def _strings(value: Any) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, dict):
-        return [s for v in value.values() for s in _strings(v)]
-    if isinstance(value, list):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
 def link(episodes: Sequence[Episode], main_steps: Sequence[Step], agent: str) -> None:
     """Set each subagent episode's parent (module docstring): the first unused main-loop call of
     a ``subagent`` tool whose prompt argument is the episode's task or is in it."""
     from pvisor.adapters.agents import get_descriptor
     from pvisor.adapters.agents.effects import Effect
+    from pvisor.adapters.spawned import MIN_PROMPT, strings
 
     d = get_descriptor(agent)
     calls = [
@@ -134,7 +122,7 @@ def link(episodes: Sequence[Episode], main_steps: Sequence[Step], agent: str) ->
         if ep.id == MAIN or not task:
             continue
         for k, (n, call) in enumerate(calls):
-            prompts = [s.strip() for s in _strings(call.arguments) if len(s.strip()) >= MIN_PROMPT]
+            prompts = [s.strip() for s in strings(call.arguments) if len(s.strip()) >= MIN_PROMPT]
             if k not in used and any(p == task or p in task for p in prompts):
                 used.add(k)
                 ep.parent_step, ep.parent_call_id, ep.parent_tool = n, call.id, call.name
@@ -210,11 +198,12 @@ def indistinct_note(ep: Episode, main_steps: Sequence[Step], agent: str) -> tupl
     "Episodes"); None otherwise."""
     from pvisor.adapters.agents import get_descriptor
     from pvisor.adapters.agents.effects import Effect
+    from pvisor.adapters.spawned import MIN_PROMPT, strings
 
     d = get_descriptor(agent)
     task = (ep.task or "").strip()
     prompts = [
-        {s.strip() for s in _strings(call.arguments) if len(s.strip()) >= MIN_PROMPT and s.strip() in task}
+        {s.strip() for s in strings(call.arguments) if len(s.strip()) >= MIN_PROMPT and s.strip() in task}
         for step in main_steps
         for call in step.action.tool_calls
         if d.effect_of(call.name).effect is Effect.SUBAGENT
