@@ -679,6 +679,20 @@ def test_a_gemini_cli_subagent_longer_than_its_parent_is_an_episode_not_the_main
     # its three turns, then the request Gemini CLI sends a subagent that ended without
     # complete_task: longer than the main loop's two
     assert (episode["steps"], episode["parent"]["tool"], len(steps["steps"])) == (4, "invoke_agent", 2)
+    # replayed at its own step 1 by Gemini CLI: its shell call served unchanged and run again, O'_1 = O_1
+    ws, replayed = tmp_path / "ws2", tmp_path / "r1"
+    ws.mkdir()
+    run = pvisor(
+        ["--journal", str(cap.journal), "replay", "--agent", "gemini-cli", "--run", cap.run, "--replay-only",
+         "--agent-entrypoint", cap.exe, "--workspace", str(ws), "--after-step", "1", "--episode", ids[1],
+         "--output", str(replayed)], env=cap.env, cwd=tmp_path,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    result = json.loads((replayed / "result.json").read_text())
+    assert (result["status"], result["divergence"], result["source"]["episode"]["id"]) == ("ok", None, ids[1])
+    (shell,) = result["tool_calls"]
+    assert shell["step"] == 1 and shell["equal_normalised"] is True, shell
+    assert [s["episode"] for s in result["playback"]["served"]] == ["main", ids[1]]
 
 
 def test_either_of_two_parallel_subagents_is_replayed_at_its_own_step(tmp_path: Path) -> None:
