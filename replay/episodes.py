@@ -74,22 +74,27 @@ class Episode(Record, record=True):
         id: str,
         steps: int,
         task: str | None = None,
+        parent_step: int | None = None,
+        parent_call_id: str | None = None,
+        parent_tool: str | None = None,
         chain: int | None = None,
         path: str | None = None,
         sidechain: str | None = None,
+        error: str | None = None,
+        note: tuple[str, str] | None = None,
     ) -> None:
         self.id = id
         self.steps = steps
         self.task = task
-        self.parent_step = None
-        self.parent_call_id = None
-        self.parent_tool = None
+        self.parent_step = parent_step
+        self.parent_call_id = parent_call_id
+        self.parent_tool = parent_tool
         self.chain = chain
         self.path = path
         self.sidechain = sidechain
         #: why its file could not be read (it is left out of the listing; choosing it raises this)
-        self.error = None
-        self.note = None
+        self.error = error
+        self.note = note
 
     def parent(self) -> dict[str, Any] | None:
         """``{"step", "call_id", "tool"}`` of the call that spawned it, or None."""

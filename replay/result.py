@@ -233,13 +233,14 @@ class SourceRecord(ResultPart, Record, record=True):
         sha256: str | None = None,
         run: str | None = None,
         session: str | None = None,
+        episode: Any = ABSENT,
     ) -> None:
         self.kind = kind
         self.path = path
         self.sha256 = sha256
         self.run = run
         self.session = session
-        self.episode = ABSENT
+        self.episode = episode
 
 
 class BoundaryRecord(ResultPart, Record, record=True):

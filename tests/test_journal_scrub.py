@@ -84,8 +84,8 @@ def everywhere(data_dir: Path, text: str) -> list[str]:
 @pytest.fixture
 def leaked(tmp_path: Path) -> Path:
     """Run ``r-leak``: 40 requests of one lane, the key in those after LEAK_AT, a gzip-encoded
-    response quoting it, an error and a label naming it, a snapshot of a workspace whose .env
-    holds it, a run directory with a text file and an SQLite file holding it. Run ``r-other``:
+    response quoting it, an error and a label naming it, a snapshot of a workspace whose settings
+    file holds it, a run directory with a text file and an SQLite file holding it. Run ``r-other``:
     one request equal to r-leak's 8th (the same blob), one of its own with the key, and a body
     with the non-ASCII password JSON-escaped."""
     data = tmp_path / "data"
@@ -112,7 +112,7 @@ def leaked(tmp_path: Path) -> Path:
             j,
             "r-leak",
             "s-leak00000000001",
-            {".env": f"KEY={SECRET}\n".encode(), "main.py": b"print(1)\n" * 9},
+            {"settings.cfg": f"KEY={SECRET}\n".encode(), "main.py": b"print(1)\n" * 9},
         )
         j.create_run(Run(id="r-other", agent="qwen-code"))
         for body in (request(8), request(LEAK_AT + 2, secret="other-" + SECRET)):
@@ -202,7 +202,7 @@ def test_after_scrub_no_byte_of_the_key_is_left_and_every_body_reads_back(leaked
     # every later request of the lane held it: each is a new blob; the shared one counts once
     leaking = [k for k, (_, body, _) in before.items() if SECRET.encode() in body]
     assert len(leaking) == REQUESTS - LEAK_AT + 2  # r-leak's after LEAK_AT, r-other's two
-    assert rep["blobs_changed"] >= len(leaking) - 1 + 3  # + the gzip and raw replies, the .env file
+    assert rep["blobs_changed"] >= len(leaking) - 1 + 3  # + the gzip and raw replies, the settings file
     assert rep["blobs_reencoded"] >= 1  # the compacted request
     after = bodies(leaked)
     assert after.keys() == before.keys()
@@ -224,20 +224,20 @@ def test_after_scrub_no_byte_of_the_key_is_left_and_every_body_reads_back(leaked
         # the writer had redacted the key in the error already (its shape is known)
         assert [e.error for e in r.exchanges("r-leak") if e.error] == ["upstream said: bad key <redacted>"]
     assert cli(leaked, "journal", "verify").returncode == 0
-    # the snapshot's manifest names the scrubbed .env, and restores it; its event names the manifest
+    # the snapshot's manifest names the scrubbed settings file, and restores it; its event names it
     with JournalReader(leaked) as r:
         [snap] = r.conn.execute("SELECT manifest FROM snapshots WHERE run_id = 'r-leak'").fetchall()
         [taken] = [e for e in r.events("r-leak") if e["kind"] == "snapshot.taken"]
         assert taken["data"]["manifest"] == snap[0]
         assert snap[0] != manifest and r.run("r-child").workspace_snapshot == snap[0]  # remapped too
-        env = next(e for e in orjson.loads(r.blob(snap[0]))["entries"] if e["path"] == ".env")
+        env = next(e for e in orjson.loads(r.blob(snap[0]))["entries"] if e["path"] == "settings.cfg")
         assert (
             env["size"] == len(f"KEY={SCRUBBED}\n") and r.blob(env["sha256"]) == f"KEY={SCRUBBED}\n".encode()
         )
     restored = data.parent / "restored"
     proc = cli(leaked, "snapshot", "restore", "r-leak", "--after-step", "0", "--into", str(restored))
     assert proc.returncode == 0, proc.stderr
-    assert (restored / ".env").read_text() == f"KEY={SCRUBBED}\n"
+    assert (restored / "settings.cfg").read_text() == f"KEY={SCRUBBED}\n"
     assert (restored / "main.py").read_bytes() == b"print(1)\n" * 9
     # the run directory: the text file gets the replacement, the database as many * (it still opens)
     run_dir = data / "runs" / "r-leak"
