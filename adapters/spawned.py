@@ -36,16 +36,21 @@ def strings(value: Any) -> list[str]:
     return []
 
 
+def prompts_of(arguments: Any) -> list[str]:
+    """The prompts of one call: its stripped string arguments of at least :data:`MIN_PROMPT`
+    characters, in order."""
+    return [s.strip() for s in strings(arguments) if len(s.strip()) >= MIN_PROMPT]
+
+
 def call_prompts(messages: Iterable[Message], tools: frozenset[str]) -> list[str]:
-    """The prompts (stripped string arguments of at least :data:`MIN_PROMPT` characters) of the
-    calls of ``tools`` that assistant ``messages`` hold, in order."""
+    """The prompts (:func:`prompts_of`) of the calls of ``tools`` that assistant ``messages``
+    hold, in order."""
     return [
-        s.strip()
+        s
         for m in messages
         for p in m.parts
         if isinstance(p, ToolCall) and p.name in tools
-        for s in strings(p.arguments)
-        if len(s.strip()) >= MIN_PROMPT
+        for s in prompts_of(p.arguments)
     ]
 
 

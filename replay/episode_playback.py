@@ -28,13 +28,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from pvisor.adapters.agents.effects import Effect
 from pvisor.adapters.matcher import MatchKind, OnlineMatch
-from pvisor.adapters.spawned import MIN_PROMPT, strings
+from pvisor.adapters.spawned import prompts_of
 from pvisor.gateway.responder import Answer, IncomingRequest, Refuse
 from pvisor.journal.model import Conversation, TextPart
 
-from .episodes import MAIN
+from .episodes import MAIN, subagent_calls
 from .playback import PathRewrites, PlaybackResponder, Rewrite
 from .recording import Recording
 
@@ -123,7 +122,7 @@ class EpisodePlayback(PlaybackResponder):
 
 
 def _sibling_prompts(rec: Recording, descriptor: Any) -> frozenset[str]:
-    """The prompts (string arguments of at least MIN_PROMPT characters) of the main loop's
+    """The prompts (:func:`~pvisor.adapters.spawned.prompts_of`) of the main loop's
     subagent calls other than the episode's parent call, less the strings that call has too
     (a shared ``subagent_type``): what only another subagent's requests hold. The parent call
     is the one of its id at its step, else (ids the agent made up again) the first there whose
@@ -131,10 +130,8 @@ def _sibling_prompts(rec: Recording, descriptor: Any) -> frozenset[str]:
     assert rec.parent is not None and rec.episode is not None
     ep = rec.episode
     calls = [
-        (step.n, call.id, {s.strip() for s in strings(call.arguments) if len(s.strip()) >= MIN_PROMPT})
-        for step in rec.parent.steps
-        for call in step.action.tool_calls
-        if descriptor.effect_of(call.name).effect is Effect.SUBAGENT
+        (n, call.id, set(prompts_of(call.arguments)))
+        for n, call in subagent_calls(rec.parent.steps, descriptor)
     ]
     at = [k for k, (n, _, _) in enumerate(calls) if n == ep.parent_step]
     mine = [k for k in at if calls[k][1] == ep.parent_call_id] or [

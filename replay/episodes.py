@@ -107,27 +107,33 @@ class Episode(Record, record=True):
         return {"id": self.id, "steps": self.steps, "parent": self.parent()}
 
 
+def subagent_calls(main_steps: Sequence[Step], descriptor: Any) -> list[tuple[int, Any]]:
+    """``(step, call)`` for each call of ``main_steps`` whose tool the agent's ``descriptor`` says
+    starts a subagent (effect ``subagent``), in order."""
+    from pvisor.adapters.agents.effects import Effect
+
+    return [
+        (step.n, call)
+        for step in main_steps
+        for call in step.action.tool_calls
+        if descriptor.effect_of(call.name).effect is Effect.SUBAGENT
+    ]
+
+
 def link(episodes: Sequence[Episode], main_steps: Sequence[Step], agent: str) -> None:
     """Set each subagent episode's parent (module docstring): the first unused main-loop call of
     a ``subagent`` tool whose prompt argument is the episode's task or is in it."""
     from pvisor.adapters.agents import get_descriptor
-    from pvisor.adapters.agents.effects import Effect
-    from pvisor.adapters.spawned import MIN_PROMPT, strings
+    from pvisor.adapters.spawned import prompts_of
 
-    d = get_descriptor(agent)
-    calls = [
-        (step.n, call)
-        for step in main_steps
-        for call in step.action.tool_calls
-        if d.effect_of(call.name).effect is Effect.SUBAGENT
-    ]
+    calls = subagent_calls(main_steps, get_descriptor(agent))
     used: set[int] = set()
     for ep in episodes:
         task = (ep.task or "").strip()
         if ep.id == MAIN or not task:
             continue
         for k, (n, call) in enumerate(calls):
-            prompts = [s.strip() for s in strings(call.arguments) if len(s.strip()) >= MIN_PROMPT]
+            prompts = prompts_of(call.arguments)
             if k not in used and any(p == task or p in task for p in prompts):
                 used.add(k)
                 ep.parent_step, ep.parent_call_id, ep.parent_tool = n, call.id, call.name
@@ -202,16 +208,12 @@ def indistinct_note(ep: Episode, main_steps: Sequence[Step], agent: str) -> tupl
     rule reads as a retry, so a journal run cannot tell their chains apart (docs/steps.md,
     "Episodes"); None otherwise."""
     from pvisor.adapters.agents import get_descriptor
-    from pvisor.adapters.agents.effects import Effect
-    from pvisor.adapters.spawned import MIN_PROMPT, strings
+    from pvisor.adapters.spawned import prompts_of
 
-    d = get_descriptor(agent)
     task = (ep.task or "").strip()
     prompts = [
-        {s.strip() for s in strings(call.arguments) if len(s.strip()) >= MIN_PROMPT and s.strip() in task}
-        for step in main_steps
-        for call in step.action.tool_calls
-        if d.effect_of(call.name).effect is Effect.SUBAGENT
+        {p for p in prompts_of(call.arguments) if p in task}
+        for _, call in subagent_calls(main_steps, get_descriptor(agent))
     ]
     # the prompt is the longest string of the parent's that the task holds (a shared
     # subagent_type is in it too, by chance, at most)
