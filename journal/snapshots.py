@@ -46,7 +46,7 @@ import pathspec
 
 from pvisor.core.errors import BadInputError, OutputError, UsageError, shown
 from .redact import SecretFileWhy, secret_file, secret_file_name
-from .paths import make_directories
+from .paths import make_directories, not_utf8
 
 #: entry point group of snapshot drivers (``name = "module:Class"``)
 ENTRY_POINT_GROUP = "pvisor.snapshot_drivers"
@@ -708,11 +708,7 @@ def _entry_json(entry: Entry) -> bytes:
 
 def _utf8(name: str) -> bool:
     """Whether a file-system name decoded by Python (undecodable bytes as surrogates) is UTF-8."""
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return not_utf8(name) is None
 
 
 def _open_dir_below(root_fd: int, parts: list[str]) -> int:

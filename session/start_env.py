@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from pvisor.adapters.agents.base import offline_credentials
+from pvisor.journal.paths import not_utf8
 from pvisor.journal.redact import has_key_shape, is_secret_header, secret_value
 
 #: the document's schema
@@ -193,11 +194,7 @@ def _escaped(name: str) -> str:
 
 
 def _utf8(text: str) -> bool:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a byte os.environ decoded as a lone surrogate
-        return False
-    return True
+    return not_utf8(text) is None  # a byte os.environ decoded as a lone surrogate fails
 
 
 def recorded_environment(base: Mapping[str, str], env: Mapping[str, str], cwd: Path) -> dict[str, Any]:
