@@ -22,31 +22,35 @@ from typing import TYPE_CHECKING, Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
-    final_object,
-    wrong_json,
-    path_unchanged,
-    no_converted_tool_raw,
-    OMIT,
-    IdSource,
-    ParseMemo,
-    Reassembled,
     as_list,
     check_insert,
     compact_json,
+    count_sum,
+    dig,
     dumps,
     field_state,
+    final_object,
+    first_int,
+    function_tools_only,
+    IdSource,
     json_type,
     loads_object,
-    read_entries,
+    no_converted_tool_raw,
     normalise_conversation,
+    OMIT,
     overlay,
     parse_arguments,
+    ParseMemo,
+    path_unchanged,
+    read_entries,
+    Reassembled,
     refusal_message,
     request_parser,
     split_text,
-    with_body_model,
-    function_tools_only,
+    TokenUsage,
     tools_as_parsed,
+    with_body_model,
+    wrong_json,
 )
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
@@ -1157,3 +1161,21 @@ def place_cache_markers(body: dict[str, Any]) -> int:
 #: the field of a token-count response's count (None: the protocol has none):
 #: Anthropic's ``/v1/messages/count_tokens`` answers ``{"input_tokens": N}``
 TOKEN_COUNT_FIELD: str | None = "input_tokens"
+
+
+def normalised_usage(usage: Any) -> TokenUsage:
+    """:class:`TokenUsage` of a Messages reply's ``usage``: ``input_tokens`` counts only what was
+    neither read from nor written to the cache, so the input is ``input_tokens +
+    cache_read_input_tokens + cache_creation_input_tokens``; the reasoning count is
+    ``output_tokens_details.thinking_tokens`` where the reply gives it."""
+    if not isinstance(usage, dict):
+        return TokenUsage()
+    read = first_int(usage.get("cache_read_input_tokens"))
+    created = first_int(usage.get("cache_creation_input_tokens"))
+    return TokenUsage(
+        input_tokens=count_sum(usage.get("input_tokens"), read, created),
+        cached_input_tokens=read,
+        cache_creation_input_tokens=created,
+        output_tokens=first_int(usage.get("output_tokens")),
+        reasoning_tokens=first_int(dig(usage, "output_tokens_details", "thinking_tokens")),
+    )

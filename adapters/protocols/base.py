@@ -636,6 +636,59 @@ def token_counts(usage: Any) -> tuple[int | None, int | None]:
     )
 
 
+@record
+class TokenUsage(Record):
+    """A reply's token counts by the OpenTelemetry GenAI conventions (``gen_ai.usage.*``), one
+    spelling for the four protocols: each protocol module's ``normalised_usage`` makes it from
+    its own usage object. A count the reply did not report is None.
+
+    Fields:
+        input_tokens: every input token, cached ones included (Anthropic reports cached reads
+            and cache writes apart from ``input_tokens``: their sum; the others include them).
+        cached_input_tokens: input tokens read from the provider's prompt cache.
+        cache_creation_input_tokens: input tokens written to the cache (Anthropic), else None.
+        output_tokens: every output token, reasoning included (Gemini reports thoughts apart
+            from ``candidatesTokenCount``: their sum).
+        reasoning_tokens: the output tokens spent on reasoning, where the provider says.
+    """
+
+    input_tokens: int | None = None
+    cached_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    output_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def __init__(
+        self,
+        input_tokens: int | None = None,
+        cached_input_tokens: int | None = None,
+        cache_creation_input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        reasoning_tokens: int | None = None,
+    ) -> None:
+        self.input_tokens = input_tokens
+        self.cached_input_tokens = cached_input_tokens
+        self.cache_creation_input_tokens = cache_creation_input_tokens
+        self.output_tokens = output_tokens
+        self.reasoning_tokens = reasoning_tokens
+
+    def as_dict(self) -> dict[str, int | None]:
+        """The five counts by name (the rows' ``usage`` column, ATIF metrics' source)."""
+        return {
+            "input_tokens": self.input_tokens,
+            "cached_input_tokens": self.cached_input_tokens,
+            "cache_creation_input_tokens": self.cache_creation_input_tokens,
+            "output_tokens": self.output_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+        }
+
+
+def count_sum(*values: Any) -> int | None:
+    """The sum of the values that are ints (not bools); None when none is."""
+    found = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+    return sum(found) if found else None
+
+
 def dig(d: Any, *keys: str) -> Any:
     """``d[k1][k2]...``, or None as soon as a level is not a dict."""
     for k in keys:

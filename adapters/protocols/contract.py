@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Protocol, runtime_checkable
 
 from pvisor.journal.model import Action, Conversation, ToolSpec
 
-from .base import Reassembled
+from .base import Reassembled, TokenUsage
 
 
 @runtime_checkable
@@ -168,6 +168,10 @@ class WireProtocol(Protocol):
         """Put prompt-cache markers into a parsed request body (in place) the way the protocol's
         recorded clients do; the number the body then holds, or None for a protocol without
         them (the body unchanged)."""
+
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """A reply's usage object (its own field names) as :class:`TokenUsage`: the OpenTelemetry
+        GenAI counts, every input token in ``input_tokens``; all None for no usage."""
 
 
 #: the members of :class:`WireProtocol`, constants and functions (what a module must have)

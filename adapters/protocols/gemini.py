@@ -50,30 +50,32 @@ from typing import Any, Iterable
 
 
 from pvisor.adapters.protocols.base import (
-    loads_json,
-    short,
-    no_converted_tool_raw,
-    no_cache_breakpoints,
-    no_cache_markers,
-    same_parts,
     as_list,
     check_insert,
     compact_json,
+    count_sum,
     dig,
     dumps,
     field_state,
     first_int,
     IdSource,
     json_type,
+    loads_json,
     loads_object,
-    read_entries,
+    no_cache_breakpoints,
+    no_cache_markers,
+    no_converted_tool_raw,
     normalise_conversation,
-    ParseMemo,
     parse_arguments,
+    ParseMemo,
+    read_entries,
     Reassembled,
     refusal_message,
     request_parser,
+    same_parts,
+    short,
     strip_volatile,
+    TokenUsage,
 )
 from pvisor.journal.model import (
     Action,
@@ -1163,3 +1165,19 @@ def path_for_model(path: str, model: str) -> str:
 #: the field of a token-count response's count (None: the protocol has none):
 #: Gemini's ``:countTokens`` answers ``{"totalTokens": N}``
 TOKEN_COUNT_FIELD: str | None = "totalTokens"
+
+
+def normalised_usage(usage: Any) -> TokenUsage:
+    """:class:`TokenUsage` of a ``usageMetadata``: ``promptTokenCount`` includes the cached
+    tokens (``cachedContentTokenCount``); the input adds ``toolUsePromptTokenCount``; thoughts
+    (``thoughtsTokenCount``) are reported apart from ``candidatesTokenCount``, so the output is
+    their sum and the reasoning the thoughts."""
+    if not isinstance(usage, dict):
+        return TokenUsage()
+    thoughts = first_int(usage.get("thoughtsTokenCount"))
+    return TokenUsage(
+        input_tokens=count_sum(usage.get("promptTokenCount"), usage.get("toolUsePromptTokenCount")),
+        cached_input_tokens=first_int(usage.get("cachedContentTokenCount")),
+        output_tokens=count_sum(usage.get("candidatesTokenCount"), thoughts),
+        reasoning_tokens=thoughts,
+    )

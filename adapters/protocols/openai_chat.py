@@ -29,36 +29,39 @@ from typing import TYPE_CHECKING, Any, Iterable
 import orjson
 
 from pvisor.adapters.protocols.base import (
-    final_object,
-    wrong_json,
-    path_unchanged,
-    no_converted_tool_raw,
-    no_cache_breakpoints,
-    no_cache_markers,
-    OMIT,
-    IdSource,
-    ParseMemo,
-    Reassembled,
     check_insert,
     compact_json,
+    dig,
     dumps,
     field_state,
+    final_object,
+    first_int,
+    function_tools_only,
+    IdSource,
     json_type,
     loads_object,
-    read_entries,
+    no_cache_breakpoints,
+    no_cache_markers,
+    no_converted_tool_raw,
+    no_reasoning_keys,
+    no_token_counts,
     normalise_conversation,
+    nothing_to_strip,
+    OMIT,
     overlay,
     parse_arguments,
+    ParseMemo,
+    path_unchanged,
+    read_entries,
+    Reassembled,
     refusal_message,
     request_parser,
     split_text,
-    with_body_model,
-    function_tools_only,
-    no_reasoning_keys,
-    no_token_counts,
-    nothing_to_strip,
     stream_in_body,
+    TokenUsage,
     tools_as_parsed,
+    with_body_model,
+    wrong_json,
 )
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
@@ -998,3 +1001,19 @@ def reasoning_refusal(status: int, body: bytes) -> str | None:
 #: the field of a token-count response's count (None: the protocol has none):
 #: no path of this protocol asks for a token count (:func:`counts_tokens`)
 TOKEN_COUNT_FIELD: str | None = None
+
+
+def normalised_usage(usage: Any) -> TokenUsage:
+    """:class:`TokenUsage` of a Chat Completions ``usage``: ``prompt_tokens`` includes the cached
+    ones (``prompt_tokens_details.cached_tokens``; those written to the cache
+    ``cache_write_tokens``, where a provider reports them), ``completion_tokens`` the reasoning ones
+    (``completion_tokens_details.reasoning_tokens``)."""
+    if not isinstance(usage, dict):
+        return TokenUsage()
+    return TokenUsage(
+        input_tokens=first_int(usage.get("prompt_tokens")),
+        cached_input_tokens=first_int(dig(usage, "prompt_tokens_details", "cached_tokens")),
+        cache_creation_input_tokens=first_int(dig(usage, "prompt_tokens_details", "cache_write_tokens")),
+        output_tokens=first_int(usage.get("completion_tokens")),
+        reasoning_tokens=first_int(dig(usage, "completion_tokens_details", "reasoning_tokens")),
+    )

@@ -58,34 +58,35 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 
 from pvisor.adapters.protocols.base import (
-    loads_json,
-    place,
-    short,
-    path_unchanged,
-    no_cache_breakpoints,
-    no_cache_markers,
     as_list,
     check_insert,
     compact_json,
     dig,
     dumps,
+    field_state,
     first_int,
     IdSource,
-    field_state,
     json_type,
+    loads_json,
     loads_object,
     memo_message,
+    no_cache_breakpoints,
+    no_cache_markers,
+    no_token_counts,
     normalise_conversation,
-    ParseMemo,
     parse_arguments,
+    ParseMemo,
+    path_unchanged,
+    place,
     Reassembled,
     refusal_message,
     request_parser,
-    strip_volatile,
-    with_body_model,
-    no_token_counts,
     same_parts,
+    short,
     stream_in_body,
+    strip_volatile,
+    TokenUsage,
+    with_body_model,
 )
 from pvisor.core.lazyre import LazyPattern
 from pvisor.journal.model import (
@@ -1492,3 +1493,19 @@ def converted_tool_raw(tool: ToolSpec) -> dict:
 #: the field of a token-count response's count (None: the protocol has none):
 #: no path of this protocol asks for a token count (:func:`counts_tokens`)
 TOKEN_COUNT_FIELD: str | None = None
+
+
+def normalised_usage(usage: Any) -> TokenUsage:
+    """:class:`TokenUsage` of a Responses ``usage``: ``input_tokens`` includes the cached ones
+    (``input_tokens_details.cached_tokens``; those written to the cache
+    ``cache_write_tokens``, where a provider reports them), ``output_tokens`` the reasoning ones
+    (``output_tokens_details.reasoning_tokens``)."""
+    if not isinstance(usage, dict):
+        return TokenUsage()
+    return TokenUsage(
+        input_tokens=first_int(usage.get("input_tokens")),
+        cached_input_tokens=first_int(dig(usage, "input_tokens_details", "cached_tokens")),
+        cache_creation_input_tokens=first_int(dig(usage, "input_tokens_details", "cache_write_tokens")),
+        output_tokens=first_int(usage.get("output_tokens")),
+        reasoning_tokens=first_int(dig(usage, "output_tokens_details", "reasoning_tokens")),
+    )
