@@ -29,6 +29,7 @@ from pvisor.adapters.native import read_native
 from pvisor.core.errors import PvisorError
 
 from .errors import ReplayUsageError, error_code, error_detail, show_path
+from .journal_runs import JournalRuns
 from .prefix import Prefix
 from .prepare import PrepareOptions, check_inputs_not_outputs, check_options, compute
 from .output import (
@@ -114,15 +115,22 @@ class BatchOutcome:
 
 class SourceReads:
     """What the prepares of one batch share: each native file read (parsed by its adapter) and
-    digested once. A file is known by its resolved path, device, inode, size and modification
-    time, so that one rewritten between two requests is read again. Holds the parsed sources
-    until it is dropped (a batch keeps at most :attr:`max_sources` of them, the least recently
-    used going first)."""
+    digested once, and each journal run read and classified once (:attr:`runs`, a
+    :class:`~.journal_runs.JournalRuns`: its journals stay open until :meth:`close`). A file is
+    known by its resolved path, device, inode, size and modification time, so that one
+    rewritten between two requests is read again; a journal's runs are read again once anything
+    was committed to it. Holds the parsed sources until it is dropped (a batch keeps at most
+    :attr:`max_sources` of them, the least recently used going first)."""
 
     def __init__(self, max_sources: int = 64) -> None:
         self.max_sources = max_sources
         self._native: dict[tuple, Any] = {}
         self._digests: dict[tuple, str] = {}
+        self.runs = JournalRuns()
+
+    def close(self) -> None:
+        """Close the journals the batch keeps open (:meth:`JournalRuns.close`)."""
+        self.runs.close()
 
     @staticmethod
     def _key(path: Path) -> tuple:
@@ -284,12 +292,18 @@ def prepare_many(
     ``row_label``: without an output directory, what the result names as the prefix's place
     (``ROWS#N`` with N the index; ``(memory)`` when None). A request may also be an ``(index,
     request)`` pair, to number it (a manifest's line numbers); a request of a wrong type or
-    holding one is a ``failed`` outcome with the code ``usage``."""
+    holding one is a ``failed`` outcome with the code ``usage``; ``reads`` made here is closed
+    when the requests are done (or the iterator is dropped)."""
+    own = reads is None
     reads = SourceReads() if reads is None else reads
-    for index, request in enumerate(requests, 1):
-        if isinstance(request, tuple):  # (index, request) from the CLI: the manifest's line numbers
-            index, request = request
-        yield _one(index, request, reads, row_label)
+    try:
+        for index, request in enumerate(requests, 1):
+            if isinstance(request, tuple):  # (index, request) from the CLI: the manifest's line numbers
+                index, request = request
+            yield _one(index, request, reads, row_label)
+    finally:
+        if own:
+            reads.close()
 
 
 def _one(index: int, request: Any, reads: SourceReads, row_label: str | None) -> BatchOutcome:

@@ -90,6 +90,7 @@ from .source import (
 )
 
 if TYPE_CHECKING:
+    from .journal_runs import JournalRuns
     from pathlib import Path
 
     from .profile import Profile
@@ -197,20 +198,31 @@ def append_action(protocol: str, body: bytes, action: Action) -> bytes:
 
 
 def journal_prefix(
-    journal: Path, run_id: str, agent: str, after_step: int, protocol: str | None, episode: str | None = None
+    journal: Path,
+    run_id: str,
+    agent: str,
+    after_step: int,
+    protocol: str | None,
+    episode: str | None = None,
+    runs: "JournalRuns | None" = None,
 ) -> tuple[Source, Prefix, dict[str, Any]]:
     """The prefix for ``--run``: (source, prefix, trajectory meta). See the module docstring.
     ``episode``: the run's episode whose steps are read (:mod:`.episodes`; None: the main one).
+    ``runs``: the open journals and classified runs a batch shares (:mod:`.journal_runs`), or
+    None to open the journal and classify the run here.
 
     Raises ReplayUsageError (``agent_mismatch``, ``protocol_not_spoken``, unknown run),
     ReplayBadInput (``no_steps``, ``after_step_out_of_range``, ``observation_not_recorded``,
     ``no_reply``), IntegrityError for a damaged journal."""
+    from contextlib import nullcontext
+
     from pvisor.core.errors import UsageError
     from pvisor.journal.reader import JournalReader
 
     if not os.path.exists(journal):
         raise UsageError(f"--journal {show_path(journal)}: no such journal file")
-    with JournalReader(journal) as reader:
+    # a batch's reader stays open for its next lines: the batch closes it
+    with JournalReader(journal) if runs is None else nullcontext(runs.reader(journal)) as reader:
         run = reader.run(run_id)
         if run.agent is not None and run.agent != agent:
             raise ReplayUsageError(
@@ -218,10 +230,53 @@ def journal_prefix(
             )
         seen: list[Source] = []
         try:
-            return _journal_prefix(reader, run, agent, after_step, protocol, seen, episode)
+            if runs is None:
+                classified = classify_journal_run(reader, run.id, agent, episode)
+            else:
+                classified = runs.classified(reader, run.id, agent, episode)
+            return _journal_prefix(reader, run, agent, after_step, protocol, seen, classified)
         except PvisorError as exc:
             attach_source(exc, seen)
             raise
+
+
+class ClassifiedRun:
+    """A journal run read and classified for one agent and episode, what every prefix of it
+    starts from: ``classification`` (its main chain the episode's chain), ``trajectory`` (its
+    steps and meta), ``episode`` (the :class:`~.episodes.Episode` chosen; None for the main loop
+    by default) and, read when first asked for, its compactions (:meth:`compactions`). The
+    prefixes of a batch share one (:mod:`.journal_runs`): nothing here is changed by a prefix."""
+
+    __slots__ = ("classification", "trajectory", "episode", "_compactions")
+
+    def __init__(self, classification: Any, trajectory: Any, episode: Episode | None) -> None:
+        self.classification = classification
+        self.trajectory = trajectory
+        self.episode = episode
+        self._compactions: list[Any] | None = None
+
+    def compactions(self, reader: Any) -> list[Any]:
+        """The main chain's recorded compactions in order
+        (:func:`~pvisor.adapters.matcher.recorded_compactions`), their summaries' responses read
+        from ``reader`` once; [] for a chain that compacted nothing (no response is read)."""
+        if self._compactions is None:
+            from pvisor.adapters.chains import read_final_response
+            from pvisor.adapters.matcher import recorded_compactions
+
+            c = self.classification
+            if c.main is None or not any(slot.compaction is not None for slot in c.main.slots):
+                self._compactions = []
+            else:
+                self._compactions = list(
+                    recorded_compactions(c, lambda ex: read_final_response(reader, ex)[0])
+                )
+        return self._compactions
+
+
+def classify_journal_run(reader: Any, run_id: str, agent: str, episode: str | None) -> ClassifiedRun:
+    """The :class:`ClassifiedRun` of run ``run_id`` (a full id) for ``agent``'s chain hint and
+    ``episode`` (:func:`journal_episode`, whose errors it raises)."""
+    return ClassifiedRun(*journal_episode(reader, run_id, agent, episode))
 
 
 def _journal_prefix(
@@ -231,12 +286,12 @@ def _journal_prefix(
     after_step: int,
     protocol: str | None,
     seen: list[Source],
-    episode: str | None = None,
+    classified: ClassifiedRun,
 ) -> tuple[Source, Prefix, dict[str, Any]]:
     journal = reader.path
     d = descriptor(agent)
     launch = d if d.launchable else None
-    classification, traj, chosen = journal_episode(reader, run.id, agent, episode)
+    classification, traj, chosen = classified.classification, classified.trajectory, classified.episode
     main = classification.main_requests
     source = Source(
         kind="journal",
@@ -268,7 +323,7 @@ def _journal_prefix(
             ("agent_unrecorded", f"run {run.id} records no agent: --agent {agent} is taken as given")
         )
     source.notes.extend(_step_notes(traj, after_step, chosen))
-    compaction = _journal_compaction(reader, classification, after_step)
+    compaction = _journal_compaction(reader, classified, after_step)
     if after_step < len(main):
         req = main[after_step]
         ex = req.exchange
@@ -354,22 +409,11 @@ def journal_episode(
     return classification, build_trajectory(reader, classification), chosen
 
 
-def _journal_compaction(reader: Any, classification: Any, after_step: int) -> dict[str, Any] | None:
+def _journal_compaction(reader: Any, classified: ClassifiedRun, after_step: int) -> dict[str, Any] | None:
     """``prefix.compaction`` of a journal prefix: the last compaction of the main chain at or
     before N (a slot whose request carries a summary, docs/steps.md;
     :meth:`~pvisor.adapters.matcher.RecordedCompaction.record`), or None."""
-    from pvisor.adapters.chains import read_final_response
-    from pvisor.adapters.matcher import recorded_compactions
-
-    if classification.main is None or not any(
-        slot.compaction is not None for slot in classification.main.slots
-    ):
-        return None  # the run compacted nothing: no response is read
-    found = [
-        c
-        for c in recorded_compactions(classification, lambda ex: read_final_response(reader, ex)[0])
-        if c.after_step <= after_step
-    ]
+    found = [c for c in classified.compactions(reader) if c.after_step <= after_step]
     return found[-1].record() if found else None
 
 

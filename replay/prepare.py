@@ -545,7 +545,13 @@ def _build(opts: PrepareOptions, reads: "SourceReads | None" = None) -> tuple[Pr
     if opts.run is not None:
         assert opts.journal is not None
         source, prefix, _meta = P.journal_prefix(
-            opts.journal, opts.run, opts.agent, opts.after_step, opts.protocol, opts.episode
+            opts.journal,
+            opts.run,
+            opts.agent,
+            opts.after_step,
+            opts.protocol,
+            opts.episode,
+            reads.runs if reads is not None else None,
         )
         return prefix, source
     assert opts.trajectory is not None

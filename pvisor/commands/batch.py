@@ -32,7 +32,6 @@ from pvisor.journal.paths import make_directories, require_utf8
 from pvisor.replay.batch import (
     ROW_HEAD,
     BatchOutcome,
-    SourceReads,
     Status,
     prepare_many,
     read_manifest,
@@ -80,7 +79,8 @@ def run_batch(
     label = show_path(rows) if rows is not None else None
     outcomes: Iterator[BatchOutcome] = iter(())
     if ray_address is None:
-        outcomes = prepare_many(requests, reads=SourceReads(), row_label=label)
+        # its own SourceReads, closed when the lines are done: the journals it kept open too
+        outcomes = prepare_many(requests, row_label=label)
 
     def counted() -> Iterator[BatchOutcome]:
         nonlocal failed, done
