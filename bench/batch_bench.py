@@ -3,6 +3,7 @@
     python bench/batch_bench.py                    # the experiment, the Ray run and the 10,000-step curve
     python bench/batch_bench.py --no-ray --steps 10,100,1000
     python bench/batch_bench.py --singles 60       # more single-prepare processes for the baseline
+    python bench/batch_bench.py --only-runs        # the journal run beside the native file alone
 
 1. The published experiment's trajectories (bench/fidelity/generate.py: 20 per adapter for the
    seven adapters, seed 420), each three times, in a shuffled order: 420 lines, ``--after-step
@@ -15,6 +16,15 @@
    a tool call, a 1.8 KB output), read once (timed apart), then ten boundaries each (N =
    steps/10, 2 steps/10, ..., steps) prepared in one process; per boundary the prefix's size and
    the time ``result.json`` reports (``timings_ms.total``), and the time per MB of prefix.
+3. One run twice (issue 41): a 200-step mini-swe-agent run (:func:`chat_run`: per step an
+   action with one bash call and a 1.8 KB output, a last answer without a call) written as a
+   journal run through pvisor's own journal writer (each request the whole conversation so
+   far, as the agent sends it) and as its native file. For each, 50 boundaries (N = 4, 8, ...,
+   200) in one process: the first prefix (the source read, and for the journal run
+   classified), then each further prefix with the batch's cache (what every prefix beyond the
+   first costs, and of it the source's part, ``timings_ms.prefix``), against the same
+   boundaries each prepared with a cache of its own (what a batch paid per journal line before:
+   the run read and classified for every line).
 
 Every figure is wall time on this machine; nothing is asserted.
 """
@@ -141,17 +151,139 @@ def curve(work: Path, steps: list[int]) -> list[str]:
     return out
 
 
+BASH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a bash command.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+}
+
+
+def chat_run(
+    journal: Path, native: Path, steps: int, run: str = "chat", agent: str | None = "mini-swe-agent"
+) -> str:
+    """One mini-swe-agent run of ``steps`` steps (steps - 1 actions with one bash call and a
+    1.8 KB output each, then an answer without a call), written as run ``run`` of ``journal``
+    (pvisor's journal writer: one Chat Completions exchange per step, each request the whole
+    conversation so far) and as its native file ``native`` (mini-swe-agent's trajectory
+    format). ``agent``: what the run records (None: a run of no recorded agent, as a gateway
+    capture). Returns ``run``. tests/test_batch_journal_runs.py builds its runs with it."""
+    from pvisor.journal.model import Run
+    from pvisor.journal.writer import Journal
+
+    messages: list[dict] = [
+        {"role": "system", "content": "SYS"},
+        {"role": "user", "content": "fix the tests"},
+    ]
+    with Journal.open(journal) as j:
+        j.create_run(Run(id=run, agent=agent, agent_version="2.4.6" if agent else None))
+        for n in range(steps):
+            action: dict = {"role": "assistant", "content": native_bench.TEXT}
+            if n < steps - 1:
+                command = json.dumps({"command": f"pytest t{n}.py"})
+                action["tool_calls"] = [
+                    {"id": f"c{n}", "type": "function", "function": {"name": "bash", "arguments": command}}
+                ]
+            reply = {
+                "id": f"r{n}",
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": action,
+                        "finish_reason": "tool_calls" if n < steps - 1 else "stop",
+                    }
+                ],
+            }
+            body = {"model": "m", "messages": messages, "tools": [BASH_TOOL]}
+            j.record_exchange(
+                run,
+                "POST",
+                "/v1/chat/completions",
+                [("content-type", "application/json")],
+                protocol="openai-chat",
+                status=200,
+                request_body=json.dumps(body).encode(),
+                response_body=json.dumps(reply).encode(),
+                response_headers=[("content-type", "application/json")],
+            )
+            messages = [*messages, action]
+            if n < steps - 1:
+                messages.append({"role": "tool", "tool_call_id": f"c{n}", "content": native_bench.RESULT})
+    doc = {"info": {"mini_version": "2.4.6"}, "messages": messages, "trajectory_format": "mini-swe-agent-1.1"}
+    native.write_text(json.dumps(doc))
+    return run
+
+
+def run_beside_file(work: Path, steps: int, count: int) -> list[str]:
+    """Section 3 of the module docstring: the table's rows."""
+    from pvisor.replay.batch import SourceReads, prepare_many
+    from pvisor.replay.prepare import PrepareOptions
+
+    journal, native = work / "runs.sqlite", work / "run.traj.json"
+    run = chat_run(journal, native, steps)
+    bounds = [steps * k // count for k in range(1, count + 1)]
+    sources = {
+        "journal run": lambda n: PrepareOptions("mini-swe-agent", n, None, run=run, journal=journal),  # type: ignore[arg-type]
+        "native file": lambda n: PrepareOptions("mini-swe-agent", n, None, trajectory=native),  # type: ignore[arg-type]
+    }
+    out = [
+        "",
+        f"One {steps}-step mini-swe-agent run as a journal run and as its native file, {count} boundaries "
+        f"(N = {bounds[0]}, {bounds[1]}, ..., {bounds[-1]}) in one process:",
+        "",
+        "| source | first prefix ms | each further prefix ms | of it the source's part ms "
+        "| mean prefix | each prefix with a cache of its own ms | runs read and classified |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, opts in sources.items():
+        reads = SourceReads()
+        t = time.perf_counter()
+        [first] = prepare_many([opts(bounds[0])], reads=reads)
+        first_ms = (time.perf_counter() - t) * 1000
+        t = time.perf_counter()
+        rest = list(prepare_many([opts(n) for n in bounds[1:]], reads=reads))
+        further = (time.perf_counter() - t) * 1000 / len(rest)
+        assert all(o.status.value == "ok" for o in [first, *rest]), [o.error for o in rest if o.error]
+        part = statistics.median(o.result["timings_ms"]["prefix"] for o in rest)
+        size = statistics.mean(len(o.prefix.body) for o in rest) / 1000
+        classified = reads.runs.runs_classified
+        reads.close()
+        t = time.perf_counter()
+        for n in bounds:
+            [o] = prepare_many([opts(n)])  # a SourceReads of its own: the source read again
+        alone = (time.perf_counter() - t) * 1000 / len(bounds)
+        out.append(
+            f"| {name} | {first_ms:.1f} | {further:.2f} | {part:.2f} | {size:.0f} KB | {alone:.1f} | "
+            f"{classified if name == 'journal run' else '-'} |"
+        )
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--singles", type=int, default=30, help="single-prepare processes for the baseline")
     ap.add_argument("--repeat", type=int, default=3, help="best of this many batch runs")
     ap.add_argument("--steps", default="10,100,1000,10000", help="rollout lengths of the curve")
     ap.add_argument("--no-ray", action="store_true", help="leave out the Ray run")
+    ap.add_argument("--run-steps", type=int, default=200, help="steps of the run read as journal and file")
+    ap.add_argument("--boundaries", type=int, default=50, help="boundaries of that run")
+    ap.add_argument("--only-runs", action="store_true", help="the journal run beside the native file alone")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        lines = experiment(work, args)
-        lines += curve(work, [int(x) for x in args.steps.split(",")])
+        lines = []
+        if not args.only_runs:
+            lines += experiment(work, args)
+            lines += curve(work, [int(x) for x in args.steps.split(",")])
+        lines += run_beside_file(work, args.run_steps, args.boundaries)
     print("\n".join(lines))
 
 

@@ -1,0 +1,204 @@
+"""A batch over journal runs reads each run once (issue 41; replay/journal_runs.py): the lines of
+one run with the same options share its classification, each prefix is still what a single
+prepare-only writes, lines of other options (agent, episode) get their own, and a journal
+written between two lines is read again, as a single prepare reads a run still being written.
+
+The work is counted, never timed: the runs classified (``JournalRuns.runs_classified``) and the
+SQL statements the batch's journal connection ran (SQLite's trace callback)."""
+
+from __future__ import annotations
+
+import json
+import random
+import sys
+from pathlib import Path
+
+import orjson
+
+from pvisor.journal.model import Run
+from pvisor.journal.writer import Journal
+from pvisor.replay.batch import SourceReads, Status, prepare_many
+from pvisor.replay.output import OUTPUT_FILES
+from pvisor.replay.prepare import PrepareOptions, prepare
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path.insert(0, str(BENCH))
+
+import batch_bench  # noqa: E402  (bench/ is not a package: it is put on the path above)
+
+
+def comparable(out: Path) -> dict[str, object]:
+    """The three files of ``out`` with the result's timings dropped and its output paths made
+    relative (the batch's and the single prepare's directories differ)."""
+    files = {name: (out / name).read_bytes() for name in OUTPUT_FILES}
+    result = orjson.loads(files["result.json"])
+    result.pop("timings_ms")
+    text = orjson.dumps(result).decode().replace(str(out.resolve()), "OUT").replace(str(out), "OUT")
+    return {
+        "prefix.json": files["prefix.json"],
+        "prefix.request.json": files["prefix.request.json"],
+        "result": text,
+    }
+
+
+def single(opts: PrepareOptions) -> dict[str, object]:
+    """What one prepare-only writes for ``opts`` (its files, comparable)."""
+    outcome = prepare(opts)
+    assert outcome.error is None, outcome.error
+    return comparable(opts.output)
+
+
+def test_fifty_boundaries_of_one_journal_run_read_it_once_and_each_is_its_single_prepare(tmp_path: Path):
+    journal = tmp_path / "j.sqlite"
+    run = batch_bench.chat_run(journal, tmp_path / "run.traj.json", 60)
+    bounds = random.Random(41).sample(range(1, 60), 48) + [0, 60]  # 60: the last, rendered
+    random.Random(7).shuffle(bounds)
+    reads = SourceReads()
+    statements: list[str] = []
+    reads.runs.reader(journal).conn.set_trace_callback(statements.append)  # the batch's own connection
+    opts = [
+        PrepareOptions("mini-swe-agent", n, tmp_path / "batch" / str(i), run=run, journal=journal)
+        for i, n in enumerate(bounds)
+    ]
+    per_line = []
+    for outcome in prepare_many(opts, reads=reads):
+        assert outcome.status is Status.OK, outcome.error
+        per_line.append(len(statements) - sum(per_line))
+    reads.close()
+    # one prepare's work is the first line's (the run read and classified); the 49 others
+    # together read less than it again: the batch costs at most twice one prepare
+    assert sum(per_line[1:]) <= per_line[0], per_line
+    assert max(per_line[1:]) * 20 <= per_line[0], per_line
+    assert reads.runs.runs_classified == 1
+    for i, n in enumerate(bounds):
+        alone = PrepareOptions("mini-swe-agent", n, tmp_path / "single" / str(i), run=run, journal=journal)
+        assert comparable(tmp_path / "batch" / str(i)) == single(alone), n
+
+
+def _reply(mid: str, content: list) -> bytes:
+    stop = "tool_use" if any(b["type"] == "tool_use" for b in content) else "end_turn"
+    return json.dumps(
+        {
+            "id": mid,
+            "type": "message",
+            "role": "assistant",
+            "model": "claude-x",
+            "content": content,
+            "stop_reason": stop,
+            "usage": {"input_tokens": 1, "output_tokens": 1},
+        }  # fmt: skip
+    ).encode()
+
+
+def _subagent_run(journal: Path) -> str:
+    """A Claude Code run whose main loop's step 1 is a Task call (id ``toolu_spawn``) and whose
+    subagent (its own system prompt) makes a Bash call then answers; the main loop then answers."""
+    tools = [{"name": n, "description": n, "input_schema": {"type": "object"}} for n in ("Bash", "Task")]
+    task = {"description": "sub", "prompt": "Count the files.", "subagent_type": "general-purpose"}
+    spawn = {"type": "tool_use", "id": "toolu_spawn", "name": "Task", "input": task}
+    bash = {"type": "tool_use", "id": "toolu_sh", "name": "Bash", "input": {"command": "ls | wc -l"}}
+
+    def result(call_id: str, text: str) -> dict:
+        return {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call_id, "content": text}]}
+
+    main1 = [{"role": "user", "content": "Ask a subagent to count the files."}]
+    sub1 = [{"role": "user", "content": "Count the files."}]
+    sub2 = [*sub1, {"role": "assistant", "content": [bash]}, result("toolu_sh", "3\n")]
+    main2 = [*main1, {"role": "assistant", "content": [spawn]}, result("toolu_spawn", "3 files")]
+    sent = [
+        ("main", main1, _reply("msg_1", [spawn])),
+        ("sub", sub1, _reply("msg_2", [bash])),
+        ("sub", sub2, _reply("msg_3", [{"type": "text", "text": "3 files"}])),
+        ("main", main2, _reply("msg_4", [{"type": "text", "text": "There are 3 files."}])),
+    ]
+    with Journal.open(journal) as j:
+        j.create_run(Run(id="r-sub", agent="claude-code", agent_version="2.1.300"))
+        for who, msgs, reply in sent:
+            system = "You are the main agent." if who == "main" else "You are a subagent."
+            body = {"model": "claude-x", "system": system, "tools": tools, "messages": msgs}
+            json_type = [("content-type", "application/json")]
+            j.record_exchange("r-sub", "POST", "/v1/messages", json_type, protocol="anthropic", status=200,
+                              request_body=json.dumps(body).encode(), response_body=reply,
+                              response_headers=json_type)  # fmt: skip
+    return "r-sub"
+
+
+def test_lines_of_one_run_with_other_options_are_never_given_another_lines_classification(tmp_path: Path):
+    journal = tmp_path / "j.sqlite"
+    sub_run = _subagent_run(journal)
+    # a run that records no agent: --agent is taken on trust, and each agent's chain hint is its own
+    anon = batch_bench.chat_run(journal, tmp_path / "anon.traj.json", 6, run="r-anon", agent=None)
+    lines = [
+        ("claude-code", sub_run, 1, None),
+        ("claude-code", sub_run, 1, "toolu_spawn"),
+        ("claude-code", sub_run, 1, "main"),
+        ("mini-swe-agent", anon, 3, None),
+        ("qwen-code", anon, 3, None),
+    ] * 2
+    reads = SourceReads()
+    opts = [
+        PrepareOptions(agent, n, tmp_path / "batch" / str(i), run=run, journal=journal, episode=episode)
+        for i, (agent, run, n, episode) in enumerate(lines)
+    ]
+    outcomes = list(prepare_many(opts, reads=reads))
+    reads.close()
+    assert all(o.status is Status.OK for o in outcomes), [o.error for o in outcomes]
+    assert reads.runs.runs_classified == 5  # each of the five options once, its second line shared
+    for i, o in enumerate(opts):
+        alone = PrepareOptions(o.agent, o.after_step, tmp_path / "single" / str(i), run=o.run,
+                               journal=journal, episode=o.episode)  # fmt: skip
+        assert comparable(tmp_path / "batch" / str(i)) == single(alone), lines[i]
+    main, sub = (orjson.loads(outcomes[i].prefix.body) for i in (0, 1))
+    assert main["system"] == "You are the main agent." and sub["system"] == "You are a subagent."
+    for i, agent in ((3, "mini-swe-agent"), (4, "qwen-code"), (8, "mini-swe-agent"), (9, "qwen-code")):
+        said = [w["message"] for w in outcomes[i].result["warnings"]]
+        assert f"run r-anon records no agent: --agent {agent} is taken as given" in said, (i, said)
+
+
+def test_a_run_written_between_two_lines_is_read_again_as_a_single_prepare_reads_it(tmp_path: Path):
+    journal = tmp_path / "j.sqlite"
+    full = tmp_path / "full.sqlite"
+    batch_bench.chat_run(full, tmp_path / "run.traj.json", 8, run="live")
+    from pvisor.journal.reader import JournalReader
+
+    with JournalReader(full) as r:
+        exchanges = [(ex, r.request_body(ex), r.response_body(ex)) for ex in r.exchanges("live")]
+    reads = SourceReads()
+
+    def line(n: int, name: str):
+        opts = PrepareOptions("mini-swe-agent", n, tmp_path / name, run="live", journal=journal)
+        [outcome] = prepare_many([opts], reads=reads)
+        return opts, outcome
+
+    with Journal.open(journal) as j:  # the agent still running: its writer open across the lines
+        j.create_run(Run(id="live", agent="mini-swe-agent", agent_version="2.4.6"))
+
+        def write(upto: int) -> None:
+            for ex, req, resp in exchanges[:upto]:
+                j.record_exchange("live", ex.method, ex.path, list(ex.request_headers.items()),
+                                  protocol=ex.protocol, status=ex.status, request_body=req,
+                                  response_body=resp)  # fmt: skip
+            j.flush()
+
+        write(4)
+        _, first = line(2, "a")
+        assert first.status is Status.OK and first.result["boundary"]["steps_total"] == 4
+        # step 4 made a call whose observation request 5 would carry: not recorded yet
+        _, early = line(4, "b")
+        assert (
+            early.status is Status.FAILED and early.result["errors"][0]["code"] == "observation_not_recorded"
+        )
+        del exchanges[:4]
+        write(2)  # requests 5 and 6 arrive
+        opts, late = line(4, "c")
+        assert late.status is Status.OK, late.error
+        assert late.result["boundary"]["steps_total"] == 6
+        assert comparable(tmp_path / "c") == single(
+            PrepareOptions("mini-swe-agent", 4, tmp_path / "single", run="live", journal=journal)
+        )
+        # the run was read for line a, shared by line b (nothing committed between), read again
+        # for line c: the commit of requests 5 and 6 came between
+        assert reads.runs.runs_classified == 2
+        line(5, "d")
+        assert reads.runs.runs_classified == 2  # nothing committed since: the run is shared
+    reads.close()
