@@ -230,9 +230,10 @@ def run_beside_file(work: Path, steps: int, count: int) -> list[str]:
     journal, native = work / "runs.sqlite", work / "run.traj.json"
     run = chat_run(journal, native, steps)
     bounds = [steps * k // count for k in range(1, count + 1)]
+    # output None: nothing written, the outcome holds the prefix
     sources = {
-        "journal run": lambda n: PrepareOptions("mini-swe-agent", n, None, run=run, journal=journal),  # type: ignore[arg-type]
-        "native file": lambda n: PrepareOptions("mini-swe-agent", n, None, trajectory=native),  # type: ignore[arg-type]
+        "journal run": lambda n: PrepareOptions("mini-swe-agent", n, None, run=run, journal=journal),  # type: ignore
+        "native file": lambda n: PrepareOptions("mini-swe-agent", n, None, trajectory=native),  # type: ignore
     }
     out = [
         "",
