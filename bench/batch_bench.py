@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, cast
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "fidelity"))
@@ -230,10 +231,10 @@ def run_beside_file(work: Path, steps: int, count: int) -> list[str]:
     journal, native = work / "runs.sqlite", work / "run.traj.json"
     run = chat_run(journal, native, steps)
     bounds = [steps * k // count for k in range(1, count + 1)]
-    # output None: nothing written, the outcome holds the prefix
+    agent, nowhere = "mini-swe-agent", cast(Any, None)  # output None: nothing written, the prefix kept
     sources = {
-        "journal run": lambda n: PrepareOptions("mini-swe-agent", n, None, run=run, journal=journal),  # type: ignore
-        "native file": lambda n: PrepareOptions("mini-swe-agent", n, None, trajectory=native),  # type: ignore
+        "journal run": lambda n: PrepareOptions(agent, n, nowhere, run=run, journal=journal),
+        "native file": lambda n: PrepareOptions(agent, n, nowhere, trajectory=native),
     }
     out = [
         "",
