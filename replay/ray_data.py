@@ -10,7 +10,8 @@ Each output row is the row of ``--rows`` (:func:`pvisor.commands.batch.row`), wi
 ``request`` and ``result`` as JSON text and ``error`` split into ``error_code`` and
 ``error_message``. Each Ray worker is one :class:`Preparer` actor that keeps one
 :class:`~.batch.SourceReads` for all the batches it is given, so a trajectory named by many
-requests is read once per worker.
+requests is read once per worker, and a journal run read and classified once per worker
+(:mod:`.journal_runs`; its journal stays open for the actor's life).
 """
 
 from __future__ import annotations

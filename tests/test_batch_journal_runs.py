@@ -12,6 +12,7 @@ import json
 import random
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -202,3 +203,33 @@ def test_a_run_written_between_two_lines_is_read_again_as_a_single_prepare_reads
         line(5, "d")
         assert reads.runs.runs_classified == 2  # nothing committed since: the run is shared
     reads.close()
+
+
+def test_a_ray_worker_reads_a_run_once_for_all_the_batches_it_is_given(tmp_path: Path):
+    # the Preparer actor of replay/ray_data.py, called as Ray calls it (a dict of columns per
+    # batch), here in this process: Ray itself is not needed to count what it reads
+    from pvisor.replay.ray_data import Preparer
+
+    journal = tmp_path / "j.sqlite"
+    run = batch_bench.chat_run(journal, tmp_path / "run.traj.json", 12)
+    worker = Preparer()
+    rows: dict[str, list] = {"prefix": [], "status": []}
+    for bounds in ((3, 7, 12), (1, 7)):
+        batch = {
+            "run": [run] * len(bounds),
+            "journal": [str(journal)] * len(bounds),
+            "agent": ["mini-swe-agent"] * len(bounds),
+            "after_step": list(bounds),
+        }
+        out = worker(batch)
+        rows["prefix"] += out["prefix"]
+        rows["status"] += out["status"]
+    assert rows["status"] == ["ok"] * 5
+    assert worker.reads.runs.runs_classified == 1
+    nowhere: Any = None  # no output directory: the outcome holds the prefix
+    alone = [
+        o.prefix.body.decode()
+        for n in (3, 7, 12, 1, 7)
+        for o in prepare_many([PrepareOptions("mini-swe-agent", n, nowhere, run=run, journal=journal)])
+    ]
+    assert rows["prefix"] == alone
