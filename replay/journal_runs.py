@@ -49,8 +49,8 @@ class JournalRuns:
     """The journals and classified runs the prepares of one batch share (module docstring).
 
     ``max_journals``: journals kept open at once (the least recently used is closed first);
-    ``max_runs``: classified runs kept (each holds the run's parsed requests: about a
-    megabyte per hundred steps of a short-message run, more for long messages).
+    ``max_runs``: classified runs kept (each holds the run's steps and its chains' requests:
+    about 1 MB per 100 steps of bench/batch_bench.py's run, measured with tracemalloc).
     ``runs_classified`` counts the runs read and classified (what a batch of one run's boundaries
     pays once; the tests and bench/batch_bench.py read it). :meth:`close` closes the journals."""
 
