@@ -90,9 +90,9 @@ from .source import (
 )
 
 if TYPE_CHECKING:
-    from .journal_runs import JournalRuns
     from pathlib import Path
 
+    from .journal_runs import JournalRuns
     from .profile import Profile
 
 # --------------------------------------------------------------------------- agents and protocols
