@@ -48,13 +48,15 @@ def _data_version(reader: "JournalReader") -> int:
 class JournalRuns:
     """The journals and classified runs the prepares of one batch share (module docstring).
 
-    ``max_journals``: journals kept open at once (the least recently used is closed first);
+    ``max_journals``: journals kept open at once (the least recently used is closed first; each
+    open reader keeps up to 64 MB of the bodies it restored, so that a line's request body,
+    restored while the run was classified, is not restored again);
     ``max_runs``: classified runs kept (each holds the run's steps and its chains' requests:
     about 1 MB per 100 steps of bench/batch_bench.py's run, measured with tracemalloc).
     ``runs_classified`` counts the runs read and classified (what a batch of one run's boundaries
     pays once; the tests and bench/batch_bench.py read it). :meth:`close` closes the journals."""
 
-    def __init__(self, max_journals: int = 8, max_runs: int = 16) -> None:
+    def __init__(self, max_journals: int = 4, max_runs: int = 16) -> None:
         self.max_journals = max_journals
         self.max_runs = max_runs
         self.runs_classified = 0
