@@ -5,9 +5,12 @@ A prepare of a journal run reads every exchange of the run and classifies them i
 (:func:`~pvisor.adapters.chains.classify_run`) before it takes one request body: for a 200-step
 run that is almost all of its time (docs/benchmarks.md, "Batch preparation"). The lines of a
 batch that name one run with the same options share that work: a :class:`JournalRuns` keeps
-each journal open and each run's :class:`~.prefix.ClassifiedRun`, keyed by the journal, the
-run's full id, the agent (its chain hint and its subagent tools) and the episode; the
-boundary, the protocol check and the request body stay each line's own.
+each journal open and each run's :class:`~.prefix.ClassifiedRun`, keyed by the journal (its
+path as the line gives it: the results name it so), the run's full id, the agent (its chain
+hint and its subagent tools) and the episode. Nothing else a line gives changes the
+classification: ``protocol`` is only checked against the recorded one, and ``profile_from``
+and ``session`` are refused for a run. The boundary, that check and the request body stay
+each line's own.
 
 A journal may be written while a batch reads it (a live run, a gateway capturing). A single
 prepare-only reads what the journal holds when it reads it, finished or not; a cached run
@@ -15,7 +18,9 @@ gives the same, because a journal's runs are dropped as soon as anything was com
 since they were read: SQLite's ``PRAGMA data_version`` on the open connection changes on every
 commit of another connection (https://sqlite.org/pragma.html#pragma_data_version), asked
 before each line. A journal file replaced or moved (another inode under its path) is opened
-again. Nothing is cached for a line that fails.
+again. A run whose reading or classification fails is not kept: the next line that names it
+reads it again (and fails alike); a line that fails after (its boundary past the end, another
+protocol) leaves the classified run to the others.
 """
 
 from __future__ import annotations
