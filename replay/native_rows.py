@@ -76,9 +76,8 @@ def iter_native_rows(
     descriptor's name), one per main-loop step (module docstring). ``profile_spec``:
     ``--profile-from``. Raises what :func:`load_profile` raises for a wrong profile (UsageError
     exit 2 for a missing journal or run, ReplayUsageError ``agent_mismatch``, ReplayBadInput
-    ``profile_unusable`` exit 65)."""
+    ``profile_unusable`` exit 65) here, before a row is made: a writer has written nothing yet."""
     traj = result.trajectory
-    steps = list(traj.steps)
     provider = traj.meta.get("provider")
     proto = choose_protocol(agent, None, traj.model, provider if isinstance(provider, str) else None)
     profile = None
@@ -86,6 +85,11 @@ def iter_native_rows(
         from .profile import load_profile  # only a --profile-from reads a capture
 
         profile, _notes = load_profile(profile_spec, agent, version)
+    return _rows(traj, agent, proto, profile)
+
+
+def _rows(traj: Trajectory, agent: str, proto: str, profile: Any) -> Iterator[dict[str, Any]]:
+    steps = list(traj.steps)
     docs = _step_docs(traj, steps)
     d = descriptor(agent)
     segments = Segmenter()
