@@ -15,8 +15,12 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
   forwarded, which is what the live model got;
 - ``agent_prefix``: request k's body as the agent sent it when ``prefix`` is another (the
   forwarded one), else None (with ``bodies=False`` always None);
-- ``prompt``: for Chat Completions runs, the ``messages`` of ``prefix`` (the OpenAI-style list
-  verl and SkyRL read); None for the other protocols;
+- the trainer's columns (:func:`pvisor.adapters.exports.chat_rows.trainer_columns`, of the
+  request ``prefix`` holds, parsed in its protocol): ``prompt`` (Chat Completions messages),
+  ``tools``, ``tools_dropped``, ``tools_absent`` (False: a request states its tools),
+  ``completion`` (action k as an assistant message), ``usage`` (OTel GenAI counts) and
+  ``usage_raw``, ``segment`` and ``segment_break`` (a step's ``compaction`` flag and a live step's
+  ``boundary_prompt`` flag name a break);
 - ``action``: ``{text, reasoning, tool_calls, stop_reason, model, usage}`` and ``observation``:
   ``{results, messages}``, in the shapes of ``pvisor.steps/v1`` (docs/steps.md; reasoning
   signatures only as ``signed``/``encrypted`` flags; each call with the id the agent sent it back
@@ -28,12 +32,11 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
   ``observation`` with sorted keys), so that a row can be matched to a prepared prefix.
 
 JSON Lines writes each row as one object. Parquet (pyarrow, the extra ``pvisor-replay[parquet]``)
-has the same columns; ``prefix``, ``agent_prefix``, ``action``, ``observation`` and ``flags`` are
-JSON text there (their shapes vary by protocol), and ``prompt`` is a list of ``{role, content, tool_call_id,
-tool_calls}`` with ``content`` the message's text and ``tool_calls`` JSON text, so that every
-row has one Arrow type.
+has the same columns (:func:`parquet_schema`, :func:`parquet_row`): the objects whose shape
+varies by protocol as JSON text, the messages as structs, so that every column has one Arrow type.
 
-Two formats: ``rows`` (:data:`ROWS`, JSON Lines) and ``parquet`` (:data:`PARQUET`).
+The formats ``rows`` and ``parquet`` are declared in :mod:`pvisor.replay.native_rows`, which
+makes a native file's rows (the replay layer renders them).
 """
 
 from __future__ import annotations
