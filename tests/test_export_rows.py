@@ -264,3 +264,14 @@ def test_the_rows_of_every_real_agents_journal_run_pass_and_stay_one_segment(cap
             assert row["tools"] and row["tools_absent"] is False, agent
             assert row["usage"] is None or row["usage"]["input_tokens"] is not None
         assert [(r["segment"], r["segment_break"]) for r in rows] == [(0, None)] * len(rows), agent
+
+
+def test_a_profile_of_another_agents_run_is_one_line_exit_2(corpus_journal):
+    sample = native_dir() / "qwen-code" / "real-0.24.4_single.jsonl"
+    spec = f"{corpus_journal}:codex-single"
+    proc = pvisor_main(["trajectory", "export", str(sample), "--format", "parquet", "--profile-from", spec])
+    errors = [x for x in proc.stderr.decode().splitlines() if x.startswith("pvisor: error:")]
+    assert proc.returncode == 2 and proc.stdout == b""  # refused before a Parquet byte
+    assert errors == [
+        f"pvisor: error: --profile-from {spec}: run codex-single was recorded with agent codex, not qwen-code"
+    ]
