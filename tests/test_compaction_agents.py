@@ -198,6 +198,20 @@ def test_the_main_loop_goes_on_across_a_real_compaction(tmp_path, agent):
         assert c.main.slots[after].compaction.id == summaries[0].exchange
         recorded = [reader.request_body(s.kept.exchange) for s in c.main.slots]
     assert report["steps"] == turns
+    # the rows start a new segment where the agent compacted, and nowhere else (docs/exports.md
+    # "Segments"): the first step after it answered the history the agent compacted to
+    from pvisor.adapters.exports.rows import iter_rows
+
+    with JournalReader(journal) as reader:
+        rows = list(iter_rows(reader, report["run"], bodies=False))
+    breaks = [(r["step"], r["segment_break"]) for r in rows if r["segment_break"]]
+    if agent == "qwen-code":
+        # Qwen Code sends the summary alone once, then with its skills reminder put back before
+        # it: the second request after the compaction changes the first again
+        assert breaks == [(after + 1, "compaction"), (after + 2, "prefix_changed")], breaks
+    else:
+        assert breaks == [(after + 1, "compaction")], breaks
+        assert [r["segment"] for r in rows] == [int(r["step"] > after) for r in rows]
     # the step before the compaction keeps its results and says so
     r = tmp_path / "prefix-journal"
     prepare_only(PrepareOptions(agent=agent, after_step=after, output=r, run=report["run"], journal=journal))

@@ -374,6 +374,15 @@ def test_steps_rows_and_atif_of_live_steps_show_what_the_live_model_got(
         assert row["digests"]["agent_prefix_sha256"] == hashlib.sha256(s).hexdigest()
         assert [x for x in row["flags"] if x in both] == both
     assert rows[0]["digests"]["agent_prefix_sha256"] == rows[0]["digests"]["prefix_sha256"]
+    # the live model got reply 1 without its reasoning ("plan") and with the boundary prompt: a
+    # new segment from step 2 (docs/exports.md "Segments"), the boundary named first
+    assert rows[0]["completion"]["reasoning_content"] == "plan"
+    assert [(r["segment"], r["segment_break"]) for r in rows] == [
+        (0, None),
+        (1, "boundary_prompt"),
+        (1, None),
+    ]
+    assert "reasoning_content" not in rows[1]["prompt"][4]
 
     # ATIF: the boundary prompt is a user step, once, between step 1 and the first live step
     atif = tmp_path / "run.atif.json"

@@ -99,7 +99,7 @@ def test_format_choices_and_help_are_the_registrys(capsysbinary, journal):
     journal_formats = [f.name for f in formats(Source.RUN, Output.STREAM)]
     native_formats = [f.name for f in formats(Source.NATIVE, Output.STREAM)]
     assert journal_formats == ["jsonl", "atif", "otel", "har", "rows", "parquet"]
-    assert native_formats == ["atif", "json"]
+    assert native_formats == ["atif", "rows", "parquet", "json"]
     assert list(_format_param(journal_export).type.choices) == journal_formats
     assert list(_format_param(trajectory_export).type.choices) == native_formats
 
@@ -110,9 +110,10 @@ def test_format_choices_and_help_are_the_registrys(capsysbinary, journal):
         assert "".join(f"{f.name}: {f.describe[Source.RUN]}".split()) in "".join(text.split())
     code, out, _ = pvisor(capsysbinary, "trajectory", "export", "--help")
     text = " ".join(out.decode().split())
-    assert code == 0 and "--format [atif|json]" in text
+    assert code == 0 and "--format [atif|rows|parquet|json]" in text
     # click wraps the help where it likes (after a hyphen too): compared without the white space
-    assert "atif:HarborATIFv1.7;json:pvisor.native-trajectory/v1." in "".join(text.split())
+    assert "atif:HarborATIFv1.7;rows:oneJSONrowpermain-loopstep" in "".join(text.split())
+    assert "json:pvisor.native-trajectory/v1." in "".join(text.split())
 
 
 def test_a_format_registered_in_the_process_is_offered_and_called_by_journal_export(
@@ -176,16 +177,17 @@ def test_a_format_registered_in_the_process_is_offered_and_called_by_journal_exp
 
     # a format that takes no native file is not offered by trajectory export
     code, _, err = pvisor(capsysbinary, "trajectory", "export", str(CODEX_ROLLOUT), "--format", "fake")
-    assert code == 2 and "'fake' is not one of 'atif', 'json'" in err
+    assert code == 2 and "'fake' is not one of 'atif', 'rows', 'parquet', 'json'" in err
 
 
-@pytest.mark.parametrize("name", [n for n in FORMATS if n not in ("atif", "json")])
+@pytest.mark.parametrize("name", [n for n in FORMATS if n not in ("atif", "rows", "parquet", "json")])
 def test_a_format_that_takes_no_native_file_is_refused_by_trajectory_export(capsysbinary, name):
     assert Source.NATIVE not in get_format(name).accepts
     code, out, err = pvisor(capsysbinary, "trajectory", "export", str(CODEX_ROLLOUT), "--format", name)
     assert (code, out) == (2, b"")
     assert err == (
-        f"pvisor: error: Invalid value for '--format': '{name}' is not one of 'atif', 'json' "
+        f"pvisor: error: Invalid value for '--format': '{name}' is not one of "
+        "'atif', 'rows', 'parquet', 'json' "
         "(see 'pvisor trajectory export --help')\n"
     )
 

@@ -186,17 +186,23 @@ def test_rows_jsonl_and_parquet_hold_one_row_per_step(qwen, tmp_path):
         for row, step in zip(rows, steps):
             raw = r.request_body(by_id[row["exchange"]])
             assert row["exchange"] == step["exchange"] and row["prefix"] == orjson.loads(raw)
-            assert row["prompt"] == orjson.loads(raw)["messages"] and row["prompt"][-1]["role"] in (
-                "user",
-                "tool",
-            )
+            # the request's messages as the rows' Chat messages: texts of part lists joined
+            sent = orjson.loads(raw)["messages"]
+            assert [m["role"] for m in row["prompt"]] == [m["role"] for m in sent]
+            assert [m["content"] for m in row["prompt"]] == [
+                m["content"]
+                if isinstance(m["content"], str)
+                else "".join(p["text"] for p in m["content"] or [])
+                for m in sent
+            ]
+            assert row["prompt"][-1]["role"] in ("user", "tool")
             assert row["action"] == step["action"] and row["observation"] == step["observation"]
             assert row["digests"]["prefix_sha256"] == hashlib.sha256(raw).hexdigest()
-    # step k's prompt is step k-1's prompt, its action and its observation
-    assert (
-        len(rows[1]["prompt"]) > len(rows[0]["prompt"])
-        and rows[1]["prompt"][: len(rows[0]["prompt"])] == rows[0]["prompt"]
-    )
+    # step k's prompt is step k-1's prompt, its completion and its observation: one segment
+    assert len(rows[1]["prompt"]) > len(rows[0]["prompt"]) + 1 and rows[1]["prompt"][
+        : len(rows[0]["prompt"]) + 1
+    ] == [*rows[0]["prompt"], rows[0]["completion"]]
+    assert [(r["segment"], r["segment_break"]) for r in rows] == [(0, None)] * len(rows)
     pq_out = tmp_path / "rows.parquet"
     proc = export(qwen.journal, qwen.run, "--format", "parquet", out=pq_out)
     assert proc.returncode == 0, proc.stderr

@@ -11,7 +11,8 @@ follows:
 - :mod:`.otel`: OTLP JSON traces following the OpenTelemetry GenAI semantic conventions;
 - :mod:`.har`: HTTP Archive 1.2 of a run's exchanges;
 - :mod:`.rows`: one row per step for training pipelines, JSON Lines (``rows``) or Parquet
-  (``parquet``);
+  (``parquet``), its trainer's columns by :mod:`.chat_rows`; the two formats are declared in
+  :mod:`pvisor.replay.native_rows`, since a native file's rows are rendered by the replay layer;
 - :mod:`.native_json`: a native file's trajectory as ``pvisor.native-trajectory/v1``;
 - :mod:`.report`: a run as one self-contained HTML page (``pvisor report``).
 
@@ -37,8 +38,8 @@ FORMATS: dict[str, str] = {
     "atif": "pvisor.adapters.exports.atif:FORMAT",
     "otel": "pvisor.adapters.exports.otel:FORMAT",
     "har": "pvisor.adapters.exports.har:FORMAT",
-    "rows": "pvisor.adapters.exports.rows:ROWS",
-    "parquet": "pvisor.adapters.exports.rows:PARQUET",
+    "rows": "pvisor.replay.native_rows:ROWS",
+    "parquet": "pvisor.replay.native_rows:PARQUET",
     "json": "pvisor.adapters.exports.native_json:FORMAT",
     "report": "pvisor.adapters.exports.report:FORMAT",
 }

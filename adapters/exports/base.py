@@ -60,6 +60,8 @@ class Option(enum.Enum):
     BODY_LIMIT = "--body-limit"
     #: no page of a derived run's parent beside its own (:attr:`Settings.with_parent` False)
     NO_PARENT = "--no-parent"
+    #: a capture whose request gives what a native file does not store (:attr:`Settings.profile_from`)
+    PROFILE_FROM = "--profile-from"
 
 
 class Output(enum.Enum):
@@ -93,6 +95,8 @@ class Settings:
     #: pvisor's, for the documents that name the program that made them (HAR's ``creator``, OTLP's
     #: ``service.version``)
     version: str = "unknown"
+    #: ``JOURNAL[:RUN]``: the capture a native file's tools come from, None: none
+    profile_from: str | None = None
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,12 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
   forwarded, which is what the live model got;
 - ``agent_prefix``: request k's body as the agent sent it when ``prefix`` is another (the
   forwarded one), else None (with ``bodies=False`` always None);
-- ``prompt``: for Chat Completions runs, the ``messages`` of ``prefix`` (the OpenAI-style list
-  verl and SkyRL read); None for the other protocols;
+- the trainer's columns (:func:`pvisor.adapters.exports.chat_rows.trainer_columns`, of the
+  request ``prefix`` holds, parsed in its protocol): ``prompt`` (Chat Completions messages),
+  ``tools``, ``tools_dropped``, ``tools_absent`` (False: a request states its tools),
+  ``completion`` (action k as an assistant message), ``usage`` (OTel GenAI counts) and
+  ``usage_raw``, ``segment`` and ``segment_break`` (a step's ``compaction`` flag and a live step's
+  ``boundary_prompt`` flag name a break);
 - ``action``: ``{text, reasoning, tool_calls, stop_reason, model, usage}`` and ``observation``:
   ``{results, messages}``, in the shapes of ``pvisor.steps/v1`` (docs/steps.md; reasoning
   signatures only as ``signed``/``encrypted`` flags; each call with the id the agent sent it back
@@ -28,12 +32,11 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
   ``observation`` with sorted keys), so that a row can be matched to a prepared prefix.
 
 JSON Lines writes each row as one object. Parquet (pyarrow, the extra ``pvisor-replay[parquet]``)
-has the same columns; ``prefix``, ``agent_prefix``, ``action``, ``observation`` and ``flags`` are
-JSON text there (their shapes vary by protocol), and ``prompt`` is a list of ``{role, content, tool_call_id,
-tool_calls}`` with ``content`` the message's text and ``tool_calls`` JSON text, so that every
-row has one Arrow type.
+has the same columns (:func:`parquet_schema`, :func:`parquet_row`): the objects whose shape
+varies by protocol as JSON text, the messages as structs, so that every column has one Arrow type.
 
-Two formats: ``rows`` (:data:`ROWS`, JSON Lines) and ``parquet`` (:data:`PARQUET`).
+The formats ``rows`` and ``parquet`` are declared in :mod:`pvisor.replay.native_rows`, which
+makes a native file's rows (the replay layer renders them).
 """
 
 from __future__ import annotations
@@ -43,19 +46,12 @@ from typing import Any, BinaryIO, Iterable, Iterator
 
 import orjson
 
-from pvisor.adapters.exports.base import (
-    ExportFormat,
-    Extra,
-    JournalSource,
-    Option,
-    Settings,
-    Source,
-    Written,
-)
-from pvisor.adapters.journal_trajectory import trajectory_from_journal, trajectory_to_json
+from pvisor.adapters.exports.chat_rows import Segmenter, trainer_columns
+from pvisor.adapters.journal_trajectory import LiveContextFlag, trajectory_from_journal, trajectory_to_json
+from pvisor.adapters.protocols import get_protocol
 from pvisor.core import progress
-from pvisor.core.errors import UsageError
-from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, run_lineage
+from pvisor.core.errors import BadInputError, UsageError
+from pvisor.journal.model import Conversation, HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, run_lineage
 from pvisor.journal.reader import JournalReader
 
 #: rows gathered per Parquet row group
@@ -66,6 +62,15 @@ def _json(raw: bytes) -> Any:
     try:
         return orjson.loads(raw)
     except orjson.JSONDecodeError:
+        return None
+
+
+def _conversation(protocol: str, raw: bytes, path: str, query: str) -> Conversation | None:
+    """The request the model answered, parsed; None when its body cannot be read (a damaged or
+    cut-off capture: the row's prompt is then empty)."""
+    try:
+        return get_protocol(protocol).parse_request(raw, path=path, query=query)
+    except BadInputError:
         return None
 
 
@@ -81,8 +86,10 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
     traj = trajectory_from_journal(reader, run.id, wire_ids=True)
     doc = trajectory_to_json(traj)
     by_id = {e.id: e for e in reader.exchanges(run.id)}
+    segments = Segmenter()
+    previous_flags: list[str] | None = None
     with progress.task(f"rows of run {run.id}", len(doc["steps"])) as task:
-        for step in doc["steps"]:
+        for i, step in enumerate(doc["steps"]):
             ex = by_id[step["exchange"]]
             sent = reader.request_body(ex) or b""
             # a live step's context is what the live model got: the bytes forwarded when a
@@ -92,14 +99,18 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
             prefix_sha = hashlib.sha256(raw).hexdigest()
             prefix: Any = None
             agent_prefix: Any = None
-            prompt = None
-            if bodies or doc["protocol"] == "openai-chat":
-                parsed = _json(raw)
-                if bodies:
-                    prefix = parsed
-                    agent_prefix = _json(sent) if forwarded is not None else None
-                if doc["protocol"] == "openai-chat" and isinstance(parsed, dict):
-                    prompt = parsed.get("messages")
+            if bodies:
+                prefix = _json(raw)
+                agent_prefix = _json(sent) if forwarded is not None else None
+            trainer = trainer_columns(
+                _conversation(ex.protocol or doc["protocol"], raw, ex.path, ex.query),
+                traj.steps[i].action,
+                ex.protocol or doc["protocol"],
+                segments,
+                compacted=previous_flags is not None and "compaction" in previous_flags,
+                boundary=LiveContextFlag.BOUNDARY_PROMPT.value in step["flags"],
+            )
+            previous_flags = step["flags"]
             yield {
                 "run": run.id,
                 "step": step["n"],
@@ -110,7 +121,7 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
                 "lineage": lineage,
                 "prefix": prefix,
                 "agent_prefix": agent_prefix,
-                "prompt": prompt,
+                **trainer,
                 "action": step["action"],
                 "observation": step["observation"],
                 "flags": step["flags"],
@@ -135,44 +146,61 @@ def write_jsonl(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: bo
     return n
 
 
-def _text(content: Any) -> str | None:
-    if content is None or isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(
-            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
-        )
-    return orjson.dumps(content).decode()
+def _json_text(value: Any) -> str | None:
+    return None if value is None else orjson.dumps(value).decode()
 
 
-def _parquet_row(row: dict[str, Any]) -> dict[str, Any]:
+def _parquet_message(m: dict[str, Any]) -> dict[str, Any]:
+    """A rows message as its Parquet struct: ``tool_calls`` JSON text (null when none)."""
+    return {
+        "role": m["role"],
+        "content": m.get("content"),
+        "reasoning_content": m.get("reasoning_content"),
+        "tool_call_id": m.get("tool_call_id"),
+        "tool_calls": _json_text(m.get("tool_calls")),
+    }
+
+
+def parquet_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A row (:func:`iter_rows`, or a native file's) as the columns of :func:`parquet_schema`:
+    the objects whose shape varies by protocol as JSON text, the messages as structs."""
     flat = dict(row)
-    for key in ("prefix", "agent_prefix", "action", "observation", "flags"):
-        flat[key] = None if row[key] is None else orjson.dumps(row[key]).decode()
-    if row["prompt"] is not None:
-        flat["prompt"] = [
-            {
-                "role": m.get("role") if isinstance(m, dict) else None,
-                "content": _text(m.get("content")) if isinstance(m, dict) else None,
-                "tool_call_id": m.get("tool_call_id") if isinstance(m, dict) else None,
-                "tool_calls": orjson.dumps(m["tool_calls"]).decode()
-                if isinstance(m, dict) and m.get("tool_calls") is not None
-                else None,
-            }
-            for m in row["prompt"]
-        ]
+    for key in ("prefix", "agent_prefix", "action", "observation", "flags", "usage_raw"):
+        flat[key] = _json_text(row.get(key))
+    flat["prompt"] = [_parquet_message(m) for m in row["prompt"]]
+    flat["completion"] = _parquet_message(row["completion"])
+    flat["tools"] = [
+        {
+            "name": t["function"]["name"],
+            "description": t["function"]["description"],
+            "parameters": _json_text(t["function"]["parameters"]),
+        }
+        for t in row["tools"]
+    ]
     return flat
 
 
 def parquet_schema() -> Any:
+    """The Arrow schema of the rows (docs/exports.md "rows and parquet"): one type a column."""
     import pyarrow as pa  # the optional parquet extra
 
     message = pa.struct(
         [
             ("role", pa.string()),
             ("content", pa.string()),
+            ("reasoning_content", pa.string()),
             ("tool_call_id", pa.string()),
             ("tool_calls", pa.string()),
+        ]
+    )
+    tool = pa.struct([("name", pa.string()), ("description", pa.string()), ("parameters", pa.string())])
+    usage = pa.struct(
+        [
+            ("input_tokens", pa.int64()),
+            ("cached_input_tokens", pa.int64()),
+            ("cache_creation_input_tokens", pa.int64()),
+            ("output_tokens", pa.int64()),
+            ("reasoning_tokens", pa.int64()),
         ]
     )
     return pa.schema(
@@ -200,6 +228,14 @@ def parquet_schema() -> Any:
             ("prefix", pa.string()),
             ("agent_prefix", pa.string()),
             ("prompt", pa.list_(message)),
+            ("tools", pa.list_(tool)),
+            ("tools_dropped", pa.list_(pa.struct([("name", pa.string()), ("kind", pa.string())]))),
+            ("tools_absent", pa.bool_()),
+            ("completion", message),
+            ("usage", usage),
+            ("usage_raw", pa.string()),
+            ("segment", pa.int64()),
+            ("segment_break", pa.string()),
             ("action", pa.string()),
             ("observation", pa.string()),
             ("flags", pa.string()),
@@ -218,9 +254,8 @@ def parquet_schema() -> Any:
     )
 
 
-def write_parquet(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: bool = True) -> int:
-    """Write the rows as Parquet (row groups of :data:`PARQUET_BATCH`); returns how many.
-    UsageError (exit 2) naming the extra when pyarrow is not installed."""
+def need_pyarrow() -> None:
+    """UsageError (exit 2) naming the extra when pyarrow is not installed."""
     try:
         import pyarrow  # noqa: F401  (write_parquet_rows uses it)
     except ImportError:
@@ -228,8 +263,14 @@ def write_parquet(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: 
             "--format parquet needs pyarrow: pip install '.[parquet]' in a clone of pvisor "
             "(or --format rows for JSON Lines)"
         ) from None
+
+
+def write_parquet(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: bool = True) -> int:
+    """Write the rows as Parquet (row groups of :data:`PARQUET_BATCH`); returns how many.
+    UsageError (exit 2) naming the extra when pyarrow is not installed."""
+    need_pyarrow()
     return write_parquet_rows(
-        out, parquet_schema(), (_parquet_row(r) for r in iter_rows(reader, run_id, bodies=bodies))
+        out, parquet_schema(), (parquet_row(r) for r in iter_rows(reader, run_id, bodies=bodies))
     )
 
 
@@ -254,33 +295,3 @@ def write_parquet_rows(
         if batch or n == 0:
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
     return n
-
-
-def write_rows(source: JournalSource, out: BinaryIO, settings: Settings) -> Written:
-    """:func:`write_jsonl` of ``source``'s run; counts the rows."""
-    return Written(write_jsonl(source.reader, source.run_id, out, bodies=settings.bodies))
-
-
-def write_rows_parquet(source: JournalSource, out: BinaryIO, settings: Settings) -> Written:
-    """:func:`write_parquet` of ``source``'s run; counts the rows."""
-    return Written(write_parquet(source.reader, source.run_id, out, bodies=settings.bodies))
-
-
-ROWS = ExportFormat(
-    name="rows",
-    describe={Source.RUN: "one JSON row per step of RUN"},
-    write=write_rows,
-    unit="rows",
-    extension="jsonl",
-    reads=frozenset({Option.NO_BODIES}),
-)
-PARQUET = ExportFormat(
-    name="parquet",
-    describe={Source.RUN: "the same rows as Parquet (pyarrow)"},
-    write=write_rows_parquet,
-    unit="rows",
-    extension="parquet",
-    reads=frozenset({Option.NO_BODIES}),
-    binary=True,
-    extra=Extra(name="parquet", module="pyarrow"),
-)

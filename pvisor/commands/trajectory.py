@@ -307,6 +307,12 @@ def _stream_table(steps) -> int:
     metavar="ID",
     help="Export this episode: a subagent's id as `pvisor trajectory show` lists it (default: main).",
 )
+@click.option(
+    "--profile-from",
+    default=None,
+    metavar="JOURNAL[:RUN]",
+    help="rows and parquet: the tools of a capture of the same agent, for a file that stores none.",
+)
 @stream_limits
 @progress_option
 def export(
@@ -316,19 +322,28 @@ def export(
     strict: bool,
     session: str | None,
     episode: str | None,
+    profile_from: str | None,
     max_input: int | None,
     input_timeout: float | None,
 ) -> None:
-    """Write FILE's trajectory to stdout as ATIF v1.7 (exact argument strings in `extra`) or JSON."""
+    """Write FILE's trajectory to stdout as ATIF v1.7 (exact argument strings in `extra`), JSON,
+    or training rows (JSON Lines or Parquet)."""
     from pvisor.adapters.exports import get_format
-    from pvisor.adapters.exports.base import NativeSource, Settings
+    from pvisor.adapters.exports.base import NativeSource, Option, Settings
+    from pvisor.commands.exports import listed, readers
+    from pvisor.core.errors import UsageError
 
     form = get_format(fmt)
+    if profile_from is not None and Option.PROFILE_FROM not in form.reads:
+        raise UsageError(f"--profile-from is for --format {listed(readers('native', Option.PROFILE_FROM))}")
+    if form.binary and is_terminal(sys.stdout):
+        raise UsageError(f"--format {fmt} writes binary data: redirect stdout to a FILE.{form.extension}")
+    settings = Settings(profile_from=profile_from)
     result, name = _read(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
     )
     if episode is not None:
         result = _episode_result(file, result, name, _episodes(file, result, name, strict), episode, strict)
     _stream_json(
-        lambda result, name, out: form.write(NativeSource(result, name), out, Settings()), result, name
+        lambda result, name, out: form.write(NativeSource(result, name), out, settings), result, name
     )

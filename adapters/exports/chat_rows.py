@@ -1,0 +1,308 @@
+"""A step as a trainer reads it: the prompt, tools and completion in OpenAI Chat Completions form,
+usage by the OpenTelemetry GenAI counts, and the chain segment the step belongs to
+(docs/exports.md "rows and parquet").
+
+- :func:`chat_prompt`: a parsed request (:class:`Conversation` of any protocol) as
+  ``(prompt, tools, tools_dropped)``: the transcoder (:func:`pvisor.adapters.protocols.convert.
+  convert`) takes it to ``openai-chat``, the Chat module renders it, and each message is made
+  plain (:func:`plain_chat_message`): ``{role, content}`` with ``content`` the message's texts
+  joined (as an action's ``text`` joins its text blocks), an assistant's ``reasoning_content``
+  (reasoning text only: never a signature or encrypted content) and ``tool_calls``
+  (``[{id, type: "function", function: {name, arguments}}]``, ``arguments`` a string), a tool
+  message's ``tool_call_id``. Provider markers (``cache_control``) and the source's own objects
+  do not pass; non-text parts (images, documents) are left out of ``content``.
+- :func:`chat_completion`: an :class:`Action` as one assistant message of the same form.
+- :func:`chat_usage`: ``(usage, usage_raw)``: ``normalised_usage`` of the protocol, and the
+  provider's own object.
+- :class:`Segmenter`: gives each row its ``segment`` (0-based) and ``segment_break``
+  (:class:`SegmentBreak` or None) by the extension property.
+
+Pure: nothing is written; KeyError only for an unknown protocol name.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import replace
+from typing import Any, Iterable
+
+import orjson
+
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.convert import (
+    TOOL_NOT_CONVERTED,
+    convert,
+    convert_tools,
+    plain,
+    plain_action,
+    plain_message,
+)
+from pvisor.journal.model import Action, Conversation, Message, TextPart
+
+#: the protocol of the rows' messages
+CHAT = "openai-chat"
+
+
+class SegmentBreak(str, enum.Enum):
+    """Why a row starts a new segment (its ``segment_break``; the first row's is null). Judged in
+    this order when the extension property does not hold."""
+
+    #: the agent replaced its history (a compaction) after the step before
+    COMPACTION = "compaction"
+    #: a continuation sent the live model the boundary user prompt (the step's flag)
+    BOUNDARY_PROMPT = "boundary_prompt"
+    #: the tools differ from the row before's (a chat template renders them into the prompt)
+    TOOLS_CHANGED = "tools_changed"
+    #: the messages extend the row before's once ``reasoning_content`` is ignored: reasoning of
+    #: an earlier turn was stripped (or a reply's reasoning never sent back)
+    REASONING_STRIPPED = "reasoning_stripped"
+    #: anything else: an earlier message was changed, removed or reordered
+    PREFIX_CHANGED = "prefix_changed"
+
+
+def _text(content: Any) -> str | None:
+    """A rendered Chat ``content`` (string, part list, None) as one string: its text parts'
+    texts joined with nothing between them (an action's ``text`` joins its blocks so), other
+    parts (images, documents, files) left out; None stays None."""
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p["text"] for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return orjson.dumps(content).decode()
+
+
+def _call(tc: dict[str, Any]) -> dict[str, Any]:
+    """A rendered tool call as a function call. A freeform (``custom``) call's input text is its
+    ``arguments`` as it is: no function takes it, the call stands as the model wrote it."""
+    if tc.get("type") == "custom" and isinstance(tc.get("custom"), dict):
+        fn = {"name": tc["custom"].get("name") or "", "arguments": tc["custom"].get("input") or ""}
+    else:
+        f = tc.get("function") if isinstance(tc.get("function"), dict) else {}
+        args = f.get("arguments")
+        fn = {"name": f.get("name") or "", "arguments": args if isinstance(args, str) else ""}
+    return {"id": tc.get("id") or "", "type": "function", "function": fn}
+
+
+def plain_chat_message(m: dict[str, Any]) -> dict[str, Any]:
+    """A rendered Chat message in the rows' form (module docstring). ``developer`` reads as
+    ``system``; a legacy ``function`` result as a ``tool`` message of an empty id."""
+    role = m.get("role")
+    if role == "developer":
+        role = "system"
+    if role == "function":
+        return {"role": "tool", "content": _text(m.get("content")) or "", "tool_call_id": ""}
+    if role != "assistant":
+        out: dict[str, Any] = {"role": role, "content": _text(m.get("content")) or ""}
+        if role == "tool":
+            out["tool_call_id"] = m.get("tool_call_id") or ""
+        return out
+    out = {"role": "assistant", "content": _text(m.get("content"))}
+    if isinstance(m.get("reasoning_content"), str) and m["reasoning_content"]:
+        out["reasoning_content"] = m["reasoning_content"]
+    calls = [_call(tc) for tc in m.get("tool_calls") or [] if isinstance(tc, dict)]
+    if isinstance(m.get("function_call"), dict):  # the legacy single call
+        fc = m["function_call"]
+        calls.append(_call({"type": "function", "function": fc}))
+    if calls:
+        out["tool_calls"] = calls
+    return out
+
+
+def chat_tool(t: Any) -> dict[str, Any]:
+    """A function tool (:class:`ToolSpec`) as a Chat tool object ``{type: "function", function:
+    {name, description, parameters}}`` (``description`` "" and ``parameters`` the empty object
+    schema when the source gave none)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": t.name,
+            "description": t.description or "",
+            "parameters": t.parameters
+            if isinstance(t.parameters, dict)
+            else {"type": "object", "properties": {}},
+        },
+    }
+
+
+def _dropped_tools(source: list[Any], changes: Iterable[Any]) -> list[dict[str, str]]:
+    """``[{name, kind}]`` of each source tool a :data:`TOOL_NOT_CONVERTED` change left out
+    (``kind``: the tool's ``type`` as its protocol sent it, such as ``web_search_20250305``,
+    ``custom``, ``namespace``)."""
+    out = []
+    for c in changes:
+        if c.kind != TOOL_NOT_CONVERTED or not c.where.startswith("tools["):
+            continue
+        t = source[int(c.where[len("tools[") : -1])]
+        raw_type = t.raw.get("type") if isinstance(t.raw, dict) else None
+        out.append({"name": t.name, "kind": str(raw_type or "unknown")})
+    return out
+
+
+def chat_prompt(conv: Conversation) -> tuple[list[dict], list[dict], list[dict]]:
+    """``(prompt, tools, tools_dropped)`` of a request's conversation of any protocol (module
+    docstring). The system prompt is the first message (``system``) when there is one."""
+    converted = convert(conv, CHAT)
+    c = converted.conversation
+    changes = list(converted.dropped)
+    if conv.protocol == CHAT:  # convert gives a Chat conversation back as it is: make it plain
+        c.tools, gone = convert_tools(CHAT, CHAT, c.tools)
+        changes.extend(gone)
+        c.messages = [plain_message(m) for m in c.messages]
+        c.system_raw = None
+    tools = [chat_tool(t) for t in c.tools]
+    c.tools, c.params, c.stream = [], {}, False
+    body = orjson.loads(get_protocol(CHAT).render_request(c))
+    prompt = [plain_chat_message(m) for m in body["messages"]]
+    return prompt, tools, _dropped_tools(conv.tools, changes)
+
+
+def chat_completion(action: Action, call_ids: list[str | None] | None = None) -> dict[str, Any]:
+    """The action as one assistant message (module docstring): its reasoning text as
+    ``reasoning_content``, its text as ``content`` (None when it has none), its calls with the
+    arguments as the model wrote them. ``call_ids``: the calls' ids as the agent sends them back
+    (a native file's may differ from its wire ids), one per call; None: the action's."""
+    a = plain_action(action)
+    if call_ids is not None and len(call_ids) == len(a.tool_calls):
+        a.tool_calls = [replace(c, id=i) for c, i in zip(a.tool_calls, call_ids)]
+    parts: list[Any] = [*a.reasoning]
+    if a.text:
+        parts.append(TextPart(a.text))
+    parts.extend(plain(c) for c in a.tool_calls)
+    conv = Conversation(protocol=CHAT, messages=[Message("assistant", parts)])
+    body = orjson.loads(get_protocol(CHAT).render_request(conv))
+    msg = plain_chat_message(body["messages"][-1])
+    if not msg.get("content"):
+        msg["content"] = None
+    return msg
+
+
+def chat_usage(protocol: str, usage: Any) -> tuple[dict[str, Any] | None, Any]:
+    """``(usage, usage_raw)``: the OpenTelemetry GenAI counts of the reply's usage
+    (``normalised_usage`` of ``protocol``, :meth:`TokenUsage.as_dict`) and the usage object as
+    the provider sent it; both None when the reply had none."""
+    if not isinstance(usage, dict):
+        return None, None
+    return get_protocol(protocol).normalised_usage(usage).as_dict(), usage
+
+
+# --------------------------------------------------------------------------- segments
+
+
+def _arguments(args: str) -> Any:
+    # an agent sends a call back re-serialised (key order, spaces): the parsed value is compared
+    try:
+        return orjson.loads(args)
+    except orjson.JSONDecodeError:
+        return args
+
+
+def chain_form(m: dict[str, Any], reasoning: bool = True) -> tuple:
+    """What the extension property compares of a message: role, content (None as ""),
+    ``reasoning_content`` (unless ``reasoning`` is False), each call's id, name and parsed
+    arguments (a string that is no JSON as it is), ``tool_call_id``."""
+    calls = tuple(
+        (
+            c["id"],
+            c["function"]["name"],
+            orjson.dumps(_arguments(c["function"]["arguments"]), option=orjson.OPT_SORT_KEYS),
+        )
+        for c in m.get("tool_calls") or ()
+    )
+    return (
+        m["role"],
+        m.get("content") or "",
+        (m.get("reasoning_content") or "") if reasoning else "",
+        calls,
+        m.get("tool_call_id"),
+    )
+
+
+def _extends(prompt: list[dict], before: list[dict], reasoning: bool) -> bool:
+    if len(prompt) < len(before):
+        return False
+    return all(chain_form(a, reasoning) == chain_form(b, reasoning) for a, b in zip(prompt, before))
+
+
+class Segmenter:
+    """Segments of consecutive rows (feed them in step order with :meth:`next`). Row k extends
+    row k-1 when its tools equal row k-1's and its prompt starts with row k-1's prompt followed
+    by row k-1's completion (none when it is empty: no text, reasoning or call), message by
+    message in :func:`chain_form`; else row k starts the
+    next segment, with the first reason of :class:`SegmentBreak` that fits."""
+
+    def __init__(self) -> None:
+        self.segment = -1
+        self._before: list[dict] | None = None
+        self._tools: list[dict] | None = None
+
+    def next(
+        self, prompt: list[dict], tools: list[dict], completion: dict, compacted: bool, boundary: bool
+    ) -> tuple[int, str | None]:
+        """``(segment, segment_break)`` of the next row. ``compacted``: the agent compacted its
+        history after the row before; ``boundary``: the row's request carried the boundary
+        prompt."""
+        before, before_tools = self._before, self._tools
+        # an empty completion (no text, reasoning or call) is never sent back as a message
+        empty = not (
+            completion.get("content") or completion.get("reasoning_content") or completion.get("tool_calls")
+        )
+        self._before, self._tools = [*prompt] if empty else [*prompt, completion], tools
+        if before is None:
+            self.segment = 0
+            return 0, None
+        if tools == before_tools and _extends(prompt, before, True):
+            return self.segment, None
+        self.segment += 1
+        if compacted:
+            why = SegmentBreak.COMPACTION
+        elif boundary:
+            why = SegmentBreak.BOUNDARY_PROMPT
+        elif tools != before_tools:
+            why = SegmentBreak.TOOLS_CHANGED
+        elif _extends(prompt, before, False):
+            why = SegmentBreak.REASONING_STRIPPED
+        else:
+            why = SegmentBreak.PREFIX_CHANGED
+        return self.segment, why.value
+
+
+def chat_request(model: str, prompt: list[dict], tools: list[dict], completion: dict) -> dict[str, Any]:
+    """The row as one Chat Completions request ``{model, messages: prompt + [completion],
+    tools}`` (``tools`` only when there are some): what the strict validator checks."""
+    body: dict[str, Any] = {"model": model, "messages": [*prompt, completion]}
+    if tools:
+        body["tools"] = tools
+    return body
+
+
+def trainer_columns(
+    conv: Conversation | None,
+    action: Action,
+    protocol: str,
+    segments: Segmenter,
+    *,
+    compacted: bool = False,
+    boundary: bool = False,
+    tools_absent: bool = False,
+    call_ids: list[str | None] | None = None,
+) -> dict[str, Any]:
+    """The trainer's columns of one row: ``prompt``, ``tools``, ``tools_dropped``,
+    ``tools_absent``, ``completion``, ``usage``, ``usage_raw``, ``segment``, ``segment_break``.
+    ``conv``: the request the model answered (None when it cannot be read: prompt and tools
+    empty, the row its own segment's start); ``protocol``: of the reply's usage; ``call_ids``:
+    :func:`chat_completion`'s."""
+    prompt, tools, dropped = chat_prompt(conv) if conv is not None else ([], [], [])
+    completion = chat_completion(action, call_ids)
+    usage, usage_raw = chat_usage(protocol, action.usage)
+    segment, why = segments.next(prompt, tools, completion, compacted, boundary)
+    return {
+        "prompt": prompt,
+        "tools": tools,
+        "tools_dropped": dropped,
+        "tools_absent": tools_absent,
+        "completion": completion,
+        "usage": usage,
+        "usage_raw": usage_raw,
+        "segment": segment,
+        "segment_break": why,
+    }
