@@ -812,6 +812,8 @@ class ClaudeCodeAdapter(NativeAdapter):
     profiles = (PROFILE,)
 
     reads_sidechains = True
+    #: an assistant record's ``message.usage`` is the Messages API's
+    usage_protocol = "anthropic"
 
     def read(self, path: Path, diag: Diagnostics, sidechain: str | None = None) -> NativeResult:
         """The records read by kind (:class:`_Reading`), the chain mended and its leaf chosen, the

@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
 
+from pvisor.adapters.protocols.base import TokenUsage, first_int
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -584,6 +585,24 @@ class CodexAdapter(NativeAdapter):
     name = "codex"
     description = "Codex CLI rollout JSONL ($CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl)"
     profiles = (PROFILE,)
+
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """A ``token_count`` event's ``last_token_usage``, or a ``token_usage_record``'s payload
+        (its ``usage``), each ``{input_tokens, cached_input_tokens, cache_write_input_tokens?,
+        output_tokens, reasoning_output_tokens, total_tokens}``: Codex counts as the Responses
+        API does, the cached tokens within ``input_tokens`` and the reasoning ones within
+        ``output_tokens`` (``total_tokens`` is input plus output)."""
+        if isinstance(usage, dict) and isinstance(usage.get("usage"), dict):
+            usage = usage["usage"]
+        if not isinstance(usage, dict):
+            return TokenUsage()
+        return TokenUsage(
+            input_tokens=first_int(usage.get("input_tokens")),
+            cached_input_tokens=first_int(usage.get("cached_input_tokens")),
+            cache_creation_input_tokens=first_int(usage.get("cache_write_input_tokens")),
+            output_tokens=first_int(usage.get("output_tokens")),
+            reasoning_tokens=first_int(usage.get("reasoning_output_tokens")),
+        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """The records read by type (:class:`_Reading`); steps built lazily from the plans."""

@@ -61,6 +61,8 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import orjson
 
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -518,6 +520,24 @@ class GeminiCliAdapter(NativeAdapter):
     name = "gemini-cli"
     description = "Gemini CLI chat recording (~/.gemini/tmp/<project>/chats/session-*.jsonl, legacy .json)"
     profiles = (PROFILE,)
+
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """A gemini message's ``tokens`` (``{input, output, cached, thoughts, tool, total}``):
+        Gemini's ``usageMetadata`` renamed (``promptTokenCount``, ``candidatesTokenCount``,
+        ``cachedContentTokenCount``, ``thoughtsTokenCount``, ``toolUsePromptTokenCount``), read
+        as the gemini protocol reads it: the input adds the tool-use prompt, the output the
+        thoughts."""
+        if not isinstance(usage, dict):
+            return TokenUsage()
+        names = {
+            "input": "promptTokenCount",
+            "output": "candidatesTokenCount",
+            "cached": "cachedContentTokenCount",
+            "thoughts": "thoughtsTokenCount",
+            "tool": "toolUsePromptTokenCount",
+            "total": "totalTokenCount",
+        }
+        return get_protocol("gemini").normalised_usage({names[k]: v for k, v in usage.items() if k in names})
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """The records read (:class:`_Reading`: a JSONL recording, or a legacy document), the

@@ -54,6 +54,8 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
 from .assembly import as_dict, as_list, as_str, left_out, string_call, text_of
@@ -263,6 +265,15 @@ class MiniSweAgentAdapter(NativeAdapter):
         "v2"
     )
     profiles = (PROFILE,)
+
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """The ``usage`` of a message's ``extra.response`` (LiteLLM's response): Chat
+        Completions' (``prompt_tokens``, ...) or, for a Responses-API model, the Responses
+        API's (``input_tokens``, ...), each read as its protocol reads it."""
+        if not isinstance(usage, dict):
+            return TokenUsage()
+        protocol = "openai-chat" if "prompt_tokens" in usage else "openai-responses"
+        return get_protocol(protocol).normalised_usage(usage)
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """Read ``path``; raises BadInputError (65) naming ``trajectory_format`` for an unknown

@@ -61,6 +61,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from pvisor.adapters.protocols.base import TokenUsage, count_sum, first_int
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -335,6 +336,24 @@ class OpenCodeAdapter(NativeAdapter):
     selects_sessions = True
     description = "OpenCode session: `opencode export` JSON, legacy storage/ tree, or opencode.db (read-only)"
     profiles = (PROFILE,)
+
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """An assistant message's ``tokens`` (``{input, output, reasoning, cache{read, write}}``,
+        OpenCode's session ``getUsage``): ``input`` counts only what was neither read from nor
+        written to the cache and ``output`` leaves the reasoning out, so the input is their sum
+        with ``cache.read`` and ``cache.write`` and the output adds ``reasoning``."""
+        if not isinstance(usage, dict):
+            return TokenUsage()
+        cache = as_dict(usage.get("cache"))
+        read, written = first_int(cache.get("read")), first_int(cache.get("write"))
+        reasoning = first_int(usage.get("reasoning"))
+        return TokenUsage(
+            input_tokens=count_sum(usage.get("input"), read, written),
+            cached_input_tokens=read,
+            cache_creation_input_tokens=written,
+            output_tokens=count_sum(usage.get("output"), reasoning),
+            reasoning_tokens=reasoning,
+        )
 
     def read(self, path: Path, diag: Diagnostics, session: str | None = None) -> NativeResult:
         """Read ``path``; ``session``: the id of the session to read (rules in the module

@@ -246,6 +246,8 @@ class OpenHandsAdapter(NativeAdapter):
     name = "openhands"
     description = "OpenHands V0 trajectory: JSON list of events (save_trajectory_path)"
     profiles = (PROFILE,)
+    #: ``tool_call_metadata.model_response.usage`` is LiteLLM's, in Chat Completions' shape
+    usage_protocol = "openai-chat"
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         events = read_document(path, diag, EXPECTED)

@@ -352,6 +352,8 @@ class QwenCodeAdapter(NativeAdapter):
     name = "qwen-code"
     description = "Qwen Code chat JSONL (~/.qwen/projects/<cwd-slug>/chats/<session>.jsonl)"
     profiles = (PROFILE,)
+    #: an assistant record's ``usageMetadata`` is Gemini's (Qwen Code is a Gemini CLI fork)
+    usage_protocol = "gemini"
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """The records read (:func:`_scan`), the chain mended and walked from its leaf (records off
