@@ -68,7 +68,7 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .assembly import as_dict, as_list, as_str, compact_json, left_out, order_results, string_call
+from .assembly import as_dict, as_list, as_str, compact_json, epoch_ms, left_out, order_results, string_call
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics, require
 from .documents import read_document
@@ -299,7 +299,7 @@ class _Reading:
         )
         if isinstance(s.get("reasoning_content"), str) and s["reasoning_content"]:
             action.reasoning.append(Reasoning(s["reasoning_content"]))
-        step = Step(n=len(self.steps) + 1, action=action)
+        step = Step(n=len(self.steps) + 1, action=action, time_ms=epoch_ms(s.get("timestamp")))
         for f in as_list(extra.get("flags")):  # pvisor's own export keeps the step's flags
             if isinstance(f, str) and f not in step.flags:
                 step.flags.append(f)

@@ -89,7 +89,7 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .assembly import LazySteps, as_dict, as_list, as_str, left_out, string_call, text_of
+from .assembly import LazySteps, as_dict, as_list, as_str, epoch_ms, left_out, string_call, text_of
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics
 from .jsonl import JsonlSource, LineRef, iter_json_records
@@ -822,7 +822,10 @@ def _build(plan: _Plan, source: JsonlSource) -> Step:
     action = Action(raw=[])
     step = Step(n=plan.n, action=action, flags=list(plan.flags))
     for ref in plan.items:
-        _add_output(action, source.load(ref)["payload"])
+        record = source.load(ref)
+        if step.time_ms is None:  # the line of the reply's first item
+            step.time_ms = epoch_ms(record.get("timestamp"))
+        _add_output(action, record["payload"])
     if plan.usage is not None:
         action.usage = _usage(source.load(plan.usage))
     for ref in plan.results:

@@ -75,7 +75,7 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .assembly import LazySteps, as_dict, as_list, as_str, left_out, object_call
+from .assembly import LazySteps, as_dict, as_list, as_str, epoch_ms, left_out, object_call
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics, require
 from .jsonl import BOM, JsonlSource, LineRef, iter_json_records, read_json_document
@@ -633,7 +633,7 @@ class GeminiCliAdapter(NativeAdapter):
                     action.reasoning.append(
                         Reasoning(text=p["text"], signature=as_str(p.get("thoughtSignature")), raw=p)
                     )
-        step = Step(n=n, action=action)
+        step = Step(n=n, action=action, time_ms=epoch_ms(m.get("timestamp")))  # the message's own time
         for c in _calls(m):
             if not isinstance(c, dict):
                 continue

@@ -58,7 +58,7 @@ from pvisor.adapters.protocols import get_protocol
 from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
-from .assembly import as_dict, as_list, as_str, left_out, string_call, text_of
+from .assembly import as_dict, as_list, as_str, epoch_ms, left_out, string_call, text_of
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics, require
 from .documents import read_document
@@ -183,7 +183,14 @@ class _Messages:
         require(isinstance(m, dict), self.diag, where, "a message that is not a JSON object")
         role = m.get("role")
         if _is_action(m):
-            step = Step(n=len(steps) + 1, action=MiniSweAgentAdapter._action(m))
+            # v2 keeps when the message was added: ``extra.timestamp``, epoch seconds
+            stamp = as_dict(m.get("extra")).get("timestamp")
+            seconds = isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
+            step = Step(
+                n=len(steps) + 1,
+                action=MiniSweAgentAdapter._action(m),
+                time_ms=epoch_ms(stamp * 1000) if seconds else None,
+            )
             steps.append(step)
             for c in step.action.tool_calls:
                 if c.id:

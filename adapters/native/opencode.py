@@ -74,7 +74,7 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .assembly import as_dict, as_str, left_out, object_call
+from .assembly import as_dict, as_str, epoch_ms, left_out, object_call
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import WARNING_CODES, Diagnostics, require
 from .jsonl import loads_lenient, read_json_document
@@ -429,7 +429,11 @@ class OpenCodeAdapter(NativeAdapter):
         n: int, parts: list[dict], model: str | None, info: dict, diag: Diagnostics, traj: Trajectory
     ) -> Step:
         action = Action(model=model, raw=parts)
-        step = Step(n=n, action=action)
+        # when the model call began: its first part's time.start (one message may hold several
+        # calls), else the message's time.created (epoch milliseconds)
+        starts = [as_dict(p.get("time")).get("start") for p in parts]
+        created = as_dict(info.get("time")).get("created")
+        step = Step(n=n, action=action, time_ms=epoch_ms(next((t for t in starts if t is not None), created)))
         texts = []
         for p in parts:
             t = p.get("type")

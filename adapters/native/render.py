@@ -338,9 +338,10 @@ def _atif_steps(
     """ATIF steps numbered from 1 (system, task, then per step its agent step and a user step
     per observation message); ``count[0]`` is the number given so far, ``totals`` the sums of
     their ``metrics`` (``usage_of``: a step's ``Action.usage`` as :class:`TokenUsage`).
-    ``times[j]``: step j+1's ``timestamp`` (ISO 8601), None or missing when unknown; the system
-    and task steps take step 1's, an observation message's user step the next step's (when it
-    was sent), else its own step's. ``details``: a journal
+    ``times[j]``: step j+1's ``timestamp`` (ISO 8601), else its ``Step.time_ms`` (a native
+    file's record time), else none; the system and task steps take step 1's, an observation
+    message's user step the next step's in ``times`` (when it was sent), else its own step's.
+    ``details``: a journal
     run's step details (``Trajectory.meta["steps"]``), whose ``forwarded`` says what a live step's
     model got instead of the agent's request: the user text it added (the boundary user prompt)
     is a user step before the first agent step whose context held it, and the agent step's
@@ -353,12 +354,16 @@ def _atif_steps(
     def time_of(j: int) -> str | None:
         return times[j] if j < len(times) else None
 
+    # the first step's time for the system and task steps before it (a lazy trajectory builds
+    # step 1 here and again when iterated: one step, not the file)
+    first = time_of(0) or (_step_time(t.steps[0]) if len(t.steps) else None)
     if t.system is not None:
-        yield numbered({"source": "system", "message": t.system}, time_of(0))
+        yield numbered({"source": "system", "message": t.system}, first)
     if t.task is not None:
-        yield numbered({"source": "user", "message": t.task}, time_of(0))
+        yield numbered({"source": "user", "message": t.task}, first)
     added: set[str] = set()
     for j, s in enumerate(_each(t.steps)):  # iterated once
+        own = time_of(j) or _step_time(s)
         forwarded = details[j].get("forwarded") if j < len(details) else None
         metrics = atif_metrics(usage_of(s.action.usage))
         totals.add(metrics)
@@ -368,11 +373,15 @@ def _atif_steps(
                 if text not in added:  # once: every later live request holds it again
                     added.add(text)
                     user = {"source": "user", "message": text, "extra": {"pvisor_added": True}}
-                    yield numbered(user, time_of(j))
+                    yield numbered(user, own)
             step["extra"]["forwarded"] = forwarded
-        yield numbered(step, time_of(j))
+        yield numbered(step, own)
         for m in s.observation.messages:
-            yield numbered({"source": "user", "message": _message(m)["text"]}, time_of(j + 1) or time_of(j))
+            yield numbered({"source": "user", "message": _message(m)["text"]}, time_of(j + 1) or own)
+
+
+def _step_time(s: Step) -> str | None:
+    return None if s.time_ms is None else iso_time(s.time_ms)
 
 
 def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
@@ -391,16 +400,7 @@ def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
         },
         result.diagnostics.path,
         get_adapter(result.profile.adapter).normalised_usage,
-        step_times(t),
     )
-
-
-def step_times(t: Trajectory) -> list[str | None]:
-    """Each step's ``timestamp`` for ATIF: the time its adapter read from the format (the
-    record of the step's reply: ``Trajectory.meta["step_times"]``, epoch milliseconds, one per
-    step, None where the record has none), as :func:`iso_time`; empty when the format has no
-    times."""
-    return [None if ms is None else iso_time(ms) for ms in (t.meta or {}).get("step_times") or ()]
 
 
 def atif_fields(
