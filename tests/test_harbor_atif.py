@@ -255,3 +255,19 @@ def test_a_journal_run_with_no_main_loop_exchange_is_refused_as_atif(tmp_path):
     [line] = proc.stderr.splitlines()
     assert "run r-empty: no step to export as ATIF" in line
     assert not any(p.name.startswith("run.atif") for p in tmp_path.iterdir())  # nor its .tmp
+
+
+def test_a_record_time_reads_as_epoch_milliseconds_or_not_at_all():
+    """What the formats write (ISO 8601 with Z or an offset, OpenHands' without a zone: UTC,
+    OpenCode's epoch milliseconds) reads as a time; anything else, and a time whose zone moves
+    it out of what ATIF's timestamp can say, gives none, never an error."""
+    from pvisor.adapters.native.assembly import epoch_ms
+    from pvisor.adapters.native.render import iso_time
+
+    assert iso_time(epoch_ms("2026-11-29T06:32:48.612Z")) == "2026-11-29T06:32:48.612Z"
+    assert iso_time(epoch_ms("2026-11-29T07:32:48.612+01:00")) == "2026-11-29T06:32:48.612Z"
+    assert iso_time(epoch_ms("2025-01-27T22:45:13.764393")) == "2025-01-27T22:45:13.764Z"
+    assert iso_time(epoch_ms(1732000000000)) == "2024-11-19T07:06:40.000Z"
+    for bad in ("0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59", "banana bread!", "", None, True,
+                float("nan"), -5, 10**20, {"t": 1}):  # fmt: skip
+        assert epoch_ms(bad) is None, bad

@@ -191,11 +191,12 @@ def epoch_ms(value: Any) -> float | None:
         return None
     try:
         stamp = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=datetime.timezone.utc)
+        ms = stamp.timestamp() * 1000
+    except (ValueError, OverflowError):  # not a time; or one whose zone moves it out of range
         return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=datetime.timezone.utc)
-    return stamp.timestamp() * 1000
+    return ms if 0 < ms < 1e14 else None  # from 1970 to the year 5138, what iso_time writes
 
 
 def interned(s: str | None) -> str | None:
