@@ -629,12 +629,15 @@ class Observation(Record, record=True):
 
 class Step(Record, record=True):
     """Step ``n`` (1-based) = action A_n with observation O_n; ``flags`` such as
-    ``action_dropped_by_agent``."""
+    ``action_dropped_by_agent``; ``time_ms``: when the source says the reply was written, Unix
+    epoch milliseconds (a native file's record of the reply, where its format has a time), else
+    None (a journal run's times are its exchanges')."""
 
     n: int
     action: Action
     observation: Observation = field(default_factory=Observation)
     flags: list[str] = field(default_factory=list)
+    time_ms: float | None = None
 
     def __init__(
         self,
@@ -642,11 +645,13 @@ class Step(Record, record=True):
         action: Action,
         observation: Observation | None = None,
         flags: list[str] | None = None,
+        time_ms: float | None = None,
     ) -> None:
         self.n = n
         self.action = action
         self.observation = Observation() if observation is None else observation
         self.flags = [] if flags is None else flags
+        self.time_ms = time_ms
 
 
 class LeftOut(Record, record=True):

@@ -24,16 +24,46 @@ pytestmark = pytest.mark.slow  # the captures run real agents (once per test ses
 #: native corpus files that hold no step (no system prompt, task or action): ATIF needs one,
 #: so the export refuses them with one line
 NO_STEP = {"qwen-code/agent-sessions_system_telemetry.jsonl"}
+#: sources whose usage objects have no shape pvisor reads as counts (none so far)
+NO_COUNTS: tuple[str, ...] = ()
 
 
 def _agent_steps(doc: dict) -> list[dict]:
     return [s for s in doc["steps"] if s["source"] == "agent"]
 
 
+def _check_metrics_and_times(doc: dict, where: str, *, timed: bool) -> int:
+    """Every agent step whose reply gave a usage (``extra.usage``) has ``metrics``, and
+    ``final_metrics`` holds their sums (a total only where a step gives that count; the extra
+    counts likewise); the timestamps are there (``timed``: on every step) and never go back.
+    Returns the number of agent steps with metrics."""
+    agent = _agent_steps(doc)
+    sums: dict[str, int] = {}
+    for step in agent:
+        m = step.get("metrics")
+        if step["extra"].get("usage") is not None and m is None:
+            # only a usage of no shape the source knows gives no counts (tests below name them)
+            assert where.startswith(NO_COUNTS), (where, step["step_id"], step["extra"]["usage"])
+        for k, v in (m or {}).items():
+            for name, n in v.items() if k == "extra" else [(k, v)]:
+                assert isinstance(n, int) and n >= 0, (where, step["step_id"], m)
+                sums[f"total_{name}"] = sums.get(f"total_{name}", 0) + n
+    final = dict(doc["final_metrics"])
+    assert final.pop("total_steps") == len(doc["steps"]), where
+    assert {**final.pop("extra", {}), **final} == sums, (where, doc["final_metrics"], sums)
+    stamps = [s.get("timestamp") for s in doc["steps"]]
+    if timed:
+        assert None not in stamps, (where, stamps)
+    present = [s for s in stamps if s is not None]
+    assert present == sorted(present), (where, present)  # ISO 8601 UTC "Z": text order is time order
+    assert all(s.endswith("Z") for s in present), (where, present)
+    return sum(1 for s in agent if s.get("metrics"))
+
+
 def test_the_atif_of_every_agents_journal_run_passes_harbors_validator(captured, harbor, tmp_path):
     from pvisor.adapters.exports.atif import write_atif
 
-    paths = []
+    paths, counted = [], {}
     for agent in AGENTS:
         cap = captured(agent)
         assert cap.proc.returncode == 0, cap.proc.stderr
@@ -52,7 +82,11 @@ def test_the_atif_of_every_agents_journal_run_passes_harbors_validator(captured,
                 c.get("extra", {}).get("made_up_id") for c in step.get("tool_calls", [])[: len(results)]
             )
         assert answered == 4, (agent, answered)  # step 1's call and step 2's batch of three
+        # each step whose reply gave its usage has metrics, each step its request's time
+        counted[agent] = _check_metrics_and_times(doc, agent, timed=True)
         paths.append(out)
+    # the scripted replies carry no usage but in Anthropic's shape, where it is required
+    assert counted == {a: 3 if a == "claude-code" else 0 for a in AGENTS}, counted
     errors = harbor(paths)
     assert {p: e for p, e in errors.items() if e} == {}
 
@@ -91,6 +125,7 @@ def test_the_atif_of_every_native_corpus_file_passes_harbors_validator(harbor, t
     from pvisor.adapters.native.render import write_atif
 
     paths, refused = [], set()
+    with_metrics: dict[str, int] = {}
     for sample in _samples():
         path = native_dir() / sample
         if sample.endswith("opencode-db-dump.json"):
@@ -106,11 +141,60 @@ def test_the_atif_of_every_native_corpus_file_passes_harbors_validator(harbor, t
             assert out.read_bytes() == b""  # refused before a byte was written
             refused.add(sample)
             continue
+        # the files the real agents wrote (real-*) give every reply's record its time
+        timed = sample.split("/")[1].startswith("real-")
+        with_metrics[sample] = _check_metrics_and_times(json.loads(out.read_bytes()), sample, timed=timed)
         paths.append(out)
     assert refused == NO_STEP
     assert len(paths) >= 30
+    # each format that keeps usage gives metrics: one file of each at least
+    for fmt in ("claude-code", "codex", "gemini-cli", "qwen-code", "opencode", "mini-swe-agent", "openhands"):
+        assert any(n for s, n in with_metrics.items() if s.startswith(fmt + "/")), (fmt, with_metrics)
     errors = harbor(paths)
     assert {p: e for p, e in errors.items() if e} == {}
+
+
+def _atif_of(sample: str) -> dict:
+    from pvisor.adapters.native import read_native
+    from pvisor.adapters.native.render import to_atif
+
+    result, notes = read_native(native_dir() / sample)
+    return to_atif(result, notes[0].split(": ", 1)[1])
+
+
+def test_atif_metrics_count_every_input_token_as_the_conventions_do():
+    """Claude Code's Anthropic usage counts cache reads and writes apart from ``input_tokens``:
+    ATIF's ``prompt_tokens`` is their sum, ``cached_tokens`` the reads; Gemini CLI's ``tokens``
+    count thoughts apart from ``output``; Codex's ``input_tokens`` hold the cached ones."""
+    cached = 0
+    for step in _agent_steps(_atif_of("claude-code/spotter_short.jsonl")):
+        u, m = step["extra"]["usage"], step["metrics"]
+        reads, writes = u.get("cache_read_input_tokens", 0), u.get("cache_creation_input_tokens", 0)
+        assert m["prompt_tokens"] == u["input_tokens"] + reads + writes, (u, m)
+        assert m["cached_tokens"] == reads and m["completion_tokens"] == u["output_tokens"]
+        assert m["extra"]["cache_creation_input_tokens"] == writes
+        cached += reads
+    assert cached > 0  # the file has cache reads: the sum is not input_tokens alone
+    # Gemini CLI's input leaves the tool-use prompt out and its output the thoughts
+    steps = [s for s in _agent_steps(_atif_of("gemini-cli/agent-history_gemini_with_tool_error.jsonl"))]
+    assert len(steps) >= 5 and all(
+        s["metrics"]["prompt_tokens"] == s["extra"]["usage"]["input"] + s["extra"]["usage"].get("tool", 0)
+        and s["metrics"]["completion_tokens"]
+        == s["extra"]["usage"]["output"] + s["extra"]["usage"].get("thoughts", 0)
+        for s in steps
+    ), [(s["extra"]["usage"], s.get("metrics")) for s in steps]
+    # Codex's token_usage_record (and token_count) hold the cached tokens within input_tokens
+    codex = [s.get("metrics") for s in _agent_steps(_atif_of("codex/real-0.171.0_single-then-resume.jsonl"))]
+    assert codex and all(
+        m
+        == {
+            "prompt_tokens": 100,
+            "completion_tokens": 20,
+            "cached_tokens": 0,
+            "extra": {"cache_creation_input_tokens": 0, "reasoning_tokens": 0},
+        }
+        for m in codex
+    ), codex
 
 
 def test_a_lost_actions_result_names_its_call_id_outside_source_call_id(tmp_path):
@@ -171,3 +255,19 @@ def test_a_journal_run_with_no_main_loop_exchange_is_refused_as_atif(tmp_path):
     [line] = proc.stderr.splitlines()
     assert "run r-empty: no step to export as ATIF" in line
     assert not any(p.name.startswith("run.atif") for p in tmp_path.iterdir())  # nor its .tmp
+
+
+def test_a_record_time_reads_as_epoch_milliseconds_or_not_at_all():
+    """What the formats write (ISO 8601 with Z or an offset, OpenHands' without a zone: UTC,
+    OpenCode's epoch milliseconds) reads as a time; anything else, and a time whose zone moves
+    it out of what ATIF's timestamp can say, gives none, never an error."""
+    from pvisor.adapters.native.assembly import epoch_ms
+    from pvisor.adapters.native.render import iso_time
+
+    assert iso_time(epoch_ms("2026-11-29T06:32:48.612Z")) == "2026-11-29T06:32:48.612Z"
+    assert iso_time(epoch_ms("2026-11-29T07:32:48.612+01:00")) == "2026-11-29T06:32:48.612Z"
+    assert iso_time(epoch_ms("2025-01-27T22:45:13.764393")) == "2025-01-27T22:45:13.764Z"
+    assert iso_time(epoch_ms(1732000000000)) == "2024-11-19T07:06:40.000Z"
+    for bad in ("0001-01-01T00:00:00+23:59", "9999-12-31T23:59:59-23:59", "banana bread!", "", None, True,
+                float("nan"), -5, 10**20, {"t": 1}):  # fmt: skip
+        assert epoch_ms(bad) is None, bad

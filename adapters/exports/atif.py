@@ -11,12 +11,14 @@ The format ``atif`` (:data:`FORMAT`) writes this for a journal run and
 
 from __future__ import annotations
 
-from typing import BinaryIO
+from typing import BinaryIO, Sequence
 
 from pvisor.adapters.exports.base import ExportFormat, JournalSource, NativeSource, Settings, Source, Written
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.native import render
-from pvisor.adapters.native.render import atif_fields, write_document
+from pvisor.adapters.native.render import atif_fields, iso_time, write_document
+from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core import progress
 from pvisor.journal.model import LINEAGE_KEYS, run_lineage
 from pvisor.journal.reader import JournalReader
@@ -48,11 +50,37 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
             "left_out": len(traj.left_out),
         }
 
+    details = traj.meta.get("steps", ())
+    protocol = traj.meta.get("protocol")
+    usage_of = get_protocol(protocol).normalised_usage if protocol in PROTOCOL_MODULES else _no_usage
     with progress.task("writing steps", len(traj.steps)):
         write_document(
-            out, atif_fields(traj, run.agent or "unknown", extra, f"run {run.id}", traj.meta.get("steps", ()))
+            out,
+            atif_fields(
+                traj,
+                run.agent or "unknown",
+                extra,
+                f"run {run.id}",
+                usage_of,
+                step_times(reader, run.id, details),
+                details,
+            ),
         )
     return len(traj.steps)
+
+
+def _no_usage(usage: object) -> TokenUsage:
+    return TokenUsage()
+
+
+def step_times(reader: JournalReader, run_id: str, details: Sequence[dict]) -> list[str]:
+    """Each step's ATIF ``timestamp``: when the gateway received the request of the step's kept
+    exchange (``Exchange.started_ms``, its ``details`` entry's ``exchange``), ISO 8601 UTC. The
+    request is when the model was asked for the step's reply: its time orders the steps as the
+    run went, and a user step of an observation takes the time of the request that carried it
+    (the next step's)."""
+    started = {ex.id: ex.started_ms for ex in reader.exchanges(run_id)}
+    return [iso_time(started[d["exchange"]]) for d in details]
 
 
 def write(source: JournalSource | NativeSource, out: BinaryIO, settings: Settings) -> Written:

@@ -4,7 +4,8 @@ Format: an ``ExportTraceServiceRequest`` in the protobuf JSON mapping of OTLP
 (opentelemetry-proto ``collector/trace/v1``; lowerCamelCase field names, 64-bit integers as
 decimal strings, ids as hex), one JSON document per line (what an OpenTelemetry collector's
 ``otlpjson`` file receiver reads; this export writes one line per run). Attributes follow the
-OpenTelemetry GenAI semantic conventions (``gen_ai.*``, development status as of v1.37).
+OpenTelemetry GenAI semantic conventions (``gen_ai.*``, development status; the names those of
+opentelemetry-semantic-conventions 0.66, conventions v1.38 and later).
 
 Per run, one trace (``traceId``: the first 16 bytes of sha256 of the run id):
 
@@ -16,13 +17,30 @@ Per run, one trace (``traceId``: the first 16 bytes of sha256 of the run id):
 - per exchange a child span ``{operation} {model}`` (``kind`` CLIENT): ``gen_ai.operation.name``
   (``chat`` for a main-loop or auxiliary request of a protocol, ``count_tokens`` for a token
   count, else ``http``), ``gen_ai.provider.name`` (the protocol module's), ``gen_ai.request.model``,
-  ``gen_ai.response.model``, ``gen_ai.response.id``, ``gen_ai.usage.input_tokens`` and
-  ``output_tokens`` (what the reply reports), ``http.request.method``, ``url.path``,
-  ``http.response.status_code``, ``pvisor.exchange.*`` (id, seq, role, chain, outcome,
-  served_by); ``status`` ERROR with the outcome when it did not end ``ok``.
+  ``gen_ai.response.model``, ``gen_ai.response.id``, the reply's usage by the protocol's
+  ``normalised_usage``: ``gen_ai.usage.input_tokens`` (every input token, cache reads and writes
+  included), ``gen_ai.usage.output_tokens`` (reasoning included),
+  ``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.cache_creation.input_tokens``,
+  ``gen_ai.usage.reasoning.output_tokens`` (each where the reply gives it),
+  ``http.request.method``, ``url.path``, ``http.response.status_code``, ``pvisor.exchange.*``
+  (id, seq, role, chain, outcome, served_by); ``status`` ERROR with the outcome when it did not
+  end ``ok``;
+- per tool call the agent ran between two main-loop model calls a child span
+  ``execute_tool {tool}`` (``kind`` INTERNAL; :func:`tool_spans`): from the end of the exchange
+  whose reply made the call to the start of the next main-loop request (the one that carries its
+  result; the calls of one reply share that interval: pvisor sees when the results were sent,
+  not when each tool ran), with ``gen_ai.operation.name`` ``execute_tool``,
+  ``gen_ai.tool.name``, ``gen_ai.tool.call.id`` (the id the agent sent the result under),
+  ``gen_ai.tool.type`` ``function``, ``pvisor.step``; ``status`` ERROR and ``error.type``
+  ``tool_error`` when the result says it is an error. The steps are the chain rule's
+  (docs/steps.md); a call of the last step, whose result no request carried, has none.
 - ``--with-content`` adds to each exchange span the event ``gen_ai.client.inference.operation.details``
-  with ``gen_ai.input.messages`` (the request body) and ``gen_ai.output.messages`` (the final
-  response), as JSON text: content is left out by default, as the conventions advise.
+  with ``gen_ai.system_instructions``, ``gen_ai.input.messages`` and ``gen_ai.output.messages``
+  in the conventions' message schema (:mod:`pvisor.adapters.exports.genai`, from the protocol's
+  ``parse_request`` and ``response_to_action``), as JSON text, and to each ``execute_tool``
+  span ``gen_ai.tool.call.arguments`` (the exact argument text) and ``gen_ai.tool.call.result``
+  (the result's text, or the JSON of its blocks): content is left out by default, as the
+  conventions advise.
 """
 
 from __future__ import annotations
@@ -32,12 +50,14 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
-from pvisor.adapters.protocols.base import token_counts
 from pvisor.adapters.exports.base import ExportFormat, JournalSource, Option, Settings, Source, Written
+from pvisor.adapters.exports.genai import input_messages, json_text, output_messages, system_instructions
+from pvisor.adapters.journal_trajectory import trajectory_from_journal
+from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
-from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL
+from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, Action, Conversation
 from pvisor.journal.reader import JournalReader
 
 SPAN_KIND_INTERNAL = 1
@@ -79,13 +99,16 @@ def _exchange_span(
     body = reader.request_body(ex) if ex.request_body else None
     final_bytes = reader.response_body(ex) if (ex.response_final or ex.response_body) else None
     request_model = response_model = response_id = None
-    tokens: tuple[int | None, int | None] = (None, None)
+    usage = TokenUsage()
     final: Any = None
+    conv: Conversation | None = None
+    action: Action | None = None
     if mod is not None and body:
         try:
-            request_model = mod.parse_request(body, path=ex.path, query=ex.query).model
+            conv = mod.parse_request(body, path=ex.path, query=ex.query)
+            request_model = conv.model
         except PvisorError:  # a body that does not parse still gets its span
-            request_model = None
+            conv = None
     if final_bytes:
         try:
             final = orjson.loads(final_bytes)
@@ -94,9 +117,9 @@ def _exchange_span(
     if mod is not None and isinstance(final, dict):
         try:
             action = mod.response_to_action(final)
-            response_model, tokens = action.model, token_counts(action.usage)
+            response_model, usage = action.model, mod.normalised_usage(action.usage)
         except PvisorError:  # nor does a reply that does not read as one
-            pass
+            action = None
         rid = final.get("id") or final.get("responseId")
         response_id = rid if isinstance(rid, str) else None
     operation = "count_tokens" if "count" in ex.path.lower() and "token" in ex.path.lower() else "chat"
@@ -118,8 +141,11 @@ def _exchange_span(
                 ("gen_ai.request.model", request_model),
                 ("gen_ai.response.model", response_model),
                 ("gen_ai.response.id", response_id),
-                ("gen_ai.usage.input_tokens", tokens[0]),
-                ("gen_ai.usage.output_tokens", tokens[1]),
+                ("gen_ai.usage.input_tokens", usage.input_tokens),
+                ("gen_ai.usage.output_tokens", usage.output_tokens),
+                ("gen_ai.usage.cache_read.input_tokens", usage.cached_input_tokens),
+                ("gen_ai.usage.cache_creation.input_tokens", usage.cache_creation_input_tokens),
+                ("gen_ai.usage.reasoning.output_tokens", usage.reasoning_tokens),
                 ("http.request.method", ex.method),
                 ("url.path", ex.path),
                 ("http.response.status_code", ex.status),
@@ -143,16 +169,67 @@ def _exchange_span(
                 "name": "gen_ai.client.inference.operation.details",
                 "attributes": _attrs(
                     [
-                        ("gen_ai.input.messages", body.decode("utf-8", "replace") if body else None),
-                        (
-                            "gen_ai.output.messages",
-                            final_bytes.decode("utf-8", "replace") if final_bytes else None,
-                        ),
+                        ("gen_ai.system_instructions", json_text(system_instructions(conv))),
+                        ("gen_ai.input.messages", json_text(input_messages(conv))),
+                        ("gen_ai.output.messages", json_text(output_messages(action))),
                     ]
                 ),
             }
         ]
     return span
+
+
+def tool_spans(
+    reader: JournalReader, run_id: str, exchanges: list[Any], trace: str, parent: str, with_content: bool
+) -> list[dict[str, Any]]:
+    """The ``execute_tool {name}`` spans of run ``run_id`` (module docstring): per tool call of
+    main-loop step i that the agent runs (kind ``function`` or ``custom``; a ``server`` call the
+    provider ran inside the reply) and that a next main-loop request i+1 exists for, from the end
+    of step i's exchange to the start of request i+1's. Steps by the chain rule
+    (:func:`~pvisor.adapters.journal_trajectory.trajectory_from_journal`, the call ids the agent
+    sent back); ``status`` ERROR when the result says so (``is_error``)."""
+    traj = trajectory_from_journal(reader, run_id, wire_ids=True)
+    by_id = {ex.id: ex for ex in exchanges}
+    details = traj.meta.get("steps", [])
+    spans: list[dict[str, Any]] = []
+    for i, step in enumerate(traj.steps[:-1]):
+        made, carried = by_id.get(details[i]["exchange"]), by_id.get(details[i + 1]["exchange"])
+        if made is None or carried is None:
+            continue
+        start_ms = made.started_ms + (made.ended_us or 0) / 1000
+        results = {r.call_id: r for r in step.observation.results if r.call_id is not None}
+        for j, call in enumerate(c for c in step.action.tool_calls if c.kind != "server"):
+            # without ids on either side, results answer the calls in order
+            result = results.get(call.id) if call.id is not None else None
+            if result is None and not results and j < len(step.observation.results):
+                result = step.observation.results[j]
+            pairs: list[tuple[str, Any]] = [
+                ("gen_ai.operation.name", "execute_tool"),
+                ("gen_ai.tool.name", call.name),
+                ("gen_ai.tool.call.id", call.id),
+                ("gen_ai.tool.type", "function"),
+                ("pvisor.step", step.n),
+            ]
+            if with_content:
+                pairs.append(("gen_ai.tool.call.arguments", call.arguments_raw))
+                pairs.append(("gen_ai.tool.call.result", json_text(result.content) if result else None))
+            failed = result is not None and result.is_error is True
+            spans.append(
+                {
+                    "traceId": trace,
+                    "spanId": _id(f"tool:{run_id}:{step.n}:{j}", 8),
+                    "parentSpanId": parent,
+                    "name": f"execute_tool {call.name}",
+                    "kind": SPAN_KIND_INTERNAL,
+                    "startTimeUnixNano": _nanos(start_ms),
+                    "endTimeUnixNano": _nanos(max(start_ms, carried.started_ms)),
+                    "attributes": _attrs(pairs + ([("error.type", "tool_error")] if failed else [])),
+                    "status": {"code": STATUS_ERROR, "message": "the tool's result is an error"}
+                    if failed
+                    else {"code": STATUS_OK},
+                }
+            )
+    return spans
 
 
 def run_request(
@@ -168,6 +245,8 @@ def run_request(
         for ex in exchanges:
             spans.append(_exchange_span(reader, ex, trace, root, with_content))
             task.advance()
+    if any(ex.protocol in PROTOCOL_MODULES for ex in exchanges):
+        spans.extend(tool_spans(reader, run.id, exchanges, trace, root, with_content))
     start = min((ex.started_ms for ex in exchanges), default=run.created_ms)
     end = max((ex.started_ms + (ex.ended_us or 0) / 1000 for ex in exchanges), default=start)
     agent = run.agent or "agent"

@@ -16,6 +16,8 @@ Depends on ``pvisor.journal`` and :mod:`pvisor.adapters.jsonio` only.
 
 from __future__ import annotations
 
+import datetime
+import math
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Callable, Iterator, overload
@@ -177,6 +179,24 @@ def text_of(content: Any) -> str:
     if isinstance(content, dict) and isinstance(content.get("text"), str):
         return content["text"]
     return compact_json(content)
+
+
+def epoch_ms(value: Any) -> float | None:
+    """A record's time as Unix epoch milliseconds: an ISO 8601 string (``Z`` or an offset; one
+    without either, as OpenHands writes, read as UTC) or a number of epoch milliseconds (OpenCode's
+    ``time.created``); None for anything else (no time, or text that is none)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value) if math.isfinite(value) and 0 < value < 1e14 else None
+    if not isinstance(value, str) or not 10 <= len(value) <= 40:
+        return None
+    try:
+        stamp = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=datetime.timezone.utc)
+        ms = stamp.timestamp() * 1000
+    except (ValueError, OverflowError):  # not a time; or one whose zone moves it out of range
+        return None
+    return ms if 0 < ms < 1e14 else None  # from 1970 to the year 5138, what iso_time writes
 
 
 def interned(s: str | None) -> str | None:

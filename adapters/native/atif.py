@@ -24,10 +24,10 @@ a source"):
   (``arguments`` an object; pvisor's own export keeps the exact string in
   ``extra.arguments_raw``, used when present), ``observation.results`` its results matched by
   ``source_call_id`` (a lone result without one answers the step's lone call), ``metrics`` its
-  usage (pvisor's ``extra.usage`` when present). A step's only result without ``source_call_id``
-  answering several calls (terminus-2: one terminal output for a batch of commands) is the last
-  call's, the others get an empty result (flag ``shared_observation``). ``user`` steps after an
-  agent step are messages of its observation.
+  usage (pvisor's older exports, which wrote no token counts there: ``extra.usage``). A step's
+  only result without ``source_call_id`` answering several calls (terminus-2: one terminal
+  output for a batch of commands) is the last call's, the others get an empty result (flag
+  ``shared_observation``). ``user`` steps after an agent step are messages of its observation.
 - ``llm_call_count`` 0 (a deterministic dispatch, no inference) and > 1 (inferences aggregated)
   flag the step (``deterministic_dispatch``, ``aggregated_inferences``): a replay serves it as
   one reply. ``is_copied_context`` steps (copied from an earlier file across a compaction) are
@@ -55,6 +55,7 @@ import os
 import stat
 from typing import TYPE_CHECKING, Any
 
+from pvisor.adapters.protocols.base import TokenUsage, first_int
 from pvisor.journal.model import (
     Action,
     Message,
@@ -67,7 +68,7 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .assembly import as_dict, as_list, as_str, compact_json, left_out, order_results, string_call
+from .assembly import as_dict, as_list, as_str, compact_json, epoch_ms, left_out, order_results, string_call
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics, require
 from .documents import read_document
@@ -117,6 +118,10 @@ FLAGS = {
 }
 
 _SOURCES = ("system", "user", "agent")
+
+#: the token counts of an ATIF step's ``metrics`` (v1.7): ``prompt_tokens`` counts every input
+#: token, the cached ones (``cached_tokens``) included; ``completion_tokens`` every output token
+METRIC_COUNTS = ("prompt_tokens", "completion_tokens", "cached_tokens")
 
 
 def known_agent(name: str) -> str | None:
@@ -294,7 +299,7 @@ class _Reading:
         )
         if isinstance(s.get("reasoning_content"), str) and s["reasoning_content"]:
             action.reasoning.append(Reasoning(s["reasoning_content"]))
-        step = Step(n=len(self.steps) + 1, action=action)
+        step = Step(n=len(self.steps) + 1, action=action, time_ms=epoch_ms(s.get("timestamp")))
         for f in as_list(extra.get("flags")):  # pvisor's own export keeps the step's flags
             if isinstance(f, str) and f not in step.flags:
                 step.flags.append(f)
@@ -311,15 +316,17 @@ class _Reading:
         self.steps.append(step)
 
     def usage(self, s: dict[str, Any], extra: dict[str, Any], where: str) -> dict[str, Any] | None:
-        """The step's usage: pvisor's ``extra.usage`` (the provider's object), else ``metrics``
-        without token ids and logprobs (left out, listed)."""
-        if isinstance(extra.get("usage"), dict):
-            return extra["usage"]
+        """The step's usage: its ``metrics`` without token ids and logprobs (left out, listed)
+        when they hold a token count (:data:`METRIC_COUNTS`; read by
+        :meth:`AtifAdapter.normalised_usage`), else pvisor's ``extra.usage`` (the provider's
+        object, all an export before ATIF metrics gave), else the metrics that are there."""
         metrics = as_dict(s.get("metrics"))
         dropped = [k for k in ("prompt_token_ids", "completion_token_ids", "logprobs") if metrics.get(k)]
         if dropped:
             left_out(self.traj, f"{where}.metrics", "metrics", f"{', '.join(dropped)}: not kept")
         kept = {k: v for k, v in metrics.items() if k not in dropped and v is not None}
+        if not any(k in kept for k in METRIC_COUNTS) and isinstance(extra.get("usage"), dict):
+            return extra["usage"]
         return kept or None
 
     def calls(self, step: Step, calls: Any, where: str) -> set[str]:
@@ -479,6 +486,22 @@ class AtifAdapter(NativeAdapter):
     name = "atif"
     description = "ATIF trajectory (Harbor's Agent Trajectory Interchange Format 1.0-1.8), any agent's run"
     profiles = (PROFILE,)
+
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """A step's ``metrics`` (:data:`METRIC_COUNTS`; ``extra.cache_creation_input_tokens`` and
+        ``extra.reasoning_tokens`` as pvisor's export writes them): ATIF counts as the
+        conventions do. A usage of another shape (``extra.usage`` of an export older than ATIF
+        metrics: whose protocol the file does not say) gives no counts."""
+        if not isinstance(usage, dict) or not any(k in usage for k in METRIC_COUNTS):
+            return TokenUsage()
+        extra = as_dict(usage.get("extra"))
+        return TokenUsage(
+            input_tokens=first_int(usage.get("prompt_tokens")),
+            cached_input_tokens=first_int(usage.get("cached_tokens")),
+            cache_creation_input_tokens=first_int(extra.get("cache_creation_input_tokens")),
+            output_tokens=first_int(usage.get("completion_tokens")),
+            reasoning_tokens=first_int(extra.get("reasoning_tokens")),
+        )
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """Read ``path``; raises BadInputError (65) naming the JSON path of what is malformed."""

@@ -18,13 +18,15 @@ What adapters share besides lives in modules of one job each: :mod:`.diagnostics
 calls, results, left-out records) and :mod:`.uuid_chain` (the uuid chains of Claude Code and
 Qwen Code).
 
-Depends on ``pvisor.journal`` only.
+Depends on ``pvisor.journal`` and, for the usage counts, ``pvisor.adapters.protocols``.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core.errors import BadInputError
 from pvisor.core.lazyre import LazyPattern
 from pvisor.journal.model import Trajectory
@@ -185,6 +187,19 @@ class NativeAdapter:
     selects_sessions: bool = False
     #: True when ``read`` takes ``sidechain=AGENT_ID``: the inline subagent of a main file (Claude Code)
     reads_sidechains: bool = False
+    #: the wire protocol whose usage object the format keeps as a reply's usage (Claude Code's
+    #: assistant records hold Anthropic's ``usage``), read by :meth:`normalised_usage`; None when
+    #: the format keeps a shape of its own (the adapter overrides the method) or none
+    usage_protocol: str | None = None
+
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """A step's ``Action.usage`` as this format keeps it, as the OpenTelemetry GenAI counts
+        (:class:`~pvisor.adapters.protocols.base.TokenUsage`: input with cached reads and cache
+        writes, output with reasoning); every count None when the format keeps no usage or the
+        step has none. By default the :attr:`usage_protocol`'s reading."""
+        if self.usage_protocol is None or not isinstance(usage, dict):
+            return TokenUsage()
+        return get_protocol(self.usage_protocol).normalised_usage(usage)
 
     def sniff(self, path: Path, head: bytes) -> bool:
         """True when ``path`` looks like this adapter's format: its signature in

@@ -98,7 +98,7 @@ from pvisor.journal.model import (
 from pvisor.core.record import Record
 from pvisor.adapters.protocols.base import signature_flags
 
-from .assembly import LazySteps, LeftOutLines, as_dict, as_str, interned, object_call
+from .assembly import LazySteps, LeftOutLines, as_dict, as_str, epoch_ms, interned, object_call
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics
 from .jsonl import JsonlSource, LineRef, iter_json_records, pack_ref, unpack_ref
@@ -812,6 +812,8 @@ class ClaudeCodeAdapter(NativeAdapter):
     profiles = (PROFILE,)
 
     reads_sidechains = True
+    #: an assistant record's ``message.usage`` is the Messages API's
+    usage_protocol = "anthropic"
 
     def read(self, path: Path, diag: Diagnostics, sidechain: str | None = None) -> NativeResult:
         """The records read by kind (:class:`_Reading`), the chain mended and its leaf chosen, the
@@ -883,8 +885,12 @@ class ClaudeCodeAdapter(NativeAdapter):
             return step
         m = plan.msg
         blocks: list[dict] = []
+        time_ms = None
         for ref in plan.lines:
-            blocks.extend(b for b in _content(load(ref)) if isinstance(b, dict))
+            line = load(ref)
+            if time_ms is None:  # the reply's first line: when Claude Code began writing it
+                time_ms = epoch_ms(line.get("timestamp"))
+            blocks.extend(b for b in _content(line) if isinstance(b, dict))
         usage = load(plan.usage_ref)["message"]["usage"] if plan.usage_ref is not None else None
         action = Action(usage=usage, stop_reason=plan.stop_reason, model=m.model, raw=blocks)
         texts: list[str] = []
@@ -907,7 +913,7 @@ class ClaudeCodeAdapter(NativeAdapter):
                     call.kind = "server"
                 action.tool_calls.append(call)
         action.text = "".join(texts)
-        step = Step(n=plan.n, action=action, flags=signature_flags(action.reasoning))
+        step = Step(n=plan.n, action=action, flags=signature_flags(action.reasoning), time_ms=time_ms)
         if plan.bridged:
             step.flags.append("broken_chain")
         if plan.interrupted:

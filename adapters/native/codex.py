@@ -76,6 +76,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import orjson
 
+from pvisor.adapters.protocols.base import TokenUsage, first_int
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -88,7 +89,7 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .assembly import LazySteps, as_dict, as_list, as_str, left_out, string_call, text_of
+from .assembly import LazySteps, as_dict, as_list, as_str, epoch_ms, left_out, string_call, text_of
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics
 from .jsonl import JsonlSource, LineRef, iter_json_records
@@ -585,6 +586,24 @@ class CodexAdapter(NativeAdapter):
     description = "Codex CLI rollout JSONL ($CODEX_HOME/sessions/YYYY/MM/DD/rollout-*.jsonl)"
     profiles = (PROFILE,)
 
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """A ``token_count`` event's ``last_token_usage``, or a ``token_usage_record``'s payload
+        (its ``usage``), each ``{input_tokens, cached_input_tokens, cache_write_input_tokens?,
+        output_tokens, reasoning_output_tokens, total_tokens}``: Codex counts as the Responses
+        API does, the cached tokens within ``input_tokens`` and the reasoning ones within
+        ``output_tokens`` (``total_tokens`` is input plus output)."""
+        if isinstance(usage, dict) and isinstance(usage.get("usage"), dict):
+            usage = usage["usage"]
+        if not isinstance(usage, dict):
+            return TokenUsage()
+        return TokenUsage(
+            input_tokens=first_int(usage.get("input_tokens")),
+            cached_input_tokens=first_int(usage.get("cached_input_tokens")),
+            cache_creation_input_tokens=first_int(usage.get("cache_write_input_tokens")),
+            output_tokens=first_int(usage.get("output_tokens")),
+            reasoning_tokens=first_int(usage.get("reasoning_output_tokens")),
+        )
+
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """The records read by type (:class:`_Reading`); steps built lazily from the plans."""
         r = _Reading(path)
@@ -803,7 +822,10 @@ def _build(plan: _Plan, source: JsonlSource) -> Step:
     action = Action(raw=[])
     step = Step(n=plan.n, action=action, flags=list(plan.flags))
     for ref in plan.items:
-        _add_output(action, source.load(ref)["payload"])
+        record = source.load(ref)
+        if step.time_ms is None:  # the line of the reply's first item
+            step.time_ms = epoch_ms(record.get("timestamp"))
+        _add_output(action, record["payload"])
     if plan.usage is not None:
         action.usage = _usage(source.load(plan.usage))
     for ref in plan.results:

@@ -61,6 +61,8 @@ from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import orjson
 
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -73,7 +75,7 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .assembly import LazySteps, as_dict, as_list, as_str, left_out, object_call
+from .assembly import LazySteps, as_dict, as_list, as_str, epoch_ms, left_out, object_call
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics, require
 from .jsonl import BOM, JsonlSource, LineRef, iter_json_records, read_json_document
@@ -519,6 +521,24 @@ class GeminiCliAdapter(NativeAdapter):
     description = "Gemini CLI chat recording (~/.gemini/tmp/<project>/chats/session-*.jsonl, legacy .json)"
     profiles = (PROFILE,)
 
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """A gemini message's ``tokens`` (``{input, output, cached, thoughts, tool, total}``):
+        Gemini's ``usageMetadata`` renamed (``promptTokenCount``, ``candidatesTokenCount``,
+        ``cachedContentTokenCount``, ``thoughtsTokenCount``, ``toolUsePromptTokenCount``), read
+        as the gemini protocol reads it: the input adds the tool-use prompt, the output the
+        thoughts."""
+        if not isinstance(usage, dict):
+            return TokenUsage()
+        names = {
+            "input": "promptTokenCount",
+            "output": "candidatesTokenCount",
+            "cached": "cachedContentTokenCount",
+            "thoughts": "thoughtsTokenCount",
+            "tool": "toolUsePromptTokenCount",
+            "total": "totalTokenCount",
+        }
+        return get_protocol("gemini").normalised_usage({names[k]: v for k, v in usage.items() if k in names})
+
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """The records read (:class:`_Reading`: a JSONL recording, or a legacy document), the
         messages made into step plans (:func:`_plans`), the history rewrites made compactions;
@@ -613,7 +633,7 @@ class GeminiCliAdapter(NativeAdapter):
                     action.reasoning.append(
                         Reasoning(text=p["text"], signature=as_str(p.get("thoughtSignature")), raw=p)
                     )
-        step = Step(n=n, action=action)
+        step = Step(n=n, action=action, time_ms=epoch_ms(m.get("timestamp")))  # the message's own time
         for c in _calls(m):
             if not isinstance(c, dict):
                 continue

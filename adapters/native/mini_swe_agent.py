@@ -54,9 +54,11 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, Trajectory
 
-from .assembly import as_dict, as_list, as_str, left_out, string_call, text_of
+from .assembly import as_dict, as_list, as_str, epoch_ms, left_out, string_call, text_of
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics, require
 from .documents import read_document
@@ -181,7 +183,14 @@ class _Messages:
         require(isinstance(m, dict), self.diag, where, "a message that is not a JSON object")
         role = m.get("role")
         if _is_action(m):
-            step = Step(n=len(steps) + 1, action=MiniSweAgentAdapter._action(m))
+            # v2 keeps when the message was added: ``extra.timestamp``, epoch seconds
+            stamp = as_dict(m.get("extra")).get("timestamp")
+            seconds = isinstance(stamp, (int, float)) and not isinstance(stamp, bool)
+            step = Step(
+                n=len(steps) + 1,
+                action=MiniSweAgentAdapter._action(m),
+                time_ms=epoch_ms(stamp * 1000) if seconds else None,
+            )
             steps.append(step)
             for c in step.action.tool_calls:
                 if c.id:
@@ -263,6 +272,15 @@ class MiniSweAgentAdapter(NativeAdapter):
         "v2"
     )
     profiles = (PROFILE,)
+
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """The ``usage`` of a message's ``extra.response`` (LiteLLM's response): Chat
+        Completions' (``prompt_tokens``, ...) or, for a Responses-API model, the Responses
+        API's (``input_tokens``, ...), each read as its protocol reads it."""
+        if not isinstance(usage, dict):
+            return TokenUsage()
+        protocol = "openai-chat" if "prompt_tokens" in usage else "openai-responses"
+        return get_protocol(protocol).normalised_usage(usage)
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """Read ``path``; raises BadInputError (65) naming ``trajectory_format`` for an unknown

@@ -61,6 +61,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from pvisor.adapters.protocols.base import TokenUsage, count_sum, first_int
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import (
     Action,
@@ -73,7 +74,7 @@ from pvisor.journal.model import (
     Trajectory,
 )
 
-from .assembly import as_dict, as_str, left_out, object_call
+from .assembly import as_dict, as_str, epoch_ms, left_out, object_call
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import WARNING_CODES, Diagnostics, require
 from .jsonl import loads_lenient, read_json_document
@@ -336,6 +337,24 @@ class OpenCodeAdapter(NativeAdapter):
     description = "OpenCode session: `opencode export` JSON, legacy storage/ tree, or opencode.db (read-only)"
     profiles = (PROFILE,)
 
+    def normalised_usage(self, usage: Any) -> TokenUsage:
+        """An assistant message's ``tokens`` (``{input, output, reasoning, cache{read, write}}``,
+        OpenCode's session ``getUsage``): ``input`` counts only what was neither read from nor
+        written to the cache and ``output`` leaves the reasoning out, so the input is their sum
+        with ``cache.read`` and ``cache.write`` and the output adds ``reasoning``."""
+        if not isinstance(usage, dict):
+            return TokenUsage()
+        cache = as_dict(usage.get("cache"))
+        read, written = first_int(cache.get("read")), first_int(cache.get("write"))
+        reasoning = first_int(usage.get("reasoning"))
+        return TokenUsage(
+            input_tokens=count_sum(usage.get("input"), read, written),
+            cached_input_tokens=read,
+            cache_creation_input_tokens=written,
+            output_tokens=count_sum(usage.get("output"), reasoning),
+            reasoning_tokens=reasoning,
+        )
+
     def read(self, path: Path, diag: Diagnostics, session: str | None = None) -> NativeResult:
         """Read ``path``; ``session``: the id of the session to read (rules in the module
         docstring). Raises BadInputError (65) for a file that is none of the three stores, an
@@ -410,7 +429,11 @@ class OpenCodeAdapter(NativeAdapter):
         n: int, parts: list[dict], model: str | None, info: dict, diag: Diagnostics, traj: Trajectory
     ) -> Step:
         action = Action(model=model, raw=parts)
-        step = Step(n=n, action=action)
+        # when the model call began: its first part's time.start (one message may hold several
+        # calls), else the message's time.created (epoch milliseconds)
+        starts = [as_dict(p.get("time")).get("start") for p in parts]
+        created = as_dict(info.get("time")).get("created")
+        step = Step(n=n, action=action, time_ms=epoch_ms(next((t for t in starts if t is not None), created)))
         texts = []
         for p in parts:
             t = p.get("type")

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Action, Message, Step, TextPart, ToolResult, ToolSpec, Trajectory
 
-from .assembly import as_dict, as_list, as_str, compact_json, left_out, order_results, string_call
+from .assembly import as_dict, as_list, as_str, compact_json, epoch_ms, left_out, order_results, string_call
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics, require
 from .documents import read_document
@@ -174,6 +174,7 @@ class _Events:
                         action=Action(
                             text=as_str(args.get("content")) or as_str(e.get("message")) or "", raw=e
                         ),
+                        time_ms=epoch_ms(e.get("timestamp")),
                     )
                 )
             else:
@@ -201,6 +202,7 @@ class _Events:
                     stop_reason=as_str(choice.get("finish_reason")),
                     raw=resp,
                 ),
+                time_ms=epoch_ms(e.get("timestamp")),  # the first event of the model response
             )
             steps.append(step)
             self.by_response[rid] = step
@@ -246,6 +248,8 @@ class OpenHandsAdapter(NativeAdapter):
     name = "openhands"
     description = "OpenHands V0 trajectory: JSON list of events (save_trajectory_path)"
     profiles = (PROFILE,)
+    #: ``tool_call_metadata.model_response.usage`` is LiteLLM's, in Chat Completions' shape
+    usage_protocol = "openai-chat"
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         events = read_document(path, diag, EXPECTED)

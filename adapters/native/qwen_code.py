@@ -64,7 +64,17 @@ from pvisor.journal.model import (
 )
 from pvisor.core.record import Record
 
-from .assembly import LazySteps, LeftOutLines, as_dict, as_list, as_str, interned, left_out, object_call
+from .assembly import (
+    LazySteps,
+    LeftOutLines,
+    as_dict,
+    as_list,
+    as_str,
+    epoch_ms,
+    interned,
+    left_out,
+    object_call,
+)
 from .base import FormatProfile, NativeAdapter, NativeResult
 from .diagnostics import Diagnostics
 from .jsonl import JsonlSource, iter_json_records, pack_ref, unpack_ref
@@ -352,6 +362,8 @@ class QwenCodeAdapter(NativeAdapter):
     name = "qwen-code"
     description = "Qwen Code chat JSONL (~/.qwen/projects/<cwd-slug>/chats/<session>.jsonl)"
     profiles = (PROFILE,)
+    #: an assistant record's ``usageMetadata`` is Gemini's (Qwen Code is a Gemini CLI fork)
+    usage_protocol = "gemini"
 
     def read(self, path: Path, diag: Diagnostics) -> NativeResult:
         """The records read (:func:`_scan`), the chain mended and walked from its leaf (records off
@@ -469,7 +481,12 @@ class QwenCodeAdapter(NativeAdapter):
                     object_call(as_str(fc.get("id")), as_str(fc.get("name")) or "", fc.get("args"), raw=p)
                 )
         action.text = "".join(texts)
-        step = Step(n=plan.n, action=action, flags=["compaction"] * plan.compactions)
+        step = Step(
+            n=plan.n,
+            action=action,
+            flags=["compaction"] * plan.compactions,
+            time_ms=epoch_ms(obj.get("timestamp")),  # the assistant record's own time
+        )
         if plan.bridged:
             step.flags.append("broken_chain")
         found: list[ToolResult] = []

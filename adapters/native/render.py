@@ -30,12 +30,14 @@ the dict form (tests/test_native_cli.py checks it on the corpus).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import orjson
 
 from pvisor.adapters.jsonio import dumps
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core import progress
 from pvisor.core.errors import BadInputError
 from pvisor.journal.model import Message, Step, TextPart, ToolCall, ToolResult, Trajectory
@@ -211,7 +213,66 @@ def write_json(result: NativeResult, agent: str, out: BinaryIO) -> None:
 # --------------------------------------------------------------------------- ATIF v1.7
 
 
-def _atif_agent_step(s: Step) -> dict[str, Any]:
+#: ATIF ``metrics`` of a step from its :class:`TokenUsage`: (ATIF name, TokenUsage field)
+_METRICS = (
+    ("prompt_tokens", "input_tokens"),
+    ("completion_tokens", "output_tokens"),
+    ("cached_tokens", "cached_input_tokens"),
+)
+#: the counts ATIF has no field for, in ``metrics.extra`` under the rows' names
+_METRICS_EXTRA = ("cache_creation_input_tokens", "reasoning_tokens")
+
+
+def atif_metrics(usage: TokenUsage) -> dict[str, Any] | None:
+    """The ATIF v1.7 ``metrics`` of a step whose reply's usage reads as ``usage``:
+    ``prompt_tokens`` (every input token, cached ones included), ``completion_tokens`` (every
+    output token, reasoning included), ``cached_tokens`` (cache reads, a part of
+    ``prompt_tokens``), ``extra.cache_creation_input_tokens`` and ``extra.reasoning_tokens``;
+    a count the reply did not give is absent; None when it gave none."""
+    counts = usage.as_dict()
+    metrics: dict[str, Any] = {name: counts[f] for name, f in _METRICS if counts[f] is not None}
+    extra = {f: counts[f] for f in _METRICS_EXTRA if counts[f] is not None}
+    if extra:
+        metrics["extra"] = extra
+    return metrics or None
+
+
+def iso_time(ms: float) -> str:
+    """An epoch time in milliseconds as ISO 8601 UTC to the millisecond
+    (``2026-12-06T04:01:45.123Z``), ATIF's ``timestamp``."""
+    stamp = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.timezone.utc)
+    return stamp.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class _Totals:
+    """The ``final_metrics`` sums of the agent steps' ``metrics`` written so far."""
+
+    __slots__ = ("sums",)
+
+    def __init__(self) -> None:
+        self.sums: dict[str, int] = {}
+
+    def add(self, metrics: dict[str, Any] | None) -> None:
+        for k, v in (metrics or {}).items():
+            if k == "extra":
+                self.add({f"extra.{x}": n for x, n in v.items()})
+            else:
+                self.sums[k] = self.sums.get(k, 0) + v
+
+    def final(self, steps: int) -> dict[str, Any]:
+        """``final_metrics``: ``total_prompt_tokens``, ``total_completion_tokens``,
+        ``total_cached_tokens`` (each the sum over the steps that give it; absent when none
+        does), ``total_steps``, and ``extra.total_cache_creation_input_tokens`` and
+        ``extra.total_reasoning_tokens`` likewise."""
+        out: dict[str, Any] = {f"total_{name}": self.sums[name] for name, _ in _METRICS if name in self.sums}
+        out["total_steps"] = steps
+        extra = {f"total_{f}": self.sums[f"extra.{f}"] for f in _METRICS_EXTRA if f"extra.{f}" in self.sums}
+        if extra:
+            out["extra"] = extra
+        return out
+
+
+def _atif_agent_step(s: Step, metrics: dict[str, Any] | None) -> dict[str, Any]:
     a = s.action
     step: dict[str, Any] = {"source": "agent", "message": a.text}
     if a.model:
@@ -255,6 +316,8 @@ def _atif_agent_step(s: Step) -> dict[str, Any]:
                 item["extra"] = extra
             results.append(item)
         step["observation"] = {"results": results}
+    if metrics is not None:
+        step["metrics"] = metrics
     extra = {"pvisor_step": s.n}
     if s.flags:
         extra["flags"] = s.flags
@@ -265,39 +328,65 @@ def _atif_agent_step(s: Step) -> dict[str, Any]:
 
 
 def _atif_steps(
-    t: Trajectory, count: list[int], details: Sequence[dict[str, Any]] = ()
+    t: Trajectory,
+    count: list[int],
+    totals: _Totals,
+    usage_of: Callable[[Any], TokenUsage],
+    times: Sequence[str | None],
+    details: Sequence[dict[str, Any]] = (),
 ) -> Iterator[dict[str, Any]]:
     """ATIF steps numbered from 1 (system, task, then per step its agent step and a user step
-    per observation message); ``count[0]`` is the number given so far. ``details``: a journal
+    per observation message); ``count[0]`` is the number given so far, ``totals`` the sums of
+    their ``metrics`` (``usage_of``: a step's ``Action.usage`` as :class:`TokenUsage`).
+    ``times[j]``: step j+1's ``timestamp`` (ISO 8601), else its ``Step.time_ms`` (a native
+    file's record time), else none; the system and task steps take step 1's, an observation
+    message's user step the next step's in ``times`` (when it was sent), else its own step's.
+    ``details``: a journal
     run's step details (``Trajectory.meta["steps"]``), whose ``forwarded`` says what a live step's
     model got instead of the agent's request: the user text it added (the boundary user prompt)
     is a user step before the first agent step whose context held it, and the agent step's
     ``extra.forwarded`` gives the digests of both requests."""
 
-    def numbered(step: dict[str, Any]) -> dict[str, Any]:
+    def numbered(step: dict[str, Any], timestamp: str | None) -> dict[str, Any]:
         count[0] += 1
-        return {"step_id": count[0], **step}
+        return {"step_id": count[0], **({"timestamp": timestamp} if timestamp else {}), **step}
 
+    def time_of(j: int) -> str | None:
+        return times[j] if j < len(times) else None
+
+    # the first step's time for the system and task steps before it (a lazy trajectory builds
+    # step 1 here and again when iterated: one step, not the file)
+    first = time_of(0) or (_step_time(t.steps[0]) if len(t.steps) else None)
     if t.system is not None:
-        yield numbered({"source": "system", "message": t.system})
+        yield numbered({"source": "system", "message": t.system}, first)
     if t.task is not None:
-        yield numbered({"source": "user", "message": t.task})
+        yield numbered({"source": "user", "message": t.task}, first)
     added: set[str] = set()
     for j, s in enumerate(_each(t.steps)):  # iterated once
+        own = time_of(j) or _step_time(s)
         forwarded = details[j].get("forwarded") if j < len(details) else None
-        step = _atif_agent_step(s)
+        metrics = atif_metrics(usage_of(s.action.usage))
+        totals.add(metrics)
+        step = _atif_agent_step(s, metrics)
         if forwarded is not None:
             for text in forwarded["added_user_text"]:
                 if text not in added:  # once: every later live request holds it again
                     added.add(text)
-                    yield numbered({"source": "user", "message": text, "extra": {"pvisor_added": True}})
+                    user = {"source": "user", "message": text, "extra": {"pvisor_added": True}}
+                    yield numbered(user, own)
             step["extra"]["forwarded"] = forwarded
-        yield numbered(step)
+        yield numbered(step, own)
         for m in s.observation.messages:
-            yield numbered({"source": "user", "message": _message(m)["text"]})
+            yield numbered({"source": "user", "message": _message(m)["text"]}, time_of(j + 1) or own)
+
+
+def _step_time(s: Step) -> str | None:
+    return None if s.time_ms is None else iso_time(s.time_ms)
 
 
 def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
+    from . import get_adapter  # the package's registry, which imports this module's users
+
     t = result.trajectory
     return atif_fields(
         t,
@@ -310,6 +399,7 @@ def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
             **({"episode": t.meta["episode"]} if (t.meta or {}).get("episode") else {}),
         },
         result.diagnostics.path,
+        get_adapter(result.profile.adapter).normalised_usage,
     )
 
 
@@ -318,12 +408,16 @@ def atif_fields(
     agent: str,
     extra: Callable[[], dict[str, Any]],
     source: str,
+    usage_of: Callable[[Any], TokenUsage],
+    times: Sequence[str | None] = (),
     details: Sequence[dict[str, Any]] = (),
 ) -> Iterator[tuple[str, Any]]:
     """The fields of the ATIF v1.7 document of ``t`` (module docstring), in order, for
     :func:`write_document`; ``extra()`` gives the root ``extra`` once every step was written (a
     native file's profile and warnings; a journal run's id: pvisor.adapters.exports);
-    ``details``: a journal run's step details (:func:`_atif_steps`).
+    ``usage_of``: a step's ``Action.usage`` as :class:`TokenUsage` (the native adapter's or the
+    protocol's ``normalised_usage``), for ``metrics`` and ``final_metrics``; ``times``: each
+    step's ``timestamp``; ``details``: a journal run's step details (:func:`_atif_steps`).
 
     Raises BadInputError (exit 65) naming ``source`` (the file, or ``run ID``), before the first
     field, when ``t`` has no system prompt, task or step: ATIF requires at least one step
@@ -358,8 +452,9 @@ def atif_fields(
     if isinstance(episode, dict):  # a subagent's own steps: the document is that episode's
         yield "trajectory_id", str(episode.get("id"))
     yield "agent", agent_info
-    yield "steps", Items(_atif_steps(t, count, details))
-    yield "final_metrics", Later(lambda: {"total_steps": count[0]})
+    totals = _Totals()
+    yield "steps", Items(_atif_steps(t, count, totals, usage_of, times, details))
+    yield "final_metrics", Later(lambda: totals.final(count[0]))
     yield "extra", Later(extra)
 
 
