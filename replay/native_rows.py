@@ -20,7 +20,7 @@ render and the profile are the replay layer's.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import orjson
 
@@ -45,6 +45,8 @@ from pvisor.adapters.exports.rows import (
 )
 from pvisor.adapters.journal_trajectory import trajectory_to_json
 
+from pvisor.adapters.native import get_adapter
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.adapters.protocols.convert import plain_action
 from pvisor.journal.model import ToolCall, Trajectory
 
@@ -85,10 +87,12 @@ def iter_native_rows(
         from .profile import load_profile  # only a --profile-from reads a capture
 
         profile, _notes = load_profile(profile_spec, agent, version)
-    return _rows(traj, agent, proto, profile)
+    return _rows(traj, agent, proto, profile, get_adapter(result.profile.adapter).normalised_usage)
 
 
-def _rows(traj: Trajectory, agent: str, proto: str, profile: Any) -> Iterator[dict[str, Any]]:
+def _rows(
+    traj: Trajectory, agent: str, proto: str, profile: Any, normalise_usage: Callable[[Any], TokenUsage]
+) -> Iterator[dict[str, Any]]:
     steps = list(traj.steps)
     docs = _step_docs(traj, steps)
     d = descriptor(agent)
@@ -112,6 +116,7 @@ def _rows(traj: Trajectory, agent: str, proto: str, profile: Any) -> Iterator[di
             compacted=compaction is not None and compaction.after_step == k - 1,
             tools_absent=tools_absent,
             call_ids=_wire_call_ids(d, proto, step.action),
+            normalise_usage=normalise_usage,
         )
         yield {
             "run": None,

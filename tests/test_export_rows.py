@@ -135,6 +135,29 @@ def test_usage_follows_the_otel_genai_counts_on_a_claude_code_file_with_cache_re
         }
 
 
+def _counts_something(value) -> bool:
+    """A positive integer anywhere in ``value`` (Codex nests its counts)."""
+    if isinstance(value, dict):
+        return any(_counts_something(v) for v in value.values())
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def test_every_native_files_usage_is_read_in_its_own_shape(tmp_path):
+    """Codex, Gemini CLI, OpenCode and mini-swe-agent files keep usage in shapes of their own (not
+    their protocol's): each row that has usage has its input and output counted, as ATIF's metrics."""
+    counted = set()
+    for where, rows in _native_rows(tmp_path).items():
+        for row in rows:
+            if _counts_something(row["usage_raw"]):
+                assert row["usage"]["input_tokens"] and row["usage"]["output_tokens"] is not None, (
+                    where,
+                    row["step"],
+                    row["usage_raw"],
+                )
+                counted.add(row["agent"])
+    assert {"claude-code", "codex", "gemini-cli"} <= counted, counted
+
+
 def test_reasoning_is_text_in_reasoning_content_never_a_signature(tmp_path):
     result, _ = read_native(native_dir() / "gemini-cli" / "agent-history_gemini_with_tool_error.jsonl")
     rows = list(iter_native_rows(result, "gemini-cli"))

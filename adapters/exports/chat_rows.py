@@ -12,7 +12,8 @@ usage by the OpenTelemetry GenAI counts, and the chain segment the step belongs 
   message's ``tool_call_id``. Provider markers (``cache_control``) and the source's own objects
   do not pass; non-text parts (images, documents) are left out of ``content``.
 - :func:`chat_completion`: an :class:`Action` as one assistant message of the same form.
-- :func:`chat_usage`: ``(usage, usage_raw)``: ``normalised_usage`` of the protocol, and the
+- :func:`chat_usage`: ``(usage, usage_raw)``: ``normalised_usage`` (of the protocol, or of the
+  native adapter for a file's own usage shape), and the
   provider's own object.
 - :class:`Segmenter`: gives each row its ``segment`` (0-based) and ``segment_break``
   (:class:`SegmentBreak` or None) by the extension property.
@@ -24,11 +25,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import replace
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import orjson
 
 from pvisor.adapters.protocols import get_protocol
+from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.adapters.protocols.convert import (
     TOOL_NOT_CONVERTED,
     convert,
@@ -176,13 +178,14 @@ def chat_completion(action: Action, call_ids: list[str | None] | None = None) ->
     return msg
 
 
-def chat_usage(protocol: str, usage: Any) -> tuple[dict[str, Any] | None, Any]:
-    """``(usage, usage_raw)``: the OpenTelemetry GenAI counts of the reply's usage
-    (``normalised_usage`` of ``protocol``, :meth:`TokenUsage.as_dict`) and the usage object as
-    the provider sent it; both None when the reply had none."""
+def chat_usage(normalise: Callable[[Any], TokenUsage], usage: Any) -> tuple[dict[str, Any] | None, Any]:
+    """``(usage, usage_raw)``: the OpenTelemetry GenAI counts of the reply's usage (``normalise``
+    of it, :meth:`TokenUsage.as_dict`: a protocol module's ``normalised_usage`` for a journal
+    run, the native adapter's for a native file, whose usage is kept in the format's own shape)
+    and the usage object as the provider or the file gave it; both None when there is none."""
     if not isinstance(usage, dict):
         return None, None
-    return get_protocol(protocol).normalised_usage(usage).as_dict(), usage
+    return normalise(usage).as_dict(), usage
 
 
 # --------------------------------------------------------------------------- segments
@@ -285,15 +288,17 @@ def trainer_columns(
     boundary: bool = False,
     tools_absent: bool = False,
     call_ids: list[str | None] | None = None,
+    normalise_usage: Callable[[Any], TokenUsage] | None = None,
 ) -> dict[str, Any]:
     """The trainer's columns of one row: ``prompt``, ``tools``, ``tools_dropped``,
     ``tools_absent``, ``completion``, ``usage``, ``usage_raw``, ``segment``, ``segment_break``.
     ``conv``: the request the model answered (None when it cannot be read: prompt and tools
     empty, the row its own segment's start); ``protocol``: of the reply's usage; ``call_ids``:
-    :func:`chat_completion`'s."""
+    :func:`chat_completion`'s; ``normalise_usage``: how the action's usage reads (default: the
+    ``protocol`` module's ``normalised_usage``)."""
     prompt, tools, dropped = chat_prompt(conv) if conv is not None else ([], [], [])
     completion = chat_completion(action, call_ids)
-    usage, usage_raw = chat_usage(protocol, action.usage)
+    usage, usage_raw = chat_usage(normalise_usage or get_protocol(protocol).normalised_usage, action.usage)
     segment, why = segments.next(prompt, tools, completion, compacted, boundary)
     return {
         "prompt": prompt,
