@@ -22,13 +22,14 @@ import enum
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 from pvisor.adapters.native import read_native
 from pvisor.core.errors import PvisorError
 
 from .errors import ReplayUsageError, error_code, error_detail, show_path
+from .result_parts import ToolCallMemo
 from .journal_runs import JournalRuns
 from .prefix import Prefix
 from .prepare import PrepareOptions, check_inputs_not_outputs, check_options, compute
@@ -120,12 +121,15 @@ class SourceReads:
     known by its resolved path, device, inode, size and modification time, so that one
     rewritten between two requests is read again; a journal's runs are read again once anything
     was committed to it. Holds the parsed sources until it is dropped (a batch keeps at most
-    :attr:`max_sources` of them, the least recently used going first)."""
+    :attr:`max_sources` of them, the least recently used going first), and the tool-call records
+    of the steps of at most :attr:`max_memos` sources (:meth:`tool_calls`)."""
 
-    def __init__(self, max_sources: int = 64) -> None:
+    def __init__(self, max_sources: int = 64, max_memos: int = 16) -> None:
         self.max_sources = max_sources
+        self.max_memos = max_memos
         self._native: dict[tuple, Any] = {}
         self._digests: dict[tuple, str] = {}
+        self._memos: dict[tuple, ToolCallMemo] = {}
         self.runs = JournalRuns()
 
     def close(self) -> None:
@@ -147,6 +151,29 @@ class SourceReads:
         if digest is None:
             digest = self._digests[key] = file_sha256(path)
         return digest
+
+    def tool_calls(
+        self,
+        steps: Sequence[Any],
+        key: Hashable,
+        wire: Callable[[], Callable[[Any], list[str | None]] | None],
+    ) -> ToolCallMemo | None:
+        """The :class:`~.result_parts.ToolCallMemo` of ``steps`` (a source's steps, the very
+        object: a journal run's classified once, a native file's read once) and the call ids'
+        wire form ``key`` (None: the ids the steps hold; for a native file the agent and the
+        protocol), made with ``wire()`` on first use. None for steps built for one prefix alone
+        (an adapter that builds its steps lazily: nothing to share). A memo holds its steps,
+        so another object never takes their ``id`` while it is kept."""
+        if not isinstance(steps, list):
+            return None
+        memo_key = (id(steps), key)
+        memo = self._memos.pop(memo_key, None)
+        if memo is None or memo.steps is not steps:
+            memo = ToolCallMemo(steps, wire())
+            while len(self._memos) >= self.max_memos:
+                self._memos.pop(next(iter(self._memos)))
+        self._memos[memo_key] = memo  # last: the most recently used
+        return memo
 
     def native(self, path: Path, agent: str, session: str | None) -> Any:
         """``read_native(path, agent, session)``, once per file, agent and session."""
