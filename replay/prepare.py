@@ -592,6 +592,7 @@ def _fill(
         prefix.origin,
         prefix.compaction,
         prefix.facts,
+        reads.parses(source.steps, prefix.protocol) if reads is not None and prefix.facts is None else None,
     )
     native = source.kind == "native"
 

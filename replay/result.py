@@ -863,17 +863,19 @@ def prefix_record(
     origin: dict[str, str],
     compaction: dict[str, Any] | None = None,
     facts: dict[str, Any] | None = None,
+    memo: Any = None,
 ) -> PrefixRecord:
     """The result's ``prefix`` record for ``body`` written to ``out``/prefix.json (or to the
     two places ``out`` names: the prefix and request files, or a batch's row);
     ``compaction``: the compaction the prefix starts from (``prefix.compaction``), or None;
-    ``facts``: what is known of the body already (:func:`prefix_facts`), or None to parse it."""
+    ``facts``: what is known of the body already (:func:`~.result_parts.prefix_facts`), or None
+    to parse it (with ``memo``, :func:`~.result_parts.describe_prefix`'s)."""
     shown = (
         out if isinstance(out, tuple) else (os.path.join(out, PREFIX_FILE), os.path.join(out, REQUEST_FILE))
     )
     from .result_parts import describe_prefix  # here: result_parts imports this module
 
-    desc = describe_prefix(protocol, body, request["path"], request["query"], after_step, facts)
+    desc = describe_prefix(protocol, body, request["path"], request["query"], after_step, facts, memo)
     from pvisor.adapters.protocols import get_protocol
 
     breakpoints = get_protocol(protocol).cache_breakpoints(body)

@@ -14,12 +14,15 @@ holds the document and its records).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from pvisor.journal.model import Step, ToolCall, ToolResult
 
 from .result import ToolCallRecord, arguments_record, content_sha256
 from .source import is_made_up
+
+if TYPE_CHECKING:
+    from pvisor.adapters.protocols.base import ParseMemo
 
 
 def match_results(calls: list[ToolCall], results: list[ToolResult]) -> list[ToolResult | None]:
@@ -151,15 +154,19 @@ def describe_prefix(
     query: str,
     after_step: int,
     facts: dict[str, Any] | None = None,
+    memo: ParseMemo | None = None,
 ) -> dict[str, Any]:
     """``message_count``, ``ends_with``, ``system_present`` and ``tools_present`` (and ``model``
     and ``stream``) of a prefix body, read back with the protocol module (the body must parse: a
     rendered one always does, a recorded one parsed when the chain rule read it), or from its
-    ``facts`` (:func:`prefix_facts`) when they are known."""
+    ``facts`` (:func:`prefix_facts`) when they are known. ``memo``: the
+    :class:`~pvisor.adapters.protocols.base.ParseMemo` of the bodies of one source (a batch's
+    prefixes of one native file repeat each other's messages: only the new ones are read)."""
     if facts is None:
         from pvisor.adapters.protocols import get_protocol
 
-        facts = prefix_facts(get_protocol(protocol).parse_request(body, path=path, query=query))
+        conv = get_protocol(protocol).parse_request(body, path=path, query=query, memo=memo)
+        facts = prefix_facts(conv)
     last = facts["last"]
     if last is None:
         ends = "nothing"
