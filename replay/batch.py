@@ -124,7 +124,9 @@ class SourceReads:
     was committed to it. Holds the parsed sources until it is dropped (a batch keeps at most
     :attr:`max_sources` of them, the least recently used going first), and what the prefixes of
     at most :attr:`max_memos` sources' steps share: their tool-call records (:meth:`tool_calls`)
-    and the messages of their bodies read back (:meth:`parses`)."""
+    and the messages of their bodies read back (:meth:`parses`; each message once, with its
+    JSON: about the size of the source's longest prefix). A memo keeps its source's steps
+    until it is dropped, also after the source's own cache let them go."""
 
     def __init__(self, max_sources: int = 64, max_memos: int = 16) -> None:
         self.max_sources = max_sources
