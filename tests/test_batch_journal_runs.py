@@ -336,13 +336,10 @@ def test_a_tool_call_memo_gives_each_boundary_what_the_steps_give_without_it():
             assert memo.made == calls + unsent_made, path.name
             calls_seen += calls
     assert calls_seen > 50
-
-
-def test_a_tool_call_record_of_replay_only_is_written_as_the_loop_over_its_fields_writes_it():
-    from pvisor.replay.result import ResultPart, ToolCallRecord
+    # a record of replay-only too (its fields that prepare-only leaves out), in the same order
+    from pvisor.replay.result import ToolCallRecord
 
     record = ToolCallRecord(3, "c", "bash", "function", "a" * 64, "{}", False, "b" * 64, "b" * 64, True,
                             equal_normalised=True, replayed_call_id="c2")  # fmt: skip
-    assert record.to_json() == ResultPart.to_json(record)
-    assert list(record.to_json()) == list(ResultPart.to_json(record))  # in the same order
+    assert orjson.dumps(record.to_json()) == orjson.dumps(ResultPart.to_json(record))
     assert record.to_json()["replayed_call_id"] == "c2"
