@@ -593,6 +593,7 @@ def classify_exchanges(
     prefer: Prefer | None = None,
     run: str | None = None,
     final_response: Callable[[Exchange], Any] | None = None,
+    on_conversation: Callable[[Request, Conversation], None] | None = None,
 ) -> Classification:
     """Apply the chain rule (module docstring) to one run's exchanges.
 
@@ -607,6 +608,11 @@ def classify_exchanges(
         final_response: gives an exchange's final response object (or None), such as
             ``lambda ex: read_final_response(reader, ex)[0]``; needed to follow a Responses
             ``previous_response_id`` (without it, such a request starts a chain of its own).
+        on_conversation: handed each candidate and its body's conversation as soon as it is
+            parsed (the body alone, before a ``previous_response_id`` is followed), so that a
+            caller that needs something of every body (prepare-only's description of a prefix)
+            does not parse it again. The conversation must not be changed, nor kept: its
+            messages are shared with the other requests' (:class:`ParseMemo`).
 
     Returns:
         A :class:`Classification`. Never raises for bad bodies: they are left out with a reason.
@@ -625,6 +631,8 @@ def classify_exchanges(
         requests.append(req)
         if conv is None:
             continue
+        if on_conversation is not None:
+            on_conversation(req, conv)
         own = conv.messages
         if req.previous_response_id is not None:
             responses.follow(req, seen, reader)
@@ -932,11 +940,13 @@ def classify_run(
     *,
     prefer: Prefer | None = None,
     on_request_body: Callable[[Exchange, bytes | None], None] | None = None,
+    on_conversation: Callable[[Request, Conversation], None] | None = None,
 ) -> Classification:
     """Apply the chain rule to the run ``run_id`` (or a unique prefix) of a journal.
 
     ``on_request_body`` is handed each request body as it is read (a caller that needs the
-    bodies too, as the report does, reads them once). ``prefer`` None: the hint of the run's
+    bodies too, as the report does, reads them once); ``on_conversation`` each candidate's
+    parsed body (:func:`classify_exchanges`). ``prefer`` None: the hint of the run's
     agent's descriptor, if pvisor knows that agent. Raises UsageError (from the reader) when
     no run or several match; IntegrityError when a stored body is damaged.
     """
@@ -964,6 +974,7 @@ def classify_run(
                 prefer=prefer,
                 run=run.id,
                 final_response=lambda ex: read_final_response(reader, ex)[0],
+                on_conversation=on_conversation,
             )
     finally:
         if collecting:

@@ -22,13 +22,15 @@ import enum
 import os
 import time
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
 import orjson
 from pvisor.adapters.native import read_native
+from pvisor.adapters.protocols.base import ParseMemo
 from pvisor.core.errors import PvisorError
 
 from .errors import ReplayUsageError, error_code, error_detail, show_path
+from .result_parts import ToolCallMemo
 from .journal_runs import JournalRuns
 from .prefix import Prefix
 from .prepare import PrepareOptions, check_inputs_not_outputs, check_options, compute
@@ -120,12 +122,18 @@ class SourceReads:
     known by its resolved path, device, inode, size and modification time, so that one
     rewritten between two requests is read again; a journal's runs are read again once anything
     was committed to it. Holds the parsed sources until it is dropped (a batch keeps at most
-    :attr:`max_sources` of them, the least recently used going first)."""
+    :attr:`max_sources` of them, the least recently used going first), and what the prefixes of
+    at most :attr:`max_memos` sources' steps share: their tool-call records (:meth:`tool_calls`)
+    and the messages of their bodies read back (:meth:`parses`; each message once, with its
+    JSON: about the size of the source's longest prefix). A memo keeps its source's steps
+    until it is dropped, also after the source's own cache let them go."""
 
-    def __init__(self, max_sources: int = 64) -> None:
+    def __init__(self, max_sources: int = 64, max_memos: int = 16) -> None:
         self.max_sources = max_sources
+        self.max_memos = max_memos
         self._native: dict[tuple, Any] = {}
         self._digests: dict[tuple, str] = {}
+        self._memos: dict[tuple, tuple[Sequence[Any], Any]] = {}
         self.runs = JournalRuns()
 
     def close(self) -> None:
@@ -147,6 +155,38 @@ class SourceReads:
         if digest is None:
             digest = self._digests[key] = file_sha256(path)
         return digest
+
+    def tool_calls(
+        self,
+        steps: Sequence[Any],
+        key: Hashable,
+        wire: Callable[[], Callable[[Any], list[str | None]] | None],
+    ) -> ToolCallMemo | None:
+        """The :class:`~.result_parts.ToolCallMemo` of ``steps`` (a source's steps, the very
+        object: a journal run's classified once, a native file's read once) and the call ids'
+        wire form ``key`` (None: the ids the steps hold; for a native file the agent and the
+        protocol), made with ``wire()`` on first use. None for steps built for one prefix alone
+        (an adapter that builds its steps lazily: nothing to share)."""
+        return self._memo(steps, ("tool_calls", key), lambda: ToolCallMemo(steps, wire()))
+
+    def parses(self, steps: Sequence[Any], protocol: str) -> ParseMemo | None:
+        """The :class:`~pvisor.adapters.protocols.base.ParseMemo` with which the prefixes of
+        the source of ``steps`` (as for :meth:`tool_calls`) in ``protocol`` are read back
+        (:func:`~.result_parts.describe_prefix`): one body repeats another's messages."""
+        return self._memo(steps, ("parses", protocol), ParseMemo)
+
+    def _memo(self, steps: Sequence[Any], key: Hashable, make: Callable[[], Any]) -> Any:
+        if not isinstance(steps, list):
+            return None
+        memo_key = (id(steps), key)
+        held = self._memos.pop(memo_key, None)
+        if held is None or held[0] is not steps:
+            # the steps are held with the memo, so another object never takes their id meanwhile
+            held = (steps, make())
+            while len(self._memos) >= self.max_memos:
+                self._memos.pop(next(iter(self._memos)))
+        self._memos[memo_key] = held  # last: the most recently used
+        return held[1]
 
     def native(self, path: Path, agent: str, session: str | None) -> Any:
         """``read_native(path, agent, session)``, once per file, agent and session."""

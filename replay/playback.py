@@ -68,7 +68,8 @@ from pvisor.journal.redact import REQUEST_HEADER_ALLOW, redact_exchange_meta
 from .plan import stays_below
 from .prefix import append_action, request_meta
 from .recording import RecordedReply, Recording, aux_key
-from .result import ToolCallRecord, arguments_record, content_sha256, match_results
+from .result_parts import match_results
+from .result import ToolCallRecord, arguments_record, content_sha256
 from .source import finish_at, is_made_up
 
 #: flags playback journals with the exchanges it answers (``exchanges.flags``)

@@ -121,6 +121,9 @@ class Prefix(Record, record=True):
         exchange: the journal exchange whose body this is (or that was rendered on), or None.
         notes: warnings ``(code, message)`` for the result's ``warnings``.
         compaction: the result's ``prefix.compaction`` (:func:`compaction_record`), or None.
+        facts: what the result says of ``body`` when the source knows it already (a journal
+            run's recorded request, parsed when the run was classified:
+            :func:`~.result_parts.prefix_facts`), or None: the body is parsed again.
     """
 
     protocol: str
@@ -131,6 +134,7 @@ class Prefix(Record, record=True):
     exchange: str | None = None
     notes: list[tuple[str, str]] = field(default_factory=list)
     compaction: dict[str, Any] | None = None
+    facts: dict[str, Any] | None = None
 
     def __init__(
         self,
@@ -142,6 +146,7 @@ class Prefix(Record, record=True):
         exchange: str | None = None,
         notes: list[tuple[str, str]] | None = None,
         compaction: dict[str, Any] | None = None,
+        facts: dict[str, Any] | None = None,
     ) -> None:
         self.protocol = protocol
         self.body = body
@@ -151,6 +156,7 @@ class Prefix(Record, record=True):
         self.exchange = exchange
         self.notes = [] if notes is None else notes
         self.compaction = compaction
+        self.facts = facts
 
 
 def request_meta(
@@ -244,15 +250,24 @@ class ClassifiedRun:
     """A journal run read and classified for one agent and episode, what every prefix of it
     starts from: ``classification`` (its main chain the episode's chain), ``trajectory`` (its
     steps and meta), ``episode`` (the :class:`~.episodes.Episode` chosen; None for the main loop
-    by default) and, read when first asked for, its compactions (:meth:`compactions`). The
+    by default), ``facts`` (exchange id -> :func:`~.result_parts.prefix_facts` of each request the
+    chain rule parsed: what a prefix that is that request's body says of it, without parsing it
+    again) and, read when first asked for, its compactions (:meth:`compactions`). The
     prefixes of a batch share one (:mod:`.journal_runs`): nothing here is changed by a prefix."""
 
-    __slots__ = ("classification", "trajectory", "episode", "_compactions")
+    __slots__ = ("classification", "trajectory", "episode", "facts", "_compactions")
 
-    def __init__(self, classification: Any, trajectory: Any, episode: Episode | None) -> None:
+    def __init__(
+        self,
+        classification: Any,
+        trajectory: Any,
+        episode: Episode | None,
+        facts: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
         self.classification = classification
         self.trajectory = trajectory
         self.episode = episode
+        self.facts = {} if facts is None else facts
         self._compactions: list[Any] | None = None
 
     def compactions(self, reader: Any) -> list[Any]:
@@ -276,7 +291,14 @@ class ClassifiedRun:
 def classify_journal_run(reader: Any, run_id: str, agent: str, episode: str | None) -> ClassifiedRun:
     """The :class:`ClassifiedRun` of run ``run_id`` (a full id) for ``agent``'s chain hint and
     ``episode`` (:func:`journal_episode`, whose errors it raises)."""
-    return ClassifiedRun(*journal_episode(reader, run_id, agent, episode))
+    from .result_parts import prefix_facts
+
+    facts: dict[str, dict[str, Any]] = {}
+
+    def parsed(request: Any, conv: Conversation) -> None:
+        facts[request.id] = prefix_facts(conv)
+
+    return ClassifiedRun(*journal_episode(reader, run_id, agent, episode, parsed), facts)
 
 
 def _journal_prefix(
@@ -288,14 +310,13 @@ def _journal_prefix(
     seen: list[Source],
     classified: ClassifiedRun,
 ) -> tuple[Source, Prefix, dict[str, Any]]:
-    journal = reader.path
     d = descriptor(agent)
     launch = d if d.launchable else None
     classification, traj, chosen = classified.classification, classified.trajectory, classified.episode
     main = classification.main_requests
     source = Source(
         kind="journal",
-        path=journal,
+        path=reader.path,
         run=run.id,
         agent_version=run.agent_version,
         profile=f"{agent} launch profile {launch.versions}" if launch is not None else None,
@@ -342,6 +363,7 @@ def _journal_prefix(
             },
             exchange=ex.id,
             compaction=compaction,
+            facts=classified.facts.get(ex.id),
         )
         return source, prefix, traj.meta
     # N = S: render request N + A_N
@@ -387,15 +409,21 @@ def _step_notes(traj: Any, after_step: int, chosen: Episode | None) -> list[tupl
 
 
 def journal_episode(
-    reader: Any, run_id: str, agent: str, episode: str | None
+    reader: Any,
+    run_id: str,
+    agent: str,
+    episode: str | None,
+    parsed: Callable[[Any, Conversation], None] | None = None,
 ) -> tuple[Any, Any, Episode | None]:
     """(classification, trajectory, episode) of the run's episode ``episode`` (None: the main
     one, no episode read): the classification's main chain is that episode's chain.
+    ``parsed``: handed each request the chain rule parsed with its conversation
+    (:func:`~pvisor.adapters.chains.classify_run`'s ``on_conversation``).
     ReplayBadInput ``unknown_episode`` for an id the run does not have."""
     from pvisor.adapters.chains import classify_run
     from pvisor.adapters.journal_trajectory import build_trajectory
 
-    classification = classify_run(reader, run_id, prefer=descriptor(agent).chain_hint)
+    classification = classify_run(reader, run_id, prefer=descriptor(agent).chain_hint, on_conversation=parsed)
     traj = build_trajectory(reader, classification)
     if episode is None:
         return classification, traj, None

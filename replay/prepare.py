@@ -55,11 +55,11 @@ from .result import (
     file_sha256,
     notes_messages,
     prefix_record,
-    tool_call_records,
     workspace_digest,
     write_failed,
     write_outputs,
 )
+from .result_parts import tool_call_records
 from .source import Source, descriptor, finish_at
 from .spec import collect, in_order, problems_error, raise_problems
 
@@ -515,7 +515,7 @@ def compute(
     t = time.perf_counter()
     prefix, source = _build(opts, reads)
     timings.prefix = elapsed_ms(t, time.perf_counter())
-    _fill(result, opts, prefix, source, shown)
+    _fill(result, opts, prefix, source, shown, reads)
     if opts.workspace is not None:
         t = time.perf_counter()
         ws_after = workspace_digest(opts.workspace)
@@ -575,7 +575,11 @@ def _fill(
     prefix: Prefix,
     source: Source,
     shown: tuple[Path | str, Path | str],
+    reads: "SourceReads | None" = None,
 ) -> None:
+    """``result`` filled from the prefix and its source; ``reads``: a batch's, whose memos give
+    each step's tool-call records once for all its prefixes (and the prefix's ``facts`` what a
+    journal run's classification knew of its body: neither is computed again)."""
     result.fill_source(source)
     result.prefix = prefix_record(
         prefix.protocol,
@@ -587,10 +591,22 @@ def _fill(
         prefix.exchange,
         prefix.origin,
         prefix.compaction,
+        prefix.facts,
+        reads.parses(source.steps, prefix.protocol) if reads is not None and prefix.facts is None else None,
     )
-    wire = _wire_ids(opts.agent, prefix.protocol) if source.kind == "native" else None
+    native = source.kind == "native"
+
+    def wire() -> Callable[[Any], list[str | None]] | None:
+        return _wire_ids(opts.agent, prefix.protocol) if native else None
+
+    # a native file's call ids are the agent's wire form of them, which depends on the agent
+    # and the protocol; a journal run's are those it sent
+    key = (opts.agent, prefix.protocol) if native else None
+    memo = reads.tool_calls(source.steps, key, wire) if reads is not None else None
     unsent = finish_at(descriptor(opts.agent), source.steps, opts.after_step) is not None
-    result.tool_calls = tool_call_records(source.steps, opts.after_step, wire, unsent)
+    result.tool_calls = tool_call_records(
+        source.steps, opts.after_step, memo.wire if memo is not None else wire(), unsent, memo
+    )
     result.warnings = notes_messages([*opts.option_notes, *source.notes, *prefix.notes])
 
 

@@ -15,11 +15,12 @@ The output directory holds three files (docs/replay.md):
   :mod:`pvisor.replay.agent_result`; ``mode`` is a :class:`~pvisor.journal.model.RunMode`,
   ``status`` a :class:`ResultStatus`),
   made by :meth:`ResultDocument.start` (``status: failed``, nothing done yet) and filled by each
-  mode (:func:`prefix_record`, :func:`tool_call_records`, :meth:`ResultDocument.fill_source`,
-  :meth:`ResultDocument.fail`); :meth:`ResultDocument.to_json` gives the dict, field by field
-  in the record's order (a field a mode does not write holds :data:`ABSENT` and is left out),
-  written as :func:`dump_result` gives it. An error never carries the document: the modes
-  return it beside the error (``PrepareOutcome.error``, ``ReplayOnlyOutcome.error``).
+  mode (:func:`prefix_record`, :func:`~.result_parts.tool_call_records`,
+  :meth:`ResultDocument.fill_source`, :meth:`ResultDocument.fail`); :meth:`ResultDocument.to_json`
+  gives the dict, field by field in the record's order (a field a mode does not write holds
+  :data:`ABSENT` and is left out), written as :func:`dump_result` gives it. An error never
+  carries the document: the modes return it beside the error (``PrepareOutcome.error``,
+  ``ReplayOnlyOutcome.error``).
 
 The output directory (its checks, its creation, files written under temporary names and renamed
 into place) is :mod:`.output`'s; :func:`write_outputs` and :func:`write_failed` write the files
@@ -37,14 +38,14 @@ from __future__ import annotations
 import enum
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 
 from pvisor.adapters.jsonio import dumps
 from pvisor.core import digest
 from pvisor.core.digest import sha256_hex
 from pvisor.core.errors import PvisorError
-from pvisor.journal.model import RunMode, Step, ToolCall, ToolResult
+from pvisor.journal.model import RunMode
 from pvisor.journal.redact import redact_text
 from pvisor.core.record import Record
 
@@ -58,7 +59,6 @@ from .output import (
     write_file,
     write_temps,
 )
-from .source import is_made_up
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -168,6 +168,12 @@ def json_value(value: Any) -> Any:
     return value
 
 
+#: the classes whose values :func:`json_value` gives back as they are, taken as they are
+#: without the call (exact classes: an enum derived from str is none of them); a document holds
+#: some 15 such values per tool call, and a batch's prefix of 200 steps as many tool calls
+_AS_IS = frozenset({str, int, float, bool, type(None), dict})
+
+
 class ResultPart:
     """The ``to_json()`` of the records of the document: one key per field, in the fields'
     order, its value by :func:`json_value`; a field holding :data:`ABSENT` is left out."""
@@ -178,7 +184,7 @@ class ResultPart:
         # the slots are the fields, in order (this class and Record hold none): the Field
         # objects, which prepare-only never needs, stay unmade (core/record.py)
         return {
-            name: json_value(value)
+            name: value if value.__class__ in _AS_IS else json_value(value)
             for name in self.__slots__  # type: ignore[attr-defined]
             if (value := getattr(self, name)) is not ABSENT
         }
@@ -273,7 +279,7 @@ class PrefixRecord(ResultPart, Record, record=True):
             rows: ``FILE#LINE/prefix`` and ``FILE#LINE/request``).
         sha256, bytes: SHA-256 and length of the body's bytes.
         message_count, ends_with (one of :data:`PREFIX_ENDS`), system_present, tools_present, model,
-            stream: the body read back with its protocol (:func:`describe_prefix`).
+            stream: the body read back with its protocol (:func:`~.result_parts.describe_prefix`).
         rendered: False when the body is a recorded request byte for byte.
         exchange: the journal exchange whose body it is (or that was rendered on), or None.
         origin: part (``messages``, ``task_context``, ``system``, ``tools``, ``params``,
@@ -423,6 +429,30 @@ class ToolCallRecord(ResultPart, Record, record=True):
         self.equal_normalised = equal_normalised
         self.replayed_call_id = replayed_call_id
         self.observation_not_sent = observation_not_sent
+
+    def to_json(self) -> dict[str, Any]:
+        """:meth:`ResultPart.to_json`, written out: a document holds one record per tool call of
+        steps 1..N, each of plain values, and a batch makes thousands of documents (what the
+        loop over the fields costs is most of a journal prefix's own time, docs/benchmarks.md);
+        tests/test_batch_journal_runs.py compares it with the loop."""
+        out = {
+            "step": self.step,
+            "call_id": self.call_id,
+            "name": self.name,
+            "kind": self.kind,
+            "arguments_sha256": self.arguments_sha256,
+            "arguments": self.arguments,
+            "arguments_truncated": self.arguments_truncated,
+            "historical_observation_sha256": self.historical_observation_sha256,
+            "replayed_observation_sha256": self.replayed_observation_sha256,
+            "equal": self.equal,
+        }
+        if self.equal_normalised is not ABSENT:
+            out["equal_normalised"] = self.equal_normalised
+        if self.replayed_call_id is not ABSENT:
+            out["replayed_call_id"] = self.replayed_call_id
+        out["observation_not_sent"] = self.observation_not_sent
+        return out
 
 
 class WorkspaceRecord(ResultPart, Record, record=True):
@@ -822,83 +852,6 @@ def notes_messages(notes: Sequence[tuple[str, str]]) -> list[ResultMessage]:
 # --------------------------------------------------------------------------- its parts
 
 
-def match_results(calls: list[ToolCall], results: list[ToolResult]) -> list[ToolResult | None]:
-    """The result answering each call: the one with its call id, else the one at its
-    position when that one answers no other call (Gemini CLI gives its own ids)."""
-    by_id = {r.call_id: r for r in results if r.call_id is not None}
-    call_ids = {c.id for c in calls if c.id is not None}
-    out: list[ToolResult | None] = []
-    for i, c in enumerate(calls):
-        if c.id is not None and c.id in by_id:
-            out.append(by_id[c.id])
-        elif i < len(results) and (results[i].call_id is None or results[i].call_id not in call_ids):
-            out.append(results[i])
-        else:
-            out.append(None)
-    return out
-
-
-def tool_call_records(
-    steps: Sequence[Step],
-    after_step: int,
-    wire: Callable[[Any], list[str | None]] | None = None,
-    unsent: bool = False,
-) -> list[ToolCallRecord]:
-    """``tool_calls`` of the result: one record per tool call of steps 1..N, in order.
-    ``wire(action)``: the call ids as the agent sends them (a native file may store its own
-    form: Gemini CLI's ``<name>__<id>``), so that ``call_id`` names the id the prefix carries.
-    ``unsent``: O_N was never sent (A_N is the agent's finish action, :func:`~.source.finish_at`):
-    the calls of A_N are flagged ``observation_not_sent`` and have no historical observation."""
-    out: list[ToolCallRecord] = []
-    for i in range(after_step):
-        step = steps[i]
-        calls = list(step.action.tool_calls)
-        ids = wire(step.action) if wire is not None else [c.id for c in calls]
-        not_sent = unsent and i == after_step - 1
-        results = [] if not_sent else list(step.observation.results)
-        for c, r, cid in zip(calls, match_results(calls, results), ids):
-            out.append(
-                ToolCallRecord(
-                    step.n,
-                    cid,
-                    c.name,
-                    c.kind,
-                    *arguments_record(c.arguments_raw),
-                    content_sha256(r.content) if r is not None and not is_made_up(r) else None,
-                    observation_not_sent=not_sent,
-                )
-            )
-    return out
-
-
-def describe_prefix(protocol: str, body: bytes, path: str, query: str, after_step: int) -> dict[str, Any]:
-    """``message_count``, ``ends_with``, ``system_present`` and ``tools_present`` of a prefix
-    body, read back with the protocol module (the body must parse: a rendered one always does,
-    a recorded one parsed when the chain rule read it)."""
-    from pvisor.adapters.protocols import get_protocol
-
-    conv = get_protocol(protocol).parse_request(body, path=path, query=query)
-    last = conv.messages[-1] if conv.messages else None
-    if last is None:
-        ends = "nothing"
-    elif last.role == "assistant":
-        ends = "action"
-    elif any(isinstance(p, ToolResult) for p in last.parts):
-        ends = "observation"
-    elif after_step == 0:
-        ends = "task"
-    else:
-        ends = "observation"
-    return {
-        "message_count": len(conv.messages),
-        "ends_with": ends,
-        "system_present": bool(conv.system),
-        "tools_present": bool(conv.tools),
-        "model": conv.model,
-        "stream": conv.stream,
-    }
-
-
 def prefix_record(
     protocol: str,
     body: bytes,
@@ -909,14 +862,20 @@ def prefix_record(
     exchange: str | None,
     origin: dict[str, str],
     compaction: dict[str, Any] | None = None,
+    facts: dict[str, Any] | None = None,
+    memo: Any = None,
 ) -> PrefixRecord:
     """The result's ``prefix`` record for ``body`` written to ``out``/prefix.json (or to the
     two places ``out`` names: the prefix and request files, or a batch's row);
-    ``compaction``: the compaction the prefix starts from (``prefix.compaction``), or None."""
+    ``compaction``: the compaction the prefix starts from (``prefix.compaction``), or None;
+    ``facts``: what is known of the body already (:func:`~.result_parts.prefix_facts`), or None
+    to parse it (with ``memo``, :func:`~.result_parts.describe_prefix`'s)."""
     shown = (
         out if isinstance(out, tuple) else (os.path.join(out, PREFIX_FILE), os.path.join(out, REQUEST_FILE))
     )
-    desc = describe_prefix(protocol, body, request["path"], request["query"], after_step)
+    from .result_parts import describe_prefix  # here: result_parts imports this module
+
+    desc = describe_prefix(protocol, body, request["path"], request["query"], after_step, facts, memo)
     from pvisor.adapters.protocols import get_protocol
 
     breakpoints = get_protocol(protocol).cache_breakpoints(body)

@@ -2,9 +2,13 @@
 one run with the same options share its classification, each prefix is still what a single
 prepare-only writes, lines of other options (agent, episode) get their own, and a journal
 written between two lines is read again, as a single prepare reads a run still being written.
+What a line adds is not O(steps) of Python work either: each step's tool-call records are made
+once for all the lines of a source (replay/result_parts.py ``ToolCallMemo``), and a recorded
+prefix is described from what the classification read of it, not parsed again.
 
-The work is counted, never timed: the runs classified (``JournalRuns.runs_classified``) and the
-SQL statements the batch's journal connection ran (SQLite's trace callback)."""
+The work is counted, never timed: the runs classified (``JournalRuns.runs_classified``), the
+SQL statements the batch's journal connection ran (SQLite's trace callback) and the tool-call
+records made (``ToolCallMemo.made``)."""
 
 from __future__ import annotations
 
@@ -50,6 +54,7 @@ def single(opts: PrepareOptions) -> dict[str, object]:
 
 
 def test_fifty_boundaries_of_one_journal_run_read_it_once_and_each_is_its_single_prepare(tmp_path: Path):
+    # and make the records of its tool calls once
     journal = tmp_path / "j.sqlite"
     run = batch_bench.chat_run(journal, tmp_path / "run.traj.json", 60)
     bounds = random.Random(41).sample(range(1, 60), 48) + [0, 60]  # 60: the last, rendered
@@ -65,6 +70,9 @@ def test_fifty_boundaries_of_one_journal_run_read_it_once_and_each_is_its_single
     for outcome in prepare_many(opts, reads=reads):
         assert outcome.status is Status.OK, outcome.error
         per_line.append(len(statements) - sum(per_line))
+    steps = reads.runs.classified(reads.runs.reader(journal), run, "mini-swe-agent", None).trajectory.steps
+    memo = reads.tool_calls(steps, None, lambda: None)
+    assert memo is not None and memo.made == 59  # one record per call of the 59 actions, for 50 lines
     reads.close()
     # one prepare's work is the first line's (the run read and classified); the 49 others
     # together read less than it again: the batch costs at most twice one prepare
@@ -256,3 +264,82 @@ def test_a_journal_replaced_under_its_path_between_two_lines_is_opened_again(tmp
     assert comparable(tmp_path / "b") == single(
         PrepareOptions("mini-swe-agent", 5, tmp_path / "single", run="r", journal=journal)
     )
+
+
+def test_what_a_runs_classification_knows_of_each_request_is_what_parsing_it_again_says(tmp_path: Path):
+    # a recorded prefix is described from these facts: each must be what the result said when
+    # it parsed the body again (every protocol, retries, resumed and auxiliary requests)
+    from corpus_runs import RUNS, record_corpus_runs
+
+    from pvisor.adapters.protocols import get_protocol
+    from pvisor.journal.reader import JournalReader
+    from pvisor.replay.prefix import classify_journal_run
+    from pvisor.replay.result_parts import prefix_facts
+
+    from conftest import corpus_dir
+
+    journal = tmp_path / "j.sqlite"
+    record_corpus_runs(corpus_dir(), journal)
+    _subagent_run(journal)
+    seen: dict[str, int] = {}
+    with JournalReader(journal) as reader:
+        for run, agent in [*((r, a) for r, (a, _) in RUNS.items()), ("r-sub", "claude-code")]:
+            classified = classify_journal_run(reader, run, agent, None)
+            main = {r.id for r in classified.classification.main_requests}
+            assert main <= set(classified.facts), run
+            for request in classified.classification.requests:
+                if request.id not in classified.facts:
+                    continue
+                ex = request.exchange
+                conv = get_protocol(request.protocol).parse_request(
+                    reader.request_body(ex), path=ex.path, query=ex.query
+                )
+                assert classified.facts[request.id] == prefix_facts(conv), (run, request.id)
+                seen[request.protocol] = seen.get(request.protocol, 0) + 1
+    assert set(seen) == {"anthropic", "gemini", "openai-chat", "openai-responses"}, seen
+
+
+def test_a_tool_call_memo_gives_each_boundary_what_the_steps_give_without_it():
+    # every native sample of the corpus (parallel calls, errors, results matched by position),
+    # its boundaries in a random order, A_N's observation sent and not: the same records, and
+    # each step's made once but the unsent ones, which are made for their boundary
+    from pvisor.adapters.native import read_native
+    from pvisor.core.errors import BadInputError
+    from pvisor.replay.result import ResultPart
+    from pvisor.replay.result_parts import ToolCallMemo, tool_call_records
+
+    from native_helpers import native_dir
+
+    files = [(d.name, f) for d in sorted(native_dir().iterdir()) if d.is_dir() for f in sorted(d.iterdir())]
+    calls_seen = 0
+    for agent, path in files:
+        if path.name == "PROVENANCE.md" or agent == "atif":
+            continue
+        try:
+            steps = list(read_native(path, agent)[0].trajectory.steps)
+        except BadInputError:  # a sample that is read another way (an OpenCode database's dump)
+            continue
+        for wire in (None, lambda action: [f"wire-{c.id}" for c in action.tool_calls]):
+            memo = ToolCallMemo(steps, wire)
+            bounds = [(n, unsent) for n in range(len(steps) + 1) for unsent in (False, True)]
+            random.Random(len(steps)).shuffle(bounds)
+            unsent_made = 0
+            for n, unsent in bounds:
+                got = tool_call_records(steps, n, wire, unsent, memo)
+                want = tool_call_records(steps, n, wire, unsent)
+                written = orjson.dumps([r.to_json() for r in got])  # keys in order
+                assert written == orjson.dumps([r.to_json() for r in want]), (path.name, n, unsent)
+                # the written-out to_json of a record is the loop over its fields
+                assert written == orjson.dumps([ResultPart.to_json(r) for r in got])
+                unsent_made += len(steps[n - 1].action.tool_calls) if unsent and n > 0 else 0
+            calls = sum(len(s.action.tool_calls) for s in steps)
+            assert memo.made == calls + unsent_made, path.name
+            calls_seen += calls
+    assert calls_seen > 50
+    # a record of replay-only too (its fields that prepare-only leaves out), in the same order
+    from pvisor.replay.result import ToolCallRecord
+
+    record = ToolCallRecord(3, "c", "bash", "function", "a" * 64, "{}", False, "b" * 64, "b" * 64, True,
+                            equal_normalised=True, replayed_call_id="c2")  # fmt: skip
+    assert orjson.dumps(record.to_json()) == orjson.dumps(ResultPart.to_json(record))
+    assert record.to_json()["replayed_call_id"] == "c2"
