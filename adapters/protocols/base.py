@@ -689,6 +689,29 @@ def count_sum(*values: Any) -> int | None:
     return sum(found) if found else None
 
 
+def openai_usage(inputs: str, outputs: str) -> Callable[[Any], TokenUsage]:
+    """The ``normalised_usage`` of an OpenAI usage object whose counts are ``INPUTS_tokens`` and
+    ``OUTPUTS_tokens`` (Chat Completions ``prompt``/``completion``, Responses ``input``/``output``):
+    cached tokens are within the input (``INPUTS_tokens_details.cached_tokens``; those written to
+    the cache ``cache_write_tokens``, where a provider reports them), reasoning within the output
+    (``OUTPUTS_tokens_details.reasoning_tokens``)."""
+    input_details, output_details = f"{inputs}_tokens_details", f"{outputs}_tokens_details"
+    inputs, outputs = f"{inputs}_tokens", f"{outputs}_tokens"
+
+    def normalised_usage(usage: Any) -> TokenUsage:
+        if not isinstance(usage, dict):
+            return TokenUsage()
+        return TokenUsage(
+            input_tokens=first_int(usage.get(inputs)),
+            cached_input_tokens=first_int(dig(usage, input_details, "cached_tokens")),
+            cache_creation_input_tokens=first_int(dig(usage, input_details, "cache_write_tokens")),
+            output_tokens=first_int(usage.get(outputs)),
+            reasoning_tokens=first_int(dig(usage, output_details, "reasoning_tokens")),
+        )
+
+    return normalised_usage
+
+
 def dig(d: Any, *keys: str) -> Any:
     """``d[k1][k2]...``, or None as soon as a level is not a dict."""
     for k in keys:

@@ -31,11 +31,10 @@ import orjson
 from pvisor.adapters.protocols.base import (
     check_insert,
     compact_json,
-    dig,
     dumps,
     field_state,
     final_object,
-    first_int,
+    openai_usage,
     function_tools_only,
     IdSource,
     json_type,
@@ -58,7 +57,6 @@ from pvisor.adapters.protocols.base import (
     request_parser,
     split_text,
     stream_in_body,
-    TokenUsage,
     tools_as_parsed,
     with_body_model,
     wrong_json,
@@ -1002,18 +1000,5 @@ def reasoning_refusal(status: int, body: bytes) -> str | None:
 #: no path of this protocol asks for a token count (:func:`counts_tokens`)
 TOKEN_COUNT_FIELD: str | None = None
 
-
-def normalised_usage(usage: Any) -> TokenUsage:
-    """:class:`TokenUsage` of a Chat Completions ``usage``: ``prompt_tokens`` includes the cached
-    ones (``prompt_tokens_details.cached_tokens``; those written to the cache
-    ``cache_write_tokens``, where a provider reports them), ``completion_tokens`` the reasoning ones
-    (``completion_tokens_details.reasoning_tokens``)."""
-    if not isinstance(usage, dict):
-        return TokenUsage()
-    return TokenUsage(
-        input_tokens=first_int(usage.get("prompt_tokens")),
-        cached_input_tokens=first_int(dig(usage, "prompt_tokens_details", "cached_tokens")),
-        cache_creation_input_tokens=first_int(dig(usage, "prompt_tokens_details", "cache_write_tokens")),
-        output_tokens=first_int(usage.get("completion_tokens")),
-        reasoning_tokens=first_int(dig(usage, "completion_tokens_details", "reasoning_tokens")),
-    )
+#: usage: ``prompt_tokens`` (cached ones within), ``completion_tokens`` (reasoning within), their details
+normalised_usage = openai_usage("prompt", "completion")

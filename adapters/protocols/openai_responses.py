@@ -65,6 +65,7 @@ from pvisor.adapters.protocols.base import (
     dumps,
     field_state,
     first_int,
+    openai_usage,
     IdSource,
     json_type,
     loads_json,
@@ -85,7 +86,6 @@ from pvisor.adapters.protocols.base import (
     short,
     stream_in_body,
     strip_volatile,
-    TokenUsage,
     with_body_model,
 )
 from pvisor.core.lazyre import LazyPattern
@@ -1494,18 +1494,5 @@ def converted_tool_raw(tool: ToolSpec) -> dict:
 #: no path of this protocol asks for a token count (:func:`counts_tokens`)
 TOKEN_COUNT_FIELD: str | None = None
 
-
-def normalised_usage(usage: Any) -> TokenUsage:
-    """:class:`TokenUsage` of a Responses ``usage``: ``input_tokens`` includes the cached ones
-    (``input_tokens_details.cached_tokens``; those written to the cache
-    ``cache_write_tokens``, where a provider reports them), ``output_tokens`` the reasoning ones
-    (``output_tokens_details.reasoning_tokens``)."""
-    if not isinstance(usage, dict):
-        return TokenUsage()
-    return TokenUsage(
-        input_tokens=first_int(usage.get("input_tokens")),
-        cached_input_tokens=first_int(dig(usage, "input_tokens_details", "cached_tokens")),
-        cache_creation_input_tokens=first_int(dig(usage, "input_tokens_details", "cache_write_tokens")),
-        output_tokens=first_int(usage.get("output_tokens")),
-        reasoning_tokens=first_int(dig(usage, "output_tokens_details", "reasoning_tokens")),
-    )
+#: usage: ``input_tokens`` (cached ones within), ``output_tokens`` (reasoning within), their details
+normalised_usage = openai_usage("input", "output")
