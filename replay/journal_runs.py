@@ -17,10 +17,11 @@ prepare-only reads what the journal holds when it reads it, finished or not; a c
 gives the same, because a journal's runs are dropped as soon as anything was committed to it
 since they were read: SQLite's ``PRAGMA data_version`` on the open connection changes on every
 commit of another connection (https://sqlite.org/pragma.html#pragma_data_version), asked
-before each line. A journal file replaced or moved (another inode under its path) is opened
-again. A run whose reading or classification fails is not kept: the next line that names it
-reads it again (and fails alike); a line that fails after (its boundary past the end, another
-protocol) leaves the classified run to the others.
+before each line. A journal file replaced or moved (another inode under its path), or
+overwritten in place (``cp`` keeps the inode, and a connection in WAL mode sees no commit: its
+size or modification time changed), is opened again. A run whose reading or classification fails
+is not kept: the next line that names it reads it again (and fails alike); a line that fails
+after (its boundary past the end, another protocol) leaves the classified run to the others.
 """
 
 from __future__ import annotations
@@ -35,12 +36,13 @@ if TYPE_CHECKING:
 
 
 class _Open:
-    """One journal kept open: its reader, the file's ``(st_dev, st_ino)`` when it was opened,
-    and the connection's ``data_version`` when its runs were last known current."""
+    """One journal kept open: its reader, the file's ``(st_dev, st_ino, st_size, st_mtime_ns)``
+    when it was opened, and the connection's ``data_version`` when its runs were last known
+    current."""
 
     __slots__ = ("reader", "identity", "version")
 
-    def __init__(self, reader: "JournalReader", identity: tuple[int, int], version: int) -> None:
+    def __init__(self, reader: "JournalReader", identity: tuple[int, ...], version: int) -> None:
         self.reader = reader
         self.identity = identity
         self.version = version
@@ -77,8 +79,10 @@ class JournalRuns:
 
         path = os.fspath(journal)
         st = os.stat(path)  # FileNotFoundError: the caller checked it exists, so a race: its error
-        identity = (st.st_dev, st.st_ino)
+        identity = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
         held = self._journals.pop(path, None)
+        # another file, or this one rewritten under the open connection (a checkpoint of a live
+        # writer changes them too: the journal is opened again, as a single prepare would)
         if held is not None and held.identity != identity:
             self._drop(path, held)
             held = None

@@ -266,6 +266,35 @@ def test_a_journal_replaced_under_its_path_between_two_lines_is_opened_again(tmp
     )
 
 
+def test_a_journal_overwritten_in_place_between_two_lines_is_opened_again(tmp_path: Path):
+    # cp keeps the inode, and the connection the batch holds sees no commit: the file's size and
+    # time tell (a stale run served as the new one is a wrong prefix with exit 0)
+    import shutil
+
+    journal, other = tmp_path / "j.sqlite", tmp_path / "other.sqlite"
+    batch_bench.chat_run(journal, tmp_path / "a.traj.json", 4, run="r")
+    batch_bench.chat_run(other, tmp_path / "b.traj.json", 6, run="r")  # the same run id, longer
+    inode = journal.stat().st_ino
+    reads = SourceReads()
+    [before] = prepare_many(
+        [PrepareOptions("mini-swe-agent", 2, tmp_path / "a", run="r", journal=journal)], reads=reads
+    )
+    assert before.result["boundary"]["steps_total"] == 4
+    with open(other, "rb") as src, open(journal, "r+b") as dst:
+        shutil.copyfileobj(src, dst)
+        dst.truncate()
+    assert journal.stat().st_ino == inode
+    [after] = prepare_many(
+        [PrepareOptions("mini-swe-agent", 5, tmp_path / "b", run="r", journal=journal)], reads=reads
+    )
+    reads.close()
+    assert after.status is Status.OK, after.error
+    assert after.result["boundary"]["steps_total"] == 6
+    assert comparable(tmp_path / "b") == single(
+        PrepareOptions("mini-swe-agent", 5, tmp_path / "single", run="r", journal=journal)
+    )
+
+
 def test_what_a_runs_classification_knows_of_each_request_is_what_parsing_it_again_says(tmp_path: Path):
     # a recorded prefix is described from these facts: each must be what the result said when
     # it parsed the body again (every protocol, retries, resumed and auxiliary requests)
