@@ -64,6 +64,7 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
                 usage_of,
                 step_times(reader, run.id, details),
                 details,
+                protocol if protocol in PROTOCOL_MODULES else None,
             ),
         )
     return len(traj.steps)

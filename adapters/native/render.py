@@ -4,8 +4,9 @@
 ATIF rules (source: harbor ``rfcs/0001-trajectory-format.md`` v1.7, summarised in
 docs/native.md): root ``schema_version`` ``"ATIF-v1.7"``, ``session_id``, ``trajectory_id``
 (a subagent episode's id, with ``extra.episode``, when the document is a subagent's),
-``agent{name, version, model_name, tool_definitions?}``, ``steps[]``, ``final_metrics``,
-``extra``. A step has ``step_id`` (from 1), ``source`` (``system``/``user``/``agent``),
+``agent{name, version, model_name, tool_definitions?, extra?}`` (the tools in OpenAI's
+function-calling schema, the others in ``extra.tools_dropped``: :func:`atif_tools`), ``steps[]``,
+``final_metrics``, ``extra``. A step has ``step_id`` (from 1), ``source`` (``system``/``user``/``agent``),
 ``message``; agent steps add ``model_name``, ``reasoning_content``, ``tool_calls[{tool_call_id,
 function_name, arguments (object), extra}]`` and ``observation{results[{source_call_id,
 content, extra}]}``: one ATIF agent step per model inference, its observation on the same
@@ -40,7 +41,16 @@ from pvisor.adapters.jsonio import dumps
 from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core import progress
 from pvisor.core.errors import BadInputError
-from pvisor.journal.model import Message, Step, TextPart, ToolCall, ToolResult, Trajectory
+from pvisor.journal.model import (
+    Conversation,
+    Message,
+    Step,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Trajectory,
+)
 
 from .assembly import text_of
 from .base import NativeResult
@@ -411,13 +421,16 @@ def atif_fields(
     usage_of: Callable[[Any], TokenUsage],
     times: Sequence[str | None] = (),
     details: Sequence[dict[str, Any]] = (),
+    protocol: str | None = None,
 ) -> Iterator[tuple[str, Any]]:
     """The fields of the ATIF v1.7 document of ``t`` (module docstring), in order, for
     :func:`write_document`; ``extra()`` gives the root ``extra`` once every step was written (a
     native file's profile and warnings; a journal run's id: pvisor.adapters.exports);
     ``usage_of``: a step's ``Action.usage`` as :class:`TokenUsage` (the native adapter's or the
     protocol's ``normalised_usage``), for ``metrics`` and ``final_metrics``; ``times``: each
-    step's ``timestamp``; ``details``: a journal run's step details (:func:`_atif_steps`).
+    step's ``timestamp``; ``details``: a journal run's step details (:func:`_atif_steps`);
+    ``protocol``: the wire protocol ``t.tools`` were sent in (a journal run's), None for a
+    native file's tools (read as Chat tools: :func:`atif_tools`).
 
     Raises BadInputError (exit 65) naming ``source`` (the file, or ``run ID``), before the first
     field, when ``t`` has no system prompt, task or step: ATIF requires at least one step
@@ -437,15 +450,9 @@ def atif_fields(
         "model_name": t.model,
     }
     if t.tools is not None:
-        agent_info["tool_definitions"] = [
-            x.raw
-            if isinstance(x.raw, dict)
-            else {
-                "type": "function",
-                "function": {"name": x.name, "description": x.description, "parameters": x.parameters},
-            }
-            for x in t.tools
-        ]
+        agent_info["tool_definitions"], dropped = atif_tools(t.tools, protocol)
+        if dropped:
+            agent_info["extra"] = {"tools_dropped": dropped}
     yield "schema_version", ATIF_VERSION
     yield "session_id", str(meta.get("sessionId") or meta.get("session") or meta.get("id") or "")
     episode = meta.get("episode")
@@ -456,6 +463,23 @@ def atif_fields(
     yield "steps", Items(_atif_steps(t, count, totals, usage_of, times, details))
     yield "final_metrics", Later(lambda: totals.final(count[0]))
     yield "extra", Later(extra)
+
+
+def atif_tools(tools: Iterable[ToolSpec], protocol: str | None = None) -> tuple[list[dict], list[dict]]:
+    """``(tool_definitions, tools_dropped)``: the function tools in OpenAI's function-calling
+    schema, ``{type: "function", function: {name, description, parameters}}``, as ATIF's
+    ``agent.tool_definitions`` asks (Harbor's RFC: "Each element follows OpenAI's function
+    calling schema"), made by the rows' path (:func:`pvisor.adapters.exports.chat_rows.
+    chat_prompt`: the transcoder to ``openai-chat``) from the tools as ``protocol`` sent them
+    (None: a native file's, whose definitions carry no protocol's shape but their ``type``);
+    ``[{name, kind}]`` of the tools that are not functions (server tools, namespaces, freeform
+    tools), which have no such schema."""
+    # the exports package imports this module: imported when called
+    from pvisor.adapters.exports.chat_rows import CHAT, chat_prompt
+
+    conv = Conversation(protocol=protocol or CHAT, tools=list(tools))
+    _prompt, defs, dropped = chat_prompt(conv)
+    return defs, dropped
 
 
 def to_atif(result: NativeResult, agent: str) -> dict[str, Any]:
