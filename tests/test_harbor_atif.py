@@ -113,6 +113,33 @@ def test_the_atif_of_every_agents_journal_run_passes_harbors_validator(captured,
     assert {p: e for p, e in errors.items() if e} == {}
 
 
+def test_the_atif_of_every_agents_journal_run_starts_with_its_system_prompt(captured, tmp_path):
+    """Step 1 is the system prompt of the run's first request, however the protocol sends it:
+    Anthropic ``system``, Chat's first message, Gemini ``systemInstruction``, and Codex's
+    ``developer`` input messages (Codex 0.171 sends no Responses ``instructions``), as
+    ``trajectory export`` of Codex's own rollout file gives it."""
+    from pvisor.adapters.exports.atif import write_atif
+    from pvisor.adapters.journal_trajectory import trajectory_from_journal
+    from pvisor.adapters.protocols import get_protocol
+    from pvisor.adapters.protocols.openai_responses import developer_prompt
+
+    for agent in AGENTS:
+        cap = captured(agent)
+        out = tmp_path / f"{agent}.atif.json"
+        with JournalReader(cap.journal) as r, out.open("wb") as f:
+            write_atif(r, cap.run, f)
+            ex = r.exchange(trajectory_from_journal(r, cap.run).meta["steps"][0]["exchange"])
+            conv = get_protocol(ex.protocol).parse_request(r.request_body(ex), path=ex.path)
+        first = json.loads(out.read_bytes())["steps"][0]
+        prompt = conv.system or developer_prompt(conv)
+        assert prompt, agent  # every agent sends one
+        assert first["source"] == "system" and first["step_id"] == 1, (agent, first)
+        assert first["message"].startswith(prompt[:200]), (agent, first["message"][:200], prompt[:200])
+        if agent == "codex":
+            assert conv.system is None  # the developer messages alone say it
+            assert first["message"].startswith("You are a coding agent running in the Codex CLI")
+
+
 def test_the_rows_of_every_agents_journal_run_carry_the_agents_call_ids(captured):
     from pvisor.adapters.exports.rows import iter_rows
 
