@@ -46,6 +46,7 @@ Per run, one trace (``traceId``: the first 16 bytes of sha256 of the run id):
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any, BinaryIO
 
 import orjson
@@ -57,7 +58,7 @@ from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
 from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
-from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, Action, Conversation
+from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, Action, Conversation, Trajectory
 from pvisor.journal.reader import JournalReader
 
 SPAN_KIND_INTERNAL = 1
@@ -93,7 +94,7 @@ def _nanos(ms: float) -> str:
 
 
 def _exchange_span(
-    reader: JournalReader, ex: Any, trace: str, parent: str, with_content: bool
+    reader: JournalReader, ex: Any, trace: str, parent: str, with_content: bool, wire: Action | None = None
 ) -> dict[str, Any]:
     mod = get_protocol(ex.protocol) if ex.protocol in PROTOCOL_MODULES else None
     body = reader.request_body(ex) if ex.request_body else None
@@ -171,7 +172,7 @@ def _exchange_span(
                     [
                         ("gen_ai.system_instructions", json_text(system_instructions(conv))),
                         ("gen_ai.input.messages", json_text(input_messages(conv))),
-                        ("gen_ai.output.messages", json_text(output_messages(action))),
+                        ("gen_ai.output.messages", json_text(output_messages(with_wire_ids(action, wire)))),
                     ]
                 ),
             }
@@ -179,16 +180,40 @@ def _exchange_span(
     return span
 
 
+def with_wire_ids(action: Action | None, wire: Action | None) -> Action | None:
+    """``action`` (a reply as the provider sent it) with its tool calls' ids those the agent sent
+    them back under (``wire``: the step's action of
+    :func:`~pvisor.adapters.journal_trajectory.trajectory_from_journal` with ``wire_ids``, whose
+    calls are the same, in order): Gemini CLI makes its own ids for a reply that gave none, and
+    the ``execute_tool`` span and the next request's ``tool_call_response`` carry that id, so
+    the output message's ``tool_call`` must too for a backend to link them. ``action`` as it
+    is without ``wire`` or when the calls do not pair up."""
+    if action is None or wire is None or len(wire.tool_calls) != len(action.tool_calls):
+        return action
+    calls = [
+        replace(c, id=w.id if w.id is not None else c.id) for c, w in zip(action.tool_calls, wire.tool_calls)
+    ]
+    return replace(action, tool_calls=calls)
+
+
 def tool_spans(
-    reader: JournalReader, run_id: str, exchanges: list[Any], trace: str, parent: str, with_content: bool
+    reader: JournalReader,
+    run_id: str,
+    exchanges: list[Any],
+    trace: str,
+    parent: str,
+    with_content: bool,
+    traj: Trajectory | None = None,
 ) -> list[dict[str, Any]]:
     """The ``execute_tool {name}`` spans of run ``run_id`` (module docstring): per tool call of
     main-loop step i that the agent runs (kind ``function`` or ``custom``; a ``server`` call the
     provider ran inside the reply) and that a next main-loop request i+1 exists for, from the end
     of step i's exchange to the start of request i+1's. Steps by the chain rule
     (:func:`~pvisor.adapters.journal_trajectory.trajectory_from_journal`, the call ids the agent
-    sent back); ``status`` ERROR when the result says so (``is_error``)."""
-    traj = trajectory_from_journal(reader, run_id, wire_ids=True)
+    sent back; ``traj``: that trajectory when the caller has it); ``status`` ERROR when the
+    result says so (``is_error``)."""
+    if traj is None:
+        traj = trajectory_from_journal(reader, run_id, wire_ids=True)
     by_id = {ex.id: ex for ex in exchanges}
     details = traj.meta.get("steps", [])
     spans: list[dict[str, Any]] = []
@@ -241,12 +266,17 @@ def run_request(
     trace = _id(run.id, 16)
     root = _id("run:" + run.id, 8)
     spans = []
+    traj = None
+    wire: dict[str, Action] = {}  # the kept exchange of each step: its action with the wire ids
+    if any(ex.protocol in PROTOCOL_MODULES for ex in exchanges):
+        traj = trajectory_from_journal(reader, run.id, wire_ids=True)
+        wire = {d["exchange"]: s.action for d, s in zip(traj.meta.get("steps", []), traj.steps)}
     with progress.task(f"spans of run {run.id}", len(exchanges), progress.Unit.EXCHANGES) as task:
         for ex in exchanges:
-            spans.append(_exchange_span(reader, ex, trace, root, with_content))
+            spans.append(_exchange_span(reader, ex, trace, root, with_content, wire.get(ex.id)))
             task.advance()
-    if any(ex.protocol in PROTOCOL_MODULES for ex in exchanges):
-        spans.extend(tool_spans(reader, run.id, exchanges, trace, root, with_content))
+    if traj is not None:
+        spans.extend(tool_spans(reader, run.id, exchanges, trace, root, with_content, traj))
     start = min((ex.started_ms for ex in exchanges), default=run.created_ms)
     end = max((ex.started_ms + (ex.ended_us or 0) / 1000 for ex in exchanges), default=start)
     agent = run.agent or "agent"
