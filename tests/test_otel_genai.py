@@ -203,6 +203,14 @@ def test_every_agents_run_in_the_conventions_messages_and_tool_spans(captured):
             spans = _check_conventions(run_request(r, r.run(cap.run), with_content=True), agent)
         tools = [s for s in spans if s["name"].startswith("execute_tool ")]
         assert len(tools) == 4, (agent, [s["name"] for s in spans])
+        # a model call is the protocol's operation: Gemini's generateContent is generate_content
+        calls = [_attrs(s["attributes"]) for s in spans if s["kind"] == 3]
+        wanted = "generate_content" if agent == "gemini-cli" else "chat"
+        model_calls = [
+            a for a in calls if "gen_ai.provider.name" in a and a["gen_ai.operation.name"] != "count_tokens"
+        ]
+        assert model_calls and all(a["gen_ai.operation.name"] == wanted for a in model_calls), (agent, calls)
+        assert any(s["name"] == f"{wanted} {a['gen_ai.request.model']}" for s, a in zip(spans[1:], calls))
         called, answered = set(), set()
         for s in spans:
             for e in s.get("events", []):

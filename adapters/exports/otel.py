@@ -15,8 +15,9 @@ Per run, one trace (``traceId``: the first 16 bytes of sha256 of the run id):
   mode, agent_version, and the lineage: parent, boundary_step, and for a handoff's child
   pause_transition, workspace_snapshot, handoff_from_agent, handoff_to_agent);
 - per exchange a child span ``{operation} {model}`` (``kind`` CLIENT): ``gen_ai.operation.name``
-  (``chat`` for a main-loop or auxiliary request of a protocol, ``count_tokens`` for a token
-  count, else ``http``), ``gen_ai.provider.name`` (the protocol module's), ``gen_ai.request.model``,
+  (the protocol module's ``GEN_AI_OPERATION`` for a main-loop or auxiliary request of a
+  protocol: ``chat``, Gemini's ``generate_content``; ``count_tokens`` for a token count, else
+  ``http``), ``gen_ai.provider.name`` (the protocol module's), ``gen_ai.request.model``,
   ``gen_ai.response.model``, ``gen_ai.response.id``, the reply's usage by the protocol's
   ``normalised_usage``: ``gen_ai.usage.input_tokens`` (every input token, cache reads and writes
   included), ``gen_ai.usage.output_tokens`` (reasoning included),
@@ -123,9 +124,12 @@ def _exchange_span(
             action = None
         rid = final.get("id") or final.get("responseId")
         response_id = rid if isinstance(rid, str) else None
-    operation = "count_tokens" if "count" in ex.path.lower() and "token" in ex.path.lower() else "chat"
     if mod is None:
         operation = "http"
+    elif mod.counts_tokens(ex.path):
+        operation = "count_tokens"
+    else:
+        operation = mod.GEN_AI_OPERATION
     end_ms = ex.started_ms + (ex.ended_us or 0) / 1000
     span: dict[str, Any] = {
         "traceId": trace,
