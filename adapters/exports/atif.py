@@ -29,7 +29,8 @@ from pvisor.journal.reader import JournalReader
 
 
 def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
-    """Write the ATIF document of run ``run_id`` to ``out``; returns the number of steps.
+    """Write the ATIF document of run ``run_id`` to ``out``; returns the number of ATIF steps
+    (``final_metrics.total_steps``: the system, task and user steps beside the agent steps).
     ``session_id`` is the agent's session id when it was recorded, else the run id; the agent's
     version is the run's. Raises UsageError for an unknown run, BadInputError (exit 65) for a run
     with no main-loop exchange (ATIF needs a step), before a byte is written."""
@@ -59,6 +60,7 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
     if traj.system is None and details and protocol in PROTOCOL_MODULES:
         traj.system = leading_system(reader, reader.exchange(details[0]["exchange"]), protocol)
     usage_of = get_protocol(protocol).normalised_usage if protocol in PROTOCOL_MODULES else _no_usage
+    count = [0]
     with progress.task("writing steps", len(traj.steps)):
         write_document(
             out,
@@ -71,9 +73,10 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
                 step_times(reader, run.id, details),
                 details,
                 protocol if protocol in PROTOCOL_MODULES else None,
+                count,
             ),
         )
-    return len(traj.steps)
+    return count[0]
 
 
 def leading_system(reader: JournalReader, ex: Exchange, protocol: str) -> str | None:
@@ -116,10 +119,10 @@ def step_times(reader: JournalReader, run_id: str, details: Sequence[dict]) -> l
 
 def write(source: JournalSource | NativeSource, out: BinaryIO, settings: Settings) -> Written:
     """The ATIF of a journal run (:func:`write_atif`) or of a native file
-    (:func:`pvisor.adapters.native.render.write_atif`); counts the trajectory's steps."""
+    (:func:`pvisor.adapters.native.render.write_atif`); counts the ATIF steps the document
+    holds (``final_metrics.total_steps``), not the trajectory's agent steps alone."""
     if isinstance(source, NativeSource):
-        render.write_atif(source.result, source.adapter, out)
-        return Written(len(source.result.trajectory.steps))
+        return Written(render.write_atif(source.result, source.adapter, out))
     return Written(write_atif(source.reader, source.run_id, out))
 
 

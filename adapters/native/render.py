@@ -394,7 +394,9 @@ def _step_time(s: Step) -> str | None:
     return None if s.time_ms is None else iso_time(s.time_ms)
 
 
-def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
+def _atif_fields(
+    result: NativeResult, agent: str, count: list[int] | None = None
+) -> Iterator[tuple[str, Any]]:
     from . import get_adapter  # the package's registry, which imports this module's users
 
     t = result.trajectory
@@ -410,6 +412,7 @@ def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
         },
         result.diagnostics.path,
         get_adapter(result.profile.adapter).normalised_usage,
+        count=count,
     )
 
 
@@ -422,6 +425,7 @@ def atif_fields(
     times: Sequence[str | None] = (),
     details: Sequence[dict[str, Any]] = (),
     protocol: str | None = None,
+    count: list[int] | None = None,
 ) -> Iterator[tuple[str, Any]]:
     """The fields of the ATIF v1.7 document of ``t`` (module docstring), in order, for
     :func:`write_document`; ``extra()`` gives the root ``extra`` once every step was written (a
@@ -430,7 +434,9 @@ def atif_fields(
     protocol's ``normalised_usage``), for ``metrics`` and ``final_metrics``; ``times``: each
     step's ``timestamp``; ``details``: a journal run's step details (:func:`_atif_steps`);
     ``protocol``: the wire protocol ``t.tools`` were sent in (a journal run's), None for a
-    native file's tools (read as Chat tools: :func:`atif_tools`).
+    native file's tools (read as Chat tools: :func:`atif_tools`); ``count``: a one-item list
+    that holds the number of ATIF steps written so far (``final_metrics.total_steps`` once the
+    steps are written), for a caller that reports it.
 
     Raises BadInputError (exit 65) naming ``source`` (the file, or ``run ID``), before the first
     field, when ``t`` has no system prompt, task or step: ATIF requires at least one step
@@ -442,7 +448,7 @@ def atif_fields(
             "and an ATIF trajectory needs at least one step"
         )
     meta = t.meta or {}
-    count = [0]
+    count = count if count is not None else [0]
     agent_info: dict[str, Any] = {
         # an ATIF source keeps the name it gives its agent (terminus-2, not pvisor's generic atif)
         "name": str(meta.get("agent_name") or agent),
@@ -490,7 +496,10 @@ def to_atif(result: NativeResult, agent: str) -> dict[str, Any]:
     return doc
 
 
-def write_atif(result: NativeResult, agent: str, out: BinaryIO) -> None:
-    """Write :func:`to_atif`'s document to ``out`` (binary), one step at a time."""
+def write_atif(result: NativeResult, agent: str, out: BinaryIO) -> int:
+    """Write :func:`to_atif`'s document to ``out`` (binary), one step at a time; returns the
+    number of ATIF steps (``final_metrics.total_steps``: the system, task and user steps too)."""
+    count = [0]
     with progress.task("writing steps", len(result.trajectory.steps)):
-        write_document(out, _atif_fields(result, agent))
+        write_document(out, _atif_fields(result, agent, count))
+    return count[0]
