@@ -68,9 +68,10 @@ def _check_conventions(doc: dict, where: str) -> list[dict]:
     return spans
 
 
-def _anthropic_journal(path: Path) -> None:
+def _anthropic_journal(path: Path, agent: str | None = "claude-code") -> None:
     """A two-request Anthropic run: a reply with thinking and a ``bash`` call (usage with cache
-    reads and writes), then the request carrying its error result and a final text reply."""
+    reads and writes), then the request carrying its error result and a final text reply.
+    ``agent`` None: the run as ``pvisor gateway`` alone records it (no agent, no roles)."""
     from pvisor.journal.model import Run
     from pvisor.journal.writer import Journal
 
@@ -113,7 +114,7 @@ def _anthropic_journal(path: Path) -> None:
         "usage": {"input_tokens": 20, "cache_read_input_tokens": 1050, "output_tokens": 9},
     }
     with Journal.open(path) as j:
-        j.create_run(Run(id="r-otel", agent="claude-code"))
+        j.create_run(Run(id="r-otel", agent=agent))
         for messages, reply in ((first, reply1), (second, reply2)):
             body = {"model": "claude-test", "system": "You are terse.", "tools": tools, "max_tokens": 99}
             j.record_exchange(
@@ -187,6 +188,28 @@ def test_an_anthropic_run_as_the_conventions_spell_it(tmp_path):
         bare = _spans(run_request(r, r.run("r-otel")))
     assert not any("events" in s for s in bare)
     assert "gen_ai.tool.call.arguments" not in _attrs(bare[-1]["attributes"])
+
+
+def test_a_run_of_no_known_agent_has_one_name_in_otel_and_atif(tmp_path):
+    """A run captured by ``pvisor gateway`` alone names no agent and stores no roles: OTel and
+    ATIF give it the same agent name, and its exchange spans have no role or chain."""
+    from pvisor.adapters.exports.atif import write_atif
+    from pvisor.adapters.exports.base import UNKNOWN_AGENT
+    from pvisor.adapters.exports.otel import run_request
+
+    journal = tmp_path / "j.sqlite"
+    _anthropic_journal(journal, agent=None)
+    out = tmp_path / "run.atif.json"
+    with JournalReader(journal) as r, out.open("wb") as f:
+        doc = run_request(r, r.run("r-otel"))
+        write_atif(r, "r-otel", f)
+    root, *exchanges = [s for s in _spans(doc) if not s["name"].startswith("execute_tool")]
+    atif = json.loads(out.read_bytes())
+    assert atif["agent"]["name"] == UNKNOWN_AGENT == _attrs(root["attributes"])["gen_ai.agent.name"]
+    assert root["name"] == f"invoke_agent {UNKNOWN_AGENT}"
+    assert len(exchanges) == 2 and not any(
+        {"pvisor.exchange.role", "pvisor.exchange.chain"} & set(_attrs(s["attributes"])) for s in exchanges
+    )
 
 
 @pytest.mark.slow  # the captures run real agents (once per test session)

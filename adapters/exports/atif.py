@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from typing import BinaryIO, Sequence
 
-from pvisor.adapters.exports.base import ExportFormat, JournalSource, NativeSource, Settings, Source, Written
+from pvisor.adapters.exports.base import (
+    ExportFormat,
+    JournalSource,
+    NativeSource,
+    Settings,
+    Source,
+    Written,
+    agent_name,
+)
 from pvisor.adapters.exports.chat_rows import chat_prompt
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.native import render
@@ -66,7 +74,7 @@ def write_atif(reader: JournalReader, run_id: str, out: BinaryIO) -> int:
             out,
             atif_fields(
                 traj,
-                run.agent or "unknown",
+                agent_name(run),
                 extra,
                 f"run {run.id}",
                 usage_of,

@@ -9,7 +9,8 @@ opentelemetry-semantic-conventions 0.66, conventions v1.38 and later).
 
 Per run, one trace (``traceId``: the first 16 bytes of sha256 of the run id):
 
-- a root span ``invoke_agent {agent}`` (``kind`` INTERNAL), from the first exchange's start to the
+- a root span ``invoke_agent {agent}`` (``kind`` INTERNAL; the agent as every export names it:
+  :func:`~pvisor.adapters.exports.base.agent_name`), from the first exchange's start to the
   last one's end, with ``gen_ai.operation.name`` ``invoke_agent``, ``gen_ai.agent.name``,
   ``gen_ai.conversation.id`` (the agent's session id, else the run id) and ``pvisor.run.*`` (id,
   mode, agent_version, and the lineage: parent, boundary_step, and for a handoff's child
@@ -24,8 +25,8 @@ Per run, one trace (``traceId``: the first 16 bytes of sha256 of the run id):
   ``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.cache_creation.input_tokens``,
   ``gen_ai.usage.reasoning.output_tokens`` (each where the reply gives it),
   ``http.request.method``, ``url.path``, ``http.response.status_code``, ``pvisor.exchange.*``
-  (id, seq, role, chain, outcome, served_by); ``status`` ERROR with the outcome when it did not
-  end ``ok``;
+  (id, seq, role and chain where the journal stores them, outcome, served_by); ``status``
+  ERROR with the outcome when it did not end ``ok``;
 - per tool call the agent ran between two main-loop model calls a child span
   ``execute_tool {tool}`` (``kind`` INTERNAL; :func:`tool_spans`): from the end of the exchange
   whose reply made the call to the start of the next main-loop request (the one that carries its
@@ -52,7 +53,15 @@ from typing import Any, BinaryIO
 
 import orjson
 
-from pvisor.adapters.exports.base import ExportFormat, JournalSource, Option, Settings, Source, Written
+from pvisor.adapters.exports.base import (
+    ExportFormat,
+    JournalSource,
+    Option,
+    Settings,
+    Source,
+    Written,
+    agent_name,
+)
 from pvisor.adapters.exports.genai import input_messages, json_text, output_messages, system_instructions
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
@@ -283,7 +292,7 @@ def run_request(
         spans.extend(tool_spans(reader, run.id, exchanges, trace, root, with_content, traj))
     start = min((ex.started_ms for ex in exchanges), default=run.created_ms)
     end = max((ex.started_ms + (ex.ended_us or 0) / 1000 for ex in exchanges), default=start)
-    agent = run.agent or "agent"
+    agent = agent_name(run)  # as ATIF names it
     root_span = {
         "traceId": trace,
         "spanId": root,
