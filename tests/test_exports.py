@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 from pathlib import Path
 
 import jsonschema
@@ -83,6 +84,17 @@ def test_atif_of_a_journal_run_is_valid_and_holds_its_steps(agent, request, tmp_
     assert doc["agent"]["name"] == cap.agent and doc["agent"]["version"] == cap.report["agent_version"]
     assert doc["session_id"] == cap.report["session_id"] and doc["extra"]["pvisor_run"] == cap.run
     assert doc["final_metrics"]["total_steps"] == len(doc["steps"])
+    # the count said is of the ATIF steps the file holds (system, task and user steps too), not
+    # of pvisor's steps; --json says the same count
+    n = len(doc["steps"])
+    assert n > len(steps) and f"wrote {n} steps to".encode() in proc.stderr, (n, proc.stderr)
+    again = tmp_path / "again.atif.json"
+    again.write_text("old")
+    again.chmod(0o644)
+    proc = export(cap.journal, cap.run, "--format", "atif", "--json", out=again)
+    assert json.loads(proc.stdout)["count"] == n and json.loads(proc.stdout)["unit"] == "steps"
+    # the files hold the run's prompts and code: 0600 whatever the umask, a replaced file too
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600 and stat.S_IMODE(again.stat().st_mode) == 0o600
 
 
 def otlp_ids_as_base64(doc: dict) -> dict:

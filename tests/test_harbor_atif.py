@@ -60,10 +60,28 @@ def _check_metrics_and_times(doc: dict, where: str, *, timed: bool) -> int:
     return sum(1 for s in agent if s.get("metrics"))
 
 
+def _check_tool_definitions(doc: dict, where: str) -> int:
+    """Each ``agent.tool_definitions`` element is in OpenAI's function-calling schema, as Harbor's
+    RFC asks (``{type: "function", function: {name, description, parameters}}``), never a
+    protocol's own shape; a tool that is not a function is named in ``agent.extra.tools_dropped``.
+    Returns the number of definitions."""
+    defs = doc["agent"].get("tool_definitions") or []
+    for d in defs:
+        assert set(d) == {"type", "function"} and d["type"] == "function", (where, d)
+        f = d["function"]
+        assert set(f) == {"name", "description", "parameters"}, (where, d)
+        assert isinstance(f["name"], str) and f["name"] and isinstance(f["description"], str), (where, d)
+        assert isinstance(f["parameters"], dict) and f["parameters"].get("type") == "object", (where, d)
+    for t in doc["agent"].get("extra", {}).get("tools_dropped", []):
+        assert set(t) == {"name", "kind"} and t["kind"] != "function", (where, t)
+    return len(defs)
+
+
 def test_the_atif_of_every_agents_journal_run_passes_harbors_validator(captured, harbor, tmp_path):
     from pvisor.adapters.exports.atif import write_atif
 
     paths, counted = [], {}
+    dropped: dict[str, set[str]] = {}
     for agent in AGENTS:
         cap = captured(agent)
         assert cap.proc.returncode == 0, cap.proc.stderr
@@ -84,11 +102,42 @@ def test_the_atif_of_every_agents_journal_run_passes_harbors_validator(captured,
         assert answered == 4, (agent, answered)  # step 1's call and step 2's batch of three
         # each step whose reply gave its usage has metrics, each step its request's time
         counted[agent] = _check_metrics_and_times(doc, agent, timed=True)
+        assert _check_tool_definitions(doc, agent) > 0, agent
+        dropped[agent] = {t["kind"] for t in doc["agent"].get("extra", {}).get("tools_dropped", [])}
         paths.append(out)
     # the scripted replies carry no usage but in Anthropic's shape, where it is required
     assert counted == {a: 3 if a == "claude-code" else 0 for a in AGENTS}, counted
+    # Codex offers a namespace of tools and the provider's web search: no function schema
+    assert {"namespace", "web_search"} <= dropped["codex"], dropped
     errors = harbor(paths)
     assert {p: e for p, e in errors.items() if e} == {}
+
+
+def test_the_atif_of_every_agents_journal_run_starts_with_its_system_prompt(captured, tmp_path):
+    """Step 1 is the system prompt of the run's first request, however the protocol sends it:
+    Anthropic ``system``, Chat's first message, Gemini ``systemInstruction``, and Codex's
+    ``developer`` input messages (Codex 0.171 sends no Responses ``instructions``), as
+    ``trajectory export`` of Codex's own rollout file gives it."""
+    from pvisor.adapters.exports.atif import write_atif
+    from pvisor.adapters.journal_trajectory import trajectory_from_journal
+    from pvisor.adapters.protocols import get_protocol
+    from pvisor.adapters.protocols.openai_responses import developer_prompt
+
+    for agent in AGENTS:
+        cap = captured(agent)
+        out = tmp_path / f"{agent}.atif.json"
+        with JournalReader(cap.journal) as r, out.open("wb") as f:
+            write_atif(r, cap.run, f)
+            ex = r.exchange(trajectory_from_journal(r, cap.run).meta["steps"][0]["exchange"])
+            conv = get_protocol(ex.protocol).parse_request(r.request_body(ex), path=ex.path)
+        first = json.loads(out.read_bytes())["steps"][0]
+        prompt = conv.system or developer_prompt(conv)
+        assert prompt, agent  # every agent sends one
+        assert first["source"] == "system" and first["step_id"] == 1, (agent, first)
+        assert first["message"].startswith(prompt[:200]), (agent, first["message"][:200], prompt[:200])
+        if agent == "codex":
+            assert conv.system is None  # the developer messages alone say it
+            assert first["message"].startswith("You are a coding agent running in the Codex CLI")
 
 
 def test_the_rows_of_every_agents_journal_run_carry_the_agents_call_ids(captured):
@@ -126,6 +175,7 @@ def test_the_atif_of_every_native_corpus_file_passes_harbors_validator(harbor, t
 
     paths, refused = [], set()
     with_metrics: dict[str, int] = {}
+    defined = 0
     for sample in _samples():
         path = native_dir() / sample
         if sample.endswith("opencode-db-dump.json"):
@@ -143,10 +193,13 @@ def test_the_atif_of_every_native_corpus_file_passes_harbors_validator(harbor, t
             continue
         # the files the real agents wrote (real-*) give every reply's record its time
         timed = sample.split("/")[1].startswith("real-")
-        with_metrics[sample] = _check_metrics_and_times(json.loads(out.read_bytes()), sample, timed=timed)
+        doc = json.loads(out.read_bytes())
+        with_metrics[sample] = _check_metrics_and_times(doc, sample, timed=timed)
+        defined += _check_tool_definitions(doc, sample)
         paths.append(out)
     assert refused == NO_STEP
     assert len(paths) >= 30
+    assert defined > 0  # the files that keep their tools give them in the function schema
     # each format that keeps usage gives metrics: one file of each at least
     for fmt in ("claude-code", "codex", "gemini-cli", "qwen-code", "opencode", "mini-swe-agent", "openhands"):
         assert any(n for s, n in with_metrics.items() if s.startswith(fmt + "/")), (fmt, with_metrics)

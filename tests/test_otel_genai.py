@@ -68,9 +68,10 @@ def _check_conventions(doc: dict, where: str) -> list[dict]:
     return spans
 
 
-def _anthropic_journal(path: Path) -> None:
+def _anthropic_journal(path: Path, agent: str | None = "claude-code") -> None:
     """A two-request Anthropic run: a reply with thinking and a ``bash`` call (usage with cache
-    reads and writes), then the request carrying its error result and a final text reply."""
+    reads and writes), then the request carrying its error result and a final text reply.
+    ``agent`` None: the run as ``pvisor gateway`` alone records it (no agent, no roles)."""
     from pvisor.journal.model import Run
     from pvisor.journal.writer import Journal
 
@@ -113,7 +114,7 @@ def _anthropic_journal(path: Path) -> None:
         "usage": {"input_tokens": 20, "cache_read_input_tokens": 1050, "output_tokens": 9},
     }
     with Journal.open(path) as j:
-        j.create_run(Run(id="r-otel", agent="claude-code"))
+        j.create_run(Run(id="r-otel", agent=agent))
         for messages, reply in ((first, reply1), (second, reply2)):
             body = {"model": "claude-test", "system": "You are terse.", "tools": tools, "max_tokens": 99}
             j.record_exchange(
@@ -189,11 +190,34 @@ def test_an_anthropic_run_as_the_conventions_spell_it(tmp_path):
     assert "gen_ai.tool.call.arguments" not in _attrs(bare[-1]["attributes"])
 
 
+def test_a_run_of_no_known_agent_has_one_name_in_otel_and_atif(tmp_path):
+    """A run captured by ``pvisor gateway`` alone names no agent and stores no roles: OTel and
+    ATIF give it the same agent name, and its exchange spans have no role or chain."""
+    from pvisor.adapters.exports.atif import write_atif
+    from pvisor.adapters.exports.base import UNKNOWN_AGENT
+    from pvisor.adapters.exports.otel import run_request
+
+    journal = tmp_path / "j.sqlite"
+    _anthropic_journal(journal, agent=None)
+    out = tmp_path / "run.atif.json"
+    with JournalReader(journal) as r, out.open("wb") as f:
+        doc = run_request(r, r.run("r-otel"))
+        write_atif(r, "r-otel", f)
+    root, *exchanges = [s for s in _spans(doc) if not s["name"].startswith("execute_tool")]
+    atif = json.loads(out.read_bytes())
+    assert atif["agent"]["name"] == UNKNOWN_AGENT == _attrs(root["attributes"])["gen_ai.agent.name"]
+    assert root["name"] == f"invoke_agent {UNKNOWN_AGENT}"
+    assert len(exchanges) == 2 and not any(
+        {"pvisor.exchange.role", "pvisor.exchange.chain"} & set(_attrs(s["attributes"])) for s in exchanges
+    )
+
+
 @pytest.mark.slow  # the captures run real agents (once per test session)
 def test_every_agents_run_in_the_conventions_messages_and_tool_spans(captured):
     """Each protocol's requests and replies (the six agents speak the four) give the conventions'
     messages; each run's four tool runs (step 1's call, step 2's batch of three) their spans,
-    whose call ids are those of the output's tool calls and the next input's responses."""
+    whose call ids are those of the output's tool calls (the wire ids: Gemini CLI's own where the
+    reply gave none) and the next input's responses."""
     from pvisor.adapters.exports.otel import run_request
 
     for agent in AGENTS:
@@ -202,6 +226,14 @@ def test_every_agents_run_in_the_conventions_messages_and_tool_spans(captured):
             spans = _check_conventions(run_request(r, r.run(cap.run), with_content=True), agent)
         tools = [s for s in spans if s["name"].startswith("execute_tool ")]
         assert len(tools) == 4, (agent, [s["name"] for s in spans])
+        # a model call is the protocol's operation: Gemini's generateContent is generate_content
+        calls = [_attrs(s["attributes"]) for s in spans if s["kind"] == 3]
+        wanted = "generate_content" if agent == "gemini-cli" else "chat"
+        model_calls = [
+            a for a in calls if "gen_ai.provider.name" in a and a["gen_ai.operation.name"] != "count_tokens"
+        ]
+        assert model_calls and all(a["gen_ai.operation.name"] == wanted for a in model_calls), (agent, calls)
+        assert any(s["name"] == f"{wanted} {a['gen_ai.request.model']}" for s, a in zip(spans[1:], calls))
         called, answered = set(), set()
         for s in spans:
             for e in s.get("events", []):
@@ -212,7 +244,8 @@ def test_every_agents_run_in_the_conventions_messages_and_tool_spans(captured):
                     answered |= {p["id"] for p in m["parts"] if p["type"] == "tool_call_response"}
         ids = {_attrs(t["attributes"])["gen_ai.tool.call.id"] for t in tools}
         assert len(ids) == 4 and ids <= answered, (agent, ids, answered)
-        if agent != "gemini-cli":  # Gemini CLI names the calls itself: the replies give no id
-            assert ids <= called, (agent, ids, called)
+        # Gemini CLI names the calls itself (the replies give no id): the output's tool calls
+        # carry the id it sent them back under, as the execute_tool spans do, never null
+        assert ids <= called and None not in called, (agent, ids, called)
         for t in tools:
             assert int(t["startTimeUnixNano"]) <= int(t["endTimeUnixNano"]), agent

@@ -25,6 +25,7 @@ CONSTANT_TYPES = {
     "NAME": str,
     "TITLE": str,
     "GEN_AI_PROVIDER": str,
+    "GEN_AI_OPERATION": str,
     "CALL_ID_PREFIX": str,
     "PATHS": tuple,
     "DEFAULT_TARGET": tuple,
@@ -64,6 +65,11 @@ def test_every_registered_protocol_satisfies_wire_protocol(name):
         assert method == "POST"
         assert mod.matches(path.format(model="some-model")), target
     assert mod.RESULTS_ROLE in ("user", "tool")
+    # the conventions' operation of a model call: Gemini's generateContent has its own value
+    from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import GenAiOperationNameValues
+
+    assert mod.GEN_AI_OPERATION in {v.value for v in GenAiOperationNameValues}
+    assert mod.GEN_AI_OPERATION == ("generate_content" if name == "gemini" else "chat")
 
 
 def test_the_facts_match_what_each_protocol_renders():

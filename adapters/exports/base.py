@@ -99,6 +99,17 @@ class Settings:
     profile_from: str | None = None
 
 
+#: the agent name an export gives a run whose journal names none (a run captured by ``pvisor
+#: gateway`` alone): ATIF's ``agent.name`` and OTel's ``gen_ai.agent.name`` alike
+UNKNOWN_AGENT = "unknown"
+
+
+def agent_name(run: Any) -> str:
+    """The agent of a journal run (:class:`~pvisor.journal.model.Run`) as every export names it:
+    the name the journal stores (``claude-code``), else :data:`UNKNOWN_AGENT`."""
+    return run.agent or UNKNOWN_AGENT
+
+
 @dataclass(frozen=True)
 class JournalSource:
     """A journal opened read-only and the run to export (its whole id), or None for every run."""

@@ -9,22 +9,24 @@ opentelemetry-semantic-conventions 0.66, conventions v1.38 and later).
 
 Per run, one trace (``traceId``: the first 16 bytes of sha256 of the run id):
 
-- a root span ``invoke_agent {agent}`` (``kind`` INTERNAL), from the first exchange's start to the
+- a root span ``invoke_agent {agent}`` (``kind`` INTERNAL; the agent as every export names it:
+  :func:`~pvisor.adapters.exports.base.agent_name`), from the first exchange's start to the
   last one's end, with ``gen_ai.operation.name`` ``invoke_agent``, ``gen_ai.agent.name``,
   ``gen_ai.conversation.id`` (the agent's session id, else the run id) and ``pvisor.run.*`` (id,
   mode, agent_version, and the lineage: parent, boundary_step, and for a handoff's child
   pause_transition, workspace_snapshot, handoff_from_agent, handoff_to_agent);
 - per exchange a child span ``{operation} {model}`` (``kind`` CLIENT): ``gen_ai.operation.name``
-  (``chat`` for a main-loop or auxiliary request of a protocol, ``count_tokens`` for a token
-  count, else ``http``), ``gen_ai.provider.name`` (the protocol module's), ``gen_ai.request.model``,
+  (the protocol module's ``GEN_AI_OPERATION`` for a main-loop or auxiliary request of a
+  protocol: ``chat``, Gemini's ``generate_content``; ``count_tokens`` for a token count, else
+  ``http``), ``gen_ai.provider.name`` (the protocol module's), ``gen_ai.request.model``,
   ``gen_ai.response.model``, ``gen_ai.response.id``, the reply's usage by the protocol's
   ``normalised_usage``: ``gen_ai.usage.input_tokens`` (every input token, cache reads and writes
   included), ``gen_ai.usage.output_tokens`` (reasoning included),
   ``gen_ai.usage.cache_read.input_tokens``, ``gen_ai.usage.cache_creation.input_tokens``,
   ``gen_ai.usage.reasoning.output_tokens`` (each where the reply gives it),
   ``http.request.method``, ``url.path``, ``http.response.status_code``, ``pvisor.exchange.*``
-  (id, seq, role, chain, outcome, served_by); ``status`` ERROR with the outcome when it did not
-  end ``ok``;
+  (id, seq, role and chain where the journal stores them, outcome, served_by); ``status``
+  ERROR with the outcome when it did not end ``ok``;
 - per tool call the agent ran between two main-loop model calls a child span
   ``execute_tool {tool}`` (``kind`` INTERNAL; :func:`tool_spans`): from the end of the exchange
   whose reply made the call to the start of the next main-loop request (the one that carries its
@@ -46,18 +48,27 @@ Per run, one trace (``traceId``: the first 16 bytes of sha256 of the run id):
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from typing import Any, BinaryIO
 
 import orjson
 
-from pvisor.adapters.exports.base import ExportFormat, JournalSource, Option, Settings, Source, Written
+from pvisor.adapters.exports.base import (
+    ExportFormat,
+    JournalSource,
+    Option,
+    Settings,
+    Source,
+    Written,
+    agent_name,
+)
 from pvisor.adapters.exports.genai import input_messages, json_text, output_messages, system_instructions
 from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.adapters.protocols import PROTOCOL_MODULES, get_protocol
 from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
-from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, Action, Conversation
+from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, Action, Conversation, Trajectory
 from pvisor.journal.reader import JournalReader
 
 SPAN_KIND_INTERNAL = 1
@@ -93,7 +104,7 @@ def _nanos(ms: float) -> str:
 
 
 def _exchange_span(
-    reader: JournalReader, ex: Any, trace: str, parent: str, with_content: bool
+    reader: JournalReader, ex: Any, trace: str, parent: str, with_content: bool, wire: Action | None = None
 ) -> dict[str, Any]:
     mod = get_protocol(ex.protocol) if ex.protocol in PROTOCOL_MODULES else None
     body = reader.request_body(ex) if ex.request_body else None
@@ -122,9 +133,12 @@ def _exchange_span(
             action = None
         rid = final.get("id") or final.get("responseId")
         response_id = rid if isinstance(rid, str) else None
-    operation = "count_tokens" if "count" in ex.path.lower() and "token" in ex.path.lower() else "chat"
     if mod is None:
         operation = "http"
+    elif mod.counts_tokens(ex.path):
+        operation = "count_tokens"
+    else:
+        operation = mod.GEN_AI_OPERATION
     end_ms = ex.started_ms + (ex.ended_us or 0) / 1000
     span: dict[str, Any] = {
         "traceId": trace,
@@ -171,7 +185,7 @@ def _exchange_span(
                     [
                         ("gen_ai.system_instructions", json_text(system_instructions(conv))),
                         ("gen_ai.input.messages", json_text(input_messages(conv))),
-                        ("gen_ai.output.messages", json_text(output_messages(action))),
+                        ("gen_ai.output.messages", json_text(output_messages(with_wire_ids(action, wire)))),
                     ]
                 ),
             }
@@ -179,16 +193,40 @@ def _exchange_span(
     return span
 
 
+def with_wire_ids(action: Action | None, wire: Action | None) -> Action | None:
+    """``action`` (a reply as the provider sent it) with its tool calls' ids those the agent sent
+    them back under (``wire``: the step's action of
+    :func:`~pvisor.adapters.journal_trajectory.trajectory_from_journal` with ``wire_ids``, whose
+    calls are the same, in order): Gemini CLI makes its own ids for a reply that gave none, and
+    the ``execute_tool`` span and the next request's ``tool_call_response`` carry that id, so
+    the output message's ``tool_call`` must too for a backend to link them. ``action`` as it
+    is without ``wire`` or when the calls do not pair up."""
+    if action is None or wire is None or len(wire.tool_calls) != len(action.tool_calls):
+        return action
+    calls = [
+        replace(c, id=w.id if w.id is not None else c.id) for c, w in zip(action.tool_calls, wire.tool_calls)
+    ]
+    return replace(action, tool_calls=calls)
+
+
 def tool_spans(
-    reader: JournalReader, run_id: str, exchanges: list[Any], trace: str, parent: str, with_content: bool
+    reader: JournalReader,
+    run_id: str,
+    exchanges: list[Any],
+    trace: str,
+    parent: str,
+    with_content: bool,
+    traj: Trajectory | None = None,
 ) -> list[dict[str, Any]]:
     """The ``execute_tool {name}`` spans of run ``run_id`` (module docstring): per tool call of
     main-loop step i that the agent runs (kind ``function`` or ``custom``; a ``server`` call the
     provider ran inside the reply) and that a next main-loop request i+1 exists for, from the end
     of step i's exchange to the start of request i+1's. Steps by the chain rule
     (:func:`~pvisor.adapters.journal_trajectory.trajectory_from_journal`, the call ids the agent
-    sent back); ``status`` ERROR when the result says so (``is_error``)."""
-    traj = trajectory_from_journal(reader, run_id, wire_ids=True)
+    sent back; ``traj``: that trajectory when the caller has it); ``status`` ERROR when the
+    result says so (``is_error``)."""
+    if traj is None:
+        traj = trajectory_from_journal(reader, run_id, wire_ids=True)
     by_id = {ex.id: ex for ex in exchanges}
     details = traj.meta.get("steps", [])
     spans: list[dict[str, Any]] = []
@@ -241,15 +279,20 @@ def run_request(
     trace = _id(run.id, 16)
     root = _id("run:" + run.id, 8)
     spans = []
+    traj = None
+    wire: dict[str, Action] = {}  # the kept exchange of each step: its action with the wire ids
+    if any(ex.protocol in PROTOCOL_MODULES for ex in exchanges):
+        traj = trajectory_from_journal(reader, run.id, wire_ids=True)
+        wire = {d["exchange"]: s.action for d, s in zip(traj.meta.get("steps", []), traj.steps)}
     with progress.task(f"spans of run {run.id}", len(exchanges), progress.Unit.EXCHANGES) as task:
         for ex in exchanges:
-            spans.append(_exchange_span(reader, ex, trace, root, with_content))
+            spans.append(_exchange_span(reader, ex, trace, root, with_content, wire.get(ex.id)))
             task.advance()
-    if any(ex.protocol in PROTOCOL_MODULES for ex in exchanges):
-        spans.extend(tool_spans(reader, run.id, exchanges, trace, root, with_content))
+    if traj is not None:
+        spans.extend(tool_spans(reader, run.id, exchanges, trace, root, with_content, traj))
     start = min((ex.started_ms for ex in exchanges), default=run.created_ms)
     end = max((ex.started_ms + (ex.ended_us or 0) / 1000 for ex in exchanges), default=start)
-    agent = run.agent or "agent"
+    agent = agent_name(run)  # as ATIF names it
     root_span = {
         "traceId": trace,
         "spanId": root,

@@ -4,8 +4,9 @@
 ATIF rules (source: harbor ``rfcs/0001-trajectory-format.md`` v1.7, summarised in
 docs/native.md): root ``schema_version`` ``"ATIF-v1.7"``, ``session_id``, ``trajectory_id``
 (a subagent episode's id, with ``extra.episode``, when the document is a subagent's),
-``agent{name, version, model_name, tool_definitions?}``, ``steps[]``, ``final_metrics``,
-``extra``. A step has ``step_id`` (from 1), ``source`` (``system``/``user``/``agent``),
+``agent{name, version, model_name, tool_definitions?, extra?}`` (the tools in OpenAI's
+function-calling schema, the others in ``extra.tools_dropped``: :func:`atif_tools`), ``steps[]``,
+``final_metrics``, ``extra``. A step has ``step_id`` (from 1), ``source`` (``system``/``user``/``agent``),
 ``message``; agent steps add ``model_name``, ``reasoning_content``, ``tool_calls[{tool_call_id,
 function_name, arguments (object), extra}]`` and ``observation{results[{source_call_id,
 content, extra}]}``: one ATIF agent step per model inference, its observation on the same
@@ -40,7 +41,16 @@ from pvisor.adapters.jsonio import dumps
 from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.core import progress
 from pvisor.core.errors import BadInputError
-from pvisor.journal.model import Message, Step, TextPart, ToolCall, ToolResult, Trajectory
+from pvisor.journal.model import (
+    Conversation,
+    Message,
+    Step,
+    TextPart,
+    ToolCall,
+    ToolResult,
+    ToolSpec,
+    Trajectory,
+)
 
 from .assembly import text_of
 from .base import NativeResult
@@ -384,7 +394,9 @@ def _step_time(s: Step) -> str | None:
     return None if s.time_ms is None else iso_time(s.time_ms)
 
 
-def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
+def _atif_fields(
+    result: NativeResult, agent: str, count: list[int] | None = None
+) -> Iterator[tuple[str, Any]]:
     from . import get_adapter  # the package's registry, which imports this module's users
 
     t = result.trajectory
@@ -400,6 +412,7 @@ def _atif_fields(result: NativeResult, agent: str) -> Iterator[tuple[str, Any]]:
         },
         result.diagnostics.path,
         get_adapter(result.profile.adapter).normalised_usage,
+        count=count,
     )
 
 
@@ -411,13 +424,19 @@ def atif_fields(
     usage_of: Callable[[Any], TokenUsage],
     times: Sequence[str | None] = (),
     details: Sequence[dict[str, Any]] = (),
+    protocol: str | None = None,
+    count: list[int] | None = None,
 ) -> Iterator[tuple[str, Any]]:
     """The fields of the ATIF v1.7 document of ``t`` (module docstring), in order, for
     :func:`write_document`; ``extra()`` gives the root ``extra`` once every step was written (a
     native file's profile and warnings; a journal run's id: pvisor.adapters.exports);
     ``usage_of``: a step's ``Action.usage`` as :class:`TokenUsage` (the native adapter's or the
     protocol's ``normalised_usage``), for ``metrics`` and ``final_metrics``; ``times``: each
-    step's ``timestamp``; ``details``: a journal run's step details (:func:`_atif_steps`).
+    step's ``timestamp``; ``details``: a journal run's step details (:func:`_atif_steps`);
+    ``protocol``: the wire protocol ``t.tools`` were sent in (a journal run's), None for a
+    native file's tools (read as Chat tools: :func:`atif_tools`); ``count``: a one-item list
+    that holds the number of ATIF steps written so far (``final_metrics.total_steps`` once the
+    steps are written), for a caller that reports it.
 
     Raises BadInputError (exit 65) naming ``source`` (the file, or ``run ID``), before the first
     field, when ``t`` has no system prompt, task or step: ATIF requires at least one step
@@ -429,7 +448,7 @@ def atif_fields(
             "and an ATIF trajectory needs at least one step"
         )
     meta = t.meta or {}
-    count = [0]
+    count = count if count is not None else [0]
     agent_info: dict[str, Any] = {
         # an ATIF source keeps the name it gives its agent (terminus-2, not pvisor's generic atif)
         "name": str(meta.get("agent_name") or agent),
@@ -437,15 +456,9 @@ def atif_fields(
         "model_name": t.model,
     }
     if t.tools is not None:
-        agent_info["tool_definitions"] = [
-            x.raw
-            if isinstance(x.raw, dict)
-            else {
-                "type": "function",
-                "function": {"name": x.name, "description": x.description, "parameters": x.parameters},
-            }
-            for x in t.tools
-        ]
+        agent_info["tool_definitions"], dropped = atif_tools(t.tools, protocol)
+        if dropped:
+            agent_info["extra"] = {"tools_dropped": dropped}
     yield "schema_version", ATIF_VERSION
     yield "session_id", str(meta.get("sessionId") or meta.get("session") or meta.get("id") or "")
     episode = meta.get("episode")
@@ -458,6 +471,23 @@ def atif_fields(
     yield "extra", Later(extra)
 
 
+def atif_tools(tools: Iterable[ToolSpec], protocol: str | None = None) -> tuple[list[dict], list[dict]]:
+    """``(tool_definitions, tools_dropped)``: the function tools in OpenAI's function-calling
+    schema, ``{type: "function", function: {name, description, parameters}}``, as ATIF's
+    ``agent.tool_definitions`` asks (Harbor's RFC: "Each element follows OpenAI's function
+    calling schema"), made by the rows' path (:func:`pvisor.adapters.exports.chat_rows.
+    chat_prompt`: the transcoder to ``openai-chat``) from the tools as ``protocol`` sent them
+    (None: a native file's, whose definitions carry no protocol's shape but their ``type``);
+    ``[{name, kind}]`` of the tools that are not functions (server tools, namespaces, freeform
+    tools), which have no such schema."""
+    # the exports package imports this module: imported when called
+    from pvisor.adapters.exports.chat_rows import CHAT, chat_prompt
+
+    conv = Conversation(protocol=protocol or CHAT, tools=list(tools))
+    _prompt, defs, dropped = chat_prompt(conv)
+    return defs, dropped
+
+
 def to_atif(result: NativeResult, agent: str) -> dict[str, Any]:
     """The trajectory as an ATIF v1.7 document (rules in the module docstring)."""
     doc: dict[str, Any] = {}
@@ -466,7 +496,10 @@ def to_atif(result: NativeResult, agent: str) -> dict[str, Any]:
     return doc
 
 
-def write_atif(result: NativeResult, agent: str, out: BinaryIO) -> None:
-    """Write :func:`to_atif`'s document to ``out`` (binary), one step at a time."""
+def write_atif(result: NativeResult, agent: str, out: BinaryIO) -> int:
+    """Write :func:`to_atif`'s document to ``out`` (binary), one step at a time; returns the
+    number of ATIF steps (``final_metrics.total_steps``: the system, task and user steps too)."""
+    count = [0]
     with progress.task("writing steps", len(result.trajectory.steps)):
-        write_document(out, _atif_fields(result, agent))
+        write_document(out, _atif_fields(result, agent, count))
+    return count[0]

@@ -71,6 +71,8 @@ if TYPE_CHECKING:
 NAME = "anthropic"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "anthropic"
+#: ``gen_ai.operation.name`` of a model call of this protocol (Anthropic Messages: a chat)
+GEN_AI_OPERATION = "chat"
 #: the prefix of a tool call id this protocol's replies carry (a handoff names its calls with it)
 CALL_ID_PREFIX = "toolu_"
 PATHS: tuple[str, ...] = ("/v1/messages", "/v1/messages/count_tokens")

@@ -28,7 +28,9 @@ class WireProtocol(Protocol):
 
     - ``NAME``: the protocol name stored in the journal (``anthropic``, ``openai-chat``,
       ``openai-responses``, ``gemini``); ``TITLE``: its name in sentences (``Anthropic``).
-    - ``GEN_AI_PROVIDER``: ``gen_ai.provider.name`` of the OpenTelemetry GenAI conventions.
+    - ``GEN_AI_PROVIDER``: ``gen_ai.provider.name`` of the OpenTelemetry GenAI conventions;
+      ``GEN_AI_OPERATION`` their ``gen_ai.operation.name`` of a model call (``chat``, Gemini's
+      ``generate_content``).
     - ``CALL_ID_PREFIX``: the prefix of the tool call ids its replies carry (``toolu_``).
     - ``PATHS``: the exact paths it serves, as documented patterns.
     - ``DEFAULT_TARGET``: ``(method, path, query)`` of a streamed request when nothing recorded
@@ -58,6 +60,7 @@ class WireProtocol(Protocol):
     NAME: str
     TITLE: str
     GEN_AI_PROVIDER: str
+    GEN_AI_OPERATION: str
     CALL_ID_PREFIX: str
     PATHS: tuple[str, ...]
     DEFAULT_TARGET: tuple[str, str, str]

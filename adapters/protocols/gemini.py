@@ -93,6 +93,8 @@ from pvisor.journal.model import (
 NAME = "gemini"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "gcp.gemini"
+#: ``gen_ai.operation.name`` of a model call (the conventions' value for ``generateContent``)
+GEN_AI_OPERATION = "generate_content"
 #: the prefix of a tool call id this protocol's replies carry (a handoff names its calls with it)
 CALL_ID_PREFIX = ""
 #: Exact request paths served, ``{model}`` being one path segment (``gemini-2.5-pro``).

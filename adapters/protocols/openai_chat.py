@@ -80,6 +80,8 @@ if TYPE_CHECKING:
 NAME = "openai-chat"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "openai"
+#: ``gen_ai.operation.name`` of a model call of this protocol (Chat Completions: a chat)
+GEN_AI_OPERATION = "chat"
 CALL_ID_PREFIX = "call_"  # (contract.py)
 PATHS: tuple[str, ...] = ("/v1/chat/completions",)
 #: the wire-protocol facts (:class:`~pvisor.adapters.protocols.contract.WireProtocol` says what each means)

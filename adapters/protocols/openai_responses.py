@@ -108,6 +108,8 @@ if TYPE_CHECKING:
 NAME = "openai-responses"
 #: ``gen_ai.provider.name`` of the OpenTelemetry GenAI semantic conventions (exports: otel)
 GEN_AI_PROVIDER = "openai"
+#: ``gen_ai.operation.name`` of a model call (a chat, as the conventions' OpenAI spans name it)
+GEN_AI_OPERATION = "chat"
 #: the prefix of a tool call id this protocol's replies carry (a handoff names its calls with it)
 CALL_ID_PREFIX = "call_"
 #: Exact request paths served (no query string). ``/v1/responses/compact`` and
