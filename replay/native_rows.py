@@ -34,7 +34,7 @@ from pvisor.adapters.exports.base import (
     Source,
     Written,
 )
-from pvisor.adapters.exports.chat_rows import Segmenter, trainer_columns
+from pvisor.adapters.exports.chat_rows import GAP_FLAGS, Segmenter, trainer_columns
 from pvisor.adapters.exports.rows import (
     need_pyarrow,
     parquet_row,
@@ -115,6 +115,7 @@ def _rows(
             segments,
             compacted=compaction is not None and compaction.after_step == k - 1,
             tools_absent=tools_absent,
+            gap=not GAP_FLAGS.isdisjoint(doc["flags"]),
             call_ids=_wire_call_ids(d, proto, step.action),
             normalise_usage=normalise_usage,
         )

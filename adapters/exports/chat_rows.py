@@ -53,8 +53,15 @@ class SegmentBreak(str, enum.Enum):
     COMPACTION = "compaction"
     #: a continuation sent the live model the boundary user prompt (the step's flag)
     BOUNDARY_PROMPT = "boundary_prompt"
+    #: the row before is a gap (flagged ``lost_action`` or ``no_reply``): it has no completion,
+    #: so nothing joins it to this row's prompt
+    NO_COMPLETION = "no_completion"
     #: the tools differ from the row before's (a chat template renders them into the prompt)
     TOOLS_CHANGED = "tools_changed"
+    #: the messages extend the row before's once each call's arguments are compared as parsed
+    #: JSON: the agent sent its calls back re-serialised (OpenCode: key order, spacing), so the
+    #: text a template renders changed
+    ARGUMENTS_RESERIALISED = "arguments_reserialised"
     #: the messages extend the row before's once ``reasoning_content`` is ignored: reasoning of
     #: an earlier turn was stripped (or a reply's reasoning never sent back)
     REASONING_STRIPPED = "reasoning_stripped"
@@ -191,23 +198,25 @@ def chat_usage(normalise: Callable[[Any], TokenUsage], usage: Any) -> tuple[dict
 # --------------------------------------------------------------------------- segments
 
 
-def _arguments(args: str) -> Any:
-    # an agent sends a call back re-serialised (key order, spaces): the parsed value is compared
+def _parsed(args: str) -> bytes:
     try:
-        return orjson.loads(args)
+        return orjson.dumps(orjson.loads(args), option=orjson.OPT_SORT_KEYS)
     except orjson.JSONDecodeError:
-        return args
+        return args.encode()
 
 
-def chain_form(m: dict[str, Any], reasoning: bool = True) -> tuple:
+def chain_form(m: dict[str, Any], reasoning: bool = True, parsed: bool = False) -> tuple:
     """What the extension property compares of a message: role, content (None as ""),
-    ``reasoning_content`` (unless ``reasoning`` is False), each call's id, name and parsed
-    arguments (a string that is no JSON as it is), ``tool_call_id``."""
+    ``reasoning_content`` (unless ``reasoning`` is False), each call's id, name and arguments
+    (the exact string: a chat template renders it verbatim, so a call sent back re-serialised,
+    keys reordered or spaced otherwise, is another text; with ``parsed``, the parsed JSON value
+    as sorted-key text, a string that is no JSON as it is: only to name a break's reason),
+    ``tool_call_id``."""
     calls = tuple(
         (
             c["id"],
             c["function"]["name"],
-            orjson.dumps(_arguments(c["function"]["arguments"]), option=orjson.OPT_SORT_KEYS),
+            _parsed(c["function"]["arguments"]) if parsed else c["function"]["arguments"],
         )
         for c in m.get("tool_calls") or ()
     )
@@ -220,48 +229,72 @@ def chain_form(m: dict[str, Any], reasoning: bool = True) -> tuple:
     )
 
 
-def _extends(prompt: list[dict], before: list[dict], reasoning: bool) -> bool:
+#: a step's flags that mark a gap: no reply of the model stands in the row (empty completion)
+GAP_FLAGS = frozenset({"lost_action", "no_reply"})
+
+
+def _tools_text(tools: list[dict]) -> bytes:
+    # compared as JSON text with sorted keys: a template renders 1, true and 1.0 differently,
+    # which Python's == takes for one value
+    return orjson.dumps(tools, option=orjson.OPT_SORT_KEYS)
+
+
+def _extends(prompt: list[dict], before: list[dict], reasoning: bool, parsed: bool = False) -> bool:
     if len(prompt) < len(before):
         return False
-    return all(chain_form(a, reasoning) == chain_form(b, reasoning) for a, b in zip(prompt, before))
+    return all(
+        chain_form(a, reasoning, parsed) == chain_form(b, reasoning, parsed) for a, b in zip(prompt, before)
+    )
 
 
 class Segmenter:
     """Segments of consecutive rows (feed them in step order with :meth:`next`). Row k extends
-    row k-1 when its tools equal row k-1's and its prompt starts with row k-1's prompt followed
-    by row k-1's completion (none when it is empty: no text, reasoning or call), message by
-    message in :func:`chain_form`; else row k starts the
-    next segment, with the first reason of :class:`SegmentBreak` that fits."""
+    row k-1 when row k-1 is no gap, row k's tools equal row k-1's (as JSON text with sorted keys)
+    and its prompt starts with row k-1's prompt followed by row k-1's completion (none when it is
+    empty: no text, reasoning or call), message by message in :func:`chain_form`; else row k
+    starts the next segment, with the first reason of :class:`SegmentBreak` that fits."""
 
     def __init__(self) -> None:
         self.segment = -1
         self._before: list[dict] | None = None
-        self._tools: list[dict] | None = None
+        self._tools: bytes | None = None
+        self._gap = False
 
     def next(
-        self, prompt: list[dict], tools: list[dict], completion: dict, compacted: bool, boundary: bool
+        self,
+        prompt: list[dict],
+        tools: list[dict],
+        completion: dict,
+        compacted: bool,
+        boundary: bool,
+        gap: bool = False,
     ) -> tuple[int, str | None]:
         """``(segment, segment_break)`` of the next row. ``compacted``: the agent compacted its
         history after the row before; ``boundary``: the row's request carried the boundary
-        prompt."""
-        before, before_tools = self._before, self._tools
+        prompt; ``gap``: the row is a gap (:data:`GAP_FLAGS`), the next row starts a segment."""
+        before, before_tools, after_gap = self._before, self._tools, self._gap
+        tools_text = _tools_text(tools)
         # an empty completion (no text, reasoning or call) is never sent back as a message
         empty = not (
             completion.get("content") or completion.get("reasoning_content") or completion.get("tool_calls")
         )
-        self._before, self._tools = [*prompt] if empty else [*prompt, completion], tools
+        self._before, self._tools, self._gap = [*prompt] if empty else [*prompt, completion], tools_text, gap
         if before is None:
             self.segment = 0
             return 0, None
-        if tools == before_tools and _extends(prompt, before, True):
+        if not after_gap and tools_text == before_tools and _extends(prompt, before, True):
             return self.segment, None
         self.segment += 1
         if compacted:
             why = SegmentBreak.COMPACTION
         elif boundary:
             why = SegmentBreak.BOUNDARY_PROMPT
-        elif tools != before_tools:
+        elif after_gap:
+            why = SegmentBreak.NO_COMPLETION
+        elif tools_text != before_tools:
             why = SegmentBreak.TOOLS_CHANGED
+        elif _extends(prompt, before, True, parsed=True):
+            why = SegmentBreak.ARGUMENTS_RESERIALISED
         elif _extends(prompt, before, False):
             why = SegmentBreak.REASONING_STRIPPED
         else:
@@ -287,6 +320,7 @@ def trainer_columns(
     compacted: bool = False,
     boundary: bool = False,
     tools_absent: bool = False,
+    gap: bool = False,
     call_ids: list[str | None] | None = None,
     normalise_usage: Callable[[Any], TokenUsage] | None = None,
 ) -> dict[str, Any]:
@@ -295,11 +329,12 @@ def trainer_columns(
     ``conv``: the request the model answered (None when it cannot be read: prompt and tools
     empty, the row its own segment's start); ``protocol``: of the reply's usage; ``call_ids``:
     :func:`chat_completion`'s; ``normalise_usage``: how the action's usage reads (default: the
-    ``protocol`` module's ``normalised_usage``)."""
+    ``protocol`` module's ``normalised_usage``); ``gap``: the step is flagged a gap
+    (:data:`GAP_FLAGS`)."""
     prompt, tools, dropped = chat_prompt(conv) if conv is not None else ([], [], [])
     completion = chat_completion(action, call_ids)
     usage, usage_raw = chat_usage(normalise_usage or get_protocol(protocol).normalised_usage, action.usage)
-    segment, why = segments.next(prompt, tools, completion, compacted, boundary)
+    segment, why = segments.next(prompt, tools, completion, compacted, boundary, gap)
     return {
         "prompt": prompt,
         "tools": tools,

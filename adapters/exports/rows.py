@@ -46,7 +46,7 @@ from typing import Any, BinaryIO, Iterable, Iterator
 
 import orjson
 
-from pvisor.adapters.exports.chat_rows import Segmenter, trainer_columns
+from pvisor.adapters.exports.chat_rows import GAP_FLAGS, Segmenter, trainer_columns
 from pvisor.adapters.journal_trajectory import LiveContextFlag, trajectory_from_journal, trajectory_to_json
 from pvisor.adapters.protocols import get_protocol
 from pvisor.core import progress
@@ -109,6 +109,7 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
                 segments,
                 compacted=previous_flags is not None and "compaction" in previous_flags,
                 boundary=LiveContextFlag.BOUNDARY_PROMPT.value in step["flags"],
+                gap=not GAP_FLAGS.isdisjoint(step["flags"]),
             )
             previous_flags = step["flags"]
             yield {
