@@ -8,7 +8,11 @@ from __future__ import annotations
 import json
 
 from pvisor.adapters.exports.chat_rows import Segmenter
+from pvisor.adapters.exports.rows import iter_rows
 from pvisor.adapters.native import read_native
+from pvisor.journal.model import Run
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.writer import Journal
 from pvisor.replay.native_rows import iter_native_rows
 
 
@@ -81,3 +85,74 @@ def test_a_gap_row_has_no_completion_and_the_segment_breaks_after_it(tmp_path):
     got = [(r["step"], r["flags"], r["segment"], r["segment_break"]) for r in rows]
     assert got == [(1, [], 0, None), (2, ["lost_action"], 0, None), (3, [], 1, "no_completion")]
     assert rows[1]["completion"] == {"role": "assistant", "content": None}
+
+
+def _responses_run(path, first: int) -> list[dict]:
+    """The rows of a Responses run of three requests chained by ``previous_response_id`` (each
+    sends only the new tool output), recorded from request ``first`` on (0: all of them)."""
+    tool = {"type": "function", "name": "shell", "description": "sh", "parameters": {"type": "object"}}
+
+    def reply(rid: str, out: dict) -> bytes:
+        usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+        body = {"id": rid, "object": "response", "status": "completed", "model": "gpt-5"}
+        return json.dumps({**body, "output": [out], "usage": usage}).encode()
+
+    def call(i: int) -> dict:
+        args = json.dumps({"cmd": f"echo {i}"})
+        return {
+            "type": "function_call",
+            "id": f"fc_{i}",
+            "call_id": f"call_{i}",
+            "name": "shell",
+            "arguments": args,
+        }
+
+    def output(i: int) -> list[dict]:
+        return [{"type": "function_call_output", "call_id": f"call_{i}", "output": str(i)}]
+
+    task = [{"role": "user", "content": [{"type": "input_text", "text": "TASK"}]}]
+    done = {
+        "type": "message",
+        "id": "m3",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": "ok"}],
+    }
+    base = {"model": "gpt-5", "instructions": "SYS", "tools": [tool], "store": True}
+    exchanges = [
+        ({**base, "input": task}, reply("resp_1", call(1))),
+        ({**base, "previous_response_id": "resp_1", "input": output(1)}, reply("resp_2", call(2))),
+        ({**base, "previous_response_id": "resp_2", "input": output(2)}, reply("resp_3", done)),
+    ]
+    with Journal.open(path) as j:
+        j.create_run(Run(id="prid", agent="codex", agent_version="0.171.0"))
+        for body, answer in exchanges[first:]:
+            j.record_exchange(
+                "prid", "POST", "/v1/responses", [("content-type", "application/json")],
+                protocol="openai-responses", status=200, request_body=json.dumps(body).encode(),
+                response_body=answer, response_headers=[("content-type", "application/json")],
+            )  # fmt: skip
+    with JournalReader(path) as r:
+        return list(iter_rows(r, "prid", bodies=False))
+
+
+def test_a_responses_run_chained_by_previous_response_id_has_whole_prompts(tmp_path):
+    rows = _responses_run(tmp_path / "j.sqlite", 0)
+    assert [(r["segment"], r["segment_break"], r["flags"]) for r in rows] == [(0, None, [])] * 3
+    # each prompt holds the task and every earlier call, as the server held them
+    assert [m["role"] for m in rows[2]["prompt"]] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+    ]
+    for before, row in zip(rows, rows[1:]):
+        assert row["prompt"][: len(before["prompt"]) + 1] == [*before["prompt"], before["completion"]]
+
+
+def test_a_prompt_whose_earlier_response_is_not_in_the_journal_is_flagged_and_breaks(tmp_path):
+    rows = _responses_run(tmp_path / "j.sqlite", 1)
+    got = [(r["segment"], r["segment_break"], r["flags"]) for r in rows]
+    assert got == [(0, None, ["prompt_incomplete"]), (1, "prompt_incomplete", ["prompt_incomplete"])]
+    assert [m["role"] for m in rows[0]["prompt"]] == ["system", "tool"]

@@ -53,6 +53,10 @@ class SegmentBreak(str, enum.Enum):
     COMPACTION = "compaction"
     #: a continuation sent the live model the boundary user prompt (the step's flag)
     BOUNDARY_PROMPT = "boundary_prompt"
+    #: the row's prompt is partial (its flag ``prompt_incomplete``): part of the context the
+    #: model answered lives on the server (a Responses ``previous_response_id`` naming no
+    #: response of the run, an ``item_reference``), so no row before joins it
+    PROMPT_INCOMPLETE = "prompt_incomplete"
     #: the row before is a gap (flagged ``lost_action`` or ``no_reply``): it has no completion,
     #: so nothing joins it to this row's prompt
     NO_COMPLETION = "no_completion"
@@ -268,10 +272,12 @@ class Segmenter:
         compacted: bool,
         boundary: bool,
         gap: bool = False,
+        incomplete: bool = False,
     ) -> tuple[int, str | None]:
         """``(segment, segment_break)`` of the next row. ``compacted``: the agent compacted its
         history after the row before; ``boundary``: the row's request carried the boundary
-        prompt; ``gap``: the row is a gap (:data:`GAP_FLAGS`), the next row starts a segment."""
+        prompt; ``gap``: the row is a gap (:data:`GAP_FLAGS`), the next row starts a segment;
+        ``incomplete``: the row's prompt is partial, it starts a segment."""
         before, before_tools, after_gap = self._before, self._tools, self._gap
         tools_text = _tools_text(tools)
         # an empty completion (no text, reasoning or call) is never sent back as a message
@@ -282,13 +288,15 @@ class Segmenter:
         if before is None:
             self.segment = 0
             return 0, None
-        if not after_gap and tools_text == before_tools and _extends(prompt, before, True):
+        if not (after_gap or incomplete) and tools_text == before_tools and _extends(prompt, before, True):
             return self.segment, None
         self.segment += 1
         if compacted:
             why = SegmentBreak.COMPACTION
         elif boundary:
             why = SegmentBreak.BOUNDARY_PROMPT
+        elif incomplete:
+            why = SegmentBreak.PROMPT_INCOMPLETE
         elif after_gap:
             why = SegmentBreak.NO_COMPLETION
         elif tools_text != before_tools:
@@ -321,6 +329,7 @@ def trainer_columns(
     boundary: bool = False,
     tools_absent: bool = False,
     gap: bool = False,
+    incomplete: bool = False,
     call_ids: list[str | None] | None = None,
     normalise_usage: Callable[[Any], TokenUsage] | None = None,
 ) -> dict[str, Any]:
@@ -330,11 +339,12 @@ def trainer_columns(
     empty, the row its own segment's start); ``protocol``: of the reply's usage; ``call_ids``:
     :func:`chat_completion`'s; ``normalise_usage``: how the action's usage reads (default: the
     ``protocol`` module's ``normalised_usage``); ``gap``: the step is flagged a gap
-    (:data:`GAP_FLAGS`)."""
+    (:data:`GAP_FLAGS`); ``incomplete``: the prompt is partial (:class:`SegmentBreak`
+    ``PROMPT_INCOMPLETE``)."""
     prompt, tools, dropped = chat_prompt(conv) if conv is not None else ([], [], [])
     completion = chat_completion(action, call_ids)
     usage, usage_raw = chat_usage(normalise_usage or get_protocol(protocol).normalised_usage, action.usage)
-    segment, why = segments.next(prompt, tools, completion, compacted, boundary, gap)
+    segment, why = segments.next(prompt, tools, completion, compacted, boundary, gap, incomplete)
     return {
         "prompt": prompt,
         "tools": tools,

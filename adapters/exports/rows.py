@@ -47,11 +47,12 @@ from typing import Any, BinaryIO, Iterable, Iterator
 import orjson
 
 from pvisor.adapters.exports.chat_rows import GAP_FLAGS, Segmenter, trainer_columns
-from pvisor.adapters.journal_trajectory import LiveContextFlag, trajectory_from_journal, trajectory_to_json
+from pvisor.adapters.chains import Classification, Request, classify_run
+from pvisor.adapters.journal_trajectory import LiveContextFlag, build_trajectory, trajectory_to_json
 from pvisor.adapters.protocols import get_protocol
 from pvisor.core import progress
 from pvisor.core.errors import BadInputError, UsageError
-from pvisor.journal.model import Conversation, HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, run_lineage
+from pvisor.journal.model import Conversation, HANDOFF_FROM_LABEL, Message, HANDOFF_TO_LABEL, run_lineage
 from pvisor.journal.reader import JournalReader
 
 #: rows gathered per Parquet row group
@@ -74,6 +75,42 @@ def _conversation(protocol: str, raw: bytes, path: str, query: str) -> Conversat
         return None
 
 
+#: the flag of a row whose prompt is partial: part of the context lives on the server and the
+#: journal does not hold it (docs/exports.md "rows and parquet")
+PROMPT_INCOMPLETE = "prompt_incomplete"
+
+
+def _requests(c: Classification) -> dict[str, Request]:
+    """The chain rule's request of each exchange of the main chain, by exchange id."""
+    return {r.id: r for s in (c.main.slots if c.main is not None else []) for r in s.requests}
+
+
+def _server_held(protocol: str, conv: Conversation) -> bool:
+    # a protocol module that can leave part of the prefix on the server says so (Responses)
+    held = getattr(get_protocol(protocol), "server_held_prefix", None)
+    return held is not None and held(conv) is not None
+
+
+def _expand(
+    conv: Conversation, req: Request | None, expanded: dict[str, list[Message]], partial: set[str]
+) -> tuple[Conversation, bool]:
+    """``(conversation, complete)`` of a request whose prefix is partly on the server: the chain
+    rule's expansion (docs/steps.md: the messages of the request whose response
+    ``previous_response_id`` names, that response's reply, then the body's own), from
+    ``expanded`` (exchange id to the whole messages of the rows before) when it holds the base,
+    else parsed again; ``complete`` False when the chain rule found no such response in the run
+    (or the server holds items by reference: the conversation is the body's alone) or when the
+    base's own prompt was partial (``partial``: exchange ids of such rows)."""
+    if req is None or req.base is None or not conv.params.get("previous_response_id"):
+        return conv, False
+    base = expanded.get(req.base.id)
+    if base is None:
+        base = req.base.conversation().messages
+    conv.messages = [*base, *req.base_reply, *conv.messages]
+    conv.params = {k: v for k, v in conv.params.items() if k != "previous_response_id"}
+    return conv, req.base.id not in partial and not _server_held(conv.protocol, conv)
+
+
 def _digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
@@ -83,9 +120,13 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
     unknown run; IntegrityError for a damaged body."""
     run = reader.run(run_id)
     lineage = run_lineage(run)
-    traj = trajectory_from_journal(reader, run.id, wire_ids=True)
+    classified = classify_run(reader, run.id)
+    traj = build_trajectory(reader, classified, wire_ids=True)
     doc = trajectory_to_json(traj)
     by_id = {e.id: e for e in reader.exchanges(run.id)}
+    requests = _requests(classified)
+    expanded: dict[str, list[Message]] = {}
+    partial: set[str] = set()
     segments = Segmenter()
     previous_flags: list[str] | None = None
     with progress.task(f"rows of run {run.id}", len(doc["steps"])) as task:
@@ -102,14 +143,24 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
             if bodies:
                 prefix = _json(raw)
                 agent_prefix = _json(sent) if forwarded is not None else None
+            conv = _conversation(ex.protocol or doc["protocol"], raw, ex.path, ex.query)
+            flags = step["flags"]
+            if conv is not None and _server_held(conv.protocol, conv):
+                conv, complete = _expand(conv, requests.get(ex.id), expanded, partial)
+                if not complete:
+                    flags = [*flags, PROMPT_INCOMPLETE]
+                    partial.add(ex.id)
+            if conv is not None:
+                expanded[ex.id] = conv.messages
             trainer = trainer_columns(
-                _conversation(ex.protocol or doc["protocol"], raw, ex.path, ex.query),
+                conv,
                 traj.steps[i].action,
                 ex.protocol or doc["protocol"],
                 segments,
                 compacted=previous_flags is not None and "compaction" in previous_flags,
                 boundary=LiveContextFlag.BOUNDARY_PROMPT.value in step["flags"],
                 gap=not GAP_FLAGS.isdisjoint(step["flags"]),
+                incomplete=PROMPT_INCOMPLETE in flags,
             )
             previous_flags = step["flags"]
             yield {
@@ -125,7 +176,7 @@ def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Ite
                 **trainer,
                 "action": step["action"],
                 "observation": step["observation"],
-                "flags": step["flags"],
+                "flags": flags,
                 "digests": {
                     "prefix_sha256": prefix_sha,
                     "agent_prefix_sha256": hashlib.sha256(sent).hexdigest()
