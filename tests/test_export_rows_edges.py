@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 
-from pvisor.adapters.exports.chat_rows import Segmenter
+from pvisor.adapters.exports.chat_rows import Segmenter, chat_request
 from pvisor.adapters.exports.rows import iter_rows
 from pvisor.adapters.native import read_native
+from pvisor.adapters.protocols.validate import validate_request
 from pvisor.journal.model import Run
 from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
@@ -156,3 +157,40 @@ def test_a_prompt_whose_earlier_response_is_not_in_the_journal_is_flagged_and_br
     got = [(r["segment"], r["segment_break"], r["flags"]) for r in rows]
     assert got == [(0, None, ["prompt_incomplete"]), (1, "prompt_incomplete", ["prompt_incomplete"])]
     assert [m["role"] for m in rows[0]["prompt"]] == ["system", "tool"]
+
+
+def test_the_chat_validator_refuses_a_call_no_tool_message_answers():
+    call = {"role": "assistant", "content": None, "tool_calls": [_call("{}")]}
+    body = {"model": "m", "messages": [{"role": "user", "content": "go"}, call]}
+    assert validate_request("openai-chat", body) == []  # the reply judged: nothing follows it
+    body["messages"].append({"role": "user", "content": "and?"})
+    assert [(p.path, p.what) for p in validate_request("openai-chat", body)] == [
+        ("body.messages[1].tool_calls[0]", "no tool message answers tool_call_id 'c1' before the next turn")
+    ]
+    body["messages"].insert(2, {"role": "tool", "content": "ok", "tool_call_id": "c1"})
+    assert validate_request("openai-chat", body) == []
+
+
+CODEX_SERVER_CALLS = [
+    *CODEX_ORPHAN[:3],
+    {"type": "response_item", "payload": {"type": "web_search_call", "id": "ws-1", "status": "completed",
+                                          "action": {"type": "search", "query": "pvisor"}}},
+    {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                          "content": [{"type": "output_text", "text": "found it"}]}},
+    {"type": "response_item", "payload": {"type": "message", "role": "user",
+                                          "content": [{"type": "input_text", "text": "thanks"}]}},
+    {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                          "content": [{"type": "output_text", "text": "done"}]}},
+]  # fmt: skip
+
+
+def test_calls_the_provider_ran_are_listed_as_server_tools_not_sent_as_function_calls(tmp_path):
+    result, _ = read_native(_write_jsonl(tmp_path / "rollout.jsonl", CODEX_SERVER_CALLS))
+    rows = list(iter_native_rows(result, "codex"))
+    assert any(c["kind"] == "server" for r in rows for c in r["action"]["tool_calls"])
+    for r in rows:
+        body = chat_request("m", r["prompt"], r["tools"], r["completion"])
+        assert validate_request("openai-chat", body) == [], r["step"]
+        calls = [c for m in [*r["prompt"], r["completion"]] for c in m.get("tool_calls") or []]
+        assert calls == [], r["step"]
+    assert all({"name": "web_search_call", "kind": "server"} in r["tools_dropped"] for r in rows)

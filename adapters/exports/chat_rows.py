@@ -12,6 +12,8 @@ usage by the OpenTelemetry GenAI counts, and the chain segment the step belongs 
   message's ``tool_call_id``. Provider markers (``cache_control``) and the source's own objects
   do not pass; non-text parts (images, documents) are left out of ``content``.
 - :func:`chat_completion`: an :class:`Action` as one assistant message of the same form.
+- Calls of kind ``server`` (tools the provider ran: web search, tool search) are left out of
+  both, as no tool message answers them; their tools are listed in ``tools_dropped``.
 - :func:`chat_usage`: ``(usage, usage_raw)``: ``normalised_usage`` (of the protocol, or of the
   native adapter for a file's own usage shape), and the
   provider's own object.
@@ -39,7 +41,7 @@ from pvisor.adapters.protocols.convert import (
     plain_action,
     plain_message,
 )
-from pvisor.journal.model import Action, Conversation, Message, TextPart
+from pvisor.journal.model import Action, Conversation, Message, TextPart, ToolCall, ToolResult
 
 #: the protocol of the rows' messages
 CHAT = "openai-chat"
@@ -151,9 +153,48 @@ def _dropped_tools(source: list[Any], changes: Iterable[Any]) -> list[dict[str, 
     return out
 
 
+#: a call the provider ran itself (:class:`ToolCall` ``kind``): no tool message answers it
+SERVER = "server"
+
+
+def _server_calls_out(conv: Conversation) -> list[str]:
+    """Take the calls of kind :data:`SERVER` out of ``conv``'s messages (in place; a message left
+    with no part goes) and give their names, in order, once each. A result that names such a
+    call stays as its text (a user's or a tool's text part), never as a tool message."""
+    names: list[str] = []
+    ids: set[str] = set()
+    messages = []
+    for m in conv.messages:
+        parts = []
+        for p in m.parts:
+            if isinstance(p, ToolCall) and p.kind == SERVER:
+                names.append(p.name)
+                ids.add(p.id or "")
+            elif isinstance(p, ToolResult) and p.call_id is not None and p.call_id in ids:
+                if isinstance(p.content, str) and p.content:
+                    parts.append(TextPart(p.content))
+            else:
+                parts.append(p)
+        if len(parts) == len(m.parts):
+            messages.append(m)
+        elif parts:
+            messages.append(Message(m.role, parts))
+    conv.messages = messages
+    return list(dict.fromkeys(names))
+
+
+def _server_dropped(dropped: list[dict[str, str]], names: Iterable[str]) -> list[dict[str, str]]:
+    """``dropped`` with each server tool of ``names`` not listed yet, as ``{name, kind: "server"}``."""
+    have = {d["name"] for d in dropped}
+    return [*dropped, *({"name": n, "kind": SERVER} for n in dict.fromkeys(names) if n not in have)]
+
+
 def chat_prompt(conv: Conversation) -> tuple[list[dict], list[dict], list[dict]]:
     """``(prompt, tools, tools_dropped)`` of a request's conversation of any protocol (module
-    docstring). The system prompt is the first message (``system``) when there is one."""
+    docstring). The system prompt is the first message (``system``) when there is one. Calls
+    the provider ran (server tools) are left out of the messages and listed in
+    ``tools_dropped`` (kind ``server``) when the tools do not list them."""
+    server = _server_calls_out(conv)
     converted = convert(conv, CHAT)
     c = converted.conversation
     changes = list(converted.dropped)
@@ -166,7 +207,7 @@ def chat_prompt(conv: Conversation) -> tuple[list[dict], list[dict], list[dict]]
     c.tools, c.params, c.stream = [], {}, False
     body = orjson.loads(get_protocol(CHAT).render_request(c))
     prompt = [plain_chat_message(m) for m in body["messages"]]
-    return prompt, tools, _dropped_tools(conv.tools, changes)
+    return prompt, tools, _server_dropped(_dropped_tools(conv.tools, changes), server)
 
 
 def chat_completion(action: Action, call_ids: list[str | None] | None = None) -> dict[str, Any]:
@@ -177,6 +218,8 @@ def chat_completion(action: Action, call_ids: list[str | None] | None = None) ->
     a = plain_action(action)
     if call_ids is not None and len(call_ids) == len(a.tool_calls):
         a.tool_calls = [replace(c, id=i) for c, i in zip(a.tool_calls, call_ids)]
+    # the provider ran these itself: no tool message will answer them (chat_prompt)
+    a.tool_calls = [c for c in a.tool_calls if c.kind != SERVER]
     parts: list[Any] = [*a.reasoning]
     if a.text:
         parts.append(TextPart(a.text))
@@ -343,6 +386,7 @@ def trainer_columns(
     ``PROMPT_INCOMPLETE``)."""
     prompt, tools, dropped = chat_prompt(conv) if conv is not None else ([], [], [])
     completion = chat_completion(action, call_ids)
+    dropped = _server_dropped(dropped, (c.name for c in action.tool_calls if c.kind == SERVER))
     usage, usage_raw = chat_usage(normalise_usage or get_protocol(protocol).normalised_usage, action.usage)
     segment, why = segments.next(prompt, tools, completion, compacted, boundary, gap, incomplete)
     return {
