@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+from cli_helpers import pvisor_main
+
 from pvisor.adapters.exports.chat_rows import Segmenter, chat_request
 from pvisor.adapters.exports.rows import iter_rows
 from pvisor.adapters.native import read_native
@@ -194,3 +196,59 @@ def test_calls_the_provider_ran_are_listed_as_server_tools_not_sent_as_function_
         calls = [c for m in [*r["prompt"], r["completion"]] for c in m.get("tool_calls") or []]
         assert calls == [], r["step"]
     assert all({"name": "web_search_call", "kind": "server"} in r["tools_dropped"] for r in rows)
+
+
+def _chat_run(path, replies: list[dict], tools: list[str]) -> None:
+    """A Chat Completions run ``c`` of one request per reply message, offering function tools
+    ``tools``; each request sends the earlier replies back with a result for each call."""
+
+    def tool(name: str) -> dict:
+        return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+
+    messages: list[dict] = [{"role": "user", "content": "go"}]
+    with Journal.open(path) as j:
+        j.create_run(Run(id="c", agent="opencode", agent_version="1.0.0"))
+        for n, reply in enumerate(replies):
+            body = {"model": "m", "messages": messages, "tools": [tool(t) for t in tools]}
+            answer = {"id": f"r{n}", "object": "chat.completion", "model": "m", "created": 0,
+                      "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]}  # fmt: skip
+            j.record_exchange(
+                "c", "POST", "/v1/chat/completions", [("content-type", "application/json")],
+                protocol="openai-chat", status=200, request_body=json.dumps(body).encode(),
+                response_body=json.dumps(answer).encode(),
+                response_headers=[("content-type", "application/json")],
+            )  # fmt: skip
+            results = [
+                {"role": "tool", "tool_call_id": c["id"], "content": "ok"}
+                for c in reply.get("tool_calls", [])
+            ]
+            messages = [*messages, reply, *results]
+
+
+def _fn(cid: str, name: str) -> dict:
+    return {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def test_tools_the_completion_calls_but_the_rows_do_not_offer_are_listed_and_warned(tmp_path):
+    replies = [
+        {"role": "assistant", "content": None, "tool_calls": [_fn("a", "bash"), _fn("b", "WebSearch")]},
+        {"role": "assistant", "content": None, "tool_calls": [_fn("c", "Glob"), _fn("d", "WebSearch")]},
+        {"role": "assistant", "content": "done"},
+    ]
+    _chat_run(tmp_path / "j.sqlite", replies, ["bash"])
+    for fmt in ("rows", "parquet"):
+        proc = pvisor_main(
+            ["--journal", tmp_path / "j.sqlite", "journal", "export", "c", "--format", fmt, "--no-progress"],
+            text=fmt == "rows",
+        )
+        assert proc.returncode == 0, proc.stderr
+        stderr = proc.stderr if isinstance(proc.stderr, str) else proc.stderr.decode()
+        warnings = [x for x in stderr.splitlines() if x.startswith("pvisor: warning:")]
+        assert len(warnings) == 1 and "do not offer: WebSearch, Glob " in warnings[0], stderr
+    rows = [
+        json.loads(x)
+        for x in pvisor_main(
+            ["--journal", tmp_path / "j.sqlite", "journal", "export", "c", "--format", "rows"]
+        ).stdout.splitlines()
+    ]
+    assert [r["tools_unoffered"] for r in rows] == [["WebSearch"], ["Glob", "WebSearch"], []]

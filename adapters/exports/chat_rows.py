@@ -377,7 +377,9 @@ def trainer_columns(
     normalise_usage: Callable[[Any], TokenUsage] | None = None,
 ) -> dict[str, Any]:
     """The trainer's columns of one row: ``prompt``, ``tools``, ``tools_dropped``,
-    ``tools_absent``, ``completion``, ``usage``, ``usage_raw``, ``segment``, ``segment_break``.
+    ``tools_absent``, ``tools_unoffered`` (the names, once each, of the tools the completion
+    calls that ``tools`` does not offer; empty when ``tools_absent``), ``completion``, ``usage``,
+    ``usage_raw``, ``segment``, ``segment_break``.
     ``conv``: the request the model answered (None when it cannot be read: prompt and tools
     empty, the row its own segment's start); ``protocol``: of the reply's usage; ``call_ids``:
     :func:`chat_completion`'s; ``normalise_usage``: how the action's usage reads (default: the
@@ -388,12 +390,17 @@ def trainer_columns(
     completion = chat_completion(action, call_ids)
     dropped = _server_dropped(dropped, (c.name for c in action.tool_calls if c.kind == SERVER))
     usage, usage_raw = chat_usage(normalise_usage or get_protocol(protocol).normalised_usage, action.usage)
+    offered = {t["function"]["name"] for t in tools}
+    called = [c["function"]["name"] for c in completion.get("tool_calls") or ()]
+    # a file without tools gives none to compare with: unknown, not unoffered
+    unoffered = [] if tools_absent else [n for n in dict.fromkeys(called) if n not in offered]
     segment, why = segments.next(prompt, tools, completion, compacted, boundary, gap, incomplete)
     return {
         "prompt": prompt,
         "tools": tools,
         "tools_dropped": dropped,
         "tools_absent": tools_absent,
+        "tools_unoffered": unoffered,
         "completion": completion,
         "usage": usage,
         "usage_raw": usage_raw,

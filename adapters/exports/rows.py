@@ -18,6 +18,7 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
 - the trainer's columns (:func:`pvisor.adapters.exports.chat_rows.trainer_columns`, of the
   request ``prefix`` holds, parsed in its protocol): ``prompt`` (Chat Completions messages),
   ``tools``, ``tools_dropped``, ``tools_absent`` (False: a request states its tools),
+  ``tools_unoffered`` (tools the completion calls that ``tools`` lacks),
   ``completion`` (action k as an assistant message), ``usage`` (OTel GenAI counts) and
   ``usage_raw``, ``segment`` and ``segment_break`` (a step's ``compaction`` flag and a live step's
   ``boundary_prompt`` flag name a break);
@@ -283,6 +284,7 @@ def parquet_schema() -> Any:
             ("tools", pa.list_(tool)),
             ("tools_dropped", pa.list_(pa.struct([("name", pa.string()), ("kind", pa.string())]))),
             ("tools_absent", pa.bool_()),
+            ("tools_unoffered", pa.list_(pa.string())),
             ("completion", message),
             ("usage", usage),
             ("usage_raw", pa.string()),
