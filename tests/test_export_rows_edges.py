@@ -198,9 +198,10 @@ def test_calls_the_provider_ran_are_listed_as_server_tools_not_sent_as_function_
     assert all({"name": "web_search_call", "kind": "server"} in r["tools_dropped"] for r in rows)
 
 
-def _chat_run(path, replies: list[dict], tools: list[str]) -> None:
+def _chat_run(path, replies: list[dict], tools: list[str], usage: dict | None = None) -> None:
     """A Chat Completions run ``c`` of one request per reply message, offering function tools
-    ``tools``; each request sends the earlier replies back with a result for each call."""
+    ``tools``; each request sends the earlier replies back with a result for each call; each
+    reply gives ``usage`` when not None."""
 
     def tool(name: str) -> dict:
         return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
@@ -212,6 +213,8 @@ def _chat_run(path, replies: list[dict], tools: list[str]) -> None:
             body = {"model": "m", "messages": messages, "tools": [tool(t) for t in tools]}
             answer = {"id": f"r{n}", "object": "chat.completion", "model": "m", "created": 0,
                       "choices": [{"index": 0, "message": reply, "finish_reason": "stop"}]}  # fmt: skip
+            if usage is not None:
+                answer["usage"] = usage
             j.record_exchange(
                 "c", "POST", "/v1/chat/completions", [("content-type", "application/json")],
                 protocol="openai-chat", status=200, request_body=json.dumps(body).encode(),
@@ -252,3 +255,19 @@ def test_tools_the_completion_calls_but_the_rows_do_not_offer_are_listed_and_war
         ).stdout.splitlines()
     ]
     assert [r["tools_unoffered"] for r in rows] == [["WebSearch"], ["Glob", "WebSearch"], []]
+
+
+def test_usage_counts_outside_int64_are_null_and_parquet_is_written(tmp_path):
+    raw = {"prompt_tokens": 2**63, "completion_tokens": -5, "total_tokens": 7}
+    _chat_run(tmp_path / "j.sqlite", [{"role": "assistant", "content": "done"}], [], raw)
+    base = ["--journal", tmp_path / "j.sqlite", "journal", "export", "c", "--no-progress"]
+    proc = pvisor_main([*base, "--format", "parquet"])
+    assert proc.returncode == 0 and b"Traceback" not in proc.stderr, proc.stderr
+    (tmp_path / "rows.parquet").write_bytes(proc.stdout)
+    import pyarrow.parquet as pq
+
+    back = pq.read_table(tmp_path / "rows.parquet").to_pylist()
+    assert back[0]["usage"]["input_tokens"] is None and back[0]["usage"]["output_tokens"] is None
+    assert json.loads(back[0]["usage_raw"]) == raw  # the provider's counts kept as they came
+    row = json.loads(pvisor_main([*base, "--format", "rows"]).stdout)
+    assert (row["usage"]["input_tokens"], row["usage"]["output_tokens"]) == (None, None)

@@ -236,10 +236,21 @@ def chat_usage(normalise: Callable[[Any], TokenUsage], usage: Any) -> tuple[dict
     """``(usage, usage_raw)``: the OpenTelemetry GenAI counts of the reply's usage (``normalise``
     of it, :meth:`TokenUsage.as_dict`: a protocol module's ``normalised_usage`` for a journal
     run, the native adapter's for a native file, whose usage is kept in the format's own shape)
-    and the usage object as the provider or the file gave it; both None when there is none."""
+    and the usage object as the provider or the file gave it; both None when there is none. A
+    count that is no integer in ``[0, 2**63)`` is None (the raw usage keeps it)."""
     if not isinstance(usage, dict):
         return None, None
-    return normalise(usage).as_dict(), usage
+    counts = {k: v if _count(v) else None for k, v in normalise(usage).as_dict().items()}
+    return counts, usage
+
+
+#: a count must fit a signed 64-bit integer (Parquet's int64, most readers' integers)
+COUNT_LIMIT = 2**63
+
+
+def _count(v: Any) -> bool:
+    # a provider or a file may write anything: a negative, a float, a bool, 2**64
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v < COUNT_LIMIT
 
 
 # --------------------------------------------------------------------------- segments
