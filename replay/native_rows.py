@@ -176,7 +176,7 @@ class _Unoffered:
 def _rows_of(source: JournalSource | NativeSource, settings: Settings) -> Iterator[dict[str, Any]]:
     if isinstance(source, NativeSource):
         return iter_native_rows(source.result, source.adapter, settings.profile_from, _version(source.result))
-    return iter_rows(source.reader, source.run_id, bodies=settings.bodies)
+    return iter_rows(source.reader, source.run_id, bodies=settings.bodies, warn=warn)
 
 
 def write_rows(source: JournalSource | NativeSource, out: BinaryIO, settings: Settings) -> Written:

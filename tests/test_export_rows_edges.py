@@ -198,10 +198,12 @@ def test_calls_the_provider_ran_are_listed_as_server_tools_not_sent_as_function_
     assert all({"name": "web_search_call", "kind": "server"} in r["tools_dropped"] for r in rows)
 
 
-def _chat_run(path, replies: list[dict], tools: list[str], usage: dict | None = None) -> None:
+def _chat_run(
+    path, replies: list[dict], tools: list[str], usage: dict | None = None, result: str = "ok"
+) -> None:
     """A Chat Completions run ``c`` of one request per reply message, offering function tools
     ``tools``; each request sends the earlier replies back with a result for each call; each
-    reply gives ``usage`` when not None."""
+    reply gives ``usage`` when not None; each result is the text ``result``."""
 
     def tool(name: str) -> dict:
         return {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
@@ -222,7 +224,7 @@ def _chat_run(path, replies: list[dict], tools: list[str], usage: dict | None = 
                 response_headers=[("content-type", "application/json")],
             )  # fmt: skip
             results = [
-                {"role": "tool", "tool_call_id": c["id"], "content": "ok"}
+                {"role": "tool", "tool_call_id": c["id"], "content": result}
                 for c in reply.get("tool_calls", [])
             ]
             messages = [*messages, reply, *results]
@@ -271,3 +273,18 @@ def test_usage_counts_outside_int64_are_null_and_parquet_is_written(tmp_path):
     assert json.loads(back[0]["usage_raw"]) == raw  # the provider's counts kept as they came
     row = json.loads(pvisor_main([*base, "--format", "rows"]).stdout)
     assert (row["usage"]["input_tokens"], row["usage"]["output_tokens"]) == (None, None)
+
+
+def test_requests_whose_bodies_do_not_parse_are_named_in_a_warning(tmp_path):
+    # Node's JSON.stringify writes a cut emoji as a lone surrogate escape, which orjson refuses
+    calls = [{"role": "assistant", "content": None, "tool_calls": [_fn(f"c{n}", "bash")]} for n in range(2)]
+    _chat_run(
+        tmp_path / "j.sqlite", [*calls, {"role": "assistant", "content": "done"}], ["bash"], result="\ud83d"
+    )
+    proc = pvisor_main(
+        ["--journal", tmp_path / "j.sqlite", "journal", "export", "c", "--format", "rows"], text=True
+    )
+    assert proc.returncode == 0 and len(proc.stdout.splitlines()) == 1
+    warnings = [x for x in proc.stderr.splitlines() if x.startswith("pvisor: warning:")]
+    assert len(warnings) == 1 and "run c: 2 request(s) left out of the rows" in warnings[0], proc.stderr
+    assert "no low surrogate" in warnings[0]

@@ -43,7 +43,7 @@ makes a native file's rows (the replay layer renders them).
 from __future__ import annotations
 
 import hashlib
-from typing import Any, BinaryIO, Iterable, Iterator
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 import orjson
 
@@ -116,12 +116,37 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
-def iter_rows(reader: JournalReader, run_id: str, *, bodies: bool = True) -> Iterator[dict[str, Any]]:
+#: exchanges named in the warning of unreadable requests (the rest counted)
+UNREADABLE_SHOWN = 5
+
+
+def _unreadable(run: str, c: Classification) -> str | None:
+    """The warning for the requests the chain rule left out because their bodies do not parse
+    (a lone UTF-16 surrogate escape, which Node writes for a cut emoji; a cut-off body): the
+    rows cannot hold those steps nor any after them in that chain. None when there is none."""
+    bad = [lo for lo in c.left_out if lo.kind == "unparsable"]
+    if not bad:
+        return None
+    shown = ", ".join(lo.exchange for lo in bad[:UNREADABLE_SHOWN])
+    more = f" and {len(bad) - UNREADABLE_SHOWN} more" if len(bad) > UNREADABLE_SHOWN else ""
+    return (
+        f"run {run}: {len(bad)} request(s) left out of the rows, their bodies do not parse: "
+        f"{shown}{more} (first: {bad[0].reason}; see pvisor journal steps {run})"
+    )
+
+
+def iter_rows(
+    reader: JournalReader, run_id: str, *, bodies: bool = True, warn: Callable[[str], None] | None = None
+) -> Iterator[dict[str, Any]]:
     """The rows of run ``run_id`` (module docstring), one step at a time. UsageError for an
-    unknown run; IntegrityError for a damaged body."""
+    unknown run; IntegrityError for a damaged body. ``warn`` is handed one sentence, before the
+    first row, when requests are left out because their bodies do not parse."""
     run = reader.run(run_id)
     lineage = run_lineage(run)
     classified = classify_run(reader, run.id)
+    unreadable = _unreadable(run.id, classified)
+    if unreadable is not None and warn is not None:
+        warn(unreadable)
     traj = build_trajectory(reader, classified, wire_ids=True)
     doc = trajectory_to_json(traj)
     by_id = {e.id: e for e in reader.exchanges(run.id)}
