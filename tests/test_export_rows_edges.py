@@ -288,3 +288,19 @@ def test_requests_whose_bodies_do_not_parse_are_named_in_a_warning(tmp_path):
     warnings = [x for x in proc.stderr.splitlines() if x.startswith("pvisor: warning:")]
     assert len(warnings) == 1 and "run c: 2 request(s) left out of the rows" in warnings[0], proc.stderr
     assert "no low surrogate" in warnings[0]
+
+
+def test_parquet_row_groups_are_capped_by_their_text_too(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from pvisor.adapters.exports.rows import write_parquet_rows
+
+    schema = pa.schema([("step", pa.int64()), ("prompt", pa.string())])
+    rows = [{"step": n, "prompt": "x" * 600} for n in range(5)]
+    with (tmp_path / "r.parquet").open("wb") as f:
+        assert write_parquet_rows(f, schema, iter(rows), batch_size=256, batch_bytes=1000) == 5
+    back = pq.ParquetFile(tmp_path / "r.parquet")
+    # a group is written once its rows hold 1000 bytes of text: two rows of 600 each
+    assert [back.metadata.row_group(i).num_rows for i in range(back.num_row_groups)] == [2, 2, 1]
+    assert back.read().to_pylist() == rows

@@ -56,8 +56,11 @@ from pvisor.core.errors import BadInputError, UsageError
 from pvisor.journal.model import Conversation, HANDOFF_FROM_LABEL, Message, HANDOFF_TO_LABEL, run_lineage
 from pvisor.journal.reader import JournalReader
 
-#: rows gathered per Parquet row group
+#: rows gathered per Parquet row group, at most
 PARQUET_BATCH = 256
+#: text gathered per Parquet row group, at most (about: :func:`_text_size`): a long run's rows
+#: each hold the whole prompt, so 256 of them can be gigabytes in memory
+PARQUET_BATCH_BYTES = 16 * 2**20
 
 
 def _json(raw: bytes) -> Any:
@@ -98,7 +101,7 @@ def _expand(
     """``(conversation, complete)`` of a request whose prefix is partly on the server: the chain
     rule's expansion (docs/steps.md: the messages of the request whose response
     ``previous_response_id`` names, that response's reply, then the body's own), from
-    ``expanded`` (exchange id to the whole messages of the rows before) when it holds the base,
+    ``expanded`` (exchange id to the whole messages of the row before) when it holds the base,
     else parsed again; ``complete`` False when the chain rule found no such response in the run
     (or the server holds items by reference: the conversation is the body's alone) or when the
     base's own prompt was partial (``partial``: exchange ids of such rows)."""
@@ -176,8 +179,9 @@ def iter_rows(
                 if not complete:
                     flags = [*flags, PROMPT_INCOMPLETE]
                     partial.add(ex.id)
-            if conv is not None:
-                expanded[ex.id] = conv.messages
+            # the base of a chained request is nearly always the step before: only its messages
+            # are kept (every step's would grow with the square of the run's length)
+            expanded = {ex.id: conv.messages} if conv is not None else {}
             trainer = trainer_columns(
                 conv,
                 traj.steps[i].action,
@@ -345,7 +349,8 @@ def need_pyarrow() -> None:
 
 
 def write_parquet(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: bool = True) -> int:
-    """Write the rows as Parquet (row groups of :data:`PARQUET_BATCH`); returns how many.
+    """Write the rows as Parquet (row groups of :data:`PARQUET_BATCH` rows or
+    :data:`PARQUET_BATCH_BYTES` of text); returns how many.
     UsageError (exit 2) naming the extra when pyarrow is not installed."""
     need_pyarrow()
     return write_parquet_rows(
@@ -353,24 +358,44 @@ def write_parquet(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: 
     )
 
 
+def _text_size(value: Any) -> int:
+    """About how many bytes ``value`` (a Parquet row or part of one) holds: its strings'
+    lengths, 8 for any other scalar."""
+    if isinstance(value, str):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(_text_size(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(_text_size(v) for v in value)
+    return 8
+
+
 def write_parquet_rows(
-    out: BinaryIO, schema: Any, rows: Iterable[dict[str, Any]], batch_size: int = PARQUET_BATCH
+    out: BinaryIO,
+    schema: Any,
+    rows: Iterable[dict[str, Any]],
+    batch_size: int = PARQUET_BATCH,
+    batch_bytes: int = PARQUET_BATCH_BYTES,
 ) -> int:
     """Write ``rows`` (dicts of ``schema``'s columns) to ``out`` as Parquet, in row groups of
-    ``batch_size``; a file of no rows still has the schema. Returns how many. Needs pyarrow
-    (the caller names the extra when it is missing)."""
+    ``batch_size`` rows or fewer: a group is written once its rows hold ``batch_bytes`` of text
+    (:func:`_text_size`; a row larger than that is a group of its own). A file of no rows still
+    has the schema. Returns how many. Needs pyarrow (the caller names the extra when it is
+    missing)."""
     import pyarrow as pa  # the optional parquet extra
     import pyarrow.parquet as pq  # the optional parquet extra
 
     n = 0
+    size = 0
     batch: list[dict[str, Any]] = []
     with pq.ParquetWriter(out, schema) as writer:
         for row in rows:
             batch.append(row)
             n += 1
-            if len(batch) == batch_size:
+            size += _text_size(row)
+            if len(batch) == batch_size or size >= batch_bytes:
                 writer.write_table(pa.Table.from_pylist(batch, schema=schema))
-                batch = []
+                batch, size = [], 0
         if batch or n == 0:
             writer.write_table(pa.Table.from_pylist(batch, schema=schema))
     return n
