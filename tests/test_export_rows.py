@@ -209,10 +209,7 @@ def test_profile_from_gives_a_native_files_rows_their_tools(corpus_journal):
 
 def _as_json_message(m: dict) -> dict:
     """A Parquet message struct as the JSON row's message (absent keys are nulls there)."""
-    out = {k: v for k, v in m.items() if v is not None or k == "content"}
-    if out.get("tool_calls") is not None:
-        out["tool_calls"] = json.loads(out["tool_calls"])
-    return out
+    return {k: v for k, v in m.items() if v is not None or k == "content"}
 
 
 def test_parquet_rows_read_back_by_pyarrow_and_duckdb_equal_the_json_rows(tmp_path):
@@ -258,7 +255,7 @@ def test_parquet_tools_read_back_as_chat_tools(corpus_journal, tmp_path):
     back = pq.read_table(tmp_path / "codex.parquet").to_pylist()
     for row, b in zip(rows, back):
         tools = [
-            {"type": "function", "function": {**t, "parameters": json.loads(t["parameters"])}}
+            {**t, "function": {**t["function"], "parameters": json.loads(t["function"]["parameters"])}}
             for t in b["tools"]
         ]
         assert tools == row["tools"] and b["tools_dropped"] == row["tools_dropped"]

@@ -34,7 +34,8 @@ Row of step k (the chain rule's steps, as ``pvisor journal steps`` shows them):
 
 JSON Lines writes each row as one object. Parquet (pyarrow, the extra ``pvisor-replay[parquet]``)
 has the same columns (:func:`parquet_schema`, :func:`parquet_row`): the objects whose shape
-varies by protocol as JSON text, the messages as structs, so that every column has one Arrow type.
+varies by protocol as JSON text (and each tool's ``parameters``), the messages, their calls and
+the tools as structs, so that every column has one Arrow type.
 
 The formats ``rows`` and ``parquet`` are declared in :mod:`pvisor.replay.native_rows`, which
 makes a native file's rows (the replay layer renders them).
@@ -233,13 +234,15 @@ def _json_text(value: Any) -> str | None:
 
 
 def _parquet_message(m: dict[str, Any]) -> dict[str, Any]:
-    """A rows message as its Parquet struct: ``tool_calls`` JSON text (null when none)."""
+    """A rows message as its Parquet struct: ``tool_calls`` the list of call structs (``{id,
+    type, function: {name, arguments}}``, ``arguments`` a string; null when none), as a chat
+    template loops over them."""
     return {
         "role": m["role"],
         "content": m.get("content"),
         "reasoning_content": m.get("reasoning_content"),
         "tool_call_id": m.get("tool_call_id"),
-        "tool_calls": _json_text(m.get("tool_calls")),
+        "tool_calls": m.get("tool_calls"),
     }
 
 
@@ -253,9 +256,8 @@ def parquet_row(row: dict[str, Any]) -> dict[str, Any]:
     flat["completion"] = _parquet_message(row["completion"])
     flat["tools"] = [
         {
-            "name": t["function"]["name"],
-            "description": t["function"]["description"],
-            "parameters": _json_text(t["function"]["parameters"]),
+            "type": t["type"],
+            "function": {**t["function"], "parameters": _json_text(t["function"]["parameters"])},
         }
         for t in row["tools"]
     ]
@@ -266,16 +268,22 @@ def parquet_schema() -> Any:
     """The Arrow schema of the rows (docs/exports.md "rows and parquet"): one type a column."""
     import pyarrow as pa  # the optional parquet extra
 
+    function = pa.struct([("name", pa.string()), ("arguments", pa.string())])
+    call = pa.struct([("id", pa.string()), ("type", pa.string()), ("function", function)])
     message = pa.struct(
         [
             ("role", pa.string()),
             ("content", pa.string()),
             ("reasoning_content", pa.string()),
             ("tool_call_id", pa.string()),
-            ("tool_calls", pa.string()),
+            ("tool_calls", pa.list_(call)),
         ]
     )
-    tool = pa.struct([("name", pa.string()), ("description", pa.string()), ("parameters", pa.string())])
+    # parameters as JSON text: the schemas differ from tool to tool, no one struct holds them
+    tool_function = pa.struct(
+        [("name", pa.string()), ("description", pa.string()), ("parameters", pa.string())]
+    )
+    tool = pa.struct([("type", pa.string()), ("function", tool_function)])
     usage = pa.struct(
         [
             ("input_tokens", pa.int64()),
