@@ -304,3 +304,31 @@ def test_parquet_row_groups_are_capped_by_their_text_too(tmp_path):
     # a group is written once its rows hold 1000 bytes of text: two rows of 600 each
     assert [back.metadata.row_group(i).num_rows for i in range(back.num_row_groups)] == [2, 2, 1]
     assert back.read().to_pylist() == rows
+
+
+def test_texts_are_joined_as_the_docs_say():
+    # docs/exports.md "The messages": system blocks with a blank line, other text parts with nothing
+    from pvisor.adapters.exports.chat_rows import chat_prompt
+    from pvisor.adapters.protocols import get_protocol
+
+    def prompt(protocol: str, body: dict, path: str) -> list[dict]:
+        return chat_prompt(
+            get_protocol(protocol).parse_request(json.dumps(body).encode(), path=path, query="")
+        )[0]
+
+    texts = [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]
+    system = [{"type": "text", "text": "A"}, {"type": "text", "text": "B"}]
+    body = {"model": "m", "max_tokens": 5, "system": system, "messages": [{"role": "user", "content": texts}]}
+    want = [{"role": "system", "content": "A\n\nB"}, {"role": "user", "content": "xy"}]
+    assert prompt("anthropic", body, "/v1/messages") == want
+    chat = [{"role": "system", "content": system}, {"role": "user", "content": texts}]
+    assert prompt("openai-chat", {"model": "m", "messages": chat}, "/v1/chat/completions") == want
+    gemini = {
+        "systemInstruction": {"parts": [{"text": "A"}, {"text": "B"}]},
+        "contents": [{"role": "user", "parts": [{"text": "x"}, {"text": "y"}]}],
+    }
+    assert prompt("gemini", gemini, "/v1beta/models/m:generateContent") == want
+    dev = [{"type": "input_text", "text": "D1"}, {"type": "input_text", "text": "D2"}]
+    responses = {"model": "m", "instructions": "A", "input": [{"role": "developer", "content": dev}]}
+    got = prompt("openai-responses", responses, "/v1/responses")
+    assert got == [{"role": "system", "content": "A"}, {"role": "system", "content": "D1D2"}]
