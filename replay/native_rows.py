@@ -20,7 +20,8 @@ render and the profile are the replay layer's.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, BinaryIO, Callable, Iterator
+import sys
+from typing import Any, BinaryIO, Callable, Iterable, Iterator
 
 import orjson
 
@@ -34,13 +35,12 @@ from pvisor.adapters.exports.base import (
     Source,
     Written,
 )
-from pvisor.adapters.exports.chat_rows import Segmenter, trainer_columns
+from pvisor.adapters.exports.chat_rows import GAP_FLAGS, Segmenter, trainer_columns
 from pvisor.adapters.exports.rows import (
+    iter_rows,
     need_pyarrow,
     parquet_row,
     parquet_schema,
-    write_jsonl,
-    write_parquet,
     write_parquet_rows,
 )
 from pvisor.adapters.journal_trajectory import trajectory_to_json
@@ -115,6 +115,7 @@ def _rows(
             segments,
             compacted=compaction is not None and compaction.after_step == k - 1,
             tools_absent=tools_absent,
+            gap=not GAP_FLAGS.isdisjoint(doc["flags"]),
             call_ids=_wire_call_ids(d, proto, step.action),
             normalise_usage=normalise_usage,
         )
@@ -147,27 +148,59 @@ def _version(result: Any) -> str | None:
     return native_version(result.trajectory.meta)
 
 
-def write_rows(source: JournalSource | NativeSource, out: BinaryIO, settings: Settings) -> Written:
-    """JSON Lines rows of a journal run (:func:`pvisor.adapters.exports.rows.write_jsonl`) or of
-    a native file (:func:`iter_native_rows`); counts the rows."""
+def warn(message: str) -> None:
+    """One ``pvisor: warning:`` line on stderr (what an export writer found in the rows)."""
+    sys.stderr.write(f"pvisor: warning: {' '.join(message.split())}\n")
+
+
+class _Unoffered:
+    """Passes rows through, gathering their ``tools_unoffered`` names for one warning."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, None] = {}
+
+    def through(self, rows: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+        for row in rows:
+            self.names.update(dict.fromkeys(row["tools_unoffered"]))
+            yield row
+
+    def warn(self) -> None:
+        if self.names:
+            warn(
+                f"completions call tools that the rows' tools do not offer: {', '.join(self.names)} "
+                "(column tools_unoffered; a --profile-from capture of another agent version offers "
+                "other tools)"
+            )
+
+
+def _rows_of(source: JournalSource | NativeSource, settings: Settings) -> Iterator[dict[str, Any]]:
     if isinstance(source, NativeSource):
-        n = 0
-        for row in iter_native_rows(
-            source.result, source.adapter, settings.profile_from, _version(source.result)
-        ):
-            out.write(orjson.dumps(row) + b"\n")
-            n += 1
-        return Written(n)
-    return Written(write_jsonl(source.reader, source.run_id, out, bodies=settings.bodies))
+        return iter_native_rows(source.result, source.adapter, settings.profile_from, _version(source.result))
+    return iter_rows(source.reader, source.run_id, bodies=settings.bodies, warn=warn)
+
+
+def write_rows(source: JournalSource | NativeSource, out: BinaryIO, settings: Settings) -> Written:
+    """JSON Lines rows of a journal run (:func:`pvisor.adapters.exports.rows.iter_rows`) or of
+    a native file (:func:`iter_native_rows`); counts the rows. One warning on stderr names the
+    tools the completions call that the rows' tools do not offer."""
+    unoffered = _Unoffered()
+    n = 0
+    for row in unoffered.through(_rows_of(source, settings)):
+        out.write(orjson.dumps(row) + b"\n")
+        n += 1
+    unoffered.warn()
+    return Written(n)
 
 
 def write_rows_parquet(source: JournalSource | NativeSource, out: BinaryIO, settings: Settings) -> Written:
-    """The same rows as Parquet; UsageError (exit 2) naming the extra without pyarrow."""
-    if isinstance(source, NativeSource):
-        need_pyarrow()
-        rows = iter_native_rows(source.result, source.adapter, settings.profile_from, _version(source.result))
-        return Written(write_parquet_rows(out, parquet_schema(), (parquet_row(r) for r in rows)))
-    return Written(write_parquet(source.reader, source.run_id, out, bodies=settings.bodies))
+    """The same rows as Parquet; UsageError (exit 2) naming the extra without pyarrow. The same
+    warning as :func:`write_rows`."""
+    need_pyarrow()
+    unoffered = _Unoffered()
+    rows = unoffered.through(_rows_of(source, settings))
+    n = write_parquet_rows(out, parquet_schema(), (parquet_row(r) for r in rows))
+    unoffered.warn()
+    return Written(n)
 
 
 ROWS = ExportFormat(

@@ -738,9 +738,44 @@ SCHEMAS: dict[str, Check] = {
 }
 
 
+def _chat_calls_answered(body: Any, out: list[Problem]) -> None:
+    """Chat Completions refuses "An assistant message with 'tool_calls' must be followed by tool
+    messages responding to each 'tool_call_id'": each call of an assistant message needs a tool
+    message of its id among the tool messages right after it, before the next user, assistant
+    or system turn. A trailing assistant message has no next turn: it is the reply a request and
+    its answer are checked with (a training row's completion), not judged."""
+    messages = body.get("messages") if isinstance(body, dict) else None
+    if not isinstance(messages, list):
+        return
+    for i, m in enumerate(messages):
+        calls = m.get("tool_calls") if isinstance(m, dict) and m.get("role") == "assistant" else None
+        if not isinstance(calls, list):
+            continue
+        after = messages[i + 1 :]
+        if not after:
+            return
+        answered = set()
+        for n in after:
+            if not isinstance(n, dict) or n.get("role") != "tool":
+                break
+            answered.add(n.get("tool_call_id"))
+        for j, c in enumerate(calls):
+            cid = c.get("id") if isinstance(c, dict) else None
+            if cid not in answered:
+                out.append(
+                    Problem(
+                        f"body.messages[{i}].tool_calls[{j}]",
+                        f"no tool message answers tool_call_id {cid!r} before the next turn",
+                    )
+                )
+
+
 def validate_request(protocol: str, body: Any) -> list[Problem]:
     """The problems the API of ``protocol`` would refuse ``body`` (a parsed JSON request body)
-    for, in document order; empty when it is valid. Raises KeyError for an unknown protocol."""
+    for, in document order; empty when it is valid. Chat Completions also needs each assistant
+    call answered (:func:`_chat_calls_answered`). Raises KeyError for an unknown protocol."""
     out: list[Problem] = []
     SCHEMAS[protocol](body, "body", out)
+    if protocol == "openai-chat":
+        _chat_calls_answered(body, out)
     return out
