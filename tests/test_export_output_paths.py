@@ -7,17 +7,21 @@ The CLI runs in process (``pvisor.cli.main``) against a journal written by the r
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 from pathlib import Path
 
+import orjson
 import pytest
 from agent_helpers import PVISOR
+from native_helpers import native_dir
 
 from pvisor.cli import main
 from pvisor.journal.model import Run
 from pvisor.journal.writer import Journal
 
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
+CODEX_ROLLOUT = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
 REPLY = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}}]}'
 
 
@@ -95,3 +99,43 @@ def test_dev_stdout_to_a_pipe_is_written_through_the_descriptor(journal):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith(b"{") and b'"r-1"' in proc.stdout
+
+
+@pytest.mark.parametrize("fmt", ["atif", "rows"])
+def test_trajectory_export_writes_o_file_as_stdout_would(capsysbinary, tmp_path, fmt):
+    code, whole, err = pvisor(capsysbinary, "trajectory", "export", str(CODEX_ROLLOUT), "--format", fmt)
+    assert code == 0, err
+    out = tmp_path / "new" / f"x.{fmt}"
+    code, printed, err = pvisor(
+        capsysbinary, "trajectory", "export", str(CODEX_ROLLOUT), "--format", fmt, "-o", str(out), "--json"
+    )
+    assert code == 0, err
+    assert out.read_bytes() == whole and stat.S_IMODE(out.stat().st_mode) == 0o600
+    assert stat.S_IMODE(out.parent.stat().st_mode) == 0o700 and not list(out.parent.glob("*.tmp"))
+    summary = orjson.loads(printed)
+    assert summary["path"] == str(out) and summary["format"] == fmt and summary["count"] >= 1
+
+
+def test_trajectory_export_over_what_it_reads_is_refused(capsysbinary, journal, tmp_path):
+    native = tmp_path / "rollout.jsonl"
+    native.write_bytes(CODEX_ROLLOUT.read_bytes())
+    before = native.read_bytes()
+    code, _, err = pvisor(
+        capsysbinary, "trajectory", "export", str(native), "--format", "rows", "-o", str(native)
+    )
+    assert code == 2 and f"is the file {native}" in err and err.count("\n") == 1, err
+    assert native.read_bytes() == before
+    wal = f"{journal}-wal"
+    argv = [
+        "trajectory",
+        "export",
+        str(native),
+        "--format",
+        "rows",
+        "--profile-from",
+        str(journal),
+        "-o",
+        wal,
+    ]
+    code, _, err = pvisor(capsysbinary, *argv)
+    assert code == 2 and "the wal file of" in err, err
