@@ -49,6 +49,7 @@ from pvisor.adapters.native import get_adapter
 from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.adapters.protocols.convert import plain_action
 from pvisor.journal.model import ToolCall, Trajectory
+from pvisor.adapters.exports.shared import shared
 
 from .prefix import native_conversation
 from .source import choose_protocol, descriptor
@@ -155,7 +156,7 @@ def write_rows(source: JournalSource | NativeSource, out: BinaryIO, settings: Se
         for row in iter_native_rows(
             source.result, source.adapter, settings.profile_from, _version(source.result)
         ):
-            out.write(orjson.dumps(row) + b"\n")
+            out.write(orjson.dumps(shared(row)) + b"\n")  # docs/exports.md "Secrets"
             n += 1
         return Written(n)
     return Written(write_jsonl(source.reader, source.run_id, out, bodies=settings.bodies))
@@ -166,7 +167,7 @@ def write_rows_parquet(source: JournalSource | NativeSource, out: BinaryIO, sett
     if isinstance(source, NativeSource):
         need_pyarrow()
         rows = iter_native_rows(source.result, source.adapter, settings.profile_from, _version(source.result))
-        return Written(write_parquet_rows(out, parquet_schema(), (parquet_row(r) for r in rows)))
+        return Written(write_parquet_rows(out, parquet_schema(), (parquet_row(shared(r)) for r in rows)))
     return Written(write_parquet(source.reader, source.run_id, out, bodies=settings.bodies))
 
 
