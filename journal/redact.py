@@ -22,7 +22,7 @@ import binascii
 import enum
 import functools
 import re
-from typing import Iterable
+from typing import Any, Iterable
 
 from pvisor.core.record import Record
 
@@ -163,6 +163,72 @@ def redact_shapes(text: str) -> str:
     if "%" in text and _KEY_SHAPES.search(_unquote(text)):
         text = _KEY_SHAPES.sub("REDACTED", _unquote(text))
     return text
+
+
+#: what every key shape begins with, and ``%`` (percent encoding may hide one): a string in
+#: which this finds nothing holds no key-shaped token, and is passed over by
+#: :func:`redact_document` without the shapes' own, slower, search
+_KEY_HINT = re.compile(r"sk-|AIza|ya29\.|gh[pousr]_|github_pat_|glpat-|hf_|AKIA|ASIA|xox[abprs]-|%")
+#: the shortest key shape (``sk-`` and 8 characters): a shorter string holds none
+_SHORTEST_KEY = 11
+#: strings at least this long found clean are remembered (by value, up to _CLEAN_LIMIT characters
+#: in all, then forgotten at once): an export of rows repeats each message of a run in every
+#: later row's prompt, and hashing a string is some 30 times faster than searching it
+_REMEMBER_FROM = 256
+_CLEAN_LIMIT = 64 << 20
+_clean: dict[str, None] = {}
+_clean_chars = [0]
+
+
+def _redact_string(text: str) -> str:
+    if len(text) < _SHORTEST_KEY:
+        return text
+    long = len(text) >= _REMEMBER_FROM
+    if long and text in _clean:
+        return text
+    if _KEY_HINT.search(text) is not None and has_key_shape(text):
+        return redact_shapes(text)
+    if long:
+        if _clean_chars[0] > _CLEAN_LIMIT:
+            _clean.clear()
+            _clean_chars[0] = 0
+        _clean[text] = None
+        _clean_chars[0] += len(text)
+    return text
+
+
+def redact_document(doc: Any) -> Any:
+    """``doc`` (a JSON-like value: dicts, lists, tuples, strings, numbers, booleans, None) with
+    every string in it, keys too, that holds a key-shaped token passed through
+    :func:`redact_shapes` (the token becomes ``REDACTED``). What an export meant to be shared
+    writes (docs/exports.md "Secrets"): the journal keeps request bodies as sent, and a key a
+    user pasted into a prompt, or a file the agent read, is in them. A value with nothing to
+    redact is returned as it is (the same object), a container rebuilt only when something in
+    it changed; other values (bytes, numbers) are returned as they are. Cost: one search of
+    each string that may hold a key's prefix, a hash of a long one seen before."""
+    if isinstance(doc, str):
+        return _redact_string(doc)
+    if isinstance(doc, dict):
+        changed = False
+        items = []
+        for k, v in doc.items():
+            k2 = _redact_string(k) if type(k) is str else k
+            v2 = (
+                _redact_string(v)
+                if type(v) is str
+                else redact_document(v)
+                if isinstance(v, (dict, list, tuple))
+                else v
+            )
+            changed = changed or k2 is not k or v2 is not v
+            items.append((k2, v2))
+        return dict(items) if changed else doc
+    if isinstance(doc, (list, tuple)):
+        new = [redact_document(v) for v in doc]
+        if any(a is not b for a, b in zip(new, doc)):
+            return new if isinstance(doc, list) else tuple(new)
+        return doc
+    return doc
 
 
 def redact_path(path: str) -> str:

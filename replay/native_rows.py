@@ -49,6 +49,7 @@ from pvisor.adapters.native import get_adapter
 from pvisor.adapters.protocols.base import TokenUsage
 from pvisor.adapters.protocols.convert import plain_action
 from pvisor.journal.model import ToolCall, Trajectory
+from pvisor.adapters.exports.shared import shared
 
 from .prefix import native_conversation
 from .source import choose_protocol, descriptor
@@ -186,7 +187,7 @@ def write_rows(source: JournalSource | NativeSource, out: BinaryIO, settings: Se
     unoffered = _Unoffered()
     n = 0
     for row in unoffered.through(_rows_of(source, settings)):
-        out.write(orjson.dumps(row) + b"\n")
+        out.write(orjson.dumps(shared(row)) + b"\n")  # docs/exports.md "Secrets"
         n += 1
     unoffered.warn()
     return Written(n)
@@ -198,7 +199,7 @@ def write_rows_parquet(source: JournalSource | NativeSource, out: BinaryIO, sett
     need_pyarrow()
     unoffered = _Unoffered()
     rows = unoffered.through(_rows_of(source, settings))
-    n = write_parquet_rows(out, parquet_schema(), (parquet_row(r) for r in rows))
+    n = write_parquet_rows(out, parquet_schema(), (parquet_row(shared(r)) for r in rows))
     unoffered.warn()
     return Written(n)
 

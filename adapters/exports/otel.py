@@ -70,6 +70,7 @@ from pvisor.core import progress
 from pvisor.core.errors import PvisorError
 from pvisor.journal.model import HANDOFF_FROM_LABEL, HANDOFF_TO_LABEL, Action, Conversation, Trajectory
 from pvisor.journal.reader import JournalReader
+from pvisor.adapters.exports.shared import shared
 
 SPAN_KIND_INTERNAL = 1
 SPAN_KIND_CLIENT = 3
@@ -346,7 +347,7 @@ def write_otel(
     n = 0
     for run in runs:
         doc = run_request(reader, run, with_content, version)
-        out.write(orjson.dumps(doc) + b"\n")
+        out.write(orjson.dumps(shared(doc)) + b"\n")  # docs/exports.md "Secrets"
         n += len(doc["resourceSpans"][0]["scopeSpans"][0]["spans"])
     return n
 

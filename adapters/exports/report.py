@@ -49,6 +49,7 @@ from pvisor.adapters.journal_trajectory import trajectory_from_journal
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError
 from pvisor.core.outfile import replacing
+from pvisor.adapters.exports.shared import shared
 from pvisor.journal.model import run_lineage
 from pvisor.journal.reader import JournalReader
 
@@ -336,7 +337,7 @@ def render(
     """The HTML page of a :func:`run_document` (``parent_href``: the parent's page, relative;
     ``child_hrefs``: the pages of child runs written beside it, by run id)."""
     data = (
-        orjson.dumps({**doc, "parent_href": parent_href, "child_hrefs": child_hrefs or {}})
+        orjson.dumps(shared({**doc, "parent_href": parent_href, "child_hrefs": child_hrefs or {}}))
         .replace(b"</", b"<\\/")
         .decode()
     )

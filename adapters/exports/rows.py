@@ -56,6 +56,7 @@ from pvisor.core import progress
 from pvisor.core.errors import BadInputError, UsageError
 from pvisor.journal.model import Conversation, HANDOFF_FROM_LABEL, Message, HANDOFF_TO_LABEL, run_lineage
 from pvisor.journal.reader import JournalReader
+from pvisor.adapters.exports.shared import shared
 
 #: rows gathered per Parquet row group, at most
 PARQUET_BATCH = 256
@@ -224,7 +225,7 @@ def write_jsonl(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: bo
     """Write the rows as JSON Lines; returns how many."""
     n = 0
     for row in iter_rows(reader, run_id, bodies=bodies):
-        out.write(orjson.dumps(row) + b"\n")
+        out.write(orjson.dumps(shared(row)) + b"\n")  # docs/exports.md "Secrets"
         n += 1
     return n
 
@@ -362,7 +363,9 @@ def write_parquet(reader: JournalReader, run_id: str, out: BinaryIO, *, bodies: 
     UsageError (exit 2) naming the extra when pyarrow is not installed."""
     need_pyarrow()
     return write_parquet_rows(
-        out, parquet_schema(), (parquet_row(r) for r in iter_rows(reader, run_id, bodies=bodies))
+        out,
+        parquet_schema(),
+        (parquet_row(shared(r)) for r in iter_rows(reader, run_id, bodies=bodies)),
     )
 
 

@@ -190,6 +190,57 @@ def _reading(original: Path, path: Path) -> Any:
     return progress.task(f"reading {shown}", total, progress.Unit.BYTES)
 
 
+#: how much of a file :func:`unreadable_reason` reads to judge it whole (a larger one is judged
+#: by its first line only)
+WHOLE_JUDGED = 4 << 20
+
+
+def unreadable_reason(path: Path) -> str:
+    """Why no adapter could recognise the file ``path``, when that is knowable without one: it
+    is empty, holds only blank lines, is UTF-16 or not UTF-8 text, its first line (or, for a
+    file that does not look like JSON Lines, its document) is not JSON, or the JSON is cut
+    off before its end. ``""`` when none of these holds (the file is JSON another agent wrote)
+    or it cannot be read. Reads at most :data:`WHOLE_JUDGED` bytes."""
+    import orjson
+
+    try:
+        with open(path, "rb") as f:
+            head = f.read(WHOLE_JUDGED + 1)
+    except OSError:
+        return ""
+    whole = len(head) <= WHOLE_JUDGED
+    if not head:
+        return "it is empty"
+    if head[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        return "it is UTF-16 text; adapters read UTF-8"
+    try:
+        text = head.decode("utf-8") if whole else head[:WHOLE_JUDGED].decode("utf-8", "ignore")
+    except UnicodeDecodeError as exc:
+        return f"it is not UTF-8 text, from byte {exc.start}"
+    if "\x00" in text:
+        return "it holds NUL bytes: not text"
+    stripped = text.lstrip("\ufeff \t\r\n")
+    if not stripped:
+        return "it holds only blank lines"
+    first = stripped.split("\n", 1)[0]
+    try:
+        orjson.loads(first)
+        return ""  # JSON Lines (or a one-line document) that no adapter knows
+    except orjson.JSONDecodeError:
+        pass
+    if first[:1] not in ("{", "["):
+        return "its first line is not JSON"
+    if not whole:
+        return "its first line is not JSON"
+    try:
+        orjson.loads(stripped)
+    except orjson.JSONDecodeError as exc:
+        if "end of" in str(exc) or "EOF" in str(exc):
+            return "its JSON is cut off before the document ends"
+        return f"it is not JSON: {str(exc).split(':', 1)[0]}"
+    return ""
+
+
 def _read_native(
     original: Path, path: Path, agent: str | None, session: str | None, sidechain: str | None = None
 ) -> tuple[NativeResult, list[str]]:
@@ -199,9 +250,10 @@ def _read_native(
         if not found:
             # of the adapters only OpenCode reads a directory (its storage/ tree)
             what = "directory" if os.path.isdir(path) else "file"
+            why = "" if os.path.isdir(path) else unreadable_reason(path)
             raise BadInputError(
-                f"{original}: no native adapter recognises this {what}; give --agent (one of "
-                f"{', '.join(adapter_names())})"
+                f"{original}: no native adapter recognises this {what}{f' ({why})' if why else ''}; "
+                f"give --agent (one of {', '.join(adapter_names())})"
             )
         if len(found) > 1:
             raise BadInputError(

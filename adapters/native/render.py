@@ -51,6 +51,7 @@ from pvisor.journal.model import (
     ToolSpec,
     Trajectory,
 )
+from pvisor.adapters.exports.shared import shared
 
 from .assembly import text_of
 from .base import NativeResult
@@ -138,15 +139,14 @@ def write_document(out: BinaryIO, fields: Iterable[tuple[str, Any]]) -> None:
         first = False
         if isinstance(value, Later):
             value = value.make()
+        # an export meant to be shared: key-shaped tokens replaced (docs/exports.md "Secrets")
         if not isinstance(value, Items):
-            write_all(out, head + dump_indented(value).replace(b"\n", b"\n  "))
+            write_all(out, head + dump_indented(shared(value)).replace(b"\n", b"\n  "))
             continue
         n = 0
         for item in value.items:
-            write_all(
-                out,
-                (head + b"[\n    " if n == 0 else b",\n    ") + dump_indented(item).replace(b"\n", b"\n    "),
-            )
+            item = dump_indented(shared(item)).replace(b"\n", b"\n    ")
+            write_all(out, (head + b"[\n    " if n == 0 else b",\n    ") + item)
             n += 1
         write_all(out, head + b"[]" if n == 0 else b"\n  ]")
     write_all(out, b"{}\n" if first else b"\n}\n")

@@ -14,12 +14,12 @@ import orjson
 
 from pvisor.commands.exports import DerivedHelpOption, derived_help, format_option, listed, offered, readers
 from pvisor.commands.cells import action_cell, clip, counted, observation_cell, terminal_safe, print_table
-from pvisor.commands.outputs import check_output_path, make_output_parent
+from pvisor.commands.outputs import check_export_path, refuse_reading, write_export, written_summary
 from pvisor.commands.params import EXCHANGE_ID, RUN_ID, RUN_ID_TO_REMOVE
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.commands.reading import emit_json, open_reader, utc_time
 from pvisor.core import progress
-from pvisor.core.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, OutputError, UsageError
+from pvisor.core.errors import EXIT_INTEGRITY, EXIT_UNAVAILABLE, UsageError
 from pvisor.journal.model import (
     HANDOFF_FROM_LABEL,
     HANDOFF_TO_LABEL,
@@ -400,8 +400,9 @@ def export(
         )
     if output == "-":
         output = None
-    if output:
-        check_output_path(output, "--output", create_parents=True)
+    if output is not None:
+        check_export_path(output, "--output")
+        refuse_reading(output, "--output", [absolute(ctx.obj["journal"], "--journal")])
     elif form.binary and is_terminal(sys.stdout):
         raise UsageError(
             f"--format {fmt} writes binary data: give -o FILE.{form.extension}, or redirect stdout"
@@ -414,38 +415,15 @@ def export(
     with open_reader(ctx) as r:
         if run_id is not None:
             run_id = r.run(run_id).id  # an unknown run is an error before any file is touched
-        if output:
-            # a file is written beside it and renamed when whole (a failed export leaves what was
-            # there); a device or a FIFO is written in place (core/outfile.py)
-            from pvisor.core.outfile import replacing
-
-            make_output_parent(output, "--output")
-            opened = False
-            try:
-                with replacing(output) as f:
-                    opened = True
-                    n = write(r, f)
-            except OSError as exc:
-                if not opened:
-                    raise UsageError(f"cannot write --output {output}: {exc.strerror or exc}") from None
-                raise OutputError(
-                    f"cannot write --output {output}: {exc.strerror or exc}; nothing was written"
-                ) from None
+        if output is not None:
+            n = write_export(output, "--output", lambda f: write(r, f))
         else:
             # no bar drawn into the output when stdout is the terminal too
             with progress.listening(None) if is_terminal(sys.stdout) else contextlib.nullcontext():
                 n = write(r, sys.stdout.buffer)
             sys.stdout.buffer.flush()
-    if output:
-        unit = form.unit
-        if as_json:
-            summary: dict = {"path": output, "format": fmt, "count": n, "unit": unit}
-            if unit == "lines":
-                summary["lines"] = n  # a count of lines was given as "lines" before the other formats came
-            emit_json(summary)
-        else:
-            singular = {"entries": "entry"}.get(unit, unit[:-1])
-            click.echo(f"wrote {counted(n, singular, unit)} to {one_line(output)}", err=True)
+    if output is not None:
+        written_summary(output, fmt, form.unit, n, as_json)
 
 
 @journal.command("verify")

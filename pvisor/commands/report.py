@@ -10,7 +10,7 @@ import click
 from pvisor.adapters.exports import get_format
 from pvisor.adapters.exports.base import JournalSource, Settings
 from pvisor.commands.base import Command, PathParam, one_line
-from pvisor.commands.outputs import check_output_path, make_output_parent
+from pvisor.commands.outputs import check_export_path, make_output_parent, refuse_reading
 from pvisor.commands.params import RUN_ID, Size
 from pvisor.commands.progress import progress_option
 from pvisor.core.errors import OutputError
@@ -59,14 +59,15 @@ def report(
     form = get_format(REPORT)
     with JournalReader(Path(ctx.obj["journal"])) as reader:
         run = reader.run(run_id)  # an unknown run is a usage error before anything is written
-        path = Path(output) if output else Path(f"{run.id}.{form.extension}")
-        check_output_path(str(path), "--output", create_parents=True)
+        path = Path(output) if output is not None else Path(f"{run.id}.{form.extension}")
+        check_export_path(output if output is not None else str(path), "--output")
+        refuse_reading(str(path), "--output", [str(ctx.obj["journal"])])
         make_output_parent(str(path), "--output")
         settings = Settings(body_limit=body_limit, with_parent=not no_parent)
         try:
             written = form.write(JournalSource(reader, run.id), path, settings).paths
         except OSError as exc:
-            raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
+            raise OutputError(f"cannot write --output {path}: {exc.strerror or exc}") from None
     for p in written:
         click.echo(one_line(str(p)))
     if open_it:

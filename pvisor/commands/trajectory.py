@@ -313,6 +313,17 @@ def _stream_table(steps) -> int:
     metavar="JOURNAL[:RUN]",
     help="rows and parquet: the tools of a capture of the same agent, for a file that stores none.",
 )
+@click.option(
+    "--output",
+    "-o",
+    type=PathParam(dir_okay=False, allow_dash=True, readable=False),
+    default=None,
+    help="Write to a file instead of stdout ('-': stdout), as FILE.tmp renamed when whole (mode 0600); "
+    "missing directories are created (0700).",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="With --output: print a JSON summary {path, format, count, unit}."
+)
 @stream_limits
 @progress_option
 def export(
@@ -323,27 +334,54 @@ def export(
     session: str | None,
     episode: str | None,
     profile_from: str | None,
+    output: str | None,
+    as_json: bool,
     max_input: int | None,
     input_timeout: float | None,
 ) -> None:
-    """Write FILE's trajectory to stdout as ATIF v1.7 (exact argument strings in `extra`), JSON,
-    or training rows (JSON Lines or Parquet)."""
+    """Write FILE's trajectory to stdout (or -o FILE) as ATIF v1.7 (exact argument strings in
+    `extra`), JSON, or training rows (JSON Lines or Parquet).
+
+    \b
+    Examples:
+      pvisor trajectory export rollout.jsonl --format atif -o run.atif.json
+      pvisor trajectory export rollout.jsonl --format parquet -o rows.parquet --json
+    """
     from pvisor.adapters.exports import get_format
     from pvisor.adapters.exports.base import NativeSource, Option, Settings
     from pvisor.commands.exports import listed, readers
+    from pvisor.commands.outputs import check_export_path, refuse_reading, write_export, written_summary
     from pvisor.core.errors import UsageError
 
     form = get_format(fmt)
     if profile_from is not None and Option.PROFILE_FROM not in form.reads:
         raise UsageError(f"--profile-from is for --format {listed(readers('native', Option.PROFILE_FROM))}")
-    if form.binary and is_terminal(sys.stdout):
-        raise UsageError(f"--format {fmt} writes binary data: redirect stdout to a FILE.{form.extension}")
+    if output == "-":
+        output = None
+    if output is not None:
+        check_export_path(output, "--output")
+        read = [file] if file != "-" else []
+        if profile_from is not None:
+            from pvisor.replay.profile import parse_profile_spec
+
+            read.append(str(parse_profile_spec(profile_from)[0]))
+        refuse_reading(output, "--output", read)
+    elif form.binary and is_terminal(sys.stdout):
+        raise UsageError(
+            f"--format {fmt} writes binary data: give -o FILE.{form.extension}, or redirect stdout"
+        )
     settings = Settings(profile_from=profile_from)
     result, name = _read(
         file, agent, strict, session, {"max_input": max_input, "input_timeout": input_timeout}
     )
     if episode is not None:
         result = _episode_result(file, result, name, _episodes(file, result, name, strict), episode, strict)
-    _stream_json(
-        lambda result, name, out: form.write(NativeSource(result, name), out, settings), result, name
+    if output is None:
+        _stream_json(
+            lambda result, name, out: form.write(NativeSource(result, name), out, settings), result, name
+        )
+        return
+    n = write_export(
+        output, "--output", lambda out: form.write(NativeSource(result, name), out, settings).count
     )
+    written_summary(output, fmt, form.unit, n, as_json)
