@@ -16,24 +16,13 @@ import pytest
 from agent_helpers import PVISOR
 from native_helpers import native_dir
 
-from pvisor.cli import main
+from cli_inprocess import pvisor
 from pvisor.journal.model import Run
 from pvisor.journal.writer import Journal
 
 CHAT = b'{"model": "m", "messages": [{"role": "user", "content": "hi"}]}'
 CODEX_ROLLOUT = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
 REPLY = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "done"}}]}'
-
-
-def pvisor(capsysbinary, *argv: str) -> tuple[int, bytes, str]:
-    """``pvisor ARGV`` in this process: (exit code, stdout bytes, stderr text)."""
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsysbinary.readouterr()
-    return code, out, err.decode()
 
 
 @pytest.fixture

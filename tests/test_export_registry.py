@@ -13,6 +13,7 @@ import orjson
 import pytest
 from native_helpers import native_dir
 
+from cli_inprocess import pvisor
 from pvisor.adapters.exports import FORMATS, format_names, formats, get_format, register, unregister
 from pvisor.adapters.exports.base import (
     ExportFormat,
@@ -24,23 +25,11 @@ from pvisor.adapters.exports.base import (
     Source,
     Written,
 )
-from pvisor.cli import main
 from pvisor.journal.model import Run
 from pvisor.journal.writer import Journal
 
 REPO = Path(__file__).resolve().parents[1]
 CODEX_ROLLOUT = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
-
-
-def pvisor(capsysbinary, *argv: str) -> tuple[int, bytes, str]:
-    """``pvisor ARGV`` in this process: (exit code, stdout bytes, stderr text)."""
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsysbinary.readouterr()
-    return code, out, err.decode()
 
 
 @pytest.fixture

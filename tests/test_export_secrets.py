@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 from native_helpers import native_dir
 
-from pvisor.cli import main
+from cli_inprocess import pvisor
 from pvisor.journal.model import Run
 from pvisor.journal.redact import redact_document
 from pvisor.journal.writer import Journal
@@ -24,16 +24,6 @@ K2 = "sk-proj-" + "C" * 48
 K3 = "AKIA" + "ABCDEFGHIJKLMNOP"
 KEYS = (K1, K2, K3)
 CODEX_ROLLOUT = native_dir() / "codex" / "real-0.171.0_single-then-resume.jsonl"
-
-
-def pvisor(capsysbinary, *argv: str) -> tuple[int, bytes, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsysbinary.readouterr()
-    return code, out, err.decode()
 
 
 def _reply(msg: dict) -> bytes:

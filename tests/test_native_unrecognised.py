@@ -8,19 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from pvisor.cli import main
+from cli_inprocess import pvisor
 
 # a document no adapter's detection takes (a recognised one cut off is the adapter's to name)
 DOC = b'{"steps": [{"n": 1, "text": "a"},\n  {"n": 2, "text": "b"}]}'
-
-
-def pvisor(capsysbinary, *argv: str) -> tuple[int, str]:
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    return code, capsysbinary.readouterr()[1].decode()
 
 
 @pytest.mark.parametrize(
@@ -40,7 +31,7 @@ def test_an_unrecognised_file_says_why(capsysbinary, tmp_path: Path, content: by
     f.write_bytes(content)
     for command in ("export", "show"):
         argv = ["trajectory", command, str(f)] + (["--format", "json"] if command == "export" else [])
-        code, err = pvisor(capsysbinary, *argv)
+        code, _, err = pvisor(capsysbinary, *argv)
         assert code == 65, err
         assert f"no native adapter recognises this file ({why}" in err and "give --agent (one of" in err, err
         assert err.count("\n") == 1
