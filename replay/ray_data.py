@@ -1,7 +1,7 @@
 """Batch preparation on Ray (verl and SkyRL run on it): :func:`prepare_dataset` maps a Ray
 Dataset of requests to a Dataset of rows, and ``pvisor replay --prepare-only --batch MANIFEST
 --rows FILE --ray ADDRESS`` runs a manifest that way (docs/result-protocol.md "On Ray").
-Needs the extra ``pvisor-replay[ray]`` (``ray[data]``).
+Needs the extra ``pvisor-replay[ray]`` (``ray[data,client]``).
 
 A request row has the keys of a manifest line (:data:`~.batch.MANIFEST_KEYS`; a missing or
 null one is absent), paths absolute or relative to ``base``, and optionally ``line`` (its
