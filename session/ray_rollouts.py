@@ -1,0 +1,348 @@
+"""Rollouts on a Ray cluster: :func:`rollouts_on_ray` runs each
+:class:`~pvisor.replay.rollout_manifest.RolloutLine` (replay-only, continuation, handoff) as one
+Ray task and yields its :class:`~pvisor.session.rollouts.RolloutRow` as the task ends, with the
+derived runs merged into the caller's journal (docs/replay.md "Rollouts on Ray").
+
+What travels, and how (a cluster shares no filesystem, and Ray keeps a task's arguments in its
+control store, which its dashboard shows):
+
+- driver -> worker, through Ray's object store: the source run with what it needs (attempts,
+  exchanges, snapshots, the blobs they name) as the bytes of a small journal made by
+  :func:`~pvisor.journal.merge.merge_journals`, or a native trajectory file's bytes; and the line
+  itself with those paths taken out (:class:`TaskSpec`). Never a path of the driver's, never a
+  key nor any of the driver's environment: no ``runtime_env``. The worker's agent reads its key
+  from the worker's own environment or the line's ``key_file`` (a path on the worker).
+- on the worker: a private temporary root of its own (``pvisor-rollout-<line>-*`` under the
+  worker's temporary directory), holding the journal, the source file, a new workspace (the
+  run's start snapshot restored into it by the replay, unless the line names a workspace: a path
+  on the worker) and the output directory; removed when the task ends.
+- worker -> driver: the row, the output's small files (``result.json``, ``prefix.json``,
+  ``prefix.request.json``) and the derived runs as the bytes of a journal; the driver merges
+  those runs into its journal (their lineage, ``parent_run``, names the source run) and writes
+  the files into ``output_root/<name>/``. A result document names the worker's paths (its
+  journal, workspace, output), which are gone by then.
+
+Tasks run with ``num_cpus=1`` and ``max_retries=0``: a rollout that failed is never run again
+behind the caller's back (a rerun repeats the agent's side effects and makes a second derived
+run); retrying is a new line. Each Ray failure is that line's failed row, and the batch goes on:
+:class:`RayFailure` gives the codes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pvisor.core.errors import PvisorError, UnavailableError, UsageError
+from pvisor.journal.merge import merge_journals
+from pvisor.journal.reader import JournalReader
+from pvisor.replay.errors import error_code, error_detail
+from pvisor.replay.rollout_manifest import RolloutLine
+from pvisor.session.rollouts import RolloutRow, run_rollout
+
+#: what each task asks of Ray: one CPU, and never a retry (module docstring). No ``runtime_env``:
+#: it is stored where the dashboard shows it, and a key must not be there.
+TASK_OPTIONS: dict[str, Any] = {"num_cpus": 1, "max_retries": 0, "retry_exceptions": False}
+
+#: the output files a worker sends back (each small: the prefix is one request body)
+OUTPUT_FILES = ("result.json", "prefix.json", "prefix.request.json")
+
+#: the longest message of a Ray failure kept in a row, in characters
+MESSAGE_CHARS = 300
+
+
+class RayFailure(str, enum.Enum):
+    """The error codes of a row Ray failed (the rollout's own failures keep the replay's codes)."""
+
+    #: the worker process (or its node) died mid-rollout: killed, out of memory
+    WORKER_DIED = "worker_died"
+    #: the task raised (a bug in pvisor on the worker, or a worker that cannot import it)
+    TASK_FAILED = "ray_task_failed"
+    #: an object the task needed or made was lost (its owner or node gone)
+    OBJECT_LOST = "object_lost"
+    #: the task was cancelled
+    CANCELLED = "ray_task_cancelled"
+    #: the cluster cannot be reached any more, or Ray failed otherwise
+    RAY_UNAVAILABLE = "ray_unavailable"
+    #: the source could not be sent, or the derived runs not merged back (the driver's side)
+    TRANSFER_FAILED = "transfer_failed"
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A task's one argument beside its object refs: ``line`` with the driver's paths taken out
+    (``journal`` and ``trajectory`` None: their bytes travel as refs), ``source_runs`` (the runs
+    the journal bytes hold: every other run the worker's journal ends with is derived),
+    ``trajectory_name`` (the native file's name, whose suffix adapters read; None without one)."""
+
+    line: RolloutLine
+    source_runs: tuple[str, ...]
+    trajectory_name: str | None
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    """What a task returns: the ``row`` as the worker's run made it, the output's ``files``
+    (name -> bytes, of :data:`OUTPUT_FILES` those written), ``journal`` (the derived runs as
+    a journal's bytes, None when there are none), ``derived`` (their ids), ``worker_journal``
+    (where the worker's journal was: a path on the worker, removed since)."""
+
+    row: RolloutRow
+    files: dict[str, bytes]
+    journal: bytes | None
+    derived: tuple[str, ...]
+    worker_journal: str
+
+
+def source_of(line: RolloutLine, journal: Path, workdir: Path) -> tuple[TaskSpec, bytes | None, bytes | None]:
+    """The driver's half of a task: (spec, journal bytes, trajectory bytes). A journal run is
+    extracted with :func:`merge_journals` from the line's journal (else ``journal``) into a new
+    file under ``workdir`` and read back; a native file is read as it is. PvisorError when the
+    run cannot be extracted (unknown run, a locked or damaged journal) or the file read."""
+    blob: bytes | None = None
+    native: bytes | None = None
+    runs: tuple[str, ...] = ()
+    if line.run is not None:
+        source = line.journal if line.journal is not None else journal
+        if not source.exists():
+            raise UsageError(f"journal {source}: no such journal file")
+        tmp = Path(tempfile.mkdtemp(prefix="source-", dir=workdir)) / "journal.sqlite"
+        report = merge_journals([source], tmp, runs={line.run})
+        runs = tuple(report.runs) or (line.run,)
+        blob = tmp.read_bytes()
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+    if line.trajectory is not None:
+        try:
+            native = line.trajectory.read_bytes()
+        except OSError as exc:
+            raise UsageError(f"trajectory {line.trajectory}: cannot read it: {exc.strerror or exc}") from None
+    spec = TaskSpec(
+        dataclasses.replace(line, journal=None, trajectory=None),
+        runs,
+        line.trajectory.name if line.trajectory is not None else None,
+    )
+    return spec, blob, native
+
+
+def run_task(spec: TaskSpec, journal: bytes | None, trajectory: bytes | None) -> TaskResult:
+    """The worker's half (the Ray task's function; Ray hands it the refs' bytes): the rollout in
+    a private temporary root of its own, removed when it returns (module docstring)."""
+    line = spec.line
+    root = Path(tempfile.mkdtemp(prefix=f"pvisor-rollout-{line.index}-"))
+    try:
+        wj = root / "journal.sqlite"
+        if journal is not None:
+            _write_private(wj, journal)
+        changes: dict[str, Any] = {"journal": wj if line.run is not None else None}
+        if trajectory is not None:
+            (root / "source").mkdir()
+            changes["trajectory"] = root / "source" / (spec.trajectory_name or "trajectory")
+            _write_private(changes["trajectory"], trajectory)
+        workspace = line.workspace
+        if workspace is None:  # a new one: the replay restores the run's start snapshot into it
+            workspace = root / "workspace"
+            workspace.mkdir()
+        out = root / "output"
+        row = run_rollout(dataclasses.replace(line, **changes), journal=wj, output=out, workspace=workspace)
+        if line.workspace is None:  # removed with the root: a path that no longer means anything
+            row = dataclasses.replace(row, workspace=None)
+        files = {n: (out / n).read_bytes() for n in OUTPUT_FILES if (out / n).is_file()}
+        derived: tuple[str, ...] = ()
+        blob = None
+        if wj.exists():
+            with JournalReader(wj) as r:
+                derived = tuple(run.id for run in r.runs() if run.id not in spec.source_runs)
+        if derived:
+            back = root / "derived.sqlite"
+            merge_journals([wj], back, runs=set(derived))
+            blob = back.read_bytes()
+        return TaskResult(row, files, blob, derived, str(wj))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+
+
+def connect(address: str) -> bool:
+    """Ray initialised for ``address`` (``local`` starts one here with the machine's CPUs,
+    ``auto`` or ``ray://HOST:10001`` joins one), its logs kept off stderr; True when this call
+    started it (the caller shuts it down), False when Ray was already initialised (used as it
+    is). UsageError without Ray installed, UnavailableError when it cannot connect."""
+    try:
+        import ray  # an optional extra (pvisor-replay[ray]), not installed by default
+    except ImportError:
+        raise UsageError("--ray needs Ray: pip install '.[ray]' in a clone of pvisor (docs/install.md)") from None
+    logging.getLogger("ray").setLevel(logging.WARNING)
+    if ray.is_initialized():
+        return False
+    try:
+        ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        raise UnavailableError(f"--ray {address}: cannot connect to Ray: {_one_line(exc)}") from None
+    for name in ("ray", "ray.data"):  # after init, which sets its own levels
+        logging.getLogger(name).setLevel(logging.ERROR)
+    return True
+
+
+def rollouts_on_ray(
+    address: str, lines: Sequence[RolloutLine], *, journal: Path, output_root: Path | None
+) -> Iterator[RolloutRow]:
+    """Each of ``lines`` as one Ray task on the cluster at ``address`` (:func:`connect`); its
+    row yielded when it ends, in the order they end (each names its line). Derived runs are
+    merged into ``journal`` (created when missing) as they come; with ``output_root`` each
+    line's output files go into ``output_root/<name>/``. A line that fails, on the worker or in
+    Ray, is a failed row (:class:`RayFailure` for Ray's part); nothing is retried. Raises only
+    before the first task: UsageError (no Ray), UnavailableError (no cluster)."""
+    import ray  # connect() raised UsageError without it
+
+    started = connect(address)
+    task = ray.remote(**TASK_OPTIONS)(run_task)
+    workdir = Path(tempfile.mkdtemp(prefix="pvisor-ray-driver-"))
+    pending: dict[Any, RolloutLine] = {}
+    try:
+        sent: dict[tuple[str, str], tuple[TaskSpec, Any]] = {}  # one ref per source run, for many lines
+        for line in lines:
+            try:
+                ref = _submit(task, line, journal, workdir, sent)
+            except PvisorError as exc:
+                yield _failed(line, error_code(exc) or RayFailure.TRANSFER_FAILED.value, error_detail(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - Ray's own failure to take an object: this line's
+                yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
+                continue
+            pending[ref] = line
+        while pending:
+            try:
+                done, _ = ray.wait(list(pending), num_returns=1)
+            except Exception as exc:  # noqa: BLE001 - the cluster is gone: every line still out fails
+                for line in pending.values():
+                    yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
+                return
+            for ref in done:
+                line = pending.pop(ref)
+                yield _collect(ray, ref, line, journal, output_root, workdir)
+    finally:
+        for ref in pending:  # the caller stopped early: nothing of theirs runs on
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        shutil.rmtree(workdir, ignore_errors=True)
+        if started:
+            ray.shutdown()
+
+
+def _submit(task: Any, line: RolloutLine, journal: Path, workdir: Path, sent: dict) -> Any:
+    """The task of ``line`` submitted; a journal run's bytes are put once for all its lines."""
+    import ray
+
+    key = (str(line.journal or journal), line.run) if line.run is not None and line.trajectory is None else None
+    if key is not None and key in sent:
+        first, ref = sent[key]
+        spec = TaskSpec(dataclasses.replace(line, journal=None, trajectory=None), first.source_runs, None)
+        return task.remote(spec, ref, None)
+    spec, blob, native = source_of(line, journal, workdir)
+    jref = ray.put(blob) if blob is not None else None
+    if key is not None:
+        sent[key] = (spec, jref)
+    return task.remote(spec, jref, ray.put(native) if native is not None else None)
+
+
+def _collect(
+    ray: Any, ref: Any, line: RolloutLine, journal: Path, output_root: Path | None, workdir: Path
+) -> RolloutRow:
+    """The row of a finished task: its derived runs merged into ``journal``, its files written."""
+    try:
+        got: TaskResult = ray.get(ref)
+    except ray.exceptions.RayError as exc:
+        return _failed(line, _failure(ray, exc).value, _ray_message(ray, exc))
+    row = got.row
+    try:
+        if got.journal is not None:
+            tmp = workdir / f"derived-{line.index}.sqlite"
+            _write_private(tmp, got.journal)
+            try:
+                merge_journals([tmp], journal, runs=set(got.derived))
+            finally:
+                tmp.unlink(missing_ok=True)
+        if output_root is not None and got.files:
+            out = output_root / (line.name or f"line-{line.index}")
+            out.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for name, data in got.files.items():
+                (out / name).write_bytes(data)
+    except PvisorError as exc:
+        return _failed(line, error_code(exc) or RayFailure.TRANSFER_FAILED.value, error_detail(exc), row)
+    except OSError as exc:
+        return _failed(line, "output_error", f"cannot write {line.name}'s files: {exc.strerror or exc}", row)
+    return row
+
+
+def _failure(ray: Any, exc: BaseException) -> RayFailure:
+    """The code of a Ray exception (ray.exceptions)."""
+    e = ray.exceptions
+    died = tuple(
+        getattr(e, n) for n in ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError")
+        if hasattr(e, n)
+    )  # fmt: skip
+    if isinstance(exc, died):
+        return RayFailure.WORKER_DIED
+    if isinstance(exc, e.TaskCancelledError):
+        return RayFailure.CANCELLED
+    if isinstance(exc, e.ObjectLostError):
+        return RayFailure.OBJECT_LOST
+    if isinstance(exc, e.RayTaskError):
+        return RayFailure.TASK_FAILED
+    return RayFailure.RAY_UNAVAILABLE
+
+
+def _ray_message(ray: Any, exc: BaseException) -> str:
+    """What Ray said, in one line: a task's own exception (not Ray's traceback), else Ray's
+    message's first line."""
+    if isinstance(exc, ray.exceptions.RayTaskError):
+        cause = getattr(exc, "cause", None)
+        if cause is not None:
+            return _one_line(cause, with_type=True)
+    return _one_line(exc, with_type=True)
+
+
+def _one_line(exc: BaseException, *, with_type: bool = False) -> str:
+    lines = [s.strip() for s in str(exc).splitlines() if s.strip()]
+    text = lines[0] if lines else ""
+    text = f"{type(exc).__name__}: {text}" if with_type or not text else text
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 3] + "..."
+
+
+def _failed(line: RolloutLine, code: str, message: str, row: RolloutRow | None = None) -> RolloutRow:
+    """A failed row of ``line`` (``row``: what the worker's run said, kept but for the error)."""
+    if row is not None:
+        return dataclasses.replace(row, status="failed", error_code=code, error_message=message)
+    return RolloutRow(
+        line=line.index,
+        name=line.name,
+        mode=line.mode,
+        status="failed",
+        agent=line.agent,
+        to_agent=line.to_agent,
+        after_step=line.after_step,
+        derived_run=None,
+        ended_by=None,
+        live_steps=0,
+        workspace=None,
+        result=None,
+        error_code=code,
+        error_message=message,
+    )
+
+
+__all__ = ["OUTPUT_FILES", "TASK_OPTIONS", "RayFailure", "TaskResult", "TaskSpec", "connect", "rollouts_on_ray"]
