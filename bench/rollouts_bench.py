@@ -113,7 +113,9 @@ def capture(root: Path, agent: str, entrypoint: Path, steps: int) -> tuple[Path,
     args = [PVISOR, "--journal", str(journal), "run", "--agent", agent, "--agent-entrypoint", str(entrypoint),
             "--script", str(root / "script.json"), "--workspace", str(root / "ws"), "--timeout", "600",
             "--json", "--", TASK]  # fmt: skip
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=900, cwd=root, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        args, capture_output=True, text=True, timeout=900, cwd=root, stdin=subprocess.DEVNULL
+    )
     if proc.returncode != 0:
         raise SystemExit(f"capture failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
     return journal, json.loads(proc.stdout)["run"]
@@ -124,12 +126,16 @@ def bare_startup(entrypoint: Path, repeat: int) -> float:
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run([str(entrypoint), "--help"], capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
+        subprocess.run(
+            [str(entrypoint), "--help"], capture_output=True, timeout=120, stdin=subprocess.DEVNULL
+        )
         times.append((time.perf_counter() - t) * 1000)
     return statistics.median(times)
 
 
-def batch(how: str, root: Path, journal: Path, run: str, url: str, entrypoint: Path, k: int) -> dict[str, Any]:
+def batch(
+    how: str, root: Path, journal: Path, run: str, url: str, entrypoint: Path, k: int
+) -> dict[str, Any]:
     """One batch of ``k`` continuations (``how``: ``local`` or ``ray local``)."""
     from pvisor.session import continue_many
 
@@ -164,7 +170,9 @@ def batch(how: str, root: Path, journal: Path, run: str, url: str, entrypoint: P
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--agents-dir", type=Path, default=Path(os.environ.get("PVISOR_AGENTS_DIR", REPO / ".agents")))
+    ap.add_argument(
+        "--agents-dir", type=Path, default=Path(os.environ.get("PVISOR_AGENTS_DIR", REPO / ".agents"))
+    )
     ap.add_argument("--agent", default="mini-swe-agent")
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3)
@@ -200,8 +208,9 @@ def main() -> None:
     print("|---|---|---|---|---|---|")
     for b in got:
         print(
-            f"| {b['how']} | {b['wall_s']:.1f} s | {b['rollouts_per_minute']:.1f} | {b['total_ms_median'] / 1000:.2f} s"
-            f" | {b['agent_ms_median'] / 1000:.2f} s | {b['pvisor_ms_median'] / 1000:.2f} s |"
+            f"| {b['how']} | {b['wall_s']:.1f} s | {b['rollouts_per_minute']:.1f} "
+            f"| {b['total_ms_median'] / 1000:.2f} s | {b['agent_ms_median'] / 1000:.2f} s "
+            f"| {b['pvisor_ms_median'] / 1000:.2f} s |"
         )
     if args.json is not None:
         args.json.write_text(json.dumps(fig, indent=2) + "\n")

@@ -12,10 +12,10 @@ control store, which its dashboard shows):
   itself with those paths taken out (:class:`TaskSpec`). Never a path of the driver's, never a
   key nor any of the driver's environment: no ``runtime_env``. The worker's agent reads its key
   from the worker's own environment or the line's ``key_file`` (a path on the worker).
-- on the worker: a private temporary root of its own (``pvisor-rollout-<line>-*`` under the
-  worker's temporary directory), holding the journal, the source file, a new workspace (the
-  run's start snapshot restored into it by the replay, unless the line names a workspace: a path
-  on the worker) and the output directory; removed when the task ends.
+- on the worker: a private temporary root of its own (``pvisor-ray-<line>-*`` under the
+  worker's temporary directory, :data:`ROOT_PREFIX`), holding the journal, the source file, a
+  new workspace (the run's start snapshot restored into it by the replay, unless the line names
+  a workspace: a path on the worker) and the output directory; removed when the task ends.
 - worker -> driver: the row, the output's small files (``result.json``, ``prefix.json``,
   ``prefix.request.json``) and the derived runs as the bytes of a journal; the driver merges
   those runs into its journal (their lineage, ``parent_run``, names the source run) and writes
@@ -46,8 +46,8 @@ from pvisor.core.errors import PvisorError, UnavailableError, UsageError
 from pvisor.journal.merge import merge_journals
 from pvisor.journal.reader import JournalReader
 from pvisor.replay.errors import error_code, error_detail
-from pvisor.replay.rollout_manifest import RolloutLine
-from pvisor.session.rollouts import RolloutRow, run_rollout
+from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode
+from pvisor.session.rollouts import RolloutError, RolloutRow, RowStatus, run_rollout
 
 #: what each task asks of Ray: one CPU, and never a retry (module docstring). No ``runtime_env``:
 #: it is stored where the dashboard shows it, and a key must not be there.
@@ -56,6 +56,9 @@ TASK_OPTIONS: dict[str, Any] = {"num_cpus": 1, "max_retries": 0, "retry_exceptio
 #: the output files a worker sends back (each small: the prefix is one request body)
 OUTPUT_FILES = ("result.json", "prefix.json", "prefix.request.json")
 
+#: the name of a worker's private root starts with this, then the line number and ``-``
+ROOT_PREFIX = "pvisor-ray-"
+
 #: the longest message of a Ray failure kept in a row, in characters
 MESSAGE_CHARS = 300
 
@@ -63,8 +66,9 @@ MESSAGE_CHARS = 300
 class RayFailure(str, enum.Enum):
     """The error codes of a row Ray failed (the rollout's own failures keep the replay's codes)."""
 
-    #: the worker process (or its node) died mid-rollout: killed, out of memory
-    WORKER_DIED = "worker_died"
+    #: the worker process (or its node) died mid-rollout: killed, out of memory (the code a local
+    #: rollout's dead process has too)
+    WORKER_DIED = RolloutError.WORKER_DIED.value
     #: the task raised (a bug in pvisor on the worker, or a worker that cannot import it)
     TASK_FAILED = "ray_task_failed"
     #: an object the task needed or made was lost (its owner or node gone)
@@ -137,7 +141,7 @@ def run_task(spec: TaskSpec, journal: bytes | None, trajectory: bytes | None) ->
     """The worker's half (the Ray task's function; Ray hands it the refs' bytes): the rollout in
     a private temporary root of its own, removed when it returns (module docstring)."""
     line = spec.line
-    root = Path(tempfile.mkdtemp(prefix=f"pvisor-rollout-{line.index}-"))
+    root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{line.index}-"))
     try:
         wj = root / "journal.sqlite"
         if journal is not None:
@@ -184,7 +188,9 @@ def connect(address: str) -> bool:
     try:
         import ray  # an optional extra (pvisor-replay[ray]), not installed by default
     except ImportError:
-        raise UsageError("--ray needs Ray: pip install '.[ray]' in a clone of pvisor (docs/install.md)") from None
+        raise UsageError(
+            "--ray needs Ray: pip install '.[ray]' in a clone of pvisor (docs/install.md)"
+        ) from None
     logging.getLogger("ray").setLevel(logging.WARNING)
     if ray.is_initialized():
         return False
@@ -210,11 +216,15 @@ def rollouts_on_ray(
 
     started = connect(address)
     task = ray.remote(**TASK_OPTIONS)(run_task)
-    workdir = Path(tempfile.mkdtemp(prefix="pvisor-ray-driver-"))
+    workdir = Path(tempfile.mkdtemp(prefix="pvisor-ray-driver."))
     pending: dict[Any, RolloutLine] = {}
     try:
         sent: dict[tuple[str, str], tuple[TaskSpec, Any]] = {}  # one ref per source run, for many lines
         for line in lines:
+            if line.mode is RolloutMode.PREPARE_ONLY:  # nothing runs: here, as the local batch does
+                out = (output_root or workdir) / line.name
+                yield run_rollout(line, journal=line.journal or journal, output=out)
+                continue
             try:
                 ref = _submit(task, line, journal, workdir, sent)
             except PvisorError as exc:
@@ -247,7 +257,9 @@ def _submit(task: Any, line: RolloutLine, journal: Path, workdir: Path, sent: di
     """The task of ``line`` submitted; a journal run's bytes are put once for all its lines."""
     import ray
 
-    key = (str(line.journal or journal), line.run) if line.run is not None and line.trajectory is None else None
+    key = (
+        (str(line.journal or journal), line.run) if line.run is not None and line.trajectory is None else None
+    )
     if key is not None and key in sent:
         first, ref = sent[key]
         spec = TaskSpec(dataclasses.replace(line, journal=None, trajectory=None), first.source_runs, None)
@@ -291,10 +303,8 @@ def _collect(
 def _failure(ray: Any, exc: BaseException) -> RayFailure:
     """The code of a Ray exception (ray.exceptions)."""
     e = ray.exceptions
-    died = tuple(
-        getattr(e, n) for n in ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError")
-        if hasattr(e, n)
-    )  # fmt: skip
+    names = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError")
+    died = tuple(getattr(e, n) for n in names if hasattr(e, n))
     if isinstance(exc, died):
         return RayFailure.WORKER_DIED
     if isinstance(exc, e.TaskCancelledError):
@@ -326,12 +336,12 @@ def _one_line(exc: BaseException, *, with_type: bool = False) -> str:
 def _failed(line: RolloutLine, code: str, message: str, row: RolloutRow | None = None) -> RolloutRow:
     """A failed row of ``line`` (``row``: what the worker's run said, kept but for the error)."""
     if row is not None:
-        return dataclasses.replace(row, status="failed", error_code=code, error_message=message)
+        return dataclasses.replace(row, status=RowStatus.FAILED.value, error_code=code, error_message=message)
     return RolloutRow(
         line=line.index,
         name=line.name,
-        mode=line.mode,
-        status="failed",
+        mode=line.mode.value,
+        status=RowStatus.FAILED.value,
         agent=line.agent,
         to_agent=line.to_agent,
         after_step=line.after_step,
@@ -345,4 +355,12 @@ def _failed(line: RolloutLine, code: str, message: str, row: RolloutRow | None =
     )
 
 
-__all__ = ["OUTPUT_FILES", "TASK_OPTIONS", "RayFailure", "TaskResult", "TaskSpec", "connect", "rollouts_on_ray"]
+__all__ = [
+    "OUTPUT_FILES",
+    "TASK_OPTIONS",
+    "RayFailure",
+    "TaskResult",
+    "TaskSpec",
+    "connect",
+    "rollouts_on_ray",
+]

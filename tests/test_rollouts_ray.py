@@ -1,0 +1,347 @@
+"""Rollouts on Ray (issue 42): :func:`pvisor.session.ray_rollouts.rollouts_on_ray` and ``pvisor
+replay --batch MANIFEST --ray ADDRESS`` on a local Ray the test starts (two CPUs, no dashboard),
+with the real agent CLIs offline: the session's scripted captures of mini-swe-agent and Codex
+(tests/agent_captures.py) copied into a journal of the test's own (the caller's), continued,
+replayed and handed over after step 1 against a scripted live model (``"main_chain":
+"any-tools"``: several sessions on one server). Each worker runs in a private temporary root of
+its own with the source run sent through Ray's object store; its derived runs come back merged
+into the caller's journal. A worker killed mid-rollout fails its row alone and is not run again;
+a line whose agent is missing fails alone. Nothing is mocked."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from agent_helpers import SUBMIT, entrypoint, user_env
+from aiohttp import web
+from pvisor.journal.merge import merge_journals
+from pvisor.journal.reader import JournalReader
+from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
+
+pytestmark = pytest.mark.slow
+
+#: a key planted in the driver's environment, and the one a line's key_file holds
+ENV_KEY = "sk-test-Dr1v3rEnv9Lq2Wz7Xc"
+FILE_KEY = "sk-test-K3yF1le4Mn8Bv6Tr"
+SECRETS_SENT = [ENV_KEY, FILE_KEY]  # no piece of them in any journal, log or result.json (conftest)
+#: how the killed line's worker is found: its private root's name (session/ray_rollouts.py)
+ROOT_PREFIX = "pvisor-ray-"
+
+
+def live_script() -> dict:
+    """Request N+1 = 2 gets a shell call, request 3 the end (mini-swe-agent's submit too)."""
+    end = {"text": "Live done.", "tool_calls": [{"tool": "@shell", "command": SUBMIT}]}
+    return {
+        "model": "live-model",
+        "seed": 5,
+        "main_chain": "any-tools",
+        "turns": [
+            {"text": "never served"},
+            {"text": "A live step.", "tool_calls": [{"tool": "@shell", "command": "echo live > live.txt"}]},
+            end,
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory):
+    """A local Ray of two CPUs for the module: (GCS address, the home its workers have).
+    Its workers inherit this environment (a home of the test's own, :data:`ENV_KEY` planted
+    as OPENAI_API_KEY); the current directory is a temporary one (Ray puts the driver's
+    directory first on its workers' path: the checkout's pvisor/ would shadow the install)."""
+    import ray
+
+    root = tmp_path_factory.mktemp("ray")
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    os.environ.clear()
+    kept = {k: v for k, v in saved_env.items() if k == "PVISOR_AGENTS_DIR"}  # where the agents are
+    os.environ.update(user_env(root / "home", OPENAI_API_KEY=ENV_KEY, PYTHONSAFEPATH="1", **kept))
+    (root / "home").mkdir()
+    os.chdir(root)
+    try:
+        ctx = ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        yield ctx.address_info["gcs_address"], root / "home"
+    finally:
+        ray.shutdown()
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+
+
+def caller_journal(tmp: Path, *caps) -> Path:
+    """A journal of the test's own holding the captures' runs (the session's journals are shared)."""
+    journal = tmp / "caller" / "journal.sqlite"
+    journal.parent.mkdir()
+    merge_journals([c.journal for c in caps], journal)
+    return journal
+
+
+def manifest_lines(path: Path, lines: list[dict], journal: Path) -> list[RolloutLine]:
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    got = list(read_rollouts(path, journal=journal, default_mode=RolloutMode.CONTINUATION))
+    assert all(isinstance(x, RolloutLine) for _, x in got), got
+    return [x for _, x in got]
+
+
+class Hanging:
+    """A live upstream that holds every request until :meth:`release` (then 503): the killed
+    rollout is mid-rollout while it waits. ``requests``: what arrived (a retry would ask again)."""
+
+    def __init__(self, stack) -> None:
+        self.released = threading.Event()
+        self.up = stack.raw_upstream(self.hang)
+        self.url = self.up.url
+
+    async def hang(self, request):
+        for _ in range(2400):
+            if self.released.is_set():
+                break
+            await asyncio.sleep(0.1)
+        return web.Response(status=503, text="released")
+
+    @property
+    def requests(self) -> list:
+        return self.up.requests
+
+    def release(self) -> None:
+        self.released.set()
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def worker_running(index: int) -> int | None:
+    """The pid of the Ray worker (``ray::...``) whose rollout of line ``index`` is running: an
+    ancestor of a process whose current directory or an open file lies in its private root."""
+    mark = f"/{ROOT_PREFIX}{index}-"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            paths = [os.readlink(entry / "cwd")] + [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+        except OSError:
+            continue
+        if not any(mark in p for p in paths):
+            continue
+        pid = int(entry.name)
+        try:
+            while pid > 1:
+                if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"):
+                    return pid
+                pid = _ppid(pid)
+        except OSError:
+            continue
+    return None
+
+
+def kill_when_live(index: int, live: Hanging, killed: list[int]) -> None:
+    """SIGKILL line ``index``'s worker once its request N+1 reached the live side (mid-rollout)."""
+    deadline = time.monotonic() + 400
+    while time.monotonic() < deadline and not killed:
+        if live.requests:
+            pid = worker_running(index)
+            if pid is not None:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+                return
+        time.sleep(0.2)
+
+
+def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone(
+    captured, stack, ray_cluster, tmp_path
+):
+    from pvisor.session.ray_rollouts import rollouts_on_ray
+
+    address, _ = ray_cluster
+    mini, codex = captured("mini-swe-agent"), captured("codex")
+    journal = caller_journal(tmp_path, mini, codex)
+    live = stack.scripted(live_script())
+    hanging = Hanging(stack)
+    exe = {a: str(entrypoint(a)) for a in ("mini-swe-agent", "codex")}
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"OPENAI_API_KEY={FILE_KEY}\n")
+    lines = manifest_lines(
+        tmp_path / "m.jsonl",
+        [
+            {
+                "run": mini.run,
+                "after_step": 1,
+                "name": "killed",
+                "upstream": hanging.url,
+                "max_steps": 1,
+                "entrypoint": exe["mini-swe-agent"],
+                "timeout": 300,
+            },
+            {
+                "run": mini.run,
+                "after_step": 1,
+                "name": "cont-mini",
+                "upstream": live,
+                "max_steps": 1,
+                "entrypoint": exe["mini-swe-agent"],
+                "timeout": 240,
+            },
+            {
+                "run": codex.run,
+                "after_step": 1,
+                "name": "cont-codex",
+                "upstream": live,
+                "max_steps": 1,
+                "entrypoint": exe["codex"],
+                "key_file": str(keys),
+                "timeout": 240,
+            },
+            {
+                "run": codex.run,
+                "after_step": 1,
+                "name": "replay-codex",
+                "mode": "replay-only",
+                "entrypoint": exe["codex"],
+                "timeout": 240,
+            },
+            {
+                "run": mini.run,
+                "after_step": 1,
+                "name": "handoff",
+                "mode": "handoff",
+                "to_agent": "codex",
+                "upstream": live,
+                "max_steps": 1,
+                "entrypoint": exe["codex"],
+                "timeout": 240,
+            },
+            {
+                "run": codex.run,
+                "after_step": 1,
+                "name": "no-agent",
+                "mode": "replay-only",
+                "entrypoint": str(tmp_path / "missing" / "codex"),
+            },
+        ],  # fmt: skip
+        journal,
+    )
+    with JournalReader(journal) as r:
+        before = {run.id for run in r.runs()}
+    killed: list[int] = []
+    killer = threading.Thread(target=kill_when_live, args=(1, hanging, killed), daemon=True)
+    killer.start()
+    out = tmp_path / "out"
+    try:
+        rows = list(rollouts_on_ray(address, lines, journal=journal, output_root=out))
+    finally:
+        hanging.release()
+        killer.join(5)
+    by = {row.name: row for row in rows}
+    assert sorted(row.line for row in rows) == [1, 2, 3, 4, 5, 6]
+    ok = ["cont-mini", "cont-codex", "replay-codex", "handoff"]
+    assert [by[n].status for n in ok] == ["ok"] * 4, [(n, by[n].error_code, by[n].error_message) for n in ok]
+    # the killed worker: its row alone failed, with what Ray said, and it never asked again
+    assert killed, "the killed line's worker was never found running"
+    k = by["killed"]
+    assert k.status == "failed" and k.error_code == "worker_died", (k.error_code, k.error_message)
+    assert "\n" not in k.error_message and "died" in k.error_message
+    assert len(hanging.requests) == 1, "the killed rollout ran again"
+    assert by["no-agent"].status == "failed" and by["no-agent"].error_code == "agent_unavailable"
+    # every derived run is in the caller's journal with its lineage; nothing of the killed line
+    with JournalReader(journal) as r:
+        new = {run.id: run for run in r.runs()}
+    for n, cap, mode in [
+        ("cont-mini", mini, "continuation"),
+        ("cont-codex", codex, "continuation"),
+        ("replay-codex", codex, "replay-only"),
+        ("handoff", mini, "handoff"),
+    ]:
+        run = new[by[n].derived_run]
+        assert (run.mode, run.parent_run, run.boundary_step) == (mode, cap.run, 1), n
+        assert json.loads((out / n / "result.json").read_text())["derived_run"] == by[n].derived_run
+        assert (out / n / "prefix.json").is_file()
+    added = {i: run for i, run in new.items() if i not in before}
+    assert {by[n].derived_run for n in ok} <= set(added)
+    assert [i for i, run in added.items() if run.parent_run == mini.run and run.mode == "continuation"] == [
+        by["cont-mini"].derived_run
+    ]
+    # each worker read a journal of its own, in a private root of its own, gone since
+    sources = [Path(by[n].result["source"]["path"]) for n in ok]
+    assert len(set(sources)) == 4 and journal not in sources
+    for n, src in zip(ok, sources):
+        assert src.parent.name.startswith(f"{ROOT_PREFIX}{by[n].line}-") and not src.parent.exists()
+        assert not str(src).startswith(str(tmp_path))
+    for n in ("cont-mini", "cont-codex", "handoff"):
+        assert by[n].live_steps == 1 and by[n].ended_by == "step_budget", by[n]
+    for key in SECRETS_SENT:
+        assert key not in json.dumps([row.as_dict() for row in rows])
+
+
+def test_a_task_carries_no_key_and_no_path_of_the_callers(captured, tmp_path, monkeypatch):
+    """What a task is given (:func:`~pvisor.session.ray_rollouts.source_of`, sent by
+    :func:`rollouts_on_ray` as it is): the line without the caller's paths, the source run as
+    bytes; no key of the driver's environment nor of the line's key_file, no runtime_env."""
+    from pvisor.session.ray_rollouts import TASK_OPTIONS, source_of
+    from ray import cloudpickle
+
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_KEY)
+    mini = captured("mini-swe-agent")
+    journal = caller_journal(tmp_path, mini)
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"OPENAI_API_KEY={FILE_KEY}\n")
+    (line,) = manifest_lines(
+        tmp_path / "m.jsonl",
+        [{"run": mini.run, "after_step": 1, "upstream": "http://127.0.0.1:9", "key_file": str(keys)}],
+        journal,
+    )
+    (tmp_path / "work").mkdir()
+    spec, blob, native = source_of(line, journal, tmp_path / "work")
+    sent = cloudpickle.dumps(spec) + pickle.dumps(TASK_OPTIONS)
+    assert blob is not None and native is None and spec.source_runs == (mini.run,)
+    for key in SECRETS_SENT:
+        assert key.encode() not in sent and key.encode() not in blob
+    assert str(journal).encode() not in sent and str(journal.parent).encode() not in sent
+    assert spec.line.journal is None and spec.line.key_file == keys  # read on the worker
+    assert set(TASK_OPTIONS) == {"num_cpus", "max_retries", "retry_exceptions"}
+    assert TASK_OPTIONS["max_retries"] == 0 and TASK_OPTIONS["retry_exceptions"] is False
+    with JournalReader(mini.journal) as a:
+        assert [r.id for r in a.runs() if r.id == mini.run]
+    copy = tmp_path / "copy.sqlite"
+    copy.write_bytes(blob)
+    with JournalReader(copy) as r:
+        assert [run.id for run in r.runs()] == [mini.run] and r.snapshots(mini.run)
+
+
+def test_the_batch_command_runs_rollouts_on_a_ray_it_joins(captured, ray_cluster, tmp_path):
+    address, home = ray_cluster
+    mini = captured("mini-swe-agent")
+    journal = caller_journal(tmp_path, mini)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(
+        json.dumps({"run": mini.run, "after_step": 1, "name": "again", "mode": "replay-only",
+                    "entrypoint": str(entrypoint("mini-swe-agent")), "timeout": 240}) + "\n"
+        + json.dumps({"run": mini.run, "after_step": 1, "name": "gone", "mode": "replay-only",
+                      "entrypoint": str(tmp_path / "missing" / "mini")}) + "\n"
+    )  # fmt: skip
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("pvisor")), "--journal", str(journal), "replay", "--batch",
+         str(manifest), "--ray", address, "--output", str(out)],
+        capture_output=True, text=True, timeout=400, cwd=tmp_path, env=user_env(home, PYTHONSAFEPATH="1"),
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [e for e in proc.stderr.splitlines() if e.startswith("pvisor: error:")]
+    assert len(errors) == 1 and "line 2" in errors[0], proc.stderr
+    assert proc.stderr.splitlines()[-1].startswith("ran 1 of 2 rollouts"), proc.stderr
+    doc = json.loads((out / "again" / "result.json").read_text())
+    assert doc["status"] == "ok" and doc["mode"] == "replay-only"
+    with JournalReader(journal) as r:
+        run = r.run(doc["derived_run"])
+    assert (run.parent_run, run.mode) == (mini.run, "replay-only")
