@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import os
+import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -216,11 +217,12 @@ def continue_many(
     source: Source,
     after_step: int,
     k: int,
-    workspace_factory: Callable[[int], os.PathLike[str] | str],
+    workspace_factory: Callable[[int], os.PathLike[str] | str] | None,
     upstream: str | None = None,
     *,
     concurrency: int = 2,
     output_root: os.PathLike[str] | str | None = None,
+    ray: str | None = None,
     **options: Any,
 ) -> list[Result]:
     """``k`` continuations of ``source`` from the same boundary (after step ``after_step``):
@@ -232,7 +234,20 @@ def continue_many(
     :func:`continue_run`. Returns the k results in rollout order; a rollout that could not
     start is a :class:`Result` with ``document`` None and its ``error``. The workers are
     started with ``spawn``, which imports the calling script again: call this under
-    ``if __name__ == "__main__":``."""
+    ``if __name__ == "__main__":``.
+
+    ``ray``: a Ray address (``local`` starts one here with the machine's CPUs; ``auto`` or
+    ``ray://HOST:10001`` joins a cluster; the extra ``pvisor-replay[ray]``): each rollout is a
+    Ray task of :mod:`pvisor.session.ray_rollouts` (one CPU each, never retried; ``concurrency``
+    is the cluster's), the source sent through Ray's object store and each derived run merged
+    back into ``journal``. The factory cannot run on a worker: it runs here, and its value is a
+    path *on the worker* (on a local Ray, this machine); with ``workspace_factory=None`` each
+    rollout gets a new workspace in its worker's private temporary root, the run's start
+    snapshot restored into it, removed when the rollout ends. No key travels in a task:
+    ``environment=`` and ``arguments=`` are refused (UsageError); the agents read their keys
+    from the workers' environment, or from ``key_file=`` (a file of ``NAME=VALUE`` lines on
+    the workers). A rollout Ray failed (its worker killed, ...) is a Result with ``document``
+    None, its ``error`` saying what Ray said, ``exit_code`` 69."""
     if k < 1:
         raise UsageError(f"k={k}: continue_many runs at least one rollout")
     if concurrency < 1:
@@ -243,6 +258,12 @@ def continue_many(
             "continue_run(..., child_run=ID)"
         )
     root = Path(output_root) if output_root is not None else Path(tempfile.mkdtemp(prefix="pvisor-rollouts-"))
+    if ray is not None:
+        return _on_ray(ray, source, after_step, k, workspace_factory, upstream, root, options)
+    if workspace_factory is None:
+        raise UsageError(
+            "workspace_factory=None is for ray=: give a function of i that makes rollout i's workspace"
+        )
     jobs = []
     for i in range(k):
         kw = dict(options)
@@ -266,3 +287,84 @@ def _run_all(jobs: list[dict[str, Any]], concurrency: int) -> Iterator[Result]:
         max_workers=min(concurrency, len(jobs)), mp_context=multiprocessing.get_context("spawn"), **extra
     ) as pool:
         yield from pool.map(_one, jobs)
+
+
+#: continue_many's keywords that are a rollout line's own fields (the rest go to its options)
+_LINE_FIELDS = ("agent", "journal", "max_steps", "timeout", "key_file", "warn")
+
+
+def _on_ray(
+    address: str,
+    source: Source,
+    after_step: int,
+    k: int,
+    workspace_factory: Callable[[int], os.PathLike[str] | str] | None,
+    upstream: str | None,
+    root: Path,
+    options: dict[str, Any],
+) -> list[Result]:
+    """:func:`continue_many` with ``ray=`` (its docstring): the k rollouts as rollout lines run
+    by :func:`~pvisor.session.ray_rollouts.rollouts_on_ray`, their results in rollout order."""
+    from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode
+    from pvisor.replay.spec import OPTIONS
+    from pvisor.session.ray_rollouts import rollouts_on_ray
+
+    for name in ("environment", "arguments"):
+        if options.get(name):
+            raise UsageError(
+                f"{name}= with ray=: a task's arguments reach Ray's control store and dashboard; set the "
+                "agents' variables in the workers' environment, or give key_file= (a file on the workers)"
+            )
+    by_api = {o.api: o.name for o in OPTIONS if o.api is not None}
+    unknown = sorted(n for n in options if n not in by_api and n not in _LINE_FIELDS)
+    if unknown:
+        raise UsageError(f"continue_many: unknown keyword {unknown[0]}=")
+    run, trajectory = source_of(source, "a journal run id (str) or a native trajectory file (pathlib.Path)")
+    journal = Path(options["journal"]) if options.get("journal") is not None else default_journal_path()
+    given = {
+        by_api[n]: v
+        for n, v in options.items()
+        if n in by_api and n not in _LINE_FIELDS and n not in ("environment", "arguments") and v is not None
+    }
+    key_file = options.get("key_file")
+    lines = [
+        RolloutLine(
+            index=i + 1,
+            name=f"rollout-{i}",
+            mode=RolloutMode.CONTINUATION,
+            agent=options.get("agent"),
+            to_agent=None,
+            run=run,
+            trajectory=trajectory.absolute() if trajectory is not None else None,
+            journal=journal.absolute() if run is not None else None,
+            after_step=after_step,
+            upstream=upstream,
+            max_steps=options.get("max_steps"),
+            workspace=Path(workspace_factory(i)).absolute() if workspace_factory is not None else None,
+            key_file=Path(key_file).absolute() if key_file is not None else None,
+            timeout=float(options.get("timeout") or 900.0),
+            options=given,
+        )
+        for i in range(k)
+    ]
+    rows = {
+        row.line: row for row in rollouts_on_ray(address, lines, journal=journal.absolute(), output_root=root)
+    }
+    return [_result(rows[i + 1], root / f"rollout-{i}") for i in range(k)]
+
+
+def _result(row: Any, output: Path) -> Result:
+    """The :class:`Result` of a rollout row: the exit code ``pvisor replay`` has for its error
+    code (:data:`~pvisor.replay.errors.ERROR_CODES` says it), 69 for a row Ray failed."""
+    from pvisor.replay.errors import ERROR_CODES
+    from pvisor.session.ray_rollouts import RayFailure
+
+    if row.status == "ok":
+        return Result(row.result, output)
+    code = row.error_code or ""
+    if code in {f.value for f in RayFailure}:
+        exit_code = 69
+    else:
+        said = re.search(r"\(exit (\d+)", ERROR_CODES.get(code, ""))
+        exit_code = int(said.group(1)) if said else 1
+    return Result(row.result, output, row.error_message or row.status, exit_code)

@@ -45,7 +45,7 @@ from typing import Any
 from pvisor.core.errors import PvisorError, UnavailableError, UsageError
 from pvisor.journal.merge import merge_journals
 from pvisor.journal.reader import JournalReader
-from pvisor.replay.errors import error_code, error_detail
+from pvisor.replay.errors import error_detail
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode
 from pvisor.session.rollouts import RolloutError, RolloutRow, RowStatus, run_rollout
 
@@ -228,7 +228,7 @@ def rollouts_on_ray(
             try:
                 ref = _submit(task, line, journal, workdir, sent)
             except PvisorError as exc:
-                yield _failed(line, error_code(exc) or RayFailure.TRANSFER_FAILED.value, error_detail(exc))
+                yield _failed(line, _code(exc), error_detail(exc))
                 continue
             except Exception as exc:  # noqa: BLE001 - Ray's own failure to take an object: this line's
                 yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
@@ -294,10 +294,16 @@ def _collect(
             for name, data in got.files.items():
                 (out / name).write_bytes(data)
     except PvisorError as exc:
-        return _failed(line, error_code(exc) or RayFailure.TRANSFER_FAILED.value, error_detail(exc), row)
+        return _failed(line, _code(exc), error_detail(exc), row)
     except OSError as exc:
         return _failed(line, "output_error", f"cannot write {line.name}'s files: {exc.strerror or exc}", row)
     return row
+
+
+def _code(exc: PvisorError) -> str:
+    """The row's code of an error on the driver's side: the error's own result code (a journal
+    locked, ``journal_unavailable``), else :attr:`RayFailure.TRANSFER_FAILED`."""
+    return exc.code if isinstance(getattr(exc, "code", None), str) else RayFailure.TRANSFER_FAILED.value  # type: ignore[attr-defined]
 
 
 def _failure(ray: Any, exc: BaseException) -> RayFailure:

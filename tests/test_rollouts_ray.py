@@ -345,3 +345,27 @@ def test_the_batch_command_runs_rollouts_on_a_ray_it_joins(captured, ray_cluster
     with JournalReader(journal) as r:
         run = r.run(doc["derived_run"])
     assert (run.parent_run, run.mode) == (mini.run, "replay-only")
+
+
+def test_continue_many_on_ray_gives_k_derived_runs_in_the_callers_journal(
+    captured, stack, ray_cluster, tmp_path
+):
+    from pvisor.core.errors import UsageError
+    from pvisor.session import continue_many
+
+    address, _ = ray_cluster
+    mini = captured("mini-swe-agent")
+    journal = caller_journal(tmp_path, mini)
+    live = stack.scripted(live_script())
+    common = dict(journal=journal, entrypoint=str(entrypoint("mini-swe-agent")), max_steps=1, timeout=240)
+    with pytest.raises(UsageError, match="environment= with ray="):
+        continue_many(
+            mini.run, 1, 2, None, live, ray=address, environment={"OPENAI_API_KEY": ENV_KEY}, **common
+        )
+    results = continue_many(mini.run, 1, 2, None, live, ray=address, output_root=tmp_path / "out", **common)
+    assert [r.status for r in results] == ["ok", "ok"], [r.error for r in results]
+    assert [r.output for r in results] == [tmp_path / "out" / f"rollout-{i}" for i in range(2)]
+    assert all(r.ended_by == "step_budget" and r.live_steps == 1 and r.prefix.is_file() for r in results)
+    assert len({r.derived_run for r in results}) == 2
+    with JournalReader(journal) as r:
+        assert all(r.run(x.derived_run).parent_run == mini.run for x in results)
