@@ -55,7 +55,7 @@ from .housekeeping import blobs_named_by_rows, live_writers, open_for_writing, s
 from .paths import absolute, make_directories, require_utf8
 from .producer import now_ms
 from .reader import BUSY_TIMEOUT_S, JournalReader
-from .schema import apply_migrations
+from .schema import MIGRATIONS, apply_migrations
 
 #: sources one merge attaches at most: SQLite's default limit of attached databases
 MAX_SOURCES = 10
@@ -96,7 +96,9 @@ class MergeReport:
     blobs the copied runs name that ``into`` held already or an earlier source brought;
     ``missing_parents``: {run: parent run} of copied runs whose parent is in neither;
     ``created``: ``into`` did not exist (with ``dry_run``: would be created); ``sources``: per
-    source ``{path, journal_id, runs, skipped}``."""
+    source ``{path, journal_id, runs, skipped}``; ``details``: per run copied or skipped, in that
+    order, ``{run, source, copied, agent, mode, parent_run, boundary_step, exchanges, snapshots}``
+    (``copied`` false: already present)."""
 
     into: str
     dry_run: bool = False
@@ -113,6 +115,7 @@ class MergeReport:
     bytes_copied: int = 0
     missing_parents: dict[str, str] = field(default_factory=dict)
     sources: list[dict] = field(default_factory=list)
+    details: list[dict] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name in self.__slots__}
@@ -189,7 +192,9 @@ def _check_arguments(srcs: list[str], dst: str) -> None:
             continue  # the reader says what is wrong with it
         ident = (st.st_dev, st.st_ino)
         if os.path.exists(dst) and os.path.samefile(s, dst):
-            raise UsageError(f"journal {s} is the journal merged into (--into {dst}): a journal holds itself")
+            raise UsageError(
+                f"journal {s} is --into {dst} itself (the same file): a journal is not merged into itself"
+            )
         for other, oid in seen:
             if oid == ident:
                 raise UsageError(f"journal {s} is given twice (as {other} too): give each source once")
@@ -249,7 +254,10 @@ def _destination(dst: str, dry_run: bool, missing: bool) -> Iterator[sqlite3.Con
             pass
         conn = _connect(_uri(dst, "ro"))
     else:
-        open_for_writing(Path(dst)).close()  # checked as a reader checks it, and migrated
+        with JournalReader(dst) as reader:  # its checks: a journal, not newer
+            pending = MIGRATIONS.pending(Database(reader.conn))
+        if pending:
+            open_for_writing(Path(dst)).close()  # migrated to this pvisor's schema
         conn = _connect(_uri(dst, None))
     try:
         yield conn
@@ -258,12 +266,12 @@ def _destination(dst: str, dry_run: bool, missing: bool) -> Iterator[sqlite3.Con
 
 
 def _new_journal(path: str) -> sqlite3.Connection:
-    """A new journal at ``path`` (mode 0600): WAL, this pvisor's schema, its own ``meta`` (a
-    fresh fingerprint key and journal id, as the writer makes them)."""
+    """A new journal at ``path`` (mode 0600): this pvisor's schema and its own ``meta`` (a fresh
+    fingerprint key and journal id, as the writer makes them). In SQLite's rollback-journal mode
+    while it is built: what a commit wrote is in the file itself, which is linked whole."""
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     os.close(fd)
     conn = _connect(_uri(path, None))
-    conn.execute("PRAGMA journal_mode = WAL")
     apply_migrations(Database(conn))
     conn.executemany(
         "INSERT INTO meta(key, value) VALUES (?, ?)",
@@ -274,6 +282,19 @@ def _new_journal(path: str) -> sqlite3.Connection:
         ],
     )
     return conn
+
+
+def _to_wal(path: str) -> None:
+    """Switch the journal ``path`` to WAL mode, as every journal is (the writer does it too, at its
+    first open: a failure here is left to it)."""
+    try:
+        conn = sqlite3.connect(_uri(path, None), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        pass
 
 
 def _merge_into_new(
@@ -295,7 +316,6 @@ def _merge_into_new(
             raise UnavailableError(f"cannot create journal {dst}: {exc.strerror}") from None
         try:
             _merge(conn, readers, srcs, dst, wanted, report)
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         finally:
             conn.close()
         try:
@@ -306,6 +326,7 @@ def _merge_into_new(
             ) from None
         except OSError:
             os.replace(tmp, dst)  # a file system without hard links
+        _to_wal(dst)
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):
             try:
@@ -421,6 +442,7 @@ def _plan_all(
         report.runs.extend(s.copy)
         report.skipped.extend(s.skip)
         report.sources.append({"path": s.path, "journal_id": s.journal_id, "runs": s.copy, "skipped": s.skip})
+        report.details.extend(_details(conn, s))
     if wanted is not None and wanted - found:
         missing = ", ".join(sorted(wanted - found))
         raise UsageError(f"no run {missing} in {', '.join(s.path for s in sources)}: nothing merged")
@@ -431,6 +453,33 @@ def _plan_all(
         ):
             if parent not in origin:
                 report.missing_parents[rid] = parent
+
+
+def _details(conn: sqlite3.Connection, s: _Source) -> list[dict]:
+    """:attr:`MergeReport.details` of the runs of ``s``, copied then skipped."""
+    snaps = (
+        f"(SELECT count(*) FROM {s.alias}.snapshots x WHERE x.run_id = r.id)"
+        if _has_table(conn, s.alias, "snapshots")
+        else "0"
+    )
+    out = []
+    for ids, copied in ((s.copy, True), (s.skip, False)):
+        for i in range(0, len(ids), CHUNK):
+            chunk = ids[i : i + CHUNK]
+            rows = conn.execute(
+                f"SELECT r.id, r.agent, r.mode, r.parent_run, r.boundary_step,"
+                f" (SELECT count(*) FROM {s.alias}.exchanges x WHERE x.run_id = r.id), {snaps}"
+                f" FROM {s.alias}.runs r WHERE r.id IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            by_id = {r[0]: r for r in rows}
+            for rid in chunk:
+                r = by_id[rid]
+                out.append(
+                    {"run": rid, "source": s.path, "copied": copied, "agent": r[1], "mode": r[2],
+                     "parent_run": r[3], "boundary_step": r[4], "exchanges": r[5], "snapshots": r[6]}
+                )  # fmt: skip
+    return out
 
 
 def _has_table(conn: sqlite3.Connection, schema: str, table: str) -> bool:

@@ -5,11 +5,16 @@ ids are kept, events renumbered, lineage kept, a clash merges nothing."""
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import orjson
 import pytest
+from agent_helpers import FILES
+from cli_helpers import pvisor_main
 from journal_helpers import snapshot
 
 from pvisor.journal.merge import MergeClash, merge_journals
@@ -18,6 +23,7 @@ from pvisor.journal.reader import JournalReader
 from pvisor.journal.writer import Journal
 
 SHARED_FILE = b"shared " * 40
+ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
 
 
 def body(n: int) -> bytes:
@@ -137,3 +143,193 @@ def test_a_run_in_two_journals_with_different_content_is_one_clash_and_nothing_i
     assert info.value.exit_code == 65 and info.value.files == (str(a), str(other))
     assert "run r-a" in str(info.value) and "\n" not in str(info.value)
     assert not dst.exists()
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def cli(*args, cwd: Path | None = None):
+    """``pvisor ARGS`` in this process (tests/cli_helpers.py), text output."""
+    return pvisor_main([*args], cwd=cwd, env=ENV, text=True)
+
+
+def files_of(directory: Path, start: str = "") -> dict[str, bytes]:
+    """The files of ``directory`` whose names start with ``start`` (a journal and its -wal), by
+    name: what a command that writes nothing leaves as it was (a reader of a source may leave an
+    empty -wal and a -shm beside it, as every reader does)."""
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(directory.iterdir())
+        if p.is_file()
+        and p.name.startswith(start)
+        and not p.name.endswith("-shm")
+        and not (p.name.endswith("-wal") and p.stat().st_size == 0)
+    }
+
+
+def one_error(proc, code: int, *names: str) -> str:
+    """The one ``pvisor: error:`` line of ``proc``, which exited ``code`` and names ``names``."""
+    assert proc.returncode == code, proc.stderr
+    assert proc.stderr.startswith("pvisor: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for n in names:
+        assert n in proc.stderr, (n, proc.stderr)
+    return proc.stderr
+
+
+def test_a_clash_with_the_journal_merged_into_is_one_line_naming_both_and_changes_nothing(tmp_path, journals):
+    a, b = journals
+    dst = tmp_path / "dst.sqlite"
+    with Journal.open(dst) as j:  # r-b with other content than b's
+        j.create_run(Run(id="r-b", agent="claude-code"))
+        record(j, "r-b", 5)
+        j.flush()
+    before = files_of(tmp_path, "dst")
+    err = one_error(
+        cli("journal", "merge", str(a), str(b), "--into", str(dst)), 65, "run r-b", str(b), str(dst)
+    )
+    assert "nothing merged" in err
+    assert files_of(tmp_path, "dst") == before
+    # an exchange id held by another run is a clash too
+    [(xid,)] = rows(b, "SELECT id FROM exchanges WHERE run_id = 'r-b'")
+    with sqlite3.connect(dst) as c:
+        c.execute("UPDATE exchanges SET id = ? WHERE run_id = 'r-b'", (xid,))
+        c.execute("UPDATE runs SET id = 'r-other' WHERE id = 'r-b'")
+        c.execute("UPDATE exchanges SET run_id = 'r-other'")
+    proc = cli("journal", "merge", str(b), "--into", str(dst), "--run", "r-b")
+    one_error(proc, 65, f"exchange {xid}", "run r-other", str(b), str(dst))
+
+
+def test_refusals_newer_schema_itself_twice_and_bad_files_each_one_line_and_no_destination(
+    tmp_path, journals
+):
+    a, _ = journals
+    dst = tmp_path / "out" / "dst.sqlite"
+    newer = tmp_path / "newer.sqlite"
+    newer.write_bytes(a.read_bytes())
+    with sqlite3.connect(newer) as c:
+        c.execute("INSERT INTO _sqlite_migrations(migration_set, name, applied_at) "
+                  "VALUES ('pvisor.journal', 'm999_future', '2030-01-01')")  # fmt: skip
+    one_error(cli("journal", "merge", str(newer), "--into", str(dst)), 65, str(newer), "newer pvisor")
+    # a journal into itself: the same path, through a symbolic link, or given twice
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(a)
+    before = files_of(tmp_path, "a.sqlite")
+    one_error(cli("journal", "merge", str(a), "--into", str(a)), 2, str(a), "itself")
+    one_error(cli("journal", "merge", str(link), "--into", str(a)), 2, str(link), "itself")
+    one_error(cli("journal", "merge", str(a), str(link), "--into", str(dst)), 2, str(link), "twice")
+    assert files_of(tmp_path, "a.sqlite") == before
+    # bad files: missing, a directory, not SQLite, cut short, a name that is not UTF-8
+    (tmp_path / "notes.txt").write_text("not a journal\n" * 400)
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(a.read_bytes()[: a.stat().st_size // 2])
+    nope, notes = str(tmp_path / "nope.sqlite"), str(tmp_path / "notes.txt")
+    cases = [  # (source, into, exit code, what the line says)
+        (nope, str(dst), 2, [f"journal {nope} does not exist"]),
+        (str(tmp_path), str(dst), 2, [f"journal {tmp_path} is a directory, expected a journal file"]),
+        (notes, str(dst), 65, [f"{notes} is not a pvisor journal (not an SQLite database)"]),
+        (str(cut), str(dst), 3, [f"journal {cut} is damaged"]),
+        (str(a), str(tmp_path), 2, [f"--into {tmp_path} is a directory, expected a journal file"]),
+        (
+            str(a),
+            os.fsdecode(bytes(tmp_path) + b"/\xff.sqlite"),
+            2,
+            [f"--into {tmp_path}/\\xff.sqlite: not valid UTF-8"],
+        ),
+        (
+            os.fsdecode(bytes(tmp_path) + b"/\xff.sqlite"),
+            str(dst),
+            2,
+            [f"journal {tmp_path}/\\xff.sqlite: not valid UTF-8"],
+        ),
+    ]
+    for src, into, code, what in cases:
+        err = one_error(cli("journal", "merge", src, "--into", into), code, *what)
+        assert not dst.exists() and not dst.parent.exists(), err
+    assert not list(tmp_path.glob("*.merge-*"))
+
+
+def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tmp_path, journals):
+    a, b = journals
+    dst = tmp_path / "dst.sqlite"
+    with Journal.open(a) as j:  # this process holds a's lease
+        j.flush()
+        err = one_error(cli("journal", "merge", str(b), str(a), "--into", str(dst)), 69, str(a))
+        assert f"pid {os.getpid()}" in err and "being written" in err
+        assert not dst.exists()
+    # a lease left open by a process that is gone: a's writer died with an exchange in flight
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process
+    dead_pid = gone.pid
+    with sqlite3.connect(a) as c:
+        wid = c.execute("INSERT INTO writers(pid, host, started_ms, heartbeat_ms) VALUES (?, ?, 1, 1)",
+                        (dead_pid, socket.gethostname())).lastrowid  # fmt: skip
+        c.execute("UPDATE exchanges SET outcome = NULL, writer_id = ? WHERE run_id = 'r-a2'", (wid,))
+    proc = cli("journal", "merge", str(a), "--into", str(dst), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2"]
+    # the lease comes along open, and the next writer of dst reaps it as a's would have
+    with Journal.open(dst) as j:
+        assert len(j.reaped) == 1
+    assert rows(dst, "SELECT outcome FROM exchanges WHERE run_id = 'r-a2'") == [("incomplete",)]
+
+
+def test_dry_run_lists_what_would_come_and_writes_nothing(tmp_path, journals):
+    a, b = journals
+    dst = tmp_path / "new" / "dst.sqlite"
+    proc = cli("journal", "merge", str(a), str(b), "--into", str(dst), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        f"would copy run r-a from {a}: agent codex, mode capture, 3 exchanges, 1 snapshot"
+    )
+    assert f"would copy run r-b2 from {b}: agent codex, mode replay-only (from r-elsewhere@2)" in proc.stdout
+    assert (
+        "nothing merged (--dry-run)" in proc.stderr
+        and "(would be created): 4 runs, 6 exchanges" in proc.stderr
+    )
+    assert not dst.parent.exists()
+    assert merge_journals([a], dst, runs={"r-a"}).runs == ["r-a"]
+    before = files_of(dst.parent, "dst")
+    proc = cli("journal", "merge", str(a), str(b), "--into", str(dst), "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = orjson.loads(proc.stdout)
+    assert rep["dry_run"] and not rep["created"]
+    assert (rep["runs"], rep["skipped"]) == (["r-a2", "r-b", "r-b2"], ["r-a"])
+    # r-b's request body and shared file are r-a's, in dst already
+    assert rep["blobs_shared"] >= 2 and rep["blobs_copied"] > 0 and rep["bytes_copied"] > 0
+    assert files_of(dst.parent, "dst") == before
+    real = merge_journals([a, b], dst)
+    assert (real.runs, real.blobs_copied, real.blobs_shared) == (
+        rep["runs"],
+        rep["blobs_copied"],
+        rep["blobs_shared"],
+    )
+
+
+def test_a_real_run_reads_back_from_the_merged_journal_as_from_its_own(tmp_path, captured, journals):
+    """A codex run captured by pvisor run (its snapshots, its steps), merged with another journal:
+    show, steps and verify say the same of it in both, replay prepares the same prefix bytes from
+    both, and its workspace restores from the merged journal."""
+    cap = captured("codex")
+    src = cap.journal
+    dst = tmp_path / "merged.sqlite"
+    proc = cli("journal", "merge", str(journals[0]), str(src), "--into", str(dst))
+    assert proc.returncode == 0, proc.stderr
+    for what in (["journal", "show", cap.run, "--json"], ["journal", "steps", cap.run, "--json"]):
+        got = [cli("--journal", str(j), *what) for j in (src, dst)]
+        assert got[0].returncode == got[1].returncode == 0 and got[0].stdout == got[1].stdout, what
+    assert cli("--journal", str(dst), "journal", "verify").returncode == 0
+    prefixes = []
+    for j in (src, dst):
+        out = tmp_path / f"prefix-{j.stem}"
+        p = cli("--journal", str(j), "replay", "--agent", "codex", "--run", cap.run, "--after-step", "1",
+                "--prepare-only", "--output", str(out), cwd=tmp_path)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        prefixes.append((out / "prefix.json").read_bytes())
+    assert prefixes[0] == prefixes[1]
+    restored = tmp_path / "restored"
+    p = cli(
+        "--journal", str(dst), "snapshot", "restore", cap.run, "--after-step", "2", "--into", str(restored)
+    )
+    assert p.returncode == 0, p.stderr
+    assert {f: (restored / f).read_text() for f in ("a.txt", "b.txt", "c.txt")} == FILES
