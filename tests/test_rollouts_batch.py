@@ -152,6 +152,7 @@ def test_output_dirs_prepare_only_line_and_lines_read_without_side_effects(sourc
                 line(codex, name="gone", entrypoint=str(tmp_path / "missing" / "codex")),
                 {**line(codex), "frobnicate": 1},
                 {**line(codex, name="k"), LINE_KEY: 1},
+                line(codex, name="bad-keys", key_file="keys.txt"),
             ]
         )
         + "\n"
@@ -161,6 +162,8 @@ def test_output_dirs_prepare_only_line_and_lines_read_without_side_effects(sourc
     assert isinstance(first, RolloutLine) and pickle.loads(pickle.dumps(first)) == first
     assert read[1][1].mode is RolloutMode.REPLAY_ONLY and read[1][1].journal == codex.journal
     assert "unknown key 'frobnicate'" in str(read[2][1]) and LINE_KEY not in str(read[3][1])
+    # a key file's line that is no NAME=VALUE pair is named by its number, never shown
+    (tmp_path / "keys.txt").write_text(f"OPENAI_API_KEY={LINE_KEY}\n{LINE_KEY}\n")
     out = tmp_path / "out"
     proc = pvisor(
         ["replay", "--replay-only", "--batch", str(manifest), "--output", str(out)],
@@ -176,5 +179,41 @@ def test_output_dirs_prepare_only_line_and_lines_read_without_side_effects(sourc
     ]
     failed = json.loads((out / "gone" / "result.json").read_text())
     assert failed["mode"] == "replay-only" and failed["errors"][0]["code"] == "agent_unavailable"
-    assert proc.stderr.splitlines()[-1].startswith("ran 1 of 4 rollouts")
+    assert proc.stderr.splitlines()[-1].startswith("ran 1 of 5 rollouts")
+    assert f"m.jsonl line 5: key_file {tmp_path / 'keys.txt'} line 2: expected NAME=VALUE" in proc.stderr
     assert LINE_KEY not in proc.stderr
+    # the same as Parquet rows (the result as JSON text)
+    import pyarrow.parquet as pq
+
+    rows = tmp_path / "rows.parquet"
+    proc = pvisor(
+        ["replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    got = pq.read_table(rows).to_pylist()
+    assert [r["status"] for r in got] == ["ok", "failed", "failed", "failed", "failed"]
+    assert [r["error"]["code"] for r in got[1:]] == [
+        "agent_unavailable", "bad_manifest_line", "bad_manifest_line", "bad_key_file"
+    ]  # fmt: skip
+    assert json.loads(got[0]["result"])["mode"] == "prepare-only"
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "result-protocol.md"
+
+
+def test_the_docs_manifest_lines_are_rollouts(tmp_path):
+    text = DOCS.read_text()
+    section = text[text.index("## Rollouts from a manifest") : text.index("## The other modes")]
+    example = section[section.index("```json\n") + 8 :]
+    (tmp_path / "m.jsonl").write_text(example[: example.index("```")])
+    read = [
+        ln
+        for _, ln in read_rollouts(tmp_path / "m.jsonl", journal=None, default_mode=RolloutMode.CONTINUATION)
+    ]
+    assert [ln.mode for ln in read] == [  # type: ignore[union-attr]
+        RolloutMode.CONTINUATION, RolloutMode.CONTINUATION, RolloutMode.REPLAY_ONLY, RolloutMode.HANDOFF
+    ]  # fmt: skip
+    assert read[1].key_file == Path("/etc/pvisor/keys.env") and read[3].to_agent == "codex"  # type: ignore

@@ -122,11 +122,14 @@ def _rows(
         return iter(())
     if ray_address is None:
         return run_rollouts(lines, journal=journal, output_root=root, concurrency=concurrency)
+    import importlib
+
     try:
-        from pvisor.session.ray_rollouts import rollouts_on_ray  # type: ignore[import-not-found]
+        # by name: the Ray runner (pvisor.session.ray_rollouts) is a module of its own, built apart
+        ray_rollouts = importlib.import_module("pvisor.session.ray_rollouts")
     except ImportError:
         raise UsageError("--ray with rollouts needs pvisor's Ray runner (pvisor-replay[ray])") from None
-    return iter(rollouts_on_ray(ray_address, lines, journal=journal, output_root=root))
+    return iter(ray_rollouts.rollouts_on_ray(ray_address, lines, journal=journal, output_root=root))
 
 
 def _in_order(bad: dict[int, RolloutRow], rows: Iterator[RolloutRow]) -> Iterator[RolloutRow]:
