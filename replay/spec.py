@@ -297,11 +297,15 @@ OPTIONS: tuple[Option, ...] = (
     Option("result", "--result", Kind.TEXT,
            "'-': print result.json to stdout (the summary line goes to stderr).", metavar="-"),
     Option("batch", "--batch", Kind.PATH,
-           "prepare-only: many prefixes in one process, one JSON line each (trajectory or run, agent, "
-           "after_step, ...); OUT/<name>/ for each, or --rows.", metavar="MANIFEST", modes=_PREPARE),
+           "Many replays from a manifest, one JSON line each (trajectory or run, agent, after_step, ...): "
+           "--prepare-only prefixes in one process, else rollouts (mode continuation, replay-only or "
+           "handoff) each in a process of its own; OUT/<name>/ for each, or --rows.", metavar="MANIFEST"),
     Option("rows", "--rows", Kind.PATH,
-           "With --batch: one row per line (prefix, request, result) into FILE, JSON Lines, or Parquet for "
-           "FILE.parquet.", metavar="FILE", modes=_PREPARE),
+           "With --batch: one row per line (prefix, request, result; a rollout's run, status and result) "
+           "into FILE, JSON Lines, or Parquet for FILE.parquet.", metavar="FILE"),
+    Option("concurrency", "--concurrency", Kind.COUNT,
+           "With --batch of rollouts: at most K at once, each in a process of its own (default 2).",
+           metavar="K", modes=_AGENT),
     Option("ray", "--ray", Kind.TEXT,
            "With --batch and --rows: prepare on this Ray cluster ('local' starts one here; extra "
            "pvisor-replay[ray]).", metavar="ADDRESS", modes=_PREPARE),

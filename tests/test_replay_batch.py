@@ -241,11 +241,17 @@ def test_bad_lines_fail_alone_and_bad_batches_get_one_line(tmp_path: Path):
             [*PVISOR, "replay", *mode, *args], capture_output=True, text=True, env=ENV, timeout=60
         )
         assert p.returncode == 2 and said in p.stderr and p.stderr.count("\n") == 1, (args, p.stderr)
-    p = subprocess.run(
-        [*PVISOR, "replay", "--batch", str(manifest), "--output", str(tmp_path / "o4")],
-        capture_output=True, text=True, env=ENV, timeout=60,
-    )  # fmt: skip
-    assert p.returncode == 2 and "--batch is for --prepare-only" in p.stderr
+    # a batch without --prepare-only runs rollouts (tests/test_rollouts_batch.py): not --concurrency
+    # with --prepare-only, and a rollout's options come from its line
+    for args, said in [
+        (["--prepare-only", "--concurrency", "2"], "--concurrency is for a --batch of rollouts"),
+        (["--upstream", "http://127.0.0.1:9"], "--upstream comes from each line of --batch"),
+    ]:
+        p = subprocess.run(
+            [*PVISOR, "replay", "--batch", str(manifest), "--output", str(tmp_path / "o4"), *args],
+            capture_output=True, text=True, env=ENV, timeout=60,
+        )  # fmt: skip
+        assert p.returncode == 2 and said in p.stderr and not (tmp_path / "o4").exists(), p.stderr
 
 
 def test_prepare_many_in_memory_shares_a_file_and_leaves_each_prefix_its_own(tmp_path: Path):

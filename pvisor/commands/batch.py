@@ -68,7 +68,7 @@ def run_batch(
     be written. The rows go to a temporary file renamed over ``rows`` when all are written:
     an interrupted or failed batch leaves the earlier file as it was. Ctrl-C: exit 130 with a
     line that says how far the batch got."""
-    _check_paths(manifest, output, rows, force)
+    check_paths(manifest, output, rows, force)
     total = _count_lines(manifest)
     labels: dict[int, str] = {}  # line -> its name, for the rows
     readers_of_rows: list[int] = []  # lines whose source is the rows file: it is not replaced then
@@ -131,7 +131,7 @@ def run_batch(
     return failed
 
 
-def _check_paths(manifest: Path, output: Path | None, rows: Path | None, force: bool) -> None:
+def check_paths(manifest: Path, output: Path | None, rows: Path | None, force: bool) -> None:
     """The UsageErrors of :func:`run_batch`'s paths, before anything is written."""
     for opt, path in (("--batch", manifest), ("--output", output), ("--rows", rows)):
         require_utf8(opt, path)

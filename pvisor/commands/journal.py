@@ -15,7 +15,7 @@ import orjson
 from pvisor.commands.exports import DerivedHelpOption, derived_help, format_option, listed, offered, readers
 from pvisor.commands.cells import action_cell, clip, counted, observation_cell, terminal_safe, print_table
 from pvisor.commands.outputs import check_export_path, refuse_reading, write_export, written_summary
-from pvisor.commands.params import EXCHANGE_ID, RUN_ID, RUN_ID_TO_REMOVE
+from pvisor.commands.params import EXCHANGE_ID, MERGED_RUN_ID, RUN_ID, RUN_ID_TO_REMOVE
 from pvisor.commands.progress import is_terminal, progress_option
 from pvisor.commands.reading import emit_json, open_reader, utc_time
 from pvisor.core import progress
@@ -38,9 +38,11 @@ if TYPE_CHECKING:
 
 @click.group("journal", cls=Group)
 def journal() -> None:
-    """Inspect, export and verify the Event Journal; remove a run (rm) and its space (vacuum).
+    """Inspect, export and verify the Event Journal; remove a run (rm) and its space (vacuum);
+    merge journals (merge).
 
-    Only rm, scrub and vacuum write to the journal; every other command opens it read-only."""
+    Only rm, scrub and vacuum write to the journal, and merge to the journal given as --into;
+    every other command opens it read-only."""
 
 
 @journal.command("ls")
@@ -602,6 +604,85 @@ def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
         emit_json({"before": before, "after": after})
     else:
         click.echo(f"journal {ctx.obj['journal']}: {before} bytes -> {after} bytes")
+
+
+@journal.command("merge")
+@click.argument("sources", metavar="SRC...", nargs=-1, required=True)
+@click.option(
+    "--into",
+    "into",
+    required=True,
+    metavar="DST",
+    help="The journal to merge into (created when missing; missing directories too, 0700).",
+)
+@click.option(
+    "--run",
+    "runs",
+    multiple=True,
+    type=MERGED_RUN_ID,
+    metavar="RUN",
+    help="Only this run (its whole id; repeat for more), with what it needs.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="List what would come (runs, rows, blobs, bytes); write nothing."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+def merge_cmd(
+    sources: tuple[str, ...], into: str, runs: tuple[str, ...], dry_run: bool, as_json: bool
+) -> None:
+    """Copy the runs of the journals SRC... into the journal DST: every run (or each --run) with its
+    attempts, exchanges, snapshots, events and the blobs they name. Blobs DST holds are not copied
+    again; run, exchange and snapshot ids are kept; events are renumbered into DST's order. A run
+    DST holds already with the same rows is skipped; an id held with other content is a clash (exit
+    65, nothing merged). One transaction: all or nothing. docs/journal.md "Merging journals".
+
+    \b
+    Examples:
+      pvisor journal merge worker-1.sqlite worker-2.sqlite --into all.sqlite
+      pvisor journal merge worker-1.sqlite --into all.sqlite --run r-3f2a9c0d1e2b --dry-run
+    """
+    from pvisor.journal.merge import merge_journals
+
+    rep = merge_journals(list(sources), into, runs=set(runs) if runs else None, dry_run=dry_run)
+    if as_json:
+        emit_json(rep.as_dict())
+    else:
+        _merge_summary(rep)
+    for run, parent in rep.missing_parents.items():
+        click.echo(
+            terminal_safe(
+                f"pvisor: note: run {run} derives from run {parent}, which {one_line(into)} does not hold"
+                f"{' (nor will)' if dry_run else ''}: its lineage names a run elsewhere"
+            ),
+            err=True,
+        )
+
+
+def _merge_summary(rep) -> None:
+    """``journal merge``'s lines: each run (would be) copied or skipped, then the totals."""
+    would = "would copy" if rep.dry_run else "copied"
+    for d in rep.details:
+        lineage = f" (from {d['parent_run']}@{d['boundary_step']})" if d["parent_run"] else ""
+        what = would if d["copied"] else "already there, skipped:"
+        click.echo(
+            terminal_safe(
+                f"{what} run {d['run']} from {d['source']}: agent {d['agent'] or '-'}, mode {d['mode']}"
+                f"{lineage}, {counted(d['exchanges'], 'exchange')}, {counted(d['snapshots'], 'snapshot')}"
+            )
+        )
+    dst = one_line(rep.into) + (" (would be created)" if rep.dry_run and rep.created else
+                                " (created)" if rep.created else "")  # fmt: skip
+    totals = (
+        f"{counted(len(rep.runs), 'run')}, {counted(rep.exchanges, 'exchange')}, "
+        f"{counted(rep.snapshots, 'snapshot')}, {counted(rep.events, 'event')}; "
+        f"{counted(rep.blobs_copied, 'blob')} new ({rep.bytes_copied} bytes stored), "
+        f"{rep.blobs_shared} shared; "
+        f"{len(rep.skipped)} already there"
+    )
+    if rep.dry_run:
+        click.echo(terminal_safe(f"nothing merged (--dry-run) into {dst}: {totals}"), err=True)
+    else:
+        click.echo(terminal_safe(f"merged into {dst}: {totals}"))
 
 
 @journal.command("scrub")

@@ -187,6 +187,8 @@ EXCHANGE_ID = JournalId("exchange")
 RUN_ID_TO_REMOVE = JournalId(
     "run", give="a run's whole id, or the start of run ids with --prefix (pvisor journal ls lists them)"
 )
+#: the type of ``journal merge --run``: a whole id of a run in a source journal
+MERGED_RUN_ID = JournalId("run", give="a run's whole id (pvisor --journal SRC journal ls lists them)")
 #: the type of an option that names a run to make (``gateway --run``, ``env --run``): a whole id
 NEW_RUN_ID = JournalId("run", new=True)
 

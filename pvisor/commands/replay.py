@@ -152,6 +152,8 @@ def replay(ctx: click.Context, **flags: Any) -> None:
     if flags["batch"] is not None or flags["rows"] is not None or flags["ray"] is not None:
         _batch(ctx, flags)
         return
+    if flags["concurrency"] is not None:
+        raise UsageError("--concurrency is for --batch MANIFEST (rollouts at once)")
     spec = _merged(flags)
     problems = spec.check()
     if spec.mode is None or any(spec[name] is None for name in ("agent", "after_step", "output")):
@@ -207,8 +209,13 @@ def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:
     if flags["batch"] is None:
         which = "--rows" if flags["rows"] is not None else "--ray"
         raise UsageError(f"{which} is for --batch MANIFEST (a row per manifest line)")
-    if not flags["prepare_only"] or flags["replay_only"]:
-        raise UsageError("--batch is for --prepare-only (many prefixes in one process)")
+    if flags["prepare_only"] and flags["replay_only"]:
+        raise UsageError("--batch takes one of --prepare-only and --replay-only (the lines' default mode)")
+    if not flags["prepare_only"]:
+        _rollout_batch(ctx, flags)
+        return
+    if flags["concurrency"] is not None:
+        raise UsageError("--concurrency is for a --batch of rollouts (--prepare-only runs in one process)")
     for name in _PER_LINE:
         if flags[name] is not None:
             raise UsageError(f"{BY_NAME[name].flag} comes from each line of --batch (the key {name!r})")
@@ -239,6 +246,49 @@ def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:
         journal=_as_path(journal) if journal else None,
         force=bool(flags["force"]),
         allow_damaged=bool(flags["allow_damaged"]),
+        ray_address=flags["ray"],
+    )
+    if failed:
+        ctx.exit(1)
+
+
+#: what a --batch of rollouts takes on the command line; each line gives the rest
+_ROLLOUT_FLAGS = frozenset(
+    {"batch", "output", "rows", "journal", "force", "replay_only", "concurrency", "ray"}
+)
+
+
+def _rollout_batch(ctx: click.Context, flags: dict[str, Any]) -> None:
+    """``--batch MANIFEST (--output OUT | --rows FILE) [--concurrency K] [--replay-only]``
+    without --prepare-only: rollouts (pvisor/commands/rollouts.py). Exit 0 when every line's
+    rollout was ok, 1 when some were not (each named on stderr)."""
+    for o in CLI_OPTIONS:
+        if o.name in _ROLLOUT_FLAGS or o.shared == "progress" or flags[o.name] in (None, False):
+            continue
+        if o.name in _PER_LINE or o.toml is not None or o.name in ("entrypoint", "model"):
+            key = o.toml or o.name
+            raise UsageError(f"{o.flag} comes from each line of --batch (the key {key!r})")
+        raise UsageError(
+            "--batch of rollouts takes --output or --rows, --journal, --force, --replay-only and "
+            "--concurrency only"
+        )
+    if (flags["output"] is None) == (flags["rows"] is None):
+        raise UsageError("--batch needs one of --output OUT (a directory per line) and --rows FILE")
+    for opt, key in (("--batch", "batch"), ("--rows", "rows")):
+        if flags[key] == "":
+            raise UsageError(f'{opt} "": an empty path, expected a file')
+    from pvisor.commands.rollouts import run_rollout_batch
+    from pvisor.replay.rollout_manifest import RolloutMode
+
+    journal = flags["journal"] or (ctx.obj.get("journal") if ctx.obj else None)
+    failed = run_rollout_batch(
+        _as_path(_path("--batch", flags["batch"])),
+        output=_as_path(_path("--output", flags["output"])),
+        rows=_as_path(_path("--rows", flags["rows"])),
+        journal=_as_path(journal) if journal else None,
+        force=bool(flags["force"]),
+        default_mode=RolloutMode.REPLAY_ONLY if flags["replay_only"] else RolloutMode.CONTINUATION,
+        concurrency=flags["concurrency"] if flags["concurrency"] is not None else 2,
         ray_address=flags["ray"],
     )
     if failed:

@@ -1,0 +1,220 @@
+"""``pvisor replay --batch MANIFEST (--output OUT | --rows FILE) [--concurrency K]`` without
+``--prepare-only``: rollouts from a manifest (:mod:`pvisor.replay.rollout_manifest`,
+:mod:`pvisor.session.rollouts`; docs/result-protocol.md "Rollouts from a manifest").
+
+With ``--output OUT`` each line gets ``OUT/<name>/`` with the files a single replay writes.
+With ``--rows FILE`` one row per line, JSON Lines, or Parquet when FILE ends in ``.parquet``
+(the result as JSON text): ``line``, ``name``, ``mode``, ``status``, ``agent``, ``to_agent``,
+``after_step``, ``derived_run``, ``ended_by``, ``live_steps``, ``workspace``, ``result``,
+``error`` (``{code, message}`` or null); the replays' own files then go to a temporary
+directory, removed at the end. Each failed line is one ``pvisor: error: MANIFEST line N: ...``
+on stderr; the last line says how many rollouts were ok, in what time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, BinaryIO, Iterator
+
+import click
+import orjson
+
+from pvisor.adapters.exports.rows import write_parquet_rows
+from pvisor.commands.batch import BatchInterrupted, check_paths
+from pvisor.commands.cells import terminal_safe
+from pvisor.core import progress
+from pvisor.core.errors import OutputError, PvisorError, UsageError
+from pvisor.core.outfile import open_private
+from pvisor.replay.errors import show_path
+from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
+from pvisor.session.rollouts import RolloutRow, failed_row, run_rollouts
+
+#: rows per Parquet row group
+PARQUET_BATCH = 64
+
+
+def run_rollout_batch(
+    manifest: Path,
+    *,
+    output: Path | None,
+    rows: Path | None,
+    journal: Path | None,
+    force: bool,
+    default_mode: RolloutMode,
+    concurrency: int,
+    ray_address: str | None = None,
+) -> int:
+    """Run every line of ``manifest`` (``default_mode`` for a line without ``mode``); returns
+    how many failed. ``journal``: the journal of the ``run`` lines that name none (None: the
+    default journal). ``ray_address``: on that Ray cluster (:mod:`pvisor.session.ray_rollouts`)
+    instead of here. UsageError (before anything runs) for the paths as the prepare-only batch
+    refuses them (:func:`~pvisor.commands.batch.check_paths`); OutputError (exit 74) when the
+    rows cannot be written. Ctrl-C: exit 130 with a line saying how far the batch got."""
+    check_paths(manifest, output, rows, force)
+    if journal is None:
+        from pvisor.journal.paths import default_journal_path
+
+        journal = default_journal_path()
+    read = list(read_rollouts(manifest, journal=journal, default_mode=default_mode))
+    lines = [ln for _, ln in read if isinstance(ln, RolloutLine)]
+    if force:  # into a non-empty OUT/<name>/, as a single replay's --force
+        lines = [_forced(ln) for ln in lines]
+    bad = {n: failed_row(None, n, exc) for n, exc in read if isinstance(exc, PvisorError)}
+    root = output if output is not None else Path(tempfile.mkdtemp(prefix="pvisor-rollouts-"))
+    t0 = time.perf_counter()
+    failed = done = 0
+    try:
+        with progress.task(f"rollouts of {show_path(manifest)}", len(read), progress.Unit.REQUESTS) as task:
+
+            def counted() -> Iterator[RolloutRow]:
+                nonlocal failed, done
+                for row in _in_order(bad, _rows(lines, journal, root, concurrency, ray_address)):
+                    done += 1
+                    if not row.ok:
+                        failed += 1
+                        _say(f"pvisor: error: {show_path(manifest)} line {row.line}: {_message(row)}")
+                    task.reach(done)
+                    yield row
+
+            if rows is None:
+                for _ in counted():
+                    pass
+            else:
+                _write_rows(rows, counted())
+    except KeyboardInterrupt:
+        where = (
+            f"{show_path(rows)} is left as it was"
+            if rows is not None
+            else f"their files are in {show_path(root)}"
+        )
+        raise BatchInterrupted(
+            f"interrupted after {done} of {len(read)} rollouts of {show_path(manifest)} ({failed} failed): "
+            f"{where}"
+        ) from None
+    finally:
+        if output is None:
+            shutil.rmtree(root, ignore_errors=True)
+    seconds = time.perf_counter() - t0
+    where = show_path(rows) if rows is not None else show_path(output)
+    _say(
+        f"ran {done - failed} of {done} rollouts from {show_path(manifest)} into {where}"
+        f"{f' ({failed} failed)' if failed else ''} in {seconds:.1f} s"
+    )
+    return failed
+
+
+def _forced(line: RolloutLine) -> RolloutLine:
+    import dataclasses
+
+    return dataclasses.replace(line, options={**line.options, "force": True})
+
+
+def _rows(
+    lines: list[RolloutLine], journal: Path, root: Path, concurrency: int, ray_address: str | None
+) -> Iterator[RolloutRow]:
+    """The rows of ``lines``, in line order: here (:func:`run_rollouts`) or on Ray."""
+    if not lines:
+        return iter(())
+    if ray_address is None:
+        return run_rollouts(lines, journal=journal, output_root=root, concurrency=concurrency)
+    import importlib
+
+    try:
+        # by name: the Ray runner (pvisor.session.ray_rollouts) is a module of its own, built apart
+        ray_rollouts = importlib.import_module("pvisor.session.ray_rollouts")
+    except ImportError:
+        raise UsageError("--ray with rollouts needs pvisor's Ray runner (pvisor-replay[ray])") from None
+    return iter(ray_rollouts.rollouts_on_ray(ray_address, lines, journal=journal, output_root=root))
+
+
+def _in_order(bad: dict[int, RolloutRow], rows: Iterator[RolloutRow]) -> Iterator[RolloutRow]:
+    """The rows of the bad lines (``bad``, by line) merged into ``rows`` by line number."""
+    pending = sorted(bad)
+    for row in rows:
+        while pending and pending[0] < row.line:
+            yield bad[pending.pop(0)]
+        yield row
+    for n in pending:
+        yield bad[n]
+
+
+def _message(row: RolloutRow) -> str:
+    text = row.error_message or row.status
+    # a manifest line's own error already names the line
+    return text.split(": ", 1)[1] if row.error_code == "bad_manifest_line" and ": " in text else text
+
+
+def _say(line: str) -> None:
+    click.echo(terminal_safe(line), err=True)  # a path from the manifest may hold escape sequences
+
+
+def _open(path: Path, shown: Path) -> BinaryIO:
+    try:
+        return open_private(path)
+    except OSError as exc:
+        raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
+
+
+def _write_rows(rows: Path, got: Iterator[RolloutRow]) -> None:
+    """The rows into a temporary file beside ``rows``, renamed over it when all are written."""
+    tmp = rows.with_name(f".{rows.name}.tmp-{os.getpid()}")
+    parquet = rows.suffix.lower() == ".parquet"
+    if parquet:
+        try:
+            import pyarrow  # noqa: F401  (an optional extra that write_parquet_rows uses)
+        except ImportError:
+            raise UsageError(
+                f"--rows {show_path(rows)}: Parquet needs pyarrow: pip install '.[parquet]' in a clone of "
+                "pvisor (or a .jsonl file for JSON Lines)"
+            ) from None
+    try:
+        with _open(tmp, rows) as out:
+            if parquet:
+                write_parquet_rows(out, rollout_schema(), (_text_row(r) for r in got), PARQUET_BATCH)
+            else:
+                for r in got:
+                    out.write(orjson.dumps(r.as_dict()) + b"\n")
+        os.replace(tmp, rows)
+    except OSError as exc:
+        raise OutputError(f"cannot write --rows {show_path(rows)}: {exc.strerror or exc}") from None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+
+
+def _text_row(row: RolloutRow) -> dict[str, Any]:
+    flat = row.as_dict()
+    flat["result"] = orjson.dumps(flat["result"]).decode() if flat["result"] is not None else None
+    return flat
+
+
+def rollout_schema() -> Any:
+    """The Parquet schema of the rows (module docstring)."""
+    import pyarrow as pa  # an optional extra (pvisor-replay[parquet]), not installed by default
+
+    text = pa.string()
+    return pa.schema(
+        [
+            ("line", pa.int64()),
+            ("name", text),
+            ("mode", text),
+            ("status", text),
+            ("agent", text),
+            ("to_agent", text),
+            ("after_step", pa.int64()),
+            ("derived_run", text),
+            ("ended_by", text),
+            ("live_steps", pa.int64()),
+            ("workspace", text),
+            ("result", text),
+            ("error", pa.struct([("code", text), ("message", text)])),
+        ]
+    )
+
+
+__all__ = ["rollout_schema", "run_rollout_batch"]

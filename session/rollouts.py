@@ -1,0 +1,372 @@
+"""Rollouts from a manifest: :func:`run_rollout` runs one :class:`~pvisor.replay.rollout_manifest.
+RolloutLine` (a replay-only, a continuation, a handoff, or a prepare-only) and returns its
+:class:`RolloutRow`; :func:`run_rollouts` runs many on this machine (docs/result-protocol.md
+"Rollouts from a manifest").
+
+:func:`run_rollout` depends on nothing of its caller's but its arguments (no current directory,
+no global state): a worker process or a Ray task calls it with the journal where the source
+run is read and the derived run written, the output directory and, optionally, the workspace.
+It never raises for a rollout's own failure: that is a ``failed`` row with the error's code and
+message. A line's ``key_file`` is read here, on the machine that runs the rollout, and its
+variables go into the agent's environment only (never into a row, a result or a message).
+
+:func:`run_rollouts` runs each agent rollout in a process of its own (``spawn``, one rollout
+per process, as :func:`~pvisor.session.api.continue_many`: pvisor ends what an agent leaves
+behind by walking its own descendants, which two agents in one process would mistake for each
+other's); prepare-only lines run in the caller's process, as the prepare-only batch runs them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import multiprocessing
+import re
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pvisor.core.errors import PvisorError, UsageError
+from pvisor.replay.errors import error_code, error_detail, show_path
+from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode
+from pvisor.replay.spec import BY_NAME, ReplaySpec
+
+
+class RowStatus(str, enum.Enum):
+    """How a rollout ended: its result document's ``status``, ``failed`` without one."""
+
+    OK = "ok"
+    DIVERGED = "diverged"
+    FAILED = "failed"
+
+
+class RolloutError(str, enum.Enum):
+    """Codes of a row's error that no result document has (the rest are the result's codes)."""
+
+    #: the line's key_file is missing, unreadable, or holds a line that is not NAME=VALUE
+    BAD_KEY_FILE = "bad_key_file"
+    #: the process that ran the rollout ended before it returned a row
+    WORKER_DIED = "worker_died"
+    #: a bug of pvisor's in this rollout alone (the others go on)
+    INTERNAL = "internal_error"
+
+
+@dataclass
+class RolloutRow:
+    """One rollout's outcome: ``line`` (the manifest's line number), ``name``, ``mode`` (a
+    :class:`~pvisor.replay.rollout_manifest.RolloutMode` value), ``status`` (a
+    :class:`RowStatus` value), ``agent`` (the agent that ran: the source's, or None before it
+    was known), ``to_agent`` (a handoff's), ``after_step``, ``derived_run`` (the run it made in
+    the journal, or None), ``ended_by`` (why the live part ended, else why the agent ended),
+    ``live_steps``, ``workspace`` (where the agent ran), ``result`` (the result document, or
+    None), ``error_code`` and ``error_message`` (None when ok)."""
+
+    line: int
+    name: str | None
+    mode: str | None
+    status: str
+    agent: str | None = None
+    to_agent: str | None = None
+    after_step: int | None = None
+    derived_run: str | None = None
+    ended_by: str | None = None
+    live_steps: int = 0
+    workspace: str | None = None
+    result: dict[str, Any] | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == RowStatus.OK.value
+
+    def as_dict(self) -> dict[str, Any]:
+        """The row as ``--rows`` writes it: the fields above, the error as ``{code, message}``
+        (or None)."""
+        row = dataclasses.asdict(self)
+        code, message = row.pop("error_code"), row.pop("error_message")
+        row["error"] = {"code": code, "message": message} if code is not None else None
+        return row
+
+
+def failed_row(
+    line: RolloutLine | None, index: int, exc: BaseException, code: str | None = None
+) -> RolloutRow:
+    """The failed row of line ``index`` (``line``: its RolloutLine, None for a line that is none)
+    for ``exc``; ``code`` when the error has none of its own."""
+    return RolloutRow(
+        line=index,
+        name=line.name if line is not None else None,
+        mode=line.mode.value if line is not None else None,
+        status=RowStatus.FAILED.value,
+        agent=line.agent if line is not None else None,
+        to_agent=line.to_agent if line is not None else None,
+        after_step=line.after_step if line is not None else None,
+        workspace=str(line.workspace) if line is not None and line.workspace is not None else None,
+        error_code=code or error_code(exc),
+        error_message=error_detail(exc),
+    )
+
+
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def read_key_file(path: Path) -> dict[str, str]:
+    """The ``NAME=VALUE`` lines of ``path`` (blank lines and ``#`` comments skipped; a value
+    taken as it is, one pair of surrounding quotes removed). UsageError with the code
+    ``bad_key_file`` naming the file and the line number, never a value, for a file that cannot be
+    read or a line that is not such a pair."""
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or "not UTF-8"
+        raise _key_file_error(f"key_file {show_path(path)}: {why}") from None
+    env: dict[str, str] = {}
+    for i, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, eq, value = line.removeprefix("export ").partition("=")
+        if not eq or not _NAME.fullmatch(name.strip()):
+            raise _key_file_error(f"key_file {show_path(path)} line {i}: expected NAME=VALUE (not shown)")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        env[name.strip()] = value
+    return env
+
+
+def _key_file_error(message: str) -> UsageError:
+    exc = UsageError(message)
+    exc.code = RolloutError.BAD_KEY_FILE.value  # type: ignore[attr-defined]
+    return exc
+
+
+def _replay_options(
+    line: RolloutLine, journal: Path, output: Path, workspace: Path, env: dict[str, str]
+) -> Any:
+    """The :class:`~pvisor.session.replay.ReplayOptions` of ``line`` and the problems its
+    options have (:meth:`~pvisor.replay.spec.ReplaySpec.check`): each value read through its
+    option of :data:`~pvisor.replay.spec.OPTIONS` (a default where the line gives none)."""
+    from pvisor.session.handover import handoff_options
+    from pvisor.session.replay import ReplayOptions
+
+    values: dict[str, Any] = {name: v for name, v in line.options.items() if name in BY_NAME}
+    values.update(
+        agent=line.agent,
+        run=line.run,
+        trajectory=line.trajectory,
+        after_step=line.after_step,
+        upstream=line.upstream,
+        max_steps=line.max_steps,
+        timeout=line.timeout,
+        output=output,
+        workspace=workspace,
+        journal=journal,
+        agent_env=env,
+        agent_args=[],
+    )
+    mode = line.mode.replay_mode
+    spec = ReplaySpec(values, [k for k, v in values.items() if v is not None], mode)
+    problems = spec.check()
+    # the fields the line gives (a default where its value is None); ReplayOptions' own otherwise
+    kw = spec.fields(
+        f.name for f in dataclasses.fields(ReplayOptions) if f.name in values and f.name in BY_NAME
+    )
+    kw.update(agent_env=env, agent_args=[])
+    if line.mode is not RolloutMode.HANDOFF:
+        return ReplayOptions(**kw, child_option="child_run="), problems
+    assert line.to_agent is not None and line.agent is not None
+    for name in ("agent", "journal", "run", "trajectory", "after_step", "workspace", "output"):
+        kw.pop(name)
+    kw.update(
+        restore_start=not kw.pop("no_restore", False),
+        strict_workspace=bool(line.options.get("strict_workspace")),
+        reset_to_pause=bool(line.options.get("reset_to_pause")),
+    )
+    opts = handoff_options(
+        to_agent=line.to_agent,
+        journal=journal,
+        run=line.run,
+        trajectory=line.trajectory,
+        agent=line.agent,
+        after_step=line.after_step,
+        workspace=workspace,
+        output=output,
+        source_reasoning=line.options.get("source_reasoning", "drop"),
+        reasoning_option="source_reasoning",
+        child_option="child_run=",
+        **kw,
+    )
+    return opts, problems
+
+
+def _with_agent(line: RolloutLine, journal: Path) -> RolloutLine:
+    """``line`` with its source's agent: the journal run's, or the one an interchange file
+    names. UsageError when none is known."""
+    if line.agent is not None:
+        return line
+    from pvisor.session.api import agent_of
+    from pvisor.session.handover import agent_the_file_says
+
+    if line.run is not None:
+        agent = agent_of(journal, line.run, "agent in the line")
+    else:
+        assert line.trajectory is not None
+        agent = agent_the_file_says(line.trajectory)
+        if agent is None:
+            raise UsageError("a trajectory line needs agent (which agent wrote it?)")
+    return dataclasses.replace(line, agent=agent)
+
+
+def run_rollout(
+    line: RolloutLine, *, journal: Path, output: Path, workspace: Path | None = None
+) -> RolloutRow:
+    """Run ``line`` (module docstring): its source read from ``journal`` (a ``run`` line; the
+    line's own ``journal`` is the caller's to resolve) and its derived run written there, its
+    files (result.json, prefix.json, prefix.request.json) into ``output``, the agent in
+    ``workspace`` (else the line's, else a new directory, into which the recorded start
+    snapshot is restored as a replay restores it into an empty workspace). Returns its row;
+    never raises for the rollout's failure (KeyboardInterrupt and the like pass). Call it from
+    a process's main thread (the agent's stop signals are handled there)."""
+    journal, output = Path(journal).absolute(), Path(output).absolute()
+    if line.mode is RolloutMode.PREPARE_ONLY:
+        return _prepare(line, journal, output)
+    ws = workspace or line.workspace
+    try:
+        line = _with_agent(line, journal)
+        env = read_key_file(line.key_file) if line.key_file is not None else {}
+        if ws is None:
+            ws = Path(tempfile.mkdtemp(prefix=f"pvisor-rollout-{line.name}-"))
+        ws = Path(ws).absolute()
+        line = dataclasses.replace(line, workspace=ws)
+        opts, problems = _replay_options(line, journal, output, ws, env)
+        del env  # the agent's environment only
+        from pvisor.session.replay import continue_replay, hand_over, replay_only
+
+        run = {RolloutMode.REPLAY_ONLY: replay_only, RolloutMode.CONTINUATION: continue_replay}.get(
+            line.mode, hand_over
+        )
+        outcome = run(opts, lambda _m: None, problems)
+    except PvisorError as exc:
+        return failed_row(line, line.index, exc)
+    except Exception as exc:  # noqa: BLE001 - a bug must not take the other rollouts with it
+        return failed_row(line, line.index, exc, RolloutError.INTERNAL.value)
+    return _row(line, outcome.result, outcome.error)
+
+
+def _row(line: RolloutLine, doc: dict[str, Any], error: PvisorError | None) -> RolloutRow:
+    """The row of ``line``'s outcome: its result document ``doc`` and ``error``."""
+    live = doc.get("continuation") or {}
+    return RolloutRow(
+        line=line.index,
+        name=line.name,
+        mode=line.mode.value,
+        status=doc.get("status") or RowStatus.FAILED.value,
+        agent=line.agent,
+        to_agent=line.to_agent,
+        after_step=line.after_step,
+        derived_run=doc.get("derived_run"),
+        ended_by=live.get("ended_by") or (doc.get("agent_run") or {}).get("ended_by"),
+        live_steps=int(live.get("live_steps") or 0),
+        workspace=str(line.workspace) if line.workspace is not None else None,
+        result=doc,
+        error_code=error_code(error) if error is not None else None,
+        error_message=error_detail(error) if error is not None else None,
+    )
+
+
+def _prepare(line: RolloutLine, journal: Path, output: Path) -> RolloutRow:
+    """A prepare-only line, in this process, as the prepare-only batch prepares it."""
+    from pvisor.replay.batch import Status, prepare_many
+    from pvisor.replay.prepare import PrepareOptions
+
+    o = line.options
+    assert line.agent is not None
+    opts = PrepareOptions(
+        agent=line.agent,
+        after_step=line.after_step,
+        output=output,
+        trajectory=line.trajectory,
+        run=line.run,
+        journal=journal if line.run is not None else None,
+        workspace=line.workspace,
+        protocol=o.get("protocol"),
+        profile_from=o.get("profile_from"),
+        session=o.get("session"),
+        allow_damaged=bool(o.get("allow_damaged")),
+        episode=o.get("episode"),
+    )
+    opts.force = bool(o.get("force"))
+    outcome = next(iter(prepare_many([(line.index, opts)])))
+    if outcome.result is None:
+        assert outcome.error is not None
+        return failed_row(line, line.index, outcome.error)
+    doc, error = outcome.result, outcome.error
+    row = _row(line, doc, error)
+    row.status = RowStatus.OK.value if outcome.status is Status.OK else RowStatus.FAILED.value
+    return row
+
+
+def _one(args: tuple[RolloutLine, Path, Path]) -> RolloutRow:
+    """One rollout in a worker process (never raises: a pickled error may not unpickle)."""
+    line, journal, output = args
+    try:
+        return run_rollout(line, journal=journal, output=output)
+    except Exception as exc:  # noqa: BLE001
+        return failed_row(line, line.index, exc, RolloutError.INTERNAL.value)
+
+
+def run_rollouts(
+    lines: Iterable[RolloutLine], *, journal: Path, output_root: Path, concurrency: int
+) -> Iterator[RolloutRow]:
+    """Run ``lines`` on this machine, at most ``concurrency`` agent rollouts at once, each in a
+    process of its own (module docstring), and yield their rows in line order. Each writes into
+    ``output_root/<name>``; a line's own ``journal`` is used for it, else ``journal``. A rollout
+    whose process dies fails its row alone (``worker_died``). UsageError for ``concurrency`` < 1.
+    Stopping the iteration (Ctrl-C) cancels the rollouts not started."""
+    if concurrency < 1:
+        raise UsageError(f"--concurrency {concurrency}: at least 1")
+    todo = list(lines)
+    agents = [ln for ln in todo if ln.mode is not RolloutMode.PREPARE_ONLY]
+    root = Path(output_root).absolute()
+
+    def job(ln: RolloutLine) -> tuple[RolloutLine, Path, Path]:
+        return ln, Path(ln.journal or journal).absolute(), root / ln.name
+
+    if not agents:
+        for ln in todo:
+            yield run_rollout(ln, journal=job(ln)[1], output=job(ln)[2])
+        return
+    # spawn: a fresh interpreter per worker (no inherited event loop, signal handlers or threads)
+    extra: dict[str, Any] = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+    pool = ProcessPoolExecutor(
+        max_workers=min(concurrency, len(agents)), mp_context=multiprocessing.get_context("spawn"), **extra
+    )
+    try:
+        futures: dict[int, Future[RolloutRow]] = {ln.index: pool.submit(_one, job(ln)) for ln in agents}
+        for ln in todo:
+            if ln.mode is RolloutMode.PREPARE_ONLY:
+                yield run_rollout(ln, journal=job(ln)[1], output=job(ln)[2])
+                continue
+            try:
+                yield futures[ln.index].result()
+            except Exception as exc:  # noqa: BLE001 - the worker's process ended (killed, crashed)
+                yield failed_row(ln, ln.index, exc, RolloutError.WORKER_DIED.value)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+__all__ = [
+    "RolloutError",
+    "RolloutRow",
+    "RowStatus",
+    "failed_row",
+    "read_key_file",
+    "run_rollout",
+    "run_rollouts",
+]

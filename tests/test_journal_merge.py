@@ -1,0 +1,335 @@
+"""``pvisor journal merge`` and :func:`pvisor.journal.merge.merge_journals` (issue 42 item 3) on
+real journal files written by the real writer: bodies shared between journals are copied once,
+ids are kept, events renumbered, lineage kept, a clash merges nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import sqlite3
+import subprocess
+from pathlib import Path
+
+import orjson
+import pytest
+from agent_helpers import FILES
+from cli_helpers import pvisor_main
+from journal_helpers import snapshot
+
+from pvisor.journal.merge import MergeClash, merge_journals
+from pvisor.journal.model import Run
+from pvisor.journal.reader import JournalReader
+from pvisor.journal.writer import Journal
+
+SHARED_FILE = b"shared " * 40
+ENV = {**os.environ, "PYTHONSAFEPATH": "1"}
+
+
+def body(n: int) -> bytes:
+    """The n-th request of a conversation: each repeats the one before and adds to it."""
+    messages = [{"role": "user", "content": f"message {i} " + "x" * 300} for i in range(n)]
+    return orjson.dumps({"model": "m", "messages": messages})
+
+
+def record(j: Journal, run: str, n: int, answer: bytes = b'{"choices": []}') -> None:
+    j.record_exchange(run, "POST", "/v1/chat/completions", [], protocol="openai-chat", status=200,
+                      request_body=body(n), response_body=answer)  # fmt: skip
+
+
+@pytest.fixture
+def journals(tmp_path: Path) -> tuple[Path, Path]:
+    """Journal A: run ``r-a`` (three requests of one lane: prefix frames; a snapshot) and
+    ``r-a2`` derived from it; journal B: run ``r-b``, whose request is r-a's second and whose
+    snapshot shares a file with r-a's, and ``r-b2`` derived from a run B does not hold."""
+    a, b = tmp_path / "a.sqlite", tmp_path / "b.sqlite"
+    with Journal.open(a) as j:
+        j.create_run(Run(id="r-a", agent="codex"))
+        for n in (1, 2, 3):
+            record(j, "r-a", n, b'{"choices": []}' + b" " * n)
+        snapshot(j, "r-a", "s-a000000000000001", {"shared.txt": SHARED_FILE, "only-a.txt": b"a " * 90})
+        j.create_run(Run(id="r-a2", agent="codex", parent_run="r-a", boundary_step=1, mode="continuation",
+                         labels={"k": "v"}))  # fmt: skip
+        record(j, "r-a2", 1)
+        j.flush()
+    with Journal.open(b) as j:
+        j.create_run(Run(id="r-b", agent="claude-code"))
+        record(j, "r-b", 2, b'{"choices": ["b"]}')
+        snapshot(j, "r-b", "s-b000000000000001", {"shared.txt": SHARED_FILE})
+        j.create_run(Run(id="r-b2", agent="codex", parent_run="r-elsewhere", boundary_step=2,
+                         mode="replay-only"))  # fmt: skip
+        record(j, "r-b2", 4)
+        j.flush()
+    return a, b
+
+
+def rows(path: Path, sql: str, *args) -> list[tuple]:
+    with sqlite3.connect(path) as c:
+        return c.execute(sql, args).fetchall()
+
+
+def bodies(path: Path) -> dict[str, tuple[bytes | None, bytes | None]]:
+    """Every exchange's restored request and response, by id."""
+    with JournalReader(path) as r:
+        return {e.id: (r.request_body(e), r.response_body(e)) for e in r.exchanges()}
+
+
+def test_two_journals_merge_with_shared_blobs_copied_once_ids_kept_events_renumbered(tmp_path, journals):
+    a, b = journals
+    dst = tmp_path / "sub" / "all.sqlite"
+    rep = merge_journals([a, b], dst)
+    assert rep.created and rep.runs == ["r-a", "r-a2", "r-b", "r-b2"] and rep.skipped == []
+    assert (rep.exchanges, rep.snapshots) == (6, 2)
+    # r-b's request is r-a's second and its snapshot lists r-a's shared file: each stored once
+    shared = {hashlib.sha256(body(2)).hexdigest(), hashlib.sha256(SHARED_FILE).hexdigest()}
+    assert shared <= {r[0] for r in rows(dst, "SELECT sha256 FROM blobs")}
+    assert rep.blobs_shared >= 2
+    src_blobs = {r[0] for p in (a, b) for r in rows(p, "SELECT sha256 FROM blobs")}
+    assert rep.blobs_copied == len(src_blobs) == rows(dst, "SELECT count(*) FROM blobs")[0][0]
+    # ids and per-run exchange order kept, every body byte for byte
+    assert bodies(dst) == {**bodies(a), **bodies(b)}
+    for src in (a, b):
+        assert set(rows(src, "SELECT id, run_id, seq FROM exchanges")) <= set(
+            rows(dst, "SELECT id, run_id, seq FROM exchanges")
+        )
+    # lineage as it was; a parent in neither journal is reported
+    assert rows(dst, "SELECT parent_run, boundary_step, mode, labels FROM runs WHERE id = 'r-a2'") == [
+        ("r-a", 1, "continuation", '{"k":"v"}')
+    ]
+    assert rep.missing_parents == {"r-b2": "r-elsewhere"}
+    # events: one sequence, a's then b's in their order, each run's merge recorded
+    seqs = [r[0] for r in rows(dst, "SELECT seq FROM events ORDER BY seq")]
+    assert seqs == list(range(1, len(seqs) + 1))
+    kinds_a = [r[0] for r in rows(a, "SELECT kind FROM events WHERE run_id IS NOT NULL ORDER BY seq")]
+    kinds_dst = [r[0] for r in rows(dst, "SELECT kind FROM events WHERE kind != 'run.merged' ORDER BY seq")]
+    assert kinds_dst[: len(kinds_a)] == kinds_a
+    merged = rows(dst, "SELECT run_id, data FROM events WHERE kind = 'run.merged'")
+    a_id = rows(a, "SELECT value FROM meta WHERE key = 'journal_id'")[0][0]
+    assert orjson.loads(dict(merged)["r-a"]) == {"from_journal": a_id, "fingerprints": a_id}
+    # writers remapped: every exchange names a writers row of dst
+    assert not rows(dst, "SELECT id FROM exchanges WHERE writer_id NOT IN (SELECT id FROM writers)")
+    dst_key = rows(dst, "SELECT value FROM meta WHERE key = 'fingerprint_key'")[0][0]
+    assert dst_key != rows(a, "SELECT value FROM meta WHERE key = 'fingerprint_key'")[0][0]
+    with JournalReader(dst) as r:
+        assert r.verify().ok
+
+
+def test_merging_again_skips_what_is_there_and_a_runs_filter_brings_one_run(tmp_path, journals):
+    a, b = journals
+    dst = tmp_path / "one.sqlite"
+    rep = merge_journals([a], dst, runs={"r-a2"})
+    assert rep.runs == ["r-a2"] and rep.missing_parents == {"r-a2": "r-a"}
+    assert [r[0] for r in rows(dst, "SELECT id FROM runs")] == ["r-a2"]
+    again = merge_journals([a, b], dst)
+    assert again.skipped == ["r-a2"] and again.runs == ["r-a", "r-b", "r-b2"]
+    assert again.missing_parents == {"r-b2": "r-elsewhere"}
+    third = merge_journals([b, a], dst)
+    assert third.runs == [] and sorted(third.skipped) == ["r-a", "r-a2", "r-b", "r-b2"]
+    assert third.blobs_copied == 0 and third.events == 0
+    with JournalReader(dst) as r:
+        assert r.verify().ok
+
+
+def test_a_run_in_two_journals_with_different_content_is_one_clash_and_nothing_is_merged(tmp_path, journals):
+    a, b = journals
+    other = tmp_path / "other.sqlite"
+    with Journal.open(other) as j:
+        j.create_run(Run(id="r-a", agent="codex"))
+        record(j, "r-a", 7)
+        j.flush()
+    dst = tmp_path / "dst.sqlite"
+    with pytest.raises(MergeClash) as info:
+        merge_journals([b, a, other], dst)
+    assert info.value.exit_code == 65 and info.value.files == (str(a), str(other))
+    assert "run r-a" in str(info.value) and "\n" not in str(info.value)
+    assert not dst.exists()
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def cli(*args, cwd: Path | None = None):
+    """``pvisor ARGS`` in this process (tests/cli_helpers.py), text output."""
+    return pvisor_main([*args], cwd=cwd, env=ENV, text=True)
+
+
+def files_of(directory: Path, start: str = "") -> dict[str, bytes]:
+    """The files of ``directory`` whose names start with ``start`` (a journal and its -wal), by
+    name: what a command that writes nothing leaves as it was (a reader of a source may leave an
+    empty -wal and a -shm beside it, as every reader does)."""
+    return {
+        p.name: p.read_bytes()
+        for p in sorted(directory.iterdir())
+        if p.is_file()
+        and p.name.startswith(start)
+        and not p.name.endswith("-shm")
+        and not (p.name.endswith("-wal") and p.stat().st_size == 0)
+    }
+
+
+def one_error(proc, code: int, *names: str) -> str:
+    """The one ``pvisor: error:`` line of ``proc``, which exited ``code`` and names ``names``."""
+    assert proc.returncode == code, proc.stderr
+    assert proc.stderr.startswith("pvisor: error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    for n in names:
+        assert n in proc.stderr, (n, proc.stderr)
+    return proc.stderr
+
+
+def test_a_clash_with_the_journal_merged_into_is_one_line_naming_both_and_changes_nothing(tmp_path, journals):
+    a, b = journals
+    dst = tmp_path / "dst.sqlite"
+    with Journal.open(dst) as j:  # r-b with other content than b's
+        j.create_run(Run(id="r-b", agent="claude-code"))
+        record(j, "r-b", 5)
+        j.flush()
+    before = files_of(tmp_path, "dst")
+    err = one_error(
+        cli("journal", "merge", str(a), str(b), "--into", str(dst)), 65, "run r-b", str(b), str(dst)
+    )
+    assert "nothing merged" in err
+    assert files_of(tmp_path, "dst") == before
+    # an exchange id held by another run is a clash too
+    [(xid,)] = rows(b, "SELECT id FROM exchanges WHERE run_id = 'r-b'")
+    with sqlite3.connect(dst) as c:
+        c.execute("UPDATE exchanges SET id = ? WHERE run_id = 'r-b'", (xid,))
+        c.execute("UPDATE runs SET id = 'r-other' WHERE id = 'r-b'")
+        c.execute("UPDATE exchanges SET run_id = 'r-other'")
+    proc = cli("journal", "merge", str(b), "--into", str(dst), "--run", "r-b")
+    one_error(proc, 65, f"exchange {xid}", "run r-other", str(b), str(dst))
+
+
+def test_refusals_newer_schema_itself_twice_and_bad_files_each_one_line_and_no_destination(
+    tmp_path, journals
+):
+    a, _ = journals
+    dst = tmp_path / "out" / "dst.sqlite"
+    newer = tmp_path / "newer.sqlite"
+    newer.write_bytes(a.read_bytes())
+    with sqlite3.connect(newer) as c:
+        c.execute("INSERT INTO _sqlite_migrations(migration_set, name, applied_at) "
+                  "VALUES ('pvisor.journal', 'm999_future', '2030-01-01')")  # fmt: skip
+    one_error(cli("journal", "merge", str(newer), "--into", str(dst)), 65, str(newer), "newer pvisor")
+    # a journal into itself: the same path, through a symbolic link, or given twice
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(a)
+    before = files_of(tmp_path, "a.sqlite")
+    one_error(cli("journal", "merge", str(a), "--into", str(a)), 2, str(a), "itself")
+    one_error(cli("journal", "merge", str(link), "--into", str(a)), 2, str(link), "itself")
+    one_error(cli("journal", "merge", str(a), str(link), "--into", str(dst)), 2, str(link), "twice")
+    assert files_of(tmp_path, "a.sqlite") == before
+    # bad files: missing, a directory, not SQLite, cut short, a name that is not UTF-8
+    (tmp_path / "notes.txt").write_text("not a journal\n" * 400)
+    cut = tmp_path / "cut.sqlite"
+    cut.write_bytes(a.read_bytes()[: a.stat().st_size // 2])
+    nope, notes = str(tmp_path / "nope.sqlite"), str(tmp_path / "notes.txt")
+    cases = [  # (source, into, exit code, what the line says)
+        (nope, str(dst), 2, [f"journal {nope} does not exist"]),
+        (str(tmp_path), str(dst), 2, [f"journal {tmp_path} is a directory, expected a journal file"]),
+        (notes, str(dst), 65, [f"{notes} is not a pvisor journal (not an SQLite database)"]),
+        (str(cut), str(dst), 3, [f"journal {cut} is damaged"]),
+        (str(a), str(tmp_path), 2, [f"--into {tmp_path} is a directory, expected a journal file"]),
+        (
+            str(a),
+            os.fsdecode(bytes(tmp_path) + b"/\xff.sqlite"),
+            2,
+            [f"--into {tmp_path}/\\xff.sqlite: not valid UTF-8"],
+        ),
+        (
+            os.fsdecode(bytes(tmp_path) + b"/\xff.sqlite"),
+            str(dst),
+            2,
+            [f"journal {tmp_path}/\\xff.sqlite: not valid UTF-8"],
+        ),
+    ]
+    for src, into, code, what in cases:
+        err = one_error(cli("journal", "merge", src, "--into", into), code, *what)
+        assert not dst.exists() and not dst.parent.exists(), err
+    assert not list(tmp_path.glob("*.merge-*"))
+
+
+def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tmp_path, journals):
+    a, b = journals
+    dst = tmp_path / "dst.sqlite"
+    with Journal.open(a) as j:  # this process holds a's lease
+        j.flush()
+        err = one_error(cli("journal", "merge", str(b), str(a), "--into", str(dst)), 69, str(a))
+        assert f"pid {os.getpid()}" in err and "being written" in err
+        assert not dst.exists()
+    # a lease left open by a process that is gone: a's writer died with an exchange in flight
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process
+    dead_pid = gone.pid
+    with sqlite3.connect(a) as c:
+        wid = c.execute("INSERT INTO writers(pid, host, started_ms, heartbeat_ms) VALUES (?, ?, 1, 1)",
+                        (dead_pid, socket.gethostname())).lastrowid  # fmt: skip
+        c.execute("UPDATE exchanges SET outcome = NULL, writer_id = ? WHERE run_id = 'r-a2'", (wid,))
+    proc = cli("journal", "merge", str(a), "--into", str(dst), "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2"]
+    # the lease comes along open, and the next writer of dst reaps it as a's would have
+    with Journal.open(dst) as j:
+        assert len(j.reaped) == 1
+    assert rows(dst, "SELECT outcome FROM exchanges WHERE run_id = 'r-a2'") == [("incomplete",)]
+
+
+def test_dry_run_lists_what_would_come_and_writes_nothing(tmp_path, journals):
+    a, b = journals
+    dst = tmp_path / "new" / "dst.sqlite"
+    proc = cli("journal", "merge", str(a), str(b), "--into", str(dst), "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0] == (
+        f"would copy run r-a from {a}: agent codex, mode capture, 3 exchanges, 1 snapshot"
+    )
+    assert f"would copy run r-b2 from {b}: agent codex, mode replay-only (from r-elsewhere@2)" in proc.stdout
+    assert (
+        "nothing merged (--dry-run)" in proc.stderr
+        and "(would be created): 4 runs, 6 exchanges" in proc.stderr
+    )
+    assert not dst.parent.exists()
+    assert merge_journals([a], dst, runs={"r-a"}).runs == ["r-a"]
+    before = files_of(dst.parent, "dst")
+    proc = cli("journal", "merge", str(a), str(b), "--into", str(dst), "--dry-run", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rep = orjson.loads(proc.stdout)
+    assert rep["dry_run"] and not rep["created"]
+    assert (rep["runs"], rep["skipped"]) == (["r-a2", "r-b", "r-b2"], ["r-a"])
+    # r-b's request body and shared file are r-a's, in dst already
+    assert rep["blobs_shared"] >= 2 and rep["blobs_copied"] > 0 and rep["bytes_copied"] > 0
+    assert files_of(dst.parent, "dst") == before
+    real = merge_journals([a, b], dst)
+    assert (real.runs, real.blobs_copied, real.blobs_shared) == (
+        rep["runs"],
+        rep["blobs_copied"],
+        rep["blobs_shared"],
+    )
+
+
+def test_a_real_run_reads_back_from_the_merged_journal_as_from_its_own(tmp_path, captured, journals):
+    """A codex run captured by pvisor run (its snapshots, its steps), merged with another journal:
+    show, steps and verify say the same of it in both, replay prepares the same prefix bytes from
+    both, and its workspace restores from the merged journal."""
+    cap = captured("codex")
+    src = cap.journal
+    dst = tmp_path / "merged.sqlite"
+    proc = cli("journal", "merge", str(journals[0]), str(src), "--into", str(dst))
+    assert proc.returncode == 0, proc.stderr
+    for what in (["journal", "show", cap.run, "--json"], ["journal", "steps", cap.run, "--json"]):
+        got = [cli("--journal", str(j), *what) for j in (src, dst)]
+        assert got[0].returncode == got[1].returncode == 0 and got[0].stdout == got[1].stdout, what
+    assert cli("--journal", str(dst), "journal", "verify").returncode == 0
+    prefixes = []
+    for j in (src, dst):
+        out = tmp_path / f"prefix-{j.stem}"
+        p = cli("--journal", str(j), "replay", "--agent", "codex", "--run", cap.run, "--after-step", "1",
+                "--prepare-only", "--output", str(out), cwd=tmp_path)  # fmt: skip
+        assert p.returncode == 0, p.stderr
+        prefixes.append((out / "prefix.json").read_bytes())
+    assert prefixes[0] == prefixes[1]
+    restored = tmp_path / "restored"
+    p = cli(
+        "--journal", str(dst), "snapshot", "restore", cap.run, "--after-step", "2", "--into", str(restored)
+    )
+    assert p.returncode == 0, p.stderr
+    assert {f: (restored / f).read_text() for f in ("a.txt", "b.txt", "c.txt")} == FILES

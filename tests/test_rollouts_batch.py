@@ -1,0 +1,219 @@
+"""Rollouts from a manifest (``pvisor replay --batch MANIFEST`` without ``--prepare-only``) with
+the real agent CLIs, offline: mini-swe-agent's and Codex's scripted captures are continued,
+replayed and handed over after step 1, the live model a scripted model server (``"main_chain":
+"any-tools"``: several sessions on one server). Lines that are no rollout, a key in a line, and
+an agent that is not installed fail alone; a line's key_file reaches the agent (the live side
+receives its key as the request's credential) and nothing pvisor writes. Nothing is mocked."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import aiohttp
+import pytest
+from agent_helpers import SUBMIT, capture_scripted, entrypoint, pvisor, script_for, user_env
+from aiohttp import web
+from pvisor.journal.reader import JournalReader
+from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
+
+pytestmark = pytest.mark.slow
+
+TASK = "Write a.txt, b.txt and c.txt."
+#: the key the Codex continuation's key_file holds, and a key pasted into a manifest line
+FILE_KEY = "sk-test-Kf9q2Zx7Wm4Lp8Rt"
+LINE_KEY = "sk-test-Qa3Vn6Ye1Hs5Jd0U"
+SECRETS_SENT = [FILE_KEY, LINE_KEY]  # no piece of them in any journal, log or result.json (conftest)
+
+
+def live_script() -> dict:
+    """Request N+1 = 2 (one reply in its history) gets a shell call, request 3 the end; the
+    end carries mini-swe-agent's submit command too (every agent ends on it or on the text)."""
+    end = {"text": "Live done.", "tool_calls": [{"tool": "@shell", "command": SUBMIT}]}
+    return {
+        "model": "live-model",
+        "seed": 3,
+        "main_chain": "any-tools",
+        "turns": [
+            {"text": "never served"},
+            {"text": "A live step.", "tool_calls": [{"tool": "@shell", "command": "echo live > live.txt"}]},
+            end,
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """A scripted capture of mini-swe-agent and one of Codex (each in its own journal)."""
+    root = tmp_path_factory.mktemp("rollout-sources")
+    caps = {}
+    for agent in ("mini-swe-agent", "codex"):
+        (root / agent).mkdir()
+        caps[agent] = capture_scripted(agent, root / agent, script_for(agent), TASK)
+    return caps
+
+
+def recording_proxy(stack, target: str):
+    """A server in front of ``target`` that records each request's headers (``requests``)."""
+
+    async def forward(request: web.BaseRequest) -> web.Response:
+        body = await request.read()
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+        async with aiohttp.ClientSession(auto_decompress=False) as s:
+            async with s.request(request.method, target + request.raw_path, data=body, headers=headers) as r:
+                data = await r.read()
+                keep = {
+                    k: v for k, v in r.headers.items() if k.lower() in ("content-type", "content-encoding")
+                }
+                return web.Response(body=data, status=r.status, headers=keep)
+
+    return stack.raw_upstream(forward)
+
+
+def line(cap, **kw) -> dict:
+    return {"run": cap.run, "journal": str(cap.journal), "after_step": 1, **kw}
+
+
+def test_four_rollouts_two_agents_run_locally_and_bad_lines_fail_alone(sources, stack, tmp_path):
+    mini, codex = sources["mini-swe-agent"], sources["codex"]
+    live = stack.scripted(live_script())
+    proxy = recording_proxy(stack, live)
+    keys = tmp_path / "keys.txt"
+    keys.write_text(f"# the Codex rollout's key\nOPENAI_API_KEY={FILE_KEY}\n")
+    exe = {a: str(entrypoint(a)) for a in ("mini-swe-agent", "codex")}
+    lines = [
+        line(mini, name="cont-mini", upstream=live, max_steps=1, entrypoint=exe["mini-swe-agent"],
+             timeout=120),
+        line(codex, name="cont-codex", upstream=proxy.url, max_steps=1, entrypoint=exe["codex"],
+             key_file=str(keys), timeout=120),
+        line(codex, name="replay-codex", mode="replay-only", entrypoint=exe["codex"], timeout=120),
+        line(mini, name="handoff", mode="handoff", to_agent="codex", upstream=live, max_steps=1,
+             entrypoint=exe["codex"], timeout=120),
+        line(codex, name="no-agent", mode="replay-only", entrypoint=str(tmp_path / "missing" / "codex")),
+        line(codex, name="pasted", upstream=live, boundary_user_prompt=f"use {LINE_KEY}"),
+    ]  # fmt: skip
+    text = "\n".join(json.dumps(x) for x in lines[:4]) + "\n{not json\n"
+    text += "\n".join(json.dumps(x) for x in lines[4:]) + "\n"
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    manifest.write_text(text)
+    proc = pvisor(
+        ["replay", "--batch", str(manifest), "--rows", str(rows), "--concurrency", "2"],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        timeout=400,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [e for e in proc.stderr.splitlines() if e.startswith("pvisor: error:")]
+    # the bad line, the missing agent and the pasted key: one line each, naming the line
+    assert [e.split(": ", 3)[2] for e in errors] == [f"{manifest} line {n}" for n in (5, 6, 7)], errors
+    assert "not JSON" in errors[0] and "agent" in errors[1]
+    assert "boundary_user_prompt holds a key-shaped token (not shown)" in errors[2]
+    assert proc.stderr.splitlines()[-1].startswith("ran 4 of 7 rollouts")
+    got = [json.loads(x) for x in rows.read_text().splitlines()]
+    assert [r["line"] for r in got] == list(range(1, 8))
+    by = {r["name"]: r for r in got if r["name"]}
+    ok = ["cont-mini", "cont-codex", "replay-codex", "handoff"]
+    assert [by[n]["status"] for n in ok] == ["ok"] * 4, [(n, by[n]["error"]) for n in ok]
+    assert [by[n]["mode"] for n in ok] == ["continuation", "continuation", "replay-only", "handoff"]
+    assert by["handoff"]["agent"] == "mini-swe-agent" and by["handoff"]["to_agent"] == "codex"
+    for n in ("cont-mini", "cont-codex", "handoff"):
+        assert by[n]["live_steps"] == 1 and by[n]["ended_by"] == "step_budget", by[n]
+        assert (Path(by[n]["workspace"]) / "live.txt").exists()  # the start restored, the live step ran
+    for n, cap, mode in [
+        ("cont-mini", mini, "continuation"),
+        ("cont-codex", codex, "continuation"),
+        ("replay-codex", codex, "replay-only"),
+        ("handoff", mini, "handoff"),
+    ]:
+        assert by[n]["result"]["derived_run"] == by[n]["derived_run"]
+        with JournalReader(cap.journal) as r:
+            run = r.run(by[n]["derived_run"])
+        assert (run.mode, run.parent_run, run.boundary_step) == (mode, cap.run, 1)
+    assert by["no-agent"]["status"] == "failed" and by["no-agent"]["error"]["code"] == "agent_unavailable"
+    assert got[4]["error"]["code"] == "bad_manifest_line" and got[4]["name"] is None
+    assert got[6]["error"]["code"] == "bad_manifest_line" and got[6]["name"] is None
+    # the key_file's key reached the live side as Codex's credential, and nothing pvisor printed
+    assert any(FILE_KEY in h.get("Authorization", "") for _, _, h, _ in proxy.requests), [
+        h.get("Authorization") for _, _, h, _ in proxy.requests
+    ]
+    for key in SECRETS_SENT:
+        assert key not in proc.stderr and key not in proc.stdout and key not in rows.read_text()
+
+
+def test_output_dirs_prepare_only_line_and_lines_read_without_side_effects(sources, tmp_path):
+    codex = sources["codex"]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(
+        "\n".join(
+            json.dumps(x)
+            for x in [
+                line(codex, name="prefix", mode="prepare-only", agent="codex"),
+                line(codex, name="gone", entrypoint=str(tmp_path / "missing" / "codex")),
+                {**line(codex), "frobnicate": 1},
+                {**line(codex, name="k"), LINE_KEY: 1},
+                line(codex, name="bad-keys", key_file="keys.txt"),
+            ]
+        )
+        + "\n"
+    )
+    read = list(read_rollouts(manifest, journal=None, default_mode=RolloutMode.REPLAY_ONLY))
+    first = read[0][1]
+    assert isinstance(first, RolloutLine) and pickle.loads(pickle.dumps(first)) == first
+    assert read[1][1].mode is RolloutMode.REPLAY_ONLY and read[1][1].journal == codex.journal
+    assert "unknown key 'frobnicate'" in str(read[2][1]) and LINE_KEY not in str(read[3][1])
+    # a key file's line that is no NAME=VALUE pair is named by its number, never shown
+    (tmp_path / "keys.txt").write_text(f"OPENAI_API_KEY={LINE_KEY}\n{LINE_KEY}\n")
+    out = tmp_path / "out"
+    proc = pvisor(
+        ["replay", "--replay-only", "--batch", str(manifest), "--output", str(out)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert sorted(p.name for p in (out / "prefix").iterdir()) == [
+        "prefix.json",
+        "prefix.request.json",
+        "result.json",
+    ]
+    failed = json.loads((out / "gone" / "result.json").read_text())
+    assert failed["mode"] == "replay-only" and failed["errors"][0]["code"] == "agent_unavailable"
+    assert proc.stderr.splitlines()[-1].startswith("ran 1 of 5 rollouts")
+    assert f"m.jsonl line 5: key_file {tmp_path / 'keys.txt'} line 2: expected NAME=VALUE" in proc.stderr
+    assert LINE_KEY not in proc.stderr
+    # the same as Parquet rows (the result as JSON text)
+    import pyarrow.parquet as pq
+
+    rows = tmp_path / "rows.parquet"
+    proc = pvisor(
+        ["replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    got = pq.read_table(rows).to_pylist()
+    assert [r["status"] for r in got] == ["ok", "failed", "failed", "failed", "failed"]
+    assert [r["error"]["code"] for r in got[1:]] == [
+        "agent_unavailable", "bad_manifest_line", "bad_manifest_line", "bad_key_file"
+    ]  # fmt: skip
+    assert json.loads(got[0]["result"])["mode"] == "prepare-only"
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "result-protocol.md"
+
+
+def test_the_docs_manifest_lines_are_rollouts(tmp_path):
+    text = DOCS.read_text()
+    section = text[text.index("## Rollouts from a manifest") : text.index("## The other modes")]
+    example = section[section.index("```json\n") + 8 :]
+    (tmp_path / "m.jsonl").write_text(example[: example.index("```")])
+    read = [
+        ln
+        for _, ln in read_rollouts(tmp_path / "m.jsonl", journal=None, default_mode=RolloutMode.CONTINUATION)
+    ]
+    assert [ln.mode for ln in read] == [  # type: ignore[union-attr]
+        RolloutMode.CONTINUATION, RolloutMode.CONTINUATION, RolloutMode.REPLAY_ONLY, RolloutMode.HANDOFF
+    ]  # fmt: skip
+    assert read[1].key_file == Path("/etc/pvisor/keys.env") and read[3].to_agent == "codex"  # type: ignore
