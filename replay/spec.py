@@ -307,8 +307,9 @@ OPTIONS: tuple[Option, ...] = (
            "With --batch of rollouts: at most K at once, each in a process of its own (default 2).",
            metavar="K", modes=_AGENT),
     Option("ray", "--ray", Kind.TEXT,
-           "With --batch and --rows: prepare on this Ray cluster ('local' starts one here; extra "
-           "pvisor-replay[ray]).", metavar="ADDRESS", modes=_PREPARE),
+           "With --batch: run the lines on this Ray cluster ('local' starts one here, 'auto' or "
+           "ray://HOST:10001 joins one; extra pvisor-replay[ray]): prefixes (--prepare-only, with --rows), "
+           "or rollouts, one Ray task each, never retried.", metavar="ADDRESS", modes=_PREPARE),
     Option("intercept", "--intercept", Kind.FLAG, default=False, modes=_AGENT, refusal=Refusal.FLAG,
            shared="intercept"),
     Option("confdir", "--confdir", Kind.PATH, modes=_AGENT, refusal=Refusal.FLAG, shared="intercept"),

@@ -259,8 +259,9 @@ _ROLLOUT_FLAGS = frozenset(
 
 
 def _rollout_batch(ctx: click.Context, flags: dict[str, Any]) -> None:
-    """``--batch MANIFEST (--output OUT | --rows FILE) [--concurrency K] [--replay-only]``
-    without --prepare-only: rollouts (pvisor/commands/rollouts.py). Exit 0 when every line's
+    """``--batch MANIFEST (--output OUT | --rows FILE) [--concurrency K | --ray ADDRESS]
+    [--replay-only]`` without --prepare-only: rollouts (pvisor/commands/rollouts.py; on Ray,
+    pvisor/session/ray_rollouts.py). Exit 0 when every line's
     rollout was ok, 1 when some were not (each named on stderr)."""
     for o in CLI_OPTIONS:
         if o.name in _ROLLOUT_FLAGS or o.shared == "progress" or flags[o.name] in (None, False):
@@ -269,9 +270,15 @@ def _rollout_batch(ctx: click.Context, flags: dict[str, Any]) -> None:
             key = o.toml or o.name
             raise UsageError(f"{o.flag} comes from each line of --batch (the key {key!r})")
         raise UsageError(
-            "--batch of rollouts takes --output or --rows, --journal, --force, --replay-only and "
-            "--concurrency only"
+            "--batch of rollouts takes --output or --rows, --journal, --force, --replay-only, "
+            "--concurrency and --ray only"
         )
+    if flags["ray"] is not None and flags["concurrency"] is not None:
+        raise UsageError(
+            "--concurrency is for rollouts here: on --ray each rollout takes one CPU of the cluster"
+        )
+    if flags["ray"] == "":
+        raise UsageError('--ray "": give an address (local, auto or ray://HOST:10001)')
     if (flags["output"] is None) == (flags["rows"] is None):
         raise UsageError("--batch needs one of --output OUT (a directory per line) and --rows FILE")
     for opt, key in (("--batch", "batch"), ("--rows", "rows")):

@@ -117,19 +117,16 @@ def _forced(line: RolloutLine) -> RolloutLine:
 def _rows(
     lines: list[RolloutLine], journal: Path, root: Path, concurrency: int, ray_address: str | None
 ) -> Iterator[RolloutRow]:
-    """The rows of ``lines``, in line order: here (:func:`run_rollouts`) or on Ray."""
+    """The rows of ``lines``: here (:func:`run_rollouts`), in line order, or on Ray
+    (:func:`~pvisor.session.ray_rollouts.rollouts_on_ray`), in the order they end."""
     if not lines:
         return iter(())
     if ray_address is None:
         return run_rollouts(lines, journal=journal, output_root=root, concurrency=concurrency)
-    import importlib
+    from pvisor.session.ray_rollouts import rollouts_on_ray  # Ray itself: imported when it runs
 
-    try:
-        # by name: the Ray runner (pvisor.session.ray_rollouts) is a module of its own, built apart
-        ray_rollouts = importlib.import_module("pvisor.session.ray_rollouts")
-    except ImportError:
-        raise UsageError("--ray with rollouts needs pvisor's Ray runner (pvisor-replay[ray])") from None
-    return iter(ray_rollouts.rollouts_on_ray(ray_address, lines, journal=journal, output_root=root))
+    # in the order they end (each names its line): one slow rollout holds none of the others back
+    return rollouts_on_ray(ray_address, lines, journal=journal, output_root=root)
 
 
 def _in_order(bad: dict[int, RolloutRow], rows: Iterator[RolloutRow]) -> Iterator[RolloutRow]:
