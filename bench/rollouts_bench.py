@@ -16,15 +16,18 @@ rollout): one live step, then the end. Run twice, one batch each, in this order:
   machine's CPUs, each rollout a Ray task (the source run sent through the object store, the
   derived run merged back into the journal); Ray's start and stop are in the time.
 
-Reported per batch: its wall time, rollouts per minute (k / wall), and the medians of each
-rollout's ``timings_ms.total`` and ``timings_ms.agent`` (result.json). **The agent's bare
-start-up**: the median wall time of ``ENTRYPOINT --help`` (``--repeat`` times), the least an
-agent process costs; pvisor's cost per rollout beyond it is the rollout's ``total`` less its
-``agent`` time (pvisor's own part: checks, snapshot restore, gateway, journal) and, per batch,
-its wall time per rollout and CPU against the agent's.
+Reported per batch: its wall time, rollouts per minute (k / wall), and the medians over its
+rollouts of ``timings_ms.total`` (result.json: the rollout in its process, checks to result),
+of the agent's attempt (the journal's: from its exec to its exit) and of the difference, pvisor's
+cost per rollout beyond the agent's own life (its checks, the snapshot restore, the agent's
+version check, gateway and sandbox start, the result). For scale, **the agent alone**:
+``--repeat`` sequential ``pvisor run --script`` sessions of one request (the end at once), the
+attempt's median (the agent's bare start-up and exit, nothing replayed); **one rollout alone**:
+``continue_many`` with k = 1 (no other rollout competing for the CPUs); and Ray's own start and
+stop (``ray.init(address="local")`` and ``ray.shutdown()`` here, median of ``--repeat``).
 
     python bench/rollouts_bench.py [--agents-dir DIR] [--agent mini-swe-agent] [--k 8]
-        [--steps 3] [--repeat 5] [--json FILE]
+        [--steps 3] [--repeat 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -121,14 +124,38 @@ def capture(root: Path, agent: str, entrypoint: Path, steps: int) -> tuple[Path,
     return journal, json.loads(proc.stdout)["run"]
 
 
-def bare_startup(entrypoint: Path, repeat: int) -> float:
-    """The median wall ms of ``entrypoint --help``."""
+def attempt_ms(journal: Path, run: str) -> float:
+    """The run's first attempt in ms: from the agent's exec to its exit (the journal's)."""
+    from pvisor.journal.reader import JournalReader
+
+    with JournalReader(journal) as r:
+        a = r.attempts(run)[0]
+    return float(a.ended_ms - a.started_ms)
+
+
+def bare_agent(root: Path, agent: str, entrypoint: Path, repeat: int) -> dict[str, Any]:
+    """``repeat`` sessions of one request (the end at once) with ``pvisor run --script``: the
+    median attempt (the agent's start-up and exit) and ``pvisor run``'s wall time."""
+    attempts, walls = [], []
+    for i in range(repeat):
+        sub = root / f"bare-{i}"
+        sub.mkdir()
+        t = time.perf_counter()
+        journal, run = capture(sub, agent, entrypoint, 0)
+        walls.append((time.perf_counter() - t) * 1000)
+        attempts.append(attempt_ms(journal, run))
+    return {"attempt_ms_median": statistics.median(attempts), "wall_ms_median": statistics.median(walls)}
+
+
+def ray_start_stop(repeat: int) -> float:
+    """The median ms of ``ray.init(address="local")`` then ``ray.shutdown()``."""
+    import ray
+
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run(
-            [str(entrypoint), "--help"], capture_output=True, timeout=120, stdin=subprocess.DEVNULL
-        )
+        ray.init(address="local", include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        ray.shutdown()
         times.append((time.perf_counter() - t) * 1000)
     return statistics.median(times)
 
@@ -136,14 +163,15 @@ def bare_startup(entrypoint: Path, repeat: int) -> float:
 def batch(
     how: str, root: Path, journal: Path, run: str, url: str, entrypoint: Path, k: int
 ) -> dict[str, Any]:
-    """One batch of ``k`` continuations (``how``: ``local`` or ``ray local``)."""
+    """One batch of ``k`` continuations (``how``: ``alone``, ``local`` or ``ray local``)."""
     from pvisor.session import continue_many
 
-    out = root / f"out-{how.replace(' ', '-')}"
+    tag = how.replace(" ", "-")
+    out = root / f"out-{tag}"
     extra: dict[str, Any] = {"ray": "local"} if how == "ray local" else {"concurrency": os.cpu_count() or 1}
 
     def workspace(i: int) -> Path:
-        ws = root / f"ws-{how.replace(' ', '-')}-{i}"
+        ws = root / f"ws-{tag}-{i}"
         ws.mkdir()
         return ws
 
@@ -155,65 +183,75 @@ def batch(
     if bad:
         raise SystemExit(f"{how}: {len(bad)} of {k} rollouts failed: {bad[0]}")
     totals = [r.document["timings_ms"]["total"] for r in results]
-    agents = [r.document["timings_ms"]["agent"] for r in results]
+    attempts = [attempt_ms(journal, r.derived_run) for r in results]
     return {
         "how": how,
         "k": k,
         "wall_s": wall,
         "rollouts_per_minute": k / wall * 60,
-        "wall_per_rollout_s": wall / k,
         "total_ms_median": statistics.median(totals),
-        "agent_ms_median": statistics.median(agents),
-        "pvisor_ms_median": statistics.median(t - a for t, a in zip(totals, agents)),
+        "agent_ms_median": statistics.median(attempts),
+        "pvisor_ms_median": statistics.median(t - a for t, a in zip(totals, attempts)),
+        "timings_ms": [r.document["timings_ms"] for r in results],
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--agents-dir", type=Path, default=Path(os.environ.get("PVISOR_AGENTS_DIR", REPO / ".agents"))
-    )
+    default_agents = Path(os.environ.get("PVISOR_AGENTS_DIR", REPO / ".agents"))
+    ap.add_argument("--agents-dir", type=Path, default=default_agents)
     ap.add_argument("--agent", default="mini-swe-agent")
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", type=Path, default=None, help="write the figures here as JSON")
     args = ap.parse_args()
     entrypoint = args.agents_dir / ENTRYPOINTS[args.agent]
     if not os.access(entrypoint, os.X_OK):
         raise SystemExit(f"{args.agent} is not installed at {entrypoint}: run scripts/install-agents")
+    out_json = args.json.resolve() if args.json is not None else None
     root = Path(tempfile.mkdtemp(prefix="pvisor-rollouts-bench-"))
     (root / "home").mkdir()
     os.environ.clear()
     os.environ.update(environment(root / "home"))  # the rollouts' processes (and Ray's workers) inherit it
     os.chdir(root)  # Ray puts the driver's directory first on its workers' path: not a checkout
     journal, run = capture(root, args.agent, entrypoint, args.steps)
+    bare = bare_agent(root, args.agent, entrypoint, args.repeat)
     live = LiveModel(live_script(args.agent))
     try:
-        bare = bare_startup(entrypoint, args.repeat)
-        got = [batch(how, root, journal, run, live.url, entrypoint, args.k) for how in ("local", "ray local")]
+        got = [batch("alone", root, journal, run, live.url, entrypoint, 1)]
+        got += [
+            batch(how, root, journal, run, live.url, entrypoint, args.k) for how in ("local", "ray local")
+        ]
     finally:
         live.stop()
+    ray_ms = ray_start_stop(args.repeat)
     fig = {
         "agent": args.agent,
         "steps": args.steps,
         "k": args.k,
         "cpus": os.cpu_count(),
         "machine": platform.platform(),
-        "bare_startup_ms": bare,
+        "bare_agent": bare,
+        "ray_start_stop_ms": ray_ms,
         "batches": got,
     }
-    print(f"{args.agent}, {args.k} continuations after step 1 of {args.steps}; bare start-up {bare:.0f} ms")
-    print("| batch | wall | rollouts/min | per rollout: total | agent | pvisor (total - agent) |")
+    print(
+        f"{args.agent}, {args.k} continuations after step 1 of {args.steps}; the agent alone (one request): "
+        f"{bare['attempt_ms_median'] / 1000:.2f} s; Ray's start and stop: {ray_ms / 1000:.2f} s"
+    )
+    print(
+        "| batch | wall | rollouts/min | per rollout: total | the agent (exec to exit) | pvisor beyond it |"
+    )
     print("|---|---|---|---|---|---|")
     for b in got:
         print(
-            f"| {b['how']} | {b['wall_s']:.1f} s | {b['rollouts_per_minute']:.1f} "
+            f"| {b['how']} ({b['k']}) | {b['wall_s']:.1f} s | {b['rollouts_per_minute']:.1f} "
             f"| {b['total_ms_median'] / 1000:.2f} s | {b['agent_ms_median'] / 1000:.2f} s "
             f"| {b['pvisor_ms_median'] / 1000:.2f} s |"
         )
-    if args.json is not None:
-        args.json.write_text(json.dumps(fig, indent=2) + "\n")
+    if out_json is not None:
+        out_json.write_text(json.dumps(fig, indent=2) + "\n")
 
 
 if __name__ == "__main__":

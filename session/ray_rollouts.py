@@ -162,13 +162,17 @@ def run_task(spec: TaskSpec, journal: bytes | None, trajectory: bytes | None) ->
         files = {n: (out / n).read_bytes() for n in OUTPUT_FILES if (out / n).is_file()}
         derived: tuple[str, ...] = ()
         blob = None
-        if wj.exists():
-            with JournalReader(wj) as r:
-                derived = tuple(run.id for run in r.runs() if run.id not in spec.source_runs)
-        if derived:
-            back = root / "derived.sqlite"
-            merge_journals([wj], back, runs=set(derived))
-            blob = back.read_bytes()
+        try:
+            if wj.exists():
+                with JournalReader(wj) as r:
+                    derived = tuple(run.id for run in r.runs() if run.id not in spec.source_runs)
+            if derived:
+                back = root / "derived.sqlite"
+                merge_journals([wj], back, runs=set(derived))
+                blob = back.read_bytes()
+        except PvisorError as exc:  # the row stays, saying its runs could not be sent back
+            row = _failed(line, _code(exc), f"its runs cannot be sent back: {error_detail(exc)}", row)
+            derived, blob = (), None
         return TaskResult(row, files, blob, derived, str(wj))
     finally:
         shutil.rmtree(root, ignore_errors=True)
