@@ -282,7 +282,8 @@ def _collect(
     try:
         got: TaskResult = ray.get(ref)
     except ray.exceptions.RayError as exc:
-        return _failed(line, _failure(ray, exc).value, _ray_message(ray, exc))
+        failure, message = ray_failure(exc)
+        return _failed(line, failure.value, message)
     row = got.row
     try:
         if got.journal is not None:
@@ -310,30 +311,25 @@ def _code(exc: PvisorError) -> str:
     return exc.code if isinstance(getattr(exc, "code", None), str) else RayFailure.TRANSFER_FAILED.value  # type: ignore[attr-defined]
 
 
-def _failure(ray: Any, exc: BaseException) -> RayFailure:
-    """The code of a Ray exception (ray.exceptions)."""
-    e = ray.exceptions
+def ray_failure(exc: BaseException) -> tuple[RayFailure, str]:
+    """The row's code of an exception Ray raised (``ray.exceptions``) and what Ray said, in one
+    line of at most :data:`MESSAGE_CHARS`: a task's own exception (``ZeroDivisionError: ...``,
+    not Ray's traceback), else Ray's message's first line."""
+    import ray.exceptions as e
+
     names = ("WorkerCrashedError", "NodeDiedError", "OutOfMemoryError", "LocalRayletDiedError")
-    died = tuple(getattr(e, n) for n in names if hasattr(e, n))
-    if isinstance(exc, died):
-        return RayFailure.WORKER_DIED
-    if isinstance(exc, e.TaskCancelledError):
-        return RayFailure.CANCELLED
-    if isinstance(exc, e.ObjectLostError):
-        return RayFailure.OBJECT_LOST
-    if isinstance(exc, e.RayTaskError):
-        return RayFailure.TASK_FAILED
-    return RayFailure.RAY_UNAVAILABLE
-
-
-def _ray_message(ray: Any, exc: BaseException) -> str:
-    """What Ray said, in one line: a task's own exception (not Ray's traceback), else Ray's
-    message's first line."""
-    if isinstance(exc, ray.exceptions.RayTaskError):
-        cause = getattr(exc, "cause", None)
-        if cause is not None:
-            return _one_line(cause, with_type=True)
-    return _one_line(exc, with_type=True)
+    if isinstance(exc, tuple(getattr(e, n) for n in names if hasattr(e, n))):
+        failure = RayFailure.WORKER_DIED
+    elif isinstance(exc, e.TaskCancelledError):
+        failure = RayFailure.CANCELLED
+    elif isinstance(exc, e.ObjectLostError):
+        failure = RayFailure.OBJECT_LOST
+    elif isinstance(exc, e.RayTaskError):
+        failure = RayFailure.TASK_FAILED
+    else:
+        failure = RayFailure.RAY_UNAVAILABLE
+    cause = getattr(exc, "cause", None) if isinstance(exc, e.RayTaskError) else None
+    return failure, _one_line(cause if isinstance(cause, BaseException) else exc, with_type=True)
 
 
 def _one_line(exc: BaseException, *, with_type: bool = False) -> str:
@@ -367,10 +363,14 @@ def _failed(line: RolloutLine, code: str, message: str, row: RolloutRow | None =
 
 __all__ = [
     "OUTPUT_FILES",
+    "ROOT_PREFIX",
     "TASK_OPTIONS",
     "RayFailure",
     "TaskResult",
     "TaskSpec",
     "connect",
+    "ray_failure",
     "rollouts_on_ray",
+    "run_task",
+    "source_of",
 ]

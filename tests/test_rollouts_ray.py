@@ -369,3 +369,21 @@ def test_continue_many_on_ray_gives_k_derived_runs_in_the_callers_journal(
     assert len({r.derived_run for r in results}) == 2
     with JournalReader(journal) as r:
         assert all(r.run(x.derived_run).parent_run == mini.run for x in results)
+
+
+def test_what_ray_raises_is_a_code_and_one_line(ray_cluster):
+    import ray
+    from pvisor.session.ray_rollouts import RayFailure, ray_failure
+
+    def boom():
+        raise ValueError("no such thing\n  at its second line")
+
+    with pytest.raises(ray.exceptions.RayTaskError) as raised:
+        ray.get(ray.remote(max_retries=0)(boom).remote())
+    assert ray_failure(raised.value) == (RayFailure.TASK_FAILED, "ValueError: no such thing")
+    e = ray.exceptions
+    assert ray_failure(e.WorkerCrashedError())[0] is RayFailure.WORKER_DIED
+    assert ray_failure(e.ObjectLostError("ab" * 14, "", ""))[0] is RayFailure.OBJECT_LOST
+    assert ray_failure(e.TaskCancelledError())[0] is RayFailure.CANCELLED
+    failure, message = ray_failure(e.GetTimeoutError("x" * 1000))
+    assert failure is RayFailure.RAY_UNAVAILABLE and len(message) == 300 and "\n" not in message
