@@ -36,6 +36,7 @@ import enum
 import logging
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,9 @@ OUTPUT_FILES = ("result.json", "prefix.json", "prefix.request.json")
 
 #: the name of a worker's private root starts with this, then the line number and ``-``
 ROOT_PREFIX = "pvisor-ray-"
+
+#: seconds an address is given to take a TCP connection before Ray is asked to join it
+PROBE_S = 10.0
 
 #: the longest message of a Ray failure kept in a row, in characters
 MESSAGE_CHARS = 300
@@ -198,6 +202,9 @@ def connect(address: str) -> bool:
     logging.getLogger("ray").setLevel(logging.WARNING)
     if ray.is_initialized():
         return False
+    unreachable = _unreachable(address)
+    if unreachable is not None:
+        raise UnavailableError(f"--ray {address}: cannot connect to Ray: {unreachable}")
     try:
         ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
@@ -205,6 +212,22 @@ def connect(address: str) -> bool:
     for name in ("ray", "ray.data"):  # after init, which sets its own levels
         logging.getLogger(name).setLevel(logging.ERROR)
     return True
+
+
+def _unreachable(address: str) -> str | None:
+    """Why ``HOST:PORT`` (a head's GCS) or ``ray://HOST:PORT`` (its client server) takes no TCP
+    connection within :data:`PROBE_S`, else None (``local``, ``auto``: Ray's own lookup, which
+    fails at once). Ray itself retries an address that does not answer for minutes, printing
+    lines of its own."""
+    target = address.removeprefix("ray://")
+    host, colon, port = target.rpartition(":")
+    if not colon or not port.isdigit() or not host:
+        return None
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_S).close()
+    except OSError as exc:
+        return f"{target} takes no connection: {exc.strerror or exc}"
+    return None
 
 
 def rollouts_on_ray(

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_helpers import SUBMIT, entrypoint, user_env
+from agent_helpers import SUBMIT, entrypoint
 from aiohttp import web
 from pvisor.journal.merge import merge_journals
 from pvisor.journal.reader import JournalReader
@@ -55,22 +55,20 @@ def live_script() -> dict:
 
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory):
-    """A local Ray of two CPUs for the module: (GCS address, the home its workers have).
-    Its workers inherit this environment (a home of the test's own, :data:`ENV_KEY` planted
-    as OPENAI_API_KEY); the current directory is a temporary one (Ray puts the driver's
-    directory first on its workers' path: the checkout's pvisor/ would shadow the install)."""
+    """A local Ray of two CPUs for the module: its GCS address. Its workers inherit this
+    environment, with :data:`ENV_KEY` planted as OPENAI_API_KEY; the current directory is a
+    temporary one (Ray puts the driver's directory first on its workers' path: the checkout's
+    pvisor/ would shadow the install). HOME stays: Ray keeps its auth token under it, read once
+    per process, and a second Ray of this process (tests/test_replay_ray.py) would read another."""
     import ray
 
     root = tmp_path_factory.mktemp("ray")
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    os.environ.clear()
-    kept = {k: v for k, v in saved_env.items() if k == "PVISOR_AGENTS_DIR"}  # where the agents are
-    os.environ.update(user_env(root / "home", OPENAI_API_KEY=ENV_KEY, PYTHONSAFEPATH="1", **kept))
-    (root / "home").mkdir()
+    os.environ.update(OPENAI_API_KEY=ENV_KEY, PYTHONSAFEPATH="1")
     os.chdir(root)
     try:
         ctx = ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        yield ctx.address_info["gcs_address"], root / "home"
+        yield ctx.address_info["gcs_address"]
     finally:
         ray.shutdown()
         os.chdir(saved_cwd)
@@ -163,7 +161,7 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
 ):
     from pvisor.session.ray_rollouts import rollouts_on_ray
 
-    address, _ = ray_cluster
+    address = ray_cluster
     mini, codex = captured("mini-swe-agent"), captured("codex")
     journal = caller_journal(tmp_path, mini, codex)
     live = stack.scripted(live_script())
@@ -319,7 +317,7 @@ def test_a_task_carries_no_key_and_no_path_of_the_callers(captured, tmp_path, mo
 
 
 def test_the_batch_command_runs_rollouts_on_a_ray_it_joins(captured, ray_cluster, tmp_path):
-    address, home = ray_cluster
+    address = ray_cluster
     mini = captured("mini-swe-agent")
     journal = caller_journal(tmp_path, mini)
     manifest = tmp_path / "m.jsonl"
@@ -333,7 +331,7 @@ def test_the_batch_command_runs_rollouts_on_a_ray_it_joins(captured, ray_cluster
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("pvisor")), "--journal", str(journal), "replay", "--batch",
          str(manifest), "--ray", address, "--output", str(out)],
-        capture_output=True, text=True, timeout=400, cwd=tmp_path, env=user_env(home, PYTHONSAFEPATH="1"),
+        capture_output=True, text=True, timeout=400, cwd=tmp_path, env=dict(os.environ),
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -353,7 +351,7 @@ def test_continue_many_on_ray_gives_k_derived_runs_in_the_callers_journal(
     from pvisor.core.errors import UsageError
     from pvisor.session import continue_many
 
-    address, _ = ray_cluster
+    address = ray_cluster
     mini = captured("mini-swe-agent")
     journal = caller_journal(tmp_path, mini)
     live = stack.scripted(live_script())
@@ -387,3 +385,19 @@ def test_what_ray_raises_is_a_code_and_one_line(ray_cluster):
     assert ray_failure(e.TaskCancelledError())[0] is RayFailure.CANCELLED
     failure, message = ray_failure(e.GetTimeoutError("x" * 1000))
     assert failure is RayFailure.RAY_UNAVAILABLE and len(message) == 300 and "\n" not in message
+
+
+def test_an_address_that_takes_no_connection_is_one_line_and_exit_69(tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"run": "r-0123456789ab", "after_step": 1, "mode": "replay-only"}) + "\n")
+    for address in ("127.0.0.1:9", "ray://127.0.0.1:9"):  # Ray itself would retry it for minutes
+        proc = subprocess.run(
+            [str(Path(sys.executable).with_name("pvisor")), "--journal", str(tmp_path / "j.sqlite"), "replay",
+             "--batch", str(manifest), "--ray", address, "--rows", str(tmp_path / "rows.jsonl")],
+            capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert proc.returncode == 69, proc.stderr
+        assert proc.stderr.splitlines() == [
+            f"pvisor: error: --ray {address}: cannot connect to Ray: 127.0.0.1:9 takes no connection: "
+            "Connection refused"
+        ]

@@ -14,7 +14,6 @@ prepared, in what time.
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import time
 from pathlib import Path
@@ -27,7 +26,7 @@ from pvisor.adapters.exports.rows import write_parquet_rows
 from pvisor.commands.cells import terminal_safe
 from pvisor.core import progress
 from pvisor.core.outfile import open_private
-from pvisor.core.errors import OutputError, PvisorError, UnavailableError, UsageError
+from pvisor.core.errors import OutputError, PvisorError, UsageError
 from pvisor.journal.paths import make_directories, require_utf8
 from pvisor.replay.batch import (
     ROW_HEAD,
@@ -273,12 +272,11 @@ def _on_ray(address: str, requests: Iterator[tuple[int, Any]], label: str | None
     """The outcomes of ``requests`` prepared on the Ray cluster at ``address``, in line order:
     the lines that are no request fail here, the others go to :func:`prepare_dataset` with
     absolute paths (which the workers must see)."""
-    try:
-        import ray  # an optional extra (pvisor-replay[ray]), not installed by default
-    except ImportError:
-        raise UsageError(
-            "--ray needs Ray: pip install '.[ray]' in a clone of pvisor (docs/install.md)"
-        ) from None
+    from pvisor.session.ray_rollouts import connect
+
+    started = connect(address)  # UsageError without Ray, UnavailableError without a cluster
+    import ray  # the optional extra, found by connect
+
     local: list[Any] = []
     items: list[dict[str, Any]] = []
     for n, opts in requests:
@@ -304,15 +302,6 @@ def _on_ray(address: str, requests: Iterator[tuple[int, Any]], label: str | None
 
     # Ray Data's progress bars and INFO lines would fill stderr, where the lines of failed requests go
     ray.data.DataContext.get_current().enable_progress_bars = False
-    logging.getLogger("ray").setLevel(logging.WARNING)
-    started = not ray.is_initialized()
-    if started:
-        try:
-            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
-        except (ConnectionError, ValueError, RuntimeError) as exc:
-            raise UnavailableError(f"--ray {address}: cannot connect to Ray: {exc}") from None
-    for name in ("ray", "ray.data"):  # after init, which sets its own levels
-        logging.getLogger(name).setLevel(logging.ERROR)
     try:
         got: list[Any] = list(local)
         if items:
