@@ -169,6 +169,10 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
     exe = {a: str(entrypoint(a)) for a in ("mini-swe-agent", "codex")}
     keys = tmp_path / "keys.txt"
     keys.write_text(f"OPENAI_API_KEY={FILE_KEY}\n")
+    # mini-swe-agent's own trajectory file of the capture: a native source, sent as its bytes
+    native = tmp_path / "native" / "mini-swe-agent.traj.json"
+    native.parent.mkdir()
+    native.write_bytes((Path(mini.report["run_dir"]) / native.name).read_bytes())
     lines = manifest_lines(
         tmp_path / "m.jsonl",
         [
@@ -226,7 +230,16 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
                 "mode": "replay-only",
                 "entrypoint": str(tmp_path / "missing" / "codex"),
             },
-        ],  # fmt: skip
+            {
+                "trajectory": str(native),
+                "agent": "mini-swe-agent",
+                "after_step": 1,
+                "name": "native",
+                "mode": "replay-only",
+                "entrypoint": exe["mini-swe-agent"],
+                "timeout": 240,
+            },
+        ],
         journal,
     )
     with JournalReader(journal) as r:
@@ -241,9 +254,9 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
         hanging.release()
         killer.join(5)
     by = {row.name: row for row in rows}
-    assert sorted(row.line for row in rows) == [1, 2, 3, 4, 5, 6]
-    ok = ["cont-mini", "cont-codex", "replay-codex", "handoff"]
-    assert [by[n].status for n in ok] == ["ok"] * 4, [(n, by[n].error_code, by[n].error_message) for n in ok]
+    assert sorted(row.line for row in rows) == [1, 2, 3, 4, 5, 6, 7]
+    ok = ["cont-mini", "cont-codex", "replay-codex", "handoff", "native"]
+    assert [by[n].status for n in ok] == ["ok"] * 5, [(n, by[n].error_code, by[n].error_message) for n in ok]
     # the killed worker: its row alone failed, with what Ray said, and it never asked again
     assert killed, "the killed line's worker was never found running"
     k = by["killed"]
@@ -264,6 +277,9 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
         assert (run.mode, run.parent_run, run.boundary_step) == (mode, cap.run, 1), n
         assert json.loads((out / n / "result.json").read_text())["derived_run"] == by[n].derived_run
         assert (out / n / "prefix.json").is_file()
+    run = new[by["native"].derived_run]  # a native source's run: no parent in any journal
+    assert run.mode == "replay-only" and run.parent_run is None
+    assert by["native"].result["source"]["kind"] == "native"
     added = {i: run for i, run in new.items() if i not in before}
     assert {by[n].derived_run for n in ok} <= set(added)
     assert [i for i, run in added.items() if run.parent_run == mini.run and run.mode == "continuation"] == [
@@ -271,9 +287,10 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
     ]
     # each worker read a journal of its own, in a private root of its own, gone since
     sources = [Path(by[n].result["source"]["path"]) for n in ok]
-    assert len(set(sources)) == 4 and journal not in sources
+    assert len(set(sources)) == 5 and journal not in sources and native not in sources
     for n, src in zip(ok, sources):
-        assert src.parent.name.startswith(f"{ROOT_PREFIX}{by[n].line}-") and not src.parent.exists()
+        root = src.parent.parent if n == "native" else src.parent  # the file: ROOT/source/NAME
+        assert root.name.startswith(f"{ROOT_PREFIX}{by[n].line}-") and not root.exists()
         assert not str(src).startswith(str(tmp_path))
     for n in ("cont-mini", "cont-codex", "handoff"):
         assert by[n].live_steps == 1 and by[n].ended_by == "step_budget", by[n]
