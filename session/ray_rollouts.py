@@ -1,7 +1,7 @@
 """Rollouts on a Ray cluster: :func:`rollouts_on_ray` runs each
 :class:`~pvisor.replay.rollout_manifest.RolloutLine` (replay-only, continuation, handoff) as one
 Ray task and yields its :class:`~pvisor.session.rollouts.RolloutRow` as the task ends, with the
-derived runs merged into the caller's journal (docs/replay.md "Rollouts on Ray").
+derived runs merged into the caller's journal (docs/result-protocol.md "Rollouts on Ray").
 
 What travels, and how (a cluster shares no filesystem, and Ray keeps a task's arguments in its
 control store, which its dashboard shows):
@@ -9,9 +9,10 @@ control store, which its dashboard shows):
 - driver -> worker, through Ray's object store: the source run with what it needs (attempts,
   exchanges, snapshots, the blobs they name) as the bytes of a small journal made by
   :func:`~pvisor.journal.merge.merge_journals`, or a native trajectory file's bytes; and the line
-  itself with those paths taken out (:class:`TaskSpec`). Never a path of the driver's, never a
-  key nor any of the driver's environment: no ``runtime_env``. The worker's agent reads its key
-  from the worker's own environment or the line's ``key_file`` (a path on the worker).
+  itself with those paths taken out (:class:`TaskSpec`; its other paths, ``workspace``,
+  ``key_file``, ``entrypoint``, are the worker's). Never the driver's journal or source file by
+  path, never a key nor any of the driver's environment: no ``runtime_env``. The worker's agent
+  reads its key from the worker's own environment or the line's ``key_file``.
 - on the worker: a private temporary root of its own (``pvisor-ray-<line>-*`` under the
   worker's temporary directory, :data:`ROOT_PREFIX`), holding the journal, the source file, a
   new workspace (the run's start snapshot restored into it by the replay, unless the line names
