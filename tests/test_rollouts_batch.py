@@ -8,12 +8,25 @@ receives its key as the request's credential) and nothing pvisor writes. Nothing
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import aiohttp
 import pytest
-from agent_helpers import SUBMIT, capture_scripted, entrypoint, pvisor, script_for, user_env
+from agent_helpers import (
+    PVISOR,
+    SUBMIT,
+    capture_scripted,
+    entrypoint,
+    gated_entrypoint,
+    pvisor,
+    script_for,
+    user_env,
+)
 from aiohttp import web
 from pvisor.journal.reader import JournalReader
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
@@ -217,3 +230,45 @@ def test_the_docs_manifest_lines_are_rollouts(tmp_path):
         RolloutMode.CONTINUATION, RolloutMode.CONTINUATION, RolloutMode.REPLAY_ONLY, RolloutMode.HANDOFF
     ]  # fmt: skip
     assert read[1].key_file == Path("/etc/pvisor/keys.env") and read[3].to_agent == "codex"  # type: ignore
+
+
+def test_a_rollout_whose_process_is_killed_fails_its_row_alone(sources, tmp_path):
+    codex = sources["codex"]
+    gate = tmp_path / "gate"
+    held = gated_entrypoint(entrypoint("codex"), gate, tmp_path / "codex-held")
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    manifest.write_text(
+        json.dumps(line(codex, name="killed", entrypoint=str(held)))
+        + "\n"
+        + json.dumps(line(codex, name="kept", entrypoint=str(entrypoint("codex"))))
+        + "\n"
+    )
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("gate.arrived.*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [arrived] = tmp_path.glob("gate.arrived.*")
+        held_pid = int(arrived.name.rsplit(".", 1)[1])
+        # the rollout's process is the one that runs the agent's --version check
+        worker = int(Path(f"/proc/{held_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        os.kill(worker, signal.SIGKILL)
+        (tmp_path / "gate.open").touch()
+        _, err = proc.communicate(timeout=300)
+    finally:
+        (tmp_path / "gate.open").touch()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    got = {r["name"]: r for r in map(json.loads, rows.read_text().splitlines())}
+    assert got["killed"]["status"] == "failed" and got["killed"]["error"]["code"] == "worker_died"
+    assert "killed by signal 9" in got["killed"]["error"]["message"]
+    assert got["kept"]["status"] == "ok" and got["kept"]["derived_run"], got["kept"]["error"]
