@@ -34,7 +34,7 @@ from typing import Any
 from pvisor.core.errors import PvisorError, UsageError
 from pvisor.replay.errors import error_code, error_detail, show_path
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode
-from pvisor.replay.spec import BY_NAME, ReplaySpec
+from pvisor.replay.spec import BY_NAME, ReplayMode, ReplaySpec
 
 
 class RowStatus(str, enum.Enum):
@@ -172,6 +172,8 @@ def _replay_options(
         agent_args=[],
     )
     mode = line.mode.replay_mode
+    if line.options.get("replay_only"):  # a handoff that ends the next agent at request N+1
+        mode = ReplayMode.REPLAY_ONLY
     spec = ReplaySpec(values, [k for k, v in values.items() if v is not None], mode)
     problems = spec.check()
     # the fields the line gives (a default where its value is None); ReplayOptions' own otherwise
@@ -188,6 +190,7 @@ def _replay_options(
         restore_start=not kw.pop("no_restore", False),
         strict_workspace=bool(line.options.get("strict_workspace")),
         reset_to_pause=bool(line.options.get("reset_to_pause")),
+        replay_only=bool(line.options.get("replay_only")),
     )
     opts = handoff_options(
         to_agent=line.to_agent,

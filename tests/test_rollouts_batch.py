@@ -230,17 +230,25 @@ def test_the_docs_manifest_lines_are_rollouts(tmp_path):
         RolloutMode.CONTINUATION, RolloutMode.CONTINUATION, RolloutMode.REPLAY_ONLY, RolloutMode.HANDOFF
     ]  # fmt: skip
     assert read[1].key_file == Path("/etc/pvisor/keys.env") and read[3].to_agent == "codex"  # type: ignore
+    # a replay-only handoff takes a replay-only's options: no upstream
+    bad = {"run": "r-1", "after_step": 1, "mode": "handoff", "to_agent": "codex", "replay_only": True}
+    (tmp_path / "m.jsonl").write_text(json.dumps({**bad, "upstream": "http://127.0.0.1:9"}) + "\n")
+    [(_, refused)] = read_rollouts(tmp_path / "m.jsonl", journal=None, default_mode=RolloutMode.CONTINUATION)
+    assert "upstream is not for a replay-only handoff line" in str(refused)
 
 
 def test_a_rollout_whose_process_is_killed_fails_its_row_alone(sources, tmp_path):
-    codex = sources["codex"]
+    codex, mini, exe = sources["codex"], sources["mini-swe-agent"], str(entrypoint("codex"))
     gate = tmp_path / "gate"
     held = gated_entrypoint(entrypoint("codex"), gate, tmp_path / "codex-held")
     manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
     manifest.write_text(
         json.dumps(line(codex, name="killed", entrypoint=str(held)))
         + "\n"
-        + json.dumps(line(codex, name="kept", entrypoint=str(entrypoint("codex"))))
+        # a handoff that ends the next agent at its request N+1 (as pvisor handoff --replay-only)
+        + json.dumps(
+            line(mini, name="kept", mode="handoff", to_agent="codex", replay_only=True, entrypoint=exe)
+        )
         + "\n"
     )
     proc = subprocess.Popen(
@@ -271,4 +279,7 @@ def test_a_rollout_whose_process_is_killed_fails_its_row_alone(sources, tmp_path
     got = {r["name"]: r for r in map(json.loads, rows.read_text().splitlines())}
     assert got["killed"]["status"] == "failed" and got["killed"]["error"]["code"] == "worker_died"
     assert "killed by signal 9" in got["killed"]["error"]["message"]
-    assert got["kept"]["status"] == "ok" and got["kept"]["derived_run"], got["kept"]["error"]
+    kept = got["kept"]
+    assert kept["status"] == "ok" and kept["derived_run"] and kept["live_steps"] == 0, kept["error"]
+    assert kept["result"]["mode"] == "handoff" and kept["result"].get("continuation") is None
+    assert kept["result"]["handoff"]["to_agent"] == "codex" and kept["to_agent"] == "codex"
