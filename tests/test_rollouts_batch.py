@@ -26,6 +26,7 @@ from agent_helpers import (
     pvisor,
     script_for,
     user_env,
+    wait_gone,
 )
 from aiohttp import web
 from pvisor.journal.reader import JournalReader
@@ -82,6 +83,11 @@ def recording_proxy(stack, target: str):
                 return web.Response(body=data, status=r.status, headers=keep)
 
     return stack.raw_upstream(forward)
+
+
+def parent_of(pid: int) -> int:
+    """The parent process of ``pid`` (/proc)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def line(cap, **kw) -> dict:
@@ -265,9 +271,8 @@ def test_a_rollout_whose_process_is_killed_fails_its_row_alone(sources, tmp_path
         while not list(tmp_path.glob("gate.arrived.*")) and time.monotonic() < deadline:
             time.sleep(0.05)
         [arrived] = tmp_path.glob("gate.arrived.*")
-        held_pid = int(arrived.name.rsplit(".", 1)[1])
         # the rollout's process is the one that runs the agent's --version check
-        worker = int(Path(f"/proc/{held_pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        worker = parent_of(int(arrived.name.rsplit(".", 1)[1]))
         os.kill(worker, signal.SIGKILL)
         (tmp_path / "gate.open").touch()
         _, err = proc.communicate(timeout=300)
@@ -283,3 +288,36 @@ def test_a_rollout_whose_process_is_killed_fails_its_row_alone(sources, tmp_path
     assert kept["status"] == "ok" and kept["derived_run"] and kept["live_steps"] == 0, kept["error"]
     assert kept["result"]["mode"] == "handoff" and kept["result"].get("continuation") is None
     assert kept["result"]["handoff"]["to_agent"] == "codex" and kept["to_agent"] == "codex"
+
+
+def test_ctrl_c_stops_the_running_rollouts_and_the_batch_exits_130(sources, tmp_path):
+    codex = sources["codex"]
+    gate = tmp_path / "gate"
+    held = gated_entrypoint(entrypoint("codex"), gate, tmp_path / "codex-held")
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    manifest.write_text(
+        "".join(json.dumps(line(codex, name=f"r{i}", entrypoint=str(held))) + "\n" for i in (1, 2))
+    )
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("gate.arrived.*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = [parent_of(int(p.name.rsplit(".", 1)[1])) for p in tmp_path.glob("gate.arrived.*")]
+        proc.send_signal(signal.SIGINT)  # the batch's process alone: it stops its workers itself
+        _, err = proc.communicate(timeout=120)
+    finally:
+        (tmp_path / "gate.open").touch()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "interrupted after 0 of 2 rollouts" in err.splitlines()[-1] and not rows.exists()
+    assert all(wait_gone(pid, 30) for pid in workers)
