@@ -354,15 +354,17 @@ class _Worker:
         self.process.join(30)
         return row
 
-    def stop(self) -> None:
-        """Ctrl-C: the worker stops its agent as a single replay does on SIGINT; killed when it
-        has not ended 30 seconds later."""
+    def interrupt(self) -> None:
+        """Ctrl-C: the worker stops its agent as a single replay does on SIGINT."""
         if self.process.is_alive() and self.process.pid is not None:
             try:
                 os.kill(self.process.pid, signal.SIGINT)
             except OSError:
                 pass
-            self.process.join(30)
+
+    def stop(self) -> None:
+        """After :meth:`interrupt`: the worker killed when it has not ended 30 seconds later."""
+        self.process.join(30)
         if self.process.is_alive():
             self.process.kill()
             self.process.join(5)
@@ -389,21 +391,28 @@ def run_rollouts(
     waiting = [ln for ln in todo if ln.mode is not RolloutMode.PREPARE_ONLY]
     running: dict[int, _Worker] = {}
     done: dict[int, RolloutRow] = {}
+
+    def fill() -> None:
+        while waiting and len(running) < concurrency:
+            nxt = waiting.pop(0)
+            running[nxt.index] = _Worker(nxt, job(nxt))
+
     try:
         for ln in todo:
+            fill()  # the agents start first: a prepare-only line in this process meanwhile
             if ln.mode is RolloutMode.PREPARE_ONLY:
                 yield run_rollout(ln, journal=job(ln)[1], output=job(ln)[2])
                 continue
             while ln.index not in done:
-                while waiting and len(running) < concurrency:
-                    nxt = waiting.pop(0)
-                    running[nxt.index] = _Worker(nxt, job(nxt))
+                fill()
                 ready = wait([w.conn for w in running.values()])
                 for w in [w for w in running.values() if w.conn in ready]:
                     done[w.line.index] = w.row()
                     del running[w.line.index]
             yield done.pop(ln.index)
     finally:
+        for w in running.values():
+            w.interrupt()
         for w in running.values():
             w.stop()
 
