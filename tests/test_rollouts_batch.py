@@ -321,3 +321,35 @@ def test_ctrl_c_stops_the_running_rollouts_and_the_batch_exits_130(sources, tmp_
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert "interrupted after 0 of 2 rollouts" in err.splitlines()[-1] and not rows.exists()
     assert all(wait_gone(pid, 30) for pid in workers)
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        ({"after_step": "1"}, "after_step: expected int, got a str"),
+        ({"after_step": -1}, "after_step: expected a step number >= 0"),
+        ({"mode": "sideways"}, "mode: expected one of prepare-only, replay-only, continuation, handoff"),
+        ({"mode": "handoff"}, "a handoff line needs to_agent"),
+        ({"to_agent": "codex"}, "to_agent is for a handoff line"),
+        ({"mode": "replay-only", "max_steps": 2}, "max_steps is not for a replay-only line"),
+        ({"trajectory": "t.jsonl"}, "give exactly one of trajectory and run"),
+        ({"name": "../up"}, "one directory name, not a path"),
+        ({"sandbox": "chroot"}, "sandbox: expected one of auto, bwrap, none"),
+        ({"upstream": "ftp://x"}, "upstream: expected an http:// or https:// URL"),
+        ({"agent": "nobody"}, "agent: not an agent pvisor knows"),
+    ],
+)
+def test_a_line_that_is_no_rollout_says_why(tmp_path, extra, said):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"run": "r-1", "after_step": 1, **extra}) + "\n")
+    [(n, got)] = read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION)
+    assert n == 1 and getattr(got, "code", None) == "bad_manifest_line" and said in str(got), got
+    assert str(got).startswith(f"{manifest} line 1: ")
+
+
+def test_two_lines_of_one_name_the_second_fails(tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    lines = [{"run": "r-1", "after_step": 1, "name": "000002"}, {"run": "r-1", "after_step": 2}]
+    manifest.write_text("".join(json.dumps(x) + "\n" for x in lines))  # line 2's default name is 000002
+    got = list(read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION))
+    assert isinstance(got[0][1], RolloutLine) and "name '000002' is line 1's already" in str(got[1][1])
