@@ -55,6 +55,8 @@ def run_rollout_batch(
     instead of here. UsageError (before anything runs) for the paths as the prepare-only batch
     refuses them (:func:`~pvisor.commands.batch.check_paths`); OutputError (exit 74) when the
     rows cannot be written. Ctrl-C: exit 130 with a line saying how far the batch got."""
+    if ray_address is not None:
+        _ray_runner()  # before anything is written: a missing runner is a usage error
     check_paths(manifest, output, rows, force)
     if journal is None:
         from pvisor.journal.paths import default_journal_path
@@ -122,14 +124,18 @@ def _rows(
         return iter(())
     if ray_address is None:
         return run_rollouts(lines, journal=journal, output_root=root, concurrency=concurrency)
+    return iter(_ray_runner().rollouts_on_ray(ray_address, lines, journal=journal, output_root=root))
+
+
+def _ray_runner() -> Any:
+    """:mod:`pvisor.session.ray_rollouts`; UsageError when this build has none."""
     import importlib
 
     try:
-        # by name: the Ray runner (pvisor.session.ray_rollouts) is a module of its own, built apart
-        ray_rollouts = importlib.import_module("pvisor.session.ray_rollouts")
+        # by name: the Ray runner is a module of its own, built apart from this one
+        return importlib.import_module("pvisor.session.ray_rollouts")
     except ImportError:
         raise UsageError("--ray with rollouts needs pvisor's Ray runner (pvisor-replay[ray])") from None
-    return iter(ray_rollouts.rollouts_on_ray(ray_address, lines, journal=journal, output_root=root))
 
 
 def _in_order(bad: dict[int, RolloutRow], rows: Iterator[RolloutRow]) -> Iterator[RolloutRow]:
