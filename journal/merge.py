@@ -42,6 +42,7 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
+import stat
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -157,7 +158,7 @@ def merge_journals(
     report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.lexists(dst))
     with _readers(srcs) as readers:
         for path, reader in zip(srcs, readers):
-            _refuse_live_writers(reader, path)
+            _refuse_live_writers(reader, path, wanted)
         if report.created and not dry_run:
             _merge_into_new(readers, srcs, dst, wanted, report)
         else:
@@ -183,6 +184,7 @@ def _check_arguments(srcs: list[str], dst: str) -> None:
     absolute(dst, f"--into {dst}")
     if os.path.isdir(dst):
         raise UsageError(f"--into {dst} is a directory, expected a journal file")
+    _regular(dst, f"--into {dst}")
     seen: list[tuple[str, tuple[int, int]]] = []
     for s in srcs:
         absolute(s, f"journal {s}")
@@ -190,6 +192,8 @@ def _check_arguments(srcs: list[str], dst: str) -> None:
             st = os.stat(s)
         except OSError:
             continue  # the reader says what is wrong with it
+        if not stat.S_ISDIR(st.st_mode):
+            _regular(s, f"journal {s}")
         ident = (st.st_dev, st.st_ino)
         if os.path.exists(dst) and os.path.samefile(s, dst):
             raise UsageError(
@@ -199,6 +203,19 @@ def _check_arguments(srcs: list[str], dst: str) -> None:
             if oid == ident:
                 raise UsageError(f"journal {s} is given twice (as {other} too): give each source once")
         seen.append((s, ident))
+
+
+def _regular(path: str, named: str) -> None:
+    """UsageError (exit 2) when ``path`` exists and is not a regular file (SQLite would block on
+    a FIFO, or read a device)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise UsageError(
+            f"{named} is not a regular file (a FIFO, a socket or a device), expected a journal file"
+        )
 
 
 @contextmanager
@@ -214,16 +231,38 @@ def _readers(paths: list[str]) -> Iterator[list[JournalReader]]:
             r.close()
 
 
-def _refuse_live_writers(reader: JournalReader, path: str) -> None:
+def _refuse_live_writers(reader: JournalReader, path: str, wanted: set[str] | None) -> None:
     """UnavailableError (exit 69) when a live writer lease holds the source ``path``: its rows
-    may be half written (an exchange in flight), and its next commit would not come along."""
+    may be half written (an exchange in flight), and its next commit would not come along. With
+    ``wanted`` (the runs merged), only a live writer that wrote one of them refuses: a gateway
+    capturing another run into the source leaves those runs whole."""
     alive = live_writers(reader.conn)
+    busy: set[str] = set()
+    if wanted is not None:
+        writing = []
+        for w in alive:
+            theirs = _wrote(reader.conn, w[0]) & wanted
+            if theirs:
+                writing.append(w)
+                busy |= theirs
+        alive = writing
     if alive:
         who = ", ".join(f"pid {started_by(pid, host)} on {host}" for _, pid, host in alive)
-        raise UnavailableError(
-            f"journal {path} is being written ({who}): merge reads a source only when no writer "
-            "holds it; stop that writer first"
-        )
+        if wanted is None:
+            why = "merge reads a source only when no writer holds it; stop that writer first"
+        else:
+            why = (
+                f"it writes run {', '.join(sorted(busy))}, and merge reads a run only when no live writer "
+                "wrote it; stop that writer first, or merge the other runs"
+            )
+        raise UnavailableError(f"journal {path} is being written ({who}): {why}")
+
+
+def _wrote(conn: sqlite3.Connection, writer: int) -> set[str]:
+    """The ids of the runs whose rows the writer ``writer`` wrote (exchanges, snapshots, events)."""
+    tables = [t for t in ("exchanges", "snapshots", "events") if _has_table(conn, "main", t)]
+    union = " UNION ".join(f"SELECT run_id FROM {t} WHERE writer_id = ?" for t in tables)
+    return {r[0] for r in conn.execute(union, (writer,) * len(tables)) if r[0] is not None}
 
 
 # --------------------------------------------------------------------------- destination

@@ -17,9 +17,12 @@ from agent_helpers import FILES
 from cli_helpers import pvisor_main
 from journal_helpers import snapshot
 
+from sqlite_utils import Database
+
 from pvisor.journal.merge import MergeClash, merge_journals
 from pvisor.journal.model import Run
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.schema import MIGRATIONS
 from pvisor.journal.writer import Journal
 
 SHARED_FILE = b"shared " * 40
@@ -223,12 +226,15 @@ def test_refusals_newer_schema_itself_twice_and_bad_files_each_one_line_and_no_d
     (tmp_path / "notes.txt").write_text("not a journal\n" * 400)
     cut = tmp_path / "cut.sqlite"
     cut.write_bytes(a.read_bytes()[: a.stat().st_size // 2])
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # SQLite would wait on it for ever
     nope, notes = str(tmp_path / "nope.sqlite"), str(tmp_path / "notes.txt")
     cases = [  # (source, into, exit code, what the line says)
         (nope, str(dst), 2, [f"journal {nope} does not exist"]),
         (str(tmp_path), str(dst), 2, [f"journal {tmp_path} is a directory, expected a journal file"]),
         (notes, str(dst), 65, [f"{notes} is not a pvisor journal (not an SQLite database)"]),
         (str(cut), str(dst), 3, [f"journal {cut} is damaged"]),
+        (str(fifo), str(dst), 2, [f"journal {fifo} is not a regular file"]),
         (str(a), str(tmp_path), 2, [f"--into {tmp_path} is a directory, expected a journal file"]),
         (
             str(a),
@@ -252,11 +258,18 @@ def test_refusals_newer_schema_itself_twice_and_bad_files_each_one_line_and_no_d
 def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tmp_path, journals):
     a, b = journals
     dst = tmp_path / "dst.sqlite"
-    with Journal.open(a) as j:  # this process holds a's lease
+    with Journal.open(a) as j:  # this process holds a's lease, and captures r-new into a
+        j.create_run(Run(id="r-new", agent="codex"))
+        record(j, "r-new", 1)
         j.flush()
         err = one_error(cli("journal", "merge", str(b), str(a), "--into", str(dst)), 69, str(a))
         assert f"pid {os.getpid()}" in err and "being written" in err
+        err = one_error(cli("journal", "merge", str(a), "--into", str(dst), "--run", "r-new"), 69, str(a))
+        assert "it writes run r-new" in err
         assert not dst.exists()
+        # the runs it does not write are whole: they may be merged while it captures r-new
+        assert merge_journals([a], dst, runs={"r-a", "r-a2"}).runs == ["r-a", "r-a2"]
+        dst.unlink()
     # a lease left open by a process that is gone: a's writer died with an exchange in flight
     gone = subprocess.Popen(["true"])
     gone.wait()  # reaped: its pid names no process
@@ -267,7 +280,7 @@ def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tm
         c.execute("UPDATE exchanges SET outcome = NULL, writer_id = ? WHERE run_id = 'r-a2'", (wid,))
     proc = cli("journal", "merge", str(a), "--into", str(dst), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2"]
+    assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2", "r-new"]
     # the lease comes along open, and the next writer of dst reaps it as a's would have
     with Journal.open(dst) as j:
         assert len(j.reaped) == 1
@@ -333,3 +346,41 @@ def test_a_real_run_reads_back_from_the_merged_journal_as_from_its_own(tmp_path,
     )
     assert p.returncode == 0, p.stderr
     assert {f: (restored / f).read_text() for f in ("a.txt", "b.txt", "c.txt")} == FILES
+
+
+def test_a_source_of_an_older_schema_is_read_as_it_is_its_missing_columns_defaulted(tmp_path, journals):
+    """A journal of schema 4 (before snapshots, response parts, capture): merged as it is, never
+    migrated (a source is only read); DST's columns it lacks take their defaults."""
+    old = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(old, isolation_level=None)
+    MIGRATIONS.apply(Database(conn), stop_before="m005_snapshots")
+    data = b'{"model": "m", "messages": []}'
+    sha = hashlib.sha256(data).hexdigest()
+    conn.execute("INSERT INTO meta VALUES ('journal_id', 'j-old'), ('fingerprint_key', 'aa')")
+    wid = conn.execute(
+        "INSERT INTO writers(pid, host, started_ms, heartbeat_ms, closed_ms, closed_how) "
+        "VALUES (1, 'elsewhere', 5, 6, 7, 'closed')"
+    ).lastrowid
+    conn.execute("INSERT INTO runs(id, created_ms) VALUES ('r-old', 5)")
+    conn.execute("INSERT INTO blobs VALUES (?, ?, 'identity', NULL, ?)", (sha, len(data), data))
+    conn.execute(
+        "INSERT INTO exchanges(id, run_id, seq, method, path, request_body, started_ms, outcome, writer_id) "
+        "VALUES ('x-0000000000000001', 'r-old', 1, 'POST', '/v1/messages', ?, 5, 'ok', ?)",
+        (sha, wid),
+    )
+    conn.execute(
+        "INSERT INTO events(ts_ms, kind, run_id, writer_id) VALUES (5, 'run.created', 'r-old', ?)", (wid,)
+    )
+    conn.close()
+    before = old.read_bytes()
+    dst = tmp_path / "dst.sqlite"
+    rep = merge_journals([old, journals[0]], dst)
+    assert rep.runs == ["r-old", "r-a", "r-a2"] and old.read_bytes() == before
+    assert rows(dst, "SELECT capture, served_by, flags FROM exchanges WHERE run_id = 'r-old'") == [
+        ("reverse", None, "[]")
+    ]
+    assert rows(dst, "SELECT w.host, w.closed_how FROM exchanges e JOIN writers w ON w.id = e.writer_id "
+                "WHERE e.run_id = 'r-old'") == [("elsewhere", "closed")]  # fmt: skip
+    with JournalReader(dst) as r:
+        [ex] = r.exchanges("r-old")
+        assert r.request_body(ex) == data and r.verify().ok
