@@ -33,6 +33,8 @@ source a live writer lease holds (69; a lease whose process is gone does not cou
 ``journal rm``); a source that is ``into`` (through any path or link) or given twice (2); a
 clash (65); ``into`` locked past the busy timeout (69). All of it happens in one transaction of
 ``into``; a missing ``into`` is built beside it and appears only when the merge succeeded.
+More sources than one SQLite connection attaches (:data:`MAX_SOURCES`) are merged batch by
+batch into a staging journal, which is then merged into ``into`` in that one transaction.
 
 This module imports only the journal package and core (the journal layer's rule).
 """
@@ -43,6 +45,7 @@ import os
 import secrets
 import sqlite3
 import stat
+import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -94,7 +97,9 @@ class MergeReport:
     with the same content; ``attempts``, ``exchanges``, ``snapshots``, ``events`` (the source
     events copied, besides one ``run.merged`` event per run), ``writers``: rows copied;
     ``blobs_copied`` (bases included) and ``bytes_copied`` (their stored bytes); ``blobs_shared``:
-    blobs the copied runs name that ``into`` held already or an earlier source brought;
+    blobs the copied runs name that ``into`` held already or an earlier source brought, counted
+    once per source (of more than :data:`MAX_SOURCES` sources, also those of a run that
+    ``into`` turns out to hold already);
     ``missing_parents``: {run: parent run} of copied runs whose parent is in neither;
     ``created``: ``into`` did not exist (with ``dry_run``: would be created); ``sources``: per
     source ``{path, journal_id, runs, skipped}``; ``details``: per run copied or skipped, in that
@@ -136,6 +141,31 @@ class _Source:
     writers: list[int] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Pass:
+    """One merge into one journal: ``dst`` (how messages name it), the runs ``wanted`` (None:
+    all), the ``report`` it fills; for a merge of more sources than one pass attaches
+    (:func:`_merge_many`), ``via`` (run id -> the SRC it came from, for the runs of the staging
+    journal, so that messages name that SRC) and ``staged`` (the schema that is the staging
+    journal: ``main`` while batches are merged into it, ``s0`` when it is merged), ``mark``
+    (write a ``run.merged`` event per run: not when the staging journal's are copied) and
+    ``whole`` (a run of ``wanted`` in no source is an error: not for one batch of many)."""
+
+    dst: str
+    wanted: set[str] | None
+    report: MergeReport
+    via: dict[str, str] = field(default_factory=dict)
+    staged: str | None = None
+    mark: bool = True
+    whole: bool = True
+
+    def file(self, schema: str, sources: list[_Source], run: str) -> str:
+        """The file that holds ``run`` in ``schema`` (``main``, or a source's alias)."""
+        if schema == self.staged and run in self.via:
+            return self.via[run]
+        return self.dst if schema == "main" else next(s.path for s in sources if s.alias == schema)
+
+
 def merge_journals(
     sources: Sequence[str | os.PathLike],
     into: str | os.PathLike,
@@ -147,8 +177,7 @@ def merge_journals(
     ``into`` (created with the schema when missing), in one transaction (module docstring).
     With ``dry_run`` nothing is written (not even a missing ``into``): the report says what
     would come. Raises UsageError (exit 2: no source, a source missing or a directory, a source
-    that is ``into`` or given twice, a run of ``runs`` in no source, more than
-    :data:`MAX_SOURCES`), BadInputError (65: not a journal, a newer schema), MergeClash (65),
+    that is ``into`` or given twice, a run of ``runs`` in no source), BadInputError (65: not a journal, a newer schema), MergeClash (65),
     IntegrityError (3: a source damaged), UnavailableError (69: a live writer on a source,
     ``into`` locked)."""
     srcs = [os.fspath(s) for s in sources]
@@ -159,12 +188,20 @@ def merge_journals(
     with _readers(srcs) as readers:
         for path, reader in zip(srcs, readers):
             _refuse_live_writers(reader, path, wanted)
-        if report.created and not dry_run:
-            _merge_into_new(readers, srcs, dst, wanted, report)
+        if len(srcs) > MAX_SOURCES:
+            _merge_many(readers, srcs, _Pass(dst, wanted, report))
         else:
-            with _destination(dst, dry_run, report.created) as conn:
-                _merge(conn, readers, srcs, dst, wanted, report)
+            _merge_into(readers, srcs, _Pass(dst, wanted, report))
     return report
+
+
+def _merge_into(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
+    """One pass of ``srcs`` into ``p.dst``: a new journal built beside it, or the one there."""
+    if p.report.created and not p.report.dry_run:
+        _merge_into_new(readers, srcs, p)
+    else:
+        with _destination(p.dst, p.report.dry_run, p.report.created) as conn:
+            _merge(conn, readers, srcs, p)
 
 
 # --------------------------------------------------------------------------- checks
@@ -173,11 +210,6 @@ def merge_journals(
 def _check_arguments(srcs: list[str], dst: str) -> None:
     if not srcs:
         raise UsageError("journal merge: give at least one source journal")
-    if len(srcs) > MAX_SOURCES:
-        raise UsageError(
-            f"journal merge takes at most {MAX_SOURCES} sources at once (SQLite attaches at most "
-            f"{MAX_SOURCES} databases); merge the others in a second call"
-        )
     require_utf8("--into", dst)
     for s in srcs:
         require_utf8("journal", s)
@@ -336,12 +368,11 @@ def _to_wal(path: str) -> None:
         pass
 
 
-def _merge_into_new(
-    readers: list[JournalReader], srcs: list[str], dst: str, wanted: set[str] | None, report: MergeReport
-) -> None:
+def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
     """Merge into a journal built beside ``dst`` under a temporary name, linked as ``dst`` once
     it is complete: a failed merge leaves nothing, and a file made meanwhile at ``dst`` is not
     overwritten (UnavailableError)."""
+    dst = p.dst
     parent = os.path.dirname(os.path.abspath(dst))
     try:
         make_directories(parent)
@@ -354,7 +385,7 @@ def _merge_into_new(
         except OSError as exc:
             raise UnavailableError(f"cannot create journal {dst}: {exc.strerror}") from None
         try:
-            _merge(conn, readers, srcs, dst, wanted, report)
+            _merge(conn, readers, srcs, p)
         finally:
             conn.close()
         try:
@@ -374,19 +405,80 @@ def _merge_into_new(
                 pass
 
 
+def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
+    """More sources than one connection attaches (:data:`MAX_SOURCES`): each batch of them is
+    merged into a staging journal (beside DST; with a dry run, in the temporary directory), then
+    the staging journal into DST in one pass, which is the one transaction on DST. Messages name
+    the SRC each run came from (``via``); the report is the final pass's, with the batches'
+    sources, details and runs found the same in two SRCs."""
+    dry = p.report.dry_run
+    where = tempfile.gettempdir() if dry else os.path.dirname(os.path.abspath(p.dst))
+    if not dry:
+        try:
+            make_directories(where)
+        except OSError as exc:
+            raise UsageError(f"--into {p.dst}: cannot create its directory: {exc.strerror}") from None
+    staging = os.path.join(where, f".pvisor-merge-{os.getpid()}-{secrets.token_hex(4)}.sqlite")
+    batches: list[MergeReport] = []
+    try:
+        try:
+            _new_journal(staging).close()
+        except OSError as exc:
+            raise UnavailableError(f"cannot create a staging journal in {where}: {exc.strerror}") from None
+        for i in range(0, len(srcs), MAX_SOURCES):
+            part = _Pass(staging, p.wanted, MergeReport(into=staging), via=p.via, staged="main", whole=False)
+            conn = _connect(_uri(staging, None))
+            try:
+                _merge(conn, readers[i : i + MAX_SOURCES], srcs[i : i + MAX_SOURCES], part)
+            finally:
+                conn.close()
+            p.via.update((d["run"], d["source"]) for d in part.report.details if d["copied"])
+            batches.append(part.report)
+        found = {r for b in batches for r in (*b.runs, *b.skipped)}
+        if p.wanted is not None and p.wanted - found:
+            missing = ", ".join(sorted(p.wanted - found))
+            raise UsageError(f"no run {missing} in {', '.join(srcs)}: nothing merged")
+        final = _Pass(p.dst, None, p.report, via=p.via, staged="s0", mark=False)
+        with JournalReader(staging) as reader:
+            _merge_into([reader], [staging], final)
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.unlink(staging + suffix)
+            except FileNotFoundError:
+                pass
+    _report_many(p.report, batches)
+
+
+def _report_many(report: MergeReport, batches: list[MergeReport]) -> None:
+    """The report of :func:`_merge_many`: the final pass's counts (what DST gets), the events of
+    the sources without the staging journal's ``run.merged`` ones, runs skipped in a batch (the
+    same in two SRCs) or in DST, and the sources and details of the batches."""
+    there = set(report.skipped)
+    report.events -= len(report.runs)  # the run.merged events the batches wrote are not the sources'
+    report.skipped = [r for b in batches for r in b.skipped] + report.skipped
+    report.blobs_shared += sum(b.blobs_shared for b in batches)
+    report.sources = [
+        {
+            **s,
+            "runs": [r for r in s["runs"] if r not in there],
+            "skipped": s["skipped"] + [r for r in s["runs"] if r in there],
+        }
+        for b in batches
+        for s in b.sources
+    ]
+    report.details = [
+        {**d, "copied": d["copied"] and d["run"] not in there} for b in batches for d in b.details
+    ]
+
+
 # --------------------------------------------------------------------------- the merge
 
 
-def _merge(
-    conn: sqlite3.Connection,
-    readers: list[JournalReader],
-    srcs: list[str],
-    dst: str,
-    wanted: set[str] | None,
-    report: MergeReport,
-) -> None:
+def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
     """Attach the sources, plan each in turn against ``dst`` and the sources before it, then
     (unless a dry run) copy, all in one transaction."""
+    dst, report = p.dst, p.report
     sources = [_Source(path, f"s{i}", reader) for i, (path, reader) in enumerate(zip(srcs, readers))]
     try:
         for s in sources:
@@ -395,10 +487,10 @@ def _merge(
             s.journal_id = row[0] if row else None
         conn.execute("BEGIN" if report.dry_run else "BEGIN IMMEDIATE")
         try:
-            _plan_all(conn, sources, dst, wanted, report)
+            _plan_all(conn, sources, p)
             if not report.dry_run:
                 for s in sources:
-                    _copy(conn, s, report)
+                    _copy(conn, s, p.mark)
                 conn.execute("COMMIT")
         finally:
             if conn.in_transaction:
@@ -444,15 +536,10 @@ def _common(conn: sqlite3.Connection, a: str, b: str, table: str) -> list[str]:
     return [c for c in _columns(conn, b, table) if c in have]
 
 
-def _file(schema: str, sources: list[_Source], dst: str) -> str:
-    return dst if schema == "main" else next(s.path for s in sources if s.alias == schema)
-
-
-def _plan_all(
-    conn: sqlite3.Connection, sources: list[_Source], dst: str, wanted: set[str] | None, report: MergeReport
-) -> None:
+def _plan_all(conn: sqlite3.Connection, sources: list[_Source], p: _Pass) -> None:
     """Decide what each source brings (runs to copy or skip, writers, blobs) and fill ``report``;
     MergeClash or IntegrityError before anything is written."""
+    wanted, report = p.wanted, p.report
     conn.execute("CREATE TEMP TABLE merge_planned_blobs (sha TEXT PRIMARY KEY)")
     origin: dict[str, str] = {}  # run id -> the schema that holds it first (main, s0, s1...)
     for (rid,) in conn.execute("SELECT id FROM main.runs"):
@@ -471,18 +558,18 @@ def _plan_all(
             elif _same_run(conn, s.alias, first, rid):
                 s.skip.append(rid)
             else:
-                raise MergeClash("run", rid, _file(first, sources, dst), s.path)
+                raise MergeClash("run", rid, p.file(first, sources, rid), p.file(s.alias, sources, rid))
         conn.execute(f"CREATE TEMP TABLE merge_runs_{s.alias} (id TEXT PRIMARY KEY)")
         conn.executemany(f"INSERT INTO temp.merge_runs_{s.alias} VALUES (?)", [(r,) for r in s.copy])
         earlier = ["main", *(o.alias for o in sources[: sources.index(s)])]
-        _id_clashes(conn, s, earlier, sources, dst)
+        _id_clashes(conn, s, earlier, sources, p)
         _plan_blobs(conn, s, report)
         _count(conn, s, report)
         report.runs.extend(s.copy)
         report.skipped.extend(s.skip)
         report.sources.append({"path": s.path, "journal_id": s.journal_id, "runs": s.copy, "skipped": s.skip})
         report.details.extend(_details(conn, s))
-    if wanted is not None and wanted - found:
+    if p.whole and wanted is not None and wanted - found:
         missing = ", ".join(sorted(wanted - found))
         raise UsageError(f"no run {missing} in {', '.join(s.path for s in sources)}: nothing merged")
     for s in sources:
@@ -557,7 +644,7 @@ def _same_run(conn: sqlite3.Connection, a: str, b: str, rid: str) -> bool:
 
 
 def _id_clashes(
-    conn: sqlite3.Connection, s: _Source, earlier: list[str], sources: list[_Source], dst: str
+    conn: sqlite3.Connection, s: _Source, earlier: list[str], sources: list[_Source], p: _Pass
 ) -> None:
     """MergeClash when an exchange or snapshot of a run ``s`` copies has an id that ``dst`` or an
     earlier source holds (for another run: the run itself is new)."""
@@ -573,9 +660,8 @@ def _id_clashes(
                 f" WHERE x.run_id IN (SELECT id FROM temp.merge_runs_{s.alias}){limit} LIMIT 1"
             ).fetchone()
             if row:
-                raise MergeClash(
-                    kind, row[0], _file(e, sources, dst), s.path, f" (run {row[2]} there, run {row[1]} here)"
-                )
+                there, here = p.file(e, sources, row[2]), p.file(s.alias, sources, row[1])
+                raise MergeClash(kind, row[0], there, here, f" (run {row[2]} there, run {row[1]} here)")
 
 
 def _named_blobs(conn: sqlite3.Connection, s: _Source) -> set[str]:
@@ -712,7 +798,7 @@ def _count(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> None:
     report.writers += len(s.writers)
 
 
-def _copy(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> None:
+def _copy(conn: sqlite3.Connection, s: _Source, mark: bool) -> None:
     """Copy what :func:`_plan_all` chose of ``s`` into ``main`` (inside the transaction)."""
     a = s.alias
     conn.execute(f"CREATE TEMP TABLE merge_writers_{a} (old INTEGER PRIMARY KEY, new INTEGER)")
@@ -754,7 +840,7 @@ def _copy(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> None:
         f" SELECT ts_ms, kind, run_id, exchange_id, {remap}, data FROM {_by_run(s, 'events')} ORDER BY seq"
     )
     t = now_ms()
-    for rid in s.copy:
+    for rid in s.copy if mark else ():
         conn.execute(
             "INSERT INTO main.events (ts_ms, kind, run_id, exchange_id, writer_id, data)"
             " VALUES (?, ?, ?, NULL, NULL, ?)",

@@ -384,3 +384,47 @@ def test_a_source_of_an_older_schema_is_read_as_it_is_its_missing_columns_defaul
     with JournalReader(dst) as r:
         [ex] = r.exchanges("r-old")
         assert r.request_body(ex) == data and r.verify().ok
+
+
+def test_more_sources_than_sqlite_attaches_merge_through_a_staging_journal(tmp_path, journals):
+    """12 sources (SQLite attaches 10 databases at most): merged in one transaction on DST all
+    the same; a clash between the 2nd and the 12th names those two files, not the staging
+    journal; a run the same in two of them is copied once; a dry run leaves nothing beside DST."""
+    srcs = []
+    for i in range(12):
+        path = tmp_path / f"w{i:02d}.sqlite"
+        with Journal.open(path) as j:
+            j.create_run(Run(id=f"r-w{i:02d}", agent="codex", created_ms=1000 + i))
+            record(j, f"r-w{i:02d}", 2, b'{"choices": ["w"]}')  # one body in all of them
+            j.flush()
+        srcs.append(path)
+    (tmp_path / "out").mkdir()
+    dst = tmp_path / "out" / "all.sqlite"
+    assert merge_journals([journals[0]], dst, runs={"r-a"}).runs == ["r-a"]
+    before = files_of(dst.parent)
+    rep = merge_journals(srcs, dst, dry_run=True)
+    assert rep.runs == [f"r-w{i:02d}" for i in range(12)] and files_of(dst.parent) == before
+    assert [d["source"] for d in rep.details] == [str(p) for p in srcs]
+    rep = merge_journals([*srcs, journals[0]], dst)
+    assert rep.runs == [*(f"r-w{i:02d}" for i in range(12)), "r-a2"] and rep.skipped == ["r-a"]
+    # the body all twelve send is r-a's second request: dst had it, nothing of it copied again
+    assert rep.blobs_copied == 2 and rep.blobs_shared >= 13  # the answer all twelve got, r-a2's
+    shared = hashlib.sha256(body(2)).hexdigest()
+    assert rows(dst, "SELECT count(*) FROM blobs WHERE sha256 = ?", shared) == [(1,)]
+    events = "SELECT count(*) FROM events WHERE run_id IS NOT NULL AND run_id != 'r-a'"
+    assert rep.events == sum(rows(p, events)[0][0] for p in [*srcs, journals[0]])  # run.merged aside
+    assert len(rows(dst, "SELECT 1 FROM events WHERE kind = 'run.merged'")) == 14
+    assert [s["path"] for s in rep.sources] == [*map(str, srcs), str(journals[0])]
+    assert not [p for p in dst.parent.iterdir() if "merge" in p.name]
+    with JournalReader(dst) as r:
+        assert r.verify().ok
+    # a clash between the 2nd and the 12th source: one line naming them
+    with Journal.open(srcs[11]) as j:
+        j.create_run(Run(id="r-w01", agent="codex"))
+        record(j, "r-w01", 9)
+        j.flush()
+    other = tmp_path / "other.sqlite"
+    with pytest.raises(MergeClash) as info:
+        merge_journals(srcs, other)
+    assert info.value.files == (str(srcs[1]), str(srcs[11])) and not other.exists()
+    assert not [p for p in tmp_path.iterdir() if "merge" in p.name]
