@@ -176,8 +176,9 @@ def merge_journals(
     """Copy the runs of ``sources`` (all, or those whose id is in ``runs``) into the journal
     ``into`` (created with the schema when missing), in one transaction (module docstring).
     With ``dry_run`` nothing is written (not even a missing ``into``): the report says what
-    would come. Raises UsageError (exit 2: no source, a source missing or a directory, a source
-    that is ``into`` or given twice, a run of ``runs`` in no source), BadInputError (65: not a journal, a newer schema), MergeClash (65),
+    would come. Raises UsageError (exit 2: no source, a source missing, a directory or not a
+    regular file, a source that is ``into`` or given twice, a run of ``runs`` in no source, a
+    path not UTF-8), BadInputError (65: not a journal, a newer schema), MergeClash (65),
     IntegrityError (3: a source damaged), UnavailableError (69: a live writer on a source,
     ``into`` locked)."""
     srcs = [os.fspath(s) for s in sources]
