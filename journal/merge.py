@@ -54,7 +54,14 @@ from pathlib import Path
 import orjson
 from sqlite_utils import Database
 
-from pvisor.core.errors import BadInputError, IntegrityError, PvisorError, UnavailableError, UsageError
+from pvisor.core.errors import (
+    BadInputError,
+    IntegrityError,
+    OutputError,
+    PvisorError,
+    UnavailableError,
+    UsageError,
+)
 from .housekeeping import blobs_named_by_rows, live_writers, open_for_writing, started_by
 from .paths import absolute, make_directories, require_utf8
 from .producer import now_ms
@@ -186,13 +193,16 @@ def merge_journals(
     _check_arguments(srcs, dst)
     wanted = None if runs is None else set(runs)
     report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.lexists(dst))
-    with _readers(srcs) as readers:
-        for path, reader in zip(srcs, readers):
-            _refuse_live_writers(reader, path, wanted)
-        if len(srcs) > MAX_SOURCES:
-            _merge_many(readers, srcs, _Pass(dst, wanted, report))
-        else:
-            _merge_into(readers, srcs, _Pass(dst, wanted, report))
+    try:
+        with _readers(srcs) as readers:
+            for path, reader in zip(srcs, readers):
+                _refuse_live_writers(reader, path, wanted)
+            if len(srcs) > MAX_SOURCES:
+                _merge_many(readers, srcs, _Pass(dst, wanted, report))
+            else:
+                _merge_into(readers, srcs, _Pass(dst, wanted, report))
+    except sqlite3.DatabaseError as exc:  # outside the merge's transaction (a lease, a migration)
+        raise _failed(exc, srcs, dst) from None
     return report
 
 
@@ -496,20 +506,29 @@ def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[st
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            raise UnavailableError(
-                f"journal {dst} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s); "
-                "nothing merged"
-            ) from None
-        raise _damage(exc, srcs, dst) from None
     except sqlite3.DatabaseError as exc:
-        raise _damage(exc, srcs, dst) from None
+        raise _failed(exc, srcs, dst) from None
+
+
+def _failed(exc: sqlite3.DatabaseError, srcs: list[str], dst: str) -> PvisorError:
+    """The error of a failed SQLite statement: UnavailableError (69) when ``dst`` stayed locked,
+    OutputError (74) when its file system is full, else IntegrityError (3) naming the first of
+    the files that does not pass ``PRAGMA quick_check`` (a source, else ``dst``), else
+    UnavailableError."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return UnavailableError(
+            f"journal {dst} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s); "
+            "nothing merged"
+        )
+    if "full" in text:
+        return OutputError(f"journal {dst}: no room on its file system ({exc}); nothing merged")
+    return _damage(exc, srcs, dst)
 
 
 def _damage(exc: sqlite3.Error, srcs: list[str], dst: str) -> PvisorError:
-    """The error of a failed SQLite statement: IntegrityError naming the first of the files
-    that does not pass ``PRAGMA quick_check`` (a source, else ``dst``), else UnavailableError."""
+    """IntegrityError naming the first of the files that does not pass ``PRAGMA quick_check``
+    (a source, else ``dst``), else UnavailableError."""
     for path in [*srcs, dst]:
         if not os.path.exists(path):
             continue

@@ -428,3 +428,16 @@ def test_more_sources_than_sqlite_attaches_merge_through_a_staging_journal(tmp_p
         merge_journals(srcs, other)
     assert info.value.files == (str(srcs[1]), str(srcs[11])) and not other.exists()
     assert not [p for p in tmp_path.iterdir() if "merge" in p.name]
+
+
+def test_a_full_file_system_is_exit_74_and_leaves_no_journal_behind(tmp_path, small_fs):
+    src = tmp_path / "big.sqlite"
+    with Journal.open(src) as j:
+        j.create_run(Run(id="r-big", agent="codex"))
+        j.record_exchange("r-big", "POST", "/v1/x", [], status=200, request_body=os.urandom(600_000))
+        j.flush()
+    full = small_fs("400k")
+    dst = full / "dst.sqlite"
+    proc = cli("journal", "merge", str(src), "--into", str(dst))
+    one_error(proc, 74, f"journal {dst}: no room on its file system")
+    assert list(full.iterdir()) == []
