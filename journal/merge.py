@@ -191,7 +191,7 @@ def merge_journals(
     srcs = [os.fspath(s) for s in sources]
     dst = os.fspath(into)
     _check_arguments(srcs, dst)
-    wanted = None if runs is None else set(runs)
+    wanted = None if runs is None else {runs} if isinstance(runs, str) else set(runs)
     report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.lexists(dst))
     try:
         with _readers(srcs) as readers:

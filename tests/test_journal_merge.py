@@ -123,8 +123,16 @@ def test_merging_again_skips_what_is_there_and_a_runs_filter_brings_one_run(tmp_
     rep = merge_journals([a], dst, runs={"r-a2"})
     assert rep.runs == ["r-a2"] and rep.missing_parents == {"r-a2": "r-a"}
     assert [r[0] for r in rows(dst, "SELECT id FROM runs")] == ["r-a2"]
+    last = rows(dst, "SELECT max(seq) FROM events")[0][0]
     again = merge_journals([a, b], dst)
     assert again.skipped == ["r-a2"] and again.runs == ["r-a", "r-b", "r-b2"]
+    # the new runs' events come after what dst held, in their journals' order, a's before b's
+    new = rows(
+        dst, "SELECT run_id, kind FROM events WHERE seq > ? AND kind != 'run.merged' ORDER BY seq", last
+    )
+    src = [r for p in (a, b) for r in rows(p, "SELECT run_id, kind FROM events WHERE run_id IN "
+                                              "('r-a', 'r-b', 'r-b2') ORDER BY seq")]  # fmt: skip
+    assert new == src and len(new) == again.events
     assert again.missing_parents == {"r-b2": "r-elsewhere"}
     third = merge_journals([b, a], dst)
     assert third.runs == [] and sorted(third.skipped) == ["r-a", "r-a2", "r-b", "r-b2"]
