@@ -406,7 +406,10 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
                 f"--into {dst}: the file appeared while the merge ran; nothing merged"
             ) from None
         except OSError:
-            os.replace(tmp, dst)  # a file system without hard links
+            try:
+                os.replace(tmp, dst)  # a file system without hard links
+            except OSError as exc:
+                raise OutputError(f"cannot create journal {dst}: {exc.strerror}; nothing merged") from None
         _to_wal(dst)
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):
@@ -728,6 +731,18 @@ def _manifest_files(data: bytes) -> list[str]:
     return [e["sha256"] for e in entries or () if isinstance(e, dict) and isinstance(e.get("sha256"), str)]
 
 
+def _in(x: str, table: str, column: str) -> str:
+    """SQL: whether the value ``x`` (a qualified column of the outer query) is in ``table.column``,
+    one index lookup per value (``x IN (SELECT ...)`` may scan the whole table instead: DST's
+    blobs, however many)."""
+    return f"EXISTS (SELECT 1 FROM {table} q WHERE q.{column} = {x})"
+
+
+def _present(x: str) -> str:
+    """SQL: whether the blob ``x`` is in ``main`` or brought by an earlier source."""
+    return f"({_in(x, 'main.blobs', 'sha256')} OR {_in(x, 'temp.merge_planned_blobs', 'sha')})"
+
+
 def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> None:
     """Which blobs ``s`` brings (``temp.merge_blobs_<alias>``): those its runs name, with their
     bases, that neither ``main`` nor an earlier source holds. IntegrityError for a blob named
@@ -736,10 +751,9 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> No
     named = _named_blobs(conn, s)
     conn.execute(f"CREATE TEMP TABLE merge_named_{a} (sha TEXT PRIMARY KEY)")
     conn.executemany(f"INSERT INTO temp.merge_named_{a} VALUES (?)", [(x,) for x in named])
-    present = "(SELECT sha256 FROM main.blobs) AND {0} NOT IN (SELECT sha FROM temp.merge_planned_blobs)"
     row = conn.execute(
-        f"SELECT n.sha FROM temp.merge_named_{a} n WHERE n.sha NOT IN (SELECT sha256 FROM {a}.blobs)"
-        f" AND n.sha NOT IN {present.format('n.sha')} LIMIT 1"
+        f"SELECT n.sha FROM temp.merge_named_{a} n WHERE NOT {_in('n.sha', f'{a}.blobs', 'sha256')}"
+        f" AND NOT {_present('n.sha')} LIMIT 1"
     ).fetchone()
     if row:
         raise IntegrityError(
@@ -756,21 +770,23 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> No
             "into: one of them is damaged; nothing merged"
         )
     conn.execute(f"CREATE TEMP TABLE merge_blobs_{a} (sha TEXT PRIMARY KEY)")
+    # the named blobs and, through every blob that must come, its base (a frame is restored
+    # from its base): a blob main holds brings nothing, its own bases are main's already
     conn.execute(
         f"""INSERT INTO temp.merge_blobs_{a}
         WITH RECURSIVE need(sha) AS (
             SELECT sha FROM temp.merge_named_{a}
             UNION
-            SELECT b.base FROM {a}.blobs b JOIN need n ON b.sha256 = n.sha
-            WHERE b.base IS NOT NULL AND n.sha NOT IN {present.format("n.sha")}
+            SELECT b.base FROM need n JOIN {a}.blobs b ON b.sha256 = n.sha
+            WHERE b.base IS NOT NULL AND NOT {_present("n.sha")}
         )
-        SELECT sha FROM need WHERE sha IN (SELECT sha256 FROM {a}.blobs)
-        AND sha NOT IN {present.format("sha")}"""
+        SELECT need.sha FROM need WHERE {_in("need.sha", f"{a}.blobs", "sha256")}
+        AND NOT {_present("need.sha")}"""
     )
     row = conn.execute(
-        f"SELECT b.sha256, b.base FROM {a}.blobs b WHERE b.sha256 IN (SELECT sha FROM temp.merge_blobs_{a})"
-        f" AND b.base IS NOT NULL AND b.base NOT IN (SELECT sha FROM temp.merge_blobs_{a})"
-        f" AND b.base NOT IN {present.format('b.base')} LIMIT 1"
+        f"SELECT b.sha256, b.base FROM temp.merge_blobs_{a} m JOIN {a}.blobs b ON b.sha256 = m.sha"
+        f" WHERE b.base IS NOT NULL AND NOT {_in('b.base', f'temp.merge_blobs_{a}', 'sha')}"
+        f" AND NOT {_present('b.base')} LIMIT 1"
     ).fetchone()
     if row:
         raise IntegrityError(
@@ -778,14 +794,13 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> No
             "not hold; nothing merged"
         )
     copied, stored = conn.execute(
-        f"SELECT count(*), coalesce(sum(length(data)), 0) FROM {a}.blobs"
-        f" WHERE sha256 IN (SELECT sha FROM temp.merge_blobs_{a})"
+        f"SELECT count(*), coalesce(sum(length(b.data)), 0) FROM temp.merge_blobs_{a} m"
+        f" JOIN {a}.blobs b ON b.sha256 = m.sha"
     ).fetchone()
     report.blobs_copied += copied
     report.bytes_copied += stored
     report.blobs_shared += conn.execute(
-        f"SELECT count(*) FROM temp.merge_named_{a} WHERE sha IN (SELECT sha256 FROM main.blobs)"
-        " OR sha IN (SELECT sha FROM temp.merge_planned_blobs)"
+        f"SELECT count(*) FROM temp.merge_named_{a} n WHERE {_present('n.sha')}"
     ).fetchone()[0]
     conn.execute(f"INSERT OR IGNORE INTO temp.merge_planned_blobs SELECT sha FROM temp.merge_blobs_{a}")
 
