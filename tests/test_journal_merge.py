@@ -55,6 +55,12 @@ def journals(tmp_path: Path) -> tuple[Path, Path]:
                          labels={"k": "v"}))  # fmt: skip
         record(j, "r-a2", 1)
         j.flush()
+        [(manifest,)] = rows(a, "SELECT manifest FROM snapshots WHERE run_id = 'r-a'")
+        # a handoff's child run, pending: its workspace is r-a's snapshot
+        handed = {"handoff_from_agent": "codex", "handoff_to_agent": "claude-code"}
+        j.create_run(Run(id="r-child", agent="claude-code", parent_run="r-a", boundary_step=1, mode="handoff",
+                         pause_transition=0, workspace_snapshot=manifest, labels=handed))  # fmt: skip
+        j.flush()
     with Journal.open(b) as j:
         j.create_run(Run(id="r-b", agent="claude-code"))
         record(j, "r-b", 2, b'{"choices": ["b"]}')
@@ -81,7 +87,7 @@ def test_two_journals_merge_with_shared_blobs_copied_once_ids_kept_events_renumb
     a, b = journals
     dst = tmp_path / "sub" / "all.sqlite"
     rep = merge_journals([a, b], dst)
-    assert rep.created and rep.runs == ["r-a", "r-a2", "r-b", "r-b2"] and rep.skipped == []
+    assert rep.created and rep.runs == ["r-a", "r-a2", "r-child", "r-b", "r-b2"] and rep.skipped == []
     assert (rep.exchanges, rep.snapshots) == (6, 2)
     # r-b's request is r-a's second and its snapshot lists r-a's shared file: each stored once
     shared = {hashlib.sha256(body(2)).hexdigest(), hashlib.sha256(SHARED_FILE).hexdigest()}
@@ -123,19 +129,28 @@ def test_merging_again_skips_what_is_there_and_a_runs_filter_brings_one_run(tmp_
     rep = merge_journals([a], dst, runs={"r-a2"})
     assert rep.runs == ["r-a2"] and rep.missing_parents == {"r-a2": "r-a"}
     assert [r[0] for r in rows(dst, "SELECT id FROM runs")] == ["r-a2"]
+    # a handoff's child alone brings the snapshot its workspace is restored from, files and all
+    child = tmp_path / "child.sqlite"
+    assert merge_journals([a], child, runs={"r-child"}).runs == ["r-child"]
+    lineage = "SELECT parent_run, boundary_step, mode, pause_transition, workspace_snapshot, labels FROM runs"
+    assert rows(child, lineage) == rows(a, lineage + " WHERE id = 'r-child'")
+    with JournalReader(child) as r:
+        manifest = orjson.loads(r.blob(r.run("r-child").workspace_snapshot))
+        files = {e["path"]: r.blob(e["sha256"]) for e in manifest["entries"]}
+        assert files == {"only-a.txt": b"a " * 90, "shared.txt": SHARED_FILE} and r.verify().ok
     last = rows(dst, "SELECT max(seq) FROM events")[0][0]
     again = merge_journals([a, b], dst)
-    assert again.skipped == ["r-a2"] and again.runs == ["r-a", "r-b", "r-b2"]
+    assert again.skipped == ["r-a2"] and again.runs == ["r-a", "r-child", "r-b", "r-b2"]
     # the new runs' events come after what dst held, in their journals' order, a's before b's
     new = rows(
         dst, "SELECT run_id, kind FROM events WHERE seq > ? AND kind != 'run.merged' ORDER BY seq", last
     )
     src = [r for p in (a, b) for r in rows(p, "SELECT run_id, kind FROM events WHERE run_id IN "
-                                              "('r-a', 'r-b', 'r-b2') ORDER BY seq")]  # fmt: skip
+                                              "('r-a', 'r-child', 'r-b', 'r-b2') ORDER BY seq")]  # fmt: skip
     assert new == src and len(new) == again.events
     assert again.missing_parents == {"r-b2": "r-elsewhere"}
     third = merge_journals([b, a], dst)
-    assert third.runs == [] and sorted(third.skipped) == ["r-a", "r-a2", "r-b", "r-b2"]
+    assert third.runs == [] and sorted(third.skipped) == ["r-a", "r-a2", "r-b", "r-b2", "r-child"]
     assert third.blobs_copied == 0 and third.events == 0
     with JournalReader(dst) as r:
         assert r.verify().ok
@@ -288,7 +303,7 @@ def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tm
         c.execute("UPDATE exchanges SET outcome = NULL, writer_id = ? WHERE run_id = 'r-a2'", (wid,))
     proc = cli("journal", "merge", str(a), "--into", str(dst), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2", "r-new"]
+    assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2", "r-child", "r-new"]
     # the lease comes along open, and the next writer of dst reaps it as a's would have
     with Journal.open(dst) as j:
         assert len(j.reaped) == 1
@@ -306,7 +321,7 @@ def test_dry_run_lists_what_would_come_and_writes_nothing(tmp_path, journals):
     assert f"would copy run r-b2 from {b}: agent codex, mode replay-only (from r-elsewhere@2)" in proc.stdout
     assert (
         "nothing merged (--dry-run)" in proc.stderr
-        and "(would be created): 4 runs, 6 exchanges" in proc.stderr
+        and "(would be created): 5 runs, 6 exchanges" in proc.stderr
     )
     assert not dst.parent.exists()
     assert merge_journals([a], dst, runs={"r-a"}).runs == ["r-a"]
@@ -315,7 +330,7 @@ def test_dry_run_lists_what_would_come_and_writes_nothing(tmp_path, journals):
     assert proc.returncode == 0, proc.stderr
     rep = orjson.loads(proc.stdout)
     assert rep["dry_run"] and not rep["created"]
-    assert (rep["runs"], rep["skipped"]) == (["r-a2", "r-b", "r-b2"], ["r-a"])
+    assert (rep["runs"], rep["skipped"]) == (["r-a2", "r-child", "r-b", "r-b2"], ["r-a"])
     # r-b's request body and shared file are r-a's, in dst already
     assert rep["blobs_shared"] >= 2 and rep["blobs_copied"] > 0 and rep["bytes_copied"] > 0
     assert files_of(dst.parent, "dst") == before
@@ -383,7 +398,7 @@ def test_a_source_of_an_older_schema_is_read_as_it_is_its_missing_columns_defaul
     before = old.read_bytes()
     dst = tmp_path / "dst.sqlite"
     rep = merge_journals([old, journals[0]], dst)
-    assert rep.runs == ["r-old", "r-a", "r-a2"] and old.read_bytes() == before
+    assert rep.runs == ["r-old", "r-a", "r-a2", "r-child"] and old.read_bytes() == before
     assert rows(dst, "SELECT capture, served_by, flags FROM exchanges WHERE run_id = 'r-old'") == [
         ("reverse", None, "[]")
     ]
@@ -414,14 +429,14 @@ def test_more_sources_than_sqlite_attaches_merge_through_a_staging_journal(tmp_p
     assert rep.runs == [f"r-w{i:02d}" for i in range(12)] and files_of(dst.parent) == before
     assert [d["source"] for d in rep.details] == [str(p) for p in srcs]
     rep = merge_journals([*srcs, journals[0]], dst)
-    assert rep.runs == [*(f"r-w{i:02d}" for i in range(12)), "r-a2"] and rep.skipped == ["r-a"]
+    assert rep.runs == [*(f"r-w{i:02d}" for i in range(12)), "r-a2", "r-child"] and rep.skipped == ["r-a"]
     # the body all twelve send is r-a's second request: dst had it, nothing of it copied again
     assert rep.blobs_copied == 2 and rep.blobs_shared >= 13  # the answer all twelve got, r-a2's
     shared = hashlib.sha256(body(2)).hexdigest()
     assert rows(dst, "SELECT count(*) FROM blobs WHERE sha256 = ?", shared) == [(1,)]
     events = "SELECT count(*) FROM events WHERE run_id IS NOT NULL AND run_id != 'r-a'"
     assert rep.events == sum(rows(p, events)[0][0] for p in [*srcs, journals[0]])  # run.merged aside
-    assert len(rows(dst, "SELECT 1 FROM events WHERE kind = 'run.merged'")) == 14
+    assert len(rows(dst, "SELECT 1 FROM events WHERE kind = 'run.merged'")) == 15
     assert [s["path"] for s in rep.sources] == [*map(str, srcs), str(journals[0])]
     assert not [p for p in dst.parent.iterdir() if "merge" in p.name]
     with JournalReader(dst) as r:
