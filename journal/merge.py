@@ -28,13 +28,15 @@ sources are attached read-only to ``into``'s connection and copied with ``INSERT
   (``fingerprints``), so that fingerprints are compared only between runs of one key.
 
 Refusals (:class:`~pvisor.core.errors.PvisorError`, nothing written): a source missing, a
-directory, not a journal, damaged (exit 2, 2, 65, 3); a source written by a newer pvisor (65); a
-source a live writer lease holds (69; a lease whose process is gone does not count, the rule of
-``journal rm``); a source that is ``into`` (through any path or link) or given twice (2); a
-clash (65); ``into`` locked past the busy timeout (69). All of it happens in one transaction of
-``into``; a missing ``into`` is built beside it and appears only when the merge succeeded.
-More sources than one SQLite connection attaches (:data:`MAX_SOURCES`) are merged batch by
-batch into a staging journal, which is then merged into ``into`` in that one transaction.
+directory or not a regular file, a path not UTF-8 (exit 2); a source not a journal or written by
+a newer pvisor (65); a source damaged (3); a source a live writer lease holds (69; a lease whose
+process is gone does not count, the rule of ``journal rm``; with ``runs``, only a live writer
+that wrote one of them); a source that is ``into`` (through any path or link) or given twice
+(2); a clash (65); ``into`` locked past the busy timeout (69), its file system full (74). All of
+it happens in one transaction of ``into``; a missing ``into`` is built beside it and appears
+only when the merge succeeded. More sources than one SQLite connection attaches
+(:data:`MAX_SOURCES`) are merged batch by batch into a staging journal, which is then merged
+into ``into`` in that one transaction.
 
 This module imports only the journal package and core (the journal layer's rule).
 """
