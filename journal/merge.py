@@ -388,10 +388,11 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
     dst = p.dst
     parent = os.path.dirname(os.path.abspath(dst))
     try:
-        make_directories(parent)
+        made = make_directories(parent)
     except OSError as exc:
         raise UsageError(f"--into {dst}: cannot create its directory: {exc.strerror}") from None
     tmp = os.path.join(parent, f".{os.path.basename(dst)}.merge-{os.getpid()}-{secrets.token_hex(4)}")
+    done = False
     try:
         try:
             conn = _new_journal(tmp)
@@ -413,12 +414,18 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
             except OSError as exc:
                 raise OutputError(f"cannot create journal {dst}: {exc.strerror}; nothing merged") from None
         _to_wal(dst)
+        done = True
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):
             try:
                 os.unlink(tmp + suffix)
             except FileNotFoundError:
                 pass
+        for d in reversed(made if not done else []):  # a failed merge leaves no directory either
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
 
 
 def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:

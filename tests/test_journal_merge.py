@@ -163,12 +163,11 @@ def test_a_run_in_two_journals_with_different_content_is_one_clash_and_nothing_i
         j.create_run(Run(id="r-a", agent="codex"))
         record(j, "r-a", 7)
         j.flush()
-    dst = tmp_path / "dst.sqlite"
     with pytest.raises(MergeClash) as info:
-        merge_journals([b, a, other], dst)
+        merge_journals([b, a, other], tmp_path / "new" / "dst.sqlite")
     assert info.value.exit_code == 65 and info.value.files == (str(a), str(other))
     assert "run r-a" in str(info.value) and "\n" not in str(info.value)
-    assert not dst.exists()
+    assert not (tmp_path / "new").exists()  # neither the journal nor the directory made for it
 
 
 # --------------------------------------------------------------------------- the command
