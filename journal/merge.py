@@ -28,11 +28,15 @@ sources are attached read-only to ``into``'s connection and copied with ``INSERT
   (``fingerprints``), so that fingerprints are compared only between runs of one key.
 
 Refusals (:class:`~pvisor.core.errors.PvisorError`, nothing written): a source missing, a
-directory, not a journal, damaged (exit 2, 2, 65, 3); a source written by a newer pvisor (65); a
-source a live writer lease holds (69; a lease whose process is gone does not count, the rule of
-``journal rm``); a source that is ``into`` (through any path or link) or given twice (2); a
-clash (65); ``into`` locked past the busy timeout (69). All of it happens in one transaction of
-``into``; a missing ``into`` is built beside it and appears only when the merge succeeded.
+directory or not a regular file, a path not UTF-8 (exit 2); a source not a journal or written by
+a newer pvisor (65); a source damaged (3); a source a live writer lease holds (69; a lease whose
+process is gone does not count, the rule of ``journal rm``; with ``runs``, only a live writer
+that wrote one of them); a source that is ``into`` (through any path or link) or given twice
+(2); a clash (65); ``into`` locked past the busy timeout (69), its file system full (74). All of
+it happens in one transaction of ``into``; a missing ``into`` is built beside it and appears
+only when the merge succeeded. More sources than one SQLite connection attaches
+(:data:`MAX_SOURCES`) are merged batch by batch into a staging journal, which is then merged
+into ``into`` in that one transaction.
 
 This module imports only the journal package and core (the journal layer's rule).
 """
@@ -42,6 +46,8 @@ from __future__ import annotations
 import os
 import secrets
 import sqlite3
+import stat
+import tempfile
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -50,7 +56,14 @@ from pathlib import Path
 import orjson
 from sqlite_utils import Database
 
-from pvisor.core.errors import BadInputError, IntegrityError, PvisorError, UnavailableError, UsageError
+from pvisor.core.errors import (
+    BadInputError,
+    IntegrityError,
+    OutputError,
+    PvisorError,
+    UnavailableError,
+    UsageError,
+)
 from .housekeeping import blobs_named_by_rows, live_writers, open_for_writing, started_by
 from .paths import absolute, make_directories, require_utf8
 from .producer import now_ms
@@ -93,7 +106,9 @@ class MergeReport:
     with the same content; ``attempts``, ``exchanges``, ``snapshots``, ``events`` (the source
     events copied, besides one ``run.merged`` event per run), ``writers``: rows copied;
     ``blobs_copied`` (bases included) and ``bytes_copied`` (their stored bytes); ``blobs_shared``:
-    blobs the copied runs name that ``into`` held already or an earlier source brought;
+    blobs the copied runs name that ``into`` held already or an earlier source brought, counted
+    once per source (of more than :data:`MAX_SOURCES` sources, also those of a run that
+    ``into`` turns out to hold already);
     ``missing_parents``: {run: parent run} of copied runs whose parent is in neither;
     ``created``: ``into`` did not exist (with ``dry_run``: would be created); ``sources``: per
     source ``{path, journal_id, runs, skipped}``; ``details``: per run copied or skipped, in that
@@ -135,6 +150,31 @@ class _Source:
     writers: list[int] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class _Pass:
+    """One merge into one journal: ``dst`` (how messages name it), the runs ``wanted`` (None:
+    all), the ``report`` it fills; for a merge of more sources than one pass attaches
+    (:func:`_merge_many`), ``via`` (run id -> the SRC it came from, for the runs of the staging
+    journal, so that messages name that SRC) and ``staged`` (the schema that is the staging
+    journal: ``main`` while batches are merged into it, ``s0`` when it is merged), ``mark``
+    (write a ``run.merged`` event per run: not when the staging journal's are copied) and
+    ``whole`` (a run of ``wanted`` in no source is an error: not for one batch of many)."""
+
+    dst: str
+    wanted: set[str] | None
+    report: MergeReport
+    via: dict[str, str] = field(default_factory=dict)
+    staged: str | None = None
+    mark: bool = True
+    whole: bool = True
+
+    def file(self, schema: str, sources: list[_Source], run: str) -> str:
+        """The file that holds ``run`` in ``schema`` (``main``, or a source's alias)."""
+        if schema == self.staged and run in self.via:
+            return self.via[run]
+        return self.dst if schema == "main" else next(s.path for s in sources if s.alias == schema)
+
+
 def merge_journals(
     sources: Sequence[str | os.PathLike],
     into: str | os.PathLike,
@@ -145,25 +185,36 @@ def merge_journals(
     """Copy the runs of ``sources`` (all, or those whose id is in ``runs``) into the journal
     ``into`` (created with the schema when missing), in one transaction (module docstring).
     With ``dry_run`` nothing is written (not even a missing ``into``): the report says what
-    would come. Raises UsageError (exit 2: no source, a source missing or a directory, a source
-    that is ``into`` or given twice, a run of ``runs`` in no source, more than
-    :data:`MAX_SOURCES`), BadInputError (65: not a journal, a newer schema), MergeClash (65),
+    would come. Raises UsageError (exit 2: no source, a source missing, a directory or not a
+    regular file, a source that is ``into`` or given twice, a run of ``runs`` in no source, a
+    path not UTF-8), BadInputError (65: not a journal, a newer schema), MergeClash (65),
     IntegrityError (3: a source damaged), UnavailableError (69: a live writer on a source,
     ``into`` locked)."""
     srcs = [os.fspath(s) for s in sources]
     dst = os.fspath(into)
     _check_arguments(srcs, dst)
-    wanted = None if runs is None else set(runs)
+    wanted = None if runs is None else {runs} if isinstance(runs, str) else set(runs)
     report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.lexists(dst))
-    with _readers(srcs) as readers:
-        for path, reader in zip(srcs, readers):
-            _refuse_live_writers(reader, path)
-        if report.created and not dry_run:
-            _merge_into_new(readers, srcs, dst, wanted, report)
-        else:
-            with _destination(dst, dry_run, report.created) as conn:
-                _merge(conn, readers, srcs, dst, wanted, report)
+    try:
+        with _readers(srcs) as readers:
+            for path, reader in zip(srcs, readers):
+                _refuse_live_writers(reader, path, wanted)
+            if len(srcs) > MAX_SOURCES:
+                _merge_many(readers, srcs, _Pass(dst, wanted, report))
+            else:
+                _merge_into(readers, srcs, _Pass(dst, wanted, report))
+    except sqlite3.DatabaseError as exc:  # outside the merge's transaction (a lease, a migration)
+        raise _failed(exc, srcs, dst) from None
     return report
+
+
+def _merge_into(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
+    """One pass of ``srcs`` into ``p.dst``: a new journal built beside it, or the one there."""
+    if p.report.created and not p.report.dry_run:
+        _merge_into_new(readers, srcs, p)
+    else:
+        with _destination(p.dst, p.report.dry_run, p.report.created) as conn:
+            _merge(conn, readers, srcs, p)
 
 
 # --------------------------------------------------------------------------- checks
@@ -172,17 +223,13 @@ def merge_journals(
 def _check_arguments(srcs: list[str], dst: str) -> None:
     if not srcs:
         raise UsageError("journal merge: give at least one source journal")
-    if len(srcs) > MAX_SOURCES:
-        raise UsageError(
-            f"journal merge takes at most {MAX_SOURCES} sources at once (SQLite attaches at most "
-            f"{MAX_SOURCES} databases); merge the others in a second call"
-        )
     require_utf8("--into", dst)
     for s in srcs:
         require_utf8("journal", s)
     absolute(dst, f"--into {dst}")
     if os.path.isdir(dst):
         raise UsageError(f"--into {dst} is a directory, expected a journal file")
+    _regular(dst, f"--into {dst}")
     seen: list[tuple[str, tuple[int, int]]] = []
     for s in srcs:
         absolute(s, f"journal {s}")
@@ -190,6 +237,8 @@ def _check_arguments(srcs: list[str], dst: str) -> None:
             st = os.stat(s)
         except OSError:
             continue  # the reader says what is wrong with it
+        if not stat.S_ISDIR(st.st_mode):
+            _regular(s, f"journal {s}")
         ident = (st.st_dev, st.st_ino)
         if os.path.exists(dst) and os.path.samefile(s, dst):
             raise UsageError(
@@ -199,6 +248,19 @@ def _check_arguments(srcs: list[str], dst: str) -> None:
             if oid == ident:
                 raise UsageError(f"journal {s} is given twice (as {other} too): give each source once")
         seen.append((s, ident))
+
+
+def _regular(path: str, named: str) -> None:
+    """UsageError (exit 2) when ``path`` exists and is not a regular file (SQLite would block on
+    a FIFO, or read a device)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if not stat.S_ISREG(mode):
+        raise UsageError(
+            f"{named} is not a regular file (a FIFO, a socket or a device), expected a journal file"
+        )
 
 
 @contextmanager
@@ -214,16 +276,38 @@ def _readers(paths: list[str]) -> Iterator[list[JournalReader]]:
             r.close()
 
 
-def _refuse_live_writers(reader: JournalReader, path: str) -> None:
+def _refuse_live_writers(reader: JournalReader, path: str, wanted: set[str] | None) -> None:
     """UnavailableError (exit 69) when a live writer lease holds the source ``path``: its rows
-    may be half written (an exchange in flight), and its next commit would not come along."""
+    may be half written (an exchange in flight), and its next commit would not come along. With
+    ``wanted`` (the runs merged), only a live writer that wrote one of them refuses: a gateway
+    capturing another run into the source leaves those runs whole."""
     alive = live_writers(reader.conn)
+    busy: set[str] = set()
+    if wanted is not None:
+        writing = []
+        for w in alive:
+            theirs = _wrote(reader.conn, w[0]) & wanted
+            if theirs:
+                writing.append(w)
+                busy |= theirs
+        alive = writing
     if alive:
         who = ", ".join(f"pid {started_by(pid, host)} on {host}" for _, pid, host in alive)
-        raise UnavailableError(
-            f"journal {path} is being written ({who}): merge reads a source only when no writer "
-            "holds it; stop that writer first"
-        )
+        if wanted is None:
+            why = "merge reads a source only when no writer holds it; stop that writer first"
+        else:
+            why = (
+                f"it writes run {', '.join(sorted(busy))}, and merge reads a run only when no live writer "
+                "wrote it; stop that writer first, or merge the other runs"
+            )
+        raise UnavailableError(f"journal {path} is being written ({who}): {why}")
+
+
+def _wrote(conn: sqlite3.Connection, writer: int) -> set[str]:
+    """The ids of the runs whose rows the writer ``writer`` wrote (exchanges, snapshots, events)."""
+    tables = [t for t in ("exchanges", "snapshots", "events") if _has_table(conn, "main", t)]
+    union = " UNION ".join(f"SELECT run_id FROM {t} WHERE writer_id = ?" for t in tables)
+    return {r[0] for r in conn.execute(union, (writer,) * len(tables)) if r[0] is not None}
 
 
 # --------------------------------------------------------------------------- destination
@@ -297,25 +381,25 @@ def _to_wal(path: str) -> None:
         pass
 
 
-def _merge_into_new(
-    readers: list[JournalReader], srcs: list[str], dst: str, wanted: set[str] | None, report: MergeReport
-) -> None:
+def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
     """Merge into a journal built beside ``dst`` under a temporary name, linked as ``dst`` once
     it is complete: a failed merge leaves nothing, and a file made meanwhile at ``dst`` is not
     overwritten (UnavailableError)."""
+    dst = p.dst
     parent = os.path.dirname(os.path.abspath(dst))
     try:
-        make_directories(parent)
+        made = make_directories(parent)
     except OSError as exc:
         raise UsageError(f"--into {dst}: cannot create its directory: {exc.strerror}") from None
     tmp = os.path.join(parent, f".{os.path.basename(dst)}.merge-{os.getpid()}-{secrets.token_hex(4)}")
+    done = False
     try:
         try:
             conn = _new_journal(tmp)
         except OSError as exc:
             raise UnavailableError(f"cannot create journal {dst}: {exc.strerror}") from None
         try:
-            _merge(conn, readers, srcs, dst, wanted, report)
+            _merge(conn, readers, srcs, p)
         finally:
             conn.close()
         try:
@@ -325,29 +409,99 @@ def _merge_into_new(
                 f"--into {dst}: the file appeared while the merge ran; nothing merged"
             ) from None
         except OSError:
-            os.replace(tmp, dst)  # a file system without hard links
+            try:
+                os.replace(tmp, dst)  # a file system without hard links
+            except OSError as exc:
+                raise OutputError(f"cannot create journal {dst}: {exc.strerror}; nothing merged") from None
         _to_wal(dst)
+        done = True
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):
             try:
                 os.unlink(tmp + suffix)
             except FileNotFoundError:
                 pass
+        for d in reversed(made if not done else []):  # a failed merge leaves no directory either
+            try:
+                os.rmdir(d)
+            except OSError:
+                break
+
+
+def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
+    """More sources than one connection attaches (:data:`MAX_SOURCES`): each batch of them is
+    merged into a staging journal (beside DST; with a dry run, in the temporary directory), then
+    the staging journal into DST in one pass, which is the one transaction on DST. Messages name
+    the SRC each run came from (``via``); the report is the final pass's, with the batches'
+    sources, details and runs found the same in two SRCs."""
+    dry = p.report.dry_run
+    where = tempfile.gettempdir() if dry else os.path.dirname(os.path.abspath(p.dst))
+    if not dry:
+        try:
+            make_directories(where)
+        except OSError as exc:
+            raise UsageError(f"--into {p.dst}: cannot create its directory: {exc.strerror}") from None
+    staging = os.path.join(where, f".pvisor-merge-{os.getpid()}-{secrets.token_hex(4)}.sqlite")
+    batches: list[MergeReport] = []
+    try:
+        try:
+            _new_journal(staging).close()
+        except OSError as exc:
+            raise UnavailableError(f"cannot create a staging journal in {where}: {exc.strerror}") from None
+        for i in range(0, len(srcs), MAX_SOURCES):
+            part = _Pass(staging, p.wanted, MergeReport(into=staging), via=p.via, staged="main", whole=False)
+            conn = _connect(_uri(staging, None))
+            try:
+                _merge(conn, readers[i : i + MAX_SOURCES], srcs[i : i + MAX_SOURCES], part)
+            finally:
+                conn.close()
+            p.via.update((d["run"], d["source"]) for d in part.report.details if d["copied"])
+            batches.append(part.report)
+        found = {r for b in batches for r in (*b.runs, *b.skipped)}
+        if p.wanted is not None and p.wanted - found:
+            missing = ", ".join(sorted(p.wanted - found))
+            raise UsageError(f"no run {missing} in {', '.join(srcs)}: nothing merged")
+        final = _Pass(p.dst, None, p.report, via=p.via, staged="s0", mark=False)
+        with JournalReader(staging) as reader:
+            _merge_into([reader], [staging], final)
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            try:
+                os.unlink(staging + suffix)
+            except FileNotFoundError:
+                pass
+    _report_many(p.report, batches)
+
+
+def _report_many(report: MergeReport, batches: list[MergeReport]) -> None:
+    """The report of :func:`_merge_many`: the final pass's counts (what DST gets), the events of
+    the sources without the staging journal's ``run.merged`` ones, runs skipped in a batch (the
+    same in two SRCs) or in DST, and the sources and details of the batches."""
+    there = set(report.skipped)
+    report.events -= len(report.runs)  # the run.merged events the batches wrote are not the sources'
+    report.skipped = [r for b in batches for r in b.skipped] + report.skipped
+    report.blobs_shared += sum(b.blobs_shared for b in batches)
+    report.sources = [
+        {
+            **s,
+            "runs": [r for r in s["runs"] if r not in there],
+            "skipped": s["skipped"] + [r for r in s["runs"] if r in there],
+        }
+        for b in batches
+        for s in b.sources
+    ]
+    report.details = [
+        {**d, "copied": d["copied"] and d["run"] not in there} for b in batches for d in b.details
+    ]
 
 
 # --------------------------------------------------------------------------- the merge
 
 
-def _merge(
-    conn: sqlite3.Connection,
-    readers: list[JournalReader],
-    srcs: list[str],
-    dst: str,
-    wanted: set[str] | None,
-    report: MergeReport,
-) -> None:
+def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
     """Attach the sources, plan each in turn against ``dst`` and the sources before it, then
     (unless a dry run) copy, all in one transaction."""
+    dst, report = p.dst, p.report
     sources = [_Source(path, f"s{i}", reader) for i, (path, reader) in enumerate(zip(srcs, readers))]
     try:
         for s in sources:
@@ -356,28 +510,37 @@ def _merge(
             s.journal_id = row[0] if row else None
         conn.execute("BEGIN" if report.dry_run else "BEGIN IMMEDIATE")
         try:
-            _plan_all(conn, sources, dst, wanted, report)
+            _plan_all(conn, sources, p)
             if not report.dry_run:
                 for s in sources:
-                    _copy(conn, s, report)
+                    _copy(conn, s, p.mark)
                 conn.execute("COMMIT")
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
-    except sqlite3.OperationalError as exc:
-        if "locked" in str(exc) or "busy" in str(exc):
-            raise UnavailableError(
-                f"journal {dst} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s); "
-                "nothing merged"
-            ) from None
-        raise _damage(exc, srcs, dst) from None
     except sqlite3.DatabaseError as exc:
-        raise _damage(exc, srcs, dst) from None
+        raise _failed(exc, srcs, dst) from None
+
+
+def _failed(exc: sqlite3.DatabaseError, srcs: list[str], dst: str) -> PvisorError:
+    """The error of a failed SQLite statement: UnavailableError (69) when ``dst`` stayed locked,
+    OutputError (74) when its file system is full, else IntegrityError (3) naming the first of
+    the files that does not pass ``PRAGMA quick_check`` (a source, else ``dst``), else
+    UnavailableError."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return UnavailableError(
+            f"journal {dst} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s); "
+            "nothing merged"
+        )
+    if "full" in text:
+        return OutputError(f"journal {dst}: no room on its file system ({exc}); nothing merged")
+    return _damage(exc, srcs, dst)
 
 
 def _damage(exc: sqlite3.Error, srcs: list[str], dst: str) -> PvisorError:
-    """The error of a failed SQLite statement: IntegrityError naming the first of the files
-    that does not pass ``PRAGMA quick_check`` (a source, else ``dst``), else UnavailableError."""
+    """IntegrityError naming the first of the files that does not pass ``PRAGMA quick_check``
+    (a source, else ``dst``), else UnavailableError."""
     for path in [*srcs, dst]:
         if not os.path.exists(path):
             continue
@@ -405,15 +568,10 @@ def _common(conn: sqlite3.Connection, a: str, b: str, table: str) -> list[str]:
     return [c for c in _columns(conn, b, table) if c in have]
 
 
-def _file(schema: str, sources: list[_Source], dst: str) -> str:
-    return dst if schema == "main" else next(s.path for s in sources if s.alias == schema)
-
-
-def _plan_all(
-    conn: sqlite3.Connection, sources: list[_Source], dst: str, wanted: set[str] | None, report: MergeReport
-) -> None:
+def _plan_all(conn: sqlite3.Connection, sources: list[_Source], p: _Pass) -> None:
     """Decide what each source brings (runs to copy or skip, writers, blobs) and fill ``report``;
     MergeClash or IntegrityError before anything is written."""
+    wanted, report = p.wanted, p.report
     conn.execute("CREATE TEMP TABLE merge_planned_blobs (sha TEXT PRIMARY KEY)")
     origin: dict[str, str] = {}  # run id -> the schema that holds it first (main, s0, s1...)
     for (rid,) in conn.execute("SELECT id FROM main.runs"):
@@ -432,18 +590,18 @@ def _plan_all(
             elif _same_run(conn, s.alias, first, rid):
                 s.skip.append(rid)
             else:
-                raise MergeClash("run", rid, _file(first, sources, dst), s.path)
+                raise MergeClash("run", rid, p.file(first, sources, rid), p.file(s.alias, sources, rid))
         conn.execute(f"CREATE TEMP TABLE merge_runs_{s.alias} (id TEXT PRIMARY KEY)")
         conn.executemany(f"INSERT INTO temp.merge_runs_{s.alias} VALUES (?)", [(r,) for r in s.copy])
         earlier = ["main", *(o.alias for o in sources[: sources.index(s)])]
-        _id_clashes(conn, s, earlier, sources, dst)
+        _id_clashes(conn, s, earlier, sources, p)
         _plan_blobs(conn, s, report)
         _count(conn, s, report)
         report.runs.extend(s.copy)
         report.skipped.extend(s.skip)
         report.sources.append({"path": s.path, "journal_id": s.journal_id, "runs": s.copy, "skipped": s.skip})
         report.details.extend(_details(conn, s))
-    if wanted is not None and wanted - found:
+    if p.whole and wanted is not None and wanted - found:
         missing = ", ".join(sorted(wanted - found))
         raise UsageError(f"no run {missing} in {', '.join(s.path for s in sources)}: nothing merged")
     for s in sources:
@@ -518,7 +676,7 @@ def _same_run(conn: sqlite3.Connection, a: str, b: str, rid: str) -> bool:
 
 
 def _id_clashes(
-    conn: sqlite3.Connection, s: _Source, earlier: list[str], sources: list[_Source], dst: str
+    conn: sqlite3.Connection, s: _Source, earlier: list[str], sources: list[_Source], p: _Pass
 ) -> None:
     """MergeClash when an exchange or snapshot of a run ``s`` copies has an id that ``dst`` or an
     earlier source holds (for another run: the run itself is new)."""
@@ -534,9 +692,8 @@ def _id_clashes(
                 f" WHERE x.run_id IN (SELECT id FROM temp.merge_runs_{s.alias}){limit} LIMIT 1"
             ).fetchone()
             if row:
-                raise MergeClash(
-                    kind, row[0], _file(e, sources, dst), s.path, f" (run {row[2]} there, run {row[1]} here)"
-                )
+                there, here = p.file(e, sources, row[2]), p.file(s.alias, sources, row[1])
+                raise MergeClash(kind, row[0], there, here, f" (run {row[2]} there, run {row[1]} here)")
 
 
 def _named_blobs(conn: sqlite3.Connection, s: _Source) -> set[str]:
@@ -583,6 +740,18 @@ def _manifest_files(data: bytes) -> list[str]:
     return [e["sha256"] for e in entries or () if isinstance(e, dict) and isinstance(e.get("sha256"), str)]
 
 
+def _in(x: str, table: str, column: str) -> str:
+    """SQL: whether the value ``x`` (a qualified column of the outer query) is in ``table.column``,
+    one index lookup per value (``x IN (SELECT ...)`` may scan the whole table instead: DST's
+    blobs, however many)."""
+    return f"EXISTS (SELECT 1 FROM {table} q WHERE q.{column} = {x})"
+
+
+def _present(x: str) -> str:
+    """SQL: whether the blob ``x`` is in ``main`` or brought by an earlier source."""
+    return f"({_in(x, 'main.blobs', 'sha256')} OR {_in(x, 'temp.merge_planned_blobs', 'sha')})"
+
+
 def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> None:
     """Which blobs ``s`` brings (``temp.merge_blobs_<alias>``): those its runs name, with their
     bases, that neither ``main`` nor an earlier source holds. IntegrityError for a blob named
@@ -591,10 +760,9 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> No
     named = _named_blobs(conn, s)
     conn.execute(f"CREATE TEMP TABLE merge_named_{a} (sha TEXT PRIMARY KEY)")
     conn.executemany(f"INSERT INTO temp.merge_named_{a} VALUES (?)", [(x,) for x in named])
-    present = "(SELECT sha256 FROM main.blobs) AND {0} NOT IN (SELECT sha FROM temp.merge_planned_blobs)"
     row = conn.execute(
-        f"SELECT n.sha FROM temp.merge_named_{a} n WHERE n.sha NOT IN (SELECT sha256 FROM {a}.blobs)"
-        f" AND n.sha NOT IN {present.format('n.sha')} LIMIT 1"
+        f"SELECT n.sha FROM temp.merge_named_{a} n WHERE NOT {_in('n.sha', f'{a}.blobs', 'sha256')}"
+        f" AND NOT {_present('n.sha')} LIMIT 1"
     ).fetchone()
     if row:
         raise IntegrityError(
@@ -611,21 +779,23 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> No
             "into: one of them is damaged; nothing merged"
         )
     conn.execute(f"CREATE TEMP TABLE merge_blobs_{a} (sha TEXT PRIMARY KEY)")
+    # the named blobs and, through every blob that must come, its base (a frame is restored
+    # from its base): a blob main holds brings nothing, its own bases are main's already
     conn.execute(
         f"""INSERT INTO temp.merge_blobs_{a}
         WITH RECURSIVE need(sha) AS (
             SELECT sha FROM temp.merge_named_{a}
             UNION
-            SELECT b.base FROM {a}.blobs b JOIN need n ON b.sha256 = n.sha
-            WHERE b.base IS NOT NULL AND n.sha NOT IN {present.format("n.sha")}
+            SELECT b.base FROM need n JOIN {a}.blobs b ON b.sha256 = n.sha
+            WHERE b.base IS NOT NULL AND NOT {_present("n.sha")}
         )
-        SELECT sha FROM need WHERE sha IN (SELECT sha256 FROM {a}.blobs)
-        AND sha NOT IN {present.format("sha")}"""
+        SELECT need.sha FROM need WHERE {_in("need.sha", f"{a}.blobs", "sha256")}
+        AND NOT {_present("need.sha")}"""
     )
     row = conn.execute(
-        f"SELECT b.sha256, b.base FROM {a}.blobs b WHERE b.sha256 IN (SELECT sha FROM temp.merge_blobs_{a})"
-        f" AND b.base IS NOT NULL AND b.base NOT IN (SELECT sha FROM temp.merge_blobs_{a})"
-        f" AND b.base NOT IN {present.format('b.base')} LIMIT 1"
+        f"SELECT b.sha256, b.base FROM temp.merge_blobs_{a} m JOIN {a}.blobs b ON b.sha256 = m.sha"
+        f" WHERE b.base IS NOT NULL AND NOT {_in('b.base', f'temp.merge_blobs_{a}', 'sha')}"
+        f" AND NOT {_present('b.base')} LIMIT 1"
     ).fetchone()
     if row:
         raise IntegrityError(
@@ -633,14 +803,13 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> No
             "not hold; nothing merged"
         )
     copied, stored = conn.execute(
-        f"SELECT count(*), coalesce(sum(length(data)), 0) FROM {a}.blobs"
-        f" WHERE sha256 IN (SELECT sha FROM temp.merge_blobs_{a})"
+        f"SELECT count(*), coalesce(sum(length(b.data)), 0) FROM temp.merge_blobs_{a} m"
+        f" JOIN {a}.blobs b ON b.sha256 = m.sha"
     ).fetchone()
     report.blobs_copied += copied
     report.bytes_copied += stored
     report.blobs_shared += conn.execute(
-        f"SELECT count(*) FROM temp.merge_named_{a} WHERE sha IN (SELECT sha256 FROM main.blobs)"
-        " OR sha IN (SELECT sha FROM temp.merge_planned_blobs)"
+        f"SELECT count(*) FROM temp.merge_named_{a} n WHERE {_present('n.sha')}"
     ).fetchone()[0]
     conn.execute(f"INSERT OR IGNORE INTO temp.merge_planned_blobs SELECT sha FROM temp.merge_blobs_{a}")
 
@@ -673,7 +842,7 @@ def _count(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> None:
     report.writers += len(s.writers)
 
 
-def _copy(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> None:
+def _copy(conn: sqlite3.Connection, s: _Source, mark: bool) -> None:
     """Copy what :func:`_plan_all` chose of ``s`` into ``main`` (inside the transaction)."""
     a = s.alias
     conn.execute(f"CREATE TEMP TABLE merge_writers_{a} (old INTEGER PRIMARY KEY, new INTEGER)")
@@ -715,7 +884,7 @@ def _copy(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> None:
         f" SELECT ts_ms, kind, run_id, exchange_id, {remap}, data FROM {_by_run(s, 'events')} ORDER BY seq"
     )
     t = now_ms()
-    for rid in s.copy:
+    for rid in s.copy if mark else ():
         conn.execute(
             "INSERT INTO main.events (ts_ms, kind, run_id, exchange_id, writer_id, data)"
             " VALUES (?, ?, ?, NULL, NULL, ?)",

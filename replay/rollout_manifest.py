@@ -11,7 +11,7 @@ A line's keys:
 - the source: ``run`` (a journal run; ``journal`` optional) or ``trajectory`` (a native file,
   with ``agent``); ``agent`` (default: the journal run's), ``after_step`` (the boundary N);
 - for a handoff: ``to_agent`` (required), ``source_reasoning``, ``strict_workspace``,
-  ``reset_to_pause``;
+  ``reset_to_pause``, ``replay_only`` (end the next agent at its request N+1);
 - ``key_file``: a file of ``NAME=VALUE`` lines on the machine that runs the rollout, read when it
   starts and added to the agent's environment (keys never travel in a line);
 - ``name``: the rollout's output directory's name (default: the line number, six digits);
@@ -67,7 +67,7 @@ class RolloutLine:
     ``timeout`` seconds (None: the replay's default); ``options``: the other replay options the
     line gave, by option name (:data:`~pvisor.replay.spec.OPTIONS`: ``boundary_prompt``,
     ``live_model``, ...; a handoff's ``source_reasoning``, ``strict_workspace``,
-    ``reset_to_pause``). Holds no key: ``key_file`` names where the rollout reads them."""
+    ``reset_to_pause``, ``replay_only``). Holds no key: ``key_file`` names where the rollout reads them."""
 
     index: int
     name: str
@@ -96,9 +96,10 @@ _OWN: dict[str, tuple[type, ...]] = {
     "source_reasoning": (str,),
     "strict_workspace": (bool,),
     "reset_to_pause": (bool,),
+    "replay_only": (bool,),
 }
 #: the handoff's own keys (refused in another mode)
-_HANDOFF_ONLY = ("to_agent", "source_reasoning", "strict_workspace", "reset_to_pause")
+_HANDOFF_ONLY = ("to_agent", "source_reasoning", "strict_workspace", "reset_to_pause", "replay_only")
 _SOURCE_REASONING = ("drop", "text", "keep")  # SourceReasoning's values (its module reads sources)
 #: replay options a line never gives: the batch's own (output, journal, mode, force), one run's
 #: alone (a handoff's pending child run, another run's start snapshot)
@@ -240,10 +241,13 @@ def _line(
             manifest, n, f"mode: expected one of {', '.join(m.value for m in RolloutMode)}"
         ) from None
     given = {k: v for k, v in obj.items() if v is not None and v is not False}
+    # a handoff's replay_only ends the next agent at its request N+1: a replay-only's options
+    options_mode = ReplayMode.REPLAY_ONLY if obj.get("replay_only") is True else mode.replay_mode
     for key in given:
         o = keys.get(key)
-        if o is not None and mode.replay_mode not in o.modes:
-            raise bad_line(manifest, n, f"{key} is not for a {mode.value} line")
+        if o is not None and options_mode not in o.modes:
+            what = "replay-only handoff" if options_mode is not mode.replay_mode else mode.value
+            raise bad_line(manifest, n, f"{key} is not for a {what} line")
         if key in _HANDOFF_ONLY and mode is not RolloutMode.HANDOFF:
             raise bad_line(manifest, n, f"{key} is for a handoff line (mode handoff)")
     if obj.get("after_step") is None:

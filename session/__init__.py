@@ -24,6 +24,9 @@ agent's process group. Modules:
   import handoff``): the next agent takes over a run at a pause, or from a ``HandoffBranch``.
   (Not named ``handoff``: a submodule of that name would shadow the function on this package
   once imported.)
+- :mod:`.rollouts`: rollouts from a manifest (``pvisor replay --batch`` without
+  ``--prepare-only``): :func:`~.rollouts.run_rollout` (one, from its arguments alone) and
+  :func:`~.rollouts.run_rollouts` (many on this machine, a process each).
 - :mod:`.demo`: ``pvisor demo``, the capture path offline with a built-in agent loop.
 
 Nothing is imported here, so that ``import pvisor.session`` costs nothing: the API's names are
@@ -35,7 +38,14 @@ from typing import Any
 
 #: the Python API, by the module that defines it (loaded on first use: the guard helper process
 #: imports pvisor.session.supervise, which must not load the API with it)
-_API = {"continue_run": "api", "continue_many": "api", "Result": "api", "handoff": "handover"}
+_API = {
+    "continue_run": "api",
+    "continue_many": "api",
+    "Result": "api",
+    "handoff": "handover",
+    "run_rollout": "rollouts",
+    "run_rollouts": "rollouts",
+}
 
 __all__ = sorted(_API)
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 import dataclasses
 import enum
 import multiprocessing
+import os
 import re
-import sys
+import signal
 import tempfile
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from multiprocessing.connection import wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from typing import Any
 from pvisor.core.errors import PvisorError, UsageError
 from pvisor.replay.errors import error_code, error_detail, show_path
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode
-from pvisor.replay.spec import BY_NAME, ReplaySpec
+from pvisor.replay.spec import BY_NAME, ReplayMode, ReplaySpec
 
 
 class RowStatus(str, enum.Enum):
@@ -171,6 +172,8 @@ def _replay_options(
         agent_args=[],
     )
     mode = line.mode.replay_mode
+    if line.options.get("replay_only"):  # a handoff that ends the next agent at request N+1
+        mode = ReplayMode.REPLAY_ONLY
     spec = ReplaySpec(values, [k for k, v in values.items() if v is not None], mode)
     problems = spec.check()
     # the fields the line gives (a default where its value is None); ReplayOptions' own otherwise
@@ -187,6 +190,7 @@ def _replay_options(
         restore_start=not kw.pop("no_restore", False),
         strict_workspace=bool(line.options.get("strict_workspace")),
         reset_to_pause=bool(line.options.get("reset_to_pause")),
+        replay_only=bool(line.options.get("replay_only")),
     )
     opts = handoff_options(
         to_agent=line.to_agent,
@@ -312,13 +316,59 @@ def _prepare(line: RolloutLine, journal: Path, output: Path) -> RolloutRow:
     return row
 
 
-def _one(args: tuple[RolloutLine, Path, Path]) -> RolloutRow:
-    """One rollout in a worker process (never raises: a pickled error may not unpickle)."""
+def _child(args: tuple[RolloutLine, Path, Path], conn: Any) -> None:
+    """A worker process's body: one rollout, its row sent back on ``conn`` (never an exception:
+    a pickled error may not unpickle)."""
     line, journal, output = args
     try:
-        return run_rollout(line, journal=journal, output=output)
-    except Exception as exc:  # noqa: BLE001
-        return failed_row(line, line.index, exc, RolloutError.INTERNAL.value)
+        row = run_rollout(line, journal=journal, output=output)
+    except Exception as exc:  # noqa: BLE001 - a bug must not take the other rollouts with it
+        row = failed_row(line, line.index, exc, RolloutError.INTERNAL.value)
+    conn.send(row)
+    conn.close()
+
+
+class _Worker:
+    """One rollout's process (``spawn``: a fresh interpreter, no inherited event loop, signal
+    handlers or threads) and the pipe its row comes back on."""
+
+    def __init__(self, line: RolloutLine, job: tuple[RolloutLine, Path, Path]) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.line = line
+        self.conn, child = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(target=_child, args=(job, child), name=f"pvisor-rollout-{line.index}")
+        self.process.start()
+        child.close()  # ours closed: the pipe reads EOF once the worker's end is gone
+
+    def row(self) -> RolloutRow:
+        """The row the worker sent, or a ``worker_died`` row when it ended without one."""
+        try:
+            row: RolloutRow = self.conn.recv()
+        except (EOFError, OSError):
+            self.process.join(5)
+            code = self.process.exitcode
+            how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+            exc = PvisorError(f"the process running the rollout ended before it returned a row ({how})")
+            row = failed_row(self.line, self.line.index, exc, RolloutError.WORKER_DIED.value)
+        self.conn.close()
+        self.process.join(30)
+        return row
+
+    def interrupt(self) -> None:
+        """Ctrl-C: the worker stops its agent as a single replay does on SIGINT."""
+        if self.process.is_alive() and self.process.pid is not None:
+            try:
+                os.kill(self.process.pid, signal.SIGINT)
+            except OSError:
+                pass
+
+    def stop(self) -> None:
+        """After :meth:`interrupt`: the worker killed when it has not ended 30 seconds later."""
+        self.process.join(30)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self.conn.close()
 
 
 def run_rollouts(
@@ -327,38 +377,44 @@ def run_rollouts(
     """Run ``lines`` on this machine, at most ``concurrency`` agent rollouts at once, each in a
     process of its own (module docstring), and yield their rows in line order. Each writes into
     ``output_root/<name>``; a line's own ``journal`` is used for it, else ``journal``. A rollout
-    whose process dies fails its row alone (``worker_died``). UsageError for ``concurrency`` < 1.
-    Stopping the iteration (Ctrl-C) cancels the rollouts not started."""
+    whose process dies (killed, out of memory) fails its row alone (``worker_died``); the
+    others go on. UsageError for ``concurrency`` < 1. Stopping the iteration (Ctrl-C) stops the
+    rollouts running (SIGINT, as a single replay's Ctrl-C) and starts no more."""
     if concurrency < 1:
         raise UsageError(f"--concurrency {concurrency}: at least 1")
     todo = list(lines)
-    agents = [ln for ln in todo if ln.mode is not RolloutMode.PREPARE_ONLY]
     root = Path(output_root).absolute()
 
     def job(ln: RolloutLine) -> tuple[RolloutLine, Path, Path]:
         return ln, Path(ln.journal or journal).absolute(), root / ln.name
 
-    if not agents:
-        for ln in todo:
-            yield run_rollout(ln, journal=job(ln)[1], output=job(ln)[2])
-        return
-    # spawn: a fresh interpreter per worker (no inherited event loop, signal handlers or threads)
-    extra: dict[str, Any] = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
-    pool = ProcessPoolExecutor(
-        max_workers=min(concurrency, len(agents)), mp_context=multiprocessing.get_context("spawn"), **extra
-    )
+    waiting = [ln for ln in todo if ln.mode is not RolloutMode.PREPARE_ONLY]
+    running: dict[int, _Worker] = {}
+    done: dict[int, RolloutRow] = {}
+
+    def fill() -> None:
+        while waiting and len(running) < concurrency:
+            nxt = waiting.pop(0)
+            running[nxt.index] = _Worker(nxt, job(nxt))
+
     try:
-        futures: dict[int, Future[RolloutRow]] = {ln.index: pool.submit(_one, job(ln)) for ln in agents}
         for ln in todo:
+            fill()  # the agents start first: a prepare-only line in this process meanwhile
             if ln.mode is RolloutMode.PREPARE_ONLY:
                 yield run_rollout(ln, journal=job(ln)[1], output=job(ln)[2])
                 continue
-            try:
-                yield futures[ln.index].result()
-            except Exception as exc:  # noqa: BLE001 - the worker's process ended (killed, crashed)
-                yield failed_row(ln, ln.index, exc, RolloutError.WORKER_DIED.value)
+            while ln.index not in done:
+                fill()
+                ready = wait([w.conn for w in running.values()])
+                for w in [w for w in running.values() if w.conn in ready]:
+                    done[w.line.index] = w.row()
+                    del running[w.line.index]
+            yield done.pop(ln.index)
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        for w in running.values():
+            w.interrupt()
+        for w in running.values():
+            w.stop()
 
 
 __all__ = [

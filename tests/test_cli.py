@@ -335,6 +335,10 @@ _ID_COMMANDS = {
     "journal export": (["journal", "export", "ID", "--format", "atif"], "RUN"),
     "journal body": (["journal", "body", "ID", "--request"], "EXCHANGE"),
     "journal scrub": (["journal", "scrub", "secret", "--run", "ID", "--dry-run"], "--run"),
+    "journal merge": (
+        ["journal", "merge", "{tmp}/j/x.sqlite", "--into", "{tmp}/m.sqlite", "--run", "ID"],
+        "--run",
+    ),
     "report": (["report", "ID", "-o", "{tmp}/r.html"], "RUN"),
     "snapshot ls": (["snapshot", "ls", "ID"], "RUN"),
     "snapshot restore": (["snapshot", "restore", "ID", "--into", "{tmp}/ws"], "RUN"),

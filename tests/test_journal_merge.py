@@ -17,9 +17,12 @@ from agent_helpers import FILES
 from cli_helpers import pvisor_main
 from journal_helpers import snapshot
 
+from sqlite_utils import Database
+
 from pvisor.journal.merge import MergeClash, merge_journals
 from pvisor.journal.model import Run
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.schema import MIGRATIONS
 from pvisor.journal.writer import Journal
 
 SHARED_FILE = b"shared " * 40
@@ -52,6 +55,12 @@ def journals(tmp_path: Path) -> tuple[Path, Path]:
                          labels={"k": "v"}))  # fmt: skip
         record(j, "r-a2", 1)
         j.flush()
+        [(manifest,)] = rows(a, "SELECT manifest FROM snapshots WHERE run_id = 'r-a'")
+        # a handoff's child run, pending: its workspace is r-a's snapshot
+        handed = {"handoff_from_agent": "codex", "handoff_to_agent": "claude-code"}
+        j.create_run(Run(id="r-child", agent="claude-code", parent_run="r-a", boundary_step=1, mode="handoff",
+                         pause_transition=0, workspace_snapshot=manifest, labels=handed))  # fmt: skip
+        j.flush()
     with Journal.open(b) as j:
         j.create_run(Run(id="r-b", agent="claude-code"))
         record(j, "r-b", 2, b'{"choices": ["b"]}')
@@ -78,7 +87,7 @@ def test_two_journals_merge_with_shared_blobs_copied_once_ids_kept_events_renumb
     a, b = journals
     dst = tmp_path / "sub" / "all.sqlite"
     rep = merge_journals([a, b], dst)
-    assert rep.created and rep.runs == ["r-a", "r-a2", "r-b", "r-b2"] and rep.skipped == []
+    assert rep.created and rep.runs == ["r-a", "r-a2", "r-child", "r-b", "r-b2"] and rep.skipped == []
     assert (rep.exchanges, rep.snapshots) == (6, 2)
     # r-b's request is r-a's second and its snapshot lists r-a's shared file: each stored once
     shared = {hashlib.sha256(body(2)).hexdigest(), hashlib.sha256(SHARED_FILE).hexdigest()}
@@ -120,11 +129,28 @@ def test_merging_again_skips_what_is_there_and_a_runs_filter_brings_one_run(tmp_
     rep = merge_journals([a], dst, runs={"r-a2"})
     assert rep.runs == ["r-a2"] and rep.missing_parents == {"r-a2": "r-a"}
     assert [r[0] for r in rows(dst, "SELECT id FROM runs")] == ["r-a2"]
+    # a handoff's child alone brings the snapshot its workspace is restored from, files and all
+    child = tmp_path / "child.sqlite"
+    assert merge_journals([a], child, runs={"r-child"}).runs == ["r-child"]
+    lineage = "SELECT parent_run, boundary_step, mode, pause_transition, workspace_snapshot, labels FROM runs"
+    assert rows(child, lineage) == rows(a, lineage + " WHERE id = 'r-child'")
+    with JournalReader(child) as r:
+        manifest = orjson.loads(r.blob(r.run("r-child").workspace_snapshot))
+        files = {e["path"]: r.blob(e["sha256"]) for e in manifest["entries"]}
+        assert files == {"only-a.txt": b"a " * 90, "shared.txt": SHARED_FILE} and r.verify().ok
+    last = rows(dst, "SELECT max(seq) FROM events")[0][0]
     again = merge_journals([a, b], dst)
-    assert again.skipped == ["r-a2"] and again.runs == ["r-a", "r-b", "r-b2"]
+    assert again.skipped == ["r-a2"] and again.runs == ["r-a", "r-child", "r-b", "r-b2"]
+    # the new runs' events come after what dst held, in their journals' order, a's before b's
+    new = rows(
+        dst, "SELECT run_id, kind FROM events WHERE seq > ? AND kind != 'run.merged' ORDER BY seq", last
+    )
+    src = [r for p in (a, b) for r in rows(p, "SELECT run_id, kind FROM events WHERE run_id IN "
+                                              "('r-a', 'r-child', 'r-b', 'r-b2') ORDER BY seq")]  # fmt: skip
+    assert new == src and len(new) == again.events
     assert again.missing_parents == {"r-b2": "r-elsewhere"}
     third = merge_journals([b, a], dst)
-    assert third.runs == [] and sorted(third.skipped) == ["r-a", "r-a2", "r-b", "r-b2"]
+    assert third.runs == [] and sorted(third.skipped) == ["r-a", "r-a2", "r-b", "r-b2", "r-child"]
     assert third.blobs_copied == 0 and third.events == 0
     with JournalReader(dst) as r:
         assert r.verify().ok
@@ -137,12 +163,11 @@ def test_a_run_in_two_journals_with_different_content_is_one_clash_and_nothing_i
         j.create_run(Run(id="r-a", agent="codex"))
         record(j, "r-a", 7)
         j.flush()
-    dst = tmp_path / "dst.sqlite"
     with pytest.raises(MergeClash) as info:
-        merge_journals([b, a, other], dst)
+        merge_journals([b, a, other], tmp_path / "new" / "dst.sqlite")
     assert info.value.exit_code == 65 and info.value.files == (str(a), str(other))
     assert "run r-a" in str(info.value) and "\n" not in str(info.value)
-    assert not dst.exists()
+    assert not (tmp_path / "new").exists()  # neither the journal nor the directory made for it
 
 
 # --------------------------------------------------------------------------- the command
@@ -223,12 +248,15 @@ def test_refusals_newer_schema_itself_twice_and_bad_files_each_one_line_and_no_d
     (tmp_path / "notes.txt").write_text("not a journal\n" * 400)
     cut = tmp_path / "cut.sqlite"
     cut.write_bytes(a.read_bytes()[: a.stat().st_size // 2])
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)  # SQLite would wait on it for ever
     nope, notes = str(tmp_path / "nope.sqlite"), str(tmp_path / "notes.txt")
     cases = [  # (source, into, exit code, what the line says)
         (nope, str(dst), 2, [f"journal {nope} does not exist"]),
         (str(tmp_path), str(dst), 2, [f"journal {tmp_path} is a directory, expected a journal file"]),
         (notes, str(dst), 65, [f"{notes} is not a pvisor journal (not an SQLite database)"]),
         (str(cut), str(dst), 3, [f"journal {cut} is damaged"]),
+        (str(fifo), str(dst), 2, [f"journal {fifo} is not a regular file"]),
         (str(a), str(tmp_path), 2, [f"--into {tmp_path} is a directory, expected a journal file"]),
         (
             str(a),
@@ -252,11 +280,18 @@ def test_refusals_newer_schema_itself_twice_and_bad_files_each_one_line_and_no_d
 def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tmp_path, journals):
     a, b = journals
     dst = tmp_path / "dst.sqlite"
-    with Journal.open(a) as j:  # this process holds a's lease
+    with Journal.open(a) as j:  # this process holds a's lease, and captures r-new into a
+        j.create_run(Run(id="r-new", agent="codex"))
+        record(j, "r-new", 1)
         j.flush()
         err = one_error(cli("journal", "merge", str(b), str(a), "--into", str(dst)), 69, str(a))
         assert f"pid {os.getpid()}" in err and "being written" in err
+        err = one_error(cli("journal", "merge", str(a), "--into", str(dst), "--run", "r-new"), 69, str(a))
+        assert "it writes run r-new" in err
         assert not dst.exists()
+        # the runs it does not write are whole: they may be merged while it captures r-new
+        assert merge_journals([a], dst, runs={"r-a", "r-a2"}).runs == ["r-a", "r-a2"]
+        dst.unlink()
     # a lease left open by a process that is gone: a's writer died with an exchange in flight
     gone = subprocess.Popen(["true"])
     gone.wait()  # reaped: its pid names no process
@@ -267,7 +302,7 @@ def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tm
         c.execute("UPDATE exchanges SET outcome = NULL, writer_id = ? WHERE run_id = 'r-a2'", (wid,))
     proc = cli("journal", "merge", str(a), "--into", str(dst), "--json")
     assert proc.returncode == 0, proc.stderr
-    assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2"]
+    assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2", "r-child", "r-new"]
     # the lease comes along open, and the next writer of dst reaps it as a's would have
     with Journal.open(dst) as j:
         assert len(j.reaped) == 1
@@ -285,7 +320,7 @@ def test_dry_run_lists_what_would_come_and_writes_nothing(tmp_path, journals):
     assert f"would copy run r-b2 from {b}: agent codex, mode replay-only (from r-elsewhere@2)" in proc.stdout
     assert (
         "nothing merged (--dry-run)" in proc.stderr
-        and "(would be created): 4 runs, 6 exchanges" in proc.stderr
+        and "(would be created): 5 runs, 6 exchanges" in proc.stderr
     )
     assert not dst.parent.exists()
     assert merge_journals([a], dst, runs={"r-a"}).runs == ["r-a"]
@@ -294,7 +329,7 @@ def test_dry_run_lists_what_would_come_and_writes_nothing(tmp_path, journals):
     assert proc.returncode == 0, proc.stderr
     rep = orjson.loads(proc.stdout)
     assert rep["dry_run"] and not rep["created"]
-    assert (rep["runs"], rep["skipped"]) == (["r-a2", "r-b", "r-b2"], ["r-a"])
+    assert (rep["runs"], rep["skipped"]) == (["r-a2", "r-child", "r-b", "r-b2"], ["r-a"])
     # r-b's request body and shared file are r-a's, in dst already
     assert rep["blobs_shared"] >= 2 and rep["blobs_copied"] > 0 and rep["bytes_copied"] > 0
     assert files_of(dst.parent, "dst") == before
@@ -333,3 +368,98 @@ def test_a_real_run_reads_back_from_the_merged_journal_as_from_its_own(tmp_path,
     )
     assert p.returncode == 0, p.stderr
     assert {f: (restored / f).read_text() for f in ("a.txt", "b.txt", "c.txt")} == FILES
+
+
+def test_a_source_of_an_older_schema_is_read_as_it_is_its_missing_columns_defaulted(tmp_path, journals):
+    """A journal of schema 4 (before snapshots, response parts, capture): merged as it is, never
+    migrated (a source is only read); DST's columns it lacks take their defaults."""
+    old = tmp_path / "old.sqlite"
+    conn = sqlite3.connect(old, isolation_level=None)
+    MIGRATIONS.apply(Database(conn), stop_before="m005_snapshots")
+    data = b'{"model": "m", "messages": []}'
+    sha = hashlib.sha256(data).hexdigest()
+    conn.execute("INSERT INTO meta VALUES ('journal_id', 'j-old'), ('fingerprint_key', 'aa')")
+    wid = conn.execute(
+        "INSERT INTO writers(pid, host, started_ms, heartbeat_ms, closed_ms, closed_how) "
+        "VALUES (1, 'elsewhere', 5, 6, 7, 'closed')"
+    ).lastrowid
+    conn.execute("INSERT INTO runs(id, created_ms) VALUES ('r-old', 5)")
+    conn.execute("INSERT INTO blobs VALUES (?, ?, 'identity', NULL, ?)", (sha, len(data), data))
+    conn.execute(
+        "INSERT INTO exchanges(id, run_id, seq, method, path, request_body, started_ms, outcome, writer_id) "
+        "VALUES ('x-0000000000000001', 'r-old', 1, 'POST', '/v1/messages', ?, 5, 'ok', ?)",
+        (sha, wid),
+    )
+    conn.execute(
+        "INSERT INTO events(ts_ms, kind, run_id, writer_id) VALUES (5, 'run.created', 'r-old', ?)", (wid,)
+    )
+    conn.close()
+    before = old.read_bytes()
+    dst = tmp_path / "dst.sqlite"
+    rep = merge_journals([old, journals[0]], dst)
+    assert rep.runs == ["r-old", "r-a", "r-a2", "r-child"] and old.read_bytes() == before
+    assert rows(dst, "SELECT capture, served_by, flags FROM exchanges WHERE run_id = 'r-old'") == [
+        ("reverse", None, "[]")
+    ]
+    assert rows(dst, "SELECT w.host, w.closed_how FROM exchanges e JOIN writers w ON w.id = e.writer_id "
+                "WHERE e.run_id = 'r-old'") == [("elsewhere", "closed")]  # fmt: skip
+    with JournalReader(dst) as r:
+        [ex] = r.exchanges("r-old")
+        assert r.request_body(ex) == data and r.verify().ok
+
+
+def test_more_sources_than_sqlite_attaches_merge_through_a_staging_journal(tmp_path, journals):
+    """12 sources (SQLite attaches 10 databases at most): merged in one transaction on DST all
+    the same; a clash between the 2nd and the 12th names those two files, not the staging
+    journal; a run the same in two of them is copied once; a dry run leaves nothing beside DST."""
+    srcs = []
+    for i in range(12):
+        path = tmp_path / f"w{i:02d}.sqlite"
+        with Journal.open(path) as j:
+            j.create_run(Run(id=f"r-w{i:02d}", agent="codex", created_ms=1000 + i))
+            record(j, f"r-w{i:02d}", 2, b'{"choices": ["w"]}')  # one body in all of them
+            j.flush()
+        srcs.append(path)
+    (tmp_path / "out").mkdir()
+    dst = tmp_path / "out" / "all.sqlite"
+    assert merge_journals([journals[0]], dst, runs={"r-a"}).runs == ["r-a"]
+    before = files_of(dst.parent)
+    rep = merge_journals(srcs, dst, dry_run=True)
+    assert rep.runs == [f"r-w{i:02d}" for i in range(12)] and files_of(dst.parent) == before
+    assert [d["source"] for d in rep.details] == [str(p) for p in srcs]
+    rep = merge_journals([*srcs, journals[0]], dst)
+    assert rep.runs == [*(f"r-w{i:02d}" for i in range(12)), "r-a2", "r-child"] and rep.skipped == ["r-a"]
+    # the body all twelve send is r-a's second request: dst had it, nothing of it copied again
+    assert rep.blobs_copied == 2 and rep.blobs_shared >= 13  # the answer all twelve got, r-a2's
+    shared = hashlib.sha256(body(2)).hexdigest()
+    assert rows(dst, "SELECT count(*) FROM blobs WHERE sha256 = ?", shared) == [(1,)]
+    events = "SELECT count(*) FROM events WHERE run_id IS NOT NULL AND run_id != 'r-a'"
+    assert rep.events == sum(rows(p, events)[0][0] for p in [*srcs, journals[0]])  # run.merged aside
+    assert len(rows(dst, "SELECT 1 FROM events WHERE kind = 'run.merged'")) == 15
+    assert [s["path"] for s in rep.sources] == [*map(str, srcs), str(journals[0])]
+    assert not [p for p in dst.parent.iterdir() if "merge" in p.name]
+    with JournalReader(dst) as r:
+        assert r.verify().ok
+    # a clash between the 2nd and the 12th source: one line naming them
+    with Journal.open(srcs[11]) as j:
+        j.create_run(Run(id="r-w01", agent="codex"))
+        record(j, "r-w01", 9)
+        j.flush()
+    other = tmp_path / "other.sqlite"
+    with pytest.raises(MergeClash) as info:
+        merge_journals(srcs, other)
+    assert info.value.files == (str(srcs[1]), str(srcs[11])) and not other.exists()
+    assert not [p for p in tmp_path.iterdir() if "merge" in p.name]
+
+
+def test_a_full_file_system_is_exit_74_and_leaves_no_journal_behind(tmp_path, small_fs):
+    src = tmp_path / "big.sqlite"
+    with Journal.open(src) as j:
+        j.create_run(Run(id="r-big", agent="codex"))
+        j.record_exchange("r-big", "POST", "/v1/x", [], status=200, request_body=os.urandom(600_000))
+        j.flush()
+    full = small_fs("400k")
+    dst = full / "dst.sqlite"
+    proc = cli("journal", "merge", str(src), "--into", str(dst))
+    one_error(proc, 74, f"journal {dst}: no room on its file system")
+    assert list(full.iterdir()) == []

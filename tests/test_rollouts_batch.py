@@ -8,12 +8,26 @@ receives its key as the request's credential) and nothing pvisor writes. Nothing
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import aiohttp
 import pytest
-from agent_helpers import SUBMIT, capture_scripted, entrypoint, pvisor, script_for, user_env
+from agent_helpers import (
+    PVISOR,
+    SUBMIT,
+    capture_scripted,
+    entrypoint,
+    gated_entrypoint,
+    pvisor,
+    script_for,
+    user_env,
+    wait_gone,
+)
 from aiohttp import web
 from pvisor.journal.reader import JournalReader
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
@@ -69,6 +83,11 @@ def recording_proxy(stack, target: str):
                 return web.Response(body=data, status=r.status, headers=keep)
 
     return stack.raw_upstream(forward)
+
+
+def parent_of(pid: int) -> int:
+    """The parent process of ``pid`` (/proc)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def line(cap, **kw) -> dict:
@@ -217,3 +236,120 @@ def test_the_docs_manifest_lines_are_rollouts(tmp_path):
         RolloutMode.CONTINUATION, RolloutMode.CONTINUATION, RolloutMode.REPLAY_ONLY, RolloutMode.HANDOFF
     ]  # fmt: skip
     assert read[1].key_file == Path("/etc/pvisor/keys.env") and read[3].to_agent == "codex"  # type: ignore
+    # a replay-only handoff takes a replay-only's options: no upstream
+    bad = {"run": "r-1", "after_step": 1, "mode": "handoff", "to_agent": "codex", "replay_only": True}
+    (tmp_path / "m.jsonl").write_text(json.dumps({**bad, "upstream": "http://127.0.0.1:9"}) + "\n")
+    [(_, refused)] = read_rollouts(tmp_path / "m.jsonl", journal=None, default_mode=RolloutMode.CONTINUATION)
+    assert "upstream is not for a replay-only handoff line" in str(refused)
+
+
+def test_a_rollout_whose_process_is_killed_fails_its_row_alone(sources, tmp_path):
+    codex, mini, exe = sources["codex"], sources["mini-swe-agent"], str(entrypoint("codex"))
+    gate = tmp_path / "gate"
+    held = gated_entrypoint(entrypoint("codex"), gate, tmp_path / "codex-held")
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    manifest.write_text(
+        json.dumps(line(codex, name="killed", entrypoint=str(held)))
+        + "\n"
+        # a handoff that ends the next agent at its request N+1 (as pvisor handoff --replay-only)
+        + json.dumps(
+            line(mini, name="kept", mode="handoff", to_agent="codex", replay_only=True, entrypoint=exe)
+        )
+        + "\n"
+    )
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("gate.arrived.*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [arrived] = tmp_path.glob("gate.arrived.*")
+        # the rollout's process is the one that runs the agent's --version check
+        worker = parent_of(int(arrived.name.rsplit(".", 1)[1]))
+        os.kill(worker, signal.SIGKILL)
+        (tmp_path / "gate.open").touch()
+        _, err = proc.communicate(timeout=300)
+    finally:
+        (tmp_path / "gate.open").touch()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    got = {r["name"]: r for r in map(json.loads, rows.read_text().splitlines())}
+    assert got["killed"]["status"] == "failed" and got["killed"]["error"]["code"] == "worker_died"
+    assert "killed by signal 9" in got["killed"]["error"]["message"]
+    kept = got["kept"]
+    assert kept["status"] == "ok" and kept["derived_run"] and kept["live_steps"] == 0, kept["error"]
+    assert kept["result"]["mode"] == "handoff" and kept["result"].get("continuation") is None
+    assert kept["result"]["handoff"]["to_agent"] == "codex" and kept["to_agent"] == "codex"
+
+
+def test_ctrl_c_stops_the_running_rollouts_and_the_batch_exits_130(sources, tmp_path):
+    codex = sources["codex"]
+    gate = tmp_path / "gate"
+    held = gated_entrypoint(entrypoint("codex"), gate, tmp_path / "codex-held")
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    manifest.write_text(
+        "".join(json.dumps(line(codex, name=f"r{i}", entrypoint=str(held))) + "\n" for i in (1, 2))
+    )
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("gate.arrived.*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        workers = [parent_of(int(p.name.rsplit(".", 1)[1])) for p in tmp_path.glob("gate.arrived.*")]
+        proc.send_signal(signal.SIGINT)  # the batch's process alone: it stops its workers itself
+        _, err = proc.communicate(timeout=120)
+    finally:
+        (tmp_path / "gate.open").touch()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert "interrupted after 0 of 2 rollouts" in err.splitlines()[-1] and not rows.exists()
+    assert all(wait_gone(pid, 30) for pid in workers)
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        ({"after_step": "1"}, "after_step: expected int, got a str"),
+        ({"after_step": -1}, "after_step: expected a step number >= 0"),
+        ({"mode": "sideways"}, "mode: expected one of prepare-only, replay-only, continuation, handoff"),
+        ({"mode": "handoff"}, "a handoff line needs to_agent"),
+        ({"to_agent": "codex"}, "to_agent is for a handoff line"),
+        ({"mode": "replay-only", "max_steps": 2}, "max_steps is not for a replay-only line"),
+        ({"trajectory": "t.jsonl"}, "give exactly one of trajectory and run"),
+        ({"name": "../up"}, "one directory name, not a path"),
+        ({"sandbox": "chroot"}, "sandbox: expected one of auto, bwrap, none"),
+        ({"upstream": "ftp://x"}, "upstream: expected an http:// or https:// URL"),
+        ({"agent": "nobody"}, "agent: not an agent pvisor knows"),
+    ],
+)
+def test_a_line_that_is_no_rollout_says_why(tmp_path, extra, said):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"run": "r-1", "after_step": 1, **extra}) + "\n")
+    [(n, got)] = read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION)
+    assert n == 1 and getattr(got, "code", None) == "bad_manifest_line" and said in str(got), got
+    assert str(got).startswith(f"{manifest} line 1: ")
+
+
+def test_two_lines_of_one_name_the_second_fails(tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    lines = [{"run": "r-1", "after_step": 1, "name": "000002"}, {"run": "r-1", "after_step": 2}]
+    manifest.write_text("".join(json.dumps(x) + "\n" for x in lines))  # line 2's default name is 000002
+    got = list(read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION))
+    assert isinstance(got[0][1], RolloutLine) and "name '000002' is line 1's already" in str(got[1][1])

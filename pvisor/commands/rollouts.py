@@ -55,6 +55,11 @@ def run_rollout_batch(
     instead of here. UsageError (before anything runs) for the paths as the prepare-only batch
     refuses them (:func:`~pvisor.commands.batch.check_paths`); OutputError (exit 74) when the
     rows cannot be written. Ctrl-C: exit 130 with a line saying how far the batch got."""
+    if ray_address is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("ray") is None:  # before anything is written
+            raise UsageError("--ray needs Ray: pip install '.[ray]' in a clone of pvisor (docs/install.md)")
     check_paths(manifest, output, rows, force)
     if journal is None:
         from pvisor.journal.paths import default_journal_path
