@@ -404,7 +404,7 @@ def test_what_ray_raises_is_a_code_and_one_line(ray_cluster):
     assert failure is RayFailure.RAY_UNAVAILABLE and len(message) == 300 and "\n" not in message
 
 
-def test_an_address_that_takes_no_connection_is_one_line_and_exit_69(tmp_path):
+def test_an_address_that_takes_no_connection_is_exit_69_and_concurrency_is_refused(tmp_path):
     manifest = tmp_path / "m.jsonl"
     manifest.write_text(json.dumps({"run": "r-0123456789ab", "after_step": 1, "mode": "replay-only"}) + "\n")
     for address in ("127.0.0.1:9", "ray://127.0.0.1:9"):  # Ray itself would retry it for minutes
@@ -418,3 +418,12 @@ def test_an_address_that_takes_no_connection_is_one_line_and_exit_69(tmp_path):
             f"pvisor: error: --ray {address}: cannot connect to Ray: 127.0.0.1:9 takes no connection: "
             "Connection refused"
         ]
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("pvisor")), "replay", "--batch", str(manifest), "--ray", "local",
+         "--concurrency", "2", "--rows", str(tmp_path / "rows.jsonl")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "pvisor: error: --concurrency is for rollouts here: on --ray each rollout takes one CPU of the "
+        "cluster"
+    ]
