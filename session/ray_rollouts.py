@@ -236,7 +236,9 @@ def rollouts_on_ray(
 ) -> Iterator[RolloutRow]:
     """Each of ``lines`` as one Ray task on the cluster at ``address`` (:func:`connect`); its
     row yielded when it ends, in the order they end (each names its line). Derived runs are
-    merged into ``journal`` (created when missing) as they come; with ``output_root`` each
+    merged as they come into the line's own ``journal``, else ``journal`` (created when
+    missing): where a local rollout writes them. ``journal`` is also where a ``run`` line
+    without a journal of its own is read from. With ``output_root`` each
     line's output files go into ``output_root/<name>/``. A line that fails, on the worker or in
     Ray, is a failed row (:class:`RayFailure` for Ray's part); nothing is retried. Raises only
     before the first task: UsageError (no Ray), UnavailableError (no cluster)."""
@@ -314,7 +316,8 @@ def _collect(
             tmp = workdir / f"derived-{line.index}.sqlite"
             _write_private(tmp, got.journal)
             try:
-                merge_journals([tmp], journal, runs=set(got.derived))
+                # where a local rollout writes it: the line's own journal, else the batch's
+                merge_journals([tmp], line.journal or journal, runs=set(got.derived))
             finally:
                 tmp.unlink(missing_ok=True)
         if output_root is not None and got.files:

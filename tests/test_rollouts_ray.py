@@ -338,15 +338,19 @@ def test_the_batch_command_runs_rollouts_on_a_ray_it_joins(captured, ray_cluster
     mini = captured("mini-swe-agent")
     journal = caller_journal(tmp_path, mini)
     manifest = tmp_path / "m.jsonl"
+    # line 1 names its journal: its run is read and its derived run merged there, as a local
+    # rollout's; line 2 reads the batch's --journal
+    batch_journal = tmp_path / "batch.sqlite"
+    merge_journals([journal], batch_journal)
     manifest.write_text(
-        json.dumps({"run": mini.run, "after_step": 1, "name": "again", "mode": "replay-only",
-                    "entrypoint": str(entrypoint("mini-swe-agent")), "timeout": 240}) + "\n"
-        + json.dumps({"run": mini.run, "after_step": 1, "name": "gone", "mode": "replay-only",
-                      "entrypoint": str(tmp_path / "missing" / "mini")}) + "\n"
+        json.dumps({"run": mini.run, "journal": str(journal), "after_step": 1, "name": "again",
+                    "mode": "replay-only", "entrypoint": str(entrypoint("mini-swe-agent")), "timeout": 240})
+        + "\n" + json.dumps({"run": mini.run, "after_step": 1, "name": "gone", "mode": "replay-only",
+                              "entrypoint": str(tmp_path / "missing" / "mini")}) + "\n"
     )  # fmt: skip
     out = tmp_path / "out"
     proc = subprocess.run(
-        [str(Path(sys.executable).with_name("pvisor")), "--journal", str(journal), "replay", "--batch",
+        [str(Path(sys.executable).with_name("pvisor")), "--journal", str(batch_journal), "replay", "--batch",
          str(manifest), "--ray", address, "--output", str(out)],
         capture_output=True, text=True, timeout=400, cwd=tmp_path, env=dict(os.environ),
         stdin=subprocess.DEVNULL,
@@ -360,6 +364,8 @@ def test_the_batch_command_runs_rollouts_on_a_ray_it_joins(captured, ray_cluster
     with JournalReader(journal) as r:
         run = r.run(doc["derived_run"])
     assert (run.parent_run, run.mode) == (mini.run, "replay-only")
+    with JournalReader(batch_journal) as r:
+        assert not r.run_exists(doc["derived_run"])
 
 
 def test_continue_many_on_ray_gives_k_derived_runs_in_the_callers_journal(
