@@ -39,6 +39,7 @@ import os
 import shutil
 import socket
 import tempfile
+import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,9 @@ OUTPUT_FILES = ("result.json", "prefix.json", "prefix.request.json")
 
 #: the name of a worker's private root starts with this, then the line number and ``-``
 ROOT_PREFIX = "pvisor-ray-"
+
+#: the variable that tells Ray Client to send the cluster's token (Ray's token authentication)
+AUTH_MODE_ENV = "RAY_AUTH_MODE"
 
 #: seconds an address is given to take a TCP connection before Ray is asked to join it
 PROBE_S = 10.0
@@ -207,9 +211,15 @@ def connect(address: str) -> bool:
     if unreachable is not None:
         raise UnavailableError(f"--ray {address}: cannot connect to Ray: {unreachable}")
     try:
-        ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        with warnings.catch_warnings():  # Ray Client warns of a timeout before it raises it
+            warnings.simplefilter("ignore")
+            ray.init(address=address, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
     except (ConnectionError, ValueError, RuntimeError) as exc:
-        raise UnavailableError(f"--ray {address}: cannot connect to Ray: {_one_line(exc)}") from None
+        hint = ""
+        if address.startswith("ray://") and AUTH_MODE_ENV not in os.environ:
+            # Ray Client sends the cluster's token only when told to (Ray's own rule)
+            hint = f" (a cluster with token authentication: set {AUTH_MODE_ENV}=token, and its token, here)"
+        raise UnavailableError(f"--ray {address}: cannot connect to Ray: {_one_line(exc)}{hint}") from None
     for name in ("ray", "ray.data"):  # after init, which sets its own levels
         logging.getLogger(name).setLevel(logging.ERROR)
     return True
