@@ -67,7 +67,10 @@ def ray_cluster(tmp_path_factory):
     os.environ.update(OPENAI_API_KEY=ENV_KEY, PYTHONSAFEPATH="1")
     os.chdir(root)
     try:
-        ctx = ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False)
+        # address "local": a new Ray, never one this machine runs already (ray start)
+        ctx = ray.init(
+            address="local", num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False
+        )
         yield ctx.address_info["gcs_address"]
     finally:
         ray.shutdown()
