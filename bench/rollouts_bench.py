@@ -8,7 +8,8 @@ steps, then its submit command.
 **The rollouts.** ``--k`` continuations of it after step 1 (each: a new workspace with the
 run's start snapshot restored, steps 1..N played back, request N+1 and the rest live) against a
 scripted model on this machine (``"main_chain": "any-tools"``: one server answers every
-rollout): one live step, then the end. Run twice, one batch each, in this order:
+rollout): one live step, then the end. Three batches, in this order: **alone** (k = 1, below),
+then
 
 - **local**: :func:`pvisor.session.continue_many` with ``concurrency`` = the machine's CPUs
   (each rollout a spawned process of its own);
