@@ -35,6 +35,7 @@ from typing import Any, Iterator, Mapping
 
 from pvisor.adapters.agents import descriptor_names
 from pvisor.core.errors import PvisorError
+from pvisor.gateway.routing import USERINFO_REFUSED, has_userinfo
 from pvisor.journal.redact import has_key_shape
 
 from .batch import MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_VALUE_CHARS, read_manifest
@@ -215,6 +216,8 @@ def _check_option(key: str, o: Option, value: Any, n: int, manifest: Path) -> No
         raise bad_line(manifest, n, f"{key}: expected a number of seconds > 0")
     if o.kind == Kind.URL and not value.startswith(("http://", "https://")):
         raise bad_line(manifest, n, f"{key}: expected an http:// or https:// URL")
+    if o.kind == Kind.URL and has_userinfo(value):
+        raise bad_line(manifest, n, f"{key}: {USERINFO_REFUSED} (a line's: key_file)")
 
 
 def _line(

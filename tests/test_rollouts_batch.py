@@ -29,7 +29,10 @@ from agent_helpers import (
     wait_gone,
 )
 from aiohttp import web
+from cli_inprocess import pvisor as pvisor_in
+from pvisor.gateway.routing import USERINFO_REFUSED
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.writer import Journal
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
 
 pytestmark = pytest.mark.slow
@@ -353,3 +356,30 @@ def test_two_lines_of_one_name_the_second_fails(tmp_path):
     manifest.write_text("".join(json.dumps(x) + "\n" for x in lines))  # line 2's default name is 000002
     got = list(read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION))
     assert isinstance(got[0][1], RolloutLine) and "name '000002' is line 1's already" in str(got[1][1])
+
+
+PASSWORD_URL = "http://user:s3cretpassw0rd@127.0.0.1:1"  # the gateway's forwarder cannot send it
+
+
+def test_an_upstream_url_with_a_password_fails_its_line_never_shown(tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"run": "r-1", "after_step": 1, "upstream": PASSWORD_URL}) + "\n")
+    [(_, got)] = read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION)
+    assert getattr(got, "code", None) == "bad_manifest_line", got
+    assert "upstream: the URL holds user info" in str(got) and "s3cret" not in str(got)
+
+
+@pytest.mark.parametrize("command", [["replay"], ["handoff", "--to-agent", "mini-swe-agent"]])
+def test_a_single_replay_refuses_an_upstream_with_user_info_in_one_line(capsysbinary, tmp_path, command):
+    """Before: accepted, and every live request was the gateway's internal ValueError (aiohttp
+    combines no Authorization header with a URL's user info), blamed on the model."""
+    with Journal.open(tmp_path / "j.sqlite"):
+        pass
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", str(tmp_path / "j.sqlite"), *command, "--agent", "codex", "--run",
+        "r-0123456789ab", "--after-step", "1", "--upstream", PASSWORD_URL, "--output", str(tmp_path / "o"),
+        "--workspace", str(tmp_path / "ws"),
+    )  # fmt: skip
+    said = [e for e in err.splitlines() if "--upstream" in e]
+    assert code == 2 and said == [f"pvisor: error: --upstream http://127.0.0.1:1: {USERINFO_REFUSED}"], err
+    assert "s3cret" not in err
