@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
@@ -128,6 +129,19 @@ def line_options() -> dict[str, Option]:
         if key is not None and o.name not in _NOT_PER_LINE:
             keys[key] = o
     return keys
+
+
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def in_line_keys(text: str) -> str:
+    """``text`` (a replay's message, which names the command line's flags: ``--after-step 99``,
+    ``give --agent-entrypoint PATH``) with each flag a line may give as its line's key
+    (``after_step 99``, ``give entrypoint PATH``): how a row and the batch's stderr speak of a
+    line. The flags no line gives (``--output``, ``--force``) stay as they are."""
+    keys = {o.flag: key for key, o in line_options().items() if o.flag}
+    keys.update({"--" + k.replace("_", "-"): k for k in _OWN})
+    return _FLAG.sub(lambda m: keys.get(m.group(0), m.group(0)), text)
 
 
 def read_rollouts(
@@ -308,4 +322,4 @@ def _line(
     )
 
 
-__all__ = ["RolloutLine", "RolloutMode", "bad_line", "line_options", "read_rollouts"]
+__all__ = ["RolloutLine", "RolloutMode", "bad_line", "in_line_keys", "line_options", "read_rollouts"]
