@@ -191,12 +191,23 @@ def _refuse_keys(obj: Mapping[str, Any], n: int, manifest: Path) -> None:
             )
 
 
+#: a JSON value's type in words, for a message
+_WORDS: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+}
+
+
 def _check_value(key: str, value: Any, types: tuple[type, ...], n: int, manifest: Path) -> None:
     if value is None:
         return
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        got = type(value).__name__
-        raise bad_line(manifest, n, f"{key}: expected {' or '.join(t.__name__ for t in types)}, got a {got}")
+        wanted = " or ".join(_WORDS[t] for t in types if not (t is int and float in types))
+        raise bad_line(manifest, n, f"{key}: expected {wanted}, got {_WORDS.get(type(value), 'an object')}")
     strings = value if isinstance(value, list) else [value]
     for v in strings:
         if isinstance(value, list) and not isinstance(v, str):
@@ -279,6 +290,10 @@ def _line(
         raise bad_line(manifest, n, f"source_reasoning: expected one of {', '.join(_SOURCE_REASONING)}")
     if mode is RolloutMode.PREPARE_ONLY and obj.get("agent") is None:
         raise bad_line(manifest, n, "no agent (a prepare-only line names the agent whose request it writes)")
+    if obj.get("name") == "":
+        raise bad_line(
+            manifest, n, "name is empty: give a directory name, or leave the key out (the line number)"
+        )
     name = obj.get("name") or f"{n:06d}"
     if name in (".", "..") or "/" in name or "\\" in name:
         raise bad_line(manifest, n, f"name {name!r}: one directory name, not a path")

@@ -344,7 +344,7 @@ def test_ctrl_c_stops_the_running_rollouts_and_the_batch_exits_130(sources, tmp_
 @pytest.mark.parametrize(
     "extra, said",
     [
-        ({"after_step": "1"}, "after_step: expected int, got a str"),
+        ({"after_step": "1"}, "after_step: expected an integer, got a string"),
         ({"after_step": -1}, "after_step: expected a step number >= 0"),
         ({"mode": "sideways"}, "mode: expected one of prepare-only, replay-only, continuation, handoff"),
         ({"mode": "handoff"}, "a handoff line needs to_agent"),
@@ -355,6 +355,9 @@ def test_ctrl_c_stops_the_running_rollouts_and_the_batch_exits_130(sources, tmp_
         ({"sandbox": "chroot"}, "sandbox: expected one of auto, bwrap, none"),
         ({"upstream": "ftp://x"}, "upstream: expected an http:// or https:// URL"),
         ({"agent": "nobody"}, "agent: not an agent pvisor knows"),
+        ({"name": 3}, "name: expected a string, got an integer"),
+        ({"timeout": "soon"}, "timeout: expected a number, got a string"),
+        ({"name": ""}, "name is empty"),
     ],
 )
 def test_a_line_that_is_no_rollout_says_why(tmp_path, extra, said):
