@@ -387,16 +387,24 @@ def test_an_upstream_url_with_a_password_fails_its_line_never_shown(tmp_path):
     assert "upstream: the URL holds user info" in str(got) and "s3cret" not in str(got)
 
 
-@pytest.mark.parametrize("command", [["replay"], ["handoff", "--to-agent", "mini-swe-agent"]])
-def test_a_single_replay_refuses_an_upstream_with_user_info_in_one_line(capsysbinary, tmp_path, command):
+REPLAYED = ["--run", "r-0123456789ab", "--after-step", "1", "--output", "o"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["replay", *REPLAYED], ["handoff", "--to-agent", "mini-swe-agent", *REPLAYED], ["run"]],
+)
+def test_a_single_replay_refuses_an_upstream_with_user_info_in_one_line(
+    capsysbinary, monkeypatch, tmp_path, command
+):
     """Before: accepted, and every live request was the gateway's internal ValueError (aiohttp
     combines no Authorization header with a URL's user info), blamed on the model."""
+    monkeypatch.chdir(tmp_path)
     with Journal.open(tmp_path / "j.sqlite"):
         pass
     code, _, err = pvisor_in(
-        capsysbinary, "--journal", str(tmp_path / "j.sqlite"), *command, "--agent", "codex", "--run",
-        "r-0123456789ab", "--after-step", "1", "--upstream", PASSWORD_URL, "--output", str(tmp_path / "o"),
-        "--workspace", str(tmp_path / "ws"),
+        capsysbinary, "--journal", "j.sqlite", *command, "--agent", "codex", "--upstream", PASSWORD_URL,
+        "--workspace", "ws", *(["--", "a task"] if command == ["run"] else []),
     )  # fmt: skip
     said = [e for e in err.splitlines() if "--upstream" in e]
     assert code == 2 and said == [f"pvisor: error: --upstream http://127.0.0.1:1: {USERINFO_REFUSED}"], err
