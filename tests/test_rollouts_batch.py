@@ -420,3 +420,16 @@ def test_the_rows_table_gives_the_ended_by_values_the_tool_writes():
     [row] = [r for r in doc.splitlines() if r.startswith("| `ended_by` |")]
     said = set(re.findall(r"`([a-z_]+)`", row.split("|")[2]))
     assert said == {e.value for e in ContinuationEnd} | {e.value for e in AgentRunEnd}, row
+
+
+def test_a_rows_message_names_the_line_keys_not_the_flags():
+    from pvisor.replay.rollout_manifest import in_line_keys
+
+    said = in_line_keys(
+        "run r-1 was recorded with agent mini-swe-agent, not --agent codex; give --agent-entrypoint PATH, "
+        "--to-agent, --max-steps 2 or --boundary-user-prompt; --output and --force stay"
+    )
+    assert said == (
+        "run r-1 was recorded with agent mini-swe-agent, not agent codex; give entrypoint PATH, "
+        "to_agent, max_steps 2 or boundary_user_prompt; --output and --force stay"
+    )
