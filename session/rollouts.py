@@ -63,7 +63,8 @@ class RolloutRow:
     :class:`RowStatus` value), ``agent`` (the agent that ran: the source's, or None before it
     was known), ``to_agent`` (a handoff's), ``after_step``, ``derived_run`` (the run it made in
     the journal, or None), ``ended_by`` (why the live part ended, else why the agent ended),
-    ``live_steps``, ``workspace`` (where the agent ran), ``result`` (the result document, or
+    ``live_steps``, ``workspace`` (where the agent ran; None when a default one was removed, the
+    rollout having failed before its agent wrote anything), ``result`` (the result document, or
     None), ``error_code`` and ``error_message`` (None when ok)."""
 
     line: int
