@@ -91,6 +91,24 @@ def check_upstream_url(url: str) -> str:
     return url
 
 
+#: why a replay refuses an upstream URL with user info (:func:`has_userinfo`); never the URL itself
+USERINFO_REFUSED = (
+    "the URL holds user info (user:password@, not shown), which the live model's requests cannot "
+    "carry beside the agent's own key: give the URL without it, the key in the agent's environment"
+)
+
+
+def has_userinfo(url: str) -> bool:
+    """Whether ``url`` holds user info (``user@`` or ``user:password@`` before its host). The
+    forwarder sends the agent's own credential header, which aiohttp refuses to combine with a
+    URL's user info (a ValueError on every request), so the replay commands refuse it up front."""
+    try:
+        u = URL(url)
+    except (ValueError, TypeError):
+        return False
+    return u.raw_user is not None or u.raw_password is not None
+
+
 #: what separates a path's segments for some server on the way: ``/``, and ``\`` (IIS, Windows)
 _SEGMENT_SEPARATOR = re.compile(r"[/\\]")
 

@@ -131,9 +131,19 @@ class MergeReport:
     missing_parents: dict[str, str] = field(default_factory=dict)
     sources: list[dict] = field(default_factory=list)
     details: list[dict] = field(default_factory=list)
+    #: Ctrl-C came after the merge committed: it is complete (what was left was cleanup)
+    interrupted: bool = False
+    #: the merge's transaction committed into ``into`` (a new ``into`` linked into place)
+    committed: bool = False
 
     def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in self.__slots__ if name != "committed"}
+
+
+class MergeInterrupted(PvisorError):
+    """Ctrl-C before the merge committed: nothing merged, ``into`` as it was (exit 130)."""
+
+    exit_code = 130
 
 
 @dataclass(slots=True)
@@ -196,7 +206,7 @@ def merge_journals(
     wanted = None if runs is None else {runs} if isinstance(runs, str) else set(runs)
     report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.lexists(dst))
     try:
-        with _readers(srcs) as readers:
+        with _as_found(srcs), _readers(srcs) as readers:
             for path, reader in zip(srcs, readers):
                 _refuse_live_writers(reader, path, wanted)
             if len(srcs) > MAX_SOURCES:
@@ -205,7 +215,38 @@ def merge_journals(
                 _merge_into(readers, srcs, _Pass(dst, wanted, report))
     except sqlite3.DatabaseError as exc:  # outside the merge's transaction (a lease, a migration)
         raise _failed(exc, srcs, dst) from None
+    except KeyboardInterrupt:
+        linked = report.created and not report.dry_run and os.path.lexists(dst)  # just after the link
+        if not (report.committed or linked):  # rolled back, or the new DST removed by the finally blocks
+            was = "does not exist (not created)" if report.created else "is as it was"
+            raise MergeInterrupted(
+                f"journal merge interrupted before its commit: nothing merged; {dst} {was}"
+            ) from None
+        report.interrupted = True  # the runs are in DST: only the sources' cleanup was cut short
     return report
+
+
+@contextmanager
+def _as_found(srcs: list[str]) -> Iterator[None]:
+    """The sources left as they were: SQLite's read-only open of a WAL journal creates its
+    ``-wal`` and ``-shm`` beside it when they are missing, and leaves them (a damaged source
+    too). Those this merge created are removed once every connection is closed, when the
+    ``-wal`` is still empty: nothing wrote to it, so nothing is lost (a writer that came
+    meanwhile would have written to it, and then both stay). A ``-wal`` there before is left
+    alone, with its ``-shm``: its writer's."""
+    created = [(f"{p}-wal", f"{p}-shm") for p in srcs if not os.path.lexists(f"{p}-wal")]
+    try:
+        yield
+    finally:
+        for wal, shm in created:
+            try:
+                if os.path.lexists(wal) and os.path.getsize(wal) != 0:
+                    continue
+                for leftover in (wal, shm):
+                    if os.path.lexists(leftover):
+                        os.unlink(leftover)
+            except OSError:
+                pass  # a source on read-only media, or gone: nothing of ours is there
 
 
 def _merge_into(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
@@ -381,6 +422,19 @@ def _to_wal(path: str) -> None:
         pass
 
 
+def _directory_error(dst: str, parent: str, exc: OSError) -> UsageError:
+    """The error of ``dst``'s directory ``parent`` that could not be made: the component of its
+    path that is a file, when one is (``File exists`` would say nothing), else why."""
+    walk = parent
+    while walk and not os.path.lexists(walk):
+        walk = os.path.dirname(walk) if os.path.dirname(walk) != walk else ""
+    if walk and not os.path.isdir(walk):
+        return UsageError(
+            f"--into {dst}: {walk} is a file, not a directory: cannot create {dst}'s directory in it"
+        )
+    return UsageError(f"--into {dst}: cannot create its directory: {exc.strerror}")
+
+
 def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
     """Merge into a journal built beside ``dst`` under a temporary name, linked as ``dst`` once
     it is complete: a failed merge leaves nothing, and a file made meanwhile at ``dst`` is not
@@ -390,7 +444,7 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
     try:
         made = make_directories(parent)
     except OSError as exc:
-        raise UsageError(f"--into {dst}: cannot create its directory: {exc.strerror}") from None
+        raise _directory_error(dst, parent, exc) from None
     tmp = os.path.join(parent, f".{os.path.basename(dst)}.merge-{os.getpid()}-{secrets.token_hex(4)}")
     done = False
     try:
@@ -413,8 +467,8 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
                 os.replace(tmp, dst)  # a file system without hard links
             except OSError as exc:
                 raise OutputError(f"cannot create journal {dst}: {exc.strerror}; nothing merged") from None
+        done = p.report.committed = True
         _to_wal(dst)
-        done = True
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):
             try:
@@ -440,7 +494,7 @@ def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None
         try:
             make_directories(where)
         except OSError as exc:
-            raise UsageError(f"--into {p.dst}: cannot create its directory: {exc.strerror}") from None
+            raise _directory_error(p.dst, where, exc) from None
     staging = os.path.join(where, f".pvisor-merge-{os.getpid()}-{secrets.token_hex(4)}.sqlite")
     batches: list[MergeReport] = []
     try:
@@ -515,6 +569,8 @@ def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[st
                 for s in sources:
                     _copy(conn, s, p.mark)
                 conn.execute("COMMIT")
+                # into the journal there; a new one's counts once it is linked into place
+                report.committed = not report.created
         finally:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -909,4 +965,4 @@ def _merged_data(conn: sqlite3.Connection, s: _Source, rid: str) -> dict:
     return {"from_journal": s.journal_id, "fingerprints": keyed}
 
 
-__all__ = ["MAX_SOURCES", "MergeClash", "MergeReport", "merge_journals"]
+__all__ = ["MAX_SOURCES", "MergeClash", "MergeInterrupted", "MergeReport", "merge_journals"]

@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import enum
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from pvisor.adapters.agents import descriptor_names
 from pvisor.core.errors import PvisorError
+from pvisor.gateway.routing import USERINFO_REFUSED, has_userinfo
 from pvisor.journal.redact import has_key_shape
 
 from .batch import MAX_NAME_BYTES, MAX_PATH_BYTES, MAX_VALUE_CHARS, read_manifest
@@ -129,6 +131,19 @@ def line_options() -> dict[str, Option]:
     return keys
 
 
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")
+
+
+def in_line_keys(text: str) -> str:
+    """``text`` (a replay's message, which names the command line's flags: ``--after-step 99``,
+    ``give --agent-entrypoint PATH``) with each flag a line may give as its line's key
+    (``after_step 99``, ``give entrypoint PATH``): how a row and the batch's stderr speak of a
+    line. The flags no line gives (``--output``, ``--force``) stay as they are."""
+    keys = {o.flag: key for key, o in line_options().items() if o.flag}
+    keys.update({"--" + k.replace("_", "-"): k for k in _OWN})
+    return _FLAG.sub(lambda m: keys.get(m.group(0), m.group(0)), text)
+
+
 def read_rollouts(
     manifest: Path, *, journal: Path | None, default_mode: RolloutMode
 ) -> Iterator[tuple[int, RolloutLine | PvisorError]]:
@@ -176,12 +191,23 @@ def _refuse_keys(obj: Mapping[str, Any], n: int, manifest: Path) -> None:
             )
 
 
+#: a JSON value's type in words, for a message
+_WORDS: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+}
+
+
 def _check_value(key: str, value: Any, types: tuple[type, ...], n: int, manifest: Path) -> None:
     if value is None:
         return
     if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
-        got = type(value).__name__
-        raise bad_line(manifest, n, f"{key}: expected {' or '.join(t.__name__ for t in types)}, got a {got}")
+        wanted = " or ".join(_WORDS[t] for t in types if not (t is int and float in types))
+        raise bad_line(manifest, n, f"{key}: expected {wanted}, got {_WORDS.get(type(value), 'an object')}")
     strings = value if isinstance(value, list) else [value]
     for v in strings:
         if isinstance(value, list) and not isinstance(v, str):
@@ -215,6 +241,8 @@ def _check_option(key: str, o: Option, value: Any, n: int, manifest: Path) -> No
         raise bad_line(manifest, n, f"{key}: expected a number of seconds > 0")
     if o.kind == Kind.URL and not value.startswith(("http://", "https://")):
         raise bad_line(manifest, n, f"{key}: expected an http:// or https:// URL")
+    if o.kind == Kind.URL and has_userinfo(value):
+        raise bad_line(manifest, n, f"{key}: {USERINFO_REFUSED} (a line's: key_file)")
 
 
 def _line(
@@ -262,6 +290,10 @@ def _line(
         raise bad_line(manifest, n, f"source_reasoning: expected one of {', '.join(_SOURCE_REASONING)}")
     if mode is RolloutMode.PREPARE_ONLY and obj.get("agent") is None:
         raise bad_line(manifest, n, "no agent (a prepare-only line names the agent whose request it writes)")
+    if obj.get("name") == "":
+        raise bad_line(
+            manifest, n, "name is empty: give a directory name, or leave the key out (the line number)"
+        )
     name = obj.get("name") or f"{n:06d}"
     if name in (".", "..") or "/" in name or "\\" in name:
         raise bad_line(manifest, n, f"name {name!r}: one directory name, not a path")
@@ -305,4 +337,4 @@ def _line(
     )
 
 
-__all__ = ["RolloutLine", "RolloutMode", "bad_line", "line_options", "read_rollouts"]
+__all__ = ["RolloutLine", "RolloutMode", "bad_line", "in_line_keys", "line_options", "read_rollouts"]

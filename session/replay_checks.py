@@ -15,7 +15,7 @@ from pvisor.adapters.agents import get_profile
 from pvisor.adapters.native import check_source_file
 from pvisor.adapters.protocols import UPSTREAMS
 from pvisor.core.errors import PvisorError, UsageError
-from pvisor.gateway.routing import check_upstream_url
+from pvisor.gateway.routing import USERINFO_REFUSED, check_upstream_url, has_userinfo
 from pvisor.journal.reader import JournalReader
 from pvisor.replay.errors import ReplayUsageError, show_path
 from pvisor.replay.plan import plan_for
@@ -272,6 +272,11 @@ def check_live(opts: ReplayOptions, d: Any, problems: list[PvisorError]) -> str 
             check_upstream_url(opts.upstream)
         except ValueError as exc:
             problems.append(ReplayUsageError("usage", f"--upstream {without_userinfo(opts.upstream)}: {exc}"))
+            return None
+        if has_userinfo(opts.upstream):
+            problems.append(
+                ReplayUsageError("usage", f"--upstream {without_userinfo(opts.upstream)}: {USERINFO_REFUSED}")
+            )
             return None
         return opts.upstream
     if d is None:

@@ -33,8 +33,8 @@ from typing import Any
 
 from pvisor.core.errors import PvisorError, UsageError
 from pvisor.replay.errors import error_code, error_detail, show_path
-from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode
-from pvisor.replay.spec import BY_NAME, ReplayMode, ReplaySpec
+from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, in_line_keys
+from pvisor.replay.spec import BY_NAME, ReplayMode, ReplayProblems, ReplaySpec
 
 
 class RowStatus(str, enum.Enum):
@@ -63,7 +63,8 @@ class RolloutRow:
     :class:`RowStatus` value), ``agent`` (the agent that ran: the source's, or None before it
     was known), ``to_agent`` (a handoff's), ``after_step``, ``derived_run`` (the run it made in
     the journal, or None), ``ended_by`` (why the live part ended, else why the agent ended),
-    ``live_steps``, ``workspace`` (where the agent ran), ``result`` (the result document, or
+    ``live_steps``, ``workspace`` (where the agent ran; None when a default one was removed, the
+    rollout having failed before its agent wrote anything), ``result`` (the result document, or
     None), ``error_code`` and ``error_message`` (None when ok)."""
 
     line: int
@@ -109,8 +110,16 @@ def failed_row(
         after_step=line.after_step if line is not None else None,
         workspace=str(line.workspace) if line is not None and line.workspace is not None else None,
         error_code=code or error_code(exc),
-        error_message=error_detail(exc),
+        error_message=said(exc),
     )
+
+
+def said(exc: BaseException) -> str:
+    """A row's ``error.message`` for ``exc``: its message (each of several problems' own, joined
+    by ``; ``), with the flags it names said as the line's keys (:func:`~pvisor.replay.
+    rollout_manifest.in_line_keys`): a manifest line has no command line."""
+    parts = exc.problems if isinstance(exc, ReplayProblems) else [exc]
+    return "; ".join(in_line_keys(error_detail(p)) for p in parts)  # type: ignore[arg-type]
 
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -241,6 +250,23 @@ def run_rollout(
     if line.mode is RolloutMode.PREPARE_ONLY:
         return _prepare(line, journal, output)
     ws = workspace or line.workspace
+    row = _run_rollout(line, journal, output, ws)
+    if ws is None and not row.ok and row.workspace is not None and _empty(Path(row.workspace)):
+        # the default workspace of a rollout that failed before its agent wrote anything: not
+        # left behind in the temporary directory, one per failed line
+        os.rmdir(row.workspace)
+        row.workspace = None
+    return row
+
+
+def _empty(directory: Path) -> bool:
+    try:
+        return not any(os.scandir(directory))
+    except OSError:
+        return False
+
+
+def _run_rollout(line: RolloutLine, journal: Path, output: Path, ws: Path | None) -> RolloutRow:
     try:
         line = _with_agent(line, journal)
         env = read_key_file(line.key_file) if line.key_file is not None else {}
@@ -280,7 +306,7 @@ def _row(line: RolloutLine, doc: dict[str, Any], error: PvisorError | None) -> R
         workspace=str(line.workspace) if line.workspace is not None else None,
         result=doc,
         error_code=error_code(error) if error is not None else None,
-        error_message=error_detail(error) if error is not None else None,
+        error_message=said(error) if error is not None else None,
     )
 
 
@@ -425,4 +451,5 @@ __all__ = [
     "read_key_file",
     "run_rollout",
     "run_rollouts",
+    "said",
 ]

@@ -55,7 +55,7 @@ from pvisor.core.errors import BadInputError, OutputError, PvisorError, Unavaila
 from pvisor.gateway.intercept import default_confdir, host_entry, intercept_env
 from pvisor.gateway.proxy import GatewayConfig, os_error_reason
 from pvisor.gateway.responder import Responder
-from pvisor.gateway.routing import check_upstream_url
+from pvisor.gateway.routing import USERINFO_REFUSED, check_upstream_url, has_userinfo
 from pvisor.gateway.scripted_model import ScriptedModel, load_script
 from pvisor.gateway.scripted_responder import ScriptedResponder
 from pvisor.journal.model import Attempt, Run
@@ -387,6 +387,8 @@ def _check_request(req: RunRequest, warn: Warn) -> AgentProfile:
             check_upstream_url(req.upstream)
         except ValueError as exc:
             raise UsageError(f"--upstream {without_userinfo(req.upstream)}: {exc}") from None
+        if has_userinfo(req.upstream):
+            raise UsageError(f"--upstream {without_userinfo(req.upstream)}: {USERINFO_REFUSED}")
     if not req.task.strip():
         raise UsageError(
             'give the task after --, e.g. pvisor run --agent claude-code -- "fix the failing test"'

@@ -7,8 +7,10 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import signal
 import sqlite3
 import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -258,6 +260,7 @@ def test_refusals_newer_schema_itself_twice_and_bad_files_each_one_line_and_no_d
         (str(cut), str(dst), 3, [f"journal {cut} is damaged"]),
         (str(fifo), str(dst), 2, [f"journal {fifo} is not a regular file"]),
         (str(a), str(tmp_path), 2, [f"--into {tmp_path} is a directory, expected a journal file"]),
+        (str(a), f"{notes}/x.sqlite", 2, [f"--into {notes}/x.sqlite: {notes} is a file, not a directory"]),
         (
             str(a),
             os.fsdecode(bytes(tmp_path) + b"/\xff.sqlite"),
@@ -275,6 +278,8 @@ def test_refusals_newer_schema_itself_twice_and_bad_files_each_one_line_and_no_d
         err = one_error(cli("journal", "merge", src, "--into", into), code, *what)
         assert not dst.exists() and not dst.parent.exists(), err
     assert not list(tmp_path.glob("*.merge-*"))
+    # a source is left as it was: SQLite's read-only open of a damaged one made its -wal and -shm
+    assert [*tmp_path.glob("cut.sqlite-*"), *tmp_path.glob("a.sqlite-*")] == [], list(tmp_path.iterdir())
 
 
 def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tmp_path, journals):
@@ -463,3 +468,54 @@ def test_a_full_file_system_is_exit_74_and_leaves_no_journal_behind(tmp_path, sm
     proc = cli("journal", "merge", str(src), "--into", str(dst))
     one_error(proc, 74, f"journal {dst}: no room on its file system")
     assert list(full.iterdir()) == []
+
+
+def ctrl_c_at(function: str, nth: int = 1):
+    """A real SIGINT sent to this process when ``pvisor.journal.merge.<function>`` is entered
+    (resumed, for a generator) the ``nth`` time: Ctrl-C at that point of the merge (the
+    handler raises KeyboardInterrupt there)."""
+    calls = []
+
+    def trace(frame, event, arg):
+        if event == "call" and frame.f_code.co_name == function and "merge" in frame.f_code.co_filename:
+            calls.append(1)
+            if len(calls) == nth:
+                sys.settrace(None)
+                os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+    return trace
+
+
+@pytest.mark.parametrize(
+    "at, code, said",
+    [
+        ("_copy", 130, "journal merge interrupted before its commit: nothing merged; {dst} {was}"),
+        ("_to_wal", 0, "journal merge interrupted after its commit: the merge into {dst} is complete"),
+    ],
+)
+@pytest.mark.parametrize("new", [True, False])
+def test_ctrl_c_says_whether_the_merge_committed(tmp_path, journals, at, code, said, new):
+    """Before: ``pvisor: aborted`` (exit 130) whether or not the runs were merged."""
+    a, _ = journals
+    dst = tmp_path / "dst.sqlite"
+    if not new:
+        with Journal.open(dst) as j:
+            j.create_run(Run(id="r-there", agent="codex"))
+    nth = 1
+    if at == "_to_wal" and not new:  # a DST there has no link, no WAL switch: the sources' cleanup, last
+        at, nth = "_as_found", 2
+    before = files_of(tmp_path, "dst")
+    sys.settrace(ctrl_c_at(at, nth))
+    try:
+        proc = cli("journal", "merge", str(a), "--into", str(dst))
+    finally:
+        sys.settrace(None)
+    assert proc.returncode == code and "Traceback" not in proc.stderr, proc.stderr
+    was = "does not exist (not created)" if new else "is as it was"
+    assert proc.stderr.splitlines()[-1].endswith(said.format(dst=dst, was=was)), proc.stderr
+    runs = rows(dst, "SELECT id FROM runs ORDER BY id") if dst.exists() else []
+    if code == 130:
+        assert (files_of(tmp_path, "dst") == before) and ("aborted" not in proc.stderr)
+    else:
+        assert proc.stdout.startswith("copied run r-a ") and ("r-a",) in runs, proc.stdout

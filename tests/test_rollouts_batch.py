@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import time
@@ -29,7 +30,10 @@ from agent_helpers import (
     wait_gone,
 )
 from aiohttp import web
+from cli_inprocess import pvisor as pvisor_in
+from pvisor.gateway.routing import USERINFO_REFUSED
 from pvisor.journal.reader import JournalReader
+from pvisor.journal.writer import Journal
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
 
 pytestmark = pytest.mark.slow
@@ -111,28 +115,42 @@ def test_four_rollouts_two_agents_run_locally_and_bad_lines_fail_alone(sources, 
              entrypoint=exe["codex"], timeout=120),
         line(codex, name="no-agent", mode="replay-only", entrypoint=str(tmp_path / "missing" / "codex")),
         line(codex, name="pasted", upstream=live, boundary_user_prompt=f"use {LINE_KEY}"),
+        line(mini, name="far", after_step=99, upstream=live),  # two problems: the step, the agent not on PATH
     ]  # fmt: skip
     text = "\n".join(json.dumps(x) for x in lines[:4]) + "\n{not json\n"
     text += "\n".join(json.dumps(x) for x in lines[4:]) + "\n"
     manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
     manifest.write_text(text)
+    tmp = tmp_path / "tmp"  # the batch's temporary directories and the default workspaces
+    tmp.mkdir()
     proc = pvisor(
         ["replay", "--batch", str(manifest), "--rows", str(rows), "--concurrency", "2"],
-        env=user_env(tmp_path / "home"),
+        env=user_env(tmp_path / "home", TMPDIR=str(tmp), PATH=os.defpath),
         cwd=tmp_path,
         timeout=400,
     )
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     errors = [e for e in proc.stderr.splitlines() if e.startswith("pvisor: error:")]
-    # the bad line, the missing agent and the pasted key: one line each, naming the line
-    assert [e.split(": ", 3)[2] for e in errors] == [f"{manifest} line {n}" for n in (5, 6, 7)], errors
+    # the bad line, the missing agent, the pasted key and the two problems: one line each, naming the line
+    assert [e.split(": ", 3)[2] for e in errors] == [f"{manifest} line {n}" for n in (5, 6, 7, 8)], errors
     assert "not JSON" in errors[0] and "agent" in errors[1]
     assert "boundary_user_prompt holds a key-shaped token (not shown)" in errors[2]
-    assert proc.stderr.splitlines()[-1].startswith("ran 4 of 7 rollouts")
+    # a line's problems in its keys, each a part of its own (before: --after-step, --agent-entrypoint, \x0a)
+    assert errors[3].split(": ", 3)[3].startswith("after_step 99: "), errors[3]
+    assert "; mini-swe-agent: " in errors[3] and "give entrypoint PATH" in errors[3], errors[3]
+    assert "--" not in errors[3] and "\\x0a" not in errors[3], errors[3]
+    assert proc.stderr.splitlines()[-1].startswith(f"4 of 8 rollouts ok from {manifest}")
     got = [json.loads(x) for x in rows.read_text().splitlines()]
-    assert [r["line"] for r in got] == list(range(1, 8))
+    assert [r["line"] for r in got] == list(range(1, 9))
+    assert got[7]["error"]["message"] == errors[3].split(": ", 3)[3]
     by = {r["name"]: r for r in got if r["name"]}
     ok = ["cont-mini", "cont-codex", "replay-codex", "handoff"]
+    # the replays' own files are gone with their temporary directory: no row names one, and in TMPDIR
+    # only the workspaces of the rollouts that ran (before: an empty pvisor-rollouts-*, a failed line's)
+    assert sorted(p.name.rsplit("-", 1)[0] for p in tmp.iterdir()) == [
+        f"pvisor-rollout-{n}" for n in sorted(ok)
+    ]
+    assert all(r["result"]["prefix"]["path"] is None for r in got[:4]), [r["result"]["prefix"] for r in got]
     assert [by[n]["status"] for n in ok] == ["ok"] * 4, [(n, by[n]["error"]) for n in ok]
     assert [by[n]["mode"] for n in ok] == ["continuation", "continuation", "replay-only", "handoff"]
     assert by["handoff"]["agent"] == "mini-swe-agent" and by["handoff"]["to_agent"] == "codex"
@@ -198,7 +216,7 @@ def test_output_dirs_prepare_only_line_and_lines_read_without_side_effects(sourc
     ]
     failed = json.loads((out / "gone" / "result.json").read_text())
     assert failed["mode"] == "replay-only" and failed["errors"][0]["code"] == "agent_unavailable"
-    assert proc.stderr.splitlines()[-1].startswith("ran 1 of 5 rollouts")
+    assert proc.stderr.splitlines()[-1].startswith("1 of 5 rollouts ok")
     assert f"m.jsonl line 5: key_file {tmp_path / 'keys.txt'} line 2: expected NAME=VALUE" in proc.stderr
     assert LINE_KEY not in proc.stderr
     # the same as Parquet rows (the result as JSON text)
@@ -326,7 +344,7 @@ def test_ctrl_c_stops_the_running_rollouts_and_the_batch_exits_130(sources, tmp_
 @pytest.mark.parametrize(
     "extra, said",
     [
-        ({"after_step": "1"}, "after_step: expected int, got a str"),
+        ({"after_step": "1"}, "after_step: expected an integer, got a string"),
         ({"after_step": -1}, "after_step: expected a step number >= 0"),
         ({"mode": "sideways"}, "mode: expected one of prepare-only, replay-only, continuation, handoff"),
         ({"mode": "handoff"}, "a handoff line needs to_agent"),
@@ -337,6 +355,9 @@ def test_ctrl_c_stops_the_running_rollouts_and_the_batch_exits_130(sources, tmp_
         ({"sandbox": "chroot"}, "sandbox: expected one of auto, bwrap, none"),
         ({"upstream": "ftp://x"}, "upstream: expected an http:// or https:// URL"),
         ({"agent": "nobody"}, "agent: not an agent pvisor knows"),
+        ({"name": 3}, "name: expected a string, got an integer"),
+        ({"timeout": "soon"}, "timeout: expected a number, got a string"),
+        ({"name": ""}, "name is empty"),
     ],
 )
 def test_a_line_that_is_no_rollout_says_why(tmp_path, extra, said):
@@ -353,3 +374,62 @@ def test_two_lines_of_one_name_the_second_fails(tmp_path):
     manifest.write_text("".join(json.dumps(x) + "\n" for x in lines))  # line 2's default name is 000002
     got = list(read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION))
     assert isinstance(got[0][1], RolloutLine) and "name '000002' is line 1's already" in str(got[1][1])
+
+
+PASSWORD_URL = "http://user:s3cretpassw0rd@127.0.0.1:1"  # the gateway's forwarder cannot send it
+
+
+def test_an_upstream_url_with_a_password_fails_its_line_never_shown(tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"run": "r-1", "after_step": 1, "upstream": PASSWORD_URL}) + "\n")
+    [(_, got)] = read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION)
+    assert getattr(got, "code", None) == "bad_manifest_line", got
+    assert "upstream: the URL holds user info" in str(got) and "s3cret" not in str(got)
+
+
+REPLAYED = ["--run", "r-0123456789ab", "--after-step", "1", "--output", "o"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["replay", *REPLAYED], ["handoff", "--to-agent", "mini-swe-agent", *REPLAYED], ["run"]],
+)
+def test_a_single_replay_refuses_an_upstream_with_user_info_in_one_line(
+    capsysbinary, monkeypatch, tmp_path, command
+):
+    """Before: accepted, and every live request was the gateway's internal ValueError (aiohttp
+    combines no Authorization header with a URL's user info), blamed on the model."""
+    monkeypatch.chdir(tmp_path)
+    with Journal.open(tmp_path / "j.sqlite"):
+        pass
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", "j.sqlite", *command, "--agent", "codex", "--upstream", PASSWORD_URL,
+        "--workspace", "ws", *(["--", "a task"] if command == ["run"] else []),
+    )  # fmt: skip
+    said = [e for e in err.splitlines() if "--upstream" in e]
+    assert code == 2 and said == [f"pvisor: error: --upstream http://127.0.0.1:1: {USERINFO_REFUSED}"], err
+    assert "s3cret" not in err
+
+
+def test_the_rows_table_gives_the_ended_by_values_the_tool_writes():
+    """Before: ``agent_exit``, which no result holds (the agent's end is ``agent``)."""
+    from pvisor.replay.agent_result import AgentRunEnd
+    from pvisor.session.continuation_result import ContinuationEnd
+
+    doc = (Path(__file__).parents[1] / "docs" / "result-protocol.md").read_text()
+    [row] = [r for r in doc.splitlines() if r.startswith("| `ended_by` |")]
+    said = set(re.findall(r"`([a-z_]+)`", row.split("|")[2]))
+    assert said == {e.value for e in ContinuationEnd} | {e.value for e in AgentRunEnd}, row
+
+
+def test_a_rows_message_names_the_line_keys_not_the_flags():
+    from pvisor.replay.rollout_manifest import in_line_keys
+
+    said = in_line_keys(
+        "run r-1 was recorded with agent mini-swe-agent, not --agent codex; give --agent-entrypoint PATH, "
+        "--to-agent, --max-steps 2 or --boundary-user-prompt; --output and --force stay"
+    )
+    assert said == (
+        "run r-1 was recorded with agent mini-swe-agent, not agent codex; give entrypoint PATH, "
+        "to_agent, max_steps 2 or boundary_user_prompt; --output and --force stay"
+    )

@@ -644,18 +644,28 @@ def merge_cmd(
     from pvisor.journal.merge import merge_journals
 
     rep = merge_journals(list(sources), into, runs=set(runs) if runs else None, dry_run=dry_run)
-    if as_json:
-        emit_json(rep.as_dict())
-    else:
-        _merge_summary(rep)
-    for run, parent in rep.missing_parents.items():
-        click.echo(
-            terminal_safe(
-                f"pvisor: note: run {run} derives from run {parent}, which {one_line(into)} does not hold"
-                f"{' (nor will)' if dry_run else ''}: its lineage names a run elsewhere"
-            ),
-            err=True,
+    try:
+        if as_json:
+            emit_json(rep.as_dict())
+        else:
+            _merge_summary(rep)
+        for run, parent in rep.missing_parents.items():
+            click.echo(
+                terminal_safe(
+                    f"pvisor: note: run {run} derives from run {parent}, which {one_line(into)} does not hold"
+                    f"{' (nor will)' if dry_run else ''}: its lineage names a run elsewhere"
+                ),
+                err=True,
+            )
+    except KeyboardInterrupt:
+        rep.interrupted = True  # while the report was printed: the merge itself is done
+    if rep.interrupted:
+        said = (
+            "journal merge --dry-run interrupted: nothing merged"
+            if dry_run
+            else f"journal merge interrupted after its commit: the merge into {one_line(into)} is complete"
         )
+        click.echo(terminal_safe(f"pvisor: {said}"), err=True)
 
 
 def _merge_summary(rep) -> None:

@@ -7,7 +7,8 @@ With ``--rows FILE`` one row per line, JSON Lines, or Parquet when FILE ends in 
 (the result as JSON text): ``line``, ``name``, ``mode``, ``status``, ``agent``, ``to_agent``,
 ``after_step``, ``derived_run``, ``ended_by``, ``live_steps``, ``workspace``, ``result``,
 ``error`` (``{code, message}`` or null); the replays' own files then go to a temporary
-directory, removed at the end. Each failed line is one ``pvisor: error: MANIFEST line N: ...``
+directory, removed at the end, and each path into it in a row's ``result`` is null
+(:func:`not_kept`). Each failed line is one ``pvisor: error: MANIFEST line N: ...``
 on stderr; the last line says how many rollouts were ok, in what time.
 """
 
@@ -84,6 +85,8 @@ def run_rollout_batch(
                         failed += 1
                         _say(f"pvisor: error: {show_path(manifest)} line {row.line}: {_message(row)}")
                     task.reach(done)
+                    if output is None and row.result is not None:
+                        row.result = not_kept(row.result, root)
                     yield row
 
             if rows is None:
@@ -107,10 +110,23 @@ def run_rollout_batch(
     seconds = time.perf_counter() - t0
     where = show_path(rows) if rows is not None else show_path(output)
     _say(
-        f"ran {done - failed} of {done} rollouts from {show_path(manifest)} into {where}"
+        f"{done - failed} of {done} rollouts ok from {show_path(manifest)} into {where}"
         f"{f' ({failed} failed)' if failed else ''} in {seconds:.1f} s"
     )
     return failed
+
+
+def not_kept(doc: Any, root: Path) -> Any:
+    """``doc`` (a result document, or a part of it) with each path into ``root`` (the temporary
+    directory of the replays' own files under ``--rows``, removed at the end) null: a row never
+    names a file that is gone."""
+    if isinstance(doc, dict):
+        return {k: not_kept(v, root) for k, v in doc.items()}
+    if isinstance(doc, list):
+        return [not_kept(v, root) for v in doc]
+    if isinstance(doc, str) and (doc == str(root) or doc.startswith(str(root) + os.sep)):
+        return None
+    return doc
 
 
 def _forced(line: RolloutLine) -> RolloutLine:
@@ -219,4 +235,4 @@ def rollout_schema() -> Any:
     )
 
 
-__all__ = ["rollout_schema", "run_rollout_batch"]
+__all__ = ["not_kept", "rollout_schema", "run_rollout_batch"]
