@@ -14,6 +14,7 @@ import asyncio
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -122,9 +123,10 @@ def _ppid(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def worker_running(index: int) -> int | None:
-    """The pid of the Ray worker (``ray::...``) whose rollout of line ``index`` is running: an
-    ancestor of a process whose current directory or an open file lies in its private root."""
+def worker_running(index: int) -> tuple[int, Path] | None:
+    """(pid, private root) of the Ray worker (``ray::...``) whose rollout of line ``index`` is
+    running: an ancestor of a process whose current directory or an open file lies in its
+    private root."""
     mark = f"/{ROOT_PREFIX}{index}-"
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -133,28 +135,32 @@ def worker_running(index: int) -> int | None:
             paths = [os.readlink(entry / "cwd")] + [os.readlink(fd) for fd in (entry / "fd").iterdir()]
         except OSError:
             continue
-        if not any(mark in p for p in paths):
+        inside = [p for p in paths if mark in p]
+        if not inside:
             continue
+        head, _, rest = inside[0].partition(mark)
+        root = Path(head + mark + rest.split("/", 1)[0])
         pid = int(entry.name)
         try:
             while pid > 1:
                 if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::"):
-                    return pid
+                    return pid, root
                 pid = _ppid(pid)
         except OSError:
             continue
     return None
 
 
-def kill_when_live(index: int, live: Hanging, killed: list[int]) -> None:
-    """SIGKILL line ``index``'s worker once its request N+1 reached the live side (mid-rollout)."""
+def kill_when_live(index: int, live: Hanging, killed: list) -> None:
+    """SIGKILL line ``index``'s worker once its request N+1 reached the live side (mid-rollout);
+    ``killed`` gets (pid, its private root)."""
     deadline = time.monotonic() + 400
     while time.monotonic() < deadline and not killed:
         if live.requests:
-            pid = worker_running(index)
-            if pid is not None:
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
+            found = worker_running(index)
+            if found is not None:
+                os.kill(found[0], signal.SIGKILL)
+                killed.append(found)
                 return
         time.sleep(0.2)
 
@@ -247,7 +253,7 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
     )
     with JournalReader(journal) as r:
         before = {run.id for run in r.runs()}
-    killed: list[int] = []
+    killed: list[tuple[int, Path]] = []
     killer = threading.Thread(target=kill_when_live, args=(1, hanging, killed), daemon=True)
     killer.start()
     out = tmp_path / "out"
@@ -256,6 +262,8 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
     finally:
         hanging.release()
         killer.join(5)
+        for _, root in killed:  # what the killed worker could not remove
+            shutil.rmtree(root, ignore_errors=True)
     by = {row.name: row for row in rows}
     assert sorted(row.line for row in rows) == [1, 2, 3, 4, 5, 6, 7]
     ok = ["cont-mini", "cont-codex", "replay-codex", "handoff", "native"]
