@@ -11,8 +11,10 @@ sources are attached read-only to ``into``'s connection and copied with ``INSERT
 - Ids are kept: run, exchange and snapshot ids, and ``exchanges.seq`` (a rank within its run).
   ``events.seq`` is renumbered: a source's events are appended after ``into``'s, in their order.
   ``writers.id`` is remapped: each source writer of a copied row becomes a new ``writers`` row
-  of ``into`` as it was (pid, host, times, closed or not: a lease the source never closed, whose
-  process died, is reaped by ``into``'s next writer as the source's would have reaped it).
+  of ``into`` as it was (pid, host, times), but a lease the source never closed, whose process
+  died, comes closed (``dead``) and its exchanges in flight as its reaper writes them
+  (``incomplete``, their response parts joined: :mod:`pvisor.journal.merge_reap`), so that the
+  run in ``into`` is what merging the source again finds, reaped meanwhile or not.
 - Blobs are deduplicated by sha256: one ``into`` holds already, or an earlier source of the same
   merge brings, is not copied again (its content is the same, whatever its encoding).
 - A run already in ``into`` (or brought by an earlier source) whose rows are the same (its
@@ -65,6 +67,7 @@ from pvisor.core.errors import (
     UsageError,
 )
 from .housekeeping import blobs_named_by_rows, live_writers, open_for_writing, started_by
+from .merge_reap import exchanges_of, reap_image, reaped_rows
 from .paths import absolute, make_directories, require_utf8
 from .producer import now_ms
 from .reader import BUSY_TIMEOUT_S, JournalReader
@@ -634,6 +637,8 @@ def _plan_all(conn: sqlite3.Connection, sources: list[_Source], p: _Pass) -> Non
         origin[rid] = "main"
     found: set[str] = set()
     for s in sources:
+        reap_image(conn, s.alias, s.reader)
+    for s in sources:
         ids = [r[0] for r in conn.execute(f"SELECT id FROM {s.alias}.runs ORDER BY created_ms, rowid")]
         if wanted is not None:
             ids = [i for i in ids if i in wanted]
@@ -720,10 +725,11 @@ def _same_run(conn: sqlite3.Connection, a: str, b: str, rid: str) -> bool:
                     return False
             continue
         cols = ", ".join(c for c in _common(conn, a, b, table) if c not in NOT_COMPARED)
+        rows = {x: exchanges_of(conn, x) if table == "exchanges" else f"{x}.{table}" for x in (a, b)}
         for x, y in ((a, b), (b, a)):
             differ = conn.execute(
-                f"SELECT 1 FROM (SELECT {cols} FROM {x}.{table} WHERE {key} = ? "
-                f"EXCEPT SELECT {cols} FROM {y}.{table} WHERE {key} = ?) LIMIT 1",
+                f"SELECT 1 FROM (SELECT {cols} FROM {rows[x]} WHERE {key} = ? "
+                f"EXCEPT SELECT {cols} FROM {rows[y]} WHERE {key} = ?) LIMIT 1",
                 (rid, rid),
             ).fetchone()
             if differ:
@@ -910,11 +916,24 @@ def _copy(conn: sqlite3.Connection, s: _Source, mark: bool) -> None:
             (old,),
         )
         conn.execute(f"INSERT INTO temp.merge_writers_{a} VALUES (?, ?)", (old, cur.lastrowid))
+    # a lease left open is a dead one (a live writer of a copied run refuses the merge): closed
+    # as its reaper closes it, so that no writer of DST takes it for live or reaps it again
+    conn.execute(
+        "UPDATE main.writers SET closed_ms = ?, closed_how = 'dead' WHERE closed_ms IS NULL"
+        f" AND id IN (SELECT new FROM temp.merge_writers_{a})",
+        (now_ms(),),
+    )
     cols = ", ".join(_common(conn, a, "main", "blobs"))
     conn.execute(
         f"INSERT OR IGNORE INTO main.blobs ({cols}) SELECT {cols} FROM {a}.blobs"
         f" WHERE sha256 IN (SELECT sha FROM temp.merge_blobs_{a})"
     )
+    reaped = reaped_rows(conn, a)
+    if reaped:  # the responses its reaper joins from their parts
+        conn.execute(
+            "INSERT OR IGNORE INTO main.blobs (sha256, size, codec, base, data)"
+            f" SELECT sha256, size, codec, base, data FROM temp.merge_reaped_blobs_{a}"
+        )
     cols = ", ".join(_common(conn, a, "main", "runs"))
     conn.execute(
         f"INSERT INTO main.runs ({cols}) SELECT {cols} FROM {a}.runs"
@@ -926,14 +945,21 @@ def _copy(conn: sqlite3.Connection, s: _Source, mark: bool) -> None:
             continue
         names = _common(conn, a, "main", table)
         picked = ", ".join(remap if c == "writer_id" else c for c in names)
-        conn.execute(
-            f"INSERT INTO main.{table} ({', '.join(names)})"
-            f" SELECT {picked} FROM {_by_run(s, table)} ORDER BY rowid"
-        )
+        rows = _by_run(s, table)
+        if table == "exchanges" and reaped:  # in its source's order (the view has no rowid)
+            rows = (
+                f"{exchanges_of(conn, a)} x WHERE run_id IN (SELECT id FROM temp.merge_runs_{a})"
+                f" ORDER BY (SELECT o.rowid FROM {a}.exchanges o WHERE o.id = x.id)"
+            )
+        else:
+            rows += " ORDER BY rowid"
+        conn.execute(f"INSERT INTO main.{table} ({', '.join(names)}) SELECT {picked} FROM {rows}")
     if _has_table(conn, a, "response_parts"):
+        joined = f" AND exchange_id NOT IN (SELECT id FROM temp.merge_reaped_{a})" if reaped else ""
         conn.execute(
-            f"INSERT INTO main.response_parts (exchange_id, offset, data) SELECT exchange_id, offset, data"
+            "INSERT INTO main.response_parts (exchange_id, offset, data) SELECT exchange_id, offset, data"
             f" FROM {a}.response_parts WHERE exchange_id IN (SELECT id FROM {_by_run(s, 'exchanges')})"
+            + joined
         )
     conn.execute(
         f"INSERT INTO main.events (ts_ms, kind, run_id, exchange_id, writer_id, data)"

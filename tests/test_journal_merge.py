@@ -308,10 +308,69 @@ def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tm
     proc = cli("journal", "merge", str(a), "--into", str(dst), "--json")
     assert proc.returncode == 0, proc.stderr
     assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2", "r-child", "r-new"]
-    # the lease comes along open, and the next writer of dst reaps it as a's would have
-    with Journal.open(dst) as j:
-        assert len(j.reaped) == 1
+    # the exchange comes as the reaper writes it, the lease closed: dst's next writer reaps nothing
     assert rows(dst, "SELECT outcome FROM exchanges WHERE run_id = 'r-a2'") == [("incomplete",)]
+    with Journal.open(dst) as j:
+        assert j.reaped == []
+
+
+KILLED_WRITER = """
+import sqlite3, sys, time
+from pvisor.journal.writer import Journal
+from pvisor.journal.model import Run
+j = Journal.open(sys.argv[1])
+j.create_run(Run(id="r-k", agent="codex"))
+j.record_exchange("r-k", "POST", "/v1/messages", [], status=200, request_body=b"{}", response_body=b"ok")
+p = j.begin_exchange("r-k", "POST", "/v1/messages", [])
+j.request_read(p, b'{"stream": true}')
+chunks = []
+j.response_started(p, 200, [("content-type", "text/event-stream")], chunks, True)
+chunks += [b"data: 1\\n\\n", b"data: 2\\n\\n"]
+while sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM response_parts").fetchone()[0] < 1:
+    time.sleep(0.01)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_of_a_killed_writer_comes_reaped_and_merging_it_again_is_harmless(tmp_path):
+    """A source whose writer was SIGKILLed with a stream in flight: the run comes as a writer of
+    DST would reap it (outcome incomplete, its parts joined, the lease closed), so DST's next
+    writer reaps nothing and merging the source again, reaped meanwhile or not, skips the run
+    (it was a clash once DST's writer had reaped its copy)."""
+    src, dst, other = tmp_path / "src.sqlite", tmp_path / "dst.sqlite", tmp_path / "o.sqlite"
+    script = tmp_path / "child.py"
+    script.write_text(KILLED_WRITER)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(src)], stdout=subprocess.PIPE, text=True, env=ENV
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(10)
+        child.stdout.close()
+    with Journal.open(other) as j:
+        j.create_run(Run(id="r-o", agent="codex"))
+        record(j, "r-o", 1)
+    assert merge_journals([src], dst).runs == ["r-k"]
+    query = "SELECT outcome, error, bytes_received FROM exchanges WHERE run_id = 'r-k' ORDER BY seq"
+    copied = rows(dst, query)
+    assert copied[1][0] == "incomplete" and "ended while the exchange was in flight" in copied[1][1], copied
+    assert rows(dst, "SELECT count(*) FROM response_parts") == [(0,)]
+    assert rows(dst, "SELECT count(*) FROM writers WHERE closed_ms IS NULL") == [(0,)]
+    with Journal.open(dst) as j:
+        assert j.reaped == []
+    with JournalReader(dst) as r:
+        ex = r.exchanges("r-k")[1]
+        assert r.response_body(ex) == b"data: 1\n\ndata: 2\n\n"
+        assert r.verify().ok
+    again = merge_journals([src, other], dst)  # not reaped yet: the same run
+    assert (again.skipped, again.runs) == (["r-k"], ["r-o"])
+    with Journal.open(src) as j:  # src's own writer reaps it as the merge did
+        assert len(j.reaped) == 1
+    assert rows(src, query) == copied
+    assert merge_journals([src], dst).skipped == ["r-k"]
 
 
 def test_dry_run_lists_what_would_come_and_writes_nothing(tmp_path, journals):
