@@ -5,8 +5,9 @@ it needs: its ``runs`` row, attempts, exchanges (and the ``response_parts`` of o
 flight), snapshots, events, the writers that wrote them, and every blob its rows name (bodies,
 snapshot manifests and the files they list, a handoff's ``workspace_snapshot``) with the bases
 those blobs are restored from. Rows are copied as stored (bodies stay redacted and encoded as
-they are: nothing is decoded but snapshot manifests, to find the files they list), with SQL: the
-sources are attached read-only to ``into``'s connection and copied with ``INSERT ... SELECT``.
+they are; snapshot manifests are decoded to find the files they list, and every blob new to
+``into`` is restored once and its sha256 checked: :mod:`pvisor.journal.merge_checks`), with SQL:
+the sources are attached read-only to ``into``'s connection and copied with ``INSERT ... SELECT``.
 
 - Ids are kept: run, exchange and snapshot ids, and ``exchanges.seq`` (a rank within its run).
   ``events.seq`` is renumbered: a source's events are appended after ``into``'s, in their order.
@@ -31,7 +32,8 @@ sources are attached read-only to ``into``'s connection and copied with ``INSERT
 
 Refusals (:class:`~pvisor.core.errors.PvisorError`, nothing written): a source missing, a
 directory or not a regular file, a path not UTF-8 (exit 2); a source not a journal or written by
-a newer pvisor (65); a source damaged (3); a source a live writer lease holds (69; a lease whose
+a newer pvisor (65); a source damaged (3: a blob missing, or not restoring to its
+sha256); a source a live writer lease holds (69; a lease whose
 process is gone does not count, the rule of ``journal rm``; with ``runs``, only a live writer
 that wrote one of them); a source that is ``into`` (through any path or link) or given twice
 (2); a clash (65); ``into`` locked past the busy timeout (69), its file system full (74). All of
@@ -67,6 +69,7 @@ from pvisor.core.errors import (
     UsageError,
 )
 from .housekeeping import blobs_named_by_rows, live_writers, open_for_writing, started_by
+from .merge_checks import verify_new_blobs
 from .merge_reap import exchanges_of, reap_image, reaped_rows
 from .paths import absolute, make_directories, require_utf8
 from .producer import now_ms
@@ -657,6 +660,8 @@ def _plan_all(conn: sqlite3.Connection, sources: list[_Source], p: _Pass) -> Non
         earlier = ["main", *(o.alias for o in sources[: sources.index(s)])]
         _id_clashes(conn, s, earlier, sources, p)
         _plan_blobs(conn, s, report)
+        if p.staged != "s0":  # the staging journal's blobs were checked as each batch came in
+            verify_new_blobs(conn, f"merge_blobs_{s.alias}", s.alias, s.reader, p.file(s.alias, sources, ""))
         _count(conn, s, report)
         report.runs.extend(s.copy)
         report.skipped.extend(s.skip)

@@ -75,8 +75,12 @@ def journals(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def rows(path: Path, sql: str, *args) -> list[tuple]:
-    with sqlite3.connect(path) as c:
-        return c.execute(sql, args).fetchall()
+    c = sqlite3.connect(path)
+    try:  # closed here, not when collected: a connection left open keeps the journal's -wal
+        with c:
+            return c.execute(sql, args).fetchall()
+    finally:
+        c.close()
 
 
 def bodies(path: Path) -> dict[str, tuple[bytes | None, bytes | None]]:
@@ -371,6 +375,20 @@ def test_a_run_of_a_killed_writer_comes_reaped_and_merging_it_again_is_harmless(
         assert len(j.reaped) == 1
     assert rows(src, query) == copied
     assert merge_journals([src], dst).skipped == ["r-k"]
+
+
+def test_a_blob_that_does_not_decode_is_refused_as_a_missing_one_is(tmp_path, journals):
+    """A body blob whose stored bytes no longer decode (journal verify: cannot be decoded) was
+    merged with exit 0, and DST then failed verify: it is exit 3 naming the blob and the source."""
+    a, _ = journals
+    dst = tmp_path / "out" / "dst.sqlite"
+    [(sha,)] = rows(a, "SELECT sha256 FROM blobs WHERE codec = 'zstd-prefix' ORDER BY rowid LIMIT 1")
+    with sqlite3.connect(a) as c:
+        c.execute("UPDATE blobs SET data = x'00112233' WHERE sha256 = ?", (sha,))
+    err = one_error(
+        cli("journal", "merge", str(a), "--into", str(dst)), 3, str(a), f"blob {sha}", "cannot be decoded"
+    )
+    assert "nothing merged" in err and not dst.exists()
 
 
 def test_dry_run_lists_what_would_come_and_writes_nothing(tmp_path, journals):

@@ -1,0 +1,49 @@
+"""Checks of what a merge copies (docs/journal.md "Merging journals"): every blob new to DST is
+restored from its source (decoded, its bases followed) and its sha256 compared, so that a body
+that no longer decodes is refused (exit 3) as a missing one is, instead of being copied into a
+DST that then fails ``journal verify``. Blobs DST holds already are not read again.
+
+This module imports only the journal package and core.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from pvisor.core.errors import IntegrityError
+
+from .reader import JournalReader
+
+#: blobs read per query
+BATCH = 500
+
+
+def verify_new_blobs(
+    conn: sqlite3.Connection, table: str, alias: str, reader: JournalReader, path: str
+) -> int:
+    """Restore each blob listed in the temp table ``table`` (column ``sha``) from the source
+    ``path`` (attached to ``conn`` as ``alias``, read through ``reader``), in the order the
+    source stored them (a base before its frames: the reader's cache makes each frame one decode).
+    Returns how many were checked. IntegrityError (exit 3) naming the blob and the source, when
+    one does not decode or restores to other bytes than its sha256 says. A base the source lacks
+    (DST holds it) is left to the merge's base check."""
+    shas = [
+        r[0]
+        for r in conn.execute(
+            f"SELECT m.sha FROM temp.{table} m JOIN {alias}.blobs b ON b.sha256 = m.sha ORDER BY b.rowid"
+        )
+    ]
+    for sha in shas:
+        try:
+            reader.blob(sha)
+        except IntegrityError as exc:
+            if exc.message.endswith("is missing"):
+                continue
+            prefix = f"journal {reader.path}: "
+            detail = exc.message[len(prefix) :] if exc.message.startswith(prefix) else exc.message
+            verify = f"pvisor --journal {path} journal verify"
+            raise IntegrityError(f"journal {path} is damaged: {detail} ({verify}); nothing merged") from None
+    return len(shas)
+
+
+__all__ = ["verify_new_blobs"]
