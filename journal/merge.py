@@ -38,7 +38,8 @@ process is gone does not count, the rule of ``journal rm``; with ``runs``, only 
 that wrote one of them); a source that is ``into`` (through any path or link) or given twice
 (2); a clash (65); ``into`` locked past the busy timeout (69), its file system full (74). All of
 it happens in one transaction of ``into``; a missing ``into`` is built beside it and appears
-only when the merge succeeded. More sources than one SQLite connection attaches
+only when the merge succeeded (a killed merge's temporary files: :mod:`pvisor.journal.merge_files`).
+More sources than one SQLite connection attaches
 (:data:`MAX_SOURCES`) are merged batch by batch into a staging journal, which is then merged
 into ``into`` in that one transaction.
 
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import sqlite3
 import stat
 import tempfile
@@ -69,7 +71,8 @@ from pvisor.core.errors import (
     UsageError,
 )
 from .housekeeping import blobs_named_by_rows, live_writers, open_for_writing, started_by
-from .merge_checks import verify_new_blobs
+from .merge_checks import failed, verify_new_blobs
+from .merge_files import directory_error, remove, remove_stale, temp_path, uri
 from .merge_reap import exchanges_of, reap_image, reaped_rows
 from .paths import absolute, make_directories, require_utf8
 from .producer import now_ms
@@ -141,15 +144,25 @@ class MergeReport:
     interrupted: bool = False
     #: the merge's transaction committed into ``into`` (a new ``into`` linked into place)
     committed: bool = False
+    #: the signal that interrupted it (SIGINT, SIGTERM, SIGHUP), 0 when none did
+    stopped_by: int = 0
 
     def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__ if name != "committed"}
+        return {
+            name: getattr(self, name) for name in self.__slots__ if name not in ("committed", "stopped_by")
+        }
 
 
 class MergeInterrupted(PvisorError):
-    """Ctrl-C before the merge committed: nothing merged, ``into`` as it was (exit 130)."""
+    """Ctrl-C (or SIGTERM, SIGHUP: a KeyboardInterrupt whose ``signum`` says which) before the
+    merge committed: nothing merged, ``into`` as it was (exit 130, 143, 129: 128 + the signal)."""
 
     exit_code = 130
+
+
+def stopped(signum: int) -> str:
+    """How a merge's message says it was stopped: ``interrupted`` (Ctrl-C), ``stopped by SIGTERM``."""
+    return "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
 
 
 @dataclass(slots=True)
@@ -211,6 +224,8 @@ def merge_journals(
     _check_arguments(srcs, dst)
     wanted = None if runs is None else {runs} if isinstance(runs, str) else set(runs)
     report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.lexists(dst))
+    if not dry_run:
+        remove_stale(dst)  # a killed merge's temporary journals (journal/merge_files.py)
     try:
         with _as_found(srcs), _readers(srcs) as readers:
             for path, reader in zip(srcs, readers):
@@ -220,13 +235,16 @@ def merge_journals(
             else:
                 _merge_into(readers, srcs, _Pass(dst, wanted, report))
     except sqlite3.DatabaseError as exc:  # outside the merge's transaction (a lease, a migration)
-        raise _failed(exc, srcs, dst) from None
-    except KeyboardInterrupt:
+        raise failed(exc, srcs, dst) from None
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)  # the CLI's SIGTERM and SIGHUP come as one
+        report.stopped_by = signum
         linked = report.created and not report.dry_run and os.path.lexists(dst)  # just after the link
         if not (report.committed or linked):  # rolled back, or the new DST removed by the finally blocks
             was = "does not exist (not created)" if report.created else "is as it was"
             raise MergeInterrupted(
-                f"journal merge interrupted before its commit: nothing merged; {dst} {was}"
+                f"journal merge {stopped(signum)} before its commit: nothing merged; {dst} {was}",
+                exit_code=128 + signum,
             ) from None
         report.interrupted = True  # the runs are in DST: only the sources' cleanup was cut short
     return report
@@ -360,13 +378,6 @@ def _wrote(conn: sqlite3.Connection, writer: int) -> set[str]:
 # --------------------------------------------------------------------------- destination
 
 
-def _uri(path: str, mode: str | None) -> str:
-    """An SQLite URI of ``path`` (its real path, ``%``, ``?`` and ``#`` escaped: sqlite.org/uri.html)."""
-    real = os.path.realpath(path)
-    uri = "file:" + real.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
-    return uri + (f"?mode={mode}" if mode else "")
-
-
 def _connect(uri: str) -> sqlite3.Connection:
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
     conn.execute("PRAGMA foreign_keys = OFF")
@@ -383,13 +394,13 @@ def _destination(dst: str, dry_run: bool, missing: bool) -> Iterator[sqlite3.Con
     elif dry_run:
         with JournalReader(dst):  # its checks: a journal, not newer
             pass
-        conn = _connect(_uri(dst, "ro"))
+        conn = _connect(uri(dst, "ro"))
     else:
         with JournalReader(dst) as reader:  # its checks: a journal, not newer
             pending = MIGRATIONS.pending(Database(reader.conn))
         if pending:
             open_for_writing(Path(dst)).close()  # migrated to this pvisor's schema
-        conn = _connect(_uri(dst, None))
+        conn = _connect(uri(dst, None))
     try:
         yield conn
     finally:
@@ -402,7 +413,7 @@ def _new_journal(path: str) -> sqlite3.Connection:
     while it is built: what a commit wrote is in the file itself, which is linked whole."""
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     os.close(fd)
-    conn = _connect(_uri(path, None))
+    conn = _connect(uri(path, None))
     apply_migrations(Database(conn))
     conn.executemany(
         "INSERT INTO meta(key, value) VALUES (?, ?)",
@@ -419,26 +430,13 @@ def _to_wal(path: str) -> None:
     """Switch the journal ``path`` to WAL mode, as every journal is (the writer does it too, at its
     first open: a failure here is left to it)."""
     try:
-        conn = sqlite3.connect(_uri(path, None), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        conn = sqlite3.connect(uri(path, None), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
         try:
             conn.execute("PRAGMA journal_mode = WAL")
         finally:
             conn.close()
     except sqlite3.Error:
         pass
-
-
-def _directory_error(dst: str, parent: str, exc: OSError) -> UsageError:
-    """The error of ``dst``'s directory ``parent`` that could not be made: the component of its
-    path that is a file, when one is (``File exists`` would say nothing), else why."""
-    walk = parent
-    while walk and not os.path.lexists(walk):
-        walk = os.path.dirname(walk) if os.path.dirname(walk) != walk else ""
-    if walk and not os.path.isdir(walk):
-        return UsageError(
-            f"--into {dst}: {walk} is a file, not a directory: cannot create {dst}'s directory in it"
-        )
-    return UsageError(f"--into {dst}: cannot create its directory: {exc.strerror}")
 
 
 def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
@@ -450,8 +448,8 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
     try:
         made = make_directories(parent)
     except OSError as exc:
-        raise _directory_error(dst, parent, exc) from None
-    tmp = os.path.join(parent, f".{os.path.basename(dst)}.merge-{os.getpid()}-{secrets.token_hex(4)}")
+        raise directory_error(dst, parent, exc) from None
+    tmp = temp_path(parent, os.path.basename(dst))
     done = False
     try:
         try:
@@ -476,11 +474,7 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
         done = p.report.committed = True
         _to_wal(dst)
     finally:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            try:
-                os.unlink(tmp + suffix)
-            except FileNotFoundError:
-                pass
+        remove(tmp)
         for d in reversed(made if not done else []):  # a failed merge leaves no directory either
             try:
                 os.rmdir(d)
@@ -500,8 +494,8 @@ def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None
         try:
             make_directories(where)
         except OSError as exc:
-            raise _directory_error(p.dst, where, exc) from None
-    staging = os.path.join(where, f".pvisor-merge-{os.getpid()}-{secrets.token_hex(4)}.sqlite")
+            raise directory_error(p.dst, where, exc) from None
+    staging = temp_path(where, "")
     batches: list[MergeReport] = []
     try:
         try:
@@ -510,7 +504,7 @@ def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None
             raise UnavailableError(f"cannot create a staging journal in {where}: {exc.strerror}") from None
         for i in range(0, len(srcs), MAX_SOURCES):
             part = _Pass(staging, p.wanted, MergeReport(into=staging), via=p.via, staged="main", whole=False)
-            conn = _connect(_uri(staging, None))
+            conn = _connect(uri(staging, None))
             try:
                 _merge(conn, readers[i : i + MAX_SOURCES], srcs[i : i + MAX_SOURCES], part)
             finally:
@@ -525,11 +519,7 @@ def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None
         with JournalReader(staging) as reader:
             _merge_into([reader], [staging], final)
     finally:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            try:
-                os.unlink(staging + suffix)
-            except FileNotFoundError:
-                pass
+        remove(staging)
     _report_many(p.report, batches)
 
 
@@ -565,7 +555,7 @@ def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[st
     sources = [_Source(path, f"s{i}", reader) for i, (path, reader) in enumerate(zip(srcs, readers))]
     try:
         for s in sources:
-            conn.execute(f"ATTACH DATABASE ? AS {s.alias}", (_uri(s.path, "ro"),))
+            conn.execute(f"ATTACH DATABASE ? AS {s.alias}", (uri(s.path, "ro"),))
             row = conn.execute(f"SELECT value FROM {s.alias}.meta WHERE key = 'journal_id'").fetchone()
             s.journal_id = row[0] if row else None
         conn.execute("BEGIN" if report.dry_run else "BEGIN IMMEDIATE")
@@ -581,42 +571,7 @@ def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[st
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
     except sqlite3.DatabaseError as exc:
-        raise _failed(exc, srcs, dst) from None
-
-
-def _failed(exc: sqlite3.DatabaseError, srcs: list[str], dst: str) -> PvisorError:
-    """The error of a failed SQLite statement: UnavailableError (69) when ``dst`` stayed locked,
-    OutputError (74) when its file system is full, else IntegrityError (3) naming the first of
-    the files that does not pass ``PRAGMA quick_check`` (a source, else ``dst``), else
-    UnavailableError."""
-    text = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-        return UnavailableError(
-            f"journal {dst} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s); "
-            "nothing merged"
-        )
-    if "full" in text:
-        return OutputError(f"journal {dst}: no room on its file system ({exc}); nothing merged")
-    return _damage(exc, srcs, dst)
-
-
-def _damage(exc: sqlite3.Error, srcs: list[str], dst: str) -> PvisorError:
-    """IntegrityError naming the first of the files that does not pass ``PRAGMA quick_check``
-    (a source, else ``dst``), else UnavailableError."""
-    for path in [*srcs, dst]:
-        if not os.path.exists(path):
-            continue
-        try:
-            c = sqlite3.connect(_uri(path, "ro"), uri=True)
-            try:
-                bad = [r[0] for r in c.execute("PRAGMA quick_check")] != ["ok"]
-            finally:
-                c.close()
-        except sqlite3.DatabaseError:
-            bad = True
-        if bad:
-            return IntegrityError(f"journal {path} is damaged ({exc}); nothing merged")
-    return UnavailableError(f"journal merge into {dst} could not finish: {exc}; nothing merged")
+        raise failed(exc, srcs, dst) from None
 
 
 def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[str]:
@@ -996,4 +951,4 @@ def _merged_data(conn: sqlite3.Connection, s: _Source, rid: str) -> dict:
     return {"from_journal": s.journal_id, "fingerprints": keyed}
 
 
-__all__ = ["MAX_SOURCES", "MergeClash", "MergeInterrupted", "MergeReport", "merge_journals"]
+__all__ = ["MAX_SOURCES", "MergeClash", "MergeInterrupted", "MergeReport", "merge_journals", "stopped"]

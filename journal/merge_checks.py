@@ -1,18 +1,21 @@
 """Checks of what a merge copies (docs/journal.md "Merging journals"): every blob new to DST is
 restored from its source (decoded, its bases followed) and its sha256 compared, so that a body
 that no longer decodes is refused (exit 3) as a missing one is, instead of being copied into a
-DST that then fails ``journal verify``. Blobs DST holds already are not read again.
+DST that then fails ``journal verify``. Blobs DST holds already are not read again. Also the
+error of a failed SQLite statement of a merge (:func:`failed`).
 
 This module imports only the journal package and core.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 
-from pvisor.core.errors import IntegrityError
+from pvisor.core.errors import IntegrityError, OutputError, PvisorError, UnavailableError
 
-from .reader import JournalReader
+from .merge_files import uri
+from .reader import BUSY_TIMEOUT_S, JournalReader
 
 #: blobs read per query
 BATCH = 500
@@ -46,4 +49,39 @@ def verify_new_blobs(
     return len(shas)
 
 
-__all__ = ["verify_new_blobs"]
+def failed(exc: sqlite3.DatabaseError, srcs: list[str], dst: str) -> PvisorError:
+    """The error of a failed SQLite statement: UnavailableError (69) when ``dst`` stayed locked,
+    OutputError (74) when its file system is full, else IntegrityError (3) naming the first of
+    the files that does not pass ``PRAGMA quick_check`` (a source, else ``dst``), else
+    UnavailableError."""
+    text = str(exc)
+    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
+        return UnavailableError(
+            f"journal {dst} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s); "
+            "nothing merged"
+        )
+    if "full" in text:
+        return OutputError(f"journal {dst}: no room on its file system ({exc}); nothing merged")
+    return damage(exc, srcs, dst)
+
+
+def damage(exc: sqlite3.Error, srcs: list[str], dst: str) -> PvisorError:
+    """IntegrityError naming the first of the files that does not pass ``PRAGMA quick_check``
+    (a source, else ``dst``), else UnavailableError."""
+    for path in [*srcs, dst]:
+        if not os.path.exists(path):
+            continue
+        try:
+            c = sqlite3.connect(uri(path, "ro"), uri=True)
+            try:
+                bad = [r[0] for r in c.execute("PRAGMA quick_check")] != ["ok"]
+            finally:
+                c.close()
+        except sqlite3.DatabaseError:
+            bad = True
+        if bad:
+            return IntegrityError(f"journal {path} is damaged ({exc}); nothing merged")
+    return UnavailableError(f"journal merge into {dst} could not finish: {exc}; nothing merged")
+
+
+__all__ = ["damage", "failed", "verify_new_blobs"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
 import signal
 import sqlite3
@@ -547,10 +548,10 @@ def test_a_full_file_system_is_exit_74_and_leaves_no_journal_behind(tmp_path, sm
     assert list(full.iterdir()) == []
 
 
-def ctrl_c_at(function: str, nth: int = 1):
-    """A real SIGINT sent to this process when ``pvisor.journal.merge.<function>`` is entered
-    (resumed, for a generator) the ``nth`` time: Ctrl-C at that point of the merge (the
-    handler raises KeyboardInterrupt there)."""
+def ctrl_c_at(function: str, nth: int = 1, sig: int = signal.SIGINT):
+    """A real signal ``sig`` (SIGINT: Ctrl-C) sent to this process when
+    ``pvisor.journal.merge.<function>`` is entered (resumed, for a generator) the ``nth`` time:
+    at that point of the merge (the handler raises KeyboardInterrupt there)."""
     calls = []
 
     def trace(frame, event, arg):
@@ -558,7 +559,7 @@ def ctrl_c_at(function: str, nth: int = 1):
             calls.append(1)
             if len(calls) == nth:
                 sys.settrace(None)
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), sig)
         return None
 
     return trace
@@ -567,14 +568,21 @@ def ctrl_c_at(function: str, nth: int = 1):
 @pytest.mark.parametrize(
     "at, code, said",
     [
-        ("_copy", 130, "journal merge interrupted before its commit: nothing merged; {dst} {was}"),
-        ("_to_wal", 0, "journal merge interrupted after its commit: the merge into {dst} is complete"),
+        ("_copy", 130, "journal merge {how} before its commit: nothing merged; {dst} {was}"),
+        ("_to_wal", 0, "journal merge {how} after its commit: the merge into {dst} is complete"),
     ],
 )
-@pytest.mark.parametrize("new", [True, False])
-def test_ctrl_c_says_whether_the_merge_committed(tmp_path, journals, at, code, said, new):
-    """Before: ``pvisor: aborted`` (exit 130) whether or not the runs were merged."""
+@pytest.mark.parametrize(
+    "new, sig",
+    [(True, signal.SIGINT), (False, signal.SIGINT), (True, signal.SIGTERM), (False, signal.SIGHUP)],
+)
+def test_ctrl_c_says_whether_the_merge_committed(tmp_path, journals, at, code, said, new, sig):
+    """Before: ``pvisor: aborted`` (exit 130) whether or not the runs were merged; SIGTERM and
+    SIGHUP killed it and left the new DST's temporary journal beside it: they are handled as
+    Ctrl-C is (exit 143, 129 before the commit)."""
     a, _ = journals
+    how = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+    code = 128 + sig if code == 130 else code
     dst = tmp_path / "dst.sqlite"
     if not new:
         with Journal.open(dst) as j:
@@ -583,16 +591,38 @@ def test_ctrl_c_says_whether_the_merge_committed(tmp_path, journals, at, code, s
     if at == "_to_wal" and not new:  # a DST there has no link, no WAL switch: the sources' cleanup, last
         at, nth = "_as_found", 2
     before = files_of(tmp_path, "dst")
-    sys.settrace(ctrl_c_at(at, nth))
+    sys.settrace(ctrl_c_at(at, nth, sig))
     try:
         proc = cli("journal", "merge", str(a), "--into", str(dst))
     finally:
         sys.settrace(None)
     assert proc.returncode == code and "Traceback" not in proc.stderr, proc.stderr
     was = "does not exist (not created)" if new else "is as it was"
-    assert proc.stderr.splitlines()[-1].endswith(said.format(dst=dst, was=was)), proc.stderr
+    assert proc.stderr.splitlines()[-1].endswith(said.format(how=how, dst=dst, was=was)), proc.stderr
+    assert not list(tmp_path.glob(".dst.sqlite.merge-*"))
     runs = rows(dst, "SELECT id FROM runs ORDER BY id") if dst.exists() else []
-    if code == 130:
+    if code != 0:
         assert (files_of(tmp_path, "dst") == before) and ("aborted" not in proc.stderr)
     else:
         assert proc.stdout.startswith("copied run r-a ") and ("r-a",) in runs, proc.stdout
+
+
+def test_a_killed_merges_temporary_journals_are_removed_by_the_next_merge_into_that_dst(tmp_path, journals):
+    """SIGKILL during a merge into a new DST left ``.DST.merge-PID-HEX`` (and its ``-journal``)
+    beside it for good (417 MB for the attacker): the next merge into DST removes those of this
+    host whose process is gone; a live merge's, another host's and other files stay."""
+    a, _ = journals
+    dst = tmp_path / "dst.sqlite"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+    dead, me = f"{host}-{gone.pid}", f"{host}-{os.getpid()}"
+    stale = [f".dst.sqlite.merge-{dead}-0123abcd", f".dst.sqlite.merge-{dead}-0123abcd-journal",
+             f".pvisor-merge-{dead}-89abcdef.sqlite", f".dst.sqlite.merge-{dead}-4567cdef-wal"]  # fmt: skip
+    kept = [f".dst.sqlite.merge-{me}-0123abcd", f".dst.sqlite.merge-elsewhere-{gone.pid}-0123abcd",
+            f".other.sqlite.merge-{dead}-0123abcd", f".dst.sqlite.merge-{gone.pid}-0123abcd"]  # fmt: skip
+    for name in stale + kept:
+        (tmp_path / name).write_bytes(b"x" * 100)
+    assert merge_journals([a], dst).runs
+    left = {p.name for p in tmp_path.glob(".*")}
+    assert left == set(kept), left
