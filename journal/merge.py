@@ -72,7 +72,7 @@ from pvisor.core.errors import (
 )
 from .housekeeping import blobs_named_by_rows, live_writers, open_for_writing, started_by
 from .merge_checks import failed, verify_new_blobs
-from .merge_files import directory_error, remove, remove_stale, temp_path, uri
+from .merge_files import created_at, directory_error, remove, remove_stale, temp_path, uri
 from .merge_reap import exchanges_of, reap_image, reaped_rows
 from .paths import absolute, make_directories, require_utf8
 from .producer import now_ms
@@ -223,9 +223,10 @@ def merge_journals(
     dst = os.fspath(into)
     _check_arguments(srcs, dst)
     wanted = None if runs is None else {runs} if isinstance(runs, str) else set(runs)
-    report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.lexists(dst))
+    # a dangling symbolic link is a missing DST, created at its target (journal/merge_files.py)
+    report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.exists(created_at(dst)))
     if not dry_run:
-        remove_stale(dst)  # a killed merge's temporary journals (journal/merge_files.py)
+        remove_stale(created_at(dst))  # a killed merge's temporary journals
     try:
         with _as_found(srcs), _readers(srcs) as readers:
             for path, reader in zip(srcs, readers):
@@ -239,7 +240,7 @@ def merge_journals(
     except KeyboardInterrupt as exc:
         signum = getattr(exc, "signum", signal.SIGINT)  # the CLI's SIGTERM and SIGHUP come as one
         report.stopped_by = signum
-        linked = report.created and not report.dry_run and os.path.lexists(dst)  # just after the link
+        linked = report.created and not report.dry_run and os.path.exists(dst)  # just after the link
         if not (report.committed or linked):  # rolled back, or the new DST removed by the finally blocks
             was = "does not exist (not created)" if report.created else "is as it was"
             raise MergeInterrupted(
@@ -443,13 +444,13 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
     """Merge into a journal built beside ``dst`` under a temporary name, linked as ``dst`` once
     it is complete: a failed merge leaves nothing, and a file made meanwhile at ``dst`` is not
     overwritten (UnavailableError)."""
-    dst = p.dst
-    parent = os.path.dirname(os.path.abspath(dst))
+    dst, at = p.dst, created_at(p.dst)
+    parent = os.path.dirname(os.path.abspath(at))
     try:
         made = make_directories(parent)
     except OSError as exc:
         raise directory_error(dst, parent, exc) from None
-    tmp = temp_path(parent, os.path.basename(dst))
+    tmp = temp_path(parent, os.path.basename(at))
     done = False
     try:
         try:
@@ -461,14 +462,14 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
         finally:
             conn.close()
         try:
-            os.link(tmp, dst)
+            os.link(tmp, at)
         except FileExistsError:
             raise UnavailableError(
                 f"--into {dst}: the file appeared while the merge ran; nothing merged"
             ) from None
         except OSError:
             try:
-                os.replace(tmp, dst)  # a file system without hard links
+                os.replace(tmp, at)  # a file system without hard links
             except OSError as exc:
                 raise OutputError(f"cannot create journal {dst}: {exc.strerror}; nothing merged") from None
         done = p.report.committed = True

@@ -99,4 +99,28 @@ def directory_error(dst: str, parent: str, exc: OSError) -> UsageError:
     return UsageError(f"--into {dst}: cannot create its directory: {exc.strerror}")
 
 
-__all__ = ["SUFFIXES", "directory_error", "remove", "remove_stale", "temp_path", "uri"]
+def created_at(dst: str) -> str:
+    """Where a missing DST is created: ``dst``, or the target of ``dst`` when it is a symbolic
+    link to nothing yet (the link is kept and comes to name the new journal). UsageError (exit
+    2) for a link whose target's directory does not exist (merge makes no directory through a
+    link) or a loop of links."""
+    if not os.path.islink(dst):
+        return dst
+    target = os.path.realpath(dst)
+    try:
+        os.stat(dst)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # ELOOP
+        raise UsageError(
+            f"--into {dst} is a symbolic link that resolves to no file ({exc.strerror})"
+        ) from None
+    if not os.path.isdir(os.path.dirname(target)):
+        raise UsageError(
+            f"--into {dst} is a dangling symbolic link to {target}, whose directory does not exist: "
+            "create it, or give --into a path that is not a link"
+        )
+    return target
+
+
+__all__ = ["SUFFIXES", "created_at", "directory_error", "remove", "remove_stale", "temp_path", "uri"]

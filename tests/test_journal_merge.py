@@ -626,3 +626,23 @@ def test_a_killed_merges_temporary_journals_are_removed_by_the_next_merge_into_t
     assert merge_journals([a], dst).runs
     left = {p.name for p in tmp_path.glob(".*")}
     assert left == set(kept), left
+
+
+def test_into_a_dangling_link_creates_its_target_or_says_it_is_one(tmp_path, journals):
+    """``--into`` a symbolic link to nothing yet failed 'journal dang.sqlite does not exist' (exit
+    2) although DST is created when missing: the link's target is created (the link kept); a
+    link whose target's directory does not exist is refused in one line saying what it is."""
+    a, _ = journals
+    link, target = tmp_path / "dang.sqlite", tmp_path / "real" / "merged.sqlite"
+    link.symlink_to(target)
+    err = one_error(
+        cli("journal", "merge", str(a), "--into", str(link)), 2, str(link), "dangling symbolic link"
+    )
+    assert str(target) in err and not target.parent.exists()
+    target.parent.mkdir()
+    proc = cli("journal", "merge", str(a), "--into", str(link))
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert ("r-a",) in rows(target, "SELECT id FROM runs") and "(created)" in proc.stdout
+    assert merge_journals([a], link).skipped  # merging again through the link: all there
+    assert sorted(p.name for p in target.parent.iterdir()) == ["merged.sqlite"]

@@ -614,7 +614,8 @@ def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
     "into",
     required=True,
     metavar="DST",
-    help="The journal to merge into (created when missing; missing directories too, 0700).",
+    help="The journal to merge into (created when missing; missing directories too, 0700; a link to "
+    "nothing yet: at its target).",
 )
 @click.option(
     "--run",
