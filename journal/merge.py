@@ -5,14 +5,17 @@ it needs: its ``runs`` row, attempts, exchanges (and the ``response_parts`` of o
 flight), snapshots, events, the writers that wrote them, and every blob its rows name (bodies,
 snapshot manifests and the files they list, a handoff's ``workspace_snapshot``) with the bases
 those blobs are restored from. Rows are copied as stored (bodies stay redacted and encoded as
-they are: nothing is decoded but snapshot manifests, to find the files they list), with SQL: the
-sources are attached read-only to ``into``'s connection and copied with ``INSERT ... SELECT``.
+they are; snapshot manifests are decoded to find the files they list, and every blob new to
+``into`` is restored once and its sha256 checked: :mod:`pvisor.journal.merge_checks`), with SQL:
+the sources are attached read-only to ``into``'s connection and copied with ``INSERT ... SELECT``.
 
 - Ids are kept: run, exchange and snapshot ids, and ``exchanges.seq`` (a rank within its run).
   ``events.seq`` is renumbered: a source's events are appended after ``into``'s, in their order.
   ``writers.id`` is remapped: each source writer of a copied row becomes a new ``writers`` row
-  of ``into`` as it was (pid, host, times, closed or not: a lease the source never closed, whose
-  process died, is reaped by ``into``'s next writer as the source's would have reaped it).
+  of ``into`` as it was (pid, host, times), but a lease the source never closed, whose process
+  died, comes closed (``dead``) and its exchanges in flight as its reaper writes them
+  (``incomplete``, their response parts joined: :mod:`pvisor.journal.merge_reap`), so that the
+  run in ``into`` is what merging the source again finds, reaped meanwhile or not.
 - Blobs are deduplicated by sha256: one ``into`` holds already, or an earlier source of the same
   merge brings, is not copied again (its content is the same, whatever its encoding).
 - A run already in ``into`` (or brought by an earlier source) whose rows are the same (its
@@ -29,12 +32,14 @@ sources are attached read-only to ``into``'s connection and copied with ``INSERT
 
 Refusals (:class:`~pvisor.core.errors.PvisorError`, nothing written): a source missing, a
 directory or not a regular file, a path not UTF-8 (exit 2); a source not a journal or written by
-a newer pvisor (65); a source damaged (3); a source a live writer lease holds (69; a lease whose
+a newer pvisor (65); a source damaged (3: a blob missing, or not restoring to its
+sha256); a source a live writer lease holds (69; a lease whose
 process is gone does not count, the rule of ``journal rm``; with ``runs``, only a live writer
 that wrote one of them); a source that is ``into`` (through any path or link) or given twice
 (2); a clash (65); ``into`` locked past the busy timeout (69), its file system full (74). All of
 it happens in one transaction of ``into``; a missing ``into`` is built beside it and appears
-only when the merge succeeded. More sources than one SQLite connection attaches
+only when the merge succeeded (a killed merge's temporary files: :mod:`pvisor.journal.merge_files`).
+More sources than one SQLite connection attaches
 (:data:`MAX_SOURCES`) are merged batch by batch into a staging journal, which is then merged
 into ``into`` in that one transaction.
 
@@ -45,6 +50,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import sqlite3
 import stat
 import tempfile
@@ -65,6 +71,9 @@ from pvisor.core.errors import (
     UsageError,
 )
 from .housekeeping import blobs_named_by_rows, live_writers, open_for_writing, started_by
+from .merge_checks import failed, verify_new_blobs
+from .merge_files import created_at, directory_error, remove, remove_stale, temp_path, uri
+from .merge_reap import exchanges_of, reap_image, reaped_rows
 from .paths import absolute, make_directories, require_utf8
 from .producer import now_ms
 from .reader import BUSY_TIMEOUT_S, JournalReader
@@ -135,15 +144,25 @@ class MergeReport:
     interrupted: bool = False
     #: the merge's transaction committed into ``into`` (a new ``into`` linked into place)
     committed: bool = False
+    #: the signal that interrupted it (SIGINT, SIGTERM, SIGHUP), 0 when none did
+    stopped_by: int = 0
 
     def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in self.__slots__ if name != "committed"}
+        return {
+            name: getattr(self, name) for name in self.__slots__ if name not in ("committed", "stopped_by")
+        }
 
 
 class MergeInterrupted(PvisorError):
-    """Ctrl-C before the merge committed: nothing merged, ``into`` as it was (exit 130)."""
+    """Ctrl-C (or SIGTERM, SIGHUP: a KeyboardInterrupt whose ``signum`` says which) before the
+    merge committed: nothing merged, ``into`` as it was (exit 130, 143, 129: 128 + the signal)."""
 
     exit_code = 130
+
+
+def stopped(signum: int) -> str:
+    """How a merge's message says it was stopped: ``interrupted`` (Ctrl-C), ``stopped by SIGTERM``."""
+    return "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
 
 
 @dataclass(slots=True)
@@ -204,7 +223,10 @@ def merge_journals(
     dst = os.fspath(into)
     _check_arguments(srcs, dst)
     wanted = None if runs is None else {runs} if isinstance(runs, str) else set(runs)
-    report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.lexists(dst))
+    # a dangling symbolic link is a missing DST, created at its target (journal/merge_files.py)
+    report = MergeReport(into=dst, dry_run=dry_run, created=not os.path.exists(created_at(dst)))
+    if not dry_run:
+        remove_stale(created_at(dst))  # a killed merge's temporary journals
     try:
         with _as_found(srcs), _readers(srcs) as readers:
             for path, reader in zip(srcs, readers):
@@ -214,13 +236,16 @@ def merge_journals(
             else:
                 _merge_into(readers, srcs, _Pass(dst, wanted, report))
     except sqlite3.DatabaseError as exc:  # outside the merge's transaction (a lease, a migration)
-        raise _failed(exc, srcs, dst) from None
-    except KeyboardInterrupt:
-        linked = report.created and not report.dry_run and os.path.lexists(dst)  # just after the link
+        raise failed(exc, srcs, dst) from None
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)  # the CLI's SIGTERM and SIGHUP come as one
+        report.stopped_by = signum
+        linked = report.created and not report.dry_run and os.path.exists(dst)  # just after the link
         if not (report.committed or linked):  # rolled back, or the new DST removed by the finally blocks
             was = "does not exist (not created)" if report.created else "is as it was"
             raise MergeInterrupted(
-                f"journal merge interrupted before its commit: nothing merged; {dst} {was}"
+                f"journal merge {stopped(signum)} before its commit: nothing merged; {dst} {was}",
+                exit_code=128 + signum,
             ) from None
         report.interrupted = True  # the runs are in DST: only the sources' cleanup was cut short
     return report
@@ -354,13 +379,6 @@ def _wrote(conn: sqlite3.Connection, writer: int) -> set[str]:
 # --------------------------------------------------------------------------- destination
 
 
-def _uri(path: str, mode: str | None) -> str:
-    """An SQLite URI of ``path`` (its real path, ``%``, ``?`` and ``#`` escaped: sqlite.org/uri.html)."""
-    real = os.path.realpath(path)
-    uri = "file:" + real.replace("%", "%25").replace("?", "%3f").replace("#", "%23")
-    return uri + (f"?mode={mode}" if mode else "")
-
-
 def _connect(uri: str) -> sqlite3.Connection:
     conn = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
     conn.execute("PRAGMA foreign_keys = OFF")
@@ -377,13 +395,13 @@ def _destination(dst: str, dry_run: bool, missing: bool) -> Iterator[sqlite3.Con
     elif dry_run:
         with JournalReader(dst):  # its checks: a journal, not newer
             pass
-        conn = _connect(_uri(dst, "ro"))
+        conn = _connect(uri(dst, "ro"))
     else:
         with JournalReader(dst) as reader:  # its checks: a journal, not newer
             pending = MIGRATIONS.pending(Database(reader.conn))
         if pending:
             open_for_writing(Path(dst)).close()  # migrated to this pvisor's schema
-        conn = _connect(_uri(dst, None))
+        conn = _connect(uri(dst, None))
     try:
         yield conn
     finally:
@@ -396,7 +414,7 @@ def _new_journal(path: str) -> sqlite3.Connection:
     while it is built: what a commit wrote is in the file itself, which is linked whole."""
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
     os.close(fd)
-    conn = _connect(_uri(path, None))
+    conn = _connect(uri(path, None))
     apply_migrations(Database(conn))
     conn.executemany(
         "INSERT INTO meta(key, value) VALUES (?, ?)",
@@ -413,7 +431,7 @@ def _to_wal(path: str) -> None:
     """Switch the journal ``path`` to WAL mode, as every journal is (the writer does it too, at its
     first open: a failure here is left to it)."""
     try:
-        conn = sqlite3.connect(_uri(path, None), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
+        conn = sqlite3.connect(uri(path, None), uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_S)
         try:
             conn.execute("PRAGMA journal_mode = WAL")
         finally:
@@ -422,30 +440,17 @@ def _to_wal(path: str) -> None:
         pass
 
 
-def _directory_error(dst: str, parent: str, exc: OSError) -> UsageError:
-    """The error of ``dst``'s directory ``parent`` that could not be made: the component of its
-    path that is a file, when one is (``File exists`` would say nothing), else why."""
-    walk = parent
-    while walk and not os.path.lexists(walk):
-        walk = os.path.dirname(walk) if os.path.dirname(walk) != walk else ""
-    if walk and not os.path.isdir(walk):
-        return UsageError(
-            f"--into {dst}: {walk} is a file, not a directory: cannot create {dst}'s directory in it"
-        )
-    return UsageError(f"--into {dst}: cannot create its directory: {exc.strerror}")
-
-
 def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None:
     """Merge into a journal built beside ``dst`` under a temporary name, linked as ``dst`` once
     it is complete: a failed merge leaves nothing, and a file made meanwhile at ``dst`` is not
     overwritten (UnavailableError)."""
-    dst = p.dst
-    parent = os.path.dirname(os.path.abspath(dst))
+    dst, at = p.dst, created_at(p.dst)
+    parent = os.path.dirname(os.path.abspath(at))
     try:
         made = make_directories(parent)
     except OSError as exc:
-        raise _directory_error(dst, parent, exc) from None
-    tmp = os.path.join(parent, f".{os.path.basename(dst)}.merge-{os.getpid()}-{secrets.token_hex(4)}")
+        raise directory_error(dst, parent, exc) from None
+    tmp = temp_path(parent, os.path.basename(at))
     done = False
     try:
         try:
@@ -457,24 +462,20 @@ def _merge_into_new(readers: list[JournalReader], srcs: list[str], p: _Pass) -> 
         finally:
             conn.close()
         try:
-            os.link(tmp, dst)
+            os.link(tmp, at)
         except FileExistsError:
             raise UnavailableError(
                 f"--into {dst}: the file appeared while the merge ran; nothing merged"
             ) from None
         except OSError:
             try:
-                os.replace(tmp, dst)  # a file system without hard links
+                os.replace(tmp, at)  # a file system without hard links
             except OSError as exc:
                 raise OutputError(f"cannot create journal {dst}: {exc.strerror}; nothing merged") from None
         done = p.report.committed = True
         _to_wal(dst)
     finally:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            try:
-                os.unlink(tmp + suffix)
-            except FileNotFoundError:
-                pass
+        remove(tmp)
         for d in reversed(made if not done else []):  # a failed merge leaves no directory either
             try:
                 os.rmdir(d)
@@ -494,8 +495,8 @@ def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None
         try:
             make_directories(where)
         except OSError as exc:
-            raise _directory_error(p.dst, where, exc) from None
-    staging = os.path.join(where, f".pvisor-merge-{os.getpid()}-{secrets.token_hex(4)}.sqlite")
+            raise directory_error(p.dst, where, exc) from None
+    staging = temp_path(where, "")
     batches: list[MergeReport] = []
     try:
         try:
@@ -504,7 +505,7 @@ def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None
             raise UnavailableError(f"cannot create a staging journal in {where}: {exc.strerror}") from None
         for i in range(0, len(srcs), MAX_SOURCES):
             part = _Pass(staging, p.wanted, MergeReport(into=staging), via=p.via, staged="main", whole=False)
-            conn = _connect(_uri(staging, None))
+            conn = _connect(uri(staging, None))
             try:
                 _merge(conn, readers[i : i + MAX_SOURCES], srcs[i : i + MAX_SOURCES], part)
             finally:
@@ -519,11 +520,7 @@ def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None
         with JournalReader(staging) as reader:
             _merge_into([reader], [staging], final)
     finally:
-        for suffix in ("", "-wal", "-shm", "-journal"):
-            try:
-                os.unlink(staging + suffix)
-            except FileNotFoundError:
-                pass
+        remove(staging)
     _report_many(p.report, batches)
 
 
@@ -559,7 +556,7 @@ def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[st
     sources = [_Source(path, f"s{i}", reader) for i, (path, reader) in enumerate(zip(srcs, readers))]
     try:
         for s in sources:
-            conn.execute(f"ATTACH DATABASE ? AS {s.alias}", (_uri(s.path, "ro"),))
+            conn.execute(f"ATTACH DATABASE ? AS {s.alias}", (uri(s.path, "ro"),))
             row = conn.execute(f"SELECT value FROM {s.alias}.meta WHERE key = 'journal_id'").fetchone()
             s.journal_id = row[0] if row else None
         conn.execute("BEGIN" if report.dry_run else "BEGIN IMMEDIATE")
@@ -575,42 +572,7 @@ def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[st
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
     except sqlite3.DatabaseError as exc:
-        raise _failed(exc, srcs, dst) from None
-
-
-def _failed(exc: sqlite3.DatabaseError, srcs: list[str], dst: str) -> PvisorError:
-    """The error of a failed SQLite statement: UnavailableError (69) when ``dst`` stayed locked,
-    OutputError (74) when its file system is full, else IntegrityError (3) naming the first of
-    the files that does not pass ``PRAGMA quick_check`` (a source, else ``dst``), else
-    UnavailableError."""
-    text = str(exc)
-    if isinstance(exc, sqlite3.OperationalError) and ("locked" in text or "busy" in text):
-        return UnavailableError(
-            f"journal {dst} is locked by another process (still busy after {BUSY_TIMEOUT_S:g} s); "
-            "nothing merged"
-        )
-    if "full" in text:
-        return OutputError(f"journal {dst}: no room on its file system ({exc}); nothing merged")
-    return _damage(exc, srcs, dst)
-
-
-def _damage(exc: sqlite3.Error, srcs: list[str], dst: str) -> PvisorError:
-    """IntegrityError naming the first of the files that does not pass ``PRAGMA quick_check``
-    (a source, else ``dst``), else UnavailableError."""
-    for path in [*srcs, dst]:
-        if not os.path.exists(path):
-            continue
-        try:
-            c = sqlite3.connect(_uri(path, "ro"), uri=True)
-            try:
-                bad = [r[0] for r in c.execute("PRAGMA quick_check")] != ["ok"]
-            finally:
-                c.close()
-        except sqlite3.DatabaseError:
-            bad = True
-        if bad:
-            return IntegrityError(f"journal {path} is damaged ({exc}); nothing merged")
-    return UnavailableError(f"journal merge into {dst} could not finish: {exc}; nothing merged")
+        raise failed(exc, srcs, dst) from None
 
 
 def _columns(conn: sqlite3.Connection, schema: str, table: str) -> list[str]:
@@ -634,6 +596,8 @@ def _plan_all(conn: sqlite3.Connection, sources: list[_Source], p: _Pass) -> Non
         origin[rid] = "main"
     found: set[str] = set()
     for s in sources:
+        reap_image(conn, s.alias, s.reader)
+    for s in sources:
         ids = [r[0] for r in conn.execute(f"SELECT id FROM {s.alias}.runs ORDER BY created_ms, rowid")]
         if wanted is not None:
             ids = [i for i in ids if i in wanted]
@@ -652,6 +616,8 @@ def _plan_all(conn: sqlite3.Connection, sources: list[_Source], p: _Pass) -> Non
         earlier = ["main", *(o.alias for o in sources[: sources.index(s)])]
         _id_clashes(conn, s, earlier, sources, p)
         _plan_blobs(conn, s, report)
+        if p.staged != "s0":  # the staging journal's blobs were checked as each batch came in
+            verify_new_blobs(conn, f"merge_blobs_{s.alias}", s.alias, s.reader, p.file(s.alias, sources, ""))
         _count(conn, s, report)
         report.runs.extend(s.copy)
         report.skipped.extend(s.skip)
@@ -720,10 +686,11 @@ def _same_run(conn: sqlite3.Connection, a: str, b: str, rid: str) -> bool:
                     return False
             continue
         cols = ", ".join(c for c in _common(conn, a, b, table) if c not in NOT_COMPARED)
+        rows = {x: exchanges_of(conn, x) if table == "exchanges" else f"{x}.{table}" for x in (a, b)}
         for x, y in ((a, b), (b, a)):
             differ = conn.execute(
-                f"SELECT 1 FROM (SELECT {cols} FROM {x}.{table} WHERE {key} = ? "
-                f"EXCEPT SELECT {cols} FROM {y}.{table} WHERE {key} = ?) LIMIT 1",
+                f"SELECT 1 FROM (SELECT {cols} FROM {rows[x]} WHERE {key} = ? "
+                f"EXCEPT SELECT {cols} FROM {rows[y]} WHERE {key} = ?) LIMIT 1",
                 (rid, rid),
             ).fetchone()
             if differ:
@@ -910,11 +877,24 @@ def _copy(conn: sqlite3.Connection, s: _Source, mark: bool) -> None:
             (old,),
         )
         conn.execute(f"INSERT INTO temp.merge_writers_{a} VALUES (?, ?)", (old, cur.lastrowid))
+    # a lease left open is a dead one (a live writer of a copied run refuses the merge): closed
+    # as its reaper closes it, so that no writer of DST takes it for live or reaps it again
+    conn.execute(
+        "UPDATE main.writers SET closed_ms = ?, closed_how = 'dead' WHERE closed_ms IS NULL"
+        f" AND id IN (SELECT new FROM temp.merge_writers_{a})",
+        (now_ms(),),
+    )
     cols = ", ".join(_common(conn, a, "main", "blobs"))
     conn.execute(
         f"INSERT OR IGNORE INTO main.blobs ({cols}) SELECT {cols} FROM {a}.blobs"
         f" WHERE sha256 IN (SELECT sha FROM temp.merge_blobs_{a})"
     )
+    reaped = reaped_rows(conn, a)
+    if reaped:  # the responses its reaper joins from their parts
+        conn.execute(
+            "INSERT OR IGNORE INTO main.blobs (sha256, size, codec, base, data)"
+            f" SELECT sha256, size, codec, base, data FROM temp.merge_reaped_blobs_{a}"
+        )
     cols = ", ".join(_common(conn, a, "main", "runs"))
     conn.execute(
         f"INSERT INTO main.runs ({cols}) SELECT {cols} FROM {a}.runs"
@@ -926,14 +906,21 @@ def _copy(conn: sqlite3.Connection, s: _Source, mark: bool) -> None:
             continue
         names = _common(conn, a, "main", table)
         picked = ", ".join(remap if c == "writer_id" else c for c in names)
-        conn.execute(
-            f"INSERT INTO main.{table} ({', '.join(names)})"
-            f" SELECT {picked} FROM {_by_run(s, table)} ORDER BY rowid"
-        )
+        rows = _by_run(s, table)
+        if table == "exchanges" and reaped:  # in its source's order (the view has no rowid)
+            rows = (
+                f"{exchanges_of(conn, a)} x WHERE run_id IN (SELECT id FROM temp.merge_runs_{a})"
+                f" ORDER BY (SELECT o.rowid FROM {a}.exchanges o WHERE o.id = x.id)"
+            )
+        else:
+            rows += " ORDER BY rowid"
+        conn.execute(f"INSERT INTO main.{table} ({', '.join(names)}) SELECT {picked} FROM {rows}")
     if _has_table(conn, a, "response_parts"):
+        joined = f" AND exchange_id NOT IN (SELECT id FROM temp.merge_reaped_{a})" if reaped else ""
         conn.execute(
-            f"INSERT INTO main.response_parts (exchange_id, offset, data) SELECT exchange_id, offset, data"
+            "INSERT INTO main.response_parts (exchange_id, offset, data) SELECT exchange_id, offset, data"
             f" FROM {a}.response_parts WHERE exchange_id IN (SELECT id FROM {_by_run(s, 'exchanges')})"
+            + joined
         )
     conn.execute(
         f"INSERT INTO main.events (ts_ms, kind, run_id, exchange_id, writer_id, data)"
@@ -965,4 +952,4 @@ def _merged_data(conn: sqlite3.Connection, s: _Source, rid: str) -> dict:
     return {"from_journal": s.journal_id, "fingerprints": keyed}
 
 
-__all__ = ["MAX_SOURCES", "MergeClash", "MergeInterrupted", "MergeReport", "merge_journals"]
+__all__ = ["MAX_SOURCES", "MergeClash", "MergeInterrupted", "MergeReport", "merge_journals", "stopped"]

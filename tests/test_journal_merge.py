@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
 import signal
 import sqlite3
@@ -75,8 +76,12 @@ def journals(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def rows(path: Path, sql: str, *args) -> list[tuple]:
-    with sqlite3.connect(path) as c:
-        return c.execute(sql, args).fetchall()
+    c = sqlite3.connect(path)
+    try:  # closed here, not when collected: a connection left open keeps the journal's -wal
+        with c:
+            return c.execute(sql, args).fetchall()
+    finally:
+        c.close()
 
 
 def bodies(path: Path) -> dict[str, tuple[bytes | None, bytes | None]]:
@@ -308,10 +313,83 @@ def test_a_live_writer_on_a_source_is_refused_and_a_dead_lease_does_not_count(tm
     proc = cli("journal", "merge", str(a), "--into", str(dst), "--json")
     assert proc.returncode == 0, proc.stderr
     assert orjson.loads(proc.stdout)["runs"] == ["r-a", "r-a2", "r-child", "r-new"]
-    # the lease comes along open, and the next writer of dst reaps it as a's would have
-    with Journal.open(dst) as j:
-        assert len(j.reaped) == 1
+    # the exchange comes as the reaper writes it, the lease closed: dst's next writer reaps nothing
     assert rows(dst, "SELECT outcome FROM exchanges WHERE run_id = 'r-a2'") == [("incomplete",)]
+    with Journal.open(dst) as j:
+        assert j.reaped == []
+
+
+KILLED_WRITER = """
+import sqlite3, sys, time
+from pvisor.journal.writer import Journal
+from pvisor.journal.model import Run
+j = Journal.open(sys.argv[1])
+j.create_run(Run(id="r-k", agent="codex"))
+j.record_exchange("r-k", "POST", "/v1/messages", [], status=200, request_body=b"{}", response_body=b"ok")
+p = j.begin_exchange("r-k", "POST", "/v1/messages", [])
+j.request_read(p, b'{"stream": true}')
+chunks = []
+j.response_started(p, 200, [("content-type", "text/event-stream")], chunks, True)
+chunks += [b"data: 1\\n\\n", b"data: 2\\n\\n"]
+while sqlite3.connect(sys.argv[1]).execute("SELECT count(*) FROM response_parts").fetchone()[0] < 1:
+    time.sleep(0.01)
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_run_of_a_killed_writer_comes_reaped_and_merging_it_again_is_harmless(tmp_path):
+    """A source whose writer was SIGKILLed with a stream in flight: the run comes as a writer of
+    DST would reap it (outcome incomplete, its parts joined, the lease closed), so DST's next
+    writer reaps nothing and merging the source again, reaped meanwhile or not, skips the run
+    (it was a clash once DST's writer had reaped its copy)."""
+    src, dst, other = tmp_path / "src.sqlite", tmp_path / "dst.sqlite", tmp_path / "o.sqlite"
+    script = tmp_path / "child.py"
+    script.write_text(KILLED_WRITER)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(src)], stdout=subprocess.PIPE, text=True, env=ENV
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        child.send_signal(signal.SIGKILL)
+    finally:
+        child.wait(10)
+        child.stdout.close()
+    with Journal.open(other) as j:
+        j.create_run(Run(id="r-o", agent="codex"))
+        record(j, "r-o", 1)
+    assert merge_journals([src], dst).runs == ["r-k"]
+    query = "SELECT outcome, error, bytes_received FROM exchanges WHERE run_id = 'r-k' ORDER BY seq"
+    copied = rows(dst, query)
+    assert copied[1][0] == "incomplete" and "ended while the exchange was in flight" in copied[1][1], copied
+    assert rows(dst, "SELECT count(*) FROM response_parts") == [(0,)]
+    assert rows(dst, "SELECT count(*) FROM writers WHERE closed_ms IS NULL") == [(0,)]
+    with Journal.open(dst) as j:
+        assert j.reaped == []
+    with JournalReader(dst) as r:
+        ex = r.exchanges("r-k")[1]
+        assert r.response_body(ex) == b"data: 1\n\ndata: 2\n\n"
+        assert r.verify().ok
+    again = merge_journals([src, other], dst)  # not reaped yet: the same run
+    assert (again.skipped, again.runs) == (["r-k"], ["r-o"])
+    with Journal.open(src) as j:  # src's own writer reaps it as the merge did
+        assert len(j.reaped) == 1
+    assert rows(src, query) == copied
+    assert merge_journals([src], dst).skipped == ["r-k"]
+
+
+def test_a_blob_that_does_not_decode_is_refused_as_a_missing_one_is(tmp_path, journals):
+    """A body blob whose stored bytes no longer decode (journal verify: cannot be decoded) was
+    merged with exit 0, and DST then failed verify: it is exit 3 naming the blob and the source."""
+    a, _ = journals
+    dst = tmp_path / "out" / "dst.sqlite"
+    [(sha,)] = rows(a, "SELECT sha256 FROM blobs WHERE codec = 'zstd-prefix' ORDER BY rowid LIMIT 1")
+    with sqlite3.connect(a) as c:
+        c.execute("UPDATE blobs SET data = x'00112233' WHERE sha256 = ?", (sha,))
+    err = one_error(
+        cli("journal", "merge", str(a), "--into", str(dst)), 3, str(a), f"blob {sha}", "cannot be decoded"
+    )
+    assert "nothing merged" in err and not dst.exists()
 
 
 def test_dry_run_lists_what_would_come_and_writes_nothing(tmp_path, journals):
@@ -470,10 +548,10 @@ def test_a_full_file_system_is_exit_74_and_leaves_no_journal_behind(tmp_path, sm
     assert list(full.iterdir()) == []
 
 
-def ctrl_c_at(function: str, nth: int = 1):
-    """A real SIGINT sent to this process when ``pvisor.journal.merge.<function>`` is entered
-    (resumed, for a generator) the ``nth`` time: Ctrl-C at that point of the merge (the
-    handler raises KeyboardInterrupt there)."""
+def ctrl_c_at(function: str, nth: int = 1, sig: int = signal.SIGINT):
+    """A real signal ``sig`` (SIGINT: Ctrl-C) sent to this process when
+    ``pvisor.journal.merge.<function>`` is entered (resumed, for a generator) the ``nth`` time:
+    at that point of the merge (the handler raises KeyboardInterrupt there)."""
     calls = []
 
     def trace(frame, event, arg):
@@ -481,7 +559,7 @@ def ctrl_c_at(function: str, nth: int = 1):
             calls.append(1)
             if len(calls) == nth:
                 sys.settrace(None)
-                os.kill(os.getpid(), signal.SIGINT)
+                os.kill(os.getpid(), sig)
         return None
 
     return trace
@@ -490,14 +568,21 @@ def ctrl_c_at(function: str, nth: int = 1):
 @pytest.mark.parametrize(
     "at, code, said",
     [
-        ("_copy", 130, "journal merge interrupted before its commit: nothing merged; {dst} {was}"),
-        ("_to_wal", 0, "journal merge interrupted after its commit: the merge into {dst} is complete"),
+        ("_copy", 130, "journal merge {how} before its commit: nothing merged; {dst} {was}"),
+        ("_to_wal", 0, "journal merge {how} after its commit: the merge into {dst} is complete"),
     ],
 )
-@pytest.mark.parametrize("new", [True, False])
-def test_ctrl_c_says_whether_the_merge_committed(tmp_path, journals, at, code, said, new):
-    """Before: ``pvisor: aborted`` (exit 130) whether or not the runs were merged."""
+@pytest.mark.parametrize(
+    "new, sig",
+    [(True, signal.SIGINT), (False, signal.SIGINT), (True, signal.SIGTERM), (False, signal.SIGHUP)],
+)
+def test_ctrl_c_says_whether_the_merge_committed(tmp_path, journals, at, code, said, new, sig):
+    """Before: ``pvisor: aborted`` (exit 130) whether or not the runs were merged; SIGTERM and
+    SIGHUP killed it and left the new DST's temporary journal beside it: they are handled as
+    Ctrl-C is (exit 143, 129 before the commit)."""
     a, _ = journals
+    how = "interrupted" if sig == signal.SIGINT else f"stopped by {signal.Signals(sig).name}"
+    code = 128 + sig if code == 130 else code
     dst = tmp_path / "dst.sqlite"
     if not new:
         with Journal.open(dst) as j:
@@ -506,16 +591,58 @@ def test_ctrl_c_says_whether_the_merge_committed(tmp_path, journals, at, code, s
     if at == "_to_wal" and not new:  # a DST there has no link, no WAL switch: the sources' cleanup, last
         at, nth = "_as_found", 2
     before = files_of(tmp_path, "dst")
-    sys.settrace(ctrl_c_at(at, nth))
+    sys.settrace(ctrl_c_at(at, nth, sig))
     try:
         proc = cli("journal", "merge", str(a), "--into", str(dst))
     finally:
         sys.settrace(None)
     assert proc.returncode == code and "Traceback" not in proc.stderr, proc.stderr
     was = "does not exist (not created)" if new else "is as it was"
-    assert proc.stderr.splitlines()[-1].endswith(said.format(dst=dst, was=was)), proc.stderr
+    assert proc.stderr.splitlines()[-1].endswith(said.format(how=how, dst=dst, was=was)), proc.stderr
+    assert not list(tmp_path.glob(".dst.sqlite.merge-*"))
     runs = rows(dst, "SELECT id FROM runs ORDER BY id") if dst.exists() else []
-    if code == 130:
+    if code != 0:
         assert (files_of(tmp_path, "dst") == before) and ("aborted" not in proc.stderr)
     else:
         assert proc.stdout.startswith("copied run r-a ") and ("r-a",) in runs, proc.stdout
+
+
+def test_a_killed_merges_temporary_journals_are_removed_by_the_next_merge_into_that_dst(tmp_path, journals):
+    """SIGKILL during a merge into a new DST left ``.DST.merge-PID-HEX`` (and its ``-journal``)
+    beside it for good (417 MB for the attacker): the next merge into DST removes those of this
+    host whose process is gone; a live merge's, another host's and other files stay."""
+    a, _ = journals
+    dst = tmp_path / "dst.sqlite"
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host = re.sub(r"[^A-Za-z0-9._-]", "_", socket.gethostname())
+    dead, me = f"{host}-{gone.pid}", f"{host}-{os.getpid()}"
+    stale = [f".dst.sqlite.merge-{dead}-0123abcd", f".dst.sqlite.merge-{dead}-0123abcd-journal",
+             f".pvisor-merge-{dead}-89abcdef.sqlite", f".dst.sqlite.merge-{dead}-4567cdef-wal"]  # fmt: skip
+    kept = [f".dst.sqlite.merge-{me}-0123abcd", f".dst.sqlite.merge-elsewhere-{gone.pid}-0123abcd",
+            f".other.sqlite.merge-{dead}-0123abcd", f".dst.sqlite.merge-{gone.pid}-0123abcd"]  # fmt: skip
+    for name in stale + kept:
+        (tmp_path / name).write_bytes(b"x" * 100)
+    assert merge_journals([a], dst).runs
+    left = {p.name for p in tmp_path.glob(".*")}
+    assert left == set(kept), left
+
+
+def test_into_a_dangling_link_creates_its_target_or_says_it_is_one(tmp_path, journals):
+    """``--into`` a symbolic link to nothing yet failed 'journal dang.sqlite does not exist' (exit
+    2) although DST is created when missing: the link's target is created (the link kept); a
+    link whose target's directory does not exist is refused in one line saying what it is."""
+    a, _ = journals
+    link, target = tmp_path / "dang.sqlite", tmp_path / "real" / "merged.sqlite"
+    link.symlink_to(target)
+    err = one_error(
+        cli("journal", "merge", str(a), "--into", str(link)), 2, str(link), "dangling symbolic link"
+    )
+    assert str(target) in err and not target.parent.exists()
+    target.parent.mkdir()
+    proc = cli("journal", "merge", str(a), "--into", str(link))
+    assert proc.returncode == 0, proc.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert ("r-a",) in rows(target, "SELECT id FROM runs") and "(created)" in proc.stdout
+    assert merge_journals([a], link).skipped  # merging again through the link: all there
+    assert sorted(p.name for p in target.parent.iterdir()) == ["merged.sqlite"]

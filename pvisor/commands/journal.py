@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Callable
 
@@ -613,7 +614,8 @@ def vacuum_cmd(ctx: click.Context, force: bool, as_json: bool) -> None:
     "into",
     required=True,
     metavar="DST",
-    help="The journal to merge into (created when missing; missing directories too, 0700).",
+    help="The journal to merge into (created when missing; missing directories too, 0700; a link to "
+    "nothing yet: at its target).",
 )
 @click.option(
     "--run",
@@ -641,9 +643,9 @@ def merge_cmd(
       pvisor journal merge worker-1.sqlite worker-2.sqlite --into all.sqlite
       pvisor journal merge worker-1.sqlite --into all.sqlite --run r-3f2a9c0d1e2b --dry-run
     """
-    from pvisor.journal.merge import merge_journals
+    from pvisor.journal.merge import stopped
 
-    rep = merge_journals(list(sources), into, runs=set(runs) if runs else None, dry_run=dry_run)
+    rep = _merge_stoppable(list(sources), into, set(runs) if runs else None, dry_run)
     try:
         if as_json:
             emit_json(rep.as_dict())
@@ -657,15 +659,44 @@ def merge_cmd(
                 ),
                 err=True,
             )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         rep.interrupted = True  # while the report was printed: the merge itself is done
+        rep.stopped_by = getattr(exc, "signum", signal.SIGINT)
     if rep.interrupted:
+        how = stopped(rep.stopped_by or signal.SIGINT)
         said = (
-            "journal merge --dry-run interrupted: nothing merged"
+            f"journal merge --dry-run {how}: nothing merged"
             if dry_run
-            else f"journal merge interrupted after its commit: the merge into {one_line(into)} is complete"
+            else f"journal merge {how} after its commit: the merge into {one_line(into)} is complete"
         )
         click.echo(terminal_safe(f"pvisor: {said}"), err=True)
+
+
+class _MergeStopped(KeyboardInterrupt):
+    """SIGTERM or SIGHUP during ``journal merge``: raised where the merge is, as Ctrl-C is, so
+    that it rolls back and removes its temporary journal; ``signum`` says which."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _merge_stoppable(sources: list[str], into: str, runs: set[str] | None, dry_run: bool):
+    """:func:`~pvisor.journal.merge.merge_journals`, SIGTERM and SIGHUP handled as Ctrl-C is
+    (exit 143, 129 before the commit, with one line; after it the merge is complete)."""
+    from pvisor.journal.merge import merge_journals
+
+    def raise_stopped(signum: int, frame) -> None:
+        raise _MergeStopped(signum)
+
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    for sig in previous:
+        signal.signal(sig, raise_stopped)
+    try:
+        return merge_journals(sources, into, runs=runs, dry_run=dry_run)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _merge_summary(rep) -> None:
