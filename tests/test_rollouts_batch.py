@@ -433,3 +433,76 @@ def test_a_rows_message_names_the_line_keys_not_the_flags():
         "run r-1 was recorded with agent mini-swe-agent, not agent codex; give entrypoint PATH, "
         "to_agent, max_steps 2 or boundary_user_prompt; --output and --force stay"
     )
+
+
+def _bad_manifest(tmp_path: Path, **kw) -> Path:
+    """A manifest whose one line is no rollout (nothing runs; its row is written)."""
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"run": "r-1", "after_step": 1, "mode": "sideways", **kw}) + "\n")
+    return manifest
+
+
+@pytest.mark.parametrize("prepare_only", [False, True])
+def test_rows_naming_a_file_the_batch_reads_is_refused_and_the_file_kept(
+    capsysbinary, monkeypatch, tmp_path, prepare_only
+):
+    """Before: ``--rows JOURNAL --force`` renamed the rows over the journal in use."""
+    monkeypatch.chdir(tmp_path)
+    with Journal.open(tmp_path / "j.sqlite"):
+        pass
+    (tmp_path / "keys.env").write_text("A=b\n")
+    os.link(tmp_path / "keys.env", tmp_path / "keys-link.env")
+    os.symlink("j.sqlite", tmp_path / "j-link")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"run": "r-1", "after_step": 1, "key_file": "keys.env"}) + "\n")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    mode = ["--prepare-only"] if prepare_only else []
+    for rows in ("j.sqlite", "j.sqlite-wal", "j-link", *([] if prepare_only else ["keys-link.env"])):
+        code, _, err = pvisor_in(
+            capsysbinary, "--journal", "j.sqlite", "replay", *mode, "--batch", "m.jsonl", "--rows", rows,
+            "--force",
+        )  # fmt: skip
+        assert code == 2 and len(err.splitlines()) == 1 and "which this command reads" in err, (rows, err)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    if prepare_only:
+        return
+    # an --output whose line directory holds the journal in use
+    (tmp_path / "out" / "000001").mkdir(parents=True)
+    with Journal.open(tmp_path / "out" / "000001" / "j.sqlite"):
+        pass
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", "out/000001/j.sqlite", "replay", "--batch", "m.jsonl", "--output", "out",
+        "--force",
+    )  # fmt: skip
+    assert code == 2 and "line 1's directory 000001 holds out/000001/j.sqlite" in err, err
+
+
+@pytest.mark.parametrize("prepare_only", [False, True])
+def test_rows_through_a_symlink_write_its_target_and_into_a_fifo_in_place(
+    capsysbinary, monkeypatch, tmp_path, prepare_only
+):
+    """Before: the rows were renamed over the link (and, as root, over /dev/stdout)."""
+
+    monkeypatch.chdir(tmp_path)
+    _bad_manifest(tmp_path)
+    (tmp_path / "target.jsonl").write_text("before\n")
+    os.symlink("target.jsonl", tmp_path / "rows.jsonl")
+    mode = ["--prepare-only"] if prepare_only else []
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", "j.sqlite", "replay", *mode, "--batch", "m.jsonl", "--rows", "rows.jsonl",
+        "--force",
+    )  # fmt: skip
+    assert code == 1 and (tmp_path / "rows.jsonl").is_symlink(), err
+    [row] = map(json.loads, (tmp_path / "target.jsonl").read_text().splitlines())
+    assert row["error"]["code"] == "bad_manifest_line"
+    os.mkfifo(tmp_path / "fifo")
+    reader = os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK)  # open first: the writer never waits
+    try:  # no --force: nothing is replaced
+        code, _, err = pvisor_in(
+            capsysbinary, "--journal", "j.sqlite", "replay", *mode, "--batch", "m.jsonl", "--rows", "fifo"
+        )
+        got = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert code == 1 and (tmp_path / "fifo").is_fifo(), err
+    assert json.loads(got)["error"]["code"] == "bad_manifest_line"

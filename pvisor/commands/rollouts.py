@@ -14,7 +14,6 @@ on stderr; the last line says how many rollouts were ok, in what time.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import tempfile
@@ -26,11 +25,11 @@ import click
 import orjson
 
 from pvisor.adapters.exports.rows import write_parquet_rows
-from pvisor.commands.batch import BatchInterrupted, check_paths
+from pvisor.commands.batch import BatchInterrupted, check_paths, write_rows
 from pvisor.commands.cells import terminal_safe
+from pvisor.commands.outputs import refuse_reading
 from pvisor.core import progress
-from pvisor.core.errors import OutputError, PvisorError, UsageError
-from pvisor.core.outfile import open_private
+from pvisor.core.errors import PvisorError, UsageError
 from pvisor.replay.errors import show_path
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
 from pvisor.session.rollouts import RolloutRow, failed_row, run_rollouts
@@ -58,13 +57,14 @@ def run_rollout_batch(
     rows cannot be written. Ctrl-C: exit 130 with a line saying how far the batch got."""
     if ray_address is not None:
         _ray_runner()  # before anything is written: a missing runner is a usage error
-    check_paths(manifest, output, rows, force)
     if journal is None:
         from pvisor.journal.paths import default_journal_path
 
         journal = default_journal_path()
+    check_paths(manifest, output, rows, force, journal)
     read = list(read_rollouts(manifest, journal=journal, default_mode=default_mode))
     lines = [ln for _, ln in read if isinstance(ln, RolloutLine)]
+    refuse_writing_sources(journal, lines, output, rows)
     if force:  # into a non-empty OUT/<name>/, as a single replay's --force
         lines = [_forced(ln) for ln in lines]
     bad = {n: failed_row(None, n, exc) for n, exc in read if isinstance(exc, PvisorError)}
@@ -111,6 +111,33 @@ def run_rollout_batch(
         f"{f' ({failed} failed)' if failed else ''} in {seconds:.1f} s"
     )
     return failed
+
+
+def refuse_writing_sources(
+    journal: Path, lines: list[RolloutLine], output: Path | None, rows: Path | None
+) -> None:
+    """UsageError (exit 2, before anything runs) when the batch would write over a file it reads:
+    the ``rows`` file is the journal in use, one of its SQLite side files (``-wal``, ``-shm``),
+    or a line's journal, trajectory or key_file, through links too (with ``--force`` the rows
+    were renamed over the journal); or such a file lies in the ``OUT/<name>`` of a line, where
+    its rollout's files are written."""
+    sources = [(str(journal), None)] + [
+        (str(p), ln) for ln in lines for p in (ln.journal, ln.trajectory, ln.key_file) if p is not None
+    ]
+    if rows is not None:
+        refuse_reading(str(rows), "--rows", list(dict.fromkeys(src for src, _ in sources)))
+    if output is None:
+        return
+    out = Path(os.path.realpath(output))
+    for src, ln in sources:
+        real = Path(os.path.realpath(src))
+        for dest in lines:
+            if (out / dest.name) in real.parents:
+                reader = f"line {ln.index}'s" if ln is not None else "the journal in use,"
+                raise UsageError(
+                    f"--output {show_path(output)}: line {dest.index}'s directory {dest.name} holds "
+                    f"{show_path(Path(src))}, {reader} which the batch reads: give another OUT"
+                )
 
 
 def not_kept(doc: Any, root: Path) -> Any:
@@ -175,16 +202,9 @@ def _say(line: str) -> None:
     click.echo(terminal_safe(line), err=True)  # a path from the manifest may hold escape sequences
 
 
-def _open(path: Path, shown: Path) -> BinaryIO:
-    try:
-        return open_private(path)
-    except OSError as exc:
-        raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
-
-
 def _write_rows(rows: Path, got: Iterator[RolloutRow]) -> None:
-    """The rows into a temporary file beside ``rows``, renamed over it when all are written."""
-    tmp = rows.with_name(f".{rows.name}.tmp-{os.getpid()}")
+    """The rows into ``rows`` (:func:`~pvisor.commands.batch.write_rows`: beside it, renamed over
+    it when all are written; a device or a FIFO written through)."""
     parquet = rows.suffix.lower() == ".parquet"
     if parquet:
         try:
@@ -194,19 +214,15 @@ def _write_rows(rows: Path, got: Iterator[RolloutRow]) -> None:
                 f"--rows {show_path(rows)}: Parquet needs pyarrow: pip install '.[parquet]' in a clone of "
                 "pvisor (or a .jsonl file for JSON Lines)"
             ) from None
-    try:
-        with _open(tmp, rows) as out:
-            if parquet:
-                write_parquet_rows(out, rollout_schema(), (_text_row(r) for r in got), PARQUET_BATCH)
-            else:
-                for r in got:
-                    out.write(orjson.dumps(r.as_dict()) + b"\n")
-        os.replace(tmp, rows)
-    except OSError as exc:
-        raise OutputError(f"cannot write --rows {show_path(rows)}: {exc.strerror or exc}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+
+    def write(out: BinaryIO) -> None:
+        if parquet:
+            write_parquet_rows(out, rollout_schema(), (_text_row(r) for r in got), PARQUET_BATCH)
+        else:
+            for r in got:
+                out.write(orjson.dumps(r.as_dict()) + b"\n")
+
+    write_rows(rows, write)
 
 
 def _text_row(row: RolloutRow) -> dict[str, Any]:
@@ -239,4 +255,4 @@ def rollout_schema() -> Any:
     )
 
 
-__all__ = ["not_kept", "rollout_schema", "run_rollout_batch"]
+__all__ = ["not_kept", "refuse_writing_sources", "rollout_schema", "run_rollout_batch"]
