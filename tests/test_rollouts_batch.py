@@ -506,3 +506,123 @@ def test_rows_through_a_symlink_write_its_target_and_into_a_fifo_in_place(
         os.close(reader)
     assert code == 1 and (tmp_path / "fifo").is_fifo(), err
     assert json.loads(got)["error"]["code"] == "bad_manifest_line"
+
+
+def children_of(pid: int) -> list[int]:
+    """The child processes of ``pid`` (/proc)."""
+    kids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(k) for k in (task / "children").read_text().split()]
+    return kids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_sigterm_or_sigkill_to_the_batch_stops_its_workers_and_their_agents(sources, tmp_path, sig):
+    """Before: the batch ended at once, its workers ran their agents on and wrote derived runs
+    later, then printed BrokenPipeError tracebacks."""
+    codex = sources["codex"]
+    # the agent started for the rollout (unsandboxed: its pid in a file here) waits
+    agent = tmp_path / "codex-sleeps"
+    agent.write_text(
+        f'#!/bin/bash\ncase "$1" in --version|--help) exec "{entrypoint("codex")}" "$@";; esac\n'
+        f'echo $$ > "{tmp_path}/agent.$$"\nexec sleep 300\n'
+    )
+    agent.chmod(0o755)
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    rollout = {"entrypoint": str(agent), "sandbox": "none"}
+    manifest.write_text("".join(json.dumps(line(codex, name=f"r{i}", **rollout)) + "\n" for i in (1, 2)))
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("agent.*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        agents = [int(p.name.split(".")[1]) for p in tmp_path.glob("agent.*")]
+        workers = children_of(proc.pid)
+        assert len(agents) == 2 and len(workers) >= 2, (agents, workers)
+        proc.send_signal(sig)  # the batch's process alone, as `kill PID` does
+        _, err = proc.communicate(timeout=120)  # its stderr: the workers' too, until they end
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err, err
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143, err
+        assert "interrupted by SIGTERM after 0 of 2 rollouts" in err.splitlines()[-1] and not rows.exists()
+    assert all(wait_gone(pid, 30) for pid in workers + agents), [
+        Path(f"/proc/{p}/cmdline").read_text() for p in workers + agents if not wait_gone(p, 0)
+    ]
+
+
+def test_a_key_file_that_is_a_fifo_huge_or_nul_separated_fails_at_once_never_shown(tmp_path):
+    """Before: a FIFO blocked for ever (the line's timeout came later), /dev/zero was read
+    until memory ran out (then internal_error with an empty message), and a NUL-separated file
+    (/proc/self/environ) became one variable, the agent's start failing on 'embedded null byte'."""
+    import threading
+
+    from pvisor.session.rollouts import MAX_KEY_FILE_BYTES, read_key_file
+
+    os.mkfifo(tmp_path / "fifo")
+    huge = tmp_path / "huge.env"
+    with open(huge, "wb") as f:
+        f.truncate(MAX_KEY_FILE_BYTES + 1)  # sparse: nothing written
+    (tmp_path / "nul.env").write_bytes(b"# keys\nA=b\nOPENAI_API_KEY=" + FILE_KEY.encode() + b"\0HOME=/x\n")
+    said = {}
+
+    def read(name: str) -> None:
+        try:
+            read_key_file(tmp_path / name)
+        except Exception as exc:  # noqa: BLE001 - what the test looks at
+            said[name] = (getattr(exc, "code", None), str(exc))
+
+    for name in ("fifo", "huge.env", "nul.env"):
+        t = threading.Thread(target=read, args=(name,), daemon=True)
+        t.start()
+        t.join(10)
+        assert not t.is_alive(), f"{name}: still reading"
+    assert said["fifo"] == ("bad_key_file", f"key_file {tmp_path / 'fifo'}: not a regular file")
+    assert said["huge.env"] == ("bad_key_file", f"key_file {huge}: larger than 1048576 bytes")
+    assert said["nul.env"] == (
+        "bad_key_file",
+        f"key_file {tmp_path / 'nul.env'} line 3: holds a NUL byte (not shown)",
+    )
+
+
+def test_ctrl_c_while_the_workers_start_prints_no_traceback(sources, tmp_path):
+    """Before: a Ctrl-C (SIGINT to the terminal's process group) in a worker's start-up printed
+    'Process pvisor-rollout-1: Traceback ... KeyboardInterrupt'."""
+    codex = sources["codex"]
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    manifest.write_text(
+        "".join(
+            json.dumps(line(codex, name=f"r{i}", entrypoint=str(entrypoint("codex")))) + "\n" for i in (1, 2)
+        )
+    )
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := children_of(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGINT)  # the batch and its workers, as a terminal's Ctrl-C
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert all(wait_gone(pid, 30) for pid in workers)

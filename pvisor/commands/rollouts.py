@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -54,7 +55,8 @@ def run_rollout_batch(
     default journal). ``ray_address``: on that Ray cluster (:mod:`pvisor.session.ray_rollouts`)
     instead of here. UsageError (before anything runs) for the paths as the prepare-only batch
     refuses them (:func:`~pvisor.commands.batch.check_paths`); OutputError (exit 74) when the
-    rows cannot be written. Ctrl-C: exit 130 with a line saying how far the batch got."""
+    rows cannot be written. Ctrl-C, SIGTERM, SIGHUP: the rollouts running are stopped (their
+    agents too), and exit 130, 143, 129 with a line saying how far the batch got."""
     if ray_address is not None:
         _ray_runner()  # before anything is written: a missing runner is a usage error
     if journal is None:
@@ -71,12 +73,14 @@ def run_rollout_batch(
     root = output if output is not None else Path(tempfile.mkdtemp(prefix="pvisor-rollouts-"))
     t0 = time.perf_counter()
     failed = done = 0
+    stopping = _StopSignals()  # SIGTERM and SIGHUP stop the batch as Ctrl-C does
+    produced = _rows(lines, journal, root, concurrency, ray_address)
     try:
         with progress.task(f"rollouts of {show_path(manifest)}", len(read), progress.Unit.REQUESTS) as task:
 
             def counted() -> Iterator[RolloutRow]:
                 nonlocal failed, done
-                for row in _in_order(bad, _rows(lines, journal, root, concurrency, ray_address)):
+                for row in _in_order(bad, produced):
                     done += 1
                     if not row.ok:
                         failed += 1
@@ -91,17 +95,24 @@ def run_rollout_batch(
                     pass
             else:
                 _write_rows(rows, counted())
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         where = (
             f"{show_path(rows)} is left as it was"
             if rows is not None
             else f"their files are in {show_path(root)}"
         )
+        signum = getattr(exc, "signum", signal.SIGINT)
+        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
         raise BatchInterrupted(
-            f"interrupted after {done} of {len(read)} rollouts of {show_path(manifest)} ({failed} failed): "
-            f"{where}"
+            f"interrupted{by} after {done} of {len(read)} rollouts of {show_path(manifest)} "
+            f"({failed} failed): {where}",
+            exit_code=128 + signum,
         ) from None
     finally:
+        # the workers stopped now, wherever the signal came: a generator left suspended would
+        # stop them only when collected (the interruption's traceback holds it)
+        getattr(produced, "close", lambda: None)()
+        stopping.restore()
         if output is None:
             shutil.rmtree(root, ignore_errors=True)
     seconds = time.perf_counter() - t0
@@ -138,6 +149,39 @@ def refuse_writing_sources(
                     f"--output {show_path(output)}: line {dest.index}'s directory {dest.name} holds "
                     f"{show_path(Path(src))}, {reader} which the batch reads: give another OUT"
                 )
+
+
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to the batch: stopped as by Ctrl-C, its exit code 128 + ``signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StopSignals:
+    """SIGTERM and SIGHUP raise :class:`_Signalled` in the main thread while the batch runs (the
+    first one; a later one is ignored, as the workers are being stopped); :meth:`restore` puts
+    the previous handlers back. Without it the batch ended at once and its workers ran on."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        import threading
+
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, self._raise) for sig in self.SIGNALS}
+
+    def _raise(self, signum: int, _frame: Any) -> None:
+        for sig in self.previous:
+            signal.signal(sig, signal.SIG_IGN)
+        raise _Signalled(signum)
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
 
 
 def not_kept(doc: Any, root: Path) -> Any:
