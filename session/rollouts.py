@@ -212,7 +212,8 @@ def _replay_options(
     kw = spec.fields(
         f.name for f in dataclasses.fields(ReplayOptions) if f.name in values and f.name in BY_NAME
     )
-    kw.update(agent_env=env, agent_args=[])
+    # a key_file's variables reach the agent alone: never the recorded start environment
+    kw.update(agent_env=env, private_env=frozenset(env), agent_args=[])
     if line.mode is not RolloutMode.HANDOFF:
         return ReplayOptions(**kw, child_option="child_run="), problems
     assert line.to_agent is not None and line.agent is not None

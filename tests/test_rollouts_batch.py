@@ -42,6 +42,8 @@ TASK = "Write a.txt, b.txt and c.txt."
 #: the key the Codex continuation's key_file holds, and a key pasted into a manifest line
 FILE_KEY = "sk-test-Kf9q2Zx7Wm4Lp8Rt"
 LINE_KEY = "sk-test-Qa3Vn6Ye1Hs5Jd0U"
+#: a key_file value that looks like no secret (a name without KEY, TOKEN..., a value of no key shape)
+PLAIN = "corp-internal-PLAINSECRET"
 SECRETS_SENT = [FILE_KEY, LINE_KEY]  # no piece of them in any journal, log or result.json (conftest)
 
 
@@ -103,7 +105,7 @@ def test_four_rollouts_two_agents_run_locally_and_bad_lines_fail_alone(sources, 
     live = stack.scripted(live_script())
     proxy = recording_proxy(stack, live)
     keys = tmp_path / "keys.txt"
-    keys.write_text(f"# the Codex rollout's key\nOPENAI_API_KEY={FILE_KEY}\n")
+    keys.write_text(f'# the Codex rollout\'s key\nOPENAI_API_KEY={FILE_KEY}\nMODEL_ACCESS="{PLAIN}"\n')
     exe = {a: str(entrypoint(a)) for a in ("mini-swe-agent", "codex")}
     lines = [
         line(mini, name="cont-mini", upstream=live, max_steps=1, entrypoint=exe["mini-swe-agent"],
@@ -176,6 +178,14 @@ def test_four_rollouts_two_agents_run_locally_and_bad_lines_fail_alone(sources, 
     ]
     for key in SECRETS_SENT:
         assert key not in proc.stderr and key not in proc.stdout and key not in rows.read_text()
+    # a key_file variable whose name and value look like no secret: the agent's alone, never recorded
+    # (before: in the derived run's start environment)
+    with JournalReader(codex.journal) as r:
+        env = r.run_environment(by["cont-codex"]["derived_run"])
+    assert env is not None and env["left_out"]["MODEL_ACCESS"] == "secret", env
+    for f in codex.journal.parent.glob(codex.journal.name + "*"):
+        assert PLAIN.encode() not in f.read_bytes(), f
+    assert PLAIN not in rows.read_text()
 
 
 def test_output_dirs_prepare_only_line_and_lines_read_without_side_effects(sources, tmp_path):
@@ -626,3 +636,42 @@ def test_ctrl_c_while_the_workers_start_prints_no_traceback(sources, tmp_path):
             proc.kill()
     assert proc.returncode == 130 and "Traceback" not in err, err
     assert all(wait_gone(pid, 30) for pid in workers)
+
+
+def test_lines_sharing_a_workspace_or_working_in_an_output_directory_fail_naming_the_first(
+    capsysbinary, monkeypatch, tmp_path
+):
+    """Before: two lines of one workspace ran at once in it (both ok, each seeing the other's
+    files), and a workspace could be another line's OUT/<name>."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ws").mkdir()
+    os.symlink("ws", tmp_path / "ws-link")
+    manifest = tmp_path / "m.jsonl"
+    lines = [
+        {"run": "r-1", "after_step": 1, "name": "a", "workspace": "ws"},
+        {"run": "r-1", "after_step": 1, "name": "b", "workspace": "ws-link"},  # the same, through a link
+        {"run": "r-1", "after_step": 1, "name": "c", "workspace": "ws/sub"},
+        {"run": "r-1", "after_step": 1, "name": "d", "workspace": "."},
+        {"run": "r-1", "after_step": 1, "name": "e", "workspace": "other"},
+    ]
+    manifest.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    got = [str(x) for _, x in read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION)]
+    assert got[1] == f"{manifest} line 2: workspace {tmp_path / 'ws-link'} is line 1's workspace"
+    assert got[2].endswith(
+        f"workspace {tmp_path / 'ws' / 'sub'} is inside line 1's workspace ({tmp_path / 'ws'})"
+    )
+    assert got[3].endswith(f"workspace {tmp_path} holds line 1's workspace ({tmp_path / 'ws'})"), got[3]
+    assert "line 5" not in got[4]
+    # a workspace in another line's OUT/<name>: that line fails, nothing runs (line 1 a prepare-only)
+    manifest.write_text(
+        json.dumps({"run": "r-1", "after_step": 1, "name": "a", "mode": "prepare-only", "agent": "codex"})
+        + "\n"
+        + json.dumps({"run": "r-1", "after_step": 1, "name": "b", "workspace": "out/a"})
+        + "\n"
+    )
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", "j.sqlite", "replay", "--batch", "m.jsonl", "--output", "out"
+    )
+    assert code == 1 and f"line 2: workspace {tmp_path / 'out' / 'a'} is line 1's output directory" in err, (
+        err
+    )

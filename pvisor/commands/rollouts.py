@@ -32,7 +32,7 @@ from pvisor.commands.outputs import refuse_reading
 from pvisor.core import progress
 from pvisor.core.errors import PvisorError, UsageError
 from pvisor.replay.errors import show_path
-from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
+from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, bad_line, overlap, read_rollouts
 from pvisor.session.rollouts import RolloutRow, failed_row, run_rollouts
 
 #: rows per Parquet row group
@@ -65,6 +65,8 @@ def run_rollout_batch(
         journal = default_journal_path()
     check_paths(manifest, output, rows, force, journal)
     read = list(read_rollouts(manifest, journal=journal, default_mode=default_mode))
+    if output is not None:
+        read = _apart_from_outputs(read, output, manifest)
     lines = [ln for _, ln in read if isinstance(ln, RolloutLine)]
     refuse_writing_sources(journal, lines, output, rows)
     if force:  # into a non-empty OUT/<name>/, as a single replay's --force
@@ -182,6 +184,27 @@ class _StopSignals:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         self.previous = {}
+
+
+def _apart_from_outputs(
+    read: list[tuple[int, RolloutLine | PvisorError]], output: Path, manifest: Path
+) -> list[tuple[int, RolloutLine | PvisorError]]:
+    """``read`` with each line whose workspace is, lies in or holds a line's ``OUT/<name>``
+    (where that rollout's files are written while the agent works) failed as a
+    ``bad_manifest_line`` naming that line."""
+    outs = [
+        (output / ln.name, f"line {ln.index}'s output directory")
+        for _, ln in read
+        if isinstance(ln, RolloutLine)
+    ]
+    checked: list[tuple[int, RolloutLine | PvisorError]] = []
+    for n, ln in read:
+        if isinstance(ln, RolloutLine) and ln.workspace is not None:
+            shared = overlap(ln.workspace, outs)
+            if shared is not None:
+                ln = bad_line(manifest, n, f"workspace {show_path(ln.workspace)} {shared}")
+        checked.append((n, ln))
+    return checked
 
 
 def not_kept(doc: Any, root: Path) -> Any:
