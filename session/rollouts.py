@@ -24,15 +24,17 @@ import multiprocessing
 import os
 import re
 import signal
+import sqlite3
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pvisor.core.errors import PvisorError, UsageError
+from pvisor.core.errors import OutputError, PvisorError, UsageError
 from pvisor.replay.errors import error_code, error_detail, show_path
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, in_line_keys
 from pvisor.replay.spec import BY_NAME, ReplayMode, ReplayProblems, ReplaySpec
@@ -283,6 +285,14 @@ def run_rollout(
     return row
 
 
+def _unused(row: RolloutRow) -> bool:
+    """Whether ``row``'s workspace is an empty directory its failed rollout's agent never used
+    (a worker that died may have left its agent running in it: kept)."""
+    if row.ok or row.workspace is None or row.error_code == RolloutError.WORKER_DIED.value:
+        return False
+    return _empty(Path(row.workspace))
+
+
 def _empty(directory: Path) -> bool:
     try:
         return not any(os.scandir(directory))
@@ -408,6 +418,25 @@ def _child(args: tuple[RolloutLine, Path, Path, int], conn: Any) -> None:
         pass  # the batch was interrupted or is gone: it reads no row, and says how far it got
 
 
+def derived_run_in(journal: Path, workspace: Path, since_ms: int) -> str | None:
+    """The run a rollout made in ``journal``: the newest created since ``since_ms`` (Unix epoch
+    milliseconds) whose agent ran in ``workspace`` (its ``workspace`` label); None when there is
+    none or the journal cannot be read (a worker that died may have made none)."""
+    from pvisor.journal.reader import JournalReader
+
+    names = {str(workspace), os.path.realpath(workspace)}
+    try:
+        with JournalReader(journal) as r:
+            found = [
+                run.id
+                for run in r.runs()
+                if run.created_ms >= since_ms and run.labels.get("workspace") in names
+            ]
+    except (PvisorError, OSError, sqlite3.Error):
+        return None
+    return found[-1] if found else None
+
+
 class _Worker:
     """One rollout's process (``spawn``: a fresh interpreter, no inherited event loop, signal
     handlers or threads) and the pipe its row comes back on."""
@@ -415,6 +444,8 @@ class _Worker:
     def __init__(self, line: RolloutLine, job: tuple[RolloutLine, Path, Path]) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.line = line
+        self.journal = job[1]
+        self.started_ms = int(time.time() * 1000)
         self.conn, self._child_end = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
             target=_child, args=((*job, os.getpid()), self._child_end), name=f"pvisor-rollout-{line.index}"
@@ -435,7 +466,8 @@ class _Worker:
                 signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def row(self) -> RolloutRow:
-        """The row the worker sent, or a ``worker_died`` row when it ended without one."""
+        """The row the worker sent, or a ``worker_died`` row when it ended without one (its
+        workspace, and the run it made in the journal when it made one)."""
         try:
             row: RolloutRow = self.conn.recv()
         except (EOFError, OSError):
@@ -444,6 +476,8 @@ class _Worker:
             how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
             exc = PvisorError(f"the process running the rollout ended before it returned a row ({how})")
             row = failed_row(self.line, self.line.index, exc, RolloutError.WORKER_DIED.value)
+            if self.line.workspace is not None:
+                row.derived_run = derived_run_in(self.journal, self.line.workspace, self.started_ms)
         self.conn.close()
         self.process.join(30)
         return row
@@ -469,6 +503,17 @@ class _Worker:
         self.conn.close()
 
 
+#: the most rollouts a batch runs at once (each a process, a gateway and an agent)
+MAX_CONCURRENCY = 64
+
+
+def check_concurrency(concurrency: int) -> None:
+    """UsageError (exit 2) for a ``concurrency`` outside 1..:data:`MAX_CONCURRENCY` (before:
+    ``--concurrency 1000000000`` was accepted). At most as many run as there are agent lines."""
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency {concurrency}: expected 1 to {MAX_CONCURRENCY} rollouts at once")
+
+
 def run_rollouts(
     lines: Iterable[RolloutLine], *, journal: Path, output_root: Path, concurrency: int
 ) -> Iterator[RolloutRow]:
@@ -476,12 +521,12 @@ def run_rollouts(
     process of its own (module docstring), and yield their rows in line order. Each writes into
     ``output_root/<name>``; a line's own ``journal`` is used for it, else ``journal``. A rollout
     whose process dies (killed, out of memory) fails its row alone (``worker_died``); the
-    others go on. UsageError for ``concurrency`` < 1. Stopping the iteration (Ctrl-C) stops the
+    others go on. UsageError for a ``concurrency`` outside 1..:data:`MAX_CONCURRENCY`
+    (:func:`check_concurrency`). Stopping the iteration (Ctrl-C) stops the
     rollouts running (SIGTERM, as a single replay stops on it) and starts no more; a worker
     whose caller's process (or the thread that iterates) ends, even by SIGKILL, gets SIGTERM
     and stops its agent too (Linux)."""
-    if concurrency < 1:
-        raise UsageError(f"--concurrency {concurrency}: at least 1")
+    check_concurrency(concurrency)
     todo = list(lines)
     root = Path(output_root).absolute()
 
@@ -492,9 +537,21 @@ def run_rollouts(
     running: dict[int, _Worker] = {}
     done: dict[int, RolloutRow] = {}
 
+    made: set[int] = set()  # the lines whose workspace is a new directory made here
+
     def fill() -> None:
         while waiting and len(running) < concurrency:
             nxt = waiting.pop(0)
+            if nxt.workspace is None:
+                # made here, not in the worker: a worker that dies still has its workspace named
+                try:
+                    ws = tempfile.mkdtemp(prefix=f"pvisor-rollout-{nxt.name}-")
+                except OSError as exc:
+                    why = f"cannot create a workspace in {tempfile.gettempdir()}: {exc.strerror or exc}"
+                    done[nxt.index] = failed_row(nxt, nxt.index, OutputError(why))
+                    continue
+                nxt = dataclasses.replace(nxt, workspace=Path(ws))
+                made.add(nxt.index)
             running[nxt.index] = worker = _Worker(nxt, job(nxt))
             worker.start()  # known before it starts: a Ctrl-C in start() stops it too
 
@@ -506,11 +563,18 @@ def run_rollouts(
                 continue
             while ln.index not in done:
                 fill()
+                if ln.index in done:
+                    break
                 ready = wait([w.conn for w in running.values()])
                 for w in [w for w in running.values() if w.conn in ready]:
                     done[w.line.index] = w.row()
                     del running[w.line.index]
-            yield done.pop(ln.index)
+            row = done.pop(ln.index)
+            if _unused(row) and ln.index in made:
+                # a rollout that failed before its agent wrote anything: no empty directory left behind
+                os.rmdir(row.workspace)
+                row.workspace = None
+            yield row
     finally:
         for w in running.values():
             w.interrupt()
@@ -522,6 +586,10 @@ __all__ = [
     "RolloutError",
     "RolloutRow",
     "RowStatus",
+    "MAX_CONCURRENCY",
+    "MAX_KEY_FILE_BYTES",
+    "check_concurrency",
+    "derived_run_in",
     "failed_row",
     "read_key_file",
     "run_rollout",

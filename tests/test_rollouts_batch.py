@@ -7,6 +7,7 @@ receives its key as the request's credential) and nothing pvisor writes. Nothing
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -675,3 +676,67 @@ def test_lines_sharing_a_workspace_or_working_in_an_output_directory_fail_naming
     assert code == 1 and f"line 2: workspace {tmp_path / 'out' / 'a'} is line 1's output directory" in err, (
         err
     )
+
+
+def sleeping_agent(tmp_path: Path, real: Path) -> Path:
+    """An entrypoint that answers the version checks as ``real`` and, started for the rollout,
+    writes its pid to ``tmp_path/agent.PID`` and sleeps (run it with sandbox none)."""
+    agent = tmp_path / "sleeping-agent"
+    agent.write_text(
+        f'#!/bin/bash\ncase "$1" in --version|--help) exec "{real}" "$@";; esac\n'
+        f'echo $$ > "{tmp_path}/agent.$$"\nexec sleep 300\n'
+    )
+    agent.chmod(0o755)
+    return agent
+
+
+def test_a_worker_killed_after_its_run_began_names_its_workspace_and_derived_run(sources, tmp_path):
+    """Before: the worker_died row had derived_run and workspace null, though the journal held
+    the rollout's (open) run and its pvisor-rollout-<name>-* directory stayed."""
+    codex = sources["codex"]
+    agent = sleeping_agent(tmp_path, entrypoint("codex"))
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    manifest.write_text(json.dumps(line(codex, name="dies", entrypoint=str(agent), sandbox="none")) + "\n")
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("agent.*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [started] = tmp_path.glob("agent.*")
+        pid = int(started.name.split(".")[1])
+        os.kill(parent_of(pid), signal.SIGKILL)  # the worker
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    [row] = map(json.loads, rows.read_text().splitlines())
+    assert row["error"]["code"] == "worker_died" and Path(row["workspace"]).is_dir(), row
+    with JournalReader(codex.journal) as r:
+        run = r.run(row["derived_run"])
+    assert run.parent_run == codex.run and run.labels["workspace"] == row["workspace"]
+
+
+@pytest.mark.parametrize("k", ["0", "65", str(10**9)])
+def test_a_concurrency_out_of_range_is_refused_before_anything_runs(capsysbinary, monkeypatch, tmp_path, k):
+    """Before: --concurrency 1000000000 was accepted, without a cap."""
+    monkeypatch.chdir(tmp_path)
+    _bad_manifest(tmp_path)
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", "j.sqlite", "replay", "--batch", "m.jsonl", "--rows", "r.jsonl",
+        "--concurrency", k,
+    )  # fmt: skip
+    assert code == 2 and err == f"pvisor: error: --concurrency {k}: expected 1 to 64 rollouts at once\n", err
+    assert not (tmp_path / "r.jsonl").exists()

@@ -33,7 +33,7 @@ from pvisor.core import progress
 from pvisor.core.errors import PvisorError, UsageError
 from pvisor.replay.errors import show_path
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, bad_line, overlap, read_rollouts
-from pvisor.session.rollouts import RolloutRow, failed_row, run_rollouts
+from pvisor.session.rollouts import RolloutRow, check_concurrency, failed_row, run_rollouts
 
 #: rows per Parquet row group
 PARQUET_BATCH = 64
@@ -59,6 +59,8 @@ def run_rollout_batch(
     agents too), and exit 130, 143, 129 with a line saying how far the batch got."""
     if ray_address is not None:
         _ray_runner()  # before anything is written: a missing runner is a usage error
+    else:
+        check_concurrency(concurrency)
     if journal is None:
         from pvisor.journal.paths import default_journal_path
 
