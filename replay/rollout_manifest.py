@@ -150,10 +150,12 @@ def read_rollouts(
     """(line number, its :class:`RolloutLine` or the ``bad_manifest_line`` error that says why
     it is none) for each non-blank line of ``manifest``, in order. ``journal``: the journal of
     the ``run`` lines that name none (None: the caller's default). Two lines of one ``name`` (one
-    output directory): the second fails. Raises ReplayUsageError when the file cannot be opened;
-    reads nothing else."""
+    output directory), or whose workspaces are one directory or one inside the other (two
+    agents at once in one directory): the second fails, naming the first. Raises
+    ReplayUsageError when the file cannot be opened; reads nothing else."""
     keys = line_options()
     names: dict[str, int] = {}
+    spaces: list[tuple[int, Path]] = []  # (line, its workspace) of the lines that give one
     for n, obj in read_manifest(manifest):
         if isinstance(obj, PvisorError):
             yield n, obj
@@ -167,7 +169,29 @@ def read_rollouts(
         if first != n:
             yield n, bad_line(manifest, n, f"name {line.name!r} is line {first}'s already")
             continue
+        if line.workspace is not None:
+            shared = overlap(line.workspace, [(ws, f"line {m}'s workspace") for m, ws in spaces])
+            if shared is not None:  # two agents at once in one directory would see each other's files
+                yield n, bad_line(manifest, n, f"workspace {show_path(line.workspace)} {shared}")
+                continue
+            spaces.append((n, line.workspace))
         yield n, line
+
+
+def overlap(path: Path, others: list[tuple[Path, str]]) -> str | None:
+    """How ``path`` meets the first of ``others`` (directory, what it is) that it is, lies in or
+    holds (after symbolic links): ``is line 2's workspace``, ``is inside ...``, ``holds ...``;
+    None when it meets none."""
+    real = Path(os.path.realpath(path))
+    for other, what in others:
+        there = Path(os.path.realpath(other))
+        if real == there:
+            return f"is {what}"
+        if there in real.parents:
+            return f"is inside {what} ({show_path(other)})"
+        if real in there.parents:
+            return f"holds {what} ({show_path(other)})"
+    return None
 
 
 def bad_line(manifest: Path, n: int, what: str) -> ReplayUsageError:
@@ -337,4 +361,12 @@ def _line(
     )
 
 
-__all__ = ["RolloutLine", "RolloutMode", "bad_line", "in_line_keys", "line_options", "read_rollouts"]
+__all__ = [
+    "RolloutLine",
+    "RolloutMode",
+    "bad_line",
+    "in_line_keys",
+    "line_options",
+    "overlap",
+    "read_rollouts",
+]

@@ -608,6 +608,7 @@ def _run_with_playback(
             end_grace=opts.end_grace,
             upstream=upstream,
             agent_env={**(variables or {}), **opts.agent_env},
+            private_env=opts.private_env,
             agent_args=list(opts.agent_args),
             intercept=opts.intercept,
             child_run=opts.child_run,

@@ -28,7 +28,9 @@ class ReplayOptions:
     ``timeout`` seconds for the whole agent run; ``force``; ``allow_unsupported`` (an installed
     agent version outside its profile's range); ``end_grace`` seconds after the synthetic end;
     ``model`` the agent is launched with (default: the recorded one); ``agent_env`` and
-    ``agent_args`` (a config's ``environment`` and ``arguments``).
+    ``agent_args`` (a config's ``environment`` and ``arguments``); ``private_env``: the names
+    in ``agent_env`` that go to the agent only, never into the recorded start environment (a
+    rollout's ``key_file`` variables, whatever their names and values look like).
 
     A continuation (:func:`continue_replay`) also reads: ``upstream`` (the live model's base URL;
     None: the agent's public API, which needs the user's key in the environment),
@@ -84,6 +86,7 @@ class ReplayOptions:
     end_grace: float = END_GRACE_S
     model: str | None = None
     agent_env: dict[str, str] = field(default_factory=dict)
+    private_env: frozenset[str] = frozenset()
     agent_args: list[str] = field(default_factory=list)
     upstream: str | None = None
     max_steps: int | None = None

@@ -24,14 +24,17 @@ import multiprocessing
 import os
 import re
 import signal
+import sqlite3
+import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from multiprocessing.connection import wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pvisor.core.errors import PvisorError, UsageError
+from pvisor.core.errors import OutputError, PvisorError, UsageError
 from pvisor.replay.errors import error_code, error_detail, show_path
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, in_line_keys
 from pvisor.replay.spec import BY_NAME, ReplayMode, ReplayProblems, ReplaySpec
@@ -125,24 +128,47 @@ def said(exc: BaseException) -> str:
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+#: the largest key_file read (bytes): NAME=VALUE lines, not a data file (a device such as
+#: /dev/zero, or a huge file, was read without bound)
+MAX_KEY_FILE_BYTES = 1 << 20
+
+
 def read_key_file(path: Path) -> dict[str, str]:
     """The ``NAME=VALUE`` lines of ``path`` (blank lines and ``#`` comments skipped; a value
     taken as it is, one pair of surrounding quotes removed). UsageError with the code
     ``bad_key_file`` naming the file and the line number, never a value, for a file that cannot be
-    read or a line that is not such a pair."""
+    read, is not a regular file (a FIFO, a device: opened without blocking, never read), is
+    larger than :data:`MAX_KEY_FILE_BYTES`, is not UTF-8, or holds a line that is not such a pair
+    or holds a NUL byte (``/proc/self/environ``: NUL-separated)."""
+    shown = show_path(path)
     try:
-        text = path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        why = getattr(exc, "strerror", None) or "not UTF-8"
-        raise _key_file_error(f"key_file {show_path(path)}: {why}") from None
+        # O_NONBLOCK: opening a FIFO no process writes would block for ever (the timeout is later)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise _key_file_error(f"key_file {shown}: {exc.strerror or exc}") from None
+    with open(fd, "rb") as f:
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise _key_file_error(f"key_file {shown}: not a regular file")
+            data = f.read(MAX_KEY_FILE_BYTES + 1)
+        except OSError as exc:
+            raise _key_file_error(f"key_file {shown}: {exc.strerror or exc}") from None
+    if len(data) > MAX_KEY_FILE_BYTES:
+        raise _key_file_error(f"key_file {shown}: larger than {MAX_KEY_FILE_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _key_file_error(f"key_file {shown}: not UTF-8") from None
     env: dict[str, str] = {}
     for i, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
+        if "\0" in line:  # no environment variable holds one: the agent could not be started
+            raise _key_file_error(f"key_file {shown} line {i}: holds a NUL byte (not shown)")
         name, eq, value = line.removeprefix("export ").partition("=")
         if not eq or not _NAME.fullmatch(name.strip()):
-            raise _key_file_error(f"key_file {show_path(path)} line {i}: expected NAME=VALUE (not shown)")
+            raise _key_file_error(f"key_file {shown} line {i}: expected NAME=VALUE (not shown)")
         value = value.strip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
@@ -189,7 +215,8 @@ def _replay_options(
     kw = spec.fields(
         f.name for f in dataclasses.fields(ReplayOptions) if f.name in values and f.name in BY_NAME
     )
-    kw.update(agent_env=env, agent_args=[])
+    # a key_file's variables reach the agent alone: never the recorded start environment
+    kw.update(agent_env=env, private_env=frozenset(env), agent_args=[])
     if line.mode is not RolloutMode.HANDOFF:
         return ReplayOptions(**kw, child_option="child_run="), problems
     assert line.to_agent is not None and line.agent is not None
@@ -257,6 +284,14 @@ def run_rollout(
         os.rmdir(row.workspace)
         row.workspace = None
     return row
+
+
+def _unused(row: RolloutRow) -> bool:
+    """Whether ``row``'s workspace is an empty directory its failed rollout's agent never used
+    (a worker that died may have left its agent running in it: kept)."""
+    if row.ok or row.workspace is None or row.error_code == RolloutError.WORKER_DIED.value:
+        return False
+    return _empty(Path(row.workspace))
 
 
 def _empty(directory: Path) -> bool:
@@ -342,16 +377,65 @@ def _prepare(line: RolloutLine, journal: Path, output: Path) -> RolloutRow:
     return row
 
 
-def _child(args: tuple[RolloutLine, Path, Path], conn: Any) -> None:
+#: prctl option: the signal this process gets when its parent ends (Linux)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM to this worker when ``parent`` (the batch) ends, even by SIGKILL (Linux
+    ``prctl(PR_SET_PDEATHSIG)``; best effort elsewhere): a rollout stops its agent on it, as on
+    the batch's own SIGTERM. Ends this process at once when ``parent`` is gone already."""
+    import ctypes
+    import sys
+
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # it ended before the prctl: nobody waits for this rollout
+        os._exit(0)
+
+
+def _child(args: tuple[RolloutLine, Path, Path, int], conn: Any) -> None:
     """A worker process's body: one rollout, its row sent back on ``conn`` (never an exception:
-    a pickled error may not unpickle)."""
-    line, journal, output = args
+    a pickled error may not unpickle). Quiet when stopped: a Ctrl-C (KeyboardInterrupt) ends it
+    without a row or a traceback, and so does a batch gone before the row is sent."""
+    line, journal, output, parent = args
     try:
-        row = run_rollout(line, journal=journal, output=output)
-    except Exception as exc:  # noqa: BLE001 - a bug must not take the other rollouts with it
-        row = failed_row(line, line.index, exc, RolloutError.INTERNAL.value)
-    conn.send(row)
-    conn.close()
+        _die_with_parent(parent)
+        # started with SIGINT blocked (_Worker.start), so that a Ctrl-C during its start-up
+        # printed no traceback; from here on a Ctrl-C is a KeyboardInterrupt, caught below
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if hasattr(signal, "pthread_sigmask"):
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        try:
+            row = run_rollout(line, journal=journal, output=output)
+        except Exception as exc:  # noqa: BLE001 - a bug must not take the other rollouts with it
+            row = failed_row(line, line.index, exc, RolloutError.INTERNAL.value)
+        conn.send(row)
+        conn.close()
+    except (KeyboardInterrupt, BrokenPipeError, ConnectionResetError):
+        pass  # the batch was interrupted or is gone: it reads no row, and says how far it got
+
+
+def derived_run_in(journal: Path, workspace: Path, since_ms: int) -> str | None:
+    """The run a rollout made in ``journal``: the newest created since ``since_ms`` (Unix epoch
+    milliseconds) whose agent ran in ``workspace`` (its ``workspace`` label); None when there is
+    none or the journal cannot be read (a worker that died may have made none)."""
+    from pvisor.journal.reader import JournalReader
+
+    names = {str(workspace), os.path.realpath(workspace)}
+    try:
+        with JournalReader(journal) as r:
+            found = [
+                run.id
+                for run in r.runs()
+                if run.created_ms >= since_ms and run.labels.get("workspace") in names
+            ]
+    except (PvisorError, OSError, sqlite3.Error):
+        return None
+    return found[-1] if found else None
 
 
 class _Worker:
@@ -361,13 +445,30 @@ class _Worker:
     def __init__(self, line: RolloutLine, job: tuple[RolloutLine, Path, Path]) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.line = line
-        self.conn, child = ctx.Pipe(duplex=False)
-        self.process = ctx.Process(target=_child, args=(job, child), name=f"pvisor-rollout-{line.index}")
-        self.process.start()
-        child.close()  # ours closed: the pipe reads EOF once the worker's end is gone
+        self.journal = job[1]
+        self.started_ms = int(time.time() * 1000)
+        self.conn, self._child_end = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(
+            target=_child, args=((*job, os.getpid()), self._child_end), name=f"pvisor-rollout-{line.index}"
+        )
+
+    def start(self) -> None:
+        """Start the worker with SIGINT blocked (the mask outlives the exec) until its own
+        handler is in place (:func:`_child`): a Ctrl-C to the terminal's process group reaches
+        the worker too, and in its start-up (imports) printed a KeyboardInterrupt traceback. Ours
+        comes once the worker started (blocked meanwhile, never lost)."""
+        can = hasattr(signal, "pthread_sigmask")  # POSIX
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if can else None
+        try:
+            self.process.start()
+        finally:
+            self._child_end.close()  # ours closed: the pipe reads EOF once the worker's end is gone
+            if mask is not None:
+                signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def row(self) -> RolloutRow:
-        """The row the worker sent, or a ``worker_died`` row when it ended without one."""
+        """The row the worker sent, or a ``worker_died`` row when it ended without one (its
+        workspace, and the run it made in the journal when it made one)."""
         try:
             row: RolloutRow = self.conn.recv()
         except (EOFError, OSError):
@@ -376,25 +477,42 @@ class _Worker:
             how = f"killed by signal {-code}" if code is not None and code < 0 else f"exit status {code}"
             exc = PvisorError(f"the process running the rollout ended before it returned a row ({how})")
             row = failed_row(self.line, self.line.index, exc, RolloutError.WORKER_DIED.value)
+            if self.line.workspace is not None:
+                row.derived_run = derived_run_in(self.journal, self.line.workspace, self.started_ms)
         self.conn.close()
         self.process.join(30)
         return row
 
     def interrupt(self) -> None:
-        """Ctrl-C: the worker stops its agent as a single replay does on SIGINT."""
+        """The batch stopped (Ctrl-C, SIGTERM, SIGHUP): the worker stops its agent as a single
+        replay does on SIGTERM (before the agent starts, the worker just ends)."""
         if self.process.is_alive() and self.process.pid is not None:
             try:
-                os.kill(self.process.pid, signal.SIGINT)
+                os.kill(self.process.pid, signal.SIGTERM)
             except OSError:
                 pass
 
     def stop(self) -> None:
         """After :meth:`interrupt`: the worker killed when it has not ended 30 seconds later."""
+        if self.process.pid is None:  # interrupted before it started
+            self.conn.close()
+            return
         self.process.join(30)
         if self.process.is_alive():
             self.process.kill()
             self.process.join(5)
         self.conn.close()
+
+
+#: the most rollouts a batch runs at once (each a process, a gateway and an agent)
+MAX_CONCURRENCY = 64
+
+
+def check_concurrency(concurrency: int) -> None:
+    """UsageError (exit 2) for a ``concurrency`` outside 1..:data:`MAX_CONCURRENCY` (before:
+    ``--concurrency 1000000000`` was accepted). At most as many run as there are agent lines."""
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise UsageError(f"--concurrency {concurrency}: expected 1 to {MAX_CONCURRENCY} rollouts at once")
 
 
 def run_rollouts(
@@ -404,10 +522,12 @@ def run_rollouts(
     process of its own (module docstring), and yield their rows in line order. Each writes into
     ``output_root/<name>``; a line's own ``journal`` is used for it, else ``journal``. A rollout
     whose process dies (killed, out of memory) fails its row alone (``worker_died``); the
-    others go on. UsageError for ``concurrency`` < 1. Stopping the iteration (Ctrl-C) stops the
-    rollouts running (SIGINT, as a single replay's Ctrl-C) and starts no more."""
-    if concurrency < 1:
-        raise UsageError(f"--concurrency {concurrency}: at least 1")
+    others go on. UsageError for a ``concurrency`` outside 1..:data:`MAX_CONCURRENCY`
+    (:func:`check_concurrency`). Stopping the iteration (Ctrl-C) stops the
+    rollouts running (SIGTERM, as a single replay stops on it) and starts no more; a worker
+    whose caller's process (or the thread that iterates) ends, even by SIGKILL, gets SIGTERM
+    and stops its agent too (Linux)."""
+    check_concurrency(concurrency)
     todo = list(lines)
     root = Path(output_root).absolute()
 
@@ -418,10 +538,23 @@ def run_rollouts(
     running: dict[int, _Worker] = {}
     done: dict[int, RolloutRow] = {}
 
+    made: set[int] = set()  # the lines whose workspace is a new directory made here
+
     def fill() -> None:
         while waiting and len(running) < concurrency:
             nxt = waiting.pop(0)
-            running[nxt.index] = _Worker(nxt, job(nxt))
+            if nxt.workspace is None:
+                # made here, not in the worker: a worker that dies still has its workspace named
+                try:
+                    ws = tempfile.mkdtemp(prefix=f"pvisor-rollout-{nxt.name}-")
+                except OSError as exc:
+                    why = f"cannot create a workspace in {tempfile.gettempdir()}: {exc.strerror or exc}"
+                    done[nxt.index] = failed_row(nxt, nxt.index, OutputError(why))
+                    continue
+                nxt = dataclasses.replace(nxt, workspace=Path(ws))
+                made.add(nxt.index)
+            running[nxt.index] = worker = _Worker(nxt, job(nxt))
+            worker.start()  # known before it starts: a Ctrl-C in start() stops it too
 
     try:
         for ln in todo:
@@ -431,11 +564,18 @@ def run_rollouts(
                 continue
             while ln.index not in done:
                 fill()
+                if ln.index in done:
+                    break
                 ready = wait([w.conn for w in running.values()])
                 for w in [w for w in running.values() if w.conn in ready]:
                     done[w.line.index] = w.row()
                     del running[w.line.index]
-            yield done.pop(ln.index)
+            row = done.pop(ln.index)
+            if _unused(row) and ln.index in made:
+                # a rollout that failed before its agent wrote anything: no empty directory left behind
+                os.rmdir(row.workspace)
+                row.workspace = None
+            yield row
     finally:
         for w in running.values():
             w.interrupt()
@@ -447,6 +587,10 @@ __all__ = [
     "RolloutError",
     "RolloutRow",
     "RowStatus",
+    "MAX_CONCURRENCY",
+    "MAX_KEY_FILE_BYTES",
+    "check_concurrency",
+    "derived_run_in",
     "failed_row",
     "read_key_file",
     "run_rollout",

@@ -135,7 +135,8 @@ class RunRequest:
     before it is stopped. With a responder, ``upstream`` is where its :class:`Forward` answers go
     (a continuation); the agent then reads the user's key from the environment, as with
     ``--upstream``. ``agent_env``: variables added to the agent's environment (the launch
-    profile's own settings win); ``agent_args``: more launch arguments
+    profile's own settings win), those named in ``private_env`` never recorded (start_env.py);
+    ``agent_args``: more launch arguments
     (:meth:`~pvisor.adapters.agents.base.AgentProfile.with_arguments`); ``dummy_key``: give the
     agent a dummy key even with an upstream or the public API (``--dummy-key``): the user's key
     of the profile's ``key_env`` (from ``agent_env``, else pvisor's environment) goes to the
@@ -189,6 +190,7 @@ class RunRequest:
     upstream_label: str | None = None
     end_grace: float = 30.0
     agent_env: dict[str, str] = field(default_factory=dict)
+    private_env: frozenset[str] = frozenset()
     agent_args: list[str] = field(default_factory=list)
     dummy_key: bool = False
     snapshots: bool = True
@@ -783,7 +785,8 @@ async def _attempt(
     if start.resume is None:
         # what a replay sets again: the user's variables the agent got, never a secret (start_env.py)
         base = {**os.environ, **req.agent_env}
-        journal.update_run(start.run_id, environment=recorded_environment(base, env, workspace))
+        recorded = recorded_environment(base, env, workspace, req.private_env)
+        journal.update_run(start.run_id, environment=recorded)
     box = start.box
 
     first = await gw.take_snapshot(SnapshotKind.START)  # the workspace as the agent finds it

@@ -28,7 +28,9 @@ a replay's ``[agents.NAME] environment``) unchanged: a replay can set them again
   are listed in ``left_out`` (the value never is), and so are values that are not UTF-8 text
   (the name escaped) or longer than
   :data:`MAX_VALUE_BYTES`, and the credentials pvisor removed from the agent's environment
-  (``removed``).
+  (``removed``);
+- the variables a rollout's ``key_file`` gave (``private``): the agent's alone, whatever their
+  names and values look like, listed in ``left_out`` as ``secret``.
 
 A replay never sets a variable that routes requests (:func:`routing`): its own gateway does.
 """
@@ -37,7 +39,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -197,12 +199,15 @@ def _utf8(text: str) -> bool:
     return not_utf8(text) is None  # a byte os.environ decoded as a lone surrogate fails
 
 
-def recorded_environment(base: Mapping[str, str], env: Mapping[str, str], cwd: Path) -> dict[str, Any]:
+def recorded_environment(
+    base: Mapping[str, str], env: Mapping[str, str], cwd: Path, private: Collection[str] = ()
+) -> dict[str, Any]:
     """The start environment document of an agent started in ``cwd`` with ``env``, where
     ``base`` is the environment pvisor began from (its own and a replay's added variables):
     ``{schema, cwd, variables: {name: value}, left_out: {name: why}}``, ``why`` one of
     ``secret``, ``credential``, ``unsafe``, ``removed``, ``not_utf8`` (the name escaped when it
-    is the part that is not UTF-8), ``too_long`` (module docstring)."""
+    is the part that is not UTF-8), ``too_long`` (module docstring). ``private``: names never
+    recorded whatever their values (a rollout's ``key_file``), left out as ``secret``."""
     credentials = set(offline_credentials(env)) | set(offline_credentials(base))
     variables: dict[str, str] = {}
     left_out: dict[str, str] = {}
@@ -215,6 +220,10 @@ def recorded_environment(base: Mapping[str, str], env: Mapping[str, str], cwd: P
         value = env[name]
         if base.get(name) != value or _machine(name):
             continue  # pvisor's own for this run, or the machine's
+        if name in private:
+            if not has_key_shape(name):
+                left_out[name] = "secret"
+            continue
         if not _utf8(name):
             shown = _escaped(name)
             if not has_key_shape(shown):

@@ -7,6 +7,7 @@ receives its key as the request's credential) and nothing pvisor writes. Nothing
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -42,6 +43,8 @@ TASK = "Write a.txt, b.txt and c.txt."
 #: the key the Codex continuation's key_file holds, and a key pasted into a manifest line
 FILE_KEY = "sk-test-Kf9q2Zx7Wm4Lp8Rt"
 LINE_KEY = "sk-test-Qa3Vn6Ye1Hs5Jd0U"
+#: a key_file value that looks like no secret (a name without KEY, TOKEN..., a value of no key shape)
+PLAIN = "corp-internal-PLAINSECRET"
 SECRETS_SENT = [FILE_KEY, LINE_KEY]  # no piece of them in any journal, log or result.json (conftest)
 
 
@@ -103,7 +106,7 @@ def test_four_rollouts_two_agents_run_locally_and_bad_lines_fail_alone(sources, 
     live = stack.scripted(live_script())
     proxy = recording_proxy(stack, live)
     keys = tmp_path / "keys.txt"
-    keys.write_text(f"# the Codex rollout's key\nOPENAI_API_KEY={FILE_KEY}\n")
+    keys.write_text(f'# the Codex rollout\'s key\nOPENAI_API_KEY={FILE_KEY}\nMODEL_ACCESS="{PLAIN}"\n')
     exe = {a: str(entrypoint(a)) for a in ("mini-swe-agent", "codex")}
     lines = [
         line(mini, name="cont-mini", upstream=live, max_steps=1, entrypoint=exe["mini-swe-agent"],
@@ -176,6 +179,14 @@ def test_four_rollouts_two_agents_run_locally_and_bad_lines_fail_alone(sources, 
     ]
     for key in SECRETS_SENT:
         assert key not in proc.stderr and key not in proc.stdout and key not in rows.read_text()
+    # a key_file variable whose name and value look like no secret: the agent's alone, never recorded
+    # (before: in the derived run's start environment)
+    with JournalReader(codex.journal) as r:
+        env = r.run_environment(by["cont-codex"]["derived_run"])
+    assert env is not None and env["left_out"]["MODEL_ACCESS"] == "secret", env
+    for f in codex.journal.parent.glob(codex.journal.name + "*"):
+        assert PLAIN.encode() not in f.read_bytes(), f
+    assert PLAIN not in rows.read_text()
 
 
 def test_output_dirs_prepare_only_line_and_lines_read_without_side_effects(sources, tmp_path):
@@ -433,3 +444,299 @@ def test_a_rows_message_names_the_line_keys_not_the_flags():
         "run r-1 was recorded with agent mini-swe-agent, not agent codex; give entrypoint PATH, "
         "to_agent, max_steps 2 or boundary_user_prompt; --output and --force stay"
     )
+
+
+def _bad_manifest(tmp_path: Path, **kw) -> Path:
+    """A manifest whose one line is no rollout (nothing runs; its row is written)."""
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"run": "r-1", "after_step": 1, "mode": "sideways", **kw}) + "\n")
+    return manifest
+
+
+@pytest.mark.parametrize("prepare_only", [False, True])
+def test_rows_naming_a_file_the_batch_reads_is_refused_and_the_file_kept(
+    capsysbinary, monkeypatch, tmp_path, prepare_only
+):
+    """Before: ``--rows JOURNAL --force`` renamed the rows over the journal in use."""
+    monkeypatch.chdir(tmp_path)
+    with Journal.open(tmp_path / "j.sqlite"):
+        pass
+    (tmp_path / "keys.env").write_text("A=b\n")
+    os.link(tmp_path / "keys.env", tmp_path / "keys-link.env")
+    os.symlink("j.sqlite", tmp_path / "j-link")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"run": "r-1", "after_step": 1, "key_file": "keys.env"}) + "\n")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()}
+    mode = ["--prepare-only"] if prepare_only else []
+    for rows in ("j.sqlite", "j.sqlite-wal", "j-link", *([] if prepare_only else ["keys-link.env"])):
+        code, _, err = pvisor_in(
+            capsysbinary, "--journal", "j.sqlite", "replay", *mode, "--batch", "m.jsonl", "--rows", rows,
+            "--force",
+        )  # fmt: skip
+        assert code == 2 and len(err.splitlines()) == 1 and "which this command reads" in err, (rows, err)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir() if p.is_file()} == before
+    if prepare_only:
+        return
+    # an --output whose line directory holds the journal in use
+    (tmp_path / "out" / "000001").mkdir(parents=True)
+    with Journal.open(tmp_path / "out" / "000001" / "j.sqlite"):
+        pass
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", "out/000001/j.sqlite", "replay", "--batch", "m.jsonl", "--output", "out",
+        "--force",
+    )  # fmt: skip
+    assert code == 2 and "line 1's directory 000001 holds out/000001/j.sqlite" in err, err
+
+
+@pytest.mark.parametrize("prepare_only", [False, True])
+def test_rows_through_a_symlink_write_its_target_and_into_a_fifo_in_place(
+    capsysbinary, monkeypatch, tmp_path, prepare_only
+):
+    """Before: the rows were renamed over the link (and, as root, over /dev/stdout)."""
+
+    monkeypatch.chdir(tmp_path)
+    _bad_manifest(tmp_path)
+    (tmp_path / "target.jsonl").write_text("before\n")
+    os.symlink("target.jsonl", tmp_path / "rows.jsonl")
+    mode = ["--prepare-only"] if prepare_only else []
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", "j.sqlite", "replay", *mode, "--batch", "m.jsonl", "--rows", "rows.jsonl",
+        "--force",
+    )  # fmt: skip
+    assert code == 1 and (tmp_path / "rows.jsonl").is_symlink(), err
+    [row] = map(json.loads, (tmp_path / "target.jsonl").read_text().splitlines())
+    assert row["error"]["code"] == "bad_manifest_line"
+    os.mkfifo(tmp_path / "fifo")
+    reader = os.open(tmp_path / "fifo", os.O_RDONLY | os.O_NONBLOCK)  # open first: the writer never waits
+    try:  # no --force: nothing is replaced
+        code, _, err = pvisor_in(
+            capsysbinary, "--journal", "j.sqlite", "replay", *mode, "--batch", "m.jsonl", "--rows", "fifo"
+        )
+        got = os.read(reader, 1 << 16)
+    finally:
+        os.close(reader)
+    assert code == 1 and (tmp_path / "fifo").is_fifo(), err
+    assert json.loads(got)["error"]["code"] == "bad_manifest_line"
+
+
+def children_of(pid: int) -> list[int]:
+    """The child processes of ``pid`` (/proc)."""
+    kids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(k) for k in (task / "children").read_text().split()]
+    return kids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_sigterm_or_sigkill_to_the_batch_stops_its_workers_and_their_agents(sources, tmp_path, sig):
+    """Before: the batch ended at once, its workers ran their agents on and wrote derived runs
+    later, then printed BrokenPipeError tracebacks."""
+    codex = sources["codex"]
+    # the agent started for the rollout (unsandboxed: its pid in a file here) waits
+    agent = tmp_path / "codex-sleeps"
+    agent.write_text(
+        f'#!/bin/bash\ncase "$1" in --version|--help) exec "{entrypoint("codex")}" "$@";; esac\n'
+        f'echo $$ > "{tmp_path}/agent.$$"\nexec sleep 300\n'
+    )
+    agent.chmod(0o755)
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    rollout = {"entrypoint": str(agent), "sandbox": "none"}
+    manifest.write_text("".join(json.dumps(line(codex, name=f"r{i}", **rollout)) + "\n" for i in (1, 2)))
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("agent.*"))) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        agents = [int(p.name.split(".")[1]) for p in tmp_path.glob("agent.*")]
+        workers = children_of(proc.pid)
+        assert len(agents) == 2 and len(workers) >= 2, (agents, workers)
+        proc.send_signal(sig)  # the batch's process alone, as `kill PID` does
+        _, err = proc.communicate(timeout=120)  # its stderr: the workers' too, until they end
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err, err
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143, err
+        assert "interrupted by SIGTERM after 0 of 2 rollouts" in err.splitlines()[-1] and not rows.exists()
+    assert all(wait_gone(pid, 30) for pid in workers + agents), [
+        Path(f"/proc/{p}/cmdline").read_text() for p in workers + agents if not wait_gone(p, 0)
+    ]
+
+
+def test_a_key_file_that_is_a_fifo_huge_or_nul_separated_fails_at_once_never_shown(tmp_path):
+    """Before: a FIFO blocked for ever (the line's timeout came later), /dev/zero was read
+    until memory ran out (then internal_error with an empty message), and a NUL-separated file
+    (/proc/self/environ) became one variable, the agent's start failing on 'embedded null byte'."""
+    import threading
+
+    from pvisor.session.rollouts import MAX_KEY_FILE_BYTES, read_key_file
+
+    os.mkfifo(tmp_path / "fifo")
+    huge = tmp_path / "huge.env"
+    with open(huge, "wb") as f:
+        f.truncate(MAX_KEY_FILE_BYTES + 1)  # sparse: nothing written
+    (tmp_path / "nul.env").write_bytes(b"# keys\nA=b\nOPENAI_API_KEY=" + FILE_KEY.encode() + b"\0HOME=/x\n")
+    said = {}
+
+    def read(name: str) -> None:
+        try:
+            read_key_file(tmp_path / name)
+        except Exception as exc:  # noqa: BLE001 - what the test looks at
+            said[name] = (getattr(exc, "code", None), str(exc))
+
+    for name in ("fifo", "huge.env", "nul.env"):
+        t = threading.Thread(target=read, args=(name,), daemon=True)
+        t.start()
+        t.join(10)
+        assert not t.is_alive(), f"{name}: still reading"
+    assert said["fifo"] == ("bad_key_file", f"key_file {tmp_path / 'fifo'}: not a regular file")
+    assert said["huge.env"] == ("bad_key_file", f"key_file {huge}: larger than 1048576 bytes")
+    assert said["nul.env"] == (
+        "bad_key_file",
+        f"key_file {tmp_path / 'nul.env'} line 3: holds a NUL byte (not shown)",
+    )
+
+
+def test_ctrl_c_while_the_workers_start_prints_no_traceback(sources, tmp_path):
+    """Before: a Ctrl-C (SIGINT to the terminal's process group) in a worker's start-up printed
+    'Process pvisor-rollout-1: Traceback ... KeyboardInterrupt'."""
+    codex = sources["codex"]
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    manifest.write_text(
+        "".join(
+            json.dumps(line(codex, name=f"r{i}", entrypoint=str(entrypoint("codex")))) + "\n" for i in (1, 2)
+        )
+    )
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(workers := children_of(proc.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        os.killpg(proc.pid, signal.SIGINT)  # the batch and its workers, as a terminal's Ctrl-C
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert all(wait_gone(pid, 30) for pid in workers)
+
+
+def test_lines_sharing_a_workspace_or_working_in_an_output_directory_fail_naming_the_first(
+    capsysbinary, monkeypatch, tmp_path
+):
+    """Before: two lines of one workspace ran at once in it (both ok, each seeing the other's
+    files), and a workspace could be another line's OUT/<name>."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "ws").mkdir()
+    os.symlink("ws", tmp_path / "ws-link")
+    manifest = tmp_path / "m.jsonl"
+    lines = [
+        {"run": "r-1", "after_step": 1, "name": "a", "workspace": "ws"},
+        {"run": "r-1", "after_step": 1, "name": "b", "workspace": "ws-link"},  # the same, through a link
+        {"run": "r-1", "after_step": 1, "name": "c", "workspace": "ws/sub"},
+        {"run": "r-1", "after_step": 1, "name": "d", "workspace": "."},
+        {"run": "r-1", "after_step": 1, "name": "e", "workspace": "other"},
+    ]
+    manifest.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    got = [str(x) for _, x in read_rollouts(manifest, journal=None, default_mode=RolloutMode.CONTINUATION)]
+    assert got[1] == f"{manifest} line 2: workspace {tmp_path / 'ws-link'} is line 1's workspace"
+    assert got[2].endswith(
+        f"workspace {tmp_path / 'ws' / 'sub'} is inside line 1's workspace ({tmp_path / 'ws'})"
+    )
+    assert got[3].endswith(f"workspace {tmp_path} holds line 1's workspace ({tmp_path / 'ws'})"), got[3]
+    assert "line 5" not in got[4]
+    # a workspace in another line's OUT/<name>: that line fails, nothing runs (line 1 a prepare-only)
+    manifest.write_text(
+        json.dumps({"run": "r-1", "after_step": 1, "name": "a", "mode": "prepare-only", "agent": "codex"})
+        + "\n"
+        + json.dumps({"run": "r-1", "after_step": 1, "name": "b", "workspace": "out/a"})
+        + "\n"
+    )
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", "j.sqlite", "replay", "--batch", "m.jsonl", "--output", "out"
+    )
+    assert code == 1 and f"line 2: workspace {tmp_path / 'out' / 'a'} is line 1's output directory" in err, (
+        err
+    )
+
+
+def sleeping_agent(tmp_path: Path, real: Path) -> Path:
+    """An entrypoint that answers the version checks as ``real`` and, started for the rollout,
+    writes its pid to ``tmp_path/agent.PID`` and sleeps (run it with sandbox none)."""
+    agent = tmp_path / "sleeping-agent"
+    agent.write_text(
+        f'#!/bin/bash\ncase "$1" in --version|--help) exec "{real}" "$@";; esac\n'
+        f'echo $$ > "{tmp_path}/agent.$$"\nexec sleep 300\n'
+    )
+    agent.chmod(0o755)
+    return agent
+
+
+def test_a_worker_killed_after_its_run_began_names_its_workspace_and_derived_run(sources, tmp_path):
+    """Before: the worker_died row had derived_run and workspace null, though the journal held
+    the rollout's (open) run and its pvisor-rollout-<name>-* directory stayed."""
+    codex = sources["codex"]
+    agent = sleeping_agent(tmp_path, entrypoint("codex"))
+    manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
+    manifest.write_text(json.dumps(line(codex, name="dies", entrypoint=str(agent), sandbox="none")) + "\n")
+    proc = subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    pid = None
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob("agent.*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        [started] = tmp_path.glob("agent.*")
+        pid = int(started.name.split(".")[1])
+        os.kill(parent_of(pid), signal.SIGKILL)  # the worker
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    [row] = map(json.loads, rows.read_text().splitlines())
+    assert row["error"]["code"] == "worker_died" and Path(row["workspace"]).is_dir(), row
+    with JournalReader(codex.journal) as r:
+        run = r.run(row["derived_run"])
+    assert run.parent_run == codex.run and run.labels["workspace"] == row["workspace"]
+
+
+@pytest.mark.parametrize("k", ["0", "65", str(10**9)])
+def test_a_concurrency_out_of_range_is_refused_before_anything_runs(capsysbinary, monkeypatch, tmp_path, k):
+    """Before: --concurrency 1000000000 was accepted, without a cap."""
+    monkeypatch.chdir(tmp_path)
+    _bad_manifest(tmp_path)
+    code, _, err = pvisor_in(
+        capsysbinary, "--journal", "j.sqlite", "replay", "--batch", "m.jsonl", "--rows", "r.jsonl",
+        "--concurrency", k,
+    )  # fmt: skip
+    assert code == 2 and err == f"pvisor: error: --concurrency {k}: expected 1 to 64 rollouts at once\n", err
+    assert not (tmp_path / "r.jsonl").exists()

@@ -13,11 +13,10 @@ prepared, in what time.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 import click
 import orjson
@@ -25,9 +24,10 @@ import orjson
 from pvisor.adapters.exports.rows import write_parquet_rows
 from pvisor.commands.cells import terminal_safe
 from pvisor.core import progress
-from pvisor.core.outfile import open_private
 from pvisor.core.errors import OutputError, PvisorError, UsageError
-from pvisor.journal.paths import make_directories, require_utf8
+from pvisor.commands.outputs import refuse_reading, write_export
+from pvisor.core.outfile import in_place
+from pvisor.journal.paths import default_journal_path, make_directories, require_utf8
 from pvisor.replay.batch import (
     ROW_HEAD,
     BatchOutcome,
@@ -67,7 +67,7 @@ def run_batch(
     be written. The rows go to a temporary file renamed over ``rows`` when all are written:
     an interrupted or failed batch leaves the earlier file as it was. Ctrl-C: exit 130 with a
     line that says how far the batch got."""
-    check_paths(manifest, output, rows, force)
+    check_paths(manifest, output, rows, force, journal)
     total = _count_lines(manifest)
     labels: dict[int, str] = {}  # line -> its name, for the rows
     readers_of_rows: list[int] = []  # lines whose source is the rows file: it is not replaced then
@@ -130,8 +130,12 @@ def run_batch(
     return failed
 
 
-def check_paths(manifest: Path, output: Path | None, rows: Path | None, force: bool) -> None:
-    """The UsageErrors of :func:`run_batch`'s paths, before anything is written."""
+def check_paths(
+    manifest: Path, output: Path | None, rows: Path | None, force: bool, journal: Path | None = None
+) -> None:
+    """The UsageErrors of :func:`run_batch`'s paths, before anything is written. ``journal``: the
+    journal the batch reads (None: the default journal), which ``rows`` must not be, nor one of
+    its SQLite side files (:func:`~pvisor.commands.outputs.refuse_reading`), through links too."""
     for opt, path in (("--batch", manifest), ("--output", output), ("--rows", rows)):
         require_utf8(opt, path)
     if not manifest.is_file():
@@ -160,10 +164,12 @@ def check_paths(manifest: Path, output: Path | None, rows: Path | None, force: b
             raise UsageError(f"--rows {show_path(rows)} is the manifest: choose another file")
         if rows.is_dir():
             raise UsageError(f"--rows {show_path(rows)} is a directory, expected a file to write")
-        if rows.exists() and not force:
+        # a device or a FIFO is written through, never replaced (write_rows): no --force for it
+        if rows.exists() and not force and not in_place(str(rows)):
             raise UsageError(f"--rows {show_path(rows)} exists; give --force to replace it")
         if not rows.parent.is_dir():
             raise UsageError(f"--rows {show_path(rows)}: no such directory {show_path(rows.parent)}")
+        refuse_reading(str(rows), "--rows", [str(journal or default_journal_path())])
 
 
 def _requests(
@@ -199,7 +205,7 @@ def _requests(
         if rows is not None:  # the rows file replaces what it names when the batch ends
             for key in ("trajectory", "journal"):
                 source = getattr(opts, key)
-                if source is not None and rows.exists() and same_file(source, rows):
+                if source is not None and reads(rows, source):
                     readers_of_rows.append(n)
                     yield (
                         n,
@@ -226,27 +232,43 @@ def _bad_line(manifest: Path, n: int, what: str) -> ReplayUsageError:
 
 
 def _write_rows(rows: Path, outcomes: Iterator[BatchOutcome], readers: list[int]) -> None:
-    """The rows into a temporary file beside ``rows``, renamed over it when all are written,
-    unless a line reads ``rows`` (``readers``, filled while the lines are prepared): then the
-    file is kept and UsageError says why no rows were written."""
-    tmp = rows.with_name(f".{rows.name}.tmp-{os.getpid()}")
-    try:
+    """The rows into ``rows`` (:func:`write_rows`), unless a line reads ``rows`` (``readers``,
+    filled while the lines are prepared): then the file is kept and UsageError says why no rows
+    were written."""
+
+    def write(out: BinaryIO) -> None:
         if rows.suffix.lower() == ".parquet":
-            _write_parquet(tmp, outcomes, rows)
+            _write_parquet(out, outcomes, rows)
         else:
-            _write_jsonl(tmp, outcomes, rows)
-        if readers:
+            for outcome in outcomes:
+                out.write(orjson.dumps(row(outcome)) + b"\n")
+        if readers:  # raised inside: the temporary file goes, the old one stays
             raise UsageError(
                 f"--rows {show_path(rows)} is a source of line {readers[0]}: it is kept, and no rows "
                 "were written"
             )
-        try:
-            os.replace(tmp, rows)
-        except OSError as exc:
-            raise OutputError(f"cannot write --rows {show_path(rows)}: {exc.strerror or exc}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+
+    write_rows(rows, write)
+
+
+def write_rows(rows: Path, write: Callable[[BinaryIO], None]) -> None:
+    """``write(out)`` into the ``--rows`` file as an export's ``-o`` is written
+    (:func:`~pvisor.commands.outputs.write_export`): a regular file (a symbolic link's target)
+    written beside itself and renamed over it when all rows are written, so that an interrupted
+    or failed batch leaves the earlier file as it was; a device or a FIFO written through, never
+    replaced (as root, a rename over ``/dev/stdout`` replaced the node); stdout's own file through
+    descriptor 1. OutputError (exit 74) when it cannot be written."""
+    write_export(str(rows), "--rows", write)
+
+
+def reads(rows: Path, source: str | os.PathLike) -> bool:
+    """Whether the ``--rows`` file is ``source``, one of its SQLite side files (``-wal``,
+    ``-shm``, ``-journal``) or where the rows are written first, through links too."""
+    try:
+        refuse_reading(str(rows), "--rows", [str(source)])
+    except UsageError:
+        return True
+    return False
 
 
 class _RayOutcome:
@@ -365,22 +387,6 @@ def row(outcome: BatchOutcome) -> dict[str, Any]:
     }
 
 
-def _open(path: Path, shown: Path) -> BinaryIO:
-    try:
-        return open_private(path)
-    except OSError as exc:
-        raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
-
-
-def _write_jsonl(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) -> None:
-    try:
-        with _open(path, shown) as out:
-            for outcome in outcomes:
-                out.write(orjson.dumps(row(outcome)) + b"\n")
-    except OSError as exc:
-        raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
-
-
 def parquet_schema() -> Any:
     import pyarrow as pa  # an optional extra (pvisor-replay[parquet]), not installed by default
 
@@ -416,7 +422,7 @@ def _parquet_row(outcome: BatchOutcome) -> dict[str, Any]:
     return flat
 
 
-def _write_parquet(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) -> None:
+def _write_parquet(out: BinaryIO, outcomes: Iterator[BatchOutcome], shown: Path) -> None:
     try:
         import pyarrow  # noqa: F401  (an optional extra that write_parquet_rows uses)
     except ImportError:
@@ -424,11 +430,7 @@ def _write_parquet(path: Path, outcomes: Iterator[BatchOutcome], shown: Path) ->
             f"--rows {show_path(shown)}: Parquet needs pyarrow: pip install '.[parquet]' in a clone of "
             "pvisor (or a .jsonl file for JSON Lines)"
         ) from None
-    try:
-        with _open(path, shown) as out:
-            write_parquet_rows(out, parquet_schema(), (_parquet_row(o) for o in outcomes), PARQUET_BATCH)
-    except OSError as exc:  # pyarrow's own I/O errors are OSError too
-        raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
+    write_parquet_rows(out, parquet_schema(), (_parquet_row(o) for o in outcomes), PARQUET_BATCH)
 
 
-__all__ = ["parquet_schema", "row", "run_batch"]
+__all__ = ["BatchInterrupted", "check_paths", "parquet_schema", "reads", "row", "run_batch", "write_rows"]

@@ -14,9 +14,9 @@ on stderr; the last line says how many rollouts were ok, in what time.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -26,14 +26,14 @@ import click
 import orjson
 
 from pvisor.adapters.exports.rows import write_parquet_rows
-from pvisor.commands.batch import BatchInterrupted, check_paths
+from pvisor.commands.batch import BatchInterrupted, check_paths, write_rows
 from pvisor.commands.cells import terminal_safe
+from pvisor.commands.outputs import refuse_reading
 from pvisor.core import progress
-from pvisor.core.errors import OutputError, PvisorError, UsageError
-from pvisor.core.outfile import open_private
+from pvisor.core.errors import PvisorError, UsageError
 from pvisor.replay.errors import show_path
-from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, read_rollouts
-from pvisor.session.rollouts import RolloutRow, failed_row, run_rollouts
+from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, bad_line, overlap, read_rollouts
+from pvisor.session.rollouts import RolloutRow, check_concurrency, failed_row, run_rollouts
 
 #: rows per Parquet row group
 PARQUET_BATCH = 64
@@ -55,31 +55,39 @@ def run_rollout_batch(
     default journal). ``ray_address``: on that Ray cluster (:mod:`pvisor.session.ray_rollouts`)
     instead of here. UsageError (before anything runs) for the paths as the prepare-only batch
     refuses them (:func:`~pvisor.commands.batch.check_paths`); OutputError (exit 74) when the
-    rows cannot be written. Ctrl-C: exit 130 with a line saying how far the batch got."""
+    rows cannot be written. Ctrl-C, SIGTERM, SIGHUP: the rollouts running are stopped (their
+    agents too), and exit 130, 143, 129 with a line saying how far the batch got."""
     if ray_address is not None:
         import importlib.util
 
         if importlib.util.find_spec("ray") is None:  # before anything is written
             raise UsageError("--ray needs Ray: pip install '.[ray]' in a clone of pvisor (docs/install.md)")
-    check_paths(manifest, output, rows, force)
+    else:
+        check_concurrency(concurrency)
     if journal is None:
         from pvisor.journal.paths import default_journal_path
 
         journal = default_journal_path()
+    check_paths(manifest, output, rows, force, journal)
     read = list(read_rollouts(manifest, journal=journal, default_mode=default_mode))
+    if output is not None:
+        read = _apart_from_outputs(read, output, manifest)
     lines = [ln for _, ln in read if isinstance(ln, RolloutLine)]
+    refuse_writing_sources(journal, lines, output, rows)
     if force:  # into a non-empty OUT/<name>/, as a single replay's --force
         lines = [_forced(ln) for ln in lines]
     bad = {n: failed_row(None, n, exc) for n, exc in read if isinstance(exc, PvisorError)}
     root = output if output is not None else Path(tempfile.mkdtemp(prefix="pvisor-rollouts-"))
     t0 = time.perf_counter()
     failed = done = 0
+    stopping = _StopSignals()  # SIGTERM and SIGHUP stop the batch as Ctrl-C does
+    produced = _rows(lines, journal, root, concurrency, ray_address)
     try:
         with progress.task(f"rollouts of {show_path(manifest)}", len(read), progress.Unit.REQUESTS) as task:
 
             def counted() -> Iterator[RolloutRow]:
                 nonlocal failed, done
-                for row in _in_order(bad, _rows(lines, journal, root, concurrency, ray_address)):
+                for row in _in_order(bad, produced):
                     done += 1
                     if not row.ok:
                         failed += 1
@@ -94,17 +102,24 @@ def run_rollout_batch(
                     pass
             else:
                 _write_rows(rows, counted())
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         where = (
             f"{show_path(rows)} is left as it was"
             if rows is not None
             else f"their files are in {show_path(root)}"
         )
+        signum = getattr(exc, "signum", signal.SIGINT)
+        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
         raise BatchInterrupted(
-            f"interrupted after {done} of {len(read)} rollouts of {show_path(manifest)} ({failed} failed): "
-            f"{where}"
+            f"interrupted{by} after {done} of {len(read)} rollouts of {show_path(manifest)} "
+            f"({failed} failed): {where}",
+            exit_code=128 + signum,
         ) from None
     finally:
+        # the workers stopped now, wherever the signal came: a generator left suspended would
+        # stop them only when collected (the interruption's traceback holds it)
+        getattr(produced, "close", lambda: None)()
+        stopping.restore()
         if output is None:
             shutil.rmtree(root, ignore_errors=True)
     seconds = time.perf_counter() - t0
@@ -114,6 +129,87 @@ def run_rollout_batch(
         f"{f' ({failed} failed)' if failed else ''} in {seconds:.1f} s"
     )
     return failed
+
+
+def refuse_writing_sources(
+    journal: Path, lines: list[RolloutLine], output: Path | None, rows: Path | None
+) -> None:
+    """UsageError (exit 2, before anything runs) when the batch would write over a file it reads:
+    the ``rows`` file is the journal in use, one of its SQLite side files (``-wal``, ``-shm``),
+    or a line's journal, trajectory or key_file, through links too (with ``--force`` the rows
+    were renamed over the journal); or such a file lies in the ``OUT/<name>`` of a line, where
+    its rollout's files are written."""
+    sources = [(str(journal), None)] + [
+        (str(p), ln) for ln in lines for p in (ln.journal, ln.trajectory, ln.key_file) if p is not None
+    ]
+    if rows is not None:
+        refuse_reading(str(rows), "--rows", list(dict.fromkeys(src for src, _ in sources)))
+    if output is None:
+        return
+    out = Path(os.path.realpath(output))
+    for src, ln in sources:
+        real = Path(os.path.realpath(src))
+        for dest in lines:
+            if (out / dest.name) in real.parents:
+                reader = f"line {ln.index}'s" if ln is not None else "the journal in use,"
+                raise UsageError(
+                    f"--output {show_path(output)}: line {dest.index}'s directory {dest.name} holds "
+                    f"{show_path(Path(src))}, {reader} which the batch reads: give another OUT"
+                )
+
+
+class _Signalled(KeyboardInterrupt):
+    """SIGTERM or SIGHUP to the batch: stopped as by Ctrl-C, its exit code 128 + ``signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _StopSignals:
+    """SIGTERM and SIGHUP raise :class:`_Signalled` in the main thread while the batch runs (the
+    first one; a later one is ignored, as the workers are being stopped); :meth:`restore` puts
+    the previous handlers back. Without it the batch ended at once and its workers ran on."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        import threading
+
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is threading.main_thread():
+            self.previous = {sig: signal.signal(sig, self._raise) for sig in self.SIGNALS}
+
+    def _raise(self, signum: int, _frame: Any) -> None:
+        for sig in self.previous:
+            signal.signal(sig, signal.SIG_IGN)
+        raise _Signalled(signum)
+
+    def restore(self) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+        self.previous = {}
+
+
+def _apart_from_outputs(
+    read: list[tuple[int, RolloutLine | PvisorError]], output: Path, manifest: Path
+) -> list[tuple[int, RolloutLine | PvisorError]]:
+    """``read`` with each line whose workspace is, lies in or holds a line's ``OUT/<name>``
+    (where that rollout's files are written while the agent works) failed as a
+    ``bad_manifest_line`` naming that line."""
+    outs = [
+        (output / ln.name, f"line {ln.index}'s output directory")
+        for _, ln in read
+        if isinstance(ln, RolloutLine)
+    ]
+    checked: list[tuple[int, RolloutLine | PvisorError]] = []
+    for n, ln in read:
+        if isinstance(ln, RolloutLine) and ln.workspace is not None:
+            shared = overlap(ln.workspace, outs)
+            if shared is not None:
+                ln = bad_line(manifest, n, f"workspace {show_path(ln.workspace)} {shared}")
+        checked.append((n, ln))
+    return checked
 
 
 def not_kept(doc: Any, root: Path) -> Any:
@@ -171,16 +267,9 @@ def _say(line: str) -> None:
     click.echo(terminal_safe(line), err=True)  # a path from the manifest may hold escape sequences
 
 
-def _open(path: Path, shown: Path) -> BinaryIO:
-    try:
-        return open_private(path)
-    except OSError as exc:
-        raise OutputError(f"cannot write --rows {show_path(shown)}: {exc.strerror or exc}") from None
-
-
 def _write_rows(rows: Path, got: Iterator[RolloutRow]) -> None:
-    """The rows into a temporary file beside ``rows``, renamed over it when all are written."""
-    tmp = rows.with_name(f".{rows.name}.tmp-{os.getpid()}")
+    """The rows into ``rows`` (:func:`~pvisor.commands.batch.write_rows`: beside it, renamed over
+    it when all are written; a device or a FIFO written through)."""
     parquet = rows.suffix.lower() == ".parquet"
     if parquet:
         try:
@@ -190,19 +279,15 @@ def _write_rows(rows: Path, got: Iterator[RolloutRow]) -> None:
                 f"--rows {show_path(rows)}: Parquet needs pyarrow: pip install '.[parquet]' in a clone of "
                 "pvisor (or a .jsonl file for JSON Lines)"
             ) from None
-    try:
-        with _open(tmp, rows) as out:
-            if parquet:
-                write_parquet_rows(out, rollout_schema(), (_text_row(r) for r in got), PARQUET_BATCH)
-            else:
-                for r in got:
-                    out.write(orjson.dumps(r.as_dict()) + b"\n")
-        os.replace(tmp, rows)
-    except OSError as exc:
-        raise OutputError(f"cannot write --rows {show_path(rows)}: {exc.strerror or exc}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
+
+    def write(out: BinaryIO) -> None:
+        if parquet:
+            write_parquet_rows(out, rollout_schema(), (_text_row(r) for r in got), PARQUET_BATCH)
+        else:
+            for r in got:
+                out.write(orjson.dumps(r.as_dict()) + b"\n")
+
+    write_rows(rows, write)
 
 
 def _text_row(row: RolloutRow) -> dict[str, Any]:
@@ -235,4 +320,4 @@ def rollout_schema() -> Any:
     )
 
 
-__all__ = ["not_kept", "rollout_schema", "run_rollout_batch"]
+__all__ = ["not_kept", "refuse_writing_sources", "rollout_schema", "run_rollout_batch"]
