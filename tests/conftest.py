@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from pathlib import Path
 
@@ -13,6 +14,13 @@ from agent_captures import captured, resumed  # noqa: F401  (pytest fixtures)
 from harbor_helpers import harbor  # noqa: F401  (a pytest fixture)
 
 REPO = Path(__file__).resolve().parents[1]
+
+# A suite started in the background of a non-interactive shell (`./scripts/test &`) inherits
+# SIGINT ignored, and every process it starts would too: the Ctrl-C tests (the batch, merge,
+# replay and run commands) would then test nothing but the ignore. A handler of our own is
+# reset to the default at exec, so the commands the tests start get Ctrl-C as a terminal gives it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def cannot_run_here(reason: str) -> None:
