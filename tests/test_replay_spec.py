@@ -77,6 +77,7 @@ def test_the_python_api_takes_the_spec_api_names_and_the_records_its_fields():
         "reset_to_pause",
         "source_reasoning",
         "option_notes",  # the options' own warnings, found by the caller
+        "private_env",  # a rollout's key_file variables (session/rollouts.py), never an option
     }
     assert {f.name for f in dataclasses.fields(ReplayOptions)} - own <= set(BY_NAME)
 
