@@ -199,20 +199,33 @@ def bad_line(manifest: Path, n: int, what: str) -> ReplayUsageError:
     return ReplayUsageError("bad_manifest_line", f"{show_path(manifest)} line {n}: {what}")
 
 
-def _refuse_keys(obj: Mapping[str, Any], n: int, manifest: Path) -> None:
-    """A key-shaped token in a key or a value (strings, and those of a list) fails the line,
-    naming its key, never the token: before any message could show a value."""
-    for key, value in obj.items():
+def refused_value(values: Mapping[str, Any]) -> str | None:
+    """Why ``values`` (a rollout line's, by key: a manifest line's object, or ``continue_many``'s
+    keywords) cannot travel in a line, naming the key and never the value: a key-shaped token in
+    a key or in a value (a string or path, or one of a list's), or a URL option (``upstream``)
+    holding user info. None when they can. Checked before anything is sent or shown."""
+    urls = {k for o in OPTIONS if o.kind == Kind.URL for k in (o.name, o.toml, o.api) if k}
+    for key, value in values.items():
         if has_key_shape(key):
-            raise bad_line(manifest, n, "a key of the line holds a key-shaped token (not shown)")
-        values = value if isinstance(value, list) else [value]
-        if any(isinstance(v, str) and has_key_shape(v) for v in values):
-            raise bad_line(
-                manifest,
-                n,
-                f"{key} holds a key-shaped token (not shown): keys never travel in a manifest line; give "
-                "key_file, a file of NAME=VALUE lines on the machine that runs the rollout",
+            return "a key of the line holds a key-shaped token (not shown)"
+        items = value if isinstance(value, (list, tuple)) else [value]
+        texts = [os.fspath(v) for v in items if isinstance(v, (str, os.PathLike))]
+        if any(isinstance(v, str) and has_key_shape(v) for v in texts):
+            return (
+                f"{key} holds a key-shaped token (not shown): keys never travel in a rollout line; give "
+                "key_file, a file of NAME=VALUE lines on the machine that runs the rollout"
             )
+        if key in urls and any(isinstance(v, str) and has_userinfo(v) for v in texts):
+            return f"{key}: {USERINFO_REFUSED} (a line's: key_file)"
+    return None
+
+
+def _refuse_keys(obj: Mapping[str, Any], n: int, manifest: Path) -> None:
+    """A key-shaped token in a key or a value, or user info in a URL, fails the line
+    (:func:`refused_value`): before any message could show a value."""
+    why = refused_value(obj)
+    if why is not None:
+        raise bad_line(manifest, n, why)
 
 
 #: a JSON value's type in words, for a message
@@ -369,4 +382,5 @@ __all__ = [
     "line_options",
     "overlap",
     "read_rollouts",
+    "refused_value",
 ]

@@ -305,7 +305,7 @@ def _on_ray(
 ) -> list[Result]:
     """:func:`continue_many` with ``ray=`` (its docstring): the k rollouts as rollout lines run
     by :func:`~pvisor.session.ray_rollouts.rollouts_on_ray`, their results in rollout order."""
-    from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode
+    from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode, refused_value
     from pvisor.replay.spec import OPTIONS
     from pvisor.session.ray_rollouts import rollouts_on_ray
 
@@ -320,6 +320,12 @@ def _on_ray(
     if unknown:
         raise UsageError(f"continue_many: unknown keyword {unknown[0]}=")
     run, trajectory = source_of(source, "a journal run id (str) or a native trajectory file (pathlib.Path)")
+    made = workspace_factory
+    workspaces = [Path(made(i)).absolute() if made is not None else None for i in range(k)]
+    # what a task carries reaches Ray's control store: checked as a manifest line is, before anything is sent
+    why = refused_value({"source": source, "upstream": upstream, **options, "workspace_factory": workspaces})
+    if why is not None:
+        raise UsageError(f"continue_many with ray=: {why}")
     journal = Path(options["journal"]) if options.get("journal") is not None else default_journal_path()
     given = {
         by_api[n]: v
@@ -340,7 +346,7 @@ def _on_ray(
             after_step=after_step,
             upstream=upstream,
             max_steps=options.get("max_steps"),
-            workspace=Path(workspace_factory(i)).absolute() if workspace_factory is not None else None,
+            workspace=workspaces[i],
             key_file=Path(key_file).absolute() if key_file is not None else None,
             timeout=float(options.get("timeout") or 900.0),
             options=given,

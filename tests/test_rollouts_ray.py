@@ -444,3 +444,27 @@ def test_an_address_that_takes_no_connection_is_exit_69_and_concurrency_is_refus
         "pvisor: error: --concurrency is for rollouts here: on --ray each rollout takes one CPU of the "
         "cluster"
     ]
+
+
+def test_continue_many_on_ray_refuses_a_key_in_its_values_before_anything_is_sent(tmp_path):
+    """A key-shaped value or a URL with user info in continue_many(ray=)'s keywords is refused
+    (UsageError, the value never shown) as a manifest line's is, before Ray is asked anything:
+    the address takes no connection, which would be UnavailableError had anything been sent."""
+    from pvisor.core.errors import UsageError
+    from pvisor.session import continue_many
+
+    common = dict(journal=tmp_path / "j.sqlite", ray="127.0.0.1:9")
+    cases = [
+        ({"upstream": "https://user:hunter2@127.0.0.1:9/"}, "upstream: the URL holds user info"),
+        ({"upstream": f"https://user:{ENV_KEY}@127.0.0.1:9/"}, "upstream holds a key-shaped token"),
+        ({"upstream": "http://127.0.0.1:9", "boundary_user_prompt": f"use {FILE_KEY} please"},
+         "boundary_user_prompt holds a key-shaped token"),
+        ({"upstream": "http://127.0.0.1:9", "key_file": tmp_path / FILE_KEY}, "key_file holds a key-shaped"),
+    ]  # fmt: skip
+    for given, said in cases:
+        with pytest.raises(UsageError) as raised:
+            continue_many("r-0123456789ab", 1, 2, None, **given, **common)
+        assert raised.value.message.startswith(f"continue_many with ray=: {said}"), raised.value.message
+        assert not [x for x in (ENV_KEY, FILE_KEY, "hunter2") if x in raised.value.message]
+    with pytest.raises(UsageError, match="workspace_factory holds a key-shaped"):
+        continue_many("r-0123456789ab", 1, 1, lambda i: tmp_path / FILE_KEY, "http://127.0.0.1:9", **common)
