@@ -22,6 +22,10 @@ the sources are attached read-only to ``into``'s connection and copied with ``IN
   ``runs`` row, attempts, exchanges and snapshots, all columns but ``writer_id``) is skipped: merging
   twice is harmless. One whose rows differ, or an exchange or snapshot id held by another run,
   is a :class:`MergeClash` naming the id and both files, and nothing is merged.
+- ``omit_blobs`` (a transfer journal, e.g. a Ray worker's derived runs sent back): blobs of those
+  sha256 are left out, though its runs name them; the result is a journal whose runs reference
+  blobs it does not hold (``meta.blobs_left_out``), only for merging into a journal that holds
+  them. Merging such a journal into one that lacks one of them fails (exit 3), saying so.
 - Lineage is kept as it is (``parent_run``, ``boundary_step``, ``mode``, labels); a parent that
   neither ``into`` nor the merge holds is allowed, and reported (:attr:`MergeReport.missing_parents`).
 - Secret fingerprints (``exchanges.secret_fingerprints``) are keyed per journal
@@ -137,6 +141,8 @@ class MergeReport:
     blobs_copied: int = 0
     blobs_shared: int = 0
     bytes_copied: int = 0
+    #: blobs left out (``omit_blobs``) that it would have copied
+    blobs_omitted: int = 0
     missing_parents: dict[str, str] = field(default_factory=dict)
     sources: list[dict] = field(default_factory=list)
     details: list[dict] = field(default_factory=list)
@@ -196,6 +202,7 @@ class _Pass:
     staged: str | None = None
     mark: bool = True
     whole: bool = True
+    omit: frozenset[str] = frozenset()
 
     def file(self, schema: str, sources: list[_Source], run: str) -> str:
         """The file that holds ``run`` in ``schema`` (``main``, or a source's alias)."""
@@ -210,14 +217,16 @@ def merge_journals(
     *,
     runs: Collection[str] | None = None,
     dry_run: bool = False,
+    omit_blobs: Collection[str] = (),
 ) -> MergeReport:
     """Copy the runs of ``sources`` (all, or those whose id is in ``runs``) into the journal
     ``into`` (created with the schema when missing), in one transaction (module docstring).
     With ``dry_run`` nothing is written (not even a missing ``into``): the report says what
-    would come. Raises UsageError (exit 2: no source, a source missing, a directory or not a
-    regular file, a source that is ``into`` or given twice, a run of ``runs`` in no source, a
-    path not UTF-8), BadInputError (65: not a journal, a newer schema), MergeClash (65),
-    IntegrityError (3: a source damaged), UnavailableError (69: a live writer on a source,
+    would come. ``omit_blobs``: sha256 of blobs left out (module docstring). Raises UsageError
+    (exit 2: no source, a source missing, a directory or not a regular file, a source that is
+    ``into`` or given twice, a run of ``runs`` in no source, a path not UTF-8), BadInputError
+    (65: not a journal, a newer schema), MergeClash (65), IntegrityError (3: a source damaged,
+    or leaving out a blob ``into`` lacks), UnavailableError (69: a live writer on a source,
     ``into`` locked)."""
     srcs = [os.fspath(s) for s in sources]
     dst = os.fspath(into)
@@ -231,10 +240,8 @@ def merge_journals(
         with _as_found(srcs), _readers(srcs) as readers:
             for path, reader in zip(srcs, readers):
                 _refuse_live_writers(reader, path, wanted)
-            if len(srcs) > MAX_SOURCES:
-                _merge_many(readers, srcs, _Pass(dst, wanted, report))
-            else:
-                _merge_into(readers, srcs, _Pass(dst, wanted, report))
+            whole = _Pass(dst, wanted, report, omit=frozenset(omit_blobs))
+            (_merge_many if len(srcs) > MAX_SOURCES else _merge_into)(readers, srcs, whole)
     except sqlite3.DatabaseError as exc:  # outside the merge's transaction (a lease, a migration)
         raise failed(exc, srcs, dst) from None
     except KeyboardInterrupt as exc:
@@ -516,7 +523,7 @@ def _merge_many(readers: list[JournalReader], srcs: list[str], p: _Pass) -> None
         if p.wanted is not None and p.wanted - found:
             missing = ", ".join(sorted(p.wanted - found))
             raise UsageError(f"no run {missing} in {', '.join(srcs)}: nothing merged")
-        final = _Pass(p.dst, None, p.report, via=p.via, staged="s0", mark=False)
+        final = _Pass(p.dst, None, p.report, via=p.via, staged="s0", mark=False, omit=p.omit)
         with JournalReader(staging) as reader:
             _merge_into([reader], [staging], final)
     finally:
@@ -565,6 +572,10 @@ def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[st
             if not report.dry_run:
                 for s in sources:
                     _copy(conn, s, p.mark)
+                if report.blobs_omitted:  # its runs name blobs it does not hold (module docstring)
+                    conn.execute(
+                        "INSERT OR REPLACE INTO main.meta(key, value) VALUES ('blobs_left_out', '1')"
+                    )
                 conn.execute("COMMIT")
                 # into the journal there; a new one's counts once it is linked into place
                 report.committed = not report.created
@@ -615,7 +626,7 @@ def _plan_all(conn: sqlite3.Connection, sources: list[_Source], p: _Pass) -> Non
         conn.executemany(f"INSERT INTO temp.merge_runs_{s.alias} VALUES (?)", [(r,) for r in s.copy])
         earlier = ["main", *(o.alias for o in sources[: sources.index(s)])]
         _id_clashes(conn, s, earlier, sources, p)
-        _plan_blobs(conn, s, report)
+        _plan_blobs(conn, s, p)
         if p.staged != "s0":  # the staging journal's blobs were checked as each batch came in
             verify_new_blobs(conn, f"merge_blobs_{s.alias}", s.alias, s.reader, p.file(s.alias, sources, ""))
         _count(conn, s, report)
@@ -775,11 +786,12 @@ def _present(x: str) -> str:
     return f"({_in(x, 'main.blobs', 'sha256')} OR {_in(x, 'temp.merge_planned_blobs', 'sha')})"
 
 
-def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> None:
+def _plan_blobs(conn: sqlite3.Connection, s: _Source, p: _Pass) -> None:
     """Which blobs ``s`` brings (``temp.merge_blobs_<alias>``): those its runs name, with their
-    bases, that neither ``main`` nor an earlier source holds. IntegrityError for a blob named
-    and held by none, a base missing, or a blob whose size differs from ``main``'s."""
-    a = s.alias
+    bases, that neither ``main`` nor an earlier source holds, nor ``p.omit`` leaves out.
+    IntegrityError for a blob named and held by none, a base missing, or a blob whose size
+    differs from ``main``'s."""
+    a, report = s.alias, p.report
     named = _named_blobs(conn, s)
     conn.execute(f"CREATE TEMP TABLE merge_named_{a} (sha TEXT PRIMARY KEY)")
     conn.executemany(f"INSERT INTO temp.merge_named_{a} VALUES (?)", [(x,) for x in named])
@@ -787,6 +799,12 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> No
         f"SELECT n.sha FROM temp.merge_named_{a} n WHERE NOT {_in('n.sha', f'{a}.blobs', 'sha256')}"
         f" AND NOT {_present('n.sha')} LIMIT 1"
     ).fetchone()
+    if row and _left_out(conn, a):
+        raise IntegrityError(
+            f"journal {s.path} leaves out blobs its runs name, for a journal that holds them, and "
+            f"{p.dst} does not hold blob {row[0]}: merge it into the journal its runs came from; "
+            "nothing merged"
+        )
     if row:
         raise IntegrityError(
             f"journal {s.path} is damaged: its runs name blob {row[0]}, which it does not hold "
@@ -825,6 +843,13 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> No
             f"journal {s.path} is damaged: blob {row[0]} is stored against base {row[1]}, which it does "
             "not hold; nothing merged"
         )
+    if p.omit:  # after the base check: a blob it keeps may be stored against one left out
+        left = [(x,) for x in p.omit]
+        before = conn.execute(f"SELECT count(*) FROM temp.merge_blobs_{a}").fetchone()[0]
+        conn.executemany(f"DELETE FROM temp.merge_blobs_{a} WHERE sha = ?", left)
+        report.blobs_omitted += (
+            before - conn.execute(f"SELECT count(*) FROM temp.merge_blobs_{a}").fetchone()[0]
+        )
     copied, stored = conn.execute(
         f"SELECT count(*), coalesce(sum(length(b.data)), 0) FROM temp.merge_blobs_{a} m"
         f" JOIN {a}.blobs b ON b.sha256 = m.sha"
@@ -835,6 +860,11 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, report: MergeReport) -> No
         f"SELECT count(*) FROM temp.merge_named_{a} n WHERE {_present('n.sha')}"
     ).fetchone()[0]
     conn.execute(f"INSERT OR IGNORE INTO temp.merge_planned_blobs SELECT sha FROM temp.merge_blobs_{a}")
+
+
+def _left_out(conn: sqlite3.Connection, alias: str) -> bool:
+    """Whether the source ``alias`` was made with ``omit_blobs`` (``meta.blobs_left_out``)."""
+    return conn.execute(f"SELECT 1 FROM {alias}.meta WHERE key = 'blobs_left_out'").fetchone() is not None
 
 
 def _by_run(s: _Source, table: str) -> str:

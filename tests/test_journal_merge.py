@@ -646,3 +646,41 @@ def test_into_a_dangling_link_creates_its_target_or_says_it_is_one(tmp_path, jou
     assert ("r-a",) in rows(target, "SELECT id FROM runs") and "(created)" in proc.stdout
     assert merge_journals([a], link).skipped  # merging again through the link: all there
     assert sorted(p.name for p in target.parent.iterdir()) == ["merged.sqlite"]
+
+
+def test_omit_blobs_leaves_out_what_the_destination_holds_and_merging_it_elsewhere_says_so(
+    tmp_path, journals
+):
+    """A transfer journal (a Ray worker's derived runs sent back): ``omit_blobs`` leaves out the
+    blobs its source journal held, though the derived runs name them (their requests repeat the
+    source's, their snapshots list its files); merged into a journal that holds them, the runs
+    read back whole; into one that does not, it fails saying why, and nothing is merged."""
+    a = journals[0]
+    with Journal.open(a) as j:  # r-a2 (derived from r-a): a snapshot sharing r-a's files, and a new one
+        snapshot(j, "r-a2", "s-a200000000000001", {"shared.txt": SHARED_FILE, "new.txt": b"new " * 50})
+        j.flush()
+    source = tmp_path / "source.sqlite"  # what the driver sent: r-a with what it needs
+    merge_journals([a], source, runs={"r-a"})
+    held = {sha for (sha,) in rows(source, "SELECT sha256 FROM blobs")}
+    whole, back = tmp_path / "whole.sqlite", tmp_path / "back.sqlite"
+    merge_journals([a], whole, runs={"r-a2"})
+    rep = merge_journals([a], back, runs={"r-a2"}, omit_blobs=held)
+    kept = {sha for (sha,) in rows(back, "SELECT sha256 FROM blobs")}
+    assert rep.blobs_omitted > 0 and not kept & held and kept
+    assert sum(n for (n,) in rows(back, "SELECT length(data) FROM blobs")) < sum(
+        n for (n,) in rows(whole, "SELECT length(data) FROM blobs")
+    )
+    assert rows(back, "SELECT value FROM meta WHERE key = 'blobs_left_out'") == [("1",)]
+    elsewhere = tmp_path / "elsewhere.sqlite"
+    with pytest.raises(Exception, match="leaves out blobs its runs name") as raised:
+        merge_journals([back], elsewhere)
+    assert raised.value.exit_code == 3 and not elsewhere.exists()
+    got = merge_journals([back], source)
+    assert got.runs == ["r-a2"]
+    theirs = {e for (e,) in rows(a, "SELECT id FROM exchanges WHERE run_id = 'r-a2'")}
+    want = {k: v for k, v in bodies(a).items() if k in theirs}
+    assert {k: v for k, v in bodies(source).items() if k in want} == want
+    with JournalReader(source) as r:
+        (snap,) = r.snapshots("r-a2")
+        files = {e["path"]: r.blob(e["sha256"]) for e in orjson.loads(r.blob(snap.digest))["entries"]}
+    assert files == {"shared.txt": SHARED_FILE, "new.txt": b"new " * 50}
