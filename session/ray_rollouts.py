@@ -156,6 +156,7 @@ def run_task(spec: TaskSpec, journal: bytes | None, trajectory: bytes | None) ->
         if journal is not None:
             _write_private(wj, journal)
         changes: dict[str, Any] = {"journal": wj if line.run is not None else None}
+        held = _blobs_of(wj) if journal is not None else frozenset()  # the driver's journal has them
         if trajectory is not None:
             (root / "source").mkdir()
             changes["trajectory"] = root / "source" / (spec.trajectory_name or "trajectory")
@@ -177,7 +178,7 @@ def run_task(spec: TaskSpec, journal: bytes | None, trajectory: bytes | None) ->
                     derived = tuple(run.id for run in r.runs() if run.id not in spec.source_runs)
             if derived:
                 back = root / "derived.sqlite"
-                merge_journals([wj], back, runs=set(derived))
+                merge_journals([wj], back, runs=set(derived), omit_blobs=held)
                 blob = back.read_bytes()
         except PvisorError as exc:  # the row stays, saying its runs could not be sent back
             row = _failed(line, _code(exc), f"its runs cannot be sent back: {error_detail(exc)}", row)
@@ -185,6 +186,12 @@ def run_task(spec: TaskSpec, journal: bytes | None, trajectory: bytes | None) ->
         return TaskResult(row, files, blob, derived, str(wj))
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _blobs_of(journal: Path) -> frozenset[str]:
+    """The sha256 of every blob ``journal`` holds (the source journal as it was sent)."""
+    with JournalReader(journal) as r:
+        return frozenset(sha for (sha,) in r.conn.execute("SELECT sha256 FROM blobs"))
 
 
 def _write_private(path: Path, data: bytes) -> None:
@@ -314,32 +321,79 @@ def _submit(task: Any, line: RolloutLine, journal: Path, workdir: Path, sent: di
 def _collect(
     ray: Any, ref: Any, line: RolloutLine, journal: Path, output_root: Path | None, workdir: Path
 ) -> RolloutRow:
-    """The row of a finished task: its derived runs merged into ``journal``, its files written."""
+    """The row of a finished task: its files written into ``output_root/<name>/`` first, then its
+    derived runs merged into the line's journal, else ``journal``. A merge that fails keeps
+    them in a file (:func:`_keep`) that its row's message names, with the command that finishes
+    it; a derived run whose parent that journal does not hold (deleted meanwhile) is a row
+    warning, ``parent_not_in_journal``."""
     try:
         got: TaskResult = ray.get(ref)
     except ray.exceptions.RayError as exc:
         failure, message = ray_failure(exc)
         return _failed(line, failure.value, message)
     row = got.row
-    try:
-        if got.journal is not None:
-            tmp = workdir / f"derived-{line.index}.sqlite"
-            _write_private(tmp, got.journal)
-            try:
-                # where a local rollout writes it: the line's own journal, else the batch's
-                merge_journals([tmp], line.journal or journal, runs=set(got.derived))
-            finally:
-                tmp.unlink(missing_ok=True)
-        if output_root is not None and got.files:
-            out = output_root / (line.name or f"line-{line.index}")
+    out = output_root / (line.name or f"line-{line.index}") if output_root is not None else None
+    try:  # before the merge, whatever it does: the rollout's files are its own
+        if out is not None and got.files:
             out.mkdir(parents=True, exist_ok=True, mode=0o700)
             for name, data in got.files.items():
                 (out / name).write_bytes(data)
-    except PvisorError as exc:
-        return _failed(line, _code(exc), error_detail(exc), row)
     except OSError as exc:
-        return _failed(line, "output_error", f"cannot write {line.name}'s files: {exc.strerror or exc}", row)
+        row = _failed(line, "output_error", f"cannot write {line.name}'s files: {exc.strerror or exc}", row)
+    if got.journal is None:
+        return row
+    into = (
+        line.journal or journal
+    )  # where a local rollout writes it: the line's own journal, else the batch's
+    tmp = workdir / f"derived-{line.index}.sqlite"
+    try:
+        _write_private(tmp, got.journal)
+        report = merge_journals([tmp], into, runs=set(got.derived))
+    except (PvisorError, OSError) as exc:
+        detail = (
+            error_detail(exc) if isinstance(exc, PvisorError) else f"cannot write it: {exc.strerror or exc}"
+        )
+        code = _code(exc) if isinstance(exc, PvisorError) else RayFailure.TRANSFER_FAILED.value
+        return _failed(line, code, f"{detail}; {_keep(got.journal, line, into, out)}", row)
+    finally:
+        tmp.unlink(missing_ok=True)
+    missing = {report.missing_parents[r] for r in got.derived if r in report.missing_parents}
+    if missing and isinstance(row.result, dict):
+        said = {
+            "code": "parent_not_in_journal",
+            "message": f"journal {into} does not hold run {', '.join(sorted(missing))}, the parent of the "
+            "derived run merged into it (removed or replaced while the batch ran?)",
+        }
+        row = dataclasses.replace(
+            row, result={**row.result, "warnings": [*row.result.get("warnings", []), said]}
+        )
     return row
+
+
+#: the name of the file that keeps a line's derived runs its journal did not take (:func:`_keep`)
+KEPT_NAME = "derived.sqlite"
+
+
+def _keep(data: bytes, line: RolloutLine, into: Path, out: Path | None) -> str:
+    """Keep the derived runs' journal bytes a merge did not take: ``out/derived.sqlite`` (the
+    line's output directory), else beside ``into`` as ``<into>.line-<N>.derived.sqlite``; a
+    name taken gets a suffix of its own. What the row's message says: where, and the command
+    that finishes the merge (the file leaves out the source run's blobs, which ``into`` holds)."""
+    where = (
+        out / KEPT_NAME if out is not None else into.with_name(f"{into.name}.line-{line.index}.{KEPT_NAME}")
+    )
+    try:
+        where.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            _write_private(where, data)
+        except FileExistsError:
+            fd, name = tempfile.mkstemp(prefix=where.stem + "-", suffix=".sqlite", dir=where.parent)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            where = Path(name)
+    except OSError as exc:
+        return f"its derived runs are lost: they cannot be kept in {where}: {exc.strerror or exc}"
+    return f"its derived runs are kept in {where}: pvisor journal merge {where} --into {into}"
 
 
 def _code(exc: PvisorError) -> str:

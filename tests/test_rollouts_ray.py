@@ -468,3 +468,60 @@ def test_continue_many_on_ray_refuses_a_key_in_its_values_before_anything_is_sen
         assert not [x for x in (ENV_KEY, FILE_KEY, "hunter2") if x in raised.value.message]
     with pytest.raises(UsageError, match="workspace_factory holds a key-shaped"):
         continue_many("r-0123456789ab", 1, 1, lambda i: tmp_path / FILE_KEY, "http://127.0.0.1:9", **common)
+
+
+def _row_of(line: RolloutLine, derived: str):
+    from pvisor.session.rollouts import RolloutRow
+
+    return RolloutRow(line=line.index, name=line.name, mode=line.mode.value, status="ok", derived_run=derived,
+                      result={"derived_run": derived, "warnings": []})  # fmt: skip
+
+
+def test_a_derived_run_the_journal_cannot_take_is_kept_and_a_missing_parent_is_a_warning(
+    ray_cluster, tmp_path
+):
+    """What the driver does with a finished task (``_collect``, a TaskResult through the object
+    store): the output files are written first, whatever the merge does; a merge that fails
+    (the caller's journal replaced by a non-journal mid-batch) keeps the derived runs in
+    ``OUT/<name>/derived.sqlite`` (without --output: beside the journal), and the row's message
+    names it with the command that finishes the merge, which does; a caller's journal deleted
+    mid-batch takes the run with a warning that its parent is not there."""
+    import ray
+    from pvisor.journal.model import Run
+    from pvisor.journal.writer import Journal
+    from pvisor.session.ray_rollouts import TaskResult, _collect
+
+    journal, derived = tmp_path / "caller.sqlite", tmp_path / "derived.sqlite"
+    with Journal.open(journal) as j:
+        j.create_run(Run(id="r-source000001", agent="codex"))
+    with Journal.open(derived) as j:
+        j.create_run(Run(id="r-derived00001", agent="codex", parent_run="r-source000001", boundary_step=1,
+                         mode="continuation"))  # fmt: skip
+        j.record_exchange("r-derived00001", "POST", "/v1/chat/completions", [], protocol="openai-chat",
+                          status=200, request_body=b'{"model": "m"}', response_body=b"{}")  # fmt: skip
+    merge_journals([derived], tmp_path / "whole.sqlite")  # the bytes a worker sends: one file, no -wal
+    data = (tmp_path / "whole.sqlite").read_bytes()
+    line = RolloutLine(index=1, name="one", mode=RolloutMode.CONTINUATION, agent="codex", to_agent=None,
+                       run="r-source000001", trajectory=None, journal=None, after_step=1)  # fmt: skip
+    work, out = tmp_path / "work", tmp_path / "out"
+    work.mkdir()
+    sent = TaskResult(_row_of(line, "r-derived00001"), {"result.json": b"{}"}, data, ("r-derived00001",), "w")
+    saved = journal.read_bytes()
+    journal.write_bytes(b"not a journal")  # replaced mid-batch
+    row = _collect(ray, ray.put(sent), line, journal, out, work)
+    kept = out / "one" / "derived.sqlite"
+    assert row.status == "failed" and (out / "one" / "result.json").read_bytes() == b"{}"
+    assert kept.is_file() and f"pvisor journal merge {kept} --into {journal}" in row.error_message, row
+    journal.write_bytes(saved)
+    done = subprocess.run([str(Path(sys.executable).with_name("pvisor")), "journal", "merge", str(kept),
+                           "--into", str(journal)], capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    with JournalReader(journal) as r:
+        assert r.run("r-derived00001").parent_run == "r-source000001"
+    journal.write_bytes(b"not a journal")
+    row = _collect(ray, ray.put(sent), line, journal, None, work)  # no --output: beside the journal
+    assert (tmp_path / "caller.sqlite.line-1.derived.sqlite").is_file(), row.error_message
+    journal.unlink()  # deleted mid-batch: a new journal takes the run, whose parent is not there
+    row = _collect(ray, ray.put(sent), line, journal, out, work)
+    assert row.status == "ok" and [w["code"] for w in row.result["warnings"]] == ["parent_not_in_journal"]
+    assert "r-source000001" in row.result["warnings"][0]["message"]
