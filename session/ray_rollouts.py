@@ -40,6 +40,7 @@ import shutil
 import socket
 import tempfile
 import warnings
+from collections import Counter, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -266,26 +267,36 @@ def rollouts_on_ray(
     workdir = Path(tempfile.mkdtemp(prefix="pvisor-ray-driver."))
     pending: dict[Any, RolloutLine] = {}
     try:
-        sent: dict[tuple[str, str], tuple[TaskSpec, Any]] = {}  # one ref per source run, for many lines
-        for line in lines:
-            if line.mode is RolloutMode.PREPARE_ONLY:  # nothing runs: here, as the local batch does
-                out = (output_root or workdir) / line.name
-                yield run_rollout(line, journal=line.journal or journal, output=out)
+        sent: dict[
+            tuple[str, str] | None, tuple[TaskSpec, Any]
+        ] = {}  # one ref per source run, for many lines
+        uses = Counter(
+            _source_key(line, journal) for line in lines if line.mode is not RolloutMode.PREPARE_ONLY
+        )
+        waiting = deque(lines)
+        window = window_of(ray)
+        while waiting or pending:
+            while waiting and len(pending) < window:  # a source is put only when its line's turn comes
+                line = waiting.popleft()
+                if line.mode is RolloutMode.PREPARE_ONLY:  # nothing runs: here, as the local batch does
+                    out = (output_root or workdir) / line.name
+                    yield run_rollout(line, journal=line.journal or journal, output=out)
+                    continue
+                try:
+                    ref = _submit(task, line, journal, workdir, sent, uses)
+                except PvisorError as exc:
+                    yield _failed(line, _code(exc), error_detail(exc))
+                    continue
+                except Exception as exc:  # noqa: BLE001 - Ray's own failure to take an object: this line's
+                    yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
+                    continue
+                pending[ref] = line
+            if not pending:
                 continue
             try:
-                ref = _submit(task, line, journal, workdir, sent)
-            except PvisorError as exc:
-                yield _failed(line, _code(exc), error_detail(exc))
-                continue
-            except Exception as exc:  # noqa: BLE001 - Ray's own failure to take an object: this line's
-                yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
-                continue
-            pending[ref] = line
-        while pending:
-            try:
-                done, _ = ray.wait(list(pending), num_returns=1)
+                done, _ = ray.wait(list(pending), num_returns=1)  # at most `window` refs
             except Exception as exc:  # noqa: BLE001 - the cluster is gone: every line still out fails
-                for line in pending.values():
+                for line in [*pending.values(), *waiting]:
                     yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
                 return
             for ref in done:
@@ -300,20 +311,44 @@ def rollouts_on_ray(
             ray.shutdown()
 
 
-def _submit(task: Any, line: RolloutLine, journal: Path, workdir: Path, sent: dict) -> Any:
-    """The task of ``line`` submitted; a journal run's bytes are put once for all its lines."""
-    import ray
+#: tasks submitted at a time, per CPU of the cluster (:func:`window_of`)
+WINDOW_PER_CPU = 2
 
-    key = (
+
+def window_of(ray: Any) -> int:
+    """How many tasks :func:`rollouts_on_ray` keeps submitted at once: :data:`WINDOW_PER_CPU` per
+    CPU the cluster has when the batch starts (at least 2), so that a CPU freed finds the next
+    task waiting while the sources of the lines after it are not yet extracted and put."""
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+    except Exception:  # noqa: BLE001 - Ray could not say: the least window
+        cpus = 1
+    return max(2, WINDOW_PER_CPU * cpus)
+
+
+def _source_key(line: RolloutLine, journal: Path) -> tuple[str, str] | None:
+    """The source a journal run's lines share (its journal, its run); None for a native file."""
+    return (
         (str(line.journal or journal), line.run) if line.run is not None and line.trajectory is None else None
     )
+
+
+def _submit(task: Any, line: RolloutLine, journal: Path, workdir: Path, sent: dict, uses: Counter) -> Any:
+    """The task of ``line`` submitted; a journal run's bytes are put once for all its lines, and
+    the driver's ref to them dropped once the last of them (``uses`` counts them) is submitted
+    (the tasks waiting hold them meanwhile)."""
+    import ray
+
+    key = _source_key(line, journal)
+    uses[key] -= 1
     if key is not None and key in sent:
-        first, ref = sent[key]
+        first, ref = sent.pop(key) if uses[key] <= 0 else sent[key]
         spec = TaskSpec(dataclasses.replace(line, journal=None, trajectory=None), first.source_runs, None)
         return task.remote(spec, ref, None)
     spec, blob, native = source_of(line, journal, workdir)
     jref = ray.put(blob) if blob is not None else None
-    if key is not None:
+    del blob  # the object store has it
+    if key is not None and uses[key] > 0:
         sent[key] = (spec, jref)
     return task.remote(spec, jref, ray.put(native) if native is not None else None)
 

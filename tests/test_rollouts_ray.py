@@ -525,3 +525,33 @@ def test_a_derived_run_the_journal_cannot_take_is_kept_and_a_missing_parent_is_a
     row = _collect(ray, ray.put(sent), line, journal, out, work)
     assert row.status == "ok" and [w["code"] for w in row.result["warnings"]] == ["parent_not_in_journal"]
     assert "r-source000001" in row.result["warnings"][0]["message"]
+
+
+def test_sources_are_put_as_their_lines_turn_comes_and_rows_come_as_tasks_end(
+    captured, ray_cluster, tmp_path
+):
+    """At most twice the cluster's CPUs (4 here) are submitted at a time: line 5's journal is
+    made only once the first row came back, and its line reads it then (every source put
+    before any task was waited on found none). Each line fails on its worker, at once: no agent."""
+    from pvisor.session.ray_rollouts import rollouts_on_ray, window_of
+
+    import ray
+
+    assert window_of(ray) == 4
+    mini = captured("mini-swe-agent")
+    journal = caller_journal(tmp_path, mini)
+    later = tmp_path / "later.sqlite"
+    gone = str(tmp_path / "missing" / "mini")
+    lines = manifest_lines(
+        tmp_path / "m.jsonl",
+        [{"run": mini.run, "after_step": 1, "mode": "replay-only", "name": f"l{i}", "entrypoint": gone,
+          **({"journal": str(later)} if i == 5 else {})} for i in range(1, 6)],
+        journal,
+    )  # fmt: skip
+    rows = []
+    for row in rollouts_on_ray(ray_cluster, lines, journal=journal, output_root=None):
+        if not rows:
+            shutil.copyfile(journal, later)
+        rows.append(row)
+    assert sorted(r.line for r in rows) == [1, 2, 3, 4, 5]
+    assert {r.error_code for r in rows} == {"agent_unavailable"}, [(r.line, r.error_message) for r in rows]
