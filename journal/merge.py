@@ -23,7 +23,8 @@ the sources are attached read-only to ``into``'s connection and copied with ``IN
   twice is harmless. One whose rows differ, or an exchange or snapshot id held by another run,
   is a :class:`MergeClash` naming the id and both files, and nothing is merged.
 - ``omit_blobs`` (a transfer journal, e.g. a Ray worker's derived runs sent back): blobs of those
-  sha256 are left out, though its runs name them; the result is a journal whose runs reference
+  sha256 are left out, though its runs name them (but snapshot manifests:
+  :mod:`pvisor.journal.merge_omit`); the result is a journal whose runs reference
   blobs it does not hold (``meta.blobs_left_out``), only for merging into a journal that holds
   them. Merging such a journal into one that lacks one of them fails (exit 3), saying so.
 - Lineage is kept as it is (``parent_run``, ``boundary_step``, ``mode``, labels); a parent that
@@ -77,6 +78,7 @@ from pvisor.core.errors import (
 from .housekeeping import blobs_named_by_rows, live_writers, open_for_writing, started_by
 from .merge_checks import failed, verify_new_blobs
 from .merge_files import created_at, directory_error, remove, remove_stale, temp_path, uri
+from .merge_omit import leave_out, left_out, mark
 from .merge_reap import exchanges_of, reap_image, reaped_rows
 from .paths import absolute, make_directories, require_utf8
 from .producer import now_ms
@@ -573,9 +575,7 @@ def _merge(conn: sqlite3.Connection, readers: list[JournalReader], srcs: list[st
                 for s in sources:
                     _copy(conn, s, p.mark)
                 if report.blobs_omitted:  # its runs name blobs it does not hold (module docstring)
-                    conn.execute(
-                        "INSERT OR REPLACE INTO main.meta(key, value) VALUES ('blobs_left_out', '1')"
-                    )
+                    mark(conn)
                 conn.execute("COMMIT")
                 # into the journal there; a new one's counts once it is linked into place
                 report.committed = not report.created
@@ -799,7 +799,7 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, p: _Pass) -> None:
         f"SELECT n.sha FROM temp.merge_named_{a} n WHERE NOT {_in('n.sha', f'{a}.blobs', 'sha256')}"
         f" AND NOT {_present('n.sha')} LIMIT 1"
     ).fetchone()
-    if row and _left_out(conn, a):
+    if row and left_out(conn, a):
         raise IntegrityError(
             f"journal {s.path} leaves out blobs its runs name, for a journal that holds them, and "
             f"{p.dst} does not hold blob {row[0]}: merge it into the journal its runs came from; "
@@ -844,12 +844,7 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, p: _Pass) -> None:
             "not hold; nothing merged"
         )
     if p.omit:  # after the base check: a blob it keeps may be stored against one left out
-        left = [(x,) for x in p.omit]
-        before = conn.execute(f"SELECT count(*) FROM temp.merge_blobs_{a}").fetchone()[0]
-        conn.executemany(f"DELETE FROM temp.merge_blobs_{a} WHERE sha = ?", left)
-        report.blobs_omitted += (
-            before - conn.execute(f"SELECT count(*) FROM temp.merge_blobs_{a}").fetchone()[0]
-        )
+        report.blobs_omitted += leave_out(conn, a, p.omit)
     copied, stored = conn.execute(
         f"SELECT count(*), coalesce(sum(length(b.data)), 0) FROM temp.merge_blobs_{a} m"
         f" JOIN {a}.blobs b ON b.sha256 = m.sha"
@@ -860,11 +855,6 @@ def _plan_blobs(conn: sqlite3.Connection, s: _Source, p: _Pass) -> None:
         f"SELECT count(*) FROM temp.merge_named_{a} n WHERE {_present('n.sha')}"
     ).fetchone()[0]
     conn.execute(f"INSERT OR IGNORE INTO temp.merge_planned_blobs SELECT sha FROM temp.merge_blobs_{a}")
-
-
-def _left_out(conn: sqlite3.Connection, alias: str) -> bool:
-    """Whether the source ``alias`` was made with ``omit_blobs`` (``meta.blobs_left_out``)."""
-    return conn.execute(f"SELECT 1 FROM {alias}.meta WHERE key = 'blobs_left_out'").fetchone() is not None
 
 
 def _by_run(s: _Source, table: str) -> str:

@@ -658,6 +658,8 @@ def test_omit_blobs_leaves_out_what_the_destination_holds_and_merging_it_elsewhe
     a = journals[0]
     with Journal.open(a) as j:  # r-a2 (derived from r-a): a snapshot sharing r-a's files, and a new one
         snapshot(j, "r-a2", "s-a200000000000001", {"shared.txt": SHARED_FILE, "new.txt": b"new " * 50})
+        # and one of the workspace r-a's snapshot holds: its manifest is r-a's, kept (merging reads it)
+        snapshot(j, "r-a2", "s-a200000000000002", {"shared.txt": SHARED_FILE, "only-a.txt": b"a " * 90})
         j.flush()
     source = tmp_path / "source.sqlite"  # what the driver sent: r-a with what it needs
     merge_journals([a], source, runs={"r-a"})
@@ -666,7 +668,8 @@ def test_omit_blobs_leaves_out_what_the_destination_holds_and_merging_it_elsewhe
     merge_journals([a], whole, runs={"r-a2"})
     rep = merge_journals([a], back, runs={"r-a2"}, omit_blobs=held)
     kept = {sha for (sha,) in rows(back, "SELECT sha256 FROM blobs")}
-    assert rep.blobs_omitted > 0 and not kept & held and kept
+    manifests = {m for (m,) in rows(a, "SELECT manifest FROM snapshots WHERE run_id = 'r-a2'")}
+    assert rep.blobs_omitted > 0 and kept & held == manifests & held != set() and kept
     assert sum(n for (n,) in rows(back, "SELECT length(data) FROM blobs")) < sum(
         n for (n,) in rows(whole, "SELECT length(data) FROM blobs")
     )
@@ -681,6 +684,11 @@ def test_omit_blobs_leaves_out_what_the_destination_holds_and_merging_it_elsewhe
     want = {k: v for k, v in bodies(a).items() if k in theirs}
     assert {k: v for k, v in bodies(source).items() if k in want} == want
     with JournalReader(source) as r:
-        (snap,) = r.snapshots("r-a2")
-        files = {e["path"]: r.blob(e["sha256"]) for e in orjson.loads(r.blob(snap.digest))["entries"]}
-    assert files == {"shared.txt": SHARED_FILE, "new.txt": b"new " * 50}
+        files = [
+            {e["path"]: r.blob(e["sha256"]) for e in orjson.loads(r.blob(snap.digest))["entries"]}
+            for snap in r.snapshots("r-a2")
+        ]
+    assert files == [
+        {"shared.txt": SHARED_FILE, "new.txt": b"new " * 50},
+        {"shared.txt": SHARED_FILE, "only-a.txt": b"a " * 90},
+    ]
