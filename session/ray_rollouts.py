@@ -18,9 +18,11 @@ control store, which its dashboard shows):
   new workspace (the run's start snapshot restored into it by the replay, unless the line names
   a workspace: a path on the worker) and the output directory; removed when the task ends.
 - worker -> driver: the row, the output's small files (``result.json``, ``prefix.json``,
-  ``prefix.request.json``) and the derived runs as the bytes of a journal; the driver merges
-  those runs into its journal (their lineage, ``parent_run``, names the source run) and writes
-  the files into ``output_root/<name>/``. A result document names the worker's paths (its
+  ``prefix.request.json``) and the derived runs as the bytes of a journal without the blobs the
+  source journal sent held (``omit_blobs``: the driver's journal holds them); the driver writes
+  the files into ``output_root/<name>/``, then merges those runs into its journal (their
+  lineage, ``parent_run``, names the source run), keeping them in a file when it cannot
+  (:func:`_keep`). A result document names the worker's paths (its
   journal, workspace, output), which are gone by then.
 
 Tasks run with ``num_cpus=1`` and ``max_retries=0``: a rollout that failed is never run again
@@ -107,8 +109,9 @@ class TaskSpec:
 class TaskResult:
     """What a task returns: the ``row`` as the worker's run made it, the output's ``files``
     (name -> bytes, of :data:`OUTPUT_FILES` those written), ``journal`` (the derived runs as
-    a journal's bytes, None when there are none), ``derived`` (their ids), ``worker_journal``
-    (where the worker's journal was: a path on the worker, removed since)."""
+    a journal's bytes without the source journal's blobs, None when there are none),
+    ``derived`` (their ids), ``worker_journal`` (where the worker's journal was: a path on the
+    worker, removed since)."""
 
     row: RolloutRow
     files: dict[str, bytes]
@@ -256,7 +259,8 @@ def rollouts_on_ray(
     row yielded when it ends, in the order they end (each names its line). Derived runs are
     merged as they come into the line's own ``journal``, else ``journal`` (created when
     missing): where a local rollout writes them. ``journal`` is also where a ``run`` line
-    without a journal of its own is read from. With ``output_root`` each
+    without a journal of its own is read from. At most :func:`window_of` tasks are submitted at
+    a time, each line's source extracted and put when its turn comes. With ``output_root`` each
     line's output files go into ``output_root/<name>/``. A line that fails, on the worker or in
     Ray, is a failed row (:class:`RayFailure` for Ray's part); nothing is retried. Raises only
     before the first task: UsageError (no Ray), UnavailableError (no cluster)."""
@@ -358,9 +362,9 @@ def _collect(
 ) -> RolloutRow:
     """The row of a finished task: its files written into ``output_root/<name>/`` first, then its
     derived runs merged into the line's journal, else ``journal``. A merge that fails keeps
-    them in a file (:func:`_keep`) that its row's message names, with the command that finishes
-    it; a derived run whose parent that journal does not hold (deleted meanwhile) is a row
-    warning, ``parent_not_in_journal``."""
+    them in a file beside that journal (:func:`_keep`) that its row's message names, with the
+    command that finishes it; a derived run whose parent that journal does not hold (deleted
+    meanwhile) is a row warning, ``parent_not_in_journal``."""
     try:
         got: TaskResult = ray.get(ref)
     except ray.exceptions.RayError as exc:
@@ -389,7 +393,7 @@ def _collect(
             error_detail(exc) if isinstance(exc, PvisorError) else f"cannot write it: {exc.strerror or exc}"
         )
         code = _code(exc) if isinstance(exc, PvisorError) else RayFailure.TRANSFER_FAILED.value
-        return _failed(line, code, f"{detail}; {_keep(got.journal, line, into, out)}", row)
+        return _failed(line, code, f"{detail}; {_keep(got.journal, line, into)}", row)
     finally:
         tmp.unlink(missing_ok=True)
     missing = {report.missing_parents[r] for r in got.derived if r in report.missing_parents}
@@ -409,14 +413,13 @@ def _collect(
 KEPT_NAME = "derived.sqlite"
 
 
-def _keep(data: bytes, line: RolloutLine, into: Path, out: Path | None) -> str:
-    """Keep the derived runs' journal bytes a merge did not take: ``out/derived.sqlite`` (the
-    line's output directory), else beside ``into`` as ``<into>.line-<N>.derived.sqlite``; a
-    name taken gets a suffix of its own. What the row's message says: where, and the command
-    that finishes the merge (the file leaves out the source run's blobs, which ``into`` holds)."""
-    where = (
-        out / KEPT_NAME if out is not None else into.with_name(f"{into.name}.line-{line.index}.{KEPT_NAME}")
-    )
+def _keep(data: bytes, line: RolloutLine, into: Path) -> str:
+    """Keep the derived runs' journal bytes a merge did not take, beside ``into`` as
+    ``<into>.line-<N>.derived.sqlite`` (not in the output directory: with ``--rows`` that is a
+    temporary one, removed); a name taken gets a suffix of its own. What the row's message
+    says: where, and the command that finishes the merge (the file leaves out the source run's
+    blobs, which ``into`` holds)."""
+    where = into.with_name(f"{into.name}.line-{line.index}.{KEPT_NAME}")
     try:
         where.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         try:

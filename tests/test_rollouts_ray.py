@@ -483,7 +483,7 @@ def test_a_derived_run_the_journal_cannot_take_is_kept_and_a_missing_parent_is_a
     """What the driver does with a finished task (``_collect``, a TaskResult through the object
     store): the output files are written first, whatever the merge does; a merge that fails
     (the caller's journal replaced by a non-journal mid-batch) keeps the derived runs in
-    ``OUT/<name>/derived.sqlite`` (without --output: beside the journal), and the row's message
+    ``JOURNAL.line-<N>.derived.sqlite`` beside the journal, and the row's message
     names it with the command that finishes the merge, which does; a caller's journal deleted
     mid-batch takes the run with a warning that its parent is not there."""
     import ray
@@ -509,7 +509,7 @@ def test_a_derived_run_the_journal_cannot_take_is_kept_and_a_missing_parent_is_a
     saved = journal.read_bytes()
     journal.write_bytes(b"not a journal")  # replaced mid-batch
     row = _collect(ray, ray.put(sent), line, journal, out, work)
-    kept = out / "one" / "derived.sqlite"
+    kept = tmp_path / "caller.sqlite.line-1.derived.sqlite"
     assert row.status == "failed" and (out / "one" / "result.json").read_bytes() == b"{}"
     assert kept.is_file() and f"pvisor journal merge {kept} --into {journal}" in row.error_message, row
     journal.write_bytes(saved)
@@ -519,8 +519,9 @@ def test_a_derived_run_the_journal_cannot_take_is_kept_and_a_missing_parent_is_a
     with JournalReader(journal) as r:
         assert r.run("r-derived00001").parent_run == "r-source000001"
     journal.write_bytes(b"not a journal")
-    row = _collect(ray, ray.put(sent), line, journal, None, work)  # no --output: beside the journal
-    assert (tmp_path / "caller.sqlite.line-1.derived.sqlite").is_file(), row.error_message
+    row = _collect(ray, ray.put(sent), line, journal, None, work)  # that name taken: another beside it
+    (again,) = set(tmp_path.glob("caller.sqlite.line-1.derived-*.sqlite"))
+    assert f"pvisor journal merge {again} --into {journal}" in row.error_message
     journal.unlink()  # deleted mid-batch: a new journal takes the run, whose parent is not there
     row = _collect(ray, ray.put(sent), line, journal, out, work)
     assert row.status == "ok" and [w["code"] for w in row.result["warnings"]] == ["parent_not_in_journal"]
