@@ -444,3 +444,65 @@ def test_an_address_that_takes_no_connection_is_exit_69_and_concurrency_is_refus
         "pvisor: error: --concurrency is for rollouts here: on --ray each rollout takes one CPU of the "
         "cluster"
     ]
+
+
+def _roots() -> set[str]:
+    """The workers' private roots in this machine's temporary directory (a local Ray's workers)."""
+    import tempfile
+
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"{ROOT_PREFIX}*")}
+
+
+def test_a_stopped_batch_on_ray_keeps_its_interrupted_runs_and_leaves_no_root(
+    captured, stack, ray_cluster, tmp_path
+):
+    """Ctrl-C (SIGINT to the driver), then SIGTERM: the running rollout is stopped as a replay
+    is (its agent ended, its derived run ended interrupted) and that run is merged into the
+    caller's journal; the worker's private root removed; exit 130 / 143 with one line (no Ray
+    stack dump) naming the run kept."""
+    mini = captured("mini-swe-agent")
+    journal = caller_journal(tmp_path, mini)
+    hanging = Hanging(stack)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(
+        json.dumps({"run": mini.run, "after_step": 1, "name": "held", "upstream": hanging.url, "max_steps": 1,
+                    "entrypoint": str(entrypoint("mini-swe-agent")), "timeout": 300}) + "\n"
+    )  # fmt: skip
+    before = _roots()
+    try:
+        for n, sig in enumerate((signal.SIGINT, signal.SIGTERM), 1):
+            argv = [
+                str(Path(sys.executable).with_name("pvisor")),
+                "--journal",
+                str(journal),
+                "replay",
+                "--batch",
+                str(manifest),
+                "--ray",
+                ray_cluster,
+                "--rows",
+                str(tmp_path / "rows.jsonl"),
+            ]
+            pipe = subprocess.PIPE
+            proc = subprocess.Popen(
+                argv, stdout=pipe, stderr=pipe, text=True, cwd=tmp_path, stdin=subprocess.DEVNULL
+            )
+            deadline = time.monotonic() + 200
+            while len(hanging.requests) < n and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+            assert len(hanging.requests) == n, proc.communicate(timeout=60)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=90)
+            assert proc.returncode == 128 + sig, err
+            lines = err.splitlines()
+            assert len(lines) == 1 and "interrupted" in lines[0] and "Traceback" not in err, err
+            with JournalReader(journal) as r:
+                derived = [x for x in r.runs() if x.parent_run == mini.run and x.mode == "continuation"]
+                assert len(derived) == n, [x.id for x in r.runs()]
+                attempt = r.attempts(derived[-1].id)[-1]
+            assert derived[-1].id in lines[0] and "kept" in lines[0], lines[0]
+            assert attempt.ended_ms is not None and attempt.labels.get("interrupted") == "SIGINT", attempt
+            assert _roots() <= before, _roots() - before
+            assert not (tmp_path / "rows.jsonl").exists()
+    finally:
+        hanging.release()
