@@ -220,7 +220,7 @@ def continue_many(
     workspace_factory: Callable[[int], os.PathLike[str] | str] | None,
     upstream: str | None = None,
     *,
-    concurrency: int = 2,
+    concurrency: int | None = None,
     output_root: os.PathLike[str] | str | None = None,
     ray: str | None = None,
     **options: Any,
@@ -229,7 +229,7 @@ def continue_many(
     sampling several rollouts after step N. ``workspace_factory(i)`` gives rollout ``i``'s
     workspace (a new directory each, in the state the recorded run started from); rollout ``i``
     writes into ``output_root/rollout-<i>`` (default: a new temporary directory). At most
-    ``concurrency`` run at once, each in a process of its own with a gateway of its own; each
+    ``concurrency`` (default 2) run at once, each in a process of its own with a gateway of its own; each
     gets its own derived run in the journal and its own result. ``options`` are those of
     :func:`continue_run`. Returns the k results in rollout order; a rollout that could not
     start is a :class:`Result` with ``document`` None and its ``error``. The workers are
@@ -238,18 +238,28 @@ def continue_many(
 
     ``ray``: a Ray address (``local`` starts one here with the machine's CPUs; ``auto`` or
     ``ray://HOST:10001`` joins a cluster; the extra ``pvisor-replay[ray]``): each rollout is a
-    Ray task of :mod:`pvisor.session.ray_rollouts` (one CPU each, never retried; ``concurrency``
-    is the cluster's), the source sent through Ray's object store and each derived run merged
-    back into ``journal``. The factory cannot run on a worker: it runs here, and its value is a
-    path *on the worker* (on a local Ray, this machine); with ``workspace_factory=None`` each
-    rollout gets a new workspace in its worker's private temporary root, the run's start
-    snapshot restored into it, removed when the rollout ends. No key travels in a task:
+    Ray task of :mod:`pvisor.session.ray_rollouts` (one CPU each, never retried: how many
+    run at once is the cluster's, and ``concurrency=`` is refused, as ``--concurrency`` with
+    ``--ray``; an empty address is refused too: UsageError), the source sent through Ray's
+    object store and each derived run merged back into ``journal``. The factory cannot run on a
+    worker: it runs here, and its value is a path *on the worker* (on a local Ray, this
+    machine); with ``workspace_factory=None`` each rollout gets a new workspace in its
+    worker's private temporary root, the run's start snapshot restored into it, removed when
+    the rollout ends. No key travels in a task:
     ``environment=`` and ``arguments=`` are refused (UsageError); the agents read their keys
     from the workers' environment, or from ``key_file=`` (a file of ``NAME=VALUE`` lines on
     the workers). A rollout Ray failed (its worker killed, ...) is a Result with ``document``
     None, its ``error`` saying what Ray said, ``exit_code`` 69."""
     if k < 1:
         raise UsageError(f"k={k}: continue_many runs at least one rollout")
+    if ray is not None:
+        if not isinstance(ray, str) or not ray.strip():
+            raise UsageError(f"ray={ray!r}: give an address (local, auto or ray://HOST:10001)")
+        if concurrency is not None:
+            raise UsageError(
+                "concurrency= is for rollouts here: with ray= each rollout takes one CPU of the cluster"
+            )
+    concurrency = 2 if concurrency is None else concurrency
     if concurrency < 1:
         raise UsageError(f"concurrency={concurrency}: at least 1")
     if options.get("child_run") is not None:
@@ -348,7 +358,10 @@ def _on_ray(
         for i in range(k)
     ]
     rows = {
-        row.line: row for row in rollouts_on_ray(address, lines, journal=journal.absolute(), output_root=root)
+        row.line: row
+        for row in rollouts_on_ray(
+            address, lines, journal=journal.absolute(), output_root=root, named=f"ray={address!r}"
+        )
     }
     return [_result(rows[i + 1], root / f"rollout-{i}") for i in range(k)]
 

@@ -232,6 +232,13 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
                 "entrypoint": exe["codex"],
                 "timeout": 240,
             },
+            {  # a run the journal does not hold: the row a local rollout has for it
+                "run": "r-000000000000",
+                "agent": "codex",
+                "after_step": 1,
+                "name": "no-run",
+                "mode": "replay-only",
+            },
             {
                 "run": codex.run,
                 "after_step": 1,
@@ -265,7 +272,7 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
         for _, root in killed:  # what the killed worker could not remove
             shutil.rmtree(root, ignore_errors=True)
     by = {row.name: row for row in rows}
-    assert sorted(row.line for row in rows) == [1, 2, 3, 4, 5, 6, 7]
+    assert sorted(row.line for row in rows) == [1, 2, 3, 4, 5, 6, 7, 8]
     ok = ["cont-mini", "cont-codex", "replay-codex", "handoff", "native"]
     assert [by[n].status for n in ok] == ["ok"] * 5, [(n, by[n].error_code, by[n].error_message) for n in ok]
     # the killed worker: its row alone failed, with what Ray said, and it never asked again
@@ -275,6 +282,9 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
     assert "\n" not in k.error_message and "died" in k.error_message
     assert len(hanging.requests) == 1, "the killed rollout ran again"
     assert by["no-agent"].status == "failed" and by["no-agent"].error_code == "agent_unavailable"
+    no_run = by["no-run"]
+    assert (no_run.status, no_run.error_code) == ("failed", "usage"), no_run
+    assert "r-000000000000" in no_run.error_message and "merged" not in no_run.error_message
     # every derived run is in the caller's journal with its lineage; nothing of the killed line
     with JournalReader(journal) as r:
         new = {run.id: run for run in r.runs()}
@@ -390,6 +400,12 @@ def test_continue_many_on_ray_gives_k_derived_runs_in_the_callers_journal(
     journal = caller_journal(tmp_path, mini)
     live = stack.scripted(live_script())
     common = dict(journal=journal, entrypoint=str(entrypoint("mini-swe-agent")), max_steps=1, timeout=240)
+    # as the command line refuses --ray "" and --concurrency with --ray, naming ray=, not --ray
+    with pytest.raises(UsageError, match=r"^ray='': give an address \(local, auto") as raised:
+        continue_many(mini.run, 1, 2, None, live, ray="", **common)
+    assert raised.value.exit_code == 2
+    with pytest.raises(UsageError, match="^concurrency= is for rollouts here: with ray="):
+        continue_many(mini.run, 1, 2, None, live, ray=address, concurrency=4, **common)
     with pytest.raises(UsageError, match="environment= with ray="):
         continue_many(
             mini.run, 1, 2, None, live, ray=address, environment={"OPENAI_API_KEY": ENV_KEY}, **common
@@ -423,7 +439,30 @@ def test_what_ray_raises_is_a_code_and_one_line(ray_cluster):
 
 def test_an_address_that_takes_no_connection_is_exit_69_and_concurrency_is_refused(tmp_path):
     manifest = tmp_path / "m.jsonl"
+    # lines that fail before Ray is needed never start (nor join) one: each its row, exit 1
     manifest.write_text(json.dumps({"run": "r-0123456789ab", "after_step": 1, "mode": "replay-only"}) + "\n")
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("pvisor")), "--journal", str(tmp_path / "j.sqlite"), "replay",
+         "--batch", str(manifest), "--ray", "127.0.0.1:9", "--rows", str(tmp_path / "failed.jsonl")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "cannot connect" not in proc.stderr, proc.stderr
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("pvisor")), "replay", "--batch", str(manifest), "--ray", "local"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "pvisor: error: --batch needs one of --output OUT (a directory per line) or --rows FILE"
+    ]
+    assert json.loads((tmp_path / "failed.jsonl").read_text())["error"]["code"] == "usage"
+    native = tmp_path / "t.traj.json"
+    native.write_text("{}")
+    manifest.write_text(
+        json.dumps(
+            {"trajectory": str(native), "agent": "mini-swe-agent", "after_step": 1, "mode": "replay-only"}
+        )
+        + "\n"
+    )
     for address in ("127.0.0.1:9", "ray://127.0.0.1:9"):  # Ray itself would retry it for minutes
         proc = subprocess.run(
             [str(Path(sys.executable).with_name("pvisor")), "--journal", str(tmp_path / "j.sqlite"), "replay",
