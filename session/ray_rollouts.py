@@ -336,8 +336,7 @@ def connect(address: str, named: str | None = None) -> bool:
         if address.startswith("ray://") and AUTH_MODE_ENV not in os.environ:
             # Ray Client sends the cluster's token only when told to (Ray's own rule)
             hint = f" (a cluster with token authentication: set {AUTH_MODE_ENV}=token, and its token, here)"
-        said = _ADDRESS_FLAG.sub("--ray ADDRESS" if named.startswith("--") else "ray=ADDRESS", _one_line(exc))
-        raise UnavailableError(f"{named}: cannot connect to Ray: {said}{hint}") from None
+        raise UnavailableError(f"{named}: cannot connect to Ray: {in_our_words(exc, named)}{hint}") from None
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -346,8 +345,16 @@ def connect(address: str, named: str | None = None) -> bool:
     return True
 
 
-#: how Ray's advice names its own command's flag (pvisor has none such): said as --ray ADDRESS
-_ADDRESS_FLAG = re.compile(r"`?--address`? flag")
+#: how Ray's advice names its own command's flag and variable (pvisor has no --address)
+_ADDRESS_FLAG = re.compile(r"setting `?--address`? flag(?: or `?RAY_ADDRESS`? environment variable)?")
+
+
+def in_our_words(exc: BaseException, named: str = "--ray") -> str:
+    """What Ray said when it could not connect, in one line, its advice to set "``--address``
+    flag or ``RAY_ADDRESS``" (its own command's) said as ``--ray ADDRESS`` (``ray=ADDRESS`` when
+    ``named`` is the Python API's ``ray=...``)."""
+    flag = "--ray ADDRESS" if named.startswith("--") else "ray=ADDRESS"
+    return _ADDRESS_FLAG.sub(f"giving {flag} (or setting RAY_ADDRESS)", _one_line(exc))
 
 
 def _stop_handlers() -> dict[int, Any]:
@@ -633,6 +640,7 @@ __all__ = [
     "TaskSpec",
     "STOP_GRACE_S",
     "connect",
+    "in_our_words",
     "ray_failure",
     "remove_dead_roots",
     "root_glob",

@@ -421,7 +421,7 @@ def test_continue_many_on_ray_gives_k_derived_runs_in_the_callers_journal(
 
 def test_what_ray_raises_is_a_code_and_one_line(ray_cluster):
     import ray
-    from pvisor.session.ray_rollouts import RayFailure, ray_failure
+    from pvisor.session.ray_rollouts import RayFailure, in_our_words, ray_failure
 
     def boom():
         raise ValueError("no such thing\n  at its second line")
@@ -435,6 +435,16 @@ def test_what_ray_raises_is_a_code_and_one_line(ray_cluster):
     assert ray_failure(e.TaskCancelledError())[0] is RayFailure.CANCELLED
     failure, message = ray_failure(e.GetTimeoutError("x" * 1000))
     assert failure is RayFailure.RAY_UNAVAILABLE and len(message) == 300 and "\n" not in message
+    # Ray's advice (its own --address flag) in pvisor's words: --ray ADDRESS, ray=ADDRESS in Python
+    said = ConnectionError(
+        "Could not find any running Ray instance. Please specify the one to connect to by setting "
+        "`--address` flag or `RAY_ADDRESS` environment variable.\nmore"
+    )
+    assert in_our_words(said) == (
+        "Could not find any running Ray instance. Please specify the one to connect to by giving "
+        "--ray ADDRESS (or setting RAY_ADDRESS)."
+    )
+    assert "giving ray=ADDRESS (or setting RAY_ADDRESS)" in in_our_words(said, "ray='auto'")
 
 
 def test_an_address_that_takes_no_connection_is_exit_69_and_concurrency_is_refused(tmp_path):
