@@ -89,6 +89,9 @@ MESSAGE_CHARS = 300
 #: send their runs back, before it kills them
 STOP_GRACE_S = 30.0
 
+#: how the row of a task killed once the batch was stopped begins (its runs not brought back)
+KILLED = "killed after the batch was stopped: its runs were not brought back"
+
 #: a worker's private root: ROOT_PREFIX, the line, the task's token, the worker's pid, mkdtemp's
 _ROOT_NAME = re.compile(re.escape(ROOT_PREFIX) + r"\d+-[0-9a-f]+-(\d+)-")
 
@@ -337,6 +340,14 @@ def connect(address: str, named: str | None = None) -> bool:
             # Ray Client sends the cluster's token only when told to (Ray's own rule)
             hint = f" (a cluster with token authentication: set {AUTH_MODE_ENV}=token, and its token, here)"
         raise UnavailableError(f"{named}: cannot connect to Ray: {in_our_words(exc, named)}{hint}") from None
+    except SystemExit as exc:  # Ray's own SIGTERM handler, while it starts: stopped as by ours
+        if exc.code != signal.SIGTERM:
+            raise
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        stop = KeyboardInterrupt(signal.SIGTERM)
+        stop.signum = signal.SIGTERM  # type: ignore[attr-defined]
+        raise stop from None
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
@@ -511,9 +522,8 @@ def _stop(
             _failed(
                 line,
                 RayFailure.CANCELLED.value,
-                f"killed after the batch was stopped: its runs were not brought back (its worker's private "
-                f"root {root_glob(spec)} in the worker's temporary directory is removed by the next rollout "
-                "on that node)",
+                f"{KILLED} (its worker's private root {root_glob(spec)} in the worker's temporary directory "
+                "is removed by the next rollout on that node)",
             )
         )
     pending.clear()
@@ -632,6 +642,7 @@ def _failed(line: RolloutLine, code: str, message: str, row: RolloutRow | None =
 
 
 __all__ = [
+    "KILLED",
     "OUTPUT_FILES",
     "ROOT_PREFIX",
     "TASK_OPTIONS",

@@ -207,20 +207,20 @@ def _close(produced: Iterator[RolloutRow]) -> None:
 def kept_runs(stopped: list[RolloutRow], journal: Path) -> str:
     """What the interruption's line adds for the rollouts stopped on Ray (``stopped``): the
     derived runs brought back into the journal (each line's own, else ``journal``), and the
-    lines whose runs were not (their rows say where their worker's private root is)."""
+    lines whose runs were not (killed: their rows say where their worker's private root is)."""
+    from pvisor.session.ray_rollouts import KILLED
+
     if not stopped:
         return ""
     kept = [r.derived_run for r in stopped if r.derived_run is not None]
-    lost = [r for r in stopped if r.error_code == "ray_task_cancelled"]
-    text = f"; {len(stopped)} running rollout{'s' if len(stopped) != 1 else ''} stopped"
+    lost = [r for r in stopped if (r.error_message or "").startswith(KILLED)]
+    text = f"; {len(stopped)} rollout{'s' if len(stopped) != 1 else ''} still out stopped"
     if kept:
         text += f", the interrupted runs kept in {show_path(journal)} ({', '.join(kept)})"
     if lost:
-        said = lost[0].error_message or ""
-        text += (
-            f"; not brought back: line{'s' if len(lost) > 1 else ''} {', '.join(str(r.line) for r in lost)}"
-        )
-        text += f" ({said.split(': ', 1)[-1]})"
+        where = (lost[0].error_message or "").removeprefix(KILLED).strip()
+        lines = ", ".join(str(r.line) for r in lost)
+        text += f"; not brought back (killed after 30 s): line{'s' if len(lost) > 1 else ''} {lines} {where}"
     return text
 
 
