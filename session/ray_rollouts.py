@@ -13,9 +13,10 @@ control store, which its dashboard shows):
   ``key_file``, ``entrypoint``, are the worker's). Never the driver's journal or source file by
   path, never a key nor any of the driver's environment: no ``runtime_env``. The worker's agent
   reads its key from the worker's own environment or the line's ``key_file``.
-- on the worker: a private temporary root of its own (``pvisor-ray-<line>-<token>-<pid>-*``
-  under the worker's temporary directory, :data:`ROOT_PREFIX`; ``token`` the driver's name for
-  the task, ``pid`` the worker's), holding the journal, the source file, a new workspace (the
+- on the worker: a private temporary root of its own
+  (``pvisor-ray-<line>-<token>-<host>-<pid>-*`` under the worker's temporary directory,
+  :data:`ROOT_PREFIX`; ``token`` the driver's name for the task, ``host`` a digest of the
+  worker's host name, ``pid`` the worker's), holding the journal, the source file, a new workspace (the
   run's start snapshot restored into it by the replay, unless the line names a workspace: a path
   on the worker) and the output directory; removed when the task ends, also when it is
   cancelled. The root of a worker that was killed (it could not remove it) is removed by the
@@ -93,7 +94,7 @@ STOP_GRACE_S = 30.0
 KILLED = "killed after the batch was stopped: its runs were not brought back"
 
 #: a worker's private root: ROOT_PREFIX, the line, the task's token, the worker's pid, mkdtemp's
-_ROOT_NAME = re.compile(re.escape(ROOT_PREFIX) + r"\d+-[0-9a-f]+-(\d+)-")
+_ROOT_NAME = re.compile(re.escape(ROOT_PREFIX) + r"\d+-[0-9a-f]+-([0-9a-f]{8})-(\d+)-")
 
 
 class RayFailure(str, enum.Enum):
@@ -184,7 +185,8 @@ def run_task(spec: TaskSpec, journal: bytes | None, trajectory: bytes | None) ->
     on Ctrl-C, and its row and derived runs are still returned."""
     line = spec.line
     remove_dead_roots(Path(tempfile.gettempdir()))
-    root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{line.index}-{spec.token or 'x'}-{os.getpid()}-"))
+    name = f"{ROOT_PREFIX}{line.index}-{spec.token or 'x'}-{_host()}-{os.getpid()}-"
+    root = Path(tempfile.mkdtemp(prefix=name))
     try:
         wj = root / "journal.sqlite"
         out = root / "output"
@@ -260,9 +262,9 @@ def _uninterrupted(step: Any, tries: int = 3) -> Any:
 
 
 def remove_dead_roots(tmp: Path) -> list[Path]:
-    """Remove the private roots under ``tmp`` whose worker (the pid in the name) is gone: a
-    worker killed mid-rollout could not remove its own. Returns those removed. Best effort: a
-    root that cannot be listed or removed stays."""
+    """Remove the private roots under ``tmp`` whose worker (the pid in the name, on this host)
+    is gone: a worker killed mid-rollout could not remove its own. Returns those removed. Best
+    effort: a root that cannot be listed or removed stays."""
     removed = []
     try:
         entries = list(os.scandir(tmp))
@@ -270,7 +272,8 @@ def remove_dead_roots(tmp: Path) -> list[Path]:
         return removed
     for entry in entries:
         m = _ROOT_NAME.match(entry.name)
-        if m is None or _alive(int(m.group(1))):
+        # another host's (a temporary directory shared by containers): its pids are not ours
+        if m is None or m.group(1) != _host() or _alive(int(m.group(2))):
             continue
         try:
             if (
@@ -282,6 +285,13 @@ def remove_dead_roots(tmp: Path) -> list[Path]:
         except OSError:
             continue
     return removed
+
+
+def _host() -> str:
+    """This host's tag in a root's name: 8 hex digits of its name's SHA-256."""
+    import hashlib
+
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
 
 
 def _alive(pid: int) -> bool:
