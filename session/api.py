@@ -203,14 +203,32 @@ def continue_run(
     return Result(outcome.result, outcome.output)
 
 
+#: a worker's caller (its pid), set when the worker starts (:func:`_start_worker`)
+_caller: list[int] = []
+
+
+def _start_worker(caller: int) -> None:
+    """A worker's start: SIGTERM to it when ``caller`` ends, even by SIGKILL (Linux
+    ``PR_SET_PDEATHSIG``): its rollout then stops its agent as a replay does on SIGTERM (before:
+    a caller ended by SIGTERM left its workers and their agents running)."""
+    from pvisor.session.rollouts import die_with_parent
+
+    _caller.append(caller)
+    die_with_parent(caller)
+
+
 def _one(kwargs: dict[str, Any]) -> Result:
-    """One continuation in a worker process: never raises (a pickled error may not unpickle)."""
+    """One continuation in a worker process: never raises (a pickled error may not unpickle).
+    Ends the worker quietly when its caller is gone (nobody reads the result)."""
     try:
-        return continue_run(**kwargs)
+        result = continue_run(**kwargs)
     except PvisorError as exc:
-        return Result(None, Path(kwargs.get("output") or "."), exc.message, exc.exit_code)
+        result = Result(None, Path(kwargs.get("output") or "."), exc.message, exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - a bug must not take the other rollouts with it
-        return Result(None, Path(kwargs.get("output") or "."), f"{type(exc).__name__}: {exc}", 70)
+        result = Result(None, Path(kwargs.get("output") or "."), f"{type(exc).__name__}: {exc}", 70)
+    if _caller and os.getppid() != _caller[0]:  # sending it would fail with a traceback
+        os._exit(0)
+    return result
 
 
 def continue_many(
@@ -294,7 +312,11 @@ def _run_all(jobs: list[dict[str, Any]], concurrency: int) -> Iterator[Result]:
     # threads); one rollout per worker process, so no agent's leftovers meet the next one
     extra: dict[str, Any] = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
     with ProcessPoolExecutor(
-        max_workers=min(concurrency, len(jobs)), mp_context=multiprocessing.get_context("spawn"), **extra
+        max_workers=min(concurrency, len(jobs)),
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_start_worker,
+        initargs=(os.getpid(),),
+        **extra,
     ) as pool:
         yield from pool.map(_one, jobs)
 
