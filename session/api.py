@@ -203,31 +203,52 @@ def continue_run(
     return Result(outcome.result, outcome.output)
 
 
-#: a worker's caller (its pid), set when the worker starts (:func:`_start_worker`)
-_caller: list[int] = []
+#: a worker's state: its caller's pid, the caller's stop event, whether a rollout runs
+_worker: dict[str, Any] = {}
 
 
-def _start_worker(caller: int) -> None:
-    """A worker's start: SIGTERM to it when ``caller`` ends, even by SIGKILL (Linux
-    ``PR_SET_PDEATHSIG``): its rollout then stops its agent as a replay does on SIGTERM (before:
-    a caller ended by SIGTERM left its workers and their agents running)."""
+def _start_worker(caller: int, stop: Any) -> None:
+    """A worker's start (started with SIGINT blocked, :func:`_run_all`): SIGTERM to it when
+    ``caller`` ends, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``): its rollout then stops its
+    agent as a replay does on SIGTERM (before: a caller ended by SIGTERM left its workers and
+    their agents running). A Ctrl-C is taken only while a rollout runs (a KeyboardInterrupt
+    there, before and after its replay handles it), ignored otherwise (it printed a worker's
+    traceback). ``stop``: set by the caller once interrupted: a rollout not begun never runs."""
+    import signal
+
     from pvisor.session.rollouts import die_with_parent
 
-    _caller.append(caller)
+    _worker.update(caller=caller, stop=stop, running=False)
     die_with_parent(caller)
+    signal.signal(signal.SIGINT, _on_sigint)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _on_sigint(_signum: int, _frame: Any) -> None:
+    if _worker.get("running"):
+        raise KeyboardInterrupt
 
 
 def _one(kwargs: dict[str, Any]) -> Result:
     """One continuation in a worker process: never raises (a pickled error may not unpickle).
     Ends the worker quietly when its caller is gone (nobody reads the result)."""
+    out = Path(kwargs.get("output") or ".")
+    stop = _worker.get("stop")
+    if stop is not None and stop.is_set():
+        return Result(None, out, "interrupted: the caller was stopped before this rollout began", 130)
+    _worker["running"] = True
     try:
         result = continue_run(**kwargs)
     except PvisorError as exc:
-        result = Result(None, Path(kwargs.get("output") or "."), exc.message, exc.exit_code)
+        result = Result(None, out, exc.message, exc.exit_code)
+    except KeyboardInterrupt:
+        result = Result(None, out, "interrupted by SIGINT before the rollout ended", 130)
     except Exception as exc:  # noqa: BLE001 - a bug must not take the other rollouts with it
-        result = Result(None, Path(kwargs.get("output") or "."), f"{type(exc).__name__}: {exc}", 70)
-    if _caller and os.getppid() != _caller[0]:  # sending it would fail with a traceback
-        os._exit(0)
+        result = Result(None, out, f"{type(exc).__name__}: {exc}", 70)
+    finally:
+        _worker["running"] = False
+    if _worker.get("caller") is not None and os.getppid() != _worker["caller"]:
+        os._exit(0)  # sending the result would fail with a traceback
     return result
 
 
@@ -308,17 +329,41 @@ def continue_many(
 
 
 def _run_all(jobs: list[dict[str, Any]], concurrency: int) -> Iterator[Result]:
+    """The results of ``jobs`` (:func:`continue_run`'s keywords), each in a worker process.
+    Stopped (Ctrl-C in the caller), the rollouts running get SIGTERM (their agents stopped as a
+    replay stops them) and those not begun never run (before: a rollout already queued ran to
+    its end, up to its timeout, while the caller waited)."""
+    import signal
+
     # spawn: a fresh interpreter per worker (no inherited event loop, signal handlers or
     # threads); one rollout per worker process, so no agent's leftovers meet the next one
     extra: dict[str, Any] = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
     with ProcessPoolExecutor(
         max_workers=min(concurrency, len(jobs)),
-        mp_context=multiprocessing.get_context("spawn"),
+        mp_context=ctx,
         initializer=_start_worker,
-        initargs=(os.getpid(),),
+        initargs=(os.getpid(), stop),
         **extra,
     ) as pool:
-        yield from pool.map(_one, jobs)
+        # SIGINT blocked while the jobs are submitted: the workers started now, and the pool's
+        # thread (which starts the later ones) inherit the mask; each unblocks it once its
+        # handler is set (a Ctrl-C in a worker's start-up printed a traceback)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            results = pool.map(_one, jobs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        try:
+            yield from results
+        except BaseException:
+            stop.set()
+            # the pool's own processes (the standard library keeps them in _processes)
+            for process in list(getattr(pool, "_processes", {}).values()):
+                if process.is_alive():
+                    process.terminate()
+            raise
 
 
 #: continue_many's keywords that are a rollout line's own fields (the rest go to its options)

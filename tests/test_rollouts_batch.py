@@ -754,15 +754,22 @@ def workspace(i):
     return ws
 
 if __name__ == "__main__":
-    continue_many(sys.argv[2], 1, 2, workspace, "http://127.0.0.1:9", journal=sys.argv[3],
-                  entrypoint=sys.argv[4], sandbox="none", timeout=300, concurrency=2)
+    try:
+        continue_many(sys.argv[2], 1, int(sys.argv[5]), workspace, "http://127.0.0.1:9",
+                      journal=sys.argv[3], entrypoint=sys.argv[4], sandbox="none", timeout=300,
+                      concurrency=2)
+    except KeyboardInterrupt:
+        sys.exit(130)
 """
 
 
-def test_sigterm_to_a_continue_many_caller_stops_its_workers_and_their_agents(sources, tmp_path):
+@pytest.mark.parametrize("group", [False, True], ids=["sigterm-to-the-caller", "ctrl-c-to-the-group"])
+def test_sigterm_to_a_continue_many_caller_stops_its_workers_and_their_agents(sources, tmp_path, group):
     """continue_many here (a process pool): before, a caller ended by SIGTERM left its workers
     and their agents running (300 s here); now each worker gets SIGTERM when its caller ends
-    and stops its agent as a replay does, quietly."""
+    and stops its agent as a replay does, quietly. A Ctrl-C (SIGINT to the process group) with
+    a third rollout queued: before, the caller waited for it to run to its end (300 s); now it
+    never begins, and no worker prints a traceback."""
     codex = sources["codex"]
     agent = tmp_path / "codex-sleeps"  # as in the batch's SIGTERM test: its pid in a file here
     agent.write_text(
@@ -774,13 +781,22 @@ def test_sigterm_to_a_continue_many_caller_stops_its_workers_and_their_agents(so
     script.write_text(CALLER)
     python = str(Path(str(PVISOR)).with_name("python"))
     proc = subprocess.Popen(
-        [python, str(script), str(tmp_path), codex.run, str(codex.journal), str(agent)],
+        [
+            python,
+            str(script),
+            str(tmp_path),
+            codex.run,
+            str(codex.journal),
+            str(agent),
+            "3" if group else "2",
+        ],
         env=user_env(tmp_path / "home"),
         cwd=tmp_path,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=group,
     )
     try:
         deadline = time.monotonic() + 120
@@ -789,12 +805,17 @@ def test_sigterm_to_a_continue_many_caller_stops_its_workers_and_their_agents(so
         agents = [int(p.name.split(".")[1]) for p in tmp_path.glob("agent.*")]
         workers = children_of(proc.pid)
         assert len(agents) == 2 and len(workers) >= 2, (agents, workers, proc.poll())
-        proc.send_signal(signal.SIGTERM)
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        else:
+            proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)  # its stderr: the workers' too, until they end
     finally:
         if proc.poll() is None:
             proc.kill()
     assert "Traceback" not in err, err
+    assert proc.returncode == (130 if group else -signal.SIGTERM), err
+    assert len(list(tmp_path.glob("agent.*"))) == 2  # the queued rollout never began
     assert all(wait_gone(pid, 30) for pid in workers + agents), [
         Path(f"/proc/{p}/cmdline").read_text() for p in workers + agents if not wait_gone(p, 0)
     ]
