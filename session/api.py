@@ -203,14 +203,53 @@ def continue_run(
     return Result(outcome.result, outcome.output)
 
 
+#: a worker's state: its caller's pid, the caller's stop event, whether a rollout runs
+_worker: dict[str, Any] = {}
+
+
+def _start_worker(caller: int, stop: Any) -> None:
+    """A worker's start (started with SIGINT blocked, :func:`_run_all`): SIGTERM to it when
+    ``caller`` ends, even by SIGKILL (Linux ``PR_SET_PDEATHSIG``): its rollout then stops its
+    agent as a replay does on SIGTERM (before: a caller ended by SIGTERM left its workers and
+    their agents running). A Ctrl-C is taken only while a rollout runs (a KeyboardInterrupt
+    there, before and after its replay handles it), ignored otherwise (it printed a worker's
+    traceback). ``stop``: set by the caller once interrupted: a rollout not begun never runs."""
+    import signal
+
+    from pvisor.session.rollouts import die_with_parent
+
+    _worker.update(caller=caller, stop=stop, running=False)
+    die_with_parent(caller)
+    signal.signal(signal.SIGINT, _on_sigint)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _on_sigint(_signum: int, _frame: Any) -> None:
+    if _worker.get("running"):
+        raise KeyboardInterrupt
+
+
 def _one(kwargs: dict[str, Any]) -> Result:
-    """One continuation in a worker process: never raises (a pickled error may not unpickle)."""
+    """One continuation in a worker process: never raises (a pickled error may not unpickle).
+    Ends the worker quietly when its caller is gone (nobody reads the result)."""
+    out = Path(kwargs.get("output") or ".")
+    stop = _worker.get("stop")
+    if stop is not None and stop.is_set():
+        return Result(None, out, "interrupted: the caller was stopped before this rollout began", 130)
+    _worker["running"] = True
     try:
-        return continue_run(**kwargs)
+        result = continue_run(**kwargs)
     except PvisorError as exc:
-        return Result(None, Path(kwargs.get("output") or "."), exc.message, exc.exit_code)
+        result = Result(None, out, exc.message, exc.exit_code)
+    except KeyboardInterrupt:
+        result = Result(None, out, "interrupted by SIGINT before the rollout ended", 130)
     except Exception as exc:  # noqa: BLE001 - a bug must not take the other rollouts with it
-        return Result(None, Path(kwargs.get("output") or "."), f"{type(exc).__name__}: {exc}", 70)
+        result = Result(None, out, f"{type(exc).__name__}: {exc}", 70)
+    finally:
+        _worker["running"] = False
+    if _worker.get("caller") is not None and os.getppid() != _worker["caller"]:
+        os._exit(0)  # sending the result would fail with a traceback
+    return result
 
 
 def continue_many(
@@ -220,7 +259,7 @@ def continue_many(
     workspace_factory: Callable[[int], os.PathLike[str] | str] | None,
     upstream: str | None = None,
     *,
-    concurrency: int = 2,
+    concurrency: int | None = None,
     output_root: os.PathLike[str] | str | None = None,
     ray: str | None = None,
     **options: Any,
@@ -229,7 +268,7 @@ def continue_many(
     sampling several rollouts after step N. ``workspace_factory(i)`` gives rollout ``i``'s
     workspace (a new directory each, in the state the recorded run started from); rollout ``i``
     writes into ``output_root/rollout-<i>`` (default: a new temporary directory). At most
-    ``concurrency`` run at once, each in a process of its own with a gateway of its own; each
+    ``concurrency`` (default 2) run at once, each in a process of its own with a gateway of its own; each
     gets its own derived run in the journal and its own result. ``options`` are those of
     :func:`continue_run`. Returns the k results in rollout order; a rollout that could not
     start is a :class:`Result` with ``document`` None and its ``error``. The workers are
@@ -238,18 +277,28 @@ def continue_many(
 
     ``ray``: a Ray address (``local`` starts one here with the machine's CPUs; ``auto`` or
     ``ray://HOST:10001`` joins a cluster; the extra ``pvisor-replay[ray]``): each rollout is a
-    Ray task of :mod:`pvisor.session.ray_rollouts` (one CPU each, never retried; ``concurrency``
-    is the cluster's), the source sent through Ray's object store and each derived run merged
-    back into ``journal``. The factory cannot run on a worker: it runs here, and its value is a
-    path *on the worker* (on a local Ray, this machine); with ``workspace_factory=None`` each
-    rollout gets a new workspace in its worker's private temporary root, the run's start
-    snapshot restored into it, removed when the rollout ends. No key travels in a task:
+    Ray task of :mod:`pvisor.session.ray_rollouts` (one CPU each, never retried: how many
+    run at once is the cluster's, and ``concurrency=`` is refused, as ``--concurrency`` with
+    ``--ray``; an empty address is refused too: UsageError), the source sent through Ray's
+    object store and each derived run merged back into ``journal``. The factory cannot run on a
+    worker: it runs here, and its value is a path *on the worker* (on a local Ray, this
+    machine); with ``workspace_factory=None`` each rollout gets a new workspace in its
+    worker's private temporary root, the run's start snapshot restored into it, removed when
+    the rollout ends. No key travels in a task:
     ``environment=`` and ``arguments=`` are refused (UsageError); the agents read their keys
     from the workers' environment, or from ``key_file=`` (a file of ``NAME=VALUE`` lines on
     the workers). A rollout Ray failed (its worker killed, ...) is a Result with ``document``
     None, its ``error`` saying what Ray said, ``exit_code`` 69."""
     if k < 1:
         raise UsageError(f"k={k}: continue_many runs at least one rollout")
+    if ray is not None:
+        if not isinstance(ray, str) or not ray.strip():
+            raise UsageError(f"ray={ray!r}: give an address (local, auto or ray://HOST:10001)")
+        if concurrency is not None:
+            raise UsageError(
+                "concurrency= is for rollouts here: with ray= each rollout takes one CPU of the cluster"
+            )
+    concurrency = 2 if concurrency is None else concurrency
     if concurrency < 1:
         raise UsageError(f"concurrency={concurrency}: at least 1")
     if options.get("child_run") is not None:
@@ -280,13 +329,41 @@ def continue_many(
 
 
 def _run_all(jobs: list[dict[str, Any]], concurrency: int) -> Iterator[Result]:
+    """The results of ``jobs`` (:func:`continue_run`'s keywords), each in a worker process.
+    Stopped (Ctrl-C in the caller), the rollouts running get SIGTERM (their agents stopped as a
+    replay stops them) and those not begun never run (before: a rollout already queued ran to
+    its end, up to its timeout, while the caller waited)."""
+    import signal
+
     # spawn: a fresh interpreter per worker (no inherited event loop, signal handlers or
     # threads); one rollout per worker process, so no agent's leftovers meet the next one
     extra: dict[str, Any] = {"max_tasks_per_child": 1} if sys.version_info >= (3, 11) else {}
+    ctx = multiprocessing.get_context("spawn")
+    stop = ctx.Event()
     with ProcessPoolExecutor(
-        max_workers=min(concurrency, len(jobs)), mp_context=multiprocessing.get_context("spawn"), **extra
+        max_workers=min(concurrency, len(jobs)),
+        mp_context=ctx,
+        initializer=_start_worker,
+        initargs=(os.getpid(), stop),
+        **extra,
     ) as pool:
-        yield from pool.map(_one, jobs)
+        # SIGINT blocked while the jobs are submitted: the workers started now, and the pool's
+        # thread (which starts the later ones) inherit the mask; each unblocks it once its
+        # handler is set (a Ctrl-C in a worker's start-up printed a traceback)
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            results = pool.map(_one, jobs)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        try:
+            yield from results
+        except BaseException:
+            stop.set()
+            # the pool's own processes (the standard library keeps them in _processes)
+            for process in list(getattr(pool, "_processes", {}).values()):
+                if process.is_alive():
+                    process.terminate()
+            raise
 
 
 #: continue_many's keywords that are a rollout line's own fields (the rest go to its options)
@@ -354,7 +431,10 @@ def _on_ray(
         for i in range(k)
     ]
     rows = {
-        row.line: row for row in rollouts_on_ray(address, lines, journal=journal.absolute(), output_root=root)
+        row.line: row
+        for row in rollouts_on_ray(
+            address, lines, journal=journal.absolute(), output_root=root, named=f"ray={address!r}"
+        )
     }
     return [_result(rows[i + 1], root / f"rollout-{i}") for i in range(k)]
 

@@ -13,10 +13,14 @@ control store, which its dashboard shows):
   ``key_file``, ``entrypoint``, are the worker's). Never the driver's journal or source file by
   path, never a key nor any of the driver's environment: no ``runtime_env``. The worker's agent
   reads its key from the worker's own environment or the line's ``key_file``.
-- on the worker: a private temporary root of its own (``pvisor-ray-<line>-*`` under the
-  worker's temporary directory, :data:`ROOT_PREFIX`), holding the journal, the source file, a
-  new workspace (the run's start snapshot restored into it by the replay, unless the line names
-  a workspace: a path on the worker) and the output directory; removed when the task ends.
+- on the worker: a private temporary root of its own
+  (``pvisor-ray-<line>-<token>-<host>-<pid>-*`` under the worker's temporary directory,
+  :data:`ROOT_PREFIX`; ``token`` the driver's name for the task, ``host`` a digest of the
+  worker's host name, ``pid`` the worker's), holding the journal, the source file, a new workspace (the
+  run's start snapshot restored into it by the replay, unless the line names a workspace: a path
+  on the worker) and the output directory; removed when the task ends, also when it is
+  cancelled. The root of a worker that was killed (it could not remove it) is removed by the
+  next task on that node (:func:`remove_dead_roots`: a root whose pid is gone).
 - worker -> driver: the row, the output's small files (``result.json``, ``prefix.json``,
   ``prefix.request.json``) and the derived runs as the bytes of a journal without the blobs the
   source journal sent held (``omit_blobs``: the driver's journal holds them); the driver writes
@@ -29,6 +33,13 @@ Tasks run with ``num_cpus=1`` and ``max_retries=0``: a rollout that failed is ne
 behind the caller's back (a rerun repeats the agent's side effects and makes a second derived
 run); retrying is a new line. Each Ray failure is that line's failed row, and the batch goes on:
 :class:`RayFailure` gives the codes.
+
+Stopping (Ctrl-C, or the caller closing the iteration): each task still out is cancelled as a
+Ctrl-C stops a replay (``ray.cancel(force=False)``: a KeyboardInterrupt on the worker, which the
+replay takes as SIGINT: its agent stopped, its derived run ended ``interrupted``), and the
+driver waits up to :data:`STOP_GRACE_S` seconds for them: their derived runs are merged as any
+other's. A task that has not ended by then is killed (``force=True``): its runs are not brought
+back, and its row says where its private root is.
 """
 
 from __future__ import annotations
@@ -38,9 +49,13 @@ import dataclasses
 import enum
 import logging
 import os
+import re
+import secrets
 import shutil
+import signal
 import socket
 import tempfile
+import time
 import warnings
 from collections import Counter, deque
 from collections.abc import Iterator, Sequence
@@ -53,7 +68,7 @@ from pvisor.journal.merge import merge_journals
 from pvisor.journal.reader import JournalReader
 from pvisor.replay.errors import error_detail
 from pvisor.replay.rollout_manifest import RolloutLine, RolloutMode
-from pvisor.session.rollouts import RolloutError, RolloutRow, RowStatus, run_rollout
+from pvisor.session.rollouts import RolloutError, RolloutRow, RowStatus, failed_row, run_rollout
 
 #: what each task asks of Ray: one CPU, and never a retry (module docstring). No ``runtime_env``:
 #: it is stored where the dashboard shows it, and a key must not be there.
@@ -73,6 +88,16 @@ PROBE_S = 10.0
 
 #: the longest message of a Ray failure kept in a row, in characters
 MESSAGE_CHARS = 300
+
+#: seconds the driver waits, once stopped, for its cancelled tasks to end their rollouts and
+#: send their runs back, before it kills them
+STOP_GRACE_S = 30.0
+
+#: how the row of a task killed once the batch was stopped begins (its runs not brought back)
+KILLED = "killed after the batch was stopped: its runs were not brought back"
+
+#: a worker's private root: ROOT_PREFIX, the line, the task's token, the worker's pid, mkdtemp's
+_ROOT_NAME = re.compile(re.escape(ROOT_PREFIX) + r"\d+-[0-9a-f]+-([0-9a-f]{8})-(\d+)-")
 
 
 class RayFailure(str, enum.Enum):
@@ -98,11 +123,14 @@ class TaskSpec:
     """A task's one argument beside its object refs: ``line`` with the driver's paths taken out
     (``journal`` and ``trajectory`` None: their bytes travel as refs), ``source_runs`` (the runs
     the journal bytes hold: every other run the worker's journal ends with is derived),
-    ``trajectory_name`` (the native file's name, whose suffix adapters read; None without one)."""
+    ``trajectory_name`` (the native file's name, whose suffix adapters read; None without one),
+    ``token``."""
 
     line: RolloutLine
     source_runs: tuple[str, ...]
     trajectory_name: str | None
+    #: the driver's name for the task, in its worker's private root's name (:func:`root_glob`)
+    token: str = ""
 
 
 @dataclass(frozen=True)
@@ -123,8 +151,9 @@ class TaskResult:
 def source_of(line: RolloutLine, journal: Path, workdir: Path) -> tuple[TaskSpec, bytes | None, bytes | None]:
     """The driver's half of a task: (spec, journal bytes, trajectory bytes). A journal run is
     extracted with :func:`merge_journals` from the line's journal (else ``journal``) into a new
-    file under ``workdir`` and read back; a native file is read as it is. PvisorError when the
-    run cannot be extracted (unknown run, a locked or damaged journal) or the file read."""
+    file under ``workdir`` and read back; a native file is read as it is. UsageError (code
+    ``usage``, as a local rollout's) for a missing journal or a run it does not hold; PvisorError
+    when the run cannot be extracted (a locked or damaged journal) or the file read."""
     blob: bytes | None = None
     native: bytes | None = None
     runs: tuple[str, ...] = ()
@@ -132,6 +161,8 @@ def source_of(line: RolloutLine, journal: Path, workdir: Path) -> tuple[TaskSpec
         source = line.journal if line.journal is not None else journal
         if not source.exists():
             raise UsageError(f"journal {source}: no such journal file")
+        with JournalReader(source) as r:  # an unknown run: the error a local rollout gives
+            line = dataclasses.replace(line, run=r.run(line.run).id)  # a prefix: the whole id
         tmp = Path(tempfile.mkdtemp(prefix="source-", dir=workdir)) / "journal.sqlite"
         report = merge_journals([source], tmp, runs={line.run})
         runs = tuple(report.runs) or (line.run,)
@@ -146,50 +177,146 @@ def source_of(line: RolloutLine, journal: Path, workdir: Path) -> tuple[TaskSpec
         dataclasses.replace(line, journal=None, trajectory=None),
         runs,
         line.trajectory.name if line.trajectory is not None else None,
+        secrets.token_hex(4),
     )
     return spec, blob, native
 
 
 def run_task(spec: TaskSpec, journal: bytes | None, trajectory: bytes | None) -> TaskResult:
     """The worker's half (the Ray task's function; Ray hands it the refs' bytes): the rollout in
-    a private temporary root of its own, removed when it returns (module docstring)."""
+    a private temporary root of its own, removed when it returns (module docstring). Cancelled
+    (``ray.cancel(force=False)``: a KeyboardInterrupt here), the rollout stops as a replay stops
+    on Ctrl-C, and its row and derived runs are still returned."""
     line = spec.line
-    root = Path(tempfile.mkdtemp(prefix=f"{ROOT_PREFIX}{line.index}-"))
+    remove_dead_roots(Path(tempfile.gettempdir()))
+    name = f"{ROOT_PREFIX}{line.index}-{spec.token or 'x'}-{_host()}-{os.getpid()}-"
+    root = Path(tempfile.mkdtemp(prefix=name))
     try:
         wj = root / "journal.sqlite"
-        if journal is not None:
-            _write_private(wj, journal)
-        changes: dict[str, Any] = {"journal": wj if line.run is not None else None}
-        held = _blobs_of(wj) if journal is not None else frozenset()  # the driver's journal has them
-        if trajectory is not None:
-            (root / "source").mkdir()
-            changes["trajectory"] = root / "source" / (spec.trajectory_name or "trajectory")
-            _write_private(changes["trajectory"], trajectory)
-        workspace = line.workspace
-        if workspace is None:  # a new one: the replay restores the run's start snapshot into it
-            workspace = root / "workspace"
-            workspace.mkdir()
         out = root / "output"
-        row = run_rollout(dataclasses.replace(line, **changes), journal=wj, output=out, workspace=workspace)
-        if line.workspace is None:  # removed with the root: a path that no longer means anything
-            row = dataclasses.replace(row, workspace=None)
-        files = {n: (out / n).read_bytes() for n in OUTPUT_FILES if (out / n).is_file()}
-        derived: tuple[str, ...] = ()
-        blob = None
+        held: frozenset[str] = frozenset()  # blobs the source journal sent held
         try:
-            if wj.exists():
-                with JournalReader(wj) as r:
-                    derived = tuple(run.id for run in r.runs() if run.id not in spec.source_runs)
-            if derived:
-                back = root / "derived.sqlite"
-                merge_journals([wj], back, runs=set(derived), omit_blobs=held)
-                blob = back.read_bytes()
-        except PvisorError as exc:  # the row stays, saying its runs could not be sent back
-            row = _failed(line, _code(exc), f"its runs cannot be sent back: {error_detail(exc)}", row)
-            derived, blob = (), None
-        return TaskResult(row, files, blob, derived, str(wj))
+            if journal is not None:
+                _write_private(wj, journal)
+                held = _blobs_of(wj)  # the driver's journal has them: not sent back
+            row = _run_in(root, spec, trajectory)
+        except KeyboardInterrupt:  # cancelled before (or after) the replay handled its stop signals
+            exc = PvisorError(
+                "interrupted: the batch was stopped (ray.cancel) before its agent ran to an end"
+            )
+            row = failed_row(line, line.index, exc, "interrupted")
+            if line.workspace is None:
+                row.workspace = None
+        # from here on a second cancel must not lose what the rollout recorded: each step is
+        # repeated when one interrupts it (a merge is one transaction; the files are read again)
+        return _uninterrupted(lambda: _send_back(spec, row, wj, out, root, held))
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        _uninterrupted(lambda: shutil.rmtree(root, ignore_errors=True))
+
+
+def _run_in(root: Path, spec: TaskSpec, trajectory: bytes | None) -> RolloutRow:
+    """The rollout of ``spec`` in the private ``root`` (its journal, written there already; the
+    source file, the workspace, the output)."""
+    line = spec.line
+    wj = root / "journal.sqlite"
+    changes: dict[str, Any] = {"journal": wj if line.run is not None else None}
+    if trajectory is not None:
+        (root / "source").mkdir()
+        changes["trajectory"] = root / "source" / (spec.trajectory_name or "trajectory")
+        _write_private(changes["trajectory"], trajectory)
+    workspace = line.workspace
+    if workspace is None:  # a new one: the replay restores the run's start snapshot into it
+        workspace = root / "workspace"
+        workspace.mkdir()
+    row = run_rollout(
+        dataclasses.replace(line, **changes), journal=wj, output=root / "output", workspace=workspace
+    )
+    if line.workspace is None:  # removed with the root: a path that no longer means anything
+        row = dataclasses.replace(row, workspace=None)
+    return row
+
+
+def _send_back(
+    spec: TaskSpec, row: RolloutRow, wj: Path, out: Path, root: Path, held: frozenset[str]
+) -> TaskResult:
+    """The task's result: ``row``, the output's files, the runs ``wj`` holds beside the source's,
+    without the blobs ``held`` (the source journal's: the driver's journal has them)."""
+    files = {n: (out / n).read_bytes() for n in OUTPUT_FILES if (out / n).is_file()}
+    derived: tuple[str, ...] = ()
+    blob = None
+    try:
+        if wj.exists():
+            with JournalReader(wj) as r:
+                derived = tuple(run.id for run in r.runs() if run.id not in spec.source_runs)
+        if derived:
+            back = root / "derived.sqlite"
+            back.unlink(missing_ok=True)
+            merge_journals([wj], back, runs=set(derived), omit_blobs=held)
+            blob = back.read_bytes()
+    except PvisorError as exc:  # the row stays, saying its runs could not be sent back
+        row = _failed(spec.line, _code(exc), f"its runs cannot be sent back: {error_detail(exc)}", row)
+        derived, blob = (), None
+    if row.derived_run is None and len(derived) == 1:  # interrupted before its result was written
+        row = dataclasses.replace(row, derived_run=derived[0])
+    return TaskResult(row, files, blob, derived, str(wj))
+
+
+def _uninterrupted(step: Any, tries: int = 3) -> Any:
+    """``step()``, again when a KeyboardInterrupt (a cancel) interrupts it, at most ``tries`` times."""
+    for _ in range(tries - 1):
+        try:
+            return step()
+        except KeyboardInterrupt:
+            continue
+    return step()
+
+
+def remove_dead_roots(tmp: Path) -> list[Path]:
+    """Remove the private roots under ``tmp`` whose worker (the pid in the name, on this host)
+    is gone: a worker killed mid-rollout could not remove its own. Returns those removed. Best
+    effort: a root that cannot be listed or removed stays."""
+    removed = []
+    try:
+        entries = list(os.scandir(tmp))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _ROOT_NAME.match(entry.name)
+        # another host's (a temporary directory shared by containers): its pids are not ours
+        if m is None or m.group(1) != _host() or _alive(int(m.group(2))):
+            continue
+        try:
+            if (
+                entry.is_dir(follow_symlinks=False)
+                and entry.stat(follow_symlinks=False).st_uid == os.getuid()
+            ):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(Path(entry.path))
+        except OSError:
+            continue
+    return removed
+
+
+def _host() -> str:
+    """This host's tag in a root's name: 8 hex digits of its name's SHA-256."""
+    import hashlib
+
+    return hashlib.sha256(socket.gethostname().encode()).hexdigest()[:8]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's: alive
+        return True
+    return True
+
+
+def root_glob(spec: TaskSpec) -> str:
+    """The name of ``spec``'s private root on its worker, as a glob (the pid and mkdtemp's part)."""
+    return f"{ROOT_PREFIX}{spec.line.index}-{spec.token or 'x'}-*"
 
 
 def _blobs_of(journal: Path) -> frozenset[str]:
@@ -204,11 +331,18 @@ def _write_private(path: Path, data: bytes) -> None:
         fh.write(data)
 
 
-def connect(address: str) -> bool:
+def connect(address: str, named: str | None = None) -> bool:
     """Ray initialised for ``address`` (``local`` starts one here with the machine's CPUs,
     ``auto`` or ``ray://HOST:10001`` joins one), its logs kept off stderr; True when this call
     started it (the caller shuts it down), False when Ray was already initialised (used as it
-    is). UsageError without Ray installed, UnavailableError when it cannot connect."""
+    is). ``named``: how the messages name the address (default ``--ray ADDRESS``; the Python API
+    says ``ray='ADDRESS'``). UsageError without Ray installed or for an empty address,
+    UnavailableError when it cannot connect. The caller's handlers of the stop signals (SIGINT,
+    SIGTERM, SIGHUP) are put back after Ray's start, which sets its own (SIGTERM ended the
+    driver with Ray's C++ stack dump)."""
+    named = named or f"--ray {address}"
+    if not address.strip():
+        raise UsageError(f"{named or repr(address)}: give an address (local, auto or ray://HOST:10001)")
     try:
         import ray  # an optional extra (pvisor-replay[ray]), not installed by default
     except ImportError:
@@ -220,7 +354,8 @@ def connect(address: str) -> bool:
         return False
     unreachable = _unreachable(address)
     if unreachable is not None:
-        raise UnavailableError(f"--ray {address}: cannot connect to Ray: {unreachable}")
+        raise UnavailableError(f"{named}: cannot connect to Ray: {unreachable}")
+    handlers = _stop_handlers()
     try:
         with warnings.catch_warnings():  # Ray Client warns of a timeout before it raises it
             warnings.simplefilter("ignore")
@@ -230,10 +365,43 @@ def connect(address: str) -> bool:
         if address.startswith("ray://") and AUTH_MODE_ENV not in os.environ:
             # Ray Client sends the cluster's token only when told to (Ray's own rule)
             hint = f" (a cluster with token authentication: set {AUTH_MODE_ENV}=token, and its token, here)"
-        raise UnavailableError(f"--ray {address}: cannot connect to Ray: {_one_line(exc)}{hint}") from None
+        raise UnavailableError(f"{named}: cannot connect to Ray: {in_our_words(exc, named)}{hint}") from None
+    except SystemExit as exc:  # Ray's own SIGTERM handler, while it starts: stopped as by ours
+        if exc.code != signal.SIGTERM:
+            raise
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+        stop = KeyboardInterrupt(signal.SIGTERM)
+        stop.signum = signal.SIGTERM  # type: ignore[attr-defined]
+        raise stop from None
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
     for name in ("ray", "ray.data"):  # after init, which sets its own levels
         logging.getLogger(name).setLevel(logging.ERROR)
     return True
+
+
+#: how Ray's advice names its own command's flag and variable (pvisor has no --address)
+_ADDRESS_FLAG = re.compile(r"setting `?--address`? flag(?: or `?RAY_ADDRESS`? environment variable)?")
+
+
+def in_our_words(exc: BaseException, named: str = "--ray") -> str:
+    """What Ray said when it could not connect, in one line, its advice to set "``--address``
+    flag or ``RAY_ADDRESS``" (its own command's) said as ``--ray ADDRESS`` (``ray=ADDRESS`` when
+    ``named`` is the Python API's ``ray=...``)."""
+    flag = "--ray ADDRESS" if named.startswith("--") else "ray=ADDRESS"
+    return _ADDRESS_FLAG.sub(f"giving {flag} (or setting RAY_ADDRESS)", _one_line(exc))
+
+
+def _stop_handlers() -> dict[int, Any]:
+    """The Python handlers of the stop signals now (none outside the main thread)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    found = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    return {sig: h for sig, h in found.items() if h is not None}
 
 
 def _unreachable(address: str) -> str | None:
@@ -253,7 +421,13 @@ def _unreachable(address: str) -> str | None:
 
 
 def rollouts_on_ray(
-    address: str, lines: Sequence[RolloutLine], *, journal: Path, output_root: Path | None
+    address: str,
+    lines: Sequence[RolloutLine],
+    *,
+    journal: Path,
+    output_root: Path | None,
+    stopped: list[RolloutRow] | None = None,
+    named: str | None = None,
 ) -> Iterator[RolloutRow]:
     """Each of ``lines`` as one Ray task on the cluster at ``address`` (:func:`connect`); its
     row yielded when it ends, in the order they end (each names its line). Derived runs are
@@ -262,57 +436,168 @@ def rollouts_on_ray(
     without a journal of its own is read from. At most :func:`window_of` tasks are submitted at
     a time, each line's source extracted and put when its turn comes. With ``output_root`` each
     line's output files go into ``output_root/<name>/``. A line that fails, on the worker or in
-    Ray, is a failed row (:class:`RayFailure` for Ray's part); nothing is retried. Raises only
-    before the first task: UsageError (no Ray), UnavailableError (no cluster)."""
+    Ray, is a failed row (:class:`RayFailure` for Ray's part); nothing is retried. Ray is
+    started (or joined) only once a line's source is ready to be sent: a batch whose lines all
+    fail here, or are prepare-only, never starts one. Raises only before the first row:
+    UsageError (no Ray), UnavailableError (no cluster).
+
+    Stopped (a KeyboardInterrupt while it runs, or the iteration closed), the tasks still out
+    are cancelled and waited for (module docstring: at most :data:`STOP_GRACE_S` s); their rows
+    (``interrupted``, their derived runs merged; or ``ray_task_cancelled`` for one killed,
+    naming its private root) are appended to ``stopped`` when given. ``named``: as
+    :func:`connect`'s."""
     import ray  # connect() raised UsageError without it
 
-    started = connect(address)
-    task = ray.remote(**TASK_OPTIONS)(run_task)
+    state: dict[str, Any] = {"started": None}
     workdir = Path(tempfile.mkdtemp(prefix="pvisor-ray-driver."))
-    pending: dict[Any, RolloutLine] = {}
+    pending: dict[Any, tuple[RolloutLine, TaskSpec]] = {}
+    held: list[RolloutLine | RolloutRow] = []  # what comes before Ray is joined: yielded after
+
+    def flush() -> Iterator[RolloutRow]:
+        for item in held:
+            if isinstance(item, RolloutRow):
+                yield item
+            else:  # nothing runs: here, as the local batch does
+                yield run_rollout(
+                    item, journal=item.journal or journal, output=(output_root or workdir) / item.name
+                )
+        held.clear()
+
     try:
-        sent: dict[
-            tuple[str, str] | None, tuple[TaskSpec, Any]
-        ] = {}  # one ref per source run, for many lines
+        sent: dict[tuple[str, str], Any] = {}  # one ref per source run, for many lines
+        firsts: dict[tuple[str, str], TaskSpec] = {}
+        # the lines of each source still to be submitted: its ref is dropped after the last
         uses = Counter(
             _source_key(line, journal) for line in lines if line.mode is not RolloutMode.PREPARE_ONLY
         )
         waiting = deque(lines)
-        window = window_of(ray)
+        window = 2  # until Ray is joined: then window_of(ray)
         while waiting or pending:
             while waiting and len(pending) < window:  # a source is put only when its line's turn comes
                 line = waiting.popleft()
-                if line.mode is RolloutMode.PREPARE_ONLY:  # nothing runs: here, as the local batch does
-                    out = (output_root or workdir) / line.name
-                    yield run_rollout(line, journal=line.journal or journal, output=out)
+                if line.mode is RolloutMode.PREPARE_ONLY:
+                    held.append(line)
+                    if state["started"] is not None:
+                        yield from flush()
                     continue
+                key = _source_key(line, journal)
+                uses[key] -= 1
                 try:
-                    ref = _submit(task, line, journal, workdir, sent, uses)
+                    spec, key, blob, native = _source(line, journal, workdir, firsts)
+                except UsageError as exc:  # the line's own: the row a local rollout has for it
+                    held.append(failed_row(line, line.index, exc))
+                    continue
                 except PvisorError as exc:
-                    yield _failed(line, _code(exc), error_detail(exc))
+                    held.append(_failed(line, _code(exc), error_detail(exc)))
                     continue
+                if state["started"] is None:  # the first line that runs: Ray joined (or its error raised)
+                    state["started"] = connect(address, named)
+                    state["task"] = ray.remote(**TASK_OPTIONS)(run_task)
+                    window = window_of(ray)
+                try:
+                    if key is not None and blob is not None:
+                        sent[key] = ray.put(blob)  # a later line of this run: its ref (none when this failed)
+                    jref = sent[key] if key is not None else (ray.put(blob) if blob is not None else None)
+                    del blob  # the object store has it
+                    nref = ray.put(native) if native is not None else None
+                    pending[state["task"].remote(spec, jref, nref)] = (line, spec)
                 except Exception as exc:  # noqa: BLE001 - Ray's own failure to take an object: this line's
-                    yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
-                    continue
-                pending[ref] = line
+                    held.append(_failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc)))
+                finally:
+                    if key is not None and uses[key] <= 0:  # its last line: the tasks hold the ref now
+                        sent.pop(key, None)
+                if state["started"] is not None:
+                    yield from flush()
+            # Ray joined, or no line left that would need it: the rows held back go out
+            yield from flush()
             if not pending:
                 continue
             try:
                 done, _ = ray.wait(list(pending), num_returns=1)  # at most `window` refs
             except Exception as exc:  # noqa: BLE001 - the cluster is gone: every line still out fails
-                for line in [*pending.values(), *waiting]:
+                gone = [ln for ln, _spec in pending.values()]
+                gone += [ln for ln in waiting if ln.mode is not RolloutMode.PREPARE_ONLY]
+                held.extend(ln for ln in waiting if ln.mode is RolloutMode.PREPARE_ONLY)
+                waiting.clear()
+                for line in gone:
                     yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
+                pending.clear()
                 return
             for ref in done:
-                line = pending.pop(ref)
+                line, _spec = pending.pop(ref)
                 yield _collect(ray, ref, line, journal, output_root, workdir)
     finally:
-        for ref in pending:  # the caller stopped early: nothing of theirs runs on
-            with contextlib.suppress(Exception):
-                ray.cancel(ref, force=True)
+        if pending:  # stopped: nothing of the caller's runs on, and what they recorded is kept
+            rows = _stop(ray, pending, journal, output_root, workdir)
+            if stopped is not None:
+                stopped.extend(rows)
         shutil.rmtree(workdir, ignore_errors=True)
-        if started:
+        if state["started"]:
             ray.shutdown()
+            if address == "local":  # this machine's workers: what a killed one left
+                remove_dead_roots(Path(tempfile.gettempdir()))
+
+
+def _stop(
+    ray: Any,
+    pending: dict[Any, tuple[RolloutLine, TaskSpec]],
+    journal: Path,
+    output_root: Path | None,
+    workdir: Path,
+) -> list[RolloutRow]:
+    """The tasks of ``pending`` cancelled as a Ctrl-C stops a replay, waited for up to
+    :data:`STOP_GRACE_S` s (a second KeyboardInterrupt ends the wait), their rows collected
+    (their runs merged); the rest killed, each a ``ray_task_cancelled`` row naming its root."""
+    rows: list[RolloutRow] = []
+    try:
+        for ref in pending:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=False, recursive=False)
+        deadline = time.monotonic() + STOP_GRACE_S
+        while pending and deadline > time.monotonic():
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=deadline - time.monotonic())
+            for ref in done:
+                line, _spec = pending.pop(ref)
+                rows.append(_collect(ray, ref, line, journal, output_root, workdir))
+    except KeyboardInterrupt:  # stopped again: no more waiting
+        pass
+    except Exception:  # noqa: BLE001 - the cluster is gone: what is still out is lost
+        pass
+    for ref, (line, spec) in list(pending.items()):
+        with contextlib.suppress(Exception):
+            ray.cancel(ref, force=True, recursive=False)
+        rows.append(
+            _failed(
+                line,
+                RayFailure.CANCELLED.value,
+                f"{KILLED} (its worker's private root {root_glob(spec)} in the worker's temporary directory "
+                "is removed by the next rollout on that node)",
+            )
+        )
+    pending.clear()
+    return rows
+
+
+def _source(
+    line: RolloutLine, journal: Path, workdir: Path, firsts: dict[tuple[str, str], TaskSpec]
+) -> tuple[TaskSpec, tuple[str, str] | None, bytes | None, bytes | None]:
+    """(spec, key, journal bytes, trajectory bytes) of ``line`` (:func:`source_of`); ``key``
+    names a journal run, whose bytes are extracted once for all its lines (``firsts``: the first
+    spec of each key; a later line's bytes are None, its ref the first's)."""
+    key = _source_key(line, journal)
+    if key is not None and key in firsts:
+        first = firsts[key]
+        spec = TaskSpec(
+            dataclasses.replace(line, journal=None, trajectory=None, run=first.line.run),
+            first.source_runs,
+            None,
+            secrets.token_hex(4),
+        )
+        return spec, key, None, None
+    spec, blob, native = source_of(line, journal, workdir)
+    if key is not None:
+        firsts[key] = spec
+    return spec, key, blob, native
 
 
 #: tasks submitted at a time, per CPU of the cluster (:func:`window_of`)
@@ -335,26 +620,6 @@ def _source_key(line: RolloutLine, journal: Path) -> tuple[str, str] | None:
     return (
         (str(line.journal or journal), line.run) if line.run is not None and line.trajectory is None else None
     )
-
-
-def _submit(task: Any, line: RolloutLine, journal: Path, workdir: Path, sent: dict, uses: Counter) -> Any:
-    """The task of ``line`` submitted; a journal run's bytes are put once for all its lines, and
-    the driver's ref to them dropped once the last of them (``uses`` counts them) is submitted
-    (the tasks waiting hold them meanwhile)."""
-    import ray
-
-    key = _source_key(line, journal)
-    uses[key] -= 1
-    if key is not None and key in sent:
-        first, ref = sent.pop(key) if uses[key] <= 0 else sent[key]
-        spec = TaskSpec(dataclasses.replace(line, journal=None, trajectory=None), first.source_runs, None)
-        return task.remote(spec, ref, None)
-    spec, blob, native = source_of(line, journal, workdir)
-    jref = ray.put(blob) if blob is not None else None
-    del blob  # the object store has it
-    if key is not None and uses[key] > 0:
-        sent[key] = (spec, jref)
-    return task.remote(spec, jref, ray.put(native) if native is not None else None)
 
 
 def _collect(
@@ -491,14 +756,19 @@ def _failed(line: RolloutLine, code: str, message: str, row: RolloutRow | None =
 
 
 __all__ = [
+    "KILLED",
     "OUTPUT_FILES",
     "ROOT_PREFIX",
     "TASK_OPTIONS",
     "RayFailure",
     "TaskResult",
     "TaskSpec",
+    "STOP_GRACE_S",
     "connect",
+    "in_our_words",
     "ray_failure",
+    "remove_dead_roots",
+    "root_glob",
     "rollouts_on_ray",
     "run_task",
     "source_of",

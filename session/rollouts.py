@@ -381,7 +381,7 @@ def _prepare(line: RolloutLine, journal: Path, output: Path) -> RolloutRow:
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent(parent: int) -> None:
+def die_with_parent(parent: int) -> None:
     """SIGTERM to this worker when ``parent`` (the batch) ends, even by SIGKILL (Linux
     ``prctl(PR_SET_PDEATHSIG)``; best effort elsewhere): a rollout stops its agent on it, as on
     the batch's own SIGTERM. Ends this process at once when ``parent`` is gone already."""
@@ -403,7 +403,7 @@ def _child(args: tuple[RolloutLine, Path, Path, int], conn: Any) -> None:
     without a row or a traceback, and so does a batch gone before the row is sent."""
     line, journal, output, parent = args
     try:
-        _die_with_parent(parent)
+        die_with_parent(parent)
         # started with SIGINT blocked (_Worker.start), so that a Ctrl-C during its start-up
         # printed no traceback; from here on a Ctrl-C is a KeyboardInterrupt, caught below
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -591,6 +591,7 @@ __all__ = [
     "MAX_KEY_FILE_BYTES",
     "check_concurrency",
     "derived_run_in",
+    "die_with_parent",
     "failed_row",
     "read_key_file",
     "run_rollout",

@@ -740,3 +740,82 @@ def test_a_concurrency_out_of_range_is_refused_before_anything_runs(capsysbinary
     )  # fmt: skip
     assert code == 2 and err == f"pvisor: error: --concurrency {k}: expected 1 to 64 rollouts at once\n", err
     assert not (tmp_path / "r.jsonl").exists()
+
+
+#: a caller of continue_many (spawn imports it again in each worker: the work under __main__)
+CALLER = """
+import sys
+from pathlib import Path
+from pvisor.session import continue_many
+
+def workspace(i):
+    ws = Path(sys.argv[1]) / f"ws{i}"
+    ws.mkdir()
+    return ws
+
+if __name__ == "__main__":
+    try:
+        continue_many(sys.argv[2], 1, int(sys.argv[5]), workspace, "http://127.0.0.1:9",
+                      journal=sys.argv[3], entrypoint=sys.argv[4], sandbox="none", timeout=300,
+                      concurrency=2)
+    except KeyboardInterrupt:
+        sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["sigterm-to-the-caller", "ctrl-c-to-the-group"])
+def test_sigterm_to_a_continue_many_caller_stops_its_workers_and_their_agents(sources, tmp_path, group):
+    """continue_many here (a process pool): before, a caller ended by SIGTERM left its workers
+    and their agents running (300 s here); now each worker gets SIGTERM when its caller ends
+    and stops its agent as a replay does, quietly. A Ctrl-C (SIGINT to the process group) with
+    a third rollout queued: before, the caller waited for it to run to its end (300 s); now it
+    never begins, and no worker prints a traceback."""
+    codex = sources["codex"]
+    agent = tmp_path / "codex-sleeps"  # as in the batch's SIGTERM test: its pid in a file here
+    agent.write_text(
+        f'#!/bin/bash\ncase "$1" in --version|--help) exec "{entrypoint("codex")}" "$@";; esac\n'
+        f'echo $$ > "{tmp_path}/agent.$$"\nexec sleep 300\n'
+    )
+    agent.chmod(0o755)
+    script = tmp_path / "caller.py"
+    script.write_text(CALLER)
+    python = str(Path(str(PVISOR)).with_name("python"))
+    proc = subprocess.Popen(
+        [
+            python,
+            str(script),
+            str(tmp_path),
+            codex.run,
+            str(codex.journal),
+            str(agent),
+            "3" if group else "2",
+        ],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=group,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("agent.*"))) < 2 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.05)
+        agents = [int(p.name.split(".")[1]) for p in tmp_path.glob("agent.*")]
+        workers = children_of(proc.pid)
+        assert len(agents) == 2 and len(workers) >= 2, (agents, workers, proc.poll())
+        if group:
+            os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        else:
+            proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)  # its stderr: the workers' too, until they end
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err, err
+    assert proc.returncode == (130 if group else -signal.SIGTERM), err
+    assert len(list(tmp_path.glob("agent.*"))) == 2  # the queued rollout never began
+    assert all(wait_gone(pid, 30) for pid in workers + agents), [
+        Path(f"/proc/{p}/cmdline").read_text() for p in workers + agents if not wait_gone(p, 0)
+    ]

@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -168,7 +169,7 @@ def kill_when_live(index: int, live: Hanging, killed: list) -> None:
 def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone(
     captured, stack, ray_cluster, tmp_path
 ):
-    from pvisor.session.ray_rollouts import rollouts_on_ray
+    from pvisor.session.ray_rollouts import remove_dead_roots, rollouts_on_ray
 
     address = ray_cluster
     mini, codex = captured("mini-swe-agent"), captured("codex")
@@ -232,6 +233,13 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
                 "entrypoint": exe["codex"],
                 "timeout": 240,
             },
+            {  # a run the journal does not hold: the row a local rollout has for it
+                "run": "r-000000000000",
+                "agent": "codex",
+                "after_step": 1,
+                "name": "no-run",
+                "mode": "replay-only",
+            },
             {
                 "run": codex.run,
                 "after_step": 1,
@@ -262,10 +270,12 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
     finally:
         hanging.release()
         killer.join(5)
-        for _, root in killed:  # what the killed worker could not remove
+        swept = remove_dead_roots(Path(tempfile.gettempdir()))
+        for _, root in killed:  # what the killed worker could not remove (a later task may have)
+            assert not root.exists() or root in swept, root
             shutil.rmtree(root, ignore_errors=True)
     by = {row.name: row for row in rows}
-    assert sorted(row.line for row in rows) == [1, 2, 3, 4, 5, 6, 7]
+    assert sorted(row.line for row in rows) == [1, 2, 3, 4, 5, 6, 7, 8]
     ok = ["cont-mini", "cont-codex", "replay-codex", "handoff", "native"]
     assert [by[n].status for n in ok] == ["ok"] * 5, [(n, by[n].error_code, by[n].error_message) for n in ok]
     # the killed worker: its row alone failed, with what Ray said, and it never asked again
@@ -275,6 +285,9 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
     assert "\n" not in k.error_message and "died" in k.error_message
     assert len(hanging.requests) == 1, "the killed rollout ran again"
     assert by["no-agent"].status == "failed" and by["no-agent"].error_code == "agent_unavailable"
+    no_run = by["no-run"]
+    assert (no_run.status, no_run.error_code) == ("failed", "usage"), no_run
+    assert "r-000000000000" in no_run.error_message and "merged" not in no_run.error_message
     # every derived run is in the caller's journal with its lineage; nothing of the killed line
     with JournalReader(journal) as r:
         new = {run.id: run for run in r.runs()}
@@ -390,6 +403,12 @@ def test_continue_many_on_ray_gives_k_derived_runs_in_the_callers_journal(
     journal = caller_journal(tmp_path, mini)
     live = stack.scripted(live_script())
     common = dict(journal=journal, entrypoint=str(entrypoint("mini-swe-agent")), max_steps=1, timeout=240)
+    # as the command line refuses --ray "" and --concurrency with --ray, naming ray=, not --ray
+    with pytest.raises(UsageError, match=r"^ray='': give an address \(local, auto") as raised:
+        continue_many(mini.run, 1, 2, None, live, ray="", **common)
+    assert raised.value.exit_code == 2
+    with pytest.raises(UsageError, match="^concurrency= is for rollouts here: with ray="):
+        continue_many(mini.run, 1, 2, None, live, ray=address, concurrency=4, **common)
     with pytest.raises(UsageError, match="environment= with ray="):
         continue_many(
             mini.run, 1, 2, None, live, ray=address, environment={"OPENAI_API_KEY": ENV_KEY}, **common
@@ -405,7 +424,7 @@ def test_continue_many_on_ray_gives_k_derived_runs_in_the_callers_journal(
 
 def test_what_ray_raises_is_a_code_and_one_line(ray_cluster):
     import ray
-    from pvisor.session.ray_rollouts import RayFailure, ray_failure
+    from pvisor.session.ray_rollouts import RayFailure, in_our_words, ray_failure
 
     def boom():
         raise ValueError("no such thing\n  at its second line")
@@ -419,11 +438,44 @@ def test_what_ray_raises_is_a_code_and_one_line(ray_cluster):
     assert ray_failure(e.TaskCancelledError())[0] is RayFailure.CANCELLED
     failure, message = ray_failure(e.GetTimeoutError("x" * 1000))
     assert failure is RayFailure.RAY_UNAVAILABLE and len(message) == 300 and "\n" not in message
+    # Ray's advice (its own --address flag) in pvisor's words: --ray ADDRESS, ray=ADDRESS in Python
+    said = ConnectionError(
+        "Could not find any running Ray instance. Please specify the one to connect to by setting "
+        "`--address` flag or `RAY_ADDRESS` environment variable.\nmore"
+    )
+    assert in_our_words(said) == (
+        "Could not find any running Ray instance. Please specify the one to connect to by giving "
+        "--ray ADDRESS (or setting RAY_ADDRESS)."
+    )
+    assert "giving ray=ADDRESS (or setting RAY_ADDRESS)" in in_our_words(said, "ray='auto'")
 
 
 def test_an_address_that_takes_no_connection_is_exit_69_and_concurrency_is_refused(tmp_path):
     manifest = tmp_path / "m.jsonl"
+    # lines that fail before Ray is needed never start (nor join) one: each its row, exit 1
     manifest.write_text(json.dumps({"run": "r-0123456789ab", "after_step": 1, "mode": "replay-only"}) + "\n")
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("pvisor")), "--journal", str(tmp_path / "j.sqlite"), "replay",
+         "--batch", str(manifest), "--ray", "127.0.0.1:9", "--rows", str(tmp_path / "failed.jsonl")],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "cannot connect" not in proc.stderr, proc.stderr
+    proc = subprocess.run(
+        [str(Path(sys.executable).with_name("pvisor")), "replay", "--batch", str(manifest), "--ray", "local"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stderr.splitlines() == [
+        "pvisor: error: --batch needs one of --output OUT (a directory per line) or --rows FILE"
+    ]
+    assert json.loads((tmp_path / "failed.jsonl").read_text())["error"]["code"] == "usage"
+    native = tmp_path / "t.traj.json"
+    native.write_text("{}")
+    manifest.write_text(
+        json.dumps(
+            {"trajectory": str(native), "agent": "mini-swe-agent", "after_step": 1, "mode": "replay-only"}
+        )
+        + "\n"
+    )
     for address in ("127.0.0.1:9", "ray://127.0.0.1:9"):  # Ray itself would retry it for minutes
         proc = subprocess.run(
             [str(Path(sys.executable).with_name("pvisor")), "--journal", str(tmp_path / "j.sqlite"), "replay",
@@ -556,3 +608,74 @@ def test_sources_are_put_as_their_lines_turn_comes_and_rows_come_as_tasks_end(
         rows.append(row)
     assert sorted(r.line for r in rows) == [1, 2, 3, 4, 5]
     assert {r.error_code for r in rows} == {"agent_unavailable"}, [(r.line, r.error_message) for r in rows]
+
+
+def _roots() -> set[str]:
+    """The workers' private roots in this machine's temporary directory (a local Ray's workers),
+    named as this pvisor names them (line, token, pid: another checkout's tests may run too)."""
+    import re
+
+    named = re.compile(ROOT_PREFIX + r"\d+-[0-9a-f]{8}-[0-9a-f]{8}-\d+-")
+    return {p.name for p in Path(tempfile.gettempdir()).glob(f"{ROOT_PREFIX}*") if named.match(p.name)}
+
+
+def test_a_stopped_batch_on_ray_keeps_its_interrupted_runs_and_leaves_no_root(
+    captured, stack, ray_cluster, tmp_path
+):
+    """Ctrl-C (SIGINT to the driver), then SIGTERM: the two running rollouts (of the fixture's
+    two CPUs) are stopped as a replay is (the agent ended, the derived run ended interrupted)
+    and their runs merged into the caller's journal, the third (queued) cancelled; the
+    workers' private roots removed; exit 130 / 143 with one line (no Ray stack dump) naming the
+    runs kept."""
+    mini = captured("mini-swe-agent")
+    journal = caller_journal(tmp_path, mini)
+    hanging = Hanging(stack)
+    manifest = tmp_path / "m.jsonl"
+    line = {"run": mini.run, "after_step": 1, "upstream": hanging.url, "max_steps": 1,
+            "entrypoint": str(entrypoint("mini-swe-agent")), "timeout": 300}  # fmt: skip
+    before = _roots()
+    seen = 0  # requests N+1 that reached the live side, so far
+    try:
+        # SIGINT: two running and one queued; SIGTERM: one running
+        for sig, count, running in ((signal.SIGINT, 3, 2), (signal.SIGTERM, 1, 1)):
+            manifest.write_text(
+                "".join(json.dumps({**line, "name": f"held-{i}"}) + "\n" for i in range(count))
+            )
+            seen += running
+            argv = [
+                str(Path(sys.executable).with_name("pvisor")),
+                "--journal",
+                str(journal),
+                "replay",
+                "--batch",
+                str(manifest),
+                "--ray",
+                ray_cluster,
+                "--rows",
+                str(tmp_path / "rows.jsonl"),
+            ]
+            pipe = subprocess.PIPE
+            proc = subprocess.Popen(
+                argv, stdout=pipe, stderr=pipe, text=True, cwd=tmp_path, stdin=subprocess.DEVNULL
+            )
+            deadline = time.monotonic() + 200
+            while len(hanging.requests) < seen and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.2)
+            assert len(hanging.requests) == seen, proc.communicate(timeout=60)
+            proc.send_signal(sig)
+            _, err = proc.communicate(timeout=90)
+            assert proc.returncode == 128 + sig, err
+            lines = err.splitlines()
+            assert len(lines) == 1 and "interrupted" in lines[0] and "Traceback" not in err, err
+            with JournalReader(journal) as r:
+                derived = [x for x in r.runs() if x.parent_run == mini.run and x.mode == "continuation"]
+                assert len(derived) == seen, [x.id for x in r.runs()]
+                attempts = [r.attempts(x.id)[-1] for x in derived[-running:]]
+            assert all(x.id in lines[0] for x in derived[-running:]) and "kept" in lines[0], lines[0]
+            assert "not brought back" not in lines[0], lines[0]
+            for attempt in attempts:
+                assert attempt.ended_ms is not None and attempt.labels.get("interrupted") == "SIGINT", attempt
+            assert _roots() <= before, _roots() - before
+            assert not (tmp_path / "rows.jsonl").exists()
+    finally:
+        hanging.release()

@@ -225,7 +225,7 @@ def _batch(ctx: click.Context, flags: dict[str, Any]) -> None:
         if (refused or o.name in ("config", "result")) and flags[o.name] is not None:
             raise UsageError("--batch takes --output or --rows, --journal, --force and --allow-damaged only")
     if (flags["output"] is None) == (flags["rows"] is None):
-        raise UsageError("--batch needs one of --output OUT (a directory per line) and --rows FILE")
+        raise UsageError("--batch needs one of --output OUT (a directory per line) or --rows FILE")
     if flags["ray"] is not None and flags["rows"] is None:
         raise UsageError(
             "--ray writes rows: give --rows FILE (the workers may not share this machine's disk)"
@@ -280,7 +280,7 @@ def _rollout_batch(ctx: click.Context, flags: dict[str, Any]) -> None:
     if flags["ray"] == "":
         raise UsageError('--ray "": give an address (local, auto or ray://HOST:10001)')
     if (flags["output"] is None) == (flags["rows"] is None):
-        raise UsageError("--batch needs one of --output OUT (a directory per line) and --rows FILE")
+        raise UsageError("--batch needs one of --output OUT (a directory per line) or --rows FILE")
     for opt, key in (("--batch", "batch"), ("--rows", "rows")):
         if flags[key] == "":
             raise UsageError(f'{opt} "": an empty path, expected a file')

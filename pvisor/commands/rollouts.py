@@ -81,7 +81,8 @@ def run_rollout_batch(
     t0 = time.perf_counter()
     failed = done = 0
     stopping = _StopSignals()  # SIGTERM and SIGHUP stop the batch as Ctrl-C does
-    produced = _rows(lines, journal, root, concurrency, ray_address)
+    stopped: list[RolloutRow] = []  # on Ray: the rollouts stopped, as they were brought back
+    produced = _rows(lines, journal, root, concurrency, ray_address, stopped)
     try:
         with progress.task(f"rollouts of {show_path(manifest)}", len(read), progress.Unit.REQUESTS) as task:
 
@@ -103,22 +104,24 @@ def run_rollout_batch(
             else:
                 _write_rows(rows, counted())
     except KeyboardInterrupt as exc:
+        _close(produced)  # the rollouts running stopped now: on Ray their runs come back meanwhile
         where = (
             f"{show_path(rows)} is left as it was"
             if rows is not None
             else f"their files are in {show_path(root)}"
         )
-        signum = getattr(exc, "signum", signal.SIGINT)
+        # Ray raises a KeyboardInterrupt of its own for the one our handler raised in its wait
+        signum = getattr(exc, "signum", None) or stopping.signum or signal.SIGINT
         by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
         raise BatchInterrupted(
             f"interrupted{by} after {done} of {len(read)} rollouts of {show_path(manifest)} "
-            f"({failed} failed): {where}",
+            f"({failed} failed): {where}{kept_runs(stopped, journal)}",
             exit_code=128 + signum,
         ) from None
     finally:
         # the workers stopped now, wherever the signal came: a generator left suspended would
         # stop them only when collected (the interruption's traceback holds it)
-        getattr(produced, "close", lambda: None)()
+        _close(produced)
         stopping.restore()
         if output is None:
             shutil.rmtree(root, ignore_errors=True)
@@ -177,10 +180,12 @@ class _StopSignals:
         import threading
 
         self.previous: dict[int, Any] = {}
+        self.signum: int | None = None  # the one that came
         if threading.current_thread() is threading.main_thread():
             self.previous = {sig: signal.signal(sig, self._raise) for sig in self.SIGNALS}
 
     def _raise(self, signum: int, _frame: Any) -> None:
+        self.signum = signum
         for sig in self.previous:
             signal.signal(sig, signal.SIG_IGN)
         raise _Signalled(signum)
@@ -189,6 +194,34 @@ class _StopSignals:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
         self.previous = {}
+
+
+def _close(produced: Iterator[RolloutRow]) -> None:
+    """Stop ``produced`` (idempotent); a second Ctrl-C meanwhile ends only the wait it was in."""
+    try:
+        getattr(produced, "close", lambda: None)()
+    except KeyboardInterrupt:
+        getattr(produced, "close", lambda: None)()
+
+
+def kept_runs(stopped: list[RolloutRow], journal: Path) -> str:
+    """What the interruption's line adds for the rollouts stopped on Ray (``stopped``): the
+    derived runs brought back into the journal (each line's own, else ``journal``), and the
+    lines whose runs were not (killed: their rows say where their worker's private root is)."""
+    from pvisor.session.ray_rollouts import KILLED
+
+    if not stopped:
+        return ""
+    kept = [r.derived_run for r in stopped if r.derived_run is not None]
+    lost = [r for r in stopped if (r.error_message or "").startswith(KILLED)]
+    text = f"; {len(stopped)} rollout{'s' if len(stopped) != 1 else ''} still out stopped"
+    if kept:
+        text += f", the interrupted runs kept in {show_path(journal)} ({', '.join(kept)})"
+    if lost:
+        where = (lost[0].error_message or "").removeprefix(KILLED).strip()
+        lines = ", ".join(str(r.line) for r in lost)
+        text += f"; not brought back (killed after 30 s): line{'s' if len(lost) > 1 else ''} {lines} {where}"
+    return text
 
 
 def _apart_from_outputs(
@@ -232,7 +265,12 @@ def _forced(line: RolloutLine) -> RolloutLine:
 
 
 def _rows(
-    lines: list[RolloutLine], journal: Path, root: Path, concurrency: int, ray_address: str | None
+    lines: list[RolloutLine],
+    journal: Path,
+    root: Path,
+    concurrency: int,
+    ray_address: str | None,
+    stopped: list[RolloutRow],
 ) -> Iterator[RolloutRow]:
     """The rows of ``lines``: here (:func:`run_rollouts`), in line order, or on Ray
     (:func:`~pvisor.session.ray_rollouts.rollouts_on_ray`), in the order they end."""
@@ -243,7 +281,7 @@ def _rows(
     from pvisor.session.ray_rollouts import rollouts_on_ray  # Ray itself: imported when it runs
 
     # in the order they end (each names its line): one slow rollout holds none of the others back
-    return rollouts_on_ray(ray_address, lines, journal=journal, output_root=root)
+    return rollouts_on_ray(ray_address, lines, journal=journal, output_root=root, stopped=stopped)
 
 
 def _in_order(bad: dict[int, RolloutRow], rows: Iterator[RolloutRow]) -> Iterator[RolloutRow]:
