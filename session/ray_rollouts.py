@@ -454,14 +454,7 @@ def rollouts_on_ray(
     held: list[RolloutLine | RolloutRow] = []  # what comes before Ray is joined: yielded after
 
     def flush() -> Iterator[RolloutRow]:
-        for item in held:
-            if isinstance(item, RolloutRow):
-                yield item
-            else:  # nothing runs: here, as the local batch does
-                yield run_rollout(
-                    item, journal=item.journal or journal, output=(output_root or workdir) / item.name
-                )
-        held.clear()
+        return _held_rows(held, journal, output_root or workdir)
 
     try:
         sent: dict[tuple[str, str], Any] = {}  # one ref per source run, for many lines
@@ -495,19 +488,12 @@ def rollouts_on_ray(
                     state["task"] = ray.remote(**TASK_OPTIONS)(run_task)
                     window = window_of(ray)
                 try:
-                    if key is not None and blob is not None:
-                        sent[key] = ray.put(blob)  # a later line of this run: its ref (none when this failed)
-                    jref = sent[key] if key is not None else (ray.put(blob) if blob is not None else None)
-                    del blob  # the object store has it
-                    nref = ray.put(native) if native is not None else None
-                    pending[state["task"].remote(spec, jref, nref)] = (line, spec)
+                    ref = _submit(ray, state["task"], spec, key, (blob, native), sent, uses[key] <= 0)
+                    pending[ref] = (line, spec)
                 except Exception as exc:  # noqa: BLE001 - Ray's own failure to take an object: this line's
                     held.append(_failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc)))
-                finally:
-                    if key is not None and uses[key] <= 0:  # its last line: the tasks hold the ref now
-                        sent.pop(key, None)
-                if state["started"] is not None:
-                    yield from flush()
+                del blob, native  # the object store has them
+                yield from flush()  # Ray is joined: the rows held back go out
             # Ray joined, or no line left that would need it: the rows held back go out
             yield from flush()
             if not pending:
@@ -515,13 +501,8 @@ def rollouts_on_ray(
             try:
                 done, _ = ray.wait(list(pending), num_returns=1)  # at most `window` refs
             except Exception as exc:  # noqa: BLE001 - the cluster is gone: every line still out fails
-                gone = [ln for ln, _spec in pending.values()]
-                gone += [ln for ln in waiting if ln.mode is not RolloutMode.PREPARE_ONLY]
-                held.extend(ln for ln in waiting if ln.mode is RolloutMode.PREPARE_ONLY)
-                waiting.clear()
-                for line in gone:
-                    yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
-                pending.clear()
+                yield from _cluster_gone(exc, pending, waiting, held)
+                yield from flush()  # the prepare-only lines still waiting: here, as ever
                 return
             for ref in done:
                 line, _spec = pending.pop(ref)
@@ -536,6 +517,51 @@ def rollouts_on_ray(
             ray.shutdown()
             if address == "local":  # this machine's workers: what a killed one left
                 remove_dead_roots(Path(tempfile.gettempdir()))
+
+
+def _held_rows(held: list, journal: Path, out: Path) -> Iterator[RolloutRow]:
+    """The rows ``held`` back until Ray was joined (or found not needed), emptied as they go: a
+    failed row as it is, a prepare-only line run here (as the local batch runs it) into
+    ``out/<name>``."""
+    while held:
+        item = held.pop(0)
+        if isinstance(item, RolloutRow):
+            yield item
+        else:
+            yield run_rollout(item, journal=item.journal or journal, output=out / item.name)
+
+
+def _submit(
+    ray: Any, task: Any, spec: TaskSpec, key: Any, data: tuple[Any, Any], sent: dict, last: bool
+) -> Any:
+    """The task of ``spec`` submitted with its source's refs: a journal run's bytes (``data``:
+    (journal bytes or None, trajectory bytes or None)) put once for all the lines of ``key``
+    (``sent``: its ref; a later line's bytes are None), dropped by the driver after its ``last``
+    line (the tasks hold it then); a native file's bytes put for its line alone."""
+    blob, native = data
+    try:
+        if key is not None and blob is not None:
+            sent[key] = ray.put(blob)
+        jref = sent[key] if key is not None else (ray.put(blob) if blob is not None else None)
+        nref = ray.put(native) if native is not None else None
+        return task.remote(spec, jref, nref)
+    finally:
+        if key is not None and last:
+            sent.pop(key, None)
+
+
+def _cluster_gone(
+    exc: BaseException, pending: dict[Any, tuple[RolloutLine, TaskSpec]], waiting: Any, held: list
+) -> Iterator[RolloutRow]:
+    """A failed row for every line still out or waiting to run on a cluster that is gone; the
+    prepare-only lines waiting go to ``held`` (they run here)."""
+    gone = [ln for ln, _spec in pending.values()]
+    gone += [ln for ln in waiting if ln.mode is not RolloutMode.PREPARE_ONLY]
+    held.extend(ln for ln in waiting if ln.mode is RolloutMode.PREPARE_ONLY)
+    waiting.clear()
+    pending.clear()
+    for line in gone:
+        yield _failed(line, RayFailure.RAY_UNAVAILABLE.value, _one_line(exc))
 
 
 def _stop(
