@@ -324,3 +324,21 @@ def start_together(
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def rollout_live_script(seed: int) -> dict:
+    """The live model of the rollout tests (several rollouts against one server: ``main_chain``
+    ``any-tools``): request N+1 = 2 (one reply in its history) gets a shell call, request 3 the
+    end, which carries mini-swe-agent's submit command too (every agent ends on it or on the
+    text)."""
+    end = {"text": "Live done.", "tool_calls": [{"tool": "@shell", "command": SUBMIT}]}
+    return {
+        "model": "live-model",
+        "seed": seed,
+        "main_chain": "any-tools",
+        "turns": [
+            {"text": "never served"},
+            {"text": "A live step.", "tool_calls": [{"tool": "@shell", "command": "echo live > live.txt"}]},
+            end,
+        ],
+    }

@@ -21,11 +21,11 @@ import aiohttp
 import pytest
 from agent_helpers import (
     PVISOR,
-    SUBMIT,
     capture_scripted,
     entrypoint,
     gated_entrypoint,
     pvisor,
+    rollout_live_script,
     script_for,
     user_env,
     wait_gone,
@@ -46,22 +46,6 @@ LINE_KEY = "sk-test-Qa3Vn6Ye1Hs5Jd0U"
 #: a key_file value that looks like no secret (a name without KEY, TOKEN..., a value of no key shape)
 PLAIN = "corp-internal-PLAINSECRET"
 SECRETS_SENT = [FILE_KEY, LINE_KEY]  # no piece of them in any journal, log or result.json (conftest)
-
-
-def live_script() -> dict:
-    """Request N+1 = 2 (one reply in its history) gets a shell call, request 3 the end; the
-    end carries mini-swe-agent's submit command too (every agent ends on it or on the text)."""
-    end = {"text": "Live done.", "tool_calls": [{"tool": "@shell", "command": SUBMIT}]}
-    return {
-        "model": "live-model",
-        "seed": 3,
-        "main_chain": "any-tools",
-        "turns": [
-            {"text": "never served"},
-            {"text": "A live step.", "tool_calls": [{"tool": "@shell", "command": "echo live > live.txt"}]},
-            end,
-        ],
-    }
 
 
 @pytest.fixture(scope="module")
@@ -97,13 +81,28 @@ def parent_of(pid: int) -> int:
     return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
+def start_batch(manifest: Path, rows: Path, tmp_path: Path, **popen) -> subprocess.Popen:
+    """``pvisor replay --replay-only --batch MANIFEST --rows ROWS`` started in ``tmp_path`` (its
+    own HOME), its output read as text; ``popen``: more of Popen's arguments."""
+    return subprocess.Popen(
+        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
+        env=user_env(tmp_path / "home"),
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **popen,
+    )
+
+
 def line(cap, **kw) -> dict:
     return {"run": cap.run, "journal": str(cap.journal), "after_step": 1, **kw}
 
 
 def test_four_rollouts_two_agents_run_locally_and_bad_lines_fail_alone(sources, stack, tmp_path):
     mini, codex = sources["mini-swe-agent"], sources["codex"]
-    live = stack.scripted(live_script())
+    live = stack.scripted(rollout_live_script(3))
     proxy = recording_proxy(stack, live)
     keys = tmp_path / "keys.txt"
     keys.write_text(f'# the Codex rollout\'s key\nOPENAI_API_KEY={FILE_KEY}\nMODEL_ACCESS="{PLAIN}"\n')
@@ -286,15 +285,7 @@ def test_a_rollout_whose_process_is_killed_fails_its_row_alone(sources, tmp_path
         )
         + "\n"
     )
-    proc = subprocess.Popen(
-        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
-        env=user_env(tmp_path / "home"),
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_batch(manifest, rows, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while not list(tmp_path.glob("gate.arrived.*")) and time.monotonic() < deadline:
@@ -327,15 +318,7 @@ def test_ctrl_c_stops_the_running_rollouts_and_the_batch_exits_130(sources, tmp_
     manifest.write_text(
         "".join(json.dumps(line(codex, name=f"r{i}", entrypoint=str(held))) + "\n" for i in (1, 2))
     )
-    proc = subprocess.Popen(
-        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
-        env=user_env(tmp_path / "home"),
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_batch(manifest, rows, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while len(list(tmp_path.glob("gate.arrived.*"))) < 2 and time.monotonic() < deadline:
@@ -542,15 +525,7 @@ def test_sigterm_or_sigkill_to_the_batch_stops_its_workers_and_their_agents(sour
     manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
     rollout = {"entrypoint": str(agent), "sandbox": "none"}
     manifest.write_text("".join(json.dumps(line(codex, name=f"r{i}", **rollout)) + "\n" for i in (1, 2)))
-    proc = subprocess.Popen(
-        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
-        env=user_env(tmp_path / "home"),
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_batch(manifest, rows, tmp_path)
     try:
         deadline = time.monotonic() + 120
         while len(list(tmp_path.glob("agent.*"))) < 2 and time.monotonic() < deadline:
@@ -616,16 +591,7 @@ def test_ctrl_c_while_the_workers_start_prints_no_traceback(sources, tmp_path):
             json.dumps(line(codex, name=f"r{i}", entrypoint=str(entrypoint("codex")))) + "\n" for i in (1, 2)
         )
     )
-    proc = subprocess.Popen(
-        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
-        env=user_env(tmp_path / "home"),
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = start_batch(manifest, rows, tmp_path, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
         while len(workers := children_of(proc.pid)) < 2 and time.monotonic() < deadline:
@@ -697,15 +663,7 @@ def test_a_worker_killed_after_its_run_began_names_its_workspace_and_derived_run
     agent = sleeping_agent(tmp_path, entrypoint("codex"))
     manifest, rows = tmp_path / "m.jsonl", tmp_path / "rows.jsonl"
     manifest.write_text(json.dumps(line(codex, name="dies", entrypoint=str(agent), sandbox="none")) + "\n")
-    proc = subprocess.Popen(
-        [str(PVISOR), "replay", "--replay-only", "--batch", str(manifest), "--rows", str(rows)],
-        env=user_env(tmp_path / "home"),
-        cwd=tmp_path,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_batch(manifest, rows, tmp_path)
     pid = None
     try:
         deadline = time.monotonic() + 120

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from agent_helpers import SUBMIT, entrypoint
+from agent_helpers import entrypoint, rollout_live_script
 from aiohttp import web
 from pvisor.journal.merge import merge_journals
 from pvisor.journal.reader import JournalReader
@@ -38,21 +38,6 @@ FILE_KEY = "sk-test-K3yF1le4Mn8Bv6Tr"
 SECRETS_SENT = [ENV_KEY, FILE_KEY]  # no piece of them in any journal, log or result.json (conftest)
 #: how the killed line's worker is found: its private root's name (session/ray_rollouts.py)
 ROOT_PREFIX = "pvisor-ray-"
-
-
-def live_script() -> dict:
-    """Request N+1 = 2 gets a shell call, request 3 the end (mini-swe-agent's submit too)."""
-    end = {"text": "Live done.", "tool_calls": [{"tool": "@shell", "command": SUBMIT}]}
-    return {
-        "model": "live-model",
-        "seed": 5,
-        "main_chain": "any-tools",
-        "turns": [
-            {"text": "never served"},
-            {"text": "A live step.", "tool_calls": [{"tool": "@shell", "command": "echo live > live.txt"}]},
-            end,
-        ],
-    }
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +159,7 @@ def test_a_batch_on_ray_merges_every_derived_run_and_fails_a_killed_worker_alone
     address = ray_cluster
     mini, codex = captured("mini-swe-agent"), captured("codex")
     journal = caller_journal(tmp_path, mini, codex)
-    live = stack.scripted(live_script())
+    live = stack.scripted(rollout_live_script(5))
     hanging = Hanging(stack)
     exe = {a: str(entrypoint(a)) for a in ("mini-swe-agent", "codex")}
     keys = tmp_path / "keys.txt"
@@ -401,7 +386,7 @@ def test_continue_many_on_ray_gives_k_derived_runs_in_the_callers_journal(
     address = ray_cluster
     mini = captured("mini-swe-agent")
     journal = caller_journal(tmp_path, mini)
-    live = stack.scripted(live_script())
+    live = stack.scripted(rollout_live_script(5))
     common = dict(journal=journal, entrypoint=str(entrypoint("mini-swe-agent")), max_steps=1, timeout=240)
     # as the command line refuses --ray "" and --concurrency with --ray, naming ray=, not --ray
     with pytest.raises(UsageError, match=r"^ray='': give an address \(local, auto") as raised:
