@@ -506,7 +506,7 @@ def rollouts_on_ray(
                 return
             for ref in done:
                 line, _spec = pending.pop(ref)
-                yield _collect(ray, ref, line, journal, output_root, workdir)
+                yield collect_row(ray, ref, line, journal, output_root, workdir)
     finally:
         if pending:  # stopped: nothing of the caller's runs on, and what they recorded is kept
             rows = _stop(ray, pending, journal, output_root, workdir)
@@ -584,7 +584,7 @@ def _stop(
             done, _ = ray.wait(list(pending), num_returns=1, timeout=deadline - time.monotonic())
             for ref in done:
                 line, _spec = pending.pop(ref)
-                rows.append(_collect(ray, ref, line, journal, output_root, workdir))
+                rows.append(collect_row(ray, ref, line, journal, output_root, workdir))
     except KeyboardInterrupt:  # stopped again: no more waiting
         pass
     except Exception:  # noqa: BLE001 - the cluster is gone: what is still out is lost
@@ -648,7 +648,7 @@ def _source_key(line: RolloutLine, journal: Path) -> tuple[str, str] | None:
     )
 
 
-def _collect(
+def collect_row(
     ray: Any, ref: Any, line: RolloutLine, journal: Path, output_root: Path | None, workdir: Path
 ) -> RolloutRow:
     """The row of a finished task: its files written into ``output_root/<name>/`` first, then its
@@ -790,6 +790,7 @@ __all__ = [
     "TaskResult",
     "TaskSpec",
     "STOP_GRACE_S",
+    "collect_row",
     "connect",
     "in_our_words",
     "ray_failure",

@@ -519,7 +519,7 @@ def _row_of(line: RolloutLine, derived: str):
 def test_a_derived_run_the_journal_cannot_take_is_kept_and_a_missing_parent_is_a_warning(
     ray_cluster, tmp_path
 ):
-    """What the driver does with a finished task (``_collect``, a TaskResult through the object
+    """What the driver does with a finished task (``collect_row``, a TaskResult through the object
     store): the output files are written first, whatever the merge does; a merge that fails
     (the caller's journal replaced by a non-journal mid-batch) keeps the derived runs in
     ``JOURNAL.line-<N>.derived.sqlite`` beside the journal, and the row's message
@@ -528,7 +528,7 @@ def test_a_derived_run_the_journal_cannot_take_is_kept_and_a_missing_parent_is_a
     import ray
     from pvisor.journal.model import Run
     from pvisor.journal.writer import Journal
-    from pvisor.session.ray_rollouts import TaskResult, _collect
+    from pvisor.session.ray_rollouts import TaskResult, collect_row
 
     journal, derived = tmp_path / "caller.sqlite", tmp_path / "derived.sqlite"
     with Journal.open(journal) as j:
@@ -547,7 +547,7 @@ def test_a_derived_run_the_journal_cannot_take_is_kept_and_a_missing_parent_is_a
     sent = TaskResult(_row_of(line, "r-derived00001"), {"result.json": b"{}"}, data, ("r-derived00001",), "w")
     saved = journal.read_bytes()
     journal.write_bytes(b"not a journal")  # replaced mid-batch
-    row = _collect(ray, ray.put(sent), line, journal, out, work)
+    row = collect_row(ray, ray.put(sent), line, journal, out, work)
     kept = tmp_path / "caller.sqlite.line-1.derived.sqlite"
     assert row.status == "failed" and (out / "one" / "result.json").read_bytes() == b"{}"
     assert kept.is_file() and f"pvisor journal merge {kept} --into {journal}" in row.error_message, row
@@ -558,11 +558,11 @@ def test_a_derived_run_the_journal_cannot_take_is_kept_and_a_missing_parent_is_a
     with JournalReader(journal) as r:
         assert r.run("r-derived00001").parent_run == "r-source000001"
     journal.write_bytes(b"not a journal")
-    row = _collect(ray, ray.put(sent), line, journal, None, work)  # that name taken: another beside it
+    row = collect_row(ray, ray.put(sent), line, journal, None, work)  # that name taken: another beside it
     (again,) = set(tmp_path.glob("caller.sqlite.line-1.derived-*.sqlite"))
     assert f"pvisor journal merge {again} --into {journal}" in row.error_message
     journal.unlink()  # deleted mid-batch: a new journal takes the run, whose parent is not there
-    row = _collect(ray, ray.put(sent), line, journal, out, work)
+    row = collect_row(ray, ray.put(sent), line, journal, out, work)
     assert row.status == "ok" and [w["code"] for w in row.result["warnings"]] == ["parent_not_in_journal"]
     assert "r-source000001" in row.result["warnings"][0]["message"]
 
