@@ -172,7 +172,7 @@ def test_journal_show_names_parent_pause_snapshot_and_agents(journal):
 
 
 def test_report_document_holds_the_lineage_and_the_children(journal):
-    from pvisor.adapters.exports.report import run_document
+    from pvisor.adapters.exports.report_document import run_document
 
     with JournalReader(journal) as r:
         child = run_document(r, CHILD)

@@ -304,7 +304,7 @@ def test_o_against_o_prime_is_equal_once_the_agents_decorations_are_normalised(t
     """Qwen Code's "Process Group PGID:" differs between two runs of the same command: the page
     says equal once normalised (as result.json compares), and still shows the bytes' diff; a
     real difference in the output stays a difference."""
-    from pvisor.adapters.exports.report import run_document
+    from pvisor.adapters.exports.report_document import run_document
 
     path = tmp_path / "j.sqlite"
     with Journal.open(path) as j:
