@@ -1,14 +1,21 @@
 "use strict";
+// The run page (docs/report.md): the data is the JSON above (report_document.run_document); every
+// field past the run, its exchanges and attempts may be missing (an older pvisor wrote the page,
+// or --no-workspace): its part is then not drawn.
 const doc = JSON.parse(document.getElementById("pvisor-data").textContent);
 const el = (tag, attrs, ...kids) => {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) {
+    if (v == null) continue;
     if (k === "class") e.className = v; else if (k === "text") e.textContent = v; else e.setAttribute(k, v);
   }
   for (const k of kids) if (k != null) e.append(k);
   return e;
 };
-const fmtMs = (ms) => ms == null ? "-" : (ms >= 1000 ? (ms / 1000).toFixed(2) + " s" : ms.toFixed(1) + " ms");
+const put = (parent, ...kids) => { for (const k of kids) if (k != null) parent.append(k); };
+const fmtMs = (ms) => ms == null ? "-" : (ms >= 60000 ? `${Math.floor(ms / 60000)} min ${((ms % 60000) / 1000).toFixed(0)} s` : ms >= 1000 ? (ms / 1000).toFixed(2) + " s" : ms.toFixed(1) + " ms");
+const fmtN = (n) => n == null ? "-" : Number(n).toLocaleString("en");
+const clip = (s, n) => s.length > n ? s.slice(0, n - 1) + "…" : s;
 const usageText = (u) => {
   if (!u || typeof u !== "object") return null;
   const inp = u.input_tokens ?? u.prompt_tokens ?? u.promptTokenCount;
@@ -16,14 +23,39 @@ const usageText = (u) => {
   if (inp == null && out == null) return null;
   return `tokens in ${inp ?? "?"} / out ${out ?? "?"}`;
 };
+const EX = doc.exchanges, RUN = doc.run;
+const rowIndex = new Map();   // step n -> index of its exchange in EX
+EX.forEach((ex, i) => { if (ex.step) rowIndex.set(ex.step.n, i); });
+
+// ---- what marks a step: failed calls, divergences (O' against O, the request against the parent's), retries
+const resultFailed = (s, c) => s.results.some(r => r.error && r.call_id != null && r.call_id === c.id);
+const callFailed = (s, c) => c.failed ?? resultFailed(s, c);
+const differsAt = new Map();  // step n -> O' differs from O (not alike once normalised)
+for (const c of doc.comparison || []) if (c.calls.some(k => k.diff != null && !k.same_normalised)) differsAt.set(c.n, true);
+const requestDiffAt = new Map();  // step n -> doc.diff's entry
+for (const d of (doc.diff && doc.diff.steps) || []) requestDiffAt.set(d.step, d);
+function marksOf(ex) {
+  const s = ex.step, m = {failed: false, divergent: false, retry: false, aux: !s, bytes: false};
+  if (!s) return m;
+  m.failed = s.calls.some(c => callFailed(s, c)) || s.results.some(r => r.error);
+  const rd = requestDiffAt.get(s.n);
+  m.divergent = differsAt.has(s.n) || (rd != null && rd.verdict === "differs");
+  m.bytes = rd != null && rd.verdict === "bytes_only";
+  m.retry = (s.retries || []).length > 0;
+  return m;
+}
+const MARKS = EX.map(marksOf);
+
+// ---- the header: the run, its outcome at a glance, its totals, its lineage
 function header() {
-  const r = doc.run, top = document.getElementById("top");
+  const r = RUN, top = document.getElementById("top");
   top.append(el("h1", {text: `${r.agent || "run"} ${r.agent_version || ""} · ${r.id}`}));
+  outcome(top);
   const m = el("div", {class: "meta"});
   const add = (k, v) => { if (v != null && v !== "") m.append(el("span", {}, k + " ", el("b", {text: String(v)}))); };
-  add("mode", r.mode); add("steps", r.steps); add("exchanges", doc.exchanges.length);
+  add("mode", r.mode); add("steps", r.steps); add("exchanges", EX.length);
   add("protocol", r.protocol); add("model", r.model);
-  add("capture", [...new Set(doc.exchanges.map(e => e.capture))].join(", "));
+  add("capture", [...new Set(EX.map(e => e.capture))].join(", "));
   add("created", r.created_ms ? new Date(r.created_ms).toISOString().replace("T", " ").slice(0, 19) + " UTC" : null);
   for (const a of doc.attempts) add(`attempt ${a.n}: exit`, a.exit_code == null ? "-" : a.exit_code);
   const L = r.lineage;
@@ -38,17 +70,19 @@ function header() {
     if (L.handoff_from_agent || L.handoff_to_agent) span.append(`, ${L.handoff_from_agent || "?"} → ${L.handoff_to_agent || "?"}`);
     m.append(span);
   } else if (r.parent_run) {
-    const span = el("span", {id: "parent"}, "replayed from ");
+    const span = el("span", {id: "parent"}, `${r.mode === "continuation" ? "continued" : "replayed"} from `);
     span.append(parentRef(r));
     span.append(` after step ${r.boundary_step}`);
     m.append(span);
   }
+  if (doc.index_href) m.append(el("span", {}, el("a", {id: "index-link", href: doc.index_href, text: "all runs"})));
   top.append(m);
+  totals(top);
   if (doc.children.length) {
-    // the runs replayed or handed off from this one; a link where their page was written beside
+    // the runs replayed, continued or handed off from this one; a link where their page was written beside
     const list = el("ul", {id: "children"});
     for (const c of doc.children) {
-      const href = doc.child_hrefs[c.id];
+      const href = (doc.child_hrefs || {})[c.id];
       const item = el("li", {}, href ? el("a", {href, "data-run": c.id, text: c.id}) : el("b", {text: c.id}));
       const k = c.pause_transition;
       item.append(` ${c.mode} · ${c.agent || "-"} · after step ${c.boundary_step}` + (k == null ? "" : ` (${k === c.boundary_step ? "before " : ""}transition ${k})`));
@@ -63,6 +97,211 @@ function parentRef(r) {
   const kind = r.labels.source_kind, src = r.labels.source;
   return el("b", {text: src ? `the ${kind || "source"} file ${src}` : "-"});
 }
+const VERDICT = {succeeded: "succeeded", failed: "failed", interrupted: "interrupted", timed_out: "timed out", running: "running", unknown: "unknown"};
+function outcome(top) {
+  const o = doc.outcome;
+  if (!o || typeof o !== "object") return;
+  const v = VERDICT[o.verdict] ? o.verdict : "unknown";
+  const box = el("div", {id: "outcome"}, el("span", {class: "verdict v-" + v, id: "verdict", "data-verdict": v, text: VERDICT[v]}));
+  const part = (id, text) => box.append(el("span", {id, text}));
+  // the agent's own account first: an agent that exited 0 but failed by its account reads as failed
+  const a = o.agent_status;
+  if (a && a.outcome) part("agent-status", `the agent's account: ${a.outcome}${a.detail ? ` (${a.detail})` : ""}`);
+  part("exit-code", o.exit_code == null ? "no exit code" : `exit ${o.exit_code}`);
+  if (o.replay_status) part("replay-status", `replay: ${o.replay_status}`);
+  if (o.interrupted) part("interrupted", `interrupted by ${o.interrupted}`);
+  else if (o.timed_out) part("interrupted", "timed out");
+  else part("interrupted", "not interrupted");
+  if (o.run_status && o.run_status !== o.verdict) part("run-status", `run status: ${o.run_status}`);
+  top.append(box);
+}
+function totals(top) {
+  const t = doc.totals;
+  if (!t || typeof t !== "object") return;
+  const grid = el("div", {id: "totals"});
+  const cell = (key, label, value, extra) => {
+    if (value === undefined) return;
+    grid.append(el("div", {"data-total": key}, el("span", {class: "k", text: label}), el("span", {class: "v", text: value}), extra));
+  };
+  cell("steps", "steps", fmtN(t.steps));
+  cell("exchanges", "exchanges", fmtN(t.exchanges));
+  cell("tokens", "tokens in / out / cached", t.tokens_in === undefined ? undefined : `${fmtN(t.tokens_in)} / ${fmtN(t.tokens_out)} / ${fmtN(t.tokens_cached)}`);
+  cell("wall", "wall time", t.wall_ms === undefined ? undefined : fmtMs(t.wall_ms));
+  if (t.model_ms !== undefined || t.tool_ms !== undefined) {
+    const mm = t.model_ms || 0, tm = t.tool_ms || 0, sum = mm + tm;
+    const bar = el("div", {class: "share", title: `model ${fmtMs(t.model_ms)}, tools ${fmtMs(t.tool_ms)}`});
+    if (sum > 0) bar.append(el("span", {class: "m", style: `width:${(100 * mm / sum).toFixed(1)}%`}), el("span", {class: "t", style: `width:${(100 * tm / sum).toFixed(1)}%`}));
+    cell("model-tool", "model / tools", `${fmtMs(t.model_ms)} / ${fmtMs(t.tool_ms)}`, bar);
+  }
+  cell("tool_calls", "tool calls", t.tool_calls === undefined ? undefined : fmtN(t.tool_calls));
+  cell("failed_calls", "failed calls", t.failed_calls === undefined ? undefined : fmtN(t.failed_calls));
+  cell("retries", "retries", t.retries === undefined ? undefined : fmtN(t.retries));
+  cell("auxiliary", "auxiliary requests", t.auxiliary === undefined ? undefined : fmtN(t.auxiliary));
+  top.append(grid);
+}
+
+// ---- the overview: the timeline chart, the system prompt and tools, where the requests part from the parent's
+function chart(box) {
+  const steps = EX.filter(e => e.step);
+  if (!steps.length) return;
+  const H = 90, w = steps.length > 300 ? 3 : steps.length > 120 ? 5 : steps.length > 40 ? 9 : 16, gap = w > 4 ? 1 : 0;
+  const times = steps.map(e => {
+    const s = e.step, model = s.model_ms ?? e.ms ?? 0, tool = s.tool_ms ?? 0;
+    return [model, tool];
+  });
+  const top = Math.max(1, ...times.map(([a, b]) => a + b));
+  const W = steps.length * (w + gap);
+  // one string for the whole chart: a thousand bars built element by element cost ten times more
+  const parts = [];
+  steps.forEach((e, i) => {
+    const s = e.step, [model, tool] = times[i], x = i * (w + gap);
+    const hm = Math.max(1, Math.round((H - 6) * model / top)), ht = Math.round((H - 6) * tool / top);
+    const tk = s.tokens || {}, u = usageText(s.usage);
+    const tokens = tk.in != null || tk.out != null ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : (u || "no token usage reported");
+    const mk = MARKS[rowIndex.get(s.n)];
+    const title = `step ${s.n}: model ${fmtMs(s.model_ms ?? e.ms)}, tools ${fmtMs(s.tool_ms)}; ${tokens}${mk.failed ? "; a call failed" : ""}${mk.divergent ? "; diverges" : ""}`;
+    parts.push(`<a href="#step-${s.n}" data-step="${s.n}"><title>${title.replace(/&/g, "&amp;").replace(/</g, "&lt;")}</title>` +
+      `<rect class="m" x="${x}" y="${H - hm}" width="${w}" height="${hm}"/>` +
+      (ht > 0 ? `<rect class="t" x="${x}" y="${H - hm - ht}" width="${w}" height="${ht}"/>` : "") +
+      (mk.failed ? `<rect class="f" x="${x}" y="0" width="${w}" height="3"/>` : mk.divergent ? `<rect class="d" x="${x}" y="0" width="${w}" height="3"/>` : "") +
+      `<rect x="${x}" y="0" width="${w + gap}" height="${H}" fill="transparent"/></a>`);
+  });
+  const wrap = el("div", {id: "chart"});
+  wrap.innerHTML = `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="steps: model and tool time">${parts.join("")}</svg>`;
+  const legend = el("div", {class: "legend"}, el("span", {}, el("i", {style: "background:var(--model)"}), "model time"),
+    el("span", {}, el("i", {style: "background:var(--tool)"}), "tool time"),
+    el("span", {}, el("i", {style: "background:var(--bad)"}), "a failed call"),
+    el("span", {}, el("i", {style: "background:var(--mark)"}), "diverges"),
+    el("span", {text: `${steps.length} steps; the tallest bar is ${fmtMs(top)}`}));
+  box.append(el("h2", {text: "Timeline"}), legend, wrap);
+}
+function system(box) {
+  const s = doc.system;
+  if (!s || (!s.text && !(s.tools || []).length)) return;
+  const tools = s.tools || [];
+  const d = el("details", {id: "system"}, el("summary", {text: `system prompt${s.text ? ` (${fmtN(s.text.length)} characters)` : ": none"} and ${tools.length} tool(s)`}));
+  d.addEventListener("toggle", () => {
+    if (!d.open || d.dataset.drawn) return;
+    d.dataset.drawn = "1";
+    if (s.text) d.append(el("pre", {class: "system-text", text: s.text}));
+    for (const t of tools) {
+      const td = el("details", {class: "tool"}, el("summary", {}, el("b", {text: t.name}), t.description ? ` — ${clip(t.description.split("\n")[0], 160)}` : ""));
+      if (t.description) td.append(el("div", {class: "text", text: t.description}));
+      if (t.parameters) td.append(el("pre", {text: pretty(t.parameters)}));
+      d.append(td);
+    }
+  });
+  box.append(d);
+}
+function rdSentence(d) {
+  if (d.sentence) return d.sentence;
+  if (d.verdict === "same") return "the same bytes";
+  if (d.verdict === "bytes_only") return "the bytes differ, the prompt does not (key order, whitespace)";
+  const st = d.structure;
+  return st ? `${st.message || ""} ${st.path || ""}`.trim() : `parts at byte ${d.first_byte ?? "?"}`;
+}
+function cacheText(c) {
+  if (!c) return "";
+  const bits = [];
+  if (c.reusable_bytes != null) bits.push(`${fmtN(c.reusable_bytes)} bytes reusable`);
+  if (c.tokens_reused != null) bits.push(`${fmtN(c.tokens_reused)} tokens reused`);
+  if (c.tokens_after != null) bits.push(`${fmtN(c.tokens_after)} tokens after`);
+  return bits.join(", ") + (c.estimate ? " (estimate)" : "") + (c.basis ? ` · ${c.basis}` : "");
+}
+function requestDiff(box) {
+  const D = doc.diff;
+  if (!D || !Array.isArray(D.steps)) return;
+  const sec = el("section", {id: "diff"}, el("h2", {text: `Requests against ${D.against || "the parent"}'s`}));
+  const sum = D.summary && typeof D.summary === "object" ? Object.entries(D.summary).filter(([, v]) => v == null || typeof v !== "object") : [];
+  if (sum.length) sec.append(el("div", {class: "meta"}, ...sum.map(([k, v]) => el("span", {}, k.replace(/_/g, " ") + " ", el("b", {text: String(v)})))));
+  const table = el("table", {class: "rd"}, el("tr", {}, el("th", {text: "step"}), el("th", {text: "verdict"}), el("th", {text: "where"}), el("th", {text: "cache"})));
+  for (const d of D.steps) {
+    const cls = d.verdict === "differs" ? "pill bad" : d.verdict === "bytes_only" ? "pill flag" : "pill";
+    table.append(el("tr", {"data-step": String(d.step)}, el("td", {}, el("a", {href: `#step-${d.step}`, text: String(d.step)})),
+      el("td", {}, el("span", {class: cls, text: d.verdict})), el("td", {text: rdSentence(d)}), el("td", {text: cacheText(d.cache)})));
+  }
+  sec.append(table);
+  box.append(sec);
+}
+function overview() {
+  const box = document.getElementById("overview");
+  chart(box); system(box); requestDiff(box);
+  const w = doc.workspace;
+  if (w && !w.shown && w.reason) box.append(el("p", {class: "note", id: "workspace-note", text: `workspace changes not shown: ${w.reason}`}));
+  else if (w && w.capped) box.append(el("p", {class: "note", id: "workspace-note", text: "workspace changes: the page's cap was reached, later steps' files are named only"}));
+}
+
+// ---- a step's card
+function pretty(text) {
+  if (typeof text !== "string") return JSON.stringify(text, null, 2);
+  try { return JSON.stringify(JSON.parse(text), null, 2); } catch (_) { return text; }
+}
+function compact(text) {
+  try { return JSON.stringify(JSON.parse(text)); } catch (_) { return String(text); }
+}
+function diffPre(lines, cls) {
+  const pre = el("pre", {class: "diff" + (cls ? " " + cls : "")});
+  for (const [kind, line] of lines) pre.append(el("span", {class: kind === "+" ? "d-add" : kind === "-" ? "d-del" : kind === "@" ? "d-at" : "", text: (kind === "@" ? "" : kind) + line}));
+  return pre;
+}
+function patchPre(text) {
+  return diffPre(text.split("\n").map(l => {
+    const k = l[0];
+    return k === "+" || k === "-" ? [k, l.slice(1)] : l.startsWith("@@") || l.startsWith("***") ? ["@", l] : [" ", l.slice(l[0] === " " ? 1 : 0)];
+  }), "patch");
+}
+function call(s, c) {
+  const failed = callFailed(s, c), v = c.view;
+  const box = el("div", {class: "call" + (failed ? " failed" : ""), "data-kind": c.kind || null, "data-call": c.id || null});
+  box.append(el("span", {class: "name", text: c.name}), "(");
+  let below = null;
+  if (v && typeof v.command === "string") {
+    if (v.command.includes("\n")) { box.append(")"); below = el("pre", {class: "code", text: v.command}); }
+    else box.append(el("code", {class: "cmd", text: v.command}), ")");
+  } else if (v && typeof v.path === "string") {
+    box.append(el("span", {class: "path", text: v.path}), ")");
+    if (Array.isArray(v.diff)) below = diffPre(v.diff, "edit");
+    else if (typeof v.content === "string") below = el("pre", {class: "file", text: v.content});
+  } else if (v && typeof v.patch === "string") {
+    box.append(")"); below = patchPre(v.patch);
+  } else {
+    const short = compact(c.args);
+    if (short.length <= 80) box.append(el("span", {class: "args", text: short}), ")");
+    else { box.append(")"); below = el("pre", {class: "args", text: pretty(c.args)}); }
+  }
+  if (c.kind) box.append(el("span", {class: "kind", text: c.kind}));
+  if (failed) box.append(el("span", {class: "fail", text: "✗ failed"}));
+  if (below) box.append(below);
+  return box;
+}
+function reasoning(s) {
+  if (!Array.isArray(s.reasoning) || !s.reasoning.length) return null;
+  const box = el("div", {class: "reasoning"});
+  for (const t of s.reasoning) {
+    if (!t) continue;
+    if (t.length <= 400) box.append(el("div", {class: "text", text: t}));
+    else box.append(el("details", {}, el("summary", {text: `reasoning: ${clip(t.split("\n")[0], 100)} (${fmtN(t.length)} characters)`}), el("div", {class: "text", text: t})));
+  }
+  return box;
+}
+function files(s) {
+  if (!Array.isArray(s.files) || !s.files.length) return null;
+  const count = (k) => s.files.filter(f => f.change === k).length;
+  const d = el("details", {class: "files"}, el("summary", {text: `files changed: ${s.files.length} (${count("added")} added, ${count("changed")} changed, ${count("removed")} removed)`}));
+  const ul = el("ul");
+  for (const f of s.files) {
+    const sign = f.change === "added" ? "+" : f.change === "removed" ? "-" : "~";
+    const li = el("li", {"data-path": f.path}, el("span", {class: "ch ch-" + f.change, title: f.change, text: sign}), el("code", {text: f.path}));
+    if (f.secret) li.append(el("span", {class: "note secret", text: " 🔒 looks like a secret: not shown"}));
+    else if (f.binary) li.append(el("span", {class: "note", text: " binary: named only"}));
+    else if (Array.isArray(f.diff)) li.append(diffPre(f.diff));
+    if (f.more) li.append(el("div", {class: "note", text: `… ${fmtN(f.more)} more line(s) not shown`}));
+    ul.append(li);
+  }
+  d.append(ul);
+  if (s.files_more) d.append(el("div", {class: "note", text: `… ${fmtN(s.files_more)} more file(s) not shown (the page's cap)`}));
+  return d;
+}
 function bodyBlock(ex, which) {
   const b = ex[which];
   const d = el("details", {class: "body " + which, "data-exchange": ex.id});
@@ -73,7 +312,7 @@ function bodyBlock(ex, which) {
   return d;
 }
 function comparisonFor(n) {
-  const c = doc.comparison.find(x => x.n === n);
+  const c = (doc.comparison || []).find(x => x.n === n);
   if (!c || !c.calls.length) return null;
   const box = el("details", {class: "compare", "data-step": String(n)});
   const same = c.calls.every(k => k.diff == null);
@@ -85,18 +324,16 @@ function comparisonFor(n) {
     const grid = el("div", {class: "cmp"});
     grid.append(el("div", {}, el("h4", {text: `O (recorded) · ${k.name}`}), el("pre", {text: k.O})));
     grid.append(el("div", {}, el("h4", {text: "O′ (replayed)"}), el("pre", {text: k.O2})));
-    box.append(grid);
-    const diff = el("pre", {class: "diff"});
-    for (const [kind, line] of k.diff) diff.append(el("span", {class: kind === "+" ? "d-add" : kind === "-" ? "d-del" : kind === "@" ? "d-at" : "", text: (kind === "@" ? "" : kind) + line}));
-    box.append(diff);
+    box.append(grid, diffPre(k.diff));
   }
   return box;
 }
-function row(ex) {
-  const s = ex.step;
-  const r = el("div", {class: "row " + (s ? "main" : "aux"), id: "ex-" + ex.id, "data-exchange": ex.id});
+function row(ex, i) {
+  const s = ex.step, mk = MARKS[i];
+  const r = el("div", {class: "row " + (s ? "main" : "aux"), id: "ex-" + ex.id, "data-exchange": ex.id, "data-i": String(i)});
+  if (s) r.dataset.step = String(s.n);
   const head = el("div", {class: "head"});
-  if (s) head.append(el("span", {class: "step-n", text: `step ${s.n}`}));
+  if (s) head.append(el("span", {class: "step-n", id: `step-${s.n}`, text: `step ${s.n}`}));
   head.append(el("span", {text: `#${ex.seq} ${ex.method} ${ex.path}`}));
   head.append(el("span", {class: "pill" + (ex.outcome === "ok" ? "" : " bad"), text: `${ex.status ?? "-"} ${ex.outcome}`}));
   if (ex.served_by) head.append(el("span", {class: "pill", title: "served by", text: ex.served_by}));
@@ -104,53 +341,189 @@ function row(ex) {
   if (ex.attempt > 1) head.append(el("span", {class: "pill", text: `attempt ${ex.attempt}`}));
   for (const f of ex.flags) head.append(el("span", {class: "pill flag", text: f}));
   if (s) {
-    const u = usageText(s.usage); if (u) head.append(el("span", {class: "usage", text: u}));
+    if (s.model_ms != null || s.tool_ms != null) head.append(el("span", {class: "timing", text: `model ${fmtMs(s.model_ms)} · tools ${fmtMs(s.tool_ms)}`}));
+    const tk = s.tokens;
+    const u = tk && (tk.in != null || tk.out != null) ? `tokens in ${tk.in ?? "?"} / out ${tk.out ?? "?"}${tk.cached != null ? ` / cached ${tk.cached}` : ""}` : usageText(s.usage);
+    if (u) head.append(el("span", {class: "usage", text: u}));
     for (const f of s.flags) head.append(el("span", {class: "pill flag", text: f}));
     if (s.retries.length) head.append(el("span", {class: "pill flag", text: `${s.retries.length} retr${s.retries.length > 1 ? "ies" : "y"}`}));
+    if (mk.failed) head.append(el("span", {class: "pill bad", text: "failed call"}));
+    if (differsAt.has(s.n)) head.append(el("span", {class: "pill flag", text: "O′ differs"}));
+    const rd = requestDiffAt.get(s.n);
+    if (rd && rd.verdict !== "same") head.append(el("span", {class: "pill " + (rd.verdict === "differs" ? "bad" : "flag"), title: rdSentence(rd), text: rd.verdict === "differs" ? "request differs" : "request bytes only"}));
   } else if (ex.aux) {
     head.append(el("span", {text: `auxiliary${ex.aux.kind ? " [" + ex.aux.kind + "]" : ""} ${ex.aux.reason || ""}`}));
   }
   r.append(head);
   if (s) {
+    put(r, reasoning(s));
     if (s.text) r.append(el("div", {class: "text action", text: s.text}));
-    for (const c of s.calls) r.append(el("div", {class: "call"}, el("span", {class: "name", text: c.name}), "(", el("span", {text: c.args}), ")"));
+    for (const c of s.calls) r.append(call(s, c));
     if (s.results.length || s.messages.length) {
       const o = el("details", {class: "observation"});
-      o.append(el("summary", {text: `observation: ${s.results.length} result(s)` + (s.messages.length ? `, ${s.messages.length} message(s)` : "")}));
-      for (const res of s.results) o.append(el("pre", {class: res.error ? "error" : "", text: res.text}));
+      const bad = s.results.filter(x => x.error).length;
+      o.append(el("summary", {text: `observation: ${s.results.length} result(s)` + (bad ? `, ${bad} failed` : "") + (s.messages.length ? `, ${s.messages.length} message(s)` : "")}));
+      const failedIds = new Set(s.calls.filter(c => callFailed(s, c)).map(c => c.id));
+      for (const res of s.results) {
+        const f = res.error || (res.call_id != null && failedIds.has(res.call_id));
+        o.append(el("pre", {class: f ? "error failed" : "", text: res.text}));
+      }
       for (const m of s.messages) o.append(el("pre", {text: m}));
+      if (bad) o.open = true;
       r.append(o);
     }
-    const cmp = comparisonFor(s.n); if (cmp) r.append(cmp);
+    put(r, files(s));
+    const rd = requestDiffAt.get(s.n);
+    if (rd && rd.verdict !== "same") r.append(el("div", {class: "reqdiff", text: `request against the parent's: ${rdSentence(rd)}${rd.cache ? " · " + cacheText(rd.cache) : ""}`}));
+    put(r, comparisonFor(s.n));
   }
   r.append(bodyBlock(ex, "request"), bodyBlock(ex, "response"));
+  applyShown(r, i);
   return r;
 }
+
+// ---- the cards, rendered in slices as the reader scrolls (or jumps)
 const SLICE = 200;
 let next = 0;
 const timeline = document.getElementById("timeline"), more = document.getElementById("more");
-function renderSlice() {
-  const end = Math.min(next + SLICE, doc.exchanges.length);
+function renderSlice(upTo) {
+  const end = Math.min(Math.max(next + SLICE, upTo == null ? 0 : upTo + 1), EX.length);
   const frag = document.createDocumentFragment();
   for (; next < end; next++) {
-    const ex = doc.exchanges[next];
-    frag.append(row(ex));
-    const b = doc.run.boundary_step;
+    const ex = EX[next];
+    frag.append(row(ex, next));
+    const b = RUN.boundary_step;
     if (b != null && ex.step && ex.step.n === b) {
       // a handoff's child re-ran the parent's actions translated into its own tools: O″, not O′
-      const text = doc.run.mode === "handoff" ? `boundary: the pause after step ${b}, request ${b + 1} ends at the re-enacted observation O″${b}` : `boundary: after step ${b}, request ${b + 1} ends at the replayed observation O′${b}`;
+      const text = RUN.mode === "handoff" ? `boundary: the pause after step ${b}, request ${b + 1} ends at the re-enacted observation O″${b}` : `boundary: after step ${b}, request ${b + 1} ends at the replayed observation O′${b}`;
       frag.append(el("div", {class: "boundary", id: "boundary", text}));
     }
   }
   timeline.append(frag);
-  more.textContent = next < doc.exchanges.length ? `${doc.exchanges.length - next} more exchange(s) below…` : `generated ${doc.generated} by pvisor`;
+  more.textContent = next < EX.length ? `${EX.length - next} more exchange(s) below…` : `generated ${doc.generated} by pvisor`;
 }
+// with filters on, a slice may show nothing: render on while the end is near the viewport
+function fill() {
+  while (next < EX.length && more.getBoundingClientRect().top < innerHeight + 800) renderSlice();
+}
+
+// ---- the step index: one entry per exchange, jump, search, filters
+const FILTERS = [["failed", "failed calls"], ["divergent", "divergences"], ["retry", "retries"], ["aux", "auxiliary"]];
+const state = {filters: new Set(), query: "", found: null};
+let haystacks = null;
+function haystack(i) {
+  haystacks = haystacks || [];
+  if (haystacks[i] == null) {
+    const ex = EX[i], s = ex.step;
+    haystacks[i] = (s ? [s.text, ...(Array.isArray(s.reasoning) ? s.reasoning : []), ...s.calls.map(c => `${c.name} ${c.args} ${c.view ? JSON.stringify(c.view) : ""}`),
+      ...s.results.map(r => r.text), ...s.messages] : [ex.path, ex.aux ? `${ex.aux.kind} ${ex.aux.reason}` : ""]).join("\n").toLowerCase();
+  }
+  return haystacks[i];
+}
+function shown(i) {
+  const mk = MARKS[i];
+  if (state.filters.size && ![...state.filters].some(f => mk[f])) return false;
+  return state.found == null || state.found.has(i);
+}
+function applyShown(node, i) { node.classList.toggle("hidden", !shown(i)); }
+function indexLabel(ex) {
+  const s = ex.step;
+  if (!s) return `${ex.aux ? ex.aux.kind || "auxiliary" : "auxiliary"} · ${ex.method} ${ex.path}`;
+  const c = s.calls[0];
+  if (!c) return s.text ? clip(s.text.split("\n")[0], 80) : "(no tool call)";
+  const v = c.view || {};
+  const what = typeof v.command === "string" ? v.command : typeof v.path === "string" ? `${c.name} ${v.path}` : `${c.name} ${c.args}`;
+  return clip(what.replace(/\s+/g, " "), 90) + (s.calls.length > 1 ? ` (+${s.calls.length - 1})` : "");
+}
+function buildIndex() {
+  const finder = document.getElementById("finder"), list = document.getElementById("index");
+  const search = el("input", {type: "search", id: "search", placeholder: "search actions and observations", "aria-label": "search"});
+  const filters = el("div", {id: "filters"});
+  for (const [k, label] of FILTERS) {
+    const n = MARKS.filter(m => m[k]).length;
+    const box = el("input", {type: "checkbox", "data-filter": k});
+    if (!n) box.disabled = true;
+    filters.append(el("label", {}, box, ` ${label} (${n})`));
+  }
+  finder.append(search, filters, el("div", {id: "found"}));
+  const frag = document.createDocumentFragment();
+  EX.forEach((ex, i) => {
+    const mk = MARKS[i], s = ex.step;
+    const a = el("a", {href: s ? `#step-${s.n}` : `#ex-${ex.id}`, "data-i": String(i), title: indexLabel(ex)},
+      el("span", {class: "ix-n", text: s ? String(s.n) : "·"}), el("span", {class: "ix-what", text: indexLabel(ex)}));
+    if (mk.failed) a.append(el("span", {class: "mk failed", title: "a failed call", text: "✗"}));
+    if (mk.divergent) a.append(el("span", {class: "mk divergent", title: "diverges from the parent", text: "≠"}));
+    else if (mk.bytes) a.append(el("span", {class: "mk bytes", title: "request bytes differ, the prompt does not", text: "≈"}));
+    if (mk.retry) a.append(el("span", {class: "mk retry", title: "retried", text: "↻"}));
+    frag.append(el("li", {class: s ? "ix step" : "ix aux", "data-i": String(i)}, a));
+  });
+  list.append(frag);
+  let timer = null;
+  search.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => { state.query = search.value.trim().toLowerCase(); refilter(); }, 120); });
+  filters.addEventListener("change", (e) => {
+    const k = e.target.dataset.filter;
+    if (e.target.checked) state.filters.add(k); else state.filters.delete(k);
+    refilter();
+  });
+}
+function refilter() {
+  if (state.query) {
+    state.found = new Set();
+    for (let i = 0; i < EX.length; i++) if (haystack(i).includes(state.query)) state.found.add(i);
+  } else state.found = null;
+  let count = 0;
+  for (const li of document.getElementById("index").children) {
+    const on = shown(+li.dataset.i); li.classList.toggle("hidden", !on); if (on) count++;
+  }
+  for (const r of timeline.querySelectorAll(".row")) applyShown(r, +r.dataset.i);
+  const boundary = document.getElementById("boundary");
+  if (boundary) boundary.classList.toggle("hidden", state.filters.size > 0 || state.found != null);
+  document.getElementById("found").textContent = state.filters.size || state.found ? `${count} of ${EX.length} exchanges shown` : "";
+  fill();
+}
+// a jump: render the cards up to the target (the slices may not have reached it), show it if a
+// filter hid it, scroll it into view
+function jump(i) {
+  if (i == null || i < 0 || i >= EX.length) return;
+  if (i >= next) renderSlice(i);
+  const card = timeline.querySelector(`.row[data-i="${i}"]`);
+  if (!card) return;
+  card.classList.remove("hidden");
+  for (const t of timeline.querySelectorAll(".row.target")) t.classList.remove("target");
+  card.classList.add("target");
+  card.scrollIntoView({block: "start"});
+  for (const a of document.querySelectorAll("#index a.here")) a.classList.remove("here");
+  const entry = document.querySelector(`#index a[data-i="${i}"]`);
+  if (entry) { entry.classList.add("here"); entry.scrollIntoView({block: "nearest"}); }
+}
+function targetOf(hash) {
+  let m = /^#step-(\d+)$/.exec(hash);
+  if (m) return rowIndex.get(+m[1]);
+  m = /^#ex-(.+)$/.exec(hash);
+  if (m) { const i = EX.findIndex(e => e.id === m[1]); return i < 0 ? null : i; }
+  return null;
+}
+document.addEventListener("click", (e) => {
+  const a = e.target.closest && e.target.closest("a");
+  if (!a) return;
+  const href = a.getAttribute("href") || "";
+  const i = targetOf(href);
+  if (i == null) return;
+  e.preventDefault();
+  history.replaceState(null, "", href);
+  jump(i);
+});
+addEventListener("hashchange", () => jump(targetOf(location.hash)));
+
 header();
+overview();
+buildIndex();
 renderSlice();
 // "#all" renders every exchange at once (to print, or search the whole page with the browser)
-if (location.hash === "#all") while (next < doc.exchanges.length) renderSlice();
+if (location.hash === "#all") while (next < EX.length) renderSlice();
+else if (targetOf(location.hash) != null) jump(targetOf(location.hash));
 new IntersectionObserver((entries) => {
-  if (entries.some(e => e.isIntersecting) && next < doc.exchanges.length) renderSlice();
+  if (entries.some(e => e.isIntersecting) && next < EX.length) { renderSlice(); fill(); }
 }, {rootMargin: "800px"}).observe(more);
 window.pvisorReadyMs = performance.now();
 document.body.dataset.ready = "1";
