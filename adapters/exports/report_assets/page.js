@@ -119,19 +119,20 @@ function totals(top) {
   const t = doc.totals;
   if (!t || typeof t !== "object") return;
   const grid = el("div", {id: "totals"});
-  const cell = (key, label, value, extra) => {
+  // data-value: the figure unrounded (ms), for a reader's tools and the tests
+  const cell = (key, label, value, extra, raw) => {
     if (value === undefined) return;
-    grid.append(el("div", {"data-total": key}, el("span", {class: "k", text: label}), el("span", {class: "v", text: value}), extra));
+    grid.append(el("div", {"data-total": key, "data-value": raw == null ? null : String(raw)}, el("span", {class: "k", text: label}), el("span", {class: "v", text: value}), extra));
   };
   cell("steps", "steps", fmtN(t.steps));
   cell("exchanges", "exchanges", fmtN(t.exchanges));
   cell("tokens", "tokens in / out / cached", t.tokens_in === undefined ? undefined : `${fmtN(t.tokens_in)} / ${fmtN(t.tokens_out)} / ${fmtN(t.tokens_cached)}`);
-  cell("wall", "wall time", t.wall_ms === undefined ? undefined : fmtMs(t.wall_ms));
+  cell("wall", "wall time", t.wall_ms === undefined ? undefined : fmtMs(t.wall_ms), null, t.wall_ms);
   if (t.model_ms !== undefined || t.tool_ms !== undefined) {
     const mm = t.model_ms || 0, tm = t.tool_ms || 0, sum = mm + tm;
     const bar = el("div", {class: "share", title: `model ${fmtMs(t.model_ms)}, tools ${fmtMs(t.tool_ms)}`});
     if (sum > 0) bar.append(el("span", {class: "m", style: `width:${(100 * mm / sum).toFixed(1)}%`}), el("span", {class: "t", style: `width:${(100 * tm / sum).toFixed(1)}%`}));
-    cell("model-tool", "model / tools", `${fmtMs(t.model_ms)} / ${fmtMs(t.tool_ms)}`, bar);
+    cell("model-tool", "model / tools", `${fmtMs(t.model_ms)} / ${fmtMs(t.tool_ms)}`, bar, `${t.model_ms} ${t.tool_ms}`);
   }
   cell("tool_calls", "tool calls", t.tool_calls === undefined ? undefined : fmtN(t.tool_calls));
   cell("failed_calls", "failed calls", t.failed_calls === undefined ? undefined : fmtN(t.failed_calls));
@@ -164,7 +165,7 @@ function chart(box) {
       `<rect class="m" x="${x}" y="${H - hm}" width="${w}" height="${hm}"/>` +
       (ht > 0 ? `<rect class="t" x="${x}" y="${H - hm - ht}" width="${w}" height="${ht}"/>` : "") +
       (mk.failed ? `<rect class="f" x="${x}" y="0" width="${w}" height="3"/>` : mk.divergent ? `<rect class="d" x="${x}" y="0" width="${w}" height="3"/>` : "") +
-      `<rect x="${x}" y="0" width="${w + gap}" height="${H}" fill="transparent"/></a>`);
+      `<rect class="hit" x="${x}" y="0" width="${w + gap}" height="${H}" fill="transparent"/></a>`);
   });
   const wrap = el("div", {id: "chart"});
   wrap.innerHTML = `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" role="img" aria-label="steps: model and tool time">${parts.join("")}</svg>`;
@@ -455,7 +456,7 @@ function buildIndex() {
     if (mk.divergent) a.append(el("span", {class: "mk divergent", title: "diverges from the parent", text: "≠"}));
     else if (mk.bytes) a.append(el("span", {class: "mk bytes", title: "request bytes differ, the prompt does not", text: "≈"}));
     if (mk.retry) a.append(el("span", {class: "mk retry", title: "retried", text: "↻"}));
-    frag.append(el("li", {class: s ? "ix step" : "ix aux", "data-i": String(i)}, a));
+    frag.append(el("li", {class: s ? "ix step" : "ix aux", "data-i": String(i), "data-step": s ? String(s.n) : null}, a));
   });
   list.append(frag);
   let timer = null;

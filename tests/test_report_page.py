@@ -1,0 +1,318 @@
+"""The run page's overview (issue 43) in headless Chromium, as tests/test_report.py drives it:
+the header's outcome and totals, the timeline chart, the step index (jump, search, filters), the
+lineage links, on the capture of each of the six agents (the session's ``captured`` runs), a
+201-step run built straight into a journal (failed calls, retries, auxiliary exchanges) and a
+continuation of a capture whose replayed observations differ. The totals are checked against
+what ``pvisor journal show --json`` and ``journal steps --json`` say, never against the page's own
+data; every page loads without a console message or a network request; a screenshot of each is
+kept under ``$PVISOR_TEST_ARTIFACTS``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+from agent_helpers import AGENTS, TIMED, entrypoint, pvisor, user_env
+from cli_helpers import pvisor_main
+from test_gateway_cli import ENV
+
+import test_report
+from pvisor.journal.model import Run
+from pvisor.journal.writer import Journal
+
+#: one headless Chromium for the module (tests/test_report.py's)
+browser = test_report.browser
+pytestmark = pytest.mark.slow
+
+
+def cli_json(journal: Path, *args: str):
+    p = pvisor_main(["--journal", str(journal), *args, "--json"], env=ENV, text=True)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def journal_totals(journal: Path, run: str) -> dict:
+    """The run's totals as the journal's own commands give them (``journal show``, ``journal
+    steps``): the counts, and the wall time (each attempt from start to end; without attempts,
+    the first exchange's start to the last one's end) in ms."""
+    show = cli_json(journal, "journal", "show", run)
+    traj = cli_json(journal, "journal", "steps", run)
+    steps = traj["steps"]
+    attempts = [a for a in show["attempts"] if a["ended_ms"] is not None]
+    exchanges = show["exchanges"]
+    if attempts:
+        wall = sum(a["ended_ms"] - a["started_ms"] for a in attempts)
+    else:
+        ends = [e["started_ms"] + (e["ended_us"] or 0) / 1000 for e in exchanges]
+        wall = max(ends) - min(e["started_ms"] for e in exchanges)
+    return {
+        "steps": len(steps),
+        "exchanges": len(exchanges),
+        "auxiliary": len(traj["auxiliary"]),
+        "retries": sum(len(s["retries"]) for s in steps),
+        "tool_calls": sum(len(s["action"]["tool_calls"]) for s in steps),
+        "failed_calls": sum(1 for s in steps for r in s["observation"]["results"] if r["is_error"]),
+        "wall_ms": wall,
+        "traj": traj,
+    }
+
+
+def shown_totals(driver) -> dict[str, str]:
+    return {
+        e.get_attribute("data-total"): e.find_element("css selector", ".v").text
+        for e in driver.find_elements("css selector", "#totals [data-total]")
+    }
+
+
+def check_totals(driver, journal: Path, run: str) -> dict:
+    want = journal_totals(journal, run)
+    got = shown_totals(driver)
+    for key in ("steps", "exchanges", "auxiliary", "retries", "tool_calls", "failed_calls"):
+        assert got[key] == f"{want[key]:,}", (key, got[key], want[key])
+    wall = float(
+        driver.find_element("css selector", "#totals [data-total='wall']").get_attribute("data-value")
+    )
+    assert abs(wall - want["wall_ms"]) < 1, (wall, want["wall_ms"])
+    return want
+
+
+def in_view(driver, css: str) -> bool:
+    return driver.execute_script(
+        "const e = document.querySelector(arguments[0]); if (!e) return false;"
+        "const r = e.getBoundingClientRect(); return r.top >= -2 && r.top < innerHeight - 10;",
+        css,
+    )
+
+
+def jumps_from_index(driver, steps: list[int]) -> None:
+    """Clicking a step's index entry brings its card into view (rendered first if the slices
+    had not reached it)."""
+    for n in steps:
+        driver.find_element("css selector", f"#index a[href='#step-{n}']").click()
+        assert in_view(driver, f".row[data-step='{n}']"), n
+
+
+def timeline_jumps(driver, n: int) -> None:
+    """The chart's bar of step ``n`` is a link to its card."""
+    driver.execute_script("scrollTo(0, 0)")
+    bar = driver.find_element("css selector", f"#chart a[data-step='{n}']")
+    driver.execute_script("arguments[0].scrollIntoView({inline: 'center'})", bar)
+    bar.find_element("css selector", "rect.hit").click()
+    assert in_view(driver, f".row[data-step='{n}']"), n
+
+
+def no_leaks(driver) -> None:
+    """No console message and no request, after all the clicking too."""
+    problems = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "WARNING")]
+    assert problems == [], problems
+    assert driver.execute_script("return performance.getEntriesByType('resource').length") == 0
+
+
+def open_page(driver, page: Path, shot: str) -> None:
+    """tests/test_report.py's ``open_page``, from a blank page (as bench/report_bench.py loads):
+    loading a page straight after another one's jumps once returned before its script had run."""
+    driver.get("about:blank")
+    test_report.open_page(driver, page, shot)
+
+
+def report(journal: Path, run: str, output: Path) -> None:
+    p = test_report.report(journal, run, output)
+    assert p.returncode == 0, p.stderr
+
+
+def test_the_page_of_each_agents_capture_opens_on_its_outcome_and_totals(browser, captured, tmp_path):
+    for agent in AGENTS:
+        cap = captured(agent)
+        page = tmp_path / f"{agent}.html"
+        report(cap.journal, cap.run, page)
+        open_page(browser, page, f"report-page-{agent}")
+        want = check_totals(browser, cap.journal, cap.run)
+        # a scripted capture that ended as it should: succeeded, beside its exit code
+        verdict = browser.find_element("id", "verdict")
+        assert verdict.get_attribute("data-verdict") == "succeeded", (agent, verdict.text)
+        assert browser.find_element("id", "exit-code").text == "exit 0"
+        # one index entry per exchange; every step's entry jumps to its card, the chart's bars too
+        assert len(browser.find_elements("css selector", "#index li")) == want["exchanges"]
+        jumps_from_index(browser, range(1, want["steps"] + 1))
+        assert len(browser.find_elements("css selector", "#chart a")) == want["steps"]
+        timeline_jumps(browser, 1)
+        # the shell calls of step 2 read as commands, not JSON
+        cmds = [c.text for c in browser.find_elements("css selector", ".row[data-step='2'] .call code.cmd")]
+        assert TIMED in cmds, (agent, cmds)
+        no_leaks(browser)
+
+
+KEY = test_report.KEY
+#: the 201-step run's failed calls (tool results with is_error; the last step's result is in no
+#: request), retried steps, auxiliary exchanges
+FAILED = {7, 60, 133, 200}
+RETRIED = {50, 150}
+AUX_AFTER = {1, 100}
+
+
+def anthropic_run(path: Path, steps: int) -> str:
+    """An Anthropic Messages run of ``steps`` steps (one Bash call each) recorded straight into a
+    journal: the results of :data:`FAILED` steps are errors, :data:`RETRIED` steps' requests are
+    sent twice (529 first), a ``GET /v1/models`` follows the steps of :data:`AUX_AFTER`."""
+    run = f"anthropic{steps}"
+    tool = {"name": "Bash", "description": "Run a shell command", "input_schema": {"type": "object"}}
+    messages: list = [{"role": "user", "content": "count to 201"}]
+    with Journal.open(path) as j:
+        j.create_run(Run(id=run, agent="claude-code"))
+        for n in range(1, steps + 1):
+            content = [
+                {"type": "text", "text": f"Step {n}."},
+                {"type": "tool_use", "id": f"tu_{n}", "name": "Bash", "input": {"command": f"echo {n}"}},
+            ]
+            usage = {"input_tokens": 10 + n, "output_tokens": 3, "cache_read_input_tokens": 5}
+            reply = {"id": f"msg_{n}", "type": "message", "role": "assistant", "model": "m",
+                     "content": content, "stop_reason": "tool_use", "usage": usage}  # fmt: skip
+            body = orjson.dumps({"model": "m", "max_tokens": 100, "system": "You count.", "tools": [tool],
+                                 "messages": messages})  # fmt: skip
+            common = dict(protocol="anthropic", request_body=body)
+            if n in RETRIED:
+                overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+                j.record_exchange(run, "POST", "/v1/messages", [("x-api-key", KEY)], status=529,
+                                  response_body=orjson.dumps(overloaded), **common)  # fmt: skip
+            j.record_exchange(run, "POST", "/v1/messages", [("x-api-key", KEY)], status=200,
+                              response_body=orjson.dumps(reply), **common)  # fmt: skip
+            if n in AUX_AFTER:
+                j.record_exchange(run, "GET", "/v1/models", [], status=200, response_body=b'{"data": []}')
+            result = {"type": "tool_result", "tool_use_id": f"tu_{n}", "content": f"out {n}"}
+            if n in FAILED:
+                result |= {"content": f"bash: step {n} failed", "is_error": True}
+            messages = [
+                *messages,
+                {"role": "assistant", "content": content},
+                {"role": "user", "content": [result]},
+            ]
+        j.flush()
+    return run
+
+
+def test_a_201_step_run_every_step_in_two_clicks_filters_and_search(browser, tmp_path):
+    journal = tmp_path / "j.sqlite"
+    run = anthropic_run(journal, 201)
+    page = tmp_path / "long.html"
+    report(journal, run, page)
+    open_page(browser, page, "report-page-201")
+    want = check_totals(browser, journal, run)
+    assert want["steps"] == 201 and want["failed_calls"] == len(FAILED) and want["retries"] == len(RETRIED)
+    # the tokens of every reply that reported usage, input with its cache reads (journal steps)
+    usages = [s["action"]["usage"] for s in want["traj"]["steps"]]
+    tokens_in = sum(u["input_tokens"] + u["cache_read_input_tokens"] for u in usages)
+    tokens_out = sum(u["output_tokens"] for u in usages)
+    cached = sum(u["cache_read_input_tokens"] for u in usages)
+    assert shown_totals(browser)["tokens"] == f"{tokens_in:,} / {tokens_out:,} / {cached:,}"
+    # the slices: 200 exchanges rendered at first; a jump to the last step renders up to it
+    assert len(browser.find_elements("css selector", ".row")) == 200
+    sample = [*range(1, 202, 20), 199, 200, 201, 3]
+    jumps_from_index(browser, sample)
+    timeline_jumps(browser, 150)
+    timeline_jumps(browser, 201)
+    # the failed calls' marks: on the index entry, the call and its result
+    marked = {int(a.get_attribute("href").split("-")[-1]) for a in browser.find_elements(
+        "css selector", "#index li.step a:has(.mk.failed)")}  # fmt: skip
+    assert marked == FAILED
+    card = browser.find_element("css selector", ".row[data-step='60']")
+    assert card.find_element("css selector", ".call.failed .fail").text == "✗ failed"
+    assert "bash: step 60 failed" in card.find_element("css selector", "pre.failed").get_attribute(
+        "textContent"
+    )
+
+    def visible_steps() -> set[int]:
+        return {int(li.get_attribute("data-step"))
+                for li in browser.find_elements("css selector", "#index li.step:not(.hidden)")}  # fmt: skip
+
+    def visible_cards() -> set[int]:
+        return {int(r.get_attribute("data-step"))
+                for r in browser.find_elements("css selector", ".row.main:not(.hidden)")}  # fmt: skip
+
+    def toggle(name: str) -> None:
+        browser.execute_script("scrollTo(0, 0)")
+        browser.find_element("css selector", f"#filters input[data-filter='{name}']").click()
+
+    toggle("failed")
+    assert visible_steps() == FAILED and visible_cards() <= FAILED
+    toggle("retry")  # filters add up: failed or retried
+    assert visible_steps() == FAILED | RETRIED
+    toggle("failed")
+    toggle("retry")
+    assert len(visible_steps()) == 201 and len(visible_cards()) == len(
+        browser.find_elements("css selector", ".row.main")
+    )
+    toggle("aux")
+    assert visible_steps() == set() and len(
+        browser.find_elements("css selector", "#index li.aux:not(.hidden)")
+    ) == (want["exchanges"] - 201)
+    toggle("aux")
+    # search: the text of observations (and actions)
+    search = browser.find_element("id", "search")
+    search.send_keys("step 133 failed")
+    browser.implicitly_wait(0)
+    for _ in range(50):
+        if visible_steps() == {133}:
+            break
+        browser.execute_script("return new Promise(r => setTimeout(r, 50))")
+    assert visible_steps() == {133}
+    search.clear()
+    search.send_keys("echo 177")
+    for _ in range(50):
+        if visible_steps() == {177}:
+            break
+        browser.execute_script("return new Promise(r => setTimeout(r, 50))")
+    assert visible_steps() == {177}
+    browser.find_element("css selector", "#index a[href='#step-177']").click()
+    assert in_view(browser, ".row[data-step='177']")
+    browser.save_screenshot(str(test_report.ARTIFACTS / "report-page-201-search.png"))
+    assert KEY[14:30].encode() not in page.read_bytes()
+    no_leaks(browser)
+
+
+def test_a_continuation_marks_its_divergences_and_links_its_parent_both_ways(browser, captured, tmp_path):
+    """mini-swe-agent's capture continued from its journal after step 3 (its submit command: no
+    live request; the upstream would refuse): step 2's timed command gives another output, the
+    divergence filter shows it; the parent's page and the child's link each other."""
+    cap = captured("mini-swe-agent")
+    ws, out = tmp_path / "ws", tmp_path / "out"
+    ws.mkdir()
+    proc = pvisor(
+        ["--journal", str(cap.journal), "replay", "--agent", cap.agent, "--run", cap.run, "--after-step", "3",
+         "--workspace", str(ws), "--output", str(out), "--agent-entrypoint", str(entrypoint(cap.agent)),
+         "--upstream", "http://127.0.0.1:9", "--timeout", "240"],
+        env=user_env(cap.user_home), cwd=tmp_path, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((out / "result.json").read_text())
+    child = result["derived_run"]
+    assert result["mode"] == "continuation"
+    # step 2's timed command (step 3's observation, after the submit command, is in no request)
+    assert 2 in {c["step"] for c in result["tool_calls"] if not c["equal_normalised"]}
+    page = tmp_path / "child.html"
+    report(cap.journal, child, page)
+    open_page(browser, page, "report-page-continuation")
+    check_totals(browser, cap.journal, child)
+    assert browser.find_element("id", "parent").text.startswith("continued from ")
+    # the divergence filter: the steps whose O' differs (and any whose request parts from the
+    # parent's), each marked in the index; the others hidden until the filter is off
+    browser.find_element("css selector", "#filters input[data-filter='divergent']").click()
+    shown = browser.find_elements("css selector", "#index li.step:not(.hidden)")
+    steps = {int(li.get_attribute("data-step")) for li in shown}
+    assert 2 in steps
+    assert all(li.find_elements("css selector", ".mk.divergent") for li in shown)
+    hidden = browser.find_elements("css selector", "#index li.step.hidden")
+    assert hidden and not any(li.find_elements("css selector", ".mk.divergent") for li in hidden)
+    card = browser.find_element("css selector", ".row[data-step='2']")
+    assert card.is_displayed() and "O′ differs" in card.text
+    browser.find_element("css selector", "#filters input[data-filter='divergent']").click()
+    assert browser.find_elements("css selector", "#index li.hidden") == []
+    browser.save_screenshot(str(test_report.ARTIFACTS / "report-page-continuation-divergent.png"))
+    no_leaks(browser)
+    # the lineage: to the parent's page, and back through its child runs
+    browser.find_element("id", "parent-link").click()
+    assert browser.find_element("css selector", "h1").text.endswith(cap.run)
+    browser.find_element("css selector", f"#children a[data-run='{child}']").click()
+    assert browser.find_element("css selector", "h1").text.endswith(child)
+    no_leaks(browser)
