@@ -25,6 +25,9 @@ opens at once (bench/report_bench.py measures it).
 
 The export format ``report`` (:data:`FORMAT`, :mod:`pvisor.adapters.exports`): files of one
 journal run, the page at the path given and the parent's beside it; ``pvisor report`` writes it.
+:func:`write_folder` writes the pages of many runs into one folder with their index
+(:mod:`pvisor.adapters.exports.report_index`; ``pvisor report --all``), each page linked to its
+parent, its child runs and the index.
 """
 
 from __future__ import annotations

@@ -152,7 +152,7 @@ def _row_html(row: dict[str, Any]) -> str:
         f'<td class="id">{_link(row["id"], row["href"])}</td>',
         f"<td>{_e(row['agent'] or '-')}</td>",
         f"<td>{_e(row['mode'] or '-')}</td>",
-        f"<td>{_e(_utc(row['created_ms']))}</td>",
+        f'<td class="when">{_e(_utc(row["created_ms"]))}</td>',
         f'<td class="n">{_e(_count(row["steps"]))}</td>',
         f'<td class="n">{_e(_count(row["exchanges"]))}</td>',
         f'<td class="outcome">{_outcome(row)}</td>',
