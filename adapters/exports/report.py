@@ -25,12 +25,16 @@ opens at once (bench/report_bench.py measures it).
 
 The export format ``report`` (:data:`FORMAT`, :mod:`pvisor.adapters.exports`): files of one
 journal run, the page at the path given and the parent's beside it; ``pvisor report`` writes it.
+:func:`write_folder` writes the pages of many runs into one folder with their index
+(:mod:`pvisor.adapters.exports.report_index`; ``pvisor report --all``), each page linked to its
+parent, its child runs and the index.
 """
 
 from __future__ import annotations
 
 import html
 import re
+from collections import Counter
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,6 +51,7 @@ from pvisor.adapters.exports.base import (
     Written,
 )
 from pvisor.adapters.exports.report_document import DEFAULT_BODY_LIMIT, run_document
+from pvisor.adapters.exports.report_index import INDEX_NAME, index_row, page_names, render_index
 from pvisor.adapters.exports.shared import shared
 from pvisor.core.errors import PvisorError
 from pvisor.core.outfile import replacing
@@ -67,15 +72,16 @@ def _assets() -> tuple[str, str, str]:
 
 
 def render(
-    doc: dict[str, Any], parent_href: str | None = None, child_hrefs: dict[str, str] | None = None
+    doc: dict[str, Any],
+    parent_href: str | None = None,
+    child_hrefs: dict[str, str] | None = None,
+    index_href: str | None = None,
 ) -> str:
     """The HTML page of a :func:`run_document` (``parent_href``: the parent's page, relative;
-    ``child_hrefs``: the pages of child runs written beside it, by run id)."""
-    data = (
-        orjson.dumps(shared({**doc, "parent_href": parent_href, "child_hrefs": child_hrefs or {}}))
-        .replace(b"</", b"<\\/")
-        .decode()
-    )
+    ``child_hrefs``: the pages of child runs written beside it, by run id; ``index_href``: the
+    folder's index, for a page ``pvisor report --all`` wrote, else None)."""
+    links = {"parent_href": parent_href, "child_hrefs": child_hrefs or {}, "index_href": index_href}
+    data = orjson.dumps(shared({**doc, **links})).replace(b"</", b"<\\/").decode()
     run = doc["run"]
     title = html.escape(f"pvisor · {run['id']} · {run['agent'] or 'run'}")
     template, style, script = _assets()
@@ -112,6 +118,60 @@ def write_report(
                 href = target.name
     _write(output, render(doc, href))
     return [output, *written]
+
+
+def write_folder(
+    reader: JournalReader,
+    run_ids: list[str],
+    directory: Path,
+    body_limit: int = DEFAULT_BODY_LIMIT,
+    selection: str = "",
+) -> list[Path]:
+    """Write the page of each run of ``run_ids`` (whole ids, in the index's order: newest first)
+    into ``directory`` (which exists) as :func:`report_index.page_names` names it, then the index
+    (``index.html``); returns the files written, the index last. Each page links its parent and
+    its child runs whose pages are in the folder, and the index; a parent or child outside
+    ``run_ids`` is named on the page, not linked, and not written. Each run is read once: pages
+    are written oldest first, and a run's reading is kept until the last of its children that
+    compares against it is written. ``selection``: the index's line saying which runs these are.
+    Raises OSError (``filename`` the page) as the file system gives it."""
+    names = page_names(run_ids)
+    selected = set(run_ids)
+    runs = {r.id: r for r in reader.runs()}
+    children: dict[str, list[str]] = {}
+    for r in runs.values():
+        if r.parent_run in selected and r.id in selected:
+            children.setdefault(r.parent_run, []).append(r.id)
+    # the selected runs still to be written that read each run (itself, or its parent)
+    readers = Counter(p for i in run_ids for p in (i, runs[i].parent_run) if p)
+    parsed: dict[str, Any] = {}
+    rows: dict[str, dict[str, Any]] = {}
+    written = []
+    for run_id in reversed(run_ids):  # oldest first: a parent's reading is kept for its children
+        parent = runs[run_id].parent_run
+        parent_href = names[parent] if parent in selected else None
+        child_hrefs = {c: names[c] for c in children.get(run_id, [])}
+        doc = run_document(reader, run_id, body_limit, parsed)
+        path = directory / names[run_id]
+        _write_named(path, render(doc, parent_href, child_hrefs, INDEX_NAME))
+        written.append(path)
+        rows[run_id] = index_row(doc, names[run_id], parent_href, child_hrefs)
+        for read in (run_id, parent):
+            if read:
+                readers[read] -= 1
+                if readers[read] <= 0:
+                    parsed.pop(read, None)
+    index = directory / INDEX_NAME
+    _write_named(index, render_index([rows[i] for i in run_ids], selection))
+    return [*written, index]
+
+
+def _write_named(path: Path, text: str) -> None:
+    """:func:`_write`, an OSError naming ``path`` (not the temporary file beside it)."""
+    try:
+        _write(path, text)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), str(path)) from None
 
 
 def _write(path: Path, text: str) -> None:
