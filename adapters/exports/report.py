@@ -89,18 +89,20 @@ def write_report(
     output: Path,
     body_limit: int = DEFAULT_BODY_LIMIT,
     with_parent: bool = True,
+    workspace: bool = True,
 ) -> list[Path]:
     """Write the page of ``run_id`` to ``output`` and, for a derived run whose parent is in the
-    journal, the parent's page beside it (``<parent>.html``, linked from the first). Returns the
+    journal, the parent's page beside it (``<parent>.html``, linked from the first); ``workspace``
+    False leaves every page's files changed per step out (``--no-workspace``). Returns the
     files written. Raises UsageError for an unknown run; OSError as the file system gives it."""
     parsed: dict[str, Any] = {}
-    doc = run_document(reader, run_id, body_limit, parsed)
+    doc = run_document(reader, run_id, body_limit, parsed, workspace=workspace)
     written = []
     parent = doc["run"]["parent_run"]
     href = None
     if parent and with_parent:
         try:
-            parent_doc = run_document(reader, parent, body_limit, parsed)
+            parent_doc = run_document(reader, parent, body_limit, parsed, workspace=workspace)
         except PvisorError:  # a parent that is not in this journal: no link
             parent_doc = None
         if parent_doc is not None:
@@ -123,10 +125,18 @@ def _write(path: Path, text: str) -> None:
 
 def write(source: JournalSource, output: Path, settings: Settings) -> Written:
     """:func:`write_report` of ``source``'s run to ``output`` (``settings.body_limit``, default
-    :data:`DEFAULT_BODY_LIMIT`; the parent's page unless ``settings.with_parent`` is False);
-    counts the pages, the files written in :attr:`Written.paths`."""
+    :data:`DEFAULT_BODY_LIMIT`; the parent's page unless ``settings.with_parent`` is False; no
+    files changed per step when ``settings.workspace`` is False); counts the pages, the files
+    written in :attr:`Written.paths`."""
     limit = DEFAULT_BODY_LIMIT if settings.body_limit is None else settings.body_limit
-    written = write_report(source.reader, source.run_id, output, limit, with_parent=settings.with_parent)
+    written = write_report(
+        source.reader,
+        source.run_id,
+        output,
+        limit,
+        with_parent=settings.with_parent,
+        workspace=settings.workspace,
+    )
     return Written(len(written), tuple(written))
 
 
@@ -136,6 +146,6 @@ FORMAT = ExportFormat(
     write=write,
     unit="pages",
     extension="html",
-    reads=frozenset({Option.BODY_LIMIT, Option.NO_PARENT}),
+    reads=frozenset({Option.BODY_LIMIT, Option.NO_PARENT, Option.NO_WORKSPACE}),
     output=Output.FILES,
 )

@@ -40,11 +40,22 @@ REPORT = "report"
 @click.option(
     "--no-parent", is_flag=True, help="For a derived run, do not write the parent run's page beside it."
 )
+@click.option(
+    "--no-workspace",
+    is_flag=True,
+    help="Leave out the files each step changed (their names and diffs, from the run's snapshots).",
+)
 @click.option("--open", "open_it", is_flag=True, help="Open the page in the default browser once written.")
 @click.pass_context
 @progress_option
 def report(
-    ctx: click.Context, run_id: str, output: str | None, body_limit: int, no_parent: bool, open_it: bool
+    ctx: click.Context,
+    run_id: str,
+    output: str | None,
+    body_limit: int,
+    no_parent: bool,
+    no_workspace: bool,
+    open_it: bool,
 ) -> None:
     """Write RUN (id or unique prefix) as one HTML page that needs no network: its steps with
     their tool calls and observations, the auxiliary exchanges greyed, timings and token usage,
@@ -63,7 +74,7 @@ def report(
         check_export_path(output if output is not None else str(path), "--output")
         refuse_reading(str(path), "--output", [str(ctx.obj["journal"])])
         make_output_parent(str(path), "--output")
-        settings = Settings(body_limit=body_limit, with_parent=not no_parent)
+        settings = Settings(body_limit=body_limit, with_parent=not no_parent, workspace=not no_workspace)
         try:
             written = form.write(JournalSource(reader, run.id), path, settings).paths
         except OSError as exc:
