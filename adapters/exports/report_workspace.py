@@ -108,9 +108,13 @@ def bound_steps(snapshots: list[Any], meta: dict[str, Any]) -> dict[int, Any]:
     return out
 
 
-def step_files(reader: JournalReader, run_id: str, meta: dict[str, Any]) -> StepFiles:
-    """The files each step of ``run_id`` changed (module docstring). A snapshot whose manifest
-    cannot be read leaves its two steps without files (their ``files`` None)."""
+def step_files(
+    reader: JournalReader, run_id: str, meta: dict[str, Any], page_bytes: int = PAGE_BYTES
+) -> StepFiles:
+    """The files each step of ``run_id`` changed (module docstring; ``meta``: the run's journal
+    trajectory's, as :func:`bound_steps` reads it), at most ``page_bytes`` bytes of diff lines
+    in all. A snapshot whose manifest cannot be read leaves its two steps without files (their
+    ``files`` None)."""
     found = StepFiles()
     snaps = reader.snapshots(run_id)
     if not snaps:
@@ -127,7 +131,7 @@ def step_files(reader: JournalReader, run_id: str, meta: dict[str, Any]) -> Step
                 manifests[snap.id] = None
         return manifests[snap.id]
 
-    budget = [PAGE_BYTES]
+    budget = [page_bytes]
     for d in meta.get("steps") or []:
         n = d["n"]
         if n - 1 not in after or n not in after:
